@@ -1,0 +1,35 @@
+//! servebench: declarative experiments against LLM inference servers (SGLang first).
+//!
+//! Data flows one way: spec -> plan -> run -> run directory -> report.
+
+pub mod cli;
+pub mod client;
+pub mod engine;
+pub mod host;
+pub mod measure;
+pub mod plan;
+pub mod prompt;
+pub mod report;
+pub mod results;
+pub mod run;
+pub mod sim;
+pub mod spec;
+
+/// Exit codes, documented in `--help`.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// The run failed or was interrupted; what was measured is on disk.
+    pub const FAILED: i32 = 1;
+    /// The spec or the command line is invalid.
+    pub const BAD_INPUT: i32 = 2;
+}
+
+/// Parses arguments, runs the command, and maps errors to an exit code.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    cli::run(args)
+}

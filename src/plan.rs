@@ -1,0 +1,1 @@
+//! Ordering points into server groups.

@@ -1,0 +1,2 @@
+//! The run directory format: reading and writing.
+pub mod records;

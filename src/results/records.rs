@@ -1,0 +1,163 @@
+//! The records of a run directory. `requests.jsonl` holds the raw truth; everything else is
+//! derived from it.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::types::Api;
+
+/// What a request was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RequestRole {
+    /// A measured sample.
+    Measure,
+    /// Sent to prime the prefix cache (warm policy); not measured.
+    Prime,
+}
+
+/// One chunk of a streamed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Seconds from send to the arrival of the chunk's first byte (taken before parsing).
+    pub t_s: f64,
+    /// New output tokens this chunk carried (0 for role-only or empty chunks).
+    pub tokens: u32,
+}
+
+/// Where token counts came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TokenSource {
+    /// SGLang native `meta_info` (`prompt_tokens`, `completion_tokens`, `cached_tokens`).
+    MetaInfo,
+    /// OpenAI `usage` (final chunk with `stream_options.include_usage`).
+    Usage,
+    /// No server counts: one token per non-empty chunk (an estimate).
+    ChunkCount,
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// Non-2xx HTTP status (the server's message is kept).
+    Http,
+    /// An `{"error": ...}` event inside a 200 stream.
+    StreamError,
+    /// Bytes that are not valid SSE or JSON.
+    Malformed,
+    /// Could not connect.
+    Connect,
+    /// The connection broke mid-response.
+    Reset,
+    /// The per-request timeout passed.
+    Timeout,
+    /// The stream ended without `[DONE]` or a finish reason.
+    Incomplete,
+}
+
+/// A request's failure, with its cause.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestError {
+    pub kind: ErrorKind,
+    /// Human-readable cause (the server's message when it sent one).
+    pub message: String,
+    /// HTTP status, when a response arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The first 200 bytes of the offending body or event, for malformed or error responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_head: Option<String>,
+}
+
+/// One request as it happened. Appended to `requests.jsonl` and flushed when it completes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// The point this request belongs to (`Point::id`).
+    pub point: String,
+    /// Round (0-based) when `repeat` > 1.
+    pub round: u32,
+    /// Index of the request within its point and round.
+    pub index: u32,
+    pub role: RequestRole,
+    pub api: Api,
+    /// Unix time (seconds) when the request was sent.
+    pub sent_at: f64,
+    /// Prompt length the spec asked for, in tokens (None for file prompts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_prompt_tokens: Option<u64>,
+    /// `max_new_tokens` / `max_tokens` sent.
+    pub max_tokens: u32,
+    /// Every chunk that arrived, in order (the `[DONE]` sentinel excluded).
+    pub chunks: Vec<Chunk>,
+    /// Seconds from send to the end of the stream (None if it never ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_s: Option<f64>,
+    /// Prompt tokens as counted by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Output tokens as counted by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from the server's prefix cache. None when the server did not say
+    /// (OpenAI APIs without `--enable-cache-report`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    pub token_source: TokenSource,
+    /// `stop`, `length`, `abort`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RequestError>,
+}
+
+/// Aggregate of one metric over a point's requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Stat {
+    pub count: usize,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// A validity flag on a point, shown next to its numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flag {
+    /// Machine-readable kind: `cold-cache-hit`, `warm-cache-miss`, `errors`, `calibration`, ...
+    pub kind: String,
+    /// What happened and what it means for the numbers.
+    pub message: String,
+}
+
+/// One finished point: aggregates and flags, one line of `points.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointRecord {
+    /// Stable id, e.g. `p003`.
+    pub id: String,
+    /// The sweep values of this point, by dimension name.
+    pub values: IndexMap<String, serde_json::Value>,
+    /// The server group (launch) the point ran on.
+    pub group: String,
+    /// Requested prompt length in tokens (None for file prompts).
+    #[serde(default)]
+    pub requested_prompt_tokens: Option<u64>,
+    /// Measured requests that succeeded / failed.
+    pub ok: usize,
+    pub errors: usize,
+    /// Error counts by kind.
+    #[serde(default)]
+    pub error_kinds: IndexMap<String, usize>,
+    /// Metrics by name (`ttft_s`, `prefill_tok_s`, `decode_tok_s`, `tpot_s`, `itl_s`, `icl_s`,
+    /// `e2e_s`, `prompt_tokens`, `cached_tokens`, `completion_tokens`).
+    pub metrics: IndexMap<String, Stat>,
+    /// Validity flags (contamination, errors, calibration misses).
+    #[serde(default)]
+    pub flags: Vec<Flag>,
+    /// True when the point did not run to completion (interrupted or the server died).
+    #[serde(default)]
+    pub incomplete: bool,
+}
