@@ -1,2 +1,3 @@
 //! The run directory format: reading and writing.
+pub mod meta;
 pub mod records;

@@ -1,0 +1,91 @@
+//! `meta.json`: provenance of a run.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::spec::types::Experiment;
+
+/// Provenance and lifecycle of a run, written at start and rewritten at the end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// servebench version that ran the experiment.
+    pub tool_version: String,
+    /// Git state of the repository holding the spec file (None outside git).
+    #[serde(default)]
+    pub git: Option<GitState>,
+    /// The spec file as given on the command line.
+    pub spec_file: String,
+    /// SHA-256 of the spec file's bytes.
+    pub spec_sha256: String,
+    /// The experiment, resolved with defaults (sweep values of the first point substituted).
+    pub experiment: Experiment,
+    /// Names of the sweep dimensions, in order.
+    pub dimensions: Vec<String>,
+    /// RFC 3339 UTC.
+    pub started_at: String,
+    #[serde(default)]
+    pub ended_at: Option<String>,
+    pub status: RunStatus,
+    /// Why the run is incomplete or failed.
+    #[serde(default)]
+    pub status_reason: Option<String>,
+    /// The machine that ran the client.
+    pub client_host: HostFacts,
+    /// One entry per server launch (or the external server).
+    #[serde(default)]
+    pub servers: Vec<ServerLaunch>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitState {
+    pub commit: String,
+    pub dirty: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Running,
+    Complete,
+    /// Stopped early (Ctrl-C, server crash); what was measured is kept.
+    Incomplete,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HostFacts {
+    pub hostname: String,
+    pub os: String,
+    pub cpus: usize,
+}
+
+/// A server the run used: launched by servebench, or already running at a URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerLaunch {
+    /// Server group id (`g1`, `g2`, ...): points sharing one server configuration.
+    pub group: String,
+    /// `sim`, `sglang` or `external`.
+    pub engine: String,
+    pub url: String,
+    /// The command line that started it, secrets redacted (None for an external server).
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Launch flags as given in the spec, secrets redacted.
+    #[serde(default)]
+    pub args: IndexMap<String, serde_json::Value>,
+    /// Environment given to the server, secrets redacted.
+    #[serde(default)]
+    pub env: IndexMap<String, String>,
+    /// The server's `/server_info` once ready (None if it did not answer).
+    #[serde(default)]
+    pub server_info: Option<serde_json::Value>,
+    /// File name of the server log inside the run directory.
+    #[serde(default)]
+    pub log_file: Option<String>,
+    /// Seconds from launch to ready.
+    #[serde(default)]
+    pub ready_after_s: Option<f64>,
+    /// How the server ended: `stopped`, `crashed: ...`, `external`.
+    #[serde(default)]
+    pub outcome: Option<String>,
+}
