@@ -1,1 +1,13 @@
-//! TODO
+//! Prompt generators, nonces, and token-length calibration against the server.
+//!
+//! Target lengths are in tokens as the *server* counts them. servebench ships no tokenizer for
+//! the model under test, so `calibrate` scales the text until the server's reported
+//! `prompt_tokens` is within tolerance of the target.
+
+mod calibrate;
+mod generate;
+mod nonce;
+
+pub use calibrate::{Calibrated, CalibrationError, Calibrator};
+pub use generate::{PromptSource, TextGenerator, load_prompt_file};
+pub use nonce::nonce;

@@ -1,1 +1,1 @@
-//! TODO
+//! (in progress)
