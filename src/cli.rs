@@ -1,13 +1,26 @@
-//! Command-line definitions and dispatch.
+//! Command-line definitions and dispatch. Each command is a thin call into the library.
+
+use std::io::Write;
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::exit;
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 success; 1 the run failed, was interrupted or a check failed (what was measured \
+is kept on disk); 2 invalid spec or command line.
+
+Start with `servebench run experiments/quickstart.yaml`: it runs on the built-in simulator, no GPU needed.";
+
+/// servebench runs declarative experiments against LLM inference servers (SGLang first) and
+/// turns them into reviewable reports.
+///
+/// An experiment spec (YAML) names the server and its launch flags, the prompts, the cache
+/// policy, the measurement method and a sweep. `run` launches the server, measures every point
+/// with streaming requests, keeps the raw per-request data, and renders a Markdown report.
 #[derive(Debug, Parser)]
-#[command(
-    name = "servebench",
-    version,
-    about = "Declarative experiments against LLM inference servers"
-)]
+#[command(name = "servebench", version, after_help = AFTER_HELP, max_term_width = 100)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -15,15 +28,67 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the built-in SGLang-compatible simulator (accepts `sglang.launch_server` flags).
+    /// Check specs without running anything: syntax, unknown keys, types, ranges, sweeps and
+    /// templates. Every error is reported with file:line:column and a hint.
+    Validate {
+        /// Spec files (YAML).
+        #[arg(required = true, value_name = "SPEC")]
+        specs: Vec<PathBuf>,
+    },
+    /// Show what `run` would do: the expanded points, the server groups (one launch each) and
+    /// the number of requests.
+    Plan {
+        /// Spec file (YAML).
+        #[arg(value_name = "SPEC")]
+        spec: PathBuf,
+    },
+    /// Run an experiment: launch the server per group, measure every point, write
+    /// `<out>/<name>/<UTC timestamp>/` (spec, resolved points, meta.json, requests.jsonl,
+    /// points.jsonl, server logs, report.md).
+    ///
+    /// Ctrl-C stops new requests, keeps what finished, stops the server, renders a partial
+    /// report and exits 1.
+    Run {
+        /// Spec file (YAML).
+        #[arg(value_name = "SPEC")]
+        spec: PathBuf,
+        /// Root directory for run directories.
+        #[arg(long, default_value = "runs", value_name = "DIR")]
+        out: PathBuf,
+        /// No progress bar; plain progress lines only (the default when stderr is not a terminal).
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Re-render `report.md` of a run directory from its stored files only (meta.json,
+    /// points.jsonl, requests.jsonl).
+    Report {
+        /// A run directory, e.g. runs/quickstart/2026-11-29T10-04-12Z.
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
+        /// Render with this minijinja template instead of the one the spec named.
+        #[arg(long, value_name = "FILE")]
+        template: Option<PathBuf>,
+        /// Print the report to stdout instead of writing report.md.
+        #[arg(long)]
+        stdout: bool,
+    },
+    /// Print the JSON Schema of experiment specs (for editors: `# yaml-language-server: $schema=...`).
+    Schema,
+    /// Run the built-in SGLang-compatible simulator. Accepts `python -m sglang.launch_server`
+    /// flags (unknown flags warn) plus `--profile NAME|FILE`; `servebench sim --help` lists them.
     #[command(disable_help_flag = true)]
     Sim {
-        /// SGLang launch flags plus `--profile NAME`; `--help` lists them.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        /// SGLang launch flags plus `--profile`.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "FLAGS"
+        )]
         args: Vec<String>,
     },
 }
 
+/// Parses `args` and runs the command; returns the exit code.
 pub fn run<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
@@ -34,13 +99,174 @@ where
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                crate::exit::BAD_INPUT
+                exit::BAD_INPUT
             } else {
-                crate::exit::OK
+                exit::OK
             };
         }
     };
     match cli.command {
+        Command::Validate { specs } => validate(&specs),
+        Command::Plan { spec } => plan(&spec),
+        Command::Run { spec, out, quiet } => run_experiment(&spec, out, quiet),
+        Command::Report {
+            run_dir,
+            template,
+            stdout,
+        } => report(&run_dir, template, stdout),
+        Command::Schema => {
+            println!("{}", crate::spec::schema_json());
+            exit::OK
+        }
         Command::Sim { args } => crate::sim::main(args),
+    }
+}
+
+fn load(path: &std::path::Path) -> Result<crate::spec::LoadedSpec, i32> {
+    crate::spec::load(path).map_err(|e| {
+        eprintln!("{e}");
+        exit::BAD_INPUT
+    })
+}
+
+fn validate(specs: &[PathBuf]) -> i32 {
+    let mut code = exit::OK;
+    for path in specs {
+        match load(path) {
+            Ok(s) => println!("{}: ok ({} points)", path.display(), s.points.len()),
+            Err(c) => code = c,
+        }
+    }
+    code
+}
+
+fn plan(path: &std::path::Path) -> i32 {
+    let spec = match load(path) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let plan = crate::plan::Plan::new(&spec.points);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{}: {} points, {} server group(s), {} launch(es), {} measured requests",
+        spec.name,
+        plan.point_count(),
+        plan.groups.len(),
+        plan.launches(),
+        plan.request_count()
+    );
+    for g in &plan.groups {
+        let s = &g.server;
+        let what = match &s.url {
+            Some(u) => format!("external server {u} (not started or stopped)"),
+            None => {
+                let flags = crate::engine::flag_args(&s.args)
+                    .unwrap_or_default()
+                    .join(" ");
+                format!(
+                    "launch {:?} {} {flags}",
+                    s.engine,
+                    s.model.as_deref().unwrap_or("")
+                )
+                .to_lowercase()
+            }
+        };
+        let _ = writeln!(out, "\n{}: {what}", g.id);
+        for p in &g.points {
+            let e = &p.experiment;
+            let _ = writeln!(
+                out,
+                "  {}  {} req x {} round(s), concurrency {}, cache {:?}",
+                crate::run::point::point_label(p),
+                e.requests,
+                e.repeat,
+                e.concurrency,
+                e.cache.policy
+            );
+        }
+    }
+    exit::OK
+}
+
+fn run_experiment(path: &std::path::Path, out: PathBuf, quiet: bool) -> i32 {
+    let spec = match load(path) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    let opts = crate::run::RunOptions { out, quiet };
+    let outcome = rt.block_on(async {
+        let interrupt = crate::run::Interrupt::new();
+        interrupt.on_signals();
+        crate::run::execute(&spec, &opts, interrupt).await
+    });
+    match outcome {
+        Err(e @ crate::run::RunError::Preflight(_)) => {
+            eprintln!("error: {e}");
+            exit::BAD_INPUT
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILED
+        }
+        Ok(o) => {
+            println!("run directory: {}", o.dir.display());
+            match &o.report {
+                Ok(p) => println!("report: {}", p.display()),
+                Err(e) => eprintln!(
+                    "error: the report could not be rendered: {e}\n(the data is on disk; fix the template and run `servebench report {}`)",
+                    o.dir.display()
+                ),
+            }
+            use crate::results::meta::RunStatus;
+            match o.status {
+                RunStatus::Complete if o.report.is_ok() => exit::OK,
+                RunStatus::Complete => exit::FAILED,
+                s => {
+                    eprintln!("run {:?}: {}", s, o.reason.as_deref().unwrap_or(""));
+                    exit::FAILED
+                }
+            }
+        }
+    }
+}
+
+fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) -> i32 {
+    let dir = match crate::results::rundir::RunDir::open(run_dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::BAD_INPUT;
+        }
+    };
+    match crate::report::render_run_dir(&dir, template.as_deref()) {
+        Ok(md) if stdout => {
+            print!("{md}");
+            exit::OK
+        }
+        Ok(md) => match dir.write_report(&md) {
+            Ok(()) => {
+                println!("report: {}", dir.path.join("report.md").display());
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("error: cannot write report.md: {e}");
+                exit::FAILED
+            }
+        },
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILED
+        }
     }
 }

@@ -1,1 +1,61 @@
-//! Ordering points into server groups.
+//! Ordering points into server groups: points that share a server configuration run on one
+//! launch, so the server restarts only when its configuration changes.
+
+use crate::spec::Point;
+use crate::spec::types::Server;
+
+/// Points that share one server configuration (one launch).
+#[derive(Debug, Clone)]
+pub struct ServerGroup {
+    /// `g1`, `g2`, ... in order of first appearance.
+    pub id: String,
+    pub server: Server,
+    pub points: Vec<Point>,
+}
+
+/// The execution order of a spec's points.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub groups: Vec<ServerGroup>,
+}
+
+impl Plan {
+    /// Groups points by their resolved `server` section, keeping the order of first appearance
+    /// (and the spec's order within a group).
+    pub fn new(points: &[Point]) -> Plan {
+        let mut groups: Vec<ServerGroup> = Vec::new();
+        for p in points {
+            let server = &p.experiment.server;
+            match groups.iter_mut().find(|g| &g.server == server) {
+                Some(g) => g.points.push(p.clone()),
+                None => groups.push(ServerGroup {
+                    id: format!("g{}", groups.len() + 1),
+                    server: server.clone(),
+                    points: vec![p.clone()],
+                }),
+            }
+        }
+        Plan { groups }
+    }
+
+    pub fn point_count(&self) -> usize {
+        self.groups.iter().map(|g| g.points.len()).sum()
+    }
+
+    /// Measured requests in the whole plan (points x rounds x requests).
+    pub fn request_count(&self) -> u64 {
+        self.groups
+            .iter()
+            .flat_map(|g| &g.points)
+            .map(|p| p.experiment.repeat as u64 * p.experiment.requests as u64)
+            .sum()
+    }
+
+    /// Server launches the plan needs (external servers are not launched).
+    pub fn launches(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| g.server.url.is_none())
+            .count()
+    }
+}

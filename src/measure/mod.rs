@@ -1,1 +1,3 @@
-//! (in progress)
+//! Metrics, statistics and cache-policy verification.
+pub mod metrics;
+pub mod verify;

@@ -1,3 +1,4 @@
 //! The run directory format: reading and writing.
 pub mod meta;
 pub mod records;
+pub mod rundir;

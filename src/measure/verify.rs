@@ -1,0 +1,169 @@
+//! Cache-policy verification: the server's own `cached_tokens` decides whether a measured
+//! request really was cold (or warm). Contaminated requests are flagged and kept out of the
+//! point's numbers; they stay in `requests.jsonl`.
+
+use crate::results::records::{Flag, RequestRecord};
+use crate::spec::types::CachePolicy;
+
+/// Share of the prompt a warm request must find cached. SGLang always recomputes at least the
+/// last token (and a partial page), so "all of it" would be too strict.
+pub const WARM_MIN_CACHED_FRACTION: f64 = 0.9;
+
+/// The verdict for one point.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Verdict {
+    /// Indexes (into the slice given) of requests whose numbers must not be averaged in.
+    pub contaminated: Vec<usize>,
+    pub flags: Vec<Flag>,
+}
+
+/// Checks successful measured requests against the cache policy.
+pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
+    let mut v = Verdict::default();
+    let ok: Vec<(usize, &&RequestRecord)> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.error.is_none())
+        .collect();
+    if ok.is_empty() || policy == CachePolicy::AsIs {
+        return v;
+    }
+    let unreported = ok.iter().filter(|(_, r)| r.cached_tokens.is_none()).count();
+    if unreported > 0 {
+        v.flags.push(Flag {
+            kind: "cache-unverified".into(),
+            message: format!(
+                "{unreported} of {} requests carried no cached_tokens, so the cache policy could not be verified \
+                 (OpenAI APIs report it only when the server runs with --enable-cache-report)",
+                ok.len()
+            ),
+        });
+    }
+    match policy {
+        CachePolicy::Cold => {
+            let hits: Vec<(usize, u64)> = ok
+                .iter()
+                .filter_map(|(i, r)| r.cached_tokens.filter(|&c| c > 0).map(|c| (*i, c)))
+                .collect();
+            if !hits.is_empty() {
+                let max = hits.iter().map(|h| h.1).max().unwrap_or(0);
+                v.flags.push(Flag {
+                    kind: "cold-cache-hit".into(),
+                    message: format!(
+                        "{} of {} requests reported cached_tokens > 0 (up to {max}) under the cold policy: \
+                         they skipped part of prefill and are excluded from this point's numbers",
+                        hits.len(),
+                        ok.len()
+                    ),
+                });
+                v.contaminated = hits.into_iter().map(|h| h.0).collect();
+            }
+        }
+        CachePolicy::Warm => {
+            let misses: Vec<usize> = ok
+                .iter()
+                .filter(|(_, r)| match (r.cached_tokens, r.prompt_tokens) {
+                    (Some(c), Some(p)) if p > 0 => (c as f64) < WARM_MIN_CACHED_FRACTION * p as f64,
+                    _ => false,
+                })
+                .map(|(i, _)| *i)
+                .collect();
+            if !misses.is_empty() {
+                v.flags.push(Flag {
+                    kind: "warm-cache-miss".into(),
+                    message: format!(
+                        "{} of {} requests found less than {:.0}% of their prompt cached under the warm policy \
+                         (evicted, or the cache is disabled): they are excluded from this point's numbers",
+                        misses.len(),
+                        ok.len(),
+                        WARM_MIN_CACHED_FRACTION * 100.0
+                    ),
+                });
+                v.contaminated = misses;
+            }
+        }
+        CachePolicy::AsIs => {}
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::records::*;
+    use crate::spec::types::Api;
+
+    fn rec(prompt: u64, cached: Option<u64>, failed: bool) -> RequestRecord {
+        RequestRecord {
+            point: "p1".into(),
+            round: 0,
+            index: 0,
+            role: RequestRole::Measure,
+            api: Api::SglangGenerate,
+            sent_at: 0.0,
+            requested_prompt_tokens: Some(prompt),
+            max_tokens: 4,
+            chunks: vec![],
+            end_s: Some(1.0),
+            prompt_tokens: Some(prompt),
+            completion_tokens: Some(4),
+            cached_tokens: cached,
+            token_source: TokenSource::MetaInfo,
+            finish_reason: Some("length".into()),
+            error: failed.then(|| RequestError {
+                kind: ErrorKind::Http,
+                message: "x".into(),
+                status: Some(400),
+                body_head: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn cold_hits_are_flagged_and_excluded() {
+        let rs = [
+            rec(1000, Some(0), false),
+            rec(1000, Some(998), false),
+            rec(1000, Some(5), true),
+        ];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        let v = verify(CachePolicy::Cold, &refs);
+        assert_eq!(v.contaminated, vec![1], "the failed request is not judged");
+        assert_eq!(v.flags.len(), 1);
+        assert_eq!(v.flags[0].kind, "cold-cache-hit");
+        assert!(
+            v.flags[0].message.contains("1 of 2"),
+            "{}",
+            v.flags[0].message
+        );
+        assert!(v.flags[0].message.contains("998"));
+    }
+
+    #[test]
+    fn clean_cold_point_has_no_flags() {
+        let rs = [rec(1000, Some(0), false), rec(1000, Some(0), false)];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        assert_eq!(verify(CachePolicy::Cold, &refs), Verdict::default());
+    }
+
+    #[test]
+    fn warm_misses_are_flagged() {
+        let rs = [rec(1000, Some(999), false), rec(1000, Some(100), false)];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        let v = verify(CachePolicy::Warm, &refs);
+        assert_eq!(v.contaminated, vec![1]);
+        assert_eq!(v.flags[0].kind, "warm-cache-miss");
+    }
+
+    #[test]
+    fn missing_counts_say_unverified_and_as_is_says_nothing() {
+        let rs = [rec(1000, None, false)];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        let v = verify(CachePolicy::Cold, &refs);
+        assert_eq!(v.flags[0].kind, "cache-unverified");
+        assert!(v.contaminated.is_empty());
+        let rs = [rec(1000, Some(1000), false)];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        assert_eq!(verify(CachePolicy::AsIs, &refs), Verdict::default());
+    }
+}

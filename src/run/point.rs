@@ -1,0 +1,484 @@
+//! Measuring one point: cache preparation, prompts, requests with bounded concurrency, and the
+//! point's aggregate with its validity flags.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::client::{Client, FlushOutcome, GenerationRequest};
+use crate::measure::{metrics, verify};
+use crate::prompt::{Calibrated, Calibrator, PromptSource, TextGenerator, nonce};
+use crate::results::records::{Flag, PointRecord, RequestRecord, RequestRole, Stat};
+use crate::results::rundir::RunDir;
+use crate::spec::Point;
+use crate::spec::types::{ArgValue, CachePolicy, Experiment};
+
+use super::Interrupt;
+use super::progress::Progress;
+
+/// How long to keep retrying `/flush_cache` while the server says requests are pending.
+const FLUSH_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Shared state for measuring points within a run.
+pub struct PointRunner {
+    pub run_dir: Arc<RunDir>,
+    pub progress: Progress,
+    pub interrupt: Interrupt,
+    pub spec_dir: PathBuf,
+    /// Calibrated text lengths, by (model, generator, target tokens): calibration is paid once.
+    calibrations: HashMap<String, Calibrated>,
+}
+
+/// A measured point and whether the run was interrupted during it.
+pub struct PointOutcome {
+    pub record: PointRecord,
+    pub interrupted: bool,
+}
+
+impl PointRunner {
+    pub fn new(
+        run_dir: Arc<RunDir>,
+        progress: Progress,
+        interrupt: Interrupt,
+        spec_dir: PathBuf,
+    ) -> Self {
+        PointRunner {
+            run_dir,
+            progress,
+            interrupt,
+            spec_dir,
+            calibrations: HashMap::new(),
+        }
+    }
+
+    /// Measures `point` against the server at `client` (all rounds).
+    pub async fn measure(&mut self, client: &Client, point: &Point, group: &str) -> PointOutcome {
+        let exp = &point.experiment;
+        let mut flags: Vec<Flag> = Vec::new();
+        let mut record = PointRecord {
+            id: point.id.clone(),
+            values: point.values.clone(),
+            group: group.to_string(),
+            requested_prompt_tokens: None,
+            ok: 0,
+            errors: 0,
+            error_kinds: IndexMap::new(),
+            metrics: IndexMap::new(),
+            flags: Vec::new(),
+            incomplete: false,
+        };
+        self.progress.point_started(&point_label(point));
+
+        let source = match PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir) {
+            Ok(s) => s,
+            Err(e) => {
+                record.flags.push(Flag {
+                    kind: "prompt-error".into(),
+                    message: e,
+                });
+                record.incomplete = true;
+                return PointOutcome {
+                    record,
+                    interrupted: false,
+                };
+            }
+        };
+        record.requested_prompt_tokens = source.target_tokens();
+        let model = request_model(exp);
+
+        // Text for generated prompts, calibrated to the server's token count.
+        let body = match &source {
+            PromptSource::Generated {
+                generator,
+                target_tokens,
+                calibrate,
+            } => {
+                match self
+                    .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
+                    .await
+                {
+                    Ok((text, flag)) => {
+                        flags.extend(flag);
+                        Some(text)
+                    }
+                    Err(e) => {
+                        record.flags.push(Flag {
+                            kind: "calibration-failed".into(),
+                            message: e,
+                        });
+                        record.incomplete = true;
+                        return PointOutcome {
+                            record,
+                            interrupted: self.interrupt.is_set(),
+                        };
+                    }
+                }
+            }
+            PromptSource::Fixed(_) => None,
+        };
+        let prompt_for = |i: u32| -> String {
+            match (&source, &body) {
+                (PromptSource::Fixed(list), _) => list[i as usize % list.len()].clone(),
+                (_, Some(b)) => b.clone(),
+                _ => String::new(),
+            }
+        };
+
+        let mut measured: Vec<RequestRecord> = Vec::new();
+        let mut interrupted = false;
+        for round in 0..exp.repeat {
+            if self.interrupt.is_set() {
+                interrupted = true;
+                break;
+            }
+            let policy = exp.cache.policy;
+            if policy == CachePolicy::Cold {
+                if let Err(e) = flush(client, &self.interrupt).await {
+                    flags.push(Flag {
+                        kind: "flush-failed".into(),
+                        message: e,
+                    });
+                }
+            }
+            // Warm: one nonce per point and round, so points do not share prefixes; primed once.
+            let warm_prefix = nonce();
+            if policy == CachePolicy::Warm {
+                let prompt = format!("{warm_prefix}{}", prompt_for(0));
+                let req = generation_request(exp, prompt, &model);
+                let m = client.stream(&req, exp.request_timeout).await;
+                let rec = m.into_record(
+                    &point.id,
+                    round,
+                    0,
+                    RequestRole::Prime,
+                    exp.workload.api,
+                    exp.workload.output_tokens,
+                    source.target_tokens(),
+                );
+                self.append(&rec, &mut flags);
+            }
+            let prompts: Vec<String> = (0..exp.requests)
+                .map(|i| match policy {
+                    CachePolicy::Cold => format!("{}{}", nonce(), prompt_for(i)),
+                    CachePolicy::Warm => format!("{warm_prefix}{}", prompt_for(i)),
+                    CachePolicy::AsIs => prompt_for(i),
+                })
+                .collect();
+            let (records, stopped) = self
+                .send_all(
+                    client,
+                    point,
+                    round,
+                    exp,
+                    prompts,
+                    &model,
+                    source.target_tokens(),
+                )
+                .await;
+            measured.extend(records);
+            if stopped {
+                interrupted = true;
+                break;
+            }
+        }
+
+        let refs: Vec<&RequestRecord> = measured.iter().collect();
+        let verdict = if exp.cache.verify {
+            verify::verify(exp.cache.policy, &refs)
+        } else {
+            verify::Verdict::default()
+        };
+        let clean: Vec<&RequestRecord> = refs
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| r.error.is_none() && !verdict.contaminated.contains(i))
+            .map(|(_, r)| *r)
+            .collect();
+        record.ok = refs.iter().filter(|r| r.error.is_none()).count();
+        record.errors = refs.len() - record.ok;
+        for r in &refs {
+            if let Some(e) = &r.error {
+                let kind = serde_json::to_value(e.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                *record.error_kinds.entry(kind).or_default() += 1;
+            }
+        }
+        if record.errors > 0 {
+            let first = refs
+                .iter()
+                .find_map(|r| r.error.as_ref())
+                .map(|e| e.message.clone())
+                .unwrap_or_default();
+            let kinds: Vec<String> = record
+                .error_kinds
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            flags.push(Flag {
+                kind: "errors".into(),
+                message: format!(
+                    "{} of {} requests failed ({}); first: {}",
+                    record.errors,
+                    refs.len(),
+                    kinds.join(", "),
+                    truncate(&first, 300)
+                ),
+            });
+        }
+        flags.extend(verdict.flags);
+        record.metrics = if clean.is_empty() {
+            IndexMap::new()
+        } else {
+            metrics::aggregate(&clean)
+        };
+        record.flags = flags;
+        let expected = exp.repeat as usize * exp.requests as usize;
+        record.incomplete = interrupted || refs.len() < expected;
+        if interrupted {
+            record.flags.push(Flag {
+                kind: "interrupted".into(),
+                message: format!(
+                    "interrupted: {} of {expected} requests finished",
+                    refs.len()
+                ),
+            });
+        }
+        self.progress.point_finished(&point_summary(point, &record));
+        PointOutcome {
+            record,
+            interrupted,
+        }
+    }
+
+    fn append(&self, rec: &RequestRecord, flags: &mut Vec<Flag>) {
+        if let Err(e) = self.run_dir.append_request(rec) {
+            flags.push(Flag {
+                kind: "write-failed".into(),
+                message: format!("could not write requests.jsonl: {e}"),
+            });
+        }
+    }
+
+    /// Sends the prompts with at most `concurrency` in flight; records each as it completes.
+    /// Returns the records and whether an interrupt stopped it.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_all(
+        &self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        exp: &Experiment,
+        prompts: Vec<String>,
+        model: &Option<String>,
+        requested: Option<u64>,
+    ) -> (Vec<RequestRecord>, bool) {
+        let sem = Arc::new(Semaphore::new(exp.concurrency.max(1) as usize));
+        let mut tasks: JoinSet<RequestRecord> = JoinSet::new();
+        let mut records = Vec::new();
+        let mut stopped = false;
+        for (i, prompt) in prompts.into_iter().enumerate() {
+            let permit = tokio::select! {
+                p = sem.clone().acquire_owned() => p,
+                _ = self.interrupt.wait() => { stopped = true; break; }
+            };
+            let Ok(permit) = permit else { break };
+            let req = generation_request(exp, prompt, model);
+            let (client, run_dir, progress) =
+                (client.clone(), self.run_dir.clone(), self.progress.clone());
+            let (pid, api, max_tokens, timeout) = (
+                point.id.clone(),
+                exp.workload.api,
+                exp.workload.output_tokens,
+                exp.request_timeout,
+            );
+            tasks.spawn(async move {
+                progress.request_started();
+                let m = client.stream(&req, timeout).await;
+                drop(permit);
+                let rec = m.into_record(
+                    &pid,
+                    round,
+                    i as u32,
+                    RequestRole::Measure,
+                    api,
+                    max_tokens,
+                    requested,
+                );
+                if let Err(e) = run_dir.append_request(&rec) {
+                    progress.line(&format!("warning: could not write requests.jsonl: {e}"));
+                }
+                progress.request_finished();
+                rec
+            });
+        }
+        loop {
+            tokio::select! {
+                next = tasks.join_next() => match next {
+                    Some(Ok(rec)) => records.push(rec),
+                    Some(Err(_)) => {}
+                    None => break,
+                },
+                _ = self.interrupt.wait(), if !stopped => {
+                    // Requests still in flight are abandoned: they never finished, so they are
+                    // not measurements. The server aborts them when the connection drops.
+                    stopped = true;
+                    tasks.abort_all();
+                }
+            }
+        }
+        records.sort_by_key(|r| r.index);
+        (records, stopped)
+    }
+
+    async fn body_text(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        generator: &TextGenerator,
+        target: u64,
+        calibrate: bool,
+        model: &Option<String>,
+    ) -> Result<(String, Option<Flag>), String> {
+        let calibrator = Calibrator::default();
+        if !calibrate {
+            let chars = (target as f64 * calibrator.initial_chars_per_token) as usize;
+            return Ok((generator.text(chars), None));
+        }
+        let key = format!("{model:?}|{:?}|{generator:?}|{target}", exp.workload.api);
+        let cal = match self.calibrations.get(&key) {
+            Some(c) => c.clone(),
+            None => {
+                let api = exp.workload.api;
+                let c = calibrator
+                    .calibrate(generator, target, nonce, |prompt: String| {
+                        let client = client.clone();
+                        let model = model.clone();
+                        async move {
+                            client
+                                .count_prompt_tokens(api, &prompt, model.as_deref())
+                                .await
+                                .map(|(n, _)| n)
+                                .map_err(|e| e.to_string())
+                        }
+                    })
+                    .await
+                    .map_err(|e| {
+                        format!("could not calibrate the prompt to {target} tokens: {e}")
+                    })?;
+                self.calibrations.insert(key, c.clone());
+                c
+            }
+        };
+        let flag = (!cal.within_tolerance).then(|| Flag {
+            kind: "calibration".into(),
+            message: format!(
+                "prompt calibration reached {} tokens for a target of {target} ({:+.1}%) after {} attempts",
+                cal.actual_tokens,
+                (cal.actual_tokens as f64 / target as f64 - 1.0) * 100.0,
+                cal.attempts
+            ),
+        });
+        Ok((generator.text(cal.chars), flag))
+    }
+}
+
+/// The `model` field for OpenAI requests: the served model name if set, else the model.
+fn request_model(exp: &Experiment) -> Option<String> {
+    match exp.server.args.get("served-model-name") {
+        Some(ArgValue::Str(s)) => Some(s.clone()),
+        _ => exp.server.model.clone(),
+    }
+}
+
+fn generation_request(
+    exp: &Experiment,
+    prompt: String,
+    model: &Option<String>,
+) -> GenerationRequest {
+    GenerationRequest {
+        api: exp.workload.api,
+        prompt,
+        max_tokens: exp.workload.output_tokens,
+        ignore_eos: exp.workload.ignore_eos,
+        temperature: exp.workload.temperature,
+        model: model.clone(),
+    }
+}
+
+/// Flushes the prefix cache, retrying while the server reports pending requests (HTTP 400).
+async fn flush(client: &Client, interrupt: &Interrupt) -> Result<(), String> {
+    let start = std::time::Instant::now();
+    loop {
+        match client.flush_cache().await {
+            Ok(FlushOutcome::Flushed) => return Ok(()),
+            Ok(FlushOutcome::Busy(text)) => {
+                if start.elapsed() > FLUSH_RETRY_FOR || interrupt.is_set() {
+                    return Err(format!(
+                        "/flush_cache kept answering 400 for {:?} ({}); the point ran without a flush",
+                        FLUSH_RETRY_FOR,
+                        truncate(&text, 100)
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "/flush_cache failed: {e}; the point ran without a flush"
+                ));
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
+
+/// `p003 ctx=8192 chunked-prefill-size=4096`.
+pub fn point_label(point: &Point) -> String {
+    let mut s = point.id.clone();
+    for (k, v) in &point.values {
+        let k = k.rsplit('.').next().unwrap_or(k);
+        s.push_str(&format!(" {k}={}", v.to_string().trim_matches('"')));
+    }
+    s
+}
+
+fn mean(metrics: &IndexMap<String, Stat>, name: &str) -> Option<f64> {
+    metrics.get(name).filter(|s| s.count > 0).map(|s| s.mean)
+}
+
+/// One line per finished point for the terminal.
+fn point_summary(point: &Point, r: &PointRecord) -> String {
+    let mut s = format!("{}: {} ok, {} err", point_label(point), r.ok, r.errors);
+    if let Some(v) = mean(&r.metrics, "prompt_tokens") {
+        s.push_str(&format!(" · prompt {v:.0} tok"));
+    }
+    if let Some(v) = mean(&r.metrics, "ttft_s") {
+        s.push_str(&format!(" · TTFT {v:.3} s"));
+    }
+    if let Some(v) = mean(&r.metrics, "prefill_tok_s") {
+        s.push_str(&format!(" · prefill {v:.0} tok/s"));
+    }
+    if let Some(v) = mean(&r.metrics, "decode_tok_s") {
+        s.push_str(&format!(" · decode {v:.1} tok/s"));
+    }
+    for f in &r.flags {
+        s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
+    }
+    s
+}

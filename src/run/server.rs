@@ -1,0 +1,365 @@
+//! A server for one group: launched locally or already running at a URL; readiness and
+//! crash detection.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::engine::{self, CrashCause};
+use crate::host::local::{LocalProcess, StopOutcome};
+use crate::results::meta::ServerLaunch;
+use crate::spec::types::{ArgValue, Engine, Server};
+
+use super::Interrupt;
+
+/// Grace period between SIGTERM and SIGKILL when stopping a server.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// A server the runner talks to.
+pub struct ServerHandle {
+    pub url: String,
+    pub process: Option<LocalProcess>,
+    pub record: ServerLaunch,
+    launched_at: Instant,
+}
+
+/// Why a server could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot start the server: {0}")]
+    Spawn(String),
+    #[error(
+        "the server exited before it was ready ({cause}): {hint}\n--- last lines of {log} ---\n{tail}"
+    )]
+    DiedAtStart {
+        cause: String,
+        hint: String,
+        log: String,
+        tail: String,
+    },
+    #[error(
+        "the server was not ready after {timeout:?} (no 200 from /health); raise server.ready_timeout or read {log}\n--- last lines ---\n{tail}"
+    )]
+    NotReady {
+        timeout: Duration,
+        log: String,
+        tail: String,
+    },
+    #[error("the server at {url} does not answer /health: {message}")]
+    ExternalDown { url: String, message: String },
+    #[error("interrupted while waiting for the server")]
+    Interrupted,
+}
+
+/// Names whose values never land in results: API keys, tokens, passwords.
+pub fn is_secret(name: &str) -> bool {
+    // Word match, so `max-total-tokens` is not a secret but `HF_TOKEN` is.
+    name.to_ascii_lowercase().split(['-', '_', '.']).any(|w| {
+        matches!(
+            w,
+            "key"
+                | "apikey"
+                | "token"
+                | "secret"
+                | "password"
+                | "passwd"
+                | "credential"
+                | "credentials"
+        )
+    })
+}
+
+pub const REDACTED: &str = "<redacted>";
+
+/// The API key the client must send, from `server.args.api-key` (SGLang's flag).
+pub fn api_key(server: &Server) -> Option<String> {
+    match server.args.get("api-key") {
+        Some(ArgValue::Str(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn redacted_args(server: &Server) -> indexmap::IndexMap<String, serde_json::Value> {
+    server
+        .args
+        .iter()
+        .map(|(k, v)| {
+            let v = if is_secret(k) {
+                serde_json::json!(REDACTED)
+            } else {
+                serde_json::to_value(v).unwrap_or_default()
+            };
+            (k.clone(), v)
+        })
+        .collect()
+}
+
+fn redacted_env(server: &Server) -> indexmap::IndexMap<String, String> {
+    server
+        .env
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if is_secret(k) {
+                    REDACTED.to_string()
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect()
+}
+
+/// Redacts the values that follow secret flags in an argv.
+pub fn redact_argv(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for a in argv {
+        if hide_next {
+            out.push(REDACTED.to_string());
+            hide_next = false;
+            continue;
+        }
+        match a.strip_prefix("--").and_then(|f| f.split_once('=')) {
+            Some((flag, _)) if is_secret(flag) => out.push(format!("--{flag}={REDACTED}")),
+            _ => {
+                hide_next = a.starts_with("--") && is_secret(a);
+                out.push(a.clone());
+            }
+        }
+    }
+    out
+}
+
+impl ServerHandle {
+    /// Starts the group's server (or checks the external one) and waits until it is ready.
+    pub async fn start(
+        group: &str,
+        server: &Server,
+        log_path: &Path,
+        interrupt: &Interrupt,
+    ) -> Result<ServerHandle, ServerError> {
+        if let Some(url) = &server.url {
+            let url = url.trim_end_matches('/').to_string();
+            let client = Client::new(&url, api_key(server))
+                .map_err(|e| ServerError::Spawn(e.to_string()))?;
+            match client.health().await {
+                Ok(200) => {}
+                Ok(code) => {
+                    return Err(ServerError::ExternalDown {
+                        url,
+                        message: format!("HTTP {code}"),
+                    });
+                }
+                Err(e) => {
+                    return Err(ServerError::ExternalDown {
+                        url,
+                        message: e.to_string(),
+                    });
+                }
+            }
+            let info = server_info(&client).await;
+            return Ok(ServerHandle {
+                url: url.clone(),
+                process: None,
+                record: ServerLaunch {
+                    group: group.to_string(),
+                    engine: "external".into(),
+                    url,
+                    command: None,
+                    args: redacted_args(server),
+                    env: redacted_env(server),
+                    server_info: info,
+                    log_file: None,
+                    ready_after_s: None,
+                    outcome: Some("external: not started or stopped by servebench".into()),
+                },
+                launched_at: Instant::now(),
+            });
+        }
+
+        let port = match server.port {
+            Some(p) => {
+                if crate::host::port_in_use(p) {
+                    return Err(ServerError::Spawn(format!(
+                        "port {p} is already in use on 127.0.0.1: stop what listens there, or omit server.port to pick a free one"
+                    )));
+                }
+                p
+            }
+            None => crate::host::free_port().map_err(|e| ServerError::Spawn(e.to_string()))?,
+        };
+        let self_exe = std::env::current_exe().map_err(|e| ServerError::Spawn(e.to_string()))?;
+        let cmd = engine::launch_command(server, &self_exe.to_string_lossy(), port)
+            .map_err(ServerError::Spawn)?;
+        let process = LocalProcess::spawn(&cmd, &server.env, log_path)
+            .map_err(|e| ServerError::Spawn(e.to_string()))?;
+        let url = format!("http://127.0.0.1:{port}");
+        let engine_name = match server.engine {
+            Engine::Sim => "sim",
+            Engine::Sglang => "sglang",
+        };
+        let mut handle = ServerHandle {
+            url: url.clone(),
+            process: Some(process),
+            record: ServerLaunch {
+                group: group.to_string(),
+                engine: engine_name.into(),
+                url,
+                command: Some(redact_argv(&cmd.argv())),
+                args: redacted_args(server),
+                env: redacted_env(server),
+                server_info: None,
+                log_file: log_path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned()),
+                ready_after_s: None,
+                outcome: None,
+            },
+            launched_at: Instant::now(),
+        };
+        handle.wait_ready(server, interrupt).await?;
+        Ok(handle)
+    }
+
+    async fn wait_ready(
+        &mut self,
+        server: &Server,
+        interrupt: &Interrupt,
+    ) -> Result<(), ServerError> {
+        let client = Client::new(&self.url, api_key(server))
+            .map_err(|e| ServerError::Spawn(e.to_string()))?;
+        let deadline = self.launched_at + server.ready_timeout;
+        loop {
+            if interrupt.is_set() {
+                self.stop("interrupted before ready");
+                return Err(ServerError::Interrupted);
+            }
+            if let Some(cause) = self.crashed() {
+                let log = self.log_display();
+                let tail = self.log_tail(3000);
+                self.record.outcome = Some(format!("crashed at start: {}", cause.label()));
+                return Err(ServerError::DiedAtStart {
+                    cause: cause.label().into(),
+                    hint: cause.explain().into(),
+                    log,
+                    tail,
+                });
+            }
+            if let Ok(200) = client.health().await {
+                break;
+            }
+            if Instant::now() > deadline {
+                let (log, tail) = (self.log_display(), self.log_tail(3000));
+                self.stop("not ready in time");
+                return Err(ServerError::NotReady {
+                    timeout: server.ready_timeout,
+                    log,
+                    tail,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.record.ready_after_s = Some(self.launched_at.elapsed().as_secs_f64());
+        self.record.server_info = server_info(&client).await;
+        Ok(())
+    }
+
+    /// The crash cause if the launched process has exited.
+    pub fn crashed(&mut self) -> Option<CrashCause> {
+        let p = self.process.as_mut()?;
+        p.exit_status()?;
+        Some(engine::classify_crash(&self.log_tail(20_000)))
+    }
+
+    pub fn log_tail(&self, bytes: u64) -> String {
+        match &self.process {
+            Some(p) => crate::host::file_tail(p.log_path(), bytes),
+            None => String::new(),
+        }
+    }
+
+    fn log_display(&self) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.log_path().display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Stops a launched server's whole process group and records how it ended.
+    pub fn stop(&mut self, why: &str) -> Option<StopOutcome> {
+        let p = self.process.as_mut()?;
+        let outcome = p.stop(STOP_GRACE);
+        let gone = !crate::host::local::group_alive(p.pgid());
+        let note = format!(
+            "{why}: {outcome}; process group {} {}",
+            p.pgid(),
+            if gone {
+                "confirmed gone"
+            } else {
+                "STILL ALIVE"
+            }
+        );
+        self.record.outcome = Some(match self.record.outcome.take() {
+            Some(prev) => format!("{prev}; {note}"),
+            None => note,
+        });
+        self.process = None;
+        Some(outcome)
+    }
+}
+
+/// `/server_info`, or the older `/get_server_info`.
+async fn server_info(client: &Client) -> Option<serde_json::Value> {
+    for path in ["/server_info", "/get_server_info"] {
+        if let Ok(v) = client.get_json(path).await {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_from_argv() {
+        let argv: Vec<String> = [
+            "python",
+            "--api-key",
+            "sk-123",
+            "--hf-token=abc",
+            "--tp",
+            "8",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let r = redact_argv(&argv);
+        assert_eq!(
+            r,
+            [
+                "python",
+                "--api-key",
+                REDACTED,
+                "--hf-token=<redacted>",
+                "--tp",
+                "8"
+            ]
+        );
+        assert!(!r.join(" ").contains("sk-123"));
+    }
+
+    #[test]
+    fn secret_names() {
+        assert!(is_secret("HF_TOKEN"));
+        assert!(is_secret("api-key"));
+        assert!(is_secret("OPENAI_API_KEY"));
+        assert!(!is_secret("PYTORCH_CUDA_ALLOC_CONF"));
+        assert!(!is_secret("tp-size"));
+        assert!(!is_secret("max-total-tokens"));
+        assert!(!is_secret("--speculative-num-draft-tokens"));
+    }
+}
