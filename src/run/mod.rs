@@ -155,7 +155,7 @@ pub async fn execute(
         }),
         spec_file: spec.path.display().to_string(),
         spec_sha256: spec.sha256.clone(),
-        experiment: first.clone(),
+        experiment: redacted_experiment(first),
         dimensions: spec.dimensions.clone(),
         started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         ended_at: None,
@@ -349,11 +349,17 @@ fn resolved(plan: &Plan) -> serde_json::Value {
         .iter()
         .flat_map(|g| {
             g.points.iter().map(move |p| {
-                serde_json::json!({ "id": p.id, "group": g.id, "values": p.values, "experiment": p.experiment })
+                serde_json::json!({ "id": p.id, "group": g.id, "values": p.values, "experiment": redacted_experiment(&p.experiment) })
             })
         })
         .collect();
     serde_json::json!({ "points": points })
+}
+
+fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types::Experiment {
+    let mut e = e.clone();
+    e.server = server::redacted_server(&e.server);
+    e
 }
 
 fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> PointRecord {

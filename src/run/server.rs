@@ -74,9 +74,75 @@ pub const REDACTED: &str = "<redacted>";
 /// The API key the client must send, from `server.args.api-key` (SGLang's flag).
 pub fn api_key(server: &Server) -> Option<String> {
     match server.args.get("api-key") {
-        Some(ArgValue::Str(s)) => Some(s.clone()),
+        Some(ArgValue::Str(s)) => expand_env_ref(s).ok(),
         _ => None,
     }
+}
+
+/// A value written exactly as `${NAME}` is read from servebench's environment at launch, so
+/// secrets can stay out of spec files (and so out of the run directory).
+pub fn expand_env_ref(value: &str) -> Result<String, String> {
+    match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
+        Some(name) => std::env::var(name).map_err(|_| {
+            format!(
+                "environment variable {name} (referenced as ${{{name}}} in the spec) is not set"
+            )
+        }),
+        None => Ok(value.to_string()),
+    }
+}
+
+/// The server section with `${NAME}` references replaced by their values.
+fn with_env_refs_expanded(server: &Server) -> Result<Server, String> {
+    let mut s = server.clone();
+    for v in s.args.values_mut() {
+        if let ArgValue::Str(text) = v {
+            *text = expand_env_ref(text)?;
+        }
+    }
+    for v in s.env.values_mut() {
+        *v = expand_env_ref(v)?;
+    }
+    Ok(s)
+}
+
+/// Literal secret values in a server section (for scrubbing copies of the spec).
+pub fn literal_secrets(server: &Server) -> Vec<String> {
+    let args = server.args.iter().filter_map(|(k, v)| match v {
+        ArgValue::Str(s) if is_secret(k) => Some(s.clone()),
+        _ => None,
+    });
+    let env = server
+        .env
+        .iter()
+        .filter(|(k, _)| is_secret(k))
+        .map(|(_, v)| v.clone());
+    args.chain(env)
+        .filter(|s| s.len() >= 4 && !s.starts_with("${"))
+        .collect()
+}
+
+/// Replaces every literal secret in `text` with `<redacted>`.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(text.to_string(), |t, s| t.replace(s.as_str(), REDACTED))
+}
+
+/// The server section with secret values redacted (for resolved.yaml and meta.json).
+pub fn redacted_server(server: &Server) -> Server {
+    let mut s = server.clone();
+    for (k, v) in s.args.iter_mut() {
+        if is_secret(k) {
+            *v = ArgValue::Str(REDACTED.into());
+        }
+    }
+    for (k, v) in s.env.iter_mut() {
+        if is_secret(k) {
+            *v = REDACTED.into();
+        }
+    }
+    s
 }
 
 fn redacted_args(server: &Server) -> indexmap::IndexMap<String, serde_json::Value> {
@@ -191,9 +257,10 @@ impl ServerHandle {
             None => crate::host::free_port().map_err(|e| ServerError::Spawn(e.to_string()))?,
         };
         let self_exe = std::env::current_exe().map_err(|e| ServerError::Spawn(e.to_string()))?;
-        let cmd = engine::launch_command(server, &self_exe.to_string_lossy(), port)
+        let effective = with_env_refs_expanded(server).map_err(ServerError::Spawn)?;
+        let cmd = engine::launch_command(&effective, &self_exe.to_string_lossy(), port)
             .map_err(ServerError::Spawn)?;
-        let process = LocalProcess::spawn(&cmd, &server.env, log_path)
+        let process = LocalProcess::spawn(&cmd, &effective.env, log_path)
             .map_err(|e| ServerError::Spawn(e.to_string()))?;
         let url = format!("http://127.0.0.1:{port}");
         let engine_name = match server.engine {
@@ -350,6 +417,32 @@ mod tests {
             ]
         );
         assert!(!r.join(" ").contains("sk-123"));
+    }
+
+    #[test]
+    fn env_refs_expand_and_secrets_scrub() {
+        assert_eq!(expand_env_ref("plain").unwrap(), "plain");
+        assert_eq!(
+            expand_env_ref("${PATH}").unwrap(),
+            std::env::var("PATH").unwrap()
+        );
+        assert!(
+            expand_env_ref("${SERVEBENCH_NO_SUCH_VAR}")
+                .unwrap_err()
+                .contains("SERVEBENCH_NO_SUCH_VAR")
+        );
+        let server: Server = serde_saphyr::from_str(
+            "model: m\nargs: { api-key: sk-abc123 }\nenv: { HF_TOKEN: '${HF}' }\n",
+        )
+        .unwrap();
+        let secrets = literal_secrets(&server);
+        assert_eq!(secrets, vec!["sk-abc123".to_string()]);
+        assert_eq!(
+            scrub("api-key: sk-abc123\n", &secrets),
+            "api-key: <redacted>\n"
+        );
+        let r = redacted_server(&server);
+        assert_eq!(r.args["api-key"], ArgValue::Str(REDACTED.into()));
     }
 
     #[test]

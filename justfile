@@ -1,0 +1,19 @@
+# servebench tasks (https://github.com/casey/just). Plain cargo commands work too.
+
+# Run the quickstart experiment on the built-in simulator.
+quickstart:
+    cargo run --release -- run experiments/quickstart.yaml
+
+# Everything CI runs: format, lints, tests.
+test:
+    cargo fmt --all -- --check
+    cargo clippy --all-targets -- -D warnings
+    cargo test
+
+# Regenerate the checked-in JSON Schema after changing spec types.
+schema:
+    cargo run -- schema > schemas/experiment.schema.json
+
+# Simulator timing drift at 1, 64 and 512 streams.
+bench:
+    cargo bench --bench sim_drift

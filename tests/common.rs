@@ -1,0 +1,98 @@
+//! Shared helpers for the integration tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+
+/// The servebench binary under test.
+pub fn servebench() -> Command {
+    Command::cargo_bin("servebench").expect("binary built")
+}
+
+/// A temp directory with a spec file in it.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Workspace {
+        Workspace {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    #[track_caller]
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    /// `servebench run SPEC --out <tmp>/runs --quiet`.
+    pub fn run(&self, spec: &Path) -> Output {
+        servebench()
+            .arg("run")
+            .arg(spec)
+            .arg("--out")
+            .arg(self.dir.path().join("runs"))
+            .arg("--quiet")
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .expect("run servebench")
+    }
+}
+
+/// The run directory printed by `servebench run`.
+#[track_caller]
+pub fn run_dir(out: &Output) -> PathBuf {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("run directory: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no run directory in output:\n{stdout}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    PathBuf::from(line.trim())
+}
+
+#[track_caller]
+pub fn read_jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+#[track_caller]
+pub fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .expect("json")
+}
+
+/// stdout and stderr, for assertion messages.
+pub fn show(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A spec on the simulator's fast profile; `extra` is appended (top-level keys).
+pub fn sim_spec(name: &str, workload: &str, extra: &str) -> String {
+    format!(
+        "name: {name}\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 8192 }}\n  ready_timeout: 30s\nworkload:\n{workload}\n{extra}\n"
+    )
+}

@@ -1,0 +1,308 @@
+//! End to end: `servebench run` on the built-in simulator.
+
+use crate::common::*;
+
+fn metric(point: &serde_json::Value, name: &str, field: &str) -> f64 {
+    point["metrics"][name][field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {name}.{field} in {point}"))
+}
+
+#[test]
+fn a_cold_context_sweep_measures_every_point_and_writes_the_run_directory() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "sweep.yaml",
+        &sim_spec(
+            "sweep",
+            "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 16",
+            "sweep:\n  ctx: [256, 2048]\nrequests: 3\nconcurrency: 2\ncache: { policy: cold, verify: true }",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    for f in [
+        "spec.yaml",
+        "resolved.yaml",
+        "meta.json",
+        "requests.jsonl",
+        "points.jsonl",
+        "report.md",
+        "server-g1.log",
+    ] {
+        assert!(dir.join(f).is_file(), "missing {f}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("spec.yaml")).unwrap(),
+        std::fs::read_to_string(&spec).unwrap()
+    );
+
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let measured: Vec<_> = requests.iter().filter(|r| r["role"] == "measure").collect();
+    assert_eq!(measured.len(), 6);
+    for r in &measured {
+        assert!(r.get("error").is_none(), "{r}");
+        assert_eq!(r["completion_tokens"], 16, "{r}");
+        assert_eq!(
+            r["cached_tokens"], 0,
+            "cold requests must not hit the cache: {r}"
+        );
+        let sum: u64 = r["chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            sum, 16,
+            "chunk token counts add up to completion_tokens: {r}"
+        );
+    }
+
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 2);
+    for (p, target) in points.iter().zip([256.0, 2048.0]) {
+        assert_eq!(p["ok"], 3);
+        assert_eq!(p["errors"], 0);
+        assert!(p["flags"].as_array().unwrap().is_empty(), "{p}");
+        let prompt = metric(p, "prompt_tokens", "mean");
+        assert!(
+            (prompt - target).abs() / target <= 0.02 + 1e-9,
+            "calibrated within 2%: {prompt} vs {target}"
+        );
+        assert!(metric(p, "ttft_s", "mean") > 0.0);
+        assert!(metric(p, "decode_tok_s", "mean") > 0.0);
+    }
+    // More context costs more prefill time.
+    assert!(metric(&points[1], "ttft_s", "mean") > metric(&points[0], "ttft_s", "mean"));
+
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "complete");
+    assert_eq!(meta["servers"][0]["engine"], "sim");
+    assert!(
+        meta["servers"][0]["server_info"]["max_total_num_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        meta["servers"][0]["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("confirmed gone")
+    );
+    let log = std::fs::read_to_string(dir.join("server-g1.log")).unwrap();
+    assert!(log.contains("The server is fired up and ready to roll!"));
+    assert!(log.contains("Cache flushed successfully!"));
+}
+
+#[test]
+fn warm_policy_reuses_the_cache_and_a_disabled_cache_is_flagged() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "warm.yaml",
+        &sim_spec(
+            "warm",
+            "  prompt: { kind: random, tokens: 1024, seed: 3 }\n  output_tokens: 8",
+            "cache: { policy: warm }\nrequests: 2\nsweep:\n  server.args.disable-radix-cache: [false, true]",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 2);
+    assert_eq!(points[0]["group"], "g1");
+    assert_eq!(
+        points[1]["group"], "g2",
+        "a server dimension means a second launch"
+    );
+    assert!(
+        points[0]["flags"].as_array().unwrap().is_empty(),
+        "{}",
+        points[0]
+    );
+    assert!(metric(&points[0], "cached_tokens", "mean") > 900.0);
+    let flags = points[1]["flags"].as_array().unwrap();
+    assert!(
+        flags.iter().any(|f| f["kind"] == "warm-cache-miss"),
+        "{}",
+        points[1]
+    );
+    assert!(
+        points[1]["metrics"].as_object().unwrap().is_empty(),
+        "contaminated requests are not averaged in"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("warm-cache-miss"),
+        "the report shows the flag"
+    );
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(requests.iter().filter(|r| r["role"] == "prime").count(), 2);
+}
+
+#[test]
+fn every_api_streams_and_counts_tokens() {
+    for api in ["sglang-generate", "openai-completions", "openai-chat"] {
+        let ws = Workspace::new();
+        let spec = ws.write(
+            "api.yaml",
+            &sim_spec(
+                "api",
+                &format!(
+                    "  api: {api}\n  prompt: {{ kind: repeat, tokens: 512 }}\n  output_tokens: 12"
+                ),
+                "requests: 2",
+            ),
+        );
+        let out = ws.run(&spec);
+        assert!(out.status.success(), "{api}: {}", show(&out));
+        let dir = run_dir(&out);
+        let points = read_jsonl(&dir.join("points.jsonl"));
+        assert_eq!(points[0]["ok"], 2, "{api}: {}", points[0]);
+        assert_eq!(
+            metric(&points[0], "completion_tokens", "mean"),
+            12.0,
+            "{api}"
+        );
+        let prompt = metric(&points[0], "prompt_tokens", "mean");
+        assert!((prompt - 512.0).abs() <= 0.02 * 512.0, "{api}: {prompt}");
+    }
+}
+
+#[test]
+fn server_errors_are_recorded_with_their_message() {
+    let ws = Workspace::new();
+    // 12000 tokens do not fit the 8192-token context: the server answers 400.
+    let spec = ws.write(
+        "toolong.yaml",
+        &sim_spec(
+            "toolong",
+            "  prompt: { kind: repeat, tokens: 12000, calibrate: false }\n  output_tokens: 4",
+            "requests: 2",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(
+        out.status.success(),
+        "errors are data, not a failed run: {}",
+        show(&out)
+    );
+    let dir = run_dir(&out);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("longer than the model's context length"),
+            "{r}"
+        );
+    }
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["errors"], 2);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("longer than the model's context length"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_server_that_cannot_start_fails_the_run_but_keeps_a_report() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "nostart.yaml",
+        "name: nostart\nserver:\n  engine: sglang\n  model: m\n  launcher: [sh, -c, 'echo \"ModuleNotFoundError: No module named sglang\"; exit 1', sh]\n  ready_timeout: 20s\nworkload:\n  prompt: { kind: repeat, tokens: 100 }\n  output_tokens: 4\n",
+    );
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "failed");
+    assert!(
+        meta["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("startup-error"),
+        "{meta}"
+    );
+    assert!(dir.join("report.md").is_file());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ModuleNotFoundError"),
+        "the log tail is shown: {stderr}"
+    );
+}
+
+#[test]
+fn an_external_server_is_used_as_is_and_recorded() {
+    let ws = Workspace::new();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut sim = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .args([
+            "sim",
+            "--model-path",
+            "ext-model",
+            "--port",
+            &port.to_string(),
+            "--profile",
+            "fast",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let spec = ws.write(
+        "ext.yaml",
+        &format!(
+            "name: ext\nserver:\n  url: http://127.0.0.1:{port}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 300 }}\n  output_tokens: 4\n"
+        ),
+    );
+    // The simulator needs a moment to bind; the runner checks /health once.
+    let mut out = ws.run(&spec);
+    for _ in 0..50 {
+        if out.status.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        out = ws.run(&spec);
+    }
+    let alive = sim.try_wait().unwrap().is_none();
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(alive, "servebench must not stop a server it did not start");
+    let meta = read_json(&run_dir(&out).join("meta.json"));
+    assert_eq!(meta["servers"][0]["engine"], "external");
+    assert_eq!(meta["servers"][0]["server_info"]["model_path"], "ext-model");
+}
+
+#[test]
+fn secrets_never_reach_the_run_directory() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "secret.yaml",
+        "name: secret\nserver:\n  engine: sim\n  model: m\n  args: { profile: fast, api-key: sk-very-secret-1 }\n  env: { HF_TOKEN: hf-very-secret-2 }\nworkload:\n  prompt: { kind: repeat, tokens: 100 }\n  output_tokens: 4\n",
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    for f in [
+        "meta.json",
+        "requests.jsonl",
+        "points.jsonl",
+        "report.md",
+        "resolved.yaml",
+    ] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(
+            !text.contains("sk-very-secret-1") && !text.contains("hf-very-secret-2"),
+            "secret in {f}"
+        );
+    }
+}
