@@ -1,0 +1,81 @@
+//! Ctrl-C during a point: stop new requests, keep what finished, stop the server, partial report.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// Processes whose command line mentions `needle` (read from /proc).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{}: {cmd}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report() {
+    let ws = Workspace::new();
+    let model = format!("interrupt-model-{}", std::process::id());
+    let spec = ws.write(
+        "long.yaml",
+        &format!(
+            "name: interrupted\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 200, calibrate: false }}\n  output_tokens: 400\nrequests: 200\n"
+        ),
+    );
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // Wait until at least two requests are on disk, then press Ctrl-C.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let requests_file = loop {
+        let found = glob_requests(ws.path());
+        if let Some(f) = &found {
+            if std::fs::read_to_string(f).map(|t| t.lines().count() >= 2).unwrap_or(false) {
+                break found.unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "no requests recorded in time");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+
+    let dir = requests_file.parent().unwrap();
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "incomplete", "{meta}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 1);
+    assert_eq!(points[0]["incomplete"], true);
+    let ok = points[0]["ok"].as_u64().unwrap();
+    assert!((2..200).contains(&ok), "finished requests are kept: {ok}");
+    assert_eq!(read_jsonl(&dir.join("requests.jsonl")).len() as u64, ok, "only finished requests are records");
+    assert!(points[0]["flags"].as_array().unwrap().iter().any(|f| f["kind"] == "interrupted"));
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.to_lowercase().contains("incomplete"), "partial report says so");
+    assert!(meta["servers"][0]["outcome"].as_str().unwrap().contains("confirmed gone"), "{meta}");
+    // No simulator process survives (the process table is the judge).
+    let left = processes_mentioning(&model);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+fn glob_requests(root: &std::path::Path) -> Option<std::path::PathBuf> {
+    let base = root.join("runs").join("interrupted");
+    let entry = std::fs::read_dir(base).ok()?.flatten().next()?;
+    let f = entry.path().join("requests.jsonl");
+    f.exists().then_some(f)
+}
