@@ -28,7 +28,7 @@ fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report(
             "name: interrupted\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 200, calibrate: false }}\n  output_tokens: 400\nrequests: 200\n"
         ),
     );
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
         .arg("run")
         .arg(&spec)
         .arg("--out")
