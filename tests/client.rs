@@ -326,7 +326,15 @@ async fn sse_split_at_odd_places_and_crlf() {
     let first = native(" Paris", 1, 1, Value::Null).replace("\n\n", "\r\n\r\n");
     let second = native(" Paris.", 2, 2, Value::Null);
     let third = native(" Paris. It", 3, 3, json!({"type": "length", "length": 3}));
-    let mut steps: Vec<Step> = first.bytes().map(|b| Send(vec![b])).collect();
+    // One byte per write; a pause now and then makes the server flush, so reads split the event
+    // (and its `\r\n` pairs) at odd places.
+    let mut steps = Vec::new();
+    for (i, b) in first.bytes().enumerate() {
+        steps.push(Send(vec![b]));
+        if i % 7 == 3 {
+            steps.push(Sleep(1));
+        }
+    }
     // The second event and half of the third in one write; `data:` without a space, a comment.
     let rest = format!(
         ": keep-alive\n\n{}{third}{DONE}",
@@ -366,6 +374,21 @@ async fn arrival_times_reflect_server_delays() {
     assert!(t[1] - t[0] >= 0.09 && t[2] - t[1] >= 0.09, "{t:?}");
     assert!(t[2] - t[0] < 0.5, "{t:?}");
     assert!(m.sent_at > 1.7e9);
+    // The metrics see the same gaps.
+    let r = m.into_record(
+        "p000",
+        0,
+        0,
+        RequestRole::Measure,
+        Api::SglangGenerate,
+        3,
+        None,
+    );
+    let metrics = servebench::measure::metrics::request_metrics(&r);
+    assert_eq!(metrics.ttft_s, Some(t[0]));
+    assert!(metrics.itl_s.len() == 2 && metrics.itl_s.iter().all(|g| *g >= 0.09));
+    let decode = metrics.decode_tok_s.unwrap();
+    assert!(decode > 4.0 && decode < 11.2, "{decode}"); // 2 tokens over ~0.2 s
 }
 
 #[tokio::test]
