@@ -105,20 +105,26 @@ pub enum FlushOutcome {
 /// Failures of the client's helpers (streams record theirs in [`Measured::error`]).
 #[derive(Debug, Error)]
 pub enum ClientError {
+    /// The base URL does not parse or is not `http://`.
     #[error("invalid server URL `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
+    /// reqwest refused the client configuration.
     #[error("could not build the HTTP client: {0}")]
     Build(String),
+    /// Connecting, sending or reading failed (or a calibration stream recorded an error).
     #[error("{path}: request failed: {message}")]
     Request { path: String, message: String },
+    /// The server answered with an unexpected status; `message` is its own, when it sent one.
     #[error("{path}: HTTP {status}: {message}")]
     Status {
         path: String,
         status: u16,
         message: String,
     },
+    /// A JSON endpoint answered something else.
     #[error("{path}: response is not valid JSON: {message}")]
     Json { path: String, message: String },
+    /// A calibration response carried no `prompt_tokens`.
     #[error("{path}: the server did not report prompt_tokens")]
     NoPromptTokens { path: String },
 }
