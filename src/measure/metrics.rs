@@ -1,6 +1,247 @@
-//! STUB until the client branch lands.
-use crate::results::records::*;
+//! Per-request metrics (DESIGN.md section 5) and their aggregation over a point.
+//!
+//! Only chunks that carried at least one output token ("token chunks") count for timing: role-only
+//! chat chunks, empty deltas and the OpenAI usage-only chunk are kept in records but skipped here.
+//!
+//! When per-chunk counts and the server's total disagree (OpenAI without continuous usage stats,
+//! where each non-empty chunk counts as one token but may carry several), ITL divides each gap by
+//! the chunk's *measured* count, so it is then a per-chunk latency; TPOT and decode tok/s use the
+//! server's `completion_tokens` and stay token-exact.
+
 use indexmap::IndexMap;
-pub fn aggregate(_records: &[&RequestRecord]) -> IndexMap<String, Stat> {
-    todo!()
+
+use crate::results::records::{RequestRecord, RequestRole, Stat};
+
+use super::stats::summarize;
+
+/// The metrics of one request. Times in seconds, rates in tokens per second.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RequestMetrics {
+    /// Seconds from send to the first chunk carrying at least one output token.
+    pub ttft_s: Option<f64>,
+    /// Uncached prompt tokens per second of TTFT: (prompt_tokens - cached_tokens) / TTFT, with
+    /// unknown `cached_tokens` taken as 0.
+    pub prefill_tok_s: Option<f64>,
+    /// Output tokens after the first token chunk per second between the first and last token
+    /// chunks. None with fewer than two token chunks or a zero span.
+    pub decode_tok_s: Option<f64>,
+    /// Seconds per output token after the first: (E2E - TTFT) / (completion_tokens - 1). None
+    /// when completion_tokens <= 1.
+    pub tpot_s: Option<f64>,
+    /// Seconds from send to the end of the stream.
+    pub e2e_s: Option<f64>,
+    /// Token-normalised inter-token latencies, seconds: each token chunk's gap to the previous
+    /// token chunk divided by its token count, repeated once per token.
+    pub itl_s: Vec<f64>,
+    /// Inter-chunk latencies, seconds: raw gaps between consecutive token chunks.
+    pub icl_s: Vec<f64>,
+}
+
+/// Computes [`RequestMetrics`] from a record. Works on failed records too, but callers exclude
+/// them from aggregates.
+pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
+    let token_chunks: Vec<_> = r.chunks.iter().filter(|c| c.tokens > 0).collect();
+    let mut m = RequestMetrics {
+        e2e_s: r.end_s,
+        ..RequestMetrics::default()
+    };
+    let Some(first) = token_chunks.first() else {
+        return m;
+    };
+    let last = token_chunks[token_chunks.len() - 1];
+    let ttft = first.t_s;
+    m.ttft_s = Some(ttft);
+
+    if let Some(prompt) = r.prompt_tokens
+        && ttft > 0.0
+    {
+        let uncached = prompt.saturating_sub(r.cached_tokens.unwrap_or(0));
+        m.prefill_tok_s = Some(uncached as f64 / ttft);
+    }
+
+    let completion = r
+        .completion_tokens
+        .unwrap_or_else(|| token_chunks.iter().map(|c| u64::from(c.tokens)).sum());
+    let span = last.t_s - first.t_s;
+    let after_first = completion.saturating_sub(u64::from(first.tokens));
+    if token_chunks.len() >= 2 && span > 0.0 {
+        m.decode_tok_s = Some(after_first as f64 / span);
+    }
+
+    if let Some(e2e) = r.end_s
+        && completion > 1
+    {
+        m.tpot_s = Some((e2e - ttft) / (completion - 1) as f64);
+    }
+
+    for pair in token_chunks.windows(2) {
+        let gap = pair[1].t_s - pair[0].t_s;
+        m.icl_s.push(gap);
+        let per_token = gap / f64::from(pair[1].tokens);
+        m.itl_s
+            .extend(std::iter::repeat_n(per_token, pair[1].tokens as usize));
+    }
+    m
+}
+
+/// Aggregates over the measured (role `measure`), successful records: `ttft_s`,
+/// `prefill_tok_s`, `decode_tok_s`, `tpot_s`, `itl_s` and `icl_s` (pooled over every gap of
+/// every request), `e2e_s`, `prompt_tokens`, `cached_tokens`, `completion_tokens`. A metric with
+/// no value (e.g. `cached_tokens` from an OpenAI server without cache reports) is left out.
+pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
+    let mut columns: IndexMap<&str, Vec<f64>> = [
+        "ttft_s",
+        "prefill_tok_s",
+        "decode_tok_s",
+        "tpot_s",
+        "itl_s",
+        "icl_s",
+        "e2e_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+    ]
+    .into_iter()
+    .map(|k| (k, Vec::new()))
+    .collect();
+    let mut push = |key: &str, v: Option<f64>| {
+        if let (Some(v), Some(col)) = (v, columns.get_mut(key)) {
+            col.push(v);
+        }
+    };
+    for r in records
+        .iter()
+        .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
+    {
+        let m = request_metrics(r);
+        push("ttft_s", m.ttft_s);
+        push("prefill_tok_s", m.prefill_tok_s);
+        push("decode_tok_s", m.decode_tok_s);
+        push("tpot_s", m.tpot_s);
+        push("e2e_s", m.e2e_s);
+        push("prompt_tokens", r.prompt_tokens.map(|n| n as f64));
+        push("cached_tokens", r.cached_tokens.map(|n| n as f64));
+        push("completion_tokens", r.completion_tokens.map(|n| n as f64));
+        for v in m.itl_s {
+            push("itl_s", Some(v));
+        }
+        for v in m.icl_s {
+            push("icl_s", Some(v));
+        }
+    }
+    columns
+        .into_iter()
+        .filter_map(|(k, values)| summarize(&values).map(|s| (k.to_string(), s)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::records::{Chunk, TokenSource};
+    use crate::spec::types::Api;
+
+    fn close(a: f64, b: f64) {
+        assert!((a - b).abs() < 1e-9, "{a} != {b}");
+    }
+
+    fn record(chunks: &[(f64, u32)], end_s: f64, completion: u64) -> RequestRecord {
+        RequestRecord {
+            point: "p000".into(),
+            round: 0,
+            index: 0,
+            role: RequestRole::Measure,
+            api: Api::SglangGenerate,
+            sent_at: 0.0,
+            requested_prompt_tokens: None,
+            max_tokens: 8,
+            chunks: chunks
+                .iter()
+                .map(|&(t_s, tokens)| Chunk { t_s, tokens })
+                .collect(),
+            end_s: Some(end_s),
+            prompt_tokens: Some(1000),
+            completion_tokens: Some(completion),
+            cached_tokens: Some(200),
+            token_source: TokenSource::MetaInfo,
+            finish_reason: Some("length".into()),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn hand_computed_speculative_request() {
+        // A role chunk (0 tokens) at 0.1 s, then tokens 1@0.5, 3@0.8, 2@1.0; [DONE] at 1.1 s.
+        let r = record(&[(0.1, 0), (0.5, 1), (0.8, 3), (1.0, 2)], 1.1, 6);
+        let m = request_metrics(&r);
+        close(m.ttft_s.unwrap(), 0.5);
+        close(m.prefill_tok_s.unwrap(), 800.0 / 0.5); // (1000 - 200) / 0.5
+        close(m.decode_tok_s.unwrap(), 5.0 / 0.5); // (6 - 1) / (1.0 - 0.5)
+        close(m.tpot_s.unwrap(), 0.6 / 5.0); // (1.1 - 0.5) / (6 - 1)
+        close(m.e2e_s.unwrap(), 1.1);
+        let itl = [0.1, 0.1, 0.1, 0.1, 0.1]; // 0.3 s / 3 tokens x3, 0.2 s / 2 tokens x2
+        assert_eq!(m.itl_s.len(), itl.len());
+        m.itl_s.iter().zip(itl).for_each(|(a, b)| close(*a, b));
+        assert_eq!(m.icl_s.len(), 2);
+        close(m.icl_s[0], 0.3);
+        close(m.icl_s[1], 0.2);
+    }
+
+    #[test]
+    fn single_token_request_has_no_decode_or_tpot() {
+        let mut r = record(&[(0.25, 1)], 0.3, 1);
+        r.cached_tokens = None;
+        let m = request_metrics(&r);
+        close(m.ttft_s.unwrap(), 0.25);
+        close(m.prefill_tok_s.unwrap(), 4000.0); // cached unknown counts as 0
+        assert_eq!((m.decode_tok_s, m.tpot_s), (None, None));
+        assert!(m.itl_s.is_empty() && m.icl_s.is_empty());
+    }
+
+    #[test]
+    fn no_token_chunks() {
+        let m = request_metrics(&record(&[(0.1, 0)], 0.2, 0));
+        assert_eq!(m.ttft_s, None);
+        assert_eq!(m.e2e_s, Some(0.2));
+    }
+
+    #[test]
+    fn aggregate_pools_gaps_and_skips_failures_and_primes() {
+        let a = record(&[(0.5, 1), (0.8, 3)], 0.9, 4); // itl 0.1 x3
+        let b = record(&[(1.0, 1), (1.4, 1)], 1.5, 2); // itl 0.4
+        let mut failed = record(&[(0.1, 1)], 0.2, 1);
+        failed.error = Some(crate::results::records::RequestError {
+            kind: crate::results::records::ErrorKind::Timeout,
+            message: "t".into(),
+            status: None,
+            body_head: None,
+        });
+        let mut prime = record(&[(0.1, 1)], 0.2, 1);
+        prime.role = RequestRole::Prime;
+        let agg = aggregate(&[&a, &b, &failed, &prime]);
+        let keys: Vec<_> = agg.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "ttft_s",
+                "prefill_tok_s",
+                "decode_tok_s",
+                "tpot_s",
+                "itl_s",
+                "icl_s",
+                "e2e_s",
+                "prompt_tokens",
+                "cached_tokens",
+                "completion_tokens"
+            ]
+        );
+        assert_eq!(agg["ttft_s"].count, 2);
+        close(agg["ttft_s"].mean, 0.75);
+        assert_eq!(agg["itl_s"].count, 4);
+        close(agg["itl_s"].mean, 0.175); // (0.1 * 3 + 0.4) / 4
+        close(agg["itl_s"].p50, 0.1); // np.percentile([0.1,0.1,0.1,0.4], 50) = 0.1
+        close(agg["itl_s"].p90, 0.31); // np.percentile([0.1,0.1,0.1,0.4], 90) = 0.31
+        assert_eq!(agg["icl_s"].count, 2);
+        close(agg["completion_tokens"].mean, 3.0);
+    }
 }

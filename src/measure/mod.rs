@@ -1,3 +1,4 @@
 //! Metrics, statistics and cache-policy verification.
 pub mod metrics;
+pub mod stats;
 pub mod verify;

@@ -19,7 +19,8 @@ pub enum RequestRole {
 /// One chunk of a streamed response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Chunk {
-    /// Seconds from send to the arrival of the chunk's first byte (taken before parsing).
+    /// Seconds from send to the arrival of the network read that completed the chunk's SSE event
+    /// (its final byte: the first moment the client could act on it), taken before parsing.
     pub t_s: f64,
     /// New output tokens this chunk carried (0 for role-only or empty chunks).
     pub tokens: u32,

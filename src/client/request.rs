@@ -1,0 +1,103 @@
+//! Request bodies, one shape per API.
+
+use serde_json::{Value, json};
+
+use crate::spec::types::Api;
+
+/// `model` sent in OpenAI bodies when the spec names none; SGLang accepts any name.
+pub const DEFAULT_MODEL: &str = "default";
+
+/// What to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    /// The HTTP API (decides path, body and stream format).
+    pub api: Api,
+    /// The prompt text (sent as the single user message for chat).
+    pub prompt: String,
+    /// Output tokens to generate (`max_new_tokens` / `max_tokens`).
+    pub max_tokens: u32,
+    /// Keep generating past end-of-sequence.
+    pub ignore_eos: bool,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f64,
+    /// `model` of OpenAI bodies; [`DEFAULT_MODEL`] when None. Not sent on the native API.
+    pub model: Option<String>,
+}
+
+/// The path an API posts to.
+pub fn path(api: Api) -> &'static str {
+    match api {
+        Api::SglangGenerate => "/generate",
+        Api::OpenaiCompletions => "/v1/completions",
+        Api::OpenaiChat => "/v1/chat/completions",
+    }
+}
+
+/// The streaming request body for `req`.
+pub fn body(req: &GenerationRequest) -> Value {
+    let model = req.model.as_deref().unwrap_or(DEFAULT_MODEL);
+    match req.api {
+        Api::SglangGenerate => json!({
+            "text": req.prompt,
+            "sampling_params": {
+                "max_new_tokens": req.max_tokens,
+                "ignore_eos": req.ignore_eos,
+                "temperature": req.temperature,
+            },
+            "stream": true,
+        }),
+        // `ignore_eos` is not OpenAI's, but SGLang accepts it as an extra field.
+        Api::OpenaiCompletions => json!({
+            "model": model,
+            "prompt": req.prompt,
+            "max_tokens": req.max_tokens,
+            "temperature": req.temperature,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+            "ignore_eos": req.ignore_eos,
+        }),
+        Api::OpenaiChat => json!({
+            "model": model,
+            "messages": [{ "role": "user", "content": req.prompt }],
+            "max_tokens": req.max_tokens,
+            "temperature": req.temperature,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+            "ignore_eos": req.ignore_eos,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(api: Api) -> GenerationRequest {
+        GenerationRequest {
+            api,
+            prompt: "hi".into(),
+            max_tokens: 3,
+            ignore_eos: true,
+            temperature: 0.0,
+            model: None,
+        }
+    }
+
+    #[test]
+    fn native_body() {
+        assert_eq!(
+            body(&req(Api::SglangGenerate)),
+            json!({"text":"hi","sampling_params":{"max_new_tokens":3,"ignore_eos":true,"temperature":0.0},"stream":true})
+        );
+    }
+
+    #[test]
+    fn chat_body_has_messages_and_usage() {
+        let b = body(&req(Api::OpenaiChat));
+        assert_eq!(b["messages"], json!([{"role":"user","content":"hi"}]));
+        assert_eq!(b["model"], "default");
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["ignore_eos"], true);
+        assert_eq!(path(Api::OpenaiChat), "/v1/chat/completions");
+    }
+}

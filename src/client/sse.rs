@@ -1,0 +1,219 @@
+//! A small hand-written Server-Sent Events framer.
+//!
+//! General SSE crates parse first and stamp later (or reconnect silently); this one is fed raw
+//! network reads together with the instant each read arrived, so every event carries the arrival
+//! time of its bytes.
+//!
+//! Accepted: lines ending in `\n` or `\r\n`; events ended by a blank line; `data:` with or without
+//! one leading space; several `data` lines joined by `\n`; comments (`:` lines) and the standard
+//! `event`, `id` and `retry` fields are ignored. Any other field name means the body is not an
+//! event stream (e.g. a plain JSON body), which is reported as malformed rather than silently
+//! skipped. A lone `\r` as a line ending (allowed by the SSE spec, never sent by SGLang) is not
+//! supported.
+
+use std::time::Instant;
+
+/// Longest prefix of an offending body or event kept in errors, in bytes.
+pub const HEAD_BYTES: usize = 200;
+
+/// One complete event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `data` lines joined by `\n`, as raw bytes (UTF-8 is checked by the JSON parser).
+    pub data: Vec<u8>,
+    /// Arrival of the network read that delivered the event's final byte (its terminating blank
+    /// line). That is the first moment the client could have acted on the event, so it is the
+    /// event's arrival time. The difference to the read holding its first byte is the time the
+    /// rest of the event spent on the wire, which belongs to the event.
+    pub arrived: Instant,
+}
+
+/// A line that is neither a known SSE field, a comment nor blank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseMalformed {
+    /// The first [`HEAD_BYTES`] bytes of the offending line.
+    pub head: String,
+}
+
+/// Incremental SSE parser: feed it reads as they arrive, collect complete events.
+#[derive(Debug, Default)]
+pub struct SseFramer {
+    /// Bytes of the current, not yet terminated line.
+    line: Vec<u8>,
+    /// Data of the current event so far.
+    data: Vec<u8>,
+    /// Whether the current event has at least one `data` line (an event of only comments or
+    /// other fields is not dispatched, as the SSE spec says).
+    has_data: bool,
+    /// Arrival of the latest read, for events completed at end of stream.
+    last_arrived: Option<Instant>,
+}
+
+impl SseFramer {
+    /// A framer with nothing buffered.
+    pub fn new() -> SseFramer {
+        SseFramer::default()
+    }
+
+    /// Feeds one network read that arrived at `arrived`; returns the events it completed, in order.
+    pub fn feed(&mut self, bytes: &[u8], arrived: Instant) -> Result<Vec<SseEvent>, SseMalformed> {
+        self.last_arrived = Some(arrived);
+        let mut events = Vec::new();
+        let mut rest = bytes;
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
+            self.line.extend_from_slice(&rest[..pos]);
+            rest = &rest[pos + 1..];
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            if let Some(event) = self.take_line(&line, arrived)? {
+                events.push(event);
+            }
+        }
+        self.line.extend_from_slice(rest);
+        Ok(events)
+    }
+
+    /// Ends the stream: returns the event left unterminated, if any (a last line without its
+    /// newline counts as a line). The caller decides whether a truncated event is acceptable.
+    pub fn finish(&mut self) -> Result<Option<SseEvent>, SseMalformed> {
+        let arrived = self.last_arrived.unwrap_or_else(Instant::now);
+        if !self.line.is_empty() {
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            if let Some(event) = self.take_line(&line, arrived)? {
+                return Ok(Some(event));
+            }
+        }
+        self.take_line(b"", arrived)
+    }
+
+    /// Whether bytes of an unfinished event are buffered.
+    pub fn has_pending(&self) -> bool {
+        self.has_data || !self.line.is_empty()
+    }
+
+    /// Handles one complete line (without its line ending).
+    fn take_line(
+        &mut self,
+        line: &[u8],
+        arrived: Instant,
+    ) -> Result<Option<SseEvent>, SseMalformed> {
+        if line.is_empty() {
+            if !self.has_data {
+                return Ok(None);
+            }
+            self.has_data = false;
+            return Ok(Some(SseEvent {
+                data: std::mem::take(&mut self.data),
+                arrived,
+            }));
+        }
+        if line[0] == b':' {
+            return Ok(None);
+        }
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(value);
+                self.has_data = true;
+                Ok(None)
+            }
+            b"event" | b"id" | b"retry" => Ok(None),
+            _ => Err(SseMalformed { head: head(line) }),
+        }
+    }
+}
+
+/// The first [`HEAD_BYTES`] bytes of `bytes` as text (invalid UTF-8 replaced), never longer than
+/// [`HEAD_BYTES`] bytes.
+pub fn head(bytes: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(HEAD_BYTES)]).into_owned();
+    // Replacement characters are 3 bytes, so lossy text can outgrow the byte budget.
+    if text.len() > HEAD_BYTES {
+        let mut end = HEAD_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(events: &[SseEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| String::from_utf8(e.data.clone()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn splits_events_and_joins_data_lines() {
+        let mut f = SseFramer::new();
+        let t = Instant::now();
+        let ev = f
+            .feed(
+                b": comment\ndata: a\ndata:b\nid: 1\n\ndata: [DONE]\r\n\r\n",
+                t,
+            )
+            .unwrap();
+        assert_eq!(data(&ev), ["a\nb", "[DONE]"]);
+        assert!(!f.has_pending());
+    }
+
+    #[test]
+    fn one_byte_at_a_time_stamps_final_byte() {
+        let mut f = SseFramer::new();
+        let start = Instant::now();
+        let bytes = b"data: {\"x\":1}\r\n\r\n";
+        let mut got = Vec::new();
+        for (i, b) in bytes.iter().enumerate() {
+            let t = start + std::time::Duration::from_millis(i as u64);
+            got.extend(f.feed(&[*b], t).unwrap());
+        }
+        assert_eq!(data(&got), ["{\"x\":1}"]);
+        assert_eq!(
+            got[0].arrived,
+            start + std::time::Duration::from_millis(bytes.len() as u64 - 1)
+        );
+    }
+
+    #[test]
+    fn unknown_field_is_malformed() {
+        let mut f = SseFramer::new();
+        let err = f.feed(b"{\"text\":\"hi\"}\n", Instant::now()).unwrap_err();
+        assert_eq!(err.head, "{\"text\":\"hi\"}");
+    }
+
+    #[test]
+    fn finish_returns_unterminated_event() {
+        let mut f = SseFramer::new();
+        assert!(f.feed(b"data: [DONE]", Instant::now()).unwrap().is_empty());
+        assert!(f.has_pending());
+        assert_eq!(f.finish().unwrap().unwrap().data, b"[DONE]");
+        assert_eq!(f.finish().unwrap(), None);
+    }
+
+    #[test]
+    fn head_is_at_most_200_bytes() {
+        assert_eq!(head(&[b'a'; 500]).len(), 200);
+        assert!(head(&[0xff; 500]).len() <= 200);
+        assert_eq!(head("é".repeat(150).as_bytes()).len(), 200);
+    }
+}

@@ -1,0 +1,692 @@
+//! The streaming client against small scripted HTTP servers: real sockets, exact bytes,
+//! controlled delays.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use servebench::client::{Client, FlushOutcome, GenerationRequest, Measured};
+use servebench::results::records::{ErrorKind, RequestRole, TokenSource};
+use servebench::spec::types::Api;
+
+/// One step of a scripted response body.
+#[derive(Clone)]
+enum Step {
+    /// Write these bytes (one HTTP chunk).
+    Send(Vec<u8>),
+    /// Wait before the next step.
+    Sleep(u64),
+    /// Break the connection (the body errors, so the chunked encoding is never terminated).
+    Break,
+}
+use Step::{Break, Send, Sleep};
+
+fn send(s: &str) -> Step {
+    Send(s.as_bytes().to_vec())
+}
+
+/// What the server answers on one path.
+#[derive(Clone)]
+struct Script {
+    status: u16,
+    content_type: &'static str,
+    steps: Vec<Step>,
+}
+
+fn sse(steps: Vec<Step>) -> Script {
+    Script {
+        status: 200,
+        content_type: "text/event-stream",
+        steps,
+    }
+}
+
+/// What the server saw.
+#[derive(Clone, Default)]
+struct Seen {
+    requests: Arc<Mutex<Vec<(String, HeaderMap, Value)>>>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    scripts: Arc<HashMap<String, Script>>,
+    seen: Seen,
+}
+
+async fn handle(State(state): State<AppState>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let headers = req.headers().clone();
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    state
+        .seen
+        .requests
+        .lock()
+        .unwrap()
+        .push((path.clone(), headers, json));
+    let Some(script) = state.scripts.get(&path).cloned() else {
+        return Response::builder()
+            .status(404)
+            .body(Body::from("not found"))
+            .unwrap();
+    };
+    let stream = futures_util::stream::unfold(script.steps.into_iter(), |mut steps| async move {
+        loop {
+            match steps.next()? {
+                Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                Send(bytes) => return Some((Ok(Bytes::from(bytes)), steps)),
+                Break => return Some((Err(std::io::Error::other("scripted break")), steps)),
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::from_u16(script.status).unwrap())
+        .header(header::CONTENT_TYPE, script.content_type)
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// Starts a server on a fresh port answering `scripts` by path; returns its URL and what it saw.
+async fn serve(scripts: Vec<(&str, Script)>) -> (String, Seen) {
+    let seen = Seen::default();
+    let state = AppState {
+        scripts: Arc::new(
+            scripts
+                .into_iter()
+                .map(|(p, s)| (p.to_string(), s))
+                .collect(),
+        ),
+        seen: seen.clone(),
+    };
+    let app = Router::new().fallback(handle).with_state(state);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    (url, seen)
+}
+
+fn request(api: Api) -> GenerationRequest {
+    GenerationRequest {
+        api,
+        prompt: "The capital of France is".into(),
+        max_tokens: 3,
+        ignore_eos: true,
+        temperature: 0.0,
+        model: None,
+    }
+}
+
+async fn run(api: Api, path: &str, script: Script) -> Measured {
+    run_with_timeout(api, path, script, Duration::from_secs(5)).await
+}
+
+async fn run_with_timeout(api: Api, path: &str, script: Script, timeout: Duration) -> Measured {
+    let (url, _) = serve(vec![(path, script)]).await;
+    Client::new(&url, None)
+        .unwrap()
+        .stream(&request(api), timeout)
+        .await
+}
+
+fn tokens(m: &Measured) -> Vec<u32> {
+    m.chunks.iter().map(|c| c.tokens).collect()
+}
+
+#[track_caller]
+fn assert_error(m: &Measured, kind: ErrorKind) -> &servebench::results::records::RequestError {
+    let e = m
+        .error
+        .as_ref()
+        .unwrap_or_else(|| panic!("expected {kind:?}, got success: {m:?}"));
+    assert_eq!(e.kind, kind, "{e:?}");
+    e
+}
+
+fn native(text: &str, ids: usize, completion: u64, finish: Value) -> String {
+    let ids: Vec<u64> = (0..ids as u64).collect();
+    let event = json!({
+        "text": text,
+        "output_ids": ids,
+        "meta_info": {"id": "5f1c", "finish_reason": finish, "prompt_tokens": 6,
+            "completion_tokens": completion, "cached_tokens": 2, "weight_version": "default"}
+    });
+    format!("data: {event}\n\n")
+}
+
+const DONE: &str = "data: [DONE]\n\n";
+
+#[tokio::test]
+async fn native_cumulative_with_speculative_chunks() {
+    let length = json!({"type": "length", "length": 6});
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native(" Paris", 1, 1, Value::Null)),
+            // Speculative decoding: three tokens in one chunk.
+            send(&native(" Paris. It is", 4, 4, Value::Null)),
+            // Incomplete UTF-8: text unchanged, tokens still counted.
+            send(&native(" Paris. It is", 5, 5, Value::Null)),
+            send(&native(" Paris. It is é", 6, 6, length)),
+            send(DONE),
+        ]),
+    )
+    .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    assert_eq!(tokens(&m), [1, 3, 1, 1]);
+    assert_eq!(m.text, " Paris. It is é");
+    assert_eq!(
+        (m.prompt_tokens, m.completion_tokens, m.cached_tokens),
+        (Some(6), Some(6), Some(2))
+    );
+    assert_eq!(m.token_source, TokenSource::MetaInfo);
+    assert_eq!(m.finish_reason.as_deref(), Some("length"));
+    assert!(m.end_s.unwrap() >= m.chunks[3].t_s);
+    let record = m.into_record(
+        "p000",
+        1,
+        2,
+        RequestRole::Measure,
+        Api::SglangGenerate,
+        6,
+        Some(6),
+    );
+    assert_eq!(
+        (record.point.as_str(), record.round, record.index),
+        ("p000", 1, 2)
+    );
+}
+
+#[tokio::test]
+async fn native_incremental_stream() {
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native(" Paris", 1, 1, Value::Null)),
+            send(&native(". It", 2, 3, Value::Null)),
+            send(&native(" is", 1, 4, json!({"type": "stop", "matched": 2}))),
+            send(DONE),
+        ]),
+    )
+    .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    assert_eq!(tokens(&m), [1, 2, 1]);
+    assert_eq!(m.text, " Paris. It is");
+    assert_eq!(m.finish_reason.as_deref(), Some("stop"));
+}
+
+#[tokio::test]
+async fn request_bodies_per_api() {
+    let (url, seen) = serve(vec![
+        ("/generate", sse(vec![send(DONE)])),
+        ("/v1/completions", sse(vec![send(DONE)])),
+        ("/v1/chat/completions", sse(vec![send(DONE)])),
+    ])
+    .await;
+    let client = Client::new(&url, None).unwrap();
+    for api in [Api::SglangGenerate, Api::OpenaiCompletions, Api::OpenaiChat] {
+        client.stream(&request(api), Duration::from_secs(5)).await;
+    }
+    let seen = seen.requests.lock().unwrap();
+    assert_eq!(seen[0].0, "/generate");
+    assert_eq!(seen[0].2["sampling_params"]["max_new_tokens"], 3);
+    assert_eq!(seen[0].2["stream"], true);
+    assert_eq!(seen[1].2["prompt"], "The capital of France is");
+    assert_eq!(seen[1].2["stream_options"]["include_usage"], true);
+    assert_eq!(seen[2].2["messages"][0]["role"], "user");
+    assert_eq!(seen[2].2["model"], "default");
+    assert_eq!(seen[2].2["ignore_eos"], true);
+}
+
+#[tokio::test]
+async fn openai_completions_with_usage_chunk() {
+    let chunk = |text: &str, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "x", "object": "text_completion", "created": 1, "model": "default",
+                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
+                "usage": null})
+        )
+    };
+    let usage = json!({"id": "x", "choices": [], "usage": {"prompt_tokens": 6,
+        "completion_tokens": 4, "total_tokens": 10, "prompt_tokens_details": null}});
+    let m = run(
+        Api::OpenaiCompletions,
+        "/v1/completions",
+        sse(vec![
+            send(&chunk(" Paris", Value::Null)),
+            send(&chunk("", Value::Null)),
+            send(&chunk(".", Value::Null)),
+            send(&chunk(" It", json!("length"))),
+            send(&format!("data: {usage}\n\n")),
+            send(DONE),
+        ]),
+    )
+    .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    // Empty delta and usage-only chunks are kept with 0 tokens; the server's 4 wins over the 3
+    // counted chunks.
+    assert_eq!(tokens(&m), [1, 0, 1, 1, 0]);
+    assert_eq!(
+        (m.prompt_tokens, m.completion_tokens, m.cached_tokens),
+        (Some(6), Some(4), None)
+    );
+    assert_eq!(m.token_source, TokenSource::Usage);
+    assert_eq!(m.finish_reason.as_deref(), Some("length"));
+}
+
+#[tokio::test]
+async fn openai_chat_with_role_chunk_and_cache_report() {
+    let delta = |d: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0,
+                "delta": d, "finish_reason": finish}]})
+        )
+    };
+    let usage = json!({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2,
+        "prompt_tokens_details": {"cached_tokens": 8}}});
+    let m = run(
+        Api::OpenaiChat,
+        "/v1/chat/completions",
+        sse(vec![
+            send(&delta(
+                json!({"role": "assistant", "content": ""}),
+                Value::Null,
+            )),
+            send(&delta(json!({"content": "Hi"}), Value::Null)),
+            send(&delta(json!({"content": "!"}), Value::Null)),
+            send(&delta(json!({}), json!("stop"))),
+            send(&format!("data: {usage}\n\n")),
+            send(DONE),
+        ]),
+    )
+    .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    assert_eq!(tokens(&m), [0, 1, 1, 0, 0]);
+    assert_eq!(m.text, "Hi!");
+    assert_eq!(
+        (m.prompt_tokens, m.completion_tokens, m.cached_tokens),
+        (Some(9), Some(2), Some(8))
+    );
+    assert_eq!(m.finish_reason.as_deref(), Some("stop"));
+}
+
+#[tokio::test]
+async fn sse_split_at_odd_places_and_crlf() {
+    let first = native(" Paris", 1, 1, Value::Null).replace("\n\n", "\r\n\r\n");
+    let second = native(" Paris.", 2, 2, Value::Null);
+    let third = native(" Paris. It", 3, 3, json!({"type": "length", "length": 3}));
+    // One byte per write; a pause now and then makes the server flush, so reads split the event
+    // (and its `\r\n` pairs) at odd places.
+    let mut steps = Vec::new();
+    for (i, b) in first.bytes().enumerate() {
+        steps.push(Send(vec![b]));
+        if i % 7 == 3 {
+            steps.push(Sleep(1));
+        }
+    }
+    // The second event and half of the third in one write; `data:` without a space, a comment.
+    let rest = format!(
+        ": keep-alive\n\n{}{third}{DONE}",
+        second.replacen("data: ", "data:", 1)
+    );
+    let (a, b) = rest.split_at(rest.len() / 2);
+    steps.push(send(a));
+    steps.push(Sleep(20));
+    steps.push(send(b));
+    let m = run(Api::SglangGenerate, "/generate", sse(steps)).await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    assert_eq!(tokens(&m), [1, 1, 1]);
+    assert_eq!(m.text, " Paris. It");
+    // The third event completed in the later write: it is stamped after the pause.
+    assert!(m.chunks[2].t_s - m.chunks[1].t_s >= 0.015, "{:?}", m.chunks);
+}
+
+#[tokio::test]
+async fn arrival_times_reflect_server_delays() {
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            Sleep(50),
+            send(&native("a", 1, 1, Value::Null)),
+            Sleep(100),
+            send(&native("ab", 2, 2, Value::Null)),
+            Sleep(100),
+            send(&native("abc", 3, 3, json!({"type": "length", "length": 3}))),
+            send(DONE),
+        ]),
+    )
+    .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    let t: Vec<f64> = m.chunks.iter().map(|c| c.t_s).collect();
+    assert!(t[0] >= 0.045, "{t:?}");
+    assert!(t[1] - t[0] >= 0.09 && t[2] - t[1] >= 0.09, "{t:?}");
+    assert!(t[2] - t[0] < 0.5, "{t:?}");
+    assert!(m.sent_at > 1.7e9);
+    // The metrics see the same gaps.
+    let r = m.into_record(
+        "p000",
+        0,
+        0,
+        RequestRole::Measure,
+        Api::SglangGenerate,
+        3,
+        None,
+    );
+    let metrics = servebench::measure::metrics::request_metrics(&r);
+    assert_eq!(metrics.ttft_s, Some(t[0]));
+    assert!(metrics.itl_s.len() == 2 && metrics.itl_s.iter().all(|g| *g >= 0.09));
+    let decode = metrics.decode_tok_s.unwrap();
+    assert!(decode > 4.0 && decode < 11.2, "{decode}"); // 2 tokens over ~0.2 s
+}
+
+#[tokio::test]
+async fn http_400_keeps_server_message() {
+    let body = r#"{"object":"error","message":"The input (5000 tokens) is longer than the model's context length (4096 tokens).","type":"BadRequestError","param":null,"code":400}"#;
+    let script = Script {
+        status: 400,
+        content_type: "application/json",
+        steps: vec![send(body)],
+    };
+    let m = run(Api::OpenaiCompletions, "/v1/completions", script).await;
+    let e = assert_error(&m, ErrorKind::Http);
+    assert_eq!(e.status, Some(400));
+    assert!(
+        e.message.contains("longer than the model's context length"),
+        "{}",
+        e.message
+    );
+    assert!(e.body_head.as_ref().unwrap().len() <= 200);
+    assert!(m.end_s.is_some());
+
+    let nested = r#"{"error":{"message":"bad sampling params"}}"#;
+    let script = Script {
+        status: 400,
+        content_type: "application/json",
+        steps: vec![send(nested)],
+    };
+    let m = run(Api::SglangGenerate, "/generate", script).await;
+    assert!(
+        assert_error(&m, ErrorKind::Http)
+            .message
+            .contains("bad sampling params")
+    );
+}
+
+#[tokio::test]
+async fn error_event_in_200_stream() {
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            send(r#"data: {"error":{"message":"The input (9000 tokens) is longer than the model's context length (4096 tokens)."}}"#),
+            send("\n\n"),
+            send(DONE),
+        ]),
+    )
+    .await;
+    let e = assert_error(&m, ErrorKind::StreamError);
+    assert!(
+        e.message.starts_with("The input (9000 tokens)"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.status, Some(200));
+    assert_eq!(tokens(&m), [1]);
+}
+
+#[tokio::test]
+async fn malformed_json_keeps_short_head_and_earlier_chunks() {
+    let garbage = format!("data: {{\"text\": \"{}\n\n", "x".repeat(500));
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            send(&garbage),
+            send(DONE),
+        ]),
+    )
+    .await;
+    let e = assert_error(&m, ErrorKind::Malformed);
+    let head = e.body_head.as_ref().unwrap();
+    assert!(
+        head.len() <= 200 && head.starts_with("{\"text\": \"xxx"),
+        "{head}"
+    );
+    assert_eq!(tokens(&m), [1]);
+}
+
+#[tokio::test]
+async fn plain_json_body_is_malformed() {
+    let script = Script {
+        status: 200,
+        content_type: "application/json",
+        steps: vec![send(r#"{"text":"Paris","meta_info":{}}"#), send("\n")],
+    };
+    let m = run(Api::SglangGenerate, "/generate", script).await;
+    assert_error(&m, ErrorKind::Malformed);
+}
+
+#[tokio::test]
+async fn connection_refused() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let client = Client::new(&url, Some("sekrit-key".into())).unwrap();
+    let m = client
+        .stream(&request(Api::SglangGenerate), Duration::from_secs(5))
+        .await;
+    let e = assert_error(&m, ErrorKind::Connect);
+    assert!(!e.message.contains("sekrit"));
+    assert!(m.end_s.is_none() && m.chunks.is_empty());
+}
+
+#[tokio::test]
+async fn connection_broken_mid_stream() {
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            Sleep(20),
+            send("data: {\"te"),
+            Break,
+        ]),
+    )
+    .await;
+    assert_error(&m, ErrorKind::Reset);
+    assert_eq!(tokens(&m), [1]);
+    assert!(m.end_s.is_none());
+}
+
+#[tokio::test]
+async fn timeout_keeps_chunks_so_far() {
+    let m = run_with_timeout(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            Sleep(5000),
+            send(DONE),
+        ]),
+        Duration::from_millis(300),
+    )
+    .await;
+    assert_error(&m, ErrorKind::Timeout);
+    assert_eq!(tokens(&m), [1]);
+    assert_eq!(m.completion_tokens, Some(1));
+}
+
+#[tokio::test]
+async fn missing_done_is_incomplete() {
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            send(&native("ab", 2, 2, Value::Null)),
+        ]),
+    )
+    .await;
+    assert_error(&m, ErrorKind::Incomplete);
+    assert_eq!(tokens(&m), [1, 1]);
+    assert!(m.end_s.is_some());
+
+    // A final `[DONE]` missing only its blank line is accepted.
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            send("data: [DONE]"),
+        ]),
+    )
+    .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+
+    // A cut-off event is incomplete, with its head kept.
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            send("data: {\"text\":\"ab"),
+        ]),
+    )
+    .await;
+    let e = assert_error(&m, ErrorKind::Incomplete);
+    assert_eq!(e.body_head.as_deref(), Some("{\"text\":\"ab"));
+}
+
+#[tokio::test]
+async fn server_abort_is_a_stream_error() {
+    let abort = json!({"type": "abort", "message": "out of memory", "status_code": 500});
+    let m = run(
+        Api::SglangGenerate,
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, Value::Null)),
+            send(&native("a", 1, 1, abort)),
+            send(DONE),
+        ]),
+    )
+    .await;
+    let e = assert_error(&m, ErrorKind::StreamError);
+    assert!(e.message.contains("out of memory"));
+    assert_eq!(m.finish_reason.as_deref(), Some("abort"));
+}
+
+#[tokio::test]
+async fn api_key_is_sent_but_never_recorded() {
+    let (url, seen) = serve(vec![(
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, json!({"type": "length", "length": 1}))),
+            send(DONE),
+        ]),
+    )])
+    .await;
+    let client = Client::new(&url, Some("sekrit-key".into())).unwrap();
+    let m = client
+        .stream(&request(Api::SglangGenerate), Duration::from_secs(5))
+        .await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    let auth = seen.requests.lock().unwrap()[0].1[header::AUTHORIZATION].clone();
+    assert_eq!(auth.to_str().unwrap(), "Bearer sekrit-key");
+    assert!(!format!("{client:?}").contains("sekrit"));
+    assert!(!format!("{m:?}").contains("sekrit"));
+    let record = m.into_record(
+        "p000",
+        0,
+        0,
+        RequestRole::Measure,
+        Api::SglangGenerate,
+        1,
+        None,
+    );
+    assert!(!serde_json::to_string(&record).unwrap().contains("sekrit"));
+}
+
+#[tokio::test]
+async fn admin_helpers() {
+    let text = |status: u16, body: &str| Script {
+        status,
+        content_type: "text/plain",
+        steps: vec![send(body)],
+    };
+    let (url, seen) = serve(vec![
+        (
+            "/flush_cache",
+            text(
+                200,
+                "Cache flushed.\nPlease check backend logs for more details.",
+            ),
+        ),
+        ("/health", text(503, "")),
+        (
+            "/server_info",
+            Script {
+                status: 200,
+                content_type: "application/json",
+                steps: vec![send(r#"{"max_total_num_tokens": 4096, "version": "0.5"}"#)],
+            },
+        ),
+    ])
+    .await;
+    let client = Client::new(&format!("{url}/"), None).unwrap();
+    assert_eq!(client.flush_cache().await.unwrap(), FlushOutcome::Flushed);
+    assert_eq!(client.health().await.unwrap(), 503);
+    assert_eq!(
+        client.get_json("/server_info").await.unwrap()["max_total_num_tokens"],
+        4096
+    );
+    assert!(client.get_json("/missing").await.is_err());
+    assert_eq!(seen.requests.lock().unwrap()[0].0, "/flush_cache");
+
+    let (url, _) = serve(vec![("/flush_cache", text(400, "Cache flushed.\nbusy"))]).await;
+    let client = Client::new(&url, None).unwrap();
+    assert!(
+        matches!(client.flush_cache().await.unwrap(), FlushOutcome::Busy(t) if t.contains("busy"))
+    );
+}
+
+#[tokio::test]
+async fn count_prompt_tokens_reads_server_counts() {
+    let (url, seen) = serve(vec![(
+        "/generate",
+        sse(vec![
+            send(&native("a", 1, 1, json!({"type": "length", "length": 1}))),
+            send(DONE),
+        ]),
+    )])
+    .await;
+    let client = Client::new(&url, None).unwrap();
+    let counts = client
+        .count_prompt_tokens(Api::SglangGenerate, "hello", None)
+        .await
+        .unwrap();
+    assert_eq!(counts, (6, Some(2)));
+    assert_eq!(
+        seen.requests.lock().unwrap()[0].2["sampling_params"]["max_new_tokens"],
+        1
+    );
+}
+
+#[test]
+fn https_and_bad_urls_are_rejected() {
+    assert!(Client::new("https://example.com", None).is_err());
+    assert!(Client::new("not a url", None).is_err());
+}
