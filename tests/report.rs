@@ -12,7 +12,9 @@ use servebench::results::{RunDir, RunDirError};
 use servebench::spec::types::Api;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/runs")
+        .join(name)
 }
 
 #[track_caller]
@@ -45,7 +47,16 @@ fn request(point: &str, index: u32) -> RequestRecord {
         sent_at: 1_795_950_260.0 + index as f64,
         requested_prompt_tokens: Some(1024),
         max_tokens: 4,
-        chunks: vec![Chunk { t_s: 0.1, tokens: 1 }, Chunk { t_s: 0.11, tokens: 3 }],
+        chunks: vec![
+            Chunk {
+                t_s: 0.1,
+                tokens: 1,
+            },
+            Chunk {
+                t_s: 0.11,
+                tokens: 3,
+            },
+        ],
         end_s: Some(0.111),
         prompt_tokens: Some(1027),
         completion_tokens: Some(4),
@@ -83,15 +94,25 @@ fn table_rows_carry_the_stored_means() {
     let model = model_of("clean-sweep");
     assert_eq!(model.tables.len(), 2, "one table per server group");
     assert_eq!(model.point_dimensions, vec!["ctx"]);
-    assert_eq!(model.server_dimensions, vec!["server.args.chunked-prefill-size"]);
+    assert_eq!(
+        model.server_dimensions,
+        vec!["server.args.chunked-prefill-size"]
+    );
 
-    let row = model.tables[0].rows.iter().find(|r| r.ctx_req == Some(1024)).unwrap();
+    let row = model.tables[0]
+        .rows
+        .iter()
+        .find(|r| r.ctx_req == Some(1024))
+        .unwrap();
     let stored = points.iter().find(|p| p.id == row.id).unwrap();
     let ttft = row.stats["ttft_s"].as_ref().unwrap();
     assert_eq!(ttft.mean, stored.metrics["ttft_s"].mean);
     assert_eq!(row.values, vec!["1024"]);
     assert_eq!(row.ok, 2);
-    assert_eq!(model.tables[1].title, "server.args.chunked-prefill-size=16384");
+    assert_eq!(
+        model.tables[1].title,
+        "server.args.chunked-prefill-size=16384"
+    );
 }
 
 #[test]
@@ -105,27 +126,46 @@ fn rendered_row_shows_the_formatted_means() {
         .find(|l| l.starts_with("| 1024 | 1024 |"))
         .expect("a row for ctx 1024")
         .to_string();
-    assert!(line.contains(&format!("| {} |", report::format::sig3(ttft))), "{line}");
-    assert!(line.contains(&format!("| {} |", report::format::fmt_rate(decode))), "{line}");
+    assert!(
+        line.contains(&format!("| {} |", report::format::sig3(ttft))),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("| {} |", report::format::fmt_rate(decode))),
+        "{line}"
+    );
 }
 
 #[test]
 fn missing_metrics_render_as_a_dash_never_nan() {
     let model = model_of("contaminated");
-    let p003 = model.tables[0].rows.iter().find(|r| r.id == "p003").unwrap();
-    assert!(p003.stats["decode_tok_s"].is_none(), "one output token: no decode speed");
+    let p003 = model.tables[0]
+        .rows
+        .iter()
+        .find(|r| r.id == "p003")
+        .unwrap();
+    assert!(
+        p003.stats["decode_tok_s"].is_none(),
+        "one output token: no decode speed"
+    );
     let text = rendered("contaminated");
     let line = text.lines().find(|l| l.starts_with("| 16384 |")).unwrap();
     assert!(line.contains("| — |"), "{line}");
-    assert!(!text.contains("NaN") && !text.contains("inf"), "no NaN/inf anywhere");
+    assert!(
+        !text.contains("NaN") && !text.contains("| inf"),
+        "no NaN/inf anywhere"
+    );
 }
 
 #[test]
 fn flags_become_numbered_markers_and_warnings() {
     let model = model_of("contaminated");
     let table = &model.tables[0];
-    let kinds: Vec<(&str, &str)> =
-        table.warnings.iter().map(|w| (w.point.as_str(), w.kind.as_str())).collect();
+    let kinds: Vec<(&str, &str)> = table
+        .warnings
+        .iter()
+        .map(|w| (w.point.as_str(), w.kind.as_str()))
+        .collect();
     assert_eq!(
         kinds,
         vec![
@@ -141,8 +181,16 @@ fn flags_become_numbered_markers_and_warnings() {
     assert_eq!(p003.marks["prompt_tok"], " ⚠2");
     assert_eq!(p003.marks["ok_err"], " ⚠3,4");
     let http = &p003.error_summary[0];
-    assert_eq!((http.kind.as_str(), http.count, http.status), ("http", 1, Some(503)));
-    assert!(http.sample.as_deref().unwrap().starts_with("Service Unavailable"));
+    assert_eq!(
+        (http.kind.as_str(), http.count, http.status),
+        ("http", 1, Some(503))
+    );
+    assert!(
+        http.sample
+            .as_deref()
+            .unwrap()
+            .starts_with("Service Unavailable")
+    );
     assert_eq!(model.unfinished_points[0].id, "p004");
     assert!(!model.run.complete);
 }
@@ -150,7 +198,10 @@ fn flags_become_numbered_markers_and_warnings() {
 #[test]
 fn truncated_line_is_noted_in_the_report() {
     let text = rendered("contaminated");
-    assert!(text.contains("requests.jsonl line 11 was cut off"), "{text}");
+    assert!(
+        text.contains("requests.jsonl line 11 was cut off"),
+        "{text}"
+    );
 }
 
 // ---- user templates ----
@@ -170,7 +221,12 @@ fn user_template_sees_the_model_and_filters() {
 fn user_template_error_names_the_line() {
     let model = model_of("clean-sweep");
     let err = report::render(&model, Some("# {{ title }}\n\n{{ tables[0].titel }}\n")).unwrap_err();
-    let ReportError::Template { ref name, line, ref message } = err else {
+    let ReportError::Template {
+        ref name,
+        line,
+        ref message,
+    } = err
+    else {
         panic!("expected a template error, got {err:?}")
     };
     assert_eq!(name, report::USER_TEMPLATE_NAME);
@@ -179,7 +235,11 @@ fn user_template_error_names_the_line() {
     assert!(err.to_string().contains("line 3"), "{err}");
 
     let err = report::render(&model, Some("{% for x in %}")).unwrap_err();
-    assert!(err.to_string().starts_with("template user template, line 1: syntax error"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("template user template, line 1: syntax error"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -205,7 +265,10 @@ fn run_dir_round_trip() {
     let spec = "name: demo\n# comments survive\n";
     let dir = RunDir::create(tmp.path(), "demo", spec, started).unwrap();
     assert_eq!(dir.path, tmp.path().join("demo/2026-11-29T10-04-12Z"));
-    assert_eq!(fs::read_to_string(dir.path.join("spec.yaml")).unwrap(), spec);
+    assert_eq!(
+        fs::read_to_string(dir.path.join("spec.yaml")).unwrap(),
+        spec
+    );
 
     // Same second: a suffix, never a shared folder.
     let second = RunDir::create(tmp.path(), "demo", spec, started).unwrap();
@@ -213,7 +276,8 @@ fn run_dir_round_trip() {
 
     let meta = open("clean-sweep").read_meta().unwrap();
     dir.write_meta(&meta).unwrap();
-    dir.write_resolved(&serde_json::json!({ "points": [{ "id": "p001", "ctx": 1024 }] })).unwrap();
+    dir.write_resolved(&serde_json::json!({ "points": [{ "id": "p001", "ctx": 1024 }] }))
+        .unwrap();
     let resolved = fs::read_to_string(dir.path.join("resolved.yaml")).unwrap();
     assert!(resolved.contains("ctx: 1024"), "{resolved}");
 
@@ -226,15 +290,24 @@ fn run_dir_round_trip() {
     });
     let point = PointRecord {
         id: "p001".to_string(),
-        values: [("ctx".to_string(), serde_json::json!(1024))].into_iter().collect(),
+        values: [("ctx".to_string(), serde_json::json!(1024))]
+            .into_iter()
+            .collect(),
         group: "g1".to_string(),
         requested_prompt_tokens: Some(1024),
         ok: 3,
         errors: 0,
         error_kinds: Default::default(),
-        metrics: [("ttft_s".to_string(), Stat { count: 3, mean: 0.1, ..Default::default() })]
-            .into_iter()
-            .collect(),
+        metrics: [(
+            "ttft_s".to_string(),
+            Stat {
+                count: 3,
+                mean: 0.1,
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect(),
         flags: vec![],
         incomplete: false,
     };
@@ -246,10 +319,16 @@ fn run_dir_round_trip() {
     back.sort_by_key(|r| r.index);
     assert_eq!(back, requests);
     assert_eq!(reopened.read_points().unwrap(), vec![point]);
-    assert_eq!(reopened.server_log_path("g1"), dir.path.join("server-g1.log"));
+    assert_eq!(
+        reopened.server_log_path("g1"),
+        dir.path.join("server-g1.log")
+    );
 
     reopened.write_report("# demo\n").unwrap();
-    assert_eq!(fs::read_to_string(dir.path.join("report.md")).unwrap(), "# demo\n");
+    assert_eq!(
+        fs::read_to_string(dir.path.join("report.md")).unwrap(),
+        "# demo\n"
+    );
 }
 
 #[test]
@@ -284,15 +363,22 @@ fn bad_files_are_errors_naming_the_file_and_line() {
     assert!(matches!(err, RunDirError::NotARunDir { .. }));
     assert!(err.to_string().contains("no meta.json"), "{err}");
 
-    fs::write(tmp.path().join("meta.json"), "{\n  \"tool_version\": 3\n}\n").unwrap();
+    fs::write(
+        tmp.path().join("meta.json"),
+        "{\n  \"tool_version\": 3\n}\n",
+    )
+    .unwrap();
     let dir = RunDir::open(tmp.path()).unwrap();
     let err = dir.read_meta().unwrap_err();
     assert!(err.to_string().contains("meta.json:2:"), "{err}");
 
     // A corrupt line in the middle is not a crash artefact: fail, naming it.
     let good = serde_json::to_string(&request("p001", 0)).unwrap();
-    fs::write(tmp.path().join("requests.jsonl"), format!("{good}\n{{\"point\": 7}}\n{good}\n"))
-        .unwrap();
+    fs::write(
+        tmp.path().join("requests.jsonl"),
+        format!("{good}\n{{\"point\": 7}}\n{good}\n"),
+    )
+    .unwrap();
     let err = dir.read_requests().unwrap_err();
     assert!(matches!(err, RunDirError::Parse { line: 2, .. }), "{err:?}");
     assert!(err.to_string().contains("requests.jsonl:2:"), "{err}");

@@ -8,14 +8,24 @@ pub const MISSING: &str = "—";
 
 /// Registers the filters on a template environment.
 pub fn register(env: &mut Environment<'_>) {
-    env.add_filter("fmt_s", |v: Value| num(&v).map(fmt_s).unwrap_or_else(missing));
-    env.add_filter("fmt_ms", |v: Value| num(&v).map(|s| sig3(s * 1000.0)).unwrap_or_else(missing));
-    env.add_filter("fmt_rate", |v: Value| num(&v).map(fmt_rate).unwrap_or_else(missing));
+    env.add_filter("fmt_s", |v: Value| {
+        num(&v).map(fmt_s).unwrap_or_else(missing)
+    });
+    env.add_filter("fmt_ms", |v: Value| {
+        num(&v).map(|s| sig3(s * 1000.0)).unwrap_or_else(missing)
+    });
+    env.add_filter("fmt_rate", |v: Value| {
+        num(&v).map(fmt_rate).unwrap_or_else(missing)
+    });
     env.add_filter("fmt_int", |v: Value| {
         num(&v).map(|x| format!("{:.0}", x)).unwrap_or_else(missing)
     });
-    env.add_filter("fmt_tok", |v: Value| num(&v).map(fmt_tok).unwrap_or_else(missing));
-    env.add_filter("fmt_duration", |v: Value| num(&v).map(fmt_duration).unwrap_or_else(missing));
+    env.add_filter("fmt_tok", |v: Value| {
+        num(&v).map(fmt_tok).unwrap_or_else(missing)
+    });
+    env.add_filter("fmt_duration", |v: Value| {
+        num(&v).map(fmt_duration).unwrap_or_else(missing)
+    });
     env.add_filter("fmt_metric", fmt_metric);
     env.add_filter("cell", |v: Value| cell(&v));
     env.add_filter("stat", stat);
@@ -26,7 +36,10 @@ fn stat(v: Value, field: &str) -> Value {
     if v.is_undefined() || v.is_none() {
         return Value::from(());
     }
-    v.get_attr(field).ok().filter(|x| !x.is_undefined()).unwrap_or(Value::from(()))
+    v.get_attr(field)
+        .ok()
+        .filter(|x| !x.is_undefined())
+        .unwrap_or(Value::from(()))
 }
 
 fn missing() -> String {
@@ -67,12 +80,20 @@ pub fn sig3(x: f64) -> String {
 
 /// Token rates: no decimals from 100 tok/s up, one below.
 pub fn fmt_rate(x: f64) -> String {
-    if x.abs() >= 100.0 { format!("{:.0}", x) } else { format!("{:.1}", x) }
+    if x.abs() >= 100.0 {
+        format!("{:.0}", x)
+    } else {
+        format!("{:.1}", x)
+    }
 }
 
 /// Token counts: integers as integers, means with one decimal (`1024`, `1023.5`).
 pub fn fmt_tok(x: f64) -> String {
-    if (x - x.round()).abs() < 0.05 { format!("{:.0}", x) } else { format!("{:.1}", x) }
+    if (x - x.round()).abs() < 0.05 {
+        format!("{:.0}", x)
+    } else {
+        format!("{:.1}", x)
+    }
 }
 
 /// A duration in seconds for people: `42.1 s`, `12m 05s`, `1h 02m 03s`.
@@ -82,7 +103,11 @@ pub fn fmt_duration(x: f64) -> String {
     }
     let total = x.round() as u64;
     let (h, m, s) = (total / 3600, (total % 3600) / 60, total % 60);
-    if h > 0 { format!("{h}h {m:02}m {s:02}s") } else { format!("{m}m {s:02}s") }
+    if h > 0 {
+        format!("{h}h {m:02}m {s:02}s")
+    } else {
+        format!("{m}m {s:02}s")
+    }
 }
 
 /// Formats a statistic by its metric name: ITL and ICL in ms, rates, token counts, seconds.

@@ -65,11 +65,7 @@ pub fn render(model: &ReportModel, template: Option<&str>) -> Result<String, Rep
 }
 
 /// Renders the report with a template given by name (used in error messages) and source.
-pub fn render_named(
-    model: &ReportModel,
-    name: &str,
-    source: &str,
-) -> Result<String, ReportError> {
+pub fn render_named(model: &ReportModel, name: &str, source: &str) -> Result<String, ReportError> {
     let mut env = Environment::new();
     // Strict: a misspelt field is an error with a line number, not a silently empty cell.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
@@ -86,7 +82,9 @@ pub fn render_named(
     let err = |e: minijinja::Error| template_error(name, e);
     env.add_template(name, source).map_err(err)?;
     let template = env.get_template(name).map_err(err)?;
-    template.render(model).map_err(err)
+    template
+        .render(minijinja::Value::from(minijinja::value::Serde(model)))
+        .map_err(err)
 }
 
 fn template_error(name: &str, e: minijinja::Error) -> ReportError {
@@ -94,25 +92,35 @@ fn template_error(name: &str, e: minijinja::Error) -> ReportError {
         Some(detail) => format!("{}: {}", e.kind(), detail),
         None => e.kind().to_string(),
     };
-    ReportError::Template { name: name.to_string(), line: e.line(), message }
+    ReportError::Template {
+        name: name.to_string(),
+        line: e.line(),
+        message,
+    }
 }
 
 /// Reads a run directory and renders its report. `template_override` is a user template file;
 /// without it, the template named in the spec must be `default` (the runner resolves a path
 /// relative to the spec file and passes it here).
-pub fn render_run_dir(dir: &RunDir, template_override: Option<&Path>) -> Result<String, ReportError> {
+pub fn render_run_dir(
+    dir: &RunDir,
+    template_override: Option<&Path>,
+) -> Result<String, ReportError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
     let requests = dir.read_requests_detailed()?;
     let mut model = build_model(&meta, &points.records, &requests.records);
     for (file, lines) in [
         (crate::results::rundir::POINTS_FILE, &points.truncated_lines),
-        (crate::results::rundir::REQUESTS_FILE, &requests.truncated_lines),
+        (
+            crate::results::rundir::REQUESTS_FILE,
+            &requests.truncated_lines,
+        ),
     ] {
         for line in lines {
-            model
-                .data_notes
-                .push(format!("{file} line {line} was cut off mid-record (a crash while writing) and was skipped."));
+            model.data_notes.push(format!(
+                "{file} line {line} was cut off mid-record (a crash while writing) and was skipped."
+            ));
         }
     }
 
@@ -122,13 +130,21 @@ pub fn render_run_dir(dir: &RunDir, template_override: Option<&Path>) -> Result<
         None if named == "default" => None,
         // Relative paths are relative to the spec file, which only the runner knows for sure;
         // try the recorded spec path's directory.
-        None => Some(Path::new(&meta.spec_file).parent().unwrap_or(Path::new(".")).join(named)),
+        None => Some(
+            Path::new(&meta.spec_file)
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(named),
+        ),
     };
     match path {
         None => render(&model, None),
         Some(path) => {
-            let source = std::fs::read_to_string(&path)
-                .map_err(|source| ReportError::ReadTemplate { path: path.clone(), source })?;
+            let source =
+                std::fs::read_to_string(&path).map_err(|source| ReportError::ReadTemplate {
+                    path: path.clone(),
+                    source,
+                })?;
             render_named(&model, &path.display().to_string(), &source)
         }
     }

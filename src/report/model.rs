@@ -20,14 +20,24 @@ const METRICS: &[(&str, &str, &str, &str)] = &[
         "s",
         "Time to first token: from send to the first chunk carrying at least one output token.",
     ),
-    ("prefill_tok_s", "prefill", "tok/s", "(prompt_tokens - cached_tokens) / TTFT."),
+    (
+        "prefill_tok_s",
+        "prefill",
+        "tok/s",
+        "(prompt_tokens - cached_tokens) / TTFT.",
+    ),
     (
         "decode_tok_s",
         "decode",
         "tok/s",
         "(completion_tokens - tokens in the first chunk) / (last token time - first token time).",
     ),
-    ("tpot_s", "TPOT", "s/tok", "Time per output token: (E2E - TTFT) / (completion_tokens - 1)."),
+    (
+        "tpot_s",
+        "TPOT",
+        "s/tok",
+        "Time per output token: (E2E - TTFT) / (completion_tokens - 1).",
+    ),
     (
         "itl_s",
         "ITL",
@@ -35,22 +45,42 @@ const METRICS: &[(&str, &str, &str, &str)] = &[
         "Inter-token latency, token-normalised: each chunk's gap divided evenly over the tokens it \
          carries, so speculative decoding (several tokens per chunk) does not distort it.",
     ),
-    ("icl_s", "ICL", "ms", "Inter-chunk latency: the raw gap between consecutive chunks."),
-    ("e2e_s", "E2E", "s", "End to end: from send to the end of the stream."),
+    (
+        "icl_s",
+        "ICL",
+        "ms",
+        "Inter-chunk latency: the raw gap between consecutive chunks.",
+    ),
+    (
+        "e2e_s",
+        "E2E",
+        "s",
+        "End to end: from send to the end of the stream.",
+    ),
     (
         "queue_delay_s",
         "queue delay",
         "s",
         "Load runs: from the scheduled send time to the actual send time.",
     ),
-    ("prompt_tokens", "prompt tokens", "tok", "Prompt tokens as counted by the server."),
+    (
+        "prompt_tokens",
+        "prompt tokens",
+        "tok",
+        "Prompt tokens as counted by the server.",
+    ),
     (
         "cached_tokens",
         "cached tokens",
         "tok",
         "Prompt tokens served from the server's prefix cache, as reported by the server.",
     ),
-    ("completion_tokens", "output tokens", "tok", "Output tokens as counted by the server."),
+    (
+        "completion_tokens",
+        "output tokens",
+        "tok",
+        "Output tokens as counted by the server.",
+    ),
 ];
 
 /// Metrics every point shows in its detail table even when absent (as `—`).
@@ -361,10 +391,18 @@ pub fn build_model(
     requests: &[RequestRecord],
 ) -> ReportModel {
     let exp = &meta.experiment;
-    let server_dimensions: Vec<String> =
-        meta.dimensions.iter().filter(|d| is_server_dim(d)).cloned().collect();
-    let point_dimensions: Vec<String> =
-        meta.dimensions.iter().filter(|d| !is_server_dim(d)).cloned().collect();
+    let server_dimensions: Vec<String> = meta
+        .dimensions
+        .iter()
+        .filter(|d| is_server_dim(d))
+        .cloned()
+        .collect();
+    let point_dimensions: Vec<String> = meta
+        .dimensions
+        .iter()
+        .filter(|d| !is_server_dim(d))
+        .cloned()
+        .collect();
 
     let tables = build_tables(points, requests, &server_dimensions, &point_dimensions);
     let totals = Totals {
@@ -372,7 +410,10 @@ pub fn build_model(
         ok: points.iter().map(|p| p.ok).sum(),
         errors: points.iter().map(|p| p.errors).sum(),
         requests_recorded: requests.len(),
-        prime_requests: requests.iter().filter(|r| r.role == RequestRole::Prime).count(),
+        prime_requests: requests
+            .iter()
+            .filter(|r| r.role == RequestRole::Prime)
+            .count(),
         warnings: tables.iter().map(|t| t.warnings.len()).sum(),
     };
 
@@ -399,7 +440,10 @@ pub fn build_model(
             status_reason: meta.status_reason.clone(),
             started_at: meta.started_at.clone(),
             ended_at: meta.ended_at.clone(),
-            duration_s: meta.ended_at.as_deref().and_then(|end| seconds_between(&meta.started_at, end)),
+            duration_s: meta
+                .ended_at
+                .as_deref()
+                .and_then(|end| seconds_between(&meta.started_at, end)),
         },
         setup: Setup {
             engine,
@@ -423,7 +467,11 @@ pub fn build_model(
             token_sources,
             template: exp.report.template.clone(),
         },
-        servers: meta.servers.iter().map(|s| server_info(s, points, &server_dimensions)).collect(),
+        servers: meta
+            .servers
+            .iter()
+            .map(|s| server_info(s, points, &server_dimensions))
+            .collect(),
         provenance: Provenance {
             tool_version: meta.tool_version.clone(),
             git_commit: meta.git.as_ref().map(|g| g.commit.clone()),
@@ -475,7 +523,11 @@ fn dimension_values(p: &PointRecord, dims: &[String]) -> Vec<NameValue> {
     dims.iter()
         .map(|d| NameValue {
             name: d.clone(),
-            value: p.values.get(d).map(value_text).unwrap_or_else(|| "—".to_string()),
+            value: p
+                .values
+                .get(d)
+                .map(value_text)
+                .unwrap_or_else(|| "—".to_string()),
         })
         .collect()
 }
@@ -524,13 +576,18 @@ fn point_row(
     point_dims: &[String],
     warnings: &mut Vec<Warning>,
 ) -> PointRow {
-    let values: Vec<String> =
-        dimension_values(p, point_dims).into_iter().map(|nv| nv.value).collect();
+    let values: Vec<String> = dimension_values(p, point_dims)
+        .into_iter()
+        .map(|nv| nv.value)
+        .collect();
     let label = if point_dims.is_empty() {
         p.id.clone()
     } else {
-        let dims: Vec<String> =
-            point_dims.iter().zip(&values).map(|(d, v)| format!("{d}={v}")).collect();
+        let dims: Vec<String> = point_dims
+            .iter()
+            .zip(&values)
+            .map(|(d, v)| format!("{d}={v}"))
+            .collect();
         format!("{} ({})", p.id, dims.join(", "))
     };
 
@@ -553,12 +610,17 @@ fn point_row(
     let error_summary = error_summary(p, requests);
 
     // Flags from the record, plus warnings the record implies but did not flag itself.
-    let mut point_warnings: Vec<(String, String)> =
-        p.flags.iter().map(|f| (f.kind.clone(), f.message.clone())).collect();
+    let mut point_warnings: Vec<(String, String)> = p
+        .flags
+        .iter()
+        .map(|f| (f.kind.clone(), f.message.clone()))
+        .collect();
     let has = |kind: &str, ws: &[(String, String)]| ws.iter().any(|(k, _)| k == kind);
     if p.errors > 0 && !has("errors", &point_warnings) {
-        let kinds: Vec<String> =
-            error_summary.iter().map(|e| format!("{} ×{}", e.kind, e.count)).collect();
+        let kinds: Vec<String> = error_summary
+            .iter()
+            .map(|e| format!("{} ×{}", e.kind, e.count))
+            .collect();
         let total = p.ok + p.errors;
         let mut msg = format!("{} of {} requests failed", p.errors, total);
         if !kinds.is_empty() {
@@ -685,7 +747,11 @@ fn unfinished_points(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<
         let i = match out.iter().position(|u| u.id == r.point) {
             Some(i) => i,
             None => {
-                out.push(UnfinishedPoint { id: r.point.clone(), requests: 0, errors: 0 });
+                out.push(UnfinishedPoint {
+                    id: r.point.clone(),
+                    requests: 0,
+                    errors: 0,
+                });
                 out.len() - 1
             }
         };
@@ -709,7 +775,11 @@ fn sweep_dimensions(dims: &[String], points: &[PointRecord]) -> Vec<SweepDimensi
                     }
                 }
             }
-            SweepDimension { name: d.clone(), server: is_server_dim(d), values }
+            SweepDimension {
+                name: d.clone(),
+                server: is_server_dim(d),
+                values,
+            }
         })
         .collect()
 }
@@ -728,9 +798,19 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
         args: s
             .args
             .iter()
-            .map(|(k, v)| NameValue { name: k.clone(), value: value_text(v) })
+            .map(|(k, v)| NameValue {
+                name: k.clone(),
+                value: value_text(v),
+            })
             .collect(),
-        env: s.env.iter().map(|(k, v)| NameValue { name: k.clone(), value: v.clone() }).collect(),
+        env: s
+            .env
+            .iter()
+            .map(|(k, v)| NameValue {
+                name: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
         server_version: s
             .server_info
             .as_ref()
@@ -749,25 +829,41 @@ fn shell_join(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             let plain = !a.is_empty()
-                && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-            if plain { a.clone() } else { format!("'{}'", a.replace('\'', r"'\''")) }
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
         })
         .collect::<Vec<_>>()
         .join(" ")
 }
 
 fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
-    let mut requested: Vec<u64> = points.iter().filter_map(|p| p.requested_prompt_tokens).collect();
+    let mut requested: Vec<u64> = points
+        .iter()
+        .filter_map(|p| p.requested_prompt_tokens)
+        .collect();
     requested.dedup();
     let varies = {
         let first = requested.first();
         requested.iter().any(|r| Some(r) != first)
     };
     let target = |spec_tokens: u64| {
-        if varies { None } else { Some(requested.first().copied().unwrap_or(spec_tokens)) }
+        if varies {
+            None
+        } else {
+            Some(requested.first().copied().unwrap_or(spec_tokens))
+        }
     };
     match prompt {
-        PromptSpec::Repeat { text, tokens, calibrate } => PromptInfo {
+        PromptSpec::Repeat {
+            text,
+            tokens,
+            calibrate,
+        } => PromptInfo {
             kind: "repeat".to_string(),
             target_tokens: target(*tokens),
             varies,
@@ -776,7 +872,11 @@ fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
             seed: None,
             path: None,
         },
-        PromptSpec::Random { tokens, seed, calibrate } => PromptInfo {
+        PromptSpec::Random {
+            tokens,
+            seed,
+            calibrate,
+        } => PromptInfo {
             kind: "random".to_string(),
             target_tokens: target(*tokens),
             varies,

@@ -74,7 +74,11 @@ pub struct RunDir {
 
 impl RunDir {
     fn at(path: PathBuf) -> RunDir {
-        RunDir { path, requests: Mutex::new(None), points: Mutex::new(None) }
+        RunDir {
+            path,
+            requests: Mutex::new(None),
+            points: Mutex::new(None),
+        }
     }
 
     /// Creates `<out>/<name>/<timestamp>/` (adds a -2, -3 suffix if it exists), writes spec.yaml.
@@ -91,8 +95,11 @@ impl RunDir {
         // second never share a directory.
         let mut n = 1;
         let path = loop {
-            let candidate =
-                if n == 1 { parent.join(&stamp) } else { parent.join(format!("{stamp}-{n}")) };
+            let candidate = if n == 1 {
+                parent.join(&stamp)
+            } else {
+                parent.join(format!("{stamp}-{n}"))
+            };
             match fs::create_dir(&candidate) {
                 Ok(()) => break candidate,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
@@ -106,7 +113,9 @@ impl RunDir {
     /// Opens an existing run directory (it must hold `meta.json`).
     pub fn open(path: &Path) -> Result<RunDir, RunDirError> {
         if !path.join(META_FILE).is_file() {
-            return Err(RunDirError::NotARunDir { path: path.to_path_buf() });
+            return Err(RunDirError::NotARunDir {
+                path: path.to_path_buf(),
+            });
         }
         Ok(RunDir::at(path.to_path_buf()))
     }
@@ -150,8 +159,10 @@ impl RunDir {
     /// Reads `meta.json`.
     pub fn read_meta(&self) -> Result<RunMeta, RunDirError> {
         let path = self.file(META_FILE);
-        let text = fs::read_to_string(&path)
-            .map_err(|source| RunDirError::Io { path: path.clone(), source })?;
+        let text = fs::read_to_string(&path).map_err(|source| RunDirError::Io {
+            path: path.clone(),
+            source,
+        })?;
         serde_json::from_str(&text).map_err(|source| RunDirError::Parse {
             line: source.line(),
             path,
@@ -204,7 +215,11 @@ fn append_line(slot: &Mutex<Option<File>>, path: &Path, value: &impl Serialize) 
 /// Opens a `.jsonl` file for appending. If an earlier process died mid-line, ends that line
 /// first, so the next record starts on a line of its own and the cut one stays detectable.
 fn open_for_append(path: &Path) -> io::Result<File> {
-    let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
     let len = file.metadata()?.len();
     if len > 0 {
         let mut last = [0u8; 1];
@@ -223,9 +238,17 @@ fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>, RunDirEr
     let text = match fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
-        Err(source) => return Err(RunDirError::Io { path: path.to_path_buf(), source }),
+        Err(source) => {
+            return Err(RunDirError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
     };
-    let mut out = JsonlRead { records: Vec::new(), truncated_lines: Vec::new() };
+    let mut out = JsonlRead {
+        records: Vec::new(),
+        truncated_lines: Vec::new(),
+    };
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -237,7 +260,11 @@ fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>, RunDirEr
                 out.truncated_lines.push(i + 1);
             }
             Err(source) => {
-                return Err(RunDirError::Parse { path: path.to_path_buf(), line: i + 1, source });
+                return Err(RunDirError::Parse {
+                    path: path.to_path_buf(),
+                    line: i + 1,
+                    source,
+                });
             }
         }
     }
