@@ -217,10 +217,7 @@ pub struct CacheSpec {
 
 impl Default for CacheSpec {
     fn default() -> Self {
-        CacheSpec {
-            policy: CachePolicy::Cold,
-            verify: true,
-        }
+        CacheSpec { policy: CachePolicy::Cold, verify: true }
     }
 }
 
@@ -257,9 +254,7 @@ pub struct ReportSpec {
 
 impl Default for ReportSpec {
     fn default() -> Self {
-        ReportSpec {
-            template: default_template(),
-        }
+        ReportSpec { template: default_template() }
     }
 }
 
