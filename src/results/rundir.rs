@@ -22,28 +22,36 @@ use serde::de::DeserializeOwned;
 use super::meta::RunMeta;
 use super::records::{PointRecord, RequestRecord};
 
-/// File names inside a run directory.
+/// The spec as given, byte for byte.
 pub const SPEC_FILE: &str = "spec.yaml";
+/// The expanded points.
 pub const RESOLVED_FILE: &str = "resolved.yaml";
+/// `RunMeta`, pretty JSON.
 pub const META_FILE: &str = "meta.json";
+/// One `RequestRecord` per line.
 pub const REQUESTS_FILE: &str = "requests.jsonl";
+/// One `PointRecord` per line.
 pub const POINTS_FILE: &str = "points.jsonl";
+/// The rendered report.
 pub const REPORT_FILE: &str = "report.md";
 
 /// Why a run directory could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum RunDirError {
+    /// The folder has no `meta.json`.
     #[error(
         "{path}: not a run directory (no meta.json); pass a folder created by `servebench run`, \
          like runs/<name>/<timestamp>"
     )]
     NotARunDir { path: PathBuf },
+    /// A file could not be read.
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
+    /// A file holds something other than the expected JSON.
     #[error("{path}:{line}: invalid record: {source}")]
     Parse {
         path: PathBuf,
@@ -57,6 +65,7 @@ pub enum RunDirError {
 /// Records read from a `.jsonl` file, with the lines that were skipped.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonlRead<T> {
+    /// The records that parsed, in file order.
     pub records: Vec<T>,
     /// Lines that ended mid-record (a crash while writing) and were skipped, 1-based.
     pub truncated_lines: Vec<usize>,
