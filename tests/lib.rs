@@ -3,4 +3,5 @@ mod cli;
 mod client;
 mod common;
 mod interrupt;
+mod report;
 mod run;

@@ -1,12 +1,151 @@
-//! STUB until the report branch lands.
-use crate::results::rundir::RunDir;
-use std::path::Path;
+//! Reports: a run directory's records rendered through a minijinja Markdown template.
+//!
+//! [`build_model`] turns the stored records into a [`ReportModel`]; [`render`] is a pure function
+//! from that model and a template to Markdown. Only [`render_run_dir`] touches the disk.
+
+pub mod format;
+pub mod model;
+
+use std::path::{Path, PathBuf};
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+
+use crate::results::rundir::{RunDir, RunDirError};
+
+pub use model::{ReportModel, build_model};
+
+/// The default template, compiled into the binary so reports render from any directory.
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../reports/templates/default.md.j2");
+
+/// Name the default template has in error messages.
+pub const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
+
+/// Name a user template has in error messages when [`render`] is not told its path.
+pub const USER_TEMPLATE_NAME: &str = "user template";
+
+/// Why a report could not be produced.
 #[derive(Debug, thiserror::Error)]
-#[error("report")]
-pub struct ReportError;
+pub enum ReportError {
+    /// The template failed to parse or render.
+    #[error("{}: {message}", location(name, *line))]
+    Template {
+        /// Template name (`default.md.j2` or the user template's path).
+        name: String,
+        /// 1-based line in the template, when known.
+        line: Option<usize>,
+        /// minijinja's description of the problem.
+        message: String,
+    },
+    /// The user template file could not be read.
+    #[error("{path}: cannot read the report template: {source}")]
+    ReadTemplate {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The run directory's records could not be read.
+    #[error(transparent)]
+    RunDir(#[from] RunDirError),
+}
+
+fn location(name: &str, line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!("template {name}, line {line}"),
+        None => format!("template {name}"),
+    }
+}
+
+/// Renders the report. `template` is a user template's source; `None` renders the default.
+pub fn render(model: &ReportModel, template: Option<&str>) -> Result<String, ReportError> {
+    match template {
+        None => render_named(model, DEFAULT_TEMPLATE_NAME, DEFAULT_TEMPLATE),
+        Some(source) => render_named(model, USER_TEMPLATE_NAME, source),
+    }
+}
+
+/// Renders the report with a template given by name (used in error messages) and source.
+pub fn render_named(model: &ReportModel, name: &str, source: &str) -> Result<String, ReportError> {
+    let mut env = Environment::new();
+    // Strict: a misspelt field is an error with a line number, not a silently empty cell.
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    // Block tags on lines of their own leave no blank lines behind; the file's last newline stays.
+    let syntax = SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(true)
+        .build()
+        .map_err(|e| template_error(name, e))?;
+    env.set_syntax(syntax);
+    format::register(&mut env);
+    let err = |e: minijinja::Error| template_error(name, e);
+    env.add_template(name, source).map_err(err)?;
+    let template = env.get_template(name).map_err(err)?;
+    template
+        .render(minijinja::Value::from(minijinja::value::Serde(model)))
+        .map_err(err)
+}
+
+fn template_error(name: &str, e: minijinja::Error) -> ReportError {
+    let message = match e.detail() {
+        Some(detail) => format!("{}: {}", e.kind(), detail),
+        None => e.kind().to_string(),
+    };
+    ReportError::Template {
+        name: name.to_string(),
+        line: e.line(),
+        message,
+    }
+}
+
+/// Reads a run directory and renders its report. `template_override` is a user template file;
+/// without it, the template named in the spec must be `default` (the runner resolves a path
+/// relative to the spec file and passes it here).
 pub fn render_run_dir(
-    _dir: &RunDir,
-    _template_override: Option<&Path>,
+    dir: &RunDir,
+    template_override: Option<&Path>,
 ) -> Result<String, ReportError> {
-    todo!()
+    let meta = dir.read_meta()?;
+    let points = dir.read_points_detailed()?;
+    let requests = dir.read_requests_detailed()?;
+    let mut model = build_model(&meta, &points.records, &requests.records);
+    for (file, lines) in [
+        (crate::results::rundir::POINTS_FILE, &points.truncated_lines),
+        (
+            crate::results::rundir::REQUESTS_FILE,
+            &requests.truncated_lines,
+        ),
+    ] {
+        for line in lines {
+            model.data_notes.push(format!(
+                "{file} line {line} was cut off mid-record (a crash while writing) and was skipped."
+            ));
+        }
+    }
+
+    let named = &meta.experiment.report.template;
+    let path = match template_override {
+        Some(path) => Some(path.to_path_buf()),
+        None if named == "default" => None,
+        // Relative paths are relative to the spec file, which only the runner knows for sure;
+        // try the recorded spec path's directory.
+        None => Some(
+            Path::new(&meta.spec_file)
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(named),
+        ),
+    };
+    match path {
+        None => render(&model, None),
+        Some(path) => {
+            let source =
+                std::fs::read_to_string(&path).map_err(|source| ReportError::ReadTemplate {
+                    path: path.clone(),
+                    source,
+                })?;
+            render_named(&model, &path.display().to_string(), &source)
+        }
+    }
 }

@@ -2,3 +2,5 @@
 pub mod meta;
 pub mod records;
 pub mod rundir;
+
+pub use rundir::{RunDir, RunDirError};

@@ -1,40 +1,281 @@
-//! STUB until the report branch lands.
-use crate::results::{meta::RunMeta, records::*};
+//! `RunDir`: one run's directory on disk, `<out>/<name>/<UTC timestamp>/`.
+//!
+//! ```text
+//! spec.yaml          the spec as given, byte for byte
+//! resolved.yaml      the expanded points
+//! meta.json          RunMeta (rewritten atomically)
+//! requests.jsonl     one RequestRecord per line, appended as each request completes
+//! points.jsonl       one PointRecord per line
+//! server-<group>.log server logs (written by the runner)
+//! report.md          the rendered report
+//! ```
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-pub struct RunDir {
-    pub path: PathBuf,
-}
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::meta::RunMeta;
+use super::records::{PointRecord, RequestRecord};
+
+/// The spec as given, byte for byte.
+pub const SPEC_FILE: &str = "spec.yaml";
+/// The expanded points.
+pub const RESOLVED_FILE: &str = "resolved.yaml";
+/// `RunMeta`, pretty JSON.
+pub const META_FILE: &str = "meta.json";
+/// One `RequestRecord` per line.
+pub const REQUESTS_FILE: &str = "requests.jsonl";
+/// One `PointRecord` per line.
+pub const POINTS_FILE: &str = "points.jsonl";
+/// The rendered report.
+pub const REPORT_FILE: &str = "report.md";
+
+/// Why a run directory could not be read.
 #[derive(Debug, thiserror::Error)]
-#[error("rundir")]
-pub struct RunDirError;
+pub enum RunDirError {
+    /// The folder has no `meta.json`.
+    #[error(
+        "{path}: not a run directory (no meta.json); pass a folder created by `servebench run`, \
+         like runs/<name>/<timestamp>"
+    )]
+    NotARunDir { path: PathBuf },
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A file holds something other than the expected JSON.
+    #[error("{path}:{line}: invalid record: {source}")]
+    Parse {
+        path: PathBuf,
+        /// 1-based line in the file.
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Records read from a `.jsonl` file, with the lines that were skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonlRead<T> {
+    /// The records that parsed, in file order.
+    pub records: Vec<T>,
+    /// Lines that ended mid-record (a crash while writing) and were skipped, 1-based.
+    pub truncated_lines: Vec<usize>,
+}
+
+/// A run directory. Appends are serialised by a mutex per file, so one `RunDir` can be shared
+/// (`Arc<RunDir>`) by concurrent request tasks.
+#[derive(Debug)]
+pub struct RunDir {
+    /// The run's folder, `<out>/<name>/<timestamp>`.
+    pub path: PathBuf,
+    requests: Mutex<Option<File>>,
+    points: Mutex<Option<File>>,
+}
+
 impl RunDir {
+    fn at(path: PathBuf) -> RunDir {
+        RunDir {
+            path,
+            requests: Mutex::new(None),
+            points: Mutex::new(None),
+        }
+    }
+
+    /// Creates `<out>/<name>/<timestamp>/` (adds a -2, -3 suffix if it exists), writes spec.yaml.
     pub fn create(
-        _out: &Path,
-        _name: &str,
-        _spec_source: &str,
-        _started: chrono::DateTime<chrono::Utc>,
-    ) -> std::io::Result<RunDir> {
-        todo!()
+        out: &Path,
+        name: &str,
+        spec_source: &str,
+        started: DateTime<Utc>,
+    ) -> io::Result<RunDir> {
+        let parent = out.join(name);
+        fs::create_dir_all(&parent)?;
+        let stamp = started.format("%Y-%m-%dT%H-%M-%SZ").to_string();
+        // `create_dir` (not `_all`) fails on an existing folder, so two runs started in the same
+        // second never share a directory.
+        let mut n = 1;
+        let path = loop {
+            let candidate = if n == 1 {
+                parent.join(&stamp)
+            } else {
+                parent.join(format!("{stamp}-{n}"))
+            };
+            match fs::create_dir(&candidate) {
+                Ok(()) => break candidate,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        fs::write(path.join(SPEC_FILE), spec_source)?;
+        Ok(RunDir::at(path))
     }
-    pub fn open(_path: &Path) -> Result<RunDir, RunDirError> {
-        todo!()
+
+    /// Opens an existing run directory (it must hold `meta.json`).
+    pub fn open(path: &Path) -> Result<RunDir, RunDirError> {
+        if !path.join(META_FILE).is_file() {
+            return Err(RunDirError::NotARunDir {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(RunDir::at(path.to_path_buf()))
     }
-    pub fn write_resolved(&self, _resolved: &impl serde::Serialize) -> std::io::Result<()> {
-        todo!()
+
+    /// Path of a file inside the run directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
     }
-    pub fn write_meta(&self, _meta: &RunMeta) -> std::io::Result<()> {
-        todo!()
+
+    /// Writes `resolved.yaml`.
+    pub fn write_resolved(&self, resolved: &impl Serialize) -> io::Result<()> {
+        let yaml = serde_saphyr::to_string(resolved).map_err(io::Error::other)?;
+        fs::write(self.file(RESOLVED_FILE), yaml)
     }
-    pub fn append_request(&self, _r: &RequestRecord) -> std::io::Result<()> {
-        todo!()
+
+    /// Writes `meta.json` atomically (temporary file, then rename), so a crash leaves either the
+    /// old or the new meta, never half of one.
+    pub fn write_meta(&self, meta: &RunMeta) -> io::Result<()> {
+        let mut json = serde_json::to_string_pretty(meta).map_err(io::Error::other)?;
+        json.push('\n');
+        let tmp = self.file("meta.json.tmp");
+        fs::write(&tmp, json)?;
+        fs::rename(&tmp, self.file(META_FILE))
     }
-    pub fn append_point(&self, _p: &PointRecord) -> std::io::Result<()> {
-        todo!()
+
+    /// Appends one request to `requests.jsonl`. Safe to call from several threads.
+    pub fn append_request(&self, r: &RequestRecord) -> io::Result<()> {
+        append_line(&self.requests, &self.file(REQUESTS_FILE), r)
     }
-    pub fn server_log_path(&self, _group: &str) -> PathBuf {
-        todo!()
+
+    /// Appends one point to `points.jsonl`.
+    pub fn append_point(&self, p: &PointRecord) -> io::Result<()> {
+        append_line(&self.points, &self.file(POINTS_FILE), p)
     }
-    pub fn write_report(&self, _markdown: &str) -> std::io::Result<()> {
-        todo!()
+
+    /// Where the runner writes the log of server group `group`.
+    pub fn server_log_path(&self, group: &str) -> PathBuf {
+        self.file(&format!("server-{group}.log"))
     }
+
+    /// Reads `meta.json`.
+    pub fn read_meta(&self) -> Result<RunMeta, RunDirError> {
+        let path = self.file(META_FILE);
+        let text = fs::read_to_string(&path).map_err(|source| RunDirError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| RunDirError::Parse {
+            line: source.line(),
+            path,
+            source,
+        })
+    }
+
+    /// Reads `requests.jsonl` (empty when absent). A line cut off mid-record is skipped with a
+    /// warning; use [`RunDir::read_requests_detailed`] to learn which.
+    pub fn read_requests(&self) -> Result<Vec<RequestRecord>, RunDirError> {
+        Ok(self.read_requests_detailed()?.records)
+    }
+
+    /// Reads `requests.jsonl`, reporting skipped truncated lines.
+    pub fn read_requests_detailed(&self) -> Result<JsonlRead<RequestRecord>, RunDirError> {
+        read_jsonl(&self.file(REQUESTS_FILE))
+    }
+
+    /// Reads `points.jsonl` (empty when absent), tolerating truncated lines like `read_requests`.
+    pub fn read_points(&self) -> Result<Vec<PointRecord>, RunDirError> {
+        Ok(self.read_points_detailed()?.records)
+    }
+
+    /// Reads `points.jsonl`, reporting skipped truncated lines.
+    pub fn read_points_detailed(&self) -> Result<JsonlRead<PointRecord>, RunDirError> {
+        read_jsonl(&self.file(POINTS_FILE))
+    }
+
+    /// Writes `report.md`.
+    pub fn write_report(&self, markdown: &str) -> io::Result<()> {
+        fs::write(self.file(REPORT_FILE), markdown)
+    }
+}
+
+/// Serialises `value` as one line and writes it with a single `write_all` on an unbuffered file,
+/// so the line reaches the OS before this returns (a crash of servebench loses nothing).
+fn append_line(slot: &Mutex<Option<File>>, path: &Path, value: &impl Serialize) -> io::Result<()> {
+    let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
+    line.push(b'\n');
+    // A poisoned lock only means another append panicked; the file handle is still sound.
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.is_none() {
+        *guard = Some(open_for_append(path)?);
+    }
+    let file = guard.as_mut().expect("opened above");
+    file.write_all(&line)?;
+    file.flush()
+}
+
+/// Opens a `.jsonl` file for appending. If an earlier process died mid-line, ends that line
+/// first, so the next record starts on a line of its own and the cut one stays detectable.
+fn open_for_append(path: &Path) -> io::Result<File> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    if len > 0 {
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::Start(len - 1))?;
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            file.write_all(b"\n")?;
+        }
+    }
+    Ok(file)
+}
+
+/// Reads one record per line. Blank lines are ignored; a line that ends before its JSON does
+/// (a crash mid-write) is skipped and reported; any other bad line is an error naming the line.
+fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>, RunDirError> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(source) => {
+            return Err(RunDirError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut out = JsonlRead {
+        records: Vec::new(),
+        truncated_lines: Vec::new(),
+    };
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(record) => out.records.push(record),
+            Err(e) if e.is_eof() => {
+                tracing::warn!("{}:{}: skipped a truncated record", path.display(), i + 1);
+                out.truncated_lines.push(i + 1);
+            }
+            Err(source) => {
+                return Err(RunDirError::Parse {
+                    path: path.to_path_buf(),
+                    line: i + 1,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
 }

@@ -1,0 +1,945 @@
+//! The report's data model: everything a template sees, derived only from a run directory's
+//! files so that re-rendering is reproducible. Field docs become the published schema.
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use crate::results::meta::{RunMeta, RunStatus, ServerLaunch};
+use crate::results::records::{PointRecord, RequestRecord, RequestRole, Stat, TokenSource};
+use crate::spec::types::{Api, CachePolicy, Engine, Method, PromptSpec};
+
+/// Version of this data model; bumped when a field changes meaning or is removed.
+pub const MODEL_VERSION: u32 = 1;
+
+/// The metrics a point may carry, in report order: (name, label, display unit, definition).
+/// Times are stored in seconds; ITL and ICL are displayed in milliseconds.
+const METRICS: &[(&str, &str, &str, &str)] = &[
+    (
+        "ttft_s",
+        "TTFT",
+        "s",
+        "Time to first token: from send to the first chunk carrying at least one output token.",
+    ),
+    (
+        "prefill_tok_s",
+        "prefill",
+        "tok/s",
+        "(prompt_tokens - cached_tokens) / TTFT.",
+    ),
+    (
+        "decode_tok_s",
+        "decode",
+        "tok/s",
+        "(completion_tokens - tokens in the first chunk) / (last token time - first token time).",
+    ),
+    (
+        "tpot_s",
+        "TPOT",
+        "s/tok",
+        "Time per output token: (E2E - TTFT) / (completion_tokens - 1).",
+    ),
+    (
+        "itl_s",
+        "ITL",
+        "ms",
+        "Inter-token latency, token-normalised: each chunk's gap divided evenly over the tokens it \
+         carries, so speculative decoding (several tokens per chunk) does not distort it.",
+    ),
+    (
+        "icl_s",
+        "ICL",
+        "ms",
+        "Inter-chunk latency: the raw gap between consecutive chunks.",
+    ),
+    (
+        "e2e_s",
+        "E2E",
+        "s",
+        "End to end: from send to the end of the stream.",
+    ),
+    (
+        "queue_delay_s",
+        "queue delay",
+        "s",
+        "Load runs: from the scheduled send time to the actual send time.",
+    ),
+    (
+        "prompt_tokens",
+        "prompt tokens",
+        "tok",
+        "Prompt tokens as counted by the server.",
+    ),
+    (
+        "cached_tokens",
+        "cached tokens",
+        "tok",
+        "Prompt tokens served from the server's prefix cache, as reported by the server.",
+    ),
+    (
+        "completion_tokens",
+        "output tokens",
+        "tok",
+        "Output tokens as counted by the server.",
+    ),
+];
+
+/// Metrics every point shows in its detail table even when absent (as `—`).
+const CORE_METRICS: usize = 7;
+
+/// Everything a report template sees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReportModel {
+    /// Version of this data model (`MODEL_VERSION`).
+    pub model_version: u32,
+    /// The experiment's name.
+    pub title: String,
+    /// The experiment's description (may be empty).
+    pub description: String,
+    /// Status and timing of the run.
+    pub run: RunInfo,
+    /// What was measured and how (from the resolved experiment).
+    pub setup: Setup,
+    /// One entry per server launch, in launch order.
+    pub servers: Vec<ServerInfo>,
+    /// Where the numbers came from.
+    pub provenance: Provenance,
+    /// Every sweep dimension, in spec order.
+    pub dimensions: Vec<String>,
+    /// Sweep dimensions that change the server (`server.…`): they split points into groups.
+    pub server_dimensions: Vec<String>,
+    /// Sweep dimensions that vary within a server group: the first columns of each table.
+    pub point_dimensions: Vec<String>,
+    /// The values each dimension took, formatted, in order of first appearance.
+    pub sweep: Vec<SweepDimension>,
+    /// One results table per server group, in the order the groups first appear.
+    pub tables: Vec<ResultTable>,
+    /// Points that have requests in `requests.jsonl` but no line in `points.jsonl` (the run
+    /// stopped while they were measured).
+    pub unfinished_points: Vec<UnfinishedPoint>,
+    /// Definitions of the metrics, by metric name (`ttft_s`, ...), in report order.
+    pub metric_defs: IndexMap<String, MetricDef>,
+    /// Run-wide counts.
+    pub totals: Totals,
+    /// Problems found reading the run's files (e.g. a truncated line skipped); empty when clean.
+    pub data_notes: Vec<String>,
+}
+
+/// Status and timing of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunInfo {
+    /// `running`, `complete`, `incomplete` or `failed`.
+    pub status: String,
+    /// True only when the status is `complete`.
+    pub complete: bool,
+    /// Why the run is not complete (None when it is, or when no reason was recorded).
+    pub status_reason: Option<String>,
+    /// RFC 3339 UTC start time, as recorded.
+    pub started_at: String,
+    /// RFC 3339 UTC end time (None while running or after a hard crash).
+    pub ended_at: Option<String>,
+    /// Seconds from start to end (None without an end time).
+    pub duration_s: Option<f64>,
+}
+
+/// What was measured and how.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Setup {
+    /// Engine named in the spec: `sim` or `sglang`; `external` for a server given by URL.
+    pub engine: String,
+    /// Model path or name (None when the spec did not name one).
+    pub model: Option<String>,
+    /// Where the server ran (`local` or an SSH URL).
+    pub host: String,
+    /// URL of an already running server (None when servebench launched it).
+    pub external_url: Option<String>,
+    /// HTTP API: `sglang-generate`, `openai-completions` or `openai-chat`.
+    pub api: String,
+    /// The prompt generator.
+    pub prompt: PromptInfo,
+    /// `max_new_tokens` / `max_tokens` per request.
+    pub output_tokens: u32,
+    /// Whether generation continued past end-of-sequence.
+    pub ignore_eos: bool,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Cache policy: `cold`, `warm` or `as-is`.
+    pub cache_policy: String,
+    /// Whether the server's `cached_tokens` were checked against the policy.
+    pub cache_verify: bool,
+    /// Measurement method: `streaming`.
+    pub method: String,
+    /// Measured requests per point and round.
+    pub requests: u32,
+    /// Most requests in flight at once within a point.
+    pub concurrency: u32,
+    /// Rounds over all points.
+    pub repeat: u32,
+    /// Per-request timeout in seconds.
+    pub request_timeout_s: f64,
+    /// Where token counts came from, over all measured requests: `meta-info`, `usage`,
+    /// `chunk-count` (empty without requests).
+    pub token_sources: Vec<String>,
+    /// Template the report was rendered with, as named in the spec (`default` or a path).
+    pub template: String,
+}
+
+/// The prompt generator.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PromptInfo {
+    /// `repeat`, `random` or `file`.
+    pub kind: String,
+    /// Target prompt length in tokens when the same for every point (None for file prompts or
+    /// when it varies; see `varies`).
+    pub target_tokens: Option<u64>,
+    /// True when points asked for different prompt lengths (see each row's `ctx_req`).
+    pub varies: bool,
+    /// Whether the text was scaled until the server's `prompt_tokens` matched the target
+    /// (None for file prompts).
+    pub calibrate: Option<bool>,
+    /// The repeated sentence (`repeat` only).
+    pub text: Option<String>,
+    /// Seed of the word sequence (`random` only).
+    pub seed: Option<u64>,
+    /// Prompt file, relative to the spec (`file` only).
+    pub path: Option<String>,
+}
+
+/// One server launch (or the external server).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerInfo {
+    /// Server group id (`g1`, ...).
+    pub group: String,
+    /// `sim`, `sglang` or `external`.
+    pub engine: String,
+    /// Base URL the client used.
+    pub url: String,
+    /// The launch command as one shell-quoted line, secrets redacted (None for external).
+    pub command: Option<String>,
+    /// Launch flags as given in the spec (redacted), values formatted.
+    pub args: Vec<NameValue>,
+    /// Environment given to the server (redacted).
+    pub env: Vec<NameValue>,
+    /// `version` from the server's `/server_info`, when it answered.
+    pub server_version: Option<String>,
+    /// Seconds from launch to ready.
+    pub ready_after_s: Option<f64>,
+    /// How the server ended: `stopped`, `crashed: ...`, `external`.
+    pub outcome: Option<String>,
+    /// Server log file inside the run directory.
+    pub log_file: Option<String>,
+    /// Values of the server sweep dimensions for this group, formatted.
+    pub dimension_values: Vec<NameValue>,
+}
+
+/// A name and its formatted value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NameValue {
+    pub name: String,
+    pub value: String,
+}
+
+/// Where the numbers came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance {
+    /// servebench version.
+    pub tool_version: String,
+    /// Git commit of the repository holding the spec (None outside git).
+    pub git_commit: Option<String>,
+    /// Whether that repository had uncommitted changes.
+    pub git_dirty: Option<bool>,
+    /// The spec file as given on the command line.
+    pub spec_file: String,
+    /// SHA-256 of the spec file.
+    pub spec_sha256: String,
+    /// Host name of the client machine.
+    pub client_hostname: String,
+    /// Operating system of the client machine.
+    pub client_os: String,
+    /// CPU count of the client machine.
+    pub client_cpus: usize,
+}
+
+/// A sweep dimension and the values it took.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepDimension {
+    pub name: String,
+    /// True for `server.…` dimensions.
+    pub server: bool,
+    pub values: Vec<String>,
+}
+
+/// The results of one server group.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResultTable {
+    /// Server group id.
+    pub group: String,
+    /// Heading for the table: the server dimension values (`server.args.tp=8`), or the group id
+    /// when there are no server dimensions.
+    pub title: String,
+    /// Values of the server sweep dimensions for this group.
+    pub server_values: Vec<NameValue>,
+    /// One row per point, in `points.jsonl` order.
+    pub rows: Vec<PointRow>,
+    /// Warnings for this table's rows, numbered from 1; rows refer to them by number.
+    pub warnings: Vec<Warning>,
+}
+
+/// One point: the row in its table and its detail section.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointRow {
+    /// Point id (`p003`).
+    pub id: String,
+    /// Server group id.
+    pub group: String,
+    /// Human label: `p003 (ctx=1024)`.
+    pub label: String,
+    /// Values of `point_dimensions`, formatted, in the same order.
+    pub values: Vec<String>,
+    /// Requested prompt tokens (None for file prompts).
+    pub ctx_req: Option<u64>,
+    /// Measured requests that succeeded.
+    pub ok: usize,
+    /// Measured requests that failed.
+    pub errors: usize,
+    /// True when the point did not run to completion.
+    pub incomplete: bool,
+    /// Statistics by metric name: every name in `metric_defs` except `queue_delay_s` is present
+    /// (None when not measured); `queue_delay_s` and any other metric follow when recorded.
+    pub stats: IndexMap<String, Option<Stat>>,
+    /// Warning markers by cell: keys `prompt_tok`, `cached`, `ttft`, `ok_err`; each value is
+    /// empty or a marker such as ` ⚠1,2` naming entries of the table's `warnings`.
+    pub marks: IndexMap<String, String>,
+    /// Number of warnings on this point.
+    pub warning_count: usize,
+    /// Failed requests by kind, with a sample message from `requests.jsonl`.
+    pub error_summary: Vec<ErrorSummary>,
+}
+
+/// A warning about a point, listed under its table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Warning {
+    /// Number within the table, from 1.
+    pub n: usize,
+    /// Point id.
+    pub point: String,
+    /// Point label.
+    pub label: String,
+    /// `cold-cache-hit`, `warm-cache-miss`, `errors`, `calibration`, `incomplete`, ...
+    pub kind: String,
+    /// What happened and what it means for the numbers.
+    pub message: String,
+    /// The cell the marker sits in: `prompt_tok`, `cached`, `ttft` or `ok_err`.
+    pub cell: String,
+}
+
+/// Failed requests of one kind in a point.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorSummary {
+    /// `http`, `stream-error`, `malformed`, `connect`, `reset`, `timeout`, `incomplete`.
+    pub kind: String,
+    /// How many measured requests failed this way.
+    pub count: usize,
+    /// The first such request's message (None when requests.jsonl holds none).
+    pub sample: Option<String>,
+    /// Its HTTP status, when one arrived.
+    pub status: Option<u16>,
+}
+
+/// A point with recorded requests but no aggregate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UnfinishedPoint {
+    /// Point id.
+    pub id: String,
+    /// Measured requests recorded.
+    pub requests: usize,
+    /// Of which failed.
+    pub errors: usize,
+}
+
+/// A metric's definition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricDef {
+    /// Short label (`TTFT`).
+    pub label: String,
+    /// Unit as displayed (`s`, `ms`, `tok/s`, `s/tok`, `tok`).
+    pub unit: String,
+    /// One-sentence definition.
+    pub definition: String,
+}
+
+/// Run-wide counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    /// Points with a line in `points.jsonl`.
+    pub points: usize,
+    /// Measured requests that succeeded, summed over points.
+    pub ok: usize,
+    /// Measured requests that failed, summed over points.
+    pub errors: usize,
+    /// Lines in `requests.jsonl` (measured and priming).
+    pub requests_recorded: usize,
+    /// Priming requests (warm policy), not measured.
+    pub prime_requests: usize,
+    /// Warnings over all tables.
+    pub warnings: usize,
+}
+
+/// Builds the model from a run's stored records.
+pub fn build_model(
+    meta: &RunMeta,
+    points: &[PointRecord],
+    requests: &[RequestRecord],
+) -> ReportModel {
+    let exp = &meta.experiment;
+    let server_dimensions: Vec<String> = meta
+        .dimensions
+        .iter()
+        .filter(|d| is_server_dim(d))
+        .cloned()
+        .collect();
+    let point_dimensions: Vec<String> = meta
+        .dimensions
+        .iter()
+        .filter(|d| !is_server_dim(d))
+        .cloned()
+        .collect();
+
+    let tables = build_tables(points, requests, &server_dimensions, &point_dimensions);
+    let totals = Totals {
+        points: points.len(),
+        ok: points.iter().map(|p| p.ok).sum(),
+        errors: points.iter().map(|p| p.errors).sum(),
+        requests_recorded: requests.len(),
+        prime_requests: requests
+            .iter()
+            .filter(|r| r.role == RequestRole::Prime)
+            .count(),
+        warnings: tables.iter().map(|t| t.warnings.len()).sum(),
+    };
+
+    let engine = if exp.server.url.is_some() {
+        "external".to_string()
+    } else {
+        engine_name(exp.server.engine).to_string()
+    };
+    let mut token_sources: Vec<String> = Vec::new();
+    for r in requests.iter().filter(|r| r.role == RequestRole::Measure) {
+        let s = token_source_name(r.token_source).to_string();
+        if !token_sources.contains(&s) {
+            token_sources.push(s);
+        }
+    }
+
+    ReportModel {
+        model_version: MODEL_VERSION,
+        title: exp.name.clone(),
+        description: exp.description.trim().to_string(),
+        run: RunInfo {
+            status: status_name(meta.status).to_string(),
+            complete: meta.status == RunStatus::Complete,
+            status_reason: meta.status_reason.clone(),
+            started_at: meta.started_at.clone(),
+            ended_at: meta.ended_at.clone(),
+            duration_s: meta
+                .ended_at
+                .as_deref()
+                .and_then(|end| seconds_between(&meta.started_at, end)),
+        },
+        setup: Setup {
+            engine,
+            model: exp.server.model.clone(),
+            host: exp.host.clone(),
+            external_url: exp.server.url.clone(),
+            api: api_name(exp.workload.api).to_string(),
+            prompt: prompt_info(&exp.workload.prompt, points),
+            output_tokens: exp.workload.output_tokens,
+            ignore_eos: exp.workload.ignore_eos,
+            temperature: exp.workload.temperature,
+            cache_policy: cache_policy_name(exp.cache.policy).to_string(),
+            cache_verify: exp.cache.verify,
+            method: match exp.method {
+                Method::Streaming => "streaming".to_string(),
+            },
+            requests: exp.requests,
+            concurrency: exp.concurrency,
+            repeat: exp.repeat,
+            request_timeout_s: exp.request_timeout.as_secs_f64(),
+            token_sources,
+            template: exp.report.template.clone(),
+        },
+        servers: meta
+            .servers
+            .iter()
+            .map(|s| server_info(s, points, &server_dimensions))
+            .collect(),
+        provenance: Provenance {
+            tool_version: meta.tool_version.clone(),
+            git_commit: meta.git.as_ref().map(|g| g.commit.clone()),
+            git_dirty: meta.git.as_ref().map(|g| g.dirty),
+            spec_file: meta.spec_file.clone(),
+            spec_sha256: meta.spec_sha256.clone(),
+            client_hostname: meta.client_host.hostname.clone(),
+            client_os: meta.client_host.os.clone(),
+            client_cpus: meta.client_host.cpus,
+        },
+        sweep: sweep_dimensions(&meta.dimensions, points),
+        dimensions: meta.dimensions.clone(),
+        server_dimensions,
+        point_dimensions,
+        tables,
+        unfinished_points: unfinished_points(points, requests),
+        metric_defs: METRICS
+            .iter()
+            .map(|(name, label, unit, def)| {
+                (
+                    name.to_string(),
+                    MetricDef {
+                        label: label.to_string(),
+                        unit: unit.to_string(),
+                        definition: def.to_string(),
+                    },
+                )
+            })
+            .collect(),
+        totals,
+        data_notes: Vec::new(),
+    }
+}
+
+fn is_server_dim(name: &str) -> bool {
+    name.starts_with("server.")
+}
+
+/// Formats a sweep or flag value for display: strings without quotes, numbers as written.
+pub(crate) fn value_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "—".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn dimension_values(p: &PointRecord, dims: &[String]) -> Vec<NameValue> {
+    dims.iter()
+        .map(|d| NameValue {
+            name: d.clone(),
+            value: p
+                .values
+                .get(d)
+                .map(value_text)
+                .unwrap_or_else(|| "—".to_string()),
+        })
+        .collect()
+}
+
+fn build_tables(
+    points: &[PointRecord],
+    requests: &[RequestRecord],
+    server_dims: &[String],
+    point_dims: &[String],
+) -> Vec<ResultTable> {
+    let mut tables: Vec<ResultTable> = Vec::new();
+    for p in points {
+        let idx = match tables.iter().position(|t| t.group == p.group) {
+            Some(i) => i,
+            None => {
+                let server_values = dimension_values(p, server_dims);
+                let title = if server_values.is_empty() {
+                    p.group.clone()
+                } else {
+                    server_values
+                        .iter()
+                        .map(|nv| format!("{}={}", nv.name, nv.value))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                tables.push(ResultTable {
+                    group: p.group.clone(),
+                    title,
+                    server_values,
+                    rows: Vec::new(),
+                    warnings: Vec::new(),
+                });
+                tables.len() - 1
+            }
+        };
+        let table = &mut tables[idx];
+        let row = point_row(p, requests, point_dims, &mut table.warnings);
+        table.rows.push(row);
+    }
+    tables
+}
+
+fn point_row(
+    p: &PointRecord,
+    requests: &[RequestRecord],
+    point_dims: &[String],
+    warnings: &mut Vec<Warning>,
+) -> PointRow {
+    let values: Vec<String> = dimension_values(p, point_dims)
+        .into_iter()
+        .map(|nv| nv.value)
+        .collect();
+    let label = if point_dims.is_empty() {
+        p.id.clone()
+    } else {
+        let dims: Vec<String> = point_dims
+            .iter()
+            .zip(&values)
+            .map(|(d, v)| format!("{d}={v}"))
+            .collect();
+        format!("{} ({})", p.id, dims.join(", "))
+    };
+
+    let mut stats: IndexMap<String, Option<Stat>> = METRICS
+        .iter()
+        .take(CORE_METRICS)
+        .chain(METRICS.iter().skip(CORE_METRICS + 1))
+        .map(|(name, ..)| (name.to_string(), usable(p.metrics.get(*name))))
+        .collect();
+    // Queue delay only matters for load runs; show it when recorded. Unknown metrics follow.
+    if let Some(q) = usable(p.metrics.get("queue_delay_s")) {
+        stats.insert("queue_delay_s".to_string(), Some(q));
+    }
+    for (name, stat) in &p.metrics {
+        if !stats.contains_key(name) {
+            stats.insert(name.clone(), usable(Some(stat)));
+        }
+    }
+
+    let error_summary = error_summary(p, requests);
+
+    // Flags from the record, plus warnings the record implies but did not flag itself.
+    let mut point_warnings: Vec<(String, String)> = p
+        .flags
+        .iter()
+        .map(|f| (f.kind.clone(), f.message.clone()))
+        .collect();
+    let has = |kind: &str, ws: &[(String, String)]| ws.iter().any(|(k, _)| k == kind);
+    if p.errors > 0 && !has("errors", &point_warnings) {
+        let kinds: Vec<String> = error_summary
+            .iter()
+            .map(|e| format!("{} ×{}", e.kind, e.count))
+            .collect();
+        let total = p.ok + p.errors;
+        let mut msg = format!("{} of {} requests failed", p.errors, total);
+        if !kinds.is_empty() {
+            msg.push_str(&format!(" ({})", kinds.join(", ")));
+        }
+        msg.push_str("; the statistics cover the successful ones only.");
+        point_warnings.push(("errors".to_string(), msg));
+    }
+    if p.incomplete && !has("incomplete", &point_warnings) {
+        point_warnings.push((
+            "incomplete".to_string(),
+            "The point did not run to completion; its statistics cover fewer requests than \
+             planned."
+                .to_string(),
+        ));
+    }
+
+    let mut marks: IndexMap<String, Vec<usize>> = ["prompt_tok", "cached", "ttft", "ok_err"]
+        .iter()
+        .map(|c| (c.to_string(), Vec::new()))
+        .collect();
+    for (kind, message) in &point_warnings {
+        let n = warnings.len() + 1;
+        let cell = cell_for(kind);
+        marks.entry(cell.to_string()).or_default().push(n);
+        warnings.push(Warning {
+            n,
+            point: p.id.clone(),
+            label: label.clone(),
+            kind: kind.clone(),
+            message: message.clone(),
+            cell: cell.to_string(),
+        });
+    }
+    let marks = marks
+        .into_iter()
+        .map(|(cell, ns)| {
+            let text = if ns.is_empty() {
+                String::new()
+            } else {
+                let ns: Vec<String> = ns.iter().map(|n| n.to_string()).collect();
+                format!(" ⚠{}", ns.join(","))
+            };
+            (cell, text)
+        })
+        .collect();
+
+    PointRow {
+        id: p.id.clone(),
+        group: p.group.clone(),
+        label,
+        values,
+        ctx_req: p.requested_prompt_tokens,
+        ok: p.ok,
+        errors: p.errors,
+        incomplete: p.incomplete,
+        stats,
+        marks,
+        warning_count: point_warnings.len(),
+        error_summary,
+    }
+}
+
+/// The cell a warning's marker sits in: next to the number it casts doubt on.
+fn cell_for(kind: &str) -> &'static str {
+    match kind {
+        // A cache hit in a cold run (or a miss in a warm one) shows in the cached column, and
+        // makes TTFT and prefill speed wrong.
+        "cold-cache-hit" | "warm-cache-miss" => "cached",
+        "calibration" => "prompt_tok",
+        "cache-reuse-suspected" => "ttft",
+        _ => "ok_err",
+    }
+}
+
+/// A stat with no samples is "not measured", not a row of zeros.
+fn usable(stat: Option<&Stat>) -> Option<Stat> {
+    stat.filter(|s| s.count > 0).cloned()
+}
+
+fn error_summary(p: &PointRecord, requests: &[RequestRecord]) -> Vec<ErrorSummary> {
+    let failed: Vec<&RequestRecord> = requests
+        .iter()
+        .filter(|r| r.point == p.id && r.role == RequestRole::Measure && r.error.is_some())
+        .collect();
+    let mut out: Vec<ErrorSummary> = Vec::new();
+    // The point's own counts are authoritative; requests.jsonl supplies the sample messages.
+    let mut kinds: IndexMap<String, usize> = p.error_kinds.clone();
+    if kinds.is_empty() {
+        for r in &failed {
+            if let Some(e) = &r.error {
+                *kinds.entry(error_kind_name(e)).or_default() += 1;
+            }
+        }
+    }
+    for (kind, count) in kinds {
+        let sample = failed
+            .iter()
+            .filter_map(|r| r.error.as_ref())
+            .find(|e| error_kind_name(e) == kind);
+        out.push(ErrorSummary {
+            kind,
+            count,
+            sample: sample.map(|e| e.message.clone()),
+            status: sample.and_then(|e| e.status),
+        });
+    }
+    out
+}
+
+fn error_kind_name(e: &crate::results::records::RequestError) -> String {
+    match serde_json::to_value(e.kind) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{:?}", e.kind),
+    }
+}
+
+fn unfinished_points(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<UnfinishedPoint> {
+    let mut out: Vec<UnfinishedPoint> = Vec::new();
+    for r in requests.iter().filter(|r| r.role == RequestRole::Measure) {
+        if points.iter().any(|p| p.id == r.point) {
+            continue;
+        }
+        let i = match out.iter().position(|u| u.id == r.point) {
+            Some(i) => i,
+            None => {
+                out.push(UnfinishedPoint {
+                    id: r.point.clone(),
+                    requests: 0,
+                    errors: 0,
+                });
+                out.len() - 1
+            }
+        };
+        out[i].requests += 1;
+        if r.error.is_some() {
+            out[i].errors += 1;
+        }
+    }
+    out
+}
+
+fn sweep_dimensions(dims: &[String], points: &[PointRecord]) -> Vec<SweepDimension> {
+    dims.iter()
+        .map(|d| {
+            let mut values: Vec<String> = Vec::new();
+            for p in points {
+                if let Some(v) = p.values.get(d) {
+                    let v = value_text(v);
+                    if !values.contains(&v) {
+                        values.push(v);
+                    }
+                }
+            }
+            SweepDimension {
+                name: d.clone(),
+                server: is_server_dim(d),
+                values,
+            }
+        })
+        .collect()
+}
+
+fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String]) -> ServerInfo {
+    let dimension_values = points
+        .iter()
+        .find(|p| p.group == s.group)
+        .map(|p| dimension_values(p, server_dims))
+        .unwrap_or_default();
+    ServerInfo {
+        group: s.group.clone(),
+        engine: s.engine.clone(),
+        url: s.url.clone(),
+        command: s.command.as_ref().map(|argv| shell_join(argv)),
+        args: s
+            .args
+            .iter()
+            .map(|(k, v)| NameValue {
+                name: k.clone(),
+                value: value_text(v),
+            })
+            .collect(),
+        env: s
+            .env
+            .iter()
+            .map(|(k, v)| NameValue {
+                name: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
+        server_version: s
+            .server_info
+            .as_ref()
+            .and_then(|i| i.get("version"))
+            .and_then(|v| v.as_str())
+            .map(str::to_string),
+        ready_after_s: s.ready_after_s,
+        outcome: s.outcome.clone(),
+        log_file: s.log_file.clone(),
+        dimension_values,
+    }
+}
+
+/// Joins argv into one line a shell would split back the same way.
+fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
+    let mut requested: Vec<u64> = points
+        .iter()
+        .filter_map(|p| p.requested_prompt_tokens)
+        .collect();
+    requested.dedup();
+    let varies = {
+        let first = requested.first();
+        requested.iter().any(|r| Some(r) != first)
+    };
+    let target = |spec_tokens: u64| {
+        if varies {
+            None
+        } else {
+            Some(requested.first().copied().unwrap_or(spec_tokens))
+        }
+    };
+    match prompt {
+        PromptSpec::Repeat {
+            text,
+            tokens,
+            calibrate,
+        } => PromptInfo {
+            kind: "repeat".to_string(),
+            target_tokens: target(*tokens),
+            varies,
+            calibrate: Some(*calibrate),
+            text: Some(text.clone()),
+            seed: None,
+            path: None,
+        },
+        PromptSpec::Random {
+            tokens,
+            seed,
+            calibrate,
+        } => PromptInfo {
+            kind: "random".to_string(),
+            target_tokens: target(*tokens),
+            varies,
+            calibrate: Some(*calibrate),
+            text: None,
+            seed: Some(*seed),
+            path: None,
+        },
+        PromptSpec::File { path } => PromptInfo {
+            kind: "file".to_string(),
+            target_tokens: None,
+            varies: false,
+            calibrate: None,
+            text: None,
+            seed: None,
+            path: Some(path.display().to_string()),
+        },
+    }
+}
+
+fn seconds_between(start: &str, end: &str) -> Option<f64> {
+    let start = chrono::DateTime::parse_from_rfc3339(start).ok()?;
+    let end = chrono::DateTime::parse_from_rfc3339(end).ok()?;
+    let ms = (end - start).num_milliseconds();
+    (ms >= 0).then(|| ms as f64 / 1000.0)
+}
+
+fn status_name(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Running => "running",
+        RunStatus::Complete => "complete",
+        RunStatus::Incomplete => "incomplete",
+        RunStatus::Failed => "failed",
+    }
+}
+
+fn engine_name(e: Engine) -> &'static str {
+    match e {
+        Engine::Sim => "sim",
+        Engine::Sglang => "sglang",
+    }
+}
+
+fn api_name(a: Api) -> &'static str {
+    match a {
+        Api::SglangGenerate => "sglang-generate",
+        Api::OpenaiCompletions => "openai-completions",
+        Api::OpenaiChat => "openai-chat",
+    }
+}
+
+fn cache_policy_name(c: CachePolicy) -> &'static str {
+    match c {
+        CachePolicy::Cold => "cold",
+        CachePolicy::Warm => "warm",
+        CachePolicy::AsIs => "as-is",
+    }
+}
+
+fn token_source_name(t: TokenSource) -> &'static str {
+    match t {
+        TokenSource::MetaInfo => "meta-info",
+        TokenSource::Usage => "usage",
+        TokenSource::ChunkCount => "chunk-count",
+    }
+}
