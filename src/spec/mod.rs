@@ -1,2 +1,18 @@
 //! Experiment specs: types, loading with source positions, validation, sweep expansion.
+//!
+//! `load` is the one entry point: YAML (with positions) -> sweep and template checks -> one
+//! value per point -> schema checks -> typed [`types::Experiment`]. All problems are collected
+//! into [`SpecErrors`], each with file, line, column, the offending text and a hint.
+
+pub mod diagnostics;
+pub mod expand;
+pub mod load;
+pub mod schema;
+pub mod template;
 pub mod types;
+pub mod validate;
+pub mod yaml;
+
+pub use diagnostics::{Diagnostic, SpecErrors};
+pub use load::{LoadedSpec, Point, load, load_str};
+pub use schema::schema_json;
