@@ -75,9 +75,10 @@ pub fn load_str(file_name: &str, source: &str) -> Result<LoadedSpec, SpecErrors>
     load_source(PathBuf::from(file_name), file_name, source.to_string())
 }
 
-fn validator() -> Validator {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    Validator::new(SCHEMA.get_or_init(schema::raw_schema).clone())
+fn validator() -> &'static Validator {
+    // Generating the schema takes a moment; every load shares one.
+    static VALIDATOR: OnceLock<Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| Validator::new(schema::raw_schema()))
 }
 
 fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, SpecErrors> {
@@ -101,8 +102,8 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         )]));
     }
 
-    let mut validator = validator();
-    let (mut sweep, sweep_problems) = expand::analyze(&doc.value, &validator);
+    let validator = validator();
+    let (mut sweep, sweep_problems) = expand::analyze(&doc.value, validator);
     // JSON objects here do not keep insertion order; the file does.
     sweep.dimensions.sort_by_key(|d| doc.locate(&push_pointer("/sweep", &d.name)).key.map(|k| k.start.index));
     let mut diags: Vec<Diagnostic> = sweep_problems.iter().map(|p| report.problem(p, None)).collect();

@@ -6,6 +6,7 @@
 //! so it can say "unknown field, did you mean ..." or "expected an integer" instead of "not
 //! valid under any of the given schemas".
 
+use std::sync::Mutex;
 use std::collections::HashMap;
 
 use regex::Regex;
@@ -43,13 +44,13 @@ pub struct Problem {
 /// Validates values against one schema; compiled patterns are cached across calls.
 pub struct Validator {
     root: Value,
-    patterns: HashMap<String, Option<Regex>>,
+    patterns: Mutex<HashMap<String, Option<Regex>>>,
 }
 
 impl Validator {
     /// A validator for `root`, a schema as produced by [`super::schema::raw_schema`].
     pub fn new(root: Value) -> Validator {
-        Validator { root, patterns: HashMap::new() }
+        Validator { root, patterns: Mutex::new(HashMap::new()) }
     }
 
     /// The schema this validator checks against.
@@ -58,10 +59,9 @@ impl Validator {
     }
 
     /// Every problem in `value`.
-    pub fn validate(&mut self, value: &Value) -> Vec<Problem> {
+    pub fn validate(&self, value: &Value) -> Vec<Problem> {
         let mut out = Vec::new();
-        let root = self.root.clone();
-        self.check(value, &root, "", &mut out);
+        self.check(value, &self.root, "", &mut out);
         out
     }
 
@@ -80,15 +80,14 @@ impl Validator {
         s
     }
 
-    fn check(&mut self, value: &Value, schema: &Value, pointer: &str, out: &mut Vec<Problem>) {
+    fn check<'s>(&'s self, value: &Value, schema: &'s Value, pointer: &str, out: &mut Vec<Problem>) {
         // A template whose variable is undefined is reported on its own; do not pile on.
         if let Value::String(s) = value {
             if template::has_template(s) {
                 return;
             }
         }
-        let schema = self.resolve(schema).clone();
-        let Some(obj) = schema.as_object() else { return };
+        let Some(obj) = self.resolve(schema).as_object() else { return };
         if let Some(branches) = obj.get("anyOf").or_else(|| obj.get("oneOf")).and_then(Value::as_array) {
             self.check_branches(value, branches, pointer, out);
             return;
@@ -141,10 +140,10 @@ impl Validator {
         }
     }
 
-    fn check_object(
-        &mut self,
+    fn check_object<'s>(
+        &'s self,
         map: &serde_json::Map<String, Value>,
-        obj: &serde_json::Map<String, Value>,
+        obj: &'s serde_json::Map<String, Value>,
         pointer: &str,
         out: &mut Vec<Problem>,
     ) {
@@ -171,8 +170,7 @@ impl Validator {
         for (key, child) in map {
             let child_pointer = push_pointer(pointer, key);
             if let Some(s) = props.and_then(|p| p.get(key)) {
-                let s = s.clone();
-                self.check(child, &s, &child_pointer, out);
+                self.check(child, s, &child_pointer, out);
                 continue;
             }
             match obj.get("additionalProperties") {
@@ -189,15 +187,14 @@ impl Validator {
                     });
                 }
                 Some(s @ Value::Object(_)) => {
-                    let s = s.clone();
-                    self.check(child, &s, &child_pointer, out);
+                    self.check(child, s, &child_pointer, out);
                 }
                 _ => {}
             }
         }
     }
 
-    fn check_string(&mut self, s: &str, obj: &serde_json::Map<String, Value>, pointer: &str, out: &mut Vec<Problem>) {
+    fn check_string(&self, s: &str, obj: &serde_json::Map<String, Value>, pointer: &str, out: &mut Vec<Problem>) {
         let len = s.chars().count() as u64;
         if let Some(min) = obj.get("minLength").and_then(Value::as_u64) {
             if len < min {
@@ -212,6 +209,7 @@ impl Validator {
         if let Some(pattern) = obj.get("pattern").and_then(Value::as_str) {
             let re = self
                 .patterns
+                .lock().unwrap_or_else(std::sync::PoisonError::into_inner)
                 .entry(pattern.to_string())
                 .or_insert_with(|| Regex::new(pattern).ok())
                 .clone();
@@ -225,8 +223,8 @@ impl Validator {
 
     /// Checks `value` against alternatives and reports the errors of the one the user most
     /// plausibly meant.
-    fn check_branches(&mut self, value: &Value, branches: &[Value], pointer: &str, out: &mut Vec<Problem>) {
-        let resolved: Vec<Value> = branches.iter().map(|b| self.resolve(b).clone()).collect();
+    fn check_branches<'s>(&'s self, value: &Value, branches: &'s [Value], pointer: &str, out: &mut Vec<Problem>) {
+        let resolved: Vec<&Value> = branches.iter().map(|b| self.resolve(b)).collect();
         let mut per_branch = Vec::new();
         for b in &resolved {
             let mut errs = Vec::new();
@@ -354,7 +352,7 @@ fn duration_hint(s: &str) -> String {
 
 /// If every branch is an object with a `const` property of the same name, that name and the
 /// constants in branch order.
-fn tag_of(branches: &[Value]) -> Option<(String, Vec<Value>)> {
+fn tag_of(branches: &[&Value]) -> Option<(String, Vec<Value>)> {
     let mut tag: Option<String> = None;
     let mut kinds = Vec::new();
     for b in branches {
