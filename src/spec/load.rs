@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::diagnostics::{Diagnostic, SpecErrors};
 use super::expand::{self, Origin, RawPoint};
 use super::schema;
-use super::types::Experiment;
+use super::types::{Experiment, SweepValue};
 use super::validate::{Problem, Target, Validator};
 use super::yaml::{self, Document, push_pointer};
 
@@ -115,19 +115,40 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         return Err(SpecErrors::new(diags));
     }
 
+    // The sweep is checked and typed once, not once per point: it can be long.
+    let mut base = doc.value.clone();
+    let sweep_value = base.as_object_mut().and_then(|m| m.remove("sweep"));
+    let mut typed_sweep: IndexMap<String, Vec<SweepValue>> = IndexMap::new();
+    if let Some(v) = &sweep_value {
+        let problems = validator.validate_field("sweep", v);
+        if !problems.is_empty() {
+            return Err(SpecErrors::new(problems.iter().map(|p| report.problem(p, None)).collect()));
+        }
+        match serde_path_to_error::deserialize(v) {
+            Ok(t) => typed_sweep = t,
+            Err(e) => {
+                let p = Problem { pointer: "/sweep".into(), target: Target::Value, message: e.to_string(), hint: None };
+                return Err(SpecErrors::new(vec![report.problem(&p, None)]));
+            }
+        }
+    }
+
     let count = expand::point_count(&sweep);
     let width = count.to_string().len().max(3);
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
-        let (raw, problems) = expand::point(&doc.value, &sweep, index);
+        let (raw, problems) = expand::point(&base, &sweep, index);
         let mut found: Vec<Diagnostic> = problems.iter().map(|p| report.problem(p, Some(&raw.origins))).collect();
         found.extend(validator.validate(&raw.value).iter().map(|p| report.problem(p, Some(&raw.origins))));
         if found.is_empty() {
             match typed(&raw) {
-                Ok(experiment) => points.push(Point {
+                Ok(mut experiment) => points.push(Point {
                     id: format!("p{:0width$}", index + 1),
                     values: raw.values.into_iter().collect(),
-                    experiment,
+                    experiment: {
+                        experiment.sweep = typed_sweep.clone();
+                        experiment
+                    },
                 }),
                 Err(p) => found.push(report.problem(&p, Some(&raw.origins))),
             }

@@ -65,6 +65,15 @@ impl Validator {
         out
     }
 
+    /// Every problem in `value`, the value of the top-level field `field`.
+    pub fn validate_field(&self, field: &str, value: &Value) -> Vec<Problem> {
+        let mut out = Vec::new();
+        if let Some(schema) = self.root.get("properties").and_then(|p| p.get(field)) {
+            self.check(value, schema, &push_pointer("", field), &mut out);
+        }
+        out
+    }
+
     /// Follows a `$ref` into `$defs`.
     pub fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
         let mut s = schema;
