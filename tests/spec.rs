@@ -32,7 +32,10 @@ fn errors(source: &str) -> Vec<Diagnostic> {
         Err(e) => {
             // Rendering must never be empty and must not contain colour codes.
             let text = e.to_string();
-            assert!(text.contains("error: ") && !text.contains('\u{1b}'), "{text}");
+            assert!(
+                text.contains("error: ") && !text.contains('\u{1b}'),
+                "{text}"
+            );
             e.diagnostics
         }
     }
@@ -41,19 +44,32 @@ fn errors(source: &str) -> Vec<Diagnostic> {
 /// The one diagnostic whose message contains `needle`.
 #[track_caller]
 fn find<'a>(diags: &'a [Diagnostic], needle: &str) -> &'a Diagnostic {
-    let found: Vec<&Diagnostic> = diags.iter().filter(|d| d.message.contains(needle)).collect();
-    assert_eq!(found.len(), 1, "expected one diagnostic containing {needle:?}, got {diags:#?}");
+    let found: Vec<&Diagnostic> = diags
+        .iter()
+        .filter(|d| d.message.contains(needle))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one diagnostic containing {needle:?}, got {diags:#?}"
+    );
     found[0]
 }
 
 #[track_caller]
 fn at(d: &Diagnostic, line: usize, column: usize, snippet: &str) {
-    assert_eq!((d.line, d.column, d.snippet.as_str()), (line, column, snippet), "{d:#?}");
+    assert_eq!(
+        (d.line, d.column, d.snippet.as_str()),
+        (line, column, snippet),
+        "{d:#?}"
+    );
 }
 
 #[track_caller]
 fn hint(d: &Diagnostic) -> &str {
-    d.hint.as_deref().unwrap_or_else(|| panic!("no hint: {d:#?}"))
+    d.hint
+        .as_deref()
+        .unwrap_or_else(|| panic!("no hint: {d:#?}"))
 }
 
 #[test]
@@ -68,19 +84,40 @@ fn full_spec_expands_into_typed_points_in_order() {
     let combos: Vec<(i64, i64)> = spec
         .points
         .iter()
-        .map(|p| (p.values["ctx"].as_i64().unwrap(), p.values["server.args.chunked-prefill-size"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p.values["ctx"].as_i64().unwrap(),
+                p.values["server.args.chunked-prefill-size"]
+                    .as_i64()
+                    .unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(combos, [(1024, 2048), (1024, 4096), (4096, 2048), (4096, 4096)]);
+    assert_eq!(
+        combos,
+        [(1024, 2048), (1024, 4096), (4096, 2048), (4096, 4096)]
+    );
     let last = &spec.points[3].experiment;
     match &last.workload.prompt {
-        PromptSpec::Repeat { tokens, calibrate, .. } => assert_eq!((*tokens, *calibrate), (4096, true)),
+        PromptSpec::Repeat {
+            tokens, calibrate, ..
+        } => assert_eq!((*tokens, *calibrate), (4096, true)),
         other => panic!("{other:?}"),
     }
-    assert_eq!(last.server.args["chunked-prefill-size"], ArgValue::Int(4096));
-    assert_eq!(spec.points[0].experiment.server.args["chunked-prefill-size"], ArgValue::Int(2048));
+    assert_eq!(
+        last.server.args["chunked-prefill-size"],
+        ArgValue::Int(4096)
+    );
+    assert_eq!(
+        spec.points[0].experiment.server.args["chunked-prefill-size"],
+        ArgValue::Int(2048)
+    );
     assert_eq!(last.server.args["enable-metrics"], ArgValue::Bool(true));
     assert_eq!(last.server.engine, Engine::Sim);
-    assert_eq!(last.server.ready_timeout, std::time::Duration::from_secs(120));
+    assert_eq!(
+        last.server.ready_timeout,
+        std::time::Duration::from_secs(120)
+    );
     assert_eq!(last.requests, 2);
 }
 
@@ -91,12 +128,17 @@ fn no_sweep_gives_one_point_with_defaults() {
     assert_eq!(spec.points[0].id, "p001");
     assert!(spec.points[0].values.is_empty() && spec.dimensions.is_empty());
     let e = &spec.points[0].experiment;
-    assert_eq!((e.repeat, e.requests, e.concurrency, e.host.as_str()), (1, 1, 1, "local"));
+    assert_eq!(
+        (e.repeat, e.requests, e.concurrency, e.host.as_str()),
+        (1, 1, 1, "local")
+    );
 }
 
 #[test]
 fn templates_interpolate_and_top_level_fields_are_swept() {
-    let src = format!("{BASE}description: \"ctx {{{{ ctx }}}} at c={{{{concurrency}}}}\"\nsweep:\n  ctx: [1, 2]\n  concurrency: [4, 8]\n  workload.output_tokens: [16]\n");
+    let src = format!(
+        "{BASE}description: \"ctx {{{{ ctx }}}} at c={{{{concurrency}}}}\"\nsweep:\n  ctx: [1, 2]\n  concurrency: [4, 8]\n  workload.output_tokens: [16]\n"
+    );
     let spec = ok(&src);
     assert_eq!(spec.points.len(), 4);
     let p = &spec.points[1].experiment;
@@ -107,7 +149,13 @@ fn templates_interpolate_and_top_level_fields_are_swept() {
 
 #[test]
 fn point_ids_widen_past_999() {
-    let src = format!("{BASE}sweep:\n  requests: [{}]\n", (1..=1000).map(|i| i.to_string()).collect::<Vec<_>>().join(", "));
+    let src = format!(
+        "{BASE}sweep:\n  requests: [{}]\n",
+        (1..=1000)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let spec = ok(&src);
     assert_eq!(spec.points[0].id, "p0001");
     assert_eq!(spec.points[999].id, "p1000");
@@ -127,9 +175,16 @@ fn unknown_field_with_did_you_mean() {
     let e = find(&d, "unknown field `concurency`");
     at(e, 7, 1, "concurency");
     assert_eq!(hint(e), "did you mean `concurrency`?");
-    let rendered = spec::SpecErrors { diagnostics: d.clone() }.to_string();
+    let rendered = spec::SpecErrors {
+        diagnostics: d.clone(),
+    }
+    .to_string();
     assert!(rendered.contains("--> t.yaml:7:1"), "{rendered}");
-    assert!(rendered.contains("7 | concurency: 8\n  | ^^^^^^^^^^\n  = hint: did you mean `concurrency`?"), "{rendered}");
+    assert!(
+        rendered
+            .contains("7 | concurency: 8\n  | ^^^^^^^^^^\n  = hint: did you mean `concurrency`?"),
+        "{rendered}"
+    );
 }
 
 #[test]
@@ -146,7 +201,10 @@ fn wrong_type_names_expected_and_found() {
     let e = find(&d, "expected an integer, found \"abc\"");
     at(e, 6, 18, "abc");
     let d = errors(&BASE.replace("output_tokens: 8", "output_tokens: \"8\""));
-    assert_eq!(hint(find(&d, "expected an integer")), "remove the quotes: 8");
+    assert_eq!(
+        hint(find(&d, "expected an integer")),
+        "remove the quotes: 8"
+    );
 }
 
 #[test]
@@ -224,7 +282,10 @@ fn unsupported_template_syntax() {
 fn templated_value_is_typed_after_substitution() {
     let src = BASE.replace("tokens: 64", "tokens: \"{{ ctx }}\"") + "sweep:\n  ctx: [64, abc]\n";
     let d = errors(&src);
-    let e = find(&d, "expected an integer, found \"abc\" (with ctx = \"abc\")");
+    let e = find(
+        &d,
+        "expected an integer, found \"abc\" (with ctx = \"abc\")",
+    );
     assert_eq!(e.line, 5);
 }
 
@@ -238,13 +299,22 @@ fn bad_duration_suggests_humantime_spelling() {
     assert!(hint(find(&d, "`soon` is not a duration")).contains("`90s`"));
     // humantime reads words too.
     let spec = ok(&BASE.replace("engine: sim", "engine: sim\n  ready_timeout: 20 minutes"));
-    assert_eq!(spec.points[0].experiment.server.ready_timeout.as_secs(), 1200);
+    assert_eq!(
+        spec.points[0].experiment.server.ready_timeout.as_secs(),
+        1200
+    );
 }
 
 #[test]
 fn url_with_launch_settings_is_an_error() {
-    let d = errors(&BASE.replace("engine: sim", "engine: sim\n  url: http://127.0.0.1:30000\n  args: { tp: 2 }"));
-    let e = find(&d, "`server.url` points at a running server, so `server.args` would be ignored");
+    let d = errors(&BASE.replace(
+        "engine: sim",
+        "engine: sim\n  url: http://127.0.0.1:30000\n  args: { tp: 2 }",
+    ));
+    let e = find(
+        &d,
+        "`server.url` points at a running server, so `server.args` would be ignored",
+    );
     at(e, 4, 3, "url");
     ok(&BASE.replace("engine: sim", "engine: sim\n  url: http://127.0.0.1:30000"));
 }
@@ -259,7 +329,9 @@ fn ssh_host_is_not_supported_yet() {
 
 #[test]
 fn sweep_paths_must_exist_and_not_be_fixed() {
-    let d = errors(&format!("{BASE}sweep:\n  server.argz.x: [1]\n  name: [a]\n  server: [a]\n  workload.prompt.tokens: [1, 2]\n"));
+    let d = errors(&format!(
+        "{BASE}sweep:\n  server.argz.x: [1]\n  name: [a]\n  server: [a]\n  workload.prompt.tokens: [1, 2]\n"
+    ));
     let e = find(&d, "`server` has no field `argz`");
     at(e, 8, 3, "server.argz.x");
     assert_eq!(hint(e), "did you mean `args`?");
@@ -278,8 +350,13 @@ fn swept_field_errors_point_at_the_sweep_value() {
 
 #[test]
 fn too_many_points() {
-    let list = (1..=101).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-    let d = errors(&format!("{BASE}description: \"{{{{a}}}}{{{{b}}}}\"\nsweep:\n  a: [{list}]\n  b: [{list}]\n"));
+    let list = (1..=101)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let d = errors(&format!(
+        "{BASE}description: \"{{{{a}}}}{{{{b}}}}\"\nsweep:\n  a: [{list}]\n  b: [{list}]\n"
+    ));
     let e = find(&d, "expands to 10201 points");
     at(e, 8, 1, "sweep");
 }
@@ -299,7 +376,10 @@ fn many_errors_are_reported_together() {
         find(d, needle);
     }
     let lines: Vec<usize> = d.iter().map(|d| d.line).collect();
-    assert!(lines.windows(2).all(|w| w[0] <= w[1]), "sorted by position: {lines:?}");
+    assert!(
+        lines.windows(2).all(|w| w[0] <= w[1]),
+        "sorted by position: {lines:?}"
+    );
     assert!(d.iter().all(|d| d.file.ends_with("many-errors.yaml")));
     assert!(err.to_string().ends_with(&format!("{} errors\n", d.len())));
 }
@@ -324,7 +404,11 @@ fn budgets_are_enforced() {
     let big = format!("{BASE}description: \"{}\"\n", "x".repeat(9 * 1024 * 1024));
     assert!(errors(&big)[0].message.contains("limited to 8388608 bytes"));
 
-    let deep = format!("{BASE}description: {}{}\n", "[".repeat(100), "]".repeat(100));
+    let deep = format!(
+        "{BASE}description: {}{}\n",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
     assert!(errors(&deep)[0].message.contains("nesting deeper than 64"));
 
     let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
@@ -343,7 +427,10 @@ fn budgets_are_enforced() {
 
 #[test]
 fn garbage_never_panics() {
-    let deep_map = "a:\n".repeat(1) + &(1..200).map(|i| format!("{}a:\n", "  ".repeat(i))).collect::<String>();
+    let deep_map = "a:\n".repeat(1)
+        + &(1..200)
+            .map(|i| format!("{}a:\n", "  ".repeat(i)))
+            .collect::<String>();
     let inputs: Vec<String> = vec![
         String::new(),
         " ".into(),
@@ -432,8 +519,16 @@ fn checked_in_schema_is_current() {
 #[test]
 fn schema_has_metadata_and_accepts_templates() {
     let schema: serde_json::Value = serde_json::from_str(&spec::schema_json()).unwrap();
-    assert_eq!(schema["$schema"], "https://json-schema.org/draft/2020-12/schema");
-    assert!(schema["$id"].as_str().unwrap().ends_with("experiment.schema.json"));
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert!(
+        schema["$id"]
+            .as_str()
+            .unwrap()
+            .ends_with("experiment.schema.json")
+    );
     assert!(schema["title"].is_string());
     let conc = &schema["properties"]["concurrency"];
     assert!(conc["description"].as_str().unwrap().contains("in flight"));
@@ -447,7 +542,10 @@ fn example_specs_validate_against_the_schema() {
     for name in ["full.yaml", "minimal.yaml"] {
         let text = std::fs::read_to_string(Path::new(FIXTURES).join(name)).unwrap();
         let doc = servebench::spec::yaml::parse(&text).unwrap();
-        let errors: Vec<String> = validator.iter_errors(&doc.value).map(|e| e.to_string()).collect();
+        let errors: Vec<String> = validator
+            .iter_errors(&doc.value)
+            .map(|e| e.to_string())
+            .collect();
         assert!(errors.is_empty(), "{name}: {errors:?}");
     }
     // And the schema rejects what load rejects, for editors.

@@ -25,8 +25,18 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// A diagnostic at `span` in `source`.
-    pub fn at(file: &str, source: &str, span: Span, message: impl Into<String>, hint: Option<String>) -> Diagnostic {
-        let source_line = source.lines().nth(span.start.line.saturating_sub(1)).unwrap_or("").to_string();
+    pub fn at(
+        file: &str,
+        source: &str,
+        span: Span,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) -> Diagnostic {
+        let source_line = source
+            .lines()
+            .nth(span.start.line.saturating_sub(1))
+            .unwrap_or("")
+            .to_string();
         let len = span.end.index.saturating_sub(span.start.index);
         let snippet: String = source
             .chars()
@@ -77,8 +87,10 @@ pub struct SpecErrors {
 impl SpecErrors {
     /// Sorts by position and drops exact duplicates (the same error found at several points).
     pub fn new(mut diagnostics: Vec<Diagnostic>) -> SpecErrors {
-        diagnostics.sort_by(|a, b| (a.line, a.column, &a.message).cmp(&(b.line, b.column, &b.message)));
-        diagnostics.dedup_by(|a, b| a.line == b.line && a.column == b.column && a.message == b.message);
+        diagnostics
+            .sort_by(|a, b| (a.line, a.column, &a.message).cmp(&(b.line, b.column, &b.message)));
+        diagnostics
+            .dedup_by(|a, b| a.line == b.line && a.column == b.column && a.message == b.message);
         SpecErrors { diagnostics }
     }
 
@@ -117,7 +129,10 @@ impl fmt::Display for SpecErrors {
 impl std::error::Error for SpecErrors {}
 
 /// The closest candidate to `word` when it is plausibly a typo, for "did you mean" hints.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(word, c), c))

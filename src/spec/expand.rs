@@ -101,13 +101,18 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
     collect_sites(raw, "", &mut sweep.sites, &mut problems);
     for site in &sweep.sites {
         for piece in &site.pieces {
-            let Piece::Var { name, .. } = piece else { continue };
+            let Piece::Var { name, .. } = piece else {
+                continue;
+            };
             if variables.contains(&name.as_str()) {
                 used.insert(name.clone());
                 continue;
             }
-            let hint = did_you_mean(name, variables.iter().copied())
-                .or_else(|| Some(format!("define it under `sweep:`, e.g. `sweep: {{ {name}: [1, 2] }}`")));
+            let hint = did_you_mean(name, variables.iter().copied()).or_else(|| {
+                Some(format!(
+                    "define it under `sweep:`, e.g. `sweep: {{ {name}: [1, 2] }}`"
+                ))
+            });
             problems.push(Problem {
                 pointer: site.pointer.clone(),
                 target: Target::Value,
@@ -129,14 +134,19 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
             });
         }
     }
-    let total = sweep.dimensions.iter().try_fold(1usize, |acc, d| acc.checked_mul(d.values.len()));
+    let total = sweep
+        .dimensions
+        .iter()
+        .try_fold(1usize, |acc, d| acc.checked_mul(d.values.len()));
     if total.is_none_or(|t| t > MAX_POINTS) {
         problems.push(Problem {
             pointer: "/sweep".into(),
             target: Target::Key,
             message: format!(
                 "the sweep expands to {} points; at most {MAX_POINTS} are allowed",
-                total.map(|t| t.to_string()).unwrap_or_else(|| "too many".into())
+                total
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "too many".into())
             ),
             hint: Some("split the experiment or sweep fewer values".into()),
         });
@@ -144,10 +154,21 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
     (sweep, problems)
 }
 
-fn dimension(name: &str, values: &Value, raw: &Value, validator: &Validator, problems: &mut Vec<Problem>) -> Option<Dimension> {
+fn dimension(
+    name: &str,
+    values: &Value,
+    raw: &Value,
+    validator: &Validator,
+    problems: &mut Vec<Problem>,
+) -> Option<Dimension> {
     let pointer = push_pointer("/sweep", name);
     let mut fail = |message: String, hint: Option<String>| {
-        problems.push(Problem { pointer: pointer.clone(), target: Target::Key, message, hint });
+        problems.push(Problem {
+            pointer: pointer.clone(),
+            target: Target::Key,
+            message,
+            hint,
+        });
         None
     };
     let segments: Vec<String> = name.split('.').map(str::to_owned).collect();
@@ -155,10 +176,15 @@ fn dimension(name: &str, values: &Value, raw: &Value, validator: &Validator, pro
     if FIXED_FIELDS.contains(&first) {
         return fail(
             format!("`{name}` cannot be swept"),
-            Some(format!("`{first}` is fixed for the whole experiment; make one spec per value instead")),
+            Some(format!(
+                "`{first}` is fixed for the whole experiment; make one spec per value instead"
+            )),
         );
     }
-    let top = validator.schema().get("properties").and_then(Value::as_object);
+    let top = validator
+        .schema()
+        .get("properties")
+        .and_then(Value::as_object);
     let kind = if segments.len() > 1 {
         if let Err((message, hint)) = check_path(validator, &segments) {
             return fail(message, hint);
@@ -168,31 +194,44 @@ fn dimension(name: &str, values: &Value, raw: &Value, validator: &Validator, pro
         if validator.resolve(field).get("type").and_then(Value::as_str) == Some("object") {
             return fail(
                 format!("`{name}` is a whole section and cannot be swept"),
-                Some(format!("sweep one of its fields with a dotted path, e.g. `{name}.<field>`")),
+                Some(format!(
+                    "sweep one of its fields with a dotted path, e.g. `{name}.<field>`"
+                )),
             );
         }
         DimKind::Field(segments)
     } else if template::is_identifier(name) {
         DimKind::Variable
     } else {
-        let fields: Vec<&str> = top.map(|t| t.keys().map(String::as_str).collect()).unwrap_or_default();
+        let fields: Vec<&str> = top
+            .map(|t| t.keys().map(String::as_str).collect())
+            .unwrap_or_default();
         return fail(
             format!("`{name}` is neither a field nor a valid variable name"),
-            did_you_mean(name, fields).or_else(|| Some("variable names use letters, digits and `_`".into())),
+            did_you_mean(name, fields)
+                .or_else(|| Some("variable names use letters, digits and `_`".into())),
         );
     };
-    let Value::Array(items) = values else { return None }; // the schema check reports the type
+    let Value::Array(items) = values else {
+        return None;
+    }; // the schema check reports the type
     if items.is_empty() {
         problems.push(Problem {
             pointer,
             target: Target::Value,
             message: format!("sweep dimension `{name}` has no values"),
-            hint: Some(format!("give at least one value, e.g. `{name}: [1024]`, or remove it")),
+            hint: Some(format!(
+                "give at least one value, e.g. `{name}: [1024]`, or remove it"
+            )),
         });
         return None;
     }
     let _ = raw;
-    Some(Dimension { name: name.to_string(), kind, values: items.clone() })
+    Some(Dimension {
+        name: name.to_string(),
+        kind,
+        values: items.clone(),
+    })
 }
 
 /// Checks that a dotted path names a field of the spec type.
@@ -219,7 +258,16 @@ fn check_path(validator: &Validator, segments: &[String]) -> Result<(), (String,
                 format!("`{at}` has no field `{seg}`")
             };
             let hint = did_you_mean(seg, known.iter().map(String::as_str)).or_else(|| {
-                (!known.is_empty()).then(|| format!("fields of `{at}`: {}", known.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")))
+                (!known.is_empty()).then(|| {
+                    format!(
+                        "fields of `{at}`: {}",
+                        known
+                            .iter()
+                            .map(|k| format!("`{k}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
             });
             return Err((message, hint));
         }
@@ -251,12 +299,25 @@ fn object_branches(validator: &Validator, schemas: &[Value]) -> Vec<Value> {
 fn collect_sites(value: &Value, pointer: &str, sites: &mut Vec<Site>, problems: &mut Vec<Problem>) {
     match value {
         Value::String(s) if template::has_template(s) => match template::parse(s) {
-            Ok(pieces) => sites.push(Site { pointer: pointer.to_string(), pieces }),
-            Err(e) => problems.push(Problem { pointer: pointer.into(), target: Target::Value, message: e.message, hint: e.hint }),
+            Ok(pieces) => sites.push(Site {
+                pointer: pointer.to_string(),
+                pieces,
+            }),
+            Err(e) => problems.push(Problem {
+                pointer: pointer.into(),
+                target: Target::Value,
+                message: e.message,
+                hint: e.hint,
+            }),
         },
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                collect_sites(item, &push_pointer(pointer, &i.to_string()), sites, problems);
+                collect_sites(
+                    item,
+                    &push_pointer(pointer, &i.to_string()),
+                    sites,
+                    problems,
+                );
             }
         }
         Value::Object(map) => {
@@ -285,8 +346,12 @@ pub fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem
         chosen[i] = rest % dim.values.len().max(1);
         rest /= dim.values.len().max(1);
     }
-    let values: Vec<(String, Value)> =
-        sweep.dimensions.iter().zip(&chosen).map(|(d, &i)| (d.name.clone(), d.values[i].clone())).collect();
+    let values: Vec<(String, Value)> = sweep
+        .dimensions
+        .iter()
+        .zip(&chosen)
+        .map(|(d, &i)| (d.name.clone(), d.values[i].clone()))
+        .collect();
     let lookup = |name: &str| {
         sweep
             .dimensions
@@ -312,15 +377,28 @@ pub fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem
             .collect();
         origins.insert(
             site.pointer.clone(),
-            Origin { pointer: site.pointer.clone(), target: Target::Value, note: format!("with {}", note.join(", ")) },
+            Origin {
+                pointer: site.pointer.clone(),
+                target: Target::Value,
+                note: format!("with {}", note.join(", ")),
+            },
         );
     }
     for (dim, &i) in sweep.dimensions.iter().zip(&chosen) {
-        let DimKind::Field(path) = &dim.kind else { continue };
+        let DimKind::Field(path) = &dim.kind else {
+            continue;
+        };
         let from = push_pointer(&push_pointer("/sweep", &dim.name), &i.to_string());
         match set_path(&mut value, path, dim.values[i].clone()) {
             Ok(pointer) => {
-                origins.insert(pointer, Origin { pointer: from, target: Target::Value, note: format!("with {} = {}", dim.name, dim.values[i]) });
+                origins.insert(
+                    pointer,
+                    Origin {
+                        pointer: from,
+                        target: Target::Value,
+                        note: format!("with {} = {}", dim.name, dim.values[i]),
+                    },
+                );
             }
             Err(at) => problems.push(Problem {
                 pointer: at,
@@ -330,7 +408,14 @@ pub fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem
             }),
         }
     }
-    (RawPoint { values, value, origins }, problems)
+    (
+        RawPoint {
+            values,
+            value,
+            origins,
+        },
+        problems,
+    )
 }
 
 /// Sets `path` in `value`, creating mappings on the way. Returns the pointer that was set, or
@@ -339,13 +424,17 @@ fn set_path(value: &mut Value, path: &[String], new: Value) -> Result<String, St
     let mut pointer = String::new();
     let mut node = value;
     for (i, seg) in path.iter().enumerate() {
-        let Value::Object(map) = node else { return Err(pointer) };
+        let Value::Object(map) = node else {
+            return Err(pointer);
+        };
         pointer = push_pointer(&pointer, seg);
         if i + 1 == path.len() {
             map.insert(seg.clone(), new);
             return Ok(pointer);
         }
-        node = map.entry(seg.clone()).or_insert_with(|| Value::Object(Map::new()));
+        node = map
+            .entry(seg.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
         if node.is_null() {
             *node = Value::Object(Map::new());
         }

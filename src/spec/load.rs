@@ -57,15 +57,27 @@ pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
         if meta.len() > yaml::MAX_BYTES as u64 {
             return Err(SpecErrors::file_error(
                 &file,
-                format!("the file is {} bytes; specs are limited to {} bytes (8 MiB)", meta.len(), yaml::MAX_BYTES),
+                format!(
+                    "the file is {} bytes; specs are limited to {} bytes (8 MiB)",
+                    meta.len(),
+                    yaml::MAX_BYTES
+                ),
                 None,
             ));
         }
     }
-    let bytes = std::fs::read(path)
-        .map_err(|e| SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None))?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
+    })?;
     let source = String::from_utf8(bytes).map_err(|e| {
-        SpecErrors::file_error(&file, format!("the file is not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to()), None)
+        SpecErrors::file_error(
+            &file,
+            format!(
+                "the file is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            None,
+        )
     })?;
     load_source(path.to_path_buf(), &file, source)
 }
@@ -85,11 +97,18 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
     let doc = match yaml::parse(&source) {
         Ok(doc) => doc,
         Err(errors) => {
-            let diags = errors.into_iter().map(|e| Diagnostic::at(file, &source, e.span, e.message, e.hint)).collect();
+            let diags = errors
+                .into_iter()
+                .map(|e| Diagnostic::at(file, &source, e.span, e.message, e.hint))
+                .collect();
             return Err(SpecErrors::new(diags));
         }
     };
-    let report = Reporter { file, source: &source, doc: &doc };
+    let report = Reporter {
+        file,
+        source: &source,
+        doc: &doc,
+    };
     if !doc.value.is_object() {
         let found = super::validate::describe_value(&doc.value);
         let span = doc.locate("").value;
@@ -105,13 +124,29 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
     let validator = validator();
     let (mut sweep, sweep_problems) = expand::analyze(&doc.value, validator);
     // JSON objects here do not keep insertion order; the file does.
-    sweep.dimensions.sort_by_key(|d| doc.locate(&push_pointer("/sweep", &d.name)).key.map(|k| k.start.index));
-    let mut diags: Vec<Diagnostic> = sweep_problems.iter().map(|p| report.problem(p, None)).collect();
-    diags.extend(semantic_checks(&doc.value).iter().map(|p| report.problem(p, None)));
+    sweep.dimensions.sort_by_key(|d| {
+        doc.locate(&push_pointer("/sweep", &d.name))
+            .key
+            .map(|k| k.start.index)
+    });
+    let mut diags: Vec<Diagnostic> = sweep_problems
+        .iter()
+        .map(|p| report.problem(p, None))
+        .collect();
+    diags.extend(
+        semantic_checks(&doc.value)
+            .iter()
+            .map(|p| report.problem(p, None)),
+    );
 
     if !diags.is_empty() {
         // The sweep cannot be trusted: check the structure once, templates left in place.
-        diags.extend(validator.validate(&doc.value).iter().map(|p| report.problem(p, None)));
+        diags.extend(
+            validator
+                .validate(&doc.value)
+                .iter()
+                .map(|p| report.problem(p, None)),
+        );
         return Err(SpecErrors::new(diags));
     }
 
@@ -122,12 +157,19 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
     if let Some(v) = &sweep_value {
         let problems = validator.validate_field("sweep", v);
         if !problems.is_empty() {
-            return Err(SpecErrors::new(problems.iter().map(|p| report.problem(p, None)).collect()));
+            return Err(SpecErrors::new(
+                problems.iter().map(|p| report.problem(p, None)).collect(),
+            ));
         }
         match serde_path_to_error::deserialize(v) {
             Ok(t) => typed_sweep = t,
             Err(e) => {
-                let p = Problem { pointer: "/sweep".into(), target: Target::Value, message: e.to_string(), hint: None };
+                let p = Problem {
+                    pointer: "/sweep".into(),
+                    target: Target::Value,
+                    message: e.to_string(),
+                    hint: None,
+                };
                 return Err(SpecErrors::new(vec![report.problem(&p, None)]));
             }
         }
@@ -138,8 +180,16 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
         let (raw, problems) = expand::point(&base, &sweep, index);
-        let mut found: Vec<Diagnostic> = problems.iter().map(|p| report.problem(p, Some(&raw.origins))).collect();
-        found.extend(validator.validate(&raw.value).iter().map(|p| report.problem(p, Some(&raw.origins))));
+        let mut found: Vec<Diagnostic> = problems
+            .iter()
+            .map(|p| report.problem(p, Some(&raw.origins)))
+            .collect();
+        found.extend(
+            validator
+                .validate(&raw.value)
+                .iter()
+                .map(|p| report.problem(p, Some(&raw.origins))),
+        );
         if found.is_empty() {
             match typed(&raw) {
                 Ok(mut experiment) => points.push(Point {
@@ -187,7 +237,12 @@ fn typed(raw: &RawPoint) -> Result<Experiment, Problem> {
                 Segment::Enum { .. } | Segment::Unknown => {}
             }
         }
-        Problem { pointer, target: Target::Value, message: e.into_inner().to_string(), hint: None }
+        Problem {
+            pointer,
+            target: Target::Value,
+            message: e.into_inner().to_string(),
+            hint: None,
+        }
     })
 }
 
@@ -200,7 +255,11 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
             // server configured differently from what the spec says.
             let ignored: Vec<&str> = ["args", "env", "launcher", "port"]
                 .into_iter()
-                .filter(|k| server.get(*k).is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default())))
+                .filter(|k| {
+                    server
+                        .get(*k)
+                        .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
+                })
                 .collect();
             if !ignored.is_empty() {
                 problems.push(Problem {

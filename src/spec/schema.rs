@@ -20,7 +20,9 @@ pub const TEMPLATE_PATTERN: &str = r"^\s*\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}\s*
 
 /// The raw schema (templates not yet allowed) as a JSON value; the validator walks it.
 pub fn raw_schema() -> Value {
-    let generator = SchemaSettings::draft2020_12().for_deserialize().into_generator();
+    let generator = SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator();
     let root = generator.into_root_schema_for::<Experiment>();
     let mut value = root.to_value();
     if let Some(obj) = value.as_object_mut() {
@@ -48,7 +50,9 @@ pub fn schema_json() -> String {
 /// Wraps every integer/number/boolean schema in `anyOf: [original, template]`, keeping the
 /// description and default outside so editors still show them on hover.
 fn allow_templates(schema: &mut Value) {
-    let Some(obj) = schema.as_object_mut() else { return };
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
     for (key, child) in obj.iter_mut() {
         match key.as_str() {
             "properties" | "$defs" | "patternProperties" => {

@@ -67,10 +67,15 @@ pub fn parse(s: &str) -> Result<Vec<Piece>, TemplateError> {
             return Err(TemplateError {
                 offset,
                 message,
-                hint: Some("only `{{ name }}` with the name of a sweep variable is supported".into()),
+                hint: Some(
+                    "only `{{ name }}` with the name of a sweep variable is supported".into(),
+                ),
             });
         }
-        pieces.push(Piece::Var { name: inner.to_string(), offset });
+        pieces.push(Piece::Var {
+            name: inner.to_string(),
+            offset,
+        });
         let used = open + 2 + close + 2;
         consumed += rest[..used].chars().count();
         rest = &rest[used..];
@@ -131,14 +136,28 @@ mod tests {
     #[test]
     fn exact_template_is_typed() {
         assert_eq!(render(&parse(" {{ ctx }} ").unwrap(), &lookup), json!(1024));
-        assert_eq!(render(&parse("n={{ctx}}!").unwrap(), &lookup), json!("n=1024!"));
+        assert_eq!(
+            render(&parse("n={{ctx}}!").unwrap(), &lookup),
+            json!("n=1024!")
+        );
     }
 
     #[test]
     fn rejects_filters_and_unclosed() {
-        assert!(parse("{{ ctx | int }}").unwrap_err().message.contains("filters"));
+        assert!(
+            parse("{{ ctx | int }}")
+                .unwrap_err()
+                .message
+                .contains("filters")
+        );
         assert!(parse("a {{ ctx").unwrap_err().message.contains("unclosed"));
         assert!(parse("{% if x %}").is_err());
-        assert_eq!(parse("é{{ x }}").unwrap()[1], Piece::Var { name: "x".into(), offset: 1 });
+        assert_eq!(
+            parse("é{{ x }}").unwrap()[1],
+            Piece::Var {
+                name: "x".into(),
+                offset: 1
+            }
+        );
     }
 }

@@ -224,7 +224,10 @@ pub struct CacheSpec {
 
 impl Default for CacheSpec {
     fn default() -> Self {
-        CacheSpec { policy: CachePolicy::Cold, verify: true }
+        CacheSpec {
+            policy: CachePolicy::Cold,
+            verify: true,
+        }
     }
 }
 
@@ -261,7 +264,9 @@ pub struct ReportSpec {
 
 impl Default for ReportSpec {
     fn default() -> Self {
-        ReportSpec { template: default_template() }
+        ReportSpec {
+            template: default_template(),
+        }
     }
 }
 

@@ -6,8 +6,8 @@
 //! so it can say "unknown field, did you mean ..." or "expected an integer" instead of "not
 //! valid under any of the given schemas".
 
-use std::sync::Mutex;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use regex::Regex;
 use serde_json::Value;
@@ -50,7 +50,10 @@ pub struct Validator {
 impl Validator {
     /// A validator for `root`, a schema as produced by [`super::schema::raw_schema`].
     pub fn new(root: Value) -> Validator {
-        Validator { root, patterns: Mutex::new(HashMap::new()) }
+        Validator {
+            root,
+            patterns: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The schema this validator checks against.
@@ -79,7 +82,10 @@ impl Validator {
         let mut s = schema;
         for _ in 0..16 {
             match s.get("$ref").and_then(Value::as_str) {
-                Some(r) => match r.strip_prefix("#/$defs/").and_then(|n| self.root.get("$defs")?.get(n)) {
+                Some(r) => match r
+                    .strip_prefix("#/$defs/")
+                    .and_then(|n| self.root.get("$defs")?.get(n))
+                {
                     Some(target) => s = target,
                     None => return s,
                 },
@@ -89,15 +95,27 @@ impl Validator {
         s
     }
 
-    fn check<'s>(&'s self, value: &Value, schema: &'s Value, pointer: &str, out: &mut Vec<Problem>) {
+    fn check<'s>(
+        &'s self,
+        value: &Value,
+        schema: &'s Value,
+        pointer: &str,
+        out: &mut Vec<Problem>,
+    ) {
         // A template whose variable is undefined is reported on its own; do not pile on.
         if let Value::String(s) = value {
             if template::has_template(s) {
                 return;
             }
         }
-        let Some(obj) = self.resolve(schema).as_object() else { return };
-        if let Some(branches) = obj.get("anyOf").or_else(|| obj.get("oneOf")).and_then(Value::as_array) {
+        let Some(obj) = self.resolve(schema).as_object() else {
+            return;
+        };
+        if let Some(branches) = obj
+            .get("anyOf")
+            .or_else(|| obj.get("oneOf"))
+            .and_then(Value::as_array)
+        {
             self.check_branches(value, branches, pointer, out);
             return;
         }
@@ -106,7 +124,11 @@ impl Validator {
                 out.push(Problem {
                     pointer: pointer.into(),
                     target: Target::Value,
-                    message: format!("expected {}, found {}", describe_types(types), describe_value(value)),
+                    message: format!(
+                        "expected {}, found {}",
+                        describe_types(types),
+                        describe_value(value)
+                    ),
                     hint: type_hint(value, types),
                 });
                 return;
@@ -133,14 +155,22 @@ impl Validator {
                         out.push(Problem {
                             pointer: pointer.into(),
                             target: Target::Value,
-                            message: format!("expected at least {min} item(s), found {}", items.len()),
+                            message: format!(
+                                "expected at least {min} item(s), found {}",
+                                items.len()
+                            ),
                             hint: None,
                         });
                     }
                 }
                 if let Some(item_schema) = obj.get("items") {
                     for (i, item) in items.iter().enumerate() {
-                        self.check(item, item_schema, &push_pointer(pointer, &i.to_string()), out);
+                        self.check(
+                            item,
+                            item_schema,
+                            &push_pointer(pointer, &i.to_string()),
+                            out,
+                        );
                     }
                 }
             }
@@ -184,9 +214,18 @@ impl Validator {
             }
             match obj.get("additionalProperties") {
                 Some(Value::Bool(false)) => {
-                    let allowed: Vec<&str> = props.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+                    let allowed: Vec<&str> = props
+                        .map(|p| p.keys().map(String::as_str).collect())
+                        .unwrap_or_default();
                     let hint = did_you_mean(key, allowed.iter().copied()).or_else(|| {
-                        Some(format!("allowed here: {}", allowed.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ")))
+                        Some(format!(
+                            "allowed here: {}",
+                            allowed
+                                .iter()
+                                .map(|a| format!("`{a}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
                     });
                     out.push(Problem {
                         pointer: child_pointer,
@@ -203,22 +242,37 @@ impl Validator {
         }
     }
 
-    fn check_string(&self, s: &str, obj: &serde_json::Map<String, Value>, pointer: &str, out: &mut Vec<Problem>) {
+    fn check_string(
+        &self,
+        s: &str,
+        obj: &serde_json::Map<String, Value>,
+        pointer: &str,
+        out: &mut Vec<Problem>,
+    ) {
         let len = s.chars().count() as u64;
         if let Some(min) = obj.get("minLength").and_then(Value::as_u64) {
             if len < min {
-                out.push(value_problem(pointer, format!("must not be shorter than {min} character(s)"), None));
+                out.push(value_problem(
+                    pointer,
+                    format!("must not be shorter than {min} character(s)"),
+                    None,
+                ));
             }
         }
         if let Some(max) = obj.get("maxLength").and_then(Value::as_u64) {
             if len > max {
-                out.push(value_problem(pointer, format!("must not be longer than {max} characters, found {len}"), None));
+                out.push(value_problem(
+                    pointer,
+                    format!("must not be longer than {max} characters, found {len}"),
+                    None,
+                ));
             }
         }
         if let Some(pattern) = obj.get("pattern").and_then(Value::as_str) {
             let re = self
                 .patterns
-                .lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .entry(pattern.to_string())
                 .or_insert_with(|| Regex::new(pattern).ok())
                 .clone();
@@ -232,7 +286,13 @@ impl Validator {
 
     /// Checks `value` against alternatives and reports the errors of the one the user most
     /// plausibly meant.
-    fn check_branches<'s>(&'s self, value: &Value, branches: &'s [Value], pointer: &str, out: &mut Vec<Problem>) {
+    fn check_branches<'s>(
+        &'s self,
+        value: &Value,
+        branches: &'s [Value],
+        pointer: &str,
+        out: &mut Vec<Problem>,
+    ) {
         let resolved: Vec<&Value> = branches.iter().map(|b| self.resolve(b)).collect();
         let mut per_branch = Vec::new();
         for b in &resolved {
@@ -244,7 +304,10 @@ impl Validator {
             per_branch.push(errs);
         }
         // A choice between constants: a plain enum.
-        let consts: Vec<Value> = resolved.iter().filter_map(|b| b.get("const").cloned()).collect();
+        let consts: Vec<Value> = resolved
+            .iter()
+            .filter_map(|b| b.get("const").cloned())
+            .collect();
         if !consts.is_empty() && consts.len() == resolved.len() {
             out.push(self.bad_choice(value, &consts, pointer));
             return;
@@ -252,7 +315,11 @@ impl Validator {
         // An internally tagged enum: pick the variant by its `kind`.
         if let Some((tag, kinds)) = tag_of(&resolved) {
             let Some(map) = value.as_object() else {
-                out.push(value_problem(pointer, format!("expected a mapping, found {}", describe_value(value)), None));
+                out.push(value_problem(
+                    pointer,
+                    format!("expected a mapping, found {}", describe_value(value)),
+                    None,
+                ));
                 return;
             };
             let Some(given) = map.get(&tag) else {
@@ -273,21 +340,37 @@ impl Validator {
         }
         // Otherwise: the branches whose type fits; if exactly one, its errors say the most.
         let fitting: Vec<usize> = (0..resolved.len())
-            .filter(|&i| resolved[i].get("type").is_some_and(|t| type_matches(value, t)))
+            .filter(|&i| {
+                resolved[i]
+                    .get("type")
+                    .is_some_and(|t| type_matches(value, t))
+            })
             .collect();
         if let [i] = fitting.as_slice() {
             out.append(&mut per_branch[*i]);
             return;
         }
-        let types: Vec<Value> = resolved.iter().filter_map(|b| b.get("type").cloned()).collect();
-        let all = Value::Array(types.iter().flat_map(|t| match t {
-            Value::Array(a) => a.clone(),
-            t => vec![t.clone()],
-        }).collect());
+        let types: Vec<Value> = resolved
+            .iter()
+            .filter_map(|b| b.get("type").cloned())
+            .collect();
+        let all = Value::Array(
+            types
+                .iter()
+                .flat_map(|t| match t {
+                    Value::Array(a) => a.clone(),
+                    t => vec![t.clone()],
+                })
+                .collect(),
+        );
         if fitting.is_empty() && !types.is_empty() {
             out.push(value_problem(
                 pointer,
-                format!("expected {}, found {}", describe_types(&all), describe_value(value)),
+                format!(
+                    "expected {}, found {}",
+                    describe_types(&all),
+                    describe_value(value)
+                ),
                 type_hint(value, &all),
             ));
         } else if let Some(first) = per_branch.into_iter().min_by_key(Vec::len) {
@@ -296,14 +379,25 @@ impl Validator {
     }
 
     fn bad_choice(&self, value: &Value, choices: &[Value], pointer: &str) -> Problem {
-        let names: Vec<String> = choices.iter().map(|c| c.as_str().map(str::to_owned).unwrap_or_else(|| c.to_string())).collect();
+        let names: Vec<String> = choices
+            .iter()
+            .map(|c| {
+                c.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| c.to_string())
+            })
+            .collect();
         let hint = value
             .as_str()
             .and_then(|v| did_you_mean(v, names.iter().map(String::as_str)))
             .map(|d| format!("{d} (one of {})", list(choices)))
             .or_else(|| Some(format!("one of {}", list(choices))));
         let message = if choices.len() == 1 {
-            format!("expected {}, found {}", list(choices), describe_value(value))
+            format!(
+                "expected {}, found {}",
+                list(choices),
+                describe_value(value)
+            )
         } else {
             format!("unknown value {}", describe_value(value))
         };
@@ -312,12 +406,21 @@ impl Validator {
 }
 
 fn value_problem(pointer: &str, message: String, hint: Option<String>) -> Problem {
-    Problem { pointer: pointer.into(), target: Target::Value, message, hint }
+    Problem {
+        pointer: pointer.into(),
+        target: Target::Value,
+        message,
+        hint,
+    }
 }
 
 fn pattern_problem(s: &str, pattern: &str, pointer: &str) -> Problem {
     if pattern == DURATION_PATTERN {
-        return value_problem(pointer, format!("`{s}` is not a duration"), Some(duration_hint(s)));
+        return value_problem(
+            pointer,
+            format!("`{s}` is not a duration"),
+            Some(duration_hint(s)),
+        );
     }
     if pattern == LOCAL_HOST_PATTERN {
         return value_problem(
@@ -326,7 +429,11 @@ fn pattern_problem(s: &str, pattern: &str, pointer: &str) -> Problem {
             Some("SSH hosts (`ssh://user@host`) are coming; for now run servebench on the GPU machine with `host: local`".into()),
         );
     }
-    value_problem(pointer, format!("`{s}` does not match the pattern `{pattern}`"), None)
+    value_problem(
+        pointer,
+        format!("`{s}` does not match the pattern `{pattern}`"),
+        None,
+    )
 }
 
 /// Suggests a humantime spelling for a duration the user wrote in words.
@@ -366,7 +473,9 @@ fn tag_of(branches: &[&Value]) -> Option<(String, Vec<Value>)> {
     let mut kinds = Vec::new();
     for b in branches {
         let props = b.get("properties")?.as_object()?;
-        let (name, c) = props.iter().find_map(|(k, v)| v.get("const").map(|c| (k.clone(), c.clone())))?;
+        let (name, c) = props
+            .iter()
+            .find_map(|(k, v)| v.get("const").map(|c| (k.clone(), c.clone())))?;
         if tag.as_ref().is_some_and(|t| *t != name) {
             return None;
         }
@@ -379,28 +488,66 @@ fn tag_of(branches: &[&Value]) -> Option<(String, Vec<Value>)> {
 fn list(values: &[Value]) -> String {
     values
         .iter()
-        .map(|v| format!("`{}`", v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+        .map(|v| {
+            format!(
+                "`{}`",
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn check_range(n: f64, obj: &serde_json::Map<String, Value>, pointer: &str, out: &mut Vec<Problem>) {
+fn check_range(
+    n: f64,
+    obj: &serde_json::Map<String, Value>,
+    pointer: &str,
+    out: &mut Vec<Problem>,
+) {
     let bound = |k: &str| obj.get(k).and_then(Value::as_f64);
-    let shown = |b: f64| if b.fract() == 0.0 && b.abs() < 1e15 { format!("{}", b as i64) } else { b.to_string() };
-    let value = if n.fract() == 0.0 && n.abs() < 1e15 { format!("{}", n as i64) } else { n.to_string() };
+    let shown = |b: f64| {
+        if b.fract() == 0.0 && b.abs() < 1e15 {
+            format!("{}", b as i64)
+        } else {
+            b.to_string()
+        }
+    };
+    let value = if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        n.to_string()
+    };
     let (min, max) = (bound("minimum"), bound("maximum"));
     let range = match (min, max) {
         (Some(a), Some(b)) => Some(format!("between {} and {}", shown(a), shown(b))),
         _ => None,
     };
     if let Some(m) = min.filter(|m| n < *m) {
-        out.push(value_problem(pointer, format!("{value} is out of range: must be at least {}", shown(m)), range.clone().map(|r| format!("use a value {r}"))));
+        out.push(value_problem(
+            pointer,
+            format!("{value} is out of range: must be at least {}", shown(m)),
+            range.clone().map(|r| format!("use a value {r}")),
+        ));
     } else if let Some(m) = max.filter(|m| n > *m) {
-        out.push(value_problem(pointer, format!("{value} is out of range: must be at most {}", shown(m)), range.map(|r| format!("use a value {r}"))));
+        out.push(value_problem(
+            pointer,
+            format!("{value} is out of range: must be at most {}", shown(m)),
+            range.map(|r| format!("use a value {r}")),
+        ));
     } else if let Some(m) = bound("exclusiveMinimum").filter(|m| n <= *m) {
-        out.push(value_problem(pointer, format!("{value} is out of range: must be greater than {}", shown(m)), None));
+        out.push(value_problem(
+            pointer,
+            format!("{value} is out of range: must be greater than {}", shown(m)),
+            None,
+        ));
     } else if let Some(m) = bound("exclusiveMaximum").filter(|m| n >= *m) {
-        out.push(value_problem(pointer, format!("{value} is out of range: must be less than {}", shown(m)), None));
+        out.push(value_problem(
+            pointer,
+            format!("{value} is out of range: must be less than {}", shown(m)),
+            None,
+        ));
     }
 }
 
@@ -408,7 +555,9 @@ fn type_matches(value: &Value, types: &Value) -> bool {
     let one = |t: &str| match t {
         "null" => value.is_null(),
         "boolean" => value.is_boolean(),
-        "integer" => value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "integer" => {
+            value.is_i64() || value.is_u64() || value.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         "number" => value.is_number(),
         "string" => value.is_string(),
         "array" => value.is_array(),
@@ -438,7 +587,12 @@ fn describe_type(t: &str) -> &'static str {
 fn describe_types(types: &Value) -> String {
     let mut names: Vec<&str> = match types {
         Value::String(t) => vec![describe_type(t)],
-        Value::Array(ts) => ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").map(describe_type).collect(),
+        Value::Array(ts) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|t| *t != "null")
+            .map(describe_type)
+            .collect(),
         _ => vec![],
     };
     // "a number" already covers "an integer".
@@ -466,20 +620,33 @@ pub fn describe_value(value: &Value) -> String {
 }
 
 fn type_hint(value: &Value, types: &Value) -> Option<String> {
-    let wants = |t: &str| type_matches(&match t {
-        "integer" => Value::from(1),
-        "boolean" => Value::Bool(true),
-        _ => Value::Null,
-    }, types);
+    let wants = |t: &str| {
+        type_matches(
+            &match t {
+                "integer" => Value::from(1),
+                "boolean" => Value::Bool(true),
+                _ => Value::Null,
+            },
+            types,
+        )
+    };
     match value {
-        Value::String(s) if s.trim().parse::<f64>().is_ok() && wants("integer") => Some(format!("remove the quotes: {}", s.trim())),
-        Value::String(s) if wants("integer") && template::is_identifier(s.trim()) => {
-            Some(format!("to use a sweep variable write \"{{{{ {} }}}}\"", s.trim()))
+        Value::String(s) if s.trim().parse::<f64>().is_ok() && wants("integer") => {
+            Some(format!("remove the quotes: {}", s.trim()))
         }
-        Value::String(s) if wants("boolean") && matches!(s.as_str(), "yes" | "no" | "on" | "off" | "True" | "False") => {
+        Value::String(s) if wants("integer") && template::is_identifier(s.trim()) => Some(format!(
+            "to use a sweep variable write \"{{{{ {} }}}}\"",
+            s.trim()
+        )),
+        Value::String(s)
+            if wants("boolean")
+                && matches!(s.as_str(), "yes" | "no" | "on" | "off" | "True" | "False") =>
+        {
             Some("write `true` or `false`".into())
         }
-        Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() != 0.0) && wants("integer") => Some("use a whole number".into()),
+        Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() != 0.0) && wants("integer") => {
+            Some("use a whole number".into())
+        }
         Value::Null => Some("give it a value, or remove the key to use the default".into()),
         _ => None,
     }

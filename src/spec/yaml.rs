@@ -42,13 +42,24 @@ pub struct Span {
 
 impl Span {
     fn from_raw(span: RawSpan) -> Span {
-        let pos = |m: saphyr_parser::Marker| Pos { index: m.index(), line: m.line(), column: m.col() + 1 };
-        Span { start: pos(span.start), end: pos(span.end) }
+        let pos = |m: saphyr_parser::Marker| Pos {
+            index: m.index(),
+            line: m.line(),
+            column: m.col() + 1,
+        };
+        Span {
+            start: pos(span.start),
+            end: pos(span.end),
+        }
     }
 
     /// An empty span at the start of the source.
     pub fn origin() -> Span {
-        let start = Pos { index: 0, line: 1, column: 1 };
+        let start = Pos {
+            index: 0,
+            line: 1,
+            column: 1,
+        };
         Span { start, end: start }
     }
 }
@@ -83,7 +94,12 @@ impl Document {
             }
             match p.rfind('/') {
                 Some(i) => p = &p[..i],
-                None => return Loc { value: Span::origin(), key: None },
+                None => {
+                    return Loc {
+                        value: Span::origin(),
+                        key: None,
+                    };
+                }
             }
         }
     }
@@ -102,7 +118,11 @@ pub struct YamlError {
 
 impl YamlError {
     fn new(span: Span, message: impl Into<String>, hint: Option<&str>) -> YamlError {
-        YamlError { span, message: message.into(), hint: hint.map(str::to_owned) }
+        YamlError {
+            span,
+            message: message.into(),
+            hint: hint.map(str::to_owned),
+        }
     }
 }
 
@@ -117,8 +137,13 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
     if source.len() > MAX_BYTES {
         return Err(vec![YamlError::new(
             Span::origin(),
-            format!("the file is {} bytes; specs are limited to {MAX_BYTES} bytes (8 MiB)", source.len()),
-            Some("a spec should be a few kilobytes; put prompts in a separate file (`prompt: { kind: file }`)"),
+            format!(
+                "the file is {} bytes; specs are limited to {MAX_BYTES} bytes (8 MiB)",
+                source.len()
+            ),
+            Some(
+                "a spec should be a few kilobytes; put prompts in a separate file (`prompt: { kind: file }`)",
+            ),
         )]);
     }
     let mut builder = Builder::default();
@@ -127,8 +152,16 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
             Ok((event, span)) => builder.on_event(event, Span::from_raw(span)),
             Err(e) => {
                 let m = e.marker();
-                let at = Pos { index: m.index(), line: m.line(), column: m.col() + 1 };
-                Err(YamlError::new(Span { start: at, end: at }, format!("YAML syntax error: {}", e.info()), None))
+                let at = Pos {
+                    index: m.index(),
+                    line: m.line(),
+                    column: m.col() + 1,
+                };
+                Err(YamlError::new(
+                    Span { start: at, end: at },
+                    format!("YAML syntax error: {}", e.info()),
+                    None,
+                ))
             }
         };
         if let Err(e) = result {
@@ -140,7 +173,10 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
         return Err(builder.errors);
     }
     match builder.root {
-        Some(value) => Ok(Document { value, locs: builder.locs }),
+        Some(value) => Ok(Document {
+            value,
+            locs: builder.locs,
+        }),
         None => Err(vec![YamlError::new(
             Span::origin(),
             "the file is empty",
@@ -151,8 +187,19 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
 
 /// A collection being built.
 enum Frame {
-    Seq { pointer: String, anchor: usize, start: Span, items: Vec<Value> },
-    Map { pointer: String, anchor: usize, start: Span, entries: Map<String, Value>, key: Option<(String, Span)> },
+    Seq {
+        pointer: String,
+        anchor: usize,
+        start: Span,
+        items: Vec<Value>,
+    },
+    Map {
+        pointer: String,
+        anchor: usize,
+        start: Span,
+        entries: Map<String, Value>,
+        key: Option<(String, Span)>,
+    },
 }
 
 #[derive(Default)]
@@ -180,7 +227,9 @@ impl Builder {
                     return Err(YamlError::new(
                         span,
                         "more than one YAML document in the file",
-                        Some("a spec file holds one document; remove the `---` separator or split the file"),
+                        Some(
+                            "a spec file holds one document; remove the `---` separator or split the file",
+                        ),
                     ));
                 }
                 Ok(())
@@ -198,7 +247,11 @@ impl Builder {
             }
             Event::Alias(id) => {
                 if self.expecting_key() {
-                    return Err(YamlError::new(span, "an alias cannot be a mapping key", None));
+                    return Err(YamlError::new(
+                        span,
+                        "an alias cannot be a mapping key",
+                        None,
+                    ));
                 }
                 self.aliases += 1;
                 if self.aliases > MAX_ALIASES {
@@ -210,32 +263,70 @@ impl Builder {
                 self.count_nodes(count, span)?;
                 self.finish_node(value, span, 0, count)
             }
-            Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag) if self.expecting_key() => {
+            Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag)
+                if self.expecting_key() =>
+            {
                 let _ = (anchor, tag);
-                Err(YamlError::new(span, "mapping keys must be plain strings", Some("write the key as text, e.g. `name:`")))
+                Err(YamlError::new(
+                    span,
+                    "mapping keys must be plain strings",
+                    Some("write the key as text, e.g. `name:`"),
+                ))
             }
             Event::SequenceStart(anchor, tag) => {
                 if let Some(tag) = &tag {
                     check_tag(tag, span)?;
                 }
                 let pointer = self.child_pointer();
-                self.open(Frame::Seq { pointer, anchor, start: span, items: Vec::new() }, span)
+                self.open(
+                    Frame::Seq {
+                        pointer,
+                        anchor,
+                        start: span,
+                        items: Vec::new(),
+                    },
+                    span,
+                )
             }
             Event::MappingStart(anchor, tag) => {
                 if let Some(tag) = &tag {
                     check_tag(tag, span)?;
                 }
                 let pointer = self.child_pointer();
-                self.open(Frame::Map { pointer, anchor, start: span, entries: Map::new(), key: None }, span)
+                self.open(
+                    Frame::Map {
+                        pointer,
+                        anchor,
+                        start: span,
+                        entries: Map::new(),
+                        key: None,
+                    },
+                    span,
+                )
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let start_count = self.counts_at_start.pop().unwrap_or(0);
-                let Some(frame) = self.stack.pop() else { return Ok(()) };
-                let (value, start, anchor) = match frame {
-                    Frame::Seq { items, start, anchor, .. } => (Value::Array(items), start, anchor),
-                    Frame::Map { entries, start, anchor, .. } => (Value::Object(entries), start, anchor),
+                let Some(frame) = self.stack.pop() else {
+                    return Ok(());
                 };
-                let whole = Span { start: start.start, end: span.end.max_by_index(start.end) };
+                let (value, start, anchor) = match frame {
+                    Frame::Seq {
+                        items,
+                        start,
+                        anchor,
+                        ..
+                    } => (Value::Array(items), start, anchor),
+                    Frame::Map {
+                        entries,
+                        start,
+                        anchor,
+                        ..
+                    } => (Value::Object(entries), start, anchor),
+                };
+                let whole = Span {
+                    start: start.start,
+                    end: span.end.max_by_index(start.end),
+                };
                 self.count_nodes(1, span)?;
                 let count = self.nodes - start_count;
                 self.finish_node(value, whole, anchor, count)
@@ -258,7 +349,9 @@ impl Builder {
     fn child_pointer(&self) -> String {
         match self.stack.last() {
             None => String::new(),
-            Some(Frame::Seq { pointer, items, .. }) => push_pointer(pointer, &items.len().to_string()),
+            Some(Frame::Seq { pointer, items, .. }) => {
+                push_pointer(pointer, &items.len().to_string())
+            }
             Some(Frame::Map { pointer, key, .. }) => {
                 push_pointer(pointer, key.as_ref().map(|(k, _)| k.as_str()).unwrap_or(""))
             }
@@ -267,7 +360,10 @@ impl Builder {
 
     fn open(&mut self, frame: Frame, span: Span) -> Result<(), YamlError> {
         if self.stack.len() >= MAX_DEPTH {
-            return Err(budget(span, format!("nesting deeper than {MAX_DEPTH} levels")));
+            return Err(budget(
+                span,
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+            ));
         }
         self.stack.push(frame);
         self.counts_at_start.push(self.nodes);
@@ -277,35 +373,73 @@ impl Builder {
     fn count_nodes(&mut self, n: usize, span: Span) -> Result<(), YamlError> {
         self.nodes = self.nodes.saturating_add(n);
         if self.nodes > MAX_NODES {
-            return Err(budget(span, format!("more than {MAX_NODES} values once aliases are expanded")));
+            return Err(budget(
+                span,
+                format!("more than {MAX_NODES} values once aliases are expanded"),
+            ));
         }
         Ok(())
     }
 
     /// Places a finished node into its parent (or as the root) and records where it was written.
-    fn finish_node(&mut self, value: Value, span: Span, anchor: usize, count: usize) -> Result<(), YamlError> {
+    fn finish_node(
+        &mut self,
+        value: Value,
+        span: Span,
+        anchor: usize,
+        count: usize,
+    ) -> Result<(), YamlError> {
         if anchor != 0 {
             self.anchors.insert(anchor, (value.clone(), count));
         }
         let pointer = self.child_pointer();
         match self.stack.last_mut() {
             None => {
-                self.locs.insert(pointer, Loc { value: span, key: None });
+                self.locs.insert(
+                    pointer,
+                    Loc {
+                        value: span,
+                        key: None,
+                    },
+                );
                 self.root = Some(value);
             }
             Some(Frame::Seq { items, .. }) => {
-                self.locs.insert(pointer, Loc { value: span, key: None });
+                self.locs.insert(
+                    pointer,
+                    Loc {
+                        value: span,
+                        key: None,
+                    },
+                );
                 items.push(value);
             }
             Some(Frame::Map { entries, key, .. }) => {
-                let Some((k, key_span)) = key.take() else { return Ok(()) };
+                let Some((k, key_span)) = key.take() else {
+                    return Ok(());
+                };
                 if entries.contains_key(&k) {
-                    let first = self.locs.get(&pointer).and_then(|l| l.key).map(|s| s.start.line);
-                    let hint = first.map(|line| format!("`{k}` is first set on line {line}; keep one"));
-                    self.errors.push(YamlError { span: key_span, message: format!("duplicate key `{k}`"), hint });
+                    let first = self
+                        .locs
+                        .get(&pointer)
+                        .and_then(|l| l.key)
+                        .map(|s| s.start.line);
+                    let hint =
+                        first.map(|line| format!("`{k}` is first set on line {line}; keep one"));
+                    self.errors.push(YamlError {
+                        span: key_span,
+                        message: format!("duplicate key `{k}`"),
+                        hint,
+                    });
                     return Ok(());
                 }
-                self.locs.insert(pointer, Loc { value: span, key: Some(key_span) });
+                self.locs.insert(
+                    pointer,
+                    Loc {
+                        value: span,
+                        key: Some(key_span),
+                    },
+                );
                 entries.insert(k, value);
             }
         }
@@ -318,7 +452,11 @@ trait MaxByIndex {
 }
 impl MaxByIndex for Pos {
     fn max_by_index(self, other: Pos) -> Pos {
-        if self.index >= other.index { self } else { other }
+        if self.index >= other.index {
+            self
+        } else {
+            other
+        }
     }
 }
 
@@ -326,7 +464,9 @@ fn budget(span: Span, what: String) -> YamlError {
     YamlError::new(
         span,
         format!("the document is too large: {what}"),
-        Some("specs are small, hand-written files; this limit guards against malicious or generated input"),
+        Some(
+            "specs are small, hand-written files; this limit guards against malicious or generated input",
+        ),
     )
 }
 
@@ -341,14 +481,24 @@ fn check_tag(tag: &Tag, span: Span) -> Result<(), YamlError> {
     ))
 }
 
-fn scalar_value(text: Cow<'_, str>, style: ScalarStyle, tag: Option<Cow<'_, Tag>>, span: Span) -> Result<Value, YamlError> {
+fn scalar_value(
+    text: Cow<'_, str>,
+    style: ScalarStyle,
+    tag: Option<Cow<'_, Tag>>,
+    span: Span,
+) -> Result<Value, YamlError> {
     if let Some(tag) = &tag {
         check_tag(tag, span)?;
     }
     let shown = text.to_string();
-    let scalar = Scalar::parse_from_cow_and_metadata(text, style, tag.as_ref()).ok_or_else(|| {
-        YamlError::new(span, format!("`{shown}` does not match its tag"), Some("remove the tag or fix the value"))
-    })?;
+    let scalar =
+        Scalar::parse_from_cow_and_metadata(text, style, tag.as_ref()).ok_or_else(|| {
+            YamlError::new(
+                span,
+                format!("`{shown}` does not match its tag"),
+                Some("remove the tag or fix the value"),
+            )
+        })?;
     Ok(match scalar {
         Scalar::Null => Value::Null,
         Scalar::Boolean(b) => Value::Bool(b),
@@ -356,7 +506,11 @@ fn scalar_value(text: Cow<'_, str>, style: ScalarStyle, tag: Option<Cow<'_, Tag>
         Scalar::FloatingPoint(f) => match Number::from_f64(f.into_inner()) {
             Some(n) => Value::Number(n),
             None => {
-                return Err(YamlError::new(span, format!("`{shown}` is not a finite number"), Some("use a finite number")));
+                return Err(YamlError::new(
+                    span,
+                    format!("`{shown}` is not a finite number"),
+                    Some("use a finite number"),
+                ));
             }
         },
         Scalar::String(s) => Value::String(s.into_owned()),
@@ -370,7 +524,10 @@ mod tests {
     #[test]
     fn positions_and_values() {
         let doc = parse("a: 1\nb:\n  c: [x, 2.5]\n").unwrap();
-        assert_eq!(doc.value, serde_json::json!({"a": 1, "b": {"c": ["x", 2.5]}}));
+        assert_eq!(
+            doc.value,
+            serde_json::json!({"a": 1, "b": {"c": ["x", 2.5]}})
+        );
         let loc = doc.locate("/b/c/1");
         assert_eq!((loc.value.start.line, loc.value.start.column), (3, 10));
         let key = doc.locate("/b").key.unwrap();
