@@ -427,7 +427,7 @@ fn budgets_are_enforced() {
 
 #[test]
 fn garbage_never_panics() {
-    let deep_map = "a:\n".repeat(1)
+    let deep_map = "a:\n".to_string()
         + &(1..200)
             .map(|i| format!("{}a:\n", "  ".repeat(i)))
             .collect::<String>();

@@ -53,18 +53,18 @@ pub struct Point {
 pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
     let file = path.display().to_string();
     // Check the size before reading, so a huge file is never pulled into memory.
-    if let Ok(meta) = std::fs::metadata(path) {
-        if meta.len() > yaml::MAX_BYTES as u64 {
-            return Err(SpecErrors::file_error(
-                &file,
-                format!(
-                    "the file is {} bytes; specs are limited to {} bytes (8 MiB)",
-                    meta.len(),
-                    yaml::MAX_BYTES
-                ),
-                None,
-            ));
-        }
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() > yaml::MAX_BYTES as u64
+    {
+        return Err(SpecErrors::file_error(
+            &file,
+            format!(
+                "the file is {} bytes; specs are limited to {} bytes (8 MiB)",
+                meta.len(),
+                yaml::MAX_BYTES
+            ),
+            None,
+        ));
     }
     let bytes = std::fs::read(path).map_err(|e| {
         SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
@@ -249,20 +249,21 @@ fn typed(raw: &RawPoint) -> Result<Experiment, Problem> {
 /// Checks the schema cannot express.
 fn semantic_checks(raw: &Value) -> Vec<Problem> {
     let mut problems = Vec::new();
-    if let Some(server) = raw.get("server").and_then(Value::as_object) {
-        if server.get("url").is_some_and(|u| !u.is_null()) {
-            // An error rather than a warning: silently ignoring launch flags would measure a
-            // server configured differently from what the spec says.
-            let ignored: Vec<&str> = ["args", "env", "launcher", "port"]
-                .into_iter()
-                .filter(|k| {
-                    server
-                        .get(*k)
-                        .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
-                })
-                .collect();
-            if !ignored.is_empty() {
-                problems.push(Problem {
+    if let Some(server) = raw.get("server").and_then(Value::as_object)
+        && server.get("url").is_some_and(|u| !u.is_null())
+    {
+        // An error rather than a warning: silently ignoring launch flags would measure a
+        // server configured differently from what the spec says.
+        let ignored: Vec<&str> = ["args", "env", "launcher", "port"]
+            .into_iter()
+            .filter(|k| {
+                server
+                    .get(*k)
+                    .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
+            })
+            .collect();
+        if !ignored.is_empty() {
+            problems.push(Problem {
                     pointer: "/server/url".into(),
                     target: Target::Key,
                     message: format!(
@@ -271,7 +272,6 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
                     ),
                     hint: Some("remove `url` to let servebench launch the server, or remove the launch settings".into()),
                 });
-            }
         }
     }
     problems

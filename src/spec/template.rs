@@ -101,10 +101,10 @@ pub fn render(pieces: &[Piece], lookup: &dyn Fn(&str) -> Option<Value>) -> Value
         .iter()
         .filter(|p| !matches!(p, Piece::Text(t) if t.trim().is_empty()))
         .collect();
-    if let [Piece::Var { name, .. }] = only_var.as_slice() {
-        if let Some(v) = lookup(name) {
-            return v;
-        }
+    if let [Piece::Var { name, .. }] = only_var.as_slice()
+        && let Some(v) = lookup(name)
+    {
+        return v;
     }
     let mut out = String::new();
     for piece in pieces {

@@ -103,10 +103,10 @@ impl Validator {
         out: &mut Vec<Problem>,
     ) {
         // A template whose variable is undefined is reported on its own; do not pile on.
-        if let Value::String(s) = value {
-            if template::has_template(s) {
-                return;
-            }
+        if let Value::String(s) = value
+            && template::has_template(s)
+        {
+            return;
         }
         let Some(obj) = self.resolve(schema).as_object() else {
             return;
@@ -119,49 +119,46 @@ impl Validator {
             self.check_branches(value, branches, pointer, out);
             return;
         }
-        if let Some(types) = obj.get("type") {
-            if !type_matches(value, types) {
-                out.push(Problem {
-                    pointer: pointer.into(),
-                    target: Target::Value,
-                    message: format!(
-                        "expected {}, found {}",
-                        describe_types(types),
-                        describe_value(value)
-                    ),
-                    hint: type_hint(value, types),
-                });
-                return;
-            }
+        if let Some(types) = obj.get("type")
+            && !type_matches(value, types)
+        {
+            out.push(Problem {
+                pointer: pointer.into(),
+                target: Target::Value,
+                message: format!(
+                    "expected {}, found {}",
+                    describe_types(types),
+                    describe_value(value)
+                ),
+                hint: type_hint(value, types),
+            });
+            return;
         }
-        if let Some(c) = obj.get("const") {
-            if c != value {
-                out.push(self.bad_choice(value, std::slice::from_ref(c), pointer));
-                return;
-            }
+        if let Some(c) = obj.get("const")
+            && c != value
+        {
+            out.push(self.bad_choice(value, std::slice::from_ref(c), pointer));
+            return;
         }
-        if let Some(Value::Array(choices)) = obj.get("enum") {
-            if !choices.contains(value) {
-                out.push(self.bad_choice(value, choices, pointer));
-                return;
-            }
+        if let Some(Value::Array(choices)) = obj.get("enum")
+            && !choices.contains(value)
+        {
+            out.push(self.bad_choice(value, choices, pointer));
+            return;
         }
         match value {
             Value::Number(n) => check_range(n.as_f64().unwrap_or(0.0), obj, pointer, out),
             Value::String(s) => self.check_string(s, obj, pointer, out),
             Value::Array(items) => {
-                if let Some(min) = obj.get("minItems").and_then(Value::as_u64) {
-                    if (items.len() as u64) < min {
-                        out.push(Problem {
-                            pointer: pointer.into(),
-                            target: Target::Value,
-                            message: format!(
-                                "expected at least {min} item(s), found {}",
-                                items.len()
-                            ),
-                            hint: None,
-                        });
-                    }
+                if let Some(min) = obj.get("minItems").and_then(Value::as_u64)
+                    && (items.len() as u64) < min
+                {
+                    out.push(Problem {
+                        pointer: pointer.into(),
+                        target: Target::Value,
+                        message: format!("expected at least {min} item(s), found {}", items.len()),
+                        hint: None,
+                    });
                 }
                 if let Some(item_schema) = obj.get("items") {
                     for (i, item) in items.iter().enumerate() {
@@ -250,23 +247,23 @@ impl Validator {
         out: &mut Vec<Problem>,
     ) {
         let len = s.chars().count() as u64;
-        if let Some(min) = obj.get("minLength").and_then(Value::as_u64) {
-            if len < min {
-                out.push(value_problem(
-                    pointer,
-                    format!("must not be shorter than {min} character(s)"),
-                    None,
-                ));
-            }
+        if let Some(min) = obj.get("minLength").and_then(Value::as_u64)
+            && len < min
+        {
+            out.push(value_problem(
+                pointer,
+                format!("must not be shorter than {min} character(s)"),
+                None,
+            ));
         }
-        if let Some(max) = obj.get("maxLength").and_then(Value::as_u64) {
-            if len > max {
-                out.push(value_problem(
-                    pointer,
-                    format!("must not be longer than {max} characters, found {len}"),
-                    None,
-                ));
-            }
+        if let Some(max) = obj.get("maxLength").and_then(Value::as_u64)
+            && len > max
+        {
+            out.push(value_problem(
+                pointer,
+                format!("must not be longer than {max} characters, found {len}"),
+                None,
+            ));
         }
         if let Some(pattern) = obj.get("pattern").and_then(Value::as_str) {
             let re = self
@@ -276,10 +273,10 @@ impl Validator {
                 .entry(pattern.to_string())
                 .or_insert_with(|| Regex::new(pattern).ok())
                 .clone();
-            if let Some(re) = re {
-                if !re.is_match(s) {
-                    out.push(pattern_problem(s, pattern, pointer));
-                }
+            if let Some(re) = re
+                && !re.is_match(s)
+            {
+                out.push(pattern_problem(s, pattern, pointer));
             }
         }
     }
