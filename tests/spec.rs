@@ -552,3 +552,12 @@ fn example_specs_validate_against_the_schema() {
     let bad = servebench::spec::yaml::parse("name: t\nconcurency: 1\n").unwrap();
     assert!(!validator.is_valid(&bad.value));
 }
+
+#[test]
+fn rendered_errors_are_stable() {
+    let err = spec::load_str("x.yaml", "name: t\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 8 }\n  output_tokens: 8\nconcurency: 8\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "error: unknown field `concurency`\n --> x.yaml:6:1\n  |\n6 | concurency: 8\n  | ^^^^^^^^^^\n  = hint: did you mean `concurrency`?\n"
+    );
+}

@@ -86,7 +86,7 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
     let mut sweep = Sweep::default();
     if let Some(Value::Object(dims)) = raw.get("sweep") {
         for (name, values) in dims {
-            if let Some(dim) = dimension(name, values, raw, validator, &mut problems) {
+            if let Some(dim) = dimension(name, values, validator, &mut problems) {
                 sweep.dimensions.push(dim);
             }
         }
@@ -157,7 +157,6 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
 fn dimension(
     name: &str,
     values: &Value,
-    raw: &Value,
     validator: &Validator,
     problems: &mut Vec<Problem>,
 ) -> Option<Dimension> {
@@ -226,7 +225,6 @@ fn dimension(
         });
         return None;
     }
-    let _ = raw;
     Some(Dimension {
         name: name.to_string(),
         kind,
