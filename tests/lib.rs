@@ -5,3 +5,4 @@ mod common;
 mod interrupt;
 mod report;
 mod run;
+mod spec;

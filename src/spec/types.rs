@@ -10,6 +10,12 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Durations as `humantime` 2.4 reads them: `90s`, `20m`, `20 minutes`, `1h 30m`, `1.5h`.
+pub const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
+
+/// The only host supported so far.
+pub const LOCAL_HOST_PATTERN: &str = "^local$";
+
 /// One experiment: which server to run, what to send it, how to measure, and what to sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -21,9 +27,10 @@ pub struct Experiment {
     /// What the experiment is for; shown at the top of the report.
     #[serde(default)]
     pub description: String,
-    /// Where the server runs. `local` (the default) starts it on this machine.
+    /// Where the server runs. `local` (the default) starts it on this machine; SSH hosts
+    /// (`ssh://user@host`) are planned but not supported yet.
     #[serde(default = "default_host")]
-    #[schemars(regex(pattern = r"^local$"))]
+    #[schemars(regex(pattern = LOCAL_HOST_PATTERN))]
     pub host: String,
     /// The inference server: the engine to launch and its flags, or the URL of one already running.
     pub server: Server,
@@ -56,7 +63,7 @@ pub struct Experiment {
     pub concurrency: u32,
     /// Per-request timeout, e.g. `10m`, `90s`. A request past it is recorded as a timeout error.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
-    #[schemars(with = "String")]
+    #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
     pub request_timeout: std::time::Duration,
     /// How the report is rendered.
     #[serde(default)]
@@ -96,7 +103,7 @@ pub struct Server {
     pub env: IndexMap<String, String>,
     /// How long to wait for the server to become ready (`/health` 200), e.g. `20m`, `90s`.
     #[serde(default = "default_ready_timeout", with = "humantime_serde")]
-    #[schemars(with = "String")]
+    #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
     pub ready_timeout: std::time::Duration,
     /// The command that starts the engine, before its flags. Default for `sglang`:
     /// `[python, -m, sglang.launch_server]`; for `sim`: servebench's own `sim` subcommand.

@@ -1,0 +1,315 @@
+//! Reading a spec file: YAML, schema checks, sweep expansion, typing. Every problem is
+//! collected and returned together.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use indexmap::IndexMap;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::diagnostics::{Diagnostic, SpecErrors};
+use super::expand::{self, Origin, RawPoint};
+use super::schema;
+use super::types::{Experiment, SweepValue};
+use super::validate::{Problem, Target, Validator};
+use super::yaml::{self, Document, push_pointer};
+
+/// Most diagnostics reported for one file; past this the rest are noise.
+const MAX_DIAGNOSTICS: usize = 100;
+
+/// A spec that loaded cleanly: its source and its expanded, typed points.
+#[derive(Debug, Clone)]
+pub struct LoadedSpec {
+    /// The path as given.
+    pub path: PathBuf,
+    /// The file's text.
+    pub source: String,
+    /// SHA-256 of the source bytes, lowercase hex.
+    pub sha256: String,
+    /// The experiment's `name`.
+    pub name: String,
+    /// The experiment's `description`.
+    pub description: String,
+    /// Sweep dimension names, in the order written.
+    pub dimensions: Vec<String>,
+    /// The cartesian product of the sweep, first dimension varying slowest.
+    pub points: Vec<Point>,
+}
+
+/// One point of the sweep.
+#[derive(Debug, Clone)]
+pub struct Point {
+    /// `p001`, `p002`, ... in expansion order; at least three digits, more when needed.
+    pub id: String,
+    /// Dimension name to this point's value.
+    pub values: IndexMap<String, Value>,
+    /// The experiment with this point's values in place.
+    pub experiment: Experiment,
+}
+
+/// Reads, parses, validates and expands a spec file, reporting all errors at once.
+pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
+    let file = path.display().to_string();
+    // Check the size before reading, so a huge file is never pulled into memory.
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() > yaml::MAX_BYTES as u64
+    {
+        return Err(SpecErrors::file_error(
+            &file,
+            format!(
+                "the file is {} bytes; specs are limited to {} bytes (8 MiB)",
+                meta.len(),
+                yaml::MAX_BYTES
+            ),
+            None,
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| {
+        SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
+    })?;
+    let source = String::from_utf8(bytes).map_err(|e| {
+        SpecErrors::file_error(
+            &file,
+            format!(
+                "the file is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+            None,
+        )
+    })?;
+    load_source(path.to_path_buf(), &file, source)
+}
+
+/// Same as [`load`], from a string; `file_name` is used in messages.
+pub fn load_str(file_name: &str, source: &str) -> Result<LoadedSpec, SpecErrors> {
+    load_source(PathBuf::from(file_name), file_name, source.to_string())
+}
+
+fn validator() -> &'static Validator {
+    // Generating the schema takes a moment; every load shares one.
+    static VALIDATOR: OnceLock<Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| Validator::new(schema::raw_schema()))
+}
+
+fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, SpecErrors> {
+    let doc = match yaml::parse(&source) {
+        Ok(doc) => doc,
+        Err(errors) => {
+            let diags = errors
+                .into_iter()
+                .map(|e| Diagnostic::at(file, &source, e.span, e.message, e.hint))
+                .collect();
+            return Err(SpecErrors::new(diags));
+        }
+    };
+    let report = Reporter {
+        file,
+        source: &source,
+        doc: &doc,
+    };
+    if !doc.value.is_object() {
+        let found = super::validate::describe_value(&doc.value);
+        let span = doc.locate("").value;
+        return Err(SpecErrors::new(vec![Diagnostic::at(
+            file,
+            &source,
+            span,
+            format!("a spec must be a mapping of fields, found {found}"),
+            Some("start with `name: my-experiment`".into()),
+        )]));
+    }
+
+    let validator = validator();
+    let (mut sweep, sweep_problems) = expand::analyze(&doc.value, validator);
+    // JSON objects here do not keep insertion order; the file does.
+    sweep.dimensions.sort_by_key(|d| {
+        doc.locate(&push_pointer("/sweep", &d.name))
+            .key
+            .map(|k| k.start.index)
+    });
+    let mut diags: Vec<Diagnostic> = sweep_problems
+        .iter()
+        .map(|p| report.problem(p, None))
+        .collect();
+    diags.extend(
+        semantic_checks(&doc.value)
+            .iter()
+            .map(|p| report.problem(p, None)),
+    );
+
+    if !diags.is_empty() {
+        // The sweep cannot be trusted: check the structure once, templates left in place.
+        diags.extend(
+            validator
+                .validate(&doc.value)
+                .iter()
+                .map(|p| report.problem(p, None)),
+        );
+        return Err(SpecErrors::new(diags));
+    }
+
+    // The sweep is checked and typed once, not once per point: it can be long.
+    let mut base = doc.value.clone();
+    let sweep_value = base.as_object_mut().and_then(|m| m.remove("sweep"));
+    let mut typed_sweep: IndexMap<String, Vec<SweepValue>> = IndexMap::new();
+    if let Some(v) = &sweep_value {
+        let problems = validator.validate_field("sweep", v);
+        if !problems.is_empty() {
+            return Err(SpecErrors::new(
+                problems.iter().map(|p| report.problem(p, None)).collect(),
+            ));
+        }
+        match serde_path_to_error::deserialize(v) {
+            Ok(t) => typed_sweep = t,
+            Err(e) => {
+                let p = Problem {
+                    pointer: "/sweep".into(),
+                    target: Target::Value,
+                    message: e.to_string(),
+                    hint: None,
+                };
+                return Err(SpecErrors::new(vec![report.problem(&p, None)]));
+            }
+        }
+    }
+
+    let count = expand::point_count(&sweep);
+    let width = count.to_string().len().max(3);
+    let mut points = Vec::with_capacity(count);
+    for index in 0..count {
+        let (raw, problems) = expand::point(&base, &sweep, index);
+        let mut found: Vec<Diagnostic> = problems
+            .iter()
+            .map(|p| report.problem(p, Some(&raw.origins)))
+            .collect();
+        found.extend(
+            validator
+                .validate(&raw.value)
+                .iter()
+                .map(|p| report.problem(p, Some(&raw.origins))),
+        );
+        if found.is_empty() {
+            match typed(&raw) {
+                Ok(mut experiment) => points.push(Point {
+                    id: format!("p{:0width$}", index + 1),
+                    values: raw.values.into_iter().collect(),
+                    experiment: {
+                        experiment.sweep = typed_sweep.clone();
+                        experiment
+                    },
+                }),
+                Err(p) => found.push(report.problem(&p, Some(&raw.origins))),
+            }
+        }
+        diags.extend(found);
+        if diags.len() > MAX_DIAGNOSTICS {
+            break;
+        }
+    }
+    if !diags.is_empty() {
+        let mut errors = SpecErrors::new(diags);
+        errors.diagnostics.truncate(MAX_DIAGNOSTICS);
+        return Err(errors);
+    }
+    let first = &points[0].experiment;
+    Ok(LoadedSpec {
+        name: first.name.clone(),
+        description: first.description.clone(),
+        sha256: hex::encode(Sha256::digest(source.as_bytes())),
+        dimensions: sweep.dimensions.iter().map(|d| d.name.clone()).collect(),
+        path,
+        source,
+        points,
+    })
+}
+
+/// Deserializes one point, mapping a serde error back to the field it is about.
+fn typed(raw: &RawPoint) -> Result<Experiment, Problem> {
+    serde_path_to_error::deserialize(&raw.value).map_err(|e| {
+        let mut pointer = String::new();
+        for seg in e.path().iter() {
+            use serde_path_to_error::Segment;
+            match seg {
+                Segment::Seq { index } => pointer = push_pointer(&pointer, &index.to_string()),
+                Segment::Map { key } => pointer = push_pointer(&pointer, key),
+                Segment::Enum { .. } | Segment::Unknown => {}
+            }
+        }
+        Problem {
+            pointer,
+            target: Target::Value,
+            message: e.into_inner().to_string(),
+            hint: None,
+        }
+    })
+}
+
+/// Checks the schema cannot express.
+fn semantic_checks(raw: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if let Some(server) = raw.get("server").and_then(Value::as_object)
+        && server.get("url").is_some_and(|u| !u.is_null())
+    {
+        // An error rather than a warning: silently ignoring launch flags would measure a
+        // server configured differently from what the spec says.
+        let ignored: Vec<&str> = ["args", "env", "launcher", "port"]
+            .into_iter()
+            .filter(|k| {
+                server
+                    .get(*k)
+                    .is_some_and(|v| !v.is_null() && v != &Value::Object(Default::default()))
+            })
+            .collect();
+        if !ignored.is_empty() {
+            problems.push(Problem {
+                    pointer: "/server/url".into(),
+                    target: Target::Key,
+                    message: format!(
+                        "`server.url` points at a running server, so {} would be ignored",
+                        ignored.iter().map(|k| format!("`server.{k}`")).collect::<Vec<_>>().join(", ")
+                    ),
+                    hint: Some("remove `url` to let servebench launch the server, or remove the launch settings".into()),
+                });
+        }
+    }
+    problems
+}
+
+/// Turns problems (by JSON pointer) into diagnostics (by line and column).
+struct Reporter<'a> {
+    file: &'a str,
+    source: &'a str,
+    doc: &'a Document,
+}
+
+impl Reporter<'_> {
+    fn problem(&self, p: &Problem, origins: Option<&HashMap<String, Origin>>) -> Diagnostic {
+        let (pointer, target, note) = match origins.and_then(|o| origin_of(o, &p.pointer)) {
+            Some(o) => (o.pointer.as_str(), o.target, Some(o.note.as_str())),
+            None => (p.pointer.as_str(), p.target, None),
+        };
+        let loc = self.doc.locate(pointer);
+        let span = match target {
+            Target::Key | Target::Parent => loc.key.unwrap_or(loc.value),
+            Target::Value => loc.value,
+        };
+        let message = match note {
+            Some(n) => format!("{} ({n})", p.message),
+            None => p.message.clone(),
+        };
+        Diagnostic::at(self.file, self.source, span, message, p.hint.clone())
+    }
+}
+
+/// The origin of `pointer` or of its nearest ancestor that came from the sweep.
+fn origin_of<'a>(origins: &'a HashMap<String, Origin>, pointer: &str) -> Option<&'a Origin> {
+    let mut p = pointer;
+    loop {
+        if let Some(o) = origins.get(p) {
+            return Some(o);
+        }
+        p = &p[..p.rfind('/')?];
+    }
+}

@@ -1,0 +1,543 @@
+//! YAML text to a JSON value plus a map from JSON pointer to source position.
+//!
+//! Built directly on `saphyr-parser` events so that input budgets (document size, nesting depth,
+//! alias expansion) are enforced while building, before any large structure exists, and so that
+//! every node keeps its position for diagnostics.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use saphyr::Scalar;
+use saphyr_parser::{Event, Parser, ScalarStyle, Span as RawSpan, Tag};
+use serde_json::{Map, Number, Value};
+
+/// Largest accepted document, in bytes.
+pub const MAX_BYTES: usize = 8 * 1024 * 1024;
+/// Deepest accepted nesting of mappings and sequences.
+pub const MAX_DEPTH: usize = 64;
+/// Most nodes in the document once aliases are expanded (guards against alias bombs).
+pub const MAX_NODES: usize = 200_000;
+/// Most aliases (`*name`) in one document.
+pub const MAX_ALIASES: usize = 1_000;
+
+/// A position in the source: character index, 1-based line and 1-based column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pos {
+    /// Index in characters from the start of the source.
+    pub index: usize,
+    /// Line, from 1.
+    pub line: usize,
+    /// Column in characters, from 1.
+    pub column: usize,
+}
+
+/// A range of source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// First character.
+    pub start: Pos,
+    /// One past the last character.
+    pub end: Pos,
+}
+
+impl Span {
+    fn from_raw(span: RawSpan) -> Span {
+        let pos = |m: saphyr_parser::Marker| Pos {
+            index: m.index(),
+            line: m.line(),
+            column: m.col() + 1,
+        };
+        Span {
+            start: pos(span.start),
+            end: pos(span.end),
+        }
+    }
+
+    /// An empty span at the start of the source.
+    pub fn origin() -> Span {
+        let start = Pos {
+            index: 0,
+            line: 1,
+            column: 1,
+        };
+        Span { start, end: start }
+    }
+}
+
+/// Where a node was written: its value and, for mapping entries, its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    /// The value's text.
+    pub value: Span,
+    /// The key's text, when the node is a mapping entry.
+    pub key: Option<Span>,
+}
+
+/// A parsed document.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// The document as JSON.
+    pub value: Value,
+    /// JSON pointer (`/server/args/tp`) to source position. Nodes reached through an alias are
+    /// not listed: look them up with [`Document::locate`], which falls back to the nearest
+    /// listed ancestor.
+    pub locs: HashMap<String, Loc>,
+}
+
+impl Document {
+    /// The position of the node at `pointer`, or of its nearest written ancestor.
+    pub fn locate(&self, pointer: &str) -> Loc {
+        let mut p = pointer;
+        loop {
+            if let Some(loc) = self.locs.get(p) {
+                return *loc;
+            }
+            match p.rfind('/') {
+                Some(i) => p = &p[..i],
+                None => {
+                    return Loc {
+                        value: Span::origin(),
+                        key: None,
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// A YAML-level problem: syntax, budgets, duplicate keys, unsupported features.
+#[derive(Debug, Clone, PartialEq)]
+pub struct YamlError {
+    /// Where.
+    pub span: Span,
+    /// What went wrong.
+    pub message: String,
+    /// How to fix it, when known.
+    pub hint: Option<String>,
+}
+
+impl YamlError {
+    fn new(span: Span, message: impl Into<String>, hint: Option<&str>) -> YamlError {
+        YamlError {
+            span,
+            message: message.into(),
+            hint: hint.map(str::to_owned),
+        }
+    }
+}
+
+/// Appends one reference token to a JSON pointer, escaping `~` and `/`.
+pub fn push_pointer(base: &str, token: &str) -> String {
+    format!("{base}/{}", token.replace('~', "~0").replace('/', "~1"))
+}
+
+/// Parses a single YAML document. Errors that stop parsing return at once; duplicate keys are
+/// collected and returned together.
+pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
+    if source.len() > MAX_BYTES {
+        return Err(vec![YamlError::new(
+            Span::origin(),
+            format!(
+                "the file is {} bytes; specs are limited to {MAX_BYTES} bytes (8 MiB)",
+                source.len()
+            ),
+            Some(
+                "a spec should be a few kilobytes; put prompts in a separate file (`prompt: { kind: file }`)",
+            ),
+        )]);
+    }
+    let mut builder = Builder::default();
+    for event in Parser::new_from_str(source) {
+        let result = match event {
+            Ok((event, span)) => builder.on_event(event, Span::from_raw(span)),
+            Err(e) => {
+                let m = e.marker();
+                let at = Pos {
+                    index: m.index(),
+                    line: m.line(),
+                    column: m.col() + 1,
+                };
+                Err(YamlError::new(
+                    Span { start: at, end: at },
+                    format!("YAML syntax error: {}", e.info()),
+                    None,
+                ))
+            }
+        };
+        if let Err(e) = result {
+            builder.errors.push(e);
+            return Err(builder.errors);
+        }
+    }
+    if !builder.errors.is_empty() {
+        return Err(builder.errors);
+    }
+    match builder.root {
+        Some(value) => Ok(Document {
+            value,
+            locs: builder.locs,
+        }),
+        None => Err(vec![YamlError::new(
+            Span::origin(),
+            "the file is empty",
+            Some("a spec is a mapping with at least `name`, `server` and `workload`"),
+        )]),
+    }
+}
+
+/// A collection being built.
+enum Frame {
+    Seq {
+        pointer: String,
+        anchor: usize,
+        start: Span,
+        items: Vec<Value>,
+    },
+    Map {
+        pointer: String,
+        anchor: usize,
+        start: Span,
+        entries: Map<String, Value>,
+        key: Option<(String, Span)>,
+    },
+}
+
+#[derive(Default)]
+struct Builder {
+    stack: Vec<Frame>,
+    root: Option<Value>,
+    locs: HashMap<String, Loc>,
+    /// Anchor id to the finished value and its node count.
+    anchors: HashMap<usize, (Value, usize)>,
+    nodes: usize,
+    aliases: usize,
+    documents: usize,
+    errors: Vec<YamlError>,
+    /// Node count at the start of each open collection, to size anchored subtrees.
+    counts_at_start: Vec<usize>,
+}
+
+impl Builder {
+    fn on_event(&mut self, event: Event<'_>, span: Span) -> Result<(), YamlError> {
+        match event {
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => Ok(()),
+            Event::DocumentStart(_) => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    return Err(YamlError::new(
+                        span,
+                        "more than one YAML document in the file",
+                        Some(
+                            "a spec file holds one document; remove the `---` separator or split the file",
+                        ),
+                    ));
+                }
+                Ok(())
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                if self.expecting_key() {
+                    if let Some(tag) = &tag {
+                        check_tag(tag, span)?;
+                    }
+                    return self.push_key(text.into_owned(), span);
+                }
+                let value = scalar_value(text, style, tag, span)?;
+                self.count_nodes(1, span)?;
+                self.finish_node(value, span, anchor, 1)
+            }
+            Event::Alias(id) => {
+                if self.expecting_key() {
+                    return Err(YamlError::new(
+                        span,
+                        "an alias cannot be a mapping key",
+                        None,
+                    ));
+                }
+                self.aliases += 1;
+                if self.aliases > MAX_ALIASES {
+                    return Err(budget(span, format!("more than {MAX_ALIASES} aliases")));
+                }
+                let Some((value, count)) = self.anchors.get(&id).cloned() else {
+                    return Err(YamlError::new(span, "alias to an unknown anchor", None));
+                };
+                self.count_nodes(count, span)?;
+                self.finish_node(value, span, 0, count)
+            }
+            Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag)
+                if self.expecting_key() =>
+            {
+                let _ = (anchor, tag);
+                Err(YamlError::new(
+                    span,
+                    "mapping keys must be plain strings",
+                    Some("write the key as text, e.g. `name:`"),
+                ))
+            }
+            Event::SequenceStart(anchor, tag) => {
+                if let Some(tag) = &tag {
+                    check_tag(tag, span)?;
+                }
+                let pointer = self.child_pointer();
+                self.open(
+                    Frame::Seq {
+                        pointer,
+                        anchor,
+                        start: span,
+                        items: Vec::new(),
+                    },
+                    span,
+                )
+            }
+            Event::MappingStart(anchor, tag) => {
+                if let Some(tag) = &tag {
+                    check_tag(tag, span)?;
+                }
+                let pointer = self.child_pointer();
+                self.open(
+                    Frame::Map {
+                        pointer,
+                        anchor,
+                        start: span,
+                        entries: Map::new(),
+                        key: None,
+                    },
+                    span,
+                )
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let start_count = self.counts_at_start.pop().unwrap_or(0);
+                let Some(frame) = self.stack.pop() else {
+                    return Ok(());
+                };
+                let (value, start, anchor) = match frame {
+                    Frame::Seq {
+                        items,
+                        start,
+                        anchor,
+                        ..
+                    } => (Value::Array(items), start, anchor),
+                    Frame::Map {
+                        entries,
+                        start,
+                        anchor,
+                        ..
+                    } => (Value::Object(entries), start, anchor),
+                };
+                let whole = Span {
+                    start: start.start,
+                    end: span.end.max_by_index(start.end),
+                };
+                self.count_nodes(1, span)?;
+                let count = self.nodes - start_count;
+                self.finish_node(value, whole, anchor, count)
+            }
+        }
+    }
+
+    fn expecting_key(&self) -> bool {
+        matches!(self.stack.last(), Some(Frame::Map { key: None, .. }))
+    }
+
+    fn push_key(&mut self, key: String, span: Span) -> Result<(), YamlError> {
+        if let Some(Frame::Map { key: slot, .. }) = self.stack.last_mut() {
+            *slot = Some((key, span));
+        }
+        Ok(())
+    }
+
+    /// The pointer of the node about to start.
+    fn child_pointer(&self) -> String {
+        match self.stack.last() {
+            None => String::new(),
+            Some(Frame::Seq { pointer, items, .. }) => {
+                push_pointer(pointer, &items.len().to_string())
+            }
+            Some(Frame::Map { pointer, key, .. }) => {
+                push_pointer(pointer, key.as_ref().map(|(k, _)| k.as_str()).unwrap_or(""))
+            }
+        }
+    }
+
+    fn open(&mut self, frame: Frame, span: Span) -> Result<(), YamlError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(budget(
+                span,
+                format!("nesting deeper than {MAX_DEPTH} levels"),
+            ));
+        }
+        self.stack.push(frame);
+        self.counts_at_start.push(self.nodes);
+        Ok(())
+    }
+
+    fn count_nodes(&mut self, n: usize, span: Span) -> Result<(), YamlError> {
+        self.nodes = self.nodes.saturating_add(n);
+        if self.nodes > MAX_NODES {
+            return Err(budget(
+                span,
+                format!("more than {MAX_NODES} values once aliases are expanded"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Places a finished node into its parent (or as the root) and records where it was written.
+    fn finish_node(
+        &mut self,
+        value: Value,
+        span: Span,
+        anchor: usize,
+        count: usize,
+    ) -> Result<(), YamlError> {
+        if anchor != 0 {
+            self.anchors.insert(anchor, (value.clone(), count));
+        }
+        let pointer = self.child_pointer();
+        match self.stack.last_mut() {
+            None => {
+                self.locs.insert(
+                    pointer,
+                    Loc {
+                        value: span,
+                        key: None,
+                    },
+                );
+                self.root = Some(value);
+            }
+            Some(Frame::Seq { items, .. }) => {
+                self.locs.insert(
+                    pointer,
+                    Loc {
+                        value: span,
+                        key: None,
+                    },
+                );
+                items.push(value);
+            }
+            Some(Frame::Map { entries, key, .. }) => {
+                let Some((k, key_span)) = key.take() else {
+                    return Ok(());
+                };
+                if entries.contains_key(&k) {
+                    let first = self
+                        .locs
+                        .get(&pointer)
+                        .and_then(|l| l.key)
+                        .map(|s| s.start.line);
+                    let hint =
+                        first.map(|line| format!("`{k}` is first set on line {line}; keep one"));
+                    self.errors.push(YamlError {
+                        span: key_span,
+                        message: format!("duplicate key `{k}`"),
+                        hint,
+                    });
+                    return Ok(());
+                }
+                self.locs.insert(
+                    pointer,
+                    Loc {
+                        value: span,
+                        key: Some(key_span),
+                    },
+                );
+                entries.insert(k, value);
+            }
+        }
+        Ok(())
+    }
+}
+
+trait MaxByIndex {
+    fn max_by_index(self, other: Pos) -> Pos;
+}
+impl MaxByIndex for Pos {
+    fn max_by_index(self, other: Pos) -> Pos {
+        if self.index >= other.index {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+fn budget(span: Span, what: String) -> YamlError {
+    YamlError::new(
+        span,
+        format!("the document is too large: {what}"),
+        Some(
+            "specs are small, hand-written files; this limit guards against malicious or generated input",
+        ),
+    )
+}
+
+fn check_tag(tag: &Tag, span: Span) -> Result<(), YamlError> {
+    if tag.is_yaml_core_schema() {
+        return Ok(());
+    }
+    Err(YamlError::new(
+        span,
+        format!("YAML tag `{}{}` is not supported", tag.handle, tag.suffix),
+        Some("remove the tag; values are typed by the spec's schema"),
+    ))
+}
+
+fn scalar_value(
+    text: Cow<'_, str>,
+    style: ScalarStyle,
+    tag: Option<Cow<'_, Tag>>,
+    span: Span,
+) -> Result<Value, YamlError> {
+    if let Some(tag) = &tag {
+        check_tag(tag, span)?;
+    }
+    let shown = text.to_string();
+    let scalar =
+        Scalar::parse_from_cow_and_metadata(text, style, tag.as_ref()).ok_or_else(|| {
+            YamlError::new(
+                span,
+                format!("`{shown}` does not match its tag"),
+                Some("remove the tag or fix the value"),
+            )
+        })?;
+    Ok(match scalar {
+        Scalar::Null => Value::Null,
+        Scalar::Boolean(b) => Value::Bool(b),
+        Scalar::Integer(i) => Value::Number(i.into()),
+        Scalar::FloatingPoint(f) => match Number::from_f64(f.into_inner()) {
+            Some(n) => Value::Number(n),
+            None => {
+                return Err(YamlError::new(
+                    span,
+                    format!("`{shown}` is not a finite number"),
+                    Some("use a finite number"),
+                ));
+            }
+        },
+        Scalar::String(s) => Value::String(s.into_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_and_values() {
+        let doc = parse("a: 1\nb:\n  c: [x, 2.5]\n").unwrap();
+        assert_eq!(
+            doc.value,
+            serde_json::json!({"a": 1, "b": {"c": ["x", 2.5]}})
+        );
+        let loc = doc.locate("/b/c/1");
+        assert_eq!((loc.value.start.line, loc.value.start.column), (3, 10));
+        let key = doc.locate("/b").key.unwrap();
+        assert_eq!((key.start.line, key.start.column), (2, 1));
+    }
+
+    #[test]
+    fn duplicate_keys_are_all_reported() {
+        let errs = parse("a: 1\na: 2\nb: 1\nb: 3\n").unwrap_err();
+        assert_eq!(errs.len(), 2);
+        assert_eq!(errs[0].span.start.line, 2);
+    }
+}
