@@ -177,12 +177,15 @@ fn plan(path: &std::path::Path) -> i32 {
             let e = &p.experiment;
             let _ = writeln!(
                 out,
-                "  {}  {} req x {} round(s), concurrency {}, cache {:?}",
+                "  {}  {} req x {} round(s), concurrency {}, cache {}",
                 crate::run::point::point_label(p),
                 e.requests,
                 e.repeat,
                 e.concurrency,
-                e.cache.policy
+                serde_json::to_value(e.cache.policy)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
             );
         }
     }

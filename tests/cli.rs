@@ -28,7 +28,10 @@ fn plan_shows_groups_and_points() {
     let out = servebench().arg("plan").arg(&spec).output().unwrap();
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("4 points, 2 server group(s), 2 launch(es), 12 measured requests"), "{text}");
+    assert!(
+        text.contains("4 points, 2 server group(s), 2 launch(es), 12 measured requests"),
+        "{text}"
+    );
     assert!(text.contains("--chunked-prefill-size 512"), "{text}");
     assert!(text.contains("ctx=128"), "{text}");
 }
@@ -42,13 +45,25 @@ fn an_invalid_spec_exits_2_with_file_line_and_column() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.yaml:6:1"), "{err}");
     assert!(err.contains("concurrency"), "did-you-mean hint: {err}");
-    let out = servebench().arg("run").arg(&spec).arg("--out").arg(ws.path().join("runs")).output().unwrap();
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(!ws.path().join("runs").exists(), "nothing is started for an invalid spec");
+    assert!(
+        !ws.path().join("runs").exists(),
+        "nothing is started for an invalid spec"
+    );
 }
 
 #[test]
 fn the_quickstart_spec_is_valid() {
-    let out = servebench().args(["validate", "experiments/quickstart.yaml"]).output().unwrap();
+    let out = servebench()
+        .args(["validate", "experiments/quickstart.yaml"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", show(&out));
 }

@@ -44,14 +44,21 @@ fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report(
     let requests_file = loop {
         let found = glob_requests(ws.path());
         if let Some(f) = &found {
-            if std::fs::read_to_string(f).map(|t| t.lines().count() >= 2).unwrap_or(false) {
+            if std::fs::read_to_string(f)
+                .map(|t| t.lines().count() >= 2)
+                .unwrap_or(false)
+            {
                 break found.unwrap();
             }
         }
         assert!(Instant::now() < deadline, "no requests recorded in time");
         std::thread::sleep(Duration::from_millis(20));
     };
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
 
@@ -63,11 +70,30 @@ fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report(
     assert_eq!(points[0]["incomplete"], true);
     let ok = points[0]["ok"].as_u64().unwrap();
     assert!((2..200).contains(&ok), "finished requests are kept: {ok}");
-    assert_eq!(read_jsonl(&dir.join("requests.jsonl")).len() as u64, ok, "only finished requests are records");
-    assert!(points[0]["flags"].as_array().unwrap().iter().any(|f| f["kind"] == "interrupted"));
+    assert_eq!(
+        read_jsonl(&dir.join("requests.jsonl")).len() as u64,
+        ok,
+        "only finished requests are records"
+    );
+    assert!(
+        points[0]["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "interrupted")
+    );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.to_lowercase().contains("incomplete"), "partial report says so");
-    assert!(meta["servers"][0]["outcome"].as_str().unwrap().contains("confirmed gone"), "{meta}");
+    assert!(
+        report.to_lowercase().contains("incomplete"),
+        "partial report says so"
+    );
+    assert!(
+        meta["servers"][0]["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("confirmed gone"),
+        "{meta}"
+    );
     // No simulator process survives (the process table is the judge).
     let left = processes_mentioning(&model);
     assert!(left.is_empty(), "left behind: {left:?}");
