@@ -115,7 +115,7 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Schema => {
-            println!("{}", crate::spec::schema_json());
+            print!("{}", crate::spec::schema_json());
             exit::OK
         }
         Command::Sim { args } => crate::sim::main(args),
