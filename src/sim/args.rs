@@ -248,8 +248,16 @@ mod tests {
     #[test]
     fn forms_prefixes_and_booleans() {
         let a = p(&[
-            "--model", "m", "--tp", "2", "--port=31000", "--enable-metrics", "--chunked-prefill-size", "-1",
-            "--mem-fraction", "0.5",
+            "--model",
+            "m",
+            "--tp",
+            "2",
+            "--port=31000",
+            "--enable-metrics",
+            "--chunked-prefill-size",
+            "-1",
+            "--mem-fraction",
+            "0.5",
         ])
         .unwrap();
         assert_eq!(a.str("model-path"), Some("m"));
@@ -263,7 +271,16 @@ mod tests {
 
     #[test]
     fn unknown_flags_warn_and_skip_their_value() {
-        let a = p(&["--frobnicate", "7", "--port", "1", "--weird-bool", "--host", "h"]).unwrap();
+        let a = p(&[
+            "--frobnicate",
+            "7",
+            "--port",
+            "1",
+            "--weird-bool",
+            "--host",
+            "h",
+        ])
+        .unwrap();
         assert_eq!(a.warnings.len(), 2);
         assert_eq!(a.int("port"), Some(1));
         assert_eq!(a.str("host"), Some("h"));
@@ -271,11 +288,20 @@ mod tests {
 
     #[test]
     fn bad_values_are_errors() {
-        assert!(matches!(p(&["--port", "abc"]), Err(SimArgError::BadValue { .. })));
+        assert!(matches!(
+            p(&["--port", "abc"]),
+            Err(SimArgError::BadValue { .. })
+        ));
         assert!(matches!(p(&["--port"]), Err(SimArgError::MissingValue(_))));
-        assert!(matches!(p(&["--stream"]), Err(SimArgError::Ambiguous { .. })));
+        assert!(matches!(
+            p(&["--stream"]),
+            Err(SimArgError::Ambiguous { .. })
+        ));
         assert!(matches!(p(&["stray"]), Err(SimArgError::Positional(_))));
-        assert!(matches!(p(&["--enable-metrics=1"]), Err(SimArgError::UnexpectedValue(_))));
+        assert!(matches!(
+            p(&["--enable-metrics=1"]),
+            Err(SimArgError::UnexpectedValue(_))
+        ));
     }
 
     #[test]

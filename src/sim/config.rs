@@ -85,7 +85,10 @@ impl SimConfig {
         let port = u16::try_from(port)
             .map_err(|_| SimArgError::Invalid(format!("--port must be 0..65535, got {port}")))?;
         let model_path = a.str("model-path").unwrap_or("sim-model").to_string();
-        let served_model_name = a.str("served-model-name").unwrap_or(&model_path).to_string();
+        let served_model_name = a
+            .str("served-model-name")
+            .unwrap_or(&model_path)
+            .to_string();
         let context_length =
             positive("context-length", a.int("context-length"))?.unwrap_or(profile.context_length);
         let tp = positive("tp-size", a.int("tp-size"))?.unwrap_or(1) as f64;
@@ -93,14 +96,18 @@ impl SimConfig {
             Some(n) => n as i64,
             None => {
                 let m = &profile.memory;
-                let frac = a.float("mem-fraction-static").unwrap_or(m.mem_fraction_static);
+                let frac = a
+                    .float("mem-fraction-static")
+                    .unwrap_or(m.mem_fraction_static);
                 let free_gb = m.gpu_gb * frac - m.weight_gb / tp;
                 (free_gb * 1e9 / (m.kv_bytes_per_token / tp)).floor() as i64
             }
         };
         let max_running_requests = positive("max-running-requests", a.int("max-running-requests"))?
             .unwrap_or(profile.max_running_requests) as usize;
-        let chunk = a.int("chunked-prefill-size").unwrap_or(profile.chunked_prefill_size);
+        let chunk = a
+            .int("chunked-prefill-size")
+            .unwrap_or(profile.chunked_prefill_size);
         let chunked_prefill_size = match chunk {
             -1 => None,
             x if x > 0 => Some(x as u64),
@@ -149,12 +156,19 @@ impl SimConfig {
                 .unwrap_or(40),
             stream_interval: positive("stream-interval", a.int("stream-interval"))?.unwrap_or(1),
             speculative,
-            seed: a.int("random-seed").map(|s| s as u64).unwrap_or(profile.seed),
+            seed: a
+                .int("random-seed")
+                .map(|s| s as u64)
+                .unwrap_or(profile.seed),
             skip_warmup: a.flag("skip-server-warmup"),
             cuda_graph_max_bs: if a.flag("disable-cuda-graph") {
                 None
             } else {
-                Some(a.int("cuda-graph-max-bs").map(|x| x.max(0) as u64).unwrap_or(256))
+                Some(
+                    a.int("cuda-graph-max-bs")
+                        .map(|x| x.max(0) as u64)
+                        .unwrap_or(256),
+                )
             },
             log,
             trace: None,

@@ -106,26 +106,76 @@ impl SchedStats {
             &labels,
         );
         let counters = [
-            ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", self.prompt_tokens_total),
-            ("sglang:generation_tokens_total", "Number of generation tokens processed.", self.generation_tokens_total),
-            ("sglang:cached_tokens_total", "Number of cached prompt tokens.", self.cached_tokens_total),
-            ("sglang:num_requests_total", "Number of requests processed.", self.num_requests_total),
+            (
+                "sglang:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+                self.prompt_tokens_total,
+            ),
+            (
+                "sglang:generation_tokens_total",
+                "Number of generation tokens processed.",
+                self.generation_tokens_total,
+            ),
+            (
+                "sglang:cached_tokens_total",
+                "Number of cached prompt tokens.",
+                self.cached_tokens_total,
+            ),
+            (
+                "sglang:num_requests_total",
+                "Number of requests processed.",
+                self.num_requests_total,
+            ),
         ];
         for (name, help, v) in counters {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {v}");
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {v}"
+            );
         }
         let gauges = [
-            ("sglang:num_running_reqs", "The number of running requests.", self.num_running_reqs as f64),
-            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", self.num_queue_reqs as f64),
-            ("sglang:num_used_tokens", "The number of used tokens.", self.num_used_tokens as f64),
+            (
+                "sglang:num_running_reqs",
+                "The number of running requests.",
+                self.num_running_reqs as f64,
+            ),
+            (
+                "sglang:num_queue_reqs",
+                "The number of requests in the waiting queue.",
+                self.num_queue_reqs as f64,
+            ),
+            (
+                "sglang:num_used_tokens",
+                "The number of used tokens.",
+                self.num_used_tokens as f64,
+            ),
             ("sglang:token_usage", "The token usage.", self.token_usage),
-            ("sglang:cache_hit_rate", "The prefix cache hit rate.", self.cache_hit_rate),
-            ("sglang:gen_throughput", "The generation throughput (token/s).", self.gen_throughput),
-            ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV pool.", max_total_num_tokens as f64),
-            ("sglang:spec_accept_length", "The average acceptance length of speculative decoding.", self.spec_accept_length),
+            (
+                "sglang:cache_hit_rate",
+                "The prefix cache hit rate.",
+                self.cache_hit_rate,
+            ),
+            (
+                "sglang:gen_throughput",
+                "The generation throughput (token/s).",
+                self.gen_throughput,
+            ),
+            (
+                "sglang:max_total_num_tokens",
+                "Maximum total number of tokens in the KV pool.",
+                max_total_num_tokens as f64,
+            ),
+            (
+                "sglang:spec_accept_length",
+                "The average acceptance length of speculative decoding.",
+                self.spec_accept_length,
+            ),
         ];
         for (name, help, v) in gauges {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}");
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}"
+            );
         }
         s
     }
@@ -140,7 +190,9 @@ mod tests {
         let mut st = SchedStats::default();
         st.ttft.observe(0.003);
         let text = st.render("m", 1000);
-        assert!(text.contains("sglang:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.005\"} 1"));
+        assert!(text.contains(
+            "sglang:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.005\"} 1"
+        ));
         assert!(text.contains("sglang:max_total_num_tokens{model_name=\"m\"} 1000"));
         assert!(text.contains("# TYPE sglang:num_requests_total counter"));
     }

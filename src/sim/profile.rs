@@ -9,7 +9,10 @@ use std::time::Duration;
 /// Profiles embedded in the binary: (name, YAML text).
 pub const BUILTIN: &[(&str, &str)] = &[
     ("fast", include_str!("../../profiles/fast.yaml")),
-    ("h100-llama8b", include_str!("../../profiles/h100-llama8b.yaml")),
+    (
+        "h100-llama8b",
+        include_str!("../../profiles/h100-llama8b.yaml"),
+    ),
 ];
 
 /// A timing profile. Durations are model time, multiplied by `time_scale`.

@@ -98,7 +98,9 @@ impl Scheduler {
         if !self.cfg.skip_warmup {
             std::thread::sleep(self.cfg.profile.warmup());
         }
-        self.cfg.log.info("The server is fired up and ready to roll!");
+        self.cfg
+            .log
+            .info("The server is fired up and ready to roll!");
         self.shared.set_ready();
         self.clock = Instant::now();
         loop {
@@ -128,7 +130,11 @@ impl Scheduler {
                 continue;
             }
             let now = Instant::now();
-            let start = if now > self.clock + SLIP { now } else { self.clock };
+            let start = if now > self.clock + SLIP {
+                now
+            } else {
+                self.clock
+            };
             let deadline;
             if let Some(batch) = self.form_prefill() {
                 let new_tokens: u64 = batch.iter().map(|b| b.new_tokens).sum();
@@ -150,12 +156,20 @@ impl Scheduler {
                 self.finish_prefill(batch, deadline);
             } else if !self.running.is_empty() {
                 let ctx: u64 = self.running.iter().map(Req::context_len).sum();
-                let overhead = self.cfg.speculative.as_ref().map_or(0.0, |s| s.step_overhead_ms);
+                let overhead = self
+                    .cfg
+                    .speculative
+                    .as_ref()
+                    .map_or(0.0, |s| s.step_overhead_ms);
                 deadline = start
                     + self
                         .cfg
                         .profile
                         .decode_time(self.running.len() as u64, ctx, overhead);
+                // SGLang logs the decode batch as it launches it.
+                if (self.decode_steps + 1).is_multiple_of(self.cfg.decode_log_interval) {
+                    self.log_decode(start);
+                }
                 if self.wait_until(deadline) {
                     return;
                 }
@@ -273,7 +287,10 @@ impl Scheduler {
     /// Picks the next prefill batch like SGLang's PrefillAdder: the chunked request first,
     /// then waiting requests in order while slots, the token budget and the pool allow.
     fn form_prefill(&mut self) -> Option<Vec<PrefillItem>> {
-        let mut budget = self.cfg.chunked_prefill_size.unwrap_or(self.cfg.max_prefill_tokens);
+        let mut budget = self
+            .cfg
+            .chunked_prefill_size
+            .unwrap_or(self.cfg.max_prefill_tokens);
         let chunking = self.cfg.chunked_prefill_size.is_some();
         let mut batch = Vec::new();
         if let Some(req) = self.chunked.take() {
@@ -281,7 +298,9 @@ impl Scheduler {
             budget -= n;
             batch.push(PrefillItem { req, new_tokens: n });
         }
-        let mut made_chunk = batch.first().is_some_and(|b| b.new_tokens < b.req.remaining_prefill());
+        let mut made_chunk = batch
+            .first()
+            .is_some_and(|b| b.new_tokens < b.req.remaining_prefill());
         while !made_chunk
             && budget > 0
             && self.running.len() + batch.len() < self.cfg.max_running_requests
@@ -316,7 +335,11 @@ impl Scheduler {
 
     fn finish_prefill(&mut self, batch: Vec<PrefillItem>, at: Instant) {
         let mut first_tokens = 0;
-        for PrefillItem { mut req, new_tokens } in batch {
+        for PrefillItem {
+            mut req,
+            new_tokens,
+        } in batch
+        {
             req.prefilled += new_tokens;
             self.kv.cache_prefix(&mut req);
             if req.remaining_prefill() > 0 {
@@ -326,7 +349,8 @@ impl Scheduler {
             // The prefill forward pass produces the first token.
             first_tokens += req.generate(1);
             if let Ok(mut st) = self.shared.stats.lock() {
-                st.ttft.observe(at.duration_since(req.received).as_secs_f64());
+                st.ttft
+                    .observe(at.duration_since(req.received).as_secs_f64());
             }
             req.last_token_at = Some(at);
             if req.done() {
@@ -391,16 +415,14 @@ impl Scheduler {
             }
         }
         self.flush_trace();
-        if self.decode_steps.is_multiple_of(self.cfg.decode_log_interval) {
-            self.log_decode(at);
-        }
     }
 
     fn finish(&mut self, mut req: Req, at: Instant) {
         let n = req.output.len() as u64;
         self.emit(&mut req, at, Some(Finish::Length(n)));
         if let Ok(mut st) = self.shared.stats.lock() {
-            st.e2e.observe(at.duration_since(req.received).as_secs_f64());
+            st.e2e
+                .observe(at.duration_since(req.received).as_secs_f64());
             st.prompt_tokens_total += req.prompt_len();
             st.cached_tokens_total += req.cached;
             st.num_requests_total += 1;
@@ -537,7 +559,9 @@ impl Scheduler {
     fn crash_oom(&mut self, new_tokens: u64) {
         let m = &self.cfg.profile.memory;
         let gib = new_tokens as f64 * m.kv_bytes_per_token * 4.0 / (1u64 << 30) as f64;
-        self.cfg.log.info("Scheduler hit an exception: Traceback (most recent call last):");
+        self.cfg
+            .log
+            .info("Scheduler hit an exception: Traceback (most recent call last):");
         self.cfg.log.raw(&format!(
             "  File \"/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py\", line 2912, in run_scheduler_process\n\
              \x20   scheduler.event_loop_overlap()\n\
@@ -551,10 +575,11 @@ impl Scheduler {
             312.0,
             m.gpu_gb * 0.925,
         ));
-        self.cfg.log.info(
-            "Received sigquit from a child process. It usually means the child failed.",
-        );
-        self.shared
-            .crash(format!("simulated CUDA out of memory: prefill batch of {new_tokens} tokens"));
+        self.cfg
+            .log
+            .info("Received sigquit from a child process. It usually means the child failed.");
+        self.shared.crash(format!(
+            "simulated CUDA out of memory: prefill batch of {new_tokens} tokens"
+        ));
     }
 }

@@ -5,6 +5,7 @@ use super::http::{AppState, router};
 use super::scheduler;
 use super::state::Shared;
 use super::types::Command;
+use axum::serve::ListenerExt;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -47,6 +48,10 @@ pub async fn serve(
         // Ends every open stream so graceful shutdown does not wait on them.
         let _ = stop_tx.send(Command::Shutdown);
     };
+    // Small SSE writes must leave at once: Nagle + delayed ACK would add ~40 ms per chunk.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let result = axum::serve(listener, router(state))
         .with_graceful_shutdown(stop)
         .await;

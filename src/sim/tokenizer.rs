@@ -9,15 +9,15 @@
 /// Vocabulary size (Llama 3's), so ids look plausible.
 pub const VOCAB_SIZE: u32 = 128_256;
 /// Longest piece, in characters, a word is split into.
-const MAX_PIECE: usize = 6;
+const MAX_PIECE: usize = 8;
 /// Ids below this are reserved for special tokens.
 const FIRST_ID: u32 = 256;
 
 /// Words the simulated model generates, each with a leading space.
 const OUTPUT_WORDS: &[&str] = &[
-    " the", " model", " server", " token", " cache", " is", " fast", " and", " of", " a",
-    " batch", " request", " prefill", " decode", " stream", " to", " in", " with", " for",
-    " latency", " GPU", " memory", " that", " it", " on", " we", " kernel", " graph", ".", ",",
+    " the", " model", " server", " token", " cache", " is", " fast", " and", " of", " a", " batch",
+    " request", " prefill", " decode", " stream", " to", " in", " with", " for", " latency",
+    " GPU", " memory", " that", " it", " on", " we", " kernel", " graph", ".", ",",
 ];
 
 /// Splits `text` into token pieces (borrowed slices of `text`).
@@ -92,8 +92,8 @@ pub fn encode(text: &str) -> Vec<u32> {
 
 /// The `i`-th generated token for a request whose generation seed is `seed`.
 pub fn output_token(seed: u64, i: u64) -> u32 {
-    let w = OUTPUT_WORDS[(splitmix(seed ^ i.wrapping_mul(0x9e37_79b9)) % OUTPUT_WORDS.len() as u64)
-        as usize];
+    let w = OUTPUT_WORDS
+        [(splitmix(seed ^ i.wrapping_mul(0x9e37_79b9)) % OUTPUT_WORDS.len() as u64) as usize];
     piece_id(w)
 }
 
@@ -139,7 +139,10 @@ mod tests {
         let p = pieces("The quick brown fox jumps over the lazy dog. ");
         assert_eq!(
             p,
-            ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".", " "]
+            [
+                "The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".",
+                " "
+            ]
         );
     }
 
@@ -167,7 +170,15 @@ mod tests {
 
     #[test]
     fn every_text_round_trips_through_pieces() {
-        for t in ["", " ", "  a\n\n b", "héllo wörld", "x..y", "\t\tfoo  bar ", "日本語のテキスト"] {
+        for t in [
+            "",
+            " ",
+            "  a\n\n b",
+            "héllo wörld",
+            "x..y",
+            "\t\tfoo  bar ",
+            "日本語のテキスト",
+        ] {
             assert_eq!(pieces(t).concat(), t, "{t:?}");
         }
     }

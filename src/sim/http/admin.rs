@@ -46,9 +46,15 @@ pub async fn server_info(State(st): State<AppState>) -> Response {
     }
     // Resolved values, where the flag was left to its default.
     m.insert("model_path".into(), cfg.model_path.clone().into());
-    m.insert("served_model_name".into(), cfg.served_model_name.clone().into());
+    m.insert(
+        "served_model_name".into(),
+        cfg.served_model_name.clone().into(),
+    );
     m.insert("context_length".into(), cfg.context_length.into());
-    m.insert("max_running_requests".into(), cfg.max_running_requests.into());
+    m.insert(
+        "max_running_requests".into(),
+        cfg.max_running_requests.into(),
+    );
     m.insert(
         "chunked_prefill_size".into(),
         cfg.chunked_prefill_size.map_or(-1, |c| c as i64).into(),
@@ -57,7 +63,15 @@ pub async fn server_info(State(st): State<AppState>) -> Response {
     m.insert("profile".into(), cfg.profile.name.clone().into());
     let mem = &cfg.profile.memory;
     let kv_gb = cfg.pool_tokens() as f64 * mem.kv_bytes_per_token / 1e9;
-    m.insert("status".into(), if st.shared.is_ready() { "ready" } else { "starting" }.into());
+    m.insert(
+        "status".into(),
+        if st.shared.is_ready() {
+            "ready"
+        } else {
+            "starting"
+        }
+        .into(),
+    );
     m.insert("max_total_num_tokens".into(), cfg.pool_tokens().into());
     m.insert("max_req_input_len".into(), cfg.max_req_input_len().into());
     m.insert(
@@ -119,7 +133,10 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
         .stats()
         .render(&st.cfg.served_model_name, st.cfg.pool_tokens());
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response()

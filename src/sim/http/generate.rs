@@ -1,6 +1,8 @@
 //! Native `/generate`: cumulative (default) or incremental streaming, and non-streaming.
 
-use super::{AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response, unix_now};
+use super::{
+    AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response, unix_now,
+};
 use crate::sim::tokenizer;
 use crate::sim::types::{Finish, Output};
 use axum::body::Bytes;
@@ -33,14 +35,18 @@ pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
         }
         let ids = prompts.into_iter().next().unwrap_or_default();
         return match st.submit(rid, ids, max_new, received) {
-            Ok((rid, rx)) => sse_response(event_stream(rx, rid, st.cfg.incremental_output, received)),
+            Ok((rid, rx)) => {
+                sse_response(event_stream(rx, rid, st.cfg.incremental_output, received))
+            }
             Err(Rejected(m)) => reject(true, m),
         };
     }
     let single = prompts.len() == 1 && !v.get("text").is_some_and(Value::is_array);
     let mut receivers = Vec::new();
     for (i, ids) in prompts.into_iter().enumerate() {
-        let rid = rid.clone().map(|r| if i == 0 { r } else { format!("{r}-{i}") });
+        let rid = rid
+            .clone()
+            .map(|r| if i == 0 { r } else { format!("{r}-{i}") });
         match st.submit(rid, ids, max_new, received) {
             Ok(x) => receivers.push(x),
             Err(Rejected(m)) => return error_json(m),
@@ -48,7 +54,13 @@ pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
     }
     let mut outs = Vec::new();
     for (rid, rx) in receivers {
-        outs.push(collect(rx, rid, received).await);
+        match collect(rx, rid, received).await {
+            Some(v) => outs.push(v),
+            None => {
+                let body = json!({"error": {"message": "The server is shutting down."}});
+                return json_response(StatusCode::INTERNAL_SERVER_ERROR, &body);
+            }
+        }
     }
     if single {
         json_response(StatusCode::OK, &outs.remove(0))
@@ -80,7 +92,11 @@ fn parse_request(v: &Value) -> Result<(Vec<Vec<u32>>, i64), Rejected> {
                     .ok_or_else(|| Rejected("text must be a string or a list of strings".into()))
             })
             .collect::<Result<_, _>>()?,
-        _ => return Err(Rejected("Either text or input_ids should be provided.".into())),
+        _ => {
+            return Err(Rejected(
+                "Either text or input_ids should be provided.".into(),
+            ));
+        }
     };
     Ok((prompts, max_new))
 }
@@ -131,15 +147,24 @@ fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
         m.insert("response_sent_to_client_ts".into(), unix_now().into());
     }
     if o.finish.is_some() {
-        m.insert("e2e_latency".into(), received.elapsed().as_secs_f64().into());
+        m.insert(
+            "e2e_latency".into(),
+            received.elapsed().as_secs_f64().into(),
+        );
         if let Some(s) = o.spec {
             let rate = s.num_correct_drafts as f64 / s.num_proposed_drafts.max(1) as f64;
             let len = o.completion_tokens as f64 / s.verify_ct.max(1) as f64;
             m.insert("spec_verify_ct".into(), s.verify_ct.into());
             m.insert("spec_accept_length".into(), len.into());
             m.insert("spec_accept_rate".into(), rate.into());
-            m.insert("spec_num_correct_drafts".into(), s.num_correct_drafts.into());
-            m.insert("spec_num_proposed_drafts".into(), s.num_proposed_drafts.into());
+            m.insert(
+                "spec_num_correct_drafts".into(),
+                s.num_correct_drafts.into(),
+            );
+            m.insert(
+                "spec_num_proposed_drafts".into(),
+                s.num_proposed_drafts.into(),
+            );
             // Late-2025 names, for clients that read those.
             m.insert("spec_accept_token_num".into(), s.num_correct_drafts.into());
             m.insert("spec_draft_token_num".into(), s.num_proposed_drafts.into());
@@ -203,15 +228,22 @@ fn event_stream(
     })
 }
 
-async fn collect(mut rx: UnboundedReceiver<Output>, rid: Arc<str>, received: Instant) -> Value {
+/// The final response, or None when the engine went away first.
+async fn collect(
+    mut rx: UnboundedReceiver<Output>,
+    rid: Arc<str>,
+    received: Instant,
+) -> Option<Value> {
     let mut text = String::new();
     let mut ids = Vec::new();
     while let Some(o) = rx.recv().await {
         tokenizer::decode_into(&o.new_ids, &mut text);
         ids.extend_from_slice(&o.new_ids);
         if o.finish.is_some() {
-            return json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, false, received)});
+            return Some(
+                json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, false, received)}),
+            );
         }
     }
-    json!({"error": {"message": "The server is shutting down."}})
+    None
 }

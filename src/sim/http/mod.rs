@@ -30,7 +30,10 @@ pub struct AppState {
 /// Builds the router; `/metrics` exists only with `--enable-metrics`.
 pub fn router(state: AppState) -> Router {
     let mut r = Router::new()
-        .route("/generate", post(generate::generate).put(generate::generate))
+        .route(
+            "/generate",
+            post(generate::generate).put(generate::generate),
+        )
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/models", get(admin::models))
@@ -129,7 +132,9 @@ pub fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
 }
 
 /// An SSE response from a stream of already-framed `data: ...\n\n` chunks.
-pub fn sse_response(s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static) -> Response {
+pub fn sse_response(
+    s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+) -> Response {
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")

@@ -105,7 +105,9 @@ fn completion_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
             Some(Value::String(s)) if a.len() == 1 => Ok(tokenizer::encode(s)),
             Some(Value::Array(inner)) if a.len() == 1 => ids(inner).ok_or_else(bad),
             Some(Value::Number(_)) => ids(a).ok_or_else(bad),
-            Some(_) => Err(Rejected("The simulator serves one prompt per request.".into())),
+            Some(_) => Err(Rejected(
+                "The simulator serves one prompt per request.".into(),
+            )),
             None => Err(bad()),
         },
         _ => Err(bad()),
@@ -136,7 +138,11 @@ fn chat_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
                 }
             }
             Some(Value::Null) | None => {}
-            Some(_) => return Err(Rejected("message content must be a string or a list".into())),
+            Some(_) => {
+                return Err(Rejected(
+                    "message content must be a string or a list".into(),
+                ));
+            }
         }
         text.push_str("\n\n");
     }
@@ -187,7 +193,11 @@ fn chunk(shape: &Shape, choice: Value, usage: Value) -> Value {
         Api::Completion => "text_completion",
         Api::Chat => "chat.completion.chunk",
     };
-    let choices = if choice.is_null() { json!([]) } else { json!([choice]) };
+    let choices = if choice.is_null() {
+        json!([])
+    } else {
+        json!([choice])
+    };
     json!({"id": shape.id, "object": object, "created": shape.created, "model": shape.model,
            "choices": choices, "usage": usage})
 }
@@ -196,7 +206,11 @@ fn chunk(shape: &Shape, choice: Value, usage: Value) -> Value {
 fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
     let mut text = String::new();
     tokenizer::decode_into(&o.new_ids, &mut text);
-    let cont = if shape.continuous_usage { usage(o, shape.cache_report) } else { Value::Null };
+    let cont = if shape.continuous_usage {
+        usage(o, shape.cache_report)
+    } else {
+        Value::Null
+    };
     let mut out = Vec::with_capacity(512);
     match shape.api {
         Api::Completion => {
@@ -222,7 +236,11 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
     }
     if o.finish.is_some() {
         if shape.include_usage {
-            out.extend_from_slice(&sse(&chunk(shape, Value::Null, usage(o, shape.cache_report))));
+            out.extend_from_slice(&sse(&chunk(
+                shape,
+                Value::Null,
+                usage(o, shape.cache_report),
+            )));
         }
         out.extend_from_slice(DONE);
     }
@@ -233,15 +251,18 @@ fn event_stream(
     rx: UnboundedReceiver<Output>,
     shape: Arc<Shape>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
-    stream::unfold((rx, shape, true, false), |(mut rx, shape, first, done)| async move {
-        if done {
-            return None;
-        }
-        let o = rx.recv().await?;
-        let bytes = Bytes::from(events_for(&shape, &o, first));
-        let done = o.finish.is_some();
-        Some((Ok(bytes), (rx, shape, false, done)))
-    })
+    stream::unfold(
+        (rx, shape, true, false),
+        |(mut rx, shape, first, done)| async move {
+            if done {
+                return None;
+            }
+            let o = rx.recv().await?;
+            let bytes = Bytes::from(events_for(&shape, &o, first));
+            let done = o.finish.is_some();
+            Some((Ok(bytes), (rx, shape, false, done)))
+        },
+    )
 }
 
 async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
@@ -269,5 +290,8 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
                           "usage": usage(&o, shape.cache_report)});
         return json_response(StatusCode::OK, &body);
     }
-    openai_error("The server is shutting down.".into())
+    json_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &json!({"object": "error", "message": "The server is shutting down.", "type": "InternalServerError", "param": null, "code": 500}),
+    )
 }
