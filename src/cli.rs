@@ -3,7 +3,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "servebench", version, about = "Declarative experiments against LLM inference servers")]
+#[command(
+    name = "servebench",
+    version,
+    about = "Declarative experiments against LLM inference servers"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -29,7 +33,11 @@ where
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { crate::exit::BAD_INPUT } else { crate::exit::OK };
+            return if e.use_stderr() {
+                crate::exit::BAD_INPUT
+            } else {
+                crate::exit::OK
+            };
         }
     };
     match cli.command {

@@ -217,13 +217,8 @@ async fn openai_completions_and_chat_stream_with_usage() {
         chunks[1]["usage"]["completion_tokens"], 1,
         "continuous usage"
     );
-    assert_eq!(
-        chunks.last().unwrap()["usage"]["total_tokens"]
-            .as_u64()
-            .unwrap()
-            > 2,
-        true
-    );
+    let total = chunks.last().unwrap()["usage"]["total_tokens"].as_u64();
+    assert!(total.unwrap() > 2);
 
     let (s, v) = sim
         .post_json(

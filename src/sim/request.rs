@@ -51,7 +51,7 @@ impl Req {
             received: g.received,
             events: g.events,
             seed,
-            rng: splitmix(seed ^ 0xacce_97),
+            rng: splitmix(seed ^ 0x00ac_ce97),
             cached: 0,
             prefilled: 0,
             node: RadixCache::ROOT,

@@ -217,7 +217,10 @@ pub struct CacheSpec {
 
 impl Default for CacheSpec {
     fn default() -> Self {
-        CacheSpec { policy: CachePolicy::Cold, verify: true }
+        CacheSpec {
+            policy: CachePolicy::Cold,
+            verify: true,
+        }
     }
 }
 
@@ -254,7 +257,9 @@ pub struct ReportSpec {
 
 impl Default for ReportSpec {
     fn default() -> Self {
-        ReportSpec { template: default_template() }
+        ReportSpec {
+            template: default_template(),
+        }
     }
 }
 
