@@ -5,4 +5,5 @@ mod common;
 mod interrupt;
 mod report;
 mod run;
+mod sim;
 mod spec;

@@ -1,0 +1,136 @@
+//! How far do streamed chunks arrive from the simulator's model time?
+//!
+//! Starts the simulator in-process on port 0 with a profile whose decode steps take ~3 ms,
+//! opens N concurrent streaming `/generate` requests with reqwest, stamps each chunk's arrival
+//! on the client, and compares it with the scheduler's model deadline for that chunk (from the
+//! in-process `ChunkTrace`). Prints median / p99 / max drift for N = 1, 64, 512.
+//!
+//! Run: `cargo bench --bench sim_drift`
+
+use servebench::sim::{ChunkTrace, Profile, SimConfig, SimLog, serve};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const OUTPUT_TOKENS: u64 = 64;
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        println!("sim drift: client arrival time - model time, per chunk");
+        println!(
+            "{:>6} {:>8} {:>11} {:>11} {:>11}",
+            "N", "chunks", "median_ms", "p99_ms", "max_ms"
+        );
+        for n in [1usize, 64, 512] {
+            let (chunks, drift) = run(n).await;
+            let pct = |q: f64| drift[((drift.len() - 1) as f64 * q) as usize] * 1e3;
+            println!(
+                "{n:>6} {chunks:>8} {:>11.3} {:>11.3} {:>11.3}",
+                pct(0.5),
+                pct(0.99),
+                pct(1.0)
+            );
+        }
+    });
+}
+
+/// One measurement with `n` concurrent streams; returns (chunk count, sorted drifts in s).
+async fn run(n: usize) -> (usize, Vec<f64>) {
+    let mut profile = Profile::fast();
+    profile.decode.base_ms = 3.0;
+    profile.warmup_s = 0.0;
+    let mut cfg = SimConfig::from_args(&[
+        "--max-running-requests".into(),
+        "1024".into(),
+        "--skip-server-warmup".into(),
+        // Every Decode line would go to the (captured) log; keep it rare.
+        "--decode-log-interval".into(),
+        "1000".into(),
+    ])
+    .expect("args");
+    cfg.profile = profile;
+    cfg.log = SimLog::capture();
+    let trace = ChunkTrace::new();
+    cfg.trace = Some(trace.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(cfg, listener, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()
+        .expect("client");
+    // Warm up connections so connection setup is not in the measurement.
+    let _ = client.get(format!("{base}/health")).send().await;
+
+    let start = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (client, base, start) = (client.clone(), base.clone(), start.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let rid = format!("drift-{n}-{i}");
+            let body = serde_json::json!({
+                "text": format!("stream {i}: The quick brown fox jumps over the lazy dog."),
+                "rid": rid,
+                "stream": true,
+                "sampling_params": {"max_new_tokens": OUTPUT_TOKENS},
+            });
+            let mut r = client
+                .post(format!("{base}/generate"))
+                .json(&body)
+                .send()
+                .await
+                .expect("send");
+            // Stamp every complete SSE event as its bytes arrive; parse nothing here.
+            let mut arrivals = Vec::with_capacity(OUTPUT_TOKENS as usize + 1);
+            let mut last = 0u8;
+            while let Some(c) = r.chunk().await.expect("chunk") {
+                let now = Instant::now();
+                // Count "\n\n" event ends, including one split across two reads.
+                for &b in c.iter() {
+                    if b == b'\n' && last == b'\n' {
+                        arrivals.push(now);
+                        last = 0;
+                    } else {
+                        last = b;
+                    }
+                }
+            }
+            (rid, arrivals)
+        }));
+    }
+    let mut arrivals: HashMap<String, Vec<Instant>> = HashMap::new();
+    for t in tasks {
+        let (rid, a) = t.await.expect("task");
+        arrivals.insert(rid, a);
+    }
+    let mut drift = Vec::new();
+    for e in trace.entries() {
+        if let Some(t) = arrivals
+            .get(&*e.rid)
+            .and_then(|a| a.get(e.chunk_index as usize))
+        {
+            // Signed: an arrival before its model time would be a bug worth seeing.
+            let d = if *t >= e.model_time {
+                (*t - e.model_time).as_secs_f64()
+            } else {
+                -(e.model_time - *t).as_secs_f64()
+            };
+            drift.push(d);
+        }
+    }
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    drift.sort_by(f64::total_cmp);
+    (drift.len(), drift)
+}

@@ -1,0 +1,315 @@
+//! Parsing `sglang.launch_server` flags the way argparse does.
+//!
+//! `--flag value` and `--flag=value`, unique-prefix abbreviations (`--tp` -> `--tp-size`),
+//! bare booleans. Unknown flags warn and are skipped, with their value if one follows.
+
+use super::flags::{FLAGS, Flag, Kind, SECTIONS, dest};
+use indexmap::IndexMap;
+use serde_json::Value;
+
+/// A command-line error; the process exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum SimArgError {
+    /// The value does not parse as the flag's type.
+    #[error("argument --{flag}: invalid {kind} value: {value:?}")]
+    BadValue {
+        /// The flag.
+        flag: String,
+        /// "int" or "float".
+        kind: &'static str,
+        /// What was given.
+        value: String,
+    },
+    /// The flag needs a value and none followed.
+    #[error("argument --{0}: expected one argument")]
+    MissingValue(String),
+    /// An abbreviation matched several flags.
+    #[error("ambiguous option: --{given} could match {candidates}")]
+    Ambiguous {
+        /// What was given.
+        given: String,
+        /// The flags it could mean.
+        candidates: String,
+    },
+    /// A boolean flag was given a value with `=`.
+    #[error("argument --{0}: ignored explicit argument")]
+    UnexpectedValue(String),
+    /// A positional argument: launch_server takes none.
+    #[error("unrecognized arguments: {0}")]
+    Positional(String),
+    /// The flag values are inconsistent or out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// The profile could not be loaded.
+    #[error(transparent)]
+    Profile(#[from] super::profile::ProfileError),
+}
+
+/// What the command line asked for.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedArgs {
+    /// Every known flag's value by `/server_info` key (defaults filled in).
+    pub values: IndexMap<String, Value>,
+    /// `--help` was given.
+    pub help: bool,
+    /// Warnings about unknown flags, to print to stderr.
+    pub warnings: Vec<String>,
+}
+
+impl ParsedArgs {
+    /// An integer flag's value, if set.
+    pub fn int(&self, name: &str) -> Option<i64> {
+        self.values.get(&dest(name)).and_then(Value::as_i64)
+    }
+    /// A float flag's value, if set.
+    pub fn float(&self, name: &str) -> Option<f64> {
+        self.values.get(&dest(name)).and_then(Value::as_f64)
+    }
+    /// A string flag's value, if set.
+    pub fn str(&self, name: &str) -> Option<&str> {
+        self.values.get(&dest(name)).and_then(Value::as_str)
+    }
+    /// A boolean flag's value.
+    pub fn flag(&self, name: &str) -> bool {
+        self.values
+            .get(&dest(name))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+}
+
+fn lookup(given: &str) -> Result<Option<&'static Flag>, SimArgError> {
+    let exact = FLAGS
+        .iter()
+        .find(|f| f.name == given || f.aliases.contains(&given));
+    if exact.is_some() {
+        return Ok(exact);
+    }
+    let mut hits: Vec<(&'static Flag, &str)> = Vec::new();
+    for f in FLAGS {
+        for n in std::iter::once(&f.name).chain(f.aliases.iter()) {
+            if n.starts_with(given) && !hits.iter().any(|(h, _)| std::ptr::eq(*h, f)) {
+                hits.push((f, n));
+            }
+        }
+    }
+    match hits.len() {
+        0 => Ok(None),
+        1 => Ok(Some(hits[0].0)),
+        _ => Err(SimArgError::Ambiguous {
+            given: given.to_string(),
+            candidates: hits
+                .iter()
+                .map(|(_, n)| format!("--{n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+fn typed(flag: &Flag, raw: &str) -> Result<Value, SimArgError> {
+    let bad = |kind| SimArgError::BadValue {
+        flag: flag.name.to_string(),
+        kind,
+        value: raw.to_string(),
+    };
+    Ok(match flag.kind {
+        Kind::Int => Value::from(raw.trim().parse::<i64>().map_err(|_| bad("int"))?),
+        Kind::Float => {
+            let x = raw.trim().parse::<f64>().map_err(|_| bad("float"))?;
+            if !x.is_finite() {
+                return Err(bad("float"));
+            }
+            Value::from(x)
+        }
+        Kind::Str => Value::from(raw),
+        Kind::Bool => Value::Bool(true),
+    })
+}
+
+/// Parses the arguments after `servebench sim`.
+pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
+    let mut out = ParsedArgs::default();
+    for f in FLAGS {
+        let v: Value = serde_json::from_str(f.default).unwrap_or(Value::Null);
+        out.values.insert(dest(f.name), v);
+    }
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        if arg == "--help" || arg == "-h" {
+            out.help = true;
+            continue;
+        }
+        let Some(body) = arg.strip_prefix("--") else {
+            return Err(SimArgError::Positional(arg.clone()));
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (body, None),
+        };
+        let Some(flag) = lookup(name)? else {
+            // Unknown: warn, and skip a value that follows it.
+            out.warnings.push(format!(
+                "WARNING: servebench sim ignores unknown argument --{name}"
+            ));
+            if inline.is_none() && args.get(i).is_some_and(|v| !v.starts_with("--")) {
+                i += 1;
+            }
+            continue;
+        };
+        let value = if flag.kind == Kind::Bool {
+            if inline.is_some() {
+                return Err(SimArgError::UnexpectedValue(flag.name.to_string()));
+            }
+            Value::Bool(true)
+        } else {
+            let raw = match inline {
+                Some(v) => v,
+                None => {
+                    // argparse takes a negative number as a value ("-1").
+                    let next = args.get(i).filter(|v| {
+                        !v.starts_with("--") && (!v.starts_with('-') || v.parse::<f64>().is_ok())
+                    });
+                    let Some(v) = next else {
+                        return Err(SimArgError::MissingValue(flag.name.to_string()));
+                    };
+                    i += 1;
+                    v.clone()
+                }
+            };
+            typed(flag, &raw)?
+        };
+        out.values.insert(dest(flag.name), value);
+    }
+    Ok(out)
+}
+
+/// The `--help` text: every flag, what the simulator does with it, and the profiles.
+pub fn help_text() -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    s.push_str(
+        "servebench sim: a simulated SGLang server (python -m sglang.launch_server compatible).\n\n\
+         It serves SGLang's HTTP API (/generate, /v1/completions, /v1/chat/completions,\n\
+         /flush_cache, /health, /health_generate, /server_info, /model_info, /v1/models,\n\
+         /metrics, /abort_request) with a deterministic tokenizer, a radix prefix cache bounded\n\
+         by a KV pool, continuous batching, chunked prefill and a timing model taken from a\n\
+         profile. No GPU and no model weights are used. Logs use SGLang's format and lines.\n\n\
+         USAGE: servebench sim [--model-path NAME] [--port PORT] [FLAGS...]\n\n\
+         Flags take `--flag value` or `--flag=value`; unique prefixes work (`--tp 2`);\n\
+         unknown flags are warned about and ignored.\n",
+    );
+    for f in FLAGS {
+        if let Some((_, title)) = SECTIONS.iter().find(|(first, _)| *first == f.name) {
+            let _ = write!(s, "\n{title}:\n");
+        }
+        let mut names = format!("--{}", f.name);
+        for a in f.aliases {
+            let _ = write!(names, ", --{a}");
+        }
+        let meta = match f.kind {
+            Kind::Bool => "",
+            Kind::Int => " INT",
+            Kind::Float => " FLOAT",
+            Kind::Str => " STR",
+        };
+        let _ = write!(s, "  {names}{meta}\n      {}\n", f.help);
+    }
+    s.push_str("\nProfiles (--profile NAME, or a path to a YAML file with the same fields):\n");
+    for (name, text) in super::profile::BUILTIN {
+        let desc = super::profile::Profile::parse(name, text)
+            .map(|p| p.description)
+            .unwrap_or_default();
+        let _ = writeln!(s, "  {name:<14} {desc}");
+    }
+    s.push_str(
+        "\nProfile fields (see profiles/fast.yaml): time_scale, warmup_s, context_length,\n\
+         max_running_requests, chunked_prefill_size, memory{gpu_gb, weight_gb,\n\
+         kv_bytes_per_token, mem_fraction_static, graph_gb}, prefill{base_ms, per_token_us,\n\
+         attention_ns}, decode{base_ms, per_seq_us, per_ctx_token_ns}, speculative{\n\
+         num_draft_tokens, accept_length_mean, step_overhead_ms, enabled}, oom_prefill_tokens\n\
+         (a prefill batch with more new tokens crashes like a CUDA out-of-memory), seed.\n\n\
+         Exit status: 0 after a clean shutdown (Ctrl-C), 1 on a simulated crash or start-up\n\
+         failure, 2 on bad arguments.\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<ParsedArgs, SimArgError> {
+        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn forms_prefixes_and_booleans() {
+        let a = p(&[
+            "--model",
+            "m",
+            "--tp",
+            "2",
+            "--port=31000",
+            "--enable-metrics",
+            "--chunked-prefill-size",
+            "-1",
+            "--mem-fraction",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!(a.str("model-path"), Some("m"));
+        assert_eq!(a.int("tp-size"), Some(2));
+        assert_eq!(a.int("port"), Some(31000));
+        assert!(a.flag("enable-metrics"));
+        assert_eq!(a.int("chunked-prefill-size"), Some(-1));
+        assert_eq!(a.float("mem-fraction-static"), Some(0.5));
+        assert!(!a.flag("disable-radix-cache"));
+    }
+
+    #[test]
+    fn unknown_flags_warn_and_skip_their_value() {
+        let a = p(&[
+            "--frobnicate",
+            "7",
+            "--port",
+            "1",
+            "--weird-bool",
+            "--host",
+            "h",
+        ])
+        .unwrap();
+        assert_eq!(a.warnings.len(), 2);
+        assert_eq!(a.int("port"), Some(1));
+        assert_eq!(a.str("host"), Some("h"));
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        assert!(matches!(
+            p(&["--port", "abc"]),
+            Err(SimArgError::BadValue { .. })
+        ));
+        assert!(matches!(p(&["--port"]), Err(SimArgError::MissingValue(_))));
+        assert!(matches!(
+            p(&["--stream"]),
+            Err(SimArgError::Ambiguous { .. })
+        ));
+        assert!(matches!(p(&["stray"]), Err(SimArgError::Positional(_))));
+        assert!(matches!(
+            p(&["--enable-metrics=1"]),
+            Err(SimArgError::UnexpectedValue(_))
+        ));
+    }
+
+    #[test]
+    fn help_mentions_every_flag_and_profile() {
+        let h = help_text();
+        for f in FLAGS {
+            assert!(h.contains(&format!("--{}", f.name)), "{}", f.name);
+        }
+        assert!(h.contains("h100-llama8b"));
+    }
+}

@@ -1,0 +1,188 @@
+//! `SimConfig`: the parsed flags resolved against the profile.
+
+use super::args::{self, ParsedArgs, SimArgError};
+use super::log::SimLog;
+use super::profile::{Profile, SpecModel};
+use super::trace::ChunkTrace;
+
+/// Everything the simulator needs to run.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The flags as given, with defaults (every key appears in `/server_info`).
+    pub args: ParsedArgs,
+    /// The timing profile (with `--sim-time-scale` applied).
+    pub profile: Profile,
+    /// `--model-path`.
+    pub model_path: String,
+    /// `--served-model-name`, defaulting to the model path.
+    pub served_model_name: String,
+    /// `--host`.
+    pub host: String,
+    /// `--port` (0 = any free port).
+    pub port: u16,
+    /// Context length in tokens.
+    pub context_length: u64,
+    /// KV pool capacity in tokens; <= 0 means the memory model left no room (start-up fails).
+    pub max_total_tokens: i64,
+    /// Most requests running at once.
+    pub max_running_requests: usize,
+    /// Most new tokens per prefill iteration; None = chunking disabled.
+    pub chunked_prefill_size: Option<u64>,
+    /// Most new tokens per prefill batch when chunking is disabled.
+    pub max_prefill_tokens: u64,
+    /// `--disable-radix-cache`.
+    pub disable_radix_cache: bool,
+    /// `--incremental-streaming-output` / `--stream-output`: deltas instead of cumulative text.
+    pub incremental_output: bool,
+    /// `--enable-metrics`.
+    pub enable_metrics: bool,
+    /// `--enable-cache-report`.
+    pub enable_cache_report: bool,
+    /// Decode steps between Decode log lines.
+    pub decode_log_interval: u64,
+    /// Decode steps between streamed outputs.
+    pub stream_interval: u64,
+    /// Speculative decoding model; None = off.
+    pub speculative: Option<SpecModel>,
+    /// Seed for generated tokens and accept lengths.
+    pub seed: u64,
+    /// `--skip-server-warmup`.
+    pub skip_warmup: bool,
+    /// Whether Decode lines say `cuda graph: True` (batch size up to this).
+    pub cuda_graph_max_bs: Option<u64>,
+    /// Where log lines go.
+    pub log: SimLog,
+    /// The chunk-timing trace, when a test or bench wants one.
+    pub trace: Option<ChunkTrace>,
+}
+
+impl SimConfig {
+    /// Parses `servebench sim` arguments (`--help` is ignored here; see [`args::parse`]).
+    pub fn from_args(args: &[String]) -> Result<SimConfig, SimArgError> {
+        Self::from_parsed(args::parse(args)?)
+    }
+
+    /// Resolves parsed flags against the profile they name.
+    pub fn from_parsed(a: ParsedArgs) -> Result<SimConfig, SimArgError> {
+        let mut profile = Profile::load(a.str("profile").unwrap_or("fast"))?;
+        if let Some(s) = a.float("sim-time-scale") {
+            if s <= 0.0 {
+                return Err(SimArgError::Invalid(
+                    "--sim-time-scale must be positive".into(),
+                ));
+            }
+            profile.time_scale = s;
+        }
+        let positive = |name: &str, v: Option<i64>| -> Result<Option<u64>, SimArgError> {
+            match v {
+                Some(x) if x <= 0 => Err(SimArgError::Invalid(format!(
+                    "--{name} must be positive, got {x}"
+                ))),
+                x => Ok(x.map(|x| x as u64)),
+            }
+        };
+        let port = a.int("port").unwrap_or(30000);
+        let port = u16::try_from(port)
+            .map_err(|_| SimArgError::Invalid(format!("--port must be 0..65535, got {port}")))?;
+        let model_path = a.str("model-path").unwrap_or("sim-model").to_string();
+        let served_model_name = a
+            .str("served-model-name")
+            .unwrap_or(&model_path)
+            .to_string();
+        let context_length =
+            positive("context-length", a.int("context-length"))?.unwrap_or(profile.context_length);
+        let tp = positive("tp-size", a.int("tp-size"))?.unwrap_or(1) as f64;
+        let max_total_tokens = match positive("max-total-tokens", a.int("max-total-tokens"))? {
+            Some(n) => n as i64,
+            None => {
+                let m = &profile.memory;
+                let frac = a
+                    .float("mem-fraction-static")
+                    .unwrap_or(m.mem_fraction_static);
+                let free_gb = m.gpu_gb * frac - m.weight_gb / tp;
+                (free_gb * 1e9 / (m.kv_bytes_per_token / tp)).floor() as i64
+            }
+        };
+        let max_running_requests = positive("max-running-requests", a.int("max-running-requests"))?
+            .unwrap_or(profile.max_running_requests) as usize;
+        let chunk = a
+            .int("chunked-prefill-size")
+            .unwrap_or(profile.chunked_prefill_size);
+        let chunked_prefill_size = match chunk {
+            -1 => None,
+            x if x > 0 => Some(x as u64),
+            x => {
+                return Err(SimArgError::Invalid(format!(
+                    "--chunked-prefill-size must be positive or -1, got {x}"
+                )));
+            }
+        };
+        let spec_flag = a.str("speculative-algorithm").is_some();
+        let speculative = match (&profile.speculative, spec_flag) {
+            (Some(s), true) => Some(s.clone()),
+            (Some(s), false) if s.enabled => Some(s.clone()),
+            (None, true) => Some(SpecModel::default()),
+            _ => None,
+        }
+        .map(|mut s| {
+            if let Some(n) = a.int("speculative-num-draft-tokens").filter(|n| *n > 0) {
+                s.num_draft_tokens = n as u32;
+                s.accept_length_mean = s.accept_length_mean.min(n as f64);
+            }
+            s
+        });
+        let log = SimLog::stderr();
+        log.set_quiet_batches(matches!(
+            a.str("log-level").map(str::to_ascii_lowercase).as_deref(),
+            Some("warning" | "error" | "critical")
+        ));
+        Ok(SimConfig {
+            profile: profile.clone(),
+            model_path,
+            served_model_name,
+            host: a.str("host").unwrap_or("127.0.0.1").to_string(),
+            port,
+            context_length,
+            max_total_tokens,
+            max_running_requests,
+            chunked_prefill_size,
+            max_prefill_tokens: positive("max-prefill-tokens", a.int("max-prefill-tokens"))?
+                .unwrap_or(16384),
+            disable_radix_cache: a.flag("disable-radix-cache"),
+            incremental_output: a.flag("incremental-streaming-output") || a.flag("stream-output"),
+            enable_metrics: a.flag("enable-metrics"),
+            enable_cache_report: a.flag("enable-cache-report"),
+            decode_log_interval: positive("decode-log-interval", a.int("decode-log-interval"))?
+                .unwrap_or(40),
+            stream_interval: positive("stream-interval", a.int("stream-interval"))?.unwrap_or(1),
+            speculative,
+            seed: a
+                .int("random-seed")
+                .map(|s| s as u64)
+                .unwrap_or(profile.seed),
+            skip_warmup: a.flag("skip-server-warmup"),
+            cuda_graph_max_bs: if a.flag("disable-cuda-graph") {
+                None
+            } else {
+                Some(
+                    a.int("cuda-graph-max-bs")
+                        .map(|x| x.max(0) as u64)
+                        .unwrap_or(256),
+                )
+            },
+            log,
+            trace: None,
+            args: a,
+        })
+    }
+
+    /// Pool capacity as a count (0 when the memory model left no room).
+    pub fn pool_tokens(&self) -> u64 {
+        self.max_total_tokens.max(0) as u64
+    }
+
+    /// Longest accepted prompt: SGLang's `max_req_input_len`.
+    pub fn max_req_input_len(&self) -> u64 {
+        (self.context_length.saturating_sub(1)).min(self.pool_tokens().saturating_sub(1))
+    }
+}

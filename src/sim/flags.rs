@@ -1,0 +1,360 @@
+//! The table of `sglang.launch_server` flags the simulator accepts, with what it does with each.
+
+/// How a flag's value is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A bare flag: present = true.
+    Bool,
+    /// A signed integer.
+    Int,
+    /// A floating-point number.
+    Float,
+    /// Any string.
+    Str,
+}
+
+/// One accepted flag.
+#[derive(Debug)]
+pub struct Flag {
+    /// Long name without the leading `--`.
+    pub name: &'static str,
+    /// Other exact names (without `--`).
+    pub aliases: &'static [&'static str],
+    /// Value kind.
+    pub kind: Kind,
+    /// Default shown in `/server_info` (JSON text; `null` = none).
+    pub default: &'static str,
+    /// What the flag means and what the simulator does with it.
+    pub help: &'static str,
+}
+
+/// Help-section headings, by the first flag of each section.
+pub const SECTIONS: &[(&str, &str)] = &[
+    ("model-path", "Model and server"),
+    (
+        "tp-size",
+        "Parallelism (accepted; the profile's timing does not change)",
+    ),
+    ("mem-fraction-static", "Memory and scheduling (modelled)"),
+    ("speculative-algorithm", "Speculative decoding (modelled)"),
+    ("enable-metrics", "Observability and output"),
+    (
+        "dtype",
+        "Accepted for compatibility, no effect in the simulator",
+    ),
+    ("profile", "Simulator only"),
+];
+
+macro_rules! f {
+    ($name:literal, $kind:ident, $default:literal, $help:literal) => {
+        Flag { name: $name, aliases: &[], kind: Kind::$kind, default: $default, help: $help }
+    };
+    ($name:literal [$($alias:literal),*], $kind:ident, $default:literal, $help:literal) => {
+        Flag { name: $name, aliases: &[$($alias),*], kind: Kind::$kind, default: $default, help: $help }
+    };
+}
+
+/// Every flag the simulator understands, in help order.
+pub const FLAGS: &[Flag] = &[
+    f!(
+        "model-path"["model"],
+        Str,
+        "null",
+        "Model name; echoed in /model_info, /v1/models and /server_info. Nothing is loaded. Default: \"sim-model\"."
+    ),
+    f!(
+        "tokenizer-path",
+        Str,
+        "null",
+        "Echoed in /model_info; the simulator always uses its built-in deterministic tokenizer."
+    ),
+    f!(
+        "served-model-name",
+        Str,
+        "null",
+        "Name reported by /v1/models and in OpenAI responses. Default: the model path."
+    ),
+    f!("host", Str, "\"127.0.0.1\"", "Address to listen on."),
+    f!(
+        "port",
+        Int,
+        "30000",
+        "Port to listen on (0 = any free port; the chosen one is logged)."
+    ),
+    f!(
+        "api-key",
+        Str,
+        "null",
+        "Accepted; requests are not authenticated."
+    ),
+    f!(
+        "context-length",
+        Int,
+        "null",
+        "Model context length in tokens; longer prompts are rejected with SGLang's error. Default: the profile's."
+    ),
+    f!(
+        "skip-server-warmup",
+        Bool,
+        "false",
+        "Skip the profile's warmup delay: /health is 200 at once."
+    ),
+    f!(
+        "tp-size"["tensor-parallel-size"],
+        Int,
+        "1",
+        "Tensor parallelism; splits weights and KV bytes per token in the KV pool size estimate."
+    ),
+    f!(
+        "dp-size"["data-parallel-size"],
+        Int,
+        "1",
+        "Accepted; no effect."
+    ),
+    f!("pp-size", Int, "1", "Accepted; no effect."),
+    f!("ep-size", Int, "1", "Accepted; no effect."),
+    f!("nnodes", Int, "1", "Accepted; no effect."),
+    f!("node-rank", Int, "0", "Accepted; no effect."),
+    f!("dist-init-addr", Str, "null", "Accepted; no effect."),
+    f!("enable-dp-attention", Bool, "false", "Accepted; no effect."),
+    f!(
+        "mem-fraction-static",
+        Float,
+        "null",
+        "Fraction of GPU memory for weights + KV pool; sizes the pool from the profile's memory model. Too small a pool fails start-up with SGLang's 'Not enough memory' error."
+    ),
+    f!(
+        "max-total-tokens",
+        Int,
+        "null",
+        "KV pool capacity in tokens (overrides the memory model)."
+    ),
+    f!(
+        "max-running-requests",
+        Int,
+        "null",
+        "Most requests decoding at once; the rest wait in the queue. Default: the profile's."
+    ),
+    f!(
+        "max-queued-requests",
+        Int,
+        "null",
+        "Accepted; the queue is unbounded."
+    ),
+    f!(
+        "chunked-prefill-size",
+        Int,
+        "null",
+        "Most new prompt tokens per prefill iteration; longer prompts prefill over several iterations. -1 disables. Default: the profile's."
+    ),
+    f!(
+        "max-prefill-tokens",
+        Int,
+        "16384",
+        "Most new tokens in one prefill batch (when chunking is disabled, a single longer prompt still runs alone)."
+    ),
+    f!(
+        "disable-radix-cache",
+        Bool,
+        "false",
+        "No prefix caching: cached_tokens is always 0."
+    ),
+    f!(
+        "page-size",
+        Int,
+        "1",
+        "Accepted; the simulator caches at token granularity."
+    ),
+    f!(
+        "schedule-policy",
+        Str,
+        "\"fcfs\"",
+        "Accepted; the simulator schedules first come, first served."
+    ),
+    f!(
+        "schedule-conservativeness",
+        Float,
+        "1.0",
+        "Accepted; no effect."
+    ),
+    f!(
+        "enable-mixed-chunk",
+        Bool,
+        "false",
+        "Accepted; prefill and decode never share an iteration."
+    ),
+    f!(
+        "disable-overlap-schedule",
+        Bool,
+        "false",
+        "Accepted; no effect."
+    ),
+    f!(
+        "cuda-graph-max-bs",
+        Int,
+        "null",
+        "Accepted; Decode log lines report 'cuda graph: True' up to this batch size (default 256)."
+    ),
+    f!(
+        "disable-cuda-graph",
+        Bool,
+        "false",
+        "Decode log lines report 'cuda graph: False'."
+    ),
+    f!(
+        "attention-backend",
+        Str,
+        "null",
+        "Accepted; echoed in /server_info."
+    ),
+    f!(
+        "random-seed",
+        Int,
+        "null",
+        "Seed for generated tokens and speculative accept lengths. Default: the profile's seed."
+    ),
+    f!(
+        "speculative-algorithm",
+        Str,
+        "null",
+        "EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM: turns on speculative decoding: each decode step emits 1..num-draft-tokens tokens per request (profile's mean accept length); stats in the final meta_info and Decode log lines."
+    ),
+    f!(
+        "speculative-draft-model-path",
+        Str,
+        "null",
+        "Accepted; echoed in /server_info."
+    ),
+    f!(
+        "speculative-num-steps",
+        Int,
+        "null",
+        "Accepted; echoed in /server_info."
+    ),
+    f!(
+        "speculative-eagle-topk",
+        Int,
+        "null",
+        "Accepted; echoed in /server_info."
+    ),
+    f!(
+        "speculative-num-draft-tokens",
+        Int,
+        "null",
+        "Most tokens one step emits per request (default: the profile's, else 4)."
+    ),
+    f!(
+        "enable-metrics",
+        Bool,
+        "false",
+        "Serve Prometheus metrics at /metrics (404 otherwise)."
+    ),
+    f!(
+        "enable-cache-report",
+        Bool,
+        "false",
+        "Report usage.prompt_tokens_details.cached_tokens in OpenAI responses (when > 0)."
+    ),
+    f!(
+        "log-level",
+        Str,
+        "\"info\"",
+        "'warning' or 'error' hides batch log lines."
+    ),
+    f!("log-requests", Bool, "false", "Accepted; no effect."),
+    f!(
+        "decode-log-interval",
+        Int,
+        "40",
+        "Log a Decode batch line every this many decode steps."
+    ),
+    f!(
+        "stream-interval",
+        Int,
+        "1",
+        "Send a streaming chunk every this many decode steps (plus the first and last)."
+    ),
+    f!(
+        "incremental-streaming-output",
+        Bool,
+        "false",
+        "/generate streams text and output_ids as deltas instead of cumulative."
+    ),
+    f!(
+        "stream-output",
+        Bool,
+        "false",
+        "Older name of --incremental-streaming-output."
+    ),
+    f!("show-time-cost", Bool, "false", "Accepted; no effect."),
+    f!(
+        "dtype",
+        Str,
+        "\"auto\"",
+        "Accepted; echoed in /server_info."
+    ),
+    f!(
+        "kv-cache-dtype",
+        Str,
+        "\"auto\"",
+        "Accepted; echoed in /server_info."
+    ),
+    f!(
+        "quantization",
+        Str,
+        "null",
+        "Accepted; echoed in /server_info."
+    ),
+    f!("load-format", Str, "\"auto\"", "Accepted; no effect."),
+    f!("trust-remote-code", Bool, "false", "Accepted; no effect."),
+    f!("revision", Str, "null", "Accepted; no effect."),
+    f!("device", Str, "null", "Accepted; no effect."),
+    f!(
+        "chat-template",
+        Str,
+        "null",
+        "Accepted; chat messages are rendered with a fixed simple template."
+    ),
+    f!("tool-call-parser", Str, "null", "Accepted; no effect."),
+    f!("reasoning-parser", Str, "null", "Accepted; no effect."),
+    f!("grammar-backend", Str, "null", "Accepted; no effect."),
+    f!("sampling-backend", Str, "null", "Accepted; no effect."),
+    f!(
+        "enable-torch-compile",
+        Bool,
+        "false",
+        "Accepted; no effect."
+    ),
+    f!("enable-p2p-check", Bool, "false", "Accepted; no effect."),
+    f!("watchdog-timeout", Float, "300", "Accepted; no effect."),
+    f!(
+        "allow-auto-truncate",
+        Bool,
+        "false",
+        "Accepted; over-long prompts are still rejected."
+    ),
+    f!(
+        "is-embedding",
+        Bool,
+        "false",
+        "Accepted; the simulator only generates."
+    ),
+    f!("skip-tokenizer-init", Bool, "false", "Accepted; no effect."),
+    f!(
+        "profile",
+        Str,
+        "\"fast\"",
+        "Timing profile: a built-in name or a path to a YAML file."
+    ),
+    f!(
+        "sim-time-scale",
+        Float,
+        "null",
+        "Multiply every modelled duration by this (overrides the profile's time_scale; 0.1 = ten times faster)."
+    ),
+];
+
+/// The `/server_info` key of a flag (`tp-size` -> `tp_size`).
+pub fn dest(name: &str) -> String {
+    name.replace('-', "_")
+}

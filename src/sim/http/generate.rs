@@ -1,0 +1,249 @@
+//! Native `/generate`: cumulative (default) or incremental streaming, and non-streaming.
+
+use super::{
+    AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response, unix_now,
+};
+use crate::sim::tokenizer;
+use crate::sim::types::{Finish, Output};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use futures_util::stream;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// `POST|PUT /generate`.
+pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
+    let received = Instant::now();
+    let v = match parse_json(&body) {
+        Ok(v) => v,
+        Err(Rejected(m)) => return error_json(m),
+    };
+    let streaming = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let parsed = parse_request(&v);
+    let (prompts, max_new) = match parsed {
+        Ok(p) => p,
+        Err(Rejected(m)) => return reject(streaming, m),
+    };
+    let rid = v.get("rid").and_then(Value::as_str).map(str::to_string);
+    if streaming {
+        if prompts.len() != 1 {
+            return reject(true, "The simulator streams one prompt per request.".into());
+        }
+        let ids = prompts.into_iter().next().unwrap_or_default();
+        return match st.submit(rid, ids, max_new, received) {
+            Ok((rid, rx)) => {
+                sse_response(event_stream(rx, rid, st.cfg.incremental_output, received))
+            }
+            Err(Rejected(m)) => reject(true, m),
+        };
+    }
+    let single = prompts.len() == 1 && !v.get("text").is_some_and(Value::is_array);
+    let mut receivers = Vec::new();
+    for (i, ids) in prompts.into_iter().enumerate() {
+        let rid = rid
+            .clone()
+            .map(|r| if i == 0 { r } else { format!("{r}-{i}") });
+        match st.submit(rid, ids, max_new, received) {
+            Ok(x) => receivers.push(x),
+            Err(Rejected(m)) => return error_json(m),
+        }
+    }
+    let mut outs = Vec::new();
+    for (rid, rx) in receivers {
+        match collect(rx, rid, received).await {
+            Some(v) => outs.push(v),
+            None => {
+                let body = json!({"error": {"message": "The server is shutting down."}});
+                return json_response(StatusCode::INTERNAL_SERVER_ERROR, &body);
+            }
+        }
+    }
+    if single {
+        json_response(StatusCode::OK, &outs.remove(0))
+    } else {
+        json_response(StatusCode::OK, &Value::Array(outs))
+    }
+}
+
+/// Token ids of each prompt, and max_new_tokens.
+fn parse_request(v: &Value) -> Result<(Vec<Vec<u32>>, i64), Rejected> {
+    let sp = v.get("sampling_params").cloned().unwrap_or(json!({}));
+    if !sp.is_object() {
+        return Err(Rejected("sampling_params must be an object".into()));
+    }
+    let max_new = opt_i64(&sp, "max_new_tokens")?.unwrap_or(128);
+    let prompts = match (v.get("input_ids"), v.get("text")) {
+        (Some(ids), _) if !ids.is_null() => match ids {
+            Value::Array(a) if a.iter().all(Value::is_array) => {
+                a.iter().map(ids_of).collect::<Result<_, _>>()?
+            }
+            ids => vec![ids_of(ids)?],
+        },
+        (_, Some(Value::String(t))) => vec![tokenizer::encode(t)],
+        (_, Some(Value::Array(a))) if !a.is_empty() => a
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .map(tokenizer::encode)
+                    .ok_or_else(|| Rejected("text must be a string or a list of strings".into()))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(Rejected(
+                "Either text or input_ids should be provided.".into(),
+            ));
+        }
+    };
+    Ok((prompts, max_new))
+}
+
+fn ids_of(v: &Value) -> Result<Vec<u32>, Rejected> {
+    v.as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+                .collect::<Option<Vec<u32>>>()
+        })
+        .ok_or_else(|| Rejected("input_ids must be a list of non-negative integers".into()))
+}
+
+fn error_json(m: String) -> Response {
+    json_response(StatusCode::BAD_REQUEST, &json!({"error": {"message": m}}))
+}
+
+/// Streaming errors are HTTP 200 with an error event, as in SGLang.
+fn reject(streaming: bool, m: String) -> Response {
+    if !streaming {
+        return error_json(m);
+    }
+    let body = sse(&json!({"error": {"message": m}}));
+    sse_response(stream::iter([Ok(body), Ok(Bytes::from_static(DONE))]))
+}
+
+/// SGLang's `finish_reason` object.
+pub fn finish_json(f: &Option<Finish>) -> Value {
+    match f {
+        None => Value::Null,
+        Some(Finish::Length(n)) => json!({"type": "length", "length": n}),
+        Some(Finish::Abort(m, code)) => json!({"type": "abort", "message": m, "status_code": code}),
+    }
+}
+
+fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
+    let mut m = Map::new();
+    m.insert("id".into(), rid.into());
+    m.insert("finish_reason".into(), finish_json(&o.finish));
+    m.insert("prompt_tokens".into(), o.prompt_tokens.into());
+    m.insert("weight_version".into(), "default".into());
+    m.insert("total_retractions".into(), 0.into());
+    m.insert("num_retractions".into(), 0.into());
+    m.insert("completion_tokens".into(), o.completion_tokens.into());
+    m.insert("cached_tokens".into(), o.cached_tokens.into());
+    if first {
+        m.insert("response_sent_to_client_ts".into(), unix_now().into());
+    }
+    if o.finish.is_some() {
+        m.insert(
+            "e2e_latency".into(),
+            received.elapsed().as_secs_f64().into(),
+        );
+        if let Some(s) = o.spec {
+            let rate = s.num_correct_drafts as f64 / s.num_proposed_drafts.max(1) as f64;
+            let len = o.completion_tokens as f64 / s.verify_ct.max(1) as f64;
+            m.insert("spec_verify_ct".into(), s.verify_ct.into());
+            m.insert("spec_accept_length".into(), len.into());
+            m.insert("spec_accept_rate".into(), rate.into());
+            m.insert(
+                "spec_num_correct_drafts".into(),
+                s.num_correct_drafts.into(),
+            );
+            m.insert(
+                "spec_num_proposed_drafts".into(),
+                s.num_proposed_drafts.into(),
+            );
+            // Late-2025 names, for clients that read those.
+            m.insert("spec_accept_token_num".into(), s.num_correct_drafts.into());
+            m.insert("spec_draft_token_num".into(), s.num_proposed_drafts.into());
+        }
+    }
+    Value::Object(m)
+}
+
+struct GenStream {
+    rx: UnboundedReceiver<Output>,
+    rid: Arc<str>,
+    incremental: bool,
+    received: Instant,
+    text: String,
+    ids: Vec<u32>,
+    first: bool,
+    finished: bool,
+}
+
+fn event_stream(
+    rx: UnboundedReceiver<Output>,
+    rid: Arc<str>,
+    incremental: bool,
+    received: Instant,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    let s = GenStream {
+        rx,
+        rid,
+        incremental,
+        received,
+        text: String::new(),
+        ids: Vec::new(),
+        first: true,
+        finished: false,
+    };
+    stream::unfold(s, |mut s| async move {
+        if s.finished {
+            return None;
+        }
+        // None without a final output: the engine died; end without [DONE], like a dropped
+        // connection.
+        let o = s.rx.recv().await?;
+        let chunk = if s.incremental {
+            let mut t = String::new();
+            tokenizer::decode_into(&o.new_ids, &mut t);
+            json!({"text": t, "output_ids": o.new_ids, "meta_info": meta_info(&o, &s.rid, s.first, s.received)})
+        } else {
+            tokenizer::decode_into(&o.new_ids, &mut s.text);
+            s.ids.extend_from_slice(&o.new_ids);
+            json!({"text": s.text, "output_ids": s.ids, "meta_info": meta_info(&o, &s.rid, s.first, s.received)})
+        };
+        s.first = false;
+        let mut bytes = sse(&chunk);
+        if o.finish.is_some() {
+            s.finished = true;
+            let mut b = bytes.to_vec();
+            b.extend_from_slice(DONE);
+            bytes = Bytes::from(b);
+        }
+        Some((Ok(bytes), s))
+    })
+}
+
+/// The final response, or None when the engine went away first.
+async fn collect(
+    mut rx: UnboundedReceiver<Output>,
+    rid: Arc<str>,
+    received: Instant,
+) -> Option<Value> {
+    let mut text = String::new();
+    let mut ids = Vec::new();
+    while let Some(o) = rx.recv().await {
+        tokenizer::decode_into(&o.new_ids, &mut text);
+        ids.extend_from_slice(&o.new_ids);
+        if o.finish.is_some() {
+            return Some(
+                json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, false, received)}),
+            );
+        }
+    }
+    None
+}

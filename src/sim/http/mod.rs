@@ -1,0 +1,167 @@
+//! SGLang's HTTP API on axum.
+
+mod admin;
+mod generate;
+mod openai;
+
+use super::config::SimConfig;
+use super::state::Shared;
+use super::types::{Command, GenRequest, Output};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::Stream;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub cfg: Arc<SimConfig>,
+    pub shared: Arc<Shared>,
+    pub tx: Sender<Command>,
+    pub created: u64,
+}
+
+/// Builds the router; `/metrics` exists only with `--enable-metrics`.
+pub fn router(state: AppState) -> Router {
+    let mut r = Router::new()
+        .route(
+            "/generate",
+            post(generate::generate).put(generate::generate),
+        )
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/models", get(admin::models))
+        .route("/flush_cache", get(admin::flush).post(admin::flush))
+        .route("/health", get(admin::health))
+        .route("/health_generate", get(admin::health))
+        .route("/server_info", get(admin::server_info))
+        .route("/get_server_info", get(admin::server_info))
+        .route("/model_info", get(admin::model_info))
+        .route("/get_model_info", get(admin::model_info))
+        .route("/get_load", get(admin::load))
+        .route("/abort_request", post(admin::abort))
+        .route("/start_profile", get(admin::ok).post(admin::ok))
+        .route("/stop_profile", get(admin::ok).post(admin::ok));
+    if state.cfg.enable_metrics {
+        r = r.route("/metrics", get(admin::metrics));
+    }
+    r.with_state(state)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// A validation failure, phrased as SGLang phrases it.
+#[derive(Debug)]
+pub struct Rejected(pub String);
+
+/// Parses a JSON body; bad JSON becomes a message for a 400.
+pub fn parse_json(body: &Bytes) -> Result<serde_json::Value, Rejected> {
+    serde_json::from_slice(body).map_err(|e| Rejected(format!("Invalid JSON body: {e}")))
+}
+
+impl AppState {
+    /// Validates a tokenized request and queues it; returns its id and the receiver of its
+    /// outputs.
+    pub fn submit(
+        &self,
+        rid: Option<String>,
+        input_ids: Vec<u32>,
+        max_new_tokens: i64,
+        received: Instant,
+    ) -> Result<(Arc<str>, mpsc::UnboundedReceiver<Output>), Rejected> {
+        let n = input_ids.len() as u64;
+        if max_new_tokens < 0 {
+            return Err(Rejected(format!(
+                "max_new_tokens must be at least 0, got {max_new_tokens}."
+            )));
+        }
+        if n == 0 {
+            return Err(Rejected("The input is empty.".into()));
+        }
+        let ctx = self.cfg.context_length;
+        if n >= ctx {
+            return Err(Rejected(format!(
+                "The input ({n} tokens) is longer than the model's context length ({ctx} tokens)."
+            )));
+        }
+        let pool = self.cfg.pool_tokens();
+        if n >= pool {
+            return Err(Rejected(format!(
+                "The input ({n} tokens) is longer than the KV pool ({pool} tokens)."
+            )));
+        }
+        // SGLang trims the output budget to what the context (and here the pool) can hold.
+        let max_new = (max_new_tokens as u64).min(ctx - n).min(pool - n);
+        let (events, rx) = mpsc::unbounded_channel();
+        let rid: Arc<str> = rid
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+            .into();
+        self.tx
+            .send(Command::Generate(GenRequest {
+                rid: rid.clone(),
+                input_ids,
+                max_new_tokens: max_new,
+                received,
+                events,
+            }))
+            .map_err(|_| Rejected("The server is shutting down.".into()))?;
+        Ok((rid, rx))
+    }
+}
+
+/// A JSON response with a status.
+pub fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+/// An SSE response from a stream of already-framed `data: ...\n\n` chunks.
+pub fn sse_response(
+    s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(s))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Frames one SSE event.
+pub fn sse(v: &serde_json::Value) -> Bytes {
+    let mut s = String::with_capacity(256);
+    s.push_str("data: ");
+    s.push_str(&v.to_string());
+    s.push_str("\n\n");
+    Bytes::from(s)
+}
+
+/// The stream terminator.
+pub const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Reads an integer field that may be absent or null.
+pub fn opt_i64(v: &serde_json::Value, key: &str) -> Result<Option<i64>, Rejected> {
+    match v.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(x) => x
+            .as_i64()
+            .or_else(|| x.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            .map(Some)
+            .ok_or_else(|| Rejected(format!("{key} must be an integer, got {x}"))),
+    }
+}

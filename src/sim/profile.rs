@@ -1,0 +1,278 @@
+//! Timing profiles: data files that say how long the simulated GPU takes.
+//!
+//! Profiles ship in `profiles/*.yaml` and are embedded in the binary, so `--profile fast` works
+//! from any directory; `--profile path/to/file.yaml` loads a file instead.
+
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Profiles embedded in the binary: (name, YAML text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("fast", include_str!("../../profiles/fast.yaml")),
+    (
+        "h100-llama8b",
+        include_str!("../../profiles/h100-llama8b.yaml"),
+    ),
+];
+
+/// A timing profile. Durations are model time, multiplied by `time_scale`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Short name, shown in `--help` and `/server_info`.
+    pub name: String,
+    /// One line saying what the profile models.
+    #[serde(default)]
+    pub description: String,
+    /// Multiplier on every modelled duration (0.1 = ten times faster than written).
+    #[serde(default = "one")]
+    pub time_scale: f64,
+    /// Seconds from start-up until `/health` answers 200 and the ready line is logged.
+    pub warmup_s: f64,
+    /// Context length in tokens when `--context-length` is not given.
+    pub context_length: u64,
+    /// Default for `--max-running-requests`.
+    pub max_running_requests: u64,
+    /// Default for `--chunked-prefill-size` (tokens; -1 disables chunking).
+    pub chunked_prefill_size: i64,
+    /// The memory model that sizes the KV pool when `--max-total-tokens` is not given.
+    pub memory: MemoryModel,
+    /// Prefill iteration cost.
+    pub prefill: PrefillCost,
+    /// Decode step cost.
+    pub decode: DecodeCost,
+    /// Speculative decoding; used when `enabled` or when `--speculative-algorithm` is given.
+    #[serde(default)]
+    pub speculative: Option<SpecModel>,
+    /// A prefill batch with more new tokens than this crashes the server with SGLang's
+    /// out-of-memory log lines and a non-zero exit. None = never.
+    #[serde(default)]
+    pub oom_prefill_tokens: Option<u64>,
+    /// Seed for speculative accept-length draws and generated tokens.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// GPU memory, used to derive the KV pool size like SGLang does.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryModel {
+    /// GB of memory per GPU.
+    pub gpu_gb: f64,
+    /// GB of model weights, split evenly over tensor-parallel ranks.
+    pub weight_gb: f64,
+    /// Bytes of KV cache per token, split evenly over tensor-parallel ranks.
+    pub kv_bytes_per_token: f64,
+    /// Default for `--mem-fraction-static`.
+    pub mem_fraction_static: f64,
+    /// GB reported for CUDA graphs in `/server_info`.
+    #[serde(default)]
+    pub graph_gb: f64,
+}
+
+/// Prefill iteration time = `base_ms` + `per_token_us` x new tokens
+/// + `attention_ns` x sum over new tokens of their position in the context.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefillCost {
+    /// Milliseconds per prefill iteration.
+    pub base_ms: f64,
+    /// Microseconds per new (uncached) prompt token.
+    pub per_token_us: f64,
+    /// Nanoseconds per (new token, context position) pair: the quadratic attention term.
+    pub attention_ns: f64,
+}
+
+/// Decode step time = `base_ms` + `per_seq_us` x batch size + `per_ctx_token_ns` x context tokens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeCost {
+    /// Milliseconds per decode step.
+    pub base_ms: f64,
+    /// Microseconds per running request in the batch.
+    pub per_seq_us: f64,
+    /// Nanoseconds per context token (prompt + generated) summed over the batch.
+    pub per_ctx_token_ns: f64,
+}
+
+/// Speculative decoding: each step emits 1..=`num_draft_tokens` tokens per request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecModel {
+    /// Most tokens one verify step can emit per request.
+    pub num_draft_tokens: u32,
+    /// Mean tokens emitted per request per step.
+    pub accept_length_mean: f64,
+    /// Extra milliseconds per decode step for drafting and verifying.
+    #[serde(default)]
+    pub step_overhead_ms: f64,
+    /// On even without `--speculative-algorithm`.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+impl Default for SpecModel {
+    fn default() -> Self {
+        SpecModel {
+            num_draft_tokens: 4,
+            accept_length_mean: 2.5,
+            step_overhead_ms: 0.0,
+            enabled: false,
+        }
+    }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Why a profile could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// Neither a built-in name nor a readable file.
+    #[error("unknown profile {0:?}: use one of {names} or a path to a YAML file", names = builtin_names().join(", "))]
+    Unknown(String),
+    /// The file could not be read.
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        /// The path given.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The YAML does not describe a profile.
+    #[error("invalid profile {path}: {message}")]
+    Invalid {
+        /// The name or path given.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Names of the embedded profiles.
+pub fn builtin_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+impl Profile {
+    /// Loads a built-in profile by name, or a YAML file when `name_or_path` is not a built-in name.
+    pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Self::parse(name_or_path, text);
+        }
+        let path = std::path::Path::new(name_or_path);
+        if !path.exists() {
+            return Err(ProfileError::Unknown(name_or_path.to_string()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: name_or_path.to_string(),
+            source,
+        })?;
+        Self::parse(name_or_path, &text)
+    }
+
+    /// Parses profile YAML; `origin` names it in errors.
+    pub fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
+        let p: Profile = serde_saphyr::from_str(text).map_err(|e| ProfileError::Invalid {
+            path: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        if !(p.time_scale > 0.0 && p.time_scale.is_finite()) {
+            return Err(ProfileError::Invalid {
+                path: origin.to_string(),
+                message: "time_scale must be a positive number".into(),
+            });
+        }
+        if let Some(s) = &p.speculative
+            && (s.num_draft_tokens == 0
+                || s.accept_length_mean < 1.0
+                || s.accept_length_mean > s.num_draft_tokens as f64)
+        {
+            return Err(ProfileError::Invalid {
+                path: origin.to_string(),
+                message: "speculative.accept_length_mean must be between 1 and num_draft_tokens"
+                    .into(),
+            });
+        }
+        Ok(p)
+    }
+
+    /// The built-in `fast` profile.
+    pub fn fast() -> Profile {
+        Self::load("fast").expect("the embedded fast profile parses")
+    }
+
+    /// Scales a model duration in milliseconds to wall-clock time.
+    fn scaled_ms(&self, ms: f64) -> Duration {
+        Duration::from_secs_f64((ms * self.time_scale / 1000.0).max(0.0))
+    }
+
+    /// Wall-clock warmup delay.
+    pub fn warmup(&self) -> Duration {
+        self.scaled_ms(self.warmup_s * 1000.0)
+    }
+
+    /// Time of one prefill iteration. `segments` lists, per request in the batch, the context
+    /// position of its first new token and how many new tokens it computes: cached tokens are
+    /// not recomputed but are attended to, hence the start offset.
+    pub fn prefill_time(&self, segments: &[(u64, u64)]) -> Duration {
+        let c = &self.prefill;
+        let mut new = 0.0;
+        let mut pairs = 0.0;
+        for &(start, n) in segments {
+            let (start, n) = (start as f64, n as f64);
+            new += n;
+            // sum of positions start..start+n-1
+            pairs += n * start + n * (n - 1.0) / 2.0;
+        }
+        self.scaled_ms(c.base_ms + c.per_token_us * new / 1e3 + c.attention_ns * pairs / 1e6)
+    }
+
+    /// Time of one decode step for `batch` requests holding `ctx_tokens` tokens in total.
+    pub fn decode_time(&self, batch: u64, ctx_tokens: u64, spec_overhead_ms: f64) -> Duration {
+        let c = &self.decode;
+        self.scaled_ms(
+            c.base_ms
+                + c.per_seq_us * batch as f64 / 1e3
+                + c.per_ctx_token_ns * ctx_tokens as f64 / 1e6
+                + spec_overhead_ms,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_parse() {
+        for name in builtin_names() {
+            Profile::load(name).unwrap();
+        }
+    }
+
+    #[test]
+    fn fast_profile_is_fast() {
+        let p = Profile::fast();
+        let prefill = p.prefill_time(&[(0, 1000)]);
+        assert!(prefill < Duration::from_millis(5), "{prefill:?}");
+        let step = p.decode_time(1, 1000, 0.0);
+        assert!(step >= Duration::from_millis(1) && step <= Duration::from_millis(2));
+    }
+
+    #[test]
+    fn cached_prefix_is_attended_not_recomputed() {
+        let p = Profile::load("h100-llama8b").unwrap();
+        let cold = p.prefill_time(&[(0, 8000)]);
+        let warm_tail = p.prefill_time(&[(8000, 100)]);
+        let short = p.prefill_time(&[(0, 100)]);
+        assert!(warm_tail > short && warm_tail < cold);
+    }
+
+    #[test]
+    fn unknown_profile_names_builtins() {
+        let e = Profile::load("nope").unwrap_err().to_string();
+        assert!(e.contains("fast") && e.contains("h100-llama8b"), "{e}");
+    }
+}

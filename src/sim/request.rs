@@ -1,0 +1,126 @@
+//! A request's life inside the scheduler: prefill progress, KV holdings, outputs.
+
+use super::radix::{NodeId, RadixCache};
+use super::tokenizer::{output_token, seed_of, splitmix};
+use super::types::{GenRequest, SpecStats};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// One request the scheduler holds (waiting, being prefilled, or decoding).
+#[derive(Debug)]
+pub struct Req {
+    pub rid: Arc<str>,
+    pub input_ids: Vec<u32>,
+    pub max_new: u64,
+    pub received: Instant,
+    pub events: mpsc::UnboundedSender<super::types::Output>,
+    /// Seed of the generated tokens.
+    pub seed: u64,
+    /// State of the accept-length generator.
+    pub rng: u64,
+    /// Prompt tokens matched in the radix cache at admission (`cached_tokens`).
+    pub cached: u64,
+    /// Prompt tokens whose KV exists (cached + computed).
+    pub prefilled: u64,
+    /// Node the request's cached prefix ends at; locked while the request lives.
+    pub node: NodeId,
+    /// Tokens of this request held by the tree (the locked prefix length).
+    pub in_tree: u64,
+    /// Private KV tokens reserved in the pool (not in the tree).
+    pub reserved: u64,
+    /// Generated token ids.
+    pub output: Vec<u32>,
+    /// Generated tokens already sent to the client.
+    pub sent: usize,
+    /// Outputs sent so far.
+    pub chunk_index: u32,
+    /// Speculative counters.
+    pub spec: SpecStats,
+    /// Model time of the latest token.
+    pub last_token_at: Option<Instant>,
+}
+
+impl Req {
+    /// A fresh request, not yet admitted.
+    pub fn new(g: GenRequest, base_seed: u64) -> Req {
+        let seed = seed_of(&g.input_ids, base_seed);
+        Req {
+            rid: g.rid,
+            max_new: g.max_new_tokens,
+            received: g.received,
+            events: g.events,
+            seed,
+            rng: splitmix(seed ^ 0x00ac_ce97),
+            cached: 0,
+            prefilled: 0,
+            node: RadixCache::ROOT,
+            in_tree: 0,
+            reserved: 0,
+            output: Vec::new(),
+            sent: 0,
+            chunk_index: 0,
+            spec: SpecStats::default(),
+            last_token_at: None,
+            input_ids: g.input_ids,
+        }
+    }
+
+    /// Prompt length in tokens.
+    pub fn prompt_len(&self) -> u64 {
+        self.input_ids.len() as u64
+    }
+
+    /// Prompt tokens still to compute.
+    pub fn remaining_prefill(&self) -> u64 {
+        self.prompt_len() - self.prefilled
+    }
+
+    /// Tokens in context (prompt + generated).
+    pub fn context_len(&self) -> u64 {
+        self.prompt_len() + self.output.len() as u64
+    }
+
+    /// Whether the request has generated all it may.
+    pub fn done(&self) -> bool {
+        self.output.len() as u64 >= self.max_new
+    }
+
+    /// Appends `k` generated tokens (capped at max_new); returns how many were added.
+    pub fn generate(&mut self, k: u64) -> u64 {
+        let k = k.min(self.max_new - self.output.len() as u64);
+        for _ in 0..k {
+            let i = self.output.len() as u64;
+            self.output.push(output_token(self.seed, i));
+        }
+        k
+    }
+
+    /// Draws how many tokens one speculative verify step emits: 1 + Binomial(n-1, p) with
+    /// p chosen so the mean is `mean`, so the count varies between 1 and n.
+    pub fn draw_accept(&mut self, n: u32, mean: f64) -> u64 {
+        if n <= 1 {
+            return 1;
+        }
+        let p = ((mean - 1.0) / (n - 1) as f64).clamp(0.0, 1.0);
+        let mut k = 1;
+        for _ in 1..n {
+            self.rng = splitmix(self.rng);
+            let u = (self.rng >> 11) as f64 / (1u64 << 53) as f64;
+            if u < p {
+                k += 1;
+            }
+        }
+        k
+    }
+
+    /// Whether the client went away.
+    pub fn disconnected(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    /// Tokens whose KV the request holds outside the tree.
+    pub fn private_used(&self) -> u64 {
+        self.prefilled - self.in_tree.min(self.prefilled) + self.output.len() as u64
+    }
+}

@@ -1,0 +1,53 @@
+//! State shared between the scheduler thread and the HTTP handlers.
+
+use super::metrics::SchedStats;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::watch;
+
+/// Readiness, live statistics, and the crash signal.
+#[derive(Debug)]
+pub struct Shared {
+    ready: AtomicBool,
+    /// Gauges, histograms and counters, updated by the scheduler every iteration.
+    pub stats: Mutex<SchedStats>,
+    crash: watch::Sender<Option<String>>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            ready: AtomicBool::new(false),
+            stats: Mutex::new(SchedStats::default()),
+            crash: watch::channel(None).0,
+        }
+    }
+}
+
+impl Shared {
+    /// Whether warmup is done (`/health` answers 200).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Marks warmup done.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Signals a simulated crash; the server shuts down and `serve` returns the message.
+    pub fn crash(&self, message: String) {
+        self.ready.store(false, Ordering::Release);
+        self.crash.send_replace(Some(message));
+    }
+
+    /// Watches for a crash.
+    pub fn crash_watch(&self) -> watch::Receiver<Option<String>> {
+        self.crash.subscribe()
+    }
+
+    /// A copy of the statistics.
+    pub fn stats(&self) -> SchedStats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,49 @@
+//! An in-process trace of when the model says each chunk is due, for the drift bench and tests.
+//! Not exposed over HTTP.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One streamed output: which request, which of its outputs, and its model deadline.
+#[derive(Debug, Clone)]
+pub struct TraceEntry {
+    /// Request id.
+    pub rid: Arc<str>,
+    /// 0 for the request's first output, then 1, 2, ...
+    pub chunk_index: u32,
+    /// The scheduler step's deadline: when the model says this output exists.
+    pub model_time: Instant,
+    /// Tokens the output carries.
+    pub tokens: u32,
+}
+
+/// A shared, append-only list of [`TraceEntry`]; clone it into `SimConfig::trace` and read it
+/// after the run.
+#[derive(Debug, Clone, Default)]
+pub struct ChunkTrace(Arc<Mutex<Vec<TraceEntry>>>);
+
+impl ChunkTrace {
+    /// An empty trace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends entries (the scheduler calls this once per step).
+    pub fn extend(&self, entries: impl IntoIterator<Item = TraceEntry>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend(entries);
+        }
+    }
+
+    /// A copy of every entry so far.
+    pub fn entries(&self) -> Vec<TraceEntry> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Forgets every entry.
+    pub fn clear(&self) {
+        if let Ok(mut v) = self.0.lock() {
+            v.clear();
+        }
+    }
+}

@@ -1,0 +1,672 @@
+//! The built-in simulator, driven over real HTTP in-process on port 0.
+
+use serde_json::{Value, json};
+use servebench::sim::{ChunkTrace, SimConfig, SimLog, serve};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+const FOX: &str = "The quick brown fox jumps over the lazy dog. ";
+
+struct Sim {
+    base: String,
+    log: SimLog,
+    trace: ChunkTrace,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    http: reqwest::Client,
+}
+
+/// Starts a simulator with `args` (plus the fast profile); does not wait for warmup.
+async fn launch(args: &[&str]) -> Sim {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let mut cfg = SimConfig::from_args(&args).expect("valid args");
+    let log = SimLog::capture();
+    let trace = ChunkTrace::new();
+    cfg.log = log.clone();
+    cfg.trace = Some(trace.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(cfg, listener, async {
+        let _ = rx.await;
+    }));
+    Sim {
+        base,
+        log,
+        trace,
+        stop: Some(stop),
+        task,
+        http: reqwest::Client::new(),
+    }
+}
+
+/// Starts a simulator and waits until `/health` is 200.
+async fn start(args: &[&str]) -> Sim {
+    let sim = launch(args).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sim.get("/health").await.0 != 200 {
+        assert!(Instant::now() < deadline, "sim never became healthy");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sim
+}
+
+impl Sim {
+    async fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (u16, String) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (s, t) = self.post(path, body).await;
+        (s, serde_json::from_str(&t).unwrap_or(Value::String(t)))
+    }
+
+    /// Streams a request; returns each event's JSON (or the raw `[DONE]`) with its arrival time.
+    async fn stream(&self, path: &str, body: &Value) -> (u16, Vec<(Instant, String)>, Instant) {
+        let sent = Instant::now();
+        let mut r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let mut buf = String::new();
+        let mut events = Vec::new();
+        while let Some(c) = r.chunk().await.unwrap() {
+            let now = Instant::now();
+            buf.push_str(std::str::from_utf8(&c).unwrap());
+            while let Some(i) = buf.find("\n\n") {
+                let ev: String = buf.drain(..i + 2).collect();
+                let data = ev.trim().strip_prefix("data: ").expect("SSE data line");
+                events.push((now, data.to_string()));
+            }
+        }
+        assert!(buf.is_empty(), "trailing bytes: {buf:?}");
+        (status, events, sent)
+    }
+
+    /// Streams and returns the JSON events, checking the stream ends with `[DONE]`.
+    async fn stream_json(&self, path: &str, body: &Value) -> Vec<Value> {
+        let (status, events, _) = self.stream(path, body).await;
+        assert_eq!(status, 200);
+        assert_eq!(events.last().map(|e| e.1.as_str()), Some("[DONE]"));
+        events[..events.len() - 1]
+            .iter()
+            .map(|(_, d)| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lines()
+            .into_iter()
+            .filter(|l| l.contains(needle))
+            .collect()
+    }
+
+    async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.unwrap()
+    }
+}
+
+fn req_body(text: &str, max_new: u64, stream: bool) -> Value {
+    json!({"text": text, "sampling_params": {"max_new_tokens": max_new}, "stream": stream})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_streams_cumulative_text_and_meta_info() {
+    let sim = start(&[]).await;
+    let chunks = sim
+        .stream_json("/generate", &req_body("The capital of France is", 4, true))
+        .await;
+    assert_eq!(chunks.len(), 4, "one chunk per decode step");
+    for (i, c) in chunks.iter().enumerate() {
+        let m = &c["meta_info"];
+        assert_eq!(m["completion_tokens"], i as u64 + 1);
+        assert_eq!(
+            c["output_ids"].as_array().unwrap().len(),
+            i + 1,
+            "cumulative ids"
+        );
+        assert_eq!(m["cached_tokens"], 0);
+        assert_eq!(m["prompt_tokens"], 5);
+        assert_eq!(m["response_sent_to_client_ts"].is_number(), i == 0);
+        assert_eq!(m["e2e_latency"].is_number(), i == 3);
+    }
+    let t0 = chunks[0]["text"].as_str().unwrap();
+    let t3 = chunks[3]["text"].as_str().unwrap();
+    assert!(t3.starts_with(t0) && t3.len() > t0.len());
+    assert_eq!(chunks[2]["meta_info"]["finish_reason"], Value::Null);
+    assert_eq!(
+        chunks[3]["meta_info"]["finish_reason"],
+        json!({"type": "length", "length": 4})
+    );
+    // Non-streaming gives the same text (deterministic model).
+    let (s, v) = sim
+        .post_json("/generate", &req_body("The capital of France is", 4, false))
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["text"], chunks[3]["text"]);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_streams_deltas_with_incremental_output() {
+    let sim = start(&["--incremental-streaming-output"]).await;
+    let chunks = sim.stream_json("/generate", &req_body(FOX, 5, true)).await;
+    assert_eq!(chunks.len(), 5);
+    let joined: String = chunks.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["output_ids"].as_array().unwrap().len() == 1)
+    );
+    let (_, whole) = sim.post_json("/generate", &req_body(FOX, 5, false)).await;
+    assert_eq!(whole["text"], joined);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_completions_and_chat_stream_with_usage() {
+    let sim = start(&[]).await;
+    let body = json!({"model": "m", "prompt": FOX, "max_tokens": 3, "stream": true,
+                      "stream_options": {"include_usage": true}});
+    let chunks = sim.stream_json("/v1/completions", &body).await;
+    assert_eq!(chunks.len(), 4, "three outputs plus usage");
+    assert_eq!(chunks[0]["object"], "text_completion");
+    assert_eq!(chunks[0]["model"], "m");
+    assert_eq!(chunks[2]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks[3]["choices"], json!([]));
+    assert_eq!(chunks[3]["usage"]["completion_tokens"], 3);
+    assert_eq!(chunks[3]["usage"]["prompt_tokens_details"], Value::Null);
+
+    let body = json!({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2,
+                      "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+    let chunks = sim.stream_json("/v1/chat/completions", &body).await;
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    assert!(chunks[1]["choices"][0]["delta"]["content"].is_string());
+    let fin = &chunks[chunks.len() - 2];
+    assert_eq!(fin["choices"][0]["delta"], json!({}));
+    assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        chunks[1]["usage"]["completion_tokens"], 1,
+        "continuous usage"
+    );
+    let total = chunks.last().unwrap()["usage"]["total_tokens"].as_u64();
+    assert!(total.unwrap() > 2);
+
+    let (s, v) = sim
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["usage"]["completion_tokens"], 2);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_tokens_on_repeat_but_not_with_a_nonce() {
+    let sim = start(&["--enable-cache-report"]).await;
+    let prompt = FOX.repeat(20);
+    let (_, a) = sim
+        .post_json("/generate", &req_body(&prompt, 2, false))
+        .await;
+    assert_eq!(a["meta_info"]["cached_tokens"], 0);
+    let (_, b) = sim
+        .post_json("/generate", &req_body(&prompt, 2, false))
+        .await;
+    let n = b["meta_info"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        b["meta_info"]["cached_tokens"],
+        n - 1,
+        "all but the last prompt token"
+    );
+    let (_, c) = sim
+        .post_json(
+            "/generate",
+            &req_body(&format!("nonce-8c1f {prompt}"), 2, false),
+        )
+        .await;
+    assert_eq!(c["meta_info"]["cached_tokens"], 0);
+
+    let comp = |p: &str| json!({"prompt": p, "max_tokens": 1});
+    let (_, v) = sim.post_json("/v1/completions", &comp(&prompt)).await;
+    assert!(
+        v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let (_, v) = sim
+        .post_json("/v1/completions", &comp(&format!("zq9 {prompt}")))
+        .await;
+    assert_eq!(v["usage"]["prompt_tokens_details"], Value::Null);
+    sim.stop().await.unwrap();
+
+    let sim = start(&["--disable-radix-cache"]).await;
+    for _ in 0..2 {
+        let (_, v) = sim
+            .post_json("/generate", &req_body(&prompt, 1, false))
+            .await;
+        assert_eq!(v["meta_info"]["cached_tokens"], 0);
+    }
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_cache_refuses_while_busy() {
+    let sim = start(&[]).await;
+    let prompt = FOX.repeat(10);
+    sim.post_json("/generate", &req_body(&prompt, 1, false))
+        .await;
+    let (s, body) = sim.get("/flush_cache").await;
+    assert_eq!((s, body.starts_with("Cache flushed.")), (200, true));
+    let (_, v) = sim
+        .post_json("/generate", &req_body(&prompt, 1, false))
+        .await;
+    assert_eq!(v["meta_info"]["cached_tokens"], 0, "flushed");
+    // A long request keeps the engine busy.
+    let busy = {
+        let http = sim.http.clone();
+        let url = format!("{}/generate", sim.base);
+        tokio::spawn(async move { http.post(url).json(&req_body(FOX, 300, false)).send().await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (s, body) = sim.post("/flush_cache", &json!({})).await;
+    assert_eq!((s, body.starts_with("Cache flushed.")), (400, true));
+    busy.await.unwrap().unwrap();
+    assert_eq!(sim.get("/flush_cache").await.0, 200);
+    assert_eq!(sim.log_lines("Cache flushed successfully!").len(), 2);
+    assert_eq!(
+        sim.log_lines("Cache not flushed because there are pending requests.")
+            .len(),
+        1
+    );
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_503_until_warmup_then_200() {
+    // time scale 4: the fast profile's 50 ms warmup takes 200 ms.
+    let sim = launch(&["--sim-time-scale", "4"]).await;
+    let (s, _) = sim.get("/health").await;
+    assert_eq!(s, 503);
+    assert_eq!(
+        sim.get("/model_info").await.0,
+        200,
+        "model_info answers before ready"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(sim.get("/health").await, (200, String::new()));
+    assert_eq!(sim.get("/health_generate").await.0, 200);
+    assert_eq!(
+        sim.log_lines("The server is fired up and ready to roll!")
+            .len(),
+        1
+    );
+    assert_eq!(
+        sim.log_lines("Uvicorn running on http://127.0.0.1:").len(),
+        1
+    );
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_long_prompts_fail_in_each_api_form() {
+    let sim = start(&["--context-length", "20"]).await;
+    let long = FOX.repeat(3); // 31 tokens
+    let msg = "The input (31 tokens) is longer than the model's context length (20 tokens).";
+    let (s, v) = sim.post_json("/generate", &req_body(&long, 4, false)).await;
+    assert_eq!((s, &v["error"]["message"]), (400, &json!(msg)));
+    let (s, events, _) = sim.stream("/generate", &req_body(&long, 4, true)).await;
+    assert_eq!(s, 200);
+    let first: Value = serde_json::from_str(&events[0].1).unwrap();
+    assert_eq!(first["error"]["message"], msg);
+    assert_eq!(events[1].1, "[DONE]");
+    let (s, v) = sim
+        .post_json(
+            "/v1/completions",
+            &json!({"prompt": long, "max_tokens": 4, "stream": true}),
+        )
+        .await;
+    assert_eq!(s, 400);
+    assert_eq!(
+        v,
+        json!({"object": "error", "message": msg, "type": "BadRequestError", "param": null, "code": 400})
+    );
+    let (s, v) = sim.post_json("/generate", &req_body("hi", 0, false)).await;
+    assert_eq!(
+        (s, v["meta_info"]["completion_tokens"].as_u64()),
+        (200, Some(0))
+    );
+    let bad = json!({"text": "hi", "sampling_params": {"max_new_tokens": -1}});
+    let (s, v) = sim.post_json("/generate", &bad).await;
+    assert_eq!(
+        (s, &v["error"]["message"]),
+        (400, &json!("max_new_tokens must be at least 0, got -1."))
+    );
+    let (s, _) = sim
+        .post_json("/v1/completions", &json!({"prompt": "hi", "max_tokens": 0}))
+        .await;
+    assert_eq!(s, 400);
+    let r = sim
+        .http
+        .post(format!("{}/generate", sim.base))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_prefill_shows_in_prefill_log_lines() {
+    let sim = start(&["--chunked-prefill-size", "64"]).await;
+    let (_, v) = sim
+        .post_json("/generate", &req_body(&FOX.repeat(20), 1, false))
+        .await;
+    assert_eq!(v["meta_info"]["prompt_tokens"], 201);
+    let lines = sim.log_lines("Prefill batch");
+    let tokens: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            l.split("#new-token: ")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(tokens, ["64", "64", "64", "9"]);
+    assert!(lines[0].contains("#new-seq: 1,") && lines[1].contains("#new-seq: 0,"));
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculative_decoding_emits_multi_token_chunks() {
+    let sim = start(&[
+        "--speculative-algorithm",
+        "EAGLE",
+        "--decode-log-interval",
+        "1",
+    ])
+    .await;
+    let chunks = sim.stream_json("/generate", &req_body(FOX, 60, true)).await;
+    let counts: Vec<u64> = chunks
+        .iter()
+        .map(|c| c["meta_info"]["completion_tokens"].as_u64().unwrap())
+        .collect();
+    let steps: Vec<u64> = counts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(steps.iter().any(|s| *s > 1), "{steps:?}");
+    assert!(steps.iter().all(|s| (1..=4).contains(s)), "{steps:?}");
+    assert!(chunks.len() < 40);
+    let last = &chunks.last().unwrap()["meta_info"];
+    assert_eq!(last["completion_tokens"], 60);
+    let ct = last["spec_verify_ct"].as_u64().unwrap();
+    assert_eq!(ct as usize, chunks.len() - 1);
+    assert!(last["spec_accept_length"].as_f64().unwrap() > 1.5);
+    assert!(sim.log_lines("accept len: ").len() as u64 >= ct - 1);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_running_requests_limits_the_batch() {
+    let sim = start(&["--max-running-requests", "2", "--decode-log-interval", "1"]).await;
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let (http, url) = (sim.http.clone(), format!("{}/generate", sim.base));
+        let body = req_body(&format!("request {i} {FOX}"), 20, false);
+        tasks.push(tokio::spawn(async move {
+            http.post(url).json(&body).send().await.unwrap().status()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().as_u16(), 200);
+    }
+    let running: Vec<u64> = sim
+        .log_lines("Decode batch")
+        .iter()
+        .map(|l| {
+            l.split("#running-req: ")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(running.iter().all(|r| *r <= 2), "{running:?}");
+    assert!(running.contains(&2));
+    assert!(sim.log_lines("#queue-req: 2,").len() + sim.log_lines("#queue-req: 1,").len() > 0);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_follows_the_prefill_model() {
+    // h100-llama8b at a tenth of real time: 4000 tokens prefill in ~17.6 ms, 40 in ~0.6 ms.
+    let sim = start(&[
+        "--profile",
+        "h100-llama8b",
+        "--sim-time-scale",
+        "0.1",
+        "--skip-server-warmup",
+    ])
+    .await;
+    let ttft = |text: String| {
+        let sim = &sim;
+        async move {
+            let (_, events, sent) = sim.stream("/generate", &req_body(&text, 2, true)).await;
+            events[0].0 - sent
+        }
+    };
+    let long = ttft(format!("a{}", FOX.repeat(400))).await;
+    let short = ttft(format!("b{}", FOX.repeat(4))).await;
+    assert!(long >= Duration::from_micros(17_000), "{long:?}");
+    assert!(long < Duration::from_millis(80), "{long:?}");
+    assert!(long > short * 4, "{long:?} vs {short:?}");
+    // The trace's model times match: first chunk due ~prefill time after receipt.
+    let trace = sim.trace.entries();
+    assert!(trace.iter().filter(|e| e.chunk_index == 0).count() >= 2);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_frees_the_slot() {
+    let sim = start(&["--max-running-requests", "1"]).await;
+    let mut r = sim
+        .http
+        .post(format!("{}/generate", sim.base))
+        .json(&req_body(FOX, 20_000, true))
+        .send()
+        .await
+        .unwrap();
+    r.chunk().await.unwrap();
+    drop(r);
+    let t = Instant::now();
+    let (s, _) = sim
+        .post_json("/generate", &req_body("next", 3, false))
+        .await;
+    assert_eq!(s, 200);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "the aborted request must not hold the slot"
+    );
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_request_finishes_with_abort() {
+    let sim = start(&[]).await;
+    let body = json!({"text": FOX, "rid": "r-1", "sampling_params": {"max_new_tokens": 5000}});
+    let task = {
+        let (http, url) = (sim.http.clone(), format!("{}/generate", sim.base));
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        sim.post("/abort_request", &json!({"rid": "r-1"})).await.0,
+        200
+    );
+    let v = task.await.unwrap();
+    assert_eq!(v["meta_info"]["finish_reason"]["type"], "abort");
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_endpoints_and_metrics() {
+    let sim = start(&[
+        "--model-path",
+        "org/Model-8B",
+        "--tp",
+        "2",
+        "--enable-metrics",
+    ])
+    .await;
+    sim.post_json("/generate", &req_body(FOX, 3, false)).await;
+    let (_, info) = sim.get("/server_info").await;
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["tp_size"], 2);
+    assert_eq!(info["model_path"], "org/Model-8B");
+    assert!(info["max_total_num_tokens"].as_u64().unwrap() > 100_000);
+    assert!(info["internal_states"][0]["memory_usage"]["token_capacity"].is_u64());
+    assert!(info["version"].is_string() && info["status"] == "ready");
+    assert_eq!(sim.get("/get_server_info").await.0, 200);
+    let (_, mi) = sim.get("/get_model_info").await;
+    assert!(mi.contains("\"is_generation\":true"));
+    let (_, models) = sim.get("/v1/models").await;
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "org/Model-8B");
+    assert_eq!(models["data"][0]["owned_by"], "sglang");
+    let (s, m) = sim.get("/metrics").await;
+    assert_eq!(s, 200);
+    for name in [
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:generation_tokens_total",
+        "sglang:token_usage",
+    ] {
+        assert!(m.contains(name), "{name}");
+    }
+    assert!(m.contains("sglang:num_requests_total{model_name=\"org/Model-8B\"} 1"));
+    sim.stop().await.unwrap();
+    let sim = start(&[]).await;
+    assert_eq!(sim.get("/metrics").await.0, 404);
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_profile_crashes_like_sglang() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("oom.yaml");
+    let fast = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/fast.yaml"))
+        .unwrap();
+    std::fs::write(&path, format!("{fast}\noom_prefill_tokens: 100\n")).unwrap();
+    let sim = start(&["--profile", path.to_str().unwrap()]).await;
+    let (s, _) = sim.post_json("/generate", &req_body(FOX, 2, false)).await;
+    assert_eq!(s, 200, "small prompts are fine");
+    let r = sim
+        .http
+        .post(format!("{}/generate", sim.base))
+        .json(&req_body(&FOX.repeat(20), 2, false))
+        .send()
+        .await;
+    assert!(r.is_err() || !r.unwrap().status().is_success());
+    let log = sim.log.clone();
+    let result = tokio::time::timeout(Duration::from_secs(5), sim.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.is_err());
+    let text = log.lines().join("\n");
+    assert!(text.contains("Scheduler hit an exception: Traceback"));
+    assert!(text.contains("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"));
+    assert!(
+        text.contains("Received sigquit from a child process. It usually means the child failed.")
+    );
+}
+
+#[test]
+fn cli_rejects_bad_values_and_prints_help() {
+    use assert_cmd::Command;
+    let out = Command::cargo_bin("servebench")
+        .unwrap()
+        .args(["sim", "--port", "abc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--port"));
+    let out = Command::cargo_bin("servebench")
+        .unwrap()
+        .args(["sim", "--help"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "--chunked-prefill-size",
+        "--speculative-algorithm",
+        "h100-llama8b",
+        "fast",
+    ] {
+        assert!(help.contains(needle), "{needle}");
+    }
+    let out = Command::cargo_bin("servebench")
+        .unwrap()
+        .args([
+            "sim",
+            "--port",
+            "0",
+            "--mem-fraction-static",
+            "0.1",
+            "--bogus-flag",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    ));
+    assert!(err.contains("--bogus-flag"));
+}
