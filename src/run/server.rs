@@ -377,14 +377,33 @@ impl ServerHandle {
     }
 }
 
-/// `/server_info`, or the older `/get_server_info`.
+/// `/server_info`, or the older `/get_server_info`, with secret-named fields redacted (SGLang
+/// lists every server argument there, `api_key` included).
 async fn server_info(client: &Client) -> Option<serde_json::Value> {
     for path in ["/server_info", "/get_server_info"] {
-        if let Ok(v) = client.get_json(path).await {
+        if let Ok(mut v) = client.get_json(path).await {
+            redact_json(&mut v);
             return Some(v);
         }
     }
     None
+}
+
+/// Replaces the values of secret-named keys, at any depth.
+pub fn redact_json(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                if is_secret(k) && !child.is_null() {
+                    *child = serde_json::json!(REDACTED);
+                } else {
+                    redact_json(child);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_json),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +462,17 @@ mod tests {
         );
         let r = redacted_server(&server);
         assert_eq!(r.args["api-key"], ArgValue::Str(REDACTED.into()));
+    }
+
+    #[test]
+    fn server_info_secrets_are_redacted_at_any_depth() {
+        let mut v = serde_json::json!({"api_key": "sk-1", "tp_size": 8, "max_total_num_tokens": 5,
+            "internal_states": [{"hf_token": "x", "ssl_keyfile": null}]});
+        redact_json(&mut v);
+        assert_eq!(v["api_key"], REDACTED);
+        assert_eq!(v["internal_states"][0]["hf_token"], REDACTED);
+        assert_eq!(v["max_total_num_tokens"], 5);
+        assert_eq!(v["tp_size"], 8);
     }
 
     #[test]
