@@ -42,14 +42,10 @@ fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report(
     // Wait until at least two requests are on disk, then press Ctrl-C.
     let deadline = Instant::now() + Duration::from_secs(60);
     let requests_file = loop {
-        let found = glob_requests(ws.path());
-        if let Some(f) = &found {
-            if std::fs::read_to_string(f)
-                .map(|t| t.lines().count() >= 2)
-                .unwrap_or(false)
-            {
-                break found.unwrap();
-            }
+        if let Some(f) = glob_requests(ws.path())
+            && std::fs::read_to_string(&f).is_ok_and(|t| t.lines().count() >= 2)
+        {
+            break f;
         }
         assert!(Instant::now() < deadline, "no requests recorded in time");
         std::thread::sleep(Duration::from_millis(20));

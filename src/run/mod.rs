@@ -224,7 +224,7 @@ pub async fn execute(
                 Err(e) => return Err(RunError::Preflight(e.to_string())),
             };
             let mut relaunch = false;
-            while let Some(point) = pending.next() {
+            for point in pending.by_ref() {
                 let outcome = runner.measure(&client, point, &group.id).await;
                 let mut record = outcome.record;
                 if let Some(cause) = handle.crashed() {
@@ -319,20 +319,19 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
     for p in &spec.points {
         if let Err(e) =
             crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir)
+            && !errors.contains(&e)
         {
+            errors.push(e);
+        }
+        if let Some(t) = user_template(&p.experiment, spec_dir)
+            && !t.is_file()
+        {
+            let e = format!(
+                "report.template {} does not exist (use `default` or a path relative to the spec)",
+                t.display()
+            );
             if !errors.contains(&e) {
                 errors.push(e);
-            }
-        }
-        if let Some(t) = user_template(&p.experiment, spec_dir) {
-            if !t.is_file() {
-                let e = format!(
-                    "report.template {} does not exist (use `default` or a path relative to the spec)",
-                    t.display()
-                );
-                if !errors.contains(&e) {
-                    errors.push(e);
-                }
             }
         }
     }

@@ -137,13 +137,13 @@ impl PointRunner {
                 break;
             }
             let policy = exp.cache.policy;
-            if policy == CachePolicy::Cold {
-                if let Err(e) = flush(client, &self.interrupt).await {
-                    flags.push(Flag {
-                        kind: "flush-failed".into(),
-                        message: e,
-                    });
-                }
+            if policy == CachePolicy::Cold
+                && let Err(e) = flush(client, &self.interrupt).await
+            {
+                flags.push(Flag {
+                    kind: "flush-failed".into(),
+                    message: e,
+                });
             }
             // Warm: one nonce per point and round, so points do not share prefixes; primed once.
             let warm_prefix = nonce();
