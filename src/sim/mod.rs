@@ -39,7 +39,7 @@ pub use profile::{DecodeCost, MemoryModel, PrefillCost, Profile, ProfileError, S
 pub use radix::RadixCache;
 pub use server::serve;
 pub use tokenizer::encode as tokenize;
-pub use trace::{ChunkTrace, TraceEntry};
+pub use trace::{ChunkTrace, EmitEntry, TraceEntry};
 
 /// Entry point of `servebench sim ARGS...`; returns the process exit code
 /// (0 clean shutdown, 1 simulated crash or start-up failure, 2 bad arguments).

@@ -17,10 +17,19 @@ pub struct TraceEntry {
     pub tokens: u32,
 }
 
-/// A shared, append-only list of [`TraceEntry`]; clone it into `SimConfig::trace` and read it
-/// after the run.
+/// When the HTTP layer handed an output's bytes to the connection (the simulator's emission).
+#[derive(Debug, Clone)]
+pub struct EmitEntry {
+    pub rid: Arc<str>,
+    pub chunk_index: u32,
+    pub emitted: Instant,
+}
+
+/// A shared, append-only list of [`TraceEntry`] (model times, from the scheduler) and
+/// [`EmitEntry`] (emission times, from `/generate` streams); clone it into `SimConfig::trace`
+/// and read it after the run.
 #[derive(Debug, Clone, Default)]
-pub struct ChunkTrace(Arc<Mutex<Vec<TraceEntry>>>);
+pub struct ChunkTrace(Arc<Mutex<Vec<TraceEntry>>>, Arc<Mutex<Vec<EmitEntry>>>);
 
 impl ChunkTrace {
     /// An empty trace.
@@ -35,6 +44,23 @@ impl ChunkTrace {
         }
     }
 
+    /// Records that output `chunk_index` of `rid` was handed to the connection now.
+    pub fn emitted(&self, rid: &Arc<str>, chunk_index: u32) {
+        let emitted = Instant::now();
+        if let Ok(mut v) = self.1.lock() {
+            v.push(EmitEntry {
+                rid: rid.clone(),
+                chunk_index,
+                emitted,
+            });
+        }
+    }
+
+    /// A copy of every emission so far.
+    pub fn emissions(&self) -> Vec<EmitEntry> {
+        self.1.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
     /// A copy of every entry so far.
     pub fn entries(&self) -> Vec<TraceEntry> {
         self.0.lock().map(|v| v.clone()).unwrap_or_default()
@@ -43,6 +69,9 @@ impl ChunkTrace {
     /// Forgets every entry.
     pub fn clear(&self) {
         if let Ok(mut v) = self.0.lock() {
+            v.clear();
+        }
+        if let Ok(mut v) = self.1.lock() {
             v.clear();
         }
     }

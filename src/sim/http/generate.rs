@@ -3,6 +3,7 @@
 use super::{
     AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response, unix_now,
 };
+use crate::sim::ChunkTrace;
 use crate::sim::tokenizer;
 use crate::sim::types::{Finish, Output};
 use axum::body::Bytes;
@@ -35,9 +36,13 @@ pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
         }
         let ids = prompts.into_iter().next().unwrap_or_default();
         return match st.submit(rid, ids, max_new, received) {
-            Ok((rid, rx)) => {
-                sse_response(event_stream(rx, rid, st.cfg.incremental_output, received))
-            }
+            Ok((rid, rx)) => sse_response(event_stream(
+                rx,
+                rid,
+                st.cfg.incremental_output,
+                received,
+                st.cfg.trace.clone(),
+            )),
             Err(Rejected(m)) => reject(true, m),
         };
     }
@@ -182,6 +187,9 @@ struct GenStream {
     ids: Vec<u32>,
     first: bool,
     finished: bool,
+    /// Emission stamps for the drift bench (None in normal use).
+    trace: Option<ChunkTrace>,
+    index: u32,
 }
 
 fn event_stream(
@@ -189,6 +197,7 @@ fn event_stream(
     rid: Arc<str>,
     incremental: bool,
     received: Instant,
+    trace: Option<ChunkTrace>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
     let s = GenStream {
         rx,
@@ -199,6 +208,8 @@ fn event_stream(
         ids: Vec::new(),
         first: true,
         finished: false,
+        trace,
+        index: 0,
     };
     stream::unfold(s, |mut s| async move {
         if s.finished {
@@ -224,6 +235,10 @@ fn event_stream(
             b.extend_from_slice(DONE);
             bytes = Bytes::from(b);
         }
+        if let Some(t) = &s.trace {
+            t.emitted(&s.rid, s.index);
+        }
+        s.index += 1;
         Some((Ok(bytes), s))
     })
 }
