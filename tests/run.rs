@@ -306,3 +306,86 @@ fn secrets_never_reach_the_run_directory() {
         );
     }
 }
+
+#[test]
+fn as_is_with_a_repeated_prompt_hits_the_cache_and_says_so() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "asis.yaml",
+        &sim_spec(
+            "asis",
+            "  prompt: { kind: repeat, tokens: 1024 }\n  output_tokens: 4",
+            "cache: { policy: as-is }\nrequests: 3",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let cached: Vec<u64> = requests
+        .iter()
+        .map(|r| r["cached_tokens"].as_u64().unwrap())
+        .collect();
+    // The first request may find calibration's cached text too, but the repeats must hit.
+    assert!(cached[1] > 900 && cached[2] > 900, "{cached:?}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["ok"], 3, "as-is hits are reported, not excluded");
+    assert!(metric(&points[0], "cached_tokens", "mean") > 600.0);
+    assert!(
+        points[0]["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "cache-hits"),
+        "{}",
+        points[0]
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("cache-hits"));
+}
+
+#[test]
+fn a_deliberately_contaminated_cold_point_is_flagged_and_kept_out_of_the_numbers() {
+    let ws = Workspace::new();
+    // Without the nonce, the flush only helps the first request: the next two reuse its prefix.
+    let spec = ws.write(
+        "contaminated.yaml",
+        &sim_spec(
+            "contaminated",
+            "  prompt: { kind: repeat, tokens: 2048 }\n  output_tokens: 4",
+            "cache: { policy: cold, nonce: false, verify: true }\nrequests: 3",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(
+        requests[0]["cached_tokens"], 0,
+        "the flush before the point worked"
+    );
+    assert!(requests[1]["cached_tokens"].as_u64().unwrap() > 2000);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let p = &points[0];
+    let flag = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "cold-cache-hit")
+        .expect("flagged");
+    assert!(
+        flag["message"].as_str().unwrap().contains("2 of 3"),
+        "{flag}"
+    );
+    assert_eq!(
+        metric(p, "ttft_s", "count"),
+        1.0,
+        "only the clean request is averaged in"
+    );
+    assert_eq!(metric(p, "cached_tokens", "max"), 0.0);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("cold-cache-hit"),
+        "the report shows the flag"
+    );
+}

@@ -30,7 +30,30 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
         .enumerate()
         .filter(|(_, r)| r.error.is_none())
         .collect();
-    if ok.is_empty() || policy == CachePolicy::AsIs {
+    if ok.is_empty() {
+        return v;
+    }
+    if policy == CachePolicy::AsIs {
+        // No expectation to violate, but hits change what prefill numbers mean: say so.
+        let hits: Vec<u64> = ok
+            .iter()
+            .filter_map(|(_, r)| {
+                r.cached_tokens
+                    .filter(|&c| c > COLD_TOLERATED_CACHED_TOKENS)
+            })
+            .collect();
+        if !hits.is_empty() {
+            v.flags.push(Flag {
+                kind: "cache-hits".into(),
+                message: format!(
+                    "{} of {} requests reused up to {} cached prompt tokens (as-is policy): their TTFT and prefill tok/s \
+                     cover only the uncached part of the prompt",
+                    hits.len(),
+                    ok.len(),
+                    hits.iter().max().unwrap_or(&0)
+                ),
+            });
+        }
         return v;
     }
     let unreported = ok.iter().filter(|(_, r)| r.cached_tokens.is_none()).count();
@@ -180,8 +203,17 @@ mod tests {
         let v = verify(CachePolicy::Cold, &refs);
         assert_eq!(v.flags[0].kind, "cache-unverified");
         assert!(v.contaminated.is_empty());
-        let rs = [rec(1000, Some(1000), false)];
+        let rs = [rec(1000, Some(0), false)];
         let refs: Vec<&RequestRecord> = rs.iter().collect();
         assert_eq!(verify(CachePolicy::AsIs, &refs), Verdict::default());
+        let rs = [rec(1000, Some(0), false), rec(1000, Some(999), false)];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        let v = verify(CachePolicy::AsIs, &refs);
+        assert!(
+            v.contaminated.is_empty(),
+            "as-is hits are reported, not excluded"
+        );
+        assert_eq!(v.flags[0].kind, "cache-hits");
+        assert!(v.flags[0].message.contains("1 of 2"));
     }
 }

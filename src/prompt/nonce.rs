@@ -10,10 +10,13 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// them unique within a run.
 pub fn nonce() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let r = uuid::Uuid::new_v4().simple().to_string();
-    // Random characters first: a fixed opening character would be one token shared by every
-    // request, a one-token cache hit on each.
-    format!("{}-{n}: ", &r[..12])
+    // Random letters first: a fixed opening character (or a digit, which tokenizers keep as a
+    // token of its own) would be a token shared with other requests, a cache hit on each.
+    let letters: String = uuid::Uuid::new_v4().as_bytes()[..12]
+        .iter()
+        .map(|b| (b'a' + b % 26) as char)
+        .collect();
+    format!("{letters}-{n}: ")
 }
 
 #[cfg(test)]

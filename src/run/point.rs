@@ -164,7 +164,8 @@ impl PointRunner {
             }
             let prompts: Vec<String> = (0..exp.requests)
                 .map(|i| match policy {
-                    CachePolicy::Cold => format!("{}{}", nonce(), prompt_for(i)),
+                    CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), prompt_for(i)),
+                    CachePolicy::Cold => prompt_for(i),
                     CachePolicy::Warm => format!("{warm_prefix}{}", prompt_for(i)),
                     CachePolicy::AsIs => prompt_for(i),
                 })

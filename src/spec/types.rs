@@ -220,6 +220,10 @@ pub struct CacheSpec {
     /// without them, is flagged as contaminated.
     #[serde(default = "yes")]
     pub verify: bool,
+    /// Start every cold prompt with a unique nonce (the default). `false` reproduces what naive
+    /// benchmark scripts do (the same prompt again hits the radix cache); `verify` then flags it.
+    #[serde(default = "yes")]
+    pub nonce: bool,
 }
 
 impl Default for CacheSpec {
@@ -227,6 +231,7 @@ impl Default for CacheSpec {
         CacheSpec {
             policy: CachePolicy::Cold,
             verify: true,
+            nonce: true,
         }
     }
 }
