@@ -5,6 +5,14 @@ use std::process::Output;
 
 use assert_cmd::Command;
 
+/// Held while a test runs a server and measures timing: end-to-end runs take turns, so on a
+/// 2-core machine one run's simulator is not starved by another's (timing assertions stay
+/// meaningful and the suite stays deterministic).
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The servebench binary under test.
 pub fn servebench() -> Command {
     Command::cargo_bin("servebench").expect("binary built")
@@ -35,6 +43,7 @@ impl Workspace {
 
     /// `servebench run SPEC --out <tmp>/runs --quiet`.
     pub fn run(&self, spec: &Path) -> Output {
+        let _turn = exclusive();
         servebench()
             .arg("run")
             .arg(spec)

@@ -20,6 +20,7 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 
 #[test]
 fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report() {
+    let _turn = exclusive();
     let ws = Workspace::new();
     let model = format!("interrupt-model-{}", std::process::id());
     let spec = ws.write(

@@ -389,3 +389,33 @@ fn a_deliberately_contaminated_cold_point_is_flagged_and_kept_out_of_the_numbers
         "the report shows the flag"
     );
 }
+
+#[test]
+fn the_quickstart_runs_end_to_end() {
+    let ws = Workspace::new();
+    let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.yaml");
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 6);
+    for p in &points {
+        assert_eq!(p["ok"], 4, "{p}");
+        assert!(p["flags"].as_array().unwrap().is_empty(), "{p}");
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("# quickstart"));
+    assert!(
+        report.contains("| 16384 |"),
+        "the table has the largest context"
+    );
+    // Re-rendering from the stored files gives the same report.
+    let again = servebench()
+        .arg("report")
+        .arg(&dir)
+        .arg("--stdout")
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    assert_eq!(String::from_utf8_lossy(&again.stdout), report);
+}
