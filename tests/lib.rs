@@ -7,3 +7,4 @@ mod report;
 mod run;
 mod sim;
 mod spec;
+mod spec_corpus;
