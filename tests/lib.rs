@@ -8,3 +8,4 @@ mod report;
 mod run;
 mod sim;
 mod spec;
+mod spec_corpus;

@@ -66,7 +66,7 @@ impl fmt::Display for Diagnostic {
         writeln!(f, "{pad}--> {}:{}:{}", self.file, self.line, self.column)?;
         writeln!(f, "{pad} |")?;
         let line = self.source_line.replace('\t', " ");
-        writeln!(f, "{num} | {}", line.trim_end())?;
+        writeln!(f, "{}", format!("{num} | {line}").trim_end())?;
         let width = self.snippet.chars().count().max(1);
         let indent = " ".repeat(self.column.saturating_sub(1));
         writeln!(f, "{pad} | {indent}{}", "^".repeat(width))?;

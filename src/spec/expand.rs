@@ -97,8 +97,21 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
         .filter(|d| d.kind == DimKind::Variable || template::is_identifier(&d.name))
         .map(|d| d.name.as_str())
         .collect();
+    // Dimensions written under `sweep:` but rejected (e.g. no values) are reported there;
+    // their uses are not also "undefined".
+    let declared: BTreeSet<&str> = match raw.get("sweep") {
+        Some(Value::Object(dims)) => dims.keys().map(String::as_str).collect(),
+        _ => BTreeSet::new(),
+    };
     let mut used = BTreeSet::new();
-    collect_sites(raw, "", &mut sweep.sites, &mut problems);
+    let mut broken = Vec::new();
+    collect_sites(raw, "", &mut sweep.sites, &mut broken);
+    for (text, problem) in broken {
+        // A variable inside an unsupported template (`{{ ctx | int }}`) is used, just wrongly:
+        // that template's error says so, "never used" would mislead.
+        used.extend(identifiers(&text));
+        problems.push(problem);
+    }
     for site in &sweep.sites {
         for piece in &site.pieces {
             let Piece::Var { name, .. } = piece else {
@@ -106,6 +119,9 @@ pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
             };
             if variables.contains(&name.as_str()) {
                 used.insert(name.clone());
+                continue;
+            }
+            if declared.contains(name.as_str()) {
                 continue;
             }
             let hint = did_you_mean(name, variables.iter().copied()).or_else(|| {
@@ -294,19 +310,35 @@ fn object_branches(validator: &Validator, schemas: &[Value]) -> Vec<Value> {
     out
 }
 
-fn collect_sites(value: &Value, pointer: &str, sites: &mut Vec<Site>, problems: &mut Vec<Problem>) {
+/// The identifier-like words of `text`, e.g. `ctx` and `int` in `{{ ctx | int }}`.
+fn identifiers(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| template::is_identifier(w))
+        .map(str::to_owned)
+}
+
+/// Collects templated strings; one that does not parse is returned with its problem.
+fn collect_sites(
+    value: &Value,
+    pointer: &str,
+    sites: &mut Vec<Site>,
+    problems: &mut Vec<(String, Problem)>,
+) {
     match value {
         Value::String(s) if template::has_template(s) => match template::parse(s) {
             Ok(pieces) => sites.push(Site {
                 pointer: pointer.to_string(),
                 pieces,
             }),
-            Err(e) => problems.push(Problem {
-                pointer: pointer.into(),
-                target: Target::Value,
-                message: e.message,
-                hint: e.hint,
-            }),
+            Err(e) => problems.push((
+                s.clone(),
+                Problem {
+                    pointer: pointer.into(),
+                    target: Target::Value,
+                    message: e.message,
+                    hint: e.hint,
+                },
+            )),
         },
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {

@@ -14,7 +14,7 @@ use super::expand::{self, Origin, RawPoint};
 use super::schema;
 use super::types::{Experiment, SweepValue};
 use super::validate::{Problem, Target, Validator};
-use super::yaml::{self, Document, push_pointer};
+use super::yaml::{self, Document, Span, push_pointer};
 
 /// Most diagnostics reported for one file; past this the rest are noise.
 const MAX_DIAGNOSTICS: usize = 100;
@@ -292,6 +292,11 @@ impl Reporter<'_> {
         };
         let loc = self.doc.locate(pointer);
         let span = match target {
+            // The whole file is missing something: point at its start, not at its first line.
+            Target::Parent if loc.key.is_none() && pointer.is_empty() => Span {
+                start: loc.value.start,
+                end: loc.value.start,
+            },
             Target::Key | Target::Parent => loc.key.unwrap_or(loc.value),
             Target::Value => loc.value,
         };

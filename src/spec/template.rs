@@ -57,19 +57,35 @@ pub fn parse(s: &str) -> Result<Vec<Piece>, TemplateError> {
         };
         let inner = after[..close].trim();
         if !is_identifier(inner) {
-            let message = if inner.contains('|') {
-                format!("template filters are not supported: `{{{{ {inner} }}}}`")
+            let general = "only `{{ name }}` with the name of a sweep variable is supported";
+            let (message, hint) = if let Some((var, _)) = inner.split_once('|') {
+                let var = var.trim();
+                let hint = if is_identifier(var) {
+                    format!(
+                        "write `{{{{ {var} }}}}`: the value is substituted with its type, so no filter is needed"
+                    )
+                } else {
+                    general.to_string()
+                };
+                (
+                    format!("template filters are not supported: `{{{{ {inner} }}}}`"),
+                    hint,
+                )
             } else if inner.is_empty() {
-                "empty template `{{ }}`".to_string()
+                (
+                    "empty template `{{ }}`".to_string(),
+                    "write a sweep variable's name inside, e.g. `{{ ctx }}`".to_string(),
+                )
             } else {
-                format!("unsupported template expression `{{{{ {inner} }}}}`")
+                (
+                    format!("unsupported template expression `{{{{ {inner} }}}}`"),
+                    general.to_string(),
+                )
             };
             return Err(TemplateError {
                 offset,
                 message,
-                hint: Some(
-                    "only `{{ name }}` with the name of a sweep variable is supported".into(),
-                ),
+                hint: Some(hint),
             });
         }
         pieces.push(Piece::Var {

@@ -193,7 +193,7 @@ impl Validator {
                         .and_then(|s| s.get("description"))
                         .and_then(Value::as_str)
                         .and_then(|d| d.split(['.', '\n']).next())
-                        .map(|d| format!("add `{name}:` ({})", d.trim()));
+                        .map(|d| format!("add `{name}:` ({})", lowercase_first(d.trim())));
                     out.push(Problem {
                         pointer: pointer.into(),
                         target: Target::Parent,
@@ -396,10 +396,25 @@ impl Validator {
                 describe_value(value)
             )
         } else {
-            format!("unknown value {}", describe_value(value))
+            match field_path(pointer) {
+                Some(field) => format!("unknown value {} for `{field}`", describe_value(value)),
+                None => format!("unknown value {}", describe_value(value)),
+            }
         };
         value_problem(pointer, message, hint)
     }
+}
+
+/// A JSON pointer as the dotted field path a user writes (`workload.prompt.kind`); `None` for
+/// the root.
+fn field_path(pointer: &str) -> Option<String> {
+    let path = pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect::<Vec<_>>()
+        .join(".");
+    (!path.is_empty()).then_some(path)
 }
 
 fn value_problem(pointer: &str, message: String, hint: Option<String>) -> Problem {
@@ -632,7 +647,7 @@ fn type_hint(value: &Value, types: &Value) -> Option<String> {
             Some(format!("remove the quotes: {}", s.trim()))
         }
         Value::String(s) if wants("integer") && template::is_identifier(s.trim()) => Some(format!(
-            "to use a sweep variable write \"{{{{ {} }}}}\"",
+            "write a whole number, e.g. `8`; if `{0}` is a sweep variable, write \"{{{{ {0} }}}}\"",
             s.trim()
         )),
         Value::String(s)
@@ -646,5 +661,14 @@ fn type_hint(value: &Value, types: &Value) -> Option<String> {
         }
         Value::Null => Some("give it a value, or remove the key to use the default".into()),
         _ => None,
+    }
+}
+
+/// `What each request sends` -> `what each request sends`, for text inside a sentence.
+fn lowercase_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
     }
 }

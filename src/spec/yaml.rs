@@ -157,11 +157,7 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
                     line: m.line(),
                     column: m.col() + 1,
                 };
-                Err(YamlError::new(
-                    Span { start: at, end: at },
-                    format!("YAML syntax error: {}", e.info()),
-                    None,
-                ))
+                Err(syntax_error(source, at, e.info(), &builder.stack))
             }
         };
         if let Err(e) = result {
@@ -458,6 +454,156 @@ impl MaxByIndex for Pos {
             other
         }
     }
+}
+
+/// A parser error, moved to where the mistake most likely is and given a hint: the parser
+/// reports where it gave up, which for an unclosed bracket or a tab is not where to look.
+fn syntax_error(source: &str, at: Pos, info: &str, stack: &[Frame]) -> YamlError {
+    let here = Span { start: at, end: at };
+    let message = format!("YAML syntax error: {info}");
+    // An open `{` or `[` from an earlier line: the parser ran on looking for its end.
+    let open_flow = stack.iter().rev().find_map(|frame| {
+        let (Frame::Seq { start, .. } | Frame::Map { start, .. }) = frame;
+        let c = source.chars().nth(start.start.index)?;
+        matches!(c, '[' | '{').then_some((c, start.start))
+    });
+    if let Some((open, pos)) = open_flow {
+        let close = if open == '[' { ']' } else { '}' };
+        let what = if open == '[' { "list" } else { "mapping" };
+        if pos.line < at.line {
+            return YamlError::new(
+                Span {
+                    start: pos,
+                    end: pos,
+                },
+                format!("YAML syntax error: `{open}` is never closed"),
+                Some(&format!(
+                    "add `{close}` after the last entry of this {what} (the parser reached line {}, column {} without finding it: {info})",
+                    at.line, at.column
+                )),
+            );
+        }
+        return YamlError::new(
+            here,
+            message,
+            Some(&format!(
+                "separate the entries of `{open} ... {close}` with `,` and close it with `{close}`; quote values that contain `,`, `:`, `{{` or `[`"
+            )),
+        );
+    }
+    let line = source.lines().nth(at.line.saturating_sub(1)).unwrap_or("");
+    let indent_of = |l: &str| l.chars().take_while(|c| *c == ' ' || *c == '\t').count();
+    if info.contains("tab") {
+        // The parser stops after the tab; point at the first tab in the indentation.
+        let tab = line
+            .chars()
+            .take_while(|c| c.is_whitespace())
+            .position(|c| c == '\t');
+        let span = match tab {
+            Some(col) => {
+                let line_start = at.index - (at.column - 1);
+                let pos = Pos {
+                    index: line_start + col,
+                    line: at.line,
+                    column: col + 1,
+                };
+                Span {
+                    start: pos,
+                    end: Pos {
+                        index: pos.index + 1,
+                        column: pos.column + 1,
+                        ..pos
+                    },
+                }
+            }
+            None => here,
+        };
+        return YamlError::new(
+            span,
+            "YAML syntax error: tab used for indentation",
+            Some("indent with spaces; YAML does not allow tabs in indentation"),
+        );
+    }
+    if info.contains("quoted scalar") {
+        // Usually a quote left open: the value ran on into the next line.
+        let rest: Vec<char> = line.chars().skip(at.column.saturating_sub(1)).collect();
+        if let [q @ ('"' | '\''), tail @ ..] = rest.as_slice()
+            && !tail.contains(q)
+        {
+            return YamlError::new(
+                Span {
+                    start: at,
+                    end: Pos {
+                        index: at.index + 1,
+                        column: at.column + 1,
+                        ..at
+                    },
+                },
+                format!("YAML syntax error: the `{q}` opened here is never closed"),
+                Some(&format!(
+                    "end the value with `{q}` on this line, e.g. `name: {q}my run{q}` (the parser says: {info})"
+                )),
+            );
+        }
+        return YamlError::new(
+            here,
+            message,
+            Some("a quoted value continued on the next line must be indented further than its key"),
+        );
+    }
+    if info.contains("mapping values are not allowed") {
+        // A deeper-indented line after `key: value` reads as the rest of that value.
+        let before: Vec<&str> = source.lines().take(at.line.saturating_sub(1)).collect();
+        let previous = before
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+        if let Some((prev_index, prev)) = previous
+            && indent_of(line) > indent_of(prev)
+            && prev
+                .split_once(": ")
+                .is_some_and(|(_, v)| !v.trim().is_empty())
+        {
+            let col = indent_of(line);
+            let line_start = at.index - (at.column - 1);
+            let key = line.trim_start().split(':').next().unwrap_or("").trim_end();
+            let start = Pos {
+                index: line_start + col,
+                line: at.line,
+                column: col + 1,
+            };
+            let end = Pos {
+                index: start.index + key.chars().count(),
+                column: start.column + key.chars().count(),
+                ..start
+            };
+            return YamlError::new(
+                Span { start, end },
+                format!("YAML syntax error: `{key}` is indented deeper than the line above"),
+                Some(&format!(
+                    "keys of one mapping start in the same column: indent `{key}` by {} spaces, like line {}",
+                    indent_of(prev),
+                    prev_index + 1
+                )),
+            );
+        }
+        return YamlError::new(
+            here,
+            message,
+            Some("quote a value that contains `: `, e.g. `description: \"a: b\"`"),
+        );
+    }
+    if info.contains("did not find expected key") {
+        return YamlError::new(
+            here,
+            message,
+            Some(
+                "this line's indentation matches no mapping above it; keys of one mapping start in the same column",
+            ),
+        );
+    }
+    YamlError::new(here, message, None)
 }
 
 fn budget(span: Span, what: String) -> YamlError {
