@@ -92,6 +92,15 @@ impl Measured {
     }
 }
 
+/// Frames and parses an already received streaming body, given as the network reads that
+/// delivered it, with the same framer, parser and per-event bookkeeping as [`Client::stream`]
+/// (each read stamped with `Instant::now()`; stops at `[DONE]` or the first error). Used by the
+/// hot-path bench (`benches/client_hot_path.rs`); measurements always go through
+/// [`Client::stream`].
+pub fn replay_stream<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) -> Measured {
+    stream::replay(api, reads)
+}
+
 /// Outcome of `/flush_cache`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlushOutcome {

@@ -76,6 +76,13 @@ impl StreamParser {
         if data.trim_ascii() == b"[DONE]" {
             return Ok(Parsed::Done);
         }
+        // Fast path: the common shapes, parsed into borrowed structs. Anything else (errors,
+        // unexpected types, duplicate keys, invalid JSON) goes the Value path below, which
+        // defines the behaviour; the fast path extracts exactly what it would.
+        if let Some(tokens) = self.fast_event(data) {
+            self.counted += u64::from(tokens);
+            return Ok(Parsed::Chunk { tokens });
+        }
         let malformed = |message: String| Malformed {
             message,
             head: head(data),
@@ -99,6 +106,49 @@ impl StreamParser {
         Ok(Parsed::Chunk { tokens })
     }
 
+    /// Token count of an event of the expected shape without an error, parsed with borrowed
+    /// structs; None sends the event to the Value path.
+    fn fast_event(&mut self, data: &[u8]) -> Option<u32> {
+        // Skipped values are checked less than parsed ones: serde_json does not check their
+        // UTF-8 or `\u` escapes (nor whether a number's exponent overflows, the one difference
+        // left), so such events take the Value path.
+        if std::str::from_utf8(data).is_err() || memchr::memmem::find(data, b"\\u").is_some() {
+            return None;
+        }
+        match self.api {
+            Api::SglangGenerate => {
+                let fast::Obj(e) =
+                    serde_json::from_slice::<fast::Obj<fast::NativeEvent>>(data).ok()?;
+                if e.error.is_some() {
+                    return None;
+                }
+                let meta = e.meta_info.map(|fast::Obj(m)| m).unwrap_or_default();
+                Some(self.native_fields(fast::NativeFields {
+                    text: e.text,
+                    ids: e.output_ids.map(|fast::Count(n)| n),
+                    completion: meta.completion_tokens,
+                    prompt: meta.prompt_tokens,
+                    cached: meta.cached_tokens,
+                    finish: meta.finish_reason,
+                }))
+            }
+            Api::OpenaiCompletions | Api::OpenaiChat => {
+                let fast::Obj(e) =
+                    serde_json::from_slice::<fast::Obj<fast::OpenaiEvent>>(data).ok()?;
+                if e.error.is_some() {
+                    return None;
+                }
+                let choices: Vec<fast::Choice> = e
+                    .choices
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|fast::Obj(c)| c)
+                    .collect();
+                Some(self.openai_fields(&choices, e.usage.map(|fast::Obj(u)| u)))
+            }
+        }
+    }
+
     /// Where the token counts came from.
     pub fn token_source(&self) -> TokenSource {
         match (self.server_completion, self.api) {
@@ -113,28 +163,44 @@ impl StreamParser {
         self.server_completion.unwrap_or(self.counted)
     }
 
+    /// The Value path's native fields: what [`fast::NativeEvent`] extracts, by indexing.
     fn native(&mut self, v: &Value) -> u32 {
         let meta = &v["meta_info"];
-        let completion = meta["completion_tokens"].as_u64();
-        let text_changed = match v["text"].as_str() {
-            Some(t) => {
-                self.take_native_text(t, v["output_ids"].as_array().map(Vec::len), completion)
-            }
+        let finish = match &meta["finish_reason"] {
+            Value::Null => None,
+            Value::String(s) => Some(fast::Finish::Reason(s.into())),
+            reason => Some(fast::Finish::Object {
+                kind: reason["type"].as_str().unwrap_or("unknown").into(),
+                message: reason["message"].as_str().map(Into::into),
+            }),
+        };
+        self.native_fields(fast::NativeFields {
+            text: v["text"].as_str().map(Into::into),
+            ids: v["output_ids"].as_array().map(Vec::len),
+            completion: meta["completion_tokens"].as_u64(),
+            prompt: meta["prompt_tokens"].as_u64(),
+            cached: meta["cached_tokens"].as_u64(),
+            finish,
+        })
+    }
+
+    fn native_fields(&mut self, f: fast::NativeFields<'_>) -> u32 {
+        let completion = f.completion;
+        let text_changed = match &f.text {
+            Some(t) => self.take_native_text(t, f.ids, completion),
             None => false,
         };
-        if let Some(n) = meta["prompt_tokens"].as_u64() {
+        if let Some(n) = f.prompt {
             self.prompt_tokens = Some(n);
         }
-        if let Some(n) = meta["cached_tokens"].as_u64() {
+        if let Some(n) = f.cached {
             self.cached_tokens = Some(n);
         }
-        match &meta["finish_reason"] {
-            Value::Null => {}
-            Value::String(s) => self.finish(s, None),
-            reason => {
-                let kind = reason["type"].as_str().unwrap_or("unknown").to_string();
-                let message = reason["message"].as_str().map(str::to_string);
-                self.finish(&kind, message);
+        match f.finish {
+            None => {}
+            Some(fast::Finish::Reason(s)) => self.finish(&s, None),
+            Some(fast::Finish::Object { kind, message }) => {
+                self.finish(&kind, message.map(Into::into))
             }
         }
         match completion {
@@ -167,41 +233,71 @@ impl StreamParser {
         }
     }
 
+    /// The Value path's OpenAI fields: what [`fast::OpenaiEvent`] extracts, by indexing.
     fn openai(&mut self, v: &Value) -> u32 {
         let choices = v["choices"]
             .as_array()
             .map(Vec::as_slice)
-            .unwrap_or_default();
-        let mut delta = String::new();
+            .unwrap_or_default()
+            .iter()
+            .map(|choice| fast::Choice {
+                text: choice["text"].as_str().map(Into::into),
+                delta: Some(fast::Obj(fast::Delta {
+                    reasoning_content: choice["delta"]["reasoning_content"]
+                        .as_str()
+                        .map(Into::into),
+                    content: choice["delta"]["content"].as_str().map(Into::into),
+                })),
+                finish_reason: choice["finish_reason"].as_str().map(Into::into),
+            })
+            .collect::<Vec<_>>();
+        let usage = &v["usage"];
+        let usage = usage.is_object().then(|| fast::Usage {
+            completion_tokens: usage["completion_tokens"].as_u64(),
+            prompt_tokens: usage["prompt_tokens"].as_u64(),
+            prompt_tokens_details: Some(fast::Obj(fast::Details {
+                cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64(),
+            })),
+        });
+        self.openai_fields(&choices, usage)
+    }
+
+    fn openai_fields(&mut self, choices: &[fast::Choice<'_>], usage: Option<fast::Usage>) -> u32 {
+        let before = self.text.len();
         for choice in choices {
             match self.api {
                 Api::OpenaiChat => {
                     // Reasoning models stream their thinking as `reasoning_content`: tokens too.
-                    for key in ["reasoning_content", "content"] {
-                        if let Some(s) = choice["delta"][key].as_str() {
-                            delta.push_str(s);
+                    if let Some(fast::Obj(delta)) = &choice.delta {
+                        for s in [&delta.reasoning_content, &delta.content]
+                            .into_iter()
+                            .flatten()
+                        {
+                            self.text.push_str(s);
                         }
                     }
                 }
                 _ => {
-                    if let Some(s) = choice["text"].as_str() {
-                        delta.push_str(s);
+                    if let Some(s) = &choice.text {
+                        self.text.push_str(s);
                     }
                 }
             }
-            if let Some(reason) = choice["finish_reason"].as_str() {
+            if let Some(reason) = &choice.finish_reason {
                 self.finish(reason, None);
             }
         }
-        self.text.push_str(&delta);
-        let usage = &v["usage"];
-        let usage_completion = usage["completion_tokens"].as_u64();
-        if let Some(n) = usage["prompt_tokens"].as_u64() {
-            self.prompt_tokens = Some(n);
-        }
-        if usage.is_object() {
+        let delta_empty = self.text.len() == before;
+        let mut usage_completion = None;
+        if let Some(usage) = usage {
+            usage_completion = usage.completion_tokens;
+            if let Some(n) = usage.prompt_tokens {
+                self.prompt_tokens = Some(n);
+            }
             // Null or absent details mean "not reported" (no `--enable-cache-report`), not 0.
-            self.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64();
+            self.cached_tokens = usage
+                .prompt_tokens_details
+                .and_then(|fast::Obj(d)| d.cached_tokens);
         }
         match usage_completion {
             Some(c) => {
@@ -215,7 +311,7 @@ impl StreamParser {
                     clamp_u32(c.saturating_sub(self.counted))
                 }
             }
-            None => u32::from(!delta.is_empty()),
+            None => u32::from(!delta_empty),
         }
     }
 
@@ -224,6 +320,170 @@ impl StreamParser {
             self.abort_message = Some(message.unwrap_or_else(|| "no message".into()));
         }
         self.finish_reason = Some(reason.to_string());
+    }
+}
+
+/// Borrowed, strictly typed views of the fields the parser reads. Strict on purpose: a field of
+/// another type than expected (or a duplicate key, or a non-object where an object is expected)
+/// fails the parse, and the event takes the `Value` path, so both paths always agree.
+mod fast {
+    use std::borrow::Cow;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::value::MapAccessDeserializer;
+    use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    /// A JSON object (never an array, which derived structs would accept positionally).
+    pub struct Obj<T>(pub T);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+                type Value = T;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                    T::deserialize(MapAccessDeserializer::new(map))
+                }
+            }
+            d.deserialize_map(V(PhantomData)).map(Obj)
+        }
+    }
+
+    /// The length of a JSON array, elements skipped.
+    pub struct Count(pub usize);
+
+    impl<'de> Deserialize<'de> for Count {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Count;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an array")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while seq.next_element::<IgnoredAny>()?.is_some() {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+            }
+            d.deserialize_seq(V)
+        }
+    }
+
+    /// A native finish reason: a string, or an object with `type` and `message`.
+    pub enum Finish<'a> {
+        Reason(Cow<'a, str>),
+        Object {
+            kind: Cow<'a, str>,
+            message: Option<Cow<'a, str>>,
+        },
+    }
+
+    #[derive(serde::Deserialize)]
+    struct FinishObject<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        message: Option<Cow<'a, str>>,
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for Finish<'a> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+                type Value = Finish<'a>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string or an object")
+                }
+                fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Finish<'a>, E> {
+                    Ok(Finish::Reason(Cow::Borrowed(s)))
+                }
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<Finish<'a>, E> {
+                    Ok(Finish::Reason(Cow::Owned(s.to_string())))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Finish<'a>, A::Error> {
+                    let o = FinishObject::deserialize(MapAccessDeserializer::new(map))?;
+                    Ok(Finish::Object {
+                        kind: o.kind.unwrap_or(Cow::Borrowed("unknown")),
+                        message: o.message,
+                    })
+                }
+            }
+            d.deserialize_any(V(PhantomData))
+        }
+    }
+
+    /// What the parser reads of a native event.
+    pub struct NativeFields<'a> {
+        pub text: Option<Cow<'a, str>>,
+        pub ids: Option<usize>,
+        pub completion: Option<u64>,
+        pub prompt: Option<u64>,
+        pub cached: Option<u64>,
+        pub finish: Option<Finish<'a>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct NativeEvent<'a> {
+        pub error: Option<IgnoredAny>,
+        #[serde(borrow)]
+        pub text: Option<Cow<'a, str>>,
+        pub output_ids: Option<Count>,
+        #[serde(borrow)]
+        pub meta_info: Option<Obj<Meta<'a>>>,
+    }
+
+    #[derive(serde::Deserialize, Default)]
+    pub struct Meta<'a> {
+        pub completion_tokens: Option<u64>,
+        pub prompt_tokens: Option<u64>,
+        pub cached_tokens: Option<u64>,
+        #[serde(borrow)]
+        pub finish_reason: Option<Finish<'a>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct OpenaiEvent<'a> {
+        pub error: Option<IgnoredAny>,
+        #[serde(borrow)]
+        pub choices: Option<Vec<Obj<Choice<'a>>>>,
+        pub usage: Option<Obj<Usage>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct Choice<'a> {
+        #[serde(borrow)]
+        pub text: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        pub delta: Option<Obj<Delta<'a>>>,
+        #[serde(borrow)]
+        pub finish_reason: Option<Cow<'a, str>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct Delta<'a> {
+        #[serde(borrow)]
+        pub reasoning_content: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        pub content: Option<Cow<'a, str>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct Usage {
+        pub completion_tokens: Option<u64>,
+        pub prompt_tokens: Option<u64>,
+        pub prompt_tokens_details: Option<Obj<Details>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct Details {
+        pub cached_tokens: Option<u64>,
     }
 }
 

@@ -60,14 +60,22 @@ impl SseFramer {
         self.last_arrived = Some(arrived);
         let mut events = Vec::new();
         let mut rest = bytes;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
-            self.line.extend_from_slice(&rest[..pos]);
+        while let Some(pos) = memchr::memchr(b'\n', rest) {
+            let piece = &rest[..pos];
             rest = &rest[pos + 1..];
-            let mut line = std::mem::take(&mut self.line);
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            if let Some(event) = self.take_line(&line, arrived)? {
+            let event = if self.line.is_empty() {
+                // The whole line is in this read: no copy.
+                self.take_line(piece.strip_suffix(b"\r").unwrap_or(piece), arrived)?
+            } else {
+                self.line.extend_from_slice(piece);
+                // Keep the line buffer's allocation for the next line.
+                let mut line = std::mem::take(&mut self.line);
+                let taken = self.take_line(line.strip_suffix(b"\r").unwrap_or(&line), arrived);
+                line.clear();
+                self.line = line;
+                taken?
+            };
+            if let Some(event) = event {
                 events.push(event);
             }
         }
@@ -107,15 +115,17 @@ impl SseFramer {
                 return Ok(None);
             }
             self.has_data = false;
+            // The next event is likely as long as this one: one allocation, no regrowth.
+            let next = Vec::with_capacity(self.data.len());
             return Ok(Some(SseEvent {
-                data: std::mem::take(&mut self.data),
+                data: std::mem::replace(&mut self.data, next),
                 arrived,
             }));
         }
         if line[0] == b':' {
             return Ok(None);
         }
-        let (field, value) = match line.iter().position(|&b| b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(colon) => {
                 let value = &line[colon + 1..];
                 (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))

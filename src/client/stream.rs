@@ -10,6 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::time::timeout_at;
 
 use crate::results::records::{Chunk, ErrorKind, RequestError, TokenSource};
+use crate::spec::types::Api;
 
 use super::parse::{self, Parsed, StreamParser};
 use super::sse::{SseEvent, SseFramer, head};
@@ -185,6 +186,62 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
         }
     }
 
+    m.prompt_tokens = parser.prompt_tokens;
+    m.cached_tokens = parser.cached_tokens;
+    m.finish_reason = parser.finish_reason.take();
+    m.token_source = parser.token_source();
+    m.completion_tokens = Some(parser.completion_tokens());
+    m.text = std::mem::take(&mut parser.text);
+    m
+}
+
+/// The per-read hot path of [`run`] without a network: every read is stamped with
+/// `Instant::now()`, fed to the [`SseFramer`], and each completed event goes through
+/// [`take_event`], stopping at `[DONE]` or the first error, as `run` does. A body that ends
+/// without `[DONE]` is not examined further (`end_s` stays None). Used by the hot-path bench.
+pub(super) fn replay<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) -> Measured {
+    let mut m = Measured {
+        sent_at: 0.0,
+        chunks: Vec::new(),
+        end_s: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        cached_tokens: None,
+        token_source: TokenSource::ChunkCount,
+        finish_reason: None,
+        error: None,
+        text: String::new(),
+    };
+    let t0 = Instant::now();
+    let status = 200;
+    let mut framer = SseFramer::new();
+    let mut parser = StreamParser::new(api);
+    let mut done = false;
+    for bytes in reads {
+        if done || m.error.is_some() {
+            break;
+        }
+        let arrived = Instant::now();
+        match framer.feed(bytes, arrived) {
+            Ok(events) => {
+                for event in events {
+                    done = take_event(&mut m, &mut parser, event, t0, status);
+                    if done || m.error.is_some() {
+                        break;
+                    }
+                }
+            }
+            Err(bad) => {
+                let message = "response is not a server-sent event stream".to_string();
+                m.error = Some(error(
+                    ErrorKind::Malformed,
+                    message,
+                    Some(status),
+                    Some(bad.head),
+                ));
+            }
+        }
+    }
     m.prompt_tokens = parser.prompt_tokens;
     m.cached_tokens = parser.cached_tokens;
     m.finish_reason = parser.finish_reason.take();
