@@ -109,6 +109,11 @@ impl StreamParser {
     /// Token count of an event of the expected shape without an error, parsed with borrowed
     /// structs; None sends the event to the Value path.
     fn fast_event(&mut self, data: &[u8]) -> Option<u32> {
+        if self.api == Api::SglangGenerate
+            && let Some(tokens) = self.cumulative_native(data)
+        {
+            return Some(tokens);
+        }
         // Skipped values are checked less than parsed ones: serde_json does not check their
         // UTF-8 or `\u` escapes (nor whether a number's exponent overflows, the one difference
         // left), so such events take the Value path.
@@ -147,6 +152,44 @@ impl StreamParser {
                 Some(self.openai_fields(&choices, e.usage.map(|fast::Obj(u)| u)))
             }
         }
+    }
+
+    /// SGLang's default (cumulative) stream repeats the whole text and `output_ids` in every
+    /// event, so parsing them makes a stream quadratic in its length. When `meta_info` carries
+    /// `completion_tokens`, the counts need nothing else: find `meta_info` (the last key SGLang
+    /// writes) with a SIMD search, parse only that object, and check the event is one closed
+    /// JSON object. Anything unusual returns None and takes the full paths. The generated text
+    /// is then not kept (it is for debugging only).
+    fn cumulative_native(&mut self, data: &[u8]) -> Option<u32> {
+        const KEY: &[u8] = b"\"meta_info\":";
+        let data = data.trim_ascii();
+        if data.len() < 1024 || data.first() != Some(&b'{') || data.last() != Some(&b'}') {
+            return None; // short events are cheap on the full path
+        }
+        // An escaped quote inside the text can never match `"meta_info":` (the byte after
+        // `meta_info` would be a backslash), and neither can `"error"`.
+        if memchr::memmem::find(data, b"\"error\"").is_some() {
+            return None;
+        }
+        let pos = memchr::memmem::rfind(data, KEY)?;
+        let tail = &data[pos + KEY.len()..];
+        let mut values =
+            serde_json::Deserializer::from_slice(tail).into_iter::<fast::Obj<fast::Meta>>();
+        let fast::Obj(meta) = values.next()?.ok()?;
+        // The object must close the event: `...meta_info": {..} }` and nothing after.
+        let rest = tail.get(values.byte_offset()..)?.trim_ascii();
+        if rest != b"}" {
+            return None;
+        }
+        let completion = meta.completion_tokens?;
+        Some(self.native_fields(fast::NativeFields {
+            text: None,
+            ids: None,
+            completion: Some(completion),
+            prompt: meta.prompt_tokens,
+            cached: meta.cached_tokens,
+            finish: meta.finish_reason,
+        }))
     }
 
     /// Where the token counts came from.
@@ -557,6 +600,40 @@ mod tests {
         assert_eq!(p.token_source(), TokenSource::MetaInfo);
         assert_eq!(p.finish_reason.as_deref(), Some("length"));
         assert_eq!((p.prompt_tokens, p.cached_tokens), (Some(5), Some(2)));
+    }
+
+    #[test]
+    fn long_cumulative_events_take_the_meta_info_shortcut_with_the_same_counts() {
+        let long_text = "word ".repeat(400);
+        let ids: Vec<String> = (0..300).map(|i| i.to_string()).collect();
+        let event = |n: u64, finish: &str| {
+            format!(
+                r#"{{"text":"{long_text}\"meta_info\": x","output_ids":[{}],"meta_info":{{"id":"a","finish_reason":{finish},"prompt_tokens":9,"completion_tokens":{n},"cached_tokens":2}}}}"#,
+                ids[..n as usize].join(",")
+            )
+        };
+        let mut p = StreamParser::new(Api::SglangGenerate);
+        assert!(matches!(
+            p.event(event(1, "null").as_bytes()),
+            Ok(Parsed::Chunk { tokens: 1 })
+        ));
+        assert!(matches!(
+            p.event(event(4, "null").as_bytes()),
+            Ok(Parsed::Chunk { tokens: 3 })
+        ));
+        assert!(matches!(
+            p.event(event(5, r#"{"type":"length","length":5}"#).as_bytes()),
+            Ok(Parsed::Chunk { tokens: 1 })
+        ));
+        assert_eq!(p.completion_tokens(), 5);
+        assert_eq!(p.prompt_tokens, Some(9));
+        assert_eq!(p.cached_tokens, Some(2));
+        assert_eq!(p.finish_reason.as_deref(), Some("length"));
+        // A long event cut short, or one with an error, still takes the full path.
+        let cut = event(6, "null");
+        assert!(p.event(&cut.as_bytes()[..cut.len() - 1]).is_err());
+        let err = format!(r#"{{"error":{{"message":"{long_text}"}}}}"#);
+        assert!(matches!(p.event(err.as_bytes()), Ok(Parsed::Error { .. })));
     }
 
     #[test]
