@@ -163,8 +163,8 @@ impl StreamParser {
     fn cumulative_native(&mut self, data: &[u8]) -> Option<u32> {
         const KEY: &[u8] = b"\"meta_info\":";
         let data = data.trim_ascii();
-        if data.len() < 1024 || data.first() != Some(&b'{') || data.last() != Some(&b'}') {
-            return None; // short events are cheap on the full path
+        if data.len() < 256 || data.first() != Some(&b'{') || data.last() != Some(&b'}') {
+            return None; // very short events are cheap on the full path
         }
         // An escaped quote inside the text can never match `"meta_info":` (the byte after
         // `meta_info` would be a backslash), and neither can `"error"`.
