@@ -578,7 +578,17 @@ async fn info_endpoints_and_metrics() {
     let models: Value = serde_json::from_str(&models).unwrap();
     assert_eq!(models["data"][0]["id"], "org/Model-8B");
     assert_eq!(models["data"][0]["owned_by"], "sglang");
-    let (s, m) = sim.get("/metrics").await;
+    // The scheduler counts a request when it finishes, which can be just after the client has
+    // read the final chunk: poll briefly.
+    let want = "sglang:num_requests_total{model_name=\"org/Model-8B\"} 1";
+    let (mut s, mut m) = sim.get("/metrics").await;
+    for _ in 0..100 {
+        if m.contains(want) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        (s, m) = sim.get("/metrics").await;
+    }
     assert_eq!(s, 200);
     for name in [
         "sglang:time_to_first_token_seconds_bucket",
@@ -587,7 +597,7 @@ async fn info_endpoints_and_metrics() {
     ] {
         assert!(m.contains(name), "{name}");
     }
-    assert!(m.contains("sglang:num_requests_total{model_name=\"org/Model-8B\"} 1"));
+    assert!(m.contains(want), "{m}");
     sim.stop().await.unwrap();
     let sim = start(&[]).await;
     assert_eq!(sim.get("/metrics").await.0, 404);
