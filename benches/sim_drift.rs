@@ -74,14 +74,25 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
     cfg.log = SimLog::capture();
     let trace = ChunkTrace::new();
     cfg.trace = Some(trace.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(cfg, listener, async {
-        let _ = stopped.await;
-    }));
+    // The simulator gets its own runtime, as it has its own process under `servebench run`:
+    // the bench's client tasks must not queue behind its connection tasks (or the reverse).
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let _ = serve(cfg, listener, async {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+    });
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
@@ -162,7 +173,11 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
         }
     }
     let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::task::spawn_blocking(move || server.join()),
+    )
+    .await;
     drift.sort_by(f64::total_cmp);
     emit.sort_by(f64::total_cmp);
     (emit, drift)
