@@ -172,7 +172,7 @@ pub struct Setup {
     pub requests: u32,
     /// Most requests in flight at once within a point.
     pub concurrency: u32,
-    /// Rounds over all points.
+    /// Rounds per point (each flushes or primes anew).
     pub repeat: u32,
     /// Per-request timeout in seconds.
     pub request_timeout_s: f64,

@@ -49,7 +49,8 @@ pub struct Experiment {
     /// sets that field directly. Dimensions under `server.` group points into server launches.
     #[serde(default)]
     pub sweep: IndexMap<String, Vec<SweepValue>>,
-    /// How many times the whole set of points is measured (rounds), for spread and confidence.
+    /// Rounds per point: each round flushes (cold) or primes (warm) anew and sends `requests`
+    /// requests; a point's numbers cover all its rounds.
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 1000))]
     pub repeat: u32,
