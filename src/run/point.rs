@@ -150,7 +150,10 @@ impl PointRunner {
             if policy == CachePolicy::Warm {
                 let prompt = format!("{warm_prefix}{}", prompt_for(0));
                 let req = generation_request(exp, prompt, &model);
-                let m = client.stream(&req, exp.request_timeout).await;
+                let m = tokio::select! {
+                    m = client.stream(&req, exp.request_timeout) => m,
+                    _ = self.interrupt.wait() => { interrupted = true; break; }
+                };
                 let rec = m.into_record(
                     &point.id,
                     round,
@@ -357,8 +360,8 @@ impl PointRunner {
             Some(c) => c.clone(),
             None => {
                 let api = exp.workload.api;
-                let c = calibrator
-                    .calibrate(generator, target, nonce, |prompt: String| {
+                let calibration =
+                    calibrator.calibrate(generator, target, nonce, |prompt: String| {
                         let client = client.clone();
                         let model = model.clone();
                         async move {
@@ -368,11 +371,14 @@ impl PointRunner {
                                 .map(|(n, _)| n)
                                 .map_err(|e| e.to_string())
                         }
-                    })
-                    .await
-                    .map_err(|e| {
-                        format!("could not calibrate the prompt to {target} tokens: {e}")
-                    })?;
+                    });
+                // A long prompt's calibration can take a minute on a real server: Ctrl-C must
+                // not wait for it.
+                let c = tokio::select! {
+                    c = calibration => c,
+                    _ = self.interrupt.wait() => return Err("interrupted during prompt calibration".into()),
+                }
+                .map_err(|e| format!("could not calibrate the prompt to {target} tokens: {e}"))?;
                 self.calibrations.insert(key, c.clone());
                 c
             }
