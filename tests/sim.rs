@@ -473,8 +473,19 @@ async fn max_running_requests_limits_the_batch() {
     sim.stop().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ttft_follows_the_prefill_model() {
+/// Timing assertions take their turn with the end-to-end runs (see `common::exclusive`).
+#[test]
+fn ttft_follows_the_prefill_model() {
+    let _turn = crate::common::exclusive();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(ttft_follows_the_prefill_model_body());
+}
+
+async fn ttft_follows_the_prefill_model_body() {
     // h100-llama8b at a tenth of real time: 4000 tokens prefill in ~17.6 ms, 40 in ~0.6 ms.
     let sim = start(&[
         "--profile",
