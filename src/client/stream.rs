@@ -23,18 +23,7 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
 pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Duration) -> Measured {
-    let mut m = Measured {
-        sent_at: 0.0,
-        chunks: Vec::new(),
-        end_s: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        cached_tokens: None,
-        token_source: TokenSource::ChunkCount,
-        finish_reason: None,
-        error: None,
-        text: String::new(),
-    };
+    let mut m = Measured::nothing_yet();
     let built = client
         .request(reqwest::Method::POST, request::path(req.api))
         .header(reqwest::header::ACCEPT, "text/event-stream")
@@ -200,18 +189,7 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
 /// [`take_event`], stopping at `[DONE]` or the first error, as `run` does. A body that ends
 /// without `[DONE]` is not examined further (`end_s` stays None). Used by the hot-path bench.
 pub(super) fn replay<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) -> Measured {
-    let mut m = Measured {
-        sent_at: 0.0,
-        chunks: Vec::new(),
-        end_s: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        cached_tokens: None,
-        token_source: TokenSource::ChunkCount,
-        finish_reason: None,
-        error: None,
-        text: String::new(),
-    };
+    let mut m = Measured::nothing_yet();
     let t0 = Instant::now();
     let status = 200;
     let mut framer = SseFramer::new();
@@ -327,4 +305,22 @@ fn unix_now() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
+}
+
+impl Measured {
+    /// Before the request is sent: nothing measured, counts unknown.
+    fn nothing_yet() -> Measured {
+        Measured {
+            sent_at: 0.0,
+            chunks: Vec::new(),
+            end_s: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            cached_tokens: None,
+            token_source: TokenSource::ChunkCount,
+            finish_reason: None,
+            error: None,
+            text: String::new(),
+        }
+    }
 }
