@@ -419,3 +419,85 @@ fn the_quickstart_runs_end_to_end() {
     assert!(again.status.success());
     assert_eq!(String::from_utf8_lossy(&again.stdout), report);
 }
+
+#[test]
+fn an_out_of_memory_crash_is_classified_recorded_and_the_run_goes_on() {
+    let ws = Workspace::new();
+    // The fast profile, plus SGLang's out-of-memory crash for a prefill batch over 6000 tokens.
+    let fast = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"),
+    )
+    .unwrap();
+    let profile = ws.write("oom.yaml", &format!("{fast}\noom_prefill_tokens: 6000\n"));
+    let spec = ws.write(
+        "crash.yaml",
+        &format!(
+            "name: crash\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: {}, chunked-prefill-size: 16384, context-length: 16384 }}\n  ready_timeout: 30s\nworkload:\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 4\nsweep:\n  ctx: [1024, 8192, 2048]\nrequests: 2\n",
+            profile.display()
+        ),
+    );
+    let out = ws.run(&spec);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a crash makes the run incomplete: {}",
+        show(&out)
+    );
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 3, "every point is recorded");
+    assert_eq!(
+        points[0]["ok"], 2,
+        "what was measured before the crash is kept"
+    );
+    let crashed = &points[1];
+    assert_eq!(crashed["incomplete"], true);
+    let flag = crashed["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "server-crashed")
+        .expect("crash flagged");
+    assert!(
+        flag["message"].as_str().unwrap().contains("out-of-memory"),
+        "{flag}"
+    );
+    assert!(
+        flag["message"]
+            .as_str()
+            .unwrap()
+            .contains("CUDA out of memory"),
+        "the log excerpt is kept: {flag}"
+    );
+    assert_eq!(
+        points[2]["ok"], 2,
+        "the server was relaunched for the next point: {}",
+        points[2]
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "incomplete");
+    assert!(
+        meta["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("out-of-memory"),
+        "{meta}"
+    );
+    assert_eq!(
+        meta["servers"].as_array().unwrap().len(),
+        2,
+        "two launches: {meta}"
+    );
+    assert!(
+        meta["servers"][0]["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("crashed: out-of-memory"),
+        "{meta}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("server-crashed"),
+        "the report shows the crash next to the table"
+    );
+}

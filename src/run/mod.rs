@@ -8,6 +8,7 @@ pub mod server;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::client::Client;
 use crate::plan::Plan;
@@ -227,7 +228,18 @@ pub async fn execute(
             for point in pending.by_ref() {
                 let outcome = runner.measure(&client, point, &group.id).await;
                 let mut record = outcome.record;
-                if let Some(cause) = handle.crashed() {
+                // Broken connections (or a failed calibration) may mean the server is dying.
+                let suspicious = !outcome.interrupted
+                    && (["connect", "reset", "incomplete"]
+                        .iter()
+                        .any(|k| record.error_kinds.contains_key(*k))
+                        || record.flags.iter().any(|f| f.kind == "calibration-failed"));
+                let grace = if suspicious {
+                    Duration::from_secs(3)
+                } else {
+                    Duration::ZERO
+                };
+                if let Some(cause) = handle.crashed_within(grace).await {
                     let tail = handle.log_tail(2000);
                     let msg = format!(
                         "the server died during this point: {} ({})",

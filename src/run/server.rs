@@ -340,6 +340,22 @@ impl ServerHandle {
         Some(engine::classify_crash(&self.log_tail(20_000)))
     }
 
+    /// Like [`crashed`](Self::crashed), but gives a server that is going down up to `grace` to
+    /// exit: when requests just failed on a broken connection, the process may still be
+    /// writing its traceback.
+    pub async fn crashed_within(&mut self, grace: Duration) -> Option<CrashCause> {
+        let deadline = Instant::now() + grace;
+        loop {
+            if let Some(cause) = self.crashed() {
+                return Some(cause);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub fn log_tail(&self, bytes: u64) -> String {
         match &self.process {
             Some(p) => crate::host::file_tail(p.log_path(), bytes),
