@@ -112,21 +112,17 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
                 let message = format!("connection broke mid-stream: {}", describe(&e));
                 m.error = fail(ErrorKind::Reset, message, None);
             }
-            Ok(Ok(Some(bytes))) => match framer.feed(&bytes, arrived) {
-                Ok(events) => {
-                    for event in events {
-                        done = take_event(&mut m, &mut parser, event, t0, status);
-                        if done || m.error.is_some() {
-                            break;
-                        }
-                    }
-                }
-                Err(bad) => {
-                    m.end_s = Some(since(arrived));
-                    let message = "response is not a server-sent event stream".to_string();
-                    m.error = fail(ErrorKind::Malformed, message, Some(bad.head));
-                }
-            },
+            Ok(Ok(Some(bytes))) => {
+                done = take_read(
+                    &mut m,
+                    &mut framer,
+                    &mut parser,
+                    &bytes,
+                    arrived,
+                    t0,
+                    status,
+                );
+            }
             Ok(Ok(None)) => {
                 // The body ended without `[DONE]`. A last event missing only its blank line is
                 // still taken; anything else means the stream was cut short.
@@ -175,12 +171,7 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
         }
     }
 
-    m.prompt_tokens = parser.prompt_tokens;
-    m.cached_tokens = parser.cached_tokens;
-    m.finish_reason = parser.finish_reason.take();
-    m.token_source = parser.token_source();
-    m.completion_tokens = Some(parser.completion_tokens());
-    m.text = std::mem::take(&mut parser.text);
+    settle(&mut m, &mut parser);
     m
 }
 
@@ -200,33 +191,58 @@ pub(super) fn replay<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) ->
             break;
         }
         let arrived = Instant::now();
-        match framer.feed(bytes, arrived) {
-            Ok(events) => {
-                for event in events {
-                    done = take_event(&mut m, &mut parser, event, t0, status);
-                    if done || m.error.is_some() {
-                        break;
-                    }
+        done = take_read(&mut m, &mut framer, &mut parser, bytes, arrived, t0, status);
+    }
+    settle(&mut m, &mut parser);
+    m
+}
+
+/// One network read: frames it and applies every completed event, stopping at `[DONE]`
+/// (returns true) or the first error (recorded in `m`). Shared by [`run`] and [`replay`], so
+/// the hot-path bench measures exactly this code.
+#[allow(clippy::too_many_arguments)]
+fn take_read(
+    m: &mut Measured,
+    framer: &mut SseFramer,
+    parser: &mut StreamParser,
+    bytes: &[u8],
+    arrived: Instant,
+    t0: Instant,
+    status: u16,
+) -> bool {
+    match framer.feed(bytes, arrived) {
+        Ok(events) => {
+            for event in events {
+                if take_event(m, parser, event, t0, status) {
+                    return true;
+                }
+                if m.error.is_some() {
+                    break;
                 }
             }
-            Err(bad) => {
-                let message = "response is not a server-sent event stream".to_string();
-                m.error = Some(error(
-                    ErrorKind::Malformed,
-                    message,
-                    Some(status),
-                    Some(bad.head),
-                ));
-            }
+        }
+        Err(bad) => {
+            m.end_s = Some(arrived.saturating_duration_since(t0).as_secs_f64());
+            let message = "response is not a server-sent event stream".to_string();
+            m.error = Some(error(
+                ErrorKind::Malformed,
+                message,
+                Some(status),
+                Some(bad.head),
+            ));
         }
     }
+    false
+}
+
+/// Copies what the parser learned into the measurement.
+fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.prompt_tokens = parser.prompt_tokens;
     m.cached_tokens = parser.cached_tokens;
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.completion_tokens = Some(parser.completion_tokens());
     m.text = std::mem::take(&mut parser.text);
-    m
 }
 
 /// Applies one event; returns true at `[DONE]`. Errors are recorded in `m`.

@@ -40,6 +40,21 @@ pub struct PointOutcome {
     pub interrupted: bool,
 }
 
+impl PointOutcome {
+    /// A point that could not send its measured requests: flagged and marked incomplete.
+    fn abandoned(mut record: PointRecord, kind: &str, message: String, interrupted: bool) -> Self {
+        record.flags.push(Flag {
+            kind: kind.into(),
+            message,
+        });
+        record.incomplete = true;
+        PointOutcome {
+            record,
+            interrupted,
+        }
+    }
+}
+
 impl PointRunner {
     pub fn new(
         run_dir: Arc<RunDir>,
@@ -76,17 +91,7 @@ impl PointRunner {
 
         let source = match PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir) {
             Ok(s) => s,
-            Err(e) => {
-                record.flags.push(Flag {
-                    kind: "prompt-error".into(),
-                    message: e,
-                });
-                record.incomplete = true;
-                return PointOutcome {
-                    record,
-                    interrupted: false,
-                };
-            }
+            Err(e) => return PointOutcome::abandoned(record, "prompt-error", e, false),
         };
         record.requested_prompt_tokens = source.target_tokens();
         let model = request_model(exp);
@@ -107,15 +112,13 @@ impl PointRunner {
                         Some(text)
                     }
                     Err(e) => {
-                        record.flags.push(Flag {
-                            kind: "calibration-failed".into(),
-                            message: e,
-                        });
-                        record.incomplete = true;
-                        return PointOutcome {
+                        let interrupted = self.interrupt.is_set();
+                        return PointOutcome::abandoned(
                             record,
-                            interrupted: self.interrupt.is_set(),
-                        };
+                            "calibration-failed",
+                            e,
+                            interrupted,
+                        );
                     }
                 }
             }
