@@ -129,7 +129,7 @@ fn no_sweep_gives_one_point_with_defaults() {
     assert!(spec.points[0].values.is_empty() && spec.dimensions.is_empty());
     let e = &spec.points[0].experiment;
     assert_eq!(
-        (e.repeat, e.requests, e.concurrency, e.host.as_str()),
+        (e.repeat, e.requests, e.concurrency, e.host.label().as_str()),
         (1, 1, 1, "local")
     );
 }
@@ -320,11 +320,48 @@ fn url_with_launch_settings_is_an_error() {
 }
 
 #[test]
-fn ssh_host_is_not_supported_yet() {
-    let d = errors(&format!("{BASE}host: ssh://root@gpu-box\n"));
-    let e = find(&d, "host `ssh://root@gpu-box` is not supported yet");
-    at(e, 7, 7, "ssh://root@gpu-box");
-    assert!(hint(e).contains("coming"));
+fn hosts_are_local_or_ssh() {
+    ok(&format!("{BASE}host: ssh://root@gpu-box:2222\n"));
+    ok(&format!(
+        "{BASE}host: {{ ssh: root@gpu-box, identity: ~/.ssh/id_ed25519, jump: bastion, host_key_check: accept-new, options: {{ ServerAliveInterval: '15' }} }}\nclient: local\n"
+    ));
+    let d = errors(&format!("{BASE}host: gpu-box\n"));
+    let e = find(&d, "host `gpu-box` is neither `local` nor an SSH URL");
+    at(e, 7, 7, "gpu-box");
+    assert!(hint(e).contains("ssh://user@host"));
+    let d = errors(&format!(
+        "{BASE}host: {{ ssh: gpu, host_key_check: yes }}\n"
+    ));
+    find(&d, "unknown value \"yes\" for `host.host_key_check`");
+}
+
+#[test]
+fn methods_and_expectations() {
+    ok(&format!("{BASE}method: two-point\n"));
+    ok(&format!(
+        "{BASE}method: {{ kind: two-point, a: 1, b: 33 }}\n"
+    ));
+    let d = errors(&format!(
+        "{BASE}method: {{ kind: two-point, a: 8, b: 4 }}\n"
+    ));
+    find(&d, "`b` (4) must be larger than `a` (8)");
+    let d = errors(&format!("{BASE}method: twopoint\n"));
+    find(&d, "twopoint");
+    ok(&format!(
+        "{BASE}sweep:\n  concurrency: [1, 2]\nexpect:\n  - {{ where: {{ concurrency: 1 }}, metric: ttft_s, value: 0.46, tolerance: 10% }}\n  - {{ where: {{ concurrency: 2 }}, failure: out-of-memory }}\n"
+    ));
+    let d = errors(&format!(
+        "{BASE}sweep:\n  concurrency: [1, 2]\nexpect:\n  - {{ where: {{ concurency: 1 }}, metric: ttft, value: 0.46 }}\n  - {{ where: {{ concurrency: 3 }}, metric: ttft_s }}\n"
+    ));
+    let e = find(
+        &d,
+        "`where` names `concurency`, which is not a sweep dimension",
+    );
+    assert!(hint(e).contains("concurrency"));
+    let e = find(&d, "unknown metric `ttft`");
+    assert!(hint(e).contains("ttft_s"));
+    find(&d, "no point has concurrency = 3");
+    find(&d, "`metric` needs a `value`");
 }
 
 #[test]

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::results::meta::{RunMeta, RunStatus, ServerLaunch};
 use crate::results::records::{PointRecord, RequestRecord, RequestRole, Stat, TokenSource};
-use crate::spec::types::{Api, CachePolicy, Engine, Method, PromptSpec};
+use crate::spec::types::{Api, CachePolicy, Engine, PromptSpec};
 
 /// Version of this data model; bumped when a field changes meaning or is removed.
 pub const MODEL_VERSION: u32 = 1;
@@ -448,7 +448,7 @@ pub fn build_model(
         setup: Setup {
             engine,
             model: exp.server.model.clone(),
-            host: exp.host.clone(),
+            host: exp.host.label(),
             external_url: exp.server.url.clone(),
             api: api_name(exp.workload.api).to_string(),
             prompt: prompt_info(&exp.workload.prompt, points),
@@ -457,9 +457,7 @@ pub fn build_model(
             temperature: exp.workload.temperature,
             cache_policy: cache_policy_name(exp.cache.policy).to_string(),
             cache_verify: exp.cache.verify,
-            method: match exp.method {
-                Method::Streaming => "streaming".to_string(),
-            },
+            method: exp.method.name().to_string(),
             requests: exp.requests,
             concurrency: exp.concurrency,
             repeat: exp.repeat,

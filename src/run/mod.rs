@@ -328,6 +328,9 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         return Err(RunError::Preflight("the spec expands to no points".into()));
     }
     let mut errors = Vec::new();
+    if !spec.points[0].experiment.host.is_local() {
+        errors.push("SSH hosts are not wired into the runner in this build yet".to_string());
+    }
     for p in &spec.points {
         if let Err(e) =
             crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir)

@@ -16,7 +16,7 @@ use super::yaml::push_pointer;
 pub const MAX_POINTS: usize = 10_000;
 
 /// Top-level fields a dimension may not set: they name or shape the experiment as a whole.
-const FIXED_FIELDS: [&str; 4] = ["name", "sweep", "host", "report"];
+const FIXED_FIELDS: [&str; 6] = ["name", "sweep", "host", "client", "report", "expect"];
 
 /// What a sweep dimension does.
 #[derive(Debug, Clone, PartialEq)]

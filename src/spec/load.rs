@@ -274,7 +274,164 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
                 });
         }
     }
+    problems.extend(method_checks(raw));
+    problems.extend(expectation_checks(raw));
     problems
+}
+
+/// Metrics an expectation may name: a point's aggregates (streaming and two-point).
+pub const EXPECTABLE_METRICS: [&str; 12] = [
+    "ttft_s",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "tpot_s",
+    "itl_s",
+    "icl_s",
+    "e2e_s",
+    "t_a_s",
+    "t_b_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+];
+
+/// Failure causes an expectation may name (the crash classes).
+pub const EXPECTABLE_FAILURES: [&str; 5] = [
+    "out-of-memory",
+    "kv-pool-too-small",
+    "port-in-use",
+    "startup-error",
+    "unknown",
+];
+
+fn method_checks(raw: &Value) -> Vec<Problem> {
+    let Some(m) = raw.get("method").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    // Absent: the defaults; a template or a wrong type is checked elsewhere.
+    let param = |k: &str, default: u64| match m.get(k) {
+        None => Some(default),
+        Some(v) => v.as_u64(),
+    };
+    let (Some(a), Some(b)) = (param("a", 1), param("b", 17)) else {
+        return Vec::new();
+    };
+    if m.get("kind").and_then(Value::as_str) == Some("two-point") && b <= a {
+        return vec![Problem {
+            pointer: if m.contains_key("b") {
+                "/method/b".into()
+            } else {
+                "/method/a".into()
+            },
+            target: Target::Value,
+            message: format!(
+                "`b` ({b}) must be larger than `a` ({a}): decode speed is (b - a) / (t_b - t_a)"
+            ),
+            hint: Some("the published method used a: 1, b: 17".into()),
+        }];
+    }
+    Vec::new()
+}
+
+/// `expect:` entries must name sweep dimensions and values that exist, a known metric with a
+/// value, or a flag or failure.
+fn expectation_checks(raw: &Value) -> Vec<Problem> {
+    let Some(list) = raw.get("expect").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let sweep = raw.get("sweep").and_then(Value::as_object);
+    let dims: Vec<&str> = sweep
+        .map(|s| s.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let mut problems = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let Some(e) = e.as_object() else { continue };
+        let at = format!("/expect/{i}");
+        if let Some(w) = e.get("where").and_then(Value::as_object) {
+            for (k, v) in w {
+                let pointer = push_pointer(&push_pointer(&at, "where"), k);
+                match sweep.and_then(|s| s.get(k)).and_then(Value::as_array) {
+                    None => problems.push(Problem {
+                        pointer,
+                        target: Target::Key,
+                        message: format!("`where` names `{k}`, which is not a sweep dimension"),
+                        hint: Some(match super::diagnostics::did_you_mean(k, dims.iter().copied()) {
+                            Some(d) => d,
+                            None if dims.is_empty() => "the spec has no `sweep`; remove `where` to match the only point".into(),
+                            None => format!("sweep dimensions: {}", dims.join(", ")),
+                        }),
+                    }),
+                    Some(values) if !values.iter().any(|x| same_value(x, v)) => {
+                        problems.push(Problem {
+                            pointer,
+                            target: Target::Value,
+                            message: format!("no point has {k} = {v}"),
+                            hint: Some(format!(
+                                "the sweep gives {k} one of {}",
+                                values.iter().map(Value::to_string).collect::<Vec<_>>().join(", ")
+                            )),
+                        })
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let has = |k: &str| e.get(k).is_some_and(|v| !v.is_null());
+        let kinds = ["metric", "flag", "failure"]
+            .iter()
+            .filter(|k| has(k))
+            .count();
+        if kinds != 1 {
+            problems.push(Problem {
+                pointer: at.clone(),
+                target: Target::Value,
+                message: "an expectation needs exactly one of `metric` (with `value`), `flag` or `failure`".into(),
+                hint: Some("e.g. `{ where: { ctx: 1024 }, metric: ttft_s, value: 0.46, tolerance: 10% }`".into()),
+            });
+        }
+        if let Some(m) = e.get("metric").and_then(Value::as_str) {
+            if !EXPECTABLE_METRICS.contains(&m) && !m.contains("{{") {
+                problems.push(Problem {
+                    pointer: push_pointer(&at, "metric"),
+                    target: Target::Value,
+                    message: format!("unknown metric `{m}`"),
+                    hint: Some(
+                        match super::diagnostics::did_you_mean(m, EXPECTABLE_METRICS) {
+                            Some(d) => d,
+                            None => format!("one of {}", EXPECTABLE_METRICS.join(", ")),
+                        },
+                    ),
+                });
+            }
+            if !has("value") {
+                problems.push(Problem {
+                    pointer: push_pointer(&at, "metric"),
+                    target: Target::Key,
+                    message: "`metric` needs a `value` (the published number)".into(),
+                    hint: Some("add e.g. `value: 0.46`".into()),
+                });
+            }
+        }
+        if let Some(f) = e.get("failure").and_then(Value::as_str)
+            && !EXPECTABLE_FAILURES.contains(&f)
+        {
+            problems.push(Problem {
+                pointer: push_pointer(&at, "failure"),
+                target: Target::Value,
+                message: format!("unknown failure cause `{f}`"),
+                hint: Some(format!("one of {}", EXPECTABLE_FAILURES.join(", "))),
+            });
+        }
+    }
+    problems
+}
+
+/// Sweep values compare as numbers when both are numbers (`1024` matches `1024.0`).
+pub fn same_value(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// Turns problems (by JSON pointer) into diagnostics (by line and column).

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 /// Durations as `humantime` 2.4 reads them: `90s`, `20m`, `20 minutes`, `1h 30m`, `1.5h`.
 pub const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
 
-/// The only host supported so far.
-pub const LOCAL_HOST_PATTERN: &str = "^local$";
+/// A host written as a string: `local`, or an SSH URL.
+pub const HOST_PATTERN: &str = r"^(local|ssh://([^@/\s]+@)?[^@/\s:]+(:[0-9]{1,5})?/?)$";
 
 /// One experiment: which server to run, what to send it, how to measure, and what to sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -27,11 +27,22 @@ pub struct Experiment {
     /// What the experiment is for; shown at the top of the report.
     #[serde(default)]
     pub description: String,
-    /// Where the server runs. `local` (the default) starts it on this machine; SSH hosts
-    /// (`ssh://user@host`) are planned but not supported yet.
-    #[serde(default = "default_host")]
-    #[schemars(regex(pattern = LOCAL_HOST_PATTERN))]
-    pub host: String,
+    /// Where the server runs. `local` (the default) starts it on this machine;
+    /// `ssh://user@host[:port]` (or the structured form with identity file, jump host and ssh
+    /// options) launches it on a GPU host over SSH. Host keys are checked strictly.
+    #[serde(default)]
+    pub host: HostSpec,
+    /// Where the measuring client runs for an SSH host. `host` (the default): servebench copies
+    /// itself to the host and measures against localhost there, so network latency never
+    /// enters the numbers. `local`: measure from this machine through an SSH port forward.
+    #[serde(default)]
+    pub client: Option<ClientPlacement>,
+    /// What to do when the server dies during a point (out of memory, crash). `continue`
+    /// (default): record the cause, relaunch, go on. `skip-larger`: also skip the group's
+    /// remaining points with a larger context or concurrency (they would fail the same way).
+    /// `abort`: stop the run.
+    #[serde(default)]
+    pub on_failure: OnFailure,
     /// The inference server: the engine to launch and its flags, or the URL of one already running.
     pub server: Server,
     /// What each request sends: API, prompt generator and output length.
@@ -66,9 +77,159 @@ pub struct Experiment {
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
     pub request_timeout: std::time::Duration,
+    /// Published numbers to reproduce. Each is checked against the run: the report gets a
+    /// Reproduction section, and `servebench check` / `run --check` exit 1 when one is off.
+    #[serde(default)]
+    pub expect: Vec<Expectation>,
     /// How the report is rendered.
     #[serde(default)]
     pub report: ReportSpec,
+}
+
+/// Where the server runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HostSpec {
+    /// `local`, or `ssh://user@host[:port]`.
+    Url(#[schemars(regex(pattern = HOST_PATTERN))] String),
+    /// An SSH host with options.
+    Ssh(SshHostSpec),
+}
+
+impl Default for HostSpec {
+    fn default() -> Self {
+        HostSpec::Url("local".into())
+    }
+}
+
+impl HostSpec {
+    /// True for `local`.
+    pub fn is_local(&self) -> bool {
+        matches!(self, HostSpec::Url(u) if u == "local")
+    }
+
+    /// `local`, or the SSH destination as written.
+    pub fn label(&self) -> String {
+        match self {
+            HostSpec::Url(u) => u.clone(),
+            HostSpec::Ssh(s) => match s.ssh.starts_with("ssh://") {
+                true => s.ssh.clone(),
+                false => format!("ssh://{}", s.ssh),
+            },
+        }
+    }
+}
+
+/// An SSH host. servebench runs the system `ssh` with a shared (multiplexed) connection, so
+/// `~/.ssh/config`, agents and keys work as they do in a terminal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SshHostSpec {
+    /// Destination: `host`, `user@host` or `ssh://user@host:port` (a name from
+    /// `~/.ssh/config` works too).
+    #[schemars(length(min = 1, max = 500))]
+    pub ssh: String,
+    /// Login user (ssh -l), when not in `ssh`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// SSH port (ssh -p), when not in `ssh`.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Private key file (ssh -i); `~` is expanded.
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// Jump host(s), as ssh -J takes them: `user@bastion[:port][,next]`.
+    #[serde(default)]
+    pub jump: Option<String>,
+    /// known_hosts file to check the host key against (default: ssh's own).
+    #[serde(default)]
+    pub known_hosts: Option<String>,
+    /// `strict` (the default): an unknown or changed host key refuses the connection.
+    /// `accept-new`: a host seen for the first time is added; a changed key is still refused.
+    #[serde(default)]
+    pub host_key_check: HostKeyCheck,
+    /// Extra ssh options (`-o Key=Value`), e.g. `{ ServerAliveInterval: 15 }`.
+    #[serde(default)]
+    pub options: IndexMap<String, String>,
+    /// Directory on the host for server logs and servebench's files
+    /// (default `~/.cache/servebench`).
+    #[serde(default)]
+    pub remote_dir: Option<String>,
+}
+
+/// How an SSH host's key is checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostKeyCheck {
+    /// Refuse unknown and changed host keys.
+    #[default]
+    Strict,
+    /// Add unknown host keys; refuse changed ones.
+    AcceptNew,
+}
+
+/// Where the measuring client runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientPlacement {
+    /// On the server's host, against localhost (servebench copies itself there).
+    Host,
+    /// On this machine (through an SSH port forward for SSH hosts).
+    Local,
+}
+
+/// The policy when a server dies during a point.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// Record the cause, relaunch the server, go on with the next point.
+    #[default]
+    Continue,
+    /// Relaunch, but skip the group's remaining points with a larger context or concurrency.
+    SkipLarger,
+    /// Stop the run (what was measured is kept).
+    Abort,
+}
+
+/// A published number (or outcome) to reproduce.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Expectation {
+    /// The points it is about, by sweep values, e.g. `{ ctx: 8192 }`. Empty: every point.
+    #[serde(default, rename = "where")]
+    pub where_: IndexMap<String, SweepValue>,
+    /// The metric: `ttft_s`, `prefill_tok_s`, `decode_tok_s`, `tpot_s`, `e2e_s`, `t_a_s`,
+    /// `t_b_s`, `prompt_tokens`, ... (the point's mean is compared).
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// The published value, in the metric's unit.
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// Allowed difference: a percentage (`10%`) or an absolute amount in the metric's unit
+    /// (`0.05`). Default 10%.
+    #[serde(default)]
+    pub tolerance: Option<Tolerance>,
+    /// Instead of a number: the point is expected to carry this flag (e.g.
+    /// `cache-reuse-suspected`), as the published run did.
+    #[serde(default)]
+    pub flag: Option<String>,
+    /// Instead of a number: the point is expected to fail with this cause (e.g.
+    /// `out-of-memory`), as the published run did.
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// Where the number comes from (shown in the report).
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// A tolerance: `10%` or an absolute number.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Tolerance {
+    /// Absolute, in the metric's unit.
+    Absolute(f64),
+    /// Percent of the published value, e.g. `10%`.
+    Percent(#[schemars(regex(pattern = r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$"))] String),
 }
 
 /// A value a sweep dimension takes: a number, string or boolean.
@@ -110,6 +271,9 @@ pub struct Server {
     /// `[python, -m, sglang.launch_server]`; for `sim`: servebench's own `sim` subcommand.
     #[serde(default)]
     pub launcher: Option<Vec<String>>,
+    /// Working directory of the server process (on the host).
+    #[serde(default)]
+    pub workdir: Option<String>,
     /// URL of a server that is already running (`http://host:port`). servebench neither starts
     /// nor stops it; it records its `/server_info` when it answers.
     #[serde(default)]
@@ -250,13 +414,88 @@ pub enum CachePolicy {
     AsIs,
 }
 
-/// The measurement method.
+/// The measurement method: `streaming`, `two-point`, or `{ kind: two-point, a: 1, b: 17 }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Method {
+    /// A method by name, with its defaults.
+    Named(MethodName),
+    /// A method with parameters.
+    Detailed(MethodSpec),
+}
+
+impl Default for Method {
+    fn default() -> Self {
+        Method::Named(MethodName::Streaming)
+    }
+}
+
+/// Methods by name.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
-pub enum Method {
-    /// One streaming request per sample: TTFT, then the token stream.
+pub enum MethodName {
+    /// One streaming request per sample: TTFT, then the token stream (one prefill).
     #[default]
     Streaming,
+    /// Two requests per sample with the same prompt, `max_tokens` a = 1 then b = 17;
+    /// decode = (b - a) / (t_b - t_a). Cold cache: flushed between the two.
+    TwoPoint,
+}
+
+/// A method with parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MethodSpec {
+    /// One streaming request per sample.
+    Streaming,
+    /// Two requests per sample: `max_tokens` a, then b.
+    TwoPoint {
+        /// `max_tokens` of the first request.
+        #[serde(default = "two_point_a")]
+        #[schemars(range(min = 1, max = 100000))]
+        a: u32,
+        /// `max_tokens` of the second request (more than `a`).
+        #[serde(default = "two_point_b")]
+        #[schemars(range(min = 2, max = 100000))]
+        b: u32,
+    },
+}
+
+/// A method, resolved to its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    Streaming,
+    TwoPoint { a: u32, b: u32 },
+}
+
+impl Method {
+    /// The method's name as specs write it.
+    pub fn name(&self) -> &'static str {
+        match self.resolve() {
+            Measure::Streaming => "streaming",
+            Measure::TwoPoint { .. } => "two-point",
+        }
+    }
+
+    pub fn resolve(&self) -> Measure {
+        match self {
+            Method::Named(MethodName::Streaming) | Method::Detailed(MethodSpec::Streaming) => {
+                Measure::Streaming
+            }
+            Method::Named(MethodName::TwoPoint) => Measure::TwoPoint {
+                a: two_point_a(),
+                b: two_point_b(),
+            },
+            Method::Detailed(MethodSpec::TwoPoint { a, b }) => Measure::TwoPoint { a: *a, b: *b },
+        }
+    }
+}
+
+fn two_point_a() -> u32 {
+    1
+}
+fn two_point_b() -> u32 {
+    17
 }
 
 /// Report options.
@@ -276,9 +515,6 @@ impl Default for ReportSpec {
     }
 }
 
-fn default_host() -> String {
-    "local".into()
-}
 fn one() -> u32 {
     1
 }

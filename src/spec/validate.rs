@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::diagnostics::did_you_mean;
 use super::template;
-use super::types::{DURATION_PATTERN, LOCAL_HOST_PATTERN};
+use super::types::{DURATION_PATTERN, HOST_PATTERN};
 use super::yaml::push_pointer;
 
 /// Which part of a node a problem is about.
@@ -434,11 +434,11 @@ fn pattern_problem(s: &str, pattern: &str, pointer: &str) -> Problem {
             Some(duration_hint(s)),
         );
     }
-    if pattern == LOCAL_HOST_PATTERN {
+    if pattern == HOST_PATTERN {
         return value_problem(
             pointer,
-            format!("host `{s}` is not supported yet: only `local` is"),
-            Some("SSH hosts (`ssh://user@host`) are coming; for now run servebench on the GPU machine with `host: local`".into()),
+            format!("host `{s}` is neither `local` nor an SSH URL"),
+            Some("write `local`, `ssh://user@host[:port]`, or a mapping such as `{ ssh: user@gpu-box, identity: ~/.ssh/id_ed25519 }`".into()),
         );
     }
     value_problem(
