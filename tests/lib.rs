@@ -5,6 +5,7 @@ mod client;
 mod common;
 mod interrupt;
 mod report;
+mod reproduce;
 mod run;
 mod sim;
 mod spec;

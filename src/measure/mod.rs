@@ -1,4 +1,5 @@
 //! Metrics, statistics and cache-policy verification.
 pub mod metrics;
 pub mod stats;
+pub mod twopoint;
 pub mod verify;

@@ -166,8 +166,11 @@ pub struct Setup {
     pub cache_policy: String,
     /// Whether the server's `cached_tokens` were checked against the policy.
     pub cache_verify: bool,
-    /// Measurement method: `streaming`.
+    /// Measurement method: `streaming` or `two-point`.
     pub method: String,
+    /// Two-point method: `max_tokens` of the first and second request of a pair.
+    pub method_a: Option<u32>,
+    pub method_b: Option<u32>,
     /// Measured requests per point and round.
     pub requests: u32,
     /// Most requests in flight at once within a point.
@@ -423,7 +426,7 @@ pub fn build_model(
         engine_name(exp.server.engine).to_string()
     };
     let mut token_sources: Vec<String> = Vec::new();
-    for r in requests.iter().filter(|r| r.role == RequestRole::Measure) {
+    for r in requests.iter().filter(|r| r.role.is_measured()) {
         let s = token_source_name(r.token_source).to_string();
         if !token_sources.contains(&s) {
             token_sources.push(s);
@@ -458,6 +461,14 @@ pub fn build_model(
             cache_policy: cache_policy_name(exp.cache.policy).to_string(),
             cache_verify: exp.cache.verify,
             method: exp.method.name().to_string(),
+            method_a: match exp.method.resolve() {
+                crate::spec::types::Measure::TwoPoint { a, .. } => Some(a),
+                _ => None,
+            },
+            method_b: match exp.method.resolve() {
+                crate::spec::types::Measure::TwoPoint { b, .. } => Some(b),
+                _ => None,
+            },
             requests: exp.requests,
             concurrency: exp.concurrency,
             repeat: exp.repeat,
@@ -486,19 +497,7 @@ pub fn build_model(
         point_dimensions,
         tables,
         unfinished_points: unfinished_points(points, requests),
-        metric_defs: METRICS
-            .iter()
-            .map(|(name, label, unit, def)| {
-                (
-                    name.to_string(),
-                    MetricDef {
-                        label: label.to_string(),
-                        unit: unit.to_string(),
-                        definition: def.to_string(),
-                    },
-                )
-            })
-            .collect(),
+        metric_defs: metric_defs(exp.method.resolve()),
         totals,
         data_notes: Vec::new(),
     }
@@ -636,10 +635,11 @@ fn point_row(
         ));
     }
 
-    let mut marks: IndexMap<String, Vec<usize>> = ["prompt_tok", "cached", "ttft", "ok_err"]
-        .iter()
-        .map(|c| (c.to_string(), Vec::new()))
-        .collect();
+    let mut marks: IndexMap<String, Vec<usize>> =
+        ["prompt_tok", "cached", "ttft", "decode", "ok_err"]
+            .iter()
+            .map(|c| (c.to_string(), Vec::new()))
+            .collect();
     for (kind, message) in &point_warnings {
         let n = warnings.len() + 1;
         let cell = cell_for(kind);
@@ -689,9 +689,84 @@ fn cell_for(kind: &str) -> &'static str {
         // makes TTFT and prefill speed wrong.
         "cold-cache-hit" | "warm-cache-miss" => "cached",
         "calibration" => "prompt_tok",
-        "cache-reuse-suspected" => "ttft",
+        "cache-reuse-suspected" => "decode",
         _ => "ok_err",
     }
+}
+
+/// The definitions the report states, for the method that produced the numbers.
+fn metric_defs(method: crate::spec::types::Measure) -> IndexMap<String, MetricDef> {
+    let def = |label: &str, unit: &str, definition: &str| MetricDef {
+        label: label.to_string(),
+        unit: unit.to_string(),
+        definition: definition.to_string(),
+    };
+    let mut defs: IndexMap<String, MetricDef> = METRICS
+        .iter()
+        .map(|(name, label, unit, d)| (name.to_string(), def(label, unit, d)))
+        .collect();
+    if let crate::spec::types::Measure::TwoPoint { a, b } = method {
+        let two_point = [
+            (
+                "ttft_s",
+                def(
+                    "TTFT",
+                    "s",
+                    &format!(
+                        "Time to first token of the first request of each pair (max_tokens {a})."
+                    ),
+                ),
+            ),
+            (
+                "prefill_tok_s",
+                def(
+                    "prefill",
+                    "tok/s",
+                    "(prompt_tokens - cached_tokens) / TTFT of the first request of each pair.",
+                ),
+            ),
+            (
+                "decode_tok_s",
+                def(
+                    "decode",
+                    "tok/s",
+                    &format!(
+                        "Two-point: (completion_b - completion_a) / (t_b - t_a), nominally ({b} - {a}) / (t_b - t_a). Left out for pairs whose second request skipped prefill."
+                    ),
+                ),
+            ),
+            (
+                "tpot_s",
+                def(
+                    "s/out_tok",
+                    "s/tok",
+                    "Two-point: (t_b - t_a) / (completion_b - completion_a).",
+                ),
+            ),
+            (
+                "t_a_s",
+                def(
+                    "t_a",
+                    "s",
+                    &format!("End-to-end time of the first request of a pair (max_tokens {a})."),
+                ),
+            ),
+            (
+                "t_b_s",
+                def(
+                    "t_b",
+                    "s",
+                    &format!(
+                        "End-to-end time of the second request of a pair (max_tokens {b}), same prompt."
+                    ),
+                ),
+            ),
+        ];
+        for (name, d) in two_point {
+            defs.insert(name.to_string(), d);
+        }
+    }
+    defs
 }
 
 /// A stat with no samples is "not measured", not a row of zeros.
@@ -702,7 +777,7 @@ fn usable(stat: Option<&Stat>) -> Option<Stat> {
 fn error_summary(p: &PointRecord, requests: &[RequestRecord]) -> Vec<ErrorSummary> {
     let failed: Vec<&RequestRecord> = requests
         .iter()
-        .filter(|r| r.point == p.id && r.role == RequestRole::Measure && r.error.is_some())
+        .filter(|r| r.point == p.id && r.role.is_measured() && r.error.is_some())
         .collect();
     let mut out: Vec<ErrorSummary> = Vec::new();
     // The point's own counts are authoritative; requests.jsonl supplies the sample messages.
@@ -738,7 +813,7 @@ fn error_kind_name(e: &crate::results::records::RequestError) -> String {
 
 fn unfinished_points(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<UnfinishedPoint> {
     let mut out: Vec<UnfinishedPoint> = Vec::new();
-    for r in requests.iter().filter(|r| r.role == RequestRole::Measure) {
+    for r in requests.iter().filter(|r| r.role.is_measured()) {
         if points.iter().any(|p| p.id == r.point) {
             continue;
         }

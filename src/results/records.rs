@@ -14,6 +14,17 @@ pub enum RequestRole {
     Measure,
     /// Sent to prime the prefix cache (warm policy); not measured.
     Prime,
+    /// Two-point method: the first request of a pair (`max_tokens` a).
+    TwoPointA,
+    /// Two-point method: the second request of a pair (`max_tokens` b), same prompt.
+    TwoPointB,
+}
+
+impl RequestRole {
+    /// True for the requests a point's numbers come from.
+    pub fn is_measured(self) -> bool {
+        !matches!(self, RequestRole::Prime)
+    }
 }
 
 /// One chunk of a streamed response.

@@ -11,12 +11,12 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::client::{Client, FlushOutcome, GenerationRequest};
-use crate::measure::{metrics, verify};
+use crate::measure::{metrics, twopoint, verify};
 use crate::prompt::{Calibrated, Calibrator, PromptSource, TextGenerator, nonce};
 use crate::results::records::{Flag, PointRecord, RequestRecord, RequestRole, Stat};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
-use crate::spec::types::{ArgValue, CachePolicy, Experiment};
+use crate::spec::types::{ArgValue, CachePolicy, Experiment, Measure};
 
 use super::Interrupt;
 use super::progress::Progress;
@@ -176,17 +176,33 @@ impl PointRunner {
                     CachePolicy::AsIs => prompt_for(i),
                 })
                 .collect();
-            let (records, stopped) = self
-                .send_all(
-                    client,
-                    point,
-                    round,
-                    exp,
-                    prompts,
-                    &model,
-                    source.target_tokens(),
-                )
-                .await;
+            let (records, stopped) = match exp.method.resolve() {
+                Measure::Streaming => {
+                    self.send_all(
+                        client,
+                        point,
+                        round,
+                        exp,
+                        prompts,
+                        &model,
+                        source.target_tokens(),
+                    )
+                    .await
+                }
+                Measure::TwoPoint { a, b } => {
+                    self.send_pairs(
+                        client,
+                        point,
+                        round,
+                        (a, b),
+                        prompts,
+                        &model,
+                        source.target_tokens(),
+                        &mut flags,
+                    )
+                    .await
+                }
+            };
             measured.extend(records);
             if stopped {
                 interrupted = true;
@@ -194,7 +210,13 @@ impl PointRunner {
             }
         }
 
-        let refs: Vec<&RequestRecord> = measured.iter().collect();
+        let two_point = matches!(exp.method.resolve(), Measure::TwoPoint { .. });
+        // Two-point: the cache policy is verified on the first requests; the second ones are
+        // judged by the pair (a cached second request is the failure the method must show).
+        let refs: Vec<&RequestRecord> = measured
+            .iter()
+            .filter(|r| !two_point || r.role == RequestRole::TwoPointA)
+            .collect();
         let verdict = if exp.cache.verify {
             verify::verify(exp.cache.policy, &refs)
         } else {
@@ -206,9 +228,11 @@ impl PointRunner {
             .filter(|(i, r)| r.error.is_none() && !verdict.contaminated.contains(i))
             .map(|(_, r)| *r)
             .collect();
-        record.ok = refs.iter().filter(|r| r.error.is_none()).count();
-        record.errors = refs.len() - record.ok;
-        for r in &refs {
+        // Every measured request counts here, both of a two-point pair.
+        let sent: Vec<&RequestRecord> = measured.iter().collect();
+        record.ok = sent.iter().filter(|r| r.error.is_none()).count();
+        record.errors = sent.len() - record.ok;
+        for r in &sent {
             if let Some(e) = &r.error {
                 let kind = serde_json::to_value(e.kind)
                     .ok()
@@ -218,7 +242,7 @@ impl PointRunner {
             }
         }
         if record.errors > 0 {
-            let first = refs
+            let first = sent
                 .iter()
                 .find_map(|r| r.error.as_ref())
                 .map(|e| e.message.clone())
@@ -233,7 +257,7 @@ impl PointRunner {
                 message: format!(
                     "{} of {} requests failed ({}); first: {}",
                     record.errors,
-                    refs.len(),
+                    sent.len(),
                     kinds.join(", "),
                     truncate(&first, 300)
                 ),
@@ -242,6 +266,11 @@ impl PointRunner {
         flags.extend(verdict.flags);
         record.metrics = if clean.is_empty() {
             IndexMap::new()
+        } else if two_point {
+            let pairs = pairs_of(&clean, &measured);
+            let (stats, pair_flags) = twopoint::aggregate_pairs(&pairs);
+            flags.extend(pair_flags);
+            stats
         } else {
             metrics::aggregate(&clean)
         };
@@ -344,6 +373,64 @@ impl PointRunner {
         (records, stopped)
     }
 
+    /// Two-point method: per prompt, request a (`max_tokens` a), then, under the cold policy,
+    /// a cache flush, then request b with the same prompt. One pair at a time: a flush is
+    /// refused while requests run. Returns the records (both of each pair) and whether an
+    /// interrupt stopped it.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_pairs(
+        &self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        (a, b): (u32, u32),
+        prompts: Vec<String>,
+        model: &Option<String>,
+        requested: Option<u64>,
+        flags: &mut Vec<Flag>,
+    ) -> (Vec<RequestRecord>, bool) {
+        let exp = &point.experiment;
+        let mut records = Vec::new();
+        for (i, prompt) in prompts.into_iter().enumerate() {
+            for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
+                if role == RequestRole::TwoPointB
+                    && exp.cache.policy == CachePolicy::Cold
+                    && let Err(e) = flush(client, &self.interrupt).await
+                {
+                    flags.push(Flag {
+                        kind: "flush-failed".into(),
+                        message: e,
+                    });
+                }
+                let mut req = generation_request(exp, prompt.clone(), model);
+                req.max_tokens = max_tokens;
+                self.progress.request_started();
+                let m = tokio::select! {
+                    m = client.stream(&req, exp.request_timeout) => m,
+                    _ = self.interrupt.wait() => return (records, true),
+                };
+                let rec = m.into_record(
+                    &point.id,
+                    round,
+                    i as u32,
+                    role,
+                    exp.workload.api,
+                    max_tokens,
+                    requested,
+                );
+                self.append(&rec, flags);
+                self.progress.request_finished();
+                let failed = rec.error.is_some();
+                records.push(rec);
+                if failed {
+                    // Without its first request a pair has no t_a; move on to the next prompt.
+                    break;
+                }
+            }
+        }
+        (records, false)
+    }
+
     async fn body_text(
         &mut self,
         client: &Client,
@@ -397,6 +484,27 @@ impl PointRunner {
         });
         Ok((generator.text(cal.chars), flag))
     }
+}
+
+/// Pairs each clean first request with its second request (same round and index), when that
+/// one succeeded too.
+fn pairs_of<'a>(
+    clean_a: &[&'a RequestRecord],
+    all: &'a [RequestRecord],
+) -> Vec<(&'a RequestRecord, &'a RequestRecord)> {
+    clean_a
+        .iter()
+        .filter_map(|a| {
+            all.iter()
+                .find(|b| {
+                    b.role == RequestRole::TwoPointB
+                        && b.round == a.round
+                        && b.index == a.index
+                        && b.error.is_none()
+                })
+                .map(|b| (*a, b))
+        })
+        .collect()
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model.
