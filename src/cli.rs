@@ -58,6 +58,10 @@ pub enum Command {
         /// No progress bar; plain progress lines only (the default when stderr is not a terminal).
         #[arg(long)]
         quiet: bool,
+        /// After the run, check the spec's `expect:` list like `servebench check`, and exit 1
+        /// when a published number is not reproduced.
+        #[arg(long)]
+        check: bool,
     },
     /// Re-render `report.md` of a run directory from its stored files only (meta.json,
     /// points.jsonl, requests.jsonl).
@@ -71,6 +75,13 @@ pub enum Command {
         /// Print the report to stdout instead of writing report.md.
         #[arg(long)]
         stdout: bool,
+    },
+    /// Check a run against the published numbers in its spec's `expect:` list: one verdict per
+    /// expectation (reproduced, off by X%, point failed). Exits 1 when any does not hold.
+    Check {
+        /// A run directory, e.g. runs/long-context/2026-11-29T10-04-12Z.
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
     },
     /// Print the JSON Schema of experiment specs (for editors: `# yaml-language-server: $schema=...`).
     Schema,
@@ -108,12 +119,18 @@ where
     match cli.command {
         Command::Validate { specs } => validate(&specs),
         Command::Plan { spec } => plan(&spec),
-        Command::Run { spec, out, quiet } => run_experiment(&spec, out, quiet),
+        Command::Run {
+            spec,
+            out,
+            quiet,
+            check,
+        } => run_experiment(&spec, out, quiet, check),
         Command::Report {
             run_dir,
             template,
             stdout,
         } => report(&run_dir, template, stdout),
+        Command::Check { run_dir } => check(&run_dir),
         Command::Schema => {
             print!("{}", crate::spec::schema_json());
             exit::OK
@@ -192,7 +209,7 @@ fn plan(path: &std::path::Path) -> i32 {
     exit::OK
 }
 
-fn run_experiment(path: &std::path::Path, out: PathBuf, quiet: bool) -> i32 {
+fn run_experiment(path: &std::path::Path, out: PathBuf, quiet: bool, check: bool) -> i32 {
     let spec = match load(path) {
         Ok(s) => s,
         Err(c) => return c,
@@ -232,16 +249,57 @@ fn run_experiment(path: &std::path::Path, out: PathBuf, quiet: bool) -> i32 {
                 ),
             }
             use crate::results::meta::RunStatus;
-            match o.status {
+            let code = match o.status {
                 RunStatus::Complete if o.report.is_ok() => exit::OK,
                 RunStatus::Complete => exit::FAILED,
                 s => {
                     eprintln!("run {:?}: {}", s, o.reason.as_deref().unwrap_or(""));
                     exit::FAILED
                 }
+            };
+            if !check {
+                return code;
+            }
+            // A run that reproduces a published crash is "incomplete" yet may pass its check:
+            // with --check, the expectations decide.
+            match crate::results::rundir::RunDir::open(&o.dir)
+                .and_then(|d| crate::report::reproduction::check_run_dir(&d))
+            {
+                Ok(r) => print_check(&r).max(if r.results.is_empty() { code } else { exit::OK }),
+                Err(e) => {
+                    eprintln!("error: cannot check the run: {e}");
+                    exit::FAILED
+                }
             }
         }
     }
+}
+
+fn check(run_dir: &std::path::Path) -> i32 {
+    let dir = match crate::results::rundir::RunDir::open(run_dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::BAD_INPUT;
+        }
+    };
+    match crate::report::reproduction::check_run_dir(&dir) {
+        Ok(r) => print_check(&r),
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILED
+        }
+    }
+}
+
+/// Prints the verdicts; exit 1 when any expectation does not hold.
+fn print_check(r: &crate::report::reproduction::Reproduction) -> i32 {
+    if r.results.is_empty() {
+        println!("no expectations: the spec has no `expect:` list, so there is nothing to check");
+        return exit::OK;
+    }
+    print!("{}", crate::report::reproduction::format_text(r));
+    if r.failed > 0 { exit::FAILED } else { exit::OK }
 }
 
 fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) -> i32 {

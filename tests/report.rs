@@ -310,6 +310,7 @@ fn run_dir_round_trip() {
         .collect(),
         flags: vec![],
         incomplete: false,
+        failure: None,
     };
     dir.append_point(&point).unwrap();
 

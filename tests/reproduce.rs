@@ -19,7 +19,7 @@ fn two_point_without_a_flush_is_flagged_as_cache_reuse_never_nan() {
         &sim_spec(
             "naive",
             "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 64",
-            "method: two-point\ncache: { policy: as-is }\nsweep:\n  ctx: [1024, 4096]\n",
+            "method: two-point\ncache: { policy: as-is }\nsweep:\n  ctx: [1024, 4096]\nexpect:\n  - { where: { ctx: 1024 }, flag: cache-reuse-suspected, source: naive script }\n  - { where: { ctx: 4096 }, metric: ttft_s, value: 1000, tolerance: 1% }\n",
         ),
     );
     let out = ws.run(&spec);
@@ -58,6 +58,27 @@ fn two_point_without_a_flush_is_flagged_as_cache_reuse_never_nan() {
         !report.contains("NaN") && !report.contains(" inf "),
         "{report}"
     );
+    assert!(report.contains("## Reproduction"), "{report}");
+    assert!(report.contains("1 of 2 expectations hold"), "{report}");
+    assert!(
+        report.contains("✅ flagged cache-reuse-suspected, as published"),
+        "{report}"
+    );
+    assert!(report.contains("Sources: naive script."), "{report}");
+
+    let check = servebench().arg("check").arg(&dir).output().unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", show(&check));
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        text.contains("ok   p001 (ctx=1024) flag cache-reuse-suspected"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL p002 (ctx=4096) ttft_s: measured"),
+        "{text}"
+    );
+    assert!(text.contains("-> off by -"), "{text}");
+    assert!(text.contains("1 of 2 expectations hold"), "{text}");
 }
 
 #[test]

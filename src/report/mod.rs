@@ -5,6 +5,7 @@
 
 pub mod format;
 pub mod model;
+pub mod reproduction;
 
 use std::path::{Path, PathBuf};
 

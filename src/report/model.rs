@@ -118,6 +118,8 @@ pub struct ReportModel {
     pub unfinished_points: Vec<UnfinishedPoint>,
     /// Definitions of the metrics, by metric name (`ttft_s`, ...), in report order.
     pub metric_defs: IndexMap<String, MetricDef>,
+    /// The spec's `expect:` entries checked against this run (empty without expectations).
+    pub reproduction: super::reproduction::Reproduction,
     /// Run-wide counts.
     pub totals: Totals,
     /// Problems found reading the run's files (e.g. a truncated line skipped); empty when clean.
@@ -498,6 +500,7 @@ pub fn build_model(
         tables,
         unfinished_points: unfinished_points(points, requests),
         metric_defs: metric_defs(exp.method.resolve()),
+        reproduction: super::reproduction::evaluate(meta, points),
         totals,
         data_notes: Vec::new(),
     }

@@ -172,4 +172,8 @@ pub struct PointRecord {
     /// True when the point did not run to completion (interrupted or the server died).
     #[serde(default)]
     pub incomplete: bool,
+    /// Why the server failed during (or before) this point, classified from its log:
+    /// `out-of-memory`, `kv-pool-too-small`, `port-in-use`, `startup-error`, `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }

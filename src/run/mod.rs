@@ -195,22 +195,23 @@ pub async fn execute(
                 group.id,
                 server_label(&group.server)
             ));
-            let mut handle = match ServerHandle::start(&group.id, &group.server, &log, &interrupt)
-                .await
-            {
-                Ok(h) => h,
-                Err(server::ServerError::Interrupted) => break 'groups,
-                Err(e) => {
-                    // The group's remaining points cannot run; record them as failed and go on.
-                    let msg = e.to_string();
-                    progress.line(&format!("{}: {msg}", group.id));
-                    problems.push(format!("{}: {}", group.id, first_line(&msg)));
-                    for p in pending.by_ref() {
-                        append_point(&run_dir, &failed_point(p, &group.id, "server-failed", &msg))?;
+            let mut handle =
+                match ServerHandle::start(&group.id, &group.server, &log, &interrupt).await {
+                    Ok(h) => h,
+                    Err(server::ServerError::Interrupted) => break 'groups,
+                    Err(e) => {
+                        // The group's remaining points cannot run; record them as failed and go on.
+                        let msg = e.to_string();
+                        progress.line(&format!("{}: {msg}", group.id));
+                        problems.push(format!("{}: {}", group.id, first_line(&msg)));
+                        for p in pending.by_ref() {
+                            let mut record = failed_point(p, &group.id, "server-failed", &msg);
+                            record.failure = e.cause_label();
+                            append_point(&run_dir, &record)?;
+                        }
+                        continue;
                     }
-                    continue;
-                }
-            };
+                };
             if let Some(s) = handle.record.ready_after_s {
                 progress.line(&format!(
                     "{}: ready after {s:.1} s at {}",
@@ -251,6 +252,7 @@ pub async fn execute(
                         message: format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
                     });
                     record.incomplete = true;
+                    record.failure = Some(cause.label().to_string());
                     problems.push(format!("{}: {msg}", record.id));
                     handle.record.outcome = Some(format!("crashed: {}", cause.label()));
                     relaunch = true;
@@ -391,6 +393,7 @@ fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> P
             message: msg.to_string(),
         }],
         incomplete: true,
+        failure: None,
     }
 }
 

@@ -86,6 +86,7 @@ impl PointRunner {
             metrics: IndexMap::new(),
             flags: Vec::new(),
             incomplete: false,
+            failure: None,
         };
         self.progress.point_started(&point_label(point));
 

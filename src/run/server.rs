@@ -51,6 +51,17 @@ pub enum ServerError {
     Interrupted,
 }
 
+impl ServerError {
+    /// The crash class, when the server itself failed (for expectations and the report).
+    pub fn cause_label(&self) -> Option<String> {
+        match self {
+            ServerError::DiedAtStart { cause, .. } => Some(cause.clone()),
+            ServerError::NotReady { .. } => Some("ready-timeout".into()),
+            _ => None,
+        }
+    }
+}
+
 /// Names whose values never land in results: API keys, tokens, passwords.
 pub fn is_secret(name: &str) -> bool {
     // Word match, so `max-total-tokens` is not a secret but `HF_TOKEN` is.

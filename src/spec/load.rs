@@ -296,11 +296,12 @@ pub const EXPECTABLE_METRICS: [&str; 12] = [
 ];
 
 /// Failure causes an expectation may name (the crash classes).
-pub const EXPECTABLE_FAILURES: [&str; 5] = [
+pub const EXPECTABLE_FAILURES: [&str; 6] = [
     "out-of-memory",
     "kv-pool-too-small",
     "port-in-use",
     "startup-error",
+    "ready-timeout",
     "unknown",
 ];
 

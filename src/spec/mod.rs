@@ -14,5 +14,5 @@ pub mod validate;
 pub mod yaml;
 
 pub use diagnostics::{Diagnostic, SpecErrors};
-pub use load::{LoadedSpec, Point, load, load_str};
+pub use load::{LoadedSpec, Point, load, load_str, same_value};
 pub use schema::schema_json;
