@@ -252,21 +252,23 @@ fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) ->
             return exit::BAD_INPUT;
         }
     };
-    match crate::report::render_run_dir(&dir, template.as_deref()) {
-        Ok(md) if stdout => {
-            print!("{md}");
-            exit::OK
-        }
-        Ok(md) => match dir.write_report(&md) {
-            Ok(()) => {
-                println!("report: {}", dir.path.join("report.md").display());
+    if stdout {
+        return match crate::report::render_run_dir(&dir, template.as_deref()) {
+            Ok(md) => {
+                print!("{md}");
                 exit::OK
             }
             Err(e) => {
-                eprintln!("error: cannot write report.md: {e}");
+                eprintln!("error: {e}");
                 exit::FAILED
             }
-        },
+        };
+    }
+    match crate::report::write_report(&dir, template.as_deref()) {
+        Ok(path) => {
+            println!("report: {}", path.display());
+            exit::OK
+        }
         Err(e) => {
             eprintln!("error: {e}");
             exit::FAILED
