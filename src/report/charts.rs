@@ -104,6 +104,9 @@ pub struct ChartPoint {
     pub context_tokens: f64,
     /// Mean of the metric over the point's successful requests.
     pub value: f64,
+    /// True when the point has warnings in the report (cache hit, failed requests, ...): its
+    /// marker is drawn hollow, so a doubtful number does not pass for a clean one.
+    pub warned: bool,
 }
 
 /// The charts the model has data for, in report order. A chart is left out when no swept
@@ -238,6 +241,7 @@ fn chart_point(row: &PointRow, metric: &str) -> Option<ChartPoint> {
         ChartPoint {
             context_tokens,
             value,
+            warned: row.warning_count > 0,
         },
     )
 }
@@ -253,7 +257,8 @@ pub struct ChartError {
 }
 
 /// Draws a chart as SVG: context on a log-2 axis (ticks 1k, 2k, 4k, ...), the metric on a linear
-/// axis from zero, one coloured line with point markers per series, a legend when there are labels.
+/// axis from zero, one coloured line per series with a marker per point (hollow for a point with
+/// warnings), a legend when there are labels.
 pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
     let err = |e: &dyn std::fmt::Display| ChartError {
         file: chart.file.to_string(),
@@ -264,6 +269,14 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
         .ok_or_else(|| err(&"no points to draw"))?;
     let y_max = points().map(|p| p.value).fold(0.0, f64::max);
     let y_top = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
+    // Headroom for the legend in the upper left, so it never hides a line that runs high there.
+    let labels = chart.series.iter().filter(|s| !s.label.is_empty()).count();
+    let legend_share = if labels == 0 {
+        0.0
+    } else {
+        ((20 * labels + 14) as f64 / 345.0).min(0.5)
+    };
+    let y_top = y_top / (1.0 - legend_share);
 
     let mut svg = String::new();
     {
@@ -310,10 +323,16 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
             }
-            plot.draw_series(xy.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| err(&e))?;
+            let markers = series.points.iter().zip(&xy).map(|(p, &at)| {
+                if p.warned {
+                    Circle::new(at, 4, color.stroke_width(2))
+                } else {
+                    Circle::new(at, 3, color.filled())
+                }
+            });
+            plot.draw_series(markers).map_err(|e| err(&e))?;
         }
-        if chart.series.iter().any(|s| !s.label.is_empty()) {
+        if labels > 0 {
             plot.configure_series_labels()
                 .position(SeriesLabelPosition::UpperLeft)
                 .background_style(WHITE.mix(0.85))
