@@ -10,7 +10,10 @@ use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatte
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::model::{PointRow, ReportModel};
+use super::model::{NameValue, PointRow, ReportModel};
+
+/// A result row with its server group's sweep values.
+type Row<'a> = (&'a [NameValue], &'a PointRow);
 
 /// Width and height of every chart, in SVG pixels.
 const SIZE: (u32, u32) = (720, 440);
@@ -112,7 +115,7 @@ pub struct ChartPoint {
 /// The charts the model has data for, in report order. A chart is left out when no swept
 /// dimension changes the context length or fewer than two points measured its metric.
 pub fn charts(model: &ReportModel) -> Vec<Chart> {
-    let rows: Vec<(&[super::model::NameValue], &PointRow)> = model
+    let rows: Vec<Row> = model
         .tables
         .iter()
         .flat_map(|t| t.rows.iter().map(move |r| (t.server_values.as_slice(), r)))
@@ -159,10 +162,7 @@ pub fn charts(model: &ReportModel) -> Vec<Chart> {
 
 /// Indexes of the point dimensions that change the requested prompt length: two rows that
 /// differ only in that dimension asked for different lengths.
-fn context_dimensions(
-    dims: &[String],
-    rows: &[(&[super::model::NameValue], &PointRow)],
-) -> Vec<usize> {
+fn context_dimensions(dims: &[String], rows: &[Row]) -> Vec<usize> {
     (0..dims.len())
         .filter(|&d| {
             rows.iter().any(|(sa, a)| {
@@ -171,8 +171,8 @@ fn context_dimensions(
                         && a.ctx_req.is_some()
                         && b.ctx_req.is_some()
                         && a.ctx_req != b.ctx_req
-                        && a.values[d] != b.values[d]
-                        && (0..dims.len()).all(|o| o == d || a.values[o] == b.values[o])
+                        && a.values.get(d) != b.values.get(d)
+                        && (0..dims.len()).all(|o| o == d || a.values.get(o) == b.values.get(o))
                 })
             })
         })
@@ -181,12 +181,8 @@ fn context_dimensions(
 
 /// Each row's legend text: the values of the dimensions, other than the context ones, that take
 /// more than one value in the run (server dimensions first, then point dimensions).
-fn series_labels(
-    model: &ReportModel,
-    rows: &[(&[super::model::NameValue], &PointRow)],
-    context_dims: &[usize],
-) -> Vec<String> {
-    let varies = |values: Vec<&String>| values.iter().any(|v| *v != values[0]);
+fn series_labels(model: &ReportModel, rows: &[Row], context_dims: &[usize]) -> Vec<String> {
+    let varies = |values: Vec<&String>| values.iter().any(|v| Some(v) != values.first());
     let server_dims: Vec<usize> = (0..model.server_dimensions.len())
         .filter(|&i| {
             varies(
@@ -207,12 +203,8 @@ fn series_labels(
                 .filter_map(|&i| server.get(i))
                 .map(|nv| format!("{}={}", short_name(&nv.name), nv.value));
             let point_parts = point_dims.iter().filter_map(|&i| {
-                let value = row.values.get(i)?;
-                Some(format!(
-                    "{}={}",
-                    short_name(&model.point_dimensions[i]),
-                    value
-                ))
+                let name = model.point_dimensions.get(i)?;
+                Some(format!("{}={}", short_name(name), row.values.get(i)?))
             });
             server_parts
                 .chain(point_parts)
@@ -423,9 +415,9 @@ fn value_label(v: f64) -> String {
 /// A tick label for 2^v tokens: `512`, `1k`, `64k`, `1M`.
 fn context_label(v: f64) -> String {
     let tokens = v.exp2().round() as u64;
-    if tokens >= 1 << 20 && tokens % (1 << 20) == 0 {
+    if tokens >= 1 << 20 && tokens.is_multiple_of(1 << 20) {
         format!("{}M", tokens >> 20)
-    } else if tokens >= 1024 && tokens % 1024 == 0 {
+    } else if tokens >= 1024 && tokens.is_multiple_of(1024) {
         format!("{}k", tokens >> 10)
     } else {
         tokens.to_string()
