@@ -59,8 +59,8 @@ pub enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// Re-render `report.md` of a run directory from its stored files only (meta.json,
-    /// points.jsonl, requests.jsonl).
+    /// Re-render `report.md` and its charts (`charts/*.svg`) of a run directory from its stored
+    /// files only (meta.json, points.jsonl, requests.jsonl).
     Report {
         /// A run directory, e.g. runs/quickstart/2026-11-29T10-04-12Z.
         #[arg(value_name = "RUN_DIR")]
@@ -68,7 +68,7 @@ pub enum Command {
         /// Render with this minijinja template instead of the one the spec named.
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
-        /// Print the report to stdout instead of writing report.md.
+        /// Print the report to stdout instead of writing report.md (charts are not written).
         #[arg(long)]
         stdout: bool,
     },
