@@ -63,8 +63,8 @@ pub enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Re-render `report.md` of a run directory from its stored files only (meta.json,
-    /// points.jsonl, requests.jsonl).
+    /// Re-render `report.md` and its charts (`charts/*.svg`) of a run directory from its stored
+    /// files only (meta.json, points.jsonl, requests.jsonl).
     Report {
         /// A run directory, e.g. runs/quickstart/2026-11-29T10-04-12Z.
         #[arg(value_name = "RUN_DIR")]
@@ -72,7 +72,7 @@ pub enum Command {
         /// Render with this minijinja template instead of the one the spec named.
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
-        /// Print the report to stdout instead of writing report.md.
+        /// Print the report to stdout instead of writing report.md (charts are not written).
         #[arg(long)]
         stdout: bool,
     },
@@ -310,21 +310,23 @@ fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) ->
             return exit::BAD_INPUT;
         }
     };
-    match crate::report::render_run_dir(&dir, template.as_deref()) {
-        Ok(md) if stdout => {
-            print!("{md}");
-            exit::OK
-        }
-        Ok(md) => match dir.write_report(&md) {
-            Ok(()) => {
-                println!("report: {}", dir.path.join("report.md").display());
+    if stdout {
+        return match crate::report::render_run_dir(&dir, template.as_deref()) {
+            Ok(md) => {
+                print!("{md}");
                 exit::OK
             }
             Err(e) => {
-                eprintln!("error: cannot write report.md: {e}");
+                eprintln!("error: {e}");
                 exit::FAILED
             }
-        },
+        };
+    }
+    match crate::report::write_report(&dir, template.as_deref()) {
+        Ok(path) => {
+            println!("report: {}", path.display());
+            exit::OK
+        }
         Err(e) => {
             eprintln!("error: {e}");
             exit::FAILED

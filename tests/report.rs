@@ -4,12 +4,15 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use chrono::{TimeZone, Utc};
+use indexmap::IndexMap;
 use servebench::report::{self, ReportError, build_model};
 use servebench::results::records::{
     Chunk, PointRecord, RequestRecord, RequestRole, Stat, TokenSource,
 };
 use servebench::results::{RunDir, RunDirError};
 use servebench::spec::types::Api;
+
+use crate::common::{Workspace, run_dir, servebench, show, sim_spec};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -383,4 +386,328 @@ fn bad_files_are_errors_naming_the_file_and_line() {
     let err = dir.read_requests().unwrap_err();
     assert!(matches!(err, RunDirError::Parse { line: 2, .. }), "{err:?}");
     assert!(err.to_string().contains("requests.jsonl:2:"), "{err}");
+}
+
+// ---- charts ----
+
+/// A point of a ctx × concurrency sweep whose TTFT grows with the context; `ttft_s` None is a
+/// point whose every request failed.
+fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> PointRecord {
+    let stat = |mean: f64| Stat {
+        count: 2,
+        mean,
+        ..Default::default()
+    };
+    let mut metrics = IndexMap::new();
+    if let Some(ttft) = ttft_s {
+        metrics.insert("ttft_s".to_string(), stat(ttft));
+        metrics.insert("prompt_tokens".to_string(), stat(ctx as f64));
+        metrics.insert("decode_tok_s".to_string(), stat(100.0));
+    }
+    PointRecord {
+        id: id.to_string(),
+        values: [
+            ("ctx".to_string(), serde_json::json!(ctx)),
+            ("concurrency".to_string(), serde_json::json!(concurrency)),
+        ]
+        .into_iter()
+        .collect(),
+        group: "g1".to_string(),
+        requested_prompt_tokens: Some(ctx),
+        ok: if ttft_s.is_some() { 2 } else { 0 },
+        errors: if ttft_s.is_some() { 0 } else { 2 },
+        error_kinds: Default::default(),
+        metrics,
+        flags: vec![],
+        incomplete: false,
+    }
+}
+
+/// The report model of a ctx [1k, 2k, 4k, 8k] × concurrency [1, 4] sweep; the 8k point at
+/// concurrency 4 failed.
+fn sweep_model() -> report::ReportModel {
+    let mut meta = open("clean-sweep").read_meta().unwrap();
+    meta.dimensions = vec!["ctx".to_string(), "concurrency".to_string()];
+    let mut points = Vec::new();
+    for (i, ctx) in [1024u64, 2048, 4096, 8192].into_iter().enumerate() {
+        for concurrency in [1u64, 4] {
+            let id = format!("p{:03}", points.len() + 1);
+            let failed = ctx == 8192 && concurrency == 4;
+            let ttft = (!failed).then(|| 0.1 * (i + 1) as f64 * concurrency as f64);
+            points.push(sweep_point(&id, ctx, concurrency, ttft));
+        }
+    }
+    build_model(&meta, &points, &[])
+}
+
+/// `(fill colour, cx, cy)` of every point marker in an SVG, in drawing order.
+fn markers(svg: &str) -> Vec<(String, i32, i32)> {
+    svg.lines()
+        .filter(|l| l.starts_with("<circle"))
+        .map(|l| (attr(l, "fill"), num(l, "cx"), num(l, "cy")))
+        .collect()
+}
+
+#[track_caller]
+fn attr(line: &str, name: &str) -> String {
+    let start = line
+        .find(&format!(" {name}=\""))
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+        + name.len()
+        + 3;
+    line[start..].split('"').next().unwrap().to_string()
+}
+
+#[track_caller]
+fn num(line: &str, name: &str) -> i32 {
+    attr(line, name).parse().unwrap()
+}
+
+#[test]
+fn chart_lines_follow_the_data_on_a_log_axis() {
+    let model = sweep_model();
+    let all = report::charts::charts(&model);
+    let ttft = all.iter().find(|c| c.file == "ttft.svg").unwrap();
+    let labels: Vec<&str> = ttft.series.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, vec!["concurrency=1", "concurrency=4"]);
+    assert_eq!(
+        ttft.series[1].points.len(),
+        3,
+        "the failed point is left out"
+    );
+
+    let svg = report::charts::render_svg(ttft).unwrap();
+    let found = markers(&svg);
+    assert_eq!(found.len(), 7, "one marker per measured point");
+    let colours: Vec<&String> = found.iter().map(|(c, ..)| c).fold(Vec::new(), |mut v, c| {
+        if !v.contains(&c) {
+            v.push(c)
+        }
+        v
+    });
+    assert_eq!(colours.len(), 2, "one colour per concurrency");
+    for colour in colours {
+        let line: Vec<(i32, i32)> = found
+            .iter()
+            .filter(|(c, ..)| c == colour)
+            .map(|&(_, x, y)| (x, y))
+            .collect();
+        // Context doubles from point to point: equal steps on the log axis.
+        let steps: Vec<i32> = line.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        assert!(steps.iter().all(|s| *s > 0), "{line:?}");
+        assert!(
+            steps.iter().all(|s| (s - steps[0]).abs() <= 1),
+            "2x context is one equal step: {steps:?}"
+        );
+        // TTFT rises with context, so the marker climbs (SVG y grows downwards).
+        assert!(line.windows(2).all(|w| w[1].1 < w[0].1), "{line:?}");
+    }
+    // A linear y axis: concurrency 1 rises 0.1 s per point in equal steps, and its 8k point
+    // (0.4 s) sits level with concurrency 4's 1k point (also 0.4 s).
+    let c1: Vec<i32> = found[..4].iter().map(|m| m.2).collect();
+    let rises: Vec<i32> = c1.windows(2).map(|w| w[0] - w[1]).collect();
+    assert!(rises.iter().all(|r| (r - rises[0]).abs() <= 1), "{rises:?}");
+    assert!((c1[3] - found[4].2).abs() <= 1, "{found:?}");
+
+    for label in ["concurrency=1", "concurrency=4"] {
+        assert_eq!(
+            svg.matches(&format!("\n{label}\n")).count(),
+            1,
+            "one legend entry for {label}"
+        );
+    }
+    for tick in ["1k", "2k", "4k", "8k"] {
+        assert!(svg.contains(&format!("\n{tick}\n")), "tick {tick}: {svg}");
+    }
+    assert_eq!(
+        svg,
+        report::charts::render_svg(ttft).unwrap(),
+        "deterministic"
+    );
+}
+
+#[test]
+fn charts_need_a_context_sweep_and_two_measured_points() {
+    let mut meta = open("clean-sweep").read_meta().unwrap();
+    meta.dimensions = vec!["ctx".to_string(), "concurrency".to_string()];
+
+    // Only concurrency varies: nothing to draw against context, so no charts and no links.
+    let same_ctx: Vec<PointRecord> = [1u64, 2, 4]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| sweep_point(&format!("p{i}"), 1024, *c, Some(0.1 * *c as f64)))
+        .collect();
+    let model = build_model(&meta, &same_ctx, &[]);
+    assert!(report::charts::charts(&model).is_empty());
+    assert!(model.charts.is_empty());
+    assert!(!report::render(&model, None).unwrap().contains("## Charts"));
+
+    // Context varies but only one point measured anything: a line needs two.
+    let one_measured = vec![
+        sweep_point("p1", 1024, 1, Some(0.1)),
+        sweep_point("p2", 2048, 1, None),
+    ];
+    let model = build_model(&meta, &one_measured, &[]);
+    assert!(report::charts::charts(&model).is_empty());
+
+    // The sweep model: decode is measured, prefill never was, so prefill has no chart.
+    let model = sweep_model();
+    let files: Vec<&str> = report::charts::charts(&model)
+        .iter()
+        .map(|c| c.file)
+        .collect();
+    assert_eq!(files, vec!["ttft.svg", "decode.svg"]);
+    let paths: Vec<&str> = model.charts.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, vec!["charts/ttft.svg", "charts/decode.svg"]);
+    let text = report::render(&model, None).unwrap();
+    assert!(
+        text.contains("![TTFT against context length](charts/ttft.svg)"),
+        "{text}"
+    );
+    assert!(!text.contains("prefill.svg"));
+}
+
+#[test]
+fn clean_sweep_ttft_chart() {
+    let model = model_of("clean-sweep");
+    let charts = report::charts::charts(&model);
+    let ttft = charts.iter().find(|c| c.file == "ttft.svg").unwrap();
+    // One line per server group, labelled by the server dimension that differs.
+    let labels: Vec<&str> = ttft.series.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        vec!["chunked-prefill-size=4096", "chunked-prefill-size=16384"]
+    );
+    insta::assert_snapshot!(
+        "clean_sweep_ttft_chart",
+        report::charts::render_svg(ttft).unwrap()
+    );
+}
+
+/// A copy of a fixture run directory that a test may write into.
+fn writable_copy(name: &str) -> (tempfile::TempDir, RunDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in fs::read_dir(fixture(name)).unwrap() {
+        let path = entry.unwrap().path();
+        fs::copy(&path, tmp.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let dir = RunDir::open(tmp.path()).unwrap();
+    (tmp, dir)
+}
+
+#[test]
+fn written_report_and_charts_rerender_byte_identical() {
+    let (_tmp, dir) = writable_copy("clean-sweep");
+    let path = report::write_report(&dir, None).unwrap();
+    assert_eq!(path, dir.path.join("report.md"));
+    let read_all = || {
+        [
+            "report.md",
+            "charts/ttft.svg",
+            "charts/prefill.svg",
+            "charts/decode.svg",
+        ]
+        .map(|f| fs::read(dir.path.join(f)).unwrap_or_else(|e| panic!("{f}: {e}")))
+    };
+    let first = read_all();
+    let markdown = String::from_utf8(first[0].clone()).unwrap();
+    assert_eq!(
+        markdown,
+        rendered("clean-sweep"),
+        "same text as render_run_dir"
+    );
+    for file in ["ttft.svg", "prefill.svg", "decode.svg"] {
+        assert!(markdown.contains(&format!("](charts/{file})")), "{file}");
+    }
+    report::write_report(&dir, None).unwrap();
+    assert_eq!(read_all(), first);
+
+    // A chart the data no longer supports is removed, not left beside the report.
+    let (_tmp2, flat) = writable_copy("clean-sweep");
+    fs::create_dir_all(flat.path.join("charts")).unwrap();
+    fs::write(flat.path.join("charts/extra-note.txt"), "mine").unwrap();
+    let points = flat.read_points().unwrap();
+    let one_ctx: Vec<String> = points
+        .iter()
+        .filter(|p| p.requested_prompt_tokens == Some(1024))
+        .map(|p| serde_json::to_string(p).unwrap() + "\n")
+        .collect();
+    fs::write(flat.path.join("points.jsonl"), one_ctx.concat()).unwrap();
+    fs::write(flat.path.join("charts/ttft.svg"), "old").unwrap();
+    report::write_report(&flat, None).unwrap();
+    assert!(!flat.path.join("charts/ttft.svg").exists());
+    assert!(
+        flat.path.join("charts/extra-note.txt").exists(),
+        "only chart files are removed"
+    );
+}
+
+#[test]
+fn sim_run_writes_linked_charts_and_report_redraws_them() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "charts.yaml",
+        &sim_spec(
+            "charts",
+            "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 8",
+            "cache: { policy: cold, verify: true }\nsweep:\n  ctx: [512, 1024, 2048]\n  concurrency: [1, 2]\nrequests: 2",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let markdown = fs::read_to_string(dir.join("report.md")).unwrap();
+    let mut drawn = Vec::new();
+    for file in ["ttft.svg", "prefill.svg", "decode.svg"] {
+        assert!(
+            markdown.contains(&format!("](charts/{file})")),
+            "{file} linked:\n{markdown}"
+        );
+        let svg = fs::read_to_string(dir.join("charts").join(file)).unwrap();
+        assert!(svg.starts_with("<svg"), "{file}");
+        for legend in ["concurrency=1", "concurrency=2"] {
+            assert!(svg.contains(&format!("\n{legend}\n")), "{file}: {legend}");
+        }
+        assert_eq!(markers(&svg).len(), 6, "{file}: one marker per point");
+        drawn.push(svg);
+    }
+
+    // `servebench report` redraws the same bytes from the stored files.
+    let _turn = crate::common::exclusive();
+    let again = servebench().arg("report").arg(&dir).output().unwrap();
+    assert!(again.status.success(), "{}", show(&again));
+    for (file, before) in ["ttft.svg", "prefill.svg", "decode.svg"].iter().zip(&drawn) {
+        assert_eq!(
+            &fs::read_to_string(dir.join("charts").join(file)).unwrap(),
+            before
+        );
+    }
+    assert_eq!(fs::read_to_string(dir.join("report.md")).unwrap(), markdown);
+}
+
+#[test]
+fn points_with_warnings_have_hollow_markers() {
+    // contaminated: p002 (4k) hit the cache in a cold run; p001 (1k) and p003 (16k) are clean
+    // for TTFT apart from p003's own warnings.
+    let model = model_of("contaminated");
+    let warned: Vec<(&str, usize)> = model.tables[0]
+        .rows
+        .iter()
+        .map(|r| (r.id.as_str(), r.warning_count))
+        .collect();
+    let charts = report::charts::charts(&model);
+    let ttft = charts.iter().find(|c| c.file == "ttft.svg").unwrap();
+    let svg = report::charts::render_svg(ttft).unwrap();
+    let fills: Vec<String> = markers(&svg).into_iter().map(|m| m.0).collect();
+    let expected: Vec<bool> = warned
+        .iter()
+        .filter(|(id, _)| *id != "p004")
+        .map(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        fills.iter().map(|f| f == "none").collect::<Vec<_>>(),
+        expected,
+        "{warned:?} {fills:?}"
+    );
+    assert!(expected.contains(&true) && expected.contains(&false));
 }

@@ -1,8 +1,11 @@
 //! Reports: a run directory's records rendered through a minijinja Markdown template.
 //!
 //! [`build_model`] turns the stored records into a [`ReportModel`]; [`render`] is a pure function
-//! from that model and a template to Markdown. Only [`render_run_dir`] touches the disk.
+//! from that model and a template to Markdown, and [`charts`] draws its SVG charts. Only
+//! [`render_run_dir`] (reads) and [`write_report`] (reads, then writes `report.md` and
+//! `charts/*.svg`) touch the disk.
 
+pub mod charts;
 pub mod format;
 pub mod model;
 pub mod reproduction;
@@ -12,7 +15,8 @@ use std::path::{Path, PathBuf};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
-use crate::results::rundir::{RunDir, RunDirError};
+use crate::results::meta::RunMeta;
+use crate::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
 
 pub use model::{ReportModel, build_model};
 
@@ -48,6 +52,16 @@ pub enum ReportError {
     /// The run directory's records could not be read.
     #[error(transparent)]
     RunDir(#[from] RunDirError),
+    /// A chart could not be drawn.
+    #[error(transparent)]
+    Chart(#[from] charts::ChartError),
+    /// The report or a chart could not be written into the run directory.
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 fn location(name: &str, line: Option<usize>) -> String {
@@ -107,6 +121,56 @@ pub fn render_run_dir(
     dir: &RunDir,
     template_override: Option<&Path>,
 ) -> Result<String, ReportError> {
+    let (meta, model) = read_model(dir)?;
+    render_for_run(&meta, &model, template_override)
+}
+
+/// Renders a run directory's report and writes it as `report.md`, with its charts in
+/// `charts/*.svg` (a chart that no longer applies is removed). Returns the report's path.
+/// Nothing is written when the template fails.
+pub fn write_report(
+    dir: &RunDir,
+    template_override: Option<&Path>,
+) -> Result<PathBuf, ReportError> {
+    let (meta, model) = read_model(dir)?;
+    let markdown = render_for_run(&meta, &model, template_override)?;
+    write_charts(dir, &charts::charts(&model))?;
+    let path = dir.file(REPORT_FILE);
+    dir.write_report(&markdown)
+        .map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(path)
+}
+
+/// Writes each chart's SVG into `charts/` and removes chart files the data no longer supports,
+/// so the folder always matches the report's links.
+fn write_charts(dir: &RunDir, drawn: &[charts::Chart]) -> Result<(), ReportError> {
+    let folder = dir.file(CHARTS_DIR);
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Write { path, source }
+    };
+    if !drawn.is_empty() {
+        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    }
+    for chart in drawn {
+        let svg = charts::render_svg(chart)?;
+        let path = folder.join(chart.file);
+        std::fs::write(&path, svg).map_err(write_err(&path))?;
+    }
+    for file in charts::chart_files() {
+        let path = folder.join(file);
+        if !drawn.iter().any(|c| c.file == file) && path.exists() {
+            std::fs::remove_file(&path).map_err(write_err(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// The run's meta and its report model, with notes on lines skipped while reading.
+fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
     let requests = dir.read_requests_detailed()?;
@@ -124,7 +188,15 @@ pub fn render_run_dir(
             ));
         }
     }
+    Ok((meta, model))
+}
 
+/// Renders with the override, else the template the spec named.
+fn render_for_run(
+    meta: &RunMeta,
+    model: &ReportModel,
+    template_override: Option<&Path>,
+) -> Result<String, ReportError> {
     let named = &meta.experiment.report.template;
     let path = match template_override {
         Some(path) => Some(path.to_path_buf()),
@@ -139,14 +211,14 @@ pub fn render_run_dir(
         ),
     };
     match path {
-        None => render(&model, None),
+        None => render(model, None),
         Some(path) => {
             let source =
                 std::fs::read_to_string(&path).map_err(|source| ReportError::ReadTemplate {
                     path: path.clone(),
                     source,
                 })?;
-            render_named(&model, &path.display().to_string(), &source)
+            render_named(model, &path.display().to_string(), &source)
         }
     }
 }

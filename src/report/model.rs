@@ -4,6 +4,7 @@
 use indexmap::IndexMap;
 use serde::Serialize;
 
+use super::charts::{self, ChartLink};
 use crate::results::meta::{RunMeta, RunStatus, ServerLaunch};
 use crate::results::records::{PointRecord, RequestRecord, RequestRole, Stat, TokenSource};
 use crate::spec::types::{Api, CachePolicy, Engine, PromptSpec};
@@ -124,6 +125,9 @@ pub struct ReportModel {
     pub totals: Totals,
     /// Problems found reading the run's files (e.g. a truncated line skipped); empty when clean.
     pub data_notes: Vec<String>,
+    /// Charts drawn beside the report (`charts/*.svg`), in report order; empty when no swept
+    /// dimension changes the context length or too few points were measured.
+    pub charts: Vec<ChartLink>,
 }
 
 /// Status and timing of the run.
@@ -435,7 +439,7 @@ pub fn build_model(
         }
     }
 
-    ReportModel {
+    let mut model = ReportModel {
         model_version: MODEL_VERSION,
         title: exp.name.clone(),
         description: exp.description.trim().to_string(),
@@ -503,7 +507,11 @@ pub fn build_model(
         reproduction: super::reproduction::evaluate(meta, points),
         totals,
         data_notes: Vec::new(),
-    }
+        charts: Vec::new(),
+    };
+    // The links come from the same selection that draws the files, so they always agree.
+    model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
+    model
 }
 
 fn is_server_dim(name: &str) -> bool {

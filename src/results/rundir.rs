@@ -34,6 +34,8 @@ pub const REQUESTS_FILE: &str = "requests.jsonl";
 pub const POINTS_FILE: &str = "points.jsonl";
 /// The rendered report.
 pub const REPORT_FILE: &str = "report.md";
+/// Folder of the SVG charts the report links to.
+pub const CHARTS_DIR: &str = "charts";
 
 /// Why a run directory could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -303,14 +303,8 @@ pub async fn execute(
     write_meta(&run_dir, &meta)?;
 
     let template = user_template(first, &spec_dir);
-    let report = crate::report::render_run_dir(&run_dir, template.as_deref())
-        .map_err(|e| e.to_string())
-        .and_then(|md| {
-            run_dir
-                .write_report(&md)
-                .map_err(|e| format!("cannot write report.md: {e}"))?;
-            Ok(run_dir.path.join("report.md"))
-        });
+    let report =
+        crate::report::write_report(&run_dir, template.as_deref()).map_err(|e| e.to_string());
     Ok(RunOutcome {
         dir: run_dir.path.clone(),
         status,
