@@ -1,4 +1,5 @@
 //! Metrics, statistics and cache-policy verification.
 pub mod metrics;
+pub mod spread;
 pub mod stats;
 pub mod verify;

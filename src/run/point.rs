@@ -245,6 +245,7 @@ impl PointRunner {
         } else {
             metrics::aggregate(&clean)
         };
+        flags.extend(crate::measure::spread::spread_flags(&record.metrics));
         record.flags = flags;
         let expected = exp.repeat as usize * exp.requests as usize;
         record.incomplete = interrupted || refs.len() < expected;
