@@ -83,6 +83,33 @@ pub enum Command {
         #[arg(value_name = "RUN_DIR")]
         run_dir: PathBuf,
     },
+    /// Compare runs side by side: the first run is the baseline, points are matched by their
+    /// sweep values, and each metric shows the relative change. A change is marked as a
+    /// regression or an improvement only when it exceeds the noise: the 95% confidence intervals
+    /// do not overlap, or it is larger than `--threshold`. Server flags and other settings that
+    /// differ between the runs are listed first; points missing from some runs are listed at the
+    /// end. Failed or flagged points are shown, never judged.
+    ///
+    /// Example: `servebench compare runs/chunk-8192/<ts> runs/chunk-4096/<ts> --threshold 5%`
+    Compare {
+        /// Run directories (two or more), e.g. runs/quickstart/2026-11-29T10-04-12Z.
+        #[arg(required = true, num_args = 2.., value_name = "RUN_DIR")]
+        runs: Vec<PathBuf>,
+        /// Also mark a change larger than this many percent, whatever the intervals say
+        /// (`5` or `5%`). Useful for runs without intervals (one request per point).
+        #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+        threshold: Option<f64>,
+        /// Exit 1 when any metric regressed (for CI).
+        #[arg(long)]
+        fail_on_regression: bool,
+        /// Write the comparison to this file instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Render with this minijinja template instead of the built-in one; it sees the
+        /// comparison model (src/report/compare.rs) and the report filters.
+        #[arg(long, value_name = "FILE")]
+        template: Option<PathBuf>,
+    },
     /// Print the JSON Schema of experiment specs (for editors: `# yaml-language-server: $schema=...`).
     Schema,
     /// Run the built-in SGLang-compatible simulator. Accepts `python -m sglang.launch_server`
@@ -131,6 +158,13 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
+        Command::Compare {
+            runs,
+            threshold,
+            fail_on_regression,
+            out,
+            template,
+        } => compare(&runs, threshold, fail_on_regression, out, template),
         Command::Schema => {
             print!("{}", crate::spec::schema_json());
             exit::OK
@@ -331,5 +365,80 @@ fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) ->
             eprintln!("error: {e}");
             exit::FAILED
         }
+    }
+}
+
+/// `5`, `5%` or `2.5 %`: a non-negative, finite percentage.
+fn parse_percent(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_end_matches('%').trim();
+    match number.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!(
+            "expected a percentage such as 5 or 5%, got `{text}`"
+        )),
+    }
+}
+
+fn compare(
+    paths: &[PathBuf],
+    threshold: Option<f64>,
+    fail_on_regression: bool,
+    out: Option<PathBuf>,
+    template: Option<PathBuf>,
+) -> i32 {
+    use crate::report::compare;
+    let mut runs = Vec::new();
+    for path in paths {
+        match compare::load(path) {
+            Ok(run) => runs.push(run),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::BAD_INPUT;
+            }
+        }
+    }
+    let source = match &template {
+        None => None,
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => Some((path.display().to_string(), text)),
+            Err(e) => {
+                eprintln!(
+                    "error: {}: cannot read the compare template: {e}",
+                    path.display()
+                );
+                return exit::BAD_INPUT;
+            }
+        },
+    };
+    let model = compare::build(&runs, threshold);
+    let markdown = match compare::render(
+        &model,
+        source.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
+    ) {
+        Ok(md) => md,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::FAILED;
+        }
+    };
+    match &out {
+        None => print!("{markdown}"),
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &markdown) {
+                eprintln!("error: cannot write {}: {e}", path.display());
+                return exit::FAILED;
+            }
+            println!("comparison: {}", path.display());
+        }
+    }
+    let s = &model.summary;
+    eprintln!(
+        "{} regression(s), {} improvement(s) over {} shared point(s)",
+        s.regressions, s.improvements, s.shared
+    );
+    if fail_on_regression && s.regressions > 0 {
+        exit::FAILED
+    } else {
+        exit::OK
     }
 }

@@ -8,6 +8,17 @@ fn metric(point: &serde_json::Value, name: &str, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name}.{field} in {point}"))
 }
 
+/// The point's flags that question its validity: `high-variance` only says the spread is wide
+/// (it comes and goes with machine load), so it is left out.
+fn validity_flags(point: &serde_json::Value) -> Vec<&serde_json::Value> {
+    point["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] != "high-variance")
+        .collect()
+}
+
 #[test]
 fn a_cold_context_sweep_measures_every_point_and_writes_the_run_directory() {
     let ws = Workspace::new();
@@ -65,7 +76,7 @@ fn a_cold_context_sweep_measures_every_point_and_writes_the_run_directory() {
     for (p, target) in points.iter().zip([256.0, 2048.0]) {
         assert_eq!(p["ok"], 3);
         assert_eq!(p["errors"], 0);
-        assert!(p["flags"].as_array().unwrap().is_empty(), "{p}");
+        assert!(validity_flags(p).is_empty(), "{p}");
         let prompt = metric(p, "prompt_tokens", "mean");
         assert!(
             (prompt - target).abs() / target <= 0.02 + 1e-9,
@@ -118,11 +129,7 @@ fn warm_policy_reuses_the_cache_and_a_disabled_cache_is_flagged() {
         points[1]["group"], "g2",
         "a server dimension means a second launch"
     );
-    assert!(
-        points[0]["flags"].as_array().unwrap().is_empty(),
-        "{}",
-        points[0]
-    );
+    assert!(validity_flags(&points[0]).is_empty(), "{}", points[0]);
     assert!(metric(&points[0], "cached_tokens", "mean") > 900.0);
     let flags = points[1]["flags"].as_array().unwrap();
     assert!(
@@ -401,7 +408,7 @@ fn the_quickstart_runs_end_to_end() {
     assert_eq!(points.len(), 6);
     for p in &points {
         assert_eq!(p["ok"], 4, "{p}");
-        assert!(p["flags"].as_array().unwrap().is_empty(), "{p}");
+        assert!(validity_flags(p).is_empty(), "{p}");
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("# quickstart"));

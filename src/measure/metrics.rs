@@ -12,7 +12,7 @@ use indexmap::IndexMap;
 
 use crate::results::records::{RequestRecord, RequestRole, Stat};
 
-use super::stats::summarize;
+use super::stats::{RequestSamples, seed_for, summarize_requests};
 
 /// The metrics of one request. Times in seconds, rates in tokens per second.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -88,8 +88,12 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
 /// `prefill_tok_s`, `decode_tok_s`, `tpot_s`, `itl_s` and `icl_s` (pooled over every gap of
 /// every request), `e2e_s`, `prompt_tokens`, `cached_tokens`, `completion_tokens`. A metric with
 /// no value (e.g. `cached_tokens` from an OpenAI server without cache reports) is left out.
+///
+/// Each metric carries a 95% confidence interval of its mean: across round means when the
+/// records span three rounds or more, else a bootstrap over requests seeded by the metric's name
+/// (see [`summarize_requests`]).
 pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
-    let mut columns: IndexMap<&str, Vec<f64>> = [
+    let mut columns: IndexMap<&str, Vec<RequestSamples>> = [
         "ttft_s",
         "prefill_tok_s",
         "decode_tok_s",
@@ -104,34 +108,46 @@ pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
     .into_iter()
     .map(|k| (k, Vec::new()))
     .collect();
-    let mut push = |key: &str, v: Option<f64>| {
-        if let (Some(v), Some(col)) = (v, columns.get_mut(key)) {
-            col.push(v);
-        }
-    };
     for r in records
         .iter()
         .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
     {
         let m = request_metrics(r);
-        push("ttft_s", m.ttft_s);
-        push("prefill_tok_s", m.prefill_tok_s);
-        push("decode_tok_s", m.decode_tok_s);
-        push("tpot_s", m.tpot_s);
-        push("e2e_s", m.e2e_s);
-        push("prompt_tokens", r.prompt_tokens.map(|n| n as f64));
-        push("cached_tokens", r.cached_tokens.map(|n| n as f64));
-        push("completion_tokens", r.completion_tokens.map(|n| n as f64));
-        for v in m.itl_s {
-            push("itl_s", Some(v));
-        }
-        for v in m.icl_s {
-            push("icl_s", Some(v));
-        }
+        let mut push = |key: &str, values: Vec<f64>| {
+            if let Some(col) = columns.get_mut(key)
+                && !values.is_empty()
+            {
+                col.push(RequestSamples {
+                    round: r.round,
+                    values,
+                });
+            }
+        };
+        push("ttft_s", m.ttft_s.into_iter().collect());
+        push("prefill_tok_s", m.prefill_tok_s.into_iter().collect());
+        push("decode_tok_s", m.decode_tok_s.into_iter().collect());
+        push("tpot_s", m.tpot_s.into_iter().collect());
+        push("e2e_s", m.e2e_s.into_iter().collect());
+        push(
+            "prompt_tokens",
+            r.prompt_tokens.map(|n| n as f64).into_iter().collect(),
+        );
+        push(
+            "cached_tokens",
+            r.cached_tokens.map(|n| n as f64).into_iter().collect(),
+        );
+        push(
+            "completion_tokens",
+            r.completion_tokens.map(|n| n as f64).into_iter().collect(),
+        );
+        push("itl_s", m.itl_s);
+        push("icl_s", m.icl_s);
     }
     columns
         .into_iter()
-        .filter_map(|(k, values)| summarize(&values).map(|s| (k.to_string(), s)))
+        .filter_map(|(k, samples)| {
+            summarize_requests(&samples, seed_for(k)).map(|s| (k.to_string(), s))
+        })
         .collect()
 }
 
@@ -243,5 +259,48 @@ mod tests {
         close(agg["itl_s"].p90, 0.31); // np.percentile([0.1,0.1,0.1,0.4], 90) = 0.31
         assert_eq!(agg["icl_s"].count, 2);
         close(agg["completion_tokens"].mean, 3.0);
+    }
+
+    #[test]
+    fn aggregate_takes_the_interval_across_three_rounds() {
+        // TTFT round means 0.5, 0.6, 0.7 (one request each): mean 0.6, s = 0.1,
+        // half = 4.3027 * 0.1 / sqrt(3).
+        let records: Vec<RequestRecord> = [0.5, 0.6, 0.7]
+            .into_iter()
+            .enumerate()
+            .map(|(round, ttft)| {
+                let mut r = record(&[(ttft, 1), (ttft + 0.1, 1)], ttft + 0.2, 2);
+                r.round = round as u32;
+                r
+            })
+            .collect();
+        let refs: Vec<&RequestRecord> = records.iter().collect();
+        let agg = aggregate(&refs);
+        let ttft = &agg["ttft_s"];
+        assert_eq!(
+            ttft.ci_method,
+            Some(crate::results::records::CiMethod::Repeats)
+        );
+        let half = 4.3027 * 0.1 / 3f64.sqrt();
+        close(ttft.ci95_low.unwrap(), 0.6 - half);
+        close(ttft.ci95_high.unwrap(), 0.6 + half);
+        close(ttft.cv.unwrap(), 0.1 / 0.6);
+
+        // The same requests in one round: a bootstrap over the three requests instead.
+        let one_round: Vec<RequestRecord> = records
+            .iter()
+            .cloned()
+            .map(|mut r| {
+                r.round = 0;
+                r
+            })
+            .collect();
+        let refs: Vec<&RequestRecord> = one_round.iter().collect();
+        let agg = aggregate(&refs);
+        assert_eq!(
+            agg["ttft_s"].ci_method,
+            Some(crate::results::records::CiMethod::BootstrapRequests)
+        );
+        assert_eq!(agg, aggregate(&refs), "deterministic");
     }
 }

@@ -6,6 +6,7 @@
 //! `charts/*.svg`) touch the disk.
 
 pub mod charts;
+pub mod compare;
 pub mod format;
 pub mod model;
 pub mod reproduction;
@@ -79,8 +80,13 @@ pub fn render(model: &ReportModel, template: Option<&str>) -> Result<String, Rep
     }
 }
 
-/// Renders the report with a template given by name (used in error messages) and source.
-pub fn render_named(model: &ReportModel, name: &str, source: &str) -> Result<String, ReportError> {
+/// Renders a model (the report's, or another such as the comparison's) with a template given by
+/// name (used in error messages) and source.
+pub fn render_named<M: serde::Serialize>(
+    model: &M,
+    name: &str,
+    source: &str,
+) -> Result<String, ReportError> {
     let mut env = Environment::new();
     // Strict: a misspelt field is an error with a line number, not a silently empty cell.
     env.set_undefined_behavior(UndefinedBehavior::Strict);

@@ -514,6 +514,18 @@ pub fn build_model(
     model
 }
 
+/// The definition of a metric by name (`ttft_s`), None for a name the report does not know.
+pub fn metric_def(name: &str) -> Option<MetricDef> {
+    METRICS
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map(|(_, label, unit, def)| MetricDef {
+            label: label.to_string(),
+            unit: unit.to_string(),
+            definition: def.to_string(),
+        })
+}
+
 fn is_server_dim(name: &str) -> bool {
     name.starts_with("server.")
 }

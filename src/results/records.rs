@@ -125,6 +125,9 @@ pub struct RequestRecord {
 }
 
 /// Aggregate of one metric over a point's requests.
+///
+/// The spread and interval fields came later than the rest; they default to None so older
+/// `points.jsonl` files still load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Stat {
     pub count: usize,
@@ -134,6 +137,35 @@ pub struct Stat {
     pub p99: f64,
     pub min: f64,
     pub max: f64,
+    /// Sample standard deviation (n - 1 denominator), same unit as the metric. None with fewer
+    /// than two values.
+    #[serde(default)]
+    pub std: Option<f64>,
+    /// Coefficient of variation, `std / mean` (0.1 = 10%). None without `std` or when the mean
+    /// is 0.
+    #[serde(default)]
+    pub cv: Option<f64>,
+    /// Lower end of the 95% confidence interval of the mean, same unit as the metric. None when
+    /// there is no interval (a single request).
+    #[serde(default)]
+    pub ci95_low: Option<f64>,
+    /// Upper end of the 95% confidence interval of the mean.
+    #[serde(default)]
+    pub ci95_high: Option<f64>,
+    /// How the interval was computed (None when there is none).
+    #[serde(default)]
+    pub ci_method: Option<CiMethod>,
+}
+
+/// How a confidence interval was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CiMethod {
+    /// Seeded percentile bootstrap over requests (2000 resamples), for points with fewer than
+    /// three rounds.
+    BootstrapRequests,
+    /// Student's t interval over the means of three or more rounds (`repeat` >= 3).
+    Repeats,
 }
 
 /// A validity flag on a point, shown next to its numbers.

@@ -275,6 +275,11 @@ impl PointRunner {
         } else {
             metrics::aggregate(&clean)
         };
+        // At concurrency > 1 per-request spread is queueing by design (the first request waits
+        // for nobody, the last for everyone): only a single stream's spread is noise.
+        if exp.concurrency == 1 {
+            flags.extend(crate::measure::spread::spread_flags(&record.metrics));
+        }
         record.flags = flags;
         let expected = exp.repeat as usize * exp.requests as usize;
         record.incomplete = interrupted || refs.len() < expected;

@@ -1,0 +1,412 @@
+//! `servebench compare`: synthetic runs with known differences, and two simulator runs.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{TimeZone, Utc};
+use serde_json::json;
+use servebench::report::compare::{self, CompareModel, LoadedRun, Verdict};
+use servebench::results::RunDir;
+use servebench::results::meta::RunMeta;
+use servebench::results::records::{CiMethod, Flag, PointRecord, Stat};
+
+use crate::common::*;
+
+/// The clean-sweep fixture's meta with a new name, server args and sweep dimensions.
+fn meta(name: &str, args: serde_json::Value, dims: &[&str]) -> RunMeta {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep/meta.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["experiment"]["name"] = json!(name);
+    v["experiment"]["server"]["args"] = args;
+    v["dimensions"] = json!(dims);
+    serde_json::from_value(v).expect("meta")
+}
+
+/// A statistic with a mean and a 95% interval.
+fn stat(mean: f64, low: f64, high: f64) -> Stat {
+    Stat {
+        count: 8,
+        mean,
+        p50: mean,
+        p90: high,
+        p99: high,
+        min: low,
+        max: high,
+        ci95_low: Some(low),
+        ci95_high: Some(high),
+        ci_method: Some(CiMethod::BootstrapRequests),
+        ..Stat::default()
+    }
+}
+
+/// A point at `ctx` with TTFT and decode speed as (mean, low, high).
+fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> PointRecord {
+    PointRecord {
+        id: id.to_string(),
+        values: [("ctx".to_string(), json!(ctx))].into_iter().collect(),
+        group: "g1".to_string(),
+        requested_prompt_tokens: Some(ctx),
+        ok: 8,
+        errors: 0,
+        error_kinds: Default::default(),
+        metrics: [
+            ("ttft_s".to_string(), stat(ttft.0, ttft.1, ttft.2)),
+            (
+                "decode_tok_s".to_string(),
+                stat(decode.0, decode.1, decode.2),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        flags: vec![],
+        incomplete: false,
+    }
+}
+
+fn run(path: &str, meta: RunMeta, points: Vec<PointRecord>) -> LoadedRun {
+    LoadedRun {
+        path: PathBuf::from(path),
+        meta,
+        points,
+        truncated_lines: vec![],
+    }
+}
+
+/// A: chunked prefill 8192 at ctx 1024, 8192, 32768. B: 4096 at ctx 1024, 8192, 16384; TTFT at
+/// 1024 is clearly slower, decode the same within noise; B flagged its 8192 point.
+fn chunk_runs() -> Vec<LoadedRun> {
+    let a = run(
+        "runs/chunk/2026-11-29T10-00-00Z",
+        meta(
+            "chunk",
+            json!({ "chunked-prefill-size": 8192, "tp-size": 1 }),
+            &["ctx"],
+        ),
+        vec![
+            point("p001", 1024, (0.100, 0.095, 0.105), (100.0, 96.0, 104.0)),
+            point("p002", 8192, (0.400, 0.390, 0.410), (95.0, 92.0, 98.0)),
+            point("p003", 32768, (1.600, 1.550, 1.650), (80.0, 78.0, 82.0)),
+        ],
+    );
+    let mut flagged = point("p002", 8192, (0.200, 0.190, 0.210), (95.5, 92.0, 99.0));
+    flagged.flags.push(Flag {
+        kind: "cold-cache-hit".into(),
+        message: "2 of 8 requests hit the prefix cache".into(),
+    });
+    let b = run(
+        "runs/chunk/2026-11-29T11-00-00Z",
+        meta(
+            "chunk",
+            json!({ "chunked-prefill-size": 4096, "tp-size": 1 }),
+            &["ctx"],
+        ),
+        vec![
+            point("p001", 1024, (0.150, 0.145, 0.155), (101.0, 97.0, 105.0)),
+            flagged,
+            point("p003", 16384, (0.800, 0.780, 0.820), (88.0, 86.0, 90.0)),
+        ],
+    );
+    vec![a, b]
+}
+
+fn verdicts(model: &CompareModel, metric: &str) -> Vec<(String, Option<Verdict>)> {
+    let table = model.metrics.iter().find(|m| m.name == metric).unwrap();
+    table
+        .rows
+        .iter()
+        .map(|r| (r.point.clone(), r.cells[1].verdict))
+        .collect()
+}
+
+#[test]
+fn compare_report_snapshot() {
+    let model = compare::build(&chunk_runs(), None);
+    insta::assert_snapshot!("compare_report", compare::render(&model, None).unwrap());
+}
+
+#[test]
+fn changes_are_judged_by_direction_and_noise() {
+    let model = compare::build(&chunk_runs(), None);
+    assert_eq!(
+        verdicts(&model, "ttft_s"),
+        vec![
+            ("ctx=1024".to_string(), Some(Verdict::Regression)),
+            ("ctx=8192".to_string(), Some(Verdict::NotCompared)),
+        ]
+    );
+    assert_eq!(
+        verdicts(&model, "decode_tok_s")[0].1,
+        Some(Verdict::WithinNoise)
+    );
+    let ttft = &model.metrics[0].rows[0].cells[1];
+    assert!((ttft.change_pct.unwrap() - 50.0).abs() < 1e-9);
+    assert_eq!(ttft.change, "+50.0%");
+    assert_eq!(
+        (model.summary.regressions, model.summary.improvements),
+        (1, 0)
+    );
+    assert_eq!(model.summary.not_compared, 1);
+    // The flag is shown, with the run and point it came from.
+    let problem = &model.points[1].problems[0];
+    assert_eq!(
+        (problem.run.as_str(), problem.kind.as_str()),
+        ("B", "cold-cache-hit")
+    );
+
+    // Swapped, the same change is an improvement.
+    let mut swapped = chunk_runs();
+    swapped.reverse();
+    let model = compare::build(&swapped, None);
+    assert_eq!(verdicts(&model, "ttft_s")[0].1, Some(Verdict::Improvement));
+}
+
+#[test]
+fn server_flags_that_differ_are_listed_first() {
+    let model = compare::build(&chunk_runs(), None);
+    let first = &model.differences[0];
+    assert_eq!(first.name, "server.args.chunked-prefill-size");
+    assert_eq!(first.values, vec!["8192", "4096"]);
+    assert!(
+        !model.differences.iter().any(|d| d.name.contains("tp-size")),
+        "equal settings are not differences: {:?}",
+        model.differences
+    );
+}
+
+#[test]
+fn different_sweeps_compare_shared_points_and_list_the_rest() {
+    let model = compare::build(&chunk_runs(), None);
+    let shared: Vec<&str> = model.points.iter().map(|p| p.label.as_str()).collect();
+    assert_eq!(shared, vec!["ctx=1024", "ctx=8192"]);
+    let only: Vec<(&str, Vec<Option<&str>>)> = model
+        .unmatched
+        .iter()
+        .map(|u| {
+            (
+                u.label.as_str(),
+                u.ids.iter().map(|i| i.as_deref()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        only,
+        vec![
+            ("ctx=32768", vec![Some("p003"), None]),
+            ("ctx=16384", vec![None, Some("p003")]),
+        ]
+    );
+    let text = compare::render(&model, None).unwrap();
+    assert!(text.contains("## Points not in every run"), "{text}");
+}
+
+#[test]
+fn a_server_dimension_swept_in_both_runs_matches_point_for_point() {
+    // Both runs sweep the chunk size; B runs a newer server. Points match on (chunk, ctx).
+    let swept = |name: &str, version: &str, ttft: f64| {
+        let mut m = meta(
+            name,
+            json!({}),
+            &["server.args.chunked-prefill-size", "ctx"],
+        );
+        m.servers[0].server_info = Some(json!({ "version": version }));
+        let points = [4096, 8192]
+            .into_iter()
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut p = point(
+                    &format!("p00{}", i + 1),
+                    1024,
+                    (ttft, ttft * 0.95, ttft * 1.05),
+                    (100.0, 99.0, 101.0),
+                );
+                p.values
+                    .insert_before(0, "server.args.chunked-prefill-size".into(), json!(chunk));
+                p
+            })
+            .collect();
+        run(&format!("runs/{name}"), m, points)
+    };
+    let model = compare::build(
+        &[swept("old", "0.5.9", 0.1), swept("new", "0.6.0", 0.1)],
+        None,
+    );
+    // ctx takes one value, so only the chunk size tells points apart.
+    assert_eq!(model.dimensions, vec!["server.args.chunked-prefill-size"]);
+    assert_eq!(model.points.len(), 2);
+    assert!(model.unmatched.is_empty());
+    let version = model
+        .differences
+        .iter()
+        .find(|d| d.name == "server version")
+        .unwrap();
+    assert_eq!(version.values, vec!["0.5.9", "0.6.0"]);
+    assert_eq!(model.summary.within_noise, 4);
+}
+
+#[test]
+fn the_threshold_marks_changes_without_intervals() {
+    let mut runs = chunk_runs();
+    for r in &mut runs {
+        for p in &mut r.points {
+            for s in p.metrics.values_mut() {
+                (s.ci95_low, s.ci95_high, s.ci_method) = (None, None, None);
+            }
+        }
+    }
+    assert_eq!(compare::build(&runs, None).summary.regressions, 0);
+    let model = compare::build(&runs, Some(5.0));
+    assert_eq!(verdicts(&model, "ttft_s")[0].1, Some(Verdict::Regression));
+    // Decode +1% stays under 5%.
+    assert_eq!(
+        verdicts(&model, "decode_tok_s")[0].1,
+        Some(Verdict::WithinNoise)
+    );
+}
+
+// ---- the command ----
+
+/// Writes a loaded run to disk as a run directory under `root`.
+fn write_run(root: &Path, name: &str, hour: u32, r: &LoadedRun) -> PathBuf {
+    let started = Utc.with_ymd_and_hms(2026, 11, 29, hour, 0, 0).unwrap();
+    let dir = RunDir::create(root, name, "name: x\n", started).unwrap();
+    dir.write_meta(&r.meta).unwrap();
+    for p in &r.points {
+        dir.append_point(p).unwrap();
+    }
+    dir.path
+}
+
+#[test]
+fn the_command_prints_fails_on_regression_and_rejects_bad_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let runs = chunk_runs();
+    let a = write_run(tmp.path(), "chunk", 10, &runs[0]);
+    let b = write_run(tmp.path(), "chunk", 11, &runs[1]);
+
+    let out = servebench()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("+50.0% **regression**"), "{stdout}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 regression(s)"),
+        "{}",
+        show(&out)
+    );
+
+    let out = servebench()
+        .args(["compare", "--fail-on-regression"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    // The other way round B -> A is an improvement: nothing to fail on.
+    let out = servebench()
+        .args(["compare", "--fail-on-regression"])
+        .arg(&b)
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+
+    let file = tmp.path().join("diff.md");
+    let template = tmp.path().join("short.md.j2");
+    std::fs::write(&template, "{{ summary.regressions }} {{ runs[1].label }}\n").unwrap();
+    let out = servebench()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .arg("--out")
+        .arg(&file)
+        .arg("--template")
+        .arg(&template)
+        .arg("--threshold")
+        .arg("5%")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "1 B\n");
+
+    let missing = tmp.path().join("nope");
+    let out = servebench()
+        .arg("compare")
+        .arg(&a)
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a run directory"),
+        "{}",
+        show(&out)
+    );
+    let out = servebench()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .args(["--threshold", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("5%"),
+        "{}",
+        show(&out)
+    );
+    let out = servebench().arg("compare").arg(&a).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "one run is not a comparison");
+}
+
+// ---- end to end on the simulator ----
+
+#[test]
+fn a_slower_simulator_is_a_regression() {
+    let ws = Workspace::new();
+    let spec = |name: &str, scale: u32| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 8192, sim-time-scale: {scale} }}\n  ready_timeout: 30s\nworkload:\n  prompt: {{ kind: repeat, tokens: 2048 }}\n  output_tokens: 24\nrequests: 6\n"
+            ),
+        )
+    };
+    let fast = ws.run(&spec("base", 2));
+    assert!(fast.status.success(), "{}", show(&fast));
+    let slow = ws.run(&spec("slow", 4));
+    assert!(slow.status.success(), "{}", show(&slow));
+    let (a, b) = (run_dir(&fast), run_dir(&slow));
+
+    let model = compare::build(
+        &[compare::load(&a).unwrap(), compare::load(&b).unwrap()],
+        None,
+    );
+    assert_eq!(model.points.len(), 1, "one point each, matched");
+    let scale = model
+        .differences
+        .iter()
+        .find(|d| d.name == "server.args.sim-time-scale")
+        .expect("the changed flag is listed");
+    assert_eq!(scale.values, vec!["2", "4"]);
+    for metric in ["ttft_s", "decode_tok_s"] {
+        let v = verdicts(&model, metric);
+        assert_eq!(v[0].1, Some(Verdict::Regression), "{metric}: {v:?}");
+    }
+    // TTFT roughly doubles (HTTP overhead makes it a little less).
+    let ttft = model.metrics.iter().find(|m| m.name == "ttft_s").unwrap();
+    let change = ttft.rows[0].cells[1].change_pct.unwrap();
+    assert!(change > 40.0 && change < 130.0, "{change}");
+
+    let out = servebench()
+        .args(["compare", "--fail-on-regression"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+}
