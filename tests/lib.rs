@@ -9,3 +9,5 @@ mod run;
 mod sim;
 mod spec;
 mod spec_corpus;
+mod ssh;
+mod sshd;
