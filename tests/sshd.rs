@@ -131,9 +131,38 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
+        // Killing the listener leaves its per-connection processes behind (they are in
+        // sessions of their own); end those first, while the listener can still reap them.
+        let listener = self.child.id();
+        for pid in children_of(listener) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !children_of(listener).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Pids whose parent is `parent` (zombies included: they are gone once reaped).
+fn children_of(parent: u32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Fields after the command name: state, ppid, ...
+            let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+            after.split_whitespace().nth(1) == Some(&parent.to_string())
+        })
+        .collect()
 }
 
 fn sshd_config(dir: &Path, host_key: &Path, port: u16, home: &Path) -> String {

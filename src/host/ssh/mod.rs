@@ -38,12 +38,14 @@ const SERVER_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// A connected SSH host.
 pub struct SshHost {
+    /// First, so it drops first: its drop asks the master to exit through the control
+    /// socket, which lives in `dir`.
+    session: RwLock<Arc<Session>>,
     target: SshTarget,
     host: String,
     /// Holds the control sockets and the generated ssh config; private to this process.
     dir: tempfile::TempDir,
     config: Option<PathBuf>,
-    session: RwLock<Arc<Session>>,
     /// Serializes reconnections, so concurrent failures reconnect once.
     reconnecting: tokio::sync::Mutex<()>,
     /// Local forwards (local port, remote port), re-requested after a reconnection.
@@ -76,11 +78,11 @@ impl SshHost {
         let host = target.display();
         let session = open(&target, &host, dir.path(), config.as_deref()).await?;
         Ok(SshHost {
+            session: RwLock::new(Arc::new(session)),
             host,
             target,
             dir,
             config,
-            session: RwLock::new(Arc::new(session)),
             reconnecting: tokio::sync::Mutex::new(()),
             forwards: Mutex::new(Vec::new()),
         })
