@@ -380,6 +380,22 @@ async fn a_killed_master_is_reconnected_and_forwards_come_back() {
 }
 
 #[tokio::test]
+async fn reconnection_gives_up_after_bounded_attempts() {
+    let mut sshd = sshd!();
+    let host = sshd.connect().await;
+    sshd.stop();
+    let e = host.run(&["true"]).await.unwrap_err();
+    match &e {
+        SshError::Reconnect { attempts, last, .. } => {
+            assert_eq!(*attempts, 3);
+            assert!(matches!(**last, SshError::Unreachable { .. }), "{last:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("Connection refused"), "{e}");
+}
+
+#[tokio::test]
 async fn host_facts_are_gathered() {
     let sshd = sshd!();
     let host = sshd.connect().await;

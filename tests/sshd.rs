@@ -131,6 +131,13 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Sshd {
+    /// Stops the server and its connections (as if the host went down).
+    pub fn stop(&mut self) {
         // Killing the listener leaves its per-connection processes behind (they are in
         // sessions of their own); end those first, while the listener can still reap them.
         let listener = self.child.id();

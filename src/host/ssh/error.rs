@@ -100,8 +100,7 @@ pub(crate) fn classify(host: &str, known_hosts: &str, stderr: &str) -> SshError 
         .lines()
         .filter(|l| !l.starts_with("Warning: Permanently added"))
         .map(|l| l.trim().trim_start_matches("ssh: "))
-        .filter(|l| !l.is_empty())
-        .last()
+        .rfind(|l| !l.is_empty())
         .unwrap_or("ssh exited without saying why")
         .to_string();
     let host = host.to_string();

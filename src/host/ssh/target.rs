@@ -65,7 +65,7 @@ impl SshTarget {
             return Err(bad("an ssh:// address has no path, query or fragment"));
         }
         let (user, hostport) = match rest.rsplit_once('@') {
-            Some((u, _)) if u.is_empty() => return Err(bad("the user before '@' is empty")),
+            Some(("", _)) => return Err(bad("the user before '@' is empty")),
             Some((u, h)) => (Some(u.to_string()), h),
             None => (None, rest),
         };
