@@ -6,6 +6,10 @@ pub enum SshError {
     #[error("invalid SSH target: {0}")]
     InvalidTarget(String),
 
+    /// A value this layer refuses before anything runs (an empty argv, pid 1, a bad name).
+    #[error("{0}")]
+    InvalidArgument(String),
+
     #[error(
         "cannot reach {host}: {reason}\nCheck the host name, port and network (does `ssh {host}` work from this machine?)."
     )]

@@ -61,7 +61,7 @@ impl SshHost {
             || id.contains('/')
             || id.contains(char::is_control)
         {
-            return Err(SshError::InvalidTarget(format!(
+            return Err(SshError::InvalidArgument(format!(
                 "run directory name {id:?} must be one path component"
             )));
         }

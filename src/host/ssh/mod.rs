@@ -439,7 +439,7 @@ fn command<'a>(s: &'a Session, argv: &[String]) -> openssh::OwningCommand<&'a Se
 
 fn owned_argv<S: AsRef<str>>(argv: &[S]) -> Result<Vec<String>, SshError> {
     if argv.is_empty() || argv[0].as_ref().is_empty() {
-        return Err(SshError::InvalidTarget(
+        return Err(SshError::InvalidArgument(
             "no program given to run on the host".into(),
         ));
     }

@@ -111,7 +111,9 @@ impl SshHost {
     ) -> Result<RemoteProcess, SshError> {
         let program = argv.first().map(AsRef::as_ref).unwrap_or("");
         if program.is_empty() {
-            return Err(SshError::InvalidTarget("no program given to launch".into()));
+            return Err(SshError::InvalidArgument(
+                "no program given to launch".into(),
+            ));
         }
         let mut args = vec![
             workdir.unwrap_or("").to_string(),
@@ -213,7 +215,7 @@ fn check_pid(id: i32, min_exclusive: i32) -> Result<(), SshError> {
     if id > min_exclusive {
         Ok(())
     } else {
-        Err(SshError::InvalidTarget(format!(
+        Err(SshError::InvalidArgument(format!(
             "refusing to signal process id {id}"
         )))
     }
@@ -228,7 +230,7 @@ fn check_env_name(name: &str) -> Result<(), SshError> {
     if ok {
         Ok(())
     } else {
-        Err(SshError::InvalidTarget(format!(
+        Err(SshError::InvalidArgument(format!(
             "environment variable name {name:?} must be letters, digits and '_', not starting with a digit"
         )))
     }
