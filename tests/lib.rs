@@ -11,4 +11,6 @@ mod run;
 mod sim;
 mod spec;
 mod spec_corpus;
+mod ssh;
+mod sshd;
 mod statistics;

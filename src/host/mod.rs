@@ -1,6 +1,8 @@
-//! Where servers run. `local`: a child process on this machine, in its own process group.
+//! Where servers run. `local`: a child process on this machine, in its own process group;
+//! `ssh`: a host reached over SSH.
 
 pub mod local;
+pub mod ssh;
 
 /// A free TCP port on 127.0.0.1 (bind port 0, read it back, release it).
 pub fn free_port() -> std::io::Result<u16> {

@@ -1,0 +1,262 @@
+//! Remote processes: started detached in their own session and process group, watched and
+//! stopped as a whole group, like `host::local` does on this machine.
+
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use super::{SshError, SshHost};
+use crate::host::local::StopOutcome;
+
+/// A process started with [`SshHost::spawn_detached`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteProcess {
+    /// The command's pid.
+    pub pid: i32,
+    /// Its process group (and session): a small launcher shell that waits for the command and
+    /// records its exit status; the command and everything it starts are in this group.
+    pub pgid: i32,
+    /// File holding `pid`; `<pid_path>.pgid` holds `pgid`, `<pid_path>.exit` the exit status
+    /// once the command ends by itself.
+    pub pid_path: String,
+    /// stdout and stderr of the command, appended.
+    pub log_path: String,
+}
+
+/// Launches "$@" detached. Inputs: $1 workdir ('' for none), $2 log, $3 pid file, $4 number
+/// of NAME=value words to export, then those words, then the command. The inner shell (the
+/// group leader after setsid) writes its own pid, runs the command in the background so it
+/// can record the command's pid and, after `wait`, its exit status. Prints "PID PGID".
+const LAUNCH: &str = r#"
+workdir=$1 log=$2 pidfile=$3 nenv=$4
+shift 4
+while [ "$nenv" -gt 0 ]; do export "$1" || exit 3; shift; nenv=$((nenv - 1)); done
+command -v setsid >/dev/null 2>&1 || { echo "setsid is not installed on the host (it is in util-linux)" >&2; exit 3; }
+if [ -n "$workdir" ]; then cd "$workdir" || exit 3; fi
+rm -f "$pidfile" "$pidfile.pgid" "$pidfile.exit" "$pidfile.tmp"
+: >> "$log" || exit 3
+setsid sh -c '
+pidfile=$1; shift
+echo $$ > "$pidfile.pgid"
+"$@" &
+child=$!
+echo "$child" > "$pidfile.tmp" && mv -f "$pidfile.tmp" "$pidfile"
+wait "$child"
+echo $? > "$pidfile.exit"
+' sh "$pidfile" "$@" < /dev/null >> "$log" 2>&1 &
+i=0
+while [ ! -s "$pidfile" ]; do
+  i=$((i + 1))
+  if [ "$i" -gt 200 ]; then echo "the process did not start: no pid in $pidfile after 10 s" >&2; exit 3; fi
+  sleep 0.05 2>/dev/null || sleep 1
+done
+echo "$(cat "$pidfile") $(cat "$pidfile.pgid")"
+"#;
+
+/// Shell functions: is pid $1 / group $1 alive? Zombies do not count (a container's init may
+/// not reap them promptly); without `ps`, `kill -0` alone decides.
+const ALIVE_FNS: &str = r#"
+pid_alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  command -v ps >/dev/null 2>&1 || return 0
+  case $(ps -o stat= -p "$1" 2>/dev/null) in Z*) return 1 ;; esac
+  return 0
+}
+group_alive() {
+  kill -0 "-$1" 2>/dev/null || return 1
+  command -v ps >/dev/null 2>&1 || return 0
+  ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'
+}
+"#;
+
+/// $1 pgid, $2 grace in tenths of a second. Prints gone | term | kill | survived.
+const STOP: &str = r#"
+g=$1 tenths=$2
+pause() { sleep 0.1 2>/dev/null || sleep 1; }
+group_alive "$g" || { echo gone; exit 0; }
+kill -TERM "-$g" 2>/dev/null
+i=0
+while [ "$i" -lt "$tenths" ]; do
+  group_alive "$g" || { echo term; exit 0; }
+  pause; i=$((i + 1))
+done
+group_alive "$g" || { echo term; exit 0; }
+kill -KILL "-$g" 2>/dev/null
+i=0
+while [ "$i" -lt 50 ]; do
+  group_alive "$g" || { echo kill; exit 0; }
+  pause; i=$((i + 1))
+done
+echo survived
+"#;
+
+const EXIT_CODE: &str = r#"[ -f "$1" ] || exit 0; cat "$1""#;
+
+impl SshHost {
+    /// Starts `argv` on the host, detached from the connection in its own session and process
+    /// group (setsid): stdin from /dev/null, stdout and stderr appended to `log_path`, its pid
+    /// written to `pid_path`. `env` is added to the environment and `workdir` is the working
+    /// directory (None: the login directory). Paths are used as given (no `~` expansion).
+    ///
+    /// Not retried after a reconnection, so it never starts twice: the master is checked
+    /// first instead. The command ignores SIGINT (POSIX shells do that for background
+    /// commands); stop it with [`stop_group`](Self::stop_group).
+    pub async fn spawn_detached<S: AsRef<str>>(
+        &self,
+        argv: &[S],
+        env: &IndexMap<String, String>,
+        workdir: Option<&str>,
+        log_path: &str,
+        pid_path: &str,
+    ) -> Result<RemoteProcess, SshError> {
+        let program = argv.first().map(AsRef::as_ref).unwrap_or("");
+        if program.is_empty() {
+            return Err(SshError::InvalidArgument(
+                "no program given to launch".into(),
+            ));
+        }
+        let mut args = vec![
+            workdir.unwrap_or("").to_string(),
+            log_path.to_string(),
+            pid_path.to_string(),
+            env.len().to_string(),
+        ];
+        for (name, value) in env {
+            check_env_name(name)?;
+            args.push(format!("{name}={value}"));
+        }
+        args.extend(argv.iter().map(|a| a.as_ref().to_string()));
+        self.ensure_connected().await?;
+        let s = self.session();
+        let out = super::command(&s, &super::script_argv(LAUNCH, &args))
+            .output()
+            .await
+            .map_err(|e| self.command_error("launching", e))?;
+        let stdout = self.checked(&format!("launching {program}"), out)?;
+        let text = String::from_utf8_lossy(&stdout);
+        let (pid, pgid) = parse_pid_pgid(&text).ok_or_else(|| SshError::Remote {
+            host: self.name().to_string(),
+            what: format!("launching {program}"),
+            message: format!("the launcher printed {text:?}, not a pid and a process group"),
+        })?;
+        Ok(RemoteProcess {
+            pid,
+            pgid,
+            pid_path: pid_path.to_string(),
+            log_path: log_path.to_string(),
+        })
+    }
+
+    /// True while process `pid` exists (and is not a zombie).
+    pub async fn alive(&self, pid: i32) -> Result<bool, SshError> {
+        check_pid(pid, 0)?;
+        let script = format!("{ALIVE_FNS}\npid_alive \"$1\"");
+        let out = self.run_script(&script, &[pid.to_string()]).await?;
+        Ok(out.status.success())
+    }
+
+    /// True while any process of group `pgid` exists (zombies aside).
+    pub async fn group_alive(&self, pgid: i32) -> Result<bool, SshError> {
+        check_pid(pgid, 1)?;
+        let script = format!("{ALIVE_FNS}\ngroup_alive \"$1\"");
+        let out = self.run_script(&script, &[pgid.to_string()]).await?;
+        Ok(out.status.success())
+    }
+
+    /// SIGTERM to the whole group, up to `grace` for it to go, then SIGKILL, and confirms it
+    /// is gone (all on the host, in one command). An error if it survives even SIGKILL.
+    pub async fn stop_group(&self, pgid: i32, grace: Duration) -> Result<StopOutcome, SshError> {
+        check_pid(pgid, 1)?;
+        let tenths = grace.as_millis().div_ceil(100).to_string();
+        let script = format!("{ALIVE_FNS}\n{STOP}");
+        let stdout = self
+            .script_checked(
+                "stopping a process group",
+                &script,
+                &[pgid.to_string(), tenths],
+            )
+            .await?;
+        match String::from_utf8_lossy(&stdout).trim() {
+            "gone" => Ok(StopOutcome::AlreadyExited(format!(
+                "no process of group {pgid} was left"
+            ))),
+            "term" => Ok(StopOutcome::Terminated),
+            "kill" => Ok(StopOutcome::Killed),
+            other => Err(SshError::Remote {
+                host: self.name().to_string(),
+                what: format!("stopping process group {pgid}"),
+                message: match other {
+                    "survived" => "it is still there 5 s after SIGKILL (a process stuck in the kernel, e.g. in a GPU driver call?)".into(),
+                    o => format!("unexpected answer {o:?}"),
+                },
+            }),
+        }
+    }
+
+    /// The command's exit status once it has ended by itself; None while it runs, or when it
+    /// was killed together with its launcher.
+    pub async fn exit_code(&self, process: &RemoteProcess) -> Result<Option<i32>, SshError> {
+        let path = format!("{}.exit", process.pid_path);
+        let stdout = self
+            .script_checked("reading the exit status", EXIT_CODE, &[path])
+            .await?;
+        Ok(String::from_utf8_lossy(&stdout).trim().parse().ok())
+    }
+}
+
+fn parse_pid_pgid(text: &str) -> Option<(i32, i32)> {
+    let mut it = text.split_whitespace().map(|w| w.parse::<i32>().ok());
+    let (pid, pgid) = (it.next()??, it.next()??);
+    (pid > 1 && pgid > 1 && it.next().is_none()).then_some((pid, pgid))
+}
+
+/// `kill -TERM -1` would signal every process of the user: only real ids pass.
+fn check_pid(id: i32, min_exclusive: i32) -> Result<(), SshError> {
+    if id > min_exclusive {
+        Ok(())
+    } else {
+        Err(SshError::InvalidArgument(format!(
+            "refusing to signal process id {id}"
+        )))
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), SshError> {
+    let mut chars = name.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(SshError::InvalidArgument(format!(
+            "environment variable name {name:?} must be letters, digits and '_', not starting with a digit"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launcher_output_is_two_real_ids() {
+        assert_eq!(parse_pid_pgid("123 120\n"), Some((123, 120)));
+        assert_eq!(parse_pid_pgid("123\n"), None);
+        assert_eq!(parse_pid_pgid("123 1"), None);
+        assert_eq!(parse_pid_pgid("0 5"), None);
+        assert_eq!(parse_pid_pgid("12 13 14"), None);
+    }
+
+    #[test]
+    fn dangerous_ids_and_names_are_refused() {
+        assert!(check_pid(1, 1).is_err());
+        assert!(check_pid(-5, 1).is_err());
+        assert!(check_pid(2, 1).is_ok());
+        assert!(check_env_name("HF_TOKEN").is_ok());
+        for bad in ["", "1A", "A=B", "A B", "$(x)"] {
+            assert!(check_env_name(bad).is_err(), "{bad}");
+        }
+    }
+}
