@@ -50,8 +50,13 @@ pub enum Command {
     /// report and exits 1.
     Run {
         /// Spec file (YAML).
-        #[arg(value_name = "SPEC")]
-        spec: PathBuf,
+        #[arg(value_name = "SPEC", required_unless_present = "resume")]
+        spec: Option<PathBuf>,
+        /// Continue an interrupted run in its own directory: finished points are kept, the
+        /// others are measured (their partial records are dropped first, so nothing counts
+        /// twice). The spec is the run's own.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with = "spec")]
+        resume: Option<PathBuf>,
         /// Root directory for run directories.
         #[arg(long, default_value = "runs", value_name = "DIR")]
         out: PathBuf,
@@ -110,6 +115,18 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
     },
+    /// Stop whatever a crashed or killed `servebench run` left running: every server process
+    /// group recorded in RUN_DIR/meta.json (on this machine or over SSH) that is still alive
+    /// gets SIGTERM, then SIGKILL after a grace period, and is confirmed gone.
+    Down {
+        /// A run directory, e.g. runs/long-context/2026-11-29T10-04-12Z.
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
+    },
+    /// Internal: the measuring client servebench runs on a GPU host (`client: host`). Reads
+    /// points as JSON lines on stdin, writes request records as JSON lines on stdout.
+    #[command(hide = true)]
+    Agent,
     /// Print the JSON Schema of experiment specs (for editors: `# yaml-language-server: $schema=...`).
     Schema,
     /// Run the built-in SGLang-compatible simulator. Accepts `python -m sglang.launch_server`
@@ -148,16 +165,19 @@ where
         Command::Plan { spec } => plan(&spec),
         Command::Run {
             spec,
+            resume,
             out,
             quiet,
             check,
-        } => run_experiment(&spec, out, quiet, check),
+        } => run_experiment(spec.as_deref(), resume.as_deref(), out, quiet, check),
+        Command::Down { run_dir } => down(&run_dir),
         Command::Report {
             run_dir,
             template,
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
+        Command::Agent => crate::run::agent::main(),
         Command::Compare {
             runs,
             threshold,
@@ -243,10 +263,19 @@ fn plan(path: &std::path::Path) -> i32 {
     exit::OK
 }
 
-fn run_experiment(path: &std::path::Path, out: PathBuf, quiet: bool, check: bool) -> i32 {
-    let spec = match load(path) {
-        Ok(s) => s,
-        Err(c) => return c,
+fn run_experiment(
+    path: Option<&std::path::Path>,
+    resume: Option<&std::path::Path>,
+    out: PathBuf,
+    quiet: bool,
+    check: bool,
+) -> i32 {
+    let spec = match path {
+        Some(path) => match load(path) {
+            Ok(s) => Some(s),
+            Err(c) => return c,
+        },
+        None => None,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -262,7 +291,13 @@ fn run_experiment(path: &std::path::Path, out: PathBuf, quiet: bool, check: bool
     let outcome = rt.block_on(async {
         let interrupt = crate::run::Interrupt::new();
         interrupt.on_signals();
-        crate::run::execute(&spec, &opts, interrupt).await
+        match (&spec, resume) {
+            (Some(spec), _) => crate::run::execute(spec, &opts, interrupt).await,
+            (None, Some(dir)) => crate::run::resume(dir, &opts, interrupt).await,
+            (None, None) => Err(crate::run::RunError::Preflight(
+                "give a spec file, or --resume RUN_DIR".into(),
+            )),
+        }
     });
     match outcome {
         Err(e @ crate::run::RunError::Preflight(_)) => {
@@ -334,6 +369,38 @@ fn print_check(r: &crate::report::reproduction::Reproduction) -> i32 {
     }
     print!("{}", crate::report::reproduction::format_text(r));
     if r.failed > 0 { exit::FAILED } else { exit::OK }
+}
+
+fn down(run_dir: &std::path::Path) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    match rt.block_on(crate::run::down::down(run_dir)) {
+        Ok(lines) => {
+            for l in &lines {
+                println!("{l}");
+            }
+            if lines
+                .iter()
+                .any(|l| l.contains("STILL ALIVE") || l.contains("could not"))
+            {
+                exit::FAILED
+            } else {
+                exit::OK
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::FAILED
+        }
+    }
 }
 
 fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) -> i32 {

@@ -52,8 +52,21 @@ impl LocalProcess {
         env: &IndexMap<String, String>,
         log_path: &Path,
     ) -> std::io::Result<Self> {
+        Self::spawn_in(cmd, env, None, log_path)
+    }
+
+    /// Like [`spawn`](Self::spawn), in the working directory `workdir` when given.
+    pub fn spawn_in(
+        cmd: &LaunchCommand,
+        env: &IndexMap<String, String>,
+        workdir: Option<&str>,
+        log_path: &Path,
+    ) -> std::io::Result<Self> {
         let log = File::options().create(true).append(true).open(log_path)?;
         let mut command = Command::new(&cmd.program);
+        if let Some(dir) = workdir {
+            command.current_dir(dir);
+        }
         command
             .args(&cmd.args)
             .envs(env)

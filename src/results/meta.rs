@@ -34,6 +34,17 @@ pub struct RunMeta {
     /// One entry per server launch (or the external server).
     #[serde(default)]
     pub servers: Vec<ServerLaunch>,
+    /// The GPU host, read over SSH (hostname, OS, CPU, GPUs from nvidia-smi, SGLang version);
+    /// None for local runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_host: Option<serde_json::Value>,
+    /// Where the measuring client ran: `local` (this machine; through an SSH port forward for
+    /// SSH hosts) or `host` (servebench's agent on the GPU host, against localhost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_placement: Option<String>,
+    /// When `run --resume` continued this run (RFC 3339 UTC), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_at: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,7 +71,7 @@ pub struct HostFacts {
 }
 
 /// A server the run used: launched by servebench, or already running at a URL.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ServerLaunch {
     /// Server group id (`g1`, `g2`, ...): points sharing one server configuration.
     pub group: String,
@@ -88,4 +99,19 @@ pub struct ServerLaunch {
     /// How the server ended: `stopped`, `crashed: ...`, `external`.
     #[serde(default)]
     pub outcome: Option<String>,
+    /// The SSH host it ran on (None: this machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Its process group (the whole server tree), for teardown and `servebench down`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgid: Option<i32>,
+    /// The server process's pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// The log on the host (SSH), mirrored into `log_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_log: Option<String>,
+    /// True once servebench confirmed the process group is gone.
+    #[serde(default)]
+    pub stopped: bool,
 }

@@ -202,6 +202,50 @@ impl RunDir {
         read_jsonl(&self.file(POINTS_FILE))
     }
 
+    /// For `run --resume`: keeps only the records of the points in `keep` (finished points) in
+    /// `points.jsonl` and `requests.jsonl`, so the points measured again do not count twice.
+    /// Each file is rewritten to a temporary file and renamed over the old one; lines are kept
+    /// byte for byte, truncated lines dropped.
+    pub fn retain_points(&self, keep: &std::collections::HashSet<String>) -> io::Result<()> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(default)]
+            id: Option<String>,
+            #[serde(default)]
+            point: Option<String>,
+        }
+        for name in [POINTS_FILE, REQUESTS_FILE] {
+            let path = self.file(name);
+            let text = match fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let mut out = String::with_capacity(text.len());
+            for line in text.lines() {
+                let Ok(head) = serde_json::from_str::<Head>(line) else {
+                    continue;
+                };
+                let id = if name == POINTS_FILE {
+                    head.id
+                } else {
+                    head.point
+                };
+                if id.is_some_and(|id| keep.contains(&id)) {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            let tmp = self.file(&format!("{name}.tmp"));
+            fs::write(&tmp, out)?;
+            fs::rename(&tmp, &path)?;
+        }
+        // Appends reopen the rewritten files.
+        *self.requests.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.points.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(())
+    }
+
     /// Writes `report.md`.
     pub fn write_report(&self, markdown: &str) -> io::Result<()> {
         fs::write(self.file(REPORT_FILE), markdown)

@@ -1,11 +1,15 @@
 //! Executes a plan: per server group, launch (or reach) the server, measure its points, stop
 //! it; write every record as it arrives; render the report at the end, even after a failure.
 
+pub mod agent;
+pub mod down;
 pub mod point;
 pub mod progress;
 pub mod provenance;
+pub mod remote;
 pub mod server;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +20,7 @@ use crate::results::meta::{RunMeta, RunStatus};
 use crate::results::records::{Flag, PointRecord};
 use crate::results::rundir::RunDir;
 use crate::spec::LoadedSpec;
+use crate::spec::types::{ClientPlacement, OnFailure};
 
 use point::PointRunner;
 use progress::Progress;
@@ -60,6 +65,15 @@ impl Interrupt {
 
     /// Triggers on Ctrl-C (SIGINT) and SIGTERM.
     pub fn on_signals(&self) {
+        self.signals(true);
+    }
+
+    /// Like [`on_signals`](Self::on_signals), printing nothing (the agent's output is data).
+    pub fn on_signals_quiet(&self) {
+        self.signals(false);
+    }
+
+    fn signals(&self, announce: bool) {
         let me = self.clone();
         tokio::spawn(async move {
             let mut term =
@@ -76,9 +90,11 @@ impl Interrupt {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term_recv => {}
             }
-            eprintln!(
-                "\ninterrupted: finishing up (recording what was measured, stopping the server)..."
-            );
+            if announce {
+                eprintln!(
+                    "\ninterrupted: finishing up (recording what was measured, stopping the server)..."
+                );
+            }
             me.trigger();
         });
     }
@@ -123,16 +139,24 @@ pub async fn execute(
     opts: &RunOptions,
     interrupt: Interrupt,
 ) -> Result<RunOutcome, RunError> {
-    let plan = Plan::new(&spec.points);
-    let spec_dir = spec
-        .path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let spec_dir = spec_dir(spec);
     preflight(spec, &spec_dir)?;
     let first = &spec.points[0].experiment;
-
     let started = chrono::Utc::now();
+    // An SSH host that cannot be reached (or whose key does not match) fails the run before
+    // anything is created or launched.
+    let remote = match first.host.is_local() {
+        true => None,
+        false => {
+            let id = format!("{}-{}", spec.name, started.format("%Y-%m-%dT%H-%M-%SZ"));
+            Some(
+                remote::RemoteHost::connect(first, &id)
+                    .await
+                    .map_err(|e| RunError::Preflight(format!("cannot use the host: {e}")))?,
+            )
+        }
+    };
+
     let run_dir =
         RunDir::create(&opts.out, &spec.name, &spec.source, started).map_err(|source| {
             RunError::CreateDir {
@@ -141,13 +165,14 @@ pub async fn execute(
             }
         })?;
     let run_dir = Arc::new(run_dir);
+    let plan = Plan::new(&spec.points);
     run_dir
         .write_resolved(&resolved(&plan))
         .map_err(|source| RunError::Write {
             what: "resolved.yaml".into(),
             source,
         })?;
-    let mut meta = RunMeta {
+    let meta = RunMeta {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         git: provenance::git_state(if spec_dir.as_os_str().is_empty() {
             Path::new(".")
@@ -164,29 +189,179 @@ pub async fn execute(
         status_reason: None,
         client_host: provenance::host_facts(),
         servers: Vec::new(),
+        server_host: None,
+        client_placement: Some(placement_name(first).into()),
+        resumed_at: Vec::new(),
     };
     write_meta(&run_dir, &meta)?;
+    run_plan(
+        spec,
+        run_dir,
+        meta,
+        remote,
+        &HashSet::new(),
+        opts,
+        interrupt,
+    )
+    .await
+}
+
+/// `run --resume RUN_DIR`: measures the points an interrupted run did not finish, in the same
+/// run directory. Finished points are kept; records of unfinished ones are dropped first, so
+/// nothing counts twice.
+pub async fn resume(
+    dir: &Path,
+    opts: &RunOptions,
+    interrupt: Interrupt,
+) -> Result<RunOutcome, RunError> {
+    let run_dir = RunDir::open(dir).map_err(|e| RunError::Preflight(e.to_string()))?;
+    let mut meta = run_dir
+        .read_meta()
+        .map_err(|e| RunError::Preflight(e.to_string()))?;
+    let spec = resume_spec(&run_dir, &meta)?;
+    let spec_dir = spec_dir(&spec);
+    preflight(&spec, &spec_dir)?;
+    let done: HashSet<String> = run_dir
+        .read_points()
+        .map_err(|e| RunError::Preflight(e.to_string()))?
+        .into_iter()
+        .filter(|p| !p.incomplete)
+        .map(|p| p.id)
+        .collect();
+    run_dir
+        .retain_points(&done)
+        .map_err(|source| RunError::Write {
+            what: "points.jsonl and requests.jsonl".into(),
+            source,
+        })?;
+    let first = &spec.points[0].experiment;
+    let remote = match first.host.is_local() {
+        true => None,
+        false => {
+            let id = run_dir
+                .path
+                .file_name()
+                .map(|n| format!("{}-{}", spec.name, n.to_string_lossy()))
+                .unwrap_or_else(|| spec.name.clone());
+            Some(
+                remote::RemoteHost::connect(first, &id)
+                    .await
+                    .map_err(|e| RunError::Preflight(format!("cannot use the host: {e}")))?,
+            )
+        }
+    };
+    meta.resumed_at
+        .push(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    meta.status = RunStatus::Running;
+    meta.status_reason = None;
+    meta.ended_at = None;
+    write_meta(&run_dir, &meta)?;
+    run_plan(
+        &spec,
+        Arc::new(run_dir),
+        meta,
+        remote,
+        &done,
+        opts,
+        interrupt,
+    )
+    .await
+}
+
+/// The spec of a run to resume: the original file when it is unchanged (secrets stay out of
+/// the run directory's copy), else that copy.
+fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError> {
+    let original = Path::new(&meta.spec_file);
+    if let Ok(loaded) = crate::spec::load(original)
+        && loaded.sha256 == meta.spec_sha256
+    {
+        return Ok(loaded);
+    }
+    let copy = std::fs::read_to_string(run_dir.file("spec.yaml"))
+        .map_err(|e| RunError::Preflight(format!("cannot read the run's spec.yaml: {e}")))?;
+    if copy.contains(server::REDACTED) {
+        return Err(RunError::Preflight(format!(
+            "{} changed since the run started and the run's copy has redacted secrets; restore the spec file to resume",
+            meta.spec_file
+        )));
+    }
+    // Named after the original, so relative paths (prompt files, templates) resolve as before.
+    crate::spec::load_str(&meta.spec_file, &copy)
+        .map_err(|e| RunError::Preflight(format!("the run's spec no longer loads:\n{e}")))
+}
+
+fn spec_dir(spec: &LoadedSpec) -> PathBuf {
+    spec.path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn placement_name(exp: &crate::spec::types::Experiment) -> &'static str {
+    match remote::placement(exp) {
+        ClientPlacement::Host => "host",
+        ClientPlacement::Local => "local",
+    }
+}
+
+/// Measures the plan's points not in `done`, group by group; always stops what it launched.
+async fn run_plan(
+    spec: &LoadedSpec,
+    run_dir: Arc<RunDir>,
+    mut meta: RunMeta,
+    mut remote: Option<remote::RemoteHost>,
+    done: &HashSet<String>,
+    opts: &RunOptions,
+    interrupt: Interrupt,
+) -> Result<RunOutcome, RunError> {
+    let spec_dir = spec_dir(spec);
+    let first = &spec.points[0].experiment;
+    let mut plan = Plan::new(&spec.points);
+    for g in &mut plan.groups {
+        g.points.retain(|p| !done.contains(&p.id));
+    }
+    plan.groups.retain(|g| !g.points.is_empty());
+    if let Some(r) = &remote {
+        meta.server_host = remote::host_facts(&r.ssh, &python_of(first)).await;
+        write_meta(&run_dir, &meta)?;
+    }
+    let on_host = remote.is_some() && remote::placement(first) == ClientPlacement::Host;
 
     let progress = Progress::new(plan.point_count(), plan.request_count(), opts.quiet);
     progress.line(&format!(
-        "servebench: {} points in {} server group(s); run directory {}",
+        "servebench: {} point(s) to measure in {} server group(s){}; run directory {}",
         plan.point_count(),
         plan.groups.len(),
+        match &remote {
+            Some(r) => format!(
+                " on {} (client on the {})",
+                r.ssh.name(),
+                if on_host {
+                    "host"
+                } else {
+                    "local machine, through a port forward"
+                }
+            ),
+            None => String::new(),
+        },
         run_dir.path.display()
     ));
     let mut runner = PointRunner::new(
-        run_dir.clone(),
+        point::run_dir_sink(run_dir.clone()),
         progress.clone(),
         interrupt.clone(),
         spec_dir.clone(),
     );
     let mut problems: Vec<String> = Vec::new();
     let mut measured_points = 0usize;
+    let mut aborted: Option<String> = None;
 
     'groups: for group in &plan.groups {
         let mut pending = group.points.iter().peekable();
+        // (context, concurrency) of points whose server crashed, for `skip-larger`.
+        let mut crashed_at: Vec<(Option<u64>, u32, String)> = Vec::new();
         while pending.peek().is_some() {
-            if interrupt.is_set() {
+            if interrupt.is_set() || aborted.is_some() {
                 break 'groups;
             }
             let log = run_dir.server_log_path(&group.id);
@@ -195,91 +370,84 @@ pub async fn execute(
                 group.id,
                 server_label(&group.server)
             ));
-            let mut handle =
-                match ServerHandle::start(&group.id, &group.server, &log, &interrupt).await {
-                    Ok(h) => h,
-                    Err(server::ServerError::Interrupted) => break 'groups,
-                    Err(e) => {
-                        // The group's remaining points cannot run; record them as failed and go on.
-                        let msg = e.to_string();
-                        progress.line(&format!("{}: {msg}", group.id));
-                        problems.push(format!("{}: {}", group.id, first_line(&msg)));
-                        for p in pending.by_ref() {
-                            let mut record = failed_point(p, &group.id, "server-failed", &msg);
-                            record.failure = e.cause_label();
-                            append_point(&run_dir, &record)?;
-                        }
-                        continue;
+            let mut handle = match ServerHandle::start(
+                &group.id,
+                &group.server,
+                &log,
+                &interrupt,
+                remote.as_mut(),
+            )
+            .await
+            {
+                Ok(h) => h,
+                Err(server::ServerError::Interrupted) => break 'groups,
+                Err(e) => {
+                    // The group's remaining points cannot run; record them as failed and go on.
+                    let msg = e.to_string();
+                    progress.line(&format!("{}: {msg}", group.id));
+                    problems.push(format!("{}: {}", group.id, first_line(&msg)));
+                    for p in pending.by_ref() {
+                        let mut record = failed_point(p, &group.id, "server-failed", &msg);
+                        record.failure = e.cause_label();
+                        append_point(&run_dir, &record)?;
                     }
-                };
+                    if first.on_failure == OnFailure::Abort {
+                        aborted = Some(format!(
+                            "{}: the server failed to start (on_failure: abort)",
+                            group.id
+                        ));
+                    }
+                    continue;
+                }
+            };
             if let Some(s) = handle.record.ready_after_s {
                 progress.line(&format!(
                     "{}: ready after {s:.1} s at {}",
-                    group.id, handle.url
+                    group.id, handle.record.url
                 ));
             }
             meta.servers.push(handle.record.clone());
             let launch_index = meta.servers.len() - 1;
             write_meta(&run_dir, &meta)?;
-            let client = match Client::new(&handle.url, server::api_key(&group.server)) {
-                Ok(c) => c,
-                Err(e) => return Err(RunError::Preflight(e.to_string())),
+            let result = measure_launch(
+                &mut handle,
+                &mut pending,
+                &mut crashed_at,
+                LaunchContext {
+                    group: &group.id,
+                    server: &group.server,
+                    run_dir: &run_dir,
+                    progress: &progress,
+                    interrupt: &interrupt,
+                    remote: remote.as_mut(),
+                    on_host,
+                    spec_dir: &spec_dir,
+                },
+                &mut runner,
+                &mut problems,
+                &mut measured_points,
+            )
+            .await;
+            // Whatever happened, the server goes down and that is recorded.
+            let why = match &result {
+                Ok(LaunchEnd::Crashed) => "relaunching after a crash",
+                Ok(LaunchEnd::Interrupted) => "interrupted",
+                Ok(LaunchEnd::Aborted(_)) => "aborted after a crash",
+                Ok(LaunchEnd::HostLost(_)) => "the host connection was lost",
+                Ok(LaunchEnd::Finished) => "group finished",
+                Err(_) => "stopping after an error",
             };
-            let mut relaunch = false;
-            for point in pending.by_ref() {
-                let outcome = runner.measure(&client, point, &group.id).await;
-                let mut record = outcome.record;
-                // Broken connections (or a failed calibration) may mean the server is dying.
-                let suspicious = !outcome.interrupted
-                    && (["connect", "reset", "incomplete"]
-                        .iter()
-                        .any(|k| record.error_kinds.contains_key(*k))
-                        || record.flags.iter().any(|f| f.kind == "calibration-failed"));
-                let grace = if suspicious {
-                    Duration::from_secs(3)
-                } else {
-                    Duration::ZERO
-                };
-                if let Some(cause) = handle.crashed_within(grace).await {
-                    let tail = handle.log_tail(2000);
-                    let msg = format!(
-                        "the server died during this point: {} ({})",
-                        cause.label(),
-                        cause.explain()
-                    );
-                    record.flags.push(Flag {
-                        kind: "server-crashed".into(),
-                        message: format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
-                    });
-                    record.incomplete = true;
-                    record.failure = Some(cause.label().to_string());
-                    problems.push(format!("{}: {msg}", record.id));
-                    handle.record.outcome = Some(format!("crashed: {}", cause.label()));
-                    relaunch = true;
-                }
-                if record.ok > 0 {
-                    measured_points += 1;
-                }
-                if record.incomplete && !outcome.interrupted && !relaunch {
-                    problems.push(format!("{}: incomplete", record.id));
-                }
-                append_point(&run_dir, &record)?;
-                if outcome.interrupted || interrupt.is_set() {
-                    handle.stop("interrupted");
-                    meta.servers[launch_index] = handle.record.clone();
-                    break 'groups;
-                }
-                if relaunch {
-                    break;
-                }
-            }
-            handle.stop(if relaunch {
-                "relaunching after a crash"
-            } else {
-                "group finished"
-            });
+            handle.stop(why).await;
             meta.servers[launch_index] = handle.record.clone();
             write_meta(&run_dir, &meta)?;
+            match result? {
+                LaunchEnd::Interrupted => break 'groups,
+                LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) => {
+                    aborted = Some(why);
+                    break 'groups;
+                }
+                LaunchEnd::Crashed | LaunchEnd::Finished => {}
+            }
         }
     }
     progress.finish();
@@ -291,7 +459,10 @@ pub async fn execute(
             RunStatus::Incomplete,
             Some("interrupted (Ctrl-C or SIGTERM); measured data kept".to_string()),
         )
-    } else if measured_points == 0 && !problems.is_empty() {
+    } else if let Some(why) = aborted {
+        problems.push(why);
+        (RunStatus::Incomplete, Some(problems.join("; ")))
+    } else if measured_points == 0 && !problems.is_empty() && done.is_empty() {
         (RunStatus::Failed, Some(problems.join("; ")))
     } else if !problems.is_empty() {
         (RunStatus::Incomplete, Some(problems.join("; ")))
@@ -313,6 +484,214 @@ pub async fn execute(
     })
 }
 
+/// The python that runs SGLang on the host (for its version in meta.json).
+fn python_of(exp: &crate::spec::types::Experiment) -> String {
+    match &exp.server.launcher {
+        Some(l) if l.first().is_some_and(|p| p.contains("python")) => l[0].clone(),
+        _ => "python3".into(),
+    }
+}
+
+/// How one server launch ended.
+enum LaunchEnd {
+    /// Every pending point of the group was measured.
+    Finished,
+    /// The server died; relaunch for the rest.
+    Crashed,
+    Interrupted,
+    /// `on_failure: abort` after a crash.
+    Aborted(String),
+    /// The SSH host cannot be reached any more.
+    HostLost(String),
+}
+
+struct LaunchContext<'a> {
+    group: &'a str,
+    server: &'a crate::spec::types::Server,
+    run_dir: &'a Arc<RunDir>,
+    progress: &'a Progress,
+    interrupt: &'a Interrupt,
+    remote: Option<&'a mut remote::RemoteHost>,
+    on_host: bool,
+    spec_dir: &'a Path,
+}
+
+/// Measures pending points on one launched server until the group is done, the server
+/// crashes, or the run stops.
+#[allow(clippy::too_many_arguments)]
+async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
+    handle: &mut ServerHandle,
+    pending: &mut std::iter::Peekable<I>,
+    crashed_at: &mut Vec<(Option<u64>, u32, String)>,
+    mut cx: LaunchContext<'_>,
+    runner: &mut PointRunner,
+    problems: &mut Vec<String>,
+    measured_points: &mut usize,
+) -> Result<LaunchEnd, RunError> {
+    let client = Client::new(&handle.url, server::api_key(cx.server))
+        .map_err(|e| RunError::Preflight(e.to_string()))?;
+    let mut agent: Option<remote::AgentSession> = None;
+    let result = loop {
+        let Some(point) = pending.peek().copied() else {
+            break LaunchEnd::Finished;
+        };
+        let size = point_size(point);
+        if let Some((_, _, at)) = crashed_at
+            .iter()
+            .find(|(ctx, conc, _)| covers(size, (*ctx, *conc)))
+        {
+            pending.next();
+            let msg = format!(
+                "skipped: the server crashed at {at}, which is no larger than this point (on_failure: skip-larger)"
+            );
+            cx.progress.line(&format!("{}: {msg}", point.id));
+            append_point(cx.run_dir, &failed_point(point, cx.group, "skipped", &msg))?;
+            continue;
+        }
+        pending.next();
+        let outcome = if cx.on_host {
+            if agent.is_none() {
+                let host = cx
+                    .remote
+                    .as_deref_mut()
+                    .expect("an SSH host with client: host");
+                match remote::AgentSession::start(host).await {
+                    Ok(a) => agent = Some(a),
+                    Err(e) => {
+                        let msg = format!("cannot start servebench's agent on the host: {e}");
+                        append_point(
+                            cx.run_dir,
+                            &failed_point(point, cx.group, "agent-failed", &msg),
+                        )?;
+                        problems.push(format!("{}: {msg}", point.id));
+                        for p in pending.by_ref() {
+                            append_point(
+                                cx.run_dir,
+                                &failed_point(p, cx.group, "agent-failed", &msg),
+                            )?;
+                        }
+                        break LaunchEnd::Finished;
+                    }
+                }
+            }
+            let req = agent::AgentRequest {
+                id: point.id.clone(),
+                values: point.values.clone(),
+                experiment: point.experiment.clone(),
+                group: cx.group.to_string(),
+                url: handle
+                    .host_url
+                    .clone()
+                    .unwrap_or_else(|| handle.url.clone()),
+                api_key: server::api_key(cx.server),
+                prompts: file_prompts(point, cx.spec_dir),
+            };
+            let a = agent.as_mut().expect("started above");
+            a.measure(req, cx.run_dir, cx.progress, cx.interrupt).await
+        } else {
+            runner.measure(&client, point, cx.group).await
+        };
+        let mut record = outcome.record;
+        let agent_lost = record.flags.iter().any(|f| f.kind == "agent-lost");
+        if agent_lost && let Some(a) = agent.take() {
+            a.close().await;
+        }
+        // Broken connections (or a failed calibration) may mean the server is dying.
+        let suspicious = !outcome.interrupted
+            && (agent_lost
+                || ["connect", "reset", "incomplete"]
+                    .iter()
+                    .any(|k| record.error_kinds.contains_key(*k))
+                || record.flags.iter().any(|f| f.kind == "calibration-failed"));
+        let grace = if suspicious {
+            Duration::from_secs(3)
+        } else {
+            Duration::ZERO
+        };
+        let mut crashed = None;
+        if let Some(cause) = handle.crashed_within(grace).await {
+            let tail = handle.log_tail(2000);
+            let msg = format!(
+                "the server died during this point: {} ({})",
+                cause.label(),
+                cause.explain()
+            );
+            record.flags.push(Flag {
+                kind: "server-crashed".into(),
+                message: format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
+            });
+            record.incomplete = true;
+            record.failure = Some(cause.label().to_string());
+            problems.push(format!("{}: {msg}", record.id));
+            handle.record.outcome = Some(format!("crashed: {}", cause.label()));
+            crashed = Some(cause);
+        }
+        if record.ok > 0 {
+            *measured_points += 1;
+        }
+        if record.incomplete && !outcome.interrupted && crashed.is_none() {
+            problems.push(format!("{}: incomplete", record.id));
+        }
+        append_point(cx.run_dir, &record)?;
+        if outcome.interrupted || cx.interrupt.is_set() {
+            break LaunchEnd::Interrupted;
+        }
+        if let Some(cause) = crashed {
+            match point.experiment.on_failure {
+                OnFailure::Continue => {}
+                OnFailure::SkipLarger => crashed_at.push((size.0, size.1, point.id.clone())),
+                OnFailure::Abort => {
+                    break LaunchEnd::Aborted(format!(
+                        "stopped after {} ({}) as on_failure is abort",
+                        point.id,
+                        cause.label()
+                    ));
+                }
+            }
+            break LaunchEnd::Crashed;
+        }
+        if agent_lost && let Some(host) = cx.remote.as_deref() {
+            // A dropped link is re-established by the SSH layer; if it cannot be, the host is
+            // gone and the run stops with what it has.
+            if let Err(e) = host.ssh.ensure_connected().await {
+                break LaunchEnd::HostLost(format!("the host cannot be reached any more: {e}"));
+            }
+        }
+    };
+    if let Some(a) = agent {
+        a.close().await;
+    }
+    Ok(result)
+}
+
+/// A point's requested context (prompt tokens) and concurrency, for `skip-larger`.
+fn point_size(p: &crate::spec::Point) -> (Option<u64>, u32) {
+    use crate::spec::types::PromptSpec;
+    let ctx = match &p.experiment.workload.prompt {
+        PromptSpec::Repeat { tokens, .. } | PromptSpec::Random { tokens, .. } => Some(*tokens),
+        PromptSpec::File { .. } => None,
+    };
+    (ctx, p.experiment.concurrency)
+}
+
+/// True when a point of `size` is at least as large as a crashed one in both context and
+/// concurrency: it would fail the same way.
+fn covers(size: (Option<u64>, u32), crashed: (Option<u64>, u32)) -> bool {
+    let ctx_ok = match (size.0, crashed.0) {
+        (Some(a), Some(b)) => a >= b,
+        _ => true,
+    };
+    ctx_ok && size.1 >= crashed.1
+}
+
+/// The prompts of a `file` prompt, read here for the agent on the host.
+fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
+    match crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir) {
+        Ok(crate::prompt::PromptSource::Fixed(list)) => Some(list),
+        _ => None,
+    }
+}
+
 /// A user template path from `report.template` (None for the built-in default).
 pub fn user_template(exp: &crate::spec::types::Experiment, spec_dir: &Path) -> Option<PathBuf> {
     (exp.report.template != "default").then(|| spec_dir.join(&exp.report.template))
@@ -324,9 +703,6 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         return Err(RunError::Preflight("the spec expands to no points".into()));
     }
     let mut errors = Vec::new();
-    if !spec.points[0].experiment.host.is_local() {
-        errors.push("SSH hosts are not wired into the runner in this build yet".to_string());
-    }
     for p in &spec.points {
         if let Err(e) =
             crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir)

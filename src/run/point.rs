@@ -24,9 +24,18 @@ use super::progress::Progress;
 /// How long to keep retrying `/flush_cache` while the server says requests are pending.
 const FLUSH_RETRY_FOR: Duration = Duration::from_secs(60);
 
+/// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
+/// the remote agent's stdout.
+pub type RecordSink = Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
+
+/// The sink that appends to a run directory's `requests.jsonl`.
+pub fn run_dir_sink(dir: Arc<RunDir>) -> RecordSink {
+    Arc::new(move |r: &RequestRecord| dir.append_request(r))
+}
+
 /// Shared state for measuring points within a run.
 pub struct PointRunner {
-    pub run_dir: Arc<RunDir>,
+    pub sink: RecordSink,
     pub progress: Progress,
     pub interrupt: Interrupt,
     pub spec_dir: PathBuf,
@@ -57,13 +66,13 @@ impl PointOutcome {
 
 impl PointRunner {
     pub fn new(
-        run_dir: Arc<RunDir>,
+        sink: RecordSink,
         progress: Progress,
         interrupt: Interrupt,
         spec_dir: PathBuf,
     ) -> Self {
         PointRunner {
-            run_dir,
+            sink,
             progress,
             interrupt,
             spec_dir,
@@ -73,6 +82,18 @@ impl PointRunner {
 
     /// Measures `point` against the server at `client` (all rounds).
     pub async fn measure(&mut self, client: &Client, point: &Point, group: &str) -> PointOutcome {
+        self.measure_with(client, point, group, None).await
+    }
+
+    /// Like [`measure`](Self::measure), with the prompts given instead of read from the spec's
+    /// prompt file (the remote agent has no access to the user's files).
+    pub async fn measure_with(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        group: &str,
+        prompts: Option<Vec<String>>,
+    ) -> PointOutcome {
         let exp = &point.experiment;
         let mut flags: Vec<Flag> = Vec::new();
         let mut record = PointRecord {
@@ -90,7 +111,11 @@ impl PointRunner {
         };
         self.progress.point_started(&point_label(point));
 
-        let source = match PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir) {
+        let source = match prompts {
+            Some(list) => Ok(PromptSource::Fixed(list)),
+            None => PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir),
+        };
+        let source = match source {
             Ok(s) => s,
             Err(e) => return PointOutcome::abandoned(record, "prompt-error", e, false),
         };
@@ -300,7 +325,7 @@ impl PointRunner {
     }
 
     fn append(&self, rec: &RequestRecord, flags: &mut Vec<Flag>) {
-        if let Err(e) = self.run_dir.append_request(rec) {
+        if let Err(e) = (self.sink)(rec) {
             flags.push(Flag {
                 kind: "write-failed".into(),
                 message: format!("could not write requests.jsonl: {e}"),
@@ -332,8 +357,8 @@ impl PointRunner {
             };
             let Ok(permit) = permit else { break };
             let req = generation_request(exp, prompt, model);
-            let (client, run_dir, progress) =
-                (client.clone(), self.run_dir.clone(), self.progress.clone());
+            let (client, sink, progress) =
+                (client.clone(), self.sink.clone(), self.progress.clone());
             let (pid, api, max_tokens, timeout) = (
                 point.id.clone(),
                 exp.workload.api,
@@ -353,7 +378,7 @@ impl PointRunner {
                     max_tokens,
                     requested,
                 );
-                if let Err(e) = run_dir.append_request(&rec) {
+                if let Err(e) = sink(&rec) {
                     progress.line(&format!("warning: could not write requests.jsonl: {e}"));
                 }
                 progress.request_finished();
@@ -587,7 +612,7 @@ fn mean(metrics: &IndexMap<String, Stat>, name: &str) -> Option<f64> {
 }
 
 /// One line per finished point for the terminal.
-fn point_summary(point: &Point, r: &PointRecord) -> String {
+pub fn point_summary(point: &Point, r: &PointRecord) -> String {
     let mut s = format!("{}: {} ok, {} err", point_label(point), r.ok, r.errors);
     if let Some(v) = mean(&r.metrics, "prompt_tokens") {
         s.push_str(&format!(" · prompt {v:.0} tok"));

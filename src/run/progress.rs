@@ -14,6 +14,8 @@ pub struct Progress {
     points_done: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
     current: Arc<std::sync::Mutex<String>>,
+    /// Prints nothing (the remote agent: its stdout carries records, not progress).
+    silent: bool,
 }
 
 impl Progress {
@@ -35,7 +37,24 @@ impl Progress {
             points_done: Arc::default(),
             in_flight: Arc::default(),
             current: Arc::default(),
+            silent: false,
         }
+    }
+
+    /// Reports nothing.
+    pub fn silent() -> Progress {
+        Progress {
+            silent: true,
+            ..Progress::new(0, 0, true)
+        }
+    }
+
+    /// Counts a request measured elsewhere (the remote agent) as started and finished.
+    pub fn request_done_elsewhere(&self) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+        self.refresh();
     }
 
     fn refresh(&self) {
@@ -52,6 +71,9 @@ impl Progress {
 
     /// A plain status line (printed above the bar, or to stderr).
     pub fn line(&self, text: &str) {
+        if self.silent {
+            return;
+        }
         match &self.bar {
             Some(b) => b.println(text),
             None => eprintln!("{text}"),

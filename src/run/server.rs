@@ -1,26 +1,37 @@
 //! A server for one group: launched locally or already running at a URL; readiness and
 //! crash detection.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::engine::{self, CrashCause};
-use crate::host::local::{LocalProcess, StopOutcome};
+use crate::host::local::LocalProcess;
 use crate::results::meta::ServerLaunch;
 use crate::spec::types::{ArgValue, Engine, Server};
 
 use super::Interrupt;
+use super::remote::{RemoteHost, RemoteServer};
 
 /// Grace period between SIGTERM and SIGKILL when stopping a server.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
+/// A launched server process: on this machine, or on the SSH host.
+pub enum Launched {
+    Local(LocalProcess),
+    Remote(RemoteServer),
+}
+
 /// A server the runner talks to.
 pub struct ServerHandle {
+    /// The URL this machine reaches it at (a forwarded port for SSH hosts).
     pub url: String,
-    pub process: Option<LocalProcess>,
+    /// The URL on the SSH host itself (for the agent measuring there).
+    pub host_url: Option<String>,
+    launched: Option<Launched>,
     pub record: ServerLaunch,
     launched_at: Instant,
+    log_path: PathBuf,
 }
 
 /// Why a server could not be used.
@@ -211,11 +222,13 @@ pub fn redact_argv(argv: &[String]) -> Vec<String> {
 
 impl ServerHandle {
     /// Starts the group's server (or checks the external one) and waits until it is ready.
+    /// `remote` is the run's SSH host; None launches on this machine.
     pub async fn start(
         group: &str,
         server: &Server,
         log_path: &Path,
         interrupt: &Interrupt,
+        remote: Option<&mut RemoteHost>,
     ) -> Result<ServerHandle, ServerError> {
         if let Some(url) = &server.url {
             let url = url.trim_end_matches('/').to_string();
@@ -239,63 +252,141 @@ impl ServerHandle {
             let info = server_info(&client).await;
             return Ok(ServerHandle {
                 url: url.clone(),
-                process: None,
+                host_url: None,
+                launched: None,
                 record: ServerLaunch {
                     group: group.to_string(),
                     engine: "external".into(),
                     url,
-                    command: None,
                     args: redacted_args(server),
                     env: redacted_env(server),
                     server_info: info,
-                    log_file: None,
-                    ready_after_s: None,
                     outcome: Some("external: not started or stopped by servebench".into()),
+                    ..Default::default()
                 },
                 launched_at: Instant::now(),
+                log_path: log_path.to_path_buf(),
             });
         }
-
-        let port = match server.port {
-            Some(p) => {
-                if crate::host::port_in_use(p) {
-                    return Err(ServerError::Spawn(format!(
-                        "port {p} is already in use on 127.0.0.1: stop what listens there, or omit server.port to pick a free one"
-                    )));
-                }
-                p
-            }
-            None => crate::host::free_port().map_err(|e| ServerError::Spawn(e.to_string()))?,
-        };
-        let self_exe = std::env::current_exe().map_err(|e| ServerError::Spawn(e.to_string()))?;
         let effective = with_env_refs_expanded(server).map_err(ServerError::Spawn)?;
-        let cmd = engine::launch_command(&effective, &self_exe.to_string_lossy(), port)
-            .map_err(ServerError::Spawn)?;
-        let process = LocalProcess::spawn(&cmd, &effective.env, log_path)
-            .map_err(|e| ServerError::Spawn(e.to_string()))?;
-        let url = format!("http://127.0.0.1:{port}");
         let engine_name = match server.engine {
             Engine::Sim => "sim",
             Engine::Sglang => "sglang",
         };
-        let mut handle = ServerHandle {
-            url: url.clone(),
-            process: Some(process),
-            record: ServerLaunch {
-                group: group.to_string(),
-                engine: engine_name.into(),
-                url,
-                command: Some(redact_argv(&cmd.argv())),
-                args: redacted_args(server),
-                env: redacted_env(server),
-                server_info: None,
-                log_file: log_path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned()),
-                ready_after_s: None,
-                outcome: None,
-            },
-            launched_at: Instant::now(),
+        let mut record = ServerLaunch {
+            group: group.to_string(),
+            engine: engine_name.into(),
+            args: redacted_args(server),
+            env: redacted_env(server),
+            log_file: log_path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+        let mut handle = match remote {
+            None => {
+                let port = match server.port {
+                    Some(p) => {
+                        if crate::host::port_in_use(p) {
+                            return Err(ServerError::Spawn(format!(
+                                "port {p} is already in use on 127.0.0.1: stop what listens there, or omit server.port to pick a free one"
+                            )));
+                        }
+                        p
+                    }
+                    None => {
+                        crate::host::free_port().map_err(|e| ServerError::Spawn(e.to_string()))?
+                    }
+                };
+                let self_exe =
+                    std::env::current_exe().map_err(|e| ServerError::Spawn(e.to_string()))?;
+                let cmd = engine::launch_command(&effective, &self_exe.to_string_lossy(), port)
+                    .map_err(ServerError::Spawn)?;
+                let process = LocalProcess::spawn_in(
+                    &cmd,
+                    &effective.env,
+                    effective.workdir.as_deref(),
+                    log_path,
+                )
+                .map_err(|e| ServerError::Spawn(e.to_string()))?;
+                let url = format!("http://127.0.0.1:{port}");
+                record.url = url.clone();
+                record.command = Some(redact_argv(&cmd.argv()));
+                record.pgid = Some(process.pgid());
+                record.pid = Some(process.pgid());
+                ServerHandle {
+                    url,
+                    host_url: None,
+                    launched: Some(Launched::Local(process)),
+                    record,
+                    launched_at: Instant::now(),
+                    log_path: log_path.to_path_buf(),
+                }
+            }
+            Some(host) => {
+                let port = match server.port {
+                    Some(p) => {
+                        if host.port_in_use(p).await.map_err(ServerError::Spawn)? {
+                            return Err(ServerError::Spawn(format!(
+                                "port {p} is already in use on {}: stop what listens there, or omit server.port to pick a free one",
+                                host.ssh.name()
+                            )));
+                        }
+                        p
+                    }
+                    None => host.free_port(30000).await.map_err(ServerError::Spawn)?,
+                };
+                let needs_binary = effective.engine == Engine::Sim && effective.launcher.is_none();
+                let bin = if needs_binary {
+                    host.binary().await.map_err(ServerError::Spawn)?
+                } else {
+                    "servebench".to_string()
+                };
+                let cmd =
+                    engine::launch_command(&effective, &bin, port).map_err(ServerError::Spawn)?;
+                let remote_log = format!("{}/server-{group}.log", host.dir);
+                let pid_file = format!("{}/server-{group}.pid", host.dir);
+                let process = host
+                    .ssh
+                    .spawn_detached(
+                        &cmd.argv(),
+                        &effective.env,
+                        effective.workdir.as_deref(),
+                        &remote_log,
+                        &pid_file,
+                    )
+                    .await
+                    .map_err(|e| ServerError::Spawn(e.to_string()))?;
+                record.host = Some(host.ssh.name().to_string());
+                record.command = Some(redact_argv(&cmd.argv()));
+                record.pgid = Some(process.pgid);
+                record.pid = Some(process.pid);
+                record.remote_log = Some(remote_log);
+                let remote =
+                    RemoteServer::new(host.ssh.clone(), process, log_path.to_path_buf(), port);
+                // Readiness and /server_info go through a forward; so does the measurement
+                // with `client: local`.
+                let forwarded = host.ssh.forward_local(port).await;
+                let mut handle = ServerHandle {
+                    url: String::new(),
+                    host_url: Some(format!("http://127.0.0.1:{port}")),
+                    launched: Some(Launched::Remote(remote)),
+                    record,
+                    launched_at: Instant::now(),
+                    log_path: log_path.to_path_buf(),
+                };
+                match forwarded {
+                    Ok(local_port) => handle.url = format!("http://127.0.0.1:{local_port}"),
+                    Err(e) => {
+                        handle.stop("the port forward failed").await;
+                        return Err(ServerError::Spawn(format!(
+                            "cannot forward a local port to port {port} on the host: {e}"
+                        )));
+                    }
+                }
+                handle.record.url = handle.host_url.clone().unwrap_or_default();
+                handle
+            }
         };
         handle.wait_ready(server, interrupt).await?;
         Ok(handle)
@@ -311,13 +402,14 @@ impl ServerHandle {
         let deadline = self.launched_at + server.ready_timeout;
         loop {
             if interrupt.is_set() {
-                self.stop("interrupted before ready");
+                self.stop("interrupted before ready").await;
                 return Err(ServerError::Interrupted);
             }
-            if let Some(cause) = self.crashed() {
+            if let Some(cause) = self.crashed().await {
                 let log = self.log_display();
                 let tail = self.log_tail(3000);
                 self.record.outcome = Some(format!("crashed at start: {}", cause.label()));
+                self.stop("crashed at start").await;
                 return Err(ServerError::DiedAtStart {
                     cause: cause.label().into(),
                     hint: cause.explain().into(),
@@ -329,25 +421,44 @@ impl ServerHandle {
                 break;
             }
             if Instant::now() > deadline {
+                self.sync_log().await;
                 let (log, tail) = (self.log_display(), self.log_tail(3000));
-                self.stop("not ready in time");
+                self.stop("not ready in time").await;
                 return Err(ServerError::NotReady {
                     timeout: server.ready_timeout,
                     log,
                     tail,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(self.poll_interval()).await;
         }
         self.record.ready_after_s = Some(self.launched_at.elapsed().as_secs_f64());
         self.record.server_info = server_info(&client).await;
         Ok(())
     }
 
+    /// How often to look at the process: each look at a remote one is an SSH round trip.
+    fn poll_interval(&self) -> Duration {
+        match self.launched {
+            Some(Launched::Remote(_)) => Duration::from_millis(300),
+            _ => Duration::from_millis(50),
+        }
+    }
+
     /// The crash cause if the launched process has exited.
-    pub fn crashed(&mut self) -> Option<CrashCause> {
-        let p = self.process.as_mut()?;
-        p.exit_status()?;
+    pub async fn crashed(&mut self) -> Option<CrashCause> {
+        match self.launched.as_mut()? {
+            Launched::Local(p) => {
+                p.exit_status()?;
+            }
+            Launched::Remote(r) => {
+                // An SSH hiccup is not a crash; the next look decides.
+                if r.alive().await.unwrap_or(true) {
+                    return None;
+                }
+                r.sync_log().await;
+            }
+        }
         Some(engine::classify_crash(&self.log_tail(20_000)))
     }
 
@@ -357,50 +468,71 @@ impl ServerHandle {
     pub async fn crashed_within(&mut self, grace: Duration) -> Option<CrashCause> {
         let deadline = Instant::now() + grace;
         loop {
-            if let Some(cause) = self.crashed() {
+            if let Some(cause) = self.crashed().await {
                 return Some(cause);
             }
             if Instant::now() >= deadline {
                 return None;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(self.poll_interval()).await;
         }
     }
 
+    /// Pulls a remote server's log into the run directory now.
+    pub async fn sync_log(&self) {
+        if let Some(Launched::Remote(r)) = &self.launched {
+            r.sync_log().await;
+        }
+    }
+
+    /// The last bytes of the server's log in the run directory (mirrored for remote servers).
     pub fn log_tail(&self, bytes: u64) -> String {
-        match &self.process {
-            Some(p) => crate::host::file_tail(p.log_path(), bytes),
+        match &self.launched {
+            Some(_) => crate::host::file_tail(&self.log_path, bytes),
             None => String::new(),
         }
     }
 
     fn log_display(&self) -> String {
-        self.process
-            .as_ref()
-            .map(|p| p.log_path().display().to_string())
-            .unwrap_or_default()
+        match &self.launched {
+            Some(Launched::Remote(r)) => format!(
+                "{} (on the host: {})",
+                self.log_path.display(),
+                r.process.log_path
+            ),
+            _ => self.log_path.display().to_string(),
+        }
     }
 
     /// Stops a launched server's whole process group and records how it ended.
-    pub fn stop(&mut self, why: &str) -> Option<StopOutcome> {
-        let p = self.process.as_mut()?;
-        let outcome = p.stop(STOP_GRACE);
-        let gone = !crate::host::local::group_alive(p.pgid());
+    pub async fn stop(&mut self, why: &str) {
+        let Some(launched) = self.launched.take() else {
+            return;
+        };
+        let (outcome, pgid, gone) = match launched {
+            Launched::Local(mut p) => {
+                let outcome = p.stop(STOP_GRACE).to_string();
+                let gone = !crate::host::local::group_alive(p.pgid());
+                (outcome, p.pgid(), gone)
+            }
+            Launched::Remote(mut r) => {
+                let (outcome, gone) = r.stop(STOP_GRACE).await;
+                (outcome, r.process.pgid, gone)
+            }
+        };
         let note = format!(
-            "{why}: {outcome}; process group {} {}",
-            p.pgid(),
+            "{why}: {outcome}; process group {pgid} {}",
             if gone {
                 "confirmed gone"
             } else {
                 "STILL ALIVE"
             }
         );
+        self.record.stopped = gone;
         self.record.outcome = Some(match self.record.outcome.take() {
             Some(prev) => format!("{prev}; {note}"),
             None => note,
         });
-        self.process = None;
-        Some(outcome)
     }
 }
 

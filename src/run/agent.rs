@@ -1,0 +1,137 @@
+//! The measuring client on the GPU host (`client: host`): servebench copies itself there and
+//! runs `servebench agent`, which measures points against the server on localhost and streams
+//! every request record back over stdout as JSON lines, so network latency between the user
+//! and the host never enters the numbers.
+//!
+//! Protocol, one JSON object per line. In (stdin): [`AgentRequest`]. Out (stdout):
+//! `{"request": RequestRecord}` as each request completes, then
+//! `{"point": PointRecord, "interrupted": bool}`. End of stdin (the runner went away or was
+//! interrupted) stops the agent like Ctrl-C: in-flight requests are abandoned and the partial
+//! point is reported.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncBufReadExt;
+
+use crate::client::Client;
+use crate::results::records::{PointRecord, RequestRecord};
+use crate::spec::Point;
+use crate::spec::types::Experiment;
+
+use super::Interrupt;
+use super::point::{PointRunner, RecordSink};
+use super::progress::Progress;
+
+/// One point to measure.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentRequest {
+    pub id: String,
+    pub values: IndexMap<String, serde_json::Value>,
+    pub experiment: Experiment,
+    pub group: String,
+    /// The server as the host sees it (`http://127.0.0.1:PORT`).
+    pub url: String,
+    /// Sent over stdin, never on a command line.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Prompts from the user's prompt file (the agent cannot read it).
+    #[serde(default)]
+    pub prompts: Option<Vec<String>>,
+}
+
+/// A line the agent writes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentEvent {
+    Request(RequestRecord),
+    Point {
+        point: PointRecord,
+        interrupted: bool,
+    },
+    Error(String),
+}
+
+/// `servebench agent`: serves measurement requests from stdin until it closes.
+pub fn main() -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            emit(&AgentEvent::Error(format!("cannot start the runtime: {e}")));
+            return crate::exit::FAILED;
+        }
+    };
+    rt.block_on(serve());
+    crate::exit::OK
+}
+
+async fn serve() {
+    let interrupt = Interrupt::new();
+    interrupt.on_signals_quiet();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stdin_interrupt = interrupt.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+        // The runner closed our stdin: stop whatever is running.
+        stdin_interrupt.trigger();
+    });
+    let sink: RecordSink = Arc::new(|r: &RequestRecord| {
+        emit(&AgentEvent::Request(r.clone()));
+        Ok(())
+    });
+    let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into());
+    while let Some(line) = rx.recv().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let req: AgentRequest = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                emit(&AgentEvent::Error(format!("bad request line: {e}")));
+                continue;
+            }
+        };
+        let client = match Client::new(&req.url, req.api_key.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                emit(&AgentEvent::Error(e.to_string()));
+                continue;
+            }
+        };
+        let point = Point {
+            id: req.id,
+            values: req.values,
+            experiment: req.experiment,
+        };
+        let outcome = runner
+            .measure_with(&client, &point, &req.group, req.prompts)
+            .await;
+        emit(&AgentEvent::Point {
+            point: outcome.record,
+            interrupted: outcome.interrupted,
+        });
+        if outcome.interrupted {
+            break;
+        }
+    }
+}
+
+/// One line on stdout, flushed at once so the runner records it now.
+fn emit(event: &AgentEvent) {
+    let Ok(line) = serde_json::to_string(event) else {
+        return;
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}

@@ -1,0 +1,415 @@
+//! A run's GPU host over SSH: the connection, the per-run directory on the host, servebench's
+//! own binary there (for the simulator engine and the host-side agent), a launched server's
+//! log mirrored into the run directory as it grows, and the agent session that measures on
+//! the host.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+use crate::host::ssh::{self, HostKeyCheck, PipedChild, RemoteProcess, SshHost, SshTarget};
+use crate::results::records::{Flag, PointRecord};
+use crate::results::rundir::RunDir;
+use crate::spec::Point;
+use crate::spec::types::{self, ClientPlacement, Experiment, HostSpec};
+
+use super::agent::{AgentEvent, AgentRequest};
+use super::point::PointOutcome;
+use super::progress::Progress;
+
+/// How often a remote server's log is pulled into the run directory.
+const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
+
+/// The spec's host as an SSH target (None for `local`).
+pub fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, String> {
+    match host {
+        HostSpec::Url(u) if u == "local" => Ok(None),
+        HostSpec::Url(u) => SshTarget::parse_url(u).map(Some).map_err(|e| e.to_string()),
+        HostSpec::Ssh(s) => {
+            let mut t = if s.ssh.starts_with("ssh://") {
+                SshTarget::parse_url(&s.ssh).map_err(|e| e.to_string())?
+            } else {
+                SshTarget::new(&s.ssh)
+            };
+            if s.user.is_some() {
+                t.user = s.user.clone();
+            }
+            if s.port.is_some() {
+                t.port = s.port;
+            }
+            t.identity = s.identity.as_deref().map(expand_home);
+            t.jump = s.jump.clone();
+            t.known_hosts = s.known_hosts.as_deref().map(expand_home);
+            t.host_key_check = match s.host_key_check {
+                types::HostKeyCheck::Strict => HostKeyCheck::Strict,
+                types::HostKeyCheck::AcceptNew => HostKeyCheck::AcceptNew,
+            };
+            t.options = s
+                .options
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Ok(Some(t))
+        }
+    }
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
+/// Where the client runs for this experiment.
+pub fn placement(exp: &Experiment) -> ClientPlacement {
+    match (exp.client, exp.host.is_local()) {
+        (Some(c), false) => c,
+        (_, true) => ClientPlacement::Local,
+        (None, false) => ClientPlacement::Host,
+    }
+}
+
+/// The connected host of a run.
+pub struct RemoteHost {
+    pub ssh: Arc<SshHost>,
+    /// The per-run directory on the host (logs, pid files).
+    pub dir: String,
+    /// The spec's `remote_dir` (the base of per-run directories and of the binary cache).
+    pub base: Option<String>,
+    binary: Option<String>,
+}
+
+impl RemoteHost {
+    /// Connects (failing fast with ssh's classified error) and creates the run's directory.
+    pub async fn connect(exp: &Experiment, run_id: &str) -> Result<RemoteHost, String> {
+        let target = ssh_target(&exp.host)?.ok_or("the host is local")?;
+        let ssh = SshHost::connect(&target).await.map_err(|e| e.to_string())?;
+        let base = match &exp.host {
+            HostSpec::Ssh(s) => s.remote_dir.clone(),
+            HostSpec::Url(_) => None,
+        };
+        let runs_base = base
+            .as_ref()
+            .map(|b| format!("{}/runs", b.trim_end_matches('/')));
+        let dir = ssh
+            .remote_dir(runs_base.as_deref(), run_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(RemoteHost {
+            ssh: Arc::new(ssh),
+            dir,
+            base,
+            binary: None,
+        })
+    }
+
+    /// servebench's binary on the host, uploaded once per content hash. The binary is
+    /// `SERVEBENCH_HOST_BINARY` when set (e.g. a static musl build), else this one.
+    pub async fn binary(&mut self) -> Result<String, String> {
+        if let Some(b) = &self.binary {
+            return Ok(b.clone());
+        }
+        let local = match std::env::var_os("SERVEBENCH_HOST_BINARY") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::current_exe().map_err(|e| e.to_string())?,
+        };
+        let b = self
+            .ssh
+            .ensure_binary(&local)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.binary = Some(b.path.clone());
+        Ok(b.path)
+    }
+
+    /// A free TCP port on the host's loopback, from `first` upwards.
+    pub async fn free_port(&self, first: u16) -> Result<u16, String> {
+        for port in first..first.saturating_add(200) {
+            if !self.port_in_use(port).await? {
+                return Ok(port);
+            }
+        }
+        Err(format!(
+            "no free port on the host between {first} and {}",
+            first.saturating_add(200)
+        ))
+    }
+
+    /// True when something listens on `port` on the host (read from /proc/net/tcp*, which
+    /// every Linux has; no ss or netstat needed).
+    pub async fn port_in_use(&self, port: u16) -> Result<bool, String> {
+        const SCRIPT: &str = r#"p=$(printf '%04X' "$1")
+cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p="$p" 'NR > 1 { n = split($2, a, ":"); if (toupper(a[n]) == p && $4 == "0A") f = 1 } END { exit f ? 0 : 1 }'"#;
+        let out = self
+            .ssh
+            .run_script(SCRIPT, &[port.to_string()])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(out.status.success())
+    }
+}
+
+/// A server launched on the host, its log mirrored into the run directory.
+pub struct RemoteServer {
+    pub ssh: Arc<SshHost>,
+    pub process: RemoteProcess,
+    /// The mirrored log in the run directory.
+    pub local_log: PathBuf,
+    /// The port on the host.
+    pub port: u16,
+    offset: Arc<tokio::sync::Mutex<u64>>,
+    mirror: tokio::task::JoinHandle<()>,
+}
+
+impl RemoteServer {
+    pub fn new(ssh: Arc<SshHost>, process: RemoteProcess, local_log: PathBuf, port: u16) -> Self {
+        let offset = Arc::new(tokio::sync::Mutex::new(0u64));
+        let mirror = {
+            let (ssh, remote, local, offset) = (
+                ssh.clone(),
+                process.log_path.clone(),
+                local_log.clone(),
+                offset.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    // A failed pull (a dropped connection) is retried on the next tick from
+                    // the same byte offset, after the SSH layer reconnects.
+                    let _ = pull_log(&ssh, &remote, &local, &offset).await;
+                    tokio::time::sleep(LOG_SYNC_EVERY).await;
+                }
+            })
+        };
+        RemoteServer {
+            ssh,
+            process,
+            local_log,
+            port,
+            offset,
+            mirror,
+        }
+    }
+
+    /// Pulls what the log gained since the last pull.
+    pub async fn sync_log(&self) {
+        let _ = pull_log(
+            &self.ssh,
+            &self.process.log_path,
+            &self.local_log,
+            &self.offset,
+        )
+        .await;
+    }
+
+    /// True while the server process runs.
+    pub async fn alive(&self) -> Result<bool, String> {
+        self.ssh
+            .alive(self.process.pid)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Stops the whole process group (TERM, grace, KILL), confirms it is gone, pulls the rest
+    /// of the log. Returns the outcome and whether the group is confirmed gone.
+    pub async fn stop(&mut self, grace: Duration) -> (String, bool) {
+        let outcome = match self.ssh.stop_group(self.process.pgid, grace).await {
+            Ok(o) => o.to_string(),
+            Err(e) => format!("could not stop it: {e}"),
+        };
+        let gone = matches!(self.ssh.group_alive(self.process.pgid).await, Ok(false));
+        self.sync_log().await;
+        self.mirror.abort();
+        (outcome, gone)
+    }
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        self.mirror.abort();
+    }
+}
+
+async fn pull_log(
+    ssh: &SshHost,
+    remote: &str,
+    local: &Path,
+    offset: &tokio::sync::Mutex<u64>,
+) -> Result<(), String> {
+    let mut off = offset.lock().await;
+    let bytes = ssh
+        .read_from(remote, *off)
+        .await
+        .map_err(|e| e.to_string())?;
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(local)
+        .map_err(|e| e.to_string())?;
+    f.write_all(&bytes).map_err(|e| e.to_string())?;
+    *off += bytes.len() as u64;
+    Ok(())
+}
+
+/// `servebench agent` on the host, measuring points against the server on localhost.
+pub struct AgentSession {
+    child: PipedChild,
+    stdin: Option<openssh::ChildStdin>,
+    lines: tokio::io::Lines<tokio::io::BufReader<openssh::ChildStdout>>,
+}
+
+impl AgentSession {
+    pub async fn start(host: &mut RemoteHost) -> Result<AgentSession, String> {
+        let bin = host.binary().await?;
+        let mut child = host
+            .ssh
+            .spawn_piped(&[bin.as_str(), "agent"])
+            .await
+            .map_err(|e| e.to_string())?;
+        let stdin = child.stdin().take().ok_or("the agent has no stdin")?;
+        let stdout = child.stdout().take().ok_or("the agent has no stdout")?;
+        Ok(AgentSession {
+            child,
+            stdin: Some(stdin),
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        })
+    }
+
+    /// Measures one point on the host. Records are appended to the run directory as they
+    /// arrive, so a dropped connection loses nothing that was measured. On an interrupt the
+    /// agent's stdin is closed: it abandons in-flight requests and reports the partial point.
+    pub async fn measure(
+        &mut self,
+        req: AgentRequest,
+        run_dir: &RunDir,
+        progress: &Progress,
+        interrupt: &super::Interrupt,
+    ) -> PointOutcome {
+        let point = Point {
+            id: req.id.clone(),
+            values: req.values.clone(),
+            experiment: req.experiment.clone(),
+        };
+        progress.point_started(&super::point::point_label(&point));
+        let mut received = 0usize;
+        let sent = match (self.stdin.as_mut(), serde_json::to_string(&req)) {
+            (Some(stdin), Ok(line)) => {
+                let w = async {
+                    stdin.write_all(line.as_bytes()).await?;
+                    stdin.write_all(b"\n").await?;
+                    stdin.flush().await
+                };
+                w.await.map_err(|e| e.to_string())
+            }
+            (None, _) => Err("the agent's input is closed".into()),
+            (_, Err(e)) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
+            return lost(
+                &req,
+                received,
+                format!("could not send the point to the agent: {e}"),
+            );
+        }
+        let mut interrupted = false;
+        loop {
+            let next = tokio::select! {
+                l = self.lines.next_line() => l,
+                _ = interrupt.wait(), if !interrupted => {
+                    interrupted = true;
+                    // EOF on the agent's stdin stops it like Ctrl-C; keep reading its report.
+                    self.stdin = None;
+                    continue;
+                }
+            };
+            match next {
+                Ok(Some(line)) => match serde_json::from_str::<AgentEvent>(&line) {
+                    Ok(AgentEvent::Request(r)) => {
+                        received += 1;
+                        if let Err(e) = run_dir.append_request(&r) {
+                            progress.line(&format!("warning: could not write requests.jsonl: {e}"));
+                        }
+                        progress.request_done_elsewhere();
+                    }
+                    Ok(AgentEvent::Point {
+                        point,
+                        interrupted: agent_interrupted,
+                    }) => {
+                        progress
+                            .point_finished(&super::point::point_summary(&point_of(&req), &point));
+                        return PointOutcome {
+                            record: point,
+                            interrupted: interrupted || agent_interrupted,
+                        };
+                    }
+                    Ok(AgentEvent::Error(e)) => {
+                        return lost(&req, received, format!("the agent reported: {e}"));
+                    }
+                    Err(_) => {
+                        // Not ours (e.g. a login banner); ignore it.
+                    }
+                },
+                Ok(None) | Err(_) => {
+                    let mut out = lost(
+                        &req,
+                        received,
+                        "the SSH connection to the host's agent dropped during this point".into(),
+                    );
+                    out.interrupted = interrupted;
+                    return out;
+                }
+            }
+        }
+    }
+
+    /// Closes the agent's input and waits briefly for it to exit.
+    pub async fn close(mut self) {
+        self.stdin = None;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+    }
+}
+
+fn point_of(req: &AgentRequest) -> Point {
+    Point {
+        id: req.id.clone(),
+        values: req.values.clone(),
+        experiment: req.experiment.clone(),
+    }
+}
+
+/// A point whose agent stream broke: what arrived is on disk; the point is incomplete.
+fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
+    PointOutcome {
+        record: PointRecord {
+            id: req.id.clone(),
+            values: req.values.clone(),
+            group: req.group.clone(),
+            requested_prompt_tokens: None,
+            ok: 0,
+            errors: 0,
+            error_kinds: Default::default(),
+            metrics: Default::default(),
+            flags: vec![Flag {
+                kind: "agent-lost".into(),
+                message: format!(
+                    "{why}; {received} request record(s) arrived and are kept in requests.jsonl"
+                ),
+            }],
+            incomplete: true,
+            failure: None,
+        },
+        interrupted: false,
+    }
+}
+
+/// Facts about the host, for meta.json; `python` is the interpreter that imports sglang.
+pub async fn host_facts(ssh: &SshHost, python: &str) -> Option<serde_json::Value> {
+    let facts: ssh::HostFacts = ssh.host_facts(python).await.ok()?;
+    serde_json::to_value(facts).ok()
+}
