@@ -18,8 +18,14 @@ struct Sim {
 
 /// Starts a simulator with `args` (plus the fast profile); does not wait for warmup.
 async fn launch(args: &[&str]) -> Sim {
+    launch_with(args, |_| {}).await
+}
+
+/// Like [`launch`], with a last change to the config (what the environment would set).
+async fn launch_with(args: &[&str], tweak: impl FnOnce(&mut SimConfig)) -> Sim {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let mut cfg = SimConfig::from_args(&args).expect("valid args");
+    tweak(&mut cfg);
     let log = SimLog::capture();
     let trace = ChunkTrace::new();
     cfg.log = log.clone();
@@ -42,7 +48,12 @@ async fn launch(args: &[&str]) -> Sim {
 
 /// Starts a simulator and waits until `/health` is 200.
 async fn start(args: &[&str]) -> Sim {
-    let sim = launch(args).await;
+    start_with(args, |_| {}).await
+}
+
+/// Like [`start`], with a last change to the config.
+async fn start_with(args: &[&str], tweak: impl FnOnce(&mut SimConfig)) -> Sim {
+    let sim = launch_with(args, tweak).await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while sim.get("/health").await.0 != 200 {
         assert!(Instant::now() < deadline, "sim never became healthy");
@@ -80,11 +91,15 @@ impl Sim {
 
     /// Streams a request; returns each event's JSON (or the raw `[DONE]`) with its arrival time.
     async fn stream(&self, path: &str, body: &Value) -> (u16, Vec<(Instant, String)>, Instant) {
+        // Serialized before the clock starts: a debug build's JSON encoding of a long prompt
+        // is the client's time, not the server's.
+        let body = serde_json::to_vec(body).unwrap();
         let sent = Instant::now();
         let mut r = self
             .http
             .post(format!("{}{path}", self.base))
-            .json(body)
+            .header("content-type", "application/json")
+            .body(body)
             .send()
             .await
             .unwrap();
@@ -690,4 +705,228 @@ fn cli_rejects_bad_values_and_prints_help() {
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
     ));
     assert!(err.contains("--bogus-flag"));
+}
+
+// ---- The `kimi-k2.6-8x-rtxpro6000` profile against its published measurements ----
+
+/// A prompt of exactly `n` token ids; `nonce` makes it distinct from other prompts.
+fn kimi_prompt(n: usize, nonce: u32) -> Vec<u32> {
+    std::iter::once(1000 + nonce)
+        .chain((1..n as u32).map(|i| (i * 7919 + nonce * 13) % 100_000 + 300))
+        .collect()
+}
+
+fn ids_body(ids: &[u32], max_new: u64) -> Value {
+    json!({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new}, "stream": true})
+}
+
+const KIMI: &[&str] = &[
+    "--profile",
+    "kimi-k2.6-8x-rtxpro6000",
+    "--tp-size",
+    "8",
+    "--skip-server-warmup",
+];
+
+/// Timing assertions take their turn with the end-to-end runs (see `common::exclusive`).
+#[test]
+fn kimi_profile_reproduces_the_published_ttft_and_decode_at_a_tenth_of_real_time() {
+    let _turn = crate::common::exclusive();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(kimi_timing_body());
+}
+
+async fn kimi_timing_body() {
+    let scale = 0.1;
+    let sim = start(&[KIMI, &["--sim-time-scale", "0.1"]].concat()).await;
+    for path in ["/server_info", "/get_server_info"] {
+        let info: Value = serde_json::from_str(&sim.get(path).await.1).unwrap();
+        assert_eq!(info["sim_time_scale"], 0.1, "{path}");
+        assert_eq!(info["context_length"], 200_000);
+        assert!(info["max_req_input_len"].as_u64().unwrap() > 180_000);
+    }
+    // Cold: a fresh prompt of 11405 tokens, 17 output tokens, streamed.
+    let ids = kimi_prompt(11_405, 1);
+    let (status, events, sent) = sim.stream("/generate", &ids_body(&ids, 17)).await;
+    assert_eq!(status, 200);
+    let ttft = (events[0].0 - sent).as_secs_f64();
+    assert!((ttft / (3.96 * scale) - 1.0).abs() < 0.10, "TTFT {ttft}");
+    let last: Value = serde_json::from_str(&events[events.len() - 2].1).unwrap();
+    let steps = last["meta_info"]["spec_verify_ct"].as_f64().unwrap();
+    assert_eq!(last["meta_info"]["completion_tokens"], 17);
+    assert!(steps < 16.0, "several tokens per step");
+    // Decode seconds per output token, for the profile's mean of 5.70 steps per 16 tokens
+    // (single requests take 5 to 7): published 0.072 at 11.4k.
+    let decode = (events[events.len() - 2].0 - events[0].0).as_secs_f64();
+    let s_per_tok = decode / steps * 5.70 / 16.0;
+    assert!(
+        (s_per_tok / (0.072 * scale) - 1.0).abs() < 0.10,
+        "s/out_tok {s_per_tok} over {steps} steps"
+    );
+    // Cache hit: the same prompt again computes one token (62.5 ms), then decodes 16 more
+    // (steps x 203.4 ms): 1.22 s for the mean 5.70 steps. The published single sample is
+    // 1.57 s; the profile's header says why the model does not chase it.
+    let (_, events, sent) = sim.stream("/generate", &ids_body(&ids, 17)).await;
+    let last: Value = serde_json::from_str(&events[events.len() - 2].1).unwrap();
+    assert_eq!(last["meta_info"]["cached_tokens"], 11_404);
+    let steps = last["meta_info"]["spec_verify_ct"].as_f64().unwrap();
+    let first = (events[0].0 - sent).as_secs_f64();
+    let t_b = (events[events.len() - 2].0 - sent).as_secs_f64();
+    // The first chunk: the one-token prefill plus the request's handling, which is real time
+    // (unscaled; a debug build parses 11k ids in a few ms).
+    assert!(
+        first > 0.0625 * scale && first < 0.0625 * scale + 0.025,
+        "{first}"
+    );
+    let decode_model = steps * 0.2034 * scale;
+    assert!(
+        ((t_b - first) / decode_model - 1.0).abs() < 0.10,
+        "decode {} vs {decode_model}",
+        t_b - first
+    );
+    assert!((t_b / (1.57 * scale) - 1.0).abs() < 0.30, "t_b {t_b}");
+    sim.stop().await.unwrap();
+}
+
+/// The two-point method with a flush between the requests: 1.4k and 11.4k prompts prefilled
+/// twice each, 45.5k once; the second 45.5k prefill dies. Returns the requests' statuses.
+async fn kimi_double_prefill_sequence(sim: &Sim) -> Vec<Result<u16, String>> {
+    let mut out = Vec::new();
+    for (n, nonce) in [(1424, 1), (11_405, 2), (45_507, 3)] {
+        let ids = kimi_prompt(n, nonce);
+        for max_new in [1, 17] {
+            assert_eq!(sim.post("/flush_cache", &json!({})).await.0, 200);
+            let r = sim
+                .http
+                .post(format!("{}/generate", sim.base))
+                .json(&json!({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new}}))
+                .send()
+                .await;
+            let r = match r {
+                Ok(r) => Ok(r.status().as_u16()).and_then(|s| {
+                    if s == 200 {
+                        Ok(s)
+                    } else {
+                        Err(format!("status {s}"))
+                    }
+                }),
+                Err(e) => Err(e.to_string()),
+            };
+            let failed = r.is_err();
+            out.push(r);
+            if failed {
+                return out;
+            }
+        }
+    }
+    out
+}
+
+/// Takes its turn (see `common::exclusive`): long prompts keep both cores busy.
+#[test]
+fn kimi_double_prefill_at_094_runs_out_of_memory_like_sglang() {
+    let _turn = crate::common::exclusive();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(kimi_oom_body());
+}
+
+async fn kimi_oom_body() {
+    let sim = start_with(&[KIMI, &["--sim-time-scale", "0.01"]].concat(), |c| {
+        c.expandable_segments = false;
+    })
+    .await;
+    let results = kimi_double_prefill_sequence(&sim).await;
+    assert_eq!(results.len(), 6, "{results:?}");
+    assert!(results[..5].iter().all(Result::is_ok), "{results:?}");
+    assert!(results[5].is_err(), "the second 45.5k prefill must fail");
+    let log = sim.log.clone();
+    let result = tokio::time::timeout(Duration::from_secs(5), sim.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        result.is_err(),
+        "serve returns an error: the process exits 1"
+    );
+    let text = log.lines().join("\n");
+    assert!(text.contains("Scheduler hit an exception: Traceback (most recent call last):"));
+    assert!(
+        text.contains("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a total capacity of 94.97 GiB of which 444.77 MiB is free"),
+        "{text}"
+    );
+    assert!(text.contains("expandable_segments:True"));
+    assert!(
+        text.contains("Received sigquit from a child process. It usually means the child failed.")
+    );
+    // SGLang logs a batch before running it: the fatal fifth chunk of the second 45.5k is logged.
+    let prefills = log
+        .lines()
+        .iter()
+        .filter(|l| l.contains("Prefill batch") && l.contains("#new-token: 8192"))
+        .count();
+    assert_eq!(
+        prefills,
+        2 + 5 + 5,
+        "11.4k x2, 45.5k: five full chunks each"
+    );
+}
+
+/// Takes its turn (see `common::exclusive`): long prompts keep both cores busy.
+#[test]
+fn kimi_fix_and_cache_hits_survive_the_same_prompts() {
+    let _turn = crate::common::exclusive();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(kimi_fix_body());
+}
+
+async fn kimi_fix_body() {
+    // The published fix: 0.93, chunks of 4096, expandable segments.
+    let fix = [
+        KIMI,
+        &[
+            "--sim-time-scale",
+            "0.01",
+            "--mem-fraction-static",
+            "0.93",
+            "--chunked-prefill-size",
+            "4096",
+        ],
+    ]
+    .concat();
+    let sim = start_with(&fix, |c| c.expandable_segments = true).await;
+    let results = kimi_double_prefill_sequence(&sim).await;
+    assert_eq!(results.len(), 6);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert!(sim.log_lines("Memory pool end. avail mem=1.82 GB").len() == 1);
+    sim.stop().await.unwrap();
+    // Step (1) of the published runs: at 0.94, each prompt prefilled once, the repeat cached.
+    let sim = start_with(&[KIMI, &["--sim-time-scale", "0.01"]].concat(), |c| {
+        c.expandable_segments = false;
+    })
+    .await;
+    for (n, nonce) in [(1407, 4), (11_382, 5), (45_507, 6)] {
+        let ids = kimi_prompt(n, nonce);
+        for max_new in [1, 17] {
+            let (s, v) = sim
+                .post_json(
+                    "/generate",
+                    &json!({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new}}),
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+        }
+    }
+    sim.stop().await.unwrap();
 }

@@ -227,10 +227,15 @@ pub fn help_text() -> String {
     s.push_str(
         "\nProfile fields (see profiles/fast.yaml): time_scale, warmup_s, context_length,\n\
          max_running_requests, chunked_prefill_size, memory{gpu_gb, weight_gb,\n\
-         kv_bytes_per_token, mem_fraction_static, graph_gb}, prefill{base_ms, per_token_us,\n\
+         kv_bytes_per_token, mem_fraction_static, graph_gb, activation{runtime_overhead_mib,\n\
+         bytes_per_token, bytes_per_token_ctx}}, prefill{base_ms, per_token_us,\n\
          attention_ns}, decode{base_ms, per_seq_us, per_ctx_token_ns}, speculative{\n\
          num_draft_tokens, accept_length_mean, step_overhead_ms, enabled}, oom_prefill_tokens\n\
-         (a prefill batch with more new tokens crashes like a CUDA out-of-memory), seed.\n\n\
+         (a prefill batch with more new tokens crashes like a CUDA out-of-memory), seed.\n\
+         With memory.activation, a prefill chunk whose activation spike (plus, unless\n\
+         PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is set, the largest earlier spike\n\
+         still reserved) exceeds the memory outside the static pool crashes the same way\n\
+         (see profiles/kimi-k2.6-8x-rtxpro6000.yaml).\n\n\
          Exit status: 0 after a clean shutdown (Ctrl-C), 1 on a simulated crash or start-up\n\
          failure, 2 on bad arguments.\n",
     );

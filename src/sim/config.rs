@@ -24,6 +24,11 @@ pub struct SimConfig {
     pub context_length: u64,
     /// KV pool capacity in tokens; <= 0 means the memory model left no room (start-up fails).
     pub max_total_tokens: i64,
+    /// `--mem-fraction-static`, defaulting to the profile's.
+    pub mem_fraction_static: f64,
+    /// PyTorch's allocator grows segments in place (`PYTORCH_CUDA_ALLOC_CONF=
+    /// expandable_segments:True` in the environment): no fragmented reserve between spikes.
+    pub expandable_segments: bool,
     /// Most requests running at once.
     pub max_running_requests: usize,
     /// Most new tokens per prefill iteration; None = chunking disabled.
@@ -92,13 +97,13 @@ impl SimConfig {
         let context_length =
             positive("context-length", a.int("context-length"))?.unwrap_or(profile.context_length);
         let tp = positive("tp-size", a.int("tp-size"))?.unwrap_or(1) as f64;
+        let frac = a
+            .float("mem-fraction-static")
+            .unwrap_or(profile.memory.mem_fraction_static);
         let max_total_tokens = match positive("max-total-tokens", a.int("max-total-tokens"))? {
             Some(n) => n as i64,
             None => {
                 let m = &profile.memory;
-                let frac = a
-                    .float("mem-fraction-static")
-                    .unwrap_or(m.mem_fraction_static);
                 let free_gb = m.gpu_gb * frac - m.weight_gb / tp;
                 (free_gb * 1e9 / (m.kv_bytes_per_token / tp)).floor() as i64
             }
@@ -144,6 +149,8 @@ impl SimConfig {
             port,
             context_length,
             max_total_tokens,
+            mem_fraction_static: frac,
+            expandable_segments: super::memory::expandable_segments_from_env(),
             max_running_requests,
             chunked_prefill_size,
             max_prefill_tokens: positive("max-prefill-tokens", a.int("max-prefill-tokens"))?

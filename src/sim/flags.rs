@@ -121,7 +121,7 @@ pub const FLAGS: &[Flag] = &[
         "mem-fraction-static",
         Float,
         "null",
-        "Fraction of GPU memory for weights + KV pool; sizes the pool from the profile's memory model. Too small a pool fails start-up with SGLang's 'Not enough memory' error."
+        "Fraction of GPU memory for weights + KV pool; sizes the pool from the profile's memory model. Too small a pool fails start-up with SGLang's 'Not enough memory' error; with the profile's activation model, what is left bounds prefill activation spikes (out of memory past it)."
     ),
     f!(
         "max-total-tokens",
@@ -145,7 +145,7 @@ pub const FLAGS: &[Flag] = &[
         "chunked-prefill-size",
         Int,
         "null",
-        "Most new prompt tokens per prefill iteration; longer prompts prefill over several iterations. -1 disables. Default: the profile's."
+        "Most new prompt tokens per prefill iteration; longer prompts prefill over several iterations, each with its own activation spike. -1 disables. Default: the profile's."
     ),
     f!(
         "max-prefill-tokens",

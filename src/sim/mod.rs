@@ -21,6 +21,7 @@ mod flags;
 mod http;
 mod kv;
 mod log;
+mod memory;
 mod metrics;
 mod profile;
 mod radix;
@@ -35,7 +36,9 @@ mod types;
 pub use args::{ParsedArgs, SimArgError, help_text, parse as parse_args};
 pub use config::SimConfig;
 pub use log::SimLog;
-pub use profile::{DecodeCost, MemoryModel, PrefillCost, Profile, ProfileError, SpecModel};
+pub use profile::{
+    ActivationModel, DecodeCost, MemoryModel, PrefillCost, Profile, ProfileError, SpecModel,
+};
 pub use radix::RadixCache;
 pub use server::serve;
 pub use tokenizer::encode as tokenize;

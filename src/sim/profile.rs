@@ -13,6 +13,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "h100-llama8b",
         include_str!("../../profiles/h100-llama8b.yaml"),
     ),
+    (
+        "kimi-k2.6-8x-rtxpro6000",
+        include_str!("../../profiles/kimi-k2.6-8x-rtxpro6000.yaml"),
+    ),
 ];
 
 /// A timing profile. Durations are model time, multiplied by `time_scale`.
@@ -68,6 +72,26 @@ pub struct MemoryModel {
     /// GB reported for CUDA graphs in `/server_info`.
     #[serde(default)]
     pub graph_gb: f64,
+    /// Prefill activation spikes against the memory left outside the static pool; absent =
+    /// spikes never run out of memory.
+    #[serde(default)]
+    pub activation: Option<ActivationModel>,
+}
+
+/// Activation memory of a prefill iteration (see `sim::memory`). Free memory per GPU for
+/// activations = `gpu_gb` x (1 - mem_fraction_static) - `runtime_overhead_mib`; an iteration's
+/// spike = `bytes_per_token` x new tokens + `bytes_per_token_ctx` x new tokens x context length
+/// at the end of the chunk, summed over the batch.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActivationModel {
+    /// MiB per GPU the runtime holds outside the static pool (CUDA context, CUDA graphs, NCCL).
+    pub runtime_overhead_mib: f64,
+    /// Bytes per GPU per new token (hidden states, MoE buffers).
+    pub bytes_per_token: f64,
+    /// Bytes per GPU per (new token x context token): attention workspace.
+    #[serde(default)]
+    pub bytes_per_token_ctx: f64,
 }
 
 /// Prefill iteration time = `base_ms` + `per_token_us` x new tokens
@@ -193,6 +217,20 @@ impl Profile {
                 path: origin.to_string(),
                 message: "speculative.accept_length_mean must be between 1 and num_draft_tokens"
                     .into(),
+            });
+        }
+        if let Some(a) = &p.memory.activation
+            && ![
+                a.runtime_overhead_mib,
+                a.bytes_per_token,
+                a.bytes_per_token_ctx,
+            ]
+            .iter()
+            .all(|x| x.is_finite() && *x >= 0.0)
+        {
+            return Err(ProfileError::Invalid {
+                path: origin.to_string(),
+                message: "memory.activation values must be non-negative numbers".into(),
             });
         }
         Ok(p)

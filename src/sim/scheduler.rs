@@ -7,6 +7,7 @@
 
 use super::config::SimConfig;
 use super::kv::KvPool;
+use super::memory::{ActivationMemory, OutOfMemory};
 use super::request::Req;
 use super::state::Shared;
 use super::trace::TraceEntry;
@@ -39,6 +40,8 @@ struct Scheduler {
     shared: Arc<Shared>,
     rx: Receiver<Command>,
     kv: KvPool,
+    /// Activation memory outside the static pool; None = the profile does not model it.
+    memory: Option<ActivationMemory>,
     waiting: VecDeque<Req>,
     running: Vec<Req>,
     /// The one request whose prefill is split over iterations.
@@ -70,7 +73,13 @@ struct PrefillItem {
 impl Scheduler {
     fn new(cfg: SimConfig, shared: Arc<Shared>, rx: Receiver<Command>) -> Self {
         let kv = KvPool::new(cfg.pool_tokens(), !cfg.disable_radix_cache);
+        let memory = ActivationMemory::new(
+            &cfg.profile.memory,
+            cfg.mem_fraction_static,
+            cfg.expandable_segments,
+        );
         Scheduler {
+            memory,
             cfg,
             shared,
             rx,
@@ -95,6 +104,12 @@ impl Scheduler {
     }
 
     fn run(mut self) {
+        if let Some(m) = &self.memory {
+            self.cfg.log.info(&format!(
+                "Memory pool end. avail mem={:.2} GB",
+                m.free_mib() / 1024.0
+            ));
+        }
         if !self.cfg.skip_warmup {
             std::thread::sleep(self.cfg.profile.warmup());
         }
@@ -138,17 +153,22 @@ impl Scheduler {
             let deadline;
             if let Some(batch) = self.form_prefill() {
                 let new_tokens: u64 = batch.iter().map(|b| b.new_tokens).sum();
-                if let Some(limit) = self.cfg.profile.oom_prefill_tokens
-                    && new_tokens > limit
-                {
-                    self.crash_oom(new_tokens);
-                    return;
-                }
                 let segments: Vec<(u64, u64)> = batch
                     .iter()
                     .map(|b| (b.req.prefilled, b.new_tokens))
                     .collect();
+                // SGLang logs the batch, then dies in its forward pass.
                 self.log_prefill(&batch, new_tokens);
+                if let Some(limit) = self.cfg.profile.oom_prefill_tokens
+                    && new_tokens > limit
+                {
+                    self.crash_oom(&self.token_limit_oom(new_tokens), new_tokens);
+                    return;
+                }
+                if let Some(Err(oom)) = self.memory.as_mut().map(|m| m.prefill(&segments)) {
+                    self.crash_oom(&oom.torch_message(), new_tokens);
+                    return;
+                }
                 deadline = start + self.cfg.profile.prefill_time(&segments);
                 if self.wait_until(deadline) {
                     return;
@@ -555,10 +575,26 @@ impl Scheduler {
         }
     }
 
-    /// Mimics SGLang dying of a CUDA out-of-memory error in the scheduler process.
-    fn crash_oom(&mut self, new_tokens: u64) {
+    /// PyTorch's error line for a batch over the profile's `oom_prefill_tokens`.
+    fn token_limit_oom(&self, new_tokens: u64) -> String {
         let m = &self.cfg.profile.memory;
-        let gib = new_tokens as f64 * m.kv_bytes_per_token * 4.0 / (1u64 << 30) as f64;
+        let total_gib = m.gpu_gb * 1e9 / (1u64 << 30) as f64;
+        let oom = OutOfMemory {
+            tried_mib: new_tokens as f64 * m.kv_bytes_per_token * 4.0 / (1u64 << 20) as f64,
+            free_mib: 312.0,
+            total_gib,
+            in_use_gib: total_gib - 312.0 / 1024.0,
+            allocated_gib: total_gib * self.cfg.mem_fraction_static,
+            reserved_unallocated_mib: 0.0,
+        };
+        format!(
+            "{} (simulated: prefill batch of {new_tokens} new tokens > oom_prefill_tokens)",
+            oom.torch_message()
+        )
+    }
+
+    /// Mimics SGLang dying of a CUDA out-of-memory error in the scheduler process.
+    fn crash_oom(&self, torch_error: &str, new_tokens: u64) {
         self.cfg
             .log
             .info("Scheduler hit an exception: Traceback (most recent call last):");
@@ -569,11 +605,7 @@ impl Scheduler {
              \x20   batch_result = self.run_batch(batch)\n\
              \x20 File \"/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py\", line 1890, in forward_extend\n\
              \x20   return self.model.forward(\n\
-             torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {gib:.2} GiB. GPU 0 has a total capacity of {:.2} GiB of which {:.2} MiB is free. \
-             Including non-PyTorch memory, this process has {:.2} GiB memory in use. (simulated: prefill batch of {new_tokens} new tokens > oom_prefill_tokens)\n",
-            m.gpu_gb * 0.931,
-            312.0,
-            m.gpu_gb * 0.925,
+             {torch_error}\n",
         ));
         self.cfg
             .log

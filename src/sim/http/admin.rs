@@ -60,7 +60,11 @@ pub async fn server_info(State(st): State<AppState>) -> Response {
         cfg.chunked_prefill_size.map_or(-1, |c| c as i64).into(),
     );
     m.insert("max_total_tokens".into(), cfg.pool_tokens().into());
+    m.insert("mem_fraction_static".into(), cfg.mem_fraction_static.into());
     m.insert("profile".into(), cfg.profile.name.clone().into());
+    // servebench's own extra (SGLang has no such key): the multiplier on every modelled
+    // duration, so scaled runs can be labelled.
+    m.insert("sim_time_scale".into(), cfg.profile.time_scale.into());
     let mem = &cfg.profile.memory;
     let kv_gb = cfg.pool_tokens() as f64 * mem.kv_bytes_per_token / 1e9;
     m.insert(
