@@ -61,6 +61,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         .collect(),
         flags: vec![],
         incomplete: false,
+        failure: None,
     }
 }
 

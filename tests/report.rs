@@ -420,6 +420,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         metrics,
         flags: vec![],
         incomplete: false,
+        failure: None,
     }
 }
 
