@@ -12,5 +12,6 @@ mod sim;
 mod spec;
 mod spec_corpus;
 mod ssh;
+mod ssh_run;
 mod sshd;
 mod statistics;

@@ -1,0 +1,499 @@
+//! End to end over SSH: `servebench run` against a real sshd on loopback (see `sshd.rs`), the
+//! simulator launched as the `sglang` engine (its launcher pointed at `servebench sim`, which
+//! takes SGLang's flags).
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::sshd::Sshd;
+
+macro_rules! sshd {
+    () => {
+        match Sshd::start() {
+            Some(s) => s,
+            None => return,
+        }
+    };
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_servebench");
+
+/// A spec on `sshd`: engine sglang launched as `servebench sim`, fast profile. `args` is the
+/// inside of `server.args`, `rest` more top-level keys.
+fn ssh_spec(sshd: &Sshd, name: &str, client: &str, args: &str, rest: &str) -> String {
+    format!(
+        "name: {name}\nhost:\n  ssh: 127.0.0.1\n  port: {port}\n  identity: {key}\n  known_hosts: {kh}\n  remote_dir: {home}/sb\nclient: {client}\n\
+         server:\n  engine: sglang\n  launcher: [{BIN}, sim]\n  model: test-model\n  args: {{ profile: fast, context-length: 16384{args} }}\n  ready_timeout: 30s\n\
+         workload:\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 32\n{rest}\n",
+        port = sshd.port,
+        key = sshd.client_key.display(),
+        kh = sshd.known_hosts.display(),
+        home = sshd.home.display(),
+    )
+}
+
+fn points(dir: &Path) -> Vec<serde_json::Value> {
+    read_jsonl(&dir.join("points.jsonl"))
+}
+
+fn mean(p: &serde_json::Value, metric: &str) -> f64 {
+    p["metrics"][metric]["mean"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no {metric} in {p}"))
+}
+
+/// Processes whose command line contains `needle` (from the process table).
+fn processes_with(needle: &str) -> Vec<String> {
+    let out = std::process::Command::new("ps")
+        .args(["-eo", "pid,pgid,args"])
+        .output()
+        .expect("ps");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(needle) && !l.contains("ps -eo"))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn a_sweep_measured_on_the_host_and_through_a_forward_agree() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let rest = "sweep:\n  ctx: [512, 2048]\nrequests: 3\n";
+    let mut by_client = Vec::new();
+    for client in ["host", "local"] {
+        let spec = ws.write(
+            &format!("{client}.yaml"),
+            &ssh_spec(&sshd, &format!("over-ssh-{client}"), client, "", rest),
+        );
+        let out = ws.run(&spec);
+        assert!(out.status.success(), "{}\n{}", show(&out), sshd.log_text());
+        let dir = run_dir(&out);
+        let meta = read_json(&dir.join("meta.json"));
+        assert_eq!(meta["client_placement"], client);
+        assert_eq!(meta["status"], "complete");
+        let server = &meta["servers"][0];
+        assert_eq!(server["host"], format!("127.0.0.1:{}", sshd.port));
+        assert_eq!(server["stopped"], true, "{server}");
+        assert!(
+            server["outcome"]
+                .as_str()
+                .unwrap()
+                .contains("confirmed gone"),
+            "{server}"
+        );
+        assert!(
+            server["command"][0]
+                .as_str()
+                .unwrap()
+                .ends_with("servebench")
+        );
+        // Host facts read over SSH.
+        assert!(meta["server_host"]["hostname"].as_str().is_some(), "{meta}");
+        // The log was mirrored into the run directory.
+        let log = std::fs::read_to_string(dir.join("server-g1.log")).unwrap();
+        assert!(
+            log.contains("The server is fired up and ready to roll!"),
+            "{log}"
+        );
+        let requests = read_jsonl(&dir.join("requests.jsonl"));
+        assert_eq!(
+            requests.iter().filter(|r| r["role"] == "measure").count(),
+            6
+        );
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(report.contains("127.0.0.1"), "the report names the host");
+        by_client.push(points(&dir));
+    }
+    // Both clients measure the same server on the same machine: the numbers must agree.
+    for (h, l) in by_client[0].iter().zip(&by_client[1]) {
+        assert_eq!(h["ok"], 3);
+        assert_eq!(l["ok"], 3);
+        assert_eq!(mean(h, "prompt_tokens"), mean(l, "prompt_tokens"));
+        for m in ["ttft_s", "decode_tok_s"] {
+            let (a, b) = (mean(h, m), mean(l, m));
+            assert!((a - b).abs() / a.max(b) < 0.5, "{m}: host {a} vs local {b}");
+        }
+    }
+}
+
+#[test]
+fn hostile_argument_values_reach_the_server_verbatim() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let marker = ws.path().join("pwned");
+    let hostile = format!(
+        "a b 'c' \\\"d\\\" $(touch {m}) `touch {m}`; touch {m} && echo *",
+        m = marker.display()
+    );
+    let spec = ws.write(
+        "hostile.yaml",
+        &ssh_spec(
+            &sshd,
+            "hostile",
+            "local",
+            &format!(", served-model-name: \"{hostile}\""),
+            "sweep:\n  ctx: [256]\n  workload.api: [openai-completions]\n",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(!marker.exists(), "a shell ran part of an argument");
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    let expected = hostile.replace("\\\"", "\"");
+    assert_eq!(
+        meta["servers"][0]["server_info"]["served_model_name"], expected,
+        "{meta}"
+    );
+    // OpenAI requests name the served model: the server accepted them.
+    assert_eq!(points(&dir)[0]["ok"], 1);
+}
+
+/// A profile that crashes with SGLang's out-of-memory lines above 3000 new prefill tokens.
+fn oom_profile(ws: &Workspace) -> String {
+    let fast =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
+            .unwrap();
+    ws.write("oom.yaml", &format!("{fast}\noom_prefill_tokens: 3000\n"))
+        .display()
+        .to_string()
+}
+
+fn run_oom(sshd: &Sshd, ws: &Workspace, policy: &str) -> (Output, Vec<serde_json::Value>) {
+    let profile = oom_profile(ws);
+    let spec = ws.write(
+        &format!("{policy}.yaml"),
+        &(ssh_spec(sshd, &format!("oom-{policy}"), "local", "", "")
+            .replace("profile: fast", &format!("profile: {profile}"))
+            + &format!("sweep:\n  ctx: [1024, 4096, 8192, 2048]\non_failure: {policy}\nexpect:\n  - {{ where: {{ ctx: 4096 }}, failure: out-of-memory }}\n")),
+    );
+    let out = ws.run(&spec);
+    let dir = run_dir(&out);
+    (out, points(&dir))
+}
+
+#[test]
+fn an_out_of_memory_crash_is_classified_and_each_policy_applies() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+
+    let (out, p) = run_oom(&sshd, &ws, "continue");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a crash makes the run incomplete"
+    );
+    let ids: Vec<(&str, bool)> = p
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["ok"].as_u64().unwrap() > 0))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("p001", true),
+            ("p002", false),
+            ("p003", false),
+            ("p004", true)
+        ],
+        "continue: relaunch after each crash and go on"
+    );
+    assert_eq!(p[1]["failure"], "out-of-memory");
+    assert_eq!(p[2]["failure"], "out-of-memory");
+    let crash = p[1]["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "server-crashed")
+        .unwrap();
+    assert!(
+        crash["message"]
+            .as_str()
+            .unwrap()
+            .contains("CUDA out of memory"),
+        "the log excerpt is recorded: {crash}"
+    );
+
+    let (_, p) = run_oom(&sshd, &ws, "skip-larger");
+    let kinds: Vec<String> = p
+        .iter()
+        .map(|p| {
+            p["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f["kind"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    assert_eq!(p[1]["failure"], "out-of-memory");
+    assert!(
+        kinds[2].contains("skipped"),
+        "8192 > 4096 is skipped: {kinds:?}"
+    );
+    assert!(p[3]["ok"].as_u64().unwrap() > 0, "2048 < 4096 still runs");
+
+    let (out, p) = run_oom(&sshd, &ws, "abort");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(p.len(), 2, "abort stops after the crash: {p:?}");
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    assert!(
+        meta["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("on_failure is abort"),
+        "{meta}"
+    );
+    // The expectation of a crash at 4096 holds.
+    let check = servebench().arg("check").arg(&dir).output().unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", show(&check));
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("out-of-memory"), "{report}");
+}
+
+#[test]
+fn strict_host_key_checking_refuses_an_unknown_host_before_anything_starts() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let empty = ws.write("empty_known_hosts", "");
+    let spec = ws.write(
+        "strict.yaml",
+        &ssh_spec(&sshd, "strict", "local", "", "sweep:\n  ctx: [256]\n").replace(
+            &format!("known_hosts: {}", sshd.known_hosts.display()),
+            &format!("known_hosts: {}", empty.display()),
+        ),
+    );
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("host key"), "{err}");
+    assert!(err.contains("accept-new"), "the opt-in is named: {err}");
+    assert!(!ws.path().join("runs").exists(), "nothing was created");
+}
+
+/// Starts `servebench run` in the background.
+fn spawn_run(ws: &Workspace, spec: &Path) -> std::process::Child {
+    std::process::Command::new(BIN)
+        .arg("run")
+        .arg(spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The run directory once `servebench run` created it.
+fn wait_for_run_dir(ws: &Workspace, name: &str) -> std::path::PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut entries) = std::fs::read_dir(ws.path().join("runs").join(name))
+            && let Some(Ok(e)) = entries.next()
+        {
+            return e.path();
+        }
+        assert!(Instant::now() < deadline, "no run directory");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until `meta.json` records a launched server group; returns its pgid.
+fn wait_for_server(dir: &Path) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(dir.join("meta.json"))
+            && let Ok(meta) = serde_json::from_str::<serde_json::Value>(&text)
+            && let Some(pgid) = meta["servers"][0]["pgid"].as_i64()
+        {
+            return pgid;
+        }
+        assert!(Instant::now() < deadline, "no server in meta.json");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_mid_point_leaves_no_process_behind() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let marker = format!("ctrlc-{}", std::process::id());
+    // Long prompts on a slow profile: the point is still running when Ctrl-C comes.
+    let spec = ws.write(
+        "ctrlc.yaml",
+        &ssh_spec(
+            &sshd,
+            "ctrlc",
+            "host",
+            &format!(", served-model-name: {marker}, sim-time-scale: 40"),
+            "sweep:\n  ctx: [4096, 8192]\nrequests: 4\n",
+        ),
+    );
+    let mut child = spawn_run(&ws, &spec);
+    let dir = wait_for_run_dir(&ws, "ctrlc");
+    let pgid = wait_for_server(&dir);
+    // Wait until requests are in flight on the host.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(dir.join("requests.jsonl")).map_or(true, |m| m.len() == 0) {
+        assert!(Instant::now() < deadline, "no request finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    // The process table has neither the server (its group) nor the agent.
+    assert!(crate::sshd::group_members(pgid as i32).is_empty());
+    assert!(
+        processes_with(&marker).is_empty(),
+        "{:?}",
+        processes_with(&marker)
+    );
+    assert!(
+        processes_with(" agent")
+            .iter()
+            .all(|p| !p.contains(&sshd.home.display().to_string())),
+        "the agent is gone"
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "incomplete");
+    assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
+}
+
+#[test]
+fn down_stops_what_a_killed_runner_left_and_resume_finishes_the_run() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let marker = format!("down-{}", std::process::id());
+    let spec = ws.write(
+        "down.yaml",
+        &ssh_spec(
+            &sshd,
+            "down",
+            "local",
+            &format!(", served-model-name: {marker}, sim-time-scale: 20"),
+            "sweep:\n  ctx: [1024, 2048, 4096]\nrequests: 2\n",
+        ),
+    );
+    let mut child = spawn_run(&ws, &spec);
+    let dir = wait_for_run_dir(&ws, "down");
+    let pgid = wait_for_server(&dir);
+    // Let the first point finish, then kill the runner without a chance to clean up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(dir.join("points.jsonl")).map_or(true, |t| t.is_empty()) {
+        assert!(Instant::now() < deadline, "no point finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The server runs detached on the host: it survived its runner.
+    assert!(!crate::sshd::group_members(pgid as i32).is_empty());
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("confirmed gone"), "{text}");
+    assert!(crate::sshd::group_members(pgid as i32).is_empty());
+    assert!(processes_with(&marker).is_empty());
+    // Again: nothing left to do.
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("already gone"));
+
+    // Resume measures the rest in the same directory, without duplicating records.
+    let out = servebench()
+        .arg("run")
+        .arg("--resume")
+        .arg(&dir)
+        .arg("--quiet")
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let p = points(&dir);
+    let ids: Vec<&str> = p.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["p001", "p002", "p003"]);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    for id in ids {
+        assert_eq!(
+            requests
+                .iter()
+                .filter(|r| r["point"] == id && r["role"] == "measure")
+                .count(),
+            2,
+            "{id}"
+        );
+    }
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "complete");
+    assert_eq!(meta["resumed_at"].as_array().unwrap().len(), 1);
+    assert!(processes_with(&marker).is_empty());
+}
+
+#[test]
+fn a_killed_ssh_master_is_reestablished_and_the_run_goes_on() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let spec = ws.write(
+        "blip.yaml",
+        &ssh_spec(
+            &sshd,
+            "blip",
+            "local",
+            ", sim-time-scale: 10",
+            "sweep:\n  ctx: [1024, 2048, 4096, 1024]\nrequests: 2\n",
+        ),
+    );
+    let mut child = spawn_run(&ws, &spec);
+    let dir = wait_for_run_dir(&ws, "blip");
+    wait_for_server(&dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(dir.join("points.jsonl")).map_or(true, |t| t.is_empty()) {
+        assert!(Instant::now() < deadline, "no point finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The ControlMaster of this run: an ssh with -M to this sshd's port.
+    let masters: Vec<String> = processes_with(&format!("{}", sshd.port))
+        .into_iter()
+        .filter(|l| l.contains("ssh") && l.contains(" -M"))
+        .collect();
+    assert_eq!(masters.len(), 1, "{masters:?}");
+    let pid: i32 = masters[0]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let p = points(&dir);
+    assert_eq!(p.len(), 4, "every point got a record: {p:?}\n{stderr}");
+    assert!(
+        p.last().unwrap()["ok"].as_u64().unwrap() > 0,
+        "the last point was measured over the new connection: {stderr}"
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
+    assert!(status.code().is_some());
+}
