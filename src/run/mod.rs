@@ -303,8 +303,7 @@ pub async fn execute(
     write_meta(&run_dir, &meta)?;
 
     let template = user_template(first, &spec_dir);
-    let report =
-        crate::report::write_report(&run_dir, template.as_deref()).map_err(|e| e.to_string());
+    let report = crate::report::write_report(&run_dir, Some(&template)).map_err(|e| e.to_string());
     Ok(RunOutcome {
         dir: run_dir.path.clone(),
         status,
@@ -313,9 +312,12 @@ pub async fn execute(
     })
 }
 
-/// A user template path from `report.template` (None for the built-in default).
-pub fn user_template(exp: &crate::spec::types::Experiment, spec_dir: &Path) -> Option<PathBuf> {
-    (exp.report.template != "default").then(|| spec_dir.join(&exp.report.template))
+/// The report template `report.template` names: a built-in, or a file relative to the spec.
+pub fn user_template(
+    exp: &crate::spec::types::Experiment,
+    spec_dir: &Path,
+) -> crate::report::Template {
+    crate::report::Template::resolve(&exp.report.template, spec_dir)
 }
 
 /// Checks that need the file system before anything starts: prompt files, templates.
@@ -334,12 +336,14 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         {
             errors.push(e);
         }
-        if let Some(t) = user_template(&p.experiment, spec_dir)
+        if let crate::report::Template::File(t) = user_template(&p.experiment, spec_dir)
             && !t.is_file()
         {
             let e = format!(
-                "report.template {} does not exist (use `default` or a path relative to the spec)",
-                t.display()
+                "report.template {} does not exist (use a built-in template: {}; or a path \
+                 relative to the spec)",
+                t.display(),
+                crate::report::builtin_names()
             );
             if !errors.contains(&e) {
                 errors.push(e);
