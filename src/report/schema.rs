@@ -44,6 +44,7 @@ fn schema_for<T: JsonSchema>(file: &str, title: &str) -> Value {
         .for_serialize()
         .into_generator();
     let mut value = generator.into_root_schema_for::<T>().to_value();
+    close_objects(&mut value);
     if let Some(obj) = value.as_object_mut() {
         obj.insert(
             "$id".into(),
@@ -54,4 +55,20 @@ fn schema_for<T: JsonSchema>(file: &str, title: &str) -> Value {
         obj.insert("title".into(), json!(title));
     }
     value
+}
+
+/// Marks every struct's schema `additionalProperties: false`: the model has exactly these
+/// fields, so a misspelt one in a template author's tooling is caught, and a model that grew a
+/// field without regenerating the schema fails validation.
+fn close_objects(schema: &mut Value) {
+    match schema {
+        Value::Object(obj) => {
+            if obj.contains_key("properties") && !obj.contains_key("additionalProperties") {
+                obj.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            obj.values_mut().for_each(close_objects);
+        }
+        Value::Array(items) => items.iter_mut().for_each(close_objects),
+        _ => {}
+    }
 }
