@@ -436,6 +436,24 @@ fn user_template_from_the_spec_renders_in_run_and_report() {
 }
 
 #[test]
+fn readme_example_template_renders() {
+    let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let template = readme
+        .split_once("```jinja\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(t, _)| t)
+        .expect("README has a ```jinja example");
+    let out = report::render(&model_of("clean-sweep"), Some(template)).unwrap();
+    assert!(out.starts_with("# prefill-vs-chunk (complete)\n"), "{out}");
+    assert!(
+        out.contains("## server.args.chunked-prefill-size=4096"),
+        "{out}"
+    );
+    assert!(out.contains("\n| 1024 | 0.0725 | 131 |\n"), "{out}");
+}
+
+#[test]
 fn spec_naming_a_builtin_template_runs_and_a_missing_file_is_refused() {
     let ws = Workspace::new();
     let spec = ws.write(
