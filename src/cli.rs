@@ -74,8 +74,9 @@ pub enum Command {
         /// A run directory, e.g. runs/quickstart/2026-11-29T10-04-12Z.
         #[arg(value_name = "RUN_DIR")]
         run_dir: PathBuf,
-        /// Render with this minijinja template instead of the one the spec named.
-        #[arg(long, value_name = "FILE")]
+        /// Render with this template instead of the one the spec named: a built-in name
+        /// (`default`, `long-context`) or a minijinja template file.
+        #[arg(long, value_name = "NAME|FILE")]
         template: Option<PathBuf>,
         /// Print the report to stdout instead of writing report.md (charts are not written).
         #[arg(long)]
@@ -127,8 +128,17 @@ pub enum Command {
     /// points as JSON lines on stdin, writes request records as JSON lines on stdout.
     #[command(hide = true)]
     Agent,
-    /// Print the JSON Schema of experiment specs (for editors: `# yaml-language-server: $schema=...`).
-    Schema,
+    /// Print a JSON Schema: of experiment specs (the default; for editors:
+    /// `# yaml-language-server: $schema=...`), or of the data report and compare templates see.
+    ///
+    /// The checked-in copies: `servebench schema > schemas/experiment.schema.json`,
+    /// `servebench schema report-model > schemas/report-model.schema.json`,
+    /// `servebench schema compare-model > schemas/compare-model.schema.json`.
+    Schema {
+        /// Which schema.
+        #[arg(value_enum, default_value_t = SchemaKind::Experiment)]
+        kind: SchemaKind,
+    },
     /// Run the built-in SGLang-compatible simulator. Accepts `python -m sglang.launch_server`
     /// flags (unknown flags warn) plus `--profile NAME|FILE`; `servebench sim --help` lists them.
     #[command(disable_help_flag = true)]
@@ -141,6 +151,17 @@ pub enum Command {
         )]
         args: Vec<String>,
     },
+}
+
+/// The schemas `servebench schema` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaKind {
+    /// Experiment spec files.
+    Experiment,
+    /// What report templates see (`ReportModel`).
+    ReportModel,
+    /// What compare templates see (`CompareModel`).
+    CompareModel,
 }
 
 /// Parses `args` and runs the command; returns the exit code.
@@ -185,8 +206,14 @@ where
             out,
             template,
         } => compare(&runs, threshold, fail_on_regression, out, template),
-        Command::Schema => {
-            print!("{}", crate::spec::schema_json());
+        Command::Schema { kind } => {
+            use crate::report::schema;
+            let text = match kind {
+                SchemaKind::Experiment => crate::spec::schema_json(),
+                SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
+                SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
+            };
+            print!("{text}");
             exit::OK
         }
         Command::Sim { args } => crate::sim::main(args),
@@ -411,8 +438,9 @@ fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) ->
             return exit::BAD_INPUT;
         }
     };
+    let template = template.as_deref().map(crate::report::Template::from_arg);
     if stdout {
-        return match crate::report::render_run_dir(&dir, template.as_deref()) {
+        return match crate::report::render_run_dir(&dir, template.as_ref()) {
             Ok(md) => {
                 print!("{md}");
                 exit::OK
@@ -423,7 +451,7 @@ fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) ->
             }
         };
     }
-    match crate::report::write_report(&dir, template.as_deref()) {
+    match crate::report::write_report(&dir, template.as_ref()) {
         Ok(path) => {
             println!("report: {}", path.display());
             exit::OK

@@ -67,3 +67,25 @@ fn the_quickstart_spec_is_valid() {
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
 }
+
+#[test]
+fn schema_prints_each_checked_in_schema() {
+    for (args, file) in [
+        (&[][..], "schemas/experiment.schema.json"),
+        (&["experiment"][..], "schemas/experiment.schema.json"),
+        (&["report-model"][..], "schemas/report-model.schema.json"),
+        (&["compare-model"][..], "schemas/compare-model.schema.json"),
+    ] {
+        let out = servebench().arg("schema").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        let on_disk =
+            std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        assert!(
+            out.stdout == on_disk,
+            "`servebench schema {args:?}` differs from {file}"
+        );
+    }
+    let out = servebench().args(["schema", "report"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("report-model"));
+}

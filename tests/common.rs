@@ -105,3 +105,19 @@ pub fn sim_spec(name: &str, workload: &str, extra: &str) -> String {
         "name: {name}\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 8192 }}\n  ready_timeout: 30s\nworkload:\n{workload}\n{extra}\n"
     )
 }
+
+/// Fails when the checked-in schema at `path` (relative to the repository root) differs from
+/// `current`, naming the command that regenerates it; `UPDATE_SCHEMA=1` rewrites it instead.
+#[track_caller]
+pub fn assert_schema_current(path: &str, current: &str, kind: &str) {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    if std::env::var_os("UPDATE_SCHEMA").is_some() {
+        std::fs::write(&file, current).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+    let on_disk = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        on_disk == current,
+        "{path} is stale: run `cargo run -- schema {kind} > {path}` \
+         (or `UPDATE_SCHEMA=1 cargo test --test integration checked_in_`)"
+    );
+}

@@ -411,3 +411,48 @@ fn a_slower_simulator_is_a_regression() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
 }
+
+#[test]
+fn checked_in_compare_model_schema_is_current() {
+    use servebench::report::schema;
+    assert_schema_current(
+        schema::COMPARE_MODEL_SCHEMA_PATH,
+        &schema::to_json(&schema::compare_model_schema()),
+        "compare-model",
+    );
+}
+
+#[test]
+fn compare_models_validate_against_the_schema() {
+    let schema = servebench::report::schema::compare_model_schema();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let fixture = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/runs")
+            .join(name)
+    };
+    // Synthetic runs with verdicts, and stored runs with failed points and different sweeps.
+    let stored: Vec<LoadedRun> = ["contaminated", "two-point-crash"]
+        .iter()
+        .map(|n| compare::load(&fixture(n)).unwrap())
+        .collect();
+    for (what, model) in [
+        ("synthetic", compare::build(&chunk_runs(), Some(5.0))),
+        ("fixtures", compare::build(&stored, None)),
+    ] {
+        assert!(!model.metrics.is_empty(), "{what}: something was compared");
+        assert!(
+            model.points.iter().any(|p| !p.problems.is_empty()) && !model.unmatched.is_empty(),
+            "{what}: failed and unmatched points are covered"
+        );
+        let value = serde_json::to_value(&model).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{what}: {errors:#?}");
+    }
+    let mut value = serde_json::to_value(compare::build(&chunk_runs(), None)).unwrap();
+    value["metrics"][0]["rows"][0]["cells"][1]["verdict"] = json!("worse");
+    assert!(!validator.is_valid(&value), "an unknown verdict is refused");
+}

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use chrono::{TimeZone, Utc};
 use indexmap::IndexMap;
-use servebench::report::{self, ReportError, build_model};
+use servebench::report::{self, ReportError, Template, build_model};
 use servebench::results::records::{
     Chunk, PointRecord, RequestRecord, RequestRole, Stat, TokenSource,
 };
@@ -250,13 +250,304 @@ fn template_override_file_is_used() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("short.md.j2");
     fs::write(&path, "{{ title }} ({{ run.status }})\n").unwrap();
-    let out = report::render_run_dir(&open("contaminated"), Some(&path)).unwrap();
+    let out = report::render_run_dir(&open("contaminated"), Some(&Template::File(path))).unwrap();
     assert_eq!(out, "long-context-oom (incomplete)\n");
 
-    let missing = tmp.path().join("nope.md.j2");
+    let missing = Template::File(tmp.path().join("nope.md.j2"));
     let err = report::render_run_dir(&open("contaminated"), Some(&missing)).unwrap_err();
     assert!(matches!(err, ReportError::ReadTemplate { .. }), "{err:?}");
     assert!(err.to_string().contains("nope.md.j2"), "{err}");
+}
+
+// ---- built-in templates by name ----
+
+#[test]
+fn long_context_streaming_report() {
+    let long_context = Template::Builtin(report::builtin("long-context").unwrap());
+    let text = report::render_run_dir(&open("contaminated"), Some(&long_context)).unwrap();
+    insta::assert_snapshot!("long_context_streaming_report", text);
+}
+
+#[test]
+fn long_context_two_point_report() {
+    // The fixture's spec names `report.template: long-context`: no override needed.
+    insta::assert_snapshot!("long_context_two_point_report", rendered("two-point-crash"));
+}
+
+#[test]
+fn long_context_table_has_the_study_columns() {
+    let header = |name: &str, override_: Option<&Template>| {
+        report::render_run_dir(&open(name), override_)
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("| ctx_req |"))
+            .map(str::to_string)
+    };
+    let long_context = Template::Builtin(report::builtin("long-context").unwrap());
+    assert_eq!(
+        header("contaminated", Some(&long_context)).as_deref(),
+        Some("| ctx_req | prompt_tok | TTFT_s | prefill_tok/s | decode_tok/s | s/out_tok |")
+    );
+    assert_eq!(
+        header("two-point-crash", None).as_deref(),
+        Some(
+            "| ctx_req | prompt_tok | TTFT_s | prefill_tok/s | decode_tok/s | s/out_tok | t_a | t_b |"
+        )
+    );
+    // One table per server group.
+    let text = report::render_run_dir(&open("clean-sweep"), Some(&long_context)).unwrap();
+    assert_eq!(text.matches("| ctx_req |").count(), 2, "{text}");
+    assert!(text.contains("### server.args.chunked-prefill-size=16384"));
+}
+
+#[test]
+fn long_context_names_the_failed_point_and_its_cause() {
+    let model = model_of("two-point-crash");
+    let crashed = &model.tables[0].rows[2];
+    assert_eq!(crashed.failure.as_deref(), Some("out-of-memory"));
+    let text = rendered("two-point-crash");
+    let failed = text
+        .lines()
+        .find(|l| l.starts_with("- `p003 (ctx=4096)`: **out-of-memory**"))
+        .unwrap_or_else(|| panic!("no failed-point line:\n{text}"));
+    assert!(failed.contains("reset ×1"), "{failed}");
+    assert!(
+        !failed.contains("log tail"),
+        "the log tail stays in the run directory: {failed}"
+    );
+    assert!(text.contains("| 4096 ⚠1,2,3 | — |"), "{text}");
+    assert!(text.contains("✅ failed with out-of-memory, as published"));
+}
+
+#[test]
+fn builtin_names_and_paths_resolve() {
+    let base = Path::new("experiments");
+    for name in ["default", "long-context"] {
+        assert_eq!(
+            Template::resolve(name, base),
+            Template::Builtin(report::builtin(name).unwrap())
+        );
+        assert_eq!(
+            Template::from_arg(Path::new(name)),
+            Template::Builtin(report::builtin(name).unwrap())
+        );
+    }
+    assert_eq!(
+        Template::resolve("my.md.j2", base),
+        Template::File(base.join("my.md.j2"))
+    );
+    assert_eq!(
+        Template::from_arg(Path::new("long-context.md.j2")),
+        Template::File(PathBuf::from("long-context.md.j2"))
+    );
+    assert_eq!(report::builtin_names(), "default, long-context");
+    assert!(report::builtin("Long-Context").is_none());
+}
+
+#[test]
+fn builtin_template_errors_name_the_file() {
+    // A built-in template renders any fixture; an error in one would name its file.
+    for name in ["clean-sweep", "contaminated", "two-point-crash"] {
+        for t in report::BUILTIN_TEMPLATES {
+            let text = report::render_run_dir(&open(name), Some(&Template::Builtin(t)))
+                .unwrap_or_else(|e| panic!("{name} with {}: {e}", t.file));
+            assert!(
+                !text.contains("NaN") && !text.contains("inf |"),
+                "{name} with {}",
+                t.file
+            );
+        }
+    }
+}
+
+#[test]
+fn user_template_from_the_spec_renders_in_run_and_report() {
+    let ws = Workspace::new();
+    ws.write(
+        "my.md.j2",
+        "# {{ title }}\n{% for t in tables %}{% for r in t.rows %}\
+         {{ r.ctx_req }}: {{ r.stats.ttft_s|stat(\"mean\")|fmt_s }} s\n{% endfor %}{% endfor %}",
+    );
+    let spec = ws.write(
+        "mine.yaml",
+        &sim_spec(
+            "mine",
+            "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 4",
+            "sweep:\n  ctx: [256, 512]\nreport: { template: my.md.j2 }",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let markdown = fs::read_to_string(dir.join("report.md")).unwrap();
+    let lines: Vec<&str> = markdown.lines().collect();
+    assert_eq!(lines.len(), 3, "{markdown}");
+    assert_eq!(lines[0], "# mine");
+    assert!(
+        lines[1].starts_with("256: ") && lines[1].ends_with(" s"),
+        "{markdown}"
+    );
+
+    // `servebench report` finds the same template through the recorded spec path...
+    let again = servebench()
+        .args(["report", "--stdout"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", show(&again));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), markdown);
+
+    // ...takes another file or a built-in name with --template...
+    let other = ws.write("other.md.j2", "{{ setup.template }} {{ totals.points }}\n");
+    let with_file = servebench()
+        .args(["report", "--stdout", "--template"])
+        .arg(&other)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(with_file.status.success(), "{}", show(&with_file));
+    assert_eq!(String::from_utf8_lossy(&with_file.stdout), "my.md.j2 2\n");
+    let builtin = servebench()
+        .args(["report", "--stdout", "--template", "long-context"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(builtin.status.success(), "{}", show(&builtin));
+    assert!(
+        String::from_utf8_lossy(&builtin.stdout).contains("| ctx_req | prompt_tok | TTFT_s |"),
+        "{}",
+        show(&builtin)
+    );
+
+    // ...and a template error names the file and the line.
+    let broken = ws.write("broken.md.j2", "# {{ title }}\n\n{{ tabels }}\n");
+    let failed = servebench()
+        .args(["report", "--stdout", "--template"])
+        .arg(&broken)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(1), "{}", show(&failed));
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains(&format!("template {}, line 3", broken.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn readme_example_template_renders() {
+    let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let template = readme
+        .split_once("```jinja\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(t, _)| t)
+        .expect("README has a ```jinja example");
+    let out = report::render(&model_of("clean-sweep"), Some(template)).unwrap();
+    assert!(out.starts_with("# prefill-vs-chunk (complete)\n"), "{out}");
+    assert!(
+        out.contains("## server.args.chunked-prefill-size=4096"),
+        "{out}"
+    );
+    assert!(out.contains("\n| 1024 | 0.0725 | 131 |\n"), "{out}");
+}
+
+#[test]
+fn spec_naming_a_builtin_template_runs_and_a_missing_file_is_refused() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "lc.yaml",
+        &sim_spec(
+            "lc",
+            "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 4",
+            "sweep:\n  ctx: [256, 512]\nreport: { template: long-context }",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let markdown = fs::read_to_string(run_dir(&out).join("report.md")).unwrap();
+    assert!(
+        markdown.contains("| ctx_req | prompt_tok | TTFT_s | prefill_tok/s |"),
+        "{markdown}"
+    );
+
+    let missing = ws.write(
+        "missing.yaml",
+        &sim_spec(
+            "missing",
+            "  prompt: { kind: repeat, tokens: 64 }\n  output_tokens: 4",
+            "report: { template: long_context }",
+        ),
+    );
+    let out = ws.run(&missing);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("long_context does not exist") && stderr.contains("default, long-context"),
+        "{stderr}"
+    );
+}
+
+// ---- the report model's schema ----
+
+#[test]
+fn checked_in_report_model_schema_is_current() {
+    crate::common::assert_schema_current(
+        report::schema::REPORT_MODEL_SCHEMA_PATH,
+        &report::schema::to_json(&report::schema::report_model_schema()),
+        "report-model",
+    );
+}
+
+#[test]
+fn report_models_validate_against_the_schema() {
+    let schema = report::schema::report_model_schema();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    for name in ["clean-sweep", "contaminated", "two-point-crash"] {
+        let model = serde_json::to_value(model_of(name)).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&model)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+    }
+    // The schema is strict enough to catch a changed or misspelt field.
+    let mut model = serde_json::to_value(model_of("two-point-crash")).unwrap();
+    model["tables"][0]["rows"][0]["ok"] = serde_json::json!("4");
+    assert!(!validator.is_valid(&model));
+    let mut model = serde_json::to_value(model_of("two-point-crash")).unwrap();
+    model["setup"]["tempreature"] = serde_json::json!(0.0);
+    assert!(!validator.is_valid(&model));
+}
+
+#[test]
+fn report_model_schema_describes_the_fields() {
+    let schema = report::schema::report_model_schema();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert!(
+        schema["$id"]
+            .as_str()
+            .unwrap()
+            .ends_with("report-model.schema.json")
+    );
+    let row = &schema["$defs"]["PointRow"]["properties"];
+    assert!(
+        row["ctx_req"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Requested prompt tokens")
+    );
+    let stat = &schema["$defs"]["Stat"]["properties"];
+    assert!(
+        stat["ci95_low"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("95%")
+    );
 }
 
 // ---- the run directory ----

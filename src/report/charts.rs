@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
 use plotters::prelude::*;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::model::{NameValue, PointRow, ReportModel};
@@ -58,7 +59,7 @@ pub fn chart_files() -> impl Iterator<Item = &'static str> {
 }
 
 /// A chart as the report links it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ChartLink {
     /// What the chart shows (`TTFT against context length`); the image's alt text.
     pub title: String,

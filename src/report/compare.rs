@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::results::meta::{RunMeta, RunStatus};
@@ -65,7 +66,7 @@ pub fn load(path: &Path) -> Result<LoadedRun, RunDirError> {
 }
 
 /// Whether a smaller or a larger value of a metric is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Direction {
     /// Times (`*_s`).
@@ -86,7 +87,7 @@ pub fn direction(metric: &str) -> Option<Direction> {
 }
 
 /// What a change means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Worse than the baseline, beyond the noise.
@@ -100,8 +101,9 @@ pub enum Verdict {
 }
 
 /// A metric of one run against the baseline.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Decision {
+    /// What the change means.
     pub verdict: Verdict,
     /// (other - baseline) / |baseline| in percent; None when the baseline mean is 0.
     pub change_pct: Option<f64>,
@@ -170,7 +172,7 @@ fn num(x: f64) -> String {
 }
 
 /// Everything the compare template sees.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct CompareModel {
     /// Version of this model (`COMPARE_MODEL_VERSION`).
     pub model_version: u32,
@@ -195,7 +197,7 @@ pub struct CompareModel {
 }
 
 /// A run in the comparison.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct RunRef {
     /// `A`, `B`, `C`, ... in command-line order.
     pub label: String,
@@ -214,7 +216,7 @@ pub struct RunRef {
 }
 
 /// A setting whose value differs between runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Difference {
     /// Dotted path in the resolved spec (`server.args.chunked-prefill-size`), a sweep dimension,
     /// or `servebench version` / `server version`.
@@ -224,7 +226,7 @@ pub struct Difference {
 }
 
 /// A point measured by every run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct SharedPoint {
     /// `ctx=1024, concurrency=4` (`all` without dimensions).
     pub label: String,
@@ -237,7 +239,7 @@ pub struct SharedPoint {
 }
 
 /// Why a run's point is not compared.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct PointProblem {
     /// Run label.
     pub run: String,
@@ -245,11 +247,12 @@ pub struct PointProblem {
     pub id: String,
     /// A flag kind, `incomplete` or `failed`.
     pub kind: String,
+    /// What happened, for people.
     pub message: String,
 }
 
 /// One metric across the shared points.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct MetricTable {
     /// Metric name (`ttft_s`).
     pub name: String,
@@ -264,7 +267,7 @@ pub struct MetricTable {
 }
 
 /// A metric at one shared point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct MetricRow {
     /// The point's label.
     pub point: String,
@@ -275,7 +278,7 @@ pub struct MetricRow {
 }
 
 /// One run's value of a metric at a point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Cell {
     /// The statistic (None when not measured).
     pub stat: Option<Stat>,
@@ -290,23 +293,28 @@ pub struct Cell {
 }
 
 /// A point some runs lack.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct UnmatchedPoint {
+    /// `ctx=1024, concurrency=4`.
     pub label: String,
+    /// Values of `dimensions`, formatted.
     pub values: Vec<String>,
     /// The point's id per run, None where the run lacks it.
     pub ids: Vec<Option<String>>,
 }
 
 /// Counts over every compared cell.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Default)]
 pub struct Summary {
     /// Points every run measured.
     pub shared: usize,
     /// Shared points not compared (failed or flagged in some run).
     pub not_compared: usize,
+    /// Cells marked as regressions.
     pub regressions: usize,
+    /// Cells marked as improvements.
     pub improvements: usize,
+    /// Cells whose change may be noise.
     pub within_noise: usize,
 }
 

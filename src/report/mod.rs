@@ -10,6 +10,7 @@ pub mod compare;
 pub mod format;
 pub mod model;
 pub mod reproduction;
+pub mod schema;
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,76 @@ pub const DEFAULT_TEMPLATE: &str = include_str!("../../reports/templates/default
 
 /// Name the default template has in error messages.
 pub const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
+
+/// The long-context study layout: one compact table per server group.
+pub const LONG_CONTEXT_TEMPLATE: &str = include_str!("../../reports/templates/long-context.md.j2");
+
+/// A template compiled into the binary.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BuiltinTemplate {
+    /// The name `report.template` and `--template` use.
+    pub name: &'static str,
+    /// Its file under `reports/templates/`, as error messages name it.
+    pub file: &'static str,
+    /// The template's text.
+    pub source: &'static str,
+}
+
+/// Templates compiled into the binary.
+pub const BUILTIN_TEMPLATES: &[BuiltinTemplate] = &[
+    BuiltinTemplate {
+        name: "default",
+        file: DEFAULT_TEMPLATE_NAME,
+        source: DEFAULT_TEMPLATE,
+    },
+    BuiltinTemplate {
+        name: "long-context",
+        file: "long-context.md.j2",
+        source: LONG_CONTEXT_TEMPLATE,
+    },
+];
+
+/// The template a report is rendered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Template {
+    /// A built-in template.
+    Builtin(&'static BuiltinTemplate),
+    /// A template file.
+    File(PathBuf),
+}
+
+impl Template {
+    /// `report.template` as written in a spec: a built-in name, else a path relative to
+    /// `base` (the spec's directory). A built-in name wins over a file of the same name.
+    pub fn resolve(value: &str, base: &Path) -> Template {
+        match builtin(value) {
+            Some(t) => Template::Builtin(t),
+            None => Template::File(base.join(value)),
+        }
+    }
+
+    /// `--template` on the command line: a built-in name, else a path as given.
+    pub fn from_arg(value: &Path) -> Template {
+        match value.to_str().and_then(builtin) {
+            Some(t) => Template::Builtin(t),
+            None => Template::File(value.to_path_buf()),
+        }
+    }
+}
+
+/// The built-in template of this name.
+pub fn builtin(name: &str) -> Option<&'static BuiltinTemplate> {
+    BUILTIN_TEMPLATES.iter().find(|t| t.name == name)
+}
+
+/// The names of the built-in templates, for messages: `default, long-context`.
+pub fn builtin_names() -> String {
+    BUILTIN_TEMPLATES
+        .iter()
+        .map(|t| t.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Name a user template has in error messages when [`render`] is not told its path.
 pub const USER_TEMPLATE_NAME: &str = "user template";
@@ -120,12 +191,11 @@ fn template_error(name: &str, e: minijinja::Error) -> ReportError {
     }
 }
 
-/// Reads a run directory and renders its report. `template_override` is a user template file;
-/// without it, the template named in the spec must be `default` (the runner resolves a path
-/// relative to the spec file and passes it here).
+/// Reads a run directory and renders its report. `template_override` replaces the template
+/// named in the spec (the runner resolves that relative to the spec file and passes it here).
 pub fn render_run_dir(
     dir: &RunDir,
-    template_override: Option<&Path>,
+    template_override: Option<&Template>,
 ) -> Result<String, ReportError> {
     let (meta, model) = read_model(dir)?;
     render_for_run(&meta, &model, template_override)
@@ -136,7 +206,7 @@ pub fn render_run_dir(
 /// Nothing is written when the template fails.
 pub fn write_report(
     dir: &RunDir,
-    template_override: Option<&Path>,
+    template_override: Option<&Template>,
 ) -> Result<PathBuf, ReportError> {
     let (meta, model) = read_model(dir)?;
     let markdown = render_for_run(&meta, &model, template_override)?;
@@ -201,24 +271,22 @@ fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
 fn render_for_run(
     meta: &RunMeta,
     model: &ReportModel,
-    template_override: Option<&Path>,
+    template_override: Option<&Template>,
 ) -> Result<String, ReportError> {
-    let named = &meta.experiment.report.template;
-    let path = match template_override {
-        Some(path) => Some(path.to_path_buf()),
-        None if named == "default" => None,
-        // Relative paths are relative to the spec file, which only the runner knows for sure;
+    let template = match template_override {
+        Some(t) => t.clone(),
+        // A relative path is relative to the spec file, which only the runner knows for sure;
         // try the recorded spec path's directory.
-        None => Some(
+        None => Template::resolve(
+            &meta.experiment.report.template,
             Path::new(&meta.spec_file)
                 .parent()
-                .unwrap_or(Path::new("."))
-                .join(named),
+                .unwrap_or(Path::new(".")),
         ),
     };
-    match path {
-        None => render(model, None),
-        Some(path) => {
+    match template {
+        Template::Builtin(t) => render_named(model, t.file, t.source),
+        Template::File(path) => {
             let source =
                 std::fs::read_to_string(&path).map_err(|source| ReportError::ReadTemplate {
                     path: path.clone(),

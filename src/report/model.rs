@@ -2,6 +2,7 @@
 //! files so that re-rendering is reproducible. Field docs become the published schema.
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::charts::{self, ChartLink};
@@ -88,7 +89,7 @@ const METRICS: &[(&str, &str, &str, &str)] = &[
 const CORE_METRICS: usize = 7;
 
 /// Everything a report template sees.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ReportModel {
     /// Version of this data model (`MODEL_VERSION`).
     pub model_version: u32,
@@ -131,7 +132,7 @@ pub struct ReportModel {
 }
 
 /// Status and timing of the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct RunInfo {
     /// `running`, `complete`, `incomplete` or `failed`.
     pub status: String,
@@ -148,7 +149,7 @@ pub struct RunInfo {
 }
 
 /// What was measured and how.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Setup {
     /// Engine named in the spec: `sim` or `sglang`; `external` for a server given by URL.
     pub engine: String,
@@ -174,8 +175,9 @@ pub struct Setup {
     pub cache_verify: bool,
     /// Measurement method: `streaming` or `two-point`.
     pub method: String,
-    /// Two-point method: `max_tokens` of the first and second request of a pair.
+    /// Two-point method: `max_tokens` of the first request of a pair (None for streaming).
     pub method_a: Option<u32>,
+    /// Two-point method: `max_tokens` of the second request of a pair (None for streaming).
     pub method_b: Option<u32>,
     /// Measured requests per point and round.
     pub requests: u32,
@@ -188,12 +190,12 @@ pub struct Setup {
     /// Where token counts came from, over all measured requests: `meta-info`, `usage`,
     /// `chunk-count` (empty without requests).
     pub token_sources: Vec<String>,
-    /// Template the report was rendered with, as named in the spec (`default` or a path).
+    /// Template named in the spec: a built-in name (`default`, `long-context`) or a path.
     pub template: String,
 }
 
 /// The prompt generator.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct PromptInfo {
     /// `repeat`, `random` or `file`.
     pub kind: String,
@@ -214,7 +216,7 @@ pub struct PromptInfo {
 }
 
 /// One server launch (or the external server).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ServerInfo {
     /// Server group id (`g1`, ...).
     pub group: String,
@@ -241,14 +243,16 @@ pub struct ServerInfo {
 }
 
 /// A name and its formatted value.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct NameValue {
+    /// Flag, variable or dimension name.
     pub name: String,
+    /// Its value, formatted.
     pub value: String,
 }
 
 /// Where the numbers came from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Provenance {
     /// servebench version.
     pub tool_version: String,
@@ -269,16 +273,18 @@ pub struct Provenance {
 }
 
 /// A sweep dimension and the values it took.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct SweepDimension {
+    /// Dimension name as in the spec's `sweep:` (`ctx`, `server.args.tp`).
     pub name: String,
     /// True for `server.…` dimensions.
     pub server: bool,
+    /// Formatted values, in order of first appearance.
     pub values: Vec<String>,
 }
 
 /// The results of one server group.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ResultTable {
     /// Server group id.
     pub group: String,
@@ -294,7 +300,7 @@ pub struct ResultTable {
 }
 
 /// One point: the row in its table and its detail section.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct PointRow {
     /// Point id (`p003`).
     pub id: String,
@@ -312,6 +318,10 @@ pub struct PointRow {
     pub errors: usize,
     /// True when the point did not run to completion.
     pub incomplete: bool,
+    /// Why the server failed during (or before) this point, classified from its log:
+    /// `out-of-memory`, `kv-pool-too-small`, `port-in-use`, `startup-error`, `unknown`. None
+    /// when the server did not fail.
+    pub failure: Option<String>,
     /// Statistics by metric name: every name in `metric_defs` except `queue_delay_s` is present
     /// (None when not measured); `queue_delay_s` and any other metric follow when recorded.
     pub stats: IndexMap<String, Option<Stat>>,
@@ -325,7 +335,7 @@ pub struct PointRow {
 }
 
 /// A warning about a point, listed under its table.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Warning {
     /// Number within the table, from 1.
     pub n: usize,
@@ -342,7 +352,7 @@ pub struct Warning {
 }
 
 /// Failed requests of one kind in a point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ErrorSummary {
     /// `http`, `stream-error`, `malformed`, `connect`, `reset`, `timeout`, `incomplete`.
     pub kind: String,
@@ -355,7 +365,7 @@ pub struct ErrorSummary {
 }
 
 /// A point with recorded requests but no aggregate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct UnfinishedPoint {
     /// Point id.
     pub id: String,
@@ -366,7 +376,7 @@ pub struct UnfinishedPoint {
 }
 
 /// A metric's definition.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct MetricDef {
     /// Short label (`TTFT`).
     pub label: String,
@@ -377,7 +387,7 @@ pub struct MetricDef {
 }
 
 /// Run-wide counts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Totals {
     /// Points with a line in `points.jsonl`.
     pub points: usize,
@@ -698,6 +708,7 @@ fn point_row(
         ok: p.ok,
         errors: p.errors,
         incomplete: p.incomplete,
+        failure: p.failure.clone(),
         stats,
         marks,
         warning_count: point_warnings.len(),

@@ -5,6 +5,7 @@
 //! published value is scaled the same way (times x s, rates / s) before comparing, and the
 //! report says so.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::results::meta::RunMeta;
@@ -15,7 +16,7 @@ use crate::spec::types::{Expectation, Tolerance};
 pub const DEFAULT_TOLERANCE_PCT: f64 = 10.0;
 
 /// The verdict of one expectation on one point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ExpectationResult {
     /// The point's id, when one matched.
     pub point: Option<String>,
@@ -45,8 +46,9 @@ pub struct ExpectationResult {
 }
 
 /// All verdicts of a run, with the time scale they were judged at.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Default)]
 pub struct Reproduction {
+    /// One verdict per expectation and matching point, in spec order.
     pub results: Vec<ExpectationResult>,
     /// The simulator's time scale when it was not 1 (published values were scaled).
     pub time_scale: Option<f64>,

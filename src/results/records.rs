@@ -2,6 +2,7 @@
 //! derived from it.
 
 use indexmap::IndexMap;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::types::Api;
@@ -128,14 +129,21 @@ pub struct RequestRecord {
 ///
 /// The spread and interval fields came later than the rest; they default to None so older
 /// `points.jsonl` files still load.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 pub struct Stat {
+    /// Number of values (requests, or chunk gaps for ITL and ICL).
     pub count: usize,
+    /// Arithmetic mean, in the metric's stored unit (seconds, tok/s or tokens).
     pub mean: f64,
+    /// Median (percentiles interpolate linearly between ranks).
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// Smallest value.
     pub min: f64,
+    /// Largest value.
     pub max: f64,
     /// Sample standard deviation (n - 1 denominator), same unit as the metric. None with fewer
     /// than two values.
@@ -158,7 +166,7 @@ pub struct Stat {
 }
 
 /// How a confidence interval was computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum CiMethod {
     /// Seeded percentile bootstrap over requests (2000 resamples), for points with fewer than

@@ -474,8 +474,7 @@ async fn run_plan(
     write_meta(&run_dir, &meta)?;
 
     let template = user_template(first, &spec_dir);
-    let report =
-        crate::report::write_report(&run_dir, template.as_deref()).map_err(|e| e.to_string());
+    let report = crate::report::write_report(&run_dir, Some(&template)).map_err(|e| e.to_string());
     Ok(RunOutcome {
         dir: run_dir.path.clone(),
         status,
@@ -692,9 +691,12 @@ fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> 
     }
 }
 
-/// A user template path from `report.template` (None for the built-in default).
-pub fn user_template(exp: &crate::spec::types::Experiment, spec_dir: &Path) -> Option<PathBuf> {
-    (exp.report.template != "default").then(|| spec_dir.join(&exp.report.template))
+/// The report template `report.template` names: a built-in, or a file relative to the spec.
+pub fn user_template(
+    exp: &crate::spec::types::Experiment,
+    spec_dir: &Path,
+) -> crate::report::Template {
+    crate::report::Template::resolve(&exp.report.template, spec_dir)
 }
 
 /// Checks that need the file system before anything starts: prompt files, templates.
@@ -710,12 +712,14 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         {
             errors.push(e);
         }
-        if let Some(t) = user_template(&p.experiment, spec_dir)
+        if let crate::report::Template::File(t) = user_template(&p.experiment, spec_dir)
             && !t.is_file()
         {
             let e = format!(
-                "report.template {} does not exist (use `default` or a path relative to the spec)",
-                t.display()
+                "report.template {} does not exist (use a built-in template: {}; or a path \
+                 relative to the spec)",
+                t.display(),
+                crate::report::builtin_names()
             );
             if !errors.contains(&e) {
                 errors.push(e);

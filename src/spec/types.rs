@@ -502,7 +502,10 @@ fn two_point_b() -> u32 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportSpec {
-    /// `default`, or a path (relative to the spec) to a minijinja Markdown template (`.md.j2`).
+    /// A built-in template: `default` (every detail) or `long-context` (one compact table per
+    /// server group, as in the long-context prefill/decode study); or a path, relative to the
+    /// spec, to a minijinja Markdown template (`.md.j2`) that sees the report model
+    /// (`schemas/report-model.schema.json`).
     #[serde(default = "default_template")]
     pub template: String,
 }
