@@ -6,6 +6,7 @@ quickstart:
 
 # Everything CI runs: format, lints, tests.
 test:
+    [ -x /usr/sbin/sshd ] || apt-get install -y openssh-server
     cargo fmt --all -- --check
     cargo clippy --all-targets -- -D warnings
     cargo test
@@ -13,6 +14,8 @@ test:
 # Regenerate the checked-in JSON Schema after changing spec types.
 schema:
     cargo run -- schema > schemas/experiment.schema.json
+    cargo run -- schema report-model > schemas/report-model.schema.json
+    cargo run -- schema compare-model > schemas/compare-model.schema.json
 
 # Simulator timing drift at 1, 64 and 512 streams.
 bench:

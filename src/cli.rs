@@ -254,7 +254,31 @@ fn plan(path: &std::path::Path) -> i32 {
         plan.launches(),
         plan.request_count()
     );
-    for g in &plan.groups {
+    let first = &spec.points[0].experiment;
+    if !first.host.is_local() {
+        let _ = writeln!(
+            out,
+            "host {} (client on the {}; on_failure: {})",
+            first.host.label(),
+            match crate::run::remote::placement(first) {
+                crate::spec::types::ClientPlacement::Host => "host, against localhost",
+                crate::spec::types::ClientPlacement::Local =>
+                    "local machine, through a port forward",
+            },
+            serde_json::to_value(first.on_failure)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        );
+    }
+    for (i, g) in plan.groups.iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(
+                out,
+                "
+(restart: the server configuration changes)"
+            );
+        }
         let s = &g.server;
         let what = match &s.url {
             Some(u) => format!("external server {u} (not started or stopped)"),
@@ -263,11 +287,10 @@ fn plan(path: &std::path::Path) -> i32 {
                     .unwrap_or_default()
                     .join(" ");
                 format!(
-                    "launch {:?} {} {flags}",
-                    s.engine,
+                    "launch {} {} {flags}",
+                    crate::run::engine_name(s.engine),
                     s.model.as_deref().unwrap_or("")
                 )
-                .to_lowercase()
             }
         };
         let _ = writeln!(out, "\n{}: {what}", g.id);

@@ -270,6 +270,61 @@ pub struct Provenance {
     pub client_os: String,
     /// CPU count of the client machine.
     pub client_cpus: usize,
+    /// Where the measuring client ran: `local` (this machine; through an SSH port forward for
+    /// SSH hosts) or `host` (servebench's agent on the GPU host, against localhost). None for
+    /// runs recorded before this was stored.
+    pub client_placement: Option<String>,
+    /// The GPU host, read over SSH (None for local runs).
+    pub server_host: Option<ServerHost>,
+}
+
+/// The GPU host of an SSH run, as read over SSH.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ServerHost {
+    pub hostname: Option<String>,
+    /// `PRETTY_NAME` of /etc/os-release.
+    pub os: Option<String>,
+    pub cpu: Option<String>,
+    /// One line per GPU: `NVIDIA H100 80GB HBM3, driver 550.54, 81559 MiB`.
+    pub gpus: Vec<String>,
+    /// `sglang.__version__` from the host's python, when it imports.
+    pub sglang_version: Option<String>,
+}
+
+fn server_host(v: &serde_json::Value) -> ServerHost {
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(String::from);
+    let cpu = match (s("cpu_model"), v.get("cpu_count").and_then(|c| c.as_u64())) {
+        (Some(m), Some(n)) => Some(format!("{m} ({n} CPUs)")),
+        (m, n) => m.or(n.map(|n| format!("{n} CPUs"))),
+    };
+    let gpus = v
+        .get("gpus")
+        .and_then(|g| g.as_array())
+        .map(|list| {
+            list.iter()
+                .map(|g| {
+                    let f = |k: &str| {
+                        g.get(k)
+                            .map(|x| x.to_string().trim_matches('"').to_string())
+                            .unwrap_or_default()
+                    };
+                    format!(
+                        "{}, driver {}, {} MiB",
+                        f("name"),
+                        f("driver_version"),
+                        f("memory_total_mib")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ServerHost {
+        hostname: s("hostname"),
+        os: s("os"),
+        cpu,
+        gpus,
+        sglang_version: s("sglang_version"),
+    }
 }
 
 /// A sweep dimension and the values it took.
@@ -506,6 +561,8 @@ pub fn build_model(
             client_hostname: meta.client_host.hostname.clone(),
             client_os: meta.client_host.os.clone(),
             client_cpus: meta.client_host.cpus,
+            client_placement: meta.client_placement.clone(),
+            server_host: meta.server_host.as_ref().map(server_host),
         },
         sweep: sweep_dimensions(&meta.dimensions, points),
         dimensions: meta.dimensions.clone(),

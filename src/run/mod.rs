@@ -785,13 +785,24 @@ fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
     })
 }
 
+/// The engine as specs write it.
+pub fn engine_name(e: crate::spec::types::Engine) -> &'static str {
+    match e {
+        crate::spec::types::Engine::Sim => "sim",
+        crate::spec::types::Engine::Sglang => "sglang",
+    }
+}
+
 fn server_label(s: &crate::spec::types::Server) -> String {
     match &s.url {
         Some(u) => format!("external {u}"),
-        None => format!("{:?} {}", s.engine, s.model.as_deref().unwrap_or(""))
-            .to_lowercase()
-            .trim()
-            .to_string(),
+        None => format!(
+            "{} {}",
+            engine_name(s.engine),
+            s.model.as_deref().unwrap_or("")
+        )
+        .trim()
+        .to_string(),
     }
 }
 
