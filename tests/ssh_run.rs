@@ -497,3 +497,53 @@ fn a_killed_ssh_master_is_reestablished_and_the_run_goes_on() {
     assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
     assert!(status.code().is_some());
 }
+
+#[test]
+fn a_host_that_goes_away_stops_the_run_with_what_it_measured() {
+    let mut sshd = sshd!();
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let spec = ws.write(
+        "gone.yaml",
+        &ssh_spec(
+            &sshd,
+            "gone",
+            "local",
+            ", sim-time-scale: 10",
+            "sweep:\n  ctx: [1024, 2048, 4096, 8192]\nrequests: 2\n",
+        ),
+    );
+    let mut child = spawn_run(&ws, &spec);
+    let dir = wait_for_run_dir(&ws, "gone");
+    let pgid = wait_for_server(&dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(dir.join("points.jsonl")).map_or(true, |t| t.is_empty()) {
+        assert!(Instant::now() < deadline, "no point finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The host goes down: sshd and every connection end (the detached server lives on, as it
+    // would on a host that is only unreachable; the test stops it below).
+    sshd.stop();
+    let status = child.wait().unwrap();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pgid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(status.code(), Some(1));
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "incomplete", "{meta}");
+    assert!(
+        meta["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be reached"),
+        "{meta}"
+    );
+    let p = points(&dir);
+    assert!(p[0]["ok"].as_u64().unwrap() > 0, "the first point is kept");
+    assert!(
+        p.len() < 4,
+        "the run stopped instead of failing every point: {p:?}"
+    );
+    assert!(dir.join("report.md").is_file());
+}

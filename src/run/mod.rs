@@ -649,7 +649,9 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
             }
             break LaunchEnd::Crashed;
         }
-        if agent_lost && let Some(host) = cx.remote.as_deref() {
+        // Any failure on a remote host may be the link: check it before the next point.
+        let link_suspect = agent_lost || record.incomplete || record.errors > 0;
+        if link_suspect && let Some(host) = cx.remote.as_deref() {
             // A dropped link is re-established by the SSH layer; if it cannot be, the host is
             // gone and the run stops with what it has.
             if let Err(e) = host.ssh.ensure_connected().await {

@@ -75,20 +75,20 @@ impl ServerError {
 
 /// Names whose values never land in results: API keys, tokens, passwords.
 pub fn is_secret(name: &str) -> bool {
-    // Word match, so `max-total-tokens` is not a secret but `HF_TOKEN` is.
-    name.to_ascii_lowercase().split(['-', '_', '.']).any(|w| {
-        matches!(
-            w,
-            "key"
-                | "apikey"
-                | "token"
-                | "secret"
-                | "password"
-                | "passwd"
-                | "credential"
-                | "credentials"
-        )
-    })
+    // Word match, so `max-total-tokens` is not a secret but `HF_TOKEN` is; "token" only as the
+    // last word (`token_capacity` counts tokens, `access_token` is one).
+    let lower = name.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(['-', '_', '.'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    words.last() == Some(&"token")
+        || words.iter().any(|w| {
+            matches!(
+                *w,
+                "key" | "apikey" | "secret" | "password" | "passwd" | "credential" | "credentials"
+            )
+        })
 }
 
 pub const REDACTED: &str = "<redacted>";
@@ -642,6 +642,8 @@ mod tests {
         assert!(!is_secret("PYTORCH_CUDA_ALLOC_CONF"));
         assert!(!is_secret("tp-size"));
         assert!(!is_secret("max-total-tokens"));
+        assert!(!is_secret("token_capacity"));
+        assert!(is_secret("access_token"));
         assert!(!is_secret("--speculative-num-draft-tokens"));
     }
 }
