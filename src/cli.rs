@@ -101,8 +101,8 @@ pub enum Command {
         /// Run directories (two or more), e.g. runs/quickstart/2026-11-29T10-04-12Z.
         #[arg(required = true, num_args = 2.., value_name = "RUN_DIR")]
         runs: Vec<PathBuf>,
-        /// Also mark a change larger than this many percent, whatever the intervals say
-        /// (`5` or `5%`). Useful for runs without intervals (one request per point).
+        /// Smallest change worth marking, in percent (`5` or `5%`). With confidence intervals a
+        /// change must also clear them; without (one request per point) the threshold decides.
         #[arg(long, value_name = "PCT", value_parser = parse_percent)]
         threshold: Option<f64>,
         /// Exit 1 when any metric regressed (for CI).

@@ -111,8 +111,10 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// Judges `other` against `base`: marked when both have confidence intervals that do not
-/// overlap, else when the change is larger than `threshold_pct`; otherwise within noise.
+/// Judges `other` against `base`. With confidence intervals on both sides, a change is marked
+/// only when they do not overlap (and, given a threshold, the change is also larger than it: a
+/// real but negligible change is not worth a review). Without intervals, the threshold alone
+/// decides. Everything else is within noise.
 pub fn decide(
     base: &Stat,
     other: &Stat,
@@ -130,9 +132,14 @@ pub fn decide(
         (Some(al), Some(ah), Some(bl), Some(bh)) => Some(al <= bh && bl <= ah),
         _ => None,
     };
-    let beyond = match (intervals, change_pct, threshold_pct) {
-        (Some(false), ..) => Some("95% CIs do not overlap".to_string()),
-        (_, Some(c), Some(t)) if c.abs() > t => Some(format!("above the {}% threshold", num(t))),
+    let over = |t: f64| change_pct.is_some_and(|c| c.abs() > t);
+    let beyond = match (intervals, threshold_pct) {
+        (Some(false), None) => Some("95% CIs do not overlap".to_string()),
+        (Some(false), Some(t)) if over(t) => Some(format!(
+            "95% CIs do not overlap and above the {}% threshold",
+            num(t)
+        )),
+        (None, Some(t)) if over(t) => Some(format!("above the {}% threshold", num(t))),
         _ => None,
     };
     let verdict = match (beyond.is_some(), direction) {
@@ -151,11 +158,8 @@ pub fn decide(
     };
     let reason = match (beyond, intervals, threshold_pct) {
         (Some(r), ..) if direction.is_some() => r,
-        (_, _, Some(t)) if intervals == Some(true) => {
-            format!("95% CIs overlap and within the {}% threshold", num(t))
-        }
+        (_, Some(true), _) => "95% CIs overlap".to_string(),
         (_, _, Some(t)) => format!("within the {}% threshold", num(t)),
-        (_, Some(true), None) => "95% CIs overlap".to_string(),
         _ => "no confidence intervals and no --threshold".to_string(),
     };
     Decision {
@@ -752,7 +756,7 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_intervals_are_noise_unless_over_the_threshold() {
+    fn overlapping_intervals_are_noise_whatever_the_threshold() {
         let a = stat(1.0, Some((0.8, 1.2)));
         let b = stat(1.1, Some((0.9, 1.3)));
         let d = decide(&a, &b, Some(Direction::Lower), None);
@@ -760,15 +764,25 @@ mod tests {
             (d.verdict, d.reason.as_str()),
             (Verdict::WithinNoise, "95% CIs overlap")
         );
-        // +10% against a 5% threshold counts; against 15% it does not.
+        // +10% with overlapping intervals stays noise, even above a 5% threshold.
         let d = decide(&a, &b, Some(Direction::Lower), Some(5.0));
         assert_eq!(
             (d.verdict, d.reason.as_str()),
-            (Verdict::Regression, "above the 5% threshold")
+            (Verdict::WithinNoise, "95% CIs overlap")
         );
-        let d = decide(&a, &b, Some(Direction::Lower), Some(15.0));
+        // Separate intervals: marked, unless the change is below the threshold.
+        let far = stat(1.5, Some((1.4, 1.6)));
+        let d = decide(&a, &far, Some(Direction::Lower), Some(5.0));
+        assert_eq!(
+            (d.verdict, d.reason.as_str()),
+            (
+                Verdict::Regression,
+                "95% CIs do not overlap and above the 5% threshold"
+            )
+        );
+        let d = decide(&a, &far, Some(Direction::Lower), Some(60.0));
         assert_eq!(d.verdict, Verdict::WithinNoise);
-        assert_eq!(d.reason, "95% CIs overlap and within the 15% threshold");
+        assert_eq!(d.reason, "within the 60% threshold");
         // Touching intervals overlap.
         let c = stat(1.4, Some((1.2, 1.6)));
         assert_eq!(
