@@ -105,6 +105,15 @@ fn a_sweep_measured_on_the_host_and_through_a_forward_agree() {
         );
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(report.contains("127.0.0.1"), "the report names the host");
+        assert!(report.contains("- **GPU host:** "), "{report}");
+        let placement = match client {
+            "host" => "servebench's agent on the GPU host, measuring against localhost",
+            _ => "through an SSH port forward",
+        };
+        assert!(report.contains(placement), "{report}");
+        if client == "host" {
+            std::fs::write("/tmp/ssh-host-report.md", &report).ok();
+        }
         by_client.push(points(&dir));
     }
     // Both clients measure the same server on the same machine: the numbers must agree.

@@ -112,10 +112,15 @@ impl HostSpec {
     pub fn label(&self) -> String {
         match self {
             HostSpec::Url(u) => u.clone(),
-            HostSpec::Ssh(s) => match s.ssh.starts_with("ssh://") {
-                true => s.ssh.clone(),
-                false => format!("ssh://{}", s.ssh),
-            },
+            HostSpec::Ssh(s) if s.ssh.starts_with("ssh://") => s.ssh.clone(),
+            HostSpec::Ssh(s) => {
+                let user = match (&s.user, s.ssh.contains('@')) {
+                    (Some(u), false) => format!("{u}@"),
+                    _ => String::new(),
+                };
+                let port = s.port.map(|p| format!(":{p}")).unwrap_or_default();
+                format!("ssh://{user}{}{port}", s.ssh)
+            }
         }
     }
 }
