@@ -42,9 +42,9 @@ pub enum Command {
         #[arg(value_name = "SPEC")]
         spec: PathBuf,
     },
-    /// Run an experiment: launch the server per group, measure every point, write
-    /// `<out>/<name>/<UTC timestamp>/` (spec, resolved points, meta.json, requests.jsonl,
-    /// points.jsonl, server logs, report.md).
+    /// Run an experiment: launch the server per group (on this machine or an SSH host), measure
+    /// every point, write `<out>/<name>/<UTC timestamp>/` (spec, resolved points, meta.json,
+    /// requests.jsonl, points.jsonl, server logs, report.md).
     ///
     /// Ctrl-C stops new requests, keeps what finished, stops the server, renders a partial
     /// report and exits 1.
@@ -92,7 +92,8 @@ pub enum Command {
     /// Compare runs side by side: the first run is the baseline, points are matched by their
     /// sweep values, and each metric shows the relative change. A change is marked as a
     /// regression or an improvement only when it exceeds the noise: the 95% confidence intervals
-    /// do not overlap, or it is larger than `--threshold`. Server flags and other settings that
+    /// do not overlap (and, with `--threshold`, it is also larger than that), or, for runs
+    /// without intervals, it is larger than `--threshold`. Server flags and other settings that
     /// differ between the runs are listed first; points missing from some runs are listed at the
     /// end. Failed or flagged points are shown, never judged.
     ///
