@@ -43,6 +43,11 @@ impl Workspace {
 
     /// `servebench run SPEC --out <tmp>/runs --quiet`.
     pub fn run(&self, spec: &Path) -> Output {
+        self.run_with(spec, &[])
+    }
+
+    /// `servebench run SPEC --out <tmp>/runs --quiet ARGS...` (e.g. `--check`).
+    pub fn run_with(&self, spec: &Path, args: &[&str]) -> Output {
         let _turn = exclusive();
         servebench()
             .arg("run")
@@ -50,6 +55,7 @@ impl Workspace {
             .arg("--out")
             .arg(self.dir.path().join("runs"))
             .arg("--quiet")
+            .args(args)
             .timeout(std::time::Duration::from_secs(120))
             .output()
             .expect("run servebench")

@@ -430,7 +430,8 @@ async fn run_plan(
             .await;
             // Whatever happened, the server goes down and that is recorded.
             let why = match &result {
-                Ok(LaunchEnd::Crashed) => "relaunching after a crash",
+                Ok(LaunchEnd::Crashed) if pending.peek().is_some() => "relaunching after a crash",
+                Ok(LaunchEnd::Crashed) => "crashed with no point left to measure",
                 Ok(LaunchEnd::Interrupted) => "interrupted",
                 Ok(LaunchEnd::Aborted(_)) => "aborted after a crash",
                 Ok(LaunchEnd::HostLost(_)) => "the host connection was lost",
