@@ -328,15 +328,8 @@ fn run_experiment(
         },
         None => None,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return exit::FAILED;
-        }
+    let Some(rt) = runtime() else {
+        return exit::FAILED;
     };
     let opts = crate::run::RunOptions { out, quiet };
     let outcome = rt.block_on(async {
@@ -422,16 +415,18 @@ fn print_check(r: &crate::report::reproduction::Reproduction) -> i32 {
     if r.failed > 0 { exit::FAILED } else { exit::OK }
 }
 
-fn down(run_dir: &std::path::Path) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+/// The async runtime for a command, or None after saying why it could not start.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return exit::FAILED;
-        }
+        .map_err(|e| eprintln!("error: cannot start the async runtime: {e}"))
+        .ok()
+}
+
+fn down(run_dir: &std::path::Path) -> i32 {
+    let Some(rt) = runtime() else {
+        return exit::FAILED;
     };
     match rt.block_on(crate::run::down::down(run_dir)) {
         Ok(lines) => {

@@ -755,6 +755,7 @@ fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types
     e
 }
 
+/// A point that produced no measurement: flagged with `kind` and marked incomplete.
 fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> PointRecord {
     PointRecord {
         id: p.id.clone(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::host::ssh::{self, HostKeyCheck, PipedChild, RemoteProcess, SshHost, SshTarget};
-use crate::results::records::{Flag, PointRecord};
+
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::spec::types::{self, ClientPlacement, Experiment, HostSpec};
@@ -18,6 +18,9 @@ use crate::spec::types::{self, ClientPlacement, Experiment, HostSpec};
 use super::agent::{AgentEvent, AgentRequest};
 use super::point::PointOutcome;
 use super::progress::Progress;
+
+/// How long an interrupted agent may take to report its partial point.
+const AGENT_STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// How often a remote server's log is pulled into the run directory.
 const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
@@ -318,6 +321,8 @@ impl AgentSession {
             );
         }
         let mut interrupted = false;
+        // After an interrupt the agent has this long to report its partial point.
+        let mut give_up = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
         loop {
             let next = tokio::select! {
                 l = self.lines.next_line() => l,
@@ -325,7 +330,13 @@ impl AgentSession {
                     interrupted = true;
                     // EOF on the agent's stdin stops it like Ctrl-C; keep reading its report.
                     self.stdin = None;
+                    give_up = tokio::time::Instant::now() + AGENT_STOP_WAIT;
                     continue;
+                }
+                _ = tokio::time::sleep_until(give_up) => {
+                    let mut out = lost(&req, received, "the agent did not report after the interrupt".into());
+                    out.interrupted = true;
+                    return out;
                 }
             };
             match next {
@@ -385,25 +396,10 @@ fn point_of(req: &AgentRequest) -> Point {
 
 /// A point whose agent stream broke: what arrived is on disk; the point is incomplete.
 fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
+    let message =
+        format!("{why}; {received} request record(s) arrived and are kept in requests.jsonl");
     PointOutcome {
-        record: PointRecord {
-            id: req.id.clone(),
-            values: req.values.clone(),
-            group: req.group.clone(),
-            requested_prompt_tokens: None,
-            ok: 0,
-            errors: 0,
-            error_kinds: Default::default(),
-            metrics: Default::default(),
-            flags: vec![Flag {
-                kind: "agent-lost".into(),
-                message: format!(
-                    "{why}; {received} request record(s) arrived and are kept in requests.jsonl"
-                ),
-            }],
-            incomplete: true,
-            failure: None,
-        },
+        record: super::failed_point(&point_of(req), &req.group, "agent-lost", &message),
         interrupted: false,
     }
 }
