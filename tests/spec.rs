@@ -598,3 +598,22 @@ fn rendered_errors_are_stable() {
         "error: unknown field `concurency`\n --> x.yaml:6:1\n  |\n6 | concurency: 8\n  | ^^^^^^^^^^\n  = hint: did you mean `concurrency`?\n"
     );
 }
+
+#[test]
+fn readme_spec_examples_load() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    // The full example under "Writing a spec" must load as written.
+    let section = readme
+        .split_once("## Writing a spec")
+        .map(|(_, rest)| rest)
+        .unwrap();
+    let example = section
+        .split_once("```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(y, _)| y)
+        .unwrap();
+    let spec = ok(example);
+    assert_eq!(spec.points.len(), 6);
+    assert_eq!(spec.points[0].experiment.expect.len(), 1);
+}
