@@ -408,7 +408,11 @@ async fn run_plan(
             }
             meta.servers.push(handle.record.clone());
             let launch_index = meta.servers.len() - 1;
-            write_meta(&run_dir, &meta)?;
+            if let Err(e) = write_meta(&run_dir, &meta) {
+                // Nothing may outlive the runner: stop the server before giving up.
+                handle.stop("stopping after an error").await;
+                return Err(e);
+            }
             let result = measure_launch(
                 &mut handle,
                 &mut pending,

@@ -265,7 +265,13 @@ pub struct AgentSession {
     child: PipedChild,
     stdin: Option<openssh::ChildStdin>,
     lines: tokio::io::Lines<tokio::io::BufReader<openssh::ChildStdout>>,
+    /// The end of the agent's stderr (drained, so a chatty agent never blocks on a full pipe),
+    /// quoted when its stream breaks.
+    stderr_tail: Arc<std::sync::Mutex<String>>,
 }
+
+/// Bytes of the agent's stderr kept for error messages.
+const STDERR_TAIL: usize = 2000;
 
 impl AgentSession {
     pub async fn start(host: &mut RemoteHost) -> Result<AgentSession, String> {
@@ -277,10 +283,30 @@ impl AgentSession {
             .map_err(|e| e.to_string())?;
         let stdin = child.stdin().take().ok_or("the agent has no stdin")?;
         let stdout = child.stdout().take().ok_or("the agent has no stdout")?;
+        let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(stderr) = child.stderr().take() {
+            let tail = stderr_tail.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    t.push_str(&line);
+                    t.push('\n');
+                    if t.len() > STDERR_TAIL {
+                        let mut cut = t.len() - STDERR_TAIL;
+                        while !t.is_char_boundary(cut) {
+                            cut += 1;
+                        }
+                        t.drain(..cut);
+                    }
+                }
+            });
+        }
         Ok(AgentSession {
             child,
             stdin: Some(stdin),
             lines: tokio::io::BufReader::new(stdout).lines(),
+            stderr_tail,
         })
     }
 
@@ -367,11 +393,20 @@ impl AgentSession {
                     }
                 },
                 Ok(None) | Err(_) => {
-                    let mut out = lost(
-                        &req,
-                        received,
-                        "the SSH connection to the host's agent dropped during this point".into(),
-                    );
+                    let stderr = self
+                        .stderr_tail
+                        .lock()
+                        .map(|t| t.trim().to_string())
+                        .unwrap_or_default();
+                    let why = if stderr.is_empty() {
+                        "the SSH connection to the host's agent dropped during this point"
+                            .to_string()
+                    } else {
+                        format!(
+                            "the host's agent stopped during this point; its last words:\n{stderr}"
+                        )
+                    };
+                    let mut out = lost(&req, received, why);
                     out.interrupted = interrupted;
                     return out;
                 }
