@@ -556,3 +556,51 @@ fn a_host_that_goes_away_stops_the_run_with_what_it_measured() {
     );
     assert!(dir.join("report.md").is_file());
 }
+
+#[test]
+fn an_agent_that_dies_is_recorded_with_its_last_words() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    // A stand-in for servebench on the host: it passes the install check, then the agent dies.
+    let fake = ws.write(
+        "fake-servebench",
+        "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) echo 'agent: cannot open shared object file' >&2; exit 127 ;;\nesac\n",
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let spec = ws.write(
+        "dies.yaml",
+        &ssh_spec(&sshd, "dies", "host", "", "sweep:\n  ctx: [256, 512]\n"),
+    );
+    let _turn = exclusive();
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("SERVEBENCH_HOST_BINARY", &fake)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let dir = run_dir(&out);
+    let p = points(&dir);
+    assert_eq!(p.len(), 2, "both points are recorded: {p:?}");
+    for point in &p {
+        let flag = point["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "agent-lost")
+            .unwrap_or_else(|| panic!("{point}"));
+        assert!(
+            flag["message"]
+                .as_str()
+                .unwrap()
+                .contains("cannot open shared object file"),
+            "{flag}"
+        );
+    }
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
+}
