@@ -32,6 +32,8 @@ pub struct ServerHandle {
     pub record: ServerLaunch,
     launched_at: Instant,
     log_path: PathBuf,
+    /// Length of the log file when this launch started.
+    log_start: u64,
 }
 
 /// Why a server could not be used.
@@ -266,6 +268,7 @@ impl ServerHandle {
                 },
                 launched_at: Instant::now(),
                 log_path: log_path.to_path_buf(),
+                log_start: 0,
             });
         }
         let effective = with_env_refs_expanded(server).map_err(ServerError::Spawn)?;
@@ -283,6 +286,7 @@ impl ServerHandle {
                 .map(|n| n.to_string_lossy().into_owned()),
             ..Default::default()
         };
+        let log_start = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0);
         let mut handle = match remote {
             None => {
                 let port = match server.port {
@@ -321,6 +325,7 @@ impl ServerHandle {
                     record,
                     launched_at: Instant::now(),
                     log_path: log_path.to_path_buf(),
+                    log_start,
                 }
             }
             Some(host) => {
@@ -374,6 +379,7 @@ impl ServerHandle {
                     record,
                     launched_at: Instant::now(),
                     log_path: log_path.to_path_buf(),
+                    log_start,
                 };
                 match forwarded {
                     Ok(local_port) => handle.url = format!("http://127.0.0.1:{local_port}"),
@@ -418,6 +424,11 @@ impl ServerHandle {
                 });
             }
             if let Ok(200) = client.health().await {
+                break;
+            }
+            // SGLang's ready line counts too (e.g. when /health is slow to answer under a
+            // proxy); it is printed after the warm-up generation, like /health's first 200.
+            if self.logged_since_launch().contains(engine::READY_LINE) {
                 break;
             }
             if Instant::now() > deadline {
@@ -476,6 +487,18 @@ impl ServerHandle {
             }
             tokio::time::sleep(self.poll_interval()).await;
         }
+    }
+
+    /// What this launch wrote to the log (the file is shared by a group's relaunches), at most
+    /// its last 64 KiB.
+    fn logged_since_launch(&self) -> String {
+        let len = std::fs::metadata(&self.log_path)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        crate::host::file_tail(
+            &self.log_path,
+            len.saturating_sub(self.log_start).min(65_536),
+        )
     }
 
     /// Pulls a remote server's log into the run directory now.
