@@ -6,7 +6,7 @@ quickstart:
 
 # Everything CI runs: format, lints, tests.
 test:
-    [ -x /usr/sbin/sshd ] || apt-get install -y openssh-server procps
+    [ -x /usr/sbin/sshd ] || (apt-get update && apt-get install -y openssh-server procps)
     cargo fmt --all -- --check
     cargo clippy --all-targets -- -D warnings
     cargo test

@@ -488,16 +488,22 @@ async fn max_running_requests_limits_the_batch() {
     sim.stop().await.unwrap();
 }
 
-/// Timing assertions take their turn with the end-to-end runs (see `common::exclusive`).
-#[test]
-fn ttft_follows_the_prefill_model() {
+/// Runs a timing test's body on its own 2-thread runtime, taking its turn with the end-to-end
+/// runs (see `common::exclusive`) so a busy machine does not skew the clock.
+fn timed(body: impl std::future::Future<Output = ()>) {
     let _turn = crate::common::exclusive();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()
-        .block_on(ttft_follows_the_prefill_model_body());
+        .block_on(body);
+}
+
+/// Timing assertions take their turn with the end-to-end runs (see `common::exclusive`).
+#[test]
+fn ttft_follows_the_prefill_model() {
+    timed(ttft_follows_the_prefill_model_body());
 }
 
 async fn ttft_follows_the_prefill_model_body() {
@@ -731,13 +737,7 @@ const KIMI: &[&str] = &[
 /// Timing assertions take their turn with the end-to-end runs (see `common::exclusive`).
 #[test]
 fn kimi_profile_reproduces_the_published_ttft_and_decode_at_a_tenth_of_real_time() {
-    let _turn = crate::common::exclusive();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(kimi_timing_body());
+    timed(kimi_timing_body());
 }
 
 async fn kimi_timing_body() {
@@ -829,13 +829,7 @@ async fn kimi_double_prefill_sequence(sim: &Sim) -> Vec<Result<u16, String>> {
 /// Takes its turn (see `common::exclusive`): long prompts keep both cores busy.
 #[test]
 fn kimi_double_prefill_at_094_runs_out_of_memory_like_sglang() {
-    let _turn = crate::common::exclusive();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(kimi_oom_body());
+    timed(kimi_oom_body());
 }
 
 async fn kimi_oom_body() {
@@ -882,13 +876,7 @@ async fn kimi_oom_body() {
 /// Takes its turn (see `common::exclusive`): long prompts keep both cores busy.
 #[test]
 fn kimi_fix_and_cache_hits_survive_the_same_prompts() {
-    let _turn = crate::common::exclusive();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(kimi_fix_body());
+    timed(kimi_fix_body());
 }
 
 async fn kimi_fix_body() {

@@ -604,3 +604,46 @@ fn an_agent_that_dies_is_recorded_with_its_last_words() {
     let meta = read_json(&dir.join("meta.json"));
     assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
 }
+
+#[test]
+fn lines_from_the_agent_that_are_not_records_are_counted_on_the_point() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    // A stand-in agent: a stray line, then the point's record.
+    let fake = ws.write(
+        "fake-servebench",
+        "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) read -r line; echo 'Welcome to gpu-box!'; \
+         echo '{\"point\":{\"point\":{\"id\":\"p001\",\"values\":{\"ctx\":256},\"group\":\"g1\",\"ok\":0,\"errors\":0,\"metrics\":{}},\"interrupted\":false}}'; cat >/dev/null ;;\nesac\n",
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let spec = ws.write(
+        "garbled.yaml",
+        &ssh_spec(&sshd, "garbled", "host", "", "sweep:\n  ctx: [256]\n"),
+    );
+    let _turn = exclusive();
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("SERVEBENCH_HOST_BINARY", &fake)
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let dir = run_dir(&out);
+    let p = &points(&dir)[0];
+    let flag = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "agent-garbled")
+        .unwrap_or_else(|| panic!("{p}\n{}", show(&out)));
+    assert!(
+        flag["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 line(s) from the host's agent were not servebench records and were skipped (first: Welcome to gpu-box!)"),
+        "{flag}"
+    );
+}

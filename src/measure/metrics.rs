@@ -93,62 +93,83 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
 /// records span three rounds or more, else a bootstrap over requests seeded by the metric's name
 /// (see [`summarize_requests`]).
 pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
-    let mut columns: IndexMap<&str, Vec<RequestSamples>> = [
-        "ttft_s",
-        "prefill_tok_s",
-        "decode_tok_s",
-        "tpot_s",
-        "itl_s",
-        "icl_s",
-        "e2e_s",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-    ]
-    .into_iter()
-    .map(|k| (k, Vec::new()))
-    .collect();
+    let mut columns = Columns::new(&STREAMING_METRICS);
     for r in records
         .iter()
         .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
     {
         let m = request_metrics(r);
-        let mut push = |key: &str, values: Vec<f64>| {
-            if let Some(col) = columns.get_mut(key)
-                && !values.is_empty()
-            {
-                col.push(RequestSamples {
-                    round: r.round,
-                    values,
-                });
-            }
-        };
-        push("ttft_s", m.ttft_s.into_iter().collect());
-        push("prefill_tok_s", m.prefill_tok_s.into_iter().collect());
-        push("decode_tok_s", m.decode_tok_s.into_iter().collect());
-        push("tpot_s", m.tpot_s.into_iter().collect());
-        push("e2e_s", m.e2e_s.into_iter().collect());
-        push(
-            "prompt_tokens",
-            r.prompt_tokens.map(|n| n as f64).into_iter().collect(),
-        );
-        push(
-            "cached_tokens",
-            r.cached_tokens.map(|n| n as f64).into_iter().collect(),
-        );
-        push(
-            "completion_tokens",
-            r.completion_tokens.map(|n| n as f64).into_iter().collect(),
-        );
-        push("itl_s", m.itl_s);
-        push("icl_s", m.icl_s);
+        columns.push_one("ttft_s", r.round, m.ttft_s);
+        columns.push_one("prefill_tok_s", r.round, m.prefill_tok_s);
+        columns.push_one("decode_tok_s", r.round, m.decode_tok_s);
+        columns.push_one("tpot_s", r.round, m.tpot_s);
+        columns.push_one("e2e_s", r.round, m.e2e_s);
+        columns.push_counts(r);
+        columns.push("itl_s", r.round, m.itl_s);
+        columns.push("icl_s", r.round, m.icl_s);
     }
-    columns
-        .into_iter()
-        .filter_map(|(k, samples)| {
-            summarize_requests(&samples, seed_for(k)).map(|s| (k.to_string(), s))
-        })
-        .collect()
+    columns.summarize()
+}
+
+/// The metrics [`aggregate`] gives a streaming point, in report order.
+pub const STREAMING_METRICS: [&str; 10] = [
+    "ttft_s",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "tpot_s",
+    "itl_s",
+    "icl_s",
+    "e2e_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+];
+
+/// Per-request samples of a point's metrics, summarised the same way for every method: numpy
+/// percentiles and a 95% confidence interval (see [`summarize_requests`]).
+pub struct Columns {
+    columns: IndexMap<&'static str, Vec<RequestSamples>>,
+}
+
+impl Columns {
+    /// Empty columns for `names`, in that order; samples for other names are ignored.
+    pub fn new(names: &[&'static str]) -> Columns {
+        Columns {
+            columns: names.iter().map(|k| (*k, Vec::new())).collect(),
+        }
+    }
+
+    /// One request's values of `name` (several for per-gap metrics); none is no sample.
+    pub fn push(&mut self, name: &str, round: u32, values: Vec<f64>) {
+        if let Some(col) = self.columns.get_mut(name)
+            && !values.is_empty()
+        {
+            col.push(RequestSamples { round, values });
+        }
+    }
+
+    /// One request's single value of `name`, when it has one.
+    pub fn push_one(&mut self, name: &str, round: u32, value: Option<f64>) {
+        self.push(name, round, value.into_iter().collect());
+    }
+
+    /// The server's token counts of `r`: `prompt_tokens`, `cached_tokens`, `completion_tokens`.
+    pub fn push_counts(&mut self, r: &RequestRecord) {
+        let count = |n: Option<u64>| n.map(|n| n as f64);
+        self.push_one("prompt_tokens", r.round, count(r.prompt_tokens));
+        self.push_one("cached_tokens", r.round, count(r.cached_tokens));
+        self.push_one("completion_tokens", r.round, count(r.completion_tokens));
+    }
+
+    /// A Stat per metric with samples; metrics without any are left out.
+    pub fn summarize(self) -> IndexMap<String, Stat> {
+        self.columns
+            .into_iter()
+            .filter_map(|(k, samples)| {
+                summarize_requests(&samples, seed_for(k)).map(|s| (k.to_string(), s))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

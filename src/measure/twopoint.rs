@@ -10,8 +10,7 @@ use indexmap::IndexMap;
 
 use crate::results::records::{Flag, RequestRecord, Stat};
 
-use super::metrics::request_metrics;
-use super::stats::summarize;
+use super::metrics::{Columns, request_metrics};
 use super::verify::COLD_TOLERATED_CACHED_TOKENS;
 
 /// Flag kind on a point whose second requests skipped prefill.
@@ -72,43 +71,38 @@ pub fn pair_metrics(a: &RequestRecord, b: &RequestRecord) -> PairMetrics {
     m
 }
 
-/// Aggregates successful pairs: `ttft_s`, `prefill_tok_s`, `t_a_s`, `t_b_s`, `decode_tok_s`,
-/// `tpot_s`, and the first requests' `prompt_tokens`, `cached_tokens`, `completion_tokens`.
-/// Returns the aggregates and the flag when some pairs reused the cache.
+/// The metrics [`aggregate_pairs`] gives a two-point point, in report order.
+pub const TWO_POINT_METRICS: [&str; 9] = [
+    "ttft_s",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "tpot_s",
+    "t_a_s",
+    "t_b_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+];
+
+/// Aggregates successful pairs (one sample per pair, in its round, with the same statistics
+/// and confidence intervals as streaming points): `ttft_s`, `prefill_tok_s`, `t_a_s`, `t_b_s`,
+/// `decode_tok_s`, `tpot_s`, and the first requests' `prompt_tokens`, `cached_tokens`,
+/// `completion_tokens`. Returns the aggregates and the flag when some pairs reused the cache.
 pub fn aggregate_pairs(
     pairs: &[(&RequestRecord, &RequestRecord)],
 ) -> (IndexMap<String, Stat>, Vec<Flag>) {
-    let mut columns: IndexMap<&str, Vec<f64>> = [
-        "ttft_s",
-        "prefill_tok_s",
-        "decode_tok_s",
-        "tpot_s",
-        "t_a_s",
-        "t_b_s",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-    ]
-    .into_iter()
-    .map(|k| (k, Vec::new()))
-    .collect();
-    let mut push = |key: &str, v: Option<f64>| {
-        if let (Some(v), Some(col)) = (v, columns.get_mut(key)) {
-            col.push(v);
-        }
-    };
+    let mut columns = Columns::new(&TWO_POINT_METRICS);
     let mut reused = Vec::new();
     for (a, b) in pairs {
         let m = pair_metrics(a, b);
-        push("ttft_s", m.ttft_s);
-        push("prefill_tok_s", m.prefill_tok_s);
-        push("decode_tok_s", m.decode_tok_s);
-        push("tpot_s", m.tpot_s);
-        push("t_a_s", m.t_a_s);
-        push("t_b_s", m.t_b_s);
-        push("prompt_tokens", a.prompt_tokens.map(|n| n as f64));
-        push("cached_tokens", a.cached_tokens.map(|n| n as f64));
-        push("completion_tokens", a.completion_tokens.map(|n| n as f64));
+        let round = a.round;
+        columns.push_one("ttft_s", round, m.ttft_s);
+        columns.push_one("prefill_tok_s", round, m.prefill_tok_s);
+        columns.push_one("decode_tok_s", round, m.decode_tok_s);
+        columns.push_one("tpot_s", round, m.tpot_s);
+        columns.push_one("t_a_s", round, m.t_a_s);
+        columns.push_one("t_b_s", round, m.t_b_s);
+        columns.push_counts(a);
         if let Some(why) = m.reuse {
             reused.push(why);
         }
@@ -127,11 +121,7 @@ pub fn aggregate_pairs(
             ),
         });
     }
-    let stats = columns
-        .into_iter()
-        .filter_map(|(k, values)| summarize(&values).map(|s| (k.to_string(), s)))
-        .collect();
-    (stats, flags)
+    (columns.summarize(), flags)
 }
 
 #[cfg(test)]
@@ -196,6 +186,34 @@ mod tests {
                 .message
                 .starts_with("cache reuse suspected: the second request skipped prefill")
         );
+    }
+
+    #[test]
+    fn pairs_get_the_same_statistics_as_streaming_points() {
+        // Three flushed pairs at 11.4k: decode 16 / (t_b - t_a) = 16, 14 and 12 tok/s.
+        let pairs: Vec<(RequestRecord, RequestRecord)> = [1.0, 16.0 / 14.0, 16.0 / 12.0]
+            .iter()
+            .map(|gap| {
+                (
+                    req(1, 3.9, 3.9, 11405, 0),
+                    req(17, 3.9 + gap, 3.92, 11405, 0),
+                )
+            })
+            .collect();
+        let refs: Vec<(&RequestRecord, &RequestRecord)> =
+            pairs.iter().map(|(a, b)| (a, b)).collect();
+        let (stats, flags) = aggregate_pairs(&refs);
+        assert!(flags.is_empty());
+        let d = &stats["decode_tok_s"];
+        assert_eq!(d.count, 3);
+        assert!((d.mean - 14.0).abs() < 1e-9, "{d:?}");
+        // Sample std of [16, 14, 12] is 2: CV 2 / 14.
+        assert!((d.cv.unwrap() - 2.0 / 14.0).abs() < 1e-9, "{d:?}");
+        let (lo, hi) = (d.ci95_low.unwrap(), d.ci95_high.unwrap());
+        // The bootstrap interval lies within the samples (up to rounding in t_b - t_a).
+        assert!(lo <= 14.0 && 14.0 <= hi, "{d:?}");
+        assert!(lo >= 12.0 - 1e-9 && hi <= 16.0 + 1e-9, "{d:?}");
+        assert_eq!(stats["t_a_s"].count, 3);
     }
 
     #[test]

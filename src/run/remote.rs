@@ -347,6 +347,7 @@ impl AgentSession {
             );
         }
         let mut interrupted = false;
+        let mut garbled: Option<(usize, String)> = None;
         // After an interrupt the agent has this long to report its partial point.
         let mut give_up = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
         loop {
@@ -375,9 +376,18 @@ impl AgentSession {
                         progress.request_done_elsewhere();
                     }
                     Ok(AgentEvent::Point {
-                        point,
+                        mut point,
                         interrupted: agent_interrupted,
                     }) => {
+                        if let Some((n, first)) = &garbled {
+                            // A line we could not read may have been a request record.
+                            point.flags.push(crate::results::records::Flag {
+                                kind: "agent-garbled".into(),
+                                message: format!(
+                                    "{n} line(s) from the host's agent were not servebench records and were skipped (first: {first}); requests.jsonl may lack a request this point counted"
+                                ),
+                            });
+                        }
                         progress
                             .point_finished(&super::point::point_summary(&point_of(&req), &point));
                         return PointOutcome {
@@ -389,7 +399,13 @@ impl AgentSession {
                         return lost(&req, received, format!("the agent reported: {e}"));
                     }
                     Err(_) => {
-                        // Not ours (e.g. a login banner); ignore it.
+                        // Not ours (a login banner, a stray print, a cut line): skipped, but
+                        // counted and shown on the point.
+                        let head: String = line.chars().take(200).collect();
+                        match &mut garbled {
+                            Some((n, _)) => *n += 1,
+                            None => garbled = Some((1usize, head)),
+                        }
                     }
                 },
                 Ok(None) | Err(_) => {

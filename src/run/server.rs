@@ -287,6 +287,8 @@ impl ServerHandle {
             ..Default::default()
         };
         let log_start = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0);
+        // Ready time counts from the launch, before any SSH round trips.
+        let launched_at = Instant::now();
         let mut handle = match remote {
             None => {
                 let port = match server.port {
@@ -323,7 +325,7 @@ impl ServerHandle {
                     host_url: None,
                     launched: Some(Launched::Local(process)),
                     record,
-                    launched_at: Instant::now(),
+                    launched_at,
                     log_path: log_path.to_path_buf(),
                     log_start,
                 }
@@ -377,7 +379,7 @@ impl ServerHandle {
                     host_url: Some(format!("http://127.0.0.1:{port}")),
                     launched: Some(Launched::Remote(remote)),
                     record,
-                    launched_at: Instant::now(),
+                    launched_at,
                     log_path: log_path.to_path_buf(),
                     log_start,
                 };

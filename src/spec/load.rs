@@ -279,21 +279,16 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems
 }
 
-/// Metrics an expectation may name: a point's aggregates (streaming and two-point).
-pub const EXPECTABLE_METRICS: [&str; 12] = [
-    "ttft_s",
-    "prefill_tok_s",
-    "decode_tok_s",
-    "tpot_s",
-    "itl_s",
-    "icl_s",
-    "e2e_s",
-    "t_a_s",
-    "t_b_s",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-];
+/// Metrics an expectation may name: a point's aggregates under either method, each once.
+pub fn expectable_metrics() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = crate::measure::metrics::STREAMING_METRICS.to_vec();
+    for m in crate::measure::twopoint::TWO_POINT_METRICS {
+        if !names.contains(&m) {
+            names.push(m);
+        }
+    }
+    names
+}
 
 /// Failure causes an expectation may name (the crash classes).
 pub const EXPECTABLE_FAILURES: [&str; 6] = [
@@ -391,15 +386,16 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
             });
         }
         if let Some(m) = e.get("metric").and_then(Value::as_str) {
-            if !EXPECTABLE_METRICS.contains(&m) && !m.contains("{{") {
+            let metrics = expectable_metrics();
+            if !metrics.contains(&m) && !m.contains("{{") {
                 problems.push(Problem {
                     pointer: push_pointer(&at, "metric"),
                     target: Target::Value,
                     message: format!("unknown metric `{m}`"),
                     hint: Some(
-                        match super::diagnostics::did_you_mean(m, EXPECTABLE_METRICS) {
+                        match super::diagnostics::did_you_mean(m, metrics.iter().copied()) {
                             Some(d) => d,
-                            None => format!("one of {}", EXPECTABLE_METRICS.join(", ")),
+                            None => format!("one of {}", metrics.join(", ")),
                         },
                     ),
                 });
