@@ -6,7 +6,11 @@
 //! on the client, and compares it with the scheduler's model deadline for that chunk (from the
 //! in-process `ChunkTrace`). Prints median / p99 / max drift for N = 1, 64, 512, twice:
 //! - `emit`: when the simulator's HTTP layer hands the chunk to the connection (its own drift);
-//! - `arrive`: when the bench's client, sharing the same cores, has read it (end to end).
+//! - `arrive`: when the bench's client, sharing the same cores, has read it (end to end);
+//! - `floor`: the same N connections and step cadence served by a bare loop of blocking
+//!   `write`s (one thread per core, chunks of the simulator's mean size, a tokio reader per
+//!   connection): the least any server could do on this machine. On a 2-core VM one loopback
+//!   TCP write costs ~15 us in the kernel, so 512 writes per step cannot all leave within 1 ms.
 //!
 //! Run: `cargo bench --bench sim_drift`
 
@@ -28,9 +32,15 @@ fn main() {
             "{:>6} {:>7} {:>8} {:>11} {:>11} {:>11}",
             "N", "where", "chunks", "median_ms", "p99_ms", "max_ms"
         );
-        for n in [1usize, 64, 512] {
-            let (emit, arrive) = run(n).await;
-            for (name, drift) in [("emit", emit), ("arrive", arrive)] {
+        // SIM_DRIFT_N=512 measures one stream count (for profiling); default 1, 64 and 512.
+        let counts: Vec<usize> = match std::env::var("SIM_DRIFT_N") {
+            Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+            Err(_) => vec![1, 64, 512],
+        };
+        for n in counts {
+            let (emit, arrive, mean_bytes) = run(n).await;
+            let floor = floor(n, mean_bytes).await;
+            for (name, drift) in [("emit", emit), ("arrive", arrive), ("floor", floor)] {
                 let pct = |q: f64| drift[((drift.len() - 1) as f64 * q) as usize] * 1e3;
                 println!(
                     "{n:>6} {name:>7} {:>8} {:>11.3} {:>11.3} {:>11.3}",
@@ -53,8 +63,14 @@ fn signed(t: Instant, model: Instant) -> f64 {
     }
 }
 
-/// One measurement with `n` concurrent streams; returns sorted emission and arrival drifts (s).
-async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
+/// Decode step time of the bench profile at `n` running sequences.
+fn step_time(n: usize) -> Duration {
+    Duration::from_micros(3_000 + 40 * n as u64)
+}
+
+/// One measurement with `n` concurrent streams; returns sorted emission and arrival drifts (s)
+/// and the mean bytes per streamed event.
+async fn run(n: usize) -> (Vec<f64>, Vec<f64>, usize) {
     let mut profile = Profile::fast();
     profile.decode.base_ms = 3.0;
     // Step time grows with the batch as on a GPU; a flat 3 ms step at 512 streams would ask a
@@ -82,6 +98,7 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
     // the bench's client tasks must not queue behind its connection tasks (or the reverse).
     let server = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("sim-http")
             .enable_all()
             .build()
             .expect("server runtime");
@@ -123,8 +140,10 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
             // Stamp every complete SSE event as its bytes arrive; parse nothing here.
             let mut arrivals = Vec::with_capacity(OUTPUT_TOKENS as usize + 1);
             let mut last = 0u8;
+            let mut bytes = 0;
             while let Some(c) = r.chunk().await.expect("chunk") {
                 let now = Instant::now();
+                bytes += c.len();
                 // Count "\n\n" event ends, including one split across two reads.
                 for &b in c.iter() {
                     if b == b'\n' && last == b'\n' {
@@ -135,12 +154,15 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
                     }
                 }
             }
-            (rid, arrivals)
+            (rid, arrivals, bytes)
         }));
     }
     let mut arrivals: HashMap<String, Vec<Instant>> = HashMap::new();
+    let (mut bytes, mut events) = (0, 0);
     for t in tasks {
-        let (rid, a) = t.await.expect("task");
+        let (rid, a, b) = t.await.expect("task");
+        bytes += b;
+        events += a.len();
         arrivals.insert(rid, a);
     }
     let model: HashMap<(String, u32), Instant> = trace
@@ -180,5 +202,84 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>) {
     .await;
     drift.sort_by(f64::total_cmp);
     emit.sort_by(f64::total_cmp);
-    (emit, drift)
+    (emit, drift, bytes / events.max(1))
+}
+
+/// The machine's floor: `n` loopback connections, each written `OUTPUT_TOKENS` times at the
+/// bench profile's step deadlines by plain blocking writes (one writer thread per core, as the
+/// simulator's runtime has one worker per core), each read by a tokio task that only counts
+/// bytes. Returns sorted drifts (s) of each write's return from its step deadline.
+async fn floor(n: usize, chunk_bytes: usize) -> Vec<f64> {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let mut senders = Vec::with_capacity(n);
+    let mut readers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = std::net::TcpStream::connect(addr).expect("connect");
+        let (s, _) = listener.accept().expect("accept");
+        s.set_nodelay(true).expect("nodelay");
+        c.set_nonblocking(true).expect("nonblocking");
+        senders.push(s);
+        readers.push(tokio::spawn(async move {
+            let mut c = tokio::net::TcpStream::from_std(c).expect("stream");
+            let mut buf = vec![0u8; 16 * 1024];
+            while let Ok(k) = c.read(&mut buf).await {
+                if k == 0 {
+                    break;
+                }
+            }
+        }));
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |p| p.get())
+        .min(n);
+    let payload = vec![b'x'; chunk_bytes.max(1)];
+    let step = step_time(n);
+    let start = Instant::now() + Duration::from_millis(20);
+    let mut groups: Vec<Vec<std::net::TcpStream>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, s) in senders.into_iter().enumerate() {
+        groups[i % threads].push(s);
+    }
+    let writers: Vec<_> = groups
+        .into_iter()
+        .map(|mut socks| {
+            let payload = payload.clone();
+            std::thread::spawn(move || {
+                let mut drift = Vec::with_capacity(socks.len() * OUTPUT_TOKENS as usize);
+                for k in 1..=OUTPUT_TOKENS as u32 {
+                    let deadline = start + step * k;
+                    // As the scheduler waits: sleep to shortly before, then spin.
+                    let now = Instant::now();
+                    if deadline > now + Duration::from_micros(200) {
+                        std::thread::sleep(deadline - now - Duration::from_micros(200));
+                    }
+                    while Instant::now() < deadline {
+                        std::hint::spin_loop();
+                    }
+                    for s in socks.iter_mut() {
+                        // Stamped as the simulator stamps `emit`: when this write starts.
+                        drift.push(signed(Instant::now(), deadline));
+                        s.write_all(&payload).expect("write");
+                    }
+                }
+                drift
+            })
+        })
+        .collect();
+    let mut drift = Vec::new();
+    for w in writers {
+        drift.extend(
+            tokio::task::spawn_blocking(move || w.join())
+                .await
+                .expect("join")
+                .expect("writer"),
+        );
+    }
+    for r in readers {
+        let _ = r.await;
+    }
+    drift.sort_by(f64::total_cmp);
+    drift
 }

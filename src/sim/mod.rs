@@ -69,6 +69,7 @@ pub fn main(args: Vec<String>) -> i32 {
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_name("sim-http")
         .enable_all()
         .build()
     {
