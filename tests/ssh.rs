@@ -489,3 +489,62 @@ async fn http_get(port: u16) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// The test known_hosts, extended with the server's key under the name `localhost`.
+fn known_as_localhost_too(sshd: &Sshd) -> std::path::PathBuf {
+    let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
+    let as_localhost = known.replace("[127.0.0.1]", "[localhost]");
+    sshd.known_hosts_file("both_names", &format!("{known}{as_localhost}"))
+}
+
+fn accepted_logins(sshd: &Sshd) -> usize {
+    sshd.log_text().matches("Accepted publickey").count()
+}
+
+#[tokio::test]
+async fn connects_through_a_jump_host_with_the_targets_key_and_known_hosts() {
+    let sshd = sshd!();
+    // The same sshd is the bastion, named "localhost" (ssh refuses a jump to the destination's
+    // own name): ssh logs in twice, once to jump and once through it.
+    let mut t = sshd.target();
+    t.known_hosts = Some(known_as_localhost_too(&sshd));
+    t.jump = Some(format!("localhost:{}", sshd.port));
+    let before = accepted_logins(&sshd);
+    let host = match SshHost::connect(&t).await {
+        Ok(h) => h,
+        Err(e) => panic!("connect: {e}\n--- sshd log ---\n{}", sshd.log_text()),
+    };
+    let out = host.run_checked(&["echo", "through"]).await.unwrap();
+    assert_eq!(text(&out), "through\n");
+    let logins = wait_for(|| Some(accepted_logins(&sshd) - before).filter(|n| *n >= 2));
+    assert_eq!(logins, 2, "{}", sshd.log_text());
+}
+
+#[tokio::test]
+async fn a_jump_host_with_an_unknown_key_is_refused_under_strict_checking() {
+    let sshd = sshd!();
+    // known_hosts names the server as [127.0.0.1]:PORT; as "localhost" it is unknown.
+    let mut t = sshd.target();
+    t.jump = Some(format!("localhost:{}", sshd.port));
+    let e = SshHost::connect(&t).await.unwrap_err();
+    assert!(matches!(e, SshError::HostKeyUnknown { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_jump_host_that_cannot_reach_the_target_is_named_in_the_error() {
+    let sshd = sshd!();
+    let mut t = sshd.target();
+    t.known_hosts = Some(known_as_localhost_too(&sshd));
+    t.jump = Some(format!("localhost:{}", sshd.port));
+    // Nothing listens on the target's port; the bastion itself lets us in.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    t.port = Some(free.local_addr().unwrap().port());
+    drop(free);
+    let e = SshHost::connect(&t).await.unwrap_err();
+    assert!(matches!(e, SshError::Unreachable { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("the jump host localhost:{} lets us in", sshd.port)),
+        "{msg}"
+    );
+}

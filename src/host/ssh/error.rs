@@ -11,7 +11,7 @@ pub enum SshError {
     InvalidArgument(String),
 
     #[error(
-        "cannot reach {host}: {reason}\nCheck the host name, port and network (does `ssh {host}` work from this machine?)."
+        "cannot reach {host}: {reason}\nCheck the host name, port and network (does `ssh ssh://{host}` work from this machine?)."
     )]
     Unreachable { host: String, reason: String },
 
@@ -21,7 +21,7 @@ pub enum SshError {
     AuthRefused { host: String, reason: String },
 
     #[error(
-        "the host key of {host} is not in {known_hosts} and host keys are checked strictly.\nConnect once by hand (`ssh {host}`) and compare the fingerprint, or run `ssh-keyscan` for the host, verify it, and append it to {known_hosts}; or opt in to trusting a first-seen key with `host_key_check: accept-new`."
+        "the host key of {host} is not in {known_hosts} and host keys are checked strictly.\nConnect once by hand (`ssh ssh://{host}`) and compare the fingerprint, or run `ssh-keyscan` for the host, verify it, and append it to {known_hosts}; or opt in to trusting a first-seen key with `host_key_check: accept-new`."
     )]
     HostKeyUnknown { host: String, known_hosts: String },
 

@@ -76,7 +76,10 @@ impl SshHost {
             None => None,
         };
         let host = target.display();
-        let session = open(&target, &host, dir.path(), config.as_deref()).await?;
+        let session = match open(&target, &host, dir.path(), config.as_deref()).await {
+            Ok(s) => s,
+            Err(e) => return Err(which_hop_failed(&target, e).await),
+        };
         Ok(SshHost {
             session: RwLock::new(Arc::new(session)),
             host,
@@ -411,6 +414,34 @@ async fn open(
     b.connect(&t.destination)
         .await
         .map_err(|e| connect_error(t, host, e))
+}
+
+/// A failure through a jump host: the jump's own ssh has no stderr we can read, so ssh only
+/// says the proxy closed. Connect to the first jump directly: its refusal (host key, key,
+/// reach) is the real error; if it lets us in, the jump could not reach the target.
+async fn which_hop_failed(t: &SshTarget, e: SshError) -> SshError {
+    let Some(jump) = t.first_jump() else {
+        return e;
+    };
+    if !matches!(e, SshError::Unreachable { .. } | SshError::Other { .. }) {
+        return e;
+    }
+    match Box::pin(SshHost::connect(&jump)).await {
+        Err(je) => je,
+        Ok(h) => {
+            let _ = h.close().await;
+            match e {
+                SshError::Unreachable { host, reason } => SshError::Unreachable {
+                    reason: format!(
+                        "{reason} (the jump host {} lets us in, but could not reach {host} or was not allowed to forward to it)",
+                        jump.display()
+                    ),
+                    host,
+                },
+                other => other,
+            }
+        }
+    }
 }
 
 fn connect_error(t: &SshTarget, host: &str, e: openssh::Error) -> SshError {

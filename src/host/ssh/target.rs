@@ -93,6 +93,32 @@ impl SshTarget {
         Ok(t)
     }
 
+    /// The first jump host as a target of its own, with this target's key, known_hosts, host
+    /// key checking, timeout and options: what the jump's ssh is given (see `config_text`).
+    /// Used to say which hop refused a connection.
+    pub(crate) fn first_jump(&self) -> Option<SshTarget> {
+        let first = self.jump.as_deref()?.split(',').next()?.trim();
+        let mut t = if first.starts_with("ssh://") {
+            SshTarget::parse_url(first).ok()?
+        } else {
+            let (user, hostport) = match first.rsplit_once('@') {
+                Some((u, h)) => (Some(u.to_string()), h),
+                None => (None, first),
+            };
+            let (host, port) = split_host_port(hostport).ok()?;
+            let mut t = SshTarget::new(host);
+            t.user = user;
+            t.port = port;
+            t
+        };
+        t.identity = self.identity.clone();
+        t.known_hosts = self.known_hosts.clone();
+        t.host_key_check = self.host_key_check;
+        t.options = self.options.clone();
+        t.connect_timeout = self.connect_timeout;
+        Some(t)
+    }
+
     /// `user@host:port` as far as known, for messages.
     pub fn display(&self) -> String {
         let mut s = String::new();
@@ -148,21 +174,59 @@ impl SshTarget {
         for (k, v) in &self.options {
             check_option(k, v)?;
         }
+        for (what, path) in [
+            ("identity", &self.identity),
+            ("known_hosts", &self.known_hosts),
+        ] {
+            if let Some(p) = path
+                && p.to_str()
+                    .is_none_or(|s| s.contains('"') || s.contains(char::is_control))
+            {
+                return bad(
+                    what,
+                    &p.display().to_string(),
+                    "must be a UTF-8 path without double quotes or control characters",
+                );
+            }
+        }
         Ok(())
     }
 
-    /// The ssh_config text for `options`, or None when there are none. The openssh crate's
-    /// builder has no `-o` pass-through, only `-F <file>`; and `-F` replaces both the user's
-    /// and the system's config. So the file sets our options first (for each keyword ssh keeps
-    /// the first value it reads) and then includes both configs, keeping host aliases, agents
-    /// and the rest working.
+    /// The ssh_config text for `options` and jump hosts, or None when neither is set. The
+    /// openssh crate's builder has no `-o` pass-through, only `-F <file>`; and `-F` replaces
+    /// both the user's and the system's config. So the file sets our options first (for each
+    /// keyword ssh keeps the first value it reads) and then includes both configs, keeping host
+    /// aliases, agents and the rest working.
+    ///
+    /// A jump host is reached by a second ssh that ssh starts itself (`ProxyJump`), which
+    /// inherits `-F` but none of the command line's `-i` and `-o`: the file repeats them, so
+    /// the bastion gets the same key, known_hosts, host key checking and no prompts.
     pub(crate) fn config_text(&self) -> Option<String> {
-        if self.options.is_empty() {
+        if self.options.is_empty() && self.jump.is_none() {
             return None;
         }
         let mut text = String::from("# Written by servebench for one connection.\n");
         for (k, v) in &self.options {
             text.push_str(&format!("{k} {v}\n"));
+        }
+        if self.jump.is_some() {
+            text.push_str("# For the jump host's ssh, which reads only this file:\n");
+            text.push_str("BatchMode yes\n");
+            let check = match self.host_key_check {
+                HostKeyCheck::Strict => "yes",
+                HostKeyCheck::AcceptNew => "accept-new",
+            };
+            text.push_str(&format!("StrictHostKeyChecking {check}\n"));
+            text.push_str(&format!(
+                "ConnectTimeout {}\n",
+                self.connect_timeout.as_secs().max(1)
+            ));
+            if let Some(k) = &self.known_hosts {
+                text.push_str(&format!("UserKnownHostsFile {}\n", config_path(k)));
+            }
+            if let Some(k) = &self.identity {
+                text.push_str(&format!("IdentityFile {}\n", config_path(k)));
+            }
         }
         text.push_str("Include ~/.ssh/config\nInclude /etc/ssh/ssh_config\n");
         Some(text)
@@ -176,6 +240,12 @@ impl SshTarget {
             .map(|d| d.to_string())
             .unwrap_or_else(|| "~/.ssh/known_hosts".into())
     }
+}
+
+/// A path as an ssh_config argument: double-quoted (spaces), `%` doubled (ssh expands
+/// `%d`, `%u`, ... in these keywords). `validate` has refused quotes and control characters.
+fn config_path(p: &Path) -> String {
+    format!("\"{}\"", p.display().to_string().replace('%', "%%"))
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port`.
@@ -309,6 +379,45 @@ mod tests {
         let opt = text.find("ServerAliveInterval 5").unwrap();
         assert!(opt < text.find("Include ~/.ssh/config").unwrap());
         assert!(text.contains("Include /etc/ssh/ssh_config"));
+        assert!(!text.contains("BatchMode"), "{text}");
+    }
+
+    #[test]
+    fn a_jump_host_gets_the_targets_key_known_hosts_and_checking() {
+        let mut t = SshTarget::new("h");
+        t.jump = Some("bastion".into());
+        t.identity = Some("/keys/my key%d".into());
+        t.known_hosts = Some("/kh/known".into());
+        t.host_key_check = HostKeyCheck::AcceptNew;
+        let text = t.config_text().unwrap();
+        for line in [
+            "BatchMode yes\n",
+            "StrictHostKeyChecking accept-new\n",
+            "UserKnownHostsFile \"/kh/known\"\n",
+            "IdentityFile \"/keys/my key%%d\"\n",
+            "ConnectTimeout 10\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+        assert!(text.find("BatchMode").unwrap() < text.find("Include ~/.ssh/config").unwrap());
+        let j = SshTarget {
+            jump: Some("ops@bastion:2222,next".into()),
+            ..t.clone()
+        }
+        .first_jump()
+        .unwrap();
+        assert_eq!(
+            (j.destination.as_str(), j.user.as_deref(), j.port, j.jump),
+            ("bastion", Some("ops"), Some(2222), None)
+        );
+        assert_eq!(j.known_hosts, t.known_hosts);
+        t.identity = Some("/keys/a\"b".into());
+        assert!(
+            t.resolved()
+                .unwrap_err()
+                .to_string()
+                .contains("double quotes")
+        );
     }
 
     #[test]
