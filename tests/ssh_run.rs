@@ -606,6 +606,60 @@ fn an_agent_that_dies_is_recorded_with_its_last_words() {
 }
 
 #[test]
+fn a_frozen_agent_is_stopped_and_its_points_recorded() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    // A stand-in agent that says hello, then never speaks again (no heartbeat): frozen.
+    let marker = format!("{}", 30_000 + std::process::id() % 30_000);
+    let fake = ws.write(
+        "frozen-servebench",
+        &format!(
+            "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) pg=$(ps -o pgid= -p $$ | tr -d ' '); echo \"{{\\\"hello\\\":{{\\\"pid\\\":$$,\\\"pgid\\\":$pg}}}}\"; exec sleep {marker} ;;\nesac\n"
+        ),
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let spec = ws.write(
+        "frozen.yaml",
+        &ssh_spec(&sshd, "frozen", "host", "", "sweep:\n  ctx: [256, 512]\n"),
+    );
+    let _turn = exclusive();
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("SERVEBENCH_HOST_BINARY", &fake)
+        .env("SERVEBENCH_AGENT_SILENCE_S", "1.5")
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let dir = run_dir(&out);
+    let p = points(&dir);
+    assert_eq!(p.len(), 2, "both points are recorded: {p:?}");
+    for point in &p {
+        let flag = point["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "agent-lost")
+            .unwrap_or_else(|| panic!("{point}"));
+        let msg = flag["message"].as_str().unwrap();
+        assert!(
+            msg.contains("sent nothing, not even its heartbeat")
+                && msg.contains("stopped with SIGTERM"),
+            "{msg}"
+        );
+    }
+    // Each point's frozen agent was stopped on the host: none is left.
+    let left = processes_with(&format!("sleep {marker}"));
+    assert!(left.is_empty(), "frozen agents left behind: {left:?}");
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
+}
+
+#[test]
 fn lines_from_the_agent_that_are_not_records_are_counted_on_the_point() {
     let sshd = sshd!();
     let ws = Workspace::new();

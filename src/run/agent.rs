@@ -3,7 +3,9 @@
 //! every request record back over stdout as JSON lines, so network latency between the user
 //! and the host never enters the numbers.
 //!
-//! Protocol, one JSON object per line. In (stdin): [`AgentRequest`]. Out (stdout):
+//! Protocol, one JSON object per line. In (stdin): [`AgentRequest`]. Out (stdout): first
+//! `{"hello": {"pid", "pgid"}}`; `"heartbeat"` every [`HEARTBEAT_EVERY`] (so a silent agent
+//! is known to be frozen, even while a 200k-token prefill keeps every request quiet);
 //! `{"request": RequestRecord}` as each request completes, then
 //! `{"point": PointRecord, "interrupted": bool}`. End of stdin (the runner went away or was
 //! interrupted) stops the agent like Ctrl-C: in-flight requests are abandoned and the partial
@@ -11,6 +13,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -42,10 +45,20 @@ pub struct AgentRequest {
     pub prompts: Option<Vec<String>>,
 }
 
+/// How often the agent says it is alive.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+
 /// A line the agent writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentEvent {
+    /// The first line: the agent's process and group, for the runner to stop if it freezes.
+    Hello {
+        pid: u32,
+        pgid: i32,
+    },
+    /// Every [`HEARTBEAT_EVERY`].
+    Heartbeat,
     Request(RequestRecord),
     Point {
         point: PointRecord,
@@ -71,6 +84,16 @@ pub fn main() -> i32 {
 }
 
 async fn serve() {
+    emit(&AgentEvent::Hello {
+        pid: std::process::id(),
+        pgid: nix::unistd::getpgrp().as_raw(),
+    });
+    tokio::spawn(async {
+        loop {
+            tokio::time::sleep(HEARTBEAT_EVERY).await;
+            emit(&AgentEvent::Heartbeat);
+        }
+    });
     let interrupt = Interrupt::new();
     interrupt.on_signals_quiet();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();

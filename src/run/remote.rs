@@ -22,6 +22,18 @@ use super::progress::Progress;
 /// How long an interrupted agent may take to report its partial point.
 const AGENT_STOP_WAIT: Duration = Duration::from_secs(30);
 
+/// An agent that sends nothing (heartbeats included) for this long is frozen: it is stopped
+/// and the point recorded as lost. SERVEBENCH_AGENT_SILENCE_S overrides it (tests).
+const AGENT_SILENCE_LIMIT: Duration = Duration::from_secs(60);
+
+fn agent_silence_limit() -> Duration {
+    std::env::var("SERVEBENCH_AGENT_SILENCE_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(AGENT_SILENCE_LIMIT, Duration::from_secs_f64)
+}
+
 /// How often a remote server's log is pulled into the run directory.
 const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
 
@@ -262,6 +274,10 @@ async fn pull_log(
 
 /// `servebench agent` on the host, measuring points against the server on localhost.
 pub struct AgentSession {
+    ssh: Arc<SshHost>,
+    /// From the agent's hello: the group to stop if it goes silent.
+    pgid: Option<i32>,
+    silence_limit: Duration,
     child: PipedChild,
     stdin: Option<openssh::ChildStdin>,
     lines: tokio::io::Lines<tokio::io::BufReader<openssh::ChildStdout>>,
@@ -303,6 +319,9 @@ impl AgentSession {
             });
         }
         Ok(AgentSession {
+            ssh: host.ssh.clone(),
+            pgid: None,
+            silence_limit: agent_silence_limit(),
             child,
             stdin: Some(stdin),
             lines: tokio::io::BufReader::new(stdout).lines(),
@@ -350,6 +369,7 @@ impl AgentSession {
         let mut garbled: Option<(usize, String)> = None;
         // After an interrupt the agent has this long to report its partial point.
         let mut give_up = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+        let mut heard = tokio::time::Instant::now();
         loop {
             let next = tokio::select! {
                 l = self.lines.next_line() => l,
@@ -365,9 +385,26 @@ impl AgentSession {
                     out.interrupted = true;
                     return out;
                 }
+                _ = tokio::time::sleep_until(heard + self.silence_limit) => {
+                    let stopped = self.stop_frozen().await;
+                    let mut out = lost(
+                        &req,
+                        received,
+                        format!(
+                            "the host's agent sent nothing, not even its heartbeat (every {} s), for {:.0} s: frozen or stopped; {stopped}",
+                            super::agent::HEARTBEAT_EVERY.as_secs(),
+                            self.silence_limit.as_secs_f64()
+                        ),
+                    );
+                    out.interrupted = interrupted;
+                    return out;
+                }
             };
+            heard = tokio::time::Instant::now();
             match next {
                 Ok(Some(line)) => match serde_json::from_str::<AgentEvent>(&line) {
+                    Ok(AgentEvent::Hello { pgid, .. }) => self.pgid = Some(pgid),
+                    Ok(AgentEvent::Heartbeat) => {}
                     Ok(AgentEvent::Request(r)) => {
                         received += 1;
                         if let Err(e) = run_dir.append_request(&r) {
@@ -427,6 +464,18 @@ impl AgentSession {
                     return out;
                 }
             }
+        }
+    }
+
+    /// Stops a frozen agent's process group on the host; says what happened.
+    async fn stop_frozen(&mut self) -> String {
+        self.stdin = None;
+        let Some(pgid) = self.pgid.filter(|g| *g > 1) else {
+            return "it never said which process it is, so it could not be stopped".into();
+        };
+        match self.ssh.stop_group(pgid, Duration::from_secs(2)).await {
+            Ok(o) => format!("its process group {pgid} on the host {o}"),
+            Err(e) => format!("stopping its process group {pgid} failed: {e}"),
         }
     }
 
