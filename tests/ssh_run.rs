@@ -287,6 +287,8 @@ fn strict_host_key_checking_refuses_an_unknown_host_before_anything_starts() {
 /// Starts `servebench run` in the background.
 fn spawn_run(ws: &Workspace, spec: &Path) -> std::process::Child {
     std::process::Command::new(BIN)
+        // An ssh master left by a killed runner exits after 2 idle seconds (default 300).
+        .env("SERVEBENCH_SSH_IDLE_EXIT_S", "2")
         .arg("run")
         .arg(spec)
         .arg("--out")
@@ -407,6 +409,17 @@ fn down_stops_what_a_killed_runner_left_and_resume_finishes_the_run() {
     child.wait().unwrap();
     // The server runs detached on the host: it survived its runner.
     assert!(!crate::sshd::group_members(pgid as i32).is_empty());
+    // The runner's ssh master outlived it too, but leaves once idle (2 s in this test).
+    let master = format!("-p {}", sshd.port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !processes_with(&master).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the killed runner's ssh master stayed: {:?}",
+            processes_with(&master)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let out = servebench().arg("down").arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);

@@ -19,7 +19,7 @@ use std::process::Output;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use openssh::{ForwardType, KnownHosts, Session, SessionBuilder, Stdio};
+use openssh::{ControlPersist, ForwardType, KnownHosts, Session, SessionBuilder, Stdio};
 
 pub use error::SshError;
 pub use facts::{Gpu, HostFacts};
@@ -35,6 +35,20 @@ const RECONNECT_ATTEMPTS: u32 = 3;
 const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// Keepalive, so a dead network ends the master (and so triggers a reconnect) in under a minute.
 const SERVER_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The master connection exits after this long with no session or forwarded connection
+/// open, so one left by a runner killed with SIGKILL does not linger. A live run never idles
+/// this long (it pulls the server log every 500 ms); if it ever did, it would reconnect.
+/// SERVEBENCH_SSH_IDLE_EXIT_S overrides it (tests).
+const MASTER_IDLE_EXIT: usize = 300;
+
+fn master_idle_exit() -> std::num::NonZeroUsize {
+    std::env::var("SERVEBENCH_SSH_IDLE_EXIT_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or(std::num::NonZeroUsize::new(MASTER_IDLE_EXIT))
+        .unwrap_or(std::num::NonZeroUsize::MIN)
+}
 
 /// A connected SSH host.
 pub struct SshHost {
@@ -384,6 +398,7 @@ async fn open(
         HostKeyCheck::AcceptNew => KnownHosts::Add,
     })
     .control_directory(dir)
+    .control_persist(ControlPersist::IdleFor(master_idle_exit()))
     // ssh takes whole seconds; zero would mean "no timeout".
     .connect_timeout(t.connect_timeout.max(Duration::from_secs(1)));
     let user_sets_keepalive = t
