@@ -128,7 +128,11 @@ pub enum Command {
     /// Internal: the measuring client servebench runs on a GPU host (`client: host`). Reads
     /// points as JSON lines on stdin, writes request records as JSON lines on stdout.
     #[command(hide = true)]
-    Agent,
+    Agent {
+        /// Milliseconds between heartbeat lines (the runner picks it from its silence limit).
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(10..))]
+        heartbeat_ms: u64,
+    },
     /// Print a JSON Schema: of experiment specs (the default; for editors:
     /// `# yaml-language-server: $schema=...`), or of the data report and compare templates see.
     ///
@@ -199,7 +203,9 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
-        Command::Agent => crate::run::agent::main(),
+        Command::Agent { heartbeat_ms } => {
+            crate::run::agent::main(std::time::Duration::from_millis(heartbeat_ms))
+        }
         Command::Compare {
             runs,
             threshold,

@@ -286,9 +286,12 @@ fn strict_host_key_checking_refuses_an_unknown_host_before_anything_starts() {
 
 /// Starts `servebench run` in the background.
 fn spawn_run(ws: &Workspace, spec: &Path) -> std::process::Child {
+    spawn_run_with(ws, spec, &[])
+}
+
+fn spawn_run_with(ws: &Workspace, spec: &Path, env: &[(&str, &str)]) -> std::process::Child {
     std::process::Command::new(BIN)
-        // An ssh master left by a killed runner exits after 2 idle seconds (default 300).
-        .env("SERVEBENCH_SSH_IDLE_EXIT_S", "2")
+        .envs(env.iter().copied())
         .arg("run")
         .arg(spec)
         .arg("--out")
@@ -396,7 +399,8 @@ fn down_stops_what_a_killed_runner_left_and_resume_finishes_the_run() {
             "sweep:\n  ctx: [1024, 2048, 4096]\nrequests: 2\n",
         ),
     );
-    let mut child = spawn_run(&ws, &spec);
+    // An ssh master left by a killed runner exits after 3 idle seconds (default 300).
+    let mut child = spawn_run_with(&ws, &spec, &[("SERVEBENCH_SSH_IDLE_EXIT_S", "3")]);
     let dir = wait_for_run_dir(&ws, "down");
     let pgid = wait_for_server(&dir);
     // Let the first point finish, then kill the runner without a chance to clean up.
@@ -405,18 +409,28 @@ fn down_stops_what_a_killed_runner_left_and_resume_finishes_the_run() {
         assert!(Instant::now() < deadline, "no point finished");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let port = format!("-p {}", sshd.port);
+    let masters = || -> Vec<String> {
+        processes_with("ControlPersist=3s")
+            .into_iter()
+            .filter(|l| l.contains(&port))
+            .collect()
+    };
+    assert!(
+        !masters().is_empty(),
+        "the runner's ssh master is in the process table"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // The server runs detached on the host: it survived its runner.
     assert!(!crate::sshd::group_members(pgid as i32).is_empty());
-    // The runner's ssh master outlived it too, but leaves once idle (2 s in this test).
-    let master = format!("-p {}", sshd.port);
+    // The runner's ssh master outlived it too, but leaves once idle.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !processes_with(&master).is_empty() {
+    while !masters().is_empty() {
         assert!(
             Instant::now() < deadline,
             "the killed runner's ssh master stayed: {:?}",
-            processes_with(&master)
+            masters()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -627,7 +641,7 @@ fn a_frozen_agent_is_stopped_and_its_points_recorded() {
     let fake = ws.write(
         "frozen-servebench",
         &format!(
-            "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) pg=$(ps -o pgid= -p $$ | tr -d ' '); echo \"{{\\\"hello\\\":{{\\\"pid\\\":$$,\\\"pgid\\\":$pg}}}}\"; exec sleep {marker} ;;\nesac\n"
+            "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) pg=$(ps -o pgid= -p $$ | tr -d ' '); echo \"{{\\\"hello\\\":{{\\\"pid\\\":$$,\\\"pgid\\\":$pg,\\\"protocol\\\":2}}}}\"; exec sleep {marker} ;;\nesac\n"
         ),
     );
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -670,6 +684,51 @@ fn a_frozen_agent_is_stopped_and_its_points_recorded() {
     assert!(left.is_empty(), "frozen agents left behind: {left:?}");
     let meta = read_json(&dir.join("meta.json"));
     assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
+}
+
+#[test]
+fn heartbeats_keep_a_quiet_agent_alive() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    // Decode steps of 60 ms: a 32-token request is silent for ~2 s, longer than the limit.
+    let fast = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/fast.yaml"))
+        .unwrap();
+    let slow = fast.replace("base_ms: 1.2 ", "base_ms: 60 ");
+    assert_ne!(fast, slow);
+    let profile = ws.write("slow-decode.yaml", &slow);
+    let spec = ws.write(
+        "quiet.yaml",
+        &ssh_spec(
+            &sshd,
+            "quiet",
+            "host",
+            "",
+            "sweep:\n  ctx: [256]\nrequests: 1\n",
+        ),
+    );
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("profile: fast", &format!("profile: {}", profile.display()));
+    std::fs::write(&spec, text).unwrap();
+    let _turn = exclusive();
+    let limit = 0.8;
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("SERVEBENCH_AGENT_SILENCE_S", limit.to_string())
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let p = points(&run_dir(&out));
+    assert_eq!(p[0]["ok"], 1, "{}", p[0]);
+    assert!(p[0]["flags"].as_array().unwrap().is_empty(), "{}", p[0]);
+    // The request was silent for longer than the limit: only heartbeats bridged it.
+    let e2e = mean(&p[0], "e2e_s");
+    assert!(e2e > 2.0 * limit, "e2e {e2e} s");
 }
 
 #[test]

@@ -4,8 +4,8 @@
 //! and the host never enters the numbers.
 //!
 //! Protocol, one JSON object per line. In (stdin): [`AgentRequest`]. Out (stdout): first
-//! `{"hello": {"pid", "pgid"}}`; `"heartbeat"` every [`HEARTBEAT_EVERY`] (so a silent agent
-//! is known to be frozen, even while a 200k-token prefill keeps every request quiet);
+//! `{"hello": {"pid", "pgid", "protocol"}}`; `"heartbeat"` every `--heartbeat-ms` (so a silent
+//! agent is known to be frozen, even while a 200k-token prefill keeps every request quiet);
 //! `{"request": RequestRecord}` as each request completes, then
 //! `{"point": PointRecord, "interrupted": bool}`. End of stdin (the runner went away or was
 //! interrupted) stops the agent like Ctrl-C: in-flight requests are abandoned and the partial
@@ -45,8 +45,9 @@ pub struct AgentRequest {
     pub prompts: Option<Vec<String>>,
 }
 
-/// How often the agent says it is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+/// The protocol this build speaks, sent in the hello: an agent without one (an older
+/// binary given by SERVEBENCH_HOST_BINARY) sends no heartbeats, so is never timed out.
+pub const PROTOCOL: u32 = 2;
 
 /// A line the agent writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -54,10 +55,13 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
 pub enum AgentEvent {
     /// The first line: the agent's process and group, for the runner to stop if it freezes.
     Hello {
-        pid: u32,
+        pid: i32,
         pgid: i32,
+        /// [`PROTOCOL`]; absent (0) from agents that predate heartbeats.
+        #[serde(default)]
+        protocol: u32,
     },
-    /// Every [`HEARTBEAT_EVERY`].
+    /// Every `--heartbeat-ms`.
     Heartbeat,
     Request(RequestRecord),
     Point {
@@ -68,7 +72,7 @@ pub enum AgentEvent {
 }
 
 /// `servebench agent`: serves measurement requests from stdin until it closes.
-pub fn main() -> i32 {
+pub fn main(heartbeat: Duration) -> i32 {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -79,18 +83,19 @@ pub fn main() -> i32 {
             return crate::exit::FAILED;
         }
     };
-    rt.block_on(serve());
+    rt.block_on(serve(heartbeat));
     crate::exit::OK
 }
 
-async fn serve() {
+async fn serve(heartbeat: Duration) {
     emit(&AgentEvent::Hello {
-        pid: std::process::id(),
+        pid: nix::unistd::getpid().as_raw(),
         pgid: nix::unistd::getpgrp().as_raw(),
+        protocol: PROTOCOL,
     });
-    tokio::spawn(async {
+    tokio::spawn(async move {
         loop {
-            tokio::time::sleep(HEARTBEAT_EVERY).await;
+            tokio::time::sleep(heartbeat).await;
             emit(&AgentEvent::Heartbeat);
         }
     });

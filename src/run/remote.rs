@@ -26,6 +26,11 @@ const AGENT_STOP_WAIT: Duration = Duration::from_secs(30);
 /// and the point recorded as lost. SERVEBENCH_AGENT_SILENCE_S overrides it (tests).
 const AGENT_SILENCE_LIMIT: Duration = Duration::from_secs(60);
 
+/// The agent's heartbeat: every 5 s, or a quarter of a shorter silence limit.
+fn heartbeat_for(silence_limit: Duration) -> Duration {
+    (silence_limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(5))
+}
+
 fn agent_silence_limit() -> Duration {
     std::env::var("SERVEBENCH_AGENT_SILENCE_S")
         .ok()
@@ -275,8 +280,9 @@ async fn pull_log(
 /// `servebench agent` on the host, measuring points against the server on localhost.
 pub struct AgentSession {
     ssh: Arc<SshHost>,
-    /// From the agent's hello: the group to stop if it goes silent.
-    pgid: Option<i32>,
+    /// From the agent's hello: its pid and group, to stop if it goes silent. Until a hello
+    /// with heartbeats arrives (an older agent sends none), silence is not timed.
+    hello: Option<(i32, i32)>,
     silence_limit: Duration,
     child: PipedChild,
     stdin: Option<openssh::ChildStdin>,
@@ -292,9 +298,11 @@ const STDERR_TAIL: usize = 2000;
 impl AgentSession {
     pub async fn start(host: &mut RemoteHost) -> Result<AgentSession, String> {
         let bin = host.binary().await?;
+        let silence_limit = agent_silence_limit();
+        let heartbeat_ms = heartbeat_for(silence_limit).as_millis().to_string();
         let mut child = host
             .ssh
-            .spawn_piped(&[bin.as_str(), "agent"])
+            .spawn_piped(&[bin.as_str(), "agent", "--heartbeat-ms", &heartbeat_ms])
             .await
             .map_err(|e| e.to_string())?;
         let stdin = child.stdin().take().ok_or("the agent has no stdin")?;
@@ -320,8 +328,8 @@ impl AgentSession {
         }
         Ok(AgentSession {
             ssh: host.ssh.clone(),
-            pgid: None,
-            silence_limit: agent_silence_limit(),
+            hello: None,
+            silence_limit,
             child,
             stdin: Some(stdin),
             lines: tokio::io::BufReader::new(stdout).lines(),
@@ -372,6 +380,9 @@ impl AgentSession {
         let mut heard = tokio::time::Instant::now();
         loop {
             let next = tokio::select! {
+                // Lines first: after the runner itself was paused, queued heartbeats must
+                // count before the silence timer does.
+                biased;
                 l = self.lines.next_line() => l,
                 _ = interrupt.wait(), if !interrupted => {
                     interrupted = true;
@@ -381,18 +392,19 @@ impl AgentSession {
                     continue;
                 }
                 _ = tokio::time::sleep_until(give_up) => {
-                    let mut out = lost(&req, received, "the agent did not report after the interrupt".into());
+                    let stopped = self.stop_frozen().await;
+                    let mut out = lost(&req, received, format!("the agent did not report after the interrupt; {stopped}"));
                     out.interrupted = true;
                     return out;
                 }
-                _ = tokio::time::sleep_until(heard + self.silence_limit) => {
+                _ = tokio::time::sleep_until(heard + self.silence_limit), if self.hello.is_some() => {
                     let stopped = self.stop_frozen().await;
                     let mut out = lost(
                         &req,
                         received,
                         format!(
-                            "the host's agent sent nothing, not even its heartbeat (every {} s), for {:.0} s: frozen or stopped; {stopped}",
-                            super::agent::HEARTBEAT_EVERY.as_secs(),
+                            "the host's agent sent nothing, not even its heartbeat (every {:.1} s), for {:.1} s: frozen or stopped; {stopped}",
+                            heartbeat_for(self.silence_limit).as_secs_f64(),
                             self.silence_limit.as_secs_f64()
                         ),
                     );
@@ -403,7 +415,15 @@ impl AgentSession {
             heard = tokio::time::Instant::now();
             match next {
                 Ok(Some(line)) => match serde_json::from_str::<AgentEvent>(&line) {
-                    Ok(AgentEvent::Hello { pgid, .. }) => self.pgid = Some(pgid),
+                    Ok(AgentEvent::Hello {
+                        pid,
+                        pgid,
+                        protocol,
+                    }) => {
+                        if protocol >= 2 {
+                            self.hello = Some((pid, pgid));
+                        }
+                    }
                     Ok(AgentEvent::Heartbeat) => {}
                     Ok(AgentEvent::Request(r)) => {
                         received += 1;
@@ -467,12 +487,18 @@ impl AgentSession {
         }
     }
 
-    /// Stops a frozen agent's process group on the host; says what happened.
+    /// Stops a frozen agent's process group on the host, once sure the group is still the
+    /// agent's; says what happened.
     async fn stop_frozen(&mut self) -> String {
         self.stdin = None;
-        let Some(pgid) = self.pgid.filter(|g| *g > 1) else {
+        let Some((pid, pgid)) = self.hello.filter(|(p, g)| *p > 1 && *g > 1) else {
             return "it never said which process it is, so it could not be stopped".into();
         };
+        match self.ssh.pid_in_group(pid, pgid).await {
+            Ok(true) => {}
+            Ok(false) => return format!("its process {pid} (group {pgid}) is gone from the host"),
+            Err(e) => return format!("could not check its process {pid} on the host: {e}"),
+        }
         match self.ssh.stop_group(pgid, Duration::from_secs(2)).await {
             Ok(o) => format!("its process group {pgid} on the host {o}"),
             Err(e) => format!("stopping its process group {pgid} failed: {e}"),

@@ -78,7 +78,7 @@ impl SshHost {
         let target = target.resolved()?;
         let dir = tempfile::Builder::new()
             .prefix("servebench-ssh-")
-            .tempdir()
+            .tempdir_in(control_base())
             .map_err(|e| local("cannot create a directory for the SSH control socket", e))?;
         let config = match target.config_text() {
             Some(text) => {
@@ -429,6 +429,18 @@ async fn open(
     b.connect(&t.destination)
         .await
         .map_err(|e| connect_error(t, host, e))
+}
+
+/// Where the control socket and generated config go: the temp directory, unless its path
+/// has characters that ssh would split or expand where it pastes the config's path into the
+/// jump host's command (`ProxyJump` runs `ssh -F <path>` through a shell).
+fn control_base() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    let plain = tmp.to_str().is_some_and(|s| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c))
+    });
+    if plain { tmp } else { PathBuf::from("/tmp") }
 }
 
 /// A failure through a jump host: the jump's own ssh has no stderr we can read, so ssh only

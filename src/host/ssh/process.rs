@@ -163,6 +163,21 @@ impl SshHost {
         Ok(out.status.success())
     }
 
+    /// True while process `pid` exists and still leads or belongs to group `pgid`: a check
+    /// before signalling a group whose id came from an earlier report (ids are reused).
+    pub async fn pid_in_group(&self, pid: i32, pgid: i32) -> Result<bool, SshError> {
+        check_pid(pid, 1)?;
+        check_pid(pgid, 1)?;
+        // Field 5 of /proc/PID/stat, counted after the `(comm)` field, which may hold spaces.
+        let script = r#"g=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f3)
+[ -n "$g" ] || g=$(ps -o pgid= -p "$1" 2>/dev/null | tr -d ' ')
+[ "$g" = "$2" ]"#;
+        let out = self
+            .run_script(script, &[pid.to_string(), pgid.to_string()])
+            .await?;
+        Ok(out.status.success())
+    }
+
     /// SIGTERM to the whole group, up to `grace` for it to go, then SIGKILL, and confirms it
     /// is gone (all on the host, in one command). An error if it survives even SIGKILL.
     pub async fn stop_group(&self, pgid: i32, grace: Duration) -> Result<StopOutcome, SshError> {

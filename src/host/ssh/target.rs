@@ -128,11 +128,16 @@ impl SshTarget {
             s.push_str(u);
             s.push('@');
         }
-        s.push_str(&self.destination);
-        if let Some(p) = self.port
-            && !self.destination.starts_with("ssh://")
-        {
-            s.push_str(&format!(":{p}"));
+        match self.port {
+            Some(p) if !self.destination.starts_with("ssh://") => {
+                // `[v6]:port`, so that `ssh://` + this is a valid ssh destination in hints.
+                if self.destination.contains(':') {
+                    s.push_str(&format!("[{}]:{p}", self.destination));
+                } else {
+                    s.push_str(&format!("{}:{p}", self.destination));
+                }
+            }
+            _ => s.push_str(&self.destination),
         }
         s
     }
@@ -174,19 +179,30 @@ impl SshTarget {
         for (k, v) in &self.options {
             check_option(k, v)?;
         }
-        for (what, path) in [
-            ("identity", &self.identity),
-            ("known_hosts", &self.known_hosts),
+        // Both paths reach ssh unescaped on the master's command line (`-i`, `-o
+        // UserKnownHostsFile=`) and quoted in the generated config; ssh expands `%` tokens and
+        // `${VAR}` in both, and splits a known_hosts list at spaces.
+        for (what, path, spaces) in [
+            ("identity", &self.identity, true),
+            ("known_hosts", &self.known_hosts, false),
         ] {
-            if let Some(p) = path
-                && p.to_str()
-                    .is_none_or(|s| s.contains('"') || s.contains(char::is_control))
-            {
-                return bad(
-                    what,
-                    &p.display().to_string(),
-                    "must be a UTF-8 path without double quotes or control characters",
-                );
+            if let Some(p) = path {
+                let ok = p.to_str().is_some_and(|s| {
+                    !s.contains(['"', '\\', '%', '$'])
+                        && !s.contains(char::is_control)
+                        && (spaces || !s.contains(char::is_whitespace))
+                });
+                if !ok {
+                    return bad(
+                        what,
+                        &p.display().to_string(),
+                        if spaces {
+                            "must be a UTF-8 path without quotes, backslashes, '%', '$' or control characters (ssh would expand or split them)"
+                        } else {
+                            "must be a UTF-8 path without spaces, quotes, backslashes, '%', '$' or control characters (ssh would expand or split them)"
+                        },
+                    );
+                }
             }
         }
         Ok(())
@@ -225,7 +241,12 @@ impl SshTarget {
                 text.push_str(&format!("UserKnownHostsFile {}\n", config_path(k)));
             }
             if let Some(k) = &self.identity {
-                text.push_str(&format!("IdentityFile {}\n", config_path(k)));
+                // As the master's `-i` does: offer this key only, not every agent key first
+                // (a bastion may hang up with "Too many authentication failures").
+                text.push_str(&format!(
+                    "IdentityFile {}\nIdentitiesOnly yes\n",
+                    config_path(k)
+                ));
             }
         }
         text.push_str("Include ~/.ssh/config\nInclude /etc/ssh/ssh_config\n");
@@ -242,10 +263,10 @@ impl SshTarget {
     }
 }
 
-/// A path as an ssh_config argument: double-quoted (spaces), `%` doubled (ssh expands
-/// `%d`, `%u`, ... in these keywords). `validate` has refused quotes and control characters.
+/// A path as an ssh_config argument, double-quoted (spaces). `validate` has refused what ssh
+/// would expand or unescape (`%`, `$`, `\\`, quotes).
 fn config_path(p: &Path) -> String {
-    format!("\"{}\"", p.display().to_string().replace('%', "%%"))
+    format!("\"{}\"", p.display())
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port`.
@@ -383,10 +404,21 @@ mod tests {
     }
 
     #[test]
+    fn display_is_a_valid_ssh_url_body() {
+        let mut t = SshTarget::new("::1");
+        t.port = Some(2222);
+        t.user = Some("bob".into());
+        assert_eq!(t.display(), "bob@[::1]:2222");
+        let mut t = SshTarget::new("gpu-1");
+        t.port = Some(22);
+        assert_eq!(t.display(), "gpu-1:22");
+    }
+
+    #[test]
     fn a_jump_host_gets_the_targets_key_known_hosts_and_checking() {
         let mut t = SshTarget::new("h");
         t.jump = Some("bastion".into());
-        t.identity = Some("/keys/my key%d".into());
+        t.identity = Some("/keys/my key".into());
         t.known_hosts = Some("/kh/known".into());
         t.host_key_check = HostKeyCheck::AcceptNew;
         let text = t.config_text().unwrap();
@@ -394,7 +426,7 @@ mod tests {
             "BatchMode yes\n",
             "StrictHostKeyChecking accept-new\n",
             "UserKnownHostsFile \"/kh/known\"\n",
-            "IdentityFile \"/keys/my key%%d\"\n",
+            "IdentityFile \"/keys/my key\"\nIdentitiesOnly yes\n",
             "ConnectTimeout 10\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
@@ -411,12 +443,18 @@ mod tests {
             ("bastion", Some("ops"), Some(2222), None)
         );
         assert_eq!(j.known_hosts, t.known_hosts);
-        t.identity = Some("/keys/a\"b".into());
+        for bad in ["/keys/a\"b", "/keys/%d", "/keys/${HOME}", "/keys/a\\b"] {
+            t.identity = Some(bad.into());
+            let e = t.resolved().unwrap_err().to_string();
+            assert!(e.contains("would expand or split"), "{bad}: {e}");
+        }
+        t.identity = Some("/keys/my key".into());
+        t.known_hosts = Some("/kh/my known".into());
         assert!(
             t.resolved()
                 .unwrap_err()
                 .to_string()
-                .contains("double quotes")
+                .contains("without spaces")
         );
     }
 
