@@ -35,12 +35,24 @@ pub enum Command {
         #[arg(required = true, value_name = "SPEC")]
         specs: Vec<PathBuf>,
     },
-    /// Show what `run` would do: the expanded points, the server groups (one launch each) and
-    /// the number of requests.
+    /// Show what `run` would do: the expanded points, the server groups (one launch each), the
+    /// number of requests, and how long it should take.
+    ///
+    /// The estimate comes from the simulator's timing model for `engine: sim` (its profile and
+    /// flags: chunk size, running requests, speculative decoding, time scale), from a profile
+    /// you name for a real engine (`--profile kimi-k2.6-8x-rtxpro6000`), or from the point
+    /// times an earlier run measured (`--from RUN_DIR`, matching points by sweep values).
     Plan {
         /// Spec file (YAML).
         #[arg(value_name = "SPEC")]
         spec: PathBuf,
+        /// Estimate from this earlier run's measured point and launch times.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with = "profile")]
+        from: Option<PathBuf>,
+        /// Estimate with this sim profile's timing model (a built-in name or a YAML file),
+        /// with each group's flags applied.
+        #[arg(long, value_name = "PROFILE")]
+        profile: Option<String>,
     },
     /// Run an experiment: launch the server per group (on this machine or an SSH host), measure
     /// every point, write `<out>/<name>/<UTC timestamp>/` (spec, resolved points, meta.json,
@@ -188,7 +200,11 @@ where
     };
     match cli.command {
         Command::Validate { specs } => validate(&specs),
-        Command::Plan { spec } => plan(&spec),
+        Command::Plan {
+            spec,
+            from,
+            profile,
+        } => plan(&spec, from.as_deref(), profile.as_deref()),
         Command::Run {
             spec,
             resume,
@@ -245,12 +261,22 @@ fn validate(specs: &[PathBuf]) -> i32 {
     code
 }
 
-fn plan(path: &std::path::Path) -> i32 {
+fn plan(path: &std::path::Path, from: Option<&std::path::Path>, profile: Option<&str>) -> i32 {
     let spec = match load(path) {
         Ok(s) => s,
         Err(c) => return c,
     };
     let plan = crate::plan::Plan::new(&spec.points);
+    let spec_dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let estimate = match from {
+        Some(dir) => crate::plan::estimate::from_run(&plan, dir),
+        None => crate::plan::estimate::from_model(&plan, profile, spec_dir),
+    };
+    let about = |s: Option<f64>| {
+        s.map_or("~?".to_string(), |s| {
+            format!("~{}", crate::report::format::fmt_duration(s))
+        })
+    };
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -300,12 +326,23 @@ fn plan(path: &std::path::Path) -> i32 {
                 )
             }
         };
-        let _ = writeln!(out, "\n{}: {what}", g.id);
+        let ready = match &estimate {
+            Ok(est) if s.url.is_none() => {
+                let launch = est.groups.get(i).and_then(|e| e.launch_s);
+                format!(" (ready {})", about(launch))
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "\n{}: {what}{ready}", g.id);
         for p in &g.points {
             let e = &p.experiment;
+            let time = match &estimate {
+                Ok(est) => format!("  {}", about(est.point(&p.id))),
+                Err(_) => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "  {}  {} req x {} round(s), concurrency {}, cache {}",
+                "  {}  {} req x {} round(s), concurrency {}, cache {}{time}",
                 crate::run::point::point_label(p),
                 e.requests,
                 e.repeat,
@@ -315,6 +352,25 @@ fn plan(path: &std::path::Path) -> i32 {
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default()
             );
+        }
+    }
+    match &estimate {
+        Ok(est) => {
+            let unknown = est.unknown_points();
+            let missing = if unknown.is_empty() {
+                String::new()
+            } else {
+                format!("; not counted, no estimate for: {}", unknown.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "\nestimate: {} from {}{missing}",
+                about(Some(est.total_s())),
+                est.source
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(out, "\nestimate: none: {e}");
         }
     }
     exit::OK

@@ -425,6 +425,51 @@ fn the_quickstart_runs_end_to_end() {
         .unwrap();
     assert!(again.status.success());
     assert_eq!(String::from_utf8_lossy(&again.stdout), report);
+
+    // Each point records its wall-clock span; `plan --from` estimates a rerun from them.
+    let loaded = servebench::spec::load(&spec).unwrap();
+    let plan = servebench::plan::Plan::new(&loaded.points);
+    let walls: Vec<f64> = points
+        .iter()
+        .map(|p| {
+            let w = &p["wall"];
+            let span = w["ended_at"].as_f64().unwrap() - w["started_at"].as_f64().unwrap();
+            assert!(span > 0.0, "{p}");
+            span
+        })
+        .collect();
+    let meta = read_json(&dir.join("meta.json"));
+    let ready = meta["servers"][0]["ready_after_s"].as_f64().unwrap();
+    let measured = servebench::plan::estimate::from_run(&plan, &dir).unwrap();
+    assert!(measured.unknown_points().is_empty());
+    for (p, w) in points.iter().zip(&walls) {
+        assert_eq!(measured.point(p["id"].as_str().unwrap()), Some(*w));
+    }
+    let actual = ready + walls.iter().sum::<f64>();
+    assert!((measured.total_s() - actual).abs() < 1e-9);
+    // The sim profile's timing model predicts the same run (model time only, so a little under).
+    let spec_dir = spec.parent().unwrap();
+    let model = servebench::plan::estimate::from_model(&plan, None, spec_dir).unwrap();
+    let ratio = model.total_s() / actual;
+    assert!(
+        (0.7..=1.15).contains(&ratio),
+        "model {} s vs measured {actual} s",
+        model.total_s()
+    );
+    let text = servebench()
+        .args([
+            "plan",
+            spec.to_str().unwrap(),
+            "--from",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("estimate: ~") && text.contains("from the point times measured in"),
+        "{text}"
+    );
 }
 
 #[test]

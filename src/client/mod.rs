@@ -20,6 +20,7 @@ use crate::spec::types::Api;
 
 pub use request::{DEFAULT_MODEL, GenerationRequest};
 pub use sse::{HEAD_BYTES, SseEvent, SseFramer, SseMalformed};
+pub(crate) use stream::unix_now;
 
 /// How long establishing a TCP connection may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

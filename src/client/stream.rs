@@ -316,7 +316,8 @@ pub(super) fn describe(e: &reqwest::Error) -> String {
     text
 }
 
-fn unix_now() -> f64 {
+/// Seconds since the Unix epoch (send times and point spans in records).
+pub(crate) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

@@ -325,6 +325,7 @@ mod tests {
             flags: vec![],
             incomplete: false,
             failure: None,
+            wall: None,
         }
     }
 

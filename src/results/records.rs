@@ -216,4 +216,15 @@ pub struct PointRecord {
     /// `out-of-memory`, `kv-pool-too-small`, `port-in-use`, `startup-error`, `unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// When the point started and ended (calibration, flushes and every round included):
+    /// what `plan --from` estimates a rerun from. Absent in runs that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall: Option<Wall>,
+}
+
+/// A span of wall-clock time, in seconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Wall {
+    pub started_at: f64,
+    pub ended_at: f64,
 }

@@ -776,6 +776,7 @@ fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> P
         }],
         incomplete: true,
         failure: None,
+        wall: None,
     }
 }
 

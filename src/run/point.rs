@@ -94,6 +94,22 @@ impl PointRunner {
         group: &str,
         prompts: Option<Vec<String>>,
     ) -> PointOutcome {
+        let started_at = crate::client::unix_now();
+        let mut outcome = self.measure_inner(client, point, group, prompts).await;
+        outcome.record.wall = Some(crate::results::records::Wall {
+            started_at,
+            ended_at: crate::client::unix_now(),
+        });
+        outcome
+    }
+
+    async fn measure_inner(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        group: &str,
+        prompts: Option<Vec<String>>,
+    ) -> PointOutcome {
         let exp = &point.experiment;
         let mut flags: Vec<Flag> = Vec::new();
         let mut record = PointRecord {
@@ -108,6 +124,7 @@ impl PointRunner {
             flags: Vec::new(),
             incomplete: false,
             failure: None,
+            wall: None,
         };
         self.progress.point_started(&point_label(point));
 

@@ -1,6 +1,8 @@
 //! Ordering points into server groups: points that share a server configuration run on one
 //! launch, so the server restarts only when its configuration changes.
 
+pub mod estimate;
+
 use crate::spec::Point;
 use crate::spec::types::Server;
 

@@ -1,0 +1,411 @@
+//! How long a plan will take, before running it: from an earlier run's measured point times
+//! (`plan --from RUN_DIR`), or from a simulator profile's timing model (the spec's own
+//! profile for `engine: sim`, `plan --profile NAME` for a real engine).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use indexmap::IndexMap;
+
+use super::Plan;
+use crate::prompt::PromptSource;
+use crate::results::records::RequestRecord;
+use crate::results::rundir::RunDir;
+use crate::sim::SimConfig;
+use crate::spec::Point;
+use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, Server};
+
+/// Requests one prompt calibration is assumed to take (the sim's tokenizer usually needs two;
+/// a real server two or three). Each is a prefill and one decode step.
+const CALIBRATION_ATTEMPTS: f64 = 2.0;
+
+/// The estimate for one point; None when the source has nothing for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointEstimate {
+    pub id: String,
+    pub seconds: Option<f64>,
+}
+
+/// One server group: its launch (to ready) and its points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupEstimate {
+    pub id: String,
+    pub launch_s: Option<f64>,
+    pub points: Vec<PointEstimate>,
+}
+
+/// A whole plan's estimate and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Said next to the total, e.g. "the timing model of sim profile `fast`".
+    pub source: String,
+    pub groups: Vec<GroupEstimate>,
+}
+
+impl Estimate {
+    /// Sum of every known launch and point time.
+    pub fn total_s(&self) -> f64 {
+        self.groups
+            .iter()
+            .map(|g| {
+                g.launch_s.unwrap_or(0.0) + g.points.iter().filter_map(|p| p.seconds).sum::<f64>()
+            })
+            .sum()
+    }
+
+    /// Points the source had nothing for (left out of the total).
+    pub fn unknown_points(&self) -> Vec<&str> {
+        self.groups
+            .iter()
+            .flat_map(|g| &g.points)
+            .filter(|p| p.seconds.is_none())
+            .map(|p| p.id.as_str())
+            .collect()
+    }
+
+    /// The seconds estimated for point `id`.
+    pub fn point(&self, id: &str) -> Option<f64> {
+        self.groups
+            .iter()
+            .flat_map(|g| &g.points)
+            .find(|p| p.id == id)
+            .and_then(|p| p.seconds)
+    }
+}
+
+/// From an earlier run of (a version of) this experiment: each planned point takes what the
+/// run's point with the same sweep values took (its first to last request, calibration and
+/// flushes included when the run recorded them), each launch the mean time-to-ready there.
+pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, String> {
+    let dir = RunDir::open(run_dir).map_err(|e| e.to_string())?;
+    let meta = dir.read_meta().map_err(|e| e.to_string())?;
+    let points = dir.read_points().map_err(|e| e.to_string())?;
+    let requests = dir.read_requests().map_err(|e| e.to_string())?;
+    let ready: Vec<f64> = meta
+        .servers
+        .iter()
+        .filter_map(|s| s.ready_after_s)
+        .collect();
+    let launch = (!ready.is_empty()).then(|| ready.iter().sum::<f64>() / ready.len() as f64);
+    let groups = plan
+        .groups
+        .iter()
+        .map(|g| GroupEstimate {
+            id: g.id.clone(),
+            launch_s: if g.server.url.is_some() {
+                Some(0.0)
+            } else {
+                launch
+            },
+            points: g
+                .points
+                .iter()
+                .map(|p| PointEstimate {
+                    id: p.id.clone(),
+                    seconds: points
+                        .iter()
+                        .filter(|r| !r.incomplete && same_values(&r.values, &p.values))
+                        .find_map(|r| {
+                            r.wall
+                                .as_ref()
+                                .map(|w| w.ended_at - w.started_at)
+                                .or_else(|| request_span(&requests, &r.id))
+                        }),
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(Estimate {
+        source: format!("the point times measured in {}", run_dir.display()),
+        groups,
+    })
+}
+
+/// Sweep values equal regardless of key order.
+fn same_values(
+    a: &IndexMap<String, serde_json::Value>,
+    b: &IndexMap<String, serde_json::Value>,
+) -> bool {
+    a.len() == b.len() && a.iter().all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// First send to last byte of a point's requests (runs that predate point wall times).
+fn request_span(requests: &[RequestRecord], point: &str) -> Option<f64> {
+    let mine = requests.iter().filter(|r| r.point == point);
+    let start = mine.clone().map(|r| r.sent_at).reduce(f64::min)?;
+    let end = mine
+        .map(|r| {
+            let last = r.chunks.last().map(|c| c.t_s);
+            r.sent_at + r.end_s.or(last).unwrap_or(0.0)
+        })
+        .reduce(f64::max)?;
+    Some(end - start)
+}
+
+/// From a simulator profile's timing model: the spec's own for `engine: sim`, or `profile`
+/// (a built-in name or a file) for every group, with the group's flags (chunk size, running
+/// requests, speculative decoding, time scale) applied. External servers (`url:`) are not
+/// modelled unless `profile` is given.
+pub fn from_model(plan: &Plan, profile: Option<&str>, spec_dir: &Path) -> Result<Estimate, String> {
+    let mut calibrated: HashSet<String> = HashSet::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut groups = Vec::new();
+    for g in &plan.groups {
+        let Some(cfg) = model_config(&g.server, profile)? else {
+            return Err(format!(
+                "{}: the server is {} and has no timing model; give `--profile NAME` (a sim profile shaped like its hardware) or `--from RUN_DIR` (an earlier run)",
+                g.id,
+                if g.server.url.is_some() {
+                    "external (url:)"
+                } else {
+                    "a real engine"
+                }
+            ));
+        };
+        if !names.contains(&cfg.profile.name) {
+            names.push(cfg.profile.name.clone());
+        }
+        let launch_s = if g.server.url.is_some() || cfg.skip_warmup {
+            0.0
+        } else {
+            cfg.profile.warmup().as_secs_f64()
+        };
+        let points = g
+            .points
+            .iter()
+            .map(|p| {
+                let tokens = prompt_tokens(p, spec_dir);
+                let calibrate = calibration_key(p).is_some_and(|k| calibrated.insert(k));
+                PointEstimate {
+                    id: p.id.clone(),
+                    seconds: tokens.map(|t| model_point(&cfg, &p.experiment, t, calibrate)),
+                }
+            })
+            .collect();
+        groups.push(GroupEstimate {
+            id: g.id.clone(),
+            launch_s: Some(launch_s),
+            points,
+        });
+    }
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    Ok(Estimate {
+        source: format!(
+            "the timing model of sim profile {} (model time only: add a little per request for HTTP and the client)",
+            quoted.join(", ")
+        ),
+        groups,
+    })
+}
+
+/// The simulator configuration a group's flags give, or None when it has no model.
+fn model_config(server: &Server, profile: Option<&str>) -> Result<Option<SimConfig>, String> {
+    if profile.is_none() && (server.engine != Engine::Sim || server.url.is_some()) {
+        return Ok(None);
+    }
+    let mut args = server.args.clone();
+    if let Some(p) = profile {
+        args.shift_remove("profile");
+        args.insert(
+            "profile".into(),
+            crate::spec::types::ArgValue::Str(p.into()),
+        );
+    }
+    let argv = crate::engine::flag_args(&args)?;
+    SimConfig::from_args(&argv)
+        .map(Some)
+        .map_err(|e| format!("the timing model: {e}"))
+}
+
+/// The prompt length a point sends: its target, or the sim tokenizer's count of its file
+/// prompts (their mean).
+fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
+    match PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir).ok()? {
+        PromptSource::Generated { target_tokens, .. } => Some(target_tokens),
+        PromptSource::Fixed(list) if !list.is_empty() => {
+            let total: usize = list.iter().map(|t| crate::sim::tokenize(t).len()).sum();
+            Some((total / list.len()).max(1) as u64)
+        }
+        PromptSource::Fixed(_) => None,
+    }
+}
+
+/// Calibration is paid once per run for each (api, prompt spec): the key, or None when the
+/// point's prompt is not calibrated.
+fn calibration_key(p: &Point) -> Option<String> {
+    use crate::spec::types::PromptSpec;
+    let w = &p.experiment.workload;
+    match &w.prompt {
+        PromptSpec::Repeat {
+            calibrate: true, ..
+        }
+        | PromptSpec::Random {
+            calibrate: true, ..
+        } => Some(format!(
+            "{:?}|{:?}|{:?}",
+            p.experiment.server.model, w.api, w.prompt
+        )),
+        _ => None,
+    }
+}
+
+/// Model seconds of one point: calibration, then per round a prime (warm) and the requests in
+/// waves of the batch the server runs at once.
+fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) -> f64 {
+    let m = Model::new(cfg);
+    let requests = exp.requests.max(1) as u64;
+    let batch = (exp.concurrency as u64)
+        .min(requests)
+        .min(cfg.max_running_requests.max(1) as u64)
+        .max(1);
+    let waves = requests.div_ceil(batch) as f64;
+    let out = exp.workload.output_tokens as u64;
+    let cached = exp.cache.policy != CachePolicy::Cold;
+    // Warm and as-is prompts hit the cache once it holds them (after the prime, or the first).
+    let measured_prefill = if cached {
+        m.prefill(tokens, tokens.saturating_sub(1))
+    } else {
+        m.prefill(tokens, 0)
+    };
+    let wave = |out: u64| batch as f64 * measured_prefill + m.decode(batch, tokens, out);
+    let per_round = match exp.method.resolve() {
+        Measure::Streaming => waves * wave(out),
+        Measure::TwoPoint { a, b } => waves * (wave(a as u64) + wave(b as u64)),
+    };
+    let prime = match exp.cache.policy {
+        CachePolicy::Warm => m.prefill(tokens, 0) + m.decode(1, tokens, out),
+        // The first as-is request is a full prefill.
+        CachePolicy::AsIs => m.prefill(tokens, 0) - measured_prefill,
+        CachePolicy::Cold => 0.0,
+    };
+    let calibration = if calibrate {
+        CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
+    } else {
+        0.0
+    };
+    calibration + exp.repeat.max(1) as f64 * (prime + per_round)
+}
+
+/// The simulator's timing model, in seconds.
+struct Model<'a> {
+    cfg: &'a SimConfig,
+    tokens_per_step: f64,
+    step_overhead_ms: f64,
+}
+
+impl<'a> Model<'a> {
+    fn new(cfg: &'a SimConfig) -> Self {
+        let (tokens_per_step, step_overhead_ms) =
+            cfg.speculative.as_ref().map_or((1.0, 0.0), |s| {
+                (s.accept_length_mean.max(1.0), s.step_overhead_ms)
+            });
+        Model {
+            cfg,
+            tokens_per_step,
+            step_overhead_ms,
+        }
+    }
+
+    /// Prefill of a `tokens` prompt whose first `cached` tokens are in the cache, in chunks.
+    fn prefill(&self, tokens: u64, cached: u64) -> f64 {
+        let chunk = self.cfg.chunked_prefill_size.unwrap_or(u64::MAX).max(1);
+        let mut start = cached.min(tokens.saturating_sub(1));
+        let mut s = 0.0;
+        while start < tokens {
+            let n = chunk.min(tokens - start);
+            s += self.cfg.profile.prefill_time(&[(start, n)]).as_secs_f64();
+            start += n;
+        }
+        s
+    }
+
+    /// Decoding `out` tokens for `batch` requests of `tokens`-token prompts, together.
+    fn decode(&self, batch: u64, tokens: u64, out: u64) -> f64 {
+        let steps = (out as f64 / self.tokens_per_step).ceil() as u64;
+        // The context grows by a token per request per step: the mean step sees half of it.
+        let ctx = batch * (tokens + out / 2);
+        steps as f64
+            * self
+                .cfg
+                .profile
+                .decode_time(batch, ctx, self.step_overhead_ms)
+                .as_secs_f64()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::types::{Method, MethodName};
+
+    fn cfg(args: &[&str]) -> SimConfig {
+        let argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        SimConfig::from_args(&argv).unwrap()
+    }
+
+    fn exp(requests: u32, concurrency: u32, out: u32) -> Experiment {
+        let mut e: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 1000}, "output_tokens": out},
+        }))
+        .unwrap();
+        e.requests = requests;
+        e.concurrency = concurrency;
+        e
+    }
+
+    /// The fast profile's formulas, by hand: prefill 0.3 ms + 1.2 us/token + 0.002 ns/pair;
+    /// decode 1.2 ms + 2 us/seq + 0.5 ns/context token.
+    fn prefill_ms(start: f64, n: f64) -> f64 {
+        0.3 + 1.2 * n / 1e3 + 0.002 * (n * start + n * (n - 1.0) / 2.0) / 1e6
+    }
+    fn step_ms(batch: f64, ctx: f64) -> f64 {
+        1.2 + 2.0 * batch / 1e3 + 0.5 * ctx / 1e6
+    }
+
+    #[test]
+    fn a_point_is_its_calibration_prefills_and_decode_steps() {
+        let c = cfg(&["--profile", "fast", "--chunked-prefill-size", "600"]);
+        let e = exp(4, 2, 10);
+        // Chunks of 600 then 400; two waves of 2 requests: 2 prefills + 10 steps at batch 2.
+        let prefill = prefill_ms(0.0, 600.0) + prefill_ms(600.0, 400.0);
+        let wave = 2.0 * prefill + 10.0 * step_ms(2.0, 2.0 * 1005.0);
+        let calibration = 2.0 * (prefill + step_ms(1.0, 1000.0));
+        let got = model_point(&c, &e, 1000, true) * 1e3;
+        let want = calibration + 2.0 * wave;
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        let no_cal = model_point(&c, &e, 1000, false) * 1e3;
+        assert!((no_cal - 2.0 * wave).abs() < 1e-6);
+    }
+
+    #[test]
+    fn time_scale_speculation_and_the_method_count() {
+        let e = exp(1, 1, 8);
+        let base = model_point(&cfg(&["--profile", "fast"]), &e, 1000, false);
+        let slow = model_point(
+            &cfg(&["--profile", "fast", "--sim-time-scale", "3"]),
+            &e,
+            1000,
+            false,
+        );
+        assert!((slow / base - 3.0).abs() < 1e-9);
+        // Speculative decoding: 8 tokens at an accept length of 2.5 take 4 steps, not 8.
+        let spec = cfg(&["--profile", "fast", "--speculative-algorithm", "EAGLE"]);
+        let m = Model::new(&spec);
+        let step = spec.profile.decode_time(1, 1004, 0.0).as_secs_f64();
+        assert!((m.decode(1, 1000, 8) - 4.0 * step).abs() < 1e-9);
+        // Two-point sends two requests per sample.
+        let mut two = exp(1, 1, 8);
+        two.method = Method::Named(MethodName::TwoPoint);
+        let c = cfg(&["--profile", "fast"]);
+        assert!(model_point(&c, &two, 1000, false) > model_point(&c, &exp(1, 1, 1), 1000, false));
+    }
+
+    #[test]
+    fn a_warm_prefill_is_the_uncached_tail_only() {
+        let c = cfg(&["--profile", "fast"]);
+        let m = Model::new(&c);
+        assert!(m.prefill(8000, 7999) < m.prefill(8000, 0) / 10.0);
+    }
+}
