@@ -584,19 +584,27 @@ fn a_host_that_goes_away_stops_the_run_with_what_it_measured() {
     assert!(dir.join("report.md").is_file());
 }
 
-#[test]
-fn an_agent_that_dies_is_recorded_with_its_last_words() {
-    let sshd = sshd!();
-    let ws = Workspace::new();
-    // A stand-in for servebench on the host: it passes the install check, then the agent dies.
+/// Runs `sweep` over SSH with `client: host`, where the host's "servebench" is a stand-in
+/// shell script whose `agent` branch is `agent_branch` (it passes the install check with
+/// `--version`); `env` adds variables for the runner. Returns the output and run directory.
+fn run_with_stand_in_agent(
+    sshd: &Sshd,
+    ws: &Workspace,
+    name: &str,
+    agent_branch: &str,
+    sweep: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Output, std::path::PathBuf) {
     let fake = ws.write(
-        "fake-servebench",
-        "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) echo 'agent: cannot open shared object file' >&2; exit 127 ;;\nesac\n",
+        &format!("{name}-servebench"),
+        &format!(
+            "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) {agent_branch} ;;\nesac\n"
+        ),
     );
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let spec = ws.write(
-        "dies.yaml",
-        &ssh_spec(&sshd, "dies", "host", "", "sweep:\n  ctx: [256, 512]\n"),
+        &format!("{name}.yaml"),
+        &ssh_spec(sshd, name, "host", "", sweep),
     );
     let _turn = exclusive();
     let out = servebench()
@@ -606,27 +614,44 @@ fn an_agent_that_dies_is_recorded_with_its_last_words() {
         .arg(ws.path().join("runs"))
         .arg("--quiet")
         .env("SERVEBENCH_HOST_BINARY", &fake)
+        .envs(env.iter().copied())
         .timeout(Duration::from_secs(120))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let dir = run_dir(&out);
+    (out, dir)
+}
+
+/// The message of the point's flag of `kind`.
+fn flag_message(point: &serde_json::Value, kind: &str) -> String {
+    point["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == kind)
+        .and_then(|f| f["message"].as_str())
+        .unwrap_or_else(|| panic!("no {kind} flag: {point}"))
+        .to_string()
+}
+
+#[test]
+fn an_agent_that_dies_is_recorded_with_its_last_words() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let (out, dir) = run_with_stand_in_agent(
+        &sshd,
+        &ws,
+        "dies",
+        "echo 'agent: cannot open shared object file' >&2; exit 127",
+        "sweep:\n  ctx: [256, 512]\n",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let p = points(&dir);
     assert_eq!(p.len(), 2, "both points are recorded: {p:?}");
     for point in &p {
-        let flag = point["flags"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "agent-lost")
-            .unwrap_or_else(|| panic!("{point}"));
-        assert!(
-            flag["message"]
-                .as_str()
-                .unwrap()
-                .contains("cannot open shared object file"),
-            "{flag}"
-        );
+        let msg = flag_message(point, "agent-lost");
+        assert!(msg.contains("cannot open shared object file"), "{msg}");
     }
     let meta = read_json(&dir.join("meta.json"));
     assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
@@ -638,41 +663,21 @@ fn a_frozen_agent_is_stopped_and_its_points_recorded() {
     let ws = Workspace::new();
     // A stand-in agent that says hello, then never speaks again (no heartbeat): frozen.
     let marker = format!("{}", 30_000 + std::process::id() % 30_000);
-    let fake = ws.write(
-        "frozen-servebench",
+    let (out, dir) = run_with_stand_in_agent(
+        &sshd,
+        &ws,
+        "frozen",
         &format!(
-            "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) pg=$(ps -o pgid= -p $$ | tr -d ' '); echo \"{{\\\"hello\\\":{{\\\"pid\\\":$$,\\\"pgid\\\":$pg,\\\"protocol\\\":2}}}}\"; exec sleep {marker} ;;\nesac\n"
+            "pg=$(ps -o pgid= -p $$ | tr -d ' '); echo \"{{\\\"hello\\\":{{\\\"pid\\\":$$,\\\"pgid\\\":$pg,\\\"protocol\\\":2}}}}\"; exec sleep {marker}"
         ),
+        "sweep:\n  ctx: [256, 512]\n",
+        &[("SERVEBENCH_AGENT_SILENCE_S", "1.5")],
     );
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let spec = ws.write(
-        "frozen.yaml",
-        &ssh_spec(&sshd, "frozen", "host", "", "sweep:\n  ctx: [256, 512]\n"),
-    );
-    let _turn = exclusive();
-    let out = servebench()
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .env("SERVEBENCH_HOST_BINARY", &fake)
-        .env("SERVEBENCH_AGENT_SILENCE_S", "1.5")
-        .timeout(Duration::from_secs(120))
-        .output()
-        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    let dir = run_dir(&out);
     let p = points(&dir);
     assert_eq!(p.len(), 2, "both points are recorded: {p:?}");
     for point in &p {
-        let flag = point["flags"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["kind"] == "agent-lost")
-            .unwrap_or_else(|| panic!("{point}"));
-        let msg = flag["message"].as_str().unwrap();
+        let msg = flag_message(point, "agent-lost");
         assert!(
             msg.contains("sent nothing, not even its heartbeat")
                 && msg.contains("stopped with SIGTERM"),
@@ -736,40 +741,20 @@ fn lines_from_the_agent_that_are_not_records_are_counted_on_the_point() {
     let sshd = sshd!();
     let ws = Workspace::new();
     // A stand-in agent: a stray line, then the point's record.
-    let fake = ws.write(
-        "fake-servebench",
-        "#!/bin/sh\ncase \"$1\" in\n  --version) echo 'servebench 0.1.0' ;;\n  agent) read -r line; echo 'Welcome to gpu-box!'; \
-         echo '{\"point\":{\"point\":{\"id\":\"p001\",\"values\":{\"ctx\":256},\"group\":\"g1\",\"ok\":0,\"errors\":0,\"metrics\":{}},\"interrupted\":false}}'; cat >/dev/null ;;\nesac\n",
+    let (out, dir) = run_with_stand_in_agent(
+        &sshd,
+        &ws,
+        "garbled",
+        "read -r line; echo 'Welcome to gpu-box!'; \
+         echo '{\"point\":{\"point\":{\"id\":\"p001\",\"values\":{\"ctx\":256},\"group\":\"g1\",\"ok\":0,\"errors\":0,\"metrics\":{}},\"interrupted\":false}}'; cat >/dev/null",
+        "sweep:\n  ctx: [256]\n",
+        &[],
     );
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let spec = ws.write(
-        "garbled.yaml",
-        &ssh_spec(&sshd, "garbled", "host", "", "sweep:\n  ctx: [256]\n"),
-    );
-    let _turn = exclusive();
-    let out = servebench()
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .env("SERVEBENCH_HOST_BINARY", &fake)
-        .timeout(Duration::from_secs(120))
-        .output()
-        .unwrap();
-    let dir = run_dir(&out);
     let p = &points(&dir)[0];
-    let flag = p["flags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["kind"] == "agent-garbled")
-        .unwrap_or_else(|| panic!("{p}\n{}", show(&out)));
+    let msg = flag_message(p, "agent-garbled");
     assert!(
-        flag["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("1 line(s) from the host's agent were not servebench records and were skipped (first: Welcome to gpu-box!)"),
-        "{flag}"
+        msg.starts_with("1 line(s) from the host's agent were not servebench records and were skipped (first: Welcome to gpu-box!)"),
+        "{msg}\n{}",
+        show(&out)
     );
 }
