@@ -53,6 +53,10 @@ pub enum Command {
         /// with each group's flags applied.
         #[arg(long, value_name = "PROFILE")]
         profile: Option<String>,
+        /// Where earlier runs are: without --from or --profile, a real engine's estimate
+        /// comes from the newest run of this experiment there.
+        #[arg(long, value_name = "DIR", default_value = "runs")]
+        out: PathBuf,
     },
     /// Run an experiment: launch the server per group (on this machine or an SSH host), measure
     /// every point, write `<out>/<name>/<UTC timestamp>/` (spec, resolved points, meta.json,
@@ -204,7 +208,8 @@ where
             spec,
             from,
             profile,
-        } => plan(&spec, from.as_deref(), profile.as_deref()),
+            out,
+        } => plan(&spec, from.as_deref(), profile.as_deref(), &out),
         Command::Run {
             spec,
             resume,
@@ -261,16 +266,22 @@ fn validate(specs: &[PathBuf]) -> i32 {
     code
 }
 
-fn plan(path: &std::path::Path, from: Option<&std::path::Path>, profile: Option<&str>) -> i32 {
+fn plan(
+    path: &std::path::Path,
+    from: Option<&std::path::Path>,
+    profile: Option<&str>,
+    runs: &std::path::Path,
+) -> i32 {
     let spec = match load(path) {
         Ok(s) => s,
         Err(c) => return c,
     };
     let plan = crate::plan::Plan::new(&spec.points);
     let spec_dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let estimate = match from {
-        Some(dir) => crate::plan::estimate::from_run(&plan, dir),
-        None => crate::plan::estimate::from_model(&plan, profile, spec_dir),
+    let estimate = match (from, profile) {
+        (Some(dir), _) => crate::plan::estimate::from_run(&plan, dir),
+        (None, Some(_)) => crate::plan::estimate::from_model(&plan, profile, spec_dir),
+        (None, None) => crate::plan::estimate::best(&plan, spec_dir, runs, &spec.name, None),
     };
     let about = |s: Option<f64>| {
         s.map_or("~?".to_string(), |s| {

@@ -578,3 +578,62 @@ fn sglangs_ready_line_counts_as_ready_even_without_health() {
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
     assert_eq!(p["error_kinds"]["connect"], 1, "{p}");
 }
+
+#[test]
+fn a_real_engine_is_estimated_from_its_last_run() {
+    let ws = Workspace::new();
+    let workload = "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 8";
+    let sim = ws.write(
+        "sim.yaml",
+        &sim_spec("est", workload, "sweep:\n  ctx: [256, 512]\nrequests: 2\n"),
+    );
+    let out = ws.run(&sim);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    // The run says its own estimate first: the fast profile's model.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("estimate: ~") && stderr.contains("sim profile `fast`"),
+        "{stderr}"
+    );
+
+    // The same experiment on SGLang has no timing model: plan uses the run above.
+    let real = ws.write(
+        "real.yaml",
+        &std::fs::read_to_string(&sim)
+            .unwrap()
+            .replace("engine: sim", "engine: sglang"),
+    );
+    let plan = |out_dir: &std::path::Path| {
+        let o = servebench()
+            .args([
+                "plan",
+                real.to_str().unwrap(),
+                "--out",
+                out_dir.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let text = plan(&ws.path().join("runs"));
+    assert!(
+        text.contains(&format!(
+            "from the point times measured in {}",
+            dir.display()
+        )),
+        "{text}"
+    );
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let first = &points[0]["wall"];
+    let span = first["ended_at"].as_f64().unwrap() - first["started_at"].as_f64().unwrap();
+    let shown = format!("~{}", servebench::report::format::fmt_duration(span));
+    assert!(text.contains(&shown), "p001 took {span} s: {text}");
+    // No earlier run: no estimate, and what would give one.
+    let text = plan(&ws.path().join("elsewhere"));
+    assert!(
+        text.contains("estimate: none") && text.contains("--profile NAME"),
+        "{text}"
+    );
+}

@@ -121,6 +121,34 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, String> {
     })
 }
 
+/// The best estimate there is without being told: the timing model when every group has one
+/// (`engine: sim`), else the newest earlier run of this experiment under `runs_root/name/`
+/// that measured something (other than `except`, the run in progress).
+pub fn best(
+    plan: &Plan,
+    spec_dir: &Path,
+    runs_root: &Path,
+    name: &str,
+    except: Option<&Path>,
+) -> Result<Estimate, String> {
+    let model_error = match from_model(plan, None, spec_dir) {
+        Ok(e) => return Ok(e),
+        Err(e) => e,
+    };
+    let mut runs: Vec<std::path::PathBuf> = std::fs::read_dir(runs_root.join(name))
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    runs.sort();
+    runs.into_iter()
+        .rev()
+        .filter(|d| Some(d.as_path()) != except)
+        .find(|d| {
+            std::fs::metadata(d.join("points.jsonl")).is_ok_and(|m| m.len() > 0)
+                && d.join("meta.json").is_file()
+        })
+        .map_or(Err(model_error), |d| from_run(plan, &d))
+}
+
 /// Sweep values equal regardless of key order.
 fn same_values(
     a: &IndexMap<String, serde_json::Value>,

@@ -346,6 +346,15 @@ async fn run_plan(
         },
         run_dir.path.display()
     ));
+    if let Ok(est) =
+        crate::plan::estimate::best(&plan, &spec_dir, &opts.out, &spec.name, Some(&run_dir.path))
+    {
+        progress.line(&format!(
+            "estimate: ~{} from {}",
+            crate::report::format::fmt_duration(est.total_s()),
+            est.source
+        ));
+    }
     let mut runner = PointRunner::new(
         point::run_dir_sink(run_dir.clone()),
         progress.clone(),
