@@ -354,6 +354,7 @@ async fn run_plan(
             crate::report::format::fmt_duration(est.total_s()),
             est.source
         ));
+        progress.set_estimate(&est);
     }
     let mut runner = PointRunner::new(
         point::run_dir_sink(run_dir.clone()),
@@ -396,6 +397,7 @@ async fn run_plan(
                     progress.line(&format!("{}: {msg}", group.id));
                     problems.push(format!("{}: {}", group.id, first_line(&msg)));
                     for p in pending.by_ref() {
+                        progress.point_dropped(&p.id);
                         let mut record = failed_point(p, &group.id, "server-failed", &msg);
                         record.failure = e.cause_label();
                         append_point(&run_dir, &record)?;
@@ -409,6 +411,7 @@ async fn run_plan(
                     continue;
                 }
             };
+            progress.launched(&group.id);
             if let Some(s) = handle.record.ready_after_s {
                 progress.line(&format!(
                     "{}: ready after {s:.1} s at {}",
@@ -558,6 +561,7 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                 "skipped: the server crashed at {at}, which is no larger than this point (on_failure: skip-larger)"
             );
             cx.progress.line(&format!("{}: {msg}", point.id));
+            cx.progress.point_dropped(&point.id);
             append_point(cx.run_dir, &failed_point(point, cx.group, "skipped", &msg))?;
             continue;
         }
@@ -572,12 +576,14 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                     Ok(a) => agent = Some(a),
                     Err(e) => {
                         let msg = format!("cannot start servebench's agent on the host: {e}");
+                        cx.progress.point_dropped(&point.id);
                         append_point(
                             cx.run_dir,
                             &failed_point(point, cx.group, "agent-failed", &msg),
                         )?;
                         problems.push(format!("{}: {msg}", point.id));
                         for p in pending.by_ref() {
+                            cx.progress.point_dropped(&p.id);
                             append_point(
                                 cx.run_dir,
                                 &failed_point(p, cx.group, "agent-failed", &msg),

@@ -334,7 +334,8 @@ impl PointRunner {
                 ),
             });
         }
-        self.progress.point_finished(&point_summary(point, &record));
+        self.progress
+            .point_finished(&point.id, &point_summary(point, &record));
         PointOutcome {
             record,
             interrupted,

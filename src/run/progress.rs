@@ -1,10 +1,75 @@
 //! Progress: a bar on a terminal (points done, requests in flight, ETA), plain lines otherwise.
+//!
+//! With a plan estimate the ETA is the estimate of what is left, scaled by how the finished
+//! part compared with its estimate: a context sweep's last points are its longest, so a rate
+//! of requests (indicatif's own ETA) would be far too hopeful.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::plan::estimate::Estimate;
+use crate::report::format::fmt_duration;
+
+/// Time left, from a plan estimate corrected by the run so far.
+#[derive(Debug, Clone)]
+pub struct Eta {
+    /// Estimated seconds of each point not yet finished.
+    points: HashMap<String, f64>,
+    /// Estimated seconds to ready of each group not yet launched.
+    launches: HashMap<String, f64>,
+    /// Estimated seconds of what has finished (the ratio's denominator).
+    done_est: f64,
+}
+
+impl Eta {
+    pub fn new(est: &Estimate) -> Eta {
+        let mut points = HashMap::new();
+        let mut launches = HashMap::new();
+        for g in &est.groups {
+            launches.insert(g.id.clone(), g.launch_s.unwrap_or(0.0));
+            for p in &g.points {
+                points.insert(p.id.clone(), p.seconds.unwrap_or(0.0));
+            }
+        }
+        Eta {
+            points,
+            launches,
+            done_est: 0.0,
+        }
+    }
+
+    /// A group's server is ready (a relaunch of the same group counts nothing more).
+    pub fn launched(&mut self, group: &str) {
+        self.done_est += self.launches.remove(group).unwrap_or(0.0);
+    }
+
+    /// A point was measured.
+    pub fn finished(&mut self, point: &str) {
+        self.done_est += self.points.remove(point).unwrap_or(0.0);
+    }
+
+    /// A point will not be measured (skipped, or its server never started).
+    pub fn dropped(&mut self, point: &str) {
+        self.points.remove(point);
+    }
+
+    /// Seconds left after `elapsed` seconds of run: the estimate of what is left times how
+    /// long the finished part took against its estimate (1 before anything finished).
+    pub fn left(&self, elapsed: f64) -> f64 {
+        let rest: f64 = self.points.values().sum::<f64>() + self.launches.values().sum::<f64>();
+        let pace = if self.done_est > 0.0 {
+            elapsed / self.done_est
+        } else {
+            1.0
+        };
+        rest * pace
+    }
+}
 
 /// Reports progress of a run.
 #[derive(Clone)]
@@ -16,6 +81,8 @@ pub struct Progress {
     current: Arc<std::sync::Mutex<String>>,
     /// Prints nothing (the remote agent: its stdout carries records, not progress).
     silent: bool,
+    eta: Arc<Mutex<Option<Eta>>>,
+    started: Instant,
 }
 
 impl Progress {
@@ -38,7 +105,55 @@ impl Progress {
             in_flight: Arc::default(),
             current: Arc::default(),
             silent: false,
+            eta: Arc::default(),
+            started: Instant::now(),
         }
+    }
+
+    /// Uses `est` for the ETA (on the bar, and on each finished point's line).
+    pub fn set_estimate(&self, est: &Estimate) {
+        if let Ok(mut e) = self.eta.lock() {
+            *e = Some(Eta::new(est));
+        }
+        if let Some(b) = &self.bar {
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests · {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+        }
+        self.refresh();
+    }
+
+    fn with_eta(&self, f: impl FnOnce(&mut Eta)) {
+        if let Ok(mut e) = self.eta.lock()
+            && let Some(eta) = e.as_mut()
+        {
+            f(eta);
+        }
+    }
+
+    /// ` · ~5m 10s left`, or nothing without an estimate.
+    fn left_text(&self) -> String {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        self.eta
+            .lock()
+            .ok()
+            .and_then(|e| e.as_ref().map(|e| e.left(elapsed)))
+            .map_or(String::new(), |s| format!(" · ~{} left", fmt_duration(s)))
+    }
+
+    /// A group's server is ready.
+    pub fn launched(&self, group: &str) {
+        self.with_eta(|e| e.launched(group));
+        self.refresh();
+    }
+
+    /// A point that will not be measured.
+    pub fn point_dropped(&self, point: &str) {
+        self.with_eta(|e| e.dropped(point));
+        self.refresh();
     }
 
     /// Reports nothing.
@@ -61,10 +176,11 @@ impl Progress {
         if let Some(b) = &self.bar {
             let cur = self.current.lock().map(|c| c.clone()).unwrap_or_default();
             b.set_message(format!(
-                "point {}/{} {cur} · {} in flight",
+                "point {}/{} {cur} · {} in flight{}",
                 self.points_done.load(Ordering::Relaxed) + 1,
                 self.points_total,
-                self.in_flight.load(Ordering::Relaxed)
+                self.in_flight.load(Ordering::Relaxed),
+                self.left_text()
             ));
         }
     }
@@ -100,9 +216,15 @@ impl Progress {
         self.refresh();
     }
 
-    pub fn point_finished(&self, summary: &str) {
+    pub fn point_finished(&self, point: &str, summary: &str) {
         let done = self.points_done.fetch_add(1, Ordering::Relaxed) + 1;
-        self.line(&format!("[{done}/{}] {summary}", self.points_total));
+        self.with_eta(|e| e.finished(point));
+        let left = if done < self.points_total {
+            self.left_text()
+        } else {
+            String::new()
+        };
+        self.line(&format!("[{done}/{}] {summary}{left}", self.points_total));
         self.refresh();
     }
 
@@ -110,5 +232,50 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::estimate::{GroupEstimate, PointEstimate};
+
+    fn estimate() -> Estimate {
+        let point = |id: &str, s: f64| PointEstimate {
+            id: id.into(),
+            seconds: Some(s),
+        };
+        Estimate {
+            source: "test".into(),
+            groups: vec![
+                GroupEstimate {
+                    id: "g1".into(),
+                    launch_s: Some(10.0),
+                    points: vec![point("p001", 10.0), point("p002", 100.0)],
+                },
+                GroupEstimate {
+                    id: "g2".into(),
+                    launch_s: Some(10.0),
+                    points: vec![point("p003", 200.0)],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn the_eta_is_the_estimate_left_at_the_pace_so_far() {
+        let mut eta = Eta::new(&estimate());
+        assert_eq!(eta.left(0.0), 330.0);
+        eta.launched("g1");
+        eta.finished("p001");
+        // 20 estimated seconds took 40: the remaining 310 will take about 620.
+        assert_eq!(eta.left(40.0), 620.0);
+        // A relaunch of g1 adds nothing; a dropped point leaves the estimate, not the pace.
+        eta.launched("g1");
+        eta.dropped("p003");
+        assert_eq!(eta.left(40.0), 2.0 * (100.0 + 10.0));
+        eta.finished("p002");
+        eta.launched("g2");
+        assert_eq!(eta.left(500.0), 0.0);
     }
 }

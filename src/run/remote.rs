@@ -445,8 +445,10 @@ impl AgentSession {
                                 ),
                             });
                         }
-                        progress
-                            .point_finished(&super::point::point_summary(&point_of(&req), &point));
+                        progress.point_finished(
+                            &req.id,
+                            &super::point::point_summary(&point_of(&req), &point),
+                        );
                         return PointOutcome {
                             record: point,
                             interrupted: interrupted || agent_interrupted,
