@@ -295,10 +295,24 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
     } else {
         m.prefill(tokens, 0)
     };
-    let wave = |out: u64| batch as f64 * measured_prefill + m.decode(batch, tokens, out);
     let per_round = match exp.method.resolve() {
-        Measure::Streaming => waves * wave(out),
-        Measure::TwoPoint { a, b } => waves * (wave(a as u64) + wave(b as u64)),
+        Measure::Streaming => {
+            waves * (batch as f64 * measured_prefill + m.decode(batch, tokens, out))
+        }
+        // Pairs go one request at a time (a, [flush under cold], b on the same prompt), so b
+        // prefills in full only when the flush emptied the cache.
+        Measure::TwoPoint { a, b } => {
+            let b_prefill = if cached {
+                m.prefill(tokens, tokens.saturating_sub(1))
+            } else {
+                m.prefill(tokens, 0)
+            };
+            requests as f64
+                * (measured_prefill
+                    + m.decode(1, tokens, a as u64)
+                    + b_prefill
+                    + m.decode(1, tokens, b as u64))
+        }
     };
     let prime = match exp.cache.policy {
         CachePolicy::Warm => m.prefill(tokens, 0) + m.decode(1, tokens, out),
@@ -423,11 +437,14 @@ mod tests {
         let m = Model::new(&spec);
         let step = spec.profile.decode_time(1, 1004, 0.0).as_secs_f64();
         assert!((m.decode(1, 1000, 8) - 4.0 * step).abs() < 1e-9);
-        // Two-point sends two requests per sample.
-        let mut two = exp(1, 1, 8);
+        // Two-point sends a then b (1 and 17 tokens by default), one request at a time even
+        // at concurrency 4, each a full prefill under cold.
+        let mut two = exp(2, 4, 8);
         two.method = Method::Named(MethodName::TwoPoint);
         let c = cfg(&["--profile", "fast"]);
-        assert!(model_point(&c, &two, 1000, false) > model_point(&c, &exp(1, 1, 1), 1000, false));
+        let m = Model::new(&c);
+        let pair = 2.0 * m.prefill(1000, 0) + m.decode(1, 1000, 1) + m.decode(1, 1000, 17);
+        assert!((model_point(&c, &two, 1000, false) - 2.0 * pair).abs() < 1e-12);
     }
 
     #[test]
