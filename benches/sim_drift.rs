@@ -7,10 +7,11 @@
 //! in-process `ChunkTrace`). Prints median / p99 / max drift for N = 1, 64, 512, twice:
 //! - `emit`: when the simulator's HTTP layer hands the chunk to the connection (its own drift);
 //! - `arrive`: when the bench's client, sharing the same cores, has read it (end to end);
-//! - `floor`: the same N connections and step cadence served by a bare loop of blocking
-//!   `write`s (one thread per core, chunks of the simulator's mean size, a tokio reader per
-//!   connection): the least any server could do on this machine. On a 2-core VM one loopback
-//!   TCP write costs ~15 us in the kernel, so 512 writes per step cannot all leave within 1 ms.
+//! - `floor`: the same N streams from the same client at the same step cadence, answered by a
+//!   bare HTTP server that does nothing but blocking `write`s of chunked SSE events of the
+//!   simulator's mean size (one thread per core): the least any server could do on this
+//!   machine. On a 2-core VM one loopback TCP write costs ~15 us in the kernel, so 512 writes
+//!   per step cannot all leave within 1 ms.
 //!
 //! Run: `cargo bench --bench sim_drift`
 
@@ -63,6 +64,42 @@ fn signed(t: Instant, model: Instant) -> f64 {
     }
 }
 
+/// The bench's HTTP/1.1 client, as servebench's own is built.
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()
+        .expect("client")
+}
+
+/// POSTs `body` to `url` and stamps every complete SSE event as its bytes arrive (parsing
+/// nothing); returns the stamps and the bytes read.
+async fn read_events(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> (Vec<Instant>, usize) {
+    let mut r = client.post(url).json(body).send().await.expect("send");
+    let mut arrivals = Vec::with_capacity(OUTPUT_TOKENS as usize + 1);
+    let mut last = 0u8;
+    let mut bytes = 0;
+    while let Some(c) = r.chunk().await.expect("chunk") {
+        let now = Instant::now();
+        bytes += c.len();
+        // Count "\n\n" event ends, including one split across two reads.
+        for &b in c.iter() {
+            if b == b'\n' && last == b'\n' {
+                arrivals.push(now);
+                last = 0;
+            } else {
+                last = b;
+            }
+        }
+    }
+    (arrivals, bytes)
+}
+
 /// Decode step time of the bench profile at `n` running sequences.
 fn step_time(n: usize) -> Duration {
     Duration::from_micros(3_000 + 40 * n as u64)
@@ -110,11 +147,7 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>, usize) {
             .await;
         });
     });
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .tcp_nodelay(true)
-        .build()
-        .expect("client");
+    let client = http_client();
     // Warm up connections so connection setup is not in the measurement.
     let _ = client.get(format!("{base}/health")).send().await;
 
@@ -131,29 +164,7 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>, usize) {
                 "stream": true,
                 "sampling_params": {"max_new_tokens": OUTPUT_TOKENS},
             });
-            let mut r = client
-                .post(format!("{base}/generate"))
-                .json(&body)
-                .send()
-                .await
-                .expect("send");
-            // Stamp every complete SSE event as its bytes arrive; parse nothing here.
-            let mut arrivals = Vec::with_capacity(OUTPUT_TOKENS as usize + 1);
-            let mut last = 0u8;
-            let mut bytes = 0;
-            while let Some(c) = r.chunk().await.expect("chunk") {
-                let now = Instant::now();
-                bytes += c.len();
-                // Count "\n\n" event ends, including one split across two reads.
-                for &b in c.iter() {
-                    if b == b'\n' && last == b'\n' {
-                        arrivals.push(now);
-                        last = 0;
-                    } else {
-                        last = b;
-                    }
-                }
-            }
+            let (arrivals, bytes) = read_events(&client, &format!("{base}/generate"), &body).await;
             (rid, arrivals, bytes)
         }));
     }
@@ -205,47 +216,80 @@ async fn run(n: usize) -> (Vec<f64>, Vec<f64>, usize) {
     (emit, drift, bytes / events.max(1))
 }
 
-/// The machine's floor: `n` loopback connections, each written `OUTPUT_TOKENS` times at the
-/// bench profile's step deadlines by plain blocking writes (one writer thread per core, as the
-/// simulator's runtime has one worker per core), each read by a tokio task that only counts
-/// bytes. Returns sorted drifts (s) of each write's return from its step deadline.
+/// The machine's floor: the same `n` streaming `/generate` requests from the same client,
+/// answered by a bare HTTP/1.1 server that only writes: after the headers, each connection
+/// gets an SSE event of `chunk_bytes` (chunked encoding, as the simulator sends) at each of
+/// the bench profile's step deadlines, by plain blocking writes from one thread per core (as
+/// the simulator's runtime has one worker per core). Returns sorted drifts (s) of each write's
+/// start from its deadline.
 async fn floor(n: usize, chunk_bytes: usize) -> Vec<f64> {
-    use std::io::Write;
-    use tokio::io::AsyncReadExt;
+    use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let mut senders = Vec::with_capacity(n);
-    let mut readers = Vec::with_capacity(n);
-    for _ in 0..n {
-        let c = std::net::TcpStream::connect(addr).expect("connect");
-        let (s, _) = listener.accept().expect("accept");
-        s.set_nodelay(true).expect("nodelay");
-        c.set_nonblocking(true).expect("nonblocking");
-        senders.push(s);
-        readers.push(tokio::spawn(async move {
-            let mut c = tokio::net::TcpStream::from_std(c).expect("stream");
-            let mut buf = vec![0u8; 16 * 1024];
-            while let Ok(k) = c.read(&mut buf).await {
-                if k == 0 {
-                    break;
+    let url = format!("http://{}/generate", listener.local_addr().expect("addr"));
+    let client = http_client();
+    let body = serde_json::json!({"text": "floor", "stream": true});
+    let readers: Vec<_> = (0..n)
+        .map(|_| {
+            let (client, url, body) = (client.clone(), url.clone(), body.clone());
+            tokio::spawn(async move { read_events(&client, &url, &body).await })
+        })
+        .collect();
+    // Accept every request, read it whole, answer with the stream's headers.
+    let accepted = tokio::task::spawn_blocking(move || {
+        (0..n)
+            .map(|_| {
+                let (mut s, _) = listener.accept().expect("accept");
+                s.set_nodelay(true).expect("nodelay");
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let complete = |got: &[u8]| {
+                    let text = String::from_utf8_lossy(got);
+                    let Some(end) = text.find("\r\n\r\n") else {
+                        return false;
+                    };
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    got.len() >= end + 4 + length
+                };
+                while !complete(&got) {
+                    let k = s.read(&mut buf).expect("read request");
+                    assert!(k > 0, "the client hung up");
+                    got.extend_from_slice(&buf[..k]);
                 }
-            }
-        }));
-    }
+                s.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+                )
+                .expect("headers");
+                s
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("accept");
+    let event = format!(
+        "data: {}\n\n",
+        "x".repeat(chunk_bytes.saturating_sub(8).max(1))
+    );
+    let frame = format!("{:x}\r\n{event}\r\n", event.len()).into_bytes();
     let threads = std::thread::available_parallelism()
         .map_or(1, |p| p.get())
         .min(n);
-    let payload = vec![b'x'; chunk_bytes.max(1)];
     let step = step_time(n);
     let start = Instant::now() + Duration::from_millis(20);
     let mut groups: Vec<Vec<std::net::TcpStream>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, s) in senders.into_iter().enumerate() {
+    for (i, s) in accepted.into_iter().enumerate() {
         groups[i % threads].push(s);
     }
     let writers: Vec<_> = groups
         .into_iter()
         .map(|mut socks| {
-            let payload = payload.clone();
+            let frame = frame.clone();
             std::thread::spawn(move || {
                 let mut drift = Vec::with_capacity(socks.len() * OUTPUT_TOKENS as usize);
                 for k in 1..=OUTPUT_TOKENS as u32 {
@@ -261,8 +305,11 @@ async fn floor(n: usize, chunk_bytes: usize) -> Vec<f64> {
                     for s in socks.iter_mut() {
                         // Stamped as the simulator stamps `emit`: when this write starts.
                         drift.push(signed(Instant::now(), deadline));
-                        s.write_all(&payload).expect("write");
+                        s.write_all(&frame).expect("write");
                     }
+                }
+                for s in socks.iter_mut() {
+                    let _ = s.write_all(b"0\r\n\r\n");
                 }
                 drift
             })
@@ -278,7 +325,12 @@ async fn floor(n: usize, chunk_bytes: usize) -> Vec<f64> {
         );
     }
     for r in readers {
-        let _ = r.await;
+        let (arrivals, _) = r.await.expect("reader");
+        assert_eq!(
+            arrivals.len(),
+            OUTPUT_TOKENS as usize,
+            "every floor event arrived"
+        );
     }
     drift.sort_by(f64::total_cmp);
     drift
