@@ -245,11 +245,26 @@ fn model_config(server: &Server, profile: Option<&str>) -> Result<Option<SimConf
         .map_err(|e| format!("the timing model: {e}"))
 }
 
-/// The prompt length a point sends: its target, or the sim tokenizer's count of its file
-/// prompts (their mean).
+/// The prompt length a point sends: its target when calibrated; otherwise the sim
+/// tokenizer's count of the text the runner sends (generated at the calibrator's starting
+/// characters per token, as the runner does), or of its file prompts (their mean).
 fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
     match PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir).ok()? {
-        PromptSource::Generated { target_tokens, .. } => Some(target_tokens),
+        PromptSource::Generated {
+            target_tokens,
+            calibrate: true,
+            ..
+        } => Some(target_tokens),
+        PromptSource::Generated {
+            generator,
+            target_tokens,
+            calibrate: false,
+        } => {
+            let chars = (target_tokens as f64
+                * crate::prompt::Calibrator::default().initial_chars_per_token)
+                as usize;
+            Some(crate::sim::tokenize(&generator.text(chars)).len().max(1) as u64)
+        }
         PromptSource::Fixed(list) if !list.is_empty() => {
             let total: usize = list.iter().map(|t| crate::sim::tokenize(t).len()).sum();
             Some((total / list.len()).max(1) as u64)
@@ -445,6 +460,33 @@ mod tests {
         let m = Model::new(&c);
         let pair = 2.0 * m.prefill(1000, 0) + m.decode(1, 1000, 1) + m.decode(1, 1000, 17);
         assert!((model_point(&c, &two, 1000, false) - 2.0 * pair).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_uncalibrated_prompt_is_as_long_as_the_text_the_runner_sends() {
+        let spec = |calibrate: bool| {
+            crate::spec::load_str(
+                "t.yaml",
+                &format!(
+                    "name: t\nserver: {{ engine: sim }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 4096, calibrate: {calibrate} }}\n  output_tokens: 4\n"
+                ),
+            )
+            .unwrap()
+        };
+        let calibrated = spec(true);
+        assert_eq!(
+            prompt_tokens(&calibrated.points[0], Path::new(".")),
+            Some(4096)
+        );
+        // Four characters per token, counted by the sim's tokenizer: not the target.
+        let text = crate::prompt::TextGenerator::Repeat {
+            text: "The quick brown fox jumps over the lazy dog. ".into(),
+        }
+        .text(4096 * 4);
+        let sent = crate::sim::tokenize(&text).len() as u64;
+        assert_ne!(sent, 4096);
+        let raw = spec(false);
+        assert_eq!(prompt_tokens(&raw.points[0], Path::new(".")), Some(sent));
     }
 
     #[test]
