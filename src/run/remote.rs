@@ -380,10 +380,10 @@ impl AgentSession {
         let mut heard = tokio::time::Instant::now();
         loop {
             let next = tokio::select! {
-                // Lines first: after the runner itself was paused, queued heartbeats must
-                // count before the silence timer does.
+                // In this order: an interrupt (once), then lines, then the timers, so that
+                // after the runner itself was paused, queued heartbeats count before the
+                // silence timer does.
                 biased;
-                l = self.lines.next_line() => l,
                 _ = interrupt.wait(), if !interrupted => {
                     interrupted = true;
                     // EOF on the agent's stdin stops it like Ctrl-C; keep reading its report.
@@ -391,6 +391,7 @@ impl AgentSession {
                     give_up = tokio::time::Instant::now() + AGENT_STOP_WAIT;
                     continue;
                 }
+                l = self.lines.next_line() => l,
                 _ = tokio::time::sleep_until(give_up) => {
                     let stopped = self.stop_frozen().await;
                     let mut out = lost(&req, received, format!("the agent did not report after the interrupt; {stopped}"));
