@@ -490,6 +490,31 @@ mod tests {
     }
 
     #[test]
+    fn an_old_run_without_point_spans_uses_its_requests() {
+        let rec = |point: &str, sent_at: f64, end_s: Option<f64>, last_chunk: f64| {
+            let mut v = serde_json::json!({
+                "point": point, "round": 0, "index": 0, "role": "measure",
+                "api": "sglang-generate", "sent_at": sent_at, "max_tokens": 4,
+                "chunks": [{"t_s": last_chunk / 2.0, "tokens": 1}, {"t_s": last_chunk, "tokens": 1}],
+                "token_source": "meta-info",
+            });
+            if let Some(e) = end_s {
+                v["end_s"] = e.into();
+            }
+            serde_json::from_value::<RequestRecord>(v).unwrap()
+        };
+        let requests = [
+            rec("p001", 100.0, Some(2.0), 1.5),
+            // Cut off: its last chunk marks its end.
+            rec("p001", 101.0, None, 3.0),
+            rec("p002", 200.0, Some(9.0), 9.0),
+        ];
+        assert_eq!(request_span(&requests, "p001"), Some(4.0));
+        assert_eq!(request_span(&requests, "p002"), Some(9.0));
+        assert_eq!(request_span(&requests, "p003"), None);
+    }
+
+    #[test]
     fn a_warm_prefill_is_the_uncached_tail_only() {
         let c = cfg(&["--profile", "fast"]);
         let m = Model::new(&c);
