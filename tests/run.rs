@@ -438,6 +438,17 @@ fn the_quickstart_runs_end_to_end() {
             span
         })
         .collect();
+    // The report's point details say how long each point took.
+    for (p, w) in points.iter().zip(&walls) {
+        let took = format!(
+            "<b>{} (ctx={}, concurrency={})</b> · server g1 · 4 ok / 0 failed · took {}",
+            p["id"].as_str().unwrap(),
+            p["values"]["ctx"],
+            p["values"]["concurrency"],
+            servebench::report::format::fmt_duration(*w)
+        );
+        assert!(report.contains(&took), "{took}");
+    }
     let meta = read_json(&dir.join("meta.json"));
     let ready = meta["servers"][0]["ready_after_s"].as_f64().unwrap();
     let measured = servebench::plan::estimate::from_run(&plan, &dir).unwrap();

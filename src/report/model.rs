@@ -387,6 +387,9 @@ pub struct PointRow {
     pub warning_count: usize,
     /// Failed requests by kind, with a sample message from `requests.jsonl`.
     pub error_summary: Vec<ErrorSummary>,
+    /// Seconds the point took, calibration and flushes included (None in runs that predate
+    /// point spans).
+    pub duration_s: Option<f64>,
 }
 
 /// A warning about a point, listed under its table.
@@ -770,6 +773,7 @@ fn point_row(
         marks,
         warning_count: point_warnings.len(),
         error_summary,
+        duration_s: p.wall.map(|w| w.ended_at - w.started_at),
     }
 }
 
