@@ -283,6 +283,11 @@ fn plan(
         (None, Some(_)) => crate::plan::estimate::from_model(&plan, profile, spec_dir),
         (None, None) => crate::plan::estimate::best(&plan, spec_dir, runs, &spec.name, None),
     };
+    // A source asked for by name that cannot give an estimate is bad input, not "no estimate".
+    if let (Err(e), true) = (&estimate, from.is_some() || profile.is_some()) {
+        eprintln!("servebench plan: error: {e}");
+        return exit::BAD_INPUT;
+    }
     let about = |s: Option<f64>| {
         s.map_or("~?".to_string(), |s| {
             format!("~{}", crate::report::format::fmt_duration(s))

@@ -13,6 +13,34 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Calls `f` every 20 ms until it gives a value, failing the test with `what` after `timeout`.
+#[track_caller]
+pub fn poll_until<T>(
+    timeout: std::time::Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {timeout:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Waits until `path` exists and is not empty (a run has written its first line there).
+#[track_caller]
+pub fn wait_for_nonempty(path: &Path, timeout: std::time::Duration) {
+    poll_until(timeout, &format!("{} stays empty", path.display()), || {
+        std::fs::metadata(path).ok().filter(|m| m.len() > 0)
+    });
+}
+
 /// The servebench binary under test.
 pub fn servebench() -> Command {
     Command::cargo_bin("servebench").expect("binary built")
@@ -44,6 +72,16 @@ impl Workspace {
     /// `servebench run SPEC --out <tmp>/runs --quiet`.
     pub fn run(&self, spec: &Path) -> Output {
         self.run_with(spec, &[])
+    }
+
+    /// Runs `spec`, which must succeed; its run directory and points.jsonl.
+    #[track_caller]
+    pub fn run_ok(&self, spec: &Path) -> (PathBuf, Vec<serde_json::Value>) {
+        let out = self.run(spec);
+        assert!(out.status.success(), "{}", show(&out));
+        let dir = run_dir(&out);
+        let points = read_jsonl(&dir.join("points.jsonl"));
+        (dir, points)
     }
 
     /// `servebench run SPEC --out <tmp>/runs --quiet ARGS...` (e.g. `--check`).

@@ -22,10 +22,7 @@ fn two_point_without_a_flush_is_flagged_as_cache_reuse_never_nan() {
             "method: two-point\ncache: { policy: as-is }\nsweep:\n  ctx: [1024, 4096]\nexpect:\n  - { where: { ctx: 1024 }, flag: cache-reuse-suspected, source: naive script }\n  - { where: { ctx: 4096 }, metric: ttft_s, value: 1000, tolerance: 1% }\n",
         ),
     );
-    let out = ws.run(&spec);
-    assert!(out.status.success(), "{}", show(&out));
-    let dir = run_dir(&out);
-    let points = read_jsonl(&dir.join("points.jsonl"));
+    let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points.len(), 2);
     for p in &points {
         assert!(

@@ -119,10 +119,7 @@ fn warm_policy_reuses_the_cache_and_a_disabled_cache_is_flagged() {
             "cache: { policy: warm }\nrequests: 2\nsweep:\n  server.args.disable-radix-cache: [false, true]",
         ),
     );
-    let out = ws.run(&spec);
-    assert!(out.status.success(), "{}", show(&out));
-    let dir = run_dir(&out);
-    let points = read_jsonl(&dir.join("points.jsonl"));
+    let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points.len(), 2);
     assert_eq!(points[0]["group"], "g1");
     assert_eq!(
@@ -449,6 +446,27 @@ fn the_quickstart_runs_end_to_end() {
         );
         assert!(report.contains(&took), "{took}");
     }
+    // Before the last point the runner said how long was left: the last point's own time.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("[5/6]"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let left: f64 = line
+        .rsplit_once(" · ~")
+        .and_then(|(_, t)| t.strip_suffix(" s left"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (0.5..=2.0).contains(&(left / walls[5])),
+        "said {left} s left; the last point took {} s",
+        walls[5]
+    );
+    assert!(
+        !stderr
+            .lines()
+            .any(|l| l.starts_with("[6/6]") && l.contains("left"))
+    );
     let meta = read_json(&dir.join("meta.json"));
     let ready = meta["servers"][0]["ready_after_s"].as_f64().unwrap();
     let measured = servebench::plan::estimate::from_run(&plan, &dir).unwrap();
@@ -647,4 +665,15 @@ fn a_real_engine_is_estimated_from_its_last_run() {
         text.contains("estimate: none") && text.contains("--profile NAME"),
         "{text}"
     );
+    // A source named on the command line that cannot answer is an error.
+    for bad in [["--from", "/no/such/run"], ["--profile", "no-such-profile"]] {
+        let o = servebench()
+            .args(["plan", real.to_str().unwrap()])
+            .args(bad)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(bad[1]), "{err}");
+    }
 }

@@ -227,12 +227,7 @@ async fn a_detached_group_survives_the_connection_and_stops_as_a_whole() {
     assert_eq!(logged, format!("hi $(touch pwned) 'x' \"y\"\n{dir}\n"));
     assert!(!base.join("run 1/pwned").exists());
     // Stopping again finds nothing.
-    assert!(matches!(
-        host.stop_group(p.pgid, Duration::from_secs(1))
-            .await
-            .unwrap(),
-        StopOutcome::AlreadyExited(_)
-    ));
+    assert_nothing_left_to_stop(&host, p.pgid).await;
 }
 
 #[tokio::test]
@@ -277,12 +272,7 @@ async fn a_group_that_ignores_term_is_killed_and_exit_codes_are_kept() {
     };
     assert_eq!(code, 7);
     assert_eq!(host.exit_code(&stubborn).await.unwrap(), None);
-    assert!(matches!(
-        host.stop_group(quick.pgid, Duration::from_secs(1))
-            .await
-            .unwrap(),
-        StopOutcome::AlreadyExited(_)
-    ));
+    assert_nothing_left_to_stop(&host, quick.pgid).await;
 }
 
 #[tokio::test]
@@ -452,17 +442,19 @@ async fn a_piped_agent_streams_lines_back() {
     assert!(child.wait().await.unwrap().success());
 }
 
+/// Stopping group `pgid` finds no process of it.
+async fn assert_nothing_left_to_stop(host: &SshHost, pgid: i32) {
+    let outcome = host.stop_group(pgid, Duration::from_secs(1)).await.unwrap();
+    assert!(
+        matches!(outcome, StopOutcome::AlreadyExited(_)),
+        "{outcome:?}"
+    );
+}
+
 /// Polls `f` every 20 ms for up to 10 s.
 #[track_caller]
-fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "condition not met within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for<T>(f: impl FnMut() -> Option<T>) -> T {
+    crate::common::poll_until(Duration::from_secs(10), "condition", f)
 }
 
 async fn serve_hello(listener: tokio::net::TcpListener) {

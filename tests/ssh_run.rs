@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
 use crate::sshd::Sshd;
@@ -284,11 +284,7 @@ fn strict_host_key_checking_refuses_an_unknown_host_before_anything_starts() {
     assert!(!ws.path().join("runs").exists(), "nothing was created");
 }
 
-/// Starts `servebench run` in the background.
-fn spawn_run(ws: &Workspace, spec: &Path) -> std::process::Child {
-    spawn_run_with(ws, spec, &[])
-}
-
+/// Starts `servebench run SPEC` in the background, with `env` added.
 fn spawn_run_with(ws: &Workspace, spec: &Path, env: &[(&str, &str)]) -> std::process::Child {
     std::process::Command::new(BIN)
         .envs(env.iter().copied())
@@ -305,31 +301,53 @@ fn spawn_run_with(ws: &Workspace, spec: &Path, env: &[(&str, &str)]) -> std::pro
 
 /// The run directory once `servebench run` created it.
 fn wait_for_run_dir(ws: &Workspace, name: &str) -> std::path::PathBuf {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(mut entries) = std::fs::read_dir(ws.path().join("runs").join(name))
-            && let Some(Ok(e)) = entries.next()
-        {
-            return e.path();
-        }
-        assert!(Instant::now() < deadline, "no run directory");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(Duration::from_secs(30), "no run directory", || {
+        std::fs::read_dir(ws.path().join("runs").join(name))
+            .ok()?
+            .next()?
+            .ok()
+            .map(|e| e.path())
+    })
 }
 
 /// Waits until `meta.json` records a launched server group; returns its pgid.
 fn wait_for_server(dir: &Path) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(dir.join("meta.json"))
-            && let Ok(meta) = serde_json::from_str::<serde_json::Value>(&text)
-            && let Some(pgid) = meta["servers"][0]["pgid"].as_i64()
-        {
-            return pgid;
-        }
-        assert!(Instant::now() < deadline, "no server in meta.json");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(Duration::from_secs(30), "no server in meta.json", || {
+        let text = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let meta: serde_json::Value = serde_json::from_str(&text).ok()?;
+        meta["servers"][0]["pgid"].as_i64()
+    })
+}
+
+/// Writes the spec `name` (as [`ssh_spec`] builds it), starts `servebench run` on it in the
+/// background with `env` added, and waits until its server is launched; the runner, its run
+/// directory and the server's process group.
+fn start_background_run(
+    sshd: &Sshd,
+    ws: &Workspace,
+    name: &str,
+    client: &str,
+    args: &str,
+    rest: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Child, std::path::PathBuf, i64) {
+    let spec = ws.write(
+        &format!("{name}.yaml"),
+        &ssh_spec(sshd, name, client, args, rest),
+    );
+    let child = spawn_run_with(ws, &spec, env);
+    let dir = wait_for_run_dir(ws, name);
+    let pgid = wait_for_server(&dir);
+    (child, dir, pgid)
+}
+
+/// The ssh ControlMaster processes connected to this sshd (`ssh ... -M ... -p PORT`).
+fn ssh_masters(sshd: &Sshd) -> Vec<String> {
+    let port = format!("-p {}", sshd.port);
+    processes_with(&port)
+        .into_iter()
+        .filter(|l| l.contains("ssh") && l.contains(" -M "))
+        .collect()
 }
 
 #[test]
@@ -339,25 +357,17 @@ fn ctrl_c_mid_point_leaves_no_process_behind() {
     let _turn = exclusive();
     let marker = format!("ctrlc-{}", std::process::id());
     // Long prompts on a slow profile: the point is still running when Ctrl-C comes.
-    let spec = ws.write(
-        "ctrlc.yaml",
-        &ssh_spec(
-            &sshd,
-            "ctrlc",
-            "host",
-            &format!(", served-model-name: {marker}, sim-time-scale: 40"),
-            "sweep:\n  ctx: [4096, 8192]\nrequests: 4\n",
-        ),
+    let (mut child, dir, pgid) = start_background_run(
+        &sshd,
+        &ws,
+        "ctrlc",
+        "host",
+        &format!(", served-model-name: {marker}, sim-time-scale: 40"),
+        "sweep:\n  ctx: [4096, 8192]\nrequests: 4\n",
+        &[],
     );
-    let mut child = spawn_run(&ws, &spec);
-    let dir = wait_for_run_dir(&ws, "ctrlc");
-    let pgid = wait_for_server(&dir);
     // Wait until requests are in flight on the host.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::metadata(dir.join("requests.jsonl")).map_or(true, |m| m.len() == 0) {
-        assert!(Instant::now() < deadline, "no request finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_nonempty(&dir.join("requests.jsonl"), Duration::from_secs(30));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -389,51 +399,31 @@ fn down_stops_what_a_killed_runner_left_and_resume_finishes_the_run() {
     let ws = Workspace::new();
     let _turn = exclusive();
     let marker = format!("down-{}", std::process::id());
-    let spec = ws.write(
-        "down.yaml",
-        &ssh_spec(
-            &sshd,
-            "down",
-            "local",
-            &format!(", served-model-name: {marker}, sim-time-scale: 20"),
-            "sweep:\n  ctx: [1024, 2048, 4096]\nrequests: 2\n",
-        ),
-    );
     // An ssh master left by a killed runner exits after 3 idle seconds (default 300).
-    let mut child = spawn_run_with(&ws, &spec, &[("SERVEBENCH_SSH_IDLE_EXIT_S", "3")]);
-    let dir = wait_for_run_dir(&ws, "down");
-    let pgid = wait_for_server(&dir);
-    // Let the first point finish, then kill the runner without a chance to clean up.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(dir.join("points.jsonl")).map_or(true, |t| t.is_empty()) {
-        assert!(Instant::now() < deadline, "no point finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let port = format!("-p {}", sshd.port);
-    let masters = || -> Vec<String> {
-        processes_with("ControlPersist=3s")
-            .into_iter()
-            .filter(|l| l.contains(&port))
-            .collect()
-    };
-    assert!(
-        !masters().is_empty(),
-        "the runner's ssh master is in the process table"
+    let (mut child, dir, pgid) = start_background_run(
+        &sshd,
+        &ws,
+        "down",
+        "local",
+        &format!(", served-model-name: {marker}, sim-time-scale: 20"),
+        "sweep:\n  ctx: [1024, 2048, 4096]\nrequests: 2\n",
+        &[("SERVEBENCH_SSH_IDLE_EXIT_S", "3")],
     );
+    // Let the first point finish, then kill the runner without a chance to clean up.
+    wait_for_nonempty(&dir.join("points.jsonl"), Duration::from_secs(60));
+    let masters = ssh_masters(&sshd);
+    assert_eq!(masters.len(), 1, "the runner's ssh master: {masters:?}");
+    assert!(masters[0].contains("ControlPersist=3s"), "{masters:?}");
     child.kill().unwrap();
     child.wait().unwrap();
     // The server runs detached on the host: it survived its runner.
     assert!(!crate::sshd::group_members(pgid as i32).is_empty());
     // The runner's ssh master outlived it too, but leaves once idle.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !masters().is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "the killed runner's ssh master stayed: {:?}",
-            masters()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll_until(
+        Duration::from_secs(15),
+        "the killed runner's ssh master stays",
+        || ssh_masters(&sshd).is_empty().then_some(()),
+    );
     let out = servebench().arg("down").arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -479,29 +469,18 @@ fn a_killed_ssh_master_is_reestablished_and_the_run_goes_on() {
     let sshd = sshd!();
     let ws = Workspace::new();
     let _turn = exclusive();
-    let spec = ws.write(
-        "blip.yaml",
-        &ssh_spec(
-            &sshd,
-            "blip",
-            "local",
-            ", sim-time-scale: 10",
-            "sweep:\n  ctx: [1024, 2048, 4096, 1024]\nrequests: 2\n",
-        ),
+    let (mut child, dir, _) = start_background_run(
+        &sshd,
+        &ws,
+        "blip",
+        "local",
+        ", sim-time-scale: 10",
+        "sweep:\n  ctx: [1024, 2048, 4096, 1024]\nrequests: 2\n",
+        &[],
     );
-    let mut child = spawn_run(&ws, &spec);
-    let dir = wait_for_run_dir(&ws, "blip");
-    wait_for_server(&dir);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(dir.join("points.jsonl")).map_or(true, |t| t.is_empty()) {
-        assert!(Instant::now() < deadline, "no point finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The ControlMaster of this run: an ssh with -M to this sshd's port.
-    let masters: Vec<String> = processes_with(&format!("{}", sshd.port))
-        .into_iter()
-        .filter(|l| l.contains("ssh") && l.contains(" -M"))
-        .collect();
+    wait_for_nonempty(&dir.join("points.jsonl"), Duration::from_secs(60));
+    // The ControlMaster of this run.
+    let masters = ssh_masters(&sshd);
     assert_eq!(masters.len(), 1, "{masters:?}");
     let pid: i32 = masters[0]
         .split_whitespace()
@@ -539,24 +518,16 @@ fn a_host_that_goes_away_stops_the_run_with_what_it_measured() {
     let mut sshd = sshd!();
     let ws = Workspace::new();
     let _turn = exclusive();
-    let spec = ws.write(
-        "gone.yaml",
-        &ssh_spec(
-            &sshd,
-            "gone",
-            "local",
-            ", sim-time-scale: 10",
-            "sweep:\n  ctx: [1024, 2048, 4096, 8192]\nrequests: 2\n",
-        ),
+    let (mut child, dir, pgid) = start_background_run(
+        &sshd,
+        &ws,
+        "gone",
+        "local",
+        ", sim-time-scale: 10",
+        "sweep:\n  ctx: [1024, 2048, 4096, 8192]\nrequests: 2\n",
+        &[],
     );
-    let mut child = spawn_run(&ws, &spec);
-    let dir = wait_for_run_dir(&ws, "gone");
-    let pgid = wait_for_server(&dir);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_to_string(dir.join("points.jsonl")).map_or(true, |t| t.is_empty()) {
-        assert!(Instant::now() < deadline, "no point finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_nonempty(&dir.join("points.jsonl"), Duration::from_secs(60));
     // The host goes down: sshd and every connection end (the detached server lives on, as it
     // would on a host that is only unreachable; the test stops it below).
     sshd.stop();

@@ -256,22 +256,9 @@ mod tests {
         let mut prime = record(&[(0.1, 1)], 0.2, 1);
         prime.role = RequestRole::Prime;
         let agg = aggregate(&[&a, &b, &failed, &prime]);
+        // Exactly the declared list, in its order (expectations and reports rely on it).
         let keys: Vec<_> = agg.keys().map(String::as_str).collect();
-        assert_eq!(
-            keys,
-            [
-                "ttft_s",
-                "prefill_tok_s",
-                "decode_tok_s",
-                "tpot_s",
-                "itl_s",
-                "icl_s",
-                "e2e_s",
-                "prompt_tokens",
-                "cached_tokens",
-                "completion_tokens"
-            ]
-        );
+        assert_eq!(keys, STREAMING_METRICS);
         assert_eq!(agg["ttft_s"].count, 2);
         close(agg["ttft_s"].mean, 0.75);
         assert_eq!(agg["itl_s"].count, 4);

@@ -397,10 +397,9 @@ async fn run_plan(
                     progress.line(&format!("{}: {msg}", group.id));
                     problems.push(format!("{}: {}", group.id, first_line(&msg)));
                     for p in pending.by_ref() {
-                        progress.point_dropped(&p.id);
                         let mut record = failed_point(p, &group.id, "server-failed", &msg);
                         record.failure = e.cause_label();
-                        append_point(&run_dir, &record)?;
+                        append_point(&run_dir, &progress, &record)?;
                     }
                     if first.on_failure == OnFailure::Abort {
                         aborted = Some(format!(
@@ -561,8 +560,11 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                 "skipped: the server crashed at {at}, which is no larger than this point (on_failure: skip-larger)"
             );
             cx.progress.line(&format!("{}: {msg}", point.id));
-            cx.progress.point_dropped(&point.id);
-            append_point(cx.run_dir, &failed_point(point, cx.group, "skipped", &msg))?;
+            append_point(
+                cx.run_dir,
+                cx.progress,
+                &failed_point(point, cx.group, "skipped", &msg),
+            )?;
             continue;
         }
         pending.next();
@@ -576,16 +578,16 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                     Ok(a) => agent = Some(a),
                     Err(e) => {
                         let msg = format!("cannot start servebench's agent on the host: {e}");
-                        cx.progress.point_dropped(&point.id);
                         append_point(
                             cx.run_dir,
+                            cx.progress,
                             &failed_point(point, cx.group, "agent-failed", &msg),
                         )?;
                         problems.push(format!("{}: {msg}", point.id));
                         for p in pending.by_ref() {
-                            cx.progress.point_dropped(&p.id);
                             append_point(
                                 cx.run_dir,
+                                cx.progress,
                                 &failed_point(p, cx.group, "agent-failed", &msg),
                             )?;
                         }
@@ -651,7 +653,7 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
         if record.incomplete && !outcome.interrupted && crashed.is_none() {
             problems.push(format!("{}: incomplete", record.id));
         }
-        append_point(cx.run_dir, &record)?;
+        append_point(cx.run_dir, cx.progress, &record)?;
         if outcome.interrupted || cx.interrupt.is_set() {
             break LaunchEnd::Interrupted;
         }
@@ -795,7 +797,10 @@ fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> P
     }
 }
 
-fn append_point(dir: &RunDir, p: &PointRecord) -> Result<(), RunError> {
+/// Writes a point's record; a point that was never measured (skipped, failed before it ran)
+/// also leaves the ETA's estimate here, so every such path is counted alike.
+fn append_point(dir: &RunDir, progress: &Progress, p: &PointRecord) -> Result<(), RunError> {
+    progress.point_recorded(&p.id);
     dir.append_point(p).map_err(|source| RunError::Write {
         what: "points.jsonl".into(),
         source,

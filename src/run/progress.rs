@@ -150,8 +150,9 @@ impl Progress {
         self.refresh();
     }
 
-    /// A point that will not be measured.
-    pub fn point_dropped(&self, point: &str) {
+    /// A point's record was written: if it was never measured (skipped, or its server never
+    /// started), its estimate leaves the time left; a measured point was counted already.
+    pub fn point_recorded(&self, point: &str) {
         self.with_eta(|e| e.dropped(point));
         self.refresh();
     }
