@@ -290,7 +290,7 @@ fn plan(
     }
     let about = |s: Option<f64>| {
         s.map_or("~?".to_string(), |s| {
-            format!("~{}", crate::report::format::fmt_duration(s))
+            format!("~{}", crate::text::duration(s))
         })
     };
     let mut out = std::io::stdout().lock();
@@ -337,7 +337,7 @@ fn plan(
                     .join(" ");
                 format!(
                     "launch {} {} {flags}",
-                    crate::run::engine_name(s.engine),
+                    s.engine,
                     s.model.as_deref().unwrap_or("")
                 )
             }
@@ -359,7 +359,7 @@ fn plan(
             let _ = writeln!(
                 out,
                 "  {}  {} req x {} round(s), concurrency {}, cache {}{time}",
-                crate::run::point::point_label(p),
+                p.label(),
                 e.requests,
                 e.repeat,
                 e.concurrency,

@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: spec -> plan -> run -> run directory -> report.
 
+pub mod catalog;
 pub mod cli;
 pub mod client;
 pub mod engine;
@@ -14,6 +15,7 @@ pub mod results;
 pub mod run;
 pub mod sim;
 pub mod spec;
+pub mod text;
 
 /// Exit codes, documented in `--help`.
 pub mod exit {

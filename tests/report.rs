@@ -130,11 +130,11 @@ fn rendered_row_shows_the_formatted_means() {
         .expect("a row for ctx 1024")
         .to_string();
     assert!(
-        line.contains(&format!("| {} |", report::format::sig3(ttft))),
+        line.contains(&format!("| {} |", servebench::text::sig3(ttft))),
         "{line}"
     );
     assert!(
-        line.contains(&format!("| {} |", report::format::fmt_rate(decode))),
+        line.contains(&format!("| {} |", servebench::text::rate(decode))),
         "{line}"
     );
 }

@@ -442,7 +442,7 @@ fn the_quickstart_runs_end_to_end() {
             p["id"].as_str().unwrap(),
             p["values"]["ctx"],
             p["values"]["concurrency"],
-            servebench::report::format::fmt_duration(*w)
+            servebench::text::duration(*w)
         );
         assert!(report.contains(&took), "{took}");
     }
@@ -657,7 +657,7 @@ fn a_real_engine_is_estimated_from_its_last_run() {
     let points = read_jsonl(&dir.join("points.jsonl"));
     let first = &points[0]["wall"];
     let span = first["ended_at"].as_f64().unwrap() - first["started_at"].as_f64().unwrap();
-    let shown = format!("~{}", servebench::report::format::fmt_duration(span));
+    let shown = format!("~{}", servebench::text::duration(span));
     assert!(text.contains(&shown), "p001 took {span} s: {text}");
     // No earlier run: no estimate, and what would give one.
     let text = plan(&ws.path().join("elsewhere"));

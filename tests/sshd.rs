@@ -227,7 +227,7 @@ fn spawn_sshd(config: &Path, log: &Path) -> Child {
     // the server still goes with it.
     unsafe {
         cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
             Ok(())
         });
     }
@@ -268,7 +268,7 @@ fn pub_path(key: &Path) -> PathBuf {
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// Processes in group `pgid` on this machine (the "remote" host in tests), zombies left out:

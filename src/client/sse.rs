@@ -153,11 +153,7 @@ pub fn head(bytes: &[u8]) -> String {
     let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(HEAD_BYTES)]).into_owned();
     // Replacement characters are 3 bytes, so lossy text can outgrow the byte budget.
     if text.len() > HEAD_BYTES {
-        let mut end = HEAD_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        text.truncate(crate::text::floor_char_boundary(&text, HEAD_BYTES));
     }
     text
 }

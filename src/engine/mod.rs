@@ -75,50 +75,8 @@ pub fn flag_args(args: &IndexMap<String, ArgValue>) -> Result<Vec<String>, Strin
     Ok(out)
 }
 
-/// Why a server process died, read from the tail of its log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CrashCause {
-    /// CUDA out of memory while serving.
-    OutOfMemory,
-    /// The KV pool did not fit at start-up.
-    KvPoolTooSmall,
-    /// The port was taken.
-    PortInUse,
-    /// Python could not import a module or the launcher rejected an argument.
-    StartupError,
-    Unknown,
-}
-
-impl CrashCause {
-    /// What it means and what to try.
-    pub fn explain(&self) -> &'static str {
-        match self {
-            CrashCause::OutOfMemory => {
-                "CUDA out of memory while serving: lower --mem-fraction-static, or use a smaller --chunked-prefill-size"
-            }
-            CrashCause::KvPoolTooSmall => {
-                "not enough memory for the KV cache pool at start-up: increase --mem-fraction-static"
-            }
-            CrashCause::PortInUse => {
-                "the port is already in use: omit server.port to pick a free one"
-            }
-            CrashCause::StartupError => {
-                "the server rejected its arguments or could not import a module"
-            }
-            CrashCause::Unknown => "the server exited; see the log excerpt",
-        }
-    }
-
-    pub fn label(&self) -> &'static str {
-        match self {
-            CrashCause::OutOfMemory => "out-of-memory",
-            CrashCause::KvPoolTooSmall => "kv-pool-too-small",
-            CrashCause::PortInUse => "port-in-use",
-            CrashCause::StartupError => "startup-error",
-            CrashCause::Unknown => "unknown",
-        }
-    }
-}
+/// Why a server process died, read from the tail of its log (one of the catalogue's causes).
+pub use crate::catalog::Failure as CrashCause;
 
 /// Classifies a crash from the log tail (SGLang's own messages; see sglang-facts.md §4).
 pub fn classify_crash(log_tail: &str) -> CrashCause {

@@ -77,7 +77,7 @@ impl LocalProcess {
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
                 Ok(())
             });
         }

@@ -10,6 +10,7 @@
 
 use indexmap::IndexMap;
 
+use crate::catalog::{Method, Metric};
 use crate::results::records::{RequestRecord, RequestRole, Stat};
 
 use super::stats::{RequestSamples, seed_for, summarize_requests};
@@ -93,80 +94,72 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
 /// records span three rounds or more, else a bootstrap over requests seeded by the metric's name
 /// (see [`summarize_requests`]).
 pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
-    let mut columns = Columns::new(&STREAMING_METRICS);
+    let mut columns = Columns::new(Method::Streaming);
     for r in records
         .iter()
         .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
     {
         let m = request_metrics(r);
-        columns.push_one("ttft_s", r.round, m.ttft_s);
-        columns.push_one("prefill_tok_s", r.round, m.prefill_tok_s);
-        columns.push_one("decode_tok_s", r.round, m.decode_tok_s);
-        columns.push_one("tpot_s", r.round, m.tpot_s);
-        columns.push_one("e2e_s", r.round, m.e2e_s);
+        columns.push_one(Metric::Ttft, r.round, m.ttft_s);
+        columns.push_one(Metric::Prefill, r.round, m.prefill_tok_s);
+        columns.push_one(Metric::Decode, r.round, m.decode_tok_s);
+        columns.push_one(Metric::Tpot, r.round, m.tpot_s);
+        columns.push_one(Metric::E2e, r.round, m.e2e_s);
         columns.push_counts(r);
-        columns.push("itl_s", r.round, m.itl_s);
-        columns.push("icl_s", r.round, m.icl_s);
+        columns.push(Metric::Itl, r.round, m.itl_s);
+        columns.push(Metric::Icl, r.round, m.icl_s);
     }
     columns.summarize()
 }
 
-/// The metrics [`aggregate`] gives a streaming point, in report order.
-pub const STREAMING_METRICS: [&str; 10] = [
-    "ttft_s",
-    "prefill_tok_s",
-    "decode_tok_s",
-    "tpot_s",
-    "itl_s",
-    "icl_s",
-    "e2e_s",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-];
-
 /// Per-request samples of a point's metrics, summarised the same way for every method: numpy
 /// percentiles and a 95% confidence interval (see [`summarize_requests`]).
 pub struct Columns {
-    columns: IndexMap<&'static str, Vec<RequestSamples>>,
+    columns: IndexMap<Metric, Vec<RequestSamples>>,
 }
 
 impl Columns {
-    /// Empty columns for `names`, in that order; samples for other names are ignored.
-    pub fn new(names: &[&'static str]) -> Columns {
+    /// Empty columns for the metrics of `method`, in catalogue order; samples of other metrics
+    /// are ignored.
+    pub fn new(method: Method) -> Columns {
         Columns {
-            columns: names.iter().map(|k| (*k, Vec::new())).collect(),
+            columns: Metric::of_method(method).map(|m| (m, Vec::new())).collect(),
         }
     }
 
-    /// One request's values of `name` (several for per-gap metrics); none is no sample.
-    pub fn push(&mut self, name: &str, round: u32, values: Vec<f64>) {
-        if let Some(col) = self.columns.get_mut(name)
+    /// One request's values of `metric` (several for per-gap metrics); none is no sample.
+    pub fn push(&mut self, metric: Metric, round: u32, values: Vec<f64>) {
+        if let Some(col) = self.columns.get_mut(&metric)
             && !values.is_empty()
         {
             col.push(RequestSamples { round, values });
         }
     }
 
-    /// One request's single value of `name`, when it has one.
-    pub fn push_one(&mut self, name: &str, round: u32, value: Option<f64>) {
-        self.push(name, round, value.into_iter().collect());
+    /// One request's single value of `metric`, when it has one.
+    pub fn push_one(&mut self, metric: Metric, round: u32, value: Option<f64>) {
+        self.push(metric, round, value.into_iter().collect());
     }
 
     /// The server's token counts of `r`: `prompt_tokens`, `cached_tokens`, `completion_tokens`.
     pub fn push_counts(&mut self, r: &RequestRecord) {
         let count = |n: Option<u64>| n.map(|n| n as f64);
-        self.push_one("prompt_tokens", r.round, count(r.prompt_tokens));
-        self.push_one("cached_tokens", r.round, count(r.cached_tokens));
-        self.push_one("completion_tokens", r.round, count(r.completion_tokens));
+        self.push_one(Metric::PromptTokens, r.round, count(r.prompt_tokens));
+        self.push_one(Metric::CachedTokens, r.round, count(r.cached_tokens));
+        self.push_one(
+            Metric::CompletionTokens,
+            r.round,
+            count(r.completion_tokens),
+        );
     }
 
-    /// A Stat per metric with samples; metrics without any are left out.
+    /// A Stat per metric with samples, keyed by the metric's name; metrics without any are left
+    /// out.
     pub fn summarize(self) -> IndexMap<String, Stat> {
         self.columns
             .into_iter()
-            .filter_map(|(k, samples)| {
-                summarize_requests(&samples, seed_for(k)).map(|s| (k.to_string(), s))
+            .filter_map(|(m, samples)| {
+                summarize_requests(&samples, seed_for(m.name())).map(|s| (m.name().to_string(), s))
             })
             .collect()
     }
@@ -258,7 +251,10 @@ mod tests {
         let agg = aggregate(&[&a, &b, &failed, &prime]);
         // Exactly the declared list, in its order (expectations and reports rely on it).
         let keys: Vec<_> = agg.keys().map(String::as_str).collect();
-        assert_eq!(keys, STREAMING_METRICS);
+        let declared: Vec<_> = Metric::of_method(Method::Streaming)
+            .map(Metric::name)
+            .collect();
+        assert_eq!(keys, declared);
         assert_eq!(agg["ttft_s"].count, 2);
         close(agg["ttft_s"].mean, 0.75);
         assert_eq!(agg["itl_s"].count, 4);

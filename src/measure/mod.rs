@@ -1,6 +1,7 @@
-//! Metrics, statistics and cache-policy verification.
+//! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod metrics;
 pub mod spread;
 pub mod stats;
+pub mod summary;
 pub mod twopoint;
 pub mod verify;

@@ -2,6 +2,7 @@
 
 use indexmap::IndexMap;
 
+use crate::catalog::{FlagKind, Metric};
 use crate::results::records::{Flag, Stat};
 
 /// Coefficient of variation above which a headline metric is flagged.
@@ -10,25 +11,18 @@ pub const HIGH_CV: f64 = 0.10;
 /// Fewest samples for a CV worth reporting: with two, any difference looks large.
 pub const MIN_SAMPLES: usize = 3;
 
-/// The metrics a report leads with, and their names in messages.
-const HEADLINE: [(&str, &str); 3] = [
-    ("ttft_s", "TTFT"),
-    ("prefill_tok_s", "Prefill speed"),
-    ("decode_tok_s", "Decode speed"),
-];
-
 /// One `high-variance` flag per headline metric (`ttft_s`, `prefill_tok_s`, `decode_tok_s`)
 /// whose coefficient of variation is above [`HIGH_CV`] over at least [`MIN_SAMPLES`] samples.
 pub fn spread_flags(metrics: &IndexMap<String, Stat>) -> Vec<Flag> {
-    HEADLINE
-        .iter()
-        .filter_map(|(name, label)| {
-            let stat = metrics.get(*name)?;
+    Metric::headline()
+        .filter_map(|metric| {
+            let label = metric.long_label();
+            let stat = metrics.get(metric.name())?;
             let cv = stat
                 .cv
                 .filter(|cv| *cv > HIGH_CV && stat.count >= MIN_SAMPLES)?;
             Some(Flag {
-                kind: "high-variance".into(),
+                kind: FlagKind::HighVariance,
                 message: format!(
                     "{label} varies: CV {:.0}% over {} requests; the mean is less certain",
                     cv * 100.0,
@@ -62,7 +56,7 @@ mod tests {
         ]);
         let flags = spread_flags(&m);
         assert_eq!(flags.len(), 1, "{flags:?}");
-        assert_eq!(flags[0].kind, "high-variance");
+        assert_eq!(flags[0].kind, FlagKind::HighVariance);
         assert_eq!(
             flags[0].message,
             "TTFT varies: CV 20% over 3 requests; the mean is less certain"

@@ -8,13 +8,11 @@
 
 use indexmap::IndexMap;
 
+use crate::catalog::{FlagKind, Method, Metric};
 use crate::results::records::{Flag, RequestRecord, Stat};
 
 use super::metrics::{Columns, request_metrics};
 use super::verify::COLD_TOLERATED_CACHED_TOKENS;
-
-/// Flag kind on a point whose second requests skipped prefill.
-pub const CACHE_REUSE_FLAG: &str = "cache-reuse-suspected";
 
 /// The numbers of one (a, b) pair.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -71,19 +69,6 @@ pub fn pair_metrics(a: &RequestRecord, b: &RequestRecord) -> PairMetrics {
     m
 }
 
-/// The metrics [`aggregate_pairs`] gives a two-point point, in report order.
-pub const TWO_POINT_METRICS: [&str; 9] = [
-    "ttft_s",
-    "prefill_tok_s",
-    "decode_tok_s",
-    "tpot_s",
-    "t_a_s",
-    "t_b_s",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-];
-
 /// Aggregates successful pairs (one sample per pair, in its round, with the same statistics
 /// and confidence intervals as streaming points): `ttft_s`, `prefill_tok_s`, `t_a_s`, `t_b_s`,
 /// `decode_tok_s`, `tpot_s`, and the first requests' `prompt_tokens`, `cached_tokens`,
@@ -91,17 +76,17 @@ pub const TWO_POINT_METRICS: [&str; 9] = [
 pub fn aggregate_pairs(
     pairs: &[(&RequestRecord, &RequestRecord)],
 ) -> (IndexMap<String, Stat>, Vec<Flag>) {
-    let mut columns = Columns::new(&TWO_POINT_METRICS);
+    let mut columns = Columns::new(Method::TwoPoint);
     let mut reused = Vec::new();
     for (a, b) in pairs {
         let m = pair_metrics(a, b);
         let round = a.round;
-        columns.push_one("ttft_s", round, m.ttft_s);
-        columns.push_one("prefill_tok_s", round, m.prefill_tok_s);
-        columns.push_one("decode_tok_s", round, m.decode_tok_s);
-        columns.push_one("tpot_s", round, m.tpot_s);
-        columns.push_one("t_a_s", round, m.t_a_s);
-        columns.push_one("t_b_s", round, m.t_b_s);
+        columns.push_one(Metric::Ttft, round, m.ttft_s);
+        columns.push_one(Metric::Prefill, round, m.prefill_tok_s);
+        columns.push_one(Metric::Decode, round, m.decode_tok_s);
+        columns.push_one(Metric::Tpot, round, m.tpot_s);
+        columns.push_one(Metric::TA, round, m.t_a_s);
+        columns.push_one(Metric::TB, round, m.t_b_s);
         columns.push_counts(a);
         if let Some(why) = m.reuse {
             reused.push(why);
@@ -110,7 +95,7 @@ pub fn aggregate_pairs(
     let mut flags = Vec::new();
     if !reused.is_empty() {
         flags.push(Flag {
-            kind: CACHE_REUSE_FLAG.into(),
+            kind: FlagKind::CacheReuseSuspected,
             message: format!(
                 "cache reuse suspected: the second request skipped prefill in {} of {} pairs, so decode = (b - a) / (t_b - t_a) \
                  is meaningless and left out (first: {}). Flush the cache between the two requests (cache policy `cold`) \
@@ -180,7 +165,7 @@ mod tests {
         assert!(!stats.contains_key("decode_tok_s"));
         assert_eq!(stats["t_b_s"].mean, 1.57);
         assert_eq!(flags.len(), 1);
-        assert_eq!(flags[0].kind, CACHE_REUSE_FLAG);
+        assert_eq!(flags[0].kind, FlagKind::CacheReuseSuspected);
         assert!(
             flags[0]
                 .message

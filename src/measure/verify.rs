@@ -2,6 +2,7 @@
 //! request really was cold (or warm). Contaminated requests are flagged and kept out of the
 //! point's numbers; they stay in `requests.jsonl`.
 
+use crate::catalog::FlagKind;
 use crate::results::records::{Flag, RequestRecord};
 use crate::spec::types::CachePolicy;
 
@@ -44,7 +45,7 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
             .collect();
         if !hits.is_empty() {
             v.flags.push(Flag {
-                kind: "cache-hits".into(),
+                kind: FlagKind::CacheHits,
                 message: format!(
                     "{} of {} requests reused up to {} cached prompt tokens (as-is policy): their TTFT and prefill tok/s \
                      cover only the uncached part of the prompt",
@@ -59,7 +60,7 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
     let unreported = ok.iter().filter(|(_, r)| r.cached_tokens.is_none()).count();
     if unreported > 0 {
         v.flags.push(Flag {
-            kind: "cache-unverified".into(),
+            kind: FlagKind::CacheUnverified,
             message: format!(
                 "{unreported} of {} requests carried no cached_tokens, so the cache policy could not be verified \
                  (OpenAI APIs report it only when the server runs with --enable-cache-report)",
@@ -80,7 +81,7 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
             if !hits.is_empty() {
                 let max = hits.iter().map(|h| h.1).max().unwrap_or(0);
                 v.flags.push(Flag {
-                    kind: "cold-cache-hit".into(),
+                    kind: FlagKind::ColdCacheHit,
                     message: format!(
                         "{} of {} requests reported up to {max} cached prompt tokens under the cold policy \
                          (more than the {} a shared BOS or chat template explains): they skipped part of prefill \
@@ -104,7 +105,7 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
                 .collect();
             if !misses.is_empty() {
                 v.flags.push(Flag {
-                    kind: "warm-cache-miss".into(),
+                    kind: FlagKind::WarmCacheMiss,
                     message: format!(
                         "{} of {} requests found less than {:.0}% of their prompt cached under the warm policy \
                          (evicted, or the cache is disabled): they are excluded from this point's numbers",
@@ -164,7 +165,7 @@ mod tests {
         let v = verify(CachePolicy::Cold, &refs);
         assert_eq!(v.contaminated, vec![1], "the failed request is not judged");
         assert_eq!(v.flags.len(), 1);
-        assert_eq!(v.flags[0].kind, "cold-cache-hit");
+        assert_eq!(v.flags[0].kind, FlagKind::ColdCacheHit);
         assert!(
             v.flags[0].message.contains("1 of 2"),
             "{}",
@@ -193,7 +194,7 @@ mod tests {
         let refs: Vec<&RequestRecord> = rs.iter().collect();
         let v = verify(CachePolicy::Warm, &refs);
         assert_eq!(v.contaminated, vec![1]);
-        assert_eq!(v.flags[0].kind, "warm-cache-miss");
+        assert_eq!(v.flags[0].kind, FlagKind::WarmCacheMiss);
     }
 
     #[test]
@@ -201,7 +202,7 @@ mod tests {
         let rs = [rec(1000, None, false)];
         let refs: Vec<&RequestRecord> = rs.iter().collect();
         let v = verify(CachePolicy::Cold, &refs);
-        assert_eq!(v.flags[0].kind, "cache-unverified");
+        assert_eq!(v.flags[0].kind, FlagKind::CacheUnverified);
         assert!(v.contaminated.is_empty());
         let rs = [rec(1000, Some(0), false)];
         let refs: Vec<&RequestRecord> = rs.iter().collect();
@@ -213,7 +214,7 @@ mod tests {
             v.contaminated.is_empty(),
             "as-is hits are reported, not excluded"
         );
-        assert_eq!(v.flags[0].kind, "cache-hits");
+        assert_eq!(v.flags[0].kind, FlagKind::CacheHits);
         assert!(v.flags[0].message.contains("1 of 2"));
     }
 }

@@ -241,11 +241,7 @@ impl TextGenerator {
             }
         }
         // Cut on a char boundary (the repeat text may hold non-ASCII characters).
-        let mut cut = chars.min(out.len());
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
+        out.truncate(crate::text::floor_char_boundary(&out, chars));
         out
     }
 }

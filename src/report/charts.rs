@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::model::{NameValue, PointRow, ReportModel};
+use crate::catalog::Metric;
 
 /// A result row with its server group's sweep values.
 type Row<'a> = (&'a [NameValue], &'a PointRow);
@@ -32,22 +33,22 @@ const PALETTE: &[RGBColor] = &[
 ];
 
 /// The charts a report can have: (file, metric, title, y-axis label).
-const KINDS: &[(&str, &str, &str, &str)] = &[
+const KINDS: &[(&str, Metric, &str, &str)] = &[
     (
         "ttft.svg",
-        "ttft_s",
+        Metric::Ttft,
         "TTFT against context length",
         "TTFT (s)",
     ),
     (
         "prefill.svg",
-        "prefill_tok_s",
+        Metric::Prefill,
         "Prefill speed against context length",
         "prefill (tok/s)",
     ),
     (
         "decode.svg",
-        "decode_tok_s",
+        Metric::Decode,
         "Decode speed against context length",
         "decode (tok/s)",
     ),
@@ -129,6 +130,7 @@ pub fn charts(model: &ReportModel) -> Vec<Chart> {
     KINDS
         .iter()
         .filter_map(|&(file, metric, title, y_label)| {
+            let metric = metric.name();
             let mut series: Vec<Series> = Vec::new();
             for ((_, row), label) in rows.iter().zip(&labels) {
                 let Some(point) = chart_point(row, metric) else {
@@ -405,7 +407,7 @@ fn context_axis(xs: impl Iterator<Item = f64>) -> Option<(std::ops::Range<f64>, 
 
 /// A y tick label: three significant digits without trailing zeros (`0.5`, `1`, `12.5`).
 fn value_label(v: f64) -> String {
-    let text = super::format::sig3(v);
+    let text = crate::text::sig3(v);
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {

@@ -10,12 +10,15 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::results::meta::{RunMeta, RunStatus};
+use crate::results::meta::RunMeta;
 use crate::results::records::{PointRecord, Stat};
 use crate::results::rundir::{RunDir, RunDirError};
 
 use super::model::{metric_def, value_text};
 use super::{ReportError, render_named};
+pub use crate::catalog::Direction;
+use crate::catalog::Metric;
+use crate::text::plain as num;
 
 /// The compare template, compiled into the binary.
 pub const COMPARE_TEMPLATE: &str = include_str!("../../reports/templates/compare.md.j2");
@@ -25,21 +28,6 @@ pub const COMPARE_TEMPLATE_NAME: &str = "compare.md.j2";
 
 /// Version of [`CompareModel`]; bumped when a field changes meaning or is removed.
 pub const COMPARE_MODEL_VERSION: u32 = 1;
-
-/// Metrics compared, in order; a metric no shared point measured is left out.
-const COMPARED: [&str; 7] = [
-    "ttft_s",
-    "prefill_tok_s",
-    "decode_tok_s",
-    "tpot_s",
-    "itl_s",
-    "e2e_s",
-    "queue_delay_s",
-];
-
-/// Flags that describe a point's spread rather than doubt its numbers: such points are still
-/// compared.
-const INFORMATIONAL_FLAGS: [&str; 1] = ["high-variance"];
 
 /// One run directory, read.
 #[derive(Debug, Clone)]
@@ -65,25 +53,10 @@ pub fn load(path: &Path) -> Result<LoadedRun, RunDirError> {
     })
 }
 
-/// Whether a smaller or a larger value of a metric is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    /// Times (`*_s`).
-    Lower,
-    /// Rates (`*_tok_s`).
-    Higher,
-}
-
-/// The direction of a metric by its name; None for counts, which are never judged.
+/// The direction of a metric by its name; None for counts (never judged) and names the
+/// catalogue does not know.
 pub fn direction(metric: &str) -> Option<Direction> {
-    if metric.ends_with("_tok_s") {
-        Some(Direction::Higher)
-    } else if metric.ends_with("_s") {
-        Some(Direction::Lower)
-    } else {
-        None
-    }
+    Metric::from_name(metric).and_then(Metric::direction)
 }
 
 /// What a change means.
@@ -167,12 +140,6 @@ pub fn decide(
         change_pct,
         reason,
     }
-}
-
-/// A number as written: `5`, `2.5`.
-fn num(x: f64) -> String {
-    let s = format!("{x}");
-    s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
 }
 
 /// Everything the compare template sees.
@@ -399,12 +366,13 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         not_compared: points.iter().filter(|p| !p.problems.is_empty()).count(),
         ..Summary::default()
     };
-    let metrics = COMPARED
-        .iter()
+    // A metric no shared point measured is left out.
+    let metrics = Metric::compared()
+        .map(Metric::name)
         .filter(|m| {
             shared_records
                 .iter()
-                .any(|recs| recs.iter().any(|p| p.metrics.contains_key(**m)))
+                .any(|recs| recs.iter().any(|p| p.metrics.contains_key(*m)))
         })
         .map(|m| metric_table(m, &points, &shared_records, threshold_pct, &mut summary))
         .collect();
@@ -421,7 +389,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 path: r.path.display().to_string(),
                 name: r.meta.experiment.name.clone(),
                 started_at: r.meta.started_at.clone(),
-                status: status_name(r.meta.status).to_string(),
+                status: r.meta.status.to_string(),
                 points: r.points.len(),
             })
             .collect(),
@@ -448,15 +416,6 @@ fn run_label(i: usize) -> String {
         char::from(b'A' + i as u8).to_string()
     } else {
         format!("R{}", i + 1)
-    }
-}
-
-fn status_name(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Running => "running",
-        RunStatus::Complete => "complete",
-        RunStatus::Incomplete => "incomplete",
-        RunStatus::Failed => "failed",
     }
 }
 
@@ -520,8 +479,8 @@ fn problems(run: &str, p: &PointRecord) -> Vec<PointProblem> {
     let mut out: Vec<PointProblem> = p
         .flags
         .iter()
-        .filter(|f| !INFORMATIONAL_FLAGS.contains(&f.kind.as_str()))
-        .map(|f| problem(&f.kind, f.message.clone()))
+        .filter(|f| !f.kind.is_informational())
+        .map(|f| problem(f.kind.name(), f.message.clone()))
         .collect();
     if p.ok == 0 {
         out.push(problem(

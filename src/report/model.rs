@@ -6,87 +6,13 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::charts::{self, ChartLink};
+use crate::catalog::{FlagKind, Method, Metric};
 use crate::results::meta::{RunMeta, RunStatus, ServerLaunch};
-use crate::results::records::{PointRecord, RequestRecord, RequestRole, Stat, TokenSource};
-use crate::spec::types::{Api, CachePolicy, Engine, PromptSpec};
+use crate::results::records::{PointRecord, RequestRecord, RequestRole, Stat};
+use crate::spec::types::PromptSpec;
 
 /// Version of this data model; bumped when a field changes meaning or is removed.
 pub const MODEL_VERSION: u32 = 1;
-
-/// The metrics a point may carry, in report order: (name, label, display unit, definition).
-/// Times are stored in seconds; ITL and ICL are displayed in milliseconds.
-const METRICS: &[(&str, &str, &str, &str)] = &[
-    (
-        "ttft_s",
-        "TTFT",
-        "s",
-        "Time to first token: from send to the first chunk carrying at least one output token.",
-    ),
-    (
-        "prefill_tok_s",
-        "prefill",
-        "tok/s",
-        "(prompt_tokens - cached_tokens) / TTFT.",
-    ),
-    (
-        "decode_tok_s",
-        "decode",
-        "tok/s",
-        "(completion_tokens - tokens in the first chunk) / (last token time - first token time).",
-    ),
-    (
-        "tpot_s",
-        "TPOT",
-        "s/tok",
-        "Time per output token: (E2E - TTFT) / (completion_tokens - 1).",
-    ),
-    (
-        "itl_s",
-        "ITL",
-        "ms",
-        "Inter-token latency, token-normalised: each chunk's gap divided evenly over the tokens it \
-         carries, so speculative decoding (several tokens per chunk) does not distort it.",
-    ),
-    (
-        "icl_s",
-        "ICL",
-        "ms",
-        "Inter-chunk latency: the raw gap between consecutive chunks.",
-    ),
-    (
-        "e2e_s",
-        "E2E",
-        "s",
-        "End to end: from send to the end of the stream.",
-    ),
-    (
-        "queue_delay_s",
-        "queue delay",
-        "s",
-        "Load runs: from the scheduled send time to the actual send time.",
-    ),
-    (
-        "prompt_tokens",
-        "prompt tokens",
-        "tok",
-        "Prompt tokens as counted by the server.",
-    ),
-    (
-        "cached_tokens",
-        "cached tokens",
-        "tok",
-        "Prompt tokens served from the server's prefix cache, as reported by the server.",
-    ),
-    (
-        "completion_tokens",
-        "output tokens",
-        "tok",
-        "Output tokens as counted by the server.",
-    ),
-];
-
-/// Metrics every point shows in its detail table even when absent (as `—`).
-const CORE_METRICS: usize = 7;
 
 /// Everything a report template sees.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -497,11 +423,11 @@ pub fn build_model(
     let engine = if exp.server.url.is_some() {
         "external".to_string()
     } else {
-        engine_name(exp.server.engine).to_string()
+        exp.server.engine.to_string()
     };
     let mut token_sources: Vec<String> = Vec::new();
     for r in requests.iter().filter(|r| r.role.is_measured()) {
-        let s = token_source_name(r.token_source).to_string();
+        let s = r.token_source.to_string();
         if !token_sources.contains(&s) {
             token_sources.push(s);
         }
@@ -512,7 +438,7 @@ pub fn build_model(
         title: exp.name.clone(),
         description: exp.description.trim().to_string(),
         run: RunInfo {
-            status: status_name(meta.status).to_string(),
+            status: meta.status.to_string(),
             complete: meta.status == RunStatus::Complete,
             status_reason: meta.status_reason.clone(),
             started_at: meta.started_at.clone(),
@@ -527,12 +453,12 @@ pub fn build_model(
             model: exp.server.model.clone(),
             host: exp.host.label(),
             external_url: exp.server.url.clone(),
-            api: api_name(exp.workload.api).to_string(),
+            api: exp.workload.api.to_string(),
             prompt: prompt_info(&exp.workload.prompt, points),
             output_tokens: exp.workload.output_tokens,
             ignore_eos: exp.workload.ignore_eos,
             temperature: exp.workload.temperature,
-            cache_policy: cache_policy_name(exp.cache.policy).to_string(),
+            cache_policy: exp.cache.policy.to_string(),
             cache_verify: exp.cache.verify,
             method: exp.method.name().to_string(),
             method_a: match exp.method.resolve() {
@@ -584,16 +510,19 @@ pub fn build_model(
     model
 }
 
-/// The definition of a metric by name (`ttft_s`), None for a name the report does not know.
+/// The definition of a metric by name (`ttft_s`), None for a name the catalogue does not know.
 pub fn metric_def(name: &str) -> Option<MetricDef> {
-    METRICS
-        .iter()
-        .find(|(n, ..)| *n == name)
-        .map(|(_, label, unit, def)| MetricDef {
-            label: label.to_string(),
-            unit: unit.to_string(),
-            definition: def.to_string(),
-        })
+    Metric::from_name(name).map(|m| MetricDef::of(m, Method::Streaming, 0, 0))
+}
+
+impl MetricDef {
+    fn of(m: Metric, method: Method, a: u32, b: u32) -> MetricDef {
+        MetricDef {
+            label: m.label_for(method).to_string(),
+            unit: m.unit().to_string(),
+            definition: m.definition(method, a, b),
+        }
+    }
 }
 
 fn is_server_dim(name: &str) -> bool {
@@ -681,15 +610,14 @@ fn point_row(
         format!("{} ({})", p.id, dims.join(", "))
     };
 
-    let mut stats: IndexMap<String, Option<Stat>> = METRICS
-        .iter()
-        .take(CORE_METRICS)
-        .chain(METRICS.iter().skip(CORE_METRICS + 1))
-        .map(|(name, ..)| (name.to_string(), usable(p.metrics.get(*name))))
+    // Every streaming metric has a row, measured or not (shown as `—`).
+    let mut stats: IndexMap<String, Option<Stat>> = Metric::of_method(Method::Streaming)
+        .map(|m| (m.name().to_string(), usable(p.metrics.get(m.name()))))
         .collect();
     // Queue delay only matters for load runs; show it when recorded. Unknown metrics follow.
-    if let Some(q) = usable(p.metrics.get("queue_delay_s")) {
-        stats.insert("queue_delay_s".to_string(), Some(q));
+    let queue = Metric::QueueDelay.name();
+    if let Some(q) = usable(p.metrics.get(queue)) {
+        stats.insert(queue.to_string(), Some(q));
     }
     for (name, stat) in &p.metrics {
         if !stats.contains_key(name) {
@@ -700,13 +628,13 @@ fn point_row(
     let error_summary = error_summary(p, requests);
 
     // Flags from the record, plus warnings the record implies but did not flag itself.
-    let mut point_warnings: Vec<(String, String)> = p
+    let mut point_warnings: Vec<(FlagKind, String)> = p
         .flags
         .iter()
         .map(|f| (f.kind.clone(), f.message.clone()))
         .collect();
-    let has = |kind: &str, ws: &[(String, String)]| ws.iter().any(|(k, _)| k == kind);
-    if p.errors > 0 && !has("errors", &point_warnings) {
+    let has = |kind: &FlagKind, ws: &[(FlagKind, String)]| ws.iter().any(|(k, _)| k == kind);
+    if p.errors > 0 && !has(&FlagKind::Errors, &point_warnings) {
         let kinds: Vec<String> = error_summary
             .iter()
             .map(|e| format!("{} ×{}", e.kind, e.count))
@@ -717,11 +645,11 @@ fn point_row(
             msg.push_str(&format!(" ({})", kinds.join(", ")));
         }
         msg.push_str("; the statistics cover the successful ones only.");
-        point_warnings.push(("errors".to_string(), msg));
+        point_warnings.push((FlagKind::Errors, msg));
     }
-    if p.incomplete && !has("incomplete", &point_warnings) {
+    if p.incomplete && !has(&FlagKind::Incomplete, &point_warnings) {
         point_warnings.push((
-            "incomplete".to_string(),
+            FlagKind::Incomplete,
             "The point did not run to completion; its statistics cover fewer requests than \
              planned."
                 .to_string(),
@@ -735,13 +663,13 @@ fn point_row(
             .collect();
     for (kind, message) in &point_warnings {
         let n = warnings.len() + 1;
-        let cell = cell_for(kind);
+        let cell = kind.cell();
         marks.entry(cell.to_string()).or_default().push(n);
         warnings.push(Warning {
             n,
             point: p.id.clone(),
             label: label.clone(),
-            kind: kind.clone(),
+            kind: kind.to_string(),
             message: message.clone(),
             cell: cell.to_string(),
         });
@@ -777,91 +705,15 @@ fn point_row(
     }
 }
 
-/// The cell a warning's marker sits in: next to the number it casts doubt on.
-fn cell_for(kind: &str) -> &'static str {
-    match kind {
-        // A cache hit in a cold run (or a miss in a warm one) shows in the cached column, and
-        // makes TTFT and prefill speed wrong.
-        "cold-cache-hit" | "warm-cache-miss" => "cached",
-        "calibration" => "prompt_tok",
-        "cache-reuse-suspected" => "decode",
-        _ => "ok_err",
-    }
-}
-
 /// The definitions the report states, for the method that produced the numbers.
 fn metric_defs(method: crate::spec::types::Measure) -> IndexMap<String, MetricDef> {
-    let def = |label: &str, unit: &str, definition: &str| MetricDef {
-        label: label.to_string(),
-        unit: unit.to_string(),
-        definition: definition.to_string(),
+    let (method, a, b) = match method {
+        crate::spec::types::Measure::TwoPoint { a, b } => (Method::TwoPoint, a, b),
+        crate::spec::types::Measure::Streaming => (Method::Streaming, 0, 0),
     };
-    let mut defs: IndexMap<String, MetricDef> = METRICS
-        .iter()
-        .map(|(name, label, unit, d)| (name.to_string(), def(label, unit, d)))
-        .collect();
-    if let crate::spec::types::Measure::TwoPoint { a, b } = method {
-        let two_point = [
-            (
-                "ttft_s",
-                def(
-                    "TTFT",
-                    "s",
-                    &format!(
-                        "Time to first token of the first request of each pair (max_tokens {a})."
-                    ),
-                ),
-            ),
-            (
-                "prefill_tok_s",
-                def(
-                    "prefill",
-                    "tok/s",
-                    "(prompt_tokens - cached_tokens) / TTFT of the first request of each pair.",
-                ),
-            ),
-            (
-                "decode_tok_s",
-                def(
-                    "decode",
-                    "tok/s",
-                    &format!(
-                        "Two-point: (completion_b - completion_a) / (t_b - t_a), nominally ({b} - {a}) / (t_b - t_a). Left out for pairs whose second request skipped prefill."
-                    ),
-                ),
-            ),
-            (
-                "tpot_s",
-                def(
-                    "s/out_tok",
-                    "s/tok",
-                    "Two-point: (t_b - t_a) / (completion_b - completion_a).",
-                ),
-            ),
-            (
-                "t_a_s",
-                def(
-                    "t_a",
-                    "s",
-                    &format!("End-to-end time of the first request of a pair (max_tokens {a})."),
-                ),
-            ),
-            (
-                "t_b_s",
-                def(
-                    "t_b",
-                    "s",
-                    &format!(
-                        "End-to-end time of the second request of a pair (max_tokens {b}), same prompt."
-                    ),
-                ),
-            ),
-        ];
-        for (name, d) in two_point {
-            defs.insert(name.to_string(), d);
-        }
-    }
-    defs
+    Metric::shown_for(method)
+        .map(|m| (m.name().to_string(), MetricDef::of(m, method, a, b)))
+        .collect()
 }
 
 /// A stat with no samples is "not measured", not a row of zeros.
@@ -880,7 +732,7 @@ fn error_summary(p: &PointRecord, requests: &[RequestRecord]) -> Vec<ErrorSummar
     if kinds.is_empty() {
         for r in &failed {
             if let Some(e) = &r.error {
-                *kinds.entry(error_kind_name(e)).or_default() += 1;
+                *kinds.entry(e.kind.to_string()).or_default() += 1;
             }
         }
     }
@@ -888,7 +740,7 @@ fn error_summary(p: &PointRecord, requests: &[RequestRecord]) -> Vec<ErrorSummar
         let sample = failed
             .iter()
             .filter_map(|r| r.error.as_ref())
-            .find(|e| error_kind_name(e) == kind);
+            .find(|e| e.kind.to_string() == kind);
         out.push(ErrorSummary {
             kind,
             count,
@@ -897,13 +749,6 @@ fn error_summary(p: &PointRecord, requests: &[RequestRecord]) -> Vec<ErrorSummar
         });
     }
     out
-}
-
-fn error_kind_name(e: &crate::results::records::RequestError) -> String {
-    match serde_json::to_value(e.kind) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => format!("{:?}", e.kind),
-    }
 }
 
 fn unfinished_points(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<UnfinishedPoint> {
@@ -962,7 +807,7 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
         group: s.group.clone(),
         engine: s.engine.clone(),
         url: s.url.clone(),
-        command: s.command.as_ref().map(|argv| shell_join(argv)),
+        command: s.command.as_ref().map(|argv| crate::text::shell_join(argv)),
         args: s
             .args
             .iter()
@@ -990,23 +835,6 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
         log_file: s.log_file.clone(),
         dimension_values,
     }
-}
-
-/// Joins argv into one line a shell would split back the same way.
-fn shell_join(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            let plain = !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-            if plain {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
@@ -1070,44 +898,4 @@ fn seconds_between(start: &str, end: &str) -> Option<f64> {
     let end = chrono::DateTime::parse_from_rfc3339(end).ok()?;
     let ms = (end - start).num_milliseconds();
     (ms >= 0).then(|| ms as f64 / 1000.0)
-}
-
-fn status_name(s: RunStatus) -> &'static str {
-    match s {
-        RunStatus::Running => "running",
-        RunStatus::Complete => "complete",
-        RunStatus::Incomplete => "incomplete",
-        RunStatus::Failed => "failed",
-    }
-}
-
-fn engine_name(e: Engine) -> &'static str {
-    match e {
-        Engine::Sim => "sim",
-        Engine::Sglang => "sglang",
-    }
-}
-
-fn api_name(a: Api) -> &'static str {
-    match a {
-        Api::SglangGenerate => "sglang-generate",
-        Api::OpenaiCompletions => "openai-completions",
-        Api::OpenaiChat => "openai-chat",
-    }
-}
-
-fn cache_policy_name(c: CachePolicy) -> &'static str {
-    match c {
-        CachePolicy::Cold => "cold",
-        CachePolicy::Warm => "warm",
-        CachePolicy::AsIs => "as-is",
-    }
-}
-
-fn token_source_name(t: TokenSource) -> &'static str {
-    match t {
-        TokenSource::MetaInfo => "meta-info",
-        TokenSource::Usage => "usage",
-        TokenSource::ChunkCount => "chunk-count",
-    }
 }

@@ -120,7 +120,7 @@ fn judge(e: &Expectation, p: Option<&PointRecord>, label: &str, scale: f64) -> E
         r.what = format!("flag {flag}");
         let (verdict, ok, text) = match p {
             None => ("not-run", false, "point not run".to_string()),
-            Some(p) if p.flags.iter().any(|f| &f.kind == flag) => {
+            Some(p) if p.flags.iter().any(|f| f.kind.name() == flag.as_str()) => {
                 ("flagged", true, format!("flagged {flag}, as published"))
             }
             Some(_) => ("not-flagged", false, format!("not flagged {flag}")),
@@ -230,9 +230,14 @@ pub fn format_text(r: &Reproduction) -> String {
         let point = x.point.as_deref().unwrap_or("-");
         let numbers = match (x.expected, x.measured) {
             (Some(e), Some(m)) => {
-                format!(": measured {}, expected {} {}", sig(m), sig(e), x.tolerance)
+                format!(
+                    ": measured {}, expected {} {}",
+                    crate::text::precise(m),
+                    crate::text::precise(e),
+                    x.tolerance
+                )
             }
-            (Some(e), None) => format!(": expected {} {}", sig(e), x.tolerance),
+            (Some(e), None) => format!(": expected {} {}", crate::text::precise(e), x.tolerance),
             _ => String::new(),
         };
         out.push_str(&format!(
@@ -251,25 +256,9 @@ pub fn format_text(r: &Reproduction) -> String {
     out
 }
 
-fn sig(x: f64) -> String {
-    if x.abs() >= 100.0 {
-        format!("{x:.1}")
-    } else if x.abs() >= 1.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.4}")
-    }
-}
-
 /// How a published value moves with the simulator's time scale: times shrink, rates grow.
 fn scale_factor(metric: &str, scale: f64) -> f64 {
-    if metric.ends_with("_tok_s") {
-        1.0 / scale
-    } else if metric.ends_with("_s") {
-        scale
-    } else {
-        1.0
-    }
+    crate::catalog::Metric::from_name(metric).map_or(1.0, |m| m.scaling().factor(scale))
 }
 
 /// The simulator's time scale, from the recorded `/server_info` (1 for real servers).
@@ -373,7 +362,7 @@ mod tests {
         let e = expectation("{ flag: cache-reuse-suspected }");
         assert_eq!(judge(&e, Some(&q), "", 1.0).verdict, "not-flagged");
         q.flags.push(Flag {
-            kind: "cache-reuse-suspected".into(),
+            kind: crate::catalog::FlagKind::CacheReuseSuspected,
             message: String::new(),
         });
         assert!(judge(&e, Some(&q), "", 1.0).ok);

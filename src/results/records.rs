@@ -5,11 +5,15 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::FlagKind;
 use crate::spec::types::Api;
 
 /// What a request was for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum RequestRole {
     /// A measured sample.
     Measure,
@@ -39,8 +43,11 @@ pub struct Chunk {
 }
 
 /// Where token counts came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum TokenSource {
     /// SGLang native `meta_info` (`prompt_tokens`, `completion_tokens`, `cached_tokens`).
     MetaInfo,
@@ -51,8 +58,20 @@ pub enum TokenSource {
 }
 
 /// Why a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum ErrorKind {
     /// Non-2xx HTTP status (the server's message is kept).
     Http,
@@ -179,10 +198,26 @@ pub enum CiMethod {
 /// A validity flag on a point, shown next to its numbers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flag {
-    /// Machine-readable kind: `cold-cache-hit`, `warm-cache-miss`, `errors`, `calibration`, ...
-    pub kind: String,
+    /// What kind of doubt (see the catalogue): `cold-cache-hit`, `errors`, `calibration`, ...
+    pub kind: FlagKind,
     /// What happened and what it means for the numbers.
     pub message: String,
+}
+
+impl Flag {
+    pub fn new(kind: FlagKind, message: impl Into<String>) -> Flag {
+        Flag {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl PointRecord {
+    /// True when the point carries a flag of `kind`.
+    pub fn has_flag(&self, kind: &FlagKind) -> bool {
+        self.flags.iter().any(|f| &f.kind == kind)
+    }
 }
 
 /// One finished point: aggregates and flags, one line of `points.jsonl`.

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::plan::Plan;
 use crate::results::meta::{RunMeta, RunStatus};
@@ -21,6 +22,7 @@ use crate::results::records::{Flag, PointRecord};
 use crate::results::rundir::RunDir;
 use crate::spec::LoadedSpec;
 use crate::spec::types::{ClientPlacement, OnFailure};
+use crate::text::{first_line, last_lines};
 
 use point::PointRunner;
 use progress::Progress;
@@ -351,7 +353,7 @@ async fn run_plan(
     {
         progress.line(&format!(
             "estimate: ~{} from {}",
-            crate::report::format::fmt_duration(est.total_s()),
+            crate::text::duration(est.total_s()),
             est.source
         ));
         progress.set_estimate(&est);
@@ -397,7 +399,7 @@ async fn run_plan(
                     progress.line(&format!("{}: {msg}", group.id));
                     problems.push(format!("{}: {}", group.id, first_line(&msg)));
                     for p in pending.by_ref() {
-                        let mut record = failed_point(p, &group.id, "server-failed", &msg);
+                        let mut record = failed_point(p, &group.id, FlagKind::ServerFailed, &msg);
                         record.failure = e.cause_label();
                         append_point(&run_dir, &progress, &record)?;
                     }
@@ -563,7 +565,7 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
             append_point(
                 cx.run_dir,
                 cx.progress,
-                &failed_point(point, cx.group, "skipped", &msg),
+                &failed_point(point, cx.group, FlagKind::Skipped, &msg),
             )?;
             continue;
         }
@@ -581,14 +583,14 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                         append_point(
                             cx.run_dir,
                             cx.progress,
-                            &failed_point(point, cx.group, "agent-failed", &msg),
+                            &failed_point(point, cx.group, FlagKind::AgentFailed, &msg),
                         )?;
                         problems.push(format!("{}: {msg}", point.id));
                         for p in pending.by_ref() {
                             append_point(
                                 cx.run_dir,
                                 cx.progress,
-                                &failed_point(p, cx.group, "agent-failed", &msg),
+                                &failed_point(p, cx.group, FlagKind::AgentFailed, &msg),
                             )?;
                         }
                         break LaunchEnd::Finished;
@@ -613,7 +615,7 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
             runner.measure(&client, point, cx.group).await
         };
         let mut record = outcome.record;
-        let agent_lost = record.flags.iter().any(|f| f.kind == "agent-lost");
+        let agent_lost = record.has_flag(&FlagKind::AgentLost);
         if agent_lost && let Some(a) = agent.take() {
             a.close().await;
         }
@@ -623,7 +625,7 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                 || ["connect", "reset", "incomplete"]
                     .iter()
                     .any(|k| record.error_kinds.contains_key(*k))
-                || record.flags.iter().any(|f| f.kind == "calibration-failed"));
+                || record.has_flag(&FlagKind::CalibrationFailed));
         let grace = if suspicious {
             Duration::from_secs(3)
         } else {
@@ -637,10 +639,10 @@ async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                 cause.label(),
                 cause.explain()
             );
-            record.flags.push(Flag {
-                kind: "server-crashed".into(),
-                message: format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
-            });
+            record.flags.push(Flag::new(
+                FlagKind::ServerCrashed,
+                format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
+            ));
             record.incomplete = true;
             record.failure = Some(cause.label().to_string());
             problems.push(format!("{}: {msg}", record.id));
@@ -777,7 +779,7 @@ fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types
 }
 
 /// A point that produced no measurement: flagged with `kind` and marked incomplete.
-fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> PointRecord {
+fn failed_point(p: &crate::spec::Point, group: &str, kind: FlagKind, msg: &str) -> PointRecord {
     PointRecord {
         id: p.id.clone(),
         values: p.values.clone(),
@@ -787,10 +789,7 @@ fn failed_point(p: &crate::spec::Point, group: &str, kind: &str, msg: &str) -> P
         errors: 0,
         error_kinds: Default::default(),
         metrics: Default::default(),
-        flags: vec![Flag {
-            kind: kind.into(),
-            message: msg.to_string(),
-        }],
+        flags: vec![Flag::new(kind, msg)],
         incomplete: true,
         failure: None,
         wall: None,
@@ -814,32 +813,11 @@ fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
     })
 }
 
-/// The engine as specs write it.
-pub fn engine_name(e: crate::spec::types::Engine) -> &'static str {
-    match e {
-        crate::spec::types::Engine::Sim => "sim",
-        crate::spec::types::Engine::Sglang => "sglang",
-    }
-}
-
 fn server_label(s: &crate::spec::types::Server) -> String {
     match &s.url {
         Some(u) => format!("external {u}"),
-        None => format!(
-            "{} {}",
-            engine_name(s.engine),
-            s.model.as_deref().unwrap_or("")
-        )
-        .trim()
-        .to_string(),
+        None => format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))
+            .trim()
+            .to_string(),
     }
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or(s)
-}
-
-fn last_lines(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }

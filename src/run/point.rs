@@ -10,10 +10,10 @@ use indexmap::IndexMap;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::catalog::FlagKind;
 use crate::client::{Client, FlushOutcome, GenerationRequest};
-use crate::measure::{metrics, twopoint, verify};
 use crate::prompt::{Calibrated, Calibrator, PromptSource, TextGenerator, nonce};
-use crate::results::records::{Flag, PointRecord, RequestRecord, RequestRole, Stat};
+use crate::results::records::{Flag, PointRecord, RequestRecord, RequestRole};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::spec::types::{ArgValue, CachePolicy, Experiment, Measure};
@@ -51,11 +51,13 @@ pub struct PointOutcome {
 
 impl PointOutcome {
     /// A point that could not send its measured requests: flagged and marked incomplete.
-    fn abandoned(mut record: PointRecord, kind: &str, message: String, interrupted: bool) -> Self {
-        record.flags.push(Flag {
-            kind: kind.into(),
-            message,
-        });
+    fn abandoned(
+        mut record: PointRecord,
+        kind: FlagKind,
+        message: String,
+        interrupted: bool,
+    ) -> Self {
+        record.flags.push(Flag::new(kind, message));
         record.incomplete = true;
         PointOutcome {
             record,
@@ -126,7 +128,7 @@ impl PointRunner {
             failure: None,
             wall: None,
         };
-        self.progress.point_started(&point_label(point));
+        self.progress.point_started(&point.label());
 
         let source = match prompts {
             Some(list) => Ok(PromptSource::Fixed(list)),
@@ -134,7 +136,7 @@ impl PointRunner {
         };
         let source = match source {
             Ok(s) => s,
-            Err(e) => return PointOutcome::abandoned(record, "prompt-error", e, false),
+            Err(e) => return PointOutcome::abandoned(record, FlagKind::PromptError, e, false),
         };
         record.requested_prompt_tokens = source.target_tokens();
         let model = request_model(exp);
@@ -158,7 +160,7 @@ impl PointRunner {
                         let interrupted = self.interrupt.is_set();
                         return PointOutcome::abandoned(
                             record,
-                            "calibration-failed",
+                            FlagKind::CalibrationFailed,
                             e,
                             interrupted,
                         );
@@ -187,7 +189,7 @@ impl PointRunner {
                 && let Err(e) = flush(client, &self.interrupt).await
             {
                 flags.push(Flag {
-                    kind: "flush-failed".into(),
+                    kind: FlagKind::FlushFailed,
                     message: e,
                 });
             }
@@ -253,89 +255,15 @@ impl PointRunner {
             }
         }
 
-        let two_point = matches!(exp.method.resolve(), Measure::TwoPoint { .. });
-        // Two-point: the cache policy is verified on the first requests; the second ones are
-        // judged by the pair (a cached second request is the failure the method must show).
-        let refs: Vec<&RequestRecord> = measured
-            .iter()
-            .filter(|r| !two_point || r.role == RequestRole::TwoPointA)
-            .collect();
-        let verdict = if exp.cache.verify {
-            verify::verify(exp.cache.policy, &refs)
-        } else {
-            verify::Verdict::default()
-        };
-        let clean: Vec<&RequestRecord> = refs
-            .iter()
-            .enumerate()
-            .filter(|(i, r)| r.error.is_none() && !verdict.contaminated.contains(i))
-            .map(|(_, r)| *r)
-            .collect();
-        // Every measured request counts here, both of a two-point pair.
-        let sent: Vec<&RequestRecord> = measured.iter().collect();
-        record.ok = sent.iter().filter(|r| r.error.is_none()).count();
-        record.errors = sent.len() - record.ok;
-        for r in &sent {
-            if let Some(e) = &r.error {
-                let kind = serde_json::to_value(e.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default();
-                *record.error_kinds.entry(kind).or_default() += 1;
-            }
-        }
-        if record.errors > 0 {
-            let first = sent
-                .iter()
-                .find_map(|r| r.error.as_ref())
-                .map(|e| e.message.clone())
-                .unwrap_or_default();
-            let kinds: Vec<String> = record
-                .error_kinds
-                .iter()
-                .map(|(k, n)| format!("{n} {k}"))
-                .collect();
-            flags.push(Flag {
-                kind: "errors".into(),
-                message: format!(
-                    "{} of {} requests failed ({}); first: {}",
-                    record.errors,
-                    sent.len(),
-                    kinds.join(", "),
-                    truncate(&first, 300)
-                ),
-            });
-        }
-        flags.extend(verdict.flags);
-        record.metrics = if clean.is_empty() {
-            IndexMap::new()
-        } else if two_point {
-            let pairs = pairs_of(&clean, &measured);
-            let (stats, pair_flags) = twopoint::aggregate_pairs(&pairs);
-            flags.extend(pair_flags);
-            stats
-        } else {
-            metrics::aggregate(&clean)
-        };
-        // At concurrency > 1 per-request spread is queueing by design (the first request waits
-        // for nobody, the last for everyone): only a single stream's spread is noise.
-        if exp.concurrency == 1 {
-            flags.extend(crate::measure::spread::spread_flags(&record.metrics));
-        }
-        record.flags = flags;
-        let expected = exp.repeat as usize * exp.requests as usize;
-        record.incomplete = interrupted || refs.len() < expected;
-        if interrupted {
-            record.flags.push(Flag {
-                kind: "interrupted".into(),
-                message: format!(
-                    "interrupted: {} of {expected} requests finished",
-                    refs.len()
-                ),
-            });
-        }
+        let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
+        record.ok = summary.ok;
+        record.errors = summary.errors;
+        record.error_kinds = summary.error_kinds;
+        record.metrics = summary.metrics;
+        record.flags = summary.flags;
+        record.incomplete = summary.incomplete;
         self.progress
-            .point_finished(&point.id, &point_summary(point, &record));
+            .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {
             record,
             interrupted,
@@ -345,7 +273,7 @@ impl PointRunner {
     fn append(&self, rec: &RequestRecord, flags: &mut Vec<Flag>) {
         if let Err(e) = (self.sink)(rec) {
             flags.push(Flag {
-                kind: "write-failed".into(),
+                kind: FlagKind::WriteFailed,
                 message: format!("could not write requests.jsonl: {e}"),
             });
         }
@@ -447,7 +375,7 @@ impl PointRunner {
                     && let Err(e) = flush(client, &self.interrupt).await
                 {
                     flags.push(Flag {
-                        kind: "flush-failed".into(),
+                        kind: FlagKind::FlushFailed,
                         message: e,
                     });
                 }
@@ -523,7 +451,7 @@ impl PointRunner {
             }
         };
         let flag = (!cal.within_tolerance).then(|| Flag {
-            kind: "calibration".into(),
+            kind: FlagKind::Calibration,
             message: format!(
                 "prompt calibration reached {} tokens for a target of {target} ({:+.1}%) after {} attempts",
                 cal.actual_tokens,
@@ -533,27 +461,6 @@ impl PointRunner {
         });
         Ok((generator.text(cal.chars), flag))
     }
-}
-
-/// Pairs each clean first request with its second request (same round and index), when that
-/// one succeeded too.
-fn pairs_of<'a>(
-    clean_a: &[&'a RequestRecord],
-    all: &'a [RequestRecord],
-) -> Vec<(&'a RequestRecord, &'a RequestRecord)> {
-    clean_a
-        .iter()
-        .filter_map(|a| {
-            all.iter()
-                .find(|b| {
-                    b.role == RequestRole::TwoPointB
-                        && b.round == a.round
-                        && b.index == a.index
-                        && b.error.is_none()
-                })
-                .map(|b| (*a, b))
-        })
-        .collect()
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model.
@@ -590,7 +497,7 @@ async fn flush(client: &Client, interrupt: &Interrupt) -> Result<(), String> {
                     return Err(format!(
                         "/flush_cache kept answering 400 for {:?} ({}); the point ran without a flush",
                         FLUSH_RETRY_FOR,
-                        truncate(&text, 100)
+                        crate::text::truncate(&text, 100)
                     ));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -602,50 +509,4 @@ async fn flush(client: &Client, interrupt: &Interrupt) -> Result<(), String> {
             }
         }
     }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}…", &s[..cut])
-}
-
-/// `p003 ctx=8192 chunked-prefill-size=4096`.
-pub fn point_label(point: &Point) -> String {
-    let mut s = point.id.clone();
-    for (k, v) in &point.values {
-        let k = k.rsplit('.').next().unwrap_or(k);
-        s.push_str(&format!(" {k}={}", v.to_string().trim_matches('"')));
-    }
-    s
-}
-
-fn mean(metrics: &IndexMap<String, Stat>, name: &str) -> Option<f64> {
-    metrics.get(name).filter(|s| s.count > 0).map(|s| s.mean)
-}
-
-/// One line per finished point for the terminal.
-pub fn point_summary(point: &Point, r: &PointRecord) -> String {
-    let mut s = format!("{}: {} ok, {} err", point_label(point), r.ok, r.errors);
-    if let Some(v) = mean(&r.metrics, "prompt_tokens") {
-        s.push_str(&format!(" · prompt {v:.0} tok"));
-    }
-    if let Some(v) = mean(&r.metrics, "ttft_s") {
-        s.push_str(&format!(" · TTFT {v:.3} s"));
-    }
-    if let Some(v) = mean(&r.metrics, "prefill_tok_s") {
-        s.push_str(&format!(" · prefill {v:.0} tok/s"));
-    }
-    if let Some(v) = mean(&r.metrics, "decode_tok_s") {
-        s.push_str(&format!(" · decode {v:.1} tok/s"));
-    }
-    for f in &r.flags {
-        s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
-    }
-    s
 }

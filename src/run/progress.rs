@@ -12,8 +12,11 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::catalog::Metric;
 use crate::plan::estimate::Estimate;
-use crate::report::format::fmt_duration;
+use crate::results::records::PointRecord;
+use crate::spec::Point;
+use crate::text::duration as fmt_duration;
 
 /// Time left, from a plan estimate corrected by the run so far.
 #[derive(Debug, Clone)]
@@ -234,6 +237,33 @@ impl Progress {
             b.finish_and_clear();
         }
     }
+}
+
+/// One line per finished point for the terminal: counts, headline means, then each flag.
+pub fn point_line(point: &Point, r: &PointRecord) -> String {
+    let mean = |m: Metric| {
+        r.metrics
+            .get(m.name())
+            .filter(|s| s.count > 0)
+            .map(|s| s.mean)
+    };
+    let mut s = format!("{}: {} ok, {} err", point.label(), r.ok, r.errors);
+    if let Some(v) = mean(Metric::PromptTokens) {
+        s.push_str(&format!(" · prompt {v:.0} tok"));
+    }
+    if let Some(v) = mean(Metric::Ttft) {
+        s.push_str(&format!(" · TTFT {v:.3} s"));
+    }
+    if let Some(v) = mean(Metric::Prefill) {
+        s.push_str(&format!(" · prefill {v:.0} tok/s"));
+    }
+    if let Some(v) = mean(Metric::Decode) {
+        s.push_str(&format!(" · decode {v:.1} tok/s"));
+    }
+    for f in &r.flags {
+        s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
+    }
+    s
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
+use crate::catalog::FlagKind;
 use crate::host::ssh::{self, HostKeyCheck, PipedChild, RemoteProcess, SshHost, SshTarget};
 
 use crate::results::rundir::RunDir;
@@ -317,10 +318,7 @@ impl AgentSession {
                     t.push_str(&line);
                     t.push('\n');
                     if t.len() > STDERR_TAIL {
-                        let mut cut = t.len() - STDERR_TAIL;
-                        while !t.is_char_boundary(cut) {
-                            cut += 1;
-                        }
+                        let cut = crate::text::ceil_char_boundary(&t, t.len() - STDERR_TAIL);
                         t.drain(..cut);
                     }
                 }
@@ -352,7 +350,7 @@ impl AgentSession {
             values: req.values.clone(),
             experiment: req.experiment.clone(),
         };
-        progress.point_started(&super::point::point_label(&point));
+        progress.point_started(&point.label());
         let mut received = 0usize;
         let sent = match (self.stdin.as_mut(), serde_json::to_string(&req)) {
             (Some(stdin), Ok(line)) => {
@@ -439,16 +437,16 @@ impl AgentSession {
                     }) => {
                         if let Some((n, first)) = &garbled {
                             // A line we could not read may have been a request record.
-                            point.flags.push(crate::results::records::Flag {
-                                kind: "agent-garbled".into(),
-                                message: format!(
+                            point.flags.push(crate::results::records::Flag::new(
+                                FlagKind::AgentGarbled,
+                                format!(
                                     "{n} line(s) from the host's agent were not servebench records and were skipped (first: {first}); requests.jsonl may lack a request this point counted"
                                 ),
-                            });
+                            ));
                         }
                         progress.point_finished(
                             &req.id,
-                            &super::point::point_summary(&point_of(&req), &point),
+                            &super::progress::point_line(&point_of(&req), &point),
                         );
                         return PointOutcome {
                             record: point,
@@ -528,7 +526,7 @@ fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
     let message =
         format!("{why}; {received} request record(s) arrived and are kept in requests.jsonl");
     PointOutcome {
-        record: super::failed_point(&point_of(req), &req.group, "agent-lost", &message),
+        record: super::failed_point(&point_of(req), &req.group, FlagKind::AgentLost, &message),
         interrupted: false,
     }
 }

@@ -69,7 +69,9 @@ impl ServerError {
     pub fn cause_label(&self) -> Option<String> {
         match self {
             ServerError::DiedAtStart { cause, .. } => Some(cause.clone()),
-            ServerError::NotReady { .. } => Some("ready-timeout".into()),
+            ServerError::NotReady { .. } => {
+                Some(crate::catalog::Failure::ReadyTimeout.name().into())
+            }
             _ => None,
         }
     }
@@ -272,13 +274,9 @@ impl ServerHandle {
             });
         }
         let effective = with_env_refs_expanded(server).map_err(ServerError::Spawn)?;
-        let engine_name = match server.engine {
-            Engine::Sim => "sim",
-            Engine::Sglang => "sglang",
-        };
         let mut record = ServerLaunch {
             group: group.to_string(),
-            engine: engine_name.into(),
+            engine: server.engine.to_string(),
             args: redacted_args(server),
             env: redacted_env(server),
             log_file: log_path

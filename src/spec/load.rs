@@ -49,6 +49,19 @@ pub struct Point {
     pub experiment: Experiment,
 }
 
+impl Point {
+    /// `p003 ctx=8192 chunked-prefill-size=4096`: the id and each sweep value, dotted
+    /// dimensions by their last part.
+    pub fn label(&self) -> String {
+        let mut s = self.id.clone();
+        for (k, v) in &self.values {
+            let k = k.rsplit('.').next().unwrap_or(k);
+            s.push_str(&format!(" {k}={}", v.to_string().trim_matches('"')));
+        }
+        s
+    }
+}
+
 /// Reads, parses, validates and expands a spec file, reporting all errors at once.
 pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
     let file = path.display().to_string();
@@ -281,24 +294,17 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
 
 /// Metrics an expectation may name: a point's aggregates under either method, each once.
 pub fn expectable_metrics() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = crate::measure::metrics::STREAMING_METRICS.to_vec();
-    for m in crate::measure::twopoint::TWO_POINT_METRICS {
+    use crate::catalog::{Method, Metric};
+    let mut names: Vec<&'static str> = Metric::of_method(Method::Streaming)
+        .map(Metric::name)
+        .collect();
+    for m in Metric::of_method(Method::TwoPoint).map(Metric::name) {
         if !names.contains(&m) {
             names.push(m);
         }
     }
     names
 }
-
-/// Failure causes an expectation may name (the crash classes).
-pub const EXPECTABLE_FAILURES: [&str; 6] = [
-    "out-of-memory",
-    "kv-pool-too-small",
-    "port-in-use",
-    "startup-error",
-    "ready-timeout",
-    "unknown",
-];
 
 fn method_checks(raw: &Value) -> Vec<Problem> {
     let Some(m) = raw.get("method").and_then(Value::as_object) else {
@@ -410,13 +416,40 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
             }
         }
         if let Some(f) = e.get("failure").and_then(Value::as_str)
-            && !EXPECTABLE_FAILURES.contains(&f)
+            && crate::catalog::Failure::from_name(f).is_none()
+            && !f.contains("{{")
         {
+            let names: Vec<&str> = crate::catalog::Failure::names().collect();
             problems.push(Problem {
                 pointer: push_pointer(&at, "failure"),
                 target: Target::Value,
                 message: format!("unknown failure cause `{f}`"),
-                hint: Some(format!("one of {}", EXPECTABLE_FAILURES.join(", "))),
+                hint: Some(
+                    match super::diagnostics::did_you_mean(f, names.iter().copied()) {
+                        Some(d) => d,
+                        None => format!("one of {}", names.join(", ")),
+                    },
+                ),
+            });
+        }
+        if let Some(f) = e.get("flag").and_then(Value::as_str)
+            && matches!(
+                crate::catalog::FlagKind::from_name(f),
+                crate::catalog::FlagKind::Other(_)
+            )
+            && !f.contains("{{")
+        {
+            let names: Vec<&str> = crate::catalog::FlagKind::names().collect();
+            problems.push(Problem {
+                pointer: push_pointer(&at, "flag"),
+                target: Target::Value,
+                message: format!("unknown flag `{f}`"),
+                hint: Some(
+                    match super::diagnostics::did_you_mean(f, names.iter().copied()) {
+                        Some(d) => d,
+                        None => format!("one of {}", names.join(", ")),
+                    },
+                ),
             });
         }
     }

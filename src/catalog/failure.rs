@@ -1,0 +1,86 @@
+//! The failure catalogue: why a server could not serve a point, as recorded on the point
+//! (`failure`) and named by `expect: failure:`.
+
+/// Why a server failed during (or before) a point. Classified from its log by the engine's
+/// adapter, or from how the wait for it ended.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr, strum::Display, strum::EnumIter,
+)]
+#[strum(serialize_all = "kebab-case")]
+pub enum Failure {
+    /// Out of (GPU) memory while serving.
+    OutOfMemory,
+    /// The KV cache pool did not fit at start-up.
+    KvPoolTooSmall,
+    /// The port was taken.
+    PortInUse,
+    /// The server rejected its arguments or could not import a module.
+    StartupError,
+    /// Not ready within `server.ready_timeout`.
+    ReadyTimeout,
+    /// The server exited for a reason its log does not tell.
+    Unknown,
+}
+
+impl Failure {
+    /// Every cause's name, in catalogue order.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        <Failure as strum::IntoEnumIterator>::iter().map(Failure::name)
+    }
+
+    /// The cause named `name` (`out-of-memory`).
+    pub fn from_name(name: &str) -> Option<Failure> {
+        <Failure as strum::IntoEnumIterator>::iter().find(|f| f.name() == name)
+    }
+
+    /// The kebab-case name points and specs use.
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+
+    /// The name, as the crash classifier has always called it.
+    pub fn label(&self) -> &'static str {
+        (*self).into()
+    }
+
+    /// What it means and what to try.
+    pub fn explain(&self) -> &'static str {
+        match self {
+            Failure::OutOfMemory => {
+                "CUDA out of memory while serving: lower --mem-fraction-static, or use a smaller --chunked-prefill-size"
+            }
+            Failure::KvPoolTooSmall => {
+                "not enough memory for the KV cache pool at start-up: increase --mem-fraction-static"
+            }
+            Failure::PortInUse => "the port is already in use: omit server.port to pick a free one",
+            Failure::StartupError => {
+                "the server rejected its arguments or could not import a module"
+            }
+            Failure::ReadyTimeout => "the server was not ready in time: raise server.ready_timeout",
+            Failure::Unknown => "the server exited; see the log excerpt",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_recorded_ones() {
+        let names: Vec<&str> = Failure::names().collect();
+        assert_eq!(
+            names,
+            [
+                "out-of-memory",
+                "kv-pool-too-small",
+                "port-in-use",
+                "startup-error",
+                "ready-timeout",
+                "unknown"
+            ]
+        );
+        assert_eq!(Failure::from_name("port-in-use"), Some(Failure::PortInUse));
+        assert_eq!(Failure::from_name("oom"), None);
+    }
+}

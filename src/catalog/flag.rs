@@ -1,0 +1,203 @@
+//! The flag catalogue: every kind of warning a point can carry.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// What a point's flag says. Written to `points.jsonl` as its kebab-case name; a name this
+/// version does not know (a run written by a newer one) is kept as [`FlagKind::Other`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FlagKind {
+    /// Under `as-is`, some requests reused cached prompt tokens (reported, not excluded).
+    CacheHits,
+    /// The server did not report cached tokens, so the cache policy could not be checked.
+    CacheUnverified,
+    /// A cold request reported cached tokens: excluded from the point's numbers.
+    ColdCacheHit,
+    /// A warm request found too little of its prompt cached: excluded.
+    WarmCacheMiss,
+    /// Two-point: the second request of a pair skipped prefill; its decode numbers are left out.
+    CacheReuseSuspected,
+    /// A headline metric's samples spread widely; the mean is less certain.
+    HighVariance,
+    /// The cache could not be flushed before the point.
+    FlushFailed,
+    /// Some requests failed.
+    Errors,
+    /// The run was interrupted during the point.
+    Interrupted,
+    /// A request record could not be written.
+    WriteFailed,
+    /// Prompt calibration ended outside its tolerance.
+    Calibration,
+    /// Prompt calibration failed, so the point sent no measured request.
+    CalibrationFailed,
+    /// The point's prompts could not be read.
+    PromptError,
+    /// The server died during the point.
+    ServerCrashed,
+    /// The server did not start for the point's group.
+    ServerFailed,
+    /// Skipped: a smaller point crashed the server (`on_failure: skip-larger`).
+    Skipped,
+    /// servebench's agent could not be started on the host.
+    AgentFailed,
+    /// servebench's agent on the host went silent or its stream broke.
+    AgentLost,
+    /// The agent sent lines that were not records.
+    AgentGarbled,
+    /// The point did not run to completion (implied by the record, shown by the report).
+    Incomplete,
+    /// A kind this version does not know.
+    Other(String),
+}
+
+/// How a flag bears on the numbers next to it.
+struct Entry {
+    kind: FlagKind,
+    name: &'static str,
+    /// Describes spread, not doubt: the point is still compared and its chart marker stays solid.
+    informational: bool,
+    /// The report cell its marker sits in: next to the number it casts doubt on.
+    cell: &'static str,
+}
+
+const CATALOGUE: &[Entry] = &[
+    entry(FlagKind::CacheHits, "cache-hits", "ok_err"),
+    entry(FlagKind::CacheUnverified, "cache-unverified", "ok_err"),
+    // A cache hit in a cold run (or a miss in a warm one) shows in the cached column, and makes
+    // TTFT and prefill speed wrong.
+    entry(FlagKind::ColdCacheHit, "cold-cache-hit", "cached"),
+    entry(FlagKind::WarmCacheMiss, "warm-cache-miss", "cached"),
+    entry(
+        FlagKind::CacheReuseSuspected,
+        "cache-reuse-suspected",
+        "decode",
+    ),
+    Entry {
+        kind: FlagKind::HighVariance,
+        name: "high-variance",
+        informational: true,
+        cell: "ok_err",
+    },
+    entry(FlagKind::FlushFailed, "flush-failed", "ok_err"),
+    entry(FlagKind::Errors, "errors", "ok_err"),
+    entry(FlagKind::Interrupted, "interrupted", "ok_err"),
+    entry(FlagKind::WriteFailed, "write-failed", "ok_err"),
+    entry(FlagKind::Calibration, "calibration", "prompt_tok"),
+    entry(FlagKind::CalibrationFailed, "calibration-failed", "ok_err"),
+    entry(FlagKind::PromptError, "prompt-error", "ok_err"),
+    entry(FlagKind::ServerCrashed, "server-crashed", "ok_err"),
+    entry(FlagKind::ServerFailed, "server-failed", "ok_err"),
+    entry(FlagKind::Skipped, "skipped", "ok_err"),
+    entry(FlagKind::AgentFailed, "agent-failed", "ok_err"),
+    entry(FlagKind::AgentLost, "agent-lost", "ok_err"),
+    entry(FlagKind::AgentGarbled, "agent-garbled", "ok_err"),
+    entry(FlagKind::Incomplete, "incomplete", "ok_err"),
+];
+
+const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
+    Entry {
+        kind,
+        name,
+        informational: false,
+        cell,
+    }
+}
+
+impl FlagKind {
+    /// Every known kind's name, in catalogue order (for `expect: flag:` and its hints).
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        CATALOGUE.iter().map(|e| e.name)
+    }
+
+    /// The kind named `name`; unknown names become [`FlagKind::Other`].
+    pub fn from_name(name: &str) -> FlagKind {
+        CATALOGUE
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.kind.clone())
+            .unwrap_or_else(|| FlagKind::Other(name.to_string()))
+    }
+
+    fn entry(&self) -> Option<&'static Entry> {
+        CATALOGUE.iter().find(|e| &e.kind == self)
+    }
+
+    /// The kebab-case name files and specs use.
+    pub fn name(&self) -> &str {
+        match self {
+            FlagKind::Other(s) => s,
+            known => known.entry().map_or("", |e| e.name),
+        }
+    }
+
+    /// True when the flag describes spread rather than doubting the numbers.
+    pub fn is_informational(&self) -> bool {
+        self.entry().is_some_and(|e| e.informational)
+    }
+
+    /// The report cell the flag's marker sits in (`cached`, `prompt_tok`, `decode`, `ok_err`).
+    pub fn cell(&self) -> &'static str {
+        self.entry().map_or("ok_err", |e| e.cell)
+    }
+}
+
+impl std::fmt::Display for FlagKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for FlagKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for FlagKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(FlagKind::from_name(&name))
+    }
+}
+
+impl From<&str> for FlagKind {
+    fn from(name: &str) -> FlagKind {
+        FlagKind::from_name(name)
+    }
+}
+
+impl PartialEq<&str> for FlagKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_ones_are_kept() {
+        for name in FlagKind::names() {
+            let kind = FlagKind::from_name(name);
+            assert!(!matches!(kind, FlagKind::Other(_)), "{name}");
+            assert_eq!(kind.name(), name);
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<FlagKind>(&json).unwrap(), kind);
+        }
+        let future: FlagKind = serde_json::from_str("\"gpu-throttled\"").unwrap();
+        assert_eq!(future, FlagKind::Other("gpu-throttled".into()));
+        assert_eq!(serde_json::to_string(&future).unwrap(), "\"gpu-throttled\"");
+    }
+
+    #[test]
+    fn only_spread_is_informational() {
+        let informational: Vec<&str> = FlagKind::names()
+            .filter(|n| FlagKind::from_name(n).is_informational())
+            .collect();
+        assert_eq!(informational, ["high-variance"]);
+        assert_eq!(FlagKind::ColdCacheHit.cell(), "cached");
+        assert_eq!(FlagKind::Other("x".into()).cell(), "ok_err");
+    }
+}

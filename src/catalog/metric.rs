@@ -1,0 +1,488 @@
+//! The metric catalogue.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// Whether a smaller or a larger value of a metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Times (`*_s`).
+    Lower,
+    /// Rates (`*_tok_s`).
+    Higher,
+}
+
+/// How a value moves when the simulator runs at `sim-time-scale` x: times shrink with it, rates
+/// grow, counts stay (used to scale published numbers for a sped-up replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeScaling {
+    /// Multiplied by the scale.
+    Time,
+    /// Divided by the scale.
+    Rate,
+    /// Unchanged.
+    Count,
+}
+
+impl TimeScaling {
+    /// The factor a value at time scale 1 is multiplied by at `scale`.
+    pub fn factor(self, scale: f64) -> f64 {
+        match self {
+            TimeScaling::Time => scale,
+            TimeScaling::Rate => 1.0 / scale,
+            TimeScaling::Count => 1.0,
+        }
+    }
+}
+
+/// How a value is shown (console and report share these rules, see `crate::text`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Display {
+    /// Seconds, three significant digits.
+    Seconds,
+    /// Stored in seconds, shown in milliseconds with three significant digits.
+    Millis,
+    /// Tokens per second: no decimals from 100 up, one below.
+    Rate,
+    /// Token counts: integers as integers, means with one decimal.
+    Tokens,
+}
+
+/// The measurement methods a metric belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Streaming,
+    TwoPoint,
+}
+
+/// A metric a point can carry. The name (`ttft_s`) is what files, templates and `expect:` use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    Ttft,
+    Prefill,
+    Decode,
+    Tpot,
+    Itl,
+    Icl,
+    E2e,
+    QueueDelay,
+    PromptTokens,
+    CachedTokens,
+    CompletionTokens,
+    TA,
+    TB,
+}
+
+/// One catalogue entry.
+struct Entry {
+    metric: Metric,
+    name: &'static str,
+    label: &'static str,
+    /// The name in running text (spread warnings): "TTFT", "Decode speed".
+    long_label: &'static str,
+    unit: &'static str,
+    definition: &'static str,
+    /// The definition under the two-point method, with `{a}` and `{b}` for its max_tokens.
+    two_point_definition: Option<&'static str>,
+    /// The label under the two-point method, when it differs.
+    two_point_label: Option<&'static str>,
+    direction: Option<Direction>,
+    scaling: TimeScaling,
+    display: Display,
+    streaming: bool,
+    two_point: bool,
+    /// Compared by `servebench compare`.
+    compared: bool,
+    /// Flagged when its samples spread widely (the numbers a report leads with).
+    headline: bool,
+}
+
+/// In report order.
+const CATALOGUE: &[Entry] = &[
+    Entry {
+        metric: Metric::Ttft,
+        name: "ttft_s",
+        label: "TTFT",
+        long_label: "TTFT",
+        unit: "s",
+        definition: "Time to first token: from send to the first chunk carrying at least one output token.",
+        two_point_definition: Some(
+            "Time to first token of the first request of each pair (max_tokens {a}).",
+        ),
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: true,
+        two_point: true,
+        compared: true,
+        headline: true,
+    },
+    Entry {
+        metric: Metric::Prefill,
+        name: "prefill_tok_s",
+        label: "prefill",
+        long_label: "Prefill speed",
+        unit: "tok/s",
+        definition: "(prompt_tokens - cached_tokens) / TTFT.",
+        two_point_definition: Some(
+            "(prompt_tokens - cached_tokens) / TTFT of the first request of each pair.",
+        ),
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: true,
+        two_point: true,
+        compared: true,
+        headline: true,
+    },
+    Entry {
+        metric: Metric::Decode,
+        name: "decode_tok_s",
+        label: "decode",
+        long_label: "Decode speed",
+        unit: "tok/s",
+        definition: "(completion_tokens - tokens in the first chunk) / (last token time - first token time).",
+        two_point_definition: Some(
+            "Two-point: (completion_b - completion_a) / (t_b - t_a), nominally ({b} - {a}) / (t_b - t_a). Left out for pairs whose second request skipped prefill.",
+        ),
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: true,
+        two_point: true,
+        compared: true,
+        headline: true,
+    },
+    Entry {
+        metric: Metric::Tpot,
+        name: "tpot_s",
+        label: "TPOT",
+        long_label: "TPOT",
+        unit: "s/tok",
+        definition: "Time per output token: (E2E - TTFT) / (completion_tokens - 1).",
+        two_point_definition: Some("Two-point: (t_b - t_a) / (completion_b - completion_a)."),
+        two_point_label: Some("s/out_tok"),
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: true,
+        two_point: true,
+        compared: true,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::Itl,
+        name: "itl_s",
+        label: "ITL",
+        long_label: "ITL",
+        unit: "ms",
+        definition: "Inter-token latency, token-normalised: each chunk's gap divided evenly over the tokens it \
+         carries, so speculative decoding (several tokens per chunk) does not distort it.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Millis,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::Icl,
+        name: "icl_s",
+        label: "ICL",
+        long_label: "ICL",
+        unit: "ms",
+        definition: "Inter-chunk latency: the raw gap between consecutive chunks.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Millis,
+        streaming: true,
+        two_point: false,
+        compared: false,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::E2e,
+        name: "e2e_s",
+        label: "E2E",
+        long_label: "E2E",
+        unit: "s",
+        definition: "End to end: from send to the end of the stream.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::QueueDelay,
+        name: "queue_delay_s",
+        label: "queue delay",
+        long_label: "Queue delay",
+        unit: "s",
+        definition: "Load runs: from the scheduled send time to the actual send time.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::PromptTokens,
+        name: "prompt_tokens",
+        label: "prompt tokens",
+        long_label: "Prompt tokens",
+        unit: "tok",
+        definition: "Prompt tokens as counted by the server.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: true,
+        two_point: true,
+        compared: false,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::CachedTokens,
+        name: "cached_tokens",
+        label: "cached tokens",
+        long_label: "Cached tokens",
+        unit: "tok",
+        definition: "Prompt tokens served from the server's prefix cache, as reported by the server.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: true,
+        two_point: true,
+        compared: false,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::CompletionTokens,
+        name: "completion_tokens",
+        label: "output tokens",
+        long_label: "Output tokens",
+        unit: "tok",
+        definition: "Output tokens as counted by the server.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: true,
+        two_point: true,
+        compared: false,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::TA,
+        name: "t_a_s",
+        label: "t_a",
+        long_label: "t_a",
+        unit: "s",
+        definition: "End-to-end time of the first request of a pair (max_tokens {a}).",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: false,
+        two_point: true,
+        compared: false,
+        headline: false,
+    },
+    Entry {
+        metric: Metric::TB,
+        name: "t_b_s",
+        label: "t_b",
+        long_label: "t_b",
+        unit: "s",
+        definition: "End-to-end time of the second request of a pair (max_tokens {b}), same prompt.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: false,
+        two_point: true,
+        compared: false,
+        headline: false,
+    },
+];
+
+impl Metric {
+    /// Every metric, in report order.
+    pub fn all() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().map(|e| e.metric)
+    }
+
+    /// The metrics a method's points carry, in report order.
+    pub fn of_method(method: Method) -> impl Iterator<Item = Metric> {
+        CATALOGUE
+            .iter()
+            .filter(move |e| match method {
+                Method::Streaming => e.streaming,
+                Method::TwoPoint => e.two_point,
+            })
+            .map(|e| e.metric)
+    }
+
+    /// The metrics a report defines for `method`: a streaming report leaves out the two-point
+    /// pair times; a two-point report defines them all (its detail tables list every row).
+    pub fn shown_for(method: Method) -> impl Iterator<Item = Metric> {
+        CATALOGUE
+            .iter()
+            .filter(move |e| method == Method::TwoPoint || e.streaming || !e.two_point)
+            .map(|e| e.metric)
+    }
+
+    /// The metrics `servebench compare` judges, in order.
+    pub fn compared() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.compared).map(|e| e.metric)
+    }
+
+    /// The metrics a report leads with (flagged when their samples spread widely).
+    pub fn headline() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.headline).map(|e| e.metric)
+    }
+
+    /// The metric named `name` (`ttft_s`), if the catalogue has it.
+    pub fn from_name(name: &str) -> Option<Metric> {
+        CATALOGUE.iter().find(|e| e.name == name).map(|e| e.metric)
+    }
+
+    fn entry(self) -> &'static Entry {
+        CATALOGUE
+            .iter()
+            .find(|e| e.metric == self)
+            .expect("every metric has a catalogue entry")
+    }
+
+    /// The name files, templates and specs use: `ttft_s`.
+    pub fn name(self) -> &'static str {
+        self.entry().name
+    }
+
+    /// The short label of table headers: `TTFT`, `prefill`.
+    pub fn label(self) -> &'static str {
+        self.entry().label
+    }
+
+    /// The label under `method` (two-point TPOT is `s/out_tok`).
+    pub fn label_for(self, method: Method) -> &'static str {
+        match (method, self.entry().two_point_label) {
+            (Method::TwoPoint, Some(l)) => l,
+            _ => self.entry().label,
+        }
+    }
+
+    /// The name in running text: `Decode speed`.
+    pub fn long_label(self) -> &'static str {
+        self.entry().long_label
+    }
+
+    /// The unit values are shown in: `s`, `ms`, `tok/s`, `tok`.
+    pub fn unit(self) -> &'static str {
+        self.entry().unit
+    }
+
+    /// The definition the report states, for a method (two-point: with its `a` and `b`).
+    pub fn definition(self, method: Method, a: u32, b: u32) -> String {
+        let e = self.entry();
+        let text = match (method, e.two_point_definition) {
+            (Method::TwoPoint, Some(d)) => d,
+            _ => e.definition,
+        };
+        text.replace("{a}", &a.to_string())
+            .replace("{b}", &b.to_string())
+    }
+
+    /// Whether smaller or larger is better; None for counts, which are never judged.
+    pub fn direction(self) -> Option<Direction> {
+        self.entry().direction
+    }
+
+    /// How the value moves with the simulator's time scale.
+    pub fn scaling(self) -> TimeScaling {
+        self.entry().scaling
+    }
+
+    /// How the value is shown.
+    pub fn display(self) -> Display {
+        self.entry().display
+    }
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_round_trip() {
+        let names: Vec<&str> = Metric::all().map(Metric::name).collect();
+        for (i, n) in names.iter().enumerate() {
+            assert!(!names[..i].contains(n), "{n} twice");
+            assert_eq!(Metric::from_name(n).map(Metric::name), Some(*n));
+        }
+        assert_eq!(Metric::from_name("ttft"), None);
+    }
+
+    #[test]
+    fn the_unit_suffix_agrees_with_direction_and_scaling() {
+        // The old rule derived both from the name; the catalogue must not contradict it.
+        for m in Metric::all() {
+            let n = m.name();
+            if n.ends_with("_tok_s") {
+                assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
+                assert_eq!(m.scaling(), TimeScaling::Rate, "{n}");
+            } else if n.ends_with("_s") {
+                assert_eq!(m.direction(), Some(Direction::Lower), "{n}");
+                assert_eq!(m.scaling(), TimeScaling::Time, "{n}");
+            } else {
+                assert_eq!(m.direction(), None, "{n}");
+                assert_eq!(m.scaling(), TimeScaling::Count, "{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn two_point_definitions_name_a_and_b() {
+        assert_eq!(
+            Metric::TA.definition(Method::TwoPoint, 1, 17),
+            "End-to-end time of the first request of a pair (max_tokens 1)."
+        );
+        assert!(
+            Metric::Decode
+                .definition(Method::TwoPoint, 1, 17)
+                .contains("(17 - 1)")
+        );
+        assert_eq!(Metric::Tpot.label_for(Method::TwoPoint), "s/out_tok");
+        assert_eq!(Metric::Tpot.label_for(Method::Streaming), "TPOT");
+    }
+}

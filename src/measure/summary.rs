@@ -1,0 +1,138 @@
+//! A point's summary from its request records: success and error counts, cache verification,
+//! aggregates and validity flags. Pure: the runner hands in what it recorded, this decides what
+//! the numbers are and what doubts them.
+
+use indexmap::IndexMap;
+
+use crate::catalog::FlagKind;
+use crate::results::records::{Flag, RequestRecord, RequestRole, Stat};
+use crate::spec::types::{Experiment, Measure};
+
+use super::{metrics, spread, twopoint, verify};
+
+/// What a point's records add up to.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PointSummary {
+    /// Measured requests that succeeded / failed (both requests of a two-point pair count).
+    pub ok: usize,
+    pub errors: usize,
+    /// Error counts by kind name (`timeout`, `http`, ...).
+    pub error_kinds: IndexMap<String, usize>,
+    /// Aggregates of the clean requests, by metric name.
+    pub metrics: IndexMap<String, Stat>,
+    /// The flags given, then what the records imply (errors, cache verification, spread).
+    pub flags: Vec<Flag>,
+    /// Fewer requests finished than the point planned, or the run was interrupted.
+    pub incomplete: bool,
+}
+
+/// Summarises the measured records of a point of `exp`. `flags` are what the runner already
+/// noticed (flush failures, calibration misses); `interrupted` says the run stopped during it.
+pub fn summarize(
+    exp: &Experiment,
+    measured: &[RequestRecord],
+    mut flags: Vec<Flag>,
+    interrupted: bool,
+) -> PointSummary {
+    let two_point = matches!(exp.method.resolve(), Measure::TwoPoint { .. });
+    // Two-point: the cache policy is verified on the first requests; the second ones are
+    // judged by the pair (a cached second request is the failure the method must show).
+    let refs: Vec<&RequestRecord> = measured
+        .iter()
+        .filter(|r| !two_point || r.role == RequestRole::TwoPointA)
+        .collect();
+    let verdict = if exp.cache.verify {
+        verify::verify(exp.cache.policy, &refs)
+    } else {
+        verify::Verdict::default()
+    };
+    let clean: Vec<&RequestRecord> = refs
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| r.error.is_none() && !verdict.contaminated.contains(i))
+        .map(|(_, r)| *r)
+        .collect();
+    // Every measured request counts here, both of a two-point pair.
+    let ok = measured.iter().filter(|r| r.error.is_none()).count();
+    let errors = measured.len() - ok;
+    let mut error_kinds: IndexMap<String, usize> = IndexMap::new();
+    for e in measured.iter().filter_map(|r| r.error.as_ref()) {
+        *error_kinds.entry(e.kind.to_string()).or_default() += 1;
+    }
+    if errors > 0 {
+        let first = measured
+            .iter()
+            .find_map(|r| r.error.as_ref())
+            .map(|e| e.message.clone())
+            .unwrap_or_default();
+        let kinds: Vec<String> = error_kinds
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        flags.push(Flag::new(
+            FlagKind::Errors,
+            format!(
+                "{errors} of {} requests failed ({}); first: {}",
+                measured.len(),
+                kinds.join(", "),
+                crate::text::truncate(&first, 300)
+            ),
+        ));
+    }
+    flags.extend(verdict.flags);
+    let metrics = if clean.is_empty() {
+        IndexMap::new()
+    } else if two_point {
+        let pairs = pairs_of(&clean, measured);
+        let (stats, pair_flags) = twopoint::aggregate_pairs(&pairs);
+        flags.extend(pair_flags);
+        stats
+    } else {
+        metrics::aggregate(&clean)
+    };
+    // At concurrency > 1 per-request spread is queueing by design (the first request waits
+    // for nobody, the last for everyone): only a single stream's spread is noise.
+    if exp.concurrency == 1 {
+        flags.extend(spread::spread_flags(&metrics));
+    }
+    let expected = exp.repeat as usize * exp.requests as usize;
+    let incomplete = interrupted || refs.len() < expected;
+    if interrupted {
+        flags.push(Flag::new(
+            FlagKind::Interrupted,
+            format!(
+                "interrupted: {} of {expected} requests finished",
+                refs.len()
+            ),
+        ));
+    }
+    PointSummary {
+        ok,
+        errors,
+        error_kinds,
+        metrics,
+        flags,
+        incomplete,
+    }
+}
+
+/// Pairs each clean first request with its second request (same round and index), when that
+/// one succeeded too.
+fn pairs_of<'a>(
+    clean_a: &[&'a RequestRecord],
+    all: &'a [RequestRecord],
+) -> Vec<(&'a RequestRecord, &'a RequestRecord)> {
+    clean_a
+        .iter()
+        .filter_map(|a| {
+            all.iter()
+                .find(|b| {
+                    b.role == RequestRole::TwoPointB
+                        && b.round == a.round
+                        && b.index == a.index
+                        && b.error.is_none()
+                })
+                .map(|b| (*a, b))
+        })
+        .collect()
+}
