@@ -309,7 +309,7 @@ fn plan(
             out,
             "host {} (client on the {}; on_failure: {})",
             first.host.label(),
-            match crate::run::remote::placement(first) {
+            match first.placement() {
                 crate::spec::types::ClientPlacement::Host => "host, against localhost",
                 crate::spec::types::ClientPlacement::Local =>
                     "local machine, through a port forward",
@@ -507,17 +507,17 @@ fn down(run_dir: &std::path::Path) -> i32 {
         return exit::FAILED;
     };
     match rt.block_on(crate::run::down::down(run_dir)) {
-        Ok(lines) => {
-            for l in &lines {
-                println!("{l}");
+        Ok(report) => {
+            for l in &report.lines {
+                println!("{}: {}", l.group, l.text);
             }
-            if lines
-                .iter()
-                .any(|l| l.contains("STILL ALIVE") || l.contains("could not"))
-            {
-                exit::FAILED
-            } else {
+            if report.lines.is_empty() {
+                println!("no launched server is recorded in this run");
+            }
+            if report.all_clear() {
                 exit::OK
+            } else {
+                exit::FAILED
             }
         }
         Err(e) => {

@@ -13,6 +13,7 @@ pub mod prompt;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod secrets;
 pub mod sim;
 pub mod spec;
 pub mod text;

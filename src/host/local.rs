@@ -1,5 +1,6 @@
-//! A server process on this machine: spawned in its own process group with its output in a
-//! log file, and always stopped as a whole group.
+//! Servers on this machine: spawned in their own process group with their output in a log file,
+//! and always stopped as a whole group. [`LocalHost`] is the [`Host`](super::Host) for
+//! `host: local`.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -11,6 +12,9 @@ use indexmap::IndexMap;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use futures_util::future::BoxFuture;
+
+use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
 use crate::engine::LaunchCommand;
 
 /// A running server process group.
@@ -145,6 +149,160 @@ impl Drop for LocalProcess {
             self.stop(Duration::from_secs(5));
         }
     }
+}
+
+/// This machine as a [`Host`](super::Host).
+pub struct LocalHost;
+
+/// A server launched by [`LocalHost`].
+pub struct LocalServer {
+    process: LocalProcess,
+    url: String,
+}
+
+impl super::Host for LocalHost {
+    fn name(&self) -> String {
+        "local".into()
+    }
+
+    fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {
+        Box::pin(async move {
+            match wanted {
+                Some(p) if super::port_in_use(p) => Err(HostError::PortInUse {
+                    port: p,
+                    host: "127.0.0.1".into(),
+                }),
+                Some(p) => Ok(p),
+                None => super::free_port().map_err(|e| HostError::io("no free port", e)),
+            }
+        })
+    }
+
+    fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
+        Box::pin(async {
+            std::env::current_exe()
+                .map(|p| p.to_string_lossy().into_owned())
+                .map_err(|e| HostError::io("cannot find servebench's own binary", e))
+        })
+    }
+
+    fn spawn<'a>(
+        &'a self,
+        spawn: Spawn<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>> {
+        Box::pin(async move {
+            let process =
+                LocalProcess::spawn_in(spawn.command, spawn.env, spawn.workdir, spawn.log_path)
+                    .map_err(|e| HostError::Unsupported(e.to_string()))?;
+            Ok(Box::new(LocalServer {
+                process,
+                url: format!("http://127.0.0.1:{}", spawn.port),
+            }) as Box<dyn ServerProcess>)
+        })
+    }
+
+    fn stop_leftover<'a>(
+        &'a self,
+        pgid: i32,
+        program: &'a str,
+        grace: Duration,
+    ) -> BoxFuture<'a, Leftover> {
+        Box::pin(async move {
+            if !group_alive(pgid) {
+                return Leftover::AlreadyGone;
+            }
+            if !group_runs(pgid, program) {
+                return Leftover::Reused {
+                    program: program.to_string(),
+                };
+            }
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
+            let deadline = Instant::now() + grace;
+            while group_alive(pgid) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let killed = group_alive(pgid);
+            if killed {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Leftover::Stopped {
+                killed,
+                gone: !group_alive(pgid),
+            }
+        })
+    }
+
+    fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl ServerProcess for LocalServer {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn host_url(&self) -> Option<&str> {
+        None
+    }
+
+    fn ids(&self) -> ProcessIds {
+        ProcessIds {
+            pid: self.process.pgid(),
+            pgid: self.process.pgid(),
+            host: None,
+            remote_log: None,
+        }
+    }
+
+    fn exited(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(async move { self.process.exit_status().is_some() })
+    }
+
+    fn sync_log(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    fn log_display(&self) -> String {
+        self.process.log_path().display().to_string()
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(50)
+    }
+
+    fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
+        Box::pin(async move {
+            let outcome = self.process.stop(grace).to_string();
+            let pgid = self.process.pgid();
+            Stopped {
+                outcome,
+                pgid,
+                gone: !group_alive(pgid),
+            }
+        })
+    }
+}
+
+/// True when some process of group `pgid` runs `program` (its command line contains it).
+fn group_runs(pgid: i32, program: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|e| {
+        let path = e.path();
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            return false;
+        };
+        // Fields after the command name (which may hold spaces) start after the last ')'.
+        let after = stat.rsplit_once(')').map(|(_, a)| a).unwrap_or("");
+        let pg: Option<i32> = after.split_whitespace().nth(2).and_then(|f| f.parse().ok());
+        pg == Some(pgid)
+            && std::fs::read(path.join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(program))
+                .unwrap_or(false)
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Ordering points into server groups: points that share a server configuration run on one
-//! launch, so the server restarts only when its configuration changes.
+//! launch, so the server restarts only when its configuration changes; and the failure policy
+//! each group follows when its server dies ([`failure`]).
 
 pub mod estimate;
+pub mod failure;
 
 use crate::spec::Point;
 use crate::spec::types::Server;

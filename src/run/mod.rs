@@ -2,28 +2,35 @@
 //! it; write every record as it arrives; render the report at the end, even after a failure.
 
 pub mod agent;
+pub mod agent_session;
 pub mod down;
+pub mod launch;
+pub mod measurer;
 pub mod point;
 pub mod progress;
 pub mod provenance;
-pub mod remote;
 pub mod server;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::catalog::FlagKind;
 use crate::client::Client;
+use crate::host::Host;
+use crate::host::local::LocalHost;
+use crate::host::remote::RemoteHost;
 use crate::plan::Plan;
+use crate::plan::failure::FailurePolicy;
 use crate::results::meta::{RunMeta, RunStatus};
 use crate::results::records::{Flag, PointRecord};
 use crate::results::rundir::RunDir;
 use crate::spec::LoadedSpec;
-use crate::spec::types::{ClientPlacement, OnFailure};
-use crate::text::{first_line, last_lines};
+use crate::spec::types::{ClientPlacement, Experiment};
+use crate::text::first_line;
 
+use launch::{LaunchContext, LaunchEnd, Tally};
+use measurer::{InProcess, Measurer, OnHost};
 use point::PointRunner;
 use progress::Progress;
 use server::ServerHandle;
@@ -147,17 +154,11 @@ pub async fn execute(
     let started = chrono::Utc::now();
     // An SSH host that cannot be reached (or whose key does not match) fails the run before
     // anything is created or launched.
-    let remote = match first.host.is_local() {
-        true => None,
-        false => {
-            let id = format!("{}-{}", spec.name, started.format("%Y-%m-%dT%H-%M-%SZ"));
-            Some(
-                remote::RemoteHost::connect(first, &id)
-                    .await
-                    .map_err(|e| RunError::Preflight(format!("cannot use the host: {e}")))?,
-            )
-        }
-    };
+    let host = RunHost::connect(
+        first,
+        &format!("{}-{}", spec.name, started.format("%Y-%m-%dT%H-%M-%SZ")),
+    )
+    .await?;
 
     let run_dir =
         RunDir::create(&opts.out, &spec.name, &spec.source, started).map_err(|source| {
@@ -192,20 +193,11 @@ pub async fn execute(
         client_host: provenance::host_facts(),
         servers: Vec::new(),
         server_host: None,
-        client_placement: Some(placement_name(first).into()),
+        client_placement: Some(first.placement().to_string()),
         resumed_at: Vec::new(),
     };
     write_meta(&run_dir, &meta)?;
-    run_plan(
-        spec,
-        run_dir,
-        meta,
-        remote,
-        &HashSet::new(),
-        opts,
-        interrupt,
-    )
-    .await
+    run_plan(spec, run_dir, meta, host, &HashSet::new(), opts, interrupt).await
 }
 
 /// `run --resume RUN_DIR`: measures the points an interrupted run did not finish, in the same
@@ -237,37 +229,46 @@ pub async fn resume(
             source,
         })?;
     let first = &spec.points[0].experiment;
-    let remote = match first.host.is_local() {
-        true => None,
-        false => {
-            let id = run_dir
-                .path
-                .file_name()
-                .map(|n| format!("{}-{}", spec.name, n.to_string_lossy()))
-                .unwrap_or_else(|| spec.name.clone());
-            Some(
-                remote::RemoteHost::connect(first, &id)
-                    .await
-                    .map_err(|e| RunError::Preflight(format!("cannot use the host: {e}")))?,
-            )
-        }
-    };
+    let id = run_dir
+        .path
+        .file_name()
+        .map(|n| format!("{}-{}", spec.name, n.to_string_lossy()))
+        .unwrap_or_else(|| spec.name.clone());
+    let host = RunHost::connect(first, &id).await?;
     meta.resumed_at
         .push(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     meta.status = RunStatus::Running;
     meta.status_reason = None;
     meta.ended_at = None;
     write_meta(&run_dir, &meta)?;
-    run_plan(
-        &spec,
-        Arc::new(run_dir),
-        meta,
-        remote,
-        &done,
-        opts,
-        interrupt,
-    )
-    .await
+    run_plan(&spec, Arc::new(run_dir), meta, host, &done, opts, interrupt).await
+}
+
+/// The run's host: where servers launch, and, for an SSH host, the connection the measuring
+/// agent and the host facts use.
+struct RunHost {
+    host: Arc<dyn Host>,
+    remote: Option<Arc<RemoteHost>>,
+}
+
+impl RunHost {
+    /// This machine, or the SSH host connected with a per-run directory `run_id` there.
+    async fn connect(exp: &Experiment, run_id: &str) -> Result<RunHost, RunError> {
+        if exp.host.is_local() {
+            return Ok(RunHost {
+                host: Arc::new(LocalHost),
+                remote: None,
+            });
+        }
+        let remote = RemoteHost::connect(&exp.host, run_id)
+            .await
+            .map_err(|e| RunError::Preflight(format!("cannot use the host: {e}")))?;
+        let remote = Arc::new(remote);
+        Ok(RunHost {
+            host: remote.clone(),
+            remote: Some(remote),
+        })
+    }
 }
 
 /// The spec of a run to resume: the original file when it is unchanged (secrets stay out of
@@ -281,7 +282,7 @@ fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError>
     }
     let copy = std::fs::read_to_string(run_dir.file("spec.yaml"))
         .map_err(|e| RunError::Preflight(format!("cannot read the run's spec.yaml: {e}")))?;
-    if copy.contains(server::REDACTED) {
+    if copy.contains(crate::secrets::REDACTED) {
         return Err(RunError::Preflight(format!(
             "{} changed since the run started and the run's copy has redacted secrets; restore the spec file to resume",
             meta.spec_file
@@ -299,19 +300,12 @@ fn spec_dir(spec: &LoadedSpec) -> PathBuf {
         .unwrap_or_default()
 }
 
-fn placement_name(exp: &crate::spec::types::Experiment) -> &'static str {
-    match remote::placement(exp) {
-        ClientPlacement::Host => "host",
-        ClientPlacement::Local => "local",
-    }
-}
-
 /// Measures the plan's points not in `done`, group by group; always stops what it launched.
 async fn run_plan(
     spec: &LoadedSpec,
     run_dir: Arc<RunDir>,
     mut meta: RunMeta,
-    mut remote: Option<remote::RemoteHost>,
+    host: RunHost,
     done: &HashSet<String>,
     opts: &RunOptions,
     interrupt: Interrupt,
@@ -323,22 +317,26 @@ async fn run_plan(
         g.points.retain(|p| !done.contains(&p.id));
     }
     plan.groups.retain(|g| !g.points.is_empty());
-    if let Some(r) = &remote {
-        meta.server_host = remote::host_facts(&r.ssh, &python_of(first)).await;
+    if let Some(r) = &host.remote {
+        meta.server_host = crate::host::remote::host_facts(&r.ssh, &python_of(first)).await;
         write_meta(&run_dir, &meta)?;
     }
-    let on_host = remote.is_some() && remote::placement(first) == ClientPlacement::Host;
+    // The agent measures on the SSH host unless the spec asks for the local machine.
+    let agent_host = host
+        .remote
+        .clone()
+        .filter(|_| first.placement() == ClientPlacement::Host);
 
     let progress = Progress::new(plan.point_count(), plan.request_count(), opts.quiet);
     progress.line(&format!(
         "servebench: {} point(s) to measure in {} server group(s){}; run directory {}",
         plan.point_count(),
         plan.groups.len(),
-        match &remote {
+        match &host.remote {
             Some(r) => format!(
                 " on {} (client on the {})",
                 r.ssh.name(),
-                if on_host {
+                if agent_host.is_some() {
                     "host"
                 } else {
                     "local machine, through a port forward"
@@ -364,14 +362,12 @@ async fn run_plan(
         interrupt.clone(),
         spec_dir.clone(),
     );
-    let mut problems: Vec<String> = Vec::new();
-    let mut measured_points = 0usize;
+    let mut tally = Tally::default();
     let mut aborted: Option<String> = None;
 
     'groups: for group in &plan.groups {
         let mut pending = group.points.iter().peekable();
-        // (context, concurrency) of points whose server crashed, for `skip-larger`.
-        let mut crashed_at: Vec<(Option<u64>, u32, String)> = Vec::new();
+        let mut policy = FailurePolicy::new(first.on_failure);
         while pending.peek().is_some() {
             if interrupt.is_set() || aborted.is_some() {
                 break 'groups;
@@ -387,7 +383,7 @@ async fn run_plan(
                 &group.server,
                 &log,
                 &interrupt,
-                remote.as_mut(),
+                host.host.as_ref(),
             )
             .await
             {
@@ -397,13 +393,15 @@ async fn run_plan(
                     // The group's remaining points cannot run; record them as failed and go on.
                     let msg = e.to_string();
                     progress.line(&format!("{}: {msg}", group.id));
-                    problems.push(format!("{}: {}", group.id, first_line(&msg)));
+                    tally
+                        .problems
+                        .push(format!("{}: {}", group.id, first_line(&msg)));
                     for p in pending.by_ref() {
                         let mut record = failed_point(p, &group.id, FlagKind::ServerFailed, &msg);
                         record.failure = e.cause_label();
                         append_point(&run_dir, &progress, &record)?;
                     }
-                    if first.on_failure == OnFailure::Abort {
+                    if policy.aborts_on_start_failure() {
                         aborted = Some(format!(
                             "{}: the server failed to start (on_failure: abort)",
                             group.id
@@ -426,33 +424,30 @@ async fn run_plan(
                 handle.stop("stopping after an error").await;
                 return Err(e);
             }
-            let result = measure_launch(
+            let result = measure_on(
                 &mut handle,
                 &mut pending,
-                &mut crashed_at,
-                LaunchContext {
+                &mut policy,
+                &LaunchContext {
                     group: &group.id,
-                    server: &group.server,
                     run_dir: &run_dir,
                     progress: &progress,
                     interrupt: &interrupt,
-                    remote: remote.as_mut(),
-                    on_host,
+                    host: host.host.as_ref(),
+                    remote: host.remote.is_some(),
+                },
+                Measuring {
+                    runner: &mut runner,
+                    agent_host: agent_host.as_ref(),
+                    server: &group.server,
                     spec_dir: &spec_dir,
                 },
-                &mut runner,
-                &mut problems,
-                &mut measured_points,
+                &mut tally,
             )
             .await;
             // Whatever happened, the server goes down and that is recorded.
             let why = match &result {
-                Ok(LaunchEnd::Crashed) if pending.peek().is_some() => "relaunching after a crash",
-                Ok(LaunchEnd::Crashed) => "crashed with no point left to measure",
-                Ok(LaunchEnd::Interrupted) => "interrupted",
-                Ok(LaunchEnd::Aborted(_)) => "aborted after a crash",
-                Ok(LaunchEnd::HostLost(_)) => "the host connection was lost",
-                Ok(LaunchEnd::Finished) => "group finished",
+                Ok(end) => end.stop_reason(pending.peek().is_some()),
                 Err(_) => "stopping after an error",
             };
             handle.stop(why).await;
@@ -470,6 +465,7 @@ async fn run_plan(
     }
     progress.finish();
 
+    let mut problems = tally.problems;
     let ended = chrono::Utc::now();
     meta.ended_at = Some(ended.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let (status, reason) = if interrupt.is_set() {
@@ -480,7 +476,7 @@ async fn run_plan(
     } else if let Some(why) = aborted {
         problems.push(why);
         (RunStatus::Incomplete, Some(problems.join("; ")))
-    } else if measured_points == 0 && !problems.is_empty() && done.is_empty() {
+    } else if tally.measured_points == 0 && !problems.is_empty() && done.is_empty() {
         (RunStatus::Failed, Some(problems.join("; ")))
     } else if !problems.is_empty() {
         (RunStatus::Incomplete, Some(problems.join("; ")))
@@ -501,6 +497,49 @@ async fn run_plan(
     })
 }
 
+/// What picks the measurer for a launch.
+struct Measuring<'a> {
+    runner: &'a mut PointRunner,
+    /// The SSH host when the agent measures there (`client: host`).
+    agent_host: Option<&'a Arc<RemoteHost>>,
+    server: &'a crate::spec::types::Server,
+    spec_dir: &'a Path,
+}
+
+/// Measures a launch's points with the measurer its placement calls for, then releases it.
+async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
+    handle: &mut ServerHandle,
+    pending: &mut std::iter::Peekable<I>,
+    policy: &mut FailurePolicy,
+    cx: &LaunchContext<'_>,
+    m: Measuring<'_>,
+    tally: &mut Tally,
+) -> Result<LaunchEnd, RunError> {
+    let api_key = crate::secrets::api_key(m.server);
+    let mut measurer: Box<dyn Measurer + '_> = match m.agent_host {
+        Some(remote) => Box::new(OnHost::new(
+            remote.clone(),
+            handle
+                .host_url
+                .clone()
+                .unwrap_or_else(|| handle.url.clone()),
+            api_key,
+            m.spec_dir.to_path_buf(),
+            cx.run_dir.clone(),
+            cx.progress.clone(),
+            cx.interrupt.clone(),
+        )),
+        None => Box::new(InProcess {
+            runner: m.runner,
+            client: Client::new(&handle.url, api_key)
+                .map_err(|e| RunError::Preflight(e.to_string()))?,
+        }),
+    };
+    let end = launch::measure_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
+    measurer.close().await;
+    end
+}
+
 /// The python that runs SGLang on the host (for its version in meta.json).
 fn python_of(exp: &crate::spec::types::Experiment) -> String {
     match &exp.server.launcher {
@@ -509,208 +548,8 @@ fn python_of(exp: &crate::spec::types::Experiment) -> String {
     }
 }
 
-/// How one server launch ended.
-enum LaunchEnd {
-    /// Every pending point of the group was measured.
-    Finished,
-    /// The server died; relaunch for the rest.
-    Crashed,
-    Interrupted,
-    /// `on_failure: abort` after a crash.
-    Aborted(String),
-    /// The SSH host cannot be reached any more.
-    HostLost(String),
-}
-
-struct LaunchContext<'a> {
-    group: &'a str,
-    server: &'a crate::spec::types::Server,
-    run_dir: &'a Arc<RunDir>,
-    progress: &'a Progress,
-    interrupt: &'a Interrupt,
-    remote: Option<&'a mut remote::RemoteHost>,
-    on_host: bool,
-    spec_dir: &'a Path,
-}
-
-/// Measures pending points on one launched server until the group is done, the server
-/// crashes, or the run stops.
-#[allow(clippy::too_many_arguments)]
-async fn measure_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
-    handle: &mut ServerHandle,
-    pending: &mut std::iter::Peekable<I>,
-    crashed_at: &mut Vec<(Option<u64>, u32, String)>,
-    mut cx: LaunchContext<'_>,
-    runner: &mut PointRunner,
-    problems: &mut Vec<String>,
-    measured_points: &mut usize,
-) -> Result<LaunchEnd, RunError> {
-    let client = Client::new(&handle.url, server::api_key(cx.server))
-        .map_err(|e| RunError::Preflight(e.to_string()))?;
-    let mut agent: Option<remote::AgentSession> = None;
-    let result = loop {
-        let Some(point) = pending.peek().copied() else {
-            break LaunchEnd::Finished;
-        };
-        let size = point_size(point);
-        if let Some((_, _, at)) = crashed_at
-            .iter()
-            .find(|(ctx, conc, _)| covers(size, (*ctx, *conc)))
-        {
-            pending.next();
-            let msg = format!(
-                "skipped: the server crashed at {at}, which is no larger than this point (on_failure: skip-larger)"
-            );
-            cx.progress.line(&format!("{}: {msg}", point.id));
-            append_point(
-                cx.run_dir,
-                cx.progress,
-                &failed_point(point, cx.group, FlagKind::Skipped, &msg),
-            )?;
-            continue;
-        }
-        pending.next();
-        let outcome = if cx.on_host {
-            if agent.is_none() {
-                let host = cx
-                    .remote
-                    .as_deref_mut()
-                    .expect("an SSH host with client: host");
-                match remote::AgentSession::start(host).await {
-                    Ok(a) => agent = Some(a),
-                    Err(e) => {
-                        let msg = format!("cannot start servebench's agent on the host: {e}");
-                        append_point(
-                            cx.run_dir,
-                            cx.progress,
-                            &failed_point(point, cx.group, FlagKind::AgentFailed, &msg),
-                        )?;
-                        problems.push(format!("{}: {msg}", point.id));
-                        for p in pending.by_ref() {
-                            append_point(
-                                cx.run_dir,
-                                cx.progress,
-                                &failed_point(p, cx.group, FlagKind::AgentFailed, &msg),
-                            )?;
-                        }
-                        break LaunchEnd::Finished;
-                    }
-                }
-            }
-            let req = agent::AgentRequest {
-                id: point.id.clone(),
-                values: point.values.clone(),
-                experiment: point.experiment.clone(),
-                group: cx.group.to_string(),
-                url: handle
-                    .host_url
-                    .clone()
-                    .unwrap_or_else(|| handle.url.clone()),
-                api_key: server::api_key(cx.server),
-                prompts: file_prompts(point, cx.spec_dir),
-            };
-            let a = agent.as_mut().expect("started above");
-            a.measure(req, cx.run_dir, cx.progress, cx.interrupt).await
-        } else {
-            runner.measure(&client, point, cx.group).await
-        };
-        let mut record = outcome.record;
-        let agent_lost = record.has_flag(&FlagKind::AgentLost);
-        if agent_lost && let Some(a) = agent.take() {
-            a.close().await;
-        }
-        // Broken connections (or a failed calibration) may mean the server is dying.
-        let suspicious = !outcome.interrupted
-            && (agent_lost
-                || ["connect", "reset", "incomplete"]
-                    .iter()
-                    .any(|k| record.error_kinds.contains_key(*k))
-                || record.has_flag(&FlagKind::CalibrationFailed));
-        let grace = if suspicious {
-            Duration::from_secs(3)
-        } else {
-            Duration::ZERO
-        };
-        let mut crashed = None;
-        if let Some(cause) = handle.crashed_within(grace).await {
-            let tail = handle.log_tail(2000);
-            let msg = format!(
-                "the server died during this point: {} ({})",
-                cause.label(),
-                cause.explain()
-            );
-            record.flags.push(Flag::new(
-                FlagKind::ServerCrashed,
-                format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
-            ));
-            record.incomplete = true;
-            record.failure = Some(cause.label().to_string());
-            problems.push(format!("{}: {msg}", record.id));
-            handle.record.outcome = Some(format!("crashed: {}", cause.label()));
-            crashed = Some(cause);
-        }
-        if record.ok > 0 {
-            *measured_points += 1;
-        }
-        if record.incomplete && !outcome.interrupted && crashed.is_none() {
-            problems.push(format!("{}: incomplete", record.id));
-        }
-        append_point(cx.run_dir, cx.progress, &record)?;
-        if outcome.interrupted || cx.interrupt.is_set() {
-            break LaunchEnd::Interrupted;
-        }
-        if let Some(cause) = crashed {
-            match point.experiment.on_failure {
-                OnFailure::Continue => {}
-                OnFailure::SkipLarger => crashed_at.push((size.0, size.1, point.id.clone())),
-                OnFailure::Abort => {
-                    break LaunchEnd::Aborted(format!(
-                        "stopped after {} ({}) as on_failure is abort",
-                        point.id,
-                        cause.label()
-                    ));
-                }
-            }
-            break LaunchEnd::Crashed;
-        }
-        // Any failure on a remote host may be the link: check it before the next point.
-        let link_suspect = agent_lost || record.incomplete || record.errors > 0;
-        if link_suspect && let Some(host) = cx.remote.as_deref() {
-            // A dropped link is re-established by the SSH layer; if it cannot be, the host is
-            // gone and the run stops with what it has.
-            if let Err(e) = host.ssh.ensure_connected().await {
-                break LaunchEnd::HostLost(format!("the host cannot be reached any more: {e}"));
-            }
-        }
-    };
-    if let Some(a) = agent {
-        a.close().await;
-    }
-    Ok(result)
-}
-
-/// A point's requested context (prompt tokens) and concurrency, for `skip-larger`.
-fn point_size(p: &crate::spec::Point) -> (Option<u64>, u32) {
-    use crate::spec::types::PromptSpec;
-    let ctx = match &p.experiment.workload.prompt {
-        PromptSpec::Repeat { tokens, .. } | PromptSpec::Random { tokens, .. } => Some(*tokens),
-        PromptSpec::File { .. } => None,
-    };
-    (ctx, p.experiment.concurrency)
-}
-
-/// True when a point of `size` is at least as large as a crashed one in both context and
-/// concurrency: it would fail the same way.
-fn covers(size: (Option<u64>, u32), crashed: (Option<u64>, u32)) -> bool {
-    let ctx_ok = match (size.0, crashed.0) {
-        (Some(a), Some(b)) => a >= b,
-        _ => true,
-    };
-    ctx_ok && size.1 >= crashed.1
-}
-
 /// The prompts of a `file` prompt, read here for the agent on the host.
-fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
+pub(crate) fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
     match crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir) {
         Ok(crate::prompt::PromptSource::Fixed(list)) => Some(list),
         _ => None,
@@ -774,12 +613,17 @@ fn resolved(plan: &Plan) -> serde_json::Value {
 
 fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types::Experiment {
     let mut e = e.clone();
-    e.server = server::redacted_server(&e.server);
+    e.server = crate::secrets::redacted_server(&e.server);
     e
 }
 
 /// A point that produced no measurement: flagged with `kind` and marked incomplete.
-fn failed_point(p: &crate::spec::Point, group: &str, kind: FlagKind, msg: &str) -> PointRecord {
+pub(crate) fn failed_point(
+    p: &crate::spec::Point,
+    group: &str,
+    kind: FlagKind,
+    msg: &str,
+) -> PointRecord {
     PointRecord {
         id: p.id.clone(),
         values: p.values.clone(),
@@ -798,7 +642,11 @@ fn failed_point(p: &crate::spec::Point, group: &str, kind: FlagKind, msg: &str) 
 
 /// Writes a point's record; a point that was never measured (skipped, failed before it ran)
 /// also leaves the ETA's estimate here, so every such path is counted alike.
-fn append_point(dir: &RunDir, progress: &Progress, p: &PointRecord) -> Result<(), RunError> {
+pub(crate) fn append_point(
+    dir: &RunDir,
+    progress: &Progress,
+    p: &PointRecord,
+) -> Result<(), RunError> {
     progress.point_recorded(&p.id);
     dir.append_point(p).map_err(|source| RunError::Write {
         what: "points.jsonl".into(),

@@ -102,6 +102,18 @@ impl Default for HostSpec {
     }
 }
 
+impl Experiment {
+    /// Where the measuring client runs: as the spec says for an SSH host (on the host when it
+    /// says nothing), always this machine for `local`.
+    pub fn placement(&self) -> ClientPlacement {
+        match (self.client, self.host.is_local()) {
+            (Some(c), false) => c,
+            (_, true) => ClientPlacement::Local,
+            (None, false) => ClientPlacement::Host,
+        }
+    }
+}
+
 impl HostSpec {
     /// True for `local`.
     pub fn is_local(&self) -> bool {

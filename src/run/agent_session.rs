@@ -1,20 +1,18 @@
-//! A run's GPU host over SSH: the connection, the per-run directory on the host, servebench's
-//! own binary there (for the simulator engine and the host-side agent), a launched server's
-//! log mirrored into the run directory as it grows, and the agent session that measures on
-//! the host.
+//! A `servebench agent` session on an SSH host (`client: host`): the runner sends it points
+//! as JSON lines, it measures them against the server on the host's localhost and streams each
+//! request record back, which the runner appends to the run directory as it arrives. A silent
+//! agent (no heartbeat) is stopped; a broken stream records the point as lost.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::catalog::FlagKind;
-use crate::host::ssh::{self, HostKeyCheck, PipedChild, RemoteProcess, SshHost, SshTarget};
-
+use crate::host::remote::RemoteHost;
+use crate::host::ssh::{PipedChild, SshHost};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
-use crate::spec::types::{self, ClientPlacement, Experiment, HostSpec};
 
 use super::agent::{AgentEvent, AgentRequest};
 use super::point::PointOutcome;
@@ -40,242 +38,15 @@ fn agent_silence_limit() -> Duration {
         .map_or(AGENT_SILENCE_LIMIT, Duration::from_secs_f64)
 }
 
-/// How often a remote server's log is pulled into the run directory.
-const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
-
-/// The spec's host as an SSH target (None for `local`).
-pub fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, String> {
-    match host {
-        HostSpec::Url(u) if u == "local" => Ok(None),
-        HostSpec::Url(u) => SshTarget::parse_url(u).map(Some).map_err(|e| e.to_string()),
-        HostSpec::Ssh(s) => {
-            let mut t = if s.ssh.starts_with("ssh://") {
-                SshTarget::parse_url(&s.ssh).map_err(|e| e.to_string())?
-            } else {
-                SshTarget::new(&s.ssh)
-            };
-            if s.user.is_some() {
-                t.user = s.user.clone();
-            }
-            if s.port.is_some() {
-                t.port = s.port;
-            }
-            t.identity = s.identity.as_deref().map(expand_home);
-            t.jump = s.jump.clone();
-            t.known_hosts = s.known_hosts.as_deref().map(expand_home);
-            t.host_key_check = match s.host_key_check {
-                types::HostKeyCheck::Strict => HostKeyCheck::Strict,
-                types::HostKeyCheck::AcceptNew => HostKeyCheck::AcceptNew,
-            };
-            t.options = s
-                .options
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            Ok(Some(t))
-        }
-    }
-}
-
-fn expand_home(p: &str) -> PathBuf {
-    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => Path::new(&home).join(rest),
-        _ => PathBuf::from(p),
-    }
-}
-
-/// Where the client runs for this experiment.
-pub fn placement(exp: &Experiment) -> ClientPlacement {
-    match (exp.client, exp.host.is_local()) {
-        (Some(c), false) => c,
-        (_, true) => ClientPlacement::Local,
-        (None, false) => ClientPlacement::Host,
-    }
-}
-
-/// The connected host of a run.
-pub struct RemoteHost {
-    pub ssh: Arc<SshHost>,
-    /// The per-run directory on the host (logs, pid files).
-    pub dir: String,
-    /// The spec's `remote_dir` (the base of per-run directories and of the binary cache).
-    pub base: Option<String>,
-    binary: Option<String>,
-}
-
-impl RemoteHost {
-    /// Connects (failing fast with ssh's classified error) and creates the run's directory.
-    pub async fn connect(exp: &Experiment, run_id: &str) -> Result<RemoteHost, String> {
-        let target = ssh_target(&exp.host)?.ok_or("the host is local")?;
-        let ssh = SshHost::connect(&target).await.map_err(|e| e.to_string())?;
-        let base = match &exp.host {
-            HostSpec::Ssh(s) => s.remote_dir.clone(),
-            HostSpec::Url(_) => None,
-        };
-        let runs_base = base
-            .as_ref()
-            .map(|b| format!("{}/runs", b.trim_end_matches('/')));
-        let dir = ssh
-            .remote_dir(runs_base.as_deref(), run_id)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(RemoteHost {
-            ssh: Arc::new(ssh),
-            dir,
-            base,
-            binary: None,
-        })
-    }
-
-    /// servebench's binary on the host, uploaded once per content hash. The binary is
-    /// `SERVEBENCH_HOST_BINARY` when set (e.g. a static musl build), else this one.
-    pub async fn binary(&mut self) -> Result<String, String> {
-        if let Some(b) = &self.binary {
-            return Ok(b.clone());
-        }
-        let local = match std::env::var_os("SERVEBENCH_HOST_BINARY") {
-            Some(p) => PathBuf::from(p),
-            None => std::env::current_exe().map_err(|e| e.to_string())?,
-        };
-        let b = self
-            .ssh
-            .ensure_binary(&local)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.binary = Some(b.path.clone());
-        Ok(b.path)
-    }
-
-    /// A free TCP port on the host's loopback, from `first` upwards.
-    pub async fn free_port(&self, first: u16) -> Result<u16, String> {
-        for port in first..first.saturating_add(200) {
-            if !self.port_in_use(port).await? {
-                return Ok(port);
-            }
-        }
-        Err(format!(
-            "no free port on the host between {first} and {}",
-            first.saturating_add(200)
-        ))
-    }
-
-    /// True when something listens on `port` on the host (read from /proc/net/tcp*, which
-    /// every Linux has; no ss or netstat needed).
-    pub async fn port_in_use(&self, port: u16) -> Result<bool, String> {
-        const SCRIPT: &str = r#"p=$(printf '%04X' "$1")
-cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p="$p" 'NR > 1 { n = split($2, a, ":"); if (toupper(a[n]) == p && $4 == "0A") f = 1 } END { exit f ? 0 : 1 }'"#;
-        let out = self
-            .ssh
-            .run_script(SCRIPT, &[port.to_string()])
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(out.status.success())
-    }
-}
-
-/// A server launched on the host, its log mirrored into the run directory.
-pub struct RemoteServer {
-    pub ssh: Arc<SshHost>,
-    pub process: RemoteProcess,
-    /// The mirrored log in the run directory.
-    pub local_log: PathBuf,
-    /// The port on the host.
-    pub port: u16,
-    offset: Arc<tokio::sync::Mutex<u64>>,
-    mirror: tokio::task::JoinHandle<()>,
-}
-
-impl RemoteServer {
-    pub fn new(ssh: Arc<SshHost>, process: RemoteProcess, local_log: PathBuf, port: u16) -> Self {
-        let offset = Arc::new(tokio::sync::Mutex::new(0u64));
-        let mirror = {
-            let (ssh, remote, local, offset) = (
-                ssh.clone(),
-                process.log_path.clone(),
-                local_log.clone(),
-                offset.clone(),
-            );
-            tokio::spawn(async move {
-                loop {
-                    // A failed pull (a dropped connection) is retried on the next tick from
-                    // the same byte offset, after the SSH layer reconnects.
-                    let _ = pull_log(&ssh, &remote, &local, &offset).await;
-                    tokio::time::sleep(LOG_SYNC_EVERY).await;
-                }
-            })
-        };
-        RemoteServer {
-            ssh,
-            process,
-            local_log,
-            port,
-            offset,
-            mirror,
-        }
-    }
-
-    /// Pulls what the log gained since the last pull.
-    pub async fn sync_log(&self) {
-        let _ = pull_log(
-            &self.ssh,
-            &self.process.log_path,
-            &self.local_log,
-            &self.offset,
-        )
-        .await;
-    }
-
-    /// True while the server process runs.
-    pub async fn alive(&self) -> Result<bool, String> {
-        self.ssh
-            .alive(self.process.pid)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    /// Stops the whole process group (TERM, grace, KILL), confirms it is gone, pulls the rest
-    /// of the log. Returns the outcome and whether the group is confirmed gone.
-    pub async fn stop(&mut self, grace: Duration) -> (String, bool) {
-        let outcome = match self.ssh.stop_group(self.process.pgid, grace).await {
-            Ok(o) => o.to_string(),
-            Err(e) => format!("could not stop it: {e}"),
-        };
-        let gone = matches!(self.ssh.group_alive(self.process.pgid).await, Ok(false));
-        self.sync_log().await;
-        self.mirror.abort();
-        (outcome, gone)
-    }
-}
-
-impl Drop for RemoteServer {
-    fn drop(&mut self) {
-        self.mirror.abort();
-    }
-}
-
-async fn pull_log(
-    ssh: &SshHost,
-    remote: &str,
-    local: &Path,
-    offset: &tokio::sync::Mutex<u64>,
-) -> Result<(), String> {
-    let mut off = offset.lock().await;
-    let bytes = ssh
-        .read_from(remote, *off)
-        .await
-        .map_err(|e| e.to_string())?;
-    if bytes.is_empty() {
-        return Ok(());
-    }
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(local)
-        .map_err(|e| e.to_string())?;
-    f.write_all(&bytes).map_err(|e| e.to_string())?;
-    *off += bytes.len() as u64;
-    Ok(())
+/// Why an agent could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Host(#[from] crate::host::HostError),
+    #[error(transparent)]
+    Ssh(#[from] crate::host::ssh::SshError),
+    #[error("the agent has no {0}")]
+    NoPipe(&'static str),
 }
 
 /// `servebench agent` on the host, measuring points against the server on localhost.
@@ -297,17 +68,16 @@ pub struct AgentSession {
 const STDERR_TAIL: usize = 2000;
 
 impl AgentSession {
-    pub async fn start(host: &mut RemoteHost) -> Result<AgentSession, String> {
+    pub async fn start(host: &RemoteHost) -> Result<AgentSession, AgentError> {
         let bin = host.binary().await?;
         let silence_limit = agent_silence_limit();
         let heartbeat_ms = heartbeat_for(silence_limit).as_millis().to_string();
         let mut child = host
             .ssh
             .spawn_piped(&[bin.as_str(), "agent", "--heartbeat-ms", &heartbeat_ms])
-            .await
-            .map_err(|e| e.to_string())?;
-        let stdin = child.stdin().take().ok_or("the agent has no stdin")?;
-        let stdout = child.stdout().take().ok_or("the agent has no stdout")?;
+            .await?;
+        let stdin = child.stdin().take().ok_or(AgentError::NoPipe("stdin"))?;
+        let stdout = child.stdout().take().ok_or(AgentError::NoPipe("stdout"))?;
         let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
         if let Some(stderr) = child.stderr().take() {
             let tail = stderr_tail.clone();
@@ -529,10 +299,4 @@ fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
         record: super::failed_point(&point_of(req), &req.group, FlagKind::AgentLost, &message),
         interrupted: false,
     }
-}
-
-/// Facts about the host, for meta.json; `python` is the interpreter that imports sglang.
-pub async fn host_facts(ssh: &SshHost, python: &str) -> Option<serde_json::Value> {
-    let facts: ssh::HostFacts = ssh.host_facts(python).await.ok()?;
-    serde_json::to_value(facts).ok()
 }

@@ -1,0 +1,422 @@
+//! An SSH host as a [`Host`](super::Host): the connection, the per-run directory on the host,
+//! servebench's own binary there (for the simulator engine and the measuring agent), ports
+//! read from the host's /proc, servers launched detached with their logs mirrored into the run
+//! directory as they grow, and reached through a port forward.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+
+use super::ssh::{self, HostKeyCheck, RemoteProcess, SshHost, SshTarget};
+use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use crate::spec::types::{self, HostSpec};
+
+/// How often a remote server's log is pulled into the run directory.
+const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
+
+/// The spec's host as an SSH target (None for `local`).
+pub fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, ssh::SshError> {
+    match host {
+        HostSpec::Url(u) if u == "local" => Ok(None),
+        HostSpec::Url(u) => SshTarget::parse_url(u).map(Some),
+        HostSpec::Ssh(s) => {
+            let mut t = if s.ssh.starts_with("ssh://") {
+                SshTarget::parse_url(&s.ssh)?
+            } else {
+                SshTarget::new(&s.ssh)
+            };
+            if s.user.is_some() {
+                t.user = s.user.clone();
+            }
+            if s.port.is_some() {
+                t.port = s.port;
+            }
+            t.identity = s.identity.as_deref().map(expand_home);
+            t.jump = s.jump.clone();
+            t.known_hosts = s.known_hosts.as_deref().map(expand_home);
+            t.host_key_check = match s.host_key_check {
+                types::HostKeyCheck::Strict => HostKeyCheck::Strict,
+                types::HostKeyCheck::AcceptNew => HostKeyCheck::AcceptNew,
+            };
+            t.options = s
+                .options
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Ok(Some(t))
+        }
+    }
+}
+
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(p),
+    }
+}
+
+/// The connected host of a run.
+pub struct RemoteHost {
+    pub ssh: Arc<SshHost>,
+    /// The per-run directory on the host (logs, pid files).
+    pub dir: String,
+    /// The spec's `remote_dir` (the base of per-run directories and of the binary cache).
+    pub base: Option<String>,
+    binary: tokio::sync::Mutex<Option<String>>,
+}
+
+impl RemoteHost {
+    /// Connects (failing fast with ssh's classified error) and creates the run's directory.
+    pub async fn connect(host: &HostSpec, run_id: &str) -> Result<RemoteHost, HostError> {
+        let target = ssh_target(host)?
+            .ok_or_else(|| HostError::Unsupported("the host is local, not an SSH host".into()))?;
+        let ssh = SshHost::connect(&target).await?;
+        let base = match host {
+            HostSpec::Ssh(s) => s.remote_dir.clone(),
+            HostSpec::Url(_) => None,
+        };
+        let runs_base = base
+            .as_ref()
+            .map(|b| format!("{}/runs", b.trim_end_matches('/')));
+        let dir = ssh.remote_dir(runs_base.as_deref(), run_id).await?;
+        Ok(RemoteHost {
+            ssh: Arc::new(ssh),
+            dir,
+            base,
+            binary: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Connects without creating a run directory (for `servebench down`).
+    pub async fn reach(host: &HostSpec) -> Result<RemoteHost, HostError> {
+        let target = ssh_target(host)?
+            .ok_or_else(|| HostError::Unsupported("the host is local, not an SSH host".into()))?;
+        let ssh = SshHost::connect(&target).await?;
+        Ok(RemoteHost {
+            ssh: Arc::new(ssh),
+            dir: String::new(),
+            base: None,
+            binary: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// servebench's binary on the host, uploaded once per content hash. The binary is
+    /// `SERVEBENCH_HOST_BINARY` when set (e.g. a static musl build), else this one.
+    pub async fn binary(&self) -> Result<String, HostError> {
+        let mut cached = self.binary.lock().await;
+        if let Some(b) = &*cached {
+            return Ok(b.clone());
+        }
+        let local = match std::env::var_os("SERVEBENCH_HOST_BINARY") {
+            Some(p) => PathBuf::from(p),
+            None => std::env::current_exe()
+                .map_err(|e| HostError::io("cannot find servebench's own binary", e))?,
+        };
+        let b = self.ssh.ensure_binary(&local).await?;
+        *cached = Some(b.path.clone());
+        Ok(b.path)
+    }
+
+    /// A free TCP port on the host's loopback, from `first` upwards.
+    pub async fn free_port(&self, first: u16) -> Result<u16, HostError> {
+        for port in first..first.saturating_add(200) {
+            if !self.port_in_use(port).await? {
+                return Ok(port);
+            }
+        }
+        Err(HostError::Unsupported(format!(
+            "no free port on the host between {first} and {}",
+            first.saturating_add(200)
+        )))
+    }
+
+    /// True when something listens on `port` on the host (read from /proc/net/tcp*, which
+    /// every Linux has; no ss or netstat needed).
+    pub async fn port_in_use(&self, port: u16) -> Result<bool, HostError> {
+        const SCRIPT: &str = r#"p=$(printf '%04X' "$1")
+cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p="$p" 'NR > 1 { n = split($2, a, ":"); if (toupper(a[n]) == p && $4 == "0A") f = 1 } END { exit f ? 0 : 1 }'"#;
+        let out = self.ssh.run_script(SCRIPT, &[port.to_string()]).await?;
+        Ok(out.status.success())
+    }
+}
+
+/// A server launched on the host, its log mirrored into the run directory.
+pub struct RemoteServer {
+    pub ssh: Arc<SshHost>,
+    pub process: RemoteProcess,
+    /// The mirrored log in the run directory.
+    pub local_log: PathBuf,
+    /// The port on the host.
+    pub port: u16,
+    /// The forwarded URL on this machine.
+    url: String,
+    host_url: String,
+    offset: Arc<tokio::sync::Mutex<u64>>,
+    mirror: tokio::task::JoinHandle<()>,
+}
+
+impl RemoteServer {
+    pub fn new(
+        ssh: Arc<SshHost>,
+        process: RemoteProcess,
+        local_log: PathBuf,
+        port: u16,
+        local_port: u16,
+    ) -> Self {
+        let offset = Arc::new(tokio::sync::Mutex::new(0u64));
+        let mirror = {
+            let (ssh, remote, local, offset) = (
+                ssh.clone(),
+                process.log_path.clone(),
+                local_log.clone(),
+                offset.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    // A failed pull (a dropped connection) is retried on the next tick from
+                    // the same byte offset, after the SSH layer reconnects.
+                    let _ = pull_log(&ssh, &remote, &local, &offset).await;
+                    tokio::time::sleep(LOG_SYNC_EVERY).await;
+                }
+            })
+        };
+        RemoteServer {
+            ssh,
+            process,
+            local_log,
+            port,
+            url: format!("http://127.0.0.1:{local_port}"),
+            host_url: format!("http://127.0.0.1:{port}"),
+            offset,
+            mirror,
+        }
+    }
+
+    /// Pulls what the log gained since the last pull.
+    pub async fn sync_log(&self) {
+        let _ = pull_log(
+            &self.ssh,
+            &self.process.log_path,
+            &self.local_log,
+            &self.offset,
+        )
+        .await;
+    }
+
+    /// True while the server process runs.
+    pub async fn alive(&self) -> Result<bool, HostError> {
+        Ok(self.ssh.alive(self.process.pid).await?)
+    }
+
+    /// Stops the whole process group (TERM, grace, KILL), confirms it is gone, pulls the rest
+    /// of the log. Returns the outcome and whether the group is confirmed gone.
+    pub async fn stop(&mut self, grace: Duration) -> (String, bool) {
+        let outcome = match self.ssh.stop_group(self.process.pgid, grace).await {
+            Ok(o) => o.to_string(),
+            Err(e) => format!("could not stop it: {e}"),
+        };
+        let gone = matches!(self.ssh.group_alive(self.process.pgid).await, Ok(false));
+        self.sync_log().await;
+        self.mirror.abort();
+        (outcome, gone)
+    }
+}
+
+impl Drop for RemoteServer {
+    fn drop(&mut self) {
+        self.mirror.abort();
+    }
+}
+
+async fn pull_log(
+    ssh: &SshHost,
+    remote: &str,
+    local: &Path,
+    offset: &tokio::sync::Mutex<u64>,
+) -> Result<(), HostError> {
+    let mut off = offset.lock().await;
+    let bytes = ssh.read_from(remote, *off).await?;
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(local)
+        .and_then(|mut f| f.write_all(&bytes))
+        .map_err(|e| HostError::io(format!("cannot append to {}", local.display()), e))?;
+    *off += bytes.len() as u64;
+    Ok(())
+}
+
+/// Facts about the host, for meta.json; `python` is the interpreter that imports sglang.
+pub async fn host_facts(ssh: &SshHost, python: &str) -> Option<serde_json::Value> {
+    let facts: ssh::HostFacts = ssh.host_facts(python).await.ok()?;
+    serde_json::to_value(facts).ok()
+}
+
+impl super::Host for RemoteHost {
+    fn name(&self) -> String {
+        self.ssh.name().to_string()
+    }
+
+    fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {
+        Box::pin(async move {
+            match wanted {
+                Some(p) if self.port_in_use(p).await? => Err(HostError::PortInUse {
+                    port: p,
+                    host: self.ssh.name().to_string(),
+                }),
+                Some(p) => Ok(p),
+                None => self.free_port(30000).await,
+            }
+        })
+    }
+
+    fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
+        Box::pin(self.binary())
+    }
+
+    fn spawn<'a>(
+        &'a self,
+        spawn: Spawn<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>> {
+        Box::pin(async move {
+            let group = spawn.group;
+            let remote_log = format!("{}/server-{group}.log", self.dir);
+            let pid_file = format!("{}/server-{group}.pid", self.dir);
+            let process = self
+                .ssh
+                .spawn_detached(
+                    &spawn.command.argv(),
+                    spawn.env,
+                    spawn.workdir,
+                    &remote_log,
+                    &pid_file,
+                )
+                .await?;
+            // Readiness and /server_info go through a forward; so does the measurement with
+            // `client: local`.
+            match self.ssh.forward_local(spawn.port).await {
+                Ok(local_port) => Ok(Box::new(RemoteServer::new(
+                    self.ssh.clone(),
+                    process,
+                    spawn.log_path.to_path_buf(),
+                    spawn.port,
+                    local_port,
+                )) as Box<dyn ServerProcess>),
+                Err(e) => {
+                    // Nothing may outlive a failed launch.
+                    let _ = self.ssh.stop_group(process.pgid, STOP_GRACE_FAILED).await;
+                    Err(HostError::Unsupported(format!(
+                        "cannot forward a local port to port {} on the host: {e}",
+                        spawn.port
+                    )))
+                }
+            }
+        })
+    }
+
+    fn stop_leftover<'a>(
+        &'a self,
+        pgid: i32,
+        program: &'a str,
+        grace: Duration,
+    ) -> BoxFuture<'a, Leftover> {
+        Box::pin(async move {
+            match self.ssh.group_alive(pgid).await {
+                Ok(false) => return Leftover::AlreadyGone,
+                Err(e) => {
+                    return Leftover::Unknown(format!("cannot check process group {pgid}: {e}"));
+                }
+                Ok(true) => {}
+            }
+            let check = self
+                .ssh
+                .run_script(
+                    r#"ps -o args= -g "$1" 2>/dev/null | grep -F -q -- "$2""#,
+                    &[pgid.to_string(), program.to_string()],
+                )
+                .await;
+            if matches!(&check, Ok(out) if !out.status.success()) {
+                return Leftover::Reused {
+                    program: program.to_string(),
+                };
+            }
+            match self.ssh.stop_group(pgid, grace).await {
+                Ok(outcome) => Leftover::Stopped {
+                    killed: matches!(outcome, super::local::StopOutcome::Killed),
+                    gone: matches!(self.ssh.group_alive(pgid).await, Ok(false)),
+                },
+                Err(e) => Leftover::Unknown(format!("could not stop process group {pgid}: {e}")),
+            }
+        })
+    }
+
+    fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
+        Box::pin(async move { Ok(self.ssh.ensure_connected().await?) })
+    }
+}
+
+/// How long a server whose forward failed gets to exit before SIGKILL.
+const STOP_GRACE_FAILED: Duration = Duration::from_secs(10);
+
+impl ServerProcess for RemoteServer {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn host_url(&self) -> Option<&str> {
+        Some(&self.host_url)
+    }
+
+    fn ids(&self) -> ProcessIds {
+        ProcessIds {
+            pid: self.process.pid,
+            pgid: self.process.pgid,
+            host: Some(self.ssh.name().to_string()),
+            remote_log: Some(self.process.log_path.clone()),
+        }
+    }
+
+    fn exited(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            // An SSH hiccup is not a crash; the next look decides.
+            if self.alive().await.unwrap_or(true) {
+                return false;
+            }
+            RemoteServer::sync_log(self).await;
+            true
+        })
+    }
+
+    fn sync_log(&self) -> BoxFuture<'_, ()> {
+        Box::pin(RemoteServer::sync_log(self))
+    }
+
+    fn log_display(&self) -> String {
+        format!(
+            "{} (on the host: {})",
+            self.local_log.display(),
+            self.process.log_path
+        )
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+
+    fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
+        Box::pin(async move {
+            let (outcome, gone) = RemoteServer::stop(self, grace).await;
+            Stopped {
+                outcome,
+                pgid: self.process.pgid,
+                gone,
+            }
+        })
+    }
+}

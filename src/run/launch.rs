@@ -1,0 +1,167 @@
+//! One server launch: measure the group's pending points on it until they are done, the server
+//! crashes (the failure policy decides what follows), the host is lost, or the run stops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::FlagKind;
+use crate::host::Host;
+use crate::plan::failure::{AfterCrash, FailurePolicy};
+use crate::results::records::Flag;
+use crate::results::rundir::RunDir;
+use crate::spec::Point;
+use crate::text::last_lines;
+
+use super::measurer::Measurer;
+use super::progress::Progress;
+use super::server::ServerHandle;
+use super::{Interrupt, RunError, append_point, failed_point};
+
+/// How one server launch ended.
+pub enum LaunchEnd {
+    /// Every pending point of the group was measured.
+    Finished,
+    /// The server died; relaunch for the rest.
+    Crashed,
+    Interrupted,
+    /// `on_failure: abort` after a crash.
+    Aborted(String),
+    /// The host cannot be reached any more.
+    HostLost(String),
+}
+
+impl LaunchEnd {
+    /// Why the server is stopped after this end (recorded on the launch).
+    pub fn stop_reason(&self, more_pending: bool) -> &'static str {
+        match self {
+            LaunchEnd::Crashed if more_pending => "relaunching after a crash",
+            LaunchEnd::Crashed => "crashed with no point left to measure",
+            LaunchEnd::Interrupted => "interrupted",
+            LaunchEnd::Aborted(_) => "aborted after a crash",
+            LaunchEnd::HostLost(_) => "the host connection was lost",
+            LaunchEnd::Finished => "group finished",
+        }
+    }
+}
+
+/// What a launch's loop needs from the run.
+pub struct LaunchContext<'a> {
+    pub group: &'a str,
+    pub run_dir: &'a Arc<RunDir>,
+    pub progress: &'a Progress,
+    pub interrupt: &'a Interrupt,
+    pub host: &'a dyn Host,
+    /// True when the host is remote: any failure may be the link, checked before going on.
+    pub remote: bool,
+}
+
+/// Counts the run keeps across launches.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// One line per problem, for the run's status.
+    pub problems: Vec<String>,
+    /// Points with at least one successful request.
+    pub measured_points: usize,
+}
+
+/// Measures pending points on one launched server until the group is done, the server
+/// crashes, or the run stops.
+pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
+    handle: &mut ServerHandle,
+    pending: &mut std::iter::Peekable<I>,
+    policy: &mut FailurePolicy,
+    cx: &LaunchContext<'_>,
+    measurer: &mut dyn Measurer,
+    tally: &mut Tally,
+) -> Result<LaunchEnd, RunError> {
+    loop {
+        let Some(point) = pending.next() else {
+            return Ok(LaunchEnd::Finished);
+        };
+        if let Some(msg) = policy.skip_reason(point) {
+            cx.progress.line(&format!("{}: {msg}", point.id));
+            append_point(
+                cx.run_dir,
+                cx.progress,
+                &failed_point(point, cx.group, FlagKind::Skipped, &msg),
+            )?;
+            continue;
+        }
+        let outcome = match measurer.measure(point, cx.group).await {
+            Ok(o) => o,
+            Err(unavailable) => {
+                // Nothing can be measured on this launch: record the rest as failed.
+                let msg = unavailable.to_string();
+                tally.problems.push(format!("{}: {msg}", point.id));
+                for p in std::iter::once(point).chain(pending.by_ref()) {
+                    append_point(
+                        cx.run_dir,
+                        cx.progress,
+                        &failed_point(p, cx.group, FlagKind::AgentFailed, &msg),
+                    )?;
+                }
+                return Ok(LaunchEnd::Finished);
+            }
+        };
+        let mut record = outcome.record;
+        let agent_lost = record.has_flag(&FlagKind::AgentLost);
+        // Broken connections (or a failed calibration) may mean the server is dying.
+        let suspicious = !outcome.interrupted
+            && (agent_lost
+                || ["connect", "reset", "incomplete"]
+                    .iter()
+                    .any(|k| record.error_kinds.contains_key(*k))
+                || record.has_flag(&FlagKind::CalibrationFailed));
+        let grace = if suspicious {
+            Duration::from_secs(3)
+        } else {
+            Duration::ZERO
+        };
+        let mut crashed = None;
+        if let Some(cause) = handle.crashed_within(grace).await {
+            let tail = handle.log_tail(2000);
+            let msg = format!(
+                "the server died during this point: {} ({})",
+                cause.label(),
+                cause.explain()
+            );
+            record.flags.push(Flag::new(
+                FlagKind::ServerCrashed,
+                format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
+            ));
+            record.incomplete = true;
+            record.failure = Some(cause.label().to_string());
+            tally.problems.push(format!("{}: {msg}", record.id));
+            handle.record.outcome = Some(format!("crashed: {}", cause.label()));
+            crashed = Some(cause);
+        }
+        if record.ok > 0 {
+            tally.measured_points += 1;
+        }
+        if record.incomplete && !outcome.interrupted && crashed.is_none() {
+            tally.problems.push(format!("{}: incomplete", record.id));
+        }
+        append_point(cx.run_dir, cx.progress, &record)?;
+        if outcome.interrupted || cx.interrupt.is_set() {
+            return Ok(LaunchEnd::Interrupted);
+        }
+        if let Some(cause) = crashed {
+            return Ok(match policy.after_crash(point, cause.label()) {
+                AfterCrash::Relaunch => LaunchEnd::Crashed,
+                AfterCrash::Abort(why) => LaunchEnd::Aborted(why),
+            });
+        }
+        // Any failure on a remote host may be the link: check it before the next point. A
+        // dropped link is re-established by the host; if it cannot be, the host is gone and
+        // the run stops with what it has.
+        let link_suspect = agent_lost || record.incomplete || record.errors > 0;
+        if link_suspect
+            && cx.remote
+            && let Err(e) = cx.host.check_link().await
+        {
+            return Ok(LaunchEnd::HostLost(format!(
+                "the host cannot be reached any more: {e}"
+            )));
+        }
+    }
+}

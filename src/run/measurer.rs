@@ -1,0 +1,144 @@
+//! Where a point is measured, behind one interface: [`InProcess`] measures from this process
+//! (against a local server, or through a port forward); [`OnHost`] drives servebench's agent on
+//! the SSH host, so network latency never enters the numbers. A Slurm step would be a third.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use crate::client::Client;
+use crate::host::remote::RemoteHost;
+use crate::results::rundir::RunDir;
+use crate::spec::Point;
+
+use super::agent::AgentRequest;
+use super::agent_session::AgentSession;
+use super::point::{PointOutcome, PointRunner};
+use super::progress::Progress;
+use super::{Interrupt, file_prompts};
+
+/// Why a measurer cannot measure at all (the point and the rest of its launch are recorded as
+/// failed with this).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start servebench's agent on the host: {0}")]
+pub struct Unavailable(pub String);
+
+/// Measures points against one launched server.
+pub trait Measurer: Send {
+    /// Measures `point` (every round), recording its requests as they complete.
+    fn measure<'a>(
+        &'a mut self,
+        point: &'a Point,
+        group: &'a str,
+    ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>>;
+
+    /// Releases what the measurer holds (an agent process on the host).
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// Measures in this process with the run's [`PointRunner`] (its calibrations are shared by
+/// every launch of the run).
+pub struct InProcess<'r> {
+    pub runner: &'r mut PointRunner,
+    pub client: Client,
+}
+
+impl Measurer for InProcess<'_> {
+    fn measure<'a>(
+        &'a mut self,
+        point: &'a Point,
+        group: &'a str,
+    ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>> {
+        Box::pin(async move { Ok(self.runner.measure(&self.client, point, group).await) })
+    }
+
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Measures on the SSH host through `servebench agent`, started on the first point and again
+/// after an agent was lost.
+pub struct OnHost {
+    pub host: Arc<RemoteHost>,
+    /// The server as the host sees it.
+    pub url: String,
+    pub api_key: Option<String>,
+    pub spec_dir: PathBuf,
+    pub run_dir: Arc<RunDir>,
+    pub progress: Progress,
+    pub interrupt: Interrupt,
+    session: Option<AgentSession>,
+}
+
+impl OnHost {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        host: Arc<RemoteHost>,
+        url: String,
+        api_key: Option<String>,
+        spec_dir: PathBuf,
+        run_dir: Arc<RunDir>,
+        progress: Progress,
+        interrupt: Interrupt,
+    ) -> OnHost {
+        OnHost {
+            host,
+            url,
+            api_key,
+            spec_dir,
+            run_dir,
+            progress,
+            interrupt,
+            session: None,
+        }
+    }
+}
+
+impl Measurer for OnHost {
+    fn measure<'a>(
+        &'a mut self,
+        point: &'a Point,
+        group: &'a str,
+    ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>> {
+        Box::pin(async move {
+            if self.session.is_none() {
+                let started = AgentSession::start(&self.host)
+                    .await
+                    .map_err(|e| Unavailable(e.to_string()))?;
+                self.session = Some(started);
+            }
+            let req = AgentRequest {
+                id: point.id.clone(),
+                values: point.values.clone(),
+                experiment: point.experiment.clone(),
+                group: group.to_string(),
+                url: self.url.clone(),
+                api_key: self.api_key.clone(),
+                prompts: file_prompts(point, &self.spec_dir),
+            };
+            let session = self.session.as_mut().expect("started above");
+            let outcome = session
+                .measure(req, &self.run_dir, &self.progress, &self.interrupt)
+                .await;
+            // A lost agent is replaced for the next point.
+            if outcome
+                .record
+                .has_flag(&crate::catalog::FlagKind::AgentLost)
+                && let Some(lost) = self.session.take()
+            {
+                lost.close().await;
+            }
+            Ok(outcome)
+        })
+    }
+
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            if let Some(s) = self.session {
+                s.close().await;
+            }
+        })
+    }
+}
