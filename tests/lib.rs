@@ -15,3 +15,4 @@ mod ssh;
 mod ssh_run;
 mod sshd;
 mod statistics;
+mod summary;

@@ -214,6 +214,24 @@ impl Flag {
 }
 
 impl PointRecord {
+    /// A point with nothing measured yet.
+    pub fn empty(point: &crate::spec::Point, group: &str) -> PointRecord {
+        PointRecord {
+            id: point.id.clone(),
+            values: point.values.clone(),
+            group: group.to_string(),
+            requested_prompt_tokens: None,
+            ok: 0,
+            errors: 0,
+            error_kinds: IndexMap::new(),
+            metrics: IndexMap::new(),
+            flags: Vec::new(),
+            incomplete: false,
+            failure: None,
+            wall: None,
+        }
+    }
+
     /// True when the point carries a flag of `kind`.
     pub fn has_flag(&self, kind: &FlagKind) -> bool {
         self.flags.iter().any(|f| &f.kind == kind)

@@ -624,20 +624,10 @@ pub(crate) fn failed_point(
     kind: FlagKind,
     msg: &str,
 ) -> PointRecord {
-    PointRecord {
-        id: p.id.clone(),
-        values: p.values.clone(),
-        group: group.to_string(),
-        requested_prompt_tokens: None,
-        ok: 0,
-        errors: 0,
-        error_kinds: Default::default(),
-        metrics: Default::default(),
-        flags: vec![Flag::new(kind, msg)],
-        incomplete: true,
-        failure: None,
-        wall: None,
-    }
+    let mut record = PointRecord::empty(p, group);
+    record.flags.push(Flag::new(kind, msg));
+    record.incomplete = true;
+    record
 }
 
 /// Writes a point's record; a point that was never measured (skipped, failed before it ran)

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use indexmap::IndexMap;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -113,69 +112,17 @@ impl PointRunner {
         prompts: Option<Vec<String>>,
     ) -> PointOutcome {
         let exp = &point.experiment;
-        let mut flags: Vec<Flag> = Vec::new();
-        let mut record = PointRecord {
-            id: point.id.clone(),
-            values: point.values.clone(),
-            group: group.to_string(),
-            requested_prompt_tokens: None,
-            ok: 0,
-            errors: 0,
-            error_kinds: IndexMap::new(),
-            metrics: IndexMap::new(),
-            flags: Vec::new(),
-            incomplete: false,
-            failure: None,
-            wall: None,
-        };
+        let mut record = PointRecord::empty(point, group);
         self.progress.point_started(&point.label());
-
-        let source = match prompts {
-            Some(list) => Ok(PromptSource::Fixed(list)),
-            None => PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir),
-        };
-        let source = match source {
-            Ok(s) => s,
-            Err(e) => return PointOutcome::abandoned(record, FlagKind::PromptError, e, false),
-        };
-        record.requested_prompt_tokens = source.target_tokens();
-        let model = request_model(exp);
-
-        // Text for generated prompts, calibrated to the server's token count.
-        let body = match &source {
-            PromptSource::Generated {
-                generator,
-                target_tokens,
-                calibrate,
-            } => {
-                match self
-                    .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
-                    .await
-                {
-                    Ok((text, flag)) => {
-                        flags.extend(flag);
-                        Some(text)
-                    }
-                    Err(e) => {
-                        let interrupted = self.interrupt.is_set();
-                        return PointOutcome::abandoned(
-                            record,
-                            FlagKind::CalibrationFailed,
-                            e,
-                            interrupted,
-                        );
-                    }
-                }
-            }
-            PromptSource::Fixed(_) => None,
-        };
-        let prompt_for = |i: u32| -> String {
-            match (&source, &body) {
-                (PromptSource::Fixed(list), _) => list[i as usize % list.len()].clone(),
-                (_, Some(b)) => b.clone(),
-                _ => String::new(),
+        let mut flags: Vec<Flag> = Vec::new();
+        let prompts = match self.prompts(client, exp, prompts, &mut flags).await {
+            Ok(p) => p,
+            Err((kind, message)) => {
+                let interrupted = self.interrupt.is_set();
+                return PointOutcome::abandoned(record, kind, message, interrupted);
             }
         };
+        record.requested_prompt_tokens = prompts.source.target_tokens();
 
         let mut measured: Vec<RequestRecord> = Vec::new();
         let mut interrupted = false;
@@ -184,70 +131,9 @@ impl PointRunner {
                 interrupted = true;
                 break;
             }
-            let policy = exp.cache.policy;
-            if policy == CachePolicy::Cold
-                && let Err(e) = flush(client, &self.interrupt).await
-            {
-                flags.push(Flag {
-                    kind: FlagKind::FlushFailed,
-                    message: e,
-                });
-            }
-            // Warm: one nonce per point and round, so points do not share prefixes; primed once.
-            let warm_prefix = nonce();
-            if policy == CachePolicy::Warm {
-                let prompt = format!("{warm_prefix}{}", prompt_for(0));
-                let req = generation_request(exp, prompt, &model);
-                let m = tokio::select! {
-                    m = client.stream(&req, exp.request_timeout) => m,
-                    _ = self.interrupt.wait() => { interrupted = true; break; }
-                };
-                let rec = m.into_record(
-                    &point.id,
-                    round,
-                    0,
-                    RequestRole::Prime,
-                    exp.workload.api,
-                    exp.workload.output_tokens,
-                    source.target_tokens(),
-                );
-                self.append(&rec, &mut flags);
-            }
-            let prompts: Vec<String> = (0..exp.requests)
-                .map(|i| match policy {
-                    CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), prompt_for(i)),
-                    CachePolicy::Cold => prompt_for(i),
-                    CachePolicy::Warm => format!("{warm_prefix}{}", prompt_for(i)),
-                    CachePolicy::AsIs => prompt_for(i),
-                })
-                .collect();
-            let (records, stopped) = match exp.method.resolve() {
-                Measure::Streaming => {
-                    self.send_all(
-                        client,
-                        point,
-                        round,
-                        exp,
-                        prompts,
-                        &model,
-                        source.target_tokens(),
-                    )
-                    .await
-                }
-                Measure::TwoPoint { a, b } => {
-                    self.send_pairs(
-                        client,
-                        point,
-                        round,
-                        (a, b),
-                        prompts,
-                        &model,
-                        source.target_tokens(),
-                        &mut flags,
-                    )
-                    .await
-                }
-            };
+            let (records, stopped) = self
+                .measure_round(client, point, round, &prompts, &mut flags)
+                .await;
             measured.extend(records);
             if stopped {
                 interrupted = true;
@@ -267,6 +153,111 @@ impl PointRunner {
         PointOutcome {
             record,
             interrupted,
+        }
+    }
+
+    /// The point's prompts: read from its file (or given), or generated and calibrated to the
+    /// server's token count. Fails with the flag that abandons the point.
+    async fn prompts(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        given: Option<Vec<String>>,
+        flags: &mut Vec<Flag>,
+    ) -> Result<Prompts, (FlagKind, String)> {
+        let source = match given {
+            Some(list) => PromptSource::Fixed(list),
+            None => PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir)
+                .map_err(|e| (FlagKind::PromptError, e))?,
+        };
+        let model = request_model(exp);
+        let body = match &source {
+            PromptSource::Generated {
+                generator,
+                target_tokens,
+                calibrate,
+            } => {
+                let (text, flag) = self
+                    .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
+                    .await
+                    .map_err(|e| (FlagKind::CalibrationFailed, e))?;
+                flags.extend(flag);
+                Some(text)
+            }
+            PromptSource::Fixed(_) => None,
+        };
+        Ok(Prompts {
+            source,
+            body,
+            model,
+        })
+    }
+
+    /// One round: prepares the cache as the policy says (a flush, or a priming request), then
+    /// sends the round's measured requests. Returns their records and whether an interrupt
+    /// stopped it.
+    async fn measure_round(
+        &self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        prompts: &Prompts,
+        flags: &mut Vec<Flag>,
+    ) -> (Vec<RequestRecord>, bool) {
+        let exp = &point.experiment;
+        let policy = exp.cache.policy;
+        if policy == CachePolicy::Cold
+            && let Err(e) = flush(client, &self.interrupt).await
+        {
+            flags.push(Flag::new(FlagKind::FlushFailed, e));
+        }
+        // Warm: one nonce per point and round, so points do not share prefixes; primed once.
+        let warm_prefix = nonce();
+        if policy == CachePolicy::Warm {
+            let prompt = format!("{warm_prefix}{}", prompts.text(0));
+            let req = generation_request(exp, prompt, &prompts.model);
+            let m = tokio::select! {
+                m = client.stream(&req, exp.request_timeout) => m,
+                _ = self.interrupt.wait() => return (Vec::new(), true),
+            };
+            let rec = m.into_record(
+                &point.id,
+                round,
+                0,
+                RequestRole::Prime,
+                exp.workload.api,
+                exp.workload.output_tokens,
+                prompts.source.target_tokens(),
+            );
+            self.append(&rec, flags);
+        }
+        let texts: Vec<String> = (0..exp.requests)
+            .map(|i| match policy {
+                CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), prompts.text(i)),
+                CachePolicy::Cold => prompts.text(i),
+                CachePolicy::Warm => format!("{warm_prefix}{}", prompts.text(i)),
+                CachePolicy::AsIs => prompts.text(i),
+            })
+            .collect();
+        let requested = prompts.source.target_tokens();
+        match exp.method.resolve() {
+            Measure::Streaming => {
+                self.send_all(client, point, round, exp, texts, &prompts.model, requested)
+                    .await
+            }
+            Measure::TwoPoint { a, b } => {
+                self.send_pairs(
+                    client,
+                    point,
+                    round,
+                    (a, b),
+                    texts,
+                    &prompts.model,
+                    requested,
+                    flags,
+                )
+                .await
+            }
         }
     }
 
@@ -460,6 +451,25 @@ impl PointRunner {
             ),
         });
         Ok((generator.text(cal.chars), flag))
+    }
+}
+
+/// A point's prompt texts and the model name its requests carry.
+struct Prompts {
+    source: PromptSource,
+    /// The calibrated text of a generated prompt (None for file prompts).
+    body: Option<String>,
+    model: Option<String>,
+}
+
+impl Prompts {
+    /// The text of request `i` (before any nonce): file prompts in turn, or the one body.
+    fn text(&self, i: u32) -> String {
+        match (&self.source, &self.body) {
+            (PromptSource::Fixed(list), _) => list[i as usize % list.len()].clone(),
+            (_, Some(b)) => b.clone(),
+            _ => String::new(),
+        }
     }
 }
 
