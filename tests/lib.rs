@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 mod accuracy;
+mod architecture;
 mod cli;
 mod client;
 mod common;
