@@ -247,7 +247,7 @@ fn a_server_dimension_swept_in_both_runs_matches_point_for_point() {
 }
 
 #[test]
-fn the_threshold_marks_changes_without_intervals() {
+fn changes_without_intervals_are_not_enough_evidence() {
     let mut runs = chunk_runs();
     for r in &mut runs {
         for p in &mut r.points {
@@ -256,14 +256,19 @@ fn the_threshold_marks_changes_without_intervals() {
             }
         }
     }
-    assert_eq!(compare::build(&runs, None).summary.regressions, 0);
-    let model = compare::build(&runs, Some(5.0));
-    assert_eq!(verdicts(&model, "ttft_s")[0].1, Some(Verdict::Regression));
-    // Decode +1% stays under 5%.
+    // One sample per run says nothing about noise: a +50% TTFT is not called a regression.
+    let model = compare::build(&runs, None);
+    assert_eq!(model.summary.regressions, 0);
+    assert_eq!(
+        verdicts(&model, "ttft_s")[0].1,
+        Some(Verdict::NotEnoughEvidence)
+    );
+    // Decode +1% stays under the default 5% minimum effect: noise, whatever the evidence.
     assert_eq!(
         verdicts(&model, "decode_tok_s")[0].1,
         Some(Verdict::WithinNoise)
     );
+    assert!(model.summary.not_enough_evidence >= 1);
 }
 
 // ---- the command ----
@@ -456,4 +461,76 @@ fn compare_models_validate_against_the_schema() {
     let mut value = serde_json::to_value(compare::build(&chunk_runs(), None)).unwrap();
     value["metrics"][0]["rows"][0]["cells"][1]["verdict"] = json!("worse");
     assert!(!validator.is_valid(&value), "an unknown verdict is refused");
+}
+
+/// A CI gate on the simulator: reruns of an unchanged spec give no verdict at all, and a 10%
+/// slowdown (the simulator's time scale raised by a tenth) is caught, each with three rounds
+/// per point so the intervals stand for run-to-run noise.
+#[test]
+fn unchanged_reruns_give_no_verdict_and_a_ten_percent_slowdown_is_caught() {
+    let ws = Workspace::new();
+    let spec = |name: &str, scale: &str| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: h100-llama8b, context-length: 8192, sim-time-scale: {scale} }}\n  ready_timeout: 60s\nworkload:\n  prompt: {{ kind: repeat, tokens: 2048 }}\n  output_tokens: 32\nsweep: {{ concurrency: [1, 4] }}\nrequests: 4\nrepeat: 3\n"
+            ),
+        )
+    };
+    let base = spec("base", "0.25");
+    let runs: Vec<PathBuf> = [&base, &base, &base, &spec("slower", "0.275")]
+        .iter()
+        .map(|s| {
+            let out = ws.run(s);
+            assert!(out.status.success(), "{}", show(&out));
+            run_dir(&out)
+        })
+        .collect();
+    let gate = |a: &Path, b: &Path| {
+        servebench()
+            .args(["compare", "--fail-on-regression"])
+            .arg(a)
+            .arg(b)
+            .output()
+            .unwrap()
+    };
+    for rerun in &runs[1..3] {
+        let model = compare::build(
+            &[
+                compare::load(&runs[0]).unwrap(),
+                compare::load(rerun).unwrap(),
+            ],
+            None,
+        );
+        let s = &model.summary;
+        assert_eq!(
+            (s.regressions, s.improvements),
+            (0, 0),
+            "an unchanged rerun: {}",
+            compare::render(&model, None).unwrap()
+        );
+        assert!(s.judged() > 0, "the cells were judged, not skipped");
+        let out = gate(&runs[0], rerun);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    }
+    let model = compare::build(
+        &[
+            compare::load(&runs[0]).unwrap(),
+            compare::load(&runs[3]).unwrap(),
+        ],
+        None,
+    );
+    let ttft = verdicts(&model, "ttft_s");
+    assert_eq!(
+        ttft[0],
+        ("concurrency=1".to_string(), Some(Verdict::Regression)),
+        "{}",
+        compare::render(&model, None).unwrap()
+    );
+    assert!(
+        model.summary.improvements == 0,
+        "a slowdown improves nothing"
+    );
+    let out = gate(&runs[0], &runs[3]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
 }

@@ -69,8 +69,28 @@ pub enum Verdict {
     Improvement,
     /// The difference may be noise.
     WithinNoise,
+    /// The runs do not say how large their noise is (one request, one round of queued
+    /// requests, identical samples), so no change can be called real.
+    NotEnoughEvidence,
     /// Not compared: a value is missing, or a run flagged the point.
     NotCompared,
+}
+
+/// The smallest change worth a verdict, in percent, when `--threshold` is not given: a real but
+/// negligible change is not worth a review, and run-to-run drift of a few percent is common.
+pub const DEFAULT_THRESHOLD_PCT: f64 = 5.0;
+
+/// Fewest requests whose spread stands for run-to-run noise (one round, concurrency 1).
+pub const MIN_REQUESTS: usize = 5;
+
+/// What a point's numbers can tell about noise.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evidence {
+    /// The smallest change, in percent, that may be called a regression or an improvement.
+    pub threshold_pct: f64,
+    /// The point's concurrency (the largest over the runs): queued requests are not
+    /// independent samples.
+    pub concurrency: u32,
 }
 
 /// A metric of one run against the baseline.
@@ -84,62 +104,134 @@ pub struct Decision {
     pub reason: String,
 }
 
-/// Judges `other` against `base`. With confidence intervals on both sides, a change is marked
-/// only when they do not overlap (and, given a threshold, the change is also larger than it: a
-/// real but negligible change is not worth a review). Without intervals, the threshold alone
-/// decides. Everything else is within noise.
+/// Judges `other` against `base`.
+///
+/// A change is a regression or an improvement only when (1) it is larger than the threshold,
+/// (2) both runs carry a noise estimate that stands for run-to-run noise, and (3) their 95%
+/// confidence intervals do not overlap. A noise estimate stands when it comes from three or
+/// more rounds (round means vary as runs do), or from at least [`MIN_REQUESTS`] requests sent
+/// one at a time (independent samples). Requests that queued behind each other
+/// (concurrency > 1) in one round, a single request, or identical samples (a zero-width
+/// interval) say nothing about how a rerun would vary: such a change is "not enough evidence",
+/// with the number of rounds that would settle it.
 pub fn decide(
     base: &Stat,
     other: &Stat,
     direction: Option<Direction>,
-    threshold_pct: Option<f64>,
+    evidence: Evidence,
 ) -> Decision {
     let change_pct = (base.mean != 0.0 && base.mean.is_finite() && other.mean.is_finite())
         .then(|| (other.mean - base.mean) / base.mean.abs() * 100.0);
-    let intervals = match (
+    let t = evidence.threshold_pct;
+    let decision = |verdict, reason: String| Decision {
+        verdict,
+        change_pct,
+        reason,
+    };
+    match change_pct {
+        None => {
+            return decision(
+                Verdict::WithinNoise,
+                "no relative change: the baseline is 0".into(),
+            );
+        }
+        Some(c) if c.abs() <= t => {
+            return decision(
+                Verdict::WithinNoise,
+                format!("within the {}% minimum effect", num(t)),
+            );
+        }
+        Some(_) => {}
+    }
+    if let Some(why) = lacking_evidence(base, other, evidence.concurrency) {
+        return decision(Verdict::NotEnoughEvidence, why);
+    }
+    let overlap = match (
         base.ci95_low,
         base.ci95_high,
         other.ci95_low,
         other.ci95_high,
     ) {
-        (Some(al), Some(ah), Some(bl), Some(bh)) => Some(al <= bh && bl <= ah),
-        _ => None,
+        (Some(al), Some(ah), Some(bl), Some(bh)) => al <= bh && bl <= ah,
+        _ => true,
     };
-    let over = |t: f64| change_pct.is_some_and(|c| c.abs() > t);
-    let beyond = match (intervals, threshold_pct) {
-        (Some(false), None) => Some("95% CIs do not overlap".to_string()),
-        (Some(false), Some(t)) if over(t) => Some(format!(
-            "95% CIs do not overlap and above the {}% threshold",
-            num(t)
-        )),
-        (None, Some(t)) if over(t) => Some(format!("above the {}% threshold", num(t))),
-        _ => None,
-    };
-    let verdict = match (beyond.is_some(), direction) {
-        (true, Some(d)) => {
-            let worse = match d {
-                Direction::Lower => other.mean > base.mean,
-                Direction::Higher => other.mean < base.mean,
-            };
-            if worse {
-                Verdict::Regression
-            } else {
-                Verdict::Improvement
-            }
-        }
-        _ => Verdict::WithinNoise,
-    };
-    let reason = match (beyond, intervals, threshold_pct) {
-        (Some(r), ..) if direction.is_some() => r,
-        (_, Some(true), _) => "95% CIs overlap".to_string(),
-        (_, _, Some(t)) => format!("within the {}% threshold", num(t)),
-        _ => "no confidence intervals and no --threshold".to_string(),
-    };
-    Decision {
-        verdict,
-        change_pct,
-        reason,
+    if overlap {
+        let more = rounds_needed(base, other)
+            .map(|n| format!("; about {n} rounds would tell"))
+            .unwrap_or_default();
+        return decision(Verdict::WithinNoise, format!("95% CIs overlap{more}"));
     }
+    let verdict = match direction {
+        Some(Direction::Lower) if other.mean > base.mean => Verdict::Regression,
+        Some(Direction::Higher) if other.mean < base.mean => Verdict::Regression,
+        Some(_) => Verdict::Improvement,
+        None => return decision(Verdict::WithinNoise, "a count, not judged".into()),
+    };
+    decision(
+        verdict,
+        format!(
+            "95% CIs do not overlap and the change is above the {}% minimum effect",
+            num(t)
+        ),
+    )
+}
+
+/// Why the two statistics cannot tell a change from noise, or None when they can.
+fn lacking_evidence(base: &Stat, other: &Stat, concurrency: u32) -> Option<String> {
+    use crate::results::records::CiMethod;
+    const FIX: &str = "measure with `repeat: 3` or more";
+    let pair = [base, other];
+    if pair
+        .iter()
+        .any(|s| s.ci_method.is_none() || s.ci95_low.is_none())
+    {
+        return Some(format!(
+            "not enough evidence: one sample, no noise estimate; {FIX}"
+        ));
+    }
+    if pair
+        .iter()
+        .any(|s| s.ci95_low == s.ci95_high || s.std == Some(0.0))
+    {
+        return Some(format!(
+            "not enough evidence: identical samples (a zero-width interval) say nothing about noise; {FIX}"
+        ));
+    }
+    let rounds = pair.iter().all(|s| s.ci_method == Some(CiMethod::Repeats));
+    if rounds {
+        return None;
+    }
+    if concurrency > 1 {
+        return Some(format!(
+            "not enough evidence: at concurrency {concurrency} requests queue behind each other, so their spread in one round is not run-to-run noise; {FIX}"
+        ));
+    }
+    let fewest = pair.iter().map(|s| s.count).min().unwrap_or(0);
+    if fewest < MIN_REQUESTS {
+        return Some(format!(
+            "not enough evidence: {fewest} requests; send {MIN_REQUESTS} or more one at a time, or {FIX}"
+        ));
+    }
+    None
+}
+
+/// About how many rounds per run would give intervals narrow enough to separate the two means
+/// (each interval's half-width under half the difference), from the spread seen so far; None
+/// without round intervals.
+fn rounds_needed(base: &Stat, other: &Stat) -> Option<usize> {
+    use crate::results::records::CiMethod;
+    let delta = (other.mean - base.mean).abs();
+    if delta == 0.0 {
+        return None;
+    }
+    let sd = |s: &Stat| -> Option<f64> {
+        (s.ci_method == Some(CiMethod::Repeats)).then_some(())?;
+        s.std
+    };
+    let spread = sd(base)?.max(sd(other)?);
+    // Half-width ~ 2 s / sqrt(n) < delta / 2  =>  n > (4 s / delta)^2.
+    let n = (4.0 * spread / delta).powi(2).ceil();
+    (n.is_finite() && n >= 3.0 && n < 1e6).then_some(n as usize)
 }
 
 /// Everything the compare template sees.
@@ -149,8 +241,10 @@ pub struct CompareModel {
     pub model_version: u32,
     /// The runs in command-line order; the first is the baseline.
     pub runs: Vec<RunRef>,
-    /// `--threshold` in percent, when given.
-    pub threshold_pct: Option<f64>,
+    /// The smallest change, in percent, that is judged (`--threshold`, default 5).
+    pub threshold_pct: f64,
+    /// The same as written: `5%`, `2.5%`.
+    pub threshold: String,
     /// Settings that differ between the runs (server flags first), one value per run.
     pub differences: Vec<Difference>,
     /// Sweep dimensions that identify a point across runs, in order.
@@ -201,6 +295,8 @@ pub struct Difference {
 pub struct SharedPoint {
     /// `ctx=1024, concurrency=4` (`all` without dimensions).
     pub label: String,
+    /// Its concurrency (the largest over the runs).
+    pub concurrency: u32,
     /// Values of `dimensions`, formatted.
     pub values: Vec<String>,
     /// The point's id in each run.
@@ -287,10 +383,21 @@ pub struct Summary {
     pub improvements: usize,
     /// Cells whose change may be noise.
     pub within_noise: usize,
+    /// Cells whose runs carry no usable noise estimate.
+    pub not_enough_evidence: usize,
 }
 
-/// Builds the comparison; `runs[0]` is the baseline.
+impl Summary {
+    /// Cells that got a verdict on noise (regression, improvement or within noise).
+    pub fn judged(&self) -> usize {
+        self.regressions + self.improvements + self.within_noise
+    }
+}
+
+/// Builds the comparison; `runs[0]` is the baseline. `threshold_pct` is the smallest change
+/// judged (None: [`DEFAULT_THRESHOLD_PCT`]).
 pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
+    let threshold_pct = threshold_pct.unwrap_or(DEFAULT_THRESHOLD_PCT);
     let labels: Vec<String> = (0..runs.len()).map(run_label).collect();
     let mut data_notes = Vec::new();
     for (run, label) in runs.iter().zip(&labels) {
@@ -341,8 +448,15 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         let found: Vec<Option<&PointRecord>> = keyed.iter().map(|m| m.get(key).copied()).collect();
         if found.iter().all(Option::is_some) {
             let recs: Vec<&PointRecord> = found.into_iter().flatten().collect();
+            let concurrency = recs
+                .iter()
+                .zip(&experiments)
+                .filter_map(|(p, exp)| dim_value(p, exp, "concurrency").parse::<u32>().ok())
+                .max()
+                .unwrap_or(1);
             points.push(SharedPoint {
                 label,
+                concurrency,
                 values: key.clone(),
                 ids: recs.iter().map(|p| p.id.clone()).collect(),
                 problems: recs
@@ -394,6 +508,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
             })
             .collect(),
         threshold_pct,
+        threshold: format!("{}%", num(threshold_pct)),
         differences: differences(runs, &experiments, &dimensions),
         dimensions,
         points,
@@ -505,7 +620,7 @@ fn metric_table(
     name: &str,
     points: &[SharedPoint],
     records: &[Vec<&PointRecord>],
-    threshold_pct: Option<f64>,
+    threshold_pct: f64,
     summary: &mut Summary,
 ) -> MetricTable {
     let def = metric_def(name);
@@ -540,7 +655,15 @@ fn metric_table(
                             "flagged or failed in a run".to_string(),
                         ),
                         (Some(b), Some(s)) => {
-                            let d = decide(b, s, better, threshold_pct);
+                            let d = decide(
+                                b,
+                                s,
+                                better,
+                                Evidence {
+                                    threshold_pct,
+                                    concurrency: point.concurrency,
+                                },
+                            );
                             (d.verdict, d.change_pct, d.reason)
                         }
                         _ => (Verdict::NotCompared, None, "not measured".to_string()),
@@ -549,6 +672,7 @@ fn metric_table(
                         Verdict::Regression => summary.regressions += 1,
                         Verdict::Improvement => summary.improvements += 1,
                         Verdict::WithinNoise => summary.within_noise += 1,
+                        Verdict::NotEnoughEvidence => summary.not_enough_evidence += 1,
                         Verdict::NotCompared => {}
                     }
                     cell.change_pct = change_pct;
@@ -691,86 +815,130 @@ mod tests {
         assert_eq!(direction("prompt_tokens"), None);
     }
 
+    const ONE_AT_A_TIME: Evidence = Evidence {
+        threshold_pct: 5.0,
+        concurrency: 1,
+    };
+
+    fn with(threshold_pct: f64, concurrency: u32) -> Evidence {
+        Evidence {
+            threshold_pct,
+            concurrency,
+        }
+    }
+
+    fn rounds(mean: f64, ci: (f64, f64), std: f64) -> Stat {
+        Stat {
+            count: 3,
+            mean,
+            std: Some(std),
+            ci95_low: Some(ci.0),
+            ci95_high: Some(ci.1),
+            ci_method: Some(CiMethod::Repeats),
+            ..Stat::default()
+        }
+    }
+
     #[test]
     fn separate_intervals_mark_the_change_by_direction() {
         let a = stat(1.0, Some((0.9, 1.1)));
         let b = stat(1.5, Some((1.4, 1.6)));
-        let slower = decide(&a, &b, Some(Direction::Lower), None);
+        let slower = decide(&a, &b, Some(Direction::Lower), ONE_AT_A_TIME);
         assert_eq!(slower.verdict, Verdict::Regression);
         assert!((slower.change_pct.unwrap() - 50.0).abs() < 1e-9);
-        assert_eq!(slower.reason, "95% CIs do not overlap");
+        assert_eq!(
+            slower.reason,
+            "95% CIs do not overlap and the change is above the 5% minimum effect"
+        );
         // The same numbers as a rate: higher is better.
-        assert_eq!(
-            decide(&a, &b, Some(Direction::Higher), None).verdict,
-            Verdict::Improvement
-        );
-        assert_eq!(
-            decide(&b, &a, Some(Direction::Lower), None).verdict,
-            Verdict::Improvement
-        );
-        assert_eq!(
-            decide(&b, &a, Some(Direction::Higher), None).verdict,
-            Verdict::Regression
-        );
+        let judge = |x: &Stat, y: &Stat, d| decide(x, y, Some(d), ONE_AT_A_TIME).verdict;
+        assert_eq!(judge(&a, &b, Direction::Higher), Verdict::Improvement);
+        assert_eq!(judge(&b, &a, Direction::Lower), Verdict::Improvement);
+        assert_eq!(judge(&b, &a, Direction::Higher), Verdict::Regression);
     }
 
     #[test]
-    fn overlapping_intervals_are_noise_whatever_the_threshold() {
+    fn overlapping_intervals_or_small_changes_are_noise() {
         let a = stat(1.0, Some((0.8, 1.2)));
         let b = stat(1.1, Some((0.9, 1.3)));
-        let d = decide(&a, &b, Some(Direction::Lower), None);
+        // +10% with overlapping intervals stays noise.
+        let d = decide(&a, &b, Some(Direction::Lower), ONE_AT_A_TIME);
         assert_eq!(
             (d.verdict, d.reason.as_str()),
             (Verdict::WithinNoise, "95% CIs overlap")
         );
-        // +10% with overlapping intervals stays noise, even above a 5% threshold.
-        let d = decide(&a, &b, Some(Direction::Lower), Some(5.0));
-        assert_eq!(
-            (d.verdict, d.reason.as_str()),
-            (Verdict::WithinNoise, "95% CIs overlap")
-        );
-        // Separate intervals: marked, unless the change is below the threshold.
+        // Separate intervals, but a change under the minimum effect: noise.
         let far = stat(1.5, Some((1.4, 1.6)));
-        let d = decide(&a, &far, Some(Direction::Lower), Some(5.0));
-        assert_eq!(
-            (d.verdict, d.reason.as_str()),
-            (
-                Verdict::Regression,
-                "95% CIs do not overlap and above the 5% threshold"
-            )
-        );
-        let d = decide(&a, &far, Some(Direction::Lower), Some(60.0));
+        let d = decide(&a, &far, Some(Direction::Lower), with(60.0, 1));
         assert_eq!(d.verdict, Verdict::WithinNoise);
-        assert_eq!(d.reason, "within the 60% threshold");
+        assert_eq!(d.reason, "within the 60% minimum effect");
+        let near = stat(1.04, Some((1.035, 1.045)));
+        let tight = stat(1.0, Some((0.995, 1.005)));
+        let d = decide(&tight, &near, Some(Direction::Lower), ONE_AT_A_TIME);
+        assert_eq!(d.verdict, Verdict::WithinNoise, "+4% is under 5%");
         // Touching intervals overlap.
         let c = stat(1.4, Some((1.2, 1.6)));
         assert_eq!(
-            decide(&a, &c, Some(Direction::Lower), None).verdict,
+            decide(&a, &c, Some(Direction::Lower), ONE_AT_A_TIME).verdict,
             Verdict::WithinNoise
         );
     }
 
     #[test]
-    fn without_intervals_only_the_threshold_decides() {
-        let a = stat(100.0, None);
-        let b = stat(90.0, None);
-        let d = decide(&a, &b, Some(Direction::Higher), None);
+    fn request_spread_that_is_not_run_to_run_noise_is_not_evidence() {
+        let a = stat(1.0, Some((0.9, 1.1)));
+        let b = stat(1.5, Some((1.4, 1.6)));
+        // Queued requests (concurrency 4) in one round.
+        let d = decide(&a, &b, Some(Direction::Lower), with(5.0, 4));
+        assert_eq!(d.verdict, Verdict::NotEnoughEvidence);
+        assert!(d.reason.contains("concurrency 4"), "{}", d.reason);
+        assert!(d.reason.contains("repeat: 3"), "{}", d.reason);
+        // Too few requests.
+        let few = Stat {
+            count: 4,
+            ..a.clone()
+        };
+        let d = decide(&few, &b, Some(Direction::Lower), ONE_AT_A_TIME);
+        assert_eq!(d.verdict, Verdict::NotEnoughEvidence);
+        assert!(d.reason.contains("4 requests"), "{}", d.reason);
+        // A zero-width interval.
+        let flat = stat(1.0, Some((1.0, 1.0)));
+        let d = decide(&flat, &b, Some(Direction::Lower), ONE_AT_A_TIME);
+        assert_eq!(d.verdict, Verdict::NotEnoughEvidence);
+        assert!(d.reason.contains("zero-width"), "{}", d.reason);
+        // No interval at all.
+        let d = decide(
+            &stat(1.0, None),
+            &stat(1.5, None),
+            Some(Direction::Lower),
+            ONE_AT_A_TIME,
+        );
+        assert_eq!(d.verdict, Verdict::NotEnoughEvidence);
+        // Under the minimum effect there is nothing to doubt: noise.
+        let d = decide(
+            &stat(1.0, None),
+            &stat(1.01, None),
+            Some(Direction::Lower),
+            ONE_AT_A_TIME,
+        );
         assert_eq!(d.verdict, Verdict::WithinNoise);
-        assert_eq!(d.reason, "no confidence intervals and no --threshold");
-        let d = decide(&a, &b, Some(Direction::Higher), Some(2.5));
-        assert_eq!(d.verdict, Verdict::Regression);
-        assert_eq!(d.reason, "above the 2.5% threshold");
-        assert!((d.change_pct.unwrap() + 10.0).abs() < 1e-9);
-        // Exactly at the threshold is not above it.
+    }
+
+    #[test]
+    fn rounds_are_evidence_at_any_concurrency_and_say_how_many_more_would_tell() {
+        let a = rounds(1.0, (0.95, 1.05), 0.02);
+        let b = rounds(1.2, (1.15, 1.25), 0.02);
         assert_eq!(
-            decide(&a, &b, Some(Direction::Higher), Some(10.0)).verdict,
-            Verdict::WithinNoise
+            decide(&a, &b, Some(Direction::Lower), with(5.0, 16)).verdict,
+            Verdict::Regression
         );
-        // Counts have no direction and are never marked.
-        assert_eq!(
-            decide(&a, &b, None, Some(1.0)).verdict,
-            Verdict::WithinNoise
-        );
+        // Overlapping round intervals: noise, with the rounds that would separate them:
+        // s = 0.1, delta = 0.1 -> (4 * 0.1 / 0.1)^2 = 16.
+        let wide_a = rounds(1.0, (0.8, 1.2), 0.1);
+        let wide_b = rounds(1.1, (0.9, 1.3), 0.1);
+        let d = decide(&wide_a, &wide_b, Some(Direction::Lower), with(5.0, 16));
+        assert_eq!(d.verdict, Verdict::WithinNoise);
+        assert_eq!(d.reason, "95% CIs overlap; about 16 rounds would tell");
     }
 
     #[test]
@@ -779,7 +947,7 @@ mod tests {
             &stat(0.0, None),
             &stat(1.0, None),
             Some(Direction::Lower),
-            Some(5.0),
+            ONE_AT_A_TIME,
         );
         assert_eq!((d.verdict, d.change_pct), (Verdict::WithinNoise, None));
     }
