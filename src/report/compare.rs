@@ -231,7 +231,7 @@ fn rounds_needed(base: &Stat, other: &Stat) -> Option<usize> {
     let spread = sd(base)?.max(sd(other)?);
     // Half-width ~ 2 s / sqrt(n) < delta / 2  =>  n > (4 s / delta)^2.
     let n = (4.0 * spread / delta).powi(2).ceil();
-    (n.is_finite() && n >= 3.0 && n < 1e6).then_some(n as usize)
+    (3.0..1e6).contains(&n).then_some(n as usize)
 }
 
 /// Everything the compare template sees.
