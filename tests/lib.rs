@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod common;
 mod compare;
+mod faulty;
 mod interrupt;
 mod report;
 mod reproduce;

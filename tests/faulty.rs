@@ -1,0 +1,365 @@
+#![allow(dead_code)]
+//! A server that misbehaves on purpose, for the trust tests: a raw HTTP/1.1 server on
+//! 127.0.0.1:0 speaking just enough of SGLang's and the OpenAI API to be measured, with faults
+//! switched on one by one: it closes the connection after every streamed response while
+//! advertising keep-alive (as llama.cpp's server does), has no cache flush endpoint, counts
+//! tokens at a chosen number of characters per token, refuses prompts over its context, hangs,
+//! or sends a line that never ends.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the server does wrong (everything off: a well-behaved SGLang-like server).
+#[derive(Debug, Clone)]
+pub struct Faults {
+    /// Close the TCP connection after each streamed response, with `Keep-Alive` headers.
+    pub close_after_stream: bool,
+    /// No `/flush_cache` (404), as vLLM without dev mode or llama.cpp.
+    pub no_flush: bool,
+    /// Characters per prompt token (SGLang's sim counts about 4; small models' tokenizers ~1.45).
+    pub chars_per_token: f64,
+    /// Prompts longer than this many tokens get HTTP 400 (llama.cpp's message).
+    pub context: u64,
+    /// Serve `/props` with `n_ctx` (llama.cpp) and no `/server_info`.
+    pub llama_props: bool,
+    /// Serve `/tokenize` (llama.cpp's shape: `{"content"}` -> `{"tokens": [...]}`).
+    pub tokenize: bool,
+    /// After the response headers of a generation, send nothing and keep the connection open.
+    pub hang: bool,
+    /// After the response headers of a generation, send `data: aaaa...` without ever ending
+    /// the line.
+    pub endless_line: bool,
+    /// Tokens per streamed chunk (several for speculative decoding).
+    pub tokens_per_chunk: u32,
+    /// Seconds between chunks.
+    pub chunk_gap_s: f64,
+    /// Report `usage` on every chunk when the request asks for `continuous_usage_stats`.
+    pub continuous_usage: bool,
+    /// The model name `/v1/models` serves.
+    pub model: String,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            close_after_stream: false,
+            no_flush: false,
+            chars_per_token: 4.0,
+            context: 32_768,
+            llama_props: false,
+            tokenize: false,
+            hang: false,
+            endless_line: false,
+            tokens_per_chunk: 1,
+            chunk_gap_s: 0.001,
+            continuous_usage: false,
+            model: "faulty-model".into(),
+        }
+    }
+}
+
+/// What the server saw.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// TCP connections accepted.
+    pub connections: AtomicUsize,
+    /// Requests by path, in arrival order.
+    pub paths: Mutex<Vec<String>>,
+    /// Prompt tokens of each generation request, as this server counted them.
+    pub prompt_tokens: Mutex<Vec<u64>>,
+}
+
+/// A running faulty server; stops when dropped.
+pub struct FaultyServer {
+    pub url: String,
+    pub port: u16,
+    pub seen: Arc<Seen>,
+    stop: Arc<AtomicBool>,
+}
+
+impl FaultyServer {
+    pub fn start(faults: Faults) -> FaultyServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let seen = Arc::new(Seen::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (seen.clone(), stop.clone());
+        let faults = Arc::new(faults);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                s.connections.fetch_add(1, Ordering::Relaxed);
+                let (s, f, st) = (s.clone(), faults.clone(), st.clone());
+                std::thread::spawn(move || serve(conn, &f, &s, &st));
+            }
+        });
+        FaultyServer {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            seen,
+            stop,
+        }
+    }
+
+    /// Paths requested so far.
+    pub fn paths(&self) -> Vec<String> {
+        self.seen.paths.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FaultyServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// One request: method, path (with query), body.
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Request> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let path = parts.next()?.to_string();
+    let mut length = 0usize;
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(Request { method, path, body })
+}
+
+fn serve(conn: TcpStream, f: &Faults, seen: &Seen, stop: &AtomicBool) {
+    let _ = conn.set_nodelay(true);
+    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+    let mut out = conn;
+    while let Some(req) = read_request(&mut reader) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        seen.paths.lock().unwrap().push(req.path.clone());
+        let keep_going = route(&req, &mut out, f, seen);
+        if !keep_going {
+            let _ = out.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}
+
+fn respond(out: &mut TcpStream, status: &str, content_type: &str, body: &str) {
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = out.flush();
+}
+
+fn json(out: &mut TcpStream, status: &str, v: serde_json::Value) {
+    respond(out, status, "application/json", &v.to_string());
+}
+
+/// Serves one request; false closes the connection.
+fn route(req: &Request, out: &mut TcpStream, f: &Faults, seen: &Seen) -> bool {
+    let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
+    let path = req.path.split('?').next().unwrap_or("");
+    match (req.method.as_str(), path) {
+        ("GET", "/health") => respond(out, "200 OK", "text/plain", ""),
+        ("GET", "/v1/models") => json(
+            out,
+            "200 OK",
+            serde_json::json!({"object": "list", "data": [
+                {"id": f.model, "object": "model", "owned_by": "faulty", "max_model_len": f.context}
+            ]}),
+        ),
+        ("GET", "/props") if f.llama_props => json(
+            out,
+            "200 OK",
+            serde_json::json!({"default_generation_settings": {"n_ctx": f.context},
+                "total_slots": 1, "model_path": "/models/faulty.gguf", "build_info": "b0-faulty"}),
+        ),
+        ("GET", "/server_info") if !f.llama_props => json(
+            out,
+            "200 OK",
+            serde_json::json!({"context_length": f.context, "max_req_input_len": f.context - 5,
+                "version": "0.0.0-faulty"}),
+        ),
+        ("GET" | "POST", "/flush_cache") if !f.no_flush => {
+            respond(out, "200 OK", "text/plain", "Cache flushed.\n")
+        }
+        ("POST", "/tokenize") if f.tokenize => {
+            let text = body["content"].as_str().unwrap_or("");
+            let n = count(text, f);
+            json(
+                out,
+                "200 OK",
+                serde_json::json!({"tokens": (0..n).collect::<Vec<u64>>()}),
+            )
+        }
+        ("POST", "/generate") | ("POST", "/v1/completions") => {
+            return generate(req, &body, out, f, seen);
+        }
+        _ => json(
+            out,
+            "404 Not Found",
+            serde_json::json!({"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}),
+        ),
+    }
+    true
+}
+
+fn count(text: &str, f: &Faults) -> u64 {
+    (text.chars().count() as f64 / f.chars_per_token).ceil() as u64
+}
+
+fn generate(
+    req: &Request,
+    body: &serde_json::Value,
+    out: &mut TcpStream,
+    f: &Faults,
+    seen: &Seen,
+) -> bool {
+    let native = req.path.starts_with("/generate");
+    let text = if native {
+        body["text"].as_str().unwrap_or("")
+    } else {
+        body["prompt"].as_str().unwrap_or("")
+    };
+    let prompt = count(text, f);
+    seen.prompt_tokens.lock().unwrap().push(prompt);
+    if prompt > f.context {
+        json(
+            out,
+            "400 Bad Request",
+            serde_json::json!({"error": {"code": 400, "type": "exceed_context_size_error",
+                "message": format!("request ({prompt} tokens) exceeds the available context size ({} tokens), try increasing it", f.context),
+                "n_prompt_tokens": prompt, "n_ctx": f.context}}),
+        );
+        return true;
+    }
+    let max = if native {
+        body["sampling_params"]["max_new_tokens"].as_u64()
+    } else {
+        body["max_tokens"].as_u64()
+    }
+    .unwrap_or(16);
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let continuous = f.continuous_usage
+        && body["stream_options"]["continuous_usage_stats"]
+            .as_bool()
+            .unwrap_or(false);
+    let _ = write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
+    );
+    let _ = out.flush();
+    if f.hang {
+        std::thread::sleep(Duration::from_secs(3600));
+        return false;
+    }
+    if f.endless_line {
+        let piece = "a".repeat(64 * 1024);
+        let mut first = true;
+        loop {
+            let data = if first {
+                format!("data: {piece}")
+            } else {
+                piece.clone()
+            };
+            first = false;
+            if write!(out, "{:x}\r\n{data}\r\n", data.len()).is_err() || out.flush().is_err() {
+                return false;
+            }
+        }
+    }
+    let send = |out: &mut TcpStream, event: &str| {
+        let _ = write!(out, "{:x}\r\n{event}\r\n", event.len());
+        let _ = out.flush();
+    };
+    let mut done = 0u64;
+    while done < max {
+        std::thread::sleep(Duration::from_secs_f64(f.chunk_gap_s));
+        let n = u64::from(f.tokens_per_chunk).min(max - done);
+        done += n;
+        let last = done == max;
+        let finish = if last { "\"length\"" } else { "null" };
+        let event = if native {
+            format!(
+                "data: {{\"text\":\"{}\",\"meta_info\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{done},\"cached_tokens\":0,\"finish_reason\":{}}}}}\n\n",
+                "x".repeat(done as usize),
+                if last {
+                    "{\"type\":\"length\",\"length\":1}"
+                } else {
+                    "null"
+                }
+            )
+        } else {
+            let usage = if continuous || last {
+                format!(
+                    ",\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{done},\"total_tokens\":{}}}",
+                    prompt + done
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"text\":\"{}\",\"finish_reason\":{finish}}}]{usage}}}\n\n",
+                "x".repeat(n as usize)
+            )
+        };
+        send(out, &event);
+    }
+    let _ = stream;
+    send(out, "data: [DONE]\n\n");
+    let _ = write!(out, "0\r\n\r\n");
+    let _ = out.flush();
+    !f.close_after_stream
+}
+
+#[test]
+fn the_faulty_server_serves_a_stream_then_closes_when_told() {
+    let s = FaultyServer::start(Faults {
+        close_after_stream: true,
+        ..Faults::default()
+    });
+    let mut conn = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let body = r#"{"text":"abcdefgh","sampling_params":{"max_new_tokens":3},"stream":true}"#;
+    write!(
+        conn,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut all = String::new();
+    conn.read_to_string(&mut all).unwrap();
+    assert!(all.contains("Keep-Alive: timeout=5"), "{all}");
+    assert!(all.contains("\"completion_tokens\":3"), "{all}");
+    assert!(all.contains("[DONE]"), "{all}");
+    assert_eq!(*s.seen.prompt_tokens.lock().unwrap(), vec![2]);
+}
