@@ -605,6 +605,7 @@ fn run_dir_round_trip() {
         flags: vec![],
         incomplete: false,
         failure: None,
+        status: None,
         wall: None,
     };
     dir.append_point(&point).unwrap();
@@ -713,6 +714,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         flags: vec![],
         incomplete: false,
         failure: None,
+        status: None,
         wall: None,
     }
 }

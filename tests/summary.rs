@@ -62,6 +62,7 @@ fn recorded_points_are_recomputed_exactly_from_their_requests() {
             assert_eq!(s.metrics, recorded.metrics, "{case}: metrics");
             assert_eq!(s.flags, recorded.flags, "{case}: flags");
             assert_eq!(s.incomplete, recorded.incomplete, "{case}: incomplete");
+            assert_eq!(s.status, recorded.status(), "{case}: status");
             kinds_seen.extend(s.flags.iter().map(|f| f.kind.to_string()));
             cases += 1;
         }

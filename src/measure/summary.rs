@@ -5,13 +5,13 @@
 use indexmap::IndexMap;
 
 use crate::catalog::FlagKind;
-use crate::results::records::{Flag, RequestRecord, RequestRole, Stat};
+use crate::results::records::{Flag, PointStatus, RequestRecord, RequestRole, Stat};
 use crate::spec::types::{Experiment, Measure};
 
 use super::{metrics, spread, twopoint, verify};
 
 /// What a point's records add up to.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PointSummary {
     /// Measured requests that succeeded / failed (both requests of a two-point pair count).
     pub ok: usize,
@@ -24,6 +24,8 @@ pub struct PointSummary {
     pub flags: Vec<Flag>,
     /// Fewer requests finished than the point planned, or the run was interrupted.
     pub incomplete: bool,
+    /// Failed without a successful request; degraded past the error budget or when incomplete.
+    pub status: PointStatus,
 }
 
 /// Summarises the measured records of a point of `exp`. `flags` are what the runner already
@@ -106,6 +108,13 @@ pub fn summarize(
             ),
         ));
     }
+    let status = if ok == 0 {
+        PointStatus::Failed
+    } else if incomplete || !exp.error_budget.allows(errors, measured.len()) {
+        PointStatus::Degraded
+    } else {
+        PointStatus::Ok
+    };
     PointSummary {
         ok,
         errors,
@@ -113,6 +122,7 @@ pub fn summarize(
         metrics,
         flags,
         incomplete,
+        status,
     }
 }
 

@@ -314,6 +314,7 @@ mod tests {
             flags: vec![],
             incomplete: false,
             failure: None,
+            status: None,
             wall: None,
         }
     }

@@ -195,6 +195,21 @@ pub enum CiMethod {
     Repeats,
 }
 
+/// What a point's numbers are worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum PointStatus {
+    /// Every planned request was measured and failures stayed within the error budget.
+    Ok,
+    /// It has numbers, but more requests failed than the budget allows, or it did not run to
+    /// completion (interrupted, the server died): the numbers cover fewer requests.
+    Degraded,
+    /// No successful measured request: no numbers (every request failed, calibration or the
+    /// server failed, or it was skipped).
+    Failed,
+}
+
 /// A validity flag on a point, shown next to its numbers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flag {
@@ -228,8 +243,21 @@ impl PointRecord {
             flags: Vec::new(),
             incomplete: false,
             failure: None,
+            status: None,
             wall: None,
         }
+    }
+
+    /// The point's status: as recorded, or, for runs that predate it, failed without a
+    /// successful request and degraded with errors or when incomplete.
+    pub fn status(&self) -> PointStatus {
+        self.status.unwrap_or(if self.ok == 0 {
+            PointStatus::Failed
+        } else if self.errors > 0 || self.incomplete {
+            PointStatus::Degraded
+        } else {
+            PointStatus::Ok
+        })
     }
 
     /// True when the point carries a flag of `kind`.
@@ -269,6 +297,9 @@ pub struct PointRecord {
     /// `out-of-memory`, `kv-pool-too-small`, `port-in-use`, `startup-error`, `unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// `ok`, `degraded` or `failed`. Absent in runs that predate it: see [`PointRecord::status`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PointStatus>,
     /// When the point started and ended (calibration, flushes and every round included):
     /// what `plan --from` estimates a rerun from. Absent in runs that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::catalog::FlagKind;
 use crate::host::Host;
 use crate::plan::failure::{AfterCrash, FailurePolicy};
-use crate::results::records::Flag;
+use crate::results::records::{Flag, PointStatus};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::text::last_lines;
@@ -130,6 +130,11 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
                 format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
             ));
             record.incomplete = true;
+            record.status = Some(if record.ok > 0 {
+                PointStatus::Degraded
+            } else {
+                PointStatus::Failed
+            });
             record.failure = Some(cause.label().to_string());
             tally.problems.push(format!("{}: {msg}", record.id));
             handle.record.outcome = Some(format!("crashed: {}", cause.label()));

@@ -627,6 +627,7 @@ pub(crate) fn failed_point(
     let mut record = PointRecord::empty(p, group);
     record.flags.push(Flag::new(kind, msg));
     record.incomplete = true;
+    record.status = Some(crate::results::records::PointStatus::Failed);
     record
 }
 

@@ -58,6 +58,7 @@ impl PointOutcome {
     ) -> Self {
         record.flags.push(Flag::new(kind, message));
         record.incomplete = true;
+        record.status = Some(crate::results::records::PointStatus::Failed);
         PointOutcome {
             record,
             interrupted,
@@ -148,6 +149,7 @@ impl PointRunner {
         record.metrics = summary.metrics;
         record.flags = summary.flags;
         record.incomplete = summary.incomplete;
+        record.status = Some(summary.status);
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {

@@ -73,6 +73,11 @@ pub struct Experiment {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 4096))]
     pub concurrency: u32,
+    /// Failed measured requests a point may have and still be `ok`: a count (`2`) or a share
+    /// of its requests (`5%`). Above it the point is `degraded`; a point without any successful
+    /// request is `failed`. The default, 0, degrades a point on any failed request.
+    #[serde(default)]
+    pub error_budget: ErrorBudget,
     /// Per-request timeout, e.g. `10m`, `90s`. A request past it is recorded as a timeout error.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
@@ -285,6 +290,35 @@ pub enum Tolerance {
     Absolute(f64),
     /// Percent of the published value, e.g. `10%`.
     Percent(#[schemars(regex(pattern = r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$"))] String),
+}
+
+/// How many failed requests a point tolerates: a count or a percentage of its requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ErrorBudget {
+    /// At most this many failed requests.
+    Count(u32),
+    /// At most this share of the point's requests, e.g. `5%`.
+    Percent(#[schemars(regex(pattern = r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$"))] String),
+}
+
+impl Default for ErrorBudget {
+    fn default() -> Self {
+        ErrorBudget::Count(0)
+    }
+}
+
+impl ErrorBudget {
+    /// True when `errors` failures out of `total` requests stay within the budget.
+    pub fn allows(&self, errors: usize, total: usize) -> bool {
+        match self {
+            ErrorBudget::Count(n) => errors <= *n as usize,
+            ErrorBudget::Percent(p) => {
+                let pct: f64 = p.trim().trim_end_matches('%').trim().parse().unwrap_or(0.0);
+                total == 0 || (errors as f64) <= pct / 100.0 * total as f64 + 1e-9
+            }
+        }
+    }
 }
 
 /// A value a sweep dimension takes: a number, string or boolean.
