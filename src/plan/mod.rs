@@ -2,6 +2,7 @@
 //! launch, so the server restarts only when its configuration changes.
 
 pub mod estimate;
+pub mod render;
 
 use crate::spec::Point;
 use crate::spec::types::Server;
