@@ -1,11 +1,13 @@
 //! Command-line definitions and dispatch. Each command is a thin call into the library that
 //! returns a [`Status`] or an [`Error`]; [`run`] alone prints errors and picks the exit code.
 
+mod logging;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand};
 
 use crate::error::{Error, Status};
 use crate::exit;
@@ -27,6 +29,11 @@ Start with `servebench run experiments/quickstart.yaml`: it runs on the built-in
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Say more on stderr: -v adds servebench's progress notes (info), -vv its debugging
+    /// detail. Warnings and errors are always shown. `RUST_LOG` (e.g. `RUST_LOG=debug`, which
+    /// includes the libraries) replaces this when set.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,10 +216,17 @@ where
         // an SGLang stand-in with SGLang's messages): each prints its own errors and picks its
         // exit code from the same documented set.
         Command::Agent { heartbeat_ms } => {
+            logging::install_quiet();
             crate::run::agent::main(Duration::from_millis(heartbeat_ms))
         }
-        Command::Sim { args } => crate::sim::main(args),
-        command => finish(dispatch(command)),
+        Command::Sim { args } => {
+            logging::install(cli.verbose);
+            crate::sim::main(args)
+        }
+        command => {
+            logging::install(cli.verbose);
+            finish(dispatch(command))
+        }
     }
 }
 
