@@ -211,38 +211,19 @@ where
         }
         Err(e) => return finish(Err(Error::CommandLine(e))),
     };
-    match cli.command {
+    if let Command::Agent { .. } = cli.command {
+        logging::install_quiet();
+    } else {
+        logging::install(cli.verbose);
+    }
+    let result = match cli.command {
         // The agent and the simulator are processes of their own (a line protocol on stdout;
         // an SGLang stand-in with SGLang's messages): each prints its own errors and picks its
         // exit code from the same documented set.
         Command::Agent { heartbeat_ms } => {
-            logging::install_quiet();
-            crate::run::agent::main(Duration::from_millis(heartbeat_ms))
+            return crate::run::agent::main(Duration::from_millis(heartbeat_ms));
         }
-        Command::Sim { args } => {
-            logging::install(cli.verbose);
-            crate::sim::main(args)
-        }
-        command => {
-            logging::install(cli.verbose);
-            finish(dispatch(command))
-        }
-    }
-}
-
-/// Prints the error, if any; the exit code either way.
-fn finish(result: Result<Status, Error>) -> i32 {
-    match result {
-        Ok(status) => status.exit_code(),
-        Err(e) => {
-            e.print();
-            e.exit_code()
-        }
-    }
-}
-
-fn dispatch(command: Command) -> Result<Status, Error> {
-    match command {
+        Command::Sim { args } => return crate::sim::main(args),
         Command::Validate { specs } => validate(&specs),
         Command::Plan {
             spec,
@@ -271,20 +252,31 @@ fn dispatch(command: Command) -> Result<Status, Error> {
             out,
             template,
         } => compare(&runs, threshold, fail_on_regression, out, template),
-        Command::Schema { kind } => {
-            use crate::report::schema;
-            let text = match kind {
-                SchemaKind::Experiment => crate::spec::schema_json(),
-                SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
-                SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
-            };
-            print!("{text}");
-            Ok(Status::Success)
-        }
-        Command::Agent { .. } | Command::Sim { .. } => {
-            unreachable!("run() starts the agent and the simulator itself")
+        Command::Schema { kind } => schema(kind),
+    };
+    finish(result)
+}
+
+/// Prints the error, if any; the exit code either way.
+fn finish(result: Result<Status, Error>) -> i32 {
+    match result {
+        Ok(status) => status.exit_code(),
+        Err(e) => {
+            e.print();
+            e.exit_code()
         }
     }
+}
+
+fn schema(kind: SchemaKind) -> Result<Status, Error> {
+    use crate::report::schema;
+    let text = match kind {
+        SchemaKind::Experiment => crate::spec::schema_json(),
+        SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
+        SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
+    };
+    print!("{text}");
+    Ok(Status::Success)
 }
 
 fn validate(specs: &[PathBuf]) -> Result<Status, Error> {
