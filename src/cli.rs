@@ -1,10 +1,15 @@
-//! Command-line definitions and dispatch. Each command is a thin call into the library.
+//! Command-line definitions and dispatch. Each command is a thin call into the library that
+//! returns a [`Status`] or an [`Error`]; [`run`] alone prints errors and picks the exit code.
+
+mod logging;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand};
 
+use crate::error::{Error, Status};
 use crate::exit;
 
 const AFTER_HELP: &str = "\
@@ -24,6 +29,11 @@ Start with `servebench run experiments/quickstart.yaml`: it runs on the built-in
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Say more on stderr: -v adds servebench's progress notes (info), -vv its debugging
+    /// detail. Warnings and errors are always shown. `RUST_LOG` (e.g. `RUST_LOG=debug`, which
+    /// includes the libraries) replaces this when set.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,7 +195,8 @@ pub enum SchemaKind {
     CompareModel,
 }
 
-/// Parses `args` and runs the command; returns the exit code.
+/// Parses `args` and runs the command; returns the exit code. The one place where an error
+/// is printed and turned into an exit code ([`Error::print`], [`Error::exit_code`]).
 pub fn run<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
@@ -193,16 +204,26 @@ where
 {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
+        // `--help` and `--version` end parsing too, with an answer on stdout.
+        Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return if e.use_stderr() {
-                exit::BAD_INPUT
-            } else {
-                exit::OK
-            };
+            return exit::OK;
         }
+        Err(e) => return finish(Err(Error::CommandLine(e))),
     };
-    match cli.command {
+    if let Command::Agent { .. } = cli.command {
+        logging::install_quiet();
+    } else {
+        logging::install(cli.verbose);
+    }
+    let result = match cli.command {
+        // The agent and the simulator are processes of their own (a line protocol on stdout;
+        // an SGLang stand-in with SGLang's messages): each prints its own errors and picks its
+        // exit code from the same documented set.
+        Command::Agent { heartbeat_ms } => {
+            return crate::run::agent::main(Duration::from_millis(heartbeat_ms));
+        }
+        Command::Sim { args } => return crate::sim::main(args),
         Command::Validate { specs } => validate(&specs),
         Command::Plan {
             spec,
@@ -224,9 +245,6 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
-        Command::Agent { heartbeat_ms } => {
-            crate::run::agent::main(std::time::Duration::from_millis(heartbeat_ms))
-        }
         Command::Compare {
             runs,
             threshold,
@@ -234,330 +252,190 @@ where
             out,
             template,
         } => compare(&runs, threshold, fail_on_regression, out, template),
-        Command::Schema { kind } => {
-            use crate::report::schema;
-            let text = match kind {
-                SchemaKind::Experiment => crate::spec::schema_json(),
-                SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
-                SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
-            };
-            print!("{text}");
-            exit::OK
+        Command::Schema { kind } => schema(kind),
+    };
+    finish(result)
+}
+
+/// Prints the error, if any; the exit code either way.
+fn finish(result: Result<Status, Error>) -> i32 {
+    match result {
+        Ok(status) => status.exit_code(),
+        Err(e) => {
+            e.print();
+            e.exit_code()
         }
-        Command::Sim { args } => crate::sim::main(args),
     }
 }
 
-fn load(path: &std::path::Path) -> Result<crate::spec::LoadedSpec, i32> {
-    crate::spec::load(path).map_err(|e| {
-        eprintln!("{e}");
-        exit::BAD_INPUT
-    })
+fn schema(kind: SchemaKind) -> Result<Status, Error> {
+    use crate::report::schema;
+    let text = match kind {
+        SchemaKind::Experiment => crate::spec::schema_json(),
+        SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
+        SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
+    };
+    print!("{text}");
+    Ok(Status::Success)
 }
 
-fn validate(specs: &[PathBuf]) -> i32 {
-    let mut code = exit::OK;
+fn validate(specs: &[PathBuf]) -> Result<Status, Error> {
+    let mut invalid = Vec::new();
     for path in specs {
-        match load(path) {
+        match crate::spec::load(path) {
             Ok(s) => println!("{}: ok ({} points)", path.display(), s.points.len()),
-            Err(c) => code = c,
+            Err(e) => invalid.push(e),
         }
     }
-    code
+    if invalid.is_empty() {
+        Ok(Status::Success)
+    } else {
+        Err(Error::Spec(invalid))
+    }
 }
 
 fn plan(
-    path: &std::path::Path,
-    from: Option<&std::path::Path>,
+    path: &Path,
+    from: Option<&Path>,
     profile: Option<&str>,
-    runs: &std::path::Path,
-) -> i32 {
-    let spec = match load(path) {
-        Ok(s) => s,
-        Err(c) => return c,
-    };
+    runs: &Path,
+) -> Result<Status, Error> {
+    use crate::plan::estimate;
+    let spec = crate::spec::load(path)?;
     let plan = crate::plan::Plan::new(&spec.points);
-    let spec_dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let spec_dir = path.parent().unwrap_or(Path::new("."));
     let estimate = match (from, profile) {
-        (Some(dir), _) => crate::plan::estimate::from_run(&plan, dir),
-        (None, Some(_)) => crate::plan::estimate::from_model(&plan, profile, spec_dir),
-        (None, None) => crate::plan::estimate::best(&plan, spec_dir, runs, &spec.name, None),
+        (Some(dir), _) => estimate::from_run(&plan, dir),
+        (None, Some(_)) => estimate::from_model(&plan, profile, spec_dir),
+        (None, None) => estimate::best(&plan, spec_dir, runs, &spec.name, None),
     };
     // A source asked for by name that cannot give an estimate is bad input, not "no estimate".
-    if let (Err(e), true) = (&estimate, from.is_some() || profile.is_some()) {
-        eprintln!("servebench plan: error: {e}");
-        return exit::BAD_INPUT;
-    }
-    let about = |s: Option<f64>| {
-        s.map_or("~?".to_string(), |s| {
-            format!("~{}", crate::text::duration(s))
-        })
+    let estimate = match estimate {
+        Err(e) if from.is_some() || profile.is_some() => return Err(e.into()),
+        estimate => estimate,
     };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "{}: {} points, {} server group(s), {} launch(es), {} measured requests",
-        spec.name,
-        plan.point_count(),
-        plan.groups.len(),
-        plan.launches(),
-        plan.request_count()
-    );
-    let first = &spec.points[0].experiment;
-    if !first.host.is_local() {
-        let _ = writeln!(
-            out,
-            "host {} (client on the {}; on_failure: {})",
-            first.host.label(),
-            match first.placement() {
-                crate::spec::types::ClientPlacement::Host => "host, against localhost",
-                crate::spec::types::ClientPlacement::Local =>
-                    "local machine, through a port forward",
-            },
-            serde_json::to_value(first.on_failure)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default()
-        );
-    }
-    for (i, g) in plan.groups.iter().enumerate() {
-        if i > 0 {
-            let _ = writeln!(
-                out,
-                "
-(restart: the server configuration changes)"
-            );
-        }
-        let s = &g.server;
-        let what = match &s.url {
-            Some(u) => format!("external server {u} (not started or stopped)"),
-            None => {
-                let flags = crate::engine::flag_args(&s.args)
-                    .unwrap_or_default()
-                    .join(" ");
-                format!(
-                    "launch {} {} {flags}",
-                    s.engine,
-                    s.model.as_deref().unwrap_or("")
-                )
-            }
-        };
-        let ready = match &estimate {
-            Ok(est) if s.url.is_none() => {
-                let launch = est.groups.get(i).and_then(|e| e.launch_s);
-                format!(" (ready {})", about(launch))
-            }
-            _ => String::new(),
-        };
-        let _ = writeln!(out, "\n{}: {what}{ready}", g.id);
-        for p in &g.points {
-            let e = &p.experiment;
-            let time = match &estimate {
-                Ok(est) => format!("  {}", about(est.point(&p.id))),
-                Err(_) => String::new(),
-            };
-            let _ = writeln!(
-                out,
-                "  {}  {} req x {} round(s), concurrency {}, cache {}{time}",
-                p.label(),
-                e.requests,
-                e.repeat,
-                e.concurrency,
-                serde_json::to_value(e.cache.policy)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default()
-            );
-        }
-    }
-    match &estimate {
-        Ok(est) => {
-            let unknown = est.unknown_points();
-            let missing = if unknown.is_empty() {
-                String::new()
-            } else {
-                format!("; not counted, no estimate for: {}", unknown.join(", "))
-            };
-            let _ = writeln!(
-                out,
-                "\nestimate: {} from {}{missing}",
-                about(Some(est.total_s())),
-                est.source
-            );
-        }
-        Err(e) => {
-            let _ = writeln!(out, "\nestimate: none: {e}");
-        }
-    }
-    exit::OK
+    let text = crate::plan::render::render(&spec, &plan, &estimate);
+    // A closed pipe (`plan | head`) is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(Status::Success)
+}
+
+/// What `run` starts from: a spec, or an interrupted run's directory.
+enum RunFrom<'a> {
+    Spec(crate::spec::LoadedSpec),
+    Resume(&'a Path),
 }
 
 fn run_experiment(
-    path: Option<&std::path::Path>,
-    resume: Option<&std::path::Path>,
+    path: Option<&Path>,
+    resume: Option<&Path>,
     out: PathBuf,
     quiet: bool,
     check: bool,
-) -> i32 {
-    let spec = match path {
-        Some(path) => match load(path) {
-            Ok(s) => Some(s),
-            Err(c) => return c,
-        },
-        None => None,
+) -> Result<Status, Error> {
+    let from = match (path, resume) {
+        (Some(path), _) => RunFrom::Spec(crate::spec::load(path)?),
+        (None, Some(dir)) => RunFrom::Resume(dir),
+        (None, None) => return Err(Error::Usage("give a spec file, or --resume RUN_DIR".into())),
     };
-    let Some(rt) = runtime() else {
-        return exit::FAILED;
-    };
+    let rt = runtime()?;
     let opts = crate::run::RunOptions { out, quiet };
     let outcome = rt.block_on(async {
         let interrupt = crate::run::Interrupt::new();
         interrupt.on_signals();
-        match (&spec, resume) {
-            (Some(spec), _) => crate::run::execute(spec, &opts, interrupt).await,
-            (None, Some(dir)) => crate::run::resume(dir, &opts, interrupt).await,
-            (None, None) => Err(crate::run::RunError::Preflight(
-                "give a spec file, or --resume RUN_DIR".into(),
-            )),
+        match &from {
+            RunFrom::Spec(spec) => crate::run::execute(spec, &opts, interrupt).await,
+            RunFrom::Resume(dir) => crate::run::resume(dir, &opts, interrupt).await,
         }
-    });
-    match outcome {
-        Err(e @ crate::run::RunError::Preflight(_)) => {
-            eprintln!("error: {e}");
-            exit::BAD_INPUT
+    })?;
+    println!("run directory: {}", outcome.dir.display());
+    let reported = match outcome.report {
+        Ok(p) => {
+            println!("report: {}", p.display());
+            true
         }
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILED
-        }
-        Ok(o) => {
-            println!("run directory: {}", o.dir.display());
-            match &o.report {
-                Ok(p) => println!("report: {}", p.display()),
-                Err(e) => eprintln!(
-                    "error: the report could not be rendered: {e}\n(the data is on disk; fix the template and run `servebench report {}`)",
-                    o.dir.display()
-                ),
+        // Said, and the run's outcome and check still follow: the data is on disk.
+        Err(source) => {
+            Error::RunReport {
+                dir: outcome.dir.clone(),
+                source,
             }
-            use crate::results::meta::RunStatus;
-            let code = match o.status {
-                RunStatus::Complete if o.report.is_ok() => exit::OK,
-                RunStatus::Complete => exit::FAILED,
-                s => {
-                    eprintln!("run {:?}: {}", s, o.reason.as_deref().unwrap_or(""));
-                    exit::FAILED
-                }
-            };
-            if !check {
-                return code;
-            }
-            // A run that reproduces a published crash is "incomplete" yet may pass its check:
-            // with --check, the expectations decide.
-            match crate::results::rundir::RunDir::open(&o.dir)
-                .and_then(|d| crate::report::reproduction::check_run_dir(&d))
-            {
-                Ok(r) => print_check(&r).max(if r.results.is_empty() { code } else { exit::OK }),
-                Err(e) => {
-                    eprintln!("error: cannot check the run: {e}");
-                    exit::FAILED
-                }
-            }
-        }
-    }
-}
-
-fn check(run_dir: &std::path::Path) -> i32 {
-    let dir = match crate::results::rundir::RunDir::open(run_dir) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::BAD_INPUT;
+            .print();
+            false
         }
     };
-    match crate::report::reproduction::check_run_dir(&dir) {
-        Ok(r) => print_check(&r),
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILED
+    use crate::results::meta::RunStatus;
+    let status = match outcome.status {
+        RunStatus::Complete => Status::failed_if(!reported),
+        s => {
+            eprintln!("run {:?}: {}", s, outcome.reason.as_deref().unwrap_or(""));
+            Status::Failed
         }
+    };
+    if !check {
+        return Ok(status);
     }
+    // A run that reproduces a published crash is "incomplete" yet may pass its check:
+    // with --check, the expectations decide.
+    let r = crate::results::rundir::RunDir::open(&outcome.dir)
+        .and_then(|d| crate::report::reproduction::check_run_dir(&d))
+        .map_err(Error::CheckRun)?;
+    let status = if r.results.is_empty() {
+        status
+    } else {
+        Status::Success
+    };
+    Ok(print_check(&r).max(status))
 }
 
-/// Prints the verdicts; exit 1 when any expectation does not hold.
-fn print_check(r: &crate::report::reproduction::Reproduction) -> i32 {
+fn check(run_dir: &Path) -> Result<Status, Error> {
+    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let r = crate::report::reproduction::check_run_dir(&dir).map_err(Error::ReadRun)?;
+    Ok(print_check(&r))
+}
+
+/// Prints the verdicts; failed when any expectation does not hold.
+fn print_check(r: &crate::report::reproduction::Reproduction) -> Status {
     if r.results.is_empty() {
         println!("no expectations: the spec has no `expect:` list, so there is nothing to check");
-        return exit::OK;
+        return Status::Success;
     }
     print!("{}", crate::report::reproduction::format_text(r));
-    if r.failed > 0 { exit::FAILED } else { exit::OK }
+    Status::failed_if(r.failed > 0)
 }
 
-/// The async runtime for a command, or None after saying why it could not start.
-fn runtime() -> Option<tokio::runtime::Runtime> {
+/// The async runtime for a command.
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| eprintln!("error: cannot start the async runtime: {e}"))
-        .ok()
+        .map_err(Error::Runtime)
 }
 
-fn down(run_dir: &std::path::Path) -> i32 {
-    let Some(rt) = runtime() else {
-        return exit::FAILED;
-    };
-    match rt.block_on(crate::run::down::down(run_dir)) {
-        Ok(report) => {
-            for l in &report.lines {
-                println!("{}: {}", l.group, l.text);
-            }
-            if report.lines.is_empty() {
-                println!("no launched server is recorded in this run");
-            }
-            if report.all_clear() {
-                exit::OK
-            } else {
-                exit::FAILED
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILED
-        }
+fn down(run_dir: &Path) -> Result<Status, Error> {
+    let report = runtime()?.block_on(crate::run::down::down(run_dir))?;
+    for l in &report.lines {
+        println!("{}: {}", l.group, l.text);
     }
+    if report.lines.is_empty() {
+        println!("no launched server is recorded in this run");
+    }
+    Ok(Status::failed_if(!report.all_clear()))
 }
 
-fn report(run_dir: &std::path::Path, template: Option<PathBuf>, stdout: bool) -> i32 {
-    let dir = match crate::results::rundir::RunDir::open(run_dir) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::BAD_INPUT;
-        }
-    };
+fn report(run_dir: &Path, template: Option<PathBuf>, stdout: bool) -> Result<Status, Error> {
+    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
     let template = template.as_deref().map(crate::report::Template::from_arg);
     if stdout {
-        return match crate::report::render_run_dir(&dir, template.as_ref()) {
-            Ok(md) => {
-                print!("{md}");
-                exit::OK
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                exit::FAILED
-            }
-        };
+        print!(
+            "{}",
+            crate::report::render_run_dir(&dir, template.as_ref())?
+        );
+    } else {
+        let path = crate::report::write_report(&dir, template.as_ref())?;
+        println!("report: {}", path.display());
     }
-    match crate::report::write_report(&dir, template.as_ref()) {
-        Ok(path) => {
-            println!("report: {}", path.display());
-            exit::OK
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::FAILED
-        }
-    }
+    Ok(Status::Success)
 }
 
 /// `5`, `5%` or `2.5 %`: a non-negative, finite percentage.
@@ -577,49 +455,35 @@ fn compare(
     fail_on_regression: bool,
     out: Option<PathBuf>,
     template: Option<PathBuf>,
-) -> i32 {
+) -> Result<Status, Error> {
     use crate::report::compare;
-    let mut runs = Vec::new();
-    for path in paths {
-        match compare::load(path) {
-            Ok(run) => runs.push(run),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::BAD_INPUT;
-            }
-        }
-    }
+    let runs = paths
+        .iter()
+        .map(|path| compare::load(path))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Error::OpenRun)?;
     let source = match &template {
         None => None,
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => Some((path.display().to_string(), text)),
-            Err(e) => {
-                eprintln!(
-                    "error: {}: cannot read the compare template: {e}",
-                    path.display()
-                );
-                return exit::BAD_INPUT;
-            }
-        },
-    };
-    let model = compare::build(&runs, threshold);
-    let markdown = match compare::render(
-        &model,
-        source.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
-    ) {
-        Ok(md) => md,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::FAILED;
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::CompareTemplate {
+                path: path.clone(),
+                source,
+            })?;
+            Some((path.display().to_string(), text))
         }
     };
+    let model = compare::build(&runs, threshold);
+    let markdown = compare::render(
+        &model,
+        source.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
+    )?;
     match &out {
         None => print!("{markdown}"),
         Some(path) => {
-            if let Err(e) = std::fs::write(path, &markdown) {
-                eprintln!("error: cannot write {}: {e}", path.display());
-                return exit::FAILED;
-            }
+            std::fs::write(path, &markdown).map_err(|source| Error::Write {
+                path: path.clone(),
+                source,
+            })?;
             println!("comparison: {}", path.display());
         }
     }
@@ -628,9 +492,5 @@ fn compare(
         "{} regression(s), {} improvement(s) over {} shared point(s)",
         s.regressions, s.improvements, s.shared
     );
-    if fail_on_regression && s.regressions > 0 {
-        exit::FAILED
-    } else {
-        exit::OK
-    }
+    Ok(Status::failed_if(fail_on_regression && s.regressions > 0))
 }

@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod cli;
 pub mod client;
 pub mod engine;
+pub mod error;
 pub mod host;
 pub mod measure;
 pub mod plan;

@@ -20,7 +20,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("plan", 4),
     ("report", 5),
     ("run", 6),
-    ("cli", 7),
+    ("error", 7),
+    ("cli", 8),
 ];
 
 fn layer(module: &str) -> Option<u8> {

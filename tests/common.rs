@@ -8,9 +8,28 @@ use assert_cmd::Command;
 /// Held while a test runs a server and measures timing: end-to-end runs take turns, so on a
 /// 2-core machine one run's simulator is not starved by another's (timing assertions stay
 /// meaningful and the suite stays deterministic).
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+///
+/// The turn is a lock on a file in the temp directory, not a mutex: `cargo nextest run` starts
+/// a process per test, and a mutex is only shared within one. Each call opens the file anew,
+/// so threads of one process (`cargo test`) exclude each other too; the lock goes with the
+/// file when the guard drops, or when a killed test's process ends.
+pub fn exclusive() -> Turn {
+    let path = std::env::temp_dir().join("servebench-tests.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    Turn { _file: file }
+}
+
+/// A test's turn at timing-sensitive work (see [`exclusive`]); ends when dropped.
+#[must_use = "the turn ends when the guard drops"]
+pub struct Turn {
+    _file: std::fs::File,
 }
 
 /// Calls `f` every 20 ms until it gives a value, failing the test with `what` after `timeout`.

@@ -654,6 +654,46 @@ fn truncated_last_line_is_skipped_and_appends_resume_on_a_new_line() {
 }
 
 #[test]
+fn a_skipped_truncated_record_is_a_warning_on_stderr() {
+    let tmp = tempfile::tempdir().unwrap();
+    for file in ["meta.json", "points.jsonl", "requests.jsonl"] {
+        fs::copy(fixture("clean-sweep").join(file), tmp.path().join(file)).unwrap();
+    }
+    // A crash mid-write leaves half a point record and no newline.
+    let points = tmp.path().join("points.jsonl");
+    let mut text = fs::read_to_string(&points).unwrap();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let cut_line = text.lines().count() + 1;
+    text.push_str(r#"{"id":"p009","group":"g"#);
+    fs::write(&points, text).unwrap();
+
+    let report = |args: &[&str], rust_log: Option<&str>| {
+        let mut cmd = servebench();
+        cmd.arg("report").arg(tmp.path()).arg("--stdout").args(args);
+        match rust_log {
+            Some(v) => cmd.env("RUST_LOG", v),
+            None => cmd.env_remove("RUST_LOG"),
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let warning = format!(
+        "warning: {}:{cut_line}: skipped a truncated record\n",
+        points.display()
+    );
+    let stderr = report(&[], None);
+    assert!(stderr.contains(&warning), "{stderr}");
+    // -v is accepted after the command and keeps the warning.
+    assert!(report(&["-v"], None).contains(&warning));
+    // RUST_LOG replaces the default filter: errors only.
+    let stderr = report(&[], Some("error"));
+    assert!(!stderr.contains("truncated"), "{stderr}");
+}
+
+#[test]
 fn bad_files_are_errors_naming_the_file_and_line() {
     let tmp = tempfile::tempdir().unwrap();
     let err = RunDir::open(tmp.path()).unwrap_err();

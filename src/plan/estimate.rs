@@ -10,14 +10,41 @@ use indexmap::IndexMap;
 use super::Plan;
 use crate::prompt::PromptSource;
 use crate::results::records::RequestRecord;
-use crate::results::rundir::RunDir;
-use crate::sim::SimConfig;
+use crate::results::rundir::{RunDir, RunDirError};
+use crate::sim::{SimArgError, SimConfig};
 use crate::spec::Point;
 use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, Server};
 
 /// Requests one prompt calibration is assumed to take (the sim's tokenizer usually needs two;
 /// a real server two or three). Each is a prefill and one decode step.
 const CALIBRATION_ATTEMPTS: f64 = 2.0;
+
+/// Why a source gives no estimate. `plan` prints it after "estimate: none: " (or exits 2
+/// when the source was named), so each message says what to give instead.
+#[derive(Debug, thiserror::Error)]
+pub enum EstimateError {
+    /// The earlier run could not be read.
+    #[error(transparent)]
+    Run(#[from] RunDirError),
+    /// A group's server has no timing model: a real engine or an external server, and no
+    /// `--profile` was given.
+    #[error(
+        "{group}: the server is {} and has no timing model; give `--profile NAME` (a sim profile shaped like its hardware) or `--from RUN_DIR` (an earlier run)",
+        if *.external { "external (url:)" } else { "a real engine" }
+    )]
+    NoModel {
+        /// The server group, `g1`, `g2`, ...
+        group: String,
+        /// True for a server given by `url:` (not launched by servebench).
+        external: bool,
+    },
+    /// `server.args` cannot be turned into flags (an invalid flag name).
+    #[error("{0}")]
+    Flags(String),
+    /// The flags (with the profile) do not make a simulator configuration.
+    #[error("the timing model: {0}")]
+    Model(#[source] SimArgError),
+}
 
 /// The estimate for one point; None when the source has nothing for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,11 +103,11 @@ impl Estimate {
 /// From an earlier run of (a version of) this experiment: each planned point takes what the
 /// run's point with the same sweep values took (its first to last request, calibration and
 /// flushes included when the run recorded them), each launch the mean time-to-ready there.
-pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, String> {
-    let dir = RunDir::open(run_dir).map_err(|e| e.to_string())?;
-    let meta = dir.read_meta().map_err(|e| e.to_string())?;
-    let points = dir.read_points().map_err(|e| e.to_string())?;
-    let requests = dir.read_requests().map_err(|e| e.to_string())?;
+pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> {
+    let dir = RunDir::open(run_dir)?;
+    let meta = dir.read_meta()?;
+    let points = dir.read_points()?;
+    let requests = dir.read_requests()?;
     let ready: Vec<f64> = meta
         .servers
         .iter()
@@ -130,7 +157,7 @@ pub fn best(
     runs_root: &Path,
     name: &str,
     except: Option<&Path>,
-) -> Result<Estimate, String> {
+) -> Result<Estimate, EstimateError> {
     let model_error = match from_model(plan, None, spec_dir) {
         Ok(e) => return Ok(e),
         Err(e) => e,
@@ -174,21 +201,20 @@ fn request_span(requests: &[RequestRecord], point: &str) -> Option<f64> {
 /// (a built-in name or a file) for every group, with the group's flags (chunk size, running
 /// requests, speculative decoding, time scale) applied. External servers (`url:`) are not
 /// modelled unless `profile` is given.
-pub fn from_model(plan: &Plan, profile: Option<&str>, spec_dir: &Path) -> Result<Estimate, String> {
+pub fn from_model(
+    plan: &Plan,
+    profile: Option<&str>,
+    spec_dir: &Path,
+) -> Result<Estimate, EstimateError> {
     let mut calibrated: HashSet<String> = HashSet::new();
     let mut names: Vec<String> = Vec::new();
     let mut groups = Vec::new();
     for g in &plan.groups {
         let Some(cfg) = model_config(&g.server, profile)? else {
-            return Err(format!(
-                "{}: the server is {} and has no timing model; give `--profile NAME` (a sim profile shaped like its hardware) or `--from RUN_DIR` (an earlier run)",
-                g.id,
-                if g.server.url.is_some() {
-                    "external (url:)"
-                } else {
-                    "a real engine"
-                }
-            ));
+            return Err(EstimateError::NoModel {
+                group: g.id.clone(),
+                external: g.server.url.is_some(),
+            });
         };
         if !names.contains(&cfg.profile.name) {
             names.push(cfg.profile.name.clone());
@@ -227,7 +253,10 @@ pub fn from_model(plan: &Plan, profile: Option<&str>, spec_dir: &Path) -> Result
 }
 
 /// The simulator configuration a group's flags give, or None when it has no model.
-fn model_config(server: &Server, profile: Option<&str>) -> Result<Option<SimConfig>, String> {
+fn model_config(
+    server: &Server,
+    profile: Option<&str>,
+) -> Result<Option<SimConfig>, EstimateError> {
     if profile.is_none() && (server.engine != Engine::Sim || server.url.is_some()) {
         return Ok(None);
     }
@@ -239,17 +268,17 @@ fn model_config(server: &Server, profile: Option<&str>) -> Result<Option<SimConf
             crate::spec::types::ArgValue::Str(p.into()),
         );
     }
-    let argv = crate::engine::flag_args(&args)?;
+    let argv = crate::engine::flag_args(&args).map_err(EstimateError::Flags)?;
     SimConfig::from_args(&argv)
         .map(Some)
-        .map_err(|e| format!("the timing model: {e}"))
+        .map_err(EstimateError::Model)
 }
 
 /// The prompt length a point sends: its target when calibrated; otherwise the sim
 /// tokenizer's count of the text the runner sends (generated at the calibrator's starting
 /// characters per token, as the runner does), or of its file prompts (their mean).
 fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
-    match PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir).ok()? {
+    match PromptSource::load(&p.experiment.workload.prompt, spec_dir).ok()? {
         PromptSource::Generated {
             target_tokens,
             calibrate: true,

@@ -4,6 +4,7 @@
 
 pub mod estimate;
 pub mod failure;
+pub mod render;
 
 use crate::spec::Point;
 use crate::spec::types::Server;

@@ -20,6 +20,8 @@ pub struct Calibrated {
 /// Why calibration could not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrationError {
+    /// The counting request failed; its error, as text (any `Display` error the caller's
+    /// counting function gives).
     #[error("calibration request failed: {0}")]
     Request(String),
     #[error("the server counted 0 prompt tokens for {chars} characters of text")]
@@ -50,8 +52,9 @@ impl Default for Calibrator {
 impl Calibrator {
     /// Finds the text length for `target` tokens. `prefix()` gives the nonce each attempt
     /// starts with (fresh every time, so calibration requests never prime the cache for
-    /// measured prompts); `count(prompt)` asks the server how many tokens `prompt` is.
-    pub async fn calibrate<P, C, Fut>(
+    /// measured prompts); `count(prompt)` asks the server how many tokens `prompt` is (its
+    /// error, of any type that displays, is kept as the text of [`CalibrationError::Request`]).
+    pub async fn calibrate<P, C, Fut, E>(
         &self,
         generator: &TextGenerator,
         target: u64,
@@ -61,7 +64,8 @@ impl Calibrator {
     where
         P: FnMut() -> String,
         C: FnMut(String) -> Fut,
-        Fut: Future<Output = Result<u64, String>>,
+        Fut: Future<Output = Result<u64, E>>,
+        E: std::fmt::Display,
     {
         let mut chars = ((target as f64) * self.initial_chars_per_token)
             .round()
@@ -69,7 +73,9 @@ impl Calibrator {
         let mut best: Option<Calibrated> = None;
         for attempt in 1..=self.max_attempts {
             let prompt = format!("{}{}", prefix(), generator.text(chars));
-            let n = count(prompt).await.map_err(CalibrationError::Request)?;
+            let n = count(prompt)
+                .await
+                .map_err(|e| CalibrationError::Request(e.to_string()))?;
             if n == 0 {
                 return Err(CalibrationError::ZeroTokens { chars });
             }
@@ -147,7 +153,7 @@ mod tests {
         let g = TextGenerator::Repeat { text: "x ".into() };
         let c = run(
             Calibrator::default().calibrate(&g, 5, String::new, |p: String| async move {
-                Ok(((p.len() / 40) as u64 + 1) * 10)
+                Ok::<_, String>(((p.len() / 40) as u64 + 1) * 10)
             }),
         )
         .unwrap();

@@ -1,11 +1,37 @@
 //! Text generators: `repeat`, `random` and `file`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::spec::types::PromptSpec;
+
+/// Why a spec's prompts cannot be had. The texts name the file or field to fix; `run` checks
+/// every point's prompts before anything starts, and a point that fails here is abandoned.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    /// A `repeat` prompt with nothing to repeat.
+    #[error("workload.prompt.text is empty: give a sentence to repeat")]
+    EmptyText,
+    /// A `file` prompt whose file is missing or cannot be read.
+    #[error("cannot read prompt file {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `.json` prompt file that is not a list of strings.
+    #[error("prompt file {} is not a JSON list of strings: {source}", .path.display())]
+    NotAList {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A prompt file with no prompt in it (empty, or blank lines only).
+    #[error("prompt file {} has no prompts", .path.display())]
+    Empty { path: PathBuf },
+}
 
 /// Where a point's prompts come from.
 #[derive(Debug, Clone)]
@@ -22,7 +48,7 @@ pub enum PromptSource {
 
 impl PromptSource {
     /// Builds the source for a prompt spec; `spec_dir` resolves relative file paths.
-    pub fn from_spec(spec: &PromptSpec, spec_dir: &Path) -> Result<PromptSource, String> {
+    pub fn load(spec: &PromptSpec, spec_dir: &Path) -> Result<PromptSource, PromptError> {
         Ok(match spec {
             PromptSpec::Repeat {
                 text,
@@ -30,7 +56,7 @@ impl PromptSource {
                 calibrate,
             } => {
                 if text.trim().is_empty() {
-                    return Err("workload.prompt.text is empty: give a sentence to repeat".into());
+                    return Err(PromptError::EmptyText);
                 }
                 PromptSource::Generated {
                     generator: TextGenerator::Repeat { text: text.clone() },
@@ -64,15 +90,15 @@ impl PromptSource {
 }
 
 /// Reads prompts from a file: a JSON list of strings (`.json`) or one prompt per line.
-pub fn load_prompt_file(path: &Path) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read prompt file {}: {e}", path.display()))?;
+pub fn load_prompt_file(path: &Path) -> Result<Vec<String>, PromptError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PromptError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let prompts: Vec<String> = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "prompt file {} is not a JSON list of strings: {e}",
-                path.display()
-            )
+        serde_json::from_str(&text).map_err(|source| PromptError::NotAList {
+            path: path.to_path_buf(),
+            source,
         })?
     } else {
         text.lines()
@@ -81,7 +107,9 @@ pub fn load_prompt_file(path: &Path) -> Result<Vec<String>, String> {
             .collect()
     };
     if prompts.is_empty() {
-        return Err(format!("prompt file {} has no prompts", path.display()));
+        return Err(PromptError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(prompts)
 }
@@ -288,11 +316,17 @@ mod tests {
         std::fs::write(&json, r#"["a b", "c"]"#).unwrap();
         assert_eq!(load_prompt_file(&json).unwrap(), vec!["a b", "c"]);
         std::fs::write(&json, r#"{"a": 1}"#).unwrap();
-        assert!(load_prompt_file(&json).unwrap_err().contains("JSON list"));
-        assert!(
-            load_prompt_file(&dir.path().join("missing.txt"))
-                .unwrap_err()
-                .contains("cannot read")
+        let e = load_prompt_file(&json).unwrap_err();
+        assert!(matches!(e, PromptError::NotAList { .. }), "{e:?}");
+        assert!(e.to_string().contains("JSON list"), "{e}");
+        let e = load_prompt_file(&dir.path().join("missing.txt")).unwrap_err();
+        assert!(matches!(e, PromptError::Read { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("cannot read prompt file "), "{e}");
+        std::fs::write(&txt, "\n  \n").unwrap();
+        let e = load_prompt_file(&txt).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("prompt file {} has no prompts", txt.display())
         );
     }
 }

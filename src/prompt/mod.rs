@@ -9,5 +9,5 @@ mod generate;
 mod nonce;
 
 pub use calibrate::{Calibrated, CalibrationError, Calibrator};
-pub use generate::{PromptSource, TextGenerator, load_prompt_file};
+pub use generate::{PromptError, PromptSource, TextGenerator, load_prompt_file};
 pub use nonce::nonce;

@@ -125,7 +125,7 @@ pub struct RunOutcome {
     pub status: RunStatus,
     pub reason: Option<String>,
     /// The report's path, or why it could not be rendered.
-    pub report: Result<PathBuf, String>,
+    pub report: Result<PathBuf, crate::report::ReportError>,
 }
 
 /// Failures before anything could be recorded.
@@ -138,8 +138,59 @@ pub enum RunError {
         what: String,
         source: std::io::Error,
     },
+    /// Checks before anything ran found bad input (prompt files, templates): every problem,
+    /// one per line.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Preflight(Vec<Preflight>),
+    /// The SSH host cannot be used (unreachable, refused, an unknown host key).
+    #[error("cannot use the host: {0}")]
+    Host(#[source] crate::host::HostError),
+    /// `run --resume` cannot continue the run it was given.
     #[error("{0}")]
-    Preflight(String),
+    Resume(#[from] ResumeError),
+    /// The server's URL cannot be used by the client.
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
+}
+
+impl RunError {
+    /// True when the run could not start because of what it was given (exit 2), not because
+    /// something failed along the way.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            RunError::Preflight(_) | RunError::Host(_) | RunError::Resume(_)
+        )
+    }
+}
+
+/// A problem found before anything starts.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum Preflight {
+    #[error("the spec expands to no points")]
+    NoPoints,
+    #[error("{0}")]
+    Prompt(String),
+    #[error(
+        "report.template {} does not exist (use a built-in template: {builtins}; or a path relative to the spec)",
+        .path.display()
+    )]
+    MissingTemplate { path: PathBuf, builtins: String },
+}
+
+/// Why a run cannot be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error(transparent)]
+    RunDir(#[from] crate::results::RunDirError),
+    #[error("cannot read the run's spec.yaml: {0}")]
+    SpecCopy(#[source] std::io::Error),
+    #[error(
+        "{spec} changed since the run started and the run's copy has redacted secrets; restore the spec file to resume"
+    )]
+    Redacted { spec: String },
+    #[error("the run's spec no longer loads:\n{0}")]
+    Invalid(#[source] crate::spec::SpecErrors),
 }
 
 /// Runs every point of `spec` and writes the run directory.
@@ -208,16 +259,14 @@ pub async fn resume(
     opts: &RunOptions,
     interrupt: Interrupt,
 ) -> Result<RunOutcome, RunError> {
-    let run_dir = RunDir::open(dir).map_err(|e| RunError::Preflight(e.to_string()))?;
-    let mut meta = run_dir
-        .read_meta()
-        .map_err(|e| RunError::Preflight(e.to_string()))?;
+    let run_dir = RunDir::open(dir).map_err(ResumeError::from)?;
+    let mut meta = run_dir.read_meta().map_err(ResumeError::from)?;
     let spec = resume_spec(&run_dir, &meta)?;
     let spec_dir = spec_dir(&spec);
     preflight(&spec, &spec_dir)?;
     let done: HashSet<String> = run_dir
         .read_points()
-        .map_err(|e| RunError::Preflight(e.to_string()))?
+        .map_err(ResumeError::from)?
         .into_iter()
         .filter(|p| !p.incomplete)
         .map(|p| p.id)
@@ -262,7 +311,7 @@ impl RunHost {
         }
         let remote = RemoteHost::connect(&exp.host, run_id)
             .await
-            .map_err(|e| RunError::Preflight(format!("cannot use the host: {e}")))?;
+            .map_err(RunError::Host)?;
         let remote = Arc::new(remote);
         Ok(RunHost {
             host: remote.clone(),
@@ -280,17 +329,15 @@ fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError>
     {
         return Ok(loaded);
     }
-    let copy = std::fs::read_to_string(run_dir.file("spec.yaml"))
-        .map_err(|e| RunError::Preflight(format!("cannot read the run's spec.yaml: {e}")))?;
+    let copy = std::fs::read_to_string(run_dir.file("spec.yaml")).map_err(ResumeError::SpecCopy)?;
     if copy.contains(crate::secrets::REDACTED) {
-        return Err(RunError::Preflight(format!(
-            "{} changed since the run started and the run's copy has redacted secrets; restore the spec file to resume",
-            meta.spec_file
-        )));
+        return Err(ResumeError::Redacted {
+            spec: meta.spec_file.clone(),
+        }
+        .into());
     }
     // Named after the original, so relative paths (prompt files, templates) resolve as before.
-    crate::spec::load_str(&meta.spec_file, &copy)
-        .map_err(|e| RunError::Preflight(format!("the run's spec no longer loads:\n{e}")))
+    crate::spec::load_str(&meta.spec_file, &copy).map_err(|e| ResumeError::Invalid(e).into())
 }
 
 fn spec_dir(spec: &LoadedSpec) -> PathBuf {
@@ -488,7 +535,7 @@ async fn run_plan(
     write_meta(&run_dir, &meta)?;
 
     let template = user_template(first, &spec_dir);
-    let report = crate::report::write_report(&run_dir, Some(&template)).map_err(|e| e.to_string());
+    let report = crate::report::write_report(&run_dir, Some(&template));
     Ok(RunOutcome {
         dir: run_dir.path.clone(),
         status,
@@ -531,8 +578,7 @@ async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
         )),
         None => Box::new(InProcess {
             runner: m.runner,
-            client: Client::new(&handle.url, api_key)
-                .map_err(|e| RunError::Preflight(e.to_string()))?,
+            client: Client::new(&handle.url, api_key)?,
         }),
     };
     let end = launch::measure_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
@@ -550,7 +596,7 @@ fn python_of(exp: &crate::spec::types::Experiment) -> String {
 
 /// The prompts of a `file` prompt, read here for the agent on the host.
 pub(crate) fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
-    match crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir) {
+    match crate::prompt::PromptSource::load(&p.experiment.workload.prompt, spec_dir) {
         Ok(crate::prompt::PromptSource::Fixed(list)) => Some(list),
         _ => None,
     }
@@ -567,34 +613,31 @@ pub fn user_template(
 /// Checks that need the file system before anything starts: prompt files, templates.
 fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
     if spec.points.is_empty() {
-        return Err(RunError::Preflight("the spec expands to no points".into()));
+        return Err(RunError::Preflight(vec![Preflight::NoPoints]));
     }
-    let mut errors = Vec::new();
+    let mut problems: Vec<Preflight> = Vec::new();
+    let mut note = |p: Preflight| {
+        if !problems.contains(&p) {
+            problems.push(p);
+        }
+    };
     for p in &spec.points {
-        if let Err(e) =
-            crate::prompt::PromptSource::from_spec(&p.experiment.workload.prompt, spec_dir)
-            && !errors.contains(&e)
-        {
-            errors.push(e);
+        if let Err(e) = crate::prompt::PromptSource::load(&p.experiment.workload.prompt, spec_dir) {
+            note(Preflight::Prompt(e.to_string()));
         }
         if let crate::report::Template::File(t) = user_template(&p.experiment, spec_dir)
             && !t.is_file()
         {
-            let e = format!(
-                "report.template {} does not exist (use a built-in template: {}; or a path \
-                 relative to the spec)",
-                t.display(),
-                crate::report::builtin_names()
-            );
-            if !errors.contains(&e) {
-                errors.push(e);
-            }
+            note(Preflight::MissingTemplate {
+                path: t,
+                builtins: crate::report::builtin_names(),
+            });
         }
     }
-    if errors.is_empty() {
+    if problems.is_empty() {
         Ok(())
     } else {
-        Err(RunError::Preflight(errors.join("\n")))
+        Err(RunError::Preflight(problems))
     }
 }
 

@@ -169,8 +169,8 @@ impl PointRunner {
     ) -> Result<Prompts, (FlagKind, String)> {
         let source = match given {
             Some(list) => PromptSource::Fixed(list),
-            None => PromptSource::from_spec(&exp.workload.prompt, &self.spec_dir)
-                .map_err(|e| (FlagKind::PromptError, e))?,
+            None => PromptSource::load(&exp.workload.prompt, &self.spec_dir)
+                .map_err(|e| (FlagKind::PromptError, e.to_string()))?,
         };
         let model = request_model(exp);
         let body = match &source {
@@ -429,7 +429,6 @@ impl PointRunner {
                                 .count_prompt_tokens(api, &prompt, model.as_deref())
                                 .await
                                 .map(|(n, _)| n)
-                                .map_err(|e| e.to_string())
                         }
                     });
                 // A long prompt's calibration can take a minute on a real server: Ctrl-C must

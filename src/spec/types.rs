@@ -91,6 +91,19 @@ pub struct Experiment {
     pub report: ReportSpec,
 }
 
+impl Experiment {
+    /// Where the measuring client runs: `client` as given for an SSH host, else on the host
+    /// (the default there, so network latency stays out of the numbers); always this machine
+    /// for a local server, whatever `client` says.
+    pub fn placement(&self) -> ClientPlacement {
+        match (self.client, self.host.is_local()) {
+            (Some(c), false) => c,
+            (_, true) => ClientPlacement::Local,
+            (None, false) => ClientPlacement::Host,
+        }
+    }
+}
+
 /// Where the server runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
@@ -104,18 +117,6 @@ pub enum HostSpec {
 impl Default for HostSpec {
     fn default() -> Self {
         HostSpec::Url("local".into())
-    }
-}
-
-impl Experiment {
-    /// Where the measuring client runs: as the spec says for an SSH host (on the host when it
-    /// says nothing), always this machine for `local`.
-    pub fn placement(&self) -> ClientPlacement {
-        match (self.client, self.host.is_local()) {
-            (Some(c), false) => c,
-            (_, true) => ClientPlacement::Local,
-            (None, false) => ClientPlacement::Host,
-        }
     }
 }
 

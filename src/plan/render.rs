@@ -1,0 +1,226 @@
+//! `servebench plan` as text: the points, the server groups (one launch each) and the time
+//! estimate. A pure function of values, so the output is tested without running the binary.
+
+use std::fmt::{self, Write};
+
+use super::Plan;
+use super::estimate::{Estimate, EstimateError};
+use crate::spec::LoadedSpec;
+use crate::spec::types::{ClientPlacement, Server};
+
+/// The plan as `servebench plan` prints it. `estimate` is the source's estimate, or why it
+/// has none (said on the last line instead of a total; the per-point times are then left out).
+pub fn render(
+    spec: &LoadedSpec,
+    plan: &Plan,
+    estimate: &Result<Estimate, EstimateError>,
+) -> String {
+    let mut out = String::new();
+    write_plan(&mut out, spec, plan, estimate).expect("writing to a String cannot fail");
+    out
+}
+
+fn write_plan(
+    out: &mut String,
+    spec: &LoadedSpec,
+    plan: &Plan,
+    estimate: &Result<Estimate, EstimateError>,
+) -> fmt::Result {
+    writeln!(
+        out,
+        "{}: {} points, {} server group(s), {} launch(es), {} measured requests",
+        spec.name,
+        plan.point_count(),
+        plan.groups.len(),
+        plan.launches(),
+        plan.request_count()
+    )?;
+    // Every point shares the host, the client and the failure policy (they cannot be swept).
+    if let Some(first) = spec.points.first().map(|p| &p.experiment)
+        && !first.host.is_local()
+    {
+        let client = match first.placement() {
+            ClientPlacement::Host => "host, against localhost",
+            ClientPlacement::Local => "local machine, through a port forward",
+        };
+        writeln!(
+            out,
+            "host {} (client on the {client}; on_failure: {})",
+            first.host.label(),
+            first.on_failure
+        )?;
+    }
+    for (i, g) in plan.groups.iter().enumerate() {
+        if i > 0 {
+            writeln!(out, "\n(restart: the server configuration changes)")?;
+        }
+        let ready = match estimate {
+            Ok(est) if g.server.url.is_none() => {
+                let launch = est.groups.get(i).and_then(|e| e.launch_s);
+                format!(" (ready {})", about(launch))
+            }
+            _ => String::new(),
+        };
+        writeln!(out, "\n{}: {}{ready}", g.id, launch(&g.server))?;
+        for p in &g.points {
+            let e = &p.experiment;
+            let time = match estimate {
+                Ok(est) => format!("  {}", about(est.point(&p.id))),
+                Err(_) => String::new(),
+            };
+            writeln!(
+                out,
+                "  {}  {} req x {} round(s), concurrency {}, cache {}{time}",
+                p.label(),
+                e.requests,
+                e.repeat,
+                e.concurrency,
+                e.cache.policy
+            )?;
+        }
+    }
+    match estimate {
+        Ok(est) => {
+            let unknown = est.unknown_points();
+            let missing = if unknown.is_empty() {
+                String::new()
+            } else {
+                format!("; not counted, no estimate for: {}", unknown.join(", "))
+            };
+            writeln!(
+                out,
+                "\nestimate: {} from {}{missing}",
+                about(Some(est.total_s())),
+                est.source
+            )
+        }
+        Err(e) => writeln!(out, "\nestimate: none: {e}"),
+    }
+}
+
+/// What a group does to get its server: the launch command line, or the external URL.
+fn launch(s: &Server) -> String {
+    match &s.url {
+        Some(u) => format!("external server {u} (not started or stopped)"),
+        None => {
+            // A flag name `validate` would refuse cannot reach a loaded spec; show none then.
+            let flags = crate::engine::flag_args(&s.args)
+                .unwrap_or_default()
+                .join(" ");
+            format!(
+                "launch {} {} {flags}",
+                s.engine,
+                s.model.as_deref().unwrap_or("")
+            )
+        }
+    }
+}
+
+/// `~12.3 s`, or `~?` when the source has nothing for it.
+fn about(seconds: Option<f64>) -> String {
+    seconds.map_or("~?".to_string(), |s| {
+        format!("~{}", crate::text::duration(s))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::estimate::{GroupEstimate, PointEstimate};
+
+    fn spec(extra: &str) -> LoadedSpec {
+        crate::spec::load_str(
+            "t.yaml",
+            &format!(
+                "name: t\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: fast }}\n\
+                 workload:\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 4\n\
+                 sweep:\n  ctx: [128, 4096]\n  server.args.chunked-prefill-size: [512, 1024]\n\
+                 requests: 3\n{extra}"
+            ),
+        )
+        .expect("the test spec loads")
+    }
+
+    /// A made-up estimate: launches of 2 s, point p00N takes N minutes; p004 unknown.
+    fn estimate(plan: &Plan) -> Estimate {
+        Estimate {
+            source: "a test".into(),
+            groups: plan
+                .groups
+                .iter()
+                .map(|g| GroupEstimate {
+                    id: g.id.clone(),
+                    launch_s: Some(2.0),
+                    points: g
+                        .points
+                        .iter()
+                        .map(|p| PointEstimate {
+                            id: p.id.clone(),
+                            seconds: (p.id != "p004")
+                                .then(|| 60.0 * p.id[1..].parse::<f64>().unwrap()),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_server_sweep_is_two_launches_with_a_restart_between() {
+        let spec = spec("");
+        let plan = Plan::new(&spec.points);
+        let text = render(&spec, &plan, &Ok(estimate(&plan)));
+        assert_eq!(
+            text,
+            "\
+t: 4 points, 2 server group(s), 2 launch(es), 12 measured requests
+
+g1: launch sim m --profile fast --chunked-prefill-size 512 (ready ~2.00 s)
+  p001 ctx=128 chunked-prefill-size=512  3 req x 1 round(s), concurrency 1, cache cold  ~1m 00s
+  p003 ctx=4096 chunked-prefill-size=512  3 req x 1 round(s), concurrency 1, cache cold  ~3m 00s
+
+(restart: the server configuration changes)
+
+g2: launch sim m --profile fast --chunked-prefill-size 1024 (ready ~2.00 s)
+  p002 ctx=128 chunked-prefill-size=1024  3 req x 1 round(s), concurrency 1, cache cold  ~2m 00s
+  p004 ctx=4096 chunked-prefill-size=1024  3 req x 1 round(s), concurrency 1, cache cold  ~?
+
+estimate: ~6m 04s from a test; not counted, no estimate for: p004
+"
+        );
+    }
+
+    #[test]
+    fn an_ssh_host_and_a_missing_estimate_are_said() {
+        let spec = spec(
+            "host: ssh://bench@gpu-box-1\non_failure: skip-larger\ncache: { policy: as-is }\n",
+        );
+        let plan = Plan::new(&spec.points);
+        let none = Err(EstimateError::NoModel {
+            group: "g1".into(),
+            external: false,
+        });
+        let text = render(&spec, &plan, &none);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[1],
+            "host ssh://bench@gpu-box-1 (client on the host, against localhost; on_failure: skip-larger)"
+        );
+        assert_eq!(
+            lines[3],
+            "g1: launch sim m --profile fast --chunked-prefill-size 512"
+        );
+        assert_eq!(
+            lines[4],
+            "  p001 ctx=128 chunked-prefill-size=512  3 req x 1 round(s), concurrency 1, cache as-is"
+        );
+        assert!(
+            text.ends_with(
+                "\nestimate: none: g1: the server is a real engine and has no timing model; give \
+                 `--profile NAME` (a sim profile shaped like its hardware) or `--from RUN_DIR` \
+                 (an earlier run)\n"
+            ),
+            "{text}"
+        );
+    }
+}
