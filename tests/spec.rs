@@ -365,6 +365,22 @@ fn methods_and_expectations() {
 }
 
 #[test]
+fn expected_flags_and_failures_are_checked_against_the_catalogue() {
+    ok(&format!(
+        "{BASE}expect:\n  - {{ flag: cache-reuse-suspected }}\n  - {{ failure: ready-timeout }}\n"
+    ));
+    let d = errors(&format!(
+        "{BASE}expect:\n  - {{ flag: cold-cache-hits }}\n  - {{ failure: out-of-memmory }}\n  - {{ flag: sparkles }}\n"
+    ));
+    let e = find(&d, "unknown flag `cold-cache-hits`");
+    assert_eq!(hint(e), "did you mean `cold-cache-hit`?");
+    let e = find(&d, "unknown failure cause `out-of-memmory`");
+    assert_eq!(hint(e), "did you mean `out-of-memory`?");
+    let e = find(&d, "unknown flag `sparkles`");
+    assert!(hint(e).starts_with("one of cache-hits, "), "{}", hint(e));
+}
+
+#[test]
 fn sweep_paths_must_exist_and_not_be_fixed() {
     let d = errors(&format!(
         "{BASE}sweep:\n  server.argz.x: [1]\n  name: [a]\n  server: [a]\n  workload.prompt.tokens: [1, 2]\n"

@@ -392,20 +392,7 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
             });
         }
         if let Some(m) = e.get("metric").and_then(Value::as_str) {
-            let metrics = expectable_metrics();
-            if !metrics.contains(&m) && !m.contains("{{") {
-                problems.push(Problem {
-                    pointer: push_pointer(&at, "metric"),
-                    target: Target::Value,
-                    message: format!("unknown metric `{m}`"),
-                    hint: Some(
-                        match super::diagnostics::did_you_mean(m, metrics.iter().copied()) {
-                            Some(d) => d,
-                            None => format!("one of {}", metrics.join(", ")),
-                        },
-                    ),
-                });
-            }
+            problems.extend(unknown_name(&at, "metric", m, &expectable_metrics()));
             if !has("value") {
                 problems.push(Problem {
                     pointer: push_pointer(&at, "metric"),
@@ -415,45 +402,39 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
                 });
             }
         }
-        if let Some(f) = e.get("failure").and_then(Value::as_str)
-            && crate::catalog::Failure::from_name(f).is_none()
-            && !f.contains("{{")
-        {
+        if let Some(f) = e.get("failure").and_then(Value::as_str) {
             let names: Vec<&str> = crate::catalog::Failure::names().collect();
-            problems.push(Problem {
-                pointer: push_pointer(&at, "failure"),
-                target: Target::Value,
-                message: format!("unknown failure cause `{f}`"),
-                hint: Some(
-                    match super::diagnostics::did_you_mean(f, names.iter().copied()) {
-                        Some(d) => d,
-                        None => format!("one of {}", names.join(", ")),
-                    },
-                ),
-            });
+            problems.extend(unknown_name(&at, "failure", f, &names));
         }
-        if let Some(f) = e.get("flag").and_then(Value::as_str)
-            && matches!(
-                crate::catalog::FlagKind::from_name(f),
-                crate::catalog::FlagKind::Other(_)
-            )
-            && !f.contains("{{")
-        {
+        if let Some(f) = e.get("flag").and_then(Value::as_str) {
             let names: Vec<&str> = crate::catalog::FlagKind::names().collect();
-            problems.push(Problem {
-                pointer: push_pointer(&at, "flag"),
-                target: Target::Value,
-                message: format!("unknown flag `{f}`"),
-                hint: Some(
-                    match super::diagnostics::did_you_mean(f, names.iter().copied()) {
-                        Some(d) => d,
-                        None => format!("one of {}", names.join(", ")),
-                    },
-                ),
-            });
+            problems.extend(unknown_name(&at, "flag", f, &names));
         }
     }
     problems
+}
+
+/// A problem when `value` (an expectation's `key`) is none of the catalogue's `names` (a
+/// template is checked once it is filled in).
+fn unknown_name(at: &str, key: &str, value: &str, names: &[&str]) -> Option<Problem> {
+    if names.contains(&value) || value.contains("{{") {
+        return None;
+    }
+    let what = match key {
+        "failure" => "failure cause",
+        other => other,
+    };
+    Some(Problem {
+        pointer: push_pointer(at, key),
+        target: Target::Value,
+        message: format!("unknown {what} `{value}`"),
+        hint: Some(
+            match super::diagnostics::did_you_mean(value, names.iter().copied()) {
+                Some(d) => d,
+                None => format!("one of {}", names.join(", ")),
+            },
+        ),
+    })
 }
 
 /// Sweep values compare as numbers when both are numbers (`1024` matches `1024.0`).
