@@ -13,8 +13,9 @@ use crate::error::{Error, Status};
 use crate::exit;
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 success; 1 the run failed, was interrupted or a check failed (what was measured \
-is kept on disk); 2 invalid spec or command line.
+Exit codes: 0 success (every point ok); 1 the run failed, was interrupted, a point failed or a \
+check did not hold (what was measured is kept on disk); 2 invalid spec, command line or host; \
+3 every point was measured but some are degraded (failed requests beyond `error_budget`).
 
 Start with `servebench run experiments/quickstart.yaml`: it runs on the built-in simulator, no GPU needed.";
 
@@ -368,8 +369,11 @@ fn run_experiment(
     let status = match outcome.status {
         RunStatus::Complete => Status::failed_if(!reported),
         s => {
-            eprintln!("run {:?}: {}", s, outcome.reason.as_deref().unwrap_or(""));
-            Status::Failed
+            eprintln!("run {s}: {}", outcome.reason.as_deref().unwrap_or(""));
+            match s {
+                RunStatus::Degraded if reported => Status::Degraded,
+                _ => Status::Failed,
+            }
         }
     };
     if !check {

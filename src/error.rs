@@ -23,6 +23,8 @@ use crate::spec::SpecErrors;
 pub enum Status {
     /// Exit 0.
     Success,
+    /// Exit 3: every point has numbers, some degraded.
+    Degraded,
     /// Exit 1.
     Failed,
 }
@@ -32,6 +34,7 @@ impl Status {
     pub fn exit_code(self) -> i32 {
         match self {
             Status::Success => exit::OK,
+            Status::Degraded => exit::DEGRADED,
             Status::Failed => exit::FAILED,
         }
     }

@@ -23,10 +23,14 @@ pub mod text;
 pub mod exit {
     /// Success.
     pub const OK: i32 = 0;
-    /// The run failed or was interrupted; what was measured is on disk.
+    /// The run failed, was interrupted, or some point has no numbers (it failed); a check did
+    /// not hold. What was measured is on disk.
     pub const FAILED: i32 = 1;
     /// The spec or the command line is invalid.
     pub const BAD_INPUT: i32 = 2;
+    /// The run measured every point, but some are degraded: more requests failed than the
+    /// spec's `error_budget` allows (their numbers cover fewer requests).
+    pub const DEGRADED: i32 = 3;
 }
 
 /// Parses arguments, runs the command, and maps errors to an exit code.

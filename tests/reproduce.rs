@@ -255,10 +255,12 @@ fn kimi_step_2_flushed_two_point_reproduces_then_runs_out_of_memory() {
         assert_holds(&v, &format!("(ctx=8192) {what}"));
     }
     assert_holds(&v, "(ctx=1024) prompt_tokens");
-    // The run goes on after the crash: the server is recorded as crashed, the run is marked
-    // incomplete with the cause, and the report is rendered with the verdicts.
+    // The run goes on after the crash: the server is recorded as crashed, the crashed point
+    // (one pair measured before the crash) is degraded, so is the run, with the cause, and the
+    // report is rendered with the verdicts.
     let meta = read_json(&dir.join("meta.json"));
-    assert_eq!(meta["status"], "incomplete", "{meta}");
+    assert_eq!(meta["status"], "degraded", "{meta}");
+    assert_eq!(crashed["status"], "degraded", "{crashed}");
     assert!(
         meta["status_reason"]
             .as_str()

@@ -189,12 +189,17 @@ fn server_errors_are_recorded_with_their_message() {
         ),
     );
     let out = ws.run(&spec);
+    // Every request failed: the errors are recorded as data, and the point (so the run) failed.
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success(),
-        "errors are data, not a failed run: {}",
-        show(&out)
+        stderr.contains("run failed: 1 of 1 point failed: p001 (2 of 2 requests failed"),
+        "{stderr}"
     );
     let dir = run_dir(&out);
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["status"], "failed");
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     assert_eq!(requests.len(), 2);
     for r in &requests {
@@ -206,7 +211,9 @@ fn server_errors_are_recorded_with_their_message() {
     }
     let points = read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points[0]["errors"], 2);
+    assert_eq!(points[0]["status"], "failed");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("**1 failed** (no successful request)"), "{report}");
     assert!(
         report.contains("longer than the model's context length"),
         "{report}"

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::charts::{self, ChartLink};
 use crate::catalog::{FlagKind, Method, Metric};
 use crate::results::meta::{RunMeta, RunStatus, ServerLaunch};
-use crate::results::records::{PointRecord, RequestRecord, RequestRole, Stat};
+use crate::results::records::{PointRecord, PointStatus, RequestRecord, RequestRole, Stat};
 use crate::spec::types::PromptSpec;
 
 /// Version of this data model; bumped when a field changes meaning or is removed.
@@ -57,10 +57,15 @@ pub struct ReportModel {
     pub charts: Vec<ChartLink>,
 }
 
+fn count_status(points: &[PointRecord], status: PointStatus) -> usize {
+    points.iter().filter(|p| p.status() == status).count()
+}
+
 /// Status and timing of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct RunInfo {
-    /// `running`, `complete`, `incomplete` or `failed`.
+    /// `running`, `complete`, `degraded` (every point measured, some with failed requests
+    /// beyond the error budget), `incomplete` (stopped early, or a point failed) or `failed`.
     pub status: String,
     /// True only when the status is `complete`.
     pub complete: bool,
@@ -299,6 +304,8 @@ pub struct PointRow {
     pub errors: usize,
     /// True when the point did not run to completion.
     pub incomplete: bool,
+    /// `ok`, `degraded` or `failed` (see the run's `points_*` totals).
+    pub status: String,
     /// Why the server failed during (or before) this point, classified from its log:
     /// `out-of-memory`, `kv-pool-too-small`, `port-in-use`, `startup-error`, `unknown`. None
     /// when the server did not fail.
@@ -385,6 +392,12 @@ pub struct Totals {
     pub prime_requests: usize,
     /// Warnings over all tables.
     pub warnings: usize,
+    /// Points whose every planned request was measured within the error budget.
+    pub points_ok: usize,
+    /// Points with numbers, but more failed requests than the budget allows, or cut short.
+    pub points_degraded: usize,
+    /// Points without a successful request (no numbers).
+    pub points_failed: usize,
 }
 
 /// Builds the model from a run's stored records.
@@ -418,6 +431,9 @@ pub fn build_model(
             .filter(|r| r.role == RequestRole::Prime)
             .count(),
         warnings: tables.iter().map(|t| t.warnings.len()).sum(),
+        points_ok: count_status(points, PointStatus::Ok),
+        points_degraded: count_status(points, PointStatus::Degraded),
+        points_failed: count_status(points, PointStatus::Failed),
     };
 
     let engine = if exp.server.url.is_some() {
@@ -696,6 +712,7 @@ fn point_row(
         ok: p.ok,
         errors: p.errors,
         incomplete: p.incomplete,
+        status: p.status().to_string(),
         failure: p.failure.clone(),
         stats,
         marks,

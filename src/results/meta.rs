@@ -60,9 +60,15 @@ pub struct GitState {
 #[strum(serialize_all = "kebab-case")]
 pub enum RunStatus {
     Running,
+    /// Every point measured and ok.
     Complete,
-    /// Stopped early (Ctrl-C, server crash); what was measured is kept.
+    /// Every point measured with numbers, but some degraded (failed requests beyond the error
+    /// budget, or a point cut short): the numbers cover fewer requests than planned.
+    Degraded,
+    /// Stopped early (Ctrl-C, abort, a lost host) or some point failed; what was measured is
+    /// kept.
     Incomplete,
+    /// No point has numbers.
     Failed,
 }
 

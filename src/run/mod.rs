@@ -6,6 +6,7 @@ pub mod agent_session;
 pub mod down;
 pub mod launch;
 pub mod measurer;
+pub mod outcome;
 pub mod point;
 pub mod progress;
 pub mod provenance;
@@ -124,6 +125,8 @@ pub struct RunOutcome {
     pub dir: PathBuf,
     pub status: RunStatus,
     pub reason: Option<String>,
+    /// Every recorded point by status (a resumed run's earlier points included).
+    pub points: outcome::PointCounts,
     /// The report's path, or why it could not be rendered.
     pub report: Result<PathBuf, crate::report::ReportError>,
 }
@@ -268,7 +271,7 @@ pub async fn resume(
         .read_points()
         .map_err(ResumeError::from)?
         .into_iter()
-        .filter(|p| !p.incomplete)
+        .filter(|p| p.status() == crate::results::records::PointStatus::Ok)
         .map(|p| p.id)
         .collect();
     run_dir
@@ -512,24 +515,20 @@ async fn run_plan(
     }
     progress.finish();
 
-    let mut problems = tally.problems;
     let ended = chrono::Utc::now();
     meta.ended_at = Some(ended.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let (status, reason) = if interrupt.is_set() {
-        (
-            RunStatus::Incomplete,
-            Some("interrupted (Ctrl-C or SIGTERM); measured data kept".to_string()),
-        )
-    } else if let Some(why) = aborted {
-        problems.push(why);
-        (RunStatus::Incomplete, Some(problems.join("; ")))
-    } else if tally.measured_points == 0 && !problems.is_empty() && done.is_empty() {
-        (RunStatus::Failed, Some(problems.join("; ")))
-    } else if !problems.is_empty() {
-        (RunStatus::Incomplete, Some(problems.join("; ")))
+    let stopped = if interrupt.is_set() {
+        Some("interrupted (Ctrl-C, SIGTERM or SIGHUP); measured data kept".to_string())
     } else {
-        (RunStatus::Complete, None)
+        aborted
     };
+    let recorded = run_dir.read_points().unwrap_or_default();
+    let settled = outcome::settle(&recorded, spec.points.len(), stopped.as_deref());
+    let (status, reason) = (settled.status, settled.reason.clone());
+    if tally.measured_points == 0 && recorded.is_empty() && !tally.problems.is_empty() {
+        tracing::debug!("nothing recorded: {}", tally.problems.join("; "));
+    }
+    progress.line(&points_line(&settled.points));
     meta.status = status;
     meta.status_reason = reason.clone();
     write_meta(&run_dir, &meta)?;
@@ -540,8 +539,27 @@ async fn run_plan(
         dir: run_dir.path.clone(),
         status,
         reason,
+        points: settled.points,
         report,
     })
+}
+
+/// `points: 4 ok, 1 degraded, 1 failed` (the parts that are not zero).
+fn points_line(c: &outcome::PointCounts) -> String {
+    let parts: Vec<String> = [(c.ok, "ok"), (c.degraded, "degraded"), (c.failed, "failed")]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+    format!(
+        "servebench: {}: {}",
+        crate::text::count_s(c.total(), "point"),
+        if parts.is_empty() {
+            "none recorded".to_string()
+        } else {
+            parts.join(", ")
+        }
+    )
 }
 
 /// What picks the measurer for a launch.

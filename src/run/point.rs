@@ -120,7 +120,13 @@ impl PointRunner {
             Ok(p) => p,
             Err((kind, message)) => {
                 let interrupted = self.interrupt.is_set();
-                return PointOutcome::abandoned(record, kind, message, interrupted);
+                let outcome = PointOutcome::abandoned(record, kind, message, interrupted);
+                // Every point says how it ended on the console, a failed one too.
+                self.progress.point_finished(
+                    &point.id,
+                    &super::progress::point_line(point, &outcome.record),
+                );
+                return outcome;
             }
         };
         record.requested_prompt_tokens = prompts.source.target_tokens();
