@@ -10,7 +10,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("exit", 0),
     ("spec", 1),
     ("secrets", 2),
-    ("prompt", 2),
+    ("prompt", 3),
     ("engine", 2),
     ("results", 2),
     ("sim", 2),

@@ -675,7 +675,12 @@ async fn count_prompt_tokens_reads_server_counts() {
     .await;
     let client = Client::new(&url, None).unwrap();
     let counts = client
-        .count_prompt_tokens(Api::SglangGenerate, "hello", None)
+        .count_prompt_tokens(
+            Api::SglangGenerate,
+            "hello",
+            None,
+            std::time::Duration::from_secs(60),
+        )
         .await
         .unwrap();
     assert_eq!(counts, (6, Some(2)));

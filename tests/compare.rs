@@ -62,6 +62,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         flags: vec![],
         incomplete: false,
         failure: None,
+        calibration: None,
         status: None,
         wall: None,
     }

@@ -18,3 +18,4 @@ mod ssh_run;
 mod sshd;
 mod statistics;
 mod summary;
+mod trust;

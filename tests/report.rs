@@ -605,6 +605,7 @@ fn run_dir_round_trip() {
         flags: vec![],
         incomplete: false,
         failure: None,
+        calibration: None,
         status: None,
         wall: None,
     };
@@ -754,6 +755,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         flags: vec![],
         incomplete: false,
         failure: None,
+        calibration: None,
         status: None,
         wall: None,
     }

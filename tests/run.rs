@@ -213,7 +213,10 @@ fn server_errors_are_recorded_with_their_message() {
     assert_eq!(points[0]["errors"], 2);
     assert_eq!(points[0]["status"], "failed");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("**1 failed** (no successful request)"), "{report}");
+    assert!(
+        report.contains("**1 failed** (no successful request)"),
+        "{report}"
+    );
     assert!(
         report.contains("longer than the model's context length"),
         "{report}"

@@ -9,6 +9,7 @@ mod parse;
 mod request;
 mod sse;
 mod stream;
+pub mod surface;
 
 use std::fmt;
 use std::time::Duration;
@@ -24,9 +25,6 @@ pub(crate) use stream::unix_now;
 
 /// How long establishing a TCP connection may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Per-request limit of [`Client::count_prompt_tokens`] (a long prompt's prefill can be slow).
-pub const CALIBRATION_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Per-request limit of the admin helpers (`flush_cache`, `health`, `get_json`).
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -210,6 +208,7 @@ impl Client {
         api: Api,
         prompt: &str,
         model: Option<&str>,
+        timeout: Duration,
     ) -> Result<(u64, Option<u64>), ClientError> {
         let req = GenerationRequest {
             api,
@@ -219,7 +218,7 @@ impl Client {
             temperature: 0.0,
             model: model.map(str::to_string),
         };
-        let m = self.stream(&req, CALIBRATION_TIMEOUT).await;
+        let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();
         if let Some(e) = m.error {
             return Err(match e.status {
@@ -278,6 +277,34 @@ impl Client {
             path: path.into(),
             message: e.to_string(),
         })
+    }
+
+    /// A small non-streaming request with an optional JSON body (`method` is `GET` or
+    /// `POST`): status and whole body, bounded by `timeout`.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<(u16, bytes::Bytes), ClientError> {
+        let failed = |e: reqwest::Error| ClientError::Request {
+            path: path.into(),
+            message: stream::describe(&e),
+        };
+        let method = if method == "POST" {
+            reqwest::Method::POST
+        } else {
+            reqwest::Method::GET
+        };
+        let mut req = self.request(method, path).timeout(timeout);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let response = req.send().await.map_err(failed)?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(failed)?;
+        Ok((status, body))
     }
 
     /// A small non-streaming request: status and whole body.

@@ -15,13 +15,18 @@ use crate::results::records::{RequestRecord, RequestRole, Stat};
 
 use super::stats::{RequestSamples, seed_for, summarize_requests};
 
+/// Fewest uncached prompt tokens a cache-hitting request must prefill for its prefill rate to
+/// mean anything.
+pub const MIN_PREFILL_TOKENS: u64 = 64;
+
 /// The metrics of one request. Times in seconds, rates in tokens per second.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RequestMetrics {
     /// Seconds from send to the first chunk carrying at least one output token.
     pub ttft_s: Option<f64>,
     /// Uncached prompt tokens per second of TTFT: (prompt_tokens - cached_tokens) / TTFT, with
-    /// unknown `cached_tokens` taken as 0.
+    /// unknown `cached_tokens` taken as 0. None for a request that hit the cache and prefilled
+    /// fewer than [`MIN_PREFILL_TOKENS`].
     pub prefill_tok_s: Option<f64>,
     /// Output tokens after the first token chunk per second between the first and last token
     /// chunks. None with fewer than two token chunks or a zero span.
@@ -56,8 +61,14 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
     if let Some(prompt) = r.prompt_tokens
         && ttft > 0.0
     {
-        let uncached = prompt.saturating_sub(r.cached_tokens.unwrap_or(0));
-        m.prefill_tok_s = Some(uncached as f64 / ttft);
+        let cached = r.cached_tokens.unwrap_or(0);
+        let uncached = prompt.saturating_sub(cached);
+        // A request served from the cache prefills a handful of tokens: its TTFT is the
+        // server's per-request overhead, and a "rate" from it (161 tok/s for one token) says
+        // nothing about prefill speed.
+        if cached == 0 || uncached >= MIN_PREFILL_TOKENS {
+            m.prefill_tok_s = Some(uncached as f64 / ttft);
+        }
     }
 
     let completion = r

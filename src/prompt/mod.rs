@@ -8,6 +8,8 @@ mod calibrate;
 mod generate;
 mod nonce;
 
-pub use calibrate::{Calibrated, CalibrationError, Calibrator};
+pub use calibrate::{
+    Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
+};
 pub use generate::{PromptError, PromptSource, TextGenerator, load_prompt_file};
 pub use nonce::nonce;

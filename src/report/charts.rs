@@ -109,8 +109,9 @@ pub struct ChartPoint {
     pub context_tokens: f64,
     /// Mean of the metric over the point's successful requests.
     pub value: f64,
-    /// True when the point has warnings in the report (cache hit, failed requests, ...): its
-    /// marker is drawn hollow, so a doubtful number does not pass for a clean one.
+    /// True when a warning doubts the point's numbers (cache hit, failed requests, ...; not a
+    /// wide spread): its marker is drawn hollow, so a doubtful number does not pass for a
+    /// clean one.
     pub warned: bool,
 }
 
@@ -236,7 +237,7 @@ fn chart_point(row: &PointRow, metric: &str) -> Option<ChartPoint> {
         ChartPoint {
             context_tokens,
             value,
-            warned: row.warning_count > 0,
+            warned: row.doubted,
         },
     )
 }

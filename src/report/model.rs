@@ -104,6 +104,12 @@ pub struct Setup {
     pub cache_policy: String,
     /// Whether the server's `cached_tokens` were checked against the policy.
     pub cache_verify: bool,
+    /// How the prefix cache was reset before cold points, when every server offered the same
+    /// way (`/flush_cache`, `/reset_prefix_cache`, ...); None when unknown or mixed.
+    pub cache_reset: Option<String>,
+    /// True when some server offered no way to reset its cache (cold points then rely on
+    /// nonces, checked by `verify`).
+    pub cache_reset_missing: bool,
     /// Measurement method: `streaming` or `two-point`.
     pub method: String,
     /// Two-point method: `max_tokens` of the first request of a pair (None for streaming).
@@ -161,8 +167,18 @@ pub struct ServerInfo {
     pub args: Vec<NameValue>,
     /// Environment given to the server (redacted).
     pub env: Vec<NameValue>,
-    /// `version` from the server's `/server_info`, when it answered.
+    /// The server's version, from whichever identity endpoint gave one.
     pub server_version: Option<String>,
+    /// Identity endpoints that answered (`/server_info`, `/v1/models`, `/props`, `/version`).
+    pub identity: Vec<String>,
+    /// How its prefix cache was reset (None: it offered no way, or was not probed).
+    pub cache_reset: Option<String>,
+    /// Its tokenize endpoint, when it has one (calibration then needs no prefill).
+    pub tokenize: Option<String>,
+    /// Whether it serves Prometheus `/metrics`.
+    pub metrics: bool,
+    /// What servebench noticed about it and what that means for the numbers.
+    pub notes: Vec<String>,
     /// Seconds from launch to ready.
     pub ready_after_s: Option<f64>,
     /// How the server ended: `stopped`, `crashed: ...`, `external`.
@@ -318,6 +334,9 @@ pub struct PointRow {
     pub marks: IndexMap<String, String>,
     /// Number of warnings on this point.
     pub warning_count: usize,
+    /// True when a warning casts doubt on the point's numbers (not only on their spread):
+    /// its chart marker is drawn hollow.
+    pub doubted: bool,
     /// Failed requests by kind, with a sample message from `requests.jsonl`.
     pub error_summary: Vec<ErrorSummary>,
     /// Seconds the point took, calibration and flushes included (None in runs that predate
@@ -476,6 +495,21 @@ pub fn build_model(
             temperature: exp.workload.temperature,
             cache_policy: exp.cache.policy.to_string(),
             cache_verify: exp.cache.verify,
+            cache_reset: {
+                let ways: Vec<String> = meta
+                    .servers
+                    .iter()
+                    .filter_map(|s| s.surface.as_ref()?.cache_reset.as_ref())
+                    .map(ToString::to_string)
+                    .collect();
+                let probed = meta.servers.iter().filter(|s| s.surface.is_some()).count();
+                (probed > 0 && ways.len() == probed && ways.iter().all(|w| w == &ways[0]))
+                    .then(|| ways[0].clone())
+            },
+            cache_reset_missing: meta
+                .servers
+                .iter()
+                .any(|s| s.surface.as_ref().is_some_and(|x| x.cache_reset.is_none())),
             method: exp.method.name().to_string(),
             method_a: match exp.method.resolve() {
                 crate::spec::types::Measure::TwoPoint { a, .. } => Some(a),
@@ -717,6 +751,7 @@ fn point_row(
         stats,
         marks,
         warning_count: point_warnings.len(),
+        doubted: point_warnings.iter().any(|(k, _)| !k.is_informational()),
         error_summary,
         duration_s: p.wall.map(|w| w.ended_at - w.started_at),
     }
@@ -846,7 +881,33 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
             .as_ref()
             .and_then(|i| i.get("version"))
             .and_then(|v| v.as_str())
-            .map(str::to_string),
+            .map(str::to_string)
+            .or_else(|| s.surface.as_ref().and_then(|x| x.version.clone())),
+        identity: s
+            .surface
+            .as_ref()
+            .map(|x| x.identity.clone())
+            .unwrap_or_default(),
+        cache_reset: s
+            .surface
+            .as_ref()
+            .and_then(|x| x.cache_reset.as_ref())
+            .map(ToString::to_string),
+        tokenize: s
+            .surface
+            .as_ref()
+            .and_then(|x| x.tokenize.as_ref())
+            .map(|t| match t {
+                crate::results::meta::Tokenize::V1Prompt => "/v1/tokenize".to_string(),
+                _ => "/tokenize".to_string(),
+            }),
+        metrics: s.surface.as_ref().is_some_and(|x| x.metrics),
+        notes: s
+            .notes
+            .iter()
+            .chain(s.surface.iter().flat_map(|x| x.notes.iter()))
+            .cloned()
+            .collect(),
         ready_after_s: s.ready_after_s,
         outcome: s.outcome.clone(),
         log_file: s.log_file.clone(),

@@ -314,6 +314,7 @@ mod tests {
             flags: vec![],
             incomplete: false,
             failure: None,
+            calibration: None,
             status: None,
             wall: None,
         }

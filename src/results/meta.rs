@@ -123,4 +123,85 @@ pub struct ServerLaunch {
     /// True once servebench confirmed the process group is gone.
     #[serde(default)]
     pub stopped: bool,
+    /// What the server offers, found by asking it once it was ready (None in runs that
+    /// predate it, or when it did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<ServerSurface>,
+    /// What servebench noticed about the server and what it means for the numbers (e.g. the
+    /// model it serves is not the spec's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// What a server offers, found by asking it (never assumed from the engine's name): which
+/// identity, cache-reset, tokenize and metrics endpoints answered, and what they said.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSurface {
+    /// Identity endpoints that answered: `/server_info`, `/v1/models`, `/props`, `/version`.
+    #[serde(default)]
+    pub identity: Vec<String>,
+    /// Model names the server serves (`/v1/models` ids, or `/props` model path).
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// The server's version, when an identity endpoint gave one.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// The longest prompt, in tokens, the server accepts (SGLang `max_req_input_len`, else
+    /// the context length from `/server_info`, `/v1/models` `max_model_len` or llama.cpp's
+    /// per-slot `n_ctx`); None when no endpoint said.
+    #[serde(default)]
+    pub context_length: Option<u64>,
+    /// How its prefix cache is emptied before a cold point; None when it offers no way.
+    #[serde(default)]
+    pub cache_reset: Option<CacheReset>,
+    /// The endpoint that counts a prompt's tokens without generating (`/v1/tokenize`,
+    /// `/tokenize`), and its request shape.
+    #[serde(default)]
+    pub tokenize: Option<Tokenize>,
+    /// `/metrics` answered with Prometheus text.
+    #[serde(default)]
+    pub metrics: bool,
+    /// What was looked for and not found, and what that means (e.g. vLLM's cache reset needs
+    /// `VLLM_SERVER_DEV_MODE=1`).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A way to empty a server's prefix cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum CacheReset {
+    /// SGLang's `/flush_cache` (400 while requests run: retried).
+    FlushCache,
+    /// vLLM's `POST /reset_prefix_cache` (`{"success": false}` while blocks are held: retried).
+    ResetPrefixCache,
+    /// llama.cpp's per-slot erase, `POST /slots/{id}?action=erase`, for each slot.
+    SlotErase { slots: Vec<u32> },
+}
+
+impl std::fmt::Display for CacheReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheReset::FlushCache => f.write_str("/flush_cache"),
+            CacheReset::ResetPrefixCache => f.write_str("/reset_prefix_cache"),
+            CacheReset::SlotErase { slots } => write!(
+                f,
+                "/slots/{{id}}?action=erase for {} slot{}",
+                slots.len(),
+                if slots.len() == 1 { "" } else { "s" }
+            ),
+        }
+    }
+}
+
+/// A tokenize endpoint and the body it takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tokenize {
+    /// `POST /v1/tokenize {"prompt"}` (SGLang) -> `count`.
+    V1Prompt,
+    /// `POST /tokenize {"prompt"}` (vLLM) -> `count` or `tokens`.
+    Prompt,
+    /// `POST /tokenize {"content", "add_special": true}` (llama.cpp) -> `tokens`.
+    Content,
 }

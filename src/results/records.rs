@@ -243,6 +243,7 @@ impl PointRecord {
             flags: Vec::new(),
             incomplete: false,
             failure: None,
+            calibration: None,
             status: None,
             wall: None,
         }
@@ -297,6 +298,9 @@ pub struct PointRecord {
     /// `out-of-memory`, `kv-pool-too-small`, `port-in-use`, `startup-error`, `unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// How the prompt was calibrated, every attempt included (None without calibration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
     /// `ok`, `degraded` or `failed`. Absent in runs that predate it: see [`PointRecord::status`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PointStatus>,
@@ -304,6 +308,50 @@ pub struct PointRecord {
     /// what `plan --from` estimates a rerun from. Absent in runs that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall: Option<Wall>,
+}
+
+/// How a point's generated prompt was sized to its target token count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// Target prompt tokens.
+    pub target: u64,
+    /// How tokens were counted: `tokenize` (the server's tokenize endpoint, no prefill) or
+    /// `generate` (a one-token generation per attempt).
+    pub counted_by: String,
+    /// Characters of text chosen (None when calibration failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chars: Option<usize>,
+    /// True when an earlier point's calibration was reused (its attempts are there).
+    #[serde(default)]
+    pub reused: bool,
+    /// Every counting request, in order.
+    #[serde(default)]
+    pub attempts: Vec<CalibrationAttempt>,
+}
+
+/// One counting request of a calibration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationAttempt {
+    /// `probe` (learning characters per token) or `fit` (aiming at the target).
+    pub kind: CalibrationAttemptKind,
+    /// Characters of generated text sent (after the nonce).
+    pub chars: usize,
+    /// Tokens the server counted (None when it refused or failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Seconds the request took.
+    pub seconds: f64,
+    /// Why it gave no count: `too-long` (past the server's context) or the error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What a calibration request was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CalibrationAttemptKind {
+    Probe,
+    Fit,
 }
 
 /// A span of wall-clock time, in seconds since the Unix epoch.

@@ -43,6 +43,9 @@ pub struct AgentRequest {
     /// Prompts from the user's prompt file (the agent cannot read it).
     #[serde(default)]
     pub prompts: Option<Vec<String>>,
+    /// What the server offers (probed by the runner): how to reset its cache.
+    #[serde(default)]
+    pub surface: Option<crate::results::meta::ServerSurface>,
 }
 
 /// The protocol this build speaks, sent in the hello: an agent without one (an older
@@ -50,6 +53,8 @@ pub struct AgentRequest {
 pub const PROTOCOL: u32 = 2;
 
 /// A line the agent writes.
+// One event lives at a time, on its way to a line of JSON: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentEvent {
@@ -141,6 +146,7 @@ async fn serve(heartbeat: Duration) {
             values: req.values,
             experiment: req.experiment,
         };
+        runner.set_surface(req.surface);
         let outcome = runner
             .measure_with(&client, &point, &req.group, req.prompts)
             .await;

@@ -65,6 +65,8 @@ pub struct OnHost {
     /// The server as the host sees it.
     pub url: String,
     pub api_key: Option<String>,
+    /// What the server offers, for the agent's cache resets.
+    pub surface: Option<crate::results::meta::ServerSurface>,
     pub spec_dir: PathBuf,
     pub run_dir: Arc<RunDir>,
     pub progress: Progress,
@@ -78,6 +80,7 @@ impl OnHost {
         host: Arc<RemoteHost>,
         url: String,
         api_key: Option<String>,
+        surface: Option<crate::results::meta::ServerSurface>,
         spec_dir: PathBuf,
         run_dir: Arc<RunDir>,
         progress: Progress,
@@ -87,6 +90,7 @@ impl OnHost {
             host,
             url,
             api_key,
+            surface,
             spec_dir,
             run_dir,
             progress,
@@ -116,6 +120,7 @@ impl Measurer for OnHost {
                 group: group.to_string(),
                 url: self.url.clone(),
                 api_key: self.api_key.clone(),
+                surface: self.surface.clone(),
                 prompts: file_prompts(point, &self.spec_dir),
             };
             let session = self.session.as_mut().expect("started above");

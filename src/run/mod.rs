@@ -461,6 +461,9 @@ async fn run_plan(
                 }
             };
             progress.launched(&group.id);
+            for note in &handle.record.notes {
+                progress.line(&format!("{}: warning: {note}", group.id));
+            }
             if let Some(s) = handle.record.ready_after_s {
                 progress.line(&format!(
                     "{}: ready after {s:.1} s at {}",
@@ -589,13 +592,17 @@ async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
                 .clone()
                 .unwrap_or_else(|| handle.url.clone()),
             api_key,
+            handle.record.surface.clone(),
             m.spec_dir.to_path_buf(),
             cx.run_dir.clone(),
             cx.progress.clone(),
             cx.interrupt.clone(),
         )),
         None => Box::new(InProcess {
-            runner: m.runner,
+            runner: {
+                m.runner.set_surface(handle.record.surface.clone());
+                m.runner
+            },
             client: Client::new(&handle.url, api_key)?,
         }),
     };

@@ -4,24 +4,21 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::catalog::FlagKind;
-use crate::client::{Client, FlushOutcome, GenerationRequest};
-use crate::prompt::{Calibrated, Calibrator, PromptSource, TextGenerator, nonce};
-use crate::results::records::{Flag, PointRecord, RequestRecord, RequestRole};
+use crate::client::{Client, GenerationRequest};
+use crate::prompt::{Calibrated, Calibrator, CountError, PromptSource, TextGenerator, nonce};
+use crate::results::meta::{CacheReset, ServerSurface};
+use crate::results::records::{Calibration, Flag, PointRecord, RequestRecord, RequestRole};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::spec::types::{ArgValue, CachePolicy, Experiment, Measure};
 
 use super::Interrupt;
 use super::progress::Progress;
-
-/// How long to keep retrying `/flush_cache` while the server says requests are pending.
-const FLUSH_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
 /// the remote agent's stdout.
@@ -39,7 +36,10 @@ pub struct PointRunner {
     pub interrupt: Interrupt,
     pub spec_dir: PathBuf,
     /// Calibrated text lengths, by (model, generator, target tokens): calibration is paid once.
-    calibrations: HashMap<String, Calibrated>,
+    calibrations: HashMap<String, (Calibrated, Calibration)>,
+    /// What the server measured now offers (its cache reset, tokenize endpoint, context
+    /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
+    surface: Option<ServerSurface>,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -79,7 +79,13 @@ impl PointRunner {
             interrupt,
             spec_dir,
             calibrations: HashMap::new(),
+            surface: None,
         }
+    }
+
+    /// Says what the server measured next offers (probed when it became ready).
+    pub fn set_surface(&mut self, surface: Option<ServerSurface>) {
+        self.surface = surface;
     }
 
     /// Measures `point` against the server at `client` (all rounds).
@@ -118,8 +124,9 @@ impl PointRunner {
         let mut flags: Vec<Flag> = Vec::new();
         let prompts = match self.prompts(client, exp, prompts, &mut flags).await {
             Ok(p) => p,
-            Err((kind, message)) => {
+            Err((kind, message, calibration)) => {
                 let interrupted = self.interrupt.is_set();
+                record.calibration = calibration;
                 let outcome = PointOutcome::abandoned(record, kind, message, interrupted);
                 // Every point says how it ended on the console, a failed one too.
                 self.progress.point_finished(
@@ -130,6 +137,7 @@ impl PointRunner {
             }
         };
         record.requested_prompt_tokens = prompts.source.target_tokens();
+        record.calibration = prompts.calibration.clone();
 
         let mut measured: Vec<RequestRecord> = Vec::new();
         let mut interrupted = false;
@@ -172,12 +180,13 @@ impl PointRunner {
         exp: &Experiment,
         given: Option<Vec<String>>,
         flags: &mut Vec<Flag>,
-    ) -> Result<Prompts, (FlagKind, String)> {
+    ) -> Result<Prompts, (FlagKind, String, Option<Calibration>)> {
         let source = match given {
             Some(list) => PromptSource::Fixed(list),
             None => PromptSource::load(&exp.workload.prompt, &self.spec_dir)
-                .map_err(|e| (FlagKind::PromptError, e.to_string()))?,
+                .map_err(|e| (FlagKind::PromptError, e.to_string(), None))?,
         };
+        let mut calibration = None;
         let model = request_model(exp);
         let body = match &source {
             PromptSource::Generated {
@@ -185,11 +194,12 @@ impl PointRunner {
                 target_tokens,
                 calibrate,
             } => {
-                let (text, flag) = self
+                let (text, flag, record) = self
                     .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
                     .await
-                    .map_err(|e| (FlagKind::CalibrationFailed, e))?;
+                    .map_err(|(e, record)| (FlagKind::CalibrationFailed, e, record))?;
                 flags.extend(flag);
+                calibration = record;
                 Some(text)
             }
             PromptSource::Fixed(_) => None,
@@ -198,6 +208,7 @@ impl PointRunner {
             source,
             body,
             model,
+            calibration,
         })
     }
 
@@ -215,7 +226,7 @@ impl PointRunner {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
         if policy == CachePolicy::Cold
-            && let Err(e) = flush(client, &self.interrupt).await
+            && let Err(e) = self.reset_cache(client).await
         {
             flags.push(Flag::new(FlagKind::FlushFailed, e));
         }
@@ -267,6 +278,23 @@ impl PointRunner {
                 .await
             }
         }
+    }
+
+    /// Empties the server's prefix cache the way it offers. A server without a way is left
+    /// as it is: unique nonces keep cold prompts apart, and `verify` checks the server's own
+    /// cached_tokens (a clean point, not a failed flush).
+    async fn reset_cache(&self, client: &Client) -> Result<(), String> {
+        let how = match &self.surface {
+            Some(s) => match &s.cache_reset {
+                Some(how) => how.clone(),
+                None => return Ok(()),
+            },
+            None => CacheReset::FlushCache,
+        };
+        let interrupt = self.interrupt.clone();
+        crate::client::surface::reset_cache(client, &how, move || interrupt.is_set())
+            .await
+            .map_err(|e| format!("{e}; the point ran without a cache reset"))
     }
 
     fn append(&self, rec: &RequestRecord, flags: &mut Vec<Flag>) {
@@ -371,7 +399,7 @@ impl PointRunner {
             for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
                 if role == RequestRole::TwoPointB
                     && exp.cache.policy == CachePolicy::Cold
-                    && let Err(e) = flush(client, &self.interrupt).await
+                    && let Err(e) = self.reset_cache(client).await
                 {
                     flags.push(Flag {
                         kind: FlagKind::FlushFailed,
@@ -407,6 +435,10 @@ impl PointRunner {
         (records, false)
     }
 
+    /// The text of a generated prompt: calibrated to the server's token count (once per
+    /// model, generator and target; reused by later points), or sized at four characters per
+    /// token when the spec says not to calibrate. Returns the text, a flag when calibration
+    /// ended outside its tolerance, and what calibration did.
     async fn body_text(
         &mut self,
         client: &Client,
@@ -415,37 +447,81 @@ impl PointRunner {
         target: u64,
         calibrate: bool,
         model: &Option<String>,
-    ) -> Result<(String, Option<Flag>), String> {
-        let calibrator = Calibrator::default();
+    ) -> Result<(String, Option<Flag>, Option<Calibration>), (String, Option<Calibration>)> {
+        let surface = self.surface.clone().unwrap_or_default();
+        let calibrator = Calibrator {
+            limit: surface.context_length,
+            output_tokens: u64::from(exp.workload.output_tokens),
+            ..Calibrator::default()
+        };
         if !calibrate {
             let chars = (target as f64 * calibrator.initial_chars_per_token) as usize;
-            return Ok((generator.text(chars), None));
+            return Ok((generator.text(chars), None, None));
         }
-        let key = format!("{model:?}|{:?}|{generator:?}|{target}", exp.workload.api);
-        let cal = match self.calibrations.get(&key) {
-            Some(c) => c.clone(),
+        let api = exp.workload.api;
+        // The tokenize endpoint counts without a prefill; a chat prompt's count needs the
+        // chat template, so it is counted by a generation.
+        let tokenize = surface
+            .tokenize
+            .clone()
+            .filter(|_| api != crate::spec::types::Api::OpenaiChat);
+        let key = format!("{model:?}|{api:?}|{generator:?}|{target}");
+        let (cal, record) = match self.calibrations.get(&key) {
+            Some((c, first)) => {
+                let mut record = first.clone();
+                record.reused = true;
+                record.attempts.clear();
+                (c.clone(), record)
+            }
             None => {
-                let api = exp.workload.api;
-                let calibration =
-                    calibrator.calibrate(generator, target, nonce, |prompt: String| {
-                        let client = client.clone();
-                        let model = model.clone();
+                let timeout = exp.request_timeout;
+                let mut attempts = Vec::new();
+                let counted_by = if tokenize.is_some() {
+                    "tokenize"
+                } else {
+                    "generate"
+                };
+                let calibration = calibrator.calibrate(
+                    generator,
+                    target,
+                    nonce,
+                    |prompt: String| {
+                        let (client, model, tokenize) =
+                            (client.clone(), model.clone(), tokenize.clone());
                         async move {
-                            client
-                                .count_prompt_tokens(api, &prompt, model.as_deref())
-                                .await
-                                .map(|(n, _)| n)
+                            count_tokens(&client, api, tokenize, &prompt, model, timeout).await
                         }
-                    });
+                    },
+                    &mut attempts,
+                );
                 // A long prompt's calibration can take a minute on a real server: Ctrl-C must
                 // not wait for it.
-                let c = tokio::select! {
-                    c = calibration => c,
-                    _ = self.interrupt.wait() => return Err("interrupted during prompt calibration".into()),
-                }
-                .map_err(|e| format!("could not calibrate the prompt to {target} tokens: {e}"))?;
-                self.calibrations.insert(key, c.clone());
-                c
+                let result = tokio::select! {
+                    c = calibration => Some(c),
+                    _ = self.interrupt.wait() => None,
+                };
+                let mut record = Calibration {
+                    target,
+                    counted_by: counted_by.into(),
+                    chars: None,
+                    reused: false,
+                    attempts,
+                };
+                let c = match result {
+                    None => {
+                        return Err(("interrupted during prompt calibration".into(), Some(record)));
+                    }
+                    Some(Err(e)) => {
+                        return Err((
+                            format!("could not calibrate the prompt to {target} tokens: {e}"),
+                            Some(record),
+                        ));
+                    }
+                    Some(Ok(c)) => c,
+                };
+                record.chars = Some(c.chars);
+                self.calibrations.insert(key, (c.clone(), record.clone()));
+                (c, record)
             }
         };
         let flag = (!cal.within_tolerance).then(|| Flag {
@@ -457,8 +533,34 @@ impl PointRunner {
                 cal.attempts
             ),
         });
-        Ok((generator.text(cal.chars), flag))
+        Ok((generator.text(cal.chars), flag, Some(record)))
     }
+}
+
+/// One calibration count: the tokenize endpoint when the server has one, else a one-token
+/// generation; a refusal as too long is told apart (calibration steps down from it).
+async fn count_tokens(
+    client: &Client,
+    api: crate::spec::types::Api,
+    tokenize: Option<crate::results::meta::Tokenize>,
+    prompt: &str,
+    model: Option<String>,
+    timeout: std::time::Duration,
+) -> Result<u64, CountError> {
+    let counted = match &tokenize {
+        Some(how) => crate::client::surface::count_with(client, how, prompt, timeout).await,
+        None => client
+            .count_prompt_tokens(api, prompt, model.as_deref(), timeout)
+            .await
+            .map(|(n, _)| n),
+    };
+    counted.map_err(|e| {
+        let text = e.to_string();
+        match crate::prompt::too_long_limit(&text) {
+            Some(limit) => CountError::TooLong { limit },
+            None => CountError::Failed(text),
+        }
+    })
 }
 
 /// A point's prompt texts and the model name its requests carry.
@@ -467,6 +569,8 @@ struct Prompts {
     /// The calibrated text of a generated prompt (None for file prompts).
     body: Option<String>,
     model: Option<String>,
+    /// How the body was calibrated (None for file prompts and uncalibrated ones).
+    calibration: Option<Calibration>,
 }
 
 impl Prompts {
@@ -500,30 +604,5 @@ fn generation_request(
         ignore_eos: exp.workload.ignore_eos,
         temperature: exp.workload.temperature,
         model: model.clone(),
-    }
-}
-
-/// Flushes the prefix cache, retrying while the server reports pending requests (HTTP 400).
-async fn flush(client: &Client, interrupt: &Interrupt) -> Result<(), String> {
-    let start = std::time::Instant::now();
-    loop {
-        match client.flush_cache().await {
-            Ok(FlushOutcome::Flushed) => return Ok(()),
-            Ok(FlushOutcome::Busy(text)) => {
-                if start.elapsed() > FLUSH_RETRY_FOR || interrupt.is_set() {
-                    return Err(format!(
-                        "/flush_cache kept answering 400 for {:?} ({}); the point ran without a flush",
-                        FLUSH_RETRY_FOR,
-                        crate::text::truncate(&text, 100)
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => {
-                return Err(format!(
-                    "/flush_cache failed: {e}; the point ran without a flush"
-                ));
-            }
-        }
     }
 }

@@ -116,6 +116,8 @@ impl ServerHandle {
             }
         }
         let info = server_info(&client).await;
+        let surface = crate::client::surface::probe(&client).await;
+        let notes = model_notes(server, &surface);
         Ok(ServerHandle {
             url: url.clone(),
             host_url: None,
@@ -127,6 +129,8 @@ impl ServerHandle {
                 args: secrets::redacted_args(server),
                 env: secrets::redacted_env(server),
                 server_info: info,
+                surface: Some(surface),
+                notes,
                 outcome: Some("external: not started or stopped by servebench".into()),
                 ..Default::default()
             },
@@ -244,6 +248,9 @@ impl ServerHandle {
         }
         self.record.ready_after_s = Some(self.launched_at.elapsed().as_secs_f64());
         self.record.server_info = server_info(&client).await;
+        let surface = crate::client::surface::probe(&client).await;
+        self.record.notes = model_notes(server, &surface);
+        self.record.surface = Some(surface);
         Ok(())
     }
 
@@ -345,4 +352,26 @@ async fn server_info(client: &Client) -> Option<serde_json::Value> {
         }
     }
     None
+}
+
+/// A note when the server serves a model other than the spec's (a `url:` server that is not
+/// what the spec says, or a launcher that ignores the model flag).
+fn model_notes(server: &Server, surface: &crate::results::meta::ServerSurface) -> Vec<String> {
+    let Some(want) = &server.model else {
+        return Vec::new();
+    };
+    let served_name = match server.args.get("served-model-name") {
+        Some(crate::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
+        _ => None,
+    };
+    let matches = |m: &str| {
+        m == want || Some(m) == served_name || m.rsplit('/').next() == want.rsplit('/').next()
+    };
+    if surface.models.is_empty() || surface.models.iter().any(|m| matches(m)) {
+        return Vec::new();
+    }
+    vec![format!(
+        "the server serves {}, not the spec's model {want}: the numbers are that model's",
+        surface.models.join(", ")
+    )]
 }

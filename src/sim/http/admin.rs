@@ -167,3 +167,41 @@ pub async fn abort(State(st): State<AppState>, body: Bytes) -> Response {
 pub async fn ok() -> Response {
     (StatusCode::OK, "OK").into_response()
 }
+
+/// `POST /v1/tokenize` (and `/tokenize`): `{"prompt": str | [str]}` -> `{"tokens", "count",
+/// "max_model_len"}`, as SGLang answers (openai `TokenizeResponse`). The count is what
+/// `/generate` would report as `prompt_tokens` for the same text.
+pub async fn tokenize(State(st): State<AppState>, body: Bytes) -> Response {
+    let v = match super::parse_json(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return json_response(StatusCode::BAD_REQUEST, &json!({"error": {"message": e.0}}));
+        }
+    };
+    let max_model_len = st.cfg.context_length;
+    match &v["prompt"] {
+        Value::String(text) => {
+            let tokens = crate::sim::tokenizer::encode(text);
+            json_response(
+                StatusCode::OK,
+                &json!({"tokens": tokens, "count": tokens.len(), "max_model_len": max_model_len}),
+            )
+        }
+        Value::Array(texts) if texts.iter().all(Value::is_string) => {
+            let tokens: Vec<Vec<u32>> = texts
+                .iter()
+                .map(|t| crate::sim::tokenizer::encode(t.as_str().unwrap_or("")))
+                .collect();
+            let counts: Vec<usize> = tokens.iter().map(Vec::len).collect();
+            json_response(
+                StatusCode::OK,
+                &json!({"tokens": tokens, "count": counts, "max_model_len": max_model_len}),
+            )
+        }
+        _ => json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"object": "error", "message": "`prompt` must be a string or a list of strings",
+                "type": "BadRequestError", "param": null, "code": 400}),
+        ),
+    }
+}

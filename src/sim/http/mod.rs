@@ -37,6 +37,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/models", get(admin::models))
+        .route("/v1/tokenize", post(admin::tokenize))
+        .route("/tokenize", post(admin::tokenize))
         .route("/flush_cache", get(admin::flush).post(admin::flush))
         .route("/health", get(admin::health))
         .route("/health_generate", get(admin::health))
