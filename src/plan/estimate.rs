@@ -15,8 +15,10 @@ use crate::sim::{SimArgError, SimConfig};
 use crate::spec::Point;
 use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, Server};
 
-/// Requests one prompt calibration is assumed to take (the sim's tokenizer usually needs two;
-/// a real server two or three). Each is a prefill and one decode step.
+/// Full-length requests one prompt calibration is assumed to take when tokens are counted by
+/// generating (chat prompts: the chat template counts too). Each is a prefill and one decode
+/// step. The two short probes that learn the tokenizer's ratio cost next to nothing, and
+/// every engine servebench knows counts other prompts with its tokenize endpoint, no prefill.
 const CALIBRATION_ATTEMPTS: f64 = 2.0;
 
 /// Why a source gives no estimate. `plan` prints it after "estimate: none: " (or exits 2
@@ -364,7 +366,7 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
         CachePolicy::AsIs => m.prefill(tokens, 0) - measured_prefill,
         CachePolicy::Cold => 0.0,
     };
-    let calibration = if calibrate {
+    let calibration = if calibrate && exp.workload.api == crate::spec::types::Api::OpenaiChat {
         CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
     } else {
         0.0
@@ -451,18 +453,24 @@ mod tests {
     }
 
     #[test]
-    fn a_point_is_its_calibration_prefills_and_decode_steps() {
+    fn a_point_is_its_prefills_and_decode_steps_and_a_chat_calibration() {
         let c = cfg(&["--profile", "fast", "--chunked-prefill-size", "600"]);
         let e = exp(4, 2, 10);
         // Chunks of 600 then 400; two waves of 2 requests: 2 prefills + 10 steps at batch 2.
         let prefill = prefill_ms(0.0, 600.0) + prefill_ms(600.0, 400.0);
         let wave = 2.0 * prefill + 10.0 * step_ms(2.0, 2.0 * 1005.0);
-        let calibration = 2.0 * (prefill + step_ms(1.0, 1000.0));
+        // Calibrated through the tokenize endpoint: no prefill.
         let got = model_point(&c, &e, 1000, true) * 1e3;
-        let want = calibration + 2.0 * wave;
-        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+        assert!((got - 2.0 * wave).abs() < 1e-6, "{got} vs {}", 2.0 * wave);
         let no_cal = model_point(&c, &e, 1000, false) * 1e3;
         assert!((no_cal - 2.0 * wave).abs() < 1e-6);
+        // A chat prompt is counted by generating: two prefills and a decode step each.
+        let mut chat = e.clone();
+        chat.workload.api = crate::spec::types::Api::OpenaiChat;
+        let calibration = 2.0 * (prefill + step_ms(1.0, 1000.0));
+        let got = model_point(&c, &chat, 1000, true) * 1e3;
+        let want = calibration + 2.0 * wave;
+        assert!((got - want).abs() < 1e-6, "{got} vs {want}");
     }
 
     #[test]
