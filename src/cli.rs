@@ -280,10 +280,25 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
     Ok(Status::Success)
 }
 
+/// Loads a spec and checks its flags against each engine's: a typo is an error (with the
+/// engine's flag), a flag the list lacks is a warning.
+fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
+    let spec = crate::spec::load(path)?;
+    let flags = crate::engine::check_spec(&spec);
+    for w in &flags.warnings {
+        tracing::warn!("{w}");
+    }
+    if flags.errors.is_empty() {
+        Ok(spec)
+    } else {
+        Err(crate::spec::SpecErrors::new(flags.errors))
+    }
+}
+
 fn validate(specs: &[PathBuf]) -> Result<Status, Error> {
     let mut invalid = Vec::new();
     for path in specs {
-        match crate::spec::load(path) {
+        match load_spec(path) {
             Ok(s) => println!("{}: ok ({} points)", path.display(), s.points.len()),
             Err(e) => invalid.push(e),
         }
@@ -302,7 +317,7 @@ fn plan(
     runs: &Path,
 ) -> Result<Status, Error> {
     use crate::plan::estimate;
-    let spec = crate::spec::load(path)?;
+    let spec = load_spec(path)?;
     let plan = crate::plan::Plan::new(&spec.points);
     let spec_dir = path.parent().unwrap_or(Path::new("."));
     let estimate = match (from, profile) {
@@ -335,7 +350,7 @@ fn run_experiment(
     check: bool,
 ) -> Result<Status, Error> {
     let from = match (path, resume) {
-        (Some(path), _) => RunFrom::Spec(crate::spec::load(path)?),
+        (Some(path), _) => RunFrom::Spec(load_spec(path)?),
         (None, Some(dir)) => RunFrom::Resume(dir),
         (None, None) => return Err(Error::Usage("give a spec file, or --resume RUN_DIR".into())),
     };

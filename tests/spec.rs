@@ -231,7 +231,10 @@ fn bad_enum_value_lists_allowed_values() {
     let d = errors(&BASE.replace("engine: sim", "engine: sglangg"));
     let e = find(&d, "unknown value \"sglangg\"");
     at(e, 3, 11, "sglangg");
-    assert_eq!(hint(e), "did you mean `sglang`? (one of `sim`, `sglang`)");
+    assert_eq!(
+        hint(e),
+        "did you mean `sglang`? (one of `sim`, `sglang`, `vllm`, `llama.cpp`, `command`)"
+    );
     let d = errors(&BASE.replace("kind: repeat", "kind: rpt"));
     let e = find(&d, "unknown value \"rpt\"");
     assert!(hint(e).contains("`repeat`, `random`, `file`"), "{e:#?}");

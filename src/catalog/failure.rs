@@ -14,6 +14,8 @@ pub enum Failure {
     KvPoolTooSmall,
     /// The port was taken.
     PortInUse,
+    /// The model path or repository does not exist (or cannot be read).
+    ModelNotFound,
     /// The server rejected its arguments or could not import a module.
     StartupError,
     /// Not ready within `server.ready_timeout`.
@@ -53,6 +55,7 @@ impl Failure {
                 "not enough memory for the KV cache pool at start-up: increase --mem-fraction-static"
             }
             Failure::PortInUse => "the port is already in use: omit server.port to pick a free one",
+            Failure::ModelNotFound => "the model was not found: check server.model",
             Failure::StartupError => {
                 "the server rejected its arguments or could not import a module"
             }
@@ -75,6 +78,7 @@ mod tests {
                 "out-of-memory",
                 "kv-pool-too-small",
                 "port-in-use",
+                "model-not-found",
                 "startup-error",
                 "ready-timeout",
                 "unknown"

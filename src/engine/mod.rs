@@ -1,11 +1,26 @@
-//! Per engine: how spec flags become a command line, and what its log lines mean.
+//! One adapter per engine: everything engine-specific in one place. How it is launched
+//! (program, model argument, host and port flags, flag spelling), how readiness shows in its
+//! log, which flags it has (for "did you mean" before a GPU is allocated), the log lines that
+//! classify its crashes and what to try for each, and the API surface the simulator imitates
+//! for it. What a running server actually offers (cache reset, tokenize, metrics) is probed,
+//! not assumed: see `client::surface`.
+//!
+//! The facts come from each engine's source: docs/reference/vllm-facts.md,
+//! docs/reference/llama-cpp-facts.md, ../shared/reference/sglang-facts.md and
+//! docs/reference/sglang-extra.md.
+
+mod command;
+mod flags;
+mod llamacpp;
+mod sglang;
+mod vllm;
 
 use indexmap::IndexMap;
 
+use crate::catalog::Failure;
 use crate::spec::types::{ArgValue, Engine, Server};
 
-/// The SGLang ready line (also printed by the simulator).
-pub const READY_LINE: &str = "The server is fired up and ready to roll!";
+pub use flags::{FlagCheck, SpecFlags, check_flag, check_spec};
 
 /// A launch command: program and arguments, never passed through a shell.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,27 +38,131 @@ impl LaunchCommand {
     }
 }
 
-/// Builds the engine's command line. `self_exe` is servebench's own binary (the simulator
-/// runs as `servebench sim`); `port` is the port chosen for this launch.
-pub fn launch_command(server: &Server, self_exe: &str, port: u16) -> Result<LaunchCommand, String> {
-    let mut argv: Vec<String> = match (&server.launcher, server.engine) {
-        (Some(l), _) if !l.is_empty() => l.clone(),
-        (Some(_), _) => return Err("server.launcher is empty: give the program to run".into()),
-        (None, Engine::Sim) => vec![self_exe.to_string(), "sim".into()],
-        (None, Engine::Sglang) => vec!["python".into(), "-m".into(), "sglang.launch_server".into()],
-    };
+/// How the model is given on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelArg {
+    /// `--model-path M`, `-m M`.
+    Flag(&'static str),
+    /// `vllm serve M`: right after the launcher.
+    Positional,
+}
+
+/// What a `false` flag value becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FalseFlag {
+    /// Left out (SGLang's flags are off by default).
+    Omit,
+    /// `--no-NAME` (vLLM's booleans are `BooleanOptionalAction`s: `false` must switch a
+    /// default-on feature off).
+    NoPrefix,
+}
+
+/// What servebench knows about an engine.
+pub struct Adapter {
+    pub engine: Engine,
+    /// How people write its name: `SGLang`, `vLLM`, `llama.cpp`.
+    pub display: &'static str,
+    /// The program (and its first arguments) that starts it, unless `server.launcher` says.
+    pub launcher: &'static [&'static str],
+    pub model_arg: ModelArg,
+    /// Flags servebench sets itself (model, host, port): refused in `server.args`.
+    pub reserved: &'static [&'static str],
+    pub false_flag: FalseFlag,
+    /// Log lines that mean the server is ready (besides `/health` answering 200).
+    pub ready_lines: &'static [&'static str],
+    /// Its flags, one per line without the leading `--` (short ones with their `-`), and
+    /// whether the list is the whole set (then an unknown flag near a known one is a typo).
+    pub flags: Option<(&'static str, &'static str)>,
+    /// (substring of its log, failure), in the order they are tried.
+    pub crash_lines: &'static [(&'static str, Failure)],
+    /// What to try after each failure, in its own flags.
+    pub hint: fn(Failure) -> &'static str,
+    /// `servebench sim --api` value that imitates it.
+    pub sim_api: &'static str,
+}
+
+/// The adapter of `engine`.
+pub fn adapter(engine: Engine) -> &'static Adapter {
+    match engine {
+        Engine::Sim | Engine::Sglang => &sglang::SGLANG,
+        Engine::Vllm => &vllm::VLLM,
+        Engine::LlamaCpp => &llamacpp::LLAMA_CPP,
+        Engine::Command => &command::COMMAND,
+    }
+}
+
+/// Why a launch command cannot be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LaunchError {
+    #[error("server.launcher is empty: give the program to run")]
+    EmptyLauncher,
+    #[error(
+        "engine: command needs `server.launcher`: the command line, with {{model}}, {{host}} and {{port}} where they go"
+    )]
+    NoCommand,
+    #[error(
+        "server.launcher for engine: command must contain {{port}}, so servebench can pick the port it measures"
+    )]
+    NoPortPlaceholder,
+    #[error("server.args has an invalid flag name {0:?}")]
+    BadFlagName(String),
+    #[error("server.args.{name} is set by servebench: use server.model / server.port instead")]
+    Reserved { name: String },
+}
+
+/// The flags of `server` for its engine: `args` with `engine_args[engine]` merged over them.
+pub fn effective_args(server: &Server) -> IndexMap<String, ArgValue> {
+    let mut args = server.args.clone();
+    if let Some(extra) = server.engine_args.get(&server.engine) {
+        for (k, v) in extra {
+            args.insert(k.clone(), v.clone());
+        }
+    }
+    args
+}
+
+/// Builds the engine's command line. `self_exe` is servebench's own binary (the simulator runs
+/// as `servebench sim`); `port` is the port chosen for this launch, on 127.0.0.1.
+pub fn launch_command(
+    server: &Server,
+    self_exe: &str,
+    port: u16,
+) -> Result<LaunchCommand, LaunchError> {
+    let a = adapter(server.engine);
+    let host = "127.0.0.1";
     let model = server
         .model
         .clone()
         .unwrap_or_else(|| "servebench-sim".into());
+    let args = effective_args(server);
+    let mut flags = flag_args_for(a, &args)?;
+    if server.engine == Engine::Command {
+        return command::launch(server, &model, host, port, flags);
+    }
+    let simulated = server.engine == Engine::Sim || server.simulate;
+    let mut argv: Vec<String> = match (&server.launcher, simulated) {
+        (Some(l), _) if l.is_empty() => return Err(LaunchError::EmptyLauncher),
+        (Some(l), _) => l.clone(),
+        (None, true) => {
+            let mut v = vec![self_exe.to_string(), "sim".into()];
+            if a.sim_api != "sglang" {
+                v.extend(["--api".into(), a.sim_api.into()]);
+            }
+            v
+        }
+        (None, false) => a.launcher.iter().map(|s| s.to_string()).collect(),
+    };
+    match a.model_arg {
+        ModelArg::Positional => argv.push(model),
+        ModelArg::Flag(f) => argv.extend([f.to_string(), model]),
+    }
     argv.extend([
-        "--model-path".into(),
-        model,
         "--host".into(),
-        "127.0.0.1".into(),
+        host.into(),
+        "--port".into(),
+        port.to_string(),
     ]);
-    argv.extend(["--port".into(), port.to_string()]);
-    argv.extend(flag_args(&server.args)?);
+    argv.append(&mut flags);
     let program = argv.remove(0);
     Ok(LaunchCommand {
         program,
@@ -51,25 +170,45 @@ pub fn launch_command(server: &Server, self_exe: &str, port: u16) -> Result<Laun
     })
 }
 
-/// `args` map to flags: `true` is a bare flag, `false` is left out, other values follow the flag.
-pub fn flag_args(args: &IndexMap<String, ArgValue>) -> Result<Vec<String>, String> {
+/// `args` as flags, SGLang's way: `true` a bare flag, `false` left out, other values after the
+/// flag. (Kept for the plan and the estimate, which read SGLang-spelled flags.)
+pub fn flag_args(args: &IndexMap<String, ArgValue>) -> Result<Vec<String>, LaunchError> {
+    flag_args_for(&sglang::SGLANG, args)
+}
+
+/// `args` as `engine`'s flags: a name with one leading dash is passed as written (`-np`),
+/// others get `--`; `true` is a bare flag; `false` is left out or becomes `--no-NAME`.
+pub fn flag_args_for(
+    a: &Adapter,
+    args: &IndexMap<String, ArgValue>,
+) -> Result<Vec<String>, LaunchError> {
     let mut out = Vec::new();
     for (key, value) in args {
+        let short = key.starts_with('-') && !key.starts_with("--");
         let name = key.trim_start_matches('-');
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(format!("server.args has an invalid flag name {key:?}"));
+        if name.is_empty() || name.contains(char::is_whitespace) || name.contains('=') {
+            return Err(LaunchError::BadFlagName(key.clone()));
         }
-        if matches!(name, "model-path" | "model" | "port" | "host") {
-            return Err(format!(
-                "server.args.{name} is set by servebench: use server.model / server.port instead"
-            ));
+        if a.reserved.contains(&name) {
+            return Err(LaunchError::Reserved {
+                name: name.to_string(),
+            });
         }
+        let flag = if short {
+            format!("-{name}")
+        } else {
+            format!("--{name}")
+        };
         match value {
-            ArgValue::Bool(true) => out.push(format!("--{name}")),
-            ArgValue::Bool(false) => {}
-            ArgValue::Int(i) => out.extend([format!("--{name}"), i.to_string()]),
-            ArgValue::Float(f) => out.extend([format!("--{name}"), f.to_string()]),
-            ArgValue::Str(s) => out.extend([format!("--{name}"), s.clone()]),
+            ArgValue::Bool(true) => out.push(flag),
+            ArgValue::Bool(false) => match a.false_flag {
+                FalseFlag::Omit => {}
+                FalseFlag::NoPrefix if !short => out.push(format!("--no-{name}")),
+                FalseFlag::NoPrefix => {}
+            },
+            ArgValue::Int(i) => out.extend([flag, i.to_string()]),
+            ArgValue::Float(f) => out.extend([flag, f.to_string()]),
+            ArgValue::Str(s) => out.extend([flag, s.clone()]),
         }
     }
     Ok(out)
@@ -78,97 +217,50 @@ pub fn flag_args(args: &IndexMap<String, ArgValue>) -> Result<Vec<String>, Strin
 /// Why a server process died, read from the tail of its log (one of the catalogue's causes).
 pub use crate::catalog::Failure as CrashCause;
 
-/// Classifies a crash from the log tail (SGLang's own messages; see sglang-facts.md §4).
-pub fn classify_crash(log_tail: &str) -> CrashCause {
-    if log_tail.contains("CUDA out of memory") || log_tail.contains("OutOfMemoryError") {
-        CrashCause::OutOfMemory
-    } else if log_tail.contains("Not enough memory. Please try to increase --mem-fraction-static") {
-        CrashCause::KvPoolTooSmall
-    } else if log_tail.contains("Address already in use")
-        || log_tail.contains("address already in use")
-    {
-        CrashCause::PortInUse
-    } else if log_tail.contains("ModuleNotFoundError")
-        || log_tail.contains("ImportError")
-        || log_tail.contains("error: unrecognized arguments")
-        || log_tail.contains("error: argument")
-    {
-        CrashCause::StartupError
-    } else {
-        CrashCause::Unknown
+/// Classifies a crash from the log tail with `engine`'s own lines.
+pub fn classify(engine: Engine, log_tail: &str) -> Failure {
+    adapter(engine)
+        .crash_lines
+        .iter()
+        .find(|(line, _)| log_tail.contains(line))
+        .map_or(Failure::Unknown, |(_, f)| *f)
+}
+
+/// Classifies a crash from the log tail with SGLang's lines (see [`classify`]).
+pub fn classify_crash(log_tail: &str) -> Failure {
+    classify(Engine::Sglang, log_tail)
+}
+
+/// What a failure means on `engine` and what to try.
+pub fn explain(engine: Engine, failure: Failure) -> &'static str {
+    (adapter(engine).hint)(failure)
+}
+
+/// True when `log` holds one of the engine's ready lines (or the spec's own).
+pub fn is_ready_line(server: &Server, log: &str) -> bool {
+    server
+        .ready_line
+        .as_deref()
+        .is_some_and(|l| !l.is_empty() && log.contains(l))
+        || adapter(server.engine)
+            .ready_lines
+            .iter()
+            .any(|l| log.contains(l))
+}
+
+/// Hints shared by the engines for the failures that do not depend on the engine.
+fn common_hint(f: Failure) -> &'static str {
+    match f {
+        Failure::PortInUse => "the port is already in use: omit server.port to pick a free one",
+        Failure::ModelNotFound => {
+            "the model was not found: give server.model as a local path that exists on the host, or a repository id the host can download"
+        }
+        Failure::StartupError => "the server rejected its arguments or could not import a module",
+        Failure::ReadyTimeout => "the server was not ready in time: raise server.ready_timeout",
+        Failure::Unknown => "the server exited; see the log excerpt",
+        other => other.explain(),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn server(args: &[(&str, ArgValue)]) -> Server {
-        let yaml = "engine: sglang\nmodel: m\n";
-        let mut s: Server = serde_saphyr::from_str(yaml).unwrap();
-        s.args = args
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        s
-    }
-
-    #[test]
-    fn flags_follow_sglang_conventions() {
-        let s = server(&[
-            ("tp-size", ArgValue::Int(8)),
-            ("mem-fraction-static", ArgValue::Float(0.93)),
-            ("enable-metrics", ArgValue::Bool(true)),
-            ("disable-radix-cache", ArgValue::Bool(false)),
-            ("attention-backend", ArgValue::Str("fa3".into())),
-        ]);
-        let c = launch_command(&s, "/bin/servebench", 30001).unwrap();
-        assert_eq!(c.program, "python");
-        assert_eq!(
-            c.args.join(" "),
-            "-m sglang.launch_server --model-path m --host 127.0.0.1 --port 30001 --tp-size 8 \
-             --mem-fraction-static 0.93 --enable-metrics --attention-backend fa3"
-        );
-    }
-
-    #[test]
-    fn hostile_values_stay_single_arguments() {
-        let s = server(&[(
-            "served-model-name",
-            ArgValue::Str("a b; $(rm -rf /)".into()),
-        )]);
-        let c = launch_command(&s, "x", 1).unwrap();
-        assert_eq!(c.args.last().unwrap(), "a b; $(rm -rf /)");
-    }
-
-    #[test]
-    fn reserved_flags_are_refused() {
-        let s = server(&[("port", ArgValue::Int(1))]);
-        assert!(
-            launch_command(&s, "x", 1)
-                .unwrap_err()
-                .contains("server.port")
-        );
-    }
-
-    #[test]
-    fn crash_causes() {
-        assert_eq!(
-            classify_crash(
-                "Scheduler hit an exception: Traceback\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"
-            ),
-            CrashCause::OutOfMemory
-        );
-        assert_eq!(
-            classify_crash(
-                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
-            ),
-            CrashCause::KvPoolTooSmall
-        );
-        assert_eq!(
-            classify_crash("OSError: [Errno 98] Address already in use"),
-            CrashCause::PortInUse
-        );
-        assert_eq!(classify_crash("bye"), CrashCause::Unknown);
-    }
-}
+mod tests;

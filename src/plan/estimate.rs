@@ -41,8 +41,8 @@ pub enum EstimateError {
         external: bool,
     },
     /// `server.args` cannot be turned into flags (an invalid flag name).
-    #[error("{0}")]
-    Flags(String),
+    #[error(transparent)]
+    Flags(#[from] crate::engine::LaunchError),
     /// The flags (with the profile) do not make a simulator configuration.
     #[error("the timing model: {0}")]
     Model(#[source] SimArgError),

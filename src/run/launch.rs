@@ -123,7 +123,7 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
             let msg = format!(
                 "the server died during this point: {} ({})",
                 cause.label(),
-                cause.explain()
+                crate::engine::explain(handle.engine, cause)
             );
             record.flags.push(Flag::new(
                 FlagKind::ServerCrashed,

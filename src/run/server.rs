@@ -29,6 +29,8 @@ pub struct ServerHandle {
     log_path: PathBuf,
     /// Length of the log file when this launch started.
     log_start: u64,
+    /// The engine whose log lines classify a crash.
+    pub engine: Engine,
 }
 
 /// Why a server could not be used.
@@ -38,6 +40,8 @@ pub enum ServerError {
     Spawn(#[from] HostError),
     #[error("cannot start the server: {0}")]
     Config(String),
+    #[error("cannot start the server: {0}")]
+    Launch(#[from] engine::LaunchError),
     #[error(
         "the server exited before it was ready ({cause}): {hint}\n--- last lines of {log} ---\n{tail}"
     )]
@@ -137,6 +141,7 @@ impl ServerHandle {
             launched_at: Instant::now(),
             log_path: log_path.to_path_buf(),
             log_start: 0,
+            engine: server.engine,
         })
     }
 
@@ -156,12 +161,13 @@ impl ServerHandle {
         let port = host.pick_port(server.port).await?;
         // The simulator runs as servebench itself: the host's copy of this binary, unless a
         // launcher is given.
-        let bin = if effective.engine == Engine::Sim && effective.launcher.is_none() {
+        let simulated = effective.engine == Engine::Sim || effective.simulate;
+        let bin = if simulated && effective.launcher.is_none() {
             host.servebench_binary().await?
         } else {
             "servebench".to_string()
         };
-        let cmd = engine::launch_command(&effective, &bin, port).map_err(ServerError::Config)?;
+        let cmd = engine::launch_command(&effective, &bin, port)?;
         let process = host
             .spawn(Spawn {
                 group,
@@ -178,7 +184,11 @@ impl ServerHandle {
             host_url: process.host_url().map(str::to_string),
             record: ServerLaunch {
                 group: group.to_string(),
-                engine: server.engine.to_string(),
+                engine: if server.simulate && server.engine != Engine::Sim {
+                    format!("{} (simulated)", server.engine)
+                } else {
+                    server.engine.to_string()
+                },
                 url: process.host_url().unwrap_or(process.url()).to_string(),
                 command: Some(secrets::redact_argv(&cmd.argv())),
                 args: secrets::redacted_args(server),
@@ -196,6 +206,7 @@ impl ServerHandle {
             launched_at,
             log_path: log_path.to_path_buf(),
             log_start,
+            engine: server.engine,
         };
         handle.wait_ready(server, interrupt).await?;
         Ok(handle)
@@ -221,7 +232,7 @@ impl ServerHandle {
                 self.stop("crashed at start").await;
                 return Err(ServerError::DiedAtStart {
                     cause: cause.label().into(),
-                    hint: cause.explain().into(),
+                    hint: engine::explain(self.engine, cause).into(),
                     log,
                     tail,
                 });
@@ -231,7 +242,7 @@ impl ServerHandle {
             }
             // SGLang's ready line counts too (e.g. when /health is slow to answer under a
             // proxy); it is printed after the warm-up generation, like /health's first 200.
-            if self.logged_since_launch().contains(engine::READY_LINE) {
+            if engine::is_ready_line(server, &self.logged_since_launch()) {
                 break;
             }
             if Instant::now() > deadline {
@@ -265,7 +276,7 @@ impl ServerHandle {
         if !self.process.as_mut()?.exited().await {
             return None;
         }
-        Some(engine::classify_crash(&self.log_tail(20_000)))
+        Some(engine::classify(self.engine, &self.log_tail(20_000)))
     }
 
     /// Like [`crashed`](Self::crashed), but gives a server that is going down up to `grace` to

@@ -38,6 +38,38 @@ pub struct LoadedSpec {
     pub points: Vec<Point>,
 }
 
+impl LoadedSpec {
+    /// A diagnostic at the first of `pointers` (JSON pointers into the spec as written) that
+    /// the file has, on its key or its value: for checks that run after loading (an engine's
+    /// flag names).
+    pub fn diagnostic(
+        &self,
+        pointers: &[String],
+        on_key: bool,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) -> Diagnostic {
+        let file = self.path.display().to_string();
+        let span = match yaml::parse(&self.source) {
+            Ok(doc) => {
+                let pointer = pointers
+                    .iter()
+                    .find(|p| doc.locs.contains_key(p.as_str()))
+                    .or(pointers.first())
+                    .map_or("", String::as_str);
+                let loc = doc.locate(pointer);
+                if on_key {
+                    loc.key.unwrap_or(loc.value)
+                } else {
+                    loc.value
+                }
+            }
+            Err(_) => yaml::Span::origin(),
+        };
+        Diagnostic::at(&file, &self.source, span, message, hint)
+    }
+}
+
 /// One point of the sweep.
 #[derive(Debug, Clone)]
 pub struct Point {

@@ -337,19 +337,37 @@ pub enum SweepValue {
 #[serde(deny_unknown_fields)]
 pub struct Server {
     /// `sim`: servebench's built-in SGLang-compatible simulator (no GPU needed).
-    /// `sglang`: `python -m sglang.launch_server` (see `launcher`).
+    /// `sglang`: `python -m sglang.launch_server`; `vllm`: `vllm serve MODEL`; `llama.cpp`:
+    /// `llama-server -m MODEL`; `command`: `launcher` is the whole command line, with
+    /// `{model}`, `{host}` and `{port}` filled in (any other server: TGI, TensorRT-LLM, your own).
     #[serde(default)]
     pub engine: Engine,
-    /// Model path or name passed as `--model-path`; also the `model` field of OpenAI requests.
+    /// Model path or name, passed as the engine takes it (SGLang `--model-path`, vLLM's
+    /// positional model, llama.cpp `-m`); also the `model` field of OpenAI requests.
     #[serde(default)]
     pub model: Option<String>,
     /// Port to listen on. Omit it to pick a free port.
     #[serde(default)]
     pub port: Option<u16>,
     /// Launch flags without the leading `--`, e.g. `{ tp-size: 8, chunked-prefill-size: 4096,
-    /// enable-metrics: true }`. `true` is a bare flag, `false` omits it.
+    /// enable-metrics: true }`. `true` is a bare flag; `false` omits it (vLLM: `--no-FLAG`).
+    /// A name written with one dash is passed as written (`-np: 4` for llama.cpp).
     #[serde(default)]
     pub args: IndexMap<String, ArgValue>,
+    /// Flags for one engine only, merged over `args` when that engine runs, so one spec can
+    /// sweep `server.engine` with each engine's own spelling:
+    /// `{ vllm: { gpu-memory-utilization: 0.85 }, sglang: { mem-fraction-static: 0.85 } }`.
+    #[serde(default)]
+    pub engine_args: IndexMap<Engine, IndexMap<String, ArgValue>>,
+    /// Run servebench's built-in simulator speaking this engine's API, flags and log lines
+    /// (`servebench sim --api ENGINE`) instead of the engine: try a vLLM or llama.cpp spec
+    /// without a GPU. The simulator's `profile` and `sim-time-scale` flags apply.
+    #[serde(default)]
+    pub simulate: bool,
+    /// A log line that means the server is ready, besides `/health` answering 200 (the
+    /// engines' own ready lines are known; give one for `engine: command`).
+    #[serde(default)]
+    pub ready_line: Option<String>,
     /// Environment variables for the server process.
     #[serde(default)]
     pub env: IndexMap<String, String>,
@@ -380,7 +398,7 @@ pub enum ArgValue {
     Str(String),
 }
 
-/// The server engine.
+/// The server engine (each has an adapter in `src/engine`).
 #[derive(
     Debug,
     Clone,
@@ -403,6 +421,14 @@ pub enum Engine {
     Sim,
     /// SGLang (`python -m sglang.launch_server`).
     Sglang,
+    /// vLLM (`vllm serve MODEL`).
+    Vllm,
+    /// llama.cpp's `llama-server -m MODEL`.
+    #[serde(rename = "llama.cpp")]
+    #[strum(serialize = "llama.cpp")]
+    LlamaCpp,
+    /// Any other server: `launcher` is its command line with `{model}`, `{host}`, `{port}`.
+    Command,
 }
 
 /// What each request sends.
