@@ -120,7 +120,7 @@ impl AgentSession {
             values: req.values.clone(),
             experiment: req.experiment.clone(),
         };
-        progress.point_started(&point.label());
+        progress.point_started(&point.id, &point.label());
         let mut received = 0usize;
         let sent = match (self.stdin.as_mut(), serde_json::to_string(&req)) {
             (Some(stdin), Ok(line)) => {

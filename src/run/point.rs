@@ -114,7 +114,7 @@ impl PointRunner {
     ) -> PointOutcome {
         let exp = &point.experiment;
         let mut record = PointRecord::empty(point, group);
-        self.progress.point_started(&point.label());
+        self.progress.point_started(&point.id, &point.label());
         let mut flags: Vec<Flag> = Vec::new();
         let prompts = match self.prompts(client, exp, prompts, &mut flags).await {
             Ok(p) => p,
