@@ -10,6 +10,7 @@ mod interrupt;
 mod report;
 mod reproduce;
 mod run;
+mod run_dir;
 mod sim;
 mod spec;
 mod spec_corpus;

@@ -195,11 +195,16 @@ impl AgentSession {
                     }
                     Ok(AgentEvent::Heartbeat) => {}
                     Ok(AgentEvent::Request(r)) => {
-                        received += 1;
-                        if let Err(e) = run_dir.append_request(&r) {
-                            progress.line(&format!("warning: could not write requests.jsonl: {e}"));
-                        }
                         progress.request_done_elsewhere();
+                        match run_dir.append_request(&r) {
+                            Ok(()) => received += 1,
+                            // A full disk: the run stops (the agent is told below, through
+                            // the interrupt, and reports its partial point).
+                            Err(e) => interrupt.write_failed(
+                                &run_dir.file(crate::results::rundir::REQUESTS_FILE),
+                                &e,
+                            ),
+                        }
                     }
                     Ok(AgentEvent::Point {
                         mut point,

@@ -60,6 +60,8 @@ impl DownReport {
 /// Stops every recorded server group still alive and records it in meta.json.
 pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
     let run_dir = RunDir::open(dir)?;
+    // A live runner stops its own servers: `down` is for what a dead one left.
+    run_dir.lock()?;
     let mut meta = run_dir.read_meta()?;
     let mut report = DownReport::default();
     let mut remote: Option<RemoteHost> = None;
