@@ -160,6 +160,21 @@ pub enum Command {
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(10..))]
         heartbeat_ms: u64,
     },
+    /// Internal: leads a local server's process group (the runner starts every local server
+    /// under it) and stops the whole group when the runner dies or asks, so a wrapper script's
+    /// children never outlive a killed runner.
+    #[command(hide = true)]
+    Supervise {
+        /// The runner's pid (the supervisor does not start the command if it is already gone).
+        #[arg(long)]
+        parent: Option<i32>,
+        /// Milliseconds between SIGTERM and SIGKILL when stopping the group.
+        #[arg(long, default_value_t = 10_000)]
+        grace_ms: u64,
+        /// The command, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Print a JSON Schema: of experiment specs (the default; for editors:
     /// `# yaml-language-server: $schema=...`), or of the data report and compare templates see.
     ///
@@ -225,6 +240,17 @@ where
             return crate::run::agent::main(Duration::from_millis(heartbeat_ms));
         }
         Command::Sim { args } => return crate::sim::main(args),
+        Command::Supervise {
+            parent,
+            grace_ms,
+            command,
+        } => {
+            return crate::host::supervise::main(crate::host::supervise::Supervise {
+                parent,
+                grace: Duration::from_millis(grace_ms),
+                command,
+            });
+        }
         Command::Validate { specs } => validate(&specs),
         Command::Plan {
             spec,

@@ -7,6 +7,7 @@ mod common;
 mod compare;
 mod faulty;
 mod interrupt;
+mod orphans;
 mod report;
 mod reproduce;
 mod run;

@@ -123,6 +123,18 @@ pub struct ServerLaunch {
     /// The server process's pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,
+    /// When the process group's leader started, in clock ticks since the host's boot
+    /// (`/proc/PID/stat` field 22): with `boot_id`, what tells this launch's group from a later
+    /// one that reuses its id (`servebench down`). None in older runs (`down` then checks the
+    /// program name) and on hosts without /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_start: Option<u64>,
+    /// The host's boot id at launch (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The port the server listens on, on its host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// The log on the host (SSH), mirrored into `log_file`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_log: Option<String>,

@@ -184,6 +184,9 @@ impl ServerHandle {
                     .map(|n| n.to_string_lossy().into_owned()),
                 pgid: Some(ids.pgid),
                 pid: Some(ids.pid),
+                leader_start: ids.leader_start,
+                boot_id: ids.boot_id,
+                port: Some(port),
                 host: ids.host,
                 remote_log: ids.remote_log,
                 ..Default::default()
