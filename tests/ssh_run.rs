@@ -777,7 +777,7 @@ fn lines_from_the_agent_that_are_not_records_are_counted_on_the_point() {
     let p = &points(&dir)[0];
     let msg = flag_message(p, "agent-garbled");
     assert!(
-        msg.starts_with("1 line(s) from the host's agent were not servebench records and were skipped (first: Welcome to gpu-box!)"),
+        msg.starts_with("1 line from the host's agent was not servebench output and was skipped (first: Welcome to gpu-box!)"),
         "{msg}\n{}",
         show(&out)
     );

@@ -215,7 +215,10 @@ impl AgentSession {
                             point.flags.push(crate::results::records::Flag::new(
                                 FlagKind::AgentGarbled,
                                 format!(
-                                    "{n} line(s) from the host's agent were not servebench records and were skipped (first: {first}); requests.jsonl may lack a request this point counted"
+                                    "{} from the host's agent {} not servebench output and {} skipped (first: {first}); requests.jsonl may lack a request this point counted",
+                                    crate::text::count_s(*n, "line"),
+                                    if *n == 1 { "was" } else { "were" },
+                                    if *n == 1 { "was" } else { "were" },
                                 ),
                             ));
                         }
@@ -298,8 +301,11 @@ fn point_of(req: &AgentRequest) -> Point {
 
 /// A point whose agent stream broke: what arrived is on disk; the point is incomplete.
 fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
-    let message =
-        format!("{why}; {received} request record(s) arrived and are kept in requests.jsonl");
+    let message = format!(
+        "{why}; {} arrived and {} kept in requests.jsonl",
+        crate::text::count_s(received, "request record"),
+        if received == 1 { "is" } else { "are" }
+    );
     PointOutcome {
         record: super::failed_point(&point_of(req), &req.group, FlagKind::AgentLost, &message),
         interrupted: false,

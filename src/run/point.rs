@@ -519,8 +519,8 @@ async fn flush(client: &Client, interrupt: &Interrupt) -> Result<(), String> {
             Ok(FlushOutcome::Busy(text)) => {
                 if start.elapsed() > FLUSH_RETRY_FOR || interrupt.is_set() {
                     return Err(format!(
-                        "/flush_cache kept answering 400 for {:?} ({}); the point ran without a flush",
-                        FLUSH_RETRY_FOR,
+                        "/flush_cache kept answering 400 for {} ({}); the point ran without a flush",
+                        crate::text::duration(FLUSH_RETRY_FOR.as_secs_f64()),
                         crate::text::truncate(&text, 100)
                     ));
                 }

@@ -48,7 +48,8 @@ pub enum ServerError {
         tail: String,
     },
     #[error(
-        "the server was not ready after {timeout:?} (no 200 from /health); raise server.ready_timeout or read {log}\n--- last lines ---\n{tail}"
+        "the server was not ready after {} (no 200 from /health); raise server.ready_timeout or read {log}\n--- last lines ---\n{tail}",
+        crate::text::duration(.timeout.as_secs_f64())
     )]
     NotReady {
         timeout: Duration,
