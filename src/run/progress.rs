@@ -154,7 +154,7 @@ impl Progress {
                 "point {}/{} {label} ({})",
                 (settled + 1).min(self.points_total),
                 self.points_total,
-                fmt_duration(since.elapsed().as_secs_f64())
+                clock(since.elapsed())
             ),
             None => format!(
                 "{}/{} points",
@@ -288,6 +288,15 @@ impl Progress {
     }
 }
 
+/// A running clock in whole seconds (`7 s`, `4m 02s`): a tenth of a second changing at every
+/// tick reads as noise.
+fn clock(elapsed: Duration) -> String {
+    match elapsed.as_secs() {
+        s if s < 60 => format!("{s} s"),
+        s => fmt_duration(s as f64),
+    }
+}
+
 /// One line per finished point for the terminal: counts, headline means, then each flag.
 /// Numbers are written as the report writes them ([`crate::text`]).
 pub fn point_line(point: &Point, r: &PointRecord) -> String {
@@ -367,6 +376,14 @@ mod tests {
         // Even a point past the plan (it cannot happen) does not show 3/2.
         p.point_started("p003", "ctx=3");
         assert!(p.state(0.0).starts_with("point 2/2 "), "{}", p.state(0.0));
+    }
+
+    #[test]
+    fn the_points_clock_counts_whole_seconds() {
+        assert_eq!(clock(Duration::from_millis(900)), "0 s");
+        assert_eq!(clock(Duration::from_millis(7_400)), "7 s");
+        assert_eq!(clock(Duration::from_secs(59)), "59 s");
+        assert_eq!(clock(Duration::from_secs(242)), "4m 02s");
     }
 
     #[test]
