@@ -64,7 +64,7 @@ impl std::fmt::Display for StopCause {
     }
 }
 
-/// `SIGINT (Ctrl-C)`, `SIGHUP (the terminal closed)`: a signal as people know it.
+/// `SIGINT (Ctrl-C)`, `SIGHUP (the terminal or SSH session closed)`: a signal as people know it.
 fn signal_words(name: &str) -> String {
     match name {
         "SIGINT" => "SIGINT (Ctrl-C)".into(),
