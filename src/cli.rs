@@ -3,14 +3,15 @@
 
 mod logging;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand};
 
+use crate::console;
 use crate::error::{Error, Status};
 use crate::exit;
+use crate::text::count_s;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success (every point ok); 1 the run failed, was interrupted, a point failed or a \
@@ -160,6 +161,21 @@ pub enum Command {
         #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(10..))]
         heartbeat_ms: u64,
     },
+    /// Internal: leads a local server's process group (the runner starts every local server
+    /// under it) and stops the whole group when the runner dies or asks, so a wrapper script's
+    /// children never outlive a killed runner.
+    #[command(hide = true)]
+    Supervise {
+        /// The runner's pid (the supervisor does not start the command if it is already gone).
+        #[arg(long)]
+        parent: Option<i32>,
+        /// Milliseconds between SIGTERM and SIGKILL when stopping the group.
+        #[arg(long, default_value_t = 10_000)]
+        grace_ms: u64,
+        /// The command, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Print a JSON Schema: of experiment specs (the default; for editors:
     /// `# yaml-language-server: $schema=...`), or of the data report and compare templates see.
     ///
@@ -225,6 +241,17 @@ where
             return crate::run::agent::main(Duration::from_millis(heartbeat_ms));
         }
         Command::Sim { args } => return crate::sim::main(args),
+        Command::Supervise {
+            parent,
+            grace_ms,
+            command,
+        } => {
+            return crate::host::supervise::main(crate::host::supervise::Supervise {
+                parent,
+                grace: Duration::from_millis(grace_ms),
+                command,
+            });
+        }
         Command::Validate { specs } => validate(&specs),
         Command::Plan {
             spec,
@@ -276,7 +303,7 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
         SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
         SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
     };
-    print!("{text}");
+    console::out(&text);
     Ok(Status::Success)
 }
 
@@ -299,7 +326,11 @@ fn validate(specs: &[PathBuf]) -> Result<Status, Error> {
     let mut invalid = Vec::new();
     for path in specs {
         match load_spec(path) {
-            Ok(s) => println!("{}: ok ({} points)", path.display(), s.points.len()),
+            Ok(s) => console::outln(&format!(
+                "{}: ok ({})",
+                path.display(),
+                count_s(s.points.len(), "point")
+            )),
             Err(e) => invalid.push(e),
         }
     }
@@ -331,8 +362,7 @@ fn plan(
         estimate => estimate,
     };
     let text = crate::plan::render::render(&spec, &plan, &estimate);
-    // A closed pipe (`plan | head`) is not an error worth a panic.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    console::out(&text);
     Ok(Status::Success)
 }
 
@@ -364,10 +394,10 @@ fn run_experiment(
             RunFrom::Resume(dir) => crate::run::resume(dir, &opts, interrupt).await,
         }
     })?;
-    println!("run directory: {}", outcome.dir.display());
+    console::outln(&format!("run directory: {}", outcome.dir.display()));
     let reported = match outcome.report {
         Ok(p) => {
-            println!("report: {}", p.display());
+            console::outln(&format!("report: {}", p.display()));
             true
         }
         // Said, and the run's outcome and check still follow: the data is on disk.
@@ -384,7 +414,14 @@ fn run_experiment(
     let status = match outcome.status {
         RunStatus::Complete => Status::failed_if(!reported),
         s => {
-            eprintln!("run {s}: {}", outcome.reason.as_deref().unwrap_or(""));
+            let reason = outcome
+                .reason
+                .as_deref()
+                .unwrap_or("no reason was recorded");
+            console::errln(&match s {
+                RunStatus::Failed => format!("error: the run failed: {reason}"),
+                s => format!("run {s}: {reason}"),
+            });
             match s {
                 RunStatus::Degraded if reported => Status::Degraded,
                 _ => Status::Failed,
@@ -416,10 +453,12 @@ fn check(run_dir: &Path) -> Result<Status, Error> {
 /// Prints the verdicts; failed when any expectation does not hold.
 fn print_check(r: &crate::report::reproduction::Reproduction) -> Status {
     if r.results.is_empty() {
-        println!("no expectations: the spec has no `expect:` list, so there is nothing to check");
+        console::outln(
+            "no expectations: the spec has no `expect:` list, so there is nothing to check",
+        );
         return Status::Success;
     }
-    print!("{}", crate::report::reproduction::format_text(r));
+    console::out(&crate::report::reproduction::format_text(r));
     Status::failed_if(r.failed > 0)
 }
 
@@ -434,10 +473,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
 fn down(run_dir: &Path) -> Result<Status, Error> {
     let report = runtime()?.block_on(crate::run::down::down(run_dir))?;
     for l in &report.lines {
-        println!("{}: {}", l.group, l.text);
+        console::outln(&format!("{}: {}", l.group, l.text));
     }
     if report.lines.is_empty() {
-        println!("no launched server is recorded in this run");
+        console::outln("no launched server is recorded in this run");
     }
     Ok(Status::failed_if(!report.all_clear()))
 }
@@ -446,13 +485,10 @@ fn report(run_dir: &Path, template: Option<PathBuf>, stdout: bool) -> Result<Sta
     let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
     let template = template.as_deref().map(crate::report::Template::from_arg);
     if stdout {
-        print!(
-            "{}",
-            crate::report::render_run_dir(&dir, template.as_ref())?
-        );
+        console::out(&crate::report::render_run_dir(&dir, template.as_ref())?);
     } else {
         let path = crate::report::write_report(&dir, template.as_ref())?;
-        println!("report: {}", path.display());
+        console::outln(&format!("report: {}", path.display()));
     }
     Ok(Status::Success)
 }
@@ -497,19 +533,21 @@ fn compare(
         source.as_ref().map(|(n, s)| (n.as_str(), s.as_str())),
     )?;
     match &out {
-        None => print!("{markdown}"),
+        None => console::out(&markdown),
         Some(path) => {
             std::fs::write(path, &markdown).map_err(|source| Error::Write {
                 path: path.clone(),
                 source,
             })?;
-            println!("comparison: {}", path.display());
+            console::outln(&format!("comparison: {}", path.display()));
         }
     }
     let s = &model.summary;
-    eprintln!(
-        "{} regression(s), {} improvement(s) over {} shared point(s)",
-        s.regressions, s.improvements, s.shared
-    );
+    console::errln(&format!(
+        "{}, {} over {}",
+        count_s(s.regressions, "regression"),
+        count_s(s.improvements, "improvement"),
+        count_s(s.shared, "shared point")
+    ));
     Ok(Status::failed_if(fail_on_regression && s.regressions > 0))
 }

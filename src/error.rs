@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+use crate::console;
 use crate::exit;
 use crate::plan::estimate::EstimateError;
 use crate::report::ReportError;
@@ -84,7 +85,12 @@ pub enum Error {
     /// A run finished, but its report could not be rendered; the data is on disk. Said after
     /// the run's outcome, not instead of it: `run` goes on (to `--check`) and exits 1.
     #[error(
-        "the report could not be rendered: {source}\n(the data is on disk; fix the template and run `servebench report {}`)",
+        "the report could not be rendered: {source}\n(the data is on disk; {} and run `servebench report {}`)",
+        if matches!(source, ReportError::Template { .. } | ReportError::ReadTemplate { .. }) {
+            "fix the template"
+        } else {
+            "fix that"
+        },
         .dir.display()
     )]
     RunReport {
@@ -145,10 +151,10 @@ impl Error {
                 let _ = e.print();
             }
             // Every diagnostic is a frame that starts with its own `error: `.
-            Error::Spec(_) => eprintln!("{self}"),
+            Error::Spec(_) => console::errln(&self.to_string()),
             // `plan` has always named itself here.
-            Error::Estimate(_) => eprintln!("servebench plan: error: {self}"),
-            _ => eprintln!("error: {self}"),
+            Error::Estimate(_) => console::errln(&format!("servebench plan: error: {self}")),
+            _ => console::errln(&format!("error: {self}")),
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod client;
+pub mod console;
 pub mod engine;
 pub mod error;
 pub mod host;

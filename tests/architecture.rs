@@ -8,6 +8,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("catalog", 0),
     ("text", 0),
     ("exit", 0),
+    ("console", 0),
     ("spec", 1),
     ("secrets", 2),
     ("prompt", 3),

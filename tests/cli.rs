@@ -29,7 +29,7 @@ fn plan_shows_groups_and_points() {
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("4 points, 2 server group(s), 2 launch(es), 12 measured requests"),
+        text.contains("4 points, 2 server groups, 2 launches, 12 measured requests"),
         "{text}"
     );
     assert!(text.contains("--chunked-prefill-size 512"), "{text}");

@@ -303,7 +303,7 @@ fn the_command_prints_fails_on_regression_and_rejects_bad_input() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("+50.0% **regression**"), "{stdout}");
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("1 regression(s)"),
+        String::from_utf8_lossy(&out.stderr).contains("1 regression, 0 improvements over "),
         "{}",
         show(&out)
     );

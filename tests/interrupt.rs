@@ -20,6 +20,17 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 
 #[test]
 fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report() {
+    interrupt_mid_point(nix::sys::signal::Signal::SIGINT, "SIGINT (Ctrl-C)");
+}
+
+#[test]
+fn sighup_from_a_closed_terminal_is_handled_like_ctrl_c() {
+    interrupt_mid_point(nix::sys::signal::Signal::SIGHUP, "SIGHUP");
+}
+
+/// A run sent `signal` mid-point: exit 1, the partial point and report kept, the server
+/// stopped, and the console says which signal in words.
+fn interrupt_mid_point(signal: nix::sys::signal::Signal, said: &str) {
     let _turn = exclusive();
     let ws = Workspace::new();
     let model = format!("interrupt-model-{}", std::process::id());
@@ -51,17 +62,24 @@ fn ctrl_c_keeps_finished_requests_stops_the_server_and_renders_a_partial_report(
         assert!(Instant::now() < deadline, "no requests recorded in time");
         std::thread::sleep(Duration::from_millis(20));
     };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("run incomplete: interrupted by {said}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("interrupted: interrupted"), "{stderr}");
+    assert!(!stderr.contains("Incomplete"), "no Rust names: {stderr}");
 
     let dir = requests_file.parent().unwrap();
     let meta = read_json(&dir.join("meta.json"));
     assert_eq!(meta["status"], "incomplete", "{meta}");
+    assert!(
+        meta["status_reason"].as_str().unwrap().contains(said),
+        "{meta}"
+    );
     let points = read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points.len(), 1);
     assert_eq!(points[0]["incomplete"], true);
@@ -101,4 +119,52 @@ fn glob_requests(root: &std::path::Path) -> Option<std::path::PathBuf> {
     let entry = std::fs::read_dir(base).ok()?.flatten().next()?;
     let f = entry.path().join("requests.jsonl");
     f.exists().then_some(f)
+}
+
+#[test]
+fn a_closed_stdout_and_stderr_do_not_stop_the_run() {
+    // `servebench run spec | head -1`, and a terminal that went away: every console write
+    // fails, the run goes on to its end and its report.
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "closed.yaml",
+        &sim_spec(
+            "closed",
+            "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 4",
+            "sweep:\n  ctx: [128, 256]\nrequests: 2",
+        ),
+    );
+    let _turn = exclusive();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closing the read ends makes every write fail with EPIPE.
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0), "not a panic (101): {status:?}");
+    let base = ws.path().join("runs").join("closed");
+    let dir = std::fs::read_dir(base)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "complete", "{meta}");
+    assert_eq!(read_jsonl(&dir.join("points.jsonl")).len(), 2);
+    assert!(dir.join("report.md").is_file());
 }

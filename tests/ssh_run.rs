@@ -465,6 +465,59 @@ fn down_stops_what_a_killed_runner_left_and_resume_finishes_the_run() {
 }
 
 #[test]
+fn down_stops_a_wrapper_launched_server_that_a_killed_runner_left() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let marker = format!("wrapped-{}", std::process::id());
+    // A launcher script that activates nothing and starts the server as its child, not with
+    // exec: the program recorded (`sh`) is not what serves.
+    let wrapper = ws.write(
+        "launch-sim.sh",
+        &format!("\"{BIN}\" sim \"$@\"\necho the server ended\n"),
+    );
+    let spec = ws.write(
+        "wrapped.yaml",
+        &ssh_spec(
+            &sshd,
+            "wrapped",
+            "local",
+            &format!(", served-model-name: {marker}, sim-time-scale: 20"),
+            "sweep:\n  ctx: [1024, 2048]\nrequests: 2\n",
+        )
+        .replace(
+            &format!("launcher: [{BIN}, sim]"),
+            &format!("launcher: [sh, {}]", wrapper.display()),
+        ),
+    );
+    let mut child = spawn_run_with(&ws, &spec, &[("SERVEBENCH_SSH_IDLE_EXIT_S", "3")]);
+    let dir = wait_for_run_dir(&ws, "wrapped");
+    let pgid = wait_for_server(&dir);
+    wait_for_nonempty(&dir.join("requests.jsonl"), Duration::from_secs(60));
+    let meta = read_json(&dir.join("meta.json"));
+    assert!(
+        meta["servers"][0]["leader_start"].as_u64().is_some(),
+        "{meta}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Detached on the host, the server survives its runner (by design: a dropped SSH link
+    // must not end a long run's server).
+    assert!(!processes_with(&marker).is_empty());
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("confirmed gone"), "{text}");
+    assert!(!text.contains("reused"), "{text}");
+    assert!(crate::sshd::group_members(pgid as i32).is_empty());
+    assert!(
+        processes_with(&marker).is_empty(),
+        "{:?}",
+        processes_with(&marker)
+    );
+}
+
+#[test]
 fn a_killed_ssh_master_is_reestablished_and_the_run_goes_on() {
     let sshd = sshd!();
     let ws = Workspace::new();
@@ -724,7 +777,7 @@ fn lines_from_the_agent_that_are_not_records_are_counted_on_the_point() {
     let p = &points(&dir)[0];
     let msg = flag_message(p, "agent-garbled");
     assert!(
-        msg.starts_with("1 line(s) from the host's agent were not servebench records and were skipped (first: Welcome to gpu-box!)"),
+        msg.starts_with("1 line from the host's agent was not servebench output and was skipped (first: Welcome to gpu-box!)"),
         "{msg}\n{}",
         show(&out)
     );

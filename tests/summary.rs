@@ -100,6 +100,9 @@ fn an_interrupted_point_is_incomplete_and_says_how_far_it_got() {
     assert_eq!((s.ok, s.errors), (2, 0));
     let last = s.flags.last().expect("a flag");
     assert_eq!(last.kind, FlagKind::Interrupted);
-    assert_eq!(last.message, "interrupted: 2 of 9 requests finished");
+    assert_eq!(
+        last.message,
+        "2 of 9 requests finished before the run stopped"
+    );
     assert_eq!(s.metrics["ttft_s"].count, 2);
 }

@@ -1,7 +1,8 @@
 //! Where `tracing` events go: stderr, one plain line each (`warning: ...`), so what the library
 //! warns about (a truncated record skipped, an SSH connection re-established) reaches the user.
 //! No timestamps or module paths at the default levels: these lines are for people, next to
-//! the command's own output.
+//! the command's own output. They go through [`crate::console`], so they never cut through a
+//! progress bar and a closed stderr never stops the command.
 
 use std::fmt;
 
@@ -47,7 +48,8 @@ fn init(filter: EnvFilter) {
     // first one stays.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Above the progress bar while one is shown; a closed stderr never panics.
+        .with_writer(|| crate::console::Stderr)
         .event_format(Plain)
         .try_init();
 }

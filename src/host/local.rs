@@ -1,6 +1,7 @@
 //! Servers on this machine: spawned in their own process group with their output in a log file,
 //! and always stopped as a whole group. [`LocalHost`] is the [`Host`](super::Host) for
-//! `host: local`.
+//! `host: local`; it launches each server under `servebench supervise` ([`super::supervise`]),
+//! so a runner killed with SIGKILL leaves nothing behind.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -14,7 +15,10 @@ use nix::unistd::Pid;
 
 use futures_util::future::BoxFuture;
 
-use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use super::{
+    GroupFacts, GroupIdentity, HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped,
+    Verdict,
+};
 use crate::engine::LaunchCommand;
 
 /// A running server process group.
@@ -49,8 +53,8 @@ impl std::fmt::Display for StopOutcome {
 
 impl LocalProcess {
     /// Starts `cmd` with `env` added, stdout and stderr appended to `log_path`, in a new
-    /// process group. The child also gets SIGTERM if servebench itself dies, so even a
-    /// `kill -9` of the runner does not leave a server behind.
+    /// process group. The child also gets SIGTERM if servebench itself dies; the children it
+    /// starts do not (see [`spawn_supervised`](Self::spawn_supervised)).
     pub fn spawn(
         cmd: &LaunchCommand,
         env: &IndexMap<String, String>,
@@ -66,13 +70,52 @@ impl LocalProcess {
         workdir: Option<&str>,
         log_path: &Path,
     ) -> std::io::Result<Self> {
+        Self::start(&cmd.program, &cmd.args, cmd, env, workdir, log_path)
+    }
+
+    /// Starts `cmd` under `servebench supervise` (`supervisor` is servebench's binary), which
+    /// leads the new process group and runs `cmd` in it. When this process dies, even by
+    /// SIGKILL, the supervisor gets SIGTERM and stops the whole group (SIGTERM, `grace`,
+    /// SIGKILL): a wrapper script's children go too, not only the direct child.
+    pub fn spawn_supervised(
+        supervisor: &Path,
+        grace: Duration,
+        cmd: &LaunchCommand,
+        env: &IndexMap<String, String>,
+        workdir: Option<&str>,
+        log_path: &Path,
+    ) -> std::io::Result<Self> {
+        // The supervisor would only say it in the log: say it now, like a direct spawn does.
+        find_program(&cmd.program, env, workdir).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot start {:?}: {e}", cmd.program))
+        })?;
+        let mut args = super::supervise::args(std::process::id() as i32, grace);
+        args.extend(cmd.argv());
+        Self::start(
+            &supervisor.to_string_lossy(),
+            &args,
+            cmd,
+            env,
+            workdir,
+            log_path,
+        )
+    }
+
+    fn start(
+        program: &str,
+        args: &[String],
+        cmd: &LaunchCommand,
+        env: &IndexMap<String, String>,
+        workdir: Option<&str>,
+        log_path: &Path,
+    ) -> std::io::Result<Self> {
         let log = File::options().create(true).append(true).open(log_path)?;
-        let mut command = Command::new(&cmd.program);
+        let mut command = Command::new(program);
         if let Some(dir) = workdir {
             command.current_dir(dir);
         }
         command
-            .args(&cmd.args)
+            .args(args)
             .envs(env)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -138,9 +181,120 @@ impl LocalProcess {
     }
 }
 
-/// True while any process of the group exists (signal 0 probes without sending).
+/// Checks that `program` can be started as `execvp` would find it: a path (relative to
+/// `workdir`), or a name on `PATH` (the one in `env` when it sets one).
+fn find_program(
+    program: &str,
+    env: &IndexMap<String, String>,
+    workdir: Option<&str>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let found = if program.contains('/') {
+        let p = Path::new(program);
+        let p = match workdir {
+            Some(dir) if p.is_relative() => Path::new(dir).join(p),
+            _ => p.to_path_buf(),
+        };
+        executable(&p)
+    } else {
+        let path = env
+            .get("PATH")
+            .cloned()
+            .or_else(|| std::env::var("PATH").ok())
+            .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        path.split(':')
+            .any(|dir| executable(&Path::new(if dir.is_empty() { "." } else { dir }).join(program)))
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+    }
+}
+
+/// A process as `/proc/PID/stat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    /// `R`, `S`, `D`, `Z` (a zombie), ...
+    pub state: char,
+    /// Its process group.
+    pub pgrp: i32,
+    /// When it started, in clock ticks since boot (field 22).
+    pub start_ticks: u64,
+}
+
+/// Parses one `/proc/PID/stat` line. The command name (field 2) may hold spaces and
+/// parentheses, so the fields after it are counted from its last `)`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let pid = head.split_whitespace().next()?.parse().ok()?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state); field N is fields[N - 3].
+    Some(ProcStat {
+        pid,
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Process `pid` as `/proc` shows it now (None once it is gone, zombies included until reaped).
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// This machine's boot id, which changes at every boot (process start times count from it).
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Every process of group `pgid`, zombies included, from `/proc`.
+pub fn group_processes(pgid: i32) -> Vec<ProcStat> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| parse_stat(&std::fs::read_to_string(e.path().join("stat")).ok()?))
+        .filter(|p| p.pgrp == pgid)
+        .collect()
+}
+
+/// True while any process of the group exists that is not a zombie (a zombie has exited: it
+/// holds no port or memory and cannot be stopped, only reaped by its parent).
 pub fn group_alive(pgid: i32) -> bool {
+    // Signal 0 probes without sending: the cheap answer when nothing is left at all.
     killpg(Pid::from_raw(pgid), None).is_ok()
+        && group_processes(pgid).iter().any(|p| p.state != 'Z')
+}
+
+/// What this machine tells about recorded group `id` now.
+pub fn group_facts(id: &GroupIdentity) -> GroupFacts {
+    let members = group_processes(id.pgid);
+    let live: Vec<&ProcStat> = members.iter().filter(|p| p.state != 'Z').collect();
+    GroupFacts {
+        leader: members
+            .iter()
+            .find(|p| p.pid == id.pgid)
+            .map(|p| (p.state, p.start_ticks)),
+        live: live.len(),
+        older: id.leader_start.map_or(0, |start| {
+            live.iter().filter(|p| p.start_ticks < start).count()
+        }),
+        boot_id: boot_id(),
+    }
 }
 
 impl Drop for LocalProcess {
@@ -154,10 +308,16 @@ impl Drop for LocalProcess {
 /// This machine as a [`Host`](super::Host).
 pub struct LocalHost;
 
+/// How long the supervisor gives the server between SIGTERM and SIGKILL when the runner is
+/// gone (the runner's own stops give their own grace).
+const SUPERVISOR_GRACE: Duration = Duration::from_secs(10);
+
 /// A server launched by [`LocalHost`].
 pub struct LocalServer {
     process: LocalProcess,
     url: String,
+    leader_start: Option<u64>,
+    boot_id: Option<String>,
 }
 
 impl super::Host for LocalHost {
@@ -191,30 +351,45 @@ impl super::Host for LocalHost {
         spawn: Spawn<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>> {
         Box::pin(async move {
-            let process =
-                LocalProcess::spawn_in(spawn.command, spawn.env, spawn.workdir, spawn.log_path)
-                    .map_err(|e| HostError::Unsupported(e.to_string()))?;
+            // servebench itself supervises the group, so nothing outlives a killed runner.
+            let supervisor = std::env::current_exe()
+                .map_err(|e| HostError::io("cannot find servebench's own binary", e))?;
+            let process = LocalProcess::spawn_supervised(
+                &supervisor,
+                SUPERVISOR_GRACE,
+                spawn.command,
+                spawn.env,
+                spawn.workdir,
+                spawn.log_path,
+            )
+            .map_err(|e| HostError::Unsupported(e.to_string()))?;
+            // Read while the leader cannot have been reaped yet (it is our child).
+            let leader = proc_stat(process.pgid());
             Ok(Box::new(LocalServer {
                 process,
                 url: format!("http://127.0.0.1:{}", spawn.port),
+                leader_start: leader.map(|p| p.start_ticks),
+                boot_id: boot_id(),
             }) as Box<dyn ServerProcess>)
         })
     }
 
     fn stop_leftover<'a>(
         &'a self,
-        pgid: i32,
-        program: &'a str,
+        id: &'a GroupIdentity,
         grace: Duration,
     ) -> BoxFuture<'a, Leftover> {
         Box::pin(async move {
-            if !group_alive(pgid) {
-                return Leftover::AlreadyGone;
-            }
-            if !group_runs(pgid, program) {
-                return Leftover::Reused {
-                    program: program.to_string(),
-                };
+            let pgid = id.pgid;
+            match super::judge(id, &group_facts(id)) {
+                Verdict::Gone => return Leftover::AlreadyGone,
+                Verdict::Reused(why) => return Leftover::Reused { why },
+                Verdict::Unrecorded if !group_runs(pgid, &id.program) => {
+                    return Leftover::Reused {
+                        why: format!("it does not run {} (the id was reused)", id.program),
+                    };
+                }
+                Verdict::Ours | Verdict::Unrecorded => {}
             }
             let _ = killpg(Pid::from_raw(pgid), Signal::SIGTERM);
             let deadline = Instant::now() + grace;
@@ -224,13 +399,20 @@ impl super::Host for LocalHost {
             let killed = group_alive(pgid);
             if killed {
                 let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while group_alive(pgid) && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
             }
             Leftover::Stopped {
                 killed,
                 gone: !group_alive(pgid),
             }
         })
+    }
+
+    fn port_in_use(&self, port: u16) -> BoxFuture<'_, Result<bool, HostError>> {
+        Box::pin(async move { Ok(super::port_in_use(port)) })
     }
 
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
@@ -251,6 +433,8 @@ impl ServerProcess for LocalServer {
         ProcessIds {
             pid: self.process.pgid(),
             pgid: self.process.pgid(),
+            leader_start: self.leader_start,
+            boot_id: self.boot_id.clone(),
             host: None,
             remote_log: None,
         }
@@ -362,6 +546,87 @@ mod tests {
             p.stop(Duration::from_secs(1)),
             StopOutcome::AlreadyExited(_)
         ));
+    }
+
+    #[test]
+    fn stat_lines_are_read_past_odd_command_names() {
+        let line = "4242 (my (odd) prog) S 1 4240 4240 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                pid: 4242,
+                state: 'S',
+                pgrp: 4240,
+                start_ticks: 987654,
+            })
+        );
+        assert_eq!(parse_stat("12 (x) Z"), None);
+        let me = proc_stat(std::process::id() as i32).unwrap();
+        assert_eq!(me.pgrp, nix::unistd::getpgrp().as_raw());
+        assert!(boot_id().is_some());
+    }
+
+    #[test]
+    fn a_group_of_zombies_is_not_alive_and_down_calls_it_gone() {
+        use std::os::unix::process::CommandExt;
+        // Exited, not reaped (this test is its parent): a zombie that leads its group.
+        let child = Command::new("sh")
+            .args(["-c", "exit 0"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as i32;
+        let start = proc_stat(pgid).unwrap().start_ticks;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while proc_stat(pgid).is_some_and(|p| p.state != 'Z') {
+            assert!(Instant::now() < deadline, "no zombie");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(killpg(Pid::from_raw(pgid), None).is_ok(), "the id is taken");
+        assert!(!group_alive(pgid));
+        let id = GroupIdentity {
+            pgid,
+            leader_start: Some(start),
+            boot_id: boot_id(),
+            program: "python".into(),
+        };
+        let facts = group_facts(&id);
+        assert_eq!(facts.leader, Some(('Z', start)));
+        assert_eq!(super::super::judge(&id, &facts), Verdict::Gone);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let found = rt.block_on(super::super::Host::stop_leftover(
+            &LocalHost,
+            &id,
+            Duration::from_secs(1),
+        ));
+        assert_eq!(found, Leftover::AlreadyGone);
+        drop(child);
+    }
+
+    #[test]
+    fn programs_are_found_as_exec_would_find_them() {
+        let none = IndexMap::new();
+        assert!(find_program("sh", &none, None).is_ok());
+        assert!(find_program("/bin/sh", &none, None).is_ok());
+        assert!(find_program("no-such-servebench-engine", &none, None).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("launch.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        // Not executable yet.
+        assert!(find_program("./launch.sh", &none, dir.path().to_str()).is_err());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(find_program("./launch.sh", &none, dir.path().to_str()).is_ok());
+        let mut env = IndexMap::new();
+        env.insert("PATH".to_string(), dir.path().display().to_string());
+        assert!(find_program("launch.sh", &env, None).is_ok());
+        assert!(
+            find_program("sh", &env, None).is_err(),
+            "the spec's PATH is the one"
+        );
     }
 
     #[test]

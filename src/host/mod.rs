@@ -3,10 +3,15 @@
 //! this machine (a child process in its own process group); `remote` is an SSH host (a
 //! detached process group, its log mirrored into the run directory, reached through a port
 //! forward). A new kind of host (a Slurm allocation) is a new implementation of these traits.
+//!
+//! A launched group is known again by its leader's start time and the host's boot id, not by
+//! a program name ([`judge`]): a wrapper script that `exec`s python changes the name, a
+//! zombie has none, and a reused id may run anything.
 
 pub mod local;
 pub mod remote;
 pub mod ssh;
+pub mod supervise;
 
 use std::path::Path;
 use std::time::Duration;
@@ -69,6 +74,11 @@ pub struct ProcessIds {
     pub pid: i32,
     /// The process group, which [`ServerProcess::stop`] and `servebench down` stop as a whole.
     pub pgid: i32,
+    /// When the group's leader started, in clock ticks since boot (`/proc/PID/stat` field
+    /// 22); None where the host has no /proc.
+    pub leader_start: Option<u64>,
+    /// The host's boot id (`/proc/sys/kernel/random/boot_id`) at launch.
+    pub boot_id: Option<String>,
     /// The SSH host's name; None on this machine.
     pub host: Option<String>,
     /// The log file on the host (mirrored into the run directory); None on this machine.
@@ -85,13 +95,88 @@ pub struct Stopped {
     pub gone: bool,
 }
 
+/// A launched server's process group as recorded, for `servebench down` to tell it from a
+/// later group that reuses its id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupIdentity {
+    pub pgid: i32,
+    /// When the leader started ([`ProcessIds::leader_start`]); None in runs recorded before
+    /// it was, which fall back to `program`.
+    pub leader_start: Option<u64>,
+    /// The host's boot id at launch.
+    pub boot_id: Option<String>,
+    /// The launched program's file name (`python`, `servebench`): the older check, that some
+    /// process of the group runs it.
+    pub program: String,
+}
+
+/// What a host can tell about a recorded process group now.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupFacts {
+    /// The leader (pid = pgid), still in the group: its state letter (`Z`: a zombie) and
+    /// start time in clock ticks since boot.
+    pub leader: Option<(char, u64)>,
+    /// Processes of the group that are not zombies.
+    pub live: usize,
+    /// Of those, how many started before the recorded leader (so cannot be its children).
+    pub older: usize,
+    /// The host's boot id now.
+    pub boot_id: Option<String>,
+}
+
+/// Whether a recorded group is still the one servebench launched.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Nothing of it is left but zombies (which cannot be stopped and hold nothing).
+    Gone,
+    /// The launched group: safe to stop.
+    Ours,
+    /// The id belongs to something else now: left alone, for the reason given.
+    Reused(String),
+    /// The run recorded no start time (an older run): the caller checks the program name.
+    Unrecorded,
+}
+
+/// Judges `facts` against the recorded identity. The leader's start time decides while the
+/// leader exists (a zombie leader included); once it is gone the group's id cannot be reused
+/// while any member lives (Linux keeps a process group's id allocated), so the members that
+/// started after the leader are its own.
+pub fn judge(id: &GroupIdentity, facts: &GroupFacts) -> Verdict {
+    if facts.live == 0 {
+        return Verdict::Gone;
+    }
+    if let (Some(then), Some(now)) = (&id.boot_id, &facts.boot_id)
+        && then != now
+    {
+        return Verdict::Reused(
+            "the host has restarted since the launch, so the id belongs to another program".into(),
+        );
+    }
+    let Some(start) = id.leader_start else {
+        return Verdict::Unrecorded;
+    };
+    match facts.leader {
+        Some((_, s)) if s == start => Verdict::Ours,
+        Some(_) => Verdict::Reused(format!(
+            "process {} leads it now but started at another time than the server servebench \
+             launched (the id was reused)",
+            id.pgid
+        )),
+        None if facts.older == 0 => Verdict::Ours,
+        None => Verdict::Reused(
+            "its processes started before the server servebench launched (the id was reused)"
+                .into(),
+        ),
+    }
+}
+
 /// What `servebench down` found for a recorded server.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Leftover {
-    /// Nothing of the group is left.
+    /// Nothing of the group is left (zombies aside).
     AlreadyGone,
-    /// The group id now belongs to another program: left alone.
-    Reused { program: String },
+    /// The group id now belongs to another program: left alone, for this reason.
+    Reused { why: String },
     /// Stopped; `gone` says whether that is confirmed.
     Stopped { killed: bool, gone: bool },
     /// The host could not be asked.
@@ -115,14 +200,16 @@ pub trait Host: Send + Sync {
         spawn: Spawn<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>>;
 
-    /// Stops process group `pgid`, left by a runner that died, if it still runs `program`
-    /// (a process group id is reused once its group is gone).
+    /// Stops the process group a runner that died left, if it is still the one recorded
+    /// ([`judge`]: a process group id is reused once its group is gone).
     fn stop_leftover<'a>(
         &'a self,
-        pgid: i32,
-        program: &'a str,
+        id: &'a GroupIdentity,
         grace: Duration,
     ) -> BoxFuture<'a, Leftover>;
+
+    /// True when something listens on `port` on the host's loopback.
+    fn port_in_use(&self, port: u16) -> BoxFuture<'_, Result<bool, HostError>>;
 
     /// Checks the host can still be reached (re-establishing a dropped link when it can).
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>>;
@@ -182,4 +269,70 @@ pub fn file_tail(path: &std::path::Path, max_bytes: u64) -> String {
     let mut buf = Vec::new();
     let _ = f.read_to_end(&mut buf);
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(start: Option<u64>) -> GroupIdentity {
+        GroupIdentity {
+            pgid: 4242,
+            leader_start: start,
+            boot_id: Some("boot-a".into()),
+            program: "python".into(),
+        }
+    }
+
+    fn facts(leader: Option<(char, u64)>, live: usize, older: usize) -> GroupFacts {
+        GroupFacts {
+            leader,
+            live,
+            older,
+            boot_id: Some("boot-a".into()),
+        }
+    }
+
+    #[test]
+    fn a_group_is_known_by_its_leaders_start_time() {
+        let ours = id(Some(1000));
+        assert_eq!(judge(&ours, &facts(Some(('S', 1000)), 3, 0)), Verdict::Ours);
+        // Another process got the id later.
+        assert!(matches!(
+            judge(&ours, &facts(Some(('S', 5000)), 1, 0)),
+            Verdict::Reused(_)
+        ));
+        // The leader (a wrapper script) died; its children live on in the group.
+        assert_eq!(judge(&ours, &facts(None, 2, 0)), Verdict::Ours);
+        assert!(matches!(
+            judge(&ours, &facts(None, 2, 1)),
+            Verdict::Reused(_)
+        ));
+        // Without a recorded start, the caller falls back to the program name.
+        assert_eq!(
+            judge(&id(None), &facts(Some(('S', 1)), 1, 0)),
+            Verdict::Unrecorded
+        );
+    }
+
+    #[test]
+    fn zombies_are_gone_not_reused() {
+        let ours = id(Some(1000));
+        // A zombie leader and nothing else; a zombie leader with live children is ours.
+        assert_eq!(judge(&ours, &facts(Some(('Z', 1000)), 0, 0)), Verdict::Gone);
+        assert_eq!(judge(&ours, &facts(Some(('Z', 1000)), 1, 0)), Verdict::Ours);
+        // Even a zombie with another start time holds nothing to stop.
+        assert_eq!(judge(&ours, &facts(Some(('Z', 7)), 0, 0)), Verdict::Gone);
+        assert_eq!(judge(&ours, &facts(None, 0, 0)), Verdict::Gone);
+    }
+
+    #[test]
+    fn after_a_reboot_nothing_is_ours() {
+        let ours = id(Some(1000));
+        let mut f = facts(Some(('S', 1000)), 1, 0);
+        f.boot_id = Some("boot-b".into());
+        assert!(matches!(judge(&ours, &f), Verdict::Reused(_)));
+        f.live = 0;
+        assert_eq!(judge(&ours, &f), Verdict::Gone);
+    }
 }

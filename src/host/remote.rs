@@ -322,29 +322,45 @@ impl super::Host for RemoteHost {
 
     fn stop_leftover<'a>(
         &'a self,
-        pgid: i32,
-        program: &'a str,
+        id: &'a super::GroupIdentity,
         grace: Duration,
     ) -> BoxFuture<'a, Leftover> {
         Box::pin(async move {
-            match self.ssh.group_alive(pgid).await {
-                Ok(false) => return Leftover::AlreadyGone,
+            let pgid = id.pgid;
+            let verdict = match self.ssh.group_facts(id).await {
+                Ok(Some(facts)) => super::judge(id, &facts),
+                // No /proc on the host: whether anything is left, then the program name.
+                Ok(None) => match self.ssh.group_alive(pgid).await {
+                    Ok(false) => super::Verdict::Gone,
+                    Ok(true) => super::Verdict::Unrecorded,
+                    Err(e) => {
+                        return Leftover::Unknown(format!(
+                            "cannot check process group {pgid}: {e}"
+                        ));
+                    }
+                },
                 Err(e) => {
                     return Leftover::Unknown(format!("cannot check process group {pgid}: {e}"));
                 }
-                Ok(true) => {}
-            }
-            let check = self
-                .ssh
-                .run_script(
-                    r#"ps -o args= -g "$1" 2>/dev/null | grep -F -q -- "$2""#,
-                    &[pgid.to_string(), program.to_string()],
-                )
-                .await;
-            if matches!(&check, Ok(out) if !out.status.success()) {
-                return Leftover::Reused {
-                    program: program.to_string(),
-                };
+            };
+            match verdict {
+                super::Verdict::Gone => return Leftover::AlreadyGone,
+                super::Verdict::Reused(why) => return Leftover::Reused { why },
+                super::Verdict::Unrecorded => {
+                    let check = self
+                        .ssh
+                        .run_script(
+                            r#"ps -o args= -g "$1" 2>/dev/null | grep -F -q -- "$2""#,
+                            &[pgid.to_string(), id.program.clone()],
+                        )
+                        .await;
+                    if matches!(&check, Ok(out) if !out.status.success()) {
+                        return Leftover::Reused {
+                            why: format!("it does not run {} (the id was reused)", id.program),
+                        };
+                    }
+                }
+                super::Verdict::Ours => {}
             }
             match self.ssh.stop_group(pgid, grace).await {
                 Ok(outcome) => Leftover::Stopped {
@@ -354,6 +370,10 @@ impl super::Host for RemoteHost {
                 Err(e) => Leftover::Unknown(format!("could not stop process group {pgid}: {e}")),
             }
         })
+    }
+
+    fn port_in_use(&self, port: u16) -> BoxFuture<'_, Result<bool, HostError>> {
+        Box::pin(RemoteHost::port_in_use(self, port))
     }
 
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
@@ -377,6 +397,8 @@ impl ServerProcess for RemoteServer {
         ProcessIds {
             pid: self.process.pid,
             pgid: self.process.pgid,
+            leader_start: self.process.leader_start,
+            boot_id: self.process.boot_id.clone(),
             host: Some(self.ssh.name().to_string()),
             remote_log: Some(self.process.log_path.clone()),
         }

@@ -102,8 +102,9 @@ pub fn summarize(
     if interrupted {
         flags.push(Flag::new(
             FlagKind::Interrupted,
+            // The flag's kind already says `interrupted`: the message says how far it got.
             format!(
-                "interrupted: {} of {expected} requests finished",
+                "{} of {expected} requests finished before the run stopped",
                 refs.len()
             ),
         ));

@@ -7,7 +7,7 @@ pub mod failure;
 pub mod render;
 
 use crate::spec::Point;
-use crate::spec::types::Server;
+use crate::spec::types::{Measure, Server};
 
 /// Points that share one server configuration (one launch).
 #[derive(Debug, Clone)]
@@ -47,12 +47,13 @@ impl Plan {
         self.groups.iter().map(|g| g.points.len()).sum()
     }
 
-    /// Measured requests in the whole plan (points x rounds x requests).
+    /// Measured requests in the whole plan: per point, rounds x requests, and two of them per
+    /// sample for the two-point method (see [`measured_requests`]).
     pub fn request_count(&self) -> u64 {
         self.groups
             .iter()
             .flat_map(|g| &g.points)
-            .map(|p| p.experiment.repeat as u64 * p.experiment.requests as u64)
+            .map(measured_requests)
             .sum()
     }
 
@@ -63,4 +64,16 @@ impl Plan {
             .filter(|g| g.server.url.is_none())
             .count()
     }
+}
+
+/// The requests a point sends to be measured (the prime request of a warm cache aside): its
+/// `requests` in each of its `repeat` rounds, each a pair (`a` then `b`) under the two-point
+/// method.
+pub fn measured_requests(p: &Point) -> u64 {
+    let e = &p.experiment;
+    let per_sample = match e.method.resolve() {
+        Measure::Streaming => 1,
+        Measure::TwoPoint { .. } => 2,
+    };
+    e.repeat as u64 * e.requests as u64 * per_sample
 }

@@ -6,7 +6,8 @@ use std::fmt::{self, Write};
 use super::Plan;
 use super::estimate::{Estimate, EstimateError};
 use crate::spec::LoadedSpec;
-use crate::spec::types::{ClientPlacement, Server};
+use crate::spec::types::{ClientPlacement, Measure, Server};
+use crate::text::{count, count_s};
 
 /// The plan as `servebench plan` prints it. `estimate` is the source's estimate, or why it
 /// has none (said on the last line instead of a total; the per-point times are then left out).
@@ -28,12 +29,16 @@ fn write_plan(
 ) -> fmt::Result {
     writeln!(
         out,
-        "{}: {} points, {} server group(s), {} launch(es), {} measured requests",
+        "{}: {}, {}, {}, {}",
         spec.name,
-        plan.point_count(),
-        plan.groups.len(),
-        plan.launches(),
-        plan.request_count()
+        count_s(plan.point_count(), "point"),
+        count_s(plan.groups.len(), "server group"),
+        count(plan.launches(), "launch", "launches"),
+        count(
+            plan.request_count() as usize,
+            "measured request",
+            "measured requests"
+        )
     )?;
     // Every point shares the host, the client and the failure policy (they cannot be swept).
     if let Some(first) = spec.points.first().map(|p| &p.experiment)
@@ -68,12 +73,19 @@ fn write_plan(
                 Ok(est) => format!("  {}", about(est.point(&p.id))),
                 Err(_) => String::new(),
             };
+            let samples = match e.method.resolve() {
+                Measure::Streaming => count_s(e.requests as usize, "request"),
+                Measure::TwoPoint { .. } => count(
+                    e.requests as usize,
+                    "two-point pair of requests",
+                    "two-point pairs of requests",
+                ),
+            };
             writeln!(
                 out,
-                "  {}  {} req x {} round(s), concurrency {}, cache {}{time}",
+                "  {}  {samples} x {}, concurrency {}, cache {}{time}",
                 p.label(),
-                e.requests,
-                e.repeat,
+                count_s(e.repeat as usize, "round"),
                 e.concurrency,
                 e.cache.policy
             )?;
@@ -173,20 +185,40 @@ mod tests {
         assert_eq!(
             text,
             "\
-t: 4 points, 2 server group(s), 2 launch(es), 12 measured requests
+t: 4 points, 2 server groups, 2 launches, 12 measured requests
 
 g1: launch sim m --profile fast --chunked-prefill-size 512 (ready ~2.00 s)
-  p001 ctx=128 chunked-prefill-size=512  3 req x 1 round(s), concurrency 1, cache cold  ~1m 00s
-  p003 ctx=4096 chunked-prefill-size=512  3 req x 1 round(s), concurrency 1, cache cold  ~3m 00s
+  p001 ctx=128 chunked-prefill-size=512  3 requests x 1 round, concurrency 1, cache cold  ~1m 00s
+  p003 ctx=4096 chunked-prefill-size=512  3 requests x 1 round, concurrency 1, cache cold  ~3m 00s
 
 (restart: the server configuration changes)
 
 g2: launch sim m --profile fast --chunked-prefill-size 1024 (ready ~2.00 s)
-  p002 ctx=128 chunked-prefill-size=1024  3 req x 1 round(s), concurrency 1, cache cold  ~2m 00s
-  p004 ctx=4096 chunked-prefill-size=1024  3 req x 1 round(s), concurrency 1, cache cold  ~?
+  p002 ctx=128 chunked-prefill-size=1024  3 requests x 1 round, concurrency 1, cache cold  ~2m 00s
+  p004 ctx=4096 chunked-prefill-size=1024  3 requests x 1 round, concurrency 1, cache cold  ~?
 
 estimate: ~6m 04s from a test; not counted, no estimate for: p004
 "
+        );
+    }
+
+    #[test]
+    fn a_two_point_plan_counts_both_requests_of_each_pair() {
+        let spec = spec("method: two-point\nrepeat: 2\n");
+        let plan = Plan::new(&spec.points);
+        // 4 points x 2 rounds x 3 pairs x 2 requests.
+        assert_eq!(plan.request_count(), 48);
+        let text = render(&spec, &plan, &Ok(estimate(&plan)));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "t: 4 points, 2 server groups, 2 launches, 48 measured requests"
+        );
+        assert!(
+            lines[3].ends_with(
+                "3 two-point pairs of requests x 2 rounds, concurrency 1, cache cold  ~1m 00s"
+            ),
+            "{text}"
         );
     }
 
@@ -212,7 +244,7 @@ estimate: ~6m 04s from a test; not counted, no estimate for: p004
         );
         assert_eq!(
             lines[4],
-            "  p001 ctx=128 chunked-prefill-size=512  3 req x 1 round(s), concurrency 1, cache as-is"
+            "  p001 ctx=128 chunked-prefill-size=512  3 requests x 1 round, concurrency 1, cache as-is"
         );
         assert!(
             text.ends_with(

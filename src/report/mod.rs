@@ -275,11 +275,11 @@ fn render_for_run(
 ) -> Result<String, ReportError> {
     let template = match template_override {
         Some(t) => t.clone(),
-        // A relative path is relative to the spec file, which only the runner knows for sure;
-        // try the recorded spec path's directory.
+        // A relative path is relative to the spec file: its recorded absolute path (older
+        // runs: the path as given, relative to the working directory).
         None => Template::resolve(
             &meta.experiment.report.template,
-            Path::new(&meta.spec_file)
+            Path::new(meta.spec_location())
                 .parent()
                 .unwrap_or(Path::new(".")),
         ),

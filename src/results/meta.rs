@@ -15,6 +15,11 @@ pub struct RunMeta {
     pub git: Option<GitState>,
     /// The spec file as given on the command line.
     pub spec_file: String,
+    /// The spec file's absolute path (symlinks resolved), so `run --resume` and `report` find
+    /// it and the files it names from any working directory. None in runs recorded before it
+    /// was (then `spec_file` is read relative to the working directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_path: Option<String>,
     /// SHA-256 of the spec file's bytes.
     pub spec_sha256: String,
     /// The experiment, resolved with defaults (sweep values of the first point substituted).
@@ -45,6 +50,13 @@ pub struct RunMeta {
     /// When `run --resume` continued this run (RFC 3339 UTC), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumed_at: Vec<String>,
+}
+
+impl RunMeta {
+    /// The spec file to read: its absolute path when recorded, else as it was given.
+    pub fn spec_location(&self) -> &str {
+        self.spec_path.as_deref().unwrap_or(&self.spec_file)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -117,6 +129,18 @@ pub struct ServerLaunch {
     /// The server process's pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,
+    /// When the process group's leader started, in clock ticks since the host's boot
+    /// (`/proc/PID/stat` field 22): with `boot_id`, what tells this launch's group from a later
+    /// one that reuses its id (`servebench down`). None in older runs (`down` then checks the
+    /// program name) and on hosts without /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_start: Option<u64>,
+    /// The host's boot id at launch (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The port the server listens on, on its host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// The log on the host (SSH), mirrored into `log_file`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_log: Option<String>,

@@ -8,6 +8,7 @@
 //! points.jsonl       one PointRecord per line
 //! server-<group>.log server logs (written by the runner)
 //! report.md          the rendered report
+//! .lock              locked by the process working on the run (its pid inside)
 //! ```
 
 use std::fs::{self, File, OpenOptions};
@@ -28,6 +29,8 @@ pub const SPEC_FILE: &str = "spec.yaml";
 pub const RESOLVED_FILE: &str = "resolved.yaml";
 /// `RunMeta`, pretty JSON.
 pub const META_FILE: &str = "meta.json";
+/// Where `meta.json` is written before it is renamed into place.
+const META_TMP_FILE: &str = "meta.json.tmp";
 /// One `RequestRecord` per line.
 pub const REQUESTS_FILE: &str = "requests.jsonl";
 /// One `PointRecord` per line.
@@ -36,6 +39,9 @@ pub const POINTS_FILE: &str = "points.jsonl";
 pub const REPORT_FILE: &str = "report.md";
 /// Folder of the SVG charts the report links to.
 pub const CHARTS_DIR: &str = "charts";
+/// Locked by the runner (or `down`) that works on the run directory, for its whole life;
+/// holds that process's pid. The lock goes with the process, even a killed one.
+pub const LOCK_FILE: &str = ".lock";
 
 /// Why a run directory could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +58,18 @@ pub enum RunDirError {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+    /// Another process (a runner, `down`) works on the run directory now.
+    #[error(
+        "{}: another servebench process ({}) is working on this run directory; wait for it to end, or stop it{}",
+        .path.display(),
+        .pid.map_or("pid unknown".to_string(), |p| format!("pid {p}")),
+        .pid.map_or(String::new(), |p| format!(" (Ctrl-C in its terminal, or `kill {p}`)"))
+    )]
+    Locked {
+        path: PathBuf,
+        /// The other process, as it wrote itself into the lock file.
+        pid: Option<u32>,
     },
     /// A file holds something other than the expected JSON.
     #[error("{path}:{line}: invalid record: {source}")]
@@ -81,6 +99,8 @@ pub struct RunDir {
     pub path: PathBuf,
     requests: Mutex<Option<File>>,
     points: Mutex<Option<File>>,
+    /// The locked `.lock` file while this process works on the directory.
+    lock: Mutex<Option<File>>,
 }
 
 impl RunDir {
@@ -89,7 +109,44 @@ impl RunDir {
             path,
             requests: Mutex::new(None),
             points: Mutex::new(None),
+            lock: Mutex::new(None),
         }
+    }
+
+    /// Locks the run directory for as long as this `RunDir` lives (the process's life, for a
+    /// runner): a second runner (`run --resume`) or `down` on it fails at once with
+    /// [`RunDirError::Locked`], naming this process. The lock is the OS's (flock), so it goes
+    /// with the process, even one killed with SIGKILL.
+    pub fn lock(&self) -> Result<(), RunDirError> {
+        let path = self.file(LOCK_FILE);
+        let io_err = |source| RunDirError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(RunDirError::Locked {
+                    path: self.path.clone(),
+                    pid: text.trim().parse().ok(),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(io_err(e)),
+        }
+        file.set_len(0)
+            .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+            .map_err(io_err)?;
+        *self.lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(file);
+        Ok(())
     }
 
     /// Creates `<out>/<name>/<timestamp>/` (adds a -2, -3 suffix if it exists), writes spec.yaml.
@@ -143,13 +200,17 @@ impl RunDir {
     }
 
     /// Writes `meta.json` atomically (temporary file, then rename), so a crash leaves either the
-    /// old or the new meta, never half of one.
+    /// old or the new meta, never half of one. A write that fails (a full disk) leaves no
+    /// temporary file behind.
     pub fn write_meta(&self, meta: &RunMeta) -> io::Result<()> {
         let mut json = serde_json::to_string_pretty(meta).map_err(io::Error::other)?;
         json.push('\n');
-        let tmp = self.file("meta.json.tmp");
-        fs::write(&tmp, json)?;
-        fs::rename(&tmp, self.file(META_FILE))
+        let tmp = self.file(META_TMP_FILE);
+        let written = fs::write(&tmp, json).and_then(|()| fs::rename(&tmp, self.file(META_FILE)));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// Appends one request to `requests.jsonl`. Safe to call from several threads.
@@ -170,7 +231,7 @@ impl RunDir {
     /// Reads `meta.json`.
     pub fn read_meta(&self) -> Result<RunMeta, RunDirError> {
         let path = self.file(META_FILE);
-        let text = fs::read_to_string(&path).map_err(|source| RunDirError::Io {
+        let text = read_file(&path).map_err(|source| RunDirError::Io {
             path: path.clone(),
             source,
         })?;
@@ -216,7 +277,7 @@ impl RunDir {
         }
         for name in [POINTS_FILE, REQUESTS_FILE] {
             let path = self.file(name);
-            let text = match fs::read_to_string(&path) {
+            let text = match read_file(&path) {
                 Ok(t) => t,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
@@ -287,10 +348,25 @@ fn open_for_append(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Reads a file of the run directory whole. Only a regular file is read: a record file that
+/// is a device (a link to /dev/zero or /dev/full) would never end.
+fn read_file(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Reads one record per line. Blank lines are ignored; a line that ends before its JSON does
 /// (a crash mid-write) is skipped and reported; any other bad line is an error naming the line.
 fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>, RunDirError> {
-    let text = match fs::read_to_string(path) {
+    let text = match read_file(path) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
         Err(source) => {

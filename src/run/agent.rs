@@ -116,7 +116,7 @@ async fn serve(heartbeat: Duration) {
             }
         }
         // The runner closed our stdin: stop whatever is running.
-        stdin_interrupt.trigger();
+        stdin_interrupt.trigger(super::StopCause::InputClosed);
     });
     let sink: RecordSink = Arc::new(|r: &RequestRecord| {
         emit(&AgentEvent::Request(r.clone()));

@@ -120,7 +120,7 @@ impl AgentSession {
             values: req.values.clone(),
             experiment: req.experiment.clone(),
         };
-        progress.point_started(&point.label());
+        progress.point_started(&point.id, &point.label());
         let mut received = 0usize;
         let sent = match (self.stdin.as_mut(), serde_json::to_string(&req)) {
             (Some(stdin), Ok(line)) => {
@@ -195,11 +195,16 @@ impl AgentSession {
                     }
                     Ok(AgentEvent::Heartbeat) => {}
                     Ok(AgentEvent::Request(r)) => {
-                        received += 1;
-                        if let Err(e) = run_dir.append_request(&r) {
-                            progress.line(&format!("warning: could not write requests.jsonl: {e}"));
-                        }
                         progress.request_done_elsewhere();
+                        match run_dir.append_request(&r) {
+                            Ok(()) => received += 1,
+                            // A full disk: the run stops (the agent is told below, through
+                            // the interrupt, and reports its partial point).
+                            Err(e) => interrupt.write_failed(
+                                &run_dir.file(crate::results::rundir::REQUESTS_FILE),
+                                &e,
+                            ),
+                        }
                     }
                     Ok(AgentEvent::Point {
                         mut point,
@@ -210,7 +215,10 @@ impl AgentSession {
                             point.flags.push(crate::results::records::Flag::new(
                                 FlagKind::AgentGarbled,
                                 format!(
-                                    "{n} line(s) from the host's agent were not servebench records and were skipped (first: {first}); requests.jsonl may lack a request this point counted"
+                                    "{} from the host's agent {} not servebench output and {} skipped (first: {first}); requests.jsonl may lack a request this point counted",
+                                    crate::text::count_s(*n, "line"),
+                                    if *n == 1 { "was" } else { "were" },
+                                    if *n == 1 { "was" } else { "were" },
                                 ),
                             ));
                         }
@@ -293,8 +301,11 @@ fn point_of(req: &AgentRequest) -> Point {
 
 /// A point whose agent stream broke: what arrived is on disk; the point is incomplete.
 fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
-    let message =
-        format!("{why}; {received} request record(s) arrived and are kept in requests.jsonl");
+    let message = format!(
+        "{why}; {} arrived and {} kept in requests.jsonl",
+        crate::text::count_s(received, "request record"),
+        if received == 1 { "is" } else { "are" }
+    );
     PointOutcome {
         record: super::failed_point(&point_of(req), &req.group, FlagKind::AgentLost, &message),
         interrupted: false,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::host::local::LocalHost;
 use crate::host::remote::RemoteHost;
-use crate::host::{Host, HostError, Leftover};
+use crate::host::{GroupIdentity, Host, HostError, Leftover};
 use crate::results::meta::ServerLaunch;
 use crate::results::rundir::{RunDir, RunDirError};
 
@@ -60,6 +60,8 @@ impl DownReport {
 /// Stops every recorded server group still alive and records it in meta.json.
 pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
     let run_dir = RunDir::open(dir)?;
+    // A live runner stops its own servers: `down` is for what a dead one left.
+    run_dir.lock()?;
     let mut meta = run_dir.read_meta()?;
     let mut report = DownReport::default();
     let mut remote: Option<RemoteHost> = None;
@@ -76,9 +78,17 @@ pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
                 remote.as_ref().expect("connected above")
             }
         };
-        let program = program_name(s);
-        let what = host.stop_leftover(pgid, &program, STOP_GRACE).await;
-        let text = describe(s, &what, pgid, host);
+        let id = GroupIdentity {
+            pgid,
+            leader_start: s.leader_start,
+            boot_id: s.boot_id.clone(),
+            program: program_name(s),
+        };
+        let what = host.stop_leftover(&id, STOP_GRACE).await;
+        let mut text = describe(s, &what, pgid, host);
+        if let Some(port) = s.port {
+            text.push_str(&port_note(host, port, &what).await);
+        }
         report.lines.push(DownLine {
             group: s.group.clone(),
             what,
@@ -100,14 +110,9 @@ fn describe(s: &mut ServerLaunch, what: &Leftover, pgid: i32, host: &dyn Host) -
             s.stopped = true;
             format!("process group {pgid}{on} is already gone")
         }
-        Leftover::Reused { program } => match &s.host {
-            Some(_) => format!(
-                "process group {pgid}{on} does not run {program}; left alone (the id was reused)"
-            ),
-            None => format!(
-                "process group {pgid} exists but does not run {program}; left alone (the id was reused)"
-            ),
-        },
+        Leftover::Reused { why } => {
+            format!("process group {pgid}{on} is not the server's any more, left alone: {why}")
+        }
         Leftover::Unknown(why) => why.clone(),
         Leftover::Stopped { killed, gone } => {
             s.stopped = *gone;
@@ -126,6 +131,20 @@ fn describe(s: &mut ServerLaunch, what: &Leftover, pgid: i32, host: &dyn Host) -
             });
             note
         }
+    }
+}
+
+/// What the server's port says after `down`: free, or still taken by something that is not
+/// the recorded server (whose group is gone). Nothing when the host cannot tell.
+async fn port_note(host: &dyn Host, port: u16, what: &Leftover) -> String {
+    match (what, host.port_in_use(port).await) {
+        (Leftover::AlreadyGone | Leftover::Stopped { gone: true, .. }, Ok(false)) => {
+            format!("; port {port} is free")
+        }
+        (Leftover::AlreadyGone | Leftover::Stopped { gone: true, .. }, Ok(true)) => format!(
+            "; port {port} is in use, but not by this run's server (its process group is gone)"
+        ),
+        _ => String::new(),
     }
 }
 

@@ -28,7 +28,7 @@ use crate::results::records::{Flag, PointRecord};
 use crate::results::rundir::RunDir;
 use crate::spec::LoadedSpec;
 use crate::spec::types::{ClientPlacement, Experiment};
-use crate::text::first_line;
+use crate::text::{count_s, first_line};
 
 use launch::{LaunchContext, LaunchEnd, Tally};
 use measurer::{InProcess, Measurer, OnHost};
@@ -36,11 +36,51 @@ use point::PointRunner;
 use progress::Progress;
 use server::ServerHandle;
 
-/// A stop request (Ctrl-C or SIGTERM), observable from every task.
+/// Why a run stops before its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopCause {
+    /// A signal: `SIGINT` (Ctrl-C), `SIGTERM`, `SIGHUP` (the terminal or SSH session closed).
+    Signal(&'static str),
+    /// The agent's input closed: the runner went away or stopped it.
+    InputClosed,
+    /// A record could not be written (a full disk): measuring on would measure what cannot
+    /// be kept, so the run stops and fails.
+    WriteFailed { file: String, error: String },
+}
+
+impl StopCause {
+    /// True when the run failed, rather than was stopped on request.
+    pub fn is_failure(&self) -> bool {
+        matches!(self, StopCause::WriteFailed { .. })
+    }
+}
+
+impl std::fmt::Display for StopCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopCause::Signal(name) => write!(f, "interrupted by {}", signal_words(name)),
+            StopCause::InputClosed => write!(f, "stopped: the runner closed the agent's input"),
+            StopCause::WriteFailed { file, error } => write!(f, "cannot write {file}: {error}"),
+        }
+    }
+}
+
+/// `SIGINT (Ctrl-C)`, `SIGHUP (the terminal or SSH session closed)`: a signal as people know it.
+fn signal_words(name: &str) -> String {
+    match name {
+        "SIGINT" => "SIGINT (Ctrl-C)".into(),
+        "SIGHUP" => "SIGHUP (the terminal or SSH session closed)".into(),
+        other => other.into(),
+    }
+}
+
+/// A stop request (a signal, or a record that cannot be written), observable from every task.
 #[derive(Clone)]
 pub struct Interrupt {
     rx: tokio::sync::watch::Receiver<bool>,
     tx: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The first cause; later ones add nothing.
+    cause: Arc<std::sync::Mutex<Option<StopCause>>>,
 }
 
 impl Default for Interrupt {
@@ -55,16 +95,36 @@ impl Interrupt {
         Interrupt {
             rx,
             tx: Arc::new(tx),
+            cause: Arc::default(),
         }
     }
 
-    /// Sets the flag; every waiter wakes.
-    pub fn trigger(&self) {
+    /// Sets the flag (the first cause is kept); every waiter wakes.
+    pub fn trigger(&self, cause: StopCause) {
+        {
+            let mut c = self.cause.lock().unwrap_or_else(|e| e.into_inner());
+            if c.is_none() {
+                *c = Some(cause);
+            }
+        }
         let _ = self.tx.send(true);
+    }
+
+    /// A record could not be written to `file`: the run stops at once and fails.
+    pub fn write_failed(&self, file: &Path, error: &std::io::Error) {
+        self.trigger(StopCause::WriteFailed {
+            file: file.display().to_string(),
+            error: error.to_string(),
+        });
     }
 
     pub fn is_set(&self) -> bool {
         *self.rx.borrow()
+    }
+
+    /// Why the run stops, once it does.
+    pub fn cause(&self) -> Option<StopCause> {
+        self.cause.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Resolves once the flag is set.
@@ -73,7 +133,8 @@ impl Interrupt {
         let _ = rx.wait_for(|v| *v).await;
     }
 
-    /// Triggers on Ctrl-C (SIGINT) and SIGTERM.
+    /// Triggers on Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal or SSH session),
+    /// saying so on the console.
     pub fn on_signals(&self) {
         self.signals(true);
     }
@@ -84,29 +145,29 @@ impl Interrupt {
     }
 
     fn signals(&self, announce: bool) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let term_recv = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
+        use tokio::signal::unix::{SignalKind, signal};
+        for (kind, name) in [
+            (SignalKind::interrupt(), "SIGINT"),
+            (SignalKind::terminate(), "SIGTERM"),
+            (SignalKind::hangup(), "SIGHUP"),
+        ] {
+            // Installed now, not in the task: a signal that comes before the task first runs
+            // must not take the default action (death without a report).
+            let Ok(mut stream) = signal(kind) else {
+                continue;
             };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term_recv => {}
-            }
-            if announce {
-                eprintln!(
-                    "\ninterrupted: finishing up (recording what was measured, stopping the server)..."
-                );
-            }
-            me.trigger();
-        });
+            let me = self.clone();
+            tokio::spawn(async move {
+                stream.recv().await;
+                if announce && !me.is_set() {
+                    crate::console::errln(&format!(
+                        "\n{}: finishing up (recording what was measured, stopping the server)...",
+                        StopCause::Signal(name)
+                    ));
+                }
+                me.trigger(StopCause::Signal(name));
+            });
+        }
     }
 }
 
@@ -221,6 +282,15 @@ pub async fn execute(
                 source,
             }
         })?;
+    // Nobody else knows the directory yet; the lock makes a `run --resume` or `down` on it
+    // wait for this runner's end.
+    run_dir.lock().map_err(|e| RunError::Write {
+        what: run_dir
+            .file(crate::results::rundir::LOCK_FILE)
+            .display()
+            .to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let run_dir = Arc::new(run_dir);
     let plan = Plan::new(&spec.points);
     run_dir
@@ -237,6 +307,9 @@ pub async fn execute(
             &spec_dir
         }),
         spec_file: spec.path.display().to_string(),
+        spec_path: std::fs::canonicalize(&spec.path)
+            .ok()
+            .map(|p| p.display().to_string()),
         spec_sha256: spec.sha256.clone(),
         experiment: redacted_experiment(first),
         dimensions: spec.dimensions.clone(),
@@ -263,6 +336,9 @@ pub async fn resume(
     interrupt: Interrupt,
 ) -> Result<RunOutcome, RunError> {
     let run_dir = RunDir::open(dir).map_err(ResumeError::from)?;
+    // One runner per run directory: a second resume (or one while the first runner lives)
+    // would measure the same points again and drop the first one's records.
+    run_dir.lock().map_err(ResumeError::from)?;
     let mut meta = run_dir.read_meta().map_err(ResumeError::from)?;
     let spec = resume_spec(&run_dir, &meta)?;
     let spec_dir = spec_dir(&spec);
@@ -326,7 +402,9 @@ impl RunHost {
 /// The spec of a run to resume: the original file when it is unchanged (secrets stay out of
 /// the run directory's copy), else that copy.
 fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError> {
-    let original = Path::new(&meta.spec_file);
+    // The absolute path when recorded: a spec given relative to another working directory
+    // is still found (and the prompt files and templates it names, relative to it).
+    let original = Path::new(meta.spec_location());
     if let Ok(loaded) = crate::spec::load(original)
         && loaded.sha256 == meta.spec_sha256
     {
@@ -340,7 +418,7 @@ fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError>
         .into());
     }
     // Named after the original, so relative paths (prompt files, templates) resolve as before.
-    crate::spec::load_str(&meta.spec_file, &copy).map_err(|e| ResumeError::Invalid(e).into())
+    crate::spec::load_str(meta.spec_location(), &copy).map_err(|e| ResumeError::Invalid(e).into())
 }
 
 fn spec_dir(spec: &LoadedSpec) -> PathBuf {
@@ -351,6 +429,8 @@ fn spec_dir(spec: &LoadedSpec) -> PathBuf {
 }
 
 /// Measures the plan's points not in `done`, group by group; always stops what it launched.
+/// A record that cannot be written stops the run at once: it is recorded as failed (when
+/// meta.json can still be written) and its report rendered from what is on disk.
 async fn run_plan(
     spec: &LoadedSpec,
     run_dir: Arc<RunDir>,
@@ -367,10 +447,6 @@ async fn run_plan(
         g.points.retain(|p| !done.contains(&p.id));
     }
     plan.groups.retain(|g| !g.points.is_empty());
-    if let Some(r) = &host.remote {
-        meta.server_host = crate::host::remote::host_facts(&r.ssh, &python_of(first)).await;
-        write_meta(&run_dir, &meta)?;
-    }
     // The agent measures on the SSH host unless the spec asks for the local machine.
     let agent_host = host
         .remote
@@ -379,9 +455,9 @@ async fn run_plan(
 
     let progress = Progress::new(plan.point_count(), plan.request_count(), opts.quiet);
     progress.line(&format!(
-        "servebench: {} point(s) to measure in {} server group(s){}; run directory {}",
-        plan.point_count(),
-        plan.groups.len(),
+        "servebench: {} to measure in {}{}; run directory {}",
+        count_s(plan.point_count(), "point"),
+        count_s(plan.groups.len(), "server group"),
         match &host.remote {
             Some(r) => format!(
                 " on {} (client on the {})",
@@ -406,128 +482,47 @@ async fn run_plan(
         ));
         progress.set_estimate(&est);
     }
-    let mut runner = PointRunner::new(
-        point::run_dir_sink(run_dir.clone()),
-        progress.clone(),
-        interrupt.clone(),
-        spec_dir.clone(),
-    );
     let mut tally = Tally::default();
     let mut aborted: Option<String> = None;
-
-    'groups: for group in &plan.groups {
-        let mut pending = group.points.iter().peekable();
-        let mut policy = FailurePolicy::new(first.on_failure);
-        while pending.peek().is_some() {
-            if interrupt.is_set() || aborted.is_some() {
-                break 'groups;
-            }
-            let log = run_dir.server_log_path(&group.id);
-            progress.line(&format!(
-                "{}: starting the server ({})",
-                group.id,
-                server_label(&group.server)
-            ));
-            let mut handle = match ServerHandle::start(
-                &group.id,
-                &group.server,
-                &log,
-                &interrupt,
-                host.host.as_ref(),
-            )
-            .await
-            {
-                Ok(h) => h,
-                Err(server::ServerError::Interrupted) => break 'groups,
-                Err(e) => {
-                    // The group's remaining points cannot run; record them as failed and go on.
-                    let msg = e.to_string();
-                    progress.line(&format!("{}: {msg}", group.id));
-                    tally
-                        .problems
-                        .push(format!("{}: {}", group.id, first_line(&msg)));
-                    for p in pending.by_ref() {
-                        let mut record = failed_point(p, &group.id, FlagKind::ServerFailed, &msg);
-                        record.failure = e.cause_label();
-                        append_point(&run_dir, &progress, &record)?;
-                    }
-                    if policy.aborts_on_start_failure() {
-                        aborted = Some(format!(
-                            "{}: the server failed to start (on_failure: abort)",
-                            group.id
-                        ));
-                    }
-                    continue;
-                }
-            };
-            progress.launched(&group.id);
-            for note in &handle.record.notes {
-                progress.line(&format!("{}: warning: {note}", group.id));
-            }
-            if let Some(s) = handle.record.ready_after_s {
-                progress.line(&format!(
-                    "{}: ready after {s:.1} s at {}",
-                    group.id, handle.record.url
-                ));
-            }
-            meta.servers.push(handle.record.clone());
-            let launch_index = meta.servers.len() - 1;
-            if let Err(e) = write_meta(&run_dir, &meta) {
-                // Nothing may outlive the runner: stop the server before giving up.
-                handle.stop("stopping after an error").await;
-                return Err(e);
-            }
-            let result = measure_on(
-                &mut handle,
-                &mut pending,
-                &mut policy,
-                &LaunchContext {
-                    group: &group.id,
-                    run_dir: &run_dir,
-                    progress: &progress,
-                    interrupt: &interrupt,
-                    host: host.host.as_ref(),
-                    remote: host.remote.is_some(),
-                },
-                Measuring {
-                    runner: &mut runner,
-                    agent_host: agent_host.as_ref(),
-                    server: &group.server,
-                    spec_dir: &spec_dir,
-                },
-                &mut tally,
-            )
-            .await;
-            // Whatever happened, the server goes down and that is recorded.
-            let why = match &result {
-                Ok(end) => end.stop_reason(pending.peek().is_some()),
-                Err(_) => "stopping after an error",
-            };
-            handle.stop(why).await;
-            meta.servers[launch_index] = handle.record.clone();
-            write_meta(&run_dir, &meta)?;
-            match result? {
-                LaunchEnd::Interrupted => break 'groups,
-                LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) => {
-                    aborted = Some(why);
-                    break 'groups;
-                }
-                LaunchEnd::Crashed | LaunchEnd::Finished => {}
-            }
-        }
-    }
+    let measured = measure_groups(
+        &plan,
+        spec,
+        &run_dir,
+        &mut meta,
+        &host,
+        agent_host.as_ref(),
+        &progress,
+        &interrupt,
+        &mut tally,
+        &mut aborted,
+    )
+    .await;
     progress.finish();
 
     let ended = chrono::Utc::now();
     meta.ended_at = Some(ended.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let stopped = if interrupt.is_set() {
-        Some("interrupted (Ctrl-C, SIGTERM or SIGHUP); measured data kept".to_string())
-    } else {
-        aborted
+    let cause = interrupt.cause();
+    let failure = match (&measured, &cause) {
+        (Err(e), _) => Some(e.to_string()),
+        (Ok(()), Some(c)) if c.is_failure() => Some(c.to_string()),
+        _ => None,
+    };
+    let stopped = match &cause {
+        Some(c) if !c.is_failure() => Some(format!("{c}; what was measured is kept")),
+        _ => aborted,
     };
     let recorded = run_dir.read_points().unwrap_or_default();
     let settled = outcome::settle(&recorded, spec.points.len(), stopped.as_deref());
-    let (status, reason) = (settled.status, settled.reason.clone());
+    let (status, reason) = match failure {
+        // A record that could not be written: the run cannot vouch for what it has.
+        Some(failure) => (
+            RunStatus::Failed,
+            Some(format!(
+                "{failure}; measuring stopped there (what was recorded before is kept)"
+            )),
+        ),
+        None => (settled.status, settled.reason.clone()),
+    };
     if tally.measured_points == 0 && recorded.is_empty() && !tally.problems.is_empty() {
         tracing::debug!("nothing recorded: {}", tally.problems.join("; "));
     }
@@ -563,6 +558,146 @@ fn points_line(c: &outcome::PointCounts) -> String {
             parts.join(", ")
         }
     )
+}
+
+/// Measures every group of `plan` in turn until it is done, interrupted, aborted, or a record
+/// cannot be written (the error). Every server it launches is stopped before it returns.
+#[allow(clippy::too_many_arguments)]
+async fn measure_groups(
+    plan: &Plan,
+    spec: &LoadedSpec,
+    run_dir: &Arc<RunDir>,
+    meta: &mut RunMeta,
+    host: &RunHost,
+    agent_host: Option<&Arc<RemoteHost>>,
+    progress: &Progress,
+    interrupt: &Interrupt,
+    tally: &mut Tally,
+    aborted: &mut Option<String>,
+) -> Result<(), RunError> {
+    let spec_dir = spec_dir(spec);
+    let first = &spec.points[0].experiment;
+    if let Some(r) = &host.remote {
+        meta.server_host = crate::host::remote::host_facts(&r.ssh, &python_of(first)).await;
+        write_meta(run_dir, meta)?;
+    }
+    let mut runner = PointRunner::new(
+        point::run_dir_sink(run_dir.clone(), interrupt.clone()),
+        progress.clone(),
+        interrupt.clone(),
+        spec_dir.clone(),
+    );
+    for group in &plan.groups {
+        let mut pending = group.points.iter().peekable();
+        let mut policy = FailurePolicy::new(first.on_failure);
+        while pending.peek().is_some() {
+            if interrupt.is_set() || aborted.is_some() {
+                return Ok(());
+            }
+            let log = run_dir.server_log_path(&group.id);
+            progress.line(&format!(
+                "{}: starting the server ({})",
+                group.id,
+                server_label(&group.server)
+            ));
+            let mut handle = match ServerHandle::start(
+                &group.id,
+                &group.server,
+                &log,
+                interrupt,
+                host.host.as_ref(),
+            )
+            .await
+            {
+                Ok(h) => h,
+                Err(server::ServerError::Interrupted) => return Ok(()),
+                Err(e) => {
+                    // The group's remaining points cannot run; record them as failed and go on.
+                    let msg = e.to_string();
+                    progress.line(&format!("{}: {msg}", group.id));
+                    tally
+                        .problems
+                        .push(format!("{}: {}", group.id, first_line(&msg)));
+                    for p in pending.by_ref() {
+                        let mut record = failed_point(p, &group.id, FlagKind::ServerFailed, &msg);
+                        record.failure = e.cause_label();
+                        append_point(run_dir, progress, &record)?;
+                    }
+                    if policy.aborts_on_start_failure() {
+                        *aborted = Some(format!(
+                            "{}: the server failed to start (on_failure: abort)",
+                            group.id
+                        ));
+                    }
+                    continue;
+                }
+            };
+            progress.launched(&group.id);
+            for note in &handle.record.notes {
+                progress.line(&format!("{}: warning: {note}", group.id));
+            }
+            if let Some(s) = handle.record.ready_after_s {
+                progress.line(&format!(
+                    "{}: ready after {} at {}",
+                    group.id,
+                    crate::text::duration(s),
+                    handle.record.url
+                ));
+            }
+            meta.servers.push(handle.record.clone());
+            let launch_index = meta.servers.len() - 1;
+            if let Err(e) = write_meta(run_dir, meta) {
+                // Nothing may outlive the runner: stop the server before giving up.
+                handle.stop("stopping after an error").await;
+                meta.servers[launch_index] = handle.record.clone();
+                return Err(e);
+            }
+            let result = measure_on(
+                &mut handle,
+                &mut pending,
+                &mut policy,
+                &LaunchContext {
+                    group: &group.id,
+                    run_dir,
+                    progress,
+                    interrupt,
+                    host: host.host.as_ref(),
+                    remote: host.remote.is_some(),
+                },
+                Measuring {
+                    runner: &mut runner,
+                    agent_host,
+                    server: &group.server,
+                    spec_dir: &spec_dir,
+                },
+                tally,
+            )
+            .await;
+            // Whatever happened, the server goes down and that is recorded.
+            let why = match &result {
+                Err(_) => "stopping after an error",
+                Ok(_) if interrupt.cause().is_some_and(|c| c.is_failure()) => {
+                    "stopping: a record could not be written"
+                }
+                Ok(end) => end.stop_reason(pending.peek().is_some()),
+            };
+            handle.stop(why).await;
+            meta.servers[launch_index] = handle.record.clone();
+            // The first error is the one to report.
+            let meta_written = write_meta(run_dir, meta);
+            let end = result?;
+            meta_written?;
+            match end {
+                LaunchEnd::Interrupted => return Ok(()),
+                LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) => {
+                    *aborted = Some(why);
+                    return Ok(());
+                }
+                LaunchEnd::Crashed | LaunchEnd::Finished => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What picks the measurer for a launch.
@@ -708,14 +843,20 @@ pub(crate) fn append_point(
 ) -> Result<(), RunError> {
     progress.point_recorded(&p.id);
     dir.append_point(p).map_err(|source| RunError::Write {
-        what: "points.jsonl".into(),
+        what: dir
+            .file(crate::results::rundir::POINTS_FILE)
+            .display()
+            .to_string(),
         source,
     })
 }
 
 fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
     dir.write_meta(meta).map_err(|source| RunError::Write {
-        what: "meta.json".into(),
+        what: dir
+            .file(crate::results::rundir::META_FILE)
+            .display()
+            .to_string(),
         source,
     })
 }

@@ -21,12 +21,18 @@ use super::Interrupt;
 use super::progress::Progress;
 
 /// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
-/// the remote agent's stdout.
+/// the remote agent's stdout. A sink that fails has already stopped the run (a request that
+/// cannot be recorded is not measured), and the record is left out of the point.
 pub type RecordSink = Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
 
-/// The sink that appends to a run directory's `requests.jsonl`.
-pub fn run_dir_sink(dir: Arc<RunDir>) -> RecordSink {
-    Arc::new(move |r: &RequestRecord| dir.append_request(r))
+/// The sink that appends to a run directory's `requests.jsonl`; a failed write (a full disk)
+/// stops the run through `interrupt`.
+pub fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink {
+    Arc::new(move |r: &RequestRecord| {
+        dir.append_request(r).inspect_err(|e| {
+            interrupt.write_failed(&dir.file(crate::results::rundir::REQUESTS_FILE), e);
+        })
+    })
 }
 
 /// Shared state for measuring points within a run.
@@ -120,7 +126,7 @@ impl PointRunner {
     ) -> PointOutcome {
         let exp = &point.experiment;
         let mut record = PointRecord::empty(point, group);
-        self.progress.point_started(&point.label());
+        self.progress.point_started(&point.id, &point.label());
         let mut flags: Vec<Flag> = Vec::new();
         let prompts = match self.prompts(client, exp, prompts, &mut flags).await {
             Ok(p) => p,
@@ -156,6 +162,12 @@ impl PointRunner {
             }
         }
 
+        if let Some(cause @ super::StopCause::WriteFailed { .. }) = self.interrupt.cause() {
+            flags.push(Flag::new(
+                FlagKind::WriteFailed,
+                format!("{cause}; the point stopped there"),
+            ));
+        }
         let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
         record.ok = summary.ok;
         record.errors = summary.errors;
@@ -248,7 +260,9 @@ impl PointRunner {
                 exp.workload.output_tokens,
                 prompts.source.target_tokens(),
             );
-            self.append(&rec, flags);
+            if !self.append(&rec) {
+                return (Vec::new(), true);
+            }
         }
         let texts: Vec<String> = (0..exp.requests)
             .map(|i| match policy {
@@ -297,13 +311,9 @@ impl PointRunner {
             .map_err(|e| format!("{e}; the point ran without a cache reset"))
     }
 
-    fn append(&self, rec: &RequestRecord, flags: &mut Vec<Flag>) {
-        if let Err(e) = (self.sink)(rec) {
-            flags.push(Flag {
-                kind: FlagKind::WriteFailed,
-                message: format!("could not write requests.jsonl: {e}"),
-            });
-        }
+    /// Records `rec`; false when it could not be (the sink has stopped the run).
+    fn append(&self, rec: &RequestRecord) -> bool {
+        (self.sink)(rec).is_ok()
     }
 
     /// Sends the prompts with at most `concurrency` in flight; records each as it completes.
@@ -320,7 +330,8 @@ impl PointRunner {
         requested: Option<u64>,
     ) -> (Vec<RequestRecord>, bool) {
         let sem = Arc::new(Semaphore::new(exp.concurrency.max(1) as usize));
-        let mut tasks: JoinSet<RequestRecord> = JoinSet::new();
+        // A task's record, or None when it could not be written (and so does not count).
+        let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let mut records = Vec::new();
         let mut stopped = false;
         for (i, prompt) in prompts.into_iter().enumerate() {
@@ -351,17 +362,16 @@ impl PointRunner {
                     max_tokens,
                     requested,
                 );
-                if let Err(e) = sink(&rec) {
-                    progress.line(&format!("warning: could not write requests.jsonl: {e}"));
-                }
+                let written = sink(&rec).is_ok();
                 progress.request_finished();
-                rec
+                written.then_some(rec)
             });
         }
         loop {
             tokio::select! {
                 next = tasks.join_next() => match next {
-                    Some(Ok(rec)) => records.push(rec),
+                    Some(Ok(Some(rec))) => records.push(rec),
+                    Some(Ok(None)) => {}
                     Some(Err(_)) => {}
                     None => break,
                 },
@@ -422,8 +432,11 @@ impl PointRunner {
                     max_tokens,
                     requested,
                 );
-                self.append(&rec, flags);
+                let written = self.append(&rec);
                 self.progress.request_finished();
+                if !written {
+                    return (records, true);
+                }
                 let failed = rec.error.is_some();
                 records.push(rec);
                 if failed {

@@ -1,14 +1,16 @@
-//! Progress: a bar on a terminal (points done, requests in flight, ETA), plain lines otherwise.
+//! Progress: a bar on a terminal (points done, the current point and how long it has run,
+//! requests in flight, time left; redrawn every 200 ms, so a long prefill shows life), plain
+//! lines otherwise.
 //!
 //! With a plan estimate the ETA is the estimate of what is left, scaled by how the finished
 //! part compared with its estimate: a context sweep's last points are its longest, so a rate
 //! of requests (indicatif's own ETA) would be far too hopeful.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -74,14 +76,26 @@ impl Eta {
     }
 }
 
+/// How often the bar is redrawn when nothing happens (a long prefill): the spinner turns and
+/// the clocks move, so a quiet run never looks hung.
+const TICK: Duration = Duration::from_millis(200);
+
+/// What the bar shows besides its counts; shared with the bar's redraw on every tick.
+#[derive(Debug, Default)]
+struct Shown {
+    /// Points recorded (measured, skipped, failed): each counted once.
+    settled: HashSet<String>,
+    /// The point being measured (id, label) and when it started.
+    current: Option<(String, String, Instant)>,
+}
+
 /// Reports progress of a run.
 #[derive(Clone)]
 pub struct Progress {
     bar: Option<ProgressBar>,
     points_total: usize,
-    points_done: Arc<AtomicUsize>,
+    shown: Arc<Mutex<Shown>>,
     in_flight: Arc<AtomicUsize>,
-    current: Arc<std::sync::Mutex<String>>,
     /// Prints nothing (the remote agent: its stdout carries records, not progress).
     silent: bool,
     eta: Arc<Mutex<Option<Eta>>>,
@@ -91,26 +105,73 @@ pub struct Progress {
 impl Progress {
     /// A bar when stderr is a terminal and `quiet` is off; plain lines otherwise.
     pub fn new(points_total: usize, requests_total: u64, quiet: bool) -> Progress {
-        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
-            let b = ProgressBar::with_draw_target(Some(requests_total), ProgressDrawTarget::stderr());
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests · {msg} · ETA {eta}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            b
-        });
-        Progress {
-            bar,
+        let mut p = Progress {
+            bar: None,
             points_total,
-            points_done: Arc::default(),
+            shown: Arc::default(),
             in_flight: Arc::default(),
-            current: Arc::default(),
             silent: false,
             eta: Arc::default(),
             started: Instant::now(),
+        };
+        if !quiet && std::io::stderr().is_terminal() {
+            let b =
+                ProgressBar::with_draw_target(Some(requests_total), ProgressDrawTarget::stderr());
+            b.set_style(p.style());
+            b.enable_steady_tick(TICK);
+            // Log lines and console lines go above the bar, not through it.
+            crate::console::set_bar(Some(b.clone()));
+            p.bar = Some(b);
         }
+        p
+    }
+
+    /// The bar's look: counts, then [`Progress::state`] recomputed on every redraw.
+    fn style(&self) -> ProgressStyle {
+        let me = self.clone();
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests · {state}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key(
+            "state",
+            move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&me.state(s.eta().as_secs_f64()));
+            },
+        )
+    }
+
+    /// `point 3/6 ctx=8192 (1m 02s) · 2 in flight · ~5m 10s left`: the point number never
+    /// passes the total; the time left is the estimate's when there is one, else the rate's
+    /// (`rate_eta_s`).
+    fn state(&self, rate_eta_s: f64) -> String {
+        let (settled, current) = {
+            let shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+            (shown.settled.len(), shown.current.clone())
+        };
+        let point = match current {
+            Some((_, label, since)) => format!(
+                "point {}/{} {label} ({})",
+                (settled + 1).min(self.points_total),
+                self.points_total,
+                clock(since.elapsed())
+            ),
+            None => format!(
+                "{}/{} points",
+                settled.min(self.points_total),
+                self.points_total
+            ),
+        };
+        let left = match self.left_text() {
+            l if l.is_empty() && rate_eta_s > 0.0 => {
+                format!(" · ETA {}", fmt_duration(rate_eta_s))
+            }
+            l => l,
+        };
+        format!(
+            "{point} · {} in flight{left}",
+            self.in_flight.load(Ordering::Relaxed)
+        )
     }
 
     /// Uses `est` for the ETA (on the bar, and on each finished point's line).
@@ -118,15 +179,6 @@ impl Progress {
         if let Ok(mut e) = self.eta.lock() {
             *e = Some(Eta::new(est));
         }
-        if let Some(b) = &self.bar {
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests · {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-        }
-        self.refresh();
     }
 
     fn with_eta(&self, f: impl FnOnce(&mut Eta)) {
@@ -150,14 +202,23 @@ impl Progress {
     /// A group's server is ready.
     pub fn launched(&self, group: &str) {
         self.with_eta(|e| e.launched(group));
-        self.refresh();
+    }
+
+    /// Marks `point` as settled (once); the number of settled points.
+    fn settle(&self, point: &str) -> usize {
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        if shown.current.as_ref().is_some_and(|(id, _, _)| id == point) {
+            shown.current = None;
+        }
+        shown.settled.insert(point.to_string());
+        shown.settled.len()
     }
 
     /// A point's record was written: if it was never measured (skipped, or its server never
     /// started), its estimate leaves the time left; a measured point was counted already.
     pub fn point_recorded(&self, point: &str) {
+        self.settle(point);
         self.with_eta(|e| e.dropped(point));
-        self.refresh();
     }
 
     /// Reports nothing.
@@ -173,20 +234,6 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.inc(1);
         }
-        self.refresh();
-    }
-
-    fn refresh(&self) {
-        if let Some(b) = &self.bar {
-            let cur = self.current.lock().map(|c| c.clone()).unwrap_or_default();
-            b.set_message(format!(
-                "point {}/{} {cur} · {} in flight{}",
-                self.points_done.load(Ordering::Relaxed) + 1,
-                self.points_total,
-                self.in_flight.load(Ordering::Relaxed),
-                self.left_text()
-            ));
-        }
     }
 
     /// A plain status line (printed above the bar, or to stderr).
@@ -196,20 +243,18 @@ impl Progress {
         }
         match &self.bar {
             Some(b) => b.println(text),
-            None => eprintln!("{text}"),
+            None => crate::console::errln(text),
         }
     }
 
-    pub fn point_started(&self, label: &str) {
-        if let Ok(mut c) = self.current.lock() {
-            *c = label.to_string();
-        }
-        self.refresh();
+    /// Point `id` (shown as `label`) starts.
+    pub fn point_started(&self, id: &str, label: &str) {
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        shown.current = Some((id.to_string(), label.to_string(), Instant::now()));
     }
 
     pub fn request_started(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.refresh();
     }
 
     pub fn request_finished(&self) {
@@ -217,48 +262,63 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.inc(1);
         }
-        self.refresh();
     }
 
+    /// Point `point` was measured: its line, `[3/6] ...`, with the time left before the last.
     pub fn point_finished(&self, point: &str, summary: &str) {
-        let done = self.points_done.fetch_add(1, Ordering::Relaxed) + 1;
+        let done = self.settle(point);
         self.with_eta(|e| e.finished(point));
         let left = if done < self.points_total {
             self.left_text()
         } else {
             String::new()
         };
-        self.line(&format!("[{done}/{}] {summary}{left}", self.points_total));
-        self.refresh();
+        self.line(&format!(
+            "[{}/{}] {summary}{left}",
+            done.min(self.points_total),
+            self.points_total
+        ));
     }
 
     pub fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
+            crate::console::set_bar(None);
         }
     }
 }
 
+/// A running clock in whole seconds (`7 s`, `4m 02s`): a tenth of a second changing at every
+/// tick reads as noise.
+fn clock(elapsed: Duration) -> String {
+    match elapsed.as_secs() {
+        s if s < 60 => format!("{s} s"),
+        s => fmt_duration(s as f64),
+    }
+}
+
 /// One line per finished point for the terminal: counts, headline means, then each flag.
+/// Numbers are written as the report writes them ([`crate::text`]).
 pub fn point_line(point: &Point, r: &PointRecord) -> String {
+    use crate::text;
     let mean = |m: Metric| {
         r.metrics
             .get(m.name())
             .filter(|s| s.count > 0)
             .map(|s| s.mean)
     };
-    let mut s = format!("{}: {} ok, {} err", point.label(), r.ok, r.errors);
+    let mut s = format!("{}: {} ok, {} failed", point.label(), r.ok, r.errors);
     if let Some(v) = mean(Metric::PromptTokens) {
-        s.push_str(&format!(" · prompt {v:.0} tok"));
+        s.push_str(&format!(" · prompt {} tok", text::tokens(v)));
     }
     if let Some(v) = mean(Metric::Ttft) {
-        s.push_str(&format!(" · TTFT {v:.3} s"));
+        s.push_str(&format!(" · TTFT {} s", text::seconds(v)));
     }
     if let Some(v) = mean(Metric::Prefill) {
-        s.push_str(&format!(" · prefill {v:.0} tok/s"));
+        s.push_str(&format!(" · prefill {} tok/s", text::rate(v)));
     }
     if let Some(v) = mean(Metric::Decode) {
-        s.push_str(&format!(" · decode {v:.1} tok/s"));
+        s.push_str(&format!(" · decode {} tok/s", text::rate(v)));
     }
     for f in &r.flags {
         s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
@@ -291,6 +351,75 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn the_point_counter_never_passes_the_total() {
+        let p = Progress::new(2, 4, true);
+        assert_eq!(p.state(0.0), "0/2 points · 0 in flight");
+        p.point_started("p001", "ctx=1");
+        p.request_started();
+        assert!(
+            p.state(0.0).starts_with("point 1/2 ctx=1 ("),
+            "{}",
+            p.state(0.0)
+        );
+        assert!(p.state(0.0).ends_with(" · 1 in flight"), "{}", p.state(0.0));
+        p.request_finished();
+        p.point_finished("p001", "ctx=1: done");
+        // Its record is written afterwards: counted once.
+        p.point_recorded("p001");
+        assert_eq!(p.state(0.0), "1/2 points · 0 in flight");
+        // A skipped point is never started, only recorded.
+        p.point_recorded("p002");
+        assert_eq!(p.state(0.0), "2/2 points · 0 in flight");
+        // Even a point past the plan (it cannot happen) does not show 3/2.
+        p.point_started("p003", "ctx=3");
+        assert!(p.state(0.0).starts_with("point 2/2 "), "{}", p.state(0.0));
+    }
+
+    #[test]
+    fn the_points_clock_counts_whole_seconds() {
+        assert_eq!(clock(Duration::from_millis(900)), "0 s");
+        assert_eq!(clock(Duration::from_millis(7_400)), "7 s");
+        assert_eq!(clock(Duration::from_secs(59)), "59 s");
+        assert_eq!(clock(Duration::from_secs(242)), "4m 02s");
+    }
+
+    #[test]
+    fn without_an_estimate_the_rate_gives_the_time_left() {
+        let p = Progress::new(1, 4, true);
+        assert_eq!(p.state(90.0), "0/1 points · 0 in flight · ETA 1m 30s");
+        p.set_estimate(&estimate());
+        assert!(p.state(90.0).ends_with(" left"), "{}", p.state(90.0));
+    }
+
+    #[test]
+    fn a_point_line_writes_numbers_as_the_report_does() {
+        use crate::results::records::Stat;
+        let point = crate::spec::load_str(
+            "t.yaml",
+            "name: t\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 100 }\n  output_tokens: 4\n",
+        )
+        .unwrap()
+        .points
+        .remove(0);
+        let mut r = PointRecord::empty(&point, "g1");
+        r.ok = 3;
+        r.errors = 1;
+        let stat = |mean: f64| Stat {
+            count: 3,
+            mean,
+            ..Stat::default()
+        };
+        r.metrics.insert("ttft_s".into(), stat(0.012345));
+        r.metrics.insert("prefill_tok_s".into(), stat(12345.6));
+        r.metrics.insert("decode_tok_s".into(), stat(98.76));
+        let line = point_line(&point, &r);
+        assert!(line.contains(": 3 ok, 1 failed"), "{line}");
+        assert!(line.contains("TTFT 0.0123 s"), "{line}");
+        assert!(line.contains("prefill 12346 tok/s"), "{line}");
+        assert!(line.contains("decode 98.8 tok/s"), "{line}");
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub enum ServerError {
         tail: String,
     },
     #[error(
-        "the server was not ready after {timeout:?} (no 200 from /health); raise server.ready_timeout or read {log}\n--- last lines ---\n{tail}"
+        "the server was not ready after {} (no 200 from /health); raise server.ready_timeout or read {log}\n--- last lines ---\n{tail}",
+        crate::text::duration(.timeout.as_secs_f64())
     )]
     NotReady {
         timeout: Duration,
@@ -198,6 +199,9 @@ impl ServerHandle {
                     .map(|n| n.to_string_lossy().into_owned()),
                 pgid: Some(ids.pgid),
                 pid: Some(ids.pid),
+                leader_start: ids.leader_start,
+                boot_id: ids.boot_id,
+                port: Some(port),
                 host: ids.host,
                 remote_log: ids.remote_log,
                 ..Default::default()

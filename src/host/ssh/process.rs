@@ -21,12 +21,18 @@ pub struct RemoteProcess {
     pub pid_path: String,
     /// stdout and stderr of the command, appended.
     pub log_path: String,
+    /// When the group's leader started, in clock ticks since the host's boot (`/proc/PID/stat`
+    /// field 22); None where the host has no /proc.
+    pub leader_start: Option<u64>,
+    /// The host's boot id at launch.
+    pub boot_id: Option<String>,
 }
 
 /// Launches "$@" detached. Inputs: $1 workdir ('' for none), $2 log, $3 pid file, $4 number
 /// of NAME=value words to export, then those words, then the command. The inner shell (the
 /// group leader after setsid) writes its own pid, runs the command in the background so it
-/// can record the command's pid and, after `wait`, its exit status. Prints "PID PGID".
+/// can record the command's pid and, after `wait`, its exit status. Prints "PID PGID START
+/// BOOT": the leader's start time (clock ticks since boot) and the boot id, `-` when unknown.
 const LAUNCH: &str = r#"
 workdir=$1 log=$2 pidfile=$3 nenv=$4
 shift 4
@@ -50,7 +56,26 @@ while [ ! -s "$pidfile" ]; do
   if [ "$i" -gt 200 ]; then echo "the process did not start: no pid in $pidfile after 10 s" >&2; exit 3; fi
   sleep 0.05 2>/dev/null || sleep 1
 done
-echo "$(cat "$pidfile") $(cat "$pidfile.pgid")"
+pg=$(cat "$pidfile.pgid")
+start=$(sed 's/.*) //' "/proc/$pg/stat" 2>/dev/null | cut -d' ' -f20)
+boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
+echo "$(cat "$pidfile") $pg ${start:--} ${boot:--}"
+"#;
+
+/// $1 pgid, $2 the recorded leader start ('' when unknown). Prints what the host says about
+/// the group now: "LEADER_STATE LEADER_START LIVE OLDER BOOT" (`-` for no leader or no boot
+/// id): the leader's state and start when it is still in the group, how many of its
+/// processes are not zombies, how many of those started before the recorded leader.
+const GROUP_FACTS: &str = r#"
+g=$1 start=$2
+leader=$(sed 's/.*) //' "/proc/$g/stat" 2>/dev/null | awk -v g="$g" '$3 == g { print $1, $20 }')
+counts=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v g="$g" -v start="$start" '
+  { sub(/^[^(]*\(.*\) /, "") }
+  $3 == g && $1 != "Z" { live++; if (start != "" && $20 + 0 < start + 0) older++ }
+  END { print live + 0, older + 0 }')
+boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
+[ -d /proc/self ] || { echo "no-proc"; exit 0; }
+echo "${leader:-- -} $counts ${boot:--}"
 "#;
 
 /// Shell functions: is pid $1 / group $1 alive? Zombies do not count (a container's init may
@@ -134,16 +159,18 @@ impl SshHost {
             .map_err(|e| self.command_error("launching", e))?;
         let stdout = self.checked(&format!("launching {program}"), out)?;
         let text = String::from_utf8_lossy(&stdout);
-        let (pid, pgid) = parse_pid_pgid(&text).ok_or_else(|| SshError::Remote {
+        let launched = parse_launched(&text).ok_or_else(|| SshError::Remote {
             host: self.name().to_string(),
             what: format!("launching {program}"),
             message: format!("the launcher printed {text:?}, not a pid and a process group"),
         })?;
         Ok(RemoteProcess {
-            pid,
-            pgid,
+            pid: launched.pid,
+            pgid: launched.pgid,
             pid_path: pid_path.to_string(),
             log_path: log_path.to_string(),
+            leader_start: launched.leader_start,
+            boot_id: launched.boot_id,
         })
     }
 
@@ -153,6 +180,24 @@ impl SshHost {
         let script = format!("{ALIVE_FNS}\npid_alive \"$1\"");
         let out = self.run_script(&script, &[pid.to_string()]).await?;
         Ok(out.status.success())
+    }
+
+    /// What the host says about recorded group `id` now (see [`crate::host::judge`]). None
+    /// when the host has no /proc (the caller falls back to the program name).
+    pub async fn group_facts(
+        &self,
+        id: &crate::host::GroupIdentity,
+    ) -> Result<Option<crate::host::GroupFacts>, SshError> {
+        check_pid(id.pgid, 1)?;
+        let start = id.leader_start.map(|s| s.to_string()).unwrap_or_default();
+        let stdout = self
+            .script_checked(
+                "looking at a process group",
+                GROUP_FACTS,
+                &[id.pgid.to_string(), start],
+            )
+            .await?;
+        Ok(parse_group_facts(&String::from_utf8_lossy(&stdout)))
     }
 
     /// True while any process of group `pgid` exists (zombies aside).
@@ -219,10 +264,51 @@ impl SshHost {
     }
 }
 
-fn parse_pid_pgid(text: &str) -> Option<(i32, i32)> {
-    let mut it = text.split_whitespace().map(|w| w.parse::<i32>().ok());
-    let (pid, pgid) = (it.next()??, it.next()??);
-    (pid > 1 && pgid > 1 && it.next().is_none()).then_some((pid, pgid))
+/// What the launch script printed, read back.
+#[derive(Debug, PartialEq)]
+struct Launched {
+    pid: i32,
+    pgid: i32,
+    leader_start: Option<u64>,
+    boot_id: Option<String>,
+}
+
+/// `PID PGID` (an older script) or `PID PGID START BOOT`, `-` for an unknown start or boot id.
+fn parse_launched(text: &str) -> Option<Launched> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.len() != 2 && words.len() != 4 {
+        return None;
+    }
+    let (pid, pgid): (i32, i32) = (words[0].parse().ok()?, words[1].parse().ok()?);
+    if pid <= 1 || pgid <= 1 {
+        return None;
+    }
+    let known = |i: usize| words.get(i).filter(|w| **w != "-");
+    Some(Launched {
+        pid,
+        pgid,
+        leader_start: known(2).and_then(|w| w.parse().ok()),
+        boot_id: known(3).map(|w| w.to_string()),
+    })
+}
+
+/// `LEADER_STATE LEADER_START LIVE OLDER BOOT` from [`GROUP_FACTS`]; None for `no-proc` or
+/// anything unreadable.
+fn parse_group_facts(text: &str) -> Option<crate::host::GroupFacts> {
+    let w: Vec<&str> = text.split_whitespace().collect();
+    if w.len() != 5 {
+        return None;
+    }
+    let leader = match (w[0], w[1]) {
+        ("-", _) | (_, "-") => None,
+        (state, start) => Some((state.chars().next()?, start.parse().ok()?)),
+    };
+    Some(crate::host::GroupFacts {
+        leader,
+        live: w[2].parse().ok()?,
+        older: w[3].parse().ok()?,
+        boot_id: (w[4] != "-").then(|| w[4].to_string()),
+    })
 }
 
 /// `kill -TERM -1` would signal every process of the user: only real ids pass.
@@ -256,12 +342,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn launcher_output_is_two_real_ids() {
-        assert_eq!(parse_pid_pgid("123 120\n"), Some((123, 120)));
-        assert_eq!(parse_pid_pgid("123\n"), None);
-        assert_eq!(parse_pid_pgid("123 1"), None);
-        assert_eq!(parse_pid_pgid("0 5"), None);
-        assert_eq!(parse_pid_pgid("12 13 14"), None);
+    fn launcher_output_is_two_real_ids_and_the_leaders_identity() {
+        let ids = |t: &str| parse_launched(t).map(|l| (l.pid, l.pgid));
+        assert_eq!(ids("123 120\n"), Some((123, 120)));
+        assert_eq!(ids("123\n"), None);
+        assert_eq!(ids("123 1"), None);
+        assert_eq!(ids("0 5"), None);
+        assert_eq!(ids("12 13 14"), None);
+        assert_eq!(
+            parse_launched("123 120 98765 0b1c-boot\n"),
+            Some(Launched {
+                pid: 123,
+                pgid: 120,
+                leader_start: Some(98765),
+                boot_id: Some("0b1c-boot".into()),
+            })
+        );
+        let unknown = parse_launched("123 120 - -").unwrap();
+        assert_eq!((unknown.leader_start, unknown.boot_id), (None, None));
+    }
+
+    #[test]
+    fn group_facts_are_read_back() {
+        assert_eq!(
+            parse_group_facts("S 4000 3 0 boot-a\n"),
+            Some(crate::host::GroupFacts {
+                leader: Some(('S', 4000)),
+                live: 3,
+                older: 0,
+                boot_id: Some("boot-a".into()),
+            })
+        );
+        let f = parse_group_facts("- - 0 0 -").unwrap();
+        assert_eq!((f.leader, f.live, f.boot_id), (None, 0, None));
+        assert_eq!(parse_group_facts("no-proc"), None);
     }
 
     #[test]

@@ -1,0 +1,205 @@
+//! `servebench supervise`: the first process of a local server's process group. The runner
+//! starts it (in a new group, with `PR_SET_PDEATHSIG`), and it runs the engine's command as
+//! its child in the same group. When the runner dies, even by SIGKILL, the kernel sends the
+//! supervisor SIGTERM, and it stops the whole group: a launcher that is a wrapper script
+//! (`sh launch.sh` activating a venv, then starting python) leaves no server listening.
+//!
+//! - SIGTERM, SIGHUP or SIGINT (the runner's stop, a dying runner, a closed terminal): the
+//!   group gets SIGTERM, `--grace-ms` to exit, then SIGKILL; the supervisor exits last.
+//! - The command ends by itself: what it left in the group is stopped the same way, and the
+//!   supervisor exits with the command's status (128 + N for signal N), which the runner
+//!   sees as the server's.
+//!
+//! What it does is said in the server's log, on stderr.
+
+use std::io::Write;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
+use nix::unistd::{Pid, getpgrp, getpid, getppid};
+
+use super::local::group_processes;
+
+/// What `servebench supervise` is told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Supervise {
+    /// The runner's pid: if the supervisor's parent is already another process, the runner
+    /// died before the death signal was armed.
+    pub parent: Option<i32>,
+    /// Between SIGTERM and SIGKILL when stopping the group.
+    pub grace: Duration,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+}
+
+/// The supervisor's arguments before the command: `supervise --parent PID --grace-ms N --`.
+pub fn args(parent: i32, grace: Duration) -> Vec<String> {
+    vec![
+        "supervise".into(),
+        "--parent".into(),
+        parent.to_string(),
+        "--grace-ms".into(),
+        grace.as_millis().to_string(),
+        "--".into(),
+    ]
+}
+
+/// The signals the supervisor waits for instead of dying of them.
+fn watched() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGCHLD,
+    ] {
+        set.add(s);
+    }
+    set
+}
+
+fn say(text: &str) {
+    let _ = writeln!(std::io::stderr(), "servebench supervise: {text}");
+}
+
+/// Runs the supervisor; its exit code.
+pub fn main(opts: Supervise) -> i32 {
+    let Some((program, args)) = opts.command.split_first() else {
+        say("no command given");
+        return crate::exit::BAD_INPUT;
+    };
+    // Blocked, the signals wait for `sigwait` below instead of killing the supervisor (the
+    // command unblocks them before it starts: a signal mask is inherited).
+    let set = watched();
+    if let Err(e) = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&set), None) {
+        say(&format!("cannot block signals: {e}"));
+        return crate::exit::FAILED;
+    }
+    if opts.parent.is_some_and(|p| getppid().as_raw() != p) {
+        say("the runner is already gone; not starting the server");
+        return crate::exit::FAILED;
+    }
+    let mut command = Command::new(program);
+    command.args(args);
+    // SAFETY: sigprocmask and prctl are async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            // The server must die of SIGTERM, not inherit the supervisor's blocked signals.
+            sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+            // It dies with the supervisor even if the supervisor alone is killed.
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            say(&format!("cannot start {program:?}: {e}"));
+            return 127;
+        }
+    };
+    loop {
+        let signal = match set.wait() {
+            Ok(s) => s,
+            Err(e) => {
+                say(&format!("cannot wait for signals: {e}"));
+                stop_group(&mut child, opts.grace);
+                return crate::exit::FAILED;
+            }
+        };
+        match signal {
+            Signal::SIGCHLD => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let code = exit_code(status);
+                    if others_alive() {
+                        say(&format!(
+                            "{program} ended ({status}); stopping what it left in its process group"
+                        ));
+                        stop_group(&mut child, opts.grace);
+                    }
+                    return code;
+                }
+            }
+            s => {
+                let why = match s {
+                    Signal::SIGHUP => "SIGHUP",
+                    Signal::SIGINT => "SIGINT",
+                    _ if opts.parent.is_some_and(|p| getppid().as_raw() != p) => {
+                        "SIGTERM (the runner is gone)"
+                    }
+                    _ => "SIGTERM",
+                };
+                say(&format!(
+                    "{why}: stopping process group {} (SIGTERM, then SIGKILL after {} s)",
+                    getpgrp(),
+                    crate::text::sig3(opts.grace.as_secs_f64())
+                ));
+                let status = stop_group(&mut child, opts.grace);
+                return status.map_or(128 + s as i32, exit_code);
+            }
+        }
+    }
+}
+
+/// `status` as an exit code: the command's own, or 128 + the signal that ended it.
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(crate::exit::FAILED)
+}
+
+/// Processes of the supervisor's group other than itself that are not zombies.
+fn others() -> Vec<i32> {
+    let me = getpid().as_raw();
+    group_processes(getpgrp().as_raw())
+        .into_iter()
+        .filter(|p| p.pid != me && p.state != 'Z')
+        .map(|p| p.pid)
+        .collect()
+}
+
+fn others_alive() -> bool {
+    !others().is_empty()
+}
+
+/// SIGTERM to the group, up to `grace` for it to go, then SIGKILL to what is left (each
+/// process but the supervisor). Reaps the command; its status if it was seen to exit.
+fn stop_group(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
+    let mut status = child.try_wait().ok().flatten();
+    // The supervisor's own SIGTERM is blocked: it stays pending, harmlessly.
+    let _ = nix::sys::signal::killpg(getpgrp(), Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    loop {
+        if status.is_none() {
+            status = child.try_wait().ok().flatten();
+        }
+        if !others_alive() || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // New processes may start while the last ones are killed: go round until none is left.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = others();
+        if left.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        for pid in left {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        if status.is_none() {
+            status = child.try_wait().ok().flatten();
+        }
+    }
+    if status.is_none() {
+        status = child.wait().ok();
+    }
+    status
+}

@@ -1,0 +1,226 @@
+//! No orphans: a runner killed with SIGKILL leaves no server behind on this machine, even when
+//! the launcher is a wrapper script that starts the real server as its child (the supervisor
+//! stops the whole process group); `down` knows a group by its leader's start time, and a
+//! zombie counts as gone.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_servebench");
+
+/// Processes whose command line mentions `needle` and that are not zombies (from /proc).
+pub fn live_processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if zombie {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{}: {cmd}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+/// A spec whose launcher is `sh WRAPPER` (engine sglang: the wrapper gets SGLang's flags and
+/// hands them to `servebench sim`), serving under the model name `marker`.
+fn wrapper_spec(
+    ws: &Workspace,
+    name: &str,
+    wrapper_body: &str,
+    marker: &str,
+) -> std::path::PathBuf {
+    let wrapper = ws.write(&format!("{name}.sh"), wrapper_body);
+    ws.write(
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\nserver:\n  engine: sglang\n  launcher: [sh, {wrapper}]\n  model: m\n  args: {{ profile: fast, served-model-name: {marker}, sim-time-scale: 20 }}\n  ready_timeout: 30s\n\
+             workload:\n  prompt: {{ kind: repeat, tokens: 2000, calibrate: false }}\n  output_tokens: 200\nrequests: 50\n",
+            wrapper = wrapper.display()
+        ),
+    )
+}
+
+/// The run directory under `<ws>/runs/<name>` once the runner recorded its server.
+fn wait_for_launch(ws: &Workspace, name: &str) -> std::path::PathBuf {
+    poll_until(Duration::from_secs(60), "no server recorded", || {
+        let dir = std::fs::read_dir(ws.path().join("runs").join(name))
+            .ok()?
+            .next()?
+            .ok()?
+            .path();
+        let meta = std::fs::read_to_string(dir.join("meta.json")).ok()?;
+        let meta: serde_json::Value = serde_json::from_str(&meta).ok()?;
+        meta["servers"][0]["pgid"].as_i64().map(|_| dir)
+    })
+}
+
+fn kill_runner_and_count_leftovers(variant: &str, wrapper_body: &str) {
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let marker = format!("orphan-{variant}-{}", std::process::id());
+    let spec = wrapper_spec(&ws, variant, wrapper_body, &marker);
+    let mut runner = std::process::Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_launch(&ws, variant);
+    wait_for_nonempty(&dir.join("requests.jsonl"), Duration::from_secs(60));
+    assert!(
+        !live_processes_mentioning(&marker).is_empty(),
+        "the server runs before the kill"
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    assert!(server["leader_start"].as_u64().is_some(), "{meta}");
+    assert!(server["port"].as_u64().is_some(), "{meta}");
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    // The supervisor stops the whole group as soon as its runner is gone: SIGTERM is enough,
+    // well within the 10 s before it would use SIGKILL.
+    poll_until(
+        Duration::from_secs(5),
+        &format!(
+            "{variant}: left behind: {:?}",
+            live_processes_mentioning(&marker)
+        ),
+        || live_processes_mentioning(&marker).is_empty().then_some(()),
+    );
+    // `down` finds nothing to do.
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("already gone"), "{text}");
+    assert!(text.contains("is free"), "the port is checked: {text}");
+}
+
+#[test]
+fn a_killed_runner_leaves_no_server_when_a_wrapper_script_starts_it_as_a_child() {
+    kill_runner_and_count_leftovers(
+        "child",
+        &format!("# a venv would be activated here\n\"{BIN}\" sim \"$@\"\necho the server ended\n"),
+    );
+}
+
+#[test]
+fn a_killed_runner_leaves_no_server_when_a_wrapper_script_execs_it() {
+    kill_runner_and_count_leftovers("exec", &format!("exec \"{BIN}\" sim \"$@\"\n"));
+}
+
+/// A run directory whose meta.json records one local server: the clean-sweep fixture's meta
+/// with `server` merged into its first launch.
+fn run_dir_with_server(ws: &Workspace, server: serde_json::Value) -> std::path::PathBuf {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep");
+    let dir = ws.path().join("run");
+    std::fs::create_dir(&dir).unwrap();
+    let mut meta = read_json(&fixture.join("meta.json"));
+    let launch = meta["servers"][0].as_object_mut().unwrap();
+    launch.remove("host");
+    launch.insert("stopped".into(), false.into());
+    for (k, v) in server.as_object().unwrap() {
+        launch.insert(k.clone(), v.clone());
+    }
+    meta["servers"] = serde_json::json!([launch]);
+    std::fs::write(
+        dir.join("meta.json"),
+        serde_json::to_string_pretty(&meta).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// Field 22 of /proc/PID/stat.
+fn start_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(')').unwrap().1;
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn down_reports_a_zombie_group_as_gone_not_reused() {
+    use std::os::unix::process::CommandExt;
+    let ws = Workspace::new();
+    // A group whose only process has exited and is not reaped (this test is its parent).
+    let child = std::process::Command::new("sh")
+        .args(["-c", "exit 0"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = start_ticks(pid);
+    poll_until(Duration::from_secs(10), "the child is not a zombie", || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .trim_start()
+            .starts_with('Z')
+            .then_some(())
+    });
+    let dir = run_dir_with_server(
+        &ws,
+        serde_json::json!({ "pgid": pid, "pid": pid, "leader_start": start, "command": ["python", "-m", "sglang.launch_server"] }),
+    );
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    drop(child);
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("already gone"), "{text}");
+    assert!(!text.contains("reused"), "{text}");
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["servers"][0]["stopped"], true, "{meta}");
+}
+
+#[test]
+fn down_leaves_a_reused_group_alone_and_stops_its_own_group_whatever_it_runs() {
+    use std::os::unix::process::CommandExt;
+    let ws = Workspace::new();
+    let mut other = std::process::Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = other.id();
+    let start = start_ticks(pid);
+    // Recorded with another start time: the id now belongs to another process.
+    let dir = run_dir_with_server(
+        &ws,
+        serde_json::json!({ "pgid": pid, "pid": pid, "leader_start": start + 1, "command": ["sleep"] }),
+    );
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("left alone") && text.contains("reused"),
+        "{text}"
+    );
+    assert!(other.try_wait().unwrap().is_none(), "left running");
+
+    // Recorded with its own start time, it is stopped even though its program name (a
+    // wrapper's `sh`) is not what runs now.
+    let dir = ws.path().join("run");
+    let mut meta = read_json(&dir.join("meta.json"));
+    meta["servers"][0]["leader_start"] = start.into();
+    meta["servers"][0]["command"] = serde_json::json!(["sh", "launch-sglang.sh"]);
+    std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("confirmed gone"), "{text}");
+    let status = other.wait().unwrap();
+    assert!(!status.success(), "stopped by a signal: {status:?}");
+}
