@@ -11,6 +11,7 @@ mod report;
 mod reproduce;
 mod run;
 mod sim;
+mod sim_engines;
 mod spec;
 mod spec_corpus;
 mod ssh;
