@@ -1299,3 +1299,43 @@ async fn sim_api_sglang_is_the_default_surface() {
     assert_eq!(bad.wait_exit(), Some(2));
     assert!(bad.log().contains("argument --api: invalid choice"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_api_keys_guard_what_each_engine_guards() {
+    let auth = |base: &str, path: &str, key: Option<&str>| {
+        let mut r = client()
+            .post(format!("{base}{path}"))
+            .json(&json!({"prompt": "hi", "max_tokens": 1, "content": "hi"}));
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // vLLM: /v1 paths only.
+    let s = vllm(&["m", "--api-key", "sekrit"], &[]);
+    assert_eq!(
+        auth(&s.base, "/v1/completions", None).await,
+        (401, r#"{"error":"Unauthorized"}"#.to_string())
+    );
+    assert_eq!(
+        auth(&s.base, "/v1/completions", Some("sekrit")).await.0,
+        200
+    );
+    assert_eq!(auth(&s.base, "/tokenize", None).await.0, 200);
+    assert!(!s.log().contains("sekrit"), "the key is not logged");
+    drop(s);
+    // llama.cpp: everything but health and models.
+    let s = llamacpp(&["-m", "tiny.gguf", "--api-key", "k1,k2"]);
+    let (status, body) = auth(&s.base, "/tokenize", None).await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        body,
+        r#"{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}"#
+    );
+    assert_eq!(auth(&s.base, "/v1/completions", Some("k2")).await.0, 200);
+    assert_eq!(get(&s.base, "/health").await.0, 200);
+    assert_eq!(get(&s.base, "/v1/models").await.0, 200);
+}

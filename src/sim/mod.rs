@@ -27,6 +27,26 @@
 //! | crash lines | `torch.OutOfMemoryError`, `Not enough memory`, `[Errno 98]` | `torch.OutOfMemoryError` + `EngineDeadError`; KV too small `ValueError: To serve at least one request ...`; `OSError: [Errno 98] Address already in use`; `Invalid repository ID or local directory` (vllm-facts §9) | `cudaMalloc failed: out of memory`; `failed to allocate buffer for kv cache`; `couldn't bind HTTP server socket`; `failed to open GGUF file` (llama-cpp-facts §9) |
 //! | connections | keep-alive | keep-alive | closed after every streamed response while `Keep-Alive: timeout=5, max=100` is advertised (`http/keepalive.rs`) |
 //!
+//! Tests (`tests/sim_engines.rs` drives `servebench sim --api ...` as a child process;
+//! `tests/sim.rs` covers SGLang in process): command line and identity
+//! `sim_vllm_takes_vllm_serve_flags_and_serves_its_identity`,
+//! `sim_llamacpp_health_is_503_while_loading_then_props_and_models`; readiness
+//! `sim_vllm_refuses_connections_until_ready`; streaming and usage
+//! `sim_vllm_streams_usage_only_when_asked`,
+//! `sim_llamacpp_streams_one_event_per_token_with_timings_at_the_end`; cached tokens
+//! `sim_vllm_reports_cached_tokens_in_whole_blocks_only_with_the_flag`,
+//! `sim_llamacpp_slots_cache_prompts_and_erase_needs_a_save_path`; cache reset
+//! `sim_vllm_reset_prefix_cache_needs_dev_mode_and_idle_blocks`; tokenize
+//! `sim_llamacpp_tokenize_has_no_bos_unless_asked_but_completions_do`; metrics
+//! `sim_vllm_metrics_have_vllm_names_and_true_values`, `sim_llamacpp_np_limits_concurrent_decoding`;
+//! errors `sim_vllm_refuses_and_clamps_lengths_like_0_33`,
+//! `sim_llamacpp_refuses_prompts_over_the_slot_context`, `sim_api_keys_guard_what_each_engine_guards`;
+//! logs `sim_vllm_logs_stats_and_access_lines`; failures
+//! `sim_vllm_out_of_memory_crash_is_logged_as_vllm_does`, `sim_vllm_start_up_failures_and_bad_flags`,
+//! `sim_llamacpp_failure_lines`; connections
+//! `sim_llamacpp_closes_the_connection_after_each_streamed_response`; the default
+//! `sim_api_sglang_is_the_default_surface`.
+//!
 //! Guessed, not read from a source: the `file.py:line` locations in vLLM's log lines, vLLM's
 //! histogram buckets, the `/version` string (`0.33.0+servebench.sim`), which idle slots a
 //! unified llama.cpp KV buffer drops when full, the llama.cpp runtime out-of-memory lines
@@ -34,7 +54,8 @@
 //! `couldn't bind` line. Left out: vLLM's preemption under KV pressure (the simulator reserves
 //! a request's whole output at admission, so only a reset with `reset_running_requests`
 //! preempts), llama.cpp's RAM prompt cache (`--cache-ram`), slot save/restore, the 5-second
-//! keep-alive idle timeout, LoRA, multimodal, and `LLAMA_ARG_*` environment variables.
+//! keep-alive idle timeout, vLLM's refusal of a `--max-model-len` above the model's, LoRA,
+//! multimodal, and `LLAMA_ARG_*` environment variables.
 //! Facts files: docs/reference/vllm-facts.md, docs/reference/llama-cpp-facts.md,
 //! docs/reference/sglang-extra.md, shared/reference/sglang-facts.md and
 //! shared/reference/llama-cpp-observed.md.

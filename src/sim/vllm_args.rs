@@ -18,7 +18,7 @@ use super::log::SimLog;
 use super::profile::Profile;
 use super::vllm_flags;
 use indexmap::IndexMap;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// vLLM's default model when none is given (config/model.py `ModelConfig.model`).
@@ -780,9 +780,16 @@ fn resolve_config(
     let mut non_default: IndexMap<String, Value> = IndexMap::new();
     non_default.insert("model_tag".into(), Value::from(model.clone()));
     for (k, v) in given {
-        if !matches!(*k, "profile" | "sim-time-scale" | "model") {
-            non_default.insert(k.replace('-', "_"), v.clone());
+        if matches!(*k, "profile" | "sim-time-scale" | "model") {
+            continue;
         }
+        // Keys stay out of the log (servebench mirrors server logs into run directories).
+        let v = if *k == "api-key" {
+            json!(["<redacted>"])
+        } else {
+            v.clone()
+        };
+        non_default.insert(k.replace('-', "_"), v);
     }
     let quiet_access = given
         .get("uvicorn-log-level")
