@@ -1,5 +1,6 @@
 //! `servebench sim --api vllm|llama.cpp`: each engine's surface, driven as a child process the
-//! way an engine adapter launches it.
+//! way an engine adapter launches it. Each test takes its turn with the other end-to-end tests
+//! (`common::exclusive`): its servers would otherwise starve their timing on two cores.
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -225,6 +226,7 @@ fn oom_profile(dir: &tempfile::TempDir) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_takes_vllm_serve_flags_and_serves_its_identity() {
+    let _turn = crate::common::exclusive();
     let s = vllm(
         &[
             "org/Model-8B",
@@ -324,6 +326,7 @@ async fn sim_vllm_takes_vllm_serve_flags_and_serves_its_identity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_streams_usage_only_when_asked() {
+    let _turn = crate::common::exclusive();
     let s = vllm(&["m"], &[]);
     let body = |opts: Value| {
         let mut b = json!({"model": "m", "prompt": FOX, "max_tokens": 3, "stream": true});
@@ -400,6 +403,7 @@ async fn sim_vllm_streams_usage_only_when_asked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_reports_cached_tokens_in_whole_blocks_only_with_the_flag() {
+    let _turn = crate::common::exclusive();
     let prompt = FOX.repeat(10); // 101 tokens
     let req = json!({"prompt": prompt, "max_tokens": 2});
     for (flag, expect_details) in [
@@ -430,6 +434,7 @@ async fn sim_vllm_reports_cached_tokens_in_whole_blocks_only_with_the_flag() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_reset_prefix_cache_needs_dev_mode_and_idle_blocks() {
+    let _turn = crate::common::exclusive();
     let s = vllm(
         &["m", "--sim-time-scale", "2"],
         &[("VLLM_SERVER_DEV_MODE", "1")],
@@ -483,6 +488,7 @@ async fn sim_vllm_reset_prefix_cache_needs_dev_mode_and_idle_blocks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_metrics_have_vllm_names_and_true_values() {
+    let _turn = crate::common::exclusive();
     let s = vllm(&["m", "--served-model-name", "served"], &[]);
     let req = json!({"prompt": FOX.repeat(4), "max_tokens": 5});
     post(&s.base, "/v1/completions", &req).await;
@@ -524,6 +530,7 @@ async fn sim_vllm_metrics_have_vllm_names_and_true_values() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_refuses_and_clamps_lengths_like_0_33() {
+    let _turn = crate::common::exclusive();
     let s = vllm(&["m", "--max-model-len", "64"], &[]);
     let long = FOX.repeat(7); // 71 tokens
     let (status, e) = post(
@@ -571,6 +578,7 @@ async fn sim_vllm_refuses_and_clamps_lengths_like_0_33() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_vllm_logs_stats_and_access_lines() {
+    let _turn = crate::common::exclusive();
     let s = vllm(
         &["m", "--max-num-seqs", "1", "--sim-time-scale", "3"],
         &[("VLLM_LOG_STATS_INTERVAL", "0.2")],
@@ -609,6 +617,7 @@ async fn sim_vllm_logs_stats_and_access_lines() {
 
 #[test]
 fn sim_vllm_out_of_memory_crash_is_logged_as_vllm_does() {
+    let _turn = crate::common::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let profile = oom_profile(&dir);
     let mut s = vllm(&["m", "--profile", &profile], &[]);
@@ -641,6 +650,7 @@ fn sim_vllm_out_of_memory_crash_is_logged_as_vllm_does() {
 
 #[test]
 fn sim_vllm_start_up_failures_and_bad_flags() {
+    let _turn = crate::common::exclusive();
     // KV cache smaller than the context.
     let mut s = spawn(
         &[
@@ -722,6 +732,7 @@ fn sim_vllm_start_up_failures_and_bad_flags() {
 
 #[test]
 fn sim_vllm_refuses_connections_until_ready() {
+    let _turn = crate::common::exclusive();
     let port = free_port();
     let p = port.to_string();
     // A 1 s warmup (the fast profile's 50 ms at time scale 20).
@@ -755,6 +766,7 @@ fn sim_vllm_refuses_connections_until_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_llamacpp_health_is_503_while_loading_then_props_and_models() {
+    let _turn = crate::common::exclusive();
     let port = free_port();
     let p = port.to_string();
     let s = spawn(
@@ -847,6 +859,7 @@ async fn sim_llamacpp_health_is_503_while_loading_then_props_and_models() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_llamacpp_slots_cache_prompts_and_erase_needs_a_save_path() {
+    let _turn = crate::common::exclusive();
     let s = llamacpp(&["-m", "tiny.gguf", "-np", "1", "-c", "4096"]);
     let (status, e) = post(&s.base, "/slots/0?action=erase", &json!({})).await;
     assert_eq!(status, 501);
@@ -899,6 +912,7 @@ async fn sim_llamacpp_slots_cache_prompts_and_erase_needs_a_save_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_llamacpp_tokenize_has_no_bos_unless_asked_but_completions_do() {
+    let _turn = crate::common::exclusive();
     let s = llamacpp(&["-m", "tiny.gguf"]);
     let (_, plain) = post(&s.base, "/tokenize", &json!({"content": FOX})).await;
     let (_, special) = post(
@@ -933,6 +947,7 @@ async fn sim_llamacpp_tokenize_has_no_bos_unless_asked_but_completions_do() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_llamacpp_streams_one_event_per_token_with_timings_at_the_end() {
+    let _turn = crate::common::exclusive();
     let s = llamacpp(&["-m", "tiny.gguf", "-c", "4096"]);
     let (status, ev) = stream(
         &s.base,
@@ -1053,6 +1068,7 @@ fn http_post(path: &str, host: &str, body: &str) -> String {
 
 #[test]
 fn sim_llamacpp_closes_the_connection_after_each_streamed_response() {
+    let _turn = crate::common::exclusive();
     let mut s = llamacpp(&["-m", "tiny.gguf"]);
     let host = format!("127.0.0.1:{}", s.port());
     let tcp = TcpStream::connect(&host).unwrap();
@@ -1119,6 +1135,7 @@ fn sim_llamacpp_closes_the_connection_after_each_streamed_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_llamacpp_refuses_prompts_over_the_slot_context() {
+    let _turn = crate::common::exclusive();
     let s = llamacpp(&["-m", "tiny.gguf", "-c", "128", "-np", "2"]);
     let long = FOX.repeat(7); // 71 tokens + BOS, over 64 per slot
     for path in ["/v1/completions", "/completion"] {
@@ -1149,6 +1166,7 @@ async fn sim_llamacpp_refuses_prompts_over_the_slot_context() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_llamacpp_np_limits_concurrent_decoding() {
+    let _turn = crate::common::exclusive();
     let s = llamacpp(&[
         "-m",
         "tiny.gguf",
@@ -1199,6 +1217,7 @@ async fn sim_llamacpp_np_limits_concurrent_decoding() {
 
 #[test]
 fn sim_llamacpp_failure_lines() {
+    let _turn = crate::common::exclusive();
     // Out of memory in a prefill.
     let dir = tempfile::tempdir().unwrap();
     let profile = oom_profile(&dir);
@@ -1281,6 +1300,7 @@ fn sim_llamacpp_failure_lines() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_api_sglang_is_the_default_surface() {
+    let _turn = crate::common::exclusive();
     let s = spawn(
         &["--api", "sglang", "--port", "0", "--model-path", "m"],
         &[],
@@ -1302,6 +1322,7 @@ async fn sim_api_sglang_is_the_default_surface() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_api_keys_guard_what_each_engine_guards() {
+    let _turn = crate::common::exclusive();
     let auth = |base: &str, path: &str, key: Option<&str>| {
         let mut r = client()
             .post(format!("{base}{path}"))
