@@ -199,8 +199,7 @@ async fn serve_vllm(
         "INFO",
         "api_server.py:1863",
         &format!(
-            "vLLM API server version {VLLM_VERSION} (servebench sim {}), serving model {}",
-            env!("CARGO_PKG_VERSION"),
+            "vLLM server version {VLLM_VERSION}+servebench.sim, serving model {}",
             v.model
         ),
     );

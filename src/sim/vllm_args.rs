@@ -57,8 +57,6 @@ pub struct VllmOptions {
     pub tensor_parallel_size: u64,
     /// GiB of KV cache the memory model leaves (<= 0: none).
     pub kv_cache_gib: f64,
-    /// `--max-model-len` was given (`-1`/`auto` count as not given: sized to fit).
-    pub max_model_len_given: bool,
     /// The flags given, by argparse destination, for `non-default args` and `/server_info`.
     pub non_default: IndexMap<String, Value>,
     /// How the bind address is logged (`0.0.0.0` when `--host` is not given).
@@ -717,15 +715,16 @@ fn resolve_config(
         pool -= pool % block_size as i64;
     }
     let kv_cache_gib = pool as f64 * kv_bytes_per_token / (1u64 << 30) as f64;
-    let (context_length, max_model_len_given) = match int("max-model-len") {
-        Some(-1) => (profile.context_length.min(pool.max(1) as u64), false),
+    let context_length = match int("max-model-len") {
+        // -1 / auto: the largest that fits the KV cache.
+        Some(-1) => profile.context_length.min(pool.max(1) as u64),
         Some(x) if x <= 0 => {
             return Err(usage(format!(
                 "argument --max-model-len: invalid value {x}"
             )));
         }
-        Some(x) => (x as u64, true),
-        None => (profile.context_length, false),
+        Some(x) => x as u64,
+        None => profile.context_length,
     };
     c.context_length = context_length;
     c.max_total_tokens = pool;
@@ -817,7 +816,6 @@ fn resolve_config(
         gpu_memory_utilization: util,
         tensor_parallel_size: tp,
         kv_cache_gib,
-        max_model_len_given,
         non_default,
         host_display: host.unwrap_or_else(|| "0.0.0.0".into()),
     }));
