@@ -187,11 +187,13 @@ pub enum Command {
         #[arg(value_enum, default_value_t = SchemaKind::Experiment)]
         kind: SchemaKind,
     },
-    /// Run the built-in SGLang-compatible simulator. Accepts `python -m sglang.launch_server`
-    /// flags (unknown flags warn) plus `--profile NAME|FILE`; `servebench sim --help` lists them.
+    /// Run the built-in simulated server. Speaks SGLang's surface by default
+    /// (`python -m sglang.launch_server` flags), vLLM's with `--api vllm` (`vllm serve MODEL`
+    /// flags) or llama.cpp's with `--api llama.cpp` (`llama-server` flags), plus
+    /// `--profile NAME|FILE`; `servebench sim [--api NAME] --help` lists them.
     #[command(disable_help_flag = true)]
     Sim {
-        /// SGLang launch flags plus `--profile`.
+        /// `--api NAME`, then that engine's launch flags plus `--profile`.
         #[arg(
             trailing_var_arg = true,
             allow_hyphen_values = true,

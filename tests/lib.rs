@@ -13,6 +13,7 @@ mod reproduce;
 mod run;
 mod run_dir;
 mod sim;
+mod sim_engines;
 mod spec;
 mod spec_corpus;
 mod ssh;

@@ -197,7 +197,9 @@ pub fn help_text() -> String {
          /metrics, /abort_request) with a deterministic tokenizer, a radix prefix cache bounded\n\
          by a KV pool, continuous batching, chunked prefill and a timing model taken from a\n\
          profile. No GPU and no model weights are used. Logs use SGLang's format and lines.\n\n\
-         USAGE: servebench sim [--model-path NAME] [--port PORT] [FLAGS...]\n\n\
+         USAGE: servebench sim [--model-path NAME] [--port PORT] [FLAGS...]\n\
+         Other engines: servebench sim --api vllm ... (vllm serve flags), servebench sim\n\
+         --api llama.cpp ... (llama-server flags); add --help to either for its flags.\n\n\
          Flags take `--flag value` or `--flag=value`; unique prefixes work (`--tp 2`);\n\
          unknown flags are warned about and ignored.\n",
     );

@@ -1,9 +1,13 @@
 //! `SimConfig`: the parsed flags resolved against the profile.
 
+use super::api::Api;
 use super::args::{self, ParsedArgs, SimArgError};
+use super::llamacpp_args::LlamaOptions;
 use super::log::SimLog;
-use super::profile::{Profile, SpecModel};
+use super::profile::{MemoryModel, Profile, SpecModel};
 use super::trace::ChunkTrace;
+use super::vllm_args::VllmOptions;
+use std::sync::Arc;
 
 /// Everything the simulator needs to run.
 #[derive(Debug, Clone)]
@@ -59,6 +63,40 @@ pub struct SimConfig {
     pub log: SimLog,
     /// The chunk-timing trace, when a test or bench wants one.
     pub trace: Option<ChunkTrace>,
+    /// The engine whose surface is served (`--api`).
+    pub api: Api,
+    /// vLLM's own settings (`--api vllm`).
+    pub vllm: Option<Arc<VllmOptions>>,
+    /// llama.cpp's own settings (`--api llama.cpp`).
+    pub llama: Option<Arc<LlamaOptions>>,
+}
+
+/// KV pool tokens the memory model leaves at `frac` of each GPU with `tp` ranks (<= 0: none).
+pub fn kv_pool_tokens(m: &MemoryModel, frac: f64, tp: f64) -> i64 {
+    let free_gb = m.gpu_gb * frac - m.weight_gb / tp;
+    (free_gb * 1e9 / (m.kv_bytes_per_token / tp)).floor() as i64
+}
+
+/// The speculative model in use: the profile's when it is on by default or `requested`, else
+/// the default one when `requested`; `max_tokens` caps the tokens one step emits.
+pub fn speculative_model(
+    profile: &Profile,
+    requested: bool,
+    max_tokens: Option<i64>,
+) -> Option<SpecModel> {
+    match (&profile.speculative, requested) {
+        (Some(s), true) => Some(s.clone()),
+        (Some(s), false) if s.enabled => Some(s.clone()),
+        (None, true) => Some(SpecModel::default()),
+        _ => None,
+    }
+    .map(|mut s| {
+        if let Some(n) = max_tokens.filter(|n| *n > 0) {
+            s.num_draft_tokens = n as u32;
+            s.accept_length_mean = s.accept_length_mean.min(n as f64);
+        }
+        s
+    })
 }
 
 impl SimConfig {
@@ -102,11 +140,7 @@ impl SimConfig {
             .unwrap_or(profile.memory.mem_fraction_static);
         let max_total_tokens = match positive("max-total-tokens", a.int("max-total-tokens"))? {
             Some(n) => n as i64,
-            None => {
-                let m = &profile.memory;
-                let free_gb = m.gpu_gb * frac - m.weight_gb / tp;
-                (free_gb * 1e9 / (m.kv_bytes_per_token / tp)).floor() as i64
-            }
+            None => kv_pool_tokens(&profile.memory, frac, tp),
         };
         let max_running_requests = positive("max-running-requests", a.int("max-running-requests"))?
             .unwrap_or(profile.max_running_requests) as usize;
@@ -122,20 +156,11 @@ impl SimConfig {
                 )));
             }
         };
-        let spec_flag = a.str("speculative-algorithm").is_some();
-        let speculative = match (&profile.speculative, spec_flag) {
-            (Some(s), true) => Some(s.clone()),
-            (Some(s), false) if s.enabled => Some(s.clone()),
-            (None, true) => Some(SpecModel::default()),
-            _ => None,
-        }
-        .map(|mut s| {
-            if let Some(n) = a.int("speculative-num-draft-tokens").filter(|n| *n > 0) {
-                s.num_draft_tokens = n as u32;
-                s.accept_length_mean = s.accept_length_mean.min(n as f64);
-            }
-            s
-        });
+        let speculative = speculative_model(
+            &profile,
+            a.str("speculative-algorithm").is_some(),
+            a.int("speculative-num-draft-tokens"),
+        );
         let log = SimLog::stderr();
         log.set_quiet_batches(matches!(
             a.str("log-level").map(str::to_ascii_lowercase).as_deref(),
@@ -180,7 +205,67 @@ impl SimConfig {
             log,
             trace: None,
             args: a,
+            api: Api::Sglang,
+            vllm: None,
+            llama: None,
         })
+    }
+
+    /// The settings of an engine launched with no flags on `profile`: the base the vLLM and
+    /// llama.cpp command lines are resolved onto.
+    pub fn engine_defaults(api: Api, profile: Profile) -> SimConfig {
+        let frac = profile.memory.mem_fraction_static;
+        SimConfig {
+            args: ParsedArgs::default(),
+            model_path: "sim-model".into(),
+            served_model_name: "sim-model".into(),
+            host: "127.0.0.1".into(),
+            port: 30000,
+            context_length: profile.context_length,
+            max_total_tokens: kv_pool_tokens(&profile.memory, frac, 1.0),
+            mem_fraction_static: frac,
+            expandable_segments: super::memory::expandable_segments_from_env(),
+            max_running_requests: profile.max_running_requests as usize,
+            chunked_prefill_size: u64::try_from(profile.chunked_prefill_size).ok(),
+            max_prefill_tokens: 16384,
+            disable_radix_cache: false,
+            incremental_output: false,
+            enable_metrics: false,
+            enable_cache_report: false,
+            decode_log_interval: 40,
+            stream_interval: 1,
+            speculative: speculative_model(&profile, false, None),
+            seed: profile.seed,
+            skip_warmup: false,
+            cuda_graph_max_bs: Some(256),
+            log: SimLog::stderr(),
+            trace: None,
+            profile,
+            api,
+            vllm: None,
+            llama: None,
+        }
+    }
+
+    /// Parses `servebench sim` arguments for `api` (`--api` itself already taken out); the
+    /// engine's own warnings come back with the config.
+    pub fn from_engine_args(api: Api, args: &[String]) -> Result<(SimConfig, Vec<String>), String> {
+        match api {
+            Api::Sglang => {
+                let parsed = args::parse(args).map_err(|e| e.to_string())?;
+                let warnings = parsed.warnings.clone();
+                Ok((
+                    Self::from_parsed(parsed).map_err(|e| e.to_string())?,
+                    warnings,
+                ))
+            }
+            Api::Vllm => super::vllm_args::parse(args)
+                .map_err(|e| e.to_string())
+                .map(|p| (p.config, p.warnings)),
+            Api::LlamaCpp => super::llamacpp_args::parse(args)
+                .map_err(|e| e.to_string())
+                .map(|p| (p.config, p.warnings)),
+        }
     }
 
     /// Pool capacity as a count (0 when the memory model left no room).

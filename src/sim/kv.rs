@@ -14,6 +14,8 @@ pub struct KvPool {
     /// Private tokens reserved by live requests.
     reserved: u64,
     radix: bool,
+    /// Cache hits count whole blocks of this many tokens (vLLM's `--block-size`; 1 = any token).
+    block: u64,
 }
 
 impl KvPool {
@@ -24,7 +26,15 @@ impl KvPool {
             capacity,
             reserved: 0,
             radix,
+            block: 1,
         }
+    }
+
+    /// Cache hits are rounded down to whole blocks of `block` tokens, as vLLM's block-hash
+    /// prefix cache reports them.
+    pub fn with_block(mut self, block: u64) -> Self {
+        self.block = block.max(1);
+        self
     }
 
     /// Pool capacity in tokens.
@@ -48,7 +58,13 @@ impl KvPool {
         let plen = req.input_ids.len();
         // At least one prompt token is always computed: it produces the first output token.
         let (matched, node) = if self.radix && plen > 1 {
-            self.tree.match_prefix(&req.input_ids[..plen - 1])
+            let (m, node) = self.tree.match_prefix(&req.input_ids[..plen - 1]);
+            let whole = m - m % self.block as usize;
+            if whole == m {
+                (m, node)
+            } else {
+                self.tree.match_prefix(&req.input_ids[..whole])
+            }
         } else {
             (0, RadixCache::ROOT)
         };
@@ -130,6 +146,7 @@ mod tests {
                 max_new_tokens: max_new,
                 received: Instant::now(),
                 events: tx,
+                opts: Default::default(),
             },
             0,
         )
@@ -153,6 +170,23 @@ mod tests {
         kv.release(&mut b);
         assert!(kv.admit(&mut c));
         assert_eq!(c.cached, 0);
+    }
+
+    #[test]
+    fn block_granularity_rounds_hits_down() {
+        let mut kv = KvPool::new(1000, true).with_block(16);
+        let mut a = req((0..40).collect(), 5);
+        assert!(kv.admit(&mut a));
+        a.prefilled = 40;
+        kv.cache_prefix(&mut a);
+        kv.release(&mut a);
+        let mut b = req((0..40).collect(), 5);
+        assert!(kv.admit(&mut b));
+        assert_eq!(b.cached, 32, "39 matched, two whole blocks of 16");
+        kv.release(&mut b);
+        let mut c = req((0..16).collect(), 5);
+        assert!(kv.admit(&mut c));
+        assert_eq!(c.cached, 0, "15 matched: no whole block");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! SGLang-style log lines: `[2026-11-30 10:00:00] message`.
+//! Where log lines go, and SGLang's line format (`[2026-11-30 10:00:00] message`).
+//! vLLM's and llama.cpp's formats are built in `voice` and written with [`SimLog::raw`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,8 @@ pub struct SimLog {
 #[derive(Debug, Default)]
 struct Inner {
     stderr: bool,
+    /// Lines go to stdout instead (vLLM's Python logging writes to stdout).
+    stdout: bool,
     captured: Option<Mutex<Vec<String>>>,
     quiet_batches: AtomicBool,
 }
@@ -27,9 +30,25 @@ impl SimLog {
         Self::build(false, true)
     }
 
+    /// Lines go to stdout (vLLM's logger does).
+    pub fn stdout() -> Self {
+        SimLog {
+            inner: Arc::new(Inner {
+                stdout: true,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Whether lines are kept in memory (a test's capture).
+    pub fn is_capture(&self) -> bool {
+        self.inner.captured.is_some()
+    }
+
     fn build(stderr: bool, capture: bool) -> Self {
         SimLog {
             inner: Arc::new(Inner {
+                stdout: false,
                 stderr,
                 captured: capture.then(|| Mutex::new(Vec::new())),
                 quiet_batches: AtomicBool::new(false),
@@ -51,6 +70,9 @@ impl SimLog {
         if self.inner.stderr {
             eprintln!("{line}");
         }
+        if self.inner.stdout {
+            println!("{line}");
+        }
         if let Some(c) = &self.inner.captured
             && let Ok(mut v) = c.lock()
         {
@@ -69,6 +91,9 @@ impl SimLog {
     pub fn raw(&self, text: &str) {
         if self.inner.stderr {
             eprintln!("{text}");
+        }
+        if self.inner.stdout {
+            println!("{text}");
         }
         if let Some(c) = &self.inner.captured
             && let Ok(mut v) = c.lock()

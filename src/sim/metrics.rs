@@ -11,6 +11,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// A Prometheus histogram with fixed buckets.
 #[derive(Debug, Clone)]
 pub struct Histogram {
+    buckets: &'static [f64],
     counts: Vec<u64>,
     sum: f64,
     count: u64,
@@ -18,28 +19,55 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            counts: vec![0; LATENCY_BUCKETS.len()],
-            sum: 0.0,
-            count: 0,
-        }
+        Self::with_buckets(LATENCY_BUCKETS)
     }
 }
 
 impl Histogram {
+    /// An empty histogram over these upper bounds (ascending, without +Inf).
+    pub fn with_buckets(buckets: &'static [f64]) -> Self {
+        Histogram {
+            buckets,
+            counts: vec![0; buckets.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
     /// Records one observation in seconds.
     pub fn observe(&mut self, x: f64) {
-        if let Some(i) = LATENCY_BUCKETS.iter().position(|b| x <= *b) {
+        if let Some(i) = self.buckets.iter().position(|b| x <= *b) {
             self.counts[i] += 1;
         }
         self.sum += x;
         self.count += 1;
     }
 
+    /// Upper bounds with their cumulative counts (without +Inf).
+    pub fn cumulative(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        self.buckets
+            .iter()
+            .zip(&self.counts)
+            .scan(0, |cum, (b, c)| {
+                *cum += c;
+                Some((*b, *cum))
+            })
+    }
+
+    /// Sum of the observations.
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
     fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cum = 0;
-        for (b, c) in LATENCY_BUCKETS.iter().zip(&self.counts) {
+        for (b, c) in self.buckets.iter().zip(&self.counts) {
             cum += c;
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
         }
@@ -80,9 +108,83 @@ pub struct SchedStats {
     pub cached_tokens_total: u64,
     /// Finished requests.
     pub num_requests_total: u64,
+    /// The engine surfaces' extra counters (vLLM's and llama.cpp's metrics and log lines).
+    pub engine: EngineStats,
 }
 
+/// Counters and histograms the vLLM and llama.cpp surfaces report (all kept in every mode).
+#[derive(Debug, Clone, Default)]
+pub struct EngineStats {
+    /// Seconds from receipt to the first scheduling (vLLM's queue time).
+    pub queue_time: Histogram,
+    /// Prompt tokens of requests whose prefill completed (cached ones included).
+    pub prompt_tokens: u64,
+    /// Prompt tokens actually computed (not served from the cache).
+    pub prompt_tokens_computed: u64,
+    /// Prompt tokens served from the cache, of requests whose prefill completed.
+    pub prompt_tokens_cached: u64,
+    /// Prefix-cache lookups in tokens (each admitted request's prompt length).
+    pub prefix_queries: u64,
+    /// Prefix-cache hits in tokens.
+    pub prefix_hits: u64,
+    /// Lookups and hits since the last prefix-cache reset (vLLM's log line).
+    pub prefix_queries_since_reset: u64,
+    /// Hits since the last prefix-cache reset.
+    pub prefix_hits_since_reset: u64,
+    /// Running requests sent back to the queue.
+    pub preemptions: u64,
+    /// Requests finished by reaching their length limit.
+    pub finished_length: u64,
+    /// Requests aborted (client gone or asked).
+    pub finished_abort: u64,
+    /// Model seconds spent evaluating prompts (llama.cpp `prompt_seconds_total`).
+    pub prompt_seconds: f64,
+    /// Model seconds spent generating (llama.cpp `tokens_predicted_seconds_total`).
+    pub predicted_seconds: f64,
+    /// Forward passes (llama.cpp `n_decode_total`).
+    pub n_decode: u64,
+    /// Requests in the batch, summed over forward passes (for busy slots per decode).
+    pub n_busy_slots: u64,
+    /// Largest context (prompt + output) seen.
+    pub n_tokens_max: u64,
+    /// Requests waiting for a slot or for room (llama.cpp `requests_deferred`).
+    pub deferred: u64,
+    /// Prompt throughput of the last finished request's prompt, tokens/s (llama.cpp gauge).
+    pub last_prompt_tok_s: f64,
+    /// Generation throughput of the last finished request, tokens/s (llama.cpp gauge).
+    pub last_predicted_tok_s: f64,
+}
+
+/// vLLM's bucket bounds (v1/metrics/loggers.py `PrometheusStatLogger`; quoted from memory of
+/// its source, not checked against 0.33).
+pub const VLLM_TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// vLLM's inter-token latency buckets.
+pub const VLLM_ITL_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+];
+/// vLLM's request latency buckets (E2E, queue).
+pub const VLLM_REQUEST_BUCKETS: &[f64] = &[
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
 impl SchedStats {
+    /// Empty statistics whose histograms use `api`'s buckets.
+    pub fn for_api(api: super::api::Api) -> Self {
+        let mut s = SchedStats::default();
+        if api == super::api::Api::Vllm {
+            s.ttft = Histogram::with_buckets(VLLM_TTFT_BUCKETS);
+            s.itl = Histogram::with_buckets(VLLM_ITL_BUCKETS);
+            s.e2e = Histogram::with_buckets(VLLM_REQUEST_BUCKETS);
+            s.engine.queue_time = Histogram::with_buckets(VLLM_REQUEST_BUCKETS);
+        }
+        s
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self, model: &str, max_total_num_tokens: u64) -> String {
         let labels = format!("model_name=\"{}\"", model.replace('"', "'"));

@@ -1,9 +1,64 @@
-//! The SGLang-compatible simulator: `servebench sim`.
+//! The built-in simulator: `servebench sim [--api sglang|vllm|llama.cpp] FLAGS...`.
 //!
-//! It accepts `python -m sglang.launch_server` flags and serves SGLang's HTTP API from a
-//! deterministic model: a BPE-like tokenizer, a radix prefix cache bounded by a KV pool,
-//! an SGLang-like scheduler (continuous batching, chunked prefill, speculative decoding) and
-//! a timing profile. See `--help` and `profiles/*.yaml`.
+//! It accepts the engine's own launch command line and serves that engine's HTTP surface from
+//! one deterministic model underneath: a BPE-like tokenizer, a prefix cache bounded by a KV
+//! pool (SGLang's radix tree; vLLM's, counted in whole blocks; llama.cpp's per-slot caches),
+//! an SGLang-like scheduler (continuous batching, chunked prefill, speculative decoding) and a
+//! timing profile. The engine changes the surface (flags, endpoints, shapes, logs, errors,
+//! connection handling), never the modelled speed. See `--help` and `profiles/*.yaml`.
+//!
+//! # What each surface implements, and where each fact comes from
+//!
+//! | behaviour | `--api sglang` (default) | `--api vllm` | `--api llama.cpp` |
+//! |---|---|---|---|
+//! | command line | `python -m sglang.launch_server` flags, unknown ones warn (`flags.rs`) | `vllm serve MODEL`: positional model, `_` = `-`, prefixes, `--no-X`, `--enable-X`/`--disable-X`, JSON and dotted JSON flags; unmodelled vLLM flags warn, others exit 2 with a did-you-mean (vllm-facts §1, `vllm_flags.rs` = its appendix) | `llama-server`: short and long spellings, separate `--x`/`--no-x`; unmodelled ones warn, unknown ones `error: invalid argument`, exit 1 (llama-cpp-facts §1) |
+//! | readiness | listens at once, `/health` 503 until warm (sglang-facts §3) | bound at once (port in use fails fast), listens only when ready: connections refused while loading (vllm-facts §2) | listens at once, every path 503 `Loading model` until loaded (llama-cpp-facts §2) |
+//! | ready line | `The server is fired up and ready to roll!` | `Starting vLLM server on http://H:P`, routes, uvicorn's `Application startup complete.` | `srv  llama_server: server is listening on http://H:P` (2026 form) |
+//! | health | `/health`, `/health_generate`: 200 empty | `/health`, `/ping`: 200 empty (503 once dead) | `/health`, `/v1/health`: `{"status":"ok"}` |
+//! | identity | `/server_info`, `/model_info`, `/v1/models` (owned_by sglang) | `/version`, `/v1/models` (owned_by vllm, root, max_model_len), `/server_info` only with `VLLM_SERVER_DEV_MODE=1` (vllm-facts §3) | `/props`, `/v1/models` (meta.n_ctx_train, n_ctx) (llama-cpp-facts §3) |
+//! | generation | `/generate`, `/v1/completions`, `/v1/chat/completions` | `/v1/completions`, `/v1/chat/completions` (vllm-facts §6) | `/completion` (no `[DONE]`), `/v1/completions`, `/v1/chat/completions`, one event per token, usage + `timings` on the finish chunk (llama-cpp-facts §6, llama-cpp-observed) |
+//! | usage in streams | `include_usage` chunk; `continuous_usage_stats` alone | `include_usage` chunk; continuous only with include_usage; `--enable-force-include-usage` both | always on the final chunk |
+//! | cached tokens | `meta_info.cached_tokens`; OpenAI only with `--enable-cache-report` and > 0 | only with `--enable-prompt-tokens-details`, whole 16-token blocks | always, `prompt - 1` on a repeat; per slot |
+//! | cache reset | `/flush_cache` (400 while busy) | `POST /reset_prefix_cache` (dev mode): 200 `{"success": false}` while requests hold blocks; `?reset_running_requests=true` preempts them (vllm-facts §4) | `POST /slots/N?action=erase` (needs `--slot-save-path`, else 501; waits for a busy slot) (llama-cpp-facts §4) |
+//! | tokenize | `/v1/tokenize`, `/tokenize` | `/tokenize`, `/detokenize` (vllm-facts §5) | `/tokenize` (`add_special` false: no BOS), `/detokenize` (llama-cpp-facts §5) |
+//! | metrics | `/metrics` with `--enable-metrics`, `sglang:` | `/metrics` always, `vllm:` (vllm-facts §8) | `/metrics` with `--metrics`, `llamacpp:` (llama-cpp-facts §8) |
+//! | errors | SGLang's messages (sglang-facts §5) | `{"error":{message,type,param,code}}`; prompt over max_model_len 400, max_tokens over it 400, their sum clamped (vllm-facts §7) | `{"error":{code,message,type}}`; `exceed_context_size_error` 400 with n_prompt_tokens, n_ctx (llama-cpp-facts §7) |
+//! | periodic log | Prefill/Decode batch lines | `Engine 000: Avg prompt throughput: ...` every `VLLM_LOG_STATS_INTERVAL` s (vllm-facts §11) | per task: `launch_slot_`, `print_timing` block, `release` (llama-cpp-facts §10) |
+//! | crash lines | `torch.OutOfMemoryError`, `Not enough memory`, `[Errno 98]` | `torch.OutOfMemoryError` + `EngineDeadError`; KV too small `ValueError: To serve at least one request ...`; `OSError: [Errno 98] Address already in use`; `Invalid repository ID or local directory` (vllm-facts §9) | `cudaMalloc failed: out of memory`; `failed to allocate buffer for kv cache`; `couldn't bind HTTP server socket`; `failed to open GGUF file` (llama-cpp-facts §9) |
+//! | connections | keep-alive | keep-alive | closed after every streamed response while `Keep-Alive: timeout=5, max=100` is advertised (`http/keepalive.rs`) |
+//!
+//! Tests (`tests/sim_engines.rs` drives `servebench sim --api ...` as a child process;
+//! `tests/sim.rs` covers SGLang in process): command line and identity
+//! `sim_vllm_takes_vllm_serve_flags_and_serves_its_identity`,
+//! `sim_llamacpp_health_is_503_while_loading_then_props_and_models`; readiness
+//! `sim_vllm_refuses_connections_until_ready`; streaming and usage
+//! `sim_vllm_streams_usage_only_when_asked`,
+//! `sim_llamacpp_streams_one_event_per_token_with_timings_at_the_end`; cached tokens
+//! `sim_vllm_reports_cached_tokens_in_whole_blocks_only_with_the_flag`,
+//! `sim_llamacpp_slots_cache_prompts_and_erase_needs_a_save_path`; cache reset
+//! `sim_vllm_reset_prefix_cache_needs_dev_mode_and_idle_blocks`; tokenize
+//! `sim_llamacpp_tokenize_has_no_bos_unless_asked_but_completions_do`; metrics
+//! `sim_vllm_metrics_have_vllm_names_and_true_values`, `sim_llamacpp_np_limits_concurrent_decoding`;
+//! errors `sim_vllm_refuses_and_clamps_lengths_like_0_33`,
+//! `sim_llamacpp_refuses_prompts_over_the_slot_context`, `sim_api_keys_guard_what_each_engine_guards`;
+//! logs `sim_vllm_logs_stats_and_access_lines`; failures
+//! `sim_vllm_out_of_memory_crash_is_logged_as_vllm_does`, `sim_vllm_start_up_failures_and_bad_flags`,
+//! `sim_llamacpp_failure_lines`; connections
+//! `sim_llamacpp_closes_the_connection_after_each_streamed_response`; the default
+//! `sim_api_sglang_is_the_default_surface`.
+//!
+//! Guessed, not read from a source: the `file.py:line` locations in vLLM's log lines, vLLM's
+//! histogram buckets, the `/version` string (`0.33.0+servebench.sim`), which idle slots a
+//! unified llama.cpp KV buffer drops when full, the llama.cpp runtime out-of-memory lines
+//! after `cudaMalloc failed` (and that it exits 1, not by abort), the prefix of llama.cpp's
+//! `couldn't bind` line. Left out: vLLM's preemption under KV pressure (the simulator reserves
+//! a request's whole output at admission, so only a reset with `reset_running_requests`
+//! preempts), llama.cpp's RAM prompt cache (`--cache-ram`), slot save/restore, the 5-second
+//! keep-alive idle timeout, vLLM's refusal of a `--max-model-len` above the model's, LoRA,
+//! multimodal, and `LLAMA_ARG_*` environment variables.
+//! Facts files: docs/reference/vllm-facts.md, docs/reference/llama-cpp-facts.md,
+//! docs/reference/sglang-extra.md, shared/reference/sglang-facts.md and
+//! shared/reference/llama-cpp-observed.md.
 //!
 //! Library use (tests, the drift bench, the rest of servebench):
 //! ```no_run
@@ -15,11 +70,13 @@
 //! # }
 //! ```
 
+mod api;
 mod args;
 mod config;
 mod flags;
 mod http;
 mod kv;
+mod llamacpp_args;
 mod log;
 mod memory;
 mod metrics;
@@ -28,25 +85,59 @@ mod radix;
 mod request;
 mod scheduler;
 mod server;
+mod slots;
 mod state;
 mod tokenizer;
 mod trace;
 mod types;
+mod vllm_args;
+mod vllm_flags;
+mod voice;
 
+pub use api::Api;
 pub use args::{ParsedArgs, SimArgError, help_text, parse as parse_args};
 pub use config::SimConfig;
+pub use llamacpp_args::LlamaOptions;
 pub use log::SimLog;
 pub use profile::{
     ActivationModel, DecodeCost, MemoryModel, PrefillCost, Profile, ProfileError, SpecModel,
 };
 pub use radix::RadixCache;
-pub use server::serve;
+pub use server::{serve, serve_socket};
 pub use tokenizer::encode as tokenize;
 pub use trace::{ChunkTrace, EmitEntry, TraceEntry};
+pub use vllm_args::VllmOptions;
 
-/// Entry point of `servebench sim ARGS...`; returns the process exit code
-/// (0 clean shutdown, 1 simulated crash or start-up failure, 2 bad arguments).
+/// Entry point of `servebench sim [--api NAME] ARGS...`; returns the process exit code
+/// (0 clean shutdown, 1 simulated crash or start-up failure, 2 bad arguments; llama.cpp's
+/// surface exits 1 on a bad argument, as llama-server does).
 pub fn main(args: Vec<String>) -> i32 {
+    let (api, args) = match api::split(&args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("servebench sim: error: {e}\nTry `servebench sim --help`.");
+            return crate::exit::BAD_INPUT;
+        }
+    };
+    match api {
+        Api::Sglang => main_sglang(args),
+        Api::Vllm => main_vllm(args),
+        Api::LlamaCpp => main_llamacpp(args),
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .thread_name("sim-http")
+        .enable_all()
+        .build()
+}
+
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn main_sglang(args: Vec<String>) -> i32 {
     let parsed = match args::parse(&args) {
         Ok(p) => p,
         Err(e) => {
@@ -68,11 +159,7 @@ pub fn main(args: Vec<String>) -> i32 {
             return crate::exit::BAD_INPUT;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .thread_name("sim-http")
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("servebench sim: cannot start the runtime: {e}");
@@ -92,10 +179,136 @@ pub fn main(args: Vec<String>) -> i32 {
                 return crate::exit::FAILED;
             }
         };
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+        match serve(config, listener, shutdown_signal()).await {
+            Ok(()) => crate::exit::OK,
+            Err(e) => {
+                eprintln!("servebench sim: {e}");
+                crate::exit::FAILED
+            }
+        }
+    })
+}
+
+fn main_vllm(args: Vec<String>) -> i32 {
+    let parsed = match vllm_args::parse(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return crate::exit::BAD_INPUT;
+        }
+    };
+    if parsed.help {
+        print!("{}", vllm_args::help_text());
+        return crate::exit::OK;
+    }
+    let config = parsed.config;
+    let voice = voice::Voice::new(Api::Vllm, config.log.clone());
+    for w in &parsed.warnings {
+        voice.vllm(
+            voice::Proc::Api,
+            "WARNING",
+            "argparse_utils.py:213",
+            w.strip_prefix("WARNING: ").unwrap_or(w),
+        );
+    }
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("servebench sim: cannot start the runtime: {e}");
+            return crate::exit::FAILED;
+        }
+    };
+    runtime.block_on(async move {
+        // vLLM binds its socket before loading the model, so a busy port fails at once
+        // (entrypoints/launchers/launcher.py `create_server_socket`).
+        let bound = bind_socket(&config.host, config.port).await;
+        let socket = match bound {
+            Ok(s) => s,
+            Err(e) => {
+                voice.vllm_raw(
+                    voice::Proc::Api,
+                    &format!(
+                        "Traceback (most recent call last):\n  File \"/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/launchers/launcher.py\", line 68, in create_server_socket\n    sock.bind(addr)\nOSError: [Errno {}] {}",
+                        e.raw_os_error().unwrap_or(98),
+                        if e.kind() == std::io::ErrorKind::AddrInUse {
+                            "Address already in use".to_string()
+                        } else {
+                            e.to_string()
+                        }
+                    ),
+                );
+                return crate::exit::FAILED;
+            }
         };
-        match serve(config, listener, shutdown).await {
+        match serve_socket(config, socket, shutdown_signal()).await {
+            Ok(()) => crate::exit::OK,
+            Err(e) => {
+                eprintln!("servebench sim: {e}");
+                crate::exit::FAILED
+            }
+        }
+    })
+}
+
+/// A socket bound to `host:port` (the first address it resolves to), not yet listening.
+async fn bind_socket(host: &str, port: u16) -> std::io::Result<tokio::net::TcpSocket> {
+    let addr = tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("cannot resolve {host}")))?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
+}
+
+fn main_llamacpp(args: Vec<String>) -> i32 {
+    let parsed = match llamacpp_args::parse(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}\n\nusage: servebench sim --api llama.cpp [options]  (see --help)");
+            return crate::exit::FAILED;
+        }
+    };
+    if parsed.help {
+        print!("{}", llamacpp_args::help_text());
+        return crate::exit::OK;
+    }
+    for w in &parsed.warnings {
+        eprintln!("{w}");
+    }
+    let config = parsed.config;
+    let runtime = match runtime() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("servebench sim: cannot start the runtime: {e}");
+            return crate::exit::FAILED;
+        }
+    };
+    runtime.block_on(async move {
+        // llama-server binds before loading the model (server-http.cpp `start`).
+        let listener = match bind_socket(&config.host, config.port).await {
+            Ok(s) => s.listen(512),
+            Err(e) => Err(e),
+        };
+        let listener = match listener {
+            Ok(l) => l,
+            Err(_) => {
+                config.log.raw(&format!(
+                    "start: couldn't bind HTTP server socket, hostname: {}, port: {}",
+                    config.host, config.port
+                ));
+                config
+                    .log
+                    .raw("srv  llama_server: exiting due to HTTP server error");
+                return crate::exit::FAILED;
+            }
+        };
+        match serve(config, listener, shutdown_signal()).await {
             Ok(()) => crate::exit::OK,
             Err(e) => {
                 eprintln!("servebench sim: {e}");

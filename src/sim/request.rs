@@ -2,7 +2,7 @@
 
 use super::radix::{NodeId, RadixCache};
 use super::tokenizer::{output_token, seed_of, splitmix};
-use super::types::{GenRequest, SpecStats};
+use super::types::{GenRequest, ReqOptions, SpecStats};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -39,6 +39,20 @@ pub struct Req {
     pub spec: SpecStats,
     /// Model time of the latest token.
     pub last_token_at: Option<Instant>,
+    /// Per-request cache options.
+    pub opts: ReqOptions,
+    /// The llama.cpp slot it holds (slot mode only).
+    pub slot: Option<usize>,
+    /// The server's task id (llama.cpp logs and timings).
+    pub task: u64,
+    /// Model time its prompt evaluation began (first admission).
+    pub started_at: Option<Instant>,
+    /// Model time of its first token.
+    pub first_token_at: Option<Instant>,
+    /// Times it was preempted back to the queue (vLLM's reset with running requests).
+    pub preemptions: u32,
+    /// `cached` at its first admission, kept across preemptions (what vLLM reports).
+    pub first_cached: Option<u64>,
 }
 
 impl Req {
@@ -62,6 +76,13 @@ impl Req {
             chunk_index: 0,
             spec: SpecStats::default(),
             last_token_at: None,
+            opts: g.opts,
+            slot: None,
+            task: 0,
+            started_at: None,
+            first_token_at: None,
+            preemptions: 0,
+            first_cached: None,
             input_ids: g.input_ids,
         }
     }
@@ -117,6 +138,11 @@ impl Req {
     /// Whether the client went away.
     pub fn disconnected(&self) -> bool {
         self.events.is_closed()
+    }
+
+    /// Prompt tokens it reports as cached (its first admission's match).
+    pub fn reported_cached(&self) -> u64 {
+        self.first_cached.unwrap_or(self.cached)
     }
 
     /// Tokens whose KV the request holds outside the tree.

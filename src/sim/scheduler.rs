@@ -5,13 +5,17 @@
 //! duration); the thread sleeps until shortly before it, spins the rest, then sends every
 //! output of that iteration at once. Deadlines chain, so sleep jitter never accumulates.
 
+use super::api::Api;
 use super::config::SimConfig;
 use super::kv::KvPool;
 use super::memory::{ActivationMemory, OutOfMemory};
+use super::radix::RadixCache;
 use super::request::Req;
+use super::slots::SlotPool;
 use super::state::Shared;
 use super::trace::TraceEntry;
-use super::types::{Command, Finish, Output};
+use super::types::{Command, Finish, Output, Timings};
+use super::voice::Voice;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -23,23 +27,86 @@ const SPIN: Duration = Duration::from_micros(200);
 /// (the simulated GPU got slower) instead of bursting to catch up.
 const SLIP: Duration = Duration::from_millis(2);
 
-/// Starts the scheduler thread.
+/// What the server logs once the engine is warmed up, before `/health` turns 200.
+pub type OnReady = Box<dyn FnOnce() + Send>;
+
+/// Starts the scheduler thread; `on_ready` runs when warmup is done, just before the engine is
+/// marked ready.
 pub fn spawn(
     config: &SimConfig,
     shared: Arc<Shared>,
     rx: Receiver<Command>,
+    on_ready: OnReady,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let s = Scheduler::new(config.clone(), shared, rx);
+    let s = Scheduler::new(config.clone(), shared, rx, on_ready);
     std::thread::Builder::new()
         .name("sim-scheduler".into())
         .spawn(move || s.run())
+}
+
+/// The prefix cache: SGLang's and vLLM's radix tree in a KV pool, or llama.cpp's slots.
+#[derive(Debug)]
+enum Cache {
+    Radix(KvPool),
+    Slots(SlotPool),
+}
+
+impl Cache {
+    fn admit(&mut self, req: &mut Req) -> bool {
+        match self {
+            Cache::Radix(kv) => kv.admit(req),
+            Cache::Slots(s) => s.admit(req),
+        }
+    }
+
+    fn cache_prefix(&mut self, req: &mut Req) {
+        if let Cache::Radix(kv) = self {
+            kv.cache_prefix(req);
+        }
+    }
+
+    fn release(&mut self, req: &mut Req) {
+        match self {
+            Cache::Radix(kv) => kv.release(req),
+            Cache::Slots(s) => s.release(req),
+        }
+    }
+
+    fn flush(&mut self) {
+        match self {
+            Cache::Radix(kv) => kv.flush(),
+            Cache::Slots(s) => s.flush(),
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        match self {
+            Cache::Radix(kv) => kv.capacity(),
+            Cache::Slots(s) => s.capacity(),
+        }
+    }
+
+    fn locked_tokens(&self) -> u64 {
+        match self {
+            Cache::Radix(kv) => kv.locked_tokens(),
+            Cache::Slots(_) => 0,
+        }
+    }
 }
 
 struct Scheduler {
     cfg: SimConfig,
     shared: Arc<Shared>,
     rx: Receiver<Command>,
-    kv: KvPool,
+    kv: Cache,
+    voice: Voice,
+    on_ready: Option<OnReady>,
+    /// llama.cpp slot erases waiting for their slot to go idle.
+    pending_erases: Vec<(usize, tokio::sync::oneshot::Sender<u64>)>,
+    /// The next task id (llama.cpp's log lines and timings).
+    next_task: u64,
+    /// Something ran since the engine was last idle (llama.cpp's "all slots are idle").
+    busy_since_idle: bool,
     /// Activation memory outside the static pool; None = the profile does not model it.
     memory: Option<ActivationMemory>,
     waiting: VecDeque<Req>,
@@ -71,8 +138,20 @@ struct PrefillItem {
 }
 
 impl Scheduler {
-    fn new(cfg: SimConfig, shared: Arc<Shared>, rx: Receiver<Command>) -> Self {
-        let kv = KvPool::new(cfg.pool_tokens(), !cfg.disable_radix_cache);
+    fn new(cfg: SimConfig, shared: Arc<Shared>, rx: Receiver<Command>, on_ready: OnReady) -> Self {
+        let kv = match &cfg.llama {
+            Some(l) => Cache::Slots(SlotPool::new(
+                l.n_slots,
+                l.n_ctx,
+                l.n_ctx_slot,
+                l.kv_unified,
+            )),
+            None => Cache::Radix(
+                KvPool::new(cfg.pool_tokens(), !cfg.disable_radix_cache)
+                    .with_block(cfg.vllm.as_ref().map_or(1, |v| v.block_size)),
+            ),
+        };
+        let voice = Voice::new(cfg.api, cfg.log.clone());
         let memory = ActivationMemory::new(
             &cfg.profile.memory,
             cfg.mem_fraction_static,
@@ -84,6 +163,11 @@ impl Scheduler {
             shared,
             rx,
             kv,
+            voice,
+            on_ready: Some(on_ready),
+            pending_erases: Vec::new(),
+            next_task: 0,
+            busy_since_idle: false,
             waiting: VecDeque::new(),
             running: Vec::new(),
             chunked: None,
@@ -104,18 +188,23 @@ impl Scheduler {
     }
 
     fn run(mut self) {
-        if let Some(m) = &self.memory {
+        if let Some(m) = &self.memory
+            && self.cfg.api == Api::Sglang
+        {
             self.cfg.log.info(&format!(
                 "Memory pool end. avail mem={:.2} GB",
                 m.free_mib() / 1024.0
             ));
         }
+        let warmup_started = Instant::now();
         if !self.cfg.skip_warmup {
             std::thread::sleep(self.cfg.profile.warmup());
         }
-        self.cfg
-            .log
-            .info("The server is fired up and ready to roll!");
+        self.voice
+            .engine_ready(warmup_started.elapsed().as_secs_f64());
+        if let Some(f) = self.on_ready.take() {
+            f();
+        }
         self.shared.set_ready();
         self.clock = Instant::now();
         loop {
@@ -131,7 +220,11 @@ impl Scheduler {
                 }
             }
             self.drop_aborted();
+            self.run_erases();
             if self.idle() {
+                if std::mem::take(&mut self.busy_since_idle) {
+                    self.voice.all_idle();
+                }
                 self.publish();
                 match self.rx.recv() {
                     Ok(c) => {
@@ -151,7 +244,9 @@ impl Scheduler {
                 self.clock
             };
             let deadline;
-            if let Some(batch) = self.form_prefill() {
+            if let Some(mut batch) = self.form_prefill() {
+                self.busy_since_idle = true;
+                self.started(&mut batch, start);
                 let new_tokens: u64 = batch.iter().map(|b| b.new_tokens).sum();
                 let segments: Vec<(u64, u64)> = batch
                     .iter()
@@ -162,12 +257,17 @@ impl Scheduler {
                 if let Some(limit) = self.cfg.profile.oom_prefill_tokens
                     && new_tokens > limit
                 {
-                    self.crash_oom(&self.token_limit_oom(new_tokens), new_tokens);
+                    let (message, tried_mib) = self.token_limit_oom(new_tokens);
+                    self.crash_oom(&message, tried_mib, new_tokens);
                     return;
                 }
                 if let Some(Err(oom)) = self.memory.as_mut().map(|m| m.prefill(&segments)) {
-                    self.crash_oom(&oom.torch_message(), new_tokens);
+                    self.crash_oom(&oom.torch_message(), oom.tried_mib, new_tokens);
                     return;
+                }
+                if let Ok(mut st) = self.shared.stats.lock() {
+                    st.engine.n_decode += 1;
+                    st.engine.n_busy_slots += (batch.len() + self.running.len()) as u64;
                 }
                 deadline = start + self.cfg.profile.prefill_time(&segments);
                 if self.wait_until(deadline) {
@@ -220,23 +320,135 @@ impl Scheduler {
     /// Handles a command; returns true to stop the loop.
     fn handle(&mut self, c: Command) -> bool {
         match c {
-            Command::Generate(g) => self.waiting.push_back(Req::new(g, self.cfg.seed)),
+            Command::Generate(g) => {
+                let mut req = Req::new(g, self.cfg.seed);
+                req.task = self.next_task;
+                self.next_task += 1;
+                self.waiting.push_back(req);
+            }
             Command::Flush(reply) => {
                 let ok = self.idle();
                 if ok {
                     self.kv.flush();
-                    self.cfg.log.info("Cache flushed successfully!");
-                } else {
-                    self.cfg
-                        .log
-                        .info("Cache not flushed because there are pending requests.");
                 }
+                self.voice.flush(ok);
                 let _ = reply.send(ok);
             }
+            Command::ResetPrefixCache {
+                reset_running,
+                reply,
+            } => {
+                let _ = reply.send(self.reset_prefix_cache(reset_running));
+            }
+            Command::EraseSlot { id, reply } => self.pending_erases.push((id, reply)),
             Command::Abort { rid } => self.pending_aborts.push(rid),
             Command::Shutdown => return true,
         }
         false
+    }
+
+    /// vLLM's reset: refused while a request holds KV blocks, unless those requests are
+    /// preempted first (they go back to the front of the queue and recompute).
+    fn reset_prefix_cache(&mut self, reset_running: bool) -> bool {
+        self.voice.vllm(
+            super::voice::Proc::Engine,
+            "INFO",
+            "block_pool.py:397",
+            "Resetting prefix cache...",
+        );
+        if reset_running {
+            self.preempt_all();
+        }
+        let held: u64 = self
+            .running
+            .iter()
+            .chain(self.chunked.iter())
+            .map(|r| r.context_len().div_ceil(self.block_size()))
+            .sum();
+        let ok = held == 0;
+        if ok {
+            self.kv.flush();
+            if let Ok(mut st) = self.shared.stats.lock() {
+                st.engine.prefix_queries_since_reset = 0;
+                st.engine.prefix_hits_since_reset = 0;
+            }
+        }
+        self.voice.reset_prefix_cache(ok, held);
+        self.publish();
+        ok
+    }
+
+    fn block_size(&self) -> u64 {
+        self.cfg.vllm.as_ref().map_or(1, |v| v.block_size).max(1)
+    }
+
+    /// Sends every running request back to the front of the queue, freeing its KV.
+    fn preempt_all(&mut self) {
+        let mut back: Vec<Req> = self.running.drain(..).collect();
+        back.extend(self.chunked.take());
+        let n = back.len() as u64;
+        for mut r in back.into_iter().rev() {
+            self.kv.release(&mut r);
+            r.first_cached.get_or_insert(r.cached);
+            r.preemptions += 1;
+            r.prefilled = 0;
+            r.cached = 0;
+            r.in_tree = 0;
+            r.node = RadixCache::ROOT;
+            self.waiting.push_front(r);
+        }
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.engine.preemptions += n;
+        }
+    }
+
+    /// Erases idle slots whose erase was asked for (llama.cpp defers erasing a busy slot).
+    fn run_erases(&mut self) {
+        if self.pending_erases.is_empty() {
+            return;
+        }
+        let Cache::Slots(slots) = &mut self.kv else {
+            for (_, reply) in self.pending_erases.drain(..) {
+                let _ = reply.send(0);
+            }
+            return;
+        };
+        let mut still = Vec::new();
+        for (id, reply) in self.pending_erases.drain(..) {
+            match slots.erase(id) {
+                Some(n) => {
+                    let _ = reply.send(n);
+                }
+                None => still.push((id, reply)),
+            }
+        }
+        self.pending_erases = still;
+    }
+
+    /// Bookkeeping for requests a prefill batch admitted for the first time.
+    fn started(&mut self, batch: &mut [PrefillItem], at: Instant) {
+        let n_ctx_slot = self.cfg.llama.as_ref().map_or(0, |l| l.n_ctx_slot);
+        let mut st = self.shared.stats.lock().ok();
+        for b in batch.iter_mut() {
+            let r = &mut b.req;
+            if r.started_at.is_some() {
+                continue;
+            }
+            r.started_at = Some(at);
+            if let Some(st) = st.as_mut() {
+                let e = &mut st.engine;
+                e.queue_time
+                    .observe(at.saturating_duration_since(r.received).as_secs_f64());
+                e.prefix_queries += r.prompt_len();
+                e.prefix_hits += r.cached;
+                e.prefix_queries_since_reset += r.prompt_len();
+                e.prefix_hits_since_reset += r.cached;
+            }
+            if let Some(slot) = r.slot {
+                self.voice
+                    .task_started(slot, r.task, n_ctx_slot, r.prompt_len(), r.cached);
+            }
+        }
     }
 
     /// Sleeps until `deadline`, queueing commands that arrive meanwhile; true = stop.
@@ -296,9 +508,14 @@ impl Scheduler {
             gone.extend(self.chunked.take());
         }
         let now = Instant::now();
+        if !gone.is_empty()
+            && let Ok(mut st) = self.shared.stats.lock()
+        {
+            st.engine.finished_abort += gone.len() as u64;
+        }
         for mut r in gone {
             if !r.disconnected() {
-                self.emit(&mut r, now, Some(abort_msg.clone()));
+                self.emit(&mut r, now, Some(abort_msg.clone()), None);
             }
             self.kv.release(&mut r);
         }
@@ -366,17 +583,23 @@ impl Scheduler {
                 self.chunked = Some(req);
                 continue;
             }
-            // The prefill forward pass produces the first token.
+            // The prefill forward pass produces the first token (after a preemption, the next
+            // one: the recomputation ends with a sampling step too).
             first_tokens += req.generate(1);
-            if let Ok(mut st) = self.shared.stats.lock() {
-                st.ttft
-                    .observe(at.duration_since(req.received).as_secs_f64());
+            if req.first_token_at.is_none() {
+                req.first_token_at = Some(at);
+                if let Ok(mut st) = self.shared.stats.lock() {
+                    st.ttft
+                        .observe(at.duration_since(req.received).as_secs_f64());
+                    st.engine.prompt_tokens += req.prompt_len();
+                    st.engine.prompt_tokens_cached += req.reported_cached();
+                }
             }
             req.last_token_at = Some(at);
             if req.done() {
                 self.finish(req, at);
             } else {
-                self.emit(&mut req, at, None);
+                self.emit(&mut req, at, None, None);
                 self.running.push(req);
             }
         }
@@ -416,6 +639,8 @@ impl Scheduler {
         }
         if let Ok(mut st) = self.shared.stats.lock() {
             st.generation_tokens_total += produced;
+            st.engine.n_decode += 1;
+            st.engine.n_busy_slots += running.len() as u64;
             for (gap, k) in itl {
                 for _ in 0..k {
                     st.itl.observe(gap);
@@ -429,7 +654,7 @@ impl Scheduler {
                 self.finish(req, at);
             } else {
                 if req.output.len() - req.sent >= interval {
-                    self.emit(&mut req, at, None);
+                    self.emit(&mut req, at, None, None);
                 }
                 self.running.push(req);
             }
@@ -439,19 +664,52 @@ impl Scheduler {
 
     fn finish(&mut self, mut req: Req, at: Instant) {
         let n = req.output.len() as u64;
-        self.emit(&mut req, at, Some(Finish::Length(n)));
+        let ms = |from: Option<Instant>, to: Instant| {
+            from.map_or(0.0, |f| to.saturating_duration_since(f).as_secs_f64() * 1e3)
+        };
+        let first = req.first_token_at.unwrap_or(at);
+        let timings = Timings {
+            cache_n: req.reported_cached(),
+            prompt_n: req.prompt_len() - req.reported_cached(),
+            prompt_ms: ms(req.started_at, first),
+            predicted_n: n,
+            predicted_ms: ms(Some(first), at),
+            task: req.task,
+        };
+        self.emit(&mut req, at, Some(Finish::Length(n)), Some(timings));
         if let Ok(mut st) = self.shared.stats.lock() {
             st.e2e
                 .observe(at.duration_since(req.received).as_secs_f64());
             st.prompt_tokens_total += req.prompt_len();
-            st.cached_tokens_total += req.cached;
+            st.cached_tokens_total += req.reported_cached();
             st.num_requests_total += 1;
+            let e = &mut st.engine;
+            e.finished_length += 1;
+            e.prompt_tokens_computed += timings.prompt_n;
+            e.prompt_seconds += timings.prompt_ms / 1e3;
+            e.predicted_seconds += timings.predicted_ms / 1e3;
+            e.n_tokens_max = e.n_tokens_max.max(req.context_len());
+            if timings.prompt_ms > 0.0 {
+                e.last_prompt_tok_s = timings.prompt_n as f64 * 1e3 / timings.prompt_ms;
+            }
+            if timings.predicted_ms > 0.0 {
+                e.last_predicted_tok_s = n as f64 * 1e3 / timings.predicted_ms;
+            }
+        }
+        if let Some(slot) = req.slot {
+            self.voice.task_finished(slot, &timings, req.context_len());
         }
         self.kv.release(&mut req);
     }
 
     /// Sends the tokens generated since the last output.
-    fn emit(&mut self, req: &mut Req, at: Instant, finish: Option<Finish>) {
+    fn emit(
+        &mut self,
+        req: &mut Req,
+        at: Instant,
+        finish: Option<Finish>,
+        timings: Option<Timings>,
+    ) {
         let new_ids = req.output[req.sent..].to_vec();
         req.sent = req.output.len();
         if self.cfg.trace.is_some() {
@@ -468,9 +726,11 @@ impl Scheduler {
             new_ids,
             completion_tokens: req.output.len() as u64,
             prompt_tokens: req.prompt_len(),
-            cached_tokens: req.cached,
+            cached_tokens: req.reported_cached(),
             finish,
             spec,
+            slot: req.slot,
+            timings,
         });
     }
 
@@ -506,7 +766,7 @@ impl Scheduler {
             .iter()
             .filter(|b| b.req.prefilled == b.req.cached)
             .count();
-        self.cfg.log.batch(&format!(
+        self.voice.prefill_batch(&format!(
             "Prefill batch, #new-seq: {new_seq}, #new-token: {new_tokens}, #cached-token: {cached}, \
              token usage: {:.2}, #running-req: {}, #queue-req: {},",
             self.token_usage(),
@@ -539,7 +799,7 @@ impl Scheduler {
             .cuda_graph_max_bs
             .is_some_and(|bs| self.running.len() as u64 <= bs);
         let graph = if graph { "True" } else { "False" };
-        self.cfg.log.batch(&format!(
+        self.voice.decode_batch(&format!(
             "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}, {spec}cuda graph: {graph}, \
              gen throughput (token/s): {throughput:.2}, #queue-req: {},",
             self.running.len(),
@@ -562,7 +822,13 @@ impl Scheduler {
     fn publish(&self) {
         let used = self.used_tokens();
         let usage = self.token_usage();
+        if let Cache::Slots(slots) = &self.kv
+            && let Ok(mut v) = self.shared.slots.lock()
+        {
+            *v = slots.views();
+        }
         if let Ok(mut st) = self.shared.stats.lock() {
+            st.engine.deferred = self.waiting.len() as u64;
             st.num_running_reqs = (self.running.len() + self.chunked.iter().count()) as u64;
             st.num_queue_reqs = self.waiting.len() as u64;
             st.num_used_tokens = used;
@@ -575,8 +841,9 @@ impl Scheduler {
         }
     }
 
-    /// PyTorch's error line for a batch over the profile's `oom_prefill_tokens`.
-    fn token_limit_oom(&self, new_tokens: u64) -> String {
+    /// PyTorch's error line for a batch over the profile's `oom_prefill_tokens`, and the MiB
+    /// the failing allocation asked for.
+    fn token_limit_oom(&self, new_tokens: u64) -> (String, f64) {
         let m = &self.cfg.profile.memory;
         let total_gib = m.gpu_gb * 1e9 / (1u64 << 30) as f64;
         let oom = OutOfMemory {
@@ -587,29 +854,16 @@ impl Scheduler {
             allocated_gib: total_gib * self.cfg.mem_fraction_static,
             reserved_unallocated_mib: 0.0,
         };
-        format!(
+        let message = format!(
             "{} (simulated: prefill batch of {new_tokens} new tokens > oom_prefill_tokens)",
             oom.torch_message()
-        )
+        );
+        (message, oom.tried_mib)
     }
 
-    /// Mimics SGLang dying of a CUDA out-of-memory error in the scheduler process.
-    fn crash_oom(&self, torch_error: &str, new_tokens: u64) {
-        self.cfg
-            .log
-            .info("Scheduler hit an exception: Traceback (most recent call last):");
-        self.cfg.log.raw(&format!(
-            "  File \"/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py\", line 2912, in run_scheduler_process\n\
-             \x20   scheduler.event_loop_overlap()\n\
-             \x20 File \"/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py\", line 1004, in event_loop_overlap\n\
-             \x20   batch_result = self.run_batch(batch)\n\
-             \x20 File \"/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py\", line 1890, in forward_extend\n\
-             \x20   return self.model.forward(\n\
-             {torch_error}\n",
-        ));
-        self.cfg
-            .log
-            .info("Received sigquit from a child process. It usually means the child failed.");
+    /// Mimics the engine dying of a CUDA out-of-memory error in a prefill.
+    fn crash_oom(&self, torch_error: &str, tried_mib: f64, new_tokens: u64) {
+        self.voice.out_of_memory(torch_error, tried_mib);
         self.shared.crash(format!(
             "simulated CUDA out of memory: prefill batch of {new_tokens} tokens"
         ));

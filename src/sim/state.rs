@@ -1,6 +1,8 @@
 //! State shared between the scheduler thread and the HTTP handlers.
 
+use super::api::Api;
 use super::metrics::SchedStats;
+use super::slots::SlotView;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::watch;
@@ -11,20 +13,33 @@ pub struct Shared {
     ready: AtomicBool,
     /// Gauges, histograms and counters, updated by the scheduler every iteration.
     pub stats: Mutex<SchedStats>,
+    /// llama.cpp's slots as `/slots` shows them (empty in other modes).
+    pub slots: Mutex<Vec<SlotView>>,
     crash: watch::Sender<Option<String>>,
 }
 
 impl Default for Shared {
     fn default() -> Self {
-        Shared {
-            ready: AtomicBool::new(false),
-            stats: Mutex::new(SchedStats::default()),
-            crash: watch::channel(None).0,
-        }
+        Self::new(Api::Sglang)
     }
 }
 
 impl Shared {
+    /// State for a simulator speaking `api` (its histograms use that engine's buckets).
+    pub fn new(api: Api) -> Self {
+        Shared {
+            ready: AtomicBool::new(false),
+            stats: Mutex::new(SchedStats::for_api(api)),
+            slots: Mutex::new(Vec::new()),
+            crash: watch::channel(None).0,
+        }
+    }
+
+    /// Whether the engine crashed.
+    pub fn crashed(&self) -> bool {
+        self.crash.borrow().is_some()
+    }
+
     /// Whether warmup is done (`/health` answers 200).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)

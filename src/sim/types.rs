@@ -17,6 +17,44 @@ pub struct GenRequest {
     pub received: Instant,
     /// Where the scheduler sends this request's outputs; closed = the client went away.
     pub events: mpsc::UnboundedSender<Output>,
+    /// Per-request cache options (llama.cpp's `cache_prompt` and `id_slot`).
+    pub opts: ReqOptions,
+}
+
+/// Per-request options beyond SGLang's (defaults: SGLang's behaviour).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReqOptions {
+    /// Reuse a cached prompt prefix (llama.cpp's `cache_prompt`, default true).
+    pub cache_prompt: bool,
+    /// Run in this llama.cpp slot (`id_slot`); None = the server picks.
+    pub id_slot: Option<usize>,
+}
+
+impl Default for ReqOptions {
+    fn default() -> Self {
+        ReqOptions {
+            cache_prompt: true,
+            id_slot: None,
+        }
+    }
+}
+
+/// A finished request's timings, as llama.cpp reports them (`timings`, `print_timing`).
+/// Model time, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Timings {
+    /// Prompt tokens served from the cache.
+    pub cache_n: u64,
+    /// Prompt tokens evaluated (not cached).
+    pub prompt_n: u64,
+    /// From the start of the prompt's evaluation to the first token.
+    pub prompt_ms: f64,
+    /// Tokens generated.
+    pub predicted_n: u64,
+    /// From the first token to the last.
+    pub predicted_ms: f64,
+    /// The server's task id.
+    pub task: u64,
 }
 
 /// Why a request finished.
@@ -54,6 +92,10 @@ pub struct Output {
     pub finish: Option<Finish>,
     /// Speculative counters on the final output when speculative decoding is on.
     pub spec: Option<SpecStats>,
+    /// The llama.cpp slot the request runs in (None outside llama.cpp mode).
+    pub slot: Option<usize>,
+    /// Timings, on the final output.
+    pub timings: Option<Timings>,
 }
 
 /// A command to the scheduler thread.
@@ -67,6 +109,23 @@ pub enum Command {
     Abort {
         /// The request id; None = all.
         rid: Option<String>,
+    },
+    /// vLLM's `/reset_prefix_cache`: empties the prefix cache when no KV block is held by a
+    /// running request; with `reset_running` running requests are preempted first (they go back
+    /// to the queue and recompute). Answers whether the cache was reset.
+    ResetPrefixCache {
+        /// `?reset_running_requests=true`.
+        reset_running: bool,
+        /// Whether the reset happened.
+        reply: oneshot::Sender<bool>,
+    },
+    /// llama.cpp's `POST /slots/{id}?action=erase`: empties one slot's cache, waiting for the
+    /// slot to go idle first. Answers the tokens erased.
+    EraseSlot {
+        /// The slot.
+        id: usize,
+        /// Tokens erased.
+        reply: oneshot::Sender<u64>,
     },
     /// Stop the loop.
     Shutdown,

@@ -329,6 +329,8 @@ mod tests {
             cached_tokens: 3,
             finish: None,
             spec: None,
+            slot: None,
+            timings: None,
         };
         let received = Instant::now();
         let via_value = sse(&json!({

@@ -1,12 +1,17 @@
-//! SGLang's HTTP API on axum.
+//! The simulator's HTTP surfaces on axum: SGLang's (this module and `admin`, `generate`,
+//! `openai`), vLLM's (`vllm`) and llama.cpp's (`llamacpp`, served through `keepalive`, which
+//! closes the connection after each streamed response as llama-server does).
 
 mod admin;
 mod generate;
+pub mod keepalive;
+pub mod llamacpp;
 mod openai;
+pub mod vllm;
 
 use super::config::SimConfig;
 use super::state::Shared;
-use super::types::{Command, GenRequest, Output};
+use super::types::{Command, GenRequest, Output, ReqOptions};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
@@ -106,6 +111,18 @@ impl AppState {
         }
         // SGLang trims the output budget to what the context (and here the pool) can hold.
         let max_new = (max_new_tokens as u64).min(ctx - n).min(pool - n);
+        self.enqueue(rid, input_ids, max_new, received, ReqOptions::default())
+    }
+
+    /// Queues an already validated request; the other surfaces validate in their own words.
+    pub fn enqueue(
+        &self,
+        rid: Option<String>,
+        input_ids: Vec<u32>,
+        max_new_tokens: u64,
+        received: Instant,
+        opts: ReqOptions,
+    ) -> Result<(Arc<str>, mpsc::UnboundedReceiver<Output>), Rejected> {
         let (events, rx) = mpsc::unbounded_channel();
         let rid: Arc<str> = rid
             .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
@@ -114,9 +131,10 @@ impl AppState {
             .send(Command::Generate(GenRequest {
                 rid: rid.clone(),
                 input_ids,
-                max_new_tokens: max_new,
+                max_new_tokens,
                 received,
                 events,
+                opts,
             }))
             .map_err(|_| Rejected("The server is shutting down.".into()))?;
         Ok((rid, rx))

@@ -97,7 +97,7 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
     }
 }
 
-fn completion_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
+pub(super) fn completion_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
     let bad = || Rejected("prompt must be a string, a list of strings, or token ids".into());
     match v.get("prompt") {
         Some(Value::String(s)) => Ok(tokenizer::encode(s)),
@@ -122,7 +122,7 @@ fn ids(a: &[Value]) -> Option<Vec<u32>> {
 
 /// Renders messages with a plain template: each message's content on its own lines, then an
 /// assistant cue. Nothing precedes the first message, so a nonce there defeats the cache.
-fn chat_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
+pub(super) fn chat_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
     let Some(msgs) = v.get("messages").and_then(Value::as_array) else {
         return Err(Rejected("messages must be a list".into()));
     };

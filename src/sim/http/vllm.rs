@@ -1,0 +1,957 @@
+//! vLLM's HTTP API (`--api vllm`), as vLLM 0.33 serves it (docs/reference/vllm-facts.md §2-§8).
+//!
+//! Shapes follow vLLM's pydantic models and how each is dumped: streamed completion chunks
+//! with `exclude_unset` (so `usage` appears only with continuous usage stats), the final usage
+//! chunk with `exclude_none` (openai/completion/serving.py, openai/chat_completion/serving.py,
+//! read at upstream commits 030ea52 and 006c49d), errors as `{"error": {message, type, param,
+//! code}}` (serve/engine/protocol.py `ErrorResponse`).
+
+use super::{AppState, json_response, openai, unix_now};
+use crate::sim::metrics::Histogram;
+use crate::sim::tokenizer;
+use crate::sim::types::{Command, Finish, Output, ReqOptions};
+use crate::sim::vllm_args::VllmOptions;
+use crate::sim::voice::{Proc, VLLM_VERSION, Voice};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::stream;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Every route, with its methods, in the order vLLM logs them at start-up.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("/health", "GET"),
+    ("/ping", "GET, POST"),
+    ("/load", "GET"),
+    ("/version", "GET"),
+    ("/tokenize", "POST"),
+    ("/detokenize", "POST"),
+    ("/v1/models", "GET"),
+    ("/v1/completions", "POST"),
+    ("/v1/chat/completions", "POST"),
+    ("/metrics", "GET"),
+    ("/reset_prefix_cache", "POST"),
+    ("/reset_mm_cache", "POST"),
+    ("/reset_encoder_cache", "POST"),
+    ("/server_info", "GET"),
+    ("/is_sleeping", "GET"),
+];
+
+/// Routes registered only with `VLLM_SERVER_DEV_MODE=1` (serve/__init__.py
+/// `register_vllm_dev_api_routers`).
+pub const DEV_ROUTES: &[&str] = &[
+    "/reset_prefix_cache",
+    "/reset_mm_cache",
+    "/reset_encoder_cache",
+    "/server_info",
+    "/is_sleeping",
+];
+
+/// What vLLM's handlers reach.
+#[derive(Clone)]
+pub struct VState {
+    st: AppState,
+    v: Arc<VllmOptions>,
+    voice: Voice,
+}
+
+/// Builds vLLM's router: the routes, API-key checking on /v1 paths, uvicorn's access log.
+pub fn router(st: AppState, v: Arc<VllmOptions>) -> Router {
+    let voice = Voice::new(crate::sim::api::Api::Vllm, st.cfg.log.clone());
+    let state = VState { st, v, voice };
+    let mut r = Router::new()
+        .route("/health", get(health))
+        .route("/ping", get(health).post(health))
+        .route("/load", get(load))
+        .route("/version", get(version))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/metrics", get(metrics));
+    if state.v.dev_mode {
+        r = r
+            .route("/reset_prefix_cache", post(reset_prefix_cache))
+            .route("/reset_mm_cache", post(empty_ok))
+            .route("/reset_encoder_cache", post(empty_ok))
+            .route("/server_info", get(server_info))
+            .route("/is_sleeping", get(is_sleeping));
+    }
+    r.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), access_log))
+        .with_state(state)
+}
+
+/// vLLM's error body and status.
+fn error(status: StatusCode, kind: &str, message: &str, param: Option<&str>) -> Response {
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": kind, "param": param, "code": status.as_u16()}}),
+    )
+}
+
+fn bad_request(message: &str, param: Option<&str>) -> Response {
+    error(StatusCode::BAD_REQUEST, "BadRequestError", message, param)
+}
+
+/// FastAPI's 404 for an unknown path.
+async fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, &json!({"detail": "Not Found"}))
+}
+
+async fn method_not_allowed() -> Response {
+    json_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &json!({"detail": "Method Not Allowed"}),
+    )
+}
+
+/// `--api-key` guards `/v1`, `/v2` and `/inference` paths only (FrontendArgs.api_key).
+async fn authenticate(State(s): State<VState>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let guarded = ["/v1", "/v2", "/inference"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")));
+    if guarded && !s.v.api_keys.is_empty() && req.method() != axum::http::Method::OPTIONS {
+        let ok = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .is_some_and(|k| s.v.api_keys.iter().any(|a| a == k));
+        if !ok {
+            return json_response(StatusCode::UNAUTHORIZED, &json!({"error": "Unauthorized"}));
+        }
+    }
+    next.run(req).await
+}
+
+/// Uvicorn's access log line, once the response starts.
+async fn access_log(State(s): State<VState>, req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.to_string())
+        .unwrap_or_else(|| "127.0.0.1:0".into());
+    let line = format!(
+        "{} {}{} HTTP/1.1",
+        req.method(),
+        req.uri().path(),
+        req.uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default()
+    );
+    let resp = next.run(req).await;
+    if s.v.access_log {
+        let status = resp.status();
+        s.voice.vllm_raw(
+            Proc::Api,
+            &format!(
+                "INFO:     {peer} - \"{line}\" {} {}",
+                status.as_u16(),
+                status.canonical_reason().unwrap_or("")
+            ),
+        );
+    }
+    resp
+}
+
+/// `GET /health`, `GET|POST /ping`: 200 with an empty body; 503 once the engine is dead.
+async fn health(State(s): State<VState>) -> Response {
+    if s.st.shared.crashed() {
+        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    } else {
+        StatusCode::OK.into_response()
+    }
+}
+
+/// `GET /version`: vLLM's version, with the simulator named as a local version label.
+async fn version() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"version": format!("{VLLM_VERSION}+servebench.sim")}),
+    )
+}
+
+async fn load(State(s): State<VState>) -> Response {
+    let st = s.st.shared.stats();
+    json_response(
+        StatusCode::OK,
+        &json!({"server_load": st.num_running_reqs + st.num_queue_reqs}),
+    )
+}
+
+fn random_id() -> String {
+    format!("{:016x}", uuid::Uuid::new_v4().as_u128() as u64)
+}
+
+/// `GET /v1/models`: one card per served name.
+async fn models(State(s): State<VState>) -> Response {
+    let data: Vec<Value> = s
+        .v
+        .served_names
+        .iter()
+        .map(|name| {
+            json!({"id": name, "object": "model", "created": s.st.created, "owned_by": "vllm",
+                   "root": s.v.model, "parent": null, "max_model_len": s.st.cfg.context_length,
+                   "permission": [{"id": format!("modelperm-{}", random_id()), "object": "model_permission",
+                       "created": s.st.created, "allow_create_engine": false, "allow_sampling": true,
+                       "allow_logprobs": true, "allow_search_indices": false, "allow_view": true,
+                       "allow_fine_tuning": false, "organization": "*", "group": null, "is_blocking": false}]})
+        })
+        .collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .filter(Value::is_object)
+        .ok_or_else(|| {
+            Box::new(bad_request(
+                "Expecting value: the request body is not a JSON object.",
+                None,
+            ))
+        })
+}
+
+/// A request's `model` must be one of the served names (serve/engine/serving.py `_check_model`).
+fn check_model(s: &VState, v: &Value) -> Result<(), Box<Response>> {
+    match v.get("model").and_then(Value::as_str) {
+        Some(m) if !s.v.skip_model_validation && !s.v.served_names.iter().any(|n| n == m) => {
+            Err(Box::new(error(
+                StatusCode::NOT_FOUND,
+                "NotFoundError",
+                &format!("The model `{m}` does not exist."),
+                Some("model"),
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `POST /tokenize`: a prompt or chat messages; no length limit.
+async fn tokenize(State(s): State<VState>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    if let Err(r) = check_model(&s, &v) {
+        return *r;
+    }
+    let ids = if v.get("messages").is_some() {
+        openai::chat_prompt(&v)
+    } else {
+        match v.get("prompt") {
+            Some(Value::String(p)) => Ok(tokenizer::encode(p)),
+            _ => return bad_request("Field required: prompt or messages", Some("prompt")),
+        }
+    };
+    let ids = match ids {
+        Ok(ids) => ids,
+        Err(e) => return bad_request(&e.0, None),
+    };
+    let strs = v
+        .get("return_token_strs")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        .then(|| {
+            let text = v.get("prompt").and_then(Value::as_str).unwrap_or("");
+            tokenizer::pieces(text)
+        });
+    json_response(
+        StatusCode::OK,
+        &json!({"count": ids.len(), "max_model_len": s.st.cfg.context_length, "tokens": ids,
+                "token_strs": strs}),
+    )
+}
+
+/// `POST /detokenize`: token ids back to text.
+async fn detokenize(State(s): State<VState>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    if let Err(r) = check_model(&s, &v) {
+        return *r;
+    }
+    let Some(ids) = v.get("tokens").and_then(Value::as_array).and_then(|a| {
+        a.iter()
+            .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect::<Option<Vec<u32>>>()
+    }) else {
+        return bad_request("tokens must be a list of token ids", Some("tokens"));
+    };
+    let mut text = String::new();
+    tokenizer::decode_into(&ids, &mut text);
+    json_response(StatusCode::OK, &json!({"prompt": text}))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Api {
+    Completion,
+    Chat,
+}
+
+/// What shapes every chunk of one response.
+struct Shape {
+    api: Api,
+    id: String,
+    model: String,
+    created: u64,
+    include_usage: bool,
+    continuous_usage: bool,
+    prompt_details: bool,
+}
+
+async fn completions(State(s): State<VState>, body: Bytes) -> Response {
+    handle(s, body, Api::Completion).await
+}
+
+async fn chat(State(s): State<VState>, body: Bytes) -> Response {
+    handle(s, body, Api::Chat).await
+}
+
+fn opt_int(v: &Value, key: &str) -> Result<Option<i64>, Box<Response>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x.as_i64().map(Some).ok_or_else(|| {
+            Box::new(bad_request(
+                &format!("{key}: Input should be a valid integer"),
+                Some(key),
+            ))
+        }),
+    }
+}
+
+async fn handle(s: VState, body: Bytes, api: Api) -> Response {
+    let received = Instant::now();
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    if let Err(r) = check_model(&s, &v) {
+        return *r;
+    }
+    let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let opts = v.get("stream_options").filter(|o| !o.is_null());
+    if opts.is_some() && !stream {
+        return bad_request(
+            "Stream options can only be defined when `stream=True`.",
+            Some("stream_options"),
+        );
+    }
+    let ids = match api {
+        Api::Completion => {
+            let empty = match v.get("prompt") {
+                None | Some(Value::Null) => true,
+                Some(Value::String(p)) => p.is_empty(),
+                _ => false,
+            };
+            if empty {
+                return bad_request(
+                    "Either prompt or prompt_embeds must be provided and non-empty.",
+                    Some("prompt"),
+                );
+            }
+            openai::completion_prompt(&v)
+        }
+        Api::Chat => openai::chat_prompt(&v),
+    };
+    let ids = match ids {
+        Ok(ids) => ids,
+        Err(e) => return bad_request(&e.0, None),
+    };
+    let max_tokens = match api {
+        Api::Completion => match opt_int(&v, "max_tokens") {
+            Ok(m) => Some(m.unwrap_or(16)),
+            Err(r) => return *r,
+        },
+        Api::Chat => match (
+            opt_int(&v, "max_completion_tokens"),
+            opt_int(&v, "max_tokens"),
+        ) {
+            (Ok(a), Ok(b)) => a.or(b),
+            (Err(r), _) | (_, Err(r)) => return *r,
+        },
+    };
+    let ctx = s.st.cfg.context_length;
+    if let Some(m) = max_tokens {
+        if m < 1 {
+            return bad_request(
+                &format!("max_tokens must be at least 1, got {m}."),
+                Some("max_tokens"),
+            );
+        }
+        if m as u64 > ctx {
+            return bad_request(
+                &format!(
+                    "max_tokens={m} cannot be greater than max_model_len={ctx}. Please request fewer output tokens."
+                ),
+                Some("max_tokens"),
+            );
+        }
+    }
+    let n = ids.len() as u64;
+    if n > ctx {
+        return bad_request(
+            &format!(
+                "This model's maximum context length is {ctx} tokens. However, your prompt contains {n} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
+            ),
+            Some("input_tokens"),
+        );
+    }
+    if n == ctx {
+        return bad_request(
+            &format!(
+                "The decoder prompt (length {n}) plus the number of requested output tokens (at least 1) is longer than the maximum model length of {ctx}. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
+            ),
+            None,
+        );
+    }
+    // vLLM 0.33 clamps the output to what the context leaves (serve/utils/api_utils.py
+    // `get_max_tokens`): prompt + max_tokens over max_model_len is not an error.
+    let max_new = max_tokens.map_or(ctx - n, |m| (m as u64).min(ctx - n));
+    let prefix = match api {
+        Api::Completion => "cmpl",
+        Api::Chat => "chatcmpl",
+    };
+    let id = format!("{prefix}-{}", random_id());
+    if s.v.log_requests {
+        s.voice.vllm(
+            Proc::Api,
+            "INFO",
+            "logger.py:49",
+            &format!(
+                "Received request {id}-0: params: SamplingParams(n=1, max_tokens={max_new}), prompt_token_ids: {n} tokens"
+            ),
+        );
+        s.voice.vllm(
+            Proc::Api,
+            "INFO",
+            "async_llm.py:361",
+            &format!("Added request {id}-0."),
+        );
+    }
+    let rx = match s.st.enqueue(
+        Some(format!("{id}-0")),
+        ids,
+        max_new,
+        received,
+        ReqOptions::default(),
+    ) {
+        Ok((_, rx)) => rx,
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalServerError",
+                &e.0,
+                None,
+            );
+        }
+    };
+    let flag = |k: &str| {
+        opts.and_then(|o| o.get(k))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    // serve/utils/api_utils.py `should_include_usage`.
+    let (include_usage, continuous_usage) = if s.v.force_include_usage {
+        (true, true)
+    } else {
+        let inc = flag("include_usage");
+        (inc, inc && flag("continuous_usage_stats"))
+    };
+    let shape = Shape {
+        api,
+        id,
+        model: s.v.served_names[0].clone(),
+        created: unix_now() as u64,
+        include_usage,
+        continuous_usage,
+        prompt_details: s.v.prompt_tokens_details,
+    };
+    if stream {
+        super::sse_response(event_stream(rx, Arc::new(shape)))
+    } else {
+        collect(rx, shape).await
+    }
+}
+
+fn finish_str(f: &Option<Finish>) -> Value {
+    match f {
+        None => Value::Null,
+        Some(Finish::Length(_)) => "length".into(),
+        Some(Finish::Abort(..)) => "abort".into(),
+    }
+}
+
+/// `UsageInfo` in its field order; `prompt_tokens_details` only when enabled (else absent in
+/// streams, `null` in whole responses).
+fn usage(o: &Output, details: bool, null_details: bool) -> Value {
+    let mut u = json!({"prompt_tokens": o.prompt_tokens,
+                       "total_tokens": o.prompt_tokens + o.completion_tokens,
+                       "completion_tokens": o.completion_tokens});
+    if details {
+        u["prompt_tokens_details"] = json!({"cached_tokens": o.cached_tokens});
+    } else if null_details {
+        u["prompt_tokens_details"] = Value::Null;
+    }
+    u
+}
+
+fn chunk_head(shape: &Shape) -> serde_json::Map<String, Value> {
+    let object = match shape.api {
+        Api::Completion => "text_completion",
+        Api::Chat => "chat.completion.chunk",
+    };
+    let mut m = serde_json::Map::new();
+    m.insert("id".into(), shape.id.clone().into());
+    m.insert("object".into(), object.into());
+    m.insert("created".into(), shape.created.into());
+    m.insert("model".into(), shape.model.clone().into());
+    m
+}
+
+/// The SSE events for one engine output, as one write.
+fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    let cont = |completion: u64| {
+        json!({"prompt_tokens": o.prompt_tokens, "total_tokens": o.prompt_tokens + completion,
+               "completion_tokens": completion})
+    };
+    let mut text = String::new();
+    tokenizer::decode_into(&o.new_ids, &mut text);
+    match shape.api {
+        Api::Completion => {
+            if !o.new_ids.is_empty() || o.finish.is_some() {
+                let mut c = chunk_head(shape);
+                c.insert(
+                    "choices".into(),
+                    json!([{"index": 0, "text": text, "logprobs": null,
+                            "finish_reason": finish_str(&o.finish), "stop_reason": null,
+                            "prompt_token_ids": null, "token_ids": null}]),
+                );
+                if shape.continuous_usage {
+                    c.insert("usage".into(), cont(o.completion_tokens));
+                }
+                out.extend_from_slice(&super::sse(&Value::Object(c)));
+            }
+        }
+        Api::Chat => {
+            if first {
+                let mut c = chunk_head(shape);
+                c.insert(
+                    "choices".into(),
+                    json!([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                            "logprobs": null, "finish_reason": null}]),
+                );
+                if shape.continuous_usage {
+                    c.insert("usage".into(), cont(0));
+                }
+                c.insert("prompt_token_ids".into(), Value::Null);
+                out.extend_from_slice(&super::sse(&Value::Object(c)));
+            }
+            let mut c = chunk_head(shape);
+            let choice = if o.finish.is_some() {
+                json!({"index": 0, "delta": {"content": text}, "logprobs": null,
+                       "finish_reason": finish_str(&o.finish), "stop_reason": null, "token_ids": null})
+            } else {
+                json!({"index": 0, "delta": {"content": text}, "logprobs": null,
+                       "finish_reason": null, "token_ids": null})
+            };
+            c.insert("choices".into(), json!([choice]));
+            if shape.continuous_usage {
+                c.insert("usage".into(), cont(o.completion_tokens));
+            }
+            out.extend_from_slice(&super::sse(&Value::Object(c)));
+        }
+    }
+    if o.finish.is_some() {
+        if shape.include_usage {
+            let mut c = chunk_head(shape);
+            c.insert("choices".into(), json!([]));
+            c.insert("usage".into(), usage(o, shape.prompt_details, false));
+            out.extend_from_slice(&super::sse(&Value::Object(c)));
+        }
+        out.extend_from_slice(super::DONE);
+    }
+    out
+}
+
+fn event_stream(
+    rx: UnboundedReceiver<Output>,
+    shape: Arc<Shape>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    stream::unfold(
+        (rx, shape, true, false),
+        |(mut rx, shape, first, done)| async move {
+            if done {
+                return None;
+            }
+            // None without a final output: the engine died; the stream just ends.
+            let o = rx.recv().await?;
+            let bytes = Bytes::from(events_for(&shape, &o, first));
+            let done = o.finish.is_some();
+            Some((Ok(bytes), (rx, shape, false, done)))
+        },
+    )
+}
+
+async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
+    let mut text = String::new();
+    while let Some(o) = rx.recv().await {
+        tokenizer::decode_into(&o.new_ids, &mut text);
+        if o.finish.is_none() {
+            continue;
+        }
+        let usage = usage(&o, shape.prompt_details, true);
+        let body = match shape.api {
+            Api::Completion => json!({
+                "id": shape.id, "object": "text_completion", "created": shape.created,
+                "model": shape.model,
+                "choices": [{"index": 0, "text": text, "logprobs": null,
+                             "finish_reason": finish_str(&o.finish), "stop_reason": null,
+                             "token_ids": null, "prompt_logprobs": null, "prompt_token_ids": null}],
+                "service_tier": null, "system_fingerprint": null, "usage": usage,
+                "kv_transfer_params": null}),
+            Api::Chat => json!({
+                "id": shape.id, "object": "chat.completion", "created": shape.created,
+                "model": shape.model,
+                "choices": [{"index": 0,
+                             "message": {"role": "assistant", "content": text, "refusal": null,
+                                         "annotations": null, "audio": null, "function_call": null,
+                                         "reasoning": null},
+                             "logprobs": null, "finish_reason": finish_str(&o.finish),
+                             "stop_reason": null, "token_ids": null}],
+                "service_tier": null, "system_fingerprint": null, "usage": usage,
+                "prompt_logprobs": null, "prompt_token_ids": null, "kv_transfer_params": null}),
+        };
+        return json_response(StatusCode::OK, &body);
+    }
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalServerError",
+        "The server had an error while processing your request.",
+        None,
+    )
+}
+
+/// `POST /reset_prefix_cache[?reset_running_requests=true]` (dev mode): 200 with
+/// `{"success": bool}`; false while running requests hold KV blocks.
+async fn reset_prefix_cache(
+    State(s): State<VState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let truthy = |k: &str| {
+        q.get(k)
+            .is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "true" | "1"))
+    };
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    if s.st
+        .tx
+        .send(Command::ResetPrefixCache {
+            reset_running: truthy("reset_running_requests"),
+            reply,
+        })
+        .is_err()
+    {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let ok = rx.await.unwrap_or(false);
+    json_response(StatusCode::OK, &json!({"success": ok}))
+}
+
+async fn empty_ok() -> Response {
+    StatusCode::OK.into_response()
+}
+
+async fn is_sleeping() -> Response {
+    json_response(StatusCode::OK, &json!({"is_sleeping": false}))
+}
+
+/// `GET /server_info` (dev mode): the engine config as text, and the VLLM_* environment.
+async fn server_info(
+    State(s): State<VState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let cfg = &s.st.cfg;
+    let config = json!({
+        "model": s.v.model, "served_model_name": s.v.served_names, "max_model_len": cfg.context_length,
+        "gpu_memory_utilization": s.v.gpu_memory_utilization, "block_size": s.v.block_size,
+        "num_gpu_blocks": cfg.pool_tokens() / s.v.block_size.max(1),
+        "max_num_seqs": cfg.max_running_requests,
+        "max_num_batched_tokens": cfg.chunked_prefill_size.unwrap_or(cfg.max_prefill_tokens),
+        "enable_chunked_prefill": cfg.chunked_prefill_size.is_some(),
+        "enable_prefix_caching": !cfg.disable_radix_cache,
+        "tensor_parallel_size": s.v.tensor_parallel_size,
+        "speculative_config": cfg.speculative.as_ref().map(|sp| json!({"num_speculative_tokens": sp.num_draft_tokens - 1})),
+        "seed": cfg.seed, "profile": cfg.profile.name, "sim_time_scale": cfg.profile.time_scale,
+    });
+    let vllm_config = if q.get("config_format").map(String::as_str) == Some("json") {
+        config
+    } else {
+        let mut text = String::new();
+        if let Value::Object(m) = &config {
+            for (i, (k, v)) in m.iter().enumerate() {
+                if i > 0 {
+                    text.push_str(", ");
+                }
+                let _ = write!(text, "{k}={v}");
+            }
+        }
+        Value::String(text)
+    };
+    let vllm_env: serde_json::Map<String, Value> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("VLLM_") && k != "VLLM_API_KEY")
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    json_response(
+        StatusCode::OK,
+        &json!({"vllm_config": vllm_config, "vllm_env": vllm_env,
+                "system_env": {"os": std::env::consts::OS, "arch": std::env::consts::ARCH,
+                               "servebench_sim": env!("CARGO_PKG_VERSION")}}),
+    )
+}
+
+/// Python's float formatting as prometheus_client writes values (`1.0`, `0.25`).
+fn py_float(x: f64) -> String {
+    if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e16 {
+        format!("{x:.1}")
+    } else {
+        format!("{x}")
+    }
+}
+
+fn render_histogram(out: &mut String, name: &str, help: &str, labels: &str, h: &Histogram) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (le, cum) in h.cumulative() {
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels},le=\"{}\"}} {}",
+            py_float(le),
+            py_float(cum as f64)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+        py_float(h.count() as f64)
+    );
+    let _ = writeln!(
+        out,
+        "{name}_count{{{labels}}} {}",
+        py_float(h.count() as f64)
+    );
+    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", py_float(h.sum()));
+}
+
+/// `GET /metrics`: vLLM's Prometheus names (v1/metrics/loggers.py `PrometheusStatLogger`),
+/// with `model_name` and `engine` labels; counters carry prometheus_client's `_total`.
+async fn metrics(State(s): State<VState>) -> Response {
+    let st = s.st.shared.stats();
+    let e = &st.engine;
+    let labels = format!(
+        "model_name=\"{}\",engine=\"0\"",
+        s.v.served_names[0].replace('"', "'")
+    );
+    let mut out = String::new();
+    let gauge = |out: &mut String, name: &str, help: &str, v: f64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {}",
+            py_float(v)
+        );
+    };
+    let counter = |out: &mut String, name: &str, help: &str, v: f64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name}_total {help}\n# TYPE {name}_total counter\n{name}_total{{{labels}}} {}",
+            py_float(v)
+        );
+    };
+    gauge(
+        &mut out,
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        st.num_running_reqs as f64,
+    );
+    gauge(
+        &mut out,
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        st.num_queue_reqs as f64,
+    );
+    gauge(
+        &mut out,
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        st.token_usage,
+    );
+    counter(
+        &mut out,
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        e.prefix_queries as f64,
+    );
+    counter(
+        &mut out,
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        e.prefix_hits as f64,
+    );
+    counter(
+        &mut out,
+        "vllm:num_preemptions",
+        "Cumulative number of preemption from the engine.",
+        e.preemptions as f64,
+    );
+    counter(
+        &mut out,
+        "vllm:prompt_tokens",
+        "Number of prefill tokens processed.",
+        e.prompt_tokens as f64,
+    );
+    counter(
+        &mut out,
+        "vllm:prompt_tokens_cached",
+        "Number of cached prompt tokens (local + external).",
+        e.prompt_tokens_cached as f64,
+    );
+    counter(
+        &mut out,
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        st.generation_tokens_total as f64,
+    );
+    let _ = writeln!(
+        out,
+        "# HELP vllm:request_success_total Count of successfully processed requests.\n# TYPE vllm:request_success_total counter"
+    );
+    for (reason, n) in [
+        ("stop", 0),
+        ("length", e.finished_length),
+        ("abort", e.finished_abort),
+    ] {
+        let _ = writeln!(
+            out,
+            "vllm:request_success_total{{{labels},finished_reason=\"{reason}\"}} {}",
+            py_float(n as f64)
+        );
+    }
+    render_histogram(
+        &mut out,
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        &labels,
+        &st.ttft,
+    );
+    render_histogram(
+        &mut out,
+        "vllm:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        &labels,
+        &st.itl,
+    );
+    render_histogram(
+        &mut out,
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        &labels,
+        &st.e2e,
+    );
+    render_histogram(
+        &mut out,
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        &labels,
+        &e.queue_time,
+    );
+    let cfg = &s.st.cfg;
+    let _ = writeln!(
+        out,
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n\
+         vllm:cache_config_info{{block_size=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"}} 1.0",
+        s.v.block_size,
+        if cfg.disable_radix_cache {
+            "False"
+        } else {
+            "True"
+        },
+        s.v.gpu_memory_utilization,
+        cfg.pool_tokens() / s.v.block_size.max(1),
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+/// vLLM's periodic stats line (v1/metrics/loggers.py `LoggingStatLogger.log`), every
+/// `VLLM_LOG_STATS_INTERVAL` seconds; an idle interval logs nothing (vLLM logs it at DEBUG).
+pub async fn log_stats(st: AppState, voice: Voice) {
+    let Some(v) = st.cfg.vllm.clone() else {
+        return;
+    };
+    if !v.log_stats {
+        return;
+    }
+    let mut prev = st.shared.stats();
+    let mut last = Instant::now();
+    loop {
+        tokio::time::sleep(v.stats_interval).await;
+        let now = st.shared.stats();
+        let secs = last.elapsed().as_secs_f64().max(1e-9);
+        last = Instant::now();
+        let prompt = (now.engine.prompt_tokens - prev.engine.prompt_tokens) as f64 / secs;
+        let gen_tput = (now.generation_tokens_total - prev.generation_tokens_total) as f64 / secs;
+        let preempted = now.engine.preemptions - prev.engine.preemptions;
+        let idle = prompt == 0.0
+            && gen_tput == 0.0
+            && now.num_running_reqs == 0
+            && now.num_queue_reqs == 0;
+        if !idle {
+            let hit = if now.engine.prefix_queries_since_reset > 0 {
+                100.0 * now.engine.prefix_hits_since_reset as f64
+                    / now.engine.prefix_queries_since_reset as f64
+            } else {
+                0.0
+            };
+            let preemptions = if preempted > 0 {
+                format!("Preemptions: {preempted}, ")
+            } else {
+                String::new()
+            };
+            voice.vllm(
+                Proc::Api,
+                "INFO",
+                "loggers.py:236",
+                &format!(
+                    "Engine 000: Avg prompt throughput: {prompt:.1} tokens/s, Avg generation throughput: {gen_tput:.1} tokens/s, Running: {} reqs, Waiting: {} reqs, {preemptions}GPU KV cache usage: {:.1}%, Prefix cache hit rate: {hit:.1}%",
+                    now.num_running_reqs,
+                    now.num_queue_reqs,
+                    now.token_usage * 100.0,
+                ),
+            );
+        }
+        prev = now;
+    }
+}

@@ -1,0 +1,630 @@
+//! `llama-server`'s command line (common/arg.cpp, tools/server/README.md), resolved onto the
+//! simulator's timing model (`--api llama.cpp`).
+//!
+//! Short and long spellings as llama.cpp has them (`-m/--model`, `-c/--ctx-size`,
+//! `-np/--parallel`, `-kvu/--kv-unified`, `-b/--batch-size`, `-ub/--ubatch-size`,
+//! `-a/--alias`, `-t/--threads`, `-ngl/--gpu-layers/--n-gpu-layers`, `-fa/--flash-attn`, ...),
+//! `--flag value` only (llama.cpp has no `--flag=value` form and no underscore spelling),
+//! boolean pairs as separate spellings (`--slots` / `--no-slots`). An argument llama.cpp does
+//! not know is an error (`error: invalid argument: X`, exit status 1, as `llama-server`
+//! exits); flags llama.cpp has that the simulator does not model are accepted with a
+//! warning. Source: docs/reference/llama-cpp-facts.md §1, shared/reference/llama-cpp-observed.md.
+
+use super::api::Api;
+use super::config::{SimConfig, speculative_model};
+use super::profile::Profile;
+use std::sync::Arc;
+
+/// llama.cpp's own settings, beyond what the timing model uses.
+#[derive(Debug, Clone)]
+pub struct LlamaOptions {
+    /// `-m/--model` as given.
+    pub model_path: String,
+    /// `-a/--alias` names (comma-separated); empty = the model path names the model.
+    pub aliases: Vec<String>,
+    /// Slots (`-np`).
+    pub n_slots: usize,
+    /// `-np` was not given: llama.cpp's auto choice (4 slots, unified KV).
+    pub auto_parallel: bool,
+    /// Total KV context (`-c`).
+    pub n_ctx: u64,
+    /// Context of one slot: `n_ctx` with a unified KV buffer, else `n_ctx / n_slots`.
+    pub n_ctx_slot: u64,
+    /// `--kv-unified`.
+    pub kv_unified: bool,
+    /// `--metrics`: `/metrics` is served.
+    pub metrics: bool,
+    /// `GET /slots` is served (`--slots`, on by default; `--no-slots`).
+    pub slots_endpoint: bool,
+    /// `--slot-save-path`: `POST /slots/{id}?action=...` is served.
+    pub slot_save_path: Option<String>,
+    /// `--api-key` values (comma-separated, or `--api-key-file`); empty = open.
+    pub api_keys: Vec<String>,
+    /// `-b/--batch-size`.
+    pub n_batch: u64,
+    /// `-ub/--ubatch-size`.
+    pub n_ubatch: u64,
+    /// `-n/--predict`: server-wide output cap (-1 = until the slot's context is full).
+    pub n_predict: i64,
+    /// `--cache-prompt` / `--no-cache-prompt`: the default of each request's `cache_prompt`.
+    pub cache_prompt: bool,
+    /// The model's training context (the profile's context length), `/v1/models` `n_ctx_train`.
+    pub n_ctx_train: u64,
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub struct LlamaParsed {
+    /// The resolved configuration.
+    pub config: SimConfig,
+    /// Warnings to print (flags accepted but not modelled).
+    pub warnings: Vec<String>,
+    /// `-h/--help` was given.
+    pub help: bool,
+}
+
+/// A command line `llama-server` refuses (it prints the message and exits 1).
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaArgError {
+    /// Unknown argument.
+    #[error("error: invalid argument: {0}{hint}", hint = .1.as_deref().map(|h| format!("\n(did you mean {h}?)")).unwrap_or_default())]
+    Invalid(String, Option<String>),
+    /// A flag without its value.
+    #[error("error: expected value for argument {0}")]
+    MissingValue(String),
+    /// A value that does not parse.
+    #[error("error while handling argument \"{0}\": {1}")]
+    BadValue(String, String),
+    /// The profile could not be loaded (a simulator flag).
+    #[error("servebench sim: error: {0}")]
+    Profile(#[from] super::profile::ProfileError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// No value.
+    Bool,
+    /// One value.
+    Value,
+    /// An optional value from a fixed set (`-fa [on|off|auto]`).
+    Optional(&'static [&'static str]),
+}
+
+struct Flag {
+    names: &'static [&'static str],
+    kind: Kind,
+    modelled: bool,
+    help: &'static str,
+}
+
+const fn m(names: &'static [&'static str], kind: Kind, help: &'static str) -> Flag {
+    Flag {
+        names,
+        kind,
+        modelled: true,
+        help,
+    }
+}
+
+const fn x(names: &'static [&'static str], kind: Kind) -> Flag {
+    Flag {
+        names,
+        kind,
+        modelled: false,
+        help: "",
+    }
+}
+
+use Kind::{Bool, Value};
+
+/// The flags the simulator knows: modelled ones (with help) and the rest of llama-server's
+/// common ones (accepted with a warning).
+const FLAGS: &[Flag] = &[
+    m(
+        &["-m", "--model"],
+        Value,
+        "GGUF path; names the model in /v1/models and /props. Nothing is read; a path starting with /, ./, ../ or ~ must exist (else llama.cpp's load failure).",
+    ),
+    m(
+        &["--host"],
+        Value,
+        "Address to listen on (default 127.0.0.1).",
+    ),
+    m(
+        &["--port"],
+        Value,
+        "Port (default 8080; 0 = any free port, the chosen one is logged).",
+    ),
+    m(
+        &["-c", "--ctx-size"],
+        Value,
+        "Total KV context in tokens (default: the profile's context length, as llama.cpp's 0 = from the model).",
+    ),
+    m(
+        &["-np", "--parallel"],
+        Value,
+        "Slots: most requests decoding at once (default -1 = auto: 4 slots, unified KV).",
+    ),
+    m(
+        &["-kvu", "--kv-unified"],
+        Bool,
+        "One KV buffer for all slots (each slot's context is -c); without it each slot gets -c / -np.",
+    ),
+    m(
+        &["-no-kvu", "--no-kv-unified"],
+        Bool,
+        "Per-slot KV buffers.",
+    ),
+    m(
+        &["-b", "--batch-size"],
+        Value,
+        "Logical batch (default 2048): most prompt tokens per request per step.",
+    ),
+    m(
+        &["-ub", "--ubatch-size"],
+        Value,
+        "Physical batch (default 512): the prefill chunk of the timing model.",
+    ),
+    m(&["--metrics"], Bool, "Serve /metrics (llamacpp: names)."),
+    m(&["--slots"], Bool, "Serve GET /slots (on by default)."),
+    m(&["--no-slots"], Bool, "No GET /slots (501)."),
+    m(
+        &["--slot-save-path"],
+        Value,
+        "Enables POST /slots/{id}?action=erase|save|restore (501 without).",
+    ),
+    m(
+        &["-a", "--alias"],
+        Value,
+        "Model name(s) for the API, comma-separated.",
+    ),
+    m(
+        &["--api-key"],
+        Value,
+        "Keys (comma-separated) required as `Authorization: Bearer KEY`.",
+    ),
+    m(&["--api-key-file"], Value, "A file with one key per line."),
+    m(
+        &["-n", "--predict", "--n-predict"],
+        Value,
+        "Server-wide output cap (default -1: until the slot's context is full).",
+    ),
+    m(
+        &["--cache-prompt"],
+        Bool,
+        "Prefix caching per slot (on by default).",
+    ),
+    m(&["--no-cache-prompt"], Bool, "No prefix caching."),
+    m(
+        &["-md", "--model-draft"],
+        Value,
+        "A draft model: turns on the profile's speculative model.",
+    ),
+    m(
+        &["--draft", "--draft-n", "--spec-draft-n-max", "--draft-max"],
+        Value,
+        "Most draft tokens per step (speculative decoding emits up to this + 1).",
+    ),
+    m(&["-t", "--threads"], Value, "Accepted; ignored."),
+    m(&["-tb", "--threads-batch"], Value, "Accepted; ignored."),
+    m(
+        &["-ngl", "--gpu-layers", "--n-gpu-layers"],
+        Value,
+        "Accepted; ignored (the profile is the GPU).",
+    ),
+    m(
+        &["-fa", "--flash-attn"],
+        Kind::Optional(&["on", "off", "auto"]),
+        "Accepted (on|off|auto, or bare as older builds); ignored.",
+    ),
+    m(
+        &["--cache-reuse"],
+        Value,
+        "Accepted; KV shifting is not modelled.",
+    ),
+    m(&["--no-webui"], Bool, "Accepted; there is no web UI."),
+    m(
+        &["-s", "--seed"],
+        Value,
+        "Seed for generated tokens and speculative accept lengths.",
+    ),
+    m(
+        &["--profile"],
+        Value,
+        "(simulator) Timing profile: a built-in name or a YAML file.",
+    ),
+    m(
+        &["--sim-time-scale"],
+        Value,
+        "(simulator) Multiply every modelled duration by this.",
+    ),
+    x(&["-draft-min", "--draft-min", "--spec-draft-n-min"], Value),
+    x(&["-cram", "--cache-ram"], Value),
+    x(&["-to", "--timeout"], Value),
+    x(&["--threads-http"], Value),
+    x(&["-cb", "--cont-batching"], Bool),
+    x(&["-nocb", "--no-cont-batching"], Bool),
+    x(&["--context-shift"], Bool),
+    x(&["--no-context-shift"], Bool),
+    x(&["-ctk", "--cache-type-k"], Value),
+    x(&["-ctv", "--cache-type-v"], Value),
+    x(&["--jinja"], Bool),
+    x(&["--no-jinja"], Bool),
+    x(&["--chat-template"], Value),
+    x(&["--chat-template-file"], Value),
+    x(&["--reasoning-format"], Value),
+    x(&["--reasoning-budget"], Value),
+    x(&["--props"], Bool),
+    x(&["--webui", "--ui"], Bool),
+    x(&["--no-ui"], Bool),
+    x(&["-sps", "--slot-prompt-similarity"], Value),
+    x(&["--log-file"], Value),
+    x(&["--log-timestamps"], Bool),
+    x(&["--log-prefix"], Bool),
+    x(&["--log-colors"], Kind::Optional(&["on", "off", "auto"])),
+    x(&["-lv", "--verbosity", "--log-verbosity"], Value),
+    x(&["--log-disable"], Bool),
+    x(&["-v", "--verbose", "--log-verbose"], Bool),
+    x(&["-hf", "-hfr", "--hf-repo"], Value),
+    x(&["-hff", "--hf-file"], Value),
+    x(&["-mu", "--model-url"], Value),
+    x(&["--mlock"], Bool),
+    x(&["--no-mmap"], Bool),
+    x(&["--numa"], Value),
+    x(&["-sm", "--split-mode"], Value),
+    x(&["-ts", "--tensor-split"], Value),
+    x(&["-mg", "--main-gpu"], Value),
+    x(&["-dev", "--device"], Value),
+    x(&["-fit", "--fit"], Value),
+    x(&["-ot", "--override-tensor"], Value),
+    x(&["-cmoe", "--cpu-moe"], Bool),
+    x(&["-ncmoe", "--n-cpu-moe"], Value),
+    x(&["--temp"], Value),
+    x(&["--top-k"], Value),
+    x(&["--top-p"], Value),
+    x(&["--min-p"], Value),
+    x(&["--repeat-penalty"], Value),
+    x(
+        &["-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"],
+        Value,
+    ),
+    x(&["-cd", "--ctx-size-draft"], Value),
+    x(&["--embedding", "--embeddings"], Bool),
+    x(&["--reranking", "--rerank"], Bool),
+    x(&["--lora"], Value),
+    x(&["--mmproj"], Value),
+    x(&["--no-mmproj"], Bool),
+    x(&["--rope-scaling"], Value),
+    x(&["--rope-freq-base"], Value),
+    x(&["--yarn-orig-ctx"], Value),
+    x(&["-dt", "--defrag-thold"], Value),
+    x(&["--swa-full"], Bool),
+    x(&["--no-warmup"], Bool),
+    x(&["--path"], Value),
+    x(&["--api-prefix"], Value),
+    x(&["--ssl-key-file"], Value),
+    x(&["--ssl-cert-file"], Value),
+    x(&["--keep", "-k"], Value),
+    x(&["--no-cache-idle-slots"], Bool),
+    x(&["--models-dir"], Value),
+    x(&["--models-max"], Value),
+];
+
+fn lookup(arg: &str) -> Option<&'static Flag> {
+    FLAGS.iter().find(|f| f.names.contains(&arg))
+}
+
+fn did_you_mean(arg: &str) -> Option<String> {
+    FLAGS
+        .iter()
+        .flat_map(|f| f.names.iter())
+        .map(|n| (strsim::jaro_winkler(arg, n), *n))
+        .filter(|(s, _)| *s >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, n)| n.to_string())
+}
+
+/// Parses the arguments after `servebench sim --api llama.cpp`.
+pub fn parse(args: &[String]) -> Result<LlamaParsed, LlamaArgError> {
+    let mut given: Vec<(&'static str, Option<String>)> = Vec::new();
+    let mut warnings = Vec::new();
+    let mut help = false;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        if arg == "-h" || arg == "--help" || arg == "--usage" {
+            help = true;
+            continue;
+        }
+        let Some(flag) = lookup(arg) else {
+            return Err(LlamaArgError::Invalid(arg.clone(), did_you_mean(arg)));
+        };
+        let value = match flag.kind {
+            Bool => None,
+            Value => {
+                let Some(v) = args.get(i) else {
+                    return Err(LlamaArgError::MissingValue(arg.clone()));
+                };
+                i += 1;
+                Some(v.clone())
+            }
+            Kind::Optional(choices) => match args.get(i) {
+                Some(v) if choices.contains(&v.as_str()) => {
+                    i += 1;
+                    Some(v.clone())
+                }
+                _ => None,
+            },
+        };
+        if !flag.modelled {
+            warnings.push(format!(
+                "warning: servebench sim does not model llama-server's {arg}; accepted and ignored"
+            ));
+        }
+        given.push((flag.names[flag.names.len() - 1], value));
+        // The canonical name is the last (longest) spelling.
+    }
+    let config = resolve_config(&given)?;
+    Ok(LlamaParsed {
+        config,
+        warnings,
+        help,
+    })
+}
+
+fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig, LlamaArgError> {
+    let last = |name: &str| -> Option<&str> {
+        given
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_deref().unwrap_or(""))
+    };
+    let has = |name: &str| given.iter().any(|(n, _)| *n == name);
+    let int = |name: &str| -> Result<Option<i64>, LlamaArgError> {
+        last(name)
+            .map(|v| {
+                v.trim().parse::<i64>().map_err(|_| {
+                    LlamaArgError::BadValue(name.into(), format!("stoi: invalid value '{v}'"))
+                })
+            })
+            .transpose()
+    };
+    let mut profile = Profile::load(last("--profile").unwrap_or("fast"))?;
+    if let Some(s) = last("--sim-time-scale") {
+        let scale: f64 = s
+            .parse()
+            .ok()
+            .filter(|x: &f64| *x > 0.0 && x.is_finite())
+            .ok_or_else(|| {
+                LlamaArgError::BadValue(
+                    "--sim-time-scale".into(),
+                    "must be a positive number".into(),
+                )
+            })?;
+        profile.time_scale = scale;
+    }
+    let mut c = SimConfig::engine_defaults(Api::LlamaCpp, profile.clone());
+    let port = int("--port")?.unwrap_or(8080);
+    c.port = u16::try_from(port)
+        .map_err(|_| LlamaArgError::BadValue("--port".into(), format!("invalid port {port}")))?;
+    c.host = last("--host").unwrap_or("127.0.0.1").to_string();
+    let n_ctx = match int("--ctx-size")? {
+        Some(n) if n > 0 => n as u64,
+        Some(0) | None => profile.context_length,
+        Some(n) => {
+            return Err(LlamaArgError::BadValue(
+                "--ctx-size".into(),
+                format!("invalid value {n}"),
+            ));
+        }
+    };
+    let np = int("--parallel")?.unwrap_or(-1);
+    let auto_parallel = np < 0;
+    let n_slots = if auto_parallel { 4 } else { np.max(1) as usize };
+    let kv_unified = if has("--no-kv-unified") {
+        false
+    } else {
+        auto_parallel || has("--kv-unified")
+    };
+    let n_ctx_slot = if kv_unified {
+        n_ctx
+    } else {
+        (n_ctx / n_slots as u64).max(1)
+    };
+    let positive = |name: &str, default: u64| -> Result<u64, LlamaArgError> {
+        match int(name)? {
+            Some(n) if n > 0 => Ok(n as u64),
+            Some(n) => Err(LlamaArgError::BadValue(
+                name.into(),
+                format!("invalid value {n}"),
+            )),
+            None => Ok(default),
+        }
+    };
+    let n_batch = positive("--batch-size", 2048)?;
+    let n_ubatch = positive("--ubatch-size", 512)?.min(n_batch);
+    let model_path = last("--model").unwrap_or("sim-model.gguf").to_string();
+    let aliases: Vec<String> = last("--alias")
+        .map(|a| {
+            a.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut api_keys: Vec<String> = last("--api-key")
+        .map(|a| {
+            a.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(path) = last("--api-key-file") {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LlamaArgError::BadValue("--api-key-file".into(), e.to_string()))?;
+        api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        );
+    }
+    let draft = int("--draft-max")?;
+    let spec_on = has("--model-draft");
+    c.speculative = speculative_model(&profile, spec_on, draft.filter(|_| spec_on).map(|d| d + 1));
+    if let Some(seed) = int("--seed")? {
+        c.seed = seed as u64;
+    }
+    let m = &profile.memory;
+    // llama.cpp allocates the whole context's KV cache at load, beside the weights.
+    let static_gb = m.weight_gb + n_ctx as f64 * m.kv_bytes_per_token / 1e9;
+    c.mem_fraction_static = (static_gb / m.gpu_gb).clamp(0.0, 1.0);
+    c.model_path = model_path.clone();
+    c.served_model_name = aliases
+        .first()
+        .cloned()
+        .unwrap_or_else(|| model_path.clone());
+    c.context_length = n_ctx_slot;
+    c.max_total_tokens = n_ctx as i64;
+    c.max_running_requests = n_slots;
+    c.chunked_prefill_size = Some(n_ubatch);
+    c.max_prefill_tokens = n_batch;
+    c.disable_radix_cache = false;
+    c.enable_metrics = has("--metrics");
+    c.llama = Some(Arc::new(LlamaOptions {
+        model_path,
+        aliases,
+        n_slots,
+        auto_parallel,
+        n_ctx,
+        n_ctx_slot,
+        kv_unified,
+        metrics: has("--metrics"),
+        slots_endpoint: given
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == "--slots" || *n == "--no-slots")
+            .is_none_or(|(n, _)| *n != "--no-slots"),
+        slot_save_path: last("--slot-save-path").map(str::to_string),
+        api_keys,
+        n_batch,
+        n_ubatch,
+        n_predict: int("--n-predict")?.unwrap_or(-1),
+        cache_prompt: given
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == "--cache-prompt" || *n == "--no-cache-prompt")
+            .is_none_or(|(n, _)| *n != "--no-cache-prompt"),
+        n_ctx_train: profile.context_length,
+    }));
+    Ok(c)
+}
+
+/// `servebench sim --api llama.cpp --help`.
+pub fn help_text() -> String {
+    use std::fmt::Write;
+    let mut s = String::from(
+        "usage: servebench sim --api llama.cpp [options]\n\n\
+         A simulated llama.cpp server (llama-server compatible): /health, /props, /slots,\n\
+         /v1/models, /tokenize, /detokenize, /metrics (llamacpp: names, with --metrics),\n\
+         /completion, /v1/completions, /v1/chat/completions, and the connection closed after\n\
+         every streamed response. Same timing model as the SGLang surface.\n\n\
+         Modelled flags:\n",
+    );
+    for f in FLAGS.iter().filter(|f| f.modelled) {
+        let meta = match f.kind {
+            Bool => "",
+            Value => " N",
+            Kind::Optional(_) => " [on|off|auto]",
+        };
+        let _ = writeln!(s, "  {}{meta}\n      {}", f.names.join(", "), f.help);
+    }
+    s.push_str("\nAccepted with a warning:\n ");
+    for f in FLAGS.iter().filter(|f| !f.modelled) {
+        let _ = write!(s, " {}", f.names[f.names.len() - 1]);
+    }
+    s.push_str(
+        "\n\nAny other argument: `error: invalid argument`, exit status 1 (as llama-server).\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<LlamaParsed, LlamaArgError> {
+        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn slots_and_context() {
+        let r = p(&[
+            "-m",
+            "x.gguf",
+            "-c",
+            "8192",
+            "-np",
+            "2",
+            "--metrics",
+            "-a",
+            "tiny,t2",
+        ])
+        .unwrap();
+        let l = r.config.llama.clone().unwrap();
+        assert_eq!(
+            (l.n_slots, l.n_ctx, l.n_ctx_slot, l.kv_unified),
+            (2, 8192, 4096, false)
+        );
+        assert_eq!(r.config.context_length, 4096);
+        assert_eq!(r.config.max_running_requests, 2);
+        assert_eq!(r.config.served_model_name, "tiny");
+        assert!(l.metrics && l.slots_endpoint && l.slot_save_path.is_none());
+        let r = p(&["-m", "x.gguf", "-c", "8192", "-np", "2", "-kvu"]).unwrap();
+        assert_eq!(r.config.llama.unwrap().n_ctx_slot, 8192);
+        let r = p(&["-m", "x.gguf", "-c", "8192"]).unwrap();
+        let l = r.config.llama.unwrap();
+        assert_eq!((l.n_slots, l.kv_unified, l.auto_parallel), (4, true, true));
+    }
+
+    #[test]
+    fn ignored_unknown_and_bad() {
+        let r = p(&[
+            "-m",
+            "x",
+            "-t",
+            "8",
+            "-ngl",
+            "99",
+            "-fa",
+            "on",
+            "--no-webui",
+            "-cram",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+        let e = p(&["--model-path", "x"]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("error: invalid argument: --model-path"),
+            "{e}"
+        );
+        let e = p(&["--ctx-sise", "5"]).unwrap_err().to_string();
+        assert!(e.contains("did you mean --ctx-size?"), "{e}");
+        assert!(p(&["-c", "abc"]).is_err());
+        assert!(p(&["-c"]).is_err());
+        let r = p(&["-fa", "-m", "y"]).unwrap();
+        assert_eq!(r.config.model_path, "y");
+        assert!(
+            !p(&["--no-slots"])
+                .unwrap()
+                .config
+                .llama
+                .unwrap()
+                .slots_endpoint
+        );
+    }
+}

@@ -1,0 +1,973 @@
+//! `vllm serve`'s command line, the way vLLM's `FlexibleArgumentParser` reads it, resolved onto
+//! the simulator's timing model (`--api vllm`).
+//!
+//! The model is a positional argument (`--model` still works, with vLLM's warning); `--flag
+//! value` and `--flag=value`; underscores in names (`--max_model_len`); unique prefixes
+//! (argparse's default); booleans as `--x` / `--no-x`, with `--enable-x` / `--disable-x`
+//! accepted for each other; JSON flags as a JSON string or dotted keys
+//! (`--speculative-config.num_speculative_tokens 3`). Source: docs/reference/vllm-facts.md §1
+//! (utils/argparse_utils.py, engine/arg_utils.py, entrypoints/common/cli_args.py).
+//!
+//! Flags vLLM has but the simulator does not model are accepted with a warning; flags vLLM does
+//! not have are refused like argparse refuses them (`vllm serve: error: unrecognized arguments:
+//! ...`, exit status 2), with a did-you-mean.
+
+use super::api::Api;
+use super::config::{SimConfig, kv_pool_tokens, speculative_model};
+use super::log::SimLog;
+use super::profile::Profile;
+use super::vllm_flags;
+use indexmap::IndexMap;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// vLLM's default model when none is given (config/model.py `ModelConfig.model`).
+pub const DEFAULT_MODEL: &str = "Qwen/Qwen3-0.6B";
+
+/// vLLM's own settings, beyond what the timing model uses.
+#[derive(Debug, Clone)]
+pub struct VllmOptions {
+    /// The model as given (positional or `--model`).
+    pub model: String,
+    /// `--served-model-name` (the first names the model in responses and metrics).
+    pub served_names: Vec<String>,
+    /// `--api-key` values (or `VLLM_API_KEY`); empty = no authentication.
+    pub api_keys: Vec<String>,
+    /// `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`.
+    pub prompt_tokens_details: bool,
+    /// `--enable-force-include-usage`: usage (and continuous usage) on every stream.
+    pub force_include_usage: bool,
+    /// `--enable-log-requests` (`--disable-log-requests` turns it off; off by default).
+    pub log_requests: bool,
+    /// Periodic stats lines (`--disable-log-stats` turns them off).
+    pub log_stats: bool,
+    /// Seconds between stats lines (`VLLM_LOG_STATS_INTERVAL`, default 10).
+    pub stats_interval: Duration,
+    /// `VLLM_SERVER_DEV_MODE=1`: `/reset_prefix_cache`, `/server_info` and the other dev routes.
+    pub dev_mode: bool,
+    /// `VLLM_SKIP_MODEL_NAME_VALIDATION=1`: any request `model` is served.
+    pub skip_model_validation: bool,
+    /// Uvicorn's access log lines (`--disable-uvicorn-access-log` turns them off).
+    pub access_log: bool,
+    /// KV cache block size in tokens (`--block-size`, 16 by default on CUDA).
+    pub block_size: u64,
+    /// `--gpu-memory-utilization` (0.92 in 0.33).
+    pub gpu_memory_utilization: f64,
+    /// `--tensor-parallel-size`.
+    pub tensor_parallel_size: u64,
+    /// GiB of KV cache the memory model leaves (<= 0: none).
+    pub kv_cache_gib: f64,
+    /// The flags given, by argparse destination, for `non-default args` and `/server_info`.
+    pub non_default: IndexMap<String, Value>,
+    /// How the bind address is logged (`0.0.0.0` when `--host` is not given).
+    pub host_display: String,
+}
+
+/// A command line vLLM's parser would refuse.
+#[derive(Debug, thiserror::Error)]
+pub enum VllmArgError {
+    /// argparse's refusal: printed after the usage line, exit status 2.
+    #[error("usage: vllm serve [model_tag] [options]\nvllm serve: error: {0}")]
+    Usage(String),
+    /// The profile could not be loaded (a simulator flag).
+    #[error("servebench sim: error: {0}")]
+    Profile(#[from] super::profile::ProfileError),
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub struct VllmParsed {
+    /// The resolved configuration.
+    pub config: SimConfig,
+    /// Warnings to print (flags accepted but not modelled, `--model`).
+    pub warnings: Vec<String>,
+    /// `--help` was given.
+    pub help: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Bool,
+    Int,
+    /// An integer that accepts `1k` (1000), `1K` (1024), `1m`, `1M`, ...
+    HumanInt,
+    Float,
+    Str,
+    /// One or more values (`nargs='+'`).
+    Many,
+    Json,
+}
+
+struct Flag {
+    name: &'static str,
+    aliases: &'static [&'static str],
+    kind: Kind,
+    help: &'static str,
+}
+
+const fn f(name: &'static str, kind: Kind, help: &'static str) -> Flag {
+    Flag {
+        name,
+        aliases: &[],
+        kind,
+        help,
+    }
+}
+
+/// The flags the simulator models (or that only shape its output), in help order.
+const FLAGS: &[Flag] = &[
+    f(
+        "model",
+        Kind::Str,
+        "The model (prefer the positional form); names it in /v1/models and responses. Nothing is loaded.",
+    ),
+    f(
+        "host",
+        Kind::Str,
+        "Address to bind (default: every interface, logged as 0.0.0.0).",
+    ),
+    f(
+        "port",
+        Kind::Int,
+        "Port (default 8000; 0 = any free port, the chosen one is logged).",
+    ),
+    f(
+        "served-model-name",
+        Kind::Many,
+        "Names the model is served under (the first in responses and metrics).",
+    ),
+    f(
+        "api-key",
+        Kind::Many,
+        "Keys required as `Authorization: Bearer KEY` on /v1 paths (also VLLM_API_KEY).",
+    ),
+    f(
+        "max-model-len",
+        Kind::HumanInt,
+        "Context length in tokens (1k, 32K, -1 or auto = what fits the KV cache). Default: the profile's.",
+    ),
+    Flag {
+        name: "gpu-memory-utilization",
+        aliases: &["device-memory-utilization"],
+        kind: Kind::Float,
+        help: "Fraction of GPU memory for weights, KV cache and activations (default 0.92): sizes the KV cache from the profile's memory model; too little fails start-up with vLLM's ValueError.",
+    },
+    f(
+        "kv-cache-memory-bytes",
+        Kind::HumanInt,
+        "KV cache size in bytes (overrides --gpu-memory-utilization for the cache).",
+    ),
+    f(
+        "num-gpu-blocks-override",
+        Kind::Int,
+        "KV cache size in blocks.",
+    ),
+    f(
+        "block-size",
+        Kind::Int,
+        "Tokens per KV block (default 16): prefix cache hits count whole blocks.",
+    ),
+    f(
+        "max-num-seqs",
+        Kind::Int,
+        "Most requests running at once; the rest wait. Default: the profile's.",
+    ),
+    f(
+        "max-num-batched-tokens",
+        Kind::HumanInt,
+        "Most tokens per scheduler step: the prefill chunk. Default: the profile's.",
+    ),
+    f(
+        "enable-chunked-prefill",
+        Kind::Bool,
+        "Split long prompts over steps (on by default).",
+    ),
+    f(
+        "enable-prefix-caching",
+        Kind::Bool,
+        "Prefix caching (on by default; --no-enable-prefix-caching turns it off).",
+    ),
+    Flag {
+        name: "tensor-parallel-size",
+        aliases: &[],
+        kind: Kind::Int,
+        help: "Tensor parallelism (-tp): splits weights and KV bytes per token in the KV cache size.",
+    },
+    f(
+        "pipeline-parallel-size",
+        Kind::Int,
+        "Accepted (-pp); no effect.",
+    ),
+    f(
+        "data-parallel-size",
+        Kind::Int,
+        "Accepted (-dp); no effect.",
+    ),
+    f(
+        "speculative-config",
+        Kind::Json,
+        "JSON (-sc); num_speculative_tokens K turns on the profile's speculative model with at most K+1 tokens per step.",
+    ),
+    f(
+        "spec-method",
+        Kind::Str,
+        "Shortcut for speculative-config.method.",
+    ),
+    f(
+        "spec-model",
+        Kind::Str,
+        "Shortcut for speculative-config.model.",
+    ),
+    f(
+        "spec-tokens",
+        Kind::Int,
+        "Shortcut for speculative-config.num_speculative_tokens.",
+    ),
+    f(
+        "enable-prompt-tokens-details",
+        Kind::Bool,
+        "Report usage.prompt_tokens_details.cached_tokens.",
+    ),
+    f(
+        "enable-force-include-usage",
+        Kind::Bool,
+        "Usage (and continuous usage) on every stream.",
+    ),
+    f(
+        "enable-log-requests",
+        Kind::Bool,
+        "Log each request (off by default; --disable-log-requests is the old spelling of off).",
+    ),
+    f(
+        "disable-log-stats",
+        Kind::Bool,
+        "No periodic stats lines (every VLLM_LOG_STATS_INTERVAL s, default 10).",
+    ),
+    f(
+        "stream-interval",
+        Kind::Int,
+        "Tokens buffered per streamed chunk (default 1).",
+    ),
+    f(
+        "seed",
+        Kind::Int,
+        "Seed for generated tokens and speculative accept lengths.",
+    ),
+    f("dtype", Kind::Str, "Accepted; echoed in /server_info."),
+    f(
+        "kv-cache-dtype",
+        Kind::Str,
+        "Accepted; echoed in /server_info.",
+    ),
+    f(
+        "quantization",
+        Kind::Str,
+        "Accepted (-q); echoed in /server_info.",
+    ),
+    f("trust-remote-code", Kind::Bool, "Accepted; no effect."),
+    f("enforce-eager", Kind::Bool, "Accepted; no effect."),
+    f(
+        "disable-uvicorn-access-log",
+        Kind::Bool,
+        "No access log line per request.",
+    ),
+    f(
+        "uvicorn-log-level",
+        Kind::Str,
+        "Accepted; `warning` and above hide the access log.",
+    ),
+    f(
+        "profile",
+        Kind::Str,
+        "(simulator) Timing profile: a built-in name or a YAML file.",
+    ),
+    f(
+        "sim-time-scale",
+        Kind::Float,
+        "(simulator) Multiply every modelled duration by this.",
+    ),
+];
+
+fn lookup_exact(name: &str) -> Option<&'static Flag> {
+    FLAGS
+        .iter()
+        .find(|fl| fl.name == name || fl.aliases.contains(&name))
+}
+
+/// What a `--name` means: a modelled flag (with the value a bare boolean spelling gives), or
+/// a vLLM flag the simulator ignores.
+enum Resolved {
+    Known(&'static Flag, Option<bool>),
+    Ignored(String),
+}
+
+/// Every option string argparse would know, for prefix matching and did-you-mean.
+fn option_strings() -> Vec<String> {
+    let mut all: Vec<String> = vllm_flags::ALL.iter().map(|s| s.to_string()).collect();
+    for fl in FLAGS {
+        all.push(fl.name.to_string());
+        all.extend(fl.aliases.iter().map(|a| a.to_string()));
+        if fl.kind == Kind::Bool {
+            all.push(format!("no-{}", fl.name));
+            if let Some(rest) = fl.name.strip_prefix("enable-") {
+                all.push(format!("disable-{rest}"));
+            }
+            if let Some(rest) = fl.name.strip_prefix("disable-") {
+                all.push(format!("enable-{rest}"));
+            }
+        }
+    }
+    all.sort();
+    all.dedup();
+    all
+}
+
+fn resolve_exact(name: &str) -> Option<Resolved> {
+    if let Some(fl) = lookup_exact(name) {
+        return Some(Resolved::Known(fl, None));
+    }
+    let bool_flag = |n: &str| lookup_exact(n).filter(|fl| fl.kind == Kind::Bool);
+    if let Some(fl) = name.strip_prefix("no-").and_then(bool_flag) {
+        return Some(Resolved::Known(fl, Some(false)));
+    }
+    if let Some(fl) = name
+        .strip_prefix("disable-")
+        .and_then(|r| bool_flag(&format!("enable-{r}")))
+    {
+        return Some(Resolved::Known(fl, Some(false)));
+    }
+    if let Some(fl) = name
+        .strip_prefix("enable-")
+        .and_then(|r| bool_flag(&format!("disable-{r}")))
+    {
+        return Some(Resolved::Known(fl, Some(false)));
+    }
+    let base = name.strip_prefix("no-").unwrap_or(name);
+    if vllm_flags::ALL.contains(&name) || (name != base && vllm_flags::is_boolean(base)) {
+        return Some(Resolved::Ignored(name.to_string()));
+    }
+    None
+}
+
+fn resolve(name: &str) -> Result<Option<Resolved>, String> {
+    if let Some(r) = resolve_exact(name) {
+        return Ok(Some(r));
+    }
+    let hits: Vec<String> = option_strings()
+        .into_iter()
+        .filter(|o| o.starts_with(name))
+        .collect();
+    match hits.len() {
+        0 => Ok(None),
+        1 => Ok(resolve_exact(&hits[0])),
+        _ => Err(format!(
+            "ambiguous option: --{name} could match {}",
+            hits.iter()
+                .map(|h| format!("--{h}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn did_you_mean(name: &str) -> Option<String> {
+    option_strings()
+        .into_iter()
+        .map(|o| (strsim::jaro_winkler(name, &o), o))
+        .filter(|(score, _)| *score >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, o)| o)
+}
+
+/// vLLM's `human_readable_int`: `k`/`m`/`g` are powers of 1000, `K`/`M`/`G` of 1024;
+/// decimals allowed with a suffix (`25.6k`).
+pub fn human_int(raw: &str) -> Option<i64> {
+    let raw = raw.trim();
+    if let Ok(n) = raw.parse::<i64>() {
+        return Some(n);
+    }
+    let (num, suffix) = raw.split_at(raw.len().checked_sub(1)?);
+    let mult: f64 = match suffix {
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "K" => 1024.0,
+        "M" => 1024.0 * 1024.0,
+        "G" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let x: f64 = num.parse().ok()?;
+    x.is_finite().then(|| (x * mult).round() as i64)
+}
+
+fn typed(fl: &Flag, raw: &str) -> Result<Value, String> {
+    let bad = |what: &str| format!("argument --{}: invalid {what} value: '{raw}'", fl.name);
+    Ok(match fl.kind {
+        Kind::Int => Value::from(raw.trim().parse::<i64>().map_err(|_| bad("int"))?),
+        Kind::HumanInt => {
+            if fl.name == "max-model-len" && raw.trim().eq_ignore_ascii_case("auto") {
+                Value::from(-1)
+            } else {
+                Value::from(human_int(raw).ok_or_else(|| bad("human_readable_int"))?)
+            }
+        }
+        Kind::Float => {
+            let x = raw.trim().parse::<f64>().map_err(|_| bad("float"))?;
+            if !x.is_finite() {
+                return Err(bad("float"));
+            }
+            Value::from(x)
+        }
+        Kind::Str => Value::from(raw),
+        Kind::Json => serde_json::from_str::<Value>(raw)
+            .ok()
+            .filter(Value::is_object)
+            .ok_or_else(|| bad("loads"))?,
+        Kind::Many | Kind::Bool => Value::from(raw),
+    })
+}
+
+fn is_flag(arg: &str) -> bool {
+    arg.starts_with('-') && arg.len() > 1 && arg.parse::<f64>().is_err()
+}
+
+/// Parses the arguments after `servebench sim --api vllm`.
+pub fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
+    let usage = VllmArgError::Usage;
+    let mut given: IndexMap<&'static str, Value> = IndexMap::new();
+    let mut json: Map<String, Value> = Map::new();
+    let mut positional: Vec<String> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    let mut warnings = Vec::new();
+    let mut help = false;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        i += 1;
+        if arg == "-h" || arg == "--help" || arg.starts_with("--help=") {
+            help = true;
+            continue;
+        }
+        if !is_flag(arg) {
+            positional.push(arg.clone());
+            continue;
+        }
+        // Short forms: `-tp 2`, `-tp=2`, `-O3`.
+        let long: String = if let Some(body) = arg.strip_prefix("--") {
+            body.to_string()
+        } else {
+            let body = &arg[1..];
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (body, None),
+            };
+            let expanded = vllm_flags::SHORT
+                .iter()
+                .find(|(s, _)| *s == name)
+                .map(|(_, l)| (l.to_string(), inline.map(str::to_string)))
+                .or_else(|| {
+                    name.strip_prefix('O')
+                        .filter(|lvl| !lvl.is_empty())
+                        .map(|lvl| ("optimization-level".to_string(), Some(lvl.to_string())))
+                });
+            match expanded {
+                Some((l, Some(v))) => format!("{l}={v}"),
+                Some((l, None)) => l,
+                None => {
+                    unknown.push(arg.clone());
+                    continue;
+                }
+            }
+        };
+        let (name_raw, inline) = match long.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (long.clone(), None),
+        };
+        // Underscores are dashes up to the first `.` (JSON sub-keys keep theirs).
+        let (head, json_key) = match name_raw.split_once('.') {
+            Some((h, k)) => (h.replace('_', "-"), Some(k.to_string())),
+            None => (name_raw.replace('_', "-"), None),
+        };
+        let resolved = resolve(&head).map_err(usage)?;
+        let take_value = |i: &mut usize| -> Option<String> {
+            match &inline {
+                Some(v) => Some(v.clone()),
+                None => {
+                    let v = args.get(*i).filter(|v| !is_flag(v)).cloned();
+                    if v.is_some() {
+                        *i += 1;
+                    }
+                    v
+                }
+            }
+        };
+        let (fl, bare) = match resolved {
+            None => {
+                unknown.push(format!("--{head}"));
+                if inline.is_none() && args.get(i).is_some_and(|v| !is_flag(v)) {
+                    // argparse reports the value as unrecognized too.
+                    unknown.push(args[i].clone());
+                    i += 1;
+                }
+                continue;
+            }
+            Some(Resolved::Ignored(n)) => {
+                warnings.push(format!(
+                    "WARNING: servebench sim does not model vLLM's --{n}; accepted and ignored"
+                ));
+                let base = n.strip_prefix("no-").unwrap_or(&n);
+                if inline.is_none() && !vllm_flags::is_boolean(base) {
+                    take_value(&mut i);
+                }
+                continue;
+            }
+            Some(Resolved::Known(fl, bare)) => (fl, bare),
+        };
+        if let Some(key) = json_key {
+            if fl.kind != Kind::Json {
+                return Err(usage(format!("unrecognized arguments: --{name_raw}")));
+            }
+            let Some(v) = take_value(&mut i) else {
+                return Err(usage(format!(
+                    "argument --{}: expected one argument",
+                    fl.name
+                )));
+            };
+            let v = serde_json::from_str::<Value>(&v).unwrap_or(Value::String(v));
+            json.insert(key.replace('-', "_"), v);
+            continue;
+        }
+        let value = match fl.kind {
+            Kind::Bool => {
+                if inline.is_some() {
+                    return Err(usage(format!(
+                        "argument --{head}: ignored explicit argument '{}'",
+                        inline.unwrap_or_default()
+                    )));
+                }
+                Value::Bool(bare.unwrap_or(true))
+            }
+            Kind::Many => {
+                let mut vals = Vec::new();
+                if let Some(v) = inline.clone() {
+                    vals.push(Value::from(v));
+                } else {
+                    while let Some(v) = args.get(i).filter(|v| !is_flag(v)) {
+                        vals.push(Value::from(v.clone()));
+                        i += 1;
+                    }
+                }
+                if vals.is_empty() {
+                    return Err(usage(format!(
+                        "argument --{}: expected at least one argument",
+                        fl.name
+                    )));
+                }
+                Value::Array(vals)
+            }
+            _ => {
+                let Some(v) = take_value(&mut i) else {
+                    return Err(usage(format!(
+                        "argument --{}: expected one argument",
+                        fl.name
+                    )));
+                };
+                typed(fl, &v).map_err(usage)?
+            }
+        };
+        given.insert(fl.name, value);
+    }
+    let model_flag = given
+        .get("model")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if positional.len() > 1 {
+        unknown.extend(positional.drain(1..));
+    }
+    if !unknown.is_empty() {
+        let hints: Vec<String> = unknown
+            .iter()
+            .filter_map(|u| {
+                let n = u.trim_start_matches('-').replace('_', "-");
+                u.starts_with("--")
+                    .then(|| did_you_mean(&n))
+                    .flatten()
+                    .map(|m| format!("--{n}: did you mean --{m}?"))
+            })
+            .collect();
+        let mut msg = format!("unrecognized arguments: {}", unknown.join(" "));
+        if !hints.is_empty() {
+            msg.push_str(&format!(" ({})", hints.join("; ")));
+        }
+        return Err(usage(msg));
+    }
+    let model = match (positional.pop(), model_flag) {
+        (Some(m), _) => m,
+        (None, Some(m)) => {
+            warnings.push(
+                "WARNING: With `vllm serve`, you should provide the model as a positional argument or in a config file instead of via the `--model` option. The `--model` option will be removed in a future version."
+                    .into(),
+            );
+            m
+        }
+        (None, None) => {
+            if given.contains_key("served-model-name") {
+                return Err(usage(
+                    "`model` should be provided as the first positional argument when using `vllm serve`. i.e. `vllm serve <model>`"
+                        .into(),
+                ));
+            }
+            DEFAULT_MODEL.to_string()
+        }
+    };
+    for (k, v) in [
+        ("method", "spec-method"),
+        ("model", "spec-model"),
+        ("num_speculative_tokens", "spec-tokens"),
+    ] {
+        if let Some(x) = given.get(v) {
+            json.insert(k.into(), x.clone());
+        }
+    }
+    if let Some(Value::Object(m)) = given.get("speculative-config") {
+        for (k, v) in m {
+            json.entry(k.clone()).or_insert(v.clone());
+        }
+    }
+    let config = resolve_config(&given, &json, model)?;
+    Ok(VllmParsed {
+        config,
+        warnings,
+        help,
+    })
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+fn resolve_config(
+    given: &IndexMap<&'static str, Value>,
+    spec: &Map<String, Value>,
+    model: String,
+) -> Result<SimConfig, VllmArgError> {
+    let usage = VllmArgError::Usage;
+    let int = |n: &str| given.get(n).and_then(Value::as_i64);
+    let float = |n: &str| given.get(n).and_then(Value::as_f64);
+    let flag = |n: &str| given.get(n).and_then(Value::as_bool);
+    let strs = |n: &str| -> Vec<String> {
+        given
+            .get(n)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut profile = Profile::load(
+        given
+            .get("profile")
+            .and_then(Value::as_str)
+            .unwrap_or("fast"),
+    )?;
+    if let Some(s) = float("sim-time-scale") {
+        if s <= 0.0 {
+            return Err(usage("argument --sim-time-scale: must be positive".into()));
+        }
+        profile.time_scale = s;
+    }
+    let positive = |n: &str| -> Result<Option<u64>, VllmArgError> {
+        match int(n) {
+            Some(x) if x <= 0 => Err(usage(format!("argument --{n}: must be positive, got {x}"))),
+            x => Ok(x.map(|x| x as u64)),
+        }
+    };
+    let mut c = SimConfig::engine_defaults(Api::Vllm, profile.clone());
+    let port = int("port").unwrap_or(8000);
+    c.port =
+        u16::try_from(port).map_err(|_| usage(format!("argument --port: invalid port {port}")))?;
+    let host = given
+        .get("host")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    c.host = host.clone().unwrap_or_else(|| "0.0.0.0".into());
+    let tp = positive("tensor-parallel-size")?.unwrap_or(1);
+    let util = float("gpu-memory-utilization").unwrap_or(0.92);
+    if !(util > 0.0 && util <= 1.0) {
+        return Err(usage(format!(
+            "argument --gpu-memory-utilization: must be in (0, 1], got {util}"
+        )));
+    }
+    let block_size = positive("block-size")?.unwrap_or(16);
+    let m = &profile.memory;
+    let kv_bytes_per_token = m.kv_bytes_per_token / tp as f64;
+    let mut pool = kv_pool_tokens(m, util, tp as f64);
+    if let Some(bytes) = int("kv-cache-memory-bytes") {
+        pool = (bytes as f64 / kv_bytes_per_token).floor() as i64;
+    }
+    if let Some(blocks) = positive("num-gpu-blocks-override")? {
+        pool = (blocks * block_size) as i64;
+    }
+    // vLLM's pool is whole blocks.
+    if pool > 0 {
+        pool -= pool % block_size as i64;
+    }
+    let kv_cache_gib = pool as f64 * kv_bytes_per_token / (1u64 << 30) as f64;
+    let context_length = match int("max-model-len") {
+        // -1 / auto: the largest that fits the KV cache.
+        Some(-1) => profile.context_length.min(pool.max(1) as u64),
+        Some(x) if x <= 0 => {
+            return Err(usage(format!(
+                "argument --max-model-len: invalid value {x}"
+            )));
+        }
+        Some(x) => x as u64,
+        None => profile.context_length,
+    };
+    c.context_length = context_length;
+    c.max_total_tokens = pool;
+    c.mem_fraction_static = util;
+    if let Some(n) = positive("max-num-seqs")? {
+        c.max_running_requests = n as usize;
+    }
+    let batched = positive("max-num-batched-tokens")?;
+    if flag("enable-chunked-prefill") == Some(false) {
+        c.chunked_prefill_size = None;
+        c.max_prefill_tokens = batched
+            .unwrap_or_else(|| context_length.max(profile.chunked_prefill_size.max(2048) as u64));
+    } else {
+        c.chunked_prefill_size = Some(
+            batched
+                .or(u64::try_from(profile.chunked_prefill_size).ok())
+                .unwrap_or(8192),
+        );
+        c.max_prefill_tokens = c.chunked_prefill_size.unwrap_or(8192);
+    }
+    c.disable_radix_cache = flag("enable-prefix-caching") == Some(false);
+    c.enable_metrics = true;
+    c.stream_interval = positive("stream-interval")?.unwrap_or(1);
+    if let Some(seed) = int("seed") {
+        c.seed = seed as u64;
+    }
+    let spec_tokens = spec
+        .get("num_speculative_tokens")
+        .and_then(Value::as_i64)
+        .filter(|n| *n > 0);
+    let spec_on =
+        spec_tokens.is_some() || spec.get("method").is_some() || spec.get("model").is_some();
+    c.speculative = speculative_model(&profile, spec_on, spec_tokens.map(|k| k + 1));
+    c.model_path = model.clone();
+    let mut served_names = strs("served-model-name");
+    if served_names.is_empty() {
+        served_names.push(model.clone());
+    }
+    c.served_model_name = served_names[0].clone();
+    let mut api_keys = strs("api-key");
+    if api_keys.is_empty()
+        && let Ok(k) = std::env::var("VLLM_API_KEY")
+        && !k.is_empty()
+    {
+        api_keys.push(k);
+    }
+    let stats_interval = std::env::var("VLLM_LOG_STATS_INTERVAL")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| *v > 0.0 && v.is_finite())
+        .unwrap_or(10.0);
+    let mut non_default: IndexMap<String, Value> = IndexMap::new();
+    non_default.insert("model_tag".into(), Value::from(model.clone()));
+    for (k, v) in given {
+        if matches!(*k, "profile" | "sim-time-scale" | "model") {
+            continue;
+        }
+        // Keys stay out of the log (servebench mirrors server logs into run directories).
+        let v = if *k == "api-key" {
+            json!(["<redacted>"])
+        } else {
+            v.clone()
+        };
+        non_default.insert(k.replace('-', "_"), v);
+    }
+    let quiet_access = given
+        .get("uvicorn-log-level")
+        .and_then(Value::as_str)
+        .is_some_and(|l| {
+            matches!(
+                l.to_ascii_lowercase().as_str(),
+                "warning" | "error" | "critical"
+            )
+        });
+    c.log = SimLog::stdout();
+    c.vllm = Some(std::sync::Arc::new(VllmOptions {
+        model,
+        served_names,
+        api_keys,
+        prompt_tokens_details: flag("enable-prompt-tokens-details").unwrap_or(false),
+        force_include_usage: flag("enable-force-include-usage").unwrap_or(false),
+        log_requests: flag("enable-log-requests").unwrap_or(false),
+        log_stats: !flag("disable-log-stats").unwrap_or(false),
+        stats_interval: Duration::from_secs_f64(stats_interval),
+        dev_mode: env_flag("VLLM_SERVER_DEV_MODE"),
+        skip_model_validation: env_flag("VLLM_SKIP_MODEL_NAME_VALIDATION"),
+        access_log: !flag("disable-uvicorn-access-log").unwrap_or(false) && !quiet_access,
+        block_size,
+        gpu_memory_utilization: util,
+        tensor_parallel_size: tp,
+        kv_cache_gib,
+        non_default,
+        host_display: host.unwrap_or_else(|| "0.0.0.0".into()),
+    }));
+    Ok(c)
+}
+
+/// Python's `repr` of a JSON value (`True`, `None`, `'text'`), for `non-default args`.
+pub fn py_repr(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'")),
+        Value::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Value::Object(m) => format!(
+            "{{{}}}",
+            m.iter()
+                .map(|(k, v)| format!("'{k}': {}", py_repr(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `servebench sim --api vllm --help`.
+pub fn help_text() -> String {
+    use std::fmt::Write;
+    let mut s = String::from(
+        "usage: servebench sim --api vllm [model_tag] [options]\n\n\
+         A simulated vLLM server (`vllm serve` compatible, vLLM 0.33): the OpenAI API\n\
+         (/v1/completions, /v1/chat/completions, /v1/models), /health, /ping, /version,\n\
+         /tokenize, /detokenize, /metrics (vllm: names), and with VLLM_SERVER_DEV_MODE=1\n\
+         /reset_prefix_cache and /server_info. Same timing model as the SGLang surface.\n\n\
+         Modelled flags (underscores and unique prefixes work; --no-X turns a boolean off):\n",
+    );
+    for fl in FLAGS {
+        let meta = match fl.kind {
+            Kind::Bool => "",
+            Kind::Int | Kind::HumanInt => " INT",
+            Kind::Float => " FLOAT",
+            Kind::Str => " STR",
+            Kind::Many => " STR [STR ...]",
+            Kind::Json => " JSON",
+        };
+        let _ = writeln!(s, "  --{}{meta}\n      {}", fl.name, fl.help);
+    }
+    s.push_str(
+        "\nEvery other `vllm serve` flag is accepted with a warning; unknown flags exit 2.\n\
+         Environment: VLLM_SERVER_DEV_MODE, VLLM_API_KEY, VLLM_LOG_STATS_INTERVAL,\n\
+         VLLM_SKIP_MODEL_NAME_VALIDATION.\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<VllmParsed, VllmArgError> {
+        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn positional_model_underscores_prefixes_and_shorts() {
+        let r = p(&[
+            "org/M",
+            "--max_model_len",
+            "4k",
+            "-tp",
+            "2",
+            "--gpu-memory-util",
+            "0.8",
+            "--max-num-seqs=7",
+            "--no-enable-prefix-caching",
+            "--served-model-name",
+            "a",
+            "b",
+            "--port",
+            "0",
+        ])
+        .unwrap();
+        let c = &r.config;
+        let v = c.vllm.as_ref().unwrap();
+        assert_eq!(c.context_length, 4000);
+        assert_eq!(v.tensor_parallel_size, 2);
+        assert_eq!(c.mem_fraction_static, 0.8);
+        assert_eq!(c.max_running_requests, 7);
+        assert!(c.disable_radix_cache);
+        assert_eq!(v.served_names, ["a", "b"]);
+        assert_eq!(c.served_model_name, "a");
+        assert_eq!(c.model_path, "org/M");
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    }
+
+    #[test]
+    fn enable_disable_spellings_and_speculative_config() {
+        let r = p(&[
+            "m",
+            "--disable-log-requests",
+            "--enable-prompt-tokens-details",
+            "--speculative-config",
+            r#"{"method": "ngram", "num_speculative_tokens": 3}"#,
+        ])
+        .unwrap();
+        let v = r.config.vllm.clone().unwrap();
+        assert!(!v.log_requests && v.prompt_tokens_details);
+        assert_eq!(r.config.speculative.as_ref().unwrap().num_draft_tokens, 4);
+        let r = p(&["m", "--speculative-config.num_speculative_tokens", "2"]).unwrap();
+        assert_eq!(r.config.speculative.unwrap().num_draft_tokens, 3);
+        assert!(p(&["m"]).unwrap().config.speculative.is_none());
+    }
+
+    #[test]
+    fn unmodelled_flags_warn_unknown_ones_fail_with_a_hint() {
+        let r = p(&[
+            "m",
+            "--enforce-eager",
+            "--load-format",
+            "dummy",
+            "--headless",
+        ])
+        .unwrap();
+        assert_eq!(r.config.model_path, "m");
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+        let e = p(&["m", "--max-model-lenn", "5"]).unwrap_err().to_string();
+        assert!(
+            e.contains("unrecognized arguments: --max-model-lenn 5"),
+            "{e}"
+        );
+        assert!(e.contains("did you mean --max-model-len?"), "{e}");
+        assert!(e.starts_with("usage: vllm serve"), "{e}");
+        let e = p(&["m", "--max-num"]).unwrap_err().to_string();
+        assert!(e.contains("ambiguous option"), "{e}");
+        let e = p(&["m", "n"]).unwrap_err().to_string();
+        assert!(e.contains("unrecognized arguments: n"), "{e}");
+    }
+
+    #[test]
+    fn model_flag_warns_and_defaults() {
+        let r = p(&["--model", "x"]).unwrap();
+        assert_eq!(r.config.model_path, "x");
+        assert!(r.warnings[0].contains("positional argument"));
+        assert_eq!(p(&[]).unwrap().config.model_path, DEFAULT_MODEL);
+        assert_eq!(p(&[]).unwrap().config.port, 8000);
+    }
+
+    #[test]
+    fn human_ints() {
+        assert_eq!(human_int("1k"), Some(1000));
+        assert_eq!(human_int("1K"), Some(1024));
+        assert_eq!(human_int("25.6k"), Some(25600));
+        assert_eq!(human_int("x"), None);
+    }
+}
