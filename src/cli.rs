@@ -127,14 +127,20 @@ pub enum Command {
     ///
     /// Example: `servebench compare runs/chunk-8192/<ts> runs/chunk-4096/<ts> --threshold 5%`
     Compare {
-        /// Run directories (two or more), e.g. runs/quickstart/2026-11-29T10-04-12Z.
-        #[arg(required = true, num_args = 2.., value_name = "RUN_DIR")]
+        /// Run directories (two or more; one is enough with --by), e.g.
+        /// runs/quickstart/2026-11-29T10-04-12Z.
+        #[arg(required = true, num_args = 1.., value_name = "RUN_DIR")]
         runs: Vec<PathBuf>,
+        /// Split each run by this sweep dimension and compare the parts, e.g. `--by
+        /// server.engine` for a run that swept the engine: its first value is the baseline.
+        #[arg(long, value_name = "DIM")]
+        by: Option<String>,
         /// Smallest change worth marking, in percent (`5` or `5%`). With confidence intervals a
         /// change must also clear them; without (one request per point) the threshold decides.
         #[arg(long, value_name = "PCT", value_parser = parse_percent)]
         threshold: Option<f64>,
-        /// Exit 1 when any metric regressed (for CI).
+        /// Exit 1 when any metric regressed, or when nothing could be judged (no shared point,
+        /// or no change with enough evidence either way): a gate must not pass by default.
         #[arg(long)]
         fail_on_regression: bool,
         /// Write the comparison to this file instead of stdout.
@@ -277,11 +283,19 @@ where
         Command::Check { run_dir } => check(&run_dir),
         Command::Compare {
             runs,
+            by,
             threshold,
             fail_on_regression,
             out,
             template,
-        } => compare(&runs, threshold, fail_on_regression, out, template),
+        } => compare(
+            &runs,
+            by.as_deref(),
+            threshold,
+            fail_on_regression,
+            out,
+            template,
+        ),
         Command::Schema { kind } => schema(kind),
     };
     finish(result)
@@ -508,17 +522,30 @@ fn parse_percent(text: &str) -> Result<f64, String> {
 
 fn compare(
     paths: &[PathBuf],
+    by: Option<&str>,
     threshold: Option<f64>,
     fail_on_regression: bool,
     out: Option<PathBuf>,
     template: Option<PathBuf>,
 ) -> Result<Status, Error> {
     use crate::report::compare;
-    let runs = paths
+    let mut runs = paths
         .iter()
         .map(|path| compare::load(path))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Error::OpenRun)?;
+    if let Some(dim) = by {
+        let mut parts = Vec::new();
+        for run in runs {
+            parts.extend(compare::split_by(run, dim).map_err(Error::Usage)?);
+        }
+        runs = parts;
+    }
+    if runs.len() < 2 {
+        return Err(Error::Usage(
+            "compare needs two runs, or one run and --by DIM to compare its parts".into(),
+        ));
+    }
     let source = match &template {
         None => None,
         Some(path) => {
@@ -551,5 +578,11 @@ fn compare(
         count_s(s.improvements, "improvement"),
         count_s(s.shared, "shared point")
     ));
+    if fail_on_regression && s.judged() == 0 {
+        console::errln(
+            "error: nothing was judged (no shared point, or no change with enough evidence): the gate fails rather than pass unseen",
+        );
+        return Ok(Status::Failed);
+    }
     Ok(Status::failed_if(fail_on_regression && s.regressions > 0))
 }

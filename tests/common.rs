@@ -184,3 +184,14 @@ pub fn assert_schema_current(path: &str, current: &str, kind: &str) {
          (or `UPDATE_SCHEMA=1 cargo test --test integration checked_in_`)"
     );
 }
+
+/// A point's flags other than timing noise (`high-variance`), which a busy
+/// test machine may raise on any point.
+pub fn validity_flags(point: &serde_json::Value) -> Vec<&serde_json::Value> {
+    point["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] != "high-variance")
+        .collect()
+}

@@ -74,6 +74,7 @@ fn run(path: &str, meta: RunMeta, points: Vec<PointRecord>) -> LoadedRun {
         meta,
         points,
         truncated_lines: vec![],
+        part: None,
     }
 }
 

@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod common;
 mod compare;
+mod engines;
 mod faulty;
 mod interrupt;
 mod orphans;

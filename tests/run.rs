@@ -10,14 +10,6 @@ fn metric(point: &serde_json::Value, name: &str, field: &str) -> f64 {
 
 /// The point's flags that question its validity: `high-variance` only says the spread is wide
 /// (it comes and goes with machine load), so it is left out.
-fn validity_flags(point: &serde_json::Value) -> Vec<&serde_json::Value> {
-    point["flags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["kind"] != "high-variance")
-        .collect()
-}
 
 #[test]
 fn a_cold_context_sweep_measures_every_point_and_writes_the_run_directory() {

@@ -158,8 +158,10 @@ fn a_server_without_a_cache_reset_is_measured_cold_with_nonces_and_says_so() {
         "{:?}",
         server.paths()
     );
+    // Timing noise (high-variance) is the machine's, not the cache's: the
+    // point must carry no cache or flush flag.
     assert!(
-        points[0]["flags"].as_array().unwrap().is_empty(),
+        validity_flags(&points[0]).is_empty(),
         "a verified cold point without a flush is clean: {}",
         points[0]
     );

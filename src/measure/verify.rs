@@ -63,7 +63,7 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
             kind: FlagKind::CacheUnverified,
             message: format!(
                 "{unreported} of {} requests carried no cached_tokens, so the cache policy could not be verified \
-                 (OpenAI APIs report it only when the server runs with --enable-cache-report)",
+                 (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
                 ok.len()
             ),
         });

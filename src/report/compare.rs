@@ -38,6 +38,72 @@ pub struct LoadedRun {
     pub points: Vec<PointRecord>,
     /// Lines of `points.jsonl` skipped as cut off mid-record.
     pub truncated_lines: Vec<usize>,
+    /// Set when the run was split by a sweep dimension (`compare --by`): `DIM=VALUE`.
+    pub part: Option<String>,
+}
+
+/// Splits a run into one part per value of sweep dimension `dim` (in the order the values
+/// first appear), so one run that swept, say, `server.engine` compares engine against engine.
+/// Each part keeps the points with that value, its dimensions without `dim`, and the server
+/// settings its own launches recorded (engine and flags), so what differs between the parts
+/// is listed like what differs between runs.
+pub fn split_by(run: LoadedRun, dim: &str) -> Result<Vec<LoadedRun>, String> {
+    if !run.meta.dimensions.iter().any(|d| d == dim) {
+        return Err(format!(
+            "{}: `{dim}` is not a sweep dimension of this run (it sweeps {})",
+            run.path.display(),
+            if run.meta.dimensions.is_empty() {
+                "nothing".to_string()
+            } else {
+                run.meta.dimensions.join(", ")
+            }
+        ));
+    }
+    let mut values: Vec<serde_json::Value> = Vec::new();
+    for p in &run.points {
+        if let Some(v) = p.values.get(dim)
+            && !values.contains(v)
+        {
+            values.push(v.clone());
+        }
+    }
+    Ok(values
+        .into_iter()
+        .map(|v| {
+            let points: Vec<PointRecord> = run
+                .points
+                .iter()
+                .filter(|p| p.values.get(dim) == Some(&v))
+                .cloned()
+                .map(|mut p| {
+                    p.values.shift_remove(dim);
+                    p
+                })
+                .collect();
+            let mut meta = run.meta.clone();
+            meta.dimensions.retain(|d| d != dim);
+            let groups: Vec<&String> = points.iter().map(|p| &p.group).collect();
+            meta.servers.retain(|s| groups.contains(&&s.group));
+            // The part's own server: its launches' engine and flags.
+            if let Some(launch) = meta.servers.first() {
+                let engine = launch.engine.trim_end_matches(" (simulated)");
+                if let Ok(e) = serde_json::from_value(serde_json::json!(engine)) {
+                    meta.experiment.server.engine = e;
+                }
+                if let Ok(args) = serde_json::from_value(serde_json::to_value(&launch.args).unwrap_or_default()) {
+                    meta.experiment.server.args = args;
+                }
+            }
+            let text = value_text(&v);
+            LoadedRun {
+                path: run.path.clone(),
+                meta,
+                points,
+                truncated_lines: run.truncated_lines.clone(),
+                part: Some(format!("{dim}={text}")),
+            }
+        })
+        .collect())
 }
 
 /// Reads a run directory's `meta.json` and `points.jsonl`.
@@ -50,6 +116,7 @@ pub fn load(path: &Path) -> Result<LoadedRun, RunDirError> {
         meta,
         points: points.records,
         truncated_lines: points.truncated_lines,
+        part: None,
     })
 }
 
@@ -276,8 +343,10 @@ pub struct RunRef {
     pub started_at: String,
     /// `complete`, `incomplete`, `failed` or `running`.
     pub status: String,
-    /// Points in its `points.jsonl`.
+    /// Points in its `points.jsonl` (in its part, with `--by`).
     pub points: usize,
+    /// With `compare --by DIM`: the value of DIM this part of the run holds (`server.engine=vllm`).
+    pub part: Option<String>,
 }
 
 /// A setting whose value differs between runs.
@@ -505,6 +574,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 started_at: r.meta.started_at.clone(),
                 status: r.meta.status.to_string(),
                 points: r.points.len(),
+                part: r.part.clone(),
             })
             .collect(),
         threshold_pct,
