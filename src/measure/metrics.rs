@@ -183,6 +183,12 @@ mod tests {
             role: RequestRole::Measure,
             api: Api::SglangGenerate,
             sent_at: 0.0,
+            scheduled_at: None,
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            retried: false,
+            first_attempt: None,
             requested_prompt_tokens: None,
             max_tokens: 8,
             chunks: chunks
@@ -194,6 +200,7 @@ mod tests {
             completion_tokens: Some(completion),
             cached_tokens: Some(200),
             token_source: TokenSource::MetaInfo,
+            chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: None,
         }
