@@ -64,6 +64,8 @@ struct State {
     after_stream: AfterStream,
     /// Requests sent again after a stale connection.
     stale: u64,
+    /// Of those, the ones whose connection had last served a stream.
+    stale_after_stream: u64,
 }
 
 /// The connections to one server.
@@ -131,6 +133,7 @@ impl Pool {
                 live: 0,
                 after_stream: AfterStream::Unknown { kept: 0 },
                 stale: 0,
+                stale_after_stream: 0,
             }),
         }
     }
@@ -350,10 +353,19 @@ impl Pool {
                 let streamed_before = lease.conn().last_streamed;
                 drop(lease);
                 {
+                    // A streamed connection that closed while idle: while the pool is still
+                    // learning, or when it happens again, that is a server closing after
+                    // streams (its close came too late to be seen); once it is known to keep
+                    // them, one stale connection is an idle timeout, not a pattern.
                     let mut st = self.state();
                     st.stale += 1;
                     if streamed_before {
-                        st.after_stream = AfterStream::Closes;
+                        st.stale_after_stream += 1;
+                        if st.stale_after_stream > 1
+                            || matches!(st.after_stream, AfterStream::Unknown { .. })
+                        {
+                            st.after_stream = AfterStream::Closes;
+                        }
                     }
                 }
                 let whose = match how {

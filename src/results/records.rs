@@ -116,11 +116,11 @@ pub enum ErrorKind {
     /// The server broke the connection after it had started answering (or, on a connection
     /// opened for this request, before it answered at all).
     Reset,
-    /// The client's side: a connection that had been idle (kept from an earlier request, or
-    /// pre-opened) turned out closed by the server before any response byte came back. The
-    /// request never reached generation; it is retried once on a fresh connection, so this kind
-    /// shows on a request's `first_attempt`, and as its error only when the retry could not be
-    /// made.
+    /// The client's side, not the server's: a connection that had been idle (kept from an
+    /// earlier request, or opened ahead) turned out closed by the server when the request was
+    /// written, before any response byte came back. The request never reached generation; it
+    /// is sent again once on a fresh connection, so this kind shows on a request's
+    /// `first_attempt` (its own error, if the second attempt fails too, is that attempt's).
     StaleConnection,
     /// The per-request timeout passed.
     Timeout,
