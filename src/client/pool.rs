@@ -211,9 +211,12 @@ impl Pool {
                 };
                 return Ok((lease, how, connect_s));
             }
+            // Closed while idle after a stream: while the pool is still learning, that is a
+            // server closing after streams whose close came late; once it is known to keep
+            // them, it is an idle timeout (uvicorn's is 5 s).
             let mut st = self.state();
             st.live -= 1;
-            if conn.last_streamed {
+            if conn.last_streamed && matches!(st.after_stream, AfterStream::Unknown { .. }) {
                 st.after_stream = AfterStream::Closes;
             }
         }
@@ -409,8 +412,9 @@ impl Pool {
     }
 
     /// Gives a connection back after its response: kept for the next request when the
-    /// response was read to its end and the server keeps the connection; otherwise closed and,
-    /// when fewer than the prepared number remain, replaced by a fresh one at once.
+    /// response was read to its end (`complete`) and the server keeps the connection; otherwise
+    /// closed and, when fewer than the prepared number remain, replaced by a fresh one at once,
+    /// so the next request finds one ready.
     pub async fn release(&self, mut lease: Lease, streamed: bool, complete: bool) {
         let mut conn = lease.conn.take().expect("released once");
         drop(lease);

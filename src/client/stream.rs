@@ -148,9 +148,7 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
             Some(status),
             Some(head(&bytes)),
         ));
-        if complete {
-            client.pool.release(lease, false, true).await;
-        }
+        client.pool.release(lease, false, complete).await;
         return m;
     }
 
@@ -237,10 +235,9 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
         }
     }
     settle(&mut m, &mut parser);
-    // A connection is only reused at a message boundary; anything else is closed.
-    if ended {
-        client.pool.release(lease, true, true).await;
-    }
+    // A connection is only reused at a message boundary; anything else is closed (and
+    // replaced).
+    client.pool.release(lease, true, ended).await;
     m
 }
 
