@@ -167,19 +167,17 @@ impl Pool {
             idle.drain(..surplus);
             st.live -= before - idle.len();
             st.idle = idle;
-            st.live += n.saturating_sub(st.idle.len());
             n.saturating_sub(st.idle.len())
         };
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let opened =
-            futures_util::future::join_all((0..missing).map(|_| self.connect(deadline))).await;
+            futures_util::future::join_all((0..missing).map(|_| self.open(deadline))).await;
         let mut failure = None;
         let mut st = self.state();
         for conn in opened {
             match conn {
                 Ok(conn) => st.idle.push(conn),
                 Err(e) => {
-                    st.live -= 1;
                     failure.get_or_insert(e);
                 }
             }
@@ -220,24 +218,35 @@ impl Pool {
                 st.after_stream = AfterStream::Closes;
             }
         }
-        self.state().live += 1;
-        match self.connect(deadline).await {
-            Ok(conn) => {
-                let connect_s = Some(conn.connect_s);
-                let lease = Lease {
-                    conn: Some(conn),
-                    pool: self.clone(),
-                };
-                Ok((lease, ConnectionUse::Opened, connect_s))
-            }
-            Err(e) => {
-                self.state().live -= 1;
-                Err(e)
-            }
-        }
+        let conn = self.open(deadline).await?;
+        let connect_s = Some(conn.connect_s);
+        let lease = Lease {
+            conn: Some(conn),
+            pool: self.clone(),
+        };
+        Ok((lease, ConnectionUse::Opened, connect_s))
     }
 
-    /// Opens one connection (not counted in `live`: the caller does that).
+    /// Opens one connection, counted in `live` from the start (a failed or abandoned connect
+    /// gives its count back).
+    async fn open(&self, deadline: Instant) -> Result<Conn, ConnectFailure> {
+        /// Gives a count in `live` back when dropped armed.
+        struct Counted<'a>(&'a Pool, bool);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    self.0.state().live -= 1;
+                }
+            }
+        }
+        self.state().live += 1;
+        let mut counted = Counted(self, true);
+        let conn = self.connect(deadline).await?;
+        counted.1 = false;
+        Ok(conn)
+    }
+
+    /// Opens one connection (not counted in `live`: see [`Pool::open`]).
     async fn connect(&self, deadline: Instant) -> Result<Conn, ConnectFailure> {
         let limit = deadline.min(Instant::now() + CONNECT_TIMEOUT);
         let addrs = self.resolve(limit).await?;
@@ -416,38 +425,34 @@ impl Pool {
     /// closed and, when fewer than the prepared number remain, replaced by a fresh one at once,
     /// so the next request finds one ready.
     pub async fn release(&self, mut lease: Lease, streamed: bool, complete: bool) {
-        let mut conn = lease.conn.take().expect("released once");
-        drop(lease);
-        let mut keep = complete && conn.still_open();
+        // The lease keeps the connection counted until the end, however this ends (a run
+        // interrupted meanwhile drops it).
+        let mut keep = complete && lease.conn().still_open();
         if complete && streamed {
             if !keep {
                 // It ended right after a complete stream: the server closes after streams.
                 self.state().after_stream = AfterStream::Closes;
             } else {
-                keep = self.learn(&mut conn).await;
+                keep = self.learn(lease.conn()).await;
             }
         }
         if keep {
+            let mut conn = lease.conn.take().expect("released once");
             conn.served += 1;
             conn.last_streamed = streamed;
             self.state().idle.push(conn);
             return;
         }
-        drop(conn);
+        drop(lease);
         let replace = {
-            let mut st = self.state();
-            st.live -= 1;
-            let replace = st.live < st.target;
-            if replace {
-                st.live += 1;
-            }
-            replace
+            let st = self.state();
+            st.live < st.target
         };
         if replace {
-            match self.connect(Instant::now() + CONNECT_TIMEOUT).await {
-                Ok(fresh) => self.state().idle.push(fresh),
-                // The next request connects itself and records why it could not.
-                Err(_) => self.state().live -= 1,
+            // A failure is left for the next request, which connects itself and records why
+            // it could not.
+            if let Ok(fresh) = self.open(Instant::now() + CONNECT_TIMEOUT).await {
+                self.state().idle.push(fresh);
             }
         }
     }
