@@ -42,12 +42,16 @@ struct Measured {
 }
 
 fn measure(profile_text: &str, output_tokens: u32) -> Measured {
+    measure_api(profile_text, output_tokens, "sglang-generate")
+}
+
+fn measure_api(profile_text: &str, output_tokens: u32, api: &str) -> Measured {
     let ws = Workspace::new();
     let profile_path = ws.write("accuracy.yaml", profile_text);
     let spec = ws.write(
         "spec.yaml",
         &format!(
-            "name: accuracy\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: {} }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 4096 }}\n  output_tokens: {output_tokens}\nrequests: 3\n",
+            "name: accuracy\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: {} }}\nworkload:\n  api: {api}\n  prompt: {{ kind: repeat, tokens: 4096 }}\n  output_tokens: {output_tokens}\nrequests: 3\n",
             profile_path.display()
         ),
     );
@@ -176,5 +180,53 @@ fn speculative_decoding_gives_multi_token_chunks_and_the_right_speed() {
     assert!(
         multi > 20,
         "speculative decoding emits multi-token chunks ({multi})"
+    );
+}
+
+/// Item 12: on `/v1/completions` an OpenAI stream says nothing about how many tokens a chunk
+/// holds unless asked; servebench asks for usage on every chunk, so with speculative decoding
+/// (several tokens per chunk) ITL is still the true per-token latency, not the chunk gap.
+#[test]
+fn speculative_decoding_on_v1_completions_gives_the_per_token_itl() {
+    let text = format!(
+        "{PROFILE}speculative: {{ num_draft_tokens: 4, accept_length_mean: 2.5, step_overhead_ms: 2.0, enabled: true }}\n"
+    );
+    let m = measure_api(&text, 160, "openai-completions");
+    let flags = m.point["flags"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !flags.iter().any(|f| f["kind"] == "itl-per-chunk"),
+        "{flags:?}"
+    );
+    let (mut span, mut tokens, mut model_span, mut multi) = (0.0, 0u64, 0.0, 0);
+    for r in &m.requests {
+        assert_eq!(r["chunk_tokens"], "exact", "{r}");
+        let (t0, decode, _) = decode_chunks(r);
+        let all: u64 = r["chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(all, r["completion_tokens"].as_u64().unwrap());
+        multi += decode.iter().filter(|c| c.1 > 1).count();
+        span += decode.last().unwrap().0 - t0;
+        tokens += decode.iter().map(|c| c.1).sum::<u64>();
+        model_span += model_step_s(&m, r, 2.0) * decode.len() as f64;
+    }
+    assert!(multi > 20, "multi-token chunks: {multi}");
+    let itl = m.point["metrics"]["itl_s"]["mean"].as_f64().unwrap();
+    let icl = m.point["metrics"]["icl_s"]["mean"].as_f64().unwrap();
+    // Token-normalised: the decode time over the tokens after the first chunk, pooled.
+    assert!((itl / (span / tokens as f64) - 1.0).abs() < 1e-9, "{itl}");
+    // The model's time per token at the acceptance these requests drew.
+    let model = model_span / tokens as f64;
+    assert!(
+        itl >= model * 0.98 && itl <= model * (1.0 + DECODE_SLOW),
+        "ITL {itl:.5} s vs model {model:.5} s per token"
+    );
+    // The gap per chunk, which the report called ITL before, is the acceptance length larger.
+    assert!(
+        icl > 1.5 * itl,
+        "per chunk {icl:.5} s vs per token {itl:.5} s"
     );
 }

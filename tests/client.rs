@@ -11,8 +11,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
-use servebench::client::{Client, FlushOutcome, GenerationRequest, Measured};
-use servebench::results::records::{ErrorKind, RequestRole, TokenSource};
+use servebench::client::{Client, FlushOutcome, GenerationRequest, Measured, ServerConnections};
+use servebench::results::records::{ConnectionUse, ErrorKind, RequestRole, TokenSource};
 use servebench::spec::types::Api;
 
 /// One step of a scripted response body.
@@ -242,6 +242,7 @@ async fn request_bodies_per_api() {
     assert_eq!(seen[0].2["stream"], true);
     assert_eq!(seen[1].2["prompt"], "The capital of France is");
     assert_eq!(seen[1].2["stream_options"]["include_usage"], true);
+    assert_eq!(seen[1].2["stream_options"]["continuous_usage_stats"], true);
     assert_eq!(seen[2].2["messages"][0]["role"], "user");
     assert_eq!(seen[2].2["model"], "default");
     assert_eq!(seen[2].2["ignore_eos"], true);
@@ -694,4 +695,272 @@ async fn count_prompt_tokens_reads_server_counts() {
 fn https_and_bad_urls_are_rejected() {
     assert!(Client::new("https://example.com", None).is_err());
     assert!(Client::new("not a url", None).is_err());
+}
+
+/// When a raw test server drops a connection instead of answering.
+#[derive(Clone, Copy)]
+enum Drops {
+    /// Never: every request is answered and connections are kept.
+    Never,
+    /// The `n`th request (from 1) on each connection: the connection is closed as that
+    /// request arrives, as when a server times an idle connection out just as it is used.
+    NthOnConnection(usize),
+    /// Every request after the first `n` the server answered, on any connection.
+    AfterServed(usize),
+}
+
+/// A raw HTTP/1.1 server answering `/generate` with a one-token native stream and anything
+/// else with an empty 200, keeping connections open, except as `drops` says. Returns its URL
+/// and the number of connections it accepted.
+async fn raw_server(drops: Drops) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let served = served.clone();
+            tokio::spawn(async move {
+                let mut socket = BufReader::new(socket);
+                let mut on_connection = 0;
+                loop {
+                    let mut line = String::new();
+                    if socket.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let post = line.starts_with("POST /generate");
+                    let mut length = 0;
+                    loop {
+                        let mut h = String::new();
+                        socket.read_line(&mut h).await.unwrap();
+                        let h = h.trim_end().to_ascii_lowercase();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    socket.read_exact(&mut body).await.unwrap();
+                    on_connection += 1;
+                    let drop_it = match drops {
+                        Drops::Never => false,
+                        Drops::NthOnConnection(n) => on_connection == n,
+                        Drops::AfterServed(n) => served.load(Ordering::SeqCst) >= n,
+                    };
+                    if drop_it {
+                        return;
+                    }
+                    served.fetch_add(1, Ordering::SeqCst);
+                    let response = if post {
+                        let events = format!(
+                            "{}{DONE}",
+                            native("a", 1, 1, json!({"type": "length", "length": 1}))
+                        );
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n0\r\n\r\n",
+                            events.len()
+                        )
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_string()
+                    };
+                    socket
+                        .get_mut()
+                        .write_all(response.as_bytes())
+                        .await
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (url, connections)
+}
+
+/// Item 1: a kept connection the server closed as the next request arrived: no response byte
+/// came back, so the request never reached generation. It is sent again on a fresh
+/// connection, succeeds, and says so; admin calls get the same second chance.
+#[tokio::test]
+async fn a_stale_connection_is_retried_once_on_a_fresh_one() {
+    use std::sync::atomic::Ordering;
+    let (url, connections) = raw_server(Drops::NthOnConnection(2)).await;
+    let client = Client::new(&url, None).unwrap();
+    // Admin calls: the second request on the kept connection is dropped, and sent again.
+    assert_eq!(client.health().await.unwrap(), 200);
+    assert_eq!(client.health().await.unwrap(), 200);
+    assert_eq!(client.stale_retries(), 1);
+    // A stream on the kept connection (its second request): the same.
+    let m = client
+        .stream(&request(Api::SglangGenerate), Duration::from_secs(5))
+        .await;
+    assert!(m.error.is_none(), "{m:?}");
+    let stale = m.first_attempt.as_ref().expect("a first attempt");
+    assert_eq!(stale.kind, ErrorKind::StaleConnection);
+    assert!(
+        stale.message.contains("kept from an earlier request"),
+        "{}",
+        stale.message
+    );
+    // The second attempt's own connection and times.
+    assert_eq!(m.connection, Some(ConnectionUse::Opened));
+    assert!(m.connect_s.is_some());
+    assert_eq!(tokens(&m), [1]);
+    let record = m.into_record(
+        "p000",
+        0,
+        1,
+        RequestRole::Measure,
+        Api::SglangGenerate,
+        3,
+        None,
+    );
+    assert!(record.retried && record.error.is_none());
+    assert_eq!(
+        record.first_attempt.unwrap().kind,
+        ErrorKind::StaleConnection
+    );
+    assert_eq!(client.stale_retries(), 2);
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+}
+
+/// A connection opened for the request and closed by the server without an answer is the
+/// server's doing (`reset`), not retried; a retry that meets the same fails as the server's,
+/// with the stale first attempt kept.
+#[tokio::test]
+async fn a_server_that_drops_requests_is_a_reset_not_a_stale_connection() {
+    let (url, _) = raw_server(Drops::AfterServed(0)).await;
+    let client = Client::new(&url, None).unwrap();
+    let m = client
+        .stream(&request(Api::SglangGenerate), Duration::from_secs(5))
+        .await;
+    let e = assert_error(&m, ErrorKind::Reset);
+    assert!(e.message.contains("without answering"), "{}", e.message);
+    assert!(m.first_attempt.is_none());
+    assert_eq!(client.stale_retries(), 0);
+
+    let (url, _) = raw_server(Drops::AfterServed(1)).await;
+    let client = Client::new(&url, None).unwrap();
+    let req = request(Api::SglangGenerate);
+    assert!(
+        client
+            .stream(&req, Duration::from_secs(5))
+            .await
+            .error
+            .is_none()
+    );
+    let m = client.stream(&req, Duration::from_secs(5)).await;
+    assert_error(&m, ErrorKind::Reset);
+    assert_eq!(
+        m.first_attempt.as_ref().map(|e| e.kind),
+        Some(ErrorKind::StaleConnection)
+    );
+}
+
+/// Item 13: `prepare` opens the connections before the requests; they go out on them, their
+/// connect time recorded apart, and the next ones reuse them.
+#[tokio::test]
+async fn prepared_connections_carry_the_first_wave_and_are_reused() {
+    use std::sync::atomic::Ordering;
+    let (url, connections) = raw_server(Drops::Never).await;
+    let client = Client::new(&url, None).unwrap();
+    client.prepare(3).await.unwrap();
+    let accepted = || connections.load(Ordering::SeqCst);
+    // The server accepts in its own task; give it a moment.
+    for _ in 0..100 {
+        if accepted() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(accepted(), 3);
+    let req = request(Api::SglangGenerate);
+    let wave = |client: Client| {
+        let req = req.clone();
+        async move {
+            let runs = (0..3).map(|_| {
+                let (client, req) = (client.clone(), req.clone());
+                tokio::spawn(async move { client.stream(&req, Duration::from_secs(5)).await })
+            });
+            futures_util::future::join_all(runs)
+                .await
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    for m in wave(client.clone()).await {
+        assert!(m.error.is_none(), "{m:?}");
+        assert_eq!(m.connection, Some(ConnectionUse::PreOpened));
+        assert!(m.connect_s.unwrap() > 0.0);
+        assert!(m.write_s.unwrap() >= 0.0);
+        assert!(m.scheduled_at.unwrap() <= m.sent_at);
+        assert!(m.chunks[0].t_s > 0.0);
+    }
+    for m in wave(client.clone()).await {
+        assert!(m.error.is_none(), "{m:?}");
+        assert_eq!(m.connection, Some(ConnectionUse::Reused));
+        assert_eq!(m.connect_s, None);
+    }
+    assert_eq!(accepted(), 3);
+    assert_eq!(client.server_connections(), ServerConnections::KeptOpen);
+    // Fewer needed: the surplus is closed, nothing new opened.
+    client.prepare(1).await.unwrap();
+    assert_eq!(accepted(), 3);
+}
+
+/// Item 1, at the client: against a server that closes after every stream (keep-alive
+/// headers notwithstanding), the client learns it from the first stream and from then on gives
+/// each request a connection opened ahead; nothing is retried or lost, admin calls included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_closes_after_streams_gets_a_fresh_connection_per_request() {
+    use crate::faulty::{Faults, FaultyServer};
+    let server = FaultyServer::start(Faults {
+        close_after_stream: true,
+        ..Faults::default()
+    });
+    let client = Client::new(&server.url, None).unwrap();
+    client.prepare(1).await.unwrap();
+    let req = request(Api::OpenaiCompletions);
+    for i in 0..8 {
+        let m = client.stream(&req, Duration::from_secs(5)).await;
+        assert!(m.error.is_none() && m.first_attempt.is_none(), "{i}: {m:?}");
+        // Opened ahead (or the flush's, which the server keeps): never when due.
+        assert_ne!(m.connection, Some(ConnectionUse::Opened), "{i}");
+        assert_eq!(m.completion_tokens, Some(3));
+        assert_eq!(client.flush_cache().await.unwrap(), FlushOutcome::Flushed);
+    }
+    assert_eq!(
+        client.server_connections(),
+        ServerConnections::ClosedAfterStream
+    );
+    assert_eq!(client.stale_retries(), 0);
+}
+
+/// Item 8: an SSE line that never ends is cut at the per-event budget; the request fails as
+/// malformed, naming it, and the client goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_line_is_malformed_at_the_budget() {
+    use crate::faulty::{Faults, FaultyServer};
+    let server = FaultyServer::start(Faults {
+        endless_line: true,
+        fault_only: Some(0),
+        ..Faults::default()
+    });
+    let client = Client::new(&server.url, None).unwrap();
+    let req = request(Api::SglangGenerate);
+    let m = client.stream(&req, Duration::from_secs(30)).await;
+    let e = assert_error(&m, ErrorKind::Malformed);
+    assert!(
+        e.message
+            .contains(&format!("{} bytes", servebench::client::EVENT_BYTES_LIMIT)),
+        "{}",
+        e.message
+    );
+    assert!(e.body_head.as_ref().unwrap().starts_with("data: aaaa"));
+    let next = client.stream(&req, Duration::from_secs(5)).await;
+    assert!(next.error.is_none(), "{next:?}");
 }

@@ -40,6 +40,9 @@ pub struct Faults {
     pub continuous_usage: bool,
     /// The model name `/v1/models` serves.
     pub model: String,
+    /// Hang and endless line apply only to the generation request with this index (0-based, in
+    /// the order they arrive); None: to every one.
+    pub fault_only: Option<usize>,
 }
 
 impl Default for Faults {
@@ -57,6 +60,7 @@ impl Default for Faults {
             chunk_gap_s: 0.001,
             continuous_usage: false,
             model: "faulty-model".into(),
+            fault_only: None,
         }
     }
 }
@@ -70,6 +74,8 @@ pub struct Seen {
     pub paths: Mutex<Vec<String>>,
     /// Prompt tokens of each generation request, as this server counted them.
     pub prompt_tokens: Mutex<Vec<u64>>,
+    /// Generation requests seen.
+    pub generations: AtomicUsize,
 }
 
 /// A running faulty server; stops when dropped.
@@ -253,6 +259,8 @@ fn generate(
     };
     let prompt = count(text, f);
     seen.prompt_tokens.lock().unwrap().push(prompt);
+    let nth = seen.generations.fetch_add(1, Ordering::Relaxed);
+    let faulty = f.fault_only.is_none_or(|i| i == nth);
     if prompt > f.context {
         json(
             out,
@@ -279,11 +287,11 @@ fn generate(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
     );
     let _ = out.flush();
-    if f.hang {
+    if f.hang && faulty {
         std::thread::sleep(Duration::from_secs(3600));
         return false;
     }
-    if f.endless_line {
+    if f.endless_line && faulty {
         let piece = "a".repeat(64 * 1024);
         let mut first = true;
         loop {
@@ -362,4 +370,224 @@ fn the_faulty_server_serves_a_stream_then_closes_when_told() {
     assert!(all.contains("\"completion_tokens\":3"), "{all}");
     assert!(all.contains("[DONE]"), "{all}");
     assert_eq!(*s.seen.prompt_tokens.lock().unwrap(), vec![2]);
+}
+
+/// A spec measuring the server at `url`; `rest` adds top-level keys.
+fn url_spec(name: &str, url: &str, prompt: &str, rest: &str) -> String {
+    format!(
+        "name: {name}\nserver:\n  url: {url}\n  ready_timeout: 10s\nworkload:\n  prompt: {prompt}\n  output_tokens: 4\n{rest}"
+    )
+}
+
+/// The measured requests of a run, in file order.
+fn measured_requests(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    crate::common::read_jsonl(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|r| r["role"] == "measure")
+        .collect()
+}
+
+fn flag_kinds(point: &serde_json::Value) -> Vec<String> {
+    point["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| f["kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Item 1: llama.cpp's server closes the connection after every streamed response while its
+/// headers say keep-alive. Nothing may be lost: not a measured request, not a calibration
+/// request, not a cache flush; and the client learns it and opens a fresh connection for each
+/// request ahead of time, so none has to be retried either.
+#[test]
+fn a_server_that_closes_after_every_stream_loses_no_request() {
+    let server = FaultyServer::start(Faults {
+        close_after_stream: true,
+        ..Faults::default()
+    });
+    let ws = crate::common::Workspace::new();
+    let spec = ws.write(
+        "closes.yaml",
+        &url_spec(
+            "closes",
+            &server.url,
+            "{ kind: repeat, tokens: 64 }",
+            "sweep:\n  workload.api: [sglang-generate, openai-completions]\n  concurrency: [1, 4]\nrequests: 32\n",
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points.len(), 4);
+    for p in &points {
+        assert_eq!(
+            (p["ok"].as_u64(), p["errors"].as_u64()),
+            (Some(32), Some(0)),
+            "{p}"
+        );
+        let kinds = flag_kinds(p);
+        for bad in [
+            "flush-failed",
+            "calibration-failed",
+            "errors",
+            "stale-connections",
+        ] {
+            assert!(!kinds.iter().any(|k| k == bad), "{bad}: {p}");
+        }
+    }
+    let requests = measured_requests(&dir);
+    assert_eq!(requests.len(), 128);
+    for r in &requests {
+        assert!(r.get("error").is_none(), "{r}");
+        assert!(r.get("retried").is_none(), "learned, so never stale: {r}");
+        // Every request found a connection opened ahead for it: none paid a handshake when due.
+        let how = r["connection"].as_str().unwrap_or("none");
+        assert!(how == "pre-opened" || how == "reused", "{r}");
+        assert!(r["scheduled_at"].as_f64().unwrap() <= r["sent_at"].as_f64().unwrap());
+    }
+    // Each of the 128 streams had its own connection; every point's flush went through.
+    assert!(server.seen.connections.load(Ordering::Relaxed) >= 128);
+    let flushes = server
+        .paths()
+        .iter()
+        .filter(|p| *p == "/flush_cache")
+        .count();
+    assert_eq!(flushes, 4);
+}
+
+/// Item 8: a line that never ends fails its request as malformed at the client's per-event
+/// budget (instead of growing the client's memory), and the run goes on.
+#[test]
+fn an_endless_line_fails_its_request_at_the_budget_and_the_run_goes_on() {
+    let server = FaultyServer::start(Faults {
+        endless_line: true,
+        fault_only: Some(1),
+        ..Faults::default()
+    });
+    let ws = crate::common::Workspace::new();
+    let spec = ws.write(
+        "endless.yaml",
+        &url_spec(
+            "endless",
+            &server.url,
+            "{ kind: repeat, tokens: 64, calibrate: false }",
+            "requests: 3\n",
+        ),
+    );
+    let out = ws.run(&spec);
+    let dir = crate::common::run_dir(&out);
+    let requests = measured_requests(&dir);
+    assert_eq!(requests.len(), 3, "{}", crate::common::show(&out));
+    let failed: Vec<_> = requests
+        .iter()
+        .filter(|r| r.get("error").is_some())
+        .collect();
+    assert_eq!(failed.len(), 1, "{requests:?}");
+    let e = &failed[0]["error"];
+    assert_eq!(e["kind"], "malformed");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("1048576 bytes") && message.contains("EVENT_BYTES_LIMIT"),
+        "{message}"
+    );
+    assert!(e["body_head"].as_str().unwrap().len() <= 200);
+    assert!(dir.join("report.md").exists());
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["error_kinds"]["malformed"], 1);
+    assert_eq!(points[0]["ok"], 2);
+}
+
+/// A server that sends its headers and then nothing: the request times out at the spec's
+/// `request_timeout`, and the next one is measured as usual.
+#[test]
+fn a_hung_request_times_out_at_the_request_timeout() {
+    let server = FaultyServer::start(Faults {
+        hang: true,
+        fault_only: Some(0),
+        ..Faults::default()
+    });
+    let ws = crate::common::Workspace::new();
+    let spec = ws.write(
+        "hang.yaml",
+        &url_spec(
+            "hang",
+            &server.url,
+            "{ kind: repeat, tokens: 64, calibrate: false }",
+            "requests: 2\nrequest_timeout: 1s\n",
+        ),
+    );
+    let started = std::time::Instant::now();
+    let out = ws.run(&spec);
+    let dir = crate::common::run_dir(&out);
+    let requests = measured_requests(&dir);
+    assert_eq!(requests.len(), 2, "{}", crate::common::show(&out));
+    let hung = &requests[0];
+    assert_eq!(hung["error"]["kind"], "timeout", "{hung}");
+    assert!(
+        hung["error"]["message"].as_str().unwrap().contains("1s"),
+        "{hung}"
+    );
+    assert!(hung.get("end_s").is_none());
+    assert!(requests[1].get("error").is_none(), "{}", requests[1]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+/// Item 12: a stream whose chunks carry several tokens and no per-chunk counts makes ITL a
+/// per-chunk gap; the point says so and the report labels it. With usage on every chunk the
+/// counts are exact and ITL is per token.
+#[test]
+fn itl_is_per_token_only_where_the_stream_counts_each_chunk() {
+    for continuous_usage in [false, true] {
+        let server = FaultyServer::start(Faults {
+            tokens_per_chunk: 3,
+            continuous_usage,
+            chunk_gap_s: 0.003,
+            ..Faults::default()
+        });
+        let ws = crate::common::Workspace::new();
+        let spec = ws.write(
+            "chunks.yaml",
+            &url_spec(
+                "chunks",
+                &server.url,
+                "{ kind: repeat, tokens: 64 }",
+                "requests: 3\n",
+            )
+            .replace(
+                "output_tokens: 4",
+                "output_tokens: 12\n  api: openai-completions",
+            ),
+        );
+        let (dir, points) = ws.run_ok(&spec);
+        let p = &points[0];
+        let per_chunk = flag_kinds(p).iter().any(|k| k == "itl-per-chunk");
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let requests = measured_requests(&dir);
+        let itl = p["metrics"]["itl_s"]["p50"].as_f64().unwrap();
+        let icl = p["metrics"]["icl_s"]["p50"].as_f64().unwrap();
+        if continuous_usage {
+            assert!(!per_chunk, "{p}");
+            assert!(requests.iter().all(|r| r["chunk_tokens"] == "exact"));
+            // 3 tokens per 3 ms chunk: about 1 ms per token.
+            assert!(itl < icl / 2.0, "itl {itl} icl {icl}");
+            assert!(!report.contains("ITL (per chunk)"));
+        } else {
+            assert!(per_chunk, "{p}");
+            assert!(requests.iter().all(|r| r["chunk_tokens"] == "assumed-one"));
+            assert_eq!(itl, icl);
+            let flag = &p["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["kind"] == "itl-per-chunk")
+                .unwrap()["message"];
+            assert!(
+                flag.as_str().unwrap().contains("36 tokens in 12 chunks"),
+                "{flag}"
+            );
+            assert!(report.contains("ITL (per chunk)"), "{report}");
+            // Per token numbers stay per token.
+            let tpot = p["metrics"]["tpot_s"]["mean"].as_f64().unwrap();
+            assert!(tpot < icl / 2.0, "tpot {tpot} icl {icl}");
+        }
+    }
 }

@@ -48,6 +48,12 @@ fn request(point: &str, index: u32) -> RequestRecord {
         role: RequestRole::Measure,
         api: Api::SglangGenerate,
         sent_at: 1_795_950_260.0 + index as f64,
+        scheduled_at: None,
+        write_s: None,
+        connect_s: None,
+        connection: None,
+        retried: false,
+        first_attempt: None,
         requested_prompt_tokens: Some(1024),
         max_tokens: 4,
         chunks: vec![
@@ -65,6 +71,7 @@ fn request(point: &str, index: u32) -> RequestRecord {
         completion_tokens: Some(4),
         cached_tokens: Some(0),
         token_source: TokenSource::MetaInfo,
+        chunk_tokens: None,
         finish_reason: Some("length".to_string()),
         error: None,
     }

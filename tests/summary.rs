@@ -106,3 +106,64 @@ fn an_interrupted_point_is_incomplete_and_says_how_far_it_got() {
     );
     assert_eq!(s.metrics["ttft_s"].count, 2);
 }
+
+/// A request sent again after a stale connection is not an error: the point keeps its counts
+/// and numbers and says how many were retried (informational, so compare still judges it).
+/// Chunks without their own token counts that held several tokens make ITL per chunk.
+#[test]
+fn retried_requests_are_not_errors_and_assumed_chunk_counts_are_flagged() {
+    use servebench::results::records::{ChunkTokens, ErrorKind, RequestError};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/summary/streaming");
+    let spec = servebench::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
+    let requests: Vec<RequestRecord> = lines(&dir.join("requests.jsonl"));
+    let mut measured: Vec<RequestRecord> = requests
+        .iter()
+        .filter(|r| r.point == "p001" && r.role.is_measured())
+        .cloned()
+        .collect();
+    let exp = &spec.points[0].experiment;
+    let before = summarize(exp, &measured, Vec::new(), false);
+    measured[1].retried = true;
+    measured[1].first_attempt = Some(RequestError {
+        kind: ErrorKind::StaleConnection,
+        message: "the server had closed the idle connection".into(),
+        status: None,
+        body_head: None,
+    });
+    let s = summarize(exp, &measured, Vec::new(), false);
+    assert_eq!((s.ok, s.errors), (before.ok, before.errors));
+    assert_eq!(s.metrics, before.metrics);
+    let flag = s
+        .flags
+        .iter()
+        .find(|f| f.kind == FlagKind::StaleConnections)
+        .expect("stale-connections");
+    assert!(
+        flag.message.starts_with(&format!(
+            "1 of {} requests met a stale connection",
+            measured.len()
+        )),
+        "{}",
+        flag.message
+    );
+    assert!(FlagKind::StaleConnections.is_informational());
+    assert!(!s.flags.iter().any(|f| f.kind == FlagKind::ItlPerChunk));
+
+    // The same chunks, counted one token each, against a server total twice as large.
+    for r in &mut measured {
+        let chunks = r.chunks.iter().filter(|c| c.tokens > 0).count() as u64;
+        for c in r.chunks.iter_mut().filter(|c| c.tokens > 0) {
+            c.tokens = 1;
+        }
+        r.completion_tokens = Some(2 * chunks);
+        r.chunk_tokens = Some(ChunkTokens::AssumedOne);
+    }
+    let s = summarize(exp, &measured, Vec::new(), false);
+    let flag = s
+        .flags
+        .iter()
+        .find(|f| f.kind == FlagKind::ItlPerChunk)
+        .expect("itl-per-chunk");
+    assert!(flag.message.contains("2.00 per chunk"), "{}", flag.message);
+    assert_eq!(s.metrics["itl_s"], s.metrics["icl_s"]);
+}

@@ -18,6 +18,12 @@ pub enum FlagKind {
     CacheReuseSuspected,
     /// A headline metric's samples spread widely; the mean is less certain.
     HighVariance,
+    /// Some requests met a stale connection (closed by the server while idle) and were sent again
+    /// on a fresh one: not errors, measured from the second attempt.
+    StaleConnections,
+    /// The stream gave no per-chunk token counts and its chunks held several tokens: ITL is the
+    /// gap per chunk, not per token.
+    ItlPerChunk,
     /// The cache could not be flushed before the point.
     FlushFailed,
     /// Some requests failed.
@@ -54,7 +60,8 @@ pub enum FlagKind {
 struct Entry {
     kind: FlagKind,
     name: &'static str,
-    /// Describes spread, not doubt: the point is still compared and its chart marker stays solid.
+    /// Describes the numbers (their spread, what a metric measured) rather than doubting them:
+    /// the point is still compared and its chart marker stays solid.
     informational: bool,
     /// The report cell its marker sits in: next to the number it casts doubt on.
     cell: &'static str,
@@ -75,6 +82,21 @@ const CATALOGUE: &[Entry] = &[
     Entry {
         kind: FlagKind::HighVariance,
         name: "high-variance",
+        informational: true,
+        cell: "ok_err",
+    },
+    // TTFT, TPOT and decode speed stay exact, so the point is still compared; the marker sits
+    // on the ITL cell, whose values are per chunk.
+    Entry {
+        kind: FlagKind::ItlPerChunk,
+        name: "itl-per-chunk",
+        informational: true,
+        cell: "itl",
+    },
+    // Not errors: the client's connection, retried; the numbers are the second attempt's.
+    Entry {
+        kind: FlagKind::StaleConnections,
+        name: "stale-connections",
         informational: true,
         cell: "ok_err",
     },
@@ -130,12 +152,13 @@ impl FlagKind {
         }
     }
 
-    /// True when the flag describes spread rather than doubting the numbers.
+    /// True when the flag describes the numbers rather than doubting them.
     pub fn is_informational(&self) -> bool {
         self.entry().is_some_and(|e| e.informational)
     }
 
-    /// The report cell the flag's marker sits in (`cached`, `prompt_tok`, `decode`, `ok_err`).
+    /// The report cell the flag's marker sits in (`cached`, `prompt_tok`, `decode`, `itl`,
+    /// `ok_err`).
     pub fn cell(&self) -> &'static str {
         self.entry().map_or("ok_err", |e| e.cell)
     }
@@ -192,11 +215,15 @@ mod tests {
     }
 
     #[test]
-    fn only_spread_is_informational() {
+    fn only_spread_per_chunk_itl_and_retries_are_informational() {
         let informational: Vec<&str> = FlagKind::names()
             .filter(|n| FlagKind::from_name(n).is_informational())
             .collect();
-        assert_eq!(informational, ["high-variance"]);
+        assert_eq!(
+            informational,
+            ["high-variance", "itl-per-chunk", "stale-connections"]
+        );
+        assert_eq!(FlagKind::ItlPerChunk.cell(), "itl");
         assert_eq!(FlagKind::ColdCacheHit.cell(), "cached");
         assert_eq!(FlagKind::Other("x".into()).cell(), "ok_err");
     }

@@ -106,7 +106,7 @@ const CATALOGUE: &[Entry] = &[
         label: "TTFT",
         long_label: "TTFT",
         unit: "s",
-        definition: "Time to first token: from send to the first chunk carrying at least one output token.",
+        definition: "Time to first token: from the request's last byte written to its connection to the first chunk carrying at least one output token (connect time and the client's own queue are recorded apart).",
         two_point_definition: Some(
             "Time to first token of the first request of each pair (max_tokens {a}).",
         ),
@@ -181,7 +181,9 @@ const CATALOGUE: &[Entry] = &[
         long_label: "ITL",
         unit: "ms",
         definition: "Inter-token latency, token-normalised: each chunk's gap divided evenly over the tokens it \
-         carries, so speculative decoding (several tokens per chunk) does not distort it.",
+         carries, so speculative decoding (several tokens per chunk) does not distort it. Only where the \
+         stream gives every chunk's token count (SGLang's meta_info, usage on every chunk); otherwise the \
+         gap per chunk, and a point whose chunks carried several tokens says so (itl-per-chunk).",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
@@ -215,7 +217,7 @@ const CATALOGUE: &[Entry] = &[
         label: "E2E",
         long_label: "E2E",
         unit: "s",
-        definition: "End to end: from send to the end of the stream.",
+        definition: "End to end: from the request's last byte written to the end of the stream.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),

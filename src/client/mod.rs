@@ -1,26 +1,41 @@
 //! The streaming HTTP client: one request in, one [`Measured`] out, with every chunk's arrival
-//! time taken as its bytes come off the network (before parsing).
+//! time taken as its bytes come off the network (before parsing), counted from when the
+//! request's last byte was written to its connection.
 //!
 //! Three APIs: SGLang's native `/generate`, OpenAI `/v1/completions` and `/v1/chat/completions`.
 //! Failures never surface as `Err` from [`Client::stream`]: they are recorded in
 //! [`Measured::error`] together with whatever arrived before them.
+//!
+//! The transport is hyper's low-level HTTP/1.1 client over connections the client opens and
+//! keeps itself (`pool`): connect times are measured apart from TTFT, a point opens the
+//! connections it needs before its clock starts ([`Client::prepare`]), a server that closes
+//! connections after each stream gets a fresh one per request, and a request that meets a
+//! stale connection is sent again once (see `pool` for the rules).
 
+mod conn;
 mod parse;
+mod pool;
 mod request;
 mod sse;
 mod stream;
 pub mod surface;
 
 use std::fmt;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use hyper::header::{self, HeaderValue};
 use thiserror::Error;
 
-use crate::results::records::{Chunk, RequestError, RequestRecord, RequestRole, TokenSource};
+use crate::results::records::{
+    Chunk, ChunkTokens, ConnectionUse, ErrorKind, RequestError, RequestRecord, RequestRole,
+    TokenSource,
+};
 use crate::spec::types::Api;
 
 pub use request::{DEFAULT_MODEL, GenerationRequest};
-pub use sse::{HEAD_BYTES, SseEvent, SseFramer, SseMalformed};
+pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
 pub(crate) use stream::unix_now;
 
 /// How long establishing a TCP connection may take.
@@ -29,14 +44,29 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Per-request limit of the admin helpers (`flush_cache`, `health`, `get_json`).
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Largest body the admin helpers read (`/server_info` and the like are a few kB).
+pub const ADMIN_BODY_LIMIT: usize = 16 << 20;
+
 /// The raw outcome of one request: everything a [`RequestRecord`] needs except where it belongs
 /// (point, round, index, role) and what was asked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measured {
-    /// Unix time (seconds) taken just before the request was sent.
+    /// Unix time (seconds) when the request's last byte was written to its connection; when
+    /// nothing was written (no connection), when the request gave up. See
+    /// [`RequestRecord::sent_at`].
     pub sent_at: f64,
+    /// Unix time (seconds) when [`Client::stream`] was called: the request's intended send time.
+    pub scheduled_at: Option<f64>,
+    /// Seconds from the request's first byte written to its last.
+    pub write_s: Option<f64>,
+    /// Seconds the TCP connect took, when the connection was opened for this request.
+    pub connect_s: Option<f64>,
+    /// How the connection came to be (None when there was none).
+    pub connection: Option<ConnectionUse>,
+    /// The first attempt's failure (a stale connection) when the request was sent again.
+    pub first_attempt: Option<RequestError>,
     /// Every data chunk that arrived, in order, `[DONE]` and error events excluded. `t_s` is
-    /// seconds from send to the network read that completed the event.
+    /// seconds from `sent_at` to the network read that completed the event.
     pub chunks: Vec<Chunk>,
     /// Seconds from send to the end of the response (`[DONE]`, the end of an error body, or the
     /// failing event). None when it never ended (connect failure, reset, timeout).
@@ -49,6 +79,8 @@ pub struct Measured {
     pub cached_tokens: Option<u64>,
     /// Where the token counts came from.
     pub token_source: TokenSource,
+    /// Whether every chunk's count was the server's.
+    pub chunk_tokens: ChunkTokens,
     /// `stop`, `length`, `abort`, ...
     pub finish_reason: Option<String>,
     /// Why the request failed, if it did.
@@ -77,6 +109,12 @@ impl Measured {
             role,
             api,
             sent_at: self.sent_at,
+            scheduled_at: self.scheduled_at,
+            write_s: self.write_s,
+            connect_s: self.connect_s,
+            connection: self.connection,
+            retried: self.first_attempt.is_some(),
+            first_attempt: self.first_attempt,
             requested_prompt_tokens,
             max_tokens,
             chunks: self.chunks,
@@ -85,6 +123,7 @@ impl Measured {
             completion_tokens: self.completion_tokens,
             cached_tokens: self.cached_tokens,
             token_source: self.token_source,
+            chunk_tokens: Some(self.chunk_tokens),
             finish_reason: self.finish_reason,
             error: self.error,
         }
@@ -116,7 +155,7 @@ pub enum ClientError {
     /// The base URL does not parse or is not `http://`.
     #[error("invalid server URL `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
-    /// reqwest refused the client configuration.
+    /// The client could not be set up (an API key that is not a valid header value).
     #[error("could not build the HTTP client: {0}")]
     Build(String),
     /// Connecting, sending or reading failed (or a calibration stream recorded an error).
@@ -137,66 +176,139 @@ pub enum ClientError {
     NoPromptTokens { path: String },
 }
 
-/// A client of one inference server. Cheap to clone; clones share the connection pool.
+/// A client of one inference server. Cheap to clone; clones share the connections.
 #[derive(Clone)]
 pub struct Client {
-    http: reqwest::Client,
-    /// `http://host:port` without a trailing slash.
+    shared: Arc<Shared>,
+    pool: Arc<pool::Pool>,
+}
+
+struct Shared {
+    /// `http://host:port[/prefix]` without a trailing slash.
     base_url: String,
-    /// Sent as `Authorization: Bearer`; never printed.
-    api_key: Option<String>,
+    /// The path prefix of the base URL (`""` or `/prefix`).
+    prefix: String,
+    /// `host[:port]` as the URL gives it, for the `Host` header.
+    host: HeaderValue,
+    /// `Authorization: Bearer ...`, marked sensitive; never printed.
+    authorization: Option<HeaderValue>,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("base_url", &self.shared.base_url)
+            .field(
+                "api_key",
+                &self.shared.authorization.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
 
+/// Whether the server closes a connection after a streamed response, as the client learned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerConnections {
+    /// Not seen yet.
+    Unknown,
+    /// It keeps connections open: the client reuses them.
+    KeptOpen,
+    /// It closes them after each stream (llama.cpp's server does, while advertising
+    /// keep-alive): every streamed request gets a fresh connection, opened ahead.
+    ClosedAfterStream,
+}
+
 impl Client {
     /// A client for the server at `base_url` (`http://host:port`, optionally with a path prefix).
-    /// Only `http` is supported: servebench is built without TLS.
+    /// Only `http` is supported: servebench is built without TLS. Connects nothing yet.
     pub fn new(base_url: &str, api_key: Option<String>) -> Result<Client, ClientError> {
         let invalid = |reason: String| ClientError::InvalidUrl {
             url: base_url.into(),
             reason,
         };
-        let url = reqwest::Url::parse(base_url).map_err(|e| invalid(e.to_string()))?;
-        if url.scheme() != "http" {
-            return Err(invalid(format!(
-                "scheme `{}` is not supported; use http:// (servebench is built without TLS)",
-                url.scheme()
-            )));
+        let uri: hyper::Uri = base_url.parse().map_err(|e| invalid(format!("{e}")))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "scheme `{other}` is not supported; use http:// (servebench is built without TLS)"
+                )));
+            }
+            None => {
+                return Err(invalid(
+                    "not an absolute URL; write http://host:port".into(),
+                ));
+            }
         }
-        let http = reqwest::Client::builder()
-            .http1_only()
-            // A benchmark must hit the server directly, whatever HTTP_PROXY says.
-            .no_proxy()
-            .tcp_nodelay(true)
-            .connect_timeout(CONNECT_TIMEOUT)
-            // Thousands of concurrent streams each hold a connection; keep them all for reuse.
-            .pool_max_idle_per_host(usize::MAX)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .map_err(|e| ClientError::Build(e.to_string()))?;
+        let authority = uri.authority().ok_or_else(|| invalid("no host".into()))?;
+        if authority.as_str().contains('@') {
+            return Err(invalid(
+                "user names and passwords in the URL are not supported".into(),
+            ));
+        }
+        let port = authority.port_u16().unwrap_or(80);
+        let host =
+            HeaderValue::from_str(authority.as_str()).map_err(|e| invalid(format!("host: {e}")))?;
+        let authorization = match api_key {
+            Some(key) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    ClientError::Build("the API key is not a valid HTTP header value".into())
+                })?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
         Ok(Client {
-            http,
-            base_url: base_url.trim_end_matches('/').to_string(),
-            api_key,
+            shared: Arc::new(Shared {
+                base_url: base_url.trim_end_matches('/').to_string(),
+                prefix: uri.path().trim_end_matches('/').to_string(),
+                host,
+                authorization,
+            }),
+            pool: Arc::new(pool::Pool::new(format!("{}:{port}", authority.host()))),
         })
     }
 
     /// The server's base URL, without a trailing slash.
     pub fn base_url(&self) -> &str {
-        &self.base_url
+        &self.shared.base_url
+    }
+
+    /// Opens connections until `n` are ready for the requests to come, and keeps that many
+    /// ready from then on: called before a point's clock starts, so that no measured request
+    /// waits for a handshake (or for the others' handshakes). Idle connections the server
+    /// closed meanwhile are dropped, and any beyond `n` are closed. A connect failure is
+    /// returned, but the connections that could be opened stay ready; the requests record
+    /// their own failures.
+    pub async fn prepare(&self, n: usize) -> Result<(), ClientError> {
+        self.pool
+            .prepare(n)
+            .await
+            .map_err(|f| ClientError::Request {
+                path: "(connect)".into(),
+                message: f.message,
+            })
+    }
+
+    /// What the client learned about the server's connections after streamed responses.
+    pub fn server_connections(&self) -> ServerConnections {
+        match self.pool.after_stream() {
+            pool::AfterStream::Unknown { .. } => ServerConnections::Unknown,
+            pool::AfterStream::KeepsOpen => ServerConnections::KeptOpen,
+            pool::AfterStream::Closes => ServerConnections::ClosedAfterStream,
+        }
+    }
+
+    /// Requests (streams and admin calls alike) sent again after a stale connection so far.
+    pub fn stale_retries(&self) -> u64 {
+        self.pool.stale_retries()
     }
 
     /// Sends one streaming request and measures it. Never fails: errors (HTTP, stream errors,
     /// malformed events, connect failures, resets, `timeout` passing) are recorded in
-    /// [`Measured::error`] next to the chunks that arrived before them.
+    /// [`Measured::error`] next to the chunks that arrived before them. The call's time is the
+    /// request's scheduled time; `timeout` counts from it.
     pub async fn stream(&self, req: &GenerationRequest, timeout: Duration) -> Measured {
         stream::run(self, req, timeout).await
     }
@@ -222,13 +334,11 @@ impl Client {
         let path = request::path(api).to_string();
         if let Some(e) = m.error {
             return Err(match e.status {
-                Some(status) if e.kind == crate::results::records::ErrorKind::Http => {
-                    ClientError::Status {
-                        path,
-                        status,
-                        message: e.message,
-                    }
-                }
+                Some(status) if e.kind == ErrorKind::Http => ClientError::Status {
+                    path,
+                    status,
+                    message: e.message,
+                },
                 _ => ClientError::Request {
                     path,
                     message: e.message,
@@ -244,7 +354,7 @@ impl Client {
     /// Flushes the server's prefix cache (`POST /flush_cache`). SGLang answers 400 without
     /// flushing while requests are running: that is [`FlushOutcome::Busy`], not an error.
     pub async fn flush_cache(&self) -> Result<FlushOutcome, ClientError> {
-        let (status, body) = self.admin(reqwest::Method::POST, "/flush_cache").await?;
+        let (status, body) = self.admin(hyper::Method::POST, "/flush_cache").await?;
         let text = String::from_utf8_lossy(&body).trim().to_string();
         match status {
             200..=299 => Ok(FlushOutcome::Flushed),
@@ -259,12 +369,12 @@ impl Client {
 
     /// `GET /health`: the HTTP status (200 ready, 503 starting or stopping).
     pub async fn health(&self) -> Result<u16, ClientError> {
-        Ok(self.admin(reqwest::Method::GET, "/health").await?.0)
+        Ok(self.admin(hyper::Method::GET, "/health").await?.0)
     }
 
     /// `GET path` (e.g. `/server_info`) as JSON; non-2xx is an error.
     pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
-        let (status, body) = self.admin(reqwest::Method::GET, path).await?;
+        let (status, body) = self.admin(hyper::Method::GET, path).await?;
         if !(200..300).contains(&status) {
             let message = parse::http_error_message(&body);
             return Err(ClientError::Status {
@@ -280,63 +390,106 @@ impl Client {
     }
 
     /// A small non-streaming request with an optional JSON body (`method` is `GET` or
-    /// `POST`): status and whole body, bounded by `timeout`.
+    /// `POST`): status and whole body (at most [`ADMIN_BODY_LIMIT`]), bounded by `timeout`.
+    /// Sent again once after a stale connection, like every request.
     pub async fn call(
         &self,
         method: &str,
         path: &str,
         body: Option<serde_json::Value>,
         timeout: Duration,
-    ) -> Result<(u16, bytes::Bytes), ClientError> {
-        let failed = |e: reqwest::Error| ClientError::Request {
-            path: path.into(),
-            message: stream::describe(&e),
-        };
+    ) -> Result<(u16, Bytes), ClientError> {
         let method = if method == "POST" {
-            reqwest::Method::POST
+            hyper::Method::POST
         } else {
-            reqwest::Method::GET
+            hyper::Method::GET
         };
-        let mut req = self.request(method, path).timeout(timeout);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let response = req.send().await.map_err(failed)?;
-        let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(failed)?;
-        Ok((status, body))
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        self.send_small(method, path, body, timeout).await
     }
 
-    /// A small non-streaming request: status and whole body.
-    async fn admin(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-    ) -> Result<(u16, bytes::Bytes), ClientError> {
-        let failed = |e: reqwest::Error| ClientError::Request {
-            path: path.into(),
-            message: stream::describe(&e),
-        };
-        let response = self
-            .request(method, path)
-            .timeout(ADMIN_TIMEOUT)
-            .send()
+    /// A small non-streaming request without a body, bounded by [`ADMIN_TIMEOUT`].
+    async fn admin(&self, method: hyper::Method, path: &str) -> Result<(u16, Bytes), ClientError> {
+        self.send_small(method, path, Bytes::new(), ADMIN_TIMEOUT)
             .await
-            .map_err(failed)?;
-        let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(failed)?;
-        Ok((status, body))
     }
 
-    /// A request to `path` with the API key, if any.
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let builder = self
-            .http
-            .request(method, format!("{}{}", self.base_url, path));
-        match &self.api_key {
-            // `bearer_auth` marks the header sensitive, so it is redacted from debug output.
-            Some(key) => builder.bearer_auth(key),
-            None => builder,
+    async fn send_small(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        request_body: Bytes,
+        timeout: Duration,
+    ) -> Result<(u16, Bytes), ClientError> {
+        let failed = |message: String| ClientError::Request {
+            path: path.into(),
+            message,
+        };
+        let deadline = Instant::now() + timeout;
+        let ex = self
+            .exchange(method, path, request_body, false, deadline, timeout)
+            .await;
+        let response = ex.result.map_err(|e| failed(e.message))?;
+        let mut lease = ex.lease.expect("a response comes with its connection");
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut bytes = Vec::new();
+        loop {
+            match stream::read(&mut lease, &mut body, deadline).await {
+                stream::Read::Data(b) => {
+                    if bytes.len() + b.len() > ADMIN_BODY_LIMIT {
+                        return Err(failed(format!(
+                            "the response body is larger than {ADMIN_BODY_LIMIT} bytes"
+                        )));
+                    }
+                    bytes.extend_from_slice(&b);
+                }
+                stream::Read::End => break,
+                stream::Read::Failed(e) => return Err(failed(conn::describe(&e))),
+                stream::Read::TimedOut => {
+                    return Err(failed(format!(
+                        "no complete response within {}",
+                        crate::text::duration(timeout.as_secs_f64())
+                    )));
+                }
+            }
         }
+        self.pool.release(lease, false, true).await;
+        Ok((status, Bytes::from(bytes)))
+    }
+
+    /// Sends a request to `path` (with the API key, if any) and waits for its head.
+    async fn exchange(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+        streaming: bool,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> pool::Exchange {
+        let uri = format!("{}{path}", self.shared.prefix);
+        let build = || {
+            let mut b = hyper::Request::builder()
+                .method(method.clone())
+                .uri(uri.as_str())
+                .header(header::HOST, self.shared.host.clone())
+                .header(
+                    header::USER_AGENT,
+                    concat!("servebench/", env!("CARGO_PKG_VERSION")),
+                );
+            if !body.is_empty() {
+                b = b.header(header::CONTENT_TYPE, "application/json");
+            }
+            if streaming {
+                b = b.header(header::ACCEPT, "text/event-stream");
+            }
+            if let Some(auth) = &self.shared.authorization {
+                b = b.header(header::AUTHORIZATION, auth.clone());
+            }
+            b.body(http_body_util::Full::new(body.clone()))
+                .expect("method, path and headers were checked when the client was made")
+        };
+        self.pool.exchange(build, deadline, timeout).await
     }
 }

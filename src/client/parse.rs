@@ -9,10 +9,14 @@
 //!   (or chat content) delta. The final usage chunk's `completion_tokens` wins as the request's
 //!   total; per-chunk counts stay as measured (see `measure::metrics` for what that means for ITL).
 //! - Role-only chat chunks, empty deltas and the usage-only chunk (`choices: []`) carry 0 tokens.
+//!
+//! [`StreamParser::chunk_tokens`] says whether every count was the server's
+//! ([`ChunkTokens::Exact`]) or some non-empty chunk was taken as one token
+//! ([`ChunkTokens::AssumedOne`]).
 
 use serde_json::Value;
 
-use crate::results::records::TokenSource;
+use crate::results::records::{ChunkTokens, TokenSource};
 use crate::spec::types::Api;
 
 use super::sse::head;
@@ -54,6 +58,8 @@ pub struct StreamParser {
     server_completion: Option<u64>,
     /// Sum of per-chunk token counts.
     counted: u64,
+    /// Some non-empty chunk carried no server count and was taken as one token.
+    assumed: bool,
 }
 
 impl StreamParser {
@@ -68,6 +74,16 @@ impl StreamParser {
             abort_message: None,
             server_completion: None,
             counted: 0,
+            assumed: false,
+        }
+    }
+
+    /// Whether every chunk's count came from the server.
+    pub fn chunk_tokens(&self) -> ChunkTokens {
+        if self.assumed {
+            ChunkTokens::AssumedOne
+        } else {
+            ChunkTokens::Exact
         }
     }
 
@@ -252,7 +268,10 @@ impl StreamParser {
                 self.server_completion = Some(c.max(self.server_completion.unwrap_or(0)));
                 clamp_u32(new)
             }
-            None => u32::from(text_changed),
+            None => {
+                self.assumed |= text_changed;
+                u32::from(text_changed)
+            }
         }
     }
 
@@ -354,7 +373,10 @@ impl StreamParser {
                     clamp_u32(c.saturating_sub(self.counted))
                 }
             }
-            None => u32::from(!delta_empty),
+            None => {
+                self.assumed |= !delta_empty;
+                u32::from(!delta_empty)
+            }
         }
     }
 
@@ -598,6 +620,7 @@ mod tests {
         assert_eq!(p.text, "abcd");
         assert_eq!(p.completion_tokens(), 5);
         assert_eq!(p.token_source(), TokenSource::MetaInfo);
+        assert_eq!(p.chunk_tokens(), ChunkTokens::Exact);
         assert_eq!(p.finish_reason.as_deref(), Some("length"));
         assert_eq!((p.prompt_tokens, p.cached_tokens), (Some(5), Some(2)));
     }
@@ -664,6 +687,23 @@ mod tests {
         assert_eq!(tokens, [2, 1, 0]);
         assert_eq!((p.completion_tokens(), p.cached_tokens), (3, Some(1)));
         assert_eq!(p.token_source(), TokenSource::Usage);
+        assert_eq!(p.chunk_tokens(), ChunkTokens::Exact);
+    }
+
+    #[test]
+    fn openai_final_usage_only_assumes_one_token_per_chunk() {
+        let mut p = StreamParser::new(Api::OpenaiCompletions);
+        let tokens = feed(
+            &mut p,
+            &[
+                r#"{"choices":[{"text":"abc"}],"usage":null}"#,
+                r#"{"choices":[{"text":"de","finish_reason":"length"}],"usage":null}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":5}}"#,
+            ],
+        );
+        assert_eq!(tokens, [1, 1, 0]);
+        assert_eq!(p.completion_tokens(), 5);
+        assert_eq!(p.chunk_tokens(), ChunkTokens::AssumedOne);
     }
 
     #[test]

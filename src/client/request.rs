@@ -24,6 +24,18 @@ pub struct GenerationRequest {
     pub model: Option<String>,
 }
 
+/// `stream_options` of OpenAI bodies: a final usage chunk, and usage on every chunk.
+const STREAM_OPTIONS: StreamOptions = StreamOptions {
+    include_usage: true,
+    continuous_usage_stats: true,
+};
+
+#[derive(serde::Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+    continuous_usage_stats: bool,
+}
+
 /// The path an API posts to.
 pub fn path(api: Api) -> &'static str {
     match api {
@@ -47,13 +59,16 @@ pub fn body(req: &GenerationRequest) -> Value {
             "stream": true,
         }),
         // `ignore_eos` is not OpenAI's, but SGLang accepts it as an extra field.
+        // `continuous_usage_stats` puts usage (cumulative `completion_tokens`) on every chunk,
+        // so each chunk's token count is the server's: SGLang honours it alone, vLLM only
+        // with `include_usage`, llama.cpp ignores both extras (it counts one event per token).
         Api::OpenaiCompletions => json!({
             "model": model,
             "prompt": req.prompt,
             "max_tokens": req.max_tokens,
             "temperature": req.temperature,
             "stream": true,
-            "stream_options": { "include_usage": true },
+            "stream_options": STREAM_OPTIONS,
             "ignore_eos": req.ignore_eos,
         }),
         Api::OpenaiChat => json!({
@@ -62,7 +77,7 @@ pub fn body(req: &GenerationRequest) -> Value {
             "max_tokens": req.max_tokens,
             "temperature": req.temperature,
             "stream": true,
-            "stream_options": { "include_usage": true },
+            "stream_options": STREAM_OPTIONS,
             "ignore_eos": req.ignore_eos,
         }),
     }
@@ -97,6 +112,7 @@ mod tests {
         assert_eq!(b["messages"], json!([{"role":"user","content":"hi"}]));
         assert_eq!(b["model"], "default");
         assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["stream_options"]["continuous_usage_stats"], true);
         assert_eq!(b["ignore_eos"], true);
         assert_eq!(path(Api::OpenaiChat), "/v1/chat/completions");
     }

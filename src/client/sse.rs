@@ -10,11 +10,22 @@
 //! event stream (e.g. a plain JSON body), which is reported as malformed rather than silently
 //! skipped. A lone `\r` as a line ending (allowed by the SSE spec, never sent by SGLang) is not
 //! supported.
+//!
+//! Input budget: one event (its data so far plus the line being read) may hold at most
+//! [`EVENT_BYTES_LIMIT`] bytes. A line that never ends (a broken server, or a body that is not
+//! an event stream) is refused at the budget instead of growing the client's memory without
+//! bound; the request fails as malformed and names the budget.
 
 use std::time::Instant;
 
 /// Longest prefix of an offending body or event kept in errors, in bytes.
 pub const HEAD_BYTES: usize = 200;
+
+/// Most bytes one SSE event may hold (its `data` lines and the line being read), 1 MiB. A
+/// streamed chunk is a few hundred bytes; SGLang's cumulative native stream repeats the whole
+/// text so far, which stays far below this for any output length a benchmark asks for
+/// (1 MiB is about 250k tokens of text).
+pub const EVENT_BYTES_LIMIT: usize = 1 << 20;
 
 /// One complete event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,15 +39,43 @@ pub struct SseEvent {
     pub arrived: Instant,
 }
 
-/// A line that is neither a known SSE field, a comment nor blank.
+/// Why bytes are not an acceptable event stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseMalformed {
     /// The first [`HEAD_BYTES`] bytes of the offending line.
     pub head: String,
+    /// What is wrong with it.
+    pub problem: SseProblem,
+}
+
+/// What is wrong with a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseProblem {
+    /// A line that is neither a known SSE field, a comment nor blank (e.g. a plain JSON body).
+    NotAnEventStream,
+    /// One event grew past the budget (a line that never ends).
+    EventTooLong {
+        /// The budget, in bytes ([`EVENT_BYTES_LIMIT`]).
+        limit: usize,
+    },
+}
+
+impl SseMalformed {
+    /// The error message a request records.
+    pub fn message(&self) -> String {
+        match self.problem {
+            SseProblem::NotAnEventStream => "response is not a server-sent event stream".into(),
+            SseProblem::EventTooLong { limit } => format!(
+                "an SSE event grew past the client's budget of {} bytes per event \
+                 (EVENT_BYTES_LIMIT) without ending; the rest of the response was not read",
+                limit
+            ),
+        }
+    }
 }
 
 /// Incremental SSE parser: feed it reads as they arrive, collect complete events.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SseFramer {
     /// Bytes of the current, not yet terminated line.
     line: Vec<u8>,
@@ -47,12 +86,47 @@ pub struct SseFramer {
     has_data: bool,
     /// Arrival of the latest read, for events completed at end of stream.
     last_arrived: Option<Instant>,
+    /// Most bytes one event may hold.
+    limit: usize,
+}
+
+impl Default for SseFramer {
+    fn default() -> Self {
+        SseFramer::new()
+    }
 }
 
 impl SseFramer {
-    /// A framer with nothing buffered.
+    /// A framer with nothing buffered and the [`EVENT_BYTES_LIMIT`] budget.
     pub fn new() -> SseFramer {
-        SseFramer::default()
+        SseFramer::with_limit(EVENT_BYTES_LIMIT)
+    }
+
+    /// A framer whose events may hold at most `limit` bytes.
+    pub fn with_limit(limit: usize) -> SseFramer {
+        SseFramer {
+            line: Vec::new(),
+            data: Vec::new(),
+            has_data: false,
+            last_arrived: None,
+            limit,
+        }
+    }
+
+    /// Refuses an event that would hold more than the budget with `line_bytes` more.
+    fn check_budget(&self, line_bytes: usize, line_head: &[u8]) -> Result<(), SseMalformed> {
+        if self.data.len() + line_bytes > self.limit {
+            let head_of = if self.data.is_empty() {
+                line_head
+            } else {
+                &self.data
+            };
+            return Err(SseMalformed {
+                head: head(head_of),
+                problem: SseProblem::EventTooLong { limit: self.limit },
+            });
+        }
+        Ok(())
     }
 
     /// Feeds one network read that arrived at `arrived`; returns the events it completed, in order.
@@ -63,6 +137,12 @@ impl SseFramer {
         while let Some(pos) = memchr::memchr(b'\n', rest) {
             let piece = &rest[..pos];
             rest = &rest[pos + 1..];
+            let line_head = if self.line.is_empty() {
+                piece
+            } else {
+                &self.line
+            };
+            self.check_budget(self.line.len() + piece.len(), line_head)?;
             let event = if self.line.is_empty() {
                 // The whole line is in this read: no copy.
                 self.take_line(piece.strip_suffix(b"\r").unwrap_or(piece), arrived)?
@@ -79,7 +159,15 @@ impl SseFramer {
                 events.push(event);
             }
         }
-        self.line.extend_from_slice(rest);
+        if !rest.is_empty() {
+            let line_head = if self.line.is_empty() {
+                rest
+            } else {
+                &self.line
+            };
+            self.check_budget(self.line.len() + rest.len(), line_head)?;
+            self.line.extend_from_slice(rest);
+        }
         Ok(events)
     }
 
@@ -142,7 +230,10 @@ impl SseFramer {
                 Ok(None)
             }
             b"event" | b"id" | b"retry" => Ok(None),
-            _ => Err(SseMalformed { head: head(line) }),
+            _ => Err(SseMalformed {
+                head: head(line),
+                problem: SseProblem::NotAnEventStream,
+            }),
         }
     }
 }
@@ -205,6 +296,40 @@ mod tests {
         let mut f = SseFramer::new();
         let err = f.feed(b"{\"text\":\"hi\"}\n", Instant::now()).unwrap_err();
         assert_eq!(err.head, "{\"text\":\"hi\"}");
+    }
+
+    #[test]
+    fn a_line_that_never_ends_is_refused_at_the_budget() {
+        let mut f = SseFramer::with_limit(1000);
+        let t = Instant::now();
+        assert!(f.feed(b"data: aaaa", t).unwrap().is_empty());
+        let mut refused = None;
+        for _ in 0..100 {
+            if let Err(e) = f.feed(&[b'a'; 64], t) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let e = refused.expect("refused");
+        assert_eq!(e.problem, SseProblem::EventTooLong { limit: 1000 });
+        assert!(e.head.starts_with("data: aaaa") && e.head.len() <= HEAD_BYTES);
+        assert!(e.message().contains("1000 bytes"), "{}", e.message());
+        // Never more than the budget buffered.
+        assert!(f.line.len() <= 1000);
+
+        // Many short data lines of one event count together; a complete line in one read too.
+        let mut f = SseFramer::with_limit(100);
+        let lines = "data: 0123456789\n".repeat(20);
+        assert!(f.feed(lines.as_bytes(), t).is_err());
+        let mut f = SseFramer::with_limit(100);
+        assert!(
+            f.feed(format!("data: {}\n\n", "x".repeat(200)).as_bytes(), t)
+                .is_err()
+        );
+        // Events under the budget pass, however many.
+        let mut f = SseFramer::with_limit(100);
+        let events = "data: 0123456789\n\n".repeat(50);
+        assert_eq!(f.feed(events.as_bytes(), t).unwrap().len(), 50);
     }
 
     #[test]

@@ -2,17 +2,23 @@
 //!
 //! The hot loop only reads and stamps: `Instant::now()` is taken as each network read completes,
 //! before any framing or JSON parsing, and events inherit the stamp of the read that completed
-//! them.
+//! them. Offsets count from the moment the request's last byte was written to its connection
+//! (the socket records it), so the client's own queue, the body's encoding and any connect
+//! are outside TTFT.
 
-use std::error::Error as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use tokio::time::timeout_at;
 
-use crate::results::records::{Chunk, ErrorKind, RequestError, TokenSource};
+use crate::results::records::{Chunk, ChunkTokens, ErrorKind, RequestError, TokenSource};
 use crate::spec::types::Api;
 
+use super::conn::describe;
 use super::parse::{self, Parsed, StreamParser};
+use super::pool::Lease;
 use super::sse::{SseEvent, SseFramer, head};
 use super::{Client, GenerationRequest, Measured, request};
 
@@ -22,68 +28,117 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// After `[DONE]`, how long to wait for the body's end so the connection can be reused.
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
-pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Duration) -> Measured {
-    let mut m = Measured::nothing_yet();
-    let built = client
-        .request(reqwest::Method::POST, request::path(req.api))
-        .header(reqwest::header::ACCEPT, "text/event-stream")
-        .json(&request::body(req))
-        .build();
-    let built = match built {
-        Ok(b) => b,
-        Err(e) => {
-            m.sent_at = unix_now();
-            m.error = Some(error(ErrorKind::Connect, describe(&e), None, None));
-            return m;
-        }
-    };
+/// One read of a response body.
+pub(super) enum Read {
+    /// Bytes of the body.
+    Data(Bytes),
+    /// The body ended (the connection is at a message boundary).
+    End,
+    /// The connection failed.
+    Failed(hyper::Error),
+    /// The deadline passed.
+    TimedOut,
+}
 
-    // Stamp as late as possible before the bytes leave.
-    m.sent_at = unix_now();
-    let t0 = Instant::now();
-    let deadline = tokio::time::Instant::from_std(t0) + timeout;
+/// Reads the next piece of `body`, driving its connection, until `deadline`.
+pub(super) async fn read(lease: &mut Lease, body: &mut Incoming, deadline: Instant) -> Read {
+    loop {
+        let frame = timeout_at(deadline.into(), lease.conn().drive(body.frame())).await;
+        return match frame {
+            Err(_) => Read::TimedOut,
+            Ok(None) => Read::End,
+            Ok(Some(Err(e))) => Read::Failed(e),
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(bytes) => Read::Data(bytes),
+                // Trailers carry nothing measured.
+                Err(_) => continue,
+            },
+        };
+    }
+}
+
+/// A Unix time and the `Instant` taken with it, to place later instants on the Unix clock.
+#[derive(Clone, Copy)]
+struct Anchor {
+    unix: f64,
+    at: Instant,
+}
+
+impl Anchor {
+    fn now() -> Anchor {
+        Anchor {
+            at: Instant::now(),
+            unix: unix_now(),
+        }
+    }
+
+    fn unix_at(&self, t: Instant) -> f64 {
+        self.unix + t.saturating_duration_since(self.at).as_secs_f64()
+    }
+}
+
+pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Duration) -> Measured {
+    let scheduled = Anchor::now();
+    let deadline = scheduled.at + timeout;
+    let mut m = Measured::nothing_yet();
+    m.scheduled_at = Some(scheduled.unix);
+    // Encoded before anything is sent, so its cost never falls inside TTFT.
+    let body = Bytes::from(serde_json::to_vec(&request::body(req)).unwrap_or_default());
+    let ex = client
+        .exchange(
+            hyper::Method::POST,
+            request::path(req.api),
+            body,
+            true,
+            deadline,
+            timeout,
+        )
+        .await;
+    m.connect_s = ex.connect_s;
+    m.connection = ex.how;
+    m.first_attempt = ex.first_attempt;
+    if let (Some(first), Some(last)) = (ex.wire.first_write, ex.wire.last_write) {
+        m.write_s = Some(last.saturating_duration_since(first).as_secs_f64());
+    }
+    let t0 = ex.wire.last_write.unwrap_or_else(Instant::now);
+    m.sent_at = scheduled.unix_at(t0);
     let since = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     let timed_out = || format!("no complete response within {timeout:?}");
 
-    let mut response = match timeout_at(deadline, client.http.execute(built)).await {
-        Err(_) => {
-            m.error = Some(error(ErrorKind::Timeout, timed_out(), None, None));
+    let response = match ex.result {
+        Ok(r) => r,
+        Err(e) => {
+            m.error = Some(e);
             return m;
         }
-        Ok(Err(e)) => {
-            let kind = if e.is_connect() {
-                ErrorKind::Connect
-            } else if e.is_timeout() {
-                ErrorKind::Timeout
-            } else {
-                ErrorKind::Reset
-            };
-            m.error = Some(error(kind, describe(&e), None, None));
-            return m;
-        }
-        Ok(Ok(r)) => r,
     };
+    let mut lease = ex.lease.expect("a response comes with its connection");
     let status = response.status().as_u16();
+    let mut body = response.into_body();
 
-    if !response.status().is_success() {
-        let mut body = Vec::new();
+    if !response_ok(status) {
+        let mut bytes = Vec::new();
         let mut broken = None;
-        while body.len() < ERROR_BODY_LIMIT {
-            match timeout_at(deadline, response.chunk()).await {
-                Ok(Ok(Some(bytes))) => body.extend_from_slice(&bytes),
-                Ok(Ok(None)) => break,
-                Ok(Err(e)) => {
+        let mut complete = false;
+        while bytes.len() < ERROR_BODY_LIMIT {
+            match read(&mut lease, &mut body, deadline).await {
+                Read::Data(b) => bytes.extend_from_slice(&b),
+                Read::End => {
+                    complete = true;
+                    break;
+                }
+                Read::Failed(e) => {
                     broken = Some(describe(&e));
                     break;
                 }
-                Err(_) => {
+                Read::TimedOut => {
                     broken = Some(timed_out());
                     break;
                 }
             }
         }
         m.end_s = Some(since(Instant::now()));
-        let mut message = format!("HTTP {status}: {}", parse::http_error_message(&body));
+        let mut message = format!("HTTP {status}: {}", parse::http_error_message(&bytes));
         if let Some(b) = broken {
             message.push_str(&format!(" (error body cut short: {b})"));
         }
@@ -91,28 +146,30 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
             ErrorKind::Http,
             message,
             Some(status),
-            Some(head(&body)),
+            Some(head(&bytes)),
         ));
+        client.pool.release(lease, false, complete).await;
         return m;
     }
 
     let mut framer = SseFramer::new();
     let mut parser = StreamParser::new(req.api);
     let mut done = false;
+    let mut ended = false;
     let fail = |kind: ErrorKind, message: String, body_head: Option<String>| {
         Some(error(kind, message, Some(status), body_head))
     };
     while !done && m.error.is_none() {
-        let read = timeout_at(deadline, response.chunk()).await;
+        let got = read(&mut lease, &mut body, deadline).await;
         // Stamp before anything else touches the bytes.
         let arrived = Instant::now();
-        match read {
-            Err(_) => m.error = fail(ErrorKind::Timeout, timed_out(), None),
-            Ok(Err(e)) => {
+        match got {
+            Read::TimedOut => m.error = fail(ErrorKind::Timeout, timed_out(), None),
+            Read::Failed(e) => {
                 let message = format!("connection broke mid-stream: {}", describe(&e));
                 m.error = fail(ErrorKind::Reset, message, None);
             }
-            Ok(Ok(Some(bytes))) => {
+            Read::Data(bytes) => {
                 done = take_read(
                     &mut m,
                     &mut framer,
@@ -123,7 +180,8 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
                     status,
                 );
             }
-            Ok(Ok(None)) => {
+            Read::End => {
+                ended = true;
                 // The body ended without `[DONE]`. A last event missing only its blank line is
                 // still taken; anything else means the stream was cut short.
                 let pending = framer.finish();
@@ -156,10 +214,16 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
         }
     }
     if done {
-        // Let the body finish so the connection returns to the pool; nothing after `[DONE]`
-        // is measured.
-        let drain_until = deadline.min(tokio::time::Instant::now() + DRAIN_LIMIT);
-        while let Ok(Ok(Some(_))) = timeout_at(drain_until, response.chunk()).await {}
+        // Let the body finish so the connection can serve again; nothing after `[DONE]` is
+        // measured.
+        let drain_until = deadline.min(Instant::now() + DRAIN_LIMIT);
+        while !ended {
+            match read(&mut lease, &mut body, drain_until).await {
+                Read::Data(_) => {}
+                Read::End => ended = true,
+                Read::Failed(_) | Read::TimedOut => break,
+            }
+        }
         if m.error.is_none()
             && let Some(message) = parser.abort_message.clone()
         {
@@ -170,9 +234,15 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
             );
         }
     }
-
     settle(&mut m, &mut parser);
+    // A connection is only reused at a message boundary; anything else is closed (and
+    // replaced).
+    client.pool.release(lease, true, ended).await;
     m
+}
+
+fn response_ok(status: u16) -> bool {
+    (200..300).contains(&status)
 }
 
 /// The per-read hot path of [`run`] without a network: every read is stamped with
@@ -223,10 +293,9 @@ fn take_read(
         }
         Err(bad) => {
             m.end_s = Some(arrived.saturating_duration_since(t0).as_secs_f64());
-            let message = "response is not a server-sent event stream".to_string();
             m.error = Some(error(
                 ErrorKind::Malformed,
-                message,
+                bad.message(),
                 Some(status),
                 Some(bad.head),
             ));
@@ -241,6 +310,7 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.cached_tokens = parser.cached_tokens;
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
+    m.chunk_tokens = parser.chunk_tokens();
     m.completion_tokens = Some(parser.completion_tokens());
     m.text = std::mem::take(&mut parser.text);
 }
@@ -300,22 +370,6 @@ fn error(
     }
 }
 
-/// A reqwest error with its causes ("error sending request: ...: Connection refused"), which
-/// reqwest's own Display leaves out. Headers (and so the API key) are never part of it.
-pub(super) fn describe(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// Seconds since the Unix epoch (send times and point spans in records).
 pub(crate) fn unix_now() -> f64 {
     SystemTime::now()
@@ -329,12 +383,18 @@ impl Measured {
     fn nothing_yet() -> Measured {
         Measured {
             sent_at: 0.0,
+            scheduled_at: None,
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            first_attempt: None,
             chunks: Vec::new(),
             end_s: None,
             prompt_tokens: None,
             completion_tokens: None,
             cached_tokens: None,
             token_source: TokenSource::ChunkCount,
+            chunk_tokens: ChunkTokens::Exact,
             finish_reason: None,
             error: None,
             text: String::new(),

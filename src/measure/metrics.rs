@@ -3,15 +3,18 @@
 //! Only chunks that carried at least one output token ("token chunks") count for timing: role-only
 //! chat chunks, empty deltas and the OpenAI usage-only chunk are kept in records but skipped here.
 //!
-//! When per-chunk counts and the server's total disagree (OpenAI without continuous usage stats,
-//! where each non-empty chunk counts as one token but may carry several), ITL divides each gap by
-//! the chunk's *measured* count, so it is then a per-chunk latency; TPOT and decode tok/s use the
-//! server's `completion_tokens` and stay token-exact.
+//! ITL is token-normalised only where the stream gave every chunk's token count
+//! ([`ChunkTokens::Exact`]: SGLang's `meta_info`, OpenAI usage on every chunk). Where it did not
+//! (a server without continuous usage stats, where a non-empty chunk is taken as one token but
+//! may carry several), ITL is the gap per chunk, one value per gap, the same as ICL; the point's
+//! summary says so with an `itl-per-chunk` flag when the server's total shows chunks held
+//! several tokens. TPOT and decode tok/s use the server's `completion_tokens` and stay per token
+//! either way.
 
 use indexmap::IndexMap;
 
 use crate::catalog::{Method, Metric};
-use crate::results::records::{RequestRecord, RequestRole, Stat};
+use crate::results::records::{ChunkTokens, RequestRecord, RequestRole, Stat};
 
 use super::stats::{RequestSamples, seed_for, summarize_requests};
 
@@ -36,8 +39,9 @@ pub struct RequestMetrics {
     pub tpot_s: Option<f64>,
     /// Seconds from send to the end of the stream.
     pub e2e_s: Option<f64>,
-    /// Token-normalised inter-token latencies, seconds: each token chunk's gap to the previous
-    /// token chunk divided by its token count, repeated once per token.
+    /// Inter-token latencies, seconds. With exact per-chunk counts, token-normalised: each token
+    /// chunk's gap to the previous token chunk divided by its token count, repeated once per
+    /// token. With assumed counts, each gap once (per chunk).
     pub itl_s: Vec<f64>,
     /// Inter-chunk latencies, seconds: raw gaps between consecutive token chunks.
     pub icl_s: Vec<f64>,
@@ -86,12 +90,17 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
         m.tpot_s = Some((e2e - ttft) / (completion - 1) as f64);
     }
 
+    let exact = r.chunk_tokens() == ChunkTokens::Exact;
     for pair in token_chunks.windows(2) {
         let gap = pair[1].t_s - pair[0].t_s;
         m.icl_s.push(gap);
-        let per_token = gap / f64::from(pair[1].tokens);
-        m.itl_s
-            .extend(std::iter::repeat_n(per_token, pair[1].tokens as usize));
+        if exact {
+            let per_token = gap / f64::from(pair[1].tokens);
+            m.itl_s
+                .extend(std::iter::repeat_n(per_token, pair[1].tokens as usize));
+        } else {
+            m.itl_s.push(gap);
+        }
     }
     m
 }
@@ -194,6 +203,12 @@ mod tests {
             role: RequestRole::Measure,
             api: Api::SglangGenerate,
             sent_at: 0.0,
+            scheduled_at: None,
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            retried: false,
+            first_attempt: None,
             requested_prompt_tokens: None,
             max_tokens: 8,
             chunks: chunks
@@ -205,6 +220,7 @@ mod tests {
             completion_tokens: Some(completion),
             cached_tokens: Some(200),
             token_source: TokenSource::MetaInfo,
+            chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: None,
         }
@@ -226,6 +242,29 @@ mod tests {
         assert_eq!(m.icl_s.len(), 2);
         close(m.icl_s[0], 0.3);
         close(m.icl_s[1], 0.2);
+    }
+
+    #[test]
+    fn assumed_chunk_counts_give_itl_per_chunk() {
+        // OpenAI without continuous usage: each chunk taken as one token, the last chunk's count
+        // made up from the final usage (6 tokens in 3 chunks).
+        let mut r = record(&[(0.5, 1), (0.8, 1), (1.0, 4)], 1.1, 6);
+        r.token_source = TokenSource::Usage;
+        r.chunk_tokens = Some(ChunkTokens::AssumedOne);
+        let m = request_metrics(&r);
+        assert_eq!(m.itl_s.len(), 2);
+        close(m.itl_s[0], 0.3);
+        close(m.itl_s[1], 0.2);
+        assert_eq!(m.itl_s, m.icl_s);
+        // TPOT and decode still use the server's total.
+        close(m.tpot_s.unwrap(), 0.6 / 5.0);
+        close(m.decode_tok_s.unwrap(), 5.0 / 0.5);
+        // Older OpenAI records (no field) were assumed too; native ones exact.
+        r.chunk_tokens = None;
+        assert_eq!(r.chunk_tokens(), ChunkTokens::AssumedOne);
+        r.token_source = TokenSource::MetaInfo;
+        assert_eq!(r.chunk_tokens(), ChunkTokens::Exact);
+        assert_eq!(request_metrics(&r).itl_s.len(), 5); // 1 + 4 tokens after the first chunk
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use indexmap::IndexMap;
 
 use crate::catalog::FlagKind;
-use crate::results::records::{Flag, PointStatus, RequestRecord, RequestRole, Stat};
+use crate::results::records::{ChunkTokens, Flag, PointStatus, RequestRecord, RequestRole, Stat};
 use crate::spec::types::{Experiment, Measure};
 
 use super::{metrics, spread, twopoint, verify};
@@ -81,6 +81,21 @@ pub fn summarize(
             ),
         ));
     }
+    let retried: Vec<&RequestRecord> = measured.iter().filter(|r| r.retried).collect();
+    if !retried.is_empty() {
+        let failed_again = retried.iter().filter(|r| r.error.is_some()).count();
+        let mut message = format!(
+            "{} of {} requests met a stale connection (the server had closed an idle connection \
+             before the request reached it) and were sent again on a fresh one; not server \
+             errors, measured from the second attempt",
+            retried.len(),
+            measured.len()
+        );
+        if failed_again > 0 {
+            message.push_str(&format!(" ({failed_again} failed again, counted above)"));
+        }
+        flags.push(Flag::new(FlagKind::StaleConnections, message));
+    }
     flags.extend(verdict.flags);
     let metrics = if clean.is_empty() {
         IndexMap::new()
@@ -90,6 +105,7 @@ pub fn summarize(
         flags.extend(pair_flags);
         stats
     } else {
+        flags.extend(itl_per_chunk(&clean));
         metrics::aggregate(&clean)
     };
     // At concurrency > 1 per-request spread is queueing by design (the first request waits
@@ -125,6 +141,39 @@ pub fn summarize(
         incomplete,
         status,
     }
+}
+
+/// The `itl-per-chunk` flag, when some clean request's chunks had no token counts of their own
+/// (each was taken as one token) and the server's totals show they carried more than one: its
+/// ITL is then the gap per chunk, not per token.
+fn itl_per_chunk(clean: &[&RequestRecord]) -> Option<Flag> {
+    let assumed: Vec<&&RequestRecord> = clean
+        .iter()
+        .filter(|r| r.chunk_tokens() == ChunkTokens::AssumedOne)
+        .collect();
+    let (mut tokens, mut chunks) = (0u64, 0usize);
+    for r in &assumed {
+        let (counted, n) = r.token_chunks();
+        tokens += r.completion_tokens.unwrap_or(counted);
+        chunks += n;
+    }
+    if chunks == 0 || tokens <= chunks as u64 {
+        return None;
+    }
+    Some(Flag::new(
+        FlagKind::ItlPerChunk,
+        format!(
+            "ITL is per chunk here, not per token: the server gave no token count per chunk \
+             ({} of {} requests; it sent no usage on every chunk, e.g. no support for \
+             `stream_options.continuous_usage_stats`) and its chunks carried several tokens \
+             ({tokens} tokens in {chunks} chunks, {:.2} per chunk, as with speculative \
+             decoding), so each ITL value is the gap between chunks. TPOT and decode tok/s use \
+             the server's totals and stay per token.",
+            assumed.len(),
+            clean.len(),
+            tokens as f64 / chunks as f64
+        ),
+    ))
 }
 
 /// Pairs each clean first request with its second request (same round and index), when that

@@ -123,6 +123,12 @@ mod tests {
             role: RequestRole::TwoPointA,
             api: Api::SglangGenerate,
             sent_at: 0.0,
+            scheduled_at: None,
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            retried: false,
+            first_attempt: None,
             requested_prompt_tokens: Some(1024),
             max_tokens: max,
             chunks: vec![Chunk {
@@ -134,6 +140,7 @@ mod tests {
             completion_tokens: Some(u64::from(max)),
             cached_tokens: Some(cached),
             token_source: TokenSource::MetaInfo,
+            chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: None,
         }

@@ -329,9 +329,12 @@ pub struct PointRow {
     /// Statistics by metric name: every name in `metric_defs` except `queue_delay_s` is present
     /// (None when not measured); `queue_delay_s` and any other metric follow when recorded.
     pub stats: IndexMap<String, Option<Stat>>,
-    /// Warning markers by cell: keys `prompt_tok`, `cached`, `ttft`, `ok_err`; each value is
-    /// empty or a marker such as ` ⚠1,2` naming entries of the table's `warnings`.
+    /// Warning markers by cell: keys `prompt_tok`, `cached`, `ttft`, `decode`, `itl`, `ok_err`;
+    /// each value is empty or a marker such as ` ⚠1,2` naming entries of the table's `warnings`.
     pub marks: IndexMap<String, String>,
+    /// True when the point's ITL is a gap per chunk rather than per token (the stream gave no
+    /// per-chunk token counts and its chunks held several tokens: flag `itl-per-chunk`).
+    pub itl_per_chunk: bool,
     /// Number of warnings on this point.
     pub warning_count: usize,
     /// True when a warning casts doubt on the point's numbers (not only on their spread):
@@ -357,14 +360,16 @@ pub struct Warning {
     pub kind: String,
     /// What happened and what it means for the numbers.
     pub message: String,
-    /// The cell the marker sits in: `prompt_tok`, `cached`, `ttft` or `ok_err`.
+    /// The cell the marker sits in: `prompt_tok`, `cached`, `ttft`, `decode`, `itl` or `ok_err`.
     pub cell: String,
 }
 
 /// Failed requests of one kind in a point.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct ErrorSummary {
-    /// `http`, `stream-error`, `malformed`, `connect`, `reset`, `timeout`, `incomplete`.
+    /// `http`, `stream-error`, `malformed`, `connect`, `reset` (the server broke the
+    /// connection), `timeout`, `incomplete`. A stale connection is the client's, not an error:
+    /// such requests are sent again and counted by the `stale-connections` warning.
     pub kind: String,
     /// How many measured requests failed this way.
     pub count: usize,
@@ -707,7 +712,7 @@ fn point_row(
     }
 
     let mut marks: IndexMap<String, Vec<usize>> =
-        ["prompt_tok", "cached", "ttft", "decode", "ok_err"]
+        ["prompt_tok", "cached", "ttft", "decode", "itl", "ok_err"]
             .iter()
             .map(|c| (c.to_string(), Vec::new()))
             .collect();
@@ -750,6 +755,7 @@ fn point_row(
         failure: p.failure.clone(),
         stats,
         marks,
+        itl_per_chunk: p.has_flag(&FlagKind::ItlPerChunk),
         warning_count: point_warnings.len(),
         doubted: point_warnings.iter().any(|(k, _)| !k.is_informational()),
         error_summary,

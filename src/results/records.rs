@@ -42,6 +42,38 @@ pub struct Chunk {
     pub tokens: u32,
 }
 
+/// Whether each chunk's token count is the server's own.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum ChunkTokens {
+    /// Every chunk's count came from a cumulative count the server sent with it (SGLang's
+    /// `meta_info.completion_tokens`, OpenAI `usage` on every chunk with
+    /// `stream_options.continuous_usage_stats`): per-token ITL is exact.
+    Exact,
+    /// Some chunks carried no count, so each non-empty one was taken as one token: where
+    /// chunks hold several tokens (speculative decoding), ITL is a per-chunk gap.
+    AssumedOne,
+}
+
+/// How the connection a request went out on came to be.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum ConnectionUse {
+    /// An idle connection an earlier request had used.
+    Reused,
+    /// Opened ahead of the request (before the point's clock, or to replace a connection the
+    /// server closed) and not used before.
+    PreOpened,
+    /// Opened when the request was due: its connect time passed before `sent_at`.
+    Opened,
+}
+
 /// Where token counts came from.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
@@ -81,8 +113,15 @@ pub enum ErrorKind {
     Malformed,
     /// Could not connect.
     Connect,
-    /// The connection broke mid-response.
+    /// The server broke the connection after it had started answering (or, on a connection
+    /// opened for this request, before it answered at all).
     Reset,
+    /// The client's side, not the server's: a connection that had been idle (kept from an
+    /// earlier request, or opened ahead) turned out closed by the server when the request was
+    /// written, before any response byte came back. The request never reached generation; it
+    /// is sent again once on a fresh connection, so this kind shows on a request's
+    /// `first_attempt` (its own error, if the second attempt fails too, is that attempt's).
+    StaleConnection,
     /// The per-request timeout passed.
     Timeout,
     /// The stream ended without `[DONE]` or a finish reason.
@@ -114,8 +153,36 @@ pub struct RequestRecord {
     pub index: u32,
     pub role: RequestRole,
     pub api: Api,
-    /// Unix time (seconds) when the request was sent.
+    /// Unix time (seconds) when the request's last byte was written to its connection (handed to
+    /// the kernel): TTFT, chunk offsets and `end_s` count from here, so neither the client's own
+    /// queue, body encoding nor a TCP handshake is in them. When no byte was written (connect
+    /// failure), the time the request gave up. Older records: taken just before sending.
     pub sent_at: f64,
+    /// Unix time (seconds) the runner released the request (its intended send time); `sent_at`
+    /// minus this is the client's own delay (a free connection, connecting, encoding). None in
+    /// records that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_at: Option<f64>,
+    /// Seconds from the first byte of the request written to the last (a long prompt's body
+    /// takes a while); not part of TTFT. None when nothing was written, and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_s: Option<f64>,
+    /// Seconds the TCP connect of this request's connection took, when it was opened for this
+    /// request (pre-opened or opened when due); None when the connection was reused, when no
+    /// connection was made, and in older records. Never part of TTFT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_s: Option<f64>,
+    /// How the connection the request was sent on came to be (None when no connection was
+    /// made, and in older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionUse>,
+    /// True when a first attempt failed on a stale connection and the request was sent again
+    /// on a fresh one; every time in the record is the second attempt's. Not an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retried: bool,
+    /// The first attempt's failure when `retried` (kind `stale-connection`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_attempt: Option<RequestError>,
     /// Prompt length the spec asked for, in tokens (None for file prompts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_prompt_tokens: Option<u64>,
@@ -137,11 +204,35 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
     pub token_source: TokenSource,
+    /// Whether each chunk's `tokens` is the server's count or one assumed per non-empty chunk.
+    /// None in records that predate it: see [`RequestRecord::chunk_tokens`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_tokens: Option<ChunkTokens>,
     /// `stop`, `length`, `abort`, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RequestError>,
+}
+
+impl RequestRecord {
+    /// Whether per-chunk token counts are the server's: as recorded, or for older records as
+    /// they were then: SGLang's native counts always were; OpenAI streams were asked for a
+    /// final usage chunk only, so their chunks counted one token each.
+    pub fn chunk_tokens(&self) -> ChunkTokens {
+        self.chunk_tokens.unwrap_or(match self.token_source {
+            TokenSource::MetaInfo => ChunkTokens::Exact,
+            TokenSource::Usage | TokenSource::ChunkCount => ChunkTokens::AssumedOne,
+        })
+    }
+
+    /// Output tokens in chunks that carried any, and how many such chunks there were.
+    pub fn token_chunks(&self) -> (u64, usize) {
+        self.chunks
+            .iter()
+            .filter(|c| c.tokens > 0)
+            .fold((0, 0), |(t, n), c| (t + u64::from(c.tokens), n + 1))
+    }
 }
 
 /// Aggregate of one metric over a point's requests.

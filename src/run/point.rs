@@ -329,7 +329,11 @@ impl PointRunner {
         model: &Option<String>,
         requested: Option<u64>,
     ) -> (Vec<RequestRecord>, bool) {
-        let sem = Arc::new(Semaphore::new(exp.concurrency.max(1) as usize));
+        let concurrency = exp.concurrency.max(1) as usize;
+        // The connections the round needs are opened before its first request is released, so
+        // no measured request shares the client's time with the others' handshakes.
+        prepare(client, concurrency.min(prompts.len())).await;
+        let sem = Arc::new(Semaphore::new(concurrency));
         // A task's record, or None when it could not be written (and so does not count).
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let mut records = Vec::new();
@@ -405,6 +409,7 @@ impl PointRunner {
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let mut records = Vec::new();
+        prepare(client, 1).await;
         for (i, prompt) in prompts.into_iter().enumerate() {
             for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
                 if role == RequestRole::TwoPointB
@@ -617,5 +622,13 @@ fn generation_request(
         ignore_eos: exp.workload.ignore_eos,
         temperature: exp.workload.temperature,
         model: model.clone(),
+    }
+}
+
+/// Opens `n` connections before requests are released. A server that cannot be reached is
+/// left for the requests to record (each one says why it failed).
+async fn prepare(client: &Client, n: usize) {
+    if let Err(e) = client.prepare(n).await {
+        tracing::debug!("could not open connections ahead: {e}");
     }
 }
