@@ -9,15 +9,12 @@ use indexmap::IndexMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::diagnostics::{Diagnostic, SpecErrors};
+use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, SpecErrors};
 use super::expand::{self, Origin, RawPoint};
 use super::schema;
 use super::types::{Experiment, SweepValue};
 use super::validate::{Problem, Target, Validator};
 use super::yaml::{self, Document, Span, push_pointer};
-
-/// Most diagnostics reported for one file; past this the rest are noise.
-const MAX_DIAGNOSTICS: usize = 100;
 
 /// A spec that loaded cleanly: its source and its expanded, typed points.
 #[derive(Debug, Clone)]
@@ -347,6 +344,9 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
         .unwrap_or_default();
     let mut problems = Vec::new();
     for (i, e) in list.iter().enumerate() {
+        if problems.len() >= MAX_DIAGNOSTICS {
+            break;
+        }
         let Some(e) = e.as_object() else { continue };
         let at = format!("/expect/{i}");
         if let Some(w) = e.get("where").and_then(Value::as_object) {
@@ -367,10 +367,13 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
                         problems.push(Problem {
                             pointer,
                             target: Target::Value,
-                            message: format!("no point has {k} = {v}"),
+                            message: format!(
+                                "no point has {k} = {}",
+                                super::diagnostics::quoted(&v.to_string())
+                            ),
                             hint: Some(format!(
                                 "the sweep gives {k} one of {}",
-                                values.iter().map(Value::to_string).collect::<Vec<_>>().join(", ")
+                                listed(values)
                             )),
                         })
                     }
@@ -414,6 +417,21 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
     problems
 }
 
+/// Sweep values for a hint: the first few, and how many more.
+fn listed(values: &[Value]) -> String {
+    const SHOWN: usize = 12;
+    let mut text = values
+        .iter()
+        .take(SHOWN)
+        .map(|v| super::diagnostics::quoted(&v.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if values.len() > SHOWN {
+        text.push_str(&format!(" (and {} more)", values.len() - SHOWN));
+    }
+    text
+}
+
 /// A problem when `value` (an expectation's `key`) is none of the catalogue's `names` (a
 /// template is checked once it is filled in).
 fn unknown_name(at: &str, key: &str, value: &str, names: &[&str]) -> Option<Problem> {
@@ -427,7 +445,7 @@ fn unknown_name(at: &str, key: &str, value: &str, names: &[&str]) -> Option<Prob
     Some(Problem {
         pointer: push_pointer(at, key),
         target: Target::Value,
-        message: format!("unknown {what} `{value}`"),
+        message: format!("unknown {what} `{}`", super::diagnostics::quoted(value)),
         hint: Some(
             match super::diagnostics::did_you_mean(value, names.iter().copied()) {
                 Some(d) => d,

@@ -1,0 +1,126 @@
+//! Every input has a budget (README "Limits"): past it, a clear error that names the budget,
+//! found fast and in bounded memory. Memory is checked by running the binary under an
+//! address-space limit (`ulimit -v`) far below what the unbounded versions took.
+
+use std::path::Path;
+use std::process::Output;
+
+use servebench::spec;
+
+use crate::common::*;
+
+/// Address space the binary gets in these tests: a small spec validates in well under it, and
+/// each case below took gigabytes before it had a budget.
+const MEMORY_CAP_KIB: u64 = 512 * 1024;
+
+/// `servebench ARGS` with at most [`MEMORY_CAP_KIB`] of address space.
+fn capped(args: &[&str], dir: &Path) -> Output {
+    let bin = assert_cmd::cargo::cargo_bin("servebench");
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {MEMORY_CAP_KIB} && exec \"$0\" \"$@\""))
+        .arg(bin)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("sh runs")
+}
+
+#[track_caller]
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const BASE: &str = "name: t
+server:
+  engine: sim
+workload:
+  prompt: { kind: repeat, tokens: 64 }
+  output_tokens: 8
+";
+
+/// About 100 KB: a 90 KB string, then five levels of ten aliases each (10^5 copies, 9 GB).
+fn string_alias_bomb() -> String {
+    let mut s = format!("{BASE}description: &a \"{}\"\n", "x".repeat(90_000));
+    let mut prev = 'a';
+    for next in ['b', 'c', 'd', 'e', 'f'] {
+        let items = vec![format!("*{prev}"); 10].join(", ");
+        s.push_str(&format!("x{next}: &{next} [{items}]\n"));
+        prev = next;
+    }
+    s
+}
+
+#[test]
+fn string_aliases_stop_at_the_expanded_size_budget() {
+    let source = string_alias_bomb();
+    assert!(source.len() < 100_000);
+    let e = spec::load_str("bomb.yaml", &source).unwrap_err();
+    let d = &e.diagnostics[0];
+    assert!(
+        d.message.contains("32 MiB") && d.message.contains("once aliases are expanded"),
+        "{d:#?}"
+    );
+    assert_eq!(d.line, 10, "the first alias past the budget: {d:#?}");
+
+    let ws = Workspace::new();
+    ws.write("bomb.yaml", &source);
+    let out = capped(&["validate", "bomb.yaml"], ws.path());
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(stderr(&out).contains("32 MiB"), "{}", show(&out));
+}
+
+#[test]
+fn a_long_key_in_every_path_stops_at_the_expanded_size_budget() {
+    // A 4 MB explicit key above 100,000 values: each value's path repeats the key.
+    let source = format!(
+        "? {}\n: [{}]\n",
+        "k".repeat(4_000_000),
+        vec!["1"; 100_000].join(",")
+    );
+    let ws = Workspace::new();
+    ws.write("key.yaml", &source);
+    let out = capped(&["validate", "key.yaml"], ws.path());
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let text = stderr(&out);
+    assert!(text.contains("32 MiB"), "{}", show(&out));
+    assert!(
+        text.len() < 2_000,
+        "the error echoes the input: {} bytes",
+        text.len()
+    );
+}
+
+#[test]
+fn an_error_on_a_5_mb_line_is_shown_cut_around_its_column() {
+    let source = format!("{BASE}request_timeout: {}\n", "y".repeat(5_000_000));
+    let ws = Workspace::new();
+    ws.write("long.yaml", &source);
+    let out = capped(&["validate", "long.yaml"], ws.path());
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let text = stderr(&out);
+    assert!(text.len() < 2_000, "{} bytes of error", text.len());
+    assert!(text.contains(" --> long.yaml:7:18"), "{text}");
+    assert!(text.contains("is not a duration"), "{text}");
+    assert!(
+        text.contains("line 7 is 5000017 bytes long; 4999817 of them are not shown"),
+        "{text}"
+    );
+    // The key stays in view, and the value is quoted cut.
+    assert!(text.contains("7 | request_timeout: yyy"), "{text}");
+    assert!(text.contains("`yyyyyyyyyy"), "{text}");
+}
+
+#[test]
+fn a_line_of_duplicate_keys_stops_at_the_diagnostic_limit() {
+    let keys: String = (0..20_000).map(|_| "k: 1, ").collect();
+    let source = format!("{BASE}description: x\nx: {{ {keys} }}\n");
+    let e = spec::load_str("dup.yaml", &source).unwrap_err();
+    assert_eq!(
+        e.diagnostics.len(),
+        spec::diagnostics::MAX_DIAGNOSTICS,
+        "{:#?}",
+        &e.diagnostics[..3]
+    );
+    assert!(e.to_string().len() < 200_000);
+}
