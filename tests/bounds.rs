@@ -124,3 +124,101 @@ fn a_line_of_duplicate_keys_stops_at_the_diagnostic_limit() {
     );
     assert!(e.to_string().len() < 200_000);
 }
+
+/// A spec whose one dimension has 10,000 values: the most points a spec may have.
+fn sweep_of(n: usize) -> String {
+    let values: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+    format!(
+        "{BASE}sweep:\n  workload.output_tokens: [{}]\n",
+        values.join(", ")
+    )
+}
+
+#[test]
+fn ten_thousand_points_share_one_sweep() {
+    let spec = spec::load_str("s.yaml", &sweep_of(10_000)).unwrap();
+    assert_eq!(spec.points.len(), 10_000);
+    let (first, last) = (&spec.points[0].experiment, &spec.points[9_999].experiment);
+    assert!(std::sync::Arc::ptr_eq(&first.sweep, &last.sweep));
+    assert_eq!(first.sweep["workload.output_tokens"].len(), 10_000);
+}
+
+#[test]
+fn ten_thousand_points_validate_and_plan_in_bounded_memory() {
+    // Before the sweep was shared: 2.4 GB to validate, 4.7 GB to plan.
+    let ws = Workspace::new();
+    ws.write("s.yaml", &sweep_of(10_000));
+    let out = capped(&["validate", "s.yaml"], ws.path());
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok (10000 points)"),
+        "{}",
+        show(&out)
+    );
+    let out = capped(&["plan", "s.yaml"], ws.path());
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn points_that_copy_a_large_spec_stop_at_the_points_budget() {
+    let source = format!(
+        "{}description: \"{}\"\n",
+        sweep_of(10_000),
+        "d".repeat(100_000)
+    );
+    let e = spec::load_str("s.yaml", &source).unwrap_err();
+    let d = &e.diagnostics[0];
+    assert!(
+        d.message.contains("10000 points are too large") && d.message.contains("256 MiB"),
+        "{d:#?}"
+    );
+    assert_eq!((d.line, d.snippet.as_str()), (7, "sweep"));
+    assert!(hint_of(d).contains("description"), "{d:#?}");
+
+    // Substituted values can make points larger than the spec: caught as they are expanded.
+    // 500 values of 40 KB (behind aliases), each used 100 times: 4 MB a point, 2 GB in all.
+    let big = "v".repeat(40_000);
+    let values = vec!["*v"; 499].join(", ");
+    let uses = "{{ a }}".repeat(100);
+    let source = format!("{BASE}description: \"{uses}\"\nsweep:\n  a: [&v \"{big}\", {values}]\n");
+    let e = spec::load_str("s.yaml", &source).unwrap_err();
+    assert!(
+        e.diagnostics[0].message.contains("the first "),
+        "{:#?}",
+        e.diagnostics[0]
+    );
+}
+
+#[track_caller]
+fn hint_of(d: &spec::Diagnostic) -> &str {
+    d.hint
+        .as_deref()
+        .unwrap_or_else(|| panic!("no hint: {d:#?}"))
+}
+
+#[test]
+fn resolved_yaml_holds_the_sweep_once() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "r.yaml",
+        &sim_spec(
+            "r",
+            "  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2",
+            "sweep:\n  workload.output_tokens: [2, 3, 4]",
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points.len(), 3);
+    let text = std::fs::read_to_string(dir.join("resolved.yaml")).unwrap();
+    let resolved = servebench::spec::yaml::parse(&text).unwrap().value;
+    assert_eq!(
+        resolved["sweep"],
+        serde_json::json!({ "workload.output_tokens": [2, 3, 4] })
+    );
+    let listed = resolved["points"].as_array().unwrap();
+    assert_eq!(listed.len(), 3);
+    for (p, tokens) in listed.iter().zip([2, 3, 4]) {
+        assert_eq!(p["experiment"]["workload"]["output_tokens"], tokens);
+        assert_eq!(p["experiment"]["sweep"], serde_json::json!({}), "{p}");
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
 use serde_json::Value;
@@ -185,11 +185,27 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         }
     }
 
+    let typed_sweep = Arc::new(typed_sweep);
     let count = expand::point_count(&sweep);
+    // Each point copies the spec: refuse before copying when the copies cannot fit, and stop
+    // when substituted values make them larger than the spec itself.
+    let one = expand::size_bytes(&base);
+    if one.saturating_mul(count) > expand::MAX_POINTS_BYTES {
+        return Err(SpecErrors::new(vec![report.problem(
+            &points_too_large(count, count, one.saturating_mul(count)),
+            None,
+        )]));
+    }
+    let mut expanded_bytes = 0usize;
     let width = count.to_string().len().max(3);
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
         let (raw, problems) = expand::point(&base, &sweep, index);
+        expanded_bytes = expanded_bytes.saturating_add(expand::size_bytes(&raw.value));
+        if expanded_bytes > expand::MAX_POINTS_BYTES {
+            diags.push(report.problem(&points_too_large(count, index + 1, expanded_bytes), None));
+            break;
+        }
         let mut found: Vec<Diagnostic> = problems
             .iter()
             .map(|p| report.problem(p, Some(&raw.origins)))
@@ -206,7 +222,7 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
                     id: format!("p{:0width$}", index + 1),
                     values: raw.values.into_iter().collect(),
                     experiment: {
-                        experiment.sweep = typed_sweep.clone();
+                        experiment.sweep = Arc::clone(&typed_sweep);
                         experiment
                     },
                 }),
@@ -233,6 +249,28 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         source,
         points,
     })
+}
+
+/// The sweep's points would take more than [`expand::MAX_POINTS_BYTES`]: `bytes` for the
+/// first `reached` of `count`.
+fn points_too_large(count: usize, reached: usize, bytes: usize) -> Problem {
+    let mib = |b: usize| b / (1024 * 1024);
+    let so_far = if reached < count {
+        format!("the first {reached} take {} MiB", mib(bytes))
+    } else {
+        format!("they would take {} MiB", mib(bytes))
+    };
+    Problem {
+        pointer: "/sweep".into(),
+        target: Target::Key,
+        message: format!(
+            "the sweep's {count} points are too large: each is a copy of the spec with its values in place, and {so_far}; the limit is {} MiB",
+            mib(expand::MAX_POINTS_BYTES)
+        ),
+        hint: Some(
+            "sweep fewer values, or make the spec smaller: a long `description` or prompt `text` is copied into every point".into(),
+        ),
+    }
 }
 
 /// Deserializes one point, mapping a serde error back to the field it is about.
