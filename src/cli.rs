@@ -465,9 +465,11 @@ fn compare(
     let source = match &template {
         None => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::CompareTemplate {
-                path: path.clone(),
-                source,
+            let text = crate::report::read_template_file(path).map_err(|source| {
+                Error::CompareTemplate {
+                    path: path.clone(),
+                    source,
+                }
             })?;
             Some((path.display().to_string(), text))
         }

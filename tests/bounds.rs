@@ -222,3 +222,34 @@ fn resolved_yaml_holds_the_sweep_once() {
         assert_eq!(p["experiment"]["sweep"], serde_json::json!({}), "{p}");
     }
 }
+
+/// The case: a custom template with a huge loop hung the end of a run. It now stops
+/// at the step budget, and the run ends with the error; the measurements are on disk.
+#[test]
+fn a_template_that_loops_stops_at_its_step_budget() {
+    let ws = Workspace::new();
+    ws.write(
+        "loop.md.j2",
+        "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}\n",
+    );
+    let spec = ws.write(
+        "t.yaml",
+        &sim_spec(
+            "t",
+            "  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2",
+            "report: { template: loop.md.j2 }",
+        ),
+    );
+    let started = std::time::Instant::now();
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains("loop.md.j2, line 1: the template used up its budget of 100000000 steps"),
+        "{}",
+        show(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(100));
+    let dir = run_dir(&out);
+    assert_eq!(read_jsonl(&dir.join("points.jsonl")).len(), 1);
+}
