@@ -279,10 +279,19 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
     Ok(Status::Success)
 }
 
+/// Loads a spec as `validate` and `run` see it: the spec itself, then what the run would
+/// refuse when it starts (prompt files, the report template, `${NAME}` references to unset
+/// variables), every problem with its file, line and column, before a run directory exists.
+pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
+    let prompts = crate::prompt::PromptCheck::default();
+    let template = crate::report::TemplateCheck::default();
+    crate::spec::load_checked(path, &[&prompts, &template, &crate::secrets::EnvRefCheck])
+}
+
 fn validate(specs: &[PathBuf]) -> Result<Status, Error> {
     let mut invalid = Vec::new();
     for path in specs {
-        match crate::spec::load(path) {
+        match load_spec(path) {
             Ok(s) => println!("{}: ok ({} points)", path.display(), s.points.len()),
             Err(e) => invalid.push(e),
         }
@@ -334,7 +343,7 @@ fn run_experiment(
     check: bool,
 ) -> Result<Status, Error> {
     let from = match (path, resume) {
-        (Some(path), _) => RunFrom::Spec(crate::spec::load(path)?),
+        (Some(path), _) => RunFrom::Spec(load_spec(path)?),
         (None, Some(dir)) => RunFrom::Resume(dir),
         (None, None) => return Err(Error::Usage("give a spec file, or --resume RUN_DIR".into())),
     };

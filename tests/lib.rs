@@ -19,3 +19,4 @@ mod ssh_run;
 mod sshd;
 mod statistics;
 mod summary;
+mod validate;

@@ -5,9 +5,14 @@
 //! `prompt_tokens` is within tolerance of the target.
 
 mod calibrate;
+mod check;
 mod generate;
 mod nonce;
 
 pub use calibrate::{Calibrated, CalibrationError, Calibrator};
-pub use generate::{PromptError, PromptSource, TextGenerator, load_prompt_file};
+pub use check::PromptCheck;
+pub use generate::{
+    MAX_PROMPT_BYTES, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS, PromptError, PromptSource, TextGenerator,
+    load_prompt_file,
+};
 pub use nonce::nonce;

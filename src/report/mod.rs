@@ -231,33 +231,8 @@ fn render_within<M: serde::Serialize>(
     source: &str,
     budget: Budget,
 ) -> Result<String, ReportError> {
-    let mut env = Environment::new();
-    // A template that never ends, or runs long, stops with an error naming the budget.
-    env.set_fuel(Some(budget.fuel));
-    // Strict: a misspelt field is an error with a line number, not a silently empty cell.
-    env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_auto_escape_callback(|_| AutoEscape::None);
-    // Block tags on lines of their own leave no blank lines behind; the file's last newline stays.
-    let syntax = SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .keep_trailing_newline(true)
-        .build()
-        .map_err(|e| template_error(name, e, budget))?;
-    env.set_syntax(syntax);
-    format::register(&mut env);
+    let env = environment(name, source, budget)?;
     let err = |e: minijinja::Error| template_error(name, e, budget);
-    if source.len() as u64 > MAX_TEMPLATE_BYTES {
-        return Err(ReportError::Template {
-            name: name.to_string(),
-            line: None,
-            message: format!(
-                "the template is {} bytes; templates are limited to {MAX_TEMPLATE_BYTES} bytes (1 MiB)",
-                source.len()
-            ),
-        });
-    }
-    env.add_template(name, source).map_err(err)?;
     let template = env.get_template(name).map_err(err)?;
     let mut out = CappedOutput {
         bytes: Vec::new(),
@@ -275,6 +250,123 @@ fn render_within<M: serde::Serialize>(
         line: None,
         message: format!("the output is not UTF-8 text: {e}"),
     })
+}
+
+/// An environment holding the template `name`, compiled: the one place templates are set up,
+/// so `validate` parses a template exactly as the report renders it.
+fn environment<'s>(
+    name: &'s str,
+    source: &'s str,
+    budget: Budget,
+) -> Result<Environment<'s>, ReportError> {
+    let err = |e: minijinja::Error| template_error(name, e, budget);
+    if source.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(ReportError::Template {
+            name: name.to_string(),
+            line: None,
+            message: format!(
+                "the template is {} bytes; templates are limited to {MAX_TEMPLATE_BYTES} bytes (1 MiB)",
+                source.len()
+            ),
+        });
+    }
+    let mut env = Environment::new();
+    // A template that never ends, or runs long, stops with an error naming the budget.
+    env.set_fuel(Some(budget.fuel));
+    // Strict: a misspelt field is an error with a line number, not a silently empty cell.
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    // Block tags on lines of their own leave no blank lines behind; the file's last newline stays.
+    let syntax = SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(true)
+        .build()
+        .map_err(err)?;
+    env.set_syntax(syntax);
+    format::register(&mut env);
+    env.add_template(name, source).map_err(err)?;
+    Ok(env)
+}
+
+/// Whether a template parses (syntax, size), without rendering it.
+pub fn check_template(name: &str, source: &str) -> Result<(), ReportError> {
+    environment(
+        name,
+        source,
+        Budget {
+            fuel: TEMPLATE_FUEL,
+            output_bytes: MAX_RENDERED_BYTES,
+        },
+    )
+    .map(drop)
+}
+
+/// [`crate::spec::Check`] of `report.template`: a file that is missing, not a regular file,
+/// over [`MAX_TEMPLATE_BYTES`] or that does not parse is an error at `validate`, not at the
+/// end of a run. Each file is read once, however many points name it.
+#[derive(Debug, Default)]
+pub struct TemplateCheck {
+    files: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<(String, String)>>>,
+}
+
+impl crate::spec::Check for TemplateCheck {
+    fn check(
+        &self,
+        experiment: &crate::spec::types::Experiment,
+        spec_dir: &Path,
+    ) -> Vec<crate::spec::validate::Problem> {
+        let Template::File(path) = Template::resolve(&experiment.report.template, spec_dir) else {
+            return Vec::new();
+        };
+        let found = self
+            .files
+            .borrow_mut()
+            .entry(path.clone())
+            .or_insert_with(|| template_file_problem(&path))
+            .clone();
+        found
+            .map(|(message, hint)| crate::spec::validate::Problem {
+                pointer: "/report/template".into(),
+                target: crate::spec::validate::Target::Value,
+                message,
+                hint: Some(hint),
+            })
+            .into_iter()
+            .collect()
+    }
+}
+
+/// What is wrong with a template file, with a hint; `None` when it parses.
+fn template_file_problem(path: &Path) -> Option<(String, String)> {
+    let shown = path.display().to_string();
+    let source = match read_template_file(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let hint = format!(
+                "a built-in name ({}) or a path relative to the spec's folder",
+                builtin_names()
+            );
+            let builtins = BUILTIN_TEMPLATES.iter().map(|t| t.name);
+            let hint = match crate::spec::diagnostics::did_you_mean(name, builtins) {
+                Some(d) => format!("{d} ({hint})"),
+                None => hint,
+            };
+            return Some((format!("the report template {shown} does not exist"), hint));
+        }
+        Err(e) => {
+            return Some((
+                format!("cannot read the report template {shown}: {e}"),
+                "a template is a text file of at most 1 MiB".into(),
+            ));
+        }
+    };
+    let e = check_template(&shown, &source).err()?;
+    Some((
+        e.to_string(),
+        "fix the template's syntax (minijinja, like Jinja2); `servebench report RUN_DIR --template FILE` renders it again".into(),
+    ))
 }
 
 /// Collects the rendered text, refusing to grow past `limit` bytes.

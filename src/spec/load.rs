@@ -9,7 +9,8 @@ use indexmap::IndexMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, SpecErrors};
+use super::check::Check;
+use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, SpecErrors, quoted};
 use super::expand::{self, Origin, RawPoint};
 use super::schema;
 use super::types::{Experiment, SweepValue};
@@ -61,6 +62,12 @@ impl Point {
 
 /// Reads, parses, validates and expands a spec file, reporting all errors at once.
 pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
+    load_checked(path, &[])
+}
+
+/// [`load`], then `checks` on every point (files beside the spec, the environment), their
+/// problems reported with the spec's own.
+pub fn load_checked(path: &Path, checks: &[&dyn Check]) -> Result<LoadedSpec, SpecErrors> {
     let file = path.display().to_string();
     // Check the size before reading, so a huge file is never pulled into memory.
     if let Ok(meta) = std::fs::metadata(path)
@@ -89,12 +96,26 @@ pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
             None,
         )
     })?;
-    load_source(path.to_path_buf(), &file, source)
+    load_source(path.to_path_buf(), &file, source, checks)
 }
 
 /// Same as [`load`], from a string; `file_name` is used in messages.
 pub fn load_str(file_name: &str, source: &str) -> Result<LoadedSpec, SpecErrors> {
-    load_source(PathBuf::from(file_name), file_name, source.to_string())
+    load_str_checked(file_name, source, &[])
+}
+
+/// Same as [`load_checked`], from a string; relative paths are read from `file_name`'s folder.
+pub fn load_str_checked(
+    file_name: &str,
+    source: &str,
+    checks: &[&dyn Check],
+) -> Result<LoadedSpec, SpecErrors> {
+    load_source(
+        PathBuf::from(file_name),
+        file_name,
+        source.to_string(),
+        checks,
+    )
 }
 
 fn validator() -> &'static Validator {
@@ -103,7 +124,13 @@ fn validator() -> &'static Validator {
     VALIDATOR.get_or_init(|| Validator::new(schema::raw_schema()))
 }
 
-fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, SpecErrors> {
+fn load_source(
+    path: PathBuf,
+    file: &str,
+    source: String,
+    checks: &[&dyn Check],
+) -> Result<LoadedSpec, SpecErrors> {
+    let spec_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let doc = match yaml::parse(&source) {
         Ok(doc) => doc,
         Err(errors) => {
@@ -149,6 +176,12 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
             .map(|p| report.problem(p, None)),
     );
 
+    // Names the launch would refuse: reported with everything else, never blocking it.
+    let names: Vec<Diagnostic> = name_checks(&doc.value)
+        .into_iter()
+        .chain(launch_name_checks(&doc.value))
+        .map(|p| report.problem(&p, None))
+        .collect();
     if !diags.is_empty() {
         // The sweep cannot be trusted: check the structure once, templates left in place.
         diags.extend(
@@ -157,8 +190,10 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
                 .iter()
                 .map(|p| report.problem(p, None)),
         );
+        diags.extend(names);
         return Err(SpecErrors::new(diags));
     }
+    diags.extend(names);
 
     // The sweep is checked and typed once, not once per point: it can be long.
     let mut base = doc.value.clone();
@@ -197,6 +232,7 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         )]));
     }
     let mut expanded_bytes = 0usize;
+    let mut seen = std::collections::HashSet::new();
     let width = count.to_string().len().max(3);
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
@@ -218,17 +254,29 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         );
         if found.is_empty() {
             match typed(&raw) {
-                Ok(mut experiment) => points.push(Point {
-                    id: format!("p{:0width$}", index + 1),
-                    values: raw.values.into_iter().collect(),
-                    experiment: {
-                        experiment.sweep = Arc::clone(&typed_sweep);
-                        experiment
-                    },
-                }),
+                Ok(mut experiment) => {
+                    for check in checks {
+                        found.extend(
+                            check
+                                .check(&experiment, &spec_dir)
+                                .iter()
+                                .map(|p| report.problem(p, Some(&raw.origins))),
+                        );
+                    }
+                    points.push(Point {
+                        id: format!("p{:0width$}", index + 1),
+                        values: raw.values.into_iter().collect(),
+                        experiment: {
+                            experiment.sweep = Arc::clone(&typed_sweep);
+                            experiment
+                        },
+                    });
+                }
                 Err(p) => found.push(report.problem(&p, Some(&raw.origins))),
             }
         }
+        // The same mistake in every point is one mistake: keep room for the others.
+        found.retain(|d| seen.insert((d.line, d.column, d.message.clone())));
         diags.extend(found);
         if diags.len() > MAX_DIAGNOSTICS {
             break;
@@ -325,6 +373,102 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(method_checks(raw));
     problems.extend(expectation_checks(raw));
     problems
+}
+
+/// A run goes to `<out>/<name>/<timestamp>/`: a name of only dots is a path step (`.` this
+/// folder, `..` the one above), and `name: ..` wrote the run outside `--out`.
+fn name_checks(raw: &Value) -> Option<Problem> {
+    let name = raw.get("name")?.as_str()?;
+    (!name.is_empty() && name.chars().all(|c| c == '.')).then(|| Problem {
+        pointer: "/name".into(),
+        target: Target::Value,
+        message: format!(
+            "`{}` cannot name a run: runs go to <out>/<name>/, and `{}` there is a path step, not a folder",
+            quoted(name),
+            quoted(name)
+        ),
+        hint: Some("use letters or digits too, e.g. `name: long-context`".into()),
+    })
+}
+
+/// Flag names become `--name` on the server's command line, and variable names its
+/// environment: what the launch would refuse (or pass on mangled) is refused here, with its
+/// position. Flags set by a sweep dimension (`server.args.X`) are checked at the dimension.
+fn launch_name_checks(raw: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let server = raw.get("server").and_then(Value::as_object);
+    let args = server
+        .and_then(|s| s.get("args"))
+        .and_then(Value::as_object);
+    let swept = raw
+        .get("sweep")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|dims| dims.keys())
+        .filter_map(|d| Some((d.strip_prefix("server.args.")?, push_pointer("/sweep", d))));
+    let written = args
+        .into_iter()
+        .flat_map(|a| a.keys())
+        .map(|k| (k.as_str(), push_pointer("/server/args", k)));
+    for (name, pointer) in written.chain(swept) {
+        if let Some((message, hint)) = bad_flag_name(name) {
+            problems.push(Problem {
+                pointer,
+                target: Target::Key,
+                message,
+                hint: Some(hint),
+            });
+        }
+    }
+    let env = server.and_then(|s| s.get("env")).and_then(Value::as_object);
+    for name in env.into_iter().flat_map(|e| e.keys()) {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            problems.push(Problem {
+                pointer: push_pointer("/server/env", name),
+                target: Target::Key,
+                message: format!(
+                    "`{}` cannot be an environment variable's name",
+                    quoted(name)
+                ),
+                hint: Some("names are letters, digits and `_`, without `=`".into()),
+            });
+        }
+    }
+    problems
+}
+
+/// Why `name` (a key of `server.args`) cannot be a flag, and how to fix it: what the engine's
+/// command line refuses at launch (`engine::flag_args`).
+fn bad_flag_name(key: &str) -> Option<(String, String)> {
+    let name = key.trim_start_matches('-');
+    let shown = quoted(key);
+    if name.is_empty() {
+        return Some((
+            format!("`{shown}` is not a flag name"),
+            "write the flag without its dashes, e.g. `chunked-prefill-size: 4096`".into(),
+        ));
+    }
+    if name.contains(char::is_whitespace) {
+        let trimmed = quoted(name.trim());
+        return Some((
+            format!("flag name {:?} contains whitespace", shown),
+            if trimmed.contains(char::is_whitespace) || trimmed.is_empty() {
+                "flag names are words joined by `-`, e.g. `chunked-prefill-size`".into()
+            } else {
+                format!("write `{trimmed}`")
+            },
+        ));
+    }
+    let instead = match name {
+        "model-path" | "model" => "use `server.model`",
+        "port" => "use `server.port`",
+        "host" => "servebench sets the address the server listens on; remove this flag",
+        _ => return None,
+    };
+    Some((
+        format!("`--{name}` is set by servebench"),
+        instead.to_string(),
+    ))
 }
 
 /// Metrics an expectation may name: a point's aggregates under either method, each once.
