@@ -7,6 +7,7 @@ mod client;
 mod common;
 mod compare;
 mod faulty;
+mod fuzz;
 mod interrupt;
 mod report;
 mod reproduce;
