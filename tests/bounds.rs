@@ -253,3 +253,13 @@ fn a_template_that_loops_stops_at_its_step_budget() {
     let dir = run_dir(&out);
     assert_eq!(read_jsonl(&dir.join("points.jsonl")).len(), 1);
 }
+
+#[test]
+fn a_spec_that_never_ends_is_read_to_its_budget_only() {
+    let e = spec::load(Path::new("/dev/zero")).unwrap_err();
+    let message = &e.diagnostics[0].message;
+    assert!(
+        message.contains("more than 8388608 bytes; specs are limited to 8388608 bytes (8 MiB)"),
+        "{message}"
+    );
+}

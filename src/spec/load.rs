@@ -83,9 +83,28 @@ pub fn load_checked(path: &Path, checks: &[&dyn Check]) -> Result<LoadedSpec, Sp
             None,
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| {
-        SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
-    })?;
+    // At most one byte past the budget, whatever the size said: a pipe (`<(cat spec)`) has
+    // none, and `/dev/zero` never ends.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            use std::io::Read;
+            f.take(yaml::MAX_BYTES as u64 + 1).read_to_end(&mut bytes)
+        })
+        .map_err(|e| {
+            SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
+        })?;
+    if bytes.len() > yaml::MAX_BYTES {
+        return Err(SpecErrors::file_error(
+            &file,
+            format!(
+                "the file is more than {} bytes; specs are limited to {} bytes (8 MiB)",
+                yaml::MAX_BYTES,
+                yaml::MAX_BYTES
+            ),
+            None,
+        ));
+    }
     let source = String::from_utf8(bytes).map_err(|e| {
         SpecErrors::file_error(
             &file,
