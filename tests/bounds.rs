@@ -245,7 +245,7 @@ fn a_template_that_loops_stops_at_its_step_budget() {
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let text = stderr(&out);
     assert!(
-        text.contains("loop.md.j2, line 1: the template used up its budget of 100000000 steps"),
+        text.contains("loop.md.j2, line 1: the template used up its budget of 50000000 steps"),
         "{}",
         show(&out)
     );

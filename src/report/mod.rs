@@ -107,10 +107,10 @@ pub const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
 
 /// Steps (minijinja instructions) one rendering may take. The default template takes about
 /// 1,000 per point, so a report of the most points a spec may have (10,000) takes 10 million;
-/// this is ten times that, for templates that do more per point. A loop that never ends, or
+/// this is five times that, for templates that do more per point. A loop that never ends, or
 /// one over far more items than a report has, stops here with an error instead of hanging the
-/// end of a run: after about a second of rendering (7 s in a debug build).
-pub const TEMPLATE_FUEL: u64 = 100_000_000;
+/// end of a run: after a few seconds (minijinja runs some 10 to 20 million steps a second).
+pub const TEMPLATE_FUEL: u64 = 50_000_000;
 
 /// Largest rendered report or comparison, in bytes. The default template writes about 1 KB
 /// per point (10 MB at 10,000 points); past this the template is writing something else.
