@@ -58,10 +58,7 @@ impl Diagnostic {
         message: impl Into<String>,
         hint: Option<String>,
     ) -> Diagnostic {
-        let line = source
-            .lines()
-            .nth(span.start.line.saturating_sub(1))
-            .unwrap_or("");
+        let line = nth_line(source, span.start.line.saturating_sub(1));
         let (cut_before, source_line, cut_after) = window(line, span.start.column);
         let len = span.end.index.saturating_sub(span.start.index);
         let snippet: String = source
@@ -82,6 +79,28 @@ impl Diagnostic {
             cut_after,
         }
     }
+}
+
+/// Line `n` (from 0) of `source`, as YAML counts lines: ended by `\n`, `\r\n` or a lone `\r`.
+fn nth_line(source: &str, n: usize) -> &str {
+    let bytes = source.as_bytes();
+    let mut start = 0;
+    let mut line = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\n' || bytes[i] == b'\r' {
+            if line == n {
+                return &source[start..i];
+            }
+            if bytes[i] == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
+                i += 1;
+            }
+            line += 1;
+            start = i + 1;
+        }
+        i += 1;
+    }
+    if line == n { &source[start..] } else { "" }
 }
 
 /// The part of `line` shown for an error at `column` (from 1, in characters): the whole line
@@ -142,8 +161,11 @@ impl fmt::Display for Diagnostic {
         } else {
             0
         };
-        let offset = self.column.saturating_sub(1) - skipped;
-        let room = line.chars().count().saturating_sub(offset);
+        // At most just past the shown text (a column the line lookup disagrees with, as with
+        // lone `\r` line ends, must not indent without bound).
+        let shown = line.chars().count();
+        let offset = (self.column.saturating_sub(1) - skipped).min(shown);
+        let room = shown.saturating_sub(offset);
         let width = self.snippet.chars().count().min(room).max(1);
         let indent = " ".repeat(offset + before.chars().count());
         writeln!(f, "{pad} | {indent}{}", "^".repeat(width))?;
@@ -232,6 +254,14 @@ pub fn did_you_mean<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_end_as_yaml_ends_them() {
+        let source = "a\nb\r\nc\rd";
+        let lines: Vec<&str> = (0..5).map(|n| nth_line(source, n)).collect();
+        assert_eq!(lines, ["a", "b", "c", "d", ""]);
+        assert_eq!(nth_line("a\n", 1), "");
+    }
 
     #[test]
     fn short_lines_are_shown_whole() {
