@@ -60,12 +60,13 @@ impl Diagnostic {
     ) -> Diagnostic {
         let line = nth_line(source, span.start.line.saturating_sub(1));
         let (cut_before, source_line, cut_after) = window(line, span.start.column);
+        // The offending text on its line (a span over several lines shows its first), taken
+        // from the line rather than by walking the whole source for each error.
         let len = span.end.index.saturating_sub(span.start.index);
-        let snippet: String = source
+        let snippet: String = line
             .chars()
-            .skip(span.start.index)
+            .skip(span.start.column.saturating_sub(1))
             .take(len.min(MAX_SHOWN_LINE_CHARS))
-            .take_while(|c| *c != '\n' && *c != '\r')
             .collect();
         Diagnostic {
             file: file.to_string(),
@@ -86,19 +87,19 @@ fn nth_line(source: &str, n: usize) -> &str {
     let bytes = source.as_bytes();
     let mut start = 0;
     let mut line = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\n' || bytes[i] == b'\r' {
-            if line == n {
-                return &source[start..i];
-            }
-            if bytes[i] == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
-                i += 1;
-            }
-            line += 1;
-            start = i + 1;
+    for i in memchr::memchr2_iter(b'\n', b'\r', bytes) {
+        if i < start {
+            continue; // the `\n` of a `\r\n` already counted
         }
-        i += 1;
+        if line == n {
+            return &source[start..i];
+        }
+        line += 1;
+        start = if bytes[i] == b'\r' && bytes.get(i + 1) == Some(&b'\n') {
+            i + 2
+        } else {
+            i + 1
+        };
     }
     if line == n { &source[start..] } else { "" }
 }
