@@ -323,10 +323,16 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
     Ok(Status::Success)
 }
 
-/// Loads a spec and checks its flags against each engine's: a typo is an error (with the
-/// engine's flag), a flag the list lacks is a warning.
-fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
-    let spec = crate::spec::load(path)?;
+/// Loads a spec as `validate` and `run` see it: the spec itself, then what the run would
+/// refuse when it starts (prompt files, the report template, `${NAME}` references to unset
+/// variables), every problem with its file, line and column, before a run directory exists;
+/// then its flags against each engine's: a typo is an error (with the engine's flag), a flag
+/// the list lacks is a warning.
+pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
+    let prompts = crate::prompt::PromptCheck::default();
+    let template = crate::report::TemplateCheck::default();
+    let spec =
+        crate::spec::load_checked(path, &[&prompts, &template, &crate::secrets::EnvRefCheck])?;
     let flags = crate::engine::check_spec(&spec);
     for w in &flags.warnings {
         tracing::warn!("{w}");
@@ -549,9 +555,11 @@ fn compare(
     let source = match &template {
         None => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::CompareTemplate {
-                path: path.clone(),
-                source,
+            let text = crate::report::read_template_file(path).map_err(|source| {
+                Error::CompareTemplate {
+                    path: path.clone(),
+                    source,
+                }
             })?;
             Some((path.display().to_string(), text))
         }

@@ -50,6 +50,45 @@ pub struct UnsetVariable {
     pub name: String,
 }
 
+/// [`crate::spec::Check`] of `${NAME}` references: a variable the launch would find unset is
+/// an error at `validate`, at the value that names it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EnvRefCheck;
+
+impl crate::spec::Check for EnvRefCheck {
+    fn check(
+        &self,
+        experiment: &crate::spec::types::Experiment,
+        _spec_dir: &std::path::Path,
+    ) -> Vec<crate::spec::validate::Problem> {
+        use crate::spec::yaml::push_pointer;
+        let server = &experiment.server;
+        let args = server.args.iter().filter_map(|(k, v)| match v {
+            ArgValue::Str(s) => Some((push_pointer("/server/args", k), s)),
+            _ => None,
+        });
+        let env = server
+            .env
+            .iter()
+            .map(|(k, v)| (push_pointer("/server/env", k), v));
+        args.chain(env)
+            .filter_map(|(pointer, value)| {
+                let UnsetVariable { name } = expand_env_ref(value).err()?;
+                Some(crate::spec::validate::Problem {
+                    pointer,
+                    target: crate::spec::validate::Target::Value,
+                    message: format!(
+                        "environment variable `{name}` is not set: `${{{name}}}` is read from the environment when the server launches"
+                    ),
+                    hint: Some(format!(
+                        "set it before running (`export {name}=...`), or write the value here"
+                    )),
+                })
+            })
+            .collect()
+    }
+}
+
 /// The server section with `${NAME}` references replaced by their values.
 pub fn with_env_refs_expanded(server: &Server) -> Result<Server, UnsetVariable> {
     let mut s = server.clone();

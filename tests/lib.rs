@@ -1,12 +1,14 @@
 //! Integration tests: one binary, one module per area.
 mod accuracy;
 mod architecture;
+mod bounds;
 mod cli;
 mod client;
 mod common;
 mod compare;
 mod engines;
 mod faulty;
+mod fuzz;
 mod interrupt;
 mod orphans;
 mod report;
@@ -23,3 +25,4 @@ mod sshd;
 mod statistics;
 mod summary;
 mod trust;
+mod validate;

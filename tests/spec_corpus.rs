@@ -1,6 +1,7 @@
 //! A corpus of bad specs, one mistake each, with their rendered errors snapshot-tested.
 //!
-//! Each file in `tests/fixtures/specs/bad/` must fail to load without panicking, every
+//! Each file in `tests/fixtures/specs/bad/` must fail to load without panicking (as `validate`
+//! loads it: with prompt files, templates and `${NAME}` references checked), every
 //! diagnostic must carry a position and a message, and the text a user sees is pinned in
 //! `tests/snapshots/spec_corpus/<file stem>.snap`. Files are loaded by a path relative to the
 //! crate root (cargo's working directory for tests), so the path in messages is stable.
@@ -8,7 +9,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
-use servebench::spec;
+use servebench::cli::load_spec;
 
 const CORPUS: &str = "tests/fixtures/specs/bad";
 
@@ -39,7 +40,7 @@ fn bad_specs_fail_with_stable_messages() {
     settings.bind(|| {
         for path in &files {
             let name = stem(path);
-            let errors = match catch_unwind(AssertUnwindSafe(|| spec::load(path))) {
+            let errors = match catch_unwind(AssertUnwindSafe(|| load_spec(path))) {
                 Err(_) => panic!("{}: loading panicked", path.display()),
                 Ok(Ok(_)) => panic!("{}: loaded, but it is in the bad corpus", path.display()),
                 Ok(Err(errors)) => errors,

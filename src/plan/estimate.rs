@@ -2,8 +2,8 @@
 //! (`plan --from RUN_DIR`), or from a simulator profile's timing model (the spec's own
 //! profile for `engine: sim`, `plan --profile NAME` for a real engine).
 
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 
@@ -13,7 +13,7 @@ use crate::results::records::RequestRecord;
 use crate::results::rundir::{RunDir, RunDirError};
 use crate::sim::{SimArgError, SimConfig};
 use crate::spec::Point;
-use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, Server};
+use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, PromptSpec, Server};
 
 /// Full-length requests one prompt calibration is assumed to take when tokens are counted by
 /// generating (chat prompts: the chat template counts too). Each is a prefill and one decode
@@ -209,6 +209,8 @@ pub fn from_model(
     spec_dir: &Path,
 ) -> Result<Estimate, EstimateError> {
     let mut calibrated: HashSet<String> = HashSet::new();
+    // A prompt file is read and counted once, however many points use it.
+    let mut file_tokens: HashMap<PathBuf, Option<u64>> = HashMap::new();
     let mut names: Vec<String> = Vec::new();
     let mut groups = Vec::new();
     for g in &plan.groups {
@@ -230,7 +232,12 @@ pub fn from_model(
             .points
             .iter()
             .map(|p| {
-                let tokens = prompt_tokens(p, spec_dir);
+                let tokens = match &p.experiment.workload.prompt {
+                    PromptSpec::File { path } => *file_tokens
+                        .entry(spec_dir.join(path))
+                        .or_insert_with(|| prompt_tokens(p, spec_dir)),
+                    _ => prompt_tokens(p, spec_dir),
+                };
                 let calibrate = calibration_key(p).is_some_and(|k| calibrated.insert(k));
                 PointEstimate {
                     id: p.id.clone(),

@@ -5,11 +5,16 @@
 //! `prompt_tokens` is within tolerance of the target.
 
 mod calibrate;
+mod check;
 mod generate;
 mod nonce;
 
 pub use calibrate::{
     Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
 };
-pub use generate::{PromptError, PromptSource, TextGenerator, load_prompt_file};
+pub use check::PromptCheck;
+pub use generate::{
+    MAX_PROMPT_BYTES, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS, PromptError, PromptSource, TextGenerator,
+    load_prompt_file,
+};
 pub use nonce::nonce;

@@ -101,6 +101,53 @@ pub fn builtin_names() -> String {
 /// Name a user template has in error messages when [`render`] is not told its path.
 pub const USER_TEMPLATE_NAME: &str = "user template";
 
+/// Largest template file read, in bytes. The built-in templates are 5 to 14 KB; a template is
+/// written by hand, so past this it is not a template (and is not read into memory).
+pub const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+
+/// Steps (minijinja instructions) one rendering may take. The default template takes about
+/// 1,000 per point, so a report of the most points a spec may have (10,000) takes 10 million;
+/// this is five times that, for templates that do more per point. A loop that never ends, or
+/// one over far more items than a report has, stops here with an error instead of hanging the
+/// end of a run: after a few seconds (minijinja runs some 10 to 20 million steps a second).
+pub const TEMPLATE_FUEL: u64 = 50_000_000;
+
+/// Largest rendered report or comparison, in bytes. The default template writes about 1 KB
+/// per point (10 MB at 10,000 points); past this the template is writing something else.
+pub const MAX_RENDERED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Reads a user template file: a regular file (a FIFO would block) of at most
+/// [`MAX_TEMPLATE_BYTES`]. Errors say which budget was passed.
+pub fn read_template_file(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a template is a text file)",
+        ));
+    }
+    let too_large = |bytes: u64| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "the file is {bytes} bytes; templates are limited to {MAX_TEMPLATE_BYTES} bytes (1 MiB)"
+            ),
+        )
+    };
+    if meta.len() > MAX_TEMPLATE_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_TEMPLATE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(too_large(text.len() as u64));
+    }
+    Ok(text)
+}
+
 /// Why a report could not be produced.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -158,7 +205,74 @@ pub fn render_named<M: serde::Serialize>(
     name: &str,
     source: &str,
 ) -> Result<String, ReportError> {
+    render_within(
+        model,
+        name,
+        source,
+        Budget {
+            fuel: TEMPLATE_FUEL,
+            output_bytes: MAX_RENDERED_BYTES,
+        },
+    )
+}
+
+/// What one rendering may spend.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// Steps, as minijinja counts them.
+    fuel: u64,
+    /// Bytes of output.
+    output_bytes: usize,
+}
+
+fn render_within<M: serde::Serialize>(
+    model: &M,
+    name: &str,
+    source: &str,
+    budget: Budget,
+) -> Result<String, ReportError> {
+    let env = environment(name, source, budget)?;
+    let err = |e: minijinja::Error| template_error(name, e, budget);
+    let template = env.get_template(name).map_err(err)?;
+    let mut out = CappedOutput {
+        bytes: Vec::new(),
+        limit: budget.output_bytes,
+    };
+    template
+        .render_captured_to(
+            minijinja::Value::from(minijinja::value::Serde(model)),
+            &mut out,
+        )
+        .map_err(err)?;
+    // Only what minijinja wrote: text, cut nowhere (the writer refuses whole writes).
+    String::from_utf8(out.bytes).map_err(|e| ReportError::Template {
+        name: name.to_string(),
+        line: None,
+        message: format!("the output is not UTF-8 text: {e}"),
+    })
+}
+
+/// An environment holding the template `name`, compiled: the one place templates are set up,
+/// so `validate` parses a template exactly as the report renders it.
+fn environment<'s>(
+    name: &'s str,
+    source: &'s str,
+    budget: Budget,
+) -> Result<Environment<'s>, ReportError> {
+    let err = |e: minijinja::Error| template_error(name, e, budget);
+    if source.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(ReportError::Template {
+            name: name.to_string(),
+            line: None,
+            message: format!(
+                "the template is {} bytes; templates are limited to {MAX_TEMPLATE_BYTES} bytes (1 MiB)",
+                source.len()
+            ),
+        });
+    }
     let mut env = Environment::new();
+    // A template that never ends, or runs long, stops with an error naming the budget.
+    env.set_fuel(Some(budget.fuel));
     // Strict: a misspelt field is an error with a line number, not a silently empty cell.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.set_auto_escape_callback(|_| AutoEscape::None);
@@ -168,21 +282,127 @@ pub fn render_named<M: serde::Serialize>(
         .lstrip_blocks(true)
         .keep_trailing_newline(true)
         .build()
-        .map_err(|e| template_error(name, e))?;
+        .map_err(err)?;
     env.set_syntax(syntax);
     format::register(&mut env);
-    let err = |e: minijinja::Error| template_error(name, e);
     env.add_template(name, source).map_err(err)?;
-    let template = env.get_template(name).map_err(err)?;
-    template
-        .render(minijinja::Value::from(minijinja::value::Serde(model)))
-        .map_err(err)
+    Ok(env)
 }
 
-fn template_error(name: &str, e: minijinja::Error) -> ReportError {
-    let message = match e.detail() {
-        Some(detail) => format!("{}: {}", e.kind(), detail),
-        None => e.kind().to_string(),
+/// Whether a template parses (syntax, size), without rendering it.
+pub fn check_template(name: &str, source: &str) -> Result<(), ReportError> {
+    environment(
+        name,
+        source,
+        Budget {
+            fuel: TEMPLATE_FUEL,
+            output_bytes: MAX_RENDERED_BYTES,
+        },
+    )
+    .map(drop)
+}
+
+/// [`crate::spec::Check`] of `report.template`: a file that is missing, not a regular file,
+/// over [`MAX_TEMPLATE_BYTES`] or that does not parse is an error at `validate`, not at the
+/// end of a run. Each file is read once, however many points name it.
+#[derive(Debug, Default)]
+pub struct TemplateCheck {
+    files: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<(String, String)>>>,
+}
+
+impl crate::spec::Check for TemplateCheck {
+    fn check(
+        &self,
+        experiment: &crate::spec::types::Experiment,
+        spec_dir: &Path,
+    ) -> Vec<crate::spec::validate::Problem> {
+        let Template::File(path) = Template::resolve(&experiment.report.template, spec_dir) else {
+            return Vec::new();
+        };
+        let found = self
+            .files
+            .borrow_mut()
+            .entry(path.clone())
+            .or_insert_with(|| template_file_problem(&path))
+            .clone();
+        found
+            .map(|(message, hint)| crate::spec::validate::Problem {
+                pointer: "/report/template".into(),
+                target: crate::spec::validate::Target::Value,
+                message,
+                hint: Some(hint),
+            })
+            .into_iter()
+            .collect()
+    }
+}
+
+/// What is wrong with a template file, with a hint; `None` when it parses.
+fn template_file_problem(path: &Path) -> Option<(String, String)> {
+    let shown = path.display().to_string();
+    let source = match read_template_file(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let hint = format!(
+                "a built-in name ({}) or a path relative to the spec's folder",
+                builtin_names()
+            );
+            let builtins = BUILTIN_TEMPLATES.iter().map(|t| t.name);
+            let hint = match crate::spec::diagnostics::did_you_mean(name, builtins) {
+                Some(d) => format!("{d} ({hint})"),
+                None => hint,
+            };
+            return Some((format!("the report template {shown} does not exist"), hint));
+        }
+        Err(e) => {
+            return Some((
+                format!("cannot read the report template {shown}: {e}"),
+                "a template is a text file of at most 1 MiB".into(),
+            ));
+        }
+    };
+    let e = check_template(&shown, &source).err()?;
+    Some((
+        e.to_string(),
+        "fix the template's syntax (minijinja, like Jinja2); `servebench report RUN_DIR --template FILE` renders it again".into(),
+    ))
+}
+
+/// Collects the rendered text, refusing to grow past `limit` bytes.
+struct CappedOutput {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            return Err(std::io::Error::other("rendered output budget"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn template_error(name: &str, e: minijinja::Error, budget: Budget) -> ReportError {
+    let message = match e.kind() {
+        minijinja::ErrorKind::OutOfFuel => format!(
+            "the template used up its budget of {} steps: a loop that never ends, or one over far more items than the report has",
+            budget.fuel
+        ),
+        minijinja::ErrorKind::WriteFailure => format!(
+            "the template wrote more than {} bytes, the limit of a report",
+            budget.output_bytes
+        ),
+        kind => match e.detail() {
+            Some(detail) => format!("{kind}: {detail}"),
+            None => kind.to_string(),
+        },
     };
     ReportError::Template {
         name: name.to_string(),
@@ -287,12 +507,77 @@ fn render_for_run(
     match template {
         Template::Builtin(t) => render_named(model, t.file, t.source),
         Template::File(path) => {
-            let source =
-                std::fs::read_to_string(&path).map_err(|source| ReportError::ReadTemplate {
-                    path: path.clone(),
-                    source,
-                })?;
+            let source = read_template_file(&path).map_err(|source| ReportError::ReadTemplate {
+                path: path.clone(),
+                source,
+            })?;
             render_named(model, &path.display().to_string(), &source)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(fuel: u64, output_bytes: usize) -> Budget {
+        Budget { fuel, output_bytes }
+    }
+
+    fn message(e: ReportError) -> String {
+        match e {
+            ReportError::Template { message, .. } => message,
+            other => panic!("not a template error: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_loop_stops_at_the_step_budget() {
+        let loops =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let e = render_within(&(), "t", loops, small(100_000, MAX_RENDERED_BYTES)).unwrap_err();
+        assert!(message(e).contains("used up its budget of 100000 steps"));
+        // Enough fuel: the same engine renders.
+        let out = render_within(&(), "t", "{{ 1 + 1 }}", small(100, 10)).unwrap();
+        assert_eq!(out, "2");
+    }
+
+    #[test]
+    fn output_stops_at_the_byte_budget() {
+        let t = "{% for i in range(1000) %}0123456789{% endfor %}";
+        let e = render_within(&(), "t", t, small(TEMPLATE_FUEL, 5_000)).unwrap_err();
+        assert!(message(e).contains("wrote more than 5000 bytes"));
+        let out = render_within(&(), "t", t, small(TEMPLATE_FUEL, 10_000)).unwrap();
+        assert_eq!(out.len(), 10_000);
+    }
+
+    #[test]
+    fn ranges_past_minijinjas_own_limit_fail_at_once() {
+        // The template: minijinja refuses a range of more than 100,000 items.
+        let t =
+            "{% for i in range(10000000) %}{% for j in range(10000000) %}x{% endfor %}{% endfor %}";
+        let e = render_named(&(), "t", t).unwrap_err();
+        assert!(message(e).contains("range has too many elements"));
+    }
+
+    #[test]
+    fn templates_are_bounded_files() {
+        let big = "x".repeat(MAX_TEMPLATE_BYTES as usize + 1);
+        let e = render_named(&(), "t", &big).unwrap_err();
+        assert!(message(e).contains("limited to 1048576 bytes (1 MiB)"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t.fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let e = read_template_file(&fifo).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let file = dir.path().join("big.md.j2");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(MAX_TEMPLATE_BYTES + 1)
+            .unwrap();
+        let e = read_template_file(&file).unwrap_err();
+        assert!(e.to_string().contains("limited to 1048576 bytes"), "{e}");
     }
 }

@@ -156,6 +156,22 @@ impl RunDir {
         spec_source: &str,
         started: DateTime<Utc>,
     ) -> io::Result<RunDir> {
+        // One plain folder name, so the run is always under `out`: `..`, `.`, `a/b` or an
+        // absolute path would put it elsewhere (specs refuse them; this is the last guard).
+        let mut parts = Path::new(name).components();
+        if !matches!(
+            (parts.next(), parts.next()),
+            (Some(std::path::Component::Normal(_)), None)
+        ) || name.contains('/')
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "run name {name:?} is not a plain folder name: the run would not be under {}",
+                    out.display()
+                ),
+            ));
+        }
         let parent = out.join(name);
         fs::create_dir_all(&parent)?;
         let stamp = started.format("%Y-%m-%dT%H-%M-%SZ").to_string();

@@ -802,16 +802,21 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
 }
 
 fn resolved(plan: &Plan) -> serde_json::Value {
+    // The sweep is the same for every point: written once, so the file grows with the number
+    // of points, not with its square.
+    let mut sweep = None;
     let points: Vec<serde_json::Value> = plan
         .groups
         .iter()
-        .flat_map(|g| {
-            g.points.iter().map(move |p| {
-                serde_json::json!({ "id": p.id, "group": g.id, "values": p.values, "experiment": redacted_experiment(&p.experiment) })
-            })
+        .flat_map(|g| g.points.iter().map(move |p| (g, p)))
+        .map(|(g, p)| {
+            let mut e = redacted_experiment(&p.experiment);
+            sweep.get_or_insert_with(|| std::mem::take(&mut e.sweep));
+            e.sweep = Default::default();
+            serde_json::json!({ "id": p.id, "group": g.id, "values": p.values, "experiment": e })
         })
         .collect();
-    serde_json::json!({ "points": points })
+    serde_json::json!({ "sweep": sweep, "points": points })
 }
 
 fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types::Experiment {

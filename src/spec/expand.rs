@@ -7,13 +7,38 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
-use super::diagnostics::did_you_mean;
+use super::diagnostics::{did_you_mean, quoted};
 use super::template::{self, Piece};
 use super::validate::{Problem, Target, Validator};
 use super::yaml::push_pointer;
 
-/// Most points one spec may expand to.
+/// Most points one spec may expand to. A run measures every point, each with at least one
+/// request and usually a cache flush: 10,000 points is days of measuring on a real server,
+/// and the plan, the report's tables and `resolved.yaml` stay readable (and small) below it.
 pub const MAX_POINTS: usize = 10_000;
+
+/// Most bytes all expanded points may take together, as [`size_bytes`] counts them. Every
+/// point holds a full copy of the spec with its values in place, so a 1 MB description and
+/// 10,000 points would take 10 GB. A typical spec is a few kilobytes per point (20 MB at
+/// 10,000 points); 256 MiB still allows a 25 KB spec at 10,000 points or a 2.5 MB one at 100,
+/// and keeps `validate` and `plan` far below a gigabyte on any input.
+pub const MAX_POINTS_BYTES: usize = 256 * 1024 * 1024;
+
+/// What [`size_bytes`] counts for each value besides its text: about what a parsed value and
+/// its place in a mapping or list take.
+const VALUE_BYTES: usize = 16;
+
+/// The memory a value takes, roughly: the text of its keys and strings, and
+/// [`VALUE_BYTES`] per value.
+pub fn size_bytes(value: &Value) -> usize {
+    VALUE_BYTES
+        + match value {
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(size_bytes).sum(),
+            Value::Object(map) => map.iter().map(|(k, v)| k.len() + size_bytes(v)).sum(),
+            _ => 0,
+        }
+}
 
 /// Top-level fields a dimension may not set: they name or shape the experiment as a whole.
 const FIXED_FIELDS: [&str; 6] = ["name", "sweep", "host", "client", "report", "expect"];
@@ -397,14 +422,18 @@ pub fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem
         if let Some(slot) = value.pointer_mut(&site.pointer) {
             *slot = rendered;
         }
-        let note: Vec<String> = site
-            .pieces
-            .iter()
-            .filter_map(|p| match p {
-                Piece::Var { name, .. } => lookup(name).map(|v| format!("{name} = {v}")),
-                Piece::Text(_) => None,
-            })
-            .collect();
+        // Each variable once, its value cut: the note is for reading, not a copy of the value.
+        let mut note: Vec<String> = Vec::new();
+        let mut named: Vec<&str> = Vec::new();
+        for piece in &site.pieces {
+            if let Piece::Var { name, .. } = piece
+                && !named.contains(&name.as_str())
+                && let Some(v) = lookup(name)
+            {
+                named.push(name);
+                note.push(format!("{name} = {}", quoted(&v.to_string())));
+            }
+        }
         origins.insert(
             site.pointer.clone(),
             Origin {
@@ -426,7 +455,7 @@ pub fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem
                     Origin {
                         pointer: from,
                         target: Target::Value,
-                        note: format!("with {} = {}", dim.name, dim.values[i]),
+                        note: format!("with {} = {}", dim.name, quoted(&dim.values[i].to_string())),
                     },
                 );
             }

@@ -3,21 +3,19 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::diagnostics::{Diagnostic, SpecErrors};
+use super::check::Check;
+use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, SpecErrors, quoted};
 use super::expand::{self, Origin, RawPoint};
 use super::schema;
 use super::types::{Experiment, SweepValue};
 use super::validate::{Problem, Target, Validator};
 use super::yaml::{self, Document, Span, push_pointer};
-
-/// Most diagnostics reported for one file; past this the rest are noise.
-const MAX_DIAGNOSTICS: usize = 100;
 
 /// A spec that loaded cleanly: its source and its expanded, typed points.
 #[derive(Debug, Clone)]
@@ -96,6 +94,12 @@ impl Point {
 
 /// Reads, parses, validates and expands a spec file, reporting all errors at once.
 pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
+    load_checked(path, &[])
+}
+
+/// [`load`], then `checks` on every point (files beside the spec, the environment), their
+/// problems reported with the spec's own.
+pub fn load_checked(path: &Path, checks: &[&dyn Check]) -> Result<LoadedSpec, SpecErrors> {
     let file = path.display().to_string();
     // Check the size before reading, so a huge file is never pulled into memory.
     if let Ok(meta) = std::fs::metadata(path)
@@ -111,9 +115,28 @@ pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
             None,
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| {
-        SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
-    })?;
+    // At most one byte past the budget, whatever the size said: a pipe (`<(cat spec)`) has
+    // none, and `/dev/zero` never ends.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            use std::io::Read;
+            f.take(yaml::MAX_BYTES as u64 + 1).read_to_end(&mut bytes)
+        })
+        .map_err(|e| {
+            SpecErrors::file_error(&file, format!("cannot read the spec file: {e}"), None)
+        })?;
+    if bytes.len() > yaml::MAX_BYTES {
+        return Err(SpecErrors::file_error(
+            &file,
+            format!(
+                "the file is more than {} bytes; specs are limited to {} bytes (8 MiB)",
+                yaml::MAX_BYTES,
+                yaml::MAX_BYTES
+            ),
+            None,
+        ));
+    }
     let source = String::from_utf8(bytes).map_err(|e| {
         SpecErrors::file_error(
             &file,
@@ -124,12 +147,26 @@ pub fn load(path: &Path) -> Result<LoadedSpec, SpecErrors> {
             None,
         )
     })?;
-    load_source(path.to_path_buf(), &file, source)
+    load_source(path.to_path_buf(), &file, source, checks)
 }
 
 /// Same as [`load`], from a string; `file_name` is used in messages.
 pub fn load_str(file_name: &str, source: &str) -> Result<LoadedSpec, SpecErrors> {
-    load_source(PathBuf::from(file_name), file_name, source.to_string())
+    load_str_checked(file_name, source, &[])
+}
+
+/// Same as [`load_checked`], from a string; relative paths are read from `file_name`'s folder.
+pub fn load_str_checked(
+    file_name: &str,
+    source: &str,
+    checks: &[&dyn Check],
+) -> Result<LoadedSpec, SpecErrors> {
+    load_source(
+        PathBuf::from(file_name),
+        file_name,
+        source.to_string(),
+        checks,
+    )
 }
 
 fn validator() -> &'static Validator {
@@ -138,7 +175,13 @@ fn validator() -> &'static Validator {
     VALIDATOR.get_or_init(|| Validator::new(schema::raw_schema()))
 }
 
-fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, SpecErrors> {
+fn load_source(
+    path: PathBuf,
+    file: &str,
+    source: String,
+    checks: &[&dyn Check],
+) -> Result<LoadedSpec, SpecErrors> {
+    let spec_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let doc = match yaml::parse(&source) {
         Ok(doc) => doc,
         Err(errors) => {
@@ -184,6 +227,12 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
             .map(|p| report.problem(p, None)),
     );
 
+    // Names the launch would refuse: reported with everything else, never blocking it.
+    let names: Vec<Diagnostic> = name_checks(&doc.value)
+        .into_iter()
+        .chain(launch_name_checks(&doc.value))
+        .map(|p| report.problem(&p, None))
+        .collect();
     if !diags.is_empty() {
         // The sweep cannot be trusted: check the structure once, templates left in place.
         diags.extend(
@@ -192,8 +241,10 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
                 .iter()
                 .map(|p| report.problem(p, None)),
         );
+        diags.extend(names);
         return Err(SpecErrors::new(diags));
     }
+    diags.extend(names);
 
     // The sweep is checked and typed once, not once per point: it can be long.
     let mut base = doc.value.clone();
@@ -220,11 +271,28 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         }
     }
 
+    let typed_sweep = Arc::new(typed_sweep);
     let count = expand::point_count(&sweep);
+    // Each point copies the spec: refuse before copying when the copies cannot fit, and stop
+    // when substituted values make them larger than the spec itself.
+    let one = expand::size_bytes(&base);
+    if one.saturating_mul(count) > expand::MAX_POINTS_BYTES {
+        return Err(SpecErrors::new(vec![report.problem(
+            &points_too_large(count, count, one.saturating_mul(count)),
+            None,
+        )]));
+    }
+    let mut expanded_bytes = 0usize;
+    let mut seen = std::collections::HashSet::new();
     let width = count.to_string().len().max(3);
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
         let (raw, problems) = expand::point(&base, &sweep, index);
+        expanded_bytes = expanded_bytes.saturating_add(expand::size_bytes(&raw.value));
+        if expanded_bytes > expand::MAX_POINTS_BYTES {
+            diags.push(report.problem(&points_too_large(count, index + 1, expanded_bytes), None));
+            break;
+        }
         let mut found: Vec<Diagnostic> = problems
             .iter()
             .map(|p| report.problem(p, Some(&raw.origins)))
@@ -237,17 +305,29 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         );
         if found.is_empty() {
             match typed(&raw) {
-                Ok(mut experiment) => points.push(Point {
-                    id: format!("p{:0width$}", index + 1),
-                    values: raw.values.into_iter().collect(),
-                    experiment: {
-                        experiment.sweep = typed_sweep.clone();
-                        experiment
-                    },
-                }),
+                Ok(mut experiment) => {
+                    for check in checks {
+                        found.extend(
+                            check
+                                .check(&experiment, &spec_dir)
+                                .iter()
+                                .map(|p| report.problem(p, Some(&raw.origins))),
+                        );
+                    }
+                    points.push(Point {
+                        id: format!("p{:0width$}", index + 1),
+                        values: raw.values.into_iter().collect(),
+                        experiment: {
+                            experiment.sweep = Arc::clone(&typed_sweep);
+                            experiment
+                        },
+                    });
+                }
                 Err(p) => found.push(report.problem(&p, Some(&raw.origins))),
             }
         }
+        // The same mistake in every point is one mistake: keep room for the others.
+        found.retain(|d| seen.insert((d.line, d.column, d.message.clone())));
         diags.extend(found);
         if diags.len() > MAX_DIAGNOSTICS {
             break;
@@ -268,6 +348,28 @@ fn load_source(path: PathBuf, file: &str, source: String) -> Result<LoadedSpec, 
         source,
         points,
     })
+}
+
+/// The sweep's points would take more than [`expand::MAX_POINTS_BYTES`]: `bytes` for the
+/// first `reached` of `count`.
+fn points_too_large(count: usize, reached: usize, bytes: usize) -> Problem {
+    let mib = |b: usize| b / (1024 * 1024);
+    let so_far = if reached < count {
+        format!("the first {reached} take {} MiB", mib(bytes))
+    } else {
+        format!("they would take {} MiB", mib(bytes))
+    };
+    Problem {
+        pointer: "/sweep".into(),
+        target: Target::Key,
+        message: format!(
+            "the sweep's {count} points are too large: each is a copy of the spec with its values in place, and {so_far}; the limit is {} MiB",
+            mib(expand::MAX_POINTS_BYTES)
+        ),
+        hint: Some(
+            "sweep fewer values, or make the spec smaller: a long `description` or prompt `text` is copied into every point".into(),
+        ),
+    }
 }
 
 /// Deserializes one point, mapping a serde error back to the field it is about.
@@ -322,6 +424,102 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(method_checks(raw));
     problems.extend(expectation_checks(raw));
     problems
+}
+
+/// A run goes to `<out>/<name>/<timestamp>/`: a name of only dots is a path step (`.` this
+/// folder, `..` the one above), and `name: ..` wrote the run outside `--out`.
+fn name_checks(raw: &Value) -> Option<Problem> {
+    let name = raw.get("name")?.as_str()?;
+    (!name.is_empty() && name.chars().all(|c| c == '.')).then(|| Problem {
+        pointer: "/name".into(),
+        target: Target::Value,
+        message: format!(
+            "`{}` cannot name a run: runs go to <out>/<name>/, and `{}` there is a path step, not a folder",
+            quoted(name),
+            quoted(name)
+        ),
+        hint: Some("use letters or digits too, e.g. `name: long-context`".into()),
+    })
+}
+
+/// Flag names become `--name` on the server's command line, and variable names its
+/// environment: what the launch would refuse (or pass on mangled) is refused here, with its
+/// position. Flags set by a sweep dimension (`server.args.X`) are checked at the dimension.
+fn launch_name_checks(raw: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let server = raw.get("server").and_then(Value::as_object);
+    let args = server
+        .and_then(|s| s.get("args"))
+        .and_then(Value::as_object);
+    let swept = raw
+        .get("sweep")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|dims| dims.keys())
+        .filter_map(|d| Some((d.strip_prefix("server.args.")?, push_pointer("/sweep", d))));
+    let written = args
+        .into_iter()
+        .flat_map(|a| a.keys())
+        .map(|k| (k.as_str(), push_pointer("/server/args", k)));
+    for (name, pointer) in written.chain(swept) {
+        if let Some((message, hint)) = bad_flag_name(name) {
+            problems.push(Problem {
+                pointer,
+                target: Target::Key,
+                message,
+                hint: Some(hint),
+            });
+        }
+    }
+    let env = server.and_then(|s| s.get("env")).and_then(Value::as_object);
+    for name in env.into_iter().flat_map(|e| e.keys()) {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            problems.push(Problem {
+                pointer: push_pointer("/server/env", name),
+                target: Target::Key,
+                message: format!(
+                    "`{}` cannot be an environment variable's name",
+                    quoted(name)
+                ),
+                hint: Some("names are letters, digits and `_`, without `=`".into()),
+            });
+        }
+    }
+    problems
+}
+
+/// Why `name` (a key of `server.args`) cannot be a flag, and how to fix it: what the engine's
+/// command line refuses at launch (`engine::flag_args`).
+fn bad_flag_name(key: &str) -> Option<(String, String)> {
+    let name = key.trim_start_matches('-');
+    let shown = quoted(key);
+    if name.is_empty() {
+        return Some((
+            format!("`{shown}` is not a flag name"),
+            "write the flag without its dashes, e.g. `chunked-prefill-size: 4096`".into(),
+        ));
+    }
+    if name.contains(char::is_whitespace) {
+        let trimmed = quoted(name.trim());
+        return Some((
+            format!("flag name {:?} contains whitespace", shown),
+            if trimmed.contains(char::is_whitespace) || trimmed.is_empty() {
+                "flag names are words joined by `-`, e.g. `chunked-prefill-size`".into()
+            } else {
+                format!("write `{trimmed}`")
+            },
+        ));
+    }
+    let instead = match name {
+        "model-path" | "model" => "use `server.model`",
+        "port" => "use `server.port`",
+        "host" => "servebench sets the address the server listens on; remove this flag",
+        _ => return None,
+    };
+    Some((
+        format!("`--{name}` is set by servebench"),
+        instead.to_string(),
+    ))
 }
 
 /// Metrics an expectation may name: a point's aggregates under either method, each once.
@@ -379,6 +577,9 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
         .unwrap_or_default();
     let mut problems = Vec::new();
     for (i, e) in list.iter().enumerate() {
+        if problems.len() >= MAX_DIAGNOSTICS {
+            break;
+        }
         let Some(e) = e.as_object() else { continue };
         let at = format!("/expect/{i}");
         if let Some(w) = e.get("where").and_then(Value::as_object) {
@@ -399,10 +600,13 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
                         problems.push(Problem {
                             pointer,
                             target: Target::Value,
-                            message: format!("no point has {k} = {v}"),
+                            message: format!(
+                                "no point has {k} = {}",
+                                super::diagnostics::quoted(&v.to_string())
+                            ),
                             hint: Some(format!(
                                 "the sweep gives {k} one of {}",
-                                values.iter().map(Value::to_string).collect::<Vec<_>>().join(", ")
+                                listed(values)
                             )),
                         })
                     }
@@ -446,6 +650,21 @@ fn expectation_checks(raw: &Value) -> Vec<Problem> {
     problems
 }
 
+/// Sweep values for a hint: the first few, and how many more.
+fn listed(values: &[Value]) -> String {
+    const SHOWN: usize = 12;
+    let mut text = values
+        .iter()
+        .take(SHOWN)
+        .map(|v| super::diagnostics::quoted(&v.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if values.len() > SHOWN {
+        text.push_str(&format!(" (and {} more)", values.len() - SHOWN));
+    }
+    text
+}
+
 /// A problem when `value` (an expectation's `key`) is none of the catalogue's `names` (a
 /// template is checked once it is filled in).
 fn unknown_name(at: &str, key: &str, value: &str, names: &[&str]) -> Option<Problem> {
@@ -459,7 +678,7 @@ fn unknown_name(at: &str, key: &str, value: &str, names: &[&str]) -> Option<Prob
     Some(Problem {
         pointer: push_pointer(at, key),
         target: Target::Value,
-        message: format!("unknown {what} `{value}`"),
+        message: format!("unknown {what} `{}`", super::diagnostics::quoted(value)),
         hint: Some(
             match super::diagnostics::did_you_mean(value, names.iter().copied()) {
                 Some(d) => d,

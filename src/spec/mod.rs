@@ -4,6 +4,7 @@
 //! value per point -> schema checks -> typed [`types::Experiment`]. All problems are collected
 //! into [`SpecErrors`], each with file, line, column, the offending text and a hint.
 
+pub mod check;
 pub mod diagnostics;
 pub mod expand;
 pub mod load;
@@ -13,6 +14,7 @@ pub mod types;
 pub mod validate;
 pub mod yaml;
 
+pub use check::Check;
 pub use diagnostics::{Diagnostic, SpecErrors};
-pub use load::{LoadedSpec, Point, load, load_str, same_value};
+pub use load::{LoadedSpec, Point, load, load_checked, load_str, load_str_checked, same_value};
 pub use schema::schema_json;

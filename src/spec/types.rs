@@ -5,6 +5,7 @@
 //! expanded into one fully typed `Experiment` per sweep point.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -58,8 +59,10 @@ pub struct Experiment {
     /// A bare name (`ctx`) is a variable used elsewhere as `"{{ ctx }}"`; a dotted path
     /// (`server.args.chunked-prefill-size`) or a top-level field (`concurrency`, `requests`)
     /// sets that field directly. Dimensions under `server.` group points into server launches.
+    // Shared by every point of a spec: a copy per point made memory grow with the square of
+    // the sweep's length (10,000 points held 10^8 values).
     #[serde(default)]
-    pub sweep: IndexMap<String, Vec<SweepValue>>,
+    pub sweep: Arc<IndexMap<String, Vec<SweepValue>>>,
     /// Rounds per point: each round flushes (cold) or primes (warm) anew and sends `requests`
     /// requests; a point's numbers cover all its rounds.
     #[serde(default = "one")]

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use regex::Regex;
 use serde_json::Value;
 
-use super::diagnostics::did_you_mean;
+use super::diagnostics::{did_you_mean, quoted};
 use super::template;
 use super::types::{DURATION_PATTERN, HOST_PATTERN};
 use super::yaml::push_pointer;
@@ -227,7 +227,7 @@ impl Validator {
                     out.push(Problem {
                         pointer: child_pointer,
                         target: Target::Key,
-                        message: format!("unknown field `{key}`"),
+                        message: format!("unknown field `{}`", quoted(key)),
                         hint,
                     });
                 }
@@ -430,20 +430,20 @@ fn pattern_problem(s: &str, pattern: &str, pointer: &str) -> Problem {
     if pattern == DURATION_PATTERN {
         return value_problem(
             pointer,
-            format!("`{s}` is not a duration"),
+            format!("`{}` is not a duration", quoted(s)),
             Some(duration_hint(s)),
         );
     }
     if pattern == HOST_PATTERN {
         return value_problem(
             pointer,
-            format!("host `{s}` is neither `local` nor an SSH URL"),
+            format!("host `{}` is neither `local` nor an SSH URL", quoted(s)),
             Some("write `local`, `ssh://user@host[:port]`, or a mapping such as `{ ssh: user@gpu-box, identity: ~/.ssh/id_ed25519 }`".into()),
         );
     }
     value_problem(
         pointer,
-        format!("`{s}` does not match the pattern `{pattern}`"),
+        format!("`{}` does not match the pattern `{pattern}`", quoted(s)),
         None,
     )
 }
@@ -625,7 +625,7 @@ pub fn describe_value(value: &Value) -> String {
         Value::Null => "nothing (null)".into(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("{s:?}"),
+        Value::String(s) => format!("{:?}", quoted(s)),
         Value::Array(_) => "a list".into(),
         Value::Object(_) => "a mapping".into(),
     }

@@ -19,6 +19,13 @@ pub const MAX_DEPTH: usize = 64;
 pub const MAX_NODES: usize = 200_000;
 /// Most aliases (`*name`) in one document.
 pub const MAX_ALIASES: usize = 1_000;
+/// Most bytes of text the parsed document may hold once aliases are expanded: its keys, its
+/// values and the paths that locate each written node for diagnostics. Four times
+/// [`MAX_BYTES`], so any spec without aliases fits (its text is at most `MAX_BYTES`, and its
+/// paths are short); the node budget alone let a 100 KB file of string aliases expand to
+/// gigabytes (every node a 90 KB string), and a 4 MB key repeated in the path of every node
+/// below it do the same.
+pub const MAX_EXPANDED_BYTES: usize = 4 * MAX_BYTES;
 
 /// A position in the source: character index, 1-based line and 1-based column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,8 +145,9 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
         return Err(vec![YamlError::new(
             Span::origin(),
             format!(
-                "the file is {} bytes; specs are limited to {MAX_BYTES} bytes (8 MiB)",
-                source.len()
+                "the file is {} bytes; specs are limited to {MAX_BYTES} bytes ({})",
+                source.len(),
+                mib(MAX_BYTES)
             ),
             Some(
                 "a spec should be a few kilobytes; put prompts in a separate file (`prompt: { kind: file }`)",
@@ -203,14 +211,24 @@ struct Builder {
     stack: Vec<Frame>,
     root: Option<Value>,
     locs: HashMap<String, Loc>,
-    /// Anchor id to the finished value and its node count.
-    anchors: HashMap<usize, (Value, usize)>,
+    /// Anchor id to the finished value, its node count and its bytes.
+    anchors: HashMap<usize, Anchored>,
     nodes: usize,
+    /// Bytes of text so far, aliases expanded (see [`MAX_EXPANDED_BYTES`]).
+    bytes: usize,
     aliases: usize,
     documents: usize,
     errors: Vec<YamlError>,
-    /// Node count at the start of each open collection, to size anchored subtrees.
-    counts_at_start: Vec<usize>,
+    /// Node count and bytes at the start of each open collection, to size anchored subtrees.
+    counts_at_start: Vec<(usize, usize)>,
+}
+
+/// An anchored value and what repeating it costs.
+#[derive(Clone)]
+struct Anchored {
+    value: Value,
+    nodes: usize,
+    bytes: usize,
 }
 
 impl Builder {
@@ -235,11 +253,14 @@ impl Builder {
                     if let Some(tag) = &tag {
                         check_tag(tag, span)?;
                     }
+                    self.count_bytes(text.len(), span)?;
                     return self.push_key(text.into_owned(), span);
                 }
+                let bytes = text.len();
+                self.count_bytes(bytes, span)?;
                 let value = scalar_value(text, style, tag, span)?;
                 self.count_nodes(1, span)?;
-                self.finish_node(value, span, anchor, 1)
+                self.finish_node(value, span, anchor, 1, bytes)
             }
             Event::Alias(id) => {
                 if self.expecting_key() {
@@ -253,11 +274,15 @@ impl Builder {
                 if self.aliases > MAX_ALIASES {
                     return Err(budget(span, format!("more than {MAX_ALIASES} aliases")));
                 }
-                let Some((value, count)) = self.anchors.get(&id).cloned() else {
+                let Some(anchored) = self.anchors.get(&id) else {
                     return Err(YamlError::new(span, "alias to an unknown anchor", None));
                 };
-                self.count_nodes(count, span)?;
-                self.finish_node(value, span, 0, count)
+                let (nodes, bytes) = (anchored.nodes, anchored.bytes);
+                // Both budgets are checked before the value is copied.
+                self.count_nodes(nodes, span)?;
+                self.count_bytes(bytes, span)?;
+                let value = self.anchors[&id].value.clone();
+                self.finish_node(value, span, 0, nodes, bytes)
             }
             Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag)
                 if self.expecting_key() =>
@@ -301,7 +326,7 @@ impl Builder {
                 )
             }
             Event::SequenceEnd | Event::MappingEnd => {
-                let start_count = self.counts_at_start.pop().unwrap_or(0);
+                let (start_count, start_bytes) = self.counts_at_start.pop().unwrap_or((0, 0));
                 let Some(frame) = self.stack.pop() else {
                     return Ok(());
                 };
@@ -325,7 +350,8 @@ impl Builder {
                 };
                 self.count_nodes(1, span)?;
                 let count = self.nodes - start_count;
-                self.finish_node(value, whole, anchor, count)
+                let bytes = self.bytes - start_bytes;
+                self.finish_node(value, whole, anchor, count, bytes)
             }
         }
     }
@@ -362,7 +388,7 @@ impl Builder {
             ));
         }
         self.stack.push(frame);
-        self.counts_at_start.push(self.nodes);
+        self.counts_at_start.push((self.nodes, self.bytes));
         Ok(())
     }
 
@@ -377,6 +403,20 @@ impl Builder {
         Ok(())
     }
 
+    fn count_bytes(&mut self, n: usize, span: Span) -> Result<(), YamlError> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > MAX_EXPANDED_BYTES {
+            return Err(budget(
+                span,
+                format!(
+                    "more than {MAX_EXPANDED_BYTES} bytes ({}) of keys and values once aliases are expanded",
+                    mib(MAX_EXPANDED_BYTES)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Places a finished node into its parent (or as the root) and records where it was written.
     fn finish_node(
         &mut self,
@@ -384,11 +424,21 @@ impl Builder {
         span: Span,
         anchor: usize,
         count: usize,
+        bytes: usize,
     ) -> Result<(), YamlError> {
         if anchor != 0 {
-            self.anchors.insert(anchor, (value.clone(), count));
+            self.anchors.insert(
+                anchor,
+                Anchored {
+                    value: value.clone(),
+                    nodes: count,
+                    bytes,
+                },
+            );
         }
         let pointer = self.child_pointer();
+        // The path is kept for every written node: it counts against the same budget.
+        self.count_bytes(pointer.len(), span)?;
         match self.stack.last_mut() {
             None => {
                 self.locs.insert(
@@ -420,13 +470,19 @@ impl Builder {
                         .get(&pointer)
                         .and_then(|l| l.key)
                         .map(|s| s.start.line);
+                    let k = crate::text::truncate(&k, super::diagnostics::MAX_QUOTED_BYTES);
                     let hint =
                         first.map(|line| format!("`{k}` is first set on line {line}; keep one"));
-                    self.errors.push(YamlError {
+                    let error = YamlError {
                         span: key_span,
                         message: format!("duplicate key `{k}`"),
                         hint,
-                    });
+                    };
+                    // Past the report's limit more errors are noise: stop here.
+                    if self.errors.len() + 1 >= super::diagnostics::MAX_DIAGNOSTICS {
+                        return Err(error);
+                    }
+                    self.errors.push(error);
                     return Ok(());
                 }
                 self.locs.insert(
@@ -606,6 +662,11 @@ fn syntax_error(source: &str, at: Pos, info: &str, stack: &[Frame]) -> YamlError
     YamlError::new(here, message, None)
 }
 
+/// `8 MiB`: a budget in bytes as people read it.
+fn mib(bytes: usize) -> String {
+    format!("{} MiB", bytes / (1024 * 1024))
+}
+
 fn budget(span: Span, what: String) -> YamlError {
     YamlError::new(
         span,
@@ -636,7 +697,7 @@ fn scalar_value(
     if let Some(tag) = &tag {
         check_tag(tag, span)?;
     }
-    let shown = text.to_string();
+    let shown = crate::text::truncate(&text, super::diagnostics::MAX_QUOTED_BYTES);
     let scalar =
         Scalar::parse_from_cow_and_metadata(text, style, tag.as_ref()).ok_or_else(|| {
             YamlError::new(

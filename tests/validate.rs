@@ -1,0 +1,283 @@
+//! `validate` catches what `run` would refuse, before a run directory exists: prompt files,
+//! flag names, the report template, `${NAME}` references, `expect:` names and run names, each
+//! with the spec's file, line and column, the offending text and a hint.
+
+use std::path::Path;
+use std::process::Output;
+
+use crate::common::*;
+
+const WORKLOAD: &str = "  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2";
+
+/// `servebench validate SPEC` in `ws`, with `SERVEBENCH_TEST_SECRET` unset.
+fn validate(ws: &Workspace, spec: &Path) -> Output {
+    servebench()
+        .arg("validate")
+        .arg(spec.file_name().unwrap())
+        .current_dir(ws.path())
+        .env_remove("SERVEBENCH_TEST_SECRET")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("validate runs")
+}
+
+/// The rendered errors of a failed validate.
+#[track_caller]
+fn refused(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", show(out));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn contains_all(text: &str, needles: &[&str]) {
+    for n in needles {
+        assert!(text.contains(n), "missing {n:?} in:\n{text}");
+    }
+}
+
+fn prompt_spec(path: &str) -> String {
+    sim_spec(
+        "p",
+        &format!("  prompt: {{ kind: file, path: {path} }}\n  output_tokens: 2"),
+        "",
+    )
+}
+
+#[test]
+fn prompt_files_are_checked_at_their_path() {
+    let ws = Workspace::new();
+    // Missing.
+    let spec = ws.write("missing.yaml", &prompt_spec("nope.txt"));
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "error: cannot read prompt file nope.txt: No such file or directory",
+            " --> missing.yaml:8:31",
+            "^^^^^^^^",
+            "hint: the path is relative to the spec's folder",
+        ],
+    );
+    // A FIFO: refused at once, never opened (opening it would wait for a writer forever).
+    let made = std::process::Command::new("mkfifo")
+        .arg(ws.path().join("prompts.fifo"))
+        .status();
+    assert!(made.unwrap().success());
+    let spec = ws.write("fifo.yaml", &prompt_spec("prompts.fifo"));
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "is a FIFO (named pipe), not a regular file",
+            "fifo.yaml:8:31",
+        ],
+    );
+    // A device and a directory.
+    let spec = ws.write("zero.yaml", &prompt_spec("/dev/zero"));
+    contains_all(&refused(&validate(&ws, &spec)), &["is a character device"]);
+    std::fs::create_dir(ws.path().join("dir")).unwrap();
+    let spec = ws.write("dir.yaml", &prompt_spec("dir"));
+    contains_all(&refused(&validate(&ws, &spec)), &["is a directory"]);
+    // Over the size budget (sparse: nothing is written or read).
+    std::fs::File::create(ws.path().join("big.txt"))
+        .unwrap()
+        .set_len(servebench::prompt::MAX_PROMPT_FILE_BYTES + 1)
+        .unwrap();
+    let spec = ws.write("big.yaml", &prompt_spec("big.txt"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "prompt files are limited to 67108864 bytes (64 MiB)",
+            "hint: use a sample of the prompts",
+        ],
+    );
+    // Not a JSON list.
+    ws.write("p.json", "{\"a\": 1}");
+    let spec = ws.write("json.yaml", &prompt_spec("p.json"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["is not a JSON list of strings"],
+    );
+    // A good file passes.
+    ws.write("good.txt", "one\ntwo\n");
+    let spec = ws.write("good.yaml", &prompt_spec("good.txt"));
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn a_prompt_file_named_by_a_sweep_is_checked_per_value() {
+    let ws = Workspace::new();
+    ws.write("a.txt", "one\n");
+    let spec = ws.write(
+        "s.yaml",
+        &sim_spec(
+            "s",
+            "  prompt: { kind: file, path: \"{{ file }}\" }\n  output_tokens: 2",
+            "sweep:\n  file: [a.txt, b.txt]",
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "cannot read prompt file b.txt",
+            "(with file = \"b.txt\")",
+            "s.yaml:8:31",
+        ],
+    );
+    assert!(!text.contains("a.txt"), "{text}");
+}
+
+#[test]
+fn flag_names_the_launch_would_refuse_are_caught() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "f.yaml",
+        "name: f\nserver:\n  engine: sim\n  args:\n    \"chunked-prefill-size \": 4096\n    \"\": 1\n    port: 30001\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\nsweep:\n  \"server.args.max running requests\": [1, 2]\n",
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "error: flag name \"chunked-prefill-size \" contains whitespace\n --> f.yaml:5:5",
+            "hint: write `chunked-prefill-size`",
+            "error: `` is not a flag name\n --> f.yaml:6:5",
+            "error: `--port` is set by servebench\n --> f.yaml:7:5",
+            "hint: use `server.port`",
+            "error: flag name \"max running requests\" contains whitespace\n  --> f.yaml:12:3",
+            "4 errors",
+        ],
+    );
+}
+
+#[test]
+fn the_report_template_is_parsed_by_validate() {
+    let ws = Workspace::new();
+    ws.write(
+        "bad.md.j2",
+        "# {{ title }}\n{% for t in tables %}\n{{ t.title }\n",
+    );
+    let spec = ws.write(
+        "t.yaml",
+        &sim_spec("t", WORKLOAD, "report: { template: bad.md.j2 }"),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "error: template bad.md.j2, line 3: syntax error",
+            "  --> t.yaml:10:21",
+            "hint: fix the template's syntax",
+        ],
+    );
+    let spec = ws.write(
+        "m.yaml",
+        &sim_spec("m", WORKLOAD, "report: { template: missing.md.j2 }"),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "the report template missing.md.j2 does not exist",
+            "hint: a built-in name (default, long-context) or a path relative to the spec's folder",
+        ],
+    );
+    ws.write("good.md.j2", "# {{ title }}\n");
+    let spec = ws.write(
+        "g.yaml",
+        &sim_spec("g", WORKLOAD, "report: { template: good.md.j2 }"),
+    );
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn unset_environment_variables_are_named_at_their_reference() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "e.yaml",
+        "name: e\nserver:\n  engine: sim\n  args: { api-key: \"${SERVEBENCH_TEST_SECRET}\" }\n  env:\n    HF_TOKEN: \"${SERVEBENCH_TEST_SECRET}\"\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "error: environment variable `SERVEBENCH_TEST_SECRET` is not set",
+            " --> e.yaml:4:20",
+            " --> e.yaml:6:15",
+            "export SERVEBENCH_TEST_SECRET=",
+        ],
+    );
+    let out = servebench()
+        .arg("validate")
+        .arg(&spec)
+        .env("SERVEBENCH_TEST_SECRET", "s3cret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn expected_flag_typos_are_caught_by_validate() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "x.yaml",
+        &sim_spec("x", WORKLOAD, "expect:\n  - { flag: cache-reuse-suspectd }"),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "error: unknown flag `cache-reuse-suspectd`",
+            "did you mean `cache-reuse-suspected`?",
+        ],
+    );
+}
+
+#[test]
+fn run_names_of_only_dots_are_refused() {
+    let ws = Workspace::new();
+    for name in [".", "..", "..."] {
+        let spec = ws.write(
+            "n.yaml",
+            &sim_spec(name, WORKLOAD, "").replacen(
+                &format!("name: {name}"),
+                &format!("name: \"{name}\""),
+                1,
+            ),
+        );
+        contains_all(
+            &refused(&validate(&ws, &spec)),
+            &[&format!("`{name}` cannot name a run"), "n.yaml:1:7"],
+        );
+    }
+}
+
+#[test]
+fn run_refuses_before_a_run_directory_exists() {
+    let ws = Workspace::new();
+    let spec = ws.write("r.yaml", &prompt_spec("nope.txt"));
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    contains_all(
+        &String::from_utf8_lossy(&out.stderr),
+        &["cannot read prompt file", "r.yaml:8:31"],
+    );
+    assert!(
+        !ws.path().join("runs").exists(),
+        "a run directory was created"
+    );
+}
+
+#[test]
+fn a_run_directory_is_never_created_outside_out() {
+    use servebench::results::rundir::RunDir;
+    let ws = Workspace::new();
+    let out = ws.path().join("out");
+    let started = chrono::Utc::now();
+    for name in ["..", ".", "a/b", "/abs", ""] {
+        let e = RunDir::create(&out, name, "name: x\n", started).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{name:?}: {e}");
+        assert!(e.to_string().contains("not a plain folder name"), "{e}");
+    }
+    assert!(!ws.path().join("2026").exists());
+    let dir = RunDir::create(&out, "...", "name: x\n", started).unwrap();
+    assert!(dir.path.starts_with(&out));
+}
