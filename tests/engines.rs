@@ -57,12 +57,18 @@ fn vllm_is_launched_its_way_reset_through_dev_mode_and_swept() {
     assert_eq!(server["engine"], "vllm (simulated)");
     // Identity and what it offers, as vLLM answers.
     let surface = &server["surface"];
-    assert!(surface["identity"].to_string().contains("/version"), "{surface}");
+    assert!(
+        surface["identity"].to_string().contains("/version"),
+        "{surface}"
+    );
     assert!(
         surface["version"].as_str().unwrap().starts_with("0.33.0"),
         "{surface}"
     );
-    assert_eq!(surface["cache_reset"]["kind"], "reset-prefix-cache", "{surface}");
+    assert_eq!(
+        surface["cache_reset"]["kind"], "reset-prefix-cache",
+        "{surface}"
+    );
     assert_eq!(surface["context_length"], 8192, "{surface}");
     assert_eq!(surface["tokenize"], "prompt", "{surface}");
     assert_eq!(surface["metrics"], true, "{surface}");
@@ -82,7 +88,10 @@ fn vllm_is_launched_its_way_reset_through_dev_mode_and_swept() {
     assert!(log.contains("Application startup complete."), "{log}");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("vllm (simulated)"), "{report}");
-    assert!(report.contains("cache reset: `/reset_prefix_cache`"), "{report}");
+    assert!(
+        report.contains("cache reset: `/reset_prefix_cache`"),
+        "{report}"
+    );
     servers_gone(&meta);
 }
 
@@ -104,7 +113,9 @@ fn vllm_without_dev_mode_has_no_cache_reset_and_says_so() {
     let surface = &meta["servers"][0]["surface"];
     assert!(surface["cache_reset"].is_null(), "{surface}");
     assert!(
-        surface["notes"].to_string().contains("VLLM_SERVER_DEV_MODE=1"),
+        surface["notes"]
+            .to_string()
+            .contains("VLLM_SERVER_DEV_MODE=1"),
         "{surface}"
     );
     // No reset, so nonces keep prompts apart; without --enable-prompt-tokens-details vLLM does
@@ -133,7 +144,10 @@ fn a_vllm_crash_is_classified_from_vllms_own_lines() {
     let points = read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points[1]["failure"], "out-of-memory", "{}", points[1]);
     let flags = points[1]["flags"].to_string();
-    assert!(flags.contains("--gpu-memory-utilization"), "vLLM's hint: {flags}");
+    assert!(
+        flags.contains("--gpu-memory-utilization"),
+        "vLLM's hint: {flags}"
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("failed with out-of-memory, as published"),
         "{}",
@@ -165,8 +179,95 @@ fn a_vllm_flag_typo_is_caught_before_anything_starts() {
     );
     let out = servebench().arg("validate").arg(&spec).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("warning: ")
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: "));
+}
+
+#[test]
+fn llama_cpp_is_launched_with_short_flags_erased_per_slot_and_swept() {
+    let ws = Workspace::new();
+    let profile = profile(&ws, None);
+    let slots = ws.path().join("slots");
+    std::fs::create_dir_all(&slots).unwrap();
+    let spec = ws.write(
+        "llama.yaml",
+        &format!(
+            "name: llama\nserver:\n  engine: llama.cpp\n  simulate: true\n  model: models/qwen3-0.6b-q8_0.gguf\n  \
+             args: {{ -c: 8192, -np: 2, slot-save-path: {slots}, profile: {profile} }}\n  ready_timeout: 30s\n\
+             workload:\n  api: openai-completions\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 8\n\
+             cache: {{ policy: cold, verify: true }}\nconcurrency: 2\nsweep: {{ ctx: [256, 1024] }}\nrequests: 4\n",
+            slots = slots.display()
+        ),
     );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    let joined: Vec<&str> = server["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let joined = joined.join(" ");
+    // `llama-server -m MODEL`, short flags verbatim (`-c`, `-np`), never `--model-path`.
+    assert!(
+        joined
+            .contains("sim --api llama.cpp -m models/qwen3-0.6b-q8_0.gguf --host 127.0.0.1 --port"),
+        "{joined}"
+    );
+    assert!(
+        joined.contains(" -c 8192") && joined.contains(" -np 2"),
+        "{joined}"
+    );
+    assert!(!joined.contains("--model-path"), "{joined}");
+    assert_eq!(server["engine"], "llama.cpp (simulated)");
+    let surface = &server["surface"];
+    assert!(
+        surface["identity"].to_string().contains("/props"),
+        "{surface}"
+    );
+    assert_eq!(surface["cache_reset"]["kind"], "slot-erase", "{surface}");
+    assert_eq!(
+        surface["cache_reset"]["slots"].as_array().unwrap().len(),
+        2,
+        "{surface}"
+    );
+    // The context a request can use: 8192 split over two slots.
+    assert_eq!(surface["context_length"], 4096, "{surface}");
+    for p in &points {
+        assert_eq!(p["status"], "ok", "{p}");
+        assert!(validity_flags(p).is_empty(), "{p}");
+        assert_eq!(p["ok"], 4, "{p}");
+        assert_eq!(p["errors"], 0, "{p}");
+        // Erased before the point; later requests in a slot share only the BOS token.
+        assert!(
+            p["metrics"]["cached_tokens"]["max"].as_f64().unwrap() <= 1.0,
+            "{p}"
+        );
+    }
+    // The server closes the connection after every stream: nothing was lost to it.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert!(
+        requests.iter().all(|r| r["error"].is_null()),
+        "no request failed"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("llama.cpp (simulated)"), "{report}");
+    servers_gone(&meta);
+}
+
+#[test]
+fn a_llama_cpp_crash_is_classified_from_its_own_lines() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "gone.yaml",
+        "name: gone\nserver:\n  engine: llama.cpp\n  simulate: true\n  model: /nonexistent/model.gguf\n  \
+         args: { -c: 4096, profile: fast }\n  ready_timeout: 30s\n\
+         workload:\n  api: openai-completions\n  prompt: { kind: repeat, tokens: 128 }\n  output_tokens: 4\nrequests: 1\n",
+    );
+    let out = ws.run_with(&spec, &[]);
+    assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["failure"], "model-not-found", "{}", points[0]);
+    servers_gone(&read_json(&dir.join("meta.json")));
 }
