@@ -271,3 +271,37 @@ fn a_llama_cpp_crash_is_classified_from_its_own_lines() {
     assert_eq!(points[0]["failure"], "model-not-found", "{}", points[0]);
     servers_gone(&read_json(&dir.join("meta.json")));
 }
+
+/// `plan` prints the command each group will run, as that engine spells it, secrets hidden.
+#[test]
+fn plan_shows_each_engines_own_command_line() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "plan.yaml",
+        "name: plan\nserver:\n  engine: vllm\n  model: Qwen/Qwen3-8B\n  args: { max-model-len: 8192, enforce-eager: false, api-key: sk-plan-secret-1234 }\n\
+         workload:\n  prompt: { kind: repeat, tokens: 64 }\n  output_tokens: 4\n",
+    );
+    let out = servebench().arg("plan").arg(&spec).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "launch vLLM: vllm serve Qwen/Qwen3-8B --host 127.0.0.1 --port PORT --max-model-len 8192 --no-enforce-eager"
+        ),
+        "{}",
+        show(&out)
+    );
+    assert!(!stdout.contains("sk-plan-secret-1234"), "{stdout}");
+    let spec = ws.write(
+        "llama.yaml",
+        "name: llama\nserver:\n  engine: llama.cpp\n  model: m.gguf\n  args: { -c: 4096, -np: 2 }\n\
+         workload:\n  prompt: { kind: repeat, tokens: 64 }\n  output_tokens: 4\n",
+    );
+    let out = servebench().arg("plan").arg(&spec).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            "launch llama.cpp: llama-server -m m.gguf --host 127.0.0.1 --port PORT -c 4096 -np 2"
+        ),
+        "{}",
+        show(&out)
+    );
+}

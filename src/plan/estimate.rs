@@ -46,6 +46,10 @@ pub enum EstimateError {
     /// The flags (with the profile) do not make a simulator configuration.
     #[error("the timing model: {0}")]
     Model(#[source] SimArgError),
+    /// A simulated vLLM or llama.cpp server's flags do not make a simulator configuration
+    /// (the engine's own parser's message).
+    #[error("the timing model: {0}")]
+    EngineModel(String),
 }
 
 /// The estimate for one point; None when the source has nothing for it.
@@ -266,7 +270,14 @@ fn model_config(
     server: &Server,
     profile: Option<&str>,
 ) -> Result<Option<SimConfig>, EstimateError> {
-    if profile.is_none() && (server.engine != Engine::Sim || server.url.is_some()) {
+    if server.url.is_some() && profile.is_none() {
+        return Ok(None);
+    }
+    // A simulated engine is modelled from its own flags, as its simulator parses them.
+    if server.simulate && server.engine != Engine::Sim && server.url.is_none() {
+        return simulated_engine_config(server, profile).map(Some);
+    }
+    if profile.is_none() && server.engine != Engine::Sim {
         return Ok(None);
     }
     let mut args = server.args.clone();
@@ -281,6 +292,36 @@ fn model_config(
     SimConfig::from_args(&argv)
         .map(Some)
         .map_err(EstimateError::Model)
+}
+
+/// The configuration `servebench sim --api ENGINE` would run with for a `simulate: true`
+/// server: its launch command's arguments after the program, `sim` and `--api`.
+fn simulated_engine_config(
+    server: &Server,
+    profile: Option<&str>,
+) -> Result<SimConfig, EstimateError> {
+    let mut server = server.clone();
+    if let Some(p) = profile {
+        server.args.shift_remove("profile");
+        server.args.insert(
+            "profile".into(),
+            crate::spec::types::ArgValue::Str(p.into()),
+        );
+        server.engine_args.values_mut().for_each(|a| {
+            a.shift_remove("profile");
+        });
+    }
+    let command = crate::engine::launch_command(&server, "servebench", 1)?;
+    let adapter = crate::engine::adapter(server.engine);
+    let api = crate::sim::Api::parse(adapter.sim_api)
+        .ok_or_else(|| EstimateError::EngineModel(format!("no simulator for {}", server.engine)))?;
+    let args: Vec<String> = match command.args.iter().position(|a| a == "--api") {
+        Some(i) => command.args[i + 2..].to_vec(),
+        None => command.args.iter().skip(1).cloned().collect(),
+    };
+    SimConfig::from_engine_args(api, &args)
+        .map(|(config, _)| config)
+        .map_err(EstimateError::EngineModel)
 }
 
 /// The prompt length a point sends: its target when calibrated; otherwise the sim

@@ -110,21 +110,44 @@ fn write_plan(
     }
 }
 
-/// What a group does to get its server: the launch command line, or the external URL.
+/// What a group does to get its server: the launch command line as it will run (the port is
+/// chosen at launch), or the external URL.
 fn launch(s: &Server) -> String {
     match &s.url {
         Some(u) => format!("external server {u} (not started or stopped)"),
-        None => {
-            // A flag name `validate` would refuse cannot reach a loaded spec; show none then.
-            let flags = crate::engine::flag_args(&s.args)
-                .unwrap_or_default()
-                .join(" ");
-            format!(
-                "launch {} {} {flags}",
-                s.engine,
-                s.model.as_deref().unwrap_or("")
-            )
-        }
+        None => match crate::engine::launch_command(s, "servebench", 0) {
+            Ok(c) => {
+                let argv = c.argv();
+                // The port is picked when the server starts; show where it goes.
+                let argv: Vec<String> = argv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| {
+                        let after_port = i > 0 && matches!(argv[i - 1].as_str(), "--port" | "-p");
+                        if after_port && a == "0" {
+                            "PORT".to_string()
+                        } else {
+                            a.clone()
+                        }
+                    })
+                    .collect();
+                let engine = match s.engine {
+                    crate::spec::types::Engine::Sim => "the simulator (SGLang's API)",
+                    e => crate::engine::adapter(e).display,
+                };
+                let simulated = if s.simulate && s.engine != crate::spec::types::Engine::Sim {
+                    " (simulated)"
+                } else {
+                    ""
+                };
+                format!(
+                    "launch {engine}{simulated}: {}",
+                    crate::text::shell_join(&crate::secrets::redact_argv(&argv))
+                )
+            }
+            // `validate` refuses such a server; the plan says why rather than guessing.
+            Err(e) => format!("launch {} (cannot be built: {e})", s.engine),
+        },
     }
 }
 
@@ -187,13 +210,13 @@ mod tests {
             "\
 t: 4 points, 2 server groups, 2 launches, 12 measured requests
 
-g1: launch sim m --profile fast --chunked-prefill-size 512 (ready ~2.00 s)
+g1: launch the simulator (SGLang's API): servebench sim --model-path m --host 127.0.0.1 --port PORT --profile fast --chunked-prefill-size 512 (ready ~2.00 s)
   p001 ctx=128 chunked-prefill-size=512  3 requests x 1 round, concurrency 1, cache cold  ~1m 00s
   p003 ctx=4096 chunked-prefill-size=512  3 requests x 1 round, concurrency 1, cache cold  ~3m 00s
 
 (restart: the server configuration changes)
 
-g2: launch sim m --profile fast --chunked-prefill-size 1024 (ready ~2.00 s)
+g2: launch the simulator (SGLang's API): servebench sim --model-path m --host 127.0.0.1 --port PORT --profile fast --chunked-prefill-size 1024 (ready ~2.00 s)
   p002 ctx=128 chunked-prefill-size=1024  3 requests x 1 round, concurrency 1, cache cold  ~2m 00s
   p004 ctx=4096 chunked-prefill-size=1024  3 requests x 1 round, concurrency 1, cache cold  ~?
 
@@ -240,7 +263,7 @@ estimate: ~6m 04s from a test; not counted, no estimate for: p004
         );
         assert_eq!(
             lines[3],
-            "g1: launch sim m --profile fast --chunked-prefill-size 512"
+            "g1: launch the simulator (SGLang's API): servebench sim --model-path m --host 127.0.0.1 --port PORT --profile fast --chunked-prefill-size 512"
         );
         assert_eq!(
             lines[4],
