@@ -305,3 +305,41 @@ fn plan_shows_each_engines_own_command_line() {
         show(&out)
     );
 }
+
+/// SGLang leaves `prompt_tokens_details` out of OpenAI usage when nothing was cached, even with
+/// `--enable-cache-report`; its `/server_info` says the report is on, so an absent count is a
+/// reported 0 and a cold point is verified. Without the flag the point says it is unverified.
+#[test]
+fn sglang_with_cache_report_verifies_cold_points_on_the_openai_api() {
+    let ws = Workspace::new();
+    let profile = profile(&ws, None);
+    for (report, unverified) in [(true, false), (false, true)] {
+        let spec = ws.write(
+            "report.yaml",
+            &format!(
+                "name: report\nserver:\n  engine: sglang\n  simulate: true\n  model: m\n  \
+                 args: {{ enable-cache-report: {report}, profile: {profile} }}\n  ready_timeout: 30s\n\
+                 workload:\n  api: openai-completions\n  prompt: {{ kind: repeat, tokens: 256 }}\n  output_tokens: 4\n\
+                 cache: {{ policy: cold, verify: true }}\nrequests: 3\n"
+            ),
+        );
+        let (dir, points) = ws.run_ok(&spec);
+        let surface = &read_json(&dir.join("meta.json"))["servers"][0]["surface"];
+        assert_eq!(
+            surface["cached_tokens_omitted_when_zero"]
+                .as_bool()
+                .unwrap_or(false),
+            report,
+            "{surface}"
+        );
+        let flags = points[0]["flags"].to_string();
+        assert_eq!(flags.contains("cache-unverified"), unverified, "{flags}");
+        if report {
+            assert_eq!(
+                points[0]["metrics"]["cached_tokens"]["max"], 0.0,
+                "{}",
+                points[0]
+            );
+        }
+    }
+}

@@ -38,6 +38,7 @@ pub async fn probe(client: &Client) -> ServerSurface {
         if let Some(name) = info["served_model_name"].as_str() {
             s.models.push(name.to_string());
         }
+        s.cached_tokens_omitted_when_zero = info["enable_cache_report"].as_bool() == Some(true);
     }
     if let Some(models) = get("/v1/models").await {
         s.identity.push("/v1/models".into());

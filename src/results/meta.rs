@@ -185,6 +185,11 @@ pub struct ServerSurface {
     /// `/metrics` answered with Prometheus text.
     #[serde(default)]
     pub metrics: bool,
+    /// The server said (SGLang's `/server_info` `enable_cache_report: true`) that its OpenAI
+    /// usage reports cached tokens, and SGLang leaves `prompt_tokens_details` out when the count
+    /// is 0: an answered usage without it is a reported 0, not a missing count.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cached_tokens_omitted_when_zero: bool,
     /// What was looked for and not found, and what that means (e.g. vLLM's cache reset needs
     /// `VLLM_SERVER_DEV_MODE=1`).
     #[serde(default)]

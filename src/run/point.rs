@@ -15,7 +15,7 @@ use crate::results::meta::{CacheReset, ServerSurface};
 use crate::results::records::{Calibration, Flag, PointRecord, RequestRecord, RequestRole};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
-use crate::spec::types::{ArgValue, CachePolicy, Experiment, Measure};
+use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment, Measure};
 
 use super::Interrupt;
 use super::progress::Progress;
@@ -92,6 +92,13 @@ impl PointRunner {
     /// Says what the server measured next offers (probed when it became ready).
     pub fn set_surface(&mut self, surface: Option<ServerSurface>) {
         self.surface = surface;
+    }
+
+    /// Whether the server said its usage leaves out a cached count of 0.
+    fn cached_omitted_is_zero(&self) -> bool {
+        self.surface
+            .as_ref()
+            .is_some_and(|s| s.cached_tokens_omitted_when_zero)
     }
 
     /// Measures `point` against the server at `client` (all rounds).
@@ -347,6 +354,7 @@ impl PointRunner {
             let req = generation_request(exp, prompt, model);
             let (client, sink, progress) =
                 (client.clone(), self.sink.clone(), self.progress.clone());
+            let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, max_tokens, timeout) = (
                 point.id.clone(),
                 exp.workload.api,
@@ -357,7 +365,7 @@ impl PointRunner {
                 progress.request_started();
                 let m = client.stream(&req, timeout).await;
                 drop(permit);
-                let rec = m.into_record(
+                let mut rec = m.into_record(
                     &pid,
                     round,
                     i as u32,
@@ -366,6 +374,7 @@ impl PointRunner {
                     max_tokens,
                     requested,
                 );
+                fill_omitted_cached(&mut rec, omitted_is_zero);
                 let written = sink(&rec).is_ok();
                 progress.request_finished();
                 written.then_some(rec)
@@ -428,7 +437,7 @@ impl PointRunner {
                     m = client.stream(&req, exp.request_timeout) => m,
                     _ = self.interrupt.wait() => return (records, true),
                 };
-                let rec = m.into_record(
+                let mut rec = m.into_record(
                     &point.id,
                     round,
                     i as u32,
@@ -437,6 +446,7 @@ impl PointRunner {
                     max_tokens,
                     requested,
                 );
+                fill_omitted_cached(&mut rec, self.cached_omitted_is_zero());
                 let written = self.append(&rec);
                 self.progress.request_finished();
                 if !written {
@@ -630,5 +640,18 @@ fn generation_request(
 async fn prepare(client: &Client, n: usize) {
     if let Err(e) = client.prepare(n).await {
         tracing::debug!("could not open connections ahead: {e}");
+    }
+}
+
+/// A completed OpenAI-API request whose usage arrived without a cached count, from a server
+/// that leaves the count out when it is 0 (SGLang with `--enable-cache-report`), reported 0.
+fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool) {
+    if omitted_is_zero
+        && rec.api != Api::SglangGenerate
+        && rec.error.is_none()
+        && rec.prompt_tokens.is_some()
+        && rec.cached_tokens.is_none()
+    {
+        rec.cached_tokens = Some(0);
     }
 }
