@@ -460,11 +460,7 @@ pub fn build_model(
         points_failed: count_status(points, PointStatus::Failed),
     };
 
-    let engine = if exp.server.url.is_some() {
-        "external".to_string()
-    } else {
-        exp.server.engine.to_string()
-    };
+    let engine = engines_run(meta, &exp.server);
     let mut token_sources: Vec<String> = Vec::new();
     for r in requests.iter().filter(|r| r.role.is_measured()) {
         let s = r.token_source.to_string();
@@ -855,6 +851,36 @@ fn sweep_dimensions(dims: &[String], points: &[PointRecord]) -> Vec<SweepDimensi
         .collect()
 }
 
+/// The engines that served the run, each with the version it reported (`sglang (simulated)
+/// 0.5.2, vllm 0.33.0`), in launch order; the spec's engine when nothing was launched yet.
+fn engines_run(meta: &RunMeta, server: &crate::spec::types::Server) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for s in &meta.servers {
+        let version = s
+            .server_info
+            .as_ref()
+            .and_then(|i| i.get("version"))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .or_else(|| s.surface.as_ref().and_then(|x| x.version.clone()));
+        let name = match version {
+            Some(v) => format!("{} {v}", s.engine),
+            None => s.engine.clone(),
+        };
+        if !seen.contains(&name) {
+            seen.push(name);
+        }
+    }
+    if seen.is_empty() {
+        return if server.url.is_some() {
+            "external".to_string()
+        } else {
+            server.engine.to_string()
+        };
+    }
+    seen.join(", ")
+}
+
 fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String]) -> ServerInfo {
     let dimension_values = points
         .iter()
@@ -869,8 +895,13 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
         args: s
             .args
             .iter()
+            // As the engine's command line spells it: `--name`, or a short flag verbatim.
             .map(|(k, v)| NameValue {
-                name: k.clone(),
+                name: if k.starts_with('-') {
+                    k.clone()
+                } else {
+                    format!("--{k}")
+                },
                 value: value_text(v),
             })
             .collect(),

@@ -192,7 +192,11 @@ impl ServerHandle {
                 },
                 url: process.host_url().unwrap_or(process.url()).to_string(),
                 command: Some(secrets::redact_argv(&cmd.argv())),
-                args: secrets::redacted_args(server),
+                // The flags this engine got: `args` with its `engine_args` merged over them.
+                args: secrets::redacted_args(&Server {
+                    args: engine::effective_args(server),
+                    ..server.clone()
+                }),
                 env: secrets::redacted_env(server),
                 log_file: log_path
                     .file_name()
