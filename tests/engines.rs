@@ -343,3 +343,44 @@ fn sglang_with_cache_report_verifies_cold_points_on_the_openai_api() {
         }
     }
 }
+
+/// `engine: command` launches any server from a template and learns what it offers by asking:
+/// here the simulator stands in for a custom server (TGI, TensorRT-LLM's serve, your own).
+#[test]
+fn a_command_engine_is_launched_from_its_template_and_probed() {
+    let ws = Workspace::new();
+    let bin = env!("CARGO_BIN_EXE_servebench");
+    let spec = ws.write(
+        "command.yaml",
+        &format!(
+            "name: command\nserver:\n  engine: command\n  model: my-model\n  \
+             launcher: [\"{bin}\", sim, --api, vllm, \"{{model}}\", --host, \"{{host}}\", --port, \"{{port}}\", --enable-prompt-tokens-details]\n  \
+             args: {{ profile: fast }}\n  env: {{ VLLM_SERVER_DEV_MODE: \"1\" }}\n  ready_timeout: 30s\n\
+             workload:\n  api: openai-chat\n  prompt: {{ kind: repeat, tokens: 256 }}\n  output_tokens: 4\n\
+             cache: {{ policy: cold, verify: true }}\nrequests: 2\n"
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    assert_eq!(server["engine"], "command");
+    let cmd = server["command"].to_string();
+    assert!(
+        cmd.contains("\"my-model\",\"--host\",\"127.0.0.1\",\"--port\""),
+        "{cmd}"
+    );
+    assert!(cmd.contains("\"--profile\",\"fast\""), "{cmd}");
+    // Nothing assumed from the name: what answered is what it offers.
+    let surface = &server["surface"];
+    assert_eq!(
+        surface["cache_reset"]["kind"], "reset-prefix-cache",
+        "{surface}"
+    );
+    assert!(
+        surface["identity"].to_string().contains("/version"),
+        "{surface}"
+    );
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    assert!(validity_flags(&points[0]).is_empty(), "{}", points[0]);
+    servers_gone(&meta);
+}
