@@ -795,7 +795,12 @@ fn differences(
                 .meta
                 .servers
                 .iter()
-                .filter_map(|l| l.server_info.as_ref()?.get("version")?.as_str())
+                .filter_map(|l| {
+                    l.server_info
+                        .as_ref()
+                        .and_then(|i| i.get("version")?.as_str())
+                        .or_else(|| l.surface.as_ref()?.version.as_deref())
+                })
                 .collect();
             if let Some(v) = versions.first() {
                 s.insert("server version".into(), v.to_string());
