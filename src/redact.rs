@@ -67,23 +67,35 @@ enum NameKind {
     Token,
 }
 
+/// Words after `token` that still name the token: where it is kept.
+const TOKEN_HOLDERS: &[&str] = &["file", "path"];
+
 fn name_kind(name: &str) -> Option<NameKind> {
     let lower = name.trim_start_matches('-').to_ascii_lowercase();
-    let words = lower.split(['-', '_', '.', ' ']).filter(|w| !w.is_empty());
-    let mut token = false;
-    for w in words {
-        if CREDENTIAL_WORDS.contains(&w) {
-            return Some(NameKind::Credential);
-        }
-        // `token`, not `tokens` (which counts them) nor `tokenizer`.
-        token |= w == "token";
+    let words: Vec<&str> = lower
+        .split(['-', '_', '.', ' '])
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.iter().any(|w| CREDENTIAL_WORDS.contains(w)) {
+        return Some(NameKind::Credential);
     }
+    // `token` (not `tokens`, which counts them, nor `tokenizer`) at the end or before where it
+    // is kept: `HF_TOKEN`, `access_token`, `hf-token-file`; `token_source` or
+    // `speculative-token-map` describe tokens, they are not one.
+    let token = words.iter().enumerate().any(|(i, w)| {
+        *w == "token"
+            && words[i + 1..]
+                .iter()
+                .all(|rest| TOKEN_HOLDERS.contains(rest))
+    });
     token.then_some(NameKind::Token)
 }
 
-/// Whether values under `name` can be secrets: one of its words is `key`, `secret`,
-/// `password`, `credential(s)`, `authorization`, `apikey`, `passwd`, or `token` (a whole word:
-/// `HF_TOKEN`, `hf-token-file`, `access_token`; not `max-total-tokens` or `tokenizer-path`).
+/// Whether values under `name` can be secrets: one of its words (between `-`, `_`, `.`) is
+/// `key(s)`, `apikey`, `secret(s)`, `password`, `passwd`, `credential(s)`, `authorization`;
+/// or its last word is `token`, or `token` is followed only by `file`/`path` (`HF_TOKEN`,
+/// `access_token`, `hf-token-file`; not `max-total-tokens`, `tokenizer-path`, `token_source`,
+/// `speculative-token-map`).
 pub fn is_secret_name(name: &str) -> bool {
     name_kind(name).is_some()
 }
@@ -422,6 +434,7 @@ mod tests {
             "aws_secret_access_key",
             "Authorization",
             "--api-key",
+            "HF_TOKEN_PATH",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
@@ -433,6 +446,9 @@ mod tests {
             "ssl-keyfile",
             "monkey",
             "cached_tokens",
+            "token_source",
+            "speculative-token-map",
+            "tbo-token-distribution-threshold",
         ] {
             assert!(!is_secret_name(name), "{name}");
         }
