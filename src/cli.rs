@@ -333,6 +333,10 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
     let template = crate::report::TemplateCheck::default();
     let spec =
         crate::spec::load_checked(path, &[&prompts, &template, &crate::secrets::EnvRefCheck])?;
+    // From here on, nothing printed shows the spec's secrets.
+    crate::redact::install(crate::secrets::redactor(
+        spec.points.iter().map(|p| &p.experiment),
+    ));
     let flags = crate::engine::check_spec(&spec);
     for w in &flags.warnings {
         tracing::warn!("{w}");
@@ -572,9 +576,11 @@ fn compare(
     match &out {
         None => console::out(&markdown),
         Some(path) => {
-            std::fs::write(path, &markdown).map_err(|source| Error::Write {
-                path: path.clone(),
-                source,
+            std::fs::write(path, crate::redact::text(&markdown).as_bytes()).map_err(|source| {
+                Error::Write {
+                    path: path.clone(),
+                    source,
+                }
             })?;
             console::outln(&format!("comparison: {}", path.display()));
         }

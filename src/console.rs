@@ -4,7 +4,10 @@
 //! recording either way (Rust ignores SIGPIPE, so `println!` would panic on the closed pipe).
 //! While a progress bar is on screen, lines are printed above it instead of through it.
 //!
-//! A leaf module: it uses nothing else in the crate.
+//! Everything printed goes through the process's current redactor ([`crate::redact`]), so a
+//! secret is never printed, whichever message carries it.
+//!
+//! A leaf module: it uses nothing else in the crate but [`crate::redact`].
 
 use std::io::{self, Write};
 use std::sync::Mutex;
@@ -30,18 +33,22 @@ fn above_bar(write: impl FnOnce()) {
 
 /// Writes `bytes` to stdout and flushes; a closed or broken stdout is ignored.
 pub fn out_bytes(bytes: &[u8]) {
+    let redactor = crate::redact::current();
+    let bytes = redactor.bytes(bytes);
     above_bar(|| {
         let mut out = io::stdout().lock();
-        let _ = out.write_all(bytes);
+        let _ = out.write_all(&bytes);
         let _ = out.flush();
     });
 }
 
 /// Writes `bytes` to stderr; a closed or broken stderr is ignored.
 pub fn err_bytes(bytes: &[u8]) {
+    let redactor = crate::redact::current();
+    let bytes = redactor.bytes(bytes);
     above_bar(|| {
         let mut err = io::stderr().lock();
-        let _ = err.write_all(bytes);
+        let _ = err.write_all(&bytes);
         let _ = err.flush();
     });
 }

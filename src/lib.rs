@@ -12,6 +12,7 @@ pub mod host;
 pub mod measure;
 pub mod plan;
 pub mod prompt;
+pub mod redact;
 pub mod report;
 pub mod results;
 pub mod run;

@@ -4,25 +4,17 @@
 
 use crate::spec::types::{ArgValue, Server};
 
-/// Names whose values never land in results: API keys, tokens, passwords.
-pub fn is_secret(name: &str) -> bool {
-    // Word match, so `max-total-tokens` is not a secret but `HF_TOKEN` is; "token" only as the
-    // last word (`token_capacity` counts tokens, `access_token` is one).
-    let lower = name.to_ascii_lowercase();
-    let words: Vec<&str> = lower
-        .split(['-', '_', '.'])
-        .filter(|w| !w.is_empty())
-        .collect();
-    words.last() == Some(&"token")
-        || words.iter().any(|w| {
-            matches!(
-                *w,
-                "key" | "apikey" | "secret" | "password" | "passwd" | "credential" | "credentials"
-            )
-        })
-}
+pub use crate::redact::{REDACTED, is_secret, is_secret_name};
 
-pub const REDACTED: &str = "<redacted>";
+/// An argument's value as text, for [`is_secret`] (`api-key: 12345678` is still a key).
+fn arg_text(v: &ArgValue) -> String {
+    match v {
+        ArgValue::Str(s) => s.clone(),
+        ArgValue::Int(i) => i.to_string(),
+        ArgValue::Float(f) => f.to_string(),
+        ArgValue::Bool(b) => b.to_string(),
+    }
+}
 
 /// The API key the client must send, from `server.args.api-key` (SGLang's flag).
 pub fn api_key(server: &Server) -> Option<String> {
@@ -92,7 +84,11 @@ impl crate::spec::Check for EnvRefCheck {
 /// The server section with `${NAME}` references replaced by their values.
 pub fn with_env_refs_expanded(server: &Server) -> Result<Server, UnsetVariable> {
     let mut s = server.clone();
-    for v in s.args.values_mut() {
+    for v in s
+        .args
+        .values_mut()
+        .chain(s.engine_args.values_mut().flat_map(|m| m.values_mut()))
+    {
         if let ArgValue::Str(text) = v {
             *text = expand_env_ref(text)?;
         }
@@ -103,41 +99,137 @@ pub fn with_env_refs_expanded(server: &Server) -> Result<Server, UnsetVariable> 
     Ok(s)
 }
 
+/// Every flag of a server section with its value: `args`, then each `engine_args` section.
+fn all_args(server: &Server) -> impl Iterator<Item = (&String, &ArgValue)> {
+    server
+        .args
+        .iter()
+        .chain(server.engine_args.values().flat_map(|m| m.iter()))
+}
+
+/// The secret values a server section holds or points to: values of secret-named flags
+/// (`args`, `engine_args`) and variables (`env`), the values of `${NAME}` references there that
+/// are set (a reference under a secret name, or to a secret-named variable), secret flag
+/// values in `launcher`, and the credentials of `url`.
+pub fn server_secrets(server: &Server) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut note = |name: &str, value: &str| {
+        let referenced = value
+            .strip_prefix("${")
+            .and_then(|v| v.strip_suffix('}'))
+            .filter(|_| crate::redact::is_env_ref(value));
+        match referenced {
+            Some(var) if is_secret_name(name) || is_secret_name(var) => {
+                if let Ok(v) = std::env::var(var) {
+                    out.push(v);
+                }
+            }
+            Some(_) => {}
+            None if is_secret(name, value) => out.push(value.to_string()),
+            None => {}
+        }
+    };
+    for (k, v) in all_args(server) {
+        note(k, &arg_text(v));
+    }
+    for (k, v) in &server.env {
+        note(k, v);
+    }
+    if let Some(launcher) = &server.launcher {
+        let mut after: Option<&str> = None;
+        for a in launcher {
+            match (
+                after.take(),
+                a.strip_prefix("--").and_then(|f| f.split_once('=')),
+            ) {
+                (_, Some((flag, value))) => note(flag, value),
+                (Some(flag), None) => note(flag, a),
+                (None, None) => {}
+            }
+            if a.starts_with('-') && !a.contains('=') {
+                after = Some(a.as_str());
+            }
+        }
+    }
+    if let Some(url) = &server.url {
+        out.extend(url_credentials(url));
+    }
+    out
+}
+
+/// `user:pass` (and `pass`) of `scheme://user:pass@host`; a lone `token@` too.
+pub fn url_credentials(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Vec::new();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let Some((info, _)) = authority.rsplit_once('@') else {
+        return Vec::new();
+    };
+    let mut out = vec![info.to_string()];
+    if let Some((_, pass)) = info.split_once(':') {
+        out.push(pass.to_string());
+    }
+    out
+}
+
+/// The redactor for a run of these points: every secret any point's server holds (a swept
+/// secret differs from point to point), hidden by the one filter every writer and printer
+/// applies ([`crate::redact`]).
+pub fn redactor<'a>(
+    experiments: impl IntoIterator<Item = &'a crate::spec::types::Experiment>,
+) -> crate::redact::Redactor {
+    crate::redact::Redactor::new(
+        experiments
+            .into_iter()
+            .flat_map(|e| server_secrets(&e.server)),
+    )
+}
+
 /// Literal secret values in a server section (for scrubbing copies of the spec).
 pub fn literal_secrets(server: &Server) -> Vec<String> {
-    let args = server.args.iter().filter_map(|(k, v)| match v {
-        ArgValue::Str(s) if is_secret(k) => Some(s.clone()),
-        _ => None,
-    });
-    let env = server
-        .env
-        .iter()
-        .filter(|(k, _)| is_secret(k))
-        .map(|(_, v)| v.clone());
-    args.chain(env)
-        .filter(|s| s.len() >= 4 && !s.starts_with("${"))
+    server_secrets(server)
+        .into_iter()
+        .filter(|s| s.len() >= crate::redact::MIN_SECRET_LEN)
         .collect()
 }
 
-/// Replaces every literal secret in `text` with `<redacted>`.
+/// Replaces every literal secret in `text` with `<redacted>`, and the rules of
+/// [`crate::redact`] (URL credentials, `name: value`) apply.
 pub fn scrub(text: &str, secrets: &[String]) -> String {
-    secrets
-        .iter()
-        .fold(text.to_string(), |t, s| t.replace(s.as_str(), REDACTED))
+    crate::redact::Redactor::new(secrets.iter().cloned())
+        .text(text)
+        .into_owned()
 }
 
-/// The server section with secret values redacted (for resolved.yaml and meta.json).
+/// `url` with its credentials shown as `***`.
+fn redacted_url(url: &str) -> String {
+    crate::redact::Redactor::default().text(url).into_owned()
+}
+
+/// The server section with secret values redacted (for resolved.yaml and meta.json): secret
+/// flags (also per engine) and variables, secret flags in `launcher`, URL credentials.
 pub fn redacted_server(server: &Server) -> Server {
     let mut s = server.clone();
-    for (k, v) in s.args.iter_mut() {
-        if is_secret(k) {
+    for (k, v) in s
+        .args
+        .iter_mut()
+        .chain(s.engine_args.values_mut().flat_map(|m| m.iter_mut()))
+    {
+        if is_secret(k, &arg_text(v)) {
             *v = ArgValue::Str(REDACTED.into());
         }
     }
     for (k, v) in s.env.iter_mut() {
-        if is_secret(k) {
+        if is_secret(k, v) {
             *v = REDACTED.into();
         }
+    }
+    if let Some(l) = &s.launcher {
+        s.launcher = Some(redact_argv(l));
+    }
+    if let Some(u) = &s.url {
+        s.url = Some(redacted_url(u));
     }
     s
 }
@@ -147,7 +239,7 @@ pub fn redacted_args(server: &Server) -> indexmap::IndexMap<String, serde_json::
         .args
         .iter()
         .map(|(k, v)| {
-            let v = if is_secret(k) {
+            let v = if is_secret(k, &arg_text(v)) {
                 serde_json::json!(REDACTED)
             } else {
                 serde_json::to_value(v).unwrap_or_default()
@@ -164,7 +256,7 @@ pub fn redacted_env(server: &Server) -> indexmap::IndexMap<String, String> {
         .map(|(k, v)| {
             (
                 k.clone(),
-                if is_secret(k) {
+                if is_secret(k, v) {
                     REDACTED.to_string()
                 } else {
                     v.clone()
@@ -174,21 +266,29 @@ pub fn redacted_env(server: &Server) -> indexmap::IndexMap<String, String> {
         .collect()
 }
 
-/// Redacts the values that follow secret flags in an argv.
+/// Redacts the values that follow secret flags in an argv (`--api-key X`, `--hf-token=X`).
 pub fn redact_argv(argv: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(argv.len());
-    let mut hide_next = false;
+    let mut flag: Option<&str> = None;
     for a in argv {
-        if hide_next {
-            out.push(REDACTED.to_string());
-            hide_next = false;
+        if let Some(f) = flag.take()
+            && !a.starts_with("--")
+        {
+            out.push(if is_secret(f, a) {
+                REDACTED.to_string()
+            } else {
+                a.clone()
+            });
             continue;
         }
         match a.strip_prefix("--").and_then(|f| f.split_once('=')) {
-            Some((flag, _)) if is_secret(flag) => out.push(format!("--{flag}={REDACTED}")),
-            _ => {
-                hide_next = a.starts_with("--") && is_secret(a);
-                out.push(a.clone());
+            Some((f, v)) if is_secret(f, v) => out.push(format!("--{f}={REDACTED}")),
+            Some(_) => out.push(a.clone()),
+            None => {
+                if a.starts_with('-') && is_secret_name(a) {
+                    flag = Some(a);
+                }
+                out.push(redacted_url(a));
             }
         }
     }
@@ -197,19 +297,7 @@ pub fn redact_argv(argv: &[String]) -> Vec<String> {
 
 /// Replaces the values of secret-named keys, at any depth.
 pub fn redact_json(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, child) in map.iter_mut() {
-                if is_secret(k) && !child.is_null() {
-                    *child = serde_json::json!(REDACTED);
-                } else {
-                    redact_json(child);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_json),
-        _ => {}
-    }
+    crate::redact::Redactor::default().json(v);
 }
 
 #[cfg(test)]
@@ -284,14 +372,15 @@ mod tests {
 
     #[test]
     fn secret_names() {
-        assert!(is_secret("HF_TOKEN"));
-        assert!(is_secret("api-key"));
-        assert!(is_secret("OPENAI_API_KEY"));
-        assert!(!is_secret("PYTORCH_CUDA_ALLOC_CONF"));
-        assert!(!is_secret("tp-size"));
-        assert!(!is_secret("max-total-tokens"));
-        assert!(!is_secret("token_capacity"));
-        assert!(is_secret("access_token"));
-        assert!(!is_secret("--speculative-num-draft-tokens"));
+        assert!(is_secret_name("HF_TOKEN"));
+        assert!(is_secret_name("api-key"));
+        assert!(is_secret_name("OPENAI_API_KEY"));
+        assert!(is_secret_name("hf-token-file"));
+        assert!(!is_secret_name("PYTORCH_CUDA_ALLOC_CONF"));
+        assert!(!is_secret_name("tp-size"));
+        assert!(!is_secret_name("max-total-tokens"));
+        assert!(!is_secret("token_capacity", "4096"));
+        assert!(is_secret_name("access_token"));
+        assert!(!is_secret_name("--speculative-num-draft-tokens"));
     }
 }

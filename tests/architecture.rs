@@ -9,6 +9,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("text", 0),
     ("exit", 0),
     ("console", 0),
+    ("redact", 0),
     ("spec", 1),
     ("secrets", 2),
     ("prompt", 3),
@@ -87,7 +88,9 @@ fn modules_use_only_lower_layers() {
                         continue;
                     }
                     match layer(&used) {
-                        Some(l) if l < own || (own == 0 && used == "catalog") => {}
+                        Some(l)
+                            if l < own
+                                || (own == 0 && matches!(used.as_str(), "catalog" | "redact")) => {}
                         Some(l) => violations.push(format!(
                             "{}:{}: `{top}` (layer {own}) uses `{used}` (layer {l})",
                             rel.display(),

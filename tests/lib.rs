@@ -15,6 +15,7 @@ mod report;
 mod reproduce;
 mod run;
 mod run_dir;
+mod secrets;
 mod sim;
 mod sim_engines;
 mod spec;

@@ -91,11 +91,17 @@ impl LocalProcess {
         })?;
         let mut args = super::supervise::args(std::process::id() as i32, grace);
         args.extend(cmd.argv());
+        // The supervisor hides these in the server's log; the server does not inherit them.
+        let mut env = env.clone();
+        env.insert(
+            crate::redact::ENV_VAR.to_string(),
+            crate::redact::current().to_env(),
+        );
         Self::start(
             &supervisor.to_string_lossy(),
             &args,
             cmd,
-            env,
+            &env,
             workdir,
             log_path,
         )

@@ -177,7 +177,7 @@ impl RemoteServer {
                 loop {
                     // A failed pull (a dropped connection) is retried on the next tick from
                     // the same byte offset, after the SSH layer reconnects.
-                    let _ = pull_log(&ssh, &remote, &local, &offset).await;
+                    let _ = pull_log(&ssh, &remote, &local, &offset, false).await;
                     tokio::time::sleep(LOG_SYNC_EVERY).await;
                 }
             })
@@ -196,11 +196,17 @@ impl RemoteServer {
 
     /// Pulls what the log gained since the last pull.
     pub async fn sync_log(&self) {
+        self.pull(false).await;
+    }
+
+    /// Pulls the log; `whole`: also a last line that has no newline yet (the server is gone).
+    async fn pull(&self, whole: bool) {
         let _ = pull_log(
             &self.ssh,
             &self.process.log_path,
             &self.local_log,
             &self.offset,
+            whole,
         )
         .await;
     }
@@ -218,7 +224,7 @@ impl RemoteServer {
             Err(e) => format!("could not stop it: {e}"),
         };
         let gone = matches!(self.ssh.group_alive(self.process.pgid).await, Ok(false));
-        self.sync_log().await;
+        self.pull(true).await;
         self.mirror.abort();
         (outcome, gone)
     }
@@ -230,25 +236,35 @@ impl Drop for RemoteServer {
     }
 }
 
+/// Appends what the remote log gained to the mirror, whole lines only (unless `whole`, or a
+/// line outgrows the line budget), each through the run's redactor: a secret is never cut in
+/// two by a pull and so never half-hidden.
 async fn pull_log(
     ssh: &SshHost,
     remote: &str,
     local: &Path,
     offset: &tokio::sync::Mutex<u64>,
+    whole: bool,
 ) -> Result<(), HostError> {
     let mut off = offset.lock().await;
     let bytes = ssh.read_from(remote, *off).await?;
-    if bytes.is_empty() {
+    let take = match memchr::memrchr(b'\n', &bytes) {
+        _ if whole || bytes.len() >= crate::redact::MAX_LINE_BYTES => bytes.len(),
+        Some(i) => i + 1,
+        None => 0,
+    };
+    if take == 0 {
         return Ok(());
     }
+    let redactor = crate::redact::current();
     use std::io::Write;
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(local)
-        .and_then(|mut f| f.write_all(&bytes))
+        .and_then(|mut f| f.write_all(&redactor.bytes(&bytes[..take])))
         .map_err(|e| HostError::io(format!("cannot append to {}", local.display()), e))?;
-    *off += bytes.len() as u64;
+    *off += take as u64;
     Ok(())
 }
 

@@ -11,6 +11,11 @@
 //!   sees as the server's.
 //!
 //! What it does is said in the server's log, on stderr.
+//!
+//! The command's output reaches the log through the supervisor, line by line, with the run's
+//! secrets hidden ([`crate::redact`]; the runner hands them over in
+//! [`crate::redact::ENV_VAR`], which the command does not inherit): SGLang logs its
+//! `server_args`, API key included, and the log is part of the run directory.
 
 use std::io::Write;
 use std::process::{Child, Command, ExitStatus};
@@ -82,6 +87,7 @@ pub fn main(opts: Supervise) -> i32 {
     }
     let mut command = Command::new(program);
     command.args(args);
+    let relay = Relay::prepare(&mut command);
     // SAFETY: sigprocmask and prctl are async-signal-safe; nothing else runs between fork
     // and exec.
     unsafe {
@@ -101,12 +107,24 @@ pub fn main(opts: Supervise) -> i32 {
             return 127;
         }
     };
+    let relay = relay.start(&mut child);
+    let code = wait_for(&mut child, &set, &opts, program);
+    relay.finish(RELAY_DRAIN);
+    code
+}
+
+/// How long the relay may go on copying after the command ended (its last lines, a
+/// traceback), when something outside the group still holds the pipe.
+const RELAY_DRAIN: Duration = Duration::from_secs(2);
+
+/// Waits for the command to end or a signal to stop the group; the exit code.
+fn wait_for(child: &mut Child, set: &SigSet, opts: &Supervise, program: &str) -> i32 {
     loop {
         let signal = match set.wait() {
             Ok(s) => s,
             Err(e) => {
                 say(&format!("cannot wait for signals: {e}"));
-                stop_group(&mut child, opts.grace);
+                stop_group(child, opts.grace);
                 return crate::exit::FAILED;
             }
         };
@@ -118,7 +136,7 @@ pub fn main(opts: Supervise) -> i32 {
                         say(&format!(
                             "{program} ended ({status}); stopping what it left in its process group"
                         ));
-                        stop_group(&mut child, opts.grace);
+                        stop_group(child, opts.grace);
                     }
                     return code;
                 }
@@ -137,8 +155,86 @@ pub fn main(opts: Supervise) -> i32 {
                     getpgrp(),
                     crate::text::sig3(opts.grace.as_secs_f64())
                 ));
-                let status = stop_group(&mut child, opts.grace);
+                let status = stop_group(child, opts.grace);
                 return status.map_or(128 + s as i32, exit_code);
+            }
+        }
+    }
+}
+
+/// Copies the command's stdout and stderr to the supervisor's own (the server's log), one line
+/// at a time through the run's redactor.
+struct Relay {
+    redactor: std::sync::Arc<crate::redact::Redactor>,
+}
+
+/// The copying threads of a started [`Relay`].
+struct Relaying {
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Pipes the command's output, and keeps the secrets' list out of its environment.
+    fn prepare(command: &mut Command) -> Relay {
+        let redactor = std::env::var(crate::redact::ENV_VAR)
+            .map(|t| crate::redact::Redactor::from_env(&t))
+            .unwrap_or_default();
+        command
+            .env_remove(crate::redact::ENV_VAR)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        Relay {
+            redactor: std::sync::Arc::new(redactor),
+        }
+    }
+
+    fn start(self, child: &mut Child) -> Relaying {
+        let mut threads = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            let r = self.redactor.clone();
+            threads.push(std::thread::spawn(move || {
+                copy_lines(out, std::io::stdout(), &r)
+            }));
+        }
+        if let Some(err) = child.stderr.take() {
+            let r = self.redactor.clone();
+            threads.push(std::thread::spawn(move || {
+                copy_lines(err, std::io::stderr(), &r)
+            }));
+        }
+        Relaying { threads }
+    }
+}
+
+impl Relaying {
+    /// Waits up to `drain` for the pipes to close (everything the command wrote is copied).
+    fn finish(self, drain: Duration) {
+        let deadline = Instant::now() + drain;
+        while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Copies `from` to `to` line by line (a line longer than the budget in pieces), each through
+/// `redactor`; ends when `from` closes.
+fn copy_lines(
+    from: impl std::io::Read,
+    mut to: impl std::io::Write,
+    redactor: &crate::redact::Redactor,
+) {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match std::io::Read::take(&mut reader, crate::redact::MAX_LINE_BYTES as u64)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let _ = to.write_all(&redactor.bytes(&line));
+                let _ = to.flush();
             }
         }
     }

@@ -454,7 +454,7 @@ fn write_charts(dir: &RunDir, drawn: &[charts::Chart]) -> Result<(), ReportError
     for chart in drawn {
         let svg = charts::render_svg(chart)?;
         let path = folder.join(chart.file);
-        std::fs::write(&path, svg).map_err(write_err(&path))?;
+        std::fs::write(&path, crate::redact::text(&svg).as_bytes()).map_err(write_err(&path))?;
     }
     for file in charts::chart_files() {
         let path = folder.join(file);

@@ -1,7 +1,7 @@
 //! `RunDir`: one run's directory on disk, `<out>/<name>/<UTC timestamp>/`.
 //!
 //! ```text
-//! spec.yaml          the spec as given, byte for byte
+//! spec.yaml          the spec as given, secrets redacted
 //! resolved.yaml      the expanded points
 //! meta.json          RunMeta (rewritten atomically)
 //! requests.jsonl     one RequestRecord per line, appended as each request completes
@@ -10,6 +10,9 @@
 //! report.md          the rendered report
 //! .lock              locked by the process working on the run (its pid inside)
 //! ```
+//!
+//! Every file is written through the process's current redactor ([`crate::redact`]): a
+//! secret of the spec never lands here, whichever writer it reaches.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -23,7 +26,7 @@ use serde::de::DeserializeOwned;
 use super::meta::RunMeta;
 use super::records::{PointRecord, RequestRecord};
 
-/// The spec as given, byte for byte.
+/// The spec as given, secrets redacted.
 pub const SPEC_FILE: &str = "spec.yaml";
 /// The expanded points.
 pub const RESOLVED_FILE: &str = "resolved.yaml";
@@ -149,7 +152,8 @@ impl RunDir {
         Ok(())
     }
 
-    /// Creates `<out>/<name>/<timestamp>/` (adds a -2, -3 suffix if it exists), writes spec.yaml.
+    /// Creates `<out>/<name>/<timestamp>/` (adds a -2, -3 suffix if it exists), writes spec.yaml
+    /// (secrets redacted).
     pub fn create(
         out: &Path,
         name: &str,
@@ -190,7 +194,10 @@ impl RunDir {
                 Err(e) => return Err(e),
             }
         };
-        fs::write(path.join(SPEC_FILE), spec_source)?;
+        fs::write(
+            path.join(SPEC_FILE),
+            crate::redact::text(spec_source).as_bytes(),
+        )?;
         Ok(RunDir::at(path))
     }
 
@@ -211,7 +218,7 @@ impl RunDir {
 
     /// Writes `resolved.yaml`.
     pub fn write_resolved(&self, resolved: &impl Serialize) -> io::Result<()> {
-        let yaml = serde_saphyr::to_string(resolved).map_err(io::Error::other)?;
+        let yaml = serde_saphyr::to_string(&redacted(resolved)?).map_err(io::Error::other)?;
         fs::write(self.file(RESOLVED_FILE), yaml)
     }
 
@@ -219,7 +226,7 @@ impl RunDir {
     /// old or the new meta, never half of one. A write that fails (a full disk) leaves no
     /// temporary file behind.
     pub fn write_meta(&self, meta: &RunMeta) -> io::Result<()> {
-        let mut json = serde_json::to_string_pretty(meta).map_err(io::Error::other)?;
+        let mut json = serde_json::to_string_pretty(&redacted(meta)?).map_err(io::Error::other)?;
         json.push('\n');
         let tmp = self.file(META_TMP_FILE);
         let written = fs::write(&tmp, json).and_then(|()| fs::rename(&tmp, self.file(META_FILE)));
@@ -325,14 +332,24 @@ impl RunDir {
 
     /// Writes `report.md`.
     pub fn write_report(&self, markdown: &str) -> io::Result<()> {
-        fs::write(self.file(REPORT_FILE), markdown)
+        fs::write(
+            self.file(REPORT_FILE),
+            crate::redact::text(markdown).as_bytes(),
+        )
     }
+}
+
+/// `value` as JSON with secrets hidden by the current redactor.
+fn redacted(value: &impl Serialize) -> io::Result<serde_json::Value> {
+    crate::redact::current()
+        .to_json_value(value)
+        .map_err(io::Error::other)
 }
 
 /// Serialises `value` as one line and writes it with a single `write_all` on an unbuffered file,
 /// so the line reaches the OS before this returns (a crash of servebench loses nothing).
 fn append_line(slot: &Mutex<Option<File>>, path: &Path, value: &impl Serialize) -> io::Result<()> {
-    let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
+    let mut line = serde_json::to_vec(&redacted(value)?).map_err(io::Error::other)?;
     line.push(b'\n');
     // A poisoned lock only means another append panicked; the file handle is still sound.
     let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());

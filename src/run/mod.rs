@@ -263,6 +263,7 @@ pub async fn execute(
     opts: &RunOptions,
     interrupt: Interrupt,
 ) -> Result<RunOutcome, RunError> {
+    install_redactor(spec);
     let spec_dir = spec_dir(spec);
     preflight(spec, &spec_dir)?;
     let first = &spec.points[0].experiment;
@@ -341,6 +342,7 @@ pub async fn resume(
     run_dir.lock().map_err(ResumeError::from)?;
     let mut meta = run_dir.read_meta().map_err(ResumeError::from)?;
     let spec = resume_spec(&run_dir, &meta)?;
+    install_redactor(&spec);
     let spec_dir = spec_dir(&spec);
     preflight(&spec, &spec_dir)?;
     let done: HashSet<String> = run_dir
@@ -419,6 +421,14 @@ fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError>
     }
     // Named after the original, so relative paths (prompt files, templates) resolve as before.
     crate::spec::load_str(meta.spec_location(), &copy).map_err(|e| ResumeError::Invalid(e).into())
+}
+
+/// Every secret of the spec (every point's: a sweep can hold them) is hidden from here on, in
+/// each file the run writes and each line it prints (`crate::redact`).
+fn install_redactor(spec: &LoadedSpec) {
+    crate::redact::install(crate::secrets::redactor(
+        spec.points.iter().map(|p| &p.experiment),
+    ));
 }
 
 fn spec_dir(spec: &LoadedSpec) -> PathBuf {

@@ -242,7 +242,8 @@ impl Progress {
             return;
         }
         match &self.bar {
-            Some(b) => b.println(text),
+            // The bar prints itself, not through the console: hide secrets here.
+            Some(b) => b.println(crate::redact::text(text)),
             None => crate::console::errln(text),
         }
     }
@@ -250,7 +251,8 @@ impl Progress {
     /// Point `id` (shown as `label`) starts.
     pub fn point_started(&self, id: &str, label: &str) {
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        shown.current = Some((id.to_string(), label.to_string(), Instant::now()));
+        let label = crate::redact::text(label).into_owned();
+        shown.current = Some((id.to_string(), label, Instant::now()));
     }
 
     pub fn request_started(&self) {

@@ -137,6 +137,18 @@ async fn serve_sglang(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let log = config.log.clone();
+    // SGLang's first line (`logger.info(f"{server_args=}")` in its engine launch): every
+    // server argument, the API key included, as Python's dataclass repr writes them.
+    log.info(&format!(
+        "server_args=ServerArgs({})",
+        config
+            .args
+            .values
+            .iter()
+            .map(|(k, v)| format!("{k}={}", super::vllm_args::py_repr(v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     if config.max_total_tokens <= 0 {
         log.info("Scheduler hit an exception: Traceback (most recent call last):");
         log.raw("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.");
