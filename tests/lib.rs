@@ -26,3 +26,4 @@ mod statistics;
 mod summary;
 mod trust;
 mod validate;
+mod workloads;
