@@ -14,11 +14,14 @@ fn data(file: &str) -> String {
         .to_string()
 }
 
+/// Measured requests in the order they were drawn (round, then index).
 fn measured(dir: &Path) -> Vec<serde_json::Value> {
-    read_jsonl(&dir.join("requests.jsonl"))
+    let mut rs: Vec<serde_json::Value> = read_jsonl(&dir.join("requests.jsonl"))
         .into_iter()
         .filter(|r| r["role"] == "measure")
-        .collect()
+        .collect();
+    rs.sort_by_key(|r| (r["round"].as_u64(), r["index"].as_u64()));
+    rs
 }
 
 fn kinds(point: &serde_json::Value) -> Vec<String> {
@@ -178,7 +181,9 @@ fn a_jsonl_dataset_sends_texts_and_lengths_as_written() {
     assert_eq!(outs, vec![24, 12, 40, 6]);
     // Lines with input_tokens get generated text calibrated to that length.
     for (r, target) in [(&rs[1], 300u64), (&rs[3], 900)] {
-        assert_eq!(u(&r["requested_prompt_tokens"]), target);
+        // Asked for in its 2% bucket, within 1% of the line's length.
+        let asked = u(&r["requested_prompt_tokens"]);
+        assert!(asked.abs_diff(target) * 100 <= target, "{r}");
         let got = u(&r["prompt_tokens"]) as f64;
         assert!(
             (got - target as f64).abs() <= 0.02 * target as f64 + 12.0,
@@ -329,7 +334,7 @@ fn shared_prefixes_left_over_from_an_earlier_round_are_flagged_as_contamination(
     );
     assert_eq!(u(&p["ok"]), 18);
     // The three are left out of the numbers.
-    assert_eq!(u(&p["metrics"]["ttft_s"]["n"]), 15, "{p}");
+    assert_eq!(u(&p["metrics"]["ttft_s"]["count"]), 15, "{p}");
 }
 
 fn sessions_spec(name: &str, api: &str, think: &str, extra: &str) -> String {
@@ -348,7 +353,14 @@ fn sessions_spec(name: &str, api: &str, think: &str, extra: &str) -> String {
 fn sessions_send_growing_histories_and_each_turn_finds_the_last_one_cached() {
     for api in ["openai-chat", "sglang-generate"] {
         let ws = Workspace::new();
-        let spec = ws.write("s.yaml", &sessions_spec("sess", api, "20ms", ""));
+        // OpenAI APIs report cached tokens when the server is asked to (as SGLang).
+        let spec = ws.write(
+            "s.yaml",
+            &sessions_spec("sess", api, "20ms", "").replace(
+                "context-length: 8192",
+                "context-length: 8192, enable-cache-report: true",
+            ),
+        );
         let (dir, points) = ws.run_ok(&spec);
         let p = &points[0];
         assert_eq!(p["status"], "ok", "{api}: {p}");
@@ -367,15 +379,20 @@ fn sessions_send_growing_histories_and_each_turn_finds_the_last_one_cached() {
                     u(&next["share"]["shared_tokens"]),
                     u(&prev["prompt_tokens"])
                 );
-                // The simulator caches the reply too: all of the previous turn is a hit.
+                // All of the previous turn is a hit, but for the last token (always
+                // recomputed) or, in chat, the template's assistant cue (`assistant:`, three
+                // tokens), which the next prompt replaces with the reply.
                 let cached = u(&next["cached_tokens"]);
+                let slack = if api == "openai-chat" { 4 } else { 1 };
                 assert!(
-                    cached >= u(&prev["prompt_tokens"]) - 1,
+                    cached + slack >= u(&prev["prompt_tokens"]),
                     "{api}: turn found {cached} of {}",
                     u(&prev["prompt_tokens"])
                 );
             }
-            assert!(u(&turns[0]["cached_tokens"]) < 10, "{api}: {}", turns[0]);
+            // SGLang's OpenAI usage leaves cached_tokens out when it is 0.
+            let first = turns[0]["cached_tokens"].as_u64().unwrap_or(0);
+            assert!(first < 10, "{api}: {}", turns[0]);
         }
         let rows = p["prefix_cache"].as_array().unwrap();
         assert_eq!(rows.len(), 4, "one row per turn: {p}");
@@ -401,8 +418,8 @@ fn a_cache_flushed_between_turns_is_caught() {
     let spec = ws.write(
         "sf.yaml",
         &sessions_spec("sf", "sglang-generate", "400ms", "").replace(
-            "context-length: 8192",
-            &format!("context-length: 8192, port: {port}"),
+            "  model: test-model\n",
+            &format!("  model: test-model\n  port: {port}\n"),
         ),
     );
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -69,6 +69,9 @@ pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
         e.0 = e.0.min(r.sent_at);
         e.1 = e.1.min(first_token_at(r).unwrap_or(f64::INFINITY));
     }
+    // SGLang's OpenAI usage leaves `prompt_tokens_details` out when nothing was cached: once
+    // the server has reported a count for some request, a missing one means none.
+    let reports = shared.iter().any(|(_, r)| r.cached_tokens.is_some());
     for (i, r) in &shared {
         let share = r.share.as_ref().expect("filtered");
         let key = if sessions {
@@ -87,7 +90,7 @@ pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             expected_cached_tokens: None,
             cached_tokens: None,
         });
-        let Some(cached) = r.cached_tokens else {
+        let Some(cached) = r.cached_tokens.or(reports.then_some(0)) else {
             unreported += 1;
             continue;
         };

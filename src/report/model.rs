@@ -57,7 +57,6 @@ pub struct ReportModel {
     pub charts: Vec<ChartLink>,
     /// Expected against observed prefix-cache hits, for points whose requests share prefixes
     /// by design (shared-prefix groups, sessions); empty otherwise.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefix_cache: Vec<PrefixCacheSection>,
 }
 
@@ -113,7 +112,6 @@ pub struct Setup {
     /// `max_new_tokens` / `max_tokens` per request (a distribution's mean).
     pub output_tokens: u64,
     /// How output lengths vary (`uniform 64-256`); None when every request asks the same.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens_dist: Option<String>,
     /// Whether generation continued past end-of-sequence.
     pub ignore_eos: bool,
@@ -171,7 +169,6 @@ pub struct PromptInfo {
     pub path: Option<String>,
     /// How prompt lengths are drawn per request (`lognormal mean 1024 ...`), or what a
     /// shared-prefix prompt is made of; None for one length.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lengths: Option<String>,
 }
 
