@@ -91,6 +91,18 @@ fn contaminated_incomplete_report() {
     insta::assert_snapshot!("contaminated_incomplete_report", rendered("contaminated"));
 }
 
+/// A recorded simulator run of 3 shared-prefix groups, with the radix cache on (every must-hit
+/// request hit) and off (every one missed, flagged).
+#[test]
+fn shared_prefix_report() {
+    let text = rendered("shared-prefix");
+    let section = &text[text.find("## Prefix cache").expect("a prefix cache section")
+        ..text.find("## Point details").expect("point details")];
+    insta::assert_snapshot!("shared_prefix_report_section", section);
+    assert!(text.contains("prefix-cache-miss"), "{text}");
+    assert!(text.contains("3 groups x 800 prefix tokens + 60 unique tokens"), "{text}");
+}
+
 #[test]
 fn rendering_twice_is_identical() {
     assert_eq!(rendered("clean-sweep"), rendered("clean-sweep"));
