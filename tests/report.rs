@@ -96,11 +96,16 @@ fn contaminated_incomplete_report() {
 #[test]
 fn shared_prefix_report() {
     let text = rendered("shared-prefix");
-    let section = &text[text.find("## Prefix cache").expect("a prefix cache section")
+    let section = &text[text
+        .find("## Prefix cache")
+        .expect("a prefix cache section")
         ..text.find("## Point details").expect("point details")];
     insta::assert_snapshot!("shared_prefix_report_section", section);
     assert!(text.contains("prefix-cache-miss"), "{text}");
-    assert!(text.contains("3 groups x 800 prefix tokens + 60 unique tokens"), "{text}");
+    assert!(
+        text.contains("3 groups x 800 prefix tokens + 60 unique tokens"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -56,7 +56,9 @@ pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
     // Row key: the group, or the session turn.
     let mut rows: BTreeMap<u32, PrefixCacheRow> = BTreeMap::new();
     let mut sums: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
-    let (mut misses, mut unexpected): (Vec<(u32, u64, u64)>, Vec<(u32, u64)>) = (vec![], vec![]);
+    // (row key, shared tokens, cached) of each miss; (row key, cached) of each unexpected hit.
+    let mut misses: Vec<(u32, u64, u64)> = Vec::new();
+    let mut unexpected: Vec<(u32, u64)> = Vec::new();
     let mut unreported = 0;
     // Per round and group: the earliest send, and the earliest first token (a request's own
     // first token comes after its send, so taking it into the minimum changes nothing).

@@ -49,11 +49,12 @@ pub fn summarize(
         .collect();
     // Requests that share prefixes by design are judged by what their group sent before
     // them; the others by the cache policy.
-    let (shared_refs, policy_refs): (Vec<(usize, &RequestRecord)>, Vec<(usize, &RequestRecord)>) =
-        refs.iter()
-            .copied()
-            .enumerate()
-            .partition(|(_, r)| r.share.is_some());
+    type Indexed<'a> = Vec<(usize, &'a RequestRecord)>;
+    let (shared_refs, policy_refs): (Indexed, Indexed) = refs
+        .iter()
+        .copied()
+        .enumerate()
+        .partition(|(_, r)| r.share.is_some());
     let mut verdict = verify::Verdict::default();
     let mut prefix_cache = Vec::new();
     if exp.cache.verify {
