@@ -135,10 +135,8 @@ pub fn summarize(
     if exp.concurrency == 1 {
         flags.extend(spread::spread_flags(&metrics));
     }
-    let per_round = match &exp.load {
-        Some(crate::spec::types::LoadSpec::Sessions { sessions }) => {
-            sessions.users as usize * sessions.turns as usize
-        }
+    let per_round = match exp.sessions() {
+        Some(s) => s.users as usize * s.turns as usize,
         None => exp.requests as usize,
     };
     let expected = exp.repeat as usize * per_round;

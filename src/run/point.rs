@@ -253,7 +253,7 @@ impl PointRunner {
         {
             flags.push(Flag::new(FlagKind::FlushFailed, e));
         }
-        if let Some(crate::spec::types::LoadSpec::Sessions { sessions }) = &exp.load {
+        if let Some(sessions) = exp.sessions() {
             return self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;

@@ -172,6 +172,17 @@ pub enum LoadSpec {
     Sessions { sessions: SessionsSpec },
 }
 
+impl super::types::Experiment {
+    /// The `sessions` load model, when the spec's `load` is one: the one place that reads it,
+    /// so the other load kinds can join `LoadSpec` by changing this alone.
+    pub fn sessions(&self) -> Option<&SessionsSpec> {
+        match &self.load {
+            Some(LoadSpec::Sessions { sessions }) => Some(sessions),
+            None => None,
+        }
+    }
+}
+
 /// The sessions load model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
