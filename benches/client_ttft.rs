@@ -172,6 +172,7 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         ignore_eos: true,
                         temperature: 0.0,
                         model: None,
+                        history: Vec::new(),
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(30)).await

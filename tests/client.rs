@@ -121,6 +121,7 @@ fn request(api: Api) -> GenerationRequest {
         ignore_eos: true,
         temperature: 0.0,
         model: None,
+        history: Vec::new(),
     }
 }
 

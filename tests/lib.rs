@@ -27,3 +27,4 @@ mod statistics;
 mod summary;
 mod trust;
 mod validate;
+mod workloads;

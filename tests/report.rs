@@ -74,6 +74,8 @@ fn request(point: &str, index: u32) -> RequestRecord {
         chunk_tokens: None,
         finish_reason: Some("length".to_string()),
         error: None,
+        share: None,
+        mix: None,
     }
 }
 
@@ -87,6 +89,23 @@ fn clean_sweep_report() {
 #[test]
 fn contaminated_incomplete_report() {
     insta::assert_snapshot!("contaminated_incomplete_report", rendered("contaminated"));
+}
+
+/// A recorded simulator run of 3 shared-prefix groups, with the radix cache on (every must-hit
+/// request hit) and off (every one missed, flagged).
+#[test]
+fn shared_prefix_report() {
+    let text = rendered("shared-prefix");
+    let section = &text[text
+        .find("## Prefix cache")
+        .expect("a prefix cache section")
+        ..text.find("## Point details").expect("point details")];
+    insta::assert_snapshot!("shared_prefix_report_section", section);
+    assert!(text.contains("prefix-cache-miss"), "{text}");
+    assert!(
+        text.contains("3 groups x 800 prefix tokens + 60 unique tokens"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -615,6 +634,7 @@ fn run_dir_round_trip() {
         calibration: None,
         status: None,
         wall: None,
+        prefix_cache: Vec::new(),
     };
     dir.append_point(&point).unwrap();
 
@@ -765,6 +785,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         calibration: None,
         status: None,
         wall: None,
+        prefix_cache: Vec::new(),
     }
 }
 

@@ -143,7 +143,10 @@ fn templates_interpolate_and_top_level_fields_are_swept() {
     assert_eq!(spec.points.len(), 4);
     let p = &spec.points[1].experiment;
     assert_eq!(p.description, "ctx 1 at c=8");
-    assert_eq!((p.concurrency, p.workload.output_tokens), (8, 16));
+    assert_eq!(
+        (p.concurrency, p.workload.output_tokens.clone()),
+        (8, servebench::spec::types::Length::Fixed(16))
+    );
     assert_eq!(spec.points[1].values["concurrency"], json!(8));
 }
 

@@ -14,6 +14,12 @@ pub enum FlagKind {
     ColdCacheHit,
     /// A warm request found too little of its prompt cached: excluded.
     WarmCacheMiss,
+    /// A request that had to find its group's shared prefix (or its session's history) cached
+    /// found less: the server evicted, flushed or never cached it. Kept in the numbers.
+    PrefixCacheMiss,
+    /// A request found more cached than its group could have left there (another run's or
+    /// point's prompts): excluded from the point's numbers.
+    UnexpectedCacheHit,
     /// Two-point: the second request of a pair skipped prefill; its decode numbers are left out.
     CacheReuseSuspected,
     /// A headline metric's samples spread widely; the mean is less certain.
@@ -74,6 +80,12 @@ const CATALOGUE: &[Entry] = &[
     // TTFT and prefill speed wrong.
     entry(FlagKind::ColdCacheHit, "cold-cache-hit", "cached"),
     entry(FlagKind::WarmCacheMiss, "warm-cache-miss", "cached"),
+    entry(FlagKind::PrefixCacheMiss, "prefix-cache-miss", "cached"),
+    entry(
+        FlagKind::UnexpectedCacheHit,
+        "unexpected-cache-hit",
+        "cached",
+    ),
     entry(
         FlagKind::CacheReuseSuspected,
         "cache-reuse-suspected",

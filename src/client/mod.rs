@@ -34,7 +34,7 @@ use crate::results::records::{
 };
 use crate::spec::types::Api;
 
-pub use request::{DEFAULT_MODEL, GenerationRequest};
+pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
 pub(crate) use stream::unix_now;
 
@@ -126,6 +126,8 @@ impl Measured {
             chunk_tokens: Some(self.chunk_tokens),
             finish_reason: self.finish_reason,
             error: self.error,
+            share: None,
+            mix: None,
         }
     }
 }
@@ -329,6 +331,7 @@ impl Client {
             ignore_eos: true,
             temperature: 0.0,
             model: model.map(str::to_string),
+            history: Vec::new(),
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();

@@ -22,6 +22,17 @@ pub struct GenerationRequest {
     pub temperature: f64,
     /// `model` of OpenAI bodies; [`DEFAULT_MODEL`] when None. Not sent on the native API.
     pub model: Option<String>,
+    /// Earlier turns of a conversation, sent as chat messages before `prompt` (the chat API
+    /// only; the other APIs get the conversation already written into `prompt`).
+    pub history: Vec<ChatMessage>,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ChatMessage {
+    /// `user` or `assistant`.
+    pub role: &'static str,
+    pub content: String,
 }
 
 /// `stream_options` of OpenAI bodies: a final usage chunk, and usage on every chunk.
@@ -73,7 +84,10 @@ pub fn body(req: &GenerationRequest) -> Value {
         }),
         Api::OpenaiChat => json!({
             "model": model,
-            "messages": [{ "role": "user", "content": req.prompt }],
+            "messages": req.history.iter().chain(std::iter::once(&ChatMessage {
+                role: "user",
+                content: req.prompt.clone(),
+            })).collect::<Vec<_>>(),
             "max_tokens": req.max_tokens,
             "temperature": req.temperature,
             "stream": true,
@@ -95,6 +109,7 @@ mod tests {
             ignore_eos: true,
             temperature: 0.0,
             model: None,
+            history: Vec::new(),
         }
     }
 

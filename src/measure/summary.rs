@@ -5,10 +5,12 @@
 use indexmap::IndexMap;
 
 use crate::catalog::FlagKind;
-use crate::results::records::{ChunkTokens, Flag, PointStatus, RequestRecord, RequestRole, Stat};
+use crate::results::records::{
+    ChunkTokens, Flag, PointStatus, PrefixCacheRow, RequestRecord, RequestRole, Stat,
+};
 use crate::spec::types::{Experiment, Measure};
 
-use super::{metrics, spread, twopoint, verify};
+use super::{metrics, shared, spread, twopoint, verify};
 
 /// What a point's records add up to.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +28,8 @@ pub struct PointSummary {
     pub incomplete: bool,
     /// Failed without a successful request; degraded past the error budget or when incomplete.
     pub status: PointStatus,
+    /// Expected against observed cache hits, per shared-prefix group or session turn.
+    pub prefix_cache: Vec<PrefixCacheRow>,
 }
 
 /// Summarises the measured records of a point of `exp`. `flags` are what the runner already
@@ -43,11 +47,29 @@ pub fn summarize(
         .iter()
         .filter(|r| !two_point || r.role == RequestRole::TwoPointA)
         .collect();
-    let verdict = if exp.cache.verify {
-        verify::verify(exp.cache.policy, &refs)
-    } else {
-        verify::Verdict::default()
-    };
+    // Requests that share prefixes by design are judged by what their group sent before
+    // them; the others by the cache policy.
+    type Indexed<'a> = Vec<(usize, &'a RequestRecord)>;
+    let (shared_refs, policy_refs): (Indexed, Indexed) = refs
+        .iter()
+        .copied()
+        .enumerate()
+        .partition(|(_, r)| r.share.is_some());
+    let mut verdict = verify::Verdict::default();
+    let mut prefix_cache = Vec::new();
+    if exp.cache.verify {
+        let policy: Vec<&RequestRecord> = policy_refs.iter().map(|(_, r)| *r).collect();
+        let v = verify::verify(exp.cache.policy, &policy);
+        verdict.flags = v.flags;
+        verdict.contaminated = v.contaminated.iter().map(|&i| policy_refs[i].0).collect();
+        let shared: Vec<&RequestRecord> = shared_refs.iter().map(|(_, r)| *r).collect();
+        let s = shared::verify_shares(&shared);
+        verdict.flags.extend(s.flags);
+        verdict
+            .contaminated
+            .extend(s.contaminated.iter().map(|&i| shared_refs[i].0));
+        prefix_cache = s.rows;
+    }
     let clean: Vec<&RequestRecord> = refs
         .iter()
         .enumerate()
@@ -113,7 +135,11 @@ pub fn summarize(
     if exp.concurrency == 1 {
         flags.extend(spread::spread_flags(&metrics));
     }
-    let expected = exp.repeat as usize * exp.requests as usize;
+    let per_round = match exp.sessions() {
+        Some(s) => s.users as usize * s.turns as usize,
+        None => exp.requests as usize,
+    };
+    let expected = exp.repeat as usize * per_round;
     let incomplete = interrupted || refs.len() < expected;
     if interrupted {
         flags.push(Flag::new(
@@ -140,6 +166,7 @@ pub fn summarize(
         flags,
         incomplete,
         status,
+        prefix_cache,
     }
 }
 

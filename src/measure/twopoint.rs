@@ -143,6 +143,8 @@ mod tests {
             chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: None,
+            share: None,
+            mix: None,
         }
     }
 

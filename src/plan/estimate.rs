@@ -348,7 +348,17 @@ fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
             let total: usize = list.iter().map(|t| crate::sim::tokenize(t).len()).sum();
             Some((total / list.len()).max(1) as u64)
         }
-        PromptSource::Fixed(_) => None,
+        PromptSource::Fixed(_) | PromptSource::Dataset { .. } => None,
+        PromptSource::SharedPrefix {
+            prefix_tokens,
+            suffix_tokens,
+            ..
+        } => Some(prefix_tokens + suffix_tokens),
+        // A drawn length's mean stands for the point's requests.
+        PromptSource::Drawn { .. } => match &p.experiment.workload.prompt {
+            crate::spec::types::PromptSpec::Random { tokens, .. } => Some(tokens.nominal()),
+            _ => None,
+        },
     }
 }
 
@@ -381,7 +391,7 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
         .min(cfg.max_running_requests.max(1) as u64)
         .max(1);
     let waves = requests.div_ceil(batch) as f64;
-    let out = exp.workload.output_tokens as u64;
+    let out = exp.workload.output_tokens.nominal();
     let cached = exp.cache.policy != CachePolicy::Cold;
     // Warm and as-is prompts hit the cache once it holds them (after the prime, or the first).
     let measured_prefill = if cached {

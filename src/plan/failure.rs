@@ -70,8 +70,14 @@ impl FailurePolicy {
 /// A point's requested context (prompt tokens) and concurrency.
 fn point_size(p: &Point) -> (Option<u64>, u32) {
     let ctx = match &p.experiment.workload.prompt {
-        PromptSpec::Repeat { tokens, .. } | PromptSpec::Random { tokens, .. } => Some(*tokens),
-        PromptSpec::File { .. } => None,
+        PromptSpec::Repeat { tokens, .. } => Some(*tokens),
+        PromptSpec::Random { tokens, .. } => tokens.upper(),
+        PromptSpec::SharedPrefix {
+            prefix_tokens,
+            suffix_tokens,
+            ..
+        } => Some(prefix_tokens + suffix_tokens),
+        PromptSpec::File { .. } | PromptSpec::Dataset { .. } => None,
     };
     (ctx, p.experiment.concurrency)
 }

@@ -17,6 +17,8 @@ use super::{PromptError, PromptSource};
 pub struct PromptCheck {
     /// A file's full path to its problem (`None`: it loads).
     files: RefCell<HashMap<PathBuf, Option<(String, String)>>>,
+    /// A workload (as written) to its problem, for datasets, length files and mixes.
+    workloads: RefCell<HashMap<String, Option<(String, String)>>>,
 }
 
 impl Check for PromptCheck {
@@ -33,7 +35,23 @@ impl Check for PromptCheck {
                     .clone();
                 ("/workload/prompt/path", found)
             }
-            _ => ("/workload/prompt/text", problem(spec, spec_dir)),
+            PromptSpec::Repeat { .. } => ("/workload/prompt/text", problem(spec, spec_dir)),
+            // Datasets, length files and mixes: the whole workload loads or not, read once
+            // however many points share it.
+            _ => ("/workload/prompt", None),
+        };
+        let found = found.or_else(|| {
+            let key = format!("{:?}", experiment.workload);
+            self.workloads
+                .borrow_mut()
+                .entry(key)
+                .or_insert_with(|| workload_problem(experiment, spec_dir))
+                .clone()
+        });
+        let pointer = match spec {
+            _ if pointer != "/workload/prompt" => pointer,
+            PromptSpec::Dataset { .. } => "/workload/prompt/file",
+            _ => "/workload",
         };
         found
             .map(|(message, hint)| Problem {
@@ -47,9 +65,20 @@ impl Check for PromptCheck {
     }
 }
 
+/// What loading the whole workload (prompt, output lengths, mix) says, or `None`.
+fn workload_problem(experiment: &Experiment, spec_dir: &Path) -> Option<(String, String)> {
+    let e = super::WorkloadSource::load(&experiment.workload, spec_dir).err()?;
+    Some(described(e))
+}
+
 /// What loading the prompts says, with a hint, or `None` when they load.
 fn problem(spec: &PromptSpec, spec_dir: &Path) -> Option<(String, String)> {
     let e = PromptSource::load(spec, spec_dir).err()?;
+    Some(described(e))
+}
+
+/// The error's message and a hint at the fix.
+fn described(e: PromptError) -> (String, String) {
     let hint = match &e {
         PromptError::EmptyText => "give a sentence to repeat, or remove `text` for the default",
         PromptError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
@@ -66,6 +95,14 @@ fn problem(spec: &PromptSpec, spec_dir: &Path) -> Option<(String, String)> {
             "a `.json` prompt file is a list of strings: [\"first prompt\", \"second prompt\"]"
         }
         PromptError::Empty { .. } => "write one prompt per line",
+        PromptError::BadDistribution(_) => {
+            "a distribution is { dist: uniform, min, max }, { dist: normal, mean, std, min, max }, { dist: lognormal, mean, sigma, min, max } or { dist: empirical, file }"
+        }
+        PromptError::BadLength { .. } => "write one whole number of tokens per line",
+        PromptError::DatasetLine { .. } => {
+            "sharegpt: a JSON list of { conversations: [ { from, value } ] }; jsonl: one { prompt | input_tokens, output_tokens } object per line"
+        }
+        PromptError::BadWeights => "give every mix entry a positive weight",
     };
-    Some((e.to_string(), hint.to_string()))
+    (e.to_string(), hint.to_string())
 }

@@ -76,6 +76,31 @@ pub enum PromptError {
     /// A prompt file with no prompt in it (empty, or blank lines only).
     #[error("prompt file {} has no prompts", .path.display())]
     Empty { path: PathBuf },
+    /// A length distribution that cannot be drawn from.
+    #[error("bad length distribution: {0}")]
+    BadDistribution(String),
+    /// A line of a lengths file that is not a whole number of tokens.
+    #[error(
+        "{}:{line}:{column}: `{text}` is not a length: write one whole number of tokens (1 to 10000000) per line",
+        .path.display()
+    )]
+    BadLength {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        text: String,
+    },
+    /// A dataset entry that cannot be read.
+    #[error("{}:{line}:{column}: {message}", .path.display())]
+    DatasetLine {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A mix whose weights do not add up to a positive number.
+    #[error("workload.mix weights must be positive numbers with a positive sum")]
+    BadWeights,
 }
 
 /// Where a point's prompts come from.
@@ -89,6 +114,25 @@ pub enum PromptSource {
     },
     /// Fixed prompts from a file, used in order and wrapping around.
     Fixed(Vec<String>),
+    /// Generated text whose length is drawn per request (and bucketed to 2%).
+    Drawn {
+        generator: TextGenerator,
+        lengths: super::dist::LengthSampler,
+        calibrate: bool,
+    },
+    /// Dataset entries, used in order and wrapping around.
+    Dataset {
+        entries: std::sync::Arc<Vec<super::dataset::DatasetEntry>>,
+        /// Seed of the text generated for entries that give a length.
+        seed: u64,
+    },
+    /// Groups of requests sharing a prefix (SGLang's generated shared prefix).
+    SharedPrefix {
+        groups: u32,
+        prefix_tokens: u64,
+        suffix_tokens: u64,
+        seed: u64,
+    },
 }
 
 impl PromptSource {
@@ -113,10 +157,39 @@ impl PromptSource {
                 tokens,
                 seed,
                 calibrate,
-            } => PromptSource::Generated {
-                generator: TextGenerator::Random { seed: *seed },
-                target_tokens: *tokens,
-                calibrate: *calibrate,
+            } => {
+                let lengths = super::dist::LengthSampler::load(tokens, spec_dir)?;
+                let generator = TextGenerator::Random { seed: *seed };
+                match lengths {
+                    super::dist::LengthSampler::Fixed(n) => PromptSource::Generated {
+                        generator,
+                        target_tokens: n,
+                        calibrate: *calibrate,
+                    },
+                    lengths => PromptSource::Drawn {
+                        generator,
+                        lengths,
+                        calibrate: *calibrate,
+                    },
+                }
+            }
+            PromptSpec::Dataset { format, file } => PromptSource::Dataset {
+                entries: std::sync::Arc::new(super::dataset::load_dataset(
+                    *format,
+                    &spec_dir.join(file),
+                )?),
+                seed: 0,
+            },
+            PromptSpec::SharedPrefix {
+                groups,
+                prefix_tokens,
+                suffix_tokens,
+                seed,
+            } => PromptSource::SharedPrefix {
+                groups: (*groups).max(1),
+                prefix_tokens: *prefix_tokens,
+                suffix_tokens: *suffix_tokens,
+                seed: *seed,
             },
             PromptSpec::File { path } => {
                 let full = spec_dir.join(path);
@@ -129,7 +202,14 @@ impl PromptSource {
     pub fn target_tokens(&self) -> Option<u64> {
         match self {
             PromptSource::Generated { target_tokens, .. } => Some(*target_tokens),
-            PromptSource::Fixed(_) => None,
+            PromptSource::SharedPrefix {
+                prefix_tokens,
+                suffix_tokens,
+                ..
+            } => Some(prefix_tokens + suffix_tokens),
+            PromptSource::Fixed(_) | PromptSource::Drawn { .. } | PromptSource::Dataset { .. } => {
+                None
+            }
         }
     }
 }
@@ -171,7 +251,7 @@ pub fn load_prompt_file(path: &Path) -> Result<Vec<String>, PromptError> {
 }
 
 /// The file's text, if it is a regular file of at most [`MAX_PROMPT_FILE_BYTES`].
-fn read_bounded(path: &Path) -> Result<String, PromptError> {
+pub(super) fn read_bounded(path: &Path) -> Result<String, PromptError> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
 

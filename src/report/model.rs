@@ -55,6 +55,21 @@ pub struct ReportModel {
     /// Charts drawn beside the report (`charts/*.svg`), in report order; empty when no swept
     /// dimension changes the context length or too few points were measured.
     pub charts: Vec<ChartLink>,
+    /// Expected against observed prefix-cache hits, for points whose requests share prefixes
+    /// by design (shared-prefix groups, sessions); empty otherwise.
+    pub prefix_cache: Vec<PrefixCacheSection>,
+}
+
+/// One point's prefix-cache verification: a row per shared-prefix group or session turn.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PrefixCacheSection {
+    /// Point id (`p003`).
+    pub point: String,
+    /// Human label, as in the results tables.
+    pub label: String,
+    /// `group` or `turn`: what each row is.
+    pub by: String,
+    pub rows: Vec<crate::results::records::PrefixCacheRow>,
 }
 
 fn count_status(points: &[PointRecord], status: PointStatus) -> usize {
@@ -94,8 +109,10 @@ pub struct Setup {
     pub api: String,
     /// The prompt generator.
     pub prompt: PromptInfo,
-    /// `max_new_tokens` / `max_tokens` per request.
-    pub output_tokens: u32,
+    /// `max_new_tokens` / `max_tokens` per request (a distribution's mean).
+    pub output_tokens: u64,
+    /// How output lengths vary (`uniform 64-256`); None when every request asks the same.
+    pub output_tokens_dist: Option<String>,
     /// Whether generation continued past end-of-sequence.
     pub ignore_eos: bool,
     /// Sampling temperature.
@@ -150,6 +167,9 @@ pub struct PromptInfo {
     pub seed: Option<u64>,
     /// Prompt file, relative to the spec (`file` only).
     pub path: Option<String>,
+    /// How prompt lengths are drawn per request (`lognormal mean 1024 ...`), or what a
+    /// shared-prefix prompt is made of; None for one length.
+    pub lengths: Option<String>,
 }
 
 /// One server launch (or the external server).
@@ -491,7 +511,13 @@ pub fn build_model(
             external_url: exp.server.url.clone(),
             api: exp.workload.api.to_string(),
             prompt: prompt_info(&exp.workload.prompt, points),
-            output_tokens: exp.workload.output_tokens,
+            output_tokens: exp.workload.output_tokens.nominal(),
+            output_tokens_dist: exp
+                .workload
+                .output_tokens
+                .fixed()
+                .is_none()
+                .then(|| exp.workload.output_tokens.describe()),
             ignore_eos: exp.workload.ignore_eos,
             temperature: exp.workload.temperature,
             cache_policy: exp.cache.policy.to_string(),
@@ -555,7 +581,27 @@ pub fn build_model(
         totals,
         data_notes: Vec::new(),
         charts: Vec::new(),
+        prefix_cache: Vec::new(),
     };
+    model.prefix_cache = points
+        .iter()
+        .filter(|p| !p.prefix_cache.is_empty())
+        .map(|p| PrefixCacheSection {
+            point: p.id.clone(),
+            label: model
+                .tables
+                .iter()
+                .flat_map(|t| &t.rows)
+                .find(|r| r.id == p.id)
+                .map_or_else(|| p.id.clone(), |r| r.label.clone()),
+            by: if p.prefix_cache[0].turn.is_some() {
+                "turn".into()
+            } else {
+                "group".into()
+            },
+            rows: p.prefix_cache.clone(),
+        })
+        .collect();
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
     model
@@ -982,6 +1028,7 @@ fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
             text: Some(text.clone()),
             seed: None,
             path: None,
+            lengths: None,
         },
         PromptSpec::Random {
             tokens,
@@ -989,12 +1036,40 @@ fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
             calibrate,
         } => PromptInfo {
             kind: "random".to_string(),
-            target_tokens: target(*tokens),
-            varies,
+            target_tokens: target(tokens.nominal()),
+            varies: varies || tokens.fixed().is_none(),
             calibrate: Some(*calibrate),
             text: None,
             seed: Some(*seed),
             path: None,
+            lengths: tokens.fixed().is_none().then(|| tokens.describe()),
+        },
+        PromptSpec::Dataset { format, file } => PromptInfo {
+            kind: format!("dataset ({format})"),
+            target_tokens: None,
+            varies: true,
+            calibrate: None,
+            text: None,
+            seed: None,
+            path: Some(file.display().to_string()),
+            lengths: None,
+        },
+        PromptSpec::SharedPrefix {
+            groups,
+            prefix_tokens,
+            suffix_tokens,
+            seed,
+        } => PromptInfo {
+            kind: "shared-prefix".to_string(),
+            target_tokens: Some(prefix_tokens + suffix_tokens),
+            varies: false,
+            calibrate: Some(true),
+            text: None,
+            seed: Some(*seed),
+            path: None,
+            lengths: Some(format!(
+                "{groups} groups x {prefix_tokens} prefix tokens + {suffix_tokens} unique tokens"
+            )),
         },
         PromptSpec::File { path } => PromptInfo {
             kind: "file".to_string(),
@@ -1004,6 +1079,7 @@ fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {
             text: None,
             seed: None,
             path: Some(path.display().to_string()),
+            lengths: None,
         },
     }
 }

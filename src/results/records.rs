@@ -213,6 +213,32 @@ pub struct RequestRecord {
     pub finish_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RequestError>,
+    /// What this request should find in the prefix cache because of earlier requests of its
+    /// group (a shared-prefix group, or a session's earlier turns). None for requests that
+    /// share nothing by design.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<CacheShare>,
+    /// The workload mix entry the request was drawn from (None without a mix).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<String>,
+}
+
+/// A request's place in a group of requests that share a prompt prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheShare {
+    /// The group: a shared-prefix group, or a session's user (from 0).
+    pub group: u32,
+    /// The turn of a session's conversation (from 0); None for shared-prefix groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// Prompt tokens this request shares with the group's earlier requests (the group's
+    /// prefix; a session turn's previous prompt, as the server counted it). Once an earlier
+    /// request of the group has had its first token, its prefill has ended and the server
+    /// holds these tokens: the request must find them cached.
+    pub shared_tokens: u64,
+    /// The most this request can find cached: `shared_tokens`, plus the previous turn's
+    /// reply for a session (servers cache generated tokens too).
+    pub reusable_tokens: u64,
 }
 
 impl RequestRecord {
@@ -337,6 +363,7 @@ impl PointRecord {
             calibration: None,
             status: None,
             wall: None,
+            prefix_cache: Vec::new(),
         }
     }
 
@@ -399,6 +426,41 @@ pub struct PointRecord {
     /// what `plan --from` estimates a rerun from. Absent in runs that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall: Option<Wall>,
+    /// What requests that share prompt prefixes found in the cache against what they had to
+    /// find: one row per shared-prefix group, or per session turn. Empty for other workloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefix_cache: Vec<PrefixCacheRow>,
+}
+
+/// Expected against observed cache hits of one shared-prefix group, or one session turn (all
+/// users together), over a point's rounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PrefixCacheRow {
+    /// The shared-prefix group (None for a session turn's row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+    /// The session turn, from 0 (None for a group's row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// Successful requests whose server reported cached tokens.
+    pub requests: usize,
+    /// Requests that had to find the shared tokens cached: sent after an earlier request of
+    /// their group (or their session's previous turn) had its first token.
+    pub must_hit: usize,
+    /// Of those, the ones that did (within 64 tokens, at most half the shared part: page
+    /// granularity and the last token).
+    pub hits: usize,
+    /// Requests that could not have found anything (the first of their group, a session's
+    /// first turn).
+    pub must_miss: usize,
+    /// Requests that found more than their group could have left in the cache.
+    pub unexpected: usize,
+    /// Mean shared tokens over the must-hit requests (what the cache had to serve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_cached_tokens: Option<f64>,
+    /// Mean cached tokens the server reported for the must-hit requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<f64>,
 }
 
 /// How a point's generated prompt was sized to its target token count.

@@ -792,7 +792,7 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         }
     };
     for p in &spec.points {
-        if let Err(e) = crate::prompt::PromptSource::load(&p.experiment.workload.prompt, spec_dir) {
+        if let Err(e) = crate::prompt::WorkloadSource::load(&p.experiment.workload, spec_dir) {
             note(Preflight::Prompt(e.to_string()));
         }
         if let crate::report::Template::File(t) = user_template(&p.experiment, spec_dir)

@@ -10,15 +10,22 @@ use tokio::task::JoinSet;
 
 use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
-use crate::prompt::{Calibrated, Calibrator, CountError, PromptSource, TextGenerator, nonce};
+use crate::prompt::{
+    Calibrated, Calibrator, CountError, PromptSource, TextGenerator, WorkloadSource, nonce,
+};
 use crate::results::meta::{CacheReset, ServerSurface};
-use crate::results::records::{Calibration, Flag, PointRecord, RequestRecord, RequestRole};
+use crate::results::records::{
+    CacheShare, Calibration, Flag, PointRecord, RequestRecord, RequestRole,
+};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment, Measure};
 
 use super::Interrupt;
 use super::progress::Progress;
+
+mod sessions;
+mod workload;
 
 /// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
 /// the remote agent's stdout. A sink that fails has already stopped the run (a request that
@@ -43,6 +50,8 @@ pub struct PointRunner {
     pub spec_dir: PathBuf,
     /// Calibrated text lengths, by (model, generator, target tokens): calibration is paid once.
     calibrations: HashMap<String, (Calibrated, Calibration)>,
+    /// Dataset replies' lengths in the server's tokens, counted once each.
+    reply_tokens: HashMap<String, u64>,
     /// What the server measured now offers (its cache reset, tokenize endpoint, context
     /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
     surface: Option<ServerSurface>,
@@ -85,6 +94,7 @@ impl PointRunner {
             interrupt,
             spec_dir,
             calibrations: HashMap::new(),
+            reply_tokens: HashMap::new(),
             surface: None,
         }
     }
@@ -149,7 +159,7 @@ impl PointRunner {
                 return outcome;
             }
         };
-        record.requested_prompt_tokens = prompts.source.target_tokens();
+        record.requested_prompt_tokens = prompts.requested();
         record.calibration = prompts.calibration.clone();
 
         let mut measured: Vec<RequestRecord> = Vec::new();
@@ -183,6 +193,7 @@ impl PointRunner {
         record.flags = summary.flags;
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
+        record.prefix_cache = summary.prefix_cache;
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {
@@ -191,8 +202,9 @@ impl PointRunner {
         }
     }
 
-    /// The point's prompts: read from its file (or given), or generated and calibrated to the
-    /// server's token count. Fails with the flag that abandons the point.
+    /// The point's prompts: read from its files (or given), with every length distribution
+    /// ready to draw from; a single generated prompt is calibrated here, before any round.
+    /// Fails with the flag that abandons the point.
     async fn prompts(
         &mut self,
         client: &Client,
@@ -201,31 +213,30 @@ impl PointRunner {
         flags: &mut Vec<Flag>,
     ) -> Result<Prompts, (FlagKind, String, Option<Calibration>)> {
         let source = match given {
-            Some(list) => PromptSource::Fixed(list),
-            None => PromptSource::load(&exp.workload.prompt, &self.spec_dir)
-                .map_err(|e| (FlagKind::PromptError, e.to_string(), None))?,
-        };
-        let mut calibration = None;
+            Some(list) => {
+                WorkloadSource::single(PromptSource::Fixed(list), &exp.workload, &self.spec_dir)
+            }
+            None => WorkloadSource::load(&exp.workload, &self.spec_dir),
+        }
+        .map_err(|e| (FlagKind::PromptError, e.to_string(), None))?;
         let model = request_model(exp);
-        let body = match &source {
-            PromptSource::Generated {
+        let mut calibration = None;
+        if source.is_single()
+            && let PromptSource::Generated {
                 generator,
                 target_tokens,
                 calibrate,
-            } => {
-                let (text, flag, record) = self
-                    .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
-                    .await
-                    .map_err(|(e, record)| (FlagKind::CalibrationFailed, e, record))?;
-                flags.extend(flag);
-                calibration = record;
-                Some(text)
-            }
-            PromptSource::Fixed(_) => None,
-        };
+            } = &source.entries[0].prompt
+        {
+            let body = self
+                .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
+                .await
+                .map_err(|(e, record)| (FlagKind::CalibrationFailed, e, record))?;
+            flags.extend(body.flag);
+            calibration = body.record;
+        }
         Ok(Prompts {
             source,
-            body,
             model,
             calibration,
         })
@@ -235,7 +246,7 @@ impl PointRunner {
     /// sends the round's measured requests. Returns their records and whether an interrupt
     /// stopped it.
     async fn measure_round(
-        &self,
+        &mut self,
         client: &Client,
         point: &Point,
         round: u32,
@@ -249,54 +260,75 @@ impl PointRunner {
         {
             flags.push(Flag::new(FlagKind::FlushFailed, e));
         }
-        // Warm: one nonce per point and round, so points do not share prefixes; primed once.
+        if let Some(sessions) = exp.sessions() {
+            return self
+                .run_sessions(client, point, round, prompts, sessions, flags)
+                .await;
+        }
+        let planned = match self
+            .plan_round(client, exp, prompts, round, exp.requests, flags)
+            .await
+        {
+            Ok(p) => p,
+            Err((kind, message)) => {
+                let stopped = self.interrupt.is_set();
+                if !stopped {
+                    flags.push(Flag::new(kind, message));
+                }
+                return (Vec::new(), stopped);
+            }
+        };
+        // Warm: one nonce per point and round, so points do not share prefixes; each distinct
+        // prompt primed once.
         let warm_prefix = nonce();
         if policy == CachePolicy::Warm {
-            let prompt = format!("{warm_prefix}{}", prompts.text(0));
-            let req = generation_request(exp, prompt, &prompts.model);
-            let m = tokio::select! {
-                m = client.stream(&req, exp.request_timeout) => m,
-                _ = self.interrupt.wait() => return (Vec::new(), true),
-            };
-            let rec = m.into_record(
-                &point.id,
-                round,
-                0,
-                RequestRole::Prime,
-                exp.workload.api,
-                exp.workload.output_tokens,
-                prompts.source.target_tokens(),
-            );
-            if !self.append(&rec) {
-                return (Vec::new(), true);
+            let mut primed = std::collections::HashSet::new();
+            for p in planned.iter().filter(|p| p.nonce) {
+                if !primed.insert(p.text.as_str()) {
+                    continue;
+                }
+                let prompt = format!("{warm_prefix}{}", p.text);
+                let mut req = generation_request(exp, prompt, &prompts.model);
+                req.max_tokens = p.max_tokens;
+                let m = tokio::select! {
+                    m = client.stream(&req, exp.request_timeout) => m,
+                    _ = self.interrupt.wait() => return (Vec::new(), true),
+                };
+                let rec = m.into_record(
+                    &point.id,
+                    round,
+                    0,
+                    RequestRole::Prime,
+                    exp.workload.api,
+                    p.max_tokens,
+                    p.requested,
+                );
+                if !self.append(&rec) {
+                    return (Vec::new(), true);
+                }
             }
         }
-        let texts: Vec<String> = (0..exp.requests)
-            .map(|i| match policy {
-                CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), prompts.text(i)),
-                CachePolicy::Cold => prompts.text(i),
-                CachePolicy::Warm => format!("{warm_prefix}{}", prompts.text(i)),
-                CachePolicy::AsIs => prompts.text(i),
+        let planned: Vec<Planned> = planned
+            .into_iter()
+            .map(|mut p| {
+                if p.nonce {
+                    p.text = match policy {
+                        CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), p.text),
+                        CachePolicy::Warm => format!("{warm_prefix}{}", p.text),
+                        _ => p.text,
+                    };
+                }
+                p
             })
             .collect();
-        let requested = prompts.source.target_tokens();
         match exp.method.resolve() {
             Measure::Streaming => {
-                self.send_all(client, point, round, exp, texts, &prompts.model, requested)
+                self.send_all(client, point, round, exp, planned, &prompts.model)
                     .await
             }
             Measure::TwoPoint { a, b } => {
-                self.send_pairs(
-                    client,
-                    point,
-                    round,
-                    (a, b),
-                    texts,
-                    &prompts.model,
-                    requested,
-                    flags,
-                )
-                .await
+                self.send_pairs(client, point, round, (a, b), planned, &prompts.model, flags)
+                    .await
             }
         }
     }
@@ -332,9 +364,8 @@ impl PointRunner {
         point: &Point,
         round: u32,
         exp: &Experiment,
-        prompts: Vec<String>,
+        prompts: Vec<Planned>,
         model: &Option<String>,
-        requested: Option<u64>,
     ) -> (Vec<RequestRecord>, bool) {
         let concurrency = exp.concurrency.max(1) as usize;
         // The connections the round needs are opened before its first request is released, so
@@ -345,22 +376,19 @@ impl PointRunner {
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let mut records = Vec::new();
         let mut stopped = false;
-        for (i, prompt) in prompts.into_iter().enumerate() {
+        for (i, planned) in prompts.into_iter().enumerate() {
             let permit = tokio::select! {
                 p = sem.clone().acquire_owned() => p,
                 _ = self.interrupt.wait() => { stopped = true; break; }
             };
             let Ok(permit) = permit else { break };
-            let req = generation_request(exp, prompt, model);
+            let mut req = generation_request(exp, planned.text, model);
+            req.max_tokens = planned.max_tokens;
             let (client, sink, progress) =
                 (client.clone(), self.sink.clone(), self.progress.clone());
             let omitted_is_zero = self.cached_omitted_is_zero();
-            let (pid, api, max_tokens, timeout) = (
-                point.id.clone(),
-                exp.workload.api,
-                exp.workload.output_tokens,
-                exp.request_timeout,
-            );
+            let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
+            let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
             tasks.spawn(async move {
                 progress.request_started();
                 let m = client.stream(&req, timeout).await;
@@ -371,10 +399,12 @@ impl PointRunner {
                     i as u32,
                     RequestRole::Measure,
                     api,
-                    max_tokens,
+                    req.max_tokens,
                     requested,
                 );
                 fill_omitted_cached(&mut rec, omitted_is_zero);
+                rec.share = share;
+                rec.mix = mix;
                 let written = sink(&rec).is_ok();
                 progress.request_finished();
                 written.then_some(rec)
@@ -411,15 +441,15 @@ impl PointRunner {
         point: &Point,
         round: u32,
         (a, b): (u32, u32),
-        prompts: Vec<String>,
+        prompts: Vec<Planned>,
         model: &Option<String>,
-        requested: Option<u64>,
         flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let mut records = Vec::new();
         prepare(client, 1).await;
-        for (i, prompt) in prompts.into_iter().enumerate() {
+        for (i, planned) in prompts.into_iter().enumerate() {
+            let (prompt, requested) = (planned.text, planned.requested);
             for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
                 if role == RequestRole::TwoPointB
                     && exp.cache.policy == CachePolicy::Cold
@@ -447,6 +477,7 @@ impl PointRunner {
                     requested,
                 );
                 fill_omitted_cached(&mut rec, self.cached_omitted_is_zero());
+                rec.mix = planned.mix.clone();
                 let written = self.append(&rec);
                 self.progress.request_finished();
                 if !written {
@@ -475,16 +506,21 @@ impl PointRunner {
         target: u64,
         calibrate: bool,
         model: &Option<String>,
-    ) -> Result<(String, Option<Flag>, Option<Calibration>), (String, Option<Calibration>)> {
+    ) -> Result<Body, (String, Option<Calibration>)> {
         let surface = self.surface.clone().unwrap_or_default();
         let calibrator = Calibrator {
             limit: surface.context_length,
-            output_tokens: u64::from(exp.workload.output_tokens),
+            output_tokens: exp.workload.output_tokens.upper().unwrap_or(1),
             ..Calibrator::default()
         };
         if !calibrate {
             let chars = (target as f64 * calibrator.initial_chars_per_token) as usize;
-            return Ok((generator.text(chars), None, None));
+            return Ok(Body {
+                text: generator.text(chars),
+                flag: None,
+                record: None,
+                tokens: None,
+            });
         }
         let api = exp.workload.api;
         // The tokenize endpoint counts without a prefill; a chat prompt's count needs the
@@ -561,7 +597,12 @@ impl PointRunner {
                 cal.attempts
             ),
         });
-        Ok((generator.text(cal.chars), flag, Some(record)))
+        Ok(Body {
+            text: generator.text(cal.chars),
+            flag,
+            record: Some(record),
+            tokens: Some(cal.actual_tokens),
+        })
     }
 }
 
@@ -591,25 +632,47 @@ async fn count_tokens(
     })
 }
 
-/// A point's prompt texts and the model name its requests carry.
+/// A point's workload, ready to draw from, and the model name its requests carry.
 struct Prompts {
-    source: PromptSource,
-    /// The calibrated text of a generated prompt (None for file prompts).
-    body: Option<String>,
+    source: WorkloadSource,
     model: Option<String>,
-    /// How the body was calibrated (None for file prompts and uncalibrated ones).
+    /// How a single generated prompt was calibrated (None otherwise).
     calibration: Option<Calibration>,
 }
 
 impl Prompts {
-    /// The text of request `i` (before any nonce): file prompts in turn, or the one body.
-    fn text(&self, i: u32) -> String {
-        match (&self.source, &self.body) {
-            (PromptSource::Fixed(list), _) => list[i as usize % list.len()].clone(),
-            (_, Some(b)) => b.clone(),
-            _ => String::new(),
+    /// The prompt length every request asks for, when it is one length.
+    fn requested(&self) -> Option<u64> {
+        match self.source.entries.as_slice() {
+            [only] => only.prompt.target_tokens(),
+            _ => None,
         }
     }
+}
+
+/// A generated text sized to a token target.
+struct Body {
+    text: String,
+    /// Set when calibration ended outside its tolerance.
+    flag: Option<Flag>,
+    /// How it was calibrated (None when not calibrated).
+    record: Option<Calibration>,
+    /// The server's count of the text behind a nonce (None when not calibrated).
+    tokens: Option<u64>,
+}
+
+/// One request, ready but for the cache policy's nonce.
+#[derive(Debug, Clone)]
+struct Planned {
+    text: String,
+    max_tokens: u32,
+    /// The prompt length asked for (None for given texts).
+    requested: Option<u64>,
+    share: Option<CacheShare>,
+    mix: Option<String>,
+    /// Whether the policy's nonce goes in front (not for texts that carry their own, which
+    /// decide what they share).
+    nonce: bool,
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model.
@@ -628,10 +691,11 @@ fn generation_request(
     GenerationRequest {
         api: exp.workload.api,
         prompt,
-        max_tokens: exp.workload.output_tokens,
+        max_tokens: exp.workload.output_tokens.fixed().unwrap_or(1) as u32,
         ignore_eos: exp.workload.ignore_eos,
         temperature: exp.workload.temperature,
         model: model.clone(),
+        history: Vec::new(),
     }
 }
 

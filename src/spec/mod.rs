@@ -12,6 +12,7 @@ pub mod schema;
 pub mod template;
 pub mod types;
 pub mod validate;
+pub mod workload;
 pub mod yaml;
 
 pub use check::Check;

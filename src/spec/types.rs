@@ -11,6 +11,10 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::workload::{
+    DatasetFormat, Length, LengthDist, LoadSpec, MixEntry, SessionsSpec, ThinkDist,
+};
+
 /// Durations as `humantime` 2.4 reads them: `90s`, `20m`, `20 minutes`, `1h 30m`, `1.5h`.
 pub const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
 
@@ -81,6 +85,10 @@ pub struct Experiment {
     /// request is `failed`. The default, 0, degrades a point on any failed request.
     #[serde(default)]
     pub error_budget: ErrorBudget,
+    /// How requests arrive. Absent: the closed loop of `concurrency`. `{ kind: sessions,
+    /// sessions: { users, turns, think, think_dist } }`: multi-turn conversations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSpec>,
     /// Per-request timeout, e.g. `10m`, `90s`. A request past it is recorded as a timeout error.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
@@ -443,9 +451,9 @@ pub struct Workload {
     pub api: Api,
     /// The prompt generator.
     pub prompt: PromptSpec,
-    /// Output tokens per request (`max_new_tokens` / `max_tokens`).
-    #[schemars(range(min = 1, max = 1000000))]
-    pub output_tokens: u32,
+    /// Output tokens per request (`max_new_tokens` / `max_tokens`): a number, or a
+    /// distribution such as `{ dist: uniform, min: 64, max: 256 }`.
+    pub output_tokens: Length,
     /// Keep generating past end-of-sequence so every request yields exactly `output_tokens`.
     #[serde(default = "yes")]
     pub ignore_eos: bool,
@@ -453,6 +461,13 @@ pub struct Workload {
     #[serde(default)]
     #[schemars(range(min = 0.0, max = 10.0))]
     pub temperature: f64,
+    /// Seed of every draw the workload makes (lengths, mix entries, think times): the same
+    /// seed sends the same requests.
+    #[serde(default)]
+    pub seed: u64,
+    /// A weighted mix of workloads in one point: each request draws an entry by weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mix: Vec<MixEntry>,
 }
 
 /// The HTTP API.
@@ -501,9 +516,9 @@ pub enum PromptSpec {
     },
     /// Seeded random words to the target length (no accidental shared prefixes).
     Random {
-        /// Target prompt length in tokens.
-        #[schemars(range(min = 1, max = 10000000))]
-        tokens: u64,
+        /// Target prompt length in tokens: a number, or a distribution drawn per request
+        /// (lengths bucketed to 2% and each bucket calibrated once).
+        tokens: Length,
         /// Seed of the word sequence; the same seed gives the same prompt.
         #[serde(default)]
         seed: u64,
@@ -516,6 +531,34 @@ pub enum PromptSpec {
     File {
         /// Path to the file, relative to the spec file.
         path: PathBuf,
+    },
+    /// Requests from a dataset file in a format people already have (ShareGPT conversations,
+    /// or JSONL with `prompt` or `input_tokens` and `output_tokens`). Read from disk, never
+    /// downloaded; requests take its entries in order, wrapping around.
+    Dataset {
+        /// `sharegpt` or `jsonl`.
+        format: DatasetFormat,
+        /// Path to the file, relative to the spec file.
+        file: PathBuf,
+    },
+    /// SGLang's generated shared prefix: `groups` groups, each with its own prefix of
+    /// `prefix_tokens` tokens, and `suffix_tokens` unique tokens after it per request.
+    /// Request `i` belongs to group `i mod groups`. servebench states which requests must find
+    /// their group's prefix cached (those sent after an earlier request of the group had its
+    /// first token, so its prefill had ended) and verifies each against the server's
+    /// `cached_tokens`, per group.
+    SharedPrefix {
+        #[schemars(range(min = 1, max = 10000))]
+        groups: u32,
+        /// Tokens of each group's prefix (a system prompt, a document).
+        #[schemars(range(min = 1, max = 10000000))]
+        prefix_tokens: u64,
+        /// Tokens after the prefix, different in every request (the question).
+        #[schemars(range(min = 1, max = 10000000))]
+        suffix_tokens: u64,
+        /// Seed of the text.
+        #[serde(default)]
+        seed: u64,
     },
 }
 
