@@ -67,6 +67,19 @@ enum NameKind {
     Token,
 }
 
+/// Words after `key` that make the name a setting about keys, not a key.
+const KEY_DESCRIBERS: &[&str] = &[
+    "check",
+    "checking",
+    "type",
+    "types",
+    "size",
+    "bits",
+    "algorithm",
+    "algorithms",
+    "format",
+];
+
 /// Words after `token` that still name the token: where it is kept.
 const TOKEN_HOLDERS: &[&str] = &["file", "path"];
 
@@ -76,7 +89,16 @@ fn name_kind(name: &str) -> Option<NameKind> {
         .split(['-', '_', '.', ' '])
         .filter(|w| !w.is_empty())
         .collect();
-    if words.iter().any(|w| CREDENTIAL_WORDS.contains(w)) {
+    // `key` before a word that describes keys names a setting, not a key:
+    // `host_key_check: strict`, `key_type: ed25519`.
+    let credential = words.iter().enumerate().any(|(i, w)| {
+        CREDENTIAL_WORDS.contains(w)
+            && !(matches!(*w, "key" | "keys")
+                && words
+                    .get(i + 1)
+                    .is_some_and(|next| KEY_DESCRIBERS.contains(next)))
+    });
+    if credential {
         return Some(NameKind::Credential);
     }
     // `token` (not `tokens`, which counts them, nor `tokenizer`) at the end or before where it
@@ -164,7 +186,7 @@ static NAME_VALUE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
         r#"(?i)(?P<name>[a-z0-9_][a-z0-9_.-]*)['"]?[ \t]*[:=][ \t]*(?:\[[ \t]*)?"#,
         r#"(?P<scheme>(?:bearer|basic|token)[ \t]+)?"#,
-        r#"(?P<val>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)\]}'"]+)"#
+        r#"(?P<val>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)\]}{'"]+)"#
     ))
     .expect("valid regex")
 });
@@ -445,6 +467,7 @@ mod tests {
             "tp-size",
             "ssl-keyfile",
             "monkey",
+            "host_key_check",
             "cached_tokens",
             "token_source",
             "speculative-token-map",
@@ -554,6 +577,8 @@ mod tests {
             "api-key: \"${SGLANG_API_KEY}\"",
             "max_total_tokens=4096",
             "--api-key --tp 8",
+            "\"api_key\": {",
+            "host_key_check: strict",
         ] {
             assert_eq!(red.text(same), same);
         }
