@@ -184,7 +184,7 @@ static URL_USERINFO: LazyLock<Regex> = LazyLock::new(|| {
 /// `name: value`, `name=value`, `"name": "value"`, `name='value'`, `name: ['value']`.
 static NAME_VALUE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
-        r#"(?i)(?P<name>[a-z0-9_][a-z0-9_.-]*)['"]?[ \t]*[:=][ \t]*(?:\[[ \t]*)?"#,
+        r#"(?i)(?P<name>[a-z0-9_][a-z0-9_.-]*)['"]?(?P<sep>[ \t]*[:=][ \t]*)(?:\[[ \t]*)?"#,
         r#"(?P<scheme>(?:bearer|basic|token)[ \t]+)?"#,
         r#"(?P<val>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)\]}{'"]+)"#
     ))
@@ -350,6 +350,15 @@ fn redact_value(c: &Captures) -> Vec<u8> {
     };
     let name_s = String::from_utf8_lossy(name.as_bytes());
     let val_s = String::from_utf8_lossy(val.as_bytes());
+    // A lone word before a colon is prose ("time to first token: from ..."), not a setting:
+    // only `word=value` counts for it; names like `api-key:` or `HF_TOKEN:` always do.
+    let lone_word = !name_s.contains(['-', '_', '.']);
+    if lone_word
+        && c.name("scheme").is_none()
+        && c.name("sep").is_some_and(|s| s.as_bytes().contains(&b':'))
+    {
+        return whole.as_bytes().to_vec();
+    }
     // `Authorization: Bearer X` hides X whatever the header is called.
     let bearer = c.name("scheme").is_some() && name_kind(&name_s).is_some();
     if !bearer && !is_secret(&name_s, &val_s) {
@@ -579,6 +588,8 @@ mod tests {
             "--api-key --tp 8",
             "\"api_key\": {",
             "host_key_check: strict",
+            "Time to first token: from the request",
+            "Time per output token: (E2E - TTFT)",
         ] {
             assert_eq!(red.text(same), same);
         }
