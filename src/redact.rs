@@ -67,6 +67,19 @@ enum NameKind {
     Token,
 }
 
+/// Words after `key` that make the name a setting about keys, not a key.
+const KEY_DESCRIBERS: &[&str] = &[
+    "check",
+    "checking",
+    "type",
+    "types",
+    "size",
+    "bits",
+    "algorithm",
+    "algorithms",
+    "format",
+];
+
 /// Words after `token` that still name the token: where it is kept.
 const TOKEN_HOLDERS: &[&str] = &["file", "path"];
 
@@ -76,7 +89,16 @@ fn name_kind(name: &str) -> Option<NameKind> {
         .split(['-', '_', '.', ' '])
         .filter(|w| !w.is_empty())
         .collect();
-    if words.iter().any(|w| CREDENTIAL_WORDS.contains(w)) {
+    // `key` before a word that describes keys names a setting, not a key:
+    // `host_key_check: strict`, `key_type: ed25519`.
+    let credential = words.iter().enumerate().any(|(i, w)| {
+        CREDENTIAL_WORDS.contains(w)
+            && !(matches!(*w, "key" | "keys")
+                && words
+                    .get(i + 1)
+                    .is_some_and(|next| KEY_DESCRIBERS.contains(next)))
+    });
+    if credential {
         return Some(NameKind::Credential);
     }
     // `token` (not `tokens`, which counts them, nor `tokenizer`) at the end or before where it
@@ -162,9 +184,9 @@ static URL_USERINFO: LazyLock<Regex> = LazyLock::new(|| {
 /// `name: value`, `name=value`, `"name": "value"`, `name='value'`, `name: ['value']`.
 static NAME_VALUE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
-        r#"(?i)(?P<name>[a-z0-9_][a-z0-9_.-]*)['"]?[ \t]*[:=][ \t]*(?:\[[ \t]*)?"#,
+        r#"(?i)(?P<name>[a-z0-9_][a-z0-9_.-]*)['"]?(?P<sep>[ \t]*[:=][ \t]*)(?:\[[ \t]*)?"#,
         r#"(?P<scheme>(?:bearer|basic|token)[ \t]+)?"#,
-        r#"(?P<val>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)\]}'"]+)"#
+        r#"(?P<val>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)\]}{'"]+)"#
     ))
     .expect("valid regex")
 });
@@ -328,6 +350,15 @@ fn redact_value(c: &Captures) -> Vec<u8> {
     };
     let name_s = String::from_utf8_lossy(name.as_bytes());
     let val_s = String::from_utf8_lossy(val.as_bytes());
+    // A lone word before a colon is prose ("time to first token: from ..."), not a setting:
+    // only `word=value` counts for it; names like `api-key:` or `HF_TOKEN:` always do.
+    let lone_word = !name_s.contains(['-', '_', '.']);
+    if lone_word
+        && c.name("scheme").is_none()
+        && c.name("sep").is_some_and(|s| s.as_bytes().contains(&b':'))
+    {
+        return whole.as_bytes().to_vec();
+    }
     // `Authorization: Bearer X` hides X whatever the header is called.
     let bearer = c.name("scheme").is_some() && name_kind(&name_s).is_some();
     if !bearer && !is_secret(&name_s, &val_s) {
@@ -445,6 +476,7 @@ mod tests {
             "tp-size",
             "ssl-keyfile",
             "monkey",
+            "host_key_check",
             "cached_tokens",
             "token_source",
             "speculative-token-map",
@@ -554,6 +586,10 @@ mod tests {
             "api-key: \"${SGLANG_API_KEY}\"",
             "max_total_tokens=4096",
             "--api-key --tp 8",
+            "\"api_key\": {",
+            "host_key_check: strict",
+            "Time to first token: from the request",
+            "Time per output token: (E2E - TTFT)",
         ] {
             assert_eq!(red.text(same), same);
         }

@@ -360,6 +360,57 @@ mod tests {
     }
 
     #[test]
+    fn every_place_a_server_section_holds_a_secret_is_collected() {
+        // SAFETY: a variable only this test reads; set before anything reads it.
+        unsafe { std::env::set_var("SERVEBENCH_TEST_SECRETS_REF", "ref-value-123") };
+        let server: Server = serde_saphyr::from_str(concat!(
+            "model: m\n",
+            "url: http://u:url-pass-123@h:1/\n",
+            "args: { api-key: sk-args-123, hf-token-file: /f/tok, tp-size: 8, ",
+            "long-prefill-token-threshold: 2048, other: '${SERVEBENCH_TEST_SECRETS_REF}' }\n",
+            "engine_args: { vllm: { hf-token: hf-engine-123 } }\n",
+            "env: { DB_PASSWORD: '${SERVEBENCH_TEST_SECRETS_REF}', PATH_X: '${HOME}' }\n",
+            "launcher: [python, --api-key, sk-launch-123, --admin-api-key=sk-admin-123]\n",
+        ))
+        .unwrap();
+        let found = server_secrets(&server);
+        for want in [
+            "sk-args-123",
+            "/f/tok",
+            "hf-engine-123",
+            "ref-value-123",
+            "sk-launch-123",
+            "sk-admin-123",
+            "u:url-pass-123",
+            "url-pass-123",
+        ] {
+            assert!(found.iter().any(|f| f == want), "{want} not in {found:?}");
+        }
+        // A reference from a plain name to a plain variable is not a secret; counts are not.
+        assert!(!found.iter().any(|f| f == "2048" || f == "8"), "{found:?}");
+        assert!(
+            !found.contains(&std::env::var("HOME").unwrap_or_default()),
+            "{found:?}"
+        );
+        let r = redacted_server(&server);
+        assert_eq!(r.url.as_deref(), Some("http://***@h:1/"));
+        assert_eq!(
+            r.engine_args[&crate::spec::types::Engine::Vllm]["hf-token"],
+            ArgValue::Str(REDACTED.into())
+        );
+        assert_eq!(
+            r.launcher.unwrap(),
+            [
+                "python",
+                "--api-key",
+                REDACTED,
+                "--admin-api-key=<redacted>"
+            ]
+        );
+        assert_eq!(r.args["long-prefill-token-threshold"], ArgValue::Int(2048));
+    }
+
+    #[test]
     fn server_info_secrets_are_redacted_at_any_depth() {
         let mut v = serde_json::json!({"api_key": "sk-1", "tp_size": 8, "max_total_num_tokens": 5,
             "internal_states": [{"hf_token": "x", "ssl_keyfile": null}]});

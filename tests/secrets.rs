@@ -146,6 +146,22 @@ sweep:
     let report = servebench_in(&ws, &["report", &dir_arg], &env);
     assert!(report.status.success(), "{}", show(&report));
 
+    let secrets = [
+        api_key.as_str(),
+        token_file.as_str(),
+        engine_token.as_str(),
+        env_token.as_str(),
+        referenced.as_str(),
+        swept[0].as_str(),
+        swept[1].as_str(),
+    ];
+    let files = assert_nowhere(
+        &secrets,
+        &ws.path().join("runs"),
+        &[&validate, &plan, &out, &report],
+    );
+    assert!(files >= 8, "searched {files} files");
+
     // The secrets were there to leak: the simulator logged its server_args with the key, the
     // spec copy held them, each launch had its swept token.
     let logs: Vec<String> = std::fs::read_dir(&dir)
@@ -167,22 +183,6 @@ sweep:
     let points = read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points.len(), 2);
     assert!(points.iter().all(|p| p["ok"] == 2), "{points:?}");
-
-    let secrets = [
-        api_key.as_str(),
-        token_file.as_str(),
-        engine_token.as_str(),
-        env_token.as_str(),
-        referenced.as_str(),
-        swept[0].as_str(),
-        swept[1].as_str(),
-    ];
-    let files = assert_nowhere(
-        &secrets,
-        &ws.path().join("runs"),
-        &[&validate, &plan, &out, &report],
-    );
-    assert!(files >= 8, "searched {files} files");
 }
 
 #[test]

@@ -299,3 +299,21 @@ fn stop_group(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
     }
     status
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relay_hides_secrets_line_by_line() {
+        let redactor = crate::redact::Redactor::new(["sk-relay-secret-1".to_string()]);
+        let log = b"[t] server_args=ServerArgs(api_key='sk-relay-secret-1', tp_size=1)\nplain\nno newline sk-relay-secret-1";
+        let mut out = Vec::new();
+        copy_lines(&log[..], &mut out, &redactor);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "[t] server_args=ServerArgs(api_key='<redacted>', tp_size=1)\nplain\nno newline <redacted>"
+        );
+    }
+}
