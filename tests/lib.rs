@@ -17,6 +17,8 @@ mod run;
 mod run_dir;
 mod sim;
 mod sim_engines;
+mod slurm;
+mod slurmd;
 mod spec;
 mod spec_corpus;
 mod ssh;
