@@ -1,8 +1,10 @@
 //! A real one-node Slurm cluster on 127.0.0.1 for tests: Debian's `slurm-wlm` and `munge`,
 //! every file in a temporary directory (config, munge key and socket, state, spool, logs),
-//! its own ports, and the daemons in the foreground as children of the test process (they die
-//! with it). Tests share one cluster while any of them holds it; the last one to let go stops
-//! it. Missing binaries fail the test with the command that installs them: nothing is skipped.
+//! its own ports, and the daemons in the foreground as children of the test process: started
+//! once, by a thread that lives as long as the process (a parent-death signal fires when the
+//! thread that forked a child ends), shared by every test, and killed with the process. Each
+//! test proves its own jobs and processes are gone. Missing binaries fail the test with the
+//! command that installs them: nothing is skipped.
 //!
 //! ```ignore
 //! let cluster = SlurmCluster::get();
@@ -12,7 +14,7 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const BINARIES: &[&str] = &[
@@ -38,17 +40,39 @@ pub struct SlurmCluster {
     daemons: Mutex<Vec<Child>>,
 }
 
-static SHARED: Mutex<Weak<SlurmCluster>> = Mutex::new(Weak::new());
+static SHARED: Mutex<Option<Arc<SlurmCluster>>> = Mutex::new(None);
+static KEEPER: OnceLock<()> = OnceLock::new();
 
 impl SlurmCluster {
-    /// The shared cluster, started when no test holds one.
+    /// The shared cluster, started by the first test that asks.
     pub fn get() -> Arc<SlurmCluster> {
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = shared.upgrade() {
-            return c;
+        if let Some(c) = shared.as_ref() {
+            return c.clone();
         }
-        let c = Arc::new(SlurmCluster::start());
-        *shared = Arc::downgrade(&c);
+        // Started on a thread that never ends, so the daemons' parent-death signal waits for
+        // the process's end, not for this test's thread.
+        let (tx, rx) = std::sync::mpsc::channel();
+        KEEPER.get_or_init(|| {
+            std::thread::spawn(move || {
+                let started = std::panic::catch_unwind(SlurmCluster::start);
+                let _ = tx.send(started.map(Arc::new).map_err(|e| {
+                    e.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default()
+                }));
+                loop {
+                    std::thread::park();
+                }
+            });
+        });
+        let c = match rx.recv() {
+            Ok(Ok(c)) => c,
+            Ok(Err(why)) => panic!("{why}"),
+            Err(_) => panic!("the Slurm test cluster failed to start earlier in this run"),
+        };
+        *shared = Some(c.clone());
         c
     }
 

@@ -288,13 +288,27 @@ impl AgentSession {
                                 ),
                             ));
                         }
+                        // A Slurm step stopped by Slurm itself (scancel, a time limit) hears
+                        // the signal as an interrupt: the runner did not ask for it, so the
+                        // point is lost there, and the server's end is classified.
+                        let stopped_from_outside = agent_interrupted
+                            && !interrupted
+                            && matches!(self.link, AgentLink::Step(_));
+                        if stopped_from_outside {
+                            point.flags.push(crate::results::records::Flag::new(
+                                FlagKind::AgentLost,
+                                "the agent's Slurm step was stopped by a signal servebench did not send (an scancel, a time limit, a preemption) during this point; what it measured is kept",
+                            ));
+                            point.incomplete = true;
+                        }
                         progress.point_finished(
                             &req.id,
                             &super::progress::point_line(&point_of(&req), &point),
                         );
                         return PointOutcome {
                             record: point,
-                            interrupted: interrupted || agent_interrupted,
+                            interrupted: interrupted
+                                || (agent_interrupted && !stopped_from_outside),
                         };
                     }
                     Ok(AgentEvent::Error(e)) => {

@@ -144,10 +144,30 @@ impl HostSpec {
                 let port = s.port.map(|p| format!(":{p}")).unwrap_or_default();
                 format!("ssh://{user}{}{port}", s.ssh)
             }
-            HostSpec::Slurm(s) => match &s.slurm.partition {
-                Some(p) => format!("slurm partition {p}"),
-                None => "slurm (default partition)".into(),
-            },
+            HostSpec::Slurm(s) => {
+                let o = &s.slurm;
+                format!(
+                    "slurm ({}, {} node{}{}{}, one job per {})",
+                    o.partition
+                        .as_ref()
+                        .map_or("default partition".to_string(), |p| format!(
+                            "partition {p}"
+                        )),
+                    o.nodes,
+                    if o.nodes == 1 { "" } else { "s" },
+                    o.gpus_per_node
+                        .map(|g| format!(" × {g} GPUs"))
+                        .unwrap_or_default(),
+                    o.time
+                        .as_ref()
+                        .map(|t| format!(", time {t}"))
+                        .unwrap_or_default(),
+                    match o.allocation {
+                        SlurmAllocation::Group => "server group",
+                        SlurmAllocation::Run => "run",
+                    }
+                )
+            }
         }
     }
 

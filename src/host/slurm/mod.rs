@@ -436,6 +436,7 @@ impl super::Host for SlurmHost {
                 url: format!("http://{}:{}", alloc.addr, spawn.port),
                 host_url: format!("http://127.0.0.1:{}", spawn.port),
                 log_path: spawn.log_path.to_path_buf(),
+                last_look: None,
             };
             server.find_step().await;
             Ok(Box::new(server) as Box<dyn ServerProcess>)
@@ -475,7 +476,13 @@ pub struct SlurmServer {
     url: String,
     host_url: String,
     log_path: PathBuf,
+    /// When the job's state was last asked (see [`ServerProcess::exited`]).
+    last_look: Option<Instant>,
 }
+
+/// How often a running server's job is asked whether Slurm still runs it: srun itself may
+/// take a while to notice a cancelled or timed-out job (it waits for the step's I/O).
+const JOB_LOOK_EVERY: Duration = Duration::from_millis(500);
 
 impl SlurmServer {
     /// Finds the step's id by its name (srun does not print it), while srun runs.
@@ -566,7 +573,19 @@ impl ServerProcess for SlurmServer {
     }
 
     fn exited(&mut self) -> BoxFuture<'_, bool> {
-        Box::pin(async move { self.srun_exited() })
+        Box::pin(async move {
+            if self.srun_exited() {
+                return true;
+            }
+            if self.last_look.is_some_and(|t| t.elapsed() < JOB_LOOK_EVERY) {
+                return false;
+            }
+            self.last_look = Some(Instant::now());
+            // Slurm ended the job (a time limit, a cancel, a failed node): the server is
+            // gone even while srun still waits for the step's output.
+            matches!(cli::job(self.job.job_id).await, Ok(Some(j)) if !j.is_active())
+                || matches!(cli::job(self.job.job_id).await, Ok(None))
+        })
     }
 
     fn sync_log(&self) -> BoxFuture<'_, ()> {
