@@ -365,3 +365,36 @@ fn a_time_limit_fails_the_point_with_its_cause_and_leaves_nothing() {
     assert_eq!(p2["status"], "ok", "{p2}");
     assert_nothing_left(&cluster, "servebench-slurm-limit", &model);
 }
+
+#[test]
+fn slurm_hosts_are_validated_and_planned_without_a_cluster() {
+    let ws = Workspace::new();
+    let good = ws.write(
+        "good.yaml",
+        &spec(
+            "slurm-plan",
+            "m",
+            2.0,
+            2,
+            ", partition: gpu, gpus_per_node: 8, sbatch: [\"--exclusive\"]",
+        ),
+    );
+    let out = servebench().arg("plan").arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("host slurm (partition gpu, 1 node × 8 GPUs, time 5, one job per server group) (client on the allocation, next to rank 0"),
+        "{text}"
+    );
+    let bad = ws.write(
+        "bad.yaml",
+        &spec("slurm-bad", "m", 2.0, 2, ", nodes: 0, qeue: fast")
+            .replace("time: \"5\"", "time: \"1 hour\""),
+    );
+    let out = servebench().arg("validate").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("bad.yaml:3:"), "{said}");
+    assert!(said.contains("1 hour"), "{said}");
+    assert!(said.contains("qeue"), "{said}");
+}

@@ -583,8 +583,12 @@ impl ServerProcess for SlurmServer {
             self.last_look = Some(Instant::now());
             // Slurm ended the job (a time limit, a cancel, a failed node): the server is
             // gone even while srun still waits for the step's output.
-            matches!(cli::job(self.job.job_id).await, Ok(Some(j)) if !j.is_active())
-                || matches!(cli::job(self.job.job_id).await, Ok(None))
+            match cli::job(self.job.job_id).await {
+                Ok(Some(j)) => !j.is_active(),
+                Ok(None) => true,
+                // Slurm not answering is not an end: the next look decides.
+                Err(_) => false,
+            }
         })
     }
 
