@@ -152,6 +152,7 @@ fn a_slurm_run_measures_each_group_in_its_own_job_with_the_agent_next_to_the_ser
     let cluster = SlurmCluster::get();
     let ws = Workspace::new();
     let model = format!("slurm-plain-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-plain");
     let path = ws.write("s.yaml", &spec("slurm-plain", &model, 2.0, 2, ""));
     let out = ws.path().join("runs");
     let child = servebench_on(&cluster, &run_args(&path, &out));
@@ -207,6 +208,7 @@ fn a_job_cancelled_mid_point_fails_that_point_with_its_cause_and_resume_measures
     let cluster = SlurmCluster::get();
     let ws = Workspace::new();
     let model = format!("slurm-resume-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-resume");
     let path = ws.write("s.yaml", &spec("slurm-resume", &model, 5.0, 20, ""));
     let out = ws.path().join("runs");
     let mut child = servebench_on(&cluster, &run_args(&path, &out));
@@ -258,6 +260,7 @@ fn ctrl_c_mid_point_cancels_the_job_and_a_killed_runners_job_is_cancelled_by_dow
     let cluster = SlurmCluster::get();
     let ws = Workspace::new();
     let model = format!("slurm-int-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-int");
     let path = ws.write("s.yaml", &spec("slurm-int", &model, 5.0, 20, ""));
     let out = ws.path().join("runs");
     let mut child = servebench_on(&cluster, &run_args(&path, &out));
@@ -278,6 +281,7 @@ fn ctrl_c_mid_point_cancels_the_job_and_a_killed_runners_job_is_cancelled_by_dow
     // until `servebench down` cancels it.
     let ws = Workspace::new();
     // g1 is the slow group here, so the runner dies in its point.
+    let _cleanup_kill = cluster.cancel_on_drop("servebench-slurm-kill");
     let path = ws.write(
         "s.yaml",
         &spec("slurm-kill", &model, 5.0, 20, "").replace("[1, 5]", "[5, 1]"),
@@ -316,6 +320,7 @@ fn a_time_limit_fails_the_point_with_its_cause_and_leaves_nothing() {
     let cluster = SlurmCluster::get();
     let ws = Workspace::new();
     let model = format!("slurm-limit-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-limit");
     // g1 is the slow group here (about two minutes of requests), so the limit falls in its
     // point.
     let path = ws.write(

@@ -218,6 +218,15 @@ impl SlurmCluster {
             .collect()
     }
 
+    /// Cancels, when dropped (a test that fails mid-run included), every job whose name
+    /// contains `needle`, while the cluster still runs to end their steps.
+    pub fn cancel_on_drop(self: &Arc<Self>, needle: &str) -> CancelOnDrop {
+        CancelOnDrop {
+            cluster: self.clone(),
+            needle: needle.to_string(),
+        }
+    }
+
     /// The daemons' logs, for failure messages.
     pub fn logs(&self) -> String {
         let mut s = String::new();
@@ -336,4 +345,25 @@ PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
         ctldlog = p("log/slurmctld.log"),
         dlog = p("log/slurmd.log"),
     )
+}
+
+/// See [`SlurmCluster::cancel_on_drop`].
+pub struct CancelOnDrop {
+    cluster: Arc<SlurmCluster>,
+    needle: String,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        for line in self.cluster.jobs_named(&self.needle) {
+            if let Some(id) = line.split_whitespace().next() {
+                let _ = self
+                    .cluster
+                    .command("scancel")
+                    .arg(id)
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
 }
