@@ -18,6 +18,8 @@ mod run_dir;
 mod secrets;
 mod sim;
 mod sim_engines;
+mod slurm;
+mod slurmd;
 mod spec;
 mod spec_corpus;
 mod ssh;

@@ -22,6 +22,16 @@ pub enum Failure {
     ReadyTimeout,
     /// The server exited for a reason its log does not tell.
     Unknown,
+    /// Slurm ended the job at its time limit (`JobState=TIMEOUT`).
+    TimeLimit,
+    /// Slurm preempted the job for another (`PREEMPTED`).
+    Preempted,
+    /// A node of the allocation failed (`NODE_FAIL`).
+    NodeFailure,
+    /// Slurm's memory enforcement killed the server (`OUT_OF_MEMORY`, an oom_kill event).
+    OomKilled,
+    /// The job was cancelled by someone else (`scancel`, an administrator).
+    JobCancelled,
 }
 
 impl Failure {
@@ -61,6 +71,21 @@ impl Failure {
             }
             Failure::ReadyTimeout => "the server was not ready in time: raise server.ready_timeout",
             Failure::Unknown => "the server exited; see the log excerpt",
+            Failure::TimeLimit => {
+                "Slurm ended the job at its time limit: raise host.slurm.time, or measure fewer points per group"
+            }
+            Failure::Preempted => {
+                "Slurm preempted the job for another: use a partition or qos that is not preemptible, then `run --resume`"
+            }
+            Failure::NodeFailure => {
+                "a node of the Slurm allocation failed: `run --resume` measures the rest on a new allocation"
+            }
+            Failure::OomKilled => {
+                "Slurm's memory limit killed the server: ask for more memory (host.slurm.sbatch: [\"--mem=0\"])"
+            }
+            Failure::JobCancelled => {
+                "the Slurm job was cancelled from outside servebench (scancel); `run --resume` measures the rest"
+            }
         }
     }
 }
@@ -81,7 +106,12 @@ mod tests {
                 "model-not-found",
                 "startup-error",
                 "ready-timeout",
-                "unknown"
+                "unknown",
+                "time-limit",
+                "preempted",
+                "node-failure",
+                "oom-killed",
+                "job-cancelled"
             ]
         );
         assert_eq!(Failure::from_name("port-in-use"), Some(Failure::PortInUse));

@@ -2,7 +2,7 @@
 //! cleans up after a runner that died; [`ServerProcess`] is one launched server. `local` is
 //! this machine (a child process in its own process group); `remote` is an SSH host (a
 //! detached process group, its log mirrored into the run directory, reached through a port
-//! forward). A new kind of host (a Slurm allocation) is a new implementation of these traits.
+//! forward); `slurm` is a Slurm cluster (a job's allocation, the server a job step in it).
 //!
 //! A launched group is known again by its leader's start time and the host's boot id, not by
 //! a program name ([`judge`]): a wrapper script that `exec`s python changes the name, a
@@ -10,6 +10,7 @@
 
 pub mod local;
 pub mod remote;
+pub mod slurm;
 pub mod ssh;
 pub mod supervise;
 
@@ -42,6 +43,12 @@ pub enum HostError {
     /// Something the host cannot do, with the reason.
     #[error("{0}")]
     Unsupported(String),
+    /// A Slurm command failed (or is missing).
+    #[error(transparent)]
+    Slurm(#[from] slurm::SlurmError),
+    /// The run was interrupted while the host waited (for a Slurm allocation).
+    #[error("interrupted while waiting for the host")]
+    Interrupted,
 }
 
 impl HostError {
@@ -183,7 +190,7 @@ pub enum Leftover {
     Unknown(String),
 }
 
-/// A host that runs servers: this machine, an SSH host (later a Slurm allocation).
+/// A host that runs servers: this machine, an SSH host, a Slurm cluster.
 pub trait Host: Send + Sync {
     /// How the host is named in messages and records: `local`, `bench@gpu-box-1`.
     fn name(&self) -> String;
@@ -241,6 +248,17 @@ pub trait ServerProcess: Send {
 
     /// Stops the whole process group (SIGTERM, `grace`, SIGKILL) and confirms it is gone.
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped>;
+
+    /// The Slurm job it runs in, as last seen (None off Slurm).
+    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
+        None
+    }
+
+    /// Once it has exited: the host's own reason, when the host ended it (Slurm's time
+    /// limit, a preemption, a node failure); None leaves the cause to the engine's log lines.
+    fn host_failure(&mut self) -> BoxFuture<'_, Option<crate::catalog::Failure>> {
+        Box::pin(async { None })
+    }
 }
 
 /// A free TCP port on 127.0.0.1 (bind port 0, read it back, release it).

@@ -21,6 +21,7 @@ pub fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, ssh::SshError> {
     match host {
         HostSpec::Url(u) if u == "local" => Ok(None),
         HostSpec::Url(u) => SshTarget::parse_url(u).map(Some),
+        HostSpec::Slurm(_) => Ok(None),
         HostSpec::Ssh(s) => {
             let mut t = if s.ssh.starts_with("ssh://") {
                 SshTarget::parse_url(&s.ssh)?
@@ -75,7 +76,7 @@ impl RemoteHost {
         let ssh = SshHost::connect(&target).await?;
         let base = match host {
             HostSpec::Ssh(s) => s.remote_dir.clone(),
-            HostSpec::Url(_) => None,
+            HostSpec::Url(_) | HostSpec::Slurm(_) => None,
         };
         let runs_base = base
             .as_ref()

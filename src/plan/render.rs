@@ -44,8 +44,11 @@ fn write_plan(
     if let Some(first) = spec.points.first().map(|p| &p.experiment)
         && !first.host.is_local()
     {
+        let slurm = first.host.slurm().is_some();
         let client = match first.placement() {
+            ClientPlacement::Host if slurm => "allocation, next to rank 0",
             ClientPlacement::Host => "host, against localhost",
+            ClientPlacement::Local if slurm => "local machine, at the first node's address",
             ClientPlacement::Local => "local machine, through a port forward",
         };
         writeln!(

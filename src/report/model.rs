@@ -207,6 +207,9 @@ pub struct ServerInfo {
     pub log_file: Option<String>,
     /// Values of the server sweep dimensions for this group, formatted.
     pub dimension_values: Vec<NameValue>,
+    /// The Slurm job it ran in, in words (None off Slurm): `Slurm job 12 (name) on vm,
+    /// partition debug, step 12.0, 2 s in the queue; state CANCELLED, exit 0:15 (scontrol)`.
+    pub slurm: Option<String>,
 }
 
 /// A name and its formatted value.
@@ -995,7 +998,39 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
         outcome: s.outcome.clone(),
         log_file: s.log_file.clone(),
         dimension_values,
+        slurm: s.slurm.as_ref().map(slurm_words),
     }
+}
+
+/// A Slurm job's accounting as one sentence for the report.
+fn slurm_words(j: &crate::results::meta::SlurmJob) -> String {
+    let mut parts = vec![format!("Slurm job {} (`{}`)", j.job_id, j.job_name)];
+    if let Some(n) = &j.node_list {
+        parts.push(format!("on {n}"));
+    }
+    if let Some(p) = &j.partition {
+        parts.push(format!("partition {p}"));
+    }
+    if let Some(st) = &j.step {
+        parts.push(format!("step {st}"));
+    }
+    if let Some(q) = j.queued_s {
+        parts.push(format!("{} in the queue", crate::text::duration(q)));
+    }
+    let mut text = parts.join(", ");
+    if let Some(state) = &j.state {
+        text.push_str(&format!("; state {state}"));
+        if let Some(r) = &j.reason {
+            text.push_str(&format!(" ({r})"));
+        }
+        if let Some(c) = &j.exit_code {
+            text.push_str(&format!(", exit {c}"));
+        }
+        if let Some(a) = &j.accounting {
+            text.push_str(&format!(" (from {a})"));
+        }
+    }
+    text
 }
 
 fn prompt_info(prompt: &PromptSpec, points: &[PointRecord]) -> PromptInfo {

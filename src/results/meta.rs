@@ -155,6 +155,49 @@ pub struct ServerLaunch {
     /// model it serves is not the spec's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The Slurm job and step it ran in (None off Slurm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmJob>,
+}
+
+/// A Slurm job as servebench saw it: its accounting, for meta.json and the report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlurmJob {
+    /// The job id (`sbatch --parsable`).
+    pub job_id: u64,
+    /// The job's name (`servebench-<run>-<group>`).
+    pub job_name: String,
+    /// The server's step in the job (`12.0`), once launched.
+    #[serde(default)]
+    pub step: Option<String>,
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// The allocated nodes as Slurm writes them (`gpu[01-02]`).
+    #[serde(default)]
+    pub node_list: Option<String>,
+    /// Each node, expanded (`scontrol show hostnames`); rank 0 runs on the first.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Seconds from submission until the job started running.
+    #[serde(default)]
+    pub queued_s: Option<f64>,
+    /// The job's last state seen: `RUNNING`, `COMPLETED`, `CANCELLED`, `TIMEOUT`,
+    /// `PREEMPTED`, `NODE_FAIL`, `OUT_OF_MEMORY`, ...
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Slurm's reason with that state (`TimeLimit`, `Priority`, ...; None for `None`).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The job's exit code as Slurm writes it (`0:15`: exit status, then signal).
+    #[serde(default)]
+    pub exit_code: Option<String>,
+    /// Where `state` came from: `sacct` (accounting), or `scontrol` when the cluster keeps no
+    /// accounting (`sacct` then says so).
+    #[serde(default)]
+    pub accounting: Option<String>,
+    /// True once servebench released the allocation (or found it ended).
+    #[serde(default)]
+    pub ended: bool,
 }
 
 /// What a server offers, found by asking it (never assumed from the engine's name): which

@@ -1,4 +1,5 @@
-//! A `servebench agent` session on an SSH host (`client: host`): the runner sends it points
+//! A `servebench agent` session on an SSH host or in a Slurm allocation next to rank 0
+//! (`client: host`): the runner sends it points
 //! as JSON lines, it measures them against the server on the host's localhost and streams each
 //! request record back, which the runner appends to the run directory as it arrives. A silent
 //! agent (no heartbeat) is stopped; a broken stream records the point as lost.
@@ -10,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::catalog::FlagKind;
 use crate::host::remote::RemoteHost;
+use crate::host::slurm::SlurmHost;
 use crate::host::ssh::{PipedChild, SshHost};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
@@ -47,18 +49,44 @@ pub enum AgentError {
     Ssh(#[from] crate::host::ssh::SshError),
     #[error("the agent has no {0}")]
     NoPipe(&'static str),
+    #[error("no Slurm allocation runs to start the agent in")]
+    NoAllocation,
+    #[error("cannot start srun for the agent: {0}")]
+    Srun(#[source] std::io::Error),
 }
+
+/// Where the agent runs.
+#[derive(Clone)]
+pub enum AgentPlace {
+    /// On the SSH host, through the run's connection.
+    Ssh(Arc<RemoteHost>),
+    /// As a step of the Slurm allocation the server runs in, on rank 0's node.
+    Slurm(Arc<SlurmHost>),
+}
+
+/// The agent's process as this machine holds it.
+enum AgentLink {
+    /// The remote command over SSH; a frozen agent is stopped on the host.
+    Ssh {
+        ssh: Arc<SshHost>,
+        child: PipedChild,
+    },
+    /// The `srun` that runs the agent as a job step; stopping it stops the step.
+    Step(tokio::process::Child),
+}
+
+type AgentInput = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+type AgentOutput = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 
 /// `servebench agent` on the host, measuring points against the server on localhost.
 pub struct AgentSession {
-    ssh: Arc<SshHost>,
+    link: AgentLink,
     /// From the agent's hello: its pid and group, to stop if it goes silent. Until a hello
     /// with heartbeats arrives (an older agent sends none), silence is not timed.
     hello: Option<(i32, i32)>,
     silence_limit: Duration,
-    child: PipedChild,
-    stdin: Option<openssh::ChildStdin>,
-    lines: tokio::io::Lines<tokio::io::BufReader<openssh::ChildStdout>>,
+    stdin: Option<AgentInput>,
+    lines: tokio::io::Lines<tokio::io::BufReader<AgentOutput>>,
     /// The end of the agent's stderr (drained, so a chatty agent never blocks on a full pipe),
     /// quoted when its stream breaks.
     stderr_tail: Arc<std::sync::Mutex<String>>,
@@ -68,18 +96,57 @@ pub struct AgentSession {
 const STDERR_TAIL: usize = 2000;
 
 impl AgentSession {
-    pub async fn start(host: &RemoteHost) -> Result<AgentSession, AgentError> {
-        let bin = host.binary().await?;
+    pub async fn start(place: &AgentPlace) -> Result<AgentSession, AgentError> {
         let silence_limit = agent_silence_limit();
         let heartbeat_ms = heartbeat_for(silence_limit).as_millis().to_string();
-        let mut child = host
-            .ssh
-            .spawn_piped(&[bin.as_str(), "agent", "--heartbeat-ms", &heartbeat_ms])
-            .await?;
-        let stdin = child.stdin().take().ok_or(AgentError::NoPipe("stdin"))?;
-        let stdout = child.stdout().take().ok_or(AgentError::NoPipe("stdout"))?;
+        let (link, stdin, stdout, stderr): (
+            AgentLink,
+            AgentInput,
+            AgentOutput,
+            Option<AgentOutput>,
+        ) = match place {
+            AgentPlace::Ssh(host) => {
+                let bin = host.binary().await?;
+                let mut child = host
+                    .ssh
+                    .spawn_piped(&[bin.as_str(), "agent", "--heartbeat-ms", &heartbeat_ms])
+                    .await?;
+                let stdin = child.stdin().take().ok_or(AgentError::NoPipe("stdin"))?;
+                let stdout = child.stdout().take().ok_or(AgentError::NoPipe("stdout"))?;
+                let stderr = child.stderr().take().map(|e| Box::new(e) as AgentOutput);
+                (
+                    AgentLink::Ssh {
+                        ssh: host.ssh.clone(),
+                        child,
+                    },
+                    Box::new(stdin),
+                    Box::new(stdout),
+                    stderr,
+                )
+            }
+            AgentPlace::Slurm(host) => {
+                let mut cmd = host
+                    .agent_command(&heartbeat_ms)
+                    .await
+                    .ok_or(AgentError::NoAllocation)?;
+                cmd.stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .kill_on_drop(true);
+                let mut child = cmd.spawn().map_err(AgentError::Srun)?;
+                let stdin = child.stdin.take().ok_or(AgentError::NoPipe("stdin"))?;
+                let stdout = child.stdout.take().ok_or(AgentError::NoPipe("stdout"))?;
+                let stderr = child.stderr.take().map(|e| Box::new(e) as AgentOutput);
+                (
+                    AgentLink::Step(child),
+                    Box::new(stdin),
+                    Box::new(stdout),
+                    stderr,
+                )
+            }
+        };
         let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
-        if let Some(stderr) = child.stderr().take() {
+        if let Some(stderr) = stderr {
             let tail = stderr_tail.clone();
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(stderr).lines();
@@ -95,10 +162,9 @@ impl AgentSession {
             });
         }
         Ok(AgentSession {
-            ssh: host.ssh.clone(),
+            link,
             hello: None,
             silence_limit,
-            child,
             stdin: Some(stdin),
             lines: tokio::io::BufReader::new(stdout).lines(),
             stderr_tail,
@@ -222,13 +288,27 @@ impl AgentSession {
                                 ),
                             ));
                         }
+                        // A Slurm step stopped by Slurm itself (scancel, a time limit) hears
+                        // the signal as an interrupt: the runner did not ask for it, so the
+                        // point is lost there, and the server's end is classified.
+                        let stopped_from_outside = agent_interrupted
+                            && !interrupted
+                            && matches!(self.link, AgentLink::Step(_));
+                        if stopped_from_outside {
+                            point.flags.push(crate::results::records::Flag::new(
+                                FlagKind::AgentLost,
+                                "the agent's Slurm step was stopped by a signal servebench did not send (an scancel, a time limit, a preemption) during this point; what it measured is kept",
+                            ));
+                            point.incomplete = true;
+                        }
                         progress.point_finished(
                             &req.id,
                             &super::progress::point_line(&point_of(&req), &point),
                         );
                         return PointOutcome {
                             record: point,
-                            interrupted: interrupted || agent_interrupted,
+                            interrupted: interrupted
+                                || (agent_interrupted && !stopped_from_outside),
                         };
                     }
                     Ok(AgentEvent::Error(e)) => {
@@ -270,15 +350,35 @@ impl AgentSession {
     /// agent's; says what happened.
     async fn stop_frozen(&mut self) -> String {
         self.stdin = None;
+        let ssh = match &mut self.link {
+            AgentLink::Ssh { ssh, .. } => ssh.clone(),
+            AgentLink::Step(child) => {
+                // srun passes SIGTERM on to the step; a step that ignores it goes with srun.
+                if let Some(pid) = child.id() {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                }
+                if tokio::time::timeout(Duration::from_secs(2), child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = child.kill().await;
+                    return "its Slurm step was killed (srun killed)".into();
+                }
+                return "its Slurm step was stopped with SIGTERM".into();
+            }
+        };
         let Some((pid, pgid)) = self.hello.filter(|(p, g)| *p > 1 && *g > 1) else {
             return "it never said which process it is, so it could not be stopped".into();
         };
-        match self.ssh.pid_in_group(pid, pgid).await {
+        match ssh.pid_in_group(pid, pgid).await {
             Ok(true) => {}
             Ok(false) => return format!("its process {pid} (group {pgid}) is gone from the host"),
             Err(e) => return format!("could not check its process {pid} on the host: {e}"),
         }
-        match self.ssh.stop_group(pgid, Duration::from_secs(2)).await {
+        match ssh.stop_group(pgid, Duration::from_secs(2)).await {
             Ok(o) => format!("its process group {pgid} on the host {o}"),
             Err(e) => format!("stopping its process group {pgid} failed: {e}"),
         }
@@ -287,7 +387,19 @@ impl AgentSession {
     /// Closes the agent's input and waits briefly for it to exit.
     pub async fn close(mut self) {
         self.stdin = None;
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        match self.link {
+            AgentLink::Ssh { child, .. } => {
+                let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            }
+            AgentLink::Step(mut child) => {
+                if tokio::time::timeout(Duration::from_secs(5), child.wait())
+                    .await
+                    .is_err()
+                {
+                    let _ = child.kill().await;
+                }
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `servebench down RUN_DIR`: stops the servers a crashed or killed runner left behind, from
 //! the process groups recorded in meta.json, through the same [`Host`] interface that launched
-//! them (this machine, or the SSH host).
+//! them (this machine, or the SSH host), and cancels the Slurm jobs it left in the queue.
 
 use std::path::Path;
 
@@ -95,8 +95,90 @@ pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
             text,
         });
     }
+    cancel_slurm_jobs(&mut meta.servers, &mut report).await;
     run_dir.write_meta(&meta).map_err(DownError::Write)?;
     Ok(report)
+}
+
+/// Cancels each recorded Slurm job that is still in the queue (once per job: a run's one
+/// allocation serves several launches), and records that on its launches.
+async fn cancel_slurm_jobs(servers: &mut [ServerLaunch], report: &mut DownReport) {
+    use crate::host::slurm::cli;
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..servers.len() {
+        let Some(job) = servers[i].slurm.clone() else {
+            continue;
+        };
+        if !seen.insert(job.job_id) {
+            continue;
+        }
+        let id = job.job_id;
+        let (what, text) = match cli::job(id).await {
+            Ok(Some(j)) if j.is_active() => {
+                let cancelled = cli::cancel(&id.to_string(), None).await;
+                let gone = wait_job_gone(id).await;
+                let text = match cancelled {
+                    Ok(()) => format!(
+                        "Slurm job {id} ({}) cancelled by servebench down; {}",
+                        j.state,
+                        if gone {
+                            "it has left the queue"
+                        } else {
+                            "it is STILL IN THE QUEUE"
+                        }
+                    ),
+                    Err(e) => format!("cannot cancel Slurm job {id}: {e}"),
+                };
+                (
+                    Leftover::Stopped {
+                        killed: false,
+                        gone,
+                    },
+                    text,
+                )
+            }
+            Ok(Some(j)) => (
+                Leftover::AlreadyGone,
+                format!("Slurm job {id} has already ended ({})", j.state),
+            ),
+            Ok(None) => (
+                Leftover::AlreadyGone,
+                format!("Slurm job {id} is no longer in the queue"),
+            ),
+            Err(e) => (
+                Leftover::Unknown(format!("cannot ask Slurm about job {id}: {e}")),
+                format!("cannot ask Slurm about job {id}: {e}"),
+            ),
+        };
+        let ended = !matches!(
+            what,
+            Leftover::Unknown(_) | Leftover::Stopped { gone: false, .. }
+        );
+        for s in servers.iter_mut() {
+            if let Some(sj) = s.slurm.as_mut().filter(|sj| sj.job_id == id) {
+                sj.ended = ended;
+            }
+        }
+        report.lines.push(DownLine {
+            group: servers[i].group.clone(),
+            what,
+            text,
+        });
+    }
+}
+
+/// Waits up to a minute for a cancelled job to leave the running states.
+async fn wait_job_gone(id: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        match crate::host::slurm::cli::job(id).await {
+            Ok(Some(j)) if j.is_active() => {}
+            Ok(_) => return true,
+            Err(_) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    false
 }
 
 /// The sentence for a launch, recording the outcome on it.

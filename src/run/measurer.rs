@@ -1,6 +1,7 @@
 //! Where a point is measured, behind one interface: [`InProcess`] measures from this process
 //! (against a local server, or through a port forward); [`OnHost`] drives servebench's agent on
-//! the SSH host, so network latency never enters the numbers. A Slurm step would be a third.
+//! the SSH host or in the Slurm allocation next to rank 0, so network latency never enters the
+//! numbers.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,12 +9,11 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::client::Client;
-use crate::host::remote::RemoteHost;
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 
 use super::agent::AgentRequest;
-use super::agent_session::AgentSession;
+use super::agent_session::{AgentPlace, AgentSession};
 use super::point::{PointOutcome, PointRunner};
 use super::progress::Progress;
 use super::{Interrupt, file_prompts};
@@ -58,10 +58,10 @@ impl Measurer for InProcess<'_> {
     }
 }
 
-/// Measures on the SSH host through `servebench agent`, started on the first point and again
-/// after an agent was lost.
+/// Measures on the host (SSH, or a Slurm step) through `servebench agent`, started on the
+/// first point and again after an agent was lost.
 pub struct OnHost {
-    pub host: Arc<RemoteHost>,
+    pub host: AgentPlace,
     /// The server as the host sees it.
     pub url: String,
     pub api_key: Option<String>,
@@ -77,7 +77,7 @@ pub struct OnHost {
 impl OnHost {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        host: Arc<RemoteHost>,
+        host: AgentPlace,
         url: String,
         api_key: Option<String>,
         surface: Option<crate::results::meta::ServerSurface>,

@@ -21,6 +21,7 @@ use crate::client::Client;
 use crate::host::Host;
 use crate::host::local::LocalHost;
 use crate::host::remote::RemoteHost;
+use crate::host::slurm::SlurmHost;
 use crate::plan::Plan;
 use crate::plan::failure::FailurePolicy;
 use crate::results::meta::{RunMeta, RunStatus};
@@ -30,6 +31,7 @@ use crate::spec::LoadedSpec;
 use crate::spec::types::{ClientPlacement, Experiment};
 use crate::text::{count_s, first_line};
 
+use agent_session::AgentPlace;
 use launch::{LaunchContext, LaunchEnd, Tally};
 use measurer::{InProcess, Measurer, OnHost};
 use point::PointRunner;
@@ -125,6 +127,11 @@ impl Interrupt {
     /// Why the run stops, once it does.
     pub fn cause(&self) -> Option<StopCause> {
         self.cause.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A receiver that turns true when the run stops (for waits below the run's layer).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.rx.clone()
     }
 
     /// Resolves once the flag is set.
@@ -273,6 +280,7 @@ pub async fn execute(
     let host = RunHost::connect(
         first,
         &format!("{}-{}", spec.name, started.format("%Y-%m-%dT%H-%M-%SZ")),
+        &interrupt,
     )
     .await?;
 
@@ -364,7 +372,7 @@ pub async fn resume(
         .file_name()
         .map(|n| format!("{}-{}", spec.name, n.to_string_lossy()))
         .unwrap_or_else(|| spec.name.clone());
-    let host = RunHost::connect(first, &id).await?;
+    let host = RunHost::connect(first, &id, &interrupt).await?;
     meta.resumed_at
         .push(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     meta.status = RunStatus::Running;
@@ -379,15 +387,46 @@ pub async fn resume(
 struct RunHost {
     host: Arc<dyn Host>,
     remote: Option<Arc<RemoteHost>>,
+    slurm: Option<Arc<SlurmHost>>,
+    /// The run's console once it has one (a Slurm job's queue state is said there).
+    console: Arc<std::sync::OnceLock<Progress>>,
 }
 
 impl RunHost {
-    /// This machine, or the SSH host connected with a per-run directory `run_id` there.
-    async fn connect(exp: &Experiment, run_id: &str) -> Result<RunHost, RunError> {
+    /// This machine, the SSH host connected with a per-run directory `run_id` there, or the
+    /// Slurm cluster (its commands checked).
+    async fn connect(
+        exp: &Experiment,
+        run_id: &str,
+        interrupt: &Interrupt,
+    ) -> Result<RunHost, RunError> {
+        let console: Arc<std::sync::OnceLock<Progress>> = Arc::default();
         if exp.host.is_local() {
             return Ok(RunHost {
                 host: Arc::new(LocalHost),
                 remote: None,
+                slurm: None,
+                console,
+            });
+        }
+        if let Some(opts) = exp.host.slurm() {
+            let said = console.clone();
+            let slurm = SlurmHost::new(
+                opts.clone(),
+                run_id,
+                Arc::new(move |text: &str| match said.get() {
+                    Some(p) => p.waiting(text),
+                    None => crate::console::errln(text),
+                }),
+                interrupt.subscribe(),
+            );
+            slurm.check().await.map_err(RunError::Host)?;
+            let slurm = Arc::new(slurm);
+            return Ok(RunHost {
+                host: slurm.clone(),
+                remote: None,
+                slurm: Some(slurm),
+                console,
             });
         }
         let remote = RemoteHost::connect(&exp.host, run_id)
@@ -397,6 +436,8 @@ impl RunHost {
         Ok(RunHost {
             host: remote.clone(),
             remote: Some(remote),
+            slurm: None,
+            console,
         })
     }
 }
@@ -457,13 +498,17 @@ async fn run_plan(
         g.points.retain(|p| !done.contains(&p.id));
     }
     plan.groups.retain(|g| !g.points.is_empty());
-    // The agent measures on the SSH host unless the spec asks for the local machine.
-    let agent_host = host
-        .remote
-        .clone()
-        .filter(|_| first.placement() == ClientPlacement::Host);
+    // The agent measures on the SSH host (or in the Slurm allocation) unless the spec asks
+    // for the local machine.
+    let agent_host = match (&host.remote, &host.slurm) {
+        (Some(r), _) => Some(AgentPlace::Ssh(r.clone())),
+        (None, Some(s)) => Some(AgentPlace::Slurm(s.clone())),
+        (None, None) => None,
+    }
+    .filter(|_| first.placement() == ClientPlacement::Host);
 
     let progress = Progress::new(plan.point_count(), plan.request_count(), opts.quiet);
+    let _ = host.console.set(progress.clone());
     progress.line(&format!(
         "servebench: {} to measure in {}{}; run directory {}",
         count_s(plan.point_count(), "point"),
@@ -478,7 +523,18 @@ async fn run_plan(
                     "local machine, through a port forward"
                 }
             ),
-            None => String::new(),
+            None => match &host.slurm {
+                Some(s) => format!(
+                    " on {} (client {})",
+                    s.name(),
+                    if agent_host.is_some() {
+                        "in the allocation, next to rank 0"
+                    } else {
+                        "on this machine"
+                    }
+                ),
+                None => String::new(),
+            },
         },
         run_dir.path.display()
     ));
@@ -579,7 +635,7 @@ async fn measure_groups(
     run_dir: &Arc<RunDir>,
     meta: &mut RunMeta,
     host: &RunHost,
-    agent_host: Option<&Arc<RemoteHost>>,
+    agent_host: Option<&AgentPlace>,
     progress: &Progress,
     interrupt: &Interrupt,
     tally: &mut Tally,
@@ -672,7 +728,7 @@ async fn measure_groups(
                     progress,
                     interrupt,
                     host: host.host.as_ref(),
-                    remote: host.remote.is_some(),
+                    remote: host.remote.is_some() || host.slurm.is_some(),
                 },
                 Measuring {
                     runner: &mut runner,
@@ -713,8 +769,8 @@ async fn measure_groups(
 /// What picks the measurer for a launch.
 struct Measuring<'a> {
     runner: &'a mut PointRunner,
-    /// The SSH host when the agent measures there (`client: host`).
-    agent_host: Option<&'a Arc<RemoteHost>>,
+    /// Where the agent measures (`client: host`): the SSH host, or the Slurm allocation.
+    agent_host: Option<&'a AgentPlace>,
     server: &'a crate::spec::types::Server,
     spec_dir: &'a Path,
 }

@@ -100,6 +100,8 @@ pub struct Progress {
     silent: bool,
     eta: Arc<Mutex<Option<Eta>>>,
     started: Instant,
+    /// What the run waits for between points (a Slurm job in the queue), on the bar.
+    waiting: Arc<Mutex<Option<String>>>,
 }
 
 impl Progress {
@@ -113,6 +115,7 @@ impl Progress {
             silent: false,
             eta: Arc::default(),
             started: Instant::now(),
+            waiting: Arc::default(),
         };
         if !quiet && std::io::stderr().is_terminal() {
             let b =
@@ -149,7 +152,13 @@ impl Progress {
             let shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
             (shown.settled.len(), shown.current.clone())
         };
+        let waiting = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let point = match current {
+            None if waiting.is_some() => waiting.unwrap_or_default(),
             Some((_, label, since)) => format!(
                 "point {}/{} {label} ({})",
                 (settled + 1).min(self.points_total),
@@ -248,8 +257,16 @@ impl Progress {
         }
     }
 
+    /// What the run waits for now (`g1: Slurm job 12 pending (Priority)`): a line, and the
+    /// bar's state until the next point starts.
+    pub fn waiting(&self, text: &str) {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.to_string());
+        self.line(text);
+    }
+
     /// Point `id` (shown as `label`) starts.
     pub fn point_started(&self, id: &str, label: &str) {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let label = crate::redact::text(label).into_owned();
         shown.current = Some((id.to_string(), label, Instant::now()));

@@ -169,7 +169,7 @@ impl ServerHandle {
             "servebench".to_string()
         };
         let cmd = engine::launch_command(&effective, &bin, port)?;
-        let process = host
+        let process = match host
             .spawn(Spawn {
                 group,
                 command: &cmd,
@@ -178,7 +178,19 @@ impl ServerHandle {
                 log_path,
                 port,
             })
-            .await?;
+            .await
+        {
+            Ok(p) => p,
+            Err(HostError::Interrupted) => return Err(ServerError::Interrupted),
+            Err(e) => return Err(e.into()),
+        };
+        // A Slurm job's time in the queue is not the server's start-up: its ready time (and
+        // ready_timeout) count from the step's launch; the queue time is on the job's record.
+        let launched_at = if process.slurm_job().is_some() {
+            Instant::now()
+        } else {
+            launched_at
+        };
         let ids = process.ids();
         let mut handle = ServerHandle {
             url: process.url().to_string(),
@@ -208,6 +220,7 @@ impl ServerHandle {
                 port: Some(port),
                 host: ids.host,
                 remote_log: ids.remote_log,
+                slurm: process.slurm_job(),
                 ..Default::default()
             },
             process: Some(process),
@@ -281,10 +294,16 @@ impl ServerHandle {
 
     /// The crash cause if the launched process has exited.
     pub async fn crashed(&mut self) -> Option<CrashCause> {
-        if !self.process.as_mut()?.exited().await {
+        let process = self.process.as_mut()?;
+        if !process.exited().await {
             return None;
         }
-        Some(engine::classify(self.engine, &self.log_tail(20_000)))
+        // The host's own reason (Slurm's time limit, ...) before the engine's log lines.
+        let host_cause = process.host_failure().await;
+        if let Some(job) = process.slurm_job() {
+            self.record.slurm = Some(job);
+        }
+        Some(host_cause.unwrap_or_else(|| engine::classify(self.engine, &self.log_tail(20_000))))
     }
 
     /// Like [`crashed`](Self::crashed), but gives a server that is going down up to `grace` to
@@ -343,6 +362,9 @@ impl ServerHandle {
             return;
         };
         let stopped = process.stop(STOP_GRACE).await;
+        if let Some(job) = process.slurm_job() {
+            self.record.slurm = Some(job);
+        }
         let note = format!(
             "{why}: {}; process group {} {}",
             stopped.outcome,

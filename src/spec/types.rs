@@ -123,6 +123,8 @@ pub enum HostSpec {
     Url(#[schemars(regex(pattern = HOST_PATTERN))] String),
     /// An SSH host with options.
     Ssh(SshHostSpec),
+    /// A Slurm cluster: each server group runs in a job allocation (`slurm: { partition, ... }`).
+    Slurm(SlurmHostSpec),
 }
 
 impl Default for HostSpec {
@@ -150,8 +152,118 @@ impl HostSpec {
                 let port = s.port.map(|p| format!(":{p}")).unwrap_or_default();
                 format!("ssh://{user}{}{port}", s.ssh)
             }
+            HostSpec::Slurm(s) => {
+                let o = &s.slurm;
+                format!(
+                    "slurm ({}, {} node{}{}{}, one job per {})",
+                    o.partition
+                        .as_ref()
+                        .map_or("default partition".to_string(), |p| format!(
+                            "partition {p}"
+                        )),
+                    o.nodes,
+                    if o.nodes == 1 { "" } else { "s" },
+                    o.gpus_per_node
+                        .map(|g| format!(" × {g} GPUs"))
+                        .unwrap_or_default(),
+                    o.time
+                        .as_ref()
+                        .map(|t| format!(", time {t}"))
+                        .unwrap_or_default(),
+                    match o.allocation {
+                        SlurmAllocation::Group => "server group",
+                        SlurmAllocation::Run => "run",
+                    }
+                )
+            }
         }
     }
+
+    /// The Slurm options when the host is a Slurm cluster.
+    pub fn slurm(&self) -> Option<&SlurmOptions> {
+        match self {
+            HostSpec::Slurm(s) => Some(&s.slurm),
+            _ => None,
+        }
+    }
+}
+
+/// A Slurm time limit as `sbatch --time` reads it: `minutes`, `minutes:seconds`,
+/// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`.
+pub const SLURM_TIME_PATTERN: &str =
+    r"^([0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2}|UNLIMITED|INFINITE)$";
+
+/// A Slurm cluster as the place servers run: `host: { slurm: { partition: gpu, nodes: 1 } }`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmHostSpec {
+    pub slurm: SlurmOptions,
+}
+
+/// How servebench asks Slurm for an allocation. It runs Slurm's own commands (`sbatch`,
+/// `srun`, `squeue`, `scontrol`, `scancel`, `sacct`) on this machine, which must be a node
+/// the cluster accepts submissions from (a login node); `SLURM_CONF` is honoured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmOptions {
+    /// Partition (`sbatch --partition`); the cluster's default when absent.
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// Nodes per allocation (`sbatch --nodes`): one server rank per node.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub nodes: u32,
+    /// GPUs per node (`sbatch --gpus-per-node`).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
+    pub gpus_per_node: Option<u32>,
+    /// Time limit of each allocation (`sbatch --time`: `30`, `1:30:00`, `1-00:00:00`). Slurm
+    /// counts it in whole minutes. A server still running at the limit fails its point with
+    /// the cause `time-limit`.
+    #[serde(default)]
+    #[schemars(regex(pattern = SLURM_TIME_PATTERN))]
+    pub time: Option<String>,
+    /// Account to charge (`sbatch --account`).
+    #[serde(default)]
+    pub account: Option<String>,
+    /// Quality of service (`sbatch --qos`).
+    #[serde(default)]
+    pub qos: Option<String>,
+    /// Node features required (`sbatch --constraint`), e.g. `h100`.
+    #[serde(default)]
+    pub constraint: Option<String>,
+    /// More `sbatch` arguments, each one argument as written (never passed through a shell),
+    /// e.g. `["--exclusive", "--mem=0"]`.
+    #[serde(default)]
+    pub sbatch: Vec<String>,
+    /// `group` (the default): one job per server group, released when the group is done.
+    /// `run`: one allocation for the whole run, every group's server a step inside it.
+    #[serde(default)]
+    pub allocation: SlurmAllocation,
+}
+
+/// How many allocations a run asks for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum SlurmAllocation {
+    /// One job per server group.
+    #[default]
+    Group,
+    /// One job for the whole run.
+    Run,
 }
 
 /// An SSH host. servebench runs the system `ssh` with a shared (multiplexed) connection, so

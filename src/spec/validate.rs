@@ -347,6 +347,31 @@ impl Validator {
             out.append(&mut per_branch[*i]);
             return;
         }
+        // Several mappings fit (`host: { ssh: .. }` or `{ slurm: .. }`): the one whose required
+        // keys the value has is the one meant; else the fitting one with the fewest errors.
+        if fitting.len() > 1 {
+            let has_required = |i: &usize| {
+                let (Some(map), Some(Value::Array(req))) =
+                    (value.as_object(), resolved[*i].get("required"))
+                else {
+                    return false;
+                };
+                !req.is_empty()
+                    && req
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .all(|k| map.contains_key(k))
+            };
+            let meant: Vec<usize> = fitting.iter().copied().filter(has_required).collect();
+            let pick = match meant.as_slice() {
+                [i] => Some(*i),
+                _ => fitting.iter().copied().min_by_key(|i| per_branch[*i].len()),
+            };
+            if let Some(i) = pick {
+                out.append(&mut per_branch[i]);
+                return;
+            }
+        }
         let types: Vec<Value> = resolved
             .iter()
             .filter_map(|b| b.get("type").cloned())

@@ -1,0 +1,777 @@
+//! A Slurm cluster as a [`Host`](super::Host): servebench submits a job that holds an
+//! allocation (`sbatch`, one per server group or one for the run), waits for it while saying
+//! its queue state and Slurm's pending reason, launches the server as a job step inside it
+//! (`srun --jobid`), and reaches it at the first node's address. The step's output comes back
+//! through `srun` itself into the run directory's log, so no shared file system is needed for
+//! logs. A step that ends is classified with Slurm's own cause (time limit, preemption, node
+//! failure, out-of-memory kill, an outside `scancel`) before the engine's log lines.
+//!
+//! Slurm's commands run on this machine (a login node, or any node that can submit jobs),
+//! always with argument vectors: nothing the spec says passes through a shell. Reaching a
+//! login node over SSH is not done yet.
+
+pub mod cli;
+
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::Mutex;
+
+use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use crate::catalog::Failure;
+use crate::results::meta::SlurmJob;
+use crate::spec::types::{SlurmAllocation, SlurmOptions};
+
+pub use cli::SlurmError;
+
+/// How often the queue is asked about a job that waits for its allocation.
+const QUEUE_POLL: Duration = Duration::from_millis(500);
+
+/// How long a released job may take to leave the queue (Slurm's `KillWait` and epilog).
+const RELEASE_WAIT: Duration = Duration::from_secs(60);
+
+/// What the host tells the run while a job waits: one line per change of state or reason.
+pub type WaitReport = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The allocation servers are launched in now.
+#[derive(Debug, Clone)]
+struct Allocation {
+    job: SlurmJob,
+    /// The server group it was submitted for (`run` for the run's one allocation).
+    owner: String,
+    /// The first node's address (`NodeAddr`): where rank 0 serves.
+    addr: String,
+}
+
+/// A Slurm cluster reached through its commands on this machine.
+pub struct SlurmHost {
+    opts: SlurmOptions,
+    /// `<spec name>-<run timestamp>`, in job names.
+    run_id: String,
+    current: Arc<Mutex<Option<Allocation>>>,
+    /// Jobs submitted and not yet released: cancelled when the host is dropped, whatever
+    /// path the run took.
+    open_jobs: Arc<std::sync::Mutex<Vec<u64>>>,
+    on_wait: WaitReport,
+    stop: tokio::sync::watch::Receiver<bool>,
+    launches: std::sync::atomic::AtomicUsize,
+}
+
+impl SlurmHost {
+    /// A host for `opts`; `stop` turns true on an interrupt (a job still waiting is then
+    /// cancelled); `on_wait` hears the queue state while one waits.
+    pub fn new(
+        opts: SlurmOptions,
+        run_id: &str,
+        on_wait: WaitReport,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> SlurmHost {
+        SlurmHost {
+            opts,
+            run_id: run_id.to_string(),
+            current: Arc::default(),
+            open_jobs: Arc::default(),
+            on_wait,
+            stop,
+            launches: Default::default(),
+        }
+    }
+
+    /// Checks that Slurm's commands are here and slurmctld answers (before anything runs).
+    pub async fn check(&self) -> Result<(), HostError> {
+        cli::run("squeue", &["--noheader".into(), "--jobs=0".into()])
+            .await
+            .map(|_| ())
+            .or_else(|e| match e {
+                // `--jobs=0` names no job: slurmctld answered.
+                SlurmError::Failed { ref stderr, .. } if stderr.contains("Invalid job id") => {
+                    Ok(())
+                }
+                e => Err(e),
+            })
+            .map_err(HostError::from)
+    }
+
+    /// `sbatch` arguments for an allocation named `name`: the spec's options, then its extra
+    /// arguments, then a batch script that only holds the allocation (a constant: nothing the
+    /// spec says is run by a shell).
+    pub fn sbatch_args(opts: &SlurmOptions, name: &str) -> Vec<String> {
+        let mut a = vec![
+            "--parsable".to_string(),
+            format!("--job-name={name}"),
+            format!("--nodes={}", opts.nodes),
+            "--ntasks-per-node=1".into(),
+            "--output=/dev/null".into(),
+        ];
+        let mut opt = |flag: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                a.push(format!("--{flag}={v}"));
+            }
+        };
+        opt("partition", &opts.partition);
+        opt("time", &opts.time);
+        opt("account", &opts.account);
+        opt("qos", &opts.qos);
+        opt("constraint", &opts.constraint);
+        if let Some(g) = opts.gpus_per_node {
+            a.push(format!("--gpus-per-node={g}"));
+        }
+        a.extend(opts.sbatch.iter().cloned());
+        a.push("--wrap=exec sleep infinity".into());
+        a
+    }
+
+    /// The allocation for `group`: the current one while it runs (a relaunch, or the run's
+    /// one allocation), else a new job, waited for until it runs.
+    async fn allocation(&self, group: &str) -> Result<Allocation, HostError> {
+        let owner = match self.opts.allocation {
+            SlurmAllocation::Group => group.to_string(),
+            SlurmAllocation::Run => "run".to_string(),
+        };
+        let mut current = self.current.lock().await;
+        if let Some(a) = current.as_ref() {
+            let alive = matches!(cli::job(a.job.job_id).await?, Some(j) if j.state == "RUNNING");
+            if a.owner == owner && alive {
+                return Ok(a.clone());
+            }
+            // Another group's, or ended: it is not this launch's to use.
+            let old = a.job.job_id;
+            release(old, &self.open_jobs).await;
+            *current = None;
+        }
+        let name = format!("servebench-{}-{owner}", self.run_id);
+        let out = cli::run("sbatch", &Self::sbatch_args(&self.opts, &name)).await?;
+        let job_id = cli::parse_job_id(&out).ok_or_else(|| SlurmError::Unreadable {
+            command: "sbatch --parsable".into(),
+            text: out.clone(),
+        })?;
+        self.open_jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job_id);
+        (self.on_wait)(&format!("{group}: submitted Slurm job {job_id} ({name})"));
+        let info = match self.wait_running(group, job_id).await {
+            Ok(info) => info,
+            Err(e) => {
+                release(job_id, &self.open_jobs).await;
+                return Err(e);
+            }
+        };
+        let node_list = info.node_list.clone().unwrap_or_default();
+        let nodes = cli::hostnames(&node_list).await?;
+        let first = nodes
+            .first()
+            .cloned()
+            .ok_or_else(|| SlurmError::Unreadable {
+                command: format!("scontrol show hostnames {node_list}"),
+                text: String::new(),
+            })?;
+        let addr = cli::node_addr(&first).await?;
+        let job = SlurmJob {
+            job_id,
+            job_name: name,
+            step: None,
+            partition: info.partition.clone(),
+            node_list: info.node_list.clone(),
+            nodes,
+            queued_s: info.queued_s(),
+            state: Some(info.state.clone()),
+            reason: info.reason.clone(),
+            exit_code: None,
+            accounting: None,
+            ended: false,
+        };
+        let a = Allocation { job, owner, addr };
+        *current = Some(a.clone());
+        Ok(a)
+    }
+
+    /// Waits until `job_id` runs, telling each new state and reason; cancels nothing itself.
+    async fn wait_running(&self, group: &str, job_id: u64) -> Result<cli::JobInfo, HostError> {
+        let since = Instant::now();
+        let mut said = String::new();
+        let mut stop = self.stop.clone();
+        loop {
+            if *stop.borrow() {
+                return Err(HostError::Interrupted);
+            }
+            match cli::job(job_id).await? {
+                Some(j) if j.state == "RUNNING" => {
+                    (self.on_wait)(&format!(
+                        "{group}: Slurm job {job_id} running on {} after {} in the queue",
+                        j.node_list.as_deref().unwrap_or("?"),
+                        crate::text::duration(since.elapsed().as_secs_f64())
+                    ));
+                    return Ok(j);
+                }
+                Some(j) if j.is_active() => {
+                    let now = format!(
+                        "{group}: Slurm job {job_id} {}{}",
+                        j.state.to_lowercase(),
+                        j.reason
+                            .as_ref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    );
+                    if now != said {
+                        (self.on_wait)(&now);
+                        said = now;
+                    }
+                }
+                Some(j) => {
+                    return Err(HostError::Unsupported(format!(
+                        "Slurm job {job_id} ended before it started: {}{}",
+                        j.state,
+                        j.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    )));
+                }
+                None => {
+                    return Err(HostError::Unsupported(format!(
+                        "Slurm job {job_id} left the queue before it started"
+                    )));
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(QUEUE_POLL) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    /// The `srun` command line that runs `argv` as a step of the current allocation on its
+    /// first node (rank 0's). `overlap`: share the resources another step holds (the agent
+    /// next to the server).
+    fn step_argv(
+        job: &SlurmJob,
+        step_name: &str,
+        overlap: bool,
+        workdir: Option<&str>,
+        gpus_per_node: Option<u32>,
+        argv: &[String],
+    ) -> Vec<String> {
+        let mut a = vec![
+            format!("--jobid={}", job.job_id),
+            format!("--job-name={step_name}"),
+            "--nodes=1".to_string(),
+            "--ntasks=1".into(),
+            format!(
+                "--nodelist={}",
+                job.nodes.first().map_or("", String::as_str)
+            ),
+            "--kill-on-bad-exit=1".into(),
+        ];
+        if overlap {
+            a.push("--overlap".into());
+        }
+        if let Some(d) = workdir {
+            a.push(format!("--chdir={d}"));
+        }
+        if let Some(g) = gpus_per_node.filter(|_| !overlap) {
+            a.push(format!("--gpus-per-node={g}"));
+        }
+        a.push("--".into());
+        a.extend(argv.iter().cloned());
+        a
+    }
+
+    /// `srun` for servebench's measuring agent next to rank 0 in the current allocation, with
+    /// its input and output piped to this process. None before an allocation runs.
+    pub async fn agent_command(&self, heartbeat_ms: &str) -> Option<tokio::process::Command> {
+        let a = self.current.lock().await.clone()?;
+        let bin = host_binary().ok()?;
+        let args = Self::step_argv(
+            &a.job,
+            &format!("servebench-agent-{}", self.run_id),
+            true,
+            None,
+            None,
+            &[
+                bin,
+                "agent".into(),
+                "--heartbeat-ms".into(),
+                heartbeat_ms.into(),
+            ],
+        );
+        let mut cmd = std::process::Command::new("srun");
+        cmd.args(args).process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+                Ok(())
+            });
+        }
+        Some(tokio::process::Command::from(cmd))
+    }
+}
+
+impl Drop for SlurmHost {
+    fn drop(&mut self) {
+        // Nothing this run submitted may outlive it (an error path, a panic).
+        let open = std::mem::take(&mut *self.open_jobs.lock().unwrap_or_else(|e| e.into_inner()));
+        for job in open {
+            cli::cancel_blocking(&job.to_string());
+        }
+    }
+}
+
+/// Cancels `job` and waits (up to [`RELEASE_WAIT`]) until it leaves the running states; true
+/// once it has.
+async fn release(job: u64, open: &std::sync::Mutex<Vec<u64>>) -> bool {
+    let _ = cli::cancel(&job.to_string(), None).await;
+    let deadline = Instant::now() + RELEASE_WAIT;
+    loop {
+        match cli::job(job).await {
+            Ok(Some(j)) if j.is_active() && Instant::now() < deadline => {}
+            Ok(Some(j)) if j.is_active() => return false,
+            Ok(_) => break,
+            Err(_) if Instant::now() < deadline => {}
+            Err(_) => return false,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    open.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|j| *j != job);
+    true
+}
+
+/// servebench's binary as the nodes run it: `SERVEBENCH_HOST_BINARY`, else this one (the
+/// nodes must see it at the same path: a shared file system).
+fn host_binary() -> Result<String, HostError> {
+    match std::env::var_os("SERVEBENCH_HOST_BINARY") {
+        Some(p) => Ok(PathBuf::from(p).to_string_lossy().into_owned()),
+        None => std::env::current_exe()
+            .map(|p| p.to_string_lossy().into_owned())
+            .map_err(|e| HostError::io("cannot find servebench's own binary", e)),
+    }
+}
+
+impl super::Host for SlurmHost {
+    fn name(&self) -> String {
+        match &self.opts.partition {
+            Some(p) => format!("slurm:{p}"),
+            None => "slurm".into(),
+        }
+    }
+
+    fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {
+        // The node is not known before the allocation: a port free here (the same machine on
+        // a one-node cluster); a taken one on the node fails the launch as `port-in-use`.
+        Box::pin(async move {
+            match wanted {
+                Some(p) => Ok(p),
+                None => super::free_port().map_err(|e| HostError::io("no free port", e)),
+            }
+        })
+    }
+
+    fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
+        Box::pin(async { host_binary() })
+    }
+
+    fn spawn<'a>(
+        &'a self,
+        spawn: Spawn<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>> {
+        Box::pin(async move {
+            let alloc = self.allocation(spawn.group).await?;
+            let n = self
+                .launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let step_name = format!("servebench-{}-{}-{n}", self.run_id, spawn.group);
+            let args = Self::step_argv(
+                &alloc.job,
+                &step_name,
+                false,
+                spawn.workdir,
+                self.opts.gpus_per_node,
+                &spawn.command.argv(),
+            );
+            let log = std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(spawn.log_path)
+                .map_err(|e| {
+                    HostError::io(format!("cannot open {}", spawn.log_path.display()), e)
+                })?;
+            let log_err = log
+                .try_clone()
+                .map_err(|e| HostError::io("cannot share the log file", e))?;
+            let mut cmd = std::process::Command::new("srun");
+            cmd.args(&args)
+                .envs(spawn.env)
+                .stdin(std::process::Stdio::null())
+                .stdout(log)
+                .stderr(log_err)
+                .process_group(0);
+            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+            // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+                    Ok(())
+                });
+            }
+            let child = cmd.spawn().map_err(|e| {
+                HostError::from(SlurmError::Missing {
+                    program: "srun".into(),
+                    source: e,
+                })
+            })?;
+            let pid = child.id() as i32;
+            let leader = super::local::proc_stat(pid);
+            let mut server = SlurmServer {
+                child,
+                pid,
+                leader_start: leader.map(|p| p.start_ticks),
+                job: alloc.job.clone(),
+                step_name,
+                release_job: self.opts.allocation == SlurmAllocation::Group,
+                current: self.current.clone(),
+                open_jobs: self.open_jobs.clone(),
+                url: format!("http://{}:{}", alloc.addr, spawn.port),
+                host_url: format!("http://127.0.0.1:{}", spawn.port),
+                log_path: spawn.log_path.to_path_buf(),
+                last_look: None,
+            };
+            server.find_step().await;
+            Ok(Box::new(server) as Box<dyn ServerProcess>)
+        })
+    }
+
+    fn stop_leftover<'a>(
+        &'a self,
+        id: &'a super::GroupIdentity,
+        grace: Duration,
+    ) -> BoxFuture<'a, Leftover> {
+        // The srun a dead runner left is a local process group.
+        super::Host::stop_leftover(&super::local::LocalHost, id, grace)
+    }
+
+    fn port_in_use(&self, port: u16) -> BoxFuture<'_, Result<bool, HostError>> {
+        Box::pin(async move { Ok(super::port_in_use(port)) })
+    }
+
+    fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
+        Box::pin(async move { self.check().await })
+    }
+}
+
+/// A server running as a step of a Slurm job, through the `srun` child that launched it.
+pub struct SlurmServer {
+    child: std::process::Child,
+    pid: i32,
+    leader_start: Option<u64>,
+    /// The job's record, kept up to date (step, state, exit code).
+    job: SlurmJob,
+    step_name: String,
+    /// One job per group: stopping the server releases the allocation.
+    release_job: bool,
+    current: Arc<Mutex<Option<Allocation>>>,
+    open_jobs: Arc<std::sync::Mutex<Vec<u64>>>,
+    url: String,
+    host_url: String,
+    log_path: PathBuf,
+    /// When the job's state was last asked (see [`ServerProcess::exited`]).
+    last_look: Option<Instant>,
+}
+
+/// How often a running server's job is asked whether Slurm still runs it: srun itself may
+/// take a while to notice a cancelled or timed-out job (it waits for the step's I/O).
+const JOB_LOOK_EVERY: Duration = Duration::from_millis(500);
+
+impl SlurmServer {
+    /// Finds the step's id by its name (srun does not print it), while srun runs.
+    async fn find_step(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.job.step.is_none() && Instant::now() < deadline {
+            if let Ok(steps) = cli::steps(self.job.job_id).await
+                && let Some((id, _)) = steps.iter().find(|(_, n)| *n == self.step_name)
+            {
+                self.job.step = Some(id.clone());
+                return;
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn srun_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// The job's state now, recorded on the job (from accounting when the cluster keeps it).
+    async fn refresh(&mut self) -> Option<String> {
+        if let Some((state, code)) = cli::sacct_state(self.job.job_id).await {
+            self.job.state = Some(state.clone());
+            self.job.exit_code = code;
+            self.job.accounting = Some("sacct".into());
+            // sacct may lag behind slurmctld: a job it still calls running is asked again.
+            if !cli::is_active_state(&state) {
+                return Some(state);
+            }
+        }
+        match cli::job(self.job.job_id).await {
+            Ok(Some(j)) => {
+                self.job.state = Some(j.state.clone());
+                self.job.reason = j.reason.clone();
+                self.job.exit_code = j.exit_code.clone();
+                self.job.accounting = Some("scontrol".into());
+                Some(j.state)
+            }
+            _ => self.job.state.clone(),
+        }
+    }
+
+    /// Waits up to `wait` for srun to exit.
+    async fn srun_gone_within(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        while !self.srun_exited() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+
+    async fn step_gone(&self) -> bool {
+        match &self.job.step {
+            Some(step) => match cli::steps(self.job.job_id).await {
+                Ok(steps) => !steps.iter().any(|(id, _)| id == step),
+                Err(_) => false,
+            },
+            None => true,
+        }
+    }
+}
+
+impl ServerProcess for SlurmServer {
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn host_url(&self) -> Option<&str> {
+        Some(&self.host_url)
+    }
+
+    fn ids(&self) -> ProcessIds {
+        ProcessIds {
+            pid: self.pid,
+            pgid: self.pid,
+            leader_start: self.leader_start,
+            boot_id: super::local::boot_id(),
+            host: None,
+            remote_log: None,
+        }
+    }
+
+    fn exited(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            if self.srun_exited() {
+                return true;
+            }
+            if self.last_look.is_some_and(|t| t.elapsed() < JOB_LOOK_EVERY) {
+                return false;
+            }
+            self.last_look = Some(Instant::now());
+            // Slurm ended the job (a time limit, a cancel, a failed node): the server is
+            // gone even while srun still waits for the step's output.
+            match cli::job(self.job.job_id).await {
+                Ok(Some(j)) => !j.is_active(),
+                Ok(None) => true,
+                // Slurm not answering is not an end: the next look decides.
+                Err(_) => false,
+            }
+        })
+    }
+
+    fn sync_log(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    fn log_display(&self) -> String {
+        format!(
+            "{} (the output of Slurm step {})",
+            self.log_path.display(),
+            self.job.step.as_deref().unwrap_or(&self.step_name)
+        )
+    }
+
+    fn poll_interval(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+
+    fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
+        Box::pin(async move {
+            let target = self.job.step.clone();
+            let outcome = if self.srun_exited() {
+                format!(
+                    "Slurm step {} had ended",
+                    target.as_deref().unwrap_or("(unknown)")
+                )
+            } else {
+                // TERM to the step's tasks (through scancel, or through srun, which passes it
+                // on), the grace period, then the step cancelled outright.
+                let termed = match &target {
+                    Some(step) => cli::cancel(step, Some("TERM")).await.is_ok(),
+                    None => false,
+                };
+                if !termed {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(self.pid),
+                        nix::sys::signal::Signal::SIGTERM,
+                    );
+                }
+                if self.srun_gone_within(grace).await {
+                    format!(
+                        "Slurm step {} stopped with SIGTERM",
+                        target.as_deref().unwrap_or("(unknown)")
+                    )
+                } else {
+                    if let Some(step) = &target {
+                        let _ = cli::cancel(step, None).await;
+                    }
+                    if !self.srun_gone_within(Duration::from_secs(30)).await {
+                        let _ = self.child.kill();
+                    }
+                    format!(
+                        "Slurm step {} cancelled after the grace period",
+                        target.as_deref().unwrap_or("(unknown)")
+                    )
+                }
+            };
+            let _ = self.child.wait();
+            let mut gone = self.step_gone().await;
+            let mut outcome = outcome;
+            if self.release_job {
+                let released = release(self.job.job_id, &self.open_jobs).await;
+                gone &= released;
+                let mut current = self.current.lock().await;
+                if current
+                    .as_ref()
+                    .is_some_and(|a| a.job.job_id == self.job.job_id)
+                {
+                    *current = None;
+                }
+                outcome.push_str(&format!(
+                    "; Slurm job {} {}",
+                    self.job.job_id,
+                    if released {
+                        "released"
+                    } else {
+                        "STILL IN THE QUEUE"
+                    }
+                ));
+                self.job.ended = released;
+            }
+            self.refresh().await;
+            Stopped {
+                outcome,
+                pgid: self.pid,
+                gone,
+            }
+        })
+    }
+
+    fn slurm_job(&self) -> Option<SlurmJob> {
+        Some(self.job.clone())
+    }
+
+    fn host_failure(&mut self) -> BoxFuture<'_, Option<Failure>> {
+        Box::pin(async move {
+            let state = self.refresh().await;
+            let tail = super::file_tail(&self.log_path, 20_000);
+            cli::failure_of(state.as_deref(), &tail)
+        })
+    }
+}
+
+impl Drop for SlurmServer {
+    fn drop(&mut self) {
+        if !self.srun_exited() {
+            if let Some(step) = &self.job.step {
+                cli::cancel_blocking(step);
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> SlurmOptions {
+        serde_json::from_value(serde_json::json!({})).unwrap()
+    }
+
+    #[test]
+    fn sbatch_gets_each_option_as_its_own_argument() {
+        let mut o = opts();
+        o.partition = Some("gpu".into());
+        o.nodes = 2;
+        o.gpus_per_node = Some(8);
+        o.time = Some("1:00:00".into());
+        o.account = Some("proj; rm -rf /".into());
+        o.sbatch = vec!["--exclusive".into(), "--mem=0".into()];
+        let a = SlurmHost::sbatch_args(&o, "servebench-x-g1");
+        assert_eq!(
+            a,
+            [
+                "--parsable",
+                "--job-name=servebench-x-g1",
+                "--nodes=2",
+                "--ntasks-per-node=1",
+                "--output=/dev/null",
+                "--partition=gpu",
+                "--time=1:00:00",
+                "--account=proj; rm -rf /",
+                "--gpus-per-node=8",
+                "--exclusive",
+                "--mem=0",
+                "--wrap=exec sleep infinity",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_step_runs_the_engines_argv_after_a_double_dash() {
+        let job = SlurmJob {
+            job_id: 12,
+            nodes: vec!["gpu01".into(), "gpu02".into()],
+            ..Default::default()
+        };
+        let a = SlurmHost::step_argv(
+            &job,
+            "s",
+            false,
+            Some("/w"),
+            Some(8),
+            &["python".into(), "--flag=$(x)".into()],
+        );
+        assert_eq!(
+            a,
+            [
+                "--jobid=12",
+                "--job-name=s",
+                "--nodes=1",
+                "--ntasks=1",
+                "--nodelist=gpu01",
+                "--kill-on-bad-exit=1",
+                "--chdir=/w",
+                "--gpus-per-node=8",
+                "--",
+                "python",
+                "--flag=$(x)",
+            ]
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! Runs on a real Slurm (the one-node cluster of `slurmd.rs`) with the simulator as the
+//! engine: each server group in its own job, the server a job step, the measuring agent a step
+//! next to it; cancels from outside, interrupts, a killed runner and `servebench down`, each
+//! proven to leave nothing behind (no job in the queue, no process).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::common::*;
+use crate::slurmd::{NODE, SlurmCluster};
+
+/// A spec on the test cluster: two server groups (the simulator at two speeds: g1 quick, g2
+/// `slow` times slower), `requests` each.
+fn spec(name: &str, model: &str, slow: f64, requests: u32, extra_host: &str) -> String {
+    format!(
+        "name: {name}
+host:
+  slurm: {{ time: \"5\"{extra_host} }}
+server:
+  engine: sim
+  model: {model}
+  args: {{ profile: fast }}
+  ready_timeout: 60s
+workload:
+  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}
+  output_tokens: 100
+sweep:
+  server.args.sim-time-scale: [1, {slow}]
+requests: {requests}
+"
+    )
+}
+
+/// `servebench ARGS` against the cluster, as a child whose output is piped.
+fn servebench_on(cluster: &SlurmCluster, args: &[&Path]) -> std::process::Child {
+    Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .args(args)
+        .env("SLURM_CONF", &cluster.conf)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("servebench")
+}
+
+fn run_args<'a>(spec: &'a Path, out: &'a Path) -> Vec<&'a Path> {
+    vec![
+        Path::new("run"),
+        spec,
+        Path::new("--out"),
+        out,
+        Path::new("--quiet"),
+    ]
+}
+
+/// Processes whose command line mentions `needle` (the test's own model name).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy() != me)
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(needle)
+                .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+/// Nothing of the run is left: no job named for it in the queue, no process of its model.
+#[track_caller]
+fn assert_nothing_left(cluster: &SlurmCluster, run_name: &str, model: &str) {
+    poll_until(
+        Duration::from_secs(30),
+        &format!(
+            "jobs of {run_name} left: {:?}",
+            cluster.jobs_named(run_name)
+        ),
+        || cluster.jobs_named(run_name).is_empty().then_some(()),
+    );
+    poll_until(
+        Duration::from_secs(15),
+        &format!("processes left: {:?}", processes_mentioning(model)),
+        || processes_mentioning(model).is_empty().then_some(()),
+    );
+}
+
+/// The run directory under `out` (the only one).
+fn the_run_dir(out: &Path) -> Option<PathBuf> {
+    let spec_dir = std::fs::read_dir(out).ok()?.flatten().next()?.path();
+    std::fs::read_dir(spec_dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+}
+
+/// Waits until group `group`'s server is recorded in meta.json and `records` requests of it
+/// are on disk; its Slurm job id. Fails with the runner's output when it does not come.
+fn wait_mid_point(
+    out: &Path,
+    group: &str,
+    records: usize,
+    child: &mut std::process::Child,
+) -> (PathBuf, u64) {
+    let point = format!("\"point\":\"p{:0>3}\"", &group[1..]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let found = (|| {
+            let dir = the_run_dir(out)?;
+            let meta: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).ok()?).ok()?;
+            let job = meta["servers"]
+                .as_array()?
+                .iter()
+                .find(|s| s["group"] == group)?["slurm"]["job_id"]
+                .as_u64()?;
+            let text = std::fs::read_to_string(dir.join("requests.jsonl")).ok()?;
+            let n = text.lines().filter(|l| l.contains(&point)).count();
+            (n >= records).then_some((dir, job))
+        })();
+        if let Some(f) = found {
+            return f;
+        }
+        let ended = child.try_wait().ok().flatten().is_some();
+        if ended || std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let mut text = String::new();
+            use std::io::Read;
+            if let Some(e) = child.stderr.as_mut() {
+                let _ = e.read_to_string(&mut text);
+            }
+            panic!(
+                "{group} never got {records} requests measured (runner ended: {ended}); run dir {:?}; runner said:\n{text}\npoints: {}",
+                the_run_dir(out),
+                the_run_dir(out)
+                    .and_then(|d| std::fs::read_to_string(d.join("points.jsonl")).ok())
+                    .unwrap_or_default()
+                    .chars()
+                    .take(3000)
+                    .collect::<String>()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_slurm_run_measures_each_group_in_its_own_job_with_the_agent_next_to_the_server() {
+    let cluster = SlurmCluster::get();
+    let ws = Workspace::new();
+    let model = format!("slurm-plain-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-plain");
+    let path = ws.write("s.yaml", &spec("slurm-plain", &model, 2.0, 2, ""));
+    let out = ws.path().join("runs");
+    let child = servebench_on(&cluster, &run_args(&path, &out));
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}\n{}", show(&done), cluster.logs());
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(stderr.contains("submitted Slurm job"), "{stderr}");
+    assert!(
+        stderr.contains("client in the allocation, next to rank 0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("running on"), "{stderr}");
+    let dir = the_run_dir(&out).unwrap();
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 2);
+    for p in &points {
+        assert_eq!(p["status"], "ok", "{p}");
+        assert_eq!(p["ok"], 2, "{p}");
+    }
+    let meta = read_json(&dir.join("meta.json"));
+    let servers = meta["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 2, "{meta}");
+    let jobs: Vec<u64> = servers
+        .iter()
+        .map(|s| s["slurm"]["job_id"].as_u64().unwrap())
+        .collect();
+    assert_ne!(jobs[0], jobs[1], "one job per group");
+    for s in servers {
+        let j = &s["slurm"];
+        assert_eq!(j["nodes"], serde_json::json!([NODE]), "{s}");
+        assert_eq!(j["partition"], "debug", "{s}");
+        assert!(j["step"].as_str().unwrap().ends_with(".0"), "{s}");
+        assert_eq!(j["ended"], true, "{s}");
+        // This cluster keeps no accounting: the state comes from slurmctld.
+        assert_eq!(j["accounting"], "scontrol", "{s}");
+        assert_eq!(j["state"], "CANCELLED", "released by servebench: {s}");
+        assert_eq!(s["stopped"], true, "{s}");
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!("Slurm job {} (`servebench-slurm-plain-", jobs[0])),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("on {NODE}, partition debug")),
+        "{report}"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-plain", &model);
+}
+
+#[test]
+fn a_job_cancelled_mid_point_fails_that_point_with_its_cause_and_resume_measures_it() {
+    let cluster = SlurmCluster::get();
+    let ws = Workspace::new();
+    let model = format!("slurm-resume-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-resume");
+    let path = ws.write("s.yaml", &spec("slurm-resume", &model, 5.0, 20, ""));
+    let out = ws.path().join("runs");
+    let mut child = servebench_on(&cluster, &run_args(&path, &out));
+    let (dir, job) = wait_mid_point(&out, "g2", 2, &mut child);
+    // Someone cancels g2's job while its point runs.
+    let cancel = cluster.output("scancel", &[&job.to_string()]);
+    assert!(cancel.trim().is_empty(), "{cancel}");
+    let done = child.wait_with_output().unwrap();
+    assert!(!done.status.success(), "{}", show(&done));
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let p2 = points.iter().find(|p| p["group"] == "g2").unwrap();
+    assert_eq!(p2["failure"], "job-cancelled", "{p2}");
+    assert!(
+        p2["flags"]
+            .to_string()
+            .contains("Slurm job was cancelled from outside"),
+        "{p2}"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-resume", &model);
+
+    // Resume measures the cancelled point again, in a new job.
+    let args: Vec<&Path> = vec![
+        Path::new("run"),
+        Path::new("--resume"),
+        &dir,
+        Path::new("--quiet"),
+    ];
+    let done = servebench_on(&cluster, &args).wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", show(&done));
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 2, "{points:?}");
+    assert!(points.iter().all(|p| p["status"] == "ok"), "{points:?}");
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["resumed_at"].as_array().unwrap().len(), 1);
+    let g2_jobs: Vec<u64> = meta["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["group"] == "g2")
+        .map(|s| s["slurm"]["job_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(g2_jobs.len(), 2, "{meta}");
+    assert_ne!(g2_jobs[0], g2_jobs[1]);
+    assert_nothing_left(&cluster, "servebench-slurm-resume", &model);
+}
+
+#[test]
+fn ctrl_c_mid_point_cancels_the_job_and_a_killed_runners_job_is_cancelled_by_down() {
+    let cluster = SlurmCluster::get();
+    let ws = Workspace::new();
+    let model = format!("slurm-int-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-int");
+    let path = ws.write("s.yaml", &spec("slurm-int", &model, 5.0, 20, ""));
+    let out = ws.path().join("runs");
+    let mut child = servebench_on(&cluster, &run_args(&path, &out));
+    let (dir, _) = wait_mid_point(&out, "g2", 1, &mut child);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(1), "{}", show(&done));
+    assert_nothing_left(&cluster, "servebench-slurm-int", &model);
+    let meta = read_json(&dir.join("meta.json"));
+    let g2 = meta["servers"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(g2["slurm"]["ended"], true, "{g2}");
+
+    // A runner killed outright: its server step goes with srun, its job stays in the queue
+    // until `servebench down` cancels it.
+    let ws = Workspace::new();
+    // g1 is the slow group here, so the runner dies in its point.
+    let _cleanup_kill = cluster.cancel_on_drop("servebench-slurm-kill");
+    let path = ws.write(
+        "s.yaml",
+        &spec("slurm-kill", &model, 5.0, 20, "").replace("[1, 5]", "[5, 1]"),
+    );
+    let out = ws.path().join("runs");
+    let mut child = servebench_on(&cluster, &run_args(&path, &out));
+    let (dir, job) = wait_mid_point(&out, "g1", 1, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !cluster.jobs_named("servebench-slurm-kill").is_empty(),
+        "the job outlives a killed runner"
+    );
+    let done = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("down")
+        .arg(&dir)
+        .env("SLURM_CONF", &cluster.conf)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&done.stdout).to_string() + &String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "Slurm job {job} (RUNNING) cancelled by servebench down"
+        )),
+        "{said}"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-kill", &model);
+}
+
+#[test]
+fn a_time_limit_fails_the_point_with_its_cause_and_leaves_nothing() {
+    // A real limit: Slurm counts them in whole minutes and checks them every 30 s, so this
+    // test takes 60 to 95 s, with no turn held (nothing in it is timing-sensitive).
+    let cluster = SlurmCluster::get();
+    let ws = Workspace::new();
+    let model = format!("slurm-limit-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-limit");
+    // g1 is the slow group here (about two minutes of requests), so the limit falls in its
+    // point.
+    let path = ws.write(
+        "s.yaml",
+        &spec("slurm-limit", &model, 5.0, 160, "")
+            .replace("[1, 5]", "[5, 1]")
+            .replace("time: \"5\"", "time: \"1\""),
+    );
+    let out = ws.path().join("runs");
+    let started = std::time::Instant::now();
+    let done = servebench_on(&cluster, &run_args(&path, &out))
+        .wait_with_output()
+        .unwrap();
+    let dir = the_run_dir(&out).unwrap();
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let p1 = points
+        .iter()
+        .find(|p| p["group"] == "g1")
+        .expect("g1 recorded");
+    assert_eq!(p1["failure"], "time-limit", "{p1}\n{}", show(&done));
+    assert!(
+        p1["ok"].as_u64().unwrap() > 0,
+        "what was measured is kept: {p1}"
+    );
+    assert!(
+        p1["flags"].to_string().contains("raise host.slurm.time"),
+        "{p1}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(55),
+        "the limit is a minute"
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    let g1 = meta["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["group"] == "g1")
+        .unwrap();
+    assert_eq!(g1["slurm"]["state"], "TIMEOUT", "{meta}");
+    assert_eq!(g1["slurm"]["reason"], "TimeLimit", "{meta}");
+    // The run goes on: g2 gets a job of its own and is measured.
+    let p2 = points
+        .iter()
+        .find(|p| p["group"] == "g2")
+        .expect("g2 recorded");
+    assert_eq!(p2["status"], "ok", "{p2}");
+    assert_nothing_left(&cluster, "servebench-slurm-limit", &model);
+}
+
+#[test]
+fn slurm_hosts_are_validated_and_planned_without_a_cluster() {
+    let ws = Workspace::new();
+    let good = ws.write(
+        "good.yaml",
+        &spec(
+            "slurm-plan",
+            "m",
+            2.0,
+            2,
+            ", partition: gpu, gpus_per_node: 8, sbatch: [\"--exclusive\"]",
+        ),
+    );
+    let out = servebench().arg("plan").arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("host slurm (partition gpu, 1 node × 8 GPUs, time 5, one job per server group) (client on the allocation, next to rank 0"),
+        "{text}"
+    );
+    let bad = ws.write(
+        "bad.yaml",
+        &spec("slurm-bad", "m", 2.0, 2, ", nodes: 0, qeue: fast")
+            .replace("time: \"5\"", "time: \"1 hour\""),
+    );
+    let out = servebench().arg("validate").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("bad.yaml:3:"), "{said}");
+    assert!(said.contains("1 hour"), "{said}");
+    assert!(said.contains("qeue"), "{said}");
+}
