@@ -74,6 +74,8 @@ fn request(point: &str, index: u32) -> RequestRecord {
         chunk_tokens: None,
         finish_reason: Some("length".to_string()),
         error: None,
+        phase: None,
+        lag_s: None,
     }
 }
 
@@ -615,6 +617,7 @@ fn run_dir_round_trip() {
         calibration: None,
         status: None,
         wall: None,
+        load: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -765,6 +768,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         calibration: None,
         status: None,
         wall: None,
+        load: None,
     }
 }
 

@@ -126,6 +126,8 @@ impl Measured {
             chunk_tokens: Some(self.chunk_tokens),
             finish_reason: self.finish_reason,
             error: self.error,
+            phase: None,
+            lag_s: None,
         }
     }
 }

@@ -223,6 +223,8 @@ mod tests {
             chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: None,
+            phase: None,
+            lag_s: None,
         }
     }
 

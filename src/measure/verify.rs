@@ -158,6 +158,8 @@ mod tests {
                 status: Some(400),
                 body_head: None,
             }),
+            phase: None,
+            lag_s: None,
         }
     }
 

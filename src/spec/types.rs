@@ -92,6 +92,32 @@ pub struct Experiment {
     /// How the report is rendered.
     #[serde(default)]
     pub report: ReportSpec,
+    /// Open-loop load: how requests arrive (a rate with an arrival process, a ramp, a trace).
+    /// Absent: the closed loop of `concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<super::load_model::LoadSpec>,
+    /// When a `load:` point's measured phase ends (the first limit reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<super::load_model::StopSpec>,
+    /// Requests before the measured phase of a `load:` point: sent and recorded (phase
+    /// `warmup`), not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<super::load_model::PhaseSpec>,
+    /// Requests after the measured phase of a `load:` point, keeping the load on while the
+    /// measured ones finish: recorded (phase `cooldown`), not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<super::load_model::PhaseSpec>,
+    /// Service-level objectives: per-request thresholds (goodput counts the requests meeting
+    /// all) and point-level targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::load_model::SloSpec>,
+    /// Percentiles reported for each metric, e.g. `[50, 90, 99, 99.9]` (p50, p90 and p99 are
+    /// always there).
+    #[serde(
+        default = "super::load_model::default_percentiles",
+        skip_serializing_if = "super::load_model::is_default_percentiles"
+    )]
+    pub percentiles: Vec<f64>,
 }
 
 impl Experiment {
