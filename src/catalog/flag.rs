@@ -231,13 +231,18 @@ mod tests {
     }
 
     #[test]
-    fn only_spread_per_chunk_itl_and_retries_are_informational() {
+    fn only_spread_per_chunk_itl_retries_and_slo_misses_are_informational() {
         let informational: Vec<&str> = FlagKind::names()
             .filter(|n| FlagKind::from_name(n).is_informational())
             .collect();
         assert_eq!(
             informational,
-            ["high-variance", "itl-per-chunk", "stale-connections"]
+            [
+                "high-variance",
+                "itl-per-chunk",
+                "stale-connections",
+                "slo-missed"
+            ]
         );
         assert_eq!(FlagKind::ItlPerChunk.cell(), "itl");
         assert_eq!(FlagKind::ColdCacheHit.cell(), "cached");
