@@ -362,4 +362,41 @@ mod tests {
         assert_eq!(at, [0.0, 0.5, 1.0]);
         assert_eq!(s.requests[2].max_tokens, Some(9));
     }
+
+    /// Kolmogorov-Smirnov distance of `gaps` from an exponential distribution of `rate`.
+    fn ks_exponential(gaps: &mut [f64], rate: f64) -> f64 {
+        gaps.sort_by(f64::total_cmp);
+        let n = gaps.len() as f64;
+        gaps.iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let f = 1.0 - (-rate * g).exp();
+                (f - i as f64 / n).abs().max(((i + 1) as f64 / n - f).abs())
+            })
+            .fold(0.0, f64::max)
+    }
+
+    fn gaps(arrival: &str) -> Vec<f64> {
+        let s = of(serde_json::json!({
+            "load": {"kind": "rate", "rate": 100, "arrival": arrival, "burstiness": 4, "seed": 11},
+            "stop": {"requests": 2000},
+        }));
+        s.requests
+            .windows(2)
+            .map(|w| w[1].at_s - w[0].at_s)
+            .collect()
+    }
+
+    #[test]
+    fn poisson_gaps_pass_a_kolmogorov_smirnov_test_and_others_fail_it() {
+        // Critical value at alpha = 0.01 for n = 1999: 1.628 / sqrt(n) = 0.0364.
+        let critical = 1.628 / (1999f64).sqrt();
+        let d = ks_exponential(&mut gaps("poisson"), 100.0);
+        assert!(d < critical, "poisson: D = {d}");
+        let mean = gaps("poisson").iter().sum::<f64>() / 1999.0;
+        assert!((mean - 0.01).abs() < 0.001, "mean gap {mean}");
+        // The same test rejects evenly spaced and gamma(4) gaps of the same mean.
+        assert!(ks_exponential(&mut gaps("constant"), 100.0) > critical);
+        assert!(ks_exponential(&mut gaps("gamma"), 100.0) > critical);
+    }
 }

@@ -3,5 +3,6 @@ pub mod metrics;
 pub mod spread;
 pub mod stats;
 pub mod summary;
+pub mod system;
 pub mod twopoint;
 pub mod verify;

@@ -147,14 +147,22 @@ impl PointRunner {
 
         let mut measured: Vec<RequestRecord> = Vec::new();
         let mut interrupted = false;
+        let mut observed = crate::measure::system::Observed::default();
         for round in 0..exp.repeat {
             if self.interrupt.is_set() {
                 interrupted = true;
                 break;
             }
-            let (records, stopped) = self
-                .measure_round(client, point, round, &prompts, &mut flags)
-                .await;
+            let (records, stopped) = if exp.load.is_some() {
+                let (records, stopped, seen) = self
+                    .measure_load_round(client, point, round, &prompts, &mut flags)
+                    .await;
+                observed = seen;
+                (records, stopped)
+            } else {
+                self.measure_round(client, point, round, &prompts, &mut flags)
+                    .await
+            };
             measured.extend(records);
             if stopped {
                 interrupted = true;
@@ -174,6 +182,13 @@ impl PointRunner {
         record.error_kinds = summary.error_kinds;
         record.metrics = summary.metrics;
         record.flags = summary.flags;
+        record.load = crate::measure::system::add(
+            exp,
+            &measured,
+            &observed,
+            &mut record.metrics,
+            &mut record.flags,
+        );
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
         self.progress
@@ -297,7 +312,7 @@ impl PointRunner {
     /// Empties the server's prefix cache the way it offers. A server without a way is left
     /// as it is: unique nonces keep cold prompts apart, and `verify` checks the server's own
     /// cached_tokens (a clean point, not a failed flush).
-    async fn reset_cache(&self, client: &Client) -> Result<(), String> {
+    pub(super) async fn reset_cache(&self, client: &Client) -> Result<(), String> {
         let how = match &self.surface {
             Some(s) => match &s.cache_reset {
                 Some(how) => how.clone(),
@@ -582,18 +597,18 @@ async fn count_tokens(
 }
 
 /// A point's prompt texts and the model name its requests carry.
-struct Prompts {
-    source: PromptSource,
+pub(super) struct Prompts {
+    pub(super) source: PromptSource,
     /// The calibrated text of a generated prompt (None for file prompts).
     body: Option<String>,
-    model: Option<String>,
+    pub(super) model: Option<String>,
     /// How the body was calibrated (None for file prompts and uncalibrated ones).
     calibration: Option<Calibration>,
 }
 
 impl Prompts {
     /// The text of request `i` (before any nonce): file prompts in turn, or the one body.
-    fn text(&self, i: u32) -> String {
+    pub(super) fn text(&self, i: u32) -> String {
         match (&self.source, &self.body) {
             (PromptSource::Fixed(list), _) => list[i as usize % list.len()].clone(),
             (_, Some(b)) => b.clone(),
@@ -610,7 +625,7 @@ fn request_model(exp: &Experiment) -> Option<String> {
     }
 }
 
-fn generation_request(
+pub(super) fn generation_request(
     exp: &Experiment,
     prompt: String,
     model: &Option<String>,
@@ -627,7 +642,7 @@ fn generation_request(
 
 /// Opens `n` connections before requests are released. A server that cannot be reached is
 /// left for the requests to record (each one says why it failed).
-async fn prepare(client: &Client, n: usize) {
+pub(super) async fn prepare(client: &Client, n: usize) {
     if let Err(e) = client.prepare(n).await {
         tracing::debug!("could not open connections ahead: {e}");
     }

@@ -363,6 +363,29 @@ pub fn checks(raw: &Value) -> Vec<Problem> {
                 "",
             ));
         }
+        if raw
+            .get("repeat")
+            .and_then(Value::as_u64)
+            .is_some_and(|r| r > 1)
+        {
+            problems.push(problem(
+                "/repeat",
+                Target::Value,
+                "a `load:` point runs its schedule once: `repeat` must be 1".into(),
+                "lengthen `stop` for more requests, or sweep `load.seed` for independent schedules",
+            ));
+        }
+        if raw.get("method").is_some_and(|m| {
+            m.as_str() == Some("two-point")
+                || m.get("kind").and_then(Value::as_str) == Some("two-point")
+        }) {
+            problems.push(problem(
+                "/method",
+                Target::Value,
+                "the two-point method sends pairs one at a time: it has no open-loop form".into(),
+                "use `method: streaming` (the default) with `load:`",
+            ));
+        }
         let stop = raw.get("stop").and_then(Value::as_object);
         let bounded = stop.is_some_and(|s| {
             s.get("requests").is_some_and(|v| !v.is_null())
