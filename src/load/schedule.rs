@@ -211,7 +211,7 @@ impl Phases {
                 return Some(self.current);
             }
             let ended_at = match limit_t {
-                Some(d) if !limit_n.is_some_and(|n| self.count >= n) && !empty => self.began + d,
+                Some(d) if limit_n.is_none_or(|n| self.count < n) && !empty => self.began + d,
                 _ => t,
             };
             self.current = match self.current {
