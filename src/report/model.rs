@@ -55,6 +55,9 @@ pub struct ReportModel {
     /// Charts drawn beside the report (`charts/*.svg`), in report order; empty when no swept
     /// dimension changes the context length or too few points were measured.
     pub charts: Vec<ChartLink>,
+    /// Load points (open-loop `load:`, or points judged against `slo:`): offered load,
+    /// throughput, goodput, SLO verdicts and the client's self-check. None without any.
+    pub load: Option<super::load::LoadSection>,
 }
 
 fn count_status(points: &[PointRecord], status: PointStatus) -> usize {
@@ -559,7 +562,14 @@ pub fn build_model(
         totals,
         data_notes: Vec::new(),
         charts: Vec::new(),
+        load: None,
     };
+    let labels: IndexMap<String, String> = model
+        .tables
+        .iter()
+        .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), r.label.clone())))
+        .collect();
+    model.load = super::load::section(points, &labels);
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
     model
@@ -571,7 +581,7 @@ pub fn metric_def(name: &str) -> Option<MetricDef> {
 }
 
 impl MetricDef {
-    fn of(m: Metric, method: Method, a: u32, b: u32) -> MetricDef {
+    pub(super) fn of(m: Metric, method: Method, a: u32, b: u32) -> MetricDef {
         MetricDef {
             label: m.label_for(method).to_string(),
             unit: m.unit().to_string(),
