@@ -82,6 +82,27 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Load"), "{report}");
+    assert!(report.contains(
+        "`goodput_req_s` (req/s): Completed measured requests meeting every per-request SLO"
+    ));
+    // The CSV exports: one row per point, one per recorded request, same columns throughout.
+    let mut points_csv = csv::Reader::from_path(dir.join("points.csv")).unwrap();
+    let header = points_csv.headers().unwrap().clone();
+    assert!(
+        header.iter().any(|h| h == "goodput_req_s_mean"),
+        "{header:?}"
+    );
+    assert!(header.iter().any(|h| h == "load.rate"), "{header:?}");
+    let rows: Vec<csv::StringRecord> = points_csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 2);
+    let col = header
+        .iter()
+        .position(|h| h == "throughput_req_s_mean")
+        .unwrap();
+    let first: f64 = rows[0][col].parse().unwrap();
+    assert!((first - metric(&points[0], "throughput_req_s")).abs() < 1e-9);
+    let mut requests_csv = csv::Reader::from_path(dir.join("requests.csv")).unwrap();
+    assert_eq!(requests_csv.records().count(), requests.len());
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 pub mod charts;
 pub mod compare;
+pub mod export;
 pub mod format;
 pub mod load;
 pub mod model;
@@ -175,6 +176,8 @@ pub enum ReportError {
     /// A chart could not be drawn.
     #[error(transparent)]
     Chart(#[from] charts::ChartError),
+    #[error("cannot write the CSV exports: {0}")]
+    Csv(#[from] csv::Error),
     /// The report or a chart could not be written into the run directory.
     #[error("{path}: cannot write: {source}")]
     Write {
@@ -432,6 +435,8 @@ pub fn write_report(
     let (meta, model) = read_model(dir)?;
     let markdown = render_for_run(&meta, &model, template_override)?;
     write_charts(dir, &charts::charts(&model))?;
+    let points = dir.read_points()?;
+    export::write_csvs(&dir.path, &points)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
         .map_err(|source| ReportError::Write {
