@@ -92,6 +92,19 @@ fn contaminated_incomplete_report() {
 }
 
 #[test]
+fn a_load_run_has_a_load_section_with_definitions_and_its_slo_verdicts() {
+    // A real two-rate sweep on the simulator (fast profile), recorded as it ran.
+    let text = rendered("load-rate");
+    let section: String = text
+        .split("## Load")
+        .nth(1)
+        .and_then(|s| s.split("## Point details").next())
+        .expect("a Load section")
+        .to_string();
+    insta::assert_snapshot!("load_section", section);
+}
+
+#[test]
 fn rendering_twice_is_identical() {
     assert_eq!(rendered("clean-sweep"), rendered("clean-sweep"));
     assert_eq!(rendered("contaminated"), rendered("contaminated"));
