@@ -85,6 +85,12 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
     assert!(report.contains(
         "`goodput_req_s` (req/s): Completed measured requests meeting every per-request SLO"
     ));
+    // Throughput-latency and goodput charts beside the report, linked from it.
+    for chart in ["load-ttft.svg", "load-tpot.svg", "load-goodput.svg"] {
+        let svg = std::fs::read_to_string(dir.join("charts").join(chart)).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}");
+        assert!(report.contains(&format!("(charts/{chart})")), "{chart}");
+    }
     // The CSV exports: one row per point, one per recorded request, same columns throughout.
     let mut points_csv = csv::Reader::from_path(dir.join("points.csv")).unwrap();
     let header = points_csv.headers().unwrap().clone();

@@ -22,6 +22,8 @@ pub struct LoadSection {
     pub percentile_names: Vec<String>,
     /// Definitions of the load metrics, by name.
     pub defs: IndexMap<String, MetricDef>,
+    /// The load charts drawn beside the report (`charts/load-*.svg`).
+    pub charts: Vec<super::charts::ChartLink>,
 }
 
 /// One load point.
@@ -87,7 +89,7 @@ pub fn section(points: &[PointRecord], labels: &IndexMap<String, String>) -> Opt
             }
         }
     }
-    Some(LoadSection {
+    let mut section = LoadSection {
         origin: if scheduled {
             "TTFT and E2E here count from each request's scheduled send time (the arrival schedule), so a request the client sent late, or that waited for a slot under `max_in_flight`, carries that wait as a user would; the results tables above count from the last byte written.".into()
         } else {
@@ -104,7 +106,14 @@ pub fn section(points: &[PointRecord], labels: &IndexMap<String, String>) -> Opt
                 )
             })
             .collect(),
-    })
+        charts: Vec::new(),
+    };
+    // The links come from the same selection that draws the files.
+    section.charts = super::load_charts::charts(&section)
+        .iter()
+        .map(|c| c.link())
+        .collect();
+    Some(section)
 }
 
 fn row(p: &PointRecord, label: String) -> Option<LoadRow> {
