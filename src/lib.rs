@@ -9,6 +9,7 @@ pub mod console;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod load;
 pub mod measure;
 pub mod plan;
 pub mod prompt;

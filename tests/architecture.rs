@@ -19,6 +19,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("client", 3),
     ("measure", 3),
     ("host", 3),
+    ("load", 3),
     ("plan", 4),
     ("report", 5),
     ("run", 6),

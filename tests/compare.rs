@@ -66,6 +66,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         status: None,
         wall: None,
         prefix_cache: Vec::new(),
+        load: None,
     }
 }
 

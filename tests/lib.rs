@@ -10,6 +10,7 @@ mod engines;
 mod faulty;
 mod fuzz;
 mod interrupt;
+mod load;
 mod orphans;
 mod report;
 mod reproduce;

@@ -76,6 +76,8 @@ fn request(point: &str, index: u32) -> RequestRecord {
         error: None,
         share: None,
         mix: None,
+        phase: None,
+        lag_s: None,
     }
 }
 
@@ -106,6 +108,19 @@ fn shared_prefix_report() {
         text.contains("3 groups x 800 prefix tokens + 60 unique tokens"),
         "{text}"
     );
+}
+
+#[test]
+fn a_load_run_has_a_load_section_with_definitions_and_its_slo_verdicts() {
+    // A real two-rate sweep on the simulator (fast profile), recorded as it ran.
+    let text = rendered("load-rate");
+    let section: String = text
+        .split("## Load")
+        .nth(1)
+        .and_then(|s| s.split("## Point details").next())
+        .expect("a Load section")
+        .to_string();
+    insta::assert_snapshot!("load_section", section);
 }
 
 #[test]
@@ -635,6 +650,7 @@ fn run_dir_round_trip() {
         status: None,
         wall: None,
         prefix_cache: Vec::new(),
+        load: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -786,6 +802,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         status: None,
         wall: None,
         prefix_cache: Vec::new(),
+        load: None,
     }
 }
 

@@ -58,6 +58,14 @@ pub enum FlagKind {
     AgentGarbled,
     /// The point did not run to completion (implied by the record, shown by the report).
     Incomplete,
+    /// A `load:` point whose client sent requests later than their schedule (lag p99 above
+    /// `load.lag_limit`): its latencies describe the client, not the server.
+    ClientLimited,
+    /// A `load:` point stopped sending when its failed requests passed `stop.errors`.
+    StoppedOnErrors,
+    /// A point with `slo.targets` that does not meet them (informational: the numbers are
+    /// right, the deployment is not within its SLO at this load).
+    SloMissed,
     /// A kind this version does not know.
     Other(String),
 }
@@ -126,6 +134,14 @@ const CATALOGUE: &[Entry] = &[
     entry(FlagKind::AgentLost, "agent-lost", "ok_err"),
     entry(FlagKind::AgentGarbled, "agent-garbled", "ok_err"),
     entry(FlagKind::Incomplete, "incomplete", "ok_err"),
+    entry(FlagKind::ClientLimited, "client-limited", "ok_err"),
+    entry(FlagKind::StoppedOnErrors, "stopped-on-errors", "ok_err"),
+    Entry {
+        kind: FlagKind::SloMissed,
+        name: "slo-missed",
+        informational: true,
+        cell: "ok_err",
+    },
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -227,13 +243,18 @@ mod tests {
     }
 
     #[test]
-    fn only_spread_per_chunk_itl_and_retries_are_informational() {
+    fn only_spread_per_chunk_itl_retries_and_slo_misses_are_informational() {
         let informational: Vec<&str> = FlagKind::names()
             .filter(|n| FlagKind::from_name(n).is_informational())
             .collect();
         assert_eq!(
             informational,
-            ["high-variance", "itl-per-chunk", "stale-connections"]
+            [
+                "high-variance",
+                "itl-per-chunk",
+                "stale-connections",
+                "slo-missed"
+            ]
         );
         assert_eq!(FlagKind::ItlPerChunk.cell(), "itl");
         assert_eq!(FlagKind::ColdCacheHit.cell(), "cached");

@@ -47,6 +47,8 @@ pub enum Display {
     Rate,
     /// Token counts: integers as integers, means with one decimal.
     Tokens,
+    /// A share or a ratio: two decimals (0.97).
+    Share,
 }
 
 /// The measurement methods a metric belongs to.
@@ -72,6 +74,19 @@ pub enum Metric {
     CompletionTokens,
     TA,
     TB,
+    TtftFromSchedule,
+    E2eFromSchedule,
+    ScheduleLag,
+    ThroughputReq,
+    InputTok,
+    OutputTok,
+    TotalTok,
+    PeakOutputTok,
+    ConcurrencyMean,
+    ConcurrencyMax,
+    Goodput,
+    SloAttainment,
+    ClientCpu,
 }
 
 /// One catalogue entry.
@@ -96,6 +111,9 @@ struct Entry {
     compared: bool,
     /// Flagged when its samples spread widely (the numbers a report leads with).
     headline: bool,
+    /// A `load:` point's metric: system-wide over the measured window, or counted from the
+    /// schedule. Reports define these in their load section.
+    load: bool,
 }
 
 /// In report order.
@@ -118,6 +136,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: true,
         headline: true,
+        load: false,
     },
     Entry {
         metric: Metric::Prefill,
@@ -137,6 +156,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: true,
         headline: true,
+        load: false,
     },
     Entry {
         metric: Metric::Decode,
@@ -156,6 +176,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: true,
         headline: true,
+        load: false,
     },
     Entry {
         metric: Metric::Tpot,
@@ -173,6 +194,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: true,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::Itl,
@@ -193,6 +215,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: false,
         compared: true,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::Icl,
@@ -210,6 +233,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: false,
         compared: false,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::E2e,
@@ -227,6 +251,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: false,
         compared: true,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::QueueDelay,
@@ -244,6 +269,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: false,
         compared: true,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::PromptTokens,
@@ -261,6 +287,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: false,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::CachedTokens,
@@ -278,6 +305,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: false,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::CompletionTokens,
@@ -295,6 +323,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: false,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::TA,
@@ -312,6 +341,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: false,
         headline: false,
+        load: false,
     },
     Entry {
         metric: Metric::TB,
@@ -329,6 +359,241 @@ const CATALOGUE: &[Entry] = &[
         two_point: true,
         compared: false,
         headline: false,
+        load: false,
+    },
+    Entry {
+        metric: Metric::TtftFromSchedule,
+        name: "ttft_sched_s",
+        label: "TTFT (sched)",
+        long_label: "TTFT from the schedule",
+        unit: "s",
+        definition: "Time to first token counted from the request's scheduled send time: TTFT plus the client's lag (a wait for a slot under max_in_flight included), what a user arriving on schedule waits.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::E2eFromSchedule,
+        name: "e2e_sched_s",
+        label: "E2E (sched)",
+        long_label: "E2E from the schedule",
+        unit: "s",
+        definition: "End-to-end time counted from the request's scheduled send time: E2E plus the client's lag.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Seconds,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::ScheduleLag,
+        name: "schedule_lag_s",
+        label: "lag",
+        long_label: "Schedule lag",
+        unit: "s",
+        definition: "sent_at - scheduled_at per request: how late the client wrote the request's last byte against the arrival schedule (waits for a slot under max_in_flight included). The client self-check.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Millis,
+        streaming: false,
+        two_point: false,
+        compared: false,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::ThroughputReq,
+        name: "throughput_req_s",
+        label: "req/s",
+        long_label: "Request throughput",
+        unit: "req/s",
+        definition: "Completed measured requests / the measured window (from the first measured request's scheduled time to the last one's end).",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::InputTok,
+        name: "input_tok_s",
+        label: "in tok/s",
+        long_label: "Input throughput",
+        unit: "tok/s",
+        definition: "Prompt tokens of completed measured requests / the measured window.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::OutputTok,
+        name: "output_tok_s",
+        label: "out tok/s",
+        long_label: "Output throughput",
+        unit: "tok/s",
+        definition: "Completion tokens of completed measured requests / the measured window.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::TotalTok,
+        name: "total_tok_s",
+        label: "total tok/s",
+        long_label: "Total throughput",
+        unit: "tok/s",
+        definition: "Prompt plus completion tokens of completed measured requests / the measured window.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::PeakOutputTok,
+        name: "peak_output_tok_s",
+        label: "peak out tok/s",
+        long_label: "Peak output throughput",
+        unit: "tok/s",
+        definition: "The most output tokens that arrived in any one-second bucket of the measured window (by chunk arrival time), per second.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::ConcurrencyMean,
+        name: "concurrency_mean",
+        label: "in flight",
+        long_label: "Mean concurrency",
+        unit: "req",
+        definition: "Sum of the measured requests' E2E (from send) / the measured window: the mean number in flight (Little's law).",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: false,
+        two_point: false,
+        compared: false,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::ConcurrencyMax,
+        name: "concurrency_max",
+        label: "max in flight",
+        long_label: "Peak concurrency",
+        unit: "req",
+        definition: "The most measured requests in flight at once (an exact sweep over each request's [sent, end)).",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: false,
+        two_point: false,
+        compared: false,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::Goodput,
+        name: "goodput_req_s",
+        label: "goodput",
+        long_label: "Goodput",
+        unit: "req/s",
+        definition: "Completed measured requests meeting every per-request SLO (slo.ttft and slo.e2e from the scheduled time, slo.tpot) / the measured window.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::SloAttainment,
+        name: "slo_attainment",
+        label: "SLO met",
+        long_label: "SLO attainment",
+        unit: "share",
+        definition: "The share of measured requests (failed ones included, as not meeting it) meeting every per-request SLO.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Count,
+        display: Display::Share,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: true,
+    },
+    Entry {
+        metric: Metric::ClientCpu,
+        name: "client_cpu",
+        label: "client CPU",
+        long_label: "Client CPU",
+        unit: "cores",
+        definition: "servebench's own CPU time (user + system, getrusage) during the point / its wall time: 1.0 is one core busy. The client self-check.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Share,
+        streaming: false,
+        two_point: false,
+        compared: false,
+        headline: false,
+        load: true,
     },
 ];
 
@@ -345,7 +610,7 @@ impl Metric {
             .filter(move |e| match method {
                 Method::Streaming => e.streaming,
                 Method::TwoPoint => e.two_point,
-            })
+            } && !e.load)
             .map(|e| e.metric)
     }
 
@@ -354,8 +619,18 @@ impl Metric {
     pub fn shown_for(method: Method) -> impl Iterator<Item = Metric> {
         CATALOGUE
             .iter()
-            .filter(move |e| method == Method::TwoPoint || e.streaming || !e.two_point)
+            .filter(move |e| !e.load && (method == Method::TwoPoint || e.streaming || !e.two_point))
             .map(|e| e.metric)
+    }
+
+    /// The metrics of `load:` points, in report order.
+    pub fn of_load() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.load).map(|e| e.metric)
+    }
+
+    /// True for a `load:` point's metric.
+    pub fn is_load(self) -> bool {
+        self.entry().load
     }
 
     /// The metrics `servebench compare` judges, in order.
@@ -460,12 +735,15 @@ mod tests {
         // The old rule derived both from the name; the catalogue must not contradict it.
         for m in Metric::all() {
             let n = m.name();
-            if n.ends_with("_tok_s") {
+            if n.ends_with("_tok_s") || n.ends_with("_req_s") {
                 assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Rate, "{n}");
             } else if n.ends_with("_s") {
                 assert_eq!(m.direction(), Some(Direction::Lower), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Time, "{n}");
+            } else if m == Metric::SloAttainment {
+                assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
+                assert_eq!(m.scaling(), TimeScaling::Count, "{n}");
             } else {
                 assert_eq!(m.direction(), None, "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Count, "{n}");

@@ -128,6 +128,8 @@ impl Measured {
             error: self.error,
             share: None,
             mix: None,
+            phase: None,
+            lag_s: None,
         }
     }
 }

@@ -225,6 +225,8 @@ mod tests {
             error: None,
             share: None,
             mix: None,
+            phase: None,
+            lag_s: None,
         }
     }
 

@@ -4,5 +4,6 @@ pub mod shared;
 pub mod spread;
 pub mod stats;
 pub mod summary;
+pub mod system;
 pub mod twopoint;
 pub mod verify;

@@ -207,6 +207,8 @@ mod tests {
     /// A request of `group` sent at `sent` whose first token came 0.1 s later.
     fn rec(group: u32, sent: f64, shared: u64, cached: u64) -> RequestRecord {
         RequestRecord {
+            phase: None,
+            lag_s: None,
             point: "p1".into(),
             round: 0,
             index: 0,

@@ -132,7 +132,7 @@ pub fn summarize(
     };
     // At concurrency > 1 per-request spread is queueing by design (the first request waits
     // for nobody, the last for everyone): only a single stream's spread is noise.
-    if exp.concurrency == 1 {
+    if exp.concurrency == 1 && exp.load.is_none() {
         flags.extend(spread::spread_flags(&metrics));
     }
     let per_round = match exp.sessions() {

@@ -160,6 +160,8 @@ mod tests {
             }),
             share: None,
             mix: None,
+            phase: None,
+            lag_s: None,
         }
     }
 

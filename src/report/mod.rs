@@ -7,7 +7,10 @@
 
 pub mod charts;
 pub mod compare;
+pub mod export;
 pub mod format;
+pub mod load;
+pub mod load_charts;
 pub mod model;
 pub mod reproduction;
 pub mod schema;
@@ -174,6 +177,8 @@ pub enum ReportError {
     /// A chart could not be drawn.
     #[error(transparent)]
     Chart(#[from] charts::ChartError),
+    #[error("cannot write the CSV exports: {0}")]
+    Csv(#[from] csv::Error),
     /// The report or a chart could not be written into the run directory.
     #[error("{path}: cannot write: {source}")]
     Write {
@@ -430,7 +435,9 @@ pub fn write_report(
 ) -> Result<PathBuf, ReportError> {
     let (meta, model) = read_model(dir)?;
     let markdown = render_for_run(&meta, &model, template_override)?;
-    write_charts(dir, &charts::charts(&model))?;
+    write_charts(dir, &charts::charts(&model), model.load.as_ref())?;
+    let points = dir.read_points()?;
+    export::write_csvs(&dir.path, &points)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
         .map_err(|source| ReportError::Write {
@@ -442,7 +449,11 @@ pub fn write_report(
 
 /// Writes each chart's SVG into `charts/` and removes chart files the data no longer supports,
 /// so the folder always matches the report's links.
-fn write_charts(dir: &RunDir, drawn: &[charts::Chart]) -> Result<(), ReportError> {
+fn write_charts(
+    dir: &RunDir,
+    drawn: &[charts::Chart],
+    drawn_load: Option<&load::LoadSection>,
+) -> Result<(), ReportError> {
     let folder = dir.file(CHARTS_DIR);
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -456,6 +467,21 @@ fn write_charts(dir: &RunDir, drawn: &[charts::Chart]) -> Result<(), ReportError
         let path = folder.join(chart.file);
         std::fs::write(&path, crate::redact::text(&svg).as_bytes()).map_err(write_err(&path))?;
     }
+    let load: Vec<load_charts::LoadChart> = model_load_charts(drawn_load);
+    if !load.is_empty() {
+        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    }
+    for chart in &load {
+        let svg = load_charts::render_svg(chart)?;
+        let path = folder.join(chart.file);
+        std::fs::write(&path, svg).map_err(write_err(&path))?;
+    }
+    for file in load_charts::FILES {
+        let path = folder.join(file);
+        if !load.iter().any(|c| c.file == file) && path.exists() {
+            std::fs::remove_file(&path).map_err(write_err(&path))?;
+        }
+    }
     for file in charts::chart_files() {
         let path = folder.join(file);
         if !drawn.iter().any(|c| c.file == file) && path.exists() {
@@ -463,6 +489,10 @@ fn write_charts(dir: &RunDir, drawn: &[charts::Chart]) -> Result<(), ReportError
         }
     }
     Ok(())
+}
+
+fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::LoadChart> {
+    section.map(load_charts::charts).unwrap_or_default()
 }
 
 /// The run's meta and its report model, with notes on lines skipped while reading.

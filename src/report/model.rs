@@ -58,6 +58,9 @@ pub struct ReportModel {
     /// Expected against observed prefix-cache hits, for points whose requests share prefixes
     /// by design (shared-prefix groups, sessions); empty otherwise.
     pub prefix_cache: Vec<PrefixCacheSection>,
+    /// Load points (open-loop `load:`, or points judged against `slo:`): offered load,
+    /// throughput, goodput, SLO verdicts and the client's self-check. None without any.
+    pub load: Option<super::load::LoadSection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.
@@ -585,6 +588,7 @@ pub fn build_model(
         data_notes: Vec::new(),
         charts: Vec::new(),
         prefix_cache: Vec::new(),
+        load: None,
     };
     model.prefix_cache = points
         .iter()
@@ -605,6 +609,12 @@ pub fn build_model(
             rows: p.prefix_cache.clone(),
         })
         .collect();
+    let labels: IndexMap<String, String> = model
+        .tables
+        .iter()
+        .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), r.label.clone())))
+        .collect();
+    model.load = super::load::section(points, &labels);
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
     model
@@ -616,7 +626,7 @@ pub fn metric_def(name: &str) -> Option<MetricDef> {
 }
 
 impl MetricDef {
-    fn of(m: Metric, method: Method, a: u32, b: u32) -> MetricDef {
+    pub(super) fn of(m: Metric, method: Method, a: u32, b: u32) -> MetricDef {
         MetricDef {
             label: m.label_for(method).to_string(),
             unit: m.unit().to_string(),

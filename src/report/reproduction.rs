@@ -318,6 +318,7 @@ mod tests {
             status: None,
             wall: None,
             prefix_cache: Vec::new(),
+            load: None,
         }
     }
 

@@ -32,6 +32,31 @@ impl RequestRole {
     }
 }
 
+/// Where a request of a `load:` point falls: only `measure` requests are counted.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Phase {
+    /// Before the measured phase: it brings the server to a steady state.
+    Warmup,
+    /// Counted.
+    #[default]
+    Measure,
+    /// After the measured phase: it keeps the load on while measured requests finish.
+    Cooldown,
+}
+
 /// One chunk of a streamed response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Chunk {
@@ -221,6 +246,15 @@ pub struct RequestRecord {
     /// The workload mix entry the request was drawn from (None without a mix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mix: Option<String>,
+    /// `load:` points: the request's phase (warm-up and cool-down are recorded, not counted).
+    /// None for closed-loop points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// `load:` points: seconds from the request's scheduled time (`scheduled_at`, set from the
+    /// arrival schedule) to `sent_at`: how late the client was (a wait for a slot under
+    /// `max_in_flight` included). None for closed-loop points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_s: Option<f64>,
 }
 
 /// A request's place in a group of requests that share a prompt prefix.
@@ -364,6 +398,7 @@ impl PointRecord {
             status: None,
             wall: None,
             prefix_cache: Vec::new(),
+            load: None,
         }
     }
 
@@ -430,6 +465,10 @@ pub struct PointRecord {
     /// find: one row per shared-prefix group, or per session turn. Empty for other workloads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefix_cache: Vec<PrefixCacheRow>,
+    /// What a `load:` point's numbers rest on: its offered load, window, phases, percentiles
+    /// and SLO verdict (also for a closed-loop point with `slo:`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSummary>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all
@@ -461,6 +500,63 @@ pub struct PrefixCacheRow {
     /// Mean cached tokens the server reported for the must-hit requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<f64>,
+}
+
+/// A load point's basis: what was offered, over which window, and whether it met its SLO.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct LoadSummary {
+    /// `rate`, `ramp`, `trace`, or `closed` (a closed loop judged against `slo:`).
+    pub kind: String,
+    /// Requests per second the schedule offered over its measured phase (measured requests /
+    /// the measured phase's scheduled span; None for `rate: inf` and closed loops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offered_req_s: Option<f64>,
+    /// The arrival process (`constant`, `poisson`, `gamma`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival: Option<String>,
+    /// Seconds from the first measured request's scheduled time to the last one's end: the
+    /// window system throughputs divide by.
+    pub window_s: f64,
+    /// Requests scheduled per phase that were recorded.
+    pub warmup: usize,
+    pub measured: usize,
+    pub cooldown: usize,
+    /// Where latencies in `*_sched_s` count from (`scheduled`); `ttft_s` and `e2e_s` count
+    /// from the request's last byte written, as in closed loops.
+    pub latency_origin: String,
+    /// Percentiles asked for by `percentiles:`, per metric: `{"ttft_sched_s": {"p99.9": 1.2}}`.
+    #[serde(default)]
+    pub percentiles: IndexMap<String, IndexMap<String, f64>>,
+    /// The SLO verdict (None without `slo:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloVerdict>,
+    /// True when `stop.errors` stopped the point early.
+    #[serde(default)]
+    pub stopped_on_errors: bool,
+}
+
+/// Whether a point met its SLO targets, target by target.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SloVerdict {
+    /// Every target held (and with no targets: attainment was 100%).
+    pub met: bool,
+    /// Measured requests meeting every per-request threshold.
+    pub good: usize,
+    /// Measured requests judged (failed ones count as not good).
+    pub judged: usize,
+    pub checks: Vec<SloCheck>,
+}
+
+/// One point-level target and what the point reached.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SloCheck {
+    /// As written: `ttft_p99`, `attainment`.
+    pub target: String,
+    /// The bound (seconds; a share for attainment).
+    pub limit: f64,
+    /// What the point reached (None when it had no value: no successful request).
+    pub value: Option<f64>,
+    pub met: bool,
 }
 
 /// How a point's generated prompt was sized to its target token count.

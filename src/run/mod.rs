@@ -5,6 +5,7 @@ pub mod agent;
 pub mod agent_session;
 pub mod down;
 pub mod launch;
+mod load_point;
 pub mod measurer;
 pub mod outcome;
 pub mod point;

@@ -105,7 +105,7 @@ impl PointRunner {
     }
 
     /// Whether the server said its usage leaves out a cached count of 0.
-    fn cached_omitted_is_zero(&self) -> bool {
+    pub(super) fn cached_omitted_is_zero(&self) -> bool {
         self.surface
             .as_ref()
             .is_some_and(|s| s.cached_tokens_omitted_when_zero)
@@ -164,13 +164,14 @@ impl PointRunner {
 
         let mut measured: Vec<RequestRecord> = Vec::new();
         let mut interrupted = false;
+        let mut observed = crate::measure::system::Observed::default();
         for round in 0..exp.repeat {
             if self.interrupt.is_set() {
                 interrupted = true;
                 break;
             }
             let (records, stopped) = self
-                .measure_round(client, point, round, &prompts, &mut flags)
+                .measure_round(client, point, round, &prompts, &mut flags, &mut observed)
                 .await;
             measured.extend(records);
             if stopped {
@@ -191,6 +192,13 @@ impl PointRunner {
         record.error_kinds = summary.error_kinds;
         record.metrics = summary.metrics;
         record.flags = summary.flags;
+        record.load = crate::measure::system::add(
+            exp,
+            &measured,
+            &observed,
+            &mut record.metrics,
+            &mut record.flags,
+        );
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
         record.prefix_cache = summary.prefix_cache;
@@ -252,6 +260,7 @@ impl PointRunner {
         round: u32,
         prompts: &Prompts,
         flags: &mut Vec<Flag>,
+        observed: &mut crate::measure::system::Observed,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
@@ -265,8 +274,25 @@ impl PointRunner {
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
         }
+        // An open-loop point sends as many requests as its schedule holds, each when it is due.
+        let schedule = match exp.open_loop() {
+            Some(_) => match crate::load::Schedule::of(exp, &self.spec_dir) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    flags.push(Flag::new(
+                        FlagKind::PromptError,
+                        format!("could not make the arrival schedule: {e}"),
+                    ));
+                    return (Vec::new(), false);
+                }
+            },
+            None => None,
+        };
+        let count = schedule
+            .as_ref()
+            .map_or(exp.requests, |s| s.requests.len() as u32);
         let planned = match self
-            .plan_round(client, exp, prompts, round, exp.requests, flags)
+            .plan_round(client, exp, prompts, round, count, flags)
             .await
         {
             Ok(p) => p,
@@ -321,6 +347,21 @@ impl PointRunner {
                 p
             })
             .collect();
+        if let Some(schedule) = schedule {
+            let (records, stopped, seen) = self
+                .send_scheduled(
+                    client,
+                    point,
+                    round,
+                    schedule,
+                    planned,
+                    &prompts.model,
+                    flags,
+                )
+                .await;
+            *observed = seen;
+            return (records, stopped);
+        }
         match exp.method.resolve() {
             Measure::Streaming => {
                 self.send_all(client, point, round, exp, planned, &prompts.model)
@@ -336,7 +377,7 @@ impl PointRunner {
     /// Empties the server's prefix cache the way it offers. A server without a way is left
     /// as it is: unique nonces keep cold prompts apart, and `verify` checks the server's own
     /// cached_tokens (a clean point, not a failed flush).
-    async fn reset_cache(&self, client: &Client) -> Result<(), String> {
+    pub(super) async fn reset_cache(&self, client: &Client) -> Result<(), String> {
         let how = match &self.surface {
             Some(s) => match &s.cache_reset {
                 Some(how) => how.clone(),
@@ -663,13 +704,13 @@ struct Body {
 
 /// One request, ready but for the cache policy's nonce.
 #[derive(Debug, Clone)]
-struct Planned {
-    text: String,
-    max_tokens: u32,
+pub(super) struct Planned {
+    pub(super) text: String,
+    pub(super) max_tokens: u32,
     /// The prompt length asked for (None for given texts).
-    requested: Option<u64>,
-    share: Option<CacheShare>,
-    mix: Option<String>,
+    pub(super) requested: Option<u64>,
+    pub(super) share: Option<CacheShare>,
+    pub(super) mix: Option<String>,
     /// Whether the policy's nonce goes in front (not for texts that carry their own, which
     /// decide what they share).
     nonce: bool,
@@ -683,7 +724,7 @@ fn request_model(exp: &Experiment) -> Option<String> {
     }
 }
 
-fn generation_request(
+pub(super) fn generation_request(
     exp: &Experiment,
     prompt: String,
     model: &Option<String>,
@@ -701,7 +742,7 @@ fn generation_request(
 
 /// Opens `n` connections before requests are released. A server that cannot be reached is
 /// left for the requests to record (each one says why it failed).
-async fn prepare(client: &Client, n: usize) {
+pub(super) async fn prepare(client: &Client, n: usize) {
     if let Err(e) = client.prepare(n).await {
         tracing::debug!("could not open connections ahead: {e}");
     }
@@ -709,7 +750,7 @@ async fn prepare(client: &Client, n: usize) {
 
 /// A completed OpenAI-API request whose usage arrived without a cached count, from a server
 /// that leaves the count out when it is 0 (SGLang with `--enable-cache-report`), reported 0.
-fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool) {
+pub(super) fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool) {
     if omitted_is_zero
         && rec.api != Api::SglangGenerate
         && rec.error.is_none()

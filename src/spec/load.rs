@@ -423,6 +423,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     }
     problems.extend(method_checks(raw));
     problems.extend(expectation_checks(raw));
+    problems.extend(super::load_model::checks(raw));
     problems
 }
 
@@ -528,7 +529,10 @@ pub fn expectable_metrics() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = Metric::of_method(Method::Streaming)
         .map(Metric::name)
         .collect();
-    for m in Metric::of_method(Method::TwoPoint).map(Metric::name) {
+    for m in Metric::of_method(Method::TwoPoint)
+        .chain(Metric::of_load())
+        .map(Metric::name)
+    {
         if !names.contains(&m) {
             names.push(m);
         }

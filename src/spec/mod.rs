@@ -8,6 +8,7 @@ pub mod check;
 pub mod diagnostics;
 pub mod expand;
 pub mod load;
+pub mod load_model;
 pub mod schema;
 pub mod template;
 pub mod types;

@@ -11,9 +11,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use super::workload::{
-    DatasetFormat, Length, LengthDist, LoadSpec, MixEntry, SessionsSpec, ThinkDist,
-};
+pub use super::workload::{DatasetFormat, Length, LengthDist, MixEntry, SessionsSpec, ThinkDist};
 
 /// Durations as `humantime` 2.4 reads them: `90s`, `20m`, `20 minutes`, `1h 30m`, `1.5h`.
 pub const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
@@ -85,10 +83,6 @@ pub struct Experiment {
     /// request is `failed`. The default, 0, degrades a point on any failed request.
     #[serde(default)]
     pub error_budget: ErrorBudget,
-    /// How requests arrive. Absent: the closed loop of `concurrency`. `{ kind: sessions,
-    /// sessions: { users, turns, think, think_dist } }`: multi-turn conversations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load: Option<LoadSpec>,
     /// Per-request timeout, e.g. `10m`, `90s`. A request past it is recorded as a timeout error.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
@@ -100,6 +94,33 @@ pub struct Experiment {
     /// How the report is rendered.
     #[serde(default)]
     pub report: ReportSpec,
+    /// How requests arrive: open loop (a rate with an arrival process, a ramp, a trace) or
+    /// multi-turn sessions (`{ kind: sessions, sessions: { users, turns, think, think_dist } }`).
+    /// Absent: the closed loop of `concurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<super::load_model::LoadSpec>,
+    /// When a `load:` point's measured phase ends (the first limit reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<super::load_model::StopSpec>,
+    /// Requests before the measured phase of a `load:` point: sent and recorded (phase
+    /// `warmup`), not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<super::load_model::PhaseSpec>,
+    /// Requests after the measured phase of a `load:` point, keeping the load on while the
+    /// measured ones finish: recorded (phase `cooldown`), not counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<super::load_model::PhaseSpec>,
+    /// Service-level objectives: per-request thresholds (goodput counts the requests meeting
+    /// all) and point-level targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::load_model::SloSpec>,
+    /// Percentiles reported for each metric, e.g. `[50, 90, 99, 99.9]` (p50, p90 and p99 are
+    /// always there).
+    #[serde(
+        default = "super::load_model::default_percentiles",
+        skip_serializing_if = "super::load_model::is_default_percentiles"
+    )]
+    pub percentiles: Vec<f64>,
 }
 
 impl Experiment {

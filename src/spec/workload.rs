@@ -160,26 +160,20 @@ pub struct MixEntry {
     pub name: Option<String>,
 }
 
-/// How requests arrive. Absent: the closed loop of `concurrency`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum LoadSpec {
-    /// Simulated users, each holding a multi-turn conversation: every turn sends the whole
-    /// history so far (earlier prompts and the server's replies) plus a new user message, so
-    /// the server's prefix cache should serve the history. `verify` checks that it does, per
-    /// turn. The new message of each turn comes from `workload.prompt`, its reply's length from
-    /// `workload.output_tokens`.
-    Sessions { sessions: SessionsSpec },
-}
-
 impl super::types::Experiment {
-    /// The `sessions` load model, when the spec's `load` is one: the one place that reads it,
-    /// so the other load kinds can join `LoadSpec` by changing this alone.
+    /// The `sessions` load model, when the spec's `load` is one: the one place that reads it.
     pub fn sessions(&self) -> Option<&SessionsSpec> {
         match &self.load {
-            Some(LoadSpec::Sessions { sessions }) => Some(sessions),
-            None => None,
+            Some(l) if l.kind == super::load_model::LoadKind::Sessions => l.sessions.as_ref(),
+            _ => None,
         }
+    }
+
+    /// The open-loop load model (`rate`, `ramp`, `trace`), when the spec's `load` is one.
+    pub fn open_loop(&self) -> Option<&super::load_model::LoadSpec> {
+        self.load
+            .as_ref()
+            .filter(|l| l.kind != super::load_model::LoadKind::Sessions)
     }
 }
 

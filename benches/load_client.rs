@@ -1,0 +1,110 @@
+//! The client under open-loop load, end to end: `servebench run` of a `load:` spec against the
+//! built-in simulator (fast profile, 8 output tokens), as a user runs it. For each case it
+//! reports what the run's own records say: the offered and achieved request rates, the
+//! schedule lag (actual minus scheduled send: the pacing error) p50/p99/max, the most streams
+//! in flight at once, the client's CPU, and the runner's peak RSS (getrusage of the child),
+//! so memory can be read against the number of requests.
+//!
+//! Cases (name, rate, max_in_flight, requests):
+//! - `pace-1k`: 1,000 req/s Poisson, 5,000 requests: the pacing error at 1,000 req/s.
+//! - `rate-10k`: 10,000 req/s constant, 20,000 requests: streamed requests per second.
+//! - `streams-10k`: 10,000 requests all at once (`rate: inf`): concurrent streams.
+//! - `mem-2k` and `mem-20k`: 500 req/s, 2,000 and 20,000 requests: peak RSS against count.
+//!
+//! Run: `cargo bench --bench load_client` (`LOAD_BENCH=pace-1k` runs one case). The simulator
+//! and the client share this machine's cores: read the figures with the machine's load.
+
+use std::process::Command;
+
+const CASES: &[(&str, &str, u32)] = &[
+    ("pace-1k", "rate: 1000, arrival: poisson", 5_000),
+    ("rate-10k", "rate: 10000, arrival: constant", 20_000),
+    ("streams-10k", "rate: inf", 10_000),
+    ("mem-2k", "rate: 500, arrival: constant", 2_000),
+    ("mem-20k", "rate: 500, arrival: constant", 20_000),
+];
+
+fn main() {
+    let only = std::env::var("LOAD_BENCH").ok();
+    let bin = env!("CARGO_BIN_EXE_servebench");
+    println!(
+        "{:<12} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "case",
+        "requests",
+        "offered/s",
+        "achieved/s",
+        "lag p50",
+        "lag p99",
+        "lag max",
+        "inflight",
+        "cpu",
+        "rss MB"
+    );
+    for (name, load, requests) in CASES {
+        if only.as_deref().is_some_and(|o| o != *name) {
+            continue;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = dir.path().join("bench.yaml");
+        std::fs::write(
+            &spec,
+            format!(
+                "name: {name}\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: fast, context-length: 4096, max-running-requests: 20000 }}\n  ready_timeout: 60s\n\
+                 workload:\n  prompt: {{ kind: random, tokens: 32, calibrate: false }}\n  output_tokens: 8\n\
+                 cache: {{ policy: as-is, verify: false }}\nrequest_timeout: 120s\n\
+                 load: {{ kind: rate, {load}, max_in_flight: 20000, lag_limit: 1ms }}\nstop: {{ requests: {requests} }}\n"
+            ),
+        )
+        .expect("write spec");
+        let out = Command::new(bin)
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(dir.path().join("runs"))
+            .arg("--quiet")
+            .output()
+            .expect("run servebench");
+        let rss_mb = child_max_rss_mb();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let Some(run) = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("run directory: "))
+        else {
+            println!(
+                "{name}: the run failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            continue;
+        };
+        let points = std::fs::read_to_string(std::path::Path::new(run.trim()).join("points.jsonl"))
+            .expect("points.jsonl");
+        let p: serde_json::Value =
+            serde_json::from_str(points.lines().next().expect("a point")).expect("json");
+        let m =
+            |metric: &str, field: &str| p["metrics"][metric][field].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "{:<12} {:>9} {:>10.0} {:>10.0} {:>8.3}ms {:>8.3}ms {:>8.1}ms {:>9.0} {:>8.2} {:>9.0}   ({} ok, {} failed)",
+            name,
+            requests,
+            p["load"]["offered_req_s"].as_f64().unwrap_or(f64::NAN),
+            m("throughput_req_s", "mean"),
+            m("schedule_lag_s", "p50") * 1e3,
+            m("schedule_lag_s", "p99") * 1e3,
+            m("schedule_lag_s", "max") * 1e3,
+            m("concurrency_max", "mean"),
+            m("client_cpu", "mean"),
+            rss_mb,
+            p["ok"],
+            p["errors"],
+        );
+    }
+}
+
+/// The largest peak RSS of any child waited for so far (the runner; the simulator is its own
+/// child and counted in its children, not here). Cumulative: run one case at a time
+/// (`LOAD_BENCH=...`) for a clean figure per case.
+fn child_max_rss_mb() -> f64 {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .expect("getrusage");
+    u.max_rss() as f64 / 1024.0
+}

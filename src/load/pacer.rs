@@ -1,0 +1,113 @@
+//! The pacer: releases each request of a schedule at its absolute deadline from a thread of
+//! its own. tokio's timer has a 1 ms grain and shares its thread with response parsing, so the
+//! pacer sleeps until shortly before each deadline and spins the rest.
+//!
+//! The schedule is never shifted: a request released late (the thread was preempted, the
+//! machine is saturated) goes out as soon as it can with its lateness recorded by the runner
+//! as `lag_s`, and the requests after it keep their own deadlines. Nothing is slowed down to
+//! match the server (that would be coordinated omission).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+/// The last stretch before a deadline that is spun rather than slept (a sleep can overshoot
+/// by the scheduler's grain, tens of microseconds or more under load).
+pub const SPIN: Duration = Duration::from_micros(200);
+
+/// A running pacer. Dropping it (or [`Pacer::stop`]) stops releasing.
+pub struct Pacer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Pacer {
+    /// Releases index `i` on the returned channel at `start + offsets[i]` (offsets in
+    /// seconds, non-decreasing). The channel closes after the last one or on `stop`.
+    pub fn start(start: Instant, offsets: Vec<f64>) -> (Pacer, mpsc::UnboundedReceiver<usize>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("servebench-pacer".into())
+            .spawn(move || {
+                for (i, at) in offsets.iter().enumerate() {
+                    let deadline = start + Duration::from_secs_f64(at.max(0.0));
+                    if !wait_until(deadline, &stopped) || tx.send(i).is_err() {
+                        return;
+                    }
+                }
+            })
+            .expect("the OS starts a thread");
+        (
+            Pacer {
+                stop,
+                thread: Some(thread),
+            },
+            rx,
+        )
+    }
+
+    /// Stops releasing; requests already released are the caller's.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Pacer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Sleeps, then spins, until `deadline`; false when stopped first. Long sleeps are cut into
+/// slices so a stop is seen within 50 ms.
+fn wait_until(deadline: Instant, stopped: &AtomicBool) -> bool {
+    loop {
+        if stopped.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        let left = deadline - now;
+        if left > SPIN {
+            std::thread::sleep((left - SPIN).min(Duration::from_millis(50)));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn releases_every_index_in_order_not_before_its_deadline() {
+        let start = Instant::now();
+        let offsets: Vec<f64> = (0..20).map(|i| f64::from(i) * 0.002).collect();
+        let (_pacer, mut rx) = Pacer::start(start, offsets.clone());
+        let mut got = Vec::new();
+        while let Some(i) = rx.recv().await {
+            // Never early; how late is the runner's to record, not asserted here.
+            assert!(start.elapsed().as_secs_f64() >= offsets[i]);
+            got.push(i);
+        }
+        assert_eq!(got, (0..20).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_release() {
+        let (mut pacer, mut rx) = Pacer::start(Instant::now(), vec![0.0, 3600.0]);
+        assert_eq!(rx.recv().await, Some(0));
+        pacer.stop();
+        assert_eq!(rx.recv().await, None);
+    }
+}

@@ -1,0 +1,403 @@
+//! A point's arrival schedule: every request's send time (seconds from the point's start) and
+//! phase, computed before the first request from the load model and its seed alone. Being a
+//! plain function of the point's values, a sweep or a capacity search sets `load.rate` and
+//! gets the schedule that rate means.
+
+use std::path::Path;
+
+use crate::results::records::Phase;
+use crate::spec::load_model::{LoadKind, PhaseSpec, StopSpec};
+use crate::spec::types::Experiment;
+
+use super::arrival::{RateCurve, UnitGaps};
+use super::trace::{self, TraceError};
+
+/// Most requests one schedule holds (80 MB of schedule; 1,000 req/s for almost three hours).
+pub const SCHEDULE_LIMIT: usize = 10_000_000;
+
+/// One request's place in the schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scheduled {
+    /// Seconds from the point's start to the request's intended send time.
+    pub at_s: f64,
+    pub phase: Phase,
+    /// `max_tokens` from a trace line (None: the workload's `output_tokens`).
+    pub max_tokens: Option<u32>,
+}
+
+/// The arrivals of one point, in time order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub requests: Vec<Scheduled>,
+    /// Most requests in flight (None: no cap).
+    pub max_in_flight: Option<u32>,
+}
+
+/// Why a schedule could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("the point has no open-loop `load:` block")]
+    NotLoad,
+    #[error(
+        "the schedule would hold more than {SCHEDULE_LIMIT} requests; lower `stop.duration` or the rate, or set `stop.requests`"
+    )]
+    TooLong,
+    #[error("`rate: inf` sends everything at once: give `stop.requests` (how many)")]
+    UnboundedInf,
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+impl Schedule {
+    /// The schedule of `exp`'s point; `spec_dir` resolves a trace's path.
+    pub fn of(exp: &Experiment, spec_dir: &Path) -> Result<Schedule, ScheduleError> {
+        let load = exp.load.as_ref().ok_or(ScheduleError::NotLoad)?;
+        let stop = exp.stop.clone().unwrap_or_default();
+        let phases = Phases::new(
+            exp.warmup.clone().unwrap_or_default(),
+            stop,
+            exp.cooldown.clone().unwrap_or_default(),
+        );
+        let arrivals: Box<dyn Iterator<Item = (f64, Option<u32>)>> = match load.kind {
+            LoadKind::Rate => {
+                let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
+                if rate.is_infinite() {
+                    Box::new(std::iter::repeat((0.0, None)))
+                } else {
+                    curve_arrivals(
+                        RateCurve::Constant(rate),
+                        UnitGaps::new(load.arrival, load.burstiness, load.seed),
+                    )
+                }
+            }
+            LoadKind::Ramp => {
+                let ramp = load.ramp.as_ref().ok_or(ScheduleError::NotLoad)?;
+                let over = ramp.over.as_secs_f64().max(1e-9);
+                let curve = match ramp.steps {
+                    Some(steps) if steps >= 1 => RateCurve::Steps {
+                        from: ramp.from,
+                        to: ramp.to,
+                        over,
+                        steps,
+                    },
+                    _ => RateCurve::Linear {
+                        from: ramp.from,
+                        to: ramp.to,
+                        over,
+                    },
+                };
+                curve_arrivals(
+                    curve,
+                    UnitGaps::new(load.arrival, load.burstiness, load.seed),
+                )
+            }
+            LoadKind::Sessions => return Err(ScheduleError::NotLoad),
+            LoadKind::Trace => {
+                let t = load.trace.as_ref().ok_or(ScheduleError::NotLoad)?;
+                let scale = t.time_scale;
+                let entries = trace::read(&spec_dir.join(&t.file))?;
+                Box::new(
+                    entries
+                        .into_iter()
+                        .map(move |e| (e.at_s * scale, e.output_tokens)),
+                )
+            }
+        };
+        let unbounded_inf = load.kind == LoadKind::Rate
+            && load
+                .rate
+                .as_ref()
+                .is_some_and(|r| r.per_second().is_infinite())
+            && !phases.bounded_by_count();
+        if unbounded_inf {
+            return Err(ScheduleError::UnboundedInf);
+        }
+        let mut requests = Vec::new();
+        let mut phases = phases;
+        for (at_s, max_tokens) in arrivals {
+            let Some(phase) = phases.place(at_s) else {
+                break;
+            };
+            if requests.len() >= SCHEDULE_LIMIT {
+                return Err(ScheduleError::TooLong);
+            }
+            requests.push(Scheduled {
+                at_s,
+                phase,
+                max_tokens,
+            });
+        }
+        Ok(Schedule {
+            requests,
+            max_in_flight: load.max_in_flight,
+        })
+    }
+
+    /// Requests in the measured phase.
+    pub fn measured(&self) -> usize {
+        self.requests
+            .iter()
+            .filter(|r| r.phase == Phase::Measure)
+            .count()
+    }
+}
+
+/// Arrivals of the unit process mapped through a rate curve: the first at 0, then gaps.
+fn curve_arrivals(
+    curve: RateCurve,
+    mut gaps: UnitGaps,
+) -> Box<dyn Iterator<Item = (f64, Option<u32>)>> {
+    let mut s = 0.0;
+    let mut first = true;
+    // A ramp starting at rate 0 has its first arrival after its first unit of work.
+    if curve.rate_at(0.0) <= 0.0 {
+        first = false;
+    }
+    Box::new(std::iter::from_fn(move || {
+        if first {
+            first = false;
+        } else {
+            s += gaps.next_gap();
+        }
+        curve.time_of(s).map(|t| (t, None))
+    }))
+}
+
+/// Which phase each arrival falls in, as arrivals come in time order.
+struct Phases {
+    warmup: PhaseSpec,
+    stop: StopSpec,
+    cooldown: PhaseSpec,
+    /// Requests placed so far in the current phase.
+    count: u32,
+    current: Phase,
+    /// When the current phase began (seconds; None until its first arrival when the previous
+    /// phase ended by count).
+    began: f64,
+}
+
+impl Phases {
+    fn new(warmup: PhaseSpec, stop: StopSpec, cooldown: PhaseSpec) -> Phases {
+        Phases {
+            warmup,
+            stop,
+            cooldown,
+            count: 0,
+            current: Phase::Warmup,
+            began: 0.0,
+        }
+    }
+
+    fn bounded_by_count(&self) -> bool {
+        self.stop.requests.is_some()
+    }
+
+    /// The phase of an arrival at `t`, or None when the schedule is over.
+    fn place(&mut self, t: f64) -> Option<Phase> {
+        loop {
+            let (limit_n, limit_t) = match self.current {
+                Phase::Warmup => (self.warmup.requests, self.warmup.duration),
+                Phase::Measure => (self.stop.requests, self.stop.duration),
+                Phase::Cooldown => (self.cooldown.requests, self.cooldown.duration),
+            };
+            let limit_t = limit_t.map(|d| d.as_secs_f64());
+            // A phase without any limit: warm-up and cool-down are then empty; an unbounded
+            // measured phase runs to the end of the arrivals (a ramp's or trace's end).
+            let empty = limit_n.is_none() && limit_t.is_none() && self.current != Phase::Measure;
+            let full = empty
+                || limit_n.is_some_and(|n| self.count >= n)
+                || limit_t.is_some_and(|d| t >= self.began + d);
+            if !full {
+                self.count += 1;
+                return Some(self.current);
+            }
+            let ended_at = match limit_t {
+                Some(d) if limit_n.is_none_or(|n| self.count < n) && !empty => self.began + d,
+                _ => t,
+            };
+            self.current = match self.current {
+                Phase::Warmup => Phase::Measure,
+                Phase::Measure => Phase::Cooldown,
+                Phase::Cooldown => return None,
+            };
+            self.count = 0;
+            self.began = ended_at;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exp(yaml_load: serde_json::Value) -> Experiment {
+        let mut v = serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 4},
+        });
+        for (k, val) in yaml_load.as_object().unwrap() {
+            v[k] = val.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn of(v: serde_json::Value) -> Schedule {
+        Schedule::of(&exp(v), Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn a_constant_rate_spaces_requests_evenly_and_marks_phases() {
+        let s = of(serde_json::json!({
+            "load": {"kind": "rate", "rate": 10, "arrival": "constant"},
+            "warmup": {"requests": 2},
+            "stop": {"requests": 5},
+            "cooldown": {"duration": "0.25s"},
+        }));
+        let phases: Vec<Phase> = s.requests.iter().map(|r| r.phase).collect();
+        use Phase::*;
+        // 2 warm-up, 5 measured (0.2..0.6), cool-down for 0.25 s after 0.7: 0.7, 0.8, 0.9.
+        assert_eq!(
+            phases,
+            [
+                Warmup, Warmup, Measure, Measure, Measure, Measure, Measure, Cooldown, Cooldown,
+                Cooldown
+            ]
+        );
+        for (i, r) in s.requests.iter().enumerate() {
+            assert!((r.at_s - i as f64 * 0.1).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn a_duration_stops_the_measured_phase() {
+        let s = of(serde_json::json!({
+            "load": {"kind": "rate", "rate": 100, "arrival": "constant"},
+            "warmup": {"duration": "1s"},
+            "stop": {"duration": "2s", "requests": 1000},
+        }));
+        assert_eq!(s.requests.len(), 300);
+        assert_eq!(s.measured(), 200);
+        assert_eq!(s.requests[100].phase, Phase::Measure);
+        assert_eq!(s.requests[99].phase, Phase::Warmup);
+    }
+
+    #[test]
+    fn inf_sends_everything_at_the_start() {
+        let s = of(serde_json::json!({
+            "load": {"kind": "rate", "rate": "inf"},
+            "stop": {"requests": 50},
+        }));
+        assert_eq!(s.requests.len(), 50);
+        assert!(s.requests.iter().all(|r| r.at_s == 0.0));
+        let e = Schedule::of(
+            &exp(serde_json::json!({
+                "load": {"kind": "rate", "rate": "inf"},
+                "stop": {"duration": "5s"},
+            })),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ScheduleError::UnboundedInf));
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_schedule() {
+        let v = |seed: u64| {
+            serde_json::json!({
+                "load": {"kind": "rate", "rate": 50, "arrival": "gamma", "burstiness": 0.5, "seed": seed},
+                "stop": {"requests": 100},
+            })
+        };
+        assert_eq!(of(v(3)), of(v(3)));
+        assert_ne!(of(v(3)), of(v(4)));
+    }
+
+    #[test]
+    fn a_linear_ramp_sends_its_integral_and_denser_at_the_end() {
+        let s = of(serde_json::json!({
+            "load": {"kind": "ramp", "arrival": "constant", "ramp": {"from": 10, "to": 50, "over": "10s"}},
+        }));
+        // ∫ = (10 + 50) / 2 * 10 = 300 arrivals (the first at 0).
+        assert!(
+            (s.requests.len() as i64 - 301).abs() <= 1,
+            "{}",
+            s.requests.len()
+        );
+        let first_second = s.requests.iter().filter(|r| r.at_s < 1.0).count();
+        let last_second = s.requests.iter().filter(|r| r.at_s >= 9.0).count();
+        assert!((first_second as i64 - 12).abs() <= 1, "{first_second}");
+        assert!((last_second as i64 - 48).abs() <= 1, "{last_second}");
+    }
+
+    #[test]
+    fn a_stepped_ramp_holds_each_rate() {
+        let s = of(serde_json::json!({
+            "load": {"kind": "ramp", "arrival": "constant", "ramp": {"from": 10, "to": 30, "over": "3s", "steps": 3}},
+        }));
+        let in_step = |k: f64| {
+            s.requests
+                .iter()
+                .filter(|r| r.at_s >= k && r.at_s < k + 1.0)
+                .count()
+        };
+        assert_eq!((in_step(0.0), in_step(1.0), in_step(2.0)), (10, 20, 30));
+    }
+
+    #[test]
+    fn a_trace_replays_its_times_scaled_with_output_lengths() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("t.jsonl"),
+            "{\"at\": 10}\n{\"at\": 12, \"output_tokens\": 9}\n{\"at\": 11}\n",
+        )
+        .unwrap();
+        let s = Schedule::of(
+            &exp(serde_json::json!({
+                "load": {"kind": "trace", "trace": {"file": "t.jsonl", "time_scale": 0.5}},
+            })),
+            dir.path(),
+        )
+        .unwrap();
+        let at: Vec<f64> = s.requests.iter().map(|r| r.at_s).collect();
+        assert_eq!(at, [0.0, 0.5, 1.0]);
+        assert_eq!(s.requests[2].max_tokens, Some(9));
+    }
+
+    /// Kolmogorov-Smirnov distance of `gaps` from an exponential distribution of `rate`.
+    fn ks_exponential(gaps: &mut [f64], rate: f64) -> f64 {
+        gaps.sort_by(f64::total_cmp);
+        let n = gaps.len() as f64;
+        gaps.iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let f = 1.0 - (-rate * g).exp();
+                (f - i as f64 / n).abs().max(((i + 1) as f64 / n - f).abs())
+            })
+            .fold(0.0, f64::max)
+    }
+
+    fn gaps(arrival: &str) -> Vec<f64> {
+        let s = of(serde_json::json!({
+            "load": {"kind": "rate", "rate": 100, "arrival": arrival, "burstiness": 4, "seed": 11},
+            "stop": {"requests": 2000},
+        }));
+        s.requests
+            .windows(2)
+            .map(|w| w[1].at_s - w[0].at_s)
+            .collect()
+    }
+
+    #[test]
+    fn poisson_gaps_pass_a_kolmogorov_smirnov_test_and_others_fail_it() {
+        // Critical value at alpha = 0.01 for n = 1999: 1.628 / sqrt(n) = 0.0364.
+        let critical = 1.628 / (1999f64).sqrt();
+        let d = ks_exponential(&mut gaps("poisson"), 100.0);
+        assert!(d < critical, "poisson: D = {d}");
+        let mean = gaps("poisson").iter().sum::<f64>() / 1999.0;
+        assert!((mean - 0.01).abs() < 0.001, "mean gap {mean}");
+        // The same test rejects evenly spaced and gamma(4) gaps of the same mean.
+        assert!(ks_exponential(&mut gaps("constant"), 100.0) > critical);
+        assert!(ks_exponential(&mut gaps("gamma"), 100.0) > critical);
+    }
+}

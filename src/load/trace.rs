@@ -1,0 +1,169 @@
+//! Trace files: one request a line, JSON. The arrival time is `at` (seconds) or Mooncake's
+//! `timestamp` (milliseconds); `output_tokens` (or Mooncake's `output_length`) sets the
+//! request's `max_tokens`; `input_tokens` (or `input_length`) is kept for the workload's
+//! generator. Other fields are ignored, so existing traces load as they are.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
+pub const TRACE_BYTE_LIMIT: u64 = 256 << 20;
+
+/// One line of a trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TraceEntry {
+    /// Seconds from the trace's first arrival (before the time scale).
+    pub at_s: f64,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u32>,
+}
+
+/// Why a trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read trace {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("trace {path} is larger than {limit} bytes; cut it, or replay part of it")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("trace {path} has no requests")]
+    Empty { path: PathBuf },
+}
+
+/// Reads a trace file. Times are made relative to the earliest arrival and sorted.
+pub fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
+    let io = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut reader = BufReader::new(file.take(TRACE_BYTE_LIMIT + 1));
+    let mut entries = Vec::new();
+    let mut line = String::new();
+    let mut read_bytes = 0u64;
+    let mut number = 0;
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        read_bytes += n as u64;
+        if read_bytes > TRACE_BYTE_LIMIT {
+            return Err(TraceError::TooLarge {
+                path: path.to_path_buf(),
+                limit: TRACE_BYTE_LIMIT,
+            });
+        }
+        number += 1;
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let entry = parse_line(text).map_err(|message| TraceError::Line {
+            path: path.to_path_buf(),
+            line: number,
+            message,
+        })?;
+        entries.push(entry);
+    }
+    if entries.is_empty() {
+        return Err(TraceError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let first = entries[0].at_s;
+    for e in &mut entries {
+        e.at_s -= first;
+    }
+    Ok(entries)
+}
+
+fn parse_line(text: &str) -> Result<TraceEntry, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+    let obj = v
+        .as_object()
+        .ok_or("each line must be a JSON object like {\"at\": 0.5}")?;
+    let at_s = match (obj.get("at"), obj.get("timestamp")) {
+        (Some(at), _) => at.as_f64().ok_or("`at` must be a number of seconds")?,
+        (None, Some(ms)) => {
+            ms.as_f64()
+                .ok_or("`timestamp` must be a number of milliseconds")?
+                / 1000.0
+        }
+        (None, None) => {
+            return Err(
+                "no arrival time: give `at` (seconds) or `timestamp` (milliseconds)".into(),
+            );
+        }
+    };
+    if !at_s.is_finite() || at_s < 0.0 {
+        return Err(format!("arrival time {at_s} is not a time"));
+    }
+    let count = |names: [&str; 2]| -> Result<Option<u64>, String> {
+        for name in names {
+            if let Some(v) = obj.get(name) {
+                return v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or_else(|| format!("`{name}` must be a whole number of tokens"));
+            }
+        }
+        Ok(None)
+    };
+    let output = count(["output_tokens", "output_length"])?;
+    let output_tokens = match output {
+        Some(0) => return Err("an output length of 0 asks for nothing".into()),
+        Some(n) => Some(u32::try_from(n).map_err(|_| "output length too large")?),
+        None => None,
+    };
+    Ok(TraceEntry {
+        at_s,
+        input_tokens: count(["input_tokens", "input_length"])?,
+        output_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_seconds_and_mooncake_milliseconds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, "{\"at\": 2.5, \"output_tokens\": 7}\n\n{\"at\": 1.0}\n").unwrap();
+        let t = read(&p).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].at_s, 0.0);
+        assert_eq!(t[1].at_s, 1.5);
+        assert_eq!(t[1].output_tokens, Some(7));
+        std::fs::write(
+            &p,
+            "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46]}\n{\"timestamp\": 30535, \"input_length\": 6472, \"output_length\": 26}\n",
+        )
+        .unwrap();
+        let t = read(&p).unwrap();
+        assert!((t[1].at_s - 3.053).abs() < 1e-9);
+        assert_eq!(t[0].input_tokens, Some(6955));
+    }
+
+    #[test]
+    fn a_bad_line_is_named_with_its_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, "{\"at\": 1}\n{\"when\": 2}\n").unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:2: no arrival time"), "{e}");
+    }
+}

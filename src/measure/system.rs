@@ -1,0 +1,541 @@
+//! A point's system-wide numbers (throughputs over the measured window, concurrency, goodput)
+//! and its SLO verdict, from its measured request records. Pure, like `summary`.
+//!
+//! Under `load:`, a request's latency to the user counts from its scheduled send time, so the
+//! client's lag (and a wait for a slot under `max_in_flight`) is in `ttft_sched_s` and
+//! `e2e_sched_s`; `ttft_s` and `e2e_s` keep counting from the last byte written. SLOs judge the
+//! scheduled ones (what a user arriving on schedule saw). Closed-loop points have no schedule:
+//! their SLO is judged from the send.
+
+use indexmap::IndexMap;
+
+use crate::catalog::{FlagKind, Metric};
+use crate::results::records::{Flag, LoadSummary, RequestRecord, SloCheck, SloVerdict, Stat};
+use crate::spec::load_model::{SloMetric, SloSpec, SloTarget};
+use crate::spec::types::Experiment;
+
+use super::metrics::request_metrics;
+use super::stats::{RequestSamples, percentile_sorted, seed_for, summarize_requests};
+
+/// What the runner observed besides the records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// Recorded warm-up and cool-down requests.
+    pub warmup: usize,
+    pub cooldown: usize,
+    /// Requests/s the schedule offered over the measured phase.
+    pub offered_req_s: Option<f64>,
+    /// The client's CPU time / wall time during the point (1.0 = one core).
+    pub client_cpu: Option<f64>,
+    /// `stop.errors` ended the point.
+    pub stopped_on_errors: bool,
+}
+
+/// One request's latencies as the load metrics see them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Judged {
+    pub ok: bool,
+    /// From the scheduled time under `load:`, else from the send.
+    pub ttft_s: Option<f64>,
+    pub e2e_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+    pub lag_s: Option<f64>,
+}
+
+/// The latencies of `r`, counted from its schedule when it has a lag.
+pub fn judge(r: &RequestRecord) -> Judged {
+    let m = request_metrics(r);
+    let lag = r.lag_s.unwrap_or(0.0);
+    Judged {
+        ok: r.error.is_none(),
+        ttft_s: m.ttft_s.map(|t| t + lag),
+        e2e_s: r.end_s.map(|e| e + lag),
+        tpot_s: m.tpot_s,
+        lag_s: r.lag_s,
+    }
+}
+
+/// True when `j` meets every per-request threshold of `slo` (a failed request never does).
+pub fn is_good(j: &Judged, slo: &SloSpec) -> bool {
+    let within = |v: Option<f64>, limit: Option<std::time::Duration>| match limit {
+        None => true,
+        Some(l) => v.is_some_and(|v| v <= l.as_secs_f64()),
+    };
+    j.ok && within(j.ttft_s, slo.ttft) && within(j.tpot_s, slo.tpot) && within(j.e2e_s, slo.e2e)
+}
+
+/// System metrics (for `load:` points), SLO metrics (with `slo:`), extra percentiles and the
+/// flags they imply, added to `metrics`. Returns the point's load summary (None for a closed
+/// loop without `slo:`).
+pub fn add(
+    exp: &Experiment,
+    measured: &[RequestRecord],
+    observed: &Observed,
+    metrics: &mut IndexMap<String, Stat>,
+    flags: &mut Vec<Flag>,
+) -> Option<LoadSummary> {
+    let load = exp.open_loop();
+    if load.is_none() && exp.slo.is_none() {
+        return None;
+    }
+    let judged: Vec<Judged> = measured.iter().map(judge).collect();
+    let window = window(measured);
+    let mut summary = LoadSummary {
+        kind: load.map_or("closed".into(), |l| l.kind.to_string()),
+        offered_req_s: observed.offered_req_s,
+        arrival: load.map(|l| l.arrival.to_string()),
+        window_s: window.map_or(0.0, |(a, b)| b - a),
+        warmup: observed.warmup,
+        measured: measured.len(),
+        cooldown: observed.cooldown,
+        latency_origin: if load.is_some() { "scheduled" } else { "sent" }.into(),
+        stopped_on_errors: observed.stopped_on_errors,
+        ..LoadSummary::default()
+    };
+    let put = |metrics: &mut IndexMap<String, Stat>, m: Metric, s: Option<Stat>| {
+        if let Some(s) = s {
+            metrics.insert(m.name().to_string(), s);
+        }
+    };
+    if load.is_some() {
+        let column = |f: fn(&Judged) -> Option<f64>| -> Vec<f64> {
+            judged.iter().filter(|j| j.ok).filter_map(f).collect()
+        };
+        put(
+            metrics,
+            Metric::TtftFromSchedule,
+            distribution(Metric::TtftFromSchedule, &column(|j| j.ttft_s)),
+        );
+        put(
+            metrics,
+            Metric::E2eFromSchedule,
+            distribution(Metric::E2eFromSchedule, &column(|j| j.e2e_s)),
+        );
+        let lags: Vec<f64> = judged.iter().filter_map(|j| j.lag_s).collect();
+        put(
+            metrics,
+            Metric::ScheduleLag,
+            distribution(Metric::ScheduleLag, &lags),
+        );
+        if let Some((start, end)) = window {
+            let span = end - start;
+            let done: Vec<&RequestRecord> = measured.iter().filter(|r| r.error.is_none()).collect();
+            let sum = |f: fn(&RequestRecord) -> Option<u64>| -> f64 {
+                done.iter().filter_map(|r| f(r)).sum::<u64>() as f64
+            };
+            let (input, output) = (sum(|r| r.prompt_tokens), sum(|r| r.completion_tokens));
+            put(
+                metrics,
+                Metric::ThroughputReq,
+                Some(single(done.len() as f64 / span)),
+            );
+            put(metrics, Metric::InputTok, Some(single(input / span)));
+            put(metrics, Metric::OutputTok, Some(single(output / span)));
+            put(
+                metrics,
+                Metric::TotalTok,
+                Some(single((input + output) / span)),
+            );
+            put(
+                metrics,
+                Metric::PeakOutputTok,
+                Some(single(peak_output(measured, start, span))),
+            );
+            let busy: f64 = measured.iter().filter_map(|r| r.end_s).sum();
+            put(metrics, Metric::ConcurrencyMean, Some(single(busy / span)));
+            put(
+                metrics,
+                Metric::ConcurrencyMax,
+                Some(single(max_in_flight(measured) as f64)),
+            );
+        }
+        if let Some(cpu) = observed.client_cpu {
+            put(metrics, Metric::ClientCpu, Some(single(cpu)));
+        }
+        let limit = load.map_or(0.01, |l| l.lag_limit.as_secs_f64());
+        if let Some(lag) = metrics.get(Metric::ScheduleLag.name())
+            && lag.p99 > limit
+        {
+            flags.push(Flag::new(
+                FlagKind::ClientLimited,
+                format!(
+                    "the client sent its requests late: schedule lag p99 {} ms (max {} ms) is above the {} ms limit, so latencies here describe the client as much as the server{}",
+                    crate::text::sig3(lag.p99 * 1e3),
+                    crate::text::sig3(lag.max * 1e3),
+                    crate::text::sig3(limit * 1e3),
+                    observed
+                        .client_cpu
+                        .map(|c| format!(" (client CPU {c:.2} cores)"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    if let Some(slo) = &exp.slo {
+        let good = judged.iter().filter(|j| is_good(j, slo)).count();
+        if slo.has_thresholds() && !judged.is_empty() {
+            put(
+                metrics,
+                Metric::SloAttainment,
+                Some(single(good as f64 / judged.len() as f64)),
+            );
+            if let Some((start, end)) = window {
+                put(
+                    metrics,
+                    Metric::Goodput,
+                    Some(single(good as f64 / (end - start))),
+                );
+            }
+        }
+        let verdict = verdict(slo, &judged, measured, good);
+        if !verdict.met {
+            let missed: Vec<String> = verdict
+                .checks
+                .iter()
+                .filter(|c| !c.met)
+                .map(|c| match c.value {
+                    Some(v) => format!(
+                        "{} {} > {}",
+                        c.target,
+                        crate::text::sig3(v),
+                        crate::text::sig3(c.limit)
+                    ),
+                    None => format!("{} not measured", c.target),
+                })
+                .collect();
+            flags.push(Flag::new(
+                FlagKind::SloMissed,
+                format!("the point misses its SLO targets: {}", missed.join(", ")),
+            ));
+        }
+        summary.slo = Some(verdict);
+    }
+    summary.percentiles = percentiles(&exp.percentiles, &judged, measured, load.is_some());
+    Some(summary)
+}
+
+/// Point-level targets, each with what the point reached.
+fn verdict(
+    slo: &SloSpec,
+    judged: &[Judged],
+    measured: &[RequestRecord],
+    good: usize,
+) -> SloVerdict {
+    let mut checks = Vec::new();
+    for (name, target) in slo.parsed_targets() {
+        let (limit, value, met) = match target {
+            SloTarget::Attainment(share) => {
+                let value = (!judged.is_empty()).then(|| good as f64 / judged.len() as f64);
+                (share, value, value.is_some_and(|v| v + 1e-12 >= share))
+            }
+            SloTarget::Percentile {
+                metric,
+                percentile,
+                limit_s,
+            } => {
+                let mut values = slo_values(metric, judged, measured);
+                values.sort_by(f64::total_cmp);
+                let value = (!values.is_empty()).then(|| percentile_sorted(&values, percentile));
+                (limit_s, value, value.is_some_and(|v| v <= limit_s))
+            }
+        };
+        checks.push(SloCheck {
+            target: name,
+            limit,
+            value,
+            met,
+        });
+    }
+    SloVerdict {
+        met: checks.iter().all(|c| c.met),
+        good,
+        judged: judged.len(),
+        checks,
+    }
+}
+
+fn slo_values(metric: SloMetric, judged: &[Judged], measured: &[RequestRecord]) -> Vec<f64> {
+    let ok = judged.iter().filter(|j| j.ok);
+    match metric {
+        SloMetric::Ttft => ok.filter_map(|j| j.ttft_s).collect(),
+        SloMetric::Tpot => ok.filter_map(|j| j.tpot_s).collect(),
+        SloMetric::E2e => ok.filter_map(|j| j.e2e_s).collect(),
+        SloMetric::Itl => measured
+            .iter()
+            .filter(|r| r.error.is_none())
+            .flat_map(|r| request_metrics(r).itl_s)
+            .collect(),
+    }
+}
+
+/// The percentiles `percentiles:` asks for, per latency metric.
+fn percentiles(
+    wanted: &[f64],
+    judged: &[Judged],
+    measured: &[RequestRecord],
+    load: bool,
+) -> IndexMap<String, IndexMap<String, f64>> {
+    let mut out = IndexMap::new();
+    let mut columns: Vec<(Metric, Vec<f64>)> = vec![
+        (
+            Metric::Ttft,
+            measured
+                .iter()
+                .filter(|r| r.error.is_none())
+                .filter_map(|r| request_metrics(r).ttft_s)
+                .collect(),
+        ),
+        (Metric::Tpot, slo_values(SloMetric::Tpot, judged, measured)),
+        (Metric::Itl, slo_values(SloMetric::Itl, judged, measured)),
+        (
+            Metric::E2e,
+            measured
+                .iter()
+                .filter(|r| r.error.is_none())
+                .filter_map(|r| r.end_s)
+                .collect(),
+        ),
+    ];
+    if load {
+        columns.push((
+            Metric::TtftFromSchedule,
+            slo_values(SloMetric::Ttft, judged, measured),
+        ));
+        columns.push((
+            Metric::E2eFromSchedule,
+            slo_values(SloMetric::E2e, judged, measured),
+        ));
+        columns.push((
+            Metric::ScheduleLag,
+            judged.iter().filter_map(|j| j.lag_s).collect(),
+        ));
+    }
+    for (metric, mut values) in columns {
+        values.retain(|v| v.is_finite());
+        if values.is_empty() {
+            continue;
+        }
+        values.sort_by(f64::total_cmp);
+        let row: IndexMap<String, f64> = wanted
+            .iter()
+            .map(|q| (percentile_name(*q), percentile_sorted(&values, *q)))
+            .collect();
+        out.insert(metric.name().to_string(), row);
+    }
+    out
+}
+
+/// `99.9` -> `p99.9`, `50` -> `p50`.
+pub fn percentile_name(q: f64) -> String {
+    if q.fract() == 0.0 {
+        format!("p{q:.0}")
+    } else {
+        format!("p{q}")
+    }
+}
+
+/// From the first measured request's scheduled (or sent) time to the last one's end.
+pub fn window(measured: &[RequestRecord]) -> Option<(f64, f64)> {
+    let start = measured
+        .iter()
+        .map(|r| r.scheduled_at.unwrap_or(r.sent_at).min(r.sent_at))
+        .min_by(f64::total_cmp)?;
+    let end = measured
+        .iter()
+        .filter_map(|r| r.end_s.map(|e| r.sent_at + e))
+        .max_by(f64::total_cmp)?;
+    (end > start).then_some((start, end))
+}
+
+/// The most output tokens in any one-second bucket of the window, per second.
+fn peak_output(measured: &[RequestRecord], start: f64, span: f64) -> f64 {
+    let buckets = span.ceil().max(1.0) as usize;
+    let mut tokens = vec![0u64; buckets];
+    for r in measured.iter().filter(|r| r.error.is_none()) {
+        for c in &r.chunks {
+            let at = r.sent_at + c.t_s - start;
+            let i = (at.max(0.0) as usize).min(buckets - 1);
+            tokens[i] += u64::from(c.tokens);
+        }
+    }
+    let most = tokens.into_iter().max().unwrap_or(0) as f64;
+    most / span.min(1.0)
+}
+
+/// The most requests in flight at once: a sweep over [sent, end), ends before starts on ties.
+fn max_in_flight(measured: &[RequestRecord]) -> usize {
+    let mut events: Vec<(f64, i32)> = measured
+        .iter()
+        .filter_map(|r| r.end_s.map(|e| [(r.sent_at, 1), (r.sent_at + e, -1)]))
+        .flatten()
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    most.max(0) as usize
+}
+
+/// A per-request distribution with its interval.
+fn distribution(metric: Metric, values: &[f64]) -> Option<Stat> {
+    let samples: Vec<RequestSamples> = values
+        .iter()
+        .map(|v| RequestSamples {
+            round: 0,
+            values: vec![*v],
+        })
+        .collect();
+    summarize_requests(&samples, seed_for(metric.name()))
+}
+
+/// A point-level number (one value per point: throughputs, goodput).
+fn single(x: f64) -> Stat {
+    Stat {
+        count: 1,
+        mean: x,
+        p50: x,
+        p90: x,
+        p99: x,
+        min: x,
+        max: x,
+        ..Stat::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::records::{Chunk, RequestError, TokenSource};
+    use crate::spec::types::Api;
+
+    /// A measured request scheduled at `sched`, sent `lag` later, first token `ttft` after the
+    /// send, done `e2e` after it, with 11 output tokens (TPOT = (e2e - ttft) / 10).
+    fn rec(sched: f64, lag: f64, ttft: f64, e2e: f64, failed: bool) -> RequestRecord {
+        let sent = 1000.0 + sched + lag;
+        RequestRecord {
+            share: None,
+            mix: None,
+            point: "p000".into(),
+            round: 0,
+            index: 0,
+            role: crate::results::records::RequestRole::Measure,
+            api: Api::SglangGenerate,
+            sent_at: sent,
+            scheduled_at: Some(1000.0 + sched),
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            retried: false,
+            first_attempt: None,
+            requested_prompt_tokens: None,
+            max_tokens: 11,
+            chunks: vec![
+                Chunk {
+                    t_s: ttft,
+                    tokens: 1,
+                },
+                Chunk {
+                    t_s: e2e,
+                    tokens: 10,
+                },
+            ],
+            end_s: Some(e2e),
+            prompt_tokens: Some(100),
+            completion_tokens: Some(11),
+            cached_tokens: Some(0),
+            token_source: TokenSource::MetaInfo,
+            chunk_tokens: None,
+            finish_reason: Some("length".into()),
+            error: failed.then(|| RequestError {
+                kind: crate::results::records::ErrorKind::Http,
+                message: "500".into(),
+                status: Some(500),
+                body_head: None,
+            }),
+            phase: Some(crate::results::records::Phase::Measure),
+            lag_s: Some(lag),
+        }
+    }
+
+    fn exp() -> Experiment {
+        serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 11},
+            "load": {"kind": "rate", "rate": 1},
+            "stop": {"requests": 5},
+            "slo": {"ttft": "0.5s", "tpot": "0.1s", "targets": {"ttft_p50": "0.4s", "attainment": "50%"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn goodput_and_attainment_by_hand() {
+        let records = [
+            // good: TTFT from schedule 0.1 + 0.2 = 0.3, TPOT (1.0 - 0.2) / 10 = 0.08.
+            rec(0.0, 0.1, 0.2, 1.0, false),
+            // TTFT from the send 0.3 meets 0.5, but from the schedule (lag 0.3) 0.6 does not.
+            rec(1.0, 0.3, 0.3, 1.0, false),
+            // TPOT (2.2 - 0.2) / 10 = 0.2 > 0.1.
+            rec(2.0, 0.0, 0.2, 2.2, false),
+            // good: 0.0 + 0.4 = 0.4, TPOT 0.06.
+            rec(3.0, 0.0, 0.4, 1.0, false),
+            // failed: never good.
+            rec(4.0, 0.0, 0.1, 0.5, true),
+        ];
+        let mut metrics = IndexMap::new();
+        let mut flags = Vec::new();
+        let summary = add(
+            &exp(),
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut flags,
+        )
+        .unwrap();
+        // Window: first scheduled 1000.0 to the last end: 1000 + 2 + 2.2 = 1004.2 (the failed
+        // request ends at 1004.5 but has an end too: it counts for the window's end).
+        let window = 4.5;
+        assert!(
+            (summary.window_s - window).abs() < 1e-9,
+            "{}",
+            summary.window_s
+        );
+        let good = 2.0;
+        assert!((metrics["goodput_req_s"].mean - good / window).abs() < 1e-9);
+        assert!((metrics["slo_attainment"].mean - 0.4).abs() < 1e-9);
+        assert!((metrics["throughput_req_s"].mean - 4.0 / window).abs() < 1e-9);
+        assert!((metrics["output_tok_s"].mean - 44.0 / window).abs() < 1e-9);
+        // TTFT from the schedule of the four successful ones: 0.3, 0.6, 0.2, 0.4: p50 = 0.35.
+        assert!((metrics["ttft_sched_s"].p50 - 0.35).abs() < 1e-9);
+        let v = summary.slo.unwrap();
+        assert_eq!((v.good, v.judged), (2, 5));
+        // ttft_p50 0.35 <= 0.4 holds; attainment 40% < 50% fails.
+        assert!(v.checks[0].met && !v.checks[1].met && !v.met);
+        assert!(flags.iter().any(|f| f.kind == FlagKind::SloMissed));
+        // Lag p99 of [0.1, 0.3, 0, 0, 0] is far above the 10 ms default.
+        assert!(flags.iter().any(|f| f.kind == FlagKind::ClientLimited));
+    }
+
+    #[test]
+    fn concurrency_is_an_exact_sweep_and_littles_law() {
+        // Three requests: [0, 1), [0.5, 1.5), [1, 2) -> at most 2 at once; busy 3 s over 2 s.
+        let records = [
+            rec(0.0, 0.0, 0.1, 1.0, false),
+            rec(0.5, 0.0, 0.1, 1.0, false),
+            rec(1.0, 0.0, 0.1, 1.0, false),
+        ];
+        let mut metrics = IndexMap::new();
+        add(
+            &exp(),
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut Vec::new(),
+        );
+        assert_eq!(metrics["concurrency_max"].mean, 2.0);
+        assert!((metrics["concurrency_mean"].mean - 1.5).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,149 @@
+//! The load section's SVG charts: TTFT and TPOT (p50 and p99) against achieved throughput,
+//! and goodput and throughput against the offered rate. Pure, like `charts`: the same section
+//! always draws the same bytes.
+
+use plotters::prelude::*;
+
+use super::charts::{ChartError, ChartLink};
+use super::load::LoadSection;
+
+const SIZE: (u32, u32) = (720, 440);
+const COLORS: [RGBColor; 4] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+];
+
+/// Every file a load chart can have.
+pub const FILES: [&str; 3] = ["load-ttft.svg", "load-tpot.svg", "load-goodput.svg"];
+
+/// One load chart: lines of (x, y) points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadChart {
+    pub file: &'static str,
+    pub title: &'static str,
+    pub x_label: &'static str,
+    pub y_label: &'static str,
+    pub lines: Vec<(&'static str, Vec<(f64, f64)>)>,
+}
+
+impl LoadChart {
+    pub fn link(&self) -> ChartLink {
+        ChartLink {
+            title: self.title.to_string(),
+            path: format!("charts/{}", self.file),
+        }
+    }
+}
+
+/// The charts the section has data for (two points or more on a line).
+pub fn charts(section: &LoadSection) -> Vec<LoadChart> {
+    let rows = &section.rows;
+    let by = |x: fn(&super::load::LoadRow) -> Option<f64>,
+              y: &dyn Fn(&super::load::LoadRow) -> Option<f64>| {
+        let mut pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter_map(|r| Some((x(r)?, y(r)?)))
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pts
+    };
+    let tput = |r: &super::load::LoadRow| r.throughput_req_s;
+    let offered = |r: &super::load::LoadRow| r.offered_req_s;
+    let all = [
+        LoadChart {
+            file: FILES[0],
+            title: "TTFT against achieved throughput",
+            x_label: "achieved throughput (req/s)",
+            y_label: "TTFT from schedule (s)",
+            lines: vec![
+                ("p50", by(tput, &|r| r.ttft.as_ref().map(|s| s.p50))),
+                ("p99", by(tput, &|r| r.ttft.as_ref().map(|s| s.p99))),
+            ],
+        },
+        LoadChart {
+            file: FILES[1],
+            title: "TPOT against achieved throughput",
+            x_label: "achieved throughput (req/s)",
+            y_label: "TPOT (ms)",
+            lines: vec![
+                ("p50", by(tput, &|r| r.tpot.as_ref().map(|s| s.p50 * 1e3))),
+                ("p99", by(tput, &|r| r.tpot.as_ref().map(|s| s.p99 * 1e3))),
+            ],
+        },
+        LoadChart {
+            file: FILES[2],
+            title: "Goodput and throughput against offered rate",
+            x_label: "offered (req/s)",
+            y_label: "req/s",
+            lines: vec![
+                ("throughput", by(offered, &|r| r.throughput_req_s)),
+                ("goodput", by(offered, &|r| r.goodput_req_s)),
+            ],
+        },
+    ];
+    all.into_iter()
+        .map(|mut c| {
+            c.lines.retain(|(_, pts)| pts.len() >= 2);
+            c
+        })
+        .filter(|c| !c.lines.is_empty())
+        .collect()
+}
+
+/// Draws a chart: linear axes from zero, one line and markers per series, a legend.
+pub fn render_svg(chart: &LoadChart) -> Result<String, ChartError> {
+    let err = |e: &dyn std::fmt::Display| ChartError {
+        file: chart.file.to_string(),
+        message: e.to_string(),
+    };
+    let pts = || chart.lines.iter().flat_map(|(_, p)| p.iter());
+    let x_max = pts().map(|p| p.0).fold(0.0, f64::max).max(1e-9) * 1.05;
+    let y_max = pts().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.25;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut plot = ChartBuilder::on(&root)
+            .caption(chart.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(|e| err(&e))?;
+        plot.configure_mesh()
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 16))
+            .x_desc(chart.x_label)
+            .y_desc(chart.y_label)
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(220, 220, 220))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for (i, (label, points)) in chart.lines.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            plot.draw_series(std::iter::once(PathElement::new(
+                points.clone(),
+                color.stroke_width(2),
+            )))
+            .map_err(|e| err(&e))?
+            .label(*label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+            plot.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| err(&e))?;
+        }
+        plot.configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(160, 160, 160))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}

@@ -1,0 +1,182 @@
+//! One round of an open-loop `load:` point: the schedule computed up front, the pacer releasing
+//! each planned request (drawn, calibrated and given its nonce by the point runner, as in a
+//! closed loop) at its deadline, each record marked with its scheduled time, lag and phase.
+//! Warm-up and cool-down requests are recorded and dropped; only measured ones are kept for
+//! the point's numbers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::catalog::FlagKind;
+use crate::client::Client;
+use crate::load::{Pacer, Schedule};
+use crate::measure::system::Observed;
+use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
+use crate::spec::Point;
+
+use super::point::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
+
+/// How long after the schedule is made its first request is due: the pacer thread starts and
+/// the first connections are settled before the clock runs.
+const LEAD: Duration = Duration::from_millis(20);
+
+/// Most connections opened ahead of a load point (more are opened as they are needed).
+const PREPARED_CONNECTIONS: usize = 256;
+
+impl PointRunner {
+    /// Sends one round of an open-loop point on its schedule: `planned[i]` when
+    /// `schedule.requests[i]` is due (the cache was prepared and the nonces given already).
+    /// Returns the measured records, whether an interrupt stopped it, and what the client
+    /// observed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn send_scheduled(
+        &self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        schedule: Schedule,
+        planned: Vec<Planned>,
+        model: &Option<String>,
+        flags: &mut Vec<Flag>,
+    ) -> (Vec<RequestRecord>, bool, Observed) {
+        let exp = &point.experiment;
+        let mut observed = Observed::default();
+        let omitted_is_zero = self.cached_omitted_is_zero();
+        let measured_total = schedule.measured();
+        observed.offered_req_s = offered_rate(&schedule);
+        let ahead = schedule
+            .max_in_flight
+            .map_or(PREPARED_CONNECTIONS, |m| m as usize)
+            .min(PREPARED_CONNECTIONS)
+            .min(schedule.requests.len());
+        prepare(client, ahead).await;
+
+        let slots = schedule
+            .max_in_flight
+            .map(|n| Arc::new(Semaphore::new(n as usize)));
+        let cpu_before = cpu_seconds();
+        let wall = Instant::now();
+        let start = Instant::now() + LEAD;
+        let start_unix = crate::client::unix_now() + LEAD.as_secs_f64();
+        let offsets: Vec<f64> = schedule.requests.iter().map(|s| s.at_s).collect();
+        let (mut pacer, mut due) = Pacer::start(start, offsets);
+
+        let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
+        let mut measured = Vec::new();
+        let (mut finished, mut failed) = (0usize, 0usize);
+        let mut stopped = false;
+        let mut releasing = true;
+        let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
+        loop {
+            tokio::select! {
+                next = due.recv(), if releasing => match next {
+                    Some(i) => {
+                        let s = schedule.requests[i];
+                        let Some(p) = planned.get(i) else { continue };
+                        let mut req = generation_request(exp, p.text.clone(), model);
+                        req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
+                        let (client, sink, progress, slots) =
+                            (client.clone(), self.sink.clone(), self.progress.clone(), slots.clone());
+                        let (pid, api, timeout, requested) = (
+                            point.id.clone(),
+                            exp.workload.api,
+                            exp.request_timeout,
+                            p.requested,
+                        );
+                        let (share, mix) = (p.share.clone(), p.mix.clone());
+                        let scheduled_at = start_unix + s.at_s;
+                        tasks.spawn(async move {
+                            // A request due while the cap is reached waits here: its lag says so.
+                            let _permit = match &slots {
+                                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                                None => None,
+                            };
+                            progress.request_started();
+                            let m = client.stream(&req, timeout).await;
+                            drop(_permit);
+                            let max_tokens = req.max_tokens;
+                            let mut rec = m.into_record(&pid, round, i as u32, RequestRole::Measure, api, max_tokens, requested);
+                            rec.scheduled_at = Some(scheduled_at);
+                            rec.lag_s = Some(rec.sent_at - scheduled_at);
+                            rec.phase = Some(s.phase);
+                            rec.share = share;
+                            rec.mix = mix;
+                            fill_omitted_cached(&mut rec, omitted_is_zero);
+                            let written = sink(&rec).is_ok();
+                            progress.request_finished();
+                            written.then_some(rec)
+                        });
+                    }
+                    None => releasing = false,
+                },
+                done = tasks.join_next(), if !tasks.is_empty() => {
+                    let Some(Ok(Some(rec))) = done else { continue };
+                    match rec.phase {
+                        Some(Phase::Measure) => {
+                            finished += 1;
+                            failed += usize::from(rec.error.is_some());
+                            measured.push(rec);
+                        }
+                        Some(Phase::Warmup) => observed.warmup += 1,
+                        _ => observed.cooldown += 1,
+                    }
+                    if releasing
+                        && let Some(b) = &budget
+                        && !b.allows(failed, measured_total.max(finished))
+                    {
+                        pacer.stop();
+                        releasing = false;
+                        observed.stopped_on_errors = true;
+                        flags.push(Flag::new(
+                            FlagKind::StoppedOnErrors,
+                            format!("{failed} of {finished} measured requests failed, past `stop.errors`; no more requests were sent"),
+                        ));
+                    }
+                },
+                _ = self.interrupt.wait(), if !stopped => {
+                    stopped = true;
+                    pacer.stop();
+                    releasing = false;
+                    tasks.abort_all();
+                },
+            }
+            if !releasing && tasks.is_empty() {
+                break;
+            }
+        }
+        pacer.stop();
+        let elapsed = wall.elapsed().as_secs_f64();
+        if let (Some(a), Some(b)) = (cpu_before, cpu_seconds())
+            && elapsed > 0.0
+        {
+            observed.client_cpu = Some((b - a) / elapsed);
+        }
+        measured.sort_by_key(|r| r.index);
+        (measured, stopped, observed)
+    }
+}
+
+/// Measured requests per second of the schedule's measured phase (None when they are all due
+/// at once, or fewer than two).
+fn offered_rate(schedule: &Schedule) -> Option<f64> {
+    let at: Vec<f64> = schedule
+        .requests
+        .iter()
+        .filter(|r| r.phase == Phase::Measure)
+        .map(|r| r.at_s)
+        .collect();
+    let (first, last) = (at.first()?, at.last()?);
+    let span = last - first;
+    (at.len() >= 2 && span > 0.0).then(|| (at.len() - 1) as f64 / span)
+}
+
+/// This process's CPU time so far (user + system), seconds.
+fn cpu_seconds() -> Option<f64> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Some(secs(u.user_time()) + secs(u.system_time()))
+}

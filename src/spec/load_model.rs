@@ -1,0 +1,458 @@
+//! The spec's load model: how requests arrive (`load:`), when a point stops (`stop:`), its
+//! warm-up and cool-down, and the SLOs its requests are judged by (`slo:`, `percentiles:`).
+//! Without `load:` a point is today's closed loop of `concurrency`.
+//!
+//! Every field is a plain value of the point, so a sweep (`load.rate`) or a capacity search
+//! sets it like any other.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::types::{DURATION_PATTERN, ErrorBudget};
+use super::validate::{Problem, Target};
+
+/// How requests arrive at the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// `rate`: open loop at `rate` requests/s with an `arrival` process. `ramp`: the rate
+    /// rises from `ramp.from` to `ramp.to` over `ramp.over` (linearly, or in `ramp.steps`
+    /// steps). `trace`: arrival times (and output lengths) replayed from a JSONL file.
+    pub kind: LoadKind,
+    /// Requests per second (`kind: rate`); `inf` sends every request at once.
+    #[serde(default)]
+    pub rate: Option<Rate>,
+    /// The arrival process: `constant` (evenly spaced), `poisson` (exponential gaps, the
+    /// default) or `gamma` (gaps with shape `burstiness`).
+    #[serde(default)]
+    pub arrival: Arrival,
+    /// Gamma shape of the gaps: 1 is Poisson, larger is more regular, smaller is burstier
+    /// (vLLM's `--burstiness`). Only with `arrival: gamma`.
+    #[serde(default = "one_f64")]
+    #[schemars(range(min = 0.01, max = 1000.0))]
+    pub burstiness: f64,
+    /// At most this many requests in flight: a request due while the cap is reached waits for a
+    /// slot, and the wait counts in its latency (measured from its scheduled time).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_in_flight: Option<u32>,
+    /// Seed of the arrival schedule: the same seed gives the same schedule.
+    #[serde(default)]
+    pub seed: u64,
+    /// `kind: ramp`: the rates and how long the ramp lasts.
+    #[serde(default)]
+    pub ramp: Option<RampSpec>,
+    /// `kind: trace`: the file of arrivals and its time scale.
+    #[serde(default)]
+    pub trace: Option<TraceSpec>,
+    /// `kind: sessions`: the users, their turns and think time.
+    #[serde(default)]
+    pub sessions: Option<super::workload::SessionsSpec>,
+    /// A point whose client sent its requests later than their schedule by more than this (lag
+    /// p99) is flagged `client-limited`: its latencies describe the client, not the server.
+    /// Default 10ms.
+    #[serde(default = "default_lag_limit", with = "humantime_serde")]
+    #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
+    pub lag_limit: Duration,
+}
+
+/// The kinds of load.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum LoadKind {
+    /// A fixed rate with an arrival process.
+    Rate,
+    /// A rising rate.
+    Ramp,
+    /// Arrivals replayed from a file.
+    Trace,
+    /// Simulated users holding multi-turn conversations (`load.sessions`): each turn is sent
+    /// when the user's previous reply has ended and they have thought; a closed loop per user.
+    Sessions,
+}
+
+/// A request rate: requests per second, or `inf` (all at once).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Rate {
+    /// Requests per second.
+    PerSecond(#[schemars(range(min = 0.0001, max = 10000000.0))] f64),
+    /// `inf`: every request is due at the start.
+    Unbounded(#[schemars(regex(pattern = r"^inf$"))] String),
+}
+
+impl Rate {
+    /// Requests per second; infinite for `inf`.
+    pub fn per_second(&self) -> f64 {
+        match self {
+            Rate::PerSecond(r) => *r,
+            Rate::Unbounded(_) => f64::INFINITY,
+        }
+    }
+}
+
+/// How arrivals are spaced.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum Arrival {
+    /// Evenly spaced: one every 1/rate seconds.
+    Constant,
+    /// Exponential gaps (a Poisson process), mean 1/rate.
+    #[default]
+    Poisson,
+    /// Gamma gaps with shape `burstiness`, mean 1/rate.
+    Gamma,
+}
+
+/// A rate rising over time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RampSpec {
+    /// Requests per second at the start.
+    #[schemars(range(min = 0.0, max = 10000000.0))]
+    pub from: f64,
+    /// Requests per second at the end.
+    #[schemars(range(min = 0.0001, max = 10000000.0))]
+    pub to: f64,
+    /// How long the ramp lasts, e.g. `60s`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
+    pub over: Duration,
+    /// In this many equal steps (each at a fixed rate, the first `from`, the last `to`);
+    /// absent: a linear rise.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10000))]
+    pub steps: Option<u32>,
+}
+
+/// A trace of arrivals: JSONL, one request a line, `{"at": seconds}` or Mooncake's
+/// `{"timestamp": milliseconds}`, with an optional `output_tokens` (or `output_length`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSpec {
+    /// The trace file, relative to the spec file.
+    pub file: PathBuf,
+    /// Times in the trace are multiplied by this: 0.5 replays it twice as fast.
+    #[serde(default = "one_f64")]
+    #[schemars(range(min = 0.000001, max = 1000000.0))]
+    pub time_scale: f64,
+}
+
+/// When a load point's measured phase ends: the first limit reached.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopSpec {
+    /// Measured requests (after warm-up).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10000000))]
+    pub requests: Option<u32>,
+    /// Measured time (after warm-up), e.g. `60s`.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub duration: Option<Duration>,
+    /// Stop sending once more measured requests failed than this: a count (`10`) or a share of
+    /// those finished (`10%`). The point is then flagged `stopped-on-errors`.
+    #[serde(default)]
+    pub errors: Option<ErrorBudget>,
+}
+
+/// A warm-up or cool-down phase: requests sent and recorded (with their phase) but not counted.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseSpec {
+    /// This many requests.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10000000))]
+    pub requests: Option<u32>,
+    /// Requests due within this long, e.g. `10s`.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub duration: Option<Duration>,
+}
+
+/// Service-level objectives, declared once. A request is *good* when it meets every
+/// per-request threshold given; a point *meets its SLO* when every target holds.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SloSpec {
+    /// Largest time to first token (counted from the request's scheduled time under `load`).
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub ttft: Option<Duration>,
+    /// Largest time per output token after the first.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub tpot: Option<Duration>,
+    /// Largest end-to-end time (counted from the scheduled time under `load`).
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub e2e: Option<Duration>,
+    /// Point-level targets: `attainment: 99%` (share of good requests), and percentile bounds
+    /// named `<metric>_p<percentile>` (`ttft_p99: 1s`, `tpot_p50: 20ms`, `e2e_p99.9: 30s`) over
+    /// `ttft`, `tpot`, `e2e` and `itl`.
+    #[serde(default)]
+    pub targets: IndexMap<String, String>,
+}
+
+/// A point-level SLO target, parsed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SloTarget {
+    /// The share of good requests must be at least this (0-1).
+    Attainment(f64),
+    /// The metric's percentile must be at most `limit_s` seconds.
+    Percentile {
+        metric: SloMetric,
+        percentile: f64,
+        limit_s: f64,
+    },
+}
+
+/// The per-request latencies SLO targets name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::Display)]
+#[strum(serialize_all = "lowercase")]
+pub enum SloMetric {
+    Ttft,
+    Tpot,
+    E2e,
+    Itl,
+}
+
+impl SloSpec {
+    /// True when a per-request threshold is set (goodput is then defined).
+    pub fn has_thresholds(&self) -> bool {
+        self.ttft.is_some() || self.tpot.is_some() || self.e2e.is_some()
+    }
+
+    /// The targets, parsed; an entry that does not parse is left out (validation reports it).
+    pub fn parsed_targets(&self) -> Vec<(String, SloTarget)> {
+        self.targets
+            .iter()
+            .filter_map(|(k, v)| parse_target(k, v).ok().map(|t| (k.clone(), t)))
+            .collect()
+    }
+}
+
+/// Parses one target: `attainment: 99%` or `<metric>_p<pct>: <duration>`.
+pub fn parse_target(key: &str, value: &str) -> Result<SloTarget, String> {
+    if key == "attainment" {
+        let pct = parse_percent(value).ok_or_else(|| {
+            format!("`attainment` takes a percentage like `99%`, found `{value}`")
+        })?;
+        return Ok(SloTarget::Attainment(pct / 100.0));
+    }
+    let (name, pct) = key.rsplit_once("_p").ok_or_else(|| {
+        format!("`{key}` is not a target: write `attainment` or `<metric>_p<percentile>` like `ttft_p99`")
+    })?;
+    let metric = match name {
+        "ttft" => SloMetric::Ttft,
+        "tpot" => SloMetric::Tpot,
+        "e2e" => SloMetric::E2e,
+        "itl" => SloMetric::Itl,
+        _ => {
+            return Err(format!(
+                "`{name}` in `{key}` is not one of ttft, tpot, e2e, itl"
+            ));
+        }
+    };
+    let percentile: f64 = pct
+        .parse()
+        .ok()
+        .filter(|p: &f64| *p > 0.0 && *p < 100.0)
+        .ok_or_else(|| format!("`p{pct}` in `{key}` is not a percentile between 0 and 100"))?;
+    let limit = humantime::parse_duration(value.trim())
+        .map_err(|_| format!("`{key}` takes a duration like `500ms`, found `{value}`"))?;
+    Ok(SloTarget::Percentile {
+        metric,
+        percentile,
+        limit_s: limit.as_secs_f64(),
+    })
+}
+
+/// `99%` -> 99.0.
+pub fn parse_percent(s: &str) -> Option<f64> {
+    s.trim()
+        .strip_suffix('%')?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &f64| (0.0..=100.0).contains(p))
+}
+
+/// The percentiles reports and `points.jsonl` carry besides p50, p90 and p99 (which are always
+/// there), e.g. `[50, 90, 95, 99, 99.9]`.
+pub fn default_percentiles() -> Vec<f64> {
+    vec![50.0, 90.0, 99.0]
+}
+
+/// True for the default set (left out when a spec is written back).
+pub fn is_default_percentiles(p: &[f64]) -> bool {
+    p == default_percentiles().as_slice()
+}
+
+fn one_f64() -> f64 {
+    1.0
+}
+fn default_lag_limit() -> Duration {
+    Duration::from_millis(10)
+}
+
+/// Checks the schema cannot express, on one point's raw value: each load kind has its
+/// parameters, an open loop has a stop, SLO targets parse.
+pub fn checks(raw: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let problem = |pointer: &str, target: Target, message: String, hint: &str| Problem {
+        pointer: pointer.into(),
+        target,
+        message,
+        hint: (!hint.is_empty()).then(|| hint.to_string()),
+    };
+    if let Some(load) = raw.get("load").and_then(Value::as_object) {
+        let kind = load.get("kind").and_then(Value::as_str);
+        let needs = match kind {
+            Some("rate") => Some(("rate", "add `rate: 8` (requests/s) or `rate: inf`")),
+            Some("ramp") => Some(("ramp", "add `ramp: { from: 1, to: 32, over: 60s }`")),
+            Some("trace") => Some(("trace", "add `trace: { file: trace.jsonl }`")),
+            Some("sessions") => Some((
+                "sessions",
+                "add `sessions: { users: 16, turns: 4, think: 2s }`",
+            )),
+            _ => None,
+        };
+        if let Some((field, hint)) = needs
+            && load.get(field).is_none_or(Value::is_null)
+        {
+            problems.push(problem(
+                "/load",
+                Target::Parent,
+                format!("`load.kind: {}` needs `load.{field}`", kind.unwrap_or("")),
+                hint,
+            ));
+        }
+        if let Some(ramp) = load.get("ramp").and_then(Value::as_object)
+            && let (Some(from), Some(to)) = (
+                ramp.get("from").and_then(Value::as_f64),
+                ramp.get("to").and_then(Value::as_f64),
+            )
+            && from <= 0.0
+            && to <= 0.0
+        {
+            problems.push(problem(
+                "/load/ramp/to",
+                Target::Value,
+                "a ramp from 0 to 0 sends nothing".into(),
+                "",
+            ));
+        }
+        if raw
+            .get("repeat")
+            .and_then(Value::as_u64)
+            .is_some_and(|r| r > 1)
+        {
+            problems.push(problem(
+                "/repeat",
+                Target::Value,
+                "a `load:` point runs its schedule once: `repeat` must be 1".into(),
+                "lengthen `stop` for more requests, or sweep `load.seed` for independent schedules",
+            ));
+        }
+        if raw.get("method").is_some_and(|m| {
+            m.as_str() == Some("two-point")
+                || m.get("kind").and_then(Value::as_str) == Some("two-point")
+        }) {
+            problems.push(problem(
+                "/method",
+                Target::Value,
+                "the two-point method sends pairs one at a time: it has no open-loop form".into(),
+                "use `method: streaming` (the default) with `load:`",
+            ));
+        }
+        let stop = raw.get("stop").and_then(Value::as_object);
+        let bounded = stop.is_some_and(|s| {
+            s.get("requests").is_some_and(|v| !v.is_null())
+                || s.get("duration").is_some_and(|v| !v.is_null())
+        });
+        // A ramp ends with its duration, a trace with its last line.
+        if kind == Some("rate") && !bounded {
+            problems.push(problem(
+                "/load",
+                Target::Key,
+                "an open-loop rate needs a `stop:` with `requests` or `duration`".into(),
+                "add `stop: { requests: 500 }` or `stop: { duration: 60s }`",
+            ));
+        }
+    } else {
+        for field in ["stop", "warmup", "cooldown"] {
+            if raw.get(field).is_some_and(|v| !v.is_null()) {
+                problems.push(problem(
+                    &format!("/{field}"),
+                    Target::Key,
+                    format!("`{field}` applies to a `load:` point only"),
+                    "add a `load:` block, or use `requests` and `repeat` for a closed loop",
+                ));
+            }
+        }
+    }
+    if let Some(targets) = raw
+        .get("slo")
+        .and_then(|s| s.get("targets"))
+        .and_then(Value::as_object)
+    {
+        for (k, v) in targets {
+            let Some(text) = v.as_str() else { continue };
+            if text.contains("{{") {
+                continue;
+            }
+            if let Err(e) = parse_target(k, text) {
+                problems.push(problem(
+                    &format!("/slo/targets/{k}"),
+                    Target::Value,
+                    e,
+                    "e.g. `targets: { ttft_p99: 1s, attainment: 99% }`",
+                ));
+            }
+        }
+    }
+    if let Some(list) = raw.get("percentiles").and_then(Value::as_array) {
+        for (i, p) in list.iter().enumerate() {
+            if p.as_f64().is_some_and(|p| !(p > 0.0 && p < 100.0)) {
+                problems.push(problem(
+                    &format!("/percentiles/{i}"),
+                    Target::Value,
+                    format!("a percentile is between 0 and 100, found {p}"),
+                    "e.g. `percentiles: [50, 90, 99, 99.9]`",
+                ));
+            }
+        }
+    }
+    problems
+}
