@@ -400,6 +400,20 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
         m.prefill(tokens, 0)
     };
     let per_round = match exp.method.resolve() {
+        // Sessions: users talk at once (as many as run at once per wave); each turn prefills
+        // its new message (the history is cached) and decodes beside the other users, its
+        // context grown by a message and a reply per turn; the users think between turns.
+        _ if let Some(s) = exp.sessions() => {
+            let turns = u64::from(s.turns.max(1));
+            let users = u64::from(s.users.max(1));
+            let at_once = users.min(cfg.max_running_requests.max(1) as u64);
+            let turn = |t: u64| {
+                let ctx = t * (tokens + out) + tokens;
+                at_once as f64 * m.prefill(ctx, ctx - tokens) + m.decode(at_once, ctx, out)
+            };
+            let talk: f64 = (0..turns).map(turn).sum();
+            users.div_ceil(at_once) as f64 * (talk + (turns - 1) as f64 * s.think.as_secs_f64())
+        }
         Measure::Streaming => {
             waves * (batch as f64 * measured_prefill + m.decode(batch, tokens, out))
         }

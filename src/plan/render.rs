@@ -77,6 +77,11 @@ fn write_plan(
                 Err(_) => String::new(),
             };
             let samples = match e.method.resolve() {
+                _ if let Some(s) = e.sessions() => format!(
+                    "{} of {}",
+                    count_s(s.users as usize, "session"),
+                    count_s(s.turns as usize, "turn")
+                ),
                 Measure::Streaming => count_s(e.requests as usize, "request"),
                 Measure::TwoPoint { .. } => count(
                     e.requests as usize,
@@ -89,7 +94,7 @@ fn write_plan(
                 "  {}  {samples} x {}, concurrency {}, cache {}{time}",
                 p.label(),
                 count_s(e.repeat as usize, "round"),
-                e.concurrency,
+                e.sessions().map_or(e.concurrency, |s| s.users),
                 e.cache.policy
             )?;
         }
