@@ -57,12 +57,18 @@ fn vllm_is_launched_its_way_reset_through_dev_mode_and_swept() {
     assert_eq!(server["engine"], "vllm (simulated)");
     // Identity and what it offers, as vLLM answers.
     let surface = &server["surface"];
-    assert!(surface["identity"].to_string().contains("/version"), "{surface}");
+    assert!(
+        surface["identity"].to_string().contains("/version"),
+        "{surface}"
+    );
     assert!(
         surface["version"].as_str().unwrap().starts_with("0.33.0"),
         "{surface}"
     );
-    assert_eq!(surface["cache_reset"]["kind"], "reset-prefix-cache", "{surface}");
+    assert_eq!(
+        surface["cache_reset"]["kind"], "reset-prefix-cache",
+        "{surface}"
+    );
     assert_eq!(surface["context_length"], 8192, "{surface}");
     assert_eq!(surface["tokenize"], "prompt", "{surface}");
     assert_eq!(surface["metrics"], true, "{surface}");
@@ -82,7 +88,10 @@ fn vllm_is_launched_its_way_reset_through_dev_mode_and_swept() {
     assert!(log.contains("Application startup complete."), "{log}");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("vllm (simulated)"), "{report}");
-    assert!(report.contains("cache reset: `/reset_prefix_cache`"), "{report}");
+    assert!(
+        report.contains("cache reset: `/reset_prefix_cache`"),
+        "{report}"
+    );
     servers_gone(&meta);
 }
 
@@ -104,7 +113,9 @@ fn vllm_without_dev_mode_has_no_cache_reset_and_says_so() {
     let surface = &meta["servers"][0]["surface"];
     assert!(surface["cache_reset"].is_null(), "{surface}");
     assert!(
-        surface["notes"].to_string().contains("VLLM_SERVER_DEV_MODE=1"),
+        surface["notes"]
+            .to_string()
+            .contains("VLLM_SERVER_DEV_MODE=1"),
         "{surface}"
     );
     // No reset, so nonces keep prompts apart; without --enable-prompt-tokens-details vLLM does
@@ -133,7 +144,10 @@ fn a_vllm_crash_is_classified_from_vllms_own_lines() {
     let points = read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points[1]["failure"], "out-of-memory", "{}", points[1]);
     let flags = points[1]["flags"].to_string();
-    assert!(flags.contains("--gpu-memory-utilization"), "vLLM's hint: {flags}");
+    assert!(
+        flags.contains("--gpu-memory-utilization"),
+        "vLLM's hint: {flags}"
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("failed with out-of-memory, as published"),
         "{}",
@@ -165,8 +179,5 @@ fn a_vllm_flag_typo_is_caught_before_anything_starts() {
     );
     let out = servebench().arg("validate").arg(&spec).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("warning: ")
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: "));
 }
