@@ -305,7 +305,7 @@ impl Scheduler {
                 self.clock
             };
             let deadline;
-            if let Some(mut batch) = self.form_prefill() {
+            if let Some(mut batch) = self.form_prefill(start) {
                 self.busy_since_idle = true;
                 // A mixed iteration also steps the running requests (which may retract some).
                 let mixed = self.cfg.mixed_chunk && self.ready_to_decode();
@@ -363,8 +363,14 @@ impl Scheduler {
                 }
                 self.decode_step(deadline);
             } else {
-                // Waiting requests that cannot be admitted while nothing runs: wait for news.
-                match self.rx.recv_timeout(Duration::from_millis(5)) {
+                // Waiting requests that cannot be admitted while nothing runs: wait for news,
+                // or until the first one is through the front end.
+                let wait = self.waiting.front().map_or(Duration::from_millis(5), |r| {
+                    (r.received + self.cfg.profile.frontend())
+                        .saturating_duration_since(Instant::now())
+                        .clamp(Duration::from_micros(50), Duration::from_millis(5))
+                });
+                match self.rx.recv_timeout(wait) {
                     Ok(c) => {
                         if self.handle(c) {
                             return;
@@ -501,8 +507,8 @@ impl Scheduler {
         self.waiting.extend(retracted);
     }
 
-    /// What a mixed iteration adds for the running requests' decode step: the decode cost
-    /// without its fixed part (the forward pass is shared with the prefill).
+    /// What a mixed iteration adds for the running requests' decode step: the decode step
+    /// less the prefill's fixed cost (one forward pass pays it once).
     fn mixed_decode_time(&self, mixed: bool) -> Duration {
         if !mixed {
             return Duration::ZERO;
@@ -512,8 +518,7 @@ impl Scheduler {
             .cfg
             .profile
             .decode_time(self.running.len() as u64, ctx, 0.0);
-        let fixed = self.cfg.profile.decode_time(0, 0, 0.0);
-        whole.saturating_sub(fixed)
+        whole.saturating_sub(self.cfg.profile.prefill_time(&[]))
     }
 
     fn idle(&self) -> bool {
@@ -726,7 +731,7 @@ impl Scheduler {
 
     /// Picks the next prefill batch like SGLang's PrefillAdder: the chunked request first,
     /// then waiting requests in order while slots, the token budget and the pool allow.
-    fn form_prefill(&mut self) -> Option<Vec<PrefillItem>> {
+    fn form_prefill(&mut self, now: Instant) -> Option<Vec<PrefillItem>> {
         let mut budget = self
             .cfg
             .chunked_prefill_size
@@ -745,6 +750,14 @@ impl Scheduler {
             && budget > 0
             && self.running.len() + batch.len() < self.cfg.max_running_requests
         {
+            let frontend = self.cfg.profile.frontend();
+            if self
+                .waiting
+                .front()
+                .is_none_or(|r| !frontend.is_zero() && r.received + frontend > now)
+            {
+                break;
+            }
             let Some(mut req) = self.waiting.pop_front() else {
                 break;
             };
