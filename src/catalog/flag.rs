@@ -52,6 +52,9 @@ pub enum FlagKind {
     AgentGarbled,
     /// The point did not run to completion (implied by the record, shown by the report).
     Incomplete,
+    /// The server's own `/metrics` counters over the point (prompt or cached tokens, finished
+    /// requests) differ from the client's records by more than 2%.
+    ServerDisagrees,
     /// A kind this version does not know.
     Other(String),
 }
@@ -114,6 +117,7 @@ const CATALOGUE: &[Entry] = &[
     entry(FlagKind::AgentLost, "agent-lost", "ok_err"),
     entry(FlagKind::AgentGarbled, "agent-garbled", "ok_err"),
     entry(FlagKind::Incomplete, "incomplete", "ok_err"),
+    entry(FlagKind::ServerDisagrees, "server-disagrees", "ok_err"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {

@@ -337,6 +337,7 @@ impl PointRecord {
             calibration: None,
             status: None,
             wall: None,
+            server: None,
         }
     }
 
@@ -399,6 +400,10 @@ pub struct PointRecord {
     /// what `plan --from` estimates a rerun from. Absent in runs that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall: Option<Wall>,
+    /// What the server's own `/metrics` said over the point (None when it has none, or the
+    /// point was measured through the host agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<super::server_view::ServerView>,
 }
 
 /// How a point's generated prompt was sized to its target token count.

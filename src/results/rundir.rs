@@ -35,6 +35,8 @@ const META_TMP_FILE: &str = "meta.json.tmp";
 pub const REQUESTS_FILE: &str = "requests.jsonl";
 /// One `PointRecord` per line.
 pub const POINTS_FILE: &str = "points.jsonl";
+/// The server's `/metrics`, scraped while points run (one line per scrape).
+pub const METRICS_FILE: &str = "metrics.jsonl";
 /// The rendered report.
 pub const REPORT_FILE: &str = "report.md";
 /// Folder of the SVG charts the report links to.
@@ -99,6 +101,7 @@ pub struct RunDir {
     pub path: PathBuf,
     requests: Mutex<Option<File>>,
     points: Mutex<Option<File>>,
+    metrics: Mutex<Option<File>>,
     /// The locked `.lock` file while this process works on the directory.
     lock: Mutex<Option<File>>,
 }
@@ -109,6 +112,7 @@ impl RunDir {
             path,
             requests: Mutex::new(None),
             points: Mutex::new(None),
+            metrics: Mutex::new(None),
             lock: Mutex::new(None),
         }
     }
@@ -232,6 +236,11 @@ impl RunDir {
     /// Appends one request to `requests.jsonl`. Safe to call from several threads.
     pub fn append_request(&self, r: &RequestRecord) -> io::Result<()> {
         append_line(&self.requests, &self.file(REQUESTS_FILE), r)
+    }
+
+    /// Appends one scrape to `metrics.jsonl`.
+    pub fn append_metrics(&self, m: &super::server_view::MetricsScrape) -> io::Result<()> {
+        append_line(&self.metrics, &self.file(METRICS_FILE), m)
     }
 
     /// Appends one point to `points.jsonl`.

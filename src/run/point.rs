@@ -46,6 +46,10 @@ pub struct PointRunner {
     /// What the server measured now offers (its cache reset, tokenize endpoint, context
     /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
     surface: Option<ServerSurface>,
+    /// Where `/metrics` scrapes go; None = the server's view is not scraped (the agent).
+    metrics_sink: Option<super::scrape::MetricsSink>,
+    /// How often `/metrics` is scraped while requests run.
+    pub scrape_interval: std::time::Duration,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -86,7 +90,16 @@ impl PointRunner {
             spec_dir,
             calibrations: HashMap::new(),
             surface: None,
+            metrics_sink: None,
+            scrape_interval: super::scrape::SCRAPE_INTERVAL,
         }
+    }
+
+    /// Scrapes the server's `/metrics` (when its surface has one) during every round, each
+    /// scrape to `sink`.
+    pub fn with_metrics_sink(mut self, sink: super::scrape::MetricsSink) -> Self {
+        self.metrics_sink = Some(sink);
+        self
     }
 
     /// Says what the server measured next offers (probed when it became ready).
@@ -146,6 +159,7 @@ impl PointRunner {
         record.calibration = prompts.calibration.clone();
 
         let mut measured: Vec<RequestRecord> = Vec::new();
+        let mut scrapes = Vec::new();
         let mut interrupted = false;
         for round in 0..exp.repeat {
             if self.interrupt.is_set() {
@@ -153,7 +167,7 @@ impl PointRunner {
                 break;
             }
             let (records, stopped) = self
-                .measure_round(client, point, round, &prompts, &mut flags)
+                .measure_round(client, point, round, &prompts, &mut flags, &mut scrapes)
                 .await;
             measured.extend(records);
             if stopped {
@@ -168,6 +182,11 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
+        let server = crate::measure::server_view::summarize(&scrapes);
+        if let Some(view) = &server {
+            flags.extend(crate::measure::server_view::contradictions(view, &measured));
+        }
+        record.server = server;
         let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
         record.ok = summary.ok;
         record.errors = summary.errors;
@@ -234,6 +253,7 @@ impl PointRunner {
         round: u32,
         prompts: &Prompts,
         flags: &mut Vec<Flag>,
+        scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
@@ -273,7 +293,20 @@ impl PointRunner {
             })
             .collect();
         let requested = prompts.source.target_tokens();
-        match exp.method.resolve() {
+        let scraper = match (&self.metrics_sink, &self.surface) {
+            (Some(sink), Some(surface)) if surface.metrics => {
+                super::scrape::Scraper::start(
+                    client,
+                    &point.id,
+                    round,
+                    sink.clone(),
+                    self.scrape_interval,
+                )
+                .await
+            }
+            _ => None,
+        };
+        let (records, stopped) = match exp.method.resolve() {
             Measure::Streaming => {
                 self.send_all(client, point, round, exp, texts, &prompts.model, requested)
                     .await
@@ -291,7 +324,15 @@ impl PointRunner {
                 )
                 .await
             }
+        };
+        if let Some(scraper) = scraper {
+            let completed = records
+                .iter()
+                .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
+                .count();
+            scrapes.extend(scraper.finish(completed).await);
         }
+        (records, stopped)
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left

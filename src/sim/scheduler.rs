@@ -907,7 +907,8 @@ impl Scheduler {
             predicted_ms: ms(Some(first), at),
             task: req.task,
         };
-        self.emit(&mut req, at, Some(Finish::Length(n)), Some(timings));
+        // Counted before the final output goes out: a client that scrapes /metrics after its
+        // last byte sees the request counted (true values, no race).
         if let Ok(mut st) = self.shared.stats.lock() {
             st.e2e
                 .observe(at.duration_since(req.received).as_secs_f64());
@@ -927,6 +928,7 @@ impl Scheduler {
                 e.last_predicted_tok_s = n as f64 * 1e3 / timings.predicted_ms;
             }
         }
+        self.emit(&mut req, at, Some(Finish::Length(n)), Some(timings));
         if let Some(slot) = req.slot {
             self.voice.task_finished(slot, &timings, req.context_len());
         }
