@@ -659,5 +659,11 @@ fn server_counters_that_contradict_the_client_are_flagged() {
         assert_eq!(scrapes[0]["at"], "start");
         assert_eq!(scrapes.last().unwrap()["at"], "end");
         assert!(scrapes[0]["values"]["sglang:prompt_tokens_total"].is_number());
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(report.contains("## The server's view"), "{report}");
+        assert!(
+            report.contains(&format!("| 6 / 6 | {client_prompt} / ")),
+            "{report}"
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod format;
 pub mod model;
 pub mod reproduction;
 pub mod schema;
+pub mod server_view;
 
 use std::path::{Path, PathBuf};
 

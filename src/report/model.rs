@@ -55,6 +55,10 @@ pub struct ReportModel {
     /// Charts drawn beside the report (`charts/*.svg`), in report order; empty when no swept
     /// dimension changes the context length or too few points were measured.
     pub charts: Vec<ChartLink>,
+    /// What each point's server reported in its own `/metrics`, beside the client's numbers;
+    /// empty when nothing was scraped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_view: Vec<super::server_view::ServerViewRow>,
 }
 
 fn count_status(points: &[PointRecord], status: PointStatus) -> usize {
@@ -559,6 +563,7 @@ pub fn build_model(
         totals,
         data_notes: Vec::new(),
         charts: Vec::new(),
+        server_view: super::server_view::rows(points, requests),
     };
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
