@@ -272,7 +272,11 @@ mod tests {
             integer: true,
         };
         let a = run(spec, |c| (c <= 2.0, c));
-        assert_eq!(a.capacity, Some(2.0), "bisects below a failing start: {a:?}");
+        assert_eq!(
+            a.capacity,
+            Some(2.0),
+            "bisects below a failing start: {a:?}"
+        );
         let a = run(spec, |_| (false, 1.0));
         assert_eq!(a.capacity, None);
         let a = run(spec, |c| (true, c));

@@ -59,6 +59,10 @@ pub struct ReportModel {
     /// empty when nothing was scraped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub server_view: Vec<super::server_view::ServerViewRow>,
+    /// Each scraped point's time series (`charts/timeline-<point>.svg`): requests in flight,
+    /// running and queued; empty when nothing was scraped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timelines: Vec<ChartLink>,
 }
 
 fn count_status(points: &[PointRecord], status: PointStatus) -> usize {
@@ -564,6 +568,7 @@ pub fn build_model(
         data_notes: Vec::new(),
         charts: Vec::new(),
         server_view: super::server_view::rows(points, requests),
+        timelines: Vec::new(),
     };
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();

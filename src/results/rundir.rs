@@ -278,6 +278,11 @@ impl RunDir {
         read_jsonl(&self.file(REQUESTS_FILE))
     }
 
+    /// Reads `metrics.jsonl` (empty when absent), skipping truncated lines.
+    pub fn read_metrics(&self) -> Result<Vec<super::server_view::MetricsScrape>, RunDirError> {
+        Ok(read_jsonl(&self.file(METRICS_FILE))?.records)
+    }
+
     /// Reads `points.jsonl` (empty when absent), tolerating truncated lines like `read_requests`.
     pub fn read_points(&self) -> Result<Vec<PointRecord>, RunDirError> {
         Ok(self.read_points_detailed()?.records)
