@@ -667,7 +667,10 @@ fn server_counters_that_contradict_the_client_are_flagged() {
         );
         // The point's time series: the client's in-flight requests and the server's gauges.
         let svg = std::fs::read_to_string(dir.join("charts/timeline-p001.svg")).unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains("in flight (client)"), "{svg}");
+        assert!(
+            svg.starts_with("<svg") && svg.contains("in flight (client)"),
+            "{svg}"
+        );
         assert!(svg.contains("running (server)"));
         assert!(report.contains("](charts/timeline-p001.svg)"), "{report}");
     }

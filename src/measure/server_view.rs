@@ -95,7 +95,7 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
         for &r in &rounds {
             let (a, b) = window(r)?;
             let d = b.values.get(name)? - a.values.get(name)?;
-            if !(d >= 0.0) {
+            if d.is_nan() || d < 0.0 {
                 return None;
             }
             total += d;
