@@ -67,6 +67,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         wall: None,
         prefix_cache: Vec::new(),
         load: None,
+        server: None,
     }
 }
 

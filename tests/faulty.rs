@@ -43,6 +43,9 @@ pub struct Faults {
     /// Hang and endless line apply only to the generation request with this index (0-based, in
     /// the order they arrive); None: to every one.
     pub fault_only: Option<usize>,
+    /// Serve SGLang's `/metrics` counters, with prompt tokens counted times this factor (1.0
+    /// tells the truth); None: no `/metrics`.
+    pub metrics_prompt_scale: Option<f64>,
 }
 
 impl Default for Faults {
@@ -61,6 +64,7 @@ impl Default for Faults {
             continuous_usage: false,
             model: "faulty-model".into(),
             fault_only: None,
+            metrics_prompt_scale: None,
         }
     }
 }
@@ -230,6 +234,18 @@ fn route(req: &Request, out: &mut TcpStream, f: &Faults, seen: &Seen) -> bool {
         }
         ("POST", "/generate") | ("POST", "/v1/completions") => {
             return generate(req, &body, out, f, seen);
+        }
+        ("GET", "/metrics") if f.metrics_prompt_scale.is_some() => {
+            let scale = f.metrics_prompt_scale.unwrap_or(1.0);
+            let prompt: u64 = seen.prompt_tokens.lock().unwrap().iter().sum();
+            let n = seen.generations.load(Ordering::Relaxed);
+            let body = format!(
+                "# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{{model_name=\"m\"}} {}\n\
+                 # TYPE sglang:num_requests_total counter\nsglang:num_requests_total{{model_name=\"m\"}} {n}\n\
+                 # TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{model_name=\"m\"}} 0\n",
+                (prompt as f64 * scale).round()
+            );
+            respond(out, "200 OK", "text/plain; version=0.0.4", &body);
         }
         _ => json(
             out,
@@ -590,5 +606,73 @@ fn itl_is_per_token_only_where_the_stream_counts_each_chunk() {
             let tpot = p["metrics"]["tpot_s"]["mean"].as_f64().unwrap();
             assert!(tpot < icl / 2.0, "tpot {tpot} icl {icl}");
         }
+    }
+}
+
+/// Item 6 (the server's view): a server whose `/metrics` counts half the prompt tokens the
+/// client saw is flagged `server-disagrees`; the same server telling the truth is not, and its
+/// counters land beside the client's numbers, every scrape in `metrics.jsonl`.
+#[test]
+fn server_counters_that_contradict_the_client_are_flagged() {
+    for (scale, lying) in [(1.0, false), (0.5, true)] {
+        let server = FaultyServer::start(Faults {
+            metrics_prompt_scale: Some(scale),
+            ..Faults::default()
+        });
+        let ws = crate::common::Workspace::new();
+        let spec = ws.write(
+            "view.yaml",
+            &url_spec(
+                "view",
+                &server.url,
+                "{ kind: repeat, tokens: 64 }",
+                "concurrency: 2\nrequests: 6\n",
+            ),
+        );
+        let (dir, points) = ws.run_ok(&spec);
+        let p = &points[0];
+        let view = &p["server"];
+        let client_prompt: u64 = measured_requests(&dir)
+            .iter()
+            .map(|r| r["prompt_tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(view["engine"], "sglang", "{p}");
+        assert_eq!(view["requests"].as_f64(), Some(6.0), "{p}");
+        assert_eq!(
+            view["prompt_tokens"].as_f64(),
+            Some((client_prompt as f64 * scale).round()),
+            "{p}"
+        );
+        let flagged = p["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["kind"] == "server-disagrees");
+        assert_eq!(flagged.is_some(), lying, "{p}");
+        if let Some(f) = flagged {
+            assert!(
+                f["message"].as_str().unwrap().contains("prompt tokens"),
+                "{f}"
+            );
+        }
+        let scrapes = crate::common::read_jsonl(&dir.join("metrics.jsonl"));
+        assert!(scrapes.len() >= 2, "a start and an end scrape");
+        assert_eq!(scrapes[0]["at"], "start");
+        assert_eq!(scrapes.last().unwrap()["at"], "end");
+        assert!(scrapes[0]["values"]["sglang:prompt_tokens_total"].is_number());
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(report.contains("## The server's view"), "{report}");
+        assert!(
+            report.contains(&format!("| 6 / 6 | {client_prompt} / ")),
+            "{report}"
+        );
+        // The point's time series: the client's in-flight requests and the server's gauges.
+        let svg = std::fs::read_to_string(dir.join("charts/timeline-p001.svg")).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("in flight (client)"),
+            "{svg}"
+        );
+        assert!(svg.contains("running (server)"));
+        assert!(report.contains("](charts/timeline-p001.svg)"), "{report}");
     }
 }

@@ -651,6 +651,7 @@ fn run_dir_round_trip() {
         wall: None,
         prefix_cache: Vec::new(),
         load: None,
+        server: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -803,6 +804,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         wall: None,
         prefix_cache: Vec::new(),
         load: None,
+        server: None,
     }
 }
 

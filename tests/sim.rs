@@ -918,3 +918,131 @@ async fn kimi_fix_body() {
     }
     sim.stop().await.unwrap();
 }
+
+/// Sends `n` requests at once, each `max_new` tokens long, and returns each one's
+/// completion_tokens (non-streamed /generate).
+async fn burst(sim: &Sim, n: usize, max_new: u64) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (http, url) = (sim.http.clone(), format!("{}/generate", sim.base));
+        let body = json!({"text": format!("request {i} {FOX}"), "rid": format!("r{i}"),
+            "sampling_params": {"max_new_tokens": max_new}});
+        tasks.push(tokio::spawn(async move {
+            let v: Value = http
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["meta_info"]["completion_tokens"].as_u64().unwrap_or(0)
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// The number after `key` in a log line (`#running-req: 3,` -> 3.0).
+fn field(line: &str, key: &str) -> f64 {
+    line.split(key)
+        .nth(1)
+        .and_then(|r| r.split([',', ' ']).find(|s| !s.is_empty()))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_kv_pool_retracts_requests_with_sglangs_lines_and_every_request_completes() {
+    // 12 requests of ~20 prompt tokens and 300 output tokens: admission estimates 0.7 x 300
+    // each, so about 8 fit in 2,000 tokens; decoding them all needs 8 x 320 = 2,560.
+    let sim = start(&[
+        "--max-total-tokens",
+        "2000",
+        "--decode-log-interval",
+        "1",
+        "--enable-metrics",
+    ])
+    .await;
+    let done = burst(&sim, 12, 300).await;
+    assert!(done.iter().all(|n| *n == 300), "{done:?}");
+    let retracts = sim.log_lines("KV cache pool is full. Retract requests. #retracted_reqs: ");
+    assert!(!retracts.is_empty(), "no retraction logged");
+    for l in &retracts {
+        assert!(field(l, "#retracted_reqs: ") >= 1.0, "{l}");
+        assert!(l.contains("#new_token_ratio: "), "{l}");
+    }
+    for l in sim.log_lines("Decode batch") {
+        assert!(field(&l, "token usage: ") <= 1.0, "{l}");
+        assert!(field(&l, "#token: ") <= 2000.0, "{l}");
+    }
+    // A full pool queues the rest: some decode line shows waiting requests.
+    assert!(
+        sim.log_lines("Decode batch")
+            .iter()
+            .any(|l| field(l, "#queue-req: ") > 0.0)
+    );
+    let (_, metrics) = sim.get("/metrics").await;
+    let total = metrics
+        .lines()
+        .find(|l| l.starts_with("sglang:num_retracted_requests_total{"))
+        .map(|l| field(l, "} "))
+        .unwrap();
+    let logged: f64 = retracts.iter().map(|l| field(l, "#retracted_reqs: ")).sum();
+    assert_eq!(total, logged, "the counter is the logged retractions' sum");
+    assert!(metrics.contains("sglang:num_requests_total{model_name=\"sim-model\"} 12"));
+    sim.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roomy_pool_never_retracts() {
+    let sim = start(&["--decode-log-interval", "1"]).await;
+    let done = burst(&sim, 12, 300).await;
+    assert!(done.iter().all(|n| *n == 300));
+    assert!(sim.log_lines("Retract requests").is_empty());
+    sim.stop().await.unwrap();
+}
+
+/// Model times of request `rid`'s outputs.
+fn outputs_of(sim: &Sim, rid: &str) -> Vec<Instant> {
+    sim.trace
+        .entries()
+        .into_iter()
+        .filter(|e| &*e.rid == rid)
+        .map(|e| e.model_time)
+        .collect()
+}
+
+/// A long prompt arrives while another request decodes: whether the decoding request gets a
+/// token from the prefill iteration itself.
+async fn decode_during_a_prefill(args: &[&str]) -> bool {
+    let sim = start(args).await;
+    let (http, url) = (sim.http.clone(), format!("{}/generate", sim.base));
+    let first = tokio::spawn(async move {
+        let body = json!({"text": FOX, "rid": "short", "sampling_params": {"max_new_tokens": 400}});
+        http.post(url).json(&body).send().await.unwrap().status()
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let long =
+        json!({"text": FOX.repeat(400), "rid": "long", "sampling_params": {"max_new_tokens": 2}});
+    assert_eq!(sim.post("/generate", &long).await.0, 200);
+    assert_eq!(first.await.unwrap().as_u16(), 200);
+    let long_first = outputs_of(&sim, "long")[0];
+    let short = outputs_of(&sim, "short");
+    assert!(short.len() > 2 && short[0] < long_first);
+    sim.stop().await.unwrap();
+    short.contains(&long_first)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_chunk_decodes_running_requests_in_the_prefill_iteration() {
+    assert!(decode_during_a_prefill(&["--enable-mixed-chunk"]).await);
+    assert!(
+        !decode_during_a_prefill(&[]).await,
+        "SGLang's default: prefill alone"
+    );
+}

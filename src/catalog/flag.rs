@@ -66,6 +66,9 @@ pub enum FlagKind {
     /// A point with `slo.targets` that does not meet them (informational: the numbers are
     /// right, the deployment is not within its SLO at this load).
     SloMissed,
+    /// The server's own `/metrics` counters over the point (prompt or cached tokens, finished
+    /// requests) differ from the client's records by more than 2%.
+    ServerDisagrees,
     /// A kind this version does not know.
     Other(String),
 }
@@ -142,6 +145,7 @@ const CATALOGUE: &[Entry] = &[
         informational: true,
         cell: "ok_err",
     },
+    entry(FlagKind::ServerDisagrees, "server-disagrees", "ok_err"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {

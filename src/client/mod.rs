@@ -15,6 +15,7 @@
 mod conn;
 mod parse;
 mod pool;
+pub mod prometheus;
 mod request;
 mod sse;
 mod stream;
@@ -223,6 +224,15 @@ pub enum ServerConnections {
 }
 
 impl Client {
+    /// The same server and key over connections of its own, so a side channel (the
+    /// `/metrics` scraper) never takes a connection a measured request was given.
+    pub fn with_own_connections(&self) -> Client {
+        Client {
+            shared: self.shared.clone(),
+            pool: Arc::new(pool::Pool::new(self.pool.authority().to_string())),
+        }
+    }
+
     /// A client for the server at `base_url` (`http://host:port`, optionally with a path prefix).
     /// Only `http` is supported: servebench is built without TLS. Connects nothing yet.
     pub fn new(base_url: &str, api_key: Option<String>) -> Result<Client, ClientError> {

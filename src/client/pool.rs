@@ -123,6 +123,11 @@ pub(super) struct Exchange {
 
 impl Pool {
     /// A pool for the server at `authority` (`host:port`); connects nothing yet.
+    /// `host:port` it connects to.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
     pub fn new(authority: String) -> Pool {
         Pool {
             authority,

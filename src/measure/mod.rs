@@ -1,5 +1,6 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod metrics;
+pub mod server_view;
 pub mod shared;
 pub mod spread;
 pub mod stats;

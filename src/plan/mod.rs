@@ -5,6 +5,7 @@
 pub mod estimate;
 pub mod failure;
 pub mod render;
+pub mod search;
 
 use crate::spec::Point;
 use crate::spec::types::{Measure, Server};

@@ -14,6 +14,8 @@ pub mod load_charts;
 pub mod model;
 pub mod reproduction;
 pub mod schema;
+pub mod server_view;
+pub mod timeline;
 
 use std::path::{Path, PathBuf};
 
@@ -436,6 +438,7 @@ pub fn write_report(
     let (meta, model) = read_model(dir)?;
     let markdown = render_for_run(&meta, &model, template_override)?;
     write_charts(dir, &charts::charts(&model), model.load.as_ref())?;
+    write_timelines(dir)?;
     let points = dir.read_points()?;
     export::write_csvs(&dir.path, &points)?;
     let path = dir.file(REPORT_FILE);
@@ -495,12 +498,55 @@ fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::Lo
     section.map(load_charts::charts).unwrap_or_default()
 }
 
+/// Writes each point's time series (`charts/timeline-<point>.svg`) from `metrics.jsonl`, and
+/// removes those of points no longer scraped.
+fn write_timelines(dir: &RunDir) -> Result<(), ReportError> {
+    let drawn = timelines_of(dir)?;
+    let folder = dir.file(CHARTS_DIR);
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Write { path, source }
+    };
+    if !drawn.is_empty() {
+        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    }
+    for t in &drawn {
+        let path = folder.join(&t.file);
+        std::fs::write(&path, timeline::render_svg(t)?).map_err(write_err(&path))?;
+    }
+    if let Ok(entries) = std::fs::read_dir(&folder) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with(timeline::FILE_PREFIX) && !drawn.iter().any(|t| t.file == name) {
+                std::fs::remove_file(e.path()).map_err(write_err(&e.path()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run's per-point time series.
+fn timelines_of(dir: &RunDir) -> Result<Vec<timeline::Timeline>, ReportError> {
+    let points = dir.read_points()?;
+    let requests = dir.read_requests_detailed()?.records;
+    let scrapes = dir.read_metrics()?;
+    Ok(timeline::timelines(&points, &requests, &scrapes))
+}
+
 /// The run's meta and its report model, with notes on lines skipped while reading.
 fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
     let requests = dir.read_requests_detailed()?;
     let mut model = build_model(&meta, &points.records, &requests.records);
+    let scrapes = dir.read_metrics()?;
+    model.timelines = timeline::timelines(&points.records, &requests.records, &scrapes)
+        .into_iter()
+        .map(|t| charts::ChartLink {
+            path: format!("{CHARTS_DIR}/{}", t.file),
+            title: t.title,
+        })
+        .collect();
     for (file, lines) in [
         (crate::results::rundir::POINTS_FILE, &points.truncated_lines),
         (

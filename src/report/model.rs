@@ -61,6 +61,14 @@ pub struct ReportModel {
     /// Load points (open-loop `load:`, or points judged against `slo:`): offered load,
     /// throughput, goodput, SLO verdicts and the client's self-check. None without any.
     pub load: Option<super::load::LoadSection>,
+    /// What each point's server reported in its own `/metrics`, beside the client's numbers;
+    /// empty when nothing was scraped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_view: Vec<super::server_view::ServerViewRow>,
+    /// Each scraped point's time series (`charts/timeline-<point>.svg`): requests in flight,
+    /// running and queued; empty when nothing was scraped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timelines: Vec<ChartLink>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.
@@ -589,6 +597,8 @@ pub fn build_model(
         charts: Vec::new(),
         prefix_cache: Vec::new(),
         load: None,
+        server_view: super::server_view::rows(points, requests),
+        timelines: Vec::new(),
     };
     model.prefix_cache = points
         .iter()

@@ -319,6 +319,7 @@ mod tests {
             wall: None,
             prefix_cache: Vec::new(),
             load: None,
+            server: None,
         }
     }
 

@@ -2,5 +2,6 @@
 pub mod meta;
 pub mod records;
 pub mod rundir;
+pub mod server_view;
 
 pub use rundir::{RunDir, RunDirError};

@@ -399,6 +399,7 @@ impl PointRecord {
             wall: None,
             prefix_cache: Vec::new(),
             load: None,
+            server: None,
         }
     }
 
@@ -469,6 +470,10 @@ pub struct PointRecord {
     /// and SLO verdict (also for a closed-loop point with `slo:`). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadSummary>,
+    /// What the server's own `/metrics` said over the point (None when it has none, or the
+    /// point was measured through the host agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<super::server_view::ServerView>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all

@@ -38,6 +38,8 @@ const META_TMP_FILE: &str = "meta.json.tmp";
 pub const REQUESTS_FILE: &str = "requests.jsonl";
 /// One `PointRecord` per line.
 pub const POINTS_FILE: &str = "points.jsonl";
+/// The server's `/metrics`, scraped while points run (one line per scrape).
+pub const METRICS_FILE: &str = "metrics.jsonl";
 /// The rendered report.
 pub const REPORT_FILE: &str = "report.md";
 /// Folder of the SVG charts the report links to.
@@ -102,6 +104,7 @@ pub struct RunDir {
     pub path: PathBuf,
     requests: Mutex<Option<File>>,
     points: Mutex<Option<File>>,
+    metrics: Mutex<Option<File>>,
     /// The locked `.lock` file while this process works on the directory.
     lock: Mutex<Option<File>>,
 }
@@ -112,6 +115,7 @@ impl RunDir {
             path,
             requests: Mutex::new(None),
             points: Mutex::new(None),
+            metrics: Mutex::new(None),
             lock: Mutex::new(None),
         }
     }
@@ -241,6 +245,11 @@ impl RunDir {
         append_line(&self.requests, &self.file(REQUESTS_FILE), r)
     }
 
+    /// Appends one scrape to `metrics.jsonl`.
+    pub fn append_metrics(&self, m: &super::server_view::MetricsScrape) -> io::Result<()> {
+        append_line(&self.metrics, &self.file(METRICS_FILE), m)
+    }
+
     /// Appends one point to `points.jsonl`.
     pub fn append_point(&self, p: &PointRecord) -> io::Result<()> {
         append_line(&self.points, &self.file(POINTS_FILE), p)
@@ -274,6 +283,11 @@ impl RunDir {
     /// Reads `requests.jsonl`, reporting skipped truncated lines.
     pub fn read_requests_detailed(&self) -> Result<JsonlRead<RequestRecord>, RunDirError> {
         read_jsonl(&self.file(REQUESTS_FILE))
+    }
+
+    /// Reads `metrics.jsonl` (empty when absent), skipping truncated lines.
+    pub fn read_metrics(&self) -> Result<Vec<super::server_view::MetricsScrape>, RunDirError> {
+        Ok(read_jsonl(&self.file(METRICS_FILE))?.records)
     }
 
     /// Reads `points.jsonl` (empty when absent), tolerating truncated lines like `read_requests`.

@@ -11,6 +11,7 @@ pub mod outcome;
 pub mod point;
 pub mod progress;
 pub mod provenance;
+pub mod scrape;
 pub mod server;
 
 use std::collections::HashSet;
@@ -653,7 +654,8 @@ async fn measure_groups(
         progress.clone(),
         interrupt.clone(),
         spec_dir.clone(),
-    );
+    )
+    .with_metrics_sink(metrics_sink(run_dir.clone()));
     for group in &plan.groups {
         let mut pending = group.points.iter().peekable();
         let mut policy = FailurePolicy::new(first.on_failure);
@@ -940,4 +942,10 @@ fn server_label(s: &crate::spec::types::Server) -> String {
             .trim()
             .to_string(),
     }
+}
+
+/// The sink that appends each `/metrics` scrape to the run directory's `metrics.jsonl`. A
+/// scrape that cannot be written is lost, not fatal: the server's view is a side channel.
+fn metrics_sink(dir: Arc<RunDir>) -> scrape::MetricsSink {
+    Arc::new(move |m| dir.append_metrics(m))
 }

@@ -55,6 +55,10 @@ pub struct PointRunner {
     /// What the server measured now offers (its cache reset, tokenize endpoint, context
     /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
     surface: Option<ServerSurface>,
+    /// Where `/metrics` scrapes go; None = the server's view is not scraped (the agent).
+    metrics_sink: Option<super::scrape::MetricsSink>,
+    /// How often `/metrics` is scraped while requests run.
+    pub scrape_interval: std::time::Duration,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -96,7 +100,16 @@ impl PointRunner {
             calibrations: HashMap::new(),
             reply_tokens: HashMap::new(),
             surface: None,
+            metrics_sink: None,
+            scrape_interval: super::scrape::SCRAPE_INTERVAL,
         }
+    }
+
+    /// Scrapes the server's `/metrics` (when its surface has one) during every round, each
+    /// scrape to `sink`.
+    pub fn with_metrics_sink(mut self, sink: super::scrape::MetricsSink) -> Self {
+        self.metrics_sink = Some(sink);
+        self
     }
 
     /// Says what the server measured next offers (probed when it became ready).
@@ -163,6 +176,7 @@ impl PointRunner {
         record.calibration = prompts.calibration.clone();
 
         let mut measured: Vec<RequestRecord> = Vec::new();
+        let mut scrapes = Vec::new();
         let mut interrupted = false;
         let mut observed = crate::measure::system::Observed::default();
         for round in 0..exp.repeat {
@@ -171,7 +185,15 @@ impl PointRunner {
                 break;
             }
             let (records, stopped) = self
-                .measure_round(client, point, round, &prompts, &mut flags, &mut observed)
+                .measure_round(
+                    client,
+                    point,
+                    round,
+                    &prompts,
+                    &mut flags,
+                    &mut observed,
+                    &mut scrapes,
+                )
                 .await;
             measured.extend(records);
             if stopped {
@@ -186,6 +208,11 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
+        let server = crate::measure::server_view::summarize(&scrapes);
+        if let Some(view) = &server {
+            flags.extend(crate::measure::server_view::contradictions(view, &measured));
+        }
+        record.server = server;
         let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
         record.ok = summary.ok;
         record.errors = summary.errors;
@@ -261,6 +288,7 @@ impl PointRunner {
         prompts: &Prompts,
         flags: &mut Vec<Flag>,
         observed: &mut crate::measure::system::Observed,
+        scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
@@ -347,7 +375,20 @@ impl PointRunner {
                 p
             })
             .collect();
-        if let Some(schedule) = schedule {
+        let scraper = match (&self.metrics_sink, &self.surface) {
+            (Some(sink), Some(surface)) if surface.metrics => {
+                super::scrape::Scraper::start(
+                    client,
+                    &point.id,
+                    round,
+                    sink.clone(),
+                    self.scrape_interval,
+                )
+                .await
+            }
+            _ => None,
+        };
+        let (records, stopped) = if let Some(schedule) = schedule {
             let (records, stopped, seen) = self
                 .send_scheduled(
                     client,
@@ -360,18 +401,27 @@ impl PointRunner {
                 )
                 .await;
             *observed = seen;
-            return (records, stopped);
-        }
-        match exp.method.resolve() {
-            Measure::Streaming => {
-                self.send_all(client, point, round, exp, planned, &prompts.model)
-                    .await
+            (records, stopped)
+        } else {
+            match exp.method.resolve() {
+                Measure::Streaming => {
+                    self.send_all(client, point, round, exp, planned, &prompts.model)
+                        .await
+                }
+                Measure::TwoPoint { a, b } => {
+                    self.send_pairs(client, point, round, (a, b), planned, &prompts.model, flags)
+                        .await
+                }
             }
-            Measure::TwoPoint { a, b } => {
-                self.send_pairs(client, point, round, (a, b), planned, &prompts.model, flags)
-                    .await
-            }
+        };
+        if let Some(scraper) = scraper {
+            let completed = records
+                .iter()
+                .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
+                .count();
+            scrapes.extend(scraper.finish(completed).await);
         }
+        (records, stopped)
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left

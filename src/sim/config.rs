@@ -41,6 +41,12 @@ pub struct SimConfig {
     pub max_prefill_tokens: u64,
     /// `--disable-radix-cache`.
     pub disable_radix_cache: bool,
+    /// `--schedule-conservativeness`: scales SGLang's admission estimate of the output tokens
+    /// running requests will still need (`new_token_ratio` starts at 0.7 x this).
+    pub schedule_conservativeness: f64,
+    /// A prefill chunk shares its iteration with the running requests' decode step
+    /// (SGLang's `--enable-mixed-chunk`; vLLM's V1 scheduler always does).
+    pub mixed_chunk: bool,
     /// `--incremental-streaming-output` / `--stream-output`: deltas instead of cumulative text.
     pub incremental_output: bool,
     /// `--enable-metrics`.
@@ -181,6 +187,15 @@ impl SimConfig {
             max_prefill_tokens: positive("max-prefill-tokens", a.int("max-prefill-tokens"))?
                 .unwrap_or(16384),
             disable_radix_cache: a.flag("disable-radix-cache"),
+            schedule_conservativeness: match a.float("schedule-conservativeness") {
+                Some(x) if x < 0.0 || !x.is_finite() => {
+                    return Err(SimArgError::Invalid(format!(
+                        "--schedule-conservativeness must be >= 0, got {x}"
+                    )));
+                }
+                x => x.unwrap_or(1.0),
+            },
+            mixed_chunk: a.flag("enable-mixed-chunk") && chunked_prefill_size.is_some(),
             incremental_output: a.flag("incremental-streaming-output") || a.flag("stream-output"),
             enable_metrics: a.flag("enable-metrics"),
             enable_cache_report: a.flag("enable-cache-report"),
@@ -229,6 +244,8 @@ impl SimConfig {
             chunked_prefill_size: u64::try_from(profile.chunked_prefill_size).ok(),
             max_prefill_tokens: 16384,
             disable_radix_cache: false,
+            schedule_conservativeness: 1.0,
+            mixed_chunk: false,
             incremental_output: false,
             enable_metrics: false,
             enable_cache_report: false,

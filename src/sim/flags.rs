@@ -175,13 +175,13 @@ pub const FLAGS: &[Flag] = &[
         "schedule-conservativeness",
         Float,
         "1.0",
-        "Accepted; no effect."
+        "Scales the admission estimate of output tokens (new_token_ratio starts at 0.7 x this); lower admits more and retracts more."
     ),
     f!(
         "enable-mixed-chunk",
         Bool,
         "false",
-        "Accepted; prefill and decode never share an iteration."
+        "A prefill chunk shares its iteration with the running requests' decode step."
     ),
     f!(
         "disable-overlap-schedule",

@@ -1,7 +1,10 @@
 //! The KV pool: a fixed number of token slots shared by running requests (private tokens)
-//! and the radix cache (shared prefixes). A request reserves room for its uncached prompt
-//! and its whole output at admission, so it can never run out mid-generation; without room
-//! it waits in the queue.
+//! and the radix cache (shared prefixes). A request reserves room for its uncached prompt at
+//! admission, plus either its whole output (vLLM's surface, llama.cpp: it can never run out
+//! mid-generation) or nothing more, growing a token at a time as it decodes while SGLang's
+//! admission estimate (`new_token_ratio`) keeps room for the running requests' outputs; when
+//! that estimate was too low the scheduler retracts requests (`sim::scheduler`). Without room
+//! a request waits in the queue.
 
 use super::radix::RadixCache;
 use super::request::Req;
@@ -55,6 +58,15 @@ impl KvPool {
     /// Matches the request's prompt in the cache and reserves pool room for the rest of it
     /// plus its output, evicting cold prefixes as needed. False = no room; nothing changed.
     pub fn admit(&mut self, req: &mut Req) -> bool {
+        let rest = req.max_new - req.output.len() as u64;
+        self.admit_estimated(req, rest, 0)
+    }
+
+    /// Admits like SGLang's PrefillAdder: reserves the uncached prompt, the output generated
+    /// before a retraction (recomputed) and `output_reserve` more tokens, and only when
+    /// `keep_free` more tokens (the estimated growth of the running requests and this one)
+    /// would still fit. False = no room; nothing changed.
+    pub fn admit_estimated(&mut self, req: &mut Req, output_reserve: u64, keep_free: u64) -> bool {
         let plen = req.input_ids.len();
         // At least one prompt token is always computed: it produces the first output token.
         let (matched, node) = if self.radix && plen > 1 {
@@ -69,12 +81,13 @@ impl KvPool {
             (0, RadixCache::ROOT)
         };
         self.tree.lock(node);
-        let need = (plen - matched) as u64 + req.max_new;
-        let over = (self.reserved + self.tree.total_tokens() + need).saturating_sub(self.capacity);
+        let need = (plen - matched) as u64 + req.output.len() as u64 + output_reserve;
+        let over = (self.reserved + self.tree.total_tokens() + need + keep_free)
+            .saturating_sub(self.capacity);
         if over > 0 {
             self.tree.evict(over);
         }
-        if self.reserved + self.tree.total_tokens() + need > self.capacity {
+        if self.reserved + self.tree.total_tokens() + need + keep_free > self.capacity {
             self.tree.unlock(node);
             return false;
         }
@@ -84,6 +97,30 @@ impl KvPool {
         req.cached = matched as u64;
         req.prefilled = matched as u64;
         req.in_tree = matched as u64;
+        true
+    }
+
+    /// Tokens free now or after evicting every unlocked cached prefix.
+    pub fn available(&self) -> u64 {
+        self.capacity
+            .saturating_sub(self.reserved + self.tree.total_tokens() - self.tree.evictable_tokens())
+    }
+
+    /// Reserves `n` more private tokens for a decoding request, evicting cold prefixes as
+    /// needed. False = the pool is full (the caller retracts); nothing changed.
+    pub fn grow(&mut self, req: &mut Req, n: u64) -> bool {
+        if n == 0 {
+            return true;
+        }
+        if self.available() < n {
+            return false;
+        }
+        let over = (self.reserved + self.tree.total_tokens() + n).saturating_sub(self.capacity);
+        if over > 0 {
+            self.tree.evict(over);
+        }
+        self.reserved += n;
+        req.reserved += n;
         true
     }
 

@@ -108,6 +108,10 @@ pub struct SchedStats {
     pub cached_tokens_total: u64,
     /// Finished requests.
     pub num_requests_total: u64,
+    /// Requests the latest retraction sent back to the queue (SGLang's gauge).
+    pub num_retracted_reqs: u64,
+    /// Requests retracted since start.
+    pub num_retracted_requests_total: u64,
     /// The engine surfaces' extra counters (vLLM's and llama.cpp's metrics and log lines).
     pub engine: EngineStats,
 }
@@ -207,6 +211,12 @@ impl SchedStats {
             "Histogram of End-to-end request latency in seconds",
             &labels,
         );
+        self.engine.queue_time.render(
+            &mut s,
+            "sglang:queue_time_seconds",
+            "Histogram of queueing time in seconds.",
+            &labels,
+        );
         let counters = [
             (
                 "sglang:prompt_tokens_total",
@@ -227,6 +237,11 @@ impl SchedStats {
                 "sglang:num_requests_total",
                 "Number of requests processed.",
                 self.num_requests_total,
+            ),
+            (
+                "sglang:num_retracted_requests_total",
+                "Number of retracted requests.",
+                self.num_retracted_requests_total,
             ),
         ];
         for (name, help, v) in counters {
@@ -252,6 +267,11 @@ impl SchedStats {
                 self.num_used_tokens as f64,
             ),
             ("sglang:token_usage", "The token usage.", self.token_usage),
+            (
+                "sglang:num_retracted_reqs",
+                "The number of retracted requests.",
+                self.num_retracted_reqs as f64,
+            ),
             (
                 "sglang:cache_hit_rate",
                 "The prefix cache hit rate.",

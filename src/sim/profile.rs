@@ -17,6 +17,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "kimi-k2.6-8x-rtxpro6000",
         include_str!("../../profiles/kimi-k2.6-8x-rtxpro6000.yaml"),
     ),
+    (
+        "l4-qwen2.5-0.5b",
+        include_str!("../../profiles/l4-qwen2.5-0.5b.yaml"),
+    ),
 ];
 
 /// A timing profile. Durations are model time, multiplied by `time_scale`.
@@ -37,6 +41,10 @@ pub struct Profile {
     pub context_length: u64,
     /// Default for `--max-running-requests`.
     pub max_running_requests: u64,
+    /// Milliseconds from a request's arrival until the scheduler may admit it: the API
+    /// server's own work (parsing, tokenizing), not GPU time, so requests overlap in it.
+    #[serde(default)]
+    pub frontend_ms: f64,
     /// Default for `--chunked-prefill-size` (tokens; -1 disables chunking).
     pub chunked_prefill_size: i64,
     /// The memory model that sizes the KV pool when `--max-total-tokens` is not given.
@@ -244,6 +252,11 @@ impl Profile {
     /// Scales a model duration in milliseconds to wall-clock time.
     fn scaled_ms(&self, ms: f64) -> Duration {
         Duration::from_secs_f64((ms * self.time_scale / 1000.0).max(0.0))
+    }
+
+    /// The front end's delay before a request can be scheduled.
+    pub fn frontend(&self) -> Duration {
+        self.scaled_ms(self.frontend_ms)
     }
 
     /// Wall-clock warmup delay.

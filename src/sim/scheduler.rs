@@ -1,5 +1,9 @@
 //! The scheduler loop, modelled on SGLang's: one thread, a waiting queue, continuous batching,
-//! chunked prefill with priority over decode, and a KV pool shared with the radix cache.
+//! chunked prefill with priority over decode (or mixed into the decode step with
+//! `--enable-mixed-chunk`, as vLLM's V1 scheduler always does), and a KV pool shared with the
+//! radix cache. On SGLang's surface admission estimates the output still to come with
+//! `new_token_ratio` and retracts requests when the pool runs out mid-decode (see
+//! [`TokenRatio`]); the other surfaces reserve each request's whole output at admission.
 //!
 //! Timing is honest: each iteration has an absolute deadline (previous deadline + modelled
 //! duration); the thread sleeps until shortly before it, spins the rest, then sends every
@@ -26,6 +30,55 @@ const SPIN: Duration = Duration::from_micros(200);
 /// If the loop falls this far behind its model clock, it restarts the clock from now
 /// (the simulated GPU got slower) instead of bursting to catch up.
 const SLIP: Duration = Duration::from_millis(2);
+
+/// SGLang's defaults (`SGLANG_INIT_NEW_TOKEN_RATIO`, `..._MIN_NEW_TOKEN_RATIO_FACTOR`,
+/// `..._NEW_TOKEN_RATIO_DECAY_STEPS`, `..._CLIP_MAX_NEW_TOKENS_ESTIMATION`,
+/// `..._RETRACT_DECODE_STEPS`; scheduler.py `init_new_token_ratio`, schedule_batch.py
+/// `retract_decode`).
+const INIT_NEW_TOKEN_RATIO: f64 = 0.7;
+const MIN_NEW_TOKEN_RATIO_FACTOR: f64 = 0.14;
+const NEW_TOKEN_RATIO_DECAY_STEPS: f64 = 600.0;
+const CLIP_MAX_NEW_TOKENS: u64 = 4096;
+const RETRACT_DECODE_STEPS: u64 = 20;
+
+/// SGLang's estimate of the share of `max_new_tokens` a running request will still generate:
+/// it starts at `0.7 x --schedule-conservativeness`, decays linearly to 14% of that over 600
+/// decode steps, returns to the start when the server is idle, and is raised by a retraction
+/// to what the remaining requests have actually needed.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenRatio {
+    init: f64,
+    min: f64,
+    decay: f64,
+    now: f64,
+}
+
+impl TokenRatio {
+    /// The ratio for `--schedule-conservativeness`.
+    pub fn new(conservativeness: f64) -> Self {
+        let init = (INIT_NEW_TOKEN_RATIO * conservativeness).min(1.0);
+        let min = (init * MIN_NEW_TOKEN_RATIO_FACTOR).min(1.0);
+        TokenRatio {
+            init,
+            min,
+            decay: (init - min) / NEW_TOKEN_RATIO_DECAY_STEPS,
+            now: init,
+        }
+    }
+
+    /// Tokens admission keeps for a request that may still generate `remaining` tokens.
+    pub fn estimate(&self, remaining: u64) -> u64 {
+        (remaining.min(CLIP_MAX_NEW_TOKENS) as f64 * self.now).ceil() as u64
+    }
+
+    fn decay(&mut self) {
+        self.now = (self.now - self.decay).max(self.min);
+    }
+
+    fn reset(&mut self) {
+        self.now = self.init;
+    }
+}
 
 /// What the server logs once the engine is warmed up, before `/health` turns 200.
 pub type OnReady = Box<dyn FnOnce() + Send>;
@@ -121,6 +174,8 @@ struct Scheduler {
     trace_buf: Vec<TraceEntry>,
     prompt_total: u64,
     cached_total: u64,
+    /// SGLang's admission estimate; None = whole outputs are reserved (no retraction).
+    ratio: Option<TokenRatio>,
 }
 
 /// Counters between two Decode log lines.
@@ -152,6 +207,8 @@ impl Scheduler {
             ),
         };
         let voice = Voice::new(cfg.api, cfg.log.clone());
+        let ratio = (cfg.api == Api::Sglang && matches!(kv, Cache::Radix(_)))
+            .then(|| TokenRatio::new(cfg.schedule_conservativeness));
         let memory = ActivationMemory::new(
             &cfg.profile.memory,
             cfg.mem_fraction_static,
@@ -184,6 +241,7 @@ impl Scheduler {
             trace_buf: Vec::new(),
             prompt_total: 0,
             cached_total: 0,
+            ratio,
         }
     }
 
@@ -225,6 +283,9 @@ impl Scheduler {
                 if std::mem::take(&mut self.busy_since_idle) {
                     self.voice.all_idle();
                 }
+                if let Some(r) = &mut self.ratio {
+                    r.reset();
+                }
                 self.publish();
                 match self.rx.recv() {
                     Ok(c) => {
@@ -244,8 +305,10 @@ impl Scheduler {
                 self.clock
             };
             let deadline;
-            if let Some(mut batch) = self.form_prefill() {
+            if let Some(mut batch) = self.form_prefill(start) {
                 self.busy_since_idle = true;
+                // A mixed iteration also steps the running requests (which may retract some).
+                let mixed = self.cfg.mixed_chunk && self.ready_to_decode();
                 self.started(&mut batch, start);
                 let new_tokens: u64 = batch.iter().map(|b| b.new_tokens).sum();
                 let segments: Vec<(u64, u64)> = batch
@@ -269,12 +332,17 @@ impl Scheduler {
                     st.engine.n_decode += 1;
                     st.engine.n_busy_slots += (batch.len() + self.running.len()) as u64;
                 }
-                deadline = start + self.cfg.profile.prefill_time(&segments);
+                deadline = start
+                    + self.cfg.profile.prefill_time(&segments)
+                    + self.mixed_decode_time(mixed);
                 if self.wait_until(deadline) {
                     return;
                 }
+                if mixed {
+                    self.decode_step(deadline);
+                }
                 self.finish_prefill(batch, deadline);
-            } else if !self.running.is_empty() {
+            } else if self.ready_to_decode() {
                 let ctx: u64 = self.running.iter().map(Req::context_len).sum();
                 let overhead = self
                     .cfg
@@ -295,8 +363,14 @@ impl Scheduler {
                 }
                 self.decode_step(deadline);
             } else {
-                // Waiting requests that cannot be admitted while nothing runs: wait for news.
-                match self.rx.recv_timeout(Duration::from_millis(5)) {
+                // Waiting requests that cannot be admitted while nothing runs: wait for news,
+                // or until the first one is through the front end.
+                let wait = self.waiting.front().map_or(Duration::from_millis(5), |r| {
+                    (r.received + self.cfg.profile.frontend())
+                        .saturating_duration_since(Instant::now())
+                        .clamp(Duration::from_micros(50), Duration::from_millis(5))
+                });
+                match self.rx.recv_timeout(wait) {
                     Ok(c) => {
                         if self.handle(c) {
                             return;
@@ -311,6 +385,140 @@ impl Scheduler {
             self.clock = deadline;
             self.publish();
         }
+    }
+
+    /// Whether requests are running, after making room for their next tokens (retracting
+    /// some when the pool is full).
+    fn ready_to_decode(&mut self) -> bool {
+        if self.running.is_empty() {
+            return false;
+        }
+        self.grow_for_decode();
+        !self.running.is_empty()
+    }
+
+    /// Grows every running request's KV by the tokens its next step may write. Only SGLang's
+    /// estimated admission can run out here: then it retracts requests, as SGLang's
+    /// `update_running_batch` does, and otherwise lets its estimate decay.
+    fn grow_for_decode(&mut self) {
+        if self.ratio.is_none() {
+            return;
+        }
+        let step = self
+            .cfg
+            .speculative
+            .as_ref()
+            .map_or(1, |s| s.num_draft_tokens.max(1) as u64);
+        let deficit = |r: &Req| (r.private_used() + step).saturating_sub(r.reserved);
+        let need: u64 = self.running.iter().map(deficit).sum();
+        let available = match &self.kv {
+            Cache::Radix(kv) => kv.available(),
+            Cache::Slots(_) => return,
+        };
+        if available < need {
+            self.retract(step);
+        } else if let Some(r) = &mut self.ratio {
+            r.decay();
+        }
+        let Cache::Radix(kv) = &mut self.kv else {
+            return;
+        };
+        let mut i = 0;
+        while i < self.running.len() {
+            let d = deficit(&self.running[i]);
+            if kv.grow(&mut self.running[i], d) {
+                i += 1;
+                continue;
+            }
+            // Only one request left and still no room: SGLang gives up on it.
+            let mut r = self.running.swap_remove(i);
+            let msg = "Out of memory: the KV cache cannot hold this one request. Lower its max_new_tokens or raise --max-total-tokens.";
+            self.emit(
+                &mut r,
+                self.clock,
+                Some(Finish::Abort(msg.into(), 500)),
+                None,
+            );
+            if let Ok(mut st) = self.shared.stats.lock() {
+                st.engine.finished_abort += 1;
+            }
+            self.kv.release(&mut r);
+            return;
+        }
+    }
+
+    /// SGLang's `retract_decode`: sends running requests back to the queue, fewest generated
+    /// tokens first (the longer prompt first among equals), until the rest have room for
+    /// `RETRACT_DECODE_STEPS` more tokens each or one is left; then raises the estimate to
+    /// what the remaining requests need and logs it.
+    fn retract(&mut self, step: u64) {
+        let Cache::Radix(kv) = &mut self.kv else {
+            return;
+        };
+        let before = kv.available();
+        self.running
+            .sort_by_key(|r| (std::cmp::Reverse(r.output.len()), r.prompt_len()));
+        let mut retracted = Vec::new();
+        loop {
+            let Cache::Radix(kv) = &mut self.kv else {
+                return;
+            };
+            let enough =
+                kv.available() >= self.running.len() as u64 * RETRACT_DECODE_STEPS.max(step);
+            if self.running.len() <= 1 || (!retracted.is_empty() && enough) {
+                break;
+            }
+            let Some(mut r) = self.running.pop() else {
+                break;
+            };
+            kv.release(&mut r);
+            r.first_cached.get_or_insert(r.cached);
+            r.preemptions += 1;
+            r.prefilled = 0;
+            r.cached = 0;
+            r.in_tree = 0;
+            r.node = RadixCache::ROOT;
+            retracted.push(r);
+        }
+        let Cache::Radix(kv) = &self.kv else {
+            return;
+        };
+        let gained = kv.available().saturating_sub(before);
+        let decoded: u64 = self.running.iter().map(|r| r.output.len() as u64).sum();
+        let max_new: u64 = self.running.iter().map(|r| r.max_new).sum();
+        let estimate = (decoded + RETRACT_DECODE_STEPS * self.running.len() as u64) as f64
+            / (max_new + 1) as f64;
+        let Some(ratio) = &mut self.ratio else {
+            return;
+        };
+        let old = ratio.now;
+        ratio.now = estimate.min(1.0);
+        self.cfg.log.info(&format!(
+            "KV cache pool is full. Retract requests. #retracted_reqs: {}, #new_tokens_gained: {gained}, #new_token_ratio: {old:.4} -> {:.4}",
+            retracted.len(),
+            ratio.now
+        ));
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.num_retracted_reqs = retracted.len() as u64;
+            st.num_retracted_requests_total += retracted.len() as u64;
+            st.engine.preemptions += retracted.len() as u64;
+        }
+        // SGLang appends retracted requests to the waiting queue.
+        self.waiting.extend(retracted);
+    }
+
+    /// What a mixed iteration adds for the running requests' decode step: the decode step
+    /// less the prefill's fixed cost (one forward pass pays it once).
+    fn mixed_decode_time(&self, mixed: bool) -> Duration {
+        if !mixed {
+            return Duration::ZERO;
+        }
+        let ctx: u64 = self.running.iter().map(Req::context_len).sum();
+        let whole = self
+            .cfg
+            .profile
+            .decode_time(self.running.len() as u64, ctx, 0.0);
+        whole.saturating_sub(self.cfg.profile.prefill_time(&[]))
     }
 
     fn idle(&self) -> bool {
@@ -523,7 +731,7 @@ impl Scheduler {
 
     /// Picks the next prefill batch like SGLang's PrefillAdder: the chunked request first,
     /// then waiting requests in order while slots, the token budget and the pool allow.
-    fn form_prefill(&mut self) -> Option<Vec<PrefillItem>> {
+    fn form_prefill(&mut self, now: Instant) -> Option<Vec<PrefillItem>> {
         let mut budget = self
             .cfg
             .chunked_prefill_size
@@ -542,10 +750,33 @@ impl Scheduler {
             && budget > 0
             && self.running.len() + batch.len() < self.cfg.max_running_requests
         {
+            let frontend = self.cfg.profile.frontend();
+            if self
+                .waiting
+                .front()
+                .is_none_or(|r| !frontend.is_zero() && r.received + frontend > now)
+            {
+                break;
+            }
             let Some(mut req) = self.waiting.pop_front() else {
                 break;
             };
-            if !self.kv.admit(&mut req) {
+            let admitted = match (&mut self.kv, &self.ratio) {
+                (Cache::Radix(kv), Some(ratio)) => {
+                    // SGLang's PrefillAdder keeps room for the running requests' estimated
+                    // outputs and this one's.
+                    let running: u64 = self
+                        .running
+                        .iter()
+                        .chain(batch.iter().map(|b| &b.req))
+                        .map(|r| ratio.estimate(r.max_new - r.output.len() as u64))
+                        .sum();
+                    let own = ratio.estimate(req.max_new - req.output.len() as u64);
+                    kv.admit_estimated(&mut req, 0, running + own)
+                }
+                (kv, _) => kv.admit(&mut req),
+            };
+            if !admitted {
                 self.waiting.push_front(req);
                 break;
             }
@@ -676,7 +907,8 @@ impl Scheduler {
             predicted_ms: ms(Some(first), at),
             task: req.task,
         };
-        self.emit(&mut req, at, Some(Finish::Length(n)), Some(timings));
+        // Counted before the final output goes out: a client that scrapes /metrics after its
+        // last byte sees the request counted (true values, no race).
         if let Ok(mut st) = self.shared.stats.lock() {
             st.e2e
                 .observe(at.duration_since(req.received).as_secs_f64());
@@ -696,6 +928,7 @@ impl Scheduler {
                 e.last_predicted_tok_s = n as f64 * 1e3 / timings.predicted_ms;
             }
         }
+        self.emit(&mut req, at, Some(Finish::Length(n)), Some(timings));
         if let Some(slot) = req.slot {
             self.voice.task_finished(slot, &timings, req.context_len());
         }

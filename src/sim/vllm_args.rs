@@ -745,6 +745,8 @@ fn resolve_config(
         );
         c.max_prefill_tokens = c.chunked_prefill_size.unwrap_or(8192);
     }
+    // V1's scheduler spends one token budget on decodes and prefill chunks together.
+    c.mixed_chunk = c.chunked_prefill_size.is_some();
     c.disable_radix_cache = flag("enable-prefix-caching") == Some(false);
     c.enable_metrics = true;
     c.stream_interval = positive("stream-interval")?.unwrap_or(1);

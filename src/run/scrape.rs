@@ -1,0 +1,127 @@
+//! Scraping the server's `/metrics` while a round of a point runs: once before its first
+//! measured request, every interval while they run, and once after the last, each scrape
+//! recorded (`metrics.jsonl`) as it arrives.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::client::Client;
+use crate::client::prometheus;
+use crate::results::server_view::MetricsScrape;
+
+/// Where each scrape goes as it arrives: the run directory's `metrics.jsonl`.
+pub type MetricsSink = Arc<dyn Fn(&MetricsScrape) -> std::io::Result<()> + Send + Sync>;
+
+/// How often `/metrics` is read while requests run (AIPerf reads every 100 ms, servebench's
+/// design every second: a scrape costs the server a little work too).
+pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+/// A server may count a finished request a moment after its last byte: the end scrape is
+/// taken again, this often and at most this many times, while it counts fewer finished
+/// requests than the client saw.
+const SETTLE_STEP: Duration = Duration::from_millis(50);
+const SETTLE_TRIES: u32 = 10;
+
+/// A scraper running for one round.
+pub struct Scraper {
+    client: Client,
+    point: String,
+    round: u32,
+    sink: MetricsSink,
+    scrapes: Arc<Mutex<Vec<MetricsScrape>>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Scraper {
+    /// Takes the round's first scrape and starts the ticker. None when that scrape fails
+    /// (the round runs unscraped).
+    pub async fn start(
+        client: &Client,
+        point: &str,
+        round: u32,
+        sink: MetricsSink,
+        interval: Duration,
+    ) -> Option<Scraper> {
+        let client = client.with_own_connections();
+        let first = take(&client, point, round, "start").await?;
+        let _ = sink(&first);
+        let scrapes = Arc::new(Mutex::new(vec![first]));
+        let (stop, mut stopped) = oneshot::channel();
+        let task = {
+            let (client, point, sink, scrapes) = (
+                client.clone(),
+                point.to_string(),
+                sink.clone(),
+                scrapes.clone(),
+            );
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = &mut stopped => return,
+                    }
+                    if let Some(s) = take(&client, &point, round, "tick").await {
+                        let _ = sink(&s);
+                        if let Ok(mut v) = scrapes.lock() {
+                            v.push(s);
+                        }
+                    }
+                }
+            })
+        };
+        Some(Scraper {
+            client,
+            point: point.to_string(),
+            round,
+            sink,
+            scrapes,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Stops the ticker and takes the end scrape, waiting briefly for the server to count
+    /// `completed` finished requests; returns the round's scrapes.
+    pub async fn finish(mut self, completed: usize) -> Vec<MetricsScrape> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        let mut scrapes = self.scrapes.lock().map(|v| v.clone()).unwrap_or_default();
+        let mut end = None;
+        for attempt in 0..SETTLE_TRIES {
+            if attempt > 0 {
+                tokio::time::sleep(SETTLE_STEP).await;
+            }
+            end = take(&self.client, &self.point, self.round, "end").await;
+            let counted = end
+                .as_ref()
+                .and_then(|e| crate::measure::server_view::requests_counted(&scrapes[0], e));
+            if counted.is_none_or(|n| n >= completed as f64) {
+                break;
+            }
+        }
+        if let Some(e) = end {
+            let _ = (self.sink)(&e);
+            scrapes.push(e);
+        }
+        scrapes
+    }
+}
+
+async fn take(client: &Client, point: &str, round: u32, at: &str) -> Option<MetricsScrape> {
+    let values = prometheus::scrape(client).await.ok()?;
+    Some(MetricsScrape {
+        point: point.to_string(),
+        round,
+        t: crate::client::unix_now(),
+        at: at.to_string(),
+        values,
+    })
+}
