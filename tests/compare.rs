@@ -65,6 +65,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         calibration: None,
         status: None,
         wall: None,
+        host: None,
     }
 }
 

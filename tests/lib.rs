@@ -11,6 +11,7 @@ mod faulty;
 mod fuzz;
 mod interrupt;
 mod orphans;
+mod pools;
 mod report;
 mod reproduce;
 mod run;

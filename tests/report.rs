@@ -615,6 +615,7 @@ fn run_dir_round_trip() {
         calibration: None,
         status: None,
         wall: None,
+        host: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -765,6 +766,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         calibration: None,
         status: None,
         wall: None,
+        host: None,
     }
 }
 

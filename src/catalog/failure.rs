@@ -22,6 +22,9 @@ pub enum Failure {
     ReadyTimeout,
     /// The server exited for a reason its log does not tell.
     Unknown,
+    /// A rank of a multi-node server lost another rank (it died, or the network between
+    /// them broke): the whole server stops.
+    RankLost,
 }
 
 impl Failure {
@@ -61,6 +64,9 @@ impl Failure {
             }
             Failure::ReadyTimeout => "the server was not ready in time: raise server.ready_timeout",
             Failure::Unknown => "the server exited; see the log excerpt",
+            Failure::RankLost => {
+                "a rank of the multi-node server lost another rank: read the failed rank's log excerpt (its host, its GPUs, the network between the nodes)"
+            }
         }
     }
 }
@@ -81,7 +87,8 @@ mod tests {
                 "model-not-found",
                 "startup-error",
                 "ready-timeout",
-                "unknown"
+                "unknown",
+                "rank-lost"
             ]
         );
         assert_eq!(Failure::from_name("port-in-use"), Some(Failure::PortInUse));

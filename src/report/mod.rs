@@ -8,6 +8,7 @@
 pub mod charts;
 pub mod compare;
 pub mod format;
+pub mod hardware;
 pub mod model;
 pub mod reproduction;
 pub mod schema;

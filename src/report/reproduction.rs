@@ -317,6 +317,7 @@ mod tests {
             calibration: None,
             status: None,
             wall: None,
+            host: None,
         }
     }
 

@@ -337,6 +337,7 @@ impl PointRecord {
             calibration: None,
             status: None,
             wall: None,
+            host: None,
         }
     }
 
@@ -399,6 +400,10 @@ pub struct PointRecord {
     /// what `plan --from` estimates a rerun from. Absent in runs that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall: Option<Wall>,
+    /// The host that measured the point (`user@host:port`; `a+b` for a multi-node server,
+    /// rank 0 first), in a run on a host pool; None on a single host (see meta.json).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// How a point's generated prompt was sized to its target token count.
