@@ -49,7 +49,23 @@ fn pool_spec(
 }
 
 fn points(dir: &Path) -> Vec<serde_json::Value> {
-    read_jsonl(&dir.join("points.jsonl"))
+    let path = dir.join("points.jsonl");
+    if !path.exists() {
+        return Vec::new();
+    }
+    read_jsonl(&path)
+}
+
+/// The runner of a test, killed if the test fails before it ends.
+struct Runner(Option<std::process::Child>);
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// True when `host` (`127.0.0.1:PORT`) is `sshd`.
@@ -57,17 +73,19 @@ fn is(host: &str, sshd: &Sshd) -> bool {
     host.ends_with(&format!(":{}", sshd.port))
 }
 
-fn spawn_run(ws: &Workspace, spec: &Path) -> std::process::Child {
-    std::process::Command::new(BIN)
-        .arg("run")
-        .arg(spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+fn spawn_run(ws: &Workspace, spec: &Path) -> Runner {
+    Runner(Some(
+        std::process::Command::new(BIN)
+            .arg("run")
+            .arg(spec)
+            .arg("--out")
+            .arg(ws.path().join("runs"))
+            .arg("--quiet")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
 }
 
 fn wait_for_run_dir(ws: &Workspace, name: &str) -> std::path::PathBuf {
@@ -81,7 +99,8 @@ fn wait_for_run_dir(ws: &Workspace, name: &str) -> std::path::PathBuf {
 }
 
 /// Waits for the runner to end (at most `limit`), killing it past that; its output.
-fn finish(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+fn finish(mut runner: Runner, limit: Duration) -> std::process::Output {
+    let mut child = runner.0.take().expect("a runner");
     let start = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > limit {
@@ -117,7 +136,6 @@ fn killpg(pgid: i64) {
 fn a_pool_of_two_hosts_shares_the_groups_and_records_each_points_host() {
     let (a, b) = (sshd!(), sshd!());
     let ws = Workspace::new();
-    let _turn = exclusive();
     let spec = ws.write(
         "pool.yaml",
         &pool_spec(
@@ -155,7 +173,10 @@ fn a_pool_of_two_hosts_shares_the_groups_and_records_each_points_host() {
     // The report says which host measured which point.
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Hosts"), "{report}");
-    assert!(report.contains(&format!("127.0.0.1:{}", a.port)), "{report}");
+    assert!(
+        report.contains(&format!("127.0.0.1:{}", a.port)),
+        "{report}"
+    );
 }
 
 #[test]
@@ -177,12 +198,16 @@ fn a_pool_host_that_fails_mid_run_hands_its_groups_to_the_other() {
     let child = spawn_run(&ws, &spec);
     let dir = wait_for_run_dir(&ws, "failover");
     // Host a goes down once it has measured a point, its group half done.
-    poll_until(Duration::from_secs(90), "no point measured on host a", || {
-        points(&dir)
-            .iter()
-            .any(|p| p["host"].as_str().is_some_and(|h| is(h, &a)))
-            .then_some(())
-    });
+    poll_until(
+        Duration::from_secs(90),
+        "no point measured on host a",
+        || {
+            points(&dir)
+                .iter()
+                .any(|p| p["host"].as_str().is_some_and(|h| is(h, &a)))
+                .then_some(())
+        },
+    );
     a.stop();
     let out = finish(child, Duration::from_secs(240));
     // The servers launched on host a live on detached (the host is only unreachable).
@@ -276,7 +301,11 @@ fn a_two_rank_server_over_ssh_fails_the_point_with_the_killed_ranks_cause() {
         assert_eq!(s["stopped"], true, "{s}");
         assert_eq!(s["ranks"][0]["stopped"], true, "{s}");
     }
-    assert!(processes_with(&marker).is_empty(), "{:?}", processes_with(&marker));
+    assert!(
+        processes_with(&marker).is_empty(),
+        "{:?}",
+        processes_with(&marker)
+    );
 }
 
 #[test]
@@ -317,7 +346,11 @@ fn a_multi_node_server_needs_as_many_hosts_before_anything_starts() {
 }
 
 /// `servebench sim ARGS` with its output (stdout and stderr) collected into a file.
-fn sim_rank(ws: &Workspace, name: &str, args: &[String]) -> (std::process::Child, std::path::PathBuf) {
+fn sim_rank(
+    ws: &Workspace,
+    name: &str,
+    args: &[String],
+) -> (std::process::Child, std::path::PathBuf) {
     let log = ws.path().join(format!("{name}.log"));
     let file = std::fs::File::create(&log).unwrap();
     let child = std::process::Command::new(BIN)
@@ -332,11 +365,23 @@ fn sim_rank(ws: &Workspace, name: &str, args: &[String]) -> (std::process::Child
 
 fn health(port: u16) -> Option<u16> {
     let out = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2"])
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+        ])
         .arg(format!("http://127.0.0.1:{port}/health"))
         .output()
         .ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok().filter(|c| *c != 0)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .ok()
+        .filter(|c| *c != 0)
 }
 
 #[test]
@@ -357,15 +402,19 @@ fn sim_ranks_meet_over_tcp_and_rank_zero_serves_only_once_all_joined() {
     };
     let (mut rank0, log0) = sim_rank(&ws, "rank0", &args(0, p0));
     // Alone, rank 0 waits at the init address and serves nothing.
-    poll_until(Duration::from_secs(20), "rank 0 never listened at the init address", || {
-        servebench::host::port_in_use(init).then_some(())
-    });
+    poll_until(
+        Duration::from_secs(20),
+        "rank 0 never listened at the init address",
+        || servebench::host::port_in_use(init).then_some(()),
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(health(p0), None, "rank 0 serves before rank 1 joined");
     let (mut rank1, log1) = sim_rank(&ws, "rank1", &args(1, p1));
-    poll_until(Duration::from_secs(30), "rank 0 never became healthy", || {
-        (health(p0) == Some(200)).then_some(())
-    });
+    poll_until(
+        Duration::from_secs(30),
+        "rank 0 never became healthy",
+        || (health(p0) == Some(200)).then_some(()),
+    );
     // Rank 1 answers /health with SGLang's dummy server.
     assert_eq!(health(p1), Some(200));
     // Rank 0 dies: rank 1 exits 1 with gloo's words.
@@ -404,9 +453,11 @@ fn sim_rank_zero_exits_when_another_rank_dies() {
     };
     let (mut rank0, log0) = sim_rank(&ws, "v0", &with_api(0));
     let (mut rank1, log1) = sim_rank(&ws, "v1", &with_api(1));
-    poll_until(Duration::from_secs(30), "vLLM rank 0 never became healthy", || {
-        (health(p0) == Some(200)).then_some(())
-    });
+    poll_until(
+        Duration::from_secs(30),
+        "vLLM rank 0 never became healthy",
+        || (health(p0) == Some(200)).then_some(()),
+    );
     let text1 = std::fs::read_to_string(&log1).unwrap();
     assert!(text1.contains("headless multiproc executor"), "{text1}");
     rank1.kill().unwrap();

@@ -63,7 +63,9 @@ pub enum RankError {
         "server.nodes: {engine} has no multi-node launch servebench knows; use engine sglang or vllm (or their simulators)"
     )]
     Unsupported { engine: String },
-    #[error("server.args.{0} is set by servebench for a multi-node server (server.nodes): remove it")]
+    #[error(
+        "server.args.{0} is set by servebench for a multi-node server (server.nodes): remove it"
+    )]
     Reserved(String),
     #[error("server.nodes is {nodes} but {ports} ports were given, one per rank is needed")]
     Ports { nodes: u32, ports: usize },

@@ -124,11 +124,10 @@ impl RemoteHost {
         for port in first..first.saturating_add(200) {
             // A port handed out moments ago may not be bound yet: concurrent launches (a
             // host pool, the ranks of one server) must not get the same one.
-            if recently_handed_out(port) {
+            if !reserve(port) {
                 continue;
             }
             if !self.port_in_use(port).await? {
-                hand_out(port);
                 return Ok(port);
             }
         }
@@ -156,15 +155,16 @@ const PORT_HOLD: Duration = Duration::from_secs(120);
 static HANDED_OUT: std::sync::Mutex<Vec<(u16, std::time::Instant)>> =
     std::sync::Mutex::new(Vec::new());
 
-fn recently_handed_out(port: u16) -> bool {
+/// Reserves `port` unless it was handed out lately: checked and noted under one lock, so two
+/// concurrent picks never get the same port (a port found in use stays noted; it is taken).
+fn reserve(port: u16) -> bool {
     let mut book = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     book.retain(|(_, at)| at.elapsed() < PORT_HOLD);
-    book.iter().any(|(p, _)| *p == port)
-}
-
-fn hand_out(port: u16) {
-    let mut book = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    if book.iter().any(|(p, _)| *p == port) {
+        return false;
+    }
     book.push((port, std::time::Instant::now()));
+    true
 }
 
 /// A server launched on the host, its log mirrored into the run directory.

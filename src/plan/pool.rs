@@ -91,7 +91,12 @@ mod tests {
     #[test]
     fn four_equal_groups_on_two_hosts_take_half_the_time() {
         let s = schedule(
-            &[g("g1", 1, 10.0), g("g2", 1, 10.0), g("g3", 1, 10.0), g("g4", 1, 10.0)],
+            &[
+                g("g1", 1, 10.0),
+                g("g2", 1, 10.0),
+                g("g3", 1, 10.0),
+                g("g4", 1, 10.0),
+            ],
             2,
         )
         .unwrap();

@@ -90,7 +90,9 @@ pub fn split_by(run: LoadedRun, dim: &str) -> Result<Vec<LoadedRun>, String> {
                 if let Ok(e) = serde_json::from_value(serde_json::json!(engine)) {
                     meta.experiment.server.engine = e;
                 }
-                if let Ok(args) = serde_json::from_value(serde_json::to_value(&launch.args).unwrap_or_default()) {
+                if let Ok(args) =
+                    serde_json::from_value(serde_json::to_value(&launch.args).unwrap_or_default())
+                {
                     meta.experiment.server.args = args;
                 }
             }

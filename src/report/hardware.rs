@@ -54,12 +54,7 @@ pub fn describe(facts: Option<&serde_json::Value>, engine_version: Option<&str>)
         .map(|list| {
             list.iter()
                 .map(|g| {
-                    let s = |k: &str| {
-                        g.get(k)
-                            .and_then(|v| v.as_str())
-                            .unwrap_or("?")
-                            .to_string()
-                    };
+                    let s = |k: &str| g.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
                     (s("name"), s("driver_version"))
                 })
                 .collect()

@@ -8,8 +8,8 @@ pub mod launch;
 pub mod measurer;
 pub mod outcome;
 pub mod point;
-pub mod progress;
 pub mod pool;
+pub mod progress;
 pub mod provenance;
 pub mod ranks;
 pub mod server;
@@ -30,9 +30,9 @@ use crate::spec::LoadedSpec;
 use crate::text::count_s;
 
 use launch::{LaunchContext, LaunchEnd, Tally};
-use pool::Pool;
 use measurer::{InProcess, Measurer, OnHost};
 use point::PointRunner;
+use pool::Pool;
 use progress::Progress;
 use server::ServerHandle;
 
@@ -463,7 +463,9 @@ async fn run_plan(
     progress.finish();
     let mut meta = meta_shared.into_inner().unwrap_or_else(|e| e.into_inner());
     let tally = tally_shared.into_inner().unwrap_or_else(|e| e.into_inner());
-    let aborted = aborted_shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    let aborted = aborted_shared
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
 
     let ended = chrono::Utc::now();
     meta.ended_at = Some(ended.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));

@@ -235,7 +235,10 @@ pub(super) async fn measure_pool(
         while first_error.is_none() && !run.stopping() {
             let Some((g, _)) = queue.front() else { break };
             let need = g.server.node_count() as usize;
-            let free: Vec<usize> = (0..n).filter(|&i| alive[i] && !busy[i]).take(need).collect();
+            let free: Vec<usize> = (0..n)
+                .filter(|&i| alive[i] && !busy[i])
+                .take(need)
+                .collect();
             if free.len() < need {
                 break;
             }
@@ -408,7 +411,9 @@ async fn measure_group<'p>(
                 }
                 // The group's remaining points cannot run; record them as failed and go on.
                 run.progress.line(&format!("{}: {msg}", g.id));
-                tally.problems.push(format!("{}: {}", g.id, first_line(&msg)));
+                tally
+                    .problems
+                    .push(format!("{}: {}", g.id, first_line(&msg)));
                 for p in pending.by_ref() {
                     let mut record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
                     record.failure = e.cause_label();

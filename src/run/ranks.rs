@@ -217,7 +217,8 @@ impl ServerProcess for RankedProcess {
 
     fn sync_log(&self) -> BoxFuture<'_, ()> {
         // Each rank's future is made here, so the one returned holds no reference to a rank.
-        let each: Vec<BoxFuture<'_, ()>> = self.ranks.iter().map(|r| r.process.sync_log()).collect();
+        let each: Vec<BoxFuture<'_, ()>> =
+            self.ranks.iter().map(|r| r.process.sync_log()).collect();
         Box::pin(async move {
             futures_util::future::join_all(each).await;
         })

@@ -310,10 +310,7 @@ impl ServerHandle {
     /// For a multi-node server that exited: which rank failed, where (`rank 1 of 2 on
     /// bench@gpu-b, log server-g1.rank1.log`).
     pub fn crash_origin(&self) -> Option<String> {
-        self.process
-            .as_ref()?
-            .failed_rank()
-            .map(|r| r.to_string())
+        self.process.as_ref()?.failed_rank().map(|r| r.to_string())
     }
 
     /// Like [`crashed`](Self::crashed), but gives a server that is going down up to `grace` to

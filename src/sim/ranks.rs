@@ -138,10 +138,13 @@ impl RankArgs {
         }
         let int = |v: &Option<(String, String)>, default: i64| match v {
             None => Ok(default),
-            Some((flag, value)) => value.trim().parse::<i64>().map_err(|_| RankArgError::BadInt {
-                flag: flag.clone(),
-                value: value.clone(),
-            }),
+            Some((flag, value)) => value
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| RankArgError::BadInt {
+                    flag: flag.clone(),
+                    value: value.clone(),
+                }),
         };
         let n = int(&nnodes, 1)?;
         if n <= 1 {
@@ -251,7 +254,14 @@ async fn lead(r: &RankArgs, log: &SimLog) -> Result<BTreeMap<u32, TcpStream>, Re
             }
             _ => {
                 let _ = stream
-                    .write_all(format!("refused: expected one of ranks 1..{} of {}\n", r.nnodes - 1, r.nnodes).as_bytes())
+                    .write_all(
+                        format!(
+                            "refused: expected one of ranks 1..{} of {}\n",
+                            r.nnodes - 1,
+                            r.nnodes
+                        )
+                        .as_bytes(),
+                    )
                     .await;
             }
         }
@@ -326,7 +336,9 @@ async fn read_line(r: &mut BufReader<TcpStream>) -> Option<String> {
         return None;
     }
     buf.pop();
-    String::from_utf8(buf).ok().map(|s| s.trim_end().to_string())
+    String::from_utf8(buf)
+        .ok()
+        .map(|s| s.trim_end().to_string())
 }
 
 /// Resolves with the rank whose connection ended first (rank 0's view).
@@ -529,10 +541,7 @@ mod tests {
         let (r, _) = v(&["m", "-n", "2", "-r", "2"]);
         assert_eq!(
             r.unwrap_err(),
-            RankArgError::RankRange {
-                rank: 2,
-                nnodes: 2
-            }
+            RankArgError::RankRange { rank: 2, nnodes: 2 }
         );
         let (r, _) = v(&["m", "--nnodes", "x"]);
         assert!(matches!(r, Err(RankArgError::BadInt { .. })));
