@@ -128,7 +128,9 @@ fn write_pool(
     }
     let hosts: Vec<String> = first.pool().iter().map(|h| h.label()).collect();
     let group_s = |i: usize| -> f64 {
-        let Ok(est) = estimate else { return 0.0 };
+        // Without an estimate every group counts alike, so the assignment still shows how the
+        // pool shares them out.
+        let Ok(est) = estimate else { return 1.0 };
         let g = &plan.groups[i];
         est.groups.get(i).and_then(|e| e.launch_s).unwrap_or(0.0)
             + g.points
