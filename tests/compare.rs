@@ -68,6 +68,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         prefix_cache: Vec::new(),
         load: None,
         server: None,
+        host: None,
     }
 }
 

@@ -12,6 +12,7 @@ mod fuzz;
 mod interrupt;
 mod load;
 mod orphans;
+mod pools;
 mod report;
 mod reproduce;
 mod run;

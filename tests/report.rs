@@ -652,6 +652,7 @@ fn run_dir_round_trip() {
         prefix_cache: Vec::new(),
         load: None,
         server: None,
+        host: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -805,6 +806,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         prefix_cache: Vec::new(),
         load: None,
         server: None,
+        host: None,
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Failure {
     OomKilled,
     /// The job was cancelled by someone else (`scancel`, an administrator).
     JobCancelled,
+    /// A rank of a multi-node server lost another rank (it died, or the network between
+    /// them broke): the whole server stops.
+    RankLost,
 }
 
 impl Failure {
@@ -86,6 +89,9 @@ impl Failure {
             Failure::JobCancelled => {
                 "the Slurm job was cancelled from outside servebench (scancel); `run --resume` measures the rest"
             }
+            Failure::RankLost => {
+                "a rank of the multi-node server lost another rank: read the failed rank's log excerpt (its host, its GPUs, the network between the nodes)"
+            }
         }
     }
 }
@@ -111,7 +117,8 @@ mod tests {
                 "preempted",
                 "node-failure",
                 "oom-killed",
-                "job-cancelled"
+                "job-cancelled",
+                "rank-lost"
             ]
         );
         assert_eq!(Failure::from_name("port-in-use"), Some(Failure::PortInUse));

@@ -12,6 +12,7 @@
 mod command;
 mod flags;
 mod llamacpp;
+pub mod ranks;
 mod sglang;
 mod vllm;
 

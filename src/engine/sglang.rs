@@ -35,6 +35,12 @@ pub static SGLANG: Adapter = Adapter {
             "does not appear to have a file named config.json",
             Failure::ModelNotFound,
         ),
+        // A multi-node rank whose peer died: gloo's TCP pair, NCCL's remote error.
+        ("Connection closed by peer", Failure::RankLost),
+        (
+            "remote process exited or there was a network error",
+            Failure::RankLost,
+        ),
         ("ModuleNotFoundError", Failure::StartupError),
         ("ImportError", Failure::StartupError),
         ("error: unrecognized arguments", Failure::StartupError),

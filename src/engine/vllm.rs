@@ -46,6 +46,12 @@ pub static VLLM: Adapter = Adapter {
             Failure::ModelNotFound,
         ),
         ("is not a valid model identifier", Failure::ModelNotFound),
+        // A multi-node rank whose peer died: gloo's TCP pair, NCCL's remote error.
+        ("Connection closed by peer", Failure::RankLost),
+        (
+            "remote process exited or there was a network error",
+            Failure::RankLost,
+        ),
         ("error: unrecognized arguments", Failure::StartupError),
         ("error: argument", Failure::StartupError),
         ("Engine core initialization failed", Failure::StartupError),

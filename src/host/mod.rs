@@ -220,6 +220,39 @@ pub trait Host: Send + Sync {
 
     /// Checks the host can still be reached (re-establishing a dropped link when it can).
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>>;
+
+    /// The address other hosts reach this one at (a multi-node server's rendezvous):
+    /// 127.0.0.1 for this machine, the SSH destination's host name for an SSH host.
+    fn address(&self) -> String {
+        "127.0.0.1".into()
+    }
+}
+
+/// The rank of a multi-node server that failed first (see [`ServerProcess::failed_rank`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedRank {
+    pub rank: u32,
+    /// Ranks in the server.
+    pub of: u32,
+    /// The host it ran on.
+    pub host: String,
+    /// Its log in the run directory.
+    pub log_path: std::path::PathBuf,
+}
+
+impl std::fmt::Display for FailedRank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "rank {} of {} on {}, log {}",
+            self.rank,
+            self.of,
+            self.host,
+            self.log_path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+        )
+    }
 }
 
 /// A launched server.
@@ -258,6 +291,12 @@ pub trait ServerProcess: Send {
     /// limit, a preemption, a node failure); None leaves the cause to the engine's log lines.
     fn host_failure(&mut self) -> BoxFuture<'_, Option<crate::catalog::Failure>> {
         Box::pin(async { None })
+    }
+
+    /// For a multi-node server that exited: the rank whose failure brought it down (its log
+    /// holds the cause). None for a single process.
+    fn failed_rank(&self) -> Option<FailedRank> {
+        None
     }
 }
 

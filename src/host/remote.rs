@@ -123,6 +123,11 @@ impl RemoteHost {
     /// A free TCP port on the host's loopback, from `first` upwards.
     pub async fn free_port(&self, first: u16) -> Result<u16, HostError> {
         for port in first..first.saturating_add(200) {
+            // A port handed out moments ago may not be bound yet: concurrent launches (a
+            // host pool, the ranks of one server) must not get the same one.
+            if !reserve(port) {
+                continue;
+            }
             if !self.port_in_use(port).await? {
                 return Ok(port);
             }
@@ -141,6 +146,26 @@ cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p="$p" 'NR > 1 { n = split
         let out = self.ssh.run_script(SCRIPT, &[port.to_string()]).await?;
         Ok(out.status.success())
     }
+}
+
+/// How long a port handed out by [`RemoteHost::free_port`] stays reserved for its launch.
+const PORT_HOLD: Duration = Duration::from_secs(120);
+
+/// Ports this process handed out lately, with when (one book for every host: hosts of a pool
+/// may be one machine).
+static HANDED_OUT: std::sync::Mutex<Vec<(u16, std::time::Instant)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Reserves `port` unless it was handed out lately: checked and noted under one lock, so two
+/// concurrent picks never get the same port (a port found in use stays noted; it is taken).
+fn reserve(port: u16) -> bool {
+    let mut book = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    book.retain(|(_, at)| at.elapsed() < PORT_HOLD);
+    if book.iter().any(|(p, _)| *p == port) {
+        return false;
+    }
+    book.push((port, std::time::Instant::now()));
+    true
 }
 
 /// A server launched on the host, its log mirrored into the run directory.
@@ -278,6 +303,17 @@ pub async fn host_facts(ssh: &SshHost, python: &str) -> Option<serde_json::Value
 impl super::Host for RemoteHost {
     fn name(&self) -> String {
         self.ssh.name().to_string()
+    }
+
+    fn address(&self) -> String {
+        let d = &self.ssh.target().destination;
+        let d = d.strip_prefix("ssh://").unwrap_or(d);
+        let d = d.rsplit('@').next().unwrap_or(d);
+        d.trim_start_matches('[')
+            .split(']')
+            .next()
+            .unwrap_or(d)
+            .to_string()
     }
 
     fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {

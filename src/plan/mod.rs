@@ -4,6 +4,7 @@
 
 pub mod estimate;
 pub mod failure;
+pub mod pool;
 pub mod render;
 pub mod search;
 

@@ -99,6 +99,7 @@ fn write_plan(
             )?;
         }
     }
+    write_pool(out, spec, plan, estimate)?;
     match estimate {
         Ok(est) => {
             let unknown = est.unknown_points();
@@ -116,6 +117,74 @@ fn write_plan(
         }
         Err(e) => writeln!(out, "\nestimate: none: {e}"),
     }
+}
+
+/// For a host pool (`hosts:`) or a multi-node server: which hosts each group runs on and
+/// when, and the pool's estimated wall time against one host's.
+fn write_pool(
+    out: &mut String,
+    spec: &LoadedSpec,
+    plan: &Plan,
+    estimate: &Result<Estimate, EstimateError>,
+) -> fmt::Result {
+    let Some(first) = spec.points.first().map(|p| &p.experiment) else {
+        return Ok(());
+    };
+    let multi_node = plan.groups.iter().any(|g| g.server.node_count() > 1);
+    if first.hosts.is_empty() && !multi_node {
+        return Ok(());
+    }
+    let hosts: Vec<String> = first.pool().iter().map(|h| h.label()).collect();
+    let group_s = |i: usize| -> f64 {
+        // Without an estimate every group counts alike, so the assignment still shows how the
+        // pool shares them out.
+        let Ok(est) = estimate else { return 1.0 };
+        let g = &plan.groups[i];
+        est.groups.get(i).and_then(|e| e.launch_s).unwrap_or(0.0)
+            + g.points
+                .iter()
+                .filter_map(|p| est.point(&p.id))
+                .sum::<f64>()
+    };
+    let groups: Vec<(String, usize, f64)> = plan
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.id.clone(), g.server.node_count() as usize, group_s(i)))
+        .collect();
+    writeln!(
+        out,
+        "
+pool: {} ({}); one server group per host at a time, in plan order; on_host_failure: {}",
+        count_s(hosts.len(), "host"),
+        hosts.join(", "),
+        first.on_host_failure.unwrap_or_default()
+    )?;
+    let schedule = match super::pool::schedule(&groups, hosts.len()) {
+        Ok(s) => s,
+        Err(e) => return writeln!(out, "  cannot run: {e}"),
+    };
+    for slot in &schedule.slots {
+        let on: Vec<&str> = slot.hosts.iter().map(|&i| hosts[i].as_str()).collect();
+        let when = match estimate {
+            Ok(_) => format!(
+                "  {} to {}",
+                crate::text::duration(slot.start_s),
+                crate::text::duration(slot.end_s)
+            ),
+            Err(_) => String::new(),
+        };
+        writeln!(out, "  {} on {}{when}", slot.group, on.join(" + "))?;
+    }
+    if estimate.is_ok() {
+        writeln!(
+            out,
+            "estimated wall time on the pool: {} (one host: {})",
+            about(Some(schedule.wall_s)),
+            about(Some(schedule.serial_s))
+        )?;
+    }
+    Ok(())
 }
 
 /// What a group does to get its server: the launch command line as it will run (the port is

@@ -328,6 +328,10 @@ pub struct CompareModel {
     pub summary: Summary,
     /// Problems reading the runs (skipped lines, duplicate points); empty when clean.
     pub data_notes: Vec<String>,
+    /// Compared points that came from different hardware (GPU model, driver, engine
+    /// version), one line per mix; empty when every point's hardware matches.
+    #[serde(default)]
+    pub hardware_notes: Vec<String>,
 }
 
 /// A run in the comparison.
@@ -562,6 +566,8 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         .map(|m| metric_table(m, &points, &shared_records, threshold_pct, &mut summary))
         .collect();
 
+    let metas: Vec<&RunMeta> = runs.iter().map(|r| &r.meta).collect();
+    let hardware_notes = super::hardware::compare_notes(&metas, &labels, &shared_records);
     CompareModel {
         model_version: COMPARE_MODEL_VERSION,
         runs: runs
@@ -588,6 +594,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         unmatched,
         summary,
         data_notes,
+        hardware_notes,
     }
 }
 

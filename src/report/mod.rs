@@ -9,6 +9,7 @@ pub mod charts;
 pub mod compare;
 pub mod export;
 pub mod format;
+pub mod hardware;
 pub mod load;
 pub mod load_charts;
 pub mod model;

@@ -257,6 +257,9 @@ pub struct Provenance {
     pub client_placement: Option<String>,
     /// The GPU host, read over SSH (None for local runs).
     pub server_host: Option<ServerHost>,
+    /// A host pool's hosts, what each is and which points it measured (empty on one host).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pool_hosts: Vec<super::hardware::PoolHost>,
 }
 
 /// The GPU host of an SSH run, as read over SSH.
@@ -583,6 +586,7 @@ pub fn build_model(
             client_cpus: meta.client_host.cpus,
             client_placement: meta.client_placement.clone(),
             server_host: meta.server_host.as_ref().map(server_host),
+            pool_hosts: super::hardware::pool_hosts(meta, points),
         },
         sweep: sweep_dimensions(&meta.dimensions, points),
         dimensions: meta.dimensions.clone(),

@@ -320,6 +320,7 @@ mod tests {
             prefix_cache: Vec::new(),
             load: None,
             server: None,
+            host: None,
         }
     }
 

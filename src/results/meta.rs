@@ -50,6 +50,57 @@ pub struct RunMeta {
     /// When `run --resume` continued this run (RFC 3339 UTC), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumed_at: Vec<String>,
+    /// The hosts of a host pool (`hosts:`), each with its facts (GPU model, driver, engine
+    /// version) and whether it failed; empty for a run on one host (see `server_host`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<PoolHostRecord>,
+}
+
+/// One host of a pool, as recorded in `meta.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolHostRecord {
+    /// How the host is named on points (`PointRecord::host`) and launches: `user@host:port`.
+    pub name: String,
+    /// What the host is (hostname, OS, CPU, GPUs, SGLang version), read over SSH; None for
+    /// this machine or when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<serde_json::Value>,
+    /// Why the host left the pool (unreachable, its link lost, a crash beyond the failure
+    /// policy); None while it served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// One rank (from 1) of a multi-node server, as launched; rank 0 is the launch itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankLaunch {
+    pub rank: u32,
+    /// The host it ran on; None on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The command line (secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgid: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// Its leader's start time (clock ticks since boot), for `servebench down`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_start: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The port it listens on (SGLang's ranks answer `/health` there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Its log in the run directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_log: Option<String>,
+    /// True once servebench confirmed its process group is gone.
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 impl RunMeta {
@@ -158,6 +209,9 @@ pub struct ServerLaunch {
     /// The Slurm job and step it ran in (None off Slurm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmJob>,
+    /// The other ranks of a multi-node server (`server.nodes`), rank 1 first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankLaunch>,
 }
 
 /// A Slurm job as servebench saw it: its accounting, for meta.json and the report.

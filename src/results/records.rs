@@ -400,6 +400,7 @@ impl PointRecord {
             prefix_cache: Vec::new(),
             load: None,
             server: None,
+            host: None,
         }
     }
 
@@ -474,6 +475,10 @@ pub struct PointRecord {
     /// point was measured through the host agent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<super::server_view::ServerView>,
+    /// The host that measured the point (`user@host:port`; `a+b` for a multi-node server,
+    /// rank 0 first), in a run on a host pool; None on a single host (see meta.json).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all

@@ -107,6 +107,9 @@ pub struct RunDir {
     metrics: Mutex<Option<File>>,
     /// The locked `.lock` file while this process works on the directory.
     lock: Mutex<Option<File>>,
+    /// The host measuring each server group now (host pools): stamped on the group's points
+    /// as they are appended.
+    group_hosts: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl RunDir {
@@ -117,6 +120,7 @@ impl RunDir {
             points: Mutex::new(None),
             metrics: Mutex::new(None),
             lock: Mutex::new(None),
+            group_hosts: Mutex::default(),
         }
     }
 
@@ -250,8 +254,32 @@ impl RunDir {
         append_line(&self.metrics, &self.file(METRICS_FILE), m)
     }
 
+    /// Records that `host` measures `group` from now on (a host pool): its points appended
+    /// later carry the host's name. Every append goes through one lock per file, so groups
+    /// measured in parallel write whole lines.
+    pub fn set_group_host(&self, group: &str, host: &str) {
+        self.group_hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(group.to_string(), host.to_string());
+    }
+
     /// Appends one point to `points.jsonl`.
     pub fn append_point(&self, p: &PointRecord) -> io::Result<()> {
+        let host = match &p.host {
+            Some(_) => None,
+            None => self
+                .group_hosts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&p.group)
+                .cloned(),
+        };
+        if let Some(host) = host {
+            let mut stamped = p.clone();
+            stamped.host = Some(host);
+            return append_line(&self.points, &self.file(POINTS_FILE), &stamped);
+        }
         append_line(&self.points, &self.file(POINTS_FILE), p)
     }
 

@@ -64,25 +64,48 @@ pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
     run_dir.lock()?;
     let mut meta = run_dir.read_meta()?;
     let mut report = DownReport::default();
-    let mut remote: Option<RemoteHost> = None;
+    let mut hosts = Hosts::new(meta.experiment.pool());
     for s in meta.servers.iter_mut() {
         let Some(pgid) = s.pgid.filter(|p| *p > 1) else {
             continue;
         };
-        let host: &dyn Host = match &s.host {
-            None => &LocalHost,
-            Some(_) => {
-                if remote.is_none() {
-                    remote = Some(RemoteHost::reach(&meta.experiment.host).await?);
-                }
-                remote.as_ref().expect("connected above")
+        let program = program_name(s);
+        // The other ranks of a multi-node server first: rank 0 is the one they follow.
+        for r in s.ranks.iter_mut() {
+            let Some(rank_pgid) = r.pgid.filter(|p| *p > 1) else {
+                continue;
+            };
+            let host = hosts.get(r.host.as_deref()).await?;
+            let id = GroupIdentity {
+                pgid: rank_pgid,
+                leader_start: r.leader_start,
+                boot_id: r.boot_id.clone(),
+                program: program.clone(),
+            };
+            let what = host.stop_leftover(&id, STOP_GRACE).await;
+            if matches!(
+                what,
+                Leftover::AlreadyGone | Leftover::Stopped { gone: true, .. }
+            ) {
+                r.stopped = true;
             }
-        };
+            let text = format!(
+                "rank {}: {}",
+                r.rank,
+                leftover_words(&what, rank_pgid, r.host.as_deref())
+            );
+            report.lines.push(DownLine {
+                group: s.group.clone(),
+                what,
+                text,
+            });
+        }
+        let host = hosts.get(s.host.as_deref()).await?;
         let id = GroupIdentity {
             pgid,
             leader_start: s.leader_start,
             boot_id: s.boot_id.clone(),
-            program: program_name(s),
+            program,
         };
         let what = host.stop_leftover(&id, STOP_GRACE).await;
         let mut text = describe(s, &what, pgid, host);
@@ -179,6 +202,79 @@ async fn wait_job_gone(id: u64) -> bool {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     false
+}
+
+/// The run's hosts, reached on first use: recorded launches name their SSH host
+/// (`user@host:port`), found among the spec's `host` or `hosts`.
+struct Hosts {
+    specs: Vec<crate::spec::types::HostSpec>,
+    reached: Vec<(String, RemoteHost)>,
+}
+
+impl Hosts {
+    fn new(specs: Vec<crate::spec::types::HostSpec>) -> Hosts {
+        Hosts {
+            specs,
+            reached: Vec::new(),
+        }
+    }
+
+    /// This machine for `None`, else the SSH host recorded as `name`.
+    async fn get(&mut self, name: Option<&str>) -> Result<&dyn Host, DownError> {
+        let Some(name) = name else {
+            return Ok(&LocalHost);
+        };
+        if let Some(i) = self.reached.iter().position(|(n, _)| n == name) {
+            return Ok(&self.reached[i].1);
+        }
+        let remote = self
+            .specs
+            .iter()
+            .filter(|s| !s.is_local())
+            .find(|s| spec_name(s).as_deref() == Some(name));
+        // A run recorded before pools named no other host than its one `host`.
+        let spec = match remote {
+            Some(s) => s.clone(),
+            None => self
+                .specs
+                .iter()
+                .find(|s| !s.is_local())
+                .cloned()
+                .ok_or_else(|| {
+                    HostError::Unsupported(format!("the run's spec names no SSH host {name}"))
+                })?,
+        };
+        let host = RemoteHost::reach(&spec).await?;
+        self.reached.push((name.to_string(), host));
+        Ok(&self.reached.last().expect("pushed above").1)
+    }
+}
+
+/// The name an SSH host spec connects as (`user@host:port`), as launches record it.
+fn spec_name(spec: &crate::spec::types::HostSpec) -> Option<String> {
+    let t = crate::host::remote::ssh_target(spec).ok()??;
+    Some(t.resolved().map_or_else(|_| t.display(), |r| r.display()))
+}
+
+/// A leftover in words (for ranks, which have no record of their own to update).
+fn leftover_words(what: &Leftover, pgid: i32, host: Option<&str>) -> String {
+    let on = host.map(|h| format!(" on {h}")).unwrap_or_default();
+    match what {
+        Leftover::AlreadyGone => format!("process group {pgid}{on} is already gone"),
+        Leftover::Reused { why } => {
+            format!("process group {pgid}{on} is not the server's any more, left alone: {why}")
+        }
+        Leftover::Unknown(why) => why.clone(),
+        Leftover::Stopped { killed, gone } => format!(
+            "stopped by servebench down ({}); process group {pgid}{on} {}",
+            if *killed { "SIGKILL" } else { "SIGTERM" },
+            if *gone {
+                "confirmed gone"
+            } else {
+                "STILL ALIVE"
+            }
+        ),
+    }
 }
 
 /// The sentence for a launch, recording the outcome on it.

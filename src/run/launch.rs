@@ -121,7 +121,11 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
         if let Some(cause) = handle.crashed_within(grace).await {
             let tail = handle.log_tail(2000);
             let msg = format!(
-                "the server died during this point: {} ({})",
+                "the server died during this point{}: {} ({})",
+                handle
+                    .crash_origin()
+                    .map(|o| format!(" ({o})"))
+                    .unwrap_or_default(),
                 cause.label(),
                 crate::engine::explain(handle.engine, cause)
             );

@@ -9,8 +9,10 @@ mod load_point;
 pub mod measurer;
 pub mod outcome;
 pub mod point;
+pub mod pool;
 pub mod progress;
 pub mod provenance;
+pub mod ranks;
 pub mod scrape;
 pub mod server;
 
@@ -20,23 +22,19 @@ use std::sync::Arc;
 
 use crate::catalog::FlagKind;
 use crate::client::Client;
-use crate::host::Host;
-use crate::host::local::LocalHost;
-use crate::host::remote::RemoteHost;
-use crate::host::slurm::SlurmHost;
 use crate::plan::Plan;
 use crate::plan::failure::FailurePolicy;
 use crate::results::meta::{RunMeta, RunStatus};
 use crate::results::records::{Flag, PointRecord};
 use crate::results::rundir::RunDir;
 use crate::spec::LoadedSpec;
-use crate::spec::types::{ClientPlacement, Experiment};
-use crate::text::{count_s, first_line};
+use crate::text::count_s;
 
 use agent_session::AgentPlace;
 use launch::{LaunchContext, LaunchEnd, Tally};
 use measurer::{InProcess, Measurer, OnHost};
 use point::PointRunner;
+use pool::Pool;
 use progress::Progress;
 use server::ServerHandle;
 
@@ -249,6 +247,9 @@ pub enum Preflight {
         .path.display()
     )]
     MissingTemplate { path: PathBuf, builtins: String },
+    /// A multi-node server the pool or the engine cannot run.
+    #[error("{0}")]
+    Nodes(String),
 }
 
 /// Why a run cannot be resumed.
@@ -279,7 +280,7 @@ pub async fn execute(
     let started = chrono::Utc::now();
     // An SSH host that cannot be reached (or whose key does not match) fails the run before
     // anything is created or launched.
-    let host = RunHost::connect(
+    let host = Pool::connect(
         first,
         &format!("{}-{}", spec.name, started.format("%Y-%m-%dT%H-%M-%SZ")),
         &interrupt,
@@ -333,6 +334,7 @@ pub async fn execute(
         server_host: None,
         client_placement: Some(first.placement().to_string()),
         resumed_at: Vec::new(),
+        hosts: Vec::new(),
     };
     write_meta(&run_dir, &meta)?;
     run_plan(spec, run_dir, meta, host, &HashSet::new(), opts, interrupt).await
@@ -374,7 +376,7 @@ pub async fn resume(
         .file_name()
         .map(|n| format!("{}-{}", spec.name, n.to_string_lossy()))
         .unwrap_or_else(|| spec.name.clone());
-    let host = RunHost::connect(first, &id, &interrupt).await?;
+    let host = Pool::connect(first, &id, &interrupt).await?;
     meta.resumed_at
         .push(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     meta.status = RunStatus::Running;
@@ -382,66 +384,6 @@ pub async fn resume(
     meta.ended_at = None;
     write_meta(&run_dir, &meta)?;
     run_plan(&spec, Arc::new(run_dir), meta, host, &done, opts, interrupt).await
-}
-
-/// The run's host: where servers launch, and, for an SSH host, the connection the measuring
-/// agent and the host facts use.
-struct RunHost {
-    host: Arc<dyn Host>,
-    remote: Option<Arc<RemoteHost>>,
-    slurm: Option<Arc<SlurmHost>>,
-    /// The run's console once it has one (a Slurm job's queue state is said there).
-    console: Arc<std::sync::OnceLock<Progress>>,
-}
-
-impl RunHost {
-    /// This machine, the SSH host connected with a per-run directory `run_id` there, or the
-    /// Slurm cluster (its commands checked).
-    async fn connect(
-        exp: &Experiment,
-        run_id: &str,
-        interrupt: &Interrupt,
-    ) -> Result<RunHost, RunError> {
-        let console: Arc<std::sync::OnceLock<Progress>> = Arc::default();
-        if exp.host.is_local() {
-            return Ok(RunHost {
-                host: Arc::new(LocalHost),
-                remote: None,
-                slurm: None,
-                console,
-            });
-        }
-        if let Some(opts) = exp.host.slurm() {
-            let said = console.clone();
-            let slurm = SlurmHost::new(
-                opts.clone(),
-                run_id,
-                Arc::new(move |text: &str| match said.get() {
-                    Some(p) => p.waiting(text),
-                    None => crate::console::errln(text),
-                }),
-                interrupt.subscribe(),
-            );
-            slurm.check().await.map_err(RunError::Host)?;
-            let slurm = Arc::new(slurm);
-            return Ok(RunHost {
-                host: slurm.clone(),
-                remote: None,
-                slurm: Some(slurm),
-                console,
-            });
-        }
-        let remote = RemoteHost::connect(&exp.host, run_id)
-            .await
-            .map_err(RunError::Host)?;
-        let remote = Arc::new(remote);
-        Ok(RunHost {
-            host: remote.clone(),
-            remote: Some(remote),
-            slurm: None,
-            console,
-        })
-    }
 }
 
 /// The spec of a run to resume: the original file when it is unchanged (secrets stay out of
@@ -487,8 +429,8 @@ fn spec_dir(spec: &LoadedSpec) -> PathBuf {
 async fn run_plan(
     spec: &LoadedSpec,
     run_dir: Arc<RunDir>,
-    mut meta: RunMeta,
-    host: RunHost,
+    meta: RunMeta,
+    host: Pool,
     done: &HashSet<String>,
     opts: &RunOptions,
     interrupt: Interrupt,
@@ -500,44 +442,13 @@ async fn run_plan(
         g.points.retain(|p| !done.contains(&p.id));
     }
     plan.groups.retain(|g| !g.points.is_empty());
-    // The agent measures on the SSH host (or in the Slurm allocation) unless the spec asks
-    // for the local machine.
-    let agent_host = match (&host.remote, &host.slurm) {
-        (Some(r), _) => Some(AgentPlace::Ssh(r.clone())),
-        (None, Some(s)) => Some(AgentPlace::Slurm(s.clone())),
-        (None, None) => None,
-    }
-    .filter(|_| first.placement() == ClientPlacement::Host);
-
     let progress = Progress::new(plan.point_count(), plan.request_count(), opts.quiet);
     let _ = host.console.set(progress.clone());
     progress.line(&format!(
         "servebench: {} to measure in {}{}; run directory {}",
         count_s(plan.point_count(), "point"),
         count_s(plan.groups.len(), "server group"),
-        match &host.remote {
-            Some(r) => format!(
-                " on {} (client on the {})",
-                r.ssh.name(),
-                if agent_host.is_some() {
-                    "host"
-                } else {
-                    "local machine, through a port forward"
-                }
-            ),
-            None => match &host.slurm {
-                Some(s) => format!(
-                    " on {} (client {})",
-                    s.name(),
-                    if agent_host.is_some() {
-                        "in the allocation, next to rank 0"
-                    } else {
-                        "on this machine"
-                    }
-                ),
-                None => String::new(),
-            },
-        },
+        host.describe(first.placement()),
         run_dir.path.display()
     ));
     if let Ok(est) =
@@ -550,22 +461,30 @@ async fn run_plan(
         ));
         progress.set_estimate(&est);
     }
-    let mut tally = Tally::default();
-    let mut aborted: Option<String> = None;
-    let measured = measure_groups(
+    let meta_shared = std::sync::Mutex::new(meta);
+    let tally_shared = std::sync::Mutex::new(Tally::default());
+    let aborted_shared = std::sync::Mutex::new(None::<String>);
+    let measured = pool::measure_pool(
         &plan,
-        spec,
-        &run_dir,
-        &mut meta,
+        &pool::PoolRun {
+            spec,
+            run_dir: &run_dir,
+            meta: &meta_shared,
+            progress: &progress,
+            interrupt: &interrupt,
+            spec_dir: spec_dir.clone(),
+            tally: &tally_shared,
+            aborted: &aborted_shared,
+        },
         &host,
-        agent_host.as_ref(),
-        &progress,
-        &interrupt,
-        &mut tally,
-        &mut aborted,
     )
     .await;
     progress.finish();
+    let mut meta = meta_shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    let tally = tally_shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    let aborted = aborted_shared
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
 
     let ended = chrono::Utc::now();
     meta.ended_at = Some(ended.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
@@ -628,158 +547,17 @@ fn points_line(c: &outcome::PointCounts) -> String {
     )
 }
 
-/// Measures every group of `plan` in turn until it is done, interrupted, aborted, or a record
-/// cannot be written (the error). Every server it launches is stopped before it returns.
-#[allow(clippy::too_many_arguments)]
-async fn measure_groups(
-    plan: &Plan,
-    spec: &LoadedSpec,
-    run_dir: &Arc<RunDir>,
-    meta: &mut RunMeta,
-    host: &RunHost,
-    agent_host: Option<&AgentPlace>,
-    progress: &Progress,
-    interrupt: &Interrupt,
-    tally: &mut Tally,
-    aborted: &mut Option<String>,
-) -> Result<(), RunError> {
-    let spec_dir = spec_dir(spec);
-    let first = &spec.points[0].experiment;
-    if let Some(r) = &host.remote {
-        meta.server_host = crate::host::remote::host_facts(&r.ssh, &python_of(first)).await;
-        write_meta(run_dir, meta)?;
-    }
-    let mut runner = PointRunner::new(
-        point::run_dir_sink(run_dir.clone(), interrupt.clone()),
-        progress.clone(),
-        interrupt.clone(),
-        spec_dir.clone(),
-    )
-    .with_metrics_sink(metrics_sink(run_dir.clone()));
-    for group in &plan.groups {
-        let mut pending = group.points.iter().peekable();
-        let mut policy = FailurePolicy::new(first.on_failure);
-        while pending.peek().is_some() {
-            if interrupt.is_set() || aborted.is_some() {
-                return Ok(());
-            }
-            let log = run_dir.server_log_path(&group.id);
-            progress.line(&format!(
-                "{}: starting the server ({})",
-                group.id,
-                server_label(&group.server)
-            ));
-            let mut handle = match ServerHandle::start(
-                &group.id,
-                &group.server,
-                &log,
-                interrupt,
-                host.host.as_ref(),
-            )
-            .await
-            {
-                Ok(h) => h,
-                Err(server::ServerError::Interrupted) => return Ok(()),
-                Err(e) => {
-                    // The group's remaining points cannot run; record them as failed and go on.
-                    let msg = e.to_string();
-                    progress.line(&format!("{}: {msg}", group.id));
-                    tally
-                        .problems
-                        .push(format!("{}: {}", group.id, first_line(&msg)));
-                    for p in pending.by_ref() {
-                        let mut record = failed_point(p, &group.id, FlagKind::ServerFailed, &msg);
-                        record.failure = e.cause_label();
-                        append_point(run_dir, progress, &record)?;
-                    }
-                    if policy.aborts_on_start_failure() {
-                        *aborted = Some(format!(
-                            "{}: the server failed to start (on_failure: abort)",
-                            group.id
-                        ));
-                    }
-                    continue;
-                }
-            };
-            progress.launched(&group.id);
-            for note in &handle.record.notes {
-                progress.line(&format!("{}: warning: {note}", group.id));
-            }
-            if let Some(s) = handle.record.ready_after_s {
-                progress.line(&format!(
-                    "{}: ready after {} at {}",
-                    group.id,
-                    crate::text::duration(s),
-                    handle.record.url
-                ));
-            }
-            meta.servers.push(handle.record.clone());
-            let launch_index = meta.servers.len() - 1;
-            if let Err(e) = write_meta(run_dir, meta) {
-                // Nothing may outlive the runner: stop the server before giving up.
-                handle.stop("stopping after an error").await;
-                meta.servers[launch_index] = handle.record.clone();
-                return Err(e);
-            }
-            let result = measure_on(
-                &mut handle,
-                &mut pending,
-                &mut policy,
-                &LaunchContext {
-                    group: &group.id,
-                    run_dir,
-                    progress,
-                    interrupt,
-                    host: host.host.as_ref(),
-                    remote: host.remote.is_some() || host.slurm.is_some(),
-                },
-                Measuring {
-                    runner: &mut runner,
-                    agent_host,
-                    server: &group.server,
-                    spec_dir: &spec_dir,
-                },
-                tally,
-            )
-            .await;
-            // Whatever happened, the server goes down and that is recorded.
-            let why = match &result {
-                Err(_) => "stopping after an error",
-                Ok(_) if interrupt.cause().is_some_and(|c| c.is_failure()) => {
-                    "stopping: a record could not be written"
-                }
-                Ok(end) => end.stop_reason(pending.peek().is_some()),
-            };
-            handle.stop(why).await;
-            meta.servers[launch_index] = handle.record.clone();
-            // The first error is the one to report.
-            let meta_written = write_meta(run_dir, meta);
-            let end = result?;
-            meta_written?;
-            match end {
-                LaunchEnd::Interrupted => return Ok(()),
-                LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) => {
-                    *aborted = Some(why);
-                    return Ok(());
-                }
-                LaunchEnd::Crashed | LaunchEnd::Finished => {}
-            }
-        }
-    }
-    Ok(())
-}
-
 /// What picks the measurer for a launch.
-struct Measuring<'a> {
-    runner: &'a mut PointRunner,
+pub(crate) struct Measuring<'a> {
+    pub runner: &'a mut PointRunner,
     /// Where the agent measures (`client: host`): the SSH host, or the Slurm allocation.
-    agent_host: Option<&'a AgentPlace>,
-    server: &'a crate::spec::types::Server,
+    pub agent_host: Option<&'a AgentPlace>,
+    pub server: &'a crate::spec::types::Server,
     spec_dir: &'a Path,
 }
 
 /// Measures a launch's points with the measurer its placement calls for, then releases it.
-async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
+pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
     handle: &mut ServerHandle,
     pending: &mut std::iter::Peekable<I>,
     policy: &mut FailurePolicy,
@@ -816,7 +594,7 @@ async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
 }
 
 /// The python that runs SGLang on the host (for its version in meta.json).
-fn python_of(exp: &crate::spec::types::Experiment) -> String {
+pub(crate) fn python_of(exp: &crate::spec::types::Experiment) -> String {
     match &exp.server.launcher {
         Some(l) if l.first().is_some_and(|p| p.contains("python")) => l[0].clone(),
         _ => "python3".into(),
@@ -851,6 +629,20 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         }
     };
     for p in &spec.points {
+        let (server, hosts) = (&p.experiment.server, p.experiment.pool().len());
+        if server.node_count() > 1 && server.url.is_none() {
+            if let Err(e) = crate::engine::ranks::flavour(server) {
+                note(Preflight::Nodes(e.to_string()));
+            }
+            if server.node_count() as usize > hosts {
+                note(Preflight::Nodes(format!(
+                    "server.nodes is {} but the run has {}: list at least {} hosts in `hosts:`",
+                    server.node_count(),
+                    count_s(hosts, "host"),
+                    server.node_count()
+                )));
+            }
+        }
         if let Err(e) = crate::prompt::WorkloadSource::load(&p.experiment.workload, spec_dir) {
             note(Preflight::Prompt(e.to_string()));
         }
@@ -925,7 +717,7 @@ pub(crate) fn append_point(
     })
 }
 
-fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
+pub(crate) fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
     dir.write_meta(meta).map_err(|source| RunError::Write {
         what: dir
             .file(crate::results::rundir::META_FILE)
@@ -935,7 +727,7 @@ fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
     })
 }
 
-fn server_label(s: &crate::spec::types::Server) -> String {
+pub(crate) fn server_label(s: &crate::spec::types::Server) -> String {
     match &s.url {
         Some(u) => format!("external {u}"),
         None => format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))

@@ -89,9 +89,21 @@ impl ServerHandle {
         interrupt: &Interrupt,
         host: &dyn Host,
     ) -> Result<ServerHandle, ServerError> {
+        Self::start_on(group, server, log_path, interrupt, &[host]).await
+    }
+
+    /// Like [`start`](Self::start) on `hosts`: rank `i` of a multi-node server
+    /// (`server.nodes`) runs on `hosts[i]`; a single-node server on `hosts[0]`.
+    pub async fn start_on(
+        group: &str,
+        server: &Server,
+        log_path: &Path,
+        interrupt: &Interrupt,
+        hosts: &[&dyn Host],
+    ) -> Result<ServerHandle, ServerError> {
         match &server.url {
             Some(url) => Self::attach(group, server, url, log_path).await,
-            None => Self::launch(group, server, log_path, interrupt, host).await,
+            None => Self::launch(group, server, log_path, interrupt, hosts).await,
         }
     }
 
@@ -152,37 +164,44 @@ impl ServerHandle {
         server: &Server,
         log_path: &Path,
         interrupt: &Interrupt,
-        host: &dyn Host,
+        hosts: &[&dyn Host],
     ) -> Result<ServerHandle, ServerError> {
         let effective = secrets::with_env_refs_expanded(server)
             .map_err(|e| ServerError::Config(e.to_string()))?;
         let log_start = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0);
         // Ready time counts from the launch, before any SSH round trips.
         let launched_at = Instant::now();
-        let port = host.pick_port(server.port).await?;
-        // The simulator runs as servebench itself: the host's copy of this binary, unless a
-        // launcher is given.
-        let simulated = effective.engine == Engine::Sim || effective.simulate;
-        let bin = if simulated && effective.launcher.is_none() {
-            host.servebench_binary().await?
+        let (process, argv, port, ranks) = if effective.node_count() > 1 {
+            let r = super::ranks::spawn_ranks(group, &effective, hosts, log_path).await?;
+            (r.process, r.command, r.port, r.records)
         } else {
-            "servebench".to_string()
-        };
-        let cmd = engine::launch_command(&effective, &bin, port)?;
-        let process = match host
-            .spawn(Spawn {
-                group,
-                command: &cmd,
-                env: &effective.env,
-                workdir: effective.workdir.as_deref(),
-                log_path,
-                port,
-            })
-            .await
-        {
-            Ok(p) => p,
-            Err(HostError::Interrupted) => return Err(ServerError::Interrupted),
-            Err(e) => return Err(e.into()),
+            let host = hosts[0];
+            let port = host.pick_port(server.port).await?;
+            // The simulator runs as servebench itself: the host's copy of this binary, unless
+            // a launcher is given.
+            let simulated = effective.engine == Engine::Sim || effective.simulate;
+            let bin = if simulated && effective.launcher.is_none() {
+                host.servebench_binary().await?
+            } else {
+                "servebench".to_string()
+            };
+            let cmd = engine::launch_command(&effective, &bin, port)?;
+            let process = match host
+                .spawn(Spawn {
+                    group,
+                    command: &cmd,
+                    env: &effective.env,
+                    workdir: effective.workdir.as_deref(),
+                    log_path,
+                    port,
+                })
+                .await
+            {
+                Ok(p) => p,
+                Err(HostError::Interrupted) => return Err(ServerError::Interrupted),
+                Err(e) => return Err(e.into()),
+            };
+            (process, secrets::redact_argv(&cmd.argv()), port, Vec::new())
         };
         // A Slurm job's time in the queue is not the server's start-up: its ready time (and
         // ready_timeout) count from the step's launch; the queue time is on the job's record.
@@ -203,7 +222,8 @@ impl ServerHandle {
                     server.engine.to_string()
                 },
                 url: process.host_url().unwrap_or(process.url()).to_string(),
-                command: Some(secrets::redact_argv(&cmd.argv())),
+                command: Some(argv),
+                ranks,
                 // The flags this engine got: `args` with its `engine_args` merged over them.
                 args: secrets::redacted_args(&Server {
                     args: engine::effective_args(server),
@@ -251,9 +271,13 @@ impl ServerHandle {
                 let tail = self.log_tail(3000);
                 self.record.outcome = Some(format!("crashed at start: {}", cause.label()));
                 self.stop("crashed at start").await;
+                let hint = engine::explain(self.engine, cause);
                 return Err(ServerError::DiedAtStart {
                     cause: cause.label().into(),
-                    hint: engine::explain(self.engine, cause).into(),
+                    hint: match self.crash_origin() {
+                        Some(origin) => format!("{origin}: {hint}"),
+                        None => hint.into(),
+                    },
                     log,
                     tail,
                 });
@@ -306,6 +330,12 @@ impl ServerHandle {
         Some(host_cause.unwrap_or_else(|| engine::classify(self.engine, &self.log_tail(20_000))))
     }
 
+    /// For a multi-node server that exited: which rank failed, where (`rank 1 of 2 on
+    /// bench@gpu-b, log server-g1.rank1.log`).
+    pub fn crash_origin(&self) -> Option<String> {
+        self.process.as_ref()?.failed_rank().map(|r| r.to_string())
+    }
+
     /// Like [`crashed`](Self::crashed), but gives a server that is going down up to `grace` to
     /// exit: when requests just failed on a broken connection, the process may still be
     /// writing its traceback.
@@ -344,7 +374,11 @@ impl ServerHandle {
     /// The last bytes of the server's log in the run directory (mirrored for remote servers).
     pub fn log_tail(&self, bytes: u64) -> String {
         match &self.process {
-            Some(_) => crate::host::file_tail(&self.log_path, bytes),
+            // A multi-node server's cause is in the log of the rank that failed.
+            Some(p) => match p.failed_rank() {
+                Some(r) => crate::host::file_tail(&r.log_path, bytes),
+                None => crate::host::file_tail(&self.log_path, bytes),
+            },
             None => String::new(),
         }
     }
@@ -376,6 +410,9 @@ impl ServerHandle {
             }
         );
         self.record.stopped = stopped.gone;
+        for r in &mut self.record.ranks {
+            r.stopped = stopped.gone;
+        }
         self.record.outcome = Some(match self.record.outcome.take() {
             Some(prev) => format!("{prev}; {note}"),
             None => note,

@@ -113,9 +113,24 @@ pub const FLAGS: &[Flag] = &[
     ),
     f!("pp-size", Int, "1", "Accepted; no effect."),
     f!("ep-size", Int, "1", "Accepted; no effect."),
-    f!("nnodes", Int, "1", "Accepted; no effect."),
-    f!("node-rank", Int, "0", "Accepted; no effect."),
-    f!("dist-init-addr", Str, "null", "Accepted; no effect."),
+    f!(
+        "nnodes",
+        Int,
+        "1",
+        "Ranks of a multi-node server (see sim::ranks)."
+    ),
+    f!(
+        "node-rank",
+        Int,
+        "0",
+        "This rank; 0 serves HTTP once all ranks joined."
+    ),
+    f!(
+        "dist-init-addr",
+        Str,
+        "null",
+        "HOST:PORT where rank 0 waits for the others."
+    ),
     f!("enable-dp-attention", Bool, "false", "Accepted; no effect."),
     f!(
         "mem-fraction-static",

@@ -82,6 +82,7 @@ mod memory;
 mod metrics;
 mod profile;
 mod radix;
+pub mod ranks;
 mod request;
 mod scheduler;
 mod server;
@@ -166,7 +167,32 @@ fn main_sglang(args: Vec<String>) -> i32 {
             return crate::exit::FAILED;
         }
     };
+    let ranks = match ranks::RankArgs::from_sglang(
+        config.args.int("nnodes"),
+        config.args.int("node-rank"),
+        config.args.str("dist-init-addr"),
+        config.args.int("dist-timeout"),
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("servebench sim: error: {e}");
+            return crate::exit::BAD_INPUT;
+        }
+    };
     runtime.block_on(async move {
+        // A multi-node rank meets the others first: rank 0 serves only once all joined.
+        let role = match ranks::start(
+            ranks.as_ref(),
+            &config.log,
+            &config.host,
+            config.port,
+            shutdown_signal(),
+        )
+        .await
+        {
+            Ok(role) => role,
+            Err(code) => return code,
+        };
         let addr = format!("{}:{}", config.host, config.port);
         let listener = match tokio::net::TcpListener::bind(&addr).await {
             Ok(l) => l,
@@ -179,17 +205,33 @@ fn main_sglang(args: Vec<String>) -> i32 {
                 return crate::exit::FAILED;
             }
         };
-        match serve(config, listener, shutdown_signal()).await {
-            Ok(()) => crate::exit::OK,
-            Err(e) => {
-                eprintln!("servebench sim: {e}");
-                crate::exit::FAILED
-            }
-        }
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let shutdown =
+            ranks::until_shutdown(role, config.log.clone(), lost.clone(), shutdown_signal());
+        serve_exit(serve(config, listener, shutdown).await, &lost)
     })
 }
 
-fn main_vllm(args: Vec<String>) -> i32 {
+/// The exit code after serving: 1 when serving failed or another rank was lost.
+fn serve_exit(served: anyhow::Result<()>, lost: &std::sync::atomic::AtomicBool) -> i32 {
+    match served {
+        Ok(()) if lost.load(std::sync::atomic::Ordering::SeqCst) => crate::exit::FAILED,
+        Ok(()) => crate::exit::OK,
+        Err(e) => {
+            eprintln!("servebench sim: {e}");
+            crate::exit::FAILED
+        }
+    }
+}
+
+fn main_vllm(mut args: Vec<String>) -> i32 {
+    let ranks = match ranks::RankArgs::take_vllm(&mut args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("vllm serve: error: {e}");
+            return crate::exit::BAD_INPUT;
+        }
+    };
     let parsed = match vllm_args::parse(&args) {
         Ok(p) => p,
         Err(e) => {
@@ -219,6 +261,18 @@ fn main_vllm(args: Vec<String>) -> i32 {
         }
     };
     runtime.block_on(async move {
+        let role = match ranks::start(
+            ranks.as_ref(),
+            &config.log,
+            &config.host,
+            config.port,
+            shutdown_signal(),
+        )
+        .await
+        {
+            Ok(role) => role,
+            Err(code) => return code,
+        };
         // vLLM binds its socket before loading the model, so a busy port fails at once
         // (entrypoints/launchers/launcher.py `create_server_socket`).
         let bound = bind_socket(&config.host, config.port).await;
@@ -240,13 +294,10 @@ fn main_vllm(args: Vec<String>) -> i32 {
                 return crate::exit::FAILED;
             }
         };
-        match serve_socket(config, socket, shutdown_signal()).await {
-            Ok(()) => crate::exit::OK,
-            Err(e) => {
-                eprintln!("servebench sim: {e}");
-                crate::exit::FAILED
-            }
-        }
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let shutdown =
+            ranks::until_shutdown(role, config.log.clone(), lost.clone(), shutdown_signal());
+        serve_exit(serve_socket(config, socket, shutdown).await, &lost)
     })
 }
 

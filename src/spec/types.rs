@@ -35,6 +35,17 @@ pub struct Experiment {
     /// options) launches it on a GPU host over SSH. Host keys are checked strictly.
     #[serde(default)]
     pub host: HostSpec,
+    /// A pool of hosts (each like `host`). Server groups are independent, so they run in
+    /// parallel, one group per host at a time, in plan order; a multi-node server
+    /// (`server.nodes`) takes that many hosts of the pool at once. When set, `host` is not used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub hosts: Vec<HostSpec>,
+    /// What happens to a pool host's remaining server groups when the host fails (cannot be
+    /// reached, or its link drops mid-run). `move` (the default): they go to another host of
+    /// the pool, and the failed host takes no more groups. `fail`: they are recorded as failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_host_failure: Option<HostFailover>,
     /// Where the measuring client runs for an SSH host. `host` (the default): servebench copies
     /// itself to the host and measures against localhost there, so network latency never
     /// enters the numbers. `local`: measure from this machine through an SSH port forward.
@@ -124,11 +135,20 @@ pub struct Experiment {
 }
 
 impl Experiment {
+    /// The hosts servers run on: `hosts:` when given, else the one `host`.
+    pub fn pool(&self) -> Vec<HostSpec> {
+        if self.hosts.is_empty() {
+            vec![self.host.clone()]
+        } else {
+            self.hosts.clone()
+        }
+    }
+
     /// Where the measuring client runs: `client` as given for an SSH host, else on the host
     /// (the default there, so network latency stays out of the numbers); always this machine
     /// for a local server, whatever `client` says.
     pub fn placement(&self) -> ClientPlacement {
-        match (self.client, self.host.is_local()) {
+        match (self.client, self.pool().iter().all(HostSpec::is_local)) {
             (Some(c), false) => c,
             (_, true) => ClientPlacement::Local,
             (None, false) => ClientPlacement::Host,
@@ -348,6 +368,30 @@ pub enum HostKeyCheck {
     AcceptNew,
 }
 
+/// What a host pool does with a failed host's remaining server groups.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum HostFailover {
+    /// Move them to another host of the pool (the next one free, in plan order).
+    #[default]
+    Move,
+    /// Record their points as failed with the host's failure.
+    Fail,
+}
+
 /// Where the measuring client runs.
 #[derive(
     Debug,
@@ -530,6 +574,24 @@ pub struct Server {
     /// nor stops it; it records its `/server_info` when it answers.
     #[serde(default)]
     pub url: Option<String>,
+    /// Nodes one server spans (multi-node; default 1). The engine runs as this many ranks, one
+    /// per host of `hosts:`, started, watched and stopped together; rank 0 serves HTTP. SGLang
+    /// gets `--nnodes N --node-rank I --dist-init-addr HOST:PORT`; vLLM `--nnodes N --node-rank
+    /// I --master-addr HOST --master-port PORT` (ranks from 1 `--headless`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub nodes: Option<u32>,
+    /// The address other ranks reach rank 0's host at, for the rendezvous (default: rank 0's
+    /// SSH host name; `127.0.0.1` for a local host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dist_init_host: Option<String>,
+}
+
+impl Server {
+    /// Ranks the server runs as (`nodes`, at least 1).
+    pub fn node_count(&self) -> u32 {
+        self.nodes.unwrap_or(1).max(1)
+    }
 }
 
 /// A launch flag's value.

@@ -1,0 +1,612 @@
+//! Running a plan on the run's hosts: one host (`host:`), or a pool (`hosts:`). Server groups
+//! are independent, so a pool runs them in parallel, one group per host at a time (a
+//! multi-node group takes `server.nodes` hosts at once), starting them in plan order. Records
+//! go to the one run directory as they arrive (each file has one writer behind a lock). A host
+//! that fails (cannot be reached, its link lost, a crash beyond the failure policy) leaves the
+//! pool; its group's remaining points move to the next free host (`on_host_failure: move`) or
+//! are recorded as failed (`fail`).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use crate::catalog::FlagKind;
+use crate::host::Host;
+use crate::host::local::LocalHost;
+use crate::host::remote::RemoteHost;
+use crate::host::slurm::SlurmHost;
+use crate::plan::failure::FailurePolicy;
+use crate::plan::{Plan, ServerGroup};
+use crate::results::meta::{PoolHostRecord, RunMeta};
+use crate::results::rundir::RunDir;
+use crate::spec::types::{ClientPlacement, Experiment, HostFailover, HostSpec};
+use crate::spec::{LoadedSpec, Point};
+use crate::text::first_line;
+
+use super::launch::{LaunchContext, LaunchEnd, Tally};
+use super::point::{self, PointRunner};
+use super::progress::Progress;
+use super::server::{self, ServerHandle};
+use super::{
+    Interrupt, Measuring, RunError, append_point, failed_point, measure_on, python_of,
+    server_label, write_meta,
+};
+
+/// A host servers run on.
+pub struct PoolHost {
+    /// `local`, or the SSH host's `user@host:port`.
+    pub name: String,
+    pub host: Arc<dyn Host>,
+    /// The SSH connection (the agent and the host facts use it); None for this machine.
+    pub remote: Option<Arc<RemoteHost>>,
+    /// The Slurm cluster (the agent runs in its allocation); None off Slurm.
+    pub slurm: Option<Arc<SlurmHost>>,
+}
+
+impl PoolHost {
+    /// Where the measuring agent runs next to this host's servers (`client: host`): the SSH
+    /// host or the Slurm allocation; None for this machine.
+    fn agent_place(&self) -> Option<super::agent_session::AgentPlace> {
+        use super::agent_session::AgentPlace;
+        match (&self.remote, &self.slurm) {
+            (Some(r), _) => Some(AgentPlace::Ssh(r.clone())),
+            (None, Some(s)) => Some(AgentPlace::Slurm(s.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The run's hosts: those that could be reached, and those that could not (with why).
+pub struct Pool {
+    pub hosts: Vec<PoolHost>,
+    pub unreachable: Vec<(String, String)>,
+    /// True for `hosts:` (points then record their host); false for one `host:`.
+    pub is_pool: bool,
+    /// The run's console once it has one (a Slurm job's queue state is said there).
+    pub console: Arc<std::sync::OnceLock<Progress>>,
+}
+
+impl Pool {
+    /// Connects to every host (a per-run directory `run_id` on each SSH host). One host that
+    /// cannot be reached fails the run before anything starts; a pool goes on without the
+    /// hosts it cannot reach, unless none is left.
+    pub async fn connect(
+        exp: &Experiment,
+        run_id: &str,
+        interrupt: &Interrupt,
+    ) -> Result<Pool, RunError> {
+        let specs = exp.pool();
+        let console: Arc<std::sync::OnceLock<Progress>> = Arc::default();
+        let connected = futures_util::future::join_all(
+            specs
+                .iter()
+                .map(|h| connect_one(h, run_id, interrupt, &console)),
+        )
+        .await;
+        let mut pool = Pool {
+            hosts: Vec::new(),
+            unreachable: Vec::new(),
+            is_pool: !exp.hosts.is_empty(),
+            console,
+        };
+        let mut first_error = None;
+        for (spec, c) in specs.iter().zip(connected) {
+            match c {
+                Ok(h) => pool.hosts.push(h),
+                Err(e) => {
+                    pool.unreachable.push((spec.label(), e.to_string()));
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if pool.hosts.is_empty() || !pool.is_pool => Err(RunError::Host(e)),
+            _ => Ok(pool),
+        }
+    }
+
+    /// `on a pool of 2 hosts (a, b)`, `on bench@gpu (client on the host)`, or nothing.
+    pub fn describe(&self, placement: ClientPlacement) -> String {
+        if self.is_pool {
+            return format!(
+                " on a pool of {} ({})",
+                crate::text::count_s(self.hosts.len(), "host"),
+                self.hosts
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        match self.hosts.first() {
+            Some(PoolHost {
+                remote: Some(r), ..
+            }) => format!(
+                " on {} (client on the {})",
+                r.ssh.name(),
+                if placement == ClientPlacement::Host {
+                    "host"
+                } else {
+                    "local machine, through a port forward"
+                }
+            ),
+            Some(PoolHost { slurm: Some(s), .. }) => format!(
+                " on {} (client {})",
+                s.name(),
+                if placement == ClientPlacement::Host {
+                    "in the allocation, next to rank 0"
+                } else {
+                    "on this machine"
+                }
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
+async fn connect_one(
+    spec: &HostSpec,
+    run_id: &str,
+    interrupt: &Interrupt,
+    console: &Arc<std::sync::OnceLock<Progress>>,
+) -> Result<PoolHost, crate::host::HostError> {
+    if spec.is_local() {
+        return Ok(PoolHost {
+            name: "local".into(),
+            host: Arc::new(LocalHost),
+            remote: None,
+            slurm: None,
+        });
+    }
+    if let Some(opts) = spec.slurm() {
+        let said = console.clone();
+        let slurm = SlurmHost::new(
+            opts.clone(),
+            run_id,
+            Arc::new(move |text: &str| match said.get() {
+                Some(p) => p.waiting(text),
+                None => crate::console::errln(text),
+            }),
+            interrupt.subscribe(),
+        );
+        slurm.check().await?;
+        let slurm = Arc::new(slurm);
+        return Ok(PoolHost {
+            name: slurm.name().to_string(),
+            host: slurm.clone(),
+            remote: None,
+            slurm: Some(slurm),
+        });
+    }
+    let remote = Arc::new(RemoteHost::connect(spec, run_id).await?);
+    Ok(PoolHost {
+        name: remote.ssh.name().to_string(),
+        host: remote.clone(),
+        remote: Some(remote),
+        slurm: None,
+    })
+}
+
+/// What the groups of a run share.
+pub(super) struct PoolRun<'a> {
+    pub spec: &'a LoadedSpec,
+    pub run_dir: &'a Arc<RunDir>,
+    pub meta: &'a Mutex<RunMeta>,
+    pub progress: &'a Progress,
+    pub interrupt: &'a Interrupt,
+    pub spec_dir: PathBuf,
+    pub tally: &'a Mutex<Tally>,
+    /// Why the run stopped early (`on_failure: abort`, a lost host, no host left).
+    pub aborted: &'a Mutex<Option<String>>,
+}
+
+impl PoolRun<'_> {
+    fn first(&self) -> &Experiment {
+        &self.spec.points[0].experiment
+    }
+
+    fn stopping(&self) -> bool {
+        self.interrupt.is_set() || self.aborted.lock().map(|a| a.is_some()).unwrap_or(true)
+    }
+
+    fn abort(&self, why: String) {
+        let mut a = self.aborted.lock().unwrap_or_else(|e| e.into_inner());
+        a.get_or_insert(why);
+    }
+
+    fn write_meta(&self) -> Result<(), RunError> {
+        let meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        write_meta(self.run_dir, &meta)
+    }
+}
+
+/// How one group's turn on its host(s) ended.
+enum GroupEnd<'p> {
+    /// Every point of the turn is recorded (or the run is stopping).
+    Done,
+    /// A host failed: `host` (an index into the pool) leaves it; `remaining` were not
+    /// measured.
+    HostFailed {
+        host: usize,
+        why: String,
+        remaining: Vec<&'p Point>,
+    },
+}
+
+/// Measures every group of `plan` on the pool's hosts until done, stopped, or a record
+/// cannot be written (the error). Every server launched is stopped before it returns.
+pub(super) async fn measure_pool(
+    plan: &Plan,
+    run: &PoolRun<'_>,
+    pool: &Pool,
+) -> Result<(), RunError> {
+    let first = run.first();
+    // What each host is, for the report and for `compare` (which warns across hardware).
+    let python = python_of(first);
+    let facts = futures_util::future::join_all(pool.hosts.iter().map(|h| async {
+        match &h.remote {
+            Some(r) => crate::host::remote::host_facts(&r.ssh, &python).await,
+            None => None,
+        }
+    }))
+    .await;
+    {
+        let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.is_pool {
+            meta.hosts = pool
+                .hosts
+                .iter()
+                .zip(&facts)
+                .map(|(h, f)| PoolHostRecord {
+                    name: h.name.clone(),
+                    facts: f.clone(),
+                    failed: None,
+                })
+                .chain(pool.unreachable.iter().map(|(name, why)| PoolHostRecord {
+                    name: name.clone(),
+                    facts: None,
+                    failed: Some(format!("cannot be reached: {}", first_line(why))),
+                }))
+                .collect();
+        } else if let Some(f) = facts.first() {
+            meta.server_host = f.clone();
+        }
+    }
+    run.write_meta()?;
+    for (name, why) in &pool.unreachable {
+        run.progress.line(&format!(
+            "host {name} cannot be reached, the pool goes on without it: {}",
+            first_line(why)
+        ));
+    }
+
+    let failover = first.on_host_failure.unwrap_or_default();
+    let n = pool.hosts.len();
+    let mut alive = vec![true; n];
+    let mut busy = vec![false; n];
+    let mut queue: VecDeque<(&ServerGroup, Vec<&Point>)> = plan
+        .groups
+        .iter()
+        .map(|g| (g, g.points.iter().collect()))
+        .collect();
+    let mut running = FuturesUnordered::new();
+    let mut first_error: Option<RunError> = None;
+    loop {
+        // Start groups in plan order while the next one has the hosts it needs.
+        while first_error.is_none() && !run.stopping() {
+            let Some((g, _)) = queue.front() else { break };
+            let need = g.server.node_count() as usize;
+            let free: Vec<usize> = (0..n)
+                .filter(|&i| alive[i] && !busy[i])
+                .take(need)
+                .collect();
+            if free.len() < need {
+                break;
+            }
+            let (g, points) = queue.pop_front().expect("peeked above");
+            for &i in &free {
+                busy[i] = true;
+            }
+            let hosts: Vec<&PoolHost> = free.iter().map(|&i| &pool.hosts[i]).collect();
+            running.push(async move {
+                let end = measure_group(run, pool, g, points, &free, &hosts).await;
+                (free, g, end)
+            });
+        }
+        let Some((used, g, end)) = running.next().await else {
+            break;
+        };
+        for &i in &used {
+            busy[i] = false;
+        }
+        match end {
+            Err(e) => note_error(run, &mut first_error, Err(e)),
+            Ok(GroupEnd::Done) => {}
+            Ok(GroupEnd::HostFailed {
+                host,
+                why,
+                remaining,
+            }) => {
+                alive[host] = false;
+                let name = &pool.hosts[host].name;
+                {
+                    let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(h) = meta.hosts.iter_mut().find(|h| &h.name == name) {
+                        h.failed = Some(why.clone());
+                    }
+                }
+                note_error(run, &mut first_error, run.write_meta());
+                let left = alive.iter().filter(|a| **a).count();
+                match failover {
+                    HostFailover::Move if left > 0 && !remaining.is_empty() => {
+                        run.progress.line(&format!(
+                            "host {name} failed ({}); {} of {} move to another host",
+                            first_line(&why),
+                            crate::text::count_s(remaining.len(), "point"),
+                            g.id
+                        ));
+                        // First in line: the group keeps its place in plan order.
+                        queue.push_front((g, remaining));
+                    }
+                    _ => {
+                        run.progress
+                            .line(&format!("host {name} failed: {}", first_line(&why)));
+                        let msg = format!("host {name} failed: {why}");
+                        for p in remaining {
+                            let record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
+                            let written = append_point(run.run_dir, run.progress, &record);
+                            note_error(run, &mut first_error, written);
+                        }
+                    }
+                }
+            }
+        }
+        // Groups that can never start (every host they could use has failed) are recorded
+        // as failed, once nothing runs that could free a host.
+        if running.is_empty() && first_error.is_none() && !run.stopping() {
+            let left = alive.iter().filter(|a| **a).count();
+            while let Some((g, _)) = queue.front() {
+                if (g.server.node_count() as usize) <= left {
+                    break;
+                }
+                let (g, points) = queue.pop_front().expect("peeked above");
+                let msg = if left == 0 {
+                    "no host of the pool is left to run it".to_string()
+                } else {
+                    format!(
+                        "server.nodes is {} but only {} of the pool are left",
+                        g.server.node_count(),
+                        crate::text::count_s(left, "host")
+                    )
+                };
+                run.progress.line(&format!("{}: {msg}", g.id));
+                for p in points {
+                    let record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
+                    let written = append_point(run.run_dir, run.progress, &record);
+                    note_error(run, &mut first_error, written);
+                }
+                if left == 0 {
+                    run.abort("every host of the pool failed".into());
+                }
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Measures `points` of group `g` on `hosts` (`indices` into the pool): launch, measure,
+/// relaunch after crashes as the failure policy says, stop.
+async fn measure_group<'p>(
+    run: &PoolRun<'_>,
+    pool: &Pool,
+    g: &'p ServerGroup,
+    points: Vec<&'p Point>,
+    indices: &[usize],
+    hosts: &[&PoolHost],
+) -> Result<GroupEnd<'p>, RunError> {
+    let first = run.first();
+    let label = hosts
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join("+");
+    if pool.is_pool {
+        run.run_dir.set_group_host(&g.id, &label);
+    }
+    let host_refs: Vec<&dyn Host> = hosts.iter().map(|h| h.host.as_ref()).collect();
+    let rank0 = hosts[0];
+    let agent_host = rank0
+        .agent_place()
+        .filter(|_| first.placement() == ClientPlacement::Host);
+    let mut runner = PointRunner::new(
+        point::run_dir_sink(run.run_dir.clone(), run.interrupt.clone()),
+        run.progress.clone(),
+        run.interrupt.clone(),
+        run.spec_dir.clone(),
+    )
+    .with_metrics_sink(super::metrics_sink(run.run_dir.clone()));
+    let mut pending = points.into_iter().peekable();
+    let mut policy = FailurePolicy::new(first.on_failure);
+    let mut tally = Tally::default();
+    let end = loop {
+        if pending.peek().is_none() || run.stopping() {
+            break GroupEnd::Done;
+        }
+        let log = run.run_dir.server_log_path(&g.id);
+        let on = if pool.is_pool {
+            format!(" on {label}")
+        } else {
+            String::new()
+        };
+        run.progress.line(&format!(
+            "{}: starting the server ({}){on}",
+            g.id,
+            server_label(&g.server)
+        ));
+        let started =
+            ServerHandle::start_on(&g.id, &g.server, &log, run.interrupt, &host_refs).await;
+        let mut handle = match started {
+            Ok(h) => h,
+            Err(server::ServerError::Interrupted) => break GroupEnd::Done,
+            Err(e) => {
+                let msg = e.to_string();
+                // A pool host that cannot be reached any more: the group goes elsewhere.
+                if pool.is_pool
+                    && let Some(bad) = lost_host(hosts).await
+                {
+                    break GroupEnd::HostFailed {
+                        host: indices[bad],
+                        why: format!("cannot be reached: {}", first_line(&msg)),
+                        remaining: pending.collect(),
+                    };
+                }
+                if pool.is_pool && policy.aborts_on_start_failure() && pool.hosts.len() > 1 {
+                    break GroupEnd::HostFailed {
+                        host: indices[0],
+                        why: format!(
+                            "the server failed to start there (on_failure: abort): {}",
+                            first_line(&msg)
+                        ),
+                        remaining: pending.collect(),
+                    };
+                }
+                // The group's remaining points cannot run; record them as failed and go on.
+                run.progress.line(&format!("{}: {msg}", g.id));
+                tally
+                    .problems
+                    .push(format!("{}: {}", g.id, first_line(&msg)));
+                for p in pending.by_ref() {
+                    let mut record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
+                    record.failure = e.cause_label();
+                    append_point(run.run_dir, run.progress, &record)?;
+                }
+                if policy.aborts_on_start_failure() {
+                    run.abort(format!(
+                        "{}: the server failed to start (on_failure: abort)",
+                        g.id
+                    ));
+                }
+                continue;
+            }
+        };
+        run.progress.launched(&g.id);
+        for note in &handle.record.notes {
+            run.progress.line(&format!("{}: warning: {note}", g.id));
+        }
+        if let Some(s) = handle.record.ready_after_s {
+            run.progress.line(&format!(
+                "{}: ready after {} at {}",
+                g.id,
+                crate::text::duration(s),
+                handle.record.url
+            ));
+        }
+        let launch_index = {
+            let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
+            meta.servers.push(handle.record.clone());
+            meta.servers.len() - 1
+        };
+        if let Err(e) = run.write_meta() {
+            // Nothing may outlive the runner: stop the server before giving up.
+            handle.stop("stopping after an error").await;
+            set_launch(run, launch_index, &handle);
+            return Err(e);
+        }
+        let result = measure_on(
+            &mut handle,
+            &mut pending,
+            &mut policy,
+            &LaunchContext {
+                group: &g.id,
+                run_dir: run.run_dir,
+                progress: run.progress,
+                interrupt: run.interrupt,
+                host: rank0.host.as_ref(),
+                remote: hosts
+                    .iter()
+                    .any(|h| h.remote.is_some() || h.slurm.is_some()),
+            },
+            Measuring {
+                runner: &mut runner,
+                agent_host: agent_host.as_ref(),
+                server: &g.server,
+                spec_dir: &run.spec_dir,
+            },
+            &mut tally,
+        )
+        .await;
+        // Whatever happened, the server goes down and that is recorded.
+        let why = match &result {
+            Err(_) => "stopping after an error",
+            Ok(_) if run.interrupt.cause().is_some_and(|c| c.is_failure()) => {
+                "stopping: a record could not be written"
+            }
+            Ok(end) => end.stop_reason(pending.peek().is_some()),
+        };
+        handle.stop(why).await;
+        set_launch(run, launch_index, &handle);
+        // The first error is the one to report.
+        let meta_written = run.write_meta();
+        let end = result?;
+        meta_written?;
+        match end {
+            LaunchEnd::Interrupted => break GroupEnd::Done,
+            LaunchEnd::Aborted(why) if pool.is_pool && pool.hosts.len() > 1 => {
+                break GroupEnd::HostFailed {
+                    host: indices[0],
+                    why: format!("a crash beyond the failure policy: {}", first_line(&why)),
+                    remaining: pending.collect(),
+                };
+            }
+            LaunchEnd::HostLost(why) if pool.is_pool => {
+                let bad = lost_host(hosts).await.unwrap_or(0);
+                break GroupEnd::HostFailed {
+                    host: indices[bad],
+                    why,
+                    remaining: pending.collect(),
+                };
+            }
+            LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) => {
+                run.abort(why);
+                break GroupEnd::Done;
+            }
+            LaunchEnd::Crashed | LaunchEnd::Finished => {}
+        }
+    };
+    let mut shared = run.tally.lock().unwrap_or_else(|e| e.into_inner());
+    shared.problems.append(&mut tally.problems);
+    shared.measured_points += tally.measured_points;
+    Ok(end)
+}
+
+/// Keeps the first error; a record that cannot be written stops every group (measuring on
+/// would measure what cannot be kept). Groups still running stop their servers first, so
+/// the loop never returns early.
+fn note_error(run: &PoolRun<'_>, first: &mut Option<RunError>, result: Result<(), RunError>) {
+    let Err(e) = result else { return };
+    if let RunError::Write { what, source } = &e {
+        run.interrupt.trigger(super::StopCause::WriteFailed {
+            file: what.clone(),
+            error: source.to_string(),
+        });
+    }
+    first.get_or_insert(e);
+}
+
+fn set_launch(run: &PoolRun<'_>, index: usize, handle: &ServerHandle) {
+    let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
+    meta.servers[index] = handle.record.clone();
+}
+
+/// The first of `hosts` whose link is gone (and cannot be re-established).
+async fn lost_host(hosts: &[&PoolHost]) -> Option<usize> {
+    for (i, h) in hosts.iter().enumerate() {
+        if h.remote.is_some() && h.host.check_link().await.is_err() {
+            return Some(i);
+        }
+    }
+    None
+}
