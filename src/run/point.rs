@@ -280,6 +280,7 @@ impl PointRunner {
     /// One round: prepares the cache as the policy says (a flush, or a priming request), then
     /// sends the round's measured requests. Returns their records and whether an interrupt
     /// stopped it.
+    #[allow(clippy::too_many_arguments)]
     async fn measure_round(
         &mut self,
         client: &Client,
