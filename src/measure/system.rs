@@ -194,10 +194,12 @@ pub fn add(
                 .iter()
                 .filter(|c| !c.met)
                 .map(|c| match c.value {
+                    // Attainment must reach its target; every other target is a ceiling.
                     Some(v) => format!(
-                        "{} {} > {}",
+                        "{} {} {} {}",
                         c.target,
                         crate::text::sig3(v),
+                        if c.target == "attainment" { "<" } else { ">" },
                         crate::text::sig3(c.limit)
                     ),
                     None => format!("{} not measured", c.target),
@@ -514,7 +516,15 @@ mod tests {
         assert_eq!((v.good, v.judged), (2, 5));
         // ttft_p50 0.35 <= 0.4 holds; attainment 40% < 50% fails.
         assert!(v.checks[0].met && !v.checks[1].met && !v.met);
-        assert!(flags.iter().any(|f| f.kind == FlagKind::SloMissed));
+        let missed = flags
+            .iter()
+            .find(|f| f.kind == FlagKind::SloMissed)
+            .expect("slo-missed");
+        assert!(
+            missed.message.ends_with("attainment 0.400 < 0.500"),
+            "{}",
+            missed.message
+        );
         // Lag p99 of [0.1, 0.3, 0, 0, 0] is far above the 10 ms default.
         assert!(flags.iter().any(|f| f.kind == FlagKind::ClientLimited));
     }
