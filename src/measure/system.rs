@@ -193,17 +193,7 @@ pub fn add(
                 .checks
                 .iter()
                 .filter(|c| !c.met)
-                .map(|c| match c.value {
-                    // Attainment must reach its target; every other target is a ceiling.
-                    Some(v) => format!(
-                        "{} {} {} {}",
-                        c.target,
-                        crate::text::sig3(v),
-                        if c.target == "attainment" { "<" } else { ">" },
-                        crate::text::sig3(c.limit)
-                    ),
-                    None => format!("{} not measured", c.target),
-                })
+                .map(|c| c.missed_text())
                 .collect();
             flags.push(Flag::new(
                 FlagKind::SloMissed,

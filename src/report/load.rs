@@ -152,15 +152,7 @@ fn row(p: &PointRecord, label: String) -> Option<LoadRow> {
             .iter()
             .flat_map(|v| &v.checks)
             .filter(|c| !c.met)
-            .map(|c| match c.value {
-                Some(v) => format!(
-                    "{} {} > {}",
-                    c.target,
-                    crate::text::sig3(v),
-                    crate::text::sig3(c.limit)
-                ),
-                None => format!("{} not measured", c.target),
-            })
+            .map(|c| c.missed_text())
             .collect(),
         client_limited: p.has_flag(&crate::catalog::FlagKind::ClientLimited),
         percentiles: load.percentiles.clone(),

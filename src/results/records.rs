@@ -545,6 +545,27 @@ pub struct LoadSummary {
     pub stopped_on_errors: bool,
 }
 
+impl SloCheck {
+    /// How a missed target was missed, e.g. `ttft_p99 1.12 > 1.00` or `attainment 0.780 <
+    /// 0.950` (attainment must reach its target; every other target is a ceiling).
+    pub fn missed_text(&self) -> String {
+        match self.value {
+            Some(v) => format!(
+                "{} {} {} {}",
+                self.target,
+                crate::text::sig3(v),
+                if self.target == "attainment" {
+                    "<"
+                } else {
+                    ">"
+                },
+                crate::text::sig3(self.limit)
+            ),
+            None => format!("{} not measured", self.target),
+        }
+    }
+}
+
 /// Whether a point met its SLO targets, target by target.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SloVerdict {
