@@ -71,9 +71,8 @@ pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
         e.0 = e.0.min(r.sent_at);
         e.1 = e.1.min(first_token_at(r).unwrap_or(f64::INFINITY));
     }
-    // SGLang's OpenAI usage leaves `prompt_tokens_details` out when nothing was cached: once
-    // the server has reported a count for some request, a missing one means none.
-    let reports = shared.iter().any(|(_, r)| r.cached_tokens.is_some());
+    // A missing count is not a 0: the runner fills 0 only where the server said it omits
+    // zeros (SGLang with --enable-cache-report, `fill_omitted_cached`).
     for (i, r) in &shared {
         let share = r.share.as_ref().expect("filtered");
         let key = if sessions {
@@ -92,7 +91,7 @@ pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             expected_cached_tokens: None,
             cached_tokens: None,
         });
-        let Some(cached) = r.cached_tokens.or(reports.then_some(0)) else {
+        let Some(cached) = r.cached_tokens else {
             unreported += 1;
             continue;
         };

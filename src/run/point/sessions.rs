@@ -100,6 +100,7 @@ impl PointRunner {
                 opening,
                 thinks,
                 timeout: exp.request_timeout,
+                omitted_is_zero: self.cached_omitted_is_zero(),
             };
             tasks.spawn(user_run.run());
         }
@@ -130,6 +131,8 @@ struct UserRun {
     opening: String,
     thinks: Vec<Duration>,
     timeout: Duration,
+    /// The server said its usage leaves out a cached count of 0 (see `fill_omitted_cached`).
+    omitted_is_zero: bool,
 }
 
 impl UserRun {
@@ -186,6 +189,7 @@ impl UserRun {
                 reusable_tokens: prev_prompt + prev_completion,
             });
             rec.mix = self.mix.clone();
+            super::fill_omitted_cached(&mut rec, self.omitted_is_zero);
             let written = (self.sink)(&rec).is_ok();
             self.progress.request_finished();
             let failed = rec.error.is_some();
