@@ -201,3 +201,24 @@ fn validate_names_what_a_load_block_lacks() {
     assert!(err.contains("needs a `stop:`"), "{err}");
     assert!(err.contains("p200"), "{err}");
 }
+
+/// A trace that cannot be read fails its point with its own cause (not a prompt error), and
+/// the run says it failed.
+#[test]
+fn an_unreadable_trace_fails_its_point_with_the_schedule_as_cause() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "gone.yaml",
+        &load_spec(
+            "gone",
+            "load: { kind: trace, trace: { file: no-such-trace.jsonl } }",
+        ),
+    );
+    let out = ws.run_with(&spec, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let points = read_jsonl(&run_dir(&out).join("points.jsonl"));
+    assert_eq!(points[0]["status"], "failed", "{}", points[0]);
+    let flags = points[0]["flags"].to_string();
+    assert!(flags.contains("schedule-failed"), "{flags}");
+    assert!(flags.contains("no-such-trace.jsonl"), "{flags}");
+}

@@ -44,6 +44,9 @@ pub enum FlagKind {
     CalibrationFailed,
     /// The point's prompts could not be read.
     PromptError,
+    /// A `load:` point's arrival schedule could not be made (its trace file unreadable, or
+    /// too long), so it sent nothing.
+    ScheduleFailed,
     /// The server died during the point.
     ServerCrashed,
     /// The server did not start for the point's group.
@@ -130,6 +133,7 @@ const CATALOGUE: &[Entry] = &[
     entry(FlagKind::Calibration, "calibration", "prompt_tok"),
     entry(FlagKind::CalibrationFailed, "calibration-failed", "ok_err"),
     entry(FlagKind::PromptError, "prompt-error", "ok_err"),
+    entry(FlagKind::ScheduleFailed, "schedule-failed", "ok_err"),
     entry(FlagKind::ServerCrashed, "server-crashed", "ok_err"),
     entry(FlagKind::ServerFailed, "server-failed", "ok_err"),
     entry(FlagKind::Skipped, "skipped", "ok_err"),

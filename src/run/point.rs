@@ -309,7 +309,7 @@ impl PointRunner {
                 Ok(s) => Some(s),
                 Err(e) => {
                     flags.push(Flag::new(
-                        FlagKind::PromptError,
+                        FlagKind::ScheduleFailed,
                         format!("could not make the arrival schedule: {e}"),
                     ));
                     return (Vec::new(), false);
