@@ -69,6 +69,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         load: None,
         server: None,
         host: None,
+        search: None,
     }
 }
 

@@ -653,6 +653,7 @@ fn run_dir_round_trip() {
         load: None,
         server: None,
         host: None,
+        search: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -807,6 +808,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         load: None,
         server: None,
         host: None,
+        search: None,
     }
 }
 

@@ -26,6 +26,17 @@ pub struct SearchSpec {
     pub integer: bool,
 }
 
+impl From<&crate::spec::search::SearchSpec> for SearchSpec {
+    fn from(s: &crate::spec::search::SearchSpec) -> Self {
+        SearchSpec {
+            start: s.start,
+            max: s.max,
+            resolution: s.resolution.fraction(),
+            integer: s.over == crate::spec::search::SearchOver::Concurrency,
+        }
+    }
+}
+
 /// One probe's outcome.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Probe {

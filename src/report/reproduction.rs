@@ -321,6 +321,7 @@ mod tests {
             load: None,
             server: None,
             host: None,
+            search: None,
         }
     }
 

@@ -2,6 +2,7 @@
 pub mod meta;
 pub mod records;
 pub mod rundir;
+pub mod search;
 pub mod server_view;
 
 pub use rundir::{RunDir, RunDirError};

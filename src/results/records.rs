@@ -401,6 +401,7 @@ impl PointRecord {
             load: None,
             server: None,
             host: None,
+            search: None,
         }
     }
 
@@ -479,6 +480,9 @@ pub struct PointRecord {
     /// rank 0 first), in a run on a host pool; None on a single host (see meta.json).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The capacity search this point is a probe of (None for an ordinary point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<super::search::SearchTag>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all

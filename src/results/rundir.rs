@@ -283,6 +283,38 @@ impl RunDir {
         append_line(&self.points, &self.file(POINTS_FILE), p)
     }
 
+    /// Writes `search.json` atomically (temporary file, then rename), like `meta.json`.
+    pub fn write_search(&self, file: &super::search::SearchFile) -> io::Result<()> {
+        let mut json = serde_json::to_string_pretty(&redacted(file)?).map_err(io::Error::other)?;
+        json.push('\n');
+        let path = self.file(super::search::SEARCH_FILE);
+        let tmp = path.with_extension("json.tmp");
+        let written = fs::write(&tmp, json).and_then(|()| fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
+    }
+
+    /// Reads `search.json` (None when the run has no search).
+    pub fn read_search(&self) -> Result<Option<super::search::SearchFile>, RunDirError> {
+        let path = self.file(super::search::SEARCH_FILE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = read_file(&path).map_err(|source| RunDirError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|source| RunDirError::Parse {
+                line: source.line(),
+                path,
+                source,
+            })
+    }
+
     /// Where the runner writes the log of server group `group`.
     pub fn server_log_path(&self, group: &str) -> PathBuf {
         self.file(&format!("server-{group}.log"))

@@ -65,7 +65,8 @@ pub struct Tally {
 }
 
 /// Measures pending points on one launched server until the group is done, the server
-/// crashes, or the run stops.
+/// crashes, or the run stops. A point with a `search:` block is a capacity search: its probes
+/// are measured here, one after another, on this launch ([`super::search`]).
 pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
     handle: &mut ServerHandle,
     pending: &mut std::iter::Peekable<I>,
@@ -87,13 +88,24 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
             )?;
             continue;
         }
-        let outcome = match measurer.measure(point, cx.group).await {
-            Ok(o) => o,
-            Err(unavailable) => {
+        let mut on = Launch {
+            handle,
+            policy,
+            cx,
+            measurer,
+            tally,
+        };
+        let end = if point.experiment.search.is_some() {
+            super::search::run_search(point, &mut on).await?
+        } else {
+            on.measure_one(point, &mut |_| {}).await?
+        };
+        match end {
+            None => {}
+            Some(One::End(end)) => return Ok(end),
+            Some(One::Unavailable(msg)) => {
                 // Nothing can be measured on this launch: record the rest as failed.
-                let msg = unavailable.to_string();
-                tally.problems.push(format!("{}: {msg}", point.id));
-                for p in std::iter::once(point).chain(pending.by_ref()) {
+                for p in pending.by_ref() {
                     append_point(
                         cx.run_dir,
                         cx.progress,
@@ -101,6 +113,49 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
                     )?;
                 }
                 return Ok(LaunchEnd::Finished);
+            }
+        }
+    }
+}
+
+/// How measuring one point ended the launch.
+pub enum One {
+    /// The launch is over ([`LaunchEnd`] says why).
+    End(LaunchEnd),
+    /// The measurer cannot measure on this launch (the point is recorded as failed; the
+    /// group's other points are to be).
+    Unavailable(String),
+}
+
+/// One launched server and what measuring on it needs.
+pub struct Launch<'a, 'c> {
+    pub handle: &'a mut ServerHandle,
+    pub policy: &'a mut FailurePolicy,
+    pub cx: &'a LaunchContext<'c>,
+    pub measurer: &'a mut dyn Measurer,
+    pub tally: &'a mut Tally,
+}
+
+impl Launch<'_, '_> {
+    /// Measures one point and records it (after `amend` has seen the record: a search tags
+    /// its probes there); Some when the launch cannot go on.
+    pub async fn measure_one(
+        &mut self,
+        point: &Point,
+        amend: &mut dyn FnMut(&mut crate::results::records::PointRecord),
+    ) -> Result<Option<One>, RunError> {
+        let cx = self.cx;
+        let handle = &mut *self.handle;
+        let tally = &mut *self.tally;
+        let outcome = match self.measurer.measure(point, cx.group).await {
+            Ok(o) => o,
+            Err(unavailable) => {
+                let msg = unavailable.to_string();
+                tally.problems.push(format!("{}: {msg}", point.id));
+                let mut record = failed_point(point, cx.group, FlagKind::AgentFailed, &msg);
+                amend(&mut record);
+                append_point(cx.run_dir, cx.progress, &record)?;
+                return Ok(Some(One::Unavailable(msg)));
             }
         };
         let mut record = outcome.record;
@@ -150,15 +205,18 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
         if record.incomplete && !outcome.interrupted && crashed.is_none() {
             tally.problems.push(format!("{}: incomplete", record.id));
         }
+        amend(&mut record);
         append_point(cx.run_dir, cx.progress, &record)?;
         if outcome.interrupted || cx.interrupt.is_set() {
-            return Ok(LaunchEnd::Interrupted);
+            return Ok(Some(One::End(LaunchEnd::Interrupted)));
         }
         if let Some(cause) = crashed {
-            return Ok(match policy.after_crash(point, cause.label()) {
-                AfterCrash::Relaunch => LaunchEnd::Crashed,
-                AfterCrash::Abort(why) => LaunchEnd::Aborted(why),
-            });
+            return Ok(Some(One::End(
+                match self.policy.after_crash(point, cause.label()) {
+                    AfterCrash::Relaunch => LaunchEnd::Crashed,
+                    AfterCrash::Abort(why) => LaunchEnd::Aborted(why),
+                },
+            )));
         }
         // Any failure on a remote host may be the link: check it before the next point. A
         // dropped link is re-established by the host; if it cannot be, the host is gone and
@@ -168,9 +226,10 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
             && cx.remote
             && let Err(e) = cx.host.check_link().await
         {
-            return Ok(LaunchEnd::HostLost(format!(
+            return Ok(Some(One::End(LaunchEnd::HostLost(format!(
                 "the host cannot be reached any more: {e}"
-            )));
+            )))));
         }
+        Ok(None)
     }
 }

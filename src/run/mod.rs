@@ -14,6 +14,7 @@ pub mod progress;
 pub mod provenance;
 pub mod ranks;
 pub mod scrape;
+pub mod search;
 pub mod server;
 
 use std::collections::HashSet;
@@ -361,7 +362,12 @@ pub async fn resume(
         .read_points()
         .map_err(ResumeError::from)?
         .into_iter()
-        .filter(|p| p.status() == crate::results::records::PointStatus::Ok)
+        // A search's probe is kept whatever its verdict (the search replays it); only one an
+        // interrupt cut short is measured again.
+        .filter(|p| {
+            p.status() == crate::results::records::PointStatus::Ok
+                || (p.search.is_some() && !p.has_flag(&FlagKind::Interrupted))
+        })
         .map(|p| p.id)
         .collect();
     run_dir
@@ -499,7 +505,11 @@ async fn run_plan(
         _ => aborted,
     };
     let recorded = run_dir.read_points().unwrap_or_default();
-    let settled = outcome::settle(&recorded, spec.points.len(), stopped.as_deref());
+    let settled = outcome::settle(
+        &recorded,
+        planned(spec, &run_dir, &recorded),
+        stopped.as_deref(),
+    );
     let (status, reason) = match failure {
         // A record that could not be written: the run cannot vouch for what it has.
         Some(failure) => (
@@ -527,6 +537,28 @@ async fn run_plan(
         points: settled.points,
         report,
     })
+}
+
+/// The points the run was to record: every ordinary point, and each search's probes (a search
+/// without its answer counts one more, so the run is not complete).
+fn planned(spec: &LoadedSpec, run_dir: &RunDir, recorded: &[PointRecord]) -> usize {
+    let seeds: Vec<&str> = spec
+        .points
+        .iter()
+        .filter(|p| p.experiment.search.is_some())
+        .map(|p| p.id.as_str())
+        .collect();
+    if seeds.is_empty() {
+        return spec.points.len();
+    }
+    let answers = run_dir.read_search().ok().flatten().unwrap_or_default();
+    let unanswered = seeds
+        .iter()
+        .filter(|s| !answers.searches.iter().any(|a| a.seed == **s && a.complete))
+        .count();
+    spec.points.len() - seeds.len()
+        + recorded.iter().filter(|p| p.search.is_some()).count()
+        + unanswered
 }
 
 /// `points: 4 ok, 1 degraded, 1 failed` (the parts that are not zero).

@@ -10,6 +10,7 @@ pub mod expand;
 pub mod load;
 pub mod load_model;
 pub mod schema;
+pub mod search;
 pub mod template;
 pub mod types;
 pub mod validate;

@@ -125,6 +125,11 @@ pub struct Experiment {
     /// all) and point-level targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<super::load_model::SloSpec>,
+    /// A capacity search: find the highest `load.rate` (or `concurrency`) whose point meets
+    /// the `slo.targets`, doubling from `start` until a probe fails, then bisecting to
+    /// `resolution`. Each probe is an ordinary point; the searched dimension is not swept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<super::search::SearchSpec>,
     /// Percentiles reported for each metric, e.g. `[50, 90, 99, 99.9]` (p50, p90 and p99 are
     /// always there).
     #[serde(

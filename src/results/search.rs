@@ -1,0 +1,62 @@
+//! A capacity search in the run directory: the tag each probe's point record carries, and
+//! `search.json`, each search's answer (written when a search ends, rewritten on resume).
+
+use serde::{Deserialize, Serialize};
+
+/// `search.json`: one entry per search of the run, in plan order.
+pub const SEARCH_FILE: &str = "search.json";
+
+/// What makes a point a probe of a capacity search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchTag {
+    /// Which search: the other sweep dimensions' values (`tp=2`), or `all` when nothing else
+    /// is swept. `compare` matches searches of two runs by it.
+    pub key: String,
+    /// The dimension searched: `load.rate` or `concurrency`.
+    pub over: String,
+    /// The probe's place in its search, from 1.
+    pub probe: usize,
+    /// The value probed (requests/s, or requests in flight).
+    pub value: f64,
+    /// Whether the point met every SLO target (a failed or crashed point does not).
+    pub passes: bool,
+    /// The achieved request throughput (requests/s) the saturation check compares.
+    pub throughput_req_s: f64,
+    /// Why the probe does not pass, in words (None when it passes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// Every search of a run and its answer.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SearchFile {
+    pub searches: Vec<SearchRecord>,
+}
+
+/// One search: what it searched and what it found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchRecord {
+    /// As in [`SearchTag::key`].
+    pub key: String,
+    /// The id of the plan point the search started from (probes are `<seed>-s1`, `-s2`, ...).
+    pub seed: String,
+    /// `load.rate` or `concurrency`.
+    pub over: String,
+    /// The search's bounds and resolution, as the spec gave them (resolution a fraction).
+    pub start: f64,
+    pub max: f64,
+    pub resolution: f64,
+    /// The highest passing value (None when even the lowest probe failed).
+    pub capacity: Option<f64>,
+    /// The lowest value known not to do better: a failing probe or a saturated one (None
+    /// when `max` passed: the capacity is at least `max`).
+    pub above: Option<f64>,
+    /// The probe where throughput stopped growing, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saturated_at: Option<f64>,
+    /// Probes run.
+    pub probes: usize,
+    /// False when the search stopped before its answer (an interrupt, a crash beyond the
+    /// failure policy): `capacity` and `above` are then the bracket so far.
+    pub complete: bool,
+}
