@@ -17,6 +17,7 @@ mod report;
 mod reproduce;
 mod run;
 mod run_dir;
+mod search;
 mod secrets;
 mod sim;
 mod sim_engines;

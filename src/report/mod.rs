@@ -5,6 +5,8 @@
 //! [`render_run_dir`] (reads) and [`write_report`] (reads, then writes `report.md` and
 //! `charts/*.svg`) touch the disk.
 
+pub mod capacity;
+pub mod capacity_chart;
 pub mod charts;
 pub mod compare;
 pub mod export;
@@ -440,6 +442,7 @@ pub fn write_report(
     let markdown = render_for_run(&meta, &model, template_override)?;
     write_charts(dir, &charts::charts(&model), model.load.as_ref())?;
     write_timelines(dir)?;
+    write_capacity_charts(dir, model.capacity.as_ref())?;
     let points = dir.read_points()?;
     export::write_csvs(&dir.path, &points)?;
     let path = dir.file(REPORT_FILE);
@@ -495,6 +498,28 @@ fn write_charts(
     Ok(())
 }
 
+/// Writes each search's chart (`charts/capacity-<seed>.svg`).
+fn write_capacity_charts(
+    dir: &RunDir,
+    section: Option<&capacity::CapacitySection>,
+) -> Result<(), ReportError> {
+    let folder = dir.file(CHARTS_DIR);
+    for view in section.iter().flat_map(|s| &s.searches) {
+        if view.chart.is_none() {
+            continue;
+        }
+        std::fs::create_dir_all(&folder).map_err(|source| ReportError::Write {
+            path: folder.clone(),
+            source,
+        })?;
+        let svg = capacity_chart::render_svg(view)?;
+        let path = folder.join(capacity::chart_file(&view.seed));
+        std::fs::write(&path, crate::redact::text(&svg).as_bytes())
+            .map_err(|source| ReportError::Write { path, source })?;
+    }
+    Ok(())
+}
+
 fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::LoadChart> {
     section.map(load_charts::charts).unwrap_or_default()
 }
@@ -540,6 +565,7 @@ fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
     let points = dir.read_points_detailed()?;
     let requests = dir.read_requests_detailed()?;
     let mut model = build_model(&meta, &points.records, &requests.records);
+    model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
     let scrapes = dir.read_metrics()?;
     model.timelines = timeline::timelines(&points.records, &requests.records, &scrapes)
         .into_iter()

@@ -61,6 +61,10 @@ pub struct ReportModel {
     /// Load points (open-loop `load:`, or points judged against `slo:`): offered load,
     /// throughput, goodput, SLO verdicts and the client's self-check. None without any.
     pub load: Option<super::load::LoadSection>,
+    /// Capacity searches (`search:`): each answer with its uncertainty, its probes and chart.
+    /// None without a search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<super::capacity::CapacitySection>,
     /// What each point's server reported in its own `/metrics`, beside the client's numbers;
     /// empty when nothing was scraped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -601,6 +605,7 @@ pub fn build_model(
         charts: Vec::new(),
         prefix_cache: Vec::new(),
         load: None,
+        capacity: None,
         server_view: super::server_view::rows(points, requests),
         timelines: Vec::new(),
     };

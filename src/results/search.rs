@@ -11,7 +11,7 @@ pub const SEARCH_FILE: &str = "search.json";
 pub struct SearchTag {
     /// Which search: the other sweep dimensions' values (`tp=2`), or `all` when nothing else
     /// is swept. `compare` matches searches of two runs by it.
-    pub key: String,
+    pub label: String,
     /// The dimension searched: `load.rate` or `concurrency`.
     pub over: String,
     /// The probe's place in its search, from 1.
@@ -36,8 +36,8 @@ pub struct SearchFile {
 /// One search: what it searched and what it found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchRecord {
-    /// As in [`SearchTag::key`].
-    pub key: String,
+    /// As in [`SearchTag::label`].
+    pub label: String,
     /// The id of the plan point the search started from (probes are `<seed>-s1`, `-s2`, ...).
     pub seed: String,
     /// `load.rate` or `concurrency`.

@@ -145,7 +145,7 @@ pub(super) async fn run_search(
         .into_iter()
         .filter(|p| p.id.starts_with(&format!("{}-s", seed.id)))
         .filter_map(|p| p.search)
-        .filter(|t| t.key == key)
+        .filter(|t| t.label == key)
         .collect();
     earlier.sort_by_key(|t| t.probe);
     for t in &earlier {
@@ -189,7 +189,7 @@ pub(super) async fn run_search(
                 let (passes, why) = verdict(record);
                 let throughput_req_s = achieved_req_s(record);
                 record.search = Some(SearchTag {
-                    key: key_.clone(),
+                    label: key_.clone(),
                     over: over.clone(),
                     probe: k,
                     value,
@@ -249,7 +249,7 @@ fn answer_record(
     complete: bool,
 ) -> SearchRecord {
     SearchRecord {
-        key: key.to_string(),
+        label: key.to_string(),
         seed: seed.id.clone(),
         over: spec.over.to_string(),
         start: machine.start,
@@ -274,7 +274,7 @@ fn answer_line(r: &SearchRecord) -> String {
     };
     format!(
         "search {}{}: {found}, {}",
-        r.key,
+        r.label,
         if r.complete { "" } else { " stopped early" },
         crate::text::count_s(r.probes, "probe")
     )

@@ -1,0 +1,202 @@
+//! The report's Capacity section: each capacity search's answer with its uncertainty, its
+//! probes in order (value, verdict, achieved throughput, the SLO targets' values) and a chart
+//! of both against the probed value. Built from `search.json` and `points.jsonl` alone.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::results::records::PointRecord;
+use crate::results::search::{SearchFile, SearchRecord};
+use crate::text::sig3;
+
+use super::charts::ChartLink;
+
+/// The Capacity section (None in a run without a search).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct CapacitySection {
+    /// One per search, in plan order.
+    pub searches: Vec<CapacityView>,
+}
+
+/// One search as the report shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct CapacityView {
+    /// Which search: the other sweep dimensions' values, or `all`.
+    pub label: String,
+    /// The plan point it started from.
+    pub seed: String,
+    /// `load.rate` or `concurrency`.
+    pub over: String,
+    /// The unit of the searched value (`req/s`, `in flight`).
+    pub unit: String,
+    pub start: f64,
+    pub max: f64,
+    /// Relative width of the final bracket asked for (0.05 = 5%).
+    pub resolution: f64,
+    /// The highest passing value (None when no probe passed).
+    pub capacity: Option<f64>,
+    /// The lowest value known not to do better (None when `max` passed).
+    pub above: Option<f64>,
+    /// The probe where throughput stopped growing, if it did.
+    pub saturated_at: Option<f64>,
+    /// False when the search stopped before its answer.
+    pub complete: bool,
+    /// The answer in words, with its uncertainty.
+    pub answer: String,
+    /// The SLO targets the probes were judged by, as written (`e2e_p99`).
+    pub targets: Vec<String>,
+    /// Each target's bound, in `targets` order (seconds; a share for attainment).
+    pub limits: Vec<f64>,
+    /// Every probe, in the order run.
+    pub probes: Vec<ProbeRow>,
+    /// The chart of this search (`charts/capacity-<seed>.svg`), when it has two probes or more.
+    pub chart: Option<ChartLink>,
+}
+
+/// One probe.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ProbeRow {
+    /// From 1.
+    pub probe: usize,
+    /// The point's id (`p001-s3`).
+    pub id: String,
+    /// The value probed.
+    pub value: f64,
+    pub passes: bool,
+    /// Achieved requests/s.
+    pub throughput_req_s: f64,
+    /// Each target's value (seconds; a share for attainment), in `targets` order; None when
+    /// the point had none.
+    pub slo_values: Vec<Option<f64>>,
+    /// Why it does not pass (None when it passes).
+    pub why: Option<String>,
+}
+
+/// `charts/capacity-p001.svg`.
+pub fn chart_file(seed: &str) -> String {
+    format!("capacity-{seed}.svg")
+}
+
+/// The section, when the run has searches.
+pub fn section(file: Option<&SearchFile>, points: &[PointRecord]) -> Option<CapacitySection> {
+    let file = file.filter(|f| !f.searches.is_empty())?;
+    Some(CapacitySection {
+        searches: file.searches.iter().map(|s| view(s, points)).collect(),
+    })
+}
+
+fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
+    let prefix = format!("{}-s", s.seed);
+    let mut mine: Vec<&PointRecord> = points
+        .iter()
+        .filter(|p| p.id.starts_with(&prefix) && p.search.is_some())
+        .collect();
+    mine.sort_by_key(|p| p.search.as_ref().map_or(0, |t| t.probe));
+    let mut targets: Vec<String> = Vec::new();
+    let mut limits: Vec<f64> = Vec::new();
+    for p in &mine {
+        for c in p
+            .load
+            .iter()
+            .flat_map(|l| l.slo.iter())
+            .flat_map(|v| &v.checks)
+        {
+            if !targets.contains(&c.target) {
+                targets.push(c.target.clone());
+                limits.push(c.limit);
+            }
+        }
+    }
+    let probes: Vec<ProbeRow> = mine
+        .iter()
+        .filter_map(|p| {
+            let t = p.search.as_ref()?;
+            let checks = p.load.as_ref().and_then(|l| l.slo.as_ref());
+            Some(ProbeRow {
+                probe: t.probe,
+                id: p.id.clone(),
+                value: t.value,
+                passes: t.passes,
+                throughput_req_s: t.throughput_req_s,
+                slo_values: targets
+                    .iter()
+                    .map(|name| {
+                        checks
+                            .and_then(|v| v.checks.iter().find(|c| &c.target == name))
+                            .and_then(|c| c.value)
+                    })
+                    .collect(),
+                why: t.why.clone(),
+            })
+        })
+        .collect();
+    let unit = if s.over == "concurrency" {
+        "in flight"
+    } else {
+        "req/s"
+    };
+    CapacityView {
+        label: s.label.clone(),
+        seed: s.seed.clone(),
+        over: s.over.clone(),
+        unit: unit.into(),
+        start: s.start,
+        max: s.max,
+        resolution: s.resolution,
+        capacity: s.capacity,
+        above: s.above,
+        saturated_at: s.saturated_at,
+        complete: s.complete,
+        answer: answer_text(s, unit),
+        targets,
+        limits,
+        chart: (probes.len() >= 2).then(|| ChartLink {
+            title: format!(
+                "Capacity search {}: throughput and SLO against {}",
+                s.label, s.over
+            ),
+            path: format!("charts/{}", chart_file(&s.seed)),
+        }),
+        probes,
+    }
+}
+
+/// `capacity 22 req/s (between 22 passing and 23 failing; resolution 5%)`, or the edges:
+/// `at least 256 req/s (max passed)`, `below 8 req/s (start failed)`.
+pub fn answer_text(s: &SearchRecord, unit: &str) -> String {
+    let pct = format!("{}%", sig3(s.resolution * 100.0));
+    let v = |x: f64| format!("{} {unit}", sig3(x));
+    let found = match (s.capacity, s.above) {
+        (Some(c), Some(a)) if s.saturated_at.is_some() => format!(
+            "capacity {} (between {} passing and {} where throughput had stopped growing: saturation at {}; resolution {pct})",
+            v(c),
+            sig3(c),
+            sig3(a),
+            s.saturated_at.map(sig3).unwrap_or_default()
+        ),
+        (Some(c), Some(a)) => format!(
+            "capacity {} (between {} passing and {} failing; resolution {pct})",
+            v(c),
+            sig3(c),
+            sig3(a)
+        ),
+        (Some(c), None) => format!(
+            "capacity at least {} (the search's max passed: raise `search.max` to find it)",
+            v(c)
+        ),
+        (None, Some(a)) => format!(
+            "capacity below {} (no probe passed, down to {}: lower `search.start`)",
+            v(a),
+            sig3(a)
+        ),
+        (None, None) => "no capacity: no probe was measured".to_string(),
+    };
+    if s.complete {
+        found
+    } else {
+        format!(
+            "the search stopped after {} before its answer; so far: {found}",
+            crate::text::count_s(s.probes, "probe")
+        )
+    }
+}

@@ -1,0 +1,204 @@
+//! End to end: a capacity search (`search:`) on the simulator, against a capacity computed by
+//! hand from the `fast` profile's timing model; its validation; resuming it mid-search.
+
+use std::path::Path;
+
+use crate::common::*;
+
+/// A server that runs one request at a time (`max-running-requests: 1`), 10x slower than
+/// `fast` (`sim-time-scale: 10`), fed at a constant rate: below its capacity every request
+/// finds it idle, above it a queue builds.
+///
+/// The capacity, by hand from `profiles/fast.yaml` (times x10): a 58-token prompt (64 asked,
+/// uncalibrated) prefills in 10 x (0.3 ms + 1.2 us x 58) = 3.7 ms; its 8 output tokens take
+/// the prefill's token and 7 decode steps of 10 x (1.2 ms + 2 us x 1 + 0.5 ns x ~62) =
+/// 12.0 ms: S = 3.7 + 7 x 12.0 = 87.9 ms of service per request (plus ~1 ms of HTTP), so the
+/// server serves at most 1/S = 11.4 req/s.
+///
+/// The SLO, e2e_p99 <= 2S = 176 ms (from each request's scheduled time): below 1/S every
+/// request takes S. Above it request j (from 0, 2 warm-up then 20 measured) waits
+/// j x (S - 1/r); the p99 of the 20 measured interpolates to j = 20.81, so the SLO breaks
+/// where S + 20.81 (S - 1/r) = 2S: r = 1 / (S (1 - 1/20.81)) = 1.05 / S = 11.9 req/s.
+const CAPACITY_REQ_S: f64 = 11.9;
+
+fn search_spec(name: &str, search: &str) -> String {
+    format!(
+        "name: {name}\n\
+         server:\n  engine: sim\n  model: test-model\n  \
+         args: {{ profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }}\n  \
+         ready_timeout: 30s\n\
+         workload:\n  prompt: {{ kind: random, tokens: 64, calibrate: false }}\n  output_tokens: 8\n\
+         load: {{ kind: rate, rate: 1, arrival: constant }}\n\
+         warmup: {{ requests: 2 }}\n\
+         stop: {{ requests: 20 }}\n\
+         slo: {{ targets: {{ e2e_p99: 176ms }} }}\n\
+         {search}\n"
+    )
+}
+
+const SEARCH: &str = "search: { over: load.rate, start: 6, max: 96, resolution: 5% }";
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_rate_search_finds_the_hand_computed_capacity() {
+    let ws = Workspace::new();
+    let spec = ws.write("cap.yaml", &search_spec("cap", SEARCH));
+    let (dir, points) = ws.run_ok(&spec);
+    let file = read_json(&dir.join("search.json"));
+    let s = &file["searches"][0];
+    assert_eq!(s["seed"], "p001");
+    assert_eq!(s["label"], "all");
+    assert_eq!(s["complete"], true);
+    let capacity = s["capacity"].as_f64().expect("a capacity");
+    assert!(
+        (capacity - CAPACITY_REQ_S).abs() / CAPACITY_REQ_S <= 0.10,
+        "found {capacity} req/s, by hand {CAPACITY_REQ_S}: {s}"
+    );
+    let above = s["above"].as_f64().expect("a failing bound");
+    assert!(
+        above > capacity && (above - capacity) / capacity <= 0.05 + 1e-9,
+        "{s}"
+    );
+    // Every probe is an ordinary recorded point, tagged, in order, its value in its values.
+    assert_eq!(points.len() as u64, s["probes"].as_u64().unwrap());
+    for (k, p) in points.iter().enumerate() {
+        let tag = &p["search"];
+        assert_eq!(p["id"], format!("p001-s{}", k + 1));
+        assert_eq!(tag["probe"], k + 1);
+        assert_eq!(p["values"]["load.rate"].as_f64(), tag["value"].as_f64());
+        // The verdict is the point's own SLO verdict.
+        assert_eq!(tag["passes"], p["load"]["slo"]["met"], "{p}");
+        let tput = p["metrics"]["throughput_req_s"]["mean"].as_f64().unwrap();
+        assert_eq!(tag["throughput_req_s"].as_f64(), Some(tput));
+    }
+    // The answer is the highest passing probe; the bound the lowest failing one.
+    let values = |passes: bool| {
+        points
+            .iter()
+            .filter(|p| p["search"]["passes"] == passes)
+            .map(|p| p["search"]["value"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(values(true).into_iter().reduce(f64::max), Some(capacity));
+    assert_eq!(values(false).into_iter().reduce(f64::min), Some(above));
+    // Each request is recorded under its probe.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["point"].as_str().unwrap().starts_with("p001-s"))
+    );
+    // The report states the answer and draws the search.
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Capacity"), "{report}");
+    assert!(
+        report.contains(&format!(
+            "capacity {} req/s (between",
+            servebench::text::sig3(capacity)
+        )),
+        "{report}"
+    );
+    assert!(dir.join("charts/capacity-p001.svg").exists());
+}
+
+#[test]
+fn a_search_is_resumed_from_its_recorded_probes() {
+    let ws = Workspace::new();
+    let spec = ws.write("cap.yaml", &search_spec("cap", SEARCH));
+    let (dir, points) = ws.run_ok(&spec);
+    let first = read_json(&dir.join("search.json"))["searches"][0].clone();
+    // As if the run had stopped after its third probe: the rest of the records gone.
+    let keep: Vec<String> = points[..3].iter().map(|p| p.to_string()).collect();
+    std::fs::write(dir.join("points.jsonl"), keep.join("\n") + "\n").unwrap();
+    std::fs::remove_file(dir.join("search.json")).unwrap();
+    let mut meta = read_json(&dir.join("meta.json"));
+    meta["status"] = "incomplete".into();
+    std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
+    let _turn = exclusive();
+    let out = servebench()
+        .args(["run", "--resume"])
+        .arg(&dir)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("3 probes recorded earlier, replayed"), "{err}");
+    assert!(
+        !err.contains("search probe 1 "),
+        "probe 1 measured again: {err}"
+    );
+    let again = read_jsonl(&dir.join("points.jsonl"));
+    // The first three are the earlier session's records, untouched.
+    for (a, b) in again[..3].iter().zip(&points[..3]) {
+        assert_eq!(a, b);
+    }
+    let ids: Vec<&str> = again.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(ids, unique, "no probe recorded twice");
+    let s = &read_json(&dir.join("search.json"))["searches"][0];
+    assert_eq!(s["complete"], true);
+    assert_eq!(s["probes"].as_u64(), Some(again.len() as u64));
+    // The replayed probes steer it the same way: the 4th value is the one the first run chose.
+    assert_eq!(again[3]["search"]["value"], points[3]["search"]["value"]);
+    let capacity = s["capacity"].as_f64().unwrap();
+    assert!(
+        (capacity - CAPACITY_REQ_S).abs() / CAPACITY_REQ_S <= 0.10,
+        "{s} (first: {first})"
+    );
+}
+
+#[test]
+fn a_search_spec_is_checked_at_its_place() {
+    let ws = Workspace::new();
+    let check = |name: &str, text: &str, needles: &[&str]| {
+        let spec = ws.write(name, text);
+        let out = servebench()
+            .arg("validate")
+            .arg(&spec)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        for n in needles {
+            assert!(err.contains(n), "missing {n:?} in:\n{err}");
+        }
+    };
+    // The searched dimension swept too.
+    check(
+        "swept.yaml",
+        &search_spec("s", &format!("{SEARCH}\nsweep: {{ load.rate: [1, 2] }}")),
+        &[
+            "`load.rate` is searched (`search.over`), so it cannot also be swept",
+            "swept.yaml:15:10",
+        ],
+    );
+    // No SLO targets to judge by.
+    check(
+        "noslo.yaml",
+        &search_spec("s", SEARCH)
+            .replace("slo: { targets: { e2e_p99: 176ms } }", "slo: { e2e: 1s }"),
+        &[
+            "needs SLO targets to judge its probes by",
+            "noslo.yaml:14:1",
+        ],
+    );
+    // Bounds out of order, a resolution out of (0, 1), a rate search without an open loop.
+    check(
+        "bounds.yaml",
+        &search_spec(
+            "s",
+            "search: { over: concurrency, start: 8, max: 4, resolution: 150% }",
+        ),
+        &[
+            "`max` (4) is below `start` (8)",
+            "the resolution is a share between 0 and 1",
+            "`search.over: concurrency` moves the closed loop's concurrency",
+        ],
+    );
+}
