@@ -202,3 +202,27 @@ fn a_search_spec_is_checked_at_its_place() {
         ],
     );
 }
+
+#[test]
+fn plan_bounds_a_search_by_its_probes() {
+    let ws = Workspace::new();
+    let spec = ws.write("cap.yaml", &search_spec("cap", SEARCH));
+    let out = servebench()
+        .arg("plan")
+        .arg(&spec)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 6 -> 96 is 4 doublings (5 probes), a 2x bracket to 5% is 5 bisections: 10 probes.
+    assert!(
+        text.contains(
+            "p001  capacity search over load.rate from 6.00 to 96.0 req/s, resolution 5.00%: at most 10 probes"
+        ),
+        "{text}"
+    );
+    // Each probe at least its schedule at the start rate: (2 warm-up + 20) / 6 req/s = 3.67 s,
+    // over the model's time for one request; 10 of them.
+    assert!(text.contains("cache cold  ~36.7 s"), "{text}");
+}

@@ -133,17 +133,35 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
             points: g
                 .points
                 .iter()
-                .map(|p| PointEstimate {
-                    id: p.id.clone(),
-                    seconds: points
-                        .iter()
-                        .filter(|r| !r.incomplete && same_values(&r.values, &p.values))
-                        .find_map(|r| {
-                            r.wall
-                                .as_ref()
-                                .map(|w| w.ended_at - w.started_at)
-                                .or_else(|| request_span(&requests, &r.id))
-                        }),
+                .map(|p| {
+                    let took = |r: &crate::results::records::PointRecord| {
+                        r.wall
+                            .as_ref()
+                            .map(|w| w.ended_at - w.started_at)
+                            .or_else(|| request_span(&requests, &r.id))
+                    };
+                    let seconds = match &p.experiment.search {
+                        // A search: its bound of probes, each as long as its longest recorded
+                        // probe (a search with the same other values).
+                        Some(s) => points
+                            .iter()
+                            .filter(|r| {
+                                !r.incomplete
+                                    && r.search.is_some()
+                                    && same_values_but(&r.values, &p.values, &s.over.to_string())
+                            })
+                            .filter_map(took)
+                            .reduce(f64::max)
+                            .map(|t| t * search_bound(p) as f64),
+                        None => points
+                            .iter()
+                            .filter(|r| !r.incomplete && same_values(&r.values, &p.values))
+                            .find_map(took),
+                    };
+                    PointEstimate {
+                        id: p.id.clone(),
+                        seconds,
+                    }
                 })
                 .collect(),
         })
@@ -188,6 +206,57 @@ fn same_values(
     b: &IndexMap<String, serde_json::Value>,
 ) -> bool {
     a.len() == b.len() && a.iter().all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// How long an open-loop rate point's schedule lasts at least: its warm-up and measured
+/// requests at its rate (or the phases' durations); 0 for other points. A search's probe
+/// is never shorter than its schedule, whatever the server's speed.
+fn schedule_s(e: &Experiment) -> f64 {
+    let Some(load) = e.open_loop() else {
+        return 0.0;
+    };
+    let Some(rate) = load
+        .rate
+        .as_ref()
+        .map(|r| r.per_second())
+        .filter(|r| r.is_finite())
+    else {
+        return 0.0;
+    };
+    let phase =
+        |requests: Option<u32>, duration: Option<std::time::Duration>| match (requests, duration) {
+            (Some(n), Some(d)) => (n as f64 / rate).min(d.as_secs_f64()),
+            (Some(n), None) => n as f64 / rate,
+            (None, Some(d)) => d.as_secs_f64(),
+            (None, None) => 0.0,
+        };
+    let warmup = e
+        .warmup
+        .as_ref()
+        .map_or(0.0, |w| phase(w.requests, w.duration));
+    let measured = e
+        .stop
+        .as_ref()
+        .map_or(0.0, |s| phase(s.requests, s.duration));
+    warmup + measured
+}
+
+/// Sweep values equal but for `skip` (the searched dimension, which a probe adds).
+fn same_values_but(
+    a: &IndexMap<String, serde_json::Value>,
+    b: &IndexMap<String, serde_json::Value>,
+    skip: &str,
+) -> bool {
+    let n = |m: &IndexMap<String, serde_json::Value>| m.keys().filter(|k| *k != skip).count();
+    n(a) == n(b) && b.iter().all(|(k, v)| k == skip || a.get(k) == Some(v))
+}
+
+/// The most probes the search a point starts can take (1 for an ordinary point).
+pub fn search_bound(p: &Point) -> usize {
+    p.experiment
+        .search
+        .as_ref()
+        .map_or(1, |s| super::search::probe_bound(&s.into()))
 }
 
 /// First send to last byte of a point's requests (runs that predate point wall times).
@@ -243,9 +312,26 @@ pub fn from_model(
                     _ => prompt_tokens(p, spec_dir),
                 };
                 let calibrate = calibration_key(p).is_some_and(|k| calibrated.insert(k));
+                // A search: its bound of probes, each as long as the first (the lowest load:
+                // a fixed count of requests takes longest at the lowest rate).
+                let (at, probes) = match &p.experiment.search {
+                    Some(s) => (
+                        super::search::probe_point(p, s.over, s.start, 1),
+                        search_bound(p),
+                    ),
+                    None => (p.clone(), 1),
+                };
                 PointEstimate {
                     id: p.id.clone(),
-                    seconds: tokens.map(|t| model_point(&cfg, &p.experiment, t, calibrate)),
+                    seconds: tokens.map(|t| {
+                        let modelled = model_point(&cfg, &at.experiment, t, calibrate);
+                        let one = if probes > 1 {
+                            modelled.max(schedule_s(&at.experiment))
+                        } else {
+                            modelled
+                        };
+                        one * probes as f64
+                    }),
                 }
             })
             .collect();

@@ -89,6 +89,28 @@ fn write_plan(
                     "two-point pairs of requests",
                 ),
             };
+            if let Some(s) = &e.search {
+                // A search: its probes are points made as it runs; the bound is what the
+                // time is estimated with.
+                let bound = super::search::probe_bound(&s.into());
+                writeln!(
+                    out,
+                    "  {}  capacity search over {} from {} to {} {}, resolution {}%: at most {}, each {}, cache {}{time}",
+                    p.label(),
+                    s.over,
+                    crate::text::sig3(s.start),
+                    crate::text::sig3(s.max),
+                    s.over.unit(),
+                    crate::text::sig3(s.resolution.fraction() * 100.0),
+                    count_s(bound, "probe"),
+                    match e.open_loop() {
+                        Some(_) => "an open-loop point at the probed rate".to_string(),
+                        None => format!("{samples} x {}", count_s(e.repeat as usize, "round")),
+                    },
+                    e.cache.policy
+                )?;
+                continue;
+            }
             writeln!(
                 out,
                 "  {}  {samples} x {}, concurrency {}, cache {}{time}",

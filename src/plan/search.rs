@@ -180,6 +180,39 @@ impl CapacitySearch {
     }
 }
 
+/// The id of probe `k` (from 1) of the search started by `seed`.
+pub fn probe_id(seed: &str, k: usize) -> String {
+    format!("{seed}-s{k}")
+}
+
+/// The point probing `value` (probe `k`): the seed with the searched field set, the value
+/// among its sweep values (so its label shows it).
+pub fn probe_point(
+    seed: &crate::spec::Point,
+    over: crate::spec::search::SearchOver,
+    value: f64,
+    k: usize,
+) -> crate::spec::Point {
+    use crate::spec::search::SearchOver;
+    let mut p = seed.clone();
+    p.id = probe_id(&seed.id, k);
+    let json = if value.fract() == 0.0 && value.abs() < 1e15 {
+        serde_json::Value::from(value as i64)
+    } else {
+        serde_json::Value::from(value)
+    };
+    p.values.insert(over.to_string(), json);
+    match over {
+        SearchOver::LoadRate => {
+            if let Some(load) = p.experiment.load.as_mut() {
+                load.rate = Some(crate::spec::load_model::Rate::PerSecond(value));
+            }
+        }
+        SearchOver::Concurrency => p.experiment.concurrency = value.max(1.0) as u32,
+    }
+    p
+}
+
 /// The most probes a search can take: the doublings from `start` to `max`, then the
 /// bisections of a bracket one doubling wide down to `resolution` (what `plan` bounds the
 /// search's time with).

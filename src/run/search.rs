@@ -6,14 +6,10 @@
 
 use std::sync::Mutex;
 
-use serde_json::Value;
-
-use crate::plan::search::{self, CapacitySearch, Next, Probe};
+use crate::plan::search::{self, CapacitySearch, Next, Probe, probe_point};
 use crate::results::records::{PointRecord, PointStatus};
 use crate::results::search::{SearchFile, SearchRecord, SearchTag};
 use crate::spec::Point;
-use crate::spec::load_model::Rate;
-use crate::spec::search::SearchOver;
 
 use super::RunError;
 use super::launch::{Launch, One};
@@ -44,33 +40,6 @@ pub fn search_key(seed: &Point) -> String {
     } else {
         parts.join(" ")
     }
-}
-
-/// The id of probe `k` (from 1) of the search started by `seed`.
-pub fn probe_id(seed: &str, k: usize) -> String {
-    format!("{seed}-s{k}")
-}
-
-/// The point probing `value`: the seed with the searched field set, the value among its
-/// sweep values (so its label shows it).
-pub fn probe_point(seed: &Point, over: SearchOver, value: f64, k: usize) -> Point {
-    let mut p = seed.clone();
-    p.id = probe_id(&seed.id, k);
-    let json = if value.fract() == 0.0 && value.abs() < 1e15 {
-        Value::from(value as i64)
-    } else {
-        Value::from(value)
-    };
-    p.values.insert(over.to_string(), json);
-    match over {
-        SearchOver::LoadRate => {
-            if let Some(load) = p.experiment.load.as_mut() {
-                load.rate = Some(Rate::PerSecond(value));
-            }
-        }
-        SearchOver::Concurrency => p.experiment.concurrency = value.max(1.0) as u32,
-    }
-    p
 }
 
 /// A probe's verdict from its recorded point: it passes when the point is `ok` (no crash, no
