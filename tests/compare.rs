@@ -80,6 +80,7 @@ fn run(path: &str, meta: RunMeta, points: Vec<PointRecord>) -> LoadedRun {
         points,
         truncated_lines: vec![],
         part: None,
+        searches: None,
     }
 }
 

@@ -40,6 +40,8 @@ pub struct LoadedRun {
     pub truncated_lines: Vec<usize>,
     /// Set when the run was split by a sweep dimension (`compare --by`): `DIM=VALUE`.
     pub part: Option<String>,
+    /// The run's capacity searches (`search.json`; None without one).
+    pub searches: Option<crate::results::search::SearchFile>,
 }
 
 /// Splits a run into one part per value of sweep dimension `dim` (in the order the values
@@ -103,6 +105,7 @@ pub fn split_by(run: LoadedRun, dim: &str) -> Result<Vec<LoadedRun>, String> {
                 points,
                 truncated_lines: run.truncated_lines.clone(),
                 part: Some(format!("{dim}={text}")),
+                searches: None,
             }
         })
         .collect())
@@ -119,6 +122,7 @@ pub fn load(path: &Path) -> Result<LoadedRun, RunDirError> {
         points: points.records,
         truncated_lines: points.truncated_lines,
         part: None,
+        searches: dir.read_search()?,
     })
 }
 
@@ -332,6 +336,9 @@ pub struct CompareModel {
     /// version), one line per mix; empty when every point's hardware matches.
     #[serde(default)]
     pub hardware_notes: Vec<String>,
+    /// Capacity searches compared across the runs (empty when the baseline has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacities: Vec<super::compare_capacity::CapacityCompare>,
 }
 
 /// A run in the comparison.
@@ -595,6 +602,13 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         summary,
         data_notes,
         hardware_notes,
+        capacities: super::compare_capacity::compare(
+            &runs
+                .iter()
+                .zip(&labels)
+                .map(|(r, l)| (l.clone(), r.searches.as_ref()))
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 

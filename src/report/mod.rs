@@ -9,6 +9,7 @@ pub mod capacity;
 pub mod capacity_chart;
 pub mod charts;
 pub mod compare;
+pub mod compare_capacity;
 pub mod export;
 pub mod format;
 pub mod hardware;
