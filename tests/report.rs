@@ -1100,3 +1100,49 @@ fn points_with_warnings_have_hollow_markers() {
     );
     assert!(expected.contains(&true) && expected.contains(&false));
 }
+
+/// A real capacity search on the simulator (tests/search.rs's spec), recorded as it ran: the
+/// Capacity section states the answer with its bracket, lists the probes in order and links
+/// the chart, whose markers are the probes' verdicts.
+#[test]
+fn a_capacity_search_has_a_capacity_section() {
+    let text = rendered("capacity-search");
+    let section: String = text
+        .split("## Capacity")
+        .nth(1)
+        .and_then(|s| s.split("## Point details").next())
+        .expect("a Capacity section")
+        .to_string();
+    insta::assert_snapshot!("capacity_section", section);
+    // The numbers are search.json's and the probes' own.
+    let dir = open("capacity-search");
+    let file = dir.read_search().unwrap().expect("search.json");
+    let s = &file.searches[0];
+    assert_eq!((s.capacity, s.above), (Some(11.625), Some(12.0)));
+    assert!(
+        section.contains(
+            "capacity 11.6 req/s (between 11.6 passing and 12.0 failing; resolution 5.00%)"
+        ),
+        "{section}"
+    );
+    let points = dir.read_points().unwrap();
+    let rows = section.lines().filter(|l| l.contains("| p001-s")).count();
+    assert_eq!(rows, points.len());
+    let failing: Vec<_> = points
+        .iter()
+        .filter(|p| !p.search.as_ref().unwrap().passes)
+        .collect();
+    assert_eq!(failing.len(), 1);
+    assert!(
+        section.contains("| 2 | p001-s2 | 12.0 | **fails** | 9.6 | 0.495 |"),
+        "{section}"
+    );
+    assert!(section.contains("probe 2 (load.rate 12.0) fails: e2e_p99 0.495 > 0.176."));
+    // The chart: one cross per failing probe, a filled circle per passing one (each panel,
+    // plus one in each legend).
+    let section = report::capacity::section(Some(&file), &points).unwrap();
+    let view = &section.searches[0];
+    let svg = report::capacity_chart::render_svg(view).unwrap();
+    let passing = points.len() - failing.len();
+    assert_eq!(svg.matches("<circle").count(), 2 * (passing + 1), "{svg}");
+}

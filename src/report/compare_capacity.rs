@@ -198,7 +198,10 @@ mod tests {
         // Overlapping brackets: no verdict, and why.
         let (v, why) = verdict(&base, &search(Some(22.5), Some(23.5)));
         assert_eq!(v, Some(Verdict::NotEnoughEvidence));
-        assert!(why.contains("[22.0, 23.0) and [22.5, 23.5) overlap"), "{why}");
+        assert!(
+            why.contains("[22.0, 23.0) and [22.5, 23.5) overlap"),
+            "{why}"
+        );
         // A search whose max passed is at least max: higher than a baseline failing below it.
         let (v, _) = verdict(&base, &search(Some(64.0), None));
         assert_eq!(v, Some(Verdict::Improvement));
