@@ -547,3 +547,32 @@ fn unchanged_reruns_give_no_verdict_and_a_ten_percent_slowdown_is_caught() {
     let out = gate(&runs[0], &runs[3]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
 }
+
+/// Two capacity searches: the recorded one against itself (the same bracket: not enough
+/// evidence) and against one whose capacity passed where it failed (higher), rendered.
+#[test]
+fn capacities_are_compared_by_their_brackets() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/capacity-search");
+    let a = compare::load(&dir).unwrap();
+    let same = a.clone();
+    let mut higher = a.clone();
+    let s = &mut higher.searches.as_mut().unwrap().searches[0];
+    (s.capacity, s.above) = (Some(12.0), Some(12.5));
+    let model = compare::build(&[a, same, higher], None);
+    assert_eq!(model.capacities.len(), 1);
+    let cells = &model.capacities[0].runs;
+    assert_eq!(cells[0].bracket, "[11.6, 12.0)");
+    assert_eq!(cells[0].verdict, None);
+    assert_eq!(cells[1].verdict, Some(Verdict::NotEnoughEvidence));
+    assert_eq!(cells[2].verdict, Some(Verdict::Improvement));
+    let text = compare::render(&model, None).unwrap();
+    assert!(text.contains("## Capacity"), "{text}");
+    assert!(
+        text.contains("| **B** | 11.6 | [11.6, 12.0) | not enough evidence: the brackets [11.6, 12.0) and [11.6, 12.0) overlap"),
+        "{text}"
+    );
+    assert!(
+        text.contains("| **C** | 12.0 | [12.0, 12.5) | **higher**: 12.0 passed, at or above where the baseline failed (12.0) |"),
+        "{text}"
+    );
+}

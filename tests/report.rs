@@ -388,7 +388,12 @@ fn builtin_names_and_paths_resolve() {
 #[test]
 fn builtin_template_errors_name_the_file() {
     // A built-in template renders any fixture; an error in one would name its file.
-    for name in ["clean-sweep", "contaminated", "two-point-crash"] {
+    for name in [
+        "clean-sweep",
+        "contaminated",
+        "two-point-crash",
+        "capacity-search",
+    ] {
         for t in report::BUILTIN_TEMPLATES {
             let text = report::render_run_dir(&open(name), Some(&Template::Builtin(t)))
                 .unwrap_or_else(|e| panic!("{name} with {}: {e}", t.file));
@@ -545,7 +550,12 @@ fn checked_in_report_model_schema_is_current() {
 fn report_models_validate_against_the_schema() {
     let schema = report::schema::report_model_schema();
     let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    for name in ["clean-sweep", "contaminated", "two-point-crash"] {
+    for name in [
+        "clean-sweep",
+        "contaminated",
+        "two-point-crash",
+        "capacity-search",
+    ] {
         let model = serde_json::to_value(model_of(name)).unwrap();
         let errors: Vec<String> = validator
             .iter_errors(&model)
