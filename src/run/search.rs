@@ -48,6 +48,9 @@ pub fn verdict(record: &PointRecord) -> (bool, Option<String>) {
     let status = record.status();
     if status != PointStatus::Ok {
         let why = match (&record.failure, status) {
+            _ if record.has_flag(&crate::catalog::FlagKind::Interrupted) => {
+                "the point was interrupted".to_string()
+            }
             (Some(cause), _) => format!("the point failed: {cause}"),
             (None, PointStatus::Failed) => "the point failed".to_string(),
             _ => format!(
