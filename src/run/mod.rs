@@ -629,18 +629,36 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         }
     };
     for p in &spec.points {
-        let (server, hosts) = (&p.experiment.server, p.experiment.pool().len());
+        let pool = p.experiment.pool();
+        let server = &p.experiment.server;
+        // A Slurm host runs every rank in its allocation; machines run one rank each.
+        let slurm = pool.iter().find_map(crate::spec::types::HostSpec::slurm);
+        let capacity: usize = pool.iter().map(|h| h.rank_capacity() as usize).sum();
         if server.node_count() > 1 && server.url.is_none() {
             if let Err(e) = crate::engine::ranks::flavour(server) {
                 note(Preflight::Nodes(e.to_string()));
             }
-            if server.node_count() as usize > hosts {
-                note(Preflight::Nodes(format!(
-                    "server.nodes is {} but the run has {}: list at least {} hosts in `hosts:`",
-                    server.node_count(),
-                    count_s(hosts, "host"),
-                    server.node_count()
-                )));
+            match slurm {
+                Some(s) if server.node_count() > s.rank_capacity() => {
+                    note(Preflight::Nodes(format!(
+                        "server.nodes is {} but the Slurm allocation holds {} ({} x {} per node): set host.slurm.nodes to {}",
+                        server.node_count(),
+                        count_s(s.rank_capacity() as usize, "rank"),
+                        count_s(s.nodes as usize, "node"),
+                        s.ranks_per_node,
+                        server.node_count().div_ceil(s.ranks_per_node.max(1))
+                    )));
+                }
+                Some(_) => {}
+                None if server.node_count() as usize > capacity => {
+                    note(Preflight::Nodes(format!(
+                        "server.nodes is {} but the run has {}: list at least {} hosts in `hosts:`",
+                        server.node_count(),
+                        count_s(pool.len(), "host"),
+                        server.node_count()
+                    )));
+                }
+                None => {}
             }
         }
         if let Err(e) = crate::prompt::WorkloadSource::load(&p.experiment.workload, spec_dir) {

@@ -263,6 +263,31 @@ impl ServerProcess for RankedProcess {
         })
     }
 
+    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
+        // Rank 0's step holds the allocation.
+        self.ranks[0].process.slurm_job()
+    }
+
+    fn host_failure(&mut self) -> BoxFuture<'_, Option<Failure>> {
+        Box::pin(async move {
+            let i = self.first_failed().map(|r| r.rank as usize)?;
+            if let Some(f) = self.ranks[i].process.host_failure().await {
+                return Some(f);
+            }
+            // A rank that died without a word (killed, its node gone) is known by what the
+            // others say: they lost it.
+            let own = crate::engine::classify(
+                self.engine,
+                &crate::host::file_tail(&self.ranks[i].log_path, 20_000),
+            );
+            let others_lost_it = self.ranks.iter().any(|r| {
+                crate::engine::classify(self.engine, &crate::host::file_tail(&r.log_path, 20_000))
+                    == Failure::RankLost
+            });
+            (own == Failure::Unknown && others_lost_it).then_some(Failure::RankLost)
+        })
+    }
+
     fn failed_rank(&self) -> Option<FailedRank> {
         let r = self.first_failed()?;
         Some(FailedRank {
