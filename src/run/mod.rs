@@ -459,7 +459,19 @@ async fn run_plan(
             crate::text::duration(est.total_s()),
             est.source
         ));
-        progress.set_estimate(&est);
+        // On a pool, groups run side by side: the time left is the pool's wall time. A
+        // Slurm host holds every rank of a group in its one allocation.
+        let pool_hosts = host.hosts.len();
+        let slurm = host.hosts.iter().any(|h| h.slurm.is_some());
+        progress.set_eta(progress::Eta::on_pool(&est, pool_hosts, |g| {
+            plan.groups.iter().find(|pg| pg.id == g).map_or(1, |pg| {
+                if slurm {
+                    1
+                } else {
+                    pg.server.node_count() as usize
+                }
+            })
+        }));
     }
     let meta_shared = std::sync::Mutex::new(meta);
     let tally_shared = std::sync::Mutex::new(Tally::default());
