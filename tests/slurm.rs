@@ -533,3 +533,39 @@ requests: 10
     }
     assert_nothing_left(&cluster, "servebench-slurm-ranks", &model);
 }
+
+#[test]
+fn a_multi_node_server_on_slurm_is_planned_on_one_allocation_that_must_hold_its_ranks() {
+    let ws = Workspace::new();
+    let two_ranks = |slurm: &str| {
+        format!(
+            "name: slurm-nodes\nhost:\n  slurm: {{ {slurm} }}\n\
+             server: {{ engine: sim, model: m, nodes: 2, args: {{ profile: fast }} }}\n\
+             workload: {{ prompt: {{ kind: repeat, tokens: 64 }}, output_tokens: 4 }}\n"
+        )
+    };
+    let good = ws.write("good.yaml", &two_ranks("nodes: 2"));
+    let out = servebench().arg("plan").arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("g1 on slurm (default partition, 2 nodes"),
+        "{text}"
+    );
+    assert!(!text.contains("cannot run"), "{text}");
+    let shared = ws.write("shared.yaml", &two_ranks("nodes: 1, ranks_per_node: 2"));
+    let out = servebench().arg("plan").arg(&shared).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1 node, 2 ranks per node"), "{text}");
+    // One node, one rank per node: refused before anything is submitted.
+    let small = ws.write("small.yaml", &two_ranks("nodes: 1"));
+    let out = ws.run(&small);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        show(&out).contains(
+            "server.nodes is 2 but the Slurm allocation holds 1 rank (1 node x 1 per node): set host.slurm.nodes to 2"
+        ),
+        "{}",
+        show(&out)
+    );
+}

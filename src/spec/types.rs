@@ -196,7 +196,7 @@ impl HostSpec {
             HostSpec::Slurm(s) => {
                 let o = &s.slurm;
                 format!(
-                    "slurm ({}, {} node{}{}{}, one job per {})",
+                    "slurm ({}, {} node{}{}{}{}, one job per {})",
                     o.partition
                         .as_ref()
                         .map_or("default partition".to_string(), |p| format!(
@@ -207,6 +207,11 @@ impl HostSpec {
                     o.gpus_per_node
                         .map(|g| format!(" × {g} GPUs"))
                         .unwrap_or_default(),
+                    if o.ranks_per_node > 1 {
+                        format!(", {} ranks per node", o.ranks_per_node)
+                    } else {
+                        String::new()
+                    },
                     o.time
                         .as_ref()
                         .map(|t| format!(", time {t}"))
