@@ -433,6 +433,8 @@ fn a_two_rank_server_runs_as_two_steps_with_ports_picked_on_the_node_and_a_kille
  {
     let cluster = SlurmCluster::get();
     let ws = Workspace::new();
+    // A rank killed mid-point, its peers' words read as they come: no other run beside it.
+    let _turn = exclusive();
     let model = format!("slurm-ranks-{}", std::process::id());
     let _cleanup = cluster.cancel_on_drop("servebench-slurm-ranks");
     // The test cluster has one node: both ranks run on it (`ranks_per_node: 2`), as steps
