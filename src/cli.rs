@@ -182,6 +182,14 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Internal: prints a port free on this machine (`--wanted P`: P, if it is free here).
+    /// servebench runs it on a Slurm node to pick a server's port where the server listens.
+    #[command(hide = true)]
+    Port {
+        /// The port the spec asks for (`server.port`).
+        #[arg(long)]
+        wanted: Option<u16>,
+    },
     /// Print a JSON Schema: of experiment specs (the default; for editors:
     /// `# yaml-language-server: $schema=...`), or of the data report and compare templates see.
     ///
@@ -249,6 +257,7 @@ where
             return crate::run::agent::main(Duration::from_millis(heartbeat_ms));
         }
         Command::Sim { args } => return crate::sim::main(args),
+        Command::Port { wanted } => return crate::host::port_main(wanted),
         Command::Supervise {
             parent,
             grace_ms,

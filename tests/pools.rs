@@ -470,3 +470,171 @@ fn sim_rank_zero_exits_when_another_rank_dies() {
     assert!(text0.contains("Connection closed by peer"), "{text0}");
     assert!(text0.contains("node_rank 1 is gone"), "{text0}");
 }
+
+#[test]
+fn a_killed_pool_run_is_cleaned_by_down_on_both_hosts_and_resume_measures_only_what_is_missing() {
+    let (a, b) = (sshd!(), sshd!());
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    let marker = format!("pool-down-{}", std::process::id());
+    let spec = ws.write(
+        "pool-down.yaml",
+        &pool_spec(
+            &[&a, &b],
+            "pool-down",
+            "host",
+            "",
+            &format!(", served-model-name: {marker}"),
+            "sweep:\n  server.args.sim-time-scale: [1, 1.5, 40, 41]\n  ctx: [1024]\nrequests: 4\n",
+        ),
+    );
+    let runner = spawn_run(&ws, &spec);
+    let dir = wait_for_run_dir(&ws, "pool-down");
+    // g1 and g2 are quick; g3 and g4 (about 40 times slower) are then running, one on each host.
+    poll_until(Duration::from_secs(120), "g1 and g2 never finished", || {
+        let p = points(&dir);
+        (p.iter()
+            .filter(|x| x["group"] == "g1" || x["group"] == "g2")
+            .count()
+            == 2)
+            .then_some(())
+    });
+    poll_until(
+        Duration::from_secs(60),
+        "g3 and g4 never both started",
+        || {
+            let meta = read_json(&dir.join("meta.json"));
+            let started = meta["servers"]
+                .as_array()?
+                .iter()
+                .filter(|s| s["group"] == "g3" || s["group"] == "g4")
+                .count();
+            (started == 2).then_some(())
+        },
+    );
+    let before = points(&dir);
+    let mut runner = runner;
+    let mut child = runner.0.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let meta = read_json(&dir.join("meta.json"));
+    let hosts_left: BTreeSet<String> = meta["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stopped"] != true)
+        .map(|s| s["host"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(hosts_left.len(), 2, "a server on each host: {meta}");
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the killed runner left its servers"
+    );
+
+    let down = std::process::Command::new(BIN)
+        .arg("down")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "{}", show(&down));
+    poll_until(
+        Duration::from_secs(20),
+        &format!("left after down: {:?}", processes_with(&marker)),
+        || processes_with(&marker).is_empty().then_some(()),
+    );
+
+    let resumed = std::process::Command::new(BIN)
+        .args(["run", "--quiet", "--resume"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", show(&resumed));
+    let after = points(&dir);
+    assert_eq!(after.len(), 4, "{after:?}");
+    assert!(after.iter().all(|p| p["status"] == "ok"), "{after:?}");
+    // What was recorded before the kill is kept as it was, and measured once.
+    assert_eq!(&after[..before.len()], &before[..]);
+    let ids: BTreeSet<&str> = after.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 4, "{after:?}");
+    // Only the missing groups were launched again.
+    let meta = read_json(&dir.join("meta.json"));
+    let launches = |g: &str| {
+        meta["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["group"] == g)
+            .count()
+    };
+    for g in ["g1", "g2"] {
+        if before.iter().any(|p| p["group"] == g) {
+            assert_eq!(launches(g), 1, "{g} was not measured again: {meta}");
+        }
+    }
+    for g in ["g3", "g4"] {
+        if !before.iter().any(|p| p["group"] == g) {
+            assert_eq!(launches(g), 2, "{g} launched again on resume: {meta}");
+        }
+    }
+    assert!(
+        processes_with(&marker).is_empty(),
+        "{:?}",
+        processes_with(&marker)
+    );
+}
+
+#[test]
+fn compare_warns_when_the_runs_were_measured_on_different_hardware() {
+    let a = sshd!();
+    let ws = Workspace::new();
+    let run = |name: &str| {
+        let spec = ws.write(
+            &format!("{name}.yaml"),
+            &pool_spec(
+                &[&a],
+                name,
+                "host",
+                "",
+                "",
+                "sweep:\n  ctx: [1024]\nrequests: 2\n",
+            ),
+        );
+        ws.run_ok(&spec).0
+    };
+    let (first, second) = (run("hw-a"), run("hw-b"));
+    let compare = || {
+        let out = servebench()
+            .arg("compare")
+            .arg(&first)
+            .arg(&second)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Both measured on the same host: its facts match, nothing to say.
+    let same = compare();
+    assert!(!same.contains("different hardware"), "{same}");
+    let meta_a = read_json(&first.join("meta.json"));
+    assert!(
+        meta_a["hosts"][0]["facts"]["hostname"].is_string(),
+        "{meta_a}"
+    );
+    // The second run as a host with other GPUs records it: its facts say so.
+    let path = second.join("meta.json");
+    let mut meta = read_json(&path);
+    meta["hosts"][0]["facts"]["gpus"] = serde_json::json!([
+        {"name": "NVIDIA H100 80GB HBM3", "driver_version": "550.54.15", "memory_total_mib": 81559}
+    ]);
+    std::fs::write(&path, serde_json::to_string_pretty(&meta).unwrap()).unwrap();
+    let other = compare();
+    assert!(other.contains("different hardware: 1 point"), "{other}");
+    assert!(
+        other.contains("NVIDIA H100 80GB HBM3, driver 550.54.15"),
+        "{other}"
+    );
+    assert!(
+        other.contains("The differences may be the hardware's, not the settings'"),
+        "{other}"
+    );
+}

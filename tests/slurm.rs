@@ -184,7 +184,8 @@ fn a_slurm_run_measures_each_group_in_its_own_job_with_the_agent_next_to_the_ser
         let j = &s["slurm"];
         assert_eq!(j["nodes"], serde_json::json!([NODE]), "{s}");
         assert_eq!(j["partition"], "debug", "{s}");
-        assert!(j["step"].as_str().unwrap().ends_with(".0"), "{s}");
+        // Step 0 picked the server's port on the node; step 1 is the server.
+        assert_eq!(j["step"], format!("{}.1", j["job_id"]), "{s}");
         assert_eq!(j["ended"], true, "{s}");
         // This cluster keeps no accounting: the state comes from slurmctld.
         assert_eq!(j["accounting"], "scontrol", "{s}");
@@ -402,4 +403,171 @@ fn slurm_hosts_are_validated_and_planned_without_a_cluster() {
     assert!(said.contains("bad.yaml:3:"), "{said}");
     assert!(said.contains("1 hour"), "{said}");
     assert!(said.contains("qeue"), "{said}");
+}
+
+/// A wrapper for servebench as the node runs it: each `servebench port` it runs is noted in
+/// `log` with the Slurm node and step it ran in, and the port it printed.
+fn port_noting_binary(ws: &Workspace, log: &Path) -> PathBuf {
+    let bin = assert_cmd::cargo::cargo_bin("servebench");
+    let path = ws.write(
+        "servebench-on-node",
+        &format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = port ]; then\n\
+               out=$('{bin}' \"$@\"); rc=$?\n\
+               echo \"node=$SLURMD_NODENAME step=$SLURM_JOB_ID.$SLURM_STEP_ID port=$out\" >> '{log}'\n\
+               echo \"$out\"; exit $rc\n\
+             fi\n\
+             exec '{bin}' \"$@\"\n",
+            bin = bin.display(),
+            log = log.display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn a_two_rank_server_runs_as_two_steps_with_ports_picked_on_the_node_and_a_killed_rank_fails_its_point()
+ {
+    let cluster = SlurmCluster::get();
+    let ws = Workspace::new();
+    // A rank killed mid-point, its peers' words read as they come: no other run beside it.
+    let _turn = exclusive();
+    let model = format!("slurm-ranks-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-ranks");
+    // The test cluster has one node: both ranks run on it (`ranks_per_node: 2`), as steps
+    // that share it, and still meet over TCP at rank 0's init address.
+    let path = ws.write(
+        "s.yaml",
+        &format!(
+            "name: slurm-ranks
+host:
+  slurm: {{ time: \"5\", nodes: 1, ranks_per_node: 2 }}
+server:
+  engine: sim
+  model: {model}
+  nodes: 2
+  args: {{ profile: fast, sim-time-scale: 10 }}
+  ready_timeout: 60s
+workload:
+  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\", calibrate: false }}
+  output_tokens: 100
+sweep:
+  ctx: [64, 128, 256]
+requests: 10
+"
+        ),
+    );
+    let out = ws.path().join("runs");
+    let ports_log = ws.path().join("ports.log");
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .args(run_args(&path, &out))
+        .env("SLURM_CONF", &cluster.conf)
+        .env(
+            "SERVEBENCH_HOST_BINARY",
+            port_noting_binary(&ws, &ports_log),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("servebench");
+    let (dir, job) = wait_mid_point(&out, "g1", 2, &mut child);
+    // Rank 1's step is killed (its task gets SIGKILL; the job goes on).
+    let steps = cluster.output("squeue", &["--steps", "--noheader", "--format=%i|%j"]);
+    let rank1 = steps
+        .lines()
+        .find(|l| l.contains("-g1.rank1-"))
+        .and_then(|l| l.split('|').next())
+        .unwrap_or_else(|| panic!("no step of rank 1 in {steps}"))
+        .to_string();
+    assert!(
+        rank1.starts_with(&format!("{job}.")),
+        "{rank1} in job {job}"
+    );
+    let said = cluster.output("scancel", &["--signal=KILL", &rank1]);
+    assert!(said.trim().is_empty(), "{said}");
+    let done = child.wait_with_output().unwrap();
+    // The point keeps what it measured before the crash: degraded, not ok (exit 3).
+    assert_eq!(done.status.code(), Some(3), "{}", show(&done));
+
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 3, "{points:?}");
+    let p1 = &points[0];
+    assert_eq!(p1["failure"], "rank-lost", "{p1}");
+    assert_ne!(p1["status"], "ok", "{p1}");
+    let flags = p1["flags"].to_string();
+    assert!(flags.contains("rank 1 of 2"), "{flags}");
+    assert!(flags.contains("server-g1.rank1.log"), "{flags}");
+    // The relaunched ranks measured the rest.
+    assert_eq!(points[2]["status"], "ok", "{points:?}");
+    let log0 = std::fs::read_to_string(dir.join("server-g1.log")).unwrap();
+    assert!(log0.contains("all 2 ranks joined"), "{log0}");
+    assert!(log0.contains("Connection closed by peer"), "{log0}");
+
+    // Each rank was a step of the group's job, with its port picked on the node.
+    let meta = read_json(&dir.join("meta.json"));
+    let first = &meta["servers"][0];
+    assert_eq!(first["slurm"]["job_id"], job, "{first}");
+    let rank1_port = first["ranks"][0]["port"].as_u64().unwrap();
+    let picked = std::fs::read_to_string(&ports_log).unwrap();
+    for port in [first["port"].as_u64().unwrap(), rank1_port] {
+        assert!(
+            picked
+                .lines()
+                .any(|l| l.starts_with(&format!("node={NODE} step={job}."))
+                    && l.ends_with(&format!(" port={port}"))),
+            "port {port} was not picked on the node: {picked}"
+        );
+    }
+    assert!(
+        first["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(":{}", first["port"])),
+        "{first}"
+    );
+    for s in meta["servers"].as_array().unwrap() {
+        assert_eq!(s["stopped"], true, "{s}");
+        assert_eq!(s["ranks"][0]["stopped"], true, "{s}");
+        assert_eq!(s["slurm"]["ended"], true, "{s}");
+    }
+    assert_nothing_left(&cluster, "servebench-slurm-ranks", &model);
+}
+
+#[test]
+fn a_multi_node_server_on_slurm_is_planned_on_one_allocation_that_must_hold_its_ranks() {
+    let ws = Workspace::new();
+    let two_ranks = |slurm: &str| {
+        format!(
+            "name: slurm-nodes\nhost:\n  slurm: {{ {slurm} }}\n\
+             server: {{ engine: sim, model: m, nodes: 2, args: {{ profile: fast }} }}\n\
+             workload: {{ prompt: {{ kind: repeat, tokens: 64 }}, output_tokens: 4 }}\n"
+        )
+    };
+    let good = ws.write("good.yaml", &two_ranks("nodes: 2"));
+    let out = servebench().arg("plan").arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("g1 on slurm (default partition, 2 nodes"),
+        "{text}"
+    );
+    assert!(!text.contains("cannot run"), "{text}");
+    let shared = ws.write("shared.yaml", &two_ranks("nodes: 1, ranks_per_node: 2"));
+    let out = servebench().arg("plan").arg(&shared).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1 node, 2 ranks per node"), "{text}");
+    // One node, one rank per node: refused before anything is submitted.
+    let small = ws.write("small.yaml", &two_ranks("nodes: 1"));
+    let out = ws.run(&small);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        show(&out).contains(
+            "server.nodes is 2 but the Slurm allocation holds 1 rank (1 node x 1 per node): set host.slurm.nodes to 2"
+        ),
+        "{}",
+        show(&out)
+    );
 }

@@ -195,6 +195,13 @@ pub trait Host: Send + Sync {
     /// How the host is named in messages and records: `local`, `bench@gpu-box-1`.
     fn name(&self) -> String;
 
+    /// Readies the host for a launch of `group` before its ports are picked: a Slurm cluster
+    /// gets the group's allocation here, so that ports are picked on its nodes. Nothing to do
+    /// for a machine.
+    fn prepare<'a>(&'a self, _group: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The port for a server: `wanted` once checked free, else a free one.
     fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>>;
 
@@ -304,6 +311,36 @@ pub trait ServerProcess: Send {
 pub fn free_port() -> std::io::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
+}
+
+/// How `servebench port --wanted P` exits when P is taken on its machine.
+pub const PORT_TAKEN_EXIT: i32 = crate::exit::FAILED;
+
+/// `servebench port`, run on the machine a server will listen on (a Slurm node): prints
+/// `wanted` when it is free there (else says so on stderr and exits [`PORT_TAKEN_EXIT`]), or
+/// a port free on every address of the machine.
+pub fn port_main(wanted: Option<u16>) -> i32 {
+    let picked = match wanted {
+        Some(p) if port_in_use(p) => Err(format!("port {p} is in use here")),
+        Some(p) => std::net::TcpListener::bind(("0.0.0.0", p))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("port {p} cannot be bound here: {e}")),
+        None => std::net::TcpListener::bind("0.0.0.0:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("no free port here: {e}")),
+    };
+    match picked {
+        Ok(p) => {
+            crate::console::outln(&p.to_string());
+            crate::exit::OK
+        }
+        Err(why) => {
+            crate::console::errln(&why);
+            PORT_TAKEN_EXIT
+        }
+    }
 }
 
 /// True when something already listens on 127.0.0.1:`port`.

@@ -168,11 +168,21 @@ fn write_pool(
                 .filter_map(|p| est.point(&p.id))
                 .sum::<f64>()
     };
+    // A Slurm host runs all of a group's ranks in its one allocation (its size is checked
+    // before a run); a machine runs one.
+    let slurm = first.pool().iter().any(|h| h.slurm().is_some());
     let groups: Vec<(String, usize, f64)> = plan
         .groups
         .iter()
         .enumerate()
-        .map(|(i, g)| (g.id.clone(), g.server.node_count() as usize, group_s(i)))
+        .map(|(i, g)| {
+            let need = if slurm {
+                1
+            } else {
+                g.server.node_count() as usize
+            };
+            (g.id.clone(), need, group_s(i))
+        })
         .collect();
     writeln!(
         out,

@@ -465,7 +465,19 @@ async fn run_plan(
             crate::text::duration(est.total_s()),
             est.source
         ));
-        progress.set_estimate(&est);
+        // On a pool, groups run side by side: the time left is the pool's wall time. A
+        // Slurm host holds every rank of a group in its one allocation.
+        let pool_hosts = host.hosts.len();
+        let slurm = host.hosts.iter().any(|h| h.slurm.is_some());
+        progress.set_eta(progress::Eta::on_pool(&est, pool_hosts, |g| {
+            plan.groups.iter().find(|pg| pg.id == g).map_or(1, |pg| {
+                if slurm {
+                    1
+                } else {
+                    pg.server.node_count() as usize
+                }
+            })
+        }));
     }
     let meta_shared = std::sync::Mutex::new(meta);
     let tally_shared = std::sync::Mutex::new(Tally::default());
@@ -661,18 +673,36 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         }
     };
     for p in &spec.points {
-        let (server, hosts) = (&p.experiment.server, p.experiment.pool().len());
+        let pool = p.experiment.pool();
+        let server = &p.experiment.server;
+        // A Slurm host runs every rank in its allocation; machines run one rank each.
+        let slurm = pool.iter().find_map(crate::spec::types::HostSpec::slurm);
+        let capacity: usize = pool.iter().map(|h| h.rank_capacity() as usize).sum();
         if server.node_count() > 1 && server.url.is_none() {
             if let Err(e) = crate::engine::ranks::flavour(server) {
                 note(Preflight::Nodes(e.to_string()));
             }
-            if server.node_count() as usize > hosts {
-                note(Preflight::Nodes(format!(
-                    "server.nodes is {} but the run has {}: list at least {} hosts in `hosts:`",
-                    server.node_count(),
-                    count_s(hosts, "host"),
-                    server.node_count()
-                )));
+            match slurm {
+                Some(s) if server.node_count() > s.rank_capacity() => {
+                    note(Preflight::Nodes(format!(
+                        "server.nodes is {} but the Slurm allocation holds {} ({} x {} per node): set host.slurm.nodes to {}",
+                        server.node_count(),
+                        count_s(s.rank_capacity() as usize, "rank"),
+                        count_s(s.nodes as usize, "node"),
+                        s.ranks_per_node,
+                        server.node_count().div_ceil(s.ranks_per_node.max(1))
+                    )));
+                }
+                Some(_) => {}
+                None if server.node_count() as usize > capacity => {
+                    note(Preflight::Nodes(format!(
+                        "server.nodes is {} but the run has {}: list at least {} hosts in `hosts:`",
+                        server.node_count(),
+                        count_s(pool.len(), "host"),
+                        server.node_count()
+                    )));
+                }
+                None => {}
             }
         }
         if let Err(e) = crate::prompt::WorkloadSource::load(&p.experiment.workload, spec_dir) {

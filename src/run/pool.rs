@@ -47,6 +47,12 @@ pub struct PoolHost {
 }
 
 impl PoolHost {
+    /// How many of a `need`-rank server's ranks this host runs: a Slurm allocation runs
+    /// them all (its own size is checked before the run starts), a machine one.
+    fn rank_capacity(&self, need: usize) -> usize {
+        if self.slurm.is_some() { need.max(1) } else { 1 }
+    }
+
     /// Where the measuring agent runs next to this host's servers (`client: host`): the SSH
     /// host or the Slurm allocation; None for this machine.
     fn agent_place(&self) -> Option<super::agent_session::AgentPlace> {
@@ -299,11 +305,17 @@ pub(super) async fn measure_pool(
         while first_error.is_none() && !run.stopping() {
             let Some((g, _)) = queue.front() else { break };
             let need = g.server.node_count() as usize;
-            let free: Vec<usize> = (0..n)
-                .filter(|&i| alive[i] && !busy[i])
-                .take(need)
-                .collect();
-            if free.len() < need {
+            // Free hosts in order until they hold every rank (a Slurm host holds them all).
+            let mut free = Vec::new();
+            let mut holds = 0;
+            for i in (0..n).filter(|&i| alive[i] && !busy[i]) {
+                if holds >= need {
+                    break;
+                }
+                free.push(i);
+                holds += pool.hosts[i].rank_capacity(need);
+            }
+            if holds < need {
                 break;
             }
             let (g, points) = queue.pop_front().expect("peeked above");
@@ -369,7 +381,12 @@ pub(super) async fn measure_pool(
         if running.is_empty() && first_error.is_none() && !run.stopping() {
             let left = alive.iter().filter(|a| **a).count();
             while let Some((g, _)) = queue.front() {
-                if (g.server.node_count() as usize) <= left {
+                let need = g.server.node_count() as usize;
+                let holds: usize = (0..n)
+                    .filter(|&i| alive[i])
+                    .map(|i| pool.hosts[i].rank_capacity(need))
+                    .sum();
+                if need <= holds {
                     break;
                 }
                 let (g, points) = queue.pop_front().expect("peeked above");
@@ -416,7 +433,16 @@ async fn measure_group<'p>(
     if pool.is_pool {
         run.run_dir.set_group_host(&g.id, &label);
     }
-    let host_refs: Vec<&dyn Host> = hosts.iter().map(|h| h.host.as_ref()).collect();
+    // One host per rank: a Slurm host gives each rank its own node of the allocation.
+    let nodes = g.server.node_count();
+    let rank_hosts: Vec<Arc<dyn Host>> = hosts
+        .iter()
+        .flat_map(|h| match &h.slurm {
+            Some(s) if nodes > 1 => s.ranks(nodes),
+            _ => vec![h.host.clone()],
+        })
+        .collect();
+    let host_refs: Vec<&dyn Host> = rank_hosts.iter().map(|h| h.as_ref()).collect();
     let rank0 = hosts[0];
     let agent_host = rank0
         .agent_place()

@@ -20,42 +20,64 @@ use crate::results::records::PointRecord;
 use crate::spec::Point;
 use crate::text::duration as fmt_duration;
 
-/// Time left, from a plan estimate corrected by the run so far.
+/// Time left, from a plan estimate corrected by the run so far. On a host pool the time
+/// left is the pool's wall time for what is left (groups in parallel, as `plan::pool`
+/// schedules them), not the sum of it.
 #[derive(Debug, Clone)]
 pub struct Eta {
-    /// Estimated seconds of each point not yet finished.
-    points: HashMap<String, f64>,
+    /// Estimated seconds of each point not yet finished, with its group.
+    points: HashMap<String, (String, f64)>,
     /// Estimated seconds to ready of each group not yet launched.
     launches: HashMap<String, f64>,
-    /// Estimated seconds of what has finished (the ratio's denominator).
-    done_est: f64,
+    /// The groups in plan order, with how many of the pool's hosts each takes at once.
+    groups: Vec<(String, usize)>,
+    /// Estimated seconds of what has finished, per group.
+    done: HashMap<String, f64>,
+    /// Hosts in the pool (1 off a pool).
+    hosts: usize,
 }
 
 impl Eta {
+    /// The ETA of `est` on one host.
     pub fn new(est: &Estimate) -> Eta {
+        Eta::on_pool(est, 1, |_| 1)
+    }
+
+    /// The ETA of `est` on a pool of `hosts`, where group `g` takes `need(g)` of them at once.
+    pub fn on_pool(est: &Estimate, hosts: usize, need: impl Fn(&str) -> usize) -> Eta {
         let mut points = HashMap::new();
         let mut launches = HashMap::new();
         for g in &est.groups {
             launches.insert(g.id.clone(), g.launch_s.unwrap_or(0.0));
             for p in &g.points {
-                points.insert(p.id.clone(), p.seconds.unwrap_or(0.0));
+                points.insert(p.id.clone(), (g.id.clone(), p.seconds.unwrap_or(0.0)));
             }
         }
         Eta {
             points,
             launches,
-            done_est: 0.0,
+            groups: est
+                .groups
+                .iter()
+                .map(|g| (g.id.clone(), need(&g.id)))
+                .collect(),
+            done: HashMap::new(),
+            hosts: hosts.max(1),
         }
     }
 
     /// A group's server is ready (a relaunch of the same group counts nothing more).
     pub fn launched(&mut self, group: &str) {
-        self.done_est += self.launches.remove(group).unwrap_or(0.0);
+        if let Some(s) = self.launches.remove(group) {
+            *self.done.entry(group.to_string()).or_default() += s;
+        }
     }
 
     /// A point was measured.
     pub fn finished(&mut self, point: &str) {
-        self.done_est += self.points.remove(point).unwrap_or(0.0);
+        if let Some((group, s)) = self.points.remove(point) {
+            *self.done.entry(group).or_default() += s;
+        }
     }
 
     /// A point will not be measured (skipped, or its server never started).
@@ -63,16 +85,49 @@ impl Eta {
         self.points.remove(point);
     }
 
-    /// Seconds left after `elapsed` seconds of run: the estimate of what is left times how
-    /// long the finished part took against its estimate (1 before anything finished).
+    /// Estimated seconds left of each group, in plan order.
+    fn rest(&self) -> Vec<(String, usize, f64)> {
+        self.groups
+            .iter()
+            .map(|(g, need)| {
+                let points: f64 = self
+                    .points
+                    .values()
+                    .filter(|(pg, _)| pg == g)
+                    .map(|(_, s)| s)
+                    .sum();
+                let launch = self.launches.get(g).copied().unwrap_or(0.0);
+                (g.clone(), *need, points + launch)
+            })
+            .collect()
+    }
+
+    /// The pool's wall time for `groups` (their sum where the pool cannot hold one).
+    fn wall(&self, groups: &[(String, usize, f64)]) -> f64 {
+        crate::plan::pool::schedule(groups, self.hosts)
+            .map(|s| s.wall_s)
+            .unwrap_or_else(|_| groups.iter().map(|g| g.2).sum())
+    }
+
+    /// Seconds left after `elapsed` seconds of run: the pool's estimated wall time for what
+    /// is left, times how long the finished part took against its estimated wall time (1
+    /// before anything finished). On one host the wall times are plain sums.
     pub fn left(&self, elapsed: f64) -> f64 {
-        let rest: f64 = self.points.values().sum::<f64>() + self.launches.values().sum::<f64>();
-        let pace = if self.done_est > 0.0 {
-            elapsed / self.done_est
-        } else {
-            1.0
-        };
-        rest * pace
+        let rest = self.rest();
+        let all: Vec<(String, usize, f64)> = rest
+            .iter()
+            .map(|(g, need, s)| {
+                (
+                    g.clone(),
+                    *need,
+                    s + self.done.get(g).copied().unwrap_or(0.0),
+                )
+            })
+            .collect();
+        let left = self.wall(&rest);
+        let done = self.wall(&all) - left;
+        let pace = if done > 0.0 { elapsed / done } else { 1.0 };
+        left * pace
     }
 }
 
@@ -185,8 +240,13 @@ impl Progress {
 
     /// Uses `est` for the ETA (on the bar, and on each finished point's line).
     pub fn set_estimate(&self, est: &Estimate) {
+        self.set_eta(Eta::new(est));
+    }
+
+    /// Uses `eta` for the time left (a pool's: [`Eta::on_pool`]).
+    pub fn set_eta(&self, eta: Eta) {
         if let Ok(mut e) = self.eta.lock() {
-            *e = Some(Eta::new(est));
+            *e = Some(eta);
         }
     }
 
@@ -456,5 +516,21 @@ mod tests {
         eta.finished("p002");
         eta.launched("g2");
         assert_eq!(eta.left(500.0), 0.0);
+    }
+
+    #[test]
+    fn on_a_pool_the_eta_is_the_pools_wall_time_left() {
+        // Two hosts: g1 (120 s) and g2 (210 s) run side by side, so 210 s in all.
+        let mut eta = Eta::on_pool(&estimate(), 2, |_| 1);
+        assert_eq!(eta.left(0.0), 210.0);
+        // g2 launched and g1 finished p001: 20 s of g1 and 10 s of g2 done; the wall time
+        // left is g2's 200 s, the done part's wall time 10 s (g2's, the longer) took 20 s.
+        eta.launched("g1");
+        eta.finished("p001");
+        eta.launched("g2");
+        assert_eq!(eta.left(20.0), 2.0 * 200.0);
+        // A two-host group on a two-host pool runs alone: the sum again.
+        let eta = Eta::on_pool(&estimate(), 2, |_| 2);
+        assert_eq!(eta.left(0.0), 330.0);
     }
 }

@@ -18,6 +18,9 @@ use crate::spec::types::{Engine, Server};
 
 use super::server::ServerError;
 
+/// How long the ranks that lost a silent rank get to say so in their logs.
+const LOSS_WORDS_WAIT: Duration = Duration::from_secs(3);
+
 /// One launched rank.
 struct Rank {
     rank: u32,
@@ -172,6 +175,16 @@ async fn stop_all(ranks: &mut [Rank], grace: Duration) -> Vec<Stopped> {
 }
 
 impl RankedProcess {
+    /// True when every rank seen exited says in its log that it lost a peer.
+    fn only_followers_exited(&self) -> bool {
+        self.exited.iter().all(|&i| {
+            crate::engine::classify(
+                self.engine,
+                &crate::host::file_tail(&self.ranks[i].log_path, 20_000),
+            ) == Failure::RankLost
+        })
+    }
+
     /// The ranks' records after a stop, with `stopped` set from how each went.
     fn first_failed(&self) -> Option<&Rank> {
         // The rank whose own log does not say it lost a peer is the one that failed; the
@@ -210,6 +223,22 @@ impl ServerProcess for RankedProcess {
             if !self.exited.is_empty() {
                 // The logs decide which rank failed first: bring them all up to date.
                 self.sync_log().await;
+                // Ranks that only lost a peer follow the one that failed, and may be seen
+                // gone first (a Slurm step's end takes a while to reach its srun): the failed
+                // one gets a moment to be seen too, so the failure is pinned on it.
+                let deadline = std::time::Instant::now() + LOSS_WORDS_WAIT;
+                while self.exited.len() < self.ranks.len()
+                    && self.only_followers_exited()
+                    && std::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    for i in 0..self.ranks.len() {
+                        if !self.exited.contains(&i) && self.ranks[i].process.exited().await {
+                            self.exited.push(i);
+                        }
+                    }
+                    self.sync_log().await;
+                }
             }
             !self.exited.is_empty()
         })
@@ -259,6 +288,48 @@ impl ServerProcess for RankedProcess {
                 outcome,
                 pgid: all.first().map_or(0, |s| s.pgid),
                 gone,
+            }
+        })
+    }
+
+    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
+        // Rank 0's step holds the allocation.
+        self.ranks[0].process.slurm_job()
+    }
+
+    fn host_failure(&mut self) -> BoxFuture<'_, Option<Failure>> {
+        Box::pin(async move {
+            let i = self.first_failed().map(|r| r.rank as usize)?;
+            if let Some(f) = self.ranks[i].process.host_failure().await {
+                return Some(f);
+            }
+            // A rank that died without a word (killed, its node gone) is known by what the
+            // others say: they lost it.
+            let own = crate::engine::classify(
+                self.engine,
+                &crate::host::file_tail(&self.ranks[i].log_path, 20_000),
+            );
+            if own != Failure::Unknown {
+                return None;
+            }
+            // The others' words may still be on their way (a Slurm step's output passes
+            // through slurmstepd and srun): they get a moment to arrive.
+            let deadline = std::time::Instant::now() + LOSS_WORDS_WAIT;
+            loop {
+                self.sync_log().await;
+                let others_lost_it = self.ranks.iter().any(|r| {
+                    crate::engine::classify(
+                        self.engine,
+                        &crate::host::file_tail(&r.log_path, 20_000),
+                    ) == Failure::RankLost
+                });
+                if others_lost_it {
+                    return Some(Failure::RankLost);
+                }
+                if std::time::Instant::now() >= deadline {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
     }

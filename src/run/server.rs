@@ -171,6 +171,14 @@ impl ServerHandle {
         let log_start = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0);
         // Ready time counts from the launch, before any SSH round trips.
         let launched_at = Instant::now();
+        // A Slurm cluster's allocation comes first: ports are picked on its nodes.
+        for host in hosts.iter().take(effective.node_count().max(1) as usize) {
+            match host.prepare(group).await {
+                Ok(()) => {}
+                Err(HostError::Interrupted) => return Err(ServerError::Interrupted),
+                Err(e) => return Err(e.into()),
+            }
+        }
         let (process, argv, port, ranks) = if effective.node_count() > 1 {
             let r = super::ranks::spawn_ranks(group, &effective, hosts, log_path).await?;
             (r.process, r.command, r.port, r.records)

@@ -201,7 +201,7 @@ impl HostSpec {
             HostSpec::Slurm(s) => {
                 let o = &s.slurm;
                 format!(
-                    "slurm ({}, {} node{}{}{}, one job per {})",
+                    "slurm ({}, {} node{}{}{}{}, one job per {})",
                     o.partition
                         .as_ref()
                         .map_or("default partition".to_string(), |p| format!(
@@ -212,6 +212,11 @@ impl HostSpec {
                     o.gpus_per_node
                         .map(|g| format!(" × {g} GPUs"))
                         .unwrap_or_default(),
+                    if o.ranks_per_node > 1 {
+                        format!(", {} ranks per node", o.ranks_per_node)
+                    } else {
+                        String::new()
+                    },
                     o.time
                         .as_ref()
                         .map(|t| format!(", time {t}"))
@@ -231,6 +236,12 @@ impl HostSpec {
             HostSpec::Slurm(s) => Some(&s.slurm),
             _ => None,
         }
+    }
+
+    /// How many ranks of a multi-node server this host runs: one for a machine, the
+    /// allocation's for a Slurm cluster ([`SlurmOptions::rank_capacity`]).
+    pub fn rank_capacity(&self) -> u32 {
+        self.slurm().map_or(1, SlurmOptions::rank_capacity)
     }
 }
 
@@ -255,10 +266,19 @@ pub struct SlurmOptions {
     /// Partition (`sbatch --partition`); the cluster's default when absent.
     #[serde(default)]
     pub partition: Option<String>,
-    /// Nodes per allocation (`sbatch --nodes`): one server rank per node.
+    /// Nodes per allocation (`sbatch --nodes`). A multi-node server (`server.nodes: N`)
+    /// puts one rank per node, rank `i` on the allocation's node `i`, so `nodes` must be at
+    /// least `server.nodes` (divided by `ranks_per_node`).
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 1024))]
     pub nodes: u32,
+    /// Ranks of a multi-node server per node of the allocation (default 1). More than one
+    /// runs several ranks on one node as steps that share its resources (`srun --overlap`,
+    /// no GPUs of their own): for CPU simulations and for trying multi-node launches on a
+    /// one-node cluster, not for measuring real engines.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 64))]
+    pub ranks_per_node: u32,
     /// GPUs per node (`sbatch --gpus-per-node`).
     #[serde(default)]
     #[schemars(range(min = 1, max = 64))]
@@ -286,6 +306,18 @@ pub struct SlurmOptions {
     /// `run`: one allocation for the whole run, every group's server a step inside it.
     #[serde(default)]
     pub allocation: SlurmAllocation,
+}
+
+impl SlurmOptions {
+    /// How many ranks of a multi-node server one allocation holds.
+    pub fn rank_capacity(&self) -> u32 {
+        self.nodes.saturating_mul(self.ranks_per_node.max(1))
+    }
+
+    /// The allocation's node (an index into its node list) rank `rank` runs on.
+    pub fn node_of_rank(&self, rank: u32) -> u32 {
+        rank / self.ranks_per_node.max(1)
+    }
 }
 
 /// How many allocations a run asks for.

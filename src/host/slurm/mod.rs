@@ -6,6 +6,12 @@
 //! logs. A step that ends is classified with Slurm's own cause (time limit, preemption, node
 //! failure, out-of-memory kill, an outside `scancel`) before the engine's log lines.
 //!
+//! A multi-node server (`server.nodes: N`) runs as N steps of one allocation, rank `i` on the
+//! allocation's node `i` ([`SlurmRank`], one [`Host`](super::Host) per rank for
+//! `run::ranks`), rank 0's node the ranks' meeting point. Ports are picked on the node that
+//! will listen on them, by a step of servebench itself (`servebench port`), never assumed free
+//! from the submitting machine.
+//!
 //! Slurm's commands run on this machine (a login node, or any node that can submit jobs),
 //! always with argument vectors: nothing the spec says passes through a shell. Reaching a
 //! login node over SSH is not done yet.
@@ -42,8 +48,25 @@ struct Allocation {
     job: SlurmJob,
     /// The server group it was submitted for (`run` for the run's one allocation).
     owner: String,
-    /// The first node's address (`NodeAddr`): where rank 0 serves.
-    addr: String,
+    /// Each node's address (`NodeAddr`), in the order of `job.nodes`: rank 0 serves on the
+    /// first.
+    addrs: Vec<String>,
+}
+
+impl Allocation {
+    /// The name and address of the node `rank` runs on.
+    fn node_of(&self, opts: &SlurmOptions, rank: u32) -> Result<(&str, &str), HostError> {
+        let i = opts.node_of_rank(rank) as usize;
+        match (self.job.nodes.get(i), self.addrs.get(i)) {
+            (Some(n), Some(a)) => Ok((n, a)),
+            _ => Err(HostError::Unsupported(format!(
+                "rank {rank} needs node {} of Slurm job {}, which has {}: set host.slurm.nodes (and ranks_per_node) to hold server.nodes",
+                i + 1,
+                self.job.job_id,
+                crate::text::count_s(self.job.nodes.len(), "node")
+            ))),
+        }
+    }
 }
 
 /// A Slurm cluster reached through its commands on this machine.
@@ -52,6 +75,12 @@ pub struct SlurmHost {
     /// `<spec name>-<run timestamp>`, in job names.
     run_id: String,
     current: Arc<Mutex<Option<Allocation>>>,
+    /// The allocation last obtained, readable without waiting (node addresses for
+    /// [`Host::address`](super::Host::address), which cannot wait).
+    last: std::sync::Mutex<Option<Allocation>>,
+    /// Ports handed out on each node lately (node, port): two ranks on one node, or a rank
+    /// and the meeting point, never get the same one.
+    handed_out: std::sync::Mutex<Vec<(String, u16, Instant)>>,
     /// Jobs submitted and not yet released: cancelled when the host is dropped, whatever
     /// path the run took.
     open_jobs: Arc<std::sync::Mutex<Vec<u64>>>,
@@ -73,6 +102,8 @@ impl SlurmHost {
             opts,
             run_id: run_id.to_string(),
             current: Arc::default(),
+            last: Default::default(),
+            handed_out: Default::default(),
             open_jobs: Arc::default(),
             on_wait,
             stop,
@@ -162,14 +193,17 @@ impl SlurmHost {
         };
         let node_list = info.node_list.clone().unwrap_or_default();
         let nodes = cli::hostnames(&node_list).await?;
-        let first = nodes
-            .first()
-            .cloned()
-            .ok_or_else(|| SlurmError::Unreadable {
+        if nodes.is_empty() {
+            return Err(SlurmError::Unreadable {
                 command: format!("scontrol show hostnames {node_list}"),
                 text: String::new(),
-            })?;
-        let addr = cli::node_addr(&first).await?;
+            }
+            .into());
+        }
+        let mut addrs = Vec::with_capacity(nodes.len());
+        for node in &nodes {
+            addrs.push(cli::node_addr(node).await?);
+        }
         let job = SlurmJob {
             job_id,
             job_name: name,
@@ -184,8 +218,9 @@ impl SlurmHost {
             accounting: None,
             ended: false,
         };
-        let a = Allocation { job, owner, addr };
+        let a = Allocation { job, owner, addrs };
         *current = Some(a.clone());
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(a.clone());
         Ok(a)
     }
 
@@ -242,10 +277,12 @@ impl SlurmHost {
     }
 
     /// The `srun` command line that runs `argv` as a step of the current allocation on its
-    /// first node (rank 0's). `overlap`: share the resources another step holds (the agent
-    /// next to the server).
+    /// node `node` (rank 0's is the first). `overlap`: share the resources another step holds
+    /// (the agent next to the server, ranks that share a node).
+    #[allow(clippy::too_many_arguments)]
     fn step_argv(
         job: &SlurmJob,
+        node: &str,
         step_name: &str,
         overlap: bool,
         workdir: Option<&str>,
@@ -257,10 +294,7 @@ impl SlurmHost {
             format!("--job-name={step_name}"),
             "--nodes=1".to_string(),
             "--ntasks=1".into(),
-            format!(
-                "--nodelist={}",
-                job.nodes.first().map_or("", String::as_str)
-            ),
+            format!("--nodelist={node}"),
             "--kill-on-bad-exit=1".into(),
         ];
         if overlap {
@@ -284,6 +318,7 @@ impl SlurmHost {
         let bin = host_binary().ok()?;
         let args = Self::step_argv(
             &a.job,
+            a.job.nodes.first().map_or("", String::as_str),
             &format!("servebench-agent-{}", self.run_id),
             true,
             None,
@@ -350,6 +385,185 @@ fn host_binary() -> Result<String, HostError> {
     }
 }
 
+/// How long a port picked on a node stays reserved for the launch it was picked for.
+const PORT_HOLD: Duration = Duration::from_secs(120);
+
+impl SlurmHost {
+    /// The allocation `group`'s launch uses: got (and waited for) by rank 0's launch.
+    async fn current_allocation(&self) -> Result<Allocation, HostError> {
+        self.current.lock().await.clone().ok_or_else(|| {
+            HostError::Unsupported(
+                "no Slurm allocation is running for this launch (rank 0 gets it first)".into(),
+            )
+        })
+    }
+
+    /// A port on the node rank `rank` runs on: `wanted` once that node says it is free,
+    /// else one the node picks. Asked on the node itself (a step of `servebench port`, which
+    /// shares the allocation's resources), since the node's ports are not this machine's.
+    async fn pick_port_on(&self, rank: u32, wanted: Option<u16>) -> Result<u16, HostError> {
+        let alloc = self.current_allocation().await?;
+        let (node, _) = alloc.node_of(&self.opts, rank)?;
+        let bin = host_binary()?;
+        for _ in 0..8 {
+            let mut argv = vec![bin.clone(), "port".to_string()];
+            if let Some(p) = wanted {
+                argv.push(format!("--wanted={p}"));
+            }
+            let args = Self::step_argv(
+                &alloc.job,
+                node,
+                &format!("servebench-port-{}", self.run_id),
+                true,
+                None,
+                None,
+                &argv,
+            );
+            let out = cli::output("srun", &args).await?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let port = text
+                .trim()
+                .lines()
+                .last()
+                .and_then(|l| l.trim().parse().ok());
+            let port = match (port, wanted) {
+                (Some(p), _) => p,
+                (None, Some(p)) if out.status.code() == Some(crate::host::PORT_TAKEN_EXIT) => {
+                    return Err(HostError::PortInUse {
+                        port: p,
+                        host: node.to_string(),
+                    });
+                }
+                (None, _) => {
+                    return Err(SlurmError::Unreadable {
+                        command: format!("srun ... {bin} port (on {node})"),
+                        text: format!(
+                            "{}{}",
+                            text.trim(),
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        ),
+                    }
+                    .into());
+                }
+            };
+            let mut book = self.handed_out.lock().unwrap_or_else(|e| e.into_inner());
+            book.retain(|(_, _, at)| at.elapsed() < PORT_HOLD);
+            let taken = book.iter().any(|(n, p, _)| n == node && *p == port);
+            if taken && wanted.is_none() {
+                // Handed to another rank on this node moments ago, not bound yet: ask again.
+                continue;
+            }
+            book.push((node.to_string(), port, Instant::now()));
+            return Ok(port);
+        }
+        Err(HostError::Unsupported(format!(
+            "{node} kept offering ports already handed out to this launch"
+        )))
+    }
+
+    /// Starts rank `rank` of a server (0 for a single one) as a step on its node.
+    async fn spawn_rank(
+        &self,
+        spawn: Spawn<'_>,
+        rank: u32,
+    ) -> Result<Box<dyn ServerProcess>, HostError> {
+        let alloc = if rank == 0 {
+            self.allocation(spawn.group).await?
+        } else {
+            self.current_allocation().await?
+        };
+        let (node, addr) = alloc.node_of(&self.opts, rank)?;
+        let n = self
+            .launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let step_name = format!("servebench-{}-{}-{n}", self.run_id, spawn.group);
+        // Ranks that share a node share its resources; each takes its own otherwise.
+        let shared_node = self.opts.ranks_per_node > 1;
+        let args = Self::step_argv(
+            &alloc.job,
+            node,
+            &step_name,
+            shared_node,
+            spawn.workdir,
+            self.opts.gpus_per_node,
+            &spawn.command.argv(),
+        );
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(spawn.log_path)
+            .map_err(|e| HostError::io(format!("cannot open {}", spawn.log_path.display()), e))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| HostError::io("cannot share the log file", e))?;
+        let mut cmd = std::process::Command::new("srun");
+        cmd.args(&args)
+            .envs(spawn.env)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
+        unsafe {
+            cmd.pre_exec(|| {
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            HostError::from(SlurmError::Missing {
+                program: "srun".into(),
+                source: e,
+            })
+        })?;
+        let pid = child.id() as i32;
+        let leader = super::local::proc_stat(pid);
+        let mut server = SlurmServer {
+            child,
+            pid,
+            leader_start: leader.map(|p| p.start_ticks),
+            job: alloc.job.clone(),
+            step_name,
+            // Rank 0 holds the allocation; the other ranks' steps end with it.
+            release_job: rank == 0 && self.opts.allocation == SlurmAllocation::Group,
+            current: self.current.clone(),
+            open_jobs: self.open_jobs.clone(),
+            url: format!("http://{addr}:{}", spawn.port),
+            host_url: format!("http://127.0.0.1:{}", spawn.port),
+            log_path: spawn.log_path.to_path_buf(),
+            last_look: None,
+        };
+        server.find_step().await;
+        Ok(Box::new(server) as Box<dyn ServerProcess>)
+    }
+
+    /// The address of the node rank `rank` runs on, once the allocation runs.
+    fn address_of(&self, rank: u32) -> String {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.as_ref()
+            .and_then(|a| {
+                a.node_of(&self.opts, rank)
+                    .ok()
+                    .map(|(_, addr)| addr.to_string())
+            })
+            .unwrap_or_else(|| "127.0.0.1".into())
+    }
+
+    /// One [`Host`](super::Host) per rank of a `nodes`-rank server: rank `i` on the
+    /// allocation's node `i` (`ranks_per_node` to a node).
+    pub fn ranks(self: &Arc<Self>, nodes: u32) -> Vec<Arc<dyn super::Host>> {
+        (0..nodes)
+            .map(|rank| {
+                Arc::new(SlurmRank {
+                    cluster: self.clone(),
+                    rank,
+                }) as Arc<dyn super::Host>
+            })
+            .collect()
+    }
+}
+
 impl super::Host for SlurmHost {
     fn name(&self) -> String {
         match &self.opts.partition {
@@ -358,15 +572,12 @@ impl super::Host for SlurmHost {
         }
     }
 
+    fn prepare<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        Box::pin(async move { self.allocation(group).await.map(|_| ()) })
+    }
+
     fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {
-        // The node is not known before the allocation: a port free here (the same machine on
-        // a one-node cluster); a taken one on the node fails the launch as `port-in-use`.
-        Box::pin(async move {
-            match wanted {
-                Some(p) => Ok(p),
-                None => super::free_port().map_err(|e| HostError::io("no free port", e)),
-            }
-        })
+        Box::pin(self.pick_port_on(0, wanted))
     }
 
     fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
@@ -377,70 +588,7 @@ impl super::Host for SlurmHost {
         &'a self,
         spawn: Spawn<'a>,
     ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>> {
-        Box::pin(async move {
-            let alloc = self.allocation(spawn.group).await?;
-            let n = self
-                .launches
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let step_name = format!("servebench-{}-{}-{n}", self.run_id, spawn.group);
-            let args = Self::step_argv(
-                &alloc.job,
-                &step_name,
-                false,
-                spawn.workdir,
-                self.opts.gpus_per_node,
-                &spawn.command.argv(),
-            );
-            let log = std::fs::File::options()
-                .create(true)
-                .append(true)
-                .open(spawn.log_path)
-                .map_err(|e| {
-                    HostError::io(format!("cannot open {}", spawn.log_path.display()), e)
-                })?;
-            let log_err = log
-                .try_clone()
-                .map_err(|e| HostError::io("cannot share the log file", e))?;
-            let mut cmd = std::process::Command::new("srun");
-            cmd.args(&args)
-                .envs(spawn.env)
-                .stdin(std::process::Stdio::null())
-                .stdout(log)
-                .stderr(log_err)
-                .process_group(0);
-            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-            // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
-            unsafe {
-                cmd.pre_exec(|| {
-                    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
-                    Ok(())
-                });
-            }
-            let child = cmd.spawn().map_err(|e| {
-                HostError::from(SlurmError::Missing {
-                    program: "srun".into(),
-                    source: e,
-                })
-            })?;
-            let pid = child.id() as i32;
-            let leader = super::local::proc_stat(pid);
-            let mut server = SlurmServer {
-                child,
-                pid,
-                leader_start: leader.map(|p| p.start_ticks),
-                job: alloc.job.clone(),
-                step_name,
-                release_job: self.opts.allocation == SlurmAllocation::Group,
-                current: self.current.clone(),
-                open_jobs: self.open_jobs.clone(),
-                url: format!("http://{}:{}", alloc.addr, spawn.port),
-                host_url: format!("http://127.0.0.1:{}", spawn.port),
-                log_path: spawn.log_path.to_path_buf(),
-                last_look: None,
-            };
-            server.find_step().await;
-            Ok(Box::new(server) as Box<dyn ServerProcess>)
-        })
+        Box::pin(self.spawn_rank(spawn, 0))
     }
 
     fn stop_leftover<'a>(
@@ -458,6 +606,71 @@ impl super::Host for SlurmHost {
 
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
         Box::pin(async move { self.check().await })
+    }
+
+    fn address(&self) -> String {
+        self.address_of(0)
+    }
+}
+
+/// Rank `rank` of a multi-node server on a Slurm cluster: a step on the allocation's node
+/// for that rank. Rank 0 gets the allocation (in [`prepare`](super::Host::prepare)); the
+/// others launch into it.
+pub struct SlurmRank {
+    cluster: Arc<SlurmHost>,
+    rank: u32,
+}
+
+impl super::Host for SlurmRank {
+    fn name(&self) -> String {
+        format!(
+            "{} rank {}",
+            super::Host::name(self.cluster.as_ref()),
+            self.rank
+        )
+    }
+
+    fn prepare<'a>(&'a self, group: &'a str) -> BoxFuture<'a, Result<(), HostError>> {
+        if self.rank == 0 {
+            super::Host::prepare(self.cluster.as_ref(), group)
+        } else {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {
+        Box::pin(self.cluster.pick_port_on(self.rank, wanted))
+    }
+
+    fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
+        Box::pin(async { host_binary() })
+    }
+
+    fn spawn<'a>(
+        &'a self,
+        spawn: Spawn<'a>,
+    ) -> BoxFuture<'a, Result<Box<dyn ServerProcess>, HostError>> {
+        Box::pin(self.cluster.spawn_rank(spawn, self.rank))
+    }
+
+    fn stop_leftover<'a>(
+        &'a self,
+        id: &'a super::GroupIdentity,
+        grace: Duration,
+    ) -> BoxFuture<'a, Leftover> {
+        super::Host::stop_leftover(self.cluster.as_ref(), id, grace)
+    }
+
+    fn port_in_use(&self, port: u16) -> BoxFuture<'_, Result<bool, HostError>> {
+        super::Host::port_in_use(self.cluster.as_ref(), port)
+    }
+
+    fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
+        super::Host::check_link(self.cluster.as_ref())
+    }
+
+    fn address(&self) -> String {
+        self.cluster.address_of(self.rank)
     }
 }
 
@@ -751,6 +964,7 @@ mod tests {
         };
         let a = SlurmHost::step_argv(
             &job,
+            "gpu01",
             "s",
             false,
             Some("/w"),
