@@ -222,3 +222,55 @@ fn an_unreadable_trace_fails_its_point_with_the_schedule_as_cause() {
     assert!(flags.contains("schedule-failed"), "{flags}");
     assert!(flags.contains("no-such-trace.jsonl"), "{flags}");
 }
+
+#[test]
+fn a_trace_replays_its_own_prompt_and_output_lengths() {
+    let ws = Workspace::new();
+    // Seconds with `at` or Mooncake's milliseconds and `input_length`; one line without a
+    // prompt length keeps the workload's 64 tokens.
+    ws.write(
+        "lengths.jsonl",
+        "{\"at\": 0.0, \"input_tokens\": 40, \"output_tokens\": 3}\n\
+         {\"timestamp\": 50, \"input_length\": 300, \"output_length\": 5}\n\
+         {\"at\": 0.1, \"input_tokens\": 1200, \"output_tokens\": 7}\n\
+         {\"at\": 0.15, \"output_tokens\": 9}\n",
+    );
+    let spec = ws.write(
+        "lengths.yaml",
+        &sim_spec(
+            "lengths",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 8",
+            "load: { kind: trace, trace: { file: lengths.jsonl } }",
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let mut seen: Vec<(u64, u64, u64)> = requests
+        .iter()
+        .map(|r| {
+            (
+                r["completion_tokens"].as_u64().unwrap(),
+                r["requested_prompt_tokens"].as_u64().unwrap(),
+                r["prompt_tokens"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    // Each request asked for its line's prompt length (in the 2% bucket drawn lengths use)
+    // and its line's output length, and the server counted that many prompt tokens
+    // (calibrated: within 2%, plus the nonce's few tokens).
+    let want = [(3, 40), (5, 300), (7, 1200), (9, 64)];
+    assert_eq!(seen.len(), want.len(), "{seen:?}");
+    for ((out, asked, got), (want_out, want_in)) in seen.iter().zip(want) {
+        assert_eq!(*out, want_out, "{seen:?}");
+        assert!(
+            (*asked as f64 - want_in as f64).abs() <= 0.01 * want_in as f64,
+            "asked {asked} for {want_in}: {seen:?}"
+        );
+        assert!(
+            (*got as f64 - want_in as f64).abs() <= 0.02 * want_in as f64 + 12.0,
+            "{got} tokens for a trace line of {want_in}: {seen:?}"
+        );
+    }
+}

@@ -320,8 +320,16 @@ impl PointRunner {
         let count = schedule
             .as_ref()
             .map_or(exp.requests, |s| s.requests.len() as u32);
+        // A trace's own lengths, where its lines give them, replace the workload's draws.
+        let lengths: Vec<(Option<u64>, Option<u32>)> =
+            schedule.as_ref().map_or_else(Vec::new, |s| {
+                s.requests
+                    .iter()
+                    .map(|r| (r.input_tokens, r.max_tokens))
+                    .collect()
+            });
         let planned = match self
-            .plan_round(client, exp, prompts, round, count, flags)
+            .plan_round(client, exp, prompts, round, count, &lengths, flags)
             .await
         {
             Ok(p) => p,
