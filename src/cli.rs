@@ -324,15 +324,18 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
 }
 
 /// Loads a spec as `validate` and `run` see it: the spec itself, then what the run would
-/// refuse when it starts (prompt files, the report template, `${NAME}` references to unset
+/// refuse when it starts (prompt files, trace files, the report template, `${NAME}` references to unset
 /// variables), every problem with its file, line and column, before a run directory exists;
 /// then its flags against each engine's: a typo is an error (with the engine's flag), a flag
 /// the list lacks is a warning.
 pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
     let prompts = crate::prompt::PromptCheck::default();
     let template = crate::report::TemplateCheck::default();
-    let spec =
-        crate::spec::load_checked(path, &[&prompts, &template, &crate::secrets::EnvRefCheck])?;
+    let traces = crate::load::TraceCheck::default();
+    let spec = crate::spec::load_checked(
+        path,
+        &[&prompts, &template, &traces, &crate::secrets::EnvRefCheck],
+    )?;
     // From here on, nothing printed shows the spec's secrets.
     crate::redact::install(crate::secrets::redactor(
         spec.points.iter().map(|p| &p.experiment),
