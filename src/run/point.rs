@@ -210,7 +210,11 @@ impl PointRunner {
         }
         let server = crate::measure::server_view::summarize(&scrapes);
         if let Some(view) = &server {
-            flags.extend(crate::measure::server_view::contradictions(view, &measured));
+            flags.extend(crate::measure::server_view::contradictions(
+                view,
+                &measured,
+                &observed.unmeasured,
+            ));
         }
         record.server = server;
         let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
