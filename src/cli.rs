@@ -118,7 +118,8 @@ pub enum Command {
         run_dir: PathBuf,
     },
     /// Compare runs side by side: the first run is the baseline, points are matched by their
-    /// sweep values, and each metric shows the relative change. A change is marked as a
+    /// sweep values (open-loop load points by their measured offered rate, within 5%), and each
+    /// metric shows the relative change. A change is marked as a
     /// regression or an improvement only when it exceeds the noise: the 95% confidence intervals
     /// do not overlap (and, with `--threshold`, it is also larger than that), or, for runs
     /// without intervals, it is larger than `--threshold`. Server flags and other settings that
