@@ -118,7 +118,8 @@ pub enum Command {
         run_dir: PathBuf,
     },
     /// Compare runs side by side: the first run is the baseline, points are matched by their
-    /// sweep values, and each metric shows the relative change. A change is marked as a
+    /// sweep values (open-loop load points by their measured offered rate, within 5%), and each
+    /// metric shows the relative change. A change is marked as a
     /// regression or an improvement only when it exceeds the noise: the 95% confidence intervals
     /// do not overlap (and, with `--threshold`, it is also larger than that), or, for runs
     /// without intervals, it is larger than `--threshold`. Server flags and other settings that
@@ -333,15 +334,18 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
 }
 
 /// Loads a spec as `validate` and `run` see it: the spec itself, then what the run would
-/// refuse when it starts (prompt files, the report template, `${NAME}` references to unset
+/// refuse when it starts (prompt files, trace files, the report template, `${NAME}` references to unset
 /// variables), every problem with its file, line and column, before a run directory exists;
 /// then its flags against each engine's: a typo is an error (with the engine's flag), a flag
 /// the list lacks is a warning.
 pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
     let prompts = crate::prompt::PromptCheck::default();
     let template = crate::report::TemplateCheck::default();
-    let spec =
-        crate::spec::load_checked(path, &[&prompts, &template, &crate::secrets::EnvRefCheck])?;
+    let traces = crate::load::TraceCheck::default();
+    let spec = crate::spec::load_checked(
+        path,
+        &[&prompts, &template, &traces, &crate::secrets::EnvRefCheck],
+    )?;
     // From here on, nothing printed shows the spec's secrets.
     crate::redact::install(crate::secrets::redactor(
         spec.points.iter().map(|p| &p.experiment),

@@ -576,3 +576,104 @@ fn capacities_are_compared_by_their_brackets() {
         "{text}"
     );
 }
+
+#[test]
+fn open_loop_points_pair_by_offered_rate_not_by_label() {
+    use servebench::results::records::LoadSummary;
+    // A swept 10, 20, 40 req/s; B wrote 10.2, 19.6, 30. Their schedules offered 10.1, 19.9
+    // and 39.6 (A) and 10.3, 19.5 and 30.2 (B): the first two pairs are within 5% of A's,
+    // 39.6 against 30.2 is not, so A's 40 and B's 30 are reported as unmatched.
+    let load_run = |name: &str, rates: [(f64, f64); 3], ttft: f64| {
+        let points = rates
+            .iter()
+            .enumerate()
+            .map(|(i, &(rate, offered))| {
+                let mut p = point(
+                    &format!("p00{}", i + 1),
+                    1024,
+                    (ttft, ttft * 0.95, ttft * 1.05),
+                    (100.0, 99.0, 101.0),
+                );
+                p.values = [("load.rate".to_string(), json!(rate))]
+                    .into_iter()
+                    .collect();
+                p.metrics
+                    .insert("concurrency_max".into(), stat(4.0, 4.0, 4.0));
+                p.load = Some(LoadSummary {
+                    kind: "rate".into(),
+                    offered_req_s: Some(offered),
+                    ..LoadSummary::default()
+                });
+                p
+            })
+            .collect();
+        run(
+            &format!("runs/{name}"),
+            meta(name, json!({}), &["load.rate"]),
+            points,
+        )
+    };
+    let a = load_run("a", [(10.0, 10.1), (20.0, 19.9), (40.0, 39.6)], 0.1);
+    let b = load_run("b", [(10.2, 10.3), (19.6, 19.5), (30.0, 30.2)], 0.2);
+    let model = compare::build(&[a, b], None);
+    assert_eq!(model.offered_tolerance_pct, Some(5.0));
+    let shared: Vec<(&str, Vec<&str>)> = model
+        .points
+        .iter()
+        .map(|p| (p.label.as_str(), p.ids.iter().map(String::as_str).collect()))
+        .collect();
+    assert_eq!(
+        shared,
+        [
+            (
+                "load.rate=10.0 / 10.2 (offered 10.1 / 10.3 req/s)",
+                vec!["p001", "p001"]
+            ),
+            (
+                "load.rate=20.0 / 19.6 (offered 19.9 / 19.5 req/s)",
+                vec!["p002", "p002"]
+            ),
+        ]
+    );
+    let unmatched: Vec<(&str, Vec<Option<&str>>)> = model
+        .unmatched
+        .iter()
+        .map(|u| {
+            (
+                u.label.as_str(),
+                u.ids.iter().map(|i| i.as_deref()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        unmatched,
+        [
+            (
+                "load.rate=40.0 (offered 39.6 / — req/s)",
+                vec![Some("p003"), None]
+            ),
+            (
+                "load.rate=30.0 (offered — / 30.2 req/s)",
+                vec![None, Some("p003")]
+            ),
+        ]
+    );
+    // Requests of an open loop overlap: their spread is not evidence of run-to-run noise, so
+    // B's doubled TTFT is not called a regression from one round.
+    let ttft = model.metrics.iter().find(|m| m.name == "ttft_s").unwrap();
+    assert_eq!(
+        ttft.rows[0].cells[1].verdict,
+        Some(Verdict::NotEnoughEvidence)
+    );
+    let text = compare::render(&model, None).unwrap();
+    assert!(
+        text.contains("| load.rate | offered req/s | A | B | B vs A |"),
+        "{text}"
+    );
+    assert!(text.contains("| 10.0 / 10.2 | 10.1 / 10.3 |"), "{text}");
+    assert!(
+        text.contains("paired by the rate they were offered"),
+        "{text}"
+    );
+    assert!(text.contains("within 5.0% of its own"), "{text}");
+}

@@ -202,10 +202,11 @@ fn validate_names_what_a_load_block_lacks() {
     assert!(err.contains("p200"), "{err}");
 }
 
-/// A trace that cannot be read fails its point with its own cause (not a prompt error), and
-/// the run says it failed.
+/// A trace that cannot be read is refused before the run starts, at the spec's `trace:` field;
+/// a schedule that cannot be made when the point runs fails that point with its own cause
+/// (not a prompt error), and the run says it failed.
 #[test]
-fn an_unreadable_trace_fails_its_point_with_the_schedule_as_cause() {
+fn an_unmakeable_schedule_fails_its_point_with_the_schedule_as_cause() {
     let ws = Workspace::new();
     let spec = ws.write(
         "gone.yaml",
@@ -215,10 +216,115 @@ fn an_unreadable_trace_fails_its_point_with_the_schedule_as_cause() {
         ),
     );
     let out = ws.run_with(&spec, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no-such-trace.jsonl"), "{err}");
+    assert!(err.contains("gone.yaml:10:"), "{err}");
+    // `rate: inf` with only a duration: everything is due at once, so how many is unknown.
+    let spec = ws.write(
+        "flood.yaml",
+        &load_spec(
+            "flood",
+            "load: { kind: rate, rate: inf }\nstop: { duration: 1s }",
+        ),
+    );
+    let out = ws.run_with(&spec, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let points = read_jsonl(&run_dir(&out).join("points.jsonl"));
     assert_eq!(points[0]["status"], "failed", "{}", points[0]);
     let flags = points[0]["flags"].to_string();
     assert!(flags.contains("schedule-failed"), "{flags}");
-    assert!(flags.contains("no-such-trace.jsonl"), "{flags}");
+    assert!(flags.contains("give `stop.requests`"), "{flags}");
+}
+
+#[test]
+fn a_trace_replays_its_own_prompt_and_output_lengths() {
+    let ws = Workspace::new();
+    // Seconds with `at` or Mooncake's milliseconds and `input_length`; one line without a
+    // prompt length keeps the workload's 64 tokens.
+    ws.write(
+        "lengths.jsonl",
+        "{\"at\": 0.0, \"input_tokens\": 40, \"output_tokens\": 3}\n\
+         {\"timestamp\": 50, \"input_length\": 300, \"output_length\": 5}\n\
+         {\"at\": 0.1, \"input_tokens\": 1200, \"output_tokens\": 7}\n\
+         {\"at\": 0.15, \"output_tokens\": 9}\n",
+    );
+    let spec = ws.write(
+        "lengths.yaml",
+        &sim_spec(
+            "lengths",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 8",
+            "load: { kind: trace, trace: { file: lengths.jsonl } }",
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let mut seen: Vec<(u64, u64, u64)> = requests
+        .iter()
+        .map(|r| {
+            (
+                r["completion_tokens"].as_u64().unwrap(),
+                r["requested_prompt_tokens"].as_u64().unwrap(),
+                r["prompt_tokens"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    // Each request asked for its line's prompt length (in the 2% bucket drawn lengths use)
+    // and its line's output length, and the server counted that many prompt tokens
+    // (calibrated: within 2%, plus the nonce's few tokens).
+    let want = [(3, 40), (5, 300), (7, 1200), (9, 64)];
+    assert_eq!(seen.len(), want.len(), "{seen:?}");
+    for ((out, asked, got), (want_out, want_in)) in seen.iter().zip(want) {
+        assert_eq!(*out, want_out, "{seen:?}");
+        assert!(
+            (*asked as f64 - want_in as f64).abs() <= 0.01 * want_in as f64,
+            "asked {asked} for {want_in}: {seen:?}"
+        );
+        assert!(
+            (*got as f64 - want_in as f64).abs() <= 0.02 * want_in as f64 + 12.0,
+            "{got} tokens for a trace line of {want_in}: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn warmup_and_cooldown_count_on_the_clients_side_of_the_servers_view() {
+    // The server's counters over the scraped window include the warm-up and cool-down
+    // requests; the client's side of the comparison must too, or every load point with
+    // phases is flagged `server-disagrees` by the requests it excluded on purpose.
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "phases.yaml",
+        &sim_spec(
+            "phases",
+            "  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8",
+            "load: { kind: rate, rate: 40, arrival: constant }\n\
+             warmup: { requests: 5 }\nstop: { requests: 20 }\ncooldown: { requests: 4 }",
+        )
+        .replace(
+            "context-length: 8192",
+            "context-length: 8192, enable-metrics: true",
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    assert_eq!(p["ok"], 20, "{p}");
+    let recorded = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(recorded.len(), 29);
+    assert_eq!(p["server"]["requests"].as_f64(), Some(29.0), "{p}");
+    let prompt: u64 = recorded
+        .iter()
+        .map(|r| r["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(p["server"]["prompt_tokens"].as_f64(), Some(prompt as f64));
+    assert!(
+        p["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["kind"] != "server-disagrees"),
+        "{p}"
+    );
 }

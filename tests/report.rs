@@ -1156,3 +1156,53 @@ fn a_capacity_search_has_a_capacity_section() {
     let passing = points.len() - failing.len();
     assert_eq!(svg.matches("<circle").count(), 2 * (passing + 1), "{svg}");
 }
+
+#[test]
+fn a_load_run_over_two_server_variants_has_a_pareto_frontier_per_variant_and_run_wide() {
+    // A real run on the simulator: max-running-requests 1 and 4, each at 10, 40 and 160
+    // requests/s. From its points.jsonl (output_tok_s mean, decode_tok_s p50):
+    //   g1: p001 (113, 832) p002 (435, 836) p003 (779, 869)
+    //   g2: p004 (114, 838) p005 (443, 831) p006 (1605, 820)
+    // p003 beats p001 and p002 on both axes: g1's frontier is p003 alone. In g2 each point
+    // trades one axis for the other: all three are on its frontier. Run-wide, p003 also beats
+    // p004 and p005; nothing has more total tok/s than p006.
+    let model = model_of("load-pareto");
+    let load = model.load.expect("a load section");
+    let ids = |keep: fn(&report::pareto::ParetoPoint) -> bool| -> Vec<&str> {
+        load.pareto
+            .iter()
+            .filter(|p| keep(p))
+            .map(|p| p.id.as_str())
+            .collect()
+    };
+    assert_eq!(ids(|p| p.frontier), ["p003", "p006"]);
+    assert_eq!(
+        ids(|p| p.variant_frontier),
+        ["p003", "p004", "p005", "p006"]
+    );
+    assert_eq!(
+        report::pareto::variants(&load.pareto),
+        [
+            "server.args.max-running-requests=1",
+            "server.args.max-running-requests=4"
+        ]
+    );
+    // The chart: one line per variant through its frontier, dominated points as dots.
+    let chart = report::load_charts::charts(&load)
+        .into_iter()
+        .find(|c| c.file == "load-pareto.svg")
+        .expect("a Pareto chart");
+    assert_eq!(chart.lines[0].1.len(), 1);
+    assert_eq!(chart.dots[0].len(), 2);
+    assert_eq!(chart.lines[1].1.len(), 3);
+    assert!(chart.dots[1].is_empty());
+    let svg = report::load_charts::render_svg(&chart).unwrap();
+    assert!(svg.contains("server.args.max-running-requests=4"), "{svg}");
+    let text = rendered("load-pareto");
+    let section = &text[text.find("Pareto frontier (").expect("the Pareto text")
+        ..text[text.find("## Load").unwrap()..]
+            .find("Definitions:")
+            .map(|i| i + text.find("## Load").unwrap())
+            .unwrap()];
+    insta::assert_snapshot!("load_pareto", section);
+}

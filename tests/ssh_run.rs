@@ -66,7 +66,14 @@ fn a_sweep_measured_on_the_host_and_through_a_forward_agree() {
     for client in ["host", "local"] {
         let spec = ws.write(
             &format!("{client}.yaml"),
-            &ssh_spec(&sshd, &format!("over-ssh-{client}"), client, "", rest),
+            // `--enable-metrics`: SGLang serves `/metrics` only when asked.
+            &ssh_spec(
+                &sshd,
+                &format!("over-ssh-{client}"),
+                client,
+                ", enable-metrics: true",
+                rest,
+            ),
         );
         let out = ws.run(&spec);
         assert!(out.status.success(), "{}\n{}", show(&out), sshd.log_text());
@@ -114,12 +121,41 @@ fn a_sweep_measured_on_the_host_and_through_a_forward_agree() {
         if client == "host" {
             std::fs::write("/tmp/ssh-host-report.md", &report).ok();
         }
+        // The server's `/metrics`, scraped beside the requests (by the agent on the host, or
+        // here through the forward): a start and an end scrape per point, in metrics.jsonl.
+        let scrapes = read_jsonl(&dir.join("metrics.jsonl"));
+        for id in ["p001", "p002"] {
+            let mine: Vec<_> = scrapes.iter().filter(|s| s["point"] == id).collect();
+            assert!(mine.len() >= 2, "{client}: {id} has {} scrapes", mine.len());
+            assert_eq!(mine[0]["at"], "start", "{client}");
+            assert_eq!(mine.last().unwrap()["at"], "end", "{client}");
+            assert!(mine[0]["values"]["sglang:prompt_tokens_total"].is_number());
+        }
+        assert!(
+            report.contains("## The server's view"),
+            "{client}: {report}"
+        );
         by_client.push(points(&dir));
     }
     // Both clients measure the same server on the same machine: the numbers must agree.
     for (h, l) in by_client[0].iter().zip(&by_client[1]) {
         assert_eq!(h["ok"], 3);
         assert_eq!(l["ok"], 3);
+        // The server's own counts over each point are the same either way: three requests
+        // and the prompt tokens the client saw.
+        for view in [&h["server"], &l["server"]] {
+            assert_eq!(view["engine"], "sglang", "{view}");
+            assert_eq!(view["requests"].as_f64(), Some(3.0), "{view}");
+        }
+        assert_eq!(h["server"]["prompt_tokens"], l["server"]["prompt_tokens"]);
+        assert!(
+            h["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|f| f["kind"] != "server-disagrees"),
+            "{h}"
+        );
         assert_eq!(mean(h, "prompt_tokens"), mean(l, "prompt_tokens"));
         for m in ["ttft_s", "decode_tok_s"] {
             let (a, b) = (mean(h, m), mean(l, m));

@@ -232,6 +232,104 @@ fn expected_flag_typos_are_caught_by_validate() {
 }
 
 #[test]
+fn an_expected_failure_written_oom_suggests_out_of_memory() {
+    // By spelling, `oom` is nearest `oom-killed` (the host's OOM killer ended the process);
+    // a user writing `oom` means the engine ran out of GPU memory: its initials.
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "x.yaml",
+        &sim_spec("x", WORKLOAD, "expect:\n  - { failure: oom }"),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "error: unknown failure cause `oom`",
+            " --> x.yaml:",
+            "did you mean `out-of-memory`?",
+        ],
+    );
+    assert!(!text.contains("`oom-killed`"), "{text}");
+}
+
+fn trace_spec(file: &str) -> String {
+    sim_spec(
+        "t",
+        WORKLOAD,
+        &format!("load:\n  kind: trace\n  trace: {{ file: {file} }}"),
+    )
+}
+
+#[test]
+fn trace_files_are_checked_at_the_specs_trace_field() {
+    let ws = Workspace::new();
+    // Missing: named at `load.trace.file` (line 12, after `trace: { file: `).
+    let spec = ws.write("missing.yaml", &trace_spec("nope.jsonl"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "error: cannot read trace",
+            "nope.jsonl",
+            " --> missing.yaml:12:18",
+            "hint: the path is relative to the spec's folder",
+        ],
+    );
+    // A line that does not parse: the trace's own line, at the spec's field.
+    ws.write(
+        "bad.jsonl",
+        "{\"at\": 0}\n{\"at\": 1, \"output_tokens\": -3}\n",
+    );
+    let spec = ws.write("bad.yaml", &trace_spec("bad.jsonl"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "bad.jsonl:2: `output_tokens` must be a whole number of tokens",
+            " --> bad.yaml:12:18",
+            "hint: each line is an object like",
+        ],
+    );
+    // Empty.
+    ws.write("empty.jsonl", "\n");
+    let spec = ws.write("empty.yaml", &trace_spec("empty.jsonl"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["has no requests", " --> empty.yaml:12:18"],
+    );
+    // A good trace validates.
+    ws.write(
+        "good.jsonl",
+        "{\"at\": 0}\n{\"at\": 0.5, \"input_tokens\": 64}\n",
+    );
+    let spec = ws.write("good.yaml", &trace_spec("good.jsonl"));
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn sessions_refuse_stop_warmup_and_cooldown_they_would_ignore() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "s.yaml",
+        &sim_spec(
+            "s",
+            WORKLOAD,
+            "load: { kind: sessions, sessions: { users: 2, turns: 2, think: 10ms } }\n\
+             stop: { requests: 10 }\nwarmup: { requests: 2 }\ncooldown: { duration: 1s }",
+        ),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "error: `stop` does not apply to `load.kind: sessions`",
+            "error: `warmup` does not apply to `load.kind: sessions`",
+            "error: `cooldown` does not apply to `load.kind: sessions`",
+            " --> s.yaml:11:1",
+            "hint: remove it: a sessions point ends when each of `sessions.users`",
+        ],
+    );
+}
+
+#[test]
 fn run_names_of_only_dots_are_refused() {
     let ws = Workspace::new();
     for name in [".", "..", "..."] {

@@ -7,9 +7,11 @@
 //! state, and records the same `scheduled_at`/`phase` fields.
 
 pub mod arrival;
+pub mod check;
 pub mod pacer;
 pub mod schedule;
 pub mod trace;
 
+pub use check::TraceCheck;
 pub use pacer::Pacer;
 pub use schedule::{Schedule, ScheduleError, Scheduled};

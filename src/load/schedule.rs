@@ -23,6 +23,8 @@ pub struct Scheduled {
     pub phase: Phase,
     /// `max_tokens` from a trace line (None: the workload's `output_tokens`).
     pub max_tokens: Option<u32>,
+    /// Prompt tokens from a trace line (None: the workload's prompt).
+    pub input_tokens: Option<u64>,
 }
 
 /// The arrivals of one point, in time order.
@@ -58,11 +60,12 @@ impl Schedule {
             stop,
             exp.cooldown.clone().unwrap_or_default(),
         );
-        let arrivals: Box<dyn Iterator<Item = (f64, Option<u32>)>> = match load.kind {
+        // (send time, output tokens, prompt tokens): the lengths only from a trace.
+        let arrivals: Box<dyn Iterator<Item = Arrival>> = match load.kind {
             LoadKind::Rate => {
                 let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
                 if rate.is_infinite() {
-                    Box::new(std::iter::repeat((0.0, None)))
+                    Box::new(std::iter::repeat((0.0, None, None)))
                 } else {
                     curve_arrivals(
                         RateCurve::Constant(rate),
@@ -99,7 +102,7 @@ impl Schedule {
                 Box::new(
                     entries
                         .into_iter()
-                        .map(move |e| (e.at_s * scale, e.output_tokens)),
+                        .map(move |e| (e.at_s * scale, e.output_tokens, e.input_tokens)),
                 )
             }
         };
@@ -114,7 +117,7 @@ impl Schedule {
         }
         let mut requests = Vec::new();
         let mut phases = phases;
-        for (at_s, max_tokens) in arrivals {
+        for (at_s, max_tokens, input_tokens) in arrivals {
             let Some(phase) = phases.place(at_s) else {
                 break;
             };
@@ -125,6 +128,7 @@ impl Schedule {
                 at_s,
                 phase,
                 max_tokens,
+                input_tokens,
             });
         }
         Ok(Schedule {
@@ -142,11 +146,12 @@ impl Schedule {
     }
 }
 
+/// One arrival: its time (seconds from the start), and a trace line's output and prompt
+/// tokens.
+type Arrival = (f64, Option<u32>, Option<u64>);
+
 /// Arrivals of the unit process mapped through a rate curve: the first at 0, then gaps.
-fn curve_arrivals(
-    curve: RateCurve,
-    mut gaps: UnitGaps,
-) -> Box<dyn Iterator<Item = (f64, Option<u32>)>> {
+fn curve_arrivals(curve: RateCurve, mut gaps: UnitGaps) -> Box<dyn Iterator<Item = Arrival>> {
     let mut s = 0.0;
     let mut first = true;
     // A ramp starting at rate 0 has its first arrival after its first unit of work.
@@ -159,7 +164,7 @@ fn curve_arrivals(
         } else {
             s += gaps.next_gap();
         }
-        curve.time_of(s).map(|t| (t, None))
+        curve.time_of(s).map(|t| (t, None, None))
     }))
 }
 

@@ -1,7 +1,8 @@
 //! Trace files: one request a line, JSON. The arrival time is `at` (seconds) or Mooncake's
 //! `timestamp` (milliseconds); `output_tokens` (or Mooncake's `output_length`) sets the
 //! request's `max_tokens`; `input_tokens` (or `input_length`) is kept for the workload's
-//! generator. Other fields are ignored, so existing traces load as they are.
+//! generator: the request's prompt is generated and calibrated at that length. Other fields
+//! are ignored, so existing traces load as they are.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

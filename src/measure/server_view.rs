@@ -136,17 +136,58 @@ pub fn requests_counted(start: &MetricsScrape, end: &MetricsScrape) -> Option<f6
     })
 }
 
+/// What the client finished inside the scraped window outside the measured phase (a load
+/// point's warm-up and cool-down requests): the server counted them too, so they count on the
+/// client's side of the comparison, though not in the point's numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unmeasured {
+    /// Requests finished without error.
+    pub requests: u64,
+    /// Their prompt tokens (None once one of them had no count).
+    pub prompt_tokens: Option<u64>,
+    /// Their cached tokens (None once one of them had no count).
+    pub cached_tokens: Option<u64>,
+}
+
+impl Default for Unmeasured {
+    fn default() -> Unmeasured {
+        Unmeasured {
+            requests: 0,
+            prompt_tokens: Some(0),
+            cached_tokens: Some(0),
+        }
+    }
+}
+
+impl Unmeasured {
+    /// Counts `r` when it finished without error.
+    pub fn add(&mut self, r: &RequestRecord) {
+        if r.error.is_some() {
+            return;
+        }
+        self.requests += 1;
+        self.prompt_tokens = self.prompt_tokens.zip(r.prompt_tokens).map(|(a, b)| a + b);
+        self.cached_tokens = self.cached_tokens.zip(r.cached_tokens).map(|(a, b)| a + b);
+    }
+}
+
 /// `server-disagrees` flags: where the server's counters over the window differ from the
-/// client's records of the same requests (measured, finished without error) by more than
-/// [`DISAGREE_PCT`]. A count either side does not have is not compared.
-pub fn contradictions(view: &ServerView, records: &[RequestRecord]) -> Vec<Flag> {
+/// client's records of the same requests (measured, finished without error, plus `unmeasured`
+/// ones sent inside the window) by more than [`DISAGREE_PCT`]. A count either side does not
+/// have is not compared.
+pub fn contradictions(
+    view: &ServerView,
+    records: &[RequestRecord],
+    unmeasured: &Unmeasured,
+) -> Vec<Flag> {
     let done: Vec<&RequestRecord> = records
         .iter()
         .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
         .collect();
-    let sum = |f: fn(&RequestRecord) -> Option<u64>| -> Option<f64> {
+    let sum = |f: fn(&RequestRecord) -> Option<u64>, extra: Option<u64>| -> Option<f64> {
         done.iter()
             .map(|r| f(r))
+            .chain([extra])
             .sum::<Option<u64>>()
             .map(|n| n as f64)
     };
@@ -154,14 +195,18 @@ pub fn contradictions(view: &ServerView, records: &[RequestRecord]) -> Vec<Flag>
         (
             "prompt tokens",
             view.prompt_tokens,
-            sum(|r| r.prompt_tokens),
+            sum(|r| r.prompt_tokens, unmeasured.prompt_tokens),
         ),
         (
             "cached tokens",
             view.cached_tokens,
-            sum(|r| r.cached_tokens),
+            sum(|r| r.cached_tokens, unmeasured.cached_tokens),
         ),
-        ("completed requests", view.requests, Some(done.len() as f64)),
+        (
+            "completed requests",
+            view.requests,
+            Some((done.len() as u64 + unmeasured.requests) as f64),
+        ),
     ];
     let mut out = Vec::new();
     for (what, server, client) in checks {
@@ -173,7 +218,8 @@ pub fn contradictions(view: &ServerView, records: &[RequestRecord]) -> Vec<Flag>
             out.push(Flag::new(
                 FlagKind::ServerDisagrees,
                 format!(
-                    "the server counted {server} {what} over the point, the client {client} ({off:.1}% apart, more than {DISAGREE_PCT}%)"
+                    "the server counted {server} {what} over the point, the client {client}{} ({off:.1}% apart, more than {DISAGREE_PCT}%)",
+                    if unmeasured.requests > 0 { " (warm-up and cool-down included)" } else { "" }
                 ),
             ));
         }

@@ -29,6 +29,9 @@ pub struct Observed {
     pub client_cpu: Option<f64>,
     /// `stop.errors` ended the point.
     pub stopped_on_errors: bool,
+    /// Warm-up and cool-down requests finished while `/metrics` was scraped: the server's
+    /// counters include them.
+    pub unmeasured: super::server_view::Unmeasured,
 }
 
 /// One request's latencies as the load metrics see them.

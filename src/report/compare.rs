@@ -1,6 +1,7 @@
 //! `servebench compare`: several runs side by side, the first as the baseline.
 //!
-//! Points are matched by their sweep values; a change is called a regression or an improvement
+//! Points are matched by their sweep values, open-loop load points by the rate they were
+//! offered (`offered`); a change is called a regression or an improvement
 //! only when it exceeds the noise (the 95% confidence intervals do not overlap, or it is larger
 //! than `--threshold`). [`build`] is pure; only [`load`] reads the disk.
 
@@ -15,6 +16,7 @@ use crate::results::records::{PointRecord, Stat};
 use crate::results::rundir::{RunDir, RunDirError};
 
 use super::model::{metric_def, value_text};
+use super::offered;
 use super::{ReportError, render_named};
 pub use crate::catalog::Direction;
 use crate::catalog::Metric;
@@ -339,6 +341,10 @@ pub struct CompareModel {
     /// Capacity searches compared across the runs (empty when the baseline has none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacities: Vec<super::compare_capacity::CapacityCompare>,
+    /// Set when some runs have open-loop load points: they are paired by their measured
+    /// offered rate when it is within this many percent of the first run's, not by label.
+    #[serde(default)]
+    pub offered_tolerance_pct: Option<f64>,
 }
 
 /// A run in the comparison.
@@ -385,6 +391,9 @@ pub struct SharedPoint {
     pub ids: Vec<String>,
     /// Why the point is not compared (failed, incomplete, flagged); empty when it is.
     pub problems: Vec<PointProblem>,
+    /// For open-loop points paired by offered load: each run's offered rate (req/s),
+    /// formatted; empty for points matched by their sweep values.
+    pub offered: Vec<String>,
 }
 
 /// Why a run's point is not compared.
@@ -422,6 +431,8 @@ pub struct MetricRow {
     pub point: String,
     /// The point's dimension values, formatted.
     pub values: Vec<String>,
+    /// Each run's offered rate (req/s) for open-loop points; empty otherwise.
+    pub offered: Vec<String>,
     /// One cell per run; the baseline's has no change or verdict.
     pub cells: Vec<Cell>,
 }
@@ -450,6 +461,9 @@ pub struct UnmatchedPoint {
     pub values: Vec<String>,
     /// The point's id per run, None where the run lacks it.
     pub ids: Vec<Option<String>>,
+    /// For an open-loop point: each run's offered rate (req/s), `—` where the run has no
+    /// point within the tolerance; empty for points matched by their sweep values.
+    pub offered: Vec<String>,
 }
 
 /// Counts over every compared cell.
@@ -499,7 +513,11 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
     let mut keyed: Vec<IndexMap<Vec<String>, &PointRecord>> = Vec::new();
     for ((run, exp), label) in runs.iter().zip(&experiments).zip(&labels) {
         let mut map = IndexMap::new();
-        for p in &run.points {
+        for p in run
+            .points
+            .iter()
+            .filter(|p| offered::offered_req_s(p).is_none())
+        {
             let key: Vec<String> = dimensions.iter().map(|d| dim_value(p, exp, d)).collect();
             if let Some(first) = map.get(&key) {
                 let first: &&PointRecord = first;
@@ -546,6 +564,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                     .zip(&labels)
                     .flat_map(|(p, l)| problems(l, p))
                     .collect(),
+                offered: Vec::new(),
             });
             shared_records.push(recs);
         } else {
@@ -553,6 +572,89 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 label,
                 values: key.clone(),
                 ids: found.iter().map(|p| p.map(|p| p.id.clone())).collect(),
+                offered: Vec::new(),
+            });
+        }
+    }
+    // Open-loop points: paired by the load they were offered.
+    let candidates: Vec<Vec<offered::Candidate>> = runs
+        .iter()
+        .zip(&experiments)
+        .map(|(run, exp)| {
+            run.points
+                .iter()
+                .filter_map(|p| {
+                    Some(offered::Candidate {
+                        point: p,
+                        offered: offered::offered_req_s(p)?,
+                        rest: dimensions
+                            .iter()
+                            .filter(|d| !offered::sets_offered_load(d))
+                            .map(|d| dim_value(p, exp, d))
+                            .collect(),
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let any_offered = candidates.iter().any(|c| !c.is_empty());
+    for group in offered::pair(&candidates) {
+        let values: Vec<String> = dimensions
+            .iter()
+            .map(|d| {
+                let mut seen: Vec<String> = Vec::new();
+                for (c, exp) in group.iter().zip(&experiments) {
+                    if let Some(c) = c {
+                        let v = dim_value(c.point, exp, d);
+                        if !seen.contains(&v) {
+                            seen.push(v);
+                        }
+                    }
+                }
+                seen.join(" / ")
+            })
+            .collect();
+        let rates: Vec<String> = group
+            .iter()
+            .map(|c| c.map_or("—".to_string(), |c| crate::text::sig3(c.offered)))
+            .collect();
+        let label = format!(
+            "{} (offered {} req/s)",
+            point_label(&dimensions, &values),
+            rates.join(" / ")
+        );
+        if group.iter().all(Option::is_some) {
+            let recs: Vec<&PointRecord> = group.iter().flatten().map(|c| c.point).collect();
+            points.push(SharedPoint {
+                label,
+                // Requests of an open loop overlap: the most in flight decides whether their
+                // spread is evidence of run-to-run noise.
+                concurrency: recs
+                    .iter()
+                    .filter_map(|p| p.metrics.get(Metric::ConcurrencyMax.name()))
+                    .map(|s| s.max.ceil() as u32)
+                    .max()
+                    .unwrap_or(1)
+                    .max(1),
+                values,
+                ids: recs.iter().map(|p| p.id.clone()).collect(),
+                problems: recs
+                    .iter()
+                    .zip(&labels)
+                    .flat_map(|(p, l)| problems(l, p))
+                    .collect(),
+                offered: rates,
+            });
+            shared_records.push(recs);
+        } else {
+            unmatched.push(UnmatchedPoint {
+                label,
+                values,
+                ids: group
+                    .iter()
+                    .map(|c| c.map(|c| c.point.id.clone()))
+                    .collect(),
+                offered: rates,
             });
         }
     }
@@ -609,6 +711,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 .map(|(r, l)| (l.clone(), r.searches.as_ref()))
                 .collect::<Vec<_>>(),
         ),
+        offered_tolerance_pct: any_offered.then_some(offered::TOLERANCE_PCT),
     }
 }
 
@@ -780,6 +883,7 @@ fn metric_table(
             MetricRow {
                 point: point.label.clone(),
                 values: point.values.clone(),
+                offered: point.offered.clone(),
                 cells,
             }
         })

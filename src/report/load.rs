@@ -24,6 +24,11 @@ pub struct LoadSection {
     pub defs: IndexMap<String, MetricDef>,
     /// The load charts drawn beside the report (`charts/load-*.svg`).
     pub charts: Vec<super::charts::ChartLink>,
+    /// Every point with both Pareto figures, marked on or off the frontier (run-wide and
+    /// within its variant); empty with fewer than two such points.
+    pub pareto: Vec<super::pareto::ParetoPoint>,
+    /// How the Pareto chart's axes and frontier are defined, in words.
+    pub pareto_definition: String,
 }
 
 /// One load point.
@@ -32,6 +37,8 @@ pub struct LoadRow {
     pub id: String,
     /// The point's sweep values (`load.rate=8`).
     pub label: String,
+    /// The server variant the point ran on: its results table's title.
+    pub variant: String,
     /// `rate`, `ramp`, `trace` or `closed`.
     pub kind: String,
     /// Requests/s offered over the measured phase.
@@ -41,6 +48,8 @@ pub struct LoadRow {
     pub slo_attainment: Option<f64>,
     pub output_tok_s: Option<f64>,
     pub total_tok_s: Option<f64>,
+    /// Output tok/s one user sees: the p50 of the point's `decode_tok_s`.
+    pub user_tok_s: Option<f64>,
     pub concurrency_mean: Option<f64>,
     pub concurrency_max: Option<f64>,
     /// TTFT and E2E from the schedule, TPOT.
@@ -64,14 +73,23 @@ pub struct LoadRow {
     pub cooldown: usize,
 }
 
-/// The section, when some point has a load summary.
-pub fn section(points: &[PointRecord], labels: &IndexMap<String, String>) -> Option<LoadSection> {
+/// The section, when some point has a load summary. `labels` and `variants` map a point id to
+/// its label and to its server variant's name (its results table's title).
+pub fn section(
+    points: &[PointRecord],
+    labels: &IndexMap<String, String>,
+    variants: &IndexMap<String, String>,
+) -> Option<LoadSection> {
     let rows: Vec<LoadRow> = points
         .iter()
         .filter_map(|p| {
             row(
                 p,
                 labels.get(&p.id).cloned().unwrap_or_else(|| p.id.clone()),
+                variants
+                    .get(&p.id)
+                    .cloned()
+                    .unwrap_or_else(|| p.group.clone()),
             )
         })
         .collect();
@@ -107,7 +125,10 @@ pub fn section(points: &[PointRecord], labels: &IndexMap<String, String>) -> Opt
             })
             .collect(),
         charts: Vec::new(),
+        pareto: Vec::new(),
+        pareto_definition: super::pareto::DEFINITION.to_string(),
     };
+    section.pareto = super::pareto::points(&section.rows);
     // The links come from the same selection that draws the files.
     section.charts = super::load_charts::charts(&section)
         .iter()
@@ -116,7 +137,7 @@ pub fn section(points: &[PointRecord], labels: &IndexMap<String, String>) -> Opt
     Some(section)
 }
 
-fn row(p: &PointRecord, label: String) -> Option<LoadRow> {
+fn row(p: &PointRecord, label: String, variant: String) -> Option<LoadRow> {
     let load = p.load.as_ref()?;
     let stat = |m: Metric| p.metrics.get(m.name()).filter(|s| s.count > 0).cloned();
     let mean = |m: Metric| stat(m).map(|s| s.mean);
@@ -124,6 +145,7 @@ fn row(p: &PointRecord, label: String) -> Option<LoadRow> {
     Some(LoadRow {
         id: p.id.clone(),
         label,
+        variant,
         kind: load.kind.clone(),
         offered_req_s: load.offered_req_s,
         throughput_req_s: mean(Metric::ThroughputReq),
@@ -131,6 +153,7 @@ fn row(p: &PointRecord, label: String) -> Option<LoadRow> {
         slo_attainment: mean(Metric::SloAttainment),
         output_tok_s: mean(Metric::OutputTok),
         total_tok_s: mean(Metric::TotalTok),
+        user_tok_s: stat(Metric::Decode).map(|s| s.p50),
         concurrency_mean: mean(Metric::ConcurrencyMean),
         concurrency_max: mean(Metric::ConcurrencyMax),
         ttft: stat(if scheduled {

@@ -1,5 +1,6 @@
 //! The load section's SVG charts: TTFT and TPOT (p50 and p99) against achieved throughput,
-//! and goodput and throughput against the offered rate. Pure, like `charts`: the same section
+//! goodput and throughput against the offered rate, and the Pareto frontier of per-user
+//! against total output tok/s per server variant. Pure, like `charts`: the same section
 //! always draws the same bytes.
 
 use plotters::prelude::*;
@@ -16,7 +17,12 @@ const COLORS: [RGBColor; 4] = [
 ];
 
 /// Every file a load chart can have.
-pub const FILES: [&str; 3] = ["load-ttft.svg", "load-tpot.svg", "load-goodput.svg"];
+pub const FILES: [&str; 4] = [
+    "load-ttft.svg",
+    "load-tpot.svg",
+    "load-goodput.svg",
+    "load-pareto.svg",
+];
 
 /// One load chart: lines of (x, y) points.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,7 +31,12 @@ pub struct LoadChart {
     pub title: &'static str,
     pub x_label: &'static str,
     pub y_label: &'static str,
-    pub lines: Vec<(&'static str, Vec<(f64, f64)>)>,
+    pub lines: Vec<(String, Vec<(f64, f64)>)>,
+    /// Points drawn as hollow markers in the colour of the line of the same index, without a
+    /// line through them (a variant's points off its frontier); empty or one entry per line.
+    pub dots: Vec<Vec<(f64, f64)>>,
+    /// The legend sits in the upper right (where a frontier leaves room) instead of the left.
+    pub legend_right: bool,
 }
 
 impl LoadChart {
@@ -59,9 +70,11 @@ pub fn charts(section: &LoadSection) -> Vec<LoadChart> {
             x_label: "achieved throughput (req/s)",
             y_label: "TTFT from schedule (s)",
             lines: vec![
-                ("p50", by(tput, &|r| r.ttft.as_ref().map(|s| s.p50))),
-                ("p99", by(tput, &|r| r.ttft.as_ref().map(|s| s.p99))),
+                ("p50".into(), by(tput, &|r| r.ttft.as_ref().map(|s| s.p50))),
+                ("p99".into(), by(tput, &|r| r.ttft.as_ref().map(|s| s.p99))),
             ],
+            dots: Vec::new(),
+            legend_right: false,
         },
         LoadChart {
             file: FILES[1],
@@ -69,9 +82,17 @@ pub fn charts(section: &LoadSection) -> Vec<LoadChart> {
             x_label: "achieved throughput (req/s)",
             y_label: "TPOT (ms)",
             lines: vec![
-                ("p50", by(tput, &|r| r.tpot.as_ref().map(|s| s.p50 * 1e3))),
-                ("p99", by(tput, &|r| r.tpot.as_ref().map(|s| s.p99 * 1e3))),
+                (
+                    "p50".into(),
+                    by(tput, &|r| r.tpot.as_ref().map(|s| s.p50 * 1e3)),
+                ),
+                (
+                    "p99".into(),
+                    by(tput, &|r| r.tpot.as_ref().map(|s| s.p99 * 1e3)),
+                ),
             ],
+            dots: Vec::new(),
+            legend_right: false,
         },
         LoadChart {
             file: FILES[2],
@@ -79,18 +100,49 @@ pub fn charts(section: &LoadSection) -> Vec<LoadChart> {
             x_label: "offered (req/s)",
             y_label: "req/s",
             lines: vec![
-                ("throughput", by(offered, &|r| r.throughput_req_s)),
-                ("goodput", by(offered, &|r| r.goodput_req_s)),
+                ("throughput".into(), by(offered, &|r| r.throughput_req_s)),
+                ("goodput".into(), by(offered, &|r| r.goodput_req_s)),
             ],
+            dots: Vec::new(),
+            legend_right: false,
         },
     ];
-    all.into_iter()
+    let mut drawn: Vec<LoadChart> = all
+        .into_iter()
         .map(|mut c| {
             c.lines.retain(|(_, pts)| pts.len() >= 2);
             c
         })
         .filter(|c| !c.lines.is_empty())
-        .collect()
+        .collect();
+    drawn.extend(pareto(&section.pareto));
+    drawn
+}
+
+/// The Pareto chart: per variant, a line through its frontier (by total tok/s) and hollow
+/// markers for its dominated points; None without points (fewer than two in the run).
+fn pareto(points: &[super::pareto::ParetoPoint]) -> Option<LoadChart> {
+    if points.is_empty() {
+        return None;
+    }
+    let xy = |p: &super::pareto::ParetoPoint| (p.output_tok_s, p.user_tok_s);
+    let (mut lines, mut dots) = (Vec::new(), Vec::new());
+    for variant in super::pareto::variants(points) {
+        let mine = || points.iter().filter(|p| p.variant == variant);
+        let mut front: Vec<(f64, f64)> = mine().filter(|p| p.variant_frontier).map(xy).collect();
+        front.sort_by(|a, b| a.0.total_cmp(&b.0));
+        lines.push((variant.clone(), front));
+        dots.push(mine().filter(|p| !p.variant_frontier).map(xy).collect());
+    }
+    Some(LoadChart {
+        file: FILES[3],
+        title: "Pareto frontier: tok/s per user against total tok/s",
+        x_label: "total output tok/s",
+        y_label: "tok/s per user (decode p50)",
+        lines,
+        dots,
+        legend_right: true,
+    })
 }
 
 /// Draws a chart: linear axes from zero, one line and markers per series, a legend.
@@ -99,7 +151,13 @@ pub fn render_svg(chart: &LoadChart) -> Result<String, ChartError> {
         file: chart.file.to_string(),
         message: e.to_string(),
     };
-    let pts = || chart.lines.iter().flat_map(|(_, p)| p.iter());
+    let pts = || {
+        chart
+            .lines
+            .iter()
+            .flat_map(|(_, p)| p.iter())
+            .chain(chart.dots.iter().flatten())
+    };
     let x_max = pts().map(|p| p.0).fold(0.0, f64::max).max(1e-9) * 1.05;
     let y_max = pts().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.25;
     let mut svg = String::new();
@@ -129,15 +187,25 @@ pub fn render_svg(chart: &LoadChart) -> Result<String, ChartError> {
                 color.stroke_width(2),
             )))
             .map_err(|e| err(&e))?
-            .label(*label)
+            .label(label.as_str())
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
             plot.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| err(&e))?;
+            let dots = chart.dots.get(i).map_or(&[][..], Vec::as_slice);
+            plot.draw_series(
+                dots.iter()
+                    .map(|&p| Circle::new(p, 3, color.stroke_width(1))),
+            )
+            .map_err(|e| err(&e))?;
         }
         plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(if chart.legend_right {
+                SeriesLabelPosition::UpperRight
+            } else {
+                SeriesLabelPosition::UpperLeft
+            })
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(160, 160, 160))
             .label_font(("sans-serif", 14))

@@ -16,6 +16,8 @@ pub mod hardware;
 pub mod load;
 pub mod load_charts;
 pub mod model;
+pub mod offered;
+pub mod pareto;
 pub mod reproduction;
 pub mod schema;
 pub mod server_view;

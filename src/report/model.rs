@@ -633,7 +633,12 @@ pub fn build_model(
         .iter()
         .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), r.label.clone())))
         .collect();
-    model.load = super::load::section(points, &labels);
+    let variants: IndexMap<String, String> = model
+        .tables
+        .iter()
+        .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), t.title.clone())))
+        .collect();
+    model.load = super::load::section(points, &labels, &variants);
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
     model

@@ -6,8 +6,9 @@
 //! Protocol, one JSON object per line. In (stdin): [`AgentRequest`]. Out (stdout): first
 //! `{"hello": {"pid", "pgid", "protocol"}}`; `"heartbeat"` every `--heartbeat-ms` (so a silent
 //! agent is known to be frozen, even while a 200k-token prefill keeps every request quiet);
-//! `{"request": RequestRecord}` as each request completes, then
-//! `{"point": PointRecord, "interrupted": bool}`. End of stdin (the runner went away or was
+//! `{"request": RequestRecord}` as each request completes, `{"metrics": MetricsScrape}` as
+//! each scrape of the server's `/metrics` arrives (taken here, beside the requests, as the
+//! runner takes them in-process), then `{"point": PointRecord, "interrupted": bool}`. End of stdin (the runner went away or was
 //! interrupted) stops the agent like Ctrl-C: in-flight requests are abandoned and the partial
 //! point is reported.
 
@@ -69,6 +70,8 @@ pub enum AgentEvent {
     /// Every `--heartbeat-ms`.
     Heartbeat,
     Request(RequestRecord),
+    /// One scrape of the server's `/metrics`, for the runner's `metrics.jsonl`.
+    Metrics(crate::results::server_view::MetricsScrape),
     Point {
         point: PointRecord,
         interrupted: bool,
@@ -122,7 +125,15 @@ async fn serve(heartbeat: Duration) {
         emit(&AgentEvent::Request(r.clone()));
         Ok(())
     });
-    let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into());
+    // The agent scrapes `/metrics` beside its requests (when the runner's probe found it) and
+    // sends every scrape back, so the run's metrics.jsonl and server view are what an
+    // in-process run records.
+    let metrics: super::scrape::MetricsSink = Arc::new(|m| {
+        emit(&AgentEvent::Metrics(m.clone()));
+        Ok(())
+    });
+    let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into())
+        .with_metrics_sink(metrics);
     while let Some(line) = rx.recv().await {
         if line.trim().is_empty() {
             continue;

@@ -260,6 +260,11 @@ impl AgentSession {
                         }
                     }
                     Ok(AgentEvent::Heartbeat) => {}
+                    // A scrape that cannot be written is lost, not fatal, as in-process: the
+                    // server's view is a side channel.
+                    Ok(AgentEvent::Metrics(m)) => {
+                        let _ = run_dir.append_metrics(&m);
+                    }
                     Ok(AgentEvent::Request(r)) => {
                         progress.request_done_elsewhere();
                         match run_dir.append_request(&r) {

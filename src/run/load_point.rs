@@ -120,8 +120,14 @@ impl PointRunner {
                             failed += usize::from(rec.error.is_some());
                             measured.push(rec);
                         }
-                        Some(Phase::Warmup) => observed.warmup += 1,
-                        _ => observed.cooldown += 1,
+                        Some(Phase::Warmup) => {
+                            observed.warmup += 1;
+                            observed.unmeasured.add(&rec);
+                        }
+                        _ => {
+                            observed.cooldown += 1;
+                            observed.unmeasured.add(&rec);
+                        }
                     }
                     if releasing
                         && let Some(b) = &budget

@@ -210,7 +210,11 @@ impl PointRunner {
         }
         let server = crate::measure::server_view::summarize(&scrapes);
         if let Some(view) = &server {
-            flags.extend(crate::measure::server_view::contradictions(view, &measured));
+            flags.extend(crate::measure::server_view::contradictions(
+                view,
+                &measured,
+                &observed.unmeasured,
+            ));
         }
         record.server = server;
         let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
@@ -320,8 +324,16 @@ impl PointRunner {
         let count = schedule
             .as_ref()
             .map_or(exp.requests, |s| s.requests.len() as u32);
+        // A trace's own lengths, where its lines give them, replace the workload's draws.
+        let lengths: Vec<(Option<u64>, Option<u32>)> =
+            schedule.as_ref().map_or_else(Vec::new, |s| {
+                s.requests
+                    .iter()
+                    .map(|r| (r.input_tokens, r.max_tokens))
+                    .collect()
+            });
         let planned = match self
-            .plan_round(client, exp, prompts, round, count, flags)
+            .plan_round(client, exp, prompts, round, count, &lengths, flags)
             .await
         {
             Ok(p) => p,

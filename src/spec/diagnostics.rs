@@ -239,11 +239,20 @@ impl fmt::Display for SpecErrors {
 
 impl std::error::Error for SpecErrors {}
 
-/// The closest candidate to `word` when it is plausibly a typo, for "did you mean" hints.
+/// The closest candidate to `word` when it is plausibly a typo, for "did you mean" hints. A
+/// word that is a candidate's initials (`oom` for `out-of-memory`) names that candidate first:
+/// by spelling alone `oom` is nearer `oom-killed`, which means something else.
 pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    if let Some(c) = candidates
+        .iter()
+        .find(|c| word.len() >= 2 && initials(c).eq_ignore_ascii_case(word))
+    {
+        return Some(format!("did you mean `{c}`?"));
+    }
     candidates
         .into_iter()
         .map(|c| (strsim::jaro_winkler(word, c), c))
@@ -252,9 +261,37 @@ pub fn did_you_mean<'a>(
         .map(|(_, c)| format!("did you mean `{c}`?"))
 }
 
+/// The first letter of each word of a `kebab-case` or `snake_case` name (`oom` for
+/// `out-of-memory`); empty for a one-word name, whose initial is no abbreviation.
+fn initials(name: &str) -> String {
+    let words: Vec<&str> = name.split(['-', '_']).filter(|w| !w.is_empty()).collect();
+    if words.len() < 2 {
+        return String::new();
+    }
+    words.iter().filter_map(|w| w.chars().next()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn initials_name_their_candidate_before_spelling_does() {
+        let causes = ["out-of-memory", "oom-killed", "port-in-use"];
+        assert_eq!(
+            did_you_mean("oom", causes).as_deref(),
+            Some("did you mean `out-of-memory`?")
+        );
+        assert_eq!(
+            did_you_mean("OOM", causes).as_deref(),
+            Some("did you mean `out-of-memory`?")
+        );
+        assert_eq!(
+            did_you_mean("oom-kiled", causes).as_deref(),
+            Some("did you mean `oom-killed`?")
+        );
+        assert_eq!(initials("concurrency"), "");
+    }
 
     #[test]
     fn lines_end_as_yaml_ends_them() {

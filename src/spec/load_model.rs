@@ -401,6 +401,20 @@ pub fn checks(raw: &Value) -> Vec<Problem> {
             s.get("requests").is_some_and(|v| !v.is_null())
                 || s.get("duration").is_some_and(|v| !v.is_null())
         });
+        // Sessions end when every user has sent every turn; their driver has no phases and no
+        // stop rule, so these would be silently ignored.
+        if kind == Some("sessions") {
+            for field in ["stop", "warmup", "cooldown"] {
+                if raw.get(field).is_some_and(|v| !v.is_null()) {
+                    problems.push(problem(
+                        &format!("/{field}"),
+                        Target::Key,
+                        format!("`{field}` does not apply to `load.kind: sessions`"),
+                        "remove it: a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured",
+                    ));
+                }
+            }
+        }
         // A ramp ends with its duration, a trace with its last line.
         if kind == Some("rate") && !bounded {
             problems.push(problem(

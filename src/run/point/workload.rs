@@ -23,7 +23,10 @@ type Bodies = HashMap<String, (String, Option<u64>)>;
 
 impl PointRunner {
     /// The requests of `round`: its draws, with text calibrated to each drawn length (each 2%
-    /// bucket once per run) and output lengths in the server's tokens.
+    /// bucket once per run) and output lengths in the server's tokens. `lengths[i]`, where
+    /// present (a trace line's), replaces request `i`'s drawn lengths: (prompt tokens, output
+    /// tokens), the prompt generated and calibrated like a drawn one.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn plan_round(
         &mut self,
         client: &Client,
@@ -31,9 +34,18 @@ impl PointRunner {
         prompts: &Prompts,
         round: u32,
         count: u32,
+        lengths: &[(Option<u64>, Option<u32>)],
         flags: &mut Vec<Flag>,
     ) -> Result<Vec<Planned>, (FlagKind, String)> {
-        let draws = prompts.source.draw(round, count);
+        let mut draws = prompts.source.draw(round, count);
+        for (d, &(input, output)) in draws.iter_mut().zip(lengths) {
+            if let Some(n) = input {
+                d.input = traced_input(&d.input, n);
+            }
+            if let Some(n) = output {
+                d.output = OutputDraw::Tokens(u64::from(n));
+            }
+        }
         let mixed = prompts.source.entries.len() > 1;
         let mut bodies = Bodies::new();
         // Each group's prefix for this round: a fresh tag first, so no other point or run
@@ -212,6 +224,34 @@ impl PointRunner {
         })?;
         self.reply_tokens.insert(reply, n);
         Ok(n.max(1))
+    }
+}
+
+/// A trace line's prompt of `tokens`: the workload's generator at that length (bucketed to 2%,
+/// as drawn lengths are), or, for a workload whose prompts are not generated (a file, a
+/// dataset, shared prefixes), seeded random words, calibrated.
+fn traced_input(drawn: &InputDraw, tokens: u64) -> InputDraw {
+    let tokens = crate::prompt::bucket(tokens.max(1));
+    match drawn {
+        InputDraw::Generated {
+            generator,
+            calibrate,
+            ..
+        } => InputDraw::Generated {
+            generator: generator.clone(),
+            tokens,
+            calibrate: *calibrate,
+        },
+        InputDraw::SharedPrefix { seed, .. } => InputDraw::Generated {
+            generator: TextGenerator::Random { seed: *seed },
+            tokens,
+            calibrate: true,
+        },
+        InputDraw::Text(_) => InputDraw::Generated {
+            generator: TextGenerator::Random { seed: 0 },
+            tokens,
+            calibrate: true,
+        },
     }
 }
 
