@@ -1155,6 +1155,49 @@ fn a_capacity_search_has_a_capacity_section() {
     let svg = report::capacity_chart::render_svg(view).unwrap();
     let passing = points.len() - failing.len();
     assert_eq!(svg.matches("<circle").count(), 2 * (passing + 1), "{svg}");
+    // The rate the server sustained at the answer, beside it: probe 6 (11.625 offered)
+    // completed 11.3 req/s, within 10%: no caveat.
+    let six = points.iter().find(|p| p.id == "p001-s6").unwrap();
+    let achieved = six.search.as_ref().unwrap().throughput_req_s;
+    assert_eq!(view.achieved_at_capacity, Some(achieved));
+    assert!(
+        text.contains(&format!(
+            "At 11.6 req/s offered the server completed {} req/s over the probe's window.",
+            servebench::text::sig3(achieved)
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("short of the offered rate"));
+    // A copy where that probe completed only 9 req/s says the answer may hide a growing queue.
+    let tmp = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(fixture("capacity-search")).unwrap() {
+        let f = f.unwrap();
+        if f.file_type().unwrap().is_file() {
+            std::fs::copy(f.path(), tmp.path().join(f.file_name())).unwrap();
+        }
+    }
+    let lines = std::fs::read_to_string(tmp.path().join("points.jsonl")).unwrap();
+    let edited: Vec<String> = lines
+        .lines()
+        .map(|l| {
+            let mut p: serde_json::Value = serde_json::from_str(l).unwrap();
+            if p["id"] == "p001-s6" {
+                p["search"]["throughput_req_s"] = 9.0.into();
+            }
+            p.to_string()
+        })
+        .collect();
+    std::fs::write(tmp.path().join("points.jsonl"), lines_joined(&edited)).unwrap();
+    let slow = report::render_run_dir(&RunDir::open(tmp.path()).unwrap(), None).unwrap();
+    assert!(
+        slow.contains("At 11.6 req/s offered the server completed 9.0 req/s")
+            && slow.contains("short of the offered rate"),
+        "{slow}"
+    );
+}
+
+fn lines_joined(lines: &[String]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 #[test]

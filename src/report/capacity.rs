@@ -47,6 +47,10 @@ pub struct CapacityView {
     pub targets: Vec<String>,
     /// Each target's bound, in `targets` order (seconds; a share for attainment).
     pub limits: Vec<f64>,
+    /// Requests/s the server completed over the window of the probe that set `capacity`
+    /// (None without one). Short of the offered rate when the window's tail or a queue still
+    /// growing at the probe's end held completions back.
+    pub achieved_at_capacity: Option<f64>,
     /// Every probe, in the order run.
     pub probes: Vec<ProbeRow>,
     /// The chart of this search (`charts/capacity-<seed>.svg`), when it has two probes or more.
@@ -148,6 +152,12 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         saturated_at: s.saturated_at,
         complete: s.complete,
         answer: answer_text(s, unit),
+        achieved_at_capacity: s.capacity.and_then(|c| {
+            probes
+                .iter()
+                .find(|p| p.passes && p.value == c)
+                .map(|p| p.throughput_req_s)
+        }),
         targets,
         limits,
         chart: (probes.len() >= 2).then(|| ChartLink {
