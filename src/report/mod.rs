@@ -529,7 +529,7 @@ fn write_timelines(dir: &RunDir) -> Result<(), ReportError> {
 /// The run's per-point time series.
 fn timelines_of(dir: &RunDir) -> Result<Vec<timeline::Timeline>, ReportError> {
     let points = dir.read_points()?;
-    let requests = dir.read_requests_detailed()?.records;
+    let requests = dir.read_requests_lean()?.records;
     let scrapes = dir.read_metrics()?;
     Ok(timeline::timelines(&points, &requests, &scrapes))
 }
@@ -538,7 +538,7 @@ fn timelines_of(dir: &RunDir) -> Result<Vec<timeline::Timeline>, ReportError> {
 fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
-    let requests = dir.read_requests_detailed()?;
+    let requests = dir.read_requests_lean()?;
     let mut model = build_model(&meta, &points.records, &requests.records);
     let scrapes = dir.read_metrics()?;
     model.timelines = timeline::timelines(&points.records, &requests.records, &scrapes)

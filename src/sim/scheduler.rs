@@ -677,7 +677,9 @@ impl Scheduler {
             }
         }
         while Instant::now() < deadline {
-            std::hint::spin_loop();
+            // Yield rather than busy-spin: as precise alone on a core, and the HTTP workers
+            // (or a client on the same machine) get the core when they wait for one.
+            std::thread::yield_now();
         }
         false
     }
