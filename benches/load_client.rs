@@ -2,10 +2,12 @@
 //! built-in simulator (fast profile, 8 output tokens), as a user runs it. For each case it
 //! reports what the run's own records say: the offered and achieved request rates, the
 //! schedule lag (actual minus scheduled send: the pacing error) p50/p99/max, the most streams
-//! in flight at once, the client's CPU, and the runner's peak RSS (getrusage of the child),
+//! in flight at once, the client's CPU, and the peak RSS (getrusage of the children: the
+//! runner's, see `child_max_rss_mb`),
 //! so memory can be read against the number of requests. Two more columns say where the CPU
 //! went: `cpu s`, the CPU seconds of the whole case (the runner and the simulator it started:
-//! user + system, from getrusage of the children), and `us/req`, that over the requests: on a
+//! user + system, from getrusage of the children; server start, summary and report included),
+//! and `us/req`, that over the requests: on a
 //! machine of C cores, C / that bounds the requests per second client and simulator together
 //! can serve.
 //!
@@ -110,9 +112,11 @@ fn main() {
     }
 }
 
-/// The largest peak RSS of any child waited for so far (the runner; the simulator is its own
-/// child and counted in its children, not here). Cumulative: run one case at a time
-/// (`LOAD_BENCH=...`) for a clean figure per case.
+/// The largest peak RSS of any descendant waited for so far: the runner, or the simulator it
+/// started (a grandchild, through the supervisor) if that were larger. Sampled from /proc on
+/// 2026-12-01: the simulator held 17 MB in `mem-2k`, the runner 252 MB of the 258 reported in
+/// `streams-10k`. Cumulative: run one case at a time (`LOAD_BENCH=...`) for a clean figure per
+/// case.
 fn child_max_rss_mb() -> f64 {
     let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
         .expect("getrusage");
