@@ -677,9 +677,7 @@ impl Scheduler {
             }
         }
         while Instant::now() < deadline {
-            // Yield rather than busy-spin: as precise alone on a core, and the HTTP workers
-            // (or a client on the same machine) get the core when they wait for one.
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
         false
     }
