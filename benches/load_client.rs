@@ -2,8 +2,14 @@
 //! built-in simulator (fast profile, 8 output tokens), as a user runs it. For each case it
 //! reports what the run's own records say: the offered and achieved request rates, the
 //! schedule lag (actual minus scheduled send: the pacing error) p50/p99/max, the most streams
-//! in flight at once, the client's CPU, and the runner's peak RSS (getrusage of the child),
-//! so memory can be read against the number of requests.
+//! in flight at once, the client's CPU, and the peak RSS (getrusage of the children: the
+//! runner's, see `child_max_rss_mb`),
+//! so memory can be read against the number of requests. Two more columns say where the CPU
+//! went: `cpu s`, the CPU seconds of the whole case (the runner and the simulator it started:
+//! user + system, from getrusage of the children; server start, summary and report included),
+//! and `us/req`, that over the requests: on a
+//! machine of C cores, C / that bounds the requests per second client and simulator together
+//! can serve.
 //!
 //! Cases (name, rate, max_in_flight, requests):
 //! - `pace-1k`: 1,000 req/s Poisson, 5,000 requests: the pacing error at 1,000 req/s.
@@ -28,7 +34,7 @@ fn main() {
     let only = std::env::var("LOAD_BENCH").ok();
     let bin = env!("CARGO_BIN_EXE_servebench");
     println!(
-        "{:<12} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "{:<12} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8}",
         "case",
         "requests",
         "offered/s",
@@ -38,7 +44,9 @@ fn main() {
         "lag max",
         "inflight",
         "cpu",
-        "rss MB"
+        "rss MB",
+        "cpu s",
+        "us/req"
     );
     for (name, load, requests) in CASES {
         if only.as_deref().is_some_and(|o| o != *name) {
@@ -56,6 +64,7 @@ fn main() {
             ),
         )
         .expect("write spec");
+        let cpu_before = children_cpu_s();
         let out = Command::new(bin)
             .arg("run")
             .arg(&spec)
@@ -65,6 +74,7 @@ fn main() {
             .output()
             .expect("run servebench");
         let rss_mb = child_max_rss_mb();
+        let cpu_s = children_cpu_s() - cpu_before;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let Some(run) = stdout
             .lines()
@@ -83,7 +93,7 @@ fn main() {
         let m =
             |metric: &str, field: &str| p["metrics"][metric][field].as_f64().unwrap_or(f64::NAN);
         println!(
-            "{:<12} {:>9} {:>10.0} {:>10.0} {:>8.3}ms {:>8.3}ms {:>8.1}ms {:>9.0} {:>8.2} {:>9.0}   ({} ok, {} failed)",
+            "{:<12} {:>9} {:>10.0} {:>10.0} {:>8.3}ms {:>8.3}ms {:>8.1}ms {:>9.0} {:>8.2} {:>9.0} {:>8.1} {:>8.0}   ({} ok, {} failed)",
             name,
             requests,
             p["load"]["offered_req_s"].as_f64().unwrap_or(f64::NAN),
@@ -94,17 +104,30 @@ fn main() {
             m("concurrency_max", "mean"),
             m("client_cpu", "mean"),
             rss_mb,
+            cpu_s,
+            cpu_s * 1e6 / f64::from(*requests),
             p["ok"],
             p["errors"],
         );
     }
 }
 
-/// The largest peak RSS of any child waited for so far (the runner; the simulator is its own
-/// child and counted in its children, not here). Cumulative: run one case at a time
-/// (`LOAD_BENCH=...`) for a clean figure per case.
+/// The largest peak RSS of any descendant waited for so far: the runner, or the simulator it
+/// started (a grandchild, through the supervisor) if that were larger. Sampled from /proc on
+/// 2026-12-01: the simulator held 17 MB in `mem-2k`, the runner 252 MB of the 258 reported in
+/// `streams-10k`. Cumulative: run one case at a time (`LOAD_BENCH=...`) for a clean figure per
+/// case.
 fn child_max_rss_mb() -> f64 {
     let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
         .expect("getrusage");
     u.max_rss() as f64 / 1024.0
+}
+
+/// CPU seconds (user + system) of every child waited for so far, their own children included:
+/// the runner and the simulator it started.
+fn children_cpu_s() -> f64 {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .expect("getrusage");
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(u.user_time()) + secs(u.system_time())
 }

@@ -501,8 +501,10 @@ fn print_check(r: &crate::report::reproduction::Reproduction) -> Status {
     Status::failed_if(r.failed > 0)
 }
 
-/// The async runtime for a command.
+/// The async runtime for a command. The open-file limit is raised to its hard limit first:
+/// an open-loop point holds a connection per request in flight.
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    crate::client::raise_open_file_limit();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

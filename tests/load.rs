@@ -109,6 +109,49 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
     assert!((first - metric(&points[0], "throughput_req_s")).abs() < 1e-9);
     let mut requests_csv = csv::Reader::from_path(dir.join("requests.csv")).unwrap();
     assert_eq!(requests_csv.records().count(), requests.len());
+
+    // The runner summarised records trimmed as they were written (`drop_detail`: zero-token
+    // chunks, finish reasons, mix names dropped); the full records in requests.jsonl give
+    // exactly the numbers it wrote.
+    use servebench::results::records::{Phase, RequestRecord};
+    let loaded = servebench::spec::load(&spec).expect("the spec loads");
+    let full: Vec<RequestRecord> = requests
+        .iter()
+        .map(|r| serde_json::from_value(r.clone()).expect("a request record"))
+        .collect();
+    for p in &points {
+        let id = p["id"].as_str().unwrap();
+        let exp = &loaded
+            .points
+            .iter()
+            .find(|x| x.id == id)
+            .unwrap()
+            .experiment;
+        let mut measured: Vec<RequestRecord> = full
+            .iter()
+            .filter(|r| r.point == id && r.phase == Some(Phase::Measure))
+            .cloned()
+            .collect();
+        measured.sort_by_key(|r| r.index);
+        let s = servebench::measure::summary::summarize(exp, &measured, Vec::new(), false);
+        let mut metrics = s.metrics;
+        let observed = servebench::measure::system::Observed {
+            warmup: 5,
+            cooldown: 3,
+            offered_req_s: p["load"]["offered_req_s"].as_f64(),
+            client_cpu: p["metrics"]["client_cpu"]["mean"].as_f64(),
+            stopped_on_errors: false,
+        };
+        let load =
+            servebench::measure::system::add(exp, &measured, &observed, &mut metrics, &mut vec![])
+                .expect("a load summary");
+        assert_eq!(
+            serde_json::to_value(&metrics).unwrap(),
+            p["metrics"],
+            "{id}"
+        );
+        assert_eq!(serde_json::to_value(&load).unwrap(), p["load"], "{id}");
+    }
 }
 
 #[test]

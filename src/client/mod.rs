@@ -508,3 +508,17 @@ impl Client {
         self.pool.exchange(build, deadline, timeout).await
     }
 }
+
+/// Raises this process's soft limit on open files to its hard limit, once: an open-loop point
+/// at `rate: inf` holds one connection per request in flight (10,000 streams need 10,000
+/// descriptors), and many systems start processes at a soft limit of 1,024. Returns the soft
+/// limit now in force (None when it cannot be read); a failure to raise it is left to show as
+/// connect errors naming the limit.
+pub fn raise_open_file_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Some(hard);
+    }
+    Some(soft)
+}

@@ -557,7 +557,7 @@ fn write_timelines(dir: &RunDir) -> Result<(), ReportError> {
 /// The run's per-point time series.
 fn timelines_of(dir: &RunDir) -> Result<Vec<timeline::Timeline>, ReportError> {
     let points = dir.read_points()?;
-    let requests = dir.read_requests_detailed()?.records;
+    let requests = dir.read_requests_lean()?.records;
     let scrapes = dir.read_metrics()?;
     Ok(timeline::timelines(&points, &requests, &scrapes))
 }
@@ -566,7 +566,7 @@ fn timelines_of(dir: &RunDir) -> Result<Vec<timeline::Timeline>, ReportError> {
 fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
-    let requests = dir.read_requests_detailed()?;
+    let requests = dir.read_requests_lean()?;
     let mut model = build_model(&meta, &points.records, &requests.records);
     model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
     let scrapes = dir.read_metrics()?;

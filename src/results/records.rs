@@ -286,6 +286,24 @@ impl RequestRecord {
         })
     }
 
+    /// Drops what no aggregate reads (a point's summary, the report's model and timelines),
+    /// once the record is in `requests.jsonl` (the raw truth): chunks that carried no token
+    /// (role-only, empty, usage-only: every metric skips them), the finish reason, the first
+    /// attempt's failure (`retried` stays), the mix name and a failed response's body head.
+    /// What is left gives the same numbers: a long open-loop point keeps every measured record
+    /// in memory until it ends, and the report reads them all back, so these parts were most
+    /// of each one's heap.
+    pub fn drop_detail(&mut self) {
+        self.chunks.retain(|c| c.tokens > 0);
+        self.chunks.shrink_to_fit();
+        self.finish_reason = None;
+        self.first_attempt = None;
+        self.mix = None;
+        if let Some(e) = &mut self.error {
+            e.body_head = None;
+        }
+    }
+
     /// Output tokens in chunks that carried any, and how many such chunks there were.
     pub fn token_chunks(&self) -> (u64, usize) {
         self.chunks

@@ -15,7 +15,7 @@
 //! secret of the spec never lands here, whichever writer it reaches.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -345,6 +345,12 @@ impl RunDir {
         read_jsonl(&self.file(REQUESTS_FILE))
     }
 
+    /// Reads `requests.jsonl` like [`RunDir::read_requests_detailed`], each record without
+    /// what no aggregate reads ([`RequestRecord::drop_detail`]): what the report holds.
+    pub fn read_requests_lean(&self) -> Result<JsonlRead<RequestRecord>, RunDirError> {
+        read_jsonl_with(&self.file(REQUESTS_FILE), RequestRecord::drop_detail)
+    }
+
     /// Reads `metrics.jsonl` (empty when absent), skipping truncated lines.
     pub fn read_metrics(&self) -> Result<Vec<super::server_view::MetricsScrape>, RunDirError> {
         Ok(read_jsonl(&self.file(METRICS_FILE))?.records)
@@ -458,41 +464,61 @@ fn open_for_append(path: &Path) -> io::Result<File> {
 /// Reads a file of the run directory whole. Only a regular file is read: a record file that
 /// is a device (a link to /dev/zero or /dev/full) would never end.
 fn read_file(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
+    let mut text = String::new();
+    open_regular(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Opens a file of the run directory for reading, only when it is a regular file (see
+/// [`read_file`]).
+fn open_regular(path: &Path) -> io::Result<File> {
+    let file = File::open(path)?;
     if !file.metadata()?.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "not a regular file",
         ));
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    Ok(text)
+    Ok(file)
 }
 
 /// Reads one record per line. Blank lines are ignored; a line that ends before its JSON does
 /// (a crash mid-write) is skipped and reported; any other bad line is an error naming the line.
 fn read_jsonl<T: DeserializeOwned>(path: &Path) -> Result<JsonlRead<T>, RunDirError> {
-    let text = match read_file(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
-        Err(source) => {
-            return Err(RunDirError::Io {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+    read_jsonl_with(path, |_| ())
+}
+
+/// [`read_jsonl`], with `trim` applied to each record as it is read (before the next one).
+fn read_jsonl_with<T: DeserializeOwned>(
+    path: &Path,
+    trim: impl Fn(&mut T),
+) -> Result<JsonlRead<T>, RunDirError> {
+    let io_err = |source| RunDirError::Io {
+        path: path.to_path_buf(),
+        source,
     };
     let mut out = JsonlRead {
         records: Vec::new(),
         truncated_lines: Vec::new(),
     };
-    for (i, line) in text.lines().enumerate() {
+    // Line by line, not the file whole: a run's requests.jsonl grows with its requests (about
+    // 700 bytes each), and holding its text beside the parsed records doubled the report's
+    // memory.
+    let lines = match open_regular(path) {
+        Ok(file) => io::BufReader::new(file).lines(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(source) => return Err(io_err(source)),
+    };
+    for (i, line) in lines.enumerate() {
+        let line = line.map_err(io_err)?;
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(line) {
-            Ok(record) => out.records.push(record),
+        match serde_json::from_str(&line) {
+            Ok(mut record) => {
+                trim(&mut record);
+                out.records.push(record);
+            }
             Err(e) if e.is_eof() => {
                 tracing::warn!("{}:{}: skipped a truncated record", path.display(), i + 1);
                 out.truncated_lines.push(i + 1);

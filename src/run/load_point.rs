@@ -23,8 +23,17 @@ use super::point::{Planned, PointRunner, fill_omitted_cached, generation_request
 /// the first connections are settled before the clock runs.
 const LEAD: Duration = Duration::from_millis(20);
 
-/// Most connections opened ahead of a load point (more are opened as they are needed).
+/// Fewest connections opened ahead of a load point (when it has that many requests).
 const PREPARED_CONNECTIONS: usize = 256;
+
+/// Connections are opened ahead for every request due within this span of the schedule at its
+/// busiest: a request of the fast simulator profile ends within it, so the pool's connections
+/// are reused after that. `rate: inf` (every request due at once) gets one per request.
+const AHEAD_WINDOW_S: f64 = 0.1;
+
+/// Descriptors left to the rest of the process (run directory files, logs, the server's
+/// pipes) when connections are opened ahead up to the open-file limit.
+const RESERVED_FILES: u64 = 256;
 
 impl PointRunner {
     /// Sends one round of an open-loop point on its schedule: `planned[i]` when
@@ -47,12 +56,7 @@ impl PointRunner {
         let omitted_is_zero = self.cached_omitted_is_zero();
         let measured_total = schedule.measured();
         observed.offered_req_s = offered_rate(&schedule);
-        let ahead = schedule
-            .max_in_flight
-            .map_or(PREPARED_CONNECTIONS, |m| m as usize)
-            .min(PREPARED_CONNECTIONS)
-            .min(schedule.requests.len());
-        prepare(client, ahead).await;
+        prepare(client, connections_ahead(&schedule)).await;
 
         let slots = schedule
             .max_in_flight
@@ -107,6 +111,7 @@ impl PointRunner {
                             fill_omitted_cached(&mut rec, omitted_is_zero);
                             let written = sink(&rec).is_ok();
                             progress.request_finished();
+                            rec.drop_detail();
                             written.then_some(rec)
                         });
                     }
@@ -165,6 +170,33 @@ impl PointRunner {
     }
 }
 
+/// How many connections to open before the clock starts: one for each request due within
+/// [`AHEAD_WINDOW_S`] of the schedule's busiest stretch (at least [`PREPARED_CONNECTIONS`]),
+/// never more than may be in flight at once, than there are requests, or than the open-file
+/// limit leaves room for (raised to its hard limit at start; more are opened when due).
+fn connections_ahead(schedule: &Schedule) -> usize {
+    let at: Vec<f64> = schedule.requests.iter().map(|r| r.at_s).collect();
+    let files = crate::client::raise_open_file_limit()
+        .map_or(usize::MAX, |n| n.saturating_sub(RESERVED_FILES) as usize);
+    busiest(&at, AHEAD_WINDOW_S)
+        .max(PREPARED_CONNECTIONS)
+        .min(schedule.max_in_flight.map_or(usize::MAX, |m| m as usize))
+        .min(at.len())
+        .min(files)
+}
+
+/// The most offsets (seconds, non-decreasing) within any span of `window` seconds.
+fn busiest(at: &[f64], window: f64) -> usize {
+    let (mut first, mut most) = (0, 0);
+    for (i, t) in at.iter().enumerate() {
+        while t - at[first] > window {
+            first += 1;
+        }
+        most = most.max(i + 1 - first);
+    }
+    most
+}
+
 /// Measured requests per second of the schedule's measured phase (None when they are all due
 /// at once, or fewer than two).
 fn offered_rate(schedule: &Schedule) -> Option<f64> {
@@ -185,4 +217,21 @@ fn cpu_seconds() -> Option<f64> {
     let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
     let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
     Some(secs(u.user_time()) + secs(u.system_time()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busiest;
+
+    #[test]
+    fn busiest_counts_the_most_offsets_within_a_window() {
+        assert_eq!(busiest(&[], 0.1), 0);
+        // All due at once (`rate: inf`): every one.
+        assert_eq!(busiest(&[0.0; 5], 0.1), 5);
+        // 1,024/s for a second: 103 within 0.1 s (both ends included).
+        let steady: Vec<f64> = (0..1024).map(|i| f64::from(i) / 1024.0).collect();
+        assert_eq!(busiest(&steady, 0.1), 103);
+        // A burst late in the schedule is found.
+        assert_eq!(busiest(&[0.0, 1.0, 2.0, 2.01, 2.02, 2.5], 0.1), 3);
+    }
 }

@@ -128,10 +128,24 @@ pub fn main(args: Vec<String>) -> i32 {
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    raise_open_file_limit();
     tokio::runtime::Builder::new_multi_thread()
         .thread_name("sim-http")
         .enable_all()
         .build()
+}
+
+/// Raises the soft limit on open files to the hard limit: a client at `rate: inf` opens a
+/// connection per request in flight, and the server holds each one (10,000 streams are 10,000
+/// descriptors; many systems start at 1,024). The client side does the same
+/// (`client::raise_open_file_limit`; the sim sits below the client's layer, hence its own).
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
 }
 
 async fn shutdown_signal() {
