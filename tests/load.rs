@@ -141,6 +141,8 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
             offered_req_s: p["load"]["offered_req_s"].as_f64(),
             client_cpu: p["metrics"]["client_cpu"]["mean"].as_f64(),
             stopped_on_errors: false,
+            // Only the server view reads it; this point has none.
+            unmeasured: Default::default(),
         };
         let load =
             servebench::measure::system::add(exp, &measured, &observed, &mut metrics, &mut vec![])
