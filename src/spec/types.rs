@@ -266,7 +266,8 @@ pub struct SlurmHostSpec {
 
 /// How servebench asks Slurm for an allocation. It runs Slurm's own commands (`sbatch`,
 /// `srun`, `squeue`, `scontrol`, `scancel`, `sacct`) on this machine, which must be a node
-/// the cluster accepts submissions from (a login node); `SLURM_CONF` is honoured.
+/// the cluster accepts submissions from (a login node; `SLURM_CONF` is honoured), or on the
+/// `login` node over SSH.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmOptions {

@@ -82,7 +82,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
     #[error(
-        "Slurm's `{program}` cannot be run here ({source}): servebench runs Slurm's commands on this machine, so run it on a node that can submit jobs (a login node), or install the client (apt-get install -y slurm-client)"
+        "Slurm's `{program}` cannot be run ({source}): servebench runs Slurm's commands on this machine, or on host.slurm.login over SSH when set: run it on a node that can submit jobs, set host.slurm.login to one, or install the client (apt-get install -y slurm-client)"
     )]
     Missing {
         program: String,

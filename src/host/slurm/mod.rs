@@ -1056,6 +1056,37 @@ mod tests {
     }
 
     #[test]
+    fn the_environment_reaches_a_login_nodes_srun_as_data_never_as_shell_text() {
+        let mut env = indexmap::IndexMap::new();
+        env.insert(
+            "HF_TOKEN".to_string(),
+            "a'b $(touch /tmp/x) `y` \"z\"".to_string(),
+        );
+        env.insert("EMPTY".to_string(), String::new());
+        let text = env_lines(&env).unwrap();
+        // The script as the login node's shell runs it, with `env` in place of srun.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", EXPORT_STDIN, "sh", "env"])
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let got = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            got.lines()
+                .any(|l| l == "HF_TOKEN=a'b $(touch /tmp/x) `y` \"z\""),
+            "{got}"
+        );
+        assert!(got.lines().any(|l| l == "EMPTY="), "{got}");
+        env.insert("BAD".into(), "two\nlines".into());
+        let e = env_lines(&env).unwrap_err().to_string();
+        assert!(e.contains("\"BAD\"") && e.contains("one line"), "{e}");
+    }
+
+    #[test]
     fn the_step_runs_the_engines_argv_after_a_double_dash() {
         let job = SlurmJob {
             job_id: 12,
