@@ -599,6 +599,8 @@ fn servebench_via_login(args: &[&Path]) -> std::process::Child {
 
 #[test]
 fn a_run_through_a_login_node_over_ssh_measures_its_points_and_down_cancels_through_it() {
+    // The shared turn: its kill lands mid-point, like the other Slurm runs that take it.
+    let _turn = exclusive();
     let cluster = SlurmCluster::get();
     let conf = cluster.conf.display().to_string();
     let sshd = crate::sshd::Sshd::start_with_env(&[("SLURM_CONF", &conf)])
