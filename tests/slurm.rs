@@ -571,3 +571,152 @@ fn a_multi_node_server_on_slurm_is_planned_on_one_allocation_that_must_hold_its_
         show(&out)
     );
 }
+
+/// The `login:` of a Slurm host for the loopback sshd (its key and known_hosts, strict host
+/// key checking), in flow style for [`spec`]'s `extra_host`.
+fn login_of(sshd: &crate::sshd::Sshd) -> String {
+    format!(
+        ", login: {{ ssh: \"ssh://127.0.0.1:{}\", identity: \"{}\", known_hosts: \"{}\" }}",
+        sshd.port,
+        sshd.client_key.display(),
+        sshd.known_hosts.display()
+    )
+}
+
+/// `servebench ARGS` that can reach the cluster only through the login node: this process
+/// has no `SLURM_CONF` (the sshd gives it to its sessions), so a Slurm command run here
+/// instead of there fails.
+fn servebench_via_login(args: &[&Path]) -> std::process::Child {
+    Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .args(args)
+        .env_remove("SLURM_CONF")
+        .env("SERVEBENCH_SSH_IDLE_EXIT_S", "5")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("servebench")
+}
+
+#[test]
+fn a_run_through_a_login_node_over_ssh_measures_its_points_and_down_cancels_through_it() {
+    // The shared turn: its kill lands mid-point, like the other Slurm runs that take it.
+    let _turn = exclusive();
+    let cluster = SlurmCluster::get();
+    let conf = cluster.conf.display().to_string();
+    let sshd = crate::sshd::Sshd::start_with_env(&[("SLURM_CONF", &conf)])
+        .expect("sshd for the login node (apt-get install openssh-server)");
+    let ws = Workspace::new();
+    let model = format!("slurm-login-{}", std::process::id());
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-login");
+    let path = ws.write(
+        "s.yaml",
+        &spec("slurm-login", &model, 2.0, 2, &login_of(&sshd)),
+    );
+    let out = ws.path().join("runs");
+    let done = servebench_via_login(&run_args(&path, &out))
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}\n{}\n--- sshd ---\n{}",
+        show(&done),
+        cluster.logs(),
+        sshd.log_text()
+    );
+    let dir = the_run_dir(&out).unwrap();
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 2);
+    for p in &points {
+        assert_eq!(p["status"], "ok", "{p}");
+        assert_eq!(p["ok"], 2, "{p}");
+    }
+    let meta = read_json(&dir.join("meta.json"));
+    for s in meta["servers"].as_array().unwrap() {
+        let j = &s["slurm"];
+        assert_eq!(j["login"], format!("127.0.0.1:{}", sshd.port), "{s}");
+        assert_eq!(j["nodes"], serde_json::json!([NODE]), "{s}");
+        assert_eq!(j["ended"], true, "{s}");
+        assert_eq!(
+            j["state"], "CANCELLED",
+            "released through the login node: {s}"
+        );
+    }
+    // servebench's binary, which the steps ran, was copied to the login node.
+    assert!(
+        std::fs::read_dir(sshd.home.join(".cache/servebench/bin"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 1,
+        "one copy of servebench on the login node"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-login", &model);
+
+    // A runner killed outright: its job stays in the queue until `servebench down`, which
+    // cancels it through the login node the run recorded.
+    let ws = Workspace::new();
+    let _cleanup_kill = cluster.cancel_on_drop("servebench-slurm-lgkill");
+    let path = ws.write(
+        "s.yaml",
+        &spec("slurm-lgkill", &model, 5.0, 20, &login_of(&sshd)).replace("[1, 5]", "[5, 1]"),
+    );
+    let out = ws.path().join("runs");
+    let mut child = servebench_via_login(&run_args(&path, &out));
+    let (dir, job) = wait_mid_point(&out, "g1", 1, &mut child);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !cluster.jobs_named("servebench-slurm-lgkill").is_empty(),
+        "the job outlives a killed runner"
+    );
+    let done = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("down")
+        .arg(&dir)
+        .env_remove("SLURM_CONF")
+        .env("SERVEBENCH_SSH_IDLE_EXIT_S", "5")
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&done.stdout).to_string() + &String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "Slurm job {job} (RUNNING) cancelled by servebench down"
+        )),
+        "{said}"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-lgkill", &model);
+}
+
+#[test]
+fn a_slurm_host_with_a_login_node_validates_and_plan_names_it() {
+    let ws = Workspace::new();
+    let good = ws.write(
+        "good.yaml",
+        &spec(
+            "slurm-plan-login",
+            "m",
+            2.0,
+            2,
+            ", login: { ssh: login.cluster.example, user: alice, port: 2222 }",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let out = servebench().arg("plan").arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "one job per server group, through the login node ssh://alice@login.cluster.example:2222)"
+        ),
+        "{text}"
+    );
+    let bad = ws.write(
+        "bad.yaml",
+        &spec("slurm-bad-login", "m", 2.0, 2, ", login: { host: x }"),
+    );
+    let out = servebench().arg("validate").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("bad.yaml:3:"), "{said}");
+}

@@ -35,6 +35,12 @@ impl Sshd {
     /// Starts a server, or prints why not and returns None when OpenSSH's sshd is absent
     /// (CI installs it, so there these tests always run).
     pub fn start() -> Option<Sshd> {
+        Sshd::start_with_env(&[])
+    }
+
+    /// [`start`](Self::start), with `env` set in every remote session (sshd's `SetEnv`), as a
+    /// cluster's login node sets `SLURM_CONF` for its users.
+    pub fn start_with_env(env: &[(&str, &str)]) -> Option<Sshd> {
         if !Path::new(SSHD).exists() {
             eprintln!("skipped: {SSHD} is not installed (apt-get install openssh-server)");
             return None;
@@ -56,8 +62,11 @@ impl Sshd {
         for _ in 0..5 {
             let port = servebench::host::free_port().expect("free port");
             let config = dir.path().join("sshd_config");
-            std::fs::write(&config, sshd_config(dir.path(), &host_key, port, &home))
-                .expect("sshd_config");
+            std::fs::write(
+                &config,
+                sshd_config(dir.path(), &host_key, port, &home, env),
+            )
+            .expect("sshd_config");
             let mut child = spawn_sshd(&config, &log);
             if !wait_listening(&mut child, port, &log) {
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -172,7 +181,14 @@ fn children_of(parent: u32) -> Vec<i32> {
         .collect()
 }
 
-fn sshd_config(dir: &Path, host_key: &Path, port: u16, home: &Path) -> String {
+fn sshd_config(
+    dir: &Path,
+    host_key: &Path,
+    port: u16,
+    home: &Path,
+    env: &[(&str, &str)],
+) -> String {
+    let extra: String = env.iter().map(|(k, v)| format!(" {k}={v}")).collect();
     format!(
         "ListenAddress 127.0.0.1\n\
          Port {port}\n\
@@ -186,7 +202,7 @@ fn sshd_config(dir: &Path, host_key: &Path, port: u16, home: &Path) -> String {
          KbdInteractiveAuthentication no\n\
          PubkeyAuthentication yes\n\
          AllowTcpForwarding yes\n\
-         SetEnv HOME={home}\n\
+         SetEnv HOME={home}{extra}\n\
          LogLevel VERBOSE\n",
         host_key = host_key.display(),
         dir = dir.display(),

@@ -252,6 +252,11 @@ pub struct SlurmJob {
     /// True once servebench released the allocation (or found it ended).
     #[serde(default)]
     pub ended: bool,
+    /// The login node Slurm's commands ran on (`user@host:port`, as the spec's
+    /// `host.slurm.login` connects); None when they ran on the runner's machine.
+    /// `servebench down` cancels the job there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
 }
 
 /// What a server offers, found by asking it (never assumed from the engine's name): which

@@ -118,16 +118,48 @@ pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
             text,
         });
     }
-    cancel_slurm_jobs(&mut meta.servers, &mut report).await;
+    cancel_slurm_jobs(&mut meta.servers, &mut report, &hosts.specs).await;
     run_dir.write_meta(&meta).map_err(DownError::Write)?;
     Ok(report)
 }
 
+/// Where the run's Slurm commands ran: this machine (`login` None), or the login node the
+/// run recorded, connected as the spec's `host.slurm.login` says (its key, its known_hosts).
+async fn slurm_runner(
+    login: Option<&str>,
+    specs: &[crate::spec::types::HostSpec],
+) -> Result<crate::host::slurm::Runner, HostError> {
+    use crate::spec::types::HostSpec;
+    let Some(name) = login else {
+        return Ok(crate::host::slurm::Runner::Local);
+    };
+    let opts = specs
+        .iter()
+        .filter_map(HostSpec::slurm)
+        .find(|o| {
+            o.login
+                .as_ref()
+                .is_some_and(|l| spec_name(&HostSpec::Ssh(l.clone())).as_deref() == Some(name))
+        })
+        .ok_or_else(|| {
+            HostError::Unsupported(format!(
+                "the run's spec names no Slurm login node {name} (host.slurm.login)"
+            ))
+        })?;
+    crate::host::slurm::SlurmHost::runner_for(opts).await
+}
+
 /// Cancels each recorded Slurm job that is still in the queue (once per job: a run's one
-/// allocation serves several launches), and records that on its launches.
-async fn cancel_slurm_jobs(servers: &mut [ServerLaunch], report: &mut DownReport) {
+/// allocation serves several launches), on the login node the run used, and records that on
+/// its launches.
+async fn cancel_slurm_jobs(
+    servers: &mut [ServerLaunch],
+    report: &mut DownReport,
+    specs: &[crate::spec::types::HostSpec],
+) {
     use crate::host::slurm::cli;
     let mut seen = std::collections::HashSet::new();
+    let mut runners: Vec<(Option<String>, cli::Runner)> = Vec::new();
     for i in 0..servers.len() {
         let Some(job) = servers[i].slurm.clone() else {
             continue;
@@ -136,10 +168,28 @@ async fn cancel_slurm_jobs(servers: &mut [ServerLaunch], report: &mut DownReport
             continue;
         }
         let id = job.job_id;
-        let (what, text) = match cli::job(id).await {
+        let runner = match runners.iter().find(|(l, _)| *l == job.login) {
+            Some((_, r)) => r.clone(),
+            None => match slurm_runner(job.login.as_deref(), specs).await {
+                Ok(r) => {
+                    runners.push((job.login.clone(), r.clone()));
+                    r
+                }
+                Err(e) => {
+                    let text = format!("cannot reach Slurm to cancel job {id}: {e}");
+                    report.lines.push(DownLine {
+                        group: servers[i].group.clone(),
+                        what: Leftover::Unknown(text.clone()),
+                        text,
+                    });
+                    continue;
+                }
+            },
+        };
+        let (what, text) = match cli::job(&runner, id).await {
             Ok(Some(j)) if j.is_active() => {
-                let cancelled = cli::cancel(&id.to_string(), None).await;
-                let gone = wait_job_gone(id).await;
+                let cancelled = cli::cancel(&runner, &id.to_string(), None).await;
+                let gone = wait_job_gone(&runner, id).await;
                 let text = match cancelled {
                     Ok(()) => format!(
                         "Slurm job {id} ({}) cancelled by servebench down; {}",
@@ -191,10 +241,10 @@ async fn cancel_slurm_jobs(servers: &mut [ServerLaunch], report: &mut DownReport
 }
 
 /// Waits up to a minute for a cancelled job to leave the running states.
-async fn wait_job_gone(id: u64) -> bool {
+async fn wait_job_gone(runner: &crate::host::slurm::Runner, id: u64) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while std::time::Instant::now() < deadline {
-        match crate::host::slurm::cli::job(id).await {
+        match crate::host::slurm::cli::job(runner, id).await {
             Ok(Some(j)) if j.is_active() => {}
             Ok(_) => return true,
             Err(_) => {}

@@ -169,9 +169,11 @@ async fn connect_one(
     }
     if let Some(opts) = spec.slurm() {
         let said = console.clone();
+        let runner = SlurmHost::runner_for(opts).await?;
         let slurm = SlurmHost::new(
             opts.clone(),
             run_id,
+            runner,
             Arc::new(move |text: &str| match said.get() {
                 Some(p) => p.waiting(text),
                 None => crate::console::errln(text),

@@ -201,7 +201,7 @@ impl HostSpec {
             HostSpec::Slurm(s) => {
                 let o = &s.slurm;
                 format!(
-                    "slurm ({}, {} node{}{}{}{}, one job per {})",
+                    "slurm ({}, {} node{}{}{}{}, one job per {}{})",
                     o.partition
                         .as_ref()
                         .map_or("default partition".to_string(), |p| format!(
@@ -224,7 +224,14 @@ impl HostSpec {
                     match o.allocation {
                         SlurmAllocation::Group => "server group",
                         SlurmAllocation::Run => "run",
-                    }
+                    },
+                    o.login
+                        .as_ref()
+                        .map(|l| format!(
+                            ", through the login node {}",
+                            HostSpec::Ssh(l.clone()).label()
+                        ))
+                        .unwrap_or_default()
                 )
             }
         }
@@ -259,7 +266,8 @@ pub struct SlurmHostSpec {
 
 /// How servebench asks Slurm for an allocation. It runs Slurm's own commands (`sbatch`,
 /// `srun`, `squeue`, `scontrol`, `scancel`, `sacct`) on this machine, which must be a node
-/// the cluster accepts submissions from (a login node); `SLURM_CONF` is honoured.
+/// the cluster accepts submissions from (a login node; `SLURM_CONF` is honoured), or on the
+/// `login` node over SSH.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SlurmOptions {
@@ -306,6 +314,12 @@ pub struct SlurmOptions {
     /// `run`: one allocation for the whole run, every group's server a step inside it.
     #[serde(default)]
     pub allocation: SlurmAllocation,
+    /// The login node Slurm's commands run on, reached over SSH (the same fields as an SSH
+    /// host: `{ ssh: user@login.cluster, identity: ~/.ssh/id_ed25519 }`). Absent: they run on
+    /// this machine. servebench's binary is copied there (the nodes must see the login node's
+    /// home directory, as they do on most clusters).
+    #[serde(default)]
+    pub login: Option<SshHostSpec>,
 }
 
 impl SlurmOptions {

@@ -1,13 +1,78 @@
-//! Slurm's own commands, run on this machine with argument vectors (never a shell), and their
-//! output read into types: `sbatch --parsable`, `scontrol show job -o`, `scontrol show
+//! Slurm's own commands, run on this machine or on a login node over SSH ([`Runner`]) with
+//! argument vectors (quoted one by one for the login node's shell, never joined from input),
+//! and their output read into types: `sbatch --parsable`, `scontrol show job -o`, `scontrol show
 //! hostnames`, `scontrol show node -o`, `squeue --steps`, `scancel`, `sacct`.
 
 use std::process::Output;
+use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
 
 use crate::catalog::Failure;
+use crate::host::ssh::{SshError, SshHost};
+
+/// Where Slurm's commands run: this machine, or a login node reached over SSH (its host key
+/// checked as for every SSH host).
+#[derive(Clone, Default)]
+pub enum Runner {
+    #[default]
+    Local,
+    Login(Arc<SshHost>),
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Runner {
+    /// `this machine` or `the login node user@host:port`, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Runner::Local => "this machine".into(),
+            Runner::Login(ssh) => format!("the login node {}", ssh.name()),
+        }
+    }
+
+    /// The login node's name as runs record it (`user@host:port`); None for this machine.
+    pub fn login_name(&self) -> Option<String> {
+        match self {
+            Runner::Local => None,
+            Runner::Login(ssh) => Some(ssh.name().to_string()),
+        }
+    }
+
+    /// A process that runs `program args` where Slurm's commands run: the program itself, or
+    /// `ssh` through the login node's connection (the remote process is not stopped by ending
+    /// this one: stop steps with `scancel`). Its stdin is null; output is the caller's.
+    pub fn command(
+        &self,
+        program: &str,
+        args: &[String],
+    ) -> Result<std::process::Command, SlurmError> {
+        match self {
+            Runner::Local => {
+                let mut cmd = std::process::Command::new(program);
+                cmd.args(args).stdin(std::process::Stdio::null());
+                Ok(cmd)
+            }
+            Runner::Login(ssh) => {
+                let mut argv = vec![program.to_string()];
+                argv.extend(args.iter().cloned());
+                ssh.std_command(&argv).map_err(|e| login_error(ssh, e))
+            }
+        }
+    }
+}
+
+fn login_error(ssh: &SshHost, source: SshError) -> SlurmError {
+    SlurmError::Login {
+        host: ssh.name().to_string(),
+        source: Box::new(source),
+    }
+}
 
 /// The longest a Slurm command may take (slurmctld answers in milliseconds; a hung one must
 /// not hang the run).
@@ -17,12 +82,18 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
     #[error(
-        "Slurm's `{program}` cannot be run here ({source}): servebench runs Slurm's commands on this machine, so run it on a node that can submit jobs (a login node), or install the client (apt-get install -y slurm-client)"
+        "Slurm's `{program}` cannot be run ({source}): servebench runs Slurm's commands on this machine, or on host.slurm.login over SSH when set: run it on a node that can submit jobs, set host.slurm.login to one, or install the client (apt-get install -y slurm-client)"
     )]
     Missing {
         program: String,
         #[source]
         source: std::io::Error,
+    },
+    #[error("cannot run Slurm's commands on the login node {host}: {source}")]
+    Login {
+        host: String,
+        #[source]
+        source: Box<SshError>,
     },
     #[error("`{command}` failed ({status}): {stderr}")]
     Failed {
@@ -36,16 +107,39 @@ pub enum SlurmError {
     Unreadable { command: String, text: String },
 }
 
-/// Runs `program args` and returns its output (whatever its exit status).
-pub async fn output(program: &str, args: &[String]) -> Result<Output, SlurmError> {
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+/// Runs `program args` where `runner` runs Slurm's commands and returns its output
+/// (whatever its exit status).
+pub async fn output(runner: &Runner, program: &str, args: &[String]) -> Result<Output, SlurmError> {
+    let mut cmd = tokio::process::Command::from(runner.command(program, args)?);
+    cmd.kill_on_drop(true);
     match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
+        // ssh says 127 for a program the login node's shell cannot find.
+        Ok(Ok(out)) if matches!(runner, Runner::Login(_)) && out.status.code() == Some(127) => {
+            Err(SlurmError::Missing {
+                program: program.to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "not found on {}: {}",
+                        runner.describe(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                ),
+            })
+        }
+        Ok(Ok(out)) if matches!(runner, Runner::Login(_)) && out.status.code() == Some(255) => {
+            Err(SlurmError::Failed {
+                command: shown(program, args),
+                status: format!("ssh to {} failed", runner.describe()),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            })
+        }
         Ok(Ok(out)) => Ok(out),
         Ok(Err(source)) => Err(SlurmError::Missing {
-            program: program.to_string(),
+            program: match runner {
+                Runner::Local => program.to_string(),
+                Runner::Login(_) => "ssh".into(),
+            },
             source,
         }),
         Err(_) => Err(SlurmError::Timeout {
@@ -55,8 +149,8 @@ pub async fn output(program: &str, args: &[String]) -> Result<Output, SlurmError
 }
 
 /// Runs `program args`; its stdout when it succeeds.
-pub async fn run(program: &str, args: &[String]) -> Result<String, SlurmError> {
-    let out = output(program, args).await?;
+pub async fn run(runner: &Runner, program: &str, args: &[String]) -> Result<String, SlurmError> {
+    let out = output(runner, program, args).await?;
     if !out.status.success() {
         return Err(SlurmError::Failed {
             command: shown(program, args),
@@ -158,14 +252,14 @@ pub fn parse_job(line: &str) -> Option<JobInfo> {
 
 /// The job as slurmctld knows it now; None once it forgot the job (`MinJobAge` after its end)
 /// or never knew it.
-pub async fn job(job_id: u64) -> Result<Option<JobInfo>, SlurmError> {
+pub async fn job(runner: &Runner, job_id: u64) -> Result<Option<JobInfo>, SlurmError> {
     let args = vec![
         "show".to_string(),
         "job".into(),
         "-o".into(),
         job_id.to_string(),
     ];
-    let out = output("scontrol", &args).await?;
+    let out = output(runner, "scontrol", &args).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
@@ -189,7 +283,7 @@ pub async fn job(job_id: u64) -> Result<Option<JobInfo>, SlurmError> {
 
 /// A job's state from accounting (`sacct`), when the cluster keeps it: `(state, exit code)`.
 /// None when accounting is disabled (the one-node test cluster) or knows nothing of the job.
-pub async fn sacct_state(job_id: u64) -> Option<(String, Option<String>)> {
+pub async fn sacct_state(runner: &Runner, job_id: u64) -> Option<(String, Option<String>)> {
     let args: Vec<String> = [
         "-j",
         &job_id.to_string(),
@@ -202,7 +296,7 @@ pub async fn sacct_state(job_id: u64) -> Option<(String, Option<String>)> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let out = run("sacct", &args).await.ok()?;
+    let out = run(runner, "sacct", &args).await.ok()?;
     parse_sacct(&out)
 }
 
@@ -219,8 +313,9 @@ pub fn parse_sacct(text: &str) -> Option<(String, Option<String>)> {
 }
 
 /// Each host name in a Slurm node list (`gpu[01-02]` → `gpu01`, `gpu02`).
-pub async fn hostnames(node_list: &str) -> Result<Vec<String>, SlurmError> {
+pub async fn hostnames(runner: &Runner, node_list: &str) -> Result<Vec<String>, SlurmError> {
     let out = run(
+        runner,
         "scontrol",
         &["show".into(), "hostnames".into(), node_list.to_string()],
     )
@@ -235,14 +330,14 @@ pub async fn hostnames(node_list: &str) -> Result<Vec<String>, SlurmError> {
 
 /// The address slurmd reaches `node` at (`NodeAddr`), which the runner uses to reach a server
 /// there.
-pub async fn node_addr(node: &str) -> Result<String, SlurmError> {
+pub async fn node_addr(runner: &Runner, node: &str) -> Result<String, SlurmError> {
     let args = vec![
         "show".to_string(),
         "node".into(),
         "-o".into(),
         node.to_string(),
     ];
-    let out = run("scontrol", &args).await?;
+    let out = run(runner, "scontrol", &args).await?;
     parse_fields(&out)
         .get("NodeAddr")
         .cloned()
@@ -253,8 +348,9 @@ pub async fn node_addr(node: &str) -> Result<String, SlurmError> {
 }
 
 /// The job's steps by name: `(step id "12.0", name)`.
-pub async fn steps(job_id: u64) -> Result<Vec<(String, String)>, SlurmError> {
+pub async fn steps(runner: &Runner, job_id: u64) -> Result<Vec<(String, String)>, SlurmError> {
     let out = run(
+        runner,
         "squeue",
         &[
             "--steps".into(),
@@ -273,23 +369,23 @@ pub async fn steps(job_id: u64) -> Result<Vec<(String, String)>, SlurmError> {
 }
 
 /// `scancel [--signal=SIG] TARGET` (a job `12` or a step `12.0`).
-pub async fn cancel(target: &str, signal: Option<&str>) -> Result<(), SlurmError> {
+pub async fn cancel(runner: &Runner, target: &str, signal: Option<&str>) -> Result<(), SlurmError> {
     let mut args = Vec::new();
     if let Some(s) = signal {
         args.push(format!("--signal={s}"));
     }
     args.push(target.to_string());
-    run("scancel", &args).await.map(|_| ())
+    run(runner, "scancel", &args).await.map(|_| ())
 }
 
 /// The same as [`cancel`] without waiting on a runtime (for `Drop`).
-pub fn cancel_blocking(target: &str) {
-    let _ = std::process::Command::new("scancel")
-        .arg(target)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status();
+pub fn cancel_blocking(runner: &Runner, target: &str) {
+    if let Ok(mut cmd) = runner.command("scancel", &[target.to_string()]) {
+        let _ = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 /// Slurm's own reason for a server's end, from the job's state, or from the lines Slurm

@@ -12,9 +12,13 @@
 //! will listen on them, by a step of servebench itself (`servebench port`), never assumed free
 //! from the submitting machine.
 //!
-//! Slurm's commands run on this machine (a login node, or any node that can submit jobs),
-//! always with argument vectors: nothing the spec says passes through a shell. Reaching a
-//! login node over SSH is not done yet.
+//! Slurm's commands run on this machine (a login node, or any node that can submit jobs), or
+//! on the spec's `login` node over SSH ([`cli::Runner`]), always with argument vectors:
+//! nothing the spec says is joined into shell text (over SSH each argument is quoted on its
+//! own). Through a login node the steps' `srun` runs there under a local `ssh` whose output
+//! goes to the step's log; stopping a step is always `scancel` (ending ssh would leave the
+//! remote srun running), and servebench's binary is copied to the login node as for an SSH
+//! host (the nodes see it there through the shared home directory).
 
 pub mod cli;
 
@@ -31,7 +35,7 @@ use crate::catalog::Failure;
 use crate::results::meta::SlurmJob;
 use crate::spec::types::{SlurmAllocation, SlurmOptions};
 
-pub use cli::SlurmError;
+pub use cli::{Runner, SlurmError};
 
 /// How often the queue is asked about a job that waits for its allocation.
 const QUEUE_POLL: Duration = Duration::from_millis(500);
@@ -87,6 +91,10 @@ pub struct SlurmHost {
     on_wait: WaitReport,
     stop: tokio::sync::watch::Receiver<bool>,
     launches: std::sync::atomic::AtomicUsize,
+    /// Where Slurm's commands run: here, or the login node.
+    runner: Runner,
+    /// servebench's binary as the nodes run it, once known (uploaded to the login node).
+    binary: Mutex<Option<String>>,
 }
 
 impl SlurmHost {
@@ -95,6 +103,7 @@ impl SlurmHost {
     pub fn new(
         opts: SlurmOptions,
         run_id: &str,
+        runner: Runner,
         on_wait: WaitReport,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> SlurmHost {
@@ -108,22 +117,64 @@ impl SlurmHost {
             on_wait,
             stop,
             launches: Default::default(),
+            runner,
+            binary: Mutex::new(None),
         }
+    }
+
+    /// Where Slurm's commands run for `opts`: this machine, or its login node, connected
+    /// (host key checked, never prompting).
+    pub async fn runner_for(opts: &SlurmOptions) -> Result<Runner, HostError> {
+        match &opts.login {
+            None => Ok(Runner::Local),
+            Some(login) => {
+                let spec = crate::spec::types::HostSpec::Ssh(login.clone());
+                let target = super::remote::ssh_target(&spec)?.ok_or_else(|| {
+                    HostError::Unsupported("host.slurm.login names no SSH host".into())
+                })?;
+                let ssh = super::ssh::SshHost::connect(&target).await?;
+                Ok(Runner::Login(Arc::new(ssh)))
+            }
+        }
+    }
+
+    /// Where Slurm's commands run.
+    pub fn runner(&self) -> &Runner {
+        &self.runner
+    }
+
+    /// servebench's binary as the steps run it: through a login node, a copy there (once
+    /// per content hash, as for an SSH host); else `SERVEBENCH_HOST_BINARY` or this one (the
+    /// nodes must see it at the same path: a shared file system).
+    async fn binary(&self) -> Result<String, HostError> {
+        let mut cached = self.binary.lock().await;
+        if let Some(b) = &*cached {
+            return Ok(b.clone());
+        }
+        let local = host_binary()?;
+        let b = match &self.runner {
+            Runner::Local => local,
+            Runner::Login(ssh) => ssh.ensure_binary(std::path::Path::new(&local)).await?.path,
+        };
+        *cached = Some(b.clone());
+        Ok(b)
     }
 
     /// Checks that Slurm's commands are here and slurmctld answers (before anything runs).
     pub async fn check(&self) -> Result<(), HostError> {
-        cli::run("squeue", &["--noheader".into(), "--jobs=0".into()])
-            .await
-            .map(|_| ())
-            .or_else(|e| match e {
-                // `--jobs=0` names no job: slurmctld answered.
-                SlurmError::Failed { ref stderr, .. } if stderr.contains("Invalid job id") => {
-                    Ok(())
-                }
-                e => Err(e),
-            })
-            .map_err(HostError::from)
+        cli::run(
+            &self.runner,
+            "squeue",
+            &["--noheader".into(), "--jobs=0".into()],
+        )
+        .await
+        .map(|_| ())
+        .or_else(|e| match e {
+            // `--jobs=0` names no job: slurmctld answered.
+            SlurmError::Failed { ref stderr, .. } if stderr.contains("Invalid job id") => Ok(()),
+            e => Err(e),
+        })
+        .map_err(HostError::from)
     }
 
     /// `sbatch` arguments for an allocation named `name`: the spec's options, then its extra
@@ -164,17 +215,22 @@ impl SlurmHost {
         };
         let mut current = self.current.lock().await;
         if let Some(a) = current.as_ref() {
-            let alive = matches!(cli::job(a.job.job_id).await?, Some(j) if j.state == "RUNNING");
+            let alive = matches!(cli::job(&self.runner, a.job.job_id).await?, Some(j) if j.state == "RUNNING");
             if a.owner == owner && alive {
                 return Ok(a.clone());
             }
             // Another group's, or ended: it is not this launch's to use.
             let old = a.job.job_id;
-            release(old, &self.open_jobs).await;
+            release(&self.runner, old, &self.open_jobs).await;
             *current = None;
         }
         let name = format!("servebench-{}-{owner}", self.run_id);
-        let out = cli::run("sbatch", &Self::sbatch_args(&self.opts, &name)).await?;
+        let out = cli::run(
+            &self.runner,
+            "sbatch",
+            &Self::sbatch_args(&self.opts, &name),
+        )
+        .await?;
         let job_id = cli::parse_job_id(&out).ok_or_else(|| SlurmError::Unreadable {
             command: "sbatch --parsable".into(),
             text: out.clone(),
@@ -187,12 +243,12 @@ impl SlurmHost {
         let info = match self.wait_running(group, job_id).await {
             Ok(info) => info,
             Err(e) => {
-                release(job_id, &self.open_jobs).await;
+                release(&self.runner, job_id, &self.open_jobs).await;
                 return Err(e);
             }
         };
         let node_list = info.node_list.clone().unwrap_or_default();
-        let nodes = cli::hostnames(&node_list).await?;
+        let nodes = cli::hostnames(&self.runner, &node_list).await?;
         if nodes.is_empty() {
             return Err(SlurmError::Unreadable {
                 command: format!("scontrol show hostnames {node_list}"),
@@ -202,7 +258,7 @@ impl SlurmHost {
         }
         let mut addrs = Vec::with_capacity(nodes.len());
         for node in &nodes {
-            addrs.push(cli::node_addr(node).await?);
+            addrs.push(cli::node_addr(&self.runner, node).await?);
         }
         let job = SlurmJob {
             job_id,
@@ -217,6 +273,7 @@ impl SlurmHost {
             exit_code: None,
             accounting: None,
             ended: false,
+            login: self.runner.login_name(),
         };
         let a = Allocation { job, owner, addrs };
         *current = Some(a.clone());
@@ -233,7 +290,7 @@ impl SlurmHost {
             if *stop.borrow() {
                 return Err(HostError::Interrupted);
             }
-            match cli::job(job_id).await? {
+            match cli::job(&self.runner, job_id).await? {
                 Some(j) if j.state == "RUNNING" => {
                     (self.on_wait)(&format!(
                         "{group}: Slurm job {job_id} running on {} after {} in the queue",
@@ -315,7 +372,7 @@ impl SlurmHost {
     /// its input and output piped to this process. None before an allocation runs.
     pub async fn agent_command(&self, heartbeat_ms: &str) -> Option<tokio::process::Command> {
         let a = self.current.lock().await.clone()?;
-        let bin = host_binary().ok()?;
+        let bin = self.binary().await.ok()?;
         let args = Self::step_argv(
             &a.job,
             a.job.nodes.first().map_or("", String::as_str),
@@ -330,8 +387,8 @@ impl SlurmHost {
                 heartbeat_ms.into(),
             ],
         );
-        let mut cmd = std::process::Command::new("srun");
-        cmd.args(args).process_group(0);
+        let mut cmd = self.runner.command("srun", &args).ok()?;
+        cmd.process_group(0);
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
@@ -348,18 +405,18 @@ impl Drop for SlurmHost {
         // Nothing this run submitted may outlive it (an error path, a panic).
         let open = std::mem::take(&mut *self.open_jobs.lock().unwrap_or_else(|e| e.into_inner()));
         for job in open {
-            cli::cancel_blocking(&job.to_string());
+            cli::cancel_blocking(&self.runner, &job.to_string());
         }
     }
 }
 
 /// Cancels `job` and waits (up to [`RELEASE_WAIT`]) until it leaves the running states; true
 /// once it has.
-async fn release(job: u64, open: &std::sync::Mutex<Vec<u64>>) -> bool {
-    let _ = cli::cancel(&job.to_string(), None).await;
+async fn release(runner: &Runner, job: u64, open: &std::sync::Mutex<Vec<u64>>) -> bool {
+    let _ = cli::cancel(runner, &job.to_string(), None).await;
     let deadline = Instant::now() + RELEASE_WAIT;
     loop {
-        match cli::job(job).await {
+        match cli::job(runner, job).await {
             Ok(Some(j)) if j.is_active() && Instant::now() < deadline => {}
             Ok(Some(j)) if j.is_active() => return false,
             Ok(_) => break,
@@ -385,6 +442,25 @@ fn host_binary() -> Result<String, HostError> {
     }
 }
 
+/// Run by the login node's shell before `srun`: exports each `NAME=value` line of its stdin,
+/// then runs its arguments. A constant: the values are data it reads, never shell text.
+const EXPORT_STDIN: &str = "while IFS= read -r kv; do export \"$kv\"; done; exec \"$@\"";
+
+/// The environment as `NAME=value` lines for [`EXPORT_STDIN`]; a value with a line break
+/// cannot pass that way and is refused.
+fn env_lines(env: &indexmap::IndexMap<String, String>) -> Result<String, HostError> {
+    let mut text = String::new();
+    for (k, v) in env {
+        if k.contains(['\n', '=']) || v.contains('\n') || k.is_empty() {
+            return Err(HostError::Unsupported(format!(
+                "the environment variable {k:?} cannot be passed through a login node: names and values must be one line (names without `=`)"
+            )));
+        }
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    Ok(text)
+}
+
 /// How long a port picked on a node stays reserved for the launch it was picked for.
 const PORT_HOLD: Duration = Duration::from_secs(120);
 
@@ -404,7 +480,7 @@ impl SlurmHost {
     async fn pick_port_on(&self, rank: u32, wanted: Option<u16>) -> Result<u16, HostError> {
         let alloc = self.current_allocation().await?;
         let (node, _) = alloc.node_of(&self.opts, rank)?;
-        let bin = host_binary()?;
+        let bin = self.binary().await?;
         for _ in 0..8 {
             let mut argv = vec![bin.clone(), "port".to_string()];
             if let Some(p) = wanted {
@@ -419,7 +495,7 @@ impl SlurmHost {
                 None,
                 &argv,
             );
-            let out = cli::output("srun", &args).await?;
+            let out = cli::output(&self.runner, "srun", &args).await?;
             let text = String::from_utf8_lossy(&out.stdout);
             let port = text
                 .trim()
@@ -496,13 +572,28 @@ impl SlurmHost {
         let log_err = log
             .try_clone()
             .map_err(|e| HostError::io("cannot share the log file", e))?;
-        let mut cmd = std::process::Command::new("srun");
-        cmd.args(&args)
-            .envs(spawn.env)
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
+        let mut cmd = match &self.runner {
+            Runner::Local => {
+                let mut cmd = self.runner.command("srun", &args)?;
+                cmd.envs(spawn.env).stdin(std::process::Stdio::null());
+                cmd
+            }
+            // ssh carries no environment: the variables (secrets among them) go through
+            // ssh's stdin, never onto a command line, and a fixed script exports them.
+            Runner::Login(_) => {
+                let mut argv = vec![
+                    "-c".to_string(),
+                    EXPORT_STDIN.into(),
+                    "sh".into(),
+                    "srun".into(),
+                ];
+                argv.extend(args.iter().cloned());
+                let mut cmd = self.runner.command("sh", &argv)?;
+                cmd.stdin(std::process::Stdio::piped());
+                cmd
+            }
+        };
+        cmd.stdout(log).stderr(log_err).process_group(0);
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
         unsafe {
@@ -511,12 +602,18 @@ impl SlurmHost {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| {
+        let mut child = cmd.spawn().map_err(|e| {
             HostError::from(SlurmError::Missing {
                 program: "srun".into(),
                 source: e,
             })
         })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let text = env_lines(spawn.env)?;
+            // A few lines: they fit the pipe's buffer, so this never waits on the remote side.
+            std::io::Write::write_all(&mut stdin, text.as_bytes())
+                .map_err(|e| HostError::io("cannot pass the environment to the login node", e))?;
+        }
         let pid = child.id() as i32;
         let leader = super::local::proc_stat(pid);
         let mut server = SlurmServer {
@@ -529,6 +626,7 @@ impl SlurmHost {
             release_job: rank == 0 && self.opts.allocation == SlurmAllocation::Group,
             current: self.current.clone(),
             open_jobs: self.open_jobs.clone(),
+            runner: self.runner.clone(),
             url: format!("http://{addr}:{}", spawn.port),
             host_url: format!("http://127.0.0.1:{}", spawn.port),
             log_path: spawn.log_path.to_path_buf(),
@@ -581,7 +679,7 @@ impl super::Host for SlurmHost {
     }
 
     fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
-        Box::pin(async { host_binary() })
+        Box::pin(self.binary())
     }
 
     fn spawn<'a>(
@@ -643,7 +741,7 @@ impl super::Host for SlurmRank {
     }
 
     fn servebench_binary(&self) -> BoxFuture<'_, Result<String, HostError>> {
-        Box::pin(async { host_binary() })
+        Box::pin(self.cluster.binary())
     }
 
     fn spawn<'a>(
@@ -686,6 +784,8 @@ pub struct SlurmServer {
     release_job: bool,
     current: Arc<Mutex<Option<Allocation>>>,
     open_jobs: Arc<std::sync::Mutex<Vec<u64>>>,
+    /// Where Slurm's commands run (the step is stopped with `scancel` there).
+    runner: Runner,
     url: String,
     host_url: String,
     log_path: PathBuf,
@@ -702,7 +802,7 @@ impl SlurmServer {
     async fn find_step(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.job.step.is_none() && Instant::now() < deadline {
-            if let Ok(steps) = cli::steps(self.job.job_id).await
+            if let Ok(steps) = cli::steps(&self.runner, self.job.job_id).await
                 && let Some((id, _)) = steps.iter().find(|(_, n)| *n == self.step_name)
             {
                 self.job.step = Some(id.clone());
@@ -721,7 +821,7 @@ impl SlurmServer {
 
     /// The job's state now, recorded on the job (from accounting when the cluster keeps it).
     async fn refresh(&mut self) -> Option<String> {
-        if let Some((state, code)) = cli::sacct_state(self.job.job_id).await {
+        if let Some((state, code)) = cli::sacct_state(&self.runner, self.job.job_id).await {
             self.job.state = Some(state.clone());
             self.job.exit_code = code;
             self.job.accounting = Some("sacct".into());
@@ -730,7 +830,7 @@ impl SlurmServer {
                 return Some(state);
             }
         }
-        match cli::job(self.job.job_id).await {
+        match cli::job(&self.runner, self.job.job_id).await {
             Ok(Some(j)) => {
                 self.job.state = Some(j.state.clone());
                 self.job.reason = j.reason.clone();
@@ -756,7 +856,7 @@ impl SlurmServer {
 
     async fn step_gone(&self) -> bool {
         match &self.job.step {
-            Some(step) => match cli::steps(self.job.job_id).await {
+            Some(step) => match cli::steps(&self.runner, self.job.job_id).await {
                 Ok(steps) => !steps.iter().any(|(id, _)| id == step),
                 Err(_) => false,
             },
@@ -796,7 +896,7 @@ impl ServerProcess for SlurmServer {
             self.last_look = Some(Instant::now());
             // Slurm ended the job (a time limit, a cancel, a failed node): the server is
             // gone even while srun still waits for the step's output.
-            match cli::job(self.job.job_id).await {
+            match cli::job(&self.runner, self.job.job_id).await {
                 Ok(Some(j)) => !j.is_active(),
                 Ok(None) => true,
                 // Slurm not answering is not an end: the next look decides.
@@ -833,7 +933,7 @@ impl ServerProcess for SlurmServer {
                 // TERM to the step's tasks (through scancel, or through srun, which passes it
                 // on), the grace period, then the step cancelled outright.
                 let termed = match &target {
-                    Some(step) => cli::cancel(step, Some("TERM")).await.is_ok(),
+                    Some(step) => cli::cancel(&self.runner, step, Some("TERM")).await.is_ok(),
                     None => false,
                 };
                 if !termed {
@@ -849,7 +949,7 @@ impl ServerProcess for SlurmServer {
                     )
                 } else {
                     if let Some(step) = &target {
-                        let _ = cli::cancel(step, None).await;
+                        let _ = cli::cancel(&self.runner, step, None).await;
                     }
                     if !self.srun_gone_within(Duration::from_secs(30)).await {
                         let _ = self.child.kill();
@@ -864,7 +964,7 @@ impl ServerProcess for SlurmServer {
             let mut gone = self.step_gone().await;
             let mut outcome = outcome;
             if self.release_job {
-                let released = release(self.job.job_id, &self.open_jobs).await;
+                let released = release(&self.runner, self.job.job_id, &self.open_jobs).await;
                 gone &= released;
                 let mut current = self.current.lock().await;
                 if current
@@ -910,7 +1010,7 @@ impl Drop for SlurmServer {
     fn drop(&mut self) {
         if !self.srun_exited() {
             if let Some(step) = &self.job.step {
-                cli::cancel_blocking(step);
+                cli::cancel_blocking(&self.runner, step);
             }
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -953,6 +1053,37 @@ mod tests {
                 "--wrap=exec sleep infinity",
             ]
         );
+    }
+
+    #[test]
+    fn the_environment_reaches_a_login_nodes_srun_as_data_never_as_shell_text() {
+        let mut env = indexmap::IndexMap::new();
+        env.insert(
+            "HF_TOKEN".to_string(),
+            "a'b $(touch /tmp/x) `y` \"z\"".to_string(),
+        );
+        env.insert("EMPTY".to_string(), String::new());
+        let text = env_lines(&env).unwrap();
+        // The script as the login node's shell runs it, with `env` in place of srun.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", EXPORT_STDIN, "sh", "env"])
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let got = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            got.lines()
+                .any(|l| l == "HF_TOKEN=a'b $(touch /tmp/x) `y` \"z\""),
+            "{got}"
+        );
+        assert!(got.lines().any(|l| l == "EMPTY="), "{got}");
+        env.insert("BAD".into(), "two\nlines".into());
+        let e = env_lines(&env).unwrap_err().to_string();
+        assert!(e.contains("\"BAD\"") && e.contains("one line"), "{e}");
     }
 
     #[test]

@@ -353,6 +353,25 @@ impl SshHost {
         Ok(())
     }
 
+    /// A local `ssh` process that runs `argv` on the host through the master connection
+    /// (each argument quoted for the remote shell), with stdin null and output the caller's:
+    /// for a long-running command whose output goes to a file. Ending it does not end the
+    /// remote command. `-p 9` (the discard port) keeps it from ever opening a connection of
+    /// its own when the master is gone, so it never skips the host key check the master did.
+    pub fn std_command<S: AsRef<str>>(
+        &self,
+        argv: &[S],
+    ) -> Result<std::process::Command, SshError> {
+        let argv = owned_argv(argv)?;
+        let mut cmd = std::process::Command::new("ssh");
+        cmd.stdin(std::process::Stdio::null())
+            .arg("-S")
+            .arg(self.control_socket())
+            .args(["-o", "BatchMode=yes", "-T", "-p", "9", "none", "--"])
+            .args(argv.iter().map(|a| quote(a)));
+        Ok(cmd)
+    }
+
     /// The control socket of the current master connection.
     pub fn control_socket(&self) -> PathBuf {
         self.session().control_socket().to_path_buf()
