@@ -105,7 +105,13 @@ impl Workspace {
 
     /// `servebench run SPEC --out <tmp>/runs --quiet ARGS...` (e.g. `--check`).
     pub fn run_with(&self, spec: &Path, args: &[&str]) -> Output {
-        let _turn = exclusive();
+        let turn = exclusive();
+        self.run_in_turn(spec, args, &turn)
+    }
+
+    /// [`Workspace::run_with`] inside a turn the caller already holds: for a test that
+    /// compares the timings of several runs, so nothing else runs between them.
+    pub fn run_in_turn(&self, spec: &Path, args: &[&str], _turn: &Turn) -> Output {
         servebench()
             .arg("run")
             .arg(spec)

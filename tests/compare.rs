@@ -392,9 +392,11 @@ fn a_slower_simulator_is_a_regression() {
             ),
         )
     };
-    let fast = ws.run(&spec("base", 2));
+    // The two runs' timings are compared: nothing timing-sensitive runs between them.
+    let turn = exclusive();
+    let fast = ws.run_in_turn(&spec("base", 2), &[], &turn);
     assert!(fast.status.success(), "{}", show(&fast));
-    let slow = ws.run(&spec("slow", 4));
+    let slow = ws.run_in_turn(&spec("slow", 4), &[], &turn);
     assert!(slow.status.success(), "{}", show(&slow));
     let (a, b) = (run_dir(&fast), run_dir(&slow));
 
@@ -491,10 +493,12 @@ fn unchanged_reruns_give_no_verdict_and_a_ten_percent_slowdown_is_caught() {
     // Model time, not the machine's: at full scale a prefill is ~0.1 s and a decode step ~7 ms,
     // so scheduling jitter on a busy 2-core machine stays around a percent.
     let base = spec("base", "1.0");
+    // The four runs' timings are compared: nothing timing-sensitive runs between them.
+    let turn = exclusive();
     let runs: Vec<PathBuf> = [&base, &base, &base, &spec("slower", "1.1")]
         .iter()
         .map(|s| {
-            let out = ws.run(s);
+            let out = ws.run_in_turn(s, &[], &turn);
             assert!(out.status.success(), "{}", show(&out));
             run_dir(&out)
         })
