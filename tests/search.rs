@@ -226,3 +226,58 @@ fn plan_bounds_a_search_by_its_probes() {
     // over the model's time for one request; 10 of them.
     assert!(text.contains("cache cold  ~36.7 s"), "{text}");
 }
+
+/// A closed-loop search over `concurrency`, on the same one-slot server as above (service
+/// S = 87.9 ms per request, see [`CAPACITY_REQ_S`]): with c clients each request waits for
+/// the c - 1 ahead of it, so its E2E is about c x S: 1 x S = 88 ms, 2 x S = 176 ms,
+/// 3 x S = 264 ms, 4 x S = 352 ms. With `e2e_p99 <= 220 ms` two clients pass and three fail:
+/// the search doubles 1, 2, 4 (fails), bisects to 3 (fails) and answers 2, bracket [2, 3).
+#[test]
+fn a_concurrency_search_finds_the_hand_computed_number_of_clients() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "conc.yaml",
+        "name: conc\n\
+         server:\n  engine: sim\n  model: test-model\n  \
+         args: { profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }\n  \
+         ready_timeout: 30s\n\
+         workload:\n  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8\n\
+         requests: 12\n\
+         slo: { targets: { e2e_p99: 220ms } }\n\
+         search: { over: concurrency, start: 1, max: 64, resolution: 5% }\n",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let s = &read_json(&dir.join("search.json"))["searches"][0];
+    assert_eq!(s["over"], "concurrency", "{s}");
+    assert_eq!(s["complete"], true, "{s}");
+    assert_eq!(
+        (s["capacity"].as_f64(), s["above"].as_f64()),
+        (Some(2.0), Some(3.0)),
+        "{s}"
+    );
+    let probed: Vec<(f64, bool)> = points
+        .iter()
+        .map(|p| {
+            (
+                p["search"]["value"].as_f64().unwrap(),
+                p["search"]["passes"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        probed,
+        [(1.0, true), (2.0, true), (4.0, false), (3.0, false)],
+        "{points:?}"
+    );
+    for p in &points {
+        assert_eq!(
+            p["values"]["concurrency"].as_f64(),
+            p["search"]["value"].as_f64()
+        );
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("capacity 2 in flight (between 2 passing and 3 failing"),
+        "{report}"
+    );
+}

@@ -175,20 +175,28 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
 /// `at least 256 req/s (max passed)`, `below 8 req/s (start failed)`.
 pub fn answer_text(s: &SearchRecord, unit: &str) -> String {
     let pct = format!("{}%", sig3(s.resolution * 100.0));
-    let v = |x: f64| format!("{} {unit}", sig3(x));
+    // A concurrency is a whole number of clients: `2`, not `2.00`.
+    let num = |x: f64| {
+        if s.over == "concurrency" {
+            format!("{x:.0}")
+        } else {
+            sig3(x)
+        }
+    };
+    let v = |x: f64| format!("{} {unit}", num(x));
     let found = match (s.capacity, s.above) {
         (Some(c), Some(a)) if s.saturated_at.is_some() => format!(
             "capacity {} (between {} passing and {} where throughput had stopped growing: saturation at {}; resolution {pct})",
             v(c),
-            sig3(c),
-            sig3(a),
-            s.saturated_at.map(sig3).unwrap_or_default()
+            num(c),
+            num(a),
+            s.saturated_at.map(num).unwrap_or_default()
         ),
         (Some(c), Some(a)) => format!(
             "capacity {} (between {} passing and {} failing; resolution {pct})",
             v(c),
-            sig3(c),
-            sig3(a)
+            num(c),
+            num(a)
         ),
         (Some(c), None) => format!(
             "capacity at least {} (the search's max passed: raise `search.max` to find it)",
@@ -197,7 +205,7 @@ pub fn answer_text(s: &SearchRecord, unit: &str) -> String {
         (None, Some(a)) => format!(
             "capacity below {} (no probe passed, down to {}: lower `search.start`)",
             v(a),
-            sig3(a)
+            num(a)
         ),
         (None, None) => "no capacity: no probe was measured".to_string(),
     };
