@@ -281,3 +281,54 @@ fn a_concurrency_search_finds_the_hand_computed_number_of_clients() {
         "{report}"
     );
 }
+
+/// Saturation: the one-slot server above serves at most 1/S whatever the number of clients,
+/// so with a loose SLO (every probe passes) throughput stops growing within the first
+/// doublings (two clients may still gain a little over one: the client's round trip no longer
+/// leaves the slot idle). The search stops doubling at the first doubling that adds under 5%,
+/// takes every probe on that plateau as the bracket's top, and answers the knee: one client.
+#[test]
+fn a_search_stops_doubling_where_throughput_stops_growing() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "flat.yaml",
+        "name: flat\n\
+         server:\n  engine: sim\n  model: test-model\n  \
+         args: { profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }\n  \
+         ready_timeout: 30s\n\
+         workload:\n  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8\n\
+         requests: 8\n\
+         slo: { targets: { e2e_p99: 10s } }\n\
+         search: { over: concurrency, start: 1, max: 64, resolution: 5% }\n",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let s = &read_json(&dir.join("search.json"))["searches"][0];
+    assert_eq!(s["complete"], true, "{s}");
+    let saturated = s["saturated_at"].as_f64().expect("saturation found");
+    assert!(saturated == 2.0 || saturated == 4.0, "{s}");
+    assert_eq!(
+        (s["capacity"].as_f64(), s["above"].as_f64()),
+        (Some(1.0), Some(2.0)),
+        "{s}"
+    );
+    // Every probe passed its SLO: the bracket's top is the plateau, not a failure; no probe
+    // went past the doubling that showed it.
+    assert!(points.iter().all(|p| p["search"]["passes"] == true));
+    let last = points.last().unwrap()["search"]["value"].as_f64().unwrap();
+    assert_eq!(last, saturated, "{points:?}");
+    let t = |i: usize| points[i]["search"]["throughput_req_s"].as_f64().unwrap();
+    let n = points.len();
+    assert!(
+        t(n - 1) < t(n - 2) * 1.05,
+        "{} after {}",
+        t(n - 1),
+        t(n - 2)
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!(
+            "where throughput had stopped growing: saturation at {saturated}"
+        )),
+        "{report}"
+    );
+}
