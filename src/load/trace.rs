@@ -89,6 +89,11 @@ pub fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
     Ok(entries)
 }
 
+/// The longest output a trace line may ask for (as datasets: `prompt::dataset`).
+pub const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
+/// The longest prompt a trace line may ask for: 16 Mi tokens, past every context served today.
+pub const MAX_INPUT_TOKENS: u64 = 16 * 1024 * 1024;
+
 fn parse_line(text: &str) -> Result<TraceEntry, String> {
     let v: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
@@ -125,12 +130,25 @@ fn parse_line(text: &str) -> Result<TraceEntry, String> {
     let output = count(["output_tokens", "output_length"])?;
     let output_tokens = match output {
         Some(0) => return Err("an output length of 0 asks for nothing".into()),
-        Some(n) => Some(u32::try_from(n).map_err(|_| "output length too large")?),
+        Some(n) if n > MAX_OUTPUT_TOKENS => {
+            return Err(format!(
+                "output length {n} is over {MAX_OUTPUT_TOKENS} tokens"
+            ));
+        }
+        Some(n) => Some(n as u32),
         None => None,
     };
+    // A prompt of this many tokens is generated in memory before the server's context is
+    // known: bound it like every input.
+    let input_tokens = count(["input_tokens", "input_length"])?;
+    if let Some(n) = input_tokens.filter(|&n| n > MAX_INPUT_TOKENS) {
+        return Err(format!(
+            "input length {n} is over {MAX_INPUT_TOKENS} tokens"
+        ));
+    }
     Ok(TraceEntry {
         at_s,
-        input_tokens: count(["input_tokens", "input_length"])?,
+        input_tokens,
         output_tokens,
     })
 }
@@ -157,6 +175,24 @@ mod tests {
         let t = read(&p).unwrap();
         assert!((t[1].at_s - 3.053).abs() < 1e-9);
         assert_eq!(t[0].input_tokens, Some(6955));
+    }
+
+    #[test]
+    fn lengths_past_their_bounds_are_refused_with_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, "{\"at\": 1, \"input_tokens\": 1000000000000}\n").unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("t.jsonl:1: input length 1000000000000 is over 16777216 tokens"),
+            "{e}"
+        );
+        std::fs::write(&p, "{\"at\": 1}\n{\"at\": 2, \"output_length\": 1000001}\n").unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("t.jsonl:2: output length 1000001 is over 1000000 tokens"),
+            "{e}"
+        );
     }
 
     #[test]
