@@ -201,6 +201,17 @@ fn a_search_spec_is_checked_at_its_place() {
             "`search.over: concurrency` moves the closed loop's concurrency",
         ],
     );
+    // A concurrency search past the closed loop's own bound.
+    check(
+        "huge.yaml",
+        &search_spec("s", SEARCH)
+            .replace("load: { kind: rate, rate: 1, arrival: constant }\n", "")
+            .replace(
+                SEARCH,
+                "search: { over: concurrency, start: 1, max: 100000 }",
+            ),
+        &["a concurrency search goes up to 4096 clients", "huge.yaml:"],
+    );
 }
 
 #[test]

@@ -27,6 +27,9 @@ pub struct SearchSpec {
     pub resolution: Resolution,
 }
 
+/// The most clients a closed loop runs (`Experiment::concurrency`'s schema bound).
+const MAX_CONCURRENCY: f64 = 4096.0;
+
 /// The dimension a search moves.
 #[derive(
     Debug,
@@ -145,6 +148,18 @@ pub fn checks(raw: &Value) -> Vec<Problem> {
         ));
     }
     let num = |k: &str| search.get(k).and_then(Value::as_f64);
+    // Each probe becomes the point's `concurrency`: the field's own bound holds for it too.
+    if over == Some("concurrency")
+        && let Some(max) = num("max")
+        && max > MAX_CONCURRENCY
+    {
+        problems.push(problem(
+            "/search/max",
+            Target::Value,
+            format!("a concurrency search goes up to {MAX_CONCURRENCY} clients (`concurrency`'s own bound), found `max: {max}`"),
+            "lower `max` to 4096 or less, or search `over: load.rate` for more load",
+        ));
+    }
     if let Some(start) = num("start")
         && start <= 0.0
     {
