@@ -113,7 +113,7 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
     let dir = RunDir::open(run_dir)?;
     let meta = dir.read_meta()?;
     let points = dir.read_points()?;
-    let requests = dir.read_requests()?;
+    let spans = request_spans(&dir, &points)?;
     let ready: Vec<f64> = meta
         .servers
         .iter()
@@ -138,7 +138,7 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
                         r.wall
                             .as_ref()
                             .map(|w| w.ended_at - w.started_at)
-                            .or_else(|| request_span(&requests, &r.id))
+                            .or_else(|| spans.get(&r.id).map(|(first, last)| last - first))
                     };
                     let seconds = match &p.experiment.search {
                         // A search: its bound of probes, each as long as its longest recorded
@@ -259,17 +259,37 @@ pub fn search_bound(p: &Point) -> usize {
         .map_or(1, |s| super::search::probe_bound(&s.into()))
 }
 
-/// First send to last byte of a point's requests (runs that predate point wall times).
-fn request_span(requests: &[RequestRecord], point: &str) -> Option<f64> {
-    let mine = requests.iter().filter(|r| r.point == point);
-    let start = mine.clone().map(|r| r.sent_at).reduce(f64::min)?;
-    let end = mine
-        .map(|r| {
-            let last = r.chunks.last().map(|c| c.t_s);
-            r.sent_at + r.end_s.or(last).unwrap_or(0.0)
-        })
-        .reduce(f64::max)?;
-    Some(end - start)
+/// First send and last byte (Unix seconds) of each point's requests, for the points without
+/// wall times (runs that predate them); `requests.jsonl` is read line by line, and not at
+/// all when every point has its wall time.
+fn request_spans(
+    dir: &RunDir,
+    points: &[crate::results::records::PointRecord],
+) -> Result<HashMap<String, (f64, f64)>, EstimateError> {
+    let mut spans: HashMap<String, (f64, f64)> = HashMap::new();
+    let wanted: HashSet<&str> = points
+        .iter()
+        .filter(|p| p.wall.is_none())
+        .map(|p| p.id.as_str())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(spans);
+    }
+    dir.visit_requests(|r: RequestRecord| {
+        if !wanted.contains(r.point.as_str()) {
+            return;
+        }
+        let last = r.chunks.last().map(|c| c.t_s);
+        let end = r.sent_at + r.end_s.or(last).unwrap_or(0.0);
+        spans
+            .entry(r.point)
+            .and_modify(|(first, latest)| {
+                *first = first.min(r.sent_at);
+                *latest = latest.max(end);
+            })
+            .or_insert((r.sent_at, end));
+    })?;
+    Ok(spans)
 }
 
 /// From a simulator profile's timing model: the spec's own for `engine: sim`, or `profile`
