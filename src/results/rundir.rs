@@ -545,10 +545,14 @@ fn visit_jsonl<T: DeserializeOwned>(
             break;
         }
         number += 1;
-        if line.trim().is_empty() {
+        // Without its line ending, as `lines()` gives it: a record cut inside a string must
+        // end there (a truncated record), not at a newline inside the string (bad JSON).
+        let text = line.strip_suffix('\n').unwrap_or(&line);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        if text.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(&line) {
+        match serde_json::from_str(text) {
             Ok(record) => visit(record),
             Err(e) if e.is_eof() => {
                 tracing::warn!("{}:{number}: skipped a truncated record", path.display());
