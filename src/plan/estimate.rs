@@ -276,20 +276,27 @@ fn request_spans(
         return Ok(spans);
     }
     dir.visit_requests(|r: RequestRecord| {
-        if !wanted.contains(r.point.as_str()) {
-            return;
+        if wanted.contains(r.point.as_str()) {
+            add_span(&mut spans, &r);
         }
-        let last = r.chunks.last().map(|c| c.t_s);
-        let end = r.sent_at + r.end_s.or(last).unwrap_or(0.0);
-        spans
-            .entry(r.point)
-            .and_modify(|(first, latest)| {
-                *first = first.min(r.sent_at);
-                *latest = latest.max(end);
-            })
-            .or_insert((r.sent_at, end));
     })?;
     Ok(spans)
+}
+
+/// Widens the span of `r`'s point to its send and its last byte (its end, else its last
+/// chunk, for a request cut off).
+fn add_span(spans: &mut HashMap<String, (f64, f64)>, r: &RequestRecord) {
+    let last = r.chunks.last().map(|c| c.t_s);
+    let end = r.sent_at + r.end_s.or(last).unwrap_or(0.0);
+    match spans.get_mut(&r.point) {
+        Some((first, latest)) => {
+            *first = first.min(r.sent_at);
+            *latest = latest.max(end);
+        }
+        None => {
+            spans.insert(r.point.clone(), (r.sent_at, end));
+        }
+    }
 }
 
 /// From a simulator profile's timing model: the spec's own for `engine: sim`, or `profile`
@@ -702,6 +709,13 @@ mod tests {
         assert_ne!(sent, 4096);
         let raw = spec(false);
         assert_eq!(prompt_tokens(&raw.points[0], Path::new(".")), Some(sent));
+    }
+
+    /// First send to last byte of `point`'s requests, as [`request_spans`] folds them.
+    fn request_span(requests: &[RequestRecord], point: &str) -> Option<f64> {
+        let mut spans = HashMap::new();
+        requests.iter().for_each(|r| add_span(&mut spans, r));
+        spans.get(point).map(|(first, last)| last - first)
     }
 
     #[test]

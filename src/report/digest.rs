@@ -28,7 +28,7 @@ pub struct RequestDigest {
 }
 
 /// One point's measured requests (every role but priming), as the report counts them.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PointDigest {
     /// Measured requests recorded.
     pub measured: usize,
@@ -47,12 +47,16 @@ pub struct PointDigest {
     pub done_cached_tokens: Option<u64>,
 }
 
-impl PointDigest {
-    fn new() -> PointDigest {
+/// No requests: nothing counted, and token sums of zero (a sum over no requests).
+impl Default for PointDigest {
+    fn default() -> PointDigest {
         PointDigest {
+            measured: 0,
+            errors: 0,
+            error_kinds: IndexMap::new(),
+            done: 0,
             done_prompt_tokens: Some(0),
             done_cached_tokens: Some(0),
-            ..PointDigest::default()
         }
     }
 }
@@ -107,10 +111,7 @@ impl RequestDigest {
         // Looked up before inserting: a point's id is cloned once, not once per request.
         let p = match self.points.get_index_of(r.point.as_str()) {
             Some(i) => &mut self.points[i],
-            None => self
-                .points
-                .entry(r.point.clone())
-                .or_insert_with(PointDigest::new),
+            None => self.points.entry(r.point.clone()).or_default(),
         };
         p.measured += 1;
         match &r.error {

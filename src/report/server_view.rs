@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::digest::RequestDigest;
+use super::digest::{PointDigest, RequestDigest};
 use crate::catalog::FlagKind;
 use crate::results::records::PointRecord;
 
@@ -48,8 +48,8 @@ pub fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<ServerViewR
         .filter_map(|p| {
             let v = p.server.as_ref()?;
             // A point without a measured request saw none finish, and summed no tokens.
-            let client = requests.point(&p.id).cloned().unwrap_or_default();
-            let zero = |sum: Option<u64>| if client.done == 0 { Some(0) } else { sum };
+            let none = PointDigest::default();
+            let client = requests.point(&p.id).unwrap_or(&none);
             let label = p
                 .values
                 .iter()
@@ -66,9 +66,9 @@ pub fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<ServerViewR
                 scrapes: v.scrapes,
                 client_requests: client.done,
                 server_requests: v.requests,
-                client_prompt_tokens: zero(client.done_prompt_tokens),
+                client_prompt_tokens: client.done_prompt_tokens,
                 server_prompt_tokens: v.prompt_tokens,
-                client_cached_tokens: zero(client.done_cached_tokens),
+                client_cached_tokens: client.done_cached_tokens,
                 server_cached_tokens: v.cached_tokens,
                 running_mean: v.running.map(|g| g.mean),
                 running_max: v.running.map(|g| g.max),
