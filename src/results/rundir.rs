@@ -346,7 +346,9 @@ impl RunDir {
     }
 
     /// Reads `requests.jsonl` like [`RunDir::read_requests_detailed`], each record without
-    /// what no aggregate reads ([`RequestRecord::drop_detail`]): what the report holds.
+    /// what no aggregate reads ([`RequestRecord::drop_detail`]). Every request in memory: the
+    /// report folds them line by line instead ([`RunDir::visit_requests`]); the
+    /// `report_memory` bench reads this for the memory that takes.
     pub fn read_requests_lean(&self) -> Result<JsonlRead<RequestRecord>, RunDirError> {
         read_jsonl_with(&self.file(REQUESTS_FILE), RequestRecord::drop_detail)
     }
