@@ -104,9 +104,9 @@ impl RequestDigest {
             self.prime += 1;
             return;
         }
-        let source = r.token_source.to_string();
-        if !self.token_sources.contains(&source) {
-            self.token_sources.push(source);
+        let source: &'static str = r.token_source.into();
+        if !self.token_sources.iter().any(|s| s == source) {
+            self.token_sources.push(source.to_string());
         }
         // Looked up before inserting: a point's id is cloned once, not once per request.
         let p = match self.points.get_index_of(r.point.as_str()) {
