@@ -711,6 +711,52 @@ fn truncated_last_line_is_skipped_and_appends_resume_on_a_new_line() {
 }
 
 #[test]
+fn requests_are_visited_line_by_line_into_any_record_type() {
+    let tmp = tempfile::tempdir().unwrap();
+    let started = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+    let dir = RunDir::create(tmp.path(), "t", "", started).unwrap();
+    dir.append_request(&request("p001", 0)).unwrap();
+    dir.append_request(&request("p002", 1)).unwrap();
+    // A blank line, a line ended by CRLF, then a crash mid-write.
+    let path = dir.path.join("requests.jsonl");
+    let mut text = fs::read_to_string(&path).unwrap();
+    let first = text.lines().next().unwrap().to_string();
+    text.push_str(&format!("\n{first}\r\n"));
+    text.push_str(r#"{"point":"p003","round":0,"ind"#);
+    fs::write(&path, &text).unwrap();
+
+    /// Only what a caller reads of each line.
+    #[derive(serde::Deserialize)]
+    struct Lean {
+        point: String,
+        sent_at: f64,
+    }
+    let mut seen = Vec::new();
+    let truncated = dir
+        .visit_requests(|r: Lean| seen.push((r.point, r.sent_at)))
+        .unwrap();
+    let t0 = 1_795_950_260.0;
+    assert_eq!(
+        seen,
+        [
+            ("p001".to_string(), t0),
+            ("p002".to_string(), t0 + 1.0),
+            ("p001".to_string(), t0)
+        ]
+    );
+    assert_eq!(
+        truncated,
+        vec![5],
+        "lines count from 1, the blank one included"
+    );
+
+    // A bad line that is not cut off is an error naming it.
+    fs::write(&path, format!("{first}\nnot json\n")).unwrap();
+    let e = dir.visit_requests(|_: Lean| ()).unwrap_err();
+    assert!(matches!(e, RunDirError::Parse { line: 2, .. }), "{e}");
+}
+
+#[test]
 fn a_skipped_truncated_record_is_a_warning_on_stderr() {
     let tmp = tempfile::tempdir().unwrap();
     for file in ["meta.json", "points.jsonl", "requests.jsonl"] {

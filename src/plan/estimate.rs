@@ -113,7 +113,7 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
     let dir = RunDir::open(run_dir)?;
     let meta = dir.read_meta()?;
     let points = dir.read_points()?;
-    let requests = dir.read_requests()?;
+    let spans = request_spans(&dir, &points)?;
     let ready: Vec<f64> = meta
         .servers
         .iter()
@@ -138,7 +138,7 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
                         r.wall
                             .as_ref()
                             .map(|w| w.ended_at - w.started_at)
-                            .or_else(|| request_span(&requests, &r.id))
+                            .or_else(|| spans.get(&r.id).map(|(first, last)| last - first))
                     };
                     let seconds = match &p.experiment.search {
                         // A search: its bound of probes, each as long as its longest recorded
@@ -259,17 +259,44 @@ pub fn search_bound(p: &Point) -> usize {
         .map_or(1, |s| super::search::probe_bound(&s.into()))
 }
 
-/// First send to last byte of a point's requests (runs that predate point wall times).
-fn request_span(requests: &[RequestRecord], point: &str) -> Option<f64> {
-    let mine = requests.iter().filter(|r| r.point == point);
-    let start = mine.clone().map(|r| r.sent_at).reduce(f64::min)?;
-    let end = mine
-        .map(|r| {
-            let last = r.chunks.last().map(|c| c.t_s);
-            r.sent_at + r.end_s.or(last).unwrap_or(0.0)
-        })
-        .reduce(f64::max)?;
-    Some(end - start)
+/// First send and last byte (Unix seconds) of each point's requests, for the points without
+/// wall times (runs that predate them); `requests.jsonl` is read line by line, and not at
+/// all when every point has its wall time.
+fn request_spans(
+    dir: &RunDir,
+    points: &[crate::results::records::PointRecord],
+) -> Result<HashMap<String, (f64, f64)>, EstimateError> {
+    let mut spans: HashMap<String, (f64, f64)> = HashMap::new();
+    let wanted: HashSet<&str> = points
+        .iter()
+        .filter(|p| p.wall.is_none())
+        .map(|p| p.id.as_str())
+        .collect();
+    if wanted.is_empty() {
+        return Ok(spans);
+    }
+    dir.visit_requests(|r: RequestRecord| {
+        if wanted.contains(r.point.as_str()) {
+            add_span(&mut spans, &r);
+        }
+    })?;
+    Ok(spans)
+}
+
+/// Widens the span of `r`'s point to its send and its last byte (its end, else its last
+/// chunk, for a request cut off).
+fn add_span(spans: &mut HashMap<String, (f64, f64)>, r: &RequestRecord) {
+    let last = r.chunks.last().map(|c| c.t_s);
+    let end = r.sent_at + r.end_s.or(last).unwrap_or(0.0);
+    match spans.get_mut(&r.point) {
+        Some((first, latest)) => {
+            *first = first.min(r.sent_at);
+            *latest = latest.max(end);
+        }
+        None => {
+            spans.insert(r.point.clone(), (r.sent_at, end));
+        }
+    }
 }
 
 /// From a simulator profile's timing model: the spec's own for `engine: sim`, or `profile`
@@ -682,6 +709,13 @@ mod tests {
         assert_ne!(sent, 4096);
         let raw = spec(false);
         assert_eq!(prompt_tokens(&raw.points[0], Path::new(".")), Some(sent));
+    }
+
+    /// First send to last byte of `point`'s requests, as [`request_spans`] folds them.
+    fn request_span(requests: &[RequestRecord], point: &str) -> Option<f64> {
+        let mut spans = HashMap::new();
+        requests.iter().for_each(|r| add_span(&mut spans, r));
+        spans.get(point).map(|(first, last)| last - first)
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod capacity_chart;
 pub mod charts;
 pub mod compare;
 pub mod compare_capacity;
+pub mod digest;
 pub mod export;
 pub mod format;
 pub mod hardware;
@@ -31,7 +32,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use crate::results::meta::RunMeta;
 use crate::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
 
-pub use model::{ReportModel, build_model};
+pub use model::{ReportModel, build_model, build_model_from};
 
 /// The default template, compiled into the binary so reports render from any directory.
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../reports/templates/default.md.j2");
@@ -430,8 +431,8 @@ pub fn render_run_dir(
     dir: &RunDir,
     template_override: Option<&Template>,
 ) -> Result<String, ReportError> {
-    let (meta, model) = read_model(dir)?;
-    render_for_run(&meta, &model, template_override)
+    let run = read_run(dir)?;
+    render_for_run(&run.meta, &run.model, template_override)
 }
 
 /// Renders a run directory's report and writes it as `report.md`, with its charts in
@@ -441,13 +442,13 @@ pub fn write_report(
     dir: &RunDir,
     template_override: Option<&Template>,
 ) -> Result<PathBuf, ReportError> {
-    let (meta, model) = read_model(dir)?;
-    let markdown = render_for_run(&meta, &model, template_override)?;
-    write_charts(dir, &charts::charts(&model), model.load.as_ref())?;
-    write_timelines(dir)?;
+    let run = read_run(dir)?;
+    let model = &run.model;
+    let markdown = render_for_run(&run.meta, model, template_override)?;
+    write_charts(dir, &charts::charts(model), model.load.as_ref())?;
+    write_timelines(dir, &run.timelines)?;
     write_capacity_charts(dir, model.capacity.as_ref())?;
-    let points = dir.read_points()?;
-    export::write_csvs(&dir.path, &points)?;
+    export::write_csvs(&dir.path, &run.points)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
         .map_err(|source| ReportError::Write {
@@ -527,10 +528,9 @@ fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::Lo
     section.map(load_charts::charts).unwrap_or_default()
 }
 
-/// Writes each point's time series (`charts/timeline-<point>.svg`) from `metrics.jsonl`, and
-/// removes those of points no longer scraped.
-fn write_timelines(dir: &RunDir) -> Result<(), ReportError> {
-    let drawn = timelines_of(dir)?;
+/// Writes each point's time series (`charts/timeline-<point>.svg`), and removes those of
+/// points no longer scraped.
+fn write_timelines(dir: &RunDir, drawn: &[timeline::Timeline]) -> Result<(), ReportError> {
     let folder = dir.file(CHARTS_DIR);
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -539,7 +539,7 @@ fn write_timelines(dir: &RunDir) -> Result<(), ReportError> {
     if !drawn.is_empty() {
         std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
     }
-    for t in &drawn {
+    for t in drawn {
         let path = folder.join(&t.file);
         std::fs::write(&path, timeline::render_svg(t)?).map_err(write_err(&path))?;
     }
@@ -554,35 +554,42 @@ fn write_timelines(dir: &RunDir) -> Result<(), ReportError> {
     Ok(())
 }
 
-/// The run's per-point time series.
-fn timelines_of(dir: &RunDir) -> Result<Vec<timeline::Timeline>, ReportError> {
-    let points = dir.read_points()?;
-    let requests = dir.read_requests_lean()?.records;
-    let scrapes = dir.read_metrics()?;
-    Ok(timeline::timelines(&points, &requests, &scrapes))
+/// What a report is made of, read from a run directory.
+struct ReadRun {
+    meta: RunMeta,
+    /// `points.jsonl`'s records.
+    points: Vec<crate::results::records::PointRecord>,
+    model: ReportModel,
+    /// Each scraped point's time series.
+    timelines: Vec<timeline::Timeline>,
 }
 
-/// The run's meta and its report model, with notes on lines skipped while reading.
-fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
+/// Reads a run directory into its report model and timelines, with notes on lines skipped
+/// while reading. `requests.jsonl` is read once, line by line, each request folded into a
+/// [`digest::RequestDigest`] and dropped: memory grows with the points and the scrapes, not
+/// with the requests.
+fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
-    let requests = dir.read_requests_lean()?;
-    let mut model = build_model(&meta, &points.records, &requests.records);
-    model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
+    // Scrapes first: they give each timeline its origin, which the requests are binned from.
     let scrapes = dir.read_metrics()?;
-    model.timelines = timeline::timelines(&points.records, &requests.records, &scrapes)
-        .into_iter()
+    let mut digest =
+        digest::RequestDigest::with_timelines(timeline::origins(&points.records, &scrapes));
+    let truncated_requests =
+        dir.visit_requests(|r: crate::results::records::RequestRecord| digest.add(&r))?;
+    let mut model = build_model_from(&meta, &points.records, &digest);
+    model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
+    let timelines = timeline::timelines(&points.records, &digest.in_flight, &scrapes);
+    model.timelines = timelines
+        .iter()
         .map(|t| charts::ChartLink {
             path: format!("{CHARTS_DIR}/{}", t.file),
-            title: t.title,
+            title: t.title.clone(),
         })
         .collect();
     for (file, lines) in [
         (crate::results::rundir::POINTS_FILE, &points.truncated_lines),
-        (
-            crate::results::rundir::REQUESTS_FILE,
-            &requests.truncated_lines,
-        ),
+        (crate::results::rundir::REQUESTS_FILE, &truncated_requests),
     ] {
         for line in lines {
             model.data_notes.push(format!(
@@ -590,7 +597,12 @@ fn read_model(dir: &RunDir) -> Result<(RunMeta, ReportModel), ReportError> {
             ));
         }
     }
-    Ok((meta, model))
+    Ok(ReadRun {
+        meta,
+        points: points.records,
+        model,
+        timelines,
+    })
 }
 
 /// Renders with the override, else the template the spec named.

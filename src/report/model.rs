@@ -6,9 +6,10 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::charts::{self, ChartLink};
+use super::digest::RequestDigest;
 use crate::catalog::{FlagKind, Method, Metric};
 use crate::results::meta::{RunMeta, RunStatus, ServerLaunch};
-use crate::results::records::{PointRecord, PointStatus, RequestRecord, RequestRole, Stat};
+use crate::results::records::{PointRecord, PointStatus, RequestRecord, Stat};
 use crate::spec::types::PromptSpec;
 
 /// Version of this data model; bumped when a field changes meaning or is removed.
@@ -465,11 +466,22 @@ pub struct Totals {
     pub points_failed: usize,
 }
 
-/// Builds the model from a run's stored records.
+/// Builds the model from a run's stored records held in memory: [`build_model_from`] with
+/// their [`RequestDigest`].
 pub fn build_model(
     meta: &RunMeta,
     points: &[PointRecord],
     requests: &[RequestRecord],
+) -> ReportModel {
+    build_model_from(meta, points, &RequestDigest::of(requests))
+}
+
+/// Builds the model from a run's points and the digest of its requests (folded line by line
+/// from `requests.jsonl`, so the model's memory does not grow with the requests).
+pub fn build_model_from(
+    meta: &RunMeta,
+    points: &[PointRecord],
+    requests: &RequestDigest,
 ) -> ReportModel {
     let exp = &meta.experiment;
     let server_dimensions: Vec<String> = meta
@@ -490,11 +502,8 @@ pub fn build_model(
         points: points.len(),
         ok: points.iter().map(|p| p.ok).sum(),
         errors: points.iter().map(|p| p.errors).sum(),
-        requests_recorded: requests.len(),
-        prime_requests: requests
-            .iter()
-            .filter(|r| r.role == RequestRole::Prime)
-            .count(),
+        requests_recorded: requests.recorded,
+        prime_requests: requests.prime,
         warnings: tables.iter().map(|t| t.warnings.len()).sum(),
         points_ok: count_status(points, PointStatus::Ok),
         points_degraded: count_status(points, PointStatus::Degraded),
@@ -502,13 +511,7 @@ pub fn build_model(
     };
 
     let engine = engines_run(meta, &exp.server);
-    let mut token_sources: Vec<String> = Vec::new();
-    for r in requests.iter().filter(|r| r.role.is_measured()) {
-        let s = r.token_source.to_string();
-        if !token_sources.contains(&s) {
-            token_sources.push(s);
-        }
-    }
+    let token_sources = requests.token_sources.clone();
 
     let mut model = ReportModel {
         model_version: MODEL_VERSION,
@@ -687,7 +690,7 @@ fn dimension_values(p: &PointRecord, dims: &[String]) -> Vec<NameValue> {
 
 fn build_tables(
     points: &[PointRecord],
-    requests: &[RequestRecord],
+    requests: &RequestDigest,
     server_dims: &[String],
     point_dims: &[String],
 ) -> Vec<ResultTable> {
@@ -725,7 +728,7 @@ fn build_tables(
 
 fn point_row(
     p: &PointRecord,
-    requests: &[RequestRecord],
+    requests: &RequestDigest,
     point_dims: &[String],
     warnings: &mut Vec<Warning>,
 ) -> PointRow {
@@ -858,59 +861,49 @@ fn usable(stat: Option<&Stat>) -> Option<Stat> {
     stat.filter(|s| s.count > 0).cloned()
 }
 
-fn error_summary(p: &PointRecord, requests: &[RequestRecord]) -> Vec<ErrorSummary> {
-    let failed: Vec<&RequestRecord> = requests
-        .iter()
-        .filter(|r| r.point == p.id && r.role.is_measured() && r.error.is_some())
-        .collect();
-    let mut out: Vec<ErrorSummary> = Vec::new();
+fn error_summary(p: &PointRecord, requests: &RequestDigest) -> Vec<ErrorSummary> {
+    let failed = requests
+        .point(&p.id)
+        .map(|d| &d.error_kinds)
+        .filter(|kinds| !kinds.is_empty());
     // The point's own counts are authoritative; requests.jsonl supplies the sample messages.
-    let mut kinds: IndexMap<String, usize> = p.error_kinds.clone();
-    if kinds.is_empty() {
-        for r in &failed {
-            if let Some(e) = &r.error {
-                *kinds.entry(e.kind.to_string()).or_default() += 1;
+    let kinds: IndexMap<String, usize> = if p.error_kinds.is_empty() {
+        failed
+            .into_iter()
+            .flatten()
+            .map(|(kind, first)| (kind.clone(), first.count))
+            .collect()
+    } else {
+        p.error_kinds.clone()
+    };
+    kinds
+        .into_iter()
+        .map(|(kind, count)| {
+            let sample = failed.and_then(|f| f.get(&kind));
+            ErrorSummary {
+                kind,
+                count,
+                sample: sample.map(|e| e.message.clone()),
+                status: sample.and_then(|e| e.status),
             }
-        }
-    }
-    for (kind, count) in kinds {
-        let sample = failed
-            .iter()
-            .filter_map(|r| r.error.as_ref())
-            .find(|e| e.kind.to_string() == kind);
-        out.push(ErrorSummary {
-            kind,
-            count,
-            sample: sample.map(|e| e.message.clone()),
-            status: sample.and_then(|e| e.status),
-        });
-    }
-    out
+        })
+        .collect()
 }
 
-fn unfinished_points(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<UnfinishedPoint> {
-    let mut out: Vec<UnfinishedPoint> = Vec::new();
-    for r in requests.iter().filter(|r| r.role.is_measured()) {
-        if points.iter().any(|p| p.id == r.point) {
-            continue;
-        }
-        let i = match out.iter().position(|u| u.id == r.point) {
-            Some(i) => i,
-            None => {
-                out.push(UnfinishedPoint {
-                    id: r.point.clone(),
-                    requests: 0,
-                    errors: 0,
-                });
-                out.len() - 1
-            }
-        };
-        out[i].requests += 1;
-        if r.error.is_some() {
-            out[i].errors += 1;
-        }
-    }
-    out
+/// Points with measured requests but no line in `points.jsonl`, in the order of their first
+/// measured request.
+fn unfinished_points(points: &[PointRecord], requests: &RequestDigest) -> Vec<UnfinishedPoint> {
+    let finished: std::collections::HashSet<&str> = points.iter().map(|p| p.id.as_str()).collect();
+    requests
+        .points
+        .iter()
+        .filter(|(id, _)| !finished.contains(id.as_str()))
+        .map(|(id, d)| UnfinishedPoint {
+            id: id.clone(),
+            requests: d.measured,
+            errors: d.errors,
+        })
+        .collect()
 }
 
 fn sweep_dimensions(dims: &[String], points: &[PointRecord]) -> Vec<SweepDimension> {

@@ -4,8 +4,9 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::digest::{PointDigest, RequestDigest};
 use crate::catalog::FlagKind;
-use crate::results::records::{PointRecord, RequestRecord, RequestRole};
+use crate::results::records::PointRecord;
 
 /// One point's row.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -41,15 +42,14 @@ pub struct ServerViewRow {
 }
 
 /// A row per point whose server was scraped.
-pub fn rows(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<ServerViewRow> {
+pub fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<ServerViewRow> {
     points
         .iter()
         .filter_map(|p| {
             let v = p.server.as_ref()?;
-            let done: Vec<&RequestRecord> = requests
-                .iter()
-                .filter(|r| r.point == p.id && r.role == RequestRole::Measure && r.error.is_none())
-                .collect();
+            // A point without a measured request saw none finish, and summed no tokens.
+            let none = PointDigest::default();
+            let client = requests.point(&p.id).unwrap_or(&none);
             let label = p
                 .values
                 .iter()
@@ -64,11 +64,11 @@ pub fn rows(points: &[PointRecord], requests: &[RequestRecord]) -> Vec<ServerVie
                 },
                 engine: v.engine.clone(),
                 scrapes: v.scrapes,
-                client_requests: done.len(),
+                client_requests: client.done,
                 server_requests: v.requests,
-                client_prompt_tokens: done.iter().map(|r| r.prompt_tokens).sum(),
+                client_prompt_tokens: client.done_prompt_tokens,
                 server_prompt_tokens: v.prompt_tokens,
-                client_cached_tokens: done.iter().map(|r| r.cached_tokens).sum(),
+                client_cached_tokens: client.done_cached_tokens,
                 server_cached_tokens: v.cached_tokens,
                 running_mean: v.running.map(|g| g.mean),
                 running_max: v.running.map(|g| g.max),

@@ -346,9 +346,24 @@ impl RunDir {
     }
 
     /// Reads `requests.jsonl` like [`RunDir::read_requests_detailed`], each record without
-    /// what no aggregate reads ([`RequestRecord::drop_detail`]): what the report holds.
+    /// what no aggregate reads ([`RequestRecord::drop_detail`]). Every request in memory: the
+    /// report folds them line by line instead ([`RunDir::visit_requests`]); the
+    /// `report_memory` bench reads this for the memory that takes.
     pub fn read_requests_lean(&self) -> Result<JsonlRead<RequestRecord>, RunDirError> {
         read_jsonl_with(&self.file(REQUESTS_FILE), RequestRecord::drop_detail)
+    }
+
+    /// Reads `requests.jsonl` one line at a time, handing each record to `visit` before the
+    /// next line is read, so memory does not grow with the run's requests (a report of a
+    /// million requests folds them into per-point digests). `T` is [`RequestRecord`] or any
+    /// type that reads the fields it needs from a request's line. Returns the lines cut off
+    /// mid-record (a crash while writing) that were skipped, 1-based; an absent file has no
+    /// records.
+    pub fn visit_requests<T: DeserializeOwned>(
+        &self,
+        visit: impl FnMut(T),
+    ) -> Result<Vec<usize>, RunDirError> {
+        visit_jsonl(&self.file(REQUESTS_FILE), visit)
     }
 
     /// Reads `metrics.jsonl` (empty when absent), skipping truncated lines.
@@ -493,44 +508,66 @@ fn read_jsonl_with<T: DeserializeOwned>(
     path: &Path,
     trim: impl Fn(&mut T),
 ) -> Result<JsonlRead<T>, RunDirError> {
+    let mut records = Vec::new();
+    let truncated_lines = visit_jsonl(path, |mut record| {
+        trim(&mut record);
+        records.push(record);
+    })?;
+    Ok(JsonlRead {
+        records,
+        truncated_lines,
+    })
+}
+
+/// Reads one record per line, handing each to `visit` as it is parsed. Blank lines are
+/// ignored; a line that ends before its JSON does (a crash mid-write) is skipped and its
+/// number returned; any other bad line is an error naming the line. An absent file holds no
+/// records.
+fn visit_jsonl<T: DeserializeOwned>(
+    path: &Path,
+    mut visit: impl FnMut(T),
+) -> Result<Vec<usize>, RunDirError> {
     let io_err = |source| RunDirError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut out = JsonlRead {
-        records: Vec::new(),
-        truncated_lines: Vec::new(),
-    };
+    let mut truncated = Vec::new();
     // Line by line, not the file whole: a run's requests.jsonl grows with its requests (about
-    // 700 bytes each), and holding its text beside the parsed records doubled the report's
-    // memory.
-    let lines = match open_regular(path) {
-        Ok(file) => io::BufReader::new(file).lines(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+    // 700 bytes each). One line's buffer is reused for the next.
+    let mut reader = match open_regular(path) {
+        Ok(file) => io::BufReader::new(file),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(truncated),
         Err(source) => return Err(io_err(source)),
     };
-    for (i, line) in lines.enumerate() {
-        let line = line.map_err(io_err)?;
-        if line.trim().is_empty() {
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).map_err(io_err)? == 0 {
+            break;
+        }
+        number += 1;
+        // Without its line ending, as `lines()` gives it: a record cut inside a string must
+        // end there (a truncated record), not at a newline inside the string (bad JSON).
+        let text = line.strip_suffix('\n').unwrap_or(&line);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        if text.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str(&line) {
-            Ok(mut record) => {
-                trim(&mut record);
-                out.records.push(record);
-            }
+        match serde_json::from_str(text) {
+            Ok(record) => visit(record),
             Err(e) if e.is_eof() => {
-                tracing::warn!("{}:{}: skipped a truncated record", path.display(), i + 1);
-                out.truncated_lines.push(i + 1);
+                tracing::warn!("{}:{number}: skipped a truncated record", path.display());
+                truncated.push(number);
             }
             Err(source) => {
                 return Err(RunDirError::Parse {
                     path: path.to_path_buf(),
-                    line: i + 1,
+                    line: number,
                     source,
                 });
             }
         }
     }
-    Ok(out)
+    Ok(truncated)
 }
