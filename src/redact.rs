@@ -85,6 +85,19 @@ const TOKEN_HOLDERS: &[&str] = &["file", "path"];
 
 fn name_kind(name: &str) -> Option<NameKind> {
     let lower = name.trim_start_matches('-').to_ascii_lowercase();
+    // Every credential word and `token` contains one of these: most names (a record's fields)
+    // are settled without splitting them into words.
+    const STEMS: &[&str] = &[
+        "key",
+        "secret",
+        "passw",
+        "credential",
+        "authorization",
+        "token",
+    ];
+    if !STEMS.iter().any(|stem| lower.contains(stem)) {
+        return None;
+    }
     let words: Vec<&str> = lower
         .split(['-', '_', '.', ' '])
         .filter(|w| !w.is_empty())
@@ -254,15 +267,18 @@ impl Redactor {
     /// Like [`text`](Self::text), for bytes that need not be UTF-8 (a server's log).
     pub fn bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
         let mut out: Cow<'a, [u8]> = Cow::Borrowed(bytes);
-        if let Cow::Owned(b) = URL_USERINFO.replace_all(&out, |c: &Captures| {
-            let scheme = &c[1];
-            let info = &c[2];
-            if scheme.eq_ignore_ascii_case(b"ssh://") && !info.contains(&b':') {
-                c[0].to_vec()
-            } else {
-                [scheme, b"***@"].concat()
-            }
-        }) {
+        let url = memchr::memmem::find(bytes, b"://").is_some();
+        if url
+            && let Cow::Owned(b) = URL_USERINFO.replace_all(&out, |c: &Captures| {
+                let scheme = &c[1];
+                let info = &c[2];
+                if scheme.eq_ignore_ascii_case(b"ssh://") && !info.contains(&b':') {
+                    c[0].to_vec()
+                } else {
+                    [scheme, b"***@"].concat()
+                }
+            })
+        {
             out = Cow::Owned(b);
         }
         for needle in &self.needles {
@@ -270,7 +286,16 @@ impl Redactor {
                 out = Cow::Owned(replace_all(&out, needle, REDACTED.as_bytes()));
             }
         }
-        for re in [&*NAME_VALUE, &*FLAG_VALUE] {
+        // Each rule needs a literal its match contains (`name: value` a `:` or `=`, a flag
+        // `--`): text without it (most of a request record's strings) skips the regex.
+        let name_value = |t: &[u8]| t.iter().any(|&b| b == b':' || b == b'=');
+        let flag = |t: &[u8]| memchr::memmem::find(t, b"--").is_some();
+        let rules: [(&Regex, &dyn Fn(&[u8]) -> bool); 2] =
+            [(&NAME_VALUE, &name_value), (&FLAG_VALUE, &flag)];
+        for (re, possible) in rules {
+            if !possible(&out) {
+                continue;
+            }
             if let Cow::Owned(b) = re.replace_all(&out, |c: &Captures| redact_value(c)) {
                 out = Cow::Owned(b);
             }
