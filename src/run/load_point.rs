@@ -1,8 +1,8 @@
 //! One round of an open-loop `load:` point: the schedule computed up front, the pacer releasing
 //! each planned request (drawn, calibrated and given its nonce by the point runner, as in a
 //! closed loop) at its deadline, each record marked with its scheduled time, lag and phase.
-//! Warm-up and cool-down requests are recorded and dropped; only measured ones are kept for
-//! the point's numbers.
+//! Warm-up and cool-down requests are recorded and dropped; measured ones are folded into the
+//! point's summary as they finish (none is kept: memory does not grow with the count).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::load::{Pacer, Schedule};
+use crate::measure::summary::PointFold;
 use crate::measure::system::Observed;
 use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
 use crate::spec::Point;
@@ -38,8 +39,8 @@ const RESERVED_FILES: u64 = 256;
 impl PointRunner {
     /// Sends one round of an open-loop point on its schedule: `planned[i]` when
     /// `schedule.requests[i]` is due (the cache was prepared and the nonces given already).
-    /// Returns the measured records, whether an interrupt stopped it, and what the client
-    /// observed.
+    /// Folds each measured record into `fold` as it finishes (written to the sink first).
+    /// Returns whether an interrupt stopped it, and what the client observed.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send_scheduled(
         &self,
@@ -50,7 +51,8 @@ impl PointRunner {
         planned: Vec<Planned>,
         model: &Option<String>,
         flags: &mut Vec<Flag>,
-    ) -> (Vec<RequestRecord>, bool, Observed) {
+        fold: &mut PointFold,
+    ) -> (bool, Observed) {
         let exp = &point.experiment;
         let mut observed = Observed::default();
         let omitted_is_zero = self.cached_omitted_is_zero();
@@ -69,7 +71,6 @@ impl PointRunner {
         let (mut pacer, mut due) = Pacer::start(start, offsets);
 
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
-        let mut measured = Vec::new();
         let (mut finished, mut failed) = (0usize, 0usize);
         let mut stopped = false;
         let mut releasing = true;
@@ -123,7 +124,7 @@ impl PointRunner {
                         Some(Phase::Measure) => {
                             finished += 1;
                             failed += usize::from(rec.error.is_some());
-                            measured.push(rec);
+                            fold.add(&rec);
                         }
                         Some(Phase::Warmup) => {
                             observed.warmup += 1;
@@ -165,8 +166,7 @@ impl PointRunner {
         {
             observed.client_cpu = Some((b - a) / elapsed);
         }
-        measured.sort_by_key(|r| r.index);
-        (measured, stopped, observed)
+        (stopped, observed)
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
+use crate::measure::summary::PointFold;
 use crate::prompt::{
     Calibrated, Calibrator, CountError, PromptSource, TextGenerator, WorkloadSource, nonce,
 };
@@ -175,7 +176,8 @@ impl PointRunner {
         record.requested_prompt_tokens = prompts.requested();
         record.calibration = prompts.calibration.clone();
 
-        let mut measured: Vec<RequestRecord> = Vec::new();
+        // Every measured record is folded in as it finishes (it is in requests.jsonl already).
+        let mut fold = crate::measure::summary::PointFold::new(exp);
         let mut scrapes = Vec::new();
         let mut interrupted = false;
         let mut observed = crate::measure::system::Observed::default();
@@ -184,7 +186,7 @@ impl PointRunner {
                 interrupted = true;
                 break;
             }
-            let (records, stopped) = self
+            let stopped = self
                 .measure_round(
                     client,
                     point,
@@ -193,9 +195,9 @@ impl PointRunner {
                     &mut flags,
                     &mut observed,
                     &mut scrapes,
+                    &mut fold,
                 )
                 .await;
-            measured.extend(records);
             if stopped {
                 interrupted = true;
                 break;
@@ -212,24 +214,20 @@ impl PointRunner {
         if let Some(view) = &server {
             flags.extend(crate::measure::server_view::contradictions(
                 view,
-                &measured,
+                fold.done(),
                 &observed.unmeasured,
             ));
         }
         record.server = server;
-        let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
+        let summary = fold.finish(exp, flags, interrupted);
         record.ok = summary.ok;
         record.errors = summary.errors;
         record.error_kinds = summary.error_kinds;
         record.metrics = summary.metrics;
         record.flags = summary.flags;
-        record.load = crate::measure::system::add(
-            exp,
-            &measured,
-            &observed,
-            &mut record.metrics,
-            &mut record.flags,
-        );
+        record.load = fold
+            .system
+            .finish(exp, &observed, &mut record.metrics, &mut record.flags);
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
         record.prefix_cache = summary.prefix_cache;
@@ -282,8 +280,8 @@ impl PointRunner {
     }
 
     /// One round: prepares the cache as the policy says (a flush, or a priming request), then
-    /// sends the round's measured requests. Returns their records and whether an interrupt
-    /// stopped it.
+    /// sends the round's measured requests, each record folded into `fold`. Returns whether an
+    /// interrupt stopped it.
     #[allow(clippy::too_many_arguments)]
     async fn measure_round(
         &mut self,
@@ -294,7 +292,8 @@ impl PointRunner {
         flags: &mut Vec<Flag>,
         observed: &mut crate::measure::system::Observed,
         scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
-    ) -> (Vec<RequestRecord>, bool) {
+        fold: &mut PointFold,
+    ) -> bool {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
         if policy == CachePolicy::Cold
@@ -303,9 +302,11 @@ impl PointRunner {
             flags.push(Flag::new(FlagKind::FlushFailed, e));
         }
         if let Some(sessions) = exp.sessions() {
-            return self
+            let (records, stopped) = self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
+            records.iter().for_each(|r| fold.add(r));
+            return stopped;
         }
         // An open-loop point sends as many requests as its schedule holds, each when it is due.
         let schedule = match exp.open_loop() {
@@ -316,7 +317,7 @@ impl PointRunner {
                         FlagKind::ScheduleFailed,
                         format!("could not make the arrival schedule: {e}"),
                     ));
-                    return (Vec::new(), false);
+                    return false;
                 }
             },
             None => None,
@@ -342,7 +343,7 @@ impl PointRunner {
                 if !stopped {
                     flags.push(Flag::new(kind, message));
                 }
-                return (Vec::new(), stopped);
+                return stopped;
             }
         };
         // Warm: one nonce per point and round, so points do not share prefixes; each distinct
@@ -359,7 +360,7 @@ impl PointRunner {
                 req.max_tokens = p.max_tokens;
                 let m = tokio::select! {
                     m = client.stream(&req, exp.request_timeout) => m,
-                    _ = self.interrupt.wait() => return (Vec::new(), true),
+                    _ = self.interrupt.wait() => return true,
                 };
                 let rec = m.into_record(
                     &point.id,
@@ -371,7 +372,7 @@ impl PointRunner {
                     p.requested,
                 );
                 if !self.append(&rec) {
-                    return (Vec::new(), true);
+                    return true;
                 }
             }
         }
@@ -401,8 +402,9 @@ impl PointRunner {
             }
             _ => None,
         };
-        let (records, stopped) = if let Some(schedule) = schedule {
-            let (records, stopped, seen) = self
+        let done_before = fold.done().requests;
+        let stopped = if let Some(schedule) = schedule {
+            let (stopped, seen) = self
                 .send_scheduled(
                     client,
                     point,
@@ -411,12 +413,13 @@ impl PointRunner {
                     planned,
                     &prompts.model,
                     flags,
+                    fold,
                 )
                 .await;
             *observed = seen;
-            (records, stopped)
+            stopped
         } else {
-            match exp.method.resolve() {
+            let (records, stopped) = match exp.method.resolve() {
                 Measure::Streaming => {
                     self.send_all(client, point, round, exp, planned, &prompts.model)
                         .await
@@ -425,16 +428,15 @@ impl PointRunner {
                     self.send_pairs(client, point, round, (a, b), planned, &prompts.model, flags)
                         .await
                 }
-            }
+            };
+            records.iter().for_each(|r| fold.add(r));
+            stopped
         };
         if let Some(scraper) = scraper {
-            let completed = records
-                .iter()
-                .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
-                .count();
+            let completed = (fold.done().requests - done_before) as usize;
             scrapes.extend(scraper.finish(completed).await);
         }
-        (records, stopped)
+        stopped
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left
