@@ -37,8 +37,8 @@ const AHEAD_WINDOW_S: f64 = 0.1;
 const RESERVED_FILES: u64 = 256;
 
 impl PointRunner {
-    /// Sends one round of an open-loop point on its schedule: `planned[i]` when
-    /// `schedule.requests[i]` is due (the cache was prepared and the nonces given already).
+    /// Sends one round of an open-loop point on its schedule: the `i`-th of `planned` when
+    /// `schedule.requests[i]` is due, made then (the cache was prepared already).
     /// Folds each measured record into `fold` as it finishes (written to the sink first).
     /// Returns whether an interrupt stopped it, and what the client observed.
     #[allow(clippy::too_many_arguments)]
@@ -47,8 +47,8 @@ impl PointRunner {
         client: &Client,
         point: &Point,
         round: u32,
-        schedule: Schedule,
-        planned: Vec<Planned>,
+        schedule: &Schedule,
+        mut planned: impl Iterator<Item = Planned>,
         model: &Option<String>,
         flags: &mut Vec<Flag>,
         fold: &mut PointFold,
@@ -57,8 +57,8 @@ impl PointRunner {
         let mut observed = Observed::default();
         let omitted_is_zero = self.cached_omitted_is_zero();
         let measured_total = schedule.measured();
-        observed.offered_req_s = offered_rate(&schedule);
-        prepare(client, connections_ahead(&schedule)).await;
+        observed.offered_req_s = offered_rate(schedule);
+        prepare(client, connections_ahead(schedule)).await;
 
         let slots = schedule
             .max_in_flight
@@ -74,14 +74,20 @@ impl PointRunner {
         let (mut finished, mut failed) = (0usize, 0usize);
         let mut stopped = false;
         let mut releasing = true;
+        // Requests made so far (the next one made is this index).
+        let mut made = 0usize;
         let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
         loop {
             tokio::select! {
                 next = due.recv(), if releasing => match next {
                     Some(i) => {
                         let s = schedule.requests[i];
-                        let Some(p) = planned.get(i) else { continue };
-                        let mut req = generation_request(exp, p.text.clone(), model);
+                        // The pacer releases in order: the next one made is request i.
+                        let Some(p) = i.checked_sub(made).and_then(|skip| planned.nth(skip)) else {
+                            continue;
+                        };
+                        made = i + 1;
+                        let mut req = generation_request(exp, p.text, model);
                         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
                         let (client, sink, progress, slots) =
                             (client.clone(), self.sink.clone(), self.progress.clone(), slots.clone());
@@ -91,7 +97,7 @@ impl PointRunner {
                             exp.request_timeout,
                             p.requested,
                         );
-                        let (share, mix) = (p.share.clone(), p.mix.clone());
+                        let (share, mix) = (p.share, p.mix);
                         let scheduled_at = start_unix + s.at_s;
                         tasks.spawn(async move {
                             // A request due while the cap is reached waits here: its lag says so.

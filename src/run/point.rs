@@ -326,15 +326,9 @@ impl PointRunner {
             .as_ref()
             .map_or(exp.requests, |s| s.requests.len() as u32);
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths: Vec<(Option<u64>, Option<u32>)> =
-            schedule.as_ref().map_or_else(Vec::new, |s| {
-                s.requests
-                    .iter()
-                    .map(|r| (r.input_tokens, r.max_tokens))
-                    .collect()
-            });
-        let planned = match self
-            .plan_round(client, exp, prompts, round, count, &lengths, flags)
+        let lengths = schedule.as_ref().map_or(&[][..], |s| s.requests.as_slice());
+        let plan = match self
+            .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await
         {
             Ok(p) => p,
@@ -351,11 +345,12 @@ impl PointRunner {
         let warm_prefix = nonce();
         if policy == CachePolicy::Warm {
             let mut primed = std::collections::HashSet::new();
-            for p in planned.iter().filter(|p| p.nonce) {
-                if !primed.insert(p.text.as_str()) {
+            for p in plan.requests().filter(|p| p.nonce) {
+                if primed.contains(&p.text) {
                     continue;
                 }
                 let prompt = format!("{warm_prefix}{}", p.text);
+                primed.insert(p.text);
                 let mut req = generation_request(exp, prompt, &prompts.model);
                 req.max_tokens = p.max_tokens;
                 let m = tokio::select! {
@@ -376,19 +371,18 @@ impl PointRunner {
                 }
             }
         }
-        let planned: Vec<Planned> = planned
-            .into_iter()
-            .map(|mut p| {
-                if p.nonce {
-                    p.text = match policy {
-                        CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), p.text),
-                        CachePolicy::Warm => format!("{warm_prefix}{}", p.text),
-                        _ => p.text,
-                    };
-                }
-                p
-            })
-            .collect();
+        // Each request made (and given the policy's nonce) as it is sent.
+        let cold_nonce = policy == CachePolicy::Cold && exp.cache.nonce;
+        let planned = plan.requests().map(|mut p| {
+            if p.nonce {
+                p.text = match policy {
+                    CachePolicy::Cold if cold_nonce => format!("{}{}", nonce(), p.text),
+                    CachePolicy::Warm => format!("{warm_prefix}{}", p.text),
+                    _ => p.text,
+                };
+            }
+            p
+        });
         let scraper = match (&self.metrics_sink, &self.surface) {
             (Some(sink), Some(surface)) if surface.metrics => {
                 super::scrape::Scraper::start(
@@ -403,7 +397,7 @@ impl PointRunner {
             _ => None,
         };
         let done_before = fold.done().requests;
-        let stopped = if let Some(schedule) = schedule {
+        let stopped = if let Some(schedule) = &schedule {
             let (stopped, seen) = self
                 .send_scheduled(
                     client,
@@ -421,7 +415,8 @@ impl PointRunner {
         } else {
             let (records, stopped) = match exp.method.resolve() {
                 Measure::Streaming => {
-                    self.send_all(client, point, round, exp, planned, &prompts.model)
+                    let n = plan.len();
+                    self.send_all(client, point, round, exp, (n, planned), &prompts.model)
                         .await
                 }
                 Measure::TwoPoint { a, b } => {
@@ -461,8 +456,8 @@ impl PointRunner {
         (self.sink)(rec).is_ok()
     }
 
-    /// Sends the prompts with at most `concurrency` in flight; records each as it completes.
-    /// Returns the records and whether an interrupt stopped it.
+    /// Sends the `count` prompts with at most `concurrency` in flight; records each as it
+    /// completes. Returns the records and whether an interrupt stopped it.
     #[allow(clippy::too_many_arguments)]
     async fn send_all(
         &self,
@@ -470,19 +465,19 @@ impl PointRunner {
         point: &Point,
         round: u32,
         exp: &Experiment,
-        prompts: Vec<Planned>,
+        (count, prompts): (usize, impl Iterator<Item = Planned>),
         model: &Option<String>,
     ) -> (Vec<RequestRecord>, bool) {
         let concurrency = exp.concurrency.max(1) as usize;
         // The connections the round needs are opened before its first request is released, so
         // no measured request shares the client's time with the others' handshakes.
-        prepare(client, concurrency.min(prompts.len())).await;
+        prepare(client, concurrency.min(count)).await;
         let sem = Arc::new(Semaphore::new(concurrency));
         // A task's record, or None when it could not be written (and so does not count).
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let mut records = Vec::new();
         let mut stopped = false;
-        for (i, planned) in prompts.into_iter().enumerate() {
+        for (i, planned) in prompts.enumerate() {
             let permit = tokio::select! {
                 p = sem.clone().acquire_owned() => p,
                 _ = self.interrupt.wait() => { stopped = true; break; }
@@ -547,14 +542,14 @@ impl PointRunner {
         point: &Point,
         round: u32,
         (a, b): (u32, u32),
-        prompts: Vec<Planned>,
+        prompts: impl Iterator<Item = Planned>,
         model: &Option<String>,
         flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let mut records = Vec::new();
         prepare(client, 1).await;
-        for (i, planned) in prompts.into_iter().enumerate() {
+        for (i, planned) in prompts.enumerate() {
             let (prompt, requested) = (planned.text, planned.requested);
             for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
                 if role == RequestRole::TwoPointB
