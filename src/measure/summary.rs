@@ -385,3 +385,204 @@ fn pairs_of<'a>(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::system::{self, Observed};
+    use crate::results::records::{
+        Chunk, ErrorKind, Estimate, LoadSummary, RequestError, Stat, TokenSource,
+    };
+    use crate::spec::types::Api;
+
+    /// A cold `load:` point with an SLO and extra percentiles.
+    fn exp() -> Experiment {
+        serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 8},
+            "load": {"kind": "rate", "rate": 100},
+            "stop": {"requests": 400},
+            "cache": {"policy": "cold"},
+            "percentiles": [50, 99, 99.9],
+            "slo": {"ttft": "0.05s", "tpot": "0.01s", "targets": {"ttft_p99": "0.1s", "attainment": "90%"}},
+        }))
+        .unwrap()
+    }
+
+    /// Request `i` of 400 sent every 10 ms: varied latencies and lags, 8 tokens in 4 chunks,
+    /// some failed (two kinds), some retried, some served from the cache under the cold policy.
+    fn record(i: u32) -> RequestRecord {
+        // A deterministic spread in [0, 1).
+        let u = |k: u32| {
+            f64::from((i.wrapping_mul(2_654_435_761) ^ k.wrapping_mul(40_503)) % 1000) / 1000.0
+        };
+        let sched = 1000.0 + f64::from(i) * 0.01;
+        let lag = 0.002 * u(1);
+        let ttft = 0.01 + 0.05 * u(2);
+        let gap = 0.002 + 0.01 * u(3);
+        let chunks: Vec<Chunk> = (0..4)
+            .map(|c| Chunk {
+                t_s: ttft + gap * f64::from(c),
+                tokens: 2,
+            })
+            .collect();
+        let error = i.is_multiple_of(37).then(|| RequestError {
+            kind: if i.is_multiple_of(74) {
+                ErrorKind::Http
+            } else {
+                ErrorKind::Timeout
+            },
+            message: format!("failure {i}"),
+            status: None,
+            body_head: None,
+        });
+        RequestRecord {
+            share: None,
+            mix: None,
+            point: "p000".into(),
+            round: 0,
+            index: i,
+            role: RequestRole::Measure,
+            api: Api::SglangGenerate,
+            sent_at: sched + lag,
+            scheduled_at: Some(sched),
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            retried: i % 50 == 3,
+            first_attempt: None,
+            requested_prompt_tokens: Some(100),
+            max_tokens: 8,
+            end_s: Some(ttft + gap * 3.0 + 0.001),
+            chunks,
+            prompt_tokens: Some(100),
+            completion_tokens: Some(8),
+            cached_tokens: Some(if i % 41 == 5 { 96 } else { 0 }),
+            token_source: TokenSource::MetaInfo,
+            chunk_tokens: None,
+            finish_reason: None,
+            error,
+            phase: Some(crate::results::records::Phase::Measure),
+            lag_s: Some(lag),
+        }
+    }
+
+    /// The summary, metrics and load summary of `fold` after `records`.
+    fn folded(
+        exp: &Experiment,
+        mut fold: PointFold,
+        records: impl Iterator<Item = RequestRecord>,
+    ) -> (PointSummary, Option<LoadSummary>) {
+        records.for_each(|r| fold.add(&r));
+        let mut s = fold.finish(exp, Vec::new(), false);
+        let load = fold
+            .system
+            .finish(exp, &Observed::default(), &mut s.metrics, &mut s.flags);
+        (s, load)
+    }
+
+    #[test]
+    fn records_folded_as_they_finish_give_the_summary_of_the_sorted_slice() {
+        let exp = exp();
+        let sorted: Vec<RequestRecord> = (0..400).map(record).collect();
+        let mut want = summarize(&exp, &sorted, Vec::new(), false);
+        let want_load = system::add(
+            &exp,
+            &sorted,
+            &Observed::default(),
+            &mut want.metrics,
+            &mut want.flags,
+        );
+        // Finished out of order: odd indexes first, each half backwards.
+        let order = (0..400)
+            .rev()
+            .filter(|i| i % 2 == 1)
+            .chain((0..400).rev().filter(|i| i % 2 == 0));
+        let (got, load) = folded(&exp, PointFold::new(&exp), order.map(record));
+        assert_eq!(got, want);
+        assert_eq!(load, want_load);
+        // What the records hold, by hand: 11 failed (every 37th), 6 of them http (every 74th).
+        assert_eq!((got.ok, got.errors), (389, 11));
+        assert_eq!(
+            got.error_kinds.get_index(0),
+            Some((&"http".to_string(), &6))
+        );
+        assert!(got.flags[0].message.ends_with("first: failure 0"));
+        // Cold hits (i % 41 == 5: ten, but 333 failed) are out of the numbers.
+        assert_eq!(got.metrics["ttft_s"].count, 389 - 9);
+        assert!(got.metrics.values().all(|s| s.estimate.is_none()));
+        assert!(
+            got.flags
+                .iter()
+                .any(|f| f.kind == FlagKind::ColdCacheHit && f.message.starts_with("9 of 389"))
+        );
+    }
+
+    #[test]
+    fn past_the_caps_the_fold_estimates_within_the_stated_error() {
+        let exp = exp();
+        let records = || (0..400).map(record);
+        let (exact, exact_load) = folded(&exp, PointFold::new(&exp), records());
+        // 100 values per metric (ITL: 3 per request) and 200 timeline events.
+        let (est, est_load) = folded(&exp, PointFold::with_caps(&exp, 100, 200), records());
+        let within = |got: f64, want: f64, what: &str| {
+            assert!(
+                (got - want).abs()
+                    <= super::super::samples::RELATIVE_ERROR * want.abs() * (1.0 + 1e-9),
+                "{what}: {got} vs {want}"
+            );
+        };
+        let mut histograms = 0;
+        for (name, want) in &exact.metrics {
+            let got: &Stat = &est.metrics[name];
+            assert_eq!(
+                (got.count, got.min, got.max),
+                (want.count, want.min, want.max),
+                "{name}"
+            );
+            within(got.mean, want.mean, name);
+            match got.estimate {
+                Some(Estimate::Histogram) => {
+                    histograms += 1;
+                    within(got.p50, want.p50, name);
+                    within(got.p90, want.p90, name);
+                    within(got.p99, want.p99, name);
+                    assert!(
+                        (got.std.unwrap() - want.std.unwrap()).abs()
+                            <= 1e-9 * want.std.unwrap() + 1e-12,
+                        "{name}"
+                    );
+                }
+                Some(Estimate::Slots) => {
+                    assert!(
+                        name == "peak_output_tok_s" || name == "concurrency_max",
+                        "{name}"
+                    );
+                }
+                None => assert_eq!(got, want, "{name}"),
+            }
+        }
+        assert!(histograms >= 8, "{histograms} metrics past the cap");
+        assert_eq!(
+            est.metrics["concurrency_max"].estimate,
+            Some(Estimate::Slots)
+        );
+        // Slots count requests starting together as overlapping: never fewer.
+        assert!(est.metrics["concurrency_max"].mean >= exact.metrics["concurrency_max"].mean);
+        let (exact_load, est_load) = (exact_load.unwrap(), est_load.unwrap());
+        for (metric, row) in &exact_load.percentiles {
+            for (q, want) in row {
+                within(
+                    est_load.percentiles[metric][q],
+                    *want,
+                    &format!("{metric} {q}"),
+                );
+            }
+        }
+        assert_eq!(
+            est_load.slo.as_ref().unwrap().good,
+            exact_load.slo.unwrap().good
+        );
+    }
+}

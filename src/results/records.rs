@@ -290,9 +290,9 @@ impl RequestRecord {
     /// once the record is in `requests.jsonl` (the raw truth): chunks that carried no token
     /// (role-only, empty, usage-only: every metric skips them), the finish reason, the first
     /// attempt's failure (`retried` stays), the mix name and a failed response's body head.
-    /// What is left gives the same numbers: a long open-loop point keeps every measured record
-    /// in memory until it ends, and the report reads them all back, so these parts were most
-    /// of each one's heap.
+    /// What is left gives the same numbers: the report reads every record back, and a point
+    /// folds each one into its summary (keeping it until the end only where it is judged with
+    /// others of its group or pair), so these parts were most of each one's heap.
     pub fn drop_detail(&mut self) {
         self.chunks.retain(|c| c.tokens > 0);
         self.chunks.shrink_to_fit();
