@@ -2,7 +2,8 @@
 //! each planned request (drawn, calibrated and given its nonce by the point runner, as in a
 //! closed loop) at its deadline, each record marked with its scheduled time, lag and phase.
 //! Warm-up and cool-down requests are recorded and dropped; measured ones are folded into the
-//! point's summary as they finish (none is kept: memory does not grow with the count).
+//! point's summary as they finish, so memory does not grow with their count (only requests
+//! judged with their shared-prefix group wait for the point's end).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
