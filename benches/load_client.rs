@@ -16,6 +16,10 @@
 //! - `rate-10k`: 10,000 req/s constant, 20,000 requests: streamed requests per second.
 //! - `streams-10k`: 10,000 requests all at once (`rate: inf`): concurrent streams.
 //! - `mem-2k` and `mem-20k`: 500 req/s, 2,000 and 20,000 requests: peak RSS against count.
+//! - `mem-200k`: 4,000 req/s, 200,000 requests (50 s): the point's memory no longer grows with
+//!   the count (records folded as they finish, prompts made as they are due), so its RSS is
+//!   read against mem-2k and mem-20k; what still grows is the report's reading of
+//!   `requests.jsonl` at the end of the run.
 //!
 //! Run: `cargo bench --bench load_client` (`LOAD_BENCH=pace-1k` runs one case). The simulator
 //! and the client share this machine's cores: read the figures with the machine's load.
@@ -28,6 +32,7 @@ const CASES: &[(&str, &str, u32)] = &[
     ("streams-10k", "rate: inf", 10_000),
     ("mem-2k", "rate: 500, arrival: constant", 2_000),
     ("mem-20k", "rate: 500, arrival: constant", 20_000),
+    ("mem-200k", "rate: 4000, arrival: constant", 200_000),
 ];
 
 fn main() {

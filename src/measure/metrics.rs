@@ -16,7 +16,8 @@ use indexmap::IndexMap;
 use crate::catalog::{Method, Metric};
 use crate::results::records::{ChunkTokens, RequestRecord, RequestRole, Stat};
 
-use super::stats::{RequestSamples, seed_for, summarize_requests};
+use super::samples::Samples;
+use super::stats::seed_for;
 
 /// Fewest uncached prompt tokens a cache-hitting request must prefill for its prefill rate to
 /// mean anything.
@@ -112,53 +113,78 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
 ///
 /// Each metric carries a 95% confidence interval of its mean: across round means when the
 /// records span three rounds or more, else a bootstrap over requests seeded by the metric's name
-/// (see [`summarize_requests`]).
+/// (see [`summarize_requests`](super::stats::summarize_requests)).
 pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
     let mut columns = Columns::new(Method::Streaming);
-    for r in records
-        .iter()
-        .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
-    {
-        let m = request_metrics(r);
-        columns.push_one(Metric::Ttft, r.round, m.ttft_s);
-        columns.push_one(Metric::Prefill, r.round, m.prefill_tok_s);
-        columns.push_one(Metric::Decode, r.round, m.decode_tok_s);
-        columns.push_one(Metric::Tpot, r.round, m.tpot_s);
-        columns.push_one(Metric::E2e, r.round, m.e2e_s);
-        columns.push_counts(r);
-        columns.push(Metric::Itl, r.round, m.itl_s);
-        columns.push(Metric::Icl, r.round, m.icl_s);
+    for r in records {
+        columns.push_request(r);
     }
     columns.summarize()
 }
 
+/// A record's place among a point's records: its round, then its index (the order the runner
+/// hands records to the summary in, whatever order they finished in).
+pub fn order_key(r: &RequestRecord) -> u64 {
+    (u64::from(r.round) << 32) | u64::from(r.index)
+}
+
 /// Per-request samples of a point's metrics, summarised the same way for every method: numpy
-/// percentiles and a 95% confidence interval (see [`summarize_requests`]).
+/// percentiles and a 95% confidence interval (see [`summarize_requests`](super::stats::summarize_requests)), exact up to
+/// [`EXACT_CAP`](super::samples::EXACT_CAP) values of a metric (see [`Samples`]).
+#[derive(Debug, Clone)]
 pub struct Columns {
-    columns: IndexMap<Metric, Vec<RequestSamples>>,
+    columns: IndexMap<Metric, Samples>,
+    /// The order key of the request being pushed (see [`order_key`]); 0 keeps push order.
+    order: u64,
 }
 
 impl Columns {
     /// Empty columns for the metrics of `method`, in catalogue order; samples of other metrics
     /// are ignored.
     pub fn new(method: Method) -> Columns {
+        Columns::with_cap(method, super::samples::EXACT_CAP)
+    }
+
+    /// Like [`new`](Self::new), keeping `cap` values of each metric exactly.
+    pub fn with_cap(method: Method, cap: usize) -> Columns {
         Columns {
-            columns: Metric::of_method(method).map(|m| (m, Vec::new())).collect(),
+            columns: Metric::of_method(method)
+                .map(|m| (m, Samples::with_cap(cap)))
+                .collect(),
+            order: 0,
         }
+    }
+
+    /// The streaming metrics of one measured (role `measure`), successful record; others are
+    /// left out.
+    pub fn push_request(&mut self, r: &RequestRecord) {
+        if r.role != RequestRole::Measure || r.error.is_some() {
+            return;
+        }
+        self.order = order_key(r);
+        let m = request_metrics(r);
+        self.push_one(Metric::Ttft, r.round, m.ttft_s);
+        self.push_one(Metric::Prefill, r.round, m.prefill_tok_s);
+        self.push_one(Metric::Decode, r.round, m.decode_tok_s);
+        self.push_one(Metric::Tpot, r.round, m.tpot_s);
+        self.push_one(Metric::E2e, r.round, m.e2e_s);
+        self.push_counts(r);
+        self.push(Metric::Itl, r.round, m.itl_s);
+        self.push(Metric::Icl, r.round, m.icl_s);
     }
 
     /// One request's values of `metric` (several for per-gap metrics); none is no sample.
     pub fn push(&mut self, metric: Metric, round: u32, values: Vec<f64>) {
-        if let Some(col) = self.columns.get_mut(&metric)
-            && !values.is_empty()
-        {
-            col.push(RequestSamples { round, values });
+        if let Some(col) = self.columns.get_mut(&metric) {
+            col.push(self.order, round, &values);
         }
     }
 
     /// One request's single value of `metric`, when it has one.
     pub fn push_one(&mut self, metric: Metric, round: u32, value: Option<f64>) {
-        self.push(metric, round, value.into_iter().collect());
+        if let (Some(col), Some(v)) = (self.columns.get_mut(&metric), value) {
+            col.push(self.order, round, &[v]);
+        }
     }
 
     /// The server's token counts of `r`: `prompt_tokens`, `cached_tokens`, `completion_tokens`.
@@ -175,11 +201,13 @@ impl Columns {
 
     /// A Stat per metric with samples, keyed by the metric's name; metrics without any are left
     /// out.
-    pub fn summarize(self) -> IndexMap<String, Stat> {
+    pub fn summarize(&self) -> IndexMap<String, Stat> {
         self.columns
-            .into_iter()
+            .iter()
             .filter_map(|(m, samples)| {
-                summarize_requests(&samples, seed_for(m.name())).map(|s| (m.name().to_string(), s))
+                samples
+                    .stat(seed_for(m.name()))
+                    .map(|s| (m.name().to_string(), s))
             })
             .collect()
     }

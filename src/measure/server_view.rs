@@ -3,7 +3,7 @@
 //! finished requests), and where those counters contradict what the client measured.
 
 use crate::catalog::FlagKind;
-use crate::results::records::{Flag, RequestRecord, RequestRole};
+use crate::results::records::{Flag, RequestRecord};
 use crate::results::server_view::{GaugeStat, MetricsScrape, ServerView};
 
 /// Counters further apart than this (relative to the client's count) contradict it.
@@ -136,11 +136,12 @@ pub fn requests_counted(start: &MetricsScrape, end: &MetricsScrape) -> Option<f6
     })
 }
 
-/// What the client finished inside the scraped window outside the measured phase (a load
-/// point's warm-up and cool-down requests): the server counted them too, so they count on the
-/// client's side of the comparison, though not in the point's numbers.
+/// Requests the client finished without error, counted as they finish: the measured ones, and
+/// those inside the scraped window outside the measured phase (a load point's warm-up and
+/// cool-down requests: the server counted them too, so they count on the client's side of the
+/// comparison, though not in the point's numbers).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Unmeasured {
+pub struct Finished {
     /// Requests finished without error.
     pub requests: u64,
     /// Their prompt tokens (None once one of them had no count).
@@ -149,9 +150,9 @@ pub struct Unmeasured {
     pub cached_tokens: Option<u64>,
 }
 
-impl Default for Unmeasured {
-    fn default() -> Unmeasured {
-        Unmeasured {
+impl Default for Finished {
+    fn default() -> Finished {
+        Finished {
             requests: 0,
             prompt_tokens: Some(0),
             cached_tokens: Some(0),
@@ -159,7 +160,7 @@ impl Default for Unmeasured {
     }
 }
 
-impl Unmeasured {
+impl Finished {
     /// Counts `r` when it finished without error.
     pub fn add(&mut self, r: &RequestRecord) {
         if r.error.is_some() {
@@ -172,40 +173,26 @@ impl Unmeasured {
 }
 
 /// `server-disagrees` flags: where the server's counters over the window differ from the
-/// client's records of the same requests (measured, finished without error, plus `unmeasured`
-/// ones sent inside the window) by more than [`DISAGREE_PCT`]. A count either side does not
+/// client's records of the same requests (`done`: measured, finished without error, plus
+/// `unmeasured` ones sent inside the window) by more than [`DISAGREE_PCT`]. A count either side does not
 /// have is not compared.
-pub fn contradictions(
-    view: &ServerView,
-    records: &[RequestRecord],
-    unmeasured: &Unmeasured,
-) -> Vec<Flag> {
-    let done: Vec<&RequestRecord> = records
-        .iter()
-        .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
-        .collect();
-    let sum = |f: fn(&RequestRecord) -> Option<u64>, extra: Option<u64>| -> Option<f64> {
-        done.iter()
-            .map(|r| f(r))
-            .chain([extra])
-            .sum::<Option<u64>>()
-            .map(|n| n as f64)
-    };
+pub fn contradictions(view: &ServerView, done: &Finished, unmeasured: &Finished) -> Vec<Flag> {
+    let sum = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| (a + b) as f64);
     let checks = [
         (
             "prompt tokens",
             view.prompt_tokens,
-            sum(|r| r.prompt_tokens, unmeasured.prompt_tokens),
+            sum(done.prompt_tokens, unmeasured.prompt_tokens),
         ),
         (
             "cached tokens",
             view.cached_tokens,
-            sum(|r| r.cached_tokens, unmeasured.cached_tokens),
+            sum(done.cached_tokens, unmeasured.cached_tokens),
         ),
         (
             "completed requests",
             view.requests,
-            Some((done.len() as u64 + unmeasured.requests) as f64),
+            Some((done.requests + unmeasured.requests) as f64),
         ),
     ];
     let mut out = Vec::new();

@@ -117,6 +117,11 @@ fn round_t_interval(samples: &[RequestSamples]) -> Option<(f64, f64)> {
             r.1 += n;
         }
     }
+    round_t_from(&rounds)
+}
+
+/// The interval of [`round_t_interval`] from each round's sum and count of finite values.
+pub fn round_t_from(rounds: &BTreeMap<u32, (f64, usize)>) -> Option<(f64, f64)> {
     let means: Vec<f64> = rounds.values().map(|(s, n)| s / *n as f64).collect();
     if means.len() < MIN_ROUNDS_FOR_T {
         return None;

@@ -15,7 +15,9 @@ use crate::spec::load_model::{SloMetric, SloSpec, SloTarget};
 use crate::spec::types::Experiment;
 
 use super::metrics::request_metrics;
-use super::stats::{RequestSamples, percentile_sorted, seed_for, summarize_requests};
+use super::samples::Samples;
+use super::stats::seed_for;
+use super::timeline::Timeline;
 
 /// What the runner observed besides the records.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,7 +33,7 @@ pub struct Observed {
     pub stopped_on_errors: bool,
     /// Warm-up and cool-down requests finished while `/metrics` was scraped: the server's
     /// counters include them.
-    pub unmeasured: super::server_view::Unmeasured,
+    pub unmeasured: super::server_view::Finished,
 }
 
 /// One request's latencies as the load metrics see them.
@@ -47,7 +49,11 @@ pub struct Judged {
 
 /// The latencies of `r`, counted from its schedule when it has a lag.
 pub fn judge(r: &RequestRecord) -> Judged {
-    let m = request_metrics(r);
+    judged(r, &request_metrics(r))
+}
+
+/// The latencies of `r` whose metrics are `m`.
+fn judged(r: &RequestRecord, m: &super::metrics::RequestMetrics) -> Judged {
     let lag = r.lag_s.unwrap_or(0.0);
     Judged {
         ok: r.error.is_none(),
@@ -69,7 +75,7 @@ pub fn is_good(j: &Judged, slo: &SloSpec) -> bool {
 
 /// System metrics (for `load:` points), SLO metrics (with `slo:`), extra percentiles and the
 /// flags they imply, added to `metrics`. Returns the point's load summary (None for a closed
-/// loop without `slo:`).
+/// loop without `slo:`). The same as folding each record into a [`SystemFold`].
 pub fn add(
     exp: &Experiment,
     measured: &[RequestRecord],
@@ -77,247 +83,331 @@ pub fn add(
     metrics: &mut IndexMap<String, Stat>,
     flags: &mut Vec<Flag>,
 ) -> Option<LoadSummary> {
-    let load = exp.open_loop();
-    if load.is_none() && exp.slo.is_none() {
-        return None;
+    let mut fold = SystemFold::new(exp);
+    for r in measured {
+        fold.add(r);
     }
-    let judged: Vec<Judged> = measured.iter().map(judge).collect();
-    let window = window(measured);
-    let mut summary = LoadSummary {
-        kind: load.map_or("closed".into(), |l| l.kind.to_string()),
-        offered_req_s: observed.offered_req_s,
-        arrival: load.map(|l| l.arrival.to_string()),
-        window_s: window.map_or(0.0, |(a, b)| b - a),
-        warmup: observed.warmup,
-        measured: measured.len(),
-        cooldown: observed.cooldown,
-        latency_origin: if load.is_some() { "scheduled" } else { "sent" }.into(),
-        stopped_on_errors: observed.stopped_on_errors,
-        ..LoadSummary::default()
-    };
-    let put = |metrics: &mut IndexMap<String, Stat>, m: Metric, s: Option<Stat>| {
-        if let Some(s) = s {
-            metrics.insert(m.name().to_string(), s);
+    fold.finish(exp, observed, metrics, flags)
+}
+
+/// A point's system metrics built one measured record at a time, in memory bounded by the
+/// caps of [`Samples`] and [`Timeline`], whatever the number of requests: per-request
+/// distributions, the window, token and request counts, the timeline, the SLO's counts.
+#[derive(Debug, Clone)]
+pub struct SystemFold {
+    /// Whether the point has system metrics at all (`load:` or `slo:`).
+    active: bool,
+    /// The point's SLO, which judges each request as it comes.
+    slo: Option<SloSpec>,
+    /// Measured records folded.
+    measured: usize,
+    /// Successful ones, and their prompt and output tokens.
+    done: usize,
+    input_tokens: u64,
+    output_tokens: u64,
+    /// Requests that met every per-request SLO threshold.
+    good: usize,
+    /// Earliest scheduled (or sent) time and latest end, unix seconds.
+    start: f64,
+    end: f64,
+    /// Successful requests' latencies from the schedule (from the send in a closed loop).
+    ttft_sched: Samples,
+    e2e_sched: Samples,
+    /// Every measured request's schedule lag.
+    lag: Samples,
+    /// Successful requests' TPOT, ITL (every gap), and TTFT and E2E from the send.
+    tpot: Samples,
+    itl: Samples,
+    ttft_sent: Samples,
+    e2e_sent: Samples,
+    timeline: Timeline,
+}
+
+impl SystemFold {
+    pub fn new(exp: &Experiment) -> SystemFold {
+        SystemFold::with_caps(
+            exp,
+            super::samples::EXACT_CAP,
+            super::timeline::EXACT_EVENTS,
+        )
+    }
+
+    /// Like [`new`](Self::new), keeping `values` of each distribution and `events` of the
+    /// timeline exactly (tests pass small ones).
+    pub fn with_caps(exp: &Experiment, values: usize, events: usize) -> SystemFold {
+        let samples = || Samples::with_cap(values);
+        SystemFold {
+            active: exp.open_loop().is_some() || exp.slo.is_some(),
+            slo: exp.slo.clone(),
+            measured: 0,
+            done: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            good: 0,
+            start: f64::INFINITY,
+            end: f64::NEG_INFINITY,
+            ttft_sched: samples(),
+            e2e_sched: samples(),
+            lag: samples(),
+            tpot: samples(),
+            itl: samples(),
+            ttft_sent: samples(),
+            e2e_sent: samples(),
+            timeline: Timeline::with_cap(events),
         }
-    };
-    if load.is_some() {
-        let column = |f: fn(&Judged) -> Option<f64>| -> Vec<f64> {
-            judged.iter().filter(|j| j.ok).filter_map(f).collect()
+    }
+
+    /// Folds one measured record in.
+    pub fn add(&mut self, r: &RequestRecord) {
+        if !self.active {
+            return;
+        }
+        let order = super::metrics::order_key(r);
+        let m = request_metrics(r);
+        let j = judged(r, &m);
+        self.measured += 1;
+        self.good += usize::from(self.slo.as_ref().is_some_and(|slo| is_good(&j, slo)));
+        self.start = self
+            .start
+            .min(r.scheduled_at.unwrap_or(r.sent_at).min(r.sent_at));
+        if let Some(e) = r.end_s {
+            self.end = self.end.max(r.sent_at + e);
+            self.timeline.span(order, r.sent_at, e);
+        }
+        if let Some(l) = j.lag_s {
+            self.lag.push(order, 0, &[l]);
+        }
+        if !j.ok {
+            return;
+        }
+        self.done += 1;
+        self.input_tokens += r.prompt_tokens.unwrap_or(0);
+        self.output_tokens += r.completion_tokens.unwrap_or(0);
+        for c in &r.chunks {
+            self.timeline.tokens(r.sent_at + c.t_s, c.tokens);
+        }
+        let one = |s: &mut Samples, v: Option<f64>| {
+            if let Some(v) = v {
+                s.push(order, 0, &[v]);
+            }
         };
-        put(
-            metrics,
-            Metric::TtftFromSchedule,
-            distribution(Metric::TtftFromSchedule, &column(|j| j.ttft_s)),
-        );
-        put(
-            metrics,
-            Metric::E2eFromSchedule,
-            distribution(Metric::E2eFromSchedule, &column(|j| j.e2e_s)),
-        );
-        let lags: Vec<f64> = judged.iter().filter_map(|j| j.lag_s).collect();
-        put(
-            metrics,
-            Metric::ScheduleLag,
-            distribution(Metric::ScheduleLag, &lags),
-        );
-        if let Some((start, end)) = window {
-            let span = end - start;
-            let done: Vec<&RequestRecord> = measured.iter().filter(|r| r.error.is_none()).collect();
-            let sum = |f: fn(&RequestRecord) -> Option<u64>| -> f64 {
-                done.iter().filter_map(|r| f(r)).sum::<u64>() as f64
-            };
-            let (input, output) = (sum(|r| r.prompt_tokens), sum(|r| r.completion_tokens));
-            put(
-                metrics,
-                Metric::ThroughputReq,
-                Some(single(done.len() as f64 / span)),
-            );
-            put(metrics, Metric::InputTok, Some(single(input / span)));
-            put(metrics, Metric::OutputTok, Some(single(output / span)));
-            put(
-                metrics,
-                Metric::TotalTok,
-                Some(single((input + output) / span)),
-            );
-            put(
-                metrics,
-                Metric::PeakOutputTok,
-                Some(single(peak_output(measured, start, span))),
-            );
-            let busy: f64 = measured.iter().filter_map(|r| r.end_s).sum();
-            put(metrics, Metric::ConcurrencyMean, Some(single(busy / span)));
-            put(
-                metrics,
-                Metric::ConcurrencyMax,
-                Some(single(max_in_flight(measured) as f64)),
-            );
-        }
-        if let Some(cpu) = observed.client_cpu {
-            put(metrics, Metric::ClientCpu, Some(single(cpu)));
-        }
-        let limit = load.map_or(0.01, |l| l.lag_limit.as_secs_f64());
-        if let Some(lag) = metrics.get(Metric::ScheduleLag.name())
-            && lag.p99 > limit
-        {
-            flags.push(Flag::new(
-                FlagKind::ClientLimited,
-                format!(
-                    "the client sent its requests late: schedule lag p99 {} ms (max {} ms) is above the {} ms limit, so latencies here describe the client as much as the server{}",
-                    crate::text::sig3(lag.p99 * 1e3),
-                    crate::text::sig3(lag.max * 1e3),
-                    crate::text::sig3(limit * 1e3),
-                    observed
-                        .client_cpu
-                        .map(|c| format!(" (client CPU {c:.2} cores)"))
-                        .unwrap_or_default()
-                ),
-            ));
-        }
+        one(&mut self.ttft_sched, j.ttft_s);
+        one(&mut self.e2e_sched, j.e2e_s);
+        one(&mut self.tpot, j.tpot_s);
+        one(&mut self.ttft_sent, m.ttft_s);
+        one(&mut self.e2e_sent, r.end_s);
+        self.itl.push(order, 0, &m.itl_s);
     }
-    if let Some(slo) = &exp.slo {
-        let good = judged.iter().filter(|j| is_good(j, slo)).count();
-        if slo.has_thresholds() && !judged.is_empty() {
+
+    /// The measured window: from the first request's scheduled (or sent) time to the last
+    /// one's end.
+    fn window(&self) -> Option<(f64, f64)> {
+        (self.measured > 0 && self.end > self.start).then_some((self.start, self.end))
+    }
+
+    /// The system metrics, SLO metrics and flags (see [`add`]) added to `metrics` and `flags`.
+    pub fn finish(
+        &self,
+        exp: &Experiment,
+        observed: &Observed,
+        metrics: &mut IndexMap<String, Stat>,
+        flags: &mut Vec<Flag>,
+    ) -> Option<LoadSummary> {
+        let load = exp.open_loop();
+        if !self.active {
+            return None;
+        }
+        let window = self.window();
+        let mut summary = LoadSummary {
+            kind: load.map_or("closed".into(), |l| l.kind.to_string()),
+            offered_req_s: observed.offered_req_s,
+            arrival: load.map(|l| l.arrival.to_string()),
+            window_s: window.map_or(0.0, |(a, b)| b - a),
+            warmup: observed.warmup,
+            measured: self.measured,
+            cooldown: observed.cooldown,
+            latency_origin: if load.is_some() { "scheduled" } else { "sent" }.into(),
+            stopped_on_errors: observed.stopped_on_errors,
+            ..LoadSummary::default()
+        };
+        let put = |metrics: &mut IndexMap<String, Stat>, m: Metric, s: Option<Stat>| {
+            if let Some(s) = s {
+                metrics.insert(m.name().to_string(), s);
+            }
+        };
+        let distribution = |m: Metric, s: &Samples| s.stat(seed_for(m.name()));
+        if load.is_some() {
             put(
                 metrics,
-                Metric::SloAttainment,
-                Some(single(good as f64 / judged.len() as f64)),
+                Metric::TtftFromSchedule,
+                distribution(Metric::TtftFromSchedule, &self.ttft_sched),
+            );
+            put(
+                metrics,
+                Metric::E2eFromSchedule,
+                distribution(Metric::E2eFromSchedule, &self.e2e_sched),
+            );
+            put(
+                metrics,
+                Metric::ScheduleLag,
+                distribution(Metric::ScheduleLag, &self.lag),
             );
             if let Some((start, end)) = window {
+                let span = end - start;
+                let (input, output) = (self.input_tokens as f64, self.output_tokens as f64);
                 put(
                     metrics,
-                    Metric::Goodput,
-                    Some(single(good as f64 / (end - start))),
+                    Metric::ThroughputReq,
+                    Some(single(self.done as f64 / span)),
+                );
+                put(metrics, Metric::InputTok, Some(single(input / span)));
+                put(metrics, Metric::OutputTok, Some(single(output / span)));
+                put(
+                    metrics,
+                    Metric::TotalTok,
+                    Some(single((input + output) / span)),
+                );
+                let (peak, slots) = self.timeline.peak_output(start, span);
+                put(metrics, Metric::PeakOutputTok, Some(estimated(peak, slots)));
+                put(
+                    metrics,
+                    Metric::ConcurrencyMean,
+                    Some(single(self.timeline.busy_s() / span)),
+                );
+                let (most, slots) = self.timeline.max_in_flight();
+                put(
+                    metrics,
+                    Metric::ConcurrencyMax,
+                    Some(estimated(most as f64, slots)),
                 );
             }
+            if let Some(cpu) = observed.client_cpu {
+                put(metrics, Metric::ClientCpu, Some(single(cpu)));
+            }
+            let limit = load.map_or(0.01, |l| l.lag_limit.as_secs_f64());
+            if let Some(lag) = metrics.get(Metric::ScheduleLag.name())
+                && lag.p99 > limit
+            {
+                flags.push(Flag::new(
+                    FlagKind::ClientLimited,
+                    format!(
+                        "the client sent its requests late: schedule lag p99 {} ms (max {} ms) is above the {} ms limit, so latencies here describe the client as much as the server{}",
+                        crate::text::sig3(lag.p99 * 1e3),
+                        crate::text::sig3(lag.max * 1e3),
+                        crate::text::sig3(limit * 1e3),
+                        observed
+                            .client_cpu
+                            .map(|c| format!(" (client CPU {c:.2} cores)"))
+                            .unwrap_or_default()
+                    ),
+                ));
+            }
         }
-        let verdict = verdict(slo, &judged, measured, good);
-        if !verdict.met {
-            let missed: Vec<String> = verdict
-                .checks
+        if let Some(slo) = &exp.slo {
+            let (good, judged) = (self.good, self.measured);
+            if slo.has_thresholds() && judged > 0 {
+                put(
+                    metrics,
+                    Metric::SloAttainment,
+                    Some(single(good as f64 / judged as f64)),
+                );
+                if let Some((start, end)) = window {
+                    put(
+                        metrics,
+                        Metric::Goodput,
+                        Some(single(good as f64 / (end - start))),
+                    );
+                }
+            }
+            let verdict = self.verdict(slo);
+            if !verdict.met {
+                let missed: Vec<String> = verdict
+                    .checks
+                    .iter()
+                    .filter(|c| !c.met)
+                    .map(|c| c.missed_text())
+                    .collect();
+                flags.push(Flag::new(
+                    FlagKind::SloMissed,
+                    format!("the point misses its SLO targets: {}", missed.join(", ")),
+                ));
+            }
+            summary.slo = Some(verdict);
+        }
+        summary.percentiles = self.percentiles(&exp.percentiles, load.is_some());
+        Some(summary)
+    }
+
+    /// Point-level targets, each with what the point reached.
+    fn verdict(&self, slo: &SloSpec) -> SloVerdict {
+        let (good, judged) = (self.good, self.measured);
+        let mut checks = Vec::new();
+        for (name, target) in slo.parsed_targets() {
+            let (limit, value, met) = match target {
+                SloTarget::Attainment(share) => {
+                    let value = (judged > 0).then(|| good as f64 / judged as f64);
+                    (share, value, value.is_some_and(|v| v + 1e-12 >= share))
+                }
+                SloTarget::Percentile {
+                    metric,
+                    percentile,
+                    limit_s,
+                } => {
+                    let values = self.slo_values(metric);
+                    let value = (!values.is_empty()).then(|| values.percentile(percentile));
+                    (limit_s, value, value.is_some_and(|v| v <= limit_s))
+                }
+            };
+            checks.push(SloCheck {
+                target: name,
+                limit,
+                value,
+                met,
+            });
+        }
+        SloVerdict {
+            met: checks.iter().all(|c| c.met),
+            good,
+            judged,
+            checks,
+        }
+    }
+
+    fn slo_values(&self, metric: SloMetric) -> &Samples {
+        match metric {
+            SloMetric::Ttft => &self.ttft_sched,
+            SloMetric::Tpot => &self.tpot,
+            SloMetric::E2e => &self.e2e_sched,
+            SloMetric::Itl => &self.itl,
+        }
+    }
+
+    /// The percentiles `percentiles:` asks for, per latency metric.
+    fn percentiles(&self, wanted: &[f64], load: bool) -> IndexMap<String, IndexMap<String, f64>> {
+        let mut columns: Vec<(Metric, &Samples)> = vec![
+            (Metric::Ttft, &self.ttft_sent),
+            (Metric::Tpot, &self.tpot),
+            (Metric::Itl, &self.itl),
+            (Metric::E2e, &self.e2e_sent),
+        ];
+        if load {
+            columns.push((Metric::TtftFromSchedule, &self.ttft_sched));
+            columns.push((Metric::E2eFromSchedule, &self.e2e_sched));
+            columns.push((Metric::ScheduleLag, &self.lag));
+        }
+        let mut out = IndexMap::new();
+        for (metric, values) in columns {
+            if values.finite_count() == 0 {
+                continue;
+            }
+            let row: IndexMap<String, f64> = wanted
                 .iter()
-                .filter(|c| !c.met)
-                .map(|c| c.missed_text())
+                .map(|q| (percentile_name(*q), values.percentile(*q)))
                 .collect();
-            flags.push(Flag::new(
-                FlagKind::SloMissed,
-                format!("the point misses its SLO targets: {}", missed.join(", ")),
-            ));
+            out.insert(metric.name().to_string(), row);
         }
-        summary.slo = Some(verdict);
+        out
     }
-    summary.percentiles = percentiles(&exp.percentiles, &judged, measured, load.is_some());
-    Some(summary)
-}
-
-/// Point-level targets, each with what the point reached.
-fn verdict(
-    slo: &SloSpec,
-    judged: &[Judged],
-    measured: &[RequestRecord],
-    good: usize,
-) -> SloVerdict {
-    let mut checks = Vec::new();
-    for (name, target) in slo.parsed_targets() {
-        let (limit, value, met) = match target {
-            SloTarget::Attainment(share) => {
-                let value = (!judged.is_empty()).then(|| good as f64 / judged.len() as f64);
-                (share, value, value.is_some_and(|v| v + 1e-12 >= share))
-            }
-            SloTarget::Percentile {
-                metric,
-                percentile,
-                limit_s,
-            } => {
-                let mut values = slo_values(metric, judged, measured);
-                values.sort_by(f64::total_cmp);
-                let value = (!values.is_empty()).then(|| percentile_sorted(&values, percentile));
-                (limit_s, value, value.is_some_and(|v| v <= limit_s))
-            }
-        };
-        checks.push(SloCheck {
-            target: name,
-            limit,
-            value,
-            met,
-        });
-    }
-    SloVerdict {
-        met: checks.iter().all(|c| c.met),
-        good,
-        judged: judged.len(),
-        checks,
-    }
-}
-
-fn slo_values(metric: SloMetric, judged: &[Judged], measured: &[RequestRecord]) -> Vec<f64> {
-    let ok = judged.iter().filter(|j| j.ok);
-    match metric {
-        SloMetric::Ttft => ok.filter_map(|j| j.ttft_s).collect(),
-        SloMetric::Tpot => ok.filter_map(|j| j.tpot_s).collect(),
-        SloMetric::E2e => ok.filter_map(|j| j.e2e_s).collect(),
-        SloMetric::Itl => measured
-            .iter()
-            .filter(|r| r.error.is_none())
-            .flat_map(|r| request_metrics(r).itl_s)
-            .collect(),
-    }
-}
-
-/// The percentiles `percentiles:` asks for, per latency metric.
-fn percentiles(
-    wanted: &[f64],
-    judged: &[Judged],
-    measured: &[RequestRecord],
-    load: bool,
-) -> IndexMap<String, IndexMap<String, f64>> {
-    let mut out = IndexMap::new();
-    let mut columns: Vec<(Metric, Vec<f64>)> = vec![
-        (
-            Metric::Ttft,
-            measured
-                .iter()
-                .filter(|r| r.error.is_none())
-                .filter_map(|r| request_metrics(r).ttft_s)
-                .collect(),
-        ),
-        (Metric::Tpot, slo_values(SloMetric::Tpot, judged, measured)),
-        (Metric::Itl, slo_values(SloMetric::Itl, judged, measured)),
-        (
-            Metric::E2e,
-            measured
-                .iter()
-                .filter(|r| r.error.is_none())
-                .filter_map(|r| r.end_s)
-                .collect(),
-        ),
-    ];
-    if load {
-        columns.push((
-            Metric::TtftFromSchedule,
-            slo_values(SloMetric::Ttft, judged, measured),
-        ));
-        columns.push((
-            Metric::E2eFromSchedule,
-            slo_values(SloMetric::E2e, judged, measured),
-        ));
-        columns.push((
-            Metric::ScheduleLag,
-            judged.iter().filter_map(|j| j.lag_s).collect(),
-        ));
-    }
-    for (metric, mut values) in columns {
-        values.retain(|v| v.is_finite());
-        if values.is_empty() {
-            continue;
-        }
-        values.sort_by(f64::total_cmp);
-        let row: IndexMap<String, f64> = wanted
-            .iter()
-            .map(|q| (percentile_name(*q), percentile_sorted(&values, *q)))
-            .collect();
-        out.insert(metric.name().to_string(), row);
-    }
-    out
 }
 
 /// `99.9` -> `p99.9`, `50` -> `p50`.
@@ -327,62 +417,6 @@ pub fn percentile_name(q: f64) -> String {
     } else {
         format!("p{q}")
     }
-}
-
-/// From the first measured request's scheduled (or sent) time to the last one's end.
-pub fn window(measured: &[RequestRecord]) -> Option<(f64, f64)> {
-    let start = measured
-        .iter()
-        .map(|r| r.scheduled_at.unwrap_or(r.sent_at).min(r.sent_at))
-        .min_by(f64::total_cmp)?;
-    let end = measured
-        .iter()
-        .filter_map(|r| r.end_s.map(|e| r.sent_at + e))
-        .max_by(f64::total_cmp)?;
-    (end > start).then_some((start, end))
-}
-
-/// The most output tokens in any one-second bucket of the window, per second.
-fn peak_output(measured: &[RequestRecord], start: f64, span: f64) -> f64 {
-    let buckets = span.ceil().max(1.0) as usize;
-    let mut tokens = vec![0u64; buckets];
-    for r in measured.iter().filter(|r| r.error.is_none()) {
-        for c in &r.chunks {
-            let at = r.sent_at + c.t_s - start;
-            let i = (at.max(0.0) as usize).min(buckets - 1);
-            tokens[i] += u64::from(c.tokens);
-        }
-    }
-    let most = tokens.into_iter().max().unwrap_or(0) as f64;
-    most / span.min(1.0)
-}
-
-/// The most requests in flight at once: a sweep over [sent, end), ends before starts on ties.
-fn max_in_flight(measured: &[RequestRecord]) -> usize {
-    let mut events: Vec<(f64, i32)> = measured
-        .iter()
-        .filter_map(|r| r.end_s.map(|e| [(r.sent_at, 1), (r.sent_at + e, -1)]))
-        .flatten()
-        .collect();
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, d) in events {
-        now += d;
-        most = most.max(now);
-    }
-    most.max(0) as usize
-}
-
-/// A per-request distribution with its interval.
-fn distribution(metric: Metric, values: &[f64]) -> Option<Stat> {
-    let samples: Vec<RequestSamples> = values
-        .iter()
-        .map(|v| RequestSamples {
-            round: 0,
-            values: vec![*v],
-        })
-        .collect();
-    summarize_requests(&samples, seed_for(metric.name()))
 }
 
 /// A point-level number (one value per point: throughputs, goodput).
@@ -396,6 +430,14 @@ fn single(x: f64) -> Stat {
         min: x,
         max: x,
         ..Stat::default()
+    }
+}
+
+/// A point-level number from the timeline, marked when it came from slots.
+fn estimated(x: f64, slots: bool) -> Stat {
+    Stat {
+        estimate: slots.then_some(crate::results::records::Estimate::Slots),
+        ..single(x)
     }
 }
 

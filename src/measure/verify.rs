@@ -25,101 +25,136 @@ pub struct Verdict {
 
 /// Checks successful measured requests against the cache policy.
 pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
-    let mut v = Verdict::default();
-    let ok: Vec<(usize, &&RequestRecord)> = requests
+    let mut tally = Tally::new(policy);
+    let contaminated = requests
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.error.is_none())
+        .filter(|(_, r)| tally.add(r))
+        .map(|(i, _)| i)
         .collect();
-    if ok.is_empty() {
-        return v;
+    Verdict {
+        contaminated,
+        flags: tally.flags(),
     }
-    if policy == CachePolicy::AsIs {
-        // No expectation to violate, but hits change what prefill numbers mean: say so.
-        let hits: Vec<u64> = ok
-            .iter()
-            .filter_map(|(_, r)| {
-                r.cached_tokens
+}
+
+/// The cache-policy verdict built one request at a time: whether each one is contaminated is
+/// decided from its own counts, the flags from the totals.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    policy: CachePolicy,
+    /// Successful requests judged.
+    ok: usize,
+    /// Of them, those without a cached count.
+    unreported: usize,
+    /// Those that reused more than a shared BOS or template explains (as-is, cold), and the
+    /// most cached tokens among them.
+    hits: usize,
+    most_cached: u64,
+    /// Those that found less than [`WARM_MIN_CACHED_FRACTION`] cached (warm).
+    misses: usize,
+}
+
+impl Tally {
+    pub fn new(policy: CachePolicy) -> Tally {
+        Tally {
+            policy,
+            ok: 0,
+            unreported: 0,
+            hits: 0,
+            most_cached: 0,
+            misses: 0,
+        }
+    }
+
+    /// Judges `r`; true when its numbers must not be averaged in. Failed requests are not
+    /// judged.
+    pub fn add(&mut self, r: &RequestRecord) -> bool {
+        if r.error.is_some() {
+            return false;
+        }
+        self.ok += 1;
+        if self.policy != CachePolicy::AsIs && r.cached_tokens.is_none() {
+            self.unreported += 1;
+        }
+        match self.policy {
+            CachePolicy::AsIs | CachePolicy::Cold => {
+                let Some(c) = r
+                    .cached_tokens
                     .filter(|&c| c > COLD_TOLERATED_CACHED_TOKENS)
-            })
-            .collect();
-        if !hits.is_empty() {
-            v.flags.push(Flag {
-                kind: FlagKind::CacheHits,
+                else {
+                    return false;
+                };
+                self.hits += 1;
+                self.most_cached = self.most_cached.max(c);
+                // As-is hits are reported, not excluded.
+                self.policy == CachePolicy::Cold
+            }
+            CachePolicy::Warm => {
+                let missed = match (r.cached_tokens, r.prompt_tokens) {
+                    (Some(c), Some(p)) if p > 0 => (c as f64) < WARM_MIN_CACHED_FRACTION * p as f64,
+                    _ => false,
+                };
+                self.misses += usize::from(missed);
+                missed
+            }
+        }
+    }
+
+    /// The flags the requests judged so far imply.
+    pub fn flags(&self) -> Vec<Flag> {
+        let mut flags = Vec::new();
+        if self.ok == 0 {
+            return flags;
+        }
+        if self.policy == CachePolicy::AsIs {
+            // No expectation to violate, but hits change what prefill numbers mean: say so.
+            if self.hits > 0 {
+                flags.push(Flag {
+                    kind: FlagKind::CacheHits,
+                    message: format!(
+                        "{} of {} requests reused up to {} cached prompt tokens (as-is policy): their TTFT and prefill tok/s \
+                         cover only the uncached part of the prompt",
+                        self.hits, self.ok, self.most_cached
+                    ),
+                });
+            }
+            return flags;
+        }
+        if self.unreported > 0 {
+            flags.push(Flag {
+                kind: FlagKind::CacheUnverified,
                 message: format!(
-                    "{} of {} requests reused up to {} cached prompt tokens (as-is policy): their TTFT and prefill tok/s \
-                     cover only the uncached part of the prompt",
-                    hits.len(),
-                    ok.len(),
-                    hits.iter().max().unwrap_or(&0)
+                    "{} of {} requests carried no cached_tokens, so the cache policy could not be verified \
+                     (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
+                    self.unreported, self.ok
                 ),
             });
         }
-        return v;
-    }
-    let unreported = ok.iter().filter(|(_, r)| r.cached_tokens.is_none()).count();
-    if unreported > 0 {
-        v.flags.push(Flag {
-            kind: FlagKind::CacheUnverified,
-            message: format!(
-                "{unreported} of {} requests carried no cached_tokens, so the cache policy could not be verified \
-                 (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
-                ok.len()
-            ),
-        });
-    }
-    match policy {
-        CachePolicy::Cold => {
-            let hits: Vec<(usize, u64)> = ok
-                .iter()
-                .filter_map(|(i, r)| {
-                    r.cached_tokens
-                        .filter(|&c| c > COLD_TOLERATED_CACHED_TOKENS)
-                        .map(|c| (*i, c))
-                })
-                .collect();
-            if !hits.is_empty() {
-                let max = hits.iter().map(|h| h.1).max().unwrap_or(0);
-                v.flags.push(Flag {
-                    kind: FlagKind::ColdCacheHit,
-                    message: format!(
-                        "{} of {} requests reported up to {max} cached prompt tokens under the cold policy \
-                         (more than the {} a shared BOS or chat template explains): they skipped part of prefill \
-                         and are excluded from this point's numbers",
-                        hits.len(),
-                        ok.len(),
-                        COLD_TOLERATED_CACHED_TOKENS
-                    ),
-                });
-                v.contaminated = hits.into_iter().map(|h| h.0).collect();
-            }
+        match self.policy {
+            CachePolicy::Cold if self.hits > 0 => flags.push(Flag {
+                kind: FlagKind::ColdCacheHit,
+                message: format!(
+                    "{} of {} requests reported up to {} cached prompt tokens under the cold policy \
+                     (more than the {} a shared BOS or chat template explains): they skipped part of prefill \
+                     and are excluded from this point's numbers",
+                    self.hits, self.ok, self.most_cached, COLD_TOLERATED_CACHED_TOKENS
+                ),
+            }),
+            CachePolicy::Warm if self.misses > 0 => flags.push(Flag {
+                kind: FlagKind::WarmCacheMiss,
+                message: format!(
+                    "{} of {} requests found less than {:.0}% of their prompt cached under the warm policy \
+                     (evicted, or the cache is disabled): they are excluded from this point's numbers",
+                    self.misses,
+                    self.ok,
+                    WARM_MIN_CACHED_FRACTION * 100.0
+                ),
+            }),
+            _ => {}
         }
-        CachePolicy::Warm => {
-            let misses: Vec<usize> = ok
-                .iter()
-                .filter(|(_, r)| match (r.cached_tokens, r.prompt_tokens) {
-                    (Some(c), Some(p)) if p > 0 => (c as f64) < WARM_MIN_CACHED_FRACTION * p as f64,
-                    _ => false,
-                })
-                .map(|(i, _)| *i)
-                .collect();
-            if !misses.is_empty() {
-                v.flags.push(Flag {
-                    kind: FlagKind::WarmCacheMiss,
-                    message: format!(
-                        "{} of {} requests found less than {:.0}% of their prompt cached under the warm policy \
-                         (evicted, or the cache is disabled): they are excluded from this point's numbers",
-                        misses.len(),
-                        ok.len(),
-                        WARM_MIN_CACHED_FRACTION * 100.0
-                    ),
-                });
-                v.contaminated = misses;
-            }
-        }
-        CachePolicy::AsIs => {}
+        flags
     }
-    v
 }
 
 #[cfg(test)]

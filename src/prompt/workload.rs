@@ -140,92 +140,114 @@ impl WorkloadSource {
 
     /// The draws of `count` requests of `round`.
     pub fn draw(&self, round: u32, count: u32) -> Vec<RequestDraw> {
-        let mut rng = ChaCha8Rng::seed_from_u64(
-            self.seed ^ (u64::from(round) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-        );
-        let total: f64 = self.entries.iter().map(|e| e.weight).sum();
-        // Per entry: how many of its requests came before (file and dataset entries go in order).
-        let mut taken = vec![0usize; self.entries.len()];
-        (0..count)
-            .map(|_| {
-                let entry = if self.entries.len() == 1 {
-                    0
-                } else {
-                    pick(&self.entries, total, rng.random::<f64>())
+        self.draws(round).take(count as usize).collect()
+    }
+
+    /// The draws of `round`'s requests, one at a time (the same as [`draw`](Self::draw)'s, in
+    /// order, without holding them all): endless, the caller takes as many as it sends.
+    pub fn draws(&self, round: u32) -> Draws<'_> {
+        Draws {
+            source: self,
+            rng: ChaCha8Rng::seed_from_u64(
+                self.seed ^ (u64::from(round) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ),
+            total: self.entries.iter().map(|e| e.weight).sum(),
+            taken: vec![0usize; self.entries.len()],
+        }
+    }
+}
+
+/// A round's draws, in order (see [`WorkloadSource::draws`]).
+#[derive(Debug, Clone)]
+pub struct Draws<'a> {
+    source: &'a WorkloadSource,
+    rng: ChaCha8Rng,
+    /// The entries' total weight.
+    total: f64,
+    /// Per entry: how many of its requests came before (file and dataset entries go in order).
+    taken: Vec<usize>,
+}
+
+impl Iterator for Draws<'_> {
+    type Item = RequestDraw;
+
+    fn next(&mut self) -> Option<RequestDraw> {
+        let entries = &self.source.entries;
+        let rng = &mut self.rng;
+        let entry = if entries.len() == 1 {
+            0
+        } else {
+            pick(entries, self.total, rng.random::<f64>())
+        };
+        let e = &entries[entry];
+        let n = self.taken[entry];
+        self.taken[entry] += 1;
+        let (input, reply_len) = match &e.prompt {
+            PromptSource::Generated {
+                generator,
+                target_tokens,
+                calibrate,
+            } => (
+                InputDraw::Generated {
+                    generator: generator.clone(),
+                    tokens: *target_tokens,
+                    calibrate: *calibrate,
+                },
+                None,
+            ),
+            PromptSource::Drawn {
+                generator,
+                lengths,
+                calibrate,
+            } => (
+                InputDraw::Generated {
+                    generator: generator.clone(),
+                    tokens: bucket(lengths.draw(rng)),
+                    calibrate: *calibrate,
+                },
+                None,
+            ),
+            PromptSource::Fixed(list) => (InputDraw::Text(list[n % list.len()].clone()), None),
+            PromptSource::Dataset { entries, seed } => {
+                let d = &entries[n % entries.len()];
+                let input = match &d.input {
+                    DatasetInput::Text(t) => InputDraw::Text(t.clone()),
+                    DatasetInput::Tokens(t) => InputDraw::Generated {
+                        generator: TextGenerator::Random { seed: *seed },
+                        tokens: bucket(*t),
+                        calibrate: true,
+                    },
                 };
-                let e = &self.entries[entry];
-                let n = taken[entry];
-                taken[entry] += 1;
-                let (input, reply_len) = match &e.prompt {
-                    PromptSource::Generated {
-                        generator,
-                        target_tokens,
-                        calibrate,
-                    } => (
-                        InputDraw::Generated {
-                            generator: generator.clone(),
-                            tokens: *target_tokens,
-                            calibrate: *calibrate,
-                        },
-                        None,
-                    ),
-                    PromptSource::Drawn {
-                        generator,
-                        lengths,
-                        calibrate,
-                    } => (
-                        InputDraw::Generated {
-                            generator: generator.clone(),
-                            tokens: bucket(lengths.draw(&mut rng)),
-                            calibrate: *calibrate,
-                        },
-                        None,
-                    ),
-                    PromptSource::Fixed(list) => {
-                        (InputDraw::Text(list[n % list.len()].clone()), None)
-                    }
-                    PromptSource::Dataset { entries, seed } => {
-                        let d = &entries[n % entries.len()];
-                        let input = match &d.input {
-                            DatasetInput::Text(t) => InputDraw::Text(t.clone()),
-                            DatasetInput::Tokens(t) => InputDraw::Generated {
-                                generator: TextGenerator::Random { seed: *seed },
-                                tokens: bucket(*t),
-                                calibrate: true,
-                            },
-                        };
-                        let out = match (d.output_tokens, &d.reply) {
-                            (Some(t), _) => Some(OutputDraw::Tokens(t)),
-                            (None, Some(r)) => Some(OutputDraw::LengthOf(r.clone())),
-                            (None, None) => None,
-                        };
-                        (input, out)
-                    }
-                    PromptSource::SharedPrefix {
-                        groups,
-                        prefix_tokens,
-                        suffix_tokens,
-                        seed,
-                    } => (
-                        InputDraw::SharedPrefix {
-                            group: (n % *groups as usize) as u32,
-                            prefix_tokens: *prefix_tokens,
-                            suffix_tokens: *suffix_tokens,
-                            seed: *seed,
-                        },
-                        None,
-                    ),
+                let out = match (d.output_tokens, &d.reply) {
+                    (Some(t), _) => Some(OutputDraw::Tokens(t)),
+                    (None, Some(r)) => Some(OutputDraw::LengthOf(r.clone())),
+                    (None, None) => None,
                 };
-                // Drawn even when the dataset gives a length, so one entry's draws do not
-                // shift another's.
-                let drawn = e.output.draw(&mut rng);
-                RequestDraw {
-                    entry,
-                    input,
-                    output: reply_len.unwrap_or(OutputDraw::Tokens(drawn)),
-                }
-            })
-            .collect()
+                (input, out)
+            }
+            PromptSource::SharedPrefix {
+                groups,
+                prefix_tokens,
+                suffix_tokens,
+                seed,
+            } => (
+                InputDraw::SharedPrefix {
+                    group: (n % *groups as usize) as u32,
+                    prefix_tokens: *prefix_tokens,
+                    suffix_tokens: *suffix_tokens,
+                    seed: *seed,
+                },
+                None,
+            ),
+        };
+        // Drawn even when the dataset gives a length, so one entry's draws do not
+        // shift another's.
+        let drawn = e.output.draw(rng);
+        Some(RequestDraw {
+            entry,
+            input,
+            output: reply_len.unwrap_or(OutputDraw::Tokens(drawn)),
+        })
     }
 }
 

@@ -290,9 +290,9 @@ impl RequestRecord {
     /// once the record is in `requests.jsonl` (the raw truth): chunks that carried no token
     /// (role-only, empty, usage-only: every metric skips them), the finish reason, the first
     /// attempt's failure (`retried` stays), the mix name and a failed response's body head.
-    /// What is left gives the same numbers: a long open-loop point keeps every measured record
-    /// in memory until it ends, and the report reads them all back, so these parts were most
-    /// of each one's heap.
+    /// What is left gives the same numbers: the report reads every record back, and a point
+    /// folds each one into its summary (keeping it until the end only where it is judged with
+    /// others of its group or pair), so these parts were most of each one's heap.
     pub fn drop_detail(&mut self) {
         self.chunks.retain(|c| c.tokens > 0);
         self.chunks.shrink_to_fit();
@@ -351,6 +351,26 @@ pub struct Stat {
     /// How the interval was computed (None when there is none).
     #[serde(default)]
     pub ci_method: Option<CiMethod>,
+    /// Set when figures are estimates, not computed from every value (absent: exact): past
+    /// 65,536 values of a metric its percentiles come from a histogram (within 0.1% of the
+    /// exact ones), past 131,072 timeline events the peak output and most in flight from
+    /// 10 ms slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Estimate>,
+}
+
+/// How a [`Stat`]'s figures were estimated where they are not exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Estimate {
+    /// Percentiles from a log-bucketed histogram, each within 0.1% (relative) of the exact
+    /// one; count, mean, min, max and std stay exact.
+    Histogram,
+    /// A point-level figure over the request timeline (`peak_output_tok_s`,
+    /// `concurrency_max`) from 10 ms slots instead of every event: peak output within one
+    /// slot's tokens at each edge of its one-second bucket, the concurrency an upper bound
+    /// that counts requests starting in the same slot as overlapping.
+    Slots,
 }
 
 /// How a confidence interval was computed.
@@ -362,6 +382,10 @@ pub enum CiMethod {
     BootstrapRequests,
     /// Student's t interval over the means of three or more rounds (`repeat` >= 3).
     Repeats,
+    /// Normal (Student's t) interval of the mean over requests, from the exact standard
+    /// deviation of per-request sums (a request's gaps kept together), for a point past 65,536
+    /// values of a metric and fewer than three rounds, where the bootstrap would need every value.
+    NormalRequests,
 }
 
 /// What a point's numbers are worth.

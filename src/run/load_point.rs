@@ -1,8 +1,9 @@
 //! One round of an open-loop `load:` point: the schedule computed up front, the pacer releasing
 //! each planned request (drawn, calibrated and given its nonce by the point runner, as in a
 //! closed loop) at its deadline, each record marked with its scheduled time, lag and phase.
-//! Warm-up and cool-down requests are recorded and dropped; only measured ones are kept for
-//! the point's numbers.
+//! Warm-up and cool-down requests are recorded and dropped; measured ones are folded into the
+//! point's summary as they finish, so memory does not grow with their count (only requests
+//! judged with their shared-prefix group wait for the point's end).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use tokio::task::JoinSet;
 use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::load::{Pacer, Schedule};
+use crate::measure::summary::PointFold;
 use crate::measure::system::Observed;
 use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
 use crate::spec::Point;
@@ -36,27 +38,28 @@ const AHEAD_WINDOW_S: f64 = 0.1;
 const RESERVED_FILES: u64 = 256;
 
 impl PointRunner {
-    /// Sends one round of an open-loop point on its schedule: `planned[i]` when
-    /// `schedule.requests[i]` is due (the cache was prepared and the nonces given already).
-    /// Returns the measured records, whether an interrupt stopped it, and what the client
-    /// observed.
+    /// Sends one round of an open-loop point on its schedule: the `i`-th of `planned` when
+    /// `schedule.requests[i]` is due, made then (the cache was prepared already).
+    /// Folds each measured record into `fold` as it finishes (written to the sink first).
+    /// Returns whether an interrupt stopped it, and what the client observed.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send_scheduled(
         &self,
         client: &Client,
         point: &Point,
         round: u32,
-        schedule: Schedule,
-        planned: Vec<Planned>,
+        schedule: &Schedule,
+        mut planned: impl Iterator<Item = Planned>,
         model: &Option<String>,
         flags: &mut Vec<Flag>,
-    ) -> (Vec<RequestRecord>, bool, Observed) {
+        fold: &mut PointFold,
+    ) -> (bool, Observed) {
         let exp = &point.experiment;
         let mut observed = Observed::default();
         let omitted_is_zero = self.cached_omitted_is_zero();
         let measured_total = schedule.measured();
-        observed.offered_req_s = offered_rate(&schedule);
-        prepare(client, connections_ahead(&schedule)).await;
+        observed.offered_req_s = offered_rate(schedule);
+        prepare(client, connections_ahead(schedule)).await;
 
         let slots = schedule
             .max_in_flight
@@ -69,18 +72,23 @@ impl PointRunner {
         let (mut pacer, mut due) = Pacer::start(start, offsets);
 
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
-        let mut measured = Vec::new();
         let (mut finished, mut failed) = (0usize, 0usize);
         let mut stopped = false;
         let mut releasing = true;
+        // Requests made so far (the next one made is this index).
+        let mut made = 0usize;
         let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
         loop {
             tokio::select! {
                 next = due.recv(), if releasing => match next {
                     Some(i) => {
                         let s = schedule.requests[i];
-                        let Some(p) = planned.get(i) else { continue };
-                        let mut req = generation_request(exp, p.text.clone(), model);
+                        // The pacer releases in order: the next one made is request i.
+                        let Some(p) = i.checked_sub(made).and_then(|skip| planned.nth(skip)) else {
+                            continue;
+                        };
+                        made = i + 1;
+                        let mut req = generation_request(exp, p.text, model);
                         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
                         let (client, sink, progress, slots) =
                             (client.clone(), self.sink.clone(), self.progress.clone(), slots.clone());
@@ -90,7 +98,7 @@ impl PointRunner {
                             exp.request_timeout,
                             p.requested,
                         );
-                        let (share, mix) = (p.share.clone(), p.mix.clone());
+                        let (share, mix) = (p.share, p.mix);
                         let scheduled_at = start_unix + s.at_s;
                         tasks.spawn(async move {
                             // A request due while the cap is reached waits here: its lag says so.
@@ -123,7 +131,7 @@ impl PointRunner {
                         Some(Phase::Measure) => {
                             finished += 1;
                             failed += usize::from(rec.error.is_some());
-                            measured.push(rec);
+                            fold.add(&rec);
                         }
                         Some(Phase::Warmup) => {
                             observed.warmup += 1;
@@ -165,8 +173,7 @@ impl PointRunner {
         {
             observed.client_cpu = Some((b - a) / elapsed);
         }
-        measured.sort_by_key(|r| r.index);
-        (measured, stopped, observed)
+        (stopped, observed)
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
+use crate::measure::summary::PointFold;
 use crate::prompt::{
     Calibrated, Calibrator, CountError, PromptSource, TextGenerator, WorkloadSource, nonce,
 };
@@ -175,7 +176,8 @@ impl PointRunner {
         record.requested_prompt_tokens = prompts.requested();
         record.calibration = prompts.calibration.clone();
 
-        let mut measured: Vec<RequestRecord> = Vec::new();
+        // Every measured record is folded in as it finishes (it is in requests.jsonl already).
+        let mut fold = crate::measure::summary::PointFold::new(exp);
         let mut scrapes = Vec::new();
         let mut interrupted = false;
         let mut observed = crate::measure::system::Observed::default();
@@ -184,7 +186,7 @@ impl PointRunner {
                 interrupted = true;
                 break;
             }
-            let (records, stopped) = self
+            let stopped = self
                 .measure_round(
                     client,
                     point,
@@ -193,9 +195,9 @@ impl PointRunner {
                     &mut flags,
                     &mut observed,
                     &mut scrapes,
+                    &mut fold,
                 )
                 .await;
-            measured.extend(records);
             if stopped {
                 interrupted = true;
                 break;
@@ -212,24 +214,20 @@ impl PointRunner {
         if let Some(view) = &server {
             flags.extend(crate::measure::server_view::contradictions(
                 view,
-                &measured,
+                fold.done(),
                 &observed.unmeasured,
             ));
         }
         record.server = server;
-        let summary = crate::measure::summary::summarize(exp, &measured, flags, interrupted);
+        let summary = fold.finish(exp, flags, interrupted);
         record.ok = summary.ok;
         record.errors = summary.errors;
         record.error_kinds = summary.error_kinds;
         record.metrics = summary.metrics;
         record.flags = summary.flags;
-        record.load = crate::measure::system::add(
-            exp,
-            &measured,
-            &observed,
-            &mut record.metrics,
-            &mut record.flags,
-        );
+        record.load = fold
+            .system
+            .finish(exp, &observed, &mut record.metrics, &mut record.flags);
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
         record.prefix_cache = summary.prefix_cache;
@@ -282,8 +280,8 @@ impl PointRunner {
     }
 
     /// One round: prepares the cache as the policy says (a flush, or a priming request), then
-    /// sends the round's measured requests. Returns their records and whether an interrupt
-    /// stopped it.
+    /// sends the round's measured requests, each record folded into `fold`. Returns whether an
+    /// interrupt stopped it.
     #[allow(clippy::too_many_arguments)]
     async fn measure_round(
         &mut self,
@@ -294,7 +292,8 @@ impl PointRunner {
         flags: &mut Vec<Flag>,
         observed: &mut crate::measure::system::Observed,
         scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
-    ) -> (Vec<RequestRecord>, bool) {
+        fold: &mut PointFold,
+    ) -> bool {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
         if policy == CachePolicy::Cold
@@ -303,9 +302,11 @@ impl PointRunner {
             flags.push(Flag::new(FlagKind::FlushFailed, e));
         }
         if let Some(sessions) = exp.sessions() {
-            return self
+            let (records, stopped) = self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
+            records.iter().for_each(|r| fold.add(r));
+            return stopped;
         }
         // An open-loop point sends as many requests as its schedule holds, each when it is due.
         let schedule = match exp.open_loop() {
@@ -316,7 +317,7 @@ impl PointRunner {
                         FlagKind::ScheduleFailed,
                         format!("could not make the arrival schedule: {e}"),
                     ));
-                    return (Vec::new(), false);
+                    return false;
                 }
             },
             None => None,
@@ -325,15 +326,9 @@ impl PointRunner {
             .as_ref()
             .map_or(exp.requests, |s| s.requests.len() as u32);
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths: Vec<(Option<u64>, Option<u32>)> =
-            schedule.as_ref().map_or_else(Vec::new, |s| {
-                s.requests
-                    .iter()
-                    .map(|r| (r.input_tokens, r.max_tokens))
-                    .collect()
-            });
-        let planned = match self
-            .plan_round(client, exp, prompts, round, count, &lengths, flags)
+        let lengths = schedule.as_ref().map_or(&[][..], |s| s.requests.as_slice());
+        let plan = match self
+            .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await
         {
             Ok(p) => p,
@@ -342,7 +337,7 @@ impl PointRunner {
                 if !stopped {
                     flags.push(Flag::new(kind, message));
                 }
-                return (Vec::new(), stopped);
+                return stopped;
             }
         };
         // Warm: one nonce per point and round, so points do not share prefixes; each distinct
@@ -350,16 +345,17 @@ impl PointRunner {
         let warm_prefix = nonce();
         if policy == CachePolicy::Warm {
             let mut primed = std::collections::HashSet::new();
-            for p in planned.iter().filter(|p| p.nonce) {
-                if !primed.insert(p.text.as_str()) {
+            for p in plan.requests().filter(|p| p.nonce) {
+                if primed.contains(&p.text) {
                     continue;
                 }
                 let prompt = format!("{warm_prefix}{}", p.text);
+                primed.insert(p.text);
                 let mut req = generation_request(exp, prompt, &prompts.model);
                 req.max_tokens = p.max_tokens;
                 let m = tokio::select! {
                     m = client.stream(&req, exp.request_timeout) => m,
-                    _ = self.interrupt.wait() => return (Vec::new(), true),
+                    _ = self.interrupt.wait() => return true,
                 };
                 let rec = m.into_record(
                     &point.id,
@@ -371,23 +367,22 @@ impl PointRunner {
                     p.requested,
                 );
                 if !self.append(&rec) {
-                    return (Vec::new(), true);
+                    return true;
                 }
             }
         }
-        let planned: Vec<Planned> = planned
-            .into_iter()
-            .map(|mut p| {
-                if p.nonce {
-                    p.text = match policy {
-                        CachePolicy::Cold if exp.cache.nonce => format!("{}{}", nonce(), p.text),
-                        CachePolicy::Warm => format!("{warm_prefix}{}", p.text),
-                        _ => p.text,
-                    };
-                }
-                p
-            })
-            .collect();
+        // Each request made (and given the policy's nonce) as it is sent.
+        let cold_nonce = policy == CachePolicy::Cold && exp.cache.nonce;
+        let planned = plan.requests().map(|mut p| {
+            if p.nonce {
+                p.text = match policy {
+                    CachePolicy::Cold if cold_nonce => format!("{}{}", nonce(), p.text),
+                    CachePolicy::Warm => format!("{warm_prefix}{}", p.text),
+                    _ => p.text,
+                };
+            }
+            p
+        });
         let scraper = match (&self.metrics_sink, &self.surface) {
             (Some(sink), Some(surface)) if surface.metrics => {
                 super::scrape::Scraper::start(
@@ -401,8 +396,9 @@ impl PointRunner {
             }
             _ => None,
         };
-        let (records, stopped) = if let Some(schedule) = schedule {
-            let (records, stopped, seen) = self
+        let done_before = fold.done().requests;
+        let stopped = if let Some(schedule) = &schedule {
+            let (stopped, seen) = self
                 .send_scheduled(
                     client,
                     point,
@@ -411,30 +407,31 @@ impl PointRunner {
                     planned,
                     &prompts.model,
                     flags,
+                    fold,
                 )
                 .await;
             *observed = seen;
-            (records, stopped)
+            stopped
         } else {
-            match exp.method.resolve() {
+            let (records, stopped) = match exp.method.resolve() {
                 Measure::Streaming => {
-                    self.send_all(client, point, round, exp, planned, &prompts.model)
+                    let n = plan.len();
+                    self.send_all(client, point, round, exp, (n, planned), &prompts.model)
                         .await
                 }
                 Measure::TwoPoint { a, b } => {
                     self.send_pairs(client, point, round, (a, b), planned, &prompts.model, flags)
                         .await
                 }
-            }
+            };
+            records.iter().for_each(|r| fold.add(r));
+            stopped
         };
         if let Some(scraper) = scraper {
-            let completed = records
-                .iter()
-                .filter(|r| r.role == RequestRole::Measure && r.error.is_none())
-                .count();
+            let completed = (fold.done().requests - done_before) as usize;
             scrapes.extend(scraper.finish(completed).await);
         }
-        (records, stopped)
+        stopped
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left
@@ -459,8 +456,8 @@ impl PointRunner {
         (self.sink)(rec).is_ok()
     }
 
-    /// Sends the prompts with at most `concurrency` in flight; records each as it completes.
-    /// Returns the records and whether an interrupt stopped it.
+    /// Sends the `count` prompts with at most `concurrency` in flight; records each as it
+    /// completes. Returns the records and whether an interrupt stopped it.
     #[allow(clippy::too_many_arguments)]
     async fn send_all(
         &self,
@@ -468,19 +465,19 @@ impl PointRunner {
         point: &Point,
         round: u32,
         exp: &Experiment,
-        prompts: Vec<Planned>,
+        (count, prompts): (usize, impl Iterator<Item = Planned>),
         model: &Option<String>,
     ) -> (Vec<RequestRecord>, bool) {
         let concurrency = exp.concurrency.max(1) as usize;
         // The connections the round needs are opened before its first request is released, so
         // no measured request shares the client's time with the others' handshakes.
-        prepare(client, concurrency.min(prompts.len())).await;
+        prepare(client, concurrency.min(count)).await;
         let sem = Arc::new(Semaphore::new(concurrency));
         // A task's record, or None when it could not be written (and so does not count).
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let mut records = Vec::new();
         let mut stopped = false;
-        for (i, planned) in prompts.into_iter().enumerate() {
+        for (i, planned) in prompts.enumerate() {
             let permit = tokio::select! {
                 p = sem.clone().acquire_owned() => p,
                 _ = self.interrupt.wait() => { stopped = true; break; }
@@ -545,14 +542,14 @@ impl PointRunner {
         point: &Point,
         round: u32,
         (a, b): (u32, u32),
-        prompts: Vec<Planned>,
+        prompts: impl Iterator<Item = Planned>,
         model: &Option<String>,
         flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let mut records = Vec::new();
         prepare(client, 1).await;
-        for (i, planned) in prompts.into_iter().enumerate() {
+        for (i, planned) in prompts.enumerate() {
             let (prompt, requested) = (planned.text, planned.requested);
             for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
                 if role == RequestRole::TwoPointB

@@ -54,7 +54,7 @@ impl PointRunner {
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let (users, turns) = (spec.users.max(1), spec.turns.max(1));
-        let messages = match self
+        let plan = match self
             .plan_round(client, exp, prompts, round, users * turns, &[], flags)
             .await
         {
@@ -69,7 +69,7 @@ impl PointRunner {
         };
         prepare(client, users as usize).await;
         let mut tasks: JoinSet<Vec<RequestRecord>> = JoinSet::new();
-        let mut messages = messages.into_iter();
+        let mut messages = plan.requests();
         for user in 0..users {
             let conversation: Vec<Planned> = messages.by_ref().take(turns as usize).collect();
             let thinks = think_times(spec, exp.workload.seed, round, user);

@@ -3,13 +3,15 @@
 //! server.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::catalog::FlagKind;
 use crate::client::Client;
-use crate::prompt::{InputDraw, OutputDraw, TextGenerator, nonce};
+use crate::load::Scheduled;
+use crate::prompt::{InputDraw, OutputDraw, RequestDraw, TextGenerator, nonce};
 use crate::results::records::{CacheShare, Flag};
 use crate::spec::types::{Api, Experiment};
 
@@ -21,149 +23,110 @@ const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
 /// Calibrated texts of one round, by generator and target.
 type Bodies = HashMap<String, (String, Option<u64>)>;
 
+/// A round's requests, made one at a time as they are sent: everything the server had to be
+/// asked (calibrated texts, dataset replies' lengths, each group's prefix) was asked before the
+/// round, so making a request is drawing it and putting its text together, and the round never
+/// holds more than one request's text (plus one per length bucket and group).
+pub(super) struct RoundPlan<'a> {
+    prompts: &'a Prompts,
+    round: u32,
+    count: usize,
+    /// Per request, a trace line's lengths, where it gives them (empty: none).
+    lengths: &'a [Scheduled],
+    /// Without nonces, shared-prefix tags are drawn from the seed; with them, fresh.
+    fresh: bool,
+    /// Calibrated texts of the round, by [`body_key`], with the server's count of each.
+    bodies: Bodies,
+    /// Dataset replies' lengths in the server's tokens.
+    replies: HashMap<String, u64>,
+    /// Each group's prefix for this round: a fresh tag first, so no other point or run
+    /// shares it.
+    prefixes: HashMap<u32, String>,
+}
+
+/// What a draw's request needs from the server before it is made.
+enum Need {
+    Body {
+        generator: TextGenerator,
+        tokens: u64,
+        calibrate: bool,
+    },
+    Reply(String),
+}
+
 impl PointRunner {
     /// The requests of `round`: its draws, with text calibrated to each drawn length (each 2%
-    /// bucket once per run) and output lengths in the server's tokens. `lengths[i]`, where
-    /// present (a trace line's), replaces request `i`'s drawn lengths: (prompt tokens, output
-    /// tokens), the prompt generated and calibrated like a drawn one.
+    /// bucket once per run) and output lengths in the server's tokens, asked of the server
+    /// here, before any is sent; the requests themselves are made as they are taken from the
+    /// plan. `lengths[i]`, where present (a trace line's), replaces request `i`'s drawn
+    /// lengths, the prompt generated and calibrated like a drawn one.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn plan_round(
+    pub(super) async fn plan_round<'a>(
         &mut self,
         client: &Client,
         exp: &Experiment,
-        prompts: &Prompts,
+        prompts: &'a Prompts,
         round: u32,
         count: u32,
-        lengths: &[(Option<u64>, Option<u32>)],
+        lengths: &'a [Scheduled],
         flags: &mut Vec<Flag>,
-    ) -> Result<Vec<Planned>, (FlagKind, String)> {
-        let mut draws = prompts.source.draw(round, count);
-        for (d, &(input, output)) in draws.iter_mut().zip(lengths) {
-            if let Some(n) = input {
-                d.input = traced_input(&d.input, n);
-            }
-            if let Some(n) = output {
-                d.output = OutputDraw::Tokens(u64::from(n));
-            }
-        }
-        let mixed = prompts.source.entries.len() > 1;
-        let mut bodies = Bodies::new();
-        // Each group's prefix for this round: a fresh tag first, so no other point or run
-        // shares it.
-        let mut prefixes: HashMap<u32, String> = HashMap::new();
-        let mut out = Vec::with_capacity(draws.len());
-        for (i, d) in draws.into_iter().enumerate() {
-            let mix = mixed.then(|| prompts.source.entries[d.entry].name.clone());
-            let max_tokens = match d.output {
-                OutputDraw::Tokens(n) => n,
-                OutputDraw::LengthOf(reply) => {
-                    self.reply_length(client, exp, &prompts.model, reply)
-                        .await?
-                }
-            }
-            .clamp(1, MAX_OUTPUT_TOKENS) as u32;
-            let planned = match d.input {
-                InputDraw::Text(text) => Planned {
-                    text,
-                    max_tokens,
-                    requested: None,
-                    share: None,
-                    mix,
-                    nonce: true,
-                },
-                InputDraw::Generated {
-                    generator,
-                    tokens,
-                    calibrate,
-                } => {
-                    let (text, _) = self
-                        .body(
-                            client,
-                            exp,
-                            prompts,
-                            &generator,
-                            tokens,
-                            calibrate,
-                            &mut bodies,
-                            flags,
-                        )
-                        .await?;
-                    Planned {
-                        text,
-                        max_tokens,
-                        requested: Some(tokens),
-                        share: None,
-                        mix,
-                        nonce: true,
+    ) -> Result<RoundPlan<'a>, (FlagKind, String)> {
+        let mut plan = RoundPlan {
+            prompts,
+            round,
+            count: count as usize,
+            lengths,
+            fresh: exp.cache.nonce,
+            bodies: Bodies::new(),
+            replies: HashMap::new(),
+            prefixes: HashMap::new(),
+        };
+        for d in plan.draws() {
+            for need in needs(&d) {
+                match need {
+                    Need::Body {
+                        generator,
+                        tokens,
+                        calibrate,
+                    } => {
+                        if let Entry::Vacant(e) =
+                            plan.bodies.entry(body_key(&generator, tokens, calibrate))
+                        {
+                            let body = self
+                                .body(client, exp, prompts, &generator, tokens, calibrate, flags)
+                                .await?;
+                            e.insert(body);
+                        }
+                    }
+                    Need::Reply(reply) => {
+                        if let Entry::Vacant(e) = plan.replies.entry(reply) {
+                            let n = self
+                                .reply_length(client, exp, &prompts.model, e.key())
+                                .await?;
+                            e.insert(n);
+                        }
                     }
                 }
-                InputDraw::SharedPrefix {
-                    group,
-                    prefix_tokens,
-                    suffix_tokens,
-                    seed,
-                } => {
-                    let (prefix, counted) = self
-                        .body(
-                            client,
-                            exp,
-                            prompts,
-                            &TextGenerator::Random { seed },
-                            prefix_tokens,
-                            true,
-                            &mut bodies,
-                            flags,
-                        )
-                        .await?;
-                    let (suffix, _) = self
-                        .body(
-                            client,
-                            exp,
-                            prompts,
-                            &TextGenerator::Random {
-                                seed: seed.wrapping_add(1),
-                            },
-                            suffix_tokens,
-                            true,
-                            &mut bodies,
-                            flags,
-                        )
-                        .await?;
-                    let fresh = exp.cache.nonce;
-                    let prefix = prefixes
-                        .entry(group)
-                        .or_insert_with(|| {
-                            format!("{}{prefix}", tag(fresh, seed, &[u64::from(group)]))
-                        })
-                        .clone();
-                    let unique = tag(fresh, seed, &[u64::from(round), i as u64, 1 << 40]);
-                    // Calibration counted the text behind a nonce of the tag's shape: that
-                    // count is the prefix's tokens.
-                    let shared = counted.unwrap_or(prefix_tokens);
-                    Planned {
-                        text: format!("{prefix}\n{unique}{suffix}"),
-                        max_tokens,
-                        requested: Some(prefix_tokens + suffix_tokens),
-                        share: Some(CacheShare {
-                            group,
-                            turn: None,
-                            shared_tokens: shared,
-                            reusable_tokens: shared,
-                        }),
-                        mix,
-                        nonce: false,
-                    }
-                }
-            };
-            out.push(planned);
+            }
+            if let InputDraw::SharedPrefix {
+                group,
+                prefix_tokens,
+                seed,
+                ..
+            } = d.input
+                && !plan.prefixes.contains_key(&group)
+            {
+                let (prefix, _) = plan.body(&TextGenerator::Random { seed }, prefix_tokens, true);
+                let tagged = format!("{}{prefix}", tag(plan.fresh, seed, &[u64::from(group)]));
+                plan.prefixes.insert(group, tagged);
+            }
         }
-        Ok(out)
+        Ok(plan)
     }
-
     /// Text for `tokens` of `generator`, calibrated (once per run and bucket), and the server's
     /// count of it behind a nonce.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn body(
+    async fn body(
         &mut self,
         client: &Client,
         exp: &Experiment,
@@ -171,13 +134,8 @@ impl PointRunner {
         generator: &TextGenerator,
         tokens: u64,
         calibrate: bool,
-        bodies: &mut Bodies,
         flags: &mut Vec<Flag>,
     ) -> Result<(String, Option<u64>), (FlagKind, String)> {
-        let key = format!("{generator:?}|{tokens}|{calibrate}");
-        if let Some(b) = bodies.get(&key) {
-            return Ok(b.clone());
-        }
         let Body {
             text, flag, tokens, ..
         } = self
@@ -189,7 +147,6 @@ impl PointRunner {
         {
             flags.push(f);
         }
-        bodies.insert(key, (text.clone(), tokens));
         Ok((text, tokens))
     }
 
@@ -199,9 +156,9 @@ impl PointRunner {
         client: &Client,
         exp: &Experiment,
         model: &Option<String>,
-        reply: String,
+        reply: &str,
     ) -> Result<u64, (FlagKind, String)> {
-        if let Some(n) = self.reply_tokens.get(&reply) {
+        if let Some(n) = self.reply_tokens.get(reply) {
             return Ok(*n);
         }
         let api = exp.workload.api;
@@ -211,7 +168,7 @@ impl PointRunner {
             .and_then(|s| s.tokenize.clone())
             .filter(|_| api != Api::OpenaiChat);
         let counted = tokio::select! {
-            c = count_tokens(client, api, tokenize, &reply, model.clone(), exp.request_timeout) => c,
+            c = count_tokens(client, api, tokenize, reply, model.clone(), exp.request_timeout) => c,
             _ = self.interrupt.wait() => {
                 return Err((FlagKind::PromptError, "interrupted while counting dataset replies".into()));
             }
@@ -222,9 +179,163 @@ impl PointRunner {
                 format!("could not count a dataset reply's tokens on the server: {e:?}"),
             )
         })?;
-        self.reply_tokens.insert(reply, n);
+        self.reply_tokens.insert(reply.to_string(), n);
         Ok(n.max(1))
     }
+}
+
+impl<'a> RoundPlan<'a> {
+    /// The round's draws, a trace line's lengths in place of drawn ones.
+    fn draws(&self) -> impl Iterator<Item = RequestDraw> + 'a {
+        let lengths = self.lengths;
+        self.prompts
+            .source
+            .draws(self.round)
+            .take(self.count)
+            .enumerate()
+            .map(move |(i, mut d)| {
+                if let Some(s) = lengths.get(i) {
+                    if let Some(n) = s.input_tokens {
+                        d.input = traced_input(&d.input, n);
+                    }
+                    if let Some(n) = s.max_tokens {
+                        d.output = OutputDraw::Tokens(u64::from(n));
+                    }
+                }
+                d
+            })
+    }
+
+    /// The calibrated text of a body asked for before the round (empty when it was not: a
+    /// draw always asks for what it is made of, so it was).
+    fn body(&self, generator: &TextGenerator, tokens: u64, calibrate: bool) -> (&str, Option<u64>) {
+        match self.bodies.get(&body_key(generator, tokens, calibrate)) {
+            Some((text, counted)) => (text, *counted),
+            None => ("", None),
+        }
+    }
+
+    /// How many requests the round has.
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// The round's requests, in order, each made when it is taken.
+    pub(super) fn requests(&self) -> impl Iterator<Item = Planned> + '_ {
+        self.draws().enumerate().map(move |(i, d)| self.make(i, d))
+    }
+
+    /// Request `i` of the round from its draw.
+    fn make(&self, i: usize, d: RequestDraw) -> Planned {
+        let mixed = self.prompts.source.entries.len() > 1;
+        let mix = mixed.then(|| self.prompts.source.entries[d.entry].name.clone());
+        let max_tokens = match &d.output {
+            OutputDraw::Tokens(n) => *n,
+            OutputDraw::LengthOf(reply) => self.replies.get(reply).copied().unwrap_or(1),
+        }
+        .clamp(1, MAX_OUTPUT_TOKENS) as u32;
+        match d.input {
+            InputDraw::Text(text) => Planned {
+                text,
+                max_tokens,
+                requested: None,
+                share: None,
+                mix,
+                nonce: true,
+            },
+            InputDraw::Generated {
+                generator,
+                tokens,
+                calibrate,
+            } => Planned {
+                text: self.body(&generator, tokens, calibrate).0.to_string(),
+                max_tokens,
+                requested: Some(tokens),
+                share: None,
+                mix,
+                nonce: true,
+            },
+            InputDraw::SharedPrefix {
+                group,
+                prefix_tokens,
+                suffix_tokens,
+                seed,
+            } => {
+                let (_, counted) = self.body(&TextGenerator::Random { seed }, prefix_tokens, true);
+                let suffix_generator = TextGenerator::Random {
+                    seed: seed.wrapping_add(1),
+                };
+                let (suffix, _) = self.body(&suffix_generator, suffix_tokens, true);
+                let prefix = self.prefixes.get(&group).map_or("", String::as_str);
+                let unique = tag(
+                    self.fresh,
+                    seed,
+                    &[u64::from(self.round), i as u64, 1 << 40],
+                );
+                // Calibration counted the text behind a nonce of the tag's shape: that
+                // count is the prefix's tokens.
+                let shared = counted.unwrap_or(prefix_tokens);
+                Planned {
+                    text: format!("{prefix}\n{unique}{suffix}"),
+                    max_tokens,
+                    requested: Some(prefix_tokens + suffix_tokens),
+                    share: Some(CacheShare {
+                        group,
+                        turn: None,
+                        shared_tokens: shared,
+                        reusable_tokens: shared,
+                    }),
+                    mix,
+                    nonce: false,
+                }
+            }
+        }
+    }
+}
+
+/// What request `d` needs from the server before it is made.
+fn needs(d: &RequestDraw) -> Vec<Need> {
+    let mut out = Vec::new();
+    if let OutputDraw::LengthOf(reply) = &d.output {
+        out.push(Need::Reply(reply.clone()));
+    }
+    match &d.input {
+        InputDraw::Text(_) => {}
+        InputDraw::Generated {
+            generator,
+            tokens,
+            calibrate,
+        } => out.push(Need::Body {
+            generator: generator.clone(),
+            tokens: *tokens,
+            calibrate: *calibrate,
+        }),
+        InputDraw::SharedPrefix {
+            prefix_tokens,
+            suffix_tokens,
+            seed,
+            ..
+        } => {
+            out.push(Need::Body {
+                generator: TextGenerator::Random { seed: *seed },
+                tokens: *prefix_tokens,
+                calibrate: true,
+            });
+            out.push(Need::Body {
+                generator: TextGenerator::Random {
+                    seed: seed.wrapping_add(1),
+                },
+                tokens: *suffix_tokens,
+                calibrate: true,
+            });
+        }
+    }
+    out
+}
+
+/// A calibrated text's place in a round's [`Bodies`].
+fn body_key(generator: &TextGenerator, tokens: u64, calibrate: bool) -> String {
+    format!("{generator:?}|{tokens}|{calibrate}")
 }
 
 /// A trace line's prompt of `tokens`: the workload's generator at that length (bucketed to 2%,
