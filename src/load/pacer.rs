@@ -25,7 +25,10 @@ pub struct Pacer {
 impl Pacer {
     /// Releases index `i` on the returned channel at `start + offsets[i]` (offsets in
     /// seconds, non-decreasing). The channel closes after the last one or on `stop`.
-    pub fn start(start: Instant, offsets: Vec<f64>) -> (Pacer, mpsc::UnboundedReceiver<usize>) {
+    pub fn start(
+        start: Instant,
+        offsets: impl Iterator<Item = f64> + Send + 'static,
+    ) -> (Pacer, mpsc::UnboundedReceiver<usize>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
@@ -33,7 +36,7 @@ impl Pacer {
             .name("servebench-pacer".into())
             .spawn(move || {
                 precise_sleeps();
-                for (i, at) in offsets.iter().enumerate() {
+                for (i, at) in offsets.enumerate() {
                     let deadline = start + Duration::from_secs_f64(at.max(0.0));
                     if !wait_until(deadline, &stopped) || tx.send(i).is_err() {
                         return;
@@ -97,7 +100,7 @@ mod tests {
     async fn releases_every_index_in_order_not_before_its_deadline() {
         let start = Instant::now();
         let offsets: Vec<f64> = (0..20).map(|i| f64::from(i) * 0.002).collect();
-        let (_pacer, mut rx) = Pacer::start(start, offsets.clone());
+        let (_pacer, mut rx) = Pacer::start(start, offsets.clone().into_iter());
         let mut got = Vec::new();
         while let Some(i) = rx.recv().await {
             // Never early; how late is the runner's to record, not asserted here.
@@ -109,7 +112,7 @@ mod tests {
 
     #[tokio::test]
     async fn stop_ends_the_release() {
-        let (mut pacer, mut rx) = Pacer::start(Instant::now(), vec![0.0, 3600.0]);
+        let (mut pacer, mut rx) = Pacer::start(Instant::now(), [0.0, 3600.0].into_iter());
         assert_eq!(rx.recv().await, Some(0));
         pacer.stop();
         assert_eq!(rx.recv().await, None);

@@ -4,6 +4,7 @@
 //! gets the schedule that rate means.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::results::records::Phase;
 use crate::spec::load_model::{LoadKind, PhaseSpec, StopSpec};
@@ -27,12 +28,31 @@ pub struct Scheduled {
     pub input_tokens: Option<u64>,
 }
 
-/// The arrivals of one point, in time order.
-#[derive(Debug, Clone, PartialEq)]
+/// The arrivals of one point, in time order. Not held in memory: the arrivals are a function
+/// of the load model and its seed, so [`Schedule::iter`] makes them again as they are due (a
+/// point of a million requests would otherwise hold 40 MB before its first is sent). Only a
+/// trace's lines, read from its file (bounded), are kept.
+#[derive(Clone)]
 pub struct Schedule {
-    pub requests: Vec<Scheduled>,
+    /// Makes the arrivals from the start, the same every time.
+    arrivals: Arc<dyn Fn() -> Box<dyn Iterator<Item = Arrival> + Send> + Send + Sync>,
+    phases: Phases,
+    len: usize,
+    measured: usize,
+    /// A trace's schedule, which carries its lines' lengths (empty for a rate or ramp).
+    traced: Vec<Scheduled>,
     /// Most requests in flight (None: no cap).
     pub max_in_flight: Option<u32>,
+}
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schedule")
+            .field("len", &self.len)
+            .field("measured", &self.measured)
+            .field("max_in_flight", &self.max_in_flight)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a schedule could not be made.
@@ -50,8 +70,11 @@ pub enum ScheduleError {
     Trace(#[from] TraceError),
 }
 
+type MakeArrivals = Arc<dyn Fn() -> Box<dyn Iterator<Item = Arrival> + Send> + Send + Sync>;
+
 impl Schedule {
-    /// The schedule of `exp`'s point; `spec_dir` resolves a trace's path.
+    /// The schedule of `exp`'s point; `spec_dir` resolves a trace's path. Counts its
+    /// requests (one pass over the arrivals) without keeping them.
     pub fn of(exp: &Experiment, spec_dir: &Path) -> Result<Schedule, ScheduleError> {
         let load = exp.load.as_ref().ok_or(ScheduleError::NotLoad)?;
         let stop = exp.stop.clone().unwrap_or_default();
@@ -61,16 +84,20 @@ impl Schedule {
             exp.cooldown.clone().unwrap_or_default(),
         );
         // (send time, output tokens, prompt tokens): the lengths only from a trace.
-        let arrivals: Box<dyn Iterator<Item = Arrival>> = match load.kind {
+        let (arrival, burstiness, seed) = (load.arrival, load.burstiness, load.seed);
+        let mut traced = false;
+        let arrivals: MakeArrivals = match load.kind {
             LoadKind::Rate => {
                 let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
                 if rate.is_infinite() {
-                    Box::new(std::iter::repeat((0.0, None, None)))
+                    Arc::new(|| Box::new(std::iter::repeat((0.0, None, None))))
                 } else {
-                    curve_arrivals(
-                        RateCurve::Constant(rate),
-                        UnitGaps::new(load.arrival, load.burstiness, load.seed),
-                    )
+                    Arc::new(move || {
+                        curve_arrivals(
+                            RateCurve::Constant(rate),
+                            UnitGaps::new(arrival, burstiness, seed),
+                        )
+                    })
                 }
             }
             LoadKind::Ramp => {
@@ -89,21 +116,23 @@ impl Schedule {
                         over,
                     },
                 };
-                curve_arrivals(
-                    curve,
-                    UnitGaps::new(load.arrival, load.burstiness, load.seed),
-                )
+                Arc::new(move || {
+                    curve_arrivals(curve.clone(), UnitGaps::new(arrival, burstiness, seed))
+                })
             }
             LoadKind::Sessions => return Err(ScheduleError::NotLoad),
             LoadKind::Trace => {
                 let t = load.trace.as_ref().ok_or(ScheduleError::NotLoad)?;
                 let scale = t.time_scale;
-                let entries = trace::read(&spec_dir.join(&t.file))?;
-                Box::new(
-                    entries
-                        .into_iter()
-                        .map(move |e| (e.at_s * scale, e.output_tokens, e.input_tokens)),
-                )
+                let entries = Arc::new(trace::read(&spec_dir.join(&t.file))?);
+                traced = true;
+                Arc::new(move || {
+                    let entries = entries.clone();
+                    Box::new((0..entries.len()).map(move |i| {
+                        let e = &entries[i];
+                        (e.at_s * scale, e.output_tokens, e.input_tokens)
+                    }))
+                })
             }
         };
         let unbounded_inf = load.kind == LoadKind::Rate
@@ -115,34 +144,64 @@ impl Schedule {
         if unbounded_inf {
             return Err(ScheduleError::UnboundedInf);
         }
-        let mut requests = Vec::new();
-        let mut phases = phases;
-        for (at_s, max_tokens, input_tokens) in arrivals {
-            let Some(phase) = phases.place(at_s) else {
-                break;
-            };
-            if requests.len() >= SCHEDULE_LIMIT {
+        let mut schedule = Schedule {
+            arrivals,
+            phases,
+            len: SCHEDULE_LIMIT + 1,
+            measured: 0,
+            traced: Vec::new(),
+            max_in_flight: load.max_in_flight,
+        };
+        let (mut len, mut measured) = (0usize, 0usize);
+        for s in schedule.iter() {
+            if len >= SCHEDULE_LIMIT {
                 return Err(ScheduleError::TooLong);
             }
-            requests.push(Scheduled {
-                at_s,
-                phase,
-                max_tokens,
-                input_tokens,
-            });
+            len += 1;
+            measured += usize::from(s.phase == Phase::Measure);
         }
-        Ok(Schedule {
-            requests,
-            max_in_flight: load.max_in_flight,
-        })
+        schedule.len = len;
+        schedule.measured = measured;
+        if traced {
+            schedule.traced = schedule.iter().collect();
+        }
+        Ok(schedule)
+    }
+
+    /// The arrivals in time order, made again from the start.
+    pub fn iter(&self) -> impl Iterator<Item = Scheduled> + Send + 'static {
+        let mut phases = self.phases.clone();
+        (self.arrivals)()
+            .map_while(move |(at_s, max_tokens, input_tokens)| {
+                phases.place(at_s).map(|phase| Scheduled {
+                    at_s,
+                    phase,
+                    max_tokens,
+                    input_tokens,
+                })
+            })
+            .take(self.len)
+    }
+
+    /// Requests in the schedule.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no request.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Requests in the measured phase.
     pub fn measured(&self) -> usize {
-        self.requests
-            .iter()
-            .filter(|r| r.phase == Phase::Measure)
-            .count()
+        self.measured
+    }
+
+    /// A trace's schedule, whose lines may give each request's lengths; empty for a rate or
+    /// ramp (their lengths are the workload's).
+    pub fn traced(&self) -> &[Scheduled] {
+        &self.traced
     }
 }
 
@@ -151,7 +210,10 @@ impl Schedule {
 type Arrival = (f64, Option<u32>, Option<u64>);
 
 /// Arrivals of the unit process mapped through a rate curve: the first at 0, then gaps.
-fn curve_arrivals(curve: RateCurve, mut gaps: UnitGaps) -> Box<dyn Iterator<Item = Arrival>> {
+fn curve_arrivals(
+    curve: RateCurve,
+    mut gaps: UnitGaps,
+) -> Box<dyn Iterator<Item = Arrival> + Send> {
     let mut s = 0.0;
     let mut first = true;
     // A ramp starting at rate 0 has its first arrival after its first unit of work.
@@ -169,6 +231,7 @@ fn curve_arrivals(curve: RateCurve, mut gaps: UnitGaps) -> Box<dyn Iterator<Item
 }
 
 /// Which phase each arrival falls in, as arrivals come in time order.
+#[derive(Clone)]
 struct Phases {
     warmup: PhaseSpec,
     stop: StopSpec,
@@ -247,8 +310,11 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    fn of(v: serde_json::Value) -> Schedule {
-        Schedule::of(&exp(v), Path::new(".")).unwrap()
+    fn of(v: serde_json::Value) -> Vec<Scheduled> {
+        Schedule::of(&exp(v), Path::new("."))
+            .unwrap()
+            .iter()
+            .collect()
     }
 
     #[test]
@@ -259,7 +325,7 @@ mod tests {
             "stop": {"requests": 5},
             "cooldown": {"duration": "0.25s"},
         }));
-        let phases: Vec<Phase> = s.requests.iter().map(|r| r.phase).collect();
+        let phases: Vec<Phase> = s.iter().map(|r| r.phase).collect();
         use Phase::*;
         // 2 warm-up, 5 measured (0.2..0.6), cool-down for 0.25 s after 0.7: 0.7, 0.8, 0.9.
         assert_eq!(
@@ -269,7 +335,7 @@ mod tests {
                 Cooldown
             ]
         );
-        for (i, r) in s.requests.iter().enumerate() {
+        for (i, r) in s.iter().enumerate() {
             assert!((r.at_s - i as f64 * 0.1).abs() < 1e-9);
         }
     }
@@ -281,10 +347,10 @@ mod tests {
             "warmup": {"duration": "1s"},
             "stop": {"duration": "2s", "requests": 1000},
         }));
-        assert_eq!(s.requests.len(), 300);
-        assert_eq!(s.measured(), 200);
-        assert_eq!(s.requests[100].phase, Phase::Measure);
-        assert_eq!(s.requests[99].phase, Phase::Warmup);
+        assert_eq!(s.len(), 300);
+        assert_eq!(s.iter().filter(|r| r.phase == Phase::Measure).count(), 200);
+        assert_eq!(s[100].phase, Phase::Measure);
+        assert_eq!(s[99].phase, Phase::Warmup);
     }
 
     #[test]
@@ -293,8 +359,8 @@ mod tests {
             "load": {"kind": "rate", "rate": "inf"},
             "stop": {"requests": 50},
         }));
-        assert_eq!(s.requests.len(), 50);
-        assert!(s.requests.iter().all(|r| r.at_s == 0.0));
+        assert_eq!(s.len(), 50);
+        assert!(s.iter().all(|r| r.at_s == 0.0));
         let e = Schedule::of(
             &exp(serde_json::json!({
                 "load": {"kind": "rate", "rate": "inf"},
@@ -324,13 +390,9 @@ mod tests {
             "load": {"kind": "ramp", "arrival": "constant", "ramp": {"from": 10, "to": 50, "over": "10s"}},
         }));
         // ∫ = (10 + 50) / 2 * 10 = 300 arrivals (the first at 0).
-        assert!(
-            (s.requests.len() as i64 - 301).abs() <= 1,
-            "{}",
-            s.requests.len()
-        );
-        let first_second = s.requests.iter().filter(|r| r.at_s < 1.0).count();
-        let last_second = s.requests.iter().filter(|r| r.at_s >= 9.0).count();
+        assert!((s.len() as i64 - 301).abs() <= 1, "{}", s.len());
+        let first_second = s.iter().filter(|r| r.at_s < 1.0).count();
+        let last_second = s.iter().filter(|r| r.at_s >= 9.0).count();
         assert!((first_second as i64 - 12).abs() <= 1, "{first_second}");
         assert!((last_second as i64 - 48).abs() <= 1, "{last_second}");
     }
@@ -340,12 +402,7 @@ mod tests {
         let s = of(serde_json::json!({
             "load": {"kind": "ramp", "arrival": "constant", "ramp": {"from": 10, "to": 30, "over": "3s", "steps": 3}},
         }));
-        let in_step = |k: f64| {
-            s.requests
-                .iter()
-                .filter(|r| r.at_s >= k && r.at_s < k + 1.0)
-                .count()
-        };
+        let in_step = |k: f64| s.iter().filter(|r| r.at_s >= k && r.at_s < k + 1.0).count();
         assert_eq!((in_step(0.0), in_step(1.0), in_step(2.0)), (10, 20, 30));
     }
 
@@ -363,10 +420,12 @@ mod tests {
             })),
             dir.path(),
         )
-        .unwrap();
-        let at: Vec<f64> = s.requests.iter().map(|r| r.at_s).collect();
+        .unwrap()
+        .iter()
+        .collect::<Vec<_>>();
+        let at: Vec<f64> = s.iter().map(|r| r.at_s).collect();
         assert_eq!(at, [0.0, 0.5, 1.0]);
-        assert_eq!(s.requests[2].max_tokens, Some(9));
+        assert_eq!(s[2].max_tokens, Some(9));
     }
 
     /// Kolmogorov-Smirnov distance of `gaps` from an exponential distribution of `rate`.
@@ -387,10 +446,7 @@ mod tests {
             "load": {"kind": "rate", "rate": 100, "arrival": arrival, "burstiness": 4, "seed": 11},
             "stop": {"requests": 2000},
         }));
-        s.requests
-            .windows(2)
-            .map(|w| w[1].at_s - w[0].at_s)
-            .collect()
+        s.windows(2).map(|w| w[1].at_s - w[0].at_s).collect()
     }
 
     #[test]

@@ -68,8 +68,9 @@ impl PointRunner {
         let wall = Instant::now();
         let start = Instant::now() + LEAD;
         let start_unix = crate::client::unix_now() + LEAD.as_secs_f64();
-        let offsets: Vec<f64> = schedule.requests.iter().map(|s| s.at_s).collect();
-        let (mut pacer, mut due) = Pacer::start(start, offsets);
+        let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
+        // The schedule made again beside the pacer's copy, taken in the same order.
+        let mut scheduled = schedule.iter();
 
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let (mut finished, mut failed) = (0usize, 0usize);
@@ -82,9 +83,9 @@ impl PointRunner {
             tokio::select! {
                 next = due.recv(), if releasing => match next {
                     Some(i) => {
-                        let s = schedule.requests[i];
                         // The pacer releases in order: the next one made is request i.
-                        let Some(p) = i.checked_sub(made).and_then(|skip| planned.nth(skip)) else {
+                        let Some(skip) = i.checked_sub(made) else { continue };
+                        let (Some(s), Some(p)) = (scheduled.nth(skip), planned.nth(skip)) else {
                             continue;
                         };
                         made = i + 1;
@@ -182,24 +183,26 @@ impl PointRunner {
 /// never more than may be in flight at once, than there are requests, or than the open-file
 /// limit leaves room for (raised to its hard limit at start; more are opened when due).
 fn connections_ahead(schedule: &Schedule) -> usize {
-    let at: Vec<f64> = schedule.requests.iter().map(|r| r.at_s).collect();
     let files = crate::client::raise_open_file_limit()
         .map_or(usize::MAX, |n| n.saturating_sub(RESERVED_FILES) as usize);
-    busiest(&at, AHEAD_WINDOW_S)
+    busiest(schedule.iter().map(|r| r.at_s), AHEAD_WINDOW_S)
         .max(PREPARED_CONNECTIONS)
         .min(schedule.max_in_flight.map_or(usize::MAX, |m| m as usize))
-        .min(at.len())
+        .min(schedule.len())
         .min(files)
 }
 
-/// The most offsets (seconds, non-decreasing) within any span of `window` seconds.
-fn busiest(at: &[f64], window: f64) -> usize {
-    let (mut first, mut most) = (0, 0);
-    for (i, t) in at.iter().enumerate() {
-        while t - at[first] > window {
-            first += 1;
+/// The most offsets (seconds, non-decreasing) within any span of `window` seconds; holds only
+/// the offsets of one window.
+fn busiest(at: impl Iterator<Item = f64>, window: f64) -> usize {
+    let mut within = std::collections::VecDeque::new();
+    let mut most = 0;
+    for t in at {
+        while within.front().is_some_and(|&f: &f64| t - f > window) {
+            within.pop_front();
         }
-        most = most.max(i + 1 - first);
+        within.push_back(t);
+        most = most.max(within.len());
     }
     most
 }
@@ -207,15 +210,14 @@ fn busiest(at: &[f64], window: f64) -> usize {
 /// Measured requests per second of the schedule's measured phase (None when they are all due
 /// at once, or fewer than two).
 fn offered_rate(schedule: &Schedule) -> Option<f64> {
-    let at: Vec<f64> = schedule
-        .requests
-        .iter()
-        .filter(|r| r.phase == Phase::Measure)
-        .map(|r| r.at_s)
-        .collect();
-    let (first, last) = (at.first()?, at.last()?);
-    let span = last - first;
-    (at.len() >= 2 && span > 0.0).then(|| (at.len() - 1) as f64 / span)
+    let (mut first, mut last, mut n) = (None, 0.0, 0usize);
+    for r in schedule.iter().filter(|r| r.phase == Phase::Measure) {
+        first.get_or_insert(r.at_s);
+        last = r.at_s;
+        n += 1;
+    }
+    let span = last - first?;
+    (n >= 2 && span > 0.0).then(|| (n - 1) as f64 / span)
 }
 
 /// This process's CPU time so far (user + system), seconds.
@@ -232,13 +234,16 @@ mod tests {
 
     #[test]
     fn busiest_counts_the_most_offsets_within_a_window() {
-        assert_eq!(busiest(&[], 0.1), 0);
+        assert_eq!(busiest(std::iter::empty(), 0.1), 0);
         // All due at once (`rate: inf`): every one.
-        assert_eq!(busiest(&[0.0; 5], 0.1), 5);
+        assert_eq!(busiest([0.0; 5].into_iter(), 0.1), 5);
         // 1,024/s for a second: 103 within 0.1 s (both ends included).
         let steady: Vec<f64> = (0..1024).map(|i| f64::from(i) / 1024.0).collect();
-        assert_eq!(busiest(&steady, 0.1), 103);
+        assert_eq!(busiest(steady.into_iter(), 0.1), 103);
         // A burst late in the schedule is found.
-        assert_eq!(busiest(&[0.0, 1.0, 2.0, 2.01, 2.02, 2.5], 0.1), 3);
+        assert_eq!(
+            busiest([0.0, 1.0, 2.0, 2.01, 2.02, 2.5].into_iter(), 0.1),
+            3
+        );
     }
 }

@@ -322,11 +322,9 @@ impl PointRunner {
             },
             None => None,
         };
-        let count = schedule
-            .as_ref()
-            .map_or(exp.requests, |s| s.requests.len() as u32);
+        let count = schedule.as_ref().map_or(exp.requests, |s| s.len() as u32);
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths = schedule.as_ref().map_or(&[][..], |s| s.requests.as_slice());
+        let lengths = schedule.as_ref().map_or(&[][..], |s| s.traced());
         let plan = match self
             .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await
