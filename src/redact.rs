@@ -288,12 +288,12 @@ impl Redactor {
         }
         // Each rule needs a literal its match contains (`name: value` a `:` or `=`, a flag
         // `--`): text without it (most of a request record's strings) skips the regex.
-        let name_value = |t: &[u8]| t.iter().any(|&b| b == b':' || b == b'=');
-        let flag = |t: &[u8]| memchr::memmem::find(t, b"--").is_some();
-        let rules: [(&Regex, &dyn Fn(&[u8]) -> bool); 2] =
-            [(&NAME_VALUE, &name_value), (&FLAG_VALUE, &flag)];
-        for (re, possible) in rules {
-            if !possible(&out) {
+        let possible = |rule: usize, t: &[u8]| match rule {
+            0 => t.iter().any(|&b| b == b':' || b == b'='),
+            _ => memchr::memmem::find(t, b"--").is_some(),
+        };
+        for (rule, re) in [&*NAME_VALUE, &*FLAG_VALUE].into_iter().enumerate() {
+            if !possible(rule, &out) {
                 continue;
             }
             if let Cow::Owned(b) = re.replace_all(&out, |c: &Captures| redact_value(c)) {
