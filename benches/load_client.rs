@@ -23,7 +23,7 @@
 //! Run: `cargo bench --bench load_client` (`LOAD_BENCH=pace-1k` runs one case). The simulator
 //! and the client share this machine's cores: read the figures with the machine's load.
 
-use std::process::Command;
+mod support;
 
 const CASES: &[(&str, &str, u32)] = &[
     ("pace-1k", "rate: 1000, arrival: poisson", 5_000),
@@ -58,41 +58,19 @@ fn main() {
             continue;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let spec = dir.path().join("bench.yaml");
-        std::fs::write(
-            &spec,
-            format!(
-                "name: {name}\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: fast, context-length: 4096, max-running-requests: 20000 }}\n  ready_timeout: 60s\n\
-                 workload:\n  prompt: {{ kind: random, tokens: 32, calibrate: false }}\n  output_tokens: 8\n\
-                 cache: {{ policy: as-is, verify: false }}\nrequest_timeout: 120s\n\
-                 load: {{ kind: rate, {load}, max_in_flight: 20000, lag_limit: 1ms }}\nstop: {{ requests: {requests} }}\n"
-            ),
-        )
-        .expect("write spec");
+        let spec = support::write_spec(dir.path(), name, load, *requests, "");
         let cpu_before = children_cpu_s();
-        let out = Command::new(bin)
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(dir.path().join("runs"))
-            .arg("--quiet")
-            .output()
-            .expect("run servebench");
+        let run = support::run(bin, &spec, dir.path());
         let rss_mb = child_max_rss_mb();
         let cpu_s = children_cpu_s() - cpu_before;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let Some(run) = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("run directory: "))
-        else {
-            println!(
-                "{name}: the run failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            continue;
+        let run = match run {
+            Ok(run) => run,
+            Err(stderr) => {
+                println!("{name}: the run failed: {stderr}");
+                continue;
+            }
         };
-        let points = std::fs::read_to_string(std::path::Path::new(run.trim()).join("points.jsonl"))
-            .expect("points.jsonl");
+        let points = std::fs::read_to_string(run.join("points.jsonl")).expect("points.jsonl");
         let p: serde_json::Value =
             serde_json::from_str(points.lines().next().expect("a point")).expect("json");
         let m =

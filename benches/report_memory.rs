@@ -15,12 +15,12 @@
 //! Run: `cargo bench --bench report_memory` (`REPORT_BENCH=report-20k` runs one case).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use servebench::results::RunDir;
+
+mod support;
 
 const CASES: &[(&str, u32, u32)] = &[
     ("report-2k", 500, 2_000),
@@ -104,37 +104,21 @@ fn main() {
             continue;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let spec = dir.path().join("bench.yaml");
-        std::fs::write(
-            &spec,
-            format!(
-                "name: {name}\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: fast, context-length: 4096, max-running-requests: 20000, enable-metrics: true }}\n  ready_timeout: 60s\n\
-                 workload:\n  prompt: {{ kind: random, tokens: 32, calibrate: false }}\n  output_tokens: 8\n\
-                 cache: {{ policy: as-is, verify: false }}\nrequest_timeout: 120s\n\
-                 load: {{ kind: rate, rate: {rate}, arrival: constant, max_in_flight: 20000, lag_limit: 1ms }}\nstop: {{ requests: {requests} }}\n"
-            ),
-        )
-        .expect("write spec");
-        let out = Command::new(bin)
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(dir.path().join("runs"))
-            .arg("--quiet")
-            .output()
-            .expect("run servebench");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let Some(run) = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("run directory: "))
-        else {
-            println!(
-                "{name}: the run failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            continue;
+        let spec = support::write_spec(
+            dir.path(),
+            name,
+            &format!("rate: {rate}, arrival: constant"),
+            *requests,
+            ", enable-metrics: true",
+        );
+        let run = match support::run(bin, &spec, dir.path()) {
+            Ok(run) => run,
+            Err(stderr) => {
+                println!("{name}: the run failed: {stderr}");
+                continue;
+            }
         };
-        let run = Path::new(run.trim());
+        let run = run.as_path();
         let jsonl_mb = std::fs::metadata(run.join("requests.jsonl"))
             .map(|m| m.len() as f64 / 1e6)
             .unwrap_or(f64::NAN);

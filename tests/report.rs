@@ -6,11 +6,8 @@ use std::path::{Path, PathBuf};
 use chrono::{TimeZone, Utc};
 use indexmap::IndexMap;
 use servebench::report::{self, ReportError, Template, build_model};
-use servebench::results::records::{
-    Chunk, PointRecord, RequestRecord, RequestRole, Stat, TokenSource,
-};
+use servebench::results::records::{Chunk, PointRecord, RequestRecord, Stat};
 use servebench::results::{RunDir, RunDirError};
-use servebench::spec::types::Api;
 
 use crate::common::{Workspace, run_dir, servebench, show, sim_spec};
 
@@ -43,19 +40,9 @@ fn rendered(name: &str) -> String {
 fn request(point: &str, index: u32) -> RequestRecord {
     RequestRecord {
         point: point.to_string(),
-        round: 0,
         index,
-        role: RequestRole::Measure,
-        api: Api::SglangGenerate,
         sent_at: 1_795_950_260.0 + index as f64,
-        scheduled_at: None,
-        write_s: None,
-        connect_s: None,
-        connection: None,
-        retried: false,
-        first_attempt: None,
         requested_prompt_tokens: Some(1024),
-        max_tokens: 4,
         chunks: vec![
             Chunk {
                 t_s: 0.1,
@@ -70,14 +57,8 @@ fn request(point: &str, index: u32) -> RequestRecord {
         prompt_tokens: Some(1027),
         completion_tokens: Some(4),
         cached_tokens: Some(0),
-        token_source: TokenSource::MetaInfo,
-        chunk_tokens: None,
         finish_reason: Some("length".to_string()),
-        error: None,
-        share: None,
-        mix: None,
-        phase: None,
-        lag_s: None,
+        ..RequestRecord::fixture()
     }
 }
 

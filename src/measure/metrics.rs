@@ -217,7 +217,6 @@ impl Columns {
 mod tests {
     use super::*;
     use crate::results::records::{Chunk, TokenSource};
-    use crate::spec::types::Api;
 
     fn close(a: f64, b: f64) {
         assert!((a - b).abs() < 1e-9, "{a} != {b}");
@@ -225,19 +224,6 @@ mod tests {
 
     fn record(chunks: &[(f64, u32)], end_s: f64, completion: u64) -> RequestRecord {
         RequestRecord {
-            point: "p000".into(),
-            round: 0,
-            index: 0,
-            role: RequestRole::Measure,
-            api: Api::SglangGenerate,
-            sent_at: 0.0,
-            scheduled_at: None,
-            write_s: None,
-            connect_s: None,
-            connection: None,
-            retried: false,
-            first_attempt: None,
-            requested_prompt_tokens: None,
             max_tokens: 8,
             chunks: chunks
                 .iter()
@@ -247,14 +233,8 @@ mod tests {
             prompt_tokens: Some(1000),
             completion_tokens: Some(completion),
             cached_tokens: Some(200),
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
             finish_reason: Some("length".into()),
-            error: None,
-            share: None,
-            mix: None,
-            phase: None,
-            lag_s: None,
+            ..RequestRecord::fixture()
         }
     }
 

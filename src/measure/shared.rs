@@ -201,27 +201,12 @@ fn first_token_at(r: &RequestRecord) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::results::records::*;
-    use crate::spec::types::Api;
 
     /// A request of `group` sent at `sent` whose first token came 0.1 s later.
     fn rec(group: u32, sent: f64, shared: u64, cached: u64) -> RequestRecord {
         RequestRecord {
-            phase: None,
-            lag_s: None,
             point: "p1".into(),
-            round: 0,
-            index: 0,
-            role: RequestRole::Measure,
-            api: Api::SglangGenerate,
             sent_at: sent,
-            scheduled_at: None,
-            write_s: None,
-            connect_s: None,
-            connection: None,
-            retried: false,
-            first_attempt: None,
-            requested_prompt_tokens: None,
-            max_tokens: 4,
             chunks: vec![Chunk {
                 t_s: 0.1,
                 tokens: 1,
@@ -230,17 +215,14 @@ mod tests {
             prompt_tokens: Some(shared + 100),
             completion_tokens: Some(4),
             cached_tokens: Some(cached),
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
             finish_reason: Some("length".into()),
-            error: None,
             share: Some(CacheShare {
                 group,
                 turn: None,
                 shared_tokens: shared,
                 reusable_tokens: shared,
             }),
-            mix: None,
+            ..RequestRecord::fixture()
         }
     }
 

@@ -390,10 +390,7 @@ fn pairs_of<'a>(
 mod tests {
     use super::*;
     use crate::measure::system::{self, Observed};
-    use crate::results::records::{
-        Chunk, ErrorKind, Estimate, LoadSummary, RequestError, Stat, TokenSource,
-    };
-    use crate::spec::types::Api;
+    use crate::results::records::{Chunk, ErrorKind, Estimate, LoadSummary, RequestError, Stat};
 
     /// A cold `load:` point with an SLO and extra percentiles.
     fn exp() -> Experiment {
@@ -438,20 +435,10 @@ mod tests {
             body_head: None,
         });
         RequestRecord {
-            share: None,
-            mix: None,
-            point: "p000".into(),
-            round: 0,
             index: i,
-            role: RequestRole::Measure,
-            api: Api::SglangGenerate,
             sent_at: sched + lag,
             scheduled_at: Some(sched),
-            write_s: None,
-            connect_s: None,
-            connection: None,
             retried: i % 50 == 3,
-            first_attempt: None,
             requested_prompt_tokens: Some(100),
             max_tokens: 8,
             end_s: Some(ttft + gap * 3.0 + 0.001),
@@ -459,12 +446,10 @@ mod tests {
             prompt_tokens: Some(100),
             completion_tokens: Some(8),
             cached_tokens: Some(if i % 41 == 5 { 96 } else { 0 }),
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
-            finish_reason: None,
             error,
             phase: Some(crate::results::records::Phase::Measure),
             lag_s: Some(lag),
+            ..RequestRecord::fixture()
         }
     }
 

@@ -444,29 +444,15 @@ fn estimated(x: f64, slots: bool) -> Stat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::records::{Chunk, RequestError, TokenSource};
-    use crate::spec::types::Api;
+    use crate::results::records::{Chunk, RequestError};
 
     /// A measured request scheduled at `sched`, sent `lag` later, first token `ttft` after the
     /// send, done `e2e` after it, with 11 output tokens (TPOT = (e2e - ttft) / 10).
     fn rec(sched: f64, lag: f64, ttft: f64, e2e: f64, failed: bool) -> RequestRecord {
         let sent = 1000.0 + sched + lag;
         RequestRecord {
-            share: None,
-            mix: None,
-            point: "p000".into(),
-            round: 0,
-            index: 0,
-            role: crate::results::records::RequestRole::Measure,
-            api: Api::SglangGenerate,
             sent_at: sent,
             scheduled_at: Some(1000.0 + sched),
-            write_s: None,
-            connect_s: None,
-            connection: None,
-            retried: false,
-            first_attempt: None,
-            requested_prompt_tokens: None,
             max_tokens: 11,
             chunks: vec![
                 Chunk {
@@ -482,8 +468,6 @@ mod tests {
             prompt_tokens: Some(100),
             completion_tokens: Some(11),
             cached_tokens: Some(0),
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: failed.then(|| RequestError {
                 kind: crate::results::records::ErrorKind::Http,
@@ -493,6 +477,7 @@ mod tests {
             }),
             phase: Some(crate::results::records::Phase::Measure),
             lag_s: Some(lag),
+            ..RequestRecord::fixture()
         }
     }
 

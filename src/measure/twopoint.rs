@@ -112,23 +112,12 @@ pub fn aggregate_pairs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::records::{Chunk, RequestRole, TokenSource};
-    use crate::spec::types::Api;
+    use crate::results::records::{Chunk, RequestRole};
 
     fn req(max: u32, end: f64, ttft: f64, prompt: u64, cached: u64) -> RequestRecord {
         RequestRecord {
             point: "p001".into(),
-            round: 0,
-            index: 0,
             role: RequestRole::TwoPointA,
-            api: Api::SglangGenerate,
-            sent_at: 0.0,
-            scheduled_at: None,
-            write_s: None,
-            connect_s: None,
-            connection: None,
-            retried: false,
-            first_attempt: None,
             requested_prompt_tokens: Some(1024),
             max_tokens: max,
             chunks: vec![Chunk {
@@ -139,14 +128,8 @@ mod tests {
             prompt_tokens: Some(prompt),
             completion_tokens: Some(u64::from(max)),
             cached_tokens: Some(cached),
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
             finish_reason: Some("length".into()),
-            error: None,
-            share: None,
-            mix: None,
-            phase: None,
-            lag_s: None,
+            ..RequestRecord::fixture()
         }
     }
 

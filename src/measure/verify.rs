@@ -161,31 +161,15 @@ impl Tally {
 mod tests {
     use super::*;
     use crate::results::records::*;
-    use crate::spec::types::Api;
 
     fn rec(prompt: u64, cached: Option<u64>, failed: bool) -> RequestRecord {
         RequestRecord {
             point: "p1".into(),
-            round: 0,
-            index: 0,
-            role: RequestRole::Measure,
-            api: Api::SglangGenerate,
-            sent_at: 0.0,
-            scheduled_at: None,
-            write_s: None,
-            connect_s: None,
-            connection: None,
-            retried: false,
-            first_attempt: None,
             requested_prompt_tokens: Some(prompt),
-            max_tokens: 4,
-            chunks: vec![],
             end_s: Some(1.0),
             prompt_tokens: Some(prompt),
             completion_tokens: Some(4),
             cached_tokens: cached,
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
             finish_reason: Some("length".into()),
             error: failed.then(|| RequestError {
                 kind: ErrorKind::Http,
@@ -193,10 +177,7 @@ mod tests {
                 status: Some(400),
                 body_head: None,
             }),
-            share: None,
-            mix: None,
-            phase: None,
-            lag_s: None,
+            ..RequestRecord::fixture()
         }
     }
 

@@ -161,37 +161,17 @@ fn sum(acc: Option<u64>, term: Option<u64>) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::results::records::{ErrorKind, RequestError, TokenSource};
-    use crate::spec::types::Api;
 
     fn request(point: &str, role: RequestRole, sent_at: f64, end_s: Option<f64>) -> RequestRecord {
         RequestRecord {
             point: point.to_string(),
-            round: 0,
-            index: 0,
             role,
-            api: Api::SglangGenerate,
             sent_at,
-            scheduled_at: None,
-            write_s: None,
-            connect_s: None,
-            connection: None,
-            retried: false,
-            first_attempt: None,
-            requested_prompt_tokens: None,
-            max_tokens: 4,
-            chunks: Vec::new(),
             end_s,
             prompt_tokens: Some(10),
             completion_tokens: Some(4),
             cached_tokens: Some(3),
-            token_source: TokenSource::MetaInfo,
-            chunk_tokens: None,
-            finish_reason: None,
-            error: None,
-            share: None,
-            mix: None,
-            phase: None,
-            lag_s: None,
+            ..RequestRecord::fixture()
         }
     }
 

@@ -421,6 +421,46 @@ impl Flag {
     }
 }
 
+impl RequestRecord {
+    /// A successful-looking record of point `p000` with nothing observed: request 0 of round 0,
+    /// role `measure`, SGLang's native API, sent at 0, `max_tokens` 4, no chunks, no counts
+    /// (token source `meta-info`). Tests set what they check on top of it
+    /// (`RequestRecord { end_s: Some(1.0), ..RequestRecord::fixture() }`), so adding a field
+    /// changes one place.
+    #[doc(hidden)]
+    pub fn fixture() -> RequestRecord {
+        RequestRecord {
+            point: "p000".into(),
+            round: 0,
+            index: 0,
+            role: RequestRole::Measure,
+            api: Api::SglangGenerate,
+            sent_at: 0.0,
+            scheduled_at: None,
+            write_s: None,
+            connect_s: None,
+            connection: None,
+            retried: false,
+            first_attempt: None,
+            requested_prompt_tokens: None,
+            max_tokens: 4,
+            chunks: Vec::new(),
+            end_s: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            cached_tokens: None,
+            token_source: TokenSource::MetaInfo,
+            chunk_tokens: None,
+            finish_reason: None,
+            error: None,
+            share: None,
+            mix: None,
+            phase: None,
+            lag_s: None,
+        }
+    }
+}
+
 impl PointRecord {
     /// A point with nothing measured yet.
     pub fn empty(point: &crate::spec::Point, group: &str) -> PointRecord {
