@@ -85,10 +85,10 @@ impl PointRunner {
                     Some(i) => {
                         // The pacer releases in order: the next one made is request i.
                         let Some(skip) = i.checked_sub(made) else { continue };
-                        let (Some(s), Some(p)) = (scheduled.nth(skip), planned.nth(skip)) else {
-                            continue;
-                        };
+                        // Both iterators moved past i whatever they gave: they stay in step.
+                        let taken = (scheduled.nth(skip), planned.nth(skip));
                         made = i + 1;
+                        let (Some(s), Some(p)) = taken else { continue };
                         let mut req = generation_request(exp, p.text, model);
                         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
                         let (client, sink, progress, slots) =
