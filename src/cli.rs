@@ -341,10 +341,10 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
 pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
     let prompts = crate::prompt::PromptCheck::default();
     let template = crate::report::TemplateCheck::default();
-    let traces = crate::load::TraceCheck::default();
+    let schedules = crate::load::ScheduleCheck::default();
     let spec = crate::spec::load_checked(
         path,
-        &[&prompts, &template, &traces, &crate::secrets::EnvRefCheck],
+        &[&prompts, &template, &schedules, &crate::client::UrlCheck, &crate::secrets::EnvRefCheck],
     )?;
     // From here on, nothing printed shows the spec's secrets.
     crate::redact::install(crate::secrets::redactor(

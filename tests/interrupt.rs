@@ -168,3 +168,91 @@ fn a_closed_stdout_and_stderr_do_not_stop_the_run() {
     assert_eq!(read_jsonl(&dir.join("points.jsonl")).len(), 2);
     assert!(dir.join("report.md").is_file());
 }
+
+/// Ctrl-C during an open-loop point with requests in flight: the same end as a closed loop
+/// (exit 1, the partial point and report, nothing left locked), and `--resume` finishes it.
+#[test]
+fn ctrl_c_during_a_load_point_ends_like_a_closed_loop_and_resume_finishes_it() {
+    let _turn = exclusive();
+    let ws = Workspace::new();
+    let model = format!("load-interrupt-model-{}", std::process::id());
+    // 40 requests a second, each about 0.5 s of decode: some always in flight.
+    let spec = ws.write(
+        "load.yaml",
+        &format!(
+            "name: interrupted\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}\n  output_tokens: 400\nload: {{ kind: rate, rate: 40, arrival: constant }}\nstop: {{ requests: 120 }}\n"
+        ),
+    );
+    for attempt in 0..3 {
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(ws.path().join("runs").join(attempt.to_string()))
+            .arg("--quiet")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let root = ws.path().join("runs").join(attempt.to_string());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let requests_file = loop {
+            let found = std::fs::read_dir(root.join("interrupted"))
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|e| e.ok())
+                .map(|e| e.path().join("requests.jsonl"));
+            if let Some(f) = found
+                && std::fs::read_to_string(&f).is_ok_and(|t| t.lines().count() >= 3)
+            {
+                break f;
+            }
+            assert!(Instant::now() < deadline, "no requests recorded in time");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "not a panic: {}", show(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let dir = requests_file.parent().unwrap();
+        let meta = read_json(&dir.join("meta.json"));
+        assert_eq!(meta["status"], "incomplete", "{meta}");
+        let points = read_jsonl(&dir.join("points.jsonl"));
+        assert_eq!(points.len(), 1, "the partial point is recorded");
+        assert_eq!(points[0]["incomplete"], true);
+        let flags = points[0]["flags"].as_array().unwrap();
+        let said = flags
+            .iter()
+            .find(|f| f["kind"] == "interrupted")
+            .unwrap_or_else(|| panic!("{flags:?}"));
+        // Counted against the schedule's 120 measured requests, not one per point.
+        assert!(
+            said["message"].as_str().unwrap().contains(" of 120 requests"),
+            "{said}"
+        );
+        assert!(dir.join("report.md").is_file(), "a partial report");
+        let left = processes_mentioning(&model);
+        assert!(left.is_empty(), "left behind: {left:?}");
+        if attempt < 2 {
+            continue;
+        }
+        // Not locked: --resume measures the point again, to the end.
+        let out = servebench()
+            .args(["run", "--quiet", "--resume"])
+            .arg(dir)
+            .timeout(Duration::from_secs(120))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        let meta = read_json(&dir.join("meta.json"));
+        assert_eq!(meta["status"], "complete", "{meta}");
+        let points = read_jsonl(&dir.join("points.jsonl"));
+        assert_eq!(points.len(), 1);
+        assert_eq!(points[0]["ok"], 120, "{}", points[0]);
+    }
+}

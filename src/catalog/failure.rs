@@ -35,6 +35,12 @@ pub enum Failure {
     /// A rank of a multi-node server lost another rank (it died, or the network between
     /// them broke): the whole server stops.
     RankLost,
+    /// A signal ended the server (SIGKILL: the kernel's OOM killer, a `kill -9`) and its log
+    /// says nothing of why.
+    Killed,
+    /// A server servebench did not start (`url:`) stopped answering: nothing listens at its
+    /// address any more.
+    Lost,
 }
 
 impl Failure {
@@ -92,6 +98,12 @@ impl Failure {
             Failure::RankLost => {
                 "a rank of the multi-node server lost another rank: read the failed rank's log excerpt (its host, its GPUs, the network between the nodes)"
             }
+            Failure::Killed => {
+                "a signal killed the server and its log does not say why: the kernel's OOM killer (see `dmesg`) or someone's `kill`; `run --resume` measures the rest"
+            }
+            Failure::Lost => {
+                "the server at `server.url` stopped answering (servebench did not start it, so it cannot restart it): start it again, then `run --resume`"
+            }
         }
     }
 }
@@ -118,7 +130,9 @@ mod tests {
                 "node-failure",
                 "oom-killed",
                 "job-cancelled",
-                "rank-lost"
+                "rank-lost",
+                "killed",
+                "lost"
             ]
         );
         assert_eq!(Failure::from_name("port-in-use"), Some(Failure::PortInUse));

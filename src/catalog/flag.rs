@@ -72,6 +72,15 @@ pub enum FlagKind {
     /// The server's own `/metrics` counters over the point (prompt or cached tokens, finished
     /// requests) differ from the client's records by more than 2%.
     ServerDisagrees,
+    /// A thread or task of the client died during the point (the pacer, a request's task):
+    /// part of its requests were never sent or never recorded, so the point failed.
+    ClientFailed,
+    /// The server stopped answering during the point (its process ended, or nothing listens
+    /// at its address any more): no more requests were sent to it.
+    ServerLost,
+    /// A request's TTFT was shorter than the server's own prompt processing time for it: the
+    /// client's send stamp came late (the client was descheduled), so that TTFT is too short.
+    TtftBelowServer,
     /// A kind this version does not know.
     Other(String),
 }
@@ -150,6 +159,9 @@ const CATALOGUE: &[Entry] = &[
         cell: "ok_err",
     },
     entry(FlagKind::ServerDisagrees, "server-disagrees", "ok_err"),
+    entry(FlagKind::ClientFailed, "client-failed", "ok_err"),
+    entry(FlagKind::ServerLost, "server-lost", "ok_err"),
+    entry(FlagKind::TtftBelowServer, "ttft-below-server", "ttft"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {

@@ -1,6 +1,6 @@
 //! One HTTP/1.1 connection: a TCP connect the client times itself, hyper's low-level client
-//! over it, and a socket wrapper that records when a request's bytes were written and whether
-//! any response byte came back.
+//! over it, and a socket wrapper that records when a request's bytes were written (stamped
+//! before each write, with the write's end) and whether any response byte came back.
 //!
 //! The connection's driver (hyper's `Connection` future) is not spawned: the task that uses the
 //! connection polls it together with what it waits for ([`Conn::drive`]), so a chunk is
@@ -24,13 +24,18 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-/// What the socket saw since the current request began.
+/// What the socket saw since the current request began. Each write is stamped just before
+/// the call that wrote its bytes, so a stamp is never later than the bytes it stands for
+/// (a client descheduled between a write and a stamp taken after it made TTFT too short).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Wire {
-    /// When the first write of the request's bytes succeeded.
+    /// When the first write of the request's bytes began (the call that wrote them).
     pub first_write: Option<Instant>,
-    /// When the latest write succeeded: once the response head is back, the request's last byte.
+    /// When the latest write that wrote bytes began: once the response head is back, the
+    /// write of the request's last byte. Its bytes left no earlier than this.
     pub last_write: Option<Instant>,
+    /// When that latest write returned.
+    pub last_write_done: Option<Instant>,
     /// Response bytes read.
     pub read_bytes: u64,
 }
@@ -54,12 +59,14 @@ impl WireLog {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn wrote(&self, n: usize) {
+    /// `n` bytes written by a call that began at `began`.
+    fn wrote(&self, n: usize, began: Instant) {
         if n > 0 {
-            let now = Instant::now();
+            let done = Instant::now();
             let mut w = self.lock();
-            w.first_write.get_or_insert(now);
-            w.last_write = Some(now);
+            w.first_write.get_or_insert(began);
+            w.last_write = Some(began);
+            w.last_write_done = Some(done);
         }
     }
 
@@ -97,9 +104,10 @@ impl AsyncWrite for StampedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        let began = Instant::now();
         let polled = Pin::new(&mut self.tcp).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = polled {
-            self.log.wrote(n);
+            self.log.wrote(n, began);
         }
         polled
     }
@@ -109,9 +117,10 @@ impl AsyncWrite for StampedStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let began = Instant::now();
         let polled = Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(n)) = polled {
-            self.log.wrote(n);
+            self.log.wrote(n, began);
         }
         polled
     }
@@ -266,4 +275,31 @@ pub(super) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_is_stamped_before_it_began_never_after() {
+        let log = WireLog::default();
+        let began = Instant::now();
+        // The write itself takes a while (the client descheduled inside or after it).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        log.wrote(100, began);
+        let w = log.get();
+        assert_eq!(w.first_write, Some(began));
+        assert_eq!(w.last_write, Some(began));
+        let took = w.last_write_done.unwrap() - began;
+        assert!(took >= std::time::Duration::from_millis(20), "{took:?}");
+        // A later write moves the last stamp, not the first.
+        let second = Instant::now();
+        log.wrote(5, second);
+        assert_eq!(log.get().first_write, Some(began));
+        assert_eq!(log.get().last_write, Some(second));
+        // A call that wrote nothing is no write.
+        log.wrote(0, Instant::now());
+        assert_eq!(log.get().last_write, Some(second));
+    }
 }

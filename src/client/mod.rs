@@ -20,6 +20,7 @@ mod request;
 mod sse;
 mod stream;
 pub mod surface;
+mod url_check;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use crate::results::records::{
 use crate::spec::types::Api;
 
 pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
+pub use url_check::UrlCheck;
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
 pub(crate) use stream::unix_now;
 
@@ -52,13 +54,13 @@ pub const ADMIN_BODY_LIMIT: usize = 16 << 20;
 /// (point, round, index, role) and what was asked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measured {
-    /// Unix time (seconds) when the request's last byte was written to its connection; when
+    /// Unix time (seconds) when the write of the request's last byte began; when
     /// nothing was written (no connection), when the request gave up. See
     /// [`RequestRecord::sent_at`].
     pub sent_at: f64,
     /// Unix time (seconds) when [`Client::stream`] was called: the request's intended send time.
     pub scheduled_at: Option<f64>,
-    /// Seconds from the request's first byte written to its last.
+    /// Seconds from the start of the request's first write to the end of its last.
     pub write_s: Option<f64>,
     /// Seconds the TCP connect took, when the connection was opened for this request.
     pub connect_s: Option<f64>,
@@ -78,6 +80,8 @@ pub struct Measured {
     pub completion_tokens: Option<u64>,
     /// Prompt tokens served from the prefix cache; None when the server did not say.
     pub cached_tokens: Option<u64>,
+    /// The server's own time to the first token, where it reports one.
+    pub server_ttft_s: Option<f64>,
     /// Where the token counts came from.
     pub token_source: TokenSource,
     /// Whether every chunk's count was the server's.
@@ -123,6 +127,7 @@ impl Measured {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
             cached_tokens: self.cached_tokens,
+            server_ttft_s: self.server_ttft_s,
             token_source: self.token_source,
             chunk_tokens: Some(self.chunk_tokens),
             finish_reason: self.finish_reason,

@@ -54,6 +54,10 @@ pub struct StreamParser {
     pub finish_reason: Option<String>,
     /// Message of an `abort` finish reason, when the server aborted the request.
     pub abort_message: Option<String>,
+    /// The server's own time to the request's first token, seconds, where it reports one:
+    /// llama.cpp's `timings.prompt_ms` (prompt processing), SGLang's
+    /// `meta_info.first_token_latency`. No client's TTFT can be shorter.
+    pub server_ttft_s: Option<f64>,
     /// Latest cumulative completion count from the server (meta_info or usage).
     server_completion: Option<u64>,
     /// Sum of per-chunk token counts.
@@ -72,6 +76,7 @@ impl StreamParser {
             cached_tokens: None,
             finish_reason: None,
             abort_message: None,
+            server_ttft_s: None,
             server_completion: None,
             counted: 0,
             assumed: false,
@@ -144,6 +149,7 @@ impl StreamParser {
                     return None;
                 }
                 let meta = e.meta_info.map(|fast::Obj(m)| m).unwrap_or_default();
+                self.take_server_ttft(meta.first_token_latency);
                 Some(self.native_fields(fast::NativeFields {
                     text: e.text,
                     ids: e.output_ids.map(|fast::Count(n)| n),
@@ -165,6 +171,8 @@ impl StreamParser {
                     .into_iter()
                     .map(|fast::Obj(c)| c)
                     .collect();
+                let timings = e.timings.map(|fast::Obj(t)| t);
+                self.take_server_ttft(timings.and_then(|t| t.prompt_ms).map(|ms| ms / 1e3));
                 Some(self.openai_fields(&choices, e.usage.map(|fast::Obj(u)| u)))
             }
         }
@@ -198,6 +206,7 @@ impl StreamParser {
             return None;
         }
         let completion = meta.completion_tokens?;
+        self.take_server_ttft(meta.first_token_latency);
         Some(self.native_fields(fast::NativeFields {
             text: None,
             ids: None,
@@ -225,6 +234,7 @@ impl StreamParser {
     /// The Value path's native fields: what [`fast::NativeEvent`] extracts, by indexing.
     fn native(&mut self, v: &Value) -> u32 {
         let meta = &v["meta_info"];
+        self.take_server_ttft(meta["first_token_latency"].as_f64());
         let finish = match &meta["finish_reason"] {
             Value::Null => None,
             Value::String(s) => Some(fast::Finish::Reason(s.into())),
@@ -296,7 +306,15 @@ impl StreamParser {
     }
 
     /// The Value path's OpenAI fields: what [`fast::OpenaiEvent`] extracts, by indexing.
+    /// Keeps the server's own time to the first token, when an event gives a plausible one.
+    fn take_server_ttft(&mut self, seconds: Option<f64>) {
+        if let Some(s) = seconds.filter(|s| s.is_finite() && *s >= 0.0) {
+            self.server_ttft_s = Some(s);
+        }
+    }
+
     fn openai(&mut self, v: &Value) -> u32 {
+        self.take_server_ttft(v["timings"]["prompt_ms"].as_f64().map(|ms| ms / 1e3));
         let choices = v["choices"]
             .as_array()
             .map(Vec::as_slice)
@@ -506,6 +524,7 @@ mod fast {
 
     #[derive(serde::Deserialize, Default)]
     pub struct Meta<'a> {
+        pub first_token_latency: Option<f64>,
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
         pub cached_tokens: Option<u64>,
@@ -519,6 +538,13 @@ mod fast {
         #[serde(borrow)]
         pub choices: Option<Vec<Obj<Choice<'a>>>>,
         pub usage: Option<Obj<Usage>>,
+        /// llama.cpp's timings on the final chunk.
+        pub timings: Option<Obj<Timings>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub struct Timings {
+        pub prompt_ms: Option<f64>,
     }
 
     #[derive(serde::Deserialize)]

@@ -2,9 +2,9 @@
 //!
 //! The hot loop only reads and stamps: `Instant::now()` is taken as each network read completes,
 //! before any framing or JSON parsing, and events inherit the stamp of the read that completed
-//! them. Offsets count from the moment the request's last byte was written to its connection
-//! (the socket records it), so the client's own queue, the body's encoding and any connect
-//! are outside TTFT.
+//! them. Offsets count from the start of the write that handed the request's last byte to its
+//! connection (the socket records it, stamped before the call, so never later than the
+//! bytes), so the client's own queue, the body's encoding and any connect are outside TTFT.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -97,8 +97,10 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
     m.connect_s = ex.connect_s;
     m.connection = ex.how;
     m.first_attempt = ex.first_attempt;
-    if let (Some(first), Some(last)) = (ex.wire.first_write, ex.wire.last_write) {
-        m.write_s = Some(last.saturating_duration_since(first).as_secs_f64());
+    // From the first write's start to the last write's end: the whole write, however long
+    // the client was descheduled within it.
+    if let (Some(first), Some(done)) = (ex.wire.first_write, ex.wire.last_write_done) {
+        m.write_s = Some(done.saturating_duration_since(first).as_secs_f64());
     }
     let t0 = ex.wire.last_write.unwrap_or_else(Instant::now);
     m.sent_at = scheduled.unix_at(t0);
@@ -308,6 +310,7 @@ fn take_read(
 fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.prompt_tokens = parser.prompt_tokens;
     m.cached_tokens = parser.cached_tokens;
+    m.server_ttft_s = parser.server_ttft_s;
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.chunk_tokens = parser.chunk_tokens();
@@ -393,6 +396,7 @@ impl Measured {
             prompt_tokens: None,
             completion_tokens: None,
             cached_tokens: None,
+            server_ttft_s: None,
             token_source: TokenSource::ChunkCount,
             chunk_tokens: ChunkTokens::Exact,
             finish_reason: None,

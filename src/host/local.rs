@@ -450,6 +450,15 @@ impl ServerProcess for LocalServer {
         Box::pin(async move { self.process.exit_status().is_some() })
     }
 
+    fn exit_signal(&mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let status = self.process.exit_status()?;
+        // The supervisor leading the group exits 128 + N when signal N ended the server.
+        status
+            .signal()
+            .or_else(|| status.code().filter(|c| (129..=192).contains(c)).map(|c| c - 128))
+    }
+
     fn sync_log(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }

@@ -300,6 +300,12 @@ pub trait ServerProcess: Send {
         Box::pin(async { None })
     }
 
+    /// Once it has exited: the signal that ended it (9 for SIGKILL), when one did and the host
+    /// can tell. None when it exited by itself.
+    fn exit_signal(&mut self) -> Option<i32> {
+        None
+    }
+
     /// For a multi-node server that exited: the rank whose failure brought it down (its log
     /// holds the cause). None for a single process.
     fn failed_rank(&self) -> Option<FailedRank> {

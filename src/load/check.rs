@@ -1,6 +1,9 @@
-//! What `validate` checks of a trace replay: what [`trace::read`] would refuse when the point
-//! starts (the file missing, unreadable, over its byte budget, a line that does not parse,
-//! no requests), reported at the spec's `load.trace.file`.
+//! What `validate` checks of a `load:` point's schedule: what [`Schedule::of`] would refuse
+//! when the point starts, reported at the spec's field that causes it. A trace file is read
+//! through once, without keeping its lines (the file missing, not a regular file, over its
+//! byte or line budget, a line that does not parse, no requests, a span past a schedule's);
+//! a rate or ramp's schedule is counted as the run would count it (`rate: inf` without a
+//! count, more than [`SCHEDULE_LIMIT`] requests, a request due past [`MAX_SPAN_S`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -11,37 +14,105 @@ use crate::spec::load_model::LoadKind;
 use crate::spec::types::Experiment;
 use crate::spec::validate::{Problem, Target};
 
-use super::trace::{self, TraceError};
+use super::schedule::{MAX_SPAN_S, SCHEDULE_LIMIT, Schedule, ScheduleError};
+use super::trace::{self, TraceError, TraceSummary};
 
-/// [`Check`] of trace files. Each file is read once, however many points replay it.
+/// [`Check`] of load schedules. Each trace file is read once, however many points replay it.
 #[derive(Debug, Default)]
-pub struct TraceCheck {
-    /// A file's full path to its problem (`None`: it reads).
-    files: RefCell<HashMap<PathBuf, Option<(String, String)>>>,
+pub struct ScheduleCheck {
+    /// A trace's full path to what it holds, or its problem.
+    files: RefCell<HashMap<PathBuf, Result<TraceSummary, (String, String)>>>,
 }
 
-impl Check for TraceCheck {
+impl Check for ScheduleCheck {
     fn check(&self, experiment: &Experiment, spec_dir: &Path) -> Vec<Problem> {
         let Some(load) = &experiment.load else {
             return Vec::new();
         };
-        let (LoadKind::Trace, Some(t)) = (load.kind, &load.trace) else {
-            return Vec::new();
+        let problem = |pointer: &str, (message, hint): (String, String)| Problem {
+            pointer: pointer.into(),
+            target: Target::Value,
+            message,
+            hint: Some(hint),
         };
-        let full = spec_dir.join(&t.file);
-        self.files
-            .borrow_mut()
-            .entry(full.clone())
-            .or_insert_with(|| trace::read(&full).err().map(described))
-            .clone()
-            .map(|(message, hint)| Problem {
-                pointer: "/load/trace/file".into(),
-                target: Target::Value,
-                message,
-                hint: Some(hint),
-            })
-            .into_iter()
-            .collect()
+        match (load.kind, &load.trace) {
+            (LoadKind::Sessions, _) => Vec::new(),
+            (LoadKind::Trace, Some(t)) => {
+                let full = spec_dir.join(&t.file);
+                let summary = self
+                    .files
+                    .borrow_mut()
+                    .entry(full.clone())
+                    .or_insert_with(|| trace::summarize(&full).map_err(described))
+                    .clone();
+                match summary {
+                    Err(found) => vec![problem("/load/trace/file", found)],
+                    Ok(s) if s.span_s * t.time_scale > MAX_SPAN_S => vec![problem(
+                        "/load/trace/file",
+                        (
+                            format!(
+                                "the trace spans {} from its first arrival to its last (at time_scale {}), longer than a schedule may span ({})",
+                                crate::text::duration(s.span_s * t.time_scale),
+                                t.time_scale,
+                                crate::text::duration(MAX_SPAN_S)
+                            ),
+                            "cut the trace, or lower `load.trace.time_scale`".into(),
+                        ),
+                    )],
+                    // Its phases are checked with the schedule at the point's start (they
+                    // need the lines, which are not kept here).
+                    Ok(_) => Vec::new(),
+                }
+            }
+            (LoadKind::Trace, None) => Vec::new(),
+            _ => match Schedule::of(experiment, spec_dir) {
+                Ok(_) => Vec::new(),
+                Err(e) => vec![problem(pointer(&e), schedule_described(e))],
+            },
+        }
+    }
+}
+
+/// The spec field a schedule's problem comes from.
+fn pointer(e: &ScheduleError) -> &'static str {
+    match e {
+        ScheduleError::UnboundedInf => "/load/rate",
+        ScheduleError::PhaseTooLong { field, .. } => match *field {
+            "warmup.duration" => "/warmup/duration",
+            "cooldown.duration" => "/cooldown/duration",
+            "load.ramp.over" => "/load/ramp/over",
+            _ => "/stop/duration",
+        },
+        ScheduleError::TooLong | ScheduleError::TooLate { .. } => "/stop",
+        ScheduleError::Trace(_) => "/load/trace/file",
+        ScheduleError::NotLoad => "/load",
+    }
+}
+
+/// A schedule's problem and a hint at the fix.
+fn schedule_described(e: ScheduleError) -> (String, String) {
+    let hint = match &e {
+        ScheduleError::Trace(_) => return described_trace(e),
+        ScheduleError::UnboundedInf => "add `stop: { requests: 500 }`: `rate: inf` sends that many at once",
+        ScheduleError::TooLong => "lower `stop.duration` or the rate, or set `stop.requests`",
+        ScheduleError::PhaseTooLong { .. } | ScheduleError::TooLate { .. } => {
+            "a point lasts hours at most: shorten it, or raise the rate"
+        }
+        ScheduleError::NotLoad => "give the `load:` block its parameters",
+    };
+    let message = match &e {
+        ScheduleError::TooLong => format!(
+            "the schedule would hold more than {SCHEDULE_LIMIT} requests"
+        ),
+        _ => e.to_string(),
+    };
+    (message, hint.into())
+}
+
+fn described_trace(e: ScheduleError) -> (String, String) {
+    match e {
+        ScheduleError::Trace(t) => described(t),
+        other => (other.to_string(), String::new()),
     }
 }
 
@@ -55,7 +126,10 @@ fn described(e: TraceError) -> (String, String) {
         TraceError::Line { .. } => {
             "each line is an object like {\"at\": 0.5, \"input_tokens\": 512, \"output_tokens\": 128} (or Mooncake's timestamp, input_length, output_length)"
         }
-        TraceError::TooLarge { .. } => "replay a part of the trace: cut it to fewer lines",
+        TraceError::TooLarge { .. } | TraceError::TooManyLines { .. } => {
+            "replay a part of the trace: cut it to fewer lines"
+        }
+        TraceError::NotAFile { .. } => "give a regular file: one JSON object a line",
         TraceError::Empty { .. } => "write one request a line: {\"at\": 0.5}",
     };
     (e.to_string(), hint.to_string())

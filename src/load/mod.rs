@@ -12,6 +12,6 @@ pub mod pacer;
 pub mod schedule;
 pub mod trace;
 
-pub use check::TraceCheck;
-pub use pacer::Pacer;
+pub use check::ScheduleCheck;
+pub use pacer::{Pacer, PacerError};
 pub use schedule::{Schedule, ScheduleError, Scheduled};

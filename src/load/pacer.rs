@@ -19,12 +19,26 @@ use tokio::sync::mpsc;
 /// A running pacer. Dropping it (or [`Pacer::stop`]) stops releasing.
 pub struct Pacer {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), PacerError>>>,
+    /// How the thread ended, once joined.
+    ended: Option<Result<(), PacerError>>,
+}
+
+/// Why the pacer thread ended before its schedule did.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PacerError {
+    /// An offset no clock can wait for (past what `Instant` holds, or not a number).
+    #[error("request {index} is due {at_s} s after the start, which cannot be waited for")]
+    Unwaitable { index: usize, at_s: f64 },
+    /// The thread panicked.
+    #[error("it panicked: {0}")]
+    Panicked(String),
 }
 
 impl Pacer {
     /// Releases index `i` on the returned channel at `start + offsets[i]` (offsets in
-    /// seconds, non-decreasing). The channel closes after the last one or on `stop`.
+    /// seconds, non-decreasing). The channel closes after the last one, on `stop`, or when
+    /// the thread ends early ([`Pacer::stop`] then says why).
     pub fn start(
         start: Instant,
         offsets: impl Iterator<Item = f64> + Send + 'static,
@@ -36,35 +50,50 @@ impl Pacer {
             .name("servebench-pacer".into())
             .spawn(move || {
                 precise_sleeps();
-                for (i, at) in offsets.enumerate() {
-                    let deadline = start + Duration::from_secs_f64(at.max(0.0));
-                    if !wait_until(deadline, &stopped) || tx.send(i).is_err() {
-                        return;
+                for (index, at_s) in offsets.enumerate() {
+                    let deadline = Duration::try_from_secs_f64(at_s.max(0.0))
+                        .ok()
+                        .and_then(|d| start.checked_add(d))
+                        .ok_or(PacerError::Unwaitable { index, at_s })?;
+                    if !wait_until(deadline, &stopped) || tx.send(index).is_err() {
+                        return Ok(());
                     }
                 }
+                Ok(())
             })
             .expect("the OS starts a thread");
         (
             Pacer {
                 stop,
                 thread: Some(thread),
+                ended: None,
             },
             rx,
         )
     }
 
-    /// Stops releasing; requests already released are the caller's.
-    pub fn stop(&mut self) {
+    /// Stops releasing (requests already released are the caller's) and says how the thread
+    /// ended: Err when it died or gave up before its schedule's end. Called again, it says
+    /// the same.
+    pub fn stop(&mut self) -> Result<(), PacerError> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            self.ended = Some(t.join().unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                Err(PacerError::Panicked(message))
+            }));
         }
+        self.ended.clone().unwrap_or(Ok(()))
     }
 }
 
 impl Drop for Pacer {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.stop();
     }
 }
 
@@ -114,7 +143,30 @@ mod tests {
     async fn stop_ends_the_release() {
         let (mut pacer, mut rx) = Pacer::start(Instant::now(), [0.0, 3600.0].into_iter());
         assert_eq!(rx.recv().await, Some(0));
-        pacer.stop();
+        assert_eq!(pacer.stop(), Ok(()));
         assert_eq!(rx.recv().await, None);
+    }
+
+    #[tokio::test]
+    async fn an_offset_past_every_clock_ends_the_release_and_says_so() {
+        // 1e19 s is past what a Duration holds: once, it panicked the thread.
+        let (mut pacer, mut rx) = Pacer::start(Instant::now(), [0.0, 1e19, 2e19].into_iter());
+        assert_eq!(rx.recv().await, Some(0));
+        assert_eq!(rx.recv().await, None);
+        assert_eq!(
+            pacer.stop(),
+            Err(PacerError::Unwaitable {
+                index: 1,
+                at_s: 1e19
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_thread_that_panics_is_reported() {
+        let offsets = (0..3).map(|i| if i < 2 { 0.0 } else { panic!("made to fail") });
+        let (mut pacer, mut rx) = Pacer::start(Instant::now(), offsets);
+        while rx.recv().await.is_some() {}
+        assert_eq!(pacer.stop(), Err(PacerError::Panicked("made to fail".into())));
     }
 }

@@ -16,6 +16,10 @@ use super::trace::{self, TraceError};
 /// Most requests one schedule holds (80 MB of schedule; 1,000 req/s for almost three hours).
 pub const SCHEDULE_LIMIT: usize = 10_000_000;
 
+/// Longest a schedule may span, seconds (a week): a request due later would be waited for
+/// by a run no one watches, and a span of centuries (a trace's wild timestamp) forever.
+pub const MAX_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
+
 /// One request's place in the schedule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Scheduled {
@@ -66,6 +70,19 @@ pub enum ScheduleError {
     TooLong,
     #[error("`rate: inf` sends everything at once: give `stop.requests` (how many)")]
     UnboundedInf,
+    #[error(
+        "`{field}` is {}, longer than a schedule may span ({}); give a shorter one",
+        crate::text::duration(*.seconds),
+        crate::text::duration(MAX_SPAN_S)
+    )]
+    PhaseTooLong { field: &'static str, seconds: f64 },
+    #[error(
+        "request {index} would be due {} after the point's start, later than a schedule may span ({}); {}",
+        crate::text::duration(*.at_s),
+        crate::text::duration(MAX_SPAN_S),
+        if *.traced { "cut the trace, or lower `load.trace.time_scale`" } else { "shorten `stop.duration`, or raise the rate" }
+    )]
+    TooLate { index: usize, at_s: f64, traced: bool },
     #[error(transparent)]
     Trace(#[from] TraceError),
 }
@@ -78,6 +95,17 @@ impl Schedule {
     pub fn of(exp: &Experiment, spec_dir: &Path) -> Result<Schedule, ScheduleError> {
         let load = exp.load.as_ref().ok_or(ScheduleError::NotLoad)?;
         let stop = exp.stop.clone().unwrap_or_default();
+        let phase_limits = [
+            ("warmup.duration", exp.warmup.as_ref().and_then(|w| w.duration)),
+            ("stop.duration", stop.duration),
+            ("cooldown.duration", exp.cooldown.as_ref().and_then(|c| c.duration)),
+            ("load.ramp.over", load.ramp.as_ref().map(|r| r.over)),
+        ];
+        for (field, d) in phase_limits {
+            if let Some(seconds) = d.map(|d| d.as_secs_f64()).filter(|&s| s > MAX_SPAN_S) {
+                return Err(ScheduleError::PhaseTooLong { field, seconds });
+            }
+        }
         let phases = Phases::new(
             exp.warmup.clone().unwrap_or_default(),
             stop,
@@ -156,6 +184,13 @@ impl Schedule {
         for s in schedule.iter() {
             if len >= SCHEDULE_LIMIT {
                 return Err(ScheduleError::TooLong);
+            }
+            if s.at_s.is_nan() || s.at_s > MAX_SPAN_S {
+                return Err(ScheduleError::TooLate {
+                    index: len,
+                    at_s: s.at_s,
+                    traced,
+                });
             }
             len += 1;
             measured += usize::from(s.phase == Phase::Measure);
@@ -426,6 +461,39 @@ mod tests {
         let at: Vec<f64> = s.iter().map(|r| r.at_s).collect();
         assert_eq!(at, [0.0, 0.5, 1.0]);
         assert_eq!(s[2].max_tokens, Some(9));
+    }
+
+    #[test]
+    fn a_schedule_past_a_week_is_refused_before_it_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        // A wild timestamp 1e19 s after the first: it once panicked the pacer mid-point.
+        std::fs::write(dir.path().join("t.jsonl"), "{\"at\": 0}\n{\"at\": 1e19}\n").unwrap();
+        let trace = exp(serde_json::json!({
+            "load": {"kind": "trace", "trace": {"file": "t.jsonl"}},
+        }));
+        let e = Schedule::of(&trace, dir.path()).unwrap_err();
+        assert!(
+            matches!(e, ScheduleError::TooLate { index: 1, traced: true, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("cut the trace"), "{e}");
+        // A stop of 100,000,000 hours is refused by its value, before any arrival is made.
+        let long = exp(serde_json::json!({
+            "load": {"kind": "rate", "rate": 1},
+            "stop": {"duration": "100000000h"},
+        }));
+        let e = Schedule::of(&long, Path::new(".")).unwrap_err();
+        assert!(
+            matches!(e, ScheduleError::PhaseTooLong { field: "stop.duration", .. }),
+            "{e}"
+        );
+        // At a slow rate, requests a day apart: the eighth is past a week.
+        let slow = exp(serde_json::json!({
+            "load": {"kind": "rate", "rate": 0.0000115, "arrival": "constant"},
+            "stop": {"requests": 20},
+        }));
+        let e = Schedule::of(&slow, Path::new(".")).unwrap_err();
+        assert!(matches!(e, ScheduleError::TooLate { index: 7, traced: false, .. }), "{e}");
     }
 
     /// Kolmogorov-Smirnov distance of `gaps` from an exponential distribution of `rate`.

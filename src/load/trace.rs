@@ -19,6 +19,9 @@ pub struct TraceEntry {
     pub output_tokens: Option<u32>,
 }
 
+/// Most lines (requests) a trace may hold: one schedule's limit.
+pub const TRACE_LINE_LIMIT: usize = super::schedule::SCHEDULE_LIMIT;
+
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -35,22 +38,62 @@ pub enum TraceError {
     },
     #[error("trace {path} is larger than {limit} bytes; cut it, or replay part of it")]
     TooLarge { path: PathBuf, limit: u64 },
+    #[error("trace {path} has more than {TRACE_LINE_LIMIT} requests (one schedule's limit)")]
+    TooManyLines { path: PathBuf },
+    /// A directory, FIFO, device or socket: reading one could block forever or never end.
+    #[error("trace {path} is {kind}, not a regular file")]
+    NotAFile { path: PathBuf, kind: &'static str },
     #[error("trace {path} has no requests")]
     Empty { path: PathBuf },
 }
 
 /// Reads a trace file. Times are made relative to the earliest arrival and sorted.
 pub fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
+    let mut entries = Vec::new();
+    scan(path, |e| entries.push(e))?;
+    entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let first = entries[0].at_s;
+    for e in &mut entries {
+        e.at_s -= first;
+    }
+    Ok(entries)
+}
+
+/// What a trace holds, read without keeping its lines (what `validate` needs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TraceSummary {
+    pub requests: usize,
+    /// Seconds from its earliest arrival to its latest (before the time scale).
+    pub span_s: f64,
+}
+
+/// Reads a trace file through, checking every line as [`read`] does, in memory that does not
+/// grow with its length.
+pub fn summarize(path: &Path) -> Result<TraceSummary, TraceError> {
+    let (mut requests, mut first, mut last) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
+    scan(path, |e| {
+        requests += 1;
+        first = first.min(e.at_s);
+        last = last.max(e.at_s);
+    })?;
+    Ok(TraceSummary {
+        requests,
+        span_s: last - first,
+    })
+}
+
+/// Every line of the trace at `path`, parsed, to `visit`; refuses what is not a regular file
+/// (before opening it: opening a FIFO blocks until a writer comes), past its byte or line
+/// budget, a bad line, or no line at all.
+fn scan(path: &Path, mut visit: impl FnMut(TraceEntry)) -> Result<(), TraceError> {
+    let file = open_regular(path)?;
     let io = |source| TraceError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
     let mut reader = BufReader::new(file.take(TRACE_BYTE_LIMIT + 1));
-    let mut entries = Vec::new();
     let mut line = String::new();
-    let mut read_bytes = 0u64;
-    let mut number = 0;
+    let (mut read_bytes, mut number, mut requests) = (0u64, 0usize, 0usize);
     loop {
         line.clear();
         let n = reader.read_line(&mut line).map_err(io)?;
@@ -74,19 +117,73 @@ pub fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
             line: number,
             message,
         })?;
-        entries.push(entry);
+        requests += 1;
+        if requests > TRACE_LINE_LIMIT {
+            return Err(TraceError::TooManyLines {
+                path: path.to_path_buf(),
+            });
+        }
+        visit(entry);
     }
-    if entries.is_empty() {
+    if requests == 0 {
         return Err(TraceError::Empty {
             path: path.to_path_buf(),
         });
     }
-    entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-    let first = entries[0].at_s;
-    for e in &mut entries {
-        e.at_s -= first;
+    Ok(())
+}
+
+/// The trace file opened for reading, if it is a regular file within the byte budget: looked
+/// at before opening, opened non-blocking (in case it was replaced by a FIFO since), and
+/// looked at again.
+fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let check = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(TraceError::NotAFile {
+                path: path.to_path_buf(),
+                kind: file_kind(meta),
+            });
+        }
+        if meta.len() > TRACE_BYTE_LIMIT {
+            return Err(TraceError::TooLarge {
+                path: path.to_path_buf(),
+                limit: TRACE_BYTE_LIMIT,
+            });
+        }
+        Ok(())
+    };
+    check(&std::fs::metadata(path).map_err(io)?)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    check(&file.metadata().map_err(io)?)?;
+    Ok(file)
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
     }
-    Ok(entries)
 }
 
 /// The longest output a trace line may ask for (as datasets: `prompt::dataset`).
@@ -193,6 +290,33 @@ mod tests {
             e.contains("t.jsonl:2: output length 1000001 is over 1000000 tokens"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Opened, this would block until a writer came: it is refused first.
+        let e = summarize(&fifo).unwrap_err().to_string();
+        assert!(e.contains("is a FIFO (named pipe), not a regular file"), "{e}");
+        // /dev/zero never ends: refused without reading 256 MB of it.
+        let started = std::time::Instant::now();
+        let e = read(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(e.contains("a character device"), "{e}");
+        assert!(started.elapsed().as_secs_f64() < 0.5);
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_summary_counts_and_spans_without_keeping_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, "{\"at\": 5}\n{\"at\": 2}\n\n{\"at\": 9.5}\n").unwrap();
+        let s = summarize(&p).unwrap();
+        assert_eq!(s.requests, 3);
+        assert!((s.span_s - 7.5).abs() < 1e-12);
     }
 
     #[test]

@@ -86,7 +86,20 @@ pub struct PointFold {
     done: Finished,
     /// The point's system metrics.
     pub system: SystemFold,
+    /// Measured requests the point plans, when its rounds do not say (an open loop's
+    /// schedule); None: `repeat` x `requests` (or users x turns).
+    expected: Option<usize>,
+    /// Successful requests whose TTFT was shorter than the server's own time to the first
+    /// token, and the one shortest against it: (index, TTFT, the server's, seconds).
+    below_server: usize,
+    worst_below_server: Option<(u32, f64, f64)>,
+    /// Successful requests whose server reported its own time to the first token.
+    server_timed: usize,
 }
+
+/// How much shorter than the server's own time a client TTFT may be before it is called
+/// stamped late: the two clocks' reading grain (seconds).
+const BELOW_SERVER_SLACK_S: f64 = 50e-6;
 
 impl PointFold {
     pub fn new(exp: &Experiment) -> PointFold {
@@ -117,7 +130,16 @@ impl PointFold {
             chunks: ChunkTally::default(),
             done: Finished::default(),
             system: SystemFold::with_caps(exp, values, events),
+            expected: None,
+            below_server: 0,
+            worst_below_server: None,
+            server_timed: 0,
         }
+    }
+
+    /// Says how many measured requests the point plans (an open loop's schedule counts them).
+    pub fn expect(&mut self, requests: usize) {
+        self.expected = Some(requests);
     }
 
     /// Folds one measured record in (records may come in any order).
@@ -131,6 +153,7 @@ impl PointFold {
                 if r.role == RequestRole::Measure {
                     self.done.add(r);
                 }
+                self.check_stamp(r);
             }
             Some(e) => {
                 let kind = self
@@ -157,6 +180,28 @@ impl PointFold {
         let contaminated = self.verify && self.policy.add(r);
         if !contaminated && r.error.is_none() {
             self.add_clean(r);
+        }
+    }
+
+    /// Counts a request whose TTFT is shorter than the server says it took to the first
+    /// token: impossible unless the client stamped its send late.
+    fn check_stamp(&mut self, r: &RequestRecord) {
+        let Some(server) = r.server_ttft_s else {
+            return;
+        };
+        let Some(ttft) = r.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s) else {
+            return;
+        };
+        self.server_timed += 1;
+        if ttft + BELOW_SERVER_SLACK_S < server {
+            self.below_server += 1;
+            let short = server - ttft;
+            if self
+                .worst_below_server
+                .is_none_or(|(_, t, s)| short > s - t)
+            {
+                self.worst_below_server = Some((r.index, ttft, server));
+            }
         }
     }
 
@@ -283,11 +328,25 @@ impl PointFold {
         if exp.concurrency == 1 && exp.load.is_none() {
             flags.extend(spread::spread_flags(&metrics));
         }
+        if let Some((index, ttft, server)) = self.worst_below_server {
+            flags.push(Flag::new(
+                FlagKind::TtftBelowServer,
+                format!(
+                    "{} of {} requests had a TTFT shorter than the server's own time to their first token (request {index}: {:.2} ms, the server's {:.2} ms): the client stamped their send late (descheduled), so those TTFTs are too short",
+                    self.below_server,
+                    self.server_timed,
+                    ttft * 1e3,
+                    server * 1e3
+                ),
+            ));
+        }
         let per_round = match exp.sessions() {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
         };
-        let expected = exp.repeat as usize * per_round;
+        let expected = self
+            .expected
+            .unwrap_or(exp.repeat as usize * per_round);
         let incomplete = interrupted || self.refs < expected;
         if interrupted {
             flags.push(Flag::new(

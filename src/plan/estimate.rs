@@ -348,9 +348,15 @@ pub fn from_model(
                     ),
                     None => (p.clone(), 1),
                 };
-                PointEstimate {
-                    id: p.id.clone(),
-                    seconds: tokens.map(|t| {
+                let seconds = match (&p.experiment.search, p.experiment.open_loop()) {
+                    // An open-loop search: the probes the model's capacity makes it take.
+                    (Some(s), Some(_)) => tokens.and_then(|t| {
+                        model_load_search(&cfg, p, s, t, calibrate, spec_dir)
+                    }),
+                    (None, Some(_)) => tokens.and_then(|t| {
+                        model_load_point(&cfg, &p.experiment, t, calibrate, spec_dir)
+                    }),
+                    _ => tokens.map(|t| {
                         let modelled = model_point(&cfg, &at.experiment, t, calibrate);
                         let one = if probes > 1 {
                             modelled.max(schedule_s(&at.experiment))
@@ -359,6 +365,10 @@ pub fn from_model(
                         };
                         one * probes as f64
                     }),
+                };
+                PointEstimate {
+                    id: p.id.clone(),
+                    seconds,
                 }
             })
             .collect();
@@ -559,6 +569,116 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
     calibration + exp.repeat.max(1) as f64 * (prime + per_round)
 }
 
+/// Model seconds of an open-loop point: its schedule (made as the run makes it, so its
+/// arrivals, phases and count are the run's) replayed through the timing model's continuous
+/// batching ([`replay`]): from the first arrival to the last request's end, so a server that
+/// cannot keep up is paid for its backlog. None when the schedule cannot be made.
+fn model_load_point(
+    cfg: &SimConfig,
+    exp: &Experiment,
+    tokens: u64,
+    calibrate: bool,
+    spec_dir: &Path,
+) -> Option<f64> {
+    let schedule = crate::load::Schedule::of(exp, spec_dir).ok()?;
+    let m = Model::new(cfg);
+    let cap = (cfg.max_running_requests.max(1) as u64)
+        .min(schedule.max_in_flight.map_or(u64::MAX, u64::from))
+        .max(1);
+    let out = exp.workload.output_tokens.nominal().max(1);
+    let served = replay(&m, schedule.iter().map(|s| s.at_s), cap, tokens, out);
+    let calibration = if calibrate && exp.workload.api == crate::spec::types::Api::OpenaiChat {
+        CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
+    } else {
+        0.0
+    };
+    // The pacer's lead before the first arrival (`run::load_point`).
+    Some(calibration + 0.02 + served)
+}
+
+/// Seconds from the first arrival (offsets in seconds, in order) to the end of the last
+/// request, on a server running at most `cap` requests at once: each step admits the
+/// arrivals due (each a full prefill of `tokens`, in chunks) while there is room, then
+/// decodes every running request by a token (or a speculative step's worth).
+fn replay(m: &Model, arrivals: impl Iterator<Item = f64>, cap: u64, tokens: u64, out: u64) -> f64 {
+    let mut arrivals = arrivals.peekable();
+    let (mut t, mut waiting) = (0.0f64, 0u64);
+    // Each running request's output tokens still to come.
+    let mut running: Vec<f64> = Vec::new();
+    let prefill = m.prefill(tokens, 0);
+    let steps_per_token = 1.0 / m.tokens_per_step;
+    loop {
+        while arrivals.next_if(|&at| at <= t).is_some() {
+            waiting += 1;
+        }
+        let room = cap.saturating_sub(running.len() as u64).min(waiting);
+        if room > 0 {
+            t += room as f64 * prefill;
+            waiting -= room;
+            running.extend(std::iter::repeat_n(out as f64, room as usize));
+            continue;
+        }
+        if running.is_empty() {
+            match arrivals.peek() {
+                Some(&at) => t = t.max(at),
+                None => return t,
+            }
+            continue;
+        }
+        let batch = running.len() as u64;
+        let ctx: f64 = running.iter().map(|left| tokens as f64 + (out as f64 - left)).sum();
+        // The batch decodes until its shortest request ends or the next arrival is due,
+        // in one sum: a step at a time would be millions of steps for a long schedule.
+        let step = m.decode_step(batch, ctx as u64);
+        let shortest = running.iter().copied().fold(f64::INFINITY, f64::min);
+        let mut steps = (shortest * steps_per_token).ceil().max(1.0);
+        if let Some(&at) = arrivals.peek()
+            && at > t
+            && (running.len() as u64) < cap
+        {
+            steps = steps.min(((at - t) / step).ceil().max(1.0));
+        }
+        t += steps * step;
+        let done = steps * m.tokens_per_step;
+        running.iter_mut().for_each(|left| *left -= done);
+        running.retain(|&left| left > 1e-9);
+    }
+}
+
+/// Model seconds of an open-loop capacity search: the probes it takes when a probe passes
+/// exactly while its rate is within the model's capacity (the most requests a second its
+/// full batch completes), each probe replayed as [`model_load_point`]; at most its bound of
+/// probes, as the run.
+fn model_load_search(
+    cfg: &SimConfig,
+    p: &Point,
+    s: &crate::spec::search::SearchSpec,
+    tokens: u64,
+    calibrate: bool,
+    spec_dir: &Path,
+) -> Option<f64> {
+    use super::search::{CapacitySearch, Next, Probe};
+    let m = Model::new(cfg);
+    let out = p.experiment.workload.output_tokens.nominal().max(1);
+    let batch = cfg.max_running_requests.max(1) as u64;
+    let capacity = batch as f64 / (batch as f64 * m.prefill(tokens, 0) + m.decode(batch, tokens, out));
+    let mut search = CapacitySearch::new(s.into());
+    let mut total = 0.0;
+    for k in 1..=search_bound(p) {
+        let Next::Probe(value) = search.next() else {
+            break;
+        };
+        let probe = super::search::probe_point(p, s.over, value, k);
+        total += model_load_point(cfg, &probe.experiment, tokens, calibrate && k == 1, spec_dir)?;
+        search.record(Probe {
+            value,
+            passes: value <= capacity,
+            throughput: value.min(capacity),
+        });
+    }
+    Some(total)
+}
+
 /// The simulator's timing model, in seconds.
 struct Model<'a> {
     cfg: &'a SimConfig,
@@ -590,6 +710,14 @@ impl<'a> Model<'a> {
             start += n;
         }
         s
+    }
+
+    /// One decode step of `batch` requests holding `ctx` tokens of context in all.
+    fn decode_step(&self, batch: u64, ctx: u64) -> f64 {
+        self.cfg
+            .profile
+            .decode_time(batch, ctx, self.step_overhead_ms)
+            .as_secs_f64()
     }
 
     /// Decoding `out` tokens for `batch` requests of `tokens`-token prompts, together.

@@ -8,8 +8,10 @@ pub mod pool;
 pub mod render;
 pub mod search;
 
+use std::path::Path;
+
 use crate::spec::Point;
-use crate::spec::types::{Measure, Server};
+use crate::spec::types::{Experiment, Measure, Server};
 
 /// Points that share one server configuration (one launch).
 #[derive(Debug, Clone)]
@@ -49,14 +51,16 @@ impl Plan {
         self.groups.iter().map(|g| g.points.len()).sum()
     }
 
-    /// Measured requests in the whole plan: per point, rounds x requests, and two of them per
-    /// sample for the two-point method (see [`measured_requests`]).
-    pub fn request_count(&self) -> u64 {
+    /// Requests in the whole plan (see [`point_requests`]); `spec_dir` resolves trace files.
+    pub fn request_count(&self, spec_dir: &Path) -> RequestCount {
         self.groups
             .iter()
             .flat_map(|g| &g.points)
-            .map(measured_requests)
-            .sum()
+            .map(|p| point_requests(p, spec_dir))
+            .fold(RequestCount::default(), |a, b| RequestCount {
+                measured: a.measured + b.measured,
+                sent: a.sent + b.sent,
+            })
     }
 
     /// Server launches the plan needs (external servers are not launched).
@@ -68,14 +72,85 @@ impl Plan {
     }
 }
 
-/// The requests a point sends to be measured (the prime request of a warm cache aside): its
-/// `requests` in each of its `repeat` rounds, each a pair (`a` then `b`) under the two-point
-/// method.
-pub fn measured_requests(p: &Point) -> u64 {
-    let e = &p.experiment;
+/// How many requests a point sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestCount {
+    /// Those measured (an open loop's measured phase; the prime of a warm cache aside).
+    pub measured: u64,
+    /// Every one sent: an open loop's warm-up and cool-down too.
+    pub sent: u64,
+}
+
+impl RequestCount {
+    fn times(self, n: u64) -> RequestCount {
+        RequestCount {
+            measured: self.measured * n,
+            sent: self.sent * n,
+        }
+    }
+}
+
+/// The requests a point sends, from its load model: an open loop's schedule (its warm-up,
+/// measured and cool-down requests: rate x stop, a trace's lines), users x turns of sessions,
+/// rounds x requests of a closed loop (a pair each under the two-point method). A capacity
+/// search is bounded by its probes: at most [`search::probe_bound`] of them, each as many as
+/// its probe at that value sends (an open loop's bisections counted at the search's `max`).
+/// An open loop whose schedule cannot be made counts nothing (the run says why).
+pub fn point_requests(p: &Point, spec_dir: &Path) -> RequestCount {
+    let Some(s) = &p.experiment.search else {
+        return one_point_requests(&p.experiment, spec_dir);
+    };
+    let bound = search::probe_bound(&s.into());
+    if p.experiment.open_loop().is_none() {
+        return one_point_requests(&p.experiment, spec_dir).times(bound as u64);
+    }
+    // The doublings from `start` up to `max`, then bisections below the highest.
+    let mut values = Vec::new();
+    let mut v = s.start.max(f64::MIN_POSITIVE);
+    while values.len() < bound {
+        values.push(v.min(s.max));
+        if v >= s.max {
+            break;
+        }
+        v *= 2.0;
+    }
+    values.resize(bound, s.max);
+    values
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            one_point_requests(&search::probe_point(p, s.over, v, k).experiment, spec_dir)
+        })
+        .fold(RequestCount::default(), |a, b| RequestCount {
+            measured: a.measured + b.measured,
+            sent: a.sent + b.sent,
+        })
+}
+
+fn one_point_requests(e: &Experiment, spec_dir: &Path) -> RequestCount {
+    if let Some(s) = e.sessions() {
+        let n = e.repeat as u64 * s.users as u64 * s.turns as u64;
+        return RequestCount {
+            measured: n,
+            sent: n,
+        };
+    }
+    if e.open_loop().is_some() {
+        return match crate::load::Schedule::of(e, spec_dir) {
+            Ok(s) => RequestCount {
+                measured: s.measured() as u64,
+                sent: s.len() as u64,
+            },
+            Err(_) => RequestCount::default(),
+        };
+    }
     let per_sample = match e.method.resolve() {
         Measure::Streaming => 1,
         Measure::TwoPoint { .. } => 2,
     };
-    e.repeat as u64 * e.requests as u64 * per_sample
+    let n = e.repeat as u64 * e.requests as u64 * per_sample;
+    RequestCount {
+        measured: n,
+        sent: n,
+    }
 }

@@ -27,15 +27,22 @@ fn write_plan(
     plan: &Plan,
     estimate: &Result<Estimate, EstimateError>,
 ) -> fmt::Result {
+    let spec_dir = spec.path.parent().unwrap_or(std::path::Path::new(""));
+    let requests = plan.request_count(spec_dir);
+    let unmeasured = if requests.sent > requests.measured {
+        format!(" ({} sent with warm-up and cool-down)", requests.sent)
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "{}: {}, {}, {}, {}",
+        "{}: {}, {}, {}, {}{unmeasured}",
         spec.name,
         count_s(plan.point_count(), "point"),
         count_s(plan.groups.len(), "server group"),
         count(plan.launches(), "launch", "launches"),
         count(
-            plan.request_count() as usize,
+            requests.measured as usize,
             "measured request",
             "measured requests"
         )
@@ -107,6 +114,18 @@ fn write_plan(
                         Some(_) => "an open-loop point at the probed rate".to_string(),
                         None => format!("{samples} x {}", count_s(e.repeat as usize, "round")),
                     },
+                    e.cache.policy
+                )?;
+                continue;
+            }
+            if e.open_loop().is_some() {
+                let n = super::point_requests(p, spec_dir);
+                writeln!(
+                    out,
+                    "  {}  open loop: {} measured of {} sent, cache {}{time}",
+                    p.label(),
+                    count_s(n.measured as usize, "request"),
+                    n.sent,
                     e.cache.policy
                 )?;
                 continue;
@@ -339,7 +358,7 @@ estimate: ~6m 04s from a test; not counted, no estimate for: p004
         let spec = spec("method: two-point\nrepeat: 2\n");
         let plan = Plan::new(&spec.points);
         // 4 points x 2 rounds x 3 pairs x 2 requests.
-        assert_eq!(plan.request_count(), 48);
+        assert_eq!(plan.request_count(std::path::Path::new(".")).measured, 48);
         let text = render(&spec, &plan, &Ok(estimate(&plan)));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(

@@ -178,8 +178,9 @@ pub struct RequestRecord {
     pub index: u32,
     pub role: RequestRole,
     pub api: Api,
-    /// Unix time (seconds) when the request's last byte was written to its connection (handed to
-    /// the kernel): TTFT, chunk offsets and `end_s` count from here, so neither the client's own
+    /// Unix time (seconds) when the write that handed the request's last byte to its connection
+    /// began (stamped before the call, so never later than the bytes): TTFT, chunk offsets
+    /// and `end_s` count from here, so neither the client's own
     /// queue, body encoding nor a TCP handshake is in them. When no byte was written (connect
     /// failure), the time the request gave up. Older records: taken just before sending.
     pub sent_at: f64,
@@ -188,8 +189,9 @@ pub struct RequestRecord {
     /// records that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_at: Option<f64>,
-    /// Seconds from the first byte of the request written to the last (a long prompt's body
-    /// takes a while); not part of TTFT. None when nothing was written, and in older records.
+    /// Seconds from the start of the request's first write to the end of its last (a long
+    /// prompt's body takes a while; a client descheduled inside a write shows here); not part
+    /// of TTFT. None when nothing was written, and in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_s: Option<f64>,
     /// Seconds the TCP connect of this request's connection took, when it was opened for this
@@ -228,6 +230,12 @@ pub struct RequestRecord {
     /// (OpenAI APIs without `--enable-cache-report`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
+    /// Seconds the server itself says it took to the first token, where it reports one
+    /// (llama.cpp: `timings.prompt_ms`, its prompt processing; SGLang:
+    /// `meta_info.first_token_latency`). A TTFT shorter than this was stamped late by the
+    /// client (flagged `ttft-below-server`). None when the server does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_ttft_s: Option<f64>,
     pub token_source: TokenSource,
     /// Whether each chunk's `tokens` is the server's count or one assumed per non-empty chunk.
     /// None in records that predate it: see [`RequestRecord::chunk_tokens`].
@@ -449,6 +457,7 @@ impl RequestRecord {
             prompt_tokens: None,
             completion_tokens: None,
             cached_tokens: None,
+            server_ttft_s: None,
             token_source: TokenSource::MetaInfo,
             chunk_tokens: None,
             finish_reason: None,

@@ -28,6 +28,8 @@ pub enum LaunchEnd {
     Aborted(String),
     /// The host cannot be reached any more.
     HostLost(String),
+    /// A server servebench did not start (`url:`) stopped answering: it cannot be relaunched.
+    ServerLost(String),
 }
 
 impl LaunchEnd {
@@ -39,6 +41,7 @@ impl LaunchEnd {
             LaunchEnd::Interrupted => "interrupted",
             LaunchEnd::Aborted(_) => "aborted after a crash",
             LaunchEnd::HostLost(_) => "the host connection was lost",
+            LaunchEnd::ServerLost(_) => "the server stopped answering",
             LaunchEnd::Finished => "group finished",
         }
     }
@@ -166,7 +169,8 @@ impl Launch<'_, '_> {
                 || ["connect", "reset", "incomplete"]
                     .iter()
                     .any(|k| record.error_kinds.contains_key(*k))
-                || record.has_flag(&FlagKind::CalibrationFailed));
+                || record.has_flag(&FlagKind::CalibrationFailed)
+                || record.has_flag(&FlagKind::ServerLost));
         let grace = if suspicious {
             Duration::from_secs(3)
         } else {
@@ -176,12 +180,16 @@ impl Launch<'_, '_> {
         if let Some(cause) = handle.crashed_within(grace).await {
             let tail = handle.log_tail(2000);
             let msg = format!(
-                "the server died during this point{}: {} ({})",
+                "the server died during this point{}: {}{} ({})",
                 handle
                     .crash_origin()
                     .map(|o| format!(" ({o})"))
                     .unwrap_or_default(),
                 cause.label(),
+                handle
+                    .exit_note()
+                    .map(|n| format!(", {n}"))
+                    .unwrap_or_default(),
                 crate::engine::explain(handle.engine, cause)
             );
             record.flags.push(Flag::new(
@@ -199,6 +207,29 @@ impl Launch<'_, '_> {
             handle.record.outcome = Some(format!("crashed: {}", cause.label()));
             crashed = Some(cause);
         }
+        // A server servebench did not start cannot be watched: after a point that could not
+        // reach it, ask it; gone, the point says so and the rest of the group is not sent.
+        let mut lost = None;
+        if crashed.is_none()
+            && suspicious
+            && let Err(why) = handle.answers(&point.experiment.server).await
+        {
+            let msg = format!(
+                "the server at {} stopped answering during this point ({why})",
+                handle.url
+            );
+            // First, so the point's reason is the lost server, not what it caused.
+            record.flags.insert(0, Flag::new(FlagKind::ServerLost, msg.clone()));
+            record.incomplete = true;
+            record.status = Some(if record.ok > 0 {
+                PointStatus::Degraded
+            } else {
+                PointStatus::Failed
+            });
+            record.failure = Some(crate::catalog::Failure::Lost.label().to_string());
+            tally.problems.push(format!("{}: {msg}", record.id));
+            lost = Some(msg);
+        }
         if record.ok > 0 {
             tally.measured_points += 1;
         }
@@ -209,6 +240,9 @@ impl Launch<'_, '_> {
         append_point(cx.run_dir, cx.progress, &record)?;
         if outcome.interrupted || cx.interrupt.is_set() {
             return Ok(Some(One::End(LaunchEnd::Interrupted)));
+        }
+        if let Some(msg) = lost {
+            return Ok(Some(One::End(LaunchEnd::ServerLost(msg))));
         }
         if let Some(cause) = crashed {
             return Ok(Some(One::End(

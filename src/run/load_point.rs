@@ -58,6 +58,7 @@ impl PointRunner {
         let mut observed = Observed::default();
         let omitted_is_zero = self.cached_omitted_is_zero();
         let measured_total = schedule.measured();
+        fold.expect(measured_total);
         observed.offered_req_s = offered_rate(schedule);
         prepare(client, connections_ahead(schedule)).await;
 
@@ -79,7 +80,10 @@ impl PointRunner {
         // Requests made so far (the next one made is this index).
         let mut made = 0usize;
         let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
-        loop {
+        let gone = super::point::ServerGone::default();
+        // Checked at every turn (a `continue` included): with nothing left to release or to
+        // join, every branch below would be disabled.
+        while releasing || !tasks.is_empty() {
             tokio::select! {
                 next = due.recv(), if releasing => match next {
                     Some(i) => {
@@ -101,6 +105,7 @@ impl PointRunner {
                         );
                         let (share, mix) = (p.share, p.mix);
                         let scheduled_at = start_unix + s.at_s;
+                        let gone = gone.clone();
                         tasks.spawn(async move {
                             // A request due while the cap is reached waits here: its lag says so.
                             let _permit = match &slots {
@@ -120,6 +125,7 @@ impl PointRunner {
                             fill_omitted_cached(&mut rec, omitted_is_zero);
                             let written = sink(&rec).is_ok();
                             progress.request_finished();
+                            gone.judge(&client, &rec).await;
                             rec.drop_detail();
                             written.then_some(rec)
                         });
@@ -127,7 +133,19 @@ impl PointRunner {
                     None => releasing = false,
                 },
                 done = tasks.join_next(), if !tasks.is_empty() => {
-                    let Some(Ok(Some(rec))) = done else { continue };
+                    let rec = match done {
+                        Some(Ok(Some(rec))) => rec,
+                        // Not written (the sink has stopped the run), or aborted by an interrupt.
+                        Some(Ok(None)) | None => continue,
+                        Some(Err(e)) => {
+                            if let Some(flag) = super::point::task_died(e) {
+                                flags.push(flag);
+                                let _ = pacer.stop();
+                                releasing = false;
+                            }
+                            continue;
+                        }
+                    };
                     match rec.phase {
                         Some(Phase::Measure) => {
                             finished += 1;
@@ -143,11 +161,16 @@ impl PointRunner {
                             observed.unmeasured.add(&rec);
                         }
                     }
+                    if releasing && gone.is_set() {
+                        let _ = pacer.stop();
+                        releasing = false;
+                        flags.push(gone.flag(made, schedule.len()));
+                    }
                     if releasing
                         && let Some(b) = &budget
                         && !b.allows(failed, measured_total.max(finished))
                     {
-                        pacer.stop();
+                        let _ = pacer.stop();
                         releasing = false;
                         observed.stopped_on_errors = true;
                         flags.push(Flag::new(
@@ -158,16 +181,20 @@ impl PointRunner {
                 },
                 _ = self.interrupt.wait(), if !stopped => {
                     stopped = true;
-                    pacer.stop();
+                    let _ = pacer.stop();
                     releasing = false;
                     tasks.abort_all();
                 },
             }
-            if !releasing && tasks.is_empty() {
-                break;
-            }
         }
-        pacer.stop();
+        // The pacer thread ended: by its schedule's end, a stop, or by dying. A dead pacer
+        // released only part of the schedule: that is no measurement of it.
+        if let Err(died) = pacer.stop() {
+            flags.push(Flag::new(
+                FlagKind::ClientFailed,
+                format!("the pacer thread died ({died}) after releasing {made} of {} requests; the rest were never sent", schedule.len()),
+            ));
+        }
         let elapsed = wall.elapsed().as_secs_f64();
         if let (Some(a), Some(b)) = (cpu_before, cpu_seconds())
             && elapsed > 0.0

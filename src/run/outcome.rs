@@ -35,7 +35,15 @@ pub fn settle(points: &[PointRecord], planned: usize, stopped: Option<&str>) -> 
     let mut counts = PointCounts::default();
     let mut failed = Vec::new();
     let mut degraded = Vec::new();
+    // Points during which the server was lost (it died, or stopped answering): whatever
+    // they kept, the run did not measure what it planned (README: exit 1).
+    let mut lost = Vec::new();
     for p in points {
+        if p.status() != PointStatus::Failed
+            && let Some(cause) = &p.failure
+        {
+            lost.push(format!("{} (server {cause})", p.id));
+        }
         match p.status() {
             PointStatus::Ok => counts.ok += 1,
             PointStatus::Degraded => {
@@ -67,6 +75,12 @@ pub fn settle(points: &[PointRecord], planned: usize, stopped: Option<&str>) -> 
             failed.join("; ")
         ));
     }
+    if !lost.is_empty() {
+        reasons.push(format!(
+            "the server was lost during {}",
+            lost.join("; ")
+        ));
+    }
     if !degraded.is_empty() {
         reasons.push(format!(
             "{} of {} degraded: {}",
@@ -80,7 +94,7 @@ pub fn settle(points: &[PointRecord], planned: usize, stopped: Option<&str>) -> 
         RunStatus::Incomplete
     } else if with_numbers == 0 {
         RunStatus::Failed
-    } else if counts.failed > 0 {
+    } else if counts.failed > 0 || !lost.is_empty() {
         RunStatus::Incomplete
     } else if counts.degraded > 0 {
         RunStatus::Degraded
@@ -179,6 +193,20 @@ mod tests {
         assert_eq!(
             none.reason.as_deref(),
             Some("1 of 1 point failed: p001 (all 8 requests failed)")
+        );
+    }
+
+    #[test]
+    fn a_server_lost_during_a_point_makes_the_run_incomplete_whatever_it_kept() {
+        // The README's table: the server lost is exit 1, not a degraded run (exit 3).
+        let mut cut = point("p001", 3, 5, PointStatus::Degraded);
+        cut.failure = Some("killed".into());
+        let s = settle(&[cut, point("p002", 4, 0, PointStatus::Ok)], 2, None);
+        assert_eq!(s.status, RunStatus::Incomplete);
+        let reason = s.reason.unwrap();
+        assert!(
+            reason.contains("the server was lost during p001 (server killed)"),
+            "{reason}"
         );
     }
 

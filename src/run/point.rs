@@ -16,7 +16,7 @@ use crate::prompt::{
 };
 use crate::results::meta::{CacheReset, ServerSurface};
 use crate::results::records::{
-    CacheShare, Calibration, Flag, PointRecord, RequestRecord, RequestRole,
+    CacheShare, Calibration, ErrorKind, Flag, PointRecord, RequestRecord, RequestRole,
 };
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
@@ -230,6 +230,11 @@ impl PointRunner {
             .finish(exp, &observed, &mut record.metrics, &mut record.flags);
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
+        // A part of the client died: what it sent is not the point's measurement.
+        if record.has_flag(&FlagKind::ClientFailed) {
+            record.incomplete = true;
+            record.status = Some(crate::results::records::PointStatus::Failed);
+        }
         record.prefix_cache = summary.prefix_cache;
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
@@ -414,7 +419,8 @@ impl PointRunner {
             let (records, stopped) = match exp.method.resolve() {
                 Measure::Streaming => {
                     let n = plan.len();
-                    self.send_all(client, point, round, exp, (n, planned), &prompts.model)
+                    let sent = (n, planned);
+                    self.send_all(client, point, round, exp, sent, &prompts.model, flags)
                         .await
                 }
                 Measure::TwoPoint { a, b } => {
@@ -465,6 +471,7 @@ impl PointRunner {
         exp: &Experiment,
         (count, prompts): (usize, impl Iterator<Item = Planned>),
         model: &Option<String>,
+        flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let concurrency = exp.concurrency.max(1) as usize;
         // The connections the round needs are opened before its first request is released, so
@@ -475,12 +482,18 @@ impl PointRunner {
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
         let mut records = Vec::new();
         let mut stopped = false;
+        let gone = ServerGone::default();
+        let mut sent = 0usize;
         for (i, planned) in prompts.enumerate() {
             let permit = tokio::select! {
                 p = sem.clone().acquire_owned() => p,
                 _ = self.interrupt.wait() => { stopped = true; break; }
             };
             let Ok(permit) = permit else { break };
+            if gone.is_set() {
+                break;
+            }
+            sent += 1;
             let mut req = generation_request(exp, planned.text, model);
             req.max_tokens = planned.max_tokens;
             let (client, sink, progress) =
@@ -488,10 +501,16 @@ impl PointRunner {
             let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
             let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
+            let gone = gone.clone();
             tasks.spawn(async move {
                 progress.request_started();
                 let m = client.stream(&req, timeout).await;
-                drop(permit);
+                // A request that could not connect keeps its slot until the server is judged,
+                // so no request follows a lost server; any other frees it now.
+                let mut permit = Some(permit);
+                if m.error.as_ref().is_none_or(|e| e.kind != ErrorKind::Connect) {
+                    permit = None;
+                }
                 let mut rec = m.into_record(
                     &pid,
                     round,
@@ -506,6 +525,8 @@ impl PointRunner {
                 rec.mix = mix;
                 let written = sink(&rec).is_ok();
                 progress.request_finished();
+                gone.judge(&client, &rec).await;
+                drop(permit);
                 written.then_some(rec)
             });
         }
@@ -514,7 +535,7 @@ impl PointRunner {
                 next = tasks.join_next() => match next {
                     Some(Ok(Some(rec))) => records.push(rec),
                     Some(Ok(None)) => {}
-                    Some(Err(_)) => {}
+                    Some(Err(e)) => flags.extend(task_died(e)),
                     None => break,
                 },
                 _ = self.interrupt.wait(), if !stopped => {
@@ -524,6 +545,9 @@ impl PointRunner {
                     tasks.abort_all();
                 }
             }
+        }
+        if gone.is_set() {
+            flags.push(gone.flag(sent, count));
         }
         records.sort_by_key(|r| r.index);
         (records, stopped)
@@ -796,6 +820,58 @@ pub(super) fn generation_request(
         model: model.clone(),
         history: Vec::new(),
     }
+}
+
+/// Whether the server is gone, as the requests of one round find out: a request that could
+/// not connect, then a health request that could not either (nothing listens at the address
+/// any more). The round then stops sending: the rest would only be connect errors.
+#[derive(Clone, Default)]
+pub(super) struct ServerGone(Arc<std::sync::atomic::AtomicBool>);
+
+impl ServerGone {
+    /// Judges `rec`, just finished: a connect error is checked with a health request.
+    pub(super) async fn judge(&self, client: &Client, rec: &RequestRecord) {
+        let refused = rec
+            .error
+            .as_ref()
+            .is_some_and(|e| e.kind == ErrorKind::Connect);
+        if refused && !self.is_set() && client.health().await.is_err() {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn is_set(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The point's flag: how far it got before the server went.
+    pub(super) fn flag(&self, sent: usize, planned: usize) -> Flag {
+        Flag::new(
+            FlagKind::ServerLost,
+            format!(
+                "the server stopped answering (a request could not connect, nor could a health check): no more requests were sent ({sent} of {planned} sent)"
+            ),
+        )
+    }
+}
+
+/// The flag for a request task that ended without its record: None when an interrupt
+/// aborted it (it never finished, so it is no measurement), the `client-failed` flag when it
+/// panicked (the point failed: a request it sent is not recorded).
+pub(super) fn task_died(e: tokio::task::JoinError) -> Option<Flag> {
+    if !e.is_panic() {
+        return None;
+    }
+    let panic = e.into_panic();
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    Some(Flag::new(
+        FlagKind::ClientFailed,
+        format!("a request's task died ({message}); its request is not recorded"),
+    ))
 }
 
 /// Opens `n` connections before requests are released. A server that cannot be reached is

@@ -597,7 +597,7 @@ async fn measure_group<'p>(
                     remaining: pending.collect(),
                 };
             }
-            LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) => {
+            LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) | LaunchEnd::ServerLost(why) => {
                 run.abort(why);
                 break GroupEnd::Done;
             }

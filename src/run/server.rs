@@ -31,6 +31,8 @@ pub struct ServerHandle {
     log_start: u64,
     /// The engine whose log lines classify a crash.
     pub engine: Engine,
+    /// The signal that ended the launched server, once it has exited by one.
+    pub killed_by: Option<i32>,
 }
 
 /// Why a server could not be used.
@@ -155,6 +157,7 @@ impl ServerHandle {
             log_path: log_path.to_path_buf(),
             log_start: 0,
             engine: server.engine,
+            killed_by: None,
         })
     }
 
@@ -256,6 +259,7 @@ impl ServerHandle {
             log_path: log_path.to_path_buf(),
             log_start,
             engine: server.engine,
+            killed_by: None,
         };
         handle.wait_ready(server, interrupt).await?;
         Ok(handle)
@@ -335,7 +339,38 @@ impl ServerHandle {
         if let Some(job) = process.slurm_job() {
             self.record.slurm = Some(job);
         }
-        Some(host_cause.unwrap_or_else(|| engine::classify(self.engine, &self.log_tail(20_000))))
+        self.killed_by = process.exit_signal();
+        let cause = host_cause
+            .unwrap_or_else(|| engine::classify(self.engine, &self.log_tail(20_000)));
+        // A signal the log does not explain is still a cause: it is named, not "unknown".
+        Some(match (cause, self.killed_by) {
+            (CrashCause::Unknown, Some(_)) => CrashCause::Killed,
+            (cause, _) => cause,
+        })
+    }
+
+    /// How the launched server's process ended, when a signal ended it: `by SIGKILL (signal
+    /// 9)`.
+    pub fn exit_note(&self) -> Option<String> {
+        let n = self.killed_by?;
+        let name = nix::sys::signal::Signal::try_from(n)
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|_| "a signal".into());
+        Some(format!("by {name} (signal {n})"))
+    }
+
+    /// For a server servebench did not start: Err with why when it does not answer `/health`
+    /// (after a point whose requests could not connect, it may be gone).
+    pub async fn answers(&self, server: &Server) -> Result<(), String> {
+        if self.process.is_some() {
+            return Ok(());
+        }
+        let client = Client::new(&self.url, api_key(server)).map_err(|e| e.to_string())?;
+        match client.health().await {
+            Ok(200) => Ok(()),
+            Ok(code) => Err(format!("/health answered HTTP {code}")),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// For a multi-node server that exited: which rank failed, where (`rank 1 of 2 on

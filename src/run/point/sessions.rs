@@ -106,8 +106,9 @@ impl PointRunner {
         }
         let mut records = Vec::new();
         while let Some(done) = tasks.join_next().await {
-            if let Ok(rs) = done {
-                records.extend(rs);
+            match done {
+                Ok(rs) => records.extend(rs),
+                Err(e) => flags.extend(super::task_died(e)),
             }
         }
         records.sort_by_key(|r| r.index);
