@@ -344,7 +344,13 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
     let schedules = crate::load::ScheduleCheck::default();
     let spec = crate::spec::load_checked(
         path,
-        &[&prompts, &template, &schedules, &crate::client::UrlCheck, &crate::secrets::EnvRefCheck],
+        &[
+            &prompts,
+            &template,
+            &schedules,
+            &crate::client::UrlCheck,
+            &crate::secrets::EnvRefCheck,
+        ],
     )?;
     // From here on, nothing printed shows the spec's secrets.
     crate::redact::install(crate::secrets::redactor(

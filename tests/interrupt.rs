@@ -232,7 +232,10 @@ fn ctrl_c_during_a_load_point_ends_like_a_closed_loop_and_resume_finishes_it() {
             .unwrap_or_else(|| panic!("{flags:?}"));
         // Counted against the schedule's 120 measured requests, not one per point.
         assert!(
-            said["message"].as_str().unwrap().contains(" of 120 requests"),
+            said["message"]
+                .as_str()
+                .unwrap()
+                .contains(" of 120 requests"),
             "{said}"
         );
         assert!(dir.join("report.md").is_file(), "a partial report");

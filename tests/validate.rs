@@ -379,3 +379,122 @@ fn a_run_directory_is_never_created_outside_out() {
     let dir = RunDir::create(&out, "...", "name: x\n", started).unwrap();
     assert!(dir.path.starts_with(&out));
 }
+
+/// A load spec on the simulator with `extra` top-level keys.
+fn load_validate_spec(extra: &str) -> String {
+    sim_spec("l", WORKLOAD, extra)
+}
+
+#[test]
+fn what_a_load_point_would_refuse_after_launching_validate_refuses_first() {
+    let ws = Workspace::new();
+    // `rate: inf` with only a duration: how many is never said.
+    let spec = ws.write(
+        "inf.yaml",
+        &load_validate_spec("load: { kind: rate, rate: inf }\nstop: { duration: 10s }"),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "`rate: inf` sends everything at once",
+            "inf.yaml:10:",
+            "hint: add `stop: { requests: 500 }`",
+        ],
+    );
+    // A stop of 100,000,000 hours.
+    let spec = ws.write(
+        "forever.yaml",
+        &load_validate_spec("load: { kind: rate, rate: 1 }\nstop: { duration: 100000000h }"),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "`stop.duration` is",
+            "longer than a schedule may span",
+            "forever.yaml:11:",
+        ],
+    );
+    // More requests than one schedule holds: 1,000/s for three hours.
+    let spec = ws.write(
+        "many.yaml",
+        &load_validate_spec(
+            "load: { kind: rate, rate: 1000, arrival: constant }\nstop: { duration: 3h }",
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(&text, &["more than 10000000 requests", "many.yaml:11:"]);
+}
+
+#[test]
+fn a_trace_is_checked_like_a_prompt_file_and_its_span_bounded() {
+    let ws = Workspace::new();
+    let trace_spec = |file: &str| {
+        load_validate_spec(&format!(
+            "load: {{ kind: trace, trace: {{ file: {file} }} }}"
+        ))
+    };
+    // A FIFO would block open(): refused without opening it.
+    let fifo = ws.path().join("pipe.jsonl");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()));
+    let spec = ws.write("fifo.yaml", &trace_spec("pipe.jsonl"));
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "trace pipe.jsonl is a FIFO (named pipe), not a regular file",
+            "fifo.yaml:10:",
+        ],
+    );
+    // A device that never ends.
+    let spec = ws.write("zero.yaml", &trace_spec("/dev/zero"));
+    let text = refused(&validate(&ws, &spec));
+    contains_all(&text, &["a character device, not a regular file"]);
+    // Arrivals centuries apart: the pacer once waited forever (or panicked at 1e19 s).
+    ws.write("wild.jsonl", "{\"at\": 0}\n{\"at\": 1e19}\n");
+    let spec = ws.write("wild.yaml", &trace_spec("wild.jsonl"));
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "longer than a schedule may span",
+            "hint: cut the trace, or lower `load.trace.time_scale`",
+        ],
+    );
+    // Centuries (1e10 s) replayed 100,000 times faster fit in a day.
+    ws.write("long.jsonl", "{\"at\": 0}\n{\"at\": 1e10}\n");
+    let spec = ws.write("long.yaml", &trace_spec("long.jsonl"));
+    refused(&validate(&ws, &spec));
+    let spec = ws.write(
+        "scaled.yaml",
+        &load_validate_spec("load: { kind: trace, trace: { file: long.jsonl, time_scale: 1e-5 } }"),
+    );
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn a_url_with_credentials_is_refused_at_its_value_without_echoing_them() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "creds.yaml",
+        &format!(
+            "name: c\nserver:\n  engine: sglang\n  url: http://bench:hunter22secret@127.0.0.1:30000\nworkload:\n{WORKLOAD}\n"
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "`server.url` cannot be used: user names and passwords in the URL are not supported",
+            "creds.yaml:4:",
+            "server.args.api-key",
+        ],
+    );
+    assert!(
+        !text.contains("hunter22secret"),
+        "the password is shown:\n{text}"
+    );
+}

@@ -37,9 +37,9 @@ use crate::results::records::{
 use crate::spec::types::Api;
 
 pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
-pub use url_check::UrlCheck;
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
 pub(crate) use stream::unix_now;
+pub use url_check::UrlCheck;
 
 /// How long establishing a TCP connection may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -454,9 +454,12 @@ impl ServerProcess for LocalServer {
         use std::os::unix::process::ExitStatusExt;
         let status = self.process.exit_status()?;
         // The supervisor leading the group exits 128 + N when signal N ended the server.
-        status
-            .signal()
-            .or_else(|| status.code().filter(|c| (129..=192).contains(c)).map(|c| c - 128))
+        status.signal().or_else(|| {
+            status
+                .code()
+                .filter(|c| (129..=192).contains(c))
+                .map(|c| c - 128)
+        })
     }
 
     fn sync_log(&self) -> BoxFuture<'_, ()> {

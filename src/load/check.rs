@@ -93,7 +93,9 @@ fn pointer(e: &ScheduleError) -> &'static str {
 fn schedule_described(e: ScheduleError) -> (String, String) {
     let hint = match &e {
         ScheduleError::Trace(_) => return described_trace(e),
-        ScheduleError::UnboundedInf => "add `stop: { requests: 500 }`: `rate: inf` sends that many at once",
+        ScheduleError::UnboundedInf => {
+            "add `stop: { requests: 500 }`: `rate: inf` sends that many at once"
+        }
         ScheduleError::TooLong => "lower `stop.duration` or the rate, or set `stop.requests`",
         ScheduleError::PhaseTooLong { .. } | ScheduleError::TooLate { .. } => {
             "a point lasts hours at most: shorten it, or raise the rate"
@@ -101,9 +103,9 @@ fn schedule_described(e: ScheduleError) -> (String, String) {
         ScheduleError::NotLoad => "give the `load:` block its parameters",
     };
     let message = match &e {
-        ScheduleError::TooLong => format!(
-            "the schedule would hold more than {SCHEDULE_LIMIT} requests"
-        ),
+        ScheduleError::TooLong => {
+            format!("the schedule would hold more than {SCHEDULE_LIMIT} requests")
+        }
         _ => e.to_string(),
     };
     (message, hint.into())

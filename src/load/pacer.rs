@@ -167,6 +167,9 @@ mod tests {
         let offsets = (0..3).map(|i| if i < 2 { 0.0 } else { panic!("made to fail") });
         let (mut pacer, mut rx) = Pacer::start(Instant::now(), offsets);
         while rx.recv().await.is_some() {}
-        assert_eq!(pacer.stop(), Err(PacerError::Panicked("made to fail".into())));
+        assert_eq!(
+            pacer.stop(),
+            Err(PacerError::Panicked("made to fail".into()))
+        );
     }
 }

@@ -82,7 +82,11 @@ pub enum ScheduleError {
         crate::text::duration(MAX_SPAN_S),
         if *.traced { "cut the trace, or lower `load.trace.time_scale`" } else { "shorten `stop.duration`, or raise the rate" }
     )]
-    TooLate { index: usize, at_s: f64, traced: bool },
+    TooLate {
+        index: usize,
+        at_s: f64,
+        traced: bool,
+    },
     #[error(transparent)]
     Trace(#[from] TraceError),
 }
@@ -96,9 +100,15 @@ impl Schedule {
         let load = exp.load.as_ref().ok_or(ScheduleError::NotLoad)?;
         let stop = exp.stop.clone().unwrap_or_default();
         let phase_limits = [
-            ("warmup.duration", exp.warmup.as_ref().and_then(|w| w.duration)),
+            (
+                "warmup.duration",
+                exp.warmup.as_ref().and_then(|w| w.duration),
+            ),
             ("stop.duration", stop.duration),
-            ("cooldown.duration", exp.cooldown.as_ref().and_then(|c| c.duration)),
+            (
+                "cooldown.duration",
+                exp.cooldown.as_ref().and_then(|c| c.duration),
+            ),
             ("load.ramp.over", load.ramp.as_ref().map(|r| r.over)),
         ];
         for (field, d) in phase_limits {
@@ -473,7 +483,14 @@ mod tests {
         }));
         let e = Schedule::of(&trace, dir.path()).unwrap_err();
         assert!(
-            matches!(e, ScheduleError::TooLate { index: 1, traced: true, .. }),
+            matches!(
+                e,
+                ScheduleError::TooLate {
+                    index: 1,
+                    traced: true,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(e.to_string().contains("cut the trace"), "{e}");
@@ -484,7 +501,13 @@ mod tests {
         }));
         let e = Schedule::of(&long, Path::new(".")).unwrap_err();
         assert!(
-            matches!(e, ScheduleError::PhaseTooLong { field: "stop.duration", .. }),
+            matches!(
+                e,
+                ScheduleError::PhaseTooLong {
+                    field: "stop.duration",
+                    ..
+                }
+            ),
             "{e}"
         );
         // At a slow rate, requests a day apart: the eighth is past a week.
@@ -493,7 +516,17 @@ mod tests {
             "stop": {"requests": 20},
         }));
         let e = Schedule::of(&slow, Path::new(".")).unwrap_err();
-        assert!(matches!(e, ScheduleError::TooLate { index: 7, traced: false, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ScheduleError::TooLate {
+                    index: 7,
+                    traced: false,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     /// Kolmogorov-Smirnov distance of `gaps` from an exponential distribution of `rate`.

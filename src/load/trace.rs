@@ -85,7 +85,16 @@ pub fn summarize(path: &Path) -> Result<TraceSummary, TraceError> {
 /// Every line of the trace at `path`, parsed, to `visit`; refuses what is not a regular file
 /// (before opening it: opening a FIFO blocks until a writer comes), past its byte or line
 /// budget, a bad line, or no line at all.
-fn scan(path: &Path, mut visit: impl FnMut(TraceEntry)) -> Result<(), TraceError> {
+fn scan(path: &Path, visit: impl FnMut(TraceEntry)) -> Result<(), TraceError> {
+    scan_within(path, TRACE_LINE_LIMIT, visit)
+}
+
+/// [`scan`] with at most `line_limit` requests.
+fn scan_within(
+    path: &Path,
+    line_limit: usize,
+    mut visit: impl FnMut(TraceEntry),
+) -> Result<(), TraceError> {
     let file = open_regular(path)?;
     let io = |source| TraceError::Io {
         path: path.to_path_buf(),
@@ -118,7 +127,7 @@ fn scan(path: &Path, mut visit: impl FnMut(TraceEntry)) -> Result<(), TraceError
             message,
         })?;
         requests += 1;
-        if requests > TRACE_LINE_LIMIT {
+        if requests > line_limit {
             return Err(TraceError::TooManyLines {
                 path: path.to_path_buf(),
             });
@@ -300,7 +309,10 @@ mod tests {
         assert!(made.is_ok_and(|s| s.success()), "mkfifo");
         // Opened, this would block until a writer came: it is refused first.
         let e = summarize(&fifo).unwrap_err().to_string();
-        assert!(e.contains("is a FIFO (named pipe), not a regular file"), "{e}");
+        assert!(
+            e.contains("is a FIFO (named pipe), not a regular file"),
+            "{e}"
+        );
         // /dev/zero never ends: refused without reading 256 MB of it.
         let started = std::time::Instant::now();
         let e = read(Path::new("/dev/zero")).unwrap_err().to_string();
@@ -308,6 +320,18 @@ mod tests {
         assert!(started.elapsed().as_secs_f64() < 0.5);
         let e = read(dir.path()).unwrap_err().to_string();
         assert!(e.contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_trace_past_its_line_limit_is_refused_as_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, "{\"at\": 1}\n{\"at\": 2}\n{\"at\": 3}\n").unwrap();
+        let mut seen = 0;
+        let e = scan_within(&p, 2, |_| seen += 1).unwrap_err();
+        assert!(matches!(e, TraceError::TooManyLines { .. }), "{e}");
+        assert_eq!(seen, 2, "stopped at the limit");
+        assert!(scan_within(&p, 3, |_| {}).is_ok());
     }
 
     #[test]

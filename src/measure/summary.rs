@@ -344,9 +344,7 @@ impl PointFold {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
         };
-        let expected = self
-            .expected
-            .unwrap_or(exp.repeat as usize * per_round);
+        let expected = self.expected.unwrap_or(exp.repeat as usize * per_round);
         let incomplete = interrupted || self.refs < expected;
         if interrupted {
             flags.push(Flag::new(

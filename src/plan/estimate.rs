@@ -328,50 +328,49 @@ pub fn from_model(
         } else {
             cfg.profile.warmup().as_secs_f64()
         };
-        let points = g
-            .points
-            .iter()
-            .map(|p| {
-                let tokens = match &p.experiment.workload.prompt {
-                    PromptSpec::File { path } => *file_tokens
-                        .entry(spec_dir.join(path))
-                        .or_insert_with(|| prompt_tokens(p, spec_dir)),
-                    _ => prompt_tokens(p, spec_dir),
-                };
-                let calibrate = calibration_key(p).is_some_and(|k| calibrated.insert(k));
-                // A search: its bound of probes, each as long as the first (the lowest load:
-                // a fixed count of requests takes longest at the lowest rate).
-                let (at, probes) = match &p.experiment.search {
-                    Some(s) => (
-                        super::search::probe_point(p, s.over, s.start, 1),
-                        search_bound(p),
-                    ),
-                    None => (p.clone(), 1),
-                };
-                let seconds = match (&p.experiment.search, p.experiment.open_loop()) {
-                    // An open-loop search: the probes the model's capacity makes it take.
-                    (Some(s), Some(_)) => tokens.and_then(|t| {
-                        model_load_search(&cfg, p, s, t, calibrate, spec_dir)
-                    }),
-                    (None, Some(_)) => tokens.and_then(|t| {
-                        model_load_point(&cfg, &p.experiment, t, calibrate, spec_dir)
-                    }),
-                    _ => tokens.map(|t| {
-                        let modelled = model_point(&cfg, &at.experiment, t, calibrate);
-                        let one = if probes > 1 {
-                            modelled.max(schedule_s(&at.experiment))
-                        } else {
-                            modelled
-                        };
-                        one * probes as f64
-                    }),
-                };
-                PointEstimate {
-                    id: p.id.clone(),
-                    seconds,
-                }
-            })
-            .collect();
+        let points =
+            g.points
+                .iter()
+                .map(|p| {
+                    let tokens = match &p.experiment.workload.prompt {
+                        PromptSpec::File { path } => *file_tokens
+                            .entry(spec_dir.join(path))
+                            .or_insert_with(|| prompt_tokens(p, spec_dir)),
+                        _ => prompt_tokens(p, spec_dir),
+                    };
+                    let calibrate = calibration_key(p).is_some_and(|k| calibrated.insert(k));
+                    // A search: its bound of probes, each as long as the first (the lowest load:
+                    // a fixed count of requests takes longest at the lowest rate).
+                    let (at, probes) = match &p.experiment.search {
+                        Some(s) => (
+                            super::search::probe_point(p, s.over, s.start, 1),
+                            search_bound(p),
+                        ),
+                        None => (p.clone(), 1),
+                    };
+                    let seconds = match (&p.experiment.search, p.experiment.open_loop()) {
+                        // An open-loop search: the probes the model's capacity makes it take.
+                        (Some(s), Some(_)) => tokens
+                            .and_then(|t| model_load_search(&cfg, p, s, t, calibrate, spec_dir)),
+                        (None, Some(_)) => tokens.and_then(|t| {
+                            model_load_point(&cfg, &p.experiment, t, calibrate, spec_dir)
+                        }),
+                        _ => tokens.map(|t| {
+                            let modelled = model_point(&cfg, &at.experiment, t, calibrate);
+                            let one = if probes > 1 {
+                                modelled.max(schedule_s(&at.experiment))
+                            } else {
+                                modelled
+                            };
+                            one * probes as f64
+                        }),
+                    };
+                    PointEstimate {
+                        id: p.id.clone(),
+                        seconds,
+                    }
+                })
+                .collect();
         groups.push(GroupEstimate {
             id: g.id.clone(),
             launch_s: Some(launch_s),
@@ -626,7 +625,10 @@ fn replay(m: &Model, arrivals: impl Iterator<Item = f64>, cap: u64, tokens: u64,
             continue;
         }
         let batch = running.len() as u64;
-        let ctx: f64 = running.iter().map(|left| tokens as f64 + (out as f64 - left)).sum();
+        let ctx: f64 = running
+            .iter()
+            .map(|left| tokens as f64 + (out as f64 - left))
+            .sum();
         // The batch decodes until its shortest request ends or the next arrival is due,
         // in one sum: a step at a time would be millions of steps for a long schedule.
         let step = m.decode_step(batch, ctx as u64);
@@ -661,7 +663,8 @@ fn model_load_search(
     let m = Model::new(cfg);
     let out = p.experiment.workload.output_tokens.nominal().max(1);
     let batch = cfg.max_running_requests.max(1) as u64;
-    let capacity = batch as f64 / (batch as f64 * m.prefill(tokens, 0) + m.decode(batch, tokens, out));
+    let capacity =
+        batch as f64 / (batch as f64 * m.prefill(tokens, 0) + m.decode(batch, tokens, out));
     let mut search = CapacitySearch::new(s.into());
     let mut total = 0.0;
     for k in 1..=search_bound(p) {
@@ -669,7 +672,13 @@ fn model_load_search(
             break;
         };
         let probe = super::search::probe_point(p, s.over, value, k);
-        total += model_load_point(cfg, &probe.experiment, tokens, calibrate && k == 1, spec_dir)?;
+        total += model_load_point(
+            cfg,
+            &probe.experiment,
+            tokens,
+            calibrate && k == 1,
+            spec_dir,
+        )?;
         search.record(Probe {
             value,
             passes: value <= capacity,

@@ -219,7 +219,9 @@ impl Launch<'_, '_> {
                 handle.url
             );
             // First, so the point's reason is the lost server, not what it caused.
-            record.flags.insert(0, Flag::new(FlagKind::ServerLost, msg.clone()));
+            record
+                .flags
+                .insert(0, Flag::new(FlagKind::ServerLost, msg.clone()));
             record.incomplete = true;
             record.status = Some(if record.ok > 0 {
                 PointStatus::Degraded

@@ -448,7 +448,11 @@ async fn run_plan(
         g.points.retain(|p| !done.contains(&p.id));
     }
     plan.groups.retain(|g| !g.points.is_empty());
-    let progress = Progress::new(plan.point_count(), plan.request_count(&spec_dir).sent, opts.quiet);
+    let progress = Progress::new(
+        plan.point_count(),
+        plan.request_count(&spec_dir).sent,
+        opts.quiet,
+    );
     let _ = host.console.set(progress.clone());
     progress.line(&format!(
         "servebench: {} to measure in {}{}; run directory {}",

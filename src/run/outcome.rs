@@ -76,10 +76,7 @@ pub fn settle(points: &[PointRecord], planned: usize, stopped: Option<&str>) -> 
         ));
     }
     if !lost.is_empty() {
-        reasons.push(format!(
-            "the server was lost during {}",
-            lost.join("; ")
-        ));
+        reasons.push(format!("the server was lost during {}", lost.join("; ")));
     }
     if !degraded.is_empty() {
         reasons.push(format!(

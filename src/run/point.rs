@@ -508,7 +508,10 @@ impl PointRunner {
                 // A request that could not connect keeps its slot until the server is judged,
                 // so no request follows a lost server; any other frees it now.
                 let mut permit = Some(permit);
-                if m.error.as_ref().is_none_or(|e| e.kind != ErrorKind::Connect) {
+                if m.error
+                    .as_ref()
+                    .is_none_or(|e| e.kind != ErrorKind::Connect)
+                {
                     permit = None;
                 }
                 let mut rec = m.into_record(

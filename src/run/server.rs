@@ -340,8 +340,8 @@ impl ServerHandle {
             self.record.slurm = Some(job);
         }
         self.killed_by = process.exit_signal();
-        let cause = host_cause
-            .unwrap_or_else(|| engine::classify(self.engine, &self.log_tail(20_000)));
+        let cause =
+            host_cause.unwrap_or_else(|| engine::classify(self.engine, &self.log_tail(20_000)));
         // A signal the log does not explain is still a cause: it is named, not "unknown".
         Some(match (cause, self.killed_by) {
             (CrashCause::Unknown, Some(_)) => CrashCause::Killed,
