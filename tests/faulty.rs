@@ -676,3 +676,164 @@ fn server_counters_that_contradict_the_client_are_flagged() {
         assert!(report.contains("](charts/timeline-p001.svg)"), "{report}");
     }
 }
+
+/// The pid of the `servebench sim` process (not its supervisor) whose command line names
+/// `model`.
+fn sim_pid(model: &str) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.get(1).map(String::as_str) == Some("sim") && args.iter().any(|a| a == model) {
+            return entry.file_name().to_str()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// Issue 18 item 19: a launched server SIGKILLed mid-point is lost: the rest of the point is
+/// not fired at it, the cause names the signal, and the run exits 1 (README's table).
+#[test]
+fn a_killed_server_is_called_lost_by_its_signal_and_nothing_more_is_sent_to_it() {
+    let _turn = crate::common::exclusive();
+    let ws = crate::common::Workspace::new();
+    let model = format!("killed-model-{}", std::process::id());
+    let spec = ws.write(
+        "killed.yaml",
+        &format!(
+            "name: killed\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}\n  output_tokens: 200\nrequests: 200\nconcurrency: 2\n"
+        ),
+    );
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let requests = loop {
+        let found = std::fs::read_dir(ws.path().join("runs").join("killed"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path().join("requests.jsonl"));
+        if let Some(f) = found
+            && std::fs::read_to_string(&f).is_ok_and(|t| t.lines().count() >= 3)
+        {
+            break f;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing recorded");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let pid = sim_pid(&model).expect("the simulator runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let show = crate::common::show(&out);
+    assert_eq!(out.status.code(), Some(1), "lost, not degraded (3): {show}");
+    let dir = requests.parent().unwrap();
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 1, "{points:?}");
+    let p = &points[0];
+    assert_eq!(p["failure"], "killed", "{p}");
+    let crash = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "server-crashed")
+        .unwrap_or_else(|| panic!("{p}"));
+    assert!(
+        crash["message"]
+            .as_str()
+            .unwrap()
+            .contains("by SIGKILL (signal 9)"),
+        "{crash}"
+    );
+    // The requests in flight broke; at most one connect error per slot finds the server gone.
+    let recorded = measured_requests(dir);
+    let connect = recorded
+        .iter()
+        .filter(|r| r["error"]["kind"] == "connect")
+        .count();
+    assert!(
+        connect <= 2,
+        "{connect} connect errors: fired at a dead server"
+    );
+    assert!(recorded.len() < 100, "{} requests sent", recorded.len());
+    let meta = crate::common::read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "incomplete", "{meta}");
+    assert!(
+        meta["status_reason"]
+            .as_str()
+            .unwrap()
+            .contains("the server was lost during p001 (server killed)"),
+        "{meta}"
+    );
+}
+
+/// Issue 18 item 19: a server servebench did not start that dies is lost (the point says
+/// so), and the next point is not sent to it (once, it showed `calibration-failed`).
+#[test]
+fn an_external_server_that_dies_is_lost_not_a_calibration_failure() {
+    let server = FaultyServer::start(Faults {
+        chunk_gap_s: 0.02,
+        ..Faults::default()
+    });
+    let ws = crate::common::Workspace::new();
+    let spec = ws.write(
+        "gone.yaml",
+        &url_spec(
+            "gone",
+            &server.url,
+            "{ kind: repeat, tokens: 64 }",
+            "sweep:\n  workload.output_tokens: [4, 8]\nrequests: 400\nconcurrency: 2\n",
+        ),
+    );
+    let _turn = crate::common::exclusive();
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.seen.generations.load(Ordering::Relaxed) < 6 {
+        assert!(std::time::Instant::now() < deadline, "no requests");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(server);
+    let out = child.wait_with_output().unwrap();
+    let show = crate::common::show(&out);
+    assert_eq!(out.status.code(), Some(1), "{show}");
+    let dir = crate::common::run_dir(&out);
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 1, "the next point is not sent: {points:?}");
+    let kinds = flag_kinds(&points[0]);
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("server-lost"),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.iter().any(|k| k == "calibration-failed"),
+        "{kinds:?}"
+    );
+    assert_eq!(points[0]["failure"], "lost");
+    let recorded = measured_requests(&dir);
+    assert!(recorded.len() < 300, "{} requests fired", recorded.len());
+}
