@@ -632,6 +632,37 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_own_time_to_the_first_token_is_read_where_it_is_reported() {
+        // llama.cpp: `timings.prompt_ms` on the final OpenAI chunk.
+        let mut p = StreamParser::new(Api::OpenaiCompletions);
+        feed(
+            &mut p,
+            &[
+                r#"{"choices":[{"text":"a","finish_reason":null}]}"#,
+                r#"{"choices":[{"text":"b","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2},"timings":{"prompt_n":5,"prompt_ms":3.08,"predicted_ms":1.2}}"#,
+            ],
+        );
+        assert_eq!(p.server_ttft_s, Some(3.08 / 1e3));
+        // SGLang: `meta_info.first_token_latency` on the last chunk, short and long events.
+        for pad in [0, 300] {
+            let text = "x".repeat(pad);
+            let mut p = StreamParser::new(Api::SglangGenerate);
+            let last = format!(
+                r#"{{"text":"{text}ab","output_ids":[1,2],"meta_info":{{"prompt_tokens":5,"completion_tokens":2,"cached_tokens":0,"finish_reason":{{"type":"length","length":2}},"e2e_latency":0.05,"first_token_latency":0.0123}}}}"#
+            );
+            feed(&mut p, &[&last]);
+            assert_eq!(p.server_ttft_s, Some(0.0123), "pad {pad}");
+        }
+        // Nothing reported, or nonsense: nothing kept.
+        let mut p = StreamParser::new(Api::OpenaiCompletions);
+        feed(
+            &mut p,
+            &[r#"{"choices":[{"text":"a","finish_reason":"stop"}],"timings":{"prompt_ms":-1}}"#],
+        );
+        assert_eq!(p.server_ttft_s, None);
+    }
+
+    #[test]
     fn native_cumulative_with_unchanged_text() {
         let mut p = StreamParser::new(Api::SglangGenerate);
         let tokens = feed(

@@ -525,6 +525,50 @@ mod tests {
     }
 
     #[test]
+    fn a_ttft_below_the_servers_own_is_flagged_as_a_late_stamp() {
+        let exp: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 8}, "output_tokens": 2},
+        }))
+        .unwrap();
+        let rec = |index: u32, ttft: f64, server: Option<f64>| RequestRecord {
+            index,
+            end_s: Some(ttft + 0.01),
+            chunks: vec![
+                crate::results::records::Chunk { t_s: ttft, tokens: 1 },
+                crate::results::records::Chunk { t_s: ttft + 0.01, tokens: 1 },
+            ],
+            prompt_tokens: Some(8),
+            completion_tokens: Some(2),
+            server_ttft_s: server,
+            ..RequestRecord::fixture()
+        };
+        let mut fold = PointFold::new(&exp);
+        // The request: 0.39 ms where the server took 3.08 ms to process the prompt.
+        fold.add(&rec(0, 0.00039, Some(0.00308)));
+        fold.add(&rec(1, 0.005, Some(0.00308)));
+        fold.add(&rec(2, 0.004, None));
+        let s = fold.finish(&exp, Vec::new(), false);
+        let flag = s
+            .flags
+            .iter()
+            .find(|f| f.kind == FlagKind::TtftBelowServer)
+            .unwrap_or_else(|| panic!("{:?}", s.flags));
+        assert!(
+            flag.message.starts_with("1 of 2 requests had a TTFT shorter")
+                && flag.message.contains("request 0: 0.39 ms, the server's 3.08 ms"),
+            "{}",
+            flag.message
+        );
+        // Every TTFT at or above the server's: no flag.
+        let mut fold = PointFold::new(&exp);
+        fold.add(&rec(0, 0.0031, Some(0.00308)));
+        let s = fold.finish(&exp, Vec::new(), false);
+        assert!(!s.flags.iter().any(|f| f.kind == FlagKind::TtftBelowServer));
+    }
+
+    #[test]
     fn records_folded_as_they_finish_give_the_summary_of_the_sorted_slice() {
         let exp = exp();
         let sorted: Vec<RequestRecord> = (0..400).map(record).collect();
