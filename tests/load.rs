@@ -34,6 +34,13 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
     );
     let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points.len(), 2);
+    // The header counts the load model's requests, not one per point (issue 18 item 2).
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("open loop: each point's own, from its load model"),
+        "{report}"
+    );
+    assert!(!report.contains("per point and round"), "{report}");
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     for (p, rate) in points.iter().zip([20.0, 40.0]) {
         let id = p["id"].as_str().unwrap();
@@ -251,7 +258,7 @@ fn validate_names_what_a_load_block_lacks() {
 /// a schedule that cannot be made when the point runs fails that point with its own cause
 /// (not a prompt error), and the run says it failed.
 #[test]
-fn an_unmakeable_schedule_fails_its_point_with_the_schedule_as_cause() {
+fn an_unmakeable_schedule_is_refused_before_launching_at_its_value() {
     let ws = Workspace::new();
     let spec = ws.write(
         "gone.yaml",
@@ -273,13 +280,16 @@ fn an_unmakeable_schedule_fails_its_point_with_the_schedule_as_cause() {
             "load: { kind: rate, rate: inf }\nstop: { duration: 1s }",
         ),
     );
+    // Refused before launching, at the spec's value (issue 18 item 15), like the trace.
     let out = ws.run_with(&spec, &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    let points = read_jsonl(&run_dir(&out).join("points.jsonl"));
-    assert_eq!(points[0]["status"], "failed", "{}", points[0]);
-    let flags = points[0]["flags"].to_string();
-    assert!(flags.contains("schedule-failed"), "{flags}");
-    assert!(flags.contains("give `stop.requests`"), "{flags}");
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("give `stop.requests`"), "{err}");
+    assert!(err.contains("flood.yaml:10:27"), "{err}");
+    assert!(
+        !ws.path().join("runs").join("flood").exists(),
+        "no run directory"
+    );
 }
 
 #[test]

@@ -679,3 +679,66 @@ fn a_real_engine_is_estimated_from_its_last_run() {
         assert!(err.contains(bad[1]), "{err}");
     }
 }
+
+/// Issue 18 item 2: `plan` of every experiment the simulator runs, counted from its load
+/// model and within 25% of its real run time. Affordable: the quickstart is run in full by
+/// `the_quickstart_runs_end_to_end` (its estimate against its measured run); the others are
+/// checked by the estimate's arithmetic here, without running them: an open-loop point is
+/// never estimated shorter than its own schedule (its last arrival), its requests are its
+/// schedule's (not one per point), and the long load experiments' totals are within 25% of
+/// their wall times measured on the simulator (`servebench run experiments/NAME.yaml`:
+/// capacity-search 112 s, load-rate-sweep 3m 30s, the figure the issue gives).
+#[test]
+fn plan_counts_every_simulator_experiment_from_its_load_model() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
+    let measured_s = [("capacity-search", 112.0), ("load-rate-sweep", 210.0)];
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&root).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let spec = servebench::spec::load(&path).unwrap();
+        let plan = servebench::plan::Plan::new(&spec.points);
+        // Real engines have no timing model: nothing to compare on the simulator.
+        let Ok(est) = servebench::plan::estimate::from_model(&plan, None, &root) else {
+            continue;
+        };
+        checked += 1;
+        let count = plan.request_count(&root);
+        let (mut sent, mut any_load) = (0u64, false);
+        for p in plan.groups.iter().flat_map(|g| &g.points) {
+            let e = &p.experiment;
+            if e.open_loop().is_none() || e.search.is_some() {
+                sent += servebench::plan::point_requests(p, &root).sent;
+                continue;
+            }
+            any_load = true;
+            let schedule = servebench::load::Schedule::of(e, &root).unwrap();
+            let last = schedule.iter().last().unwrap().at_s;
+            let seconds = est.point(&p.id).unwrap();
+            assert!(
+                seconds >= last,
+                "{}: {} estimated {seconds} s, its schedule lasts {last} s",
+                spec.name,
+                p.id
+            );
+            assert!(schedule.len() > 1, "{}", p.id);
+            sent += schedule.len() as u64;
+        }
+        assert_eq!(count.sent, sent, "{}", spec.name);
+        if any_load {
+            assert!(count.sent > plan.point_count() as u64, "{}", spec.name);
+        }
+        if let Some((_, real)) = measured_s.iter().find(|(n, _)| *n == spec.name) {
+            let ratio = est.total_s() / real;
+            assert!(
+                (0.75..=1.25).contains(&ratio),
+                "{}: estimated {} s, ran {real} s",
+                spec.name,
+                est.total_s()
+            );
+        }
+    }
+    assert!(checked >= 10, "{checked} experiments with a timing model");
+}

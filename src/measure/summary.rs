@@ -536,8 +536,14 @@ mod tests {
             index,
             end_s: Some(ttft + 0.01),
             chunks: vec![
-                crate::results::records::Chunk { t_s: ttft, tokens: 1 },
-                crate::results::records::Chunk { t_s: ttft + 0.01, tokens: 1 },
+                crate::results::records::Chunk {
+                    t_s: ttft,
+                    tokens: 1,
+                },
+                crate::results::records::Chunk {
+                    t_s: ttft + 0.01,
+                    tokens: 1,
+                },
             ],
             prompt_tokens: Some(8),
             completion_tokens: Some(2),
@@ -556,8 +562,11 @@ mod tests {
             .find(|f| f.kind == FlagKind::TtftBelowServer)
             .unwrap_or_else(|| panic!("{:?}", s.flags));
         assert!(
-            flag.message.starts_with("1 of 2 requests had a TTFT shorter")
-                && flag.message.contains("request 0: 0.39 ms, the server's 3.08 ms"),
+            flag.message
+                .starts_with("1 of 2 requests had a TTFT shorter")
+                && flag
+                    .message
+                    .contains("request 0: 0.39 ms, the server's 3.08 ms"),
             "{}",
             flag.message
         );
