@@ -17,11 +17,14 @@ use crate::spec::validate::{Problem, Target};
 use super::schedule::{MAX_SPAN_S, SCHEDULE_LIMIT, Schedule, ScheduleError};
 use super::trace::{self, TraceError, TraceSummary};
 
+/// What a trace file holds, or its problem (message, hint).
+type TraceFound = Result<TraceSummary, (String, String)>;
+
 /// [`Check`] of load schedules. Each trace file is read once, however many points replay it.
 #[derive(Debug, Default)]
 pub struct ScheduleCheck {
     /// A trace's full path to what it holds, or its problem.
-    files: RefCell<HashMap<PathBuf, Result<TraceSummary, (String, String)>>>,
+    files: RefCell<HashMap<PathBuf, TraceFound>>,
 }
 
 impl Check for ScheduleCheck {
