@@ -239,10 +239,15 @@ workload:
     let spec_arg = spec.display().to_string();
     let plan = servebench_in(&ws, &["plan", &spec_arg], &[]);
     let out = run(&ws, &spec, &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
-    let dir = ws.path().join(run_dir(&out));
-    let meta = read(&dir.join("meta.json"));
-    assert!(meta.contains("http://***@127.0.0.1:9"), "{meta}");
+    // Refused before a run directory exists (issue 18 item 15: the client cannot send them),
+    // and the refusal does not repeat them.
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("user names and passwords in the URL"),
+        "{}",
+        show(&out)
+    );
+    assert!(!ws.path().join("runs").join("url").exists());
     let userinfo = format!("{user}:{password}");
     assert_nowhere(
         &[&password, &userinfo],
