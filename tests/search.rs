@@ -234,9 +234,9 @@ fn plan_bounds_a_search_by_its_probes() {
         "{text}"
     );
     // The probes the model's capacity (11.4 req/s) makes the search take, each replayed on
-    // its schedule: 6 and 12 req/s, then bisections between them (6 probes), 15.5 s; the real
+    // its schedule: 6 and 12 req/s, then bisections between them (6 probes), 15.0 s; the real
     // search takes 14.8 s (it once said 36.7 s: 10 probes, each as long as the first).
-    assert!(text.contains("cache cold  ~15.5 s"), "{text}");
+    assert!(text.contains("cache cold  ~15.0 s"), "{text}");
 }
 
 /// A closed-loop search over `concurrency`, on the same one-slot server as above (service

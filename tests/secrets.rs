@@ -219,7 +219,7 @@ workload:
 }
 
 #[test]
-fn url_credentials_are_shown_as_stars() {
+fn url_credentials_are_refused_and_shown_nowhere() {
     let ws = Workspace::new();
     let password = secret("url-pass");
     let user = "bench-user";
@@ -248,6 +248,7 @@ workload:
         show(&out)
     );
     assert!(!ws.path().join("runs").join("url").exists());
+    std::fs::create_dir_all(ws.path().join("runs")).unwrap();
     let userinfo = format!("{user}:{password}");
     assert_nowhere(
         &[&password, &userinfo],
