@@ -384,3 +384,32 @@ fn a_command_engine_is_launched_from_its_template_and_probed() {
     assert!(validity_flags(&points[0]).is_empty(), "{}", points[0]);
     servers_gone(&meta);
 }
+
+/// A ready line is a hint, never the proof (issue 18 item 3): a server that prints it a second
+/// before its port listens is measured once `/health` answers, not while it refuses
+/// connections (the run used to fire its requests, and its cache-reset probe, at a closed port).
+#[test]
+fn a_ready_line_before_the_port_listens_is_not_readiness() {
+    let ws = Workspace::new();
+    let bin = env!("CARGO_BIN_EXE_servebench");
+    let spec = ws.write(
+        "early-line.yaml",
+        &format!(
+            "name: early-line\nserver:\n  engine: command\n  model: m\n  \
+             launcher: [sh, -c, 'echo \"The server is fired up and ready to roll!\"; sleep 1; exec \"$0\" sim --profile fast --host 127.0.0.1 --port \"$1\"', \"{bin}\", \"{{port}}\"]\n  \
+             ready_line: \"fired up and ready\"\n  ready_timeout: 30s\n\
+             workload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 4\n\
+             cache: {{ policy: cold }}\nrequests: 2\n"
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    assert_eq!(
+        server["surface"]["cache_reset"]["kind"], "flush-cache",
+        "{server}"
+    );
+    assert!(server["ready_after_s"].as_f64().unwrap() >= 1.0, "{server}");
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    servers_gone(&meta);
+}

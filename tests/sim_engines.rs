@@ -762,6 +762,62 @@ fn sim_vllm_refuses_connections_until_ready() {
     }
 }
 
+/// The moment a surface's ready line is written, its port accepts connections and `/health`
+/// answers 200 (SGLang, vLLM and llama.cpp modes): a runner may take the line as a hint. Each
+/// line is checked by the thread reading the pipe, the instant it arrives.
+#[test]
+fn sim_ready_lines_come_only_once_the_port_listens() {
+    let _turn = crate::common::exclusive();
+    let cases: [(&[&str], &str); 3] = [
+        (&["--api", "vllm", "m"], "Application startup complete."),
+        (&["--profile", "fast"], "The server is fired up and ready to roll!"),
+        (&["--api", "llama.cpp", "-m", "m.gguf"], "all slots are idle"),
+    ];
+    for round in 0..3 {
+        for (args, line) in cases {
+            let port = free_port();
+            let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("servebench"));
+            cmd.arg("sim")
+                .args(args)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            for pipe in [
+                Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+                Box::new(child.stderr.take().unwrap()),
+            ] {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+                        if l.contains(line) {
+                            let connected = TcpStream::connect(("127.0.0.1", port)).map(|mut c| {
+                                c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                                    .unwrap();
+                                let mut head = String::new();
+                                let _ = BufReader::new(c).read_line(&mut head);
+                                head
+                            });
+                            let _ = tx.send(connected.map_err(|e| e.to_string()));
+                        }
+                    }
+                });
+            }
+            let got = rx.recv_timeout(Duration::from_secs(60));
+            let _ = child.kill();
+            let _ = child.wait();
+            let head = got
+                .expect("no ready line")
+                .unwrap_or_else(|e| panic!("round {round}, {args:?}: {line:?} written before the port listened: {e}"));
+            assert!(
+                head.starts_with("HTTP/1.1 200"),
+                "round {round}, {args:?}: /health right after {line:?}: {head}"
+            );
+        }
+    }
+}
+
 // ----------------------------------------------------------- llama.cpp ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

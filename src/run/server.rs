@@ -290,12 +290,18 @@ impl ServerHandle {
                     tail,
                 });
             }
-            if let Ok(200) = client.health().await {
+            // Readiness is an answered health request. A ready line is a hint, never the proof:
+            // engines print theirs around the moment the socket listens (uvicorn's "Application
+            // startup complete." comes before it), so a line seen while the port refuses
+            // connections or /health says 503 (starting) is not ready. A server that has no
+            // /health (`engine: command`, 404) is ready once it answered and printed its line.
+            let health = client.health().await;
+            if let Ok(200) = health {
                 break;
             }
-            // SGLang's ready line counts too (e.g. when /health is slow to answer under a
-            // proxy); it is printed after the warm-up generation, like /health's first 200.
-            if engine::is_ready_line(server, &self.logged_since_launch()) {
+            if matches!(health, Ok(code) if code != 503)
+                && engine::is_ready_line(server, &self.logged_since_launch())
+            {
                 break;
             }
             if Instant::now() > deadline {

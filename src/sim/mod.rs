@@ -156,7 +156,10 @@ fn main_sglang(args: Vec<String>) -> i32 {
     let parsed = match args::parse(&args) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("servebench sim: error: {e}\nTry `servebench sim --help`.");
+            match args::argparse_message(&e) {
+                Some(m) => eprintln!("{m}"),
+                None => eprintln!("servebench sim: error: {e}\nTry `servebench sim --help`."),
+            }
             return crate::exit::BAD_INPUT;
         }
     };

@@ -266,12 +266,13 @@ impl Scheduler {
         if !self.cfg.skip_warmup {
             std::thread::sleep(self.cfg.profile.warmup());
         }
+        // Ready (`/health` 200) before any line says so: a runner may take the line as a hint.
+        self.shared.set_ready();
         self.voice
             .engine_ready(warmup_started.elapsed().as_secs_f64());
         if let Some(f) = self.on_ready.take() {
             f();
         }
-        self.shared.set_ready();
         self.clock = Instant::now();
         loop {
             loop {
