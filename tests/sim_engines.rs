@@ -1416,3 +1416,40 @@ async fn sim_api_keys_guard_what_each_engine_guards() {
     assert_eq!(get(&s.base, "/health").await.0, 200);
     assert_eq!(get(&s.base, "/v1/models").await.0, 200);
 }
+
+/// The simulator refuses what each engine's build refuses, with the engine's exit status and
+/// message shape (issue 18 items 9 and 21): sglang 0.5.23's argparse (exit 2: an ambiguous
+/// prefix, a flag it lacks), llama-server of llama-cpp-python 0.3.36 (exit 1: `--mlock`,
+/// `--no-mmap`, gone from that build).
+#[test]
+fn sim_refuses_flags_as_each_engine_build_does() {
+    let run = |args: &[&str]| {
+        let out = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+            .arg("sim")
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run(&["--model-path", "m", "--pp", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.starts_with("usage: launch_server.py"), "{err}");
+    assert!(
+        err.contains("launch_server.py: error: ambiguous option: --pp could match --pp-"),
+        "{err}"
+    );
+    let (code, err) = run(&["--model-path", "m", "--cuda-graph-max-bs", "8"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("ambiguous option: --cuda-graph-max-bs could match"), "{err}");
+    let (code, err) = run(&["--model-path", "m", "--stream-output", "--no-such-flag", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("launch_server.py: error: unrecognized arguments: --stream-output --no-such-flag 3"),
+        "{err}"
+    );
+    for gone in ["--mlock", "--no-mmap"] {
+        let (code, err) = run(&["--api", "llama.cpp", "-m", "m.gguf", gone]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains(&format!("error: invalid argument: {gone}")), "{err}");
+    }
+}

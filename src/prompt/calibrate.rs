@@ -252,13 +252,18 @@ where
 }
 
 /// The limit a "prompt too long" message states, for the three engines' wordings: SGLang
-/// `... longer than the model's context length (C tokens)`, vLLM `maximum context length is C
-/// tokens`, llama.cpp `exceeds the available context size (C tokens)`. None when the message
-/// is not such a refusal; `Some(None)` when it is but names no number.
+/// `... longer than the model's context length (C tokens)`, its prompt + output check
+/// `Requested token count exceeds the model's maximum context length of C tokens` and its
+/// scheduler's `Input length (N tokens) exceeds the maximum allowed length (L tokens)` (L =
+/// min(context - 1, KV pool - 1) - 5, the real limit; sglang-facts section 9), vLLM `maximum
+/// context length is C tokens`, llama.cpp `exceeds the available context size (C tokens)`.
+/// None when the message is not such a refusal; `Some(None)` when it is but names no number.
 pub fn too_long_limit(message: &str) -> Option<Option<u64>> {
     let m = message.to_ascii_lowercase();
     let markers = [
         "longer than the model's context length",
+        "requested token count exceeds",
+        "exceeds the maximum allowed length",
         "maximum context length is",
         "exceeds the available context size",
         "exceed_context_size",
@@ -277,7 +282,9 @@ pub fn too_long_limit(message: &str) -> Option<Option<u64>> {
         digits.parse().ok()
     };
     Some(
-        number_after("context length (")
+        number_after("maximum allowed length (")
+            .or_else(|| number_after("context length ("))
+            .or_else(|| number_after("maximum context length of"))
             .or_else(|| number_after("maximum context length is"))
             .or_else(|| number_after("available context size ("))
             .or_else(|| number_after("n_ctx")),
@@ -475,5 +482,18 @@ mod tests {
             Some(Some(16384))
         );
         assert_eq!(too_long_limit("connection refused"), None);
+        // SGLang 0.5.23 (tokenizer_manager.py, managers/utils.py).
+        assert_eq!(
+            too_long_limit(
+                "Requested token count exceeds the model's maximum context length of 32768 tokens. You requested a total of 32800 tokens: 32768 tokens from the input messages and 32 tokens for the completion."
+            ),
+            Some(Some(32768))
+        );
+        assert_eq!(
+            too_long_limit(
+                "Input length (32710 tokens) exceeds the maximum allowed length (32704 tokens). Use a shorter input or enable --allow-auto-truncate."
+            ),
+            Some(Some(32704))
+        );
     }
 }

@@ -141,7 +141,12 @@ impl ServerHandle {
             process: None,
             record: ServerLaunch {
                 group: group.to_string(),
-                engine: "external".into(),
+                // The engine the spec says it is, when it says one.
+                engine: if server.engine == Engine::Sim {
+                    "external".into()
+                } else {
+                    format!("{} (external)", server.engine)
+                },
                 url,
                 args: secrets::redacted_args(server),
                 env: secrets::redacted_env(server),
@@ -452,12 +457,19 @@ fn model_notes(server: &Server, surface: &crate::results::meta::ServerSurface) -
     let Some(want) = &server.model else {
         return Vec::new();
     };
-    let served_name = match server.args.get("served-model-name") {
-        Some(crate::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
-        _ => None,
-    };
+    // The names the spec itself gives the model: SGLang's and vLLM's --served-model-name
+    // (vLLM's may list several), llama.cpp's -a/--alias (comma-separated).
+    let args = engine::effective_args(server);
+    let given: Vec<&str> = ["served-model-name", "alias", "-a"]
+        .iter()
+        .filter_map(|k| match args.get(*k) {
+            Some(crate::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
+            _ => None,
+        })
+        .flat_map(|n| n.split([',', ' ']).map(str::trim).filter(|x| !x.is_empty()))
+        .collect();
     let matches = |m: &str| {
-        m == want || Some(m) == served_name || m.rsplit('/').next() == want.rsplit('/').next()
+        m == want || given.contains(&m) || m.rsplit('/').next() == want.rsplit('/').next()
     };
     if surface.models.is_empty() || surface.models.iter().any(|m| matches(m)) {
         return Vec::new();

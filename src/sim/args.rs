@@ -345,7 +345,7 @@ mod tests {
             "auto",
             "--port",
             "1",
-            "--enable-p2p-check",
+            "--enable-torch-compile-debug-mode",
             "--host",
             "h",
         ])

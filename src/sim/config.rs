@@ -290,8 +290,11 @@ impl SimConfig {
         self.max_total_tokens.max(0) as u64
     }
 
-    /// Longest accepted prompt: SGLang's `max_req_input_len`.
+    /// SGLang's `max_req_input_len` (tp_worker.py): min(context - 1, pool - 1) - 5; a prompt
+    /// of this many tokens or more is refused.
     pub fn max_req_input_len(&self) -> u64 {
-        (self.context_length.saturating_sub(1)).min(self.pool_tokens().saturating_sub(1))
+        (self.context_length.saturating_sub(1))
+            .min(self.pool_tokens().saturating_sub(1))
+            .saturating_sub(5)
     }
 }
