@@ -438,7 +438,11 @@ fn llama_cpp_with_no_slots_and_an_alias_is_reset_and_not_doubted() {
     let server = &meta["servers"][0];
     let surface = &server["surface"];
     assert_eq!(surface["cache_reset"]["kind"], "slot-erase", "{surface}");
-    assert_eq!(surface["cache_reset"]["slots"], serde_json::json!([0, 1, 2]), "{surface}");
+    assert_eq!(
+        surface["cache_reset"]["slots"],
+        serde_json::json!([0, 1, 2]),
+        "{surface}"
+    );
     assert!(
         !surface["notes"].to_string().contains("slot-save-path"),
         "{surface}"
@@ -463,15 +467,32 @@ fn a_url_server_without_a_model_gets_the_name_it_serves() {
         .unwrap()
         .port();
     let mut sim = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"))
-        .args(["sim", "--api", "vllm", "Qwen/Qwen3-8B", "--served-model-name", "qwen-served"])
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--profile", "fast"])
+        .args([
+            "sim",
+            "--api",
+            "vllm",
+            "Qwen/Qwen3-8B",
+            "--served-model-name",
+            "qwen-served",
+        ])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--profile",
+            "fast",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(std::time::Instant::now() < deadline, "the simulated vLLM never listened");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the simulated vLLM never listened"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let spec = ws.write(
@@ -487,7 +508,11 @@ fn a_url_server_without_a_model_gets_the_name_it_serves() {
     assert!(out.status.success(), "{}", show(&out));
     let dir = run_dir(&out);
     let meta = read_json(&dir.join("meta.json"));
-    assert_eq!(meta["servers"][0]["engine"], "vllm (external)", "{}", meta["servers"][0]);
+    assert_eq!(
+        meta["servers"][0]["engine"], "vllm (external)",
+        "{}",
+        meta["servers"][0]
+    );
     let points = read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points[0]["status"], "ok", "{}", points[0]);
 }

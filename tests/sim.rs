@@ -284,7 +284,10 @@ async fn cached_tokens_on_repeat_but_not_with_a_nonce() {
         .post_json("/v1/completions", &comp(&format!("zq9 {prompt}")))
         .await;
     // sglang 0.5.23 reports 0 with --enable-cache-report (older versions left it out).
-    assert_eq!(v["usage"]["prompt_tokens_details"], json!({"cached_tokens": 0}));
+    assert_eq!(
+        v["usage"]["prompt_tokens_details"],
+        json!({"cached_tokens": 0})
+    );
     sim.stop().await.unwrap();
 
     let sim = start(&["--disable-radix-cache"]).await;
@@ -701,13 +704,7 @@ fn cli_rejects_bad_values_and_prints_help() {
     }
     let out = Command::cargo_bin("servebench")
         .unwrap()
-        .args([
-            "sim",
-            "--port",
-            "0",
-            "--mem-fraction-static",
-            "0.1",
-        ])
+        .args(["sim", "--port", "0", "--mem-fraction-static", "0.1"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -723,7 +720,10 @@ fn cli_rejects_bad_values_and_prints_help() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unrecognized arguments: --bogus-flag x"), "{err}");
+    assert!(
+        err.contains("unrecognized arguments: --bogus-flag x"),
+        "{err}"
+    );
 }
 
 // ---- The `kimi-k2.6-8x-rtxpro6000` profile against its published measurements ----
@@ -1069,7 +1069,8 @@ async fn mixed_chunk_decodes_running_requests_in_the_prefill_iteration() {
 async fn sglang_refuses_what_does_not_fit_the_context_in_0_5_23s_words() {
     let sim = start(&["--context-length", "1024"]).await;
     let ids: Vec<u32> = (0..1000).map(|i| 300 + i).collect();
-    let body = |max_new: u64| json!({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new}});
+    let body =
+        |max_new: u64| json!({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new}});
     let (s, v) = sim.post_json("/generate", &body(100)).await;
     assert_eq!(s, 400, "{v}");
     let m = v["error"]["message"].as_str().unwrap();
@@ -1082,10 +1083,19 @@ async fn sglang_refuses_what_does_not_fit_the_context_in_0_5_23s_words() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["meta_info"]["completion_tokens"], 20);
     let (s, v) = sim
-        .post_json("/v1/completions", &json!({"prompt": ids, "max_tokens": 100}))
+        .post_json(
+            "/v1/completions",
+            &json!({"prompt": ids, "max_tokens": 100}),
+        )
         .await;
     assert_eq!(s, 400, "{v}");
-    assert!(v["message"].as_str().unwrap().starts_with("Requested token count exceeds"), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Requested token count exceeds"),
+        "{v}"
+    );
     sim.stop().await.unwrap();
 
     // A KV pool smaller than the context: the scheduler's limit, 600 - 1 - 5.
@@ -1095,7 +1105,10 @@ async fn sglang_refuses_what_does_not_fit_the_context_in_0_5_23s_words() {
     assert_eq!(info["max_req_input_len"], 594, "{info}");
     let ids: Vec<u32> = (0..594).map(|i| 300 + i).collect();
     let (s, v) = sim
-        .post_json("/generate", &json!({"input_ids": ids, "sampling_params": {"max_new_tokens": 4}}))
+        .post_json(
+            "/generate",
+            &json!({"input_ids": ids, "sampling_params": {"max_new_tokens": 4}}),
+        )
         .await;
     assert_eq!(s, 400, "{v}");
     assert_eq!(
@@ -1123,7 +1136,9 @@ async fn sglang_0_5_23_routes_and_bodies() {
         assert_eq!(s, 400, "{bad}: {v}");
         assert!(v["error"].is_string(), "{v}");
     }
-    let (s, v) = sim.post_json("/generate", &req_body("hi there", 2, false)).await;
+    let (s, v) = sim
+        .post_json("/generate", &req_body("hi there", 2, false))
+        .await;
     assert_eq!(s, 200, "{v}");
     let meta = &v["meta_info"];
     assert_eq!(meta["num_retractions"], 0, "{meta}");
@@ -1135,7 +1150,11 @@ async fn sglang_0_5_23_routes_and_bodies() {
     let before = sim.log_lines("Prefill batch").len();
     let started = Instant::now();
     assert_eq!(sim.get("/health").await.0, 200);
-    assert!(started.elapsed() >= Duration::from_millis(10), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(10),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(sim.log_lines("Prefill batch").len(), before + 1);
     let (_, metrics) = sim.get("/metrics").await;
     let requests: Vec<&str> = metrics
@@ -1143,7 +1162,9 @@ async fn sglang_0_5_23_routes_and_bodies() {
         .filter(|l| l.starts_with("sglang:num_requests_total"))
         .collect();
     assert!(
-        requests.iter().all(|l| l.ends_with(" 1") || l.ends_with(" 1.0")),
+        requests
+            .iter()
+            .all(|l| l.ends_with(" 1") || l.ends_with(" 1.0")),
         "only the one /generate request: {requests:?}"
     );
     // Busy: refused at once, or flushed once idle when given a timeout.

@@ -770,8 +770,14 @@ fn sim_ready_lines_come_only_once_the_port_listens() {
     let _turn = crate::common::exclusive();
     let cases: [(&[&str], &str); 3] = [
         (&["--api", "vllm", "m"], "Application startup complete."),
-        (&["--profile", "fast"], "The server is fired up and ready to roll!"),
-        (&["--api", "llama.cpp", "-m", "m.gguf"], "all slots are idle"),
+        (
+            &["--profile", "fast"],
+            "The server is fired up and ready to roll!",
+        ),
+        (
+            &["--api", "llama.cpp", "-m", "m.gguf"],
+            "all slots are idle",
+        ),
     ];
     for round in 0..3 {
         for (args, line) in cases {
@@ -793,8 +799,10 @@ fn sim_ready_lines_come_only_once_the_port_listens() {
                     for l in BufReader::new(pipe).lines().map_while(Result::ok) {
                         if l.contains(line) {
                             let connected = TcpStream::connect(("127.0.0.1", port)).map(|mut c| {
-                                c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                                    .unwrap();
+                                c.write_all(
+                                    b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                )
+                                .unwrap();
                                 let mut head = String::new();
                                 let _ = BufReader::new(c).read_line(&mut head);
                                 head
@@ -807,9 +815,9 @@ fn sim_ready_lines_come_only_once_the_port_listens() {
             let got = rx.recv_timeout(Duration::from_secs(60));
             let _ = child.kill();
             let _ = child.wait();
-            let head = got
-                .expect("no ready line")
-                .unwrap_or_else(|e| panic!("round {round}, {args:?}: {line:?} written before the port listened: {e}"));
+            let head = got.expect("no ready line").unwrap_or_else(|e| {
+                panic!("round {round}, {args:?}: {line:?} written before the port listened: {e}")
+            });
             assert!(
                 head.starts_with("HTTP/1.1 200"),
                 "round {round}, {args:?}: /health right after {line:?}: {head}"
@@ -1429,7 +1437,10 @@ fn sim_refuses_flags_as_each_engine_build_does() {
             .args(args)
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&["--model-path", "m", "--pp", "2"]);
     assert_eq!(code, Some(2), "{err}");
@@ -1440,16 +1451,30 @@ fn sim_refuses_flags_as_each_engine_build_does() {
     );
     let (code, err) = run(&["--model-path", "m", "--cuda-graph-max-bs", "8"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("ambiguous option: --cuda-graph-max-bs could match"), "{err}");
-    let (code, err) = run(&["--model-path", "m", "--stream-output", "--no-such-flag", "3"]);
+    assert!(
+        err.contains("ambiguous option: --cuda-graph-max-bs could match"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "--model-path",
+        "m",
+        "--stream-output",
+        "--no-such-flag",
+        "3",
+    ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("launch_server.py: error: unrecognized arguments: --stream-output --no-such-flag 3"),
+        err.contains(
+            "launch_server.py: error: unrecognized arguments: --stream-output --no-such-flag 3"
+        ),
         "{err}"
     );
     for gone in ["--mlock", "--no-mmap"] {
         let (code, err) = run(&["--api", "llama.cpp", "-m", "m.gguf", gone]);
         assert_eq!(code, Some(1), "{err}");
-        assert!(err.contains(&format!("error: invalid argument: {gone}")), "{err}");
+        assert!(
+            err.contains(&format!("error: invalid argument: {gone}")),
+            "{err}"
+        );
     }
 }

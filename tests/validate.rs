@@ -387,8 +387,14 @@ fn a_run_directory_is_never_created_outside_out() {
 fn an_ambiguous_flag_prefix_is_an_error_at_its_line() {
     let ws = Workspace::new();
     for (flag, wanted) in [
-        ("pp", "`pp-async-batch-depth`, `pp-max-micro-batch-size`, `pp-size`"),
-        ("cuda-graph-max-bs", "`cuda-graph-max-bs-decode`, `cuda-graph-max-bs-prefill`"),
+        (
+            "pp",
+            "`pp-async-batch-depth`, `pp-max-micro-batch-size`, `pp-size`",
+        ),
+        (
+            "cuda-graph-max-bs",
+            "`cuda-graph-max-bs-decode`, `cuda-graph-max-bs-prefill`",
+        ),
     ] {
         let spec = ws.write(
             "ambiguous.yaml",
@@ -400,7 +406,10 @@ fn an_ambiguous_flag_prefix_is_an_error_at_its_line() {
         assert_eq!(out.status.code(), Some(2), "{}", show(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("ambiguous.yaml:7:5"), "{stderr}");
-        assert!(stderr.contains(&format!("SGLang refuses `{flag}`")), "{stderr}");
+        assert!(
+            stderr.contains(&format!("SGLang refuses `{flag}`")),
+            "{stderr}"
+        );
         assert!(stderr.contains("ambiguous option"), "{stderr}");
         assert!(stderr.contains(wanted), "{stderr}");
         assert!(!stderr.contains("`tp`"), "tp is a unique prefix: {stderr}");

@@ -52,7 +52,10 @@ pub async fn probe(client: &Client) -> ServerSurface {
         for m in models["data"].as_array().into_iter().flatten() {
             // llama.cpp lists its `-a` names beside the id.
             let aliases = m["aliases"].as_array().into_iter().flatten();
-            for id in std::iter::once(&m["id"]).chain(aliases).filter_map(Value::as_str) {
+            for id in std::iter::once(&m["id"])
+                .chain(aliases)
+                .filter_map(Value::as_str)
+            {
                 if !s.models.iter().any(|x| x == id) {
                     s.models.push(id.to_string());
                 }

@@ -363,10 +363,19 @@ mod tests {
             other => panic!("{args:?}: {other:?}"),
         };
         let e = ambiguous(&["--pp", "2"]);
-        assert!(e.starts_with("ambiguous option: --pp could match --pp-"), "{e}");
-        assert!(e.contains("--pp-size") && e.contains("--pp-max-micro-batch-size"), "{e}");
+        assert!(
+            e.starts_with("ambiguous option: --pp could match --pp-"),
+            "{e}"
+        );
+        assert!(
+            e.contains("--pp-size") && e.contains("--pp-max-micro-batch-size"),
+            "{e}"
+        );
         let e = ambiguous(&["--cuda-graph-max-bs", "8"]);
-        assert!(e.contains("--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"), "{e}");
+        assert!(
+            e.contains("--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+            "{e}"
+        );
         let e = p(&["--port", "1", "--stream-output", "--frobnicate", "7"])
             .unwrap_err()
             .to_string();
@@ -377,7 +386,15 @@ mod tests {
             "{msg}"
         );
         // Whole names and unique prefixes still work.
-        let a = p(&["--pp-size", "2", "--cuda-graph-max-bs-d", "8", "--tensor-parallel-size", "2"]).unwrap();
+        let a = p(&[
+            "--pp-size",
+            "2",
+            "--cuda-graph-max-bs-d",
+            "8",
+            "--tensor-parallel-size",
+            "2",
+        ])
+        .unwrap();
         assert_eq!(a.int("pp-size"), Some(2));
         assert_eq!(a.int("tp-size"), Some(2));
         assert_eq!(a.int("cuda-graph-max-bs-decode"), Some(8));
@@ -388,7 +405,10 @@ mod tests {
     fn modelled_flags_are_sglang_0_5_23_flags() {
         for f in FLAGS {
             for n in std::iter::once(&f.name).chain(f.aliases) {
-                assert!(option_strings().any(|o| o == *n), "--{n} is not sglang 0.5.23's");
+                assert!(
+                    option_strings().any(|o| o == *n),
+                    "--{n} is not sglang 0.5.23's"
+                );
             }
         }
     }

@@ -318,8 +318,10 @@ pub fn parse(args: &[String]) -> Result<LlamaParsed, LlamaArgError> {
         // llama.cpp's is_truthy / is_falsey / is_autoy (common/arg.cpp).
         if flag.names.contains(&"--flash-attn")
             && let Some(v) = &value
-            && !["on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1"]
-                .contains(&v.as_str())
+            && ![
+                "on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1",
+            ]
+            .contains(&v.as_str())
         {
             return Err(LlamaArgError::BadValue(
                 arg.clone(),
@@ -538,14 +540,27 @@ mod tests {
             let mut words = line.split_whitespace();
             let kind = words.next().unwrap();
             for name in words.filter(|w| *w != "|") {
-                if ["-h", "--help", "--usage", "--version", "-cl", "--cache-list", "--completion-bash", "--list-devices"]
-                    .contains(&name)
+                if [
+                    "-h",
+                    "--help",
+                    "--usage",
+                    "--version",
+                    "-cl",
+                    "--cache-list",
+                    "--completion-bash",
+                    "--list-devices",
+                ]
+                .contains(&name)
                 {
                     continue;
                 }
                 let mut args = vec![name.to_string()];
                 match kind {
-                    "value" => args.push(if name.contains("flash-attn") || name == "-fa" { "on".into() } else { "1".into() }),
+                    "value" => args.push(if name.contains("flash-attn") || name == "-fa" {
+                        "on".into()
+                    } else {
+                        "1".into()
+                    }),
                     "value2" => args.extend(["1".into(), "2".into()]),
                     _ => {}
                 }
@@ -561,7 +576,10 @@ mod tests {
         assert!(n > 400, "{n} spellings");
         for gone in ["--mlock", "--no-mmap", "--model-path"] {
             let e = p(&["-m", "x", gone]).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("error: invalid argument: {gone}")), "{e}");
+            assert!(
+                e.starts_with(&format!("error: invalid argument: {gone}")),
+                "{e}"
+            );
         }
         // Modelled spellings are the build's too (the simulator's own two apart).
         for f in FLAGS {

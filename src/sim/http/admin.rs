@@ -63,15 +63,20 @@ pub async fn health(State(st): State<AppState>) -> Response {
         log_metrics: false,
         ..Default::default()
     };
-    let Ok((_, mut rx)) = st.enqueue(Some(format!("HEALTH_CHECK_{}", super::unix_now())), vec![0], 1, tic, opts)
-    else {
+    let Ok((_, mut rx)) = st.enqueue(
+        Some(format!("HEALTH_CHECK_{}", super::unix_now())),
+        vec![0],
+        1,
+        tic,
+        opts,
+    ) else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let poll = st.cfg.profile.health_poll();
     let mut answered = false;
     while tic.elapsed() < HEALTH_CHECK_TIMEOUT {
         tokio::time::sleep(poll).await;
-        while let Ok(_) = rx.try_recv() {
+        while rx.try_recv().is_ok() {
             answered = true;
         }
         if answered {

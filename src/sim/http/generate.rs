@@ -121,9 +121,7 @@ fn validate_sampling_params(v: &Value) -> Result<(), Rejected> {
     for sp in all.into_iter().filter_map(Value::as_object) {
         for (key, value) in sp {
             let Some((_, integer)) = SAMPLING_PARAMS.iter().find(|(k, _)| k == key) else {
-                return Err(Rejected(format!(
-                    "sampling_params: unknown field `{key}`"
-                )));
+                return Err(Rejected(format!("sampling_params: unknown field `{key}`")));
             };
             let not_int = |x: &Value| x.is_f64() || (x.is_number() && !x.is_i64() && !x.is_u64());
             let bad = *integer
