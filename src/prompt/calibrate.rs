@@ -136,7 +136,7 @@ impl Calibrator {
                 Err(CountError::TooLong { limit: l }) => {
                     // A tiny context: what it said is the limit; the proportional steps below
                     // still find the length.
-                    limit = l.or(limit);
+                    limit = tighter(l, limit);
                     break;
                 }
                 Err(CountError::Failed(e)) => return Err(CalibrationError::Request(e)),
@@ -170,7 +170,7 @@ impl Calibrator {
                 Ok(n) => n,
                 Err(CountError::TooLong { limit: l }) => {
                     // Step down below what the server says it takes (or by a tenth).
-                    limit = l.or(limit);
+                    limit = tighter(l, limit);
                     let down = match cap(limit) {
                         Some(c) if c < chars => c,
                         _ => chars * 9 / 10,
@@ -249,6 +249,15 @@ where
         },
     });
     r
+}
+
+/// The smaller of two limits where both are known: a refusal naming the model's context
+/// (32768) does not loosen what the server said it takes (SGLang's max_req_input_len, 32704).
+fn tighter(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The limit a "prompt too long" message states, for the three engines' wordings: SGLang
@@ -459,6 +468,15 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("connection refused"));
+    }
+
+    /// A refusal naming the model's context (SGLang's "longer than the model's context length
+    /// (32768 tokens)") never loosens the server's own limit (max_req_input_len 32704).
+    #[test]
+    fn a_refusal_never_loosens_the_known_limit() {
+        assert_eq!(tighter(Some(32768), Some(32704)), Some(32704));
+        assert_eq!(tighter(Some(1200), None), Some(1200));
+        assert_eq!(tighter(None, Some(900)), Some(900));
     }
 
     #[test]
