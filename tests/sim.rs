@@ -1180,3 +1180,43 @@ async fn sglang_0_5_23_routes_and_bodies() {
     assert!(busy.await.unwrap().unwrap().status().is_success());
     sim.stop().await.unwrap();
 }
+
+/// sglang 0.5.23's OpenAI streams: the 200 head comes with the first token (not before the
+/// prefill), usage is not on the chat role chunk, and there is no chunk with empty content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_openai_head_comes_with_the_first_token() {
+    let sim = start(&["--sim-time-scale", "100", "--skip-server-warmup"]).await;
+    let prompt = FOX.repeat(200);
+    let body = json!({"prompt": prompt, "max_tokens": 2, "stream": true});
+    let sent = Instant::now();
+    let mut r = sim
+        .http
+        .post(format!("{}/v1/completions", sim.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let head = sent.elapsed();
+    let first = r.chunk().await.unwrap().unwrap();
+    let first_at = sent.elapsed();
+    assert!(String::from_utf8_lossy(&first).contains("\"text\""));
+    assert!(
+        head.as_secs_f64() >= 0.8 * first_at.as_secs_f64() && first_at > Duration::from_millis(100),
+        "head after {head:?}, first token after {first_at:?}"
+    );
+    while r.chunk().await.unwrap().is_some() {}
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": true,
+                      "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+    let events = sim.stream_json("/v1/chat/completions", &chat).await;
+    assert_eq!(
+        events[0]["choices"][0]["delta"]["role"], "assistant",
+        "{events:?}"
+    );
+    assert!(events[0]["usage"].is_null(), "{}", events[0]);
+    for e in &events[1..] {
+        if let Some(content) = e["choices"][0]["delta"]["content"].as_str() {
+            assert!(!content.is_empty(), "{e}");
+        }
+    }
+    sim.stop().await.unwrap();
+}
