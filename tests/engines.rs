@@ -384,3 +384,156 @@ fn a_command_engine_is_launched_from_its_template_and_probed() {
     assert!(validity_flags(&points[0]).is_empty(), "{}", points[0]);
     servers_gone(&meta);
 }
+
+/// A ready line is a hint, never the proof (issue 18 item 3): a server that prints it a second
+/// before its port listens is measured once `/health` answers, not while it refuses
+/// connections (the run used to fire its requests, and its cache-reset probe, at a closed port).
+#[test]
+fn a_ready_line_before_the_port_listens_is_not_readiness() {
+    let ws = Workspace::new();
+    let bin = env!("CARGO_BIN_EXE_servebench");
+    let spec = ws.write(
+        "early-line.yaml",
+        &format!(
+            "name: early-line\nserver:\n  engine: command\n  model: m\n  \
+             launcher: [sh, -c, 'echo \"The server is fired up and ready to roll!\"; sleep 1; exec \"$0\" sim --profile fast --host 127.0.0.1 --port \"$1\"', \"{bin}\", \"{{port}}\"]\n  \
+             ready_line: \"fired up and ready\"\n  ready_timeout: 30s\n\
+             workload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 4\n\
+             cache: {{ policy: cold }}\nrequests: 2\n"
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    assert_eq!(
+        server["surface"]["cache_reset"]["kind"], "flush-cache",
+        "{server}"
+    );
+    assert!(server["ready_after_s"].as_f64().unwrap() >= 1.0, "{server}");
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    servers_gone(&meta);
+}
+
+/// llama.cpp with `--no-slots` (no `GET /slots`) and `--slot-save-path`: erase works, and
+/// `/props` counts the slots, so the cold points are reset per slot; its `-a` alias is the
+/// spec's model under another name, not another model (issue 18 items 17 and 18).
+#[test]
+fn llama_cpp_with_no_slots_and_an_alias_is_reset_and_not_doubted() {
+    let ws = Workspace::new();
+    let profile = profile(&ws, None);
+    let slots = ws.path().join("slots");
+    std::fs::create_dir_all(&slots).unwrap();
+    let spec = ws.write(
+        "llama-alias.yaml",
+        &format!(
+            "name: llama-alias\nserver:\n  engine: llama.cpp\n  simulate: true\n  model: models/qwen3-0.6b-q8_0.gguf\n  \
+             args: {{ -c: 4096, -np: 3, -a: qwen-small, no-slots: true, slot-save-path: {slots}, profile: {profile} }}\n  ready_timeout: 30s\n\
+             workload:\n  api: openai-completions\n  prompt: {{ kind: repeat, tokens: 128 }}\n  output_tokens: 4\n\
+             cache: {{ policy: cold, verify: true }}\nrequests: 2\n",
+            slots = slots.display()
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    let surface = &server["surface"];
+    assert_eq!(surface["cache_reset"]["kind"], "slot-erase", "{surface}");
+    assert_eq!(
+        surface["cache_reset"]["slots"],
+        serde_json::json!([0, 1, 2]),
+        "{surface}"
+    );
+    assert!(
+        !surface["notes"].to_string().contains("slot-save-path"),
+        "{surface}"
+    );
+    assert!(
+        server["notes"].as_array().is_none_or(|n| n.is_empty()),
+        "no 'serves X, not the spec's model': {server}"
+    );
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    servers_gone(&meta);
+}
+
+/// A `url:` server the spec names no model for: requests carry the name it serves
+/// (`/v1/models`), which vLLM requires (any other is a 404); the record says the spec's engine
+/// (issue 18 items 10 and 21).
+#[test]
+fn a_url_server_without_a_model_gets_the_name_it_serves() {
+    let ws = Workspace::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut sim = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .args([
+            "sim",
+            "--api",
+            "vllm",
+            "Qwen/Qwen3-8B",
+            "--served-model-name",
+            "qwen-served",
+        ])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--profile",
+            "fast",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the simulated vLLM never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let spec = ws.write(
+        "url.yaml",
+        &format!(
+            "name: url\nserver:\n  engine: vllm\n  url: http://127.0.0.1:{port}\nworkload:\n  api: openai-chat\n  \
+             prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 4\nrequests: 2\n"
+        ),
+    );
+    let out = ws.run(&spec);
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(
+        meta["servers"][0]["engine"], "vllm (external)",
+        "{}",
+        meta["servers"][0]
+    );
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+}
+
+/// An engine whose program is not installed: which program, where it was looked for, and the
+/// fix, not "entity not found" (issue 18 item 21).
+#[test]
+fn a_missing_engine_binary_is_named_with_where_it_was_looked_for() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "missing.yaml",
+        "name: missing\nserver:\n  engine: llama.cpp\n  model: m.gguf\n  env: { PATH: /nonexistent-bin }\n\
+         workload:\n  prompt: { kind: repeat, tokens: 64 }\n  output_tokens: 4\n",
+    );
+    let out = ws.run(&spec);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("llama-server is not on PATH (/nonexistent-bin)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("server.launcher"), "{stderr}");
+    assert!(!stderr.contains("entity not found"), "{stderr}");
+}

@@ -118,7 +118,7 @@ fn secrets_planted_everywhere_land_nowhere() {
 server:
   engine: sim
   model: m
-  args: {{ profile: fast, context-length: 8192, api-key: \"{api_key}\", hf-token-file: \"{token_file}\" }}
+  args: {{ profile: fast, context-length: 8192, api-key: \"{api_key}\", admin-api-key: \"{token_file}\" }}
   engine_args:
     vllm: {{ hf-token: \"{engine_token}\" }}
   env:

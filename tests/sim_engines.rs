@@ -762,6 +762,70 @@ fn sim_vllm_refuses_connections_until_ready() {
     }
 }
 
+/// The moment a surface's ready line is written, its port accepts connections and `/health`
+/// answers 200 (SGLang, vLLM and llama.cpp modes): a runner may take the line as a hint. Each
+/// line is checked by the thread reading the pipe, the instant it arrives.
+#[test]
+fn sim_ready_lines_come_only_once_the_port_listens() {
+    let _turn = crate::common::exclusive();
+    let cases: [(&[&str], &str); 3] = [
+        (&["--api", "vllm", "m"], "Application startup complete."),
+        (
+            &["--profile", "fast"],
+            "The server is fired up and ready to roll!",
+        ),
+        (
+            &["--api", "llama.cpp", "-m", "m.gguf"],
+            "all slots are idle",
+        ),
+    ];
+    for round in 0..3 {
+        for (args, line) in cases {
+            let port = free_port();
+            let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("servebench"));
+            cmd.arg("sim")
+                .args(args)
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            for pipe in [
+                Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+                Box::new(child.stderr.take().unwrap()),
+            ] {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+                        if l.contains(line) {
+                            let connected = TcpStream::connect(("127.0.0.1", port)).map(|mut c| {
+                                c.write_all(
+                                    b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                )
+                                .unwrap();
+                                let mut head = String::new();
+                                let _ = BufReader::new(c).read_line(&mut head);
+                                head
+                            });
+                            let _ = tx.send(connected.map_err(|e| e.to_string()));
+                        }
+                    }
+                });
+            }
+            let got = rx.recv_timeout(Duration::from_secs(60));
+            let _ = child.kill();
+            let _ = child.wait();
+            let head = got.expect("no ready line").unwrap_or_else(|e| {
+                panic!("round {round}, {args:?}: {line:?} written before the port listened: {e}")
+            });
+            assert!(
+                head.starts_with("HTTP/1.1 200"),
+                "round {round}, {args:?}: /health right after {line:?}: {head}"
+            );
+        }
+    }
+}
+
 // ----------------------------------------------------------- llama.cpp ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1359,4 +1423,58 @@ async fn sim_api_keys_guard_what_each_engine_guards() {
     assert_eq!(auth(&s.base, "/v1/completions", Some("k2")).await.0, 200);
     assert_eq!(get(&s.base, "/health").await.0, 200);
     assert_eq!(get(&s.base, "/v1/models").await.0, 200);
+}
+
+/// The simulator refuses what each engine's build refuses, with the engine's exit status and
+/// message shape (issue 18 items 9 and 21): sglang 0.5.23's argparse (exit 2: an ambiguous
+/// prefix, a flag it lacks), llama-server of llama-cpp-python 0.3.36 (exit 1: `--mlock`,
+/// `--no-mmap`, gone from that build).
+#[test]
+fn sim_refuses_flags_as_each_engine_build_does() {
+    let run = |args: &[&str]| {
+        let out = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+            .arg("sim")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--model-path", "m", "--pp", "2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.starts_with("usage: launch_server.py"), "{err}");
+    assert!(
+        err.contains("launch_server.py: error: ambiguous option: --pp could match --pp-"),
+        "{err}"
+    );
+    let (code, err) = run(&["--model-path", "m", "--cuda-graph-max-bs", "8"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("ambiguous option: --cuda-graph-max-bs could match"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "--model-path",
+        "m",
+        "--stream-output",
+        "--no-such-flag",
+        "3",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "launch_server.py: error: unrecognized arguments: --stream-output --no-such-flag 3"
+        ),
+        "{err}"
+    );
+    for gone in ["--mlock", "--no-mmap"] {
+        let (code, err) = run(&["--api", "llama.cpp", "-m", "m.gguf", gone]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(&format!("error: invalid argument: {gone}")),
+            "{err}"
+        );
+    }
 }

@@ -497,4 +497,39 @@ fn a_url_with_credentials_is_refused_at_its_value_without_echoing_them() {
         !text.contains("hunter22secret"),
         "the password is shown:\n{text}"
     );
+
+/// SGLang 0.5.23's argparse takes a unique prefix for its flag and refuses one shared by
+/// several ("ambiguous option", exit 2): `validate` says so at the flag, with the whole names
+/// (issue 18 item 9). `pp` used to pass as a flag of its own; `tp` stays a unique prefix.
+#[test]
+fn an_ambiguous_flag_prefix_is_an_error_at_its_line() {
+    let ws = Workspace::new();
+    for (flag, wanted) in [
+        (
+            "pp",
+            "`pp-async-batch-depth`, `pp-max-micro-batch-size`, `pp-size`",
+        ),
+        (
+            "cuda-graph-max-bs",
+            "`cuda-graph-max-bs-decode`, `cuda-graph-max-bs-prefill`",
+        ),
+    ] {
+        let spec = ws.write(
+            "ambiguous.yaml",
+            &format!(
+                "name: ambiguous\nserver:\n  engine: sglang\n  model: m\n  args:\n    tp: 2\n    {flag}: 2\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 4\n"
+            ),
+        );
+        let out = servebench().arg("validate").arg(&spec).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("ambiguous.yaml:7:5"), "{stderr}");
+        assert!(
+            stderr.contains(&format!("SGLang refuses `{flag}`")),
+            "{stderr}"
+        );
+        assert!(stderr.contains("ambiguous option"), "{stderr}");
+        assert!(stderr.contains(wanted), "{stderr}");
+        assert!(!stderr.contains("`tp`"), "tp is a unique prefix: {stderr}");
+    }
 }

@@ -31,10 +31,17 @@ pub async fn probe(client: &Client) -> ServerSurface {
     if let Some(info) = get("/server_info").await {
         s.identity.push("/server_info".into());
         s.version = info["version"].as_str().map(str::to_string);
-        // SGLang's real prompt limit is max_req_input_len (KV pool and context both bound it).
-        s.context_length = info["max_req_input_len"]
-            .as_u64()
-            .or_else(|| info["context_length"].as_u64());
+        // SGLang's real prompt limit is max_req_input_len (KV pool and context both bound it:
+        // min(context - 1, pool - 1) - 5), at the top level or in the scheduler's
+        // internal_states; the smallest said.
+        s.context_length = [
+            &info["max_req_input_len"],
+            &info["internal_states"][0]["max_req_input_len"],
+            &info["context_length"],
+        ]
+        .into_iter()
+        .filter_map(Value::as_u64)
+        .min();
         if let Some(name) = info["served_model_name"].as_str() {
             s.models.push(name.to_string());
         }
@@ -43,10 +50,15 @@ pub async fn probe(client: &Client) -> ServerSurface {
     if let Some(models) = get("/v1/models").await {
         s.identity.push("/v1/models".into());
         for m in models["data"].as_array().into_iter().flatten() {
-            if let Some(id) = m["id"].as_str()
-                && !s.models.iter().any(|x| x == id)
+            // llama.cpp lists its `-a` names beside the id.
+            let aliases = m["aliases"].as_array().into_iter().flatten();
+            for id in std::iter::once(&m["id"])
+                .chain(aliases)
+                .filter_map(Value::as_str)
             {
-                s.models.push(id.to_string());
+                if !s.models.iter().any(|x| x == id) {
+                    s.models.push(id.to_string());
+                }
             }
             if s.context_length.is_none() {
                 s.context_length = m["max_model_len"].as_u64();
@@ -63,10 +75,14 @@ pub async fn probe(client: &Client) -> ServerSurface {
         if s.version.is_none() {
             s.version = props["build_info"].as_str().map(str::to_string);
         }
-        if let Some(path) = props["model_path"].as_str()
-            && s.models.is_empty()
+        // The file an alias stands for: the same model under its own name.
+        for name in [&props["model_alias"], &props["model_path"]]
+            .into_iter()
+            .filter_map(Value::as_str)
         {
-            s.models.push(path.to_string());
+            if !s.models.iter().any(|x| x == name) {
+                s.models.push(name.to_string());
+            }
         }
     }
     if let Some(v) = get("/version").await {
@@ -75,7 +91,11 @@ pub async fn probe(client: &Client) -> ServerSurface {
             s.version = v["version"].as_str().map(str::to_string);
         }
     }
-    s.cache_reset = find_cache_reset(client, &mut s.notes).await;
+    let total_slots = llama
+        .as_ref()
+        .and_then(|p| p["total_slots"].as_u64())
+        .map(|n| n.min(4096) as u32);
+    s.cache_reset = find_cache_reset(client, total_slots, &mut s.notes).await;
     s.tokenize = find_tokenize(client, llama.is_some()).await;
     s.metrics = matches!(
         client.call("GET", "/metrics", None, PROBE_TIMEOUT).await,
@@ -85,7 +105,13 @@ pub async fn probe(client: &Client) -> ServerSurface {
 }
 
 /// The first cache reset the server accepts, trying each engine's; notes what was refused.
-async fn find_cache_reset(client: &Client, notes: &mut Vec<String>) -> Option<CacheReset> {
+/// `total_slots` is llama.cpp's `/props` count, for a server started with `--no-slots`
+/// (no `GET /slots`, while `POST /slots/N?action=erase` still works).
+async fn find_cache_reset(
+    client: &Client,
+    total_slots: Option<u32>,
+    notes: &mut Vec<String>,
+) -> Option<CacheReset> {
     // 400 from /flush_cache means "requests are pending": the endpoint exists.
     if let Ok((200 | 400, _)) = client
         .call("POST", "/flush_cache", None, PROBE_TIMEOUT)
@@ -102,38 +128,58 @@ async fn find_cache_reset(client: &Client, notes: &mut Vec<String>) -> Option<Ca
         Ok((status, _)) => notes.push(format!("/reset_prefix_cache answered HTTP {status}")),
         Err(_) => {}
     }
-    if let Ok((200, body)) = client.call("GET", "/slots", None, PROBE_TIMEOUT).await {
-        let slots: Vec<u32> = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|slot| slot["id"].as_u64().map(|id| id as u32))
-            .collect();
-        match slots.first() {
-            Some(first) => {
-                let path = format!("/slots/{first}?action=erase");
-                match client.call("POST", &path, None, PROBE_TIMEOUT).await {
-                    Ok((200, _)) => return Some(CacheReset::SlotErase { slots }),
-                    Ok((501, _)) => notes.push(
-                        "llama.cpp erases a slot's cache only when started with --slot-save-path \
-                         (it answered 501)"
-                            .into(),
-                    ),
-                    Ok((status, _)) => notes.push(format!("{path} answered HTTP {status}")),
-                    Err(e) => notes.push(format!("{path}: {e}")),
-                }
-            }
-            None => notes.push("/slots lists no slot to erase".into()),
-        }
+    let listed = match client.call("GET", "/slots", None, PROBE_TIMEOUT).await {
+        Ok((200, body)) => Some(
+            serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|slot| slot["id"].as_u64().map(|id| id as u32))
+                .collect::<Vec<u32>>(),
+        ),
+        _ => None,
+    };
+    let why_not = match (listed, total_slots) {
+        (Some(slots), _) if !slots.is_empty() => erase_slots(client, slots).await,
+        (Some(_), _) => Err("/slots lists no slot to erase".to_string()),
+        // `--no-slots`: /props still counts them, and erase needs no listing.
+        (None, Some(n)) if n > 0 => erase_slots(client, (0..n).collect()).await,
+        (None, _) => Err(String::new()),
+    };
+    match why_not {
+        Ok(reset) => return Some(reset),
+        Err(why) if !why.is_empty() => notes.push(why),
+        Err(_) => {}
     }
     notes.push(
         "no cache reset endpoint answered (SGLang /flush_cache, vLLM /reset_prefix_cache, which \
-         needs VLLM_SERVER_DEV_MODE=1, llama.cpp /slots erase, which needs --slot-save-path): \
-         cold points rely on a unique nonce per prompt, and the server's cached_tokens verify it"
+         needs VLLM_SERVER_DEV_MODE=1, llama.cpp /slots/N?action=erase, which needs \
+         --slot-save-path): cold points rely on a unique nonce per prompt, and the server's \
+         cached_tokens verify it"
             .into(),
     );
     None
+}
+
+/// Erases the first of llama.cpp's `slots` to see whether erasing works; why not, if not.
+async fn erase_slots(client: &Client, slots: Vec<u32>) -> Result<CacheReset, String> {
+    let path = format!("/slots/{}?action=erase", slots[0]);
+    match client.call("POST", &path, None, PROBE_TIMEOUT).await {
+        Ok((200, _)) => Ok(CacheReset::SlotErase { slots }),
+        // llama.cpp's "This server does not support slots action. Start it with
+        // `--slot-save-path`" (server_context: slot_save_path empty).
+        Ok((501, body)) => Err(format!(
+            "llama.cpp erases a slot's cache only when started with --slot-save-path ({path} \
+             answered 501: {})",
+            crate::text::truncate(&super::parse::http_error_message(&body), 120)
+        )),
+        Ok((status, body)) => Err(format!(
+            "{path} answered HTTP {status}: {}",
+            crate::text::truncate(&super::parse::http_error_message(&body), 120)
+        )),
+        Err(e) => Err(format!("{path}: {e}")),
+    }
 }
 
 /// The tokenize endpoint that counts a two-word prompt, if any.

@@ -17,6 +17,19 @@ pub enum FlagCheck {
     },
     /// Not in the engine's list and close to nothing in it: passed through, with a warning.
     Unlisted { source: &'static str },
+    /// A prefix of several of the engine's flags: argparse's prefix matching refuses it
+    /// ("ambiguous option", exit 2). `candidates` as the spec would write them.
+    Ambiguous {
+        candidates: Vec<String>,
+        source: &'static str,
+    },
+}
+
+/// Engines whose parser takes a unique prefix of a long flag for the flag (Python's
+/// argparse with `allow_abbrev` on: SGLang's `launch_server`, vLLM's `FlexibleArgumentParser`;
+/// vllm-facts section 1, sglang-facts section 9).
+fn abbreviates(engine: Engine) -> bool {
+    matches!(engine, Engine::Sglang | Engine::Sim | Engine::Vllm)
 }
 
 /// Checks `name` (as written in `server.args`: `max-model-len`, `-np`) against `engine`'s flags.
@@ -53,6 +66,25 @@ pub fn check_flag(engine: Engine, name: &str) -> FlagCheck {
             && known().any(|k| normalize(engine, k) == b)
         {
             return FlagCheck::Known;
+        }
+    }
+    // argparse: a long flag that is not an option string of its own stands for the one
+    // option it starts; starting several is an error.
+    let short = name.starts_with('-') && !name.starts_with("--");
+    if abbreviates(engine) && !short {
+        let hits: Vec<&str> = known()
+            .filter(|k| !k.starts_with('-'))
+            .filter(|k| normalize(engine, k).starts_with(&wanted))
+            .collect();
+        match hits.len() {
+            0 => {}
+            1 => return FlagCheck::Known,
+            _ => {
+                return FlagCheck::Ambiguous {
+                    candidates: hits.iter().map(|h| h.to_string()).collect(),
+                    source,
+                };
+            }
         }
     }
     let best = known()
@@ -141,6 +173,24 @@ pub fn check_spec(spec: &crate::spec::LoadedSpec) -> SpecFlags {
                             true,
                             format!("{display} has no flag `{name}` ({source})"),
                             Some(format!("did you mean `{suggestion}`?")),
+                        ));
+                    }
+                    FlagCheck::Ambiguous { candidates, source } => {
+                        out.errors.push(spec.diagnostic(
+                            &pointers,
+                            true,
+                            format!(
+                                "{display} refuses `{name}`: it is the start of {} of its flags ({source}: argparse's \"ambiguous option\", exit 2)",
+                                candidates.len()
+                            ),
+                            Some(format!(
+                                "write the whole flag: {}",
+                                candidates
+                                    .iter()
+                                    .map(|c| format!("`{c}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )),
                         ));
                     }
                     FlagCheck::Unlisted { source } => out.warnings.push(format!(

@@ -20,7 +20,7 @@ pub static LLAMA_CPP: Adapter = Adapter {
     ready_lines: &["all slots are idle", "starting the main loop"],
     flags: Some((
         include_str!("flags/llamacpp.txt"),
-        "llama.cpp's server README",
+        "llama-server of llama-cpp-python 0.3.36 (common/arg.cpp)",
     )),
     crash_lines: &[
         // ggml-cuda.cu, ggml-alloc.c, Vulkan, CPU.

@@ -258,3 +258,62 @@ fn ready_lines_by_engine() {
     c.ready_line = Some("Listening".into());
     assert!(is_ready_line(&c, "... Listening on 8000"));
 }
+
+/// Each list says which engine version it is from, and the flags that version has or refuses
+/// (issue 18 items 9 and 21).
+#[test]
+fn flag_lists_follow_the_engine_versions_they_name() {
+    let ambiguous = |e, f| matches!(check_flag(e, f), FlagCheck::Ambiguous { candidates, .. } if candidates.len() > 1);
+    assert!(ambiguous(Engine::Sglang, "pp"));
+    assert!(ambiguous(Engine::Sglang, "cuda-graph-max-bs"));
+    assert!(ambiguous(Engine::Sim, "pp"));
+    for known in [
+        "tp",
+        "tp-size",
+        "tensor-parallel-size",
+        "ep",
+        "dp",
+        "cuda-graph-max-bs-decode",
+        "model",
+    ] {
+        assert_eq!(
+            check_flag(Engine::Sglang, known),
+            FlagCheck::Known,
+            "{known}"
+        );
+    }
+    assert!(!matches!(
+        check_flag(Engine::Sglang, "stream-output"),
+        FlagCheck::Known
+    ));
+    // llama.cpp has no prefix matching, and its list is the whole build's.
+    assert_eq!(
+        check_flag(Engine::LlamaCpp, "slot-save-path"),
+        FlagCheck::Known
+    );
+    assert_eq!(check_flag(Engine::LlamaCpp, "no-slots"), FlagCheck::Known);
+    assert_eq!(check_flag(Engine::LlamaCpp, "load-mode"), FlagCheck::Known);
+    assert_eq!(check_flag(Engine::LlamaCpp, "-kvu"), FlagCheck::Known);
+    for gone in ["mlock", "no-mmap", "slot-save"] {
+        assert!(
+            !matches!(check_flag(Engine::LlamaCpp, gone), FlagCheck::Known),
+            "{gone}"
+        );
+    }
+    let names = |list: &str| {
+        list.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count()
+    };
+    let llama = adapter(Engine::LlamaCpp).flags.unwrap();
+    assert!(names(llama.0) >= 400, "{}", names(llama.0));
+    assert!(llama.1.contains("0.3.36"), "{}", llama.1);
+    assert!(adapter(Engine::Sglang).flags.unwrap().1.contains("0.5.23"));
+    assert!(adapter(Engine::Vllm).flags.unwrap().1.contains("0.33"));
+    for (_, (list, _)) in
+        [Engine::Sglang, Engine::Vllm, Engine::LlamaCpp].map(|e| (e, adapter(e).flags.unwrap()))
+    {
+        let header: String = list.lines().take_while(|l| l.starts_with('#')).collect();
+        assert!(header.contains("from"), "{header}");
+    }
+}

@@ -135,6 +135,12 @@ impl LocalProcess {
             });
         }
         let child = command.spawn().map_err(|e| {
+            let e = match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    find_program(program, env, workdir).err().unwrap_or(e)
+                }
+                _ => e,
+            };
             std::io::Error::new(e.kind(), format!("cannot start {:?}: {e}", cmd.program))
         })?;
         let pgid = child.id() as i32;
@@ -215,10 +221,29 @@ fn find_program(
             .any(|dir| executable(&Path::new(if dir.is_empty() { "." } else { dir }).join(program)))
     };
     if found {
-        Ok(())
-    } else {
-        Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+        return Ok(());
     }
+    // Which binary, where it was looked for, and the fix (std's own "entity not found" says none).
+    let message = if program.contains('/') {
+        let at = match workdir {
+            Some(dir) if Path::new(program).is_relative() => format!(" (in {dir})"),
+            _ => String::new(),
+        };
+        format!(
+            "no executable file at {program}{at}: install the engine there, or give its path in server.launcher"
+        )
+    } else {
+        let path = env
+            .get("PATH")
+            .cloned()
+            .or_else(|| std::env::var("PATH").ok())
+            .unwrap_or_default();
+        format!(
+            "{program} is not on PATH ({}): install it, add its directory to PATH (server.env.PATH), or give its full path in server.launcher",
+            crate::text::truncate(&path, 300)
+        )
+    };
+    Err(std::io::Error::new(std::io::ErrorKind::NotFound, message))
 }
 
 /// A process as `/proc/PID/stat` shows it.

@@ -136,7 +136,7 @@ impl Calibrator {
                 Err(CountError::TooLong { limit: l }) => {
                     // A tiny context: what it said is the limit; the proportional steps below
                     // still find the length.
-                    limit = l.or(limit);
+                    limit = tighter(l, limit);
                     break;
                 }
                 Err(CountError::Failed(e)) => return Err(CalibrationError::Request(e)),
@@ -170,7 +170,7 @@ impl Calibrator {
                 Ok(n) => n,
                 Err(CountError::TooLong { limit: l }) => {
                     // Step down below what the server says it takes (or by a tenth).
-                    limit = l.or(limit);
+                    limit = tighter(l, limit);
                     let down = match cap(limit) {
                         Some(c) if c < chars => c,
                         _ => chars * 9 / 10,
@@ -251,14 +251,28 @@ where
     r
 }
 
+/// The smaller of two limits where both are known: a refusal naming the model's context
+/// (32768) does not loosen what the server said it takes (SGLang's max_req_input_len, 32704).
+fn tighter(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The limit a "prompt too long" message states, for the three engines' wordings: SGLang
-/// `... longer than the model's context length (C tokens)`, vLLM `maximum context length is C
-/// tokens`, llama.cpp `exceeds the available context size (C tokens)`. None when the message
-/// is not such a refusal; `Some(None)` when it is but names no number.
+/// `... longer than the model's context length (C tokens)`, its prompt + output check
+/// `Requested token count exceeds the model's maximum context length of C tokens` and its
+/// scheduler's `Input length (N tokens) exceeds the maximum allowed length (L tokens)` (L =
+/// min(context - 1, KV pool - 1) - 5, the real limit; sglang-facts section 9), vLLM `maximum
+/// context length is C tokens`, llama.cpp `exceeds the available context size (C tokens)`.
+/// None when the message is not such a refusal; `Some(None)` when it is but names no number.
 pub fn too_long_limit(message: &str) -> Option<Option<u64>> {
     let m = message.to_ascii_lowercase();
     let markers = [
         "longer than the model's context length",
+        "requested token count exceeds",
+        "exceeds the maximum allowed length",
         "maximum context length is",
         "exceeds the available context size",
         "exceed_context_size",
@@ -277,7 +291,9 @@ pub fn too_long_limit(message: &str) -> Option<Option<u64>> {
         digits.parse().ok()
     };
     Some(
-        number_after("context length (")
+        number_after("maximum allowed length (")
+            .or_else(|| number_after("context length ("))
+            .or_else(|| number_after("maximum context length of"))
             .or_else(|| number_after("maximum context length is"))
             .or_else(|| number_after("available context size ("))
             .or_else(|| number_after("n_ctx")),
@@ -454,6 +470,15 @@ mod tests {
         assert!(e.to_string().contains("connection refused"));
     }
 
+    /// A refusal naming the model's context (SGLang's "longer than the model's context length
+    /// (32768 tokens)") never loosens the server's own limit (max_req_input_len 32704).
+    #[test]
+    fn a_refusal_never_loosens_the_known_limit() {
+        assert_eq!(tighter(Some(32768), Some(32704)), Some(32704));
+        assert_eq!(tighter(Some(1200), None), Some(1200));
+        assert_eq!(tighter(None, Some(900)), Some(900));
+    }
+
     #[test]
     fn too_long_messages_of_each_engine() {
         assert_eq!(
@@ -475,5 +500,18 @@ mod tests {
             Some(Some(16384))
         );
         assert_eq!(too_long_limit("connection refused"), None);
+        // SGLang 0.5.23 (tokenizer_manager.py, managers/utils.py).
+        assert_eq!(
+            too_long_limit(
+                "Requested token count exceeds the model's maximum context length of 32768 tokens. You requested a total of 32800 tokens: 32768 tokens from the input messages and 32 tokens for the completion."
+            ),
+            Some(Some(32768))
+        );
+        assert_eq!(
+            too_long_limit(
+                "Input length (32710 tokens) exceeds the maximum allowed length (32704 tokens). Use a shorter input or enable --allow-auto-truncate."
+            ),
+            Some(Some(32704))
+        );
     }
 }

@@ -261,7 +261,7 @@ impl PointRunner {
             None => WorkloadSource::load(&exp.workload, &self.spec_dir),
         }
         .map_err(|e| (FlagKind::PromptError, e.to_string(), None))?;
-        let model = request_model(exp);
+        let model = request_model(exp, self.surface.as_ref());
         let mut calibration = None;
         if source.is_single()
             && let PromptSource::Generated {
@@ -801,11 +801,20 @@ pub(super) struct Planned {
     nonce: bool,
 }
 
-/// The `model` field for OpenAI requests: the served model name if set, else the model.
-fn request_model(exp: &Experiment) -> Option<String> {
+/// The `model` field for OpenAI requests: the served model name if set, else the model, else
+/// the name the server said it serves (`/v1/models`, `/server_info`): a `url:` server the
+/// spec names no model for (vLLM answers 404 to any other name).
+fn request_model(
+    exp: &Experiment,
+    surface: Option<&crate::results::meta::ServerSurface>,
+) -> Option<String> {
     match exp.server.args.get("served-model-name") {
         Some(ArgValue::Str(s)) => Some(s.clone()),
-        _ => exp.server.model.clone(),
+        _ => exp
+            .server
+            .model
+            .clone()
+            .or_else(|| surface.and_then(|s| s.models.first().cloned())),
     }
 }
 

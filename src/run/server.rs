@@ -143,7 +143,12 @@ impl ServerHandle {
             process: None,
             record: ServerLaunch {
                 group: group.to_string(),
-                engine: "external".into(),
+                // The engine the spec says it is, when it says one.
+                engine: if server.engine == Engine::Sim {
+                    "external".into()
+                } else {
+                    format!("{} (external)", server.engine)
+                },
                 url,
                 args: secrets::redacted_args(server),
                 env: secrets::redacted_env(server),
@@ -294,12 +299,18 @@ impl ServerHandle {
                     tail,
                 });
             }
-            if let Ok(200) = client.health().await {
+            // Readiness is an answered health request. A ready line is a hint, never the proof:
+            // engines print theirs around the moment the socket listens (uvicorn's "Application
+            // startup complete." comes before it), so a line seen while the port refuses
+            // connections or /health says 503 (starting) is not ready. A server that has no
+            // /health (`engine: command`, 404) is ready once it answered and printed its line.
+            let health = client.health().await;
+            if let Ok(200) = health {
                 break;
             }
-            // SGLang's ready line counts too (e.g. when /health is slow to answer under a
-            // proxy); it is printed after the warm-up generation, like /health's first 200.
-            if engine::is_ready_line(server, &self.logged_since_launch()) {
+            if matches!(health, Ok(code) if code != 503)
+                && engine::is_ready_line(server, &self.logged_since_launch())
+            {
                 break;
             }
             if Instant::now() > deadline {
@@ -481,12 +492,19 @@ fn model_notes(server: &Server, surface: &crate::results::meta::ServerSurface) -
     let Some(want) = &server.model else {
         return Vec::new();
     };
-    let served_name = match server.args.get("served-model-name") {
-        Some(crate::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
-        _ => None,
-    };
+    // The names the spec itself gives the model: SGLang's and vLLM's --served-model-name
+    // (vLLM's may list several), llama.cpp's -a/--alias (comma-separated).
+    let args = engine::effective_args(server);
+    let given: Vec<&str> = ["served-model-name", "alias", "-a"]
+        .iter()
+        .filter_map(|k| match args.get(*k) {
+            Some(crate::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
+            _ => None,
+        })
+        .flat_map(|n| n.split([',', ' ']).map(str::trim).filter(|x| !x.is_empty()))
+        .collect();
     let matches = |m: &str| {
-        m == want || Some(m) == served_name || m.rsplit('/').next() == want.rsplit('/').next()
+        m == want || given.contains(&m) || m.rsplit('/').next() == want.rsplit('/').next()
     };
     if surface.models.is_empty() || surface.models.iter().any(|m| matches(m)) {
         return Vec::new();

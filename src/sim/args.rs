@@ -1,7 +1,12 @@
 //! Parsing `sglang.launch_server` flags the way argparse does.
 //!
 //! `--flag value` and `--flag=value`, unique-prefix abbreviations (`--tp` -> `--tp-size`),
-//! bare booleans. Unknown flags warn and are skipped, with their value if one follows.
+//! bare booleans. Abbreviations are matched against every option string of sglang 0.5.23
+//! (the engine adapter's list, `engine/flags/sglang.txt`), so a prefix of several (`--pp`,
+//! `--cuda-graph-max-bs`) is argparse's "ambiguous option" and a flag 0.5.23 does not have
+//! (`--stream-output`) is "unrecognized arguments", both exit 2 as there
+//! (sglang-facts section 9). 0.5.23's flags the simulator does not model are accepted with a
+//! warning, and a value that follows them is skipped.
 
 use super::flags::{FLAGS, Flag, Kind, SECTIONS, dest};
 use indexmap::IndexMap;
@@ -34,7 +39,8 @@ pub enum SimArgError {
     /// A boolean flag was given a value with `=`.
     #[error("argument --{0}: ignored explicit argument")]
     UnexpectedValue(String),
-    /// A positional argument: launch_server takes none.
+    /// Arguments launch_server does not have (flags 0.5.23 lacks, positionals), all of them
+    /// as argparse lists them once parsing is done.
     #[error("unrecognized arguments: {0}")]
     Positional(String),
     /// The flag values are inconsistent or out of range.
@@ -78,33 +84,64 @@ impl ParsedArgs {
     }
 }
 
-fn lookup(given: &str) -> Result<Option<&'static Flag>, SimArgError> {
-    let exact = FLAGS
+/// Every option string of sglang 0.5.23's `launch_server` (without `--`): the list the
+/// engine adapter checks specs against.
+const ENGINE_FLAGS: &str = include_str!("../engine/flags/sglang.txt");
+
+/// The simulator's own flags, on top of SGLang's.
+const SIM_ONLY: &[&str] = &["profile", "sim-time-scale"];
+
+/// What a flag on the command line stands for.
+enum Found {
+    /// A flag the simulator models.
+    Modelled(&'static Flag),
+    /// One of SGLang's flags the simulator does not model (its option string).
+    Unmodelled(&'static str),
+}
+
+/// Every option string argparse would know: SGLang's, and the simulator's own.
+fn option_strings() -> impl Iterator<Item = &'static str> {
+    ENGINE_FLAGS
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .chain(SIM_ONLY.iter().copied())
+}
+
+fn found(option: &'static str) -> Found {
+    match FLAGS
         .iter()
-        .find(|f| f.name == given || f.aliases.contains(&given));
-    if exact.is_some() {
-        return Ok(exact);
+        .find(|f| f.name == option || f.aliases.contains(&option))
+    {
+        Some(f) => Found::Modelled(f),
+        None => Found::Unmodelled(option),
     }
-    let mut hits: Vec<(&'static Flag, &str)> = Vec::new();
-    for f in FLAGS {
-        for n in std::iter::once(&f.name).chain(f.aliases.iter()) {
-            if n.starts_with(given) && !hits.iter().any(|(h, _)| std::ptr::eq(*h, f)) {
-                hits.push((f, n));
-            }
-        }
+}
+
+/// argparse's `_parse_optional`: an exact option string, else the one it abbreviates (an
+/// error when it abbreviates several), else unknown.
+fn lookup(given: &str) -> Result<Option<Found>, SimArgError> {
+    if let Some(exact) = option_strings().find(|o| *o == given) {
+        return Ok(Some(found(exact)));
     }
+    let hits: Vec<&'static str> = option_strings().filter(|o| o.starts_with(given)).collect();
     match hits.len() {
         0 => Ok(None),
-        1 => Ok(Some(hits[0].0)),
+        1 => Ok(Some(found(hits[0]))),
         _ => Err(SimArgError::Ambiguous {
             given: given.to_string(),
             candidates: hits
                 .iter()
-                .map(|(_, n)| format!("--{n}"))
+                .map(|n| format!("--{n}"))
                 .collect::<Vec<_>>()
                 .join(", "),
         }),
     }
+}
+
+/// Whether `arg` is a value rather than a flag (argparse takes "-1" as a value).
+fn is_value(arg: &str) -> bool {
+    !arg.starts_with('-') || arg.parse::<f64>().is_ok()
 }
 
 fn typed(flag: &Flag, raw: &str) -> Result<Value, SimArgError> {
@@ -134,6 +171,7 @@ pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
         let v: Value = serde_json::from_str(f.default).unwrap_or(Value::Null);
         out.values.insert(dest(f.name), v);
     }
+    let mut unrecognized: Vec<String> = Vec::new();
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -143,21 +181,33 @@ pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
             continue;
         }
         let Some(body) = arg.strip_prefix("--") else {
-            return Err(SimArgError::Positional(arg.clone()));
+            unrecognized.push(arg.clone());
+            continue;
         };
         let (name, inline) = match body.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (body, None),
         };
-        let Some(flag) = lookup(name)? else {
-            // Unknown: warn, and skip a value that follows it.
-            out.warnings.push(format!(
-                "WARNING: servebench sim ignores unknown argument --{name}"
-            ));
-            if inline.is_none() && args.get(i).is_some_and(|v| !v.starts_with("--")) {
-                i += 1;
+        let flag = match lookup(name)? {
+            Some(Found::Modelled(flag)) => flag,
+            Some(Found::Unmodelled(option)) => {
+                out.warnings.push(format!(
+                    "WARNING: servebench sim does not model SGLang's --{option}; accepted and ignored"
+                ));
+                if inline.is_none() && args.get(i).is_some_and(|v| is_value(v)) {
+                    i += 1;
+                }
+                continue;
             }
-            continue;
+            None => {
+                // argparse lists the unknown flag and the values after it that nothing took.
+                unrecognized.push(arg.clone());
+                while inline.is_none() && args.get(i).is_some_and(|v| is_value(v)) {
+                    unrecognized.push(args[i].clone());
+                    i += 1;
+                }
+                continue;
+            }
         };
         let value = if flag.kind == Kind::Bool {
             if inline.is_some() {
@@ -168,10 +218,7 @@ pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
             let raw = match inline {
                 Some(v) => v,
                 None => {
-                    // argparse takes a negative number as a value ("-1").
-                    let next = args.get(i).filter(|v| {
-                        !v.starts_with("--") && (!v.starts_with('-') || v.parse::<f64>().is_ok())
-                    });
+                    let next = args.get(i).filter(|v| is_value(v));
                     let Some(v) = next else {
                         return Err(SimArgError::MissingValue(flag.name.to_string()));
                     };
@@ -183,7 +230,21 @@ pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
         };
         out.values.insert(dest(flag.name), value);
     }
+    if !unrecognized.is_empty() {
+        return Err(SimArgError::Positional(unrecognized.join(" ")));
+    }
     Ok(out)
+}
+
+/// How `launch_server` reports a command line argparse refuses (its `error()`: the usage line,
+/// then `PROG: error: MESSAGE`, exit 2); `None` for the simulator's own errors.
+pub fn argparse_message(e: &SimArgError) -> Option<String> {
+    match e {
+        SimArgError::Invalid(_) | SimArgError::Profile(_) => None,
+        _ => Some(format!(
+            "usage: launch_server.py [-h] --model-path MODEL_PATH [options]\nlaunch_server.py: error: {e}"
+        )),
+    }
 }
 
 /// The `--help` text: every flag, what the simulator does with it, and the profiles.
@@ -200,8 +261,9 @@ pub fn help_text() -> String {
          USAGE: servebench sim [--model-path NAME] [--port PORT] [FLAGS...]\n\
          Other engines: servebench sim --api vllm ... (vllm serve flags), servebench sim\n\
          --api llama.cpp ... (llama-server flags); add --help to either for its flags.\n\n\
-         Flags take `--flag value` or `--flag=value`; unique prefixes work (`--tp 2`);\n\
-         unknown flags are warned about and ignored.\n",
+         Flags take `--flag value` or `--flag=value`; unique prefixes of sglang 0.5.23's\n\
+         flags work (`--tp 2`); a prefix of several (`--pp`) and a flag 0.5.23 lacks\n\
+         (`--stream-output`) exit 2, as argparse does; its flags not listed here warn.\n",
     );
     for f in FLAGS {
         if let Some((_, title)) = SECTIONS.iter().find(|(first, _)| *first == f.name) {
@@ -277,20 +339,78 @@ mod tests {
     }
 
     #[test]
-    fn unknown_flags_warn_and_skip_their_value() {
+    fn unmodelled_flags_of_0_5_23_warn_and_skip_their_value() {
         let a = p(&[
-            "--frobnicate",
-            "7",
+            "--tokenizer-mode",
+            "auto",
             "--port",
             "1",
-            "--weird-bool",
+            "--enable-torch-compile-debug-mode",
             "--host",
             "h",
         ])
         .unwrap();
-        assert_eq!(a.warnings.len(), 2);
+        assert_eq!(a.warnings.len(), 2, "{:?}", a.warnings);
         assert_eq!(a.int("port"), Some(1));
         assert_eq!(a.str("host"), Some("h"));
+    }
+
+    /// sglang 0.5.23 refuses these with exit 2 (sglang-facts section 9).
+    #[test]
+    fn refused_as_sglang_0_5_23_refuses_them() {
+        let ambiguous = |args: &[&str]| match p(args) {
+            Err(e @ SimArgError::Ambiguous { .. }) => e.to_string(),
+            other => panic!("{args:?}: {other:?}"),
+        };
+        let e = ambiguous(&["--pp", "2"]);
+        assert!(
+            e.starts_with("ambiguous option: --pp could match --pp-"),
+            "{e}"
+        );
+        assert!(
+            e.contains("--pp-size") && e.contains("--pp-max-micro-batch-size"),
+            "{e}"
+        );
+        let e = ambiguous(&["--cuda-graph-max-bs", "8"]);
+        assert!(
+            e.contains("--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"),
+            "{e}"
+        );
+        let e = p(&["--port", "1", "--stream-output", "--frobnicate", "7"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "unrecognized arguments: --stream-output --frobnicate 7");
+        let msg = argparse_message(&p(&["--stream-output"]).unwrap_err()).unwrap();
+        assert!(
+            msg.ends_with("\nlaunch_server.py: error: unrecognized arguments: --stream-output"),
+            "{msg}"
+        );
+        // Whole names and unique prefixes still work.
+        let a = p(&[
+            "--pp-size",
+            "2",
+            "--cuda-graph-max-bs-d",
+            "8",
+            "--tensor-parallel-size",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(a.int("pp-size"), Some(2));
+        assert_eq!(a.int("tp-size"), Some(2));
+        assert_eq!(a.int("cuda-graph-max-bs-decode"), Some(8));
+    }
+
+    /// Every flag the simulator models is one of sglang 0.5.23's (or the simulator's own).
+    #[test]
+    fn modelled_flags_are_sglang_0_5_23_flags() {
+        for f in FLAGS {
+            for n in std::iter::once(&f.name).chain(f.aliases) {
+                assert!(
+                    option_strings().any(|o| o == *n),
+                    "--{n} is not sglang 0.5.23's"
+                );
+            }
+        }
     }
 
     #[test]

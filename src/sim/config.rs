@@ -47,7 +47,7 @@ pub struct SimConfig {
     /// A prefill chunk shares its iteration with the running requests' decode step
     /// (SGLang's `--enable-mixed-chunk`; vLLM's V1 scheduler always does).
     pub mixed_chunk: bool,
-    /// `--incremental-streaming-output` / `--stream-output`: deltas instead of cumulative text.
+    /// `--incremental-streaming-output` (0.5.23 has no `--stream-output`): deltas instead of cumulative text.
     pub incremental_output: bool,
     /// `--enable-metrics`.
     pub enable_metrics: bool,
@@ -196,7 +196,7 @@ impl SimConfig {
                 x => x.unwrap_or(1.0),
             },
             mixed_chunk: a.flag("enable-mixed-chunk") && chunked_prefill_size.is_some(),
-            incremental_output: a.flag("incremental-streaming-output") || a.flag("stream-output"),
+            incremental_output: a.flag("incremental-streaming-output"),
             enable_metrics: a.flag("enable-metrics"),
             enable_cache_report: a.flag("enable-cache-report"),
             decode_log_interval: positive("decode-log-interval", a.int("decode-log-interval"))?
@@ -212,7 +212,7 @@ impl SimConfig {
                 None
             } else {
                 Some(
-                    a.int("cuda-graph-max-bs")
+                    a.int("cuda-graph-max-bs-decode")
                         .map(|x| x.max(0) as u64)
                         .unwrap_or(256),
                 )
@@ -290,8 +290,11 @@ impl SimConfig {
         self.max_total_tokens.max(0) as u64
     }
 
-    /// Longest accepted prompt: SGLang's `max_req_input_len`.
+    /// SGLang's `max_req_input_len` (tp_worker.py): min(context - 1, pool - 1) - 5; a prompt
+    /// of this many tokens or more is refused.
     pub fn max_req_input_len(&self) -> u64 {
-        (self.context_length.saturating_sub(1)).min(self.pool_tokens().saturating_sub(1))
+        (self.context_length.saturating_sub(1))
+            .min(self.pool_tokens().saturating_sub(1))
+            .saturating_sub(5)
     }
 }

@@ -111,8 +111,18 @@ pub const FLAGS: &[Flag] = &[
         "1",
         "Accepted; no effect."
     ),
-    f!("pp-size", Int, "1", "Accepted; no effect."),
-    f!("ep-size", Int, "1", "Accepted; no effect."),
+    f!(
+        "pp-size"["pipeline-parallel-size"],
+        Int,
+        "1",
+        "Accepted; no effect."
+    ),
+    f!(
+        "ep-size"["expert-parallel-size", "ep"],
+        Int,
+        "1",
+        "Accepted; no effect."
+    ),
     f!(
         "nnodes",
         Int,
@@ -205,10 +215,10 @@ pub const FLAGS: &[Flag] = &[
         "Accepted; no effect."
     ),
     f!(
-        "cuda-graph-max-bs",
+        "cuda-graph-max-bs-decode",
         Int,
         "null",
-        "Accepted; Decode log lines report 'cuda graph: True' up to this batch size (default 256)."
+        "Accepted; Decode log lines report 'cuda graph: True' up to this batch size (default 256). (0.5.23 split --cuda-graph-max-bs into -decode and -prefill: the old name is ambiguous there.)"
     ),
     f!(
         "disable-cuda-graph",
@@ -294,12 +304,6 @@ pub const FLAGS: &[Flag] = &[
         Bool,
         "false",
         "/generate streams text and output_ids as deltas instead of cumulative."
-    ),
-    f!(
-        "stream-output",
-        Bool,
-        "false",
-        "Older name of --incremental-streaming-output."
     ),
     f!("show-time-cost", Bool, "false", "Accepted; no effect."),
     f!(

@@ -86,8 +86,8 @@ enum Kind {
     Bool,
     /// One value.
     Value,
-    /// An optional value from a fixed set (`-fa [on|off|auto]`).
-    Optional(&'static [&'static str]),
+    /// Two values (`--control-vector-layer-range START END`).
+    Two,
 }
 
 struct Flag {
@@ -106,19 +106,43 @@ const fn m(names: &'static [&'static str], kind: Kind, help: &'static str) -> Fl
     }
 }
 
-const fn x(names: &'static [&'static str], kind: Kind) -> Flag {
-    Flag {
-        names,
-        kind,
-        modelled: false,
-        help: "",
-    }
+/// Every option of the llama-server build the simulator imitates (common/arg.cpp of the
+/// llama.cpp vendored in llama-cpp-python 0.3.36), written by
+/// `src/engine/flags/llamacpp_from_arg_cpp.py`: `KIND SPELLING... [| NEGATED...]`.
+const ENGINE_FLAGS: &str = include_str!("llamacpp_flags.txt");
+
+/// llama-server's options as [`Flag`]s (not modelled), a switch's negated spellings apart.
+fn engine_flags() -> &'static [Flag] {
+    static PARSED: std::sync::LazyLock<Vec<Flag>> = std::sync::LazyLock::new(|| {
+        let mut out = Vec::new();
+        for line in ENGINE_FLAGS.lines().filter(|l| !l.starts_with('#')) {
+            let mut words = line.split_whitespace();
+            let kind = match words.next() {
+                Some("switch") => Bool,
+                Some("value") => Value,
+                Some("value2") => Kind::Two,
+                _ => continue,
+            };
+            let rest: Vec<&'static str> = words.collect();
+            let mut groups = rest.split(|w| *w == "|");
+            for names in groups.by_ref() {
+                out.push(Flag {
+                    names: Vec::leak(names.to_vec()),
+                    kind,
+                    modelled: false,
+                    help: "",
+                });
+            }
+        }
+        out
+    });
+    &PARSED
 }
 
 use Kind::{Bool, Value};
 
-/// The flags the simulator knows: modelled ones (with help) and the rest of llama-server's
-/// common ones (accepted with a warning).
+/// The flags the simulator models (with help); the rest of llama-server's are in
+/// [`engine_flags`], accepted with a warning.
 const FLAGS: &[Flag] = &[
     m(
         &["-m", "--model"],
@@ -214,8 +238,8 @@ const FLAGS: &[Flag] = &[
     ),
     m(
         &["-fa", "--flash-attn"],
-        Kind::Optional(&["on", "off", "auto"]),
-        "Accepted (on|off|auto, or bare as older builds); ignored.",
+        Value,
+        "on|off|auto (this build needs the value); ignored.",
     ),
     m(
         &["--cache-reuse"],
@@ -238,85 +262,19 @@ const FLAGS: &[Flag] = &[
         Value,
         "(simulator) Multiply every modelled duration by this.",
     ),
-    x(&["-draft-min", "--draft-min", "--spec-draft-n-min"], Value),
-    x(&["-cram", "--cache-ram"], Value),
-    x(&["-to", "--timeout"], Value),
-    x(&["--threads-http"], Value),
-    x(&["-cb", "--cont-batching"], Bool),
-    x(&["-nocb", "--no-cont-batching"], Bool),
-    x(&["--context-shift"], Bool),
-    x(&["--no-context-shift"], Bool),
-    x(&["-ctk", "--cache-type-k"], Value),
-    x(&["-ctv", "--cache-type-v"], Value),
-    x(&["--jinja"], Bool),
-    x(&["--no-jinja"], Bool),
-    x(&["--chat-template"], Value),
-    x(&["--chat-template-file"], Value),
-    x(&["--reasoning-format"], Value),
-    x(&["--reasoning-budget"], Value),
-    x(&["--props"], Bool),
-    x(&["--webui", "--ui"], Bool),
-    x(&["--no-ui"], Bool),
-    x(&["-sps", "--slot-prompt-similarity"], Value),
-    x(&["--log-file"], Value),
-    x(&["--log-timestamps"], Bool),
-    x(&["--log-prefix"], Bool),
-    x(&["--log-colors"], Kind::Optional(&["on", "off", "auto"])),
-    x(&["-lv", "--verbosity", "--log-verbosity"], Value),
-    x(&["--log-disable"], Bool),
-    x(&["-v", "--verbose", "--log-verbose"], Bool),
-    x(&["-hf", "-hfr", "--hf-repo"], Value),
-    x(&["-hff", "--hf-file"], Value),
-    x(&["-mu", "--model-url"], Value),
-    x(&["--mlock"], Bool),
-    x(&["--no-mmap"], Bool),
-    x(&["--numa"], Value),
-    x(&["-sm", "--split-mode"], Value),
-    x(&["-ts", "--tensor-split"], Value),
-    x(&["-mg", "--main-gpu"], Value),
-    x(&["-dev", "--device"], Value),
-    x(&["-fit", "--fit"], Value),
-    x(&["-ot", "--override-tensor"], Value),
-    x(&["-cmoe", "--cpu-moe"], Bool),
-    x(&["-ncmoe", "--n-cpu-moe"], Value),
-    x(&["--temp"], Value),
-    x(&["--top-k"], Value),
-    x(&["--top-p"], Value),
-    x(&["--min-p"], Value),
-    x(&["--repeat-penalty"], Value),
-    x(
-        &["-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"],
-        Value,
-    ),
-    x(&["-cd", "--ctx-size-draft"], Value),
-    x(&["--embedding", "--embeddings"], Bool),
-    x(&["--reranking", "--rerank"], Bool),
-    x(&["--lora"], Value),
-    x(&["--mmproj"], Value),
-    x(&["--no-mmproj"], Bool),
-    x(&["--rope-scaling"], Value),
-    x(&["--rope-freq-base"], Value),
-    x(&["--yarn-orig-ctx"], Value),
-    x(&["-dt", "--defrag-thold"], Value),
-    x(&["--swa-full"], Bool),
-    x(&["--no-warmup"], Bool),
-    x(&["--path"], Value),
-    x(&["--api-prefix"], Value),
-    x(&["--ssl-key-file"], Value),
-    x(&["--ssl-cert-file"], Value),
-    x(&["--keep", "-k"], Value),
-    x(&["--no-cache-idle-slots"], Bool),
-    x(&["--models-dir"], Value),
-    x(&["--models-max"], Value),
 ];
 
 fn lookup(arg: &str) -> Option<&'static Flag> {
-    FLAGS.iter().find(|f| f.names.contains(&arg))
+    FLAGS
+        .iter()
+        .chain(engine_flags())
+        .find(|f| f.names.contains(&arg))
 }
 
 fn did_you_mean(arg: &str) -> Option<String> {
     FLAGS
         .iter()
+        .chain(engine_flags())
         .flat_map(|f| f.names.iter())
         .map(|n| (strsim::jaro_winkler(arg, n), *n))
         .filter(|(s, _)| *s >= 0.85)
@@ -349,14 +307,27 @@ pub fn parse(args: &[String]) -> Result<LlamaParsed, LlamaArgError> {
                 i += 1;
                 Some(v.clone())
             }
-            Kind::Optional(choices) => match args.get(i) {
-                Some(v) if choices.contains(&v.as_str()) => {
-                    i += 1;
-                    Some(v.clone())
+            Kind::Two => {
+                if args.len() < i + 2 {
+                    return Err(LlamaArgError::MissingValue(arg.clone()));
                 }
-                _ => None,
-            },
+                i += 2;
+                Some(format!("{} {}", args[i - 2], args[i - 1]))
+            }
         };
+        // llama.cpp's is_truthy / is_falsey / is_autoy (common/arg.cpp).
+        if flag.names.contains(&"--flash-attn")
+            && let Some(v) = &value
+            && ![
+                "on", "enabled", "true", "1", "off", "disabled", "false", "0", "auto", "-1",
+            ]
+            .contains(&v.as_str())
+        {
+            return Err(LlamaArgError::BadValue(
+                arg.clone(),
+                format!("error: unknown value for --flash-attn: '{v}'"),
+            ));
+        }
         if !flag.modelled {
             warnings.push(format!(
                 "warning: servebench sim does not model llama-server's {arg}; accepted and ignored"
@@ -538,16 +509,16 @@ pub fn help_text() -> String {
         let meta = match f.kind {
             Bool => "",
             Value => " N",
-            Kind::Optional(_) => " [on|off|auto]",
+            Kind::Two => " A B",
         };
         let _ = writeln!(s, "  {}{meta}\n      {}", f.names.join(", "), f.help);
     }
-    s.push_str("\nAccepted with a warning:\n ");
-    for f in FLAGS.iter().filter(|f| !f.modelled) {
-        let _ = write!(s, " {}", f.names[f.names.len() - 1]);
-    }
-    s.push_str(
-        "\n\nAny other argument: `error: invalid argument`, exit status 1 (as llama-server).\n",
+    let _ = write!(
+        s,
+        "\nAccepted with a warning: the other {} options of llama-server (llama-cpp-python 0.3.36's \
+         llama.cpp, common/arg.cpp).\n\nAny other argument (`--mlock`, `--no-mmap`, ...): \
+         `error: invalid argument`, exit status 1 (as llama-server).\n",
+        engine_flags().len()
     );
     s
 }
@@ -558,6 +529,70 @@ mod tests {
 
     fn p(args: &[&str]) -> Result<LlamaParsed, LlamaArgError> {
         parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    /// Every spelling llama-server 0.3.36's arg.cpp gives is accepted (the modelled ones
+    /// without a warning); what that build dropped (`--mlock`, `--no-mmap`) is refused.
+    #[test]
+    fn every_spelling_of_the_build_and_nothing_else() {
+        let mut n = 0;
+        for line in ENGINE_FLAGS.lines().filter(|l| !l.starts_with('#')) {
+            let mut words = line.split_whitespace();
+            let kind = words.next().unwrap();
+            for name in words.filter(|w| *w != "|") {
+                if [
+                    "-h",
+                    "--help",
+                    "--usage",
+                    "--version",
+                    "-cl",
+                    "--cache-list",
+                    "--completion-bash",
+                    "--list-devices",
+                ]
+                .contains(&name)
+                {
+                    continue;
+                }
+                let mut args = vec![name.to_string()];
+                match kind {
+                    "value" => args.push(if name.contains("flash-attn") || name == "-fa" {
+                        "on".into()
+                    } else {
+                        "1".into()
+                    }),
+                    "value2" => args.extend(["1".into(), "2".into()]),
+                    _ => {}
+                }
+                let parsed = parse(&args);
+                assert!(
+                    !matches!(parsed, Err(LlamaArgError::Invalid(..))),
+                    "{name} refused: {:?}",
+                    parsed.err()
+                );
+                n += 1;
+            }
+        }
+        assert!(n > 400, "{n} spellings");
+        for gone in ["--mlock", "--no-mmap", "--model-path"] {
+            let e = p(&["-m", "x", gone]).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("error: invalid argument: {gone}")),
+                "{e}"
+            );
+        }
+        // Modelled spellings are the build's too (the simulator's own two apart).
+        for f in FLAGS {
+            for name in f.names {
+                if ["--profile", "--sim-time-scale"].contains(name) {
+                    continue;
+                }
+                assert!(
+                    engine_flags().iter().any(|e| e.names.contains(name)),
+                    "{name} is not llama-server's"
+                );
+            }
+        }
     }
 
     #[test]
@@ -616,8 +651,9 @@ mod tests {
         assert!(e.contains("did you mean --ctx-size?"), "{e}");
         assert!(p(&["-c", "abc"]).is_err());
         assert!(p(&["-c"]).is_err());
-        let r = p(&["-fa", "-m", "y"]).unwrap();
-        assert_eq!(r.config.model_path, "y");
+        // This build's -fa takes a value: a bare one swallows the next argument, as there.
+        let e = p(&["-fa", "-m", "y"]).unwrap_err().to_string();
+        assert!(e.contains("unknown value for --flash-attn: '-m'"), "{e}");
         assert!(
             !p(&["--no-slots"])
                 .unwrap()

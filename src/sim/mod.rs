@@ -11,18 +11,18 @@
 //!
 //! | behaviour | `--api sglang` (default) | `--api vllm` | `--api llama.cpp` |
 //! |---|---|---|---|
-//! | command line | `python -m sglang.launch_server` flags, unknown ones warn (`flags.rs`) | `vllm serve MODEL`: positional model, `_` = `-`, prefixes, `--no-X`, `--enable-X`/`--disable-X`, JSON and dotted JSON flags; unmodelled vLLM flags warn, others exit 2 with a did-you-mean (vllm-facts §1, `vllm_flags.rs` = its appendix) | `llama-server`: short and long spellings, separate `--x`/`--no-x`; unmodelled ones warn, unknown ones `error: invalid argument`, exit 1 (llama-cpp-facts §1) |
-//! | readiness | listens at once, `/health` 503 until warm (sglang-facts §3) | bound at once (port in use fails fast), listens only when ready: connections refused while loading (vllm-facts §2) | listens at once, every path 503 `Loading model` until loaded (llama-cpp-facts §2) |
+//! | command line | sglang 0.5.23's `launch_server` flags with argparse's prefix matching against all of its option strings (`engine/flags/sglang.txt`): an ambiguous prefix (`--pp`) or a flag 0.5.23 lacks (`--stream-output`) exits 2 with argparse's usage + `error:` lines; its flags not modelled warn (`flags.rs`, `args.rs`) | `vllm serve MODEL`: positional model, `_` = `-`, prefixes, `--no-X`, `--enable-X`/`--disable-X`, JSON and dotted JSON flags; unmodelled vLLM flags warn, others exit 2 with a did-you-mean (vllm-facts §1, `vllm_flags.rs` = its appendix) | `llama-server`: every spelling of llama-cpp-python 0.3.36's build (`llamacpp_flags.txt`, from its common/arg.cpp), separate `--x`/`--no-x`; unmodelled ones warn, others (`--mlock`, `--no-mmap`) `error: invalid argument`, exit 1 (llama-cpp-facts §1) |
+//! | readiness (every ready line is written only once the port listens and `/health` answers) | listens at once, `/health` 503 until warm (sglang-facts §3) | bound at once (port in use fails fast), listens only when ready: connections refused while loading (vllm-facts §2) | listens at once, every path 503 `Loading model` until loaded (llama-cpp-facts §2) |
 //! | ready line | `The server is fired up and ready to roll!` | `Starting vLLM server on http://H:P`, routes, uvicorn's `Application startup complete.` | `srv  llama_server: server is listening on http://H:P` (2026 form) |
-//! | health | `/health`, `/health_generate`: 200 empty | `/health`, `/ping`: 200 empty (503 once dead) | `/health`, `/v1/health`: `{"status":"ok"}` |
+//! | health | `/health`, `/health_generate`: a one-token generation through the scheduler, not counted in `/metrics`, looked at every `health_poll_s` (1 s in SGLang), 200 empty or 503 after 20 s; `/ready` (sglang-facts §9) | `/health`, `/ping`: 200 empty (503 once dead) | `/health`, `/v1/health`: `{"status":"ok"}` |
 //! | identity | `/server_info`, `/model_info`, `/v1/models` (owned_by sglang) | `/version`, `/v1/models` (owned_by vllm, root, max_model_len), `/server_info` only with `VLLM_SERVER_DEV_MODE=1` (vllm-facts §3) | `/props`, `/v1/models` (meta.n_ctx_train, n_ctx) (llama-cpp-facts §3) |
 //! | generation | `/generate`, `/v1/completions`, `/v1/chat/completions` | `/v1/completions`, `/v1/chat/completions` (vllm-facts §6) | `/completion` (no `[DONE]`), `/v1/completions`, `/v1/chat/completions`, one event per token, usage + `timings` on the finish chunk (llama-cpp-facts §6, llama-cpp-observed) |
 //! | usage in streams | `include_usage` chunk; `continuous_usage_stats` alone | `include_usage` chunk; continuous only with include_usage; `--enable-force-include-usage` both | always on the final chunk |
 //! | cached tokens | `meta_info.cached_tokens`; OpenAI only with `--enable-cache-report` and > 0 | only with `--enable-prompt-tokens-details`, whole 16-token blocks | always, `prompt - 1` on a repeat; per slot |
-//! | cache reset | `/flush_cache` (400 while busy) | `POST /reset_prefix_cache` (dev mode): 200 `{"success": false}` while requests hold blocks; `?reset_running_requests=true` preempts them (vllm-facts §4) | `POST /slots/N?action=erase` (needs `--slot-save-path`, else 501; waits for a busy slot) (llama-cpp-facts §4) |
+//! | cache reset | `/flush_cache[?timeout=S]` (400 `Flush cache failed.` while busy) | `POST /reset_prefix_cache` (dev mode): 200 `{"success": false}` while requests hold blocks; `?reset_running_requests=true` preempts them (vllm-facts §4) | `POST /slots/N?action=erase` (needs `--slot-save-path`, else 501; waits for a busy slot) (llama-cpp-facts §4) |
 //! | tokenize | `/v1/tokenize`, `/tokenize` | `/tokenize`, `/detokenize` (vllm-facts §5) | `/tokenize` (`add_special` false: no BOS), `/detokenize` (llama-cpp-facts §5) |
 //! | metrics | `/metrics` with `--enable-metrics`, `sglang:` | `/metrics` always, `vllm:` (vllm-facts §8) | `/metrics` with `--metrics`, `llamacpp:` (llama-cpp-facts §8) |
-//! | errors | SGLang's messages (sglang-facts §5) | `{"error":{message,type,param,code}}`; prompt over max_model_len 400, max_tokens over it 400, their sum clamped (vllm-facts §7) | `{"error":{code,message,type}}`; `exceed_context_size_error` 400 with n_prompt_tokens, n_ctx (llama-cpp-facts §7) |
+//! | errors | SGLang's messages (sglang-facts §5, §9): prompt + `max_new_tokens` at or over the context 400, the scheduler's `min(ctx-1, pool-1) - 5` limit, `/generate` bodies validated (400 `{"error": "..."}`) | `{"error":{message,type,param,code}}`; prompt over max_model_len 400, max_tokens over it 400, their sum clamped (vllm-facts §7) | `{"error":{code,message,type}}`; `exceed_context_size_error` 400 with n_prompt_tokens, n_ctx (llama-cpp-facts §7) |
 //! | periodic log | Prefill/Decode batch lines | `Engine 000: Avg prompt throughput: ...` every `VLLM_LOG_STATS_INTERVAL` s (vllm-facts §11) | per task: `launch_slot_`, `print_timing` block, `release` (llama-cpp-facts §10) |
 //! | crash lines | `torch.OutOfMemoryError`, `Not enough memory`, `[Errno 98]` | `torch.OutOfMemoryError` + `EngineDeadError`; KV too small `ValueError: To serve at least one request ...`; `OSError: [Errno 98] Address already in use`; `Invalid repository ID or local directory` (vllm-facts §9) | `cudaMalloc failed: out of memory`; `failed to allocate buffer for kv cache`; `couldn't bind HTTP server socket`; `failed to open GGUF file` (llama-cpp-facts §9) |
 //! | connections | keep-alive | keep-alive | closed after every streamed response while `Keep-Alive: timeout=5, max=100` is advertised (`http/keepalive.rs`) |
@@ -31,7 +31,9 @@
 //! `tests/sim.rs` covers SGLang in process): command line and identity
 //! `sim_vllm_takes_vllm_serve_flags_and_serves_its_identity`,
 //! `sim_llamacpp_health_is_503_while_loading_then_props_and_models`; readiness
-//! `sim_vllm_refuses_connections_until_ready`; streaming and usage
+//! `sim_vllm_refuses_connections_until_ready`, `sim_ready_lines_come_only_once_the_port_listens`;
+//! flags `sim_refuses_flags_as_each_engine_build_does`; SGLang 0.5.23
+//! `sglang_refuses_what_does_not_fit_the_context_in_0_5_23s_words`, `sglang_0_5_23_routes_and_bodies`; streaming and usage
 //! `sim_vllm_streams_usage_only_when_asked`,
 //! `sim_llamacpp_streams_one_event_per_token_with_timings_at_the_end`; cached tokens
 //! `sim_vllm_reports_cached_tokens_in_whole_blocks_only_with_the_flag`,
@@ -156,7 +158,10 @@ fn main_sglang(args: Vec<String>) -> i32 {
     let parsed = match args::parse(&args) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("servebench sim: error: {e}\nTry `servebench sim --help`.");
+            match args::argparse_message(&e) {
+                Some(m) => eprintln!("{m}"),
+                None => eprintln!("servebench sim: error: {e}\nTry `servebench sim --help`."),
+            }
             return crate::exit::BAD_INPUT;
         }
     };

@@ -37,6 +37,10 @@ pub struct Profile {
     pub time_scale: f64,
     /// Seconds from start-up until `/health` answers 200 and the ready line is logged.
     pub warmup_s: f64,
+    /// Seconds SGLang's `/health` sleeps between looks at its one-token generation (1 s in
+    /// SGLang, so every answer takes at least this).
+    #[serde(default = "one")]
+    pub health_poll_s: f64,
     /// Context length in tokens when `--context-length` is not given.
     pub context_length: u64,
     /// Default for `--max-running-requests`.
@@ -260,6 +264,11 @@ impl Profile {
     }
 
     /// Wall-clock warmup delay.
+    /// [`health_poll_s`](Self::health_poll_s), scaled.
+    pub fn health_poll(&self) -> Duration {
+        self.scaled_ms(self.health_poll_s * 1000.0)
+    }
+
     pub fn warmup(&self) -> Duration {
         self.scaled_ms(self.warmup_s * 1000.0)
     }

@@ -266,12 +266,13 @@ impl Scheduler {
         if !self.cfg.skip_warmup {
             std::thread::sleep(self.cfg.profile.warmup());
         }
+        // Ready (`/health` 200) before any line says so: a runner may take the line as a hint.
+        self.shared.set_ready();
         self.voice
             .engine_ready(warmup_started.elapsed().as_secs_f64());
         if let Some(f) = self.on_ready.take() {
             f();
         }
-        self.shared.set_ready();
         self.clock = Instant::now();
         loop {
             loop {
@@ -824,10 +825,15 @@ impl Scheduler {
             }
             // The prefill forward pass produces the first token (after a preemption, the next
             // one: the recomputation ends with a sampling step too).
-            first_tokens += req.generate(1);
+            let generated = req.generate(1);
+            if req.opts.log_metrics {
+                first_tokens += generated;
+            }
             if req.first_token_at.is_none() {
                 req.first_token_at = Some(at);
-                if let Ok(mut st) = self.shared.stats.lock() {
+                if req.opts.log_metrics
+                    && let Ok(mut st) = self.shared.stats.lock()
+                {
                     st.ttft
                         .observe(at.duration_since(req.received).as_secs_f64());
                     st.engine.prompt_tokens += req.prompt_len();
@@ -916,8 +922,11 @@ impl Scheduler {
             task: req.task,
         };
         // Counted before the final output goes out: a client that scrapes /metrics after its
-        // last byte sees the request counted (true values, no race).
-        if let Ok(mut st) = self.shared.stats.lock() {
+        // last byte sees the request counted (true values, no race). SGLang's /health
+        // generation is not counted (log_metrics=False).
+        if req.opts.log_metrics
+            && let Ok(mut st) = self.shared.stats.lock()
+        {
             st.e2e
                 .observe(at.duration_since(req.received).as_secs_f64());
             st.prompt_tokens_total += req.prompt_len();

@@ -327,7 +327,9 @@ async fn serve_vllm(
     let ready_voice = voice.clone();
     let dev_mode = v.dev_mode;
     let host = v.host_display.clone();
-    let on_ready: OnReady = Box::new(move || {
+    // Said once the socket listens (below), never before: a client that trusts the line must
+    // find the port accepting.
+    let announce = move || {
         let api = |level: &str, at: &str, msg: &str| ready_voice.vllm(Proc::Api, level, at, msg);
         if dev_mode {
             api(
@@ -365,16 +367,21 @@ async fn serve_vllm(
                 "INFO:     Started server process [{pid}]\nINFO:     Waiting for application startup.\nINFO:     Application startup complete."
             ),
         );
-    });
+    };
+    // Set once the engine's own ready lines are written (they come first, as in vLLM).
+    let engine_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let up = engine_up.clone();
+    let on_ready: OnReady = Box::new(move || up.store(true, std::sync::atomic::Ordering::Release));
     let engine = start_engine(config, on_ready)?;
     // vLLM's socket is bound early but listens only once the engine is up.
-    while !engine.shared.is_ready() {
+    while !engine_up.load(std::sync::atomic::Ordering::Acquire) {
         if engine.shared.crashed() {
             return engine.finish(Ok(())).await;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let listener = listen.listen()?;
+    announce();
     let stats = tokio::spawn(super::http::vllm::log_stats(
         engine.state.clone(),
         voice.clone(),

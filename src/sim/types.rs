@@ -28,6 +28,8 @@ pub struct ReqOptions {
     pub cache_prompt: bool,
     /// Run in this llama.cpp slot (`id_slot`); None = the server picks.
     pub id_slot: Option<usize>,
+    /// Counted in `/metrics` (SGLang's `log_metrics`; false for its `/health` generation).
+    pub log_metrics: bool,
 }
 
 impl Default for ReqOptions {
@@ -35,6 +37,7 @@ impl Default for ReqOptions {
         ReqOptions {
             cache_prompt: true,
             id_slot: None,
+            log_metrics: true,
         }
     }
 }

@@ -3,32 +3,95 @@
 use super::{AppState, json_response, parse_json};
 use crate::sim::types::Command;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-/// SGLang's flush reply text (same for success and refusal).
+/// SGLang's flush reply text on success.
 const FLUSH_TEXT: &str = "Cache flushed.\nPlease check backend logs for more details. \
 (When there are running or waiting requests, the operation will not be performed.)\n";
 
-/// `GET|POST /flush_cache`: 200 when flushed, 400 while requests are running or queued.
-pub async fn flush(State(st): State<AppState>) -> Response {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    if st.tx.send(Command::Flush(tx)).is_err() {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+/// sglang 0.5.23's reply when requests kept it busy (HTTP 400, nothing flushed).
+const FLUSH_FAILED: &str = "Flush cache failed.\n";
+
+/// How long `/health` waits for its generation (SGLang's HEALTH_CHECK_TIMEOUT).
+const HEALTH_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// `GET|POST /flush_cache[?timeout=S]`: 200 when flushed; 400 "Flush cache failed." while
+/// requests are running or queued, after waiting up to `timeout` seconds (default 0) for them.
+pub async fn flush(State(st): State<AppState>, Query(q): Query<FlushQuery>) -> Response {
+    let timeout = q
+        .timeout
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map_or(std::time::Duration::ZERO, |t| {
+            std::time::Duration::from_secs_f64(t.min(3600.0))
+        });
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if st.tx.send(Command::Flush(tx)).is_err() {
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+        if rx.await.unwrap_or(false) {
+            return (StatusCode::OK, FLUSH_TEXT).into_response();
+        }
+        if std::time::Instant::now() >= deadline {
+            return (StatusCode::BAD_REQUEST, FLUSH_FAILED).into_response();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let ok = rx.await.unwrap_or(false);
-    let status = if ok {
-        StatusCode::OK
-    } else {
-        StatusCode::BAD_REQUEST
-    };
-    (status, FLUSH_TEXT).into_response()
 }
 
-/// `GET /health` and `/health_generate`: 503 until warmup is done, then 200 with an empty body.
+/// `/flush_cache`'s query.
+#[derive(serde::Deserialize)]
+pub struct FlushQuery {
+    timeout: Option<f64>,
+}
+
+/// `GET /health` and `/health_generate` (http_server.py `health_generate`): 503 until warmup
+/// is done; then a one-token generation through the scheduler, not counted in `/metrics`
+/// (`log_metrics=False`), polled every `health_poll_s` (SGLang sleeps 1 s between looks, so an
+/// answer takes at least that): 200 with an empty body once the scheduler answered, 503 after
+/// 20 s without.
 pub async fn health(State(st): State<AppState>) -> Response {
+    if !st.shared.is_ready() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let tic = std::time::Instant::now();
+    let opts = crate::sim::types::ReqOptions {
+        log_metrics: false,
+        ..Default::default()
+    };
+    let Ok((_, mut rx)) = st.enqueue(
+        Some(format!("HEALTH_CHECK_{}", super::unix_now())),
+        vec![0],
+        1,
+        tic,
+        opts,
+    ) else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let poll = st.cfg.profile.health_poll();
+    let mut answered = false;
+    while tic.elapsed() < HEALTH_CHECK_TIMEOUT {
+        tokio::time::sleep(poll).await;
+        while rx.try_recv().is_ok() {
+            answered = true;
+        }
+        if answered {
+            // Dropping the receiver aborts what is left of the generation.
+            return StatusCode::OK.into_response();
+        }
+        if !st.shared.is_ready() {
+            break;
+        }
+    }
+    StatusCode::SERVICE_UNAVAILABLE.into_response()
+}
+
+/// `GET /ready` (0.5.23): 200 once warm, 503 before; no generation.
+pub async fn ready(State(st): State<AppState>) -> Response {
     if st.shared.is_ready() {
         StatusCode::OK.into_response()
     } else {
@@ -117,16 +180,6 @@ pub async fn models(State(st): State<AppState>) -> Response {
         &json!({"object": "list", "data": [{"id": name, "object": "model", "created": st.created,
                  "owned_by": "sglang", "root": name, "parent": null,
                  "max_model_len": st.cfg.context_length}]}),
-    )
-}
-
-/// `GET /get_load`.
-pub async fn load(State(st): State<AppState>) -> Response {
-    let s = st.shared.stats();
-    json_response(
-        StatusCode::OK,
-        &json!([{"dp_rank": 0, "num_reqs": s.num_running_reqs + s.num_queue_reqs,
-                 "num_waiting_reqs": s.num_queue_reqs, "num_tokens": s.num_used_tokens}]),
     )
 }
 

@@ -24,6 +24,10 @@ pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
         Err(Rejected(m)) => return error_json(m),
     };
     let streaming = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    // Checked before anything runs, streamed or not (0.5.23's api_types.py).
+    if let Err(Rejected(m)) = validate_sampling_params(&v) {
+        return json_response(StatusCode::BAD_REQUEST, &json!({ "error": m }));
+    }
     let parsed = parse_request(&v);
     let (prompts, max_new) = match parsed {
         Ok(p) => p,
@@ -74,13 +78,74 @@ pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
     }
 }
 
+/// SamplingParams' fields in sglang 0.5.23 (sampling/sampling_params.py), and which of them
+/// are integers.
+const SAMPLING_PARAMS: &[(&str, bool)] = &[
+    ("max_new_tokens", true),
+    ("min_new_tokens", true),
+    ("n", true),
+    ("top_k", true),
+    ("stream_interval", true),
+    ("sampling_seed", true),
+    ("stop_token_ids", true),
+    ("stop", false),
+    ("stop_regex", false),
+    ("temperature", false),
+    ("top_p", false),
+    ("min_p", false),
+    ("frequency_penalty", false),
+    ("presence_penalty", false),
+    ("repetition_penalty", false),
+    ("ignore_eos", false),
+    ("skip_special_tokens", false),
+    ("spaces_between_special_tokens", false),
+    ("no_stop_trim", false),
+    ("json_schema", false),
+    ("regex", false),
+    ("ebnf", false),
+    ("structural_tag", false),
+    ("custom_params", false),
+    ("logit_bias", false),
+];
+
+/// sglang 0.5.23 validates a `/generate` body before it runs (entrypoints api_types.py): a
+/// `sampling_params` key SamplingParams does not have, or a float where an integer belongs
+/// (`"max_new_tokens": 8.0`), is a 400 `{"error": "..."}` (a string there, not an object).
+/// The status and shape are SGLang's; the wording of the message is the simulator's.
+fn validate_sampling_params(v: &Value) -> Result<(), Rejected> {
+    let all: Vec<&Value> = match v.get("sampling_params") {
+        Some(Value::Array(list)) => list.iter().collect(),
+        Some(one) => vec![one],
+        None => return Ok(()),
+    };
+    for sp in all.into_iter().filter_map(Value::as_object) {
+        for (key, value) in sp {
+            let Some((_, integer)) = SAMPLING_PARAMS.iter().find(|(k, _)| k == key) else {
+                return Err(Rejected(format!("sampling_params: unknown field `{key}`")));
+            };
+            let not_int = |x: &Value| x.is_f64() || (x.is_number() && !x.is_i64() && !x.is_u64());
+            let bad = *integer
+                && match value {
+                    Value::Array(items) => items.iter().any(not_int),
+                    x => not_int(x),
+                };
+            if bad {
+                return Err(Rejected(format!(
+                    "sampling_params.{key}: expected an integer, got {value}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Token ids of each prompt, and max_new_tokens.
-fn parse_request(v: &Value) -> Result<(Vec<Vec<u32>>, i64), Rejected> {
+fn parse_request(v: &Value) -> Result<(Vec<Vec<u32>>, Option<i64>), Rejected> {
     let sp = v.get("sampling_params").cloned().unwrap_or(json!({}));
     if !sp.is_object() {
         return Err(Rejected("sampling_params must be an object".into()));
     }
-    let max_new = opt_i64(&sp, "max_new_tokens")?.unwrap_or(128);
+    let max_new = opt_i64(&sp, "max_new_tokens")?;
     let prompts = match (v.get("input_ids"), v.get("text")) {
         (Some(ids), _) if !ids.is_null() => match ids {
             Value::Array(a) if a.iter().all(Value::is_array) => {
@@ -153,9 +218,9 @@ fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool
         finish_reason: Option<()>,
         prompt_tokens: u64,
         weight_version: &'static str,
-        total_retractions: u32,
         num_retractions: u32,
         completion_tokens: u64,
+        reasoning_tokens: u64,
         cached_tokens: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
         response_sent_to_client_ts: Option<f64>,
@@ -168,9 +233,9 @@ fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool
             finish_reason: None,
             prompt_tokens: o.prompt_tokens,
             weight_version: "default",
-            total_retractions: 0,
             num_retractions: 0,
             completion_tokens: o.completion_tokens,
+            reasoning_tokens: 0,
             cached_tokens: o.cached_tokens,
             response_sent_to_client_ts: first.then(unix_now),
         },
@@ -190,9 +255,10 @@ fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
     m.insert("finish_reason".into(), finish_json(&o.finish));
     m.insert("prompt_tokens".into(), o.prompt_tokens.into());
     m.insert("weight_version".into(), "default".into());
-    m.insert("total_retractions".into(), 0.into());
+    // 0.5.23: num_retractions (no total_retractions) and reasoning_tokens.
     m.insert("num_retractions".into(), 0.into());
     m.insert("completion_tokens".into(), o.completion_tokens.into());
+    m.insert("reasoning_tokens".into(), 0.into());
     m.insert("cached_tokens".into(), o.cached_tokens.into());
     if first {
         m.insert("response_sent_to_client_ts".into(), unix_now().into());

@@ -517,6 +517,7 @@ async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
             .and_then(Value::as_bool)
             .unwrap_or(s.l.cache_prompt),
         id_slot: int("id_slot").filter(|i| *i >= 0).map(|i| i as usize),
+        ..ReqOptions::default()
     };
     let rx = match s.st.enqueue(None, ids, max_new, received, opts) {
         Ok((_, rx)) => rx,

@@ -51,7 +51,8 @@ pub fn router(state: AppState) -> Router {
         .route("/get_server_info", get(admin::server_info))
         .route("/model_info", get(admin::model_info))
         .route("/get_model_info", get(admin::model_info))
-        .route("/get_load", get(admin::load))
+        // 0.5.23 has /ready and no /get_load.
+        .route("/ready", get(admin::ready))
         .route("/abort_request", post(admin::abort))
         .route("/start_profile", get(admin::ok).post(admin::ok))
         .route("/stop_profile", get(admin::ok).post(admin::ok));
@@ -85,9 +86,12 @@ impl AppState {
         &self,
         rid: Option<String>,
         input_ids: Vec<u32>,
-        max_new_tokens: i64,
+        max_new_tokens: Option<i64>,
         received: Instant,
     ) -> Result<(Arc<str>, mpsc::UnboundedReceiver<Output>), Rejected> {
+        // Unset, it is not checked against the context, and SamplingParams' 128 applies.
+        let given = max_new_tokens.is_some();
+        let max_new_tokens = max_new_tokens.unwrap_or(128);
         let n = input_ids.len() as u64;
         if max_new_tokens < 0 {
             return Err(Rejected(format!(
@@ -103,14 +107,30 @@ impl AppState {
                 "The input ({n} tokens) is longer than the model's context length ({ctx} tokens)."
             )));
         }
-        let pool = self.cfg.pool_tokens();
-        if n >= pool {
+        // tokenizer_manager.py `_validate_one_request`: prompt + max_new_tokens must stay
+        // under the context (SGLang answers 400; vLLM instead shortens the output).
+        let max_new = max_new_tokens as u64;
+        if given && n + max_new >= ctx {
             return Err(Rejected(format!(
-                "The input ({n} tokens) is longer than the KV pool ({pool} tokens)."
+                "Requested token count exceeds the model's maximum context length of {ctx} tokens. \
+                 You requested a total of {} tokens: {n} tokens from the input messages and \
+                 {max_new} tokens for the completion. Please reduce the number of tokens in the \
+                 input messages or the completion to fit within the limit.",
+                n + max_new
             )));
         }
-        // SGLang trims the output budget to what the context (and here the pool) can hold.
-        let max_new = (max_new_tokens as u64).min(ctx - n).min(pool - n);
+        // The scheduler's own limit (tp_worker.py max_req_input_len, managers/utils.py
+        // `validate_input_length`): the KV pool bounds it too.
+        let limit = self.cfg.max_req_input_len();
+        if n >= limit {
+            return Err(Rejected(format!(
+                "Input length ({n} tokens) exceeds the maximum allowed length ({limit} tokens). \
+                 Use a shorter input or enable --allow-auto-truncate."
+            )));
+        }
+        // The scheduler trims the output to max_req_len - prompt - 1 (scheduler.py).
+        let max_req_len = (ctx - 1).min(self.cfg.pool_tokens().saturating_sub(1));
+        let max_new = max_new.min(max_req_len.saturating_sub(n + 1));
         self.enqueue(rid, input_ids, max_new, received, ReqOptions::default())
     }
 

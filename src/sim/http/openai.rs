@@ -91,7 +91,12 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
         cache_report: st.cfg.enable_cache_report,
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
-        sse_response(event_stream(rx, Arc::new(shape)))
+        // sglang 0.5.23 sends the 200 head with the first token, not before it.
+        let mut rx = rx;
+        match rx.recv().await {
+            Some(first) => sse_response(event_stream(first, rx, Arc::new(shape))),
+            None => shutting_down(),
+        }
     } else {
         collect(rx, shape).await
     }
@@ -150,18 +155,18 @@ pub(super) fn chat_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
     Ok(tokenizer::encode(&text))
 }
 
-fn max_tokens(v: &Value, api: Api) -> Result<i64, Rejected> {
+fn max_tokens(v: &Value, api: Api) -> Result<Option<i64>, Rejected> {
     let given = match api {
         Api::Chat => opt_i64(v, "max_completion_tokens")?.or(opt_i64(v, "max_tokens")?),
         Api::Completion => opt_i64(v, "max_tokens")?,
     };
     match given {
         Some(n) if n <= 0 => Err(Rejected(format!("max_tokens must be at least 1, got {n}."))),
-        Some(n) => Ok(n),
-        // OpenAI's completions default; chat has none in SGLang (runs to EOS), the simulator
-        // never emits EOS, so it uses 128.
-        None if api == Api::Completion => Ok(16),
-        None => Ok(128),
+        Some(n) => Ok(Some(n)),
+        // OpenAI's completions default; chat has none in SGLang (runs to EOS, or to
+        // SamplingParams' 128 here: the simulator never emits EOS).
+        None if api == Api::Completion => Ok(Some(16)),
+        None => Ok(None),
     }
 }
 
@@ -174,7 +179,9 @@ fn finish_str(f: &Option<Finish>) -> Value {
 }
 
 fn usage(o: &Output, cache_report: bool) -> Value {
-    let details = if cache_report && o.cached_tokens > 0 {
+    // sglang 0.5.23 reports the count with --enable-cache-report even at 0 (older versions
+    // left it out at 0).
+    let details = if cache_report {
         json!({"cached_tokens": o.cached_tokens})
     } else {
         Value::Null
@@ -219,14 +226,17 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
             out.extend_from_slice(&sse(&chunk(shape, c, cont.clone())));
         }
         Api::Chat => {
+            // 0.5.23: no usage on the role chunk, and no chunk with empty content.
             if first {
                 let c = json!({"index": 0, "delta": {"role": "assistant", "content": ""},
                                "logprobs": null, "finish_reason": null, "matched_stop": null});
+                out.extend_from_slice(&sse(&chunk(shape, c, Value::Null)));
+            }
+            if !text.is_empty() {
+                let c = json!({"index": 0, "delta": {"content": text}, "logprobs": null,
+                               "finish_reason": null, "matched_stop": null});
                 out.extend_from_slice(&sse(&chunk(shape, c, cont.clone())));
             }
-            let c = json!({"index": 0, "delta": {"content": text}, "logprobs": null,
-                           "finish_reason": null, "matched_stop": null});
-            out.extend_from_slice(&sse(&chunk(shape, c, cont.clone())));
             if o.finish.is_some() {
                 let c = json!({"index": 0, "delta": {}, "logprobs": null,
                                "finish_reason": finish_str(&o.finish), "matched_stop": null});
@@ -247,21 +257,33 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
     out
 }
 
+/// The stream of a request whose first output (`head`) is in hand.
 fn event_stream(
+    head: Output,
     rx: UnboundedReceiver<Output>,
     shape: Arc<Shape>,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
     stream::unfold(
-        (rx, shape, true, false),
-        |(mut rx, shape, first, done)| async move {
+        (rx, shape, Some(head), true, false),
+        |(mut rx, shape, pending, first, done)| async move {
             if done {
                 return None;
             }
-            let o = rx.recv().await?;
+            let o = match pending {
+                Some(o) => o,
+                None => rx.recv().await?,
+            };
             let bytes = Bytes::from(events_for(&shape, &o, first));
             let done = o.finish.is_some();
-            Some((Ok(bytes), (rx, shape, false, done)))
+            Some((Ok(bytes), (rx, shape, None, false, done)))
         },
+    )
+}
+
+fn shutting_down() -> Response {
+    json_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &json!({"object": "error", "message": "The server is shutting down.", "type": "InternalServerError", "param": null, "code": 500}),
     )
 }
 
@@ -290,8 +312,5 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
                           "usage": usage(&o, shape.cache_report)});
         return json_response(StatusCode::OK, &body);
     }
-    json_response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        &json!({"object": "error", "message": "The server is shutting down.", "type": "InternalServerError", "param": null, "code": 500}),
-    )
+    shutting_down()
 }
