@@ -257,6 +257,8 @@ fn user_template_error_names_the_line() {
     assert_eq!(name, report::USER_TEMPLATE_NAME);
     assert_eq!(line, Some(3));
     assert!(message.contains("undefined"), "{message}");
+    // The message names the field that is not there, not only "undefined value".
+    assert!(message.contains("titel"), "{message}");
     assert!(err.to_string().contains("line 3"), "{err}");
 
     let err = report::render(&model, Some("{% for x in %}")).unwrap_err();

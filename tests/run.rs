@@ -283,6 +283,13 @@ fn an_external_server_is_used_as_is_and_recorded() {
     let _ = sim.wait();
     assert!(out.status.success(), "{}", show(&out));
     assert!(alive, "servebench must not stop a server it did not start");
+    // Nor says it starts one.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("starting the server"), "{err}");
+    assert!(
+        err.contains("g1: connecting to the server (external http://127.0.0.1:"),
+        "{err}"
+    );
     let meta = read_json(&run_dir(&out).join("meta.json"));
     assert_eq!(meta["servers"][0]["engine"], "external");
     assert_eq!(meta["servers"][0]["server_info"]["model_path"], "ext-model");
