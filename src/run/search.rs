@@ -119,9 +119,7 @@ pub fn extend_to_judge(point: &mut Point) -> Option<usize> {
                 _ => None,
             })
             .filter(|r| r.is_finite() && *r > 0.0);
-        let Some(stop) = exp.stop.as_mut() else {
-            return None;
-        };
+        let stop = exp.stop.as_mut()?;
         let mut extended = false;
         if let Some(n) = stop.requests
             && (n as usize) < needed
