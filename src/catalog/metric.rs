@@ -423,7 +423,7 @@ const CATALOGUE: &[Entry] = &[
         label: "req/s",
         long_label: "Request throughput",
         unit: "req/s",
-        definition: "Completed measured requests / the measured window: under `load:` from the first measured request's scheduled time to the last one's end; in a closed loop each round's first send to its last end, summed over rounds (flushes between rounds are no load). Every point but a two-point one.",
+        definition: "Completed measured requests / the measured window: under `load:` from the first measured request's scheduled time to the last one's end; in a closed loop each round's first send to its last end, summed over rounds (flushes between rounds are no load); with three rounds or more, the mean of the rounds' rates with its 95% interval (Student's t). Every point but a two-point one.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Higher),

@@ -118,8 +118,8 @@ pub struct SystemFold {
     start: f64,
     end: f64,
     /// The same per round of a closed loop (`repeat`: flushes and calibration between rounds
-    /// are no part of any window): (round, earliest send, latest end).
-    rounds: Vec<(u32, f64, f64)>,
+    /// are no part of any window), with what it completed.
+    rounds: Vec<RoundWindow>,
     /// Successful requests with inter-token gaps (what an ITL target is judged on).
     itl_requests: usize,
     /// Successful requests' latencies from the schedule (from the send in a closed loop).
@@ -187,19 +187,37 @@ impl SystemFold {
         if let Some(end) = end {
             self.end = self.end.max(end);
         }
-        match self.rounds.iter_mut().find(|(round, ..)| *round == r.round) {
-            Some((_, a, b)) => {
-                *a = a.min(begin);
-                *b = end.map_or(*b, |e| b.max(e));
+        let i = match self.rounds.iter().position(|w| w.round == r.round) {
+            Some(i) => i,
+            None => {
+                self.rounds.push(RoundWindow {
+                    round: r.round,
+                    start: begin,
+                    end: f64::NEG_INFINITY,
+                    counts: [0.0; 4],
+                });
+                self.rounds.len() - 1
             }
-            None => self
-                .rounds
-                .push((r.round, begin, end.unwrap_or(f64::NEG_INFINITY))),
-        }
+        };
+        let w = &mut self.rounds[i];
+        w.start = w.start.min(begin);
+        w.end = end.map_or(w.end, |e| w.end.max(e));
         if r.error.is_none() {
             self.done += 1;
-            self.input_tokens += r.prompt_tokens.unwrap_or(0);
-            self.output_tokens += r.completion_tokens.unwrap_or(0);
+            let (input, output) = (
+                r.prompt_tokens.unwrap_or(0),
+                r.completion_tokens.unwrap_or(0),
+            );
+            self.input_tokens += input;
+            self.output_tokens += output;
+            let (input, output) = (input as f64, output as f64);
+            for (c, x) in w
+                .counts
+                .iter_mut()
+                .zip([1.0, input, output, input + output])
+            {
+                *c += x;
+            }
         }
         if !self.active {
             return;
@@ -247,25 +265,38 @@ impl SystemFold {
         if open_loop {
             return self.window().map(|(a, b)| b - a);
         }
-        let total: f64 = self
-            .rounds
-            .iter()
-            .filter(|(_, a, b)| b > a)
-            .map(|(_, a, b)| b - a)
-            .sum();
+        let total: f64 = self.rounds.iter().filter_map(RoundWindow::span).sum();
         (self.measured > 0 && total > 0.0).then_some(total)
     }
 
     /// Requests/s, input, output and total tok/s over `span` (any point but a two-point one).
-    fn put_throughputs(&self, span: f64, metrics: &mut IndexMap<String, Stat>) {
+    /// A closed loop of three rounds or more gets each rate per round, their mean and its 95%
+    /// interval (Student's t over the rounds, as for latencies): rounds vary as reruns do, so
+    /// `compare` can judge a throughput change.
+    fn put_throughputs(&self, span: f64, open_loop: bool, metrics: &mut IndexMap<String, Stat>) {
         let (input, output) = (self.input_tokens as f64, self.output_tokens as f64);
-        for (m, x) in [
+        let rounds: Vec<(f64, [f64; 4])> = self
+            .rounds
+            .iter()
+            .filter_map(|w| Some((w.span()?, w.counts)))
+            .collect();
+        let by_round = !open_loop && rounds.len() >= super::stats::MIN_ROUNDS_FOR_T;
+        for (k, (m, x)) in [
             (Metric::ThroughputReq, self.done as f64),
             (Metric::InputTok, input),
             (Metric::OutputTok, output),
             (Metric::TotalTok, input + output),
-        ] {
-            metrics.insert(m.name().to_string(), single(x / span));
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let stat = if by_round {
+                let rates: Vec<f64> = rounds.iter().map(|(s, c)| c[k] / s).collect();
+                per_round(&rates).unwrap_or_else(|| single(x / span))
+            } else {
+                single(x / span)
+            };
+            metrics.insert(m.name().to_string(), stat);
         }
     }
 
@@ -282,7 +313,7 @@ impl SystemFold {
         if self.counted
             && let Some(span) = span
         {
-            self.put_throughputs(span, metrics);
+            self.put_throughputs(span, load.is_some(), metrics);
         }
         if !self.active {
             return None;
@@ -518,6 +549,38 @@ pub fn percentile_name(q: f64) -> String {
     }
 }
 
+/// One closed-loop round's window and what it completed.
+#[derive(Debug, Clone, Copy)]
+struct RoundWindow {
+    round: u32,
+    /// Earliest send and latest end, unix seconds.
+    start: f64,
+    end: f64,
+    /// Successful requests, their prompt, output and total tokens.
+    counts: [f64; 4],
+}
+
+impl RoundWindow {
+    fn span(&self) -> Option<f64> {
+        (self.end > self.start).then(|| self.end - self.start)
+    }
+}
+
+/// A rate measured once per round: the mean of the rounds' values with Student's t interval.
+fn per_round(rates: &[f64]) -> Option<Stat> {
+    let rounds: std::collections::BTreeMap<u32, (f64, usize)> = rates
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i as u32, (*r, 1)))
+        .collect();
+    let (low, high) = super::stats::round_t_from(&rounds)?;
+    let mut stat = super::stats::summarize(rates)?;
+    stat.ci95_low = Some(low);
+    stat.ci95_high = Some(high);
+    stat.ci_method = Some(crate::results::records::CiMethod::Repeats);
+    Some(stat)
+}
+
 /// A point-level number (one value per point: throughputs, goodput).
 fn single(x: f64) -> Stat {
     Stat {
@@ -749,6 +812,47 @@ mod tests {
             &mut Vec::new(),
         );
         assert!(!metrics.contains_key("throughput_req_s"), "{metrics:?}");
+    }
+
+    /// Three rounds: each round's rate, their mean and a t interval (what `compare` judges).
+    #[test]
+    fn closed_loop_rounds_give_throughput_an_interval() {
+        let e: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 11},
+            "requests": 2,
+            "repeat": 3,
+        }))
+        .unwrap();
+        // Two requests per round, back to back: rounds of 2 s, 1 s and 4 s -> 1, 2, 0.5 req/s.
+        let mut records = Vec::new();
+        for (round, (start, each)) in [(0.0, 1.0), (10.0, 0.5), (20.0, 2.0)].iter().enumerate() {
+            for i in 0..2 {
+                let mut r = rec(start + i as f64 * each, 0.0, 0.1, *each, false);
+                r.round = round as u32;
+                r.scheduled_at = None;
+                r.lag_s = None;
+                records.push(r);
+            }
+        }
+        let mut metrics = IndexMap::new();
+        add(
+            &e,
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut Vec::new(),
+        );
+        let t = &metrics["throughput_req_s"];
+        assert_eq!(t.count, 3);
+        assert!((t.mean - 3.5 / 3.0).abs() < 1e-9, "{t:?}");
+        assert_eq!(
+            t.ci_method,
+            Some(crate::results::records::CiMethod::Repeats)
+        );
+        let (lo, hi) = (t.ci95_low.unwrap(), t.ci95_high.unwrap());
+        assert!(lo < t.mean && t.mean < hi, "{t:?}");
     }
 
     #[test]
