@@ -466,6 +466,47 @@ mod tests {
         assert_eq!(value_label(1500.0), "1500");
     }
 
+    /// A point with a 95% interval gets a vertical bar from its low to its high end; one
+    /// without gets none.
+    #[test]
+    fn intervals_are_drawn_as_bars() {
+        let point = |context_tokens, value, interval| ChartPoint {
+            context_tokens,
+            value,
+            interval,
+            warned: false,
+        };
+        let chart = |interval| Chart {
+            file: "ttft.svg",
+            metric: "ttft_s",
+            title: "TTFT against context length",
+            y_label: "TTFT (ms)",
+            series: vec![Series {
+                label: String::new(),
+                points: vec![
+                    point(1024.0, 50.0, interval),
+                    point(4096.0, 200.0, interval.map(|(lo, hi)| (lo * 4.0, hi * 4.0))),
+                ],
+            }],
+        };
+        // The series' own thin strokes: its bars (the line itself is 2 px wide).
+        let bars = |svg: &str| {
+            svg.lines()
+                .filter(|l| {
+                    l.starts_with("<polyline")
+                        && l.contains("stroke=\"#0072B2\" stroke-width=\"1\"")
+                })
+                .count()
+        };
+        let with = render_svg(&chart(Some((40.0, 60.0)))).unwrap();
+        let without = render_svg(&chart(None)).unwrap();
+        assert_eq!(
+            (bars(&with), bars(&without)),
+            (2, 0),
+            "one bar per point with an interval"
+        );
+    }
+
     #[test]
     fn axis_has_whole_powers_of_two_as_ticks() {
         let (range, ticks) = context_axis([10.0, 17.0].into_iter()).unwrap();
