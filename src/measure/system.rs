@@ -562,7 +562,7 @@ struct RoundWindow {
 
 impl RoundWindow {
     fn span(&self) -> Option<f64> {
-        (self.end > self.start).then(|| self.end - self.start)
+        (self.end > self.start).then_some(self.end - self.start)
     }
 }
 
