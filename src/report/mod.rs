@@ -410,7 +410,9 @@ fn template_error(name: &str, e: minijinja::Error, budget: Budget, source: &str)
         .range()
         .and_then(|r| source.get(r))
         .map(|x| x.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|x| !x.is_empty() && x.len() <= 200);
+        .filter(|x| !x.is_empty() && x.len() <= 200)
+        // A syntax error's span is the token that broke it: the message already names it.
+        .filter(|_| e.kind() != minijinja::ErrorKind::SyntaxError);
     let message = match e.kind() {
         minijinja::ErrorKind::OutOfFuel => format!(
             "the template used up its budget of {} steps: a loop that never ends, or one over far more items than the report has",
