@@ -27,6 +27,39 @@ pub fn sig3(x: f64) -> String {
     format!("{:.*}", decimals, r)
 }
 
+/// `digits` significant digits (at least 1) without exponent notation: `sig(0.3125, 4)` is
+/// `0.3125`; values with more integer digits than `digits` as integers.
+pub fn sig(x: f64, digits: usize) -> String {
+    let digits = digits.max(1) as i32;
+    let a = x.abs();
+    if a == 0.0 || !a.is_finite() {
+        return if a == 0.0 { "0".into() } else { format!("{x}") };
+    }
+    if a >= 10f64.powi(digits - 1) {
+        return format!("{x:.0}");
+    }
+    let scale = 10f64.powi(digits - 1 - a.log10().floor() as i32);
+    let r = (x * scale).round() / scale;
+    let decimals = (digits - 1 - r.abs().log10().floor() as i32).max(0) as usize;
+    format!("{:.*}", decimals, r)
+}
+
+/// The fewest significant digits (3 to 8) that write every value of `values` apart:
+/// 0.3125, 0.28125 and 0.265625 need 3 (`0.313`, `0.281`, `0.266`), 10.02 and 10.04 need 4.
+pub fn distinguishing_digits(values: &[f64]) -> usize {
+    (3..=8)
+        .find(|&d| {
+            let mut seen: Vec<(f64, String)> = Vec::new();
+            values.iter().all(|&v| {
+                let text = sig(v, d);
+                let clash = seen.iter().any(|(w, t)| *t == text && *w != v);
+                seen.push((v, text));
+                !clash
+            })
+        })
+        .unwrap_or(8)
+}
+
 /// Seconds with three significant digits: `0.0123`, `0.512`, `12.3`, `1234`.
 pub fn seconds(x: f64) -> String {
     sig3(x)
@@ -116,6 +149,26 @@ pub fn truncate(s: &str, max_bytes: usize) -> String {
     format!("{}…", &s[..floor_char_boundary(s, max_bytes)])
 }
 
+/// At most `max_chars` characters of `s`, cut at a space where one is near (within the last
+/// quarter kept), with `…` when cut: a warning never ends mid-word.
+pub fn cut_words(s: &str, max_chars: usize) -> String {
+    if s.chars().count() <= max_chars {
+        return s.to_string();
+    }
+    let kept: String = s.chars().take(max_chars).collect();
+    let at_space = kept
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
+        .map(|(i, _)| i)
+        .filter(|&i| kept[..i].chars().count() >= max_chars * 3 / 4);
+    let head = match at_space {
+        Some(i) => kept[..i].trim_end_matches([',', ';', ':', ' ']),
+        None => kept.as_str(),
+    };
+    format!("{head}…")
+}
+
 /// The largest character boundary of `s` at or below `index`.
 pub fn floor_char_boundary(s: &str, index: usize) -> usize {
     let mut cut = index.min(s.len());
@@ -178,6 +231,21 @@ mod tests {
     }
 
     #[test]
+    fn digits_that_tell_values_apart() {
+        assert_eq!(sig(0.3125, 4), "0.3125");
+        assert_eq!(sig(1234.4, 3), "1234");
+        assert_eq!(sig(12.0, 4), "12.00");
+        let bisected = [0.3125, 0.28125, 0.265625];
+        let d = distinguishing_digits(&bisected);
+        let shown: Vec<String> = bisected.iter().map(|&v| sig(v, d)).collect();
+        assert_eq!(shown, ["0.313", "0.281", "0.266"]);
+        assert_eq!(distinguishing_digits(&[10.02, 10.04]), 4);
+        assert_eq!(distinguishing_digits(&[100.25, 100.5]), 4);
+        // The same value twice is not a clash.
+        assert_eq!(distinguishing_digits(&[2.0, 2.0]), 3);
+    }
+
+    #[test]
     fn rates_tokens_durations() {
         assert_eq!(rate(12345.6), "12346");
         assert_eq!(rate(98.76), "98.8");
@@ -193,7 +261,7 @@ mod tests {
         assert_eq!(metric_value(Some(Metric::Itl), 0.0123), "12.3");
         assert_eq!(metric_value(Some(Metric::Decode), 98.76), "98.8");
         assert_eq!(metric_value(Some(Metric::PromptTokens), 1023.5), "1023.5");
-        assert_eq!(metric_value(Some(Metric::Ttft), 0.5123), "0.512");
+        assert_eq!(metric_value(Some(Metric::Ttft), 0.5123), "512");
         assert_eq!(metric_value(None, 0.5123), "0.512");
         assert_eq!(precise(0.46031), "0.4603");
         assert_eq!(precise(24.1262), "24.126");
@@ -209,6 +277,13 @@ mod tests {
         assert_eq!(count(2, "launch", "launches"), "2 launches");
         assert_eq!(truncate("héllo", 2), "h…");
         assert_eq!(truncate("hello", 5), "hello");
+        assert_eq!(
+            cut_words("the server answered slowly", 22),
+            "the server answered…"
+        );
+        assert_eq!(cut_words("short", 22), "short");
+        // No space near the end: cut where the limit falls.
+        assert_eq!(cut_words("abcdefghij", 4), "abcd…");
         assert_eq!(ceil_char_boundary("héllo", 2), 3);
         assert_eq!(last_lines("a\nb\nc", 2), "b\nc");
         assert_eq!(first_line("a\nb"), "a");

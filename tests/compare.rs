@@ -681,3 +681,68 @@ fn open_loop_points_pair_by_offered_rate_not_by_label() {
     );
     assert!(text.contains("within 5.0% of its own"), "{text}");
 }
+
+/// Two runs on the same machine whose server is `engine` at `version` (as `/server_info`
+/// reported it), TTFT at 1024 as (mean, low, high).
+fn engine_run(label: &str, engine: &str, version: &str, ttft: (f64, f64, f64)) -> LoadedRun {
+    let mut m = meta("engines", json!({ "tp-size": 1 }), &["ctx"]);
+    m.server_host = Some(json!({"gpus": [{"name": "NVIDIA L4", "driver_version": "550.54"}]}));
+    for s in &mut m.servers {
+        s.engine = engine.to_string();
+        s.surface = Some(servebench::results::meta::ServerSurface {
+            version: Some(version.to_string()),
+            ..Default::default()
+        });
+    }
+    run(
+        &format!("runs/engines/{label}"),
+        m,
+        vec![point("p001", 1024, ttft, (100.0, 96.0, 104.0))],
+    )
+}
+
+/// `compare --by server.engine`: the engines differ by design, the machine does not, so no
+/// "different hardware"; the same engine at two versions is named as such, not as hardware.
+#[test]
+fn different_engines_on_one_machine_are_not_different_hardware() {
+    let runs = [
+        engine_run("sglang", "sglang", "0.5.23", (0.1, 0.099, 0.101)),
+        engine_run("vllm", "vllm", "0.33.0", (0.1, 0.099, 0.101)),
+    ];
+    let model = compare::build(&runs, None);
+    assert!(
+        model.hardware_notes.is_empty(),
+        "{:?}",
+        model.hardware_notes
+    );
+    let runs = [
+        engine_run("old", "sglang", "0.5.22", (0.1, 0.099, 0.101)),
+        engine_run("new", "sglang", "0.5.23", (0.1, 0.099, 0.101)),
+    ];
+    let notes = compare::build(&runs, None).hardware_notes;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("different engine versions: 1 point"),
+        "{notes:?}"
+    );
+    assert!(notes[0].contains("sglang 0.5.22") && notes[0].contains("sglang 0.5.23"));
+    assert!(!notes[0].contains("different hardware"), "{notes:?}");
+}
+
+/// +3.7% TTFT with intervals far apart is a real change below the 5% threshold, not noise.
+#[test]
+fn a_real_change_below_the_threshold_is_not_called_noise() {
+    let runs = [
+        engine_run("a", "sglang", "0.5.23", (0.100, 0.0995, 0.1005)),
+        engine_run("b", "sglang", "0.5.23", (0.1037, 0.1032, 0.1042)),
+    ];
+    let model = compare::build(&runs, None);
+    assert_eq!(
+        verdicts(&model, "ttft_s")[0].1,
+        Some(Verdict::BelowThreshold)
+    );
+    assert_eq!(model.summary.below_threshold, 1);
+    let text = compare::render(&model, None).unwrap();
+    assert!(text.contains("+3.7% real, below the threshold"), "{text}");
+    assert!(!text.contains("+3.7% within noise"), "{text}");
+}

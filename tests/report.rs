@@ -9,7 +9,7 @@ use servebench::report::{self, ReportError, Template, build_model};
 use servebench::results::records::{Chunk, PointRecord, RequestRecord, Stat};
 use servebench::results::{RunDir, RunDirError};
 
-use crate::common::{Workspace, run_dir, servebench, show, sim_spec};
+use crate::common::{Workspace, read_jsonl, run_dir, servebench, show, sim_spec};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -151,8 +151,9 @@ fn rendered_row_shows_the_formatted_means() {
         .find(|l| l.starts_with("| 1024 | 1024 |"))
         .expect("a row for ctx 1024")
         .to_string();
+    // TTFT in ms, as every time is shown.
     assert!(
-        line.contains(&format!("| {} |", servebench::text::sig3(ttft))),
+        line.contains(&format!("| {} |", servebench::text::sig3(ttft * 1000.0))),
         "{line}"
     );
     assert!(
@@ -257,6 +258,8 @@ fn user_template_error_names_the_line() {
     assert_eq!(name, report::USER_TEMPLATE_NAME);
     assert_eq!(line, Some(3));
     assert!(message.contains("undefined"), "{message}");
+    // The message names the field that is not there, not only "undefined value".
+    assert!(message.contains("titel"), "{message}");
     assert!(err.to_string().contains("line 3"), "{err}");
 
     let err = report::render(&model, Some("{% for x in %}")).unwrap_err();
@@ -1083,6 +1086,38 @@ fn sim_run_writes_linked_charts_and_report_redraws_them() {
     assert!(out.status.success(), "{}", show(&out));
     let dir = run_dir(&out);
     let markdown = fs::read_to_string(dir.join("report.md")).unwrap();
+    // A closed loop has its system throughput, at concurrency 1 and 2 alike: in
+    // points.jsonl, in the results table (not `—`) and in points.csv.
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    for p in &points {
+        let rps = p["metrics"]["throughput_req_s"]["mean"].as_f64();
+        assert!(rps.is_some_and(|r| r > 0.0), "{p}");
+        assert!(
+            p["metrics"]["output_tok_s"]["mean"]
+                .as_f64()
+                .is_some_and(|r| r > 0.0)
+        );
+        let row = markdown
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "| {} | {} |",
+                    p["values"]["ctx"], p["values"]["concurrency"]
+                ))
+            })
+            .unwrap_or_else(|| panic!("a row for {p}\n{markdown}"));
+        assert!(
+            row.contains(&format!("| {} |", servebench::text::rate(rps.unwrap()))),
+            "{row}"
+        );
+    }
+    let csv = fs::read_to_string(dir.join("points.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(header.contains("throughput_req_s_mean"), "{header}");
+    assert!(
+        header.contains("ttft_ms_mean") && !header.contains("ttft_s_mean"),
+        "{header}"
+    );
     let mut drawn = Vec::new();
     for file in ["ttft.svg", "prefill.svg", "decode.svg"] {
         assert!(
@@ -1091,6 +1126,14 @@ fn sim_run_writes_linked_charts_and_report_redraws_them() {
         );
         let svg = fs::read_to_string(dir.join("charts").join(file)).unwrap();
         assert!(svg.starts_with("<svg"), "{file}");
+        if file == "prefill.svg" {
+            // Prompt / TTFT is prefill speed only one request at a time: at concurrency 2
+            // it is queueing, so those points have none to draw.
+            assert!(!svg.contains("\nconcurrency=2\n"), "{file}");
+            assert_eq!(markers(&svg).len(), 3, "{file}: the concurrency-1 points");
+            drawn.push(svg);
+            continue;
+        }
         for legend in ["concurrency=1", "concurrency=2"] {
             assert!(svg.contains(&format!("\n{legend}\n")), "{file}: {legend}");
         }
@@ -1156,10 +1199,17 @@ fn a_capacity_search_has_a_capacity_section() {
     let file = dir.read_search().unwrap().expect("search.json");
     let s = &file.searches[0];
     assert_eq!((s.capacity, s.above), (Some(11.625), Some(12.0)));
+    // The headline is what the server completed at the capacity probe, then the offered
+    // value and the bracket.
     assert!(
         section.contains(
-            "capacity 11.6 req/s (between 11.6 passing and 12.0 failing; resolution 5.00%)"
+            "capacity 11.3 req/s completed at 11.6 req/s offered (between 11.6 passing and 12.0 failing; resolution 5.00%)"
         ),
+        "{section}"
+    );
+    // Probes 11.25 and 11.625 read apart; every probe shows its measured requests.
+    assert!(
+        section.contains("| 5 | p001-s5 | 11.3 | 20 | passes |"),
         "{section}"
     );
     let points = dir.read_points().unwrap();
@@ -1171,7 +1221,7 @@ fn a_capacity_search_has_a_capacity_section() {
         .collect();
     assert_eq!(failing.len(), 1);
     assert!(
-        section.contains("| 2 | p001-s2 | 12.0 | **fails** | 9.6 | 0.495 |"),
+        section.contains("| 2 | p001-s2 | 12.0 | 20 | **fails** | 9.6 | 495 |"),
         "{section}"
     );
     assert!(section.contains("probe 2 (load.rate 12.0) fails: e2e_p99 0.495 > 0.176."));
@@ -1189,12 +1239,12 @@ fn a_capacity_search_has_a_capacity_section() {
     assert_eq!(view.achieved_at_capacity, Some(achieved));
     assert!(
         text.contains(&format!(
-            "At 11.6 req/s offered the server completed {} req/s over the probe's window.",
+            "**capacity {} req/s completed at 11.6 req/s offered",
             servebench::text::sig3(achieved)
         )),
         "{text}"
     );
-    assert!(!text.contains("short of the offered rate"));
+    assert!(!text.contains("part of the gap is the window's tail"));
     // A copy where that probe completed only 9 req/s says the answer may hide a growing queue.
     let tmp = tempfile::tempdir().unwrap();
     for f in std::fs::read_dir(fixture("capacity-search")).unwrap() {
@@ -1217,8 +1267,9 @@ fn a_capacity_search_has_a_capacity_section() {
     std::fs::write(tmp.path().join("points.jsonl"), lines_joined(&edited)).unwrap();
     let slow = report::render_run_dir(&RunDir::open(tmp.path()).unwrap(), None).unwrap();
     assert!(
-        slow.contains("At 11.6 req/s offered the server completed 9.0 req/s")
-            && slow.contains("short of the offered rate"),
+        slow.contains("**capacity 9.00 req/s completed at 11.6 req/s offered")
+            && slow.contains("The server completed 9.0 req/s where 11.6 req/s were offered")
+            && slow.contains("part of the gap is the window's tail"),
         "{slow}"
     );
 }

@@ -15,11 +15,12 @@ use crate::common::*;
 /// 12.0 ms: S = 3.7 + 7 x 12.0 = 87.9 ms of service per request (plus ~1 ms of HTTP), so the
 /// server serves at most 1/S = 11.4 req/s.
 ///
-/// The SLO, e2e_p99 <= 2S = 176 ms (from each request's scheduled time): below 1/S every
-/// request takes S. Above it request j (from 0, 2 warm-up then 20 measured) waits
-/// j x (S - 1/r); the p99 of the 20 measured interpolates to j = 20.81, so the SLO breaks
-/// where S + 20.81 (S - 1/r) = 2S: r = 1 / (S (1 - 1/20.81)) = 1.05 / S = 11.9 req/s.
-const CAPACITY_REQ_S: f64 = 11.9;
+/// The SLO, e2e_p90 <= 2S = 176 ms (from each request's scheduled time; a p90 is judged on
+/// 10 or more measured requests, and a probe has 20): below 1/S every request takes S. Above
+/// it request j (from 0, 2 warm-up then 20 measured) waits j x (S - 1/r); the p90 of the 20
+/// measured interpolates to j = 2 + 0.9 x 19 = 19.1, so the SLO breaks where
+/// S + 19.1 (S - 1/r) = 2S: r = 1 / (S (1 - 1/19.1)) = 1.055 / S = 12.0 req/s.
+const CAPACITY_REQ_S: f64 = 12.0;
 
 fn search_spec(name: &str, search: &str) -> String {
     format!(
@@ -31,7 +32,7 @@ fn search_spec(name: &str, search: &str) -> String {
          load: {{ kind: rate, rate: 1, arrival: constant }}\n\
          warmup: {{ requests: 2 }}\n\
          stop: {{ requests: 20 }}\n\
-         slo: {{ targets: {{ e2e_p99: 176ms }} }}\n\
+         slo: {{ targets: {{ e2e_p90: 176ms }} }}\n\
          {search}\n"
     )
 }
@@ -91,16 +92,28 @@ fn a_rate_search_finds_the_hand_computed_capacity() {
             .iter()
             .all(|r| r["point"].as_str().unwrap().starts_with("p001-s"))
     );
+    // The answer is what the server sustained at the capacity probe, not what was offered.
+    let at_capacity = points
+        .iter()
+        .find(|p| p["search"]["value"].as_f64() == Some(capacity))
+        .unwrap();
+    assert_eq!(
+        s["sustained_req_s"].as_f64(),
+        at_capacity["search"]["throughput_req_s"].as_f64(),
+        "{s}"
+    );
     // The report states the answer and draws the search.
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Capacity"), "{report}");
+    let sustained = servebench::text::sig3(s["sustained_req_s"].as_f64().unwrap());
     assert!(
-        report.contains(&format!(
-            "capacity {} req/s (between",
-            servebench::text::sig3(capacity)
-        )),
+        report.contains(&format!("**capacity {sustained} req/s completed at ")),
         "{report}"
     );
+    assert!(report.contains(" req/s offered (between "), "{report}");
+    // Monotonic verdicts here: nothing to warn about.
+    assert!(!report.contains("NOT MONOTONIC"), "{report}");
+    assert!(s.get("inversions").is_none(), "{s}");
     assert!(dir.join("charts/capacity-p001.svg").exists());
 }
 
@@ -182,7 +195,7 @@ fn a_search_spec_is_checked_at_its_place() {
     check(
         "noslo.yaml",
         &search_spec("s", SEARCH)
-            .replace("slo: { targets: { e2e_p99: 176ms } }", "slo: { e2e: 1s }"),
+            .replace("slo: { targets: { e2e_p90: 176ms } }", "slo: { e2e: 1s }"),
         &[
             "needs SLO targets to judge its probes by",
             "noslo.yaml:14:1",
@@ -242,8 +255,10 @@ fn plan_bounds_a_search_by_its_probes() {
 /// A closed-loop search over `concurrency`, on the same one-slot server as above (service
 /// S = 87.9 ms per request, see [`CAPACITY_REQ_S`]): with c clients each request waits for
 /// the c - 1 ahead of it, so its E2E is about c x S: 1 x S = 88 ms, 2 x S = 176 ms,
-/// 3 x S = 264 ms, 4 x S = 352 ms. With `e2e_p99 <= 220 ms` two clients pass and three fail:
+/// 3 x S = 264 ms, 4 x S = 352 ms. With `e2e_p90 <= 220 ms` two clients pass and three fail:
 /// the search doubles 1, 2, 4 (fails), bisects to 3 (fails) and answers 2, bracket [2, 3).
+/// The spec asks for 4 requests, too few for a p90: each probe is extended to the 10 a p90
+/// is judged on.
 #[test]
 fn a_concurrency_search_finds_the_hand_computed_number_of_clients() {
     let ws = Workspace::new();
@@ -254,8 +269,8 @@ fn a_concurrency_search_finds_the_hand_computed_number_of_clients() {
          args: { profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }\n  \
          ready_timeout: 30s\n\
          workload:\n  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8\n\
-         requests: 12\n\
-         slo: { targets: { e2e_p99: 220ms } }\n\
+         requests: 4\n\
+         slo: { targets: { e2e_p90: 220ms } }\n\
          search: { over: concurrency, start: 1, max: 64, resolution: 5% }\n",
     );
     let (dir, points) = ws.run_ok(&spec);
@@ -286,10 +301,18 @@ fn a_concurrency_search_finds_the_hand_computed_number_of_clients() {
             p["values"]["concurrency"].as_f64(),
             p["search"]["value"].as_f64()
         );
+        // Extended from 4 to the 10 requests a p90 is judged on.
+        assert_eq!(p["ok"], 10, "{p}");
+        let check = &p["load"]["slo"]["checks"][0];
+        assert_eq!(
+            (check["samples"].as_u64(), check["needed"].as_u64()),
+            (Some(10), Some(10))
+        );
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("capacity 2 in flight, "), "{report}");
     assert!(
-        report.contains("capacity 2 in flight (between 2 passing and 3 failing"),
+        report.contains(" req/s completed (between 2 passing and 3 failing"),
         "{report}"
     );
 }
@@ -309,8 +332,8 @@ fn a_search_stops_doubling_where_throughput_stops_growing() {
          args: { profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }\n  \
          ready_timeout: 30s\n\
          workload:\n  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8\n\
-         requests: 8\n\
-         slo: { targets: { e2e_p99: 10s } }\n\
+         requests: 10\n\
+         slo: { targets: { e2e_p90: 10s } }\n\
          search: { over: concurrency, start: 1, max: 64, resolution: 5% }\n",
     );
     let (dir, points) = ws.run_ok(&spec);

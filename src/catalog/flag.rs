@@ -69,6 +69,9 @@ pub enum FlagKind {
     /// A point with `slo.targets` that does not meet them (informational: the numbers are
     /// right, the deployment is not within its SLO at this load).
     SloMissed,
+    /// A point with `slo.targets` some of which had too few measured requests to be judged
+    /// (a p99 needs 100): neither met nor missed (informational, like `slo-missed`).
+    SloUnjudged,
     /// The server's own `/metrics` counters over the point (prompt or cached tokens, finished
     /// requests) differ from the client's records by more than 2%.
     ServerDisagrees,
@@ -155,6 +158,12 @@ const CATALOGUE: &[Entry] = &[
     Entry {
         kind: FlagKind::SloMissed,
         name: "slo-missed",
+        informational: true,
+        cell: "ok_err",
+    },
+    Entry {
+        kind: FlagKind::SloUnjudged,
+        name: "slo-unjudged",
         informational: true,
         cell: "ok_err",
     },
@@ -273,7 +282,8 @@ mod tests {
                 "high-variance",
                 "itl-per-chunk",
                 "stale-connections",
-                "slo-missed"
+                "slo-missed",
+                "slo-unjudged"
             ]
         );
         assert_eq!(FlagKind::ItlPerChunk.cell(), "itl");

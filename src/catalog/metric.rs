@@ -39,9 +39,11 @@ impl TimeScaling {
 /// How a value is shown (console and report share these rules, see `crate::text`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Display {
-    /// Seconds, three significant digits.
+    /// Seconds, three significant digits (no metric of the catalogue: every time is shown
+    /// in milliseconds, as peers print them).
     Seconds,
-    /// Stored in seconds, shown in milliseconds with three significant digits.
+    /// Stored in seconds, shown in milliseconds with three significant digits: every time
+    /// metric, in the console, the report and the CSV exports alike.
     Millis,
     /// Tokens per second: no decimals from 100 up, one below.
     Rate,
@@ -123,7 +125,7 @@ const CATALOGUE: &[Entry] = &[
         name: "ttft_s",
         label: "TTFT",
         long_label: "TTFT",
-        unit: "s",
+        unit: "ms",
         definition: "Time to first token: from the request's last byte written to its connection to the first chunk carrying at least one output token (connect time and the client's own queue are recorded apart).",
         two_point_definition: Some(
             "Time to first token of the first request of each pair (max_tokens {a}).",
@@ -131,7 +133,7 @@ const CATALOGUE: &[Entry] = &[
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: true,
         two_point: true,
         compared: true,
@@ -144,9 +146,9 @@ const CATALOGUE: &[Entry] = &[
         label: "prefill",
         long_label: "Prefill speed",
         unit: "tok/s",
-        definition: "(prompt_tokens - cached_tokens) / TTFT.",
+        definition: "prompt_tokens / TTFT, over the requests that found nothing cached, for points that send one request at a time (a closed loop at concurrency 1): TTFT is then the prompt's prefill plus the server's per-request overhead. Left out (—) under concurrency or `load:`, where a request's TTFT holds its wait behind the others and the quotient measures queueing, and for requests with cached tokens, whose TTFT is mostly overhead.",
         two_point_definition: Some(
-            "(prompt_tokens - cached_tokens) / TTFT of the first request of each pair.",
+            "prompt_tokens / TTFT of the first request of each pair that found nothing cached, at concurrency 1 (left out under concurrency, where TTFT holds queueing).",
         ),
         two_point_label: None,
         direction: Some(Direction::Higher),
@@ -183,13 +185,13 @@ const CATALOGUE: &[Entry] = &[
         name: "tpot_s",
         label: "TPOT",
         long_label: "TPOT",
-        unit: "s/tok",
+        unit: "ms",
         definition: "Time per output token: (E2E - TTFT) / (completion_tokens - 1).",
         two_point_definition: Some("Two-point: (t_b - t_a) / (completion_b - completion_a)."),
-        two_point_label: Some("s/out_tok"),
+        two_point_label: Some("ms/out_tok"),
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: true,
         two_point: true,
         compared: true,
@@ -240,13 +242,13 @@ const CATALOGUE: &[Entry] = &[
         name: "e2e_s",
         label: "E2E",
         long_label: "E2E",
-        unit: "s",
+        unit: "ms",
         definition: "End to end: from the request's last byte written to the end of the stream.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: true,
         two_point: false,
         compared: true,
@@ -258,13 +260,13 @@ const CATALOGUE: &[Entry] = &[
         name: "queue_delay_s",
         label: "queue delay",
         long_label: "Queue delay",
-        unit: "s",
+        unit: "ms",
         definition: "Load runs: from the scheduled send time to the actual send time.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: false,
         two_point: false,
         compared: true,
@@ -330,13 +332,13 @@ const CATALOGUE: &[Entry] = &[
         name: "t_a_s",
         label: "t_a",
         long_label: "t_a",
-        unit: "s",
+        unit: "ms",
         definition: "End-to-end time of the first request of a pair (max_tokens {a}).",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: false,
         two_point: true,
         compared: false,
@@ -348,13 +350,13 @@ const CATALOGUE: &[Entry] = &[
         name: "t_b_s",
         label: "t_b",
         long_label: "t_b",
-        unit: "s",
+        unit: "ms",
         definition: "End-to-end time of the second request of a pair (max_tokens {b}), same prompt.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: false,
         two_point: true,
         compared: false,
@@ -366,13 +368,13 @@ const CATALOGUE: &[Entry] = &[
         name: "ttft_sched_s",
         label: "TTFT (sched)",
         long_label: "TTFT from the schedule",
-        unit: "s",
+        unit: "ms",
         definition: "Time to first token counted from the request's scheduled send time: TTFT plus the client's lag (a wait for a slot under max_in_flight included), what a user arriving on schedule waits.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: false,
         two_point: false,
         compared: true,
@@ -384,13 +386,13 @@ const CATALOGUE: &[Entry] = &[
         name: "e2e_sched_s",
         label: "E2E (sched)",
         long_label: "E2E from the schedule",
-        unit: "s",
+        unit: "ms",
         definition: "End-to-end time counted from the request's scheduled send time: E2E plus the client's lag.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Lower),
         scaling: TimeScaling::Time,
-        display: Display::Seconds,
+        display: Display::Millis,
         streaming: false,
         two_point: false,
         compared: true,
@@ -402,7 +404,7 @@ const CATALOGUE: &[Entry] = &[
         name: "schedule_lag_s",
         label: "lag",
         long_label: "Schedule lag",
-        unit: "s",
+        unit: "ms",
         definition: "sent_at - scheduled_at per request: how late the client wrote the request's last byte against the arrival schedule (waits for a slot under max_in_flight included). The client self-check.",
         two_point_definition: None,
         two_point_label: None,
@@ -421,7 +423,7 @@ const CATALOGUE: &[Entry] = &[
         label: "req/s",
         long_label: "Request throughput",
         unit: "req/s",
-        definition: "Completed measured requests / the measured window (from the first measured request's scheduled time to the last one's end).",
+        definition: "Completed measured requests / the measured window: under `load:` from the first measured request's scheduled time to the last one's end; in a closed loop each round's first send to its last end, summed over rounds (flushes between rounds are no load); with three rounds or more, the mean of the rounds' rates with its 95% interval (Student's t). Every point but a two-point one.",
         two_point_definition: None,
         two_point_label: None,
         direction: Some(Direction::Higher),
@@ -678,9 +680,27 @@ impl Metric {
         self.entry().long_label
     }
 
-    /// The unit values are shown in: `s`, `ms`, `tok/s`, `tok`.
+    /// The unit values are shown in: `ms`, `tok/s`, `tok`.
     pub fn unit(self) -> &'static str {
         self.entry().unit
+    }
+
+    /// The name of a column holding the metric in its shown unit (CSV exports): the name with
+    /// its stored unit swapped for the shown one (`ttft_s` holds seconds, `ttft_ms` the
+    /// milliseconds the report shows); the name itself where they agree.
+    pub fn column(self) -> String {
+        match (self.display(), self.name().strip_suffix("_s")) {
+            (Display::Millis, Some(stem)) => format!("{stem}_ms"),
+            _ => self.name().to_string(),
+        }
+    }
+
+    /// A stored value in the shown unit (seconds to milliseconds for times).
+    pub fn shown(self, stored: f64) -> f64 {
+        match self.display() {
+            Display::Millis => stored * 1000.0,
+            _ => stored,
+        }
     }
 
     /// The definition the report states, for a method (two-point: with its `a` and `b`).
@@ -751,6 +771,26 @@ mod tests {
         }
     }
 
+    /// One unit per kind: every time is shown in ms, its CSV column says so, and no metric
+    /// is shown in a unit its catalogue entry does not name.
+    #[test]
+    fn every_time_is_shown_in_ms_under_its_unit() {
+        for m in Metric::all() {
+            let n = m.name();
+            if m.direction() == Some(Direction::Lower) {
+                assert_eq!(m.display(), Display::Millis, "{n}");
+                assert_eq!(m.unit(), "ms", "{n}");
+                assert!(m.column().ends_with("_ms"), "{n}");
+            }
+            if m.display() == Display::Millis {
+                assert_eq!(m.unit(), "ms", "{n}");
+            }
+        }
+        assert_eq!(Metric::ScheduleLag.column(), "schedule_lag_ms");
+        assert_eq!(Metric::Decode.column(), "decode_tok_s");
+        assert!((Metric::Ttft.shown(0.0123) - 12.3).abs() < 1e-9);
+    }
+
     #[test]
     fn two_point_definitions_name_a_and_b() {
         assert_eq!(
@@ -762,7 +802,7 @@ mod tests {
                 .definition(Method::TwoPoint, 1, 17)
                 .contains("(17 - 1)")
         );
-        assert_eq!(Metric::Tpot.label_for(Method::TwoPoint), "s/out_tok");
+        assert_eq!(Metric::Tpot.label_for(Method::TwoPoint), "ms/out_tok");
         assert_eq!(Metric::Tpot.label_for(Method::Streaming), "TPOT");
     }
 }

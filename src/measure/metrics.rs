@@ -19,18 +19,17 @@ use crate::results::records::{ChunkTokens, RequestRecord, RequestRole, Stat};
 use super::samples::Samples;
 use super::stats::seed_for;
 
-/// Fewest uncached prompt tokens a cache-hitting request must prefill for its prefill rate to
-/// mean anything.
-pub const MIN_PREFILL_TOKENS: u64 = 64;
-
 /// The metrics of one request. Times in seconds, rates in tokens per second.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RequestMetrics {
     /// Seconds from send to the first chunk carrying at least one output token.
     pub ttft_s: Option<f64>,
-    /// Uncached prompt tokens per second of TTFT: (prompt_tokens - cached_tokens) / TTFT, with
-    /// unknown `cached_tokens` taken as 0. None for a request that hit the cache and prefilled
-    /// fewer than [`MIN_PREFILL_TOKENS`].
+    /// Prompt tokens per second of TTFT: prompt_tokens / TTFT, for a request that found
+    /// nothing cached (unknown `cached_tokens` taken as 0). None for a request that hit the
+    /// cache: its TTFT is mostly the server's per-request overhead plus the uncached tail's
+    /// prefill over the cached context, so the quotient is no prefill speed (a radix cache
+    /// "halved" it). A point keeps it only where one request runs at a time (see
+    /// `summary::prefill_is_speed`).
     pub prefill_tok_s: Option<f64>,
     /// Output tokens after the first token chunk per second between the first and last token
     /// chunks. None with fewer than two token chunks or a zero span.
@@ -66,13 +65,11 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
     if let Some(prompt) = r.prompt_tokens
         && ttft > 0.0
     {
-        let cached = r.cached_tokens.unwrap_or(0);
-        let uncached = prompt.saturating_sub(cached);
-        // A request served from the cache prefills a handful of tokens: its TTFT is the
-        // server's per-request overhead, and a "rate" from it (161 tok/s for one token) says
-        // nothing about prefill speed.
-        if cached == 0 || uncached >= MIN_PREFILL_TOKENS {
-            m.prefill_tok_s = Some(uncached as f64 / ttft);
+        // A request that found part of its prompt cached prefills the rest over a cached
+        // context with the same per-request overhead: a "rate" from it (161 tok/s for one
+        // token; half the cold rate for a half-cached prompt) says nothing about prefill speed.
+        if r.cached_tokens.unwrap_or(0) == 0 {
+            m.prefill_tok_s = Some(prompt as f64 / ttft);
         }
     }
 
@@ -244,7 +241,8 @@ mod tests {
         let r = record(&[(0.1, 0), (0.5, 1), (0.8, 3), (1.0, 2)], 1.1, 6);
         let m = request_metrics(&r);
         close(m.ttft_s.unwrap(), 0.5);
-        close(m.prefill_tok_s.unwrap(), 800.0 / 0.5); // (1000 - 200) / 0.5
+        // 200 of its 1000 prompt tokens were cached: no prefill speed.
+        assert_eq!(m.prefill_tok_s, None);
         close(m.decode_tok_s.unwrap(), 5.0 / 0.5); // (6 - 1) / (1.0 - 0.5)
         close(m.tpot_s.unwrap(), 0.6 / 5.0); // (1.1 - 0.5) / (6 - 1)
         close(m.e2e_s.unwrap(), 1.1);
@@ -310,6 +308,11 @@ mod tests {
         });
         let mut prime = record(&[(0.1, 1)], 0.2, 1);
         prime.role = RequestRole::Prime;
+        let mut a = a;
+        let mut b = b;
+        // Nothing cached: prefill speeds (a cache hit has none).
+        a.cached_tokens = Some(0);
+        b.cached_tokens = Some(0);
         let agg = aggregate(&[&a, &b, &failed, &prime]);
         // Exactly the declared list, in its order (expectations and reports rely on it).
         let keys: Vec<_> = agg.keys().map(String::as_str).collect();

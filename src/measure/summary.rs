@@ -323,6 +323,10 @@ impl PointFold {
                 self.clean.summarize()
             }
         };
+        let mut metrics = metrics;
+        if !prefill_is_speed(exp) {
+            metrics.shift_remove(crate::catalog::Metric::Prefill.name());
+        }
         // At concurrency > 1 per-request spread is queueing by design (the first request waits
         // for nobody, the last for everyone): only a single stream's spread is noise.
         if exp.concurrency == 1 && exp.load.is_none() {
@@ -374,6 +378,15 @@ impl PointFold {
             prefix_cache,
         }
     }
+}
+
+/// True when a point's prompt tokens / TTFT is its prefill speed: one request at a time
+/// (a closed loop at concurrency 1, no sessions). Under concurrency or an arrival schedule a
+/// request's TTFT holds its wait behind the others' prefill and decode steps, so the quotient
+/// measures queueing (771 tok/s at 32 req/s where one stream prefills at 20,000): the point
+/// then carries no `prefill_tok_s`, and the report says why.
+pub fn prefill_is_speed(exp: &Experiment) -> bool {
+    exp.concurrency <= 1 && exp.load.is_none() && exp.sessions().is_none()
 }
 
 /// Clean requests whose chunks had no token counts of their own (each taken as one token):

@@ -93,9 +93,16 @@ pub fn add(
 /// A point's system metrics built one measured record at a time, in memory bounded by the
 /// caps of [`Samples`] and [`Timeline`], whatever the number of requests: per-request
 /// distributions, the window, token and request counts, the timeline, the SLO's counts.
+///
+/// Every streamed point gets its throughputs (requests and tokens per second), open or closed
+/// loop; the rest (distributions from the schedule, the timeline, the SLO) only `load:` points
+/// and points with `slo:`.
 #[derive(Debug, Clone)]
 pub struct SystemFold {
-    /// Whether the point has system metrics at all (`load:` or `slo:`).
+    /// Whether the point has throughputs (every point but a two-point one, whose pairs run
+    /// one at a time with a flush between: nothing a server sustains).
+    counted: bool,
+    /// Whether the point has the rest of the system metrics (`load:` or `slo:`).
     active: bool,
     /// The point's SLO, which judges each request as it comes.
     slo: Option<SloSpec>,
@@ -110,6 +117,11 @@ pub struct SystemFold {
     /// Earliest scheduled (or sent) time and latest end, unix seconds.
     start: f64,
     end: f64,
+    /// The same per round of a closed loop (`repeat`: flushes and calibration between rounds
+    /// are no part of any window), with what it completed.
+    rounds: Vec<RoundWindow>,
+    /// Successful requests with inter-token gaps (what an ITL target is judged on).
+    itl_requests: usize,
     /// Successful requests' latencies from the schedule (from the send in a closed loop).
     ttft_sched: Samples,
     e2e_sched: Samples,
@@ -137,6 +149,10 @@ impl SystemFold {
     pub fn with_caps(exp: &Experiment, values: usize, events: usize) -> SystemFold {
         let samples = || Samples::with_cap(values);
         SystemFold {
+            counted: !matches!(
+                exp.method.resolve(),
+                crate::spec::types::Measure::TwoPoint { .. }
+            ),
             active: exp.open_loop().is_some() || exp.slo.is_some(),
             slo: exp.slo.clone(),
             measured: 0,
@@ -146,6 +162,8 @@ impl SystemFold {
             good: 0,
             start: f64::INFINITY,
             end: f64::NEG_INFINITY,
+            rounds: Vec::new(),
+            itl_requests: 0,
             ttft_sched: samples(),
             e2e_sched: samples(),
             lag: samples(),
@@ -159,19 +177,56 @@ impl SystemFold {
 
     /// Folds one measured record in.
     pub fn add(&mut self, r: &RequestRecord) {
+        if !self.counted && !self.active {
+            return;
+        }
+        self.measured += 1;
+        let begin = r.scheduled_at.unwrap_or(r.sent_at).min(r.sent_at);
+        self.start = self.start.min(begin);
+        let end = r.end_s.map(|e| r.sent_at + e);
+        if let Some(end) = end {
+            self.end = self.end.max(end);
+        }
+        let i = match self.rounds.iter().position(|w| w.round == r.round) {
+            Some(i) => i,
+            None => {
+                self.rounds.push(RoundWindow {
+                    round: r.round,
+                    start: begin,
+                    end: f64::NEG_INFINITY,
+                    counts: [0.0; 4],
+                });
+                self.rounds.len() - 1
+            }
+        };
+        let w = &mut self.rounds[i];
+        w.start = w.start.min(begin);
+        w.end = end.map_or(w.end, |e| w.end.max(e));
+        if r.error.is_none() {
+            self.done += 1;
+            let (input, output) = (
+                r.prompt_tokens.unwrap_or(0),
+                r.completion_tokens.unwrap_or(0),
+            );
+            self.input_tokens += input;
+            self.output_tokens += output;
+            let (input, output) = (input as f64, output as f64);
+            for (c, x) in w
+                .counts
+                .iter_mut()
+                .zip([1.0, input, output, input + output])
+            {
+                *c += x;
+            }
+        }
         if !self.active {
             return;
         }
         let order = super::metrics::order_key(r);
         let m = request_metrics(r);
         let j = judged(r, &m);
-        self.measured += 1;
         self.good += usize::from(self.slo.as_ref().is_some_and(|slo| is_good(&j, slo)));
-        self.start = self
-            .start
-            .min(r.scheduled_at.unwrap_or(r.sent_at).min(r.sent_at));
         if let Some(e) = r.end_s {
-            self.end = self.end.max(r.sent_at + e);
             self.timeline.span(order, r.sent_at, e);
         }
         if let Some(l) = j.lag_s {
@@ -180,9 +235,7 @@ impl SystemFold {
         if !j.ok {
             return;
         }
-        self.done += 1;
-        self.input_tokens += r.prompt_tokens.unwrap_or(0);
-        self.output_tokens += r.completion_tokens.unwrap_or(0);
+        self.itl_requests += usize::from(!m.itl_s.is_empty());
         for c in &r.chunks {
             self.timeline.tokens(r.sent_at + c.t_s, c.tokens);
         }
@@ -205,6 +258,48 @@ impl SystemFold {
         (self.measured > 0 && self.end > self.start).then_some((self.start, self.end))
     }
 
+    /// Seconds the throughputs divide by: the measured window of an open loop; of a closed
+    /// loop, each round's from its first send to its last end, summed (what runs between
+    /// rounds, a flush or a calibration, is no load the server served).
+    fn span(&self, open_loop: bool) -> Option<f64> {
+        if open_loop {
+            return self.window().map(|(a, b)| b - a);
+        }
+        let total: f64 = self.rounds.iter().filter_map(RoundWindow::span).sum();
+        (self.measured > 0 && total > 0.0).then_some(total)
+    }
+
+    /// Requests/s, input, output and total tok/s over `span` (any point but a two-point one).
+    /// A closed loop of three rounds or more gets each rate per round, their mean and its 95%
+    /// interval (Student's t over the rounds, as for latencies): rounds vary as reruns do, so
+    /// `compare` can judge a throughput change.
+    fn put_throughputs(&self, span: f64, open_loop: bool, metrics: &mut IndexMap<String, Stat>) {
+        let (input, output) = (self.input_tokens as f64, self.output_tokens as f64);
+        let rounds: Vec<(f64, [f64; 4])> = self
+            .rounds
+            .iter()
+            .filter_map(|w| Some((w.span()?, w.counts)))
+            .collect();
+        let by_round = !open_loop && rounds.len() >= super::stats::MIN_ROUNDS_FOR_T;
+        for (k, (m, x)) in [
+            (Metric::ThroughputReq, self.done as f64),
+            (Metric::InputTok, input),
+            (Metric::OutputTok, output),
+            (Metric::TotalTok, input + output),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let stat = if by_round {
+                let rates: Vec<f64> = rounds.iter().map(|(s, c)| c[k] / s).collect();
+                per_round(&rates).unwrap_or_else(|| single(x / span))
+            } else {
+                single(x / span)
+            };
+            metrics.insert(m.name().to_string(), stat);
+        }
+    }
+
     /// The system metrics, SLO metrics and flags (see [`add`]) added to `metrics` and `flags`.
     pub fn finish(
         &self,
@@ -214,6 +309,12 @@ impl SystemFold {
         flags: &mut Vec<Flag>,
     ) -> Option<LoadSummary> {
         let load = exp.open_loop();
+        let span = self.span(load.is_some());
+        if self.counted
+            && let Some(span) = span
+        {
+            self.put_throughputs(span, load.is_some(), metrics);
+        }
         if !self.active {
             return None;
         }
@@ -222,7 +323,7 @@ impl SystemFold {
             kind: load.map_or("closed".into(), |l| l.kind.to_string()),
             offered_req_s: observed.offered_req_s,
             arrival: load.map(|l| l.arrival.to_string()),
-            window_s: window.map_or(0.0, |(a, b)| b - a),
+            window_s: span.unwrap_or(0.0),
             warmup: observed.warmup,
             measured: self.measured,
             cooldown: observed.cooldown,
@@ -254,19 +355,6 @@ impl SystemFold {
             );
             if let Some((start, end)) = window {
                 let span = end - start;
-                let (input, output) = (self.input_tokens as f64, self.output_tokens as f64);
-                put(
-                    metrics,
-                    Metric::ThroughputReq,
-                    Some(single(self.done as f64 / span)),
-                );
-                put(metrics, Metric::InputTok, Some(single(input / span)));
-                put(metrics, Metric::OutputTok, Some(single(output / span)));
-                put(
-                    metrics,
-                    Metric::TotalTok,
-                    Some(single((input + output) / span)),
-                );
                 let (peak, slots) = self.timeline.peak_output(start, span);
                 put(metrics, Metric::PeakOutputTok, Some(estimated(peak, slots)));
                 put(
@@ -311,25 +399,28 @@ impl SystemFold {
                     Metric::SloAttainment,
                     Some(single(good as f64 / judged as f64)),
                 );
-                if let Some((start, end)) = window {
-                    put(
-                        metrics,
-                        Metric::Goodput,
-                        Some(single(good as f64 / (end - start))),
-                    );
+                if let Some(span) = span {
+                    put(metrics, Metric::Goodput, Some(single(good as f64 / span)));
                 }
             }
             let verdict = self.verdict(slo);
-            if !verdict.met {
-                let missed: Vec<String> = verdict
-                    .checks
-                    .iter()
-                    .filter(|c| !c.met)
-                    .map(|c| c.missed_text())
-                    .collect();
+            let missed: Vec<String> = verdict
+                .checks
+                .iter()
+                .filter(|c| !c.met && !c.insufficient())
+                .map(|c| c.missed_text())
+                .collect();
+            if !missed.is_empty() {
                 flags.push(Flag::new(
                     FlagKind::SloMissed,
                     format!("the point misses its SLO targets: {}", missed.join(", ")),
+                ));
+            }
+            let unjudged: Vec<String> = verdict.unjudged().map(|c| c.unjudged_text()).collect();
+            if !unjudged.is_empty() {
+                flags.push(Flag::new(
+                    FlagKind::SloUnjudged,
+                    format!("SLO targets with too few requests: {}", unjudged.join("; ")),
                 ));
             }
             summary.slo = Some(verdict);
@@ -343,10 +434,16 @@ impl SystemFold {
         let (good, judged) = (self.good, self.measured);
         let mut checks = Vec::new();
         for (name, target) in slo.parsed_targets() {
-            let (limit, value, met) = match target {
+            let needed = min_samples(&target);
+            let (limit, value, held, samples) = match target {
                 SloTarget::Attainment(share) => {
                     let value = (judged > 0).then(|| good as f64 / judged as f64);
-                    (share, value, value.is_some_and(|v| v + 1e-12 >= share))
+                    (
+                        share,
+                        value,
+                        value.is_some_and(|v| v + 1e-12 >= share),
+                        judged,
+                    )
                 }
                 SloTarget::Percentile {
                     metric,
@@ -355,14 +452,21 @@ impl SystemFold {
                 } => {
                     let values = self.slo_values(metric);
                     let value = (!values.is_empty()).then(|| values.percentile(percentile));
-                    (limit_s, value, value.is_some_and(|v| v <= limit_s))
+                    let samples = match metric {
+                        // Gaps within one request are not independent: count the requests.
+                        SloMetric::Itl => self.itl_requests,
+                        _ => values.finite_count(),
+                    };
+                    (limit_s, value, value.is_some_and(|v| v <= limit_s), samples)
                 }
             };
             checks.push(SloCheck {
                 target: name,
                 limit,
                 value,
-                met,
+                met: held && samples >= needed,
+                samples,
+                needed,
             });
         }
         SloVerdict {
@@ -410,6 +514,32 @@ impl SystemFold {
     }
 }
 
+/// The rule [`min_samples`] applies, in words (the report and the flag state it).
+pub const MIN_SAMPLES_RULE: &str = "a pQ target is judged on at least 100 / (100 - Q) measured requests (p50: 2, p90: 10, p99: 100, p99.9: 1,000), so that at least one lies beyond the percentile (with fewer, the pQ is the sample's maximum or an interpolation towards it); an attainment target of a share s on at least 1 / (1 - s) (95%: 20)";
+
+/// The fewest measured values `target` is judged on ([`MIN_SAMPLES_RULE`]): a pQ on
+/// ceil(100 / (100 - Q)), an attainment of share s on ceil(1 / (1 - s)) (1 for 100%).
+pub fn min_samples(target: &SloTarget) -> usize {
+    let tail = match target {
+        SloTarget::Percentile { percentile, .. } => 1.0 - percentile / 100.0,
+        SloTarget::Attainment(share) => 1.0 - share,
+    };
+    if tail <= 1e-9 {
+        return 1;
+    }
+    // The epsilon keeps 100 / (100 - 99) at 100, not 101 from rounding.
+    ((1.0 / tail) - 1e-6).ceil().max(1.0) as usize
+}
+
+/// The fewest measured requests every target of `slo` is judged on (1 without targets).
+pub fn min_requests(slo: &SloSpec) -> usize {
+    slo.parsed_targets()
+        .iter()
+        .map(|(_, t)| min_samples(t))
+        .max()
+        .unwrap_or(1)
+}
+
 /// `99.9` -> `p99.9`, `50` -> `p50`.
 pub fn percentile_name(q: f64) -> String {
     if q.fract() == 0.0 {
@@ -417,6 +547,38 @@ pub fn percentile_name(q: f64) -> String {
     } else {
         format!("p{q}")
     }
+}
+
+/// One closed-loop round's window and what it completed.
+#[derive(Debug, Clone, Copy)]
+struct RoundWindow {
+    round: u32,
+    /// Earliest send and latest end, unix seconds.
+    start: f64,
+    end: f64,
+    /// Successful requests, their prompt, output and total tokens.
+    counts: [f64; 4],
+}
+
+impl RoundWindow {
+    fn span(&self) -> Option<f64> {
+        (self.end > self.start).then_some(self.end - self.start)
+    }
+}
+
+/// A rate measured once per round: the mean of the rounds' values with Student's t interval.
+fn per_round(rates: &[f64]) -> Option<Stat> {
+    let rounds: std::collections::BTreeMap<u32, (f64, usize)> = rates
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i as u32, (*r, 1)))
+        .collect();
+    let (low, high) = super::stats::round_t_from(&rounds)?;
+    let mut stat = super::stats::summarize(rates)?;
+    stat.ci95_low = Some(low);
+    stat.ci95_high = Some(high);
+    stat.ci_method = Some(crate::results::records::CiMethod::Repeats);
+    Some(stat)
 }
 
 /// A point-level number (one value per point: throughputs, goodput).
@@ -445,6 +607,7 @@ fn estimated(x: f64, slots: bool) -> Stat {
 mod tests {
     use super::*;
     use crate::results::records::{Chunk, RequestError};
+    use crate::spec::load_model::SloMetric;
 
     /// A measured request scheduled at `sched`, sent `lag` later, first token `ttft` after the
     /// send, done `e2e` after it, with 11 output tokens (TPOT = (e2e - ttft) / 10).
@@ -547,6 +710,149 @@ mod tests {
         );
         // Lag p99 of [0.1, 0.3, 0, 0, 0] is far above the 10 ms default.
         assert!(flags.iter().any(|f| f.kind == FlagKind::ClientLimited));
+    }
+
+    #[test]
+    fn a_percentile_is_judged_on_enough_requests_only() {
+        let pct = |q: f64| SloTarget::Percentile {
+            metric: SloMetric::Ttft,
+            percentile: q,
+            limit_s: 1.0,
+        };
+        assert_eq!(min_samples(&pct(50.0)), 2);
+        assert_eq!(min_samples(&pct(90.0)), 10);
+        assert_eq!(min_samples(&pct(99.0)), 100);
+        assert_eq!(min_samples(&pct(99.9)), 1000);
+        assert_eq!(min_samples(&SloTarget::Attainment(0.95)), 20);
+        assert_eq!(min_samples(&SloTarget::Attainment(1.0)), 1);
+        // Five requests that all meet a p99 target: not judged, so not met, and said so.
+        let mut e = exp();
+        e.slo = Some(
+            serde_json::from_value(serde_json::json!({"targets": {"ttft_p99": "10s"}})).unwrap(),
+        );
+        let records: Vec<RequestRecord> = (0..5)
+            .map(|i| rec(i as f64, 0.0, 0.1, 0.5, false))
+            .collect();
+        let mut metrics = IndexMap::new();
+        let mut flags = Vec::new();
+        let summary = add(&e, &records, &Observed::default(), &mut metrics, &mut flags).unwrap();
+        let v = summary.slo.unwrap();
+        let check = &v.checks[0];
+        assert_eq!((check.samples, check.needed), (5, 100));
+        assert!(check.insufficient() && !check.met && !v.met, "{v:?}");
+        assert!(
+            check.value.is_some_and(|x| x <= 10.0),
+            "the value itself held"
+        );
+        assert!(
+            !flags.iter().any(|f| f.kind == FlagKind::SloMissed),
+            "{flags:?}"
+        );
+        let unjudged = flags
+            .iter()
+            .find(|f| f.kind == FlagKind::SloUnjudged)
+            .expect("slo-unjudged");
+        assert!(
+            unjudged
+                .message
+                .contains("ttft_p99 not judged: 5 measured values, a p99 needs at least 100"),
+            "{}",
+            unjudged.message
+        );
+    }
+
+    /// A closed loop without `slo:` has throughputs too: over each round's own window, so the
+    /// gap between rounds (a flush) is not counted as time the server served nothing.
+    #[test]
+    fn a_closed_loop_has_throughput_over_its_rounds_windows() {
+        let e: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 11},
+            "concurrency": 2,
+            "requests": 2,
+            "repeat": 2,
+        }))
+        .unwrap();
+        // Round 0: [0, 1) and [0, 1.5); round 1, 10 s later: [10, 11) and [10.5, 11.5).
+        let mut records = vec![
+            rec(0.0, 0.0, 0.1, 1.0, false),
+            rec(0.0, 0.0, 0.1, 1.5, false),
+            rec(10.0, 0.0, 0.1, 1.0, false),
+            rec(10.5, 0.0, 0.1, 1.0, false),
+        ];
+        for (i, r) in records.iter_mut().enumerate() {
+            r.round = (i / 2) as u32;
+            r.scheduled_at = None;
+            r.lag_s = None;
+            r.phase = None;
+        }
+        let mut metrics = IndexMap::new();
+        let summary = add(
+            &e,
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut Vec::new(),
+        );
+        assert_eq!(summary, None, "no load summary without load: or slo:");
+        let span = 1.5 + 1.5;
+        assert!((metrics["throughput_req_s"].mean - 4.0 / span).abs() < 1e-9);
+        assert!((metrics["output_tok_s"].mean - 44.0 / span).abs() < 1e-9);
+        assert!((metrics["input_tok_s"].mean - 400.0 / span).abs() < 1e-9);
+        // A two-point point has none: its pairs run one at a time with a flush between.
+        let mut two: Experiment = e.clone();
+        two.method = serde_json::from_value(serde_json::json!("two-point")).unwrap();
+        let mut metrics = IndexMap::new();
+        add(
+            &two,
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut Vec::new(),
+        );
+        assert!(!metrics.contains_key("throughput_req_s"), "{metrics:?}");
+    }
+
+    /// Three rounds: each round's rate, their mean and a t interval (what `compare` judges).
+    #[test]
+    fn closed_loop_rounds_give_throughput_an_interval() {
+        let e: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 11},
+            "requests": 2,
+            "repeat": 3,
+        }))
+        .unwrap();
+        // Two requests per round, back to back: rounds of 2 s, 1 s and 4 s -> 1, 2, 0.5 req/s.
+        let mut records = Vec::new();
+        for (round, (start, each)) in [(0.0, 1.0), (10.0, 0.5), (20.0, 2.0)].iter().enumerate() {
+            for i in 0..2 {
+                let mut r = rec(start + i as f64 * each, 0.0, 0.1, *each, false);
+                r.round = round as u32;
+                r.scheduled_at = None;
+                r.lag_s = None;
+                records.push(r);
+            }
+        }
+        let mut metrics = IndexMap::new();
+        add(
+            &e,
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut Vec::new(),
+        );
+        let t = &metrics["throughput_req_s"];
+        assert_eq!(t.count, 3);
+        assert!((t.mean - 3.5 / 3.0).abs() < 1e-9, "{t:?}");
+        assert_eq!(
+            t.ci_method,
+            Some(crate::results::records::CiMethod::Repeats)
+        );
+        let (lo, hi) = (t.ci95_low.unwrap(), t.ci95_high.unwrap());
+        assert!(lo < t.mean && t.mean < hi, "{t:?}");
     }
 
     #[test]

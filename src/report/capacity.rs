@@ -35,12 +35,18 @@ pub struct CapacityView {
     pub resolution: f64,
     /// The highest passing value (None when no probe passed).
     pub capacity: Option<f64>,
+    /// `capacity` written as the probe table writes it (`—` without one).
+    pub capacity_text: String,
     /// The lowest value known not to do better (None when `max` passed).
     pub above: Option<f64>,
     /// The probe where throughput stopped growing, if it did.
     pub saturated_at: Option<f64>,
     /// False when the search stopped before its answer.
     pub complete: bool,
+    /// False when verdicts contradict each other (a value failed below one that passed).
+    pub monotonic: bool,
+    /// Each contradiction in words: `0.281 failed below 0.313 passing`.
+    pub inversions: Vec<String>,
     /// The answer in words, with its uncertainty.
     pub answer: String,
     /// The SLO targets the probes were judged by, as written (`e2e_p99`).
@@ -53,6 +59,8 @@ pub struct CapacityView {
     pub achieved_at_capacity: Option<f64>,
     /// Every probe, in the order run.
     pub probes: Vec<ProbeRow>,
+    /// The rule a probe's sample had to meet to be judged, in words.
+    pub sample_rule: String,
     /// The chart of this search (`charts/capacity-<seed>.svg`), when it has two probes or more.
     pub chart: Option<ChartLink>,
 }
@@ -66,7 +74,14 @@ pub struct ProbeRow {
     pub id: String,
     /// The value probed.
     pub value: f64,
+    /// The value written with the digits that tell every probe of the search apart
+    /// (`0.313`, `0.281`, `0.266`).
+    pub value_text: String,
     pub passes: bool,
+    /// Too few measured requests to judge a target: counted as failing, never judged.
+    pub insufficient: bool,
+    /// Measured requests of the probe.
+    pub measured: Option<usize>,
     /// Achieved requests/s.
     pub throughput_req_s: f64,
     /// Each target's value (seconds; a share for attainment), in `targets` order; None when
@@ -111,6 +126,12 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
             }
         }
     }
+    let values: Vec<f64> = mine
+        .iter()
+        .filter_map(|p| p.search.as_ref().map(|t| t.value))
+        .chain([s.capacity, s.above].into_iter().flatten())
+        .collect();
+    let digits = crate::text::distinguishing_digits(&values);
     let probes: Vec<ProbeRow> = mine
         .iter()
         .filter_map(|p| {
@@ -120,7 +141,10 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
                 probe: t.probe,
                 id: p.id.clone(),
                 value: t.value,
+                value_text: value_text(&s.over, t.value, digits),
                 passes: t.passes,
+                insufficient: checks.is_some_and(|v| v.unjudged().next().is_some()),
+                measured: p.load.as_ref().map(|l| l.measured),
                 throughput_req_s: t.throughput_req_s,
                 slo_values: targets
                     .iter()
@@ -134,6 +158,16 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
             })
         })
         .collect();
+    // What the server completed at the capacity probe (search.json's own figure, or the
+    // probe's in runs that predate it).
+    let achieved = s.sustained_req_s.or_else(|| {
+        s.capacity.and_then(|c| {
+            probes
+                .iter()
+                .find(|p| p.passes && p.value == c)
+                .map(|p| p.throughput_req_s)
+        })
+    });
     let unit = if s.over == "concurrency" {
         "in flight"
     } else {
@@ -148,16 +182,28 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         max: s.max,
         resolution: s.resolution,
         capacity: s.capacity,
+        capacity_text: s.capacity.map_or_else(
+            || crate::text::MISSING.to_string(),
+            |c| value_text(&s.over, c, digits),
+        ),
         above: s.above,
         saturated_at: s.saturated_at,
         complete: s.complete,
-        answer: answer_text(s, unit),
-        achieved_at_capacity: s.capacity.and_then(|c| {
-            probes
-                .iter()
-                .find(|p| p.passes && p.value == c)
-                .map(|p| p.throughput_req_s)
-        }),
+        monotonic: s.monotonic(),
+        inversions: s
+            .inversions
+            .iter()
+            .map(|[f, p]| {
+                format!(
+                    "{} failed below {} passing",
+                    value_text(&s.over, *f, digits),
+                    value_text(&s.over, *p, digits)
+                )
+            })
+            .collect(),
+        answer: answer_text(s, unit, achieved, digits),
+        achieved_at_capacity: achieved,
+        sample_rule: crate::measure::system::MIN_SAMPLES_RULE.to_string(),
         targets,
         limits,
         chart: (probes.len() >= 2).then(|| ChartLink {
@@ -171,19 +217,29 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
     }
 }
 
-/// `capacity 22 req/s (between 22 passing and 23 failing; resolution 5%)`, or the edges:
-/// `at least 256 req/s (max passed)`, `below 8 req/s (start failed)`.
-pub fn answer_text(s: &SearchRecord, unit: &str) -> String {
+/// A probed value with `digits` significant digits; a concurrency is a whole number of
+/// clients: `2`, not `2.00`.
+fn value_text(over: &str, x: f64, digits: usize) -> String {
+    if over == "concurrency" {
+        format!("{x:.0}")
+    } else {
+        crate::text::sig(x, digits)
+    }
+}
+
+/// What the server sustained: `10.3 req/s completed at 14.0 req/s offered (between 14.0
+/// passing and 14.7 failing; resolution 5%)`, `2 in flight, 10.3 req/s completed (between 2
+/// passing and 3 failing ...)`, or the edges: `at least 256 req/s (max passed)`, `below 8
+/// req/s (start failed)`; then any contradicting verdicts.
+pub fn answer_text(s: &SearchRecord, unit: &str, achieved: Option<f64>, digits: usize) -> String {
     let pct = format!("{}%", sig3(s.resolution * 100.0));
-    // A concurrency is a whole number of clients: `2`, not `2.00`.
-    let num = |x: f64| {
-        if s.over == "concurrency" {
-            format!("{x:.0}")
-        } else {
-            sig3(x)
-        }
+    let num = |x: f64| value_text(&s.over, x, digits);
+    // The headline is what the server completed, not what was offered.
+    let v = |x: f64| match (achieved, s.over.as_str()) {
+        (Some(a), "concurrency") => format!("{} {unit}, {} req/s completed", num(x), sig3(a)),
+        (Some(a), _) => format!("{} req/s completed at {} {unit} offered", sig3(a), num(x)),
+        (None, _) => format!("{} {unit}", num(x)),
     };
-    let v = |x: f64| format!("{} {unit}", num(x));
     let found = match (s.capacity, s.above) {
         (Some(c), Some(a)) if s.saturated_at.is_some() => format!(
             "capacity {} (between {} passing and {} where throughput had stopped growing: saturation at {}; resolution {pct})",
@@ -208,6 +264,19 @@ pub fn answer_text(s: &SearchRecord, unit: &str) -> String {
             num(a)
         ),
         (None, None) => "no capacity: no probe was measured".to_string(),
+    };
+    let found = if s.inversions.is_empty() {
+        found
+    } else {
+        let pairs: Vec<String> = s
+            .inversions
+            .iter()
+            .map(|[f, p]| format!("{} failed below {} passing", num(*f), num(*p)))
+            .collect();
+        format!(
+            "{found}; NOT MONOTONIC: {} (the verdicts are noise, or the server changed between probes; the answer is the highest pass below the lowest failure)",
+            pairs.join(", ")
+        )
     };
     if s.complete {
         found

@@ -38,7 +38,7 @@ const KINDS: &[(&str, Metric, &str, &str)] = &[
         "ttft.svg",
         Metric::Ttft,
         "TTFT against context length",
-        "TTFT (s)",
+        "TTFT (ms)",
     ),
     (
         "prefill.svg",
@@ -107,8 +107,11 @@ pub struct Series {
 pub struct ChartPoint {
     /// Mean prompt tokens the server counted, or the requested length when it counted none.
     pub context_tokens: f64,
-    /// Mean of the metric over the point's successful requests.
+    /// Mean of the metric over the point's successful requests, in its shown unit (ms for
+    /// TTFT).
     pub value: f64,
+    /// Its 95% confidence interval in the same unit, drawn as a bar (None without one).
+    pub interval: Option<(f64, f64)>,
     /// True when a warning doubts the point's numbers (cache hit, failed requests, ...; not a
     /// wide spread): its marker is drawn hollow, so a doubtful number does not pass for a
     /// clean one.
@@ -225,7 +228,15 @@ fn short_name(name: &str) -> &str {
 
 /// The row's point on a chart of `metric`, or None when the metric or the context is missing.
 fn chart_point(row: &PointRow, metric: &str) -> Option<ChartPoint> {
-    let value = row.stats.get(metric)?.as_ref()?.mean;
+    let stat = row.stats.get(metric)?.as_ref()?;
+    let shown = |x: f64| Metric::from_name(metric).map_or(x, |m| m.shown(x));
+    let value = shown(stat.mean);
+    let interval = match (stat.ci95_low, stat.ci95_high) {
+        (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() && hi > lo => {
+            Some((shown(lo), shown(hi)))
+        }
+        _ => None,
+    };
     let measured = row
         .stats
         .get("prompt_tokens")
@@ -237,6 +248,7 @@ fn chart_point(row: &PointRow, metric: &str) -> Option<ChartPoint> {
         ChartPoint {
             context_tokens,
             value,
+            interval,
             warned: row.doubted,
         },
     )
@@ -263,7 +275,9 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
     let points = || chart.series.iter().flat_map(|s| &s.points);
     let (x_range, ticks) = context_axis(points().map(|p| p.context_tokens.log2()))
         .ok_or_else(|| err(&"no points to draw"))?;
-    let y_max = points().map(|p| p.value).fold(0.0, f64::max);
+    let y_max = points()
+        .map(|p| p.interval.map_or(p.value, |(_, hi)| hi.max(p.value)))
+        .fold(0.0, f64::max);
     let y_top = if y_max > 0.0 { y_max * 1.1 } else { 1.0 };
     // Headroom for the legend in the upper left, so it never hides a line that runs high there.
     let labels = chart.series.iter().filter(|s| !s.label.is_empty()).count();
@@ -319,6 +333,15 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
                     PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
                 });
             }
+            // Each point's 95% interval as a vertical bar through its marker.
+            let bars = series.points.iter().filter_map(|p| {
+                let (lo, hi) = p.interval?;
+                Some(PathElement::new(
+                    vec![(p.context_tokens, lo), (p.context_tokens, hi)],
+                    color.stroke_width(1),
+                ))
+            });
+            plot.draw_series(bars).map_err(|e| err(&e))?;
             let markers = series.points.iter().zip(&xy).map(|(p, &at)| {
                 if p.warned {
                     Circle::new(at, 4, color.stroke_width(2))
@@ -441,6 +464,47 @@ mod tests {
         assert_eq!(value_label(0.5), "0.5");
         assert_eq!(value_label(1.0), "1");
         assert_eq!(value_label(1500.0), "1500");
+    }
+
+    /// A point with a 95% interval gets a vertical bar from its low to its high end; one
+    /// without gets none.
+    #[test]
+    fn intervals_are_drawn_as_bars() {
+        let point = |context_tokens, value, interval| ChartPoint {
+            context_tokens,
+            value,
+            interval,
+            warned: false,
+        };
+        let chart = |interval| Chart {
+            file: "ttft.svg",
+            metric: "ttft_s",
+            title: "TTFT against context length",
+            y_label: "TTFT (ms)",
+            series: vec![Series {
+                label: String::new(),
+                points: vec![
+                    point(1024.0, 50.0, interval),
+                    point(4096.0, 200.0, interval.map(|(lo, hi)| (lo * 4.0, hi * 4.0))),
+                ],
+            }],
+        };
+        // The series' own thin strokes: its bars (the line itself is 2 px wide).
+        let bars = |svg: &str| {
+            svg.lines()
+                .filter(|l| {
+                    l.starts_with("<polyline")
+                        && l.contains("stroke=\"#0072B2\" stroke-width=\"1\"")
+                })
+                .count()
+        };
+        let with = render_svg(&chart(Some((40.0, 60.0)))).unwrap();
+        let without = render_svg(&chart(None)).unwrap();
+        assert_eq!(
+            (bars(&with), bars(&without)),
+            (2, 0),
+            "one bar per point with an interval"
+        );
     }
 
     #[test]

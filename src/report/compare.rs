@@ -144,6 +144,10 @@ pub enum Verdict {
     Improvement,
     /// The difference may be noise.
     WithinNoise,
+    /// A real difference (the 95% confidence intervals, from evidence that stands, do not
+    /// overlap) smaller than `--threshold`: not noise, and not big enough to call a
+    /// regression or an improvement.
+    BelowThreshold,
     /// The runs do not say how large their noise is (one request, one round of queued
     /// requests, identical samples), so no change can be called real.
     NotEnoughEvidence,
@@ -203,22 +207,20 @@ pub fn decide(
         change_pct,
         reason,
     };
-    match change_pct {
-        None => {
-            return decision(
-                Verdict::WithinNoise,
-                "no relative change: the baseline is 0".into(),
-            );
-        }
-        Some(c) if c.abs() <= t => {
+    let Some(change) = change_pct else {
+        return decision(
+            Verdict::WithinNoise,
+            "no relative change: the baseline is 0".into(),
+        );
+    };
+    let below = change.abs() <= t;
+    if let Some(why) = lacking_evidence(base, other, evidence.concurrency) {
+        if below {
             return decision(
                 Verdict::WithinNoise,
                 format!("within the {}% minimum effect", num(t)),
             );
         }
-        Some(_) => {}
-    }
-    if let Some(why) = lacking_evidence(base, other, evidence.concurrency) {
         return decision(Verdict::NotEnoughEvidence, why);
     }
     let overlap = match (
@@ -230,11 +232,30 @@ pub fn decide(
         (Some(al), Some(ah), Some(bl), Some(bh)) => al <= bh && bl <= ah,
         _ => true,
     };
+    if overlap && below {
+        return decision(
+            Verdict::WithinNoise,
+            format!("within the {}% minimum effect, and 95% CIs overlap", num(t)),
+        );
+    }
     if overlap {
         let more = rounds_needed(base, other)
             .map(|n| format!("; about {n} rounds would tell"))
             .unwrap_or_default();
         return decision(Verdict::WithinNoise, format!("95% CIs overlap{more}"));
+    }
+    if below {
+        // Not noise: the intervals are apart. Only smaller than the change worth a verdict.
+        return match direction {
+            None => decision(Verdict::WithinNoise, "a count, not judged".into()),
+            Some(_) => decision(
+                Verdict::BelowThreshold,
+                format!(
+                    "real (95% CIs do not overlap) but within the {}% minimum effect",
+                    num(t)
+                ),
+            ),
+        };
     }
     let verdict = match direction {
         Some(Direction::Lower) if other.mean > base.mean => Verdict::Regression,
@@ -479,14 +500,17 @@ pub struct Summary {
     pub improvements: usize,
     /// Cells whose change may be noise.
     pub within_noise: usize,
+    /// Cells whose change is real (intervals apart) but under the threshold.
+    pub below_threshold: usize,
     /// Cells whose runs carry no usable noise estimate.
     pub not_enough_evidence: usize,
 }
 
 impl Summary {
-    /// Cells that got a verdict on noise (regression, improvement or within noise).
+    /// Cells that got a verdict on noise (regression, improvement, below the threshold or
+    /// within noise).
     pub fn judged(&self) -> usize {
-        self.regressions + self.improvements + self.within_noise
+        self.regressions + self.improvements + self.below_threshold + self.within_noise
     }
 }
 
@@ -868,6 +892,7 @@ fn metric_table(
                         Verdict::Regression => summary.regressions += 1,
                         Verdict::Improvement => summary.improvements += 1,
                         Verdict::WithinNoise => summary.within_noise += 1,
+                        Verdict::BelowThreshold => summary.below_threshold += 1,
                         Verdict::NotEnoughEvidence => summary.not_enough_evidence += 1,
                         Verdict::NotCompared => {}
                     }
@@ -1069,15 +1094,30 @@ mod tests {
             (d.verdict, d.reason.as_str()),
             (Verdict::WithinNoise, "95% CIs overlap")
         );
-        // Separate intervals, but a change under the minimum effect: noise.
+        // Separate intervals, but a change under the minimum effect: real, not noise, and
+        // too small for a verdict.
         let far = stat(1.5, Some((1.4, 1.6)));
         let d = decide(&a, &far, Some(Direction::Lower), with(60.0, 1));
-        assert_eq!(d.verdict, Verdict::WithinNoise);
-        assert_eq!(d.reason, "within the 60% minimum effect");
-        let near = stat(1.04, Some((1.035, 1.045)));
+        assert_eq!(d.verdict, Verdict::BelowThreshold);
+        assert_eq!(
+            d.reason,
+            "real (95% CIs do not overlap) but within the 60% minimum effect"
+        );
+        // The +3.7% TTFT change of two tight, separate intervals is real, below 5%.
+        let near = stat(1.037, Some((1.035, 1.045)));
         let tight = stat(1.0, Some((0.995, 1.005)));
         let d = decide(&tight, &near, Some(Direction::Lower), ONE_AT_A_TIME);
-        assert_eq!(d.verdict, Verdict::WithinNoise, "+4% is under 5%");
+        assert_eq!(d.verdict, Verdict::BelowThreshold, "+3.7% is under 5");
+        // Under the threshold with overlapping intervals: noise.
+        let close = stat(1.03, Some((0.98, 1.08)));
+        let d = decide(&tight, &close, Some(Direction::Lower), ONE_AT_A_TIME);
+        assert_eq!(
+            (d.verdict, d.reason.as_str()),
+            (
+                Verdict::WithinNoise,
+                "within the 5% minimum effect, and 95% CIs overlap"
+            )
+        );
         // Touching intervals overlap.
         let c = stat(1.4, Some((1.2, 1.6)));
         assert_eq!(

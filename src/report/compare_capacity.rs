@@ -116,6 +116,17 @@ fn cell(run: &str, s: Option<&SearchRecord>, base: Option<&SearchRecord>) -> Cap
             Some(Verdict::NotEnoughEvidence),
             Some("the baseline's search stopped before its answer".to_string()),
         ),
+        Some(b) if !s.monotonic() || !b.monotonic() => (
+            Some(Verdict::NotEnoughEvidence),
+            Some(format!(
+                "{}'s search has verdicts that are not monotonic (a value failed below one that passed): its answer rests on noise",
+                if s.monotonic() {
+                    "the baseline"
+                } else {
+                    "this run"
+                }
+            )),
+        ),
         Some(b) => {
             let ((lo, hi), (blo, bhi)) = (bounds(s), bounds(b));
             if lo >= bhi {
@@ -176,6 +187,8 @@ mod tests {
                 saturated_at: None,
                 probes: 8,
                 complete: true,
+                sustained_req_s: None,
+                inversions: Vec::new(),
             }],
         }
     }

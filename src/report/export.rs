@@ -1,6 +1,8 @@
 //! CSV exports beside the report, for pandas and spreadsheets: `points.csv` (one row per
 //! point: sweep values, status, load basis, every metric's mean, p50, p90, p99) and
-//! `requests.csv` (one row per recorded request with its derived latencies). Each reads in
+//! `requests.csv` (one row per recorded request with its derived latencies). Values are in
+//! the unit the report shows, and each column's name says it (`ttft_ms_mean`: times in
+//! milliseconds, as the console and the report write them; `decode_tok_s_mean`). Each reads in
 //! one line: `pd.read_csv("points.csv")`. `requests.csv` is converted line by line, so its
 //! memory does not grow with the run.
 
@@ -9,6 +11,7 @@ use std::path::Path;
 
 use indexmap::IndexSet;
 
+use crate::catalog::Metric;
 use crate::measure::metrics::request_metrics;
 use crate::results::records::{PointRecord, RequestRecord};
 
@@ -20,7 +23,8 @@ pub const REQUESTS_CSV: &str = "requests.csv";
 const FIELDS: [&str; 4] = ["mean", "p50", "p90", "p99"];
 
 /// `points.csv` as bytes: `id, group, status, ok, errors, <dimension>..., offered_req_s,
-/// window_s, slo_met, <metric>_<stat>...`. A missing value is an empty cell.
+/// window_s, slo_met, <column>_<stat>...` (a metric's column names its shown unit:
+/// [`Metric::column`]). A missing value is an empty cell.
 pub fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
     let dims: IndexSet<&str> = points
         .iter()
@@ -37,7 +41,8 @@ pub fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
     header.extend(dims.iter().map(|d| d.to_string()));
     header.extend(["offered_req_s", "window_s", "slo_met"].map(String::from));
     for m in &metrics {
-        header.extend(FIELDS.iter().map(|f| format!("{m}_{f}")));
+        let column = Metric::from_name(m).map_or_else(|| m.to_string(), Metric::column);
+        header.extend(FIELDS.iter().map(|f| format!("{column}_{f}")));
     }
     w.write_record(&header)?;
     for p in points {
@@ -65,12 +70,15 @@ pub fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
         );
         for m in &metrics {
             let s = p.metrics.get(*m);
+            let shown = |x: f64| Metric::from_name(m).map_or(x, |m| m.shown(x));
             for f in FIELDS {
-                row.push(opt(s.map(|s| match f {
-                    "mean" => s.mean,
-                    "p50" => s.p50,
-                    "p90" => s.p90,
-                    _ => s.p99,
+                row.push(opt(s.map(|s| {
+                    shown(match f {
+                        "mean" => s.mean,
+                        "p50" => s.p50,
+                        "p90" => s.p90,
+                        _ => s.p99,
+                    })
                 })));
             }
         }
@@ -92,12 +100,12 @@ pub fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Error> {
         "phase",
         "scheduled_at",
         "sent_at",
-        "lag_s",
-        "ttft_s",
-        "tpot_s",
-        "e2e_s",
-        "ttft_sched_s",
-        "e2e_sched_s",
+        "lag_ms",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "ttft_sched_ms",
+        "e2e_sched_ms",
         "prompt_tokens",
         "completion_tokens",
         "cached_tokens",
@@ -120,12 +128,12 @@ pub fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Error> {
             r.phase.map(|p| p.to_string()).unwrap_or_default(),
             opt(r.scheduled_at),
             opt(Some(r.sent_at)),
-            opt(r.lag_s),
-            opt(m.ttft_s),
-            opt(m.tpot_s),
-            opt(r.end_s),
-            opt(r.lag_s.and(m.ttft_s).map(|t| t + lag)),
-            opt(r.lag_s.and(r.end_s).map(|e| e + lag)),
+            ms(r.lag_s),
+            ms(m.ttft_s),
+            ms(m.tpot_s),
+            ms(r.end_s),
+            ms(r.lag_s.and(m.ttft_s).map(|t| t + lag)),
+            ms(r.lag_s.and(r.end_s).map(|e| e + lag)),
             count(r.prompt_tokens),
             count(r.completion_tokens),
             count(r.cached_tokens),
@@ -146,6 +154,11 @@ pub fn write_csvs(dir: &Path, points: &[PointRecord]) -> Result<(), csv::Error> 
         write_requests_csv(&jsonl, &dir.join(REQUESTS_CSV))?;
     }
     Ok(())
+}
+
+/// Seconds written as milliseconds, the unit every time is shown in.
+fn ms(x: Option<f64>) -> String {
+    opt(x.map(|s| s * 1000.0))
 }
 
 fn opt(x: Option<f64>) -> String {

@@ -30,6 +30,14 @@ pub fn register(env: &mut Environment<'_>) {
         num(&v).map(text::duration).unwrap_or_else(missing)
     });
     env.add_filter("fmt_metric", fmt_metric);
+    // A metric's label and shown unit by name, from the catalogue (any name: a load metric in
+    // a point's details, or one this version does not know, shown as itself without a unit).
+    env.add_filter("metric_label", |name: &str| {
+        Metric::from_name(name).map_or_else(|| name.to_string(), |m| m.label().to_string())
+    });
+    env.add_filter("metric_unit", |name: &str| {
+        Metric::from_name(name).map_or("", Metric::unit).to_string()
+    });
     env.add_filter("cell", |v: Value| cell(&v));
     env.add_filter("stat", stat);
 }
@@ -57,13 +65,14 @@ fn num(v: &Value) -> Option<f64> {
     f64::try_from(v.clone()).ok().filter(|x| x.is_finite())
 }
 
-/// Formats a statistic by its metric name: ITL and ICL in ms, rates, token counts, seconds.
+/// Formats a statistic by its metric name in its shown unit: times in ms, rates, token counts.
 fn fmt_metric(v: Value, metric: &str) -> String {
     let Some(x) = num(&v) else { return missing() };
     text::metric_value(Metric::from_name(metric), x)
 }
 
-/// Makes text safe inside a Markdown table cell: one line, `|` escaped, at most 160 characters.
+/// Makes text safe inside a Markdown table cell: one line, `|` escaped, at most 160 characters
+/// (cut at a word).
 fn cell(v: &Value) -> String {
     if v.is_undefined() || v.is_none() {
         return missing();
@@ -73,9 +82,5 @@ fn cell(v: &Value) -> String {
         None => v.to_string(),
     };
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut out: String = one_line.chars().take(160).collect();
-    if one_line.chars().count() > 160 {
-        out.push('…');
-    }
-    out.replace('|', "\\|")
+    text::cut_words(&one_line, 160).replace('|', "\\|")
 }

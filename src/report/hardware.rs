@@ -96,65 +96,108 @@ pub fn describe(facts: Option<&serde_json::Value>, engine_version: Option<&str>)
     parts.join(", ")
 }
 
-/// The hardware that measured `p` in the run of `meta`: its pool host's (rank 0's for a
-/// multi-node server), else the run's one SSH host's, with the version its server reported.
-pub fn of_point(meta: &RunMeta, p: &PointRecord) -> String {
-    let facts = match p.host.as_deref().and_then(|h| h.split('+').next()) {
+/// The host facts of the machine that measured `p` in the run of `meta`: its pool host's
+/// (rank 0's for a multi-node server), else the run's one SSH host's.
+fn facts_of(meta: &RunMeta, p: &PointRecord) -> Option<serde_json::Value> {
+    match p.host.as_deref().and_then(|h| h.split('+').next()) {
         Some(name) => meta
             .hosts
             .iter()
             .find(|h| h.name == name)
-            .and_then(|h| h.facts.as_ref()),
-        None => meta.server_host.as_ref(),
-    };
-    let version = meta
-        .servers
-        .iter()
-        .rev()
-        .find(|s| s.group == p.group)
-        .and_then(|s| s.surface.as_ref())
-        .and_then(|s| s.version.as_deref());
-    describe(facts, version)
+            .and_then(|h| h.facts.clone()),
+        None => meta.server_host.clone(),
+    }
 }
 
-/// One warning per distinct mix of hardware among points compared side by side: `records[i]`
-/// holds one point per run (labelled `labels[j]`, run `metas[j]`).
+/// The machine alone (GPU model and driver; no engine): `NVIDIA H100 x2, driver 550.54`,
+/// `no GPU reported`, `unknown hardware`.
+pub fn machine_of(meta: &RunMeta, p: &PointRecord) -> String {
+    let facts = facts_of(meta, p).map(|mut f| {
+        // The engine's version is the engine's, not the machine's.
+        if let Some(o) = f.as_object_mut() {
+            o.remove("sglang_version");
+        }
+        f
+    });
+    describe(facts.as_ref(), None)
+}
+
+/// The engine that served `p` and the version it reported: (`sglang`, Some(`0.5.2`)).
+fn engine_of(meta: &RunMeta, p: &PointRecord) -> (String, Option<String>) {
+    let launch = meta.servers.iter().rev().find(|s| s.group == p.group);
+    (
+        launch.map(|s| s.engine.clone()).unwrap_or_default(),
+        launch
+            .and_then(|s| s.surface.as_ref())
+            .and_then(|s| s.version.clone()),
+    )
+}
+
+/// One warning per distinct mix of machines (GPU model, driver) among points compared side by
+/// side, and one per mix of versions of the same engine: `records[i]` holds one point per run
+/// (labelled `labels[j]`, run `metas[j]`). Points served by different engines (`compare --by
+/// server.engine`) differ by design: their versions are no warning, and neither is their
+/// hardware unless the machines differ.
 pub fn compare_notes(
     metas: &[&RunMeta],
     labels: &[String],
     records: &[Vec<&PointRecord>],
 ) -> Vec<String> {
-    let mut notes: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut machines: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut versions: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let add = |notes: &mut Vec<(Vec<String>, Vec<String>)>, key: Vec<String>, id: &str| match notes
+        .iter_mut()
+        .find(|(k, _)| k == &key)
+    {
+        Some((_, ids)) => ids.push(id.to_string()),
+        None => notes.push((key, vec![id.to_string()])),
+    };
     for recs in records {
+        let id = &recs[0].id;
         let hw: Vec<String> = recs
             .iter()
             .zip(metas)
-            .map(|(p, m)| of_point(m, p))
+            .map(|(p, m)| machine_of(m, p))
             .collect();
-        if hw.iter().all(|h| h == &hw[0]) {
-            continue;
+        if hw.iter().any(|h| h != &hw[0]) {
+            add(&mut machines, hw, id);
         }
-        match notes.iter_mut().find(|(h, _)| h == &hw) {
-            Some((_, ids)) => ids.push(recs[0].id.clone()),
-            None => notes.push((hw, vec![recs[0].id.clone()])),
+        let engines: Vec<(String, Option<String>)> = recs
+            .iter()
+            .zip(metas)
+            .map(|(p, m)| engine_of(m, p))
+            .collect();
+        let same_engine = engines.iter().all(|(e, _)| *e == engines[0].0);
+        if same_engine && engines.iter().any(|(_, v)| *v != engines[0].1) {
+            let key = engines
+                .iter()
+                .map(|(e, v)| format!("{e} {}", v.as_deref().unwrap_or("(version unknown)")))
+                .collect();
+            add(&mut versions, key, id);
         }
     }
-    notes
+    let line = |what: &str, (key, ids): (Vec<String>, Vec<String>), whose: &str| {
+        let each: Vec<String> = labels
+            .iter()
+            .zip(&key)
+            .map(|(l, h)| format!("{l} on {h}"))
+            .collect();
+        format!(
+            "different {what}: {} ({} of {}): {}. The differences may be the {whose}, not the settings'.",
+            crate::text::count_s(ids.len(), "point"),
+            ids.join(", "),
+            labels[0],
+            each.join("; ")
+        )
+    };
+    machines
         .into_iter()
-        .map(|(hw, ids)| {
-            let each: Vec<String> = labels
-                .iter()
-                .zip(&hw)
-                .map(|(l, h)| format!("{l} on {h}"))
-                .collect();
-            format!(
-                "different hardware: {} ({} of {}): {}. The differences may be the hardware's, not the settings'.",
-                crate::text::count_s(ids.len(), "point"),
-                ids.join(", "),
-                labels[0],
-                each.join("; ")
-            )
-        })
+        .map(|n| line("hardware", n, "hardware's"))
+        .chain(
+            versions
+                .into_iter()
+                .map(|n| line("engine versions", n, "engine version's")),
+        )
         .collect()
 }
 

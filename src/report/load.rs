@@ -29,6 +29,8 @@ pub struct LoadSection {
     pub pareto: Vec<super::pareto::ParetoPoint>,
     /// How the Pareto chart's axes and frontier are defined, in words.
     pub pareto_definition: String,
+    /// The fewest measured requests an SLO target is judged on, in words.
+    pub sample_rule: String,
 }
 
 /// One load point.
@@ -61,8 +63,10 @@ pub struct LoadRow {
     pub client_cpu: Option<f64>,
     /// Whether the point met its SLO targets (None without `slo:`).
     pub slo_met: Option<bool>,
-    /// The targets it missed, as `ttft_p99 1.3 > 1`.
+    /// The targets it missed, as `ttft_p99 1300 ms > 1000 ms`.
     pub slo_missed: Vec<String>,
+    /// The targets it had too few measured requests to judge, with the counts.
+    pub slo_unjudged: Vec<String>,
     /// Flagged `client-limited`: its latencies describe the client.
     pub client_limited: bool,
     /// Extra percentiles per metric: `{"ttft_sched_s": {"p99.9": 1.2}}`.
@@ -127,6 +131,7 @@ pub fn section(
         charts: Vec::new(),
         pareto: Vec::new(),
         pareto_definition: super::pareto::DEFINITION.to_string(),
+        sample_rule: crate::measure::system::MIN_SAMPLES_RULE.to_string(),
     };
     section.pareto = super::pareto::points(&section.rows);
     // The links come from the same selection that draws the files.
@@ -174,8 +179,14 @@ fn row(p: &PointRecord, label: String, variant: String) -> Option<LoadRow> {
             .slo
             .iter()
             .flat_map(|v| &v.checks)
-            .filter(|c| !c.met)
+            .filter(|c| !c.met && !c.insufficient())
             .map(|c| c.missed_text())
+            .collect(),
+        slo_unjudged: load
+            .slo
+            .iter()
+            .flat_map(|v| v.unjudged())
+            .map(|c| c.unjudged_text())
             .collect(),
         client_limited: p.has_flag(&crate::catalog::FlagKind::ClientLimited),
         percentiles: load.percentiles.clone(),

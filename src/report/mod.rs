@@ -246,7 +246,7 @@ fn render_within<M: serde::Serialize>(
     budget: Budget,
 ) -> Result<String, ReportError> {
     let env = environment(name, source, budget)?;
-    let err = |e: minijinja::Error| template_error(name, e, budget);
+    let err = |e: minijinja::Error| template_error(name, e, budget, source);
     let template = env.get_template(name).map_err(err)?;
     let mut out = CappedOutput {
         bytes: Vec::new(),
@@ -273,7 +273,7 @@ fn environment<'s>(
     source: &'s str,
     budget: Budget,
 ) -> Result<Environment<'s>, ReportError> {
-    let err = |e: minijinja::Error| template_error(name, e, budget);
+    let err = |e: minijinja::Error| template_error(name, e, budget, source);
     if source.len() as u64 > MAX_TEMPLATE_BYTES {
         return Err(ReportError::Template {
             name: name.to_string(),
@@ -403,7 +403,16 @@ impl std::io::Write for CappedOutput {
     }
 }
 
-fn template_error(name: &str, e: minijinja::Error, budget: Budget) -> ReportError {
+fn template_error(name: &str, e: minijinja::Error, budget: Budget, source: &str) -> ReportError {
+    // The expression the error is about (`tables[0].titel`), from its span in the source: an
+    // undefined field is named, not only "undefined value".
+    let expression = e
+        .range()
+        .and_then(|r| source.get(r))
+        .map(|x| x.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|x| !x.is_empty() && x.len() <= 200)
+        // A syntax error's span is the token that broke it: the message already names it.
+        .filter(|_| e.kind() != minijinja::ErrorKind::SyntaxError);
     let message = match e.kind() {
         minijinja::ErrorKind::OutOfFuel => format!(
             "the template used up its budget of {} steps: a loop that never ends, or one over far more items than the report has",
@@ -413,9 +422,21 @@ fn template_error(name: &str, e: minijinja::Error, budget: Budget) -> ReportErro
             "the template wrote more than {} bytes, the limit of a report",
             budget.output_bytes
         ),
-        kind => match e.detail() {
-            Some(detail) => format!("{kind}: {detail}"),
-            None => kind.to_string(),
+        minijinja::ErrorKind::UndefinedError => {
+            let what = match &expression {
+                Some(x) => format!("`{x}` is undefined"),
+                None => "a value is undefined".to_string(),
+            };
+            let detail = e.detail().map(|d| format!(" ({d})")).unwrap_or_default();
+            format!(
+                "{what}{detail}: the report model has no such field (see `servebench schema report-model`, or `schemas/report-model.schema.json`); check its spelling, or guard it with `is defined`"
+            )
+        }
+        kind => match (e.detail(), &expression) {
+            (Some(detail), Some(x)) => format!("{kind}: {detail} (in `{x}`)"),
+            (Some(detail), None) => format!("{kind}: {detail}"),
+            (None, Some(x)) => format!("{kind} (in `{x}`)"),
+            (None, None) => kind.to_string(),
         },
     };
     ReportError::Template {

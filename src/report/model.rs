@@ -957,6 +957,22 @@ fn engines_run(meta: &RunMeta, server: &crate::spec::types::Server) -> String {
     seen.join(", ")
 }
 
+/// A launch command as the report shows it: the program by its name, not the absolute path
+/// it ran from on this machine (`servebench sim ...`, not `/home/me/.../target/debug/servebench
+/// sim ...`), so a report says what ran without the runner's directory layout.
+fn shown_command(argv: &[String]) -> String {
+    let mut argv = argv.to_vec();
+    if let Some(program) = argv.first_mut()
+        && program.starts_with('/')
+        && let Some(name) = std::path::Path::new(program.as_str())
+            .file_name()
+            .and_then(|n| n.to_str())
+    {
+        *program = name.to_string();
+    }
+    crate::text::shell_join(&argv)
+}
+
 fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String]) -> ServerInfo {
     let dimension_values = points
         .iter()
@@ -967,7 +983,7 @@ fn server_info(s: &ServerLaunch, points: &[PointRecord], server_dims: &[String])
         group: s.group.clone(),
         engine: s.engine.clone(),
         url: s.url.clone(),
-        command: s.command.as_ref().map(|argv| crate::text::shell_join(argv)),
+        command: s.command.as_ref().map(|argv| shown_command(argv)),
         args: s
             .args
             .iter()

@@ -641,20 +641,48 @@ pub struct LoadSummary {
 }
 
 impl SloCheck {
-    /// How a missed target was missed, e.g. `ttft_p99 1.12 > 1.00` or `attainment 0.780 <
-    /// 0.950` (attainment must reach its target; every other target is a ceiling).
+    /// True when the point had fewer measured values than the target needs to be judged
+    /// (`needed`, see `measure::system::min_samples`): the check is then neither met nor
+    /// missed.
+    pub fn insufficient(&self) -> bool {
+        self.samples < self.needed
+    }
+
+    /// Why an insufficient target was not judged: `ttft_p99 not judged: 5 measured values, a
+    /// p99 needs at least 100`.
+    pub fn unjudged_text(&self) -> String {
+        let what = match self.target.rsplit_once("_p") {
+            Some((_, pct)) if self.target != "attainment" => format!("a p{pct}"),
+            _ => format!("attainment {}%", crate::text::sig3(self.limit * 100.0)),
+        };
+        format!(
+            "{} not judged: {}, {what} needs at least {}",
+            self.target,
+            crate::text::count(self.samples, "measured value", "measured values"),
+            self.needed
+        )
+    }
+
+    /// How a missed target was missed, e.g. `ttft_p99 1120 ms > 1000 ms` or `attainment 0.780 <
+    /// 0.950` (attainment must reach its target; every other target is a ceiling); for an
+    /// insufficient one, [`unjudged_text`](Self::unjudged_text).
     pub fn missed_text(&self) -> String {
+        if self.insufficient() {
+            return self.unjudged_text();
+        }
         match self.value {
-            Some(v) => format!(
-                "{} {} {} {}",
+            Some(v) if self.target == "attainment" => format!(
+                "{} {} < {}",
                 self.target,
                 crate::text::sig3(v),
-                if self.target == "attainment" {
-                    "<"
-                } else {
-                    ">"
-                },
                 crate::text::sig3(self.limit)
+            ),
+            // Times in ms, as every table shows them.
+            Some(v) => format!(
+                "{} {} ms > {} ms",
+                self.target,
+                crate::text::sig3(v * 1000.0),
+                crate::text::sig3(self.limit * 1000.0)
             ),
             None => format!("{} not measured", self.target),
         }
@@ -664,13 +692,21 @@ impl SloCheck {
 /// Whether a point met its SLO targets, target by target.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SloVerdict {
-    /// Every target held (and with no targets: attainment was 100%).
+    /// Every target held on enough values (and with no targets: attainment was 100%). False
+    /// when a target had too few values to be judged (see [`SloVerdict::unjudged`]).
     pub met: bool,
     /// Measured requests meeting every per-request threshold.
     pub good: usize,
     /// Measured requests judged (failed ones count as not good).
     pub judged: usize,
     pub checks: Vec<SloCheck>,
+}
+
+impl SloVerdict {
+    /// The targets that had too few values to be judged.
+    pub fn unjudged(&self) -> impl Iterator<Item = &SloCheck> {
+        self.checks.iter().filter(|c| c.insufficient())
+    }
 }
 
 /// One point-level target and what the point reached.
@@ -682,7 +718,16 @@ pub struct SloCheck {
     pub limit: f64,
     /// What the point reached (None when it had no value: no successful request).
     pub value: Option<f64>,
+    /// Held, and judged on enough values (never true when [`insufficient`](Self::insufficient)).
     pub met: bool,
+    /// The measured values the target was computed from (requests, for a percentile; judged
+    /// requests, for attainment). 0 in runs that predate it.
+    #[serde(default)]
+    pub samples: usize,
+    /// The fewest values it is judged on (`measure::system::min_samples`); 0 in runs that
+    /// predate it.
+    #[serde(default)]
+    pub needed: usize,
 }
 
 /// How a point's generated prompt was sized to its target token count.

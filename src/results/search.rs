@@ -59,4 +59,22 @@ pub struct SearchRecord {
     /// False when the search stopped before its answer (an interrupt, a crash beyond the
     /// failure policy): `capacity` and `above` are then the bracket so far.
     pub complete: bool,
+    /// Requests/s the server completed over the window of the probe that set `capacity`
+    /// (what it sustained, as against the value offered). None without a capacity, and in
+    /// runs that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_req_s: Option<f64>,
+    /// Verdicts that contradict each other, `[failed, passed]`: a value that failed below one
+    /// that passed. Empty when the verdicts fall with load, as they should; otherwise the
+    /// answer (the highest pass below the lowest failure) rests on noise or a server that
+    /// changed between probes, and the report and console say so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inversions: Vec<[f64; 2]>,
+}
+
+impl SearchRecord {
+    /// True when every probe that failed lies above every one that passed.
+    pub fn monotonic(&self) -> bool {
+        self.inversions.is_empty()
+    }
 }

@@ -469,8 +469,14 @@ async fn measure_group<'p>(
         } else {
             String::new()
         };
+        // An external server is not started: servebench only connects to it.
+        let doing = if g.server.url.is_some() {
+            "connecting to the server"
+        } else {
+            "starting the server"
+        };
         run.progress.line(&format!(
-            "{}: starting the server ({}){on}",
+            "{}: {doing} ({}){on}",
             g.id,
             server_label(&g.server)
         ));

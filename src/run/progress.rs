@@ -352,10 +352,11 @@ impl Progress {
         } else {
             String::new()
         };
-        self.line(&format!(
-            "[{}/{}] {summary}{left}",
+        self.line(&finished_line(
             done.min(self.points_total),
-            self.points_total
+            self.points_total,
+            summary,
+            &left,
         ));
     }
 
@@ -365,6 +366,16 @@ impl Progress {
             crate::console::set_bar(None);
         }
     }
+}
+
+/// `[3/6] <the point's line><time left>`, then its warnings: the time left ends the point's
+/// own line, not the last warning under it.
+fn finished_line(done: usize, total: usize, summary: &str, left: &str) -> String {
+    let (head, warnings) = match summary.split_once('\n') {
+        Some((head, rest)) => (head, format!("\n{rest}")),
+        None => (summary, String::new()),
+    };
+    format!("[{done}/{total}] {head}{left}{warnings}")
 }
 
 /// A running clock in whole seconds (`7 s`, `4m 02s`): a tenth of a second changing at every
@@ -390,14 +401,26 @@ pub fn point_line(point: &Point, r: &PointRecord) -> String {
     if let Some(v) = mean(Metric::PromptTokens) {
         s.push_str(&format!(" · prompt {} tok", text::tokens(v)));
     }
+    // Each metric in its catalogue unit, as the report and the CSV write it (times in ms).
+    let shown = |m: Metric, v: f64| format!("{} {}", text::metric_value(Some(m), v), m.unit());
     if let Some(v) = mean(Metric::Ttft) {
-        s.push_str(&format!(" · TTFT {} s", text::seconds(v)));
+        s.push_str(&format!(" · TTFT {}", shown(Metric::Ttft, v)));
     }
     if let Some(v) = mean(Metric::Prefill) {
         s.push_str(&format!(" · prefill {} tok/s", text::rate(v)));
     }
     if let Some(v) = mean(Metric::Decode) {
         s.push_str(&format!(" · decode {} tok/s", text::rate(v)));
+    }
+    // The system's numbers, open loop or closed: what the point's window sustained.
+    if let Some(v) = mean(Metric::ThroughputReq) {
+        s.push_str(&format!(" · {}", shown(Metric::ThroughputReq, v)));
+    }
+    if let Some(v) = mean(Metric::OutputTok) {
+        s.push_str(&format!(" · {} out", shown(Metric::OutputTok, v)));
+    }
+    if let Some(v) = mean(Metric::Goodput) {
+        s.push_str(&format!(" · goodput {}", shown(Metric::Goodput, v)));
     }
     for f in &r.flags {
         s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
@@ -494,11 +517,29 @@ mod tests {
         r.metrics.insert("ttft_s".into(), stat(0.012345));
         r.metrics.insert("prefill_tok_s".into(), stat(12345.6));
         r.metrics.insert("decode_tok_s".into(), stat(98.76));
+        r.metrics.insert("throughput_req_s".into(), stat(12.34));
+        r.metrics.insert("output_tok_s".into(), stat(456.7));
         let line = point_line(&point, &r);
+        assert!(line.contains("· 12.3 req/s · 457 tok/s out"), "{line}");
         assert!(line.contains(": 3 ok, 1 failed"), "{line}");
-        assert!(line.contains("TTFT 0.0123 s"), "{line}");
+        assert!(line.contains("TTFT 12.3 ms"), "{line}");
         assert!(line.contains("prefill 12346 tok/s"), "{line}");
         assert!(line.contains("decode 98.8 tok/s"), "{line}");
+    }
+
+    #[test]
+    fn the_time_left_ends_the_points_line_not_its_last_warning() {
+        let line = finished_line(
+            1,
+            3,
+            "p001: 4 ok, 0 failed\n    ⚠ errors: 1 of 5 requests failed",
+            " · ~2m left",
+        );
+        assert_eq!(
+            line,
+            "[1/3] p001: 4 ok, 0 failed · ~2m left\n    ⚠ errors: 1 of 5 requests failed"
+        );
+        assert_eq!(finished_line(3, 3, "p003: ok", ""), "[3/3] p003: ok");
     }
 
     #[test]

@@ -43,7 +43,10 @@ pub fn search_key(seed: &Point) -> String {
 }
 
 /// A probe's verdict from its recorded point: it passes when the point is `ok` (no crash, no
-/// errors over budget, not interrupted) and met every SLO target.
+/// errors over budget, not interrupted) and met every SLO target on enough measured requests
+/// (`measure::system::min_samples`): a probe short of them is not judged a pass, whatever its
+/// percentiles (the search extends each probe to the minimum first, see [`extend_to_judge`],
+/// so this takes failed requests or a probe cut short).
 pub fn verdict(record: &PointRecord) -> (bool, Option<String>) {
     let status = record.status();
     if status != PointStatus::Ok {
@@ -62,6 +65,16 @@ pub fn verdict(record: &PointRecord) -> (bool, Option<String>) {
         return (false, Some(why));
     }
     match record.load.as_ref().and_then(|l| l.slo.as_ref()) {
+        Some(slo) if slo.unjudged().next().is_some() => (
+            false,
+            Some(format!(
+                "insufficient sample, counted as failing: {}",
+                slo.unjudged()
+                    .map(|c| c.unjudged_text())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        ),
         Some(slo) if slo.met => (true, None),
         Some(slo) => (
             false,
@@ -88,6 +101,63 @@ pub fn achieved_req_s(record: &PointRecord) -> f64 {
         Some(l) if l.window_s > 0.0 => record.ok as f64 / l.window_s,
         _ => 0.0,
     }
+}
+
+/// Makes probe `point` measure at least the requests its SLO targets need to be judged
+/// (`measure::system::min_requests`: a p99 needs 100): an open loop's `stop.requests` and
+/// `stop.duration` (at its rate) are raised to them, a closed loop's `requests` per round.
+/// Returns the minimum when the point had to be extended.
+pub fn extend_to_judge(point: &mut Point) -> Option<usize> {
+    let exp = &mut point.experiment;
+    let needed = crate::measure::system::min_requests(exp.slo.as_ref()?);
+    if exp.load.is_some() {
+        let rate = exp
+            .load
+            .as_ref()
+            .and_then(|l| match l.rate {
+                Some(crate::spec::load_model::Rate::PerSecond(r)) => Some(r),
+                _ => None,
+            })
+            .filter(|r| r.is_finite() && *r > 0.0);
+        let stop = exp.stop.as_mut()?;
+        let mut extended = false;
+        if let Some(n) = stop.requests
+            && (n as usize) < needed
+        {
+            stop.requests = Some(needed as u32);
+            extended = true;
+        }
+        if let (Some(d), Some(rate)) = (stop.duration, rate)
+            && d.as_secs_f64() * rate < needed as f64
+        {
+            // A tenth more than the schedule needs: a Poisson schedule may fall short.
+            stop.duration = Some(std::time::Duration::from_secs_f64(
+                (needed as f64 / rate * 1.1).ceil(),
+            ));
+            extended = true;
+        }
+        return extended.then_some(needed);
+    }
+    let rounds = exp.repeat.max(1) as usize;
+    let per_round = needed.div_ceil(rounds);
+    if (exp.requests as usize) * rounds < needed {
+        exp.requests = per_round as u32;
+        return Some(needed);
+    }
+    None
+}
+
+/// Pairs of probes whose verdicts contradict each other: a value that failed below one that
+/// passed (`(failed, passed)`, in probe order). Capacity should fall as load grows; where it
+/// does not, the verdicts are noise or the server changed between probes.
+pub fn inversions(probes: &[Probe]) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for f in probes.iter().filter(|p| !p.passes) {
+        for p in probes.iter().filter(|p| p.passes && p.value > f.value) {
+            out.push((f.value, p.value));
+        }
+    }
+    out
 }
 
 /// Runs the search `seed` starts on this launch. Returns how the launch ended when it cannot
@@ -137,7 +207,15 @@ pub(super) async fn run_search(
     loop {
         let value = match machine.next() {
             Next::Done(answer) => {
-                let record = answer_record(seed, &key, &spec, &machine_spec, &answer, true);
+                let record = answer_record(
+                    seed,
+                    &key,
+                    &spec,
+                    &machine_spec,
+                    &answer,
+                    machine.probes(),
+                    true,
+                );
                 cx.progress
                     .line(&format!("{}: {}", seed.id, answer_line(&record)));
                 write_answer(cx.run_dir, record)?;
@@ -152,7 +230,16 @@ pub(super) async fn run_search(
             spec.over,
             crate::text::sig3(value)
         ));
-        let point = probe_point(seed, spec.over, value, k);
+        let mut point = probe_point(seed, spec.over, value, k);
+        if let Some(needed) = extend_to_judge(&mut point)
+            && k == 1
+        {
+            cx.progress.line(&format!(
+                "{}: search: each probe measures at least {needed} requests, the fewest its SLO targets are judged on ({})",
+                seed.id,
+                crate::measure::system::MIN_SAMPLES_RULE
+            ));
+        }
         let mut probe = None;
         let over = spec.over.to_string();
         let key_ = key.clone();
@@ -188,7 +275,15 @@ pub(super) async fn run_search(
                 saturated_at: None,
                 probes: machine.probes().len(),
             };
-            let record = answer_record(seed, &key, &spec, &machine_spec, &answer, false);
+            let record = answer_record(
+                seed,
+                &key,
+                &spec,
+                &machine_spec,
+                &answer,
+                machine.probes(),
+                false,
+            );
             cx.progress
                 .line(&format!("{}: {}", seed.id, answer_line(&record)));
             write_answer(cx.run_dir, record)?;
@@ -218,8 +313,15 @@ fn answer_record(
     spec: &crate::spec::search::SearchSpec,
     machine: &search::SearchSpec,
     answer: &search::Answer,
+    probes: &[Probe],
     complete: bool,
 ) -> SearchRecord {
+    let sustained_req_s = answer.capacity.and_then(|c| {
+        probes
+            .iter()
+            .find(|p| p.passes && p.value == c)
+            .map(|p| p.throughput)
+    });
     SearchRecord {
         label: key.to_string(),
         seed: seed.id.clone(),
@@ -232,20 +334,55 @@ fn answer_record(
         saturated_at: answer.saturated_at,
         probes: answer.probes,
         complete,
+        sustained_req_s,
+        inversions: inversions(probes)
+            .into_iter()
+            .map(|(f, p)| [f, p])
+            .collect(),
     }
 }
 
-/// `search all: capacity load.rate=11.6 (passing; 12.1 fails), 7 probes`.
+/// `search all: capacity 10.3 req/s completed at load.rate=11.6 (passing; 12.1 does not),
+/// 7 probes`, with any verdicts that contradict each other.
 fn answer_line(r: &SearchRecord) -> String {
-    let v = |x: f64| crate::text::sig3(x);
+    let mut values: Vec<f64> = [r.capacity, r.above].into_iter().flatten().collect();
+    values.extend(r.inversions.iter().flatten());
+    let digits = crate::text::distinguishing_digits(&values);
+    let v = |x: f64| crate::text::sig(x, digits);
+    let sustained = r
+        .sustained_req_s
+        .map(|t| format!("{} req/s completed at ", crate::text::sig3(t)))
+        .unwrap_or_default();
     let found = match (r.capacity, r.above) {
-        (Some(c), Some(a)) => format!("capacity {}={} (passing; {} does not)", r.over, v(c), v(a)),
-        (Some(c), None) => format!("capacity {}: at least {} (max passed)", r.over, v(c)),
+        (Some(c), Some(a)) => format!(
+            "capacity {sustained}{}={} (passing; {} does not)",
+            r.over,
+            v(c),
+            v(a)
+        ),
+        (Some(c), None) => format!(
+            "capacity {sustained}{}: at least {} (max passed)",
+            r.over,
+            v(c)
+        ),
         (None, Some(a)) => format!("capacity {}: below {} (no probe passed)", r.over, v(a)),
         (None, None) => format!("capacity {}: no probe measured", r.over),
     };
+    let contradictions = if r.inversions.is_empty() {
+        String::new()
+    } else {
+        let pairs: Vec<String> = r
+            .inversions
+            .iter()
+            .map(|[f, p]| format!("{} failed below {} passing", v(*f), v(*p)))
+            .collect();
+        format!(
+            "; NOT MONOTONIC: {} (noise, or the server changed between probes: the answer stays below the lowest failure)",
+            pairs.join(", ")
+        )
+    };
     format!(
-        "search {}{}: {found}, {}",
+        "search {}{}: {found}, {}{contradictions}",
         r.label,
         if r.complete { "" } else { " stopped early" },
         crate::text::count_s(r.probes, "probe")
@@ -274,4 +411,121 @@ fn write_answer(
         None => file.searches.push(record),
     }
     dir.write_search(&file).map_err(write_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(yaml_tail: &str) -> Point {
+        crate::spec::load_str(
+            "t.yaml",
+            &format!(
+                "name: t\nserver: {{ engine: sim }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 100 }}\n  output_tokens: 4\n{yaml_tail}"
+            ),
+        )
+        .unwrap()
+        .points
+        .remove(0)
+    }
+
+    /// A probe of 4 req/s for 5 s judges a p99 on ~20 requests: it is extended to the 100 a
+    /// p99 needs, in requests and in time (a tenth over, whole seconds).
+    #[test]
+    fn a_probe_is_extended_to_the_requests_its_percentile_needs() {
+        let mut p = point(
+            "load: { kind: rate, rate: 4 }\nstop: { requests: 20, duration: 5s }\n\
+             slo: { targets: { ttft_p99: 1s, tpot_p90: 50ms } }\n\
+             search: { over: load.rate, start: 4, max: 64 }\n",
+        );
+        assert_eq!(extend_to_judge(&mut p), Some(100));
+        let stop = p.experiment.stop.as_ref().unwrap();
+        assert_eq!(stop.requests, Some(100));
+        assert_eq!(stop.duration, Some(std::time::Duration::from_secs(28)));
+        // Enough already: untouched.
+        let mut p = point(
+            "load: { kind: rate, rate: 4 }\nstop: { requests: 200, duration: 60s }\n\
+             slo: { targets: { ttft_p99: 1s } }\n\
+             search: { over: load.rate, start: 4, max: 64 }\n",
+        );
+        assert_eq!(extend_to_judge(&mut p), None);
+        // A closed loop: requests per round, over its rounds.
+        let mut p = point(
+            "requests: 4\nrepeat: 2\nslo: { targets: { e2e_p90: 1s } }\n\
+             search: { over: concurrency, start: 1, max: 8 }\n",
+        );
+        assert_eq!(extend_to_judge(&mut p), Some(10));
+        assert_eq!(p.experiment.requests, 5);
+    }
+
+    #[test]
+    fn a_probe_short_of_its_sample_is_not_a_pass() {
+        let p = point("load: { kind: rate, rate: 4 }\nstop: { requests: 5 }\n");
+        let mut r = PointRecord::empty(&p, "g1");
+        r.ok = 5;
+        r.status = Some(PointStatus::Ok);
+        r.load = Some(crate::results::records::LoadSummary {
+            slo: Some(crate::results::records::SloVerdict {
+                met: false,
+                good: 5,
+                judged: 5,
+                checks: vec![crate::results::records::SloCheck {
+                    target: "ttft_p99".into(),
+                    limit: 1.0,
+                    value: Some(0.2),
+                    met: false,
+                    samples: 5,
+                    needed: 100,
+                }],
+            }),
+            ..Default::default()
+        });
+        let (passes, why) = verdict(&r);
+        assert!(!passes);
+        let why = why.unwrap();
+        assert!(
+            why.starts_with("insufficient sample, counted as failing: ttft_p99 not judged: 5 measured values, a p99 needs at least 100"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn verdicts_that_rise_with_load_are_inversions() {
+        let probe = |value, passes| Probe {
+            value,
+            passes,
+            throughput: value,
+        };
+        let monotonic = [probe(4.0, true), probe(8.0, true), probe(16.0, false)];
+        assert!(inversions(&monotonic).is_empty());
+        let noisy = [
+            probe(4.0, true),
+            probe(8.0, false),
+            probe(6.0, true),
+            probe(7.0, false),
+            probe(6.5, true),
+            probe(12.0, true),
+        ];
+        assert_eq!(inversions(&noisy), [(8.0, 12.0), (7.0, 12.0)]);
+        let record = SearchRecord {
+            label: "all".into(),
+            seed: "p001".into(),
+            over: "load.rate".into(),
+            start: 4.0,
+            max: 16.0,
+            resolution: 0.05,
+            capacity: Some(6.5),
+            above: Some(7.0),
+            saturated_at: None,
+            probes: 6,
+            complete: true,
+            sustained_req_s: Some(6.1),
+            inversions: vec![[8.0, 12.0], [7.0, 12.0]],
+        };
+        let line = answer_line(&record);
+        assert!(
+            line.starts_with("search all: capacity 6.10 req/s completed at load.rate=6.50 (passing; 7.00 does not), 6 probes; NOT MONOTONIC: 8.00 failed below 12.0 passing, 7.00 failed below 12.0 passing"),
+            "{line}"
+        );
+    }
 }
