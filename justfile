@@ -4,9 +4,9 @@
 quickstart:
     cargo run --release -- run experiments/quickstart.yaml
 
-# Everything CI runs: format, lints, tests.
+# The README's test command: format, lints, tests (installs sshd and Slurm once, as root).
 test:
-    [ -x /usr/sbin/sshd ] || (apt-get update && apt-get install -y openssh-server procps)
+    [ -x /usr/sbin/sshd ] && [ -x /usr/sbin/slurmctld ] || (apt-get update && apt-get install -y openssh-server procps slurm-wlm munge)
     cargo fmt --all -- --check
     cargo clippy --all-targets -- -D warnings
     cargo test

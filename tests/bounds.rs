@@ -1,4 +1,4 @@
-//! Every input has a budget (README "Limits"): past it, a clear error that names the budget,
+//! Every input has a budget (the guide's "Limits", docs/guide/limits.md): past it, a clear error that names the budget,
 //! found fast and in bounded memory. Memory is checked by running the binary under an
 //! address-space limit (`ulimit -v`) far below what the unbounded versions took.
 

@@ -2,7 +2,7 @@
 //! corpus (`fuzz/corpus/<target>/`) through its target, then a fixed number of seeded
 //! mutations of them (byte flips, inserted tokens, splices, truncations, repeats). The targets
 //! are cargo-fuzz's own (`fuzz/src/lib.rs`, included here), so a longer libFuzzer run
-//! (README "Fuzzing") checks the same invariants.
+//! (docs/guide/limits.md, "Fuzzing") checks the same invariants.
 //!
 //! A failing input is written to `target/fuzz-failures/<target>-<n>`; copy it into the corpus
 //! once fixed.

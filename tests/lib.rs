@@ -6,6 +6,7 @@ mod cli;
 mod client;
 mod common;
 mod compare;
+mod docs;
 mod engines;
 mod faulty;
 mod fuzz;

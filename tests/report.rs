@@ -466,14 +466,15 @@ fn user_template_from_the_spec_renders_in_run_and_report() {
 }
 
 #[test]
-fn readme_example_template_renders() {
-    let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README.md");
+fn the_guides_example_template_renders() {
+    let readme =
+        fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide/report.md"))
+            .expect("docs/guide/report.md");
     let template = readme
         .split_once("```jinja\n")
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(t, _)| t)
-        .expect("README has a ```jinja example");
+        .expect("the guide's report page has a ```jinja example");
     let out = report::render(&model_of("clean-sweep"), Some(template)).unwrap();
     assert!(out.starts_with("# prefill-vs-chunk (complete)\n"), "{out}");
     assert!(

@@ -1,5 +1,5 @@
 //! llama.cpp's `llama-server -m MODEL`. Facts: docs/reference/llama-cpp-facts.md and
-//! ../shared/reference/llama-cpp-observed.md.
+//! docs/reference/llama-cpp-observed.md.
 
 use super::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;

@@ -6,7 +6,7 @@
 //! not assumed: see `client::surface`.
 //!
 //! The facts come from each engine's source: docs/reference/vllm-facts.md,
-//! docs/reference/llama-cpp-facts.md, ../shared/reference/sglang-facts.md and
+//! docs/reference/llama-cpp-facts.md, docs/reference/sglang-facts.md and
 //! docs/reference/sglang-extra.md.
 
 mod command;

@@ -1,4 +1,4 @@
-//! Per-request metrics (DESIGN.md section 5) and their aggregation over a point.
+//! Per-request metrics (defined in docs/guide/report.md, "Metrics") and their aggregation over a point.
 //!
 //! Only chunks that carried at least one output token ("token chunks") count for timing: role-only
 //! chat chunks, empty deltas and the OpenAI usage-only chunk are kept in records but skipped here.

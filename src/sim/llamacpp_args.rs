@@ -8,7 +8,7 @@
 //! boolean pairs as separate spellings (`--slots` / `--no-slots`). An argument llama.cpp does
 //! not know is an error (`error: invalid argument: X`, exit status 1, as `llama-server`
 //! exits); flags llama.cpp has that the simulator does not model are accepted with a
-//! warning. Source: docs/reference/llama-cpp-facts.md §1, shared/reference/llama-cpp-observed.md.
+//! warning. Source: docs/reference/llama-cpp-facts.md §1, docs/reference/llama-cpp-observed.md.
 
 use super::api::Api;
 use super::config::{SimConfig, speculative_model};

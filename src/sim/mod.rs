@@ -59,8 +59,8 @@
 //! keep-alive idle timeout, vLLM's refusal of a `--max-model-len` above the model's, LoRA,
 //! multimodal, and `LLAMA_ARG_*` environment variables.
 //! Facts files: docs/reference/vllm-facts.md, docs/reference/llama-cpp-facts.md,
-//! docs/reference/sglang-extra.md, shared/reference/sglang-facts.md and
-//! shared/reference/llama-cpp-observed.md.
+//! docs/reference/sglang-extra.md, docs/reference/sglang-facts.md and
+//! docs/reference/llama-cpp-observed.md.
 //!
 //! Library use (tests, the drift bench, the rest of servebench):
 //! ```no_run

@@ -6,7 +6,7 @@
 //! Why llama.cpp does that: its chunked content provider returns `false` on its last call,
 //! which cpp-httplib's `write_content_chunked` takes for a cancelled write, so its keep-alive
 //! loop closes the socket after the terminating chunk (docs/reference/llama-cpp-facts.md §6;
-//! observed in shared/reference/llama-cpp-observed.md). Here each connection is served by
+//! observed in docs/reference/llama-cpp-observed.md). Here each connection is served by
 //! hyper directly; a handler marks a streamed response with [`CloseAfterBody`], its body
 //! signals when it ends, and the connection task then shuts the connection down gracefully:
 //! hyper finishes writing the response (the head went out long before, without any

@@ -1,5 +1,5 @@
 //! llama.cpp's HTTP API (`--api llama.cpp`), as llama-server serves it
-//! (docs/reference/llama-cpp-facts.md §2-§8, shared/reference/llama-cpp-observed.md).
+//! (docs/reference/llama-cpp-facts.md §2-§8, docs/reference/llama-cpp-observed.md).
 //!
 //! JSON keys are in llama.cpp's order (it uses nlohmann's `ordered_json`;
 //! tools/server/server-task.cpp `to_json_*`, server-context.cpp `get_props`, `get_models`,

@@ -1,0 +1,387 @@
+//! Measured steps against what the hardware allows.
+//!
+//! A decode step cannot take less than its bytes over the peak bandwidth (the **floor**); the
+//! ratio of floor to measured time is the fraction of peak it ran at. A prefill's FLOPs over its
+//! time is its achieved FLOP/s. Across a context sweep at one batch size, step time against
+//! context is a line: its slope over the KV bytes one token of context adds is the bandwidth of
+//! the context-dependent part (attention reading the cache), its fixed part is what the weights
+//! (and everything else that does not grow with context) cost.
+
+use std::fmt;
+
+use crate::gpu::{GpuSpec, Precision};
+use crate::step::{DecodeStep, PrefillWork};
+
+/// A decode step's measured time against its floor, on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeGrade {
+    /// Measured seconds per step.
+    pub step_s: f64,
+    /// Seconds the step's bytes take at peak bandwidth.
+    pub floor_s: f64,
+    /// Bytes per GPU per step.
+    pub bytes: f64,
+    /// Bytes per second the step moved, GB/s.
+    pub effective_gb_s: f64,
+    /// Effective over peak bandwidth (1.0: at the floor).
+    pub fraction_of_peak: f64,
+}
+
+/// Grades one decode step that took `step_s` seconds.
+pub fn decode(step: &DecodeStep, gpu: &GpuSpec, step_s: f64) -> DecodeGrade {
+    let bytes = step.bytes();
+    let effective = bytes / step_s;
+    DecodeGrade {
+        step_s,
+        floor_s: bytes / gpu.bandwidth(),
+        bytes,
+        effective_gb_s: effective / 1e9,
+        fraction_of_peak: effective / gpu.bandwidth(),
+    }
+}
+
+/// A prefill's achieved FLOP/s on one GPU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefillGrade {
+    pub seconds: f64,
+    pub flops: f64,
+    pub achieved_tflops: f64,
+    pub precision: Precision,
+    /// Achieved over the GPU's dense peak at `precision`.
+    pub fraction_of_peak: f64,
+}
+
+/// Grades a prefill of `work` (per GPU) that took `seconds`.
+pub fn prefill(
+    work: &PrefillWork,
+    gpu: &GpuSpec,
+    precision: Precision,
+    seconds: f64,
+) -> PrefillGrade {
+    let achieved = work.flops() / seconds;
+    PrefillGrade {
+        seconds,
+        flops: work.flops(),
+        achieved_tflops: achieved / 1e12,
+        precision,
+        fraction_of_peak: achieved / gpu.peak_flops(precision),
+    }
+}
+
+/// The fraction of peak under which the context-dependent part is called not memory-bound.
+pub const NOT_MEMORY_BOUND_BELOW: f64 = 0.10;
+/// The fraction of peak from which it is called at bandwidth.
+pub const AT_BANDWIDTH_FROM: f64 = 0.50;
+/// How far under the floor a measured step may be before the facts are called wrong (clocks,
+/// rounding of datasheet figures and measurement noise stay inside it).
+pub const FLOOR_TOLERANCE: f64 = 0.95;
+
+/// What a context sweep shows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finding {
+    /// A measured step took less than its bytes allow: the model facts, the layout or the GPU
+    /// entry are wrong (fewer bytes are read than they say, or the GPU is faster).
+    FasterThanTheFloor {
+        context: f64,
+        step_s: f64,
+        floor_s: f64,
+    },
+    /// The context-dependent part runs far below bandwidth.
+    ContextNotMemoryBound {
+        marginal_gb_s: f64,
+        times_below_peak: f64,
+    },
+    /// The context-dependent part runs near bandwidth: attention is memory-bound, as it should be.
+    ContextAtBandwidth { marginal_gb_s: f64, fraction: f64 },
+    /// Between the two.
+    ContextBelowBandwidth { marginal_gb_s: f64, fraction: f64 },
+    /// The line's fixed part is below the weight-read floor, and the sweep resolves it: the
+    /// model facts (bytes per weight, experts, layout) overstate what a step reads.
+    FixedBelowTheFloor { fixed_s: f64, floor_s: f64 },
+    /// The fixed part is below the floor, but the context term is most of even the shortest
+    /// point's step, so the sweep cannot tell the fixed part apart from zero.
+    FixedUnresolved {
+        fixed_s: f64,
+        floor_s: f64,
+        context_share: f64,
+        context: f64,
+    },
+    /// The fixed part is at or above the weight-read floor: the weights are read at this
+    /// fraction of peak.
+    FixedCost {
+        fixed_s: f64,
+        floor_s: f64,
+        fraction: f64,
+    },
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Finding::FasterThanTheFloor {
+                context,
+                step_s,
+                floor_s,
+            } => write!(
+                f,
+                "at {} context a step took {}, under the {} its bytes need at peak bandwidth: the model facts, the layout or the GPU entry are wrong",
+                tokens(context),
+                ms(step_s),
+                ms(floor_s)
+            ),
+            Finding::ContextNotMemoryBound {
+                marginal_gb_s,
+                times_below_peak,
+            } => write!(
+                f,
+                "its context-dependent part runs at {}, about {:.0}x below bandwidth: attention is not memory-bound here",
+                gb_s(marginal_gb_s),
+                times_below_peak
+            ),
+            Finding::ContextAtBandwidth {
+                marginal_gb_s,
+                fraction,
+            } => write!(
+                f,
+                "its context-dependent part runs at {} ({:.0}% of peak): attention is memory-bound, as it should be",
+                gb_s(marginal_gb_s),
+                fraction * 100.0
+            ),
+            Finding::ContextBelowBandwidth {
+                marginal_gb_s,
+                fraction,
+            } => write!(
+                f,
+                "its context-dependent part runs at {} ({:.0}% of peak): below bandwidth, not far below",
+                gb_s(marginal_gb_s),
+                fraction * 100.0
+            ),
+            Finding::FixedBelowTheFloor { fixed_s, floor_s } => write!(
+                f,
+                "the fixed cost ({}) is below the weight-read floor ({}): the model facts are wrong",
+                ms(fixed_s),
+                ms(floor_s)
+            ),
+            Finding::FixedUnresolved {
+                fixed_s,
+                floor_s,
+                context_share,
+                context,
+            } => write!(
+                f,
+                "the line's fixed part ({}) is under the weight-read floor ({}), but the context term is {:.0}% of the step even at {}: the sweep cannot resolve the fixed cost (add a shorter context)",
+                ms(fixed_s),
+                ms(floor_s),
+                context_share * 100.0,
+                tokens(context)
+            ),
+            Finding::FixedCost {
+                fixed_s,
+                floor_s,
+                fraction,
+            } => write!(
+                f,
+                "the fixed cost ({}) reads the weights at {:.0}% of peak (floor {})",
+                ms(fixed_s),
+                fraction * 100.0,
+                ms(floor_s)
+            ),
+        }
+    }
+}
+
+fn ms(s: f64) -> String {
+    let ms = s * 1e3;
+    if ms.abs() >= 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
+}
+
+fn gb_s(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0} GB/s")
+    } else if v >= 1.0 {
+        format!("{v:.1} GB/s")
+    } else {
+        format!("{v:.3} GB/s")
+    }
+}
+
+fn tokens(n: f64) -> String {
+    if n >= 1000.0 {
+        format!("{:.1}k", n / 1000.0)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// A line fitted through (context, step seconds) at one batch size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextSweep {
+    pub points: usize,
+    /// Seconds per step that one more token of context adds.
+    pub slope_s_per_token: f64,
+    /// The line's value at zero context, seconds.
+    pub fixed_s: f64,
+    /// Standard errors of slope and fixed part; None for a line through two points.
+    pub slope_se: Option<f64>,
+    pub fixed_se: Option<f64>,
+    /// KV bytes per GPU one token of context adds, over the slope, GB/s.
+    pub marginal_gb_s: f64,
+    pub marginal_fraction: f64,
+    /// The weights' bytes per GPU over peak bandwidth, seconds.
+    pub weight_floor_s: f64,
+    pub findings: Vec<Finding>,
+}
+
+/// Fits step time against context (`points`: context tokens, measured seconds per step) and
+/// says what the line means for `step_at(context)`'s bytes on `gpu`. None with fewer than two
+/// distinct contexts, or a line that does not rise with context.
+pub fn context_sweep(
+    points: &[(f64, f64)],
+    step_at: impl Fn(f64) -> DecodeStep,
+    gpu: &GpuSpec,
+) -> Option<ContextSweep> {
+    let fit = least_squares(points)?;
+    if fit.slope <= 0.0 {
+        return None;
+    }
+    let (min_ctx, step_at_min) = points
+        .iter()
+        .copied()
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("a fit has points");
+    let reference = step_at(min_ctx);
+    let marginal = reference.kv_bytes_per_context_token / fit.slope;
+    let marginal_fraction = marginal / gpu.bandwidth();
+    let weight_floor_s = reference.weight_bytes / gpu.bandwidth();
+    let mut findings = Vec::new();
+    for &(context, step_s) in points {
+        let floor_s = step_at(context).bytes() / gpu.bandwidth();
+        if step_s < floor_s * FLOOR_TOLERANCE {
+            findings.push(Finding::FasterThanTheFloor {
+                context,
+                step_s,
+                floor_s,
+            });
+        }
+    }
+    let marginal_gb_s = marginal / 1e9;
+    findings.push(if marginal_fraction < NOT_MEMORY_BOUND_BELOW {
+        Finding::ContextNotMemoryBound {
+            marginal_gb_s,
+            times_below_peak: 1.0 / marginal_fraction,
+        }
+    } else if marginal_fraction >= AT_BANDWIDTH_FROM {
+        Finding::ContextAtBandwidth {
+            marginal_gb_s,
+            fraction: marginal_fraction,
+        }
+    } else {
+        Finding::ContextBelowBandwidth {
+            marginal_gb_s,
+            fraction: marginal_fraction,
+        }
+    });
+    let context_share = fit.slope * min_ctx / step_at_min;
+    if fit.intercept < weight_floor_s * FLOOR_TOLERANCE {
+        // Resolved: the fixed part's interval lies under the floor, and the shortest point's
+        // step is not all context (else the intercept is an extrapolation of a small residue).
+        let resolved = fit
+            .intercept_se
+            .is_some_and(|se| fit.intercept + 2.0 * se < weight_floor_s * FLOOR_TOLERANCE)
+            && context_share < 0.8;
+        findings.push(if resolved {
+            Finding::FixedBelowTheFloor {
+                fixed_s: fit.intercept,
+                floor_s: weight_floor_s,
+            }
+        } else {
+            Finding::FixedUnresolved {
+                fixed_s: fit.intercept,
+                floor_s: weight_floor_s,
+                context_share,
+                context: min_ctx,
+            }
+        });
+    } else {
+        findings.push(Finding::FixedCost {
+            fixed_s: fit.intercept,
+            floor_s: weight_floor_s,
+            fraction: weight_floor_s / fit.intercept,
+        });
+    }
+    Some(ContextSweep {
+        points: points.len(),
+        slope_s_per_token: fit.slope,
+        fixed_s: fit.intercept,
+        slope_se: fit.slope_se,
+        fixed_se: fit.intercept_se,
+        marginal_gb_s,
+        marginal_fraction,
+        weight_floor_s,
+        findings,
+    })
+}
+
+struct Fit {
+    slope: f64,
+    intercept: f64,
+    slope_se: Option<f64>,
+    intercept_se: Option<f64>,
+}
+
+/// Ordinary least squares of y on x, with standard errors from the residuals (n > 2).
+fn least_squares(points: &[(f64, f64)]) -> Option<Fit> {
+    let n = points.len() as f64;
+    if points.len() < 2 || points.iter().any(|(x, y)| !x.is_finite() || !y.is_finite()) {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = sxy / sxx;
+    let intercept = my - slope * mx;
+    let (slope_se, intercept_se) = if points.len() > 2 {
+        let rss: f64 = points
+            .iter()
+            .map(|p| (p.1 - intercept - slope * p.0).powi(2))
+            .sum();
+        let s2 = rss / (n - 2.0);
+        let sx2: f64 = points.iter().map(|p| p.0 * p.0).sum();
+        (Some((s2 / sxx).sqrt()), Some((s2 * sx2 / (n * sxx)).sqrt()))
+    } else {
+        (None, None)
+    };
+    Some(Fit {
+        slope,
+        intercept,
+        slope_se,
+        intercept_se,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::least_squares;
+
+    #[test]
+    fn least_squares_recovers_a_line_and_its_errors() {
+        let pts: Vec<(f64, f64)> = (0..5)
+            .map(|i| (f64::from(i) * 1000.0, 0.002 + 1e-6 * f64::from(i) * 1000.0))
+            .collect();
+        let f = least_squares(&pts).unwrap();
+        assert!((f.slope - 1e-6).abs() < 1e-15);
+        assert!((f.intercept - 0.002).abs() < 1e-12);
+        assert!(f.slope_se.unwrap() < 1e-12);
+        let two = least_squares(&pts[..2]).unwrap();
+        assert!(two.slope_se.is_none());
+        assert!(least_squares(&[(1.0, 1.0), (1.0, 2.0)]).is_none());
+    }
+}

@@ -1,0 +1,272 @@
+//! How many bytes a weight takes: the checkpoint's `quantization_config` read for the bits per
+//! weight (scales and zero points included) and for which modules it leaves in the base dtype.
+//!
+//! Modules are matched by the names Hugging Face checkpoints give them, one representative name
+//! per [`WeightClass`] (`model.layers.1.self_attn.q_proj`, `model.layers.1.mlp.experts.0.up_proj`,
+//! ...), against compressed-tensors' `ignore` (exact names or `re:` regexes, matched from the
+//! start as Python's `re.match`) and `modules_to_not_convert` (names or `*` globs, matched as a
+//! prefix or a part of the name). Embeddings and the router are never quantized by these
+//! methods; the output head only when no list leaves it out and the method quantizes it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The kinds of weights a step reads, each with its own bytes per parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightClass {
+    Attention,
+    DenseMlp,
+    Router,
+    RoutedExpert,
+    SharedExpert,
+    Embedding,
+    LmHead,
+}
+
+impl WeightClass {
+    pub const ALL: [WeightClass; 7] = [
+        WeightClass::Attention,
+        WeightClass::DenseMlp,
+        WeightClass::Router,
+        WeightClass::RoutedExpert,
+        WeightClass::SharedExpert,
+        WeightClass::Embedding,
+        WeightClass::LmHead,
+    ];
+
+    /// Names a checkpoint gives a module of this class (any one ignored leaves the class
+    /// unquantized).
+    fn module_names(self) -> &'static [&'static str] {
+        match self {
+            WeightClass::Attention => &[
+                "model.layers.1.self_attn.q_proj",
+                "model.layers.1.self_attn.o_proj",
+                "model.layers.1.self_attn.kv_a_proj_with_mqa",
+            ],
+            WeightClass::DenseMlp => &[
+                "model.layers.0.mlp.gate_proj",
+                "model.layers.0.mlp.down_proj",
+            ],
+            WeightClass::Router => &["model.layers.1.mlp.gate", "model.layers.1.mlp.router"],
+            WeightClass::RoutedExpert => &[
+                "model.layers.1.mlp.experts.0.gate_proj",
+                "model.layers.1.mlp.experts.0.down_proj",
+            ],
+            WeightClass::SharedExpert => &[
+                "model.layers.1.mlp.shared_experts.gate_proj",
+                "model.layers.1.mlp.shared_expert.gate_proj",
+            ],
+            WeightClass::Embedding => &["model.embed_tokens"],
+            WeightClass::LmHead => &["lm_head"],
+        }
+    }
+}
+
+/// A checkpoint's quantization, as it bears on bytes read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quantization {
+    /// `quant_method` as the config names it (`fp8`, `compressed-tensors`, `awq`, `gptq`, `mxfp4`, ...).
+    pub method: String,
+    /// Bits per quantized weight, its share of scales and zero points included; None when the
+    /// method is not known (its weights are then counted in the base dtype, and said).
+    pub bits_per_weight: Option<f64>,
+    /// Module names or patterns left in the base dtype.
+    #[serde(default)]
+    pub not_converted: Vec<String>,
+    /// Whether the output head is quantized when no pattern leaves it out.
+    #[serde(default)]
+    pub quantizes_lm_head: bool,
+}
+
+impl Quantization {
+    /// Reads a `quantization_config`; what it cannot read goes to `unknown`.
+    pub fn from_hf(q: &Value, unknown: &mut Vec<String>) -> Quantization {
+        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+        let method = s(q, "quant_method")
+            .or_else(|| s(q, "quant_algo"))
+            .unwrap_or_else(|| "unknown".into())
+            .to_ascii_lowercase();
+        let mut not_converted: Vec<String> =
+            ["ignore", "modules_to_not_convert", "exclude_modules"]
+                .iter()
+                .filter_map(|k| q.get(*k).and_then(Value::as_array))
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+        let group_bits =
+            |bits: f64, group: Option<f64>, symmetric: bool| match group.filter(|g| *g > 0.0) {
+                // A 16-bit scale per group, and a zero point of `bits` when asymmetric.
+                Some(g) => bits + 16.0 / g + if symmetric { 0.0 } else { bits / g },
+                None => bits,
+            };
+        let bits = match method.as_str() {
+            "fp8" | "fbgemm_fp8" => {
+                Some(match q.get("weight_block_size").and_then(Value::as_array) {
+                    // One fp32 scale per block.
+                    Some(b) if b.len() == 2 => {
+                        let area: f64 = b.iter().filter_map(Value::as_f64).product();
+                        8.0 + if area > 0.0 { 32.0 / area } else { 0.0 }
+                    }
+                    _ => 8.0,
+                })
+            }
+            "mxfp4" => Some(4.0 + 8.0 / 32.0),
+            "awq" | "gptq" | "awq_marlin" | "gptq_marlin" => {
+                let bits = n(q, "bits").or_else(|| n(q, "w_bit")).unwrap_or(4.0);
+                let group = n(q, "group_size").or_else(|| n(q, "q_group_size"));
+                let symmetric = q
+                    .get("sym")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(method != "awq" && method != "awq_marlin");
+                Some(group_bits(bits, group, symmetric))
+            }
+            "compressed-tensors" => compressed_tensors_bits(q, &group_bits),
+            "bitsandbytes" => {
+                if q.get("load_in_4bit").and_then(Value::as_bool) == Some(true) {
+                    // NF4 with one fp32 absmax per 64 weights.
+                    Some(4.0 + 32.0 / 64.0)
+                } else if q.get("load_in_8bit").and_then(Value::as_bool) == Some(true) {
+                    Some(8.0)
+                } else {
+                    None
+                }
+            }
+            "modelopt" | "nvfp4" | "fp4" => match s(q, "quant_algo")
+                .map(|a| a.to_ascii_uppercase())
+                .as_deref()
+            {
+                Some("FP8") => Some(8.0),
+                // NVFP4: one fp8 scale per 16 weights.
+                _ => Some(4.0 + 8.0 / 16.0),
+            },
+            _ => None,
+        };
+        if bits.is_none() {
+            unknown.push(format!(
+                "quantization method {method:?}: its bits per weight are not known, weights counted in the base dtype"
+            ));
+        }
+        if method == "compressed-tensors" && not_converted.is_empty() {
+            not_converted.push("lm_head".into());
+        }
+        Quantization {
+            method,
+            bits_per_weight: bits,
+            not_converted,
+            quantizes_lm_head: false,
+        }
+    }
+
+    /// Bytes per parameter of `class`, `base_bytes` for what stays in the base dtype.
+    pub fn bytes_per_param(&self, class: WeightClass, base_bytes: f64) -> f64 {
+        let Some(bits) = self.bits_per_weight else {
+            return base_bytes;
+        };
+        let never = matches!(class, WeightClass::Embedding | WeightClass::Router)
+            || (class == WeightClass::LmHead && !self.quantizes_lm_head);
+        let left_out = class
+            .module_names()
+            .iter()
+            .any(|name| self.not_converted.iter().any(|p| pattern_matches(p, name)));
+        if never || left_out {
+            base_bytes
+        } else {
+            bits / 8.0
+        }
+    }
+}
+
+/// compressed-tensors: the first config group's weight bits (groups of one scheme are the rule).
+fn compressed_tensors_bits(
+    q: &Value,
+    group_bits: &dyn Fn(f64, Option<f64>, bool) -> f64,
+) -> Option<f64> {
+    let groups = q.get("config_groups")?.as_object()?;
+    let w = groups.values().find_map(|g| g.get("weights"))?;
+    let bits = w.get("num_bits")?.as_f64()?;
+    let strategy = w.get("strategy").and_then(Value::as_str).unwrap_or("group");
+    let group = if strategy == "group" || strategy == "tensor_group" {
+        w.get("group_size").and_then(Value::as_f64)
+    } else {
+        None
+    };
+    let symmetric = w.get("symmetric").and_then(Value::as_bool).unwrap_or(true);
+    Some(group_bits(bits, group, symmetric))
+}
+
+/// Whether a not-converted entry names `module`: `re:` regexes match from the start (Python's
+/// `re.match`); plain names and `*` globs match the whole name, a prefix of it at a dot, or a
+/// dotted part of it (`self_attn`, `model.layers.*.self_attn`).
+fn pattern_matches(pattern: &str, module: &str) -> bool {
+    if let Some(re) = pattern.strip_prefix("re:") {
+        return regex::Regex::new(&format!("^(?:{re})")).is_ok_and(|r| r.is_match(module));
+    }
+    let glob = regex::escape(pattern).replace(r"\*", "[^.]*");
+    regex::Regex::new(&format!(r"(^|\.)(?:{glob})($|\.)")).is_ok_and(|r| r.is_match(module))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn patterns_match_as_the_checkpoints_mean_them() {
+        assert!(pattern_matches(
+            "re:.*self_attn.*",
+            "model.layers.1.self_attn.q_proj"
+        ));
+        assert!(!pattern_matches(
+            "re:.*self_attn.*",
+            "model.layers.1.mlp.experts.0.up_proj"
+        ));
+        assert!(pattern_matches(
+            "model.layers.*.self_attn",
+            "model.layers.1.self_attn.q_proj"
+        ));
+        assert!(pattern_matches("lm_head", "lm_head"));
+        assert!(pattern_matches(
+            "self_attn",
+            "model.layers.1.self_attn.o_proj"
+        ));
+        assert!(!pattern_matches(
+            "gate",
+            "model.layers.1.mlp.experts.0.gate_proj"
+        ));
+        assert!(pattern_matches(
+            "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+            "model.layers.0.mlp.gate_proj"
+        ));
+        assert!(!pattern_matches(
+            "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+            "model.layers.1.mlp.experts.0.gate_proj"
+        ));
+    }
+
+    #[test]
+    fn bits_per_weight_count_scales_and_zero_points() {
+        let mut unknown = Vec::new();
+        let fp8 = Quantization::from_hf(
+            &json!({"quant_method": "fp8", "weight_block_size": [128, 128]}),
+            &mut unknown,
+        );
+        assert!((fp8.bits_per_weight.unwrap() - (8.0 + 32.0 / 16384.0)).abs() < 1e-12);
+        let awq = Quantization::from_hf(
+            &json!({"quant_method": "awq", "bits": 4, "group_size": 128}),
+            &mut unknown,
+        );
+        // 4 bits, a 16-bit scale and a 4-bit zero point per 128 weights.
+        assert!((awq.bits_per_weight.unwrap() - (4.0 + 16.0 / 128.0 + 4.0 / 128.0)).abs() < 1e-12);
+        let mx = Quantization::from_hf(&json!({"quant_method": "mxfp4"}), &mut unknown);
+        assert_eq!(mx.bits_per_weight, Some(4.25));
+        assert!(unknown.is_empty());
+        let odd = Quantization::from_hf(&json!({"quant_method": "hqq"}), &mut unknown);
+        assert_eq!(odd.bits_per_weight, None);
+        assert_eq!(odd.bytes_per_param(WeightClass::RoutedExpert, 2.0), 2.0);
+        assert_eq!(unknown.len(), 1);
+    }
+}
