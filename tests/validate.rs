@@ -497,6 +497,7 @@ fn a_url_with_credentials_is_refused_at_its_value_without_echoing_them() {
         !text.contains("hunter22secret"),
         "the password is shown:\n{text}"
     );
+}
 
 /// SGLang 0.5.23's argparse takes a unique prefix for its flag and refuses one shared by
 /// several ("ambiguous option", exit 2): `validate` says so at the flag, with the whole names
