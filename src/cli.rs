@@ -183,6 +183,38 @@ pub enum Command {
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Grade a run's decode steps against the hardware: per point, the bytes a step must read
+    /// per GPU (weights and KV cache, from the model's `config.json` at the point's context and
+    /// batch), the time that takes at the GPU's peak bandwidth, and the bandwidth the step
+    /// reached; over a context sweep, what the context-dependent and fixed parts cost.
+    ///
+    /// Example: `servebench bound runs/kimi-3-streaming/<ts> --model-config config.json --gpu
+    /// rtx-pro-6000 --tp 8 --tokens-per-step 3`
+    Bound {
+        /// A run directory.
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
+        /// The model's Hugging Face `config.json`.
+        #[arg(long, value_name = "FILE")]
+        model_config: PathBuf,
+        /// The GPU: a catalogue id (`h100-sxm`, `rtx-pro-6000`, ...) or its name as nvidia-smi
+        /// prints it. Default: from the host's facts.
+        #[arg(long, value_name = "GPU")]
+        gpu: Option<String>,
+        /// Tensor-parallel ranks. Default: the server's flags or /server_info.
+        #[arg(long, value_name = "N")]
+        tp: Option<u32>,
+        /// Pipeline stages. Default: the server's flags, else 1.
+        #[arg(long, value_name = "N")]
+        pp: Option<u32>,
+        /// The KV cache's element type (`fp8_e4m3`, `bf16`). Default: the server's flag, else the model's dtype.
+        #[arg(long, value_name = "DTYPE")]
+        kv_cache_dtype: Option<String>,
+        /// Tokens a decode step gives each sequence: the mean accept length under speculative
+        /// decoding. Default 1.
+        #[arg(long, value_name = "X")]
+        tokens_per_step: Option<f64>,
+    },
     /// Internal: prints a port free on this machine (`--wanted P`: P, if it is free here).
     /// servebench runs it on a Slurm node to pick a server's port where the server listens.
     #[command(hide = true)]
@@ -291,6 +323,23 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
+        Command::Bound {
+            run_dir,
+            model_config,
+            gpu,
+            tp,
+            pp,
+            kv_cache_dtype,
+            tokens_per_step,
+        } => bound(
+            &run_dir,
+            &model_config,
+            gpu,
+            tp,
+            pp,
+            kv_cache_dtype,
+            tokens_per_step,
+        ),
         Command::Compare {
             runs,
             by,
@@ -494,6 +543,63 @@ fn check(run_dir: &Path) -> Result<Status, Error> {
     let r = crate::report::reproduction::check_run_dir(&dir).map_err(Error::ReadRun)?;
     Ok(print_check(&r))
 }
+
+/// Grades a run's decode steps against the GPU's bandwidth and prints the table.
+#[allow(clippy::too_many_arguments)]
+fn bound(
+    run_dir: &Path,
+    model_config: &Path,
+    gpu: Option<String>,
+    tp: Option<u32>,
+    pp: Option<u32>,
+    kv_cache_dtype: Option<String>,
+    tokens_per_step: Option<f64>,
+) -> Result<Status, Error> {
+    let bad = |why: String| Error::Usage(format!("{}: {why}", model_config.display()));
+    let text = read_model_config(model_config).map_err(bad)?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let model = roofline::ModelFacts::from_hf_config(&json).map_err(|e| bad(e.to_string()))?;
+    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let meta = dir.read_meta().map_err(Error::ReadRun)?;
+    let points = dir.read_points().map_err(Error::ReadRun)?;
+    let opts = crate::report::bound::BoundOptions {
+        model,
+        gpu,
+        tp,
+        pp,
+        kv_cache_dtype,
+        tokens_per_step,
+    };
+    let graded = crate::report::bound::grade(&meta, &points, &opts)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    console::out(&crate::report::bound::render(&graded));
+    Ok(Status::Success)
+}
+
+/// A regular file (a FIFO would block) of at most [`MODEL_CONFIG_BYTES`], as text.
+fn read_model_config(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file: give the model's config.json".into());
+    }
+    if meta.len() > MODEL_CONFIG_BYTES {
+        return Err(format!(
+            "{} bytes; a config.json is read up to {MODEL_CONFIG_BYTES} bytes",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MODEL_CONFIG_BYTES).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    Ok(text)
+}
+
+/// Largest `config.json` read (real ones are a few kB; a multimodal one with its processor
+/// settings under 100 kB).
+const MODEL_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Prints the verdicts; failed when any expectation does not hold.
 fn print_check(r: &crate::report::reproduction::Reproduction) -> Status {

@@ -16,6 +16,7 @@ mod orphans;
 mod pools;
 mod report;
 mod reproduce;
+mod roofline;
 mod run;
 mod run_dir;
 mod search;

@@ -5,6 +5,7 @@
 //! [`render_run_dir`] (reads) and [`write_report`] (reads, then writes `report.md` and
 //! `charts/*.svg`) touch the disk.
 
+pub mod bound;
 pub mod capacity;
 pub mod capacity_chart;
 pub mod charts;

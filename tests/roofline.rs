@@ -1,0 +1,106 @@
+//! `servebench bound`: a context sweep on the simulator, whose profile reads the KV cache at a
+//! known bandwidth, graded against Llama 3.1 8B's bytes on an H100; the bandwidth it recovers
+//! is the profile's, within 10%.
+
+use std::path::Path;
+
+use crate::common::*;
+
+/// A profile whose decode step is 2 ms plus 200 ns per token of context: Llama 3.1 8B's
+/// 131,072 KV bytes per token read at 131,072 / 200e-9 = 655 GB/s (19.6% of an H100's
+/// 3,350). Prefill is kept cheap so the sweep is quick.
+const PROFILE: &str = "name: kv-655\ndescription: KV read at 655 GB/s\ntime_scale: 1.0\nwarmup_s: 0.05\n\
+context_length: 65536\nmax_running_requests: 16\nchunked_prefill_size: 8192\n\
+memory: { gpu_gb: 80.0, weight_gb: 16.0, kv_bytes_per_token: 131072, mem_fraction_static: 0.88, graph_gb: 1.0 }\n\
+prefill: { base_ms: 0.3, per_token_us: 0.5, attention_ns: 0.0 }\n\
+decode: { base_ms: 2.0, per_seq_us: 0.0, per_ctx_token_ns: 200.0 }\nseed: 0\n";
+
+#[test]
+fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
+    let ws = Workspace::new();
+    let profile = ws.write("kv-655.yaml", PROFILE);
+    let spec = ws.write(
+        "bound.yaml",
+        &format!(
+            "name: bound\nserver:\n  engine: sim\n  model: llama\n  args: {{ profile: {}, context-length: 65536 }}\n  ready_timeout: 30s\n\
+             workload:\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 24\n  ignore_eos: true\n\
+             cache: {{ policy: cold }}\nsweep: {{ ctx: [1024, 8192, 24576] }}\nrequests: 2\n",
+            profile.display()
+        ),
+    );
+    let (dir, _) = ws.run_ok(&spec);
+    let config = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("crates/roofline/tests/fixtures/configs/llama-3.1-8b.json");
+    let out = servebench()
+        .args([
+            "bound",
+            dir.to_str().unwrap(),
+            "--model-config",
+            config.to_str().unwrap(),
+            "--gpu",
+            "NVIDIA H100 80GB HBM3",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // One row per point, and the sweep's line.
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("| p00")).count(),
+        3,
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("At batch 1, over 3 contexts"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let slope_us: f64 = line
+        .split(" ms + ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    // 200 ns per context token, within 10%.
+    assert!(
+        (slope_us - 0.2).abs() < 0.02,
+        "slope {slope_us} us per token:\n{text}"
+    );
+    let finding = text
+        .lines()
+        .find(|l| l.contains("context-dependent part runs at"))
+        .unwrap();
+    let gb_s: f64 = finding
+        .split("runs at ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((gb_s - 655.36).abs() < 65.5, "{gb_s} GB/s:\n{text}");
+    assert!(finding.contains("% of peak): below bandwidth"), "{finding}");
+    // The 2 ms fixed part reads Llama's 15 GB of weights at 4.48 / 2.0 = 224% of peak: faster
+    // than the floor, and said so.
+    assert!(
+        text.contains("the model facts, the layout or the GPU entry are wrong"),
+        "{text}"
+    );
+
+    // A GPU the catalogue lacks is a usage error naming the choices.
+    let out = servebench()
+        .args([
+            "bound",
+            dir.to_str().unwrap(),
+            "--model-config",
+            config.to_str().unwrap(),
+            "--gpu",
+            "Tesla T4",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("`Tesla T4` is not in the GPU catalogue: use one of")
+    );
+}
