@@ -238,7 +238,8 @@ const FLAGS: &[Flag] = &[
         Value,
         "(simulator) Multiply every modelled duration by this.",
     ),
-    x(&["-draft-min", "--draft-min", "--spec-draft-n-min"], Value),
+    // The observed build refuses `--draft-min` ("the argument has been removed").
+    x(&["--spec-draft-n-min"], Value),
     x(&["-cram", "--cache-ram"], Value),
     x(&["-to", "--timeout"], Value),
     x(&["--threads-http"], Value),
@@ -268,8 +269,8 @@ const FLAGS: &[Flag] = &[
     x(&["-hf", "-hfr", "--hf-repo"], Value),
     x(&["-hff", "--hf-file"], Value),
     x(&["-mu", "--model-url"], Value),
-    x(&["--mlock"], Bool),
-    x(&["--no-mmap"], Bool),
+    // `--mlock` and `--no-mmap` are gone from the observed build: `--load-mode` replaced them.
+    x(&["-lm", "--load-mode"], Value),
     x(&["--numa"], Value),
     x(&["-sm", "--split-mode"], Value),
     x(&["-ts", "--tensor-split"], Value),
@@ -288,7 +289,6 @@ const FLAGS: &[Flag] = &[
         &["-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"],
         Value,
     ),
-    x(&["-cd", "--ctx-size-draft"], Value),
     x(&["--embedding", "--embeddings"], Bool),
     x(&["--reranking", "--rerank"], Bool),
     x(&["--lora"], Value),
@@ -304,7 +304,7 @@ const FLAGS: &[Flag] = &[
     x(&["--api-prefix"], Value),
     x(&["--ssl-key-file"], Value),
     x(&["--ssl-cert-file"], Value),
-    x(&["--keep", "-k"], Value),
+    x(&["--keep"], Value),
     x(&["--no-cache-idle-slots"], Bool),
     x(&["--models-dir"], Value),
     x(&["--models-max"], Value),
@@ -588,6 +588,23 @@ mod tests {
         let r = p(&["-m", "x.gguf", "-c", "8192"]).unwrap();
         let l = r.config.llama.unwrap();
         assert_eq!((l.n_slots, l.kv_unified, l.auto_parallel), (4, true, true));
+    }
+
+    #[test]
+    fn spellings_the_observed_build_removed_are_refused() {
+        // Checked against the real llama-server (tests/real_engine/llamacpp.rs): each exits 1.
+        for flag in [
+            "--no-mmap",
+            "--mlock",
+            "-k",
+            "-cd",
+            "--ctx-size-draft",
+            "--draft-min",
+        ] {
+            let e = p(&["-m", "x", flag, "2"]).unwrap_err().to_string();
+            assert!(e.contains("invalid argument"), "{flag}: {e}");
+        }
+        assert!(p(&["-m", "x", "--load-mode", "mmap", "--keep", "4"]).is_ok());
     }
 
     #[test]
