@@ -413,7 +413,7 @@ fn launched_llama_server_is_measured_cold_and_torn_down() {
             p["metrics"]["cached_tokens"]["max"], 0.0,
             "erased before each: {p}"
         );
-        assert_eq!(p["metrics"]["output_tokens"]["mean"], 16.0, "{p}");
+        assert_eq!(p["metrics"]["completion_tokens"]["mean"], 16.0, "{p}");
     }
     for r in read_jsonl(&dir.join("requests.jsonl")) {
         assert_eq!(r["completion_tokens"], 16, "{r}");

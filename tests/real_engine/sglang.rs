@@ -163,7 +163,7 @@ fn attached_shared_prefix_hits_are_what_servebench_expects() {
         let spec = ws.write(
             "prefix.yaml",
             &format!(
-                "name: prefix\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: shared-prefix, groups: 2, prefix_tokens: 512, suffix_tokens: 32, seed: 1 }}\n  output_tokens: 4\ncache: {{ policy: cold, verify: true }}\nrequests: 8\n",
+                "name: prefix\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: shared-prefix, groups: 2, prefix_tokens: 512, suffix_tokens: 128, seed: 1 }}\n  output_tokens: 4\ncache: {{ policy: cold, verify: true }}\nrequests: 8\n",
                 attached(s, tier)
             ),
         );
@@ -171,10 +171,22 @@ fn attached_shared_prefix_hits_are_what_servebench_expects() {
         let p = &points[0];
         assert_eq!(p["status"], "ok", "{p}");
         assert!(doubts(p).is_empty(), "{p}");
-        let records = read_jsonl(&dir.join("requests.jsonl"));
+        let mut records = read_jsonl(&dir.join("requests.jsonl"));
+        records.sort_by(|a, b| {
+            a["sent_at"]
+                .as_f64()
+                .partial_cmp(&b["sent_at"].as_f64())
+                .unwrap()
+        });
         let mut hits = 0;
+        let mut seen = std::collections::HashSet::new();
         for r in &records {
-            let expected = r["share"]["expected_cached_tokens"].as_u64();
+            // The first request of a group has nothing before it to hit (one at a time here,
+            // so every later one starts after an earlier one's prefill ended).
+            if seen.insert(r["share"]["group"].as_u64()) {
+                continue;
+            }
+            let expected = r["share"]["shared_tokens"].as_u64();
             let cached = r["cached_tokens"].as_u64().unwrap();
             if let Some(e) = expected.filter(|e| *e > 0) {
                 assert!(cached >= e, "expected {e} cached, got {cached}: {r}");
@@ -234,8 +246,14 @@ fn attached_streaming_on_all_three_apis_counts_the_servers_tokens() {
         assert_eq!(points.len(), 3);
         for p in &points {
             assert_eq!(p["status"], "ok", "{p}");
-            assert!(doubts(p).is_empty(), "{p}");
-            assert_eq!(stat(p, "output_tokens", "mean"), 24.0, "{p}");
+            // SGLang's OpenAI APIs report no cached tokens without --enable-cache-report:
+            // servebench says the cache went unverified there, rightly.
+            let d: Vec<String> = doubts(p)
+                .into_iter()
+                .filter(|k| k != "cache-unverified")
+                .collect();
+            assert!(d.is_empty(), "{p}");
+            assert_eq!(stat(p, "completion_tokens", "mean"), 24.0, "{p}");
         }
         for r in read_jsonl(&dir.join("requests.jsonl")) {
             assert_eq!(r["completion_tokens"], 24, "{r}");

@@ -82,6 +82,16 @@ fn json_ok(status: StatusCode, v: &Value) -> Response {
         .into_response()
 }
 
+/// Malformed JSON: llama-server lets nlohmann's parse_error escape to its 500 handler (checked
+/// against the real server, tests/real_engine/llamacpp.rs).
+fn parse_error() -> Response {
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "[json.exception.parse_error.101] parse error: syntax error while parsing value",
+    )
+}
+
 fn bad_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
 }
@@ -272,12 +282,7 @@ async fn slot_action(
 /// `POST /tokenize`: `add_special` (default false) prepends BOS, which completions always do.
 async fn tokenize(body: Bytes) -> Response {
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        // llama-server lets nlohmann's parse_error escape to its 500 handler.
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            "[json.exception.parse_error.101] parse error: syntax error while parsing value",
-        );
+        return parse_error();
     };
     let content = v.get("content").and_then(Value::as_str).unwrap_or("");
     let add_special = v
@@ -475,7 +480,7 @@ fn random_id() -> String {
 async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
     let received = Instant::now();
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        return bad_request("Invalid JSON body");
+        return parse_error();
     };
     let text_ids = match kind {
         Kind::Chat => openai::chat_prompt(&v),
