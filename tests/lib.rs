@@ -14,6 +14,7 @@ mod interrupt;
 mod load;
 mod orphans;
 mod pools;
+mod real_engine;
 mod report;
 mod reproduce;
 mod roofline;

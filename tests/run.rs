@@ -632,7 +632,7 @@ fn sglangs_ready_line_without_an_answering_server_is_not_ready() {
 }
 
 #[test]
-fn a_real_engine_is_estimated_from_its_last_run() {
+fn a_launched_engine_is_estimated_from_its_last_run() {
     let ws = Workspace::new();
     let workload = "  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 8";
     let sim = ws.write(

@@ -626,6 +626,23 @@ mod tests {
     }
 
     #[test]
+    fn spellings_the_observed_build_removed_are_refused() {
+        // Checked against the real llama-server (tests/real_engine/llamacpp.rs): each exits 1.
+        for flag in [
+            "--no-mmap",
+            "--mlock",
+            "-k",
+            "-cd",
+            "--ctx-size-draft",
+            "--draft-min",
+        ] {
+            let e = p(&["-m", "x", flag, "2"]).unwrap_err().to_string();
+            assert!(e.contains("invalid argument"), "{flag}: {e}");
+        }
+        assert!(p(&["-m", "x", "--load-mode", "mmap", "--keep", "4"]).is_ok());
+    }
+
+    #[test]
     fn ignored_unknown_and_bad() {
         let r = p(&[
             "-m",

@@ -76,11 +76,18 @@ async fn connection(tcp: TcpStream, app: Router, mut stop: watch::Receiver<bool>
         let app = app.clone();
         let on_end = on_end.clone();
         let n = served.fetch_add(1, Ordering::Relaxed) + 1;
+        // A client that asked to close gets `Connection: close` and no Keep-Alive header, as
+        // from cpp-httplib (checked against the real llama-server).
+        let client_closes = req
+            .headers()
+            .get(header::CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         async move {
             let Ok(mut resp) = app.oneshot(req).await;
             let headers = resp.headers_mut();
             headers.insert(header::SERVER, HeaderValue::from_static("llama.cpp"));
-            if n >= MAX_REQUESTS {
+            if n >= MAX_REQUESTS || client_closes {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             } else {
                 headers.insert("keep-alive", HeaderValue::from_static("timeout=5, max=100"));

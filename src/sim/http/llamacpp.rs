@@ -82,6 +82,16 @@ fn json_ok(status: StatusCode, v: &Value) -> Response {
         .into_response()
 }
 
+/// Malformed JSON: llama-server lets nlohmann's parse_error escape to its 500 handler (checked
+/// against the real server, tests/real_engine/llamacpp.rs).
+fn parse_error() -> Response {
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "[json.exception.parse_error.101] parse error: syntax error while parsing value",
+    )
+}
+
 fn bad_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, "invalid_request_error", message)
 }
@@ -272,7 +282,7 @@ async fn slot_action(
 /// `POST /tokenize`: `add_special` (default false) prepends BOS, which completions always do.
 async fn tokenize(body: Bytes) -> Response {
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        return bad_request("Invalid JSON body");
+        return parse_error();
     };
     let content = v.get("content").and_then(Value::as_str).unwrap_or("");
     let add_special = v
@@ -446,6 +456,9 @@ struct Shape {
     created: u64,
     prompt_text: String,
     n_ctx_slot: u64,
+    /// `stream_options.include_usage`: a streamed chat ends with a separate `choices: []`
+    /// chunk holding usage and timings (without it, no usage at all).
+    include_usage: bool,
 }
 
 async fn native(State(s): State<LState>, body: Bytes) -> Response {
@@ -467,7 +480,7 @@ fn random_id() -> String {
 async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
     let received = Instant::now();
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
-        return bad_request("Invalid JSON body");
+        return parse_error();
     };
     let text_ids = match kind {
         Kind::Chat => openai::chat_prompt(&v),
@@ -530,14 +543,15 @@ async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
     let shape = Shape {
         kind,
         id: format!("chatcmpl-{}", random_id()),
-        model: v
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| model_name(&s)),
+        // The request's `model` is ignored: responses name the alias (or the model path).
+        model: model_name(&s),
         created: unix_now() as u64,
         prompt_text,
         n_ctx_slot: n_ctx,
+        include_usage: v
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         let body = Body::from_stream(event_stream(rx, Arc::new(shape)));
@@ -627,11 +641,15 @@ fn final_json(shape: &Shape, o: &Output, content: &str, streamed: bool) -> Value
             "created": shape.created, "model": shape.model, "system_fingerprint": build_info(),
             "object": "text_completion", "usage": usage_json(o), "id": shape.id,
             "timings": timings_json(&t)}),
+        Kind::Chat if streamed && shape.include_usage => json!({
+            "choices": [{"finish_reason": "length", "index": 0, "delta": {}}],
+            "created": shape.created, "id": shape.id, "model": shape.model,
+            "system_fingerprint": build_info(), "object": "chat.completion.chunk"}),
         Kind::Chat if streamed => json!({
             "choices": [{"finish_reason": "length", "index": 0, "delta": {}}],
             "created": shape.created, "id": shape.id, "model": shape.model,
             "system_fingerprint": build_info(), "object": "chat.completion.chunk",
-            "usage": usage_json(o), "timings": timings_json(&t)}),
+            "timings": timings_json(&t)}),
         Kind::Chat => json!({
             "choices": [{"finish_reason": "length", "index": 0,
                          "message": {"role": "assistant", "content": content}}],
@@ -688,6 +706,16 @@ fn event_stream(
         if o.finish.is_some() {
             s.done = true;
             sse_into(&mut out, &final_json(&s.shape, &o, "", true));
+            if s.shape.kind == Kind::Chat && s.shape.include_usage {
+                let t = o.timings.unwrap_or_default();
+                sse_into(
+                    &mut out,
+                    &json!({"choices": [], "created": s.shape.created, "id": s.shape.id,
+                            "model": s.shape.model, "system_fingerprint": build_info(),
+                            "object": "chat.completion.chunk", "usage": usage_json(&o),
+                            "timings": timings_json(&t)}),
+                );
+            }
             if s.shape.kind != Kind::Native {
                 out.extend_from_slice(super::DONE);
             }

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Provisions servebench's real-engine test tier (`cargo test real_engine`) into a cache
+# directory it can always rebuild:
+#   $SERVEBENCH_REAL_ENGINES_DIR (default ~/.cache/servebench/real-engines)
+#     sglang-venv/      SGLang 0.5.23 (its gguf writes the GGUF), pinned by constraints.txt here
+#     stand-in/         the sgl_kernel stand-in (first on PYTHONPATH; it logs every lookup/call)
+#     model-hf/         a tiny random Llama + byte-level BPE tokenizer with a chat template
+#     llama-server      built from the llama-cpp-python 0.3.36 sdist (CPU, static)
+#     model.gguf        a tiny random llama GGUF with an SPM vocabulary
+# Each part is skipped when its stamp (`.stamp-PART`) names the pinned version; delete the
+# stamp (or the directory) to rebuild it. Usage: provision.sh [all|sglang|llama|check]
+# Needs: python3 with venv (Debian: python3-venv), cmake and a C++ compiler (installed with
+# apt-get when missing and running as root), network access to PyPI.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DIR="${SERVEBENCH_REAL_ENGINES_DIR:-$HOME/.cache/servebench/real-engines}"
+WHAT="${1:-all}"
+JOBS="${SERVEBENCH_REAL_ENGINES_JOBS:-2}"
+
+SGLANG_VERSION=0.5.23
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+CONSTRAINTS="$HERE/constraints.txt"
+
+mkdir -p "$DIR/logs"
+log() { echo "[real-engines] $*" >&2; }
+sha() { cat "$@" | sha256sum | cut -c1-16; }
+# A part's stamp: what it was built from (versions, and the hash of the files that made it).
+stamp_ok() { [ -f "$DIR/.stamp-$1" ] && [ "$(cat "$DIR/.stamp-$1")" = "$2" ]; }
+stamp() { echo "$2" >"$DIR/.stamp-$1"; log "$1: ready ($2)"; }
+
+need_apt() {
+  # Installs Debian packages when a command is missing (root only; else says what is needed).
+  local missing=()
+  for pair in "$@"; do
+    local cmd="${pair%%:*}" pkg="${pair#*:}"
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    log "missing: ${missing[*]} (install with: sudo apt-get install -y ${missing[*]})"
+    exit 1
+  fi
+  log "installing ${missing[*]} (apt-get)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+python_for_venv() {
+  if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    return 0
+  fi
+  need_apt python3:python3
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    [ "$(id -u)" = 0 ] || { log "python3 has no venv: apt-get install -y python3-venv"; exit 1; }
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  fi
+}
+
+VENV="$DIR/sglang-venv"
+PY="$VENV/bin/python"
+
+sglang_venv() {
+  local want="sglang==$SGLANG_VERSION constraints=$(sha "$CONSTRAINTS")"
+  if stamp_ok sglang-venv "$want" && [ -x "$PY" ]; then return 0; fi
+  python_for_venv
+  log "sglang-venv: pip install sglang==$SGLANG_VERSION (about 4 min and 4.7 GB on a fresh machine)"
+  [ -x "$PY" ] || python3 -m venv "$VENV"
+  "$PY" -m pip install -q --upgrade "pip==26.3" >"$DIR/logs/sglang-pip.log" 2>&1
+  "$PY" -m pip install -c "$CONSTRAINTS" "sglang==$SGLANG_VERSION" gguf \
+    >>"$DIR/logs/sglang-pip.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/sglang-pip.log" >&2
+    log "sglang-venv: pip install failed (log: $DIR/logs/sglang-pip.log)"
+    exit 1
+  }
+  "$PY" -c 'import sglang, tokenizers, safetensors, gguf, numpy' || exit 1
+  stamp sglang-venv "$want"
+}
+
+stand_in() {
+  local want="sgl_kernel-stand-in $(sha "$HERE/sgl_kernel/__init__.py")"
+  if stamp_ok stand-in "$want" && [ -f "$DIR/stand-in/sgl_kernel/__init__.py" ]; then return 0; fi
+  rm -rf "$DIR/stand-in"
+  mkdir -p "$DIR/stand-in/sgl_kernel"
+  cp "$HERE/sgl_kernel/__init__.py" "$DIR/stand-in/sgl_kernel/__init__.py"
+  stamp stand-in "$want"
+}
+
+model_hf() {
+  local want="model-hf $(sha "$HERE/make_model.py")"
+  if stamp_ok model-hf "$want" && [ -f "$DIR/model-hf/model.safetensors" ]; then return 0; fi
+  rm -rf "$DIR/model-hf"
+  "$PY" "$HERE/make_model.py" hf "$DIR/model-hf"
+  stamp model-hf "$want"
+}
+
+model_gguf() {
+  local want="model-gguf $(sha "$HERE/make_model.py")"
+  if stamp_ok model-gguf "$want" && [ -f "$DIR/model.gguf" ]; then return 0; fi
+  rm -f "$DIR/model.gguf"
+  "$PY" "$HERE/make_model.py" gguf "$DIR/model.gguf.tmp"
+  mv "$DIR/model.gguf.tmp" "$DIR/model.gguf"
+  stamp model-gguf "$want"
+}
+
+llama_server() {
+  local want="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION llama-server"
+  if stamp_ok llama-server "$want" && [ -x "$DIR/llama-server" ]; then return 0; fi
+  need_apt cmake:cmake g++:g++ make:make
+  python_for_venv
+  local src="$DIR/llama-src"
+  local sdist="$src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+  mkdir -p "$src"
+  if [ ! -f "$sdist" ]; then
+    log "llama-server: downloading the llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist"
+    # The sdist of this package only (--no-binary for it alone): its build backend, which pip
+    # runs to read the metadata, then comes as wheels instead of being built from source too.
+    python3 -m pip download -q --no-deps --no-binary llama-cpp-python \
+      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$src" >"$DIR/logs/llama-download.log" 2>&1 || {
+      tail -n 20 "$DIR/logs/llama-download.log" >&2
+      exit 1
+    }
+  fi
+  rm -rf "$src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION" "$src/build"
+  tar -xzf "$sdist" -C "$src"
+  local llama="$src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+  log "llama-server: building (about 9 min on 2 cores; log: $DIR/logs/llama-build.log)"
+  {
+    cmake -S "$llama" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON &&
+      nice -n 10 cmake --build "$src/build" --target llama-server -j "$JOBS"
+  } >"$DIR/logs/llama-build.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/llama-build.log" >&2
+    log "llama-server: build failed (log: $DIR/logs/llama-build.log)"
+    exit 1
+  }
+  cp "$src/build/bin/llama-server" "$DIR/llama-server.tmp"
+  mv "$DIR/llama-server.tmp" "$DIR/llama-server"
+  # Keep the sdist (a rebuild needs no download); drop the 300 MB of objects.
+  rm -rf "$src/build" "$src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
+  "$DIR/llama-server" --version >&2 || true
+  stamp llama-server "$want"
+}
+
+check() {
+  local ok=0
+  for part in sglang-venv stand-in model-hf llama-server model-gguf; do
+    if [ -f "$DIR/.stamp-$part" ]; then echo "$part: $(cat "$DIR/.stamp-$part")"; else echo "$part: missing"; ok=1; fi
+  done
+  return $ok
+}
+
+start=$(date +%s)
+case "$WHAT" in
+  all) sglang_venv; stand_in; model_hf; model_gguf; llama_server ;;
+  sglang) sglang_venv; stand_in; model_hf ;;
+  llama) sglang_venv; model_gguf; llama_server ;;
+  cheap) stand_in; model_hf; model_gguf ;;
+  llama-server) llama_server ;;
+  check) check; exit $? ;;
+  *) echo "usage: $0 [all|sglang|llama|llama-server|cheap|check]" >&2; exit 2 ;;
+esac
+log "done in $(( $(date +%s) - start )) s: $DIR ($(du -sh "$DIR" 2>/dev/null | cut -f1))"
