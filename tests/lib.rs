@@ -19,6 +19,7 @@ mod run;
 mod run_dir;
 mod search;
 mod secrets;
+mod server_metrics;
 mod sim;
 mod sim_engines;
 mod slurm;

@@ -133,6 +133,9 @@ impl PointFold {
                 }
             }
             Some(e) => {
+                if r.role == RequestRole::Measure {
+                    self.done.add(r);
+                }
                 let kind = self
                     .error_kinds
                     .entry(e.kind.to_string())

@@ -210,8 +210,8 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
-        let server = crate::measure::server_view::summarize(&scrapes);
-        if let Some(view) = &server {
+        let mut server = crate::measure::server_view::summarize(&scrapes);
+        if let Some(view) = &mut server {
             flags.extend(crate::measure::server_view::contradictions(
                 view,
                 fold.done(),
@@ -266,7 +266,15 @@ impl PointRunner {
             } = &source.entries[0].prompt
         {
             let body = self
-                .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
+                .body_text(
+                    client,
+                    exp,
+                    generator,
+                    *target_tokens,
+                    *calibrate,
+                    behind_nonce(exp),
+                    &model,
+                )
                 .await
                 .map_err(|(e, record)| (FlagKind::CalibrationFailed, e, record))?;
             flags.extend(body.flag);
@@ -382,7 +390,7 @@ impl PointRunner {
             p
         });
         let scraper = match (&self.metrics_sink, &self.surface) {
-            (Some(sink), Some(surface)) if surface.metrics => {
+            (Some(sink), Some(surface)) if surface.metrics => Some(
                 super::scrape::Scraper::start(
                     client,
                     &point.id,
@@ -390,8 +398,8 @@ impl PointRunner {
                     sink.clone(),
                     self.scrape_interval,
                 )
-                .await
-            }
+                .await,
+            ),
             _ => None,
         };
         let done_before = fold.done().requests;
@@ -604,6 +612,7 @@ impl PointRunner {
         generator: &TextGenerator,
         target: u64,
         calibrate: bool,
+        behind_nonce: bool,
         model: &Option<String>,
     ) -> Result<Body, (String, Option<Calibration>)> {
         let surface = self.surface.clone().unwrap_or_default();
@@ -628,7 +637,7 @@ impl PointRunner {
             .tokenize
             .clone()
             .filter(|_| api != crate::spec::types::Api::OpenaiChat);
-        let key = format!("{model:?}|{api:?}|{generator:?}|{target}");
+        let key = format!("{model:?}|{api:?}|{generator:?}|{target}|{behind_nonce}");
         let (cal, record) = match self.calibrations.get(&key) {
             Some((c, first)) => {
                 let mut record = first.clone();
@@ -644,10 +653,13 @@ impl PointRunner {
                 } else {
                     "generate"
                 };
+                // Counted as it is sent: behind a nonce only when one goes in front (a
+                // nonce's dozen tokens counted and not sent left prompts short).
+                let prefix = move || if behind_nonce { nonce() } else { String::new() };
                 let calibration = calibrator.calibrate(
                     generator,
                     target,
-                    nonce,
+                    prefix,
                     |prompt: String| {
                         let (client, model, tokenize) =
                             (client.clone(), model.clone(), tokenize.clone());
@@ -729,6 +741,17 @@ async fn count_tokens(
             None => CountError::Failed(text),
         }
     })
+}
+
+/// Whether a generated prompt is sent behind a nonce-shaped prefix: a cold point's nonce (on
+/// unless `cache.nonce: false`), a warm point's per-round one, a conversation's opening tag.
+pub(super) fn behind_nonce(exp: &Experiment) -> bool {
+    exp.sessions().is_some()
+        || match exp.cache.policy {
+            CachePolicy::Cold => exp.cache.nonce,
+            CachePolicy::Warm => true,
+            _ => false,
+        }
 }
 
 /// A point's workload, ready to draw from, and the model name its requests carry.
