@@ -50,6 +50,8 @@ pub struct Faults {
     pub metrics_extra: String,
     /// `/metrics` answers HTTP 500 from its request with this index (0-based) on.
     pub metrics_fail_from: Option<usize>,
+    /// Close the connection after a generation's first chunk (a server killed mid-stream).
+    pub reset_mid_stream: bool,
 }
 
 impl Default for Faults {
@@ -71,6 +73,7 @@ impl Default for Faults {
             metrics_prompt_scale: None,
             metrics_extra: String::new(),
             metrics_fail_from: None,
+            reset_mid_stream: false,
         }
     }
 }
@@ -372,6 +375,9 @@ fn generate(
             )
         };
         send(out, &event);
+        if f.reset_mid_stream && faulty {
+            return false;
+        }
     }
     let _ = stream;
     send(out, "data: [DONE]\n\n");

@@ -11,6 +11,7 @@ mod faulty;
 mod fuzz;
 mod interrupt;
 mod load;
+mod nonce_off;
 mod orphans;
 mod pools;
 mod report;

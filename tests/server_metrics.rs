@@ -182,3 +182,42 @@ fn a_warm_llama_cpp_point_agrees_with_the_servers_counters() {
         "{p}"
     );
 }
+
+/// Item 6: a server cut off mid-stream had counted the prompts the client never saw finish.
+/// Its counters do not judge the point: the failure is the requests' own.
+#[test]
+fn a_point_whose_requests_failed_is_failed_by_them_not_by_the_servers_counters() {
+    let server = FaultyServer::start(Faults {
+        metrics_prompt_scale: Some(1.0),
+        reset_mid_stream: true,
+        ..Faults::default()
+    });
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "cut.yaml",
+        &url_spec(
+            "cut",
+            &server.url,
+            "{ kind: repeat, tokens: 64, calibrate: false }",
+            "requests: 3\n",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let p = &points[0];
+    assert_eq!(p["errors"], 3, "{p}");
+    assert!(
+        crate::faulty::flag_kinds(p).iter().all(|k| k != "server-disagrees"),
+        "{p}"
+    );
+    assert!(
+        p["server"]["notes"].to_string().contains("3 requests of the window failed"),
+        "{p}"
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    let reason = meta["status_reason"].as_str().unwrap();
+    assert!(!reason.contains("apart"), "{reason}");
+    assert!(reason.contains("3 of 3 requests failed"), "{reason}");
+}
