@@ -250,7 +250,12 @@ fn route(req: &Request, out: &mut TcpStream, f: &Faults, seen: &Seen) -> bool {
                 asked.iter().filter(|p| *p == "/metrics").count() > from
             }) =>
         {
-            respond(out, "500 Internal Server Error", "text/plain", "scrape refused\n");
+            respond(
+                out,
+                "500 Internal Server Error",
+                "text/plain",
+                "scrape refused\n",
+            );
         }
         ("GET", "/metrics") if f.metrics_prompt_scale.is_some() => {
             let scale = f.metrics_prompt_scale.unwrap_or(1.0);

@@ -38,7 +38,12 @@ fn nan_and_infinite_samples_are_stored_losslessly_and_the_run_reports() {
     assert!(text.contains(r#""sglang:fwd_occupancy":"NaN""#), "{text}");
     assert!(text.contains(r#""sglang:big":"+Inf""#) && text.contains(r#""sglang:small":"-Inf""#));
     assert!(!text.contains("null"), "{text}");
-    assert_eq!(points[0]["server"]["requests"].as_f64(), Some(3.0), "{}", points[0]);
+    assert_eq!(
+        points[0]["server"]["requests"].as_f64(),
+        Some(3.0),
+        "{}",
+        points[0]
+    );
     let report = servebench().arg("report").arg(&dir).output().unwrap();
     assert!(report.status.success(), "{}", show(&report));
 
@@ -75,7 +80,10 @@ fn a_server_with_thousands_of_huge_series_costs_a_bounded_scrape_that_says_what_
     );
     let view = &points[0]["server"];
     assert_eq!(view["requests"].as_f64(), Some(3.0), "{view}");
-    assert!(view["notes"].to_string().contains("left out 4000 samples"), "{view}");
+    assert!(
+        view["notes"].to_string().contains("left out 4000 samples"),
+        "{view}"
+    );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("left out 4000 samples"), "{report}");
 
@@ -85,9 +93,10 @@ fn a_server_with_thousands_of_huge_series_costs_a_bounded_scrape_that_says_what_
     let (dir, points) = ws.run_ok(&spec(&ws, "over", &server, "requests: 2\n"));
     let scrapes = read_jsonl(&dir.join("metrics.jsonl"));
     assert!(
-        scrapes
-            .iter()
-            .all(|s| s["error"].as_str().unwrap().contains("larger than 4194304 bytes")),
+        scrapes.iter().all(|s| s["error"]
+            .as_str()
+            .unwrap()
+            .contains("larger than 4194304 bytes")),
         "{scrapes:?}"
     );
     assert!(points[0]["server"]["failed_scrapes"].as_u64().unwrap() >= 2);
@@ -110,7 +119,10 @@ fn a_failed_scrape_is_recorded_with_its_cause_and_shown() {
     let view = &points[0]["server"];
     assert!(view["failed_scrapes"].as_u64().unwrap() >= 1, "{view}");
     assert_eq!(view["scrape_error"], "/metrics answered HTTP 500");
-    assert!(view["requests"].is_null(), "unknown without an end scrape: {view}");
+    assert!(
+        view["requests"].is_null(),
+        "unknown without an end scrape: {view}"
+    );
     assert!(
         crate::faulty::flag_kinds(&points[0])
             .iter()
@@ -150,7 +162,11 @@ fn a_fresh_sglangs_first_cold_point_has_its_server_counters() {
         .map(|r| r["prompt_tokens"].as_u64().unwrap())
         .sum();
     assert_eq!(view["requests"].as_f64(), Some(3.0), "{view}");
-    assert_eq!(view["prompt_tokens"].as_f64(), Some(client_prompt as f64), "{view}");
+    assert_eq!(
+        view["prompt_tokens"].as_f64(),
+        Some(client_prompt as f64),
+        "{view}"
+    );
     assert_eq!(view["cached_tokens"].as_f64(), Some(0.0), "{view}");
     assert_eq!(view["generation_tokens"].as_f64(), Some(12.0), "{view}");
 }
@@ -172,13 +188,29 @@ fn a_warm_llama_cpp_point_agrees_with_the_servers_counters() {
     let view = &p["server"];
     assert_eq!(view["engine"], "llamacpp", "{p}");
     let requests = measured_requests(&dir);
-    let prompt: u64 = requests.iter().map(|r| r["prompt_tokens"].as_u64().unwrap()).sum();
-    let cached: u64 = requests.iter().map(|r| r["cached_tokens"].as_u64().unwrap()).sum();
+    let prompt: u64 = requests
+        .iter()
+        .map(|r| r["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    let cached: u64 = requests
+        .iter()
+        .map(|r| r["cached_tokens"].as_u64().unwrap())
+        .sum();
     assert!(cached > prompt / 2, "warm: {cached} of {prompt} cached");
-    assert_eq!(view["prompt_tokens"].as_f64(), Some(prompt as f64), "{view}");
-    assert_eq!(view["cached_tokens"].as_f64(), Some(cached as f64), "{view}");
+    assert_eq!(
+        view["prompt_tokens"].as_f64(),
+        Some(prompt as f64),
+        "{view}"
+    );
+    assert_eq!(
+        view["cached_tokens"].as_f64(),
+        Some(cached as f64),
+        "{view}"
+    );
     assert!(
-        crate::faulty::flag_kinds(p).iter().all(|k| k != "server-disagrees"),
+        crate::faulty::flag_kinds(p)
+            .iter()
+            .all(|k| k != "server-disagrees"),
         "{p}"
     );
 }
@@ -209,11 +241,15 @@ fn a_point_whose_requests_failed_is_failed_by_them_not_by_the_servers_counters()
     let p = &points[0];
     assert_eq!(p["errors"], 3, "{p}");
     assert!(
-        crate::faulty::flag_kinds(p).iter().all(|k| k != "server-disagrees"),
+        crate::faulty::flag_kinds(p)
+            .iter()
+            .all(|k| k != "server-disagrees"),
         "{p}"
     );
     assert!(
-        p["server"]["notes"].to_string().contains("3 requests of the window failed"),
+        p["server"]["notes"]
+            .to_string()
+            .contains("3 requests of the window failed"),
         "{p}"
     );
     let meta = read_json(&dir.join("meta.json"));

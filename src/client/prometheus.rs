@@ -203,7 +203,11 @@ mod tests {
         let long = format!("{} 1\nshort 2\n", "n".repeat(MAX_NAME_BYTES + 1));
         let s = parse(&long).unwrap();
         assert_eq!(s.values.len(), 1);
-        assert!(s.cut.unwrap().contains("1 sample with names longer than 200 bytes"));
+        assert!(
+            s.cut
+                .unwrap()
+                .contains("1 sample with names longer than 200 bytes")
+        );
         assert_eq!(parse("a 1\n").unwrap().cut, None);
     }
 }

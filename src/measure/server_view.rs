@@ -438,7 +438,11 @@ mod tests {
         assert_eq!(v.cached_tokens, Some(150.0));
         assert_eq!(v.cache_hit_rate, Some(150.0 / 400.0));
         assert_eq!(v.gen_tok_s, Some(100.0 / 2.0));
-        assert_eq!(v.requests, Some(0.0), "SGLang's lazy counter, not yet created");
+        assert_eq!(
+            v.requests,
+            Some(0.0),
+            "SGLang's lazy counter, not yet created"
+        );
         assert!(v.notes.is_empty(), "{:?}", v.notes);
         assert!(summarize(&[scrape(0, 1.0, "start", &[("process_cpu", 1.0)])]).is_none());
     }
@@ -461,10 +465,7 @@ mod tests {
                 0,
                 1.0,
                 "start",
-                &[
-                    ("vllm:prompt_tokens_total", 10.0),
-                    (START_TIME, 1.7e9),
-                ],
+                &[("vllm:prompt_tokens_total", 10.0), (START_TIME, 1.7e9)],
             ),
             scrape(
                 0,
@@ -478,8 +479,14 @@ mod tests {
         ];
         let v = summarize(&s).unwrap();
         assert_eq!(v.prompt_tokens, None);
-        assert!(contradictions(&mut v.clone(), &finished(1, 64, 0), &Finished::default()).is_empty());
-        assert!(v.notes.iter().any(|n| n.contains("restarted")), "{:?}", v.notes);
+        assert!(
+            contradictions(&mut v.clone(), &finished(1, 64, 0), &Finished::default()).is_empty()
+        );
+        assert!(
+            v.notes.iter().any(|n| n.contains("restarted")),
+            "{:?}",
+            v.notes
+        );
     }
 
     /// A fresh SGLang 0.5 server has no token or request counters until its first request
@@ -510,7 +517,11 @@ mod tests {
         ];
         let mut v = summarize(&s).unwrap();
         assert_eq!(v.prompt_tokens, Some(256.0));
-        assert_eq!(v.cached_tokens, Some(0.0), "no cache hit yet: the counter is 0");
+        assert_eq!(
+            v.cached_tokens,
+            Some(0.0),
+            "no cache hit yet: the counter is 0"
+        );
         assert_eq!(v.requests, Some(2.0));
         assert_eq!(v.generation_tokens, Some(8.0));
         assert!(contradictions(&mut v, &finished(2, 256, 0), &Finished::default()).is_empty());
@@ -586,7 +597,11 @@ mod tests {
             failed: 3,
         };
         assert!(contradictions(&mut v, &done, &Finished::default()).is_empty());
-        assert!(v.notes[0].starts_with("3 requests of the window failed"), "{:?}", v.notes);
+        assert!(
+            v.notes[0].starts_with("3 requests of the window failed"),
+            "{:?}",
+            v.notes
+        );
     }
 
     #[test]
@@ -602,7 +617,12 @@ mod tests {
                 ],
             ),
             scrape(0, 1.5, "tick", &[("sglang:num_running_reqs", 3.0)]),
-            failed(0, 2.0, "end", "/metrics: request failed: connection refused"),
+            failed(
+                0,
+                2.0,
+                "end",
+                "/metrics: request failed: connection refused",
+            ),
         ];
         let v = summarize(&s).unwrap();
         assert_eq!(v.scrapes, 2);
@@ -613,7 +633,11 @@ mod tests {
         );
         assert_eq!(v.prompt_tokens, None);
         assert_eq!(v.running.unwrap().max, 3.0);
-        assert!(v.notes.iter().any(|n| n.contains("last scrape failed")), "{:?}", v.notes);
+        assert!(
+            v.notes.iter().any(|n| n.contains("last scrape failed")),
+            "{:?}",
+            v.notes
+        );
         // Only failures: the view still says so.
         let v = summarize(&[failed(0, 1.0, "start", "HTTP 500")]).unwrap();
         assert_eq!((v.engine.as_str(), v.failed_scrapes), ("", 1));

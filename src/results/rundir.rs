@@ -40,6 +40,9 @@ pub const REQUESTS_FILE: &str = "requests.jsonl";
 pub const POINTS_FILE: &str = "points.jsonl";
 /// The server's `/metrics`, scraped while points run (one line per scrape).
 pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The Slurm jobs the run submitted, one [`super::meta::SubmittedJob`] a line, each written
+/// as `sbatch` answered.
+pub const SLURM_JOBS_FILE: &str = "slurm-jobs.jsonl";
 /// Bytes of `metrics.jsonl` past which the scrapes taken while requests run (`tick`) are no
 /// longer written; each round's `start` and `end` scrapes (what the server view is computed
 /// from) still are.
@@ -114,6 +117,7 @@ pub struct RunDir {
     requests: Mutex<Option<File>>,
     points: Mutex<Option<File>>,
     metrics: Mutex<Option<File>>,
+    slurm_jobs: Mutex<Option<File>>,
     /// Which budgets of `metrics.jsonl` were reached and said (bit 1: ticks, bit 2: all).
     metrics_cut: std::sync::atomic::AtomicU8,
     /// [`METRICS_TICK_BUDGET`] and [`METRICS_BUDGET`] (smaller in tests).
@@ -132,6 +136,7 @@ impl RunDir {
             requests: Mutex::new(None),
             points: Mutex::new(None),
             metrics: Mutex::new(None),
+            slurm_jobs: Mutex::new(None),
             metrics_cut: Default::default(),
             metrics_budgets: [METRICS_TICK_BUDGET, METRICS_BUDGET],
             lock: Mutex::new(None),
@@ -312,6 +317,17 @@ impl RunDir {
             file.flush()?;
         }
         Ok(())
+    }
+
+    /// Records a Slurm job the run submitted (before it runs).
+    pub fn append_slurm_job(&self, job: &super::meta::SubmittedJob) -> io::Result<()> {
+        append_line(&self.slurm_jobs, &self.file(SLURM_JOBS_FILE), job)
+    }
+
+    /// The Slurm jobs the run submitted (empty when it submitted none), truncated lines
+    /// skipped.
+    pub fn read_slurm_jobs(&self) -> Result<Vec<super::meta::SubmittedJob>, RunDirError> {
+        Ok(read_jsonl(&self.file(SLURM_JOBS_FILE))?.records)
     }
 
     /// Records that `host` measures `group` from now on (a host pool): its points appended

@@ -72,9 +72,7 @@ mod exposition_values {
         Null(()),
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<BTreeMap<String, f64>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
         struct Values;
         impl<'de> Visitor<'de> for Values {
             type Value = BTreeMap<String, f64>;
@@ -208,8 +206,6 @@ mod tests {
         let s: MetricsScrape = serde_json::from_str(line).unwrap();
         assert!(s.values["sglang:fwd_occupancy"].is_nan());
         assert!(s.answered());
-        assert!(
-            serde_json::from_str::<MetricsScrape>(&line.replace("null", r#""many""#)).is_err()
-        );
+        assert!(serde_json::from_str::<MetricsScrape>(&line.replace("null", r#""many""#)).is_err());
     }
 }

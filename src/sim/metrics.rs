@@ -356,7 +356,11 @@ mod tests {
             "sglang:num_retracted_requests_total",
             "sglang:e2e_request_latency_seconds_count",
         ] {
-            assert_eq!(sample(&fresh, name), None, "{name} in a fresh server:\n{fresh}");
+            assert_eq!(
+                sample(&fresh, name),
+                None,
+                "{name} in a fresh server:\n{fresh}"
+            );
         }
         assert!(fresh.contains("# TYPE sglang:prompt_tokens_total counter"));
         assert_eq!(
@@ -365,17 +369,36 @@ mod tests {
         );
         // Decoding counts nothing until the request finishes.
         st.generation_tokens_total = 5;
-        assert_eq!(sample(&st.render("m", 1000), "sglang:generation_tokens_total"), None);
+        assert_eq!(
+            sample(&st.render("m", 1000), "sglang:generation_tokens_total"),
+            None
+        );
         st.prompt_tokens_total = 64;
         st.finished_generation_tokens = 8;
         st.num_requests_total = 1;
         let one = st.render("m", 1000);
-        assert_eq!(sample(&one, "sglang:prompt_tokens_total").as_deref(), Some("64"));
-        assert_eq!(sample(&one, "sglang:generation_tokens_total").as_deref(), Some("8"));
-        assert_eq!(sample(&one, "sglang:num_requests_total").as_deref(), Some("1"));
-        assert_eq!(sample(&one, "sglang:cached_tokens_total"), None, "no hit yet");
+        assert_eq!(
+            sample(&one, "sglang:prompt_tokens_total").as_deref(),
+            Some("64")
+        );
+        assert_eq!(
+            sample(&one, "sglang:generation_tokens_total").as_deref(),
+            Some("8")
+        );
+        assert_eq!(
+            sample(&one, "sglang:num_requests_total").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            sample(&one, "sglang:cached_tokens_total"),
+            None,
+            "no hit yet"
+        );
         st.cached_tokens_total = 63;
         let hit = st.render("m", 1000);
-        assert_eq!(sample(&hit, "sglang:cached_tokens_total").as_deref(), Some("63"));
+        assert_eq!(
+            sample(&hit, "sglang:cached_tokens_total").as_deref(),
+            Some("63")
+        );
     }
 }

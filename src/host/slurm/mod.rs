@@ -46,6 +46,10 @@ const RELEASE_WAIT: Duration = Duration::from_secs(60);
 /// What the host tells the run while a job waits: one line per change of state or reason.
 pub type WaitReport = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Where the host records each job it submits, as `sbatch` answers (the run directory's
+/// `slurm-jobs.jsonl`), so a job that waits in the queue is known to `down`.
+pub type Journal = Arc<dyn Fn(&crate::results::meta::SubmittedJob) + Send + Sync>;
+
 /// The allocation servers are launched in now.
 #[derive(Debug, Clone)]
 struct Allocation {
@@ -95,6 +99,8 @@ pub struct SlurmHost {
     runner: Runner,
     /// servebench's binary as the nodes run it, once known (uploaded to the login node).
     binary: Mutex<Option<String>>,
+    /// Where submitted jobs are recorded, once the run directory exists.
+    journal: std::sync::OnceLock<Journal>,
 }
 
 impl SlurmHost {
@@ -119,7 +125,13 @@ impl SlurmHost {
             launches: Default::default(),
             runner,
             binary: Mutex::new(None),
+            journal: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records every job submitted from now on with `journal`.
+    pub fn set_journal(&self, journal: Journal) {
+        let _ = self.journal.set(journal);
     }
 
     /// Where Slurm's commands run for `opts`: this machine, or its login node, connected
@@ -239,6 +251,14 @@ impl SlurmHost {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(job_id);
+        if let Some(journal) = self.journal.get() {
+            journal(&crate::results::meta::SubmittedJob {
+                group: owner.clone(),
+                job_id,
+                job_name: name.clone(),
+                login: self.runner.login_name(),
+            });
+        }
         (self.on_wait)(&format!("{group}: submitted Slurm job {job_id} ({name})"));
         let info = match self.wait_running(group, job_id).await {
             Ok(info) => info,

@@ -95,12 +95,10 @@ impl PointRunner {
                         calibrate,
                         behind_nonce,
                     } => {
-                        if let Entry::Vacant(e) = plan.bodies.entry(body_key(
-                            &generator,
-                            tokens,
-                            calibrate,
-                            behind_nonce,
-                        )) {
+                        if let Entry::Vacant(e) =
+                            plan.bodies
+                                .entry(body_key(&generator, tokens, calibrate, behind_nonce))
+                        {
                             let body = self
                                 .body(
                                     client,
