@@ -142,11 +142,12 @@ pub fn is_secret(name: &str, value: &str) -> bool {
     let Some(kind) = name_kind(name) else {
         return false;
     };
-    let v = unquote(value.trim()).trim();
+    let v = unquote(value.trim()).trim().trim_matches('`');
+    // A placeholder in documentation (`-o Key=Value`, `api-key: ...`) holds no secret.
     if v.is_empty()
         || matches!(
             v.to_ascii_lowercase().as_str(),
-            "none" | "null" | "~" | "true" | "false"
+            "none" | "null" | "~" | "true" | "false" | "value" | "..." | "…"
         )
         || is_env_ref(v)
         || v == REDACTED
@@ -691,6 +692,7 @@ mod tests {
             "host_key_check: strict",
             "Time to first token: from the request",
             "Time per output token: (E2E - TTFT)",
+            "\"description\": \"Extra ssh options (`-o Key=Value`), e.g. x\"",
         ] {
             assert_eq!(red.text(same), same);
         }

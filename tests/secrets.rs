@@ -375,7 +375,9 @@ fn free_text_secrets_and_a_hosts_password_land_nowhere_locally() {
         run(&ws, &unreachable, &[]),
     ];
     assert!(!outs[2].status.success(), "{}", show(&outs[2]));
-    assert!(String::from_utf8_lossy(&outs[2].stderr).contains("cannot reach <redacted>@127.0.0.1:1"));
+    assert!(
+        String::from_utf8_lossy(&outs[2].stderr).contains("cannot reach <redacted>@127.0.0.1:1")
+    );
     let refs: Vec<&Output> = outs.iter().collect();
     assert_nowhere(&[&password], &ws.path().join("runs"), &refs);
 }
