@@ -604,7 +604,9 @@ impl PointRunner {
     /// The text of a generated prompt: calibrated to the server's token count (once per
     /// model, generator and target; reused by later points), or sized at four characters per
     /// token when the spec says not to calibrate. Returns the text, a flag when calibration
-    /// ended outside its tolerance, and what calibration did.
+    /// ended outside its tolerance, and what calibration did. `behind_nonce`: the text is
+    /// sent behind a nonce-shaped prefix, so it is counted behind one.
+    #[allow(clippy::too_many_arguments)]
     async fn body_text(
         &mut self,
         client: &Client,
