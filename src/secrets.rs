@@ -454,7 +454,7 @@ mod tests {
     #[test]
     fn a_password_in_a_hosts_address_is_a_secret() {
         let exp: crate::spec::types::Experiment = serde_saphyr::from_str(
-            "name: x\nhost: ssh://bench:pw-host-12345@gpu:22\nserver: { engine: sim, model: m }\n",
+            "name: x\nhost: ssh://bench:pw-host-12345@gpu:22\nserver: { engine: sim, model: m }\nworkload: { prompt: { kind: repeat, tokens: 8 }, output_tokens: 2 }\n",
         )
         .unwrap();
         let found = host_secrets(&exp);
@@ -465,7 +465,7 @@ mod tests {
             "cannot reach <redacted>@gpu:22: refused"
         );
         let plain: crate::spec::types::Experiment = serde_saphyr::from_str(
-            "name: x\nhost: ssh://bench@gpu\nserver: { engine: sim, model: m }\n",
+            "name: x\nhost: ssh://bench@gpu\nserver: { engine: sim, model: m }\nworkload: { prompt: { kind: repeat, tokens: 8 }, output_tokens: 2 }\n",
         )
         .unwrap();
         assert!(
