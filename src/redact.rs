@@ -142,11 +142,12 @@ pub fn is_secret(name: &str, value: &str) -> bool {
     let Some(kind) = name_kind(name) else {
         return false;
     };
-    let v = unquote(value.trim()).trim();
+    let v = unquote(value.trim()).trim().trim_matches('`');
+    // A placeholder in documentation (`-o Key=Value`, `api-key: ...`) holds no secret.
     if v.is_empty()
         || matches!(
             v.to_ascii_lowercase().as_str(),
-            "none" | "null" | "~" | "true" | "false"
+            "none" | "null" | "~" | "true" | "false" | "value" | "..." | "…"
         )
         || is_env_ref(v)
         || v == REDACTED
@@ -202,6 +203,11 @@ static NAME_VALUE: LazyLock<Regex> = LazyLock::new(|| {
         r#"(?P<val>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"|[^\s,;)\]}{'"]+)"#
     ))
     .expect("valid regex")
+});
+
+/// A name and its separator, where a [`NAME_VALUE`] pair can start.
+static NAME_SEP: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)(?P<name>[a-z0-9_][a-z0-9_.-]*)['"]?[ \t]*[:=]"#).expect("valid regex")
 });
 
 /// `--name value` on a command line.
@@ -292,13 +298,17 @@ impl Redactor {
             0 => t.iter().any(|&b| b == b':' || b == b'='),
             _ => memchr::memmem::find(t, b"--").is_some(),
         };
-        for (rule, re) in [&*NAME_VALUE, &*FLAG_VALUE].into_iter().enumerate() {
-            if !possible(rule, &out) {
-                continue;
-            }
-            if let Cow::Owned(b) = re.replace_all(&out, |c: &Captures| redact_value(c)) {
-                out = Cow::Owned(b);
-            }
+        if possible(0, &out)
+            && let Cow::Owned(b) = replace_name_values(&out)
+        {
+            out = Cow::Owned(b);
+        }
+        if possible(1, &out)
+            && let Cow::Owned(b) = FLAG_VALUE.replace_all(&out, |c: &Captures| {
+                redact_value(c).unwrap_or_else(|| c[0].to_vec())
+            })
+        {
+            out = Cow::Owned(b);
         }
         out
     }
@@ -366,13 +376,61 @@ fn hide_under(name: &str, v: &mut serde_json::Value) {
     }
 }
 
+/// `text` with the value of each `name value` pair whose value is a secret hidden. Pairs are
+/// found by their names (`name:` or `name=`), each looked at once, so a pair inside another's
+/// value is found too (`--comment=api_key=X`, `http://h/x?token=X`), in linear time: only a
+/// name that can be a secret's is matched with its value ([`NAME_VALUE`]). In a query string
+/// (`?` or `&` before the name) the value ends at the next `&` or `#`.
+fn replace_name_values(text: &[u8]) -> Cow<'_, [u8]> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    let mut at = 0;
+    while let Some(m) = NAME_SEP.captures_at(text, at) {
+        let whole = m.get(0).expect("match");
+        at = whole.end();
+        let name = m.name("name").expect("name");
+        if name.start() < copied || name_kind(&String::from_utf8_lossy(name.as_bytes())).is_none() {
+            continue;
+        }
+        let Some(c) = NAME_VALUE
+            .captures_at(text, name.start())
+            .filter(|c| c.get(0).is_some_and(|w| w.start() == name.start()))
+        else {
+            continue;
+        };
+        let Some(mut hidden) = redact_value(&c) else {
+            continue;
+        };
+        let mut end = c.get(0).expect("match").end();
+        let query = name.start() > 0 && matches!(text[name.start() - 1], b'?' | b'&');
+        if query && let Some(val) = c.name("val") {
+            // Keep what follows the value's own end in a query string.
+            let cut = val.as_bytes().iter().position(|b| matches!(b, b'&' | b'#'));
+            if let Some(cut) = cut {
+                end = val.start() + cut;
+                hidden = [&text[name.start()..val.start()], REDACTED.as_bytes()].concat();
+            }
+        }
+        let buf = out.get_or_insert_with(|| Vec::with_capacity(text.len()));
+        buf.extend_from_slice(&text[copied..name.start()]);
+        buf.extend_from_slice(&hidden);
+        copied = end;
+        at = at.max(end);
+    }
+    match out {
+        None => Cow::Borrowed(text),
+        Some(mut buf) => {
+            buf.extend_from_slice(&text[copied..]);
+            Cow::Owned(buf)
+        }
+    }
+}
+
 /// The replacement for a `name value` match: the value hidden when it is a secret, the rest
-/// (quotes, separators, `Bearer `) kept.
-fn redact_value(c: &Captures) -> Vec<u8> {
+/// (quotes, separators, `Bearer `) kept; None when nothing in it is hidden.
+fn redact_value(c: &Captures) -> Option<Vec<u8>> {
     let whole = c.get(0).expect("match");
-    let (Some(name), Some(val)) = (c.name("name"), c.name("val")) else {
-        return whole.as_bytes().to_vec();
-    };
+    let (name, val) = (c.name("name")?, c.name("val")?);
     let name_s = String::from_utf8_lossy(name.as_bytes());
     let val_s = String::from_utf8_lossy(val.as_bytes());
     // A lone word before a colon is prose ("time to first token: from ..."), not a setting:
@@ -382,12 +440,12 @@ fn redact_value(c: &Captures) -> Vec<u8> {
         && c.name("scheme").is_none()
         && c.name("sep").is_some_and(|s| s.as_bytes().contains(&b':'))
     {
-        return whole.as_bytes().to_vec();
+        return None;
     }
     // `Authorization: Bearer X` hides X whatever the header is called.
     let bearer = c.name("scheme").is_some() && name_kind(&name_s).is_some();
     if !bearer && !is_secret(&name_s, &val_s) {
-        return whole.as_bytes().to_vec();
+        return None;
     }
     let v = val.as_bytes();
     let quoted = v.len() >= 2 && matches!(v[0], b'\'' | b'"') && v[v.len() - 1] == v[0];
@@ -397,12 +455,14 @@ fn redact_value(c: &Captures) -> Vec<u8> {
         REDACTED.as_bytes().to_vec()
     };
     let start = whole.start();
-    [
-        &whole.as_bytes()[..val.start() - start],
-        &hidden[..],
-        &whole.as_bytes()[val.end() - start..],
-    ]
-    .concat()
+    Some(
+        [
+            &whole.as_bytes()[..val.start() - start],
+            &hidden[..],
+            &whole.as_bytes()[val.end() - start..],
+        ]
+        .concat(),
+    )
 }
 
 fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
@@ -600,6 +660,23 @@ mod tests {
                 "Authorization: Bearer k9".into(),
                 format!("Authorization: Bearer {REDACTED}"),
             ),
+            // A pair inside another's value: a query string, a flag's value.
+            (
+                "see http://h:8/v1/models?token=k10&x=1 here".into(),
+                format!("see http://h:8/v1/models?token={REDACTED}&x=1 here"),
+            ),
+            (
+                "sbatch --comment=api_key=k11 --exclusive".into(),
+                format!("sbatch --comment=api_key={REDACTED} --exclusive"),
+            ),
+            (
+                "description: calls it with api_key=k12 and password=k13".into(),
+                format!("description: calls it with api_key={REDACTED} and password={REDACTED}"),
+            ),
+            (
+                "url: https://h/x?a=1&access_token=k14#f".into(),
+                format!("url: https://h/x?a=1&access_token={REDACTED}#f"),
+            ),
         ];
         for (given, want) in cases {
             assert_eq!(red.text(&given), want, "{given}");
@@ -615,9 +692,24 @@ mod tests {
             "host_key_check: strict",
             "Time to first token: from the request",
             "Time per output token: (E2E - TTFT)",
+            "\"description\": \"Extra ssh options (`-o Key=Value`), e.g. x\"",
         ] {
             assert_eq!(red.text(same), same);
         }
+    }
+
+    #[test]
+    fn nested_pairs_are_found_in_linear_steps() {
+        // A long chain of pairs: each is looked at once, none hides the next.
+        let chain = "a=".repeat(200_000) + "api_key=k15";
+        let t = std::time::Instant::now();
+        let out = Redactor::default().text(&chain).into_owned();
+        assert!(
+            out.ends_with(&format!("api_key={REDACTED}")),
+            "{}",
+            &out[out.len() - 40..]
+        );
+        assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
     }
 
     #[test]

@@ -182,8 +182,38 @@ pub fn redactor<'a>(
     crate::redact::Redactor::new(
         experiments
             .into_iter()
-            .flat_map(|e| server_secrets(&e.server)),
+            .flat_map(|e| server_secrets(&e.server).into_iter().chain(host_secrets(e))),
     )
+}
+
+/// The credentials written into the experiment's hosts: a password in `ssh://user:PASS@host`
+/// (also as `user:PASS@host`, how an SSH error names the destination), for each host of a
+/// pool and a Slurm cluster's login node.
+pub fn host_secrets(exp: &crate::spec::types::Experiment) -> Vec<String> {
+    use crate::spec::types::HostSpec;
+    let destination = |d: &str| {
+        let url = if d.contains("://") {
+            d.to_string()
+        } else {
+            format!("ssh://{d}")
+        };
+        // A login name alone is not a secret: only `user:pass` (and its password) is.
+        let found = url_credentials(&url);
+        if found.len() > 1 { found } else { Vec::new() }
+    };
+    let mut out = Vec::new();
+    for h in exp.pool() {
+        match &h {
+            HostSpec::Url(u) => out.extend(destination(u)),
+            HostSpec::Ssh(s) => out.extend(destination(&s.ssh)),
+            HostSpec::Slurm(s) => {
+                if let Some(l) = &s.slurm.login {
+                    out.extend(destination(&l.ssh));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Literal secret values in a server section (for scrubbing copies of the spec).
@@ -419,6 +449,29 @@ mod tests {
         assert_eq!(v["internal_states"][0]["hf_token"], REDACTED);
         assert_eq!(v["max_total_num_tokens"], 5);
         assert_eq!(v["tp_size"], 8);
+    }
+
+    #[test]
+    fn a_password_in_a_hosts_address_is_a_secret() {
+        let exp: crate::spec::types::Experiment = serde_saphyr::from_str(
+            "name: x\nhost: ssh://bench:pw-host-12345@gpu:22\nserver: { engine: sim, model: m }\nworkload: { prompt: { kind: repeat, tokens: 8 }, output_tokens: 2 }\n",
+        )
+        .unwrap();
+        let found = host_secrets(&exp);
+        assert!(found.iter().any(|s| s == "pw-host-12345"), "{found:?}");
+        let r = redactor([&exp]);
+        assert_eq!(
+            r.text("cannot reach bench:pw-host-12345@gpu:22: refused"),
+            "cannot reach <redacted>@gpu:22: refused"
+        );
+        let plain: crate::spec::types::Experiment = serde_saphyr::from_str(
+            "name: x\nhost: ssh://bench@gpu\nserver: { engine: sim, model: m }\nworkload: { prompt: { kind: repeat, tokens: 8 }, output_tokens: 2 }\n",
+        )
+        .unwrap();
+        assert!(
+            host_secrets(&plain).is_empty(),
+            "a login name is not a secret"
+        );
     }
 
     #[test]

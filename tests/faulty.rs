@@ -46,6 +46,12 @@ pub struct Faults {
     /// Serve SGLang's `/metrics` counters, with prompt tokens counted times this factor (1.0
     /// tells the truth); None: no `/metrics`.
     pub metrics_prompt_scale: Option<f64>,
+    /// Lines appended to `/metrics` (NaN values, thousands of series).
+    pub metrics_extra: String,
+    /// `/metrics` answers HTTP 500 from its request with this index (0-based) on.
+    pub metrics_fail_from: Option<usize>,
+    /// Close the connection after a generation's first chunk (a server killed mid-stream).
+    pub reset_mid_stream: bool,
 }
 
 impl Default for Faults {
@@ -65,6 +71,9 @@ impl Default for Faults {
             model: "faulty-model".into(),
             fault_only: None,
             metrics_prompt_scale: None,
+            metrics_extra: String::new(),
+            metrics_fail_from: None,
+            reset_mid_stream: false,
         }
     }
 }
@@ -235,6 +244,19 @@ fn route(req: &Request, out: &mut TcpStream, f: &Faults, seen: &Seen) -> bool {
         ("POST", "/generate") | ("POST", "/v1/completions") => {
             return generate(req, &body, out, f, seen);
         }
+        ("GET", "/metrics")
+            if f.metrics_fail_from.is_some_and(|from| {
+                let asked = seen.paths.lock().unwrap();
+                asked.iter().filter(|p| *p == "/metrics").count() > from
+            }) =>
+        {
+            respond(
+                out,
+                "500 Internal Server Error",
+                "text/plain",
+                "scrape refused\n",
+            );
+        }
         ("GET", "/metrics") if f.metrics_prompt_scale.is_some() => {
             let scale = f.metrics_prompt_scale.unwrap_or(1.0);
             let prompt: u64 = seen.prompt_tokens.lock().unwrap().iter().sum();
@@ -244,7 +266,7 @@ fn route(req: &Request, out: &mut TcpStream, f: &Faults, seen: &Seen) -> bool {
                  # TYPE sglang:num_requests_total counter\nsglang:num_requests_total{{model_name=\"m\"}} {n}\n\
                  # TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{model_name=\"m\"}} 0\n",
                 (prompt as f64 * scale).round()
-            );
+            ) + &f.metrics_extra;
             respond(out, "200 OK", "text/plain; version=0.0.4", &body);
         }
         _ => json(
@@ -358,6 +380,9 @@ fn generate(
             )
         };
         send(out, &event);
+        if f.reset_mid_stream && faulty {
+            return false;
+        }
     }
     let _ = stream;
     send(out, "data: [DONE]\n\n");
@@ -389,21 +414,21 @@ fn the_faulty_server_serves_a_stream_then_closes_when_told() {
 }
 
 /// A spec measuring the server at `url`; `rest` adds top-level keys.
-fn url_spec(name: &str, url: &str, prompt: &str, rest: &str) -> String {
+pub fn url_spec(name: &str, url: &str, prompt: &str, rest: &str) -> String {
     format!(
         "name: {name}\nserver:\n  url: {url}\n  ready_timeout: 10s\nworkload:\n  prompt: {prompt}\n  output_tokens: 4\n{rest}"
     )
 }
 
 /// The measured requests of a run, in file order.
-fn measured_requests(dir: &std::path::Path) -> Vec<serde_json::Value> {
+pub fn measured_requests(dir: &std::path::Path) -> Vec<serde_json::Value> {
     crate::common::read_jsonl(&dir.join("requests.jsonl"))
         .into_iter()
         .filter(|r| r["role"] == "measure")
         .collect()
 }
 
-fn flag_kinds(point: &serde_json::Value) -> Vec<String> {
+pub fn flag_kinds(point: &serde_json::Value) -> Vec<String> {
     point["flags"]
         .as_array()
         .into_iter()

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::process::Output;
+use std::time::Duration;
 
 use crate::common::*;
 
@@ -255,4 +256,243 @@ workload:
         &ws.path().join("runs"),
         &[&plan, &out],
     );
+}
+
+/// The secrets of a spec planted for `host` (its `host:` lines and the server's engine and
+/// launcher lines): every place the spec holds one, free text included. The first entry of
+/// the env is the variable a `${NAME}` reference reads.
+struct Planted {
+    spec: String,
+    /// Every secret, as planted.
+    secrets: Vec<String>,
+    /// The ones the spec hands to Slurm itself (`sbatch:` extras): the user put them in the
+    /// job's record, so Slurm's state is not searched for them.
+    given_to_slurm: Vec<String>,
+    /// `NAME=value` of the variable `${NAME}` refers to.
+    env: (String, String),
+}
+
+fn planted(name: &str, host: &str, server_head: &str) -> Planted {
+    let api_key = secret("sk-api");
+    let desc_key = secret("desc-key");
+    let bearer = secret("desc-bearer");
+    let query = secret("desc-query");
+    let env_password = secret("env-pass");
+    let referenced = secret("ref-password");
+    let comment = secret("sbatch-comment");
+    let ref_var = format!("SB_TEST_REF_{}", uuid::Uuid::new_v4().simple());
+    let host = host.replace("{comment}", &comment);
+    let spec = format!(
+        "name: {name}
+description: \"calls it with api_key={desc_key} and Authorization: Bearer {bearer}; see http://h:1/v1?token={query}&x=1\"
+{host}server:
+{server_head}  args: {{ profile: fast, context-length: 8192, api-key: \"{api_key}\" }}
+  env:
+    DB_URL: \"postgres://db/x?sslmode=off password={env_password}\"
+    SERVICE_PASSWORD: \"${{{ref_var}}}\"
+  ready_timeout: 60s
+workload:
+  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}
+  output_tokens: 4
+requests: 2
+"
+    );
+    let given_to_slurm = if host.contains(&comment) {
+        vec![comment.clone()]
+    } else {
+        Vec::new()
+    };
+    Planted {
+        spec,
+        secrets: vec![
+            api_key,
+            desc_key,
+            bearer,
+            query,
+            env_password,
+            referenced.clone(),
+            comment,
+        ],
+        given_to_slurm,
+        env: (ref_var, referenced),
+    }
+}
+
+/// Every secret of `p` is nowhere in the run directories under `runs` or the output of
+/// `commands`; the server's log of the run in `dir` shows the key's place, hidden.
+#[track_caller]
+fn assert_planted_nowhere(p: &Planted, runs: &Path, dir: &Path, commands: &[&Output]) {
+    let secrets: Vec<&str> = p.secrets.iter().map(String::as_str).collect();
+    let files = assert_nowhere(&secrets, runs, commands);
+    assert!(files >= 6, "searched {files} files");
+    let log = read(&dir.join("server-g1.log"));
+    assert!(log.contains("api_key='<redacted>'"), "{log}");
+    let spec_copy = read(&dir.join("spec.yaml"));
+    assert!(spec_copy.contains("api_key=<redacted>"), "{spec_copy}");
+    // The stored copy still reads as a spec.
+    let copy = runs.join("copy.yaml");
+    std::fs::write(&copy, &spec_copy).unwrap();
+    let validate = servebench()
+        .arg("validate")
+        .arg(&copy)
+        .env(&p.env.0, &p.env.1)
+        .output()
+        .unwrap();
+    assert!(validate.status.success(), "{}", show(&validate));
+    std::fs::remove_file(copy).unwrap();
+}
+
+/// Item 13: the free-text secrets (a description's `api_key=` and `Bearer`, a URL's
+/// `?token=`, `password=` inside an env value) land nowhere on a local run, nor a password
+/// in an SSH host's address (`ssh://user:PASS@host`) on the console.
+#[test]
+fn free_text_secrets_and_a_hosts_password_land_nowhere_locally() {
+    let ws = Workspace::new();
+    let p = planted("planted-local", "", "  engine: sim\n  model: m\n");
+    let spec = ws.write("local.yaml", &p.spec);
+    let env = [(p.env.0.as_str(), p.env.1.as_str())];
+    let spec_arg = spec.display().to_string();
+    let validate = servebench_in(&ws, &["validate", &spec_arg], &env);
+    let plan = servebench_in(&ws, &["plan", &spec_arg], &env);
+    let out = run(&ws, &spec, &env);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = ws.path().join(run_dir(&out));
+    let report = servebench_in(&ws, &["report", &dir.display().to_string()], &env);
+    assert_planted_nowhere(
+        &p,
+        &ws.path().join("runs"),
+        &dir,
+        &[&validate, &plan, &out, &report],
+    );
+
+    // A password in an SSH host's address: the host cannot be reached, and says so without it.
+    let password = secret("ssh-pass");
+    let unreachable = ws.write(
+        "ssh.yaml",
+        &format!(
+            "name: planted-ssh-pass\nhost: ssh://bench:{password}@127.0.0.1:1\nserver: {{ engine: sim, model: m }}\n\
+             workload: {{ prompt: {{ kind: repeat, tokens: 64 }}, output_tokens: 4 }}\n"
+        ),
+    );
+    let arg = unreachable.display().to_string();
+    let outs = [
+        servebench_in(&ws, &["validate", &arg], &[]),
+        servebench_in(&ws, &["plan", &arg], &[]),
+        run(&ws, &unreachable, &[]),
+    ];
+    assert!(!outs[2].status.success(), "{}", show(&outs[2]));
+    assert!(
+        String::from_utf8_lossy(&outs[2].stderr).contains("cannot reach <redacted>@127.0.0.1:1")
+    );
+    let refs: Vec<&Output> = outs.iter().collect();
+    assert_nowhere(&[&password], &ws.path().join("runs"), &refs);
+}
+
+/// Item 13: the same planted secrets over a real sshd on loopback (the server launched there,
+/// its log mirrored back).
+#[test]
+fn planted_secrets_land_nowhere_over_ssh() {
+    let Some(sshd) = crate::sshd::Sshd::start() else {
+        return;
+    };
+    let ws = Workspace::new();
+    let host = format!(
+        "host:\n  ssh: 127.0.0.1\n  port: {}\n  identity: {}\n  known_hosts: {}\n  remote_dir: {}/sb\n",
+        sshd.port,
+        sshd.client_key.display(),
+        sshd.known_hosts.display(),
+        sshd.home.display()
+    );
+    let head = format!(
+        "  engine: sglang\n  launcher: [{}, sim]\n  model: m\n",
+        env!("CARGO_BIN_EXE_servebench")
+    );
+    let p = planted("planted-ssh", &host, &head);
+    let spec = ws.write("ssh.yaml", &p.spec);
+    let env = [(p.env.0.as_str(), p.env.1.as_str())];
+    let out = run(&ws, &spec, &env);
+    assert!(out.status.success(), "{}\n{}", show(&out), sshd.log_text());
+    let dir = ws.path().join(run_dir(&out));
+    let report = servebench_in(&ws, &["report", &dir.display().to_string()], &env);
+    assert_planted_nowhere(&p, &ws.path().join("runs"), &dir, &[&out, &report]);
+}
+
+/// Item 13: on a real one-node Slurm: the server's log (the step's output), the job's record
+/// in slurmctld (`scontrol show job -d`, its saved state and environment) hold no planted
+/// secret; `sbatch:` extras are redacted in what servebench writes and prints.
+#[test]
+fn planted_secrets_land_nowhere_on_slurm_nor_in_its_job_state() {
+    let cluster = crate::slurmd::SlurmCluster::get();
+    let _cleanup = cluster.cancel_on_drop("servebench-planted-slurm");
+    let ws = Workspace::new();
+    let p = planted(
+        "planted-slurm",
+        "host:\n  slurm: { time: \"5\", sbatch: [\"--comment=api_key={comment}\"] }\n",
+        "  engine: sim\n  model: m\n",
+    );
+    let spec = ws.write("slurm.yaml", &p.spec);
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("SLURM_CONF", &cluster.conf)
+        .env(&p.env.0, &p.env.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the job runs: what slurmctld keeps of it.
+    let job = poll_until(Duration::from_secs(60), "the job running", || {
+        cluster
+            .jobs_named("servebench-planted-slurm")
+            .iter()
+            .find(|l| l.contains(" RUNNING "))
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+    });
+    let shown = cluster.output("scontrol", &["show", "job", "-d", &job]);
+    assert!(shown.contains(&format!("JobId={job}")), "{shown}");
+    let mut state = Vec::new();
+    files_now(&cluster.dir.path().join("state"), &mut state);
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", show(&done));
+    let dir = ws.path().join(run_dir(&done));
+    let report = servebench_in(&ws, &["report", &dir.display().to_string()], &[]);
+    assert_planted_nowhere(&p, &ws.path().join("runs"), &dir, &[&done, &report]);
+    let mut found = Vec::new();
+    for s in p.secrets.iter().filter(|s| !p.given_to_slurm.contains(s)) {
+        for form in forms(s) {
+            if shown.contains(&form) {
+                found.push(format!("{s} in scontrol show job -d"));
+            }
+            for (path, bytes) in &state {
+                if memchr::memmem::find(bytes, form.as_bytes()).is_some() {
+                    found.push(format!("{s} in {path}"));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "in Slurm's job state:\n{}",
+        found.join("\n")
+    );
+    assert!(
+        state.iter().any(|(p, _)| p.ends_with("environment")),
+        "the job's saved environment was searched: {:?}",
+        state.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+}
+
+/// Every file under `dir` that can be read now (slurmctld rewrites its state as it goes).
+fn files_now(dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files_now(&p, out);
+        } else if let Ok(bytes) = std::fs::read(&p) {
+            out.push((p.display().to_string(), bytes));
+        }
+    }
 }

@@ -721,3 +721,104 @@ fn a_slurm_host_with_a_login_node_validates_and_plan_names_it() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("bad.yaml:3:"), "{said}");
 }
+
+/// Waits until the run under `out` has recorded a submitted Slurm job; its id. Fails with the
+/// runner's output when none comes.
+fn wait_submitted(out: &Path, child: &mut std::process::Child) -> (PathBuf, u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = the_run_dir(out).and_then(|dir| {
+            let text = std::fs::read_to_string(dir.join("slurm-jobs.jsonl")).ok()?;
+            let line: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
+            Some((dir, line["job_id"].as_u64()?))
+        });
+        if let Some(f) = found {
+            return f;
+        }
+        if child.try_wait().ok().flatten().is_some() || std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = std::mem::replace(child, Command::new("true").spawn().unwrap());
+            let done = out.wait_with_output().unwrap();
+            panic!(
+                "no job was recorded as submitted; runner said:\n{}",
+                show(&done)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Item 14: a job that waits in the queue is recorded when it is submitted. A runner killed
+/// while it waits leaves it to `servebench down`, which cancels it; Ctrl-C while it waits
+/// cancels it at once.
+#[test]
+fn a_pending_job_is_recorded_at_submission_and_cancelled_by_down_or_ctrl_c() {
+    let cluster = SlurmCluster::get();
+    let model = format!("slurm-pending-{}", std::process::id());
+    // The job may not start for an hour: it stays PENDING (BeginTime).
+    let host = ", sbatch: [\"--begin=now+3600\"]";
+
+    let ws = Workspace::new();
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-pending-kill");
+    let path = ws.write("s.yaml", &spec("slurm-pending-kill", &model, 1.0, 2, host));
+    let out = ws.path().join("runs");
+    let mut child = servebench_on(&cluster, &run_args(&path, &out));
+    let (dir, job) = wait_submitted(&out, &mut child);
+    poll_until(Duration::from_secs(10), "the job is pending", || {
+        cluster
+            .jobs_named("servebench-slurm-pending-kill")
+            .iter()
+            .any(|l| l.starts_with(&format!("{job} PENDING")))
+            .then_some(())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !cluster
+            .jobs_named("servebench-slurm-pending-kill")
+            .is_empty(),
+        "the job outlives a killed runner"
+    );
+    let done = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("down")
+        .arg(&dir)
+        .env("SLURM_CONF", &cluster.conf)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&done.stdout).to_string() + &String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "Slurm job {job} (PENDING) cancelled by servebench down; it has left the queue"
+        )),
+        "{said}"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-pending-kill", &model);
+
+    // Ctrl-C while it waits: the job is cancelled and the runner ends promptly.
+    let ws = Workspace::new();
+    let _cleanup_int = cluster.cancel_on_drop("servebench-slurm-pending-int");
+    let path = ws.write("s.yaml", &spec("slurm-pending-int", &model, 1.0, 2, host));
+    let out = ws.path().join("runs");
+    let mut child = servebench_on(&cluster, &run_args(&path, &out));
+    let (_, job) = wait_submitted(&out, &mut child);
+    let asked = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let done = child.wait_with_output().unwrap();
+    let took = asked.elapsed();
+    assert_eq!(done.status.code(), Some(1), "{}", show(&done));
+    assert!(took < Duration::from_secs(10), "Ctrl-C took {took:?}");
+    assert!(
+        cluster
+            .jobs_named("servebench-slurm-pending-int")
+            .iter()
+            .all(|l| !l.starts_with(&format!("{job} PENDING"))),
+        "job {job} still pending"
+    );
+    assert_nothing_left(&cluster, "servebench-slurm-pending-int", &model);
+}

@@ -425,12 +425,25 @@ impl Client {
             hyper::Method::GET
         };
         let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        self.send_small(method, path, body, timeout).await
+        self.send_small(method, path, body, timeout, ADMIN_BODY_LIMIT)
+            .await
+    }
+
+    /// `GET path` like [`call`](Self::call), failing once the body passes `limit` bytes
+    /// (a `/metrics` scrape's budget).
+    pub async fn get_bounded(
+        &self,
+        path: &str,
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<(u16, Bytes), ClientError> {
+        self.send_small(hyper::Method::GET, path, Bytes::new(), timeout, limit)
+            .await
     }
 
     /// A small non-streaming request without a body, bounded by [`ADMIN_TIMEOUT`].
     async fn admin(&self, method: hyper::Method, path: &str) -> Result<(u16, Bytes), ClientError> {
-        self.send_small(method, path, Bytes::new(), ADMIN_TIMEOUT)
+        self.send_small(method, path, Bytes::new(), ADMIN_TIMEOUT, ADMIN_BODY_LIMIT)
             .await
     }
 
@@ -440,6 +453,7 @@ impl Client {
         path: &str,
         request_body: Bytes,
         timeout: Duration,
+        limit: usize,
     ) -> Result<(u16, Bytes), ClientError> {
         let failed = |message: String| ClientError::Request {
             path: path.into(),
@@ -457,9 +471,9 @@ impl Client {
         loop {
             match stream::read(&mut lease, &mut body, deadline).await {
                 stream::Read::Data(b) => {
-                    if bytes.len() + b.len() > ADMIN_BODY_LIMIT {
+                    if bytes.len() + b.len() > limit {
                         return Err(failed(format!(
-                            "the response body is larger than {ADMIN_BODY_LIMIT} bytes"
+                            "the response body is larger than {limit} bytes"
                         )));
                     }
                     bytes.extend_from_slice(&b);

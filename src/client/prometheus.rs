@@ -13,18 +13,30 @@ use std::time::Duration;
 
 use super::{Client, ClientError};
 
-/// Most distinct names kept from one scrape.
-pub const MAX_NAMES: usize = 4096;
+/// The most bytes one scrape reads: a real engine's `/metrics` is 10-300 KB.
+pub const MAX_SCRAPE_BYTES: usize = 4 << 20;
+/// Most distinct names kept from one scrape (an engine has a few hundred).
+pub const MAX_NAMES: usize = 1024;
+/// Longest name kept, in bytes (an engine's are under 80).
+pub const MAX_NAME_BYTES: usize = 200;
 /// How long one scrape may take.
 pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One scrape: metric name -> value (summed over label sets).
 pub type Values = BTreeMap<String, f64>;
 
+/// What one scrape kept, and what its budget left out.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Scrape {
+    pub values: Values,
+    /// What the budget left out, in words (None when nothing was).
+    pub cut: Option<String>,
+}
+
 /// Why a scrape gave nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
-    /// The request failed.
+    /// The request failed (or its body passed [`MAX_SCRAPE_BYTES`]).
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The server answered with another status.
@@ -41,9 +53,11 @@ pub enum ScrapeError {
 }
 
 /// Reads the text format. Fails on a sample line it cannot read (a server that sends
-/// something else entirely), never panics; stops keeping new names past [`MAX_NAMES`].
-pub fn parse(text: &str) -> Result<Values, ScrapeError> {
+/// something else entirely), never panics; keeps at most [`MAX_NAMES`] names of at most
+/// [`MAX_NAME_BYTES`] and says what it left out.
+pub fn parse(text: &str) -> Result<Scrape, ScrapeError> {
     let mut out = Values::new();
+    let (mut past_names, mut long_names) = (0usize, 0usize);
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -72,12 +86,33 @@ pub fn parse(text: &str) -> Result<Values, ScrapeError> {
         if name.ends_with("_bucket") || name.ends_with("_created") {
             continue;
         }
+        if name.len() > MAX_NAME_BYTES {
+            long_names += 1;
+            continue;
+        }
         if out.len() >= MAX_NAMES && !out.contains_key(name) {
+            past_names += 1;
             continue;
         }
         *out.entry(name.to_string()).or_insert(0.0) += value;
     }
-    Ok(out)
+    let mut cut = Vec::new();
+    if past_names > 0 {
+        cut.push(format!(
+            "{} past the first {MAX_NAMES} names",
+            crate::text::count_s(past_names, "sample")
+        ));
+    }
+    if long_names > 0 {
+        cut.push(format!(
+            "{} with names longer than {MAX_NAME_BYTES} bytes",
+            crate::text::count_s(long_names, "sample")
+        ));
+    }
+    Ok(Scrape {
+        values: out,
+        cut: (!cut.is_empty()).then(|| format!("left out {}", cut.join(" and "))),
+    })
 }
 
 /// The byte just past the closing `}` of a label set starting at `s[0] == '{'`; quoted
@@ -106,9 +141,11 @@ fn parse_value(s: &str) -> Option<f64> {
     }
 }
 
-/// Scrapes `/metrics` once.
-pub async fn scrape(client: &Client) -> Result<Values, ScrapeError> {
-    let (status, body) = client.call("GET", "/metrics", None, SCRAPE_TIMEOUT).await?;
+/// Scrapes `/metrics` once, reading at most [`MAX_SCRAPE_BYTES`].
+pub async fn scrape(client: &Client) -> Result<Scrape, ScrapeError> {
+    let (status, body) = client
+        .get_bounded("/metrics", SCRAPE_TIMEOUT, MAX_SCRAPE_BYTES)
+        .await?;
     if status != 200 {
         return Err(ScrapeError::Status(status));
     }
@@ -134,7 +171,7 @@ mod tests {
             process_start_time_seconds 1.7e9\n\
             x_created 12\n\
             nan_metric NaN\n";
-        let v = parse(text).unwrap();
+        let v = parse(text).unwrap().values;
         assert_eq!(v["sglang:num_running_reqs"], 7.5);
         assert_eq!(v["vllm:request_success_total"], 9.0);
         assert_eq!(v["sglang:ttft_seconds_sum"], 1.25);
@@ -155,8 +192,22 @@ mod tests {
     }
 
     #[test]
-    fn names_are_bounded() {
+    fn names_are_bounded_and_what_is_left_out_is_said() {
         let text: String = (0..MAX_NAMES + 50).map(|i| format!("m{i} 1\n")).collect();
-        assert_eq!(parse(&text).unwrap().len(), MAX_NAMES);
+        let s = parse(&text).unwrap();
+        assert_eq!(s.values.len(), MAX_NAMES);
+        assert_eq!(
+            s.cut.as_deref(),
+            Some("left out 50 samples past the first 1024 names")
+        );
+        let long = format!("{} 1\nshort 2\n", "n".repeat(MAX_NAME_BYTES + 1));
+        let s = parse(&long).unwrap();
+        assert_eq!(s.values.len(), 1);
+        assert!(
+            s.cut
+                .unwrap()
+                .contains("1 sample with names longer than 200 bytes")
+        );
+        assert_eq!(parse("a 1\n").unwrap().cut, None);
     }
 }

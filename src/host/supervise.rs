@@ -218,7 +218,7 @@ impl Relaying {
 
 /// Copies `from` to `to` line by line (a line longer than the budget in pieces), each through
 /// `redactor`; ends when `from` closes.
-fn copy_lines(
+pub(crate) fn copy_lines(
     from: impl std::io::Read,
     mut to: impl std::io::Write,
     redactor: &crate::redact::Redactor,

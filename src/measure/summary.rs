@@ -156,6 +156,9 @@ impl PointFold {
                 self.check_stamp(r);
             }
             Some(e) => {
+                if r.role == RequestRole::Measure {
+                    self.done.add(r);
+                }
                 let kind = self
                     .error_kinds
                     .entry(e.kind.to_string())

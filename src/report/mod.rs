@@ -609,6 +609,14 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
             title: t.title.clone(),
         })
         .collect();
+    for s in scrapes
+        .iter()
+        .filter(|s| s.at == crate::results::rundir::METRICS_BUDGET_AT)
+    {
+        if let Some(cut) = &s.cut {
+            model.data_notes.push(format!("{cut} ({}).", s.point));
+        }
+    }
     for (file, lines) in [
         (crate::results::rundir::POINTS_FILE, &points.truncated_lines),
         (crate::results::rundir::REQUESTS_FILE, &truncated_requests),

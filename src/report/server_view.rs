@@ -39,6 +39,11 @@ pub struct ServerViewRow {
     pub cache_hit_rate: Option<f64>,
     /// True when the point carries `server-disagrees`.
     pub disagrees: bool,
+    /// Scrapes the server did not answer, and why the first failed.
+    pub failed_scrapes: usize,
+    pub scrape_error: Option<String>,
+    /// What the scrapes' budget cut, and why counters were not compared.
+    pub notes: Vec<String>,
 }
 
 /// A row per point whose server was scraped.
@@ -79,6 +84,9 @@ pub fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<ServerViewR
                 gen_tok_s: v.gen_tok_s,
                 cache_hit_rate: v.cache_hit_rate,
                 disagrees: p.has_flag(&FlagKind::ServerDisagrees),
+                failed_scrapes: v.failed_scrapes,
+                scrape_error: v.scrape_error.clone(),
+                notes: v.notes.clone(),
             })
         })
         .collect()

@@ -259,6 +259,20 @@ pub struct SlurmJob {
     pub login: Option<String>,
 }
 
+/// A Slurm job the run submitted, recorded (`slurm-jobs.jsonl`) as soon as `sbatch` gave its
+/// id, before the job runs: `servebench down` cancels it even when the runner died while it
+/// waited in the queue, before any server of it was recorded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubmittedJob {
+    /// The server group it was submitted for (`run` for the run's one allocation).
+    pub group: String,
+    pub job_id: u64,
+    pub job_name: String,
+    /// The login node Slurm's commands ran on (as [`SlurmJob::login`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
+}
+
 /// What a server offers, found by asking it (never assumed from the engine's name): which
 /// identity, cache-reset, tokenize and metrics endpoints answered, and what they said.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

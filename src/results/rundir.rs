@@ -40,6 +40,18 @@ pub const REQUESTS_FILE: &str = "requests.jsonl";
 pub const POINTS_FILE: &str = "points.jsonl";
 /// The server's `/metrics`, scraped while points run (one line per scrape).
 pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The Slurm jobs the run submitted, one [`super::meta::SubmittedJob`] a line, each written
+/// as `sbatch` answered.
+pub const SLURM_JOBS_FILE: &str = "slurm-jobs.jsonl";
+/// Bytes of `metrics.jsonl` past which the scrapes taken while requests run (`tick`) are no
+/// longer written; each round's `start` and `end` scrapes (what the server view is computed
+/// from) still are.
+pub const METRICS_TICK_BUDGET: u64 = 64 << 20;
+/// Bytes of `metrics.jsonl` past which no scrape is written.
+pub const METRICS_BUDGET: u64 = 128 << 20;
+/// The `at` of the line that says where `metrics.jsonl` reached a budget (its `cut` says
+/// which).
+pub const METRICS_BUDGET_AT: &str = "budget";
 /// The rendered report.
 pub const REPORT_FILE: &str = "report.md";
 /// Folder of the SVG charts the report links to.
@@ -105,6 +117,11 @@ pub struct RunDir {
     requests: Mutex<Option<File>>,
     points: Mutex<Option<File>>,
     metrics: Mutex<Option<File>>,
+    slurm_jobs: Mutex<Option<File>>,
+    /// Which budgets of `metrics.jsonl` were reached and said (bit 1: ticks, bit 2: all).
+    metrics_cut: std::sync::atomic::AtomicU8,
+    /// [`METRICS_TICK_BUDGET`] and [`METRICS_BUDGET`] (smaller in tests).
+    metrics_budgets: [u64; 2],
     /// The locked `.lock` file while this process works on the directory.
     lock: Mutex<Option<File>>,
     /// The host measuring each server group now (host pools): stamped on the group's points
@@ -119,6 +136,9 @@ impl RunDir {
             requests: Mutex::new(None),
             points: Mutex::new(None),
             metrics: Mutex::new(None),
+            slurm_jobs: Mutex::new(None),
+            metrics_cut: Default::default(),
+            metrics_budgets: [METRICS_TICK_BUDGET, METRICS_BUDGET],
             lock: Mutex::new(None),
             group_hosts: Mutex::default(),
         }
@@ -249,9 +269,65 @@ impl RunDir {
         append_line(&self.requests, &self.file(REQUESTS_FILE), r)
     }
 
-    /// Appends one scrape to `metrics.jsonl`.
+    /// Appends one scrape to `metrics.jsonl`, within its budget ([`METRICS_TICK_BUDGET`],
+    /// [`METRICS_BUDGET`]): a scrape past it is left out, and the first one left out at each
+    /// budget is replaced by a line saying so (`at: "budget"`, `cut` in words).
     pub fn append_metrics(&self, m: &super::server_view::MetricsScrape) -> io::Result<()> {
-        append_line(&self.metrics, &self.file(METRICS_FILE), m)
+        let line = serialized(m)?;
+        let mut guard = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            *guard = Some(open_for_append(&self.file(METRICS_FILE))?);
+        }
+        let file = guard.as_mut().expect("opened above");
+        let len = file.metadata()?.len();
+        let (budget, what) = if m.at == "tick" {
+            (
+                self.metrics_budgets[0],
+                "scrapes taken while requests run are no longer written (each round's start and end still are)",
+            )
+        } else {
+            (self.metrics_budgets[1], "no scrape is written any more")
+        };
+        if len + line.len() as u64 <= budget {
+            file.write_all(&line)?;
+            return file.flush();
+        }
+        let bit = if m.at == "tick" { 1 } else { 2 };
+        let said = self
+            .metrics_cut
+            .fetch_or(bit, std::sync::atomic::Ordering::Relaxed);
+        if said & bit == 0 {
+            let note = super::server_view::MetricsScrape {
+                point: m.point.clone(),
+                round: m.round,
+                t: m.t,
+                at: METRICS_BUDGET_AT.into(),
+                values: Default::default(),
+                error: None,
+                cut: Some(format!(
+                    "{METRICS_FILE} reached its budget of {} at this point: {what}",
+                    if budget >= 1 << 20 {
+                        format!("{} MiB", budget >> 20)
+                    } else {
+                        format!("{budget} bytes")
+                    }
+                )),
+            };
+            file.write_all(&serialized(&note)?)?;
+            file.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Records a Slurm job the run submitted (before it runs).
+    pub fn append_slurm_job(&self, job: &super::meta::SubmittedJob) -> io::Result<()> {
+        append_line(&self.slurm_jobs, &self.file(SLURM_JOBS_FILE), job)
+    }
+
+    /// The Slurm jobs the run submitted (empty when it submitted none), truncated lines
+    /// skipped.
+    pub fn read_slurm_jobs(&self) -> Result<Vec<super::meta::SubmittedJob>, RunDirError> {
+        Ok(read_jsonl(&self.file(SLURM_JOBS_FILE))?.records)
     }
 
     /// Records that `host` measures `group` from now on (a host pool): its points appended
@@ -441,11 +517,17 @@ fn redacted(value: &impl Serialize) -> io::Result<serde_json::Value> {
         .map_err(io::Error::other)
 }
 
+/// `value` as one redacted JSON line, newline included.
+fn serialized(value: &impl Serialize) -> io::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(&redacted(value)?).map_err(io::Error::other)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
 /// Serialises `value` as one line and writes it with a single `write_all` on an unbuffered file,
 /// so the line reaches the OS before this returns (a crash of servebench loses nothing).
 fn append_line(slot: &Mutex<Option<File>>, path: &Path, value: &impl Serialize) -> io::Result<()> {
-    let mut line = serde_json::to_vec(&redacted(value)?).map_err(io::Error::other)?;
-    line.push(b'\n');
+    let line = serialized(value)?;
     // A poisoned lock only means another append panicked; the file handle is still sound.
     let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
     if guard.is_none() {
@@ -570,4 +652,48 @@ fn visit_jsonl<T: DeserializeOwned>(
         }
     }
     Ok(truncated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::server_view::MetricsScrape;
+
+    fn scrape(at: &str, names: usize) -> MetricsScrape {
+        MetricsScrape {
+            point: "p001".into(),
+            round: 0,
+            t: 1.0,
+            at: at.into(),
+            values: (0..names).map(|i| (format!("m{i:04}"), 1.0)).collect(),
+            error: None,
+            cut: None,
+        }
+    }
+
+    #[test]
+    fn metrics_jsonl_keeps_to_its_budget_and_says_where_it_was_reached() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = RunDir::at(tmp.path().to_path_buf());
+        dir.metrics_budgets = [4_000, 8_000];
+        // About 1 KB a scrape.
+        for _ in 0..20 {
+            dir.append_metrics(&scrape("tick", 80)).unwrap();
+            dir.append_metrics(&scrape("end", 80)).unwrap();
+        }
+        let len = std::fs::metadata(dir.file(METRICS_FILE)).unwrap().len();
+        assert!(len <= 8_000 + 400, "{len} bytes");
+        let lines = dir.read_metrics().unwrap();
+        let said: Vec<&str> = lines
+            .iter()
+            .filter(|s| s.at == METRICS_BUDGET_AT)
+            .filter_map(|s| s.cut.as_deref())
+            .collect();
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[0].contains("no longer written"), "{said:?}");
+        assert!(said[1].contains("no scrape is written"), "{said:?}");
+        let ticks = lines.iter().filter(|s| s.at == "tick").count();
+        let ends = lines.iter().filter(|s| s.at == "end").count();
+        assert!(ticks < ends, "ticks stop first: {ticks} ticks, {ends} ends");
+    }
 }

@@ -118,7 +118,8 @@ pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
             text,
         });
     }
-    cancel_slurm_jobs(&mut meta.servers, &mut report, &hosts.specs).await;
+    let submitted = run_dir.read_slurm_jobs()?;
+    cancel_slurm_jobs(&mut meta.servers, &submitted, &mut report, &hosts.specs).await;
     run_dir.write_meta(&meta).map_err(DownError::Write)?;
     Ok(report)
 }
@@ -151,23 +152,38 @@ async fn slurm_runner(
 
 /// Cancels each recorded Slurm job that is still in the queue (once per job: a run's one
 /// allocation serves several launches), on the login node the run used, and records that on
-/// its launches.
+/// its launches: the launches' jobs, then the jobs submitted that no launch names (a runner
+/// that died while its job waited in the queue).
 async fn cancel_slurm_jobs(
     servers: &mut [ServerLaunch],
+    submitted: &[crate::results::meta::SubmittedJob],
     report: &mut DownReport,
     specs: &[crate::spec::types::HostSpec],
 ) {
     use crate::host::slurm::cli;
     let mut seen = std::collections::HashSet::new();
     let mut runners: Vec<(Option<String>, cli::Runner)> = Vec::new();
-    for i in 0..servers.len() {
-        let Some(job) = servers[i].slurm.clone() else {
-            continue;
-        };
-        if !seen.insert(job.job_id) {
+    let jobs: Vec<(String, u64, Option<String>)> = servers
+        .iter()
+        .filter_map(|s| {
+            let j = s.slurm.as_ref()?;
+            Some((s.group.clone(), j.job_id, j.login.clone()))
+        })
+        .chain(
+            submitted
+                .iter()
+                .map(|j| (j.group.clone(), j.job_id, j.login.clone())),
+        )
+        .collect();
+    for (group, id, login) in jobs {
+        if !seen.insert(id) {
             continue;
         }
-        let id = job.job_id;
+        let job = crate::results::meta::SlurmJob {
+            job_id: id,
+            login,
+            ..Default::default()
+        };
         let runner = match runners.iter().find(|(l, _)| *l == job.login) {
             Some((_, r)) => r.clone(),
             None => match slurm_runner(job.login.as_deref(), specs).await {
@@ -178,7 +194,7 @@ async fn cancel_slurm_jobs(
                 Err(e) => {
                     let text = format!("cannot reach Slurm to cancel job {id}: {e}");
                     report.lines.push(DownLine {
-                        group: servers[i].group.clone(),
+                        group: group.clone(),
                         what: Leftover::Unknown(text.clone()),
                         text,
                     });
@@ -232,11 +248,7 @@ async fn cancel_slurm_jobs(
                 sj.ended = ended;
             }
         }
-        report.lines.push(DownLine {
-            group: servers[i].group.clone(),
-            what,
-            text,
-        });
+        report.lines.push(DownLine { group, what, text });
     }
 }
 

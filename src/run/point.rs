@@ -210,8 +210,8 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
-        let server = crate::measure::server_view::summarize(&scrapes);
-        if let Some(view) = &server {
+        let mut server = crate::measure::server_view::summarize(&scrapes);
+        if let Some(view) = &mut server {
             flags.extend(crate::measure::server_view::contradictions(
                 view,
                 fold.done(),
@@ -271,7 +271,15 @@ impl PointRunner {
             } = &source.entries[0].prompt
         {
             let body = self
-                .body_text(client, exp, generator, *target_tokens, *calibrate, &model)
+                .body_text(
+                    client,
+                    exp,
+                    generator,
+                    *target_tokens,
+                    *calibrate,
+                    behind_nonce(exp),
+                    &model,
+                )
                 .await
                 .map_err(|(e, record)| (FlagKind::CalibrationFailed, e, record))?;
             flags.extend(body.flag);
@@ -387,7 +395,7 @@ impl PointRunner {
             p
         });
         let scraper = match (&self.metrics_sink, &self.surface) {
-            (Some(sink), Some(surface)) if surface.metrics => {
+            (Some(sink), Some(surface)) if surface.metrics => Some(
                 super::scrape::Scraper::start(
                     client,
                     &point.id,
@@ -395,8 +403,8 @@ impl PointRunner {
                     sink.clone(),
                     self.scrape_interval,
                 )
-                .await
-            }
+                .await,
+            ),
             _ => None,
         };
         let done_before = fold.done().requests;
@@ -623,7 +631,9 @@ impl PointRunner {
     /// The text of a generated prompt: calibrated to the server's token count (once per
     /// model, generator and target; reused by later points), or sized at four characters per
     /// token when the spec says not to calibrate. Returns the text, a flag when calibration
-    /// ended outside its tolerance, and what calibration did.
+    /// ended outside its tolerance, and what calibration did. `behind_nonce`: the text is
+    /// sent behind a nonce-shaped prefix, so it is counted behind one.
+    #[allow(clippy::too_many_arguments)]
     async fn body_text(
         &mut self,
         client: &Client,
@@ -631,6 +641,7 @@ impl PointRunner {
         generator: &TextGenerator,
         target: u64,
         calibrate: bool,
+        behind_nonce: bool,
         model: &Option<String>,
     ) -> Result<Body, (String, Option<Calibration>)> {
         let surface = self.surface.clone().unwrap_or_default();
@@ -655,7 +666,7 @@ impl PointRunner {
             .tokenize
             .clone()
             .filter(|_| api != crate::spec::types::Api::OpenaiChat);
-        let key = format!("{model:?}|{api:?}|{generator:?}|{target}");
+        let key = format!("{model:?}|{api:?}|{generator:?}|{target}|{behind_nonce}");
         let (cal, record) = match self.calibrations.get(&key) {
             Some((c, first)) => {
                 let mut record = first.clone();
@@ -671,10 +682,13 @@ impl PointRunner {
                 } else {
                     "generate"
                 };
+                // Counted as it is sent: behind a nonce only when one goes in front (a
+                // nonce's dozen tokens counted and not sent left prompts short).
+                let prefix = move || if behind_nonce { nonce() } else { String::new() };
                 let calibration = calibrator.calibrate(
                     generator,
                     target,
-                    nonce,
+                    prefix,
                     |prompt: String| {
                         let (client, model, tokenize) =
                             (client.clone(), model.clone(), tokenize.clone());
@@ -756,6 +770,17 @@ async fn count_tokens(
             None => CountError::Failed(text),
         }
     })
+}
+
+/// Whether a generated prompt is sent behind a nonce-shaped prefix: a cold point's nonce (on
+/// unless `cache.nonce: false`), a warm point's per-round one, a conversation's opening tag.
+pub(super) fn behind_nonce(exp: &Experiment) -> bool {
+    exp.sessions().is_some()
+        || match exp.cache.policy {
+            CachePolicy::Cold => exp.cache.nonce,
+            CachePolicy::Warm => true,
+            _ => false,
+        }
 }
 
 /// A point's workload, ready to draw from, and the model name its requests carry.

@@ -252,6 +252,19 @@ pub(super) async fn measure_pool(
     pool: &Pool,
 ) -> Result<(), RunError> {
     let first = run.first();
+    // Each Slurm job is recorded as it is submitted: `down` finds one still in the queue.
+    for slurm in pool.hosts.iter().filter_map(|h| h.slurm.as_ref()) {
+        let dir = run.run_dir.clone();
+        slurm.set_journal(Arc::new(move |job| {
+            if let Err(e) = dir.append_slurm_job(job) {
+                crate::console::errln(&format!(
+                    "servebench: cannot record Slurm job {} in {}: {e}",
+                    job.job_id,
+                    crate::results::rundir::SLURM_JOBS_FILE
+                ));
+            }
+        }));
+    }
     // What each host is, for the report and for `compare` (which warns across hardware).
     let python = python_of(first);
     let facts = futures_util::future::join_all(pool.hosts.iter().map(|h| async {

@@ -35,19 +35,19 @@ pub struct Scraper {
 }
 
 impl Scraper {
-    /// Takes the round's first scrape and starts the ticker. None when that scrape fails
-    /// (the round runs unscraped).
+    /// Takes the round's first scrape and starts the ticker. A scrape that fails is
+    /// recorded with its cause like one that answers (the server view counts and says them).
     pub async fn start(
         client: &Client,
         point: &str,
         round: u32,
         sink: MetricsSink,
         interval: Duration,
-    ) -> Option<Scraper> {
+    ) -> Scraper {
         let client = client.with_own_connections();
-        let first = take(&client, point, round, "start").await?;
+        let first = take(&client, point, round, "start").await;
         let _ = sink(&first);
-        let scrapes = Arc::new(Mutex::new(vec![first]));
+        let scrapes = Arc::new(Mutex::new(vec![kept(first)]));
         let (stop, mut stopped) = oneshot::channel();
         let task = {
             let (client, point, sink, scrapes) = (
@@ -64,16 +64,15 @@ impl Scraper {
                         _ = tick.tick() => {}
                         _ = &mut stopped => return,
                     }
-                    if let Some(s) = take(&client, &point, round, "tick").await {
-                        let _ = sink(&s);
-                        if let Ok(mut v) = scrapes.lock() {
-                            v.push(s);
-                        }
+                    let s = take(&client, &point, round, "tick").await;
+                    let _ = sink(&s);
+                    if let Ok(mut v) = scrapes.lock() {
+                        v.push(kept(s));
                     }
                 }
             })
         };
-        Some(Scraper {
+        Scraper {
             client,
             point: point.to_string(),
             round,
@@ -81,7 +80,7 @@ impl Scraper {
             scrapes,
             stop: Some(stop),
             task: Some(task),
-        })
+        }
     }
 
     /// Stops the ticker and takes the end scrape, waiting briefly for the server to count
@@ -99,29 +98,46 @@ impl Scraper {
             if attempt > 0 {
                 tokio::time::sleep(SETTLE_STEP).await;
             }
-            end = take(&self.client, &self.point, self.round, "end").await;
-            let counted = end
-                .as_ref()
-                .and_then(|e| crate::measure::server_view::requests_counted(&scrapes[0], e));
+            let e = take(&self.client, &self.point, self.round, "end").await;
+            let counted = crate::measure::server_view::requests_counted(&scrapes[0], &e);
+            end = Some(e);
             if counted.is_none_or(|n| n >= completed as f64) {
                 break;
             }
         }
         if let Some(e) = end {
             let _ = (self.sink)(&e);
-            scrapes.push(e);
+            scrapes.push(kept(e));
         }
         scrapes
     }
 }
 
-async fn take(client: &Client, point: &str, round: u32, at: &str) -> Option<MetricsScrape> {
-    let values = prometheus::scrape(client).await.ok()?;
-    Some(MetricsScrape {
+/// One scrape, answered or failed (its cause in `error`).
+async fn take(client: &Client, point: &str, round: u32, at: &str) -> MetricsScrape {
+    let scraped = prometheus::scrape(client).await;
+    let mut s = MetricsScrape {
         point: point.to_string(),
         round,
         t: crate::client::unix_now(),
         at: at.to_string(),
-        values,
-    })
+        values: Default::default(),
+        error: None,
+        cut: None,
+    };
+    match scraped {
+        Ok(got) => {
+            s.values = got.values;
+            s.cut = got.cut;
+        }
+        Err(e) => s.error = Some(e.to_string()),
+    }
+    s
+}
+
+/// What the point keeps of a scrape in memory (the names its server view reads); the whole
+/// scrape went to the sink.
+fn kept(mut s: MetricsScrape) -> MetricsScrape {
+    s.values = crate::measure::server_view::retained(&s.values);
+    s
 }

@@ -64,8 +64,8 @@ impl Histogram {
         self.count
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str, labels: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    /// The family's samples without its `# HELP` and `# TYPE` lines.
+    fn render_samples(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;
         for (b, c) in self.buckets.iter().zip(&self.counts) {
             cum += c;
@@ -108,6 +108,9 @@ pub struct SchedStats {
     pub cached_tokens_total: u64,
     /// Finished requests.
     pub num_requests_total: u64,
+    /// Generated tokens of finished requests (SGLang counts a request's output when it
+    /// finishes).
+    pub finished_generation_tokens: u64,
     /// Requests the latest retraction sent back to the queue (SGLang's gauge).
     pub num_retracted_reqs: u64,
     /// Requests retracted since start.
@@ -127,6 +130,9 @@ pub struct EngineStats {
     pub prompt_tokens_computed: u64,
     /// Prompt tokens served from the cache, of requests whose prefill completed.
     pub prompt_tokens_cached: u64,
+    /// Prompt tokens of finished requests served from the cache (llama.cpp's
+    /// `prompt_tokens_cached_total`, beside `prompt_tokens_computed`).
+    pub prompt_tokens_cache_n: u64,
     /// Prefix-cache lookups in tokens (each admitted request's prompt length).
     pub prefix_queries: u64,
     /// Prefix-cache hits in tokens.
@@ -189,66 +195,79 @@ impl SchedStats {
         s
     }
 
-    /// Prometheus text exposition.
+    /// Prometheus text exposition, as SGLang 0.5's `prometheus_client` writes it: every
+    /// family and metric carries labels, so a counter or histogram has no sample until it is
+    /// first counted (`srt/metrics/collector.py`): the prompt, generation and request counters
+    /// appear with the first finished request, `cached_tokens_total` with the first cache hit,
+    /// a histogram with its first observation; until then only its `# HELP` and `# TYPE`.
     pub fn render(&self, model: &str, max_total_num_tokens: u64) -> String {
         let labels = format!("model_name=\"{}\"", model.replace('"', "'"));
         let mut s = String::new();
-        self.ttft.render(
-            &mut s,
-            "sglang:time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            &labels,
-        );
-        self.itl.render(
-            &mut s,
-            "sglang:inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            &labels,
-        );
-        self.e2e.render(
-            &mut s,
-            "sglang:e2e_request_latency_seconds",
-            "Histogram of End-to-end request latency in seconds",
-            &labels,
-        );
-        self.engine.queue_time.render(
-            &mut s,
-            "sglang:queue_time_seconds",
-            "Histogram of queueing time in seconds.",
-            &labels,
-        );
+        for (h, name, help) in [
+            (
+                &self.ttft,
+                "sglang:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+            ),
+            (
+                &self.itl,
+                "sglang:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+            ),
+            (
+                &self.e2e,
+                "sglang:e2e_request_latency_seconds",
+                "Histogram of End-to-end request latency in seconds",
+            ),
+            (
+                &self.engine.queue_time,
+                "sglang:queue_time_seconds",
+                "Histogram of queueing time in seconds.",
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} histogram");
+            if h.count() > 0 {
+                h.render_samples(&mut s, name, &labels);
+            }
+        }
+        let finished = self.num_requests_total > 0;
         let counters = [
             (
                 "sglang:prompt_tokens_total",
                 "Number of prefill tokens processed.",
                 self.prompt_tokens_total,
+                finished,
             ),
             (
                 "sglang:generation_tokens_total",
                 "Number of generation tokens processed.",
-                self.generation_tokens_total,
+                self.finished_generation_tokens,
+                finished,
             ),
             (
                 "sglang:cached_tokens_total",
                 "Number of cached prompt tokens.",
                 self.cached_tokens_total,
+                self.cached_tokens_total > 0,
             ),
             (
                 "sglang:num_requests_total",
                 "Number of requests processed.",
                 self.num_requests_total,
+                finished,
             ),
             (
                 "sglang:num_retracted_requests_total",
                 "Number of retracted requests.",
                 self.num_retracted_requests_total,
+                self.num_retracted_requests_total > 0,
             ),
         ];
-        for (name, help, v) in counters {
-            let _ = writeln!(
-                s,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {v}"
-            );
+        for (name, help, v, created) in counters {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+            if created {
+                let _ = writeln!(s, "{name}{{{labels}}} {v}");
+            }
         }
         let gauges = [
             (
@@ -317,5 +336,69 @@ mod tests {
         ));
         assert!(text.contains("sglang:max_total_num_tokens{model_name=\"m\"} 1000"));
         assert!(text.contains("# TYPE sglang:num_requests_total counter"));
+    }
+
+    /// SGLang 0.5.23's labelled counters have no sample before their first `inc`.
+    #[test]
+    fn counters_appear_with_the_first_finished_request_and_the_cached_one_with_a_hit() {
+        let sample = |text: &str, name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{name}{{")))
+                .map(|l| l.rsplit(' ').next().unwrap().to_string())
+        };
+        let mut st = SchedStats::default();
+        let fresh = st.render("m", 1000);
+        for name in [
+            "sglang:prompt_tokens_total",
+            "sglang:generation_tokens_total",
+            "sglang:num_requests_total",
+            "sglang:cached_tokens_total",
+            "sglang:num_retracted_requests_total",
+            "sglang:e2e_request_latency_seconds_count",
+        ] {
+            assert_eq!(
+                sample(&fresh, name),
+                None,
+                "{name} in a fresh server:\n{fresh}"
+            );
+        }
+        assert!(fresh.contains("# TYPE sglang:prompt_tokens_total counter"));
+        assert_eq!(
+            sample(&fresh, "sglang:num_running_reqs").as_deref(),
+            Some("0")
+        );
+        // Decoding counts nothing until the request finishes.
+        st.generation_tokens_total = 5;
+        assert_eq!(
+            sample(&st.render("m", 1000), "sglang:generation_tokens_total"),
+            None
+        );
+        st.prompt_tokens_total = 64;
+        st.finished_generation_tokens = 8;
+        st.num_requests_total = 1;
+        let one = st.render("m", 1000);
+        assert_eq!(
+            sample(&one, "sglang:prompt_tokens_total").as_deref(),
+            Some("64")
+        );
+        assert_eq!(
+            sample(&one, "sglang:generation_tokens_total").as_deref(),
+            Some("8")
+        );
+        assert_eq!(
+            sample(&one, "sglang:num_requests_total").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            sample(&one, "sglang:cached_tokens_total"),
+            None,
+            "no hit yet"
+        );
+        st.cached_tokens_total = 63;
+        let hit = st.render("m", 1000);
+        assert_eq!(
+            sample(&hit, "sglang:cached_tokens_total").as_deref(),
+            Some("63")
+        );
     }
 }

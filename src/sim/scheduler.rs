@@ -932,9 +932,11 @@ impl Scheduler {
             st.prompt_tokens_total += req.prompt_len();
             st.cached_tokens_total += req.reported_cached();
             st.num_requests_total += 1;
+            st.finished_generation_tokens += n;
             let e = &mut st.engine;
             e.finished_length += 1;
             e.prompt_tokens_computed += timings.prompt_n;
+            e.prompt_tokens_cache_n += timings.cache_n;
             e.prompt_seconds += timings.prompt_ms / 1e3;
             e.predicted_seconds += timings.predicted_ms / 1e3;
             e.n_tokens_max = e.n_tokens_max.max(req.context_len());

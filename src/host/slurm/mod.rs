@@ -46,6 +46,10 @@ const RELEASE_WAIT: Duration = Duration::from_secs(60);
 /// What the host tells the run while a job waits: one line per change of state or reason.
 pub type WaitReport = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Where the host records each job it submits, as `sbatch` answers (the run directory's
+/// `slurm-jobs.jsonl`), so a job that waits in the queue is known to `down`.
+pub type Journal = Arc<dyn Fn(&crate::results::meta::SubmittedJob) + Send + Sync>;
+
 /// The allocation servers are launched in now.
 #[derive(Debug, Clone)]
 struct Allocation {
@@ -95,6 +99,8 @@ pub struct SlurmHost {
     runner: Runner,
     /// servebench's binary as the nodes run it, once known (uploaded to the login node).
     binary: Mutex<Option<String>>,
+    /// Where submitted jobs are recorded, once the run directory exists.
+    journal: std::sync::OnceLock<Journal>,
 }
 
 impl SlurmHost {
@@ -119,7 +125,13 @@ impl SlurmHost {
             launches: Default::default(),
             runner,
             binary: Mutex::new(None),
+            journal: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records every job submitted from now on with `journal`.
+    pub fn set_journal(&self, journal: Journal) {
+        let _ = self.journal.set(journal);
     }
 
     /// Where Slurm's commands run for `opts`: this machine, or its login node, connected
@@ -201,6 +213,10 @@ impl SlurmHost {
         if let Some(g) = opts.gpus_per_node {
             a.push(format!("--gpus-per-node={g}"));
         }
+        // The job only holds the allocation: it gets PATH (to find `sleep`) and Slurm's own
+        // variables, never the runner's environment (its secrets would sit in slurmctld's
+        // job state). The servers' steps get theirs from `srun`.
+        a.push("--export=PATH".into());
         a.extend(opts.sbatch.iter().cloned());
         a.push("--wrap=exec sleep infinity".into());
         a
@@ -239,6 +255,14 @@ impl SlurmHost {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(job_id);
+        if let Some(journal) = self.journal.get() {
+            journal(&crate::results::meta::SubmittedJob {
+                group: owner.clone(),
+                job_id,
+                job_name: name.clone(),
+                login: self.runner.login_name(),
+            });
+        }
         (self.on_wait)(&format!("{group}: submitted Slurm job {job_id} ({name})"));
         let info = match self.wait_running(group, job_id).await {
             Ok(info) => info,
@@ -442,6 +466,38 @@ fn host_binary() -> Result<String, HostError> {
     }
 }
 
+/// What a server's step on this machine's `srun` exports (`--export=NAMES`, the values from
+/// srun's environment, never on its command line): the runner's variables but for secrets
+/// (a secret's name, or a value the run's redactor hides: a `${NAME}` reference's target),
+/// plus the server's own (`env`, expanded). Returns the names, and the runner's variables
+/// left out (removed from srun's environment too).
+fn step_environment(env: &indexmap::IndexMap<String, String>) -> (Vec<String>, Vec<String>) {
+    let redactor = crate::redact::current();
+    let secret_values = redactor.secrets();
+    let mut names = Vec::new();
+    let mut left_out = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        let (Some(k), v) = (k.to_str(), v.to_string_lossy()) else {
+            continue;
+        };
+        if k.is_empty() || k.contains([',', '=']) || env.contains_key(k) {
+            continue;
+        }
+        let secret = crate::redact::is_secret(k, &v)
+            || k == crate::redact::ENV_VAR
+            || secret_values.iter().any(|s| v.contains(s.as_str()));
+        if secret {
+            left_out.push(k.to_string());
+        } else {
+            names.push(k.to_string());
+        }
+    }
+    names.extend(env.keys().filter(|k| !k.contains(',')).cloned());
+    names.sort();
+    names.dedup();
+    (names, left_out)
+}
+
 /// Run by the login node's shell before `srun`: exports each `NAME=value` line of its stdin,
 /// then runs its arguments. A constant: the values are data it reads, never shell text.
 const EXPORT_STDIN: &str = "while IFS= read -r kv; do export \"$kv\"; done; exec \"$@\"";
@@ -555,7 +611,7 @@ impl SlurmHost {
         let step_name = format!("servebench-{}-{}-{n}", self.run_id, spawn.group);
         // Ranks that share a node share its resources; each takes its own otherwise.
         let shared_node = self.opts.ranks_per_node > 1;
-        let args = Self::step_argv(
+        let mut args = Self::step_argv(
             &alloc.job,
             node,
             &step_name,
@@ -564,6 +620,11 @@ impl SlurmHost {
             self.opts.gpus_per_node,
             &spawn.command.argv(),
         );
+        let exported = matches!(self.runner, Runner::Local).then(|| step_environment(spawn.env));
+        if let Some((names, _)) = &exported {
+            let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+            args.insert(at, format!("--export={}", names.join(",")));
+        }
         let log = std::fs::File::options()
             .create(true)
             .append(true)
@@ -575,6 +636,9 @@ impl SlurmHost {
         let mut cmd = match &self.runner {
             Runner::Local => {
                 let mut cmd = self.runner.command("srun", &args)?;
+                for name in exported.iter().flat_map(|(_, left_out)| left_out) {
+                    cmd.env_remove(name);
+                }
                 cmd.envs(spawn.env).stdin(std::process::Stdio::null());
                 cmd
             }
@@ -593,7 +657,11 @@ impl SlurmHost {
                 cmd
             }
         };
-        cmd.stdout(log).stderr(log_err).process_group(0);
+        // The step's output reaches the log through this process, line by line, with the
+        // run's secrets hidden (SGLang logs its `server_args`, API key included).
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0);
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
         unsafe {
@@ -608,6 +676,28 @@ impl SlurmHost {
                 source: e,
             })
         })?;
+        let redactor = crate::redact::current();
+        for (from, to) in [
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+                log,
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
+                log_err,
+            ),
+        ] {
+            if let Some(from) = from {
+                let redactor = redactor.clone();
+                std::thread::spawn(move || super::supervise::copy_lines(from, to, &redactor));
+            }
+        }
         if let Some(mut stdin) = child.stdin.take() {
             let text = env_lines(spawn.env)?;
             // A few lines: they fit the pipe's buffer, so this never waits on the remote side.
@@ -1048,6 +1138,7 @@ mod tests {
                 "--time=1:00:00",
                 "--account=proj; rm -rf /",
                 "--gpus-per-node=8",
+                "--export=PATH",
                 "--exclusive",
                 "--mem=0",
                 "--wrap=exec sleep infinity",

@@ -35,6 +35,8 @@ pub(super) struct RoundPlan<'a> {
     lengths: &'a [Scheduled],
     /// Without nonces, shared-prefix tags are drawn from the seed; with them, fresh.
     fresh: bool,
+    /// Whether generated prompts are sent behind a nonce (and so calibrated behind one).
+    behind_nonce: bool,
     /// Calibrated texts of the round, by [`body_key`], with the server's count of each.
     bodies: Bodies,
     /// Dataset replies' lengths in the server's tokens.
@@ -50,6 +52,8 @@ enum Need {
         generator: TextGenerator,
         tokens: u64,
         calibrate: bool,
+        /// Sent behind a nonce-shaped prefix (a nonce, a tag), so counted behind one.
+        behind_nonce: bool,
     },
     Reply(String),
 }
@@ -77,23 +81,35 @@ impl PointRunner {
             count: count as usize,
             lengths,
             fresh: exp.cache.nonce,
+            behind_nonce: super::behind_nonce(exp),
             bodies: Bodies::new(),
             replies: HashMap::new(),
             prefixes: HashMap::new(),
         };
         for d in plan.draws() {
-            for need in needs(&d) {
+            for need in needs(&d, plan.behind_nonce) {
                 match need {
                     Need::Body {
                         generator,
                         tokens,
                         calibrate,
+                        behind_nonce,
                     } => {
                         if let Entry::Vacant(e) =
-                            plan.bodies.entry(body_key(&generator, tokens, calibrate))
+                            plan.bodies
+                                .entry(body_key(&generator, tokens, calibrate, behind_nonce))
                         {
                             let body = self
-                                .body(client, exp, prompts, &generator, tokens, calibrate, flags)
+                                .body(
+                                    client,
+                                    exp,
+                                    prompts,
+                                    &generator,
+                                    tokens,
+                                    calibrate,
+                                    behind_nonce,
+                                    flags,
+                                )
                                 .await?;
                             e.insert(body);
                         }
@@ -116,7 +132,8 @@ impl PointRunner {
             } = d.input
                 && !plan.prefixes.contains_key(&group)
             {
-                let (prefix, _) = plan.body(&TextGenerator::Random { seed }, prefix_tokens, true);
+                let (prefix, _) =
+                    plan.body(&TextGenerator::Random { seed }, prefix_tokens, true, true);
                 let tagged = format!("{}{prefix}", tag(plan.fresh, seed, &[u64::from(group)]));
                 plan.prefixes.insert(group, tagged);
             }
@@ -124,7 +141,7 @@ impl PointRunner {
         Ok(plan)
     }
     /// Text for `tokens` of `generator`, calibrated (once per run and bucket), and the server's
-    /// count of it behind a nonce.
+    /// count of it (behind a nonce when `behind_nonce`, as it is sent).
     #[allow(clippy::too_many_arguments)]
     async fn body(
         &mut self,
@@ -134,12 +151,21 @@ impl PointRunner {
         generator: &TextGenerator,
         tokens: u64,
         calibrate: bool,
+        behind_nonce: bool,
         flags: &mut Vec<Flag>,
     ) -> Result<(String, Option<u64>), (FlagKind, String)> {
         let Body {
             text, flag, tokens, ..
         } = self
-            .body_text(client, exp, generator, tokens, calibrate, &prompts.model)
+            .body_text(
+                client,
+                exp,
+                generator,
+                tokens,
+                calibrate,
+                behind_nonce,
+                &prompts.model,
+            )
             .await
             .map_err(|(e, _)| (FlagKind::CalibrationFailed, e))?;
         if let Some(f) = flag
@@ -208,8 +234,17 @@ impl<'a> RoundPlan<'a> {
 
     /// The calibrated text of a body asked for before the round (empty when it was not: a
     /// draw always asks for what it is made of, so it was).
-    fn body(&self, generator: &TextGenerator, tokens: u64, calibrate: bool) -> (&str, Option<u64>) {
-        match self.bodies.get(&body_key(generator, tokens, calibrate)) {
+    fn body(
+        &self,
+        generator: &TextGenerator,
+        tokens: u64,
+        calibrate: bool,
+        behind_nonce: bool,
+    ) -> (&str, Option<u64>) {
+        match self
+            .bodies
+            .get(&body_key(generator, tokens, calibrate, behind_nonce))
+        {
             Some((text, counted)) => (text, *counted),
             None => ("", None),
         }
@@ -248,7 +283,10 @@ impl<'a> RoundPlan<'a> {
                 tokens,
                 calibrate,
             } => Planned {
-                text: self.body(&generator, tokens, calibrate).0.to_string(),
+                text: self
+                    .body(&generator, tokens, calibrate, self.behind_nonce)
+                    .0
+                    .to_string(),
                 max_tokens,
                 requested: Some(tokens),
                 share: None,
@@ -261,11 +299,12 @@ impl<'a> RoundPlan<'a> {
                 suffix_tokens,
                 seed,
             } => {
-                let (_, counted) = self.body(&TextGenerator::Random { seed }, prefix_tokens, true);
+                let (_, counted) =
+                    self.body(&TextGenerator::Random { seed }, prefix_tokens, true, true);
                 let suffix_generator = TextGenerator::Random {
                     seed: seed.wrapping_add(1),
                 };
-                let (suffix, _) = self.body(&suffix_generator, suffix_tokens, true);
+                let (suffix, _) = self.body(&suffix_generator, suffix_tokens, true, true);
                 let prefix = self.prefixes.get(&group).map_or("", String::as_str);
                 let unique = tag(
                     self.fresh,
@@ -294,7 +333,7 @@ impl<'a> RoundPlan<'a> {
 }
 
 /// What request `d` needs from the server before it is made.
-fn needs(d: &RequestDraw) -> Vec<Need> {
+fn needs(d: &RequestDraw, behind_nonce: bool) -> Vec<Need> {
     let mut out = Vec::new();
     if let OutputDraw::LengthOf(reply) = &d.output {
         out.push(Need::Reply(reply.clone()));
@@ -309,6 +348,7 @@ fn needs(d: &RequestDraw) -> Vec<Need> {
             generator: generator.clone(),
             tokens: *tokens,
             calibrate: *calibrate,
+            behind_nonce,
         }),
         InputDraw::SharedPrefix {
             prefix_tokens,
@@ -320,6 +360,7 @@ fn needs(d: &RequestDraw) -> Vec<Need> {
                 generator: TextGenerator::Random { seed: *seed },
                 tokens: *prefix_tokens,
                 calibrate: true,
+                behind_nonce: true,
             });
             out.push(Need::Body {
                 generator: TextGenerator::Random {
@@ -327,6 +368,7 @@ fn needs(d: &RequestDraw) -> Vec<Need> {
                 },
                 tokens: *suffix_tokens,
                 calibrate: true,
+                behind_nonce: true,
             });
         }
     }
@@ -334,8 +376,8 @@ fn needs(d: &RequestDraw) -> Vec<Need> {
 }
 
 /// A calibrated text's place in a round's [`Bodies`].
-fn body_key(generator: &TextGenerator, tokens: u64, calibrate: bool) -> String {
-    format!("{generator:?}|{tokens}|{calibrate}")
+fn body_key(generator: &TextGenerator, tokens: u64, calibrate: bool, behind_nonce: bool) -> String {
+    format!("{generator:?}|{tokens}|{calibrate}|{behind_nonce}")
 }
 
 /// A trace line's prompt of `tokens`: the workload's generator at that length (bucketed to 2%,

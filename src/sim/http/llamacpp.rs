@@ -348,12 +348,20 @@ async fn metrics(State(s): State<LState>) -> Response {
     } else {
         0.0
     };
-    let families: [(&str, &str, &str, f64); 11] = [
+    // As the current build (0.5.0-dev) counts them: `prompt_tokens_total` the prompt tokens
+    // it computed, the cached ones apart.
+    let families: [(&str, &str, &str, f64); 12] = [
         (
             "counter",
             "prompt_tokens_total",
             "Number of prompt tokens processed.",
             e.prompt_tokens_computed as f64,
+        ),
+        (
+            "counter",
+            "prompt_tokens_cached_total",
+            "Number of prompt tokens served from the cache.",
+            e.prompt_tokens_cache_n as f64,
         ),
         (
             "counter",
