@@ -98,6 +98,11 @@ fn name_kind(name: &str) -> Option<NameKind> {
     if !STEMS.iter().any(|stem| lower.contains(stem)) {
         return None;
     }
+    // A Prometheus metric in an engine's namespace (`sglang:num_unique_running_routing_keys`,
+    // `vllm:...`, `llamacpp:...`) names a measurement: its values are numbers, never secrets.
+    if is_metric_name(&lower) {
+        return None;
+    }
     let words: Vec<&str> = lower
         .split(['-', '_', '.', ' '])
         .filter(|w| !w.is_empty())
@@ -124,6 +129,19 @@ fn name_kind(name: &str) -> Option<NameKind> {
                 .all(|rest| TOKEN_HOLDERS.contains(rest))
     });
     token.then_some(NameKind::Token)
+}
+
+/// `namespace:metric_name` in the namespace of an engine servebench scrapes (`sglang:`,
+/// `vllm:`, `llamacpp:`), of letters, digits, `_` and colons only.
+fn is_metric_name(lower: &str) -> bool {
+    const NAMESPACES: &[&str] = &["sglang", "vllm", "llamacpp"];
+    lower.split_once(':').is_some_and(|(ns, rest)| {
+        NAMESPACES.contains(&ns)
+            && !rest.is_empty()
+            && rest
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    })
 }
 
 /// Whether values under `name` can be secrets: one of its words (between `-`, `_`, `.`) is
@@ -531,6 +549,16 @@ mod tests {
 
     fn r(secrets: &[&str]) -> Redactor {
         Redactor::new(secrets.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn engine_metric_names_are_not_secret_names() {
+        // SGLang 0.5.23 exports this gauge; its value was redacted and the run unreadable.
+        assert!(!is_secret_name("sglang:num_unique_running_routing_keys"));
+        assert!(!is_secret("vllm:prompt_tokens_total", "12"));
+        // A credential written `name: value` in text is not a metric name.
+        assert!(is_secret_name("api_key"));
+        assert!(is_secret("SERVICE_API_KEY", "sk-abcdefgh"));
     }
 
     #[test]

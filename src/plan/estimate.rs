@@ -134,7 +134,12 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
                 .points
                 .iter()
                 .map(|p| {
+                    // A point that measured nothing (it failed before its first request
+                    // finished) took no time worth repeating: it gives no estimate.
                     let took = |r: &crate::results::records::PointRecord| {
+                        if r.ok == 0 {
+                            return None;
+                        }
                         r.wall
                             .as_ref()
                             .map(|w| w.ended_at - w.started_at)

@@ -142,6 +142,17 @@ fn write_plan(
     }
     write_pool(out, spec, plan, estimate)?;
     match estimate {
+        Ok(est)
+            if !est.unknown_points().is_empty()
+                && est.unknown_points().len()
+                    == plan.groups.iter().map(|g| g.points.len()).sum::<usize>() =>
+        {
+            writeln!(
+                out,
+                "\nestimate: none: {} gives no point a time (none of them measured anything); give `--profile NAME` or `--from` a run that measured",
+                est.source
+            )
+        }
         Ok(est) => {
             let unknown = est.unknown_points();
             let missing = if unknown.is_empty() {
@@ -351,6 +362,25 @@ g2: launch the simulator (SGLang's API): servebench sim --model-path m --host 12
 estimate: ~6m 04s from a test; not counted, no estimate for: p004
 "
         );
+    }
+
+    #[test]
+    fn a_source_that_times_no_point_gives_no_estimate_not_zero() {
+        // An earlier run whose every point failed before measuring: "~0 s" was printed.
+        let spec = spec("");
+        let plan = Plan::new(&spec.points);
+        let mut est = estimate(&plan);
+        for g in &mut est.groups {
+            for p in &mut g.points {
+                p.seconds = None;
+            }
+        }
+        let text = render(&spec, &plan, &Ok(est));
+        assert!(
+            text.ends_with("\nestimate: none: a test gives no point a time (none of them measured anything); give `--profile NAME` or `--from` a run that measured\n"),
+            "{text}"
+        );
+        assert!(!text.contains("~0 s"), "{text}");
     }
 
     #[test]

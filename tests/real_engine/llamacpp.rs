@@ -275,7 +275,9 @@ pub const LLAMACPP_CHECKS: &[Check] = &[
     },
     Check {
         name: "llamacpp.metrics",
-        verdict: Verdict::Same,
+        verdict: Verdict::Differs(
+            "not yet: the sim lacks the three `llamacpp:spec_decode_*` counters the build exports",
+        ),
         observe: lc_metrics,
     },
     Check {

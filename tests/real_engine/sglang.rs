@@ -107,7 +107,9 @@ fn attached_cache_policies_are_verified_by_the_real_radix_cache() {
         let p = &points[0];
         assert_eq!(p["status"], "ok", "{p}");
         assert!(doubts(p).is_empty(), "{p}");
-        assert_eq!(stat(p, "cached_tokens", "max"), 0.0, "{p}");
+        // At most the BOS token the tokenizer puts before the nonce: SGLang's radix cache
+        // matches it once an earlier request of the point left it (seen: 0 or 1 per request).
+        assert!(stat(p, "cached_tokens", "max") <= 1.0, "{p}");
         let meta = read_json(&dir.join("meta.json"));
         let surface = &meta["servers"][0]["surface"];
         assert_eq!(
