@@ -555,6 +555,14 @@ fn bound(
     kv_cache_dtype: Option<String>,
     tokens_per_step: Option<f64>,
 ) -> Result<Status, Error> {
+    if let Some(x) = tokens_per_step.filter(|x| !(x.is_finite() && *x >= 1.0)) {
+        return Err(Error::Usage(format!(
+            "--tokens-per-step {x}: a decode step gives each sequence at least one token (the mean accept length under speculative decoding)"
+        )));
+    }
+    if tp == Some(0) || pp == Some(0) {
+        return Err(Error::Usage("--tp and --pp count GPUs: at least 1".into()));
+    }
     let bad = |why: String| Error::Usage(format!("{}: {why}", model_config.display()));
     let text = read_model_config(model_config).map_err(bad)?;
     let json: serde_json::Value =

@@ -86,6 +86,69 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
         "{text}"
     );
 
+    // Nonsense layout figures are refused, not clamped.
+    for args in [["--tokens-per-step", "0"], ["--tp", "0"]] {
+        let out = servebench()
+            .args([
+                "bound",
+                dir.to_str().unwrap(),
+                "--model-config",
+                config.to_str().unwrap(),
+                "--gpu",
+                "h100-sxm",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", show(&out));
+    }
+
+    // The same sweep at sim-time-scale 2 (every step twice as long) grades the model's steps.
+    let scaled = ws.write(
+        "bound2.yaml",
+        &std::fs::read_to_string(&spec)
+            .unwrap()
+            .replace(
+                "context-length: 65536 }",
+                "context-length: 65536, sim-time-scale: 2 }",
+            )
+            .replace("name: bound", "name: bound2"),
+    );
+    let (dir2, _) = ws.run_ok(&scaled);
+    let out = servebench()
+        .args([
+            "bound",
+            dir2.to_str().unwrap(),
+            "--model-config",
+            config.to_str().unwrap(),
+            "--gpu",
+            "h100-sxm",
+        ])
+        .output()
+        .unwrap();
+    let text2 = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text2.contains(
+            "assumed: the simulator ran at sim-time-scale 2: measured steps are divided by 2"
+        ),
+        "{text2}"
+    );
+    let line = text2
+        .lines()
+        .find(|l| l.starts_with("At batch 1, over 3 contexts"))
+        .unwrap_or_else(|| panic!("{text2}"));
+    let slope_us: f64 = line
+        .split(" ms + ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (slope_us - 0.2).abs() < 0.02,
+        "scaled slope {slope_us} us per token:\n{text2}"
+    );
+
     // A GPU the catalogue lacks is a usage error naming the choices.
     let out = servebench()
         .args([

@@ -136,6 +136,17 @@ pub fn grade(
             .or_else(|| info("kv_cache_dtype"))
             .and_then(|v| v.as_str().map(str::to_string))
     });
+    // The simulator at `sim-time-scale: s` runs every modelled duration s times as long (0.1:
+    // ten times faster): a step measured there is s times the model's step.
+    let time_scale = flag(&["sim-time-scale"])
+        .and_then(|v| v.as_f64().or_else(|| v.as_str()?.parse().ok()))
+        .filter(|s| s.is_finite() && *s > 0.0 && *s != 1.0);
+    if let Some(s) = time_scale {
+        assumptions.push(format!(
+            "the simulator ran at sim-time-scale {s}: measured steps are divided by {s}"
+        ));
+    }
+    let unscale = time_scale.unwrap_or(1.0);
     let speculative = server.is_some_and(|s| s.args.keys().any(|k| k.starts_with("speculative")));
     let tokens_per_step = opts.tokens_per_step.unwrap_or_else(|| {
         if speculative {
@@ -181,7 +192,7 @@ pub fn grade(
             point: p.id.clone(),
             context,
             batch,
-            step: grade::decode(&s, &gpu, tokens_per_step / decode),
+            step: grade::decode(&s, &gpu, tokens_per_step / decode / unscale),
             weight_bytes: s.weight_bytes,
             kv_bytes: s.kv_bytes,
         });
