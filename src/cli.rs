@@ -289,7 +289,7 @@ where
         Command::Agent { heartbeat_ms } => {
             return crate::run::agent::main(Duration::from_millis(heartbeat_ms));
         }
-        Command::Sim { args } => return crate::sim::main(args),
+        Command::Sim { args } => return sim::main(args),
         Command::Port { wanted } => return crate::host::port_main(wanted),
         Command::Supervise {
             parent,

@@ -18,7 +18,7 @@ pub mod report;
 pub mod results;
 pub mod run;
 pub mod secrets;
-pub mod sim;
+pub use sim;
 pub mod spec;
 pub mod text;
 

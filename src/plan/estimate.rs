@@ -11,9 +11,9 @@ use super::Plan;
 use crate::prompt::PromptSource;
 use crate::results::records::RequestRecord;
 use crate::results::rundir::{RunDir, RunDirError};
-use crate::sim::{SimArgError, SimConfig};
 use crate::spec::Point;
 use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, PromptSpec, Server};
+use sim::{SimArgError, SimConfig};
 
 /// Full-length requests one prompt calibration is assumed to take when tokens are counted by
 /// generating (chat prompts: the chat template counts too). Each is a prefill and one decode
@@ -440,7 +440,7 @@ fn simulated_engine_config(
     }
     let command = crate::engine::launch_command(&server, "servebench", 1)?;
     let adapter = crate::engine::adapter(server.engine);
-    let api = crate::sim::Api::parse(adapter.sim_api)
+    let api = sim::Api::parse(adapter.sim_api)
         .ok_or_else(|| EstimateError::EngineModel(format!("no simulator for {}", server.engine)))?;
     let args: Vec<String> = match command.args.iter().position(|a| a == "--api") {
         Some(i) => command.args[i + 2..].to_vec(),
@@ -469,10 +469,10 @@ fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
             let chars = (target_tokens as f64
                 * crate::prompt::Calibrator::default().initial_chars_per_token)
                 as usize;
-            Some(crate::sim::tokenize(&generator.text(chars)).len().max(1) as u64)
+            Some(sim::tokenize(&generator.text(chars)).len().max(1) as u64)
         }
         PromptSource::Fixed(list) if !list.is_empty() => {
-            let total: usize = list.iter().map(|t| crate::sim::tokenize(t).len()).sum();
+            let total: usize = list.iter().map(|t| sim::tokenize(t).len()).sum();
             Some((total / list.len()).max(1) as u64)
         }
         PromptSource::Fixed(_) | PromptSource::Dataset { .. } => None,
@@ -847,7 +847,7 @@ mod tests {
             text: "The quick brown fox jumps over the lazy dog. ".into(),
         }
         .text(4096 * 4);
-        let sent = crate::sim::tokenize(&text).len() as u64;
+        let sent = sim::tokenize(&text).len() as u64;
         assert_ne!(sent, 4096);
         let raw = spec(false);
         assert_eq!(prompt_tokens(&raw.points[0], Path::new(".")), Some(sent));

@@ -4,7 +4,7 @@
     python3 src/engine/flags/llamacpp_from_arg_cpp.py VENDOR/llama.cpp/common/arg.cpp BUILD
 
 BUILD names the source (e.g. "llama-cpp-python 0.3.36, llama.cpp 0c1e570"). Writes
-src/engine/flags/llamacpp.txt (every spelling, for `validate`) and src/sim/llamacpp_flags.txt
+src/engine/flags/llamacpp.txt (every spelling, for `validate`) and crates/sim/src/llamacpp_flags.txt
 (one option per line with its kind, for the simulator). An option is llama-server's when its
 `set_examples` holds LLAMA_EXAMPLE_SERVER or LLAMA_EXAMPLE_COMMON (the default), its
 `set_excludes` does not hold LLAMA_EXAMPLE_SERVER and it is not `set_preset_only`, as
@@ -117,7 +117,7 @@ def main():
         )
         for n in spellings:
             f.write((n[2:] if n.startswith("--") else n) + "\n")
-    with open(os.path.join(here, "..", "..", "sim", "llamacpp_flags.txt"), "w") as f:
+    with open(os.path.join(here, "..", "..", "..", "crates", "sim", "src", "llamacpp_flags.txt"), "w") as f:
         f.write(
             f"# llama-server's options from {build} (common/arg.cpp), written by\n"
             "# src/engine/flags/llamacpp_from_arg_cpp.py: KIND SPELLINGS [| NEGATED SPELLINGS]\n"

@@ -65,7 +65,7 @@
 //! Library use (tests, the drift bench, the rest of servebench):
 //! ```no_run
 //! # async fn f() -> anyhow::Result<()> {
-//! use servebench::sim::{SimConfig, serve};
+//! use sim::{SimConfig, serve};
 //! let config = SimConfig::from_args(&["--profile".into(), "fast".into()])?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! serve(config, listener, std::future::pending()).await
@@ -84,7 +84,7 @@ mod memory;
 mod metrics;
 mod profile;
 mod radix;
-pub mod ranks;
+mod ranks;
 mod request;
 mod scheduler;
 mod server;
@@ -97,19 +97,30 @@ mod vllm_args;
 mod vllm_flags;
 mod voice;
 
+// What the rest of servebench (the CLI, the plan's estimates), the tests and the drift bench use.
 pub use api::Api;
-pub use args::{ParsedArgs, SimArgError, help_text, parse as parse_args};
+pub use args::SimArgError;
 pub use config::SimConfig;
-pub use llamacpp_args::LlamaOptions;
 pub use log::SimLog;
-pub use profile::{
-    ActivationModel, DecodeCost, MemoryModel, PrefillCost, Profile, ProfileError, SpecModel,
-};
-pub use radix::RadixCache;
-pub use server::{serve, serve_socket};
+pub use profile::Profile;
+pub use server::serve;
 pub use tokenizer::encode as tokenize;
-pub use trace::{ChunkTrace, EmitEntry, TraceEntry};
-pub use vllm_args::VllmOptions;
+pub use trace::{ChunkTrace, TraceEntry};
+
+// Names the simulator's own modules reach through the crate root.
+use args::help_text;
+use server::serve_socket;
+
+/// The simulator's exit codes: a server process's, as the engines' own launchers end (argparse
+/// exits 2 on a bad flag, a crash exits 1). servebench's own codes happen to agree.
+pub(crate) mod exit {
+    /// A clean shutdown.
+    pub const OK: i32 = 0;
+    /// A simulated crash or start-up failure.
+    pub const FAILED: i32 = 1;
+    /// Bad arguments.
+    pub const BAD_INPUT: i32 = 2;
+}
 
 /// Entry point of `servebench sim [--api NAME] ARGS...`; returns the process exit code
 /// (0 clean shutdown, 1 simulated crash or start-up failure, 2 bad arguments; llama.cpp's

@@ -1,8 +1,8 @@
 //! OpenAI-compatible `/v1/completions` and `/v1/chat/completions`.
 
 use super::{AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response};
-use crate::sim::tokenizer;
-use crate::sim::types::{Finish, Output};
+use crate::tokenizer;
+use crate::types::{Finish, Output};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -157,7 +157,7 @@ impl ActivationMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::profile::Profile;
+    use crate::profile::Profile;
 
     fn kimi(frac: f64, expandable: bool) -> ActivationMemory {
         let p = Profile::load("kimi-k2.6-8x-rtxpro6000").unwrap();

@@ -1,7 +1,7 @@
 //! Health, cache, info, metrics and abort endpoints.
 
 use super::{AppState, json_response, parse_json};
-use crate::sim::types::Command;
+use crate::types::Command;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
@@ -59,7 +59,7 @@ pub async fn health(State(st): State<AppState>) -> Response {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     let tic = std::time::Instant::now();
-    let opts = crate::sim::types::ReqOptions {
+    let opts = crate::types::ReqOptions {
         log_metrics: false,
         ..Default::default()
     };
@@ -234,7 +234,7 @@ pub async fn tokenize(State(st): State<AppState>, body: Bytes) -> Response {
     let max_model_len = st.cfg.context_length;
     match &v["prompt"] {
         Value::String(text) => {
-            let tokens = crate::sim::tokenizer::encode(text);
+            let tokens = crate::tokenizer::encode(text);
             json_response(
                 StatusCode::OK,
                 &json!({"tokens": tokens, "count": tokens.len(), "max_model_len": max_model_len}),
@@ -243,7 +243,7 @@ pub async fn tokenize(State(st): State<AppState>, body: Bytes) -> Response {
         Value::Array(texts) if texts.iter().all(Value::is_string) => {
             let tokens: Vec<Vec<u32>> = texts
                 .iter()
-                .map(|t| crate::sim::tokenizer::encode(t.as_str().unwrap_or("")))
+                .map(|t| crate::tokenizer::encode(t.as_str().unwrap_or("")))
                 .collect();
             let counts: Vec<usize> = tokens.iter().map(Vec::len).collect();
             json_response(

@@ -3,9 +3,9 @@
 use super::{
     AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response, unix_now,
 };
-use crate::sim::ChunkTrace;
-use crate::sim::tokenizer;
-use crate::sim::types::{Finish, Output};
+use crate::ChunkTrace;
+use crate::tokenizer;
+use crate::types::{Finish, Output};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;

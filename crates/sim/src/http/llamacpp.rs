@@ -11,9 +11,9 @@
 
 use super::keepalive::CloseAfterBody;
 use super::{AppState, openai, unix_now};
-use crate::sim::llamacpp_args::LlamaOptions;
-use crate::sim::tokenizer;
-use crate::sim::types::{Command, Output, ReqOptions, Timings};
+use crate::llamacpp_args::LlamaOptions;
+use crate::tokenizer;
+use crate::types::{Command, Output, ReqOptions, Timings};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, Request, State};

@@ -7,11 +7,11 @@
 //! code}}` (serve/engine/protocol.py `ErrorResponse`).
 
 use super::{AppState, json_response, openai, unix_now};
-use crate::sim::metrics::Histogram;
-use crate::sim::tokenizer;
-use crate::sim::types::{Command, Finish, Output, ReqOptions};
-use crate::sim::vllm_args::VllmOptions;
-use crate::sim::voice::{Proc, VLLM_VERSION, Voice};
+use crate::metrics::Histogram;
+use crate::tokenizer;
+use crate::types::{Command, Finish, Output, ReqOptions};
+use crate::vllm_args::VllmOptions;
+use crate::voice::{Proc, VLLM_VERSION, Voice};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Query, Request, State};
@@ -67,7 +67,7 @@ pub struct VState {
 
 /// Builds vLLM's router: the routes, API-key checking on /v1 paths, uvicorn's access log.
 pub fn router(st: AppState, v: Arc<VllmOptions>) -> Router {
-    let voice = Voice::new(crate::sim::api::Api::Vllm, st.cfg.log.clone());
+    let voice = Voice::new(crate::api::Api::Vllm, st.cfg.log.clone());
     let state = VState { st, v, voice };
     let mut r = Router::new()
         .route("/health", get(health))

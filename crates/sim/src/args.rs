@@ -86,7 +86,7 @@ impl ParsedArgs {
 
 /// Every option string of sglang 0.5.23's `launch_server` (without `--`): the list the
 /// engine adapter checks specs against.
-const ENGINE_FLAGS: &str = include_str!("../engine/flags/sglang.txt");
+const ENGINE_FLAGS: &str = include_str!("../../../src/engine/flags/sglang.txt");
 
 /// The simulator's own flags, on top of SGLang's.
 const SIM_ONLY: &[&str] = &["profile", "sim-time-scale"];

@@ -216,7 +216,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::types::{GenRequest, ReqOptions};
+    use crate::types::{GenRequest, ReqOptions};
     use std::time::Instant;
 
     fn req(ids: Vec<u32>, max_new: u64, opts: ReqOptions) -> Req {

@@ -171,7 +171,7 @@ impl KvPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::types::GenRequest;
+    use crate::types::GenRequest;
     use std::time::Instant;
 
     fn req(ids: Vec<u32>, max_new: u64) -> Req {

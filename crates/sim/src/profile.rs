@@ -8,18 +8,18 @@ use std::time::Duration;
 
 /// Profiles embedded in the binary: (name, YAML text).
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("fast", include_str!("../../profiles/fast.yaml")),
+    ("fast", include_str!("../../../profiles/fast.yaml")),
     (
         "h100-llama8b",
-        include_str!("../../profiles/h100-llama8b.yaml"),
+        include_str!("../../../profiles/h100-llama8b.yaml"),
     ),
     (
         "kimi-k2.6-8x-rtxpro6000",
-        include_str!("../../profiles/kimi-k2.6-8x-rtxpro6000.yaml"),
+        include_str!("../../../profiles/kimi-k2.6-8x-rtxpro6000.yaml"),
     ),
     (
         "l4-qwen2.5-0.5b",
-        include_str!("../../profiles/l4-qwen2.5-0.5b.yaml"),
+        include_str!("../../../profiles/l4-qwen2.5-0.5b.yaml"),
     ),
 ];
 
