@@ -148,7 +148,7 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
         /// Render with this minijinja template instead of the built-in one; it sees the
-        /// comparison model (src/report/compare.rs) and the report filters.
+        /// comparison model (crates/report/src/report/compare.rs) and the report filters.
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
     },

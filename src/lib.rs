@@ -2,25 +2,18 @@
 //!
 //! Data flows one way: spec -> plan -> run -> run directory -> report.
 
-pub mod catalog;
 pub mod cli;
 pub mod client;
-pub mod console;
 pub mod engine;
 pub mod error;
 pub mod host;
 pub mod load;
-pub mod measure;
 pub mod plan;
 pub mod prompt;
-pub mod redact;
-pub mod report;
-pub mod results;
 pub mod run;
-pub mod secrets;
+pub use servebench_model::{catalog, console, redact, results, secrets, spec, text};
+pub use servebench_report::{measure, report};
 pub use sim;
-pub mod spec;
-pub mod text;
 
 /// Exit codes, documented in `--help`.
 pub mod exit {

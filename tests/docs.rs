@@ -163,7 +163,20 @@ fn every_file_a_comment_cites_is_in_the_repository() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cited = regex::Regex::new(r"((?:\.\./)?(?:docs|shared|ARCHITECTURE|README)[A-Za-z0-9_./-]*\.md)|\b((?:sglang|vllm|llama-cpp)-(?:facts|observed|extra|on-cpu))\b").unwrap();
     let mut missing = Vec::new();
-    let mut dirs = vec![root.join("src"), root.join("tests"), root.join("benches")];
+    // Source paths from the repository's root (`crates/sim/src/lib.rs`, `src/engine/flags/sglang.txt`),
+    // in the code and in the prose, so a file that moves takes its citations with it.
+    let source = regex::Regex::new(r"(?:^|[^A-Za-z0-9_./-])((?:src|crates|tests|benches|scripts|reports|profiles|experiments)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])").unwrap();
+    let mut dirs = vec![
+        root.join("src"),
+        root.join("crates"),
+        root.join("tests"),
+        root.join("benches"),
+        root.join("docs"),
+        root.join("reports"),
+    ];
+    for page in ["README.md", "ARCHITECTURE.md"] {
+        check_source_paths(root, &root.join(page), &source, &mut missing);
+    }
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
@@ -171,8 +184,16 @@ fn every_file_a_comment_cites_is_in_the_repository() {
                 dirs.push(path);
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs" && e != "txt") || path.ends_with("docs.rs")
+            if path.ends_with("docs.rs") {
+                continue;
+            }
+            if path
+                .extension()
+                .is_some_and(|e| e == "md" || e == "j2" || e == "rs")
             {
+                check_source_paths(root, &path, &source, &mut missing);
+            }
+            if path.extension().is_none_or(|e| e != "rs" && e != "txt") {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap();
@@ -200,4 +221,51 @@ fn every_file_a_comment_cites_is_in_the_repository() {
         "cited but not in the repository:\n{}",
         missing.join("\n")
     );
+}
+
+/// Every root-relative source path `path` names (`crates/sim/src/lib.rs`) exists. Not
+/// citations: a glob (`profiles/*.yaml`), a placeholder (`experiments/NAME.yaml`), another
+/// project's source (llama.cpp's `src/llama.cpp`: a `src/` path counts only when its next part
+/// is, or was before the crates, one of ours), a path relative to the citing crate.
+fn check_source_paths(root: &Path, path: &Path, source: &regex::Regex, missing: &mut Vec<String>) {
+    const MOVED_TO_CRATES: &[&str] = &[
+        "sim",
+        "catalog",
+        "spec",
+        "results",
+        "measure",
+        "report",
+        "text.rs",
+        "redact.rs",
+        "console.rs",
+        "secrets.rs",
+    ];
+    let text = std::fs::read_to_string(path).unwrap();
+    let crate_root = path
+        .ancestors()
+        .find(|a| a.join("Cargo.toml").exists())
+        .unwrap_or(root);
+    for (n, line) in text.lines().enumerate() {
+        for m in source.captures_iter(line) {
+            let cited = m[1].trim_end_matches('.');
+            let parts: Vec<&str> = cited.split('/').collect();
+            let placeholder = parts.iter().any(|p| {
+                let stem = p.split('.').next().unwrap_or("");
+                stem.len() > 1 && stem.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            });
+            if cited.contains('*') || placeholder {
+                continue;
+            }
+            if parts[0] == "src"
+                && parts.len() > 1
+                && !root.join("src").join(parts[1]).exists()
+                && !MOVED_TO_CRATES.contains(&parts[1])
+            {
+                continue;
+            }
+            if !root.join(cited).exists() && !crate_root.join(cited).exists() {
+                missing.push(format!("{}:{}: {cited}", path.display(), n + 1));
+            }
+        }
+    }
 }

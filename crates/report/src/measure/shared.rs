@@ -1,0 +1,267 @@
+//! Verification of requests that share prompt prefixes by design (shared-prefix groups,
+//! session histories): each one's expected cache hit follows from what was sent before it,
+//! and the server's own `cached_tokens` says whether it happened.
+//!
+//! The rule is causal: a server caches a prompt's tokens once its prefill has ended, and the
+//! first output token arrives after that. So a request sent after an earlier request of its
+//! group had its first token must find the group's shared tokens cached; a request sent before
+//! any other of its group could not have found anything; one sent while an earlier request was
+//! still in prefill is not judged (it may or may not hit).
+
+use std::collections::BTreeMap;
+
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, PrefixCacheRow, RequestRecord};
+
+use super::verify::COLD_TOLERATED_CACHED_TOKENS;
+
+/// Tokens a hit may fall short of the shared part (page granularity, the last token that is
+/// always recomputed, a token merged across the join), at most half the shared part.
+pub const SHARE_SHORTFALL_TOKENS: u64 = 64;
+
+/// What the shared-prefix requests of a point found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ShareVerdict {
+    /// Indexes (into the slice given) of requests whose numbers must not be averaged in.
+    pub contaminated: Vec<usize>,
+    pub flags: Vec<Flag>,
+    pub rows: Vec<PrefixCacheRow>,
+}
+
+/// How one request's cache count was judged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Judgement {
+    Hit,
+    Miss,
+    ColdAsExpected,
+    Unexpected,
+    NotJudged,
+}
+
+/// Judges every successful request that carries a [`CacheShare`](servebench_model::results::records::CacheShare).
+pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
+    let mut v = ShareVerdict::default();
+    let shared: Vec<(usize, &RequestRecord)> = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.error.is_none() && r.share.is_some())
+        .map(|(i, r)| (i, *r))
+        .collect();
+    if shared.is_empty() {
+        return v;
+    }
+    let sessions = shared
+        .iter()
+        .any(|(_, r)| r.share.as_ref().is_some_and(|s| s.turn.is_some()));
+    // Row key: the group, or the session turn.
+    let mut rows: BTreeMap<u32, PrefixCacheRow> = BTreeMap::new();
+    let mut sums: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
+    // (row key, shared tokens, cached) of each miss; (row key, cached) of each unexpected hit.
+    let mut misses: Vec<(u32, u64, u64)> = Vec::new();
+    let mut unexpected: Vec<(u32, u64)> = Vec::new();
+    let mut unreported = 0;
+    // Per round and group: the earliest send, and the earliest first token (a request's own
+    // first token comes after its send, so taking it into the minimum changes nothing).
+    let mut earliest: std::collections::HashMap<(u32, u32), (f64, f64)> = Default::default();
+    for (_, r) in &shared {
+        let group = r.share.as_ref().expect("filtered").group;
+        let e = earliest
+            .entry((r.round, group))
+            .or_insert((f64::INFINITY, f64::INFINITY));
+        e.0 = e.0.min(r.sent_at);
+        e.1 = e.1.min(first_token_at(r).unwrap_or(f64::INFINITY));
+    }
+    // A missing count is not a 0: the runner fills 0 only where the server said it omits
+    // zeros (SGLang with --enable-cache-report, `fill_omitted_cached`).
+    for (i, r) in &shared {
+        let share = r.share.as_ref().expect("filtered");
+        let key = if sessions {
+            share.turn.unwrap_or(0)
+        } else {
+            share.group
+        };
+        let row = rows.entry(key).or_insert_with(|| PrefixCacheRow {
+            group: (!sessions).then_some(key),
+            turn: sessions.then_some(key),
+            requests: 0,
+            must_hit: 0,
+            hits: 0,
+            must_miss: 0,
+            unexpected: 0,
+            expected_cached_tokens: None,
+            cached_tokens: None,
+        });
+        let Some(cached) = r.cached_tokens else {
+            unreported += 1;
+            continue;
+        };
+        row.requests += 1;
+        let (first_sent, first_token) = earliest[&(r.round, share.group)];
+        let owed = share.shared_tokens > 0 && first_token <= r.sent_at;
+        let first = r.sent_at <= first_sent;
+        let judgement = if owed {
+            let short = SHARE_SHORTFALL_TOKENS.min(share.shared_tokens / 2);
+            if cached + short < share.shared_tokens {
+                Judgement::Miss
+            } else if cached > share.reusable_tokens + COLD_TOLERATED_CACHED_TOKENS {
+                Judgement::Unexpected
+            } else {
+                Judgement::Hit
+            }
+        } else if first {
+            if cached > COLD_TOLERATED_CACHED_TOKENS {
+                Judgement::Unexpected
+            } else {
+                Judgement::ColdAsExpected
+            }
+        } else {
+            Judgement::NotJudged
+        };
+        if owed {
+            row.must_hit += 1;
+            let s = sums.entry(key).or_default();
+            s.0 += share.shared_tokens as f64;
+            s.1 += cached as f64;
+        }
+        match judgement {
+            Judgement::Hit => row.hits += 1,
+            Judgement::Miss => misses.push((key, share.shared_tokens, cached)),
+            Judgement::ColdAsExpected => row.must_miss += 1,
+            Judgement::Unexpected => {
+                if !owed {
+                    row.must_miss += 1;
+                }
+                row.unexpected += 1;
+                unexpected.push((key, cached));
+                v.contaminated.push(*i);
+            }
+            Judgement::NotJudged => {}
+        }
+    }
+    for (key, row) in rows.iter_mut() {
+        if let Some((expected, cached)) = sums.get(key)
+            && row.must_hit > 0
+        {
+            row.expected_cached_tokens = Some(expected / row.must_hit as f64);
+            row.cached_tokens = Some(cached / row.must_hit as f64);
+        }
+    }
+    let what = if sessions { "turn" } else { "group" };
+    let must_hit: usize = rows.values().map(|r| r.must_hit).sum();
+    if !misses.is_empty() {
+        let (key, shared_tokens, cached) = misses[0];
+        v.flags.push(Flag::new(
+            FlagKind::PrefixCacheMiss,
+            format!(
+                "{} of {must_hit} requests that had to find {} cached found less (first: {what} {key}, {cached} of {shared_tokens} tokens): \
+                 the server evicted, flushed or never cached it. They are kept in the numbers: the server served them that slowly",
+                misses.len(),
+                if sessions {
+                    "their conversation's history"
+                } else {
+                    "their group's prefix"
+                },
+            ),
+        ));
+    }
+    if !unexpected.is_empty() {
+        let (key, cached) = unexpected[0];
+        v.flags.push(Flag::new(
+            FlagKind::UnexpectedCacheHit,
+            format!(
+                "{} requests found more cached than their {what} could have left there (first: {what} {key}, {cached} tokens): \
+                 prompts of another point or run were in the cache; they are excluded from this point's numbers",
+                unexpected.len()
+            ),
+        ));
+    }
+    if unreported > 0 {
+        v.flags.push(Flag::new(
+            FlagKind::CacheUnverified,
+            format!(
+                "{unreported} of {} requests carried no cached_tokens, so their expected cache hits could not be verified \
+                 (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
+                shared.len()
+            ),
+        ));
+    }
+    v.rows = rows.into_values().collect();
+    v
+}
+
+/// Unix time the request's first output token arrived.
+fn first_token_at(r: &RequestRecord) -> Option<f64> {
+    r.chunks
+        .iter()
+        .find(|c| c.tokens > 0)
+        .map(|c| r.sent_at + c.t_s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::results::records::*;
+
+    /// A request of `group` sent at `sent` whose first token came 0.1 s later.
+    fn rec(group: u32, sent: f64, shared: u64, cached: u64) -> RequestRecord {
+        RequestRecord {
+            point: "p1".into(),
+            sent_at: sent,
+            chunks: vec![Chunk {
+                t_s: 0.1,
+                tokens: 1,
+            }],
+            end_s: Some(0.2),
+            prompt_tokens: Some(shared + 100),
+            completion_tokens: Some(4),
+            cached_tokens: Some(cached),
+            finish_reason: Some("length".into()),
+            share: Some(CacheShare {
+                group,
+                turn: None,
+                shared_tokens: shared,
+                reusable_tokens: shared,
+            }),
+            ..RequestRecord::fixture()
+        }
+    }
+
+    #[test]
+    fn hits_follow_from_what_was_sent_before() {
+        let rs = [
+            rec(0, 0.0, 1000, 0),    // first of group 0
+            rec(0, 0.05, 1000, 0),   // sent during the first's prefill: not judged
+            rec(0, 1.0, 1000, 999),  // after: a hit
+            rec(1, 0.0, 1000, 0),    // first of group 1
+            rec(1, 1.0, 1000, 10),   // after: a miss (flushed)
+            rec(2, 0.0, 1000, 1000), // first of group 2, yet cached: contamination
+        ];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        let v = verify_shares(&refs);
+        assert_eq!(v.contaminated, vec![5]);
+        let kinds: Vec<_> = v.flags.iter().map(|f| f.kind.clone()).collect();
+        assert_eq!(
+            kinds,
+            vec![FlagKind::PrefixCacheMiss, FlagKind::UnexpectedCacheHit]
+        );
+        assert!(
+            v.flags[0].message.contains("1 of 2"),
+            "{}",
+            v.flags[0].message
+        );
+        assert!(
+            v.flags[0].message.contains("group 1, 10 of 1000"),
+            "{}",
+            v.flags[0].message
+        );
+        let g0 = &v.rows[0];
+        assert_eq!(
+            (g0.group, g0.requests, g0.must_hit, g0.hits, g0.must_miss),
+            (Some(0), 3, 1, 1, 1)
+        );
+        assert_eq!(g0.cached_tokens, Some(999.0));
+        let g1 = &v.rows[1];
+        assert_eq!((g1.must_hit, g1.hits), (1, 0));
+        assert_eq!((v.rows[2].must_miss, v.rows[2].unexpected), (1, 1));
+    }
+}

@@ -1,0 +1,701 @@
+//! A point's summary from its request records: success and error counts, cache verification,
+//! aggregates and validity flags. Pure: the runner hands in what it recorded, this decides what
+//! the numbers are and what doubts them.
+
+use indexmap::IndexMap;
+
+use servebench_model::catalog::FlagKind;
+use servebench_model::catalog::Method;
+use servebench_model::results::records::{
+    ChunkTokens, Flag, PointStatus, PrefixCacheRow, RequestRecord, RequestRole, Stat,
+};
+use servebench_model::spec::types::{Experiment, Measure};
+
+use super::metrics::{self, Columns};
+use super::server_view::Finished;
+use super::system::SystemFold;
+use super::{shared, spread, twopoint, verify};
+
+/// What a point's records add up to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointSummary {
+    /// Measured requests that succeeded / failed (both requests of a two-point pair count).
+    pub ok: usize,
+    pub errors: usize,
+    /// Error counts by kind name (`timeout`, `http`, ...).
+    pub error_kinds: IndexMap<String, usize>,
+    /// Aggregates of the clean requests, by metric name.
+    pub metrics: IndexMap<String, Stat>,
+    /// The flags given, then what the records imply (errors, cache verification, spread).
+    pub flags: Vec<Flag>,
+    /// Fewer requests finished than the point planned, or the run was interrupted.
+    pub incomplete: bool,
+    /// Failed without a successful request; degraded past the error budget or when incomplete.
+    pub status: PointStatus,
+    /// Expected against observed cache hits, per shared-prefix group or session turn.
+    pub prefix_cache: Vec<PrefixCacheRow>,
+}
+
+/// Summarises the measured records of a point of `exp`. `flags` are what the runner already
+/// noticed (flush failures, calibration misses); `interrupted` says the run stopped during it.
+/// The same as folding each record into a [`PointFold`] (in any order) and finishing it.
+pub fn summarize(
+    exp: &Experiment,
+    measured: &[RequestRecord],
+    flags: Vec<Flag>,
+    interrupted: bool,
+) -> PointSummary {
+    let mut fold = PointFold::new(exp);
+    for r in measured {
+        fold.add(r);
+    }
+    fold.finish(exp, flags, interrupted)
+}
+
+/// A point's summary built one measured record at a time, as requests finish, in memory that
+/// does not grow with their number: counts, error kinds, cache verification and per-metric
+/// samples (exact up to a cap, see [`Samples`](super::samples::Samples)), and the system
+/// metrics beside them ([`SystemFold`]). Records that are judged against others of the point
+/// are kept until the end: both requests of two-point pairs (closed loop, one pair at a time)
+/// and requests that share a prefix by design (whether one was owed a hit depends on when the
+/// others of its group were sent and answered).
+#[derive(Debug, Clone)]
+pub struct PointFold {
+    two_point: bool,
+    verify: bool,
+    /// Records judged together at the end.
+    deferred: Vec<RequestRecord>,
+    /// Measured records folded, and of them the successful ones.
+    measured: usize,
+    ok: usize,
+    /// Per error kind: how many, and the order key of the first (the map is ordered by it).
+    error_kinds: IndexMap<String, (usize, u64)>,
+    /// The first failed request's message, by order key.
+    first_error: Option<(u64, String)>,
+    /// Requests sent again after a stale connection, and those of them that failed.
+    retried: usize,
+    retried_failed: usize,
+    /// Requests the cache policy and completeness are judged on (first requests of pairs).
+    refs: usize,
+    policy: verify::Tally,
+    /// Clean requests (successful, not contaminated): their samples and chunk counts.
+    clean: Columns,
+    clean_count: usize,
+    chunks: ChunkTally,
+    /// The successful measured requests' token counts (set against the server's own).
+    done: Finished,
+    /// The point's system metrics.
+    pub system: SystemFold,
+    /// Measured requests the point plans, when its rounds do not say (an open loop's
+    /// schedule); None: `repeat` x `requests` (or users x turns).
+    expected: Option<usize>,
+    /// Successful requests whose TTFT was shorter than the server's own time to the first
+    /// token, and the one shortest against it: (index, TTFT, the server's, seconds).
+    below_server: usize,
+    worst_below_server: Option<(u32, f64, f64)>,
+    /// Successful requests whose server reported its own time to the first token.
+    server_timed: usize,
+}
+
+/// How much shorter than the server's own time a client TTFT may be before it is called
+/// stamped late: the two clocks' reading grain (seconds).
+const BELOW_SERVER_SLACK_S: f64 = 50e-6;
+
+impl PointFold {
+    pub fn new(exp: &Experiment) -> PointFold {
+        PointFold::with_caps(
+            exp,
+            super::samples::EXACT_CAP,
+            super::timeline::EXACT_EVENTS,
+        )
+    }
+
+    /// Like [`new`](Self::new), keeping `values` of each metric and `events` of the timeline
+    /// exactly (tests pass small ones).
+    pub fn with_caps(exp: &Experiment, values: usize, events: usize) -> PointFold {
+        PointFold {
+            two_point: matches!(exp.method.resolve(), Measure::TwoPoint { .. }),
+            verify: exp.cache.verify,
+            deferred: Vec::new(),
+            measured: 0,
+            ok: 0,
+            error_kinds: IndexMap::new(),
+            first_error: None,
+            retried: 0,
+            retried_failed: 0,
+            refs: 0,
+            policy: verify::Tally::new(exp.cache.policy),
+            clean: Columns::with_cap(Method::Streaming, values),
+            clean_count: 0,
+            chunks: ChunkTally::default(),
+            done: Finished::default(),
+            system: SystemFold::with_caps(exp, values, events),
+            expected: None,
+            below_server: 0,
+            worst_below_server: None,
+            server_timed: 0,
+        }
+    }
+
+    /// Says how many measured requests the point plans (an open loop's schedule counts them).
+    pub fn expect(&mut self, requests: usize) {
+        self.expected = Some(requests);
+    }
+
+    /// Folds one measured record in (records may come in any order).
+    pub fn add(&mut self, r: &RequestRecord) {
+        let order = metrics::order_key(r);
+        self.measured += 1;
+        self.system.add(r);
+        match &r.error {
+            None => {
+                self.ok += 1;
+                if r.role == RequestRole::Measure {
+                    self.done.add(r);
+                }
+                self.check_stamp(r);
+            }
+            Some(e) => {
+                if r.role == RequestRole::Measure {
+                    self.done.add(r);
+                }
+                let kind = self
+                    .error_kinds
+                    .entry(e.kind.to_string())
+                    .or_insert((0, order));
+                kind.0 += 1;
+                kind.1 = kind.1.min(order);
+                if self.first_error.as_ref().is_none_or(|(o, _)| order < *o) {
+                    self.first_error = Some((order, e.message.clone()));
+                }
+            }
+        }
+        if r.retried {
+            self.retried += 1;
+            self.retried_failed += usize::from(r.error.is_some());
+        }
+        let is_ref = !self.two_point || r.role == RequestRole::TwoPointA;
+        self.refs += usize::from(is_ref);
+        if self.two_point || r.share.is_some() {
+            self.deferred.push(r.clone());
+            return;
+        }
+        let contaminated = self.verify && self.policy.add(r);
+        if !contaminated && r.error.is_none() {
+            self.add_clean(r);
+        }
+    }
+
+    /// Counts a request whose TTFT is shorter than the server says it took to the first
+    /// token: impossible unless the client stamped its send late.
+    fn check_stamp(&mut self, r: &RequestRecord) {
+        let Some(server) = r.server_ttft_s else {
+            return;
+        };
+        let Some(ttft) = r.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s) else {
+            return;
+        };
+        self.server_timed += 1;
+        if ttft + BELOW_SERVER_SLACK_S < server {
+            self.below_server += 1;
+            let short = server - ttft;
+            if self
+                .worst_below_server
+                .is_none_or(|(_, t, s)| short > s - t)
+            {
+                self.worst_below_server = Some((r.index, ttft, server));
+            }
+        }
+    }
+
+    fn add_clean(&mut self, r: &RequestRecord) {
+        self.clean_count += 1;
+        self.clean.push_request(r);
+        self.chunks.add(r);
+    }
+
+    /// The successful measured requests' counts, for [`contradictions`](super::server_view::contradictions).
+    pub fn done(&self) -> &Finished {
+        &self.done
+    }
+
+    /// The point's summary. `flags` are what the runner already noticed; `interrupted` says the
+    /// run stopped during it.
+    pub fn finish(
+        &mut self,
+        exp: &Experiment,
+        mut flags: Vec<Flag>,
+        interrupted: bool,
+    ) -> PointSummary {
+        // Records judged with their group or pair, in the order the point sent them.
+        let mut deferred = std::mem::take(&mut self.deferred);
+        deferred.sort_by_key(metrics::order_key);
+        let refs: Vec<&RequestRecord> = deferred
+            .iter()
+            .filter(|r| !self.two_point || r.role == RequestRole::TwoPointA)
+            .collect();
+        let mut contaminated = vec![false; refs.len()];
+        let mut share_flags = Vec::new();
+        let mut prefix_cache = Vec::new();
+        if self.verify {
+            let mut shared = Vec::new();
+            for (i, r) in refs.iter().enumerate() {
+                if r.share.is_some() {
+                    shared.push(i);
+                } else {
+                    contaminated[i] = self.policy.add(r);
+                }
+            }
+            let records: Vec<&RequestRecord> = shared.iter().map(|&i| refs[i]).collect();
+            let s = shared::verify_shares(&records);
+            for i in s.contaminated {
+                contaminated[shared[i]] = true;
+            }
+            share_flags = s.flags;
+            prefix_cache = s.rows;
+        }
+        let clean: Vec<&RequestRecord> = refs
+            .iter()
+            .zip(&contaminated)
+            .filter(|(r, c)| r.error.is_none() && !**c)
+            .map(|(r, _)| *r)
+            .collect();
+        let (ok, errors) = (self.ok, self.measured - self.ok);
+        self.error_kinds.sort_by(|_, a, _, b| a.1.cmp(&b.1));
+        let error_kinds: IndexMap<String, usize> = self
+            .error_kinds
+            .iter()
+            .map(|(k, (n, _))| (k.clone(), *n))
+            .collect();
+        if errors > 0 {
+            let first = self
+                .first_error
+                .as_ref()
+                .map(|(_, m)| m.clone())
+                .unwrap_or_default();
+            let kinds: Vec<String> = error_kinds
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            flags.push(Flag::new(
+                FlagKind::Errors,
+                format!(
+                    "{errors} of {} requests failed ({}); first: {}",
+                    self.measured,
+                    kinds.join(", "),
+                    servebench_model::text::truncate(&first, 300)
+                ),
+            ));
+        }
+        if self.retried > 0 {
+            let mut message = format!(
+                "{} of {} requests met a stale connection (the server had closed an idle connection \
+                 before the request reached it) and were sent again on a fresh one; not server \
+                 errors, measured from the second attempt",
+                self.retried, self.measured
+            );
+            if self.retried_failed > 0 {
+                message.push_str(&format!(
+                    " ({} failed again, counted above)",
+                    self.retried_failed
+                ));
+            }
+            flags.push(Flag::new(FlagKind::StaleConnections, message));
+        }
+        if self.verify {
+            flags.extend(self.policy.flags());
+            flags.extend(share_flags);
+        }
+        let metrics = if self.two_point {
+            if clean.is_empty() {
+                IndexMap::new()
+            } else {
+                let pairs = pairs_of(&clean, &deferred);
+                let (stats, pair_flags) = twopoint::aggregate_pairs(&pairs);
+                flags.extend(pair_flags);
+                stats
+            }
+        } else {
+            for r in &clean {
+                self.add_clean(r);
+            }
+            if self.clean_count == 0 {
+                IndexMap::new()
+            } else {
+                flags.extend(self.chunks.flag(self.clean_count));
+                self.clean.summarize()
+            }
+        };
+        let mut metrics = metrics;
+        if !prefill_is_speed(exp) {
+            metrics.shift_remove(servebench_model::catalog::Metric::Prefill.name());
+        }
+        // At concurrency > 1 per-request spread is queueing by design (the first request waits
+        // for nobody, the last for everyone): only a single stream's spread is noise.
+        if exp.concurrency == 1 && exp.load.is_none() {
+            flags.extend(spread::spread_flags(&metrics));
+        }
+        if let Some((index, ttft, server)) = self.worst_below_server {
+            flags.push(Flag::new(
+                FlagKind::TtftBelowServer,
+                format!(
+                    "{} of {} requests had a TTFT shorter than the server's own time to their first token (request {index}: {:.2} ms, the server's {:.2} ms): the client stamped their send late (descheduled), so those TTFTs are too short",
+                    self.below_server,
+                    self.server_timed,
+                    ttft * 1e3,
+                    server * 1e3
+                ),
+            ));
+        }
+        let per_round = match exp.sessions() {
+            Some(s) => s.users as usize * s.turns as usize,
+            None => exp.requests as usize,
+        };
+        let expected = self.expected.unwrap_or(exp.repeat as usize * per_round);
+        let incomplete = interrupted || self.refs < expected;
+        if interrupted {
+            flags.push(Flag::new(
+                FlagKind::Interrupted,
+                // The flag's kind already says `interrupted`: the message says how far it got.
+                format!(
+                    "{} of {expected} requests finished before the run stopped",
+                    self.refs
+                ),
+            ));
+        }
+        let status = if ok == 0 {
+            PointStatus::Failed
+        } else if incomplete || !exp.error_budget.allows(errors, self.measured) {
+            PointStatus::Degraded
+        } else {
+            PointStatus::Ok
+        };
+        PointSummary {
+            ok,
+            errors,
+            error_kinds,
+            metrics,
+            flags,
+            incomplete,
+            status,
+            prefix_cache,
+        }
+    }
+}
+
+/// True when a point's prompt tokens / TTFT is its prefill speed: one request at a time
+/// (a closed loop at concurrency 1, no sessions). Under concurrency or an arrival schedule a
+/// request's TTFT holds its wait behind the others' prefill and decode steps, so the quotient
+/// measures queueing (771 tok/s at 32 req/s where one stream prefills at 20,000): the point
+/// then carries no `prefill_tok_s`, and the report says why.
+pub fn prefill_is_speed(exp: &Experiment) -> bool {
+    exp.concurrency <= 1 && exp.load.is_none() && exp.sessions().is_none()
+}
+
+/// Clean requests whose chunks had no token counts of their own (each taken as one token):
+/// how many, their tokens (the server's totals) and their token chunks.
+#[derive(Debug, Clone, Copy, Default)]
+struct ChunkTally {
+    requests: usize,
+    tokens: u64,
+    chunks: usize,
+}
+
+impl ChunkTally {
+    fn add(&mut self, r: &RequestRecord) {
+        if r.chunk_tokens() != ChunkTokens::AssumedOne {
+            return;
+        }
+        let (counted, n) = r.token_chunks();
+        self.requests += 1;
+        self.tokens += r.completion_tokens.unwrap_or(counted);
+        self.chunks += n;
+    }
+
+    /// The `itl-per-chunk` flag, when some clean request's chunks had no token counts of their
+    /// own (each was taken as one token) and the server's totals show they carried more than
+    /// one: its ITL is then the gap per chunk, not per token. `clean` is the clean requests'
+    /// count.
+    fn flag(&self, clean: usize) -> Option<Flag> {
+        let (tokens, chunks) = (self.tokens, self.chunks);
+        if chunks == 0 || tokens <= chunks as u64 {
+            return None;
+        }
+        Some(Flag::new(
+            FlagKind::ItlPerChunk,
+            format!(
+                "ITL is per chunk here, not per token: the server gave no token count per chunk \
+                 ({} of {} requests; it sent no usage on every chunk, e.g. no support for \
+                 `stream_options.continuous_usage_stats`) and its chunks carried several tokens \
+                 ({tokens} tokens in {chunks} chunks, {:.2} per chunk, as with speculative \
+                 decoding), so each ITL value is the gap between chunks. TPOT and decode tok/s use \
+                 the server's totals and stay per token.",
+                self.requests,
+                clean,
+                tokens as f64 / chunks as f64
+            ),
+        ))
+    }
+}
+
+/// Pairs each clean first request with its second request (same round and index), when that
+/// one succeeded too.
+fn pairs_of<'a>(
+    clean_a: &[&'a RequestRecord],
+    all: &'a [RequestRecord],
+) -> Vec<(&'a RequestRecord, &'a RequestRecord)> {
+    clean_a
+        .iter()
+        .filter_map(|a| {
+            all.iter()
+                .find(|b| {
+                    b.role == RequestRole::TwoPointB
+                        && b.round == a.round
+                        && b.index == a.index
+                        && b.error.is_none()
+                })
+                .map(|b| (*a, b))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::system::{self, Observed};
+    use servebench_model::results::records::{
+        Chunk, ErrorKind, Estimate, LoadSummary, RequestError, Stat,
+    };
+
+    /// A cold `load:` point with an SLO and extra percentiles.
+    fn exp() -> Experiment {
+        serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 8},
+            "load": {"kind": "rate", "rate": 100},
+            "stop": {"requests": 400},
+            "cache": {"policy": "cold"},
+            "percentiles": [50, 99, 99.9],
+            "slo": {"ttft": "0.05s", "tpot": "0.01s", "targets": {"ttft_p99": "0.1s", "attainment": "90%"}},
+        }))
+        .unwrap()
+    }
+
+    /// Request `i` of 400 sent every 10 ms: varied latencies and lags, 8 tokens in 4 chunks,
+    /// some failed (two kinds), some retried, some served from the cache under the cold policy.
+    fn record(i: u32) -> RequestRecord {
+        // A deterministic spread in [0, 1).
+        let u = |k: u32| {
+            f64::from((i.wrapping_mul(2_654_435_761) ^ k.wrapping_mul(40_503)) % 1000) / 1000.0
+        };
+        let sched = 1000.0 + f64::from(i) * 0.01;
+        let lag = 0.002 * u(1);
+        let ttft = 0.01 + 0.05 * u(2);
+        let gap = 0.002 + 0.01 * u(3);
+        let chunks: Vec<Chunk> = (0..4)
+            .map(|c| Chunk {
+                t_s: ttft + gap * f64::from(c),
+                tokens: 2,
+            })
+            .collect();
+        let error = i.is_multiple_of(37).then(|| RequestError {
+            kind: if i.is_multiple_of(74) {
+                ErrorKind::Http
+            } else {
+                ErrorKind::Timeout
+            },
+            message: format!("failure {i}"),
+            status: None,
+            body_head: None,
+        });
+        RequestRecord {
+            index: i,
+            sent_at: sched + lag,
+            scheduled_at: Some(sched),
+            retried: i % 50 == 3,
+            requested_prompt_tokens: Some(100),
+            max_tokens: 8,
+            end_s: Some(ttft + gap * 3.0 + 0.001),
+            chunks,
+            prompt_tokens: Some(100),
+            completion_tokens: Some(8),
+            cached_tokens: Some(if i % 41 == 5 { 96 } else { 0 }),
+            error,
+            phase: Some(servebench_model::results::records::Phase::Measure),
+            lag_s: Some(lag),
+            ..RequestRecord::fixture()
+        }
+    }
+
+    /// The summary, metrics and load summary of `fold` after `records`.
+    fn folded(
+        exp: &Experiment,
+        mut fold: PointFold,
+        records: impl Iterator<Item = RequestRecord>,
+    ) -> (PointSummary, Option<LoadSummary>) {
+        records.for_each(|r| fold.add(&r));
+        let mut s = fold.finish(exp, Vec::new(), false);
+        let load = fold
+            .system
+            .finish(exp, &Observed::default(), &mut s.metrics, &mut s.flags);
+        (s, load)
+    }
+
+    #[test]
+    fn a_ttft_below_the_servers_own_is_flagged_as_a_late_stamp() {
+        let exp: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 8}, "output_tokens": 2},
+        }))
+        .unwrap();
+        let rec = |index: u32, ttft: f64, server: Option<f64>| RequestRecord {
+            index,
+            end_s: Some(ttft + 0.01),
+            chunks: vec![
+                servebench_model::results::records::Chunk {
+                    t_s: ttft,
+                    tokens: 1,
+                },
+                servebench_model::results::records::Chunk {
+                    t_s: ttft + 0.01,
+                    tokens: 1,
+                },
+            ],
+            prompt_tokens: Some(8),
+            completion_tokens: Some(2),
+            server_ttft_s: server,
+            ..RequestRecord::fixture()
+        };
+        let mut fold = PointFold::new(&exp);
+        // The issue's request: 0.39 ms where the server took 3.08 ms to process the prompt.
+        fold.add(&rec(0, 0.00039, Some(0.00308)));
+        fold.add(&rec(1, 0.005, Some(0.00308)));
+        fold.add(&rec(2, 0.004, None));
+        let s = fold.finish(&exp, Vec::new(), false);
+        let flag = s
+            .flags
+            .iter()
+            .find(|f| f.kind == FlagKind::TtftBelowServer)
+            .unwrap_or_else(|| panic!("{:?}", s.flags));
+        assert!(
+            flag.message
+                .starts_with("1 of 2 requests had a TTFT shorter")
+                && flag
+                    .message
+                    .contains("request 0: 0.39 ms, the server's 3.08 ms"),
+            "{}",
+            flag.message
+        );
+        // Every TTFT at or above the server's: no flag.
+        let mut fold = PointFold::new(&exp);
+        fold.add(&rec(0, 0.0031, Some(0.00308)));
+        let s = fold.finish(&exp, Vec::new(), false);
+        assert!(!s.flags.iter().any(|f| f.kind == FlagKind::TtftBelowServer));
+    }
+
+    #[test]
+    fn records_folded_as_they_finish_give_the_summary_of_the_sorted_slice() {
+        let exp = exp();
+        let sorted: Vec<RequestRecord> = (0..400).map(record).collect();
+        let mut want = summarize(&exp, &sorted, Vec::new(), false);
+        let want_load = system::add(
+            &exp,
+            &sorted,
+            &Observed::default(),
+            &mut want.metrics,
+            &mut want.flags,
+        );
+        // Finished out of order: odd indexes first, each half backwards.
+        let order = (0..400)
+            .rev()
+            .filter(|i| i % 2 == 1)
+            .chain((0..400).rev().filter(|i| i % 2 == 0));
+        let (got, load) = folded(&exp, PointFold::new(&exp), order.map(record));
+        assert_eq!(got, want);
+        assert_eq!(load, want_load);
+        // What the records hold, by hand: 11 failed (every 37th), 6 of them http (every 74th).
+        assert_eq!((got.ok, got.errors), (389, 11));
+        assert_eq!(
+            got.error_kinds.get_index(0),
+            Some((&"http".to_string(), &6))
+        );
+        assert!(got.flags[0].message.ends_with("first: failure 0"));
+        // Cold hits (i % 41 == 5: ten, but 333 failed) are out of the numbers.
+        assert_eq!(got.metrics["ttft_s"].count, 389 - 9);
+        assert!(got.metrics.values().all(|s| s.estimate.is_none()));
+        assert!(
+            got.flags
+                .iter()
+                .any(|f| f.kind == FlagKind::ColdCacheHit && f.message.starts_with("9 of 389"))
+        );
+    }
+
+    #[test]
+    fn past_the_caps_the_fold_estimates_within_the_stated_error() {
+        let exp = exp();
+        let records = || (0..400).map(record);
+        let (exact, exact_load) = folded(&exp, PointFold::new(&exp), records());
+        // 100 values per metric (ITL: 3 per request) and 200 timeline events.
+        let (est, est_load) = folded(&exp, PointFold::with_caps(&exp, 100, 200), records());
+        let within = |got: f64, want: f64, what: &str| {
+            assert!(
+                (got - want).abs()
+                    <= super::super::samples::RELATIVE_ERROR * want.abs() * (1.0 + 1e-9),
+                "{what}: {got} vs {want}"
+            );
+        };
+        let mut histograms = 0;
+        for (name, want) in &exact.metrics {
+            let got: &Stat = &est.metrics[name];
+            assert_eq!(
+                (got.count, got.min, got.max),
+                (want.count, want.min, want.max),
+                "{name}"
+            );
+            within(got.mean, want.mean, name);
+            match got.estimate {
+                Some(Estimate::Histogram) => {
+                    histograms += 1;
+                    within(got.p50, want.p50, name);
+                    within(got.p90, want.p90, name);
+                    within(got.p99, want.p99, name);
+                    assert!(
+                        (got.std.unwrap() - want.std.unwrap()).abs()
+                            <= 1e-9 * want.std.unwrap() + 1e-12,
+                        "{name}"
+                    );
+                }
+                Some(Estimate::Slots) => {
+                    assert!(
+                        name == "peak_output_tok_s" || name == "concurrency_max",
+                        "{name}"
+                    );
+                }
+                None => assert_eq!(got, want, "{name}"),
+            }
+        }
+        assert!(histograms >= 8, "{histograms} metrics past the cap");
+        assert_eq!(
+            est.metrics["concurrency_max"].estimate,
+            Some(Estimate::Slots)
+        );
+        // Slots count requests starting together as overlapping: never fewer.
+        assert!(est.metrics["concurrency_max"].mean >= exact.metrics["concurrency_max"].mean);
+        let (exact_load, est_load) = (exact_load.unwrap(), est_load.unwrap());
+        for (metric, row) in &exact_load.percentiles {
+            for (q, want) in row {
+                within(
+                    est_load.percentiles[metric][q],
+                    *want,
+                    &format!("{metric} {q}"),
+                );
+            }
+        }
+        assert_eq!(
+            est_load.slo.as_ref().unwrap().good,
+            exact_load.slo.unwrap().good
+        );
+    }
+}

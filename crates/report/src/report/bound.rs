@@ -1,0 +1,279 @@
+//! `servebench bound`: a run's decode steps graded against the hardware's physical bound.
+//!
+//! Each closed-loop point's decode speed is turned into a step time (tokens per step over the
+//! per-request decode tok/s), set against the bytes a step must read per GPU at the point's
+//! mean context and batch (`roofline::step`), and graded: floor, effective bandwidth, fraction
+//! of peak. Points of one batch size form a context sweep, whose line says what the context-
+//! dependent part and the fixed part cost (`roofline::grade::context_sweep`). The model comes
+//! from its `config.json`, the GPU from the host's facts or `--gpu`, the layout from the
+//! server's flags or `/server_info`; what was assumed is printed with the result.
+
+use std::fmt::Write as _;
+
+use roofline::grade::{self, ContextSweep};
+use roofline::step::{self, Layout};
+use roofline::{GpuSpec, ModelFacts, gpu};
+
+use servebench_model::results::meta::RunMeta;
+use servebench_model::results::records::{PointRecord, PointStatus};
+
+/// What `bound` is told beyond the run directory.
+#[derive(Debug, Clone)]
+pub struct BoundOptions {
+    pub model: ModelFacts,
+    /// A catalogue id or a GPU name as nvidia-smi prints it; None: from the host's facts.
+    pub gpu: Option<String>,
+    pub tp: Option<u32>,
+    pub pp: Option<u32>,
+    pub kv_cache_dtype: Option<String>,
+    /// Tokens one decode step gives each sequence (1 without speculative decoding; the mean
+    /// accept length with it).
+    pub tokens_per_step: Option<f64>,
+}
+
+/// Why a run cannot be graded.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundError {
+    #[error(
+        "the run does not say which GPU served it: name it with --gpu (one of: {known}, or a name as nvidia-smi prints it)"
+    )]
+    NoGpu { known: String },
+    #[error("`{name}` is not in the GPU catalogue: use one of {known}")]
+    UnknownGpu { name: String, known: String },
+    #[error(
+        "no point of this run has a decode speed to grade (closed-loop points that finished, with decode_tok_s)"
+    )]
+    NothingToGrade,
+}
+
+/// One graded point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundRow {
+    pub point: String,
+    /// Mean context during decode: prompt plus half the output, tokens.
+    pub context: f64,
+    pub batch: f64,
+    pub step: grade::DecodeGrade,
+    pub weight_bytes: f64,
+    pub kv_bytes: f64,
+}
+
+/// A run's grades.
+#[derive(Debug, Clone)]
+pub struct BoundReport {
+    pub gpu: GpuSpec,
+    pub layout: Layout,
+    pub tokens_per_step: f64,
+    /// What was assumed or taken from where, one sentence each.
+    pub assumptions: Vec<String>,
+    pub rows: Vec<BoundRow>,
+    /// A line per batch size with at least two contexts.
+    pub sweeps: Vec<(f64, ContextSweep)>,
+}
+
+/// Grades the run's points.
+pub fn grade(
+    meta: &RunMeta,
+    points: &[PointRecord],
+    opts: &BoundOptions,
+) -> Result<BoundReport, BoundError> {
+    let mut assumptions = opts.model.unknown.clone();
+    let known = || {
+        gpu::catalogue()
+            .iter()
+            .map(|g| g.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let gpu = match &opts.gpu {
+        Some(name) => gpu::find(name).ok_or_else(|| BoundError::UnknownGpu {
+            name: name.clone(),
+            known: known(),
+        })?,
+        None => {
+            let name = host_gpu(meta).ok_or_else(|| BoundError::NoGpu { known: known() })?;
+            let g = gpu::find(&name).ok_or_else(|| BoundError::UnknownGpu {
+                name: name.clone(),
+                known: known(),
+            })?;
+            assumptions.push(format!("GPU: {name}, from the host's facts"));
+            g
+        }
+    }
+    .clone();
+    let server = meta.servers.first();
+    let flag = |names: &[&str]| -> Option<&serde_json::Value> {
+        server.and_then(|s| names.iter().find_map(|n| s.args.get(*n)))
+    };
+    let info = |key: &str| {
+        server
+            .and_then(|s| s.server_info.as_ref())
+            .and_then(|i| i.get(key))
+    };
+    let as_u32 = |v: &serde_json::Value| {
+        v.as_u64()
+            .or_else(|| v.as_str()?.parse().ok())
+            .map(|n| n as u32)
+    };
+    let tp = opts
+        .tp
+        .or_else(|| flag(&["tp-size", "tp", "tensor-parallel-size", "-tp"]).and_then(as_u32))
+        .or_else(|| info("tp_size").and_then(as_u32));
+    let tp = tp.unwrap_or_else(|| {
+        assumptions.push(
+            "tensor parallelism: not in the server's flags or /server_info, taken as 1 (give --tp)"
+                .into(),
+        );
+        1
+    });
+    let pp = opts
+        .pp
+        .or_else(|| flag(&["pp-size", "pipeline-parallel-size", "-pp"]).and_then(as_u32))
+        .or_else(|| info("pp_size").and_then(as_u32))
+        .unwrap_or(1);
+    let kv_cache_dtype = opts.kv_cache_dtype.clone().or_else(|| {
+        flag(&["kv-cache-dtype"])
+            .or_else(|| info("kv_cache_dtype"))
+            .and_then(|v| v.as_str().map(str::to_string))
+    });
+    // The simulator at `sim-time-scale: s` runs every modelled duration s times as long (0.1:
+    // ten times faster): a step measured there is s times the model's step.
+    let time_scale = flag(&["sim-time-scale"])
+        .and_then(|v| v.as_f64().or_else(|| v.as_str()?.parse().ok()))
+        .filter(|s| s.is_finite() && *s > 0.0 && *s != 1.0);
+    if let Some(s) = time_scale {
+        assumptions.push(format!(
+            "the simulator ran at sim-time-scale {s}: measured steps are divided by {s}"
+        ));
+    }
+    let unscale = time_scale.unwrap_or(1.0);
+    let speculative = server.is_some_and(|s| s.args.keys().any(|k| k.starts_with("speculative")));
+    let tokens_per_step = opts.tokens_per_step.unwrap_or_else(|| {
+        if speculative {
+            assumptions.push(
+                "speculative decoding is on but its tokens per step were not given: steps are counted as one token each, so step times are too short by the accept length (give --tokens-per-step)".into(),
+            );
+        }
+        1.0
+    });
+    let layout = Layout {
+        tp,
+        pp,
+        dp: 1,
+        dp_attention: false,
+        kv_cache_dtype,
+    };
+    if meta.experiment.load.is_some() {
+        assumptions.push("open-loop points are left out: their batch is not fixed".into());
+    }
+    let mut rows = Vec::new();
+    for p in points {
+        if meta.experiment.load.is_some() || p.status() == PointStatus::Failed || p.ok == 0 {
+            continue;
+        }
+        let mean = |k: &str| {
+            p.metrics
+                .get(k)
+                .map(|s| s.mean)
+                .filter(|v| v.is_finite() && *v > 0.0)
+        };
+        let (Some(decode), Some(prompt)) = (mean("decode_tok_s"), mean("prompt_tokens")) else {
+            continue;
+        };
+        let context = prompt + mean("completion_tokens").unwrap_or(0.0) / 2.0;
+        let batch = p
+            .values
+            .get("concurrency")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(f64::from(meta.experiment.concurrency))
+            .max(1.0);
+        let s = step::decode_step(&opts.model, &layout, batch, context, tokens_per_step);
+        rows.push(BoundRow {
+            point: p.id.clone(),
+            context,
+            batch,
+            step: grade::decode(&s, &gpu, tokens_per_step / decode / unscale),
+            weight_bytes: s.weight_bytes,
+            kv_bytes: s.kv_bytes,
+        });
+    }
+    if rows.is_empty() {
+        return Err(BoundError::NothingToGrade);
+    }
+    let mut batches: Vec<f64> = rows.iter().map(|r| r.batch).collect();
+    batches.sort_by(f64::total_cmp);
+    batches.dedup();
+    let sweeps = batches
+        .into_iter()
+        .filter_map(|b| {
+            let pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.batch == b)
+                .map(|r| (r.context, r.step.step_s))
+                .collect();
+            let at = |ctx: f64| step::decode_step(&opts.model, &layout, b, ctx, tokens_per_step);
+            grade::context_sweep(&pts, at, &gpu).map(|s| (b, s))
+        })
+        .collect();
+    Ok(BoundReport {
+        gpu,
+        layout,
+        tokens_per_step,
+        assumptions,
+        rows,
+        sweeps,
+    })
+}
+
+/// The GPU named in the server host's facts (SSH and Slurm hosts record `nvidia-smi`'s names).
+fn host_gpu(meta: &RunMeta) -> Option<String> {
+    let facts = meta.server_host.as_ref()?;
+    let gpus = facts.get("gpus")?.as_array()?;
+    gpus.first()?.get("name")?.as_str().map(str::to_string)
+}
+
+/// The grades as Markdown: the basis, a row per point, then what each sweep's line says.
+pub fn render(r: &BoundReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Decode steps against {} ({:.0} GB/s peak, {}), tp {} pp {}, {} token(s) per step per sequence.\n",
+        r.gpu.name, r.gpu.bandwidth_gb_s, r.gpu.source, r.layout.tp, r.layout.pp, r.tokens_per_step
+    );
+    for a in &r.assumptions {
+        let _ = writeln!(out, "- assumed: {a}");
+    }
+    if !r.assumptions.is_empty() {
+        out.push('\n');
+    }
+    out.push_str("| point | context | batch | step (ms) | floor (ms) | weights + KV per GPU (GB) | effective (GB/s) | of peak |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for row in &r.rows {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} + {:.3} | {:.1} | {:.1}% |",
+            row.point,
+            row.context,
+            row.batch,
+            row.step.step_s * 1e3,
+            row.step.floor_s * 1e3,
+            row.weight_bytes / 1e9,
+            row.kv_bytes / 1e9,
+            row.step.effective_gb_s,
+            row.step.fraction_of_peak * 100.0
+        );
+    }
+    for (batch, s) in &r.sweeps {
+        let _ = writeln!(
+            out,
+            "\nAt batch {batch:.0}, over {} contexts: step = {:.3} ms + {:.3} us x context.",
+            s.points,
+            s.fixed_s * 1e3,
+            s.slope_s_per_token * 1e6
+        );
+        for f in &s.findings {
+            let _ = writeln!(out, "- {f}");
+        }
+    }
+    out
+}

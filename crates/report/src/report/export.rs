@@ -1,0 +1,168 @@
+//! CSV exports beside the report, for pandas and spreadsheets: `points.csv` (one row per
+//! point: sweep values, status, load basis, every metric's mean, p50, p90, p99) and
+//! `requests.csv` (one row per recorded request with its derived latencies). Values are in
+//! the unit the report shows, and each column's name says it (`ttft_ms_mean`: times in
+//! milliseconds, as the console and the report write them; `decode_tok_s_mean`). Each reads in
+//! one line: `pd.read_csv("points.csv")`. `requests.csv` is converted line by line, so its
+//! memory does not grow with the run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use indexmap::IndexSet;
+
+use crate::measure::metrics::request_metrics;
+use servebench_model::catalog::Metric;
+use servebench_model::results::records::{PointRecord, RequestRecord};
+
+/// File names inside the run directory.
+pub const POINTS_CSV: &str = "points.csv";
+pub const REQUESTS_CSV: &str = "requests.csv";
+
+/// The statistics each metric gets a column for.
+const FIELDS: [&str; 4] = ["mean", "p50", "p90", "p99"];
+
+/// `points.csv` as bytes: `id, group, status, ok, errors, <dimension>..., offered_req_s,
+/// window_s, slo_met, <column>_<stat>...` (a metric's column names its shown unit:
+/// [`Metric::column`]). A missing value is an empty cell.
+pub fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
+    let dims: IndexSet<&str> = points
+        .iter()
+        .flat_map(|p| p.values.keys().map(String::as_str))
+        .collect();
+    let metrics: IndexSet<&str> = points
+        .iter()
+        .flat_map(|p| p.metrics.keys().map(String::as_str))
+        .collect();
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = ["id", "group", "status", "ok", "errors"]
+        .map(String::from)
+        .to_vec();
+    header.extend(dims.iter().map(|d| d.to_string()));
+    header.extend(["offered_req_s", "window_s", "slo_met"].map(String::from));
+    for m in &metrics {
+        let column = Metric::from_name(m).map_or_else(|| m.to_string(), Metric::column);
+        header.extend(FIELDS.iter().map(|f| format!("{column}_{f}")));
+    }
+    w.write_record(&header)?;
+    for p in points {
+        let mut row: Vec<String> = vec![
+            p.id.clone(),
+            p.group.clone(),
+            p.status().to_string(),
+            p.ok.to_string(),
+            p.errors.to_string(),
+        ];
+        for d in &dims {
+            row.push(match p.values.get(*d) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            });
+        }
+        let load = p.load.as_ref();
+        row.push(opt(load.and_then(|l| l.offered_req_s)));
+        row.push(opt(load.map(|l| l.window_s)));
+        row.push(
+            load.and_then(|l| l.slo.as_ref())
+                .map(|s| s.met.to_string())
+                .unwrap_or_default(),
+        );
+        for m in &metrics {
+            let s = p.metrics.get(*m);
+            let shown = |x: f64| Metric::from_name(m).map_or(x, |m| m.shown(x));
+            for f in FIELDS {
+                row.push(opt(s.map(|s| {
+                    shown(match f {
+                        "mean" => s.mean,
+                        "p50" => s.p50,
+                        "p90" => s.p90,
+                        _ => s.p99,
+                    })
+                })));
+            }
+        }
+        w.write_record(&row)?;
+    }
+    w.into_inner().map_err(|e| e.into_error().into())
+}
+
+/// Converts `requests.jsonl` into `requests.csv`, record by record. A line that is not a
+/// record (a cut-off last line) is skipped, as the report skips it.
+pub fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Error> {
+    let reader = BufReader::new(std::fs::File::open(jsonl)?);
+    let mut w = csv::Writer::from_writer(std::io::BufWriter::new(std::fs::File::create(out)?));
+    w.write_record([
+        "point",
+        "round",
+        "index",
+        "role",
+        "phase",
+        "scheduled_at",
+        "sent_at",
+        "lag_ms",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "ttft_sched_ms",
+        "e2e_sched_ms",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "max_tokens",
+        "error",
+    ])?;
+    for line in reader.lines() {
+        let line = line?;
+        let Ok(r) = serde_json::from_str::<RequestRecord>(&line) else {
+            continue;
+        };
+        let m = request_metrics(&r);
+        let lag = r.lag_s.unwrap_or(0.0);
+        let count = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_default();
+        w.write_record([
+            r.point.clone(),
+            r.round.to_string(),
+            r.index.to_string(),
+            r.role.to_string(),
+            r.phase.map(|p| p.to_string()).unwrap_or_default(),
+            opt(r.scheduled_at),
+            opt(Some(r.sent_at)),
+            ms(r.lag_s),
+            ms(m.ttft_s),
+            ms(m.tpot_s),
+            ms(r.end_s),
+            ms(r.lag_s.and(m.ttft_s).map(|t| t + lag)),
+            ms(r.lag_s.and(r.end_s).map(|e| e + lag)),
+            count(r.prompt_tokens),
+            count(r.completion_tokens),
+            count(r.cached_tokens),
+            r.max_tokens.to_string(),
+            r.error.map(|e| e.kind.to_string()).unwrap_or_default(),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// Writes both files into `dir`.
+pub fn write_csvs(dir: &Path, points: &[PointRecord]) -> Result<(), csv::Error> {
+    let bytes = points_csv(points)?;
+    std::fs::File::create(dir.join(POINTS_CSV))?.write_all(&bytes)?;
+    let jsonl = dir.join(servebench_model::results::rundir::REQUESTS_FILE);
+    if jsonl.exists() {
+        write_requests_csv(&jsonl, &dir.join(REQUESTS_CSV))?;
+    }
+    Ok(())
+}
+
+/// Seconds written as milliseconds, the unit every time is shown in.
+fn ms(x: Option<f64>) -> String {
+    opt(x.map(|s| s * 1000.0))
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.filter(|x| x.is_finite())
+        .map(|x| x.to_string())
+        .unwrap_or_default()
+}

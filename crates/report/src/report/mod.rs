@@ -1,0 +1,741 @@
+//! Reports: a run directory's records rendered through a minijinja Markdown template.
+//!
+//! [`build_model`] turns the stored records into a [`ReportModel`]; [`render`] is a pure function
+//! from that model and a template to Markdown, and [`charts`] draws its SVG charts. Only
+//! [`render_run_dir`] (reads) and [`write_report`] (reads, then writes `report.md` and
+//! `charts/*.svg`) touch the disk.
+
+pub mod bound;
+pub mod capacity;
+pub mod capacity_chart;
+pub mod charts;
+pub mod compare;
+pub mod compare_capacity;
+pub mod digest;
+pub mod export;
+pub mod format;
+pub mod hardware;
+pub mod load;
+pub mod load_charts;
+pub mod model;
+pub mod offered;
+pub mod pareto;
+pub mod reproduction;
+pub mod schema;
+pub mod server_view;
+pub mod timeline;
+
+use std::path::{Path, PathBuf};
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+
+use servebench_model::results::meta::RunMeta;
+use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
+
+pub use model::{ReportModel, build_model, build_model_from};
+
+/// The default template, compiled into the binary so reports render from any directory.
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../../../reports/templates/default.md.j2");
+
+/// Name the default template has in error messages.
+pub const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
+
+/// The long-context study layout: one compact table per server group.
+pub const LONG_CONTEXT_TEMPLATE: &str =
+    include_str!("../../../../reports/templates/long-context.md.j2");
+
+/// A template compiled into the binary.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BuiltinTemplate {
+    /// The name `report.template` and `--template` use.
+    pub name: &'static str,
+    /// Its file under `reports/templates/`, as error messages name it.
+    pub file: &'static str,
+    /// The template's text.
+    pub source: &'static str,
+}
+
+/// Templates compiled into the binary.
+pub const BUILTIN_TEMPLATES: &[BuiltinTemplate] = &[
+    BuiltinTemplate {
+        name: "default",
+        file: DEFAULT_TEMPLATE_NAME,
+        source: DEFAULT_TEMPLATE,
+    },
+    BuiltinTemplate {
+        name: "long-context",
+        file: "long-context.md.j2",
+        source: LONG_CONTEXT_TEMPLATE,
+    },
+];
+
+/// The template a report is rendered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Template {
+    /// A built-in template.
+    Builtin(&'static BuiltinTemplate),
+    /// A template file.
+    File(PathBuf),
+}
+
+impl Template {
+    /// `report.template` as written in a spec: a built-in name, else a path relative to
+    /// `base` (the spec's directory). A built-in name wins over a file of the same name.
+    pub fn resolve(value: &str, base: &Path) -> Template {
+        match builtin(value) {
+            Some(t) => Template::Builtin(t),
+            None => Template::File(base.join(value)),
+        }
+    }
+
+    /// `--template` on the command line: a built-in name, else a path as given.
+    pub fn from_arg(value: &Path) -> Template {
+        match value.to_str().and_then(builtin) {
+            Some(t) => Template::Builtin(t),
+            None => Template::File(value.to_path_buf()),
+        }
+    }
+}
+
+/// The built-in template of this name.
+pub fn builtin(name: &str) -> Option<&'static BuiltinTemplate> {
+    BUILTIN_TEMPLATES.iter().find(|t| t.name == name)
+}
+
+/// The names of the built-in templates, for messages: `default, long-context`.
+pub fn builtin_names() -> String {
+    BUILTIN_TEMPLATES
+        .iter()
+        .map(|t| t.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Name a user template has in error messages when [`render`] is not told its path.
+pub const USER_TEMPLATE_NAME: &str = "user template";
+
+/// Largest template file read, in bytes. The built-in templates are 5 to 14 KB; a template is
+/// written by hand, so past this it is not a template (and is not read into memory).
+pub const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+
+/// Steps (minijinja instructions) one rendering may take. The default template takes about
+/// 1,000 per point, so a report of the most points a spec may have (10,000) takes 10 million;
+/// this is five times that, for templates that do more per point. A loop that never ends, or
+/// one over far more items than a report has, stops here with an error instead of hanging the
+/// end of a run: after a few seconds (minijinja runs some 10 to 20 million steps a second).
+pub const TEMPLATE_FUEL: u64 = 50_000_000;
+
+/// Largest rendered report or comparison, in bytes. The default template writes about 1 KB
+/// per point (10 MB at 10,000 points); past this the template is writing something else.
+pub const MAX_RENDERED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Reads a user template file: a regular file (a FIFO would block) of at most
+/// [`MAX_TEMPLATE_BYTES`]. Errors say which budget was passed.
+pub fn read_template_file(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a template is a text file)",
+        ));
+    }
+    let too_large = |bytes: u64| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "the file is {bytes} bytes; templates are limited to {MAX_TEMPLATE_BYTES} bytes (1 MiB)"
+            ),
+        )
+    };
+    if meta.len() > MAX_TEMPLATE_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_TEMPLATE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(too_large(text.len() as u64));
+    }
+    Ok(text)
+}
+
+/// Why a report could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The template failed to parse or render.
+    #[error("{}: {message}", location(name, *line))]
+    Template {
+        /// Template name (`default.md.j2` or the user template's path).
+        name: String,
+        /// 1-based line in the template, when known.
+        line: Option<usize>,
+        /// minijinja's description of the problem.
+        message: String,
+    },
+    /// The user template file could not be read.
+    #[error("{path}: cannot read the report template: {source}")]
+    ReadTemplate {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The run directory's records could not be read.
+    #[error(transparent)]
+    RunDir(#[from] RunDirError),
+    /// A chart could not be drawn.
+    #[error(transparent)]
+    Chart(#[from] charts::ChartError),
+    #[error("cannot write the CSV exports: {0}")]
+    Csv(#[from] csv::Error),
+    /// The report or a chart could not be written into the run directory.
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn location(name: &str, line: Option<usize>) -> String {
+    match line {
+        Some(line) => format!("template {name}, line {line}"),
+        None => format!("template {name}"),
+    }
+}
+
+/// Renders the report. `template` is a user template's source; `None` renders the default.
+pub fn render(model: &ReportModel, template: Option<&str>) -> Result<String, ReportError> {
+    match template {
+        None => render_named(model, DEFAULT_TEMPLATE_NAME, DEFAULT_TEMPLATE),
+        Some(source) => render_named(model, USER_TEMPLATE_NAME, source),
+    }
+}
+
+/// Renders a model (the report's, or another such as the comparison's) with a template given by
+/// name (used in error messages) and source.
+pub fn render_named<M: serde::Serialize>(
+    model: &M,
+    name: &str,
+    source: &str,
+) -> Result<String, ReportError> {
+    render_within(
+        model,
+        name,
+        source,
+        Budget {
+            fuel: TEMPLATE_FUEL,
+            output_bytes: MAX_RENDERED_BYTES,
+        },
+    )
+}
+
+/// What one rendering may spend.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// Steps, as minijinja counts them.
+    fuel: u64,
+    /// Bytes of output.
+    output_bytes: usize,
+}
+
+fn render_within<M: serde::Serialize>(
+    model: &M,
+    name: &str,
+    source: &str,
+    budget: Budget,
+) -> Result<String, ReportError> {
+    let env = environment(name, source, budget)?;
+    let err = |e: minijinja::Error| template_error(name, e, budget, source);
+    let template = env.get_template(name).map_err(err)?;
+    let mut out = CappedOutput {
+        bytes: Vec::new(),
+        limit: budget.output_bytes,
+    };
+    template
+        .render_captured_to(
+            minijinja::Value::from(minijinja::value::Serde(model)),
+            &mut out,
+        )
+        .map_err(err)?;
+    // Only what minijinja wrote: text, cut nowhere (the writer refuses whole writes).
+    String::from_utf8(out.bytes).map_err(|e| ReportError::Template {
+        name: name.to_string(),
+        line: None,
+        message: format!("the output is not UTF-8 text: {e}"),
+    })
+}
+
+/// An environment holding the template `name`, compiled: the one place templates are set up,
+/// so `validate` parses a template exactly as the report renders it.
+fn environment<'s>(
+    name: &'s str,
+    source: &'s str,
+    budget: Budget,
+) -> Result<Environment<'s>, ReportError> {
+    let err = |e: minijinja::Error| template_error(name, e, budget, source);
+    if source.len() as u64 > MAX_TEMPLATE_BYTES {
+        return Err(ReportError::Template {
+            name: name.to_string(),
+            line: None,
+            message: format!(
+                "the template is {} bytes; templates are limited to {MAX_TEMPLATE_BYTES} bytes (1 MiB)",
+                source.len()
+            ),
+        });
+    }
+    let mut env = Environment::new();
+    // A template that never ends, or runs long, stops with an error naming the budget.
+    env.set_fuel(Some(budget.fuel));
+    // Strict: a misspelt field is an error with a line number, not a silently empty cell.
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    // Block tags on lines of their own leave no blank lines behind; the file's last newline stays.
+    let syntax = SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(true)
+        .build()
+        .map_err(err)?;
+    env.set_syntax(syntax);
+    format::register(&mut env);
+    env.add_template(name, source).map_err(err)?;
+    Ok(env)
+}
+
+/// Whether a template parses (syntax, size), without rendering it.
+pub fn check_template(name: &str, source: &str) -> Result<(), ReportError> {
+    environment(
+        name,
+        source,
+        Budget {
+            fuel: TEMPLATE_FUEL,
+            output_bytes: MAX_RENDERED_BYTES,
+        },
+    )
+    .map(drop)
+}
+
+/// [`servebench_model::spec::Check`] of `report.template`: a file that is missing, not a regular file,
+/// over [`MAX_TEMPLATE_BYTES`] or that does not parse is an error at `validate`, not at the
+/// end of a run. Each file is read once, however many points name it.
+#[derive(Debug, Default)]
+pub struct TemplateCheck {
+    files: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<(String, String)>>>,
+}
+
+impl servebench_model::spec::Check for TemplateCheck {
+    fn check(
+        &self,
+        experiment: &servebench_model::spec::types::Experiment,
+        spec_dir: &Path,
+    ) -> Vec<servebench_model::spec::validate::Problem> {
+        let Template::File(path) = Template::resolve(&experiment.report.template, spec_dir) else {
+            return Vec::new();
+        };
+        let found = self
+            .files
+            .borrow_mut()
+            .entry(path.clone())
+            .or_insert_with(|| template_file_problem(&path))
+            .clone();
+        found
+            .map(
+                |(message, hint)| servebench_model::spec::validate::Problem {
+                    pointer: "/report/template".into(),
+                    target: servebench_model::spec::validate::Target::Value,
+                    message,
+                    hint: Some(hint),
+                },
+            )
+            .into_iter()
+            .collect()
+    }
+}
+
+/// What is wrong with a template file, with a hint; `None` when it parses.
+fn template_file_problem(path: &Path) -> Option<(String, String)> {
+    let shown = path.display().to_string();
+    let source = match read_template_file(path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let hint = format!(
+                "a built-in name ({}) or a path relative to the spec's folder",
+                builtin_names()
+            );
+            let builtins = BUILTIN_TEMPLATES.iter().map(|t| t.name);
+            let hint = match servebench_model::spec::diagnostics::did_you_mean(name, builtins) {
+                Some(d) => format!("{d} ({hint})"),
+                None => hint,
+            };
+            return Some((format!("the report template {shown} does not exist"), hint));
+        }
+        Err(e) => {
+            return Some((
+                format!("cannot read the report template {shown}: {e}"),
+                "a template is a text file of at most 1 MiB".into(),
+            ));
+        }
+    };
+    let e = check_template(&shown, &source).err()?;
+    Some((
+        e.to_string(),
+        "fix the template's syntax (minijinja, like Jinja2); `servebench report RUN_DIR --template FILE` renders it again".into(),
+    ))
+}
+
+/// Collects the rendered text, refusing to grow past `limit` bytes.
+struct CappedOutput {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            return Err(std::io::Error::other("rendered output budget"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn template_error(name: &str, e: minijinja::Error, budget: Budget, source: &str) -> ReportError {
+    // The expression the error is about (`tables[0].titel`), from its span in the source: an
+    // undefined field is named, not only "undefined value".
+    let expression = e
+        .range()
+        .and_then(|r| source.get(r))
+        .map(|x| x.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|x| !x.is_empty() && x.len() <= 200)
+        // A syntax error's span is the token that broke it: the message already names it.
+        .filter(|_| e.kind() != minijinja::ErrorKind::SyntaxError);
+    let message = match e.kind() {
+        minijinja::ErrorKind::OutOfFuel => format!(
+            "the template used up its budget of {} steps: a loop that never ends, or one over far more items than the report has",
+            budget.fuel
+        ),
+        minijinja::ErrorKind::WriteFailure => format!(
+            "the template wrote more than {} bytes, the limit of a report",
+            budget.output_bytes
+        ),
+        minijinja::ErrorKind::UndefinedError => {
+            let what = match &expression {
+                Some(x) => format!("`{x}` is undefined"),
+                None => "a value is undefined".to_string(),
+            };
+            let detail = e.detail().map(|d| format!(" ({d})")).unwrap_or_default();
+            format!(
+                "{what}{detail}: the report model has no such field (see `servebench schema report-model`, or `schemas/report-model.schema.json`); check its spelling, or guard it with `is defined`"
+            )
+        }
+        kind => match (e.detail(), &expression) {
+            (Some(detail), Some(x)) => format!("{kind}: {detail} (in `{x}`)"),
+            (Some(detail), None) => format!("{kind}: {detail}"),
+            (None, Some(x)) => format!("{kind} (in `{x}`)"),
+            (None, None) => kind.to_string(),
+        },
+    };
+    ReportError::Template {
+        name: name.to_string(),
+        line: e.line(),
+        message,
+    }
+}
+
+/// Reads a run directory and renders its report. `template_override` replaces the template
+/// named in the spec (the runner resolves that relative to the spec file and passes it here).
+pub fn render_run_dir(
+    dir: &RunDir,
+    template_override: Option<&Template>,
+) -> Result<String, ReportError> {
+    let run = read_run(dir)?;
+    render_for_run(&run.meta, &run.model, template_override)
+}
+
+/// Renders a run directory's report and writes it as `report.md`, with its charts in
+/// `charts/*.svg` (a chart that no longer applies is removed). Returns the report's path.
+/// Nothing is written when the template fails.
+pub fn write_report(
+    dir: &RunDir,
+    template_override: Option<&Template>,
+) -> Result<PathBuf, ReportError> {
+    let run = read_run(dir)?;
+    let model = &run.model;
+    let markdown = render_for_run(&run.meta, model, template_override)?;
+    write_charts(dir, &charts::charts(model), model.load.as_ref())?;
+    write_timelines(dir, &run.timelines)?;
+    write_capacity_charts(dir, model.capacity.as_ref())?;
+    export::write_csvs(&dir.path, &run.points)?;
+    let path = dir.file(REPORT_FILE);
+    dir.write_report(&markdown)
+        .map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(path)
+}
+
+/// Writes each chart's SVG into `charts/` and removes chart files the data no longer supports,
+/// so the folder always matches the report's links.
+fn write_charts(
+    dir: &RunDir,
+    drawn: &[charts::Chart],
+    drawn_load: Option<&load::LoadSection>,
+) -> Result<(), ReportError> {
+    let folder = dir.file(CHARTS_DIR);
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Write { path, source }
+    };
+    if !drawn.is_empty() {
+        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    }
+    for chart in drawn {
+        let svg = charts::render_svg(chart)?;
+        let path = folder.join(chart.file);
+        std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
+            .map_err(write_err(&path))?;
+    }
+    let load: Vec<load_charts::LoadChart> = model_load_charts(drawn_load);
+    if !load.is_empty() {
+        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    }
+    for chart in &load {
+        let svg = load_charts::render_svg(chart)?;
+        let path = folder.join(chart.file);
+        std::fs::write(&path, svg).map_err(write_err(&path))?;
+    }
+    for file in load_charts::FILES {
+        let path = folder.join(file);
+        if !load.iter().any(|c| c.file == file) && path.exists() {
+            std::fs::remove_file(&path).map_err(write_err(&path))?;
+        }
+    }
+    for file in charts::chart_files() {
+        let path = folder.join(file);
+        if !drawn.iter().any(|c| c.file == file) && path.exists() {
+            std::fs::remove_file(&path).map_err(write_err(&path))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes each search's chart (`charts/capacity-<seed>.svg`).
+fn write_capacity_charts(
+    dir: &RunDir,
+    section: Option<&capacity::CapacitySection>,
+) -> Result<(), ReportError> {
+    let folder = dir.file(CHARTS_DIR);
+    for view in section.iter().flat_map(|s| &s.searches) {
+        if view.chart.is_none() {
+            continue;
+        }
+        std::fs::create_dir_all(&folder).map_err(|source| ReportError::Write {
+            path: folder.clone(),
+            source,
+        })?;
+        let svg = capacity_chart::render_svg(view)?;
+        let path = folder.join(capacity::chart_file(&view.seed));
+        std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
+            .map_err(|source| ReportError::Write { path, source })?;
+    }
+    Ok(())
+}
+
+fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::LoadChart> {
+    section.map(load_charts::charts).unwrap_or_default()
+}
+
+/// Writes each point's time series (`charts/timeline-<point>.svg`), and removes those of
+/// points no longer scraped.
+fn write_timelines(dir: &RunDir, drawn: &[timeline::Timeline]) -> Result<(), ReportError> {
+    let folder = dir.file(CHARTS_DIR);
+    let write_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Write { path, source }
+    };
+    if !drawn.is_empty() {
+        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    }
+    for t in drawn {
+        let path = folder.join(&t.file);
+        std::fs::write(&path, timeline::render_svg(t)?).map_err(write_err(&path))?;
+    }
+    if let Ok(entries) = std::fs::read_dir(&folder) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with(timeline::FILE_PREFIX) && !drawn.iter().any(|t| t.file == name) {
+                std::fs::remove_file(e.path()).map_err(write_err(&e.path()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a report is made of, read from a run directory.
+struct ReadRun {
+    meta: RunMeta,
+    /// `points.jsonl`'s records.
+    points: Vec<servebench_model::results::records::PointRecord>,
+    model: ReportModel,
+    /// Each scraped point's time series.
+    timelines: Vec<timeline::Timeline>,
+}
+
+/// Reads a run directory into its report model and timelines, with notes on lines skipped
+/// while reading. `requests.jsonl` is read once, line by line, each request folded into a
+/// [`digest::RequestDigest`] and dropped: memory grows with the points and the scrapes, not
+/// with the requests.
+fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
+    let meta = dir.read_meta()?;
+    let points = dir.read_points_detailed()?;
+    // Scrapes first: they give each timeline its origin, which the requests are binned from.
+    let scrapes = dir.read_metrics()?;
+    let mut digest =
+        digest::RequestDigest::with_timelines(timeline::origins(&points.records, &scrapes));
+    let truncated_requests =
+        dir.visit_requests(|r: servebench_model::results::records::RequestRecord| digest.add(&r))?;
+    let mut model = build_model_from(&meta, &points.records, &digest);
+    model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
+    let timelines = timeline::timelines(&points.records, &digest.in_flight, &scrapes);
+    model.timelines = timelines
+        .iter()
+        .map(|t| charts::ChartLink {
+            path: format!("{CHARTS_DIR}/{}", t.file),
+            title: t.title.clone(),
+        })
+        .collect();
+    for s in scrapes
+        .iter()
+        .filter(|s| s.at == servebench_model::results::rundir::METRICS_BUDGET_AT)
+    {
+        if let Some(cut) = &s.cut {
+            model.data_notes.push(format!("{cut} ({}).", s.point));
+        }
+    }
+    for (file, lines) in [
+        (
+            servebench_model::results::rundir::POINTS_FILE,
+            &points.truncated_lines,
+        ),
+        (
+            servebench_model::results::rundir::REQUESTS_FILE,
+            &truncated_requests,
+        ),
+    ] {
+        for line in lines {
+            model.data_notes.push(format!(
+                "{file} line {line} was cut off mid-record (a crash while writing) and was skipped."
+            ));
+        }
+    }
+    Ok(ReadRun {
+        meta,
+        points: points.records,
+        model,
+        timelines,
+    })
+}
+
+/// Renders with the override, else the template the spec named.
+fn render_for_run(
+    meta: &RunMeta,
+    model: &ReportModel,
+    template_override: Option<&Template>,
+) -> Result<String, ReportError> {
+    let template = match template_override {
+        Some(t) => t.clone(),
+        // A relative path is relative to the spec file: its recorded absolute path (older
+        // runs: the path as given, relative to the working directory).
+        None => Template::resolve(
+            &meta.experiment.report.template,
+            Path::new(meta.spec_location())
+                .parent()
+                .unwrap_or(Path::new(".")),
+        ),
+    };
+    match template {
+        Template::Builtin(t) => render_named(model, t.file, t.source),
+        Template::File(path) => {
+            let source = read_template_file(&path).map_err(|source| ReportError::ReadTemplate {
+                path: path.clone(),
+                source,
+            })?;
+            render_named(model, &path.display().to_string(), &source)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(fuel: u64, output_bytes: usize) -> Budget {
+        Budget { fuel, output_bytes }
+    }
+
+    fn message(e: ReportError) -> String {
+        match e {
+            ReportError::Template { message, .. } => message,
+            other => panic!("not a template error: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_loop_stops_at_the_step_budget() {
+        let loops =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let e = render_within(&(), "t", loops, small(100_000, MAX_RENDERED_BYTES)).unwrap_err();
+        assert!(message(e).contains("used up its budget of 100000 steps"));
+        // Enough fuel: the same engine renders.
+        let out = render_within(&(), "t", "{{ 1 + 1 }}", small(100, 10)).unwrap();
+        assert_eq!(out, "2");
+    }
+
+    #[test]
+    fn output_stops_at_the_byte_budget() {
+        let t = "{% for i in range(1000) %}0123456789{% endfor %}";
+        let e = render_within(&(), "t", t, small(TEMPLATE_FUEL, 5_000)).unwrap_err();
+        assert!(message(e).contains("wrote more than 5000 bytes"));
+        let out = render_within(&(), "t", t, small(TEMPLATE_FUEL, 10_000)).unwrap();
+        assert_eq!(out.len(), 10_000);
+    }
+
+    #[test]
+    fn ranges_past_minijinjas_own_limit_fail_at_once() {
+        // The template: minijinja refuses a range of more than 100,000 items.
+        let t =
+            "{% for i in range(10000000) %}{% for j in range(10000000) %}x{% endfor %}{% endfor %}";
+        let e = render_named(&(), "t", t).unwrap_err();
+        assert!(message(e).contains("range has too many elements"));
+    }
+
+    #[test]
+    fn templates_are_bounded_files() {
+        let big = "x".repeat(MAX_TEMPLATE_BYTES as usize + 1);
+        let e = render_named(&(), "t", &big).unwrap_err();
+        assert!(message(e).contains("limited to 1048576 bytes (1 MiB)"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t.fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let e = read_template_file(&fifo).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let file = dir.path().join("big.md.j2");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(MAX_TEMPLATE_BYTES + 1)
+            .unwrap();
+        let e = read_template_file(&file).unwrap_err();
+        assert!(e.to_string().contains("limited to 1048576 bytes"), "{e}");
+    }
+}
