@@ -32,7 +32,7 @@ fn above_bar(write: impl FnOnce()) {
 }
 
 /// Writes `bytes` to stdout and flushes; a closed or broken stdout is ignored.
-pub fn out_bytes(bytes: &[u8]) {
+pub(crate) fn out_bytes(bytes: &[u8]) {
     let redactor = crate::redact::current();
     let bytes = redactor.bytes(bytes);
     above_bar(|| {
@@ -43,7 +43,7 @@ pub fn out_bytes(bytes: &[u8]) {
 }
 
 /// Writes `bytes` to stderr; a closed or broken stderr is ignored.
-pub fn err_bytes(bytes: &[u8]) {
+pub(crate) fn err_bytes(bytes: &[u8]) {
     let redactor = crate::redact::current();
     let bytes = redactor.bytes(bytes);
     above_bar(|| {

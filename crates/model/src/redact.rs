@@ -33,7 +33,7 @@ pub const REDACTED: &str = "<redacted>";
 /// 3-character key would turn every `abc` in a log into stars. They are still hidden where
 /// they sit under a secret name (spec copies, flags, `name=value` in logs, JSON keys) and in
 /// URL credentials.
-pub const MIN_SECRET_LEN: usize = 8;
+pub(crate) const MIN_SECRET_LEN: usize = 8;
 
 /// How long a line the server-log relay scrubs at once; a longer line is scrubbed in pieces
 /// of this size (a secret cut by a piece boundary is still caught by its name's rule).
@@ -149,7 +149,7 @@ fn is_metric_name(lower: &str) -> bool {
 /// or its last word is `token`, or `token` is followed only by `file`/`path` (`HF_TOKEN`,
 /// `access_token`, `hf-token-file`; not `max-total-tokens`, `tokenizer-path`, `token_source`,
 /// `speculative-token-map`).
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     name_kind(name).is_some()
 }
 
@@ -180,7 +180,7 @@ pub fn is_secret(name: &str, value: &str) -> bool {
 }
 
 /// `${NAME}`, exactly.
-pub fn is_env_ref(value: &str) -> bool {
+pub(crate) fn is_env_ref(value: &str) -> bool {
     value
         .strip_prefix("${")
         .and_then(|v| v.strip_suffix('}'))
@@ -281,7 +281,7 @@ impl Redactor {
     }
 
     /// `text` with every secret hidden.
-    pub fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    pub(crate) fn text<'a>(&self, text: &'a str) -> Cow<'a, str> {
         match self.bytes(text.as_bytes()) {
             Cow::Borrowed(_) => Cow::Borrowed(text),
             Cow::Owned(b) => Cow::Owned(String::from_utf8_lossy(&b).into_owned()),
@@ -333,7 +333,7 @@ impl Redactor {
 
     /// Hides secrets in a JSON value: values of secret-named keys (at any depth) are replaced
     /// whole; every other string goes through [`text`](Self::text).
-    pub fn json(&self, v: &mut serde_json::Value) {
+    pub(crate) fn json(&self, v: &mut serde_json::Value) {
         use serde_json::Value;
         match v {
             Value::String(s) => {
@@ -355,7 +355,7 @@ impl Redactor {
     }
 
     /// `value` serialised to JSON, secrets hidden.
-    pub fn to_json_value(
+    pub(crate) fn to_json_value(
         &self,
         value: &impl serde::Serialize,
     ) -> serde_json::Result<serde_json::Value> {

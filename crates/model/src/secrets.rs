@@ -4,7 +4,8 @@
 
 use crate::spec::types::{ArgValue, Server};
 
-pub use crate::redact::{REDACTED, is_secret, is_secret_name};
+use crate::redact::is_secret_name;
+pub use crate::redact::{REDACTED, is_secret};
 
 /// An argument's value as text, for [`is_secret`] (`api-key: 12345678` is still a key).
 fn arg_text(v: &ArgValue) -> String {
@@ -26,7 +27,7 @@ pub fn api_key(server: &Server) -> Option<String> {
 
 /// A value written exactly as `${NAME}` is read from servebench's environment at launch, so
 /// secrets can stay out of spec files (and so out of the run directory).
-pub fn expand_env_ref(value: &str) -> Result<String, UnsetVariable> {
+pub(crate) fn expand_env_ref(value: &str) -> Result<String, UnsetVariable> {
     match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
         Some(name) => std::env::var(name).map_err(|_| UnsetVariable {
             name: name.to_string(),
@@ -111,7 +112,7 @@ fn all_args(server: &Server) -> impl Iterator<Item = (&String, &ArgValue)> {
 /// (`args`, `engine_args`) and variables (`env`), the values of `${NAME}` references there that
 /// are set (a reference under a secret name, or to a secret-named variable), secret flag
 /// values in `launcher`, and the credentials of `url`.
-pub fn server_secrets(server: &Server) -> Vec<String> {
+pub(crate) fn server_secrets(server: &Server) -> Vec<String> {
     let mut out = Vec::new();
     let mut note = |name: &str, value: &str| {
         let referenced = value
@@ -158,7 +159,7 @@ pub fn server_secrets(server: &Server) -> Vec<String> {
 }
 
 /// `user:pass` (and `pass`) of `scheme://user:pass@host`; a lone `token@` too.
-pub fn url_credentials(url: &str) -> Vec<String> {
+pub(crate) fn url_credentials(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else {
         return Vec::new();
     };
@@ -189,7 +190,7 @@ pub fn redactor<'a>(
 /// The credentials written into the experiment's hosts: a password in `ssh://user:PASS@host`
 /// (also as `user:PASS@host`, how an SSH error names the destination), for each host of a
 /// pool and a Slurm cluster's login node.
-pub fn host_secrets(exp: &crate::spec::types::Experiment) -> Vec<String> {
+pub(crate) fn host_secrets(exp: &crate::spec::types::Experiment) -> Vec<String> {
     use crate::spec::types::HostSpec;
     let destination = |d: &str| {
         let url = if d.contains("://") {
@@ -214,22 +215,6 @@ pub fn host_secrets(exp: &crate::spec::types::Experiment) -> Vec<String> {
         }
     }
     out
-}
-
-/// Literal secret values in a server section (for scrubbing copies of the spec).
-pub fn literal_secrets(server: &Server) -> Vec<String> {
-    server_secrets(server)
-        .into_iter()
-        .filter(|s| s.len() >= crate::redact::MIN_SECRET_LEN)
-        .collect()
-}
-
-/// Replaces every literal secret in `text` with `<redacted>`, and the rules of
-/// [`crate::redact`] (URL credentials, `name: value`) apply.
-pub fn scrub(text: &str, secrets: &[String]) -> String {
-    crate::redact::Redactor::new(secrets.iter().cloned())
-        .text(text)
-        .into_owned()
 }
 
 /// `url` with its credentials shown as `***`.
@@ -379,12 +364,11 @@ mod tests {
             "model: m\nargs: { api-key: sk-abc123 }\nenv: { HF_TOKEN: '${HF}' }\n",
         )
         .unwrap();
-        let secrets = literal_secrets(&server);
-        assert_eq!(secrets, vec!["sk-abc123".to_string()]);
-        assert_eq!(
-            scrub("api-key: sk-abc123\n", &secrets),
-            "api-key: <redacted>\n"
-        );
+        let literal: Vec<String> = server_secrets(&server)
+            .into_iter()
+            .filter(|s| s.len() >= crate::redact::MIN_SECRET_LEN)
+            .collect();
+        assert_eq!(literal, vec!["sk-abc123".to_string()]);
         let r = redacted_server(&server);
         assert_eq!(r.args["api-key"], ArgValue::Str(REDACTED.into()));
     }

@@ -45,13 +45,8 @@ pub enum Failure {
 
 impl Failure {
     /// Every cause's name, in catalogue order.
-    pub fn names() -> impl Iterator<Item = &'static str> {
+    pub(crate) fn names() -> impl Iterator<Item = &'static str> {
         <Failure as strum::IntoEnumIterator>::iter().map(Failure::name)
-    }
-
-    /// The cause named `name` (`out-of-memory`).
-    pub fn from_name(name: &str) -> Option<Failure> {
-        <Failure as strum::IntoEnumIterator>::iter().find(|f| f.name() == name)
     }
 
     /// The kebab-case name points and specs use.
@@ -135,7 +130,5 @@ mod tests {
                 "lost"
             ]
         );
-        assert_eq!(Failure::from_name("port-in-use"), Some(Failure::PortInUse));
-        assert_eq!(Failure::from_name("oom"), None);
     }
 }

@@ -184,12 +184,12 @@ const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry 
 
 impl FlagKind {
     /// Every known kind's name, in catalogue order (for `expect: flag:` and its hints).
-    pub fn names() -> impl Iterator<Item = &'static str> {
+    pub(crate) fn names() -> impl Iterator<Item = &'static str> {
         CATALOGUE.iter().map(|e| e.name)
     }
 
     /// The kind named `name`; unknown names become [`FlagKind::Other`].
-    pub fn from_name(name: &str) -> FlagKind {
+    pub(crate) fn from_name(name: &str) -> FlagKind {
         CATALOGUE
             .iter()
             .find(|e| e.name == name)

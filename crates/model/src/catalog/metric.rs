@@ -601,7 +601,8 @@ const CATALOGUE: &[Entry] = &[
 
 impl Metric {
     /// Every metric, in report order.
-    pub fn all() -> impl Iterator<Item = Metric> {
+    #[cfg(test)]
+    fn all() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().map(|e| e.metric)
     }
 
@@ -628,11 +629,6 @@ impl Metric {
     /// The metrics of `load:` points, in report order.
     pub fn of_load() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.load).map(|e| e.metric)
-    }
-
-    /// True for a `load:` point's metric.
-    pub fn is_load(self) -> bool {
-        self.entry().load
     }
 
     /// The metrics `servebench compare` judges, in order.
@@ -725,7 +721,7 @@ impl Metric {
     }
 
     /// How the value is shown.
-    pub fn display(self) -> Display {
+    pub(crate) fn display(self) -> Display {
         self.entry().display
     }
 }

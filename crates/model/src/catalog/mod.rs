@@ -13,4 +13,4 @@ mod metric;
 
 pub use failure::Failure;
 pub use flag::FlagKind;
-pub use metric::{Direction, Display, Method, Metric, TimeScaling};
+pub use metric::{Direction, Display, Method, Metric};

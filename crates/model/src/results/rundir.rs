@@ -27,9 +27,9 @@ use super::meta::RunMeta;
 use super::records::{PointRecord, RequestRecord};
 
 /// The spec as given, secrets redacted.
-pub const SPEC_FILE: &str = "spec.yaml";
+pub(crate) const SPEC_FILE: &str = "spec.yaml";
 /// The expanded points.
-pub const RESOLVED_FILE: &str = "resolved.yaml";
+pub(crate) const RESOLVED_FILE: &str = "resolved.yaml";
 /// `RunMeta`, pretty JSON.
 pub const META_FILE: &str = "meta.json";
 /// Where `meta.json` is written before it is renamed into place.
@@ -39,16 +39,16 @@ pub const REQUESTS_FILE: &str = "requests.jsonl";
 /// One `PointRecord` per line.
 pub const POINTS_FILE: &str = "points.jsonl";
 /// The server's `/metrics`, scraped while points run (one line per scrape).
-pub const METRICS_FILE: &str = "metrics.jsonl";
+pub(crate) const METRICS_FILE: &str = "metrics.jsonl";
 /// The Slurm jobs the run submitted, one [`super::meta::SubmittedJob`] a line, each written
 /// as `sbatch` answered.
 pub const SLURM_JOBS_FILE: &str = "slurm-jobs.jsonl";
 /// Bytes of `metrics.jsonl` past which the scrapes taken while requests run (`tick`) are no
 /// longer written; each round's `start` and `end` scrapes (what the server view is computed
 /// from) still are.
-pub const METRICS_TICK_BUDGET: u64 = 64 << 20;
+pub(crate) const METRICS_TICK_BUDGET: u64 = 64 << 20;
 /// Bytes of `metrics.jsonl` past which no scrape is written.
-pub const METRICS_BUDGET: u64 = 128 << 20;
+pub(crate) const METRICS_BUDGET: u64 = 128 << 20;
 /// The `at` of the line that says where `metrics.jsonl` reached a budget (its `cut` says
 /// which).
 pub const METRICS_BUDGET_AT: &str = "budget";

@@ -47,7 +47,7 @@ mod exposition_values {
     use serde::de::{self, Deserializer, MapAccess, Visitor};
     use serde::ser::{SerializeMap, Serializer};
 
-    pub fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         values: &BTreeMap<String, f64>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
@@ -72,7 +72,9 @@ mod exposition_values {
         Null(()),
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, f64>, D::Error> {
         struct Values;
         impl<'de> Visitor<'de> for Values {
             type Value = BTreeMap<String, f64>;

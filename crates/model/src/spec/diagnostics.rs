@@ -12,18 +12,18 @@ pub const MAX_DIAGNOSTICS: usize = 100;
 /// a 5 MB value on one line) is cut around the offending column, and a note says how many
 /// bytes were left out, so an error never echoes a whole huge line. 200 is two lines of a
 /// wide terminal: hand-written lines are shorter.
-pub const MAX_SHOWN_LINE_CHARS: usize = 200;
+pub(crate) const MAX_SHOWN_LINE_CHARS: usize = 200;
 
 /// Characters kept before the offending column when a line is cut: enough to show its key.
 const SHOWN_BEFORE_COLUMN: usize = 40;
 
 /// Most bytes of a value quoted inside a message or hint (`` `xxx…` is not a duration ``):
 /// enough to recognise it, never the whole of a huge value.
-pub const MAX_QUOTED_BYTES: usize = 60;
+pub(crate) const MAX_QUOTED_BYTES: usize = 60;
 
 /// Most bytes of a message or a hint, after values are quoted (a message lists at most a few
 /// names); a longer one is cut and says so.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// One problem in a spec file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// A diagnostic at `span` in `source`.
-    pub fn at(
+    pub(crate) fn at(
         file: &str,
         source: &str,
         span: Span,
@@ -137,7 +137,7 @@ fn cut_message(text: String) -> String {
 }
 
 /// A value as quoted inside a message: at most [`MAX_QUOTED_BYTES`], `…` when cut.
-pub fn quoted(value: &str) -> String {
+pub(crate) fn quoted(value: &str) -> String {
     crate::text::truncate(value, MAX_QUOTED_BYTES)
 }
 

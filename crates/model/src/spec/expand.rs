@@ -15,14 +15,14 @@ use super::yaml::push_pointer;
 /// Most points one spec may expand to. A run measures every point, each with at least one
 /// request and usually a cache flush: 10,000 points is days of measuring on a real server,
 /// and the plan, the report's tables and `resolved.yaml` stay readable (and small) below it.
-pub const MAX_POINTS: usize = 10_000;
+pub(crate) const MAX_POINTS: usize = 10_000;
 
 /// Most bytes all expanded points may take together, as [`size_bytes`] counts them. Every
 /// point holds a full copy of the spec with its values in place, so a 1 MB description and
 /// 10,000 points would take 10 GB. A typical spec is a few kilobytes per point (20 MB at
 /// 10,000 points); 256 MiB still allows a 25 KB spec at 10,000 points or a 2.5 MB one at 100,
 /// and keeps `validate` and `plan` far below a gigabyte on any input.
-pub const MAX_POINTS_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const MAX_POINTS_BYTES: usize = 256 * 1024 * 1024;
 
 /// What [`size_bytes`] counts for each value besides its text: about what a parsed value and
 /// its place in a mapping or list take.
@@ -30,7 +30,7 @@ const VALUE_BYTES: usize = 16;
 
 /// The memory a value takes, roughly: the text of its keys and strings, and
 /// [`VALUE_BYTES`] per value.
-pub fn size_bytes(value: &Value) -> usize {
+pub(crate) fn size_bytes(value: &Value) -> usize {
     VALUE_BYTES
         + match value {
             Value::String(s) => s.len(),
@@ -45,7 +45,7 @@ const FIXED_FIELDS: [&str; 6] = ["name", "sweep", "host", "client", "report", "e
 
 /// What a sweep dimension does.
 #[derive(Debug, Clone, PartialEq)]
-pub enum DimKind {
+pub(crate) enum DimKind {
     /// A variable used as `{{ name }}` in strings.
     Variable,
     /// Sets the field at this path (`["server", "args", "tp"]`).
@@ -54,7 +54,7 @@ pub enum DimKind {
 
 /// One sweep dimension.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Dimension {
+pub(crate) struct Dimension {
     /// As written under `sweep:`.
     pub name: String,
     /// What it does.
@@ -65,7 +65,7 @@ pub struct Dimension {
 
 /// A string in the spec that contains templates.
 #[derive(Debug, Clone)]
-pub struct Site {
+pub(crate) struct Site {
     /// JSON pointer of the string.
     pub pointer: String,
     /// The parsed template.
@@ -74,7 +74,7 @@ pub struct Site {
 
 /// The sweep of a spec, checked.
 #[derive(Debug, Clone, Default)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     /// Dimensions in the order written.
     pub dimensions: Vec<Dimension>,
     /// Templated strings outside `sweep`.
@@ -83,7 +83,7 @@ pub struct Sweep {
 
 /// One expanded point before typing.
 #[derive(Debug, Clone)]
-pub struct RawPoint {
+pub(crate) struct RawPoint {
     /// Dimension name to value.
     pub values: Vec<(String, Value)>,
     /// The spec with this point's values in place.
@@ -96,7 +96,7 @@ pub struct RawPoint {
 
 /// Where a value in a point came from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Origin {
+pub(crate) struct Origin {
     /// Pointer into the raw spec to report at.
     pub pointer: String,
     /// Which part of that node.
@@ -106,7 +106,7 @@ pub struct Origin {
 }
 
 /// Reads `sweep` and the templates of `raw`, reporting every problem.
-pub fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
+pub(crate) fn analyze(raw: &Value, validator: &Validator) -> (Sweep, Vec<Problem>) {
     let mut problems = Vec::new();
     let mut sweep = Sweep::default();
     if let Some(Value::Object(dims)) = raw.get("sweep") {
@@ -388,12 +388,12 @@ fn collect_sites(
 }
 
 /// Number of points of a checked sweep.
-pub fn point_count(sweep: &Sweep) -> usize {
+pub(crate) fn point_count(sweep: &Sweep) -> usize {
     sweep.dimensions.iter().map(|d| d.values.len()).product()
 }
 
 /// The `index`-th point: the first dimension varies slowest.
-pub fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem>) {
+pub(crate) fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<Problem>) {
     let mut problems = Vec::new();
     let mut rest = index;
     let mut chosen = vec![0; sweep.dimensions.len()];

@@ -156,7 +156,7 @@ pub fn load_str(file_name: &str, source: &str) -> Result<LoadedSpec, SpecErrors>
 }
 
 /// Same as [`load_checked`], from a string; relative paths are read from `file_name`'s folder.
-pub fn load_str_checked(
+pub(crate) fn load_str_checked(
     file_name: &str,
     source: &str,
     checks: &[&dyn Check],
@@ -525,7 +525,7 @@ fn bad_flag_name(key: &str) -> Option<(String, String)> {
 }
 
 /// Metrics an expectation may name: a point's aggregates under either method, each once.
-pub fn expectable_metrics() -> Vec<&'static str> {
+pub(crate) fn expectable_metrics() -> Vec<&'static str> {
     use crate::catalog::{Method, Metric};
     let mut names: Vec<&'static str> = Metric::of_method(Method::Streaming)
         .map(Metric::name)

@@ -263,7 +263,7 @@ impl SloSpec {
 }
 
 /// Parses one target: `attainment: 99%` or `<metric>_p<pct>: <duration>`.
-pub fn parse_target(key: &str, value: &str) -> Result<SloTarget, String> {
+pub(crate) fn parse_target(key: &str, value: &str) -> Result<SloTarget, String> {
     if key == "attainment" {
         let pct = parse_percent(value).ok_or_else(|| {
             format!("`attainment` takes a percentage like `99%`, found `{value}`")
@@ -299,7 +299,7 @@ pub fn parse_target(key: &str, value: &str) -> Result<SloTarget, String> {
 }
 
 /// `99%` -> 99.0.
-pub fn parse_percent(s: &str) -> Option<f64> {
+pub(crate) fn parse_percent(s: &str) -> Option<f64> {
     s.trim()
         .strip_suffix('%')?
         .trim()
@@ -310,12 +310,12 @@ pub fn parse_percent(s: &str) -> Option<f64> {
 
 /// The percentiles reports and `points.jsonl` carry besides p50, p90 and p99 (which are always
 /// there), e.g. `[50, 90, 95, 99, 99.9]`.
-pub fn default_percentiles() -> Vec<f64> {
+pub(crate) fn default_percentiles() -> Vec<f64> {
     vec![50.0, 90.0, 99.0]
 }
 
 /// True for the default set (left out when a spec is written back).
-pub fn is_default_percentiles(p: &[f64]) -> bool {
+pub(crate) fn is_default_percentiles(p: &[f64]) -> bool {
     p == default_percentiles().as_slice()
 }
 
@@ -328,7 +328,7 @@ fn default_lag_limit() -> Duration {
 
 /// Checks the schema cannot express, on one point's raw value: each load kind has its
 /// parameters, an open loop has a stop, SLO targets parse.
-pub fn checks(raw: &Value) -> Vec<Problem> {
+pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
     let mut problems = Vec::new();
     let problem = |pointer: &str, target: Target, message: String, hint: &str| Problem {
         pointer: pointer.into(),

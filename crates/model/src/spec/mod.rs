@@ -4,20 +4,20 @@
 //! value per point -> schema checks -> typed [`types::Experiment`]. All problems are collected
 //! into [`SpecErrors`], each with file, line, column, the offending text and a hint.
 
-pub mod check;
+pub(crate) mod check;
 pub mod diagnostics;
-pub mod expand;
+pub(crate) mod expand;
 pub mod load;
 pub mod load_model;
-pub mod schema;
+pub(crate) mod schema;
 pub mod search;
-pub mod template;
+pub(crate) mod template;
 pub mod types;
 pub mod validate;
-pub mod workload;
+pub(crate) mod workload;
 pub mod yaml;
 
 pub use check::Check;
 pub use diagnostics::{Diagnostic, SpecErrors};
-pub use load::{LoadedSpec, Point, load, load_checked, load_str, load_str_checked, same_value};
+pub use load::{LoadedSpec, Point, load, load_checked, load_str, same_value};
 pub use schema::schema_json;

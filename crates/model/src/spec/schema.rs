@@ -8,18 +8,15 @@ use serde_json::{Map, Value, json};
 
 use super::types::Experiment;
 
-/// Where the checked-in schema lives, relative to the repository root.
-pub const SCHEMA_PATH: &str = "schemas/experiment.schema.json";
-
 /// The `$id` of the schema.
-pub const SCHEMA_ID: &str =
+pub(crate) const SCHEMA_ID: &str =
     "https://github.com/servebench/servebench/schemas/experiment.schema.json";
 
 /// A string that is exactly one `{{ name }}` template.
-pub const TEMPLATE_PATTERN: &str = r"^\s*\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}\s*$";
+pub(crate) const TEMPLATE_PATTERN: &str = r"^\s*\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}\s*$";
 
 /// The raw schema (templates not yet allowed) as a JSON value; the validator walks it.
-pub fn raw_schema() -> Value {
+pub(crate) fn raw_schema() -> Value {
     let generator = SchemaSettings::draft2020_12()
         .for_deserialize()
         .into_generator();
@@ -33,7 +30,7 @@ pub fn raw_schema() -> Value {
 }
 
 /// The published schema: [`raw_schema`] where scalar fields also accept a template string.
-pub fn schema_value() -> Value {
+pub(crate) fn schema_value() -> Value {
     let mut value = raw_schema();
     allow_templates(&mut value);
     value

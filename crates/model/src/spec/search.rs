@@ -93,7 +93,7 @@ fn default_resolution() -> Resolution {
 
 /// Checks the schema cannot express, on the whole spec: the searched dimension exists and is
 /// not swept, the bounds are ordered, and there are SLO targets to judge probes by.
-pub fn checks(raw: &Value) -> Vec<Problem> {
+pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
     let Some(search) = raw.get("search").and_then(Value::as_object) else {
         return Vec::new();
     };

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 /// One piece of a templated string.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
+pub(crate) enum Piece {
     /// Literal text.
     Text(String),
     /// A variable reference; `offset` is the character offset of `{{` in the string.
@@ -16,7 +16,7 @@ pub enum Piece {
 
 /// Why a template could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TemplateError {
+pub(crate) struct TemplateError {
     /// Character offset of the problem in the string.
     pub offset: usize,
     /// What is wrong.
@@ -26,12 +26,12 @@ pub struct TemplateError {
 }
 
 /// Whether a string contains template syntax at all.
-pub fn has_template(s: &str) -> bool {
+pub(crate) fn has_template(s: &str) -> bool {
     s.contains("{{") || s.contains("{%")
 }
 
 /// Splits a string into text and variable pieces.
-pub fn parse(s: &str) -> Result<Vec<Piece>, TemplateError> {
+pub(crate) fn parse(s: &str) -> Result<Vec<Piece>, TemplateError> {
     if let Some(i) = s.find("{%") {
         return Err(TemplateError {
             offset: s[..i].chars().count(),
@@ -103,7 +103,7 @@ pub fn parse(s: &str) -> Result<Vec<Piece>, TemplateError> {
 }
 
 /// A template variable name: `[A-Za-z_][A-Za-z0-9_]*`.
-pub fn is_identifier(s: &str) -> bool {
+pub(crate) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -112,7 +112,7 @@ pub fn is_identifier(s: &str) -> bool {
 /// Substitutes variables. A string that is exactly one template (spaces around it allowed)
 /// becomes the variable's typed value; otherwise values are interpolated as text. Unknown
 /// variables are left as written (they are reported separately).
-pub fn render(pieces: &[Piece], lookup: &dyn Fn(&str) -> Option<Value>) -> Value {
+pub(crate) fn render(pieces: &[Piece], lookup: &dyn Fn(&str) -> Option<Value>) -> Value {
     let only_var: Vec<&Piece> = pieces
         .iter()
         .filter(|p| !matches!(p, Piece::Text(t) if t.trim().is_empty()))

@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 pub use super::workload::{DatasetFormat, Length, LengthDist, MixEntry, SessionsSpec, ThinkDist};
 
 /// Durations as `humantime` 2.4 reads them: `90s`, `20m`, `20 minutes`, `1h 30m`, `1.5h`.
-pub const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
+pub(crate) const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
 
 /// A host written as a string: `local`, or an SSH URL.
-pub const HOST_PATTERN: &str = r"^(local|ssh://([^@/\s]+@)?[^@/\s:]+(:[0-9]{1,5})?/?)$";
+pub(crate) const HOST_PATTERN: &str = r"^(local|ssh://([^@/\s]+@)?[^@/\s:]+(:[0-9]{1,5})?/?)$";
 
 /// One experiment: which server to run, what to send it, how to measure, and what to sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -254,7 +254,7 @@ impl HostSpec {
 
 /// A Slurm time limit as `sbatch --time` reads it: `minutes`, `minutes:seconds`,
 /// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`.
-pub const SLURM_TIME_PATTERN: &str =
+pub(crate) const SLURM_TIME_PATTERN: &str =
     r"^([0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2}|UNLIMITED|INFINITE)$";
 
 /// A Slurm cluster as the place servers run: `host: { slurm: { partition: gpu, nodes: 1 } }`.

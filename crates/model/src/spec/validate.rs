@@ -42,14 +42,14 @@ pub struct Problem {
 }
 
 /// Validates values against one schema; compiled patterns are cached across calls.
-pub struct Validator {
+pub(crate) struct Validator {
     root: Value,
     patterns: Mutex<HashMap<String, Option<Regex>>>,
 }
 
 impl Validator {
     /// A validator for `root`, a schema as produced by [`super::schema::raw_schema`].
-    pub fn new(root: Value) -> Validator {
+    pub(crate) fn new(root: Value) -> Validator {
         Validator {
             root,
             patterns: Mutex::new(HashMap::new()),
@@ -57,19 +57,19 @@ impl Validator {
     }
 
     /// The schema this validator checks against.
-    pub fn schema(&self) -> &Value {
+    pub(crate) fn schema(&self) -> &Value {
         &self.root
     }
 
     /// Every problem in `value`.
-    pub fn validate(&self, value: &Value) -> Vec<Problem> {
+    pub(crate) fn validate(&self, value: &Value) -> Vec<Problem> {
         let mut out = Vec::new();
         self.check(value, &self.root, "", &mut out);
         out
     }
 
     /// Every problem in `value`, the value of the top-level field `field`.
-    pub fn validate_field(&self, field: &str, value: &Value) -> Vec<Problem> {
+    pub(crate) fn validate_field(&self, field: &str, value: &Value) -> Vec<Problem> {
         let mut out = Vec::new();
         if let Some(schema) = self.root.get("properties").and_then(|p| p.get(field)) {
             self.check(value, schema, &push_pointer("", field), &mut out);
@@ -78,7 +78,7 @@ impl Validator {
     }
 
     /// Follows a `$ref` into `$defs`.
-    pub fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
+    pub(crate) fn resolve<'a>(&'a self, schema: &'a Value) -> &'a Value {
         let mut s = schema;
         for _ in 0..16 {
             match s.get("$ref").and_then(Value::as_str) {
@@ -645,7 +645,7 @@ fn describe_types(types: &Value) -> String {
 }
 
 /// How a value reads in a message: strings quoted, collections by kind.
-pub fn describe_value(value: &Value) -> String {
+pub(crate) fn describe_value(value: &Value) -> String {
     match value {
         Value::Null => "nothing (null)".into(),
         Value::Bool(b) => b.to_string(),

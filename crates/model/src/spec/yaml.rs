@@ -12,20 +12,20 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span as RawSpan, Tag};
 use serde_json::{Map, Number, Value};
 
 /// Largest accepted document, in bytes.
-pub const MAX_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest accepted nesting of mappings and sequences.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 /// Most nodes in the document once aliases are expanded (guards against alias bombs).
-pub const MAX_NODES: usize = 200_000;
+pub(crate) const MAX_NODES: usize = 200_000;
 /// Most aliases (`*name`) in one document.
-pub const MAX_ALIASES: usize = 1_000;
+pub(crate) const MAX_ALIASES: usize = 1_000;
 /// Most bytes of text the parsed document may hold once aliases are expanded: its keys, its
 /// values and the paths that locate each written node for diagnostics. Four times
 /// [`MAX_BYTES`], so any spec without aliases fits (its text is at most `MAX_BYTES`, and its
 /// paths are short); the node budget alone let a 100 KB file of string aliases expand to
 /// gigabytes (every node a 90 KB string), and a 4 MB key repeated in the path of every node
 /// below it do the same.
-pub const MAX_EXPANDED_BYTES: usize = 4 * MAX_BYTES;
+pub(crate) const MAX_EXPANDED_BYTES: usize = 4 * MAX_BYTES;
 
 /// A position in the source: character index, 1-based line and 1-based column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,7 +61,7 @@ impl Span {
     }
 
     /// An empty span at the start of the source.
-    pub fn origin() -> Span {
+    pub(crate) fn origin() -> Span {
         let start = Pos {
             index: 0,
             line: 1,
@@ -93,7 +93,7 @@ pub struct Document {
 
 impl Document {
     /// The position of the node at `pointer`, or of its nearest written ancestor.
-    pub fn locate(&self, pointer: &str) -> Loc {
+    pub(crate) fn locate(&self, pointer: &str) -> Loc {
         let mut p = pointer;
         loop {
             if let Some(loc) = self.locs.get(p) {
@@ -134,7 +134,7 @@ impl YamlError {
 }
 
 /// Appends one reference token to a JSON pointer, escaping `~` and `/`.
-pub fn push_pointer(base: &str, token: &str) -> String {
+pub(crate) fn push_pointer(base: &str, token: &str) -> String {
     format!("{base}/{}", token.replace('~', "~0").replace('/', "~1"))
 }
 

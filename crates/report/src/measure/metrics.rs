@@ -111,7 +111,8 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
 /// Each metric carries a 95% confidence interval of its mean: across round means when the
 /// records span three rounds or more, else a bootstrap over requests seeded by the metric's name
 /// (see [`summarize_requests`](super::stats::summarize_requests)).
-pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
+#[cfg(test)]
+pub(crate) fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
     let mut columns = Columns::new(Method::Streaming);
     for r in records {
         columns.push_request(r);
@@ -121,7 +122,7 @@ pub fn aggregate(records: &[&RequestRecord]) -> IndexMap<String, Stat> {
 
 /// A record's place among a point's records: its round, then its index (the order the runner
 /// hands records to the summary in, whatever order they finished in).
-pub fn order_key(r: &RequestRecord) -> u64 {
+pub(crate) fn order_key(r: &RequestRecord) -> u64 {
     (u64::from(r.round) << 32) | u64::from(r.index)
 }
 
@@ -129,7 +130,7 @@ pub fn order_key(r: &RequestRecord) -> u64 {
 /// percentiles and a 95% confidence interval (see [`summarize_requests`](super::stats::summarize_requests)), exact up to
 /// [`EXACT_CAP`](super::samples::EXACT_CAP) values of a metric (see [`Samples`]).
 #[derive(Debug, Clone)]
-pub struct Columns {
+pub(crate) struct Columns {
     columns: IndexMap<Metric, Samples>,
     /// The order key of the request being pushed (see [`order_key`]); 0 keeps push order.
     order: u64,
@@ -138,12 +139,12 @@ pub struct Columns {
 impl Columns {
     /// Empty columns for the metrics of `method`, in catalogue order; samples of other metrics
     /// are ignored.
-    pub fn new(method: Method) -> Columns {
+    pub(crate) fn new(method: Method) -> Columns {
         Columns::with_cap(method, super::samples::EXACT_CAP)
     }
 
     /// Like [`new`](Self::new), keeping `cap` values of each metric exactly.
-    pub fn with_cap(method: Method, cap: usize) -> Columns {
+    pub(crate) fn with_cap(method: Method, cap: usize) -> Columns {
         Columns {
             columns: Metric::of_method(method)
                 .map(|m| (m, Samples::with_cap(cap)))
@@ -154,7 +155,7 @@ impl Columns {
 
     /// The streaming metrics of one measured (role `measure`), successful record; others are
     /// left out.
-    pub fn push_request(&mut self, r: &RequestRecord) {
+    pub(crate) fn push_request(&mut self, r: &RequestRecord) {
         if r.role != RequestRole::Measure || r.error.is_some() {
             return;
         }
@@ -171,21 +172,21 @@ impl Columns {
     }
 
     /// One request's values of `metric` (several for per-gap metrics); none is no sample.
-    pub fn push(&mut self, metric: Metric, round: u32, values: Vec<f64>) {
+    pub(crate) fn push(&mut self, metric: Metric, round: u32, values: Vec<f64>) {
         if let Some(col) = self.columns.get_mut(&metric) {
             col.push(self.order, round, &values);
         }
     }
 
     /// One request's single value of `metric`, when it has one.
-    pub fn push_one(&mut self, metric: Metric, round: u32, value: Option<f64>) {
+    pub(crate) fn push_one(&mut self, metric: Metric, round: u32, value: Option<f64>) {
         if let (Some(col), Some(v)) = (self.columns.get_mut(&metric), value) {
             col.push(self.order, round, &[v]);
         }
     }
 
     /// The server's token counts of `r`: `prompt_tokens`, `cached_tokens`, `completion_tokens`.
-    pub fn push_counts(&mut self, r: &RequestRecord) {
+    pub(crate) fn push_counts(&mut self, r: &RequestRecord) {
         let count = |n: Option<u64>| n.map(|n| n as f64);
         self.push_one(Metric::PromptTokens, r.round, count(r.prompt_tokens));
         self.push_one(Metric::CachedTokens, r.round, count(r.cached_tokens));
@@ -198,7 +199,7 @@ impl Columns {
 
     /// A Stat per metric with samples, keyed by the metric's name; metrics without any are left
     /// out.
-    pub fn summarize(&self) -> IndexMap<String, Stat> {
+    pub(crate) fn summarize(&self) -> IndexMap<String, Stat> {
         self.columns
             .iter()
             .filter_map(|(m, samples)| {

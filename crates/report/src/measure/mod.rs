@@ -1,12 +1,12 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod metrics;
-pub mod samples;
+pub(crate) mod samples;
 pub mod server_view;
-pub mod shared;
-pub mod spread;
-pub mod stats;
+pub(crate) mod shared;
+pub(crate) mod spread;
+pub(crate) mod stats;
 pub mod summary;
 pub mod system;
-pub mod timeline;
-pub mod twopoint;
-pub mod verify;
+pub(crate) mod timeline;
+pub(crate) mod twopoint;
+pub(crate) mod verify;

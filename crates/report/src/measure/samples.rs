@@ -18,16 +18,16 @@ use super::stats::{RequestSamples, round_t_from, summarize_requests};
 
 /// Values a metric keeps exactly before it changes to the histogram: 65,536 values take
 /// 512 KiB, plus 16 bytes per request.
-pub const EXACT_CAP: usize = 65_536;
+pub(crate) const EXACT_CAP: usize = 65_536;
 
 /// Largest relative error of a percentile read from the histogram (0.1%).
-pub const RELATIVE_ERROR: f64 = 0.001;
+pub(crate) const RELATIVE_ERROR: f64 = 0.001;
 
 /// A metric's samples, exact up to a cap. Requests are pushed in any order with an order key;
 /// below the cap they are summarised in the key's order (the bootstrap resamples by position,
 /// so the order is part of the answer).
 #[derive(Debug, Clone)]
-pub struct Samples {
+pub(crate) struct Samples {
     cap: usize,
     /// Every value, while there are at most `cap` (None past it).
     exact: Option<Exact>,
@@ -55,7 +55,7 @@ impl Default for Samples {
 
 impl Samples {
     /// Keeps up to `cap` values exactly (tests pass a small one).
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         Samples {
             cap,
             exact: Some(Exact::default()),
@@ -67,7 +67,7 @@ impl Samples {
     }
 
     /// Whether no request has given a value yet.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         match &self.exact {
             Some(e) => e.requests.is_empty(),
             None => self.running.count == 0,
@@ -76,7 +76,7 @@ impl Samples {
 
     /// One request's values (several for per-gap metrics), `order` placing it among the
     /// others (round and index), `round` its round. No values: no sample.
-    pub fn push(&mut self, order: u64, round: u32, values: &[f64]) {
+    pub(crate) fn push(&mut self, order: u64, round: u32, values: &[f64]) {
         if values.is_empty() {
             return;
         }
@@ -109,18 +109,19 @@ impl Samples {
     }
 
     /// How many finite values were pushed.
-    pub fn finite_count(&self) -> usize {
+    pub(crate) fn finite_count(&self) -> usize {
         self.running.count
     }
 
     /// Whether the values are still all kept (statistics exact).
-    pub fn is_exact(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_exact(&self) -> bool {
         self.exact.is_some()
     }
 
     /// The metric's statistics and interval (`seed` for the bootstrap below the cap); None
     /// without a finite value.
-    pub fn stat(&self, seed: u64) -> Option<Stat> {
+    pub(crate) fn stat(&self, seed: u64) -> Option<Stat> {
         if let Some(e) = &self.exact {
             return summarize_requests(&e.by_order(), seed);
         }
@@ -159,7 +160,7 @@ impl Samples {
 
     /// The `q`-th percentile (numpy's linear interpolation) of the finite values: exact below
     /// the cap, within [`RELATIVE_ERROR`] past it. None without a finite value.
-    pub fn percentile(&self, q: f64) -> f64 {
+    pub(crate) fn percentile(&self, q: f64) -> f64 {
         match &self.exact {
             Some(e) => {
                 let mut sorted: Vec<f64> =

@@ -7,7 +7,7 @@ use servebench_model::results::records::{Flag, RequestRecord};
 use servebench_model::results::server_view::{GaugeStat, MetricsScrape, ServerView};
 
 /// Counters further apart than this (relative to the client's count) contradict it.
-pub const DISAGREE_PCT: f64 = 2.0;
+pub(crate) const DISAGREE_PCT: f64 = 2.0;
 
 /// One engine's names for what servebench reads.
 struct Names {

@@ -17,11 +17,11 @@ use super::verify::COLD_TOLERATED_CACHED_TOKENS;
 
 /// Tokens a hit may fall short of the shared part (page granularity, the last token that is
 /// always recomputed, a token merged across the join), at most half the shared part.
-pub const SHARE_SHORTFALL_TOKENS: u64 = 64;
+pub(crate) const SHARE_SHORTFALL_TOKENS: u64 = 64;
 
 /// What the shared-prefix requests of a point found.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct ShareVerdict {
+pub(crate) struct ShareVerdict {
     /// Indexes (into the slice given) of requests whose numbers must not be averaged in.
     pub contaminated: Vec<usize>,
     pub flags: Vec<Flag>,
@@ -39,7 +39,7 @@ enum Judgement {
 }
 
 /// Judges every successful request that carries a [`CacheShare`](servebench_model::results::records::CacheShare).
-pub fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
+pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
     let mut v = ShareVerdict::default();
     let shared: Vec<(usize, &RequestRecord)> = requests
         .iter()

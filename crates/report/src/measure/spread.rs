@@ -6,14 +6,14 @@ use servebench_model::catalog::{FlagKind, Metric};
 use servebench_model::results::records::{Flag, Stat};
 
 /// Coefficient of variation above which a headline metric is flagged.
-pub const HIGH_CV: f64 = 0.10;
+pub(crate) const HIGH_CV: f64 = 0.10;
 
 /// Fewest samples for a CV worth reporting: with two, any difference looks large.
-pub const MIN_SAMPLES: usize = 3;
+pub(crate) const MIN_SAMPLES: usize = 3;
 
 /// One `high-variance` flag per headline metric (`ttft_s`, `prefill_tok_s`, `decode_tok_s`)
 /// whose coefficient of variation is above [`HIGH_CV`] over at least [`MIN_SAMPLES`] samples.
-pub fn spread_flags(metrics: &IndexMap<String, Stat>) -> Vec<Flag> {
+pub(crate) fn spread_flags(metrics: &IndexMap<String, Stat>) -> Vec<Flag> {
     Metric::headline()
         .filter_map(|metric| {
             let label = metric.long_label();

@@ -9,15 +9,15 @@ use std::collections::BTreeMap;
 use servebench_model::results::records::{CiMethod, Stat};
 
 /// Bootstrap resamples per interval.
-pub const BOOTSTRAP_RESAMPLES: usize = 2000;
+pub(crate) const BOOTSTRAP_RESAMPLES: usize = 2000;
 
 /// Rounds from which the interval is taken across round means instead of by bootstrap.
-pub const MIN_ROUNDS_FOR_T: usize = 3;
+pub(crate) const MIN_ROUNDS_FOR_T: usize = 3;
 
 /// One request's values of a metric, with the round it ran in. Most metrics give one value per
 /// request; ITL and ICL give one per gap, and the bootstrap keeps a request's gaps together.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct RequestSamples {
+pub(crate) struct RequestSamples {
     /// Round (0-based) the request ran in.
     pub round: u32,
     /// The request's values; non-finite ones are ignored.
@@ -30,7 +30,7 @@ pub struct RequestSamples {
 ///
 /// Percentiles use numpy's default linear interpolation (`np.percentile(a, q)`), so they match
 /// SGLang's `bench_serving.py`.
-pub fn summarize(values: &[f64]) -> Option<Stat> {
+pub(crate) fn summarize(values: &[f64]) -> Option<Stat> {
     let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     if sorted.is_empty() {
         return None;
@@ -57,7 +57,7 @@ pub fn summarize(values: &[f64]) -> Option<Stat> {
 /// across round means (Student's t) when the requests span [`MIN_ROUNDS_FOR_T`] rounds or more,
 /// otherwise a percentile bootstrap over requests seeded with `seed`. No interval from a single
 /// request.
-pub fn summarize_requests(samples: &[RequestSamples], seed: u64) -> Option<Stat> {
+pub(crate) fn summarize_requests(samples: &[RequestSamples], seed: u64) -> Option<Stat> {
     let all: Vec<f64> = samples
         .iter()
         .flat_map(|s| s.values.iter().copied())
@@ -76,7 +76,7 @@ pub fn summarize_requests(samples: &[RequestSamples], seed: u64) -> Option<Stat>
 
 /// The `q`-th percentile (0..=100) of ascending, finite, non-empty `sorted`, interpolating
 /// linearly between the two nearest ranks like numpy's default (`method="linear"`).
-pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
     let Some(&last) = sorted.last() else {
         return f64::NAN;
     };
@@ -121,7 +121,7 @@ fn round_t_interval(samples: &[RequestSamples]) -> Option<(f64, f64)> {
 }
 
 /// The interval of [`round_t_interval`] from each round's sum and count of finite values.
-pub fn round_t_from(rounds: &BTreeMap<u32, (f64, usize)>) -> Option<(f64, f64)> {
+pub(crate) fn round_t_from(rounds: &BTreeMap<u32, (f64, usize)>) -> Option<(f64, f64)> {
     let means: Vec<f64> = rounds.values().map(|(s, n)| s / *n as f64).collect();
     if means.len() < MIN_ROUNDS_FOR_T {
         return None;
@@ -164,7 +164,7 @@ fn bootstrap_interval(samples: &[RequestSamples], seed: u64) -> Option<(f64, f64
 
 /// Two-sided 95% quantile of Student's t with `df` degrees of freedom (t(0.975, df)). Beyond the
 /// table the nearest smaller tabulated df is used, which errs on the wide side; 1.96 past 120.
-pub fn t975(df: usize) -> f64 {
+pub(crate) fn t975(df: usize) -> f64 {
     const TABLE: [f64; 30] = [
         12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010,
         2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739,
@@ -183,7 +183,7 @@ pub fn t975(df: usize) -> f64 {
 
 /// A stable seed for a metric's bootstrap (FNV-1a of its name), so every metric draws its own
 /// deterministic stream.
-pub fn seed_for(name: &str) -> u64 {
+pub(crate) fn seed_for(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })

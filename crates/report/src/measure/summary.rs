@@ -112,7 +112,7 @@ impl PointFold {
 
     /// Like [`new`](Self::new), keeping `values` of each metric and `events` of the timeline
     /// exactly (tests pass small ones).
-    pub fn with_caps(exp: &Experiment, values: usize, events: usize) -> PointFold {
+    pub(crate) fn with_caps(exp: &Experiment, values: usize, events: usize) -> PointFold {
         PointFold {
             two_point: matches!(exp.method.resolve(), Measure::TwoPoint { .. }),
             verify: exp.cache.verify,
@@ -388,7 +388,7 @@ impl PointFold {
 /// request's TTFT holds its wait behind the others' prefill and decode steps, so the quotient
 /// measures queueing (771 tok/s at 32 req/s where one stream prefills at 20,000): the point
 /// then carries no `prefill_tok_s`, and the report says why.
-pub fn prefill_is_speed(exp: &Experiment) -> bool {
+pub(crate) fn prefill_is_speed(exp: &Experiment) -> bool {
     exp.concurrency <= 1 && exp.load.is_none() && exp.sessions().is_none()
 }
 

@@ -40,18 +40,13 @@ pub struct Observed {
 
 /// One request's latencies as the load metrics see them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Judged {
+pub(crate) struct Judged {
     pub ok: bool,
     /// From the scheduled time under `load:`, else from the send.
     pub ttft_s: Option<f64>,
     pub e2e_s: Option<f64>,
     pub tpot_s: Option<f64>,
     pub lag_s: Option<f64>,
-}
-
-/// The latencies of `r`, counted from its schedule when it has a lag.
-pub fn judge(r: &RequestRecord) -> Judged {
-    judged(r, &request_metrics(r))
 }
 
 /// The latencies of `r` whose metrics are `m`.
@@ -67,7 +62,7 @@ fn judged(r: &RequestRecord, m: &super::metrics::RequestMetrics) -> Judged {
 }
 
 /// True when `j` meets every per-request threshold of `slo` (a failed request never does).
-pub fn is_good(j: &Judged, slo: &SloSpec) -> bool {
+pub(crate) fn is_good(j: &Judged, slo: &SloSpec) -> bool {
     let within = |v: Option<f64>, limit: Option<std::time::Duration>| match limit {
         None => true,
         Some(l) => v.is_some_and(|v| v <= l.as_secs_f64()),
@@ -138,7 +133,7 @@ pub struct SystemFold {
 }
 
 impl SystemFold {
-    pub fn new(exp: &Experiment) -> SystemFold {
+    pub(crate) fn new(exp: &Experiment) -> SystemFold {
         SystemFold::with_caps(
             exp,
             super::samples::EXACT_CAP,
@@ -148,7 +143,7 @@ impl SystemFold {
 
     /// Like [`new`](Self::new), keeping `values` of each distribution and `events` of the
     /// timeline exactly (tests pass small ones).
-    pub fn with_caps(exp: &Experiment, values: usize, events: usize) -> SystemFold {
+    pub(crate) fn with_caps(exp: &Experiment, values: usize, events: usize) -> SystemFold {
         let samples = || Samples::with_cap(values);
         SystemFold {
             counted: !matches!(
@@ -178,7 +173,7 @@ impl SystemFold {
     }
 
     /// Folds one measured record in.
-    pub fn add(&mut self, r: &RequestRecord) {
+    pub(crate) fn add(&mut self, r: &RequestRecord) {
         if !self.counted && !self.active {
             return;
         }
@@ -521,7 +516,7 @@ pub const MIN_SAMPLES_RULE: &str = "a pQ target is judged on at least 100 / (100
 
 /// The fewest measured values `target` is judged on ([`MIN_SAMPLES_RULE`]): a pQ on
 /// ceil(100 / (100 - Q)), an attainment of share s on ceil(1 / (1 - s)) (1 for 100%).
-pub fn min_samples(target: &SloTarget) -> usize {
+pub(crate) fn min_samples(target: &SloTarget) -> usize {
     let tail = match target {
         SloTarget::Percentile { percentile, .. } => 1.0 - percentile / 100.0,
         SloTarget::Attainment(share) => 1.0 - share,
@@ -543,7 +538,7 @@ pub fn min_requests(slo: &SloSpec) -> usize {
 }
 
 /// `99.9` -> `p99.9`, `50` -> `p50`.
-pub fn percentile_name(q: f64) -> String {
+pub(crate) fn percentile_name(q: f64) -> String {
     if q.fract() == 0.0 {
         format!("p{q:.0}")
     } else {

@@ -10,14 +10,14 @@
 use std::collections::BTreeMap;
 
 /// Events (request spans and token chunks) kept exactly: 16 bytes each, 2 MiB at the cap.
-pub const EXACT_EVENTS: usize = 131_072;
+pub(crate) const EXACT_EVENTS: usize = 131_072;
 
 /// Width of a slot past the cap, seconds.
-pub const SLOT_S: f64 = 0.01;
+pub(crate) const SLOT_S: f64 = 0.01;
 
 /// The requests' spans and token chunks.
 #[derive(Debug, Clone)]
-pub struct Timeline {
+pub(crate) struct Timeline {
     cap: usize,
     exact: Option<Events>,
     /// Past the cap: per slot (unix time / [`SLOT_S`], floored), what happened in it.
@@ -42,7 +42,7 @@ struct Slot {
 }
 
 /// A figure and whether it came from slots rather than every event.
-pub type Figure<T> = (T, bool);
+pub(crate) type Figure<T> = (T, bool);
 
 impl Default for Timeline {
     fn default() -> Self {
@@ -52,7 +52,7 @@ impl Default for Timeline {
 
 impl Timeline {
     /// Keeps up to `cap` events exactly (tests pass a small one).
-    pub fn with_cap(cap: usize) -> Self {
+    pub(crate) fn with_cap(cap: usize) -> Self {
         Timeline {
             cap,
             exact: Some(Events::default()),
@@ -67,7 +67,7 @@ impl Timeline {
 
     /// A request sent at `sent_at` (unix seconds) that ended `end_s` later; `order` places it
     /// among the others (the busy time is summed in that order, as over a sorted slice).
-    pub fn span(&mut self, order: u64, sent_at: f64, end_s: f64) {
+    pub(crate) fn span(&mut self, order: u64, sent_at: f64, end_s: f64) {
         match &mut self.exact {
             Some(e) => {
                 e.spans.push((order, sent_at, end_s));
@@ -78,7 +78,7 @@ impl Timeline {
     }
 
     /// `tokens` output tokens that arrived at `at` (unix seconds).
-    pub fn tokens(&mut self, at: f64, tokens: u32) {
+    pub(crate) fn tokens(&mut self, at: f64, tokens: u32) {
         match &mut self.exact {
             Some(e) => {
                 e.tokens.push((at, tokens));
@@ -116,7 +116,7 @@ impl Timeline {
     }
 
     /// The sum of every span's length, seconds (in order, below the cap).
-    pub fn busy_s(&self) -> f64 {
+    pub(crate) fn busy_s(&self) -> f64 {
         match &self.exact {
             Some(e) => {
                 let mut spans: Vec<&(u64, f64, f64)> = e.spans.iter().collect();
@@ -130,7 +130,7 @@ impl Timeline {
     /// The most requests in flight at once: a sweep over [sent, end), ends before starts on
     /// ties. From slots: requests that start in a slot count as in flight together with those
     /// that end in it (an upper bound).
-    pub fn max_in_flight(&self) -> Figure<usize> {
+    pub(crate) fn max_in_flight(&self) -> Figure<usize> {
         let Some(e) = &self.exact else {
             let (mut now, mut most) = (0i64, 0i64);
             for s in self.slots.values() {
@@ -157,7 +157,7 @@ impl Timeline {
     /// The most output tokens in any one-second bucket of the window starting at `start`
     /// (unix seconds) and lasting `span` seconds, per second. From slots: each slot's tokens
     /// go to the bucket its start falls in.
-    pub fn peak_output(&self, start: f64, span: f64) -> Figure<f64> {
+    pub(crate) fn peak_output(&self, start: f64, span: f64) -> Figure<f64> {
         let buckets = span.ceil().max(1.0) as usize;
         let mut tokens = vec![0u64; buckets];
         let mut put = |at: f64, n: u64| {

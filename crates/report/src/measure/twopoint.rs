@@ -16,7 +16,7 @@ use super::verify::COLD_TOLERATED_CACHED_TOKENS;
 
 /// The numbers of one (a, b) pair.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct PairMetrics {
+pub(crate) struct PairMetrics {
     /// End-to-end seconds of the first request (`max_tokens` a).
     pub t_a_s: Option<f64>,
     /// End-to-end seconds of the second request (`max_tokens` b).
@@ -35,7 +35,7 @@ pub struct PairMetrics {
 }
 
 /// Computes a pair's numbers. `a` and `b` are the requests as recorded (both successful).
-pub fn pair_metrics(a: &RequestRecord, b: &RequestRecord) -> PairMetrics {
+pub(crate) fn pair_metrics(a: &RequestRecord, b: &RequestRecord) -> PairMetrics {
     let ma = request_metrics(a);
     let mut m = PairMetrics {
         t_a_s: a.end_s,
@@ -73,7 +73,7 @@ pub fn pair_metrics(a: &RequestRecord, b: &RequestRecord) -> PairMetrics {
 /// and confidence intervals as streaming points): `ttft_s`, `prefill_tok_s`, `t_a_s`, `t_b_s`,
 /// `decode_tok_s`, `tpot_s`, and the first requests' `prompt_tokens`, `cached_tokens`,
 /// `completion_tokens`. Returns the aggregates and the flag when some pairs reused the cache.
-pub fn aggregate_pairs(
+pub(crate) fn aggregate_pairs(
     pairs: &[(&RequestRecord, &RequestRecord)],
 ) -> (IndexMap<String, Stat>, Vec<Flag>) {
     let mut columns = Columns::new(Method::TwoPoint);

@@ -8,23 +8,25 @@ use servebench_model::spec::types::CachePolicy;
 
 /// Share of the prompt a warm request must find cached. SGLang always recomputes at least the
 /// last token (and a partial page), so "all of it" would be too strict.
-pub const WARM_MIN_CACHED_FRACTION: f64 = 0.9;
+pub(crate) const WARM_MIN_CACHED_FRACTION: f64 = 0.9;
 
 /// Cached tokens a cold request may still report: every prompt shares its BOS token and the
 /// opening of the chat template with every other request, whatever the nonce. Beyond this the
 /// request really reused someone's prefix.
-pub const COLD_TOLERATED_CACHED_TOKENS: u64 = 64;
+pub(crate) const COLD_TOLERATED_CACHED_TOKENS: u64 = 64;
 
 /// The verdict for one point.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// Indexes (into the slice given) of requests whose numbers must not be averaged in.
     pub contaminated: Vec<usize>,
     pub flags: Vec<Flag>,
 }
 
 /// Checks successful measured requests against the cache policy.
-pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
+#[cfg(test)]
+pub(crate) fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
     let mut tally = Tally::new(policy);
     let contaminated = requests
         .iter()
@@ -41,7 +43,7 @@ pub fn verify(policy: CachePolicy, requests: &[&RequestRecord]) -> Verdict {
 /// The cache-policy verdict built one request at a time: whether each one is contaminated is
 /// decided from its own counts, the flags from the totals.
 #[derive(Debug, Clone)]
-pub struct Tally {
+pub(crate) struct Tally {
     policy: CachePolicy,
     /// Successful requests judged.
     ok: usize,
@@ -56,7 +58,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn new(policy: CachePolicy) -> Tally {
+    pub(crate) fn new(policy: CachePolicy) -> Tally {
         Tally {
             policy,
             ok: 0,
@@ -69,7 +71,7 @@ impl Tally {
 
     /// Judges `r`; true when its numbers must not be averaged in. Failed requests are not
     /// judged.
-    pub fn add(&mut self, r: &RequestRecord) -> bool {
+    pub(crate) fn add(&mut self, r: &RequestRecord) -> bool {
         if r.error.is_some() {
             return false;
         }
@@ -102,7 +104,7 @@ impl Tally {
     }
 
     /// The flags the requests judged so far imply.
-    pub fn flags(&self) -> Vec<Flag> {
+    pub(crate) fn flags(&self) -> Vec<Flag> {
         let mut flags = Vec::new();
         if self.ok == 0 {
             return flags;

@@ -92,7 +92,7 @@ pub struct ProbeRow {
 }
 
 /// `charts/capacity-p001.svg`.
-pub fn chart_file(seed: &str) -> String {
+pub(crate) fn chart_file(seed: &str) -> String {
     format!("capacity-{seed}.svg")
 }
 
@@ -231,7 +231,12 @@ fn value_text(over: &str, x: f64, digits: usize) -> String {
 /// passing and 14.7 failing; resolution 5%)`, `2 in flight, 10.3 req/s completed (between 2
 /// passing and 3 failing ...)`, or the edges: `at least 256 req/s (max passed)`, `below 8
 /// req/s (start failed)`; then any contradicting verdicts.
-pub fn answer_text(s: &SearchRecord, unit: &str, achieved: Option<f64>, digits: usize) -> String {
+pub(crate) fn answer_text(
+    s: &SearchRecord,
+    unit: &str,
+    achieved: Option<f64>,
+    digits: usize,
+) -> String {
     let pct = format!("{}%", sig3(s.resolution * 100.0));
     let num = |x: f64| value_text(&s.over, x, digits);
     // The headline is what the server completed, not what was offered.

@@ -55,7 +55,7 @@ const KINDS: &[(&str, Metric, &str, &str)] = &[
 ];
 
 /// Every file name a chart can have, so a re-render can remove one that no longer applies.
-pub fn chart_files() -> impl Iterator<Item = &'static str> {
+pub(crate) fn chart_files() -> impl Iterator<Item = &'static str> {
     KINDS.iter().map(|(file, ..)| *file)
 }
 
@@ -85,7 +85,7 @@ pub struct Chart {
 
 impl Chart {
     /// The link the report shows for this chart.
-    pub fn link(&self) -> ChartLink {
+    pub(crate) fn link(&self) -> ChartLink {
         ChartLink {
             title: self.title.to_string(),
             path: format!("charts/{}", self.file),

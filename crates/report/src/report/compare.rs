@@ -18,18 +18,19 @@ use servebench_model::results::rundir::{RunDir, RunDirError};
 use super::model::{metric_def, value_text};
 use super::offered;
 use super::{ReportError, render_named};
-pub use servebench_model::catalog::Direction;
+pub(crate) use servebench_model::catalog::Direction;
 use servebench_model::catalog::Metric;
 use servebench_model::text::plain as num;
 
 /// The compare template, compiled into the binary.
-pub const COMPARE_TEMPLATE: &str = include_str!("../../../../reports/templates/compare.md.j2");
+pub(crate) const COMPARE_TEMPLATE: &str =
+    include_str!("../../../../reports/templates/compare.md.j2");
 
 /// Name the compare template has in error messages.
-pub const COMPARE_TEMPLATE_NAME: &str = "compare.md.j2";
+pub(crate) const COMPARE_TEMPLATE_NAME: &str = "compare.md.j2";
 
 /// Version of [`CompareModel`]; bumped when a field changes meaning or is removed.
-pub const COMPARE_MODEL_VERSION: u32 = 1;
+pub(crate) const COMPARE_MODEL_VERSION: u32 = 1;
 
 /// One run directory, read.
 #[derive(Debug, Clone)]
@@ -130,7 +131,7 @@ pub fn load(path: &Path) -> Result<LoadedRun, RunDirError> {
 
 /// The direction of a metric by its name; None for counts (never judged) and names the
 /// catalogue does not know.
-pub fn direction(metric: &str) -> Option<Direction> {
+pub(crate) fn direction(metric: &str) -> Option<Direction> {
     Metric::from_name(metric).and_then(Metric::direction)
 }
 
@@ -157,14 +158,14 @@ pub enum Verdict {
 
 /// The smallest change worth a verdict, in percent, when `--threshold` is not given: a real but
 /// negligible change is not worth a review, and run-to-run drift of a few percent is common.
-pub const DEFAULT_THRESHOLD_PCT: f64 = 5.0;
+pub(crate) const DEFAULT_THRESHOLD_PCT: f64 = 5.0;
 
 /// Fewest requests whose spread stands for run-to-run noise (one round, concurrency 1).
-pub const MIN_REQUESTS: usize = 5;
+pub(crate) const MIN_REQUESTS: usize = 5;
 
 /// What a point's numbers can tell about noise.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The smallest change, in percent, that may be called a regression or an improvement.
     pub threshold_pct: f64,
     /// The point's concurrency (the largest over the runs): queued requests are not
@@ -174,7 +175,7 @@ pub struct Evidence {
 
 /// A metric of one run against the baseline.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// What the change means.
     pub verdict: Verdict,
     /// (other - baseline) / |baseline| in percent; None when the baseline mean is 0.
@@ -193,7 +194,7 @@ pub struct Decision {
 /// (concurrency > 1) in one round, a single request, or identical samples (a zero-width
 /// interval) say nothing about how a rerun would vary: such a change is "not enough evidence",
 /// with the number of rounds that would settle it.
-pub fn decide(
+pub(crate) fn decide(
     base: &Stat,
     other: &Stat,
     direction: Option<Direction>,

@@ -40,7 +40,7 @@ pub struct CapacityCell {
 }
 
 /// The comparisons, for runs that have searches (empty when the baseline has none).
-pub fn compare(runs: &[(String, Option<&SearchFile>)]) -> Vec<CapacityCompare> {
+pub(crate) fn compare(runs: &[(String, Option<&SearchFile>)]) -> Vec<CapacityCompare> {
     let Some((_, Some(base))) = runs.first() else {
         return Vec::new();
     };

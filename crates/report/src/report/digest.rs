@@ -11,7 +11,7 @@ use servebench_model::results::records::{RequestRecord, RequestRole};
 
 /// The report's view of a run's requests, built by [`RequestDigest::add`] in file order.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct RequestDigest {
+pub(crate) struct RequestDigest {
     /// Records read (measured and priming): the lines of `requests.jsonl` that parsed.
     pub recorded: usize,
     /// Priming requests (warm policy), not measured.
@@ -29,7 +29,7 @@ pub struct RequestDigest {
 
 /// One point's measured requests (every role but priming), as the report counts them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PointDigest {
+pub(crate) struct PointDigest {
     /// Measured requests recorded.
     pub measured: usize,
     /// Of which failed.
@@ -63,7 +63,7 @@ impl Default for PointDigest {
 
 /// Failed requests of one kind within a point, with the first one's words.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FirstError {
+pub(crate) struct FirstError {
     /// How many measured requests failed this way.
     pub count: usize,
     /// The first such request's message.
@@ -74,13 +74,15 @@ pub struct FirstError {
 
 impl RequestDigest {
     /// An empty digest that draws no timelines.
-    pub fn new() -> RequestDigest {
+    pub(crate) fn new() -> RequestDigest {
         RequestDigest::default()
     }
 
     /// An empty digest that also folds the requests in flight of each given point, seconds
     /// counted from its origin (Unix seconds: the point's first scrape).
-    pub fn with_timelines(origins: impl IntoIterator<Item = (String, f64)>) -> RequestDigest {
+    pub(crate) fn with_timelines(
+        origins: impl IntoIterator<Item = (String, f64)>,
+    ) -> RequestDigest {
         RequestDigest {
             in_flight: origins
                 .into_iter()
@@ -91,14 +93,14 @@ impl RequestDigest {
     }
 
     /// The digest of requests held in memory (tests, and callers that have them anyway).
-    pub fn of(requests: &[RequestRecord]) -> RequestDigest {
+    pub(crate) fn of(requests: &[RequestRecord]) -> RequestDigest {
         let mut d = RequestDigest::new();
         requests.iter().for_each(|r| d.add(r));
         d
     }
 
     /// Folds one request in. Requests must come in file order: "first" means first added.
-    pub fn add(&mut self, r: &RequestRecord) {
+    pub(crate) fn add(&mut self, r: &RequestRecord) {
         self.recorded += 1;
         if !r.role.is_measured() {
             self.prime += 1;
@@ -147,7 +149,7 @@ impl RequestDigest {
     }
 
     /// The digest of point `id` (None when it has no measured request).
-    pub fn point(&self, id: &str) -> Option<&PointDigest> {
+    pub(crate) fn point(&self, id: &str) -> Option<&PointDigest> {
         self.points.get(id)
     }
 }

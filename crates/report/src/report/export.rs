@@ -16,8 +16,8 @@ use servebench_model::catalog::Metric;
 use servebench_model::results::records::{PointRecord, RequestRecord};
 
 /// File names inside the run directory.
-pub const POINTS_CSV: &str = "points.csv";
-pub const REQUESTS_CSV: &str = "requests.csv";
+pub(crate) const POINTS_CSV: &str = "points.csv";
+pub(crate) const REQUESTS_CSV: &str = "requests.csv";
 
 /// The statistics each metric gets a column for.
 const FIELDS: [&str; 4] = ["mean", "p50", "p90", "p99"];
@@ -25,7 +25,7 @@ const FIELDS: [&str; 4] = ["mean", "p50", "p90", "p99"];
 /// `points.csv` as bytes: `id, group, status, ok, errors, <dimension>..., offered_req_s,
 /// window_s, slo_met, <column>_<stat>...` (a metric's column names its shown unit:
 /// [`Metric::column`]). A missing value is an empty cell.
-pub fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
+pub(crate) fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
     let dims: IndexSet<&str> = points
         .iter()
         .flat_map(|p| p.values.keys().map(String::as_str))
@@ -89,7 +89,7 @@ pub fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
 
 /// Converts `requests.jsonl` into `requests.csv`, record by record. A line that is not a
 /// record (a cut-off last line) is skipped, as the report skips it.
-pub fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Error> {
+pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Error> {
     let reader = BufReader::new(std::fs::File::open(jsonl)?);
     let mut w = csv::Writer::from_writer(std::io::BufWriter::new(std::fs::File::create(out)?));
     w.write_record([
@@ -146,7 +146,7 @@ pub fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Error> {
 }
 
 /// Writes both files into `dir`.
-pub fn write_csvs(dir: &Path, points: &[PointRecord]) -> Result<(), csv::Error> {
+pub(crate) fn write_csvs(dir: &Path, points: &[PointRecord]) -> Result<(), csv::Error> {
     let bytes = points_csv(points)?;
     std::fs::File::create(dir.join(POINTS_CSV))?.write_all(&bytes)?;
     let jsonl = dir.join(servebench_model::results::rundir::REQUESTS_FILE);

@@ -8,7 +8,7 @@ use servebench_model::catalog::Metric;
 use servebench_model::text::{self, MISSING};
 
 /// Registers the filters on a template environment.
-pub fn register(env: &mut Environment<'_>) {
+pub(crate) fn register(env: &mut Environment<'_>) {
     env.add_filter("fmt_s", |v: Value| {
         num(&v).map(text::seconds).unwrap_or_else(missing)
     });

@@ -23,7 +23,7 @@ pub struct PoolHost {
 }
 
 /// A pool's hosts with the points each measured (empty for a run on one host).
-pub fn pool_hosts(meta: &RunMeta, points: &[PointRecord]) -> Vec<PoolHost> {
+pub(crate) fn pool_hosts(meta: &RunMeta, points: &[PointRecord]) -> Vec<PoolHost> {
     meta.hosts
         .iter()
         .map(|h| PoolHost {
@@ -46,7 +46,7 @@ pub fn pool_hosts(meta: &RunMeta, points: &[PointRecord]) -> Vec<PoolHost> {
 /// `NVIDIA H100 80GB HBM3 x8, driver 550.54, SGLang 0.5.2`, from host facts (as
 /// `ssh::HostFacts` serialises them) and the server's reported version; `unknown hardware`
 /// when nothing is known.
-pub fn describe(facts: Option<&serde_json::Value>, engine_version: Option<&str>) -> String {
+pub(crate) fn describe(facts: Option<&serde_json::Value>, engine_version: Option<&str>) -> String {
     let mut parts = Vec::new();
     let gpus: Vec<(String, String)> = facts
         .and_then(|f| f.get("gpus"))
@@ -111,7 +111,7 @@ fn facts_of(meta: &RunMeta, p: &PointRecord) -> Option<serde_json::Value> {
 
 /// The machine alone (GPU model and driver; no engine): `NVIDIA H100 x2, driver 550.54`,
 /// `no GPU reported`, `unknown hardware`.
-pub fn machine_of(meta: &RunMeta, p: &PointRecord) -> String {
+pub(crate) fn machine_of(meta: &RunMeta, p: &PointRecord) -> String {
     let facts = facts_of(meta, p).map(|mut f| {
         // The engine's version is the engine's, not the machine's.
         if let Some(o) = f.as_object_mut() {
@@ -138,7 +138,7 @@ fn engine_of(meta: &RunMeta, p: &PointRecord) -> (String, Option<String>) {
 /// (labelled `labels[j]`, run `metas[j]`). Points served by different engines (`compare --by
 /// server.engine`) differ by design: their versions are no warning, and neither is their
 /// hardware unless the machines differ.
-pub fn compare_notes(
+pub(crate) fn compare_notes(
     metas: &[&RunMeta],
     labels: &[String],
     records: &[Vec<&PointRecord>],

@@ -79,7 +79,7 @@ pub struct LoadRow {
 
 /// The section, when some point has a load summary. `labels` and `variants` map a point id to
 /// its label and to its server variant's name (its results table's title).
-pub fn section(
+pub(crate) fn section(
     points: &[PointRecord],
     labels: &IndexMap<String, String>,
     variants: &IndexMap<String, String>,

@@ -17,7 +17,7 @@ const COLORS: [RGBColor; 4] = [
 ];
 
 /// Every file a load chart can have.
-pub const FILES: [&str; 4] = [
+pub(crate) const FILES: [&str; 4] = [
     "load-ttft.svg",
     "load-tpot.svg",
     "load-goodput.svg",
@@ -40,7 +40,7 @@ pub struct LoadChart {
 }
 
 impl LoadChart {
-    pub fn link(&self) -> ChartLink {
+    pub(crate) fn link(&self) -> ChartLink {
         ChartLink {
             title: self.title.to_string(),
             path: format!("charts/{}", self.file),

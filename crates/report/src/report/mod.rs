@@ -10,20 +10,20 @@ pub mod capacity;
 pub mod capacity_chart;
 pub mod charts;
 pub mod compare;
-pub mod compare_capacity;
-pub mod digest;
-pub mod export;
-pub mod format;
-pub mod hardware;
-pub mod load;
+pub(crate) mod compare_capacity;
+pub(crate) mod digest;
+pub(crate) mod export;
+pub(crate) mod format;
+pub(crate) mod hardware;
+pub(crate) mod load;
 pub mod load_charts;
-pub mod model;
-pub mod offered;
+pub(crate) mod model;
+pub(crate) mod offered;
 pub mod pareto;
 pub mod reproduction;
 pub mod schema;
-pub mod server_view;
-pub mod timeline;
+pub(crate) mod server_view;
+pub(crate) mod timeline;
 
 use std::path::{Path, PathBuf};
 
@@ -33,16 +33,18 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
 
-pub use model::{ReportModel, build_model, build_model_from};
+use model::build_model_from;
+pub use model::{ReportModel, build_model};
 
 /// The default template, compiled into the binary so reports render from any directory.
-pub const DEFAULT_TEMPLATE: &str = include_str!("../../../../reports/templates/default.md.j2");
+pub(crate) const DEFAULT_TEMPLATE: &str =
+    include_str!("../../../../reports/templates/default.md.j2");
 
 /// Name the default template has in error messages.
-pub const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
+pub(crate) const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
 
 /// The long-context study layout: one compact table per server group.
-pub const LONG_CONTEXT_TEMPLATE: &str =
+pub(crate) const LONG_CONTEXT_TEMPLATE: &str =
     include_str!("../../../../reports/templates/long-context.md.j2");
 
 /// A template compiled into the binary.
@@ -117,18 +119,18 @@ pub const USER_TEMPLATE_NAME: &str = "user template";
 
 /// Largest template file read, in bytes. The built-in templates are 5 to 14 KB; a template is
 /// written by hand, so past this it is not a template (and is not read into memory).
-pub const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
 
 /// Steps (minijinja instructions) one rendering may take. The default template takes about
 /// 1,000 per point, so a report of the most points a spec may have (10,000) takes 10 million;
 /// this is five times that, for templates that do more per point. A loop that never ends, or
 /// one over far more items than a report has, stops here with an error instead of hanging the
 /// end of a run: after a few seconds (minijinja runs some 10 to 20 million steps a second).
-pub const TEMPLATE_FUEL: u64 = 50_000_000;
+pub(crate) const TEMPLATE_FUEL: u64 = 50_000_000;
 
 /// Largest rendered report or comparison, in bytes. The default template writes about 1 KB
 /// per point (10 MB at 10,000 points); past this the template is writing something else.
-pub const MAX_RENDERED_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_RENDERED_BYTES: usize = 64 * 1024 * 1024;
 
 /// Reads a user template file: a regular file (a FIFO would block) of at most
 /// [`MAX_TEMPLATE_BYTES`]. Errors say which budget was passed.
@@ -216,7 +218,7 @@ pub fn render(model: &ReportModel, template: Option<&str>) -> Result<String, Rep
 
 /// Renders a model (the report's, or another such as the comparison's) with a template given by
 /// name (used in error messages) and source.
-pub fn render_named<M: serde::Serialize>(
+pub(crate) fn render_named<M: serde::Serialize>(
     model: &M,
     name: &str,
     source: &str,
@@ -306,7 +308,7 @@ fn environment<'s>(
 }
 
 /// Whether a template parses (syntax, size), without rendering it.
-pub fn check_template(name: &str, source: &str) -> Result<(), ReportError> {
+pub(crate) fn check_template(name: &str, source: &str) -> Result<(), ReportError> {
     environment(
         name,
         source,

@@ -13,7 +13,7 @@ use servebench_model::results::records::{PointRecord, PointStatus, RequestRecord
 use servebench_model::spec::types::PromptSpec;
 
 /// Version of this data model; bumped when a field changes meaning or is removed.
-pub const MODEL_VERSION: u32 = 1;
+pub(crate) const MODEL_VERSION: u32 = 1;
 
 /// Everything a report template sees.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -478,7 +478,7 @@ pub fn build_model(
 
 /// Builds the model from a run's points and the digest of its requests (folded line by line
 /// from `requests.jsonl`, so the model's memory does not grow with the requests).
-pub fn build_model_from(
+pub(crate) fn build_model_from(
     meta: &RunMeta,
     points: &[PointRecord],
     requests: &RequestDigest,
@@ -648,7 +648,7 @@ pub fn build_model_from(
 }
 
 /// The definition of a metric by name (`ttft_s`), None for a name the catalogue does not know.
-pub fn metric_def(name: &str) -> Option<MetricDef> {
+pub(crate) fn metric_def(name: &str) -> Option<MetricDef> {
     Metric::from_name(name).map(|m| MetricDef::of(m, Method::Streaming, 0, 0))
 }
 

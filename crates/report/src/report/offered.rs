@@ -5,11 +5,11 @@
 use servebench_model::results::records::PointRecord;
 
 /// How far apart two points' offered rates may be and still pair: 5% of the first run's.
-pub const TOLERANCE_PCT: f64 = 5.0;
+pub(crate) const TOLERANCE_PCT: f64 = 5.0;
 
 /// The requests/s a point was offered over its measured phase, for an open-loop point whose
 /// schedule measured one (None for closed loops, sessions and `rate: inf`).
-pub fn offered_req_s(p: &PointRecord) -> Option<f64> {
+pub(crate) fn offered_req_s(p: &PointRecord) -> Option<f64> {
     let load = p.load.as_ref()?;
     if load.kind == "closed" {
         return None;
@@ -19,19 +19,19 @@ pub fn offered_req_s(p: &PointRecord) -> Option<f64> {
 
 /// Sweep dimensions that set the offered load rather than telling points apart in another
 /// way: their values may differ between paired points.
-pub fn sets_offered_load(dim: &str) -> bool {
+pub(crate) fn sets_offered_load(dim: &str) -> bool {
     dim == "load.rate" || dim.starts_with("load.ramp.") || dim == "load.trace.time_scale"
 }
 
 /// Whether `b` is within the tolerance of `a` (relative to `a`).
-pub fn within(a: f64, b: f64) -> bool {
+pub(crate) fn within(a: f64, b: f64) -> bool {
     (a - b).abs() <= a * TOLERANCE_PCT / 100.0
 }
 
 /// One open-loop point of a run: its offered rate and its key without the dimensions that set
 /// the offered load.
 #[derive(Debug, Clone)]
-pub struct Candidate<'a> {
+pub(crate) struct Candidate<'a> {
     pub point: &'a PointRecord,
     pub offered: f64,
     pub rest: Vec<String>,
@@ -40,7 +40,7 @@ pub struct Candidate<'a> {
 /// Pairs the runs' open-loop points: in run order, each point not yet paired takes, from every
 /// other run, the unpaired point with the same other dimensions whose offered rate is nearest
 /// its own and within the tolerance. One entry per group, a point (or None) per run.
-pub fn pair<'a>(runs: &'a [Vec<Candidate<'a>>]) -> Vec<Vec<Option<&'a Candidate<'a>>>> {
+pub(crate) fn pair<'a>(runs: &'a [Vec<Candidate<'a>>]) -> Vec<Vec<Option<&'a Candidate<'a>>>> {
     let mut used: Vec<Vec<bool>> = runs.iter().map(|r| vec![false; r.len()]).collect();
     let mut groups = Vec::new();
     for (ri, run) in runs.iter().enumerate() {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::load::LoadRow;
 
 /// How the two axes are made, in words, for the report.
-pub const DEFINITION: &str = "x: `output_tok_s`, completion tokens of all completed measured requests / the measured window (what the deployment serves); y: tok/s per user, the median (p50) of the measured requests' `decode_tok_s` (what one user's stream sees). A point is on the frontier when no other point has at least as much of both and more of one.";
+pub(crate) const DEFINITION: &str = "x: `output_tok_s`, completion tokens of all completed measured requests / the measured window (what the deployment serves); y: tok/s per user, the median (p50) of the measured requests' `decode_tok_s` (what one user's stream sees). A point is on the frontier when no other point has at least as much of both and more of one.";
 
 /// One load point placed on the Pareto chart.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -33,7 +33,7 @@ pub struct ParetoPoint {
 /// Which of `points` (x, y; more is better on both) no other point dominates: `a` dominates
 /// `b` when it has at least as much of both and strictly more of one. Equal points do not
 /// dominate each other, so both stay.
-pub fn non_dominated(points: &[(f64, f64)]) -> Vec<bool> {
+pub(crate) fn non_dominated(points: &[(f64, f64)]) -> Vec<bool> {
     points
         .iter()
         .map(|&(x, y)| {
@@ -46,7 +46,7 @@ pub fn non_dominated(points: &[(f64, f64)]) -> Vec<bool> {
 
 /// The chart's points: every row with both figures (finite), in run order; empty when fewer
 /// than two, where a frontier says nothing.
-pub fn points(rows: &[LoadRow]) -> Vec<ParetoPoint> {
+pub(crate) fn points(rows: &[LoadRow]) -> Vec<ParetoPoint> {
     let mut out: Vec<ParetoPoint> = rows
         .iter()
         .filter_map(|r| {

@@ -13,7 +13,7 @@ use servebench_model::results::records::PointRecord;
 use servebench_model::spec::types::{Expectation, Tolerance};
 
 /// Default tolerance when an expectation names none.
-pub const DEFAULT_TOLERANCE_PCT: f64 = 10.0;
+pub(crate) const DEFAULT_TOLERANCE_PCT: f64 = 10.0;
 
 /// The verdict of one expectation on one point.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -59,7 +59,7 @@ pub struct Reproduction {
 }
 
 /// Checks the run's expectations against its points (the last record of each point counts).
-pub fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
+pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
     let time_scale = time_scale(meta);
     let mut results = Vec::new();
     for e in &meta.experiment.expect {

@@ -47,7 +47,7 @@ pub struct ServerViewRow {
 }
 
 /// A row per point whose server was scraped.
-pub fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<ServerViewRow> {
+pub(crate) fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<ServerViewRow> {
     points
         .iter()
         .filter_map(|p| {

@@ -19,7 +19,7 @@ const COLORS: &[RGBColor] = &[
 
 /// One point's time series.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Timeline {
+pub(crate) struct Timeline {
     /// File name inside `charts/` (`timeline-p003.svg`).
     pub file: String,
     /// Caption and alt text.
@@ -32,12 +32,12 @@ pub struct Timeline {
 }
 
 /// The prefix of every timeline file, so a re-render can remove stale ones.
-pub const FILE_PREFIX: &str = "timeline-";
+pub(crate) const FILE_PREFIX: &str = "timeline-";
 
 /// Each scraped point's time origin: Unix seconds of its first scrape, in `points` order.
 /// Only these points get a timeline; fold their requests with
 /// [`super::digest::RequestDigest::with_timelines`].
-pub fn origins(points: &[PointRecord], scrapes: &[MetricsScrape]) -> Vec<(String, f64)> {
+pub(crate) fn origins(points: &[PointRecord], scrapes: &[MetricsScrape]) -> Vec<(String, f64)> {
     points
         .iter()
         .filter_map(|p| {
@@ -54,7 +54,7 @@ pub fn origins(points: &[PointRecord], scrapes: &[MetricsScrape]) -> Vec<(String
 /// A timeline per point that has scrapes. `in_flight` holds the client's side, folded from
 /// `requests.jsonl` from the [`origins`] of the same scrapes; a point missing there had no
 /// measured request.
-pub fn timelines(
+pub(crate) fn timelines(
     points: &[PointRecord],
     in_flight: &IndexMap<String, InFlight>,
     scrapes: &[MetricsScrape],
@@ -106,7 +106,7 @@ pub fn timelines(
 
 /// Bins an [`InFlight`] holds at most: about one per pixel of the chart's plot area, so the
 /// drawn line loses nothing a pixel could show.
-pub const BINS: usize = 512;
+pub(crate) const BINS: usize = 512;
 
 /// Width of a bin before the first request past `BINS` of them: fine enough that a short point
 /// (the tests' are tenths of a second) is drawn at millisecond steps.
@@ -121,7 +121,7 @@ const FIRST_BIN_S: f64 = 1e-3;
 /// it; from those the seconds × requests in flight over any bin follow exactly (see
 /// [`InFlight::series`]), so the chart shows the mean in flight per bin, not a sample.
 #[derive(Debug, Clone, PartialEq)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     /// Unix seconds of second 0 (the point's first scrape); earlier times count as 0.
     origin: f64,
     /// Seconds per bin.
@@ -147,7 +147,7 @@ struct Edges {
 
 impl InFlight {
     /// No requests yet; seconds count from `origin` (Unix seconds).
-    pub fn new(origin: f64) -> InFlight {
+    pub(crate) fn new(origin: f64) -> InFlight {
         InFlight {
             origin,
             width: FIRST_BIN_S,
@@ -158,7 +158,7 @@ impl InFlight {
 
     /// Adds a request sent at `sent_at` (Unix seconds) that ended `end_s` seconds later (None:
     /// it never ended, and stays in flight to the end of the chart).
-    pub fn add(&mut self, sent_at: f64, end_s: Option<f64>) {
+    pub(crate) fn add(&mut self, sent_at: f64, end_s: Option<f64>) {
         let start = (sent_at - self.origin).max(0.0);
         if !start.is_finite() {
             return;
@@ -199,14 +199,14 @@ impl InFlight {
     }
 
     /// Seconds per bin of the series (None before the first request).
-    pub fn bin_s(&self) -> Option<f64> {
+    pub(crate) fn bin_s(&self) -> Option<f64> {
         self.last.map(|_| self.width)
     }
 
     /// The mean requests in flight per bin as steps `(seconds after the origin, requests)`,
     /// from 0 to the latest send or end, the last step at that time with the requests still
     /// in flight then (those that never ended). `[(0, 0)]` without requests.
-    pub fn series(&self) -> Vec<(f64, f64)> {
+    pub(crate) fn series(&self) -> Vec<(f64, f64)> {
         let Some(last) = self.last else {
             return vec![(0.0, 0.0)];
         };
@@ -239,7 +239,7 @@ impl InFlight {
 }
 
 /// Draws a timeline as SVG: seconds on x, requests on y, a line per series.
-pub fn render_svg(t: &Timeline) -> Result<String, ChartError> {
+pub(crate) fn render_svg(t: &Timeline) -> Result<String, ChartError> {
     let err = |e: &dyn std::fmt::Display| ChartError {
         file: t.file.clone(),
         message: e.to_string(),
