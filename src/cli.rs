@@ -28,7 +28,7 @@ Start with `servebench run experiments/quickstart.yaml`: it runs on the built-in
 /// with streaming requests, keeps the raw per-request data, and renders a Markdown report.
 #[derive(Debug, Parser)]
 #[command(name = "servebench", version, after_help = AFTER_HELP, max_term_width = 100)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Say more on stderr: -v adds servebench's progress notes (info), -vv its debugging
@@ -39,7 +39,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Check specs without running anything: syntax, unknown keys, types, ranges, sweeps and
     /// templates. Every error is reported with file:line:column and a hint.
     Validate {
@@ -252,7 +252,7 @@ pub enum Command {
 
 /// The schemas `servebench schema` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SchemaKind {
+pub(crate) enum SchemaKind {
     /// Experiment spec files.
     Experiment,
     /// What report templates see (`ReportModel`).
@@ -263,7 +263,7 @@ pub enum SchemaKind {
 
 /// Parses `args` and runs the command; returns the exit code. The one place where an error
 /// is printed and turned into an exit code ([`Error::print`], [`Error::exit_code`]).
-pub fn run<I, T>(args: I) -> i32
+pub(crate) fn run<I, T>(args: I) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,

@@ -21,7 +21,7 @@ use crate::spec::SpecErrors;
 /// regression under `--fail-on-regression` ran fine, yet failed: exit 1 with no error, since
 /// the command has already said what happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Status {
+pub(crate) enum Status {
     /// Exit 0.
     Success,
     /// Exit 3: every point has numbers, some degraded.
@@ -32,7 +32,7 @@ pub enum Status {
 
 impl Status {
     /// [`exit::OK`] or [`exit::FAILED`].
-    pub fn exit_code(self) -> i32 {
+    pub(crate) fn exit_code(self) -> i32 {
         match self {
             Status::Success => exit::OK,
             Status::Degraded => exit::DEGRADED,
@@ -41,7 +41,7 @@ impl Status {
     }
 
     /// Failed when `failed` holds.
-    pub fn failed_if(failed: bool) -> Status {
+    pub(crate) fn failed_if(failed: bool) -> Status {
         if failed {
             Status::Failed
         } else {
@@ -54,7 +54,7 @@ impl Status {
 /// ends with: 2 when the input (spec, command line, a run directory or file named on it) is
 /// at fault, 1 when something failed along the way.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The command line does not parse (clap's own message, usage included).
     #[error("{0}")]
     CommandLine(#[source] clap::Error),
@@ -122,7 +122,7 @@ pub enum Error {
 
 impl Error {
     /// The exit code this error ends the process with (see [`crate::exit`]).
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self {
             Error::CommandLine(_)
             | Error::Usage(_)
@@ -144,7 +144,7 @@ impl Error {
 
     /// Prints the error to stderr the one way errors reach the user: `error: ` and the message,
     /// except where the text brings its own header.
-    pub fn print(&self) {
+    pub(crate) fn print(&self) {
         match self {
             // clap writes (and on a terminal colours) its own `error: ...` with the usage.
             Error::CommandLine(e) => {

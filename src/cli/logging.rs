@@ -14,7 +14,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// Installs the stderr subscriber for a user's command: `RUST_LOG` when set, else warnings and
 /// errors, with servebench's own info (`-v`), debug (`-vv`) or trace (`-vvv`) events added.
-pub fn install(verbose: u8) {
+pub(crate) fn install(verbose: u8) {
     let default = || {
         EnvFilter::new(match verbose {
             0 => "warn",
@@ -39,7 +39,7 @@ pub fn install(verbose: u8) {
 
 /// For `servebench agent`, whose stdout is its protocol and whose stderr the runner keeps as
 /// its last words: warnings and errors only, whatever the environment says.
-pub fn install_quiet() {
+pub(crate) fn install_quiet() {
     init(EnvFilter::new("warn"));
 }
 

@@ -46,11 +46,11 @@ pub(super) struct WireLog(Mutex<Wire>);
 
 impl WireLog {
     /// Starts a request: forgets what the previous one wrote and read.
-    pub fn begin(&self) {
+    pub(crate) fn begin(&self) {
         *self.lock() = Wire::default();
     }
 
-    pub fn get(&self) -> Wire {
+    pub(crate) fn get(&self) -> Wire {
         *self.lock()
     }
 
@@ -159,7 +159,7 @@ pub(super) struct Conn {
 
 impl Conn {
     /// Connects to `addr` and sets up HTTP/1.1 over it, timing the TCP connect.
-    pub async fn open(addr: SocketAddr) -> io::Result<Conn> {
+    pub(crate) async fn open(addr: SocketAddr) -> io::Result<Conn> {
         let start = Instant::now();
         let tcp = TcpStream::connect(addr).await?;
         let connect_s = start.elapsed().as_secs_f64();
@@ -185,14 +185,14 @@ impl Conn {
 
     /// Polls the connection once without waiting; false when it has ended (the server closed
     /// it, or it failed).
-    pub fn still_open(&mut self) -> bool {
+    pub(crate) fn still_open(&mut self) -> bool {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         self.poll_driver(&mut cx);
         self.driver.is_some() && !self.sender.is_closed()
     }
 
     /// Waits until the connection ends (for as long as the caller lets it).
-    pub async fn closed(&mut self) {
+    pub(crate) async fn closed(&mut self) {
         std::future::poll_fn(|cx| {
             self.poll_driver(cx);
             if self.driver.is_none() {
@@ -205,7 +205,7 @@ impl Conn {
     }
 
     /// Awaits `f` while driving the connection, so the socket is read and written meanwhile.
-    pub async fn drive<F: Future>(&mut self, f: F) -> F::Output {
+    pub(crate) async fn drive<F: Future>(&mut self, f: F) -> F::Output {
         let mut f = std::pin::pin!(f);
         std::future::poll_fn(|cx| {
             self.poll_driver(cx);
@@ -215,7 +215,7 @@ impl Conn {
     }
 
     /// Sends `req` once the connection is ready for it; resolves with the response head.
-    pub async fn send(
+    pub(crate) async fn send(
         &mut self,
         req: hyper::Request<Body>,
     ) -> hyper::Result<hyper::Response<hyper::body::Incoming>> {

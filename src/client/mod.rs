@@ -15,11 +15,11 @@
 mod conn;
 mod parse;
 mod pool;
-pub mod prometheus;
+pub(crate) mod prometheus;
 mod request;
 mod sse;
 mod stream;
-pub mod surface;
+pub(crate) mod surface;
 mod url_check;
 
 use std::fmt;
@@ -39,16 +39,16 @@ use crate::spec::types::Api;
 pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
 pub(crate) use stream::unix_now;
-pub use url_check::UrlCheck;
+pub(crate) use url_check::UrlCheck;
 
 /// How long establishing a TCP connection may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Per-request limit of the admin helpers (`flush_cache`, `health`, `get_json`).
-pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Largest body the admin helpers read (`/server_info` and the like are a few kB).
-pub const ADMIN_BODY_LIMIT: usize = 16 << 20;
+pub(crate) const ADMIN_BODY_LIMIT: usize = 16 << 20;
 
 /// The raw outcome of one request: everything a [`RequestRecord`] needs except where it belongs
 /// (point, round, index, role) and what was asked.
@@ -231,7 +231,7 @@ pub enum ServerConnections {
 impl Client {
     /// The same server and key over connections of its own, so a side channel (the
     /// `/metrics` scraper) never takes a connection a measured request was given.
-    pub fn with_own_connections(&self) -> Client {
+    pub(crate) fn with_own_connections(&self) -> Client {
         Client {
             shared: self.shared.clone(),
             pool: Arc::new(pool::Pool::new(self.pool.authority().to_string())),
@@ -287,11 +287,6 @@ impl Client {
             }),
             pool: Arc::new(pool::Pool::new(format!("{}:{port}", authority.host()))),
         })
-    }
-
-    /// The server's base URL, without a trailing slash.
-    pub fn base_url(&self) -> &str {
-        &self.shared.base_url
     }
 
     /// Opens connections until `n` are ready for the requests to come, and keeps that many
@@ -412,7 +407,7 @@ impl Client {
     /// A small non-streaming request with an optional JSON body (`method` is `GET` or
     /// `POST`): status and whole body (at most [`ADMIN_BODY_LIMIT`]), bounded by `timeout`.
     /// Sent again once after a stale connection, like every request.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         path: &str,
@@ -431,7 +426,7 @@ impl Client {
 
     /// `GET path` like [`call`](Self::call), failing once the body passes `limit` bytes
     /// (a `/metrics` scrape's budget).
-    pub async fn get_bounded(
+    pub(crate) async fn get_bounded(
         &self,
         path: &str,
         timeout: Duration,
@@ -533,7 +528,7 @@ impl Client {
 /// descriptors), and many systems start processes at a soft limit of 1,024. Returns the soft
 /// limit now in force (None when it cannot be read); a failure to raise it is left to show as
 /// connect errors naming the limit.
-pub fn raise_open_file_limit() -> Option<u64> {
+pub(crate) fn raise_open_file_limit() -> Option<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
     if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {

@@ -23,7 +23,7 @@ use super::sse::head;
 
 /// What one event meant.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Parsed {
+pub(crate) enum Parsed {
     /// A data chunk carrying `tokens` new output tokens (possibly 0).
     Chunk { tokens: u32 },
     /// `[DONE]`: the stream ended normally.
@@ -34,7 +34,7 @@ pub enum Parsed {
 
 /// An event that is not valid JSON of the expected shape.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Malformed {
+pub(crate) struct Malformed {
     pub message: String,
     /// The first 200 bytes of the event's data.
     pub head: String,
@@ -42,7 +42,7 @@ pub struct Malformed {
 
 /// Running state of one response stream.
 #[derive(Debug)]
-pub struct StreamParser {
+pub(crate) struct StreamParser {
     api: Api,
     /// Generated text so far (debugging only).
     pub text: String,
@@ -68,7 +68,7 @@ pub struct StreamParser {
 
 impl StreamParser {
     /// A parser for a response of `api`.
-    pub fn new(api: Api) -> StreamParser {
+    pub(crate) fn new(api: Api) -> StreamParser {
         StreamParser {
             api,
             text: String::new(),
@@ -84,7 +84,7 @@ impl StreamParser {
     }
 
     /// Whether every chunk's count came from the server.
-    pub fn chunk_tokens(&self) -> ChunkTokens {
+    pub(crate) fn chunk_tokens(&self) -> ChunkTokens {
         if self.assumed {
             ChunkTokens::AssumedOne
         } else {
@@ -93,7 +93,7 @@ impl StreamParser {
     }
 
     /// Interprets one event's data.
-    pub fn event(&mut self, data: &[u8]) -> Result<Parsed, Malformed> {
+    pub(crate) fn event(&mut self, data: &[u8]) -> Result<Parsed, Malformed> {
         if data.trim_ascii() == b"[DONE]" {
             return Ok(Parsed::Done);
         }
@@ -218,7 +218,7 @@ impl StreamParser {
     }
 
     /// Where the token counts came from.
-    pub fn token_source(&self) -> TokenSource {
+    pub(crate) fn token_source(&self) -> TokenSource {
         match (self.server_completion, self.api) {
             (None, _) => TokenSource::ChunkCount,
             (Some(_), Api::SglangGenerate) => TokenSource::MetaInfo,
@@ -227,7 +227,7 @@ impl StreamParser {
     }
 
     /// Output tokens: the server's count when it gave one, else the sum of per-chunk counts.
-    pub fn completion_tokens(&self) -> u64 {
+    pub(crate) fn completion_tokens(&self) -> u64 {
         self.server_completion.unwrap_or(self.counted)
     }
 
@@ -418,7 +418,7 @@ mod fast {
     use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
     /// A JSON object (never an array, which derived structs would accept positionally).
-    pub struct Obj<T>(pub T);
+    pub(crate) struct Obj<T>(pub T);
 
     impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -437,7 +437,7 @@ mod fast {
     }
 
     /// The length of a JSON array, elements skipped.
-    pub struct Count(pub usize);
+    pub(crate) struct Count(pub usize);
 
     impl<'de> Deserialize<'de> for Count {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -460,7 +460,7 @@ mod fast {
     }
 
     /// A native finish reason: a string, or an object with `type` and `message`.
-    pub enum Finish<'a> {
+    pub(crate) enum Finish<'a> {
         Reason(Cow<'a, str>),
         Object {
             kind: Cow<'a, str>,
@@ -503,7 +503,7 @@ mod fast {
     }
 
     /// What the parser reads of a native event.
-    pub struct NativeFields<'a> {
+    pub(crate) struct NativeFields<'a> {
         pub text: Option<Cow<'a, str>>,
         pub ids: Option<usize>,
         pub completion: Option<u64>,
@@ -513,7 +513,7 @@ mod fast {
     }
 
     #[derive(serde::Deserialize)]
-    pub struct NativeEvent<'a> {
+    pub(crate) struct NativeEvent<'a> {
         pub error: Option<IgnoredAny>,
         #[serde(borrow)]
         pub text: Option<Cow<'a, str>>,
@@ -523,7 +523,7 @@ mod fast {
     }
 
     #[derive(serde::Deserialize, Default)]
-    pub struct Meta<'a> {
+    pub(crate) struct Meta<'a> {
         pub first_token_latency: Option<f64>,
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
@@ -533,7 +533,7 @@ mod fast {
     }
 
     #[derive(serde::Deserialize)]
-    pub struct OpenaiEvent<'a> {
+    pub(crate) struct OpenaiEvent<'a> {
         pub error: Option<IgnoredAny>,
         #[serde(borrow)]
         pub choices: Option<Vec<Obj<Choice<'a>>>>,
@@ -543,12 +543,12 @@ mod fast {
     }
 
     #[derive(serde::Deserialize)]
-    pub struct Timings {
+    pub(crate) struct Timings {
         pub prompt_ms: Option<f64>,
     }
 
     #[derive(serde::Deserialize)]
-    pub struct Choice<'a> {
+    pub(crate) struct Choice<'a> {
         #[serde(borrow)]
         pub text: Option<Cow<'a, str>>,
         #[serde(borrow)]
@@ -558,7 +558,7 @@ mod fast {
     }
 
     #[derive(serde::Deserialize)]
-    pub struct Delta<'a> {
+    pub(crate) struct Delta<'a> {
         #[serde(borrow)]
         pub reasoning_content: Option<Cow<'a, str>>,
         #[serde(borrow)]
@@ -566,14 +566,14 @@ mod fast {
     }
 
     #[derive(serde::Deserialize)]
-    pub struct Usage {
+    pub(crate) struct Usage {
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
         pub prompt_tokens_details: Option<Obj<Details>>,
     }
 
     #[derive(serde::Deserialize)]
-    pub struct Details {
+    pub(crate) struct Details {
         pub cached_tokens: Option<u64>,
     }
 }
@@ -583,7 +583,7 @@ fn clamp_u32(n: u64) -> u32 {
 }
 
 /// The human message of an error value: `{"message": ..}`, a bare string, or the JSON itself.
-pub fn error_message(error: &Value) -> String {
+pub(crate) fn error_message(error: &Value) -> String {
     match error {
         Value::String(s) => s.clone(),
         _ => match error["message"].as_str() {
@@ -595,7 +595,7 @@ pub fn error_message(error: &Value) -> String {
 
 /// The server's message in a non-2xx body: `{"error":{"message"}}`, `{"message"}`,
 /// `{"detail"}`, or the raw text.
-pub fn http_error_message(body: &[u8]) -> String {
+pub(crate) fn http_error_message(body: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
             return error_message(e);

@@ -90,7 +90,7 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    pub fn conn(&mut self) -> &mut Conn {
+    pub(crate) fn conn(&mut self) -> &mut Conn {
         self.conn
             .as_mut()
             .expect("a lease holds its connection until released")
@@ -124,11 +124,11 @@ pub(super) struct Exchange {
 impl Pool {
     /// A pool for the server at `authority` (`host:port`); connects nothing yet.
     /// `host:port` it connects to.
-    pub fn authority(&self) -> &str {
+    pub(crate) fn authority(&self) -> &str {
         &self.authority
     }
 
-    pub fn new(authority: String) -> Pool {
+    pub(crate) fn new(authority: String) -> Pool {
         Pool {
             authority,
             addrs: Mutex::new(Vec::new()),
@@ -148,19 +148,19 @@ impl Pool {
     }
 
     /// What the pool knows about the server's connections after streams.
-    pub fn after_stream(&self) -> AfterStream {
+    pub(crate) fn after_stream(&self) -> AfterStream {
         self.state().after_stream
     }
 
     /// Requests sent again after a stale connection so far.
-    pub fn stale_retries(&self) -> u64 {
+    pub(crate) fn stale_retries(&self) -> u64 {
         self.state().stale
     }
 
     /// Makes `n` open connections ready and keeps that many from now on (a connection the
     /// server closes is replaced). Idle connections that closed meanwhile are dropped, and any
     /// beyond `n` are closed. Returns the first connect failure, if any.
-    pub async fn prepare(self: &Arc<Self>, n: usize) -> Result<(), ConnectFailure> {
+    pub(crate) async fn prepare(self: &Arc<Self>, n: usize) -> Result<(), ConnectFailure> {
         let missing = {
             let mut st = self.state();
             st.target = n;
@@ -300,7 +300,7 @@ impl Pool {
 
     /// Sends the request `build` makes and waits for the response head, until `deadline`. A
     /// first attempt that meets a stale connection is made again once on a fresh connection.
-    pub async fn exchange(
+    pub(crate) async fn exchange(
         self: &Arc<Self>,
         build: impl Fn() -> hyper::Request<Body>,
         deadline: Instant,
@@ -429,7 +429,7 @@ impl Pool {
     /// response was read to its end (`complete`) and the server keeps the connection; otherwise
     /// closed and, when fewer than the prepared number remain, replaced by a fresh one at once,
     /// so the next request finds one ready.
-    pub async fn release(&self, mut lease: Lease, streamed: bool, complete: bool) {
+    pub(crate) async fn release(&self, mut lease: Lease, streamed: bool, complete: bool) {
         // The lease keeps the connection counted until the end, however this ends (a run
         // interrupted meanwhile drops it).
         let mut keep = complete && lease.conn().still_open();

@@ -14,20 +14,20 @@ use std::time::Duration;
 use super::{Client, ClientError};
 
 /// The most bytes one scrape reads: a real engine's `/metrics` is 10-300 KB.
-pub const MAX_SCRAPE_BYTES: usize = 4 << 20;
+pub(crate) const MAX_SCRAPE_BYTES: usize = 4 << 20;
 /// Most distinct names kept from one scrape (an engine has a few hundred).
-pub const MAX_NAMES: usize = 1024;
+pub(crate) const MAX_NAMES: usize = 1024;
 /// Longest name kept, in bytes (an engine's are under 80).
-pub const MAX_NAME_BYTES: usize = 200;
+pub(crate) const MAX_NAME_BYTES: usize = 200;
 /// How long one scrape may take.
-pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One scrape: metric name -> value (summed over label sets).
-pub type Values = BTreeMap<String, f64>;
+pub(crate) type Values = BTreeMap<String, f64>;
 
 /// What one scrape kept, and what its budget left out.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Scrape {
+pub(crate) struct Scrape {
     pub values: Values,
     /// What the budget left out, in words (None when nothing was).
     pub cut: Option<String>,
@@ -35,7 +35,7 @@ pub struct Scrape {
 
 /// Why a scrape gave nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum ScrapeError {
+pub(crate) enum ScrapeError {
     /// The request failed (or its body passed [`MAX_SCRAPE_BYTES`]).
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -55,7 +55,7 @@ pub enum ScrapeError {
 /// Reads the text format. Fails on a sample line it cannot read (a server that sends
 /// something else entirely), never panics; keeps at most [`MAX_NAMES`] names of at most
 /// [`MAX_NAME_BYTES`] and says what it left out.
-pub fn parse(text: &str) -> Result<Scrape, ScrapeError> {
+pub(crate) fn parse(text: &str) -> Result<Scrape, ScrapeError> {
     let mut out = Values::new();
     let (mut past_names, mut long_names) = (0usize, 0usize);
     for (i, line) in text.lines().enumerate() {
@@ -142,7 +142,7 @@ fn parse_value(s: &str) -> Option<f64> {
 }
 
 /// Scrapes `/metrics` once, reading at most [`MAX_SCRAPE_BYTES`].
-pub async fn scrape(client: &Client) -> Result<Scrape, ScrapeError> {
+pub(crate) async fn scrape(client: &Client) -> Result<Scrape, ScrapeError> {
     let (status, body) = client
         .get_bounded("/metrics", SCRAPE_TIMEOUT, MAX_SCRAPE_BYTES)
         .await?;

@@ -48,7 +48,7 @@ struct StreamOptions {
 }
 
 /// The path an API posts to.
-pub fn path(api: Api) -> &'static str {
+pub(crate) fn path(api: Api) -> &'static str {
     match api {
         Api::SglangGenerate => "/generate",
         Api::OpenaiCompletions => "/v1/completions",
@@ -57,7 +57,7 @@ pub fn path(api: Api) -> &'static str {
 }
 
 /// The streaming request body for `req`.
-pub fn body(req: &GenerationRequest) -> Value {
+pub(crate) fn body(req: &GenerationRequest) -> Value {
     let model = req.model.as_deref().unwrap_or(DEFAULT_MODEL);
     match req.api {
         Api::SglangGenerate => json!({

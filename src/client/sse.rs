@@ -62,7 +62,7 @@ pub enum SseProblem {
 
 impl SseMalformed {
     /// The error message a request records.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self.problem {
             SseProblem::NotAnEventStream => "response is not a server-sent event stream".into(),
             SseProblem::EventTooLong { limit } => format!(
@@ -103,7 +103,7 @@ impl SseFramer {
     }
 
     /// A framer whose events may hold at most `limit` bytes.
-    pub fn with_limit(limit: usize) -> SseFramer {
+    pub(crate) fn with_limit(limit: usize) -> SseFramer {
         SseFramer {
             line: Vec::new(),
             data: Vec::new(),
@@ -187,8 +187,9 @@ impl SseFramer {
         self.take_line(b"", arrived)
     }
 
+    #[cfg(test)]
     /// Whether bytes of an unfinished event are buffered.
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         self.has_data || !self.line.is_empty()
     }
 
@@ -240,7 +241,7 @@ impl SseFramer {
 
 /// The first [`HEAD_BYTES`] bytes of `bytes` as text (invalid UTF-8 replaced), never longer than
 /// [`HEAD_BYTES`] bytes.
-pub fn head(bytes: &[u8]) -> String {
+pub(crate) fn head(bytes: &[u8]) -> String {
     let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(HEAD_BYTES)]).into_owned();
     // Replacement characters are 3 bytes, so lossy text can outgrow the byte budget.
     if text.len() > HEAD_BYTES {

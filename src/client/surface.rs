@@ -14,11 +14,11 @@ use crate::results::meta::{CacheReset, ServerSurface, Tokenize};
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a cache reset keeps retrying while the server says requests are pending.
-pub const RESET_RETRY_FOR: Duration = Duration::from_secs(60);
+pub(crate) const RESET_RETRY_FOR: Duration = Duration::from_secs(60);
 
 /// Asks the server what it offers. Probing the cache reset empties the cache once, which is
 /// harmless before anything was measured.
-pub async fn probe(client: &Client) -> ServerSurface {
+pub(crate) async fn probe(client: &Client) -> ServerSurface {
     let mut s = ServerSurface::default();
     let get = |path: &'static str| async move {
         client
@@ -201,7 +201,7 @@ async fn find_tokenize(client: &Client, llama: bool) -> Option<Tokenize> {
 }
 
 /// Counts `text`'s tokens with the server's tokenize endpoint (no generation, no prefill).
-pub async fn count_with(
+pub(crate) async fn count_with(
     client: &Client,
     how: &Tokenize,
     text: &str,
@@ -233,7 +233,7 @@ pub async fn count_with(
 
 /// Empties the server's prefix cache the way it offers, retrying while it reports pending
 /// requests (for up to [`RESET_RETRY_FOR`], or until `stop` says so).
-pub async fn reset_cache(
+pub(crate) async fn reset_cache(
     client: &Client,
     how: &CacheReset,
     stop: impl Fn() -> bool,

@@ -11,7 +11,7 @@ use super::{Client, ClientError};
 
 /// [`Check`] of an external server's URL.
 #[derive(Debug, Default)]
-pub struct UrlCheck;
+pub(crate) struct UrlCheck;
 
 impl Check for UrlCheck {
     fn check(&self, experiment: &Experiment, _spec_dir: &Path) -> Vec<Problem> {

@@ -5,10 +5,9 @@
 
 use super::{Adapter, FalseFlag, LaunchCommand, LaunchError, ModelArg, common_hint};
 use crate::catalog::Failure;
-use crate::spec::types::{Engine, Server};
+use crate::spec::types::Server;
 
-pub static COMMAND: Adapter = Adapter {
-    engine: Engine::Command,
+pub(crate) static COMMAND: Adapter = Adapter {
     display: "command",
     launcher: &[],
     model_arg: ModelArg::Positional,
@@ -30,7 +29,7 @@ pub static COMMAND: Adapter = Adapter {
     sim_api: "sglang",
 };
 
-pub fn launch(
+pub(crate) fn launch(
     server: &Server,
     model: &str,
     host: &str,

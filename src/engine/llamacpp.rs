@@ -3,10 +3,8 @@
 
 use super::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;
-use crate::spec::types::Engine;
 
-pub static LLAMA_CPP: Adapter = Adapter {
-    engine: Engine::LlamaCpp,
+pub(crate) static LLAMA_CPP: Adapter = Adapter {
     display: "llama.cpp",
     launcher: &["llama-server"],
     model_arg: ModelArg::Flag("-m"),

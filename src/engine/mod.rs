@@ -12,7 +12,7 @@
 mod command;
 mod flags;
 mod llamacpp;
-pub mod ranks;
+pub(crate) mod ranks;
 mod sglang;
 mod vllm;
 
@@ -25,14 +25,14 @@ pub use flags::{FlagCheck, SpecFlags, check_flag, check_spec};
 
 /// A launch command: program and arguments, never passed through a shell.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LaunchCommand {
+pub(crate) struct LaunchCommand {
     pub program: String,
     pub args: Vec<String>,
 }
 
 impl LaunchCommand {
     /// Program and arguments as one list, for the record.
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         std::iter::once(self.program.clone())
             .chain(self.args.iter().cloned())
             .collect()
@@ -41,7 +41,7 @@ impl LaunchCommand {
 
 /// How the model is given on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelArg {
+pub(crate) enum ModelArg {
     /// `--model-path M`, `-m M`.
     Flag(&'static str),
     /// `vllm serve M`: right after the launcher.
@@ -50,7 +50,7 @@ pub enum ModelArg {
 
 /// What a `false` flag value becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FalseFlag {
+pub(crate) enum FalseFlag {
     /// Left out (SGLang's flags are off by default).
     Omit,
     /// `--no-NAME` (vLLM's booleans are `BooleanOptionalAction`s: `false` must switch a
@@ -59,8 +59,7 @@ pub enum FalseFlag {
 }
 
 /// What servebench knows about an engine.
-pub struct Adapter {
-    pub engine: Engine,
+pub(crate) struct Adapter {
     /// How people write its name: `SGLang`, `vLLM`, `llama.cpp`.
     pub display: &'static str,
     /// The program (and its first arguments) that starts it, unless `server.launcher` says.
@@ -83,7 +82,7 @@ pub struct Adapter {
 }
 
 /// The adapter of `engine`.
-pub fn adapter(engine: Engine) -> &'static Adapter {
+pub(crate) fn adapter(engine: Engine) -> &'static Adapter {
     match engine {
         Engine::Sim | Engine::Sglang => &sglang::SGLANG,
         Engine::Vllm => &vllm::VLLM,
@@ -112,7 +111,7 @@ pub enum LaunchError {
 }
 
 /// The flags of `server` for its engine: `args` with `engine_args[engine]` merged over them.
-pub fn effective_args(server: &Server) -> IndexMap<String, ArgValue> {
+pub(crate) fn effective_args(server: &Server) -> IndexMap<String, ArgValue> {
     let mut args = server.args.clone();
     if let Some(extra) = server.engine_args.get(&server.engine) {
         for (k, v) in extra {
@@ -124,7 +123,7 @@ pub fn effective_args(server: &Server) -> IndexMap<String, ArgValue> {
 
 /// Builds the engine's command line. `self_exe` is servebench's own binary (the simulator runs
 /// as `servebench sim`); `port` is the port chosen for this launch, on 127.0.0.1.
-pub fn launch_command(
+pub(crate) fn launch_command(
     server: &Server,
     self_exe: &str,
     port: u16,
@@ -173,13 +172,13 @@ pub fn launch_command(
 
 /// `args` as flags, SGLang's way: `true` a bare flag, `false` left out, other values after the
 /// flag. (Kept for the plan and the estimate, which read SGLang-spelled flags.)
-pub fn flag_args(args: &IndexMap<String, ArgValue>) -> Result<Vec<String>, LaunchError> {
+pub(crate) fn flag_args(args: &IndexMap<String, ArgValue>) -> Result<Vec<String>, LaunchError> {
     flag_args_for(&sglang::SGLANG, args)
 }
 
 /// `args` as `engine`'s flags: a name with one leading dash is passed as written (`-np`),
 /// others get `--`; `true` is a bare flag; `false` is left out or becomes `--no-NAME`.
-pub fn flag_args_for(
+pub(crate) fn flag_args_for(
     a: &Adapter,
     args: &IndexMap<String, ArgValue>,
 ) -> Result<Vec<String>, LaunchError> {
@@ -216,10 +215,10 @@ pub fn flag_args_for(
 }
 
 /// Why a server process died, read from the tail of its log (one of the catalogue's causes).
-pub use crate::catalog::Failure as CrashCause;
+pub(crate) use crate::catalog::Failure as CrashCause;
 
 /// Classifies a crash from the log tail with `engine`'s own lines.
-pub fn classify(engine: Engine, log_tail: &str) -> Failure {
+pub(crate) fn classify(engine: Engine, log_tail: &str) -> Failure {
     adapter(engine)
         .crash_lines
         .iter()
@@ -227,18 +226,13 @@ pub fn classify(engine: Engine, log_tail: &str) -> Failure {
         .map_or(Failure::Unknown, |(_, f)| *f)
 }
 
-/// Classifies a crash from the log tail with SGLang's lines (see [`classify`]).
-pub fn classify_crash(log_tail: &str) -> Failure {
-    classify(Engine::Sglang, log_tail)
-}
-
 /// What a failure means on `engine` and what to try.
-pub fn explain(engine: Engine, failure: Failure) -> &'static str {
+pub(crate) fn explain(engine: Engine, failure: Failure) -> &'static str {
     (adapter(engine).hint)(failure)
 }
 
 /// True when `log` holds one of the engine's ready lines (or the spec's own).
-pub fn is_ready_line(server: &Server, log: &str) -> bool {
+pub(crate) fn is_ready_line(server: &Server, log: &str) -> bool {
     server
         .ready_line
         .as_deref()

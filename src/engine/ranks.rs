@@ -15,7 +15,7 @@ use super::{LaunchCommand, LaunchError, adapter, effective_args, launch_command}
 use crate::spec::types::{Engine, Server};
 
 /// Flags the rank model sets itself: refused in `server.args` of a multi-node server.
-pub const RANK_FLAGS: &[&str] = &[
+pub(crate) const RANK_FLAGS: &[&str] = &[
     "nnodes",
     "node-rank",
     "dist-init-addr",
@@ -27,14 +27,14 @@ pub const RANK_FLAGS: &[&str] = &[
 
 /// Where the ranks meet: rank 0's host as the others reach it, and a port free there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rendezvous {
+pub(crate) struct Rendezvous {
     pub host: String,
     pub port: u16,
 }
 
 impl Rendezvous {
     /// `HOST:PORT` (IPv6 hosts in brackets).
-    pub fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         if self.host.contains(':') && !self.host.starts_with('[') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -45,7 +45,7 @@ impl Rendezvous {
 
 /// One rank's launch.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RankCommand {
+pub(crate) struct RankCommand {
     /// 0 serves the API.
     pub rank: u32,
     pub command: LaunchCommand,
@@ -56,7 +56,7 @@ pub struct RankCommand {
 
 /// Why ranks cannot be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RankError {
+pub(crate) enum RankError {
     #[error(transparent)]
     Launch(#[from] LaunchError),
     #[error(
@@ -73,7 +73,7 @@ pub enum RankError {
 
 /// Which flag family a server's ranks take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RankFlavour {
+pub(crate) enum RankFlavour {
     /// `--nnodes --node-rank --dist-init-addr`.
     Sglang,
     /// `--nnodes --node-rank --master-addr --master-port [--headless]`.
@@ -81,7 +81,7 @@ pub enum RankFlavour {
 }
 
 /// The flavour of `server`'s ranks, or why it has none.
-pub fn flavour(server: &Server) -> Result<RankFlavour, RankError> {
+pub(crate) fn flavour(server: &Server) -> Result<RankFlavour, RankError> {
     match server.engine {
         Engine::Sim | Engine::Sglang => Ok(RankFlavour::Sglang),
         Engine::Vllm => Ok(RankFlavour::Vllm),
@@ -93,7 +93,7 @@ pub fn flavour(server: &Server) -> Result<RankFlavour, RankError> {
 
 /// The command of every rank, rank 0 first. `ports[i]` is the port rank `i` listens on, on
 /// its own host (for rank 0 the API's port).
-pub fn rank_commands(
+pub(crate) fn rank_commands(
     server: &Server,
     self_exe: &str,
     ports: &[u16],

@@ -3,10 +3,8 @@
 
 use super::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;
-use crate::spec::types::Engine;
 
-pub static SGLANG: Adapter = Adapter {
-    engine: Engine::Sglang,
+pub(crate) static SGLANG: Adapter = Adapter {
     display: "SGLang",
     launcher: &["python", "-m", "sglang.launch_server"],
     model_arg: ModelArg::Flag("--model-path"),

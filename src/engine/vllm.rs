@@ -2,10 +2,8 @@
 
 use super::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;
-use crate::spec::types::Engine;
 
-pub static VLLM: Adapter = Adapter {
-    engine: Engine::Vllm,
+pub(crate) static VLLM: Adapter = Adapter {
     display: "vLLM",
     launcher: &["vllm", "serve"],
     model_arg: ModelArg::Positional,

@@ -23,7 +23,7 @@ use crate::engine::LaunchCommand;
 
 /// A running server process group.
 #[derive(Debug)]
-pub struct LocalProcess {
+pub(crate) struct LocalProcess {
     child: Child,
     pgid: i32,
     log_path: PathBuf,
@@ -53,31 +53,21 @@ impl std::fmt::Display for StopOutcome {
 
 impl LocalProcess {
     /// Starts `cmd` with `env` added, stdout and stderr appended to `log_path`, in a new
-    /// process group. The child also gets SIGTERM if servebench itself dies; the children it
-    /// starts do not (see [`spawn_supervised`](Self::spawn_supervised)).
-    pub fn spawn(
+    /// process group, without a supervisor (the tests' direct child).
+    #[cfg(test)]
+    fn spawn(
         cmd: &LaunchCommand,
         env: &IndexMap<String, String>,
         log_path: &Path,
     ) -> std::io::Result<Self> {
-        Self::spawn_in(cmd, env, None, log_path)
-    }
-
-    /// Like [`spawn`](Self::spawn), in the working directory `workdir` when given.
-    pub fn spawn_in(
-        cmd: &LaunchCommand,
-        env: &IndexMap<String, String>,
-        workdir: Option<&str>,
-        log_path: &Path,
-    ) -> std::io::Result<Self> {
-        Self::start(&cmd.program, &cmd.args, cmd, env, workdir, log_path)
+        Self::start(&cmd.program, &cmd.args, cmd, env, None, log_path)
     }
 
     /// Starts `cmd` under `servebench supervise` (`supervisor` is servebench's binary), which
     /// leads the new process group and runs `cmd` in it. When this process dies, even by
     /// SIGKILL, the supervisor gets SIGTERM and stops the whole group (SIGTERM, `grace`,
     /// SIGKILL): a wrapper script's children go too, not only the direct child.
-    pub fn spawn_supervised(
+    pub(crate) fn spawn_supervised(
         supervisor: &Path,
         grace: Duration,
         cmd: &LaunchCommand,
@@ -153,21 +143,21 @@ impl LocalProcess {
     }
 
     /// Process group id (= the leader's pid).
-    pub fn pgid(&self) -> i32 {
+    pub(crate) fn pgid(&self) -> i32 {
         self.pgid
     }
 
-    pub fn log_path(&self) -> &Path {
+    pub(crate) fn log_path(&self) -> &Path {
         &self.log_path
     }
 
     /// The exit status if the leader has exited.
-    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exit_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
     /// SIGTERM to the whole group, up to `grace` to exit, then SIGKILL; waits for the leader.
-    pub fn stop(&mut self, grace: Duration) -> StopOutcome {
+    pub(crate) fn stop(&mut self, grace: Duration) -> StopOutcome {
         self.stopped = true;
         if let Some(status) = self.exit_status() {
             // The leader is gone; its children may not be.
@@ -248,7 +238,7 @@ fn find_program(
 
 /// A process as `/proc/PID/stat` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcStat {
+pub(crate) struct ProcStat {
     pub pid: i32,
     /// `R`, `S`, `D`, `Z` (a zombie), ...
     pub state: char,
@@ -260,7 +250,7 @@ pub struct ProcStat {
 
 /// Parses one `/proc/PID/stat` line. The command name (field 2) may hold spaces and
 /// parentheses, so the fields after it are counted from its last `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     let (head, rest) = text.rsplit_once(')')?;
     let pid = head.split_whitespace().next()?.parse().ok()?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -274,12 +264,12 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 }
 
 /// Process `pid` as `/proc` shows it now (None once it is gone, zombies included until reaped).
-pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// This machine's boot id, which changes at every boot (process start times count from it).
-pub fn boot_id() -> Option<String> {
+pub(crate) fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|s| s.trim().to_string())
@@ -287,7 +277,7 @@ pub fn boot_id() -> Option<String> {
 }
 
 /// Every process of group `pgid`, zombies included, from `/proc`.
-pub fn group_processes(pgid: i32) -> Vec<ProcStat> {
+pub(crate) fn group_processes(pgid: i32) -> Vec<ProcStat> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -305,14 +295,14 @@ pub fn group_processes(pgid: i32) -> Vec<ProcStat> {
 
 /// True while any process of the group exists that is not a zombie (a zombie has exited: it
 /// holds no port or memory and cannot be stopped, only reaped by its parent).
-pub fn group_alive(pgid: i32) -> bool {
+pub(crate) fn group_alive(pgid: i32) -> bool {
     // Signal 0 probes without sending: the cheap answer when nothing is left at all.
     killpg(Pid::from_raw(pgid), None).is_ok()
         && group_processes(pgid).iter().any(|p| p.state != 'Z')
 }
 
 /// What this machine tells about recorded group `id` now.
-pub fn group_facts(id: &GroupIdentity) -> GroupFacts {
+pub(crate) fn group_facts(id: &GroupIdentity) -> GroupFacts {
     let members = group_processes(id.pgid);
     let live: Vec<&ProcStat> = members.iter().filter(|p| p.state != 'Z').collect();
     GroupFacts {
@@ -337,14 +327,14 @@ impl Drop for LocalProcess {
 }
 
 /// This machine as a [`Host`](super::Host).
-pub struct LocalHost;
+pub(crate) struct LocalHost;
 
 /// How long the supervisor gives the server between SIGTERM and SIGKILL when the runner is
 /// gone (the runner's own stops give their own grace).
 const SUPERVISOR_GRACE: Duration = Duration::from_secs(10);
 
 /// A server launched by [`LocalHost`].
-pub struct LocalServer {
+pub(crate) struct LocalServer {
     process: LocalProcess,
     url: String,
     leader_start: Option<u64>,

@@ -9,10 +9,10 @@
 //! zombie has none, and a reused id may run anything.
 
 pub mod local;
-pub mod remote;
-pub mod slurm;
+pub(crate) mod remote;
+pub(crate) mod slurm;
 pub mod ssh;
-pub mod supervise;
+pub(crate) mod supervise;
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use crate::engine::LaunchCommand;
 
 /// Why a host could not do what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum HostError {
+pub(crate) enum HostError {
     /// The SSH layer failed (connection, authentication, a remote command).
     #[error(transparent)]
     Ssh(#[from] ssh::SshError),
@@ -52,7 +52,7 @@ pub enum HostError {
 }
 
 impl HostError {
-    pub fn io(what: impl Into<String>, source: std::io::Error) -> HostError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> HostError {
         HostError::Io {
             what: what.into(),
             source,
@@ -61,7 +61,7 @@ impl HostError {
 }
 
 /// What to start for one server group.
-pub struct Spawn<'a> {
+pub(crate) struct Spawn<'a> {
     /// The group id (`g1`), for names of files on the host.
     pub group: &'a str,
     /// Program and arguments from the engine adapter; never passed through a shell.
@@ -77,7 +77,7 @@ pub struct Spawn<'a> {
 
 /// Where a launched server runs, as recorded in `meta.json`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ProcessIds {
+pub(crate) struct ProcessIds {
     pub pid: i32,
     /// The process group, which [`ServerProcess::stop`] and `servebench down` stop as a whole.
     pub pgid: i32,
@@ -94,7 +94,7 @@ pub struct ProcessIds {
 
 /// How a stop went.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Stopped {
+pub(crate) struct Stopped {
     /// What happened, in words: `stopped with SIGTERM`, `could not stop it: ...`.
     pub outcome: String,
     pub pgid: i32,
@@ -105,7 +105,7 @@ pub struct Stopped {
 /// A launched server's process group as recorded, for `servebench down` to tell it from a
 /// later group that reuses its id.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GroupIdentity {
+pub(crate) struct GroupIdentity {
     pub pgid: i32,
     /// When the leader started ([`ProcessIds::leader_start`]); None in runs recorded before
     /// it was, which fall back to `program`.
@@ -119,7 +119,7 @@ pub struct GroupIdentity {
 
 /// What a host can tell about a recorded process group now.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GroupFacts {
+pub(crate) struct GroupFacts {
     /// The leader (pid = pgid), still in the group: its state letter (`Z`: a zombie) and
     /// start time in clock ticks since boot.
     pub leader: Option<(char, u64)>,
@@ -133,7 +133,7 @@ pub struct GroupFacts {
 
 /// Whether a recorded group is still the one servebench launched.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing of it is left but zombies (which cannot be stopped and hold nothing).
     Gone,
     /// The launched group: safe to stop.
@@ -148,7 +148,7 @@ pub enum Verdict {
 /// leader exists (a zombie leader included); once it is gone the group's id cannot be reused
 /// while any member lives (Linux keeps a process group's id allocated), so the members that
 /// started after the leader are its own.
-pub fn judge(id: &GroupIdentity, facts: &GroupFacts) -> Verdict {
+pub(crate) fn judge(id: &GroupIdentity, facts: &GroupFacts) -> Verdict {
     if facts.live == 0 {
         return Verdict::Gone;
     }
@@ -179,7 +179,7 @@ pub fn judge(id: &GroupIdentity, facts: &GroupFacts) -> Verdict {
 
 /// What `servebench down` found for a recorded server.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Leftover {
+pub(crate) enum Leftover {
     /// Nothing of the group is left (zombies aside).
     AlreadyGone,
     /// The group id now belongs to another program: left alone, for this reason.
@@ -191,7 +191,7 @@ pub enum Leftover {
 }
 
 /// A host that runs servers: this machine, an SSH host, a Slurm cluster.
-pub trait Host: Send + Sync {
+pub(crate) trait Host: Send + Sync {
     /// How the host is named in messages and records: `local`, `bench@gpu-box-1`.
     fn name(&self) -> String;
 
@@ -237,7 +237,7 @@ pub trait Host: Send + Sync {
 
 /// The rank of a multi-node server that failed first (see [`ServerProcess::failed_rank`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct FailedRank {
+pub(crate) struct FailedRank {
     pub rank: u32,
     /// Ranks in the server.
     pub of: u32,
@@ -263,7 +263,7 @@ impl std::fmt::Display for FailedRank {
 }
 
 /// A launched server.
-pub trait ServerProcess: Send {
+pub(crate) trait ServerProcess: Send {
     /// Its base URL as this machine reaches it (through a forward for SSH hosts).
     fn url(&self) -> &str;
 
@@ -320,12 +320,12 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 /// How `servebench port --wanted P` exits when P is taken on its machine.
-pub const PORT_TAKEN_EXIT: i32 = crate::exit::FAILED;
+pub(crate) const PORT_TAKEN_EXIT: i32 = crate::exit::FAILED;
 
 /// `servebench port`, run on the machine a server will listen on (a Slurm node): prints
 /// `wanted` when it is free there (else says so on stderr and exits [`PORT_TAKEN_EXIT`]), or
 /// a port free on every address of the machine.
-pub fn port_main(wanted: Option<u16>) -> i32 {
+pub(crate) fn port_main(wanted: Option<u16>) -> i32 {
     let picked = match wanted {
         Some(p) if port_in_use(p) => Err(format!("port {p} is in use here")),
         Some(p) => std::net::TcpListener::bind(("0.0.0.0", p))
@@ -359,7 +359,7 @@ pub fn port_in_use(port: u16) -> bool {
 }
 
 /// The last `max_bytes` of a file, lossily decoded (for crash excerpts).
-pub fn file_tail(path: &std::path::Path, max_bytes: u64) -> String {
+pub(crate) fn file_tail(path: &std::path::Path, max_bytes: u64) -> String {
     use std::io::{Read, Seek, SeekFrom};
     let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();

@@ -17,7 +17,7 @@ use crate::spec::types::{self, HostSpec};
 const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
 
 /// The spec's host as an SSH target (None for `local`).
-pub fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, ssh::SshError> {
+pub(crate) fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, ssh::SshError> {
     match host {
         HostSpec::Url(u) if u == "local" => Ok(None),
         HostSpec::Url(u) => SshTarget::parse_url(u).map(Some),
@@ -59,18 +59,16 @@ fn expand_home(p: &str) -> PathBuf {
 }
 
 /// The connected host of a run.
-pub struct RemoteHost {
+pub(crate) struct RemoteHost {
     pub ssh: Arc<SshHost>,
     /// The per-run directory on the host (logs, pid files).
     pub dir: String,
-    /// The spec's `remote_dir` (the base of per-run directories and of the binary cache).
-    pub base: Option<String>,
     binary: tokio::sync::Mutex<Option<String>>,
 }
 
 impl RemoteHost {
     /// Connects (failing fast with ssh's classified error) and creates the run's directory.
-    pub async fn connect(host: &HostSpec, run_id: &str) -> Result<RemoteHost, HostError> {
+    pub(crate) async fn connect(host: &HostSpec, run_id: &str) -> Result<RemoteHost, HostError> {
         let target = ssh_target(host)?
             .ok_or_else(|| HostError::Unsupported("the host is local, not an SSH host".into()))?;
         let ssh = SshHost::connect(&target).await?;
@@ -85,27 +83,25 @@ impl RemoteHost {
         Ok(RemoteHost {
             ssh: Arc::new(ssh),
             dir,
-            base,
             binary: tokio::sync::Mutex::new(None),
         })
     }
 
     /// Connects without creating a run directory (for `servebench down`).
-    pub async fn reach(host: &HostSpec) -> Result<RemoteHost, HostError> {
+    pub(crate) async fn reach(host: &HostSpec) -> Result<RemoteHost, HostError> {
         let target = ssh_target(host)?
             .ok_or_else(|| HostError::Unsupported("the host is local, not an SSH host".into()))?;
         let ssh = SshHost::connect(&target).await?;
         Ok(RemoteHost {
             ssh: Arc::new(ssh),
             dir: String::new(),
-            base: None,
             binary: tokio::sync::Mutex::new(None),
         })
     }
 
     /// servebench's binary on the host, uploaded once per content hash. The binary is
     /// `SERVEBENCH_HOST_BINARY` when set (e.g. a static musl build), else this one.
-    pub async fn binary(&self) -> Result<String, HostError> {
+    pub(crate) async fn binary(&self) -> Result<String, HostError> {
         let mut cached = self.binary.lock().await;
         if let Some(b) = &*cached {
             return Ok(b.clone());
@@ -121,7 +117,7 @@ impl RemoteHost {
     }
 
     /// A free TCP port on the host's loopback, from `first` upwards.
-    pub async fn free_port(&self, first: u16) -> Result<u16, HostError> {
+    pub(crate) async fn free_port(&self, first: u16) -> Result<u16, HostError> {
         for port in first..first.saturating_add(200) {
             // A port handed out moments ago may not be bound yet: concurrent launches (a
             // host pool, the ranks of one server) must not get the same one.
@@ -140,7 +136,7 @@ impl RemoteHost {
 
     /// True when something listens on `port` on the host (read from /proc/net/tcp*, which
     /// every Linux has; no ss or netstat needed).
-    pub async fn port_in_use(&self, port: u16) -> Result<bool, HostError> {
+    pub(crate) async fn port_in_use(&self, port: u16) -> Result<bool, HostError> {
         const SCRIPT: &str = r#"p=$(printf '%04X' "$1")
 cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v p="$p" 'NR > 1 { n = split($2, a, ":"); if (toupper(a[n]) == p && $4 == "0A") f = 1 } END { exit f ? 0 : 1 }'"#;
         let out = self.ssh.run_script(SCRIPT, &[port.to_string()]).await?;
@@ -169,13 +165,11 @@ fn reserve(port: u16) -> bool {
 }
 
 /// A server launched on the host, its log mirrored into the run directory.
-pub struct RemoteServer {
+pub(crate) struct RemoteServer {
     pub ssh: Arc<SshHost>,
     pub process: RemoteProcess,
     /// The mirrored log in the run directory.
     pub local_log: PathBuf,
-    /// The port on the host.
-    pub port: u16,
     /// The forwarded URL on this machine.
     url: String,
     host_url: String,
@@ -184,7 +178,7 @@ pub struct RemoteServer {
 }
 
 impl RemoteServer {
-    pub fn new(
+    pub(crate) fn new(
         ssh: Arc<SshHost>,
         process: RemoteProcess,
         local_log: PathBuf,
@@ -212,7 +206,6 @@ impl RemoteServer {
             ssh,
             process,
             local_log,
-            port,
             url: format!("http://127.0.0.1:{local_port}"),
             host_url: format!("http://127.0.0.1:{port}"),
             offset,
@@ -221,7 +214,7 @@ impl RemoteServer {
     }
 
     /// Pulls what the log gained since the last pull.
-    pub async fn sync_log(&self) {
+    pub(crate) async fn sync_log(&self) {
         self.pull(false).await;
     }
 
@@ -238,13 +231,13 @@ impl RemoteServer {
     }
 
     /// True while the server process runs.
-    pub async fn alive(&self) -> Result<bool, HostError> {
+    pub(crate) async fn alive(&self) -> Result<bool, HostError> {
         Ok(self.ssh.alive(self.process.pid).await?)
     }
 
     /// Stops the whole process group (TERM, grace, KILL), confirms it is gone, pulls the rest
     /// of the log. Returns the outcome and whether the group is confirmed gone.
-    pub async fn stop(&mut self, grace: Duration) -> (String, bool) {
+    pub(crate) async fn stop(&mut self, grace: Duration) -> (String, bool) {
         let outcome = match self.ssh.stop_group(self.process.pgid, grace).await {
             Ok(o) => o.to_string(),
             Err(e) => format!("could not stop it: {e}"),
@@ -295,7 +288,7 @@ async fn pull_log(
 }
 
 /// Facts about the host, for meta.json; `python` is the interpreter that imports sglang.
-pub async fn host_facts(ssh: &SshHost, python: &str) -> Option<serde_json::Value> {
+pub(crate) async fn host_facts(ssh: &SshHost, python: &str) -> Option<serde_json::Value> {
     let facts: ssh::HostFacts = ssh.host_facts(python).await.ok()?;
     serde_json::to_value(facts).ok()
 }

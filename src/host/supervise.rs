@@ -28,7 +28,7 @@ use super::local::group_processes;
 
 /// What `servebench supervise` is told.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Supervise {
+pub(crate) struct Supervise {
     /// The runner's pid: if the supervisor's parent is already another process, the runner
     /// died before the death signal was armed.
     pub parent: Option<i32>,
@@ -39,7 +39,7 @@ pub struct Supervise {
 }
 
 /// The supervisor's arguments before the command: `supervise --parent PID --grace-ms N --`.
-pub fn args(parent: i32, grace: Duration) -> Vec<String> {
+pub(crate) fn args(parent: i32, grace: Duration) -> Vec<String> {
     vec![
         "supervise".into(),
         "--parent".into(),
@@ -69,7 +69,7 @@ fn say(text: &str) {
 }
 
 /// Runs the supervisor; its exit code.
-pub fn main(opts: Supervise) -> i32 {
+pub(crate) fn main(opts: Supervise) -> i32 {
     let Some((program, args)) = opts.command.split_first() else {
         say("no command given");
         return crate::exit::BAD_INPUT;

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Exp1, Gamma};
 use crate::spec::load_model::Arrival;
 
 /// Gaps of mean 1 for an arrival process, seeded: the same seed gives the same gaps.
-pub struct UnitGaps {
+pub(crate) struct UnitGaps {
     rng: ChaCha8Rng,
     kind: GapKind,
 }
@@ -23,7 +23,7 @@ enum GapKind {
 
 impl UnitGaps {
     /// `burstiness` is the gamma shape (used by `Arrival::Gamma` only; 1 is exponential).
-    pub fn new(arrival: Arrival, burstiness: f64, seed: u64) -> UnitGaps {
+    pub(crate) fn new(arrival: Arrival, burstiness: f64, seed: u64) -> UnitGaps {
         let kind = match arrival {
             Arrival::Constant => GapKind::Constant,
             Arrival::Poisson => GapKind::Exponential,
@@ -40,7 +40,7 @@ impl UnitGaps {
     }
 
     /// The next gap (mean 1).
-    pub fn next_gap(&mut self) -> f64 {
+    pub(crate) fn next_gap(&mut self) -> f64 {
         match &self.kind {
             GapKind::Constant => 1.0,
             GapKind::Exponential => Exp1.sample(&mut self.rng),
@@ -52,7 +52,7 @@ impl UnitGaps {
 /// The integrated rate of a load over time, `Λ(t) = ∫ r`, and its inverse: arrival `k` of the
 /// unit process at operational time `s` happens at `t = Λ⁻¹(s)`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RateCurve {
+pub(crate) enum RateCurve {
     /// A fixed rate (requests/s).
     Constant(f64),
     /// From `from` to `to` linearly over `over` seconds.
@@ -68,7 +68,7 @@ pub enum RateCurve {
 
 impl RateCurve {
     /// The rate at `t` seconds.
-    pub fn rate_at(&self, t: f64) -> f64 {
+    pub(crate) fn rate_at(&self, t: f64) -> f64 {
         match *self {
             RateCurve::Constant(r) => r,
             RateCurve::Linear { from, to, over } => from + (to - from) * (t / over).clamp(0.0, 1.0),
@@ -81,16 +81,8 @@ impl RateCurve {
         }
     }
 
-    /// When the curve ends (None: never).
-    pub fn end(&self) -> Option<f64> {
-        match *self {
-            RateCurve::Constant(_) => None,
-            RateCurve::Linear { over, .. } | RateCurve::Steps { over, .. } => Some(over),
-        }
-    }
-
     /// `t` with `Λ(t) = s`, or None when the curve ends before reaching `s`.
-    pub fn time_of(&self, s: f64) -> Option<f64> {
+    pub(crate) fn time_of(&self, s: f64) -> Option<f64> {
         match *self {
             RateCurve::Constant(r) => Some(s / r),
             RateCurve::Linear { from, to, over } => {

@@ -22,7 +22,7 @@ type TraceFound = Result<TraceSummary, (String, String)>;
 
 /// [`Check`] of load schedules. Each trace file is read once, however many points replay it.
 #[derive(Debug, Default)]
-pub struct ScheduleCheck {
+pub(crate) struct ScheduleCheck {
     /// A trace's full path to what it holds, or its problem.
     files: RefCell<HashMap<PathBuf, TraceFound>>,
 }

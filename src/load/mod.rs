@@ -6,12 +6,12 @@
 //! front: it is a second driver beside [`pacer::Pacer`], releasing requests from its own
 //! state, and records the same `scheduled_at`/`phase` fields.
 
-pub mod arrival;
-pub mod check;
-pub mod pacer;
-pub mod schedule;
-pub mod trace;
+pub(crate) mod arrival;
+pub(crate) mod check;
+pub(crate) mod pacer;
+pub(crate) mod schedule;
+pub(crate) mod trace;
 
-pub use check::ScheduleCheck;
+pub(crate) use check::ScheduleCheck;
 pub use pacer::{Pacer, PacerError};
 pub use schedule::{Schedule, ScheduleError, Scheduled};

@@ -39,7 +39,7 @@ impl Pacer {
     /// Releases index `i` on the returned channel at `start + offsets[i]` (offsets in
     /// seconds, non-decreasing). The channel closes after the last one, on `stop`, or when
     /// the thread ends early ([`Pacer::stop`] then says why).
-    pub fn start(
+    pub(crate) fn start(
         start: Instant,
         offsets: impl Iterator<Item = f64> + Send + 'static,
     ) -> (Pacer, mpsc::UnboundedReceiver<usize>) {
@@ -75,7 +75,7 @@ impl Pacer {
     /// Stops releasing (requests already released are the caller's) and says how the thread
     /// ended: Err when it died or gave up before its schedule's end. Called again, it says
     /// the same.
-    pub fn stop(&mut self) -> Result<(), PacerError> {
+    pub(crate) fn stop(&mut self) -> Result<(), PacerError> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             self.ended = Some(t.join().unwrap_or_else(|panic| {

@@ -14,11 +14,11 @@ use super::arrival::{RateCurve, UnitGaps};
 use super::trace::{self, TraceError};
 
 /// Most requests one schedule holds (80 MB of schedule; 1,000 req/s for almost three hours).
-pub const SCHEDULE_LIMIT: usize = 10_000_000;
+pub(crate) const SCHEDULE_LIMIT: usize = 10_000_000;
 
 /// Longest a schedule may span, seconds (a week): a request due later would be waited for
 /// by a run no one watches, and a span of centuries (a trace's wild timestamp) forever.
-pub const MAX_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
+pub(crate) const MAX_SPAN_S: f64 = 7.0 * 24.0 * 3600.0;
 
 /// One request's place in the schedule.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -233,19 +233,19 @@ impl Schedule {
         self.len
     }
 
-    /// Whether it holds no request.
+    /// True when the schedule sends nothing.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Requests in the measured phase.
-    pub fn measured(&self) -> usize {
+    pub(crate) fn measured(&self) -> usize {
         self.measured
     }
 
     /// A trace's schedule, whose lines may give each request's lengths; empty for a rate or
     /// ramp (their lengths are the workload's).
-    pub fn traced(&self) -> &[Scheduled] {
+    pub(crate) fn traced(&self) -> &[Scheduled] {
         &self.traced
     }
 }

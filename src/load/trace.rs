@@ -8,11 +8,11 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 /// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
-pub const TRACE_BYTE_LIMIT: u64 = 256 << 20;
+pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
 
 /// One line of a trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TraceEntry {
+pub(crate) struct TraceEntry {
     /// Seconds from the trace's first arrival (before the time scale).
     pub at_s: f64,
     pub input_tokens: Option<u64>,
@@ -20,7 +20,7 @@ pub struct TraceEntry {
 }
 
 /// Most lines (requests) a trace may hold: one schedule's limit.
-pub const TRACE_LINE_LIMIT: usize = super::schedule::SCHEDULE_LIMIT;
+pub(crate) const TRACE_LINE_LIMIT: usize = super::schedule::SCHEDULE_LIMIT;
 
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub enum TraceError {
 }
 
 /// Reads a trace file. Times are made relative to the earliest arrival and sorted.
-pub fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
+pub(crate) fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
     let mut entries = Vec::new();
     scan(path, |e| entries.push(e))?;
     entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
@@ -61,7 +61,7 @@ pub fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
 
 /// What a trace holds, read without keeping its lines (what `validate` needs).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TraceSummary {
+pub(crate) struct TraceSummary {
     pub requests: usize,
     /// Seconds from its earliest arrival to its latest (before the time scale).
     pub span_s: f64,
@@ -69,7 +69,7 @@ pub struct TraceSummary {
 
 /// Reads a trace file through, checking every line as [`read`] does, in memory that does not
 /// grow with its length.
-pub fn summarize(path: &Path) -> Result<TraceSummary, TraceError> {
+pub(crate) fn summarize(path: &Path) -> Result<TraceSummary, TraceError> {
     let (mut requests, mut first, mut last) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
     scan(path, |e| {
         requests += 1;
@@ -196,9 +196,9 @@ fn file_kind(meta: &std::fs::Metadata) -> &'static str {
 }
 
 /// The longest output a trace line may ask for (as datasets: `prompt::dataset`).
-pub const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
+pub(crate) const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
 /// The longest prompt a trace line may ask for: 16 Mi tokens, past every context served today.
-pub const MAX_INPUT_TOKENS: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_INPUT_TOKENS: u64 = 16 * 1024 * 1024;
 
 fn parse_line(text: &str) -> Result<TraceEntry, String> {
     let v: serde_json::Value =

@@ -180,7 +180,7 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
 /// The best estimate there is without being told: the timing model when every group has one
 /// (`engine: sim`), else the newest earlier run of this experiment under `runs_root/name/`
 /// that measured something (other than `except`, the run in progress).
-pub fn best(
+pub(crate) fn best(
     plan: &Plan,
     spec_dir: &Path,
     runs_root: &Path,
@@ -257,7 +257,7 @@ fn same_values_but(
 }
 
 /// The most probes the search a point starts can take (1 for an ordinary point).
-pub fn search_bound(p: &Point) -> usize {
+pub(crate) fn search_bound(p: &Point) -> usize {
     p.experiment
         .search
         .as_ref()

@@ -7,7 +7,7 @@ use crate::spec::types::{OnFailure, PromptSpec};
 
 /// What to do after a crash.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AfterCrash {
+pub(crate) enum AfterCrash {
     /// Relaunch the server and go on with the next point.
     Relaunch,
     /// Stop the run (what was measured is kept); the reason, for the run's status.
@@ -16,14 +16,14 @@ pub enum AfterCrash {
 
 /// A group's failure policy and the crashes it has seen.
 #[derive(Debug, Clone)]
-pub struct FailurePolicy {
+pub(crate) struct FailurePolicy {
     pub on_failure: OnFailure,
     /// (context, concurrency, point id) of points whose server crashed, for `skip-larger`.
     crashed_at: Vec<(Option<u64>, u32, String)>,
 }
 
 impl FailurePolicy {
-    pub fn new(on_failure: OnFailure) -> FailurePolicy {
+    pub(crate) fn new(on_failure: OnFailure) -> FailurePolicy {
         FailurePolicy {
             on_failure,
             crashed_at: Vec::new(),
@@ -32,7 +32,7 @@ impl FailurePolicy {
 
     /// Records that the server crashed during `point` (its cause named by `cause`) and says
     /// what to do next.
-    pub fn after_crash(&mut self, point: &Point, cause: &str) -> AfterCrash {
+    pub(crate) fn after_crash(&mut self, point: &Point, cause: &str) -> AfterCrash {
         match self.on_failure {
             OnFailure::Continue => AfterCrash::Relaunch,
             OnFailure::SkipLarger => {
@@ -49,7 +49,7 @@ impl FailurePolicy {
 
     /// Why `point` is skipped without being measured, or None to measure it: under
     /// `skip-larger`, a point at least as large as one that crashed would fail the same way.
-    pub fn skip_reason(&self, point: &Point) -> Option<String> {
+    pub(crate) fn skip_reason(&self, point: &Point) -> Option<String> {
         let size = point_size(point);
         self.crashed_at
             .iter()
@@ -62,7 +62,7 @@ impl FailurePolicy {
     }
 
     /// True when a server that does not start stops the run.
-    pub fn aborts_on_start_failure(&self) -> bool {
+    pub(crate) fn aborts_on_start_failure(&self) -> bool {
         self.on_failure == OnFailure::Abort
     }
 }

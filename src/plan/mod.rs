@@ -3,10 +3,10 @@
 //! each group follows when its server dies ([`failure`]).
 
 pub mod estimate;
-pub mod failure;
-pub mod pool;
-pub mod render;
-pub mod search;
+pub(crate) mod failure;
+pub(crate) mod pool;
+pub(crate) mod render;
+pub(crate) mod search;
 
 use std::path::Path;
 
@@ -64,7 +64,7 @@ impl Plan {
     }
 
     /// Server launches the plan needs (external servers are not launched).
-    pub fn launches(&self) -> usize {
+    pub(crate) fn launches(&self) -> usize {
         self.groups
             .iter()
             .filter(|g| g.server.url.is_none())

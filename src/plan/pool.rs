@@ -5,7 +5,7 @@
 
 /// One group's turn.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Slot {
+pub(crate) struct Slot {
     pub group: String,
     /// Indices into the pool, rank 0 first.
     pub hosts: Vec<usize>,
@@ -26,7 +26,7 @@ pub struct Schedule {
 
 /// Why a plan cannot run on a pool.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PoolError {
+pub(crate) enum PoolError {
     #[error(
         "{group} needs {nodes} hosts (server.nodes) but the pool has {hosts}: list more hosts in `hosts:` or lower server.nodes"
     )]
@@ -40,7 +40,10 @@ pub enum PoolError {
 /// Schedules `groups` (id, hosts needed, estimated seconds), in order, on `hosts` hosts:
 /// each group starts when its predecessor has started and the hosts it needs are free, on
 /// those free first (lowest index on ties), as the runner does.
-pub fn schedule(groups: &[(String, usize, f64)], hosts: usize) -> Result<Schedule, PoolError> {
+pub(crate) fn schedule(
+    groups: &[(String, usize, f64)],
+    hosts: usize,
+) -> Result<Schedule, PoolError> {
     let mut free_at = vec![0.0_f64; hosts];
     let mut slots = Vec::with_capacity(groups.len());
     let mut last_start = 0.0_f64;

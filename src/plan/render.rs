@@ -11,7 +11,7 @@ use crate::text::{count, count_s};
 
 /// The plan as `servebench plan` prints it. `estimate` is the source's estimate, or why it
 /// has none (said on the last line instead of a total; the per-point times are then left out).
-pub fn render(
+pub(crate) fn render(
     spec: &LoadedSpec,
     plan: &Plan,
     estimate: &Result<Estimate, EstimateError>,

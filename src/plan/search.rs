@@ -11,11 +11,11 @@
 //! each probe is meant to be an ordinary recorded point.
 
 /// Less growth than this (5%) over a doubling of the load is saturation.
-pub const SATURATION_GAIN: f64 = 0.05;
+pub(crate) const SATURATION_GAIN: f64 = 0.05;
 
 /// What to search.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SearchSpec {
+pub(crate) struct SearchSpec {
     /// The first value probed (> 0).
     pub start: f64,
     /// The highest value probed.
@@ -39,7 +39,7 @@ impl From<&crate::spec::search::SearchSpec> for SearchSpec {
 
 /// One probe's outcome.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Probe {
+pub(crate) struct Probe {
     /// The value probed.
     pub value: f64,
     /// Whether its point met every SLO target.
@@ -51,7 +51,7 @@ pub struct Probe {
 
 /// The search's answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The highest passing value probed; None when even the lowest failed.
     pub capacity: Option<f64>,
     /// The lowest value known not to do better: a failing probe, or the saturated one; None
@@ -65,7 +65,7 @@ pub struct Answer {
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Measure a point at this value.
     Probe(f64),
     /// The search is over.
@@ -74,7 +74,7 @@ pub enum Next {
 
 /// The search's state: the probes so far.
 #[derive(Debug, Clone)]
-pub struct CapacitySearch {
+pub(crate) struct CapacitySearch {
     spec: SearchSpec,
     probes: Vec<Probe>,
     /// Doubling ended (a failure, saturation or `max`).
@@ -86,7 +86,7 @@ pub struct CapacitySearch {
 
 impl CapacitySearch {
     /// A search that has probed nothing.
-    pub fn new(spec: SearchSpec) -> Self {
+    pub(crate) fn new(spec: SearchSpec) -> Self {
         CapacitySearch {
             spec,
             probes: Vec::new(),
@@ -97,12 +97,12 @@ impl CapacitySearch {
     }
 
     /// The probes so far, in order.
-    pub fn probes(&self) -> &[Probe] {
+    pub(crate) fn probes(&self) -> &[Probe] {
         &self.probes
     }
 
     /// Records a probe's verdict (for the value [`next`](Self::next) asked for).
-    pub fn record(&mut self, probe: Probe) {
+    pub(crate) fn record(&mut self, probe: Probe) {
         if !self.bracketed {
             let previous = self.probes.iter().rev().find(|p| p.passes).copied();
             if !probe.passes || probe.value >= self.spec.max {
@@ -143,7 +143,7 @@ impl CapacitySearch {
     }
 
     /// The next value to probe, or the answer.
-    pub fn next(&self) -> Next {
+    pub(crate) fn next(&self) -> Next {
         let s = &self.spec;
         let round = |x: f64| if s.integer { x.round() } else { x };
         if self.probes.is_empty() {
@@ -181,13 +181,13 @@ impl CapacitySearch {
 }
 
 /// The id of probe `k` (from 1) of the search started by `seed`.
-pub fn probe_id(seed: &str, k: usize) -> String {
+pub(crate) fn probe_id(seed: &str, k: usize) -> String {
     format!("{seed}-s{k}")
 }
 
 /// The point probing `value` (probe `k`): the seed with the searched field set, the value
 /// among its sweep values (so its label shows it).
-pub fn probe_point(
+pub(crate) fn probe_point(
     seed: &crate::spec::Point,
     over: crate::spec::search::SearchOver,
     value: f64,
@@ -216,7 +216,7 @@ pub fn probe_point(
 /// The most probes a search can take: the doublings from `start` to `max`, then the
 /// bisections of a bracket one doubling wide down to `resolution` (what `plan` bounds the
 /// search's time with).
-pub fn probe_bound(spec: &SearchSpec) -> usize {
+pub(crate) fn probe_bound(spec: &SearchSpec) -> usize {
     let doublings = (spec.max / spec.start).log2().ceil().max(0.0) as usize + 1;
     let bisections = (1.0 / spec.resolution.max(1e-6)).log2().ceil().max(0.0) as usize;
     doublings + bisections

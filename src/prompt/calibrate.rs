@@ -98,7 +98,7 @@ impl Calibrator {
     /// starts with (fresh every time, so calibration requests never prime the cache for
     /// measured prompts); `count(prompt)` asks the server how many tokens `prompt` is. Every
     /// counting request is appended to `history`, whether calibration succeeds or not.
-    pub async fn calibrate<P, C, Fut>(
+    pub(crate) async fn calibrate<P, C, Fut>(
         &self,
         generator: &TextGenerator,
         target: u64,

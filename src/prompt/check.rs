@@ -14,7 +14,7 @@ use super::{PromptError, PromptSource};
 
 /// [`Check`] of prompts. Each file is read once, however many points use it.
 #[derive(Debug, Default)]
-pub struct PromptCheck {
+pub(crate) struct PromptCheck {
     /// A file's full path to its problem (`None`: it loads).
     files: RefCell<HashMap<PathBuf, Option<(String, String)>>>,
     /// A workload (as written) to its problem, for datasets, length files and mixes.

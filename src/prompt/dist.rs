@@ -11,7 +11,7 @@ use crate::spec::types::{Length, LengthDist};
 use super::generate::{MAX_PROMPTS, PromptError, read_bounded};
 
 /// Largest length a distribution may give, in tokens (the spec's own limit).
-pub const MAX_LENGTH: u64 = 10_000_000;
+pub(crate) const MAX_LENGTH: u64 = 10_000_000;
 
 /// Redraws of a truncated normal or lognormal before a draw is clamped to the bounds: enough
 /// for any truncation that keeps 1% of the mass, never an endless loop on one that keeps none.
@@ -45,7 +45,7 @@ pub enum LengthSampler {
 
 impl LengthSampler {
     /// Checks `length` and reads its file, if any (relative to `spec_dir`).
-    pub fn load(length: &Length, spec_dir: &Path) -> Result<LengthSampler, PromptError> {
+    pub(crate) fn load(length: &Length, spec_dir: &Path) -> Result<LengthSampler, PromptError> {
         let bad = |why: String| Err(PromptError::BadDistribution(why));
         let bounds = |min: u64, max: u64| -> Result<(), PromptError> {
             if min == 0 || min > max || max > MAX_LENGTH {
@@ -117,7 +117,7 @@ impl LengthSampler {
     }
 
     /// One length, in `[min, max]`.
-    pub fn draw(&self, rng: &mut impl Rng) -> u64 {
+    pub(crate) fn draw(&self, rng: &mut impl Rng) -> u64 {
         match self {
             LengthSampler::Fixed(n) => *n,
             LengthSampler::Uniform { min, max } => rng.random_range(*min..=*max),
@@ -130,7 +130,7 @@ impl LengthSampler {
     }
 
     /// True when every draw is the same length.
-    pub fn is_fixed(&self) -> bool {
+    pub(crate) fn is_fixed(&self) -> bool {
         matches!(self, LengthSampler::Fixed(_))
     }
 }

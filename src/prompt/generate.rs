@@ -137,7 +137,7 @@ pub enum PromptSource {
 
 impl PromptSource {
     /// Builds the source for a prompt spec; `spec_dir` resolves relative file paths.
-    pub fn load(spec: &PromptSpec, spec_dir: &Path) -> Result<PromptSource, PromptError> {
+    pub(crate) fn load(spec: &PromptSpec, spec_dir: &Path) -> Result<PromptSource, PromptError> {
         Ok(match spec {
             PromptSpec::Repeat {
                 text,
@@ -199,7 +199,7 @@ impl PromptSource {
     }
 
     /// The requested prompt length in tokens, when the spec gives one.
-    pub fn target_tokens(&self) -> Option<u64> {
+    pub(crate) fn target_tokens(&self) -> Option<u64> {
         match self {
             PromptSource::Generated { target_tokens, .. } => Some(*target_tokens),
             PromptSource::SharedPrefix {
@@ -506,7 +506,7 @@ const WORDS: &[&str] = &[
 
 impl TextGenerator {
     /// Text of exactly `chars` characters (ASCII, so bytes = characters).
-    pub fn text(&self, chars: usize) -> String {
+    pub(crate) fn text(&self, chars: usize) -> String {
         let mut out = String::with_capacity(chars + 16);
         match self {
             TextGenerator::Repeat { text } => {

@@ -15,12 +15,12 @@ mod workload;
 pub use calibrate::{
     Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
 };
-pub use check::PromptCheck;
+pub(crate) use check::PromptCheck;
 pub use dataset::{DatasetEntry, DatasetInput, load_dataset};
 pub use dist::{BUCKET_STEP, LengthSampler, bucket};
 pub use generate::{
     MAX_PROMPT_BYTES, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS, PromptError, PromptSource, TextGenerator,
     load_prompt_file,
 };
-pub use nonce::nonce;
+pub(crate) use nonce::nonce;
 pub use workload::{InputDraw, OutputDraw, RequestDraw, WorkloadEntry, WorkloadSource};

@@ -8,7 +8,7 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// one-token prefix in the radix cache. A random part makes nonces unique across runs (a
 /// server that outlives one run still has the previous run's prompts cached); a counter makes
 /// them unique within a run.
-pub fn nonce() -> String {
+pub(crate) fn nonce() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     // Random letters first: a fixed opening character (or a digit, which tokenizers keep as a
     // token of its own) would be a token shared with other requests, a cache hit on each.

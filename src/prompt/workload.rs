@@ -71,7 +71,7 @@ pub enum OutputDraw {
 impl WorkloadSource {
     /// Loads the workload's prompt sources and length distributions (files read here, within
     /// their budgets).
-    pub fn load(w: &Workload, spec_dir: &Path) -> Result<WorkloadSource, PromptError> {
+    pub(crate) fn load(w: &Workload, spec_dir: &Path) -> Result<WorkloadSource, PromptError> {
         let entry = |name: String, weight: f64, prompt, output: &Length| {
             Ok::<_, PromptError>(WorkloadEntry {
                 name,
@@ -111,7 +111,7 @@ impl WorkloadSource {
     }
 
     /// The workload with `prompt` in place of its own (prompts the remote agent is given).
-    pub fn single(
+    pub(crate) fn single(
         prompt: PromptSource,
         w: &Workload,
         spec_dir: &Path,
@@ -129,7 +129,7 @@ impl WorkloadSource {
 
     /// True when every request sends the same prompt spec and output length: the point's
     /// records and report read as before (one target length).
-    pub fn is_single(&self) -> bool {
+    pub(crate) fn is_single(&self) -> bool {
         self.entries.len() == 1
             && self.entries[0].output.is_fixed()
             && matches!(
@@ -138,14 +138,15 @@ impl WorkloadSource {
             )
     }
 
+    #[cfg(test)]
     /// The draws of `count` requests of `round`.
-    pub fn draw(&self, round: u32, count: u32) -> Vec<RequestDraw> {
+    pub(crate) fn draw(&self, round: u32, count: u32) -> Vec<RequestDraw> {
         self.draws(round).take(count as usize).collect()
     }
 
     /// The draws of `round`'s requests, one at a time (the same as [`draw`](Self::draw)'s, in
     /// order, without holding them all): endless, the caller takes as many as it sends.
-    pub fn draws(&self, round: u32) -> Draws<'_> {
+    pub(crate) fn draws(&self, round: u32) -> Draws<'_> {
         Draws {
             source: self,
             rng: ChaCha8Rng::seed_from_u64(
@@ -159,7 +160,7 @@ impl WorkloadSource {
 
 /// A round's draws, in order (see [`WorkloadSource::draws`]).
 #[derive(Debug, Clone)]
-pub struct Draws<'a> {
+pub(crate) struct Draws<'a> {
     source: &'a WorkloadSource,
     rng: ChaCha8Rng,
     /// The entries' total weight.

@@ -31,7 +31,7 @@ use super::progress::Progress;
 
 /// One point to measure.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct AgentRequest {
+pub(crate) struct AgentRequest {
     pub id: String,
     pub values: IndexMap<String, serde_json::Value>,
     pub experiment: Experiment,
@@ -51,14 +51,14 @@ pub struct AgentRequest {
 
 /// The protocol this build speaks, sent in the hello: an agent without one (an older
 /// binary given by SERVEBENCH_HOST_BINARY) sends no heartbeats, so is never timed out.
-pub const PROTOCOL: u32 = 2;
+pub(crate) const PROTOCOL: u32 = 2;
 
 /// A line the agent writes.
 // One event lives at a time, on its way to a line of JSON: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum AgentEvent {
+pub(crate) enum AgentEvent {
     /// The first line: the agent's process and group, for the runner to stop if it freezes.
     Hello {
         pid: i32,
@@ -80,7 +80,7 @@ pub enum AgentEvent {
 }
 
 /// `servebench agent`: serves measurement requests from stdin until it closes.
-pub fn main(heartbeat: Duration) -> i32 {
+pub(crate) fn main(heartbeat: Duration) -> i32 {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

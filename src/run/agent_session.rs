@@ -42,7 +42,7 @@ fn agent_silence_limit() -> Duration {
 
 /// Why an agent could not be started.
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub(crate) enum AgentError {
     #[error(transparent)]
     Host(#[from] crate::host::HostError),
     #[error(transparent)]
@@ -57,7 +57,7 @@ pub enum AgentError {
 
 /// Where the agent runs.
 #[derive(Clone)]
-pub enum AgentPlace {
+pub(crate) enum AgentPlace {
     /// On the SSH host, through the run's connection.
     Ssh(Arc<RemoteHost>),
     /// As a step of the Slurm allocation the server runs in, on rank 0's node.
@@ -79,7 +79,7 @@ type AgentInput = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 type AgentOutput = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 
 /// `servebench agent` on the host, measuring points against the server on localhost.
-pub struct AgentSession {
+pub(crate) struct AgentSession {
     link: AgentLink,
     /// From the agent's hello: its pid and group, to stop if it goes silent. Until a hello
     /// with heartbeats arrives (an older agent sends none), silence is not timed.
@@ -96,7 +96,7 @@ pub struct AgentSession {
 const STDERR_TAIL: usize = 2000;
 
 impl AgentSession {
-    pub async fn start(place: &AgentPlace) -> Result<AgentSession, AgentError> {
+    pub(crate) async fn start(place: &AgentPlace) -> Result<AgentSession, AgentError> {
         let silence_limit = agent_silence_limit();
         let heartbeat_ms = heartbeat_for(silence_limit).as_millis().to_string();
         let (link, stdin, stdout, stderr): (
@@ -174,7 +174,7 @@ impl AgentSession {
     /// Measures one point on the host. Records are appended to the run directory as they
     /// arrive, so a dropped connection loses nothing that was measured. On an interrupt the
     /// agent's stdin is closed: it abandons in-flight requests and reports the partial point.
-    pub async fn measure(
+    pub(crate) async fn measure(
         &mut self,
         req: AgentRequest,
         run_dir: &RunDir,
@@ -390,7 +390,7 @@ impl AgentSession {
     }
 
     /// Closes the agent's input and waits briefly for it to exit.
-    pub async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         self.stdin = None;
         match self.link {
             AgentLink::Ssh { child, .. } => {

@@ -14,7 +14,7 @@ use super::server::STOP_GRACE;
 
 /// Why `down` could not look at the run at all.
 #[derive(Debug, thiserror::Error)]
-pub enum DownError {
+pub(crate) enum DownError {
     #[error(transparent)]
     RunDir(#[from] RunDirError),
     #[error("cannot reach the run's host: {0}")]
@@ -25,7 +25,7 @@ pub enum DownError {
 
 /// What `down` did to one recorded launch.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DownLine {
+pub(crate) struct DownLine {
     /// The server group (`g1`).
     pub group: String,
     pub what: Leftover,
@@ -36,7 +36,7 @@ pub struct DownLine {
 impl DownLine {
     /// True when something may still be running: a stop that was not confirmed, or a host
     /// that could not be asked.
-    pub fn left_running(&self) -> bool {
+    pub(crate) fn left_running(&self) -> bool {
         matches!(
             self.what,
             Leftover::Stopped { gone: false, .. } | Leftover::Unknown(_)
@@ -46,19 +46,19 @@ impl DownLine {
 
 /// What `down` found and did, one line per recorded launch.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct DownReport {
+pub(crate) struct DownReport {
     pub lines: Vec<DownLine>,
 }
 
 impl DownReport {
     /// True when every recorded server is confirmed gone (or was never ours).
-    pub fn all_clear(&self) -> bool {
+    pub(crate) fn all_clear(&self) -> bool {
         !self.lines.iter().any(DownLine::left_running)
     }
 }
 
 /// Stops every recorded server group still alive and records it in meta.json.
-pub async fn down(dir: &Path) -> Result<DownReport, DownError> {
+pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
     let run_dir = RunDir::open(dir)?;
     // A live runner stops its own servers: `down` is for what a dead one left.
     run_dir.lock()?;

@@ -18,7 +18,7 @@ use super::server::ServerHandle;
 use super::{Interrupt, RunError, append_point, failed_point};
 
 /// How one server launch ended.
-pub enum LaunchEnd {
+pub(crate) enum LaunchEnd {
     /// Every pending point of the group was measured.
     Finished,
     /// The server died; relaunch for the rest.
@@ -34,7 +34,7 @@ pub enum LaunchEnd {
 
 impl LaunchEnd {
     /// Why the server is stopped after this end (recorded on the launch).
-    pub fn stop_reason(&self, more_pending: bool) -> &'static str {
+    pub(crate) fn stop_reason(&self, more_pending: bool) -> &'static str {
         match self {
             LaunchEnd::Crashed if more_pending => "relaunching after a crash",
             LaunchEnd::Crashed => "crashed with no point left to measure",
@@ -48,7 +48,7 @@ impl LaunchEnd {
 }
 
 /// What a launch's loop needs from the run.
-pub struct LaunchContext<'a> {
+pub(crate) struct LaunchContext<'a> {
     pub group: &'a str,
     pub run_dir: &'a Arc<RunDir>,
     pub progress: &'a Progress,
@@ -60,7 +60,7 @@ pub struct LaunchContext<'a> {
 
 /// Counts the run keeps across launches.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// One line per problem, for the run's status.
     pub problems: Vec<String>,
     /// Points with at least one successful request.
@@ -70,7 +70,7 @@ pub struct Tally {
 /// Measures pending points on one launched server until the group is done, the server
 /// crashes, or the run stops. A point with a `search:` block is a capacity search: its probes
 /// are measured here, one after another, on this launch ([`super::search`]).
-pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
+pub(crate) async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
     handle: &mut ServerHandle,
     pending: &mut std::iter::Peekable<I>,
     policy: &mut FailurePolicy,
@@ -122,7 +122,7 @@ pub async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
 }
 
 /// How measuring one point ended the launch.
-pub enum One {
+pub(crate) enum One {
     /// The launch is over ([`LaunchEnd`] says why).
     End(LaunchEnd),
     /// The measurer cannot measure on this launch (the point is recorded as failed; the
@@ -131,7 +131,7 @@ pub enum One {
 }
 
 /// One launched server and what measuring on it needs.
-pub struct Launch<'a, 'c> {
+pub(crate) struct Launch<'a, 'c> {
     pub handle: &'a mut ServerHandle,
     pub policy: &'a mut FailurePolicy,
     pub cx: &'a LaunchContext<'c>,
@@ -142,7 +142,7 @@ pub struct Launch<'a, 'c> {
 impl Launch<'_, '_> {
     /// Measures one point and records it (after `amend` has seen the record: a search tags
     /// its probes there); Some when the launch cannot go on.
-    pub async fn measure_one(
+    pub(crate) async fn measure_one(
         &mut self,
         point: &Point,
         amend: &mut dyn FnMut(&mut crate::results::records::PointRecord),

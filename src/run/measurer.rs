@@ -22,10 +22,10 @@ use super::{Interrupt, file_prompts};
 /// failed with this).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start servebench's agent on the host: {0}")]
-pub struct Unavailable(pub String);
+pub(crate) struct Unavailable(pub String);
 
 /// Measures points against one launched server.
-pub trait Measurer: Send {
+pub(crate) trait Measurer: Send {
     /// Measures `point` (every round), recording its requests as they complete.
     fn measure<'a>(
         &'a mut self,
@@ -39,7 +39,7 @@ pub trait Measurer: Send {
 
 /// Measures in this process with the run's [`PointRunner`] (its calibrations are shared by
 /// every launch of the run).
-pub struct InProcess<'r> {
+pub(crate) struct InProcess<'r> {
     pub runner: &'r mut PointRunner,
     pub client: Client,
 }
@@ -60,7 +60,7 @@ impl Measurer for InProcess<'_> {
 
 /// Measures on the host (SSH, or a Slurm step) through `servebench agent`, started on the
 /// first point and again after an agent was lost.
-pub struct OnHost {
+pub(crate) struct OnHost {
     pub host: AgentPlace,
     /// The server as the host sees it.
     pub url: String,
@@ -76,7 +76,7 @@ pub struct OnHost {
 
 impl OnHost {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         host: AgentPlace,
         url: String,
         api_key: Option<String>,

@@ -1,21 +1,21 @@
 //! Executes a plan: per server group, launch (or reach) the server, measure its points, stop
 //! it; write every record as it arrives; render the report at the end, even after a failure.
 
-pub mod agent;
-pub mod agent_session;
-pub mod down;
-pub mod launch;
+pub(crate) mod agent;
+pub(crate) mod agent_session;
+pub(crate) mod down;
+pub(crate) mod launch;
 mod load_point;
-pub mod measurer;
-pub mod outcome;
-pub mod point;
-pub mod pool;
-pub mod progress;
-pub mod provenance;
-pub mod ranks;
-pub mod scrape;
-pub mod search;
-pub mod server;
+pub(crate) mod measurer;
+pub(crate) mod outcome;
+pub(crate) mod point;
+pub(crate) mod pool;
+pub(crate) mod progress;
+pub(crate) mod provenance;
+pub(crate) mod ranks;
+pub(crate) mod scrape;
+pub(crate) mod search;
+pub(crate) mod server;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -41,7 +41,7 @@ use server::ServerHandle;
 
 /// Why a run stops before its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopCause {
+pub(crate) enum StopCause {
     /// A signal: `SIGINT` (Ctrl-C), `SIGTERM`, `SIGHUP` (the terminal or SSH session closed).
     Signal(&'static str),
     /// The agent's input closed: the runner went away or stopped it.
@@ -53,7 +53,7 @@ pub enum StopCause {
 
 impl StopCause {
     /// True when the run failed, rather than was stopped on request.
-    pub fn is_failure(&self) -> bool {
+    pub(crate) fn is_failure(&self) -> bool {
         matches!(self, StopCause::WriteFailed { .. })
     }
 }
@@ -79,7 +79,7 @@ fn signal_words(name: &str) -> String {
 
 /// A stop request (a signal, or a record that cannot be written), observable from every task.
 #[derive(Clone)]
-pub struct Interrupt {
+pub(crate) struct Interrupt {
     rx: tokio::sync::watch::Receiver<bool>,
     tx: Arc<tokio::sync::watch::Sender<bool>>,
     /// The first cause; later ones add nothing.
@@ -93,7 +93,7 @@ impl Default for Interrupt {
 }
 
 impl Interrupt {
-    pub fn new() -> Interrupt {
+    pub(crate) fn new() -> Interrupt {
         let (tx, rx) = tokio::sync::watch::channel(false);
         Interrupt {
             rx,
@@ -103,7 +103,7 @@ impl Interrupt {
     }
 
     /// Sets the flag (the first cause is kept); every waiter wakes.
-    pub fn trigger(&self, cause: StopCause) {
+    pub(crate) fn trigger(&self, cause: StopCause) {
         {
             let mut c = self.cause.lock().unwrap_or_else(|e| e.into_inner());
             if c.is_none() {
@@ -114,41 +114,41 @@ impl Interrupt {
     }
 
     /// A record could not be written to `file`: the run stops at once and fails.
-    pub fn write_failed(&self, file: &Path, error: &std::io::Error) {
+    pub(crate) fn write_failed(&self, file: &Path, error: &std::io::Error) {
         self.trigger(StopCause::WriteFailed {
             file: file.display().to_string(),
             error: error.to_string(),
         });
     }
 
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         *self.rx.borrow()
     }
 
     /// Why the run stops, once it does.
-    pub fn cause(&self) -> Option<StopCause> {
+    pub(crate) fn cause(&self) -> Option<StopCause> {
         self.cause.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// A receiver that turns true when the run stops (for waits below the run's layer).
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
         self.rx.clone()
     }
 
     /// Resolves once the flag is set.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let mut rx = self.rx.clone();
         let _ = rx.wait_for(|v| *v).await;
     }
 
     /// Triggers on Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal or SSH session),
     /// saying so on the console.
-    pub fn on_signals(&self) {
+    pub(crate) fn on_signals(&self) {
         self.signals(true);
     }
 
     /// Like [`on_signals`](Self::on_signals), printing nothing (the agent's output is data).
-    pub fn on_signals_quiet(&self) {
+    pub(crate) fn on_signals_quiet(&self) {
         self.signals(false);
     }
 
@@ -181,7 +181,7 @@ impl Interrupt {
 
 /// Options of `servebench run`.
 #[derive(Debug, Clone)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Root of run directories (`runs/`).
     pub out: PathBuf,
     /// No progress bar, only plain lines.
@@ -190,19 +190,17 @@ pub struct RunOptions {
 
 /// What a run produced.
 #[derive(Debug)]
-pub struct RunOutcome {
+pub(crate) struct RunOutcome {
     pub dir: PathBuf,
     pub status: RunStatus,
     pub reason: Option<String>,
-    /// Every recorded point by status (a resumed run's earlier points included).
-    pub points: outcome::PointCounts,
     /// The report's path, or why it could not be rendered.
     pub report: Result<PathBuf, crate::report::ReportError>,
 }
 
 /// Failures before anything could be recorded.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     #[error("cannot create the run directory under {out}: {source}")]
     CreateDir { out: String, source: std::io::Error },
     #[error("cannot write {what}: {source}")]
@@ -225,20 +223,11 @@ pub enum RunError {
     Client(#[from] crate::client::ClientError),
 }
 
-impl RunError {
-    /// True when the run could not start because of what it was given (exit 2), not because
-    /// something failed along the way.
-    pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
-            RunError::Preflight(_) | RunError::Host(_) | RunError::Resume(_)
-        )
-    }
-}
+impl RunError {}
 
 /// A problem found before anything starts.
 #[derive(Debug, PartialEq, thiserror::Error)]
-pub enum Preflight {
+pub(crate) enum Preflight {
     #[error("the spec expands to no points")]
     NoPoints,
     #[error("{0}")]
@@ -255,7 +244,7 @@ pub enum Preflight {
 
 /// Why a run cannot be resumed.
 #[derive(Debug, thiserror::Error)]
-pub enum ResumeError {
+pub(crate) enum ResumeError {
     #[error(transparent)]
     RunDir(#[from] crate::results::RunDirError),
     #[error("cannot read the run's spec.yaml: {0}")]
@@ -269,7 +258,7 @@ pub enum ResumeError {
 }
 
 /// Runs every point of `spec` and writes the run directory.
-pub async fn execute(
+pub(crate) async fn execute(
     spec: &LoadedSpec,
     opts: &RunOptions,
     interrupt: Interrupt,
@@ -344,7 +333,7 @@ pub async fn execute(
 /// `run --resume RUN_DIR`: measures the points an interrupted run did not finish, in the same
 /// run directory. Finished points are kept; records of unfinished ones are dropped first, so
 /// nothing counts twice.
-pub async fn resume(
+pub(crate) async fn resume(
     dir: &Path,
     opts: &RunOptions,
     interrupt: Interrupt,
@@ -550,7 +539,6 @@ async fn run_plan(
         dir: run_dir.path.clone(),
         status,
         reason,
-        points: settled.points,
         report,
     })
 }
@@ -658,7 +646,7 @@ pub(crate) fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Ve
 }
 
 /// The report template `report.template` names: a built-in, or a file relative to the spec.
-pub fn user_template(
+pub(crate) fn user_template(
     exp: &crate::spec::types::Experiment,
     spec_dir: &Path,
 ) -> crate::report::Template {

@@ -7,21 +7,21 @@ use crate::text::{count_s, first_line, truncate};
 
 /// Points by status.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PointCounts {
+pub(crate) struct PointCounts {
     pub ok: usize,
     pub degraded: usize,
     pub failed: usize,
 }
 
 impl PointCounts {
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.ok + self.degraded + self.failed
     }
 }
 
 /// The run's status and reason.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settled {
+pub(crate) struct Settled {
     pub status: RunStatus,
     /// Why the run is not complete (None when it is).
     pub reason: Option<String>,
@@ -31,7 +31,7 @@ pub struct Settled {
 /// Settles a run: `points` are every recorded point (earlier sessions' included), `planned`
 /// how many the plan has, `stopped` why the run stopped early (an interrupt, `abort`, a lost
 /// host), if it did.
-pub fn settle(points: &[PointRecord], planned: usize, stopped: Option<&str>) -> Settled {
+pub(crate) fn settle(points: &[PointRecord], planned: usize, stopped: Option<&str>) -> Settled {
     let mut counts = PointCounts::default();
     let mut failed = Vec::new();
     let mut degraded = Vec::new();

@@ -31,11 +31,11 @@ mod workload;
 /// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
 /// the remote agent's stdout. A sink that fails has already stopped the run (a request that
 /// cannot be recorded is not measured), and the record is left out of the point.
-pub type RecordSink = Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
+pub(crate) type RecordSink = Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
 
 /// The sink that appends to a run directory's `requests.jsonl`; a failed write (a full disk)
 /// stops the run through `interrupt`.
-pub fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink {
+pub(crate) fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink {
     Arc::new(move |r: &RequestRecord| {
         dir.append_request(r).inspect_err(|e| {
             interrupt.write_failed(&dir.file(crate::results::rundir::REQUESTS_FILE), e);
@@ -44,7 +44,7 @@ pub fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink {
 }
 
 /// Shared state for measuring points within a run.
-pub struct PointRunner {
+pub(crate) struct PointRunner {
     pub sink: RecordSink,
     pub progress: Progress,
     pub interrupt: Interrupt,
@@ -63,7 +63,7 @@ pub struct PointRunner {
 }
 
 /// A measured point and whether the run was interrupted during it.
-pub struct PointOutcome {
+pub(crate) struct PointOutcome {
     pub record: PointRecord,
     pub interrupted: bool,
 }
@@ -87,7 +87,7 @@ impl PointOutcome {
 }
 
 impl PointRunner {
-    pub fn new(
+    pub(crate) fn new(
         sink: RecordSink,
         progress: Progress,
         interrupt: Interrupt,
@@ -108,13 +108,13 @@ impl PointRunner {
 
     /// Scrapes the server's `/metrics` (when its surface has one) during every round, each
     /// scrape to `sink`.
-    pub fn with_metrics_sink(mut self, sink: super::scrape::MetricsSink) -> Self {
+    pub(crate) fn with_metrics_sink(mut self, sink: super::scrape::MetricsSink) -> Self {
         self.metrics_sink = Some(sink);
         self
     }
 
     /// Says what the server measured next offers (probed when it became ready).
-    pub fn set_surface(&mut self, surface: Option<ServerSurface>) {
+    pub(crate) fn set_surface(&mut self, surface: Option<ServerSurface>) {
         self.surface = surface;
     }
 
@@ -126,13 +126,18 @@ impl PointRunner {
     }
 
     /// Measures `point` against the server at `client` (all rounds).
-    pub async fn measure(&mut self, client: &Client, point: &Point, group: &str) -> PointOutcome {
+    pub(crate) async fn measure(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        group: &str,
+    ) -> PointOutcome {
         self.measure_with(client, point, group, None).await
     }
 
     /// Like [`measure`](Self::measure), with the prompts given instead of read from the spec's
     /// prompt file (the remote agent has no access to the user's files).
-    pub async fn measure_with(
+    pub(crate) async fn measure_with(
         &mut self,
         client: &Client,
         point: &Point,

@@ -36,7 +36,7 @@ use super::{
 };
 
 /// A host servers run on.
-pub struct PoolHost {
+pub(crate) struct PoolHost {
     /// `local`, or the SSH host's `user@host:port`.
     pub name: String,
     pub host: Arc<dyn Host>,
@@ -66,7 +66,7 @@ impl PoolHost {
 }
 
 /// The run's hosts: those that could be reached, and those that could not (with why).
-pub struct Pool {
+pub(crate) struct Pool {
     pub hosts: Vec<PoolHost>,
     pub unreachable: Vec<(String, String)>,
     /// True for `hosts:` (points then record their host); false for one `host:`.
@@ -79,7 +79,7 @@ impl Pool {
     /// Connects to every host (a per-run directory `run_id` on each SSH host). One host that
     /// cannot be reached fails the run before anything starts; a pool goes on without the
     /// hosts it cannot reach, unless none is left.
-    pub async fn connect(
+    pub(crate) async fn connect(
         exp: &Experiment,
         run_id: &str,
         interrupt: &Interrupt,
@@ -115,7 +115,7 @@ impl Pool {
     }
 
     /// `on a pool of 2 hosts (a, b)`, `on bench@gpu (client on the host)`, or nothing.
-    pub fn describe(&self, placement: ClientPlacement) -> String {
+    pub(crate) fn describe(&self, placement: ClientPlacement) -> String {
         if self.is_pool {
             return format!(
                 " on a pool of {} ({})",

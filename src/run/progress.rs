@@ -24,7 +24,7 @@ use crate::text::duration as fmt_duration;
 /// left is the pool's wall time for what is left (groups in parallel, as `plan::pool`
 /// schedules them), not the sum of it.
 #[derive(Debug, Clone)]
-pub struct Eta {
+pub(crate) struct Eta {
     /// Estimated seconds of each point not yet finished, with its group.
     points: HashMap<String, (String, f64)>,
     /// Estimated seconds to ready of each group not yet launched.
@@ -38,13 +38,14 @@ pub struct Eta {
 }
 
 impl Eta {
+    #[cfg(test)]
     /// The ETA of `est` on one host.
-    pub fn new(est: &Estimate) -> Eta {
+    pub(crate) fn new(est: &Estimate) -> Eta {
         Eta::on_pool(est, 1, |_| 1)
     }
 
     /// The ETA of `est` on a pool of `hosts`, where group `g` takes `need(g)` of them at once.
-    pub fn on_pool(est: &Estimate, hosts: usize, need: impl Fn(&str) -> usize) -> Eta {
+    pub(crate) fn on_pool(est: &Estimate, hosts: usize, need: impl Fn(&str) -> usize) -> Eta {
         let mut points = HashMap::new();
         let mut launches = HashMap::new();
         for g in &est.groups {
@@ -67,21 +68,21 @@ impl Eta {
     }
 
     /// A group's server is ready (a relaunch of the same group counts nothing more).
-    pub fn launched(&mut self, group: &str) {
+    pub(crate) fn launched(&mut self, group: &str) {
         if let Some(s) = self.launches.remove(group) {
             *self.done.entry(group.to_string()).or_default() += s;
         }
     }
 
     /// A point was measured.
-    pub fn finished(&mut self, point: &str) {
+    pub(crate) fn finished(&mut self, point: &str) {
         if let Some((group, s)) = self.points.remove(point) {
             *self.done.entry(group).or_default() += s;
         }
     }
 
     /// A point will not be measured (skipped, or its server never started).
-    pub fn dropped(&mut self, point: &str) {
+    pub(crate) fn dropped(&mut self, point: &str) {
         self.points.remove(point);
     }
 
@@ -112,7 +113,7 @@ impl Eta {
     /// Seconds left after `elapsed` seconds of run: the pool's estimated wall time for what
     /// is left, times how long the finished part took against its estimated wall time (1
     /// before anything finished). On one host the wall times are plain sums.
-    pub fn left(&self, elapsed: f64) -> f64 {
+    pub(crate) fn left(&self, elapsed: f64) -> f64 {
         let rest = self.rest();
         let all: Vec<(String, usize, f64)> = rest
             .iter()
@@ -146,7 +147,7 @@ struct Shown {
 
 /// Reports progress of a run.
 #[derive(Clone)]
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     points_total: usize,
     shown: Arc<Mutex<Shown>>,
@@ -161,7 +162,7 @@ pub struct Progress {
 
 impl Progress {
     /// A bar when stderr is a terminal and `quiet` is off; plain lines otherwise.
-    pub fn new(points_total: usize, requests_total: u64, quiet: bool) -> Progress {
+    pub(crate) fn new(points_total: usize, requests_total: u64, quiet: bool) -> Progress {
         let mut p = Progress {
             bar: None,
             points_total,
@@ -238,13 +239,14 @@ impl Progress {
         )
     }
 
+    #[cfg(test)]
     /// Uses `est` for the ETA (on the bar, and on each finished point's line).
-    pub fn set_estimate(&self, est: &Estimate) {
+    pub(crate) fn set_estimate(&self, est: &Estimate) {
         self.set_eta(Eta::new(est));
     }
 
     /// Uses `eta` for the time left (a pool's: [`Eta::on_pool`]).
-    pub fn set_eta(&self, eta: Eta) {
+    pub(crate) fn set_eta(&self, eta: Eta) {
         if let Ok(mut e) = self.eta.lock() {
             *e = Some(eta);
         }
@@ -269,7 +271,7 @@ impl Progress {
     }
 
     /// A group's server is ready.
-    pub fn launched(&self, group: &str) {
+    pub(crate) fn launched(&self, group: &str) {
         self.with_eta(|e| e.launched(group));
     }
 
@@ -285,13 +287,13 @@ impl Progress {
 
     /// A point's record was written: if it was never measured (skipped, or its server never
     /// started), its estimate leaves the time left; a measured point was counted already.
-    pub fn point_recorded(&self, point: &str) {
+    pub(crate) fn point_recorded(&self, point: &str) {
         self.settle(point);
         self.with_eta(|e| e.dropped(point));
     }
 
     /// Reports nothing.
-    pub fn silent() -> Progress {
+    pub(crate) fn silent() -> Progress {
         Progress {
             silent: true,
             ..Progress::new(0, 0, true)
@@ -299,14 +301,14 @@ impl Progress {
     }
 
     /// Counts a request measured elsewhere (the remote agent) as started and finished.
-    pub fn request_done_elsewhere(&self) {
+    pub(crate) fn request_done_elsewhere(&self) {
         if let Some(b) = &self.bar {
             b.inc(1);
         }
     }
 
     /// A plain status line (printed above the bar, or to stderr).
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         if self.silent {
             return;
         }
@@ -319,24 +321,24 @@ impl Progress {
 
     /// What the run waits for now (`g1: Slurm job 12 pending (Priority)`): a line, and the
     /// bar's state until the next point starts.
-    pub fn waiting(&self, text: &str) {
+    pub(crate) fn waiting(&self, text: &str) {
         *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(text.to_string());
         self.line(text);
     }
 
     /// Point `id` (shown as `label`) starts.
-    pub fn point_started(&self, id: &str, label: &str) {
+    pub(crate) fn point_started(&self, id: &str, label: &str) {
         *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
         let label = crate::redact::text(label).into_owned();
         shown.current = Some((id.to_string(), label, Instant::now()));
     }
 
-    pub fn request_started(&self) {
+    pub(crate) fn request_started(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn request_finished(&self) {
+    pub(crate) fn request_finished(&self) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some(b) = &self.bar {
             b.inc(1);
@@ -344,7 +346,7 @@ impl Progress {
     }
 
     /// Point `point` was measured: its line, `[3/6] ...`, with the time left before the last.
-    pub fn point_finished(&self, point: &str, summary: &str) {
+    pub(crate) fn point_finished(&self, point: &str, summary: &str) {
         let done = self.settle(point);
         self.with_eta(|e| e.finished(point));
         let left = if done < self.points_total {
@@ -360,7 +362,7 @@ impl Progress {
         ));
     }
 
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
             crate::console::set_bar(None);
@@ -389,7 +391,7 @@ fn clock(elapsed: Duration) -> String {
 
 /// One line per finished point for the terminal: counts, headline means, then each flag.
 /// Numbers are written as the report writes them ([`crate::text`]).
-pub fn point_line(point: &Point, r: &PointRecord) -> String {
+pub(crate) fn point_line(point: &Point, r: &PointRecord) -> String {
     use crate::text;
     let mean = |m: Metric| {
         r.metrics

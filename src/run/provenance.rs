@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::results::meta::{GitState, HostFacts};
 
 /// Commit and dirty flag of the git repository holding `dir` (None outside git or without git).
-pub fn git_state(dir: &Path) -> Option<GitState> {
+pub(crate) fn git_state(dir: &Path) -> Option<GitState> {
     let run = |args: &[&str]| {
         Command::new("git")
             .arg("-C")
@@ -27,7 +27,7 @@ pub fn git_state(dir: &Path) -> Option<GitState> {
 }
 
 /// This machine: hostname, OS and CPU count.
-pub fn host_facts() -> HostFacts {
+pub(crate) fn host_facts() -> HostFacts {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());

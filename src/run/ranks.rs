@@ -30,7 +30,7 @@ struct Rank {
 }
 
 /// The ranks of one server, rank 0 first.
-pub struct RankedProcess {
+pub(crate) struct RankedProcess {
     ranks: Vec<Rank>,
     engine: Engine,
     /// Ranks seen exited, in the order they were seen.
@@ -38,7 +38,7 @@ pub struct RankedProcess {
 }
 
 /// The log of rank `rank` (from 1) beside rank 0's `log`: `server-g1.rank1.log`.
-pub fn rank_log_path(log: &Path, rank: u32) -> PathBuf {
+pub(crate) fn rank_log_path(log: &Path, rank: u32) -> PathBuf {
     let stem = log
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -47,7 +47,7 @@ pub fn rank_log_path(log: &Path, rank: u32) -> PathBuf {
 }
 
 /// What a launch of ranks produced.
-pub struct LaunchedRanks {
+pub(crate) struct LaunchedRanks {
     pub process: Box<dyn ServerProcess>,
     /// Rank 0's command and port (the launch's own record).
     pub command: Vec<String>,
@@ -58,7 +58,7 @@ pub struct LaunchedRanks {
 
 /// Starts the ranks of `server` (secrets expanded) on `hosts` (rank `i` on `hosts[i]`). A rank
 /// that cannot be started stops the ones already started.
-pub async fn spawn_ranks(
+pub(crate) async fn spawn_ranks(
     group: &str,
     server: &Server,
     hosts: &[&dyn Host],

@@ -12,11 +12,11 @@ use crate::client::prometheus;
 use crate::results::server_view::MetricsScrape;
 
 /// Where each scrape goes as it arrives: the run directory's `metrics.jsonl`.
-pub type MetricsSink = Arc<dyn Fn(&MetricsScrape) -> std::io::Result<()> + Send + Sync>;
+pub(crate) type MetricsSink = Arc<dyn Fn(&MetricsScrape) -> std::io::Result<()> + Send + Sync>;
 
 /// How often `/metrics` is read while requests run (AIPerf reads every 100 ms, servebench's
 /// design every second: a scrape costs the server a little work too).
-pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 /// A server may count a finished request a moment after its last byte: the end scrape is
 /// taken again, this often and at most this many times, while it counts fewer finished
 /// requests than the client saw.
@@ -24,7 +24,7 @@ const SETTLE_STEP: Duration = Duration::from_millis(50);
 const SETTLE_TRIES: u32 = 10;
 
 /// A scraper running for one round.
-pub struct Scraper {
+pub(crate) struct Scraper {
     client: Client,
     point: String,
     round: u32,
@@ -37,7 +37,7 @@ pub struct Scraper {
 impl Scraper {
     /// Takes the round's first scrape and starts the ticker. A scrape that fails is
     /// recorded with its cause like one that answers (the server view counts and says them).
-    pub async fn start(
+    pub(crate) async fn start(
         client: &Client,
         point: &str,
         round: u32,
@@ -85,7 +85,7 @@ impl Scraper {
 
     /// Stops the ticker and takes the end scrape, waiting briefly for the server to count
     /// `completed` finished requests; returns the round's scrapes.
-    pub async fn finish(mut self, completed: usize) -> Vec<MetricsScrape> {
+    pub(crate) async fn finish(mut self, completed: usize) -> Vec<MetricsScrape> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -19,7 +19,7 @@ static SEARCH_FILE_LOCK: Mutex<()> = Mutex::new(());
 
 /// Which search a point starts: the values of the other sweep dimensions (`tp=2 mem=0.8`),
 /// or `all` when nothing else is swept.
-pub fn search_key(seed: &Point) -> String {
+pub(crate) fn search_key(seed: &Point) -> String {
     let over = seed
         .experiment
         .search
@@ -47,7 +47,7 @@ pub fn search_key(seed: &Point) -> String {
 /// (`measure::system::min_samples`): a probe short of them is not judged a pass, whatever its
 /// percentiles (the search extends each probe to the minimum first, see [`extend_to_judge`],
 /// so this takes failed requests or a probe cut short).
-pub fn verdict(record: &PointRecord) -> (bool, Option<String>) {
+pub(crate) fn verdict(record: &PointRecord) -> (bool, Option<String>) {
     let status = record.status();
     if status != PointStatus::Ok {
         let why = match (&record.failure, status) {
@@ -93,7 +93,7 @@ pub fn verdict(record: &PointRecord) -> (bool, Option<String>) {
 
 /// The request throughput a probe achieved (requests/s): the system throughput of a `load:`
 /// point, else its successful requests over its measured window; 0 without either.
-pub fn achieved_req_s(record: &PointRecord) -> f64 {
+pub(crate) fn achieved_req_s(record: &PointRecord) -> f64 {
     if let Some(s) = record.metrics.get("throughput_req_s") {
         return s.mean;
     }
@@ -107,7 +107,7 @@ pub fn achieved_req_s(record: &PointRecord) -> f64 {
 /// (`measure::system::min_requests`: a p99 needs 100): an open loop's `stop.requests` and
 /// `stop.duration` (at its rate) are raised to them, a closed loop's `requests` per round.
 /// Returns the minimum when the point had to be extended.
-pub fn extend_to_judge(point: &mut Point) -> Option<usize> {
+pub(crate) fn extend_to_judge(point: &mut Point) -> Option<usize> {
     let exp = &mut point.experiment;
     let needed = crate::measure::system::min_requests(exp.slo.as_ref()?);
     if exp.load.is_some() {
@@ -150,7 +150,7 @@ pub fn extend_to_judge(point: &mut Point) -> Option<usize> {
 /// Pairs of probes whose verdicts contradict each other: a value that failed below one that
 /// passed (`(failed, passed)`, in probe order). Capacity should fall as load grows; where it
 /// does not, the verdicts are noise or the server changed between probes.
-pub fn inversions(probes: &[Probe]) -> Vec<(f64, f64)> {
+pub(crate) fn inversions(probes: &[Probe]) -> Vec<(f64, f64)> {
     let mut out = Vec::new();
     for f in probes.iter().filter(|p| !p.passes) {
         for p in probes.iter().filter(|p| p.passes && p.value > f.value) {

@@ -14,10 +14,10 @@ use crate::spec::types::{Engine, Server};
 use super::Interrupt;
 
 /// Grace period between SIGTERM and SIGKILL when stopping a server.
-pub const STOP_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// A server the runner talks to.
-pub struct ServerHandle {
+pub(crate) struct ServerHandle {
     /// The URL this machine reaches it at (a forwarded port for SSH hosts).
     pub url: String,
     /// The URL on the SSH host itself (for the agent measuring there).
@@ -37,7 +37,7 @@ pub struct ServerHandle {
 
 /// Why a server could not be used.
 #[derive(Debug, thiserror::Error)]
-pub enum ServerError {
+pub(crate) enum ServerError {
     #[error("cannot start the server: {0}")]
     Spawn(#[from] HostError),
     #[error("cannot start the server: {0}")]
@@ -70,7 +70,7 @@ pub enum ServerError {
 
 impl ServerError {
     /// The crash class, when the server itself failed (for expectations and the report).
-    pub fn cause_label(&self) -> Option<String> {
+    pub(crate) fn cause_label(&self) -> Option<String> {
         match self {
             ServerError::DiedAtStart { cause, .. } => Some(cause.clone()),
             ServerError::NotReady { .. } => {
@@ -82,21 +82,9 @@ impl ServerError {
 }
 
 impl ServerHandle {
-    /// Starts the group's server on `host` (or checks the external one at `server.url`) and
-    /// waits until it is ready.
-    pub async fn start(
-        group: &str,
-        server: &Server,
-        log_path: &Path,
-        interrupt: &Interrupt,
-        host: &dyn Host,
-    ) -> Result<ServerHandle, ServerError> {
-        Self::start_on(group, server, log_path, interrupt, &[host]).await
-    }
-
     /// Like [`start`](Self::start) on `hosts`: rank `i` of a multi-node server
     /// (`server.nodes`) runs on `hosts[i]`; a single-node server on `hosts[0]`.
-    pub async fn start_on(
+    pub(crate) async fn start_on(
         group: &str,
         server: &Server,
         log_path: &Path,
@@ -340,7 +328,7 @@ impl ServerHandle {
     }
 
     /// The crash cause if the launched process has exited.
-    pub async fn crashed(&mut self) -> Option<CrashCause> {
+    pub(crate) async fn crashed(&mut self) -> Option<CrashCause> {
         let process = self.process.as_mut()?;
         if !process.exited().await {
             return None;
@@ -362,7 +350,7 @@ impl ServerHandle {
 
     /// How the launched server's process ended, when a signal ended it: `by SIGKILL (signal
     /// 9)`.
-    pub fn exit_note(&self) -> Option<String> {
+    pub(crate) fn exit_note(&self) -> Option<String> {
         let n = self.killed_by?;
         let name = nix::sys::signal::Signal::try_from(n)
             .map(|s| s.as_str().to_string())
@@ -372,7 +360,7 @@ impl ServerHandle {
 
     /// For a server servebench did not start: Err with why when it does not answer `/health`
     /// (after a point whose requests could not connect, it may be gone).
-    pub async fn answers(&self, server: &Server) -> Result<(), String> {
+    pub(crate) async fn answers(&self, server: &Server) -> Result<(), String> {
         if self.process.is_some() {
             return Ok(());
         }
@@ -386,14 +374,14 @@ impl ServerHandle {
 
     /// For a multi-node server that exited: which rank failed, where (`rank 1 of 2 on
     /// bench@gpu-b, log server-g1.rank1.log`).
-    pub fn crash_origin(&self) -> Option<String> {
+    pub(crate) fn crash_origin(&self) -> Option<String> {
         self.process.as_ref()?.failed_rank().map(|r| r.to_string())
     }
 
     /// Like [`crashed`](Self::crashed), but gives a server that is going down up to `grace` to
     /// exit: when requests just failed on a broken connection, the process may still be
     /// writing its traceback.
-    pub async fn crashed_within(&mut self, grace: Duration) -> Option<CrashCause> {
+    pub(crate) async fn crashed_within(&mut self, grace: Duration) -> Option<CrashCause> {
         let deadline = Instant::now() + grace;
         loop {
             if let Some(cause) = self.crashed().await {
@@ -419,14 +407,14 @@ impl ServerHandle {
     }
 
     /// Pulls a remote server's log into the run directory now.
-    pub async fn sync_log(&self) {
+    pub(crate) async fn sync_log(&self) {
         if let Some(p) = &self.process {
             p.sync_log().await;
         }
     }
 
     /// The last bytes of the server's log in the run directory (mirrored for remote servers).
-    pub fn log_tail(&self, bytes: u64) -> String {
+    pub(crate) fn log_tail(&self, bytes: u64) -> String {
         match &self.process {
             // A multi-node server's cause is in the log of the rank that failed.
             Some(p) => match p.failed_rank() {
@@ -445,7 +433,7 @@ impl ServerHandle {
     }
 
     /// Stops a launched server's whole process group and records how it ended.
-    pub async fn stop(&mut self, why: &str) {
+    pub(crate) async fn stop(&mut self, why: &str) {
         let Some(mut process) = self.process.take() else {
             return;
         };

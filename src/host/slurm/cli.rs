@@ -29,7 +29,7 @@ impl std::fmt::Debug for Runner {
 
 impl Runner {
     /// `this machine` or `the login node user@host:port`, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Runner::Local => "this machine".into(),
             Runner::Login(ssh) => format!("the login node {}", ssh.name()),
@@ -37,7 +37,7 @@ impl Runner {
     }
 
     /// The login node's name as runs record it (`user@host:port`); None for this machine.
-    pub fn login_name(&self) -> Option<String> {
+    pub(crate) fn login_name(&self) -> Option<String> {
         match self {
             Runner::Local => None,
             Runner::Login(ssh) => Some(ssh.name().to_string()),
@@ -47,7 +47,7 @@ impl Runner {
     /// A process that runs `program args` where Slurm's commands run: the program itself, or
     /// `ssh` through the login node's connection (the remote process is not stopped by ending
     /// this one: stop steps with `scancel`). Its stdin is null; output is the caller's.
-    pub fn command(
+    pub(crate) fn command(
         &self,
         program: &str,
         args: &[String],
@@ -109,7 +109,11 @@ pub enum SlurmError {
 
 /// Runs `program args` where `runner` runs Slurm's commands and returns its output
 /// (whatever its exit status).
-pub async fn output(runner: &Runner, program: &str, args: &[String]) -> Result<Output, SlurmError> {
+pub(crate) async fn output(
+    runner: &Runner,
+    program: &str,
+    args: &[String],
+) -> Result<Output, SlurmError> {
     let mut cmd = tokio::process::Command::from(runner.command(program, args)?);
     cmd.kill_on_drop(true);
     match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
@@ -149,7 +153,11 @@ pub async fn output(runner: &Runner, program: &str, args: &[String]) -> Result<O
 }
 
 /// Runs `program args`; its stdout when it succeeds.
-pub async fn run(runner: &Runner, program: &str, args: &[String]) -> Result<String, SlurmError> {
+pub(crate) async fn run(
+    runner: &Runner,
+    program: &str,
+    args: &[String],
+) -> Result<String, SlurmError> {
     let out = output(runner, program, args).await?;
     if !out.status.success() {
         return Err(SlurmError::Failed {
@@ -169,13 +177,13 @@ fn shown(program: &str, args: &[String]) -> String {
 }
 
 /// `sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`.
-pub fn parse_job_id(stdout: &str) -> Option<u64> {
+pub(crate) fn parse_job_id(stdout: &str) -> Option<u64> {
     stdout.trim().split(';').next()?.trim().parse().ok()
 }
 
 /// A job as `scontrol show job -o` describes it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct JobInfo {
+pub(crate) struct JobInfo {
     /// `PENDING`, `RUNNING`, `COMPLETED`, `CANCELLED`, `TIMEOUT`, ...
     pub state: String,
     /// `Priority`, `Resources`, `TimeLimit`, ...; None for `None`.
@@ -191,12 +199,12 @@ pub struct JobInfo {
 
 impl JobInfo {
     /// True while the job holds (or may still get) its allocation.
-    pub fn is_active(&self) -> bool {
+    pub(crate) fn is_active(&self) -> bool {
         is_active_state(&self.state)
     }
 
     /// Seconds between submission and start, from Slurm's own timestamps.
-    pub fn queued_s(&self) -> Option<f64> {
+    pub(crate) fn queued_s(&self) -> Option<f64> {
         let parse = |t: &Option<String>| {
             chrono::NaiveDateTime::parse_from_str(t.as_deref()?, "%Y-%m-%dT%H:%M:%S").ok()
         };
@@ -206,7 +214,7 @@ impl JobInfo {
 }
 
 /// States in which a job still holds or waits for its allocation.
-pub fn is_active_state(state: &str) -> bool {
+pub(crate) fn is_active_state(state: &str) -> bool {
     matches!(
         state,
         "PENDING"
@@ -224,7 +232,7 @@ pub fn is_active_state(state: &str) -> bool {
 
 /// The `Key=Value` fields of one `scontrol ... -o` line. Values end at the next space: the
 /// fields read here (states, node lists, times) never hold one.
-pub fn parse_fields(line: &str) -> IndexMap<String, String> {
+pub(crate) fn parse_fields(line: &str) -> IndexMap<String, String> {
     line.split_whitespace()
         .filter_map(|tok| tok.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -232,7 +240,7 @@ pub fn parse_fields(line: &str) -> IndexMap<String, String> {
 }
 
 /// `scontrol show job -o JOB`'s line as a [`JobInfo`].
-pub fn parse_job(line: &str) -> Option<JobInfo> {
+pub(crate) fn parse_job(line: &str) -> Option<JobInfo> {
     let f = parse_fields(line);
     let some = |k: &str| {
         f.get(k)
@@ -252,7 +260,7 @@ pub fn parse_job(line: &str) -> Option<JobInfo> {
 
 /// The job as slurmctld knows it now; None once it forgot the job (`MinJobAge` after its end)
 /// or never knew it.
-pub async fn job(runner: &Runner, job_id: u64) -> Result<Option<JobInfo>, SlurmError> {
+pub(crate) async fn job(runner: &Runner, job_id: u64) -> Result<Option<JobInfo>, SlurmError> {
     let args = vec![
         "show".to_string(),
         "job".into(),
@@ -283,7 +291,7 @@ pub async fn job(runner: &Runner, job_id: u64) -> Result<Option<JobInfo>, SlurmE
 
 /// A job's state from accounting (`sacct`), when the cluster keeps it: `(state, exit code)`.
 /// None when accounting is disabled (the one-node test cluster) or knows nothing of the job.
-pub async fn sacct_state(runner: &Runner, job_id: u64) -> Option<(String, Option<String>)> {
+pub(crate) async fn sacct_state(runner: &Runner, job_id: u64) -> Option<(String, Option<String>)> {
     let args: Vec<String> = [
         "-j",
         &job_id.to_string(),
@@ -301,7 +309,7 @@ pub async fn sacct_state(runner: &Runner, job_id: u64) -> Option<(String, Option
 }
 
 /// `sacct -X -n -P -o State,ExitCode`: `CANCELLED by 0|0:15`, first line.
-pub fn parse_sacct(text: &str) -> Option<(String, Option<String>)> {
+pub(crate) fn parse_sacct(text: &str) -> Option<(String, Option<String>)> {
     let line = text.lines().find(|l| !l.trim().is_empty())?;
     let (state, code) = line.split_once('|').unwrap_or((line, ""));
     // `CANCELLED by 1000`: the state is its first word.
@@ -313,7 +321,7 @@ pub fn parse_sacct(text: &str) -> Option<(String, Option<String>)> {
 }
 
 /// Each host name in a Slurm node list (`gpu[01-02]` → `gpu01`, `gpu02`).
-pub async fn hostnames(runner: &Runner, node_list: &str) -> Result<Vec<String>, SlurmError> {
+pub(crate) async fn hostnames(runner: &Runner, node_list: &str) -> Result<Vec<String>, SlurmError> {
     let out = run(
         runner,
         "scontrol",
@@ -330,7 +338,7 @@ pub async fn hostnames(runner: &Runner, node_list: &str) -> Result<Vec<String>, 
 
 /// The address slurmd reaches `node` at (`NodeAddr`), which the runner uses to reach a server
 /// there.
-pub async fn node_addr(runner: &Runner, node: &str) -> Result<String, SlurmError> {
+pub(crate) async fn node_addr(runner: &Runner, node: &str) -> Result<String, SlurmError> {
     let args = vec![
         "show".to_string(),
         "node".into(),
@@ -348,7 +356,10 @@ pub async fn node_addr(runner: &Runner, node: &str) -> Result<String, SlurmError
 }
 
 /// The job's steps by name: `(step id "12.0", name)`.
-pub async fn steps(runner: &Runner, job_id: u64) -> Result<Vec<(String, String)>, SlurmError> {
+pub(crate) async fn steps(
+    runner: &Runner,
+    job_id: u64,
+) -> Result<Vec<(String, String)>, SlurmError> {
     let out = run(
         runner,
         "squeue",
@@ -369,7 +380,11 @@ pub async fn steps(runner: &Runner, job_id: u64) -> Result<Vec<(String, String)>
 }
 
 /// `scancel [--signal=SIG] TARGET` (a job `12` or a step `12.0`).
-pub async fn cancel(runner: &Runner, target: &str, signal: Option<&str>) -> Result<(), SlurmError> {
+pub(crate) async fn cancel(
+    runner: &Runner,
+    target: &str,
+    signal: Option<&str>,
+) -> Result<(), SlurmError> {
     let mut args = Vec::new();
     if let Some(s) = signal {
         args.push(format!("--signal={s}"));
@@ -379,7 +394,7 @@ pub async fn cancel(runner: &Runner, target: &str, signal: Option<&str>) -> Resu
 }
 
 /// The same as [`cancel`] without waiting on a runtime (for `Drop`).
-pub fn cancel_blocking(runner: &Runner, target: &str) {
+pub(crate) fn cancel_blocking(runner: &Runner, target: &str) {
     if let Ok(mut cmd) = runner.command("scancel", &[target.to_string()]) {
         let _ = cmd
             .stdout(std::process::Stdio::null())
@@ -391,7 +406,7 @@ pub fn cancel_blocking(runner: &Runner, target: &str) {
 /// Slurm's own reason for a server's end, from the job's state, or from the lines Slurm
 /// writes into a step's output (`slurmstepd: error: *** STEP 12.0 ON vm CANCELLED AT ...
 /// DUE TO TIME LIMIT ***`, `Detected 1 oom_kill event`). None when Slurm did not end it.
-pub fn failure_of(state: Option<&str>, log_tail: &str) -> Option<Failure> {
+pub(crate) fn failure_of(state: Option<&str>, log_tail: &str) -> Option<Failure> {
     let from_state = match state {
         Some("TIMEOUT" | "DEADLINE") => Some(Failure::TimeLimit),
         Some("PREEMPTED") => Some(Failure::Preempted),

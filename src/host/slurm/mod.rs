@@ -20,7 +20,7 @@
 //! remote srun running), and servebench's binary is copied to the login node as for an SSH
 //! host (the nodes see it there through the shared home directory).
 
-pub mod cli;
+pub(crate) mod cli;
 
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
@@ -44,11 +44,11 @@ const QUEUE_POLL: Duration = Duration::from_millis(500);
 const RELEASE_WAIT: Duration = Duration::from_secs(60);
 
 /// What the host tells the run while a job waits: one line per change of state or reason.
-pub type WaitReport = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) type WaitReport = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where the host records each job it submits, as `sbatch` answers (the run directory's
 /// `slurm-jobs.jsonl`), so a job that waits in the queue is known to `down`.
-pub type Journal = Arc<dyn Fn(&crate::results::meta::SubmittedJob) + Send + Sync>;
+pub(crate) type Journal = Arc<dyn Fn(&crate::results::meta::SubmittedJob) + Send + Sync>;
 
 /// The allocation servers are launched in now.
 #[derive(Debug, Clone)]
@@ -78,7 +78,7 @@ impl Allocation {
 }
 
 /// A Slurm cluster reached through its commands on this machine.
-pub struct SlurmHost {
+pub(crate) struct SlurmHost {
     opts: SlurmOptions,
     /// `<spec name>-<run timestamp>`, in job names.
     run_id: String,
@@ -106,7 +106,7 @@ pub struct SlurmHost {
 impl SlurmHost {
     /// A host for `opts`; `stop` turns true on an interrupt (a job still waiting is then
     /// cancelled); `on_wait` hears the queue state while one waits.
-    pub fn new(
+    pub(crate) fn new(
         opts: SlurmOptions,
         run_id: &str,
         runner: Runner,
@@ -130,13 +130,13 @@ impl SlurmHost {
     }
 
     /// Records every job submitted from now on with `journal`.
-    pub fn set_journal(&self, journal: Journal) {
+    pub(crate) fn set_journal(&self, journal: Journal) {
         let _ = self.journal.set(journal);
     }
 
     /// Where Slurm's commands run for `opts`: this machine, or its login node, connected
     /// (host key checked, never prompting).
-    pub async fn runner_for(opts: &SlurmOptions) -> Result<Runner, HostError> {
+    pub(crate) async fn runner_for(opts: &SlurmOptions) -> Result<Runner, HostError> {
         match &opts.login {
             None => Ok(Runner::Local),
             Some(login) => {
@@ -148,11 +148,6 @@ impl SlurmHost {
                 Ok(Runner::Login(Arc::new(ssh)))
             }
         }
-    }
-
-    /// Where Slurm's commands run.
-    pub fn runner(&self) -> &Runner {
-        &self.runner
     }
 
     /// servebench's binary as the steps run it: through a login node, a copy there (once
@@ -173,7 +168,7 @@ impl SlurmHost {
     }
 
     /// Checks that Slurm's commands are here and slurmctld answers (before anything runs).
-    pub async fn check(&self) -> Result<(), HostError> {
+    pub(crate) async fn check(&self) -> Result<(), HostError> {
         cli::run(
             &self.runner,
             "squeue",
@@ -192,7 +187,7 @@ impl SlurmHost {
     /// `sbatch` arguments for an allocation named `name`: the spec's options, then its extra
     /// arguments, then a batch script that only holds the allocation (a constant: nothing the
     /// spec says is run by a shell).
-    pub fn sbatch_args(opts: &SlurmOptions, name: &str) -> Vec<String> {
+    pub(crate) fn sbatch_args(opts: &SlurmOptions, name: &str) -> Vec<String> {
         let mut a = vec![
             "--parsable".to_string(),
             format!("--job-name={name}"),
@@ -394,7 +389,10 @@ impl SlurmHost {
 
     /// `srun` for servebench's measuring agent next to rank 0 in the current allocation, with
     /// its input and output piped to this process. None before an allocation runs.
-    pub async fn agent_command(&self, heartbeat_ms: &str) -> Option<tokio::process::Command> {
+    pub(crate) async fn agent_command(
+        &self,
+        heartbeat_ms: &str,
+    ) -> Option<tokio::process::Command> {
         let a = self.current.lock().await.clone()?;
         let bin = self.binary().await.ok()?;
         let args = Self::step_argv(
@@ -740,7 +738,7 @@ impl SlurmHost {
 
     /// One [`Host`](super::Host) per rank of a `nodes`-rank server: rank `i` on the
     /// allocation's node `i` (`ranks_per_node` to a node).
-    pub fn ranks(self: &Arc<Self>, nodes: u32) -> Vec<Arc<dyn super::Host>> {
+    pub(crate) fn ranks(self: &Arc<Self>, nodes: u32) -> Vec<Arc<dyn super::Host>> {
         (0..nodes)
             .map(|rank| {
                 Arc::new(SlurmRank {
@@ -804,7 +802,7 @@ impl super::Host for SlurmHost {
 /// Rank `rank` of a multi-node server on a Slurm cluster: a step on the allocation's node
 /// for that rank. Rank 0 gets the allocation (in [`prepare`](super::Host::prepare)); the
 /// others launch into it.
-pub struct SlurmRank {
+pub(crate) struct SlurmRank {
     cluster: Arc<SlurmHost>,
     rank: u32,
 }
@@ -863,7 +861,7 @@ impl super::Host for SlurmRank {
 }
 
 /// A server running as a step of a Slurm job, through the `srun` child that launched it.
-pub struct SlurmServer {
+pub(crate) struct SlurmServer {
     child: std::process::Child,
     pid: i32,
     leader_start: Option<u64>,

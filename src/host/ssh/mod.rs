@@ -23,12 +23,12 @@ use openssh::{ControlPersist, ForwardType, KnownHosts, Session, SessionBuilder, 
 
 pub use error::SshError;
 pub use facts::{Gpu, HostFacts};
-pub use files::RemoteBinary;
-pub use process::RemoteProcess;
+
+pub(crate) use process::RemoteProcess;
 pub use target::{HostKeyCheck, SshTarget};
 
 /// A remote process started with pipes: write to its stdin, read JSON lines from its stdout.
-pub type PipedChild = openssh::Child<Arc<Session>>;
+pub(crate) type PipedChild = openssh::Child<Arc<Session>>;
 
 /// Connection attempts after the master dies, and the pause before the second one (doubling).
 const RECONNECT_ATTEMPTS: u32 = 3;
@@ -106,11 +106,11 @@ impl SshHost {
     }
 
     /// `user@host:port`, for messages.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.host
     }
 
-    pub fn target(&self) -> &SshTarget {
+    pub(crate) fn target(&self) -> &SshTarget {
         &self.target
     }
 
@@ -132,7 +132,7 @@ impl SshHost {
     }
 
     /// Checks the master connection and reconnects if it is gone.
-    pub async fn ensure_connected(&self) -> Result<(), SshError> {
+    pub(crate) async fn ensure_connected(&self) -> Result<(), SshError> {
         let s = self.session();
         if s.check().await.is_ok() {
             return Ok(());
@@ -358,7 +358,7 @@ impl SshHost {
     /// for a long-running command whose output goes to a file. Ending it does not end the
     /// remote command. `-p 9` (the discard port) keeps it from ever opening a connection of
     /// its own when the master is gone, so it never skips the host key check the master did.
-    pub fn std_command<S: AsRef<str>>(
+    pub(crate) fn std_command<S: AsRef<str>>(
         &self,
         argv: &[S],
     ) -> Result<std::process::Command, SshError> {
@@ -373,7 +373,7 @@ impl SshHost {
     }
 
     /// The control socket of the current master connection.
-    pub fn control_socket(&self) -> PathBuf {
+    pub(crate) fn control_socket(&self) -> PathBuf {
         self.session().control_socket().to_path_buf()
     }
 

@@ -184,7 +184,7 @@ impl SshHost {
 
     /// What the host says about recorded group `id` now (see [`crate::host::judge`]). None
     /// when the host has no /proc (the caller falls back to the program name).
-    pub async fn group_facts(
+    pub(crate) async fn group_facts(
         &self,
         id: &crate::host::GroupIdentity,
     ) -> Result<Option<crate::host::GroupFacts>, SshError> {
@@ -210,7 +210,7 @@ impl SshHost {
 
     /// True while process `pid` exists and still leads or belongs to group `pgid`: a check
     /// before signalling a group whose id came from an earlier report (ids are reused).
-    pub async fn pid_in_group(&self, pid: i32, pgid: i32) -> Result<bool, SshError> {
+    pub(crate) async fn pid_in_group(&self, pid: i32, pgid: i32) -> Result<bool, SshError> {
         check_pid(pid, 1)?;
         check_pid(pgid, 1)?;
         // Field 5 of /proc/PID/stat, counted after the `(comm)` field, which may hold spaces.

@@ -55,7 +55,7 @@ impl SshTarget {
     }
 
     /// Parses `ssh://[user@]host[:port]` (IPv6 hosts in brackets) into a target.
-    pub fn parse_url(url: &str) -> Result<SshTarget, SshError> {
+    pub(crate) fn parse_url(url: &str) -> Result<SshTarget, SshError> {
         let bad = |why: &str| SshError::InvalidTarget(format!("{url:?}: {why}"));
         let rest = url
             .strip_prefix("ssh://")
@@ -120,7 +120,7 @@ impl SshTarget {
     }
 
     /// `user@host:port` as far as known, for messages.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let mut s = String::new();
         if let Some(u) = &self.user
             && !self.destination.contains('@')

@@ -20,7 +20,7 @@ use super::workload::tag;
 use super::{Planned, PointRunner, Prompts, generation_request, prepare};
 
 /// Think times of one user, one per turn after the first.
-pub fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32) -> Vec<Duration> {
+pub(crate) fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32) -> Vec<Duration> {
     let gaps = spec.turns.saturating_sub(1) as usize;
     match spec.think_dist {
         ThinkDist::Fixed => vec![spec.think; gaps],
