@@ -18,7 +18,7 @@ pub enum Api {
 
 impl Api {
     /// Every accepted spelling.
-    pub const NAMES: &'static [&'static str] = &["sglang", "vllm", "llama.cpp"];
+    pub(crate) const NAMES: &'static [&'static str] = &["sglang", "vllm", "llama.cpp"];
 
     /// Parses `--api`'s value (`llamacpp` and `llama-cpp` are accepted for `llama.cpp`).
     pub fn parse(s: &str) -> Option<Api> {
@@ -31,7 +31,7 @@ impl Api {
     }
 
     /// The canonical name.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Api::Sglang => "sglang",
             Api::Vllm => "vllm",
@@ -48,7 +48,7 @@ impl std::fmt::Display for Api {
 
 /// Takes `--api NAME` / `--api=NAME` out of the arguments (anywhere; the last one wins) and
 /// returns the engine with the rest, which are that engine's own command line.
-pub fn split(args: &[String]) -> Result<(Api, Vec<String>), String> {
+pub(crate) fn split(args: &[String]) -> Result<(Api, Vec<String>), String> {
     let mut api = Api::default();
     let mut rest = Vec::with_capacity(args.len());
     let mut i = 0;

@@ -64,19 +64,19 @@ pub struct ParsedArgs {
 
 impl ParsedArgs {
     /// An integer flag's value, if set.
-    pub fn int(&self, name: &str) -> Option<i64> {
+    pub(crate) fn int(&self, name: &str) -> Option<i64> {
         self.values.get(&dest(name)).and_then(Value::as_i64)
     }
     /// A float flag's value, if set.
-    pub fn float(&self, name: &str) -> Option<f64> {
+    pub(crate) fn float(&self, name: &str) -> Option<f64> {
         self.values.get(&dest(name)).and_then(Value::as_f64)
     }
     /// A string flag's value, if set.
-    pub fn str(&self, name: &str) -> Option<&str> {
+    pub(crate) fn str(&self, name: &str) -> Option<&str> {
         self.values.get(&dest(name)).and_then(Value::as_str)
     }
     /// A boolean flag's value.
-    pub fn flag(&self, name: &str) -> bool {
+    pub(crate) fn flag(&self, name: &str) -> bool {
         self.values
             .get(&dest(name))
             .and_then(Value::as_bool)
@@ -165,7 +165,7 @@ fn typed(flag: &Flag, raw: &str) -> Result<Value, SimArgError> {
 }
 
 /// Parses the arguments after `servebench sim`.
-pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
+pub(crate) fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
     let mut out = ParsedArgs::default();
     for f in FLAGS {
         let v: Value = serde_json::from_str(f.default).unwrap_or(Value::Null);
@@ -238,7 +238,7 @@ pub fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
 
 /// How `launch_server` reports a command line argparse refuses (its `error()`: the usage line,
 /// then `PROG: error: MESSAGE`, exit 2); `None` for the simulator's own errors.
-pub fn argparse_message(e: &SimArgError) -> Option<String> {
+pub(crate) fn argparse_message(e: &SimArgError) -> Option<String> {
     match e {
         SimArgError::Invalid(_) | SimArgError::Profile(_) => None,
         _ => Some(format!(
@@ -248,7 +248,7 @@ pub fn argparse_message(e: &SimArgError) -> Option<String> {
 }
 
 /// The `--help` text: every flag, what the simulator does with it, and the profiles.
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     use std::fmt::Write;
     let mut s = String::new();
     s.push_str(

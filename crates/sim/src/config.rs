@@ -78,14 +78,14 @@ pub struct SimConfig {
 }
 
 /// KV pool tokens the memory model leaves at `frac` of each GPU with `tp` ranks (<= 0: none).
-pub fn kv_pool_tokens(m: &MemoryModel, frac: f64, tp: f64) -> i64 {
+pub(crate) fn kv_pool_tokens(m: &MemoryModel, frac: f64, tp: f64) -> i64 {
     let free_gb = m.gpu_gb * frac - m.weight_gb / tp;
     (free_gb * 1e9 / (m.kv_bytes_per_token / tp)).floor() as i64
 }
 
 /// The speculative model in use: the profile's when it is on by default or `requested`, else
 /// the default one when `requested`; `max_tokens` caps the tokens one step emits.
-pub fn speculative_model(
+pub(crate) fn speculative_model(
     profile: &Profile,
     requested: bool,
     max_tokens: Option<i64>,
@@ -112,7 +112,7 @@ impl SimConfig {
     }
 
     /// Resolves parsed flags against the profile they name.
-    pub fn from_parsed(a: ParsedArgs) -> Result<SimConfig, SimArgError> {
+    pub(crate) fn from_parsed(a: ParsedArgs) -> Result<SimConfig, SimArgError> {
         let mut profile = Profile::load(a.str("profile").unwrap_or("fast"))?;
         if let Some(s) = a.float("sim-time-scale") {
             if s <= 0.0 {
@@ -228,7 +228,7 @@ impl SimConfig {
 
     /// The settings of an engine launched with no flags on `profile`: the base the vLLM and
     /// llama.cpp command lines are resolved onto.
-    pub fn engine_defaults(api: Api, profile: Profile) -> SimConfig {
+    pub(crate) fn engine_defaults(api: Api, profile: Profile) -> SimConfig {
         let frac = profile.memory.mem_fraction_static;
         SimConfig {
             args: ParsedArgs::default(),
@@ -286,13 +286,13 @@ impl SimConfig {
     }
 
     /// Pool capacity as a count (0 when the memory model left no room).
-    pub fn pool_tokens(&self) -> u64 {
+    pub(crate) fn pool_tokens(&self) -> u64 {
         self.max_total_tokens.max(0) as u64
     }
 
     /// SGLang's `max_req_input_len` (tp_worker.py): min(context - 1, pool - 1) - 5; a prompt
     /// of this many tokens or more is refused.
-    pub fn max_req_input_len(&self) -> u64 {
+    pub(crate) fn max_req_input_len(&self) -> u64 {
         (self.context_length.saturating_sub(1))
             .min(self.pool_tokens().saturating_sub(1))
             .saturating_sub(5)

@@ -2,7 +2,7 @@
 
 /// How a flag's value is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A bare flag: present = true.
     Bool,
     /// A signed integer.
@@ -15,7 +15,7 @@ pub enum Kind {
 
 /// One accepted flag.
 #[derive(Debug)]
-pub struct Flag {
+pub(crate) struct Flag {
     /// Long name without the leading `--`.
     pub name: &'static str,
     /// Other exact names (without `--`).
@@ -29,7 +29,7 @@ pub struct Flag {
 }
 
 /// Help-section headings, by the first flag of each section.
-pub const SECTIONS: &[(&str, &str)] = &[
+pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ("model-path", "Model and server"),
     (
         "tp-size",
@@ -55,7 +55,7 @@ macro_rules! f {
 }
 
 /// Every flag the simulator understands, in help order.
-pub const FLAGS: &[Flag] = &[
+pub(crate) const FLAGS: &[Flag] = &[
     f!(
         "model-path"["model"],
         Str,
@@ -374,6 +374,6 @@ pub const FLAGS: &[Flag] = &[
 ];
 
 /// The `/server_info` key of a flag (`tp-size` -> `tp_size`).
-pub fn dest(name: &str) -> String {
+pub(crate) fn dest(name: &str) -> String {
     name.replace('-', "_")
 }

@@ -11,7 +11,7 @@ use super::request::Req;
 
 /// Pool accounting plus the radix tree.
 #[derive(Debug)]
-pub struct KvPool {
+pub(crate) struct KvPool {
     tree: RadixCache,
     capacity: u64,
     /// Private tokens reserved by live requests.
@@ -23,7 +23,7 @@ pub struct KvPool {
 
 impl KvPool {
     /// A pool of `capacity` tokens; `radix` = prefix caching on.
-    pub fn new(capacity: u64, radix: bool) -> Self {
+    pub(crate) fn new(capacity: u64, radix: bool) -> Self {
         KvPool {
             tree: RadixCache::new(),
             capacity,
@@ -35,29 +35,29 @@ impl KvPool {
 
     /// Cache hits are rounded down to whole blocks of `block` tokens, as vLLM's block-hash
     /// prefix cache reports them.
-    pub fn with_block(mut self, block: u64) -> Self {
+    pub(crate) fn with_block(mut self, block: u64) -> Self {
         self.block = block.max(1);
         self
     }
 
     /// Pool capacity in tokens.
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// Cached tokens a live request protects.
-    pub fn locked_tokens(&self) -> u64 {
+    pub(crate) fn locked_tokens(&self) -> u64 {
         self.tree.locked_tokens()
     }
 
     /// Empties the cache (the caller checked nothing is running).
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         self.tree.reset();
     }
 
     /// Matches the request's prompt in the cache and reserves pool room for the rest of it
     /// plus its output, evicting cold prefixes as needed. False = no room; nothing changed.
-    pub fn admit(&mut self, req: &mut Req) -> bool {
+    pub(crate) fn admit(&mut self, req: &mut Req) -> bool {
         let rest = req.max_new - req.output.len() as u64;
         self.admit_estimated(req, rest, 0)
     }
@@ -66,7 +66,12 @@ impl KvPool {
     /// before a retraction (recomputed) and `output_reserve` more tokens, and only when
     /// `keep_free` more tokens (the estimated growth of the running requests and this one)
     /// would still fit. False = no room; nothing changed.
-    pub fn admit_estimated(&mut self, req: &mut Req, output_reserve: u64, keep_free: u64) -> bool {
+    pub(crate) fn admit_estimated(
+        &mut self,
+        req: &mut Req,
+        output_reserve: u64,
+        keep_free: u64,
+    ) -> bool {
         let plen = req.input_ids.len();
         // At least one prompt token is always computed: it produces the first output token.
         let (matched, node) = if self.radix && plen > 1 {
@@ -101,14 +106,14 @@ impl KvPool {
     }
 
     /// Tokens free now or after evicting every unlocked cached prefix.
-    pub fn available(&self) -> u64 {
+    pub(crate) fn available(&self) -> u64 {
         self.capacity
             .saturating_sub(self.reserved + self.tree.total_tokens() - self.tree.evictable_tokens())
     }
 
     /// Reserves `n` more private tokens for a decoding request, evicting cold prefixes as
     /// needed. False = the pool is full (the caller retracts); nothing changed.
-    pub fn grow(&mut self, req: &mut Req, n: u64) -> bool {
+    pub(crate) fn grow(&mut self, req: &mut Req, n: u64) -> bool {
         if n == 0 {
             return true;
         }
@@ -126,7 +131,7 @@ impl KvPool {
 
     /// Moves the prompt tokens computed so far into the cache (SGLang caches unfinished
     /// requests' prefixes, so concurrent requests can share them).
-    pub fn cache_prefix(&mut self, req: &mut Req) {
+    pub(crate) fn cache_prefix(&mut self, req: &mut Req) {
         if !self.radix {
             return;
         }
@@ -144,7 +149,7 @@ impl KvPool {
     }
 
     /// Frees a finished or aborted request's reservation and caches what it computed.
-    pub fn release(&mut self, req: &mut Req) {
+    pub(crate) fn release(&mut self, req: &mut Req) {
         self.reserved -= req.reserved;
         req.reserved = 0;
         if self.radix {

@@ -54,7 +54,7 @@ pub struct LlamaOptions {
 
 /// What the command line asked for.
 #[derive(Debug)]
-pub struct LlamaParsed {
+pub(crate) struct LlamaParsed {
     /// The resolved configuration.
     pub config: SimConfig,
     /// Warnings to print (flags accepted but not modelled).
@@ -65,7 +65,7 @@ pub struct LlamaParsed {
 
 /// A command line `llama-server` refuses (it prints the message and exits 1).
 #[derive(Debug, thiserror::Error)]
-pub enum LlamaArgError {
+pub(crate) enum LlamaArgError {
     /// Unknown argument.
     #[error("error: invalid argument: {0}{hint}", hint = .1.as_deref().map(|h| format!("\n(did you mean {h}?)")).unwrap_or_default())]
     Invalid(String, Option<String>),
@@ -283,7 +283,7 @@ fn did_you_mean(arg: &str) -> Option<String> {
 }
 
 /// Parses the arguments after `servebench sim --api llama.cpp`.
-pub fn parse(args: &[String]) -> Result<LlamaParsed, LlamaArgError> {
+pub(crate) fn parse(args: &[String]) -> Result<LlamaParsed, LlamaArgError> {
     let mut given: Vec<(&'static str, Option<String>)> = Vec::new();
     let mut warnings = Vec::new();
     let mut help = false;
@@ -495,7 +495,7 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
 }
 
 /// `servebench sim --api llama.cpp --help`.
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     use std::fmt::Write;
     let mut s = String::from(
         "usage: servebench sim --api llama.cpp [options]\n\n\

@@ -21,7 +21,7 @@ struct Inner {
 
 impl SimLog {
     /// Lines go to stderr (the `servebench sim` command).
-    pub fn stderr() -> Self {
+    pub(crate) fn stderr() -> Self {
         Self::build(true, false)
     }
 
@@ -31,18 +31,13 @@ impl SimLog {
     }
 
     /// Lines go to stdout (vLLM's logger does).
-    pub fn stdout() -> Self {
+    pub(crate) fn stdout() -> Self {
         SimLog {
             inner: Arc::new(Inner {
                 stdout: true,
                 ..Inner::default()
             }),
         }
-    }
-
-    /// Whether lines are kept in memory (a test's capture).
-    pub fn is_capture(&self) -> bool {
-        self.inner.captured.is_some()
     }
 
     fn build(stderr: bool, capture: bool) -> Self {
@@ -57,12 +52,12 @@ impl SimLog {
     }
 
     /// Hides (or shows) batch lines: `--log-level warning` or higher hides them.
-    pub fn set_quiet_batches(&self, quiet: bool) {
+    pub(crate) fn set_quiet_batches(&self, quiet: bool) {
         self.inner.quiet_batches.store(quiet, Ordering::Relaxed);
     }
 
     /// Logs one line with SGLang's timestamp prefix.
-    pub fn info(&self, msg: &str) {
+    pub(crate) fn info(&self, msg: &str) {
         let line = format!(
             "[{}] {msg}",
             chrono::Local::now().format("%Y-%m-%d %H:%M:%S")
@@ -81,14 +76,14 @@ impl SimLog {
     }
 
     /// Logs a Prefill/Decode batch line unless batch lines are hidden.
-    pub fn batch(&self, msg: &str) {
+    pub(crate) fn batch(&self, msg: &str) {
         if !self.inner.quiet_batches.load(Ordering::Relaxed) {
             self.info(msg);
         }
     }
 
     /// Raw lines without a timestamp (tracebacks).
-    pub fn raw(&self, text: &str) {
+    pub(crate) fn raw(&self, text: &str) {
         if self.inner.stderr {
             eprintln!("{text}");
         }

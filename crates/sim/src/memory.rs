@@ -19,7 +19,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// Whether a `PYTORCH_CUDA_ALLOC_CONF` value turns on expandable segments
 /// (`expandable_segments:True`, among comma-separated options; PyTorch accepts only `True`).
-pub fn expandable_segments(conf: Option<&str>) -> bool {
+pub(crate) fn expandable_segments(conf: Option<&str>) -> bool {
     conf.is_some_and(|c| {
         c.split(',').any(|opt| {
             opt.split_once(':')
@@ -30,7 +30,7 @@ pub fn expandable_segments(conf: Option<&str>) -> bool {
 
 /// Reads the allocator setting from this process's environment: `PYTORCH_ALLOC_CONF` (PyTorch
 /// 2.9+) or the older `PYTORCH_CUDA_ALLOC_CONF`, which the runner sets from `server.env`.
-pub fn expandable_segments_from_env() -> bool {
+pub(crate) fn expandable_segments_from_env() -> bool {
     ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
         .iter()
         .any(|k| expandable_segments(std::env::var(k).ok().as_deref()))
@@ -38,7 +38,7 @@ pub fn expandable_segments_from_env() -> bool {
 
 /// One GPU's memory outside the static pool, tracked across prefill chunks.
 #[derive(Debug, Clone)]
-pub struct ActivationMemory {
+pub(crate) struct ActivationMemory {
     model: ActivationModel,
     /// Total capacity of one GPU in MiB.
     total_mib: f64,
@@ -53,7 +53,7 @@ pub struct ActivationMemory {
 
 /// A spike that did not fit: the numbers PyTorch's error message gives.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OutOfMemory {
+pub(crate) struct OutOfMemory {
     /// MiB the failing allocation asked for.
     pub tried_mib: f64,
     /// MiB the driver reports free.
@@ -70,7 +70,7 @@ pub struct OutOfMemory {
 
 impl OutOfMemory {
     /// PyTorch's error line, as the scheduler's traceback ends with it.
-    pub fn torch_message(&self) -> String {
+    pub(crate) fn torch_message(&self) -> String {
         format!(
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {} MiB. GPU 0 has a total \
              capacity of {:.2} GiB of which {} MiB is free. Including non-PyTorch memory, this process \
@@ -96,7 +96,7 @@ fn fmt2(x: f64) -> String {
 impl ActivationMemory {
     /// The budget for a profile's memory model at `mem_fraction_static`; None when the
     /// profile has no activation model (spikes never crash).
-    pub fn new(
+    pub(crate) fn new(
         memory: &MemoryModel,
         mem_fraction_static: f64,
         expandable: bool,
@@ -115,13 +115,13 @@ impl ActivationMemory {
     }
 
     /// MiB left for activations after the static pool and the runtime.
-    pub fn free_mib(&self) -> f64 {
+    pub(crate) fn free_mib(&self) -> f64 {
         self.free_mib
     }
 
     /// MiB of one prefill iteration's spike. `segments` lists, per request, the context position
     /// of its first new token and how many new tokens it computes.
-    pub fn spike_mib(&self, segments: &[(u64, u64)]) -> f64 {
+    pub(crate) fn spike_mib(&self, segments: &[(u64, u64)]) -> f64 {
         let m = &self.model;
         segments
             .iter()
@@ -134,7 +134,7 @@ impl ActivationMemory {
     }
 
     /// Allocates a prefill iteration's spike; Err when it does not fit.
-    pub fn prefill(&mut self, segments: &[(u64, u64)]) -> Result<(), OutOfMemory> {
+    pub(crate) fn prefill(&mut self, segments: &[(u64, u64)]) -> Result<(), OutOfMemory> {
         let spike = self.spike_mib(segments);
         if spike + self.retained_mib > self.free_mib {
             let driver_free = (self.free_mib - self.retained_mib).max(0.0);

@@ -10,7 +10,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 /// A Prometheus histogram with fixed buckets.
 #[derive(Debug, Clone)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     buckets: &'static [f64],
     counts: Vec<u64>,
     sum: f64,
@@ -25,7 +25,7 @@ impl Default for Histogram {
 
 impl Histogram {
     /// An empty histogram over these upper bounds (ascending, without +Inf).
-    pub fn with_buckets(buckets: &'static [f64]) -> Self {
+    pub(crate) fn with_buckets(buckets: &'static [f64]) -> Self {
         Histogram {
             buckets,
             counts: vec![0; buckets.len()],
@@ -35,7 +35,7 @@ impl Histogram {
     }
 
     /// Records one observation in seconds.
-    pub fn observe(&mut self, x: f64) {
+    pub(crate) fn observe(&mut self, x: f64) {
         if let Some(i) = self.buckets.iter().position(|b| x <= *b) {
             self.counts[i] += 1;
         }
@@ -44,7 +44,7 @@ impl Histogram {
     }
 
     /// Upper bounds with their cumulative counts (without +Inf).
-    pub fn cumulative(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+    pub(crate) fn cumulative(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
         self.buckets
             .iter()
             .zip(&self.counts)
@@ -55,12 +55,12 @@ impl Histogram {
     }
 
     /// Sum of the observations.
-    pub fn sum(&self) -> f64 {
+    pub(crate) fn sum(&self) -> f64 {
         self.sum
     }
 
     /// Number of observations.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count
     }
 
@@ -79,7 +79,7 @@ impl Histogram {
 
 /// Everything the scheduler publishes, updated every iteration.
 #[derive(Debug, Clone, Default)]
-pub struct SchedStats {
+pub(crate) struct SchedStats {
     /// Requests decoding or being prefilled.
     pub num_running_reqs: u64,
     /// Requests waiting to be scheduled.
@@ -121,7 +121,7 @@ pub struct SchedStats {
 
 /// Counters and histograms the vLLM and llama.cpp surfaces report (all kept in every mode).
 #[derive(Debug, Clone, Default)]
-pub struct EngineStats {
+pub(crate) struct EngineStats {
     /// Seconds from receipt to the first scheduling (vLLM's queue time).
     pub queue_time: Histogram,
     /// Prompt tokens of requests whose prefill completed (cached ones included).
@@ -167,24 +167,24 @@ pub struct EngineStats {
 
 /// vLLM's bucket bounds (v1/metrics/loggers.py `PrometheusStatLogger`; quoted from memory of
 /// its source, not checked against 0.33).
-pub const VLLM_TTFT_BUCKETS: &[f64] = &[
+pub(crate) const VLLM_TTFT_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 ];
 /// vLLM's inter-token latency buckets.
-pub const VLLM_ITL_BUCKETS: &[f64] = &[
+pub(crate) const VLLM_ITL_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 ];
 /// vLLM's request latency buckets (E2E, queue).
-pub const VLLM_REQUEST_BUCKETS: &[f64] = &[
+pub(crate) const VLLM_REQUEST_BUCKETS: &[f64] = &[
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
 ];
 
 impl SchedStats {
     /// Empty statistics whose histograms use `api`'s buckets.
-    pub fn for_api(api: super::api::Api) -> Self {
+    pub(crate) fn for_api(api: super::api::Api) -> Self {
         let mut s = SchedStats::default();
         if api == super::api::Api::Vllm {
             s.ttft = Histogram::with_buckets(VLLM_TTFT_BUCKETS);
@@ -200,7 +200,7 @@ impl SchedStats {
     /// first counted (`srt/metrics/collector.py`): the prompt, generation and request counters
     /// appear with the first finished request, `cached_tokens_total` with the first cache hit,
     /// a histogram with its first observation; until then only its `# HELP` and `# TYPE`.
-    pub fn render(&self, model: &str, max_total_num_tokens: u64) -> String {
+    pub(crate) fn render(&self, model: &str, max_total_num_tokens: u64) -> String {
         let labels = format!("model_name=\"{}\"", model.replace('"', "'"));
         let mut s = String::new();
         for (h, name, help) in [

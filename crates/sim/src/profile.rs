@@ -7,7 +7,7 @@ use serde::Deserialize;
 use std::time::Duration;
 
 /// Profiles embedded in the binary: (name, YAML text).
-pub const BUILTIN: &[(&str, &str)] = &[
+pub(crate) const BUILTIN: &[(&str, &str)] = &[
     ("fast", include_str!("../../../profiles/fast.yaml")),
     (
         "h100-llama8b",
@@ -187,7 +187,7 @@ pub enum ProfileError {
 }
 
 /// Names of the embedded profiles.
-pub fn builtin_names() -> Vec<&'static str> {
+pub(crate) fn builtin_names() -> Vec<&'static str> {
     BUILTIN.iter().map(|(n, _)| *n).collect()
 }
 
@@ -209,7 +209,7 @@ impl Profile {
     }
 
     /// Parses profile YAML; `origin` names it in errors.
-    pub fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
+    pub(crate) fn parse(origin: &str, text: &str) -> Result<Profile, ProfileError> {
         let p: Profile = serde_saphyr::from_str(text).map_err(|e| ProfileError::Invalid {
             path: origin.to_string(),
             message: e.to_string(),
@@ -259,13 +259,13 @@ impl Profile {
     }
 
     /// The front end's delay before a request can be scheduled.
-    pub fn frontend(&self) -> Duration {
+    pub(crate) fn frontend(&self) -> Duration {
         self.scaled_ms(self.frontend_ms)
     }
 
     /// Wall-clock warmup delay.
     /// [`health_poll_s`](Self::health_poll_s), scaled.
-    pub fn health_poll(&self) -> Duration {
+    pub(crate) fn health_poll(&self) -> Duration {
         self.scaled_ms(self.health_poll_s * 1000.0)
     }
 

@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 /// Index of a node in the tree; [`RadixCache::ROOT`] is the empty prefix.
-pub type NodeId = usize;
+pub(crate) type NodeId = usize;
 
 #[derive(Debug, Default)]
 struct Node {
@@ -21,7 +21,7 @@ struct Node {
 
 /// The tree plus token accounting.
 #[derive(Debug)]
-pub struct RadixCache {
+pub(crate) struct RadixCache {
     nodes: Vec<Option<Node>>,
     free: Vec<NodeId>,
     total_tokens: u64,
@@ -37,10 +37,10 @@ impl Default for RadixCache {
 
 impl RadixCache {
     /// The root node: the empty prefix, always present, never evicted.
-    pub const ROOT: NodeId = 0;
+    pub(crate) const ROOT: NodeId = 0;
 
     /// An empty tree.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         RadixCache {
             nodes: vec![Some(Node::default())],
             free: Vec::new(),
@@ -51,22 +51,22 @@ impl RadixCache {
     }
 
     /// Tokens held in the tree.
-    pub fn total_tokens(&self) -> u64 {
+    pub(crate) fn total_tokens(&self) -> u64 {
         self.total_tokens
     }
 
     /// Tokens in the tree that a running request protects from eviction.
-    pub fn locked_tokens(&self) -> u64 {
+    pub(crate) fn locked_tokens(&self) -> u64 {
         self.locked_tokens
     }
 
     /// Tokens that eviction could free now.
-    pub fn evictable_tokens(&self) -> u64 {
+    pub(crate) fn evictable_tokens(&self) -> u64 {
         self.total_tokens - self.locked_tokens
     }
 
     /// Drops every cached prefix (callers ensure nothing is locked).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         *self = Self::new();
     }
 
@@ -93,7 +93,7 @@ impl RadixCache {
 
     /// Longest cached prefix of `tokens`: its length and the node it ends at. A match ending
     /// inside an edge splits that edge, so the returned node covers exactly the match.
-    pub fn match_prefix(&mut self, tokens: &[u32]) -> (usize, NodeId) {
+    pub(crate) fn match_prefix(&mut self, tokens: &[u32]) -> (usize, NodeId) {
         self.clock += 1;
         let now = self.clock;
         let mut node = Self::ROOT;
@@ -138,7 +138,7 @@ impl RadixCache {
     }
 
     /// Inserts `tokens`; returns how many tokens were new to the tree.
-    pub fn insert(&mut self, tokens: &[u32]) -> u64 {
+    pub(crate) fn insert(&mut self, tokens: &[u32]) -> u64 {
         let (matched, node) = self.match_prefix(tokens);
         if matched == tokens.len() {
             return 0;
@@ -160,7 +160,7 @@ impl RadixCache {
     }
 
     /// Protects the path from the root to `id` from eviction.
-    pub fn lock(&mut self, mut id: NodeId) {
+    pub(crate) fn lock(&mut self, mut id: NodeId) {
         while id != Self::ROOT {
             let n = self.node_mut(id);
             n.lock_ref += 1;
@@ -173,7 +173,7 @@ impl RadixCache {
     }
 
     /// Undoes one [`lock`](Self::lock) of `id`.
-    pub fn unlock(&mut self, mut id: NodeId) {
+    pub(crate) fn unlock(&mut self, mut id: NodeId) {
         while id != Self::ROOT {
             let n = self.node_mut(id);
             n.lock_ref = n.lock_ref.saturating_sub(1);
@@ -187,7 +187,7 @@ impl RadixCache {
 
     /// Evicts least-recently-used unlocked leaves until at least `want` tokens are freed or
     /// nothing evictable is left; returns the tokens freed.
-    pub fn evict(&mut self, want: u64) -> u64 {
+    pub(crate) fn evict(&mut self, want: u64) -> u64 {
         let mut heap: BinaryHeap<Reverse<(u64, NodeId)>> = self
             .nodes
             .iter()

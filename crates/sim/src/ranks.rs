@@ -20,11 +20,11 @@ use super::log::SimLog;
 /// Longest handshake line read from a peer.
 const LINE_BUDGET: usize = 128;
 /// How long ranks wait for each other when no `--dist-timeout` is given.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A rank's place in a multi-node server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RankArgs {
+pub(crate) struct RankArgs {
     pub nnodes: u32,
     pub rank: u32,
     /// Rank 0's `HOST:PORT`.
@@ -36,7 +36,7 @@ pub struct RankArgs {
 
 /// Bad multi-node flags (exit 2, like argparse).
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum RankArgError {
+pub(crate) enum RankArgError {
     #[error("--node-rank {rank} is out of range for --nnodes {nnodes} (0 to {})", .nnodes - 1)]
     RankRange { rank: i64, nnodes: i64 },
     #[error("--nnodes {0} must be at least 1")]
@@ -51,7 +51,7 @@ pub enum RankArgError {
 
 impl RankArgs {
     /// From SGLang's parsed flags; None for a single-node server.
-    pub fn from_sglang(
+    pub(crate) fn from_sglang(
         nnodes: Option<i64>,
         rank: Option<i64>,
         init_addr: Option<&str>,
@@ -102,7 +102,7 @@ impl RankArgs {
     /// Takes vLLM's multi-node flags out of `args` (the rest goes to vLLM's parser); None and
     /// `args` untouched for a single-node server. vLLM's own default `--master-addr` is
     /// 127.0.0.1 and `--master-port` 29501.
-    pub fn take_vllm(args: &mut Vec<String>) -> Result<Option<RankArgs>, RankArgError> {
+    pub(crate) fn take_vllm(args: &mut Vec<String>) -> Result<Option<RankArgs>, RankArgError> {
         let mut kept = Vec::with_capacity(args.len());
         let (mut nnodes, mut rank, mut addr, mut port, mut headless) =
             (None, None, None, None, false);
@@ -168,7 +168,7 @@ impl RankArgs {
 }
 
 /// How the rendezvous ended for this rank.
-pub enum Joined {
+pub(crate) enum Joined {
     /// Rank 0: one connection per other rank, by rank.
     Leader(BTreeMap<u32, TcpStream>),
     /// Another rank: its connection to rank 0.
@@ -177,7 +177,7 @@ pub enum Joined {
 
 /// Why the rendezvous failed (logged as torch does, then exit 1).
 #[derive(Debug, thiserror::Error)]
-pub enum RendezvousError {
+pub(crate) enum RendezvousError {
     #[error(
         "torch.distributed.DistStoreError: Timed out after {} seconds waiting for clients. {joined}/{nnodes} clients joined.",
         .waited.as_secs()
@@ -204,7 +204,7 @@ pub enum RendezvousError {
 }
 
 /// Meets the other ranks at the init address.
-pub async fn rendezvous(r: &RankArgs, log: &SimLog) -> Result<Joined, RendezvousError> {
+pub(crate) async fn rendezvous(r: &RankArgs, log: &SimLog) -> Result<Joined, RendezvousError> {
     if r.rank == 0 {
         lead(r, log).await.map(Joined::Leader)
     } else {
@@ -342,7 +342,7 @@ async fn read_line(r: &mut BufReader<TcpStream>) -> Option<String> {
 }
 
 /// Resolves with the rank whose connection ended first (rank 0's view).
-pub async fn first_lost(peers: BTreeMap<u32, TcpStream>) -> u32 {
+pub(crate) async fn first_lost(peers: BTreeMap<u32, TcpStream>) -> u32 {
     let mut set = tokio::task::JoinSet::new();
     for (rank, stream) in peers {
         set.spawn(async move {
@@ -357,7 +357,7 @@ pub async fn first_lost(peers: BTreeMap<u32, TcpStream>) -> u32 {
 }
 
 /// Resolves when the peer closes the connection (or it breaks).
-pub async fn closed(mut stream: TcpStream) {
+pub(crate) async fn closed(mut stream: TcpStream) {
     let mut buf = [0u8; 64];
     loop {
         match stream.read(&mut buf).await {
@@ -369,7 +369,7 @@ pub async fn closed(mut stream: TcpStream) {
 
 /// gloo's words for a peer that went away, which the engines' crash lines classify as
 /// `rank-lost`.
-pub fn lost_line(this_rank: u32, lost_rank: u32, addr: &str) -> String {
+pub(crate) fn lost_line(this_rank: u32, lost_rank: u32, addr: &str) -> String {
     format!(
         "[node_rank {this_rank}] RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [{addr}] (node_rank {lost_rank} is gone)"
     )
@@ -378,7 +378,7 @@ pub fn lost_line(this_rank: u32, lost_rank: u32, addr: &str) -> String {
 /// SGLang's ranks from 1: `/health`, `/health_generate` and `/ping` always answer 200 on the
 /// rank's own `--host:--port`, anything else 404 (srt/utils/common.py
 /// `launch_dummy_health_check_server`).
-pub async fn dummy_health(listener: TcpListener) {
+pub(crate) async fn dummy_health(listener: TcpListener) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
@@ -409,7 +409,7 @@ pub async fn dummy_health(listener: TcpListener) {
 }
 
 /// What this process is after the rendezvous.
-pub enum Role {
+pub(crate) enum Role {
     /// A single-node server.
     Single,
     /// Rank 0 of several: serves, watching the others.
@@ -422,7 +422,7 @@ pub enum Role {
 /// Meets the other ranks (`r` None: a single-node server, nothing to do). Ranks from 1 live
 /// their whole life here (a dummy `/health`, or nothing when headless, until rank 0 goes):
 /// `Err` is the exit code the process ends with.
-pub async fn start(
+pub(crate) async fn start(
     r: Option<&RankArgs>,
     log: &SimLog,
     host: &str,
@@ -480,7 +480,7 @@ pub async fn start(
 
 /// The server's shutdown: `signal`, or (rank 0) another rank lost, logged at once and noted
 /// in `lost` so the process exits 1.
-pub async fn until_shutdown(
+pub(crate) async fn until_shutdown(
     role: Role,
     log: SimLog,
     lost: std::sync::Arc<std::sync::atomic::AtomicBool>,

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 /// One request the scheduler holds (waiting, being prefilled, or decoding).
 #[derive(Debug)]
-pub struct Req {
+pub(crate) struct Req {
     pub rid: Arc<str>,
     pub input_ids: Vec<u32>,
     pub max_new: u64,
@@ -57,7 +57,7 @@ pub struct Req {
 
 impl Req {
     /// A fresh request, not yet admitted.
-    pub fn new(g: GenRequest, base_seed: u64) -> Req {
+    pub(crate) fn new(g: GenRequest, base_seed: u64) -> Req {
         let seed = seed_of(&g.input_ids, base_seed);
         Req {
             rid: g.rid,
@@ -88,27 +88,27 @@ impl Req {
     }
 
     /// Prompt length in tokens.
-    pub fn prompt_len(&self) -> u64 {
+    pub(crate) fn prompt_len(&self) -> u64 {
         self.input_ids.len() as u64
     }
 
     /// Prompt tokens still to compute.
-    pub fn remaining_prefill(&self) -> u64 {
+    pub(crate) fn remaining_prefill(&self) -> u64 {
         self.prompt_len() - self.prefilled
     }
 
     /// Tokens in context (prompt + generated).
-    pub fn context_len(&self) -> u64 {
+    pub(crate) fn context_len(&self) -> u64 {
         self.prompt_len() + self.output.len() as u64
     }
 
     /// Whether the request has generated all it may.
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.output.len() as u64 >= self.max_new
     }
 
     /// Appends `k` generated tokens (capped at max_new); returns how many were added.
-    pub fn generate(&mut self, k: u64) -> u64 {
+    pub(crate) fn generate(&mut self, k: u64) -> u64 {
         let k = k.min(self.max_new - self.output.len() as u64);
         for _ in 0..k {
             let i = self.output.len() as u64;
@@ -119,7 +119,7 @@ impl Req {
 
     /// Draws how many tokens one speculative verify step emits: 1 + Binomial(n-1, p) with
     /// p chosen so the mean is `mean`, so the count varies between 1 and n.
-    pub fn draw_accept(&mut self, n: u32, mean: f64) -> u64 {
+    pub(crate) fn draw_accept(&mut self, n: u32, mean: f64) -> u64 {
         if n <= 1 {
             return 1;
         }
@@ -136,17 +136,17 @@ impl Req {
     }
 
     /// Whether the client went away.
-    pub fn disconnected(&self) -> bool {
+    pub(crate) fn disconnected(&self) -> bool {
         self.events.is_closed()
     }
 
     /// Prompt tokens it reports as cached (its first admission's match).
-    pub fn reported_cached(&self) -> u64 {
+    pub(crate) fn reported_cached(&self) -> u64 {
         self.first_cached.unwrap_or(self.cached)
     }
 
     /// Tokens whose KV the request holds outside the tree.
-    pub fn private_used(&self) -> u64 {
+    pub(crate) fn private_used(&self) -> u64 {
         self.prefilled - self.in_tree.min(self.prefilled) + self.output.len() as u64
     }
 }

@@ -49,7 +49,7 @@ const RETRACT_DECODE_STEPS: u64 = 20;
 /// decode steps, returns to the start when the server is idle, and is raised by a retraction
 /// to what the remaining requests have actually needed.
 #[derive(Debug, Clone, Copy)]
-pub struct TokenRatio {
+pub(crate) struct TokenRatio {
     init: f64,
     min: f64,
     decay: f64,
@@ -58,7 +58,7 @@ pub struct TokenRatio {
 
 impl TokenRatio {
     /// The ratio for `--schedule-conservativeness`.
-    pub fn new(conservativeness: f64) -> Self {
+    pub(crate) fn new(conservativeness: f64) -> Self {
         let init = (INIT_NEW_TOKEN_RATIO * conservativeness).min(1.0);
         let min = (init * MIN_NEW_TOKEN_RATIO_FACTOR).min(1.0);
         TokenRatio {
@@ -70,7 +70,7 @@ impl TokenRatio {
     }
 
     /// Tokens admission keeps for a request that may still generate `remaining` tokens.
-    pub fn estimate(&self, remaining: u64) -> u64 {
+    pub(crate) fn estimate(&self, remaining: u64) -> u64 {
         (remaining.min(CLIP_MAX_NEW_TOKENS) as f64 * self.now).ceil() as u64
     }
 
@@ -84,11 +84,11 @@ impl TokenRatio {
 }
 
 /// What the server logs once the engine is warmed up, before `/health` turns 200.
-pub type OnReady = Box<dyn FnOnce() + Send>;
+pub(crate) type OnReady = Box<dyn FnOnce() + Send>;
 
 /// Starts the scheduler thread; `on_ready` runs when warmup is done, just before the engine is
 /// marked ready.
-pub fn spawn(
+pub(crate) fn spawn(
     config: &SimConfig,
     shared: Arc<Shared>,
     rx: Receiver<Command>,

@@ -30,7 +30,7 @@ pub async fn serve(
 /// Like [`serve`] on a socket that is bound but not listening: it listens when the engine's
 /// surface would (vLLM: once the engine is ready, so connections are refused while it loads;
 /// SGLang and llama.cpp: at once).
-pub async fn serve_socket(
+pub(crate) async fn serve_socket(
     config: SimConfig,
     socket: TcpSocket,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -175,7 +175,7 @@ async fn serve_sglang(
 
 /// A model named by a filesystem path (absolute, `./`, `../` or `~`) that does not exist.
 /// Any other name stands for a model the simulator pretends to have.
-pub fn missing_model_path(model: &str) -> bool {
+pub(crate) fn missing_model_path(model: &str) -> bool {
     let path = if let Some(rest) = model.strip_prefix("~/") {
         match std::env::var_os("HOME") {
             Some(home) => std::path::Path::new(&home).join(rest),

@@ -34,7 +34,7 @@ struct Slot {
 
 /// What `GET /slots` shows of one slot.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SlotView {
+pub(crate) struct SlotView {
     /// Slot id.
     pub id: usize,
     /// The slot's context in tokens.
@@ -47,7 +47,7 @@ pub struct SlotView {
 
 /// All slots and their caches.
 #[derive(Debug)]
-pub struct SlotPool {
+pub(crate) struct SlotPool {
     slots: Vec<Slot>,
     n_ctx_slot: u64,
     n_ctx: u64,
@@ -57,7 +57,7 @@ pub struct SlotPool {
 
 impl SlotPool {
     /// `n_slots` slots over `n_ctx` cells; each slot's context is `n_ctx_slot`.
-    pub fn new(n_slots: usize, n_ctx: u64, n_ctx_slot: u64, unified: bool) -> Self {
+    pub(crate) fn new(n_slots: usize, n_ctx: u64, n_ctx_slot: u64, unified: bool) -> Self {
         SlotPool {
             slots: vec![Slot::default(); n_slots.max(1)],
             n_ctx_slot,
@@ -68,13 +68,13 @@ impl SlotPool {
     }
 
     /// KV cells in all.
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.n_ctx
     }
 
     /// Picks a slot for the request and matches its prompt against that slot's cache.
     /// False = no slot is free (or the unified buffer has no room): the request waits.
-    pub fn admit(&mut self, req: &mut Req) -> bool {
+    pub(crate) fn admit(&mut self, req: &mut Req) -> bool {
         let plen = req.input_ids.len();
         let n = self.slots.len();
         let chosen = match req.opts.id_slot {
@@ -158,7 +158,7 @@ impl SlotPool {
 
     /// A finished or aborted request leaves its prompt (and output, when its prefill was
     /// complete) in its slot's cache.
-    pub fn release(&mut self, req: &mut Req) {
+    pub(crate) fn release(&mut self, req: &mut Req) {
         let Some(id) = req.slot.take() else {
             return;
         };
@@ -176,7 +176,7 @@ impl SlotPool {
     }
 
     /// Empties an idle slot's cache: the tokens erased, or None while a task runs in it.
-    pub fn erase(&mut self, id: usize) -> Option<u64> {
+    pub(crate) fn erase(&mut self, id: usize) -> Option<u64> {
         let n = self.slots.len();
         let slot = &mut self.slots[id % n];
         if slot.task.is_some() {
@@ -188,14 +188,14 @@ impl SlotPool {
     }
 
     /// Empties every idle slot.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         for slot in self.slots.iter_mut().filter(|s| s.task.is_none()) {
             slot.tokens.clear();
         }
     }
 
     /// What `/slots` shows.
-    pub fn views(&self) -> Vec<SlotView> {
+    pub(crate) fn views(&self) -> Vec<SlotView> {
         self.slots
             .iter()
             .enumerate()

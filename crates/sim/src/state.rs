@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 /// Readiness, live statistics, and the crash signal.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     ready: AtomicBool,
     /// Gauges, histograms and counters, updated by the scheduler every iteration.
     pub stats: Mutex<SchedStats>,
@@ -26,7 +26,7 @@ impl Default for Shared {
 
 impl Shared {
     /// State for a simulator speaking `api` (its histograms use that engine's buckets).
-    pub fn new(api: Api) -> Self {
+    pub(crate) fn new(api: Api) -> Self {
         Shared {
             ready: AtomicBool::new(false),
             stats: Mutex::new(SchedStats::for_api(api)),
@@ -36,33 +36,33 @@ impl Shared {
     }
 
     /// Whether the engine crashed.
-    pub fn crashed(&self) -> bool {
+    pub(crate) fn crashed(&self) -> bool {
         self.crash.borrow().is_some()
     }
 
     /// Whether warmup is done (`/health` answers 200).
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
 
     /// Marks warmup done.
-    pub fn set_ready(&self) {
+    pub(crate) fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
     }
 
     /// Signals a simulated crash; the server shuts down and `serve` returns the message.
-    pub fn crash(&self, message: String) {
+    pub(crate) fn crash(&self, message: String) {
         self.ready.store(false, Ordering::Release);
         self.crash.send_replace(Some(message));
     }
 
     /// Watches for a crash.
-    pub fn crash_watch(&self) -> watch::Receiver<Option<String>> {
+    pub(crate) fn crash_watch(&self) -> watch::Receiver<Option<String>> {
         self.crash.subscribe()
     }
 
     /// A copy of the statistics.
-    pub fn stats(&self) -> SchedStats {
+    pub(crate) fn stats(&self) -> SchedStats {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
     }
 }

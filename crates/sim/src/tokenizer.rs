@@ -7,7 +7,7 @@
 //! the last token), which is what makes shared prompt prefixes hit the radix cache.
 
 /// Vocabulary size (Llama 3's), so ids look plausible.
-pub const VOCAB_SIZE: u32 = 128_256;
+pub(crate) const VOCAB_SIZE: u32 = 128_256;
 /// Longest piece, in characters, a word is split into.
 const MAX_PIECE: usize = 8;
 /// Ids below this are reserved for special tokens.
@@ -21,7 +21,7 @@ const OUTPUT_WORDS: &[&str] = &[
 ];
 
 /// Splits `text` into token pieces (borrowed slices of `text`).
-pub fn pieces(text: &str) -> Vec<&str> {
+pub(crate) fn pieces(text: &str) -> Vec<&str> {
     let mut out = Vec::with_capacity(text.len() / 4 + 1);
     let mut chars = text.char_indices().peekable();
     while let Some(&(start, c)) = chars.peek() {
@@ -76,7 +76,7 @@ fn next_is_alpha(text: &str, space_at: usize) -> bool {
 }
 
 /// Stable id of one piece (FNV-1a).
-pub fn piece_id(piece: &str) -> u32 {
+pub(crate) fn piece_id(piece: &str) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in piece.as_bytes() {
         h ^= *b as u64;
@@ -91,14 +91,14 @@ pub fn encode(text: &str) -> Vec<u32> {
 }
 
 /// The `i`-th generated token for a request whose generation seed is `seed`.
-pub fn output_token(seed: u64, i: u64) -> u32 {
+pub(crate) fn output_token(seed: u64, i: u64) -> u32 {
     let w = OUTPUT_WORDS
         [(splitmix(seed ^ i.wrapping_mul(0x9e37_79b9)) % OUTPUT_WORDS.len() as u64) as usize];
     piece_id(w)
 }
 
 /// Text of a generated token id; ids not produced by [`output_token`] decode to a placeholder.
-pub fn decode_token(id: u32) -> &'static str {
+pub(crate) fn decode_token(id: u32) -> &'static str {
     OUTPUT_WORDS
         .iter()
         .find(|w| piece_id(w) == id)
@@ -107,14 +107,14 @@ pub fn decode_token(id: u32) -> &'static str {
 }
 
 /// Appends the text of `ids` to `out`.
-pub fn decode_into(ids: &[u32], out: &mut String) {
+pub(crate) fn decode_into(ids: &[u32], out: &mut String) {
     for &id in ids {
         out.push_str(decode_token(id));
     }
 }
 
 /// A seed for a request's generated tokens from its prompt, so outputs are reproducible.
-pub fn seed_of(ids: &[u32], base: u64) -> u64 {
+pub(crate) fn seed_of(ids: &[u32], base: u64) -> u64 {
     let mut h = base ^ 0x51ed_270b;
     for &id in ids.iter().take(64) {
         h = splitmix(h ^ id as u64);
@@ -123,7 +123,7 @@ pub fn seed_of(ids: &[u32], base: u64) -> u64 {
 }
 
 /// SplitMix64: a small, fast, well-mixed deterministic hash / generator step.
-pub fn splitmix(x: u64) -> u64 {
+pub(crate) fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

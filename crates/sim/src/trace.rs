@@ -38,14 +38,14 @@ impl ChunkTrace {
     }
 
     /// Appends entries (the scheduler calls this once per step).
-    pub fn extend(&self, entries: impl IntoIterator<Item = TraceEntry>) {
+    pub(crate) fn extend(&self, entries: impl IntoIterator<Item = TraceEntry>) {
         if let Ok(mut v) = self.0.lock() {
             v.extend(entries);
         }
     }
 
     /// Records that output `chunk_index` of `rid` was handed to the connection now.
-    pub fn emitted(&self, rid: &Arc<str>, chunk_index: u32) {
+    pub(crate) fn emitted(&self, rid: &Arc<str>, chunk_index: u32) {
         let emitted = Instant::now();
         if let Ok(mut v) = self.1.lock() {
             v.push(EmitEntry {
@@ -64,15 +64,5 @@ impl ChunkTrace {
     /// A copy of every entry so far.
     pub fn entries(&self) -> Vec<TraceEntry> {
         self.0.lock().map(|v| v.clone()).unwrap_or_default()
-    }
-
-    /// Forgets every entry.
-    pub fn clear(&self) {
-        if let Ok(mut v) = self.0.lock() {
-            v.clear();
-        }
-        if let Ok(mut v) = self.1.lock() {
-            v.clear();
-        }
     }
 }

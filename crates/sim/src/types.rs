@@ -6,7 +6,7 @@ use tokio::sync::{mpsc, oneshot};
 
 /// A tokenized, validated generation request on its way to the scheduler.
 #[derive(Debug)]
-pub struct GenRequest {
+pub(crate) struct GenRequest {
     /// Request id (the client's `rid`, or a fresh uuid4 hex).
     pub rid: Arc<str>,
     /// Prompt token ids.
@@ -23,7 +23,7 @@ pub struct GenRequest {
 
 /// Per-request options beyond SGLang's (defaults: SGLang's behaviour).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReqOptions {
+pub(crate) struct ReqOptions {
     /// Reuse a cached prompt prefix (llama.cpp's `cache_prompt`, default true).
     pub cache_prompt: bool,
     /// Run in this llama.cpp slot (`id_slot`); None = the server picks.
@@ -45,7 +45,7 @@ impl Default for ReqOptions {
 /// A finished request's timings, as llama.cpp reports them (`timings`, `print_timing`).
 /// Model time, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Timings {
+pub(crate) struct Timings {
     /// Prompt tokens served from the cache.
     pub cache_n: u64,
     /// Prompt tokens evaluated (not cached).
@@ -62,7 +62,7 @@ pub struct Timings {
 
 /// Why a request finished.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// Reached `max_new_tokens` (the count).
     Length(u64),
     /// Aborted (message, HTTP-style status code).
@@ -71,7 +71,7 @@ pub enum Finish {
 
 /// Speculative decoding counters of one request, sent on its final output.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SpecStats {
+pub(crate) struct SpecStats {
     /// Verify (decode) steps run.
     pub verify_ct: u64,
     /// Draft tokens accepted.
@@ -82,7 +82,7 @@ pub struct SpecStats {
 
 /// One engine output for one request: the tokens produced since the previous output.
 #[derive(Debug)]
-pub struct Output {
+pub(crate) struct Output {
     /// New token ids since the previous output of this request.
     pub new_ids: Vec<u32>,
     /// Tokens generated so far (cumulative).
@@ -103,7 +103,7 @@ pub struct Output {
 
 /// A command to the scheduler thread.
 #[derive(Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Queue a request.
     Generate(GenRequest),
     /// Flush the radix cache; answers whether it was flushed.

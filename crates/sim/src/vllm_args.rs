@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// vLLM's default model when none is given (config/model.py `ModelConfig.model`).
-pub const DEFAULT_MODEL: &str = "Qwen/Qwen3-0.6B";
+pub(crate) const DEFAULT_MODEL: &str = "Qwen/Qwen3-0.6B";
 
 /// vLLM's own settings, beyond what the timing model uses.
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ pub struct VllmOptions {
 
 /// A command line vLLM's parser would refuse.
 #[derive(Debug, thiserror::Error)]
-pub enum VllmArgError {
+pub(crate) enum VllmArgError {
     /// argparse's refusal: printed after the usage line, exit status 2.
     #[error("usage: vllm serve [model_tag] [options]\nvllm serve: error: {0}")]
     Usage(String),
@@ -76,7 +76,7 @@ pub enum VllmArgError {
 
 /// What the command line asked for.
 #[derive(Debug)]
-pub struct VllmParsed {
+pub(crate) struct VllmParsed {
     /// The resolved configuration.
     pub config: SimConfig,
     /// Warnings to print (flags accepted but not modelled, `--model`).
@@ -381,7 +381,7 @@ fn did_you_mean(name: &str) -> Option<String> {
 
 /// vLLM's `human_readable_int`: `k`/`m`/`g` are powers of 1000, `K`/`M`/`G` of 1024;
 /// decimals allowed with a suffix (`25.6k`).
-pub fn human_int(raw: &str) -> Option<i64> {
+pub(crate) fn human_int(raw: &str) -> Option<i64> {
     let raw = raw.trim();
     if let Ok(n) = raw.parse::<i64>() {
         return Some(n);
@@ -432,7 +432,7 @@ fn is_flag(arg: &str) -> bool {
 }
 
 /// Parses the arguments after `servebench sim --api vllm`.
-pub fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
+pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
     let usage = VllmArgError::Usage;
     let mut given: IndexMap<&'static str, Value> = IndexMap::new();
     let mut json: Map<String, Value> = Map::new();
@@ -825,7 +825,7 @@ fn resolve_config(
 }
 
 /// Python's `repr` of a JSON value (`True`, `None`, `'text'`), for `non-default args`.
-pub fn py_repr(v: &Value) -> String {
+pub(crate) fn py_repr(v: &Value) -> String {
     match v {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
@@ -844,7 +844,7 @@ pub fn py_repr(v: &Value) -> String {
 }
 
 /// `servebench sim --api vllm --help`.
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     use std::fmt::Write;
     let mut s = String::from(
         "usage: servebench sim --api vllm [model_tag] [options]\n\n\

@@ -3,7 +3,7 @@
 //! simulator accepts the ones it does not model with a warning; anything else is an error.
 
 /// Long flag names without `--`.
-pub const ALL: &[&str] = &[
+pub(crate) const ALL: &[&str] = &[
     "additional-config",
     "aggregate-engine-logging",
     "all2all-backend",
@@ -328,7 +328,7 @@ pub const ALL: &[&str] = &[
 ];
 
 /// Short forms (entrypoints/common/cli_args.py, engine/arg_utils.py), without the dash.
-pub const SHORT: &[(&str, &str)] = &[
+pub(crate) const SHORT: &[(&str, &str)] = &[
     ("tp", "tensor-parallel-size"),
     ("pp", "pipeline-parallel-size"),
     ("dp", "data-parallel-size"),
@@ -350,7 +350,7 @@ pub const SHORT: &[(&str, &str)] = &[
 
 /// Flags of the list above that take no value (booleans), besides every `enable-*` and
 /// `disable-*` one. The rest take one value.
-pub const BOOLEAN: &[&str] = &[
+pub(crate) const BOOLEAN: &[&str] = &[
     "aggregate-engine-logging",
     "allow-credentials",
     "allow-deprecated-quantization",
@@ -389,6 +389,6 @@ pub const BOOLEAN: &[&str] = &[
 ];
 
 /// Whether a flag of the list takes no value.
-pub fn is_boolean(name: &str) -> bool {
+pub(crate) fn is_boolean(name: &str) -> bool {
     name.starts_with("enable-") || name.starts_with("disable-") || BOOLEAN.contains(&name)
 }

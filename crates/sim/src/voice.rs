@@ -13,11 +13,11 @@ use super::log::SimLog;
 use super::types::Timings;
 
 /// vLLM's version the simulator's vLLM surface follows (docs/reference/vllm-facts.md).
-pub const VLLM_VERSION: &str = "0.33.0";
+pub(crate) const VLLM_VERSION: &str = "0.33.0";
 
 /// Which vLLM process a line comes from.
 #[derive(Debug, Clone, Copy)]
-pub enum Proc {
+pub(crate) enum Proc {
     /// The HTTP front end.
     Api,
     /// The engine core (data-parallel rank 0).
@@ -26,7 +26,7 @@ pub enum Proc {
 
 /// Writes an engine's log lines.
 #[derive(Debug, Clone)]
-pub struct Voice {
+pub(crate) struct Voice {
     api: Api,
     log: SimLog,
     pid: u32,
@@ -34,7 +34,7 @@ pub struct Voice {
 
 impl Voice {
     /// A voice for `api` writing to `log`.
-    pub fn new(api: Api, log: SimLog) -> Self {
+    pub(crate) fn new(api: Api, log: SimLog) -> Self {
         Voice {
             api,
             log,
@@ -43,7 +43,7 @@ impl Voice {
     }
 
     /// A vLLM logger line.
-    pub fn vllm(&self, proc: Proc, level: &str, at: &str, msg: &str) {
+    pub(crate) fn vllm(&self, proc: Proc, level: &str, at: &str, msg: &str) {
         let stamp = chrono::Local::now().format("%m-%d %H:%M:%S");
         self.log.raw(&format!(
             "{} {level} {stamp} [{at}] {msg}",
@@ -52,7 +52,7 @@ impl Voice {
     }
 
     /// Lines vLLM's decoration prefixes with the process (uvicorn's, tracebacks).
-    pub fn vllm_raw(&self, proc: Proc, text: &str) {
+    pub(crate) fn vllm_raw(&self, proc: Proc, text: &str) {
         let prefix = self.vllm_prefix(proc);
         for line in text.lines() {
             self.log.raw(&format!("{prefix} {line}"));
@@ -68,19 +68,19 @@ impl Voice {
     }
 
     /// A llama.cpp server line: `srv  <func>: <msg>`.
-    pub fn srv(&self, func: &str, msg: &str) {
+    pub(crate) fn srv(&self, func: &str, msg: &str) {
         self.log.raw(&format!("srv  {func:>12.12}: {msg}"));
     }
 
     /// A llama.cpp slot line: `slot <func>: id  N | task T | <msg>`.
-    pub fn slot(&self, func: &str, id: usize, task: i64, msg: &str) {
+    pub(crate) fn slot(&self, func: &str, id: usize, task: i64, msg: &str) {
         self.log.raw(&format!(
             "slot {func:>12.12}: id {id:2} | task {task} | {msg}"
         ));
     }
 
     /// The engine is warmed up and about to serve.
-    pub fn engine_ready(&self, warmup_s: f64) {
+    pub(crate) fn engine_ready(&self, warmup_s: f64) {
         match self.api {
             Api::Sglang => self.log.info("The server is fired up and ready to roll!"),
             Api::Vllm => {
@@ -104,21 +104,21 @@ impl Voice {
     }
 
     /// SGLang's Prefill batch line.
-    pub fn prefill_batch(&self, line: &str) {
+    pub(crate) fn prefill_batch(&self, line: &str) {
         if self.api == Api::Sglang {
             self.log.batch(line);
         }
     }
 
     /// SGLang's Decode batch line.
-    pub fn decode_batch(&self, line: &str) {
+    pub(crate) fn decode_batch(&self, line: &str) {
         if self.api == Api::Sglang {
             self.log.batch(line);
         }
     }
 
     /// SGLang's `/flush_cache` outcome.
-    pub fn flush(&self, ok: bool) {
+    pub(crate) fn flush(&self, ok: bool) {
         if ok {
             self.log.info("Cache flushed successfully!");
         } else {
@@ -128,7 +128,7 @@ impl Voice {
     }
 
     /// vLLM's `/reset_prefix_cache` outcome (v1/core/block_pool.py `reset_prefix_cache`).
-    pub fn reset_prefix_cache(&self, ok: bool, blocks_held: u64) {
+    pub(crate) fn reset_prefix_cache(&self, ok: bool, blocks_held: u64) {
         if ok {
             self.vllm(
                 Proc::Engine,
@@ -149,7 +149,14 @@ impl Voice {
     }
 
     /// llama.cpp: a slot starts a task.
-    pub fn task_started(&self, slot: usize, task: u64, n_ctx_slot: u64, prompt: u64, cached: u64) {
+    pub(crate) fn task_started(
+        &self,
+        slot: usize,
+        task: u64,
+        n_ctx_slot: u64,
+        prompt: u64,
+        cached: u64,
+    ) {
         if self.api != Api::LlamaCpp {
             return;
         }
@@ -172,7 +179,7 @@ impl Voice {
     }
 
     /// llama.cpp: a slot finished its task (`print_timing` and `release`).
-    pub fn task_finished(&self, slot: usize, t: &Timings, n_tokens: u64) {
+    pub(crate) fn task_finished(&self, slot: usize, t: &Timings, n_tokens: u64) {
         if self.api != Api::LlamaCpp {
             return;
         }
@@ -215,7 +222,7 @@ impl Voice {
     }
 
     /// llama.cpp: nothing is running any more.
-    pub fn all_idle(&self) {
+    pub(crate) fn all_idle(&self) {
         if self.api == Api::LlamaCpp {
             self.srv("update_slots", "all slots are idle");
         }
@@ -223,7 +230,7 @@ impl Voice {
 
     /// The engine runs out of GPU memory in a prefill (`torch_error` is PyTorch's error line;
     /// `tried_mib` what the failing allocation asked for).
-    pub fn out_of_memory(&self, torch_error: &str, tried_mib: f64) {
+    pub(crate) fn out_of_memory(&self, torch_error: &str, tried_mib: f64) {
         match self.api {
             Api::Sglang => {
                 self.log
@@ -296,7 +303,7 @@ impl Voice {
 }
 
 /// Groups digits by thousands, as Python's `{:,}` does.
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {

@@ -20,7 +20,7 @@ const HEALTH_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 
 /// `GET|POST /flush_cache[?timeout=S]`: 200 when flushed; 400 "Flush cache failed." while
 /// requests are running or queued, after waiting up to `timeout` seconds (default 0) for them.
-pub async fn flush(State(st): State<AppState>, Query(q): Query<FlushQuery>) -> Response {
+pub(crate) async fn flush(State(st): State<AppState>, Query(q): Query<FlushQuery>) -> Response {
     let timeout = q
         .timeout
         .filter(|t| t.is_finite() && *t > 0.0)
@@ -45,7 +45,7 @@ pub async fn flush(State(st): State<AppState>, Query(q): Query<FlushQuery>) -> R
 
 /// `/flush_cache`'s query.
 #[derive(serde::Deserialize)]
-pub struct FlushQuery {
+pub(crate) struct FlushQuery {
     timeout: Option<f64>,
 }
 
@@ -54,7 +54,7 @@ pub struct FlushQuery {
 /// (`log_metrics=False`), polled every `health_poll_s` (SGLang sleeps 1 s between looks, so an
 /// answer takes at least that): 200 with an empty body once the scheduler answered, 503 after
 /// 20 s without.
-pub async fn health(State(st): State<AppState>) -> Response {
+pub(crate) async fn health(State(st): State<AppState>) -> Response {
     if !st.shared.is_ready() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
@@ -91,7 +91,7 @@ pub async fn health(State(st): State<AppState>) -> Response {
 }
 
 /// `GET /ready` (0.5.23): 200 once warm, 503 before; no generation.
-pub async fn ready(State(st): State<AppState>) -> Response {
+pub(crate) async fn ready(State(st): State<AppState>) -> Response {
     if st.shared.is_ready() {
         StatusCode::OK.into_response()
     } else {
@@ -100,7 +100,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
 }
 
 /// `GET /server_info`: every server argument at top level plus live state.
-pub async fn server_info(State(st): State<AppState>) -> Response {
+pub(crate) async fn server_info(State(st): State<AppState>) -> Response {
     let cfg = &st.cfg;
     let stats = st.shared.stats();
     let mut m = serde_json::Map::new();
@@ -158,7 +158,7 @@ pub async fn server_info(State(st): State<AppState>) -> Response {
 }
 
 /// `GET /model_info`.
-pub async fn model_info(State(st): State<AppState>) -> Response {
+pub(crate) async fn model_info(State(st): State<AppState>) -> Response {
     let tok = st
         .cfg
         .args
@@ -173,7 +173,7 @@ pub async fn model_info(State(st): State<AppState>) -> Response {
 }
 
 /// `GET /v1/models`.
-pub async fn models(State(st): State<AppState>) -> Response {
+pub(crate) async fn models(State(st): State<AppState>) -> Response {
     let name = &st.cfg.served_model_name;
     json_response(
         StatusCode::OK,
@@ -184,7 +184,7 @@ pub async fn models(State(st): State<AppState>) -> Response {
 }
 
 /// `GET /metrics` (registered only with `--enable-metrics`).
-pub async fn metrics(State(st): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
     let text = st
         .shared
         .stats()
@@ -200,7 +200,7 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
 }
 
 /// `POST /abort_request {"rid": ..}` or `{"abort_all": true}`.
-pub async fn abort(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn abort(State(st): State<AppState>, body: Bytes) -> Response {
     let v = match parse_json(&body) {
         Ok(v) => v,
         Err(e) => return (StatusCode::BAD_REQUEST, e.0).into_response(),
@@ -217,14 +217,14 @@ pub async fn abort(State(st): State<AppState>, body: Bytes) -> Response {
 }
 
 /// Profiling endpoints: accepted, nothing to profile.
-pub async fn ok() -> Response {
+pub(crate) async fn ok() -> Response {
     (StatusCode::OK, "OK").into_response()
 }
 
 /// `POST /v1/tokenize` (and `/tokenize`): `{"prompt": str | [str]}` -> `{"tokens", "count",
 /// "max_model_len"}`, as SGLang answers (openai `TokenizeResponse`). The count is what
 /// `/generate` would report as `prompt_tokens` for the same text.
-pub async fn tokenize(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn tokenize(State(st): State<AppState>, body: Bytes) -> Response {
     let v = match super::parse_json(&body) {
         Ok(v) => v,
         Err(e) => {

@@ -17,7 +17,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// `POST|PUT /generate`.
-pub async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
     let received = Instant::now();
     let v = match parse_json(&body) {
         Ok(v) => v,
@@ -195,7 +195,7 @@ fn reject(streaming: bool, m: String) -> Response {
 }
 
 /// SGLang's `finish_reason` object.
-pub fn finish_json(f: &Option<Finish>) -> Value {
+pub(crate) fn finish_json(f: &Option<Finish>) -> Value {
     match f {
         None => Value::Null,
         Some(Finish::Length(n)) => json!({"type": "length", "length": n}),

@@ -30,7 +30,7 @@ use tower::ServiceExt;
 
 /// Marks a response whose connection closes once its body has been sent.
 #[derive(Debug, Clone, Copy)]
-pub struct CloseAfterBody;
+pub(crate) struct CloseAfterBody;
 
 /// Requests one connection serves before it says `Connection: close` (cpp-httplib's `max`).
 const MAX_REQUESTS: u32 = 100;

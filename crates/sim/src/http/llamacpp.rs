@@ -31,17 +31,17 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 /// The BOS token every completion prompt starts with (`add_special`); the simulator's
 /// tokenizer reserves ids below 256 for special tokens.
-pub const BOS: u32 = 1;
+pub(crate) const BOS: u32 = 1;
 
 /// What llama.cpp's handlers reach.
 #[derive(Clone)]
-pub struct LState {
+pub(crate) struct LState {
     st: AppState,
     l: Arc<LlamaOptions>,
 }
 
 /// Builds llama-server's router.
-pub fn router(st: AppState, l: Arc<LlamaOptions>) -> Router {
+pub(crate) fn router(st: AppState, l: Arc<LlamaOptions>) -> Router {
     let state = LState { st, l };
     Router::new()
         .route("/health", get(health))

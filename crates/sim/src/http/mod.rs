@@ -4,10 +4,10 @@
 
 mod admin;
 mod generate;
-pub mod keepalive;
-pub mod llamacpp;
+pub(crate) mod keepalive;
+pub(crate) mod llamacpp;
 mod openai;
-pub mod vllm;
+pub(crate) mod vllm;
 
 use super::config::SimConfig;
 use super::state::Shared;
@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 /// What every handler can reach.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub cfg: Arc<SimConfig>,
     pub shared: Arc<Shared>,
     pub tx: Sender<Command>,
@@ -33,7 +33,7 @@ pub struct AppState {
 }
 
 /// Builds the router; `/metrics` exists only with `--enable-metrics`.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     let mut r = Router::new()
         .route(
             "/generate",
@@ -63,7 +63,7 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -72,17 +72,17 @@ pub fn unix_now() -> f64 {
 
 /// A validation failure, phrased as SGLang phrases it.
 #[derive(Debug)]
-pub struct Rejected(pub String);
+pub(crate) struct Rejected(pub String);
 
 /// Parses a JSON body; bad JSON becomes a message for a 400.
-pub fn parse_json(body: &Bytes) -> Result<serde_json::Value, Rejected> {
+pub(crate) fn parse_json(body: &Bytes) -> Result<serde_json::Value, Rejected> {
     serde_json::from_slice(body).map_err(|e| Rejected(format!("Invalid JSON body: {e}")))
 }
 
 impl AppState {
     /// Validates a tokenized request and queues it; returns its id and the receiver of its
     /// outputs.
-    pub fn submit(
+    pub(crate) fn submit(
         &self,
         rid: Option<String>,
         input_ids: Vec<u32>,
@@ -135,7 +135,7 @@ impl AppState {
     }
 
     /// Queues an already validated request; the other surfaces validate in their own words.
-    pub fn enqueue(
+    pub(crate) fn enqueue(
         &self,
         rid: Option<String>,
         input_ids: Vec<u32>,
@@ -162,7 +162,7 @@ impl AppState {
 }
 
 /// A JSON response with a status.
-pub fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
@@ -172,7 +172,7 @@ pub fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
 }
 
 /// An SSE response from a stream of already-framed `data: ...\n\n` chunks.
-pub fn sse_response(
+pub(crate) fn sse_response(
     s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
 ) -> Response {
     Response::builder()
@@ -183,7 +183,7 @@ pub fn sse_response(
 }
 
 /// Frames one SSE event.
-pub fn sse(v: &serde_json::Value) -> Bytes {
+pub(crate) fn sse(v: &serde_json::Value) -> Bytes {
     let mut s = String::with_capacity(256);
     s.push_str("data: ");
     s.push_str(&v.to_string());
@@ -192,10 +192,10 @@ pub fn sse(v: &serde_json::Value) -> Bytes {
 }
 
 /// The stream terminator.
-pub const DONE: &[u8] = b"data: [DONE]\n\n";
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 /// Reads an integer field that may be absent or null.
-pub fn opt_i64(v: &serde_json::Value, key: &str) -> Result<Option<i64>, Rejected> {
+pub(crate) fn opt_i64(v: &serde_json::Value, key: &str) -> Result<Option<i64>, Rejected> {
     match v.get(key) {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(x) => x

@@ -20,12 +20,12 @@ enum Api {
 }
 
 /// `POST /v1/completions`.
-pub async fn completions(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn completions(State(st): State<AppState>, body: Bytes) -> Response {
     handle(st, body, Api::Completion).await
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(State(st): State<AppState>, body: Bytes) -> Response {
+pub(crate) async fn chat(State(st): State<AppState>, body: Bytes) -> Response {
     handle(st, body, Api::Chat).await
 }
 

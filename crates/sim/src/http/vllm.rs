@@ -29,7 +29,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Every route, with its methods, in the order vLLM logs them at start-up.
-pub const ROUTES: &[(&str, &str)] = &[
+pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("/health", "GET"),
     ("/ping", "GET, POST"),
     ("/load", "GET"),
@@ -49,7 +49,7 @@ pub const ROUTES: &[(&str, &str)] = &[
 
 /// Routes registered only with `VLLM_SERVER_DEV_MODE=1` (serve/__init__.py
 /// `register_vllm_dev_api_routers`).
-pub const DEV_ROUTES: &[&str] = &[
+pub(crate) const DEV_ROUTES: &[&str] = &[
     "/reset_prefix_cache",
     "/reset_mm_cache",
     "/reset_encoder_cache",
@@ -59,14 +59,14 @@ pub const DEV_ROUTES: &[&str] = &[
 
 /// What vLLM's handlers reach.
 #[derive(Clone)]
-pub struct VState {
+pub(crate) struct VState {
     st: AppState,
     v: Arc<VllmOptions>,
     voice: Voice,
 }
 
 /// Builds vLLM's router: the routes, API-key checking on /v1 paths, uvicorn's access log.
-pub fn router(st: AppState, v: Arc<VllmOptions>) -> Router {
+pub(crate) fn router(st: AppState, v: Arc<VllmOptions>) -> Router {
     let voice = Voice::new(crate::api::Api::Vllm, st.cfg.log.clone());
     let state = VState { st, v, voice };
     let mut r = Router::new()
@@ -907,7 +907,7 @@ async fn metrics(State(s): State<VState>) -> Response {
 
 /// vLLM's periodic stats line (v1/metrics/loggers.py `LoggingStatLogger.log`), every
 /// `VLLM_LOG_STATS_INTERVAL` seconds; an idle interval logs nothing (vLLM logs it at DEBUG).
-pub async fn log_stats(st: AppState, voice: Voice) {
+pub(crate) async fn log_stats(st: AppState, voice: Voice) {
     let Some(v) = st.cfg.vllm.clone() else {
         return;
     };
