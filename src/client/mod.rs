@@ -41,9 +41,6 @@ pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, 
 pub(crate) use stream::unix_now;
 pub(crate) use url_check::UrlCheck;
 
-/// How long establishing a TCP connection may take.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Per-request limit of the admin helpers (`flush_cache`, `health`, `get_json`).
 pub(crate) const ADMIN_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 use hyper::body::Incoming;
 use tokio::time::timeout_at;
 
+use super::conn::{Body, Conn, Wire, closed_by_peer, describe};
 use crate::results::records::{ConnectionUse, ErrorKind, RequestError};
 
-use super::CONNECT_TIMEOUT;
-use super::conn::{Body, Conn, Wire, closed_by_peer, describe};
+/// How long establishing a TCP connection may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long after a streamed response's end the pool watches its connection, while it does
 /// not yet know whether the server closes connections after streams. A server that does

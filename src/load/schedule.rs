@@ -13,8 +13,9 @@ use crate::spec::types::Experiment;
 use super::arrival::{RateCurve, UnitGaps};
 use super::trace::{self, TraceError};
 
-/// Most requests one schedule holds (80 MB of schedule; 1,000 req/s for almost three hours).
-pub(crate) const SCHEDULE_LIMIT: usize = 10_000_000;
+/// Most requests one schedule holds (80 MB of schedule; 1,000 req/s for almost three hours): as
+/// many as a trace may have lines.
+pub(crate) const SCHEDULE_LIMIT: usize = trace::TRACE_LINE_LIMIT;
 
 /// Longest a schedule may span, seconds (a week): a request due later would be waited for
 /// by a run no one watches, and a span of centuries (a trace's wild timestamp) forever.

@@ -19,8 +19,9 @@ pub(crate) struct TraceEntry {
     pub output_tokens: Option<u32>,
 }
 
-/// Most lines (requests) a trace may hold: one schedule's limit.
-pub(crate) const TRACE_LINE_LIMIT: usize = super::schedule::SCHEDULE_LIMIT;
+/// Most lines (requests) a trace may hold: one schedule's limit (`schedule::SCHEDULE_LIMIT` is
+/// this), since each line is one request of the schedule.
+pub(crate) const TRACE_LINE_LIMIT: usize = 10_000_000;
 
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]

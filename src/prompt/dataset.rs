@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::spec::types::DatasetFormat;
 
 use super::dist::MAX_LENGTH;
-use super::generate::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};
+use super::file::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};
 
 /// Most output tokens one entry may ask for (the spec's own limit).
 const MAX_OUTPUT_TOKENS: u64 = 1_000_000;

@@ -8,7 +8,7 @@ use rand_distr::{Distribution, LogNormal, Normal};
 
 use crate::spec::types::{Length, LengthDist};
 
-use super::generate::{MAX_PROMPTS, PromptError, read_bounded};
+use super::file::{MAX_PROMPTS, PromptError, read_bounded};
 
 /// Largest length a distribution may give, in tokens (the spec's own limit).
 pub(crate) const MAX_LENGTH: u64 = 10_000_000;

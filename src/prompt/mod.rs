@@ -8,6 +8,7 @@ mod calibrate;
 mod check;
 mod dataset;
 mod dist;
+mod file;
 mod generate;
 mod nonce;
 mod workload;
@@ -18,9 +19,9 @@ pub use calibrate::{
 pub(crate) use check::PromptCheck;
 pub use dataset::{DatasetEntry, DatasetInput, load_dataset};
 pub use dist::{BUCKET_STEP, LengthSampler, bucket};
-pub use generate::{
-    MAX_PROMPT_BYTES, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS, PromptError, PromptSource, TextGenerator,
-    load_prompt_file,
+pub use file::{
+    MAX_PROMPT_BYTES, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS, PromptError, load_prompt_file,
 };
+pub use generate::{PromptSource, TextGenerator};
 pub(crate) use nonce::nonce;
 pub use workload::{InputDraw, OutputDraw, RequestDraw, WorkloadEntry, WorkloadSource};

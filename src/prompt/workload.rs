@@ -12,7 +12,8 @@ use crate::spec::types::{Length, Workload};
 
 use super::dataset::DatasetInput;
 use super::dist::{LengthSampler, bucket};
-use super::generate::{PromptError, PromptSource, TextGenerator};
+use super::file::PromptError;
+use super::generate::{PromptSource, TextGenerator};
 
 /// One entry of the workload (the workload itself, or one entry of its mix).
 #[derive(Debug, Clone)]

@@ -25,7 +25,7 @@ use crate::results::records::{PointRecord, RequestRecord};
 use crate::spec::Point;
 use crate::spec::types::Experiment;
 
-use super::Interrupt;
+use super::interrupt::Interrupt;
 use super::point::{PointRunner, RecordSink};
 use super::progress::Progress;
 
@@ -119,7 +119,7 @@ async fn serve(heartbeat: Duration) {
             }
         }
         // The runner closed our stdin: stop whatever is running.
-        stdin_interrupt.trigger(super::StopCause::InputClosed);
+        stdin_interrupt.trigger(super::interrupt::StopCause::InputClosed);
     });
     let sink: RecordSink = Arc::new(|r: &RequestRecord| {
         emit(&AgentEvent::Request(r.clone()));

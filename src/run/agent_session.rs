@@ -179,7 +179,7 @@ impl AgentSession {
         req: AgentRequest,
         run_dir: &RunDir,
         progress: &Progress,
-        interrupt: &super::Interrupt,
+        interrupt: &super::interrupt::Interrupt,
     ) -> PointOutcome {
         let point = Point {
             id: req.id.clone(),
@@ -424,7 +424,12 @@ fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
         if received == 1 { "is" } else { "are" }
     );
     PointOutcome {
-        record: super::failed_point(&point_of(req), &req.group, FlagKind::AgentLost, &message),
+        record: super::records::failed_point(
+            &point_of(req),
+            &req.group,
+            FlagKind::AgentLost,
+            &message,
+        ),
         interrupted: false,
     }
 }

@@ -12,10 +12,18 @@ use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::text::last_lines;
 
-use super::measurer::Measurer;
+use std::path::Path;
+
+use crate::client::Client;
+
+use super::agent_session::AgentPlace;
+use super::errors::RunError;
+use super::interrupt::Interrupt;
+use super::measurer::{InProcess, Measurer, OnHost};
+use super::point::PointRunner;
 use super::progress::Progress;
+use super::records::{append_point, failed_point};
 use super::server::ServerHandle;
-use super::{Interrupt, RunError, append_point, failed_point};
 
 /// How one server launch ended.
 pub(crate) enum LaunchEnd {
@@ -268,4 +276,49 @@ impl Launch<'_, '_> {
         }
         Ok(None)
     }
+}
+/// What picks the measurer for a launch.
+pub(crate) struct Measuring<'a> {
+    pub runner: &'a mut PointRunner,
+    /// Where the agent measures (`client: host`): the SSH host, or the Slurm allocation.
+    pub agent_host: Option<&'a AgentPlace>,
+    pub server: &'a crate::spec::types::Server,
+    pub spec_dir: &'a Path,
+}
+
+/// Measures a launch's points with the measurer its placement calls for, then releases it.
+pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
+    handle: &mut ServerHandle,
+    pending: &mut std::iter::Peekable<I>,
+    policy: &mut FailurePolicy,
+    cx: &LaunchContext<'_>,
+    m: Measuring<'_>,
+    tally: &mut Tally,
+) -> Result<LaunchEnd, RunError> {
+    let api_key = crate::secrets::api_key(m.server);
+    let mut measurer: Box<dyn Measurer + '_> = match m.agent_host {
+        Some(remote) => Box::new(OnHost::new(
+            remote.clone(),
+            handle
+                .host_url
+                .clone()
+                .unwrap_or_else(|| handle.url.clone()),
+            api_key,
+            handle.record.surface.clone(),
+            m.spec_dir.to_path_buf(),
+            cx.run_dir.clone(),
+            cx.progress.clone(),
+            cx.interrupt.clone(),
+        )),
+        None => Box::new(InProcess {
+            runner: {
+                m.runner.set_surface(handle.record.surface.clone());
+                m.runner
+            },
+            client: Client::new(&handle.url, api_key)?,
+        }),
+    };
+    let end = measure_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
+    measurer.close().await;
+    end
 }

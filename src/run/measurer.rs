@@ -3,6 +3,7 @@
 //! the SSH host or in the Slurm allocation next to rank 0, so network latency never enters the
 //! numbers.
 
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,9 +15,9 @@ use crate::spec::Point;
 
 use super::agent::AgentRequest;
 use super::agent_session::{AgentPlace, AgentSession};
+use super::interrupt::Interrupt;
 use super::point::{PointOutcome, PointRunner};
 use super::progress::Progress;
-use super::{Interrupt, file_prompts};
 
 /// Why a measurer cannot measure at all (the point and the rest of its launch are recorded as
 /// failed with this).
@@ -145,5 +146,12 @@ impl Measurer for OnHost {
                 s.close().await;
             }
         })
+    }
+}
+/// The prompts of a `file` prompt, read here for the agent on the host.
+pub(crate) fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
+    match crate::prompt::PromptSource::load(&p.experiment.workload.prompt, spec_dir) {
+        Ok(crate::prompt::PromptSource::Fixed(list)) => Some(list),
+        _ => None,
     }
 }

@@ -4,6 +4,8 @@
 pub(crate) mod agent;
 pub(crate) mod agent_session;
 pub(crate) mod down;
+mod errors;
+mod interrupt;
 pub(crate) mod launch;
 mod load_point;
 pub(crate) mod measurer;
@@ -13,6 +15,7 @@ pub(crate) mod pool;
 pub(crate) mod progress;
 pub(crate) mod provenance;
 pub(crate) mod ranks;
+mod records;
 pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod server;
@@ -22,162 +25,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::catalog::FlagKind;
-use crate::client::Client;
 use crate::plan::Plan;
-use crate::plan::failure::FailurePolicy;
 use crate::results::meta::{RunMeta, RunStatus};
-use crate::results::records::{Flag, PointRecord};
+use crate::results::records::PointRecord;
 use crate::results::rundir::RunDir;
 use crate::spec::LoadedSpec;
 use crate::text::count_s;
 
-use agent_session::AgentPlace;
-use launch::{LaunchContext, LaunchEnd, Tally};
-use measurer::{InProcess, Measurer, OnHost};
-use point::PointRunner;
+use launch::Tally;
 use pool::Pool;
 use progress::Progress;
-use server::ServerHandle;
 
-/// Why a run stops before its end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum StopCause {
-    /// A signal: `SIGINT` (Ctrl-C), `SIGTERM`, `SIGHUP` (the terminal or SSH session closed).
-    Signal(&'static str),
-    /// The agent's input closed: the runner went away or stopped it.
-    InputClosed,
-    /// A record could not be written (a full disk): measuring on would measure what cannot
-    /// be kept, so the run stops and fails.
-    WriteFailed { file: String, error: String },
-}
-
-impl StopCause {
-    /// True when the run failed, rather than was stopped on request.
-    pub(crate) fn is_failure(&self) -> bool {
-        matches!(self, StopCause::WriteFailed { .. })
-    }
-}
-
-impl std::fmt::Display for StopCause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StopCause::Signal(name) => write!(f, "interrupted by {}", signal_words(name)),
-            StopCause::InputClosed => write!(f, "stopped: the runner closed the agent's input"),
-            StopCause::WriteFailed { file, error } => write!(f, "cannot write {file}: {error}"),
-        }
-    }
-}
-
-/// `SIGINT (Ctrl-C)`, `SIGHUP (the terminal or SSH session closed)`: a signal as people know it.
-fn signal_words(name: &str) -> String {
-    match name {
-        "SIGINT" => "SIGINT (Ctrl-C)".into(),
-        "SIGHUP" => "SIGHUP (the terminal or SSH session closed)".into(),
-        other => other.into(),
-    }
-}
-
-/// A stop request (a signal, or a record that cannot be written), observable from every task.
-#[derive(Clone)]
-pub(crate) struct Interrupt {
-    rx: tokio::sync::watch::Receiver<bool>,
-    tx: Arc<tokio::sync::watch::Sender<bool>>,
-    /// The first cause; later ones add nothing.
-    cause: Arc<std::sync::Mutex<Option<StopCause>>>,
-}
-
-impl Default for Interrupt {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Interrupt {
-    pub(crate) fn new() -> Interrupt {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        Interrupt {
-            rx,
-            tx: Arc::new(tx),
-            cause: Arc::default(),
-        }
-    }
-
-    /// Sets the flag (the first cause is kept); every waiter wakes.
-    pub(crate) fn trigger(&self, cause: StopCause) {
-        {
-            let mut c = self.cause.lock().unwrap_or_else(|e| e.into_inner());
-            if c.is_none() {
-                *c = Some(cause);
-            }
-        }
-        let _ = self.tx.send(true);
-    }
-
-    /// A record could not be written to `file`: the run stops at once and fails.
-    pub(crate) fn write_failed(&self, file: &Path, error: &std::io::Error) {
-        self.trigger(StopCause::WriteFailed {
-            file: file.display().to_string(),
-            error: error.to_string(),
-        });
-    }
-
-    pub(crate) fn is_set(&self) -> bool {
-        *self.rx.borrow()
-    }
-
-    /// Why the run stops, once it does.
-    pub(crate) fn cause(&self) -> Option<StopCause> {
-        self.cause.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// A receiver that turns true when the run stops (for waits below the run's layer).
-    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.rx.clone()
-    }
-
-    /// Resolves once the flag is set.
-    pub(crate) async fn wait(&self) {
-        let mut rx = self.rx.clone();
-        let _ = rx.wait_for(|v| *v).await;
-    }
-
-    /// Triggers on Ctrl-C (SIGINT), SIGTERM and SIGHUP (a closed terminal or SSH session),
-    /// saying so on the console.
-    pub(crate) fn on_signals(&self) {
-        self.signals(true);
-    }
-
-    /// Like [`on_signals`](Self::on_signals), printing nothing (the agent's output is data).
-    pub(crate) fn on_signals_quiet(&self) {
-        self.signals(false);
-    }
-
-    fn signals(&self, announce: bool) {
-        use tokio::signal::unix::{SignalKind, signal};
-        for (kind, name) in [
-            (SignalKind::interrupt(), "SIGINT"),
-            (SignalKind::terminate(), "SIGTERM"),
-            (SignalKind::hangup(), "SIGHUP"),
-        ] {
-            // Installed now, not in the task: a signal that comes before the task first runs
-            // must not take the default action (death without a report).
-            let Ok(mut stream) = signal(kind) else {
-                continue;
-            };
-            let me = self.clone();
-            tokio::spawn(async move {
-                stream.recv().await;
-                if announce && !me.is_set() {
-                    crate::console::errln(&format!(
-                        "\n{}: finishing up (recording what was measured, stopping the server)...",
-                        StopCause::Signal(name)
-                    ));
-                }
-                me.trigger(StopCause::Signal(name));
-            });
-        }
-    }
-}
+pub(crate) use errors::{Preflight, ResumeError, RunError};
+pub(crate) use interrupt::Interrupt;
+use records::write_meta;
 
 /// Options of `servebench run`.
 #[derive(Debug, Clone)]
@@ -196,65 +57,6 @@ pub(crate) struct RunOutcome {
     pub reason: Option<String>,
     /// The report's path, or why it could not be rendered.
     pub report: Result<PathBuf, crate::report::ReportError>,
-}
-
-/// Failures before anything could be recorded.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum RunError {
-    #[error("cannot create the run directory under {out}: {source}")]
-    CreateDir { out: String, source: std::io::Error },
-    #[error("cannot write {what}: {source}")]
-    Write {
-        what: String,
-        source: std::io::Error,
-    },
-    /// Checks before anything ran found bad input (prompt files, templates): every problem,
-    /// one per line.
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
-    Preflight(Vec<Preflight>),
-    /// The SSH host cannot be used (unreachable, refused, an unknown host key).
-    #[error("cannot use the host: {0}")]
-    Host(#[source] crate::host::HostError),
-    /// `run --resume` cannot continue the run it was given.
-    #[error("{0}")]
-    Resume(#[from] ResumeError),
-    /// The server's URL cannot be used by the client.
-    #[error(transparent)]
-    Client(#[from] crate::client::ClientError),
-}
-
-impl RunError {}
-
-/// A problem found before anything starts.
-#[derive(Debug, PartialEq, thiserror::Error)]
-pub(crate) enum Preflight {
-    #[error("the spec expands to no points")]
-    NoPoints,
-    #[error("{0}")]
-    Prompt(String),
-    #[error(
-        "report.template {} does not exist (use a built-in template: {builtins}; or a path relative to the spec)",
-        .path.display()
-    )]
-    MissingTemplate { path: PathBuf, builtins: String },
-    /// A multi-node server the pool or the engine cannot run.
-    #[error("{0}")]
-    Nodes(String),
-}
-
-/// Why a run cannot be resumed.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ResumeError {
-    #[error(transparent)]
-    RunDir(#[from] crate::results::RunDirError),
-    #[error("cannot read the run's spec.yaml: {0}")]
-    SpecCopy(#[source] std::io::Error),
-    #[error(
-        "{spec} changed since the run started and the run's copy has redacted secrets; restore the spec file to resume"
-    )]
-    Redacted { spec: String },
-    #[error("the run's spec no longer loads:\n{0}")]
-    Invalid(#[source] crate::spec::SpecErrors),
 }
 
 /// Runs every point of `spec` and writes the run directory.
@@ -583,68 +385,6 @@ fn points_line(c: &outcome::PointCounts) -> String {
     )
 }
 
-/// What picks the measurer for a launch.
-pub(crate) struct Measuring<'a> {
-    pub runner: &'a mut PointRunner,
-    /// Where the agent measures (`client: host`): the SSH host, or the Slurm allocation.
-    pub agent_host: Option<&'a AgentPlace>,
-    pub server: &'a crate::spec::types::Server,
-    spec_dir: &'a Path,
-}
-
-/// Measures a launch's points with the measurer its placement calls for, then releases it.
-pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
-    handle: &mut ServerHandle,
-    pending: &mut std::iter::Peekable<I>,
-    policy: &mut FailurePolicy,
-    cx: &LaunchContext<'_>,
-    m: Measuring<'_>,
-    tally: &mut Tally,
-) -> Result<LaunchEnd, RunError> {
-    let api_key = crate::secrets::api_key(m.server);
-    let mut measurer: Box<dyn Measurer + '_> = match m.agent_host {
-        Some(remote) => Box::new(OnHost::new(
-            remote.clone(),
-            handle
-                .host_url
-                .clone()
-                .unwrap_or_else(|| handle.url.clone()),
-            api_key,
-            handle.record.surface.clone(),
-            m.spec_dir.to_path_buf(),
-            cx.run_dir.clone(),
-            cx.progress.clone(),
-            cx.interrupt.clone(),
-        )),
-        None => Box::new(InProcess {
-            runner: {
-                m.runner.set_surface(handle.record.surface.clone());
-                m.runner
-            },
-            client: Client::new(&handle.url, api_key)?,
-        }),
-    };
-    let end = launch::measure_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
-    measurer.close().await;
-    end
-}
-
-/// The python that runs SGLang on the host (for its version in meta.json).
-pub(crate) fn python_of(exp: &crate::spec::types::Experiment) -> String {
-    match &exp.server.launcher {
-        Some(l) if l.first().is_some_and(|p| p.contains("python")) => l[0].clone(),
-        _ => "python3".into(),
-    }
-}
-
-/// The prompts of a `file` prompt, read here for the agent on the host.
-pub(crate) fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
-    match crate::prompt::PromptSource::load(&p.experiment.workload.prompt, spec_dir) {
-        Ok(crate::prompt::PromptSource::Fixed(list)) => Some(list),
-        _ => None,
-    }
-}
-
 /// The report template `report.template` names: a built-in, or a file relative to the spec.
 pub(crate) fn user_template(
     exp: &crate::spec::types::Experiment,
@@ -738,60 +478,4 @@ fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types
     let mut e = e.clone();
     e.server = crate::secrets::redacted_server(&e.server);
     e
-}
-
-/// A point that produced no measurement: flagged with `kind` and marked incomplete.
-pub(crate) fn failed_point(
-    p: &crate::spec::Point,
-    group: &str,
-    kind: FlagKind,
-    msg: &str,
-) -> PointRecord {
-    let mut record = PointRecord::empty(p, group);
-    record.flags.push(Flag::new(kind, msg));
-    record.incomplete = true;
-    record.status = Some(crate::results::records::PointStatus::Failed);
-    record
-}
-
-/// Writes a point's record; a point that was never measured (skipped, failed before it ran)
-/// also leaves the ETA's estimate here, so every such path is counted alike.
-pub(crate) fn append_point(
-    dir: &RunDir,
-    progress: &Progress,
-    p: &PointRecord,
-) -> Result<(), RunError> {
-    progress.point_recorded(&p.id);
-    dir.append_point(p).map_err(|source| RunError::Write {
-        what: dir
-            .file(crate::results::rundir::POINTS_FILE)
-            .display()
-            .to_string(),
-        source,
-    })
-}
-
-pub(crate) fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
-    dir.write_meta(meta).map_err(|source| RunError::Write {
-        what: dir
-            .file(crate::results::rundir::META_FILE)
-            .display()
-            .to_string(),
-        source,
-    })
-}
-
-pub(crate) fn server_label(s: &crate::spec::types::Server) -> String {
-    match &s.url {
-        Some(u) => format!("external {u}"),
-        None => format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))
-            .trim()
-            .to_string(),
-    }
-}
-
-/// The sink that appends each `/metrics` scrape to the run directory's `metrics.jsonl`. A
-/// scrape that cannot be written is lost, not fatal: the server's view is a side channel.
-fn metrics_sink(dir: Arc<RunDir>) -> scrape::MetricsSink {
-    Arc::new(move |m| dir.append_metrics(m))
 }

@@ -22,7 +22,7 @@ use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment, Measure};
 
-use super::Interrupt;
+use super::interrupt::Interrupt;
 use super::progress::Progress;
 
 mod sessions;
@@ -209,7 +209,9 @@ impl PointRunner {
             }
         }
 
-        if let Some(cause @ super::StopCause::WriteFailed { .. }) = self.interrupt.cause() {
+        if let Some(cause @ super::interrupt::StopCause::WriteFailed { .. }) =
+            self.interrupt.cause()
+        {
             flags.push(Flag::new(
                 FlagKind::WriteFailed,
                 format!("{cause}; the point stopped there"),

@@ -26,14 +26,16 @@ use crate::spec::types::{ClientPlacement, Experiment, HostFailover, HostSpec};
 use crate::spec::{LoadedSpec, Point};
 use crate::text::first_line;
 
+use super::errors::RunError;
+use super::interrupt::Interrupt;
 use super::launch::{LaunchContext, LaunchEnd, Tally};
+use super::launch::{Measuring, measure_on};
 use super::point::{self, PointRunner};
 use super::progress::Progress;
-use super::server::{self, ServerHandle};
-use super::{
-    Interrupt, Measuring, RunError, append_point, failed_point, measure_on, python_of,
-    server_label, write_meta,
+use super::records::{
+    append_point, failed_point, metrics_sink, python_of, server_label, write_meta,
 };
+use super::server::{self, ServerHandle};
 
 /// A host servers run on.
 pub(crate) struct PoolHost {
@@ -468,7 +470,7 @@ async fn measure_group<'p>(
         run.interrupt.clone(),
         run.spec_dir.clone(),
     )
-    .with_metrics_sink(super::metrics_sink(run.run_dir.clone()));
+    .with_metrics_sink(metrics_sink(run.run_dir.clone()));
     let mut pending = points.into_iter().peekable();
     let mut policy = FailurePolicy::new(first.on_failure);
     let mut tally = Tally::default();
@@ -635,10 +637,11 @@ async fn measure_group<'p>(
 fn note_error(run: &PoolRun<'_>, first: &mut Option<RunError>, result: Result<(), RunError>) {
     let Err(e) = result else { return };
     if let RunError::Write { what, source } = &e {
-        run.interrupt.trigger(super::StopCause::WriteFailed {
-            file: what.clone(),
-            error: source.to_string(),
-        });
+        run.interrupt
+            .trigger(super::interrupt::StopCause::WriteFailed {
+                file: what.clone(),
+                error: source.to_string(),
+            });
     }
     first.get_or_insert(e);
 }

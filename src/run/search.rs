@@ -11,7 +11,7 @@ use crate::results::records::{PointRecord, PointStatus};
 use crate::results::search::{SearchFile, SearchRecord, SearchTag};
 use crate::spec::Point;
 
-use super::RunError;
+use super::errors::RunError;
 use super::launch::{Launch, One};
 
 /// One writer of `search.json` at a time (groups on a pool run in parallel).

@@ -11,7 +11,7 @@ use crate::results::meta::ServerLaunch;
 use crate::secrets::{self, api_key};
 use crate::spec::types::{Engine, Server};
 
-use super::Interrupt;
+use super::interrupt::Interrupt;
 
 /// Grace period between SIGTERM and SIGKILL when stopping a server.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);

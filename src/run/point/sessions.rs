@@ -121,7 +121,7 @@ struct UserRun {
     client: Client,
     sink: super::RecordSink,
     progress: super::Progress,
-    interrupt: super::Interrupt,
+    interrupt: super::super::interrupt::Interrupt,
     point: String,
     round: u32,
     user: u32,

@@ -1,0 +1,77 @@
+//! What a run writes as it goes: a point's record (a failed one made here), `meta.json`, the
+//! server's `/metrics` scrapes, and the labels and versions `meta.json` names.
+
+use std::sync::Arc;
+
+use crate::catalog::FlagKind;
+use crate::results::meta::RunMeta;
+use crate::results::records::{Flag, PointRecord};
+use crate::results::rundir::RunDir;
+
+use super::errors::RunError;
+use super::progress::Progress;
+use super::scrape;
+
+/// A point that produced no measurement: flagged with `kind` and marked incomplete.
+pub(crate) fn failed_point(
+    p: &crate::spec::Point,
+    group: &str,
+    kind: FlagKind,
+    msg: &str,
+) -> PointRecord {
+    let mut record = PointRecord::empty(p, group);
+    record.flags.push(Flag::new(kind, msg));
+    record.incomplete = true;
+    record.status = Some(crate::results::records::PointStatus::Failed);
+    record
+}
+
+/// Writes a point's record; a point that was never measured (skipped, failed before it ran)
+/// also leaves the ETA's estimate here, so every such path is counted alike.
+pub(crate) fn append_point(
+    dir: &RunDir,
+    progress: &Progress,
+    p: &PointRecord,
+) -> Result<(), RunError> {
+    progress.point_recorded(&p.id);
+    dir.append_point(p).map_err(|source| RunError::Write {
+        what: dir
+            .file(crate::results::rundir::POINTS_FILE)
+            .display()
+            .to_string(),
+        source,
+    })
+}
+
+pub(crate) fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
+    dir.write_meta(meta).map_err(|source| RunError::Write {
+        what: dir
+            .file(crate::results::rundir::META_FILE)
+            .display()
+            .to_string(),
+        source,
+    })
+}
+
+pub(crate) fn server_label(s: &crate::spec::types::Server) -> String {
+    match &s.url {
+        Some(u) => format!("external {u}"),
+        None => format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))
+            .trim()
+            .to_string(),
+    }
+}
+
+/// The python that runs SGLang on the host (for its version in meta.json).
+pub(crate) fn python_of(exp: &crate::spec::types::Experiment) -> String {
+    match &exp.server.launcher {
+        Some(l) if l.first().is_some_and(|p| p.contains("python")) => l[0].clone(),
+        _ => "python3".into(),
+    }
+}
+
+/// The sink that appends each `/metrics` scrape to the run directory's `metrics.jsonl`. A
+/// scrape that cannot be written is lost, not fatal: the server's view is a side channel.
+pub(crate) fn metrics_sink(dir: Arc<RunDir>) -> scrape::MetricsSink {
+    Arc::new(move |m| dir.append_metrics(m))
+}
