@@ -9,6 +9,7 @@ mod interrupt;
 pub(crate) mod launch;
 mod load_point;
 pub(crate) mod measurer;
+mod on_server;
 pub(crate) mod outcome;
 pub(crate) mod point;
 pub(crate) mod pool;
@@ -19,6 +20,7 @@ mod records;
 pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod server;
+mod server_error;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -16,7 +16,7 @@ use crate::results::meta::RankLaunch;
 use crate::secrets;
 use crate::spec::types::{Engine, Server};
 
-use super::server::ServerError;
+use super::server_error::{STOP_GRACE, ServerError};
 
 /// How long the ranks that lost a silent rank get to say so in their logs.
 const LOSS_WORDS_WAIT: Duration = Duration::from_secs(3);
@@ -124,7 +124,7 @@ pub(crate) async fn spawn_ranks(
         let process = match spawned {
             Ok(p) => p,
             Err(e) => {
-                stop_all(&mut ranks, super::server::STOP_GRACE).await;
+                stop_all(&mut ranks, STOP_GRACE).await;
                 return Err(ServerError::Spawn(HostError::Unsupported(format!(
                     "rank {i} of {nodes} on {}: {e}",
                     hosts[i].name()

@@ -12,7 +12,7 @@ use crate::results::search::{SearchFile, SearchRecord, SearchTag};
 use crate::spec::Point;
 
 use super::errors::RunError;
-use super::launch::{Launch, One};
+use super::on_server::{Launch, One};
 
 /// One writer of `search.json` at a time (groups on a pool run in parallel).
 static SEARCH_FILE_LOCK: Mutex<()> = Mutex::new(());

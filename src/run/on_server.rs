@@ -1,0 +1,221 @@
+//! One point on a launched server: what a launch's points share (the run's context, its tally,
+//! how the launch ended) and `Launch::measure_one`, which measures a point, records it, and
+//! says whether the server crashed, stopped answering, or the host was lost. `launch` loops
+//! over a group's points with it; `search` measures a search's probes with it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::FlagKind;
+use crate::host::Host;
+use crate::plan::failure::{AfterCrash, FailurePolicy};
+use crate::results::records::{Flag, PointStatus};
+use crate::results::rundir::RunDir;
+use crate::spec::Point;
+use crate::text::last_lines;
+
+use super::errors::RunError;
+use super::interrupt::Interrupt;
+use super::measurer::Measurer;
+use super::progress::Progress;
+use super::records::{append_point, failed_point};
+use super::server::ServerHandle;
+
+/// How one server launch ended.
+pub(crate) enum LaunchEnd {
+    /// Every pending point of the group was measured.
+    Finished,
+    /// The server died; relaunch for the rest.
+    Crashed,
+    Interrupted,
+    /// `on_failure: abort` after a crash.
+    Aborted(String),
+    /// The host cannot be reached any more.
+    HostLost(String),
+    /// A server servebench did not start (`url:`) stopped answering: it cannot be relaunched.
+    ServerLost(String),
+}
+
+impl LaunchEnd {
+    /// Why the server is stopped after this end (recorded on the launch).
+    pub(crate) fn stop_reason(&self, more_pending: bool) -> &'static str {
+        match self {
+            LaunchEnd::Crashed if more_pending => "relaunching after a crash",
+            LaunchEnd::Crashed => "crashed with no point left to measure",
+            LaunchEnd::Interrupted => "interrupted",
+            LaunchEnd::Aborted(_) => "aborted after a crash",
+            LaunchEnd::HostLost(_) => "the host connection was lost",
+            LaunchEnd::ServerLost(_) => "the server stopped answering",
+            LaunchEnd::Finished => "group finished",
+        }
+    }
+}
+
+/// What a launch's loop needs from the run.
+pub(crate) struct LaunchContext<'a> {
+    pub group: &'a str,
+    pub run_dir: &'a Arc<RunDir>,
+    pub progress: &'a Progress,
+    pub interrupt: &'a Interrupt,
+    pub host: &'a dyn Host,
+    /// True when the host is remote: any failure may be the link, checked before going on.
+    pub remote: bool,
+}
+
+/// Counts the run keeps across launches.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// One line per problem, for the run's status.
+    pub problems: Vec<String>,
+    /// Points with at least one successful request.
+    pub measured_points: usize,
+}
+
+/// How measuring one point ended the launch.
+pub(crate) enum One {
+    /// The launch is over ([`LaunchEnd`] says why).
+    End(LaunchEnd),
+    /// The measurer cannot measure on this launch (the point is recorded as failed; the
+    /// group's other points are to be).
+    Unavailable(String),
+}
+
+/// One launched server and what measuring on it needs.
+pub(crate) struct Launch<'a, 'c> {
+    pub handle: &'a mut ServerHandle,
+    pub policy: &'a mut FailurePolicy,
+    pub cx: &'a LaunchContext<'c>,
+    pub measurer: &'a mut dyn Measurer,
+    pub tally: &'a mut Tally,
+}
+
+impl Launch<'_, '_> {
+    /// Measures one point and records it (after `amend` has seen the record: a search tags
+    /// its probes there); Some when the launch cannot go on.
+    pub(crate) async fn measure_one(
+        &mut self,
+        point: &Point,
+        amend: &mut dyn FnMut(&mut crate::results::records::PointRecord),
+    ) -> Result<Option<One>, RunError> {
+        let cx = self.cx;
+        let handle = &mut *self.handle;
+        let tally = &mut *self.tally;
+        let outcome = match self.measurer.measure(point, cx.group).await {
+            Ok(o) => o,
+            Err(unavailable) => {
+                let msg = unavailable.to_string();
+                tally.problems.push(format!("{}: {msg}", point.id));
+                let mut record = failed_point(point, cx.group, FlagKind::AgentFailed, &msg);
+                amend(&mut record);
+                append_point(cx.run_dir, cx.progress, &record)?;
+                return Ok(Some(One::Unavailable(msg)));
+            }
+        };
+        let mut record = outcome.record;
+        let agent_lost = record.has_flag(&FlagKind::AgentLost);
+        // Broken connections (or a failed calibration) may mean the server is dying.
+        let suspicious = !outcome.interrupted
+            && (agent_lost
+                || ["connect", "reset", "incomplete"]
+                    .iter()
+                    .any(|k| record.error_kinds.contains_key(*k))
+                || record.has_flag(&FlagKind::CalibrationFailed)
+                || record.has_flag(&FlagKind::ServerLost));
+        let grace = if suspicious {
+            Duration::from_secs(3)
+        } else {
+            Duration::ZERO
+        };
+        let mut crashed = None;
+        if let Some(cause) = handle.crashed_within(grace).await {
+            let tail = handle.log_tail(2000);
+            let msg = format!(
+                "the server died during this point{}: {}{} ({})",
+                handle
+                    .crash_origin()
+                    .map(|o| format!(" ({o})"))
+                    .unwrap_or_default(),
+                cause.label(),
+                handle
+                    .exit_note()
+                    .map(|n| format!(", {n}"))
+                    .unwrap_or_default(),
+                crate::engine::explain(handle.engine, cause)
+            );
+            record.flags.push(Flag::new(
+                FlagKind::ServerCrashed,
+                format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
+            ));
+            record.incomplete = true;
+            record.status = Some(if record.ok > 0 {
+                PointStatus::Degraded
+            } else {
+                PointStatus::Failed
+            });
+            record.failure = Some(cause.label().to_string());
+            tally.problems.push(format!("{}: {msg}", record.id));
+            handle.record.outcome = Some(format!("crashed: {}", cause.label()));
+            crashed = Some(cause);
+        }
+        // A server servebench did not start cannot be watched: after a point that could not
+        // reach it, ask it; gone, the point says so and the rest of the group is not sent.
+        let mut lost = None;
+        if crashed.is_none()
+            && suspicious
+            && let Err(why) = handle.answers(&point.experiment.server).await
+        {
+            let msg = format!(
+                "the server at {} stopped answering during this point ({why})",
+                handle.url
+            );
+            // First, so the point's reason is the lost server, not what it caused.
+            record
+                .flags
+                .insert(0, Flag::new(FlagKind::ServerLost, msg.clone()));
+            record.incomplete = true;
+            record.status = Some(if record.ok > 0 {
+                PointStatus::Degraded
+            } else {
+                PointStatus::Failed
+            });
+            record.failure = Some(crate::catalog::Failure::Lost.label().to_string());
+            tally.problems.push(format!("{}: {msg}", record.id));
+            lost = Some(msg);
+        }
+        if record.ok > 0 {
+            tally.measured_points += 1;
+        }
+        if record.incomplete && !outcome.interrupted && crashed.is_none() {
+            tally.problems.push(format!("{}: incomplete", record.id));
+        }
+        amend(&mut record);
+        append_point(cx.run_dir, cx.progress, &record)?;
+        if outcome.interrupted || cx.interrupt.is_set() {
+            return Ok(Some(One::End(LaunchEnd::Interrupted)));
+        }
+        if let Some(msg) = lost {
+            return Ok(Some(One::End(LaunchEnd::ServerLost(msg))));
+        }
+        if let Some(cause) = crashed {
+            return Ok(Some(One::End(
+                match self.policy.after_crash(point, cause.label()) {
+                    AfterCrash::Relaunch => LaunchEnd::Crashed,
+                    AfterCrash::Abort(why) => LaunchEnd::Aborted(why),
+                },
+            )));
+        }
+        // Any failure on a remote host may be the link: check it before the next point. A
+        // dropped link is re-established by the host; if it cannot be, the host is gone and
+        // the run stops with what it has.
+        let link_suspect = agent_lost || record.incomplete || record.errors > 0;
+        if link_suspect
+            && cx.remote
+            && let Err(e) = cx.host.check_link().await
+        {
+            return Ok(Some(One::End(LaunchEnd::HostLost(format!(
+                "the host cannot be reached any more: {e}"
+            )))));
+        }
+        Ok(None)
+    }
+}
