@@ -8,7 +8,9 @@
 //! a program name ([`judge`]): a wrapper script that `exec`s python changes the name, a
 //! zombie has none, and a reused id may run anything.
 
+mod error;
 pub mod local;
+pub(crate) mod procfs;
 pub(crate) mod remote;
 pub(crate) mod slurm;
 pub mod ssh;
@@ -22,43 +24,7 @@ use indexmap::IndexMap;
 
 use crate::engine::LaunchCommand;
 
-/// Why a host could not do what was asked.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum HostError {
-    /// The SSH layer failed (connection, authentication, a remote command).
-    #[error(transparent)]
-    Ssh(#[from] ssh::SshError),
-    /// A local system call or file operation failed.
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The requested port is taken.
-    #[error(
-        "port {port} is already in use on {host}: stop what listens there, or omit server.port to pick a free one"
-    )]
-    PortInUse { port: u16, host: String },
-    /// Something the host cannot do, with the reason.
-    #[error("{0}")]
-    Unsupported(String),
-    /// A Slurm command failed (or is missing).
-    #[error(transparent)]
-    Slurm(#[from] slurm::SlurmError),
-    /// The run was interrupted while the host waited (for a Slurm allocation).
-    #[error("interrupted while waiting for the host")]
-    Interrupted,
-}
-
-impl HostError {
-    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> HostError {
-        HostError::Io {
-            what: what.into(),
-            source,
-        }
-    }
-}
+pub(crate) use error::HostError;
 
 /// What to start for one server group.
 pub(crate) struct Spawn<'a> {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 
-use super::local::group_processes;
+use super::procfs::group_processes;
 
 /// What `servebench supervise` is told.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,6 +21,7 @@
 //! host (the nodes see it there through the shared home directory).
 
 pub(crate) mod cli;
+pub(crate) mod error;
 
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
@@ -35,7 +36,8 @@ use crate::catalog::Failure;
 use crate::results::meta::SlurmJob;
 use crate::spec::types::{SlurmAllocation, SlurmOptions};
 
-pub use cli::{Runner, SlurmError};
+pub use cli::Runner;
+pub use error::SlurmError;
 
 /// How often the queue is asked about a job that waits for its allocation.
 const QUEUE_POLL: Duration = Duration::from_millis(500);
@@ -703,7 +705,7 @@ impl SlurmHost {
                 .map_err(|e| HostError::io("cannot pass the environment to the login node", e))?;
         }
         let pid = child.id() as i32;
-        let leader = super::local::proc_stat(pid);
+        let leader = super::procfs::proc_stat(pid);
         let mut server = SlurmServer {
             child,
             pid,
@@ -967,7 +969,7 @@ impl ServerProcess for SlurmServer {
             pid: self.pid,
             pgid: self.pid,
             leader_start: self.leader_start,
-            boot_id: super::local::boot_id(),
+            boot_id: super::procfs::boot_id(),
             host: None,
             remote_log: None,
         }

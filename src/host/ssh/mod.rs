@@ -6,7 +6,7 @@
 //! Remote commands are run by the login shell of the remote user, which must be a POSIX shell
 //! (sh, bash, dash, zsh); csh-family and fish quote differently.
 
-mod error;
+pub(crate) mod error;
 mod facts;
 mod files;
 mod process;

@@ -1,0 +1,40 @@
+//! Why a host could not do what was asked: the one error every host kind returns, wrapping the
+//! SSH layer's and Slurm's own.
+
+/// Why a host could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostError {
+    /// The SSH layer failed (connection, authentication, a remote command).
+    #[error(transparent)]
+    Ssh(#[from] super::ssh::error::SshError),
+    /// A local system call or file operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The requested port is taken.
+    #[error(
+        "port {port} is already in use on {host}: stop what listens there, or omit server.port to pick a free one"
+    )]
+    PortInUse { port: u16, host: String },
+    /// Something the host cannot do, with the reason.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A Slurm command failed (or is missing).
+    #[error(transparent)]
+    Slurm(#[from] super::slurm::error::SlurmError),
+    /// The run was interrupted while the host waited (for a Slurm allocation).
+    #[error("interrupted while waiting for the host")]
+    Interrupted,
+}
+
+impl HostError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> HostError {
+        HostError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}

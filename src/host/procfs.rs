@@ -1,0 +1,90 @@
+//! The process table as `/proc` shows it on this machine: a process's state, parent, group and
+//! start time; a group's members; the boot id that start times count from; what a recorded
+//! group is now. Read by the local host, the supervisor and Slurm's steps alike.
+
+use nix::sys::signal::killpg;
+use nix::unistd::Pid;
+
+use super::{GroupFacts, GroupIdentity};
+
+/// A process as `/proc/PID/stat` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    pub pid: i32,
+    /// `R`, `S`, `D`, `Z` (a zombie), ...
+    pub state: char,
+    /// Its process group.
+    pub pgrp: i32,
+    /// When it started, in clock ticks since boot (field 22).
+    pub start_ticks: u64,
+}
+
+/// Parses one `/proc/PID/stat` line. The command name (field 2) may hold spaces and
+/// parentheses, so the fields after it are counted from its last `)`.
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let pid = head.split_whitespace().next()?.parse().ok()?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state); field N is fields[N - 3].
+    Some(ProcStat {
+        pid,
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Process `pid` as `/proc` shows it now (None once it is gone, zombies included until reaped).
+pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// This machine's boot id, which changes at every boot (process start times count from it).
+pub(crate) fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Every process of group `pgid`, zombies included, from `/proc`.
+pub(crate) fn group_processes(pgid: i32) -> Vec<ProcStat> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| parse_stat(&std::fs::read_to_string(e.path().join("stat")).ok()?))
+        .filter(|p| p.pgrp == pgid)
+        .collect()
+}
+
+/// True while any process of the group exists that is not a zombie (a zombie has exited: it
+/// holds no port or memory and cannot be stopped, only reaped by its parent).
+pub(crate) fn group_alive(pgid: i32) -> bool {
+    // Signal 0 probes without sending: the cheap answer when nothing is left at all.
+    killpg(Pid::from_raw(pgid), None).is_ok()
+        && group_processes(pgid).iter().any(|p| p.state != 'Z')
+}
+
+/// What this machine tells about recorded group `id` now.
+pub(crate) fn group_facts(id: &GroupIdentity) -> GroupFacts {
+    let members = group_processes(id.pgid);
+    let live: Vec<&ProcStat> = members.iter().filter(|p| p.state != 'Z').collect();
+    GroupFacts {
+        leader: members
+            .iter()
+            .find(|p| p.pid == id.pgid)
+            .map(|p| (p.state, p.start_ticks)),
+        live: live.len(),
+        older: id.leader_start.map_or(0, |start| {
+            live.iter().filter(|p| p.start_ticks < start).count()
+        }),
+        boot_id: boot_id(),
+    }
+}
