@@ -11,6 +11,7 @@ pub mod load;
 pub mod load_model;
 pub(crate) mod schema;
 pub mod search;
+pub(crate) mod span;
 pub(crate) mod template;
 pub mod types;
 pub mod validate;
