@@ -24,6 +24,7 @@ pub mod reproduction;
 pub mod schema;
 pub(crate) mod server_view;
 pub(crate) mod timeline;
+pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};
 
