@@ -23,7 +23,7 @@ pub struct LoadSection {
     /// Definitions of the load metrics, by name.
     pub defs: IndexMap<String, MetricDef>,
     /// The load charts drawn beside the report (`charts/load-*.svg`).
-    pub charts: Vec<super::charts::ChartLink>,
+    pub charts: Vec<super::chart_link::ChartLink>,
     /// Every point with both Pareto figures, marked on or off the frontier (run-wide and
     /// within its variant); empty with fewer than two such points.
     pub pareto: Vec<super::pareto::ParetoPoint>,

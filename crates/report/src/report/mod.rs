@@ -8,6 +8,8 @@
 pub mod bound;
 pub mod capacity;
 pub mod capacity_chart;
+pub(crate) mod chart_error;
+pub(crate) mod chart_link;
 pub mod charts;
 pub mod compare;
 pub(crate) mod compare_capacity;
@@ -190,7 +192,7 @@ pub enum ReportError {
     RunDir(#[from] RunDirError),
     /// A chart could not be drawn.
     #[error(transparent)]
-    Chart(#[from] charts::ChartError),
+    Chart(#[from] chart_error::ChartError),
     #[error("cannot write the CSV exports: {0}")]
     Csv(#[from] csv::Error),
     /// The report or a chart could not be written into the run directory.
@@ -611,7 +613,7 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
     let timelines = timeline::timelines(&points.records, &digest.in_flight, &scrapes);
     model.timelines = timelines
         .iter()
-        .map(|t| charts::ChartLink {
+        .map(|t| chart_link::ChartLink {
             path: format!("{CHARTS_DIR}/{}", t.file),
             title: t.title.clone(),
         })

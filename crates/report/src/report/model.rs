@@ -5,7 +5,8 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::charts::{self, ChartLink};
+use super::chart_link::ChartLink;
+use super::charts;
 use super::digest::RequestDigest;
 use servebench_model::catalog::{FlagKind, Method, Metric};
 use servebench_model::results::meta::{RunMeta, RunStatus, ServerLaunch};
