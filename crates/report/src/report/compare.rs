@@ -15,7 +15,8 @@ use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::{PointRecord, Stat};
 use servebench_model::results::rundir::{RunDir, RunDirError};
 
-use super::model::{metric_def, value_text};
+use super::format::value_text;
+use super::metric_def::metric_def;
 use super::offered;
 pub use super::verdict::Verdict;
 use super::{ReportError, render_named};

@@ -9,7 +9,7 @@ use serde::Serialize;
 use servebench_model::catalog::{Method, Metric};
 use servebench_model::results::records::{PointRecord, Stat};
 
-use super::model::MetricDef;
+use super::metric_def::MetricDef;
 
 /// The load section (None in a report without load points or SLOs).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

@@ -19,6 +19,7 @@ pub(crate) mod format;
 pub(crate) mod hardware;
 pub(crate) mod load;
 pub mod load_charts;
+pub(crate) mod metric_def;
 pub(crate) mod model;
 pub(crate) mod offered;
 pub mod pareto;

@@ -8,6 +8,8 @@ use serde::Serialize;
 use super::chart_link::ChartLink;
 use super::charts;
 use super::digest::RequestDigest;
+use super::format::value_text;
+use super::metric_def::MetricDef;
 use servebench_model::catalog::{FlagKind, Method, Metric};
 use servebench_model::results::meta::{RunMeta, RunStatus, ServerLaunch};
 use servebench_model::results::records::{PointRecord, PointStatus, RequestRecord, Stat};
@@ -433,17 +435,6 @@ pub struct UnfinishedPoint {
     pub errors: usize,
 }
 
-/// A metric's definition.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct MetricDef {
-    /// Short label (`TTFT`).
-    pub label: String,
-    /// Unit as displayed (`s`, `ms`, `tok/s`, `s/tok`, `tok`).
-    pub unit: String,
-    /// One-sentence definition.
-    pub definition: String,
-}
-
 /// Run-wide counts.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Totals {
@@ -648,32 +639,8 @@ pub(crate) fn build_model_from(
     model
 }
 
-/// The definition of a metric by name (`ttft_s`), None for a name the catalogue does not know.
-pub(crate) fn metric_def(name: &str) -> Option<MetricDef> {
-    Metric::from_name(name).map(|m| MetricDef::of(m, Method::Streaming, 0, 0))
-}
-
-impl MetricDef {
-    pub(super) fn of(m: Metric, method: Method, a: u32, b: u32) -> MetricDef {
-        MetricDef {
-            label: m.label_for(method).to_string(),
-            unit: m.unit().to_string(),
-            definition: m.definition(method, a, b),
-        }
-    }
-}
-
 fn is_server_dim(name: &str) -> bool {
     name.starts_with("server.")
-}
-
-/// Formats a sweep or flag value for display: strings without quotes, numbers as written.
-pub(crate) fn value_text(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => "—".to_string(),
-        other => other.to_string(),
-    }
 }
 
 fn dimension_values(p: &PointRecord, dims: &[String]) -> Vec<NameValue> {
