@@ -6,6 +6,7 @@
 //! `charts/*.svg`) touch the disk.
 
 pub mod bound;
+pub(crate) mod build;
 pub mod capacity;
 pub mod capacity_chart;
 pub(crate) mod chart_error;
@@ -37,8 +38,9 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
 
-use model::build_model_from;
-pub use model::{ReportModel, build_model};
+pub use build::build_model;
+use build::build_model_from;
+pub use model::ReportModel;
 
 /// The default template, compiled into the binary so reports render from any directory.
 pub(crate) const DEFAULT_TEMPLATE: &str =
