@@ -195,6 +195,13 @@ pub(crate) fn build_model_from(
         .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), t.title.clone())))
         .collect();
     model.load = super::load::section(points, &labels, &variants);
+    if let Some(load) = &mut model.load {
+        // The links come from the same selection that draws the files.
+        load.charts = super::load_charts::charts(load)
+            .iter()
+            .map(|c| c.link())
+            .collect();
+    }
     // The links come from the same selection that draws the files, so they always agree.
     model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
     model
