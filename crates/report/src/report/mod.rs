@@ -4,6 +4,13 @@
 //! from that model and a template to Markdown, and [`charts`] draws its SVG charts. Only
 //! [`render_run_dir`] (reads) and [`write_report`] (reads, then writes `report.md` and
 //! `charts/*.svg`) touch the disk.
+//!
+//! Files point one way. `model` holds the model's types, made of the section types in `load`,
+//! `capacity`, `server_view`, `hardware` and `reproduction`; `build` fills them from the
+//! records, calling the sections' builders (`read_run` adds the capacity section and the
+//! timelines); `charts`, `load_charts` and `capacity_chart` draw from the finished model. What
+//! several share sits below them all: `chart_link`, `chart_error`, `metric_def`, `format` and,
+//! for `compare` and `compare_capacity`, `verdict`.
 
 pub mod bound;
 pub(crate) mod build;
