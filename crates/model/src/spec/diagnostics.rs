@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::yaml::Span;
+use super::span::Span;
 
 /// Most diagnostics reported for one file; past this the rest are noise (and a generated file
 /// with a mistake on each of 200,000 lines would otherwise build 200,000 of them).

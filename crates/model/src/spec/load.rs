@@ -13,9 +13,10 @@ use super::check::Check;
 use super::diagnostics::{Diagnostic, MAX_DIAGNOSTICS, SpecErrors, quoted};
 use super::expand::{self, Origin, RawPoint};
 use super::schema;
+use super::span::Span;
 use super::types::{Experiment, SweepValue};
 use super::validate::{Problem, Target, Validator};
-use super::yaml::{self, Document, Span, push_pointer};
+use super::yaml::{self, Document, push_pointer};
 
 /// A spec that loaded cleanly: its source and its expanded, typed points.
 #[derive(Debug, Clone)]
@@ -62,7 +63,7 @@ impl LoadedSpec {
                     loc.value
                 }
             }
-            Err(_) => yaml::Span::origin(),
+            Err(_) => Span::origin(),
         };
         Diagnostic::at(&file, &self.source, span, message, hint)
     }

@@ -13,7 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::types::{DURATION_PATTERN, ErrorBudget};
+use super::error_budget::ErrorBudget;
+use super::patterns::DURATION_PATTERN;
 use super::validate::{Problem, Target};
 
 /// How requests arrive at the server.

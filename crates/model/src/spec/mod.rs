@@ -6,11 +6,14 @@
 
 pub(crate) mod check;
 pub mod diagnostics;
+pub(crate) mod error_budget;
 pub(crate) mod expand;
 pub mod load;
 pub mod load_model;
+pub(crate) mod patterns;
 pub(crate) mod schema;
 pub mod search;
+pub(crate) mod span;
 pub(crate) mod template;
 pub mod types;
 pub mod validate;

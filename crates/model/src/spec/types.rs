@@ -3,6 +3,10 @@
 //!
 //! A spec is validated in its raw form (where any scalar may be a `{{ var }}` template) and then
 //! expanded into one fully typed `Experiment` per sweep point.
+//!
+//! The top of the spec's types: the `Experiment` is made of the parts in `load_model`,
+//! `search`, `workload` and `error_budget`, which never use this file (the workload's parts
+//! and `ErrorBudget` are re-exported here, where their paths have always been).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,13 +15,9 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use super::workload::{DatasetFormat, Length, LengthDist, MixEntry, SessionsSpec, ThinkDist};
-
-/// Durations as `humantime` 2.4 reads them: `90s`, `20m`, `20 minutes`, `1h 30m`, `1.5h`.
-pub(crate) const DURATION_PATTERN: &str = r"^\s*([0-9]+(\.[0-9]+)?\s*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)\s*)+$";
-
-/// A host written as a string: `local`, or an SSH URL.
-pub(crate) const HOST_PATTERN: &str = r"^(local|ssh://([^@/\s]+@)?[^@/\s:]+(:[0-9]{1,5})?/?)$";
+pub use super::error_budget::ErrorBudget;
+use super::patterns::{DURATION_PATTERN, HOST_PATTERN, SLURM_TIME_PATTERN};
+pub use super::workload::{DatasetFormat, Length, LengthDist, SessionsSpec, ThinkDist};
 
 /// One experiment: which server to run, what to send it, how to measure, and what to sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -159,6 +159,21 @@ impl Experiment {
             (None, false) => ClientPlacement::Host,
         }
     }
+
+    /// The `sessions` load model, when the spec's `load` is one: the one place that reads it.
+    pub fn sessions(&self) -> Option<&SessionsSpec> {
+        match &self.load {
+            Some(l) if l.kind == super::load_model::LoadKind::Sessions => l.sessions.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The open-loop load model (`rate`, `ramp`, `trace`), when the spec's `load` is one.
+    pub fn open_loop(&self) -> Option<&super::load_model::LoadSpec> {
+        self.load
+            .as_ref()
+            .filter(|l| l.kind != super::load_model::LoadKind::Sessions)
+    }
 }
 
 /// Where the server runs.
@@ -251,11 +266,6 @@ impl HostSpec {
         self.slurm().map_or(1, SlurmOptions::rank_capacity)
     }
 }
-
-/// A Slurm time limit as `sbatch --time` reads it: `minutes`, `minutes:seconds`,
-/// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`.
-pub(crate) const SLURM_TIME_PATTERN: &str =
-    r"^([0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2}|UNLIMITED|INFINITE)$";
 
 /// A Slurm cluster as the place servers run: `host: { slurm: { partition: gpu, nodes: 1 } }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -532,35 +542,6 @@ pub enum Tolerance {
     Percent(#[schemars(regex(pattern = r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$"))] String),
 }
 
-/// How many failed requests a point tolerates: a count or a percentage of its requests.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
-pub enum ErrorBudget {
-    /// At most this many failed requests.
-    Count(u32),
-    /// At most this share of the point's requests, e.g. `5%`.
-    Percent(#[schemars(regex(pattern = r"^\s*[0-9]+(\.[0-9]+)?\s*%\s*$"))] String),
-}
-
-impl Default for ErrorBudget {
-    fn default() -> Self {
-        ErrorBudget::Count(0)
-    }
-}
-
-impl ErrorBudget {
-    /// True when `errors` failures out of `total` requests stay within the budget.
-    pub fn allows(&self, errors: usize, total: usize) -> bool {
-        match self {
-            ErrorBudget::Count(n) => errors <= *n as usize,
-            ErrorBudget::Percent(p) => {
-                let pct: f64 = p.trim().trim_end_matches('%').trim().parse().unwrap_or(0.0);
-                total == 0 || (errors as f64) <= pct / 100.0 * total as f64 + 1e-9
-            }
-        }
-    }
-}
-
 /// A value a sweep dimension takes: a number, string or boolean.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
@@ -714,6 +695,26 @@ pub struct Workload {
     /// A weighted mix of workloads in one point: each request draws an entry by weight.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mix: Vec<MixEntry>,
+}
+
+/// One entry of a weighted mix: each request picks an entry with probability `weight / sum
+/// of weights` (drawn from `workload.seed`); the entry's `prompt` and `output_tokens` replace
+/// the workload's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MixEntry {
+    /// Relative weight (any positive number).
+    #[schemars(range(min = 0.0))]
+    pub weight: f64,
+    /// The entry's prompt generator (default: the workload's).
+    #[serde(default)]
+    pub prompt: Option<PromptSpec>,
+    /// The entry's output length (default: the workload's).
+    #[serde(default)]
+    pub output_tokens: Option<Length>,
+    /// A name for the report (default `mix-N`, N from 1).
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// The HTTP API.

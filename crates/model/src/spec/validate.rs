@@ -13,8 +13,8 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::diagnostics::{did_you_mean, quoted};
+use super::patterns::{DURATION_PATTERN, HOST_PATTERN};
 use super::template;
-use super::types::{DURATION_PATTERN, HOST_PATTERN};
 use super::yaml::push_pointer;
 
 /// Which part of a node a problem is about.

@@ -1,13 +1,14 @@
-//! Spec types of workloads beyond one prompt: length distributions, datasets, shared
-//! prefixes, weighted mixes, and the `sessions` load model (multi-turn conversations).
-//! Kept apart from `types.rs` so the load model's other kinds can join without conflicts.
+//! Spec types of workloads beyond one prompt: length distributions, datasets, and the
+//! `sessions` load model (multi-turn conversations). Kept apart from `types.rs` so the load
+//! model's other kinds can join without conflicts; it uses nothing of `types.rs` (a weighted
+//! mix's entry, which holds a prompt, is there, beside the workload it belongs to).
 
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::types::{DURATION_PATTERN, PromptSpec};
+use super::patterns::DURATION_PATTERN;
 
 /// A length in tokens (as the server counts them): a number, or a distribution drawn per
 /// request from `workload.seed`.
@@ -138,43 +139,6 @@ pub enum DatasetFormat {
     /// One JSON object per line: `prompt` (text) or `input_tokens` (generated text of that
     /// many tokens), and optionally `output_tokens`.
     Jsonl,
-}
-
-/// One entry of a weighted mix: each request picks an entry with probability `weight / sum
-/// of weights` (drawn from `workload.seed`); the entry's `prompt` and `output_tokens` replace
-/// the workload's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MixEntry {
-    /// Relative weight (any positive number).
-    #[schemars(range(min = 0.0))]
-    pub weight: f64,
-    /// The entry's prompt generator (default: the workload's).
-    #[serde(default)]
-    pub prompt: Option<PromptSpec>,
-    /// The entry's output length (default: the workload's).
-    #[serde(default)]
-    pub output_tokens: Option<Length>,
-    /// A name for the report (default `mix-N`, N from 1).
-    #[serde(default)]
-    pub name: Option<String>,
-}
-
-impl super::types::Experiment {
-    /// The `sessions` load model, when the spec's `load` is one: the one place that reads it.
-    pub fn sessions(&self) -> Option<&SessionsSpec> {
-        match &self.load {
-            Some(l) if l.kind == super::load_model::LoadKind::Sessions => l.sessions.as_ref(),
-            _ => None,
-        }
-    }
-
-    /// The open-loop load model (`rate`, `ramp`, `trace`), when the spec's `load` is one.
-    pub fn open_loop(&self) -> Option<&super::load_model::LoadSpec> {
-        self.load
-            .as_ref()
-            .filter(|l| l.kind != super::load_model::LoadKind::Sessions)
-    }
 }
 
 /// The sessions load model.

@@ -11,6 +11,8 @@ use saphyr::Scalar;
 use saphyr_parser::{Event, Parser, ScalarStyle, Span as RawSpan, Tag};
 use serde_json::{Map, Number, Value};
 
+pub use super::span::{Pos, Span};
+
 /// Largest accepted document, in bytes.
 pub(crate) const MAX_BYTES: usize = 8 * 1024 * 1024;
 /// Deepest accepted nesting of mappings and sequences.
@@ -27,47 +29,16 @@ pub(crate) const MAX_ALIASES: usize = 1_000;
 /// below it do the same.
 pub(crate) const MAX_EXPANDED_BYTES: usize = 4 * MAX_BYTES;
 
-/// A position in the source: character index, 1-based line and 1-based column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Pos {
-    /// Index in characters from the start of the source.
-    pub index: usize,
-    /// Line, from 1.
-    pub line: usize,
-    /// Column in characters, from 1.
-    pub column: usize,
-}
-
-/// A range of source text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Span {
-    /// First character.
-    pub start: Pos,
-    /// One past the last character.
-    pub end: Pos,
-}
-
-impl Span {
-    fn from_raw(span: RawSpan) -> Span {
-        let pos = |m: saphyr_parser::Marker| Pos {
-            index: m.index(),
-            line: m.line(),
-            column: m.col() + 1,
-        };
-        Span {
-            start: pos(span.start),
-            end: pos(span.end),
-        }
-    }
-
-    /// An empty span at the start of the source.
-    pub(crate) fn origin() -> Span {
-        let start = Pos {
-            index: 0,
-            line: 1,
-            column: 1,
-        };
-        Span { start, end: start }
+/// A saphyr span as a [`Span`]: columns from 1, as diagnostics count them.
+fn span_of(span: RawSpan) -> Span {
+    let pos = |m: saphyr_parser::Marker| Pos {
+        index: m.index(),
+        line: m.line(),
+        column: m.col() + 1,
+    };
+    Span {
+        start: pos(span.start),
+        end: pos(span.end),
     }
 }
 
@@ -157,7 +128,7 @@ pub fn parse(source: &str) -> Result<Document, Vec<YamlError>> {
     let mut builder = Builder::default();
     for event in Parser::new_from_str(source) {
         let result = match event {
-            Ok((event, span)) => builder.on_event(event, Span::from_raw(span)),
+            Ok((event, span)) => builder.on_event(event, span_of(span)),
             Err(e) => {
                 let m = e.marker();
                 let at = Pos {

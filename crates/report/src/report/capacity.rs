@@ -9,7 +9,7 @@ use servebench_model::results::records::PointRecord;
 use servebench_model::results::search::{SearchFile, SearchRecord};
 use servebench_model::text::sig3;
 
-use super::charts::ChartLink;
+use super::chart_link::ChartLink;
 
 /// The Capacity section (None in a run without a search).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

@@ -5,7 +5,7 @@
 use plotters::prelude::*;
 
 use super::capacity::CapacityView;
-use super::charts::ChartError;
+use super::chart_error::ChartError;
 
 const SIZE: (u32, u32) = (720, 620);
 const LINE: RGBColor = RGBColor(0, 114, 178);

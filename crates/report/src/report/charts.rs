@@ -8,9 +8,9 @@ use std::ops::Range;
 
 use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
 use plotters::prelude::*;
-use schemars::JsonSchema;
-use serde::Serialize;
 
+pub use super::chart_error::ChartError;
+pub use super::chart_link::ChartLink;
 use super::model::{NameValue, PointRow, ReportModel};
 use servebench_model::catalog::Metric;
 
@@ -57,15 +57,6 @@ const KINDS: &[(&str, Metric, &str, &str)] = &[
 /// Every file name a chart can have, so a re-render can remove one that no longer applies.
 pub(crate) fn chart_files() -> impl Iterator<Item = &'static str> {
     KINDS.iter().map(|(file, ..)| *file)
-}
-
-/// A chart as the report links it.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
-pub struct ChartLink {
-    /// What the chart shows (`TTFT against context length`); the image's alt text.
-    pub title: String,
-    /// Path relative to the run directory (`charts/ttft.svg`).
-    pub path: String,
 }
 
 /// One chart's data, ready to draw.
@@ -252,16 +243,6 @@ fn chart_point(row: &PointRow, metric: &str) -> Option<ChartPoint> {
             warned: row.doubted,
         },
     )
-}
-
-/// Why a chart could not be drawn.
-#[derive(Debug, thiserror::Error)]
-#[error("chart {file}: {message}")]
-pub struct ChartError {
-    /// The chart's file name.
-    pub file: String,
-    /// The drawing library's description of the problem.
-    pub message: String,
 }
 
 /// Draws a chart as SVG: context on a log-2 axis (ticks 1k, 2k, 4k, ...), the metric on a linear

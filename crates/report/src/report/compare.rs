@@ -15,8 +15,10 @@ use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::{PointRecord, Stat};
 use servebench_model::results::rundir::{RunDir, RunDirError};
 
-use super::model::{metric_def, value_text};
+use super::format::value_text;
+use super::metric_def::metric_def;
 use super::offered;
+pub use super::verdict::Verdict;
 use super::{ReportError, render_named};
 pub(crate) use servebench_model::catalog::Direction;
 use servebench_model::catalog::Metric;
@@ -133,27 +135,6 @@ pub fn load(path: &Path) -> Result<LoadedRun, RunDirError> {
 /// catalogue does not know.
 pub(crate) fn direction(metric: &str) -> Option<Direction> {
     Metric::from_name(metric).and_then(Metric::direction)
-}
-
-/// What a change means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// Worse than the baseline, beyond the noise.
-    Regression,
-    /// Better than the baseline, beyond the noise.
-    Improvement,
-    /// The difference may be noise.
-    WithinNoise,
-    /// A real difference (the 95% confidence intervals, from evidence that stands, do not
-    /// overlap) smaller than `--threshold`: not noise, and not big enough to call a
-    /// regression or an improvement.
-    BelowThreshold,
-    /// The runs do not say how large their noise is (one request, one round of queued
-    /// requests, identical samples), so no change can be called real.
-    NotEnoughEvidence,
-    /// Not compared: a value is missing, or a run flagged the point.
-    NotCompared,
 }
 
 /// The smallest change worth a verdict, in percent, when `--threshold` is not given: a real but

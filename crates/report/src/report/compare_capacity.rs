@@ -8,7 +8,7 @@ use serde::Serialize;
 use servebench_model::results::search::{SearchFile, SearchRecord};
 use servebench_model::text::sig3;
 
-use super::compare::Verdict;
+use super::verdict::Verdict;
 
 /// One search compared across the runs.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

@@ -1,6 +1,7 @@
 //! Number formatting filters for report templates: the rules of [`servebench_model::text`], plus a
 //! missing value (none, undefined, NaN, infinite) shown as `—`, so a report never shows `NaN`
-//! or an empty cell.
+//! or an empty cell; and [`value_text`], how a sweep or flag value is written wherever a report
+//! or a comparison shows one.
 
 use minijinja::{Environment, Value};
 
@@ -83,4 +84,13 @@ fn cell(v: &Value) -> String {
     };
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     text::cut_words(&one_line, 160).replace('|', "\\|")
+}
+
+/// Formats a sweep or flag value for display: strings without quotes, numbers as written.
+pub(crate) fn value_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "—".to_string(),
+        other => other.to_string(),
+    }
 }

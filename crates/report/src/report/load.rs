@@ -1,6 +1,7 @@
 //! The report's load section: per `load:` point (or point judged against `slo:`), what was
 //! offered and served, the SLO verdict and the client's self-check, with each metric's
-//! definition. Built from `points.jsonl` alone.
+//! definition. Built from `points.jsonl` alone. Its charts (`load_charts`) are drawn from the
+//! finished section, so `build` adds their links.
 
 use indexmap::IndexMap;
 use schemars::JsonSchema;
@@ -9,7 +10,8 @@ use serde::Serialize;
 use servebench_model::catalog::{Method, Metric};
 use servebench_model::results::records::{PointRecord, Stat};
 
-use super::model::MetricDef;
+use super::metric_def::MetricDef;
+use super::pareto::ParetoPoint;
 
 /// The load section (None in a report without load points or SLOs).
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -23,10 +25,10 @@ pub struct LoadSection {
     /// Definitions of the load metrics, by name.
     pub defs: IndexMap<String, MetricDef>,
     /// The load charts drawn beside the report (`charts/load-*.svg`).
-    pub charts: Vec<super::charts::ChartLink>,
+    pub charts: Vec<super::chart_link::ChartLink>,
     /// Every point with both Pareto figures, marked on or off the frontier (run-wide and
     /// within its variant); empty with fewer than two such points.
-    pub pareto: Vec<super::pareto::ParetoPoint>,
+    pub pareto: Vec<ParetoPoint>,
     /// How the Pareto chart's axes and frontier are defined, in words.
     pub pareto_definition: String,
     /// The fewest measured requests an SLO target is judged on, in words.
@@ -133,13 +135,27 @@ pub(crate) fn section(
         pareto_definition: super::pareto::DEFINITION.to_string(),
         sample_rule: crate::measure::system::MIN_SAMPLES_RULE.to_string(),
     };
-    section.pareto = super::pareto::points(&section.rows);
-    // The links come from the same selection that draws the files.
-    section.charts = super::load_charts::charts(&section)
-        .iter()
-        .map(|c| c.link())
-        .collect();
+    section.pareto = super::pareto::frontier(pareto_points(&section.rows));
     Some(section)
+}
+
+/// The Pareto chart's points: every row with both figures (finite), in run order, not yet
+/// marked on or off the frontier.
+fn pareto_points(rows: &[LoadRow]) -> Vec<ParetoPoint> {
+    rows.iter()
+        .filter_map(|r| {
+            let (x, y) = (r.output_tok_s?, r.user_tok_s?);
+            (x.is_finite() && y.is_finite()).then(|| ParetoPoint {
+                id: r.id.clone(),
+                label: r.label.clone(),
+                variant: r.variant.clone(),
+                output_tok_s: x,
+                user_tok_s: y,
+                variant_frontier: false,
+                frontier: false,
+            })
+        })
+        .collect()
 }
 
 fn row(p: &PointRecord, label: String, variant: String) -> Option<LoadRow> {

@@ -5,7 +5,8 @@
 
 use plotters::prelude::*;
 
-use super::charts::{ChartError, ChartLink};
+use super::chart_error::ChartError;
+use super::chart_link::ChartLink;
 use super::load::LoadSection;
 
 const SIZE: (u32, u32) = (720, 440);

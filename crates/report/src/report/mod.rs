@@ -4,10 +4,20 @@
 //! from that model and a template to Markdown, and [`charts`] draws its SVG charts. Only
 //! [`render_run_dir`] (reads) and [`write_report`] (reads, then writes `report.md` and
 //! `charts/*.svg`) touch the disk.
+//!
+//! Files point one way. `model` holds the model's types, made of the section types in `load`,
+//! `capacity`, `server_view`, `hardware` and `reproduction`; `build` fills them from the
+//! records, calling the sections' builders (`read_run` adds the capacity section and the
+//! timelines); `charts`, `load_charts` and `capacity_chart` draw from the finished model. What
+//! several share sits below them all: `chart_link`, `chart_error`, `metric_def`, `format` and,
+//! for `compare` and `compare_capacity`, `verdict`.
 
 pub mod bound;
+pub(crate) mod build;
 pub mod capacity;
 pub mod capacity_chart;
+pub(crate) mod chart_error;
+pub(crate) mod chart_link;
 pub mod charts;
 pub mod compare;
 pub(crate) mod compare_capacity;
@@ -17,6 +27,7 @@ pub(crate) mod format;
 pub(crate) mod hardware;
 pub(crate) mod load;
 pub mod load_charts;
+pub(crate) mod metric_def;
 pub(crate) mod model;
 pub(crate) mod offered;
 pub mod pareto;
@@ -24,6 +35,7 @@ pub mod reproduction;
 pub mod schema;
 pub(crate) mod server_view;
 pub(crate) mod timeline;
+pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};
 
@@ -33,8 +45,9 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
 
-use model::build_model_from;
-pub use model::{ReportModel, build_model};
+pub use build::build_model;
+use build::build_model_from;
+pub use model::ReportModel;
 
 /// The default template, compiled into the binary so reports render from any directory.
 pub(crate) const DEFAULT_TEMPLATE: &str =
@@ -189,7 +202,7 @@ pub enum ReportError {
     RunDir(#[from] RunDirError),
     /// A chart could not be drawn.
     #[error(transparent)]
-    Chart(#[from] charts::ChartError),
+    Chart(#[from] chart_error::ChartError),
     #[error("cannot write the CSV exports: {0}")]
     Csv(#[from] csv::Error),
     /// The report or a chart could not be written into the run directory.
@@ -610,7 +623,7 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
     let timelines = timeline::timelines(&points.records, &digest.in_flight, &scrapes);
     model.timelines = timelines
         .iter()
-        .map(|t| charts::ChartLink {
+        .map(|t| chart_link::ChartLink {
             path: format!("{CHARTS_DIR}/{}", t.file),
             title: t.title.clone(),
         })

@@ -1,12 +1,11 @@
 //! The Pareto frontier of a load run: what one user sees (their output speed) against what the
 //! deployment serves (total output tok/s), across the run's server variants and points. A
 //! point is on the frontier when no other point beats it on one axis without losing on the
-//! other: the trade-offs worth choosing between. Pure, from the load section's rows.
+//! other: the trade-offs worth choosing between. Pure, on the points the load section makes
+//! of its rows (`load`, which holds them).
 
 use schemars::JsonSchema;
 use serde::Serialize;
-
-use super::load::LoadRow;
 
 /// How the two axes are made, in words, for the report.
 pub(crate) const DEFINITION: &str = "x: `output_tok_s`, completion tokens of all completed measured requests / the measured window (what the deployment serves); y: tok/s per user, the median (p50) of the measured requests' `decode_tok_s` (what one user's stream sees). A point is on the frontier when no other point has at least as much of both and more of one.";
@@ -44,42 +43,27 @@ pub(crate) fn non_dominated(points: &[(f64, f64)]) -> Vec<bool> {
         .collect()
 }
 
-/// The chart's points: every row with both figures (finite), in run order; empty when fewer
-/// than two, where a frontier says nothing.
-pub(crate) fn points(rows: &[LoadRow]) -> Vec<ParetoPoint> {
-    let mut out: Vec<ParetoPoint> = rows
-        .iter()
-        .filter_map(|r| {
-            let (x, y) = (r.output_tok_s?, r.user_tok_s?);
-            (x.is_finite() && y.is_finite()).then(|| ParetoPoint {
-                id: r.id.clone(),
-                label: r.label.clone(),
-                variant: r.variant.clone(),
-                output_tok_s: x,
-                user_tok_s: y,
-                variant_frontier: false,
-                frontier: false,
-            })
-        })
-        .collect();
-    if out.len() < 2 {
+/// `points` marked on or off the frontier, run-wide and within their variant, in the order
+/// given; empty when fewer than two, where a frontier says nothing.
+pub(crate) fn frontier(mut points: Vec<ParetoPoint>) -> Vec<ParetoPoint> {
+    if points.len() < 2 {
         return Vec::new();
     }
     let xy = |p: &ParetoPoint| (p.output_tok_s, p.user_tok_s);
-    let all: Vec<(f64, f64)> = out.iter().map(xy).collect();
-    for (p, on) in out.iter_mut().zip(non_dominated(&all)) {
+    let all: Vec<(f64, f64)> = points.iter().map(xy).collect();
+    for (p, on) in points.iter_mut().zip(non_dominated(&all)) {
         p.frontier = on;
     }
-    for variant in variants(&out) {
-        let idx: Vec<usize> = (0..out.len())
-            .filter(|&i| out[i].variant == variant)
+    for variant in variants(&points) {
+        let idx: Vec<usize> = (0..points.len())
+            .filter(|&i| points[i].variant == variant)
             .collect();
-        let mine: Vec<(f64, f64)> = idx.iter().map(|&i| xy(&out[i])).collect();
+        let mine: Vec<(f64, f64)> = idx.iter().map(|&i| xy(&points[i])).collect();
         for (i, on) in idx.into_iter().zip(non_dominated(&mine)) {
-            out[i].variant_frontier = on;
+            points[i].variant_frontier = on;
         }
     }
-    out
+    points
 }
 
 /// The variants, in order of first appearance.

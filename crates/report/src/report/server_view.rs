@@ -58,7 +58,7 @@ pub(crate) fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<Serv
             let label = p
                 .values
                 .iter()
-                .map(|(k, v)| format!("{k}={}", super::model::value_text(v)))
+                .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
                 .collect::<Vec<_>>()
                 .join(", ");
             Some(ServerViewRow {

@@ -6,7 +6,7 @@
 use indexmap::IndexMap;
 use plotters::prelude::*;
 
-use super::charts::ChartError;
+use super::chart_error::ChartError;
 use servebench_model::results::records::PointRecord;
 use servebench_model::results::server_view::MetricsScrape;
 
