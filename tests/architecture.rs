@@ -256,3 +256,341 @@ fn modules_use_only_lower_layers() {
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
+
+/// A crate's source files by module path (`["run", "launch"]`; the root is `[]`).
+fn modules(src: &Path) -> std::collections::BTreeMap<Vec<String>, PathBuf> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files
+        .into_iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src).expect("under src").with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(
+                parts.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                parts.pop();
+            }
+            (parts, f)
+        })
+        .collect()
+}
+
+/// The code of a file without comments and without its `#[cfg(test)] mod tests`.
+fn code_of(text: &str) -> String {
+    let code: Vec<&str> = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect();
+    let code = code.join("\n");
+    match code.find("#[cfg(test)]\nmod tests") {
+        Some(i) => code[..i].to_string(),
+        None => code,
+    }
+}
+
+/// The paths of a `use` tree's braces (`a::{b, c::{d, e}}` inside the outer braces): each as
+/// its segments.
+fn tree_paths(inner: &str) -> Vec<Vec<String>> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    let mut out = Vec::new();
+    for item in items.into_iter().map(str::trim).filter(|i| !i.is_empty()) {
+        let segs = |s: &str| -> Vec<String> {
+            s.split(" as ")
+                .next()
+                .unwrap_or("")
+                .split("::")
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect()
+        };
+        match item.find('{') {
+            Some(b) => {
+                let prefix = segs(&item[..b]);
+                let rest = &item[b + 1..item.rfind('}').unwrap_or(item.len())];
+                for sub in tree_paths(rest) {
+                    out.push(prefix.iter().cloned().chain(sub).collect());
+                }
+            }
+            None => out.push(segs(item)),
+        }
+    }
+    out
+}
+
+/// The text inside the braces that open at `code[at]`.
+fn braced(code: &str, at: usize) -> &str {
+    let mut depth = 0;
+    for (i, c) in code[at..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return &code[at + 1..at + i];
+                }
+            }
+            _ => {}
+        }
+    }
+    &code[at + 1..]
+}
+
+/// Every path a file names from `crate::`, `super::` or `self::` (use trees expanded), and the
+/// first segment of every other `name::` path.
+fn named_paths(code: &str) -> (Vec<Vec<String>>, Vec<String>) {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let (mut anchored, mut bare) = (Vec::new(), Vec::new());
+    let bytes: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let prev_ok = i == 0 || !(word(bytes[i - 1]) || bytes[i - 1] == ':');
+        if !prev_ok || !word(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && word(bytes[i]) {
+            i += 1;
+        }
+        let first: String = bytes[start..i].iter().collect();
+        if !(i + 1 < bytes.len() && bytes[i] == ':' && bytes[i + 1] == ':') {
+            continue;
+        }
+        // Read `a::b::c` and an optional `::{...}` tree.
+        let mut segs = vec![first.clone()];
+        let mut tree = None;
+        while i + 1 < bytes.len() && bytes[i] == ':' && bytes[i + 1] == ':' {
+            i += 2;
+            if i < bytes.len() && bytes[i] == '{' {
+                let at: usize = bytes[..i].iter().map(|c| c.len_utf8()).sum();
+                let inner = braced(code, at);
+                tree = Some(tree_paths(inner));
+                i += inner.chars().count() + 2;
+                break;
+            }
+            let s = i;
+            while i < bytes.len() && word(bytes[i]) {
+                i += 1;
+            }
+            if s == i {
+                break;
+            }
+            segs.push(bytes[s..i].iter().collect());
+        }
+        if matches!(first.as_str(), "crate" | "super" | "self") {
+            match tree {
+                Some(paths) => {
+                    for p in paths {
+                        anchored.push(segs.iter().cloned().chain(p).collect());
+                    }
+                }
+                None => anchored.push(segs),
+            }
+        } else {
+            bare.push(first);
+        }
+    }
+    (anchored, bare)
+}
+
+/// File-level dependencies inside one crate: file A -> file B when A names an item B defines
+/// (a `mod.rs` re-export counts as the file it re-exports from).
+fn file_graph(
+    src: &Path,
+) -> std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mods = modules(src);
+    let code: BTreeMap<&Vec<String>, String> = mods
+        .iter()
+        .map(|(m, f)| (m, code_of(&std::fs::read_to_string(f).unwrap())))
+        .collect();
+    let is_dir = |f: &Path| {
+        matches!(
+            f.file_name().and_then(|n| n.to_str()),
+            Some("mod.rs" | "lib.rs" | "main.rs")
+        )
+    };
+    // The longest module prefix of `path` from `base`, and the segment after it.
+    let resolve = |base: &[String], rest: &[String]| -> (Vec<String>, Option<String>) {
+        let mut target = base.to_vec();
+        for (k, s) in rest.iter().enumerate() {
+            let mut next = target.clone();
+            next.push(s.clone());
+            if mods.contains_key(&next) {
+                target = next;
+            } else {
+                return (target, Some(rest[k].clone()));
+            }
+        }
+        (target, None)
+    };
+    // Re-exports: (module, name) -> the file the name comes from.
+    let mut reexports: BTreeMap<(Vec<String>, String), Vec<String>> = BTreeMap::new();
+    for (m, f) in &mods {
+        if !is_dir(f) {
+            continue;
+        }
+        let (anchored, _) = named_paths(&code[m].replace("use ", "use self::"));
+        for p in anchored {
+            if p.first().map(String::as_str) != Some("self") || p.len() < 3 {
+                continue;
+            }
+            let (target, _) = resolve(m, &p[1..p.len() - 1]);
+            if &target != m {
+                reexports.insert((m.clone(), p[p.len() - 1].clone()), target);
+            }
+        }
+    }
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (m, f) in &mods {
+        let own = edges.entry(m.clone()).or_default();
+        // A re-export (`pub use child::X;`) shows a child's item; it is not a use of it.
+        let used: String = code[m]
+            .split(';')
+            .filter(|stmt| {
+                let s = stmt.trim_start();
+                !(s.starts_with("pub use ") || s.starts_with("pub(crate) use "))
+            })
+            .collect::<Vec<_>>()
+            .join(";");
+        let (anchored, bare) = named_paths(&used);
+        for p in anchored {
+            let mut base = match p[0].as_str() {
+                "crate" => Vec::new(),
+                _ => m.clone(),
+            };
+            let mut rest = &p[1..];
+            if p[0] == "super" {
+                base.pop();
+                while rest.first().map(String::as_str) == Some("super") {
+                    base.pop();
+                    rest = &rest[1..];
+                }
+            }
+            let (mut target, next) = resolve(&base, rest);
+            if let Some(name) = next
+                && let Some(from) = reexports.get(&(target.clone(), name))
+            {
+                target = from.clone();
+            }
+            if &target != m {
+                own.insert(target);
+            }
+        }
+        for first in bare {
+            let mut child = m.clone();
+            child.push(first);
+            if mods.contains_key(&child) && (is_dir(f) || child.len() > 1) {
+                own.insert(child);
+            }
+        }
+    }
+    edges
+}
+
+/// The cycles of `edges` (each as its files), found by depth-first search.
+fn cycles(
+    edges: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+) -> Vec<Vec<String>> {
+    let name = |m: &Vec<String>| {
+        if m.is_empty() {
+            "<root>".to_string()
+        } else {
+            m.join("/")
+        }
+    };
+    let mut found = Vec::new();
+    let mut done = std::collections::BTreeSet::new();
+    for start in edges.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some((node, path)) = stack.pop() {
+            for next in edges.get(&node).into_iter().flatten() {
+                if next == start {
+                    let mut names: Vec<String> = path.iter().map(name).collect();
+                    names.sort();
+                    if done.insert(names.clone()) {
+                        found.push(path.iter().map(name).collect());
+                    }
+                } else if seen.insert(next.clone()) {
+                    let mut p = path.clone();
+                    p.push(next.clone());
+                    stack.push((next.clone(), p));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_loop_finder_sees_a_use_tree_and_a_child_calling_back() {
+    let (anchored, bare) = named_paths("use super::{a::X, b::{Y, Z}};\nfn f() { child::g(); }");
+    assert_eq!(
+        anchored,
+        vec![
+            vec!["super", "a", "X"],
+            vec!["super", "b", "Y"],
+            vec!["super", "b", "Z"]
+        ]
+    );
+    assert_eq!(bare, vec!["child"]);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("run")).unwrap();
+    std::fs::write(src.join("lib.rs"), "mod run;").unwrap();
+    std::fs::write(
+        src.join("run/mod.rs"),
+        "mod pool;\nmod errors;\npub use errors::RunError;\npub fn go() { pool::start(); }\npub struct Interrupt;",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("run/pool.rs"),
+        "use super::{RunError, Interrupt};\npub fn start() {}",
+    )
+    .unwrap();
+    std::fs::write(src.join("run/errors.rs"), "pub struct RunError;").unwrap();
+    let found = cycles(&file_graph(src));
+    assert_eq!(found, vec![vec!["run".to_string(), "run/pool".to_string()]]);
+    // Interrupt moved out of mod.rs: the re-exported RunError alone is no loop.
+    std::fs::write(
+        src.join("run/pool.rs"),
+        "use super::RunError;\npub fn start() {}",
+    )
+    .unwrap();
+    assert!(cycles(&file_graph(src)).is_empty());
+}
+
+#[test]
+fn no_file_uses_one_that_uses_it_back() {
+    let mut problems = Vec::new();
+    for (dir, _) in CRATES {
+        let src = root().join(dir).join("src");
+        for cycle in cycles(&file_graph(&src)) {
+            problems.push(format!("{dir}/src: {}", cycle.join(" -> ")));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "module loops (move what both use into a file of its own):\n{}",
+        problems.join("\n")
+    );
+}

@@ -12,6 +12,7 @@
 //! connections after each stream gets a fresh one per request, and a request that meets a
 //! stale connection is sent again once (see `pool` for the rules).
 
+mod body;
 mod conn;
 mod parse;
 mod pool;
@@ -38,6 +39,7 @@ use crate::spec::types::Api;
 
 pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
+pub use stream::replay_stream;
 pub(crate) use stream::unix_now;
 pub(crate) use url_check::UrlCheck;
 
@@ -135,15 +137,6 @@ impl Measured {
             lag_s: None,
         }
     }
-}
-
-/// Frames and parses an already received streaming body, given as the network reads that
-/// delivered it, with the same framer, parser and per-event bookkeeping as [`Client::stream`]
-/// (each read stamped with `Instant::now()`; stops at `[DONE]` or the first error). Used by the
-/// hot-path bench (`benches/client_hot_path.rs`); measurements always go through
-/// [`Client::stream`].
-pub fn replay_stream<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) -> Measured {
-    stream::replay(api, reads)
 }
 
 /// Outcome of `/flush_cache`.
@@ -316,14 +309,6 @@ impl Client {
         self.pool.stale_retries()
     }
 
-    /// Sends one streaming request and measures it. Never fails: errors (HTTP, stream errors,
-    /// malformed events, connect failures, resets, `timeout` passing) are recorded in
-    /// [`Measured::error`] next to the chunks that arrived before them. The call's time is the
-    /// request's scheduled time; `timeout` counts from it.
-    pub async fn stream(&self, req: &GenerationRequest, timeout: Duration) -> Measured {
-        stream::run(self, req, timeout).await
-    }
-
     /// Sends `prompt` with one output token and returns the server's `prompt_tokens` and
     /// `cached_tokens` (for calibrating prompt lengths).
     pub async fn count_prompt_tokens(
@@ -461,8 +446,8 @@ impl Client {
         let mut body = response.into_body();
         let mut bytes = Vec::new();
         loop {
-            match stream::read(&mut lease, &mut body, deadline).await {
-                stream::Read::Data(b) => {
+            match body::read(&mut lease, &mut body, deadline).await {
+                body::Read::Data(b) => {
                     if bytes.len() + b.len() > limit {
                         return Err(failed(format!(
                             "the response body is larger than {limit} bytes"
@@ -470,9 +455,9 @@ impl Client {
                     }
                     bytes.extend_from_slice(&b);
                 }
-                stream::Read::End => break,
-                stream::Read::Failed(e) => return Err(failed(conn::describe(&e))),
-                stream::Read::TimedOut => {
+                body::Read::End => break,
+                body::Read::Failed(e) => return Err(failed(conn::describe(&e))),
+                body::Read::TimedOut => {
                     return Err(failed(format!(
                         "no complete response within {}",
                         crate::text::duration(timeout.as_secs_f64())

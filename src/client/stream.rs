@@ -9,16 +9,13 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use tokio::time::timeout_at;
 
 use crate::results::records::{Chunk, ChunkTokens, ErrorKind, RequestError, TokenSource};
 use crate::spec::types::Api;
 
+use super::body::{Read, read};
 use super::conn::describe;
 use super::parse::{self, Parsed, StreamParser};
-use super::pool::Lease;
 use super::sse::{SseEvent, SseFramer, head};
 use super::{Client, GenerationRequest, Measured, request};
 
@@ -27,35 +24,6 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 /// After `[DONE]`, how long to wait for the body's end so the connection can be reused.
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
-
-/// One read of a response body.
-pub(super) enum Read {
-    /// Bytes of the body.
-    Data(Bytes),
-    /// The body ended (the connection is at a message boundary).
-    End,
-    /// The connection failed.
-    Failed(hyper::Error),
-    /// The deadline passed.
-    TimedOut,
-}
-
-/// Reads the next piece of `body`, driving its connection, until `deadline`.
-pub(super) async fn read(lease: &mut Lease, body: &mut Incoming, deadline: Instant) -> Read {
-    loop {
-        let frame = timeout_at(deadline.into(), lease.conn().drive(body.frame())).await;
-        return match frame {
-            Err(_) => Read::TimedOut,
-            Ok(None) => Read::End,
-            Ok(Some(Err(e))) => Read::Failed(e),
-            Ok(Some(Ok(frame))) => match frame.into_data() {
-                Ok(bytes) => Read::Data(bytes),
-                // Trailers carry nothing measured.
-                Err(_) => continue,
-            },
-        };
-    }
-}
 
 /// A Unix time and the `Instant` taken with it, to place later instants on the Unix clock.
 #[derive(Clone, Copy)]
@@ -75,6 +43,25 @@ impl Anchor {
     fn unix_at(&self, t: Instant) -> f64 {
         self.unix + t.saturating_duration_since(self.at).as_secs_f64()
     }
+}
+
+impl Client {
+    /// Sends one streaming request and measures it. Never fails: errors (HTTP, stream errors,
+    /// malformed events, connect failures, resets, `timeout` passing) are recorded in
+    /// [`Measured::error`] next to the chunks that arrived before them. The call's time is the
+    /// request's scheduled time; `timeout` counts from it.
+    pub async fn stream(&self, req: &GenerationRequest, timeout: Duration) -> Measured {
+        run(self, req, timeout).await
+    }
+}
+
+/// Frames and parses an already received streaming body, given as the network reads that
+/// delivered it, with the same framer, parser and per-event bookkeeping as [`Client::stream`]
+/// (each read stamped with `Instant::now()`; stops at `[DONE]` or the first error). Used by the
+/// hot-path bench (`benches/client_hot_path.rs`); measurements always go through
+/// [`Client::stream`].
+pub fn replay_stream<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) -> Measured {
+    replay(api, reads)
 }
 
 pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Duration) -> Measured {

@@ -3,7 +3,7 @@
 //! value`. Its readiness is `/health` (or `server.ready_line`), its crashes are classified with
 //! every known engine's lines, and what it offers is probed once it is ready.
 
-use super::{Adapter, FalseFlag, LaunchCommand, LaunchError, ModelArg, common_hint};
+use super::adapter::{Adapter, FalseFlag, LaunchCommand, LaunchError, ModelArg, common_hint};
 use crate::catalog::Failure;
 use crate::spec::types::Server;
 

@@ -1,7 +1,7 @@
 //! llama.cpp's `llama-server -m MODEL`. Facts: docs/reference/llama-cpp-facts.md and
 //! docs/reference/llama-cpp-observed.md.
 
-use super::{Adapter, FalseFlag, ModelArg, common_hint};
+use super::adapter::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;
 
 pub(crate) static LLAMA_CPP: Adapter = Adapter {

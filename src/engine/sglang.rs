@@ -1,7 +1,7 @@
 //! SGLang: `python -m sglang.launch_server --model-path M` (2026 also `sglang serve`).
 //! Facts: docs/reference/sglang-facts.md (sections 4-5), docs/reference/sglang-extra.md.
 
-use super::{Adapter, FalseFlag, ModelArg, common_hint};
+use super::adapter::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;
 
 pub(crate) static SGLANG: Adapter = Adapter {

@@ -1,6 +1,6 @@
 //! vLLM: `vllm serve MODEL` (the model is positional). Facts: docs/reference/vllm-facts.md.
 
-use super::{Adapter, FalseFlag, ModelArg, common_hint};
+use super::adapter::{Adapter, FalseFlag, ModelArg, common_hint};
 use crate::catalog::Failure;
 
 pub(crate) static VLLM: Adapter = Adapter {
