@@ -2,11 +2,11 @@
 
 use super::api::Api;
 use super::args::{self, ParsedArgs, SimArgError};
-use super::llamacpp_args::LlamaOptions;
+use super::llamacpp_options::LlamaOptions;
 use super::log::SimLog;
 use super::profile::{MemoryModel, Profile, SpecModel};
 use super::trace::ChunkTrace;
-use super::vllm_args::VllmOptions;
+use super::vllm_options::VllmOptions;
 use std::sync::Arc;
 
 /// Everything the simulator needs to run.
@@ -261,27 +261,6 @@ impl SimConfig {
             api,
             vllm: None,
             llama: None,
-        }
-    }
-
-    /// Parses `servebench sim` arguments for `api` (`--api` itself already taken out); the
-    /// engine's own warnings come back with the config.
-    pub fn from_engine_args(api: Api, args: &[String]) -> Result<(SimConfig, Vec<String>), String> {
-        match api {
-            Api::Sglang => {
-                let parsed = args::parse(args).map_err(|e| e.to_string())?;
-                let warnings = parsed.warnings.clone();
-                Ok((
-                    Self::from_parsed(parsed).map_err(|e| e.to_string())?,
-                    warnings,
-                ))
-            }
-            Api::Vllm => super::vllm_args::parse(args)
-                .map_err(|e| e.to_string())
-                .map(|p| (p.config, p.warnings)),
-            Api::LlamaCpp => super::llamacpp_args::parse(args)
-                .map_err(|e| e.to_string())
-                .map(|p| (p.config, p.warnings)),
         }
     }
 

@@ -75,10 +75,12 @@
 mod api;
 mod args;
 mod config;
+mod exit;
 mod flags;
 mod http;
 mod kv;
 mod llamacpp_args;
+mod llamacpp_options;
 mod log;
 mod memory;
 mod metrics;
@@ -90,11 +92,13 @@ mod scheduler;
 mod server;
 mod slots;
 mod state;
+mod surface_args;
 mod tokenizer;
 mod trace;
 mod types;
 mod vllm_args;
 mod vllm_flags;
+mod vllm_options;
 mod voice;
 
 // What the rest of servebench (the CLI, the plan's estimates), the tests and the drift bench use.
@@ -110,17 +114,6 @@ pub use trace::{ChunkTrace, TraceEntry};
 // Names the simulator's own modules reach through the crate root.
 use args::help_text;
 use server::serve_socket;
-
-/// The simulator's exit codes: a server process's, as the engines' own launchers end (argparse
-/// exits 2 on a bad flag, a crash exits 1). servebench's own codes happen to agree.
-pub(crate) mod exit {
-    /// A clean shutdown.
-    pub const OK: i32 = 0;
-    /// A simulated crash or start-up failure.
-    pub const FAILED: i32 = 1;
-    /// Bad arguments.
-    pub const BAD_INPUT: i32 = 2;
-}
 
 /// Entry point of `servebench sim [--api NAME] ARGS...`; returns the process exit code
 /// (0 clean shutdown, 1 simulated crash or start-up failure, 2 bad arguments; llama.cpp's

@@ -11,7 +11,7 @@
 
 use super::keepalive::CloseAfterBody;
 use super::{AppState, openai, unix_now};
-use crate::llamacpp_args::LlamaOptions;
+use crate::llamacpp_options::LlamaOptions;
 use crate::tokenizer;
 use crate::types::{Command, Output, ReqOptions, Timings};
 use axum::Router;

@@ -10,7 +10,7 @@ use super::{AppState, json_response, openai, unix_now};
 use crate::metrics::Histogram;
 use crate::tokenizer;
 use crate::types::{Command, Finish, Output, ReqOptions};
-use crate::vllm_args::VllmOptions;
+use crate::vllm_options::VllmOptions;
 use crate::voice::{Proc, VLLM_VERSION, Voice};
 use axum::Router;
 use axum::body::Bytes;
