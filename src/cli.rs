@@ -564,7 +564,7 @@ fn bound(
         return Err(Error::Usage("--tp and --pp count GPUs: at least 1".into()));
     }
     let bad = |why: String| Error::Usage(format!("{}: {why}", model_config.display()));
-    let text = read_model_config(model_config).map_err(bad)?;
+    let text = read_model_config(model_config).map_err(|e| bad(e.to_string()))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
     let model = roofline::ModelFacts::from_hf_config(&json).map_err(|e| bad(e.to_string()))?;
@@ -586,23 +586,31 @@ fn bound(
 }
 
 /// A regular file (a FIFO would block) of at most [`MODEL_CONFIG_BYTES`], as text.
-fn read_model_config(path: &Path) -> Result<String, String> {
+fn read_model_config(path: &Path) -> Result<String, ModelConfigError> {
     use std::io::Read as _;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = std::fs::metadata(path).map_err(ModelConfigError::Read)?;
     if !meta.is_file() {
-        return Err("not a regular file: give the model's config.json".into());
+        return Err(ModelConfigError::NotAFile);
     }
     if meta.len() > MODEL_CONFIG_BYTES {
-        return Err(format!(
-            "{} bytes; a config.json is read up to {MODEL_CONFIG_BYTES} bytes",
-            meta.len()
-        ));
+        return Err(ModelConfigError::TooLarge(meta.len()));
     }
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MODEL_CONFIG_BYTES).read_to_string(&mut text))
-        .map_err(|e| format!("cannot read it: {e}"))?;
+        .map_err(ModelConfigError::Read)?;
     Ok(text)
+}
+
+/// Why `bound --model-config FILE` cannot read its file (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+enum ModelConfigError {
+    #[error("cannot read it: {0}")]
+    Read(std::io::Error),
+    #[error("not a regular file: give the model's config.json")]
+    NotAFile,
+    #[error("{0} bytes; a config.json is read up to {MODEL_CONFIG_BYTES} bytes")]
+    TooLarge(u64),
 }
 
 /// Largest `config.json` read (real ones are a few kB; a multimodal one with its processor
@@ -682,7 +690,7 @@ fn compare(
     if let Some(dim) = by {
         let mut parts = Vec::new();
         for run in runs {
-            parts.extend(compare::split_by(run, dim).map_err(Error::Usage)?);
+            parts.extend(compare::split_by(run, dim).map_err(|e| Error::Usage(e.to_string()))?);
         }
         runs = parts;
     }

@@ -141,16 +141,16 @@ async fn find_cache_reset(
         _ => None,
     };
     let why_not = match (listed, total_slots) {
-        (Some(slots), _) if !slots.is_empty() => erase_slots(client, slots).await,
-        (Some(_), _) => Err("/slots lists no slot to erase".to_string()),
+        (Some(slots), _) if !slots.is_empty() => erase_slots(client, slots).await.map_err(Some),
+        (Some(_), _) => Err(Some(CacheResetError::NoSlots)),
         // `--no-slots`: /props still counts them, and erase needs no listing.
-        (None, Some(n)) if n > 0 => erase_slots(client, (0..n).collect()).await,
-        (None, _) => Err(String::new()),
+        (None, Some(n)) if n > 0 => erase_slots(client, (0..n).collect()).await.map_err(Some),
+        (None, _) => Err(None),
     };
     match why_not {
         Ok(reset) => return Some(reset),
-        Err(why) if !why.is_empty() => notes.push(why),
-        Err(_) => {}
+        Err(Some(why)) => notes.push(why.to_string()),
+        Err(None) => {}
     }
     notes.push(
         "no cache reset endpoint answered (SGLang /flush_cache, vLLM /reset_prefix_cache, which \
@@ -162,23 +162,55 @@ async fn find_cache_reset(
     None
 }
 
+/// Why the server's prefix cache could not be emptied (or probed for a way to).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CacheResetError {
+    /// llama.cpp's "This server does not support slots action. Start it with
+    /// `--slot-save-path`" (server_context: slot_save_path empty).
+    #[error(
+        "llama.cpp erases a slot's cache only when started with --slot-save-path ({path} answered 501: {message})"
+    )]
+    NeedsSlotSavePath { path: String, message: String },
+    /// `/slots` answered with no slot in it.
+    #[error("/slots lists no slot to erase")]
+    NoSlots,
+    /// The endpoint answered, but not with success.
+    #[error("{path} answered HTTP {status}: {message}")]
+    Status {
+        path: String,
+        status: u16,
+        message: String,
+    },
+    /// The request itself failed.
+    #[error("{path} failed: {source}")]
+    Request {
+        path: String,
+        #[source]
+        source: ClientError,
+    },
+    /// The server kept saying requests hold its cache.
+    #[error(
+        "{how} kept reporting pending requests for {} s ({busy})",
+        RESET_RETRY_FOR.as_secs()
+    )]
+    StillBusy { how: String, busy: String },
+}
+
 /// Erases the first of llama.cpp's `slots` to see whether erasing works; why not, if not.
-async fn erase_slots(client: &Client, slots: Vec<u32>) -> Result<CacheReset, String> {
+async fn erase_slots(client: &Client, slots: Vec<u32>) -> Result<CacheReset, CacheResetError> {
     let path = format!("/slots/{}?action=erase", slots[0]);
     match client.call("POST", &path, None, PROBE_TIMEOUT).await {
         Ok((200, _)) => Ok(CacheReset::SlotErase { slots }),
-        // llama.cpp's "This server does not support slots action. Start it with
-        // `--slot-save-path`" (server_context: slot_save_path empty).
-        Ok((501, body)) => Err(format!(
-            "llama.cpp erases a slot's cache only when started with --slot-save-path ({path} \
-             answered 501: {})",
-            crate::text::truncate(&super::parse::http_error_message(&body), 120)
-        )),
-        Ok((status, body)) => Err(format!(
-            "{path} answered HTTP {status}: {}",
-            crate::text::truncate(&super::parse::http_error_message(&body), 120)
-        )),
-        Err(e) => Err(format!("{path}: {e}")),
+        Ok((501, body)) => Err(CacheResetError::NeedsSlotSavePath {
+            message: crate::text::truncate(&super::parse::http_error_message(&body), 120),
+            path,
+        }),
+        Ok((status, body)) => Err(CacheResetError::Status {
+            message: crate::text::truncate(&super::parse::http_error_message(&body), 120),
+            path,
+            status,
+        }),
+        Err(source) => Err(CacheResetError::Request { path, source }),
     }
 }
 
@@ -237,14 +269,19 @@ pub(crate) async fn reset_cache(
     client: &Client,
     how: &CacheReset,
     stop: impl Fn() -> bool,
-) -> Result<(), String> {
+) -> Result<(), CacheResetError> {
     let start = Instant::now();
     loop {
         let busy = match how {
             CacheReset::FlushCache => match client.flush_cache().await {
                 Ok(super::FlushOutcome::Flushed) => return Ok(()),
                 Ok(super::FlushOutcome::Busy(text)) => text,
-                Err(e) => return Err(format!("/flush_cache failed: {e}")),
+                Err(source) => {
+                    return Err(CacheResetError::Request {
+                        path: "/flush_cache".into(),
+                        source,
+                    });
+                }
             },
             CacheReset::ResetPrefixCache => {
                 match client
@@ -261,12 +298,18 @@ pub(crate) async fn reset_cache(
                         }
                     }
                     Ok((status, body)) => {
-                        return Err(format!(
-                            "/reset_prefix_cache answered HTTP {status}: {}",
-                            super::parse::http_error_message(&body)
-                        ));
+                        return Err(CacheResetError::Status {
+                            path: "/reset_prefix_cache".into(),
+                            status,
+                            message: super::parse::http_error_message(&body),
+                        });
                     }
-                    Err(e) => return Err(format!("/reset_prefix_cache failed: {e}")),
+                    Err(source) => {
+                        return Err(CacheResetError::Request {
+                            path: "/reset_prefix_cache".into(),
+                            source,
+                        });
+                    }
                 }
             }
             CacheReset::SlotErase { slots } => {
@@ -275,23 +318,23 @@ pub(crate) async fn reset_cache(
                     match client.call("POST", &path, None, super::ADMIN_TIMEOUT).await {
                         Ok((200, _)) => {}
                         Ok((status, body)) => {
-                            return Err(format!(
-                                "{path} answered HTTP {status}: {}",
-                                super::parse::http_error_message(&body)
-                            ));
+                            return Err(CacheResetError::Status {
+                                path,
+                                status,
+                                message: super::parse::http_error_message(&body),
+                            });
                         }
-                        Err(e) => return Err(format!("{path} failed: {e}")),
+                        Err(source) => return Err(CacheResetError::Request { path, source }),
                     }
                 }
                 return Ok(());
             }
         };
         if start.elapsed() > RESET_RETRY_FOR || stop() {
-            return Err(format!(
-                "{how} kept reporting pending requests for {} s ({}); the point ran without a cache reset",
-                RESET_RETRY_FOR.as_secs(),
-                crate::text::truncate(&busy, 100)
-            ));
+            return Err(CacheResetError::StillBusy {
+                how: how.to_string(),
+                busy: crate::text::truncate(&busy, 100),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -319,7 +319,10 @@ impl PointRunner {
         if policy == CachePolicy::Cold
             && let Err(e) = self.reset_cache(client).await
         {
-            flags.push(Flag::new(FlagKind::FlushFailed, e));
+            flags.push(Flag::new(
+                FlagKind::FlushFailed,
+                format!("{e}; the point ran without a cache reset"),
+            ));
         }
         if let Some(sessions) = exp.sessions() {
             let (records, stopped) = self
@@ -456,7 +459,10 @@ impl PointRunner {
     /// Empties the server's prefix cache the way it offers. A server without a way is left
     /// as it is: unique nonces keep cold prompts apart, and `verify` checks the server's own
     /// cached_tokens (a clean point, not a failed flush).
-    pub(super) async fn reset_cache(&self, client: &Client) -> Result<(), String> {
+    pub(super) async fn reset_cache(
+        &self,
+        client: &Client,
+    ) -> Result<(), crate::client::surface::CacheResetError> {
         let how = match &self.surface {
             Some(s) => match &s.cache_reset {
                 Some(how) => how.clone(),
@@ -465,9 +471,7 @@ impl PointRunner {
             None => CacheReset::FlushCache,
         };
         let interrupt = self.interrupt.clone();
-        crate::client::surface::reset_cache(client, &how, move || interrupt.is_set())
-            .await
-            .map_err(|e| format!("{e}; the point ran without a cache reset"))
+        crate::client::surface::reset_cache(client, &how, move || interrupt.is_set()).await
     }
 
     /// Records `rec`; false when it could not be (the sink has stopped the run).
@@ -598,7 +602,7 @@ impl PointRunner {
                 {
                     flags.push(Flag {
                         kind: FlagKind::FlushFailed,
-                        message: e,
+                        message: format!("{e}; the point ran without a cache reset"),
                     });
                 }
                 let mut req = generation_request(exp, prompt.clone(), model);

@@ -14,6 +14,15 @@ use crate::spec::types::{Engine, Server};
 use super::interrupt::Interrupt;
 pub(crate) use super::server_error::{STOP_GRACE, ServerError};
 
+/// Why a server servebench did not start no longer answers.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotAnswering {
+    #[error("/health answered HTTP {0}")]
+    Status(u16),
+    #[error(transparent)]
+    Client(crate::client::ClientError),
+}
+
 /// A server the runner talks to.
 pub(crate) struct ServerHandle {
     /// The URL this machine reaches it at (a forwarded port for SSH hosts).
@@ -312,15 +321,15 @@ impl ServerHandle {
 
     /// For a server servebench did not start: Err with why when it does not answer `/health`
     /// (after a point whose requests could not connect, it may be gone).
-    pub(crate) async fn answers(&self, server: &Server) -> Result<(), String> {
+    pub(crate) async fn answers(&self, server: &Server) -> Result<(), NotAnswering> {
         if self.process.is_some() {
             return Ok(());
         }
-        let client = Client::new(&self.url, api_key(server)).map_err(|e| e.to_string())?;
+        let client = Client::new(&self.url, api_key(server)).map_err(NotAnswering::Client)?;
         match client.health().await {
             Ok(200) => Ok(()),
-            Ok(code) => Err(format!("/health answered HTTP {code}")),
-            Err(e) => Err(e.to_string()),
+            Ok(code) => Err(NotAnswering::Status(code)),
+            Err(e) => Err(NotAnswering::Client(e)),
         }
     }
 

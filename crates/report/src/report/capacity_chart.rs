@@ -40,7 +40,15 @@ pub fn render_svg(view: &CapacityView) -> Result<String, ChartError> {
             .iter()
             .map(|p| (p.value, p.throughput_req_s, p.passes))
             .collect();
-        panel(&top, &tput, x_max, &x_label, "achieved (req/s)", None).map_err(|e| err(&e))?;
+        panel(
+            &top,
+            &tput,
+            x_max,
+            &x_label,
+            "achieved (req/s)",
+            None,
+            &file,
+        )?;
         // Bottom: the first target's value (ms for latencies), with its bound.
         if let Some(name) = view.targets.first() {
             let scale = if name == "attainment" { 100.0 } else { 1e3 };
@@ -57,8 +65,8 @@ pub fn render_svg(view: &CapacityView) -> Result<String, ChartError> {
                 &x_label,
                 &format!("{name} ({unit})"),
                 bound,
-            )
-            .map_err(|e| err(&e))?;
+                &file,
+            )?;
         }
         root.present().map_err(|e| err(&e))?;
     }
@@ -76,8 +84,12 @@ fn panel(
     x_label: &str,
     y_label: &str,
     bound: Option<f64>,
-) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
+    file: &str,
+) -> Result<(), ChartError> {
+    let e = |x: &dyn std::fmt::Display| ChartError {
+        file: file.to_string(),
+        message: x.to_string(),
+    };
     let y_max = pts
         .iter()
         .map(|p| p.1)

@@ -49,22 +49,31 @@ pub struct LoadedRun {
     pub searches: Option<servebench_model::results::search::SearchFile>,
 }
 
+/// `compare --split-by` named a dimension the run did not sweep.
+#[derive(Debug, thiserror::Error)]
+#[error("{run}: `{dim}` is not a sweep dimension of this run (it sweeps {swept})")]
+pub struct NotADimension {
+    run: String,
+    dim: String,
+    swept: String,
+}
+
 /// Splits a run into one part per value of sweep dimension `dim` (in the order the values
 /// first appear), so one run that swept, say, `server.engine` compares engine against engine.
 /// Each part keeps the points with that value, its dimensions without `dim`, and the server
 /// settings its own launches recorded (engine and flags), so what differs between the parts
 /// is listed like what differs between runs.
-pub fn split_by(run: LoadedRun, dim: &str) -> Result<Vec<LoadedRun>, String> {
+pub fn split_by(run: LoadedRun, dim: &str) -> Result<Vec<LoadedRun>, NotADimension> {
     if !run.meta.dimensions.iter().any(|d| d == dim) {
-        return Err(format!(
-            "{}: `{dim}` is not a sweep dimension of this run (it sweeps {})",
-            run.path.display(),
-            if run.meta.dimensions.is_empty() {
+        return Err(NotADimension {
+            run: run.path.display().to_string(),
+            dim: dim.to_string(),
+            swept: if run.meta.dimensions.is_empty() {
                 "nothing".to_string()
             } else {
                 run.meta.dimensions.join(", ")
-            }
-        ));
+            },
+        });
     }
     let mut values: Vec<serde_json::Value> = Vec::new();
     for p in &run.points {
