@@ -11,7 +11,7 @@ pub mod load;
 pub mod plan;
 pub mod prompt;
 pub mod run;
-pub use servebench_model::{catalog, console, redact, results, secrets, spec, text};
+pub use servebench_model::{catalog, console, input_file, redact, results, secrets, spec, text};
 pub use servebench_report::{measure, report};
 pub use sim;
 

@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[(&str, u8)])] = &[
             ("text", 0),
             ("redact", 0),
             ("console", 0),
+            ("input_file", 0),
             ("spec", 1),
             ("secrets", 2),
             ("results", 2),
@@ -47,6 +48,7 @@ const LAYERS: &[(&str, &[(&str, u8)])] = &[
             // The crates below, re-exported at the root (`crate::spec`): every module may use them.
             ("catalog", 0),
             ("console", 0),
+            ("input_file", 0),
             ("redact", 0),
             ("results", 0),
             ("secrets", 0),

@@ -143,57 +143,23 @@ fn scan_within(
     Ok(())
 }
 
-/// The trace file opened for reading, if it is a regular file within the byte budget: looked
-/// at before opening, opened non-blocking (in case it was replaced by a FIFO since), and
-/// looked at again.
+/// The trace file opened for reading, if it is a regular file within the byte budget.
 fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let check = |meta: &std::fs::Metadata| {
-        if !meta.is_file() {
-            return Err(TraceError::NotAFile {
-                path: path.to_path_buf(),
-                kind: file_kind(meta),
-            });
-        }
-        if meta.len() > TRACE_BYTE_LIMIT {
-            return Err(TraceError::TooLarge {
-                path: path.to_path_buf(),
-                limit: TRACE_BYTE_LIMIT,
-            });
-        }
-        Ok(())
-    };
-    check(&std::fs::metadata(path).map_err(io)?)?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io)?;
-    check(&file.metadata().map_err(io)?)?;
-    Ok(file)
-}
-
-/// What a file that is not a regular file is, for messages.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
+    use crate::input_file::{self, Refused};
+    input_file::open_regular(path, TRACE_BYTE_LIMIT).map_err(|refused| match refused {
+        Refused::Io(source) => TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        Refused::NotAFile(kind) => TraceError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        Refused::TooLarge(_) => TraceError::TooLarge {
+            path: path.to_path_buf(),
+            limit: TRACE_BYTE_LIMIT,
+        },
+    })
 }
 
 /// The longest output a trace line may ask for (as datasets: `prompt::dataset`).

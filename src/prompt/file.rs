@@ -138,38 +138,24 @@ pub fn load_prompt_file(path: &Path) -> Result<Vec<String>, PromptError> {
 
 /// The file's text, if it is a regular file of at most [`MAX_PROMPT_FILE_BYTES`].
 pub(super) fn read_bounded(path: &Path) -> Result<String, PromptError> {
+    use crate::input_file::{self, Refused};
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
 
     let read_err = |source| PromptError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let check = |meta: &std::fs::Metadata| {
-        if !meta.is_file() {
-            return Err(PromptError::NotAFile {
-                path: path.to_path_buf(),
-                kind: file_kind(meta),
-            });
-        }
-        if meta.len() > MAX_PROMPT_FILE_BYTES {
-            return Err(PromptError::TooLarge {
-                path: path.to_path_buf(),
-                bytes: meta.len(),
-            });
-        }
-        Ok(())
-    };
-    // Before opening: opening a FIFO for reading blocks until a writer comes.
-    check(&std::fs::metadata(path).map_err(read_err)?)?;
-    // Non-blocking, in case the path was replaced by a FIFO since; then checked again on the
-    // file actually opened.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-        .map_err(read_err)?;
-    check(&file.metadata().map_err(read_err)?)?;
+    let file = input_file::open_regular(path, MAX_PROMPT_FILE_BYTES).map_err(|refused| match refused {
+        Refused::Io(source) => read_err(source),
+        Refused::NotAFile(kind) => PromptError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        },
+        Refused::TooLarge(bytes) => PromptError::TooLarge {
+            path: path.to_path_buf(),
+            bytes,
+        },
+    })?;
     let mut bytes = Vec::new();
     file.take(MAX_PROMPT_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -190,25 +176,6 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, PromptError> {
             ),
         ))
     })
-}
-
-/// What a file that is not a regular file is, for messages.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
 }
 
 /// A JSON list of strings, refused as soon as it holds more than [`MAX_PROMPTS`], so a list

@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod console;
+pub mod input_file;
 pub mod redact;
 pub mod results;
 pub mod secrets;
