@@ -712,6 +712,32 @@ fn cli_rejects_bad_values_and_prints_help() {
     assert!(err.contains(
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
     ));
+    // A value outside a flag's choices, a word where SGLang's integer parser wants a number:
+    // exit 2 with argparse's words (sglang 0.5.23's own, checked against it).
+    for (args, words) in [
+        (
+            &["--attention-backend", "no-such-backend"][..],
+            "sglang serve: error: argument --attention-backend: invalid choice: 'no-such-backend' (choose from 'triton', 'torch_native',",
+        ),
+        (
+            &["--max-total-tokens", "lots"][..],
+            "sglang serve: error: argument --max-total-tokens: Invalid integer value: 'lots'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive.",
+        ),
+        (
+            &["--no-enable-metrics"][..],
+            "sglang serve: error: unrecognized arguments: --no-enable-metrics",
+        ),
+    ] {
+        let out = Command::cargo_bin("servebench")
+            .unwrap()
+            .args(["sim", "--port", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(words), "{args:?}: {err}");
+    }
     // A flag sglang 0.5.23 does not have: argparse's exit 2 (it used to be a warning).
     let out = Command::cargo_bin("servebench")
         .unwrap()
@@ -724,6 +750,27 @@ fn cli_rejects_bad_values_and_prints_help() {
         err.contains("unrecognized arguments: --bogus-flag x"),
         "{err}"
     );
+}
+
+/// sglang 0.5.23 reads `--max-total-tokens`, `--context-length` and `--max-prefill-tokens`
+/// with its own integer parser, which takes SI and IEC suffixes; its `--no-X` spellings (of
+/// BooleanOptionalAction flags) start the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_integer_suffixes_and_negations_are_accepted() {
+    let sim = start(&[
+        "--max-total-tokens",
+        "64k",
+        "--context-length",
+        "4Ki",
+        "--no-enable-tf32-matmul",
+        "--no-lora-strict-loading",
+    ])
+    .await;
+    let (_, info) = sim.get("/server_info").await;
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["max_total_num_tokens"], 64_000, "{info}");
+    assert_eq!(info["context_length"], 4096, "{info}");
+    sim.stop().await.unwrap();
 }
 
 // ---- The `kimi-k2.6-8x-rtxpro6000` profile against its published measurements ----

@@ -1446,9 +1446,10 @@ fn sim_refuses_flags_as_each_engine_build_does() {
     };
     let (code, err) = run(&["--model-path", "m", "--pp", "2"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.starts_with("usage: launch_server.py"), "{err}");
+    // 0.5.23's parser is `sglang serve`'s, also under `python -m sglang.launch_server`.
+    assert!(err.starts_with("usage: sglang serve"), "{err}");
     assert!(
-        err.contains("launch_server.py: error: ambiguous option: --pp could match --pp-"),
+        err.contains("sglang serve: error: ambiguous option: --pp could match --pp-"),
         "{err}"
     );
     let (code, err) = run(&["--model-path", "m", "--cuda-graph-max-bs", "8"]);
@@ -1467,7 +1468,7 @@ fn sim_refuses_flags_as_each_engine_build_does() {
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(
-            "launch_server.py: error: unrecognized arguments: --stream-output --no-such-flag 3"
+            "sglang serve: error: unrecognized arguments: --stream-output --no-such-flag 3"
         ),
         "{err}"
     );

@@ -83,6 +83,7 @@ mod log;
 mod memory;
 mod metrics;
 mod profile;
+mod python;
 mod radix;
 mod ranks;
 mod request;
