@@ -215,19 +215,42 @@ async fn openai_completions_and_chat_stream_with_usage() {
     assert_eq!(chunks[2]["choices"][0]["finish_reason"], "length");
     assert_eq!(chunks[3]["choices"], json!([]));
     assert_eq!(chunks[3]["usage"]["completion_tokens"], 3);
-    assert_eq!(chunks[3]["usage"]["prompt_tokens_details"], Value::Null);
+    // 0.5.23 writes the completions usage chunk without its null fields (exclude_none).
+    let keys: Vec<&String> = chunks[3]["usage"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "prompt_tokens",
+            "total_tokens",
+            "completion_tokens",
+            "reasoning_tokens"
+        ]
+    );
+    assert!(
+        chunks[..3]
+            .iter()
+            .all(|c| c["usage"].is_null() && c.get("usage").is_some())
+    );
 
     let body = json!({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2,
                       "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
     let chunks = sim.stream_json("/v1/chat/completions", &body).await;
+    // The real 0.5.23 writes `reasoning_content: null` in every delta (sse_utils.py
+    // `StreamDelta`), the finish chunk's delta has nothing else, and the chunks before the
+    // usage one have no `usage` key unless continuous usage fills it.
     assert_eq!(
         chunks[0]["choices"][0]["delta"],
-        json!({"role": "assistant", "content": ""})
+        json!({"reasoning_content": null, "role": "assistant", "content": ""})
     );
+    assert!(chunks[0].get("usage").is_none());
     assert!(chunks[1]["choices"][0]["delta"]["content"].is_string());
     let fin = &chunks[chunks.len() - 2];
-    assert_eq!(fin["choices"][0]["delta"], json!({}));
+    assert_eq!(
+        fin["choices"][0]["delta"],
+        json!({"reasoning_content": null})
+    );
     assert_eq!(fin["choices"][0]["finish_reason"], "length");
+    assert!(fin.get("usage").is_none());
     assert_eq!(
         chunks[1]["usage"]["completion_tokens"], 1,
         "continuous usage"
@@ -712,6 +735,32 @@ fn cli_rejects_bad_values_and_prints_help() {
     assert!(err.contains(
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
     ));
+    // A value outside a flag's choices, a word where SGLang's integer parser wants a number:
+    // exit 2 with argparse's words (sglang 0.5.23's own, checked against it).
+    for (args, words) in [
+        (
+            &["--attention-backend", "no-such-backend"][..],
+            "sglang serve: error: argument --attention-backend: invalid choice: 'no-such-backend' (choose from 'triton', 'torch_native',",
+        ),
+        (
+            &["--max-total-tokens", "lots"][..],
+            "sglang serve: error: argument --max-total-tokens: Invalid integer value: 'lots'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive.",
+        ),
+        (
+            &["--no-enable-metrics"][..],
+            "sglang serve: error: unrecognized arguments: --no-enable-metrics",
+        ),
+    ] {
+        let out = Command::cargo_bin("servebench")
+            .unwrap()
+            .args(["sim", "--port", "0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(words), "{args:?}: {err}");
+    }
     // A flag sglang 0.5.23 does not have: argparse's exit 2 (it used to be a warning).
     let out = Command::cargo_bin("servebench")
         .unwrap()
@@ -724,6 +773,27 @@ fn cli_rejects_bad_values_and_prints_help() {
         err.contains("unrecognized arguments: --bogus-flag x"),
         "{err}"
     );
+}
+
+/// sglang 0.5.23 reads `--max-total-tokens`, `--context-length` and `--max-prefill-tokens`
+/// with its own integer parser, which takes SI and IEC suffixes; its `--no-X` spellings (of
+/// BooleanOptionalAction flags) start the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_integer_suffixes_and_negations_are_accepted() {
+    let sim = start(&[
+        "--max-total-tokens",
+        "64k",
+        "--context-length",
+        "4Ki",
+        "--no-enable-tf32-matmul",
+        "--no-lora-strict-loading",
+    ])
+    .await;
+    let (_, info) = sim.get("/server_info").await;
+    let info: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(info["max_total_num_tokens"], 64_000, "{info}");
+    assert_eq!(info["context_length"], 4096, "{info}");
+    sim.stop().await.unwrap();
 }
 
 // ---- The `kimi-k2.6-8x-rtxpro6000` profile against its published measurements ----
@@ -1218,5 +1288,302 @@ async fn sglang_openai_head_comes_with_the_first_token() {
             assert!(!content.is_empty(), "{e}");
         }
     }
+    sim.stop().await.unwrap();
+}
+
+/// What the real sglang 0.5.23 writes (compared against it by
+/// `real_engine::differential`): the SSE content type, `meta_info`'s `cached_tokens_details`
+/// (null without a hit, else the hit on the device), `dp_rank` (null), `weight_versions` on
+/// the last output only, `response_sent_to_client_ts` on the first output sent (the plain
+/// answer itself); the OpenAI answers' `metadata` and full usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_0_5_23_streams_and_answers_carry_its_fields() {
+    let sim = start(&[]).await;
+    let r = sim
+        .http
+        .post(format!("{}/generate", sim.base))
+        .json(&req_body(FOX, 3, true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["content-type"],
+        "text/event-stream; charset=utf-8"
+    );
+    r.text().await.unwrap();
+    let chunks = sim.stream_json("/generate", &req_body(FOX, 3, true)).await;
+    assert_eq!(chunks.len(), 3);
+    for (i, c) in chunks.iter().enumerate() {
+        let m = &c["meta_info"];
+        let cached = m["cached_tokens"].as_u64().unwrap();
+        assert!(cached > 0, "the second time the prompt is cached: {m}");
+        assert_eq!(
+            m["cached_tokens_details"],
+            json!({"device": cached, "host": 0})
+        );
+        assert_eq!(m["dp_rank"], Value::Null);
+        assert!(m.get("dp_rank").is_some());
+        assert_eq!(m.get("response_sent_to_client_ts").is_some(), i == 0, "{m}");
+        assert_eq!(m.get("weight_versions").is_some(), i == 2, "{m}");
+    }
+    assert_eq!(
+        chunks[2]["meta_info"]["weight_versions"],
+        json!([{"version": "default", "start": 0, "end": 3}])
+    );
+    sim.post("/flush_cache", &json!({})).await;
+    let (_, v) = sim.post_json("/generate", &req_body(FOX, 2, false)).await;
+    let m = &v["meta_info"];
+    let keys: Vec<&String> = m.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "finish_reason",
+            "prompt_tokens",
+            "weight_version",
+            "num_retractions",
+            "reasoning_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "weight_versions",
+            "cached_tokens_details",
+            "dp_rank",
+            "e2e_latency",
+            "response_sent_to_client_ts"
+        ]
+    );
+    assert_eq!(m["cached_tokens_details"], Value::Null);
+
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": "hi", "max_tokens": 2})),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+        ),
+    ] {
+        let (s, v) = sim.post_json(path, &body).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(
+            v["metadata"],
+            json!({"weight_version": "default", "weight_versions": [{"version": "default", "start": 0, "end": 2}]})
+        );
+        assert_eq!(v["usage"]["prompt_tokens_details"], Value::Null);
+        assert!(v["usage"].get("completion_tokens_details").is_some(), "{v}");
+        assert!(
+            !v["id"].as_str().unwrap().contains('-'),
+            "no cmpl- prefix: {v}"
+        );
+        let mut sbody = body.clone();
+        sbody["stream"] = json!(true);
+        let r = sim
+            .http
+            .post(format!("{}{path}", sim.base))
+            .json(&sbody)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.headers()["content-type"],
+            "text/event-stream; charset=utf-8"
+        );
+        r.text().await.unwrap();
+    }
+    let (_, v) = sim
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+        )
+        .await;
+    assert_eq!(
+        v["choices"][0]["message"],
+        json!({"role": "assistant", "content": v["choices"][0]["message"]["content"], "reasoning_content": null}),
+        "no tool_calls key"
+    );
+    // Chat: `max_tokens: 0` is zero tokens (not refused); `max_completion_tokens: 0` falls
+    // through to `max_tokens` (Python's `or`).
+    let (s, v) = sim
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}),
+        )
+        .await;
+    assert_eq!((s, &v["usage"]["completion_tokens"]), (200, &json!(0)));
+    let (_, v) = sim
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0, "max_tokens": 3}),
+        )
+        .await;
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    sim.stop().await.unwrap();
+
+    // With --enable-cache-report the cached count is reported, 0 included, in every usage.
+    let sim = start(&["--enable-cache-report"]).await;
+    let body = json!({"prompt": "hi", "max_tokens": 2, "stream": true, "stream_options": {"include_usage": true}});
+    let chunks = sim.stream_json("/v1/completions", &body).await;
+    assert_eq!(
+        chunks.last().unwrap()["usage"]["prompt_tokens_details"],
+        json!({"cached_tokens": 0})
+    );
+    sim.stop().await.unwrap();
+}
+
+/// sglang 0.5.23's refusals, in its words and shapes (each compared against the real server,
+/// see `docs/reference/sim-vs-real.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sglang_0_5_23_refusals_in_its_words() {
+    let sim = start(&[]).await;
+    let raw = |path: &'static str, body: &'static str| {
+        let http = sim.http.clone();
+        let url = format!("{}{path}", sim.base);
+        async move {
+            let r = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)),
+            )
+        }
+    };
+    // The tokenizer manager's check, plain and streamed.
+    let (s, v) = sim
+        .post_json(
+            "/generate",
+            &json!({"sampling_params": {"max_new_tokens": 4}}),
+        )
+        .await;
+    assert_eq!(
+        (s, v),
+        (
+            400,
+            json!({"error": {"message": "Either text, input_ids or input_embeds should be provided."}})
+        )
+    );
+    let (s, events, _) = sim
+        .stream("/generate", &json!({"sampling_params": {}, "stream": true}))
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&events[0].1).unwrap(),
+        json!({"error": {"message": "Either text, input_ids or input_embeds should be provided.",
+                         "type": "invalid_request_error", "code": 400, "retryable": false}})
+    );
+    // The JSON contract gate: serde's words, as a string.
+    let (s, v) = sim
+        .post_json(
+            "/generate",
+            &json!({"text": "hi", "sampling_params": {"bogus": 1}}),
+        )
+        .await;
+    assert_eq!(s, 400);
+    let e = v["error"].as_str().unwrap();
+    assert!(
+        e.starts_with("unknown field `bogus`, expected one of `max_new_tokens`, `stop`,")
+            && e.ends_with("`beam_width`, `watermark`, `choice`"),
+        "{e}"
+    );
+    // FastAPI's validation errors: the OpenAI object with `type: "Bad Request"`.
+    for (path, body) in [
+        ("/generate", "{not json"),
+        ("/v1/completions", "{not json"),
+        ("/v1/chat/completions", "{\"a\":1,}"),
+        (
+            "/v1/completions",
+            "{\"model\": \"tiny\", \"max_tokens\": 4}",
+        ),
+        (
+            "/v1/chat/completions",
+            "{\"model\": \"tiny\", \"max_tokens\": 4}",
+        ),
+        ("/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 0}"),
+        ("/generate", "[1, 2]"),
+        ("/generate", ""),
+    ] {
+        let (s, v) = raw(path, body).await;
+        assert_eq!(s, 400, "{path} {body}: {v}");
+        assert_eq!(
+            (&v["object"], &v["type"], &v["code"], &v["param"]),
+            (
+                &json!("error"),
+                &json!("Bad Request"),
+                &json!(400),
+                &Value::Null
+            ),
+            "{path} {body}: {v}"
+        );
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("1 validation error:\n  {'type': '"),
+            "{v}"
+        );
+    }
+    let (_, v) = raw(
+        "/v1/completions",
+        "{\"model\": \"tiny\", \"max_tokens\": 4}",
+    )
+    .await;
+    assert_eq!(
+        v["message"],
+        "1 validation error:\n  {'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required', 'input': {'model': 'tiny', 'max_tokens': 4}}"
+    );
+    let (_, v) = raw("/generate", "{not json").await;
+    assert_eq!(
+        v["message"],
+        "1 validation error:\n  {'type': 'json_invalid', 'loc': ('body', 1), 'msg': 'JSON decode error', 'input': {}, 'ctx': {'error': 'unexpected character, expected a string key'}}"
+    );
+    // The handlers' own checks: BadRequestError.
+    for (path, body, msg) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "tiny", "messages": [], "max_tokens": 4}),
+            "Messages cannot be empty.",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": "", "max_tokens": 4}),
+            "Prompt cannot be empty",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "tiny", "prompt": [], "max_tokens": 4}),
+            "Prompt cannot be empty",
+        ),
+    ] {
+        let (s, v) = sim.post_json(path, &body).await;
+        assert_eq!(
+            (s, v),
+            (
+                400,
+                json!({"object": "error", "message": msg, "type": "BadRequestError", "param": null, "code": 400})
+            )
+        );
+    }
+    // Starlette's 404 and 405.
+    assert_eq!(
+        sim.get("/no/such/path").await,
+        (404, "{\"detail\":\"Not Found\"}".to_string())
+    );
+    let r = sim
+        .http
+        .get(format!("{}/generate", sim.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert_eq!(r.headers()["allow"], "POST, PUT");
+    assert_eq!(
+        r.text().await.unwrap(),
+        "{\"detail\":\"Method Not Allowed\"}"
+    );
     sim.stop().await.unwrap();
 }

@@ -1279,6 +1279,68 @@ async fn sim_llamacpp_np_limits_concurrent_decoding() {
     assert_eq!(value(&m, "tokens_predicted_total"), 240.0);
     assert!(m.contains("# TYPE llamacpp:prompt_tokens_total counter"));
     assert_eq!(s.count("slot launch_slot_: id "), 4);
+    // The observed build's speculative counters, 0 without a draft model, and no
+    // per-position series.
+    for name in [
+        "spec_decode_num_draft_tokens_total",
+        "spec_decode_num_accepted_tokens_total",
+        "spec_decode_num_drafts_total",
+    ] {
+        assert!(
+            m.contains(&format!("# TYPE llamacpp:{name} counter")),
+            "{name}"
+        );
+        assert_eq!(value(&m, name), 0.0, "{name}");
+    }
+    assert!(!m.contains("per_pos"), "{m}");
+}
+
+/// With a draft model (`-md`, `--draft-max N`) the counters count each finished request's
+/// drafts as llama.cpp does: N draft tokens per verification step, at most that many
+/// accepted, and one per-position series per draft position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_llamacpp_counts_speculative_drafts() {
+    let _turn = crate::common::exclusive();
+    let s = llamacpp(&[
+        "-m",
+        "tiny.gguf",
+        "-md",
+        "draft.gguf",
+        "--draft-max",
+        "3",
+        "--metrics",
+    ]);
+    let (status, v) = post(
+        &s.base,
+        "/v1/completions",
+        &json!({"prompt": FOX, "max_tokens": 40}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (_, m) = get(&s.base, "/metrics").await;
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("llamacpp:{name} ")))
+            .unwrap_or_else(|| panic!("{name} in {m}"))
+            .parse()
+            .unwrap()
+    };
+    let drafted = value("spec_decode_num_draft_tokens_total");
+    let accepted = value("spec_decode_num_accepted_tokens_total");
+    let steps = value("spec_decode_num_drafts_total");
+    assert!(steps >= 1.0, "{m}");
+    assert_eq!(drafted, 3.0 * steps, "{m}");
+    assert!(accepted <= drafted && accepted > 0.0, "{m}");
+    let per_pos: Vec<f64> = m
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"")
+        })
+        .map(|l| l.split_whitespace().last().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(per_pos.len(), 3, "{m}");
+    assert_eq!(per_pos.iter().sum::<f64>(), accepted, "{m}");
+    assert!(per_pos.windows(2).all(|w| w[0] >= w[1]), "{per_pos:?}");
 }
 
 #[test]
@@ -1446,9 +1508,10 @@ fn sim_refuses_flags_as_each_engine_build_does() {
     };
     let (code, err) = run(&["--model-path", "m", "--pp", "2"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.starts_with("usage: launch_server.py"), "{err}");
+    // 0.5.23's parser is `sglang serve`'s, also under `python -m sglang.launch_server`.
+    assert!(err.starts_with("usage: sglang serve"), "{err}");
     assert!(
-        err.contains("launch_server.py: error: ambiguous option: --pp could match --pp-"),
+        err.contains("sglang serve: error: ambiguous option: --pp could match --pp-"),
         "{err}"
     );
     let (code, err) = run(&["--model-path", "m", "--cuda-graph-max-bs", "8"]);
@@ -1467,7 +1530,7 @@ fn sim_refuses_flags_as_each_engine_build_does() {
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(
-            "launch_server.py: error: unrecognized arguments: --stream-output --no-such-flag 3"
+            "sglang serve: error: unrecognized arguments: --stream-output --no-such-flag 3"
         ),
         "{err}"
     );

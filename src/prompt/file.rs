@@ -145,17 +145,18 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, PromptError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = input_file::open_regular(path, MAX_PROMPT_FILE_BYTES).map_err(|refused| match refused {
-        Refused::Io(source) => read_err(source),
-        Refused::NotAFile(kind) => PromptError::NotAFile {
-            path: path.to_path_buf(),
-            kind,
-        },
-        Refused::TooLarge(bytes) => PromptError::TooLarge {
-            path: path.to_path_buf(),
-            bytes,
-        },
-    })?;
+    let file =
+        input_file::open_regular(path, MAX_PROMPT_FILE_BYTES).map_err(|refused| match refused {
+            Refused::Io(source) => read_err(source),
+            Refused::NotAFile(kind) => PromptError::NotAFile {
+                path: path.to_path_buf(),
+                kind,
+            },
+            Refused::TooLarge(bytes) => PromptError::TooLarge {
+                path: path.to_path_buf(),
+                bytes,
+            },
+        })?;
     let mut bytes = Vec::new();
     file.take(MAX_PROMPT_FILE_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -189,7 +189,7 @@ fn lc_bad_json(base: &str) -> Value {
 
 fn lc_metrics(base: &str) -> Value {
     let r = http::get(base, "/metrics").unwrap();
-    let mut types = serde_json::Map::new();
+    let (mut types, mut helps) = (serde_json::Map::new(), serde_json::Map::new());
     for l in r.body.lines() {
         if let Some(rest) = l.strip_prefix("# TYPE ") {
             let mut it = rest.split_whitespace();
@@ -197,8 +197,11 @@ fn lc_metrics(base: &str) -> Value {
                 types.insert(n.into(), json!(t));
             }
         }
+        if let Some((n, h)) = l.strip_prefix("# HELP ").and_then(|r| r.split_once(' ')) {
+            helps.insert(n.into(), json!(h));
+        }
     }
-    json!({"content-type": r.header("content-type"), "types": types})
+    json!({"content-type": r.header("content-type"), "types": types, "help": helps})
 }
 
 fn lc_tokenize(base: &str) -> Value {
@@ -275,9 +278,7 @@ pub const LLAMACPP_CHECKS: &[Check] = &[
     },
     Check {
         name: "llamacpp.metrics",
-        verdict: Verdict::Differs(
-            "not yet: the sim lacks the three `llamacpp:spec_decode_*` counters the build exports",
-        ),
+        verdict: Verdict::Same,
         observe: lc_metrics,
     },
     Check {

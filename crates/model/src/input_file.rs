@@ -76,7 +76,10 @@ mod tests {
             Err(Refused::NotAFile("a directory"))
         ));
         let fifo = dir.path().join("fifo");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(made.success());
         assert!(matches!(
             open_regular(&fifo, 1 << 20),

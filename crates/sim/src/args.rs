@@ -1,44 +1,56 @@
-//! Parsing `sglang.launch_server` flags the way argparse does.
+//! Parsing `sglang.launch_server` flags the way its argparse parser does.
 //!
-//! `--flag value` and `--flag=value`, unique-prefix abbreviations (`--tp` -> `--tp-size`),
-//! bare booleans. Abbreviations are matched against every option string of sglang 0.5.23
-//! (the engine adapter's list, `engine/flags/sglang.txt`), so a prefix of several (`--pp`,
-//! `--cuda-graph-max-bs`) is argparse's "ambiguous option" and a flag 0.5.23 does not have
-//! (`--stream-output`) is "unrecognized arguments", both exit 2 as there
-//! (sglang-facts section 9). 0.5.23's flags the simulator does not model are accepted with a
-//! warning, and a value that follows them is skipped.
+//! Every action of sglang 0.5.23's parser is in `sglang_options.txt` (generated from the
+//! parser itself by `scripts/real-engines/sglang_flags.py`): its option strings, how it reads
+//! its value (`int`, `float`, SGLang's `human_readable_int` with SI and IEC suffixes, JSON,
+//! ...), its nargs and its choices. `--flag value` and `--flag=value`, unique-prefix
+//! abbreviations (`--tp` -> `--tp-size`), bare booleans and `--no-X` where 0.5.23 defines one.
+//! A prefix of several (`--pp`) is argparse's "ambiguous option", a flag 0.5.23 does not have
+//! (`--stream-output`) "unrecognized arguments", a value of the wrong type or outside the
+//! choices "invalid ... value" / "invalid choice", all exit 2 with argparse's words
+//! (sglang-facts section 9). Flags the simulator does not model are checked the same way,
+//! then accepted with a warning.
 
 use super::flags::{FLAGS, Flag, Kind, SECTIONS, dest};
+use super::python::{human_readable_int, py_float_parse, py_int, py_str};
 use indexmap::IndexMap;
 use serde_json::Value;
+use std::sync::OnceLock;
 
 /// A command-line error; the process exits with status 2.
 #[derive(Debug, thiserror::Error)]
 pub enum SimArgError {
-    /// The value does not parse as the flag's type.
-    #[error("argument --{flag}: invalid {kind} value: {value:?}")]
+    /// The value does not parse as the flag's type, or is not one of its choices: argparse's
+    /// `argument --FLAG[/--ALIAS]: MESSAGE`.
+    #[error("argument {option}: {message}")]
     BadValue {
-        /// The flag.
-        flag: String,
-        /// "int" or "float".
-        kind: &'static str,
-        /// What was given.
-        value: String,
+        /// The flag's option strings as argparse names them (`--tp-size/--tensor-parallel-size`).
+        option: String,
+        /// argparse's words (`invalid int value: 'x'`), or the type function's own.
+        message: String,
     },
-    /// The flag needs a value and none followed.
-    #[error("argument --{0}: expected one argument")]
+    /// The flag needs a value and none followed (its option strings).
+    #[error("argument {0}: expected one argument")]
     MissingValue(String),
+    /// The flag takes one or more values and none followed.
+    #[error("argument {0}: expected at least one argument")]
+    MissingValues(String),
     /// An abbreviation matched several flags.
-    #[error("ambiguous option: --{given} could match {candidates}")]
+    #[error("ambiguous option: {given} could match {candidates}")]
     Ambiguous {
-        /// What was given.
+        /// What was given (with its `=value`, as argparse quotes it).
         given: String,
         /// The flags it could mean.
         candidates: String,
     },
-    /// A boolean flag was given a value with `=`.
-    #[error("argument --{0}: ignored explicit argument")]
-    UnexpectedValue(String),
+    /// A flag without a value was given one with `=`.
+    #[error("argument {option}: ignored explicit argument {}", py_str(value))]
+    UnexpectedValue {
+        /// The flag's option strings.
+        option: String,
+        /// What followed the `=`.
+        value: String,
+    },
     /// Arguments launch_server does not have (flags 0.5.23 lacks, positionals), all of them
     /// as argparse lists them once parsing is done.
     #[error("unrecognized arguments: {0}")]
@@ -84,52 +96,165 @@ impl ParsedArgs {
     }
 }
 
-/// Every option string of sglang 0.5.23's `launch_server` (without `--`): the list the
-/// engine adapter checks specs against.
-const ENGINE_FLAGS: &str = include_str!("../../../src/engine/flags/sglang.txt");
+/// sglang 0.5.23's parser, one action a line (see the module documentation).
+const OPTIONS_TABLE: &str = include_str!("sglang_options.txt");
 
-/// The simulator's own flags, on top of SGLang's.
+/// The simulator's own flags, on top of SGLang's (each one value, any string).
 const SIM_ONLY: &[&str] = &["profile", "sim-time-scale"];
 
-/// What a flag on the command line stands for.
-enum Found {
-    /// A flag the simulator models.
-    Modelled(&'static Flag),
-    /// One of SGLang's flags the simulator does not model (its option string).
-    Unmodelled(&'static str),
+/// How an action reads its value (the table's KIND column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    /// No value: `store_true`, `BooleanOptionalAction` (`--no-X` stores false).
+    Flag,
+    /// Any string.
+    Str,
+    /// Python's `int`.
+    Int,
+    /// Python's `float`.
+    Float,
+    /// SGLang's `human_readable_int`.
+    HumanInt,
+    /// `json.loads`.
+    Loads,
+    /// SGLang's `json_list_type` (orjson).
+    JsonList,
+    /// `parse_cuda_graph_backend_arg`: refuses the retired `tc_piecewise`.
+    CudaGraphBackend,
+    /// A parser the simulator does not imitate: the value is taken as it is.
+    Any,
+}
+
+/// How many values an action takes (argparse's nargs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nargs {
+    /// None (a flag).
+    Zero,
+    /// Exactly one.
+    One,
+    /// Zero or one (`?`).
+    Optional,
+    /// Any number (`*`).
+    Many,
+    /// At least one (`+`).
+    AtLeastOne,
+}
+
+/// One action of the parser.
+#[derive(Debug)]
+pub struct Action {
+    /// Its option strings without `--`, in argparse's order.
+    pub options: Vec<&'static str>,
+    /// How it reads its value.
+    pub kind: ValueKind,
+    /// How many values it takes.
+    pub nargs: Nargs,
+    /// The values it allows, if restricted.
+    pub choices: Option<Vec<&'static str>>,
+}
+
+impl Action {
+    /// The name argparse gives it in errors: `--tp-size/--tensor-parallel-size`.
+    pub fn display(&self) -> String {
+        self.options
+            .iter()
+            .map(|o| format!("--{o}"))
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+}
+
+/// Every action of sglang 0.5.23's parser, and the simulator's own.
+pub fn actions() -> &'static [Action] {
+    static ACTIONS: OnceLock<Vec<Action>> = OnceLock::new();
+    ACTIONS.get_or_init(|| {
+        let mut all: Vec<Action> = OPTIONS_TABLE
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| {
+                let cols: Vec<&'static str> = l.split('\t').collect();
+                let kind = match cols.get(1).copied() {
+                    Some("flag") => ValueKind::Flag,
+                    Some("int") => ValueKind::Int,
+                    Some("float") => ValueKind::Float,
+                    Some("human_int") => ValueKind::HumanInt,
+                    Some("loads") => ValueKind::Loads,
+                    Some("json_list") => ValueKind::JsonList,
+                    Some("cuda_graph_backend") => ValueKind::CudaGraphBackend,
+                    Some("str") => ValueKind::Str,
+                    _ => ValueKind::Any,
+                };
+                let nargs = match cols.get(2).copied() {
+                    Some("0") => Nargs::Zero,
+                    Some("?") => Nargs::Optional,
+                    Some("*") => Nargs::Many,
+                    Some("+") => Nargs::AtLeastOne,
+                    _ => Nargs::One,
+                };
+                let choices = cols
+                    .get(3)
+                    .filter(|c| **c != "-")
+                    .map(|c| c.split(' ').collect());
+                Action {
+                    options: cols[0].split('/').collect(),
+                    kind,
+                    nargs,
+                    choices,
+                }
+            })
+            .collect();
+        all.extend(SIM_ONLY.iter().map(|o| {
+            let kind = match modelled(o).map(|f| f.kind) {
+                Some(Kind::Int) => ValueKind::Int,
+                Some(Kind::Float) => ValueKind::Float,
+                Some(Kind::Bool) => ValueKind::Flag,
+                _ => ValueKind::Str,
+            };
+            Action {
+                options: vec![*o],
+                kind,
+                nargs: if kind == ValueKind::Flag {
+                    Nargs::Zero
+                } else {
+                    Nargs::One
+                },
+                choices: None,
+            }
+        }));
+        all
+    })
 }
 
 /// Every option string argparse would know: SGLang's, and the simulator's own.
 fn option_strings() -> impl Iterator<Item = &'static str> {
-    ENGINE_FLAGS
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .chain(SIM_ONLY.iter().copied())
+    actions().iter().flat_map(|a| a.options.iter().copied())
 }
 
-fn found(option: &'static str) -> Found {
-    match FLAGS
+/// The action an exact option string belongs to.
+fn action_of(option: &str) -> Option<&'static Action> {
+    actions().iter().find(|a| a.options.contains(&option))
+}
+
+/// The flag the simulator models under an option string, if any.
+fn modelled(option: &str) -> Option<&'static Flag> {
+    FLAGS
         .iter()
         .find(|f| f.name == option || f.aliases.contains(&option))
-    {
-        Some(f) => Found::Modelled(f),
-        None => Found::Unmodelled(option),
-    }
 }
 
 /// argparse's `_parse_optional`: an exact option string, else the one it abbreviates (an
-/// error when it abbreviates several), else unknown.
-fn lookup(given: &str) -> Result<Option<Found>, SimArgError> {
-    if let Some(exact) = option_strings().find(|o| *o == given) {
-        return Ok(Some(found(exact)));
+/// error when it abbreviates several), else unknown. `arg` is the whole argument (for the
+/// error), `name` its option part without `--`.
+fn lookup(arg: &str, name: &str) -> Result<Option<&'static str>, SimArgError> {
+    if let Some(exact) = option_strings().find(|o| *o == name) {
+        return Ok(Some(exact));
     }
-    let hits: Vec<&'static str> = option_strings().filter(|o| o.starts_with(given)).collect();
+    let hits: Vec<&'static str> = option_strings().filter(|o| o.starts_with(name)).collect();
     match hits.len() {
         0 => Ok(None),
-        1 => Ok(Some(found(hits[0]))),
+        1 => Ok(Some(hits[0])),
         _ => Err(SimArgError::Ambiguous {
-            given: given.to_string(),
+            given: arg.to_string(),
             candidates: hits
                 .iter()
                 .map(|n| format!("--{n}"))
@@ -139,29 +264,99 @@ fn lookup(given: &str) -> Result<Option<Found>, SimArgError> {
     }
 }
 
-/// Whether `arg` is a value rather than a flag (argparse takes "-1" as a value).
-fn is_value(arg: &str) -> bool {
-    !arg.starts_with('-') || arg.parse::<f64>().is_ok()
+/// argparse's `_negative_number_matcher`: `-1` and `-.5` are values, `-1e5` is not.
+fn negative_number(arg: &str) -> bool {
+    let Some(rest) = arg.strip_prefix('-') else {
+        return false;
+    };
+    let (int, frac) = match rest.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (rest, None),
+    };
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    match frac {
+        None => !int.is_empty() && digits(int),
+        Some(f) => digits(int) && !f.is_empty() && digits(f),
+    }
 }
 
-fn typed(flag: &Flag, raw: &str) -> Result<Value, SimArgError> {
-    let bad = |kind| SimArgError::BadValue {
-        flag: flag.name.to_string(),
-        kind,
-        value: raw.to_string(),
+/// Whether argparse takes `arg` as a value rather than a flag: it does not start with `-`,
+/// is a lone `-` or a negative number, or has a space and names no option.
+fn is_value(arg: &str) -> bool {
+    if !arg.starts_with('-') || arg == "-" || negative_number(arg) {
+        return true;
+    }
+    let name = arg.trim_start_matches('-');
+    let name = name.split_once('=').map_or(name, |(n, _)| n);
+    arg.contains(' ') && !option_strings().any(|o| o.starts_with(name))
+}
+
+/// Whether `option` is the `--no-X` argparse's `BooleanOptionalAction` adds to `--X`.
+fn is_negation(action: &Action, option: &str) -> bool {
+    matches!(action.options.as_slice(), [x, no] if *no == option && no.strip_prefix("no-") == Some(*x))
+}
+
+/// One value read by the action's type and checked against its choices, as argparse's
+/// `_get_value` and `_check_value` do.
+fn typed(action: &Action, raw: &str) -> Result<Value, SimArgError> {
+    let bad = |message: String| SimArgError::BadValue {
+        option: action.display(),
+        message,
     };
-    Ok(match flag.kind {
-        Kind::Int => Value::from(raw.trim().parse::<i64>().map_err(|_| bad("int"))?),
-        Kind::Float => {
-            let x = raw.trim().parse::<f64>().map_err(|_| bad("float"))?;
-            if !x.is_finite() {
-                return Err(bad("float"));
-            }
-            Value::from(x)
+    let invalid = |type_name: &str| bad(format!("invalid {type_name} value: {}", py_str(raw)));
+    let (value, shown) = match action.kind {
+        ValueKind::Int => {
+            let n = py_int(raw).ok_or_else(|| invalid("int"))?;
+            (Value::from(n), n.to_string())
         }
-        Kind::Str => Value::from(raw),
-        Kind::Bool => Value::Bool(true),
-    })
+        ValueKind::HumanInt => {
+            let n = human_readable_int(raw).map_err(bad)?;
+            (Value::from(n), n.to_string())
+        }
+        ValueKind::Float => {
+            let x = py_float_parse(raw).ok_or_else(|| invalid("float"))?;
+            (Value::from(x), super::python::py_float(x))
+        }
+        ValueKind::Loads => {
+            serde_json::from_str::<Value>(raw).map_err(|_| invalid("loads"))?;
+            (Value::from(raw), py_str(raw))
+        }
+        ValueKind::JsonList => {
+            serde_json::from_str::<Value>(raw).map_err(|_| {
+                bad(format!(
+                    "Invalid JSON list: {raw}. Please provide a valid JSON list."
+                ))
+            })?;
+            (Value::from(raw), py_str(raw))
+        }
+        ValueKind::CudaGraphBackend if raw == "tc_piecewise" => {
+            return Err(bad(
+                "tc_piecewise was removed; select breakable, full, or disabled".into(),
+            ));
+        }
+        ValueKind::Flag => (Value::Bool(true), String::new()),
+        _ => (Value::from(raw), py_str(raw)),
+    };
+    if let Some(choices) = &action.choices {
+        let allowed = choices.iter().any(|c| match action.kind {
+            ValueKind::Int | ValueKind::HumanInt => py_int(c) == value.as_i64(),
+            _ => *c == raw,
+        });
+        if !allowed {
+            let listed = choices
+                .iter()
+                .map(|c| match action.kind {
+                    ValueKind::Int | ValueKind::HumanInt => c.to_string(),
+                    _ => py_str(c),
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(bad(format!(
+                "invalid choice: {shown} (choose from {listed})"
+            )));
+        }
+    }
+    Ok(value)
 }
 
 /// Parses the arguments after `servebench sim`.
@@ -180,7 +375,12 @@ pub(crate) fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
             out.help = true;
             continue;
         }
-        let Some(body) = arg.strip_prefix("--") else {
+        // Everything after `--` is positional, and launch_server takes no positionals.
+        if arg == "--" {
+            unrecognized.extend(args[i..].iter().cloned());
+            break;
+        }
+        let Some(body) = arg.strip_prefix("--").filter(|_| !is_value(arg)) else {
             unrecognized.push(arg.clone());
             continue;
         };
@@ -188,47 +388,65 @@ pub(crate) fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (body, None),
         };
-        let flag = match lookup(name)? {
-            Some(Found::Modelled(flag)) => flag,
-            Some(Found::Unmodelled(option)) => {
-                out.warnings.push(format!(
-                    "WARNING: servebench sim does not model SGLang's --{option}; accepted and ignored"
-                ));
-                if inline.is_none() && args.get(i).is_some_and(|v| is_value(v)) {
-                    i += 1;
-                }
-                continue;
+        let Some(option) = lookup(arg, name)? else {
+            // argparse lists the unknown flag and the values after it that nothing took.
+            unrecognized.push(arg.clone());
+            while inline.is_none() && args.get(i).is_some_and(|v| is_value(v)) {
+                unrecognized.push(args[i].clone());
+                i += 1;
             }
-            None => {
-                // argparse lists the unknown flag and the values after it that nothing took.
-                unrecognized.push(arg.clone());
-                while inline.is_none() && args.get(i).is_some_and(|v| is_value(v)) {
-                    unrecognized.push(args[i].clone());
-                    i += 1;
-                }
-                continue;
-            }
+            continue;
         };
-        let value = if flag.kind == Kind::Bool {
-            if inline.is_some() {
-                return Err(SimArgError::UnexpectedValue(flag.name.to_string()));
-            }
-            Value::Bool(true)
-        } else {
-            let raw = match inline {
-                Some(v) => v,
-                None => {
-                    let next = args.get(i).filter(|v| is_value(v));
-                    let Some(v) = next else {
-                        return Err(SimArgError::MissingValue(flag.name.to_string()));
-                    };
-                    i += 1;
-                    v.clone()
-                }
-            };
-            typed(flag, &raw)?
+        let Some(action) = action_of(option) else {
+            continue;
         };
-        out.values.insert(dest(flag.name), value);
+        // The values the action consumes (argparse's nargs pattern against what follows).
+        let mut raw: Vec<String> = Vec::new();
+        match (action.nargs, inline) {
+            (Nargs::Zero, Some(v)) => {
+                return Err(SimArgError::UnexpectedValue {
+                    option: action.display(),
+                    value: v,
+                });
+            }
+            (Nargs::Zero, None) => {}
+            (_, Some(v)) => raw.push(v),
+            (nargs, None) => {
+                while args.get(i).is_some_and(|v| is_value(v)) {
+                    raw.push(args[i].clone());
+                    i += 1;
+                    if matches!(nargs, Nargs::One | Nargs::Optional) {
+                        break;
+                    }
+                }
+                if raw.is_empty() {
+                    match nargs {
+                        Nargs::One => return Err(SimArgError::MissingValue(action.display())),
+                        Nargs::AtLeastOne => {
+                            return Err(SimArgError::MissingValues(action.display()));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let values = raw
+            .iter()
+            .map(|r| typed(action, r))
+            .collect::<Result<Vec<Value>, _>>()?;
+        match modelled(option) {
+            Some(flag) => {
+                let value = match flag.kind {
+                    // `--no-X` of a BooleanOptionalAction stores false.
+                    Kind::Bool => Value::Bool(!is_negation(action, option)),
+                    _ => values.into_iter().next().unwrap_or(Value::Null),
+                };
+                out.values.insert(dest(flag.name), value);
+            }
+            None => out.warnings.push(format!(
+                "WARNING: servebench sim does not model SGLang's --{option}; accepted and ignored"
+            )),
+        }
     }
     if !unrecognized.is_empty() {
         return Err(SimArgError::Positional(unrecognized.join(" ")));
@@ -237,12 +455,13 @@ pub(crate) fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
 }
 
 /// How `launch_server` reports a command line argparse refuses (its `error()`: the usage line,
-/// then `PROG: error: MESSAGE`, exit 2); `None` for the simulator's own errors.
+/// then `PROG: error: MESSAGE`, exit 2; 0.5.23's parser is `sglang serve`'s, for both ways
+/// of starting it); `None` for the simulator's own errors.
 pub(crate) fn argparse_message(e: &SimArgError) -> Option<String> {
     match e {
         SimArgError::Invalid(_) | SimArgError::Profile(_) => None,
         _ => Some(format!(
-            "usage: launch_server.py [-h] --model-path MODEL_PATH [options]\nlaunch_server.py: error: {e}"
+            "usage: sglang serve [-h] --model-path MODEL_PATH [options]\nsglang serve: error: {e}"
         )),
     }
 }
@@ -380,10 +599,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "unrecognized arguments: --stream-output --frobnicate 7");
+        // 0.5.23's parser is `sglang serve`'s, also under `python -m sglang.launch_server`.
         let msg = argparse_message(&p(&["--stream-output"]).unwrap_err()).unwrap();
         assert!(
-            msg.ends_with("\nlaunch_server.py: error: unrecognized arguments: --stream-output"),
+            msg.ends_with("\nsglang serve: error: unrecognized arguments: --stream-output"),
             "{msg}"
+        );
+        assert_eq!(
+            p(&["--pp=2"]).unwrap_err().to_string(),
+            "ambiguous option: --pp=2 could match --pp-size, --pp-max-micro-batch-size, --pp-async-batch-depth"
         );
         // Whole names and unique prefixes still work.
         let a = p(&[
@@ -400,35 +624,177 @@ mod tests {
         assert_eq!(a.int("cuda-graph-max-bs-decode"), Some(8));
     }
 
-    /// Every flag the simulator models is one of sglang 0.5.23's (or the simulator's own).
+    /// Every flag the simulator models is one of sglang 0.5.23's (or the simulator's own),
+    /// read as 0.5.23's parser reads it, and all of a flag's option strings are the one
+    /// action's.
     #[test]
     fn modelled_flags_are_sglang_0_5_23_flags() {
         for f in FLAGS {
-            for n in std::iter::once(&f.name).chain(f.aliases) {
-                assert!(
-                    option_strings().any(|o| o == *n),
-                    "--{n} is not sglang 0.5.23's"
-                );
+            let action =
+                action_of(f.name).unwrap_or_else(|| panic!("--{} is not sglang 0.5.23's", f.name));
+            for n in f.aliases {
+                assert!(action.options.contains(n), "--{n} is not --{}'s", f.name);
             }
+            let fits = match f.kind {
+                Kind::Bool => action.kind == ValueKind::Flag,
+                Kind::Int => matches!(action.kind, ValueKind::Int | ValueKind::HumanInt),
+                Kind::Float => action.kind == ValueKind::Float,
+                Kind::Str => matches!(action.kind, ValueKind::Str | ValueKind::Any),
+            };
+            assert!(
+                fits && action.nargs != Nargs::Many,
+                "--{}: {:?} against {action:?}",
+                f.name,
+                f.kind
+            );
         }
     }
 
+    /// The parser's table and the engine adapter's list (`engine/flags/sglang.txt`, which
+    /// `servebench validate` checks specs against) name the same option strings.
     #[test]
-    fn bad_values_are_errors() {
-        assert!(matches!(
-            p(&["--port", "abc"]),
-            Err(SimArgError::BadValue { .. })
-        ));
-        assert!(matches!(p(&["--port"]), Err(SimArgError::MissingValue(_))));
+    fn the_table_and_the_shared_list_agree() {
+        let list: std::collections::BTreeSet<&str> =
+            include_str!("../../../src/engine/flags/sglang.txt")
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .collect();
+        let table: std::collections::BTreeSet<&str> =
+            option_strings().filter(|o| !SIM_ONLY.contains(o)).collect();
+        assert_eq!(list, table);
+    }
+
+    /// What sglang 0.5.23's own parser answered (each checked by running it).
+    #[test]
+    fn bad_values_are_refused_in_argparse_words() {
+        let err = |args: &[&str]| p(args).unwrap_err().to_string();
+        assert_eq!(
+            err(&["--port", "abc"]),
+            "argument --port: invalid int value: 'abc'"
+        );
+        assert_eq!(
+            err(&["--tp", "abc"]),
+            "argument --tp-size/--tensor-parallel-size: invalid int value: 'abc'"
+        );
+        assert_eq!(
+            err(&["--model-path"]),
+            "argument --model-path/--model: expected one argument"
+        );
+        assert_eq!(
+            err(&["--port", "-1e5"]),
+            "argument --port: expected one argument"
+        );
         assert!(matches!(
             p(&["--stream"]),
             Err(SimArgError::Ambiguous { .. })
         ));
         assert!(matches!(p(&["stray"]), Err(SimArgError::Positional(_))));
-        assert!(matches!(
-            p(&["--enable-metrics=1"]),
-            Err(SimArgError::UnexpectedValue(_))
-        ));
+        assert_eq!(
+            err(&["--enable-metrics=1"]),
+            "argument --enable-metrics: ignored explicit argument '1'"
+        );
+        assert_eq!(
+            err(&["--attention-backend", "no-such-backend"]),
+            "argument --attention-backend: invalid choice: 'no-such-backend' (choose from \
+             'triton', 'torch_native', 'flex_attention', 'dsa', 'nsa', 'qsa', 'dsv4', \
+             'compressed', 'fa3', 'fa4', 'flashinfer', 'llada2_cfg_flashinfer', 'flashmla', \
+             'trtllm_mla', 'cutedsl_mla', 'tokenspeed_mla', 'trtllm_mha', 'hpc_ops', \
+             'minicpm_flashattn', 'minicpm_flashinfer', 'aiter', 'wave', 'intel_amx', 'ascend', \
+             'intel_xpu')"
+        );
+        assert_eq!(
+            err(&["--log-requests-level", "5"]),
+            "argument --log-requests-level: invalid choice: 5 (choose from 0, 1, 2, 3)"
+        );
+        assert_eq!(
+            err(&["--max-total-tokens", "lots"]),
+            "argument --max-total-tokens: Invalid integer value: 'lots'. Use a plain integer, \
+             SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
+        );
+        assert_eq!(
+            err(&["--no-enable-metrics"]),
+            "unrecognized arguments: --no-enable-metrics"
+        );
+    }
+
+    /// Every choices-restricted flag the simulator models refuses what 0.5.23 refuses and
+    /// takes what it takes.
+    #[test]
+    fn modelled_flags_with_choices_check_them() {
+        let with_choices: Vec<&Flag> = FLAGS
+            .iter()
+            .filter(|f| action_of(f.name).is_some_and(|a| a.choices.is_some()))
+            .collect();
+        let names: Vec<&str> = with_choices.iter().map(|f| f.name).collect();
+        assert_eq!(
+            names,
+            [
+                "schedule-policy",
+                "attention-backend",
+                "dtype",
+                "kv-cache-dtype",
+                "quantization",
+                "load-format",
+                "tool-call-parser",
+                "reasoning-parser",
+                "grammar-backend",
+                "sampling-backend"
+            ]
+        );
+        for f in with_choices {
+            let e = p(&[&format!("--{}", f.name), "no-such-value"])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("invalid choice: 'no-such-value' (choose from '"),
+                "{e}"
+            );
+            let first = action_of(f.name).unwrap().choices.as_ref().unwrap()[0];
+            let a = p(&[&format!("--{}", f.name), first]).unwrap();
+            assert_eq!(a.str(f.name), Some(first));
+        }
+        // Unmodelled flags are checked too.
+        assert!(
+            p(&["--tokenizer-mode", "fast"])
+                .unwrap_err()
+                .to_string()
+                .contains("invalid choice")
+        );
+        assert!(p(&["--tokenizer-worker-num", "x"]).is_err());
+        assert!(p(&["--enable-torch-compile-debug-mode=1"]).is_err());
+    }
+
+    /// `--context-length`, `--max-total-tokens` and `--max-prefill-tokens` take SGLang's
+    /// human-readable integers; the `--no-X` spellings 0.5.23 defines are accepted.
+    #[test]
+    fn suffixed_integers_and_negations() {
+        let a = p(&[
+            "--max-total-tokens",
+            "64k",
+            "--context-length",
+            "4Ki",
+            "--max-prefill-tokens=1.5k",
+        ])
+        .unwrap();
+        assert_eq!(a.int("max-total-tokens"), Some(64_000));
+        assert_eq!(a.int("context-length"), Some(4096));
+        assert_eq!(a.int("max-prefill-tokens"), Some(1500));
+        assert!(
+            p(&["--port", "64k"]).is_err(),
+            "a plain int flag takes no suffix"
+        );
+        let a = p(&[
+            "--no-enable-tf32-matmul",
+            "--no-dllm-fdfo",
+            "--enable-tf32-matmul",
+        ])
+        .unwrap();
+        assert_eq!(a.warnings.len(), 3, "{:?}", a.warnings);
+        let negations: Vec<&str> = option_strings().filter(|o| o.starts_with("no-")).collect();
+        assert_eq!(negations.len(), 12, "{negations:?}");
+        for n in negations {
+            p(&[&format!("--{n}")]).unwrap();
+        }
     }
 
     #[test]

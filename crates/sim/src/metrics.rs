@@ -163,6 +163,18 @@ pub(crate) struct EngineStats {
     pub last_prompt_tok_s: f64,
     /// Generation throughput of the last finished request, tokens/s (llama.cpp gauge).
     pub last_predicted_tok_s: f64,
+    /// Draft tokens proposed by speculative decoding, of finished requests (llama.cpp
+    /// `spec_decode_num_draft_tokens_total`).
+    pub spec_draft_tokens: u64,
+    /// Draft tokens the target model accepted, of finished requests
+    /// (`spec_decode_num_accepted_tokens_total`).
+    pub spec_accepted_tokens: u64,
+    /// Verification steps, of finished requests (`spec_decode_num_drafts_total`).
+    pub spec_verify_steps: u64,
+    /// Accepted draft tokens by their position in the draft, of finished requests
+    /// (`spec_decode_num_accepted_tokens_per_pos_total{position}`; empty until a speculative
+    /// request finished).
+    pub spec_accepted_per_pos: Vec<u64>,
 }
 
 /// vLLM's bucket bounds (v1/metrics/loggers.py `PrometheusStatLogger`; quoted from memory of

@@ -37,6 +37,8 @@ pub(crate) struct Req {
     pub chunk_index: u32,
     /// Speculative counters.
     pub spec: SpecStats,
+    /// Accepted draft tokens by position in the draft (index 0: the first draft token).
+    pub accepted_per_pos: Vec<u64>,
     /// Model time of the latest token.
     pub last_token_at: Option<Instant>,
     /// Per-request cache options.
@@ -75,6 +77,7 @@ impl Req {
             sent: 0,
             chunk_index: 0,
             spec: SpecStats::default(),
+            accepted_per_pos: Vec::new(),
             last_token_at: None,
             opts: g.opts,
             slot: None,

@@ -867,6 +867,13 @@ impl Scheduler {
                     req.spec.verify_ct += 1;
                     req.spec.num_correct_drafts += k - 1;
                     req.spec.num_proposed_drafts += s.num_draft_tokens as u64 - 1;
+                    let drafted = s.num_draft_tokens.saturating_sub(1) as usize;
+                    if req.accepted_per_pos.len() < drafted {
+                        req.accepted_per_pos.resize(drafted, 0);
+                    }
+                    for n in req.accepted_per_pos.iter_mut().take((k - 1) as usize) {
+                        *n += 1;
+                    }
                     self.interval.spec_steps += 1;
                     self.interval.spec_correct += k - 1;
                     self.interval.spec_proposed += s.num_draft_tokens as u64 - 1;
@@ -945,6 +952,22 @@ impl Scheduler {
             }
             if timings.predicted_ms > 0.0 {
                 e.last_predicted_tok_s = n as f64 * 1e3 / timings.predicted_ms;
+            }
+            // llama.cpp adds a slot's speculative counts when its task finishes
+            // (server-context.cpp `metrics_on_prediction`).
+            e.spec_draft_tokens += req.spec.num_proposed_drafts;
+            e.spec_accepted_tokens += req.spec.num_correct_drafts;
+            e.spec_verify_steps += req.spec.verify_ct;
+            if e.spec_accepted_per_pos.len() < req.accepted_per_pos.len() {
+                e.spec_accepted_per_pos
+                    .resize(req.accepted_per_pos.len(), 0);
+            }
+            for (total, n) in e
+                .spec_accepted_per_pos
+                .iter_mut()
+                .zip(&req.accepted_per_pos)
+            {
+                *total += n;
             }
         }
         self.emit(&mut req, at, Some(Finish::Length(n)), Some(timings));

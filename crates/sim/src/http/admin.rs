@@ -225,11 +225,9 @@ pub(crate) async fn ok() -> Response {
 /// "max_model_len"}`, as SGLang answers (openai `TokenizeResponse`). The count is what
 /// `/generate` would report as `prompt_tokens` for the same text.
 pub(crate) async fn tokenize(State(st): State<AppState>, body: Bytes) -> Response {
-    let v = match super::parse_json(&body) {
+    let v = match super::fastapi::parse_body(&body) {
         Ok(v) => v,
-        Err(e) => {
-            return json_response(StatusCode::BAD_REQUEST, &json!({"error": {"message": e.0}}));
-        }
+        Err(e) => return super::fastapi::validation_error(&[e]),
     };
     let max_model_len = st.cfg.context_length;
     match &v["prompt"] {

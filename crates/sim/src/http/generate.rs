@@ -1,7 +1,9 @@
 //! Native `/generate`: cumulative (default) or incremental streaming, and non-streaming.
 
+use super::fastapi::{self, PydanticError};
 use super::{
-    AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response, unix_now,
+    AppState, DONE, Rejected, json_response, opt_i64, sglang_sse_response, sglang_stream_error,
+    sse, unix_now,
 };
 use crate::ChunkTrace;
 use crate::tokenizer;
@@ -19,15 +21,19 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// `POST|PUT /generate`.
 pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Response {
     let received = Instant::now();
-    let v = match parse_json(&body) {
+    // The order 0.5.23 checks in: FastAPI's parse into GenerateReqInput (not JSON, not an
+    // object), the JSON contract gate, then the tokenizer manager's own checks.
+    let v = match fastapi::parse_body(&body) {
         Ok(v) => v,
-        Err(Rejected(m)) => return error_json(m),
+        Err(e) => return fastapi::validation_error(&[e]),
     };
-    let streaming = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    // Checked before anything runs, streamed or not (0.5.23's api_types.py).
-    if let Err(Rejected(m)) = validate_sampling_params(&v) {
+    if !v.is_object() {
+        return fastapi::validation_error(&[PydanticError::not_a_dict("GenerateReqInput", &v)]);
+    }
+    if let Err(m) = super::contract::generate_request(&v) {
         return json_response(StatusCode::BAD_REQUEST, &json!({ "error": m }));
     }
+    let streaming = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let parsed = parse_request(&v);
     let (prompts, max_new) = match parsed {
         Ok(p) => p,
@@ -40,7 +46,7 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
         }
         let ids = prompts.into_iter().next().unwrap_or_default();
         return match st.submit(rid, ids, max_new, received) {
-            Ok((rid, rx)) => sse_response(event_stream(
+            Ok((rid, rx)) => sglang_sse_response(event_stream(
                 rx,
                 rid,
                 st.cfg.incremental_output,
@@ -78,67 +84,6 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
     }
 }
 
-/// SamplingParams' fields in sglang 0.5.23 (sampling/sampling_params.py), and which of them
-/// are integers.
-const SAMPLING_PARAMS: &[(&str, bool)] = &[
-    ("max_new_tokens", true),
-    ("min_new_tokens", true),
-    ("n", true),
-    ("top_k", true),
-    ("stream_interval", true),
-    ("sampling_seed", true),
-    ("stop_token_ids", true),
-    ("stop", false),
-    ("stop_regex", false),
-    ("temperature", false),
-    ("top_p", false),
-    ("min_p", false),
-    ("frequency_penalty", false),
-    ("presence_penalty", false),
-    ("repetition_penalty", false),
-    ("ignore_eos", false),
-    ("skip_special_tokens", false),
-    ("spaces_between_special_tokens", false),
-    ("no_stop_trim", false),
-    ("json_schema", false),
-    ("regex", false),
-    ("ebnf", false),
-    ("structural_tag", false),
-    ("custom_params", false),
-    ("logit_bias", false),
-];
-
-/// sglang 0.5.23 validates a `/generate` body before it runs (entrypoints api_types.py): a
-/// `sampling_params` key SamplingParams does not have, or a float where an integer belongs
-/// (`"max_new_tokens": 8.0`), is a 400 `{"error": "..."}` (a string there, not an object).
-/// The status and shape are SGLang's; the wording of the message is the simulator's.
-fn validate_sampling_params(v: &Value) -> Result<(), Rejected> {
-    let all: Vec<&Value> = match v.get("sampling_params") {
-        Some(Value::Array(list)) => list.iter().collect(),
-        Some(one) => vec![one],
-        None => return Ok(()),
-    };
-    for sp in all.into_iter().filter_map(Value::as_object) {
-        for (key, value) in sp {
-            let Some((_, integer)) = SAMPLING_PARAMS.iter().find(|(k, _)| k == key) else {
-                return Err(Rejected(format!("sampling_params: unknown field `{key}`")));
-            };
-            let not_int = |x: &Value| x.is_f64() || (x.is_number() && !x.is_i64() && !x.is_u64());
-            let bad = *integer
-                && match value {
-                    Value::Array(items) => items.iter().any(not_int),
-                    x => not_int(x),
-                };
-            if bad {
-                return Err(Rejected(format!(
-                    "sampling_params.{key}: expected an integer, got {value}"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Token ids of each prompt, and max_new_tokens.
 fn parse_request(v: &Value) -> Result<(Vec<Vec<u32>>, Option<i64>), Rejected> {
     let sp = v.get("sampling_params").cloned().unwrap_or(json!({}));
@@ -163,8 +108,9 @@ fn parse_request(v: &Value) -> Result<(Vec<Vec<u32>>, Option<i64>), Rejected> {
             })
             .collect::<Result<_, _>>()?,
         _ => {
+            // io_struct.py `normalize_batch_and_arguments`.
             return Err(Rejected(
-                "Either text or input_ids should be provided.".into(),
+                "Either text, input_ids or input_embeds should be provided.".into(),
             ));
         }
     };
@@ -190,8 +136,8 @@ fn reject(streaming: bool, m: String) -> Response {
     if !streaming {
         return error_json(m);
     }
-    let body = sse(&json!({"error": {"message": m}}));
-    sse_response(stream::iter([Ok(body), Ok(Bytes::from_static(DONE))]))
+    let body = sglang_stream_error(&m);
+    sglang_sse_response(stream::iter([Ok(body), Ok(Bytes::from_static(DONE))]))
 }
 
 /// SGLang's `finish_reason` object.
@@ -219,9 +165,11 @@ fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool
         prompt_tokens: u64,
         weight_version: &'static str,
         num_retractions: u32,
-        completion_tokens: u64,
         reasoning_tokens: u64,
+        completion_tokens: u64,
         cached_tokens: u64,
+        cached_tokens_details: Option<CachedDetails>,
+        dp_rank: Option<()>,
         #[serde(skip_serializing_if = "Option::is_none")]
         response_sent_to_client_ts: Option<f64>,
     }
@@ -232,11 +180,16 @@ fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool
             id: rid,
             finish_reason: None,
             prompt_tokens: o.prompt_tokens,
-            weight_version: "default",
+            weight_version: WEIGHT_VERSION,
             num_retractions: 0,
-            completion_tokens: o.completion_tokens,
             reasoning_tokens: 0,
+            completion_tokens: o.completion_tokens,
             cached_tokens: o.cached_tokens,
+            cached_tokens_details: (o.cached_tokens > 0).then_some(CachedDetails {
+                device: o.cached_tokens,
+                host: 0,
+            }),
+            dp_rank: None,
             response_sent_to_client_ts: first.then(unix_now),
         },
     };
@@ -249,20 +202,49 @@ fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool
     Bytes::from(out)
 }
 
+/// Where the cached prompt tokens were found (output_streamer.py
+/// `get_cached_tokens_details`): all on the device, there being no host or storage tier.
+#[derive(serde::Serialize)]
+struct CachedDetails {
+    device: u64,
+    host: u64,
+}
+
+/// The weights' version: SGLang's `--weight-version` default; the simulator never updates
+/// weights, so one version spans every output token.
+const WEIGHT_VERSION: &str = "default";
+
+/// `meta_info` as sglang 0.5.23's tokenizer manager builds it, in its key order: the
+/// per-output counts; on the final output `weight_versions`, `e2e_latency` and the speculative
+/// counters; `cached_tokens_details` always (null without a cache hit, else all of the hit
+/// on the device) and `dp_rank` (null: one data-parallel rank); `response_sent_to_client_ts` (Unix seconds) on the first output sent,
+/// which for a plain answer is the answer itself.
 fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
     let mut m = Map::new();
     m.insert("id".into(), rid.into());
     m.insert("finish_reason".into(), finish_json(&o.finish));
     m.insert("prompt_tokens".into(), o.prompt_tokens.into());
-    m.insert("weight_version".into(), "default".into());
+    m.insert("weight_version".into(), WEIGHT_VERSION.into());
     // 0.5.23: num_retractions (no total_retractions) and reasoning_tokens.
     m.insert("num_retractions".into(), 0.into());
-    m.insert("completion_tokens".into(), o.completion_tokens.into());
     m.insert("reasoning_tokens".into(), 0.into());
+    m.insert("completion_tokens".into(), o.completion_tokens.into());
     m.insert("cached_tokens".into(), o.cached_tokens.into());
-    if first {
-        m.insert("response_sent_to_client_ts".into(), unix_now().into());
+    if o.finish.is_some() {
+        m.insert(
+            "weight_versions".into(),
+            weight_versions(o.completion_tokens),
+        );
     }
+    m.insert(
+        "cached_tokens_details".into(),
+        if o.cached_tokens > 0 {
+            json!({"device": o.cached_tokens, "host": 0})
+        } else {
+            Value::Null
+        },
+    );
+    m.insert("dp_rank".into(), Value::Null);
     if o.finish.is_some() {
         m.insert(
             "e2e_latency".into(),
@@ -271,9 +253,8 @@ fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
         if let Some(s) = o.spec {
             let rate = s.num_correct_drafts as f64 / s.num_proposed_drafts.max(1) as f64;
             let len = o.completion_tokens as f64 / s.verify_ct.max(1) as f64;
-            m.insert("spec_verify_ct".into(), s.verify_ct.into());
-            m.insert("spec_accept_length".into(), len.into());
             m.insert("spec_accept_rate".into(), rate.into());
+            m.insert("spec_accept_length".into(), len.into());
             m.insert(
                 "spec_num_correct_drafts".into(),
                 s.num_correct_drafts.into(),
@@ -282,12 +263,27 @@ fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
                 "spec_num_proposed_drafts".into(),
                 s.num_proposed_drafts.into(),
             );
+            m.insert("spec_verify_ct".into(), s.verify_ct.into());
             // Late-2025 names, for clients that read those.
             m.insert("spec_accept_token_num".into(), s.num_correct_drafts.into());
             m.insert("spec_draft_token_num".into(), s.num_proposed_drafts.into());
         }
     }
+    if first {
+        m.insert("response_sent_to_client_ts".into(), unix_now().into());
+    }
     Value::Object(m)
+}
+
+/// `weight_versions`: the one version's span over the output tokens
+/// (utils/weight_versions.py `add_weight_versions_to_meta_info`).
+pub fn weight_versions(completion_tokens: u64) -> Value {
+    json!([{"version": WEIGHT_VERSION, "start": 0, "end": completion_tokens}])
+}
+
+/// The OpenAI answers' top-level `metadata` (`build_endpoint_weight_version_metadata`).
+pub fn weight_metadata(completion_tokens: u64) -> Value {
+    json!({"weight_version": WEIGHT_VERSION, "weight_versions": weight_versions(completion_tokens)})
 }
 
 struct GenStream {
@@ -374,8 +370,9 @@ async fn collect(
         tokenizer::decode_into(&o.new_ids, &mut text);
         ids.extend_from_slice(&o.new_ids);
         if o.finish.is_some() {
+            // The plain answer is the first (and only) output sent.
             return Some(
-                json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, false, received)}),
+                json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, true, received)}),
             );
         }
     }

@@ -332,7 +332,8 @@ async fn detokenize(body: Bytes) -> Response {
     json_ok(StatusCode::OK, &json!({"content": content}))
 }
 
-/// `GET /metrics` (with `--metrics`): llama.cpp's names, no labels.
+/// `GET /metrics` (with `--metrics`): llama.cpp's names, unlabeled but for the per-position
+/// speculative counter.
 async fn metrics(State(s): State<LState>) -> Response {
     if !s.l.metrics {
         return error(
@@ -348,73 +349,92 @@ async fn metrics(State(s): State<LState>) -> Response {
     } else {
         0.0
     };
-    // As the current build (0.5.0-dev) counts them: `prompt_tokens_total` the prompt tokens
-    // it computed, the cached ones apart.
-    let families: [(&str, &str, &str, f64); 12] = [
+    // As the observed build counts and names them (tools/server/server-task.cpp
+    // `to_metrics`): counters, then gauges; `prompt_tokens_total` the prompt tokens it
+    // computed, the cached ones apart.
+    let families: [(&str, &str, &str, f64); 15] = [
         (
             "counter",
             "prompt_tokens_total",
-            "Number of prompt tokens processed.",
+            "Number of prompt tokens processed, excluding cached tokens",
             e.prompt_tokens_computed as f64,
         ),
         (
             "counter",
             "prompt_tokens_cached_total",
-            "Number of prompt tokens served from the cache.",
+            "Number of prompt tokens reused from the cache",
             e.prompt_tokens_cache_n as f64,
         ),
         (
             "counter",
             "prompt_seconds_total",
-            "Prompt process time",
+            "Total time spent processing prompts",
             e.prompt_seconds,
         ),
         (
             "counter",
             "tokens_predicted_total",
-            "Number of generation tokens processed.",
+            "Number of generation tokens processed",
             st.generation_tokens_total as f64,
         ),
         (
             "counter",
             "tokens_predicted_seconds_total",
-            "Predict process time",
+            "Total time spent generating tokens",
             e.predicted_seconds,
         ),
         (
             "counter",
             "n_decode_total",
-            "Total number of llama_decode() calls",
+            "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
             e.n_decode as f64,
         ),
         (
             "counter",
             "n_tokens_max",
-            "Largest observed n_tokens.",
+            "Largest observed sequence length (prompt + generation)",
             e.n_tokens_max as f64,
+        ),
+        (
+            "counter",
+            "spec_decode_num_draft_tokens_total",
+            "Speculative: Total draft tokens generated",
+            e.spec_draft_tokens as f64,
+        ),
+        (
+            "counter",
+            "spec_decode_num_accepted_tokens_total",
+            "Speculative: Total draft tokens accepted by the target model",
+            e.spec_accepted_tokens as f64,
+        ),
+        (
+            "counter",
+            "spec_decode_num_drafts_total",
+            "Speculative: Total speculative decoding verification steps",
+            e.spec_verify_steps as f64,
         ),
         (
             "gauge",
             "prompt_tokens_seconds",
-            "Average prompt throughput in tokens/s.",
+            "Average prompt throughput in tokens/s",
             e.last_prompt_tok_s,
         ),
         (
             "gauge",
             "predicted_tokens_seconds",
-            "Average generation throughput in tokens/s.",
+            "Average generation throughput in tokens/s",
             e.last_predicted_tok_s,
         ),
         (
             "gauge",
             "requests_processing",
-            "Number of requests processing.",
+            "Number of requests processing",
             st.num_running_reqs as f64,
         ),
         (
             "gauge",
             "requests_deferred",
-            "Number of requests deferred.",
+            "Number of requests deferred",
             e.deferred as f64,
         ),
         (
@@ -430,6 +450,17 @@ async fn metrics(State(s): State<LState>) -> Response {
             out,
             "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}"
         );
+    }
+    // A labeled counter, one series per draft position, once a speculative task finished.
+    if !e.spec_accepted_per_pos.is_empty() {
+        let name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Accepted tokens per draft position\n# TYPE {name} counter"
+        );
+        for (i, n) in e.spec_accepted_per_pos.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{position=\"{i}\"}} {n}");
+        }
     }
     (
         [

@@ -3,6 +3,8 @@
 //! closes the connection after each streamed response as llama-server does).
 
 mod admin;
+mod contract;
+mod fastapi;
 mod generate;
 pub(crate) mod keepalive;
 pub(crate) mod llamacpp;
@@ -59,7 +61,16 @@ pub(crate) fn router(state: AppState) -> Router {
     if state.cfg.enable_metrics {
         r = r.route("/metrics", get(admin::metrics));
     }
-    r.with_state(state)
+    let inner = r
+        .fallback(fastapi::not_found)
+        .method_not_allowed_fallback(fastapi::method_not_allowed)
+        .with_state(state);
+    // Around the whole router: axum writes a 405's `allow` header last, inside its routes.
+    Router::new()
+        .fallback_service(inner)
+        .layer(axum::middleware::map_response(
+            fastapi::allow_as_starlette_writes_it,
+        ))
 }
 
 /// Seconds since the Unix epoch.
@@ -171,7 +182,7 @@ pub(crate) fn json_response(status: StatusCode, v: &serde_json::Value) -> Respon
         .into_response()
 }
 
-/// An SSE response from a stream of already-framed `data: ...\n\n` chunks.
+/// An SSE response from a stream of already-framed `data: ...\n\n` chunks (vLLM's surface).
 pub(crate) fn sse_response(
     s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
 ) -> Response {
@@ -180,6 +191,26 @@ pub(crate) fn sse_response(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(s))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// SGLang's SSE response: Starlette's `StreamingResponse(media_type="text/event-stream")`,
+/// which adds the charset to a `text/` type and sends no `cache-control`.
+pub fn sglang_sse_response(
+    s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+        .body(Body::from_stream(s))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The error event SGLang's `/generate` stream sends when the request fails after the 200
+/// head (http_server.py `stream_results`), followed by `[DONE]`.
+pub fn sglang_stream_error(message: &str) -> Bytes {
+    sse(
+        &serde_json::json!({"error": {"message": message, "type": "invalid_request_error",
+                                      "code": 400, "retryable": false}}),
+    )
 }
 
 /// Frames one SSE event.

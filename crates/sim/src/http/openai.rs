@@ -1,6 +1,9 @@
-//! OpenAI-compatible `/v1/completions` and `/v1/chat/completions`.
+//! OpenAI-compatible `/v1/completions` and `/v1/chat/completions`, shaped as sglang 0.5.23's
+//! `entrypoints/openai/serving_{completions,chat}.py` write them.
 
-use super::{AppState, DONE, Rejected, json_response, opt_i64, parse_json, sse, sse_response};
+use super::fastapi::{self, PydanticError};
+use super::generate::weight_metadata;
+use super::{AppState, DONE, Rejected, json_response, sglang_sse_response, sse};
 use crate::tokenizer;
 use crate::types::{Finish, Output};
 use axum::body::Bytes;
@@ -8,7 +11,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use futures_util::stream;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -29,7 +32,8 @@ pub(crate) async fn chat(State(st): State<AppState>, body: Bytes) -> Response {
     handle(st, body, Api::Chat).await
 }
 
-/// SGLang's OpenAI-style error body.
+/// SGLang's OpenAI-style error body (serving_base.py `create_error_response`), for what the
+/// handler refuses once the body fits the request model.
 fn openai_error(message: String) -> Response {
     json_response(
         StatusCode::BAD_REQUEST,
@@ -48,17 +52,134 @@ struct Shape {
     cache_report: bool,
 }
 
+/// What pydantic refuses in the request model (protocol.py `CompletionRequest`,
+/// `ChatCompletionRequest`) before the handler runs: the fields the simulator reads.
+fn model_errors(v: &Value, api: Api) -> Vec<PydanticError> {
+    let Some(obj) = v.as_object() else {
+        return vec![PydanticError(format!(
+            "{{'type': 'model_attributes_type', 'loc': ('body',), 'msg': 'Input should be a valid dictionary or object to extract fields from', 'input': {}}}",
+            crate::python::py_repr(v)
+        ))];
+    };
+    // The model's before-validator fills in `tool_choice` before the fields are checked, so
+    // the input pydantic quotes has it.
+    let mut input = v.clone();
+    if api == Api::Chat && !obj.contains_key("tool_choice") {
+        let choice = if obj.get("tools").is_some_and(|t| !t.is_null()) {
+            "auto"
+        } else {
+            "none"
+        };
+        input["tool_choice"] = choice.into();
+    }
+    let mut errors = Vec::new();
+    let required = match api {
+        Api::Completion => "prompt",
+        Api::Chat => "messages",
+    };
+    match obj.get(required) {
+        None => errors.push(PydanticError::missing(required, &input)),
+        Some(m) if api == Api::Chat && !m.is_array() => errors.push(PydanticError::wrong_type(
+            "messages",
+            "list_type",
+            "Input should be a valid list",
+            m,
+        )),
+        _ => {}
+    }
+    let int_fields: &[&str] = match api {
+        Api::Completion => &["max_tokens"],
+        Api::Chat => &["max_tokens", "max_completion_tokens"],
+    };
+    for field in int_fields {
+        match obj.get(*field) {
+            None | Some(Value::Null) => {}
+            Some(x) if x.is_f64() && x.as_f64().is_some_and(|f| f.fract() != 0.0) => {
+                errors.push(PydanticError::wrong_type(
+                    field,
+                    "int_from_float",
+                    "Input should be a valid integer, got a number with a fractional part",
+                    x,
+                ));
+            }
+            // Lax mode: a bool or a string of digits is an integer.
+            Some(x) if x.is_boolean() => {}
+            Some(Value::String(t)) if t.trim().parse::<i64>().is_err() => {
+                errors.push(PydanticError::wrong_type(
+                    field,
+                    "int_parsing",
+                    "Input should be a valid integer, unable to parse string as an integer",
+                    &Value::String(t.clone()),
+                ));
+            }
+            Some(Value::String(_)) => {}
+            Some(x) if !x.is_number() => errors.push(PydanticError::wrong_type(
+                field,
+                "int_type",
+                "Input should be a valid integer",
+                x,
+            )),
+            // CompletionRequest's `validate_max_tokens_positive` (chat has none).
+            Some(x) if api == Api::Completion && lax_int(x).is_some_and(|n| n <= 0) => errors.push(
+                PydanticError::value_error(field, "max_tokens must be positive", x),
+            ),
+            Some(_) => {}
+        }
+    }
+    errors
+}
+
+/// The handler's own checks (`_validate_request`), after the model admitted the body.
+/// `context_length` is `--context-length` as given (the check is skipped without it, as the
+/// real server's is).
+fn validate_request(v: &Value, api: Api, context_length: Option<i64>) -> Result<(), Rejected> {
+    match api {
+        Api::Completion => {
+            let empty = |p: &Value| match p {
+                Value::String(s) => s.is_empty(),
+                Value::Array(a) => a.is_empty(),
+                Value::Null => true,
+                _ => false,
+            };
+            let prompt = &v["prompt"];
+            if empty(prompt) || prompt.as_array().is_some_and(|a| a.iter().all(empty)) {
+                return Err(Rejected("Prompt cannot be empty".into()));
+            }
+        }
+        Api::Chat => {
+            if v["messages"].as_array().is_none_or(Vec::is_empty) {
+                return Err(Rejected("Messages cannot be empty.".into()));
+            }
+            if let (Some(n), Some(ctx)) = (chat_max_tokens(v), context_length)
+                && n > ctx
+            {
+                return Err(Rejected(format!(
+                    "max_completion_tokens is too large: {n}.This model supports at most {ctx} completion tokens."
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
     let received = Instant::now();
-    let v = match parse_json(&body) {
+    let v = match fastapi::parse_body(&body) {
         Ok(v) => v,
-        Err(Rejected(m)) => return openai_error(m),
+        Err(e) => return fastapi::validation_error(&[e]),
     };
+    let errors = model_errors(&v, api);
+    if !errors.is_empty() {
+        return fastapi::validation_error(&errors);
+    }
+    if let Err(Rejected(m)) = validate_request(&v, api, st.cfg.args.int("context-length")) {
+        return openai_error(m);
+    }
     let parsed = match api {
         Api::Completion => completion_prompt(&v),
         Api::Chat => chat_prompt(&v),
     }
-    .and_then(|ids| Ok((ids, max_tokens(&v, api)?)));
+    .map(|ids| (ids, max_tokens(&v, api)));
     let (ids, max_new) = match parsed {
         Ok(x) => x,
         Err(Rejected(m)) => return openai_error(m),
@@ -76,10 +197,8 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
     };
     let shape = Shape {
         api,
-        id: match api {
-            Api::Completion => format!("cmpl-{rid}"),
-            Api::Chat => format!("chatcmpl-{rid}"),
-        },
+        // The request's id as it is: 0.5.23 writes no `cmpl-` / `chatcmpl-` prefix.
+        id: rid.to_string(),
         model: v
             .get("model")
             .and_then(Value::as_str)
@@ -94,7 +213,7 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
         // sglang 0.5.23 sends the 200 head with the first token, not before it.
         let mut rx = rx;
         match rx.recv().await {
-            Some(first) => sse_response(event_stream(first, rx, Arc::new(shape))),
+            Some(first) => sglang_sse_response(event_stream(first, rx, Arc::new(shape))),
             None => shutting_down(),
         }
     } else {
@@ -155,18 +274,39 @@ pub(super) fn chat_prompt(v: &Value) -> Result<Vec<u32>, Rejected> {
     Ok(tokenizer::encode(&text))
 }
 
-fn max_tokens(v: &Value, api: Api) -> Result<Option<i64>, Rejected> {
-    let given = match api {
-        Api::Chat => opt_i64(v, "max_completion_tokens")?.or(opt_i64(v, "max_tokens")?),
-        Api::Completion => opt_i64(v, "max_tokens")?,
-    };
-    match given {
-        Some(n) if n <= 0 => Err(Rejected(format!("max_tokens must be at least 1, got {n}."))),
-        Some(n) => Ok(Some(n)),
-        // OpenAI's completions default; chat has none in SGLang (runs to EOS, or to
-        // SamplingParams' 128 here: the simulator never emits EOS).
-        None if api == Api::Completion => Ok(Some(16)),
-        None => Ok(None),
+/// An integer as pydantic's lax mode reads one: a number without a fraction, a bool, a
+/// string of digits.
+fn lax_int(x: &Value) -> Option<i64> {
+    match x {
+        Value::Bool(b) => Some(i64::from(*b)),
+        Value::String(t) => t.trim().parse().ok(),
+        x => x
+            .as_i64()
+            .or_else(|| x.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64)),
+    }
+}
+
+/// An optional integer field, read as the model admitted it.
+fn opt_lax_int(v: &Value, key: &str) -> Option<i64> {
+    v.get(key).and_then(lax_int)
+}
+
+/// Chat's output limit as 0.5.23 reads it: `max_completion_tokens or max_tokens` (Python's
+/// `or`: a 0 in the first falls through to the second; a 0 in `max_tokens` is kept).
+fn chat_max_tokens(v: &Value) -> Option<i64> {
+    match opt_lax_int(v, "max_completion_tokens") {
+        Some(n) if n != 0 => Some(n),
+        _ => opt_lax_int(v, "max_tokens"),
+    }
+}
+
+fn max_tokens(v: &Value, api: Api) -> Option<i64> {
+    match api {
+        // Unset, chat runs to EOS (here to SamplingParams' 128: the simulator never emits
+        // EOS); a negative one fails in the scheduler's words.
+        Api::Chat => chat_max_tokens(v),
+        // CompletionRequest's default; the model refused anything under 1.
+        Api::Completion => Some(opt_lax_int(v, "max_tokens").unwrap_or(16)),
     }
 }
 
@@ -178,79 +318,120 @@ fn finish_str(f: &Option<Finish>) -> Value {
     }
 }
 
-fn usage(o: &Output, cache_report: bool) -> Value {
-    // sglang 0.5.23 reports the count with --enable-cache-report even at 0 (older versions
-    // left it out at 0).
-    let details = if cache_report {
-        json!({"cached_tokens": o.cached_tokens})
-    } else {
-        Value::Null
-    };
+/// `UsageInfo` with every key (pydantic's `model_dump`): `prompt_tokens_details` is null
+/// unless `cached` is given (--enable-cache-report; 0.5.23 reports 0 too), and
+/// `completion_tokens_details` is null (it carries reasoning tokens, and there are none).
+fn usage(o: &Output, cached: Option<u64>) -> Value {
     json!({
         "prompt_tokens": o.prompt_tokens,
-        "completion_tokens": o.completion_tokens,
         "total_tokens": o.prompt_tokens + o.completion_tokens,
-        "prompt_tokens_details": details,
+        "completion_tokens": o.completion_tokens,
+        "prompt_tokens_details": cached.map_or(Value::Null, |c| json!({"cached_tokens": c})),
         "reasoning_tokens": 0,
+        "completion_tokens_details": null,
     })
 }
 
-fn chunk(shape: &Shape, choice: Value, usage: Value) -> Value {
-    let object = match shape.api {
-        Api::Completion => "text_completion",
-        Api::Chat => "chat.completion.chunk",
-    };
-    let choices = if choice.is_null() {
-        json!([])
-    } else {
-        json!([choice])
-    };
-    json!({"id": shape.id, "object": object, "created": shape.created, "model": shape.model,
-           "choices": choices, "usage": usage})
+/// `UsageInfo` written with `exclude_none` (the completions stream's usage chunk).
+fn without_nulls(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.retain(|_, x| !x.is_null());
+    }
+    v
+}
+
+impl Shape {
+    /// The cached count the usage reports, if the server reports it.
+    fn cached(&self, o: &Output) -> Option<u64> {
+        self.cache_report.then_some(o.cached_tokens)
+    }
+
+    /// One chunk: completions write `usage` on every chunk (null unless given); chat's
+    /// msgspec chunk leaves a null `usage` out.
+    fn chunk(&self, choices: Value, usage: Value) -> Value {
+        let (object, keep_null) = match self.api {
+            Api::Completion => ("text_completion", true),
+            Api::Chat => ("chat.completion.chunk", false),
+        };
+        let mut c = Map::new();
+        c.insert("id".into(), self.id.clone().into());
+        c.insert("object".into(), object.into());
+        c.insert("created".into(), self.created.into());
+        c.insert("model".into(), self.model.clone().into());
+        c.insert("choices".into(), choices);
+        if keep_null || !usage.is_null() {
+            c.insert("usage".into(), usage);
+        }
+        Value::Object(c)
+    }
+}
+
+/// A chat stream choice (sse_utils.py `StreamChoice` over `StreamDelta`): the delta always
+/// has `reasoning_content` (null without a reasoning parser), then `role` and `content` when
+/// set.
+fn chat_choice(role: bool, content: Option<&str>, finish: &Option<Finish>) -> Value {
+    let mut delta = Map::new();
+    delta.insert("reasoning_content".into(), Value::Null);
+    if role {
+        delta.insert("role".into(), "assistant".into());
+    }
+    if let Some(c) = content {
+        delta.insert("content".into(), c.into());
+    }
+    json!([{"index": 0, "delta": delta, "logprobs": null,
+            "finish_reason": finish_str(finish), "matched_stop": null}])
 }
 
 /// Every SSE event for one engine output, as one write.
 fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
     let mut text = String::new();
     tokenizer::decode_into(&o.new_ids, &mut text);
-    let cont = if shape.continuous_usage {
-        usage(o, shape.cache_report)
-    } else {
-        Value::Null
-    };
     let mut out = Vec::with_capacity(512);
     match shape.api {
         Api::Completion => {
-            let c = json!({"index": 0, "text": text, "logprobs": null,
-                           "finish_reason": finish_str(&o.finish), "matched_stop": null});
-            out.extend_from_slice(&sse(&chunk(shape, c, cont.clone())));
+            // The continuous usage of completions never carries the cached count.
+            let cont = if shape.continuous_usage {
+                usage(o, None)
+            } else {
+                Value::Null
+            };
+            let c = json!([{"index": 0, "text": text, "logprobs": null,
+                            "finish_reason": finish_str(&o.finish), "matched_stop": null}]);
+            out.extend_from_slice(&sse(&shape.chunk(c, cont)));
         }
         Api::Chat => {
-            // 0.5.23: no usage on the role chunk, and no chunk with empty content.
+            // The role chunk first (no usage), then one chunk per output with text (none
+            // for an output whose text is empty), then, after the last output, the finish
+            // chunk (no usage): serving_chat.py `_generate_chat_stream`.
             if first {
-                let c = json!({"index": 0, "delta": {"role": "assistant", "content": ""},
-                               "logprobs": null, "finish_reason": null, "matched_stop": null});
-                out.extend_from_slice(&sse(&chunk(shape, c, Value::Null)));
+                out.extend_from_slice(&sse(
+                    &shape.chunk(chat_choice(true, Some(""), &None), Value::Null)
+                ));
             }
             if !text.is_empty() {
-                let c = json!({"index": 0, "delta": {"content": text}, "logprobs": null,
-                               "finish_reason": null, "matched_stop": null});
-                out.extend_from_slice(&sse(&chunk(shape, c, cont.clone())));
+                let cont = if shape.continuous_usage {
+                    usage(o, shape.cached(o))
+                } else {
+                    Value::Null
+                };
+                let c = chat_choice(false, Some(&text), &None);
+                out.extend_from_slice(&sse(&shape.chunk(c, cont)));
             }
             if o.finish.is_some() {
-                let c = json!({"index": 0, "delta": {}, "logprobs": null,
-                               "finish_reason": finish_str(&o.finish), "matched_stop": null});
-                out.extend_from_slice(&sse(&chunk(shape, c, cont)));
+                let c = chat_choice(false, None, &o.finish);
+                out.extend_from_slice(&sse(&shape.chunk(c, Value::Null)));
             }
         }
     }
     if o.finish.is_some() {
         if shape.include_usage {
-            out.extend_from_slice(&sse(&chunk(
-                shape,
-                Value::Null,
-                usage(o, shape.cache_report),
-            )));
+            let u = usage(o, shape.cached(o));
+            let u = match shape.api {
+                // `model_dump_json(exclude_none=True)`.
+                Api::Completion => without_nulls(u),
+                Api::Chat => u,
+            };
+            out.extend_from_slice(&sse(&shape.chunk(json!([]), u)));
         }
         out.extend_from_slice(DONE);
     }
@@ -300,16 +481,18 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
                 json!({"index": 0, "text": text, "logprobs": null,
                        "finish_reason": finish_str(&o.finish), "matched_stop": null}),
             ),
+            // `ChatMessage` drops a null `tool_calls`.
             Api::Chat => (
                 "chat.completion",
                 json!({"index": 0,
-                       "message": {"role": "assistant", "content": text, "reasoning_content": null, "tool_calls": null},
+                       "message": {"role": "assistant", "content": text, "reasoning_content": null},
                        "logprobs": null, "finish_reason": finish_str(&o.finish), "matched_stop": null}),
             ),
         };
         let body = json!({"id": shape.id, "object": object, "created": shape.created,
                           "model": shape.model, "choices": [choice],
-                          "usage": usage(&o, shape.cache_report)});
+                          "usage": usage(&o, shape.cached(&o)),
+                          "metadata": weight_metadata(o.completion_tokens)});
         return json_response(StatusCode::OK, &body);
     }
     shutting_down()
