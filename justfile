@@ -11,6 +11,11 @@ test:
     cargo clippy --all-targets -- -D warnings
     cargo test
 
+# The guide as a book (docs/guide/book.toml), from mdBook on crates.io.
+book:
+    command -v mdbook >/dev/null || cargo install mdbook --version 0.5.4 --locked
+    mdbook build docs/guide
+
 # Regenerate the checked-in JSON Schema after changing spec types.
 schema:
     cargo run -- schema > schemas/experiment.schema.json
