@@ -587,17 +587,16 @@ fn bound(
 
 /// A regular file (a FIFO would block) of at most [`MODEL_CONFIG_BYTES`], as text.
 fn read_model_config(path: &Path) -> Result<String, ModelConfigError> {
+    use crate::input_file::{self, Refused};
     use std::io::Read as _;
-    let meta = std::fs::metadata(path).map_err(ModelConfigError::Read)?;
-    if !meta.is_file() {
-        return Err(ModelConfigError::NotAFile);
-    }
-    if meta.len() > MODEL_CONFIG_BYTES {
-        return Err(ModelConfigError::TooLarge(meta.len()));
-    }
+    let file = input_file::open_regular(path, MODEL_CONFIG_BYTES).map_err(|r| match r {
+        Refused::Io(e) => ModelConfigError::Read(e),
+        Refused::NotAFile(kind) => ModelConfigError::NotAFile(kind),
+        Refused::TooLarge(bytes) => ModelConfigError::TooLarge(bytes),
+    })?;
     let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MODEL_CONFIG_BYTES).read_to_string(&mut text))
+    file.take(MODEL_CONFIG_BYTES)
+        .read_to_string(&mut text)
         .map_err(ModelConfigError::Read)?;
     Ok(text)
 }
@@ -607,8 +606,8 @@ fn read_model_config(path: &Path) -> Result<String, ModelConfigError> {
 enum ModelConfigError {
     #[error("cannot read it: {0}")]
     Read(std::io::Error),
-    #[error("not a regular file: give the model's config.json")]
-    NotAFile,
+    #[error("{0}, not a regular file: give the model's config.json")]
+    NotAFile(&'static str),
     #[error("{0} bytes; a config.json is read up to {MODEL_CONFIG_BYTES} bytes")]
     TooLarge(u64),
 }

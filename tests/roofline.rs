@@ -167,3 +167,50 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
             .contains("`Tesla T4` is not in the GPU catalogue: use one of")
     );
 }
+
+#[test]
+fn bound_refuses_a_model_config_that_is_not_a_small_regular_file_at_once() {
+    let ws = Workspace::new();
+    let run_dir = ws.path().join("no-run");
+    let bound = |config: &Path| {
+        servebench()
+            .args([
+                "bound",
+                run_dir.to_str().unwrap(),
+                "--model-config",
+                config.to_str().unwrap(),
+            ])
+            .timeout(std::time::Duration::from_secs(20))
+            .output()
+            .unwrap()
+    };
+    // A FIFO nobody writes to would block a plain open for ever.
+    let fifo = ws.path().join("config.json");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = bound(&fifo);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("config.json: a FIFO (named pipe), not a regular file"),
+        "{err}"
+    );
+    // Past the 4 MiB budget: refused by its size, not read.
+    let big = ws.path().join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(4 * 1024 * 1024 + 1)
+        .unwrap();
+    let out = bound(&big);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("4194305 bytes; a config.json is read up to 4194304 bytes"),
+        "{err}"
+    );
+}

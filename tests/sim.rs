@@ -609,6 +609,8 @@ async fn abort_request_finishes_with_abort() {
         })
     };
     tokio::time::sleep(Duration::from_millis(30)).await;
+    // SGLang's AbortReq defaults rid to "": an empty object aborts nothing, and is a 200.
+    assert_eq!(sim.post("/abort_request", &json!({})).await.0, 200);
     assert_eq!(
         sim.post("/abort_request", &json!({"rid": "r-1"})).await.0,
         200
@@ -1505,6 +1507,8 @@ async fn sglang_0_5_23_refusals_in_its_words() {
         ("/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 0}"),
         ("/generate", "[1, 2]"),
         ("/generate", ""),
+        ("/abort_request", "{not json"),
+        ("/abort_request", ""),
     ] {
         let (s, v) = raw(path, body).await;
         assert_eq!(s, 400, "{path} {body}: {v}");

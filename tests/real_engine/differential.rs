@@ -356,6 +356,15 @@ fn sg_completions_no_prompt(base: &str) -> Value {
     ))
 }
 
+/// `/abort_request`: an empty object (AbortReq's rid defaults to "") and a malformed body.
+fn sg_abort_bodies(base: &str) -> Value {
+    let empty = http::post(base, "/abort_request", &json!({}));
+    json!({
+        "empty_object": status(&empty),
+        "bad_json": error_shape(http::request_raw(base, "/abort_request", b"{not json")),
+    })
+}
+
 fn sg_unknown_path(base: &str) -> Value {
     error_of(http::get(base, "/no/such/path"))
 }
@@ -633,6 +642,11 @@ pub const SGLANG_CHECKS: &[Check] = &[
         name: "sglang.completions_no_prompt",
         verdict: Verdict::Same,
         observe: sg_completions_no_prompt,
+    },
+    Check {
+        name: "sglang.abort_bodies",
+        verdict: Verdict::Same,
+        observe: sg_abort_bodies,
     },
     Check {
         name: "sglang.unknown_path",

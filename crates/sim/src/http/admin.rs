@@ -1,6 +1,6 @@
 //! Health, cache, info, metrics and abort endpoints.
 
-use super::{AppState, json_response, parse_json};
+use super::{AppState, json_response};
 use crate::types::Command;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -199,19 +199,23 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
         .into_response()
 }
 
-/// `POST /abort_request {"rid": ..}` or `{"abort_all": true}`.
+/// `POST /abort_request {"rid": ..}` or `{"abort_all": true}`. The body is FastAPI's
+/// `Body()` (a malformed or missing one is its validation error); `AbortReq` defaults `rid` to
+/// `""`, so `{}` is a 200 that aborts nothing, as SGLang 0.5.23 answers (http_server.py,
+/// io_struct.py `AbortReq.__post_init__`).
 pub(crate) async fn abort(State(st): State<AppState>, body: Bytes) -> Response {
-    let v = match parse_json(&body) {
+    let v = match super::fastapi::parse_body(&body) {
         Ok(v) => v,
-        Err(e) => return (StatusCode::BAD_REQUEST, e.0).into_response(),
+        Err(e) => return super::fastapi::validation_error(&[e]),
     };
     let all = v.get("abort_all").and_then(Value::as_bool).unwrap_or(false);
-    let rid = v.get("rid").and_then(Value::as_str).map(str::to_string);
-    if !all && rid.is_none() {
-        return (StatusCode::BAD_REQUEST, "rid or abort_all is required").into_response();
-    }
+    let rid = v
+        .get("rid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let _ = st.tx.send(Command::Abort {
-        rid: if all { None } else { rid },
+        rid: if all { None } else { Some(rid) },
     });
     StatusCode::OK.into_response()
 }

@@ -34,11 +34,6 @@ pub(crate) fn unix_now() -> f64 {
 #[derive(Debug)]
 pub(crate) struct Rejected(pub String);
 
-/// Parses a JSON body; bad JSON becomes a message for a 400.
-pub(crate) fn parse_json(body: &Bytes) -> Result<serde_json::Value, Rejected> {
-    serde_json::from_slice(body).map_err(|e| Rejected(format!("Invalid JSON body: {e}")))
-}
-
 impl AppState {
     /// Validates a tokenized request and queues it; returns its id and the receiver of its
     /// outputs.
