@@ -22,6 +22,15 @@
 //!
 //! Run: `cargo bench --bench load_client` (`LOAD_BENCH=pace-1k` runs one case). The simulator
 //! and the client share this machine's cores: read the figures with the machine's load.
+//!
+//! Each case is held to the figures `docs/guide/benchmarks.md` states for it (its table row):
+//! the achieved rate must reach half the stated one and, for `pace-1k`, the lag p99 must stay
+//! within twice the stated one; the bench says which figure failed and exits 1. What the
+//! machine itself did during the case is printed beside it, so a failure can be told apart
+//! from a machine that could not keep time: `steal` (the share of the case's time this VM's
+//! CPUs were taken by the host, from `/proc/stat`), the load average, and for `pace-1k` the
+//! timer floor: a bare thread that sleeps to the same kind of schedule (Poisson, 1,000/s, 5 s)
+//! with the pacer's timer slack and records how late it woke, run just before the case.
 
 mod support;
 
@@ -38,6 +47,12 @@ const CASES: &[(&str, &str, u32)] = &[
 fn main() {
     let only = std::env::var("LOAD_BENCH").ok();
     let bin = env!("CARGO_BIN_EXE_servebench");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/guide/benchmarks.md"
+    ))
+    .expect("docs/guide/benchmarks.md");
+    let mut failures = Vec::new();
     println!(
         "{:<12} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8}",
         "case",
@@ -57,16 +72,20 @@ fn main() {
         if only.as_deref().is_some_and(|o| o != *name) {
             continue;
         }
+        let timer_floor = (*name == "pace-1k").then(|| timer_floor(1000.0, 5.0));
         let dir = tempfile::tempdir().expect("tempdir");
         let spec = support::write_spec(dir.path(), name, load, *requests, "");
         let cpu_before = children_cpu_s();
+        let steal_before = cpu_ticks();
         let run = support::run(bin, &spec, dir.path());
+        let steal = steal_share(steal_before, cpu_ticks());
         let rss_mb = child_max_rss_mb();
         let cpu_s = children_cpu_s() - cpu_before;
         let run = match run {
             Ok(run) => run,
             Err(stderr) => {
                 println!("{name}: the run failed: {stderr}");
+                failures.push(format!("{name}: the run failed"));
                 continue;
             }
         };
@@ -92,7 +111,137 @@ fn main() {
             p["ok"],
             p["errors"],
         );
+        let (achieved, lag_p99_ms) = (
+            m("throughput_req_s", "mean"),
+            m("schedule_lag_s", "p99") * 1e3,
+        );
+        let mut machine = format!(
+            "{:<12} machine: steal {:.1}%, load average {}",
+            "",
+            steal * 100.0,
+            load_average()
+        );
+        if let Some((p50, p99, max)) = timer_floor {
+            machine.push_str(&format!(
+                ", timer floor (bare sleeps to the same schedule) p50 {p50:.3} ms p99 {p99:.3} ms max {max:.1} ms"
+            ));
+        }
+        println!("{machine}");
+        match documented(&doc, name) {
+            Some(stated) => {
+                if achieved < stated.achieved / 2.0 {
+                    failures.push(format!(
+                        "{name}: achieved {achieved:.0} req/s, under half the {:.0} req/s docs/guide/benchmarks.md states",
+                        stated.achieved
+                    ));
+                }
+                if *name == "pace-1k" && !(lag_p99_ms <= 2.0 * stated.lag_p99_ms) {
+                    failures.push(format!(
+                        "{name}: lag p99 {lag_p99_ms:.3} ms, over twice the {:.3} ms docs/guide/benchmarks.md states",
+                        stated.lag_p99_ms
+                    ));
+                }
+            }
+            None => failures.push(format!(
+                "{name}: docs/guide/benchmarks.md has no row for this case to hold it to"
+            )),
+        }
     }
+    if !failures.is_empty() {
+        for f in &failures {
+            println!("FAILED {f}");
+        }
+        std::process::exit(1);
+    }
+}
+
+/// What the benchmark doc's table row states for a case.
+struct Stated {
+    achieved: f64,
+    lag_p99_ms: f64,
+}
+
+/// The row of `case` in the doc's table (`| pace-1k (Poisson, 5k) | offered | achieved | lag
+/// p50 | lag p99 | ...`), its bold and thousands separators ignored.
+fn documented(doc: &str, case: &str) -> Option<Stated> {
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with(&format!("| {case} (")))?;
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let number = |cell: &str| -> Option<f64> {
+        let digits: String = cell
+            .chars()
+            .filter(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        digits.parse().ok()
+    };
+    Some(Stated {
+        achieved: number(cells.get(3)?)?,
+        lag_p99_ms: number(cells.get(5)?)?,
+    })
+}
+
+/// How late a bare thread wakes when it sleeps to a Poisson schedule of `rate` per second for
+/// `seconds`, with the pacer's timer slack (1 ns): p50, p99 and max in ms. What this machine's
+/// timers and scheduler give any pacer, without a client or a server running.
+fn timer_floor(rate: f64, seconds: f64) -> (f64, f64, f64) {
+    std::thread::spawn(move || {
+        let _ = nix::sys::prctl::set_timerslack(1);
+        // xorshift64*: a fixed seed, so every run sleeps to the same schedule.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut uniform = move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let start = std::time::Instant::now();
+        let mut at = 0.0;
+        let mut late = Vec::new();
+        while at < seconds {
+            at += -(1.0 - uniform()).ln() / rate;
+            let deadline = start + std::time::Duration::from_secs_f64(at);
+            let now = std::time::Instant::now();
+            if deadline > now {
+                std::thread::sleep(deadline - now);
+            }
+            late.push(deadline.elapsed().as_secs_f64() * 1e3);
+        }
+        late.sort_by(f64::total_cmp);
+        let q = |p: f64| late[((late.len() - 1) as f64 * p) as usize];
+        (q(0.5), q(0.99), late[late.len() - 1])
+    })
+    .join()
+    .expect("the timer floor's thread")
+}
+
+/// The machine's CPU ticks so far: (steal, all), from the `cpu` line of `/proc/stat`.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    Some((*fields.get(7)?, fields.iter().take(8).sum()))
+}
+
+/// The share of the CPU time between two readings the host took from this VM (0 where
+/// `/proc/stat` does not say).
+fn steal_share(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> f64 {
+    match (before, after) {
+        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => (s1 - s0) as f64 / (t1 - t0) as f64,
+        _ => 0.0,
+    }
+}
+
+/// The 1-, 5- and 15-minute load averages, as `/proc/loadavg` gives them.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The largest peak RSS of any descendant waited for so far: the runner, or the simulator it

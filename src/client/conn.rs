@@ -7,6 +7,9 @@
 //! stamped in the same task poll that read it from the socket, with no hand-over between
 //! tasks in between. An idle connection is polled once without waiting when it is taken
 //! ([`Conn::still_open`]), which is when a close the server sent meanwhile is noticed.
+//!
+//! Each read also records when its bytes reached this host: on Linux the kernel's receive
+//! stamp (`kernel_stamp`), elsewhere the read's own return.
 
 use std::error::Error as _;
 use std::future::Future;
@@ -38,6 +41,8 @@ pub(super) struct Wire {
     pub last_write_done: Option<Instant>,
     /// Response bytes read.
     pub read_bytes: u64,
+    /// When the bytes of the latest read reached this host (never before an earlier read's).
+    pub last_arrival: Option<Instant>,
 }
 
 /// The [`Wire`] of one connection, shared between its socket (inside hyper) and its user.
@@ -70,9 +75,12 @@ impl WireLog {
         }
     }
 
-    fn read(&self, n: usize) {
+    /// `n` bytes read that reached this host at `arrived`.
+    fn read(&self, n: usize, arrived: Instant) {
         if n > 0 {
-            self.lock().read_bytes += n as u64;
+            let mut w = self.lock();
+            w.read_bytes += n as u64;
+            w.last_arrival = Some(w.last_arrival.map_or(arrived, |a| a.max(arrived)));
         }
     }
 }
@@ -81,6 +89,54 @@ impl WireLog {
 struct StampedStream {
     tcp: TcpStream,
     log: Arc<WireLog>,
+    /// Room for the kernel's receive stamp of each read; None where the kernel stamps nothing.
+    control: Option<Vec<u8>>,
+}
+
+impl StampedStream {
+    fn new(tcp: TcpStream, log: Arc<WireLog>) -> StampedStream {
+        #[cfg(target_os = "linux")]
+        let control = super::kernel_stamp::enable(&tcp).then(super::kernel_stamp::control_space);
+        #[cfg(not(target_os = "linux"))]
+        let control = None;
+        StampedStream { tcp, log, control }
+    }
+
+    /// A read through `recvmsg`, which returns the kernel's stamp of the newest bytes read.
+    #[cfg(target_os = "linux")]
+    fn poll_read_stamped(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        use std::os::fd::AsRawFd;
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let fd = self.tcp.as_raw_fd();
+        loop {
+            std::task::ready!(self.tcp.poll_read_ready(cx))?;
+            let StampedStream { tcp, log, control } = self;
+            let control = control
+                .as_mut()
+                .expect("stamped reads have room for the stamp");
+            let dst = buf.initialize_unfilled();
+            let got = tcp.try_io(tokio::io::Interest::READABLE, || {
+                super::kernel_stamp::recv(fd, dst, control)
+            });
+            match got {
+                Ok((n, stamp)) => {
+                    let arrived = super::kernel_stamp::on_monotonic_clock(stamp);
+                    buf.advance(n);
+                    log.read(n, arrived);
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was stale: wait for the next.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
 }
 
 impl AsyncRead for StampedStream {
@@ -89,10 +145,14 @@ impl AsyncRead for StampedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        #[cfg(target_os = "linux")]
+        if self.control.is_some() {
+            return self.poll_read_stamped(cx, buf);
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
-            self.log.read(buf.filled().len() - before);
+            self.log.read(buf.filled().len() - before, Instant::now());
         }
         polled
     }
@@ -165,10 +225,7 @@ impl Conn {
         let connect_s = start.elapsed().as_secs_f64();
         tcp.set_nodelay(true)?;
         let log = Arc::new(WireLog::default());
-        let io = TokioIo::new(StampedStream {
-            tcp,
-            log: log.clone(),
-        });
+        let io = TokioIo::new(StampedStream::new(tcp, log.clone()));
         let (sender, driver) = http1::Builder::new()
             .handshake(io)
             .await

@@ -14,6 +14,8 @@
 
 mod body;
 mod conn;
+#[cfg(target_os = "linux")]
+mod kernel_stamp;
 mod parse;
 mod pool;
 pub(crate) mod prometheus;
@@ -91,6 +93,9 @@ pub struct Measured {
     pub error: Option<RequestError>,
     /// The generated text, for debugging; not stored in records.
     pub text: String,
+    /// The longest any read's bytes had waited in this host's kernel when the client read
+    /// them (its own queue, outside every time above), where the kernel stamps arrivals.
+    pub read_wait_max_s: Option<f64>,
 }
 
 impl Measured {

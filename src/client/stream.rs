@@ -1,8 +1,9 @@
 //! One streaming request, from send to the end of the stream.
 //!
-//! The hot loop only reads and stamps: `Instant::now()` is taken as each network read completes,
+//! The hot loop only reads and stamps: each network read is stamped with when its bytes reached
+//! this host (the kernel's receive stamp on Linux, else `Instant::now()` as the read completes),
 //! before any framing or JSON parsing, and events inherit the stamp of the read that completed
-//! them. Offsets count from the start of the write that handed the request's last byte to its
+//! them. So a client busy parsing other streams' events does not make this one's later. Offsets count from the start of the write that handed the request's last byte to its
 //! connection (the socket records it, stamped before the call, so never later than the
 //! bytes), so the client's own queue, the body's encoding and any connect are outside TTFT.
 
@@ -150,8 +151,20 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
     };
     while !done && m.error.is_none() {
         let got = read(&mut lease, &mut body, deadline).await;
-        // Stamp before anything else touches the bytes.
-        let arrived = Instant::now();
+        // Stamp before anything else touches the bytes: when they reached this host, where
+        // the kernel said, and never before the request was written.
+        let read_at = Instant::now();
+        let arrived = lease
+            .conn()
+            .log
+            .get()
+            .last_arrival
+            .filter(|a| *a >= t0 && *a <= read_at)
+            .unwrap_or(read_at);
+        if arrived < read_at {
+            let waited = (read_at - arrived).as_secs_f64();
+            m.read_wait_max_s = Some(m.read_wait_max_s.map_or(waited, |w| w.max(waited)));
+        }
         match got {
             Read::TimedOut => m.error = fail(ErrorKind::Timeout, timed_out(), None),
             Read::Failed(e) => {
@@ -389,6 +402,7 @@ impl Measured {
             finish_reason: None,
             error: None,
             text: String::new(),
+            read_wait_max_s: None,
         }
     }
 }

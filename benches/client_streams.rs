@@ -1,0 +1,519 @@
+//! Many long streams at once: is servebench's TTFT at 512 streams as short as a bare socket
+//! client's, and its per-token time the server's?
+//!
+//! A bare HTTP/1.1 server streams each request `TOKENS` events: the first `DELAY` after it has
+//! read the whole request, then one every `STEP`, each written at its deadline by one writer
+//! thread (sleeping to shortly before, then spinning) that records how late it wrote (`late`:
+//! read the errors against it). N requests (N = 512 by default) go out together, in waves
+//! (the first reported apart), through servebench's client (`Client::stream` after
+//! `Client::prepare(N)`, as a point does) with 256-word prompts, on `/generate` and on
+//! `/v1/completions`. Per request: TTFT error = measured TTFT - `DELAY`, and the per-token
+//! error = (last token - first token) / (TOKENS - 1) against `STEP`, as a fraction.
+//!
+//! `floor` is the same waves from a bare client: one thread, sockets opened before the clock,
+//! every request's bytes built before the clock, the writes in one tight loop (each stamped
+//! just before), and `poll(2)` over all sockets with each read stamped as it returns, before
+//! anything is parsed. `wait` is the client's own queue: the longest any read's bytes sat in
+//! the kernel before the client read them (p99 over requests), from the kernel's receive
+//! stamps; servebench's times are taken from those stamps, the floor's are not.
+//!
+//! Run: `cargo bench --bench client_streams` (`CLIENT_STREAMS_N=32` for another count,
+//! `CLIENT_STREAMS_WAVES=3` waves per row; the server and both clients share this machine's
+//! cores: read the figures with its load).
+
+use std::collections::BinaryHeap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use servebench::client::{Client, GenerationRequest, Measured};
+use servebench::spec::types::Api;
+
+/// From a request's last byte read to its first token.
+const DELAY: Duration = Duration::from_millis(20);
+/// Between tokens.
+const STEP: Duration = Duration::from_millis(10);
+/// Tokens per stream.
+const TOKENS: usize = 64;
+
+fn main() {
+    let n: usize = env_or("CLIENT_STREAMS_N", 512);
+    let waves: usize = env_or("CLIENT_STREAMS_WAVES", 3);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!(
+        "{n} streams x {TOKENS} tokens, first after {} ms, then every {} ms; {waves} waves; \
+         errors in ms (per-token in % of {} ms)",
+        DELAY.as_millis(),
+        STEP.as_millis(),
+        STEP.as_millis()
+    );
+    println!(
+        "{:<12} {:<7} {:>5} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9}",
+        "api",
+        "client",
+        "n",
+        "failed",
+        "ttft p50",
+        "ttft p99",
+        "tok p50%",
+        "tok mean%",
+        "wait p99",
+        "late p50",
+        "late p99"
+    );
+    for api in [Api::SglangGenerate, Api::OpenaiCompletions] {
+        let server = StreamServer::start(api);
+        let rows = rt.block_on(measure_client(&server.url, api, n, waves));
+        let late = server.lateness();
+        for row in rows {
+            row.print(api, &late);
+        }
+        let server = StreamServer::start(api);
+        floor(&server, api, n, waves).print(api, &server.lateness());
+    }
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// What one row of the table says.
+struct Row {
+    client: &'static str,
+    ttft_errors: Vec<f64>,
+    /// Per request, (measured per-token time - STEP) / STEP.
+    token_errors: Vec<f64>,
+    waits: Vec<f64>,
+    failed: usize,
+}
+
+impl Row {
+    fn new(client: &'static str) -> Row {
+        Row {
+            client,
+            ttft_errors: Vec::new(),
+            token_errors: Vec::new(),
+            waits: Vec::new(),
+            failed: 0,
+        }
+    }
+
+    /// Takes one stream's token arrival times (seconds from its send).
+    fn take(&mut self, tokens: &[f64]) {
+        if tokens.len() != TOKENS {
+            self.failed += 1;
+            return;
+        }
+        self.ttft_errors.push(tokens[0] - DELAY.as_secs_f64());
+        let per_token = (tokens[TOKENS - 1] - tokens[0]) / (TOKENS - 1) as f64;
+        self.token_errors
+            .push((per_token - STEP.as_secs_f64()) / STEP.as_secs_f64());
+    }
+
+    fn print(mut self, api: Api, late: &[f64]) {
+        let (t50, t99) = percentiles(&mut self.ttft_errors);
+        let (k50, _) = percentiles(&mut self.token_errors);
+        let mean = (!self.token_errors.is_empty())
+            .then(|| self.token_errors.iter().sum::<f64>() / self.token_errors.len() as f64);
+        let (_, w99) = percentiles(&mut self.waits);
+        let (l50, l99) = percentiles(&mut late.to_vec());
+        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:+.2}", v * 100.0));
+        println!(
+            "{:<12} {:<7} {:>5} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8} {:>9} {:>9}",
+            api_name(api),
+            self.client,
+            self.ttft_errors.len(),
+            self.failed,
+            ms(t50),
+            ms(t99),
+            pct(k50),
+            pct(mean),
+            ms(w99),
+            ms(l50),
+            ms(l99)
+        );
+    }
+}
+
+fn api_name(api: Api) -> &'static str {
+    match api {
+        Api::SglangGenerate => "generate",
+        _ => "completions",
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.3}", v * 1e3))
+}
+
+/// Median and 99th percentile (nearest rank below), or None without values.
+fn percentiles(v: &mut [f64]) -> (Option<f64>, Option<f64>) {
+    if v.is_empty() {
+        return (None, None);
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize];
+    (Some(at(0.5)), Some(at(0.99)))
+}
+
+/// A prompt of about 256 tokens.
+fn prompt(wave: usize, i: usize) -> String {
+    let mut p = format!("wave {wave} request {i}:");
+    for k in 0..256 {
+        p.push_str([" the", " quick", " brown", " fox"][k % 4]);
+    }
+    p
+}
+
+/// `waves` waves of `n` streams through servebench's client: rows for the first wave and the
+/// later ones.
+async fn measure_client(url: &str, api: Api, n: usize, waves: usize) -> Vec<Row> {
+    let client = Client::new(url, None).expect("client");
+    let _ = client.prepare(n).await;
+    let mut rows = vec![Row::new("first"), Row::new("later")];
+    for w in 0..waves {
+        let start = Arc::new(tokio::sync::Barrier::new(n));
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let (client, start) = (client.clone(), start.clone());
+                tokio::spawn(async move {
+                    let req = GenerationRequest {
+                        api,
+                        prompt: prompt(w, i),
+                        max_tokens: TOKENS as u32,
+                        ignore_eos: true,
+                        temperature: 0.0,
+                        model: None,
+                        history: Vec::new(),
+                    };
+                    start.wait().await;
+                    client.stream(&req, Duration::from_secs(60)).await
+                })
+            })
+            .collect();
+        let row = &mut rows[usize::from(w > 0)];
+        for t in tasks {
+            let m: Measured = t.await.expect("task");
+            if m.error.is_some() {
+                row.failed += 1;
+                continue;
+            }
+            row.waits.extend(m.read_wait_max_s);
+            let tokens: Vec<f64> = m
+                .chunks
+                .iter()
+                .filter(|c| c.tokens > 0)
+                .map(|c| c.t_s)
+                .collect();
+            row.take(&tokens);
+        }
+    }
+    rows
+}
+
+/// The request's bytes, as a bare client sends them.
+fn request_bytes(addr: &str, api: Api, wave: usize, i: usize) -> Vec<u8> {
+    let prompt = prompt(wave, i);
+    let (path, body) = match api {
+        Api::SglangGenerate => (
+            "/generate",
+            serde_json::json!({"text": prompt, "sampling_params": {"max_new_tokens": TOKENS, "ignore_eos": true}, "stream": true}),
+        ),
+        _ => (
+            "/v1/completions",
+            serde_json::json!({"model": "m", "prompt": prompt, "max_tokens": TOKENS, "ignore_eos": true, "stream": true,
+                "stream_options": {"include_usage": true, "continuous_usage_stats": true}}),
+        ),
+    };
+    let body = body.to_string();
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The same waves from a bare client on one thread (see the file's head).
+fn floor(server: &StreamServer, api: Api, n: usize, waves: usize) -> Row {
+    use nix::poll::{PollFd, PollFlags, poll};
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let mut sockets: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let s = TcpStream::connect(&addr).expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            s
+        })
+        .collect();
+    let mut row = Row::new("floor");
+    let mut buf = vec![0u8; 64 * 1024];
+    for w in 0..waves {
+        let requests: Vec<Vec<u8>> = (0..n).map(|i| request_bytes(&addr, api, w, i)).collect();
+        let mut sent = Vec::with_capacity(n);
+        for (s, r) in sockets.iter_mut().zip(&requests) {
+            sent.push(Instant::now());
+            s.write_all(r).expect("write");
+        }
+        // Per socket: the reads (stamp, bytes) not yet parsed, then what the parse found.
+        let mut reads: Vec<Vec<(Instant, Vec<u8>)>> = vec![Vec::new(); n];
+        let mut text: Vec<Vec<u8>> = vec![Vec::new(); n];
+        let mut tokens: Vec<Vec<f64>> = vec![Vec::new(); n];
+        let mut open: Vec<bool> = vec![true; n];
+        while open.iter().any(|o| *o) {
+            let ready: Vec<usize> = {
+                let mut fds: Vec<PollFd> = sockets
+                    .iter()
+                    .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN))
+                    .collect();
+                poll(&mut fds, 1000u16).expect("poll");
+                fds.iter()
+                    .enumerate()
+                    .filter(|(i, f)| open[*i] && f.revents().is_some_and(|r| !r.is_empty()))
+                    .map(|(i, _)| i)
+                    .collect()
+            };
+            // Every ready socket read and stamped first...
+            for &i in &ready {
+                let k = sockets[i].read(&mut buf).expect("read");
+                let at = Instant::now();
+                assert!(k > 0, "the server hung up early");
+                reads[i].push((at, buf[..k].to_vec()));
+            }
+            // ...then parsed: each token event takes the stamp of the read that completed it.
+            for &i in &ready {
+                for (at, bytes) in reads[i].drain(..) {
+                    text[i].extend_from_slice(&bytes);
+                    let events = count_token_events(&text[i]);
+                    while tokens[i].len() < events {
+                        tokens[i].push((at - sent[i]).as_secs_f64());
+                    }
+                    if text[i].ends_with(b"0\r\n\r\n") {
+                        open[i] = false;
+                    }
+                }
+            }
+        }
+        for t in &tokens {
+            row.take(t);
+        }
+    }
+    row
+}
+
+/// Token events (`data: {`) in the response so far.
+fn count_token_events(text: &[u8]) -> usize {
+    text.windows(8).filter(|w| w == b"data: {\"").count()
+}
+
+/// One stream's next write, due at `deadline`.
+struct Job {
+    deadline: Instant,
+    socket: TcpStream,
+    /// Tokens written so far.
+    written: usize,
+}
+
+impl PartialEq for Job {
+    fn eq(&self, other: &Self) -> bool {
+        self.deadline == other.deadline
+    }
+}
+impl Eq for Job {}
+impl PartialOrd for Job {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Job {
+    // Earliest deadline first out of a max-heap.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.deadline.cmp(&self.deadline)
+    }
+}
+
+/// The known-timing streaming server: one thread reads every connection's requests, one
+/// writer thread keeps every stream's deadlines.
+struct StreamServer {
+    url: String,
+    late: Arc<Mutex<Vec<f64>>>,
+}
+
+impl StreamServer {
+    fn start(api: Api) -> StreamServer {
+        let late = Arc::new(Mutex::new(Vec::new()));
+        let (jobs, due) = mpsc::channel::<Job>();
+        let recorded = late.clone();
+        std::thread::spawn(move || write_on_time(due, api, &recorded));
+        let (bound, addr) = mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+                let listener = socket.listen(4096).expect("listen");
+                bound
+                    .send(listener.local_addr().expect("addr"))
+                    .expect("bound");
+                loop {
+                    let Ok((conn, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let jobs = jobs.clone();
+                    tokio::spawn(async move { read_requests(conn, jobs).await });
+                }
+            });
+        });
+        let addr = addr.recv().expect("address");
+        StreamServer {
+            url: format!("http://{addr}"),
+            late,
+        }
+    }
+
+    fn lateness(&self) -> Vec<f64> {
+        self.late.lock().unwrap().clone()
+    }
+}
+
+/// Reads the requests of one connection; each complete one becomes a job for the writer.
+async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
+    use tokio::io::AsyncReadExt;
+    conn.set_nodelay(true).expect("nodelay");
+    let std = conn.into_std().expect("std");
+    let writer = std.try_clone().expect("clone");
+    let mut conn = tokio::net::TcpStream::from_std(std).expect("register");
+    let mut got: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        while let Some(length) = complete_request(&got) {
+            got.drain(..length);
+            let job = Job {
+                deadline: Instant::now() + DELAY,
+                socket: writer.try_clone().expect("clone"),
+                written: 0,
+            };
+            if jobs.send(job).is_err() {
+                return;
+            }
+        }
+        match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+}
+
+/// The length of the complete request at the start of `got`, if there is one.
+fn complete_request(got: &[u8]) -> Option<usize> {
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap_or(0));
+    (got.len() >= end + 4 + length).then_some(end + 4 + length)
+}
+
+/// Writes all of `bytes` to a non-blocking socket (a full send buffer is waited out by
+/// spinning).
+fn write_fully(socket: &mut TcpStream, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        match socket.write(bytes) {
+            Ok(0) => return,
+            Ok(k) => bytes = &bytes[k..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Token `k` (1-based) of a stream as one chunk of the chunked body, `[DONE]` and the body's
+/// end after the last.
+fn token_chunk(api: Api, k: usize) -> String {
+    let last = k == TOKENS;
+    let event = match api {
+        Api::SglangGenerate => {
+            let finish = if last {
+                r#"{"type":"length","length":64}"#
+            } else {
+                "null"
+            };
+            format!(
+                r#"data: {{"text":"a","meta_info":{{"id":"r","prompt_tokens":257,"completion_tokens":{k},"cached_tokens":0,"finish_reason":{finish}}}}}"#
+            )
+        }
+        _ => {
+            let finish = if last { r#""length""# } else { "null" };
+            format!(
+                r#"data: {{"id":"c","object":"text_completion","created":0,"model":"m","choices":[{{"index":0,"text":"a","logprobs":null,"finish_reason":{finish}}}],"usage":{{"prompt_tokens":257,"completion_tokens":{k},"total_tokens":{}}}}}"#,
+                257 + k
+            )
+        }
+    };
+    let event = format!("{event}\n\n");
+    let mut chunk = format!("{:x}\r\n{event}\r\n", event.len());
+    if last {
+        let done = "data: [DONE]\n\n";
+        chunk.push_str(&format!("{:x}\r\n{done}\r\n0\r\n\r\n", done.len()));
+    }
+    chunk
+}
+
+fn write_on_time(due: mpsc::Receiver<Job>, api: Api, late: &Mutex<Vec<f64>>) {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n";
+    let chunks: Vec<String> = (1..=TOKENS).map(|k| token_chunk(api, k)).collect();
+    let mut heap: BinaryHeap<Job> = BinaryHeap::new();
+    let mut lateness = Vec::new();
+    loop {
+        let wait = heap
+            .peek()
+            .map(|j| j.deadline.saturating_duration_since(Instant::now()));
+        let next = match wait {
+            None => {
+                late.lock().unwrap().append(&mut lateness);
+                due.recv().ok()
+            }
+            Some(w) if w > Duration::from_micros(300) => {
+                match due.recv_timeout(w - Duration::from_micros(300)) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            Some(_) => due.try_recv().ok(),
+        };
+        if let Some(job) = next {
+            heap.push(job);
+            continue;
+        }
+        let Some(job) = heap.peek() else { return };
+        while Instant::now() < job.deadline {
+            std::hint::spin_loop();
+        }
+        let mut job = heap.pop().expect("a job");
+        lateness.push((Instant::now() - job.deadline).as_secs_f64());
+        if job.written == 0 {
+            write_fully(&mut job.socket, format!("{head}{}", chunks[0]).as_bytes());
+        } else {
+            write_fully(&mut job.socket, chunks[job.written].as_bytes());
+        }
+        job.written += 1;
+        if job.written < TOKENS {
+            // The schedule is the request's, not the writer's: a late write does not shift
+            // the next token.
+            job.deadline += STEP;
+            heap.push(job);
+        }
+    }
+}
