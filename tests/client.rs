@@ -393,6 +393,48 @@ async fn arrival_times_reflect_server_delays() {
     assert!(decode > 4.0 && decode < 11.2, "{decode}"); // 2 tokens over ~0.2 s
 }
 
+/// A client busy elsewhere when a token arrives still times it by its arrival: each read
+/// carries the kernel's receive stamp, so TTFT is the server's 50 ms, not the 180 ms at which
+/// the blocked runtime got to read it, and the wait is recorded apart.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_token_that_waits_for_a_busy_client_keeps_its_arrival_time() {
+    let script = sse(vec![
+        Sleep(50),
+        send(&native("a", 1, 1, Value::Null)),
+        Sleep(300),
+        send(&native("ab", 2, 2, json!({"type": "length", "length": 2}))),
+        send(DONE),
+    ]);
+    // The server on a runtime of its own, so blocking this one does not stop it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let (url, _) = serve(vec![("/generate", script)]).await;
+            tx.send(url).unwrap();
+            std::future::pending::<()>().await
+        })
+    });
+    let url = rx.recv().unwrap();
+    let client = Client::new(&url, None).unwrap();
+    // This (single-threaded) runtime is blocked from 30 ms to 180 ms after the send.
+    let blocker = tokio::spawn(async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        std::thread::sleep(Duration::from_millis(150));
+    });
+    let m = client
+        .stream(&request(Api::SglangGenerate), Duration::from_secs(5))
+        .await;
+    blocker.await.unwrap();
+    assert!(m.error.is_none(), "{:?}", m.error);
+    let t: Vec<f64> = m.chunks.iter().map(|c| c.t_s).collect();
+    assert!(t[0] >= 0.045 && t[0] < 0.15, "TTFT {t:?} is not the arrival time");
+    let waited = m.read_wait_max_s.expect("the wait is recorded");
+    assert!(waited > 0.05, "waited {waited}");
+    assert!(t[1] - t[0] >= 0.29, "{t:?}");
+}
+
 #[tokio::test]
 async fn http_400_keeps_server_message() {
     let body = r#"{"object":"error","message":"The input (5000 tokens) is longer than the model's context length (4096 tokens).","type":"BadRequestError","param":null,"code":400}"#;

@@ -68,11 +68,11 @@ mod tests {
 
     #[test]
     fn a_stamp_is_placed_by_its_age_and_one_from_the_future_is_not_used() {
-        let real = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         let before = Instant::now();
+        let real = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         let placed = on_monotonic_clock(Some(real - Duration::from_millis(30)));
         let after = Instant::now();
-        // 30 ms before the call, within the time the call took.
+        // 30 ms before `real` was read (between `before` and the call's end).
         assert!(
             placed + Duration::from_millis(30) >= before,
             "{placed:?} {before:?}"
