@@ -3,7 +3,8 @@
 //!
 //! A bare HTTP/1.1 server streams each request `TOKENS` events: the first `DELAY` after it has
 //! read the whole request, then one every `STEP`, each written at its deadline by one writer
-//! thread (sleeping to shortly before, then spinning) that records how late it wrote (`late`:
+//! thread (sleeping with 1 ns timer slack, never spinning: it shares the cores with the
+//! clients) that records how late it wrote (`late`:
 //! read the errors against it). N requests (N = 512 by default) go out together, in waves
 //! (the first reported apart), through servebench's client (`Client::stream` after
 //! `Client::prepare(N)`, as a point does) with 256-word prompts, on `/generate` and on
@@ -19,7 +20,10 @@
 //!
 //! Run: `cargo bench --bench client_streams` (`CLIENT_STREAMS_N=32` for another count,
 //! `CLIENT_STREAMS_WAVES=3` waves per row; the server and both clients share this machine's
-//! cores: read the figures with its load).
+//! cores: read the figures with its load). `CLIENT_STREAMS_SERVE=generate|completions` only
+//! serves (its URL on stdout), for a profile of a `servebench run` against it;
+//! `CLIENT_STREAMS_DEBUG=1` makes the server log, on stderr, each request's read time and
+//! first write (Unix seconds) and any request that took over 1 ms to arrive whole.
 
 use std::collections::BinaryHeap;
 use std::io::{Read, Write};
@@ -40,6 +44,20 @@ const STEP: Duration = Duration::from_millis(10);
 const TOKENS: usize = 64;
 
 fn main() {
+    // `CLIENT_STREAMS_SERVE=generate` (or `completions`) only serves, for a profile of a run
+    // against it: the URL on stdout, then until killed.
+    if let Ok(api) = std::env::var("CLIENT_STREAMS_SERVE") {
+        let api = if api == "completions" {
+            Api::OpenaiCompletions
+        } else {
+            Api::SglangGenerate
+        };
+        let server = StreamServer::start(api);
+        println!("{}", server.url);
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
     let n: usize = env_or("CLIENT_STREAMS_N", 512);
     let waves: usize = env_or("CLIENT_STREAMS_WAVES", 3);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -75,8 +93,73 @@ fn main() {
             row.print(api, &late);
         }
         let server = StreamServer::start(api);
+        let row = rt.block_on(closed_loop(&server.url, api, n, waves));
+        row.print(api, &server.lateness());
+        let server = StreamServer::start(api);
         floor(&server, api, n, waves).print(api, &server.lateness());
+        let server = StreamServer::start(api);
+        match run_point(&server.url, api, n, waves) {
+            Ok(row) => row.print(api, &server.lateness()),
+            Err(e) => println!("{:<12} run     the run failed: {e}", api_name(api)),
+        }
     }
+}
+
+/// The same load as a user runs it: `servebench run` of a spec against the server's URL,
+/// `n * waves` requests at concurrency `n` (records written, folded and reported), the
+/// errors read back from its `requests.jsonl`.
+fn run_point(url: &str, api: Api, n: usize, waves: usize) -> Result<Row, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let spec = dir.path().join("streams.yaml");
+    let api_name = match api {
+        Api::SglangGenerate => "sglang-generate",
+        _ => "openai-completions",
+    };
+    std::fs::write(
+        &spec,
+        format!(
+            "name: streams\nserver:\n  engine: sglang\n  model: m\n  url: {url}\n\
+             workload:\n  api: {api_name}\n  prompt: {{ kind: random, tokens: 256, calibrate: false }}\n  output_tokens: {TOKENS}\n\
+             cache: {{ policy: as-is, verify: false }}\nrequests: {}\nconcurrency: {n}\nrequest_timeout: 60s\n",
+            n * waves
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(dir.path().join("runs"))
+        .arg("--quiet")
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("run directory: "))
+        .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())?;
+    let records = std::fs::read_to_string(std::path::Path::new(run.trim()).join("requests.jsonl"))
+        .map_err(|e| e.to_string())?;
+    let mut row = Row::new("run");
+    for line in records.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        if r["role"] != "measure" {
+            continue;
+        }
+        if !r["error"].is_null() {
+            row.failed += 1;
+            continue;
+        }
+        let tokens: Vec<f64> = r["chunks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["tokens"].as_u64().unwrap_or(0) > 0)
+            .filter_map(|c| c["t_s"].as_f64())
+            .collect();
+        row.take(&tokens);
+    }
+    Ok(row)
 }
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -220,6 +303,51 @@ async fn measure_client(url: &str, api: Api, n: usize, waves: usize) -> Vec<Row>
     rows
 }
 
+/// `n * waves` requests through servebench's client with `n` in flight, each sent as soon as
+/// one ends (as `servebench run` at `concurrency: n` sends them), without the runner's
+/// records: what the client alone does when waves overlap.
+async fn closed_loop(url: &str, api: Api, n: usize, waves: usize) -> Row {
+    let client = Client::new(url, None).expect("client");
+    let _ = client.prepare(n).await;
+    let slots = Arc::new(tokio::sync::Semaphore::new(n));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n * waves {
+        let permit = slots.clone().acquire_owned().await.expect("open");
+        let client = client.clone();
+        tasks.spawn(async move {
+            let req = GenerationRequest {
+                api,
+                prompt: prompt(i / n, i % n),
+                max_tokens: TOKENS as u32,
+                ignore_eos: true,
+                temperature: 0.0,
+                model: None,
+                history: Vec::new(),
+            };
+            let m = client.stream(&req, Duration::from_secs(60)).await;
+            drop(permit);
+            m
+        });
+    }
+    let mut row = Row::new("closed");
+    while let Some(m) = tasks.join_next().await {
+        let m: Measured = m.expect("task");
+        if m.error.is_some() {
+            row.failed += 1;
+            continue;
+        }
+        row.waits.extend(m.read_wait_max_s);
+        let tokens: Vec<f64> = m
+            .chunks
+            .iter()
+            .filter(|c| c.tokens > 0)
+            .map(|c| c.t_s)
+            .collect();
+        row.take(&tokens);
+    }
+    row
+}
+
 /// The request's bytes, as a bare client sends them.
 fn request_bytes(addr: &str, api: Api, wave: usize, i: usize) -> Vec<u8> {
     let prompt = prompt(wave, i);
@@ -319,6 +447,8 @@ struct Job {
     socket: TcpStream,
     /// Tokens written so far.
     written: usize,
+    /// When its request was read (for `CLIENT_STREAMS_DEBUG`).
+    read_at: std::time::SystemTime,
 }
 
 impl PartialEq for Job {
@@ -395,13 +525,39 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
     let mut conn = tokio::net::TcpStream::from_std(std).expect("register");
     let mut got: Vec<u8> = Vec::new();
     let mut buf = [0u8; 16384];
+    let mut first_byte: Option<Instant> = None;
     loop {
         while let Some(length) = complete_request(&got) {
+            if let Some(f) = first_byte.take()
+                && f.elapsed() > Duration::from_millis(1)
+                && std::env::var("CLIENT_STREAMS_DEBUG").is_ok()
+            {
+                eprintln!(
+                    "request assembled over {:?} ({} bytes)",
+                    f.elapsed(),
+                    length
+                );
+            }
+            let streamed =
+                got.starts_with(b"POST /generate ") || got.starts_with(b"POST /v1/completions ");
+            let health = got.starts_with(b"GET /health ");
             got.drain(..length);
+            if !streamed {
+                // What a runner asks before it measures: healthy, and nothing else offered.
+                let answer: &[u8] = if health {
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+                } else {
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+                };
+                let mut w = writer.try_clone().expect("clone");
+                write_fully(&mut w, answer);
+                continue;
+            }
             let job = Job {
                 deadline: Instant::now() + DELAY,
                 socket: writer.try_clone().expect("clone"),
                 written: 0,
+                read_at: std::time::SystemTime::now(),
             };
             if jobs.send(job).is_err() {
                 return;
@@ -409,7 +565,12 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
         }
         match conn.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Ok(k) => {
+                if got.is_empty() {
+                    first_byte = Some(Instant::now());
+                }
+                got.extend_from_slice(&buf[..k])
+            }
         }
     }
 }
@@ -471,6 +632,8 @@ fn token_chunk(api: Api, k: usize) -> String {
 }
 
 fn write_on_time(due: mpsc::Receiver<Job>, api: Api, late: &Mutex<Vec<f64>>) {
+    let _ = nix::sys::prctl::set_timerslack(1);
+    let debug = std::env::var("CLIENT_STREAMS_DEBUG").is_ok();
     let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n";
     let chunks: Vec<String> = (1..=TOKENS).map(|k| token_chunk(api, k)).collect();
     let mut heap: BinaryHeap<Job> = BinaryHeap::new();
@@ -484,25 +647,39 @@ fn write_on_time(due: mpsc::Receiver<Job>, api: Api, late: &Mutex<Vec<f64>>) {
                 late.lock().unwrap().append(&mut lateness);
                 due.recv().ok()
             }
-            Some(w) if w > Duration::from_micros(300) => {
-                match due.recv_timeout(w - Duration::from_micros(300)) {
-                    Ok(job) => Some(job),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                }
-            }
+            // Sleeps (1 ns timer slack) rather than spins: a spinning writer held one of the
+            // two cores the clients measured here share with it.
+            Some(w) if !w.is_zero() => match due.recv_timeout(w) {
+                Ok(job) => Some(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
             Some(_) => due.try_recv().ok(),
         };
         if let Some(job) = next {
             heap.push(job);
             continue;
         }
-        let Some(job) = heap.peek() else { return };
-        while Instant::now() < job.deadline {
-            std::hint::spin_loop();
+        match heap.peek() {
+            // The channel closed with nothing left to write.
+            None => return,
+            Some(j) if j.deadline > Instant::now() => continue,
+            Some(_) => {}
         }
         let mut job = heap.pop().expect("a job");
         lateness.push((Instant::now() - job.deadline).as_secs_f64());
+        if job.written == 0 && debug {
+            let unix = |t: std::time::SystemTime| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64()
+            };
+            eprintln!(
+                "job {:.6} {:.6}",
+                unix(job.read_at),
+                unix(std::time::SystemTime::now())
+            );
+        }
         if job.written == 0 {
             write_fully(&mut job.socket, format!("{head}{}", chunks[0]).as_bytes());
         } else {

@@ -429,7 +429,10 @@ async fn a_token_that_waits_for_a_busy_client_keeps_its_arrival_time() {
     blocker.await.unwrap();
     assert!(m.error.is_none(), "{:?}", m.error);
     let t: Vec<f64> = m.chunks.iter().map(|c| c.t_s).collect();
-    assert!(t[0] >= 0.045 && t[0] < 0.15, "TTFT {t:?} is not the arrival time");
+    assert!(
+        t[0] >= 0.045 && t[0] < 0.15,
+        "TTFT {t:?} is not the arrival time"
+    );
     let waited = m.read_wait_max_s.expect("the wait is recorded");
     assert!(waited > 0.05, "waited {waited}");
     assert!(t[1] - t[0] >= 0.29, "{t:?}");
