@@ -120,6 +120,7 @@ impl Measured {
             sent_at: self.sent_at,
             scheduled_at: self.scheduled_at,
             write_s: self.write_s,
+            read_wait_s: self.read_wait_max_s,
             connect_s: self.connect_s,
             connection: self.connection,
             retried: self.first_attempt.is_some(),

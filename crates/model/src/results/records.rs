@@ -194,6 +194,14 @@ pub struct RequestRecord {
     /// of TTFT. None when nothing was written, and in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_s: Option<f64>,
+    /// The longest any of the response's bytes waited in this host's kernel before the client
+    /// read them: the client's own queue (other streams' events parsed first), outside TTFT and
+    /// token times, which take the kernel's arrival stamps. A read returns the stamp of the
+    /// newest bytes it took, so events that arrived while the client was this late share it:
+    /// a wait longer than the gap between tokens moves the earlier token's time to the later
+    /// one's. None where the kernel gives no stamps, when nothing waited, and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_wait_s: Option<f64>,
     /// Seconds the TCP connect of this request's connection took, when it was opened for this
     /// request (pre-opened or opened when due); None when the connection was reused, when no
     /// connection was made, and in older records. Never part of TTFT.
@@ -446,6 +454,7 @@ impl RequestRecord {
             sent_at: 0.0,
             scheduled_at: None,
             write_s: None,
+            read_wait_s: None,
             connect_s: None,
             connection: None,
             retried: false,
