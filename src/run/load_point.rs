@@ -95,8 +95,8 @@ impl PointRunner {
                         let (Some(s), Some(p)) = taken else { continue };
                         let mut req = generation_request(exp, p.text, model);
                         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
-                        let (client, sink, progress, slots) =
-                            (client.clone(), self.sink.clone(), self.progress.clone(), slots.clone());
+                        let (client, writer, progress, slots) =
+                            (client.clone(), self.writer.clone(), self.progress.clone(), slots.clone());
                         let (pid, api, timeout, requested) = (
                             point.id.clone(),
                             exp.workload.api,
@@ -123,11 +123,13 @@ impl PointRunner {
                             rec.share = share;
                             rec.mix = mix;
                             fill_omitted_cached(&mut rec, omitted_is_zero);
-                            let written = sink(&rec).is_ok();
+                            let mut written = writer.write(rec).await;
                             progress.request_finished();
-                            gone.judge(&client, &rec).await;
-                            rec.drop_detail();
-                            written.then_some(rec)
+                            if let Some(rec) = written.as_mut() {
+                                gone.judge(&client, rec).await;
+                                rec.drop_detail();
+                            }
+                            written
                         });
                     }
                     None => releasing = false,

@@ -16,6 +16,7 @@ pub(crate) mod pool;
 pub(crate) mod progress;
 pub(crate) mod provenance;
 pub(crate) mod ranks;
+mod record_writer;
 mod records;
 pub(crate) mod scrape;
 pub(crate) mod search;

@@ -28,10 +28,8 @@ use super::progress::Progress;
 mod sessions;
 mod workload;
 
-/// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
-/// the remote agent's stdout. A sink that fails has already stopped the run (a request that
-/// cannot be recorded is not measured), and the record is left out of the point.
-pub(crate) type RecordSink = Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
+pub(crate) use super::record_writer::RecordSink;
+use super::record_writer::RecordWriter;
 
 /// The sink that appends to a run directory's `requests.jsonl`; a failed write (a full disk)
 /// stops the run through `interrupt`.
@@ -46,6 +44,8 @@ pub(crate) fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink
 /// Shared state for measuring points within a run.
 pub(crate) struct PointRunner {
     pub sink: RecordSink,
+    /// The same sink, written from a thread of its own (the hot paths' records).
+    pub(super) writer: Arc<RecordWriter>,
     pub progress: Progress,
     pub interrupt: Interrupt,
     pub spec_dir: PathBuf,
@@ -94,6 +94,7 @@ impl PointRunner {
         spec_dir: PathBuf,
     ) -> Self {
         PointRunner {
+            writer: Arc::new(RecordWriter::start(sink.clone())),
             sink,
             progress,
             interrupt,
@@ -515,8 +516,8 @@ impl PointRunner {
             sent += 1;
             let mut req = generation_request(exp, planned.text, model);
             req.max_tokens = planned.max_tokens;
-            let (client, sink, progress) =
-                (client.clone(), self.sink.clone(), self.progress.clone());
+            let (client, writer, progress) =
+                (client.clone(), self.writer.clone(), self.progress.clone());
             let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
             let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
@@ -545,11 +546,13 @@ impl PointRunner {
                 fill_omitted_cached(&mut rec, omitted_is_zero);
                 rec.share = share;
                 rec.mix = mix;
-                let written = sink(&rec).is_ok();
+                let written = writer.write(rec).await;
                 progress.request_finished();
-                gone.judge(&client, &rec).await;
+                if let Some(rec) = &written {
+                    gone.judge(&client, rec).await;
+                }
                 drop(permit);
-                written.then_some(rec)
+                written
             });
         }
         loop {

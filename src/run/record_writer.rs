@@ -1,0 +1,86 @@
+//! Request records written off the measuring threads. Serialising a finished request's record
+//! (64 chunks and more), redacting it and writing it took tens of microseconds on a tokio
+//! worker; at 512 streams ending together that queued every other stream's reads behind them
+//! for 10-30 ms, and a read that late merges a token's arrival with the next one's. The
+//! writer thread does that work on a thread of its own, which the kernel schedules against
+//! the workers (a worker woken by a read need not wait for it), while the request's task
+//! waits for the answer without holding its worker: a record that could not be written is
+//! still not measured, as with a direct write.
+
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
+
+use crate::results::records::RequestRecord;
+
+/// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
+/// the remote agent's stdout. A sink that fails has already stopped the run (a request that
+/// cannot be recorded is not measured), and the record is left out of the point.
+pub(crate) type RecordSink =
+    std::sync::Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
+
+/// A record to write and where to hand it back, with whether it was written.
+type Job = (RequestRecord, oneshot::Sender<(RequestRecord, bool)>);
+
+/// The thread that writes records to a sink, in the order they are given.
+pub(crate) struct RecordWriter {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl RecordWriter {
+    /// Starts the thread; it ends when the writer is dropped.
+    pub(crate) fn start(sink: RecordSink) -> RecordWriter {
+        let (jobs, due) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("servebench-records".into())
+            .spawn(move || {
+                for (rec, back) in due {
+                    let written = sink(&rec).is_ok();
+                    let _ = back.send((rec, written));
+                }
+            })
+            .expect("the OS starts a thread");
+        RecordWriter { jobs }
+    }
+
+    /// Writes `rec`; gives it back when it was written, None when it was not (the sink failed
+    /// and has stopped the run, or the writer thread is gone).
+    pub(crate) async fn write(&self, rec: RequestRecord) -> Option<RequestRecord> {
+        let (back, answer) = oneshot::channel();
+        self.jobs.send((rec, back)).ok()?;
+        match answer.await {
+            Ok((rec, true)) => Some(rec),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn records_are_written_in_order_and_a_failed_write_gives_none() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        let sink: RecordSink = Arc::new(move |r: &RequestRecord| {
+            if r.index == 2 {
+                return Err(std::io::Error::other("disk full"));
+            }
+            kept.lock().unwrap().push(r.index);
+            Ok(())
+        });
+        let writer = RecordWriter::start(sink);
+        for index in 0..4 {
+            let rec = RequestRecord {
+                index,
+                ..RequestRecord::fixture()
+            };
+            let back = writer.write(rec).await;
+            assert_eq!(back.map(|r| r.index), (index != 2).then_some(index));
+        }
+        assert_eq!(*seen.lock().unwrap(), vec![0, 1, 3]);
+    }
+}
