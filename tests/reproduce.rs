@@ -8,6 +8,7 @@ fn flag_kinds(point: &serde_json::Value) -> Vec<String> {
         .unwrap()
         .iter()
         .map(|f| f["kind"].as_str().unwrap().to_string())
+        .filter(|k| k != "client-read-late")
         .collect()
 }
 

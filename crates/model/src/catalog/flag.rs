@@ -84,6 +84,11 @@ pub enum FlagKind {
     /// A request's TTFT was shorter than the server's own prompt processing time for it: the
     /// client's send stamp came late (the client was descheduled), so that TTFT is too short.
     TtftBelowServer,
+    /// Some request's bytes waited in the kernel for the client longer than that request's
+    /// shortest gap between tokens: a read returns the newest bytes' arrival stamp, so tokens
+    /// that arrived while the client was this late share the later one's time, and their TTFT
+    /// and ITL are off by up to the wait.
+    ClientReadLate,
     /// A kind this version does not know.
     Other(String),
 }
@@ -171,6 +176,14 @@ const CATALOGUE: &[Entry] = &[
     entry(FlagKind::ClientFailed, "client-failed", "ok_err"),
     entry(FlagKind::ServerLost, "server-lost", "ok_err"),
     entry(FlagKind::TtftBelowServer, "ttft-below-server", "ttft"),
+    // Informational: it sizes the client's own error (the wait) rather than voiding the
+    // point, and a loaded machine raises it on fast profiles.
+    Entry {
+        kind: FlagKind::ClientReadLate,
+        name: "client-read-late",
+        informational: true,
+        cell: "ttft",
+    },
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {

@@ -95,6 +95,12 @@ pub struct PointFold {
     worst_below_server: Option<(u32, f64, f64)>,
     /// Successful requests whose server reported its own time to the first token.
     server_timed: usize,
+    /// Successful requests whose bytes waited for the client longer than their shortest gap
+    /// between tokens, and the one that waited longest: (index, wait, that gap, seconds).
+    read_late: usize,
+    worst_read_late: Option<(u32, f64, f64)>,
+    /// Successful requests that say how long their bytes waited (the kernel stamps arrivals).
+    read_timed: usize,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -134,6 +140,9 @@ impl PointFold {
             below_server: 0,
             worst_below_server: None,
             server_timed: 0,
+            read_late: 0,
+            worst_read_late: None,
+            read_timed: 0,
         }
     }
 
@@ -154,6 +163,7 @@ impl PointFold {
                     self.done.add(r);
                 }
                 self.check_stamp(r);
+                self.check_read_wait(r);
             }
             Some(e) => {
                 if r.role == RequestRole::Measure {
@@ -204,6 +214,37 @@ impl PointFold {
                 .is_none_or(|(_, t, s)| short > s - t)
             {
                 self.worst_below_server = Some((r.index, ttft, server));
+            }
+        }
+    }
+
+    /// Counts a request whose bytes waited for the client longer than its shortest gap between
+    /// two tokens: tokens that arrived within that wait were read together and share the
+    /// later one's arrival stamp.
+    fn check_read_wait(&mut self, r: &RequestRecord) {
+        let Some(wait) = r.read_wait_s else {
+            return;
+        };
+        self.read_timed += 1;
+        let mut times = r.chunks.iter().filter(|c| c.tokens > 0).map(|c| c.t_s);
+        let Some(mut last) = times.next() else {
+            return;
+        };
+        let mut gap: Option<f64> = None;
+        for t in times {
+            let d = t - last;
+            if d > 0.0 {
+                gap = Some(gap.map_or(d, |g| g.min(d)));
+            }
+            last = t;
+        }
+        let Some(gap) = gap else {
+            return;
+        };
+        if wait > gap {
+            self.read_late += 1;
+            if self.worst_read_late.is_none_or(|(_, w, _)| wait > w) {
+                self.worst_read_late = Some((r.index, wait, gap));
             }
         }
     }
@@ -344,6 +385,18 @@ impl PointFold {
                     self.server_timed,
                     ttft * 1e3,
                     server * 1e3
+                ),
+            ));
+        }
+        if let Some((index, wait, gap)) = self.worst_read_late {
+            flags.push(Flag::new(
+                FlagKind::ClientReadLate,
+                format!(
+                    "{} of {} requests waited for the client to read them longer than their shortest gap between tokens (request {index}: {:.2} ms against {:.2} ms): tokens that arrived within the wait were read together and carry the later one's arrival, so their TTFT and ITL are off by up to the wait; the client was short of CPU",
+                    self.read_late,
+                    self.read_timed,
+                    wait * 1e3,
+                    gap * 1e3
                 ),
             ));
         }
@@ -593,6 +646,46 @@ mod tests {
         fold.add(&rec(0, 0.0031, Some(0.00308)));
         let s = fold.finish(&exp, Vec::new(), false);
         assert!(!s.flags.iter().any(|f| f.kind == FlagKind::TtftBelowServer));
+    }
+
+    #[test]
+    fn a_read_wait_past_the_token_gap_is_flagged() {
+        let exp = exp();
+        let rec = |index: u32, wait: Option<f64>| RequestRecord {
+            index,
+            end_s: Some(0.05),
+            chunks: [0.02, 0.03, 0.04]
+                .iter()
+                .map(|&t_s| servebench_model::results::records::Chunk { t_s, tokens: 1 })
+                .collect(),
+            prompt_tokens: Some(8),
+            completion_tokens: Some(3),
+            read_wait_s: wait,
+            ..RequestRecord::fixture()
+        };
+        let mut fold = PointFold::new(&exp);
+        // Gaps of 10 ms: a 12 ms wait merged two tokens, a 4 ms one did not.
+        fold.add(&rec(0, Some(0.004)));
+        fold.add(&rec(1, Some(0.012)));
+        fold.add(&rec(2, None));
+        let s = fold.finish(&exp, Vec::new(), false);
+        let flag = s
+            .flags
+            .iter()
+            .find(|f| f.kind == FlagKind::ClientReadLate)
+            .unwrap_or_else(|| panic!("{:?}", s.flags));
+        assert!(
+            flag.message.starts_with("1 of 2 requests waited")
+                && flag
+                    .message
+                    .contains("request 1: 12.00 ms against 10.00 ms"),
+            "{}",
+            flag.message
+        );
+        let mut fold = PointFold::new(&exp);
+        fold.add(&rec(0, Some(0.009)));
+        let s = fold.finish(&exp, Vec::new(), false);
+        assert!(!s.flags.iter().any(|f| f.kind == FlagKind::ClientReadLate));
     }
 
     #[test]
