@@ -285,7 +285,7 @@ mod tests {
     }
 
     #[test]
-    fn only_spread_per_chunk_itl_retries_and_slo_misses_are_informational() {
+    fn only_spread_per_chunk_itl_retries_slo_misses_and_late_reads_are_informational() {
         let informational: Vec<&str> = FlagKind::names()
             .filter(|n| FlagKind::from_name(n).is_informational())
             .collect();
@@ -296,9 +296,11 @@ mod tests {
                 "itl-per-chunk",
                 "stale-connections",
                 "slo-missed",
-                "slo-unjudged"
+                "slo-unjudged",
+                "client-read-late"
             ]
         );
+        assert_eq!(FlagKind::ClientReadLate.cell(), "ttft");
         assert_eq!(FlagKind::ItlPerChunk.cell(), "itl");
         assert_eq!(FlagKind::ColdCacheHit.cell(), "cached");
         assert_eq!(FlagKind::Other("x".into()).cell(), "ok_err");
