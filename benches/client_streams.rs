@@ -447,8 +447,9 @@ struct Job {
     socket: TcpStream,
     /// Tokens written so far.
     written: usize,
-    /// When its request was read (for `CLIENT_STREAMS_DEBUG`).
+    /// When its request was read, and the prompt's first 16 bytes (for `CLIENT_STREAMS_DEBUG`).
     read_at: std::time::SystemTime,
+    prompt_head: String,
 }
 
 impl PartialEq for Job {
@@ -528,6 +529,7 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
     let mut first_byte: Option<Instant> = None;
     loop {
         while let Some(length) = complete_request(&got) {
+            let prompt_head = prompt_head(&got[..length]);
             if let Some(f) = first_byte.take()
                 && f.elapsed() > Duration::from_millis(1)
                 && std::env::var("CLIENT_STREAMS_DEBUG").is_ok()
@@ -558,6 +560,7 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
                 socket: writer.try_clone().expect("clone"),
                 written: 0,
                 read_at: std::time::SystemTime::now(),
+                prompt_head,
             };
             if jobs.send(job).is_err() {
                 return;
@@ -573,6 +576,22 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
             }
         }
     }
+}
+
+/// The first 16 bytes of the request's prompt (`"text"` or `"prompt"`), for the debug log.
+fn prompt_head(request: &[u8]) -> String {
+    let text = String::from_utf8_lossy(request);
+    ["\"text\":\"", "\"prompt\":\""]
+        .iter()
+        .find_map(|key| text.find(key).map(|at| at + key.len()))
+        .map(|at| {
+            text[at..]
+                .chars()
+                .take(16)
+                .collect::<String>()
+                .replace(' ', "_")
+        })
+        .unwrap_or_default()
 }
 
 /// The length of the complete request at the start of `got`, if there is one.
@@ -675,9 +694,10 @@ fn write_on_time(due: mpsc::Receiver<Job>, api: Api, late: &Mutex<Vec<f64>>) {
                     .as_secs_f64()
             };
             eprintln!(
-                "job {:.6} {:.6}",
+                "job {:.6} {:.6} {}",
                 unix(job.read_at),
-                unix(std::time::SystemTime::now())
+                unix(std::time::SystemTime::now()),
+                job.prompt_head
             );
         }
         if job.written == 0 {
