@@ -90,7 +90,13 @@ pub(crate) struct AgentSession {
     /// The end of the agent's stderr (drained, so a chatty agent never blocks on a full pipe),
     /// quoted when its stream breaks.
     stderr_tail: Arc<std::sync::Mutex<String>>,
+    /// The task draining stderr: awaited (briefly) when stdout ends, so an agent's last words,
+    /// written just before it exited, are read before they are quoted.
+    stderr_drain: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How long a broken stream waits for the agent's stderr to end before quoting what it has.
+const STDERR_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes of the agent's stderr kept for error messages.
 const STDERR_TAIL: usize = 2000;
@@ -146,7 +152,7 @@ impl AgentSession {
             }
         };
         let stderr_tail = Arc::new(std::sync::Mutex::new(String::new()));
-        if let Some(stderr) = stderr {
+        let stderr_drain = stderr.map(|stderr| {
             let tail = stderr_tail.clone();
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(stderr).lines();
@@ -159,8 +165,8 @@ impl AgentSession {
                         t.drain(..cut);
                     }
                 }
-            });
-        }
+            })
+        });
         Ok(AgentSession {
             link,
             hello: None,
@@ -168,6 +174,7 @@ impl AgentSession {
             stdin: Some(stdin),
             lines: tokio::io::BufReader::new(stdout).lines(),
             stderr_tail,
+            stderr_drain,
         })
     }
 
@@ -330,6 +337,9 @@ impl AgentSession {
                     }
                 },
                 Ok(None) | Err(_) => {
+                    if let Some(drain) = self.stderr_drain.take() {
+                        let _ = tokio::time::timeout(STDERR_GRACE, drain).await;
+                    }
                     let stderr = self
                         .stderr_tail
                         .lock()
