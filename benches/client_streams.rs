@@ -18,6 +18,10 @@
 //! the kernel before the client read them (p99 over requests), from the kernel's receive
 //! stamps; servebench's times are taken from those stamps, the floor's are not.
 //!
+//! The `run` row is held to issue 20's goals against `floor` in the same run (TTFT p50 within
+//! 1 ms, p99 within 2x, per-token within 0.5%, nothing lost): a miss prints `FAILED` and the
+//! bench exits 1.
+//!
 //! Run: `cargo bench --bench client_streams` (`CLIENT_STREAMS_N=32` for another count,
 //! `CLIENT_STREAMS_WAVES=3` waves per row; the server and both clients share this machine's
 //! cores: read the figures with its load). `CLIENT_STREAMS_SERVE=generate|completions` only
@@ -35,6 +39,13 @@ use std::time::{Duration, Instant};
 
 use servebench::client::{Client, GenerationRequest, Measured};
 use servebench::spec::types::Api;
+
+#[path = "support/loopback_server.rs"]
+mod loopback_server;
+use loopback_server::{Due, complete_request, listen, write_fully};
+#[path = "support/machine.rs"]
+mod machine;
+use machine::{cpu_ticks, load_average, steal_share};
 
 /// From a request's last byte read to its first token.
 const DELAY: Duration = Duration::from_millis(20);
@@ -85,7 +96,9 @@ fn main() {
         "late p50",
         "late p99"
     );
+    let mut missed = Vec::new();
     for api in [Api::SglangGenerate, Api::OpenaiCompletions] {
+        let steal_before = cpu_ticks();
         let server = StreamServer::start(api);
         let rows = rt.block_on(measure_client(&server.url, api, n, waves));
         let late = server.lateness();
@@ -96,12 +109,34 @@ fn main() {
         let row = rt.block_on(closed_loop(&server.url, api, n, waves));
         row.print(api, &server.lateness());
         let server = StreamServer::start(api);
-        floor(&server, api, n, waves).print(api, &server.lateness());
+        let bare = floor(&server, api, n, waves).print(api, &server.lateness());
         let server = StreamServer::start(api);
         match run_point(&server.url, api, n, waves) {
-            Ok(row) => row.print(api, &server.lateness()),
-            Err(e) => println!("{:<12} run     the run failed: {e}", api_name(api)),
+            Ok(row) => {
+                let run = row.print(api, &server.lateness());
+                missed.extend(missed_goals(api, &run, &bare));
+            }
+            Err(e) => {
+                println!("{:<12} run     the run failed: {e}", api_name(api));
+                missed.push(format!("{}: the run failed", api_name(api)));
+            }
         }
+        // What the machine did over this API's rows: read a tail against it.
+        println!(
+            "{:<12} machine: steal {:.1}%, load average {}",
+            api_name(api),
+            steal_share(steal_before, cpu_ticks()) * 100.0,
+            load_average()
+        );
+    }
+    // Held to the goals in the same run, so a regression cannot pass as a figure.
+    if missed.is_empty() {
+        println!("goals (run against floor): met");
+    } else {
+        for m in &missed {
+            println!("FAILED: {m}");
+        }
+        std::process::exit(1);
     }
 }
 
@@ -202,7 +237,8 @@ impl Row {
             .push((per_token - STEP.as_secs_f64()) / STEP.as_secs_f64());
     }
 
-    fn print(mut self, api: Api, late: &[f64]) {
+    /// Prints the row; gives back what the goals are judged on.
+    fn print(mut self, api: Api, late: &[f64]) -> Figures {
         let (t50, t99) = percentiles(&mut self.ttft_errors);
         let (k50, _) = percentiles(&mut self.token_errors);
         let mean = (!self.token_errors.is_empty())
@@ -224,7 +260,59 @@ impl Row {
             ms(l50),
             ms(l99)
         );
+        Figures {
+            ttft_p50: t50,
+            ttft_p99: t99,
+            per_token_mean: mean,
+            failed: self.failed,
+        }
     }
+}
+
+/// A row's figures, as the goals read them (seconds; the per-token error as a fraction).
+struct Figures {
+    ttft_p50: Option<f64>,
+    ttft_p99: Option<f64>,
+    per_token_mean: Option<f64>,
+    failed: usize,
+}
+
+/// Issue 20's goals for `servebench run` against the floor in the same run: TTFT p50 within
+/// 1 ms and p99 within 2x of the floor's, per-token within 0.5% of the truth, nothing lost.
+/// What is missed, in words.
+fn missed_goals(api: Api, run: &Figures, floor: &Figures) -> Vec<String> {
+    let name = api_name(api);
+    let mut missed = Vec::new();
+    match (run.ttft_p50, floor.ttft_p50) {
+        (Some(r), Some(f)) if r - f <= 0.001 => {}
+        (r, f) => missed.push(format!(
+            "{name}: run TTFT p50 {} ms is not within 1 ms of the floor's {} ms",
+            ms(r),
+            ms(f)
+        )),
+    }
+    match (run.ttft_p99, floor.ttft_p99) {
+        (Some(r), Some(f)) if r <= 2.0 * f => {}
+        (r, f) => missed.push(format!(
+            "{name}: run TTFT p99 {} ms is over twice the floor's {} ms",
+            ms(r),
+            ms(f)
+        )),
+    }
+    match run.per_token_mean {
+        Some(e) if e.abs() <= 0.005 => {}
+        e => missed.push(format!(
+            "{name}: run per-token error {} is not within 0.5%",
+            e.map_or("-".into(), |e| format!("{:+.2}%", e * 100.0))
+        )),
+    }
+    if run.failed > 0 || floor.failed > 0 {
+        missed.push(format!(
+            "{name}: {} run and {} floor streams failed",
+            run.failed, floor.failed
+        ));
+    }
+    missed
 }
 
 fn api_name(api: Api) -> &'static str {
@@ -441,9 +529,8 @@ fn count_token_events(text: &[u8]) -> usize {
     text.windows(8).filter(|w| w == b"data: {\"").count()
 }
 
-/// One stream's next write, due at `deadline`.
-struct Job {
-    deadline: Instant,
+/// One stream, as its writer keeps it.
+struct Stream {
     socket: TcpStream,
     /// Tokens written so far.
     written: usize,
@@ -452,23 +539,8 @@ struct Job {
     prompt_head: String,
 }
 
-impl PartialEq for Job {
-    fn eq(&self, other: &Self) -> bool {
-        self.deadline == other.deadline
-    }
-}
-impl Eq for Job {}
-impl PartialOrd for Job {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Job {
-    // Earliest deadline first out of a max-heap.
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.deadline.cmp(&self.deadline)
-    }
-}
+/// A stream's next write.
+type Job = Due<Stream>;
 
 /// The known-timing streaming server: one thread reads every connection's requests, one
 /// writer thread keeps every stream's deadlines.
@@ -483,29 +555,7 @@ impl StreamServer {
         let (jobs, due) = mpsc::channel::<Job>();
         let recorded = late.clone();
         std::thread::spawn(move || write_on_time(due, api, &recorded));
-        let (bound, addr) = mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("server runtime");
-            rt.block_on(async move {
-                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-                socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
-                let listener = socket.listen(4096).expect("listen");
-                bound
-                    .send(listener.local_addr().expect("addr"))
-                    .expect("bound");
-                loop {
-                    let Ok((conn, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let jobs = jobs.clone();
-                    tokio::spawn(async move { read_requests(conn, jobs).await });
-                }
-            });
-        });
-        let addr = addr.recv().expect("address");
+        let addr = listen(move |conn| read_requests(conn, jobs.clone()));
         StreamServer {
             url: format!("http://{addr}"),
             late,
@@ -555,12 +605,14 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
                 write_fully(&mut w, answer);
                 continue;
             }
-            let job = Job {
+            let job = Due {
                 deadline: Instant::now() + DELAY,
-                socket: writer.try_clone().expect("clone"),
-                written: 0,
-                read_at: std::time::SystemTime::now(),
-                prompt_head,
+                item: Stream {
+                    socket: writer.try_clone().expect("clone"),
+                    written: 0,
+                    read_at: std::time::SystemTime::now(),
+                    prompt_head,
+                },
             };
             if jobs.send(job).is_err() {
                 return;
@@ -592,30 +644,6 @@ fn prompt_head(request: &[u8]) -> String {
                 .replace(' ', "_")
         })
         .unwrap_or_default()
-}
-
-/// The length of the complete request at the start of `got`, if there is one.
-fn complete_request(got: &[u8]) -> Option<usize> {
-    let end = got.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap_or(0));
-    (got.len() >= end + 4 + length).then_some(end + 4 + length)
-}
-
-/// Writes all of `bytes` to a non-blocking socket (a full send buffer is waited out by
-/// spinning).
-fn write_fully(socket: &mut TcpStream, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        match socket.write(bytes) {
-            Ok(0) => return,
-            Ok(k) => bytes = &bytes[k..],
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(_) => return,
-        }
-    }
 }
 
 /// Token `k` (1-based) of a stream as one chunk of the chunked body, `[DONE]` and the body's
@@ -687,7 +715,7 @@ fn write_on_time(due: mpsc::Receiver<Job>, api: Api, late: &Mutex<Vec<f64>>) {
         }
         let mut job = heap.pop().expect("a job");
         lateness.push((Instant::now() - job.deadline).as_secs_f64());
-        if job.written == 0 && debug {
+        if job.item.written == 0 && debug {
             let unix = |t: std::time::SystemTime| {
                 t.duration_since(std::time::UNIX_EPOCH)
                     .unwrap()
@@ -695,18 +723,21 @@ fn write_on_time(due: mpsc::Receiver<Job>, api: Api, late: &Mutex<Vec<f64>>) {
             };
             eprintln!(
                 "job {:.6} {:.6} {}",
-                unix(job.read_at),
+                unix(job.item.read_at),
                 unix(std::time::SystemTime::now()),
-                job.prompt_head
+                job.item.prompt_head
             );
         }
-        if job.written == 0 {
-            write_fully(&mut job.socket, format!("{head}{}", chunks[0]).as_bytes());
+        if job.item.written == 0 {
+            write_fully(
+                &mut job.item.socket,
+                format!("{head}{}", chunks[0]).as_bytes(),
+            );
         } else {
-            write_fully(&mut job.socket, chunks[job.written].as_bytes());
+            write_fully(&mut job.item.socket, chunks[job.item.written].as_bytes());
         }
-        job.written += 1;
-        if job.written < TOKENS {
+        job.item.written += 1;
+        if job.item.written < TOKENS {
             // The schedule is the request's, not the writer's: a late write does not shift
             // the next token.
             job.deadline += STEP;

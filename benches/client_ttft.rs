@@ -21,7 +21,6 @@
 //! `CLIENT_TTFT_MODE=closes` one mode).
 
 use std::collections::BinaryHeap;
-use std::io::Write;
 use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -29,6 +28,10 @@ use std::time::{Duration, Instant};
 
 use servebench::client::{Client, GenerationRequest, Measured};
 use servebench::spec::types::Api;
+
+#[path = "support/loopback_server.rs"]
+mod loopback_server;
+use loopback_server::{Due, complete_request, listen, write_fully};
 
 /// How long the server takes from a request's last byte to its first token.
 const DELAY: Duration = Duration::from_millis(20);
@@ -260,29 +263,8 @@ async fn floor(server: &KnownServer, n: usize, waves: usize) -> Row {
     row
 }
 
-/// A response due at `deadline` on `socket`.
-struct Job {
-    deadline: Instant,
-    socket: TcpStream,
-}
-
-impl PartialEq for Job {
-    fn eq(&self, other: &Self) -> bool {
-        self.deadline == other.deadline
-    }
-}
-impl Eq for Job {}
-impl PartialOrd for Job {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Job {
-    // Earliest deadline first out of a max-heap.
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other.deadline.cmp(&self.deadline)
-    }
-}
+/// A response due on a socket.
+type Job = Due<TcpStream>;
 
 /// The known-delay server: one thread reads requests for every connection (a single-threaded
 /// async runtime, so a burst of 512 connections costs no thread spawns), one writer thread
@@ -299,30 +281,7 @@ impl KnownServer {
         let (jobs, due) = mpsc::channel::<Job>();
         let recorded = late.clone();
         std::thread::spawn(move || write_on_time(due, closes, &recorded));
-        let (bound, addr) = mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("server runtime");
-            rt.block_on(async move {
-                // A backlog for 512 simultaneous connects (std's is 128).
-                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-                socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
-                let listener = socket.listen(4096).expect("listen");
-                bound
-                    .send(listener.local_addr().expect("addr"))
-                    .expect("bound");
-                loop {
-                    let Ok((conn, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let jobs = jobs.clone();
-                    tokio::spawn(async move { read_requests(conn, jobs).await });
-                }
-            });
-        });
-        let addr = addr.recv().expect("address");
+        let addr = listen(move |conn| read_requests(conn, jobs.clone()));
         KnownServer {
             url: format!("http://{addr}"),
             closes,
@@ -351,37 +310,19 @@ async fn read_requests(conn: tokio::net::TcpStream, jobs: mpsc::Sender<Job>) {
             got.drain(..length);
             let deadline = Instant::now() + DELAY;
             let socket = writer.try_clone().expect("clone");
-            if jobs.send(Job { deadline, socket }).is_err() {
+            if jobs
+                .send(Due {
+                    deadline,
+                    item: socket,
+                })
+                .is_err()
+            {
                 return;
             }
         }
         match conn.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(k) => got.extend_from_slice(&buf[..k]),
-        }
-    }
-}
-
-/// The length of the complete request at the start of `got`, if there is one.
-fn complete_request(got: &[u8]) -> Option<usize> {
-    let end = got.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap_or(0));
-    (got.len() >= end + 4 + length).then_some(end + 4 + length)
-}
-
-/// Writes all of `bytes` to a non-blocking socket (a response fits its send buffer; a full
-/// buffer is waited out by spinning).
-fn write_fully(socket: &mut TcpStream, mut bytes: &[u8]) {
-    while !bytes.is_empty() {
-        match socket.write(bytes) {
-            Ok(0) => return,
-            Ok(k) => bytes = &bytes[k..],
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(_) => return,
         }
     }
 }
@@ -424,9 +365,9 @@ fn write_on_time(due: mpsc::Receiver<Job>, closes: bool, late: &Mutex<Vec<f64>>)
         late.lock()
             .unwrap()
             .push((now - job.deadline).as_secs_f64());
-        write_fully(&mut job.socket, response.as_bytes());
+        write_fully(&mut job.item, response.as_bytes());
         if closes {
-            let _ = job.socket.shutdown(std::net::Shutdown::Both);
+            let _ = job.item.shutdown(std::net::Shutdown::Both);
         }
     }
 }

@@ -32,7 +32,10 @@
 //! timer floor: a bare thread that sleeps to the same kind of schedule (Poisson, 1,000/s, 5 s)
 //! with the pacer's timer slack and records how late it woke, run just before the case.
 
+#[path = "support/machine.rs"]
+mod machine;
 mod support;
+use machine::{cpu_ticks, load_average, steal_share};
 
 const CASES: &[(&str, &str, u32)] = &[
     ("pace-1k", "rate: 1000, arrival: poisson", 5_000),
@@ -216,35 +219,6 @@ fn timer_floor(rate: f64, seconds: f64) -> (f64, f64, f64) {
     })
     .join()
     .expect("the timer floor's thread")
-}
-
-/// The machine's CPU ticks so far: (steal, all), from the `cpu` line of `/proc/stat`.
-fn cpu_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    Some((*fields.get(7)?, fields.iter().take(8).sum()))
-}
-
-/// The share of the CPU time between two readings the host took from this VM (0 where
-/// `/proc/stat` does not say).
-fn steal_share(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> f64 {
-    match (before, after) {
-        (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => (s1 - s0) as f64 / (t1 - t0) as f64,
-        _ => 0.0,
-    }
-}
-
-/// The 1-, 5- and 15-minute load averages, as `/proc/loadavg` gives them.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The largest peak RSS of any descendant waited for so far: the runner, or the simulator it

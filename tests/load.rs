@@ -115,7 +115,23 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
     let first: f64 = rows[0][col].parse().unwrap();
     assert!((first - metric(&points[0], "throughput_req_s")).abs() < 1e-9);
     let mut requests_csv = csv::Reader::from_path(dir.join("requests.csv")).unwrap();
-    assert_eq!(requests_csv.records().count(), requests.len());
+    let header = requests_csv.headers().unwrap().clone();
+    let wait_col = header.iter().position(|h| h == "read_wait_ms").unwrap();
+    let rows: Vec<csv::StringRecord> = requests_csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), requests.len());
+    // Each request's longest kernel wait, in ms, as its record says it in seconds.
+    let mut waits = 0;
+    for (row, rec) in rows.iter().zip(&requests) {
+        match rec["read_wait_s"].as_f64() {
+            Some(s) => {
+                let shown: f64 = row[wait_col].parse().unwrap();
+                assert!((shown - s * 1e3).abs() < 1e-6, "{shown} vs {s}");
+                waits += 1;
+            }
+            None => assert_eq!(&row[wait_col], "", "{rec}"),
+        }
+    }
+    assert!(waits > 0, "no request recorded a read wait");
 
     // The runner summarised records trimmed as they were written (`drop_detail`: zero-token
     // chunks, finish reasons, mix names dropped); the full records in requests.jsonl give
