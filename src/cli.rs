@@ -383,7 +383,8 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
 }
 
 /// Loads a spec as `validate` and `run` see it: the spec itself, then what the run would
-/// refuse when it starts (prompt files, trace files, the report template, `${NAME}` references to unset
+/// refuse when it starts (prompt files, trace files, the report template, the model config and
+/// GPU to grade against, `${NAME}` references to unset
 /// variables), every problem with its file, line and column, before a run directory exists;
 /// then its flags against each engine's: a typo is an error (with the engine's flag), a flag
 /// the list lacks is a warning.
@@ -391,12 +392,14 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
     let prompts = crate::prompt::PromptCheck::default();
     let template = crate::report::TemplateCheck::default();
     let schedules = crate::load::ScheduleCheck::default();
+    let bound_inputs = crate::report::BoundInputsCheck::default();
     let spec = crate::spec::load_checked(
         path,
         &[
             &prompts,
             &template,
             &schedules,
+            &bound_inputs,
             &crate::client::UrlCheck,
             &crate::secrets::EnvRefCheck,
         ],

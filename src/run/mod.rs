@@ -8,6 +8,7 @@ mod errors;
 mod interrupt;
 pub(crate) mod launch;
 mod load_point;
+pub(crate) mod model_facts;
 pub(crate) mod measurer;
 mod on_server;
 pub(crate) mod outcome;

@@ -1,0 +1,90 @@
+//! The model's `config.json` for a server group, read once its server is up and kept in
+//! `meta.json` (`servers[].model_config`), so the report grades every point against the
+//! hardware offline: from the spec's `server.model_facts` (a file beside the spec, or the
+//! config inline), else from `<model path>/config.json` on the server's host. What cannot be
+//! read is recorded with the reason and the fix, never guessed.
+
+use std::path::Path;
+
+use crate::host::Host;
+use crate::results::meta::ModelConfigRecord;
+use crate::spec::types::{ArgValue, ModelFactsSource, Server};
+
+/// Largest `config.json` read (real ones are a few kB; a multimodal one under 100 kB).
+pub(crate) const MODEL_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+const FIX: &str = "give `server.model_facts:` (a path to the model's config.json, relative to the spec, or the config inline)";
+
+/// Reads the config `server` names, on `host` when the spec does not give it.
+pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> ModelConfigRecord {
+    match &server.model_facts {
+        Some(ModelFactsSource::Inline(map)) => ModelConfigRecord {
+            origin: "inline in the spec (server.model_facts)".into(),
+            config: Some(serde_json::Value::Object(map.clone().into_iter().collect())),
+            missing: None,
+        },
+        Some(ModelFactsSource::Path(p)) => {
+            let path = spec_dir.join(p);
+            let origin = format!("{} (server.model_facts)", path.display());
+            let read = crate::host::small_file::read_local(&path.to_string_lossy(), MODEL_CONFIG_BYTES);
+            parsed(origin, read, "fix the file or its path in `server.model_facts`")
+        }
+        None => {
+            if server.url.is_some() {
+                return missing(
+                    "the server is not servebench's (server.url)".into(),
+                    format!("its host's files are not read: {FIX}"),
+                );
+            }
+            let Some(model) = model_path(server) else {
+                return missing(
+                    "the spec names no model".into(),
+                    format!("no model path to read config.json from: {FIX}"),
+                );
+            };
+            let file = format!("{}/config.json", model.trim_end_matches('/'));
+            let origin = format!("{}:{file}", host.name());
+            let read = host.read_small_file(&file, MODEL_CONFIG_BYTES).await;
+            parsed(
+                origin,
+                read,
+                &format!("`{model}` is not a model directory the host can read? {FIX}"),
+            )
+        }
+    }
+}
+
+/// The model path the engine is launched with: its `model-path`/`model` flag, else `model`.
+fn model_path(server: &Server) -> Option<String> {
+    ["model-path", "model", "m"]
+        .iter()
+        .find_map(|k| match server.args.get(*k) {
+            Some(ArgValue::Str(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .or_else(|| server.model.clone())
+}
+
+fn parsed(origin: String, read: Result<Vec<u8>, String>, fix: &str) -> ModelConfigRecord {
+    let bytes = match read {
+        Ok(b) => b,
+        Err(why) => return missing(origin, format!("{why}: {fix}")),
+    };
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(v) if v.is_object() => ModelConfigRecord {
+            origin,
+            config: Some(v),
+            missing: None,
+        },
+        Ok(_) => missing(origin, format!("not a JSON object: {fix}")),
+        Err(e) => missing(origin, format!("not JSON ({e}): {fix}")),
+    }
+}
+
+fn missing(origin: String, why: String) -> ModelConfigRecord {
+    ModelConfigRecord {
+        origin,
+        config: None,
+        missing: Some(why),
+    }
+}
