@@ -18,7 +18,10 @@ fn repo(rel: &str) -> PathBuf {
 /// written elsewhere) and the simulator `scale` times as slow as the model.
 fn founding_spec(scale: &str) -> String {
     let text = std::fs::read_to_string(repo("experiments/kimi-bound.yaml")).unwrap();
-    assert!(text.contains("sim-time-scale: 0.1\n"), "the shipped scale moved");
+    assert!(
+        text.contains("sim-time-scale: 0.1\n"),
+        "the shipped scale moved"
+    );
     text.replace(
         "model_facts: data/kimi-k2.6-config.json",
         &format!(
@@ -26,7 +29,10 @@ fn founding_spec(scale: &str) -> String {
             repo("experiments/data/kimi-k2.6-config.json").display()
         ),
     )
-    .replace("sim-time-scale: 0.1\n", &format!("sim-time-scale: {scale}\n"))
+    .replace(
+        "sim-time-scale: 0.1\n",
+        &format!("sim-time-scale: {scale}\n"),
+    )
 }
 
 /// The report's section, from its heading to the next.
@@ -117,7 +123,11 @@ fn the_founding_case_is_diagnosed_in_the_report() {
     );
     assert!(!text.contains("speculative decoding is on"), "{text}");
     assert!(dir.join("charts/bound-step.svg").is_file());
-    assert!(text.contains("![Decode step time against context, beside its floor](charts/bound-step.svg)"));
+    assert!(
+        text.contains(
+            "![Decode step time against context, beside its floor](charts/bound-step.svg)"
+        )
+    );
 
     // Each row's figures are the roofline's on the point's own means.
     let model = k2();
@@ -142,19 +152,31 @@ fn the_founding_case_is_diagnosed_in_the_report() {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
         let printed_step: f64 = cells[4].parse().unwrap();
         let printed_floor: f64 = cells[5].parse().unwrap();
-        assert!((printed_step - step_ms).abs() <= step_ms * 0.006, "{row}: step {step_ms}");
-        assert!((printed_floor - floor_ms).abs() <= floor_ms * 0.006, "{row}: floor {floor_ms}");
+        assert!(
+            (printed_step - step_ms).abs() <= step_ms * 0.006,
+            "{row}: step {step_ms}"
+        );
+        assert!(
+            (printed_floor - floor_ms).abs() <= floor_ms * 0.006,
+            "{row}: floor {floor_ms}"
+        );
         let pct: f64 = cells[8].trim_end_matches('%').parse().unwrap();
         let want = floor_ms / step_ms * 100.0;
         assert!((pct - want).abs() <= want * 0.006, "{row}: {want}%");
         // The profile's step is 0.2 ms + 17.8 us x context (within 10%, measured).
         let model_ms = 0.2 + 17.8e-3 * context;
-        assert!((step_ms - model_ms).abs() < model_ms * 0.1, "{row}: {model_ms} ms");
+        assert!(
+            (step_ms - model_ms).abs() < model_ms * 0.1,
+            "{row}: {model_ms} ms"
+        );
         // Prefill: the roofline's FLOPs of the prompt over its time, of the bf16 peak.
         let flops = step::prefill(&model, &layout, mean("prompt_tokens"), 0.0).flops();
         let tflops = flops / (mean("prompt_tokens") / mean("prefill_tok_s") / 0.05) / 1e12;
         let printed_tflops: f64 = cells[9].parse().unwrap();
-        assert!((printed_tflops - tflops).abs() <= tflops * 0.006, "{row}: {tflops} TFLOP/s");
+        assert!(
+            (printed_tflops - tflops).abs() <= tflops * 0.006,
+            "{row}: {tflops} TFLOP/s"
+        );
     }
 }
 
@@ -205,7 +227,10 @@ fn a_run_whose_model_config_cannot_be_read_says_so_and_how_to_give_it() {
     let kept = &meta["servers"][0]["model_config"];
     assert!(kept["config"].is_null(), "{kept}");
     assert!(
-        kept["missing"].as_str().unwrap().starts_with("no such file: "),
+        kept["missing"]
+            .as_str()
+            .unwrap()
+            .starts_with("no such file: "),
         "{kept}"
     );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
@@ -234,7 +259,10 @@ fn validate_names_a_missing_config_and_an_unknown_gpu_at_their_lines() {
     assert!(err.contains("nowhere/config.json"), "{err}");
     assert!(err.contains("relative to the spec's folder"), "{err}");
     assert!(err.contains("bad.yaml:7:"), "{err}");
-    assert!(err.contains("`tesla-t4` is not in the GPU catalogue"), "{err}");
+    assert!(
+        err.contains("`tesla-t4` is not in the GPU catalogue"),
+        "{err}"
+    );
     assert!(err.contains("rtx-pro-6000"), "{err}");
     // A file that is JSON but not a model's config is refused for what it lacks.
     let spec = ws.write(

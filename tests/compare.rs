@@ -749,8 +749,11 @@ fn a_real_change_below_the_threshold_is_not_called_noise() {
 
 #[test]
 fn compare_shows_each_points_grades_against_the_hardware() {
-    let fixture =
-        |name: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs").join(name);
+    let fixture = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/runs")
+            .join(name)
+    };
     // The graded fixture against the same points without a model config.
     let a = servebench::report::compare::load(&fixture("bound-sweep")).unwrap();
     let b = servebench::report::compare::load(&fixture("clean-sweep")).unwrap();
@@ -771,9 +774,20 @@ fn compare_shows_each_points_grades_against_the_hardware() {
         // B kept no config: nothing graded, and the note says why.
         assert_eq!(rb.decode_bw_fraction, None);
         // A's figures are its report's.
-        let want = graded.rows.iter().find(|r| r.point == shared.ids[0]).unwrap();
-        assert_eq!(ra.decode_bw_fraction, Some(want.decode_bw_fraction), "{row:?}");
-        assert_eq!(ra.effective_bandwidth_gbs, Some(want.effective_bandwidth_gbs));
+        let want = graded
+            .rows
+            .iter()
+            .find(|r| r.point == shared.ids[0])
+            .unwrap();
+        assert_eq!(
+            ra.decode_bw_fraction,
+            Some(want.decode_bw_fraction),
+            "{row:?}"
+        );
+        assert_eq!(
+            ra.effective_bandwidth_gbs,
+            Some(want.effective_bandwidth_gbs)
+        );
         assert_eq!(ra.step_floor_s, Some(want.step_floor_s));
         assert_eq!(ra.prefill_flops_fraction, want.prefill_flops_fraction);
     }

@@ -180,8 +180,16 @@ fn a_run_without_a_model_config_or_gpu_says_how_to_give_them() {
     let bound = model_of("clean-sweep").bound.expect("a section");
     assert!(bound.rows.is_empty());
     assert_eq!(bound.missing.len(), 2, "{:?}", bound.missing);
-    assert!(bound.missing[0].contains("give `server.model_facts:`"), "{:?}", bound.missing);
-    assert!(bound.missing[1].contains("give `server.gpu:`"), "{:?}", bound.missing);
+    assert!(
+        bound.missing[0].contains("give `server.model_facts:`"),
+        "{:?}",
+        bound.missing
+    );
+    assert!(
+        bound.missing[1].contains("give `server.gpu:`"),
+        "{:?}",
+        bound.missing
+    );
     // An open-loop run has no closed-loop step to grade: no section at all.
     assert!(model_of("load-rate").bound.is_none());
 }

@@ -12,8 +12,8 @@ mod error;
 pub mod local;
 pub(crate) mod procfs;
 pub(crate) mod remote;
-pub(crate) mod small_file;
 pub(crate) mod slurm;
+pub(crate) mod small_file;
 pub mod ssh;
 pub(crate) mod supervise;
 

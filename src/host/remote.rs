@@ -434,7 +434,10 @@ impl super::Host for RemoteHost {
         Box::pin(async move {
             let out = self
                 .ssh
-                .run_script(super::small_file::SCRIPT, &[path.to_string(), limit.to_string()])
+                .run_script(
+                    super::small_file::SCRIPT,
+                    &[path.to_string(), limit.to_string()],
+                )
                 .await
                 .map_err(|e| e.to_string())?;
             super::small_file::from_output(&out, limit)

@@ -33,7 +33,10 @@ pub(crate) fn from_output(out: &std::process::Output, limit: u64) -> Result<Vec<
         .lines()
         .rev()
         .find(|l| !l.trim().is_empty())
-        .map_or_else(|| format!("reading it failed ({})", out.status), |l| l.trim().to_string()))
+        .map_or_else(
+            || format!("reading it failed ({})", out.status),
+            |l| l.trim().to_string(),
+        ))
 }
 
 /// A file on this machine: regular, at most `limit` bytes (a FIFO is refused, not opened).
@@ -61,13 +64,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let run = |path: &Path, limit: u64| {
             let a = argv(path.to_str().unwrap(), limit);
-            let out = std::process::Command::new(&a[0]).args(&a[1..]).output().unwrap();
+            let out = std::process::Command::new(&a[0])
+                .args(&a[1..])
+                .output()
+                .unwrap();
             from_output(&out, limit)
         };
         let ok = dir.path().join("config.json");
         std::fs::write(&ok, b"{\"a\": 1}").unwrap();
         assert_eq!(run(&ok, 100).unwrap(), b"{\"a\": 1}");
-        assert_eq!(read_local(ok.to_str().unwrap(), 100).unwrap(), b"{\"a\": 1}");
+        assert_eq!(
+            read_local(ok.to_str().unwrap(), 100).unwrap(),
+            b"{\"a\": 1}"
+        );
         assert_eq!(run(&ok, 3).unwrap_err(), "8 bytes; read up to 3");
         assert_eq!(
             read_local(ok.to_str().unwrap(), 3).unwrap_err(),
@@ -75,7 +84,10 @@ mod tests {
         );
         let none = dir.path().join("none.json");
         assert_eq!(run(&none, 100).unwrap_err(), "no such file");
-        assert_eq!(read_local(none.to_str().unwrap(), 100).unwrap_err(), "no such file");
+        assert_eq!(
+            read_local(none.to_str().unwrap(), 100).unwrap_err(),
+            "no such file"
+        );
         assert_eq!(run(dir.path(), 100).unwrap_err(), "not a regular file");
         let fifo = dir.path().join("fifo");
         assert!(

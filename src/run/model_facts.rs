@@ -26,8 +26,13 @@ pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> M
         Some(ModelFactsSource::Path(p)) => {
             let path = spec_dir.join(p);
             let origin = format!("{} (server.model_facts)", path.display());
-            let read = crate::host::small_file::read_local(&path.to_string_lossy(), MODEL_CONFIG_BYTES);
-            parsed(origin, read, "fix the file or its path in `server.model_facts`")
+            let read =
+                crate::host::small_file::read_local(&path.to_string_lossy(), MODEL_CONFIG_BYTES);
+            parsed(
+                origin,
+                read,
+                "fix the file or its path in `server.model_facts`",
+            )
         }
         None => {
             if server.url.is_some() {

@@ -546,9 +546,8 @@ async fn measure_group<'p>(
         run.progress.launched(&g.id);
         let config = match &model_config {
             Some(c) => c,
-            None => model_config.insert(
-                super::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await,
-            ),
+            None => model_config
+                .insert(super::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await),
         };
         handle.record.model_config = Some(config.clone());
         for note in &handle.record.notes {

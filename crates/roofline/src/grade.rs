@@ -411,7 +411,10 @@ mod tests {
             sweep.findings
         );
         let text = sweep.findings[0].to_string();
-        assert!(text.contains("5000 GB/s (149% of peak), faster than memory allows"), "{text}");
+        assert!(
+            text.contains("5000 GB/s (149% of peak), faster than memory allows"),
+            "{text}"
+        );
         assert!(!text.contains("as it should be"), "{text}");
     }
 

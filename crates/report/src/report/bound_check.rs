@@ -82,7 +82,9 @@ fn config_file_problem(path: &Path) -> Option<String> {
     let file = match open_regular(path, CONFIG_BYTES) {
         Ok(f) => f,
         Err(Refused::Io(e)) => return Some(format!("cannot read {shown}: {e}")),
-        Err(Refused::NotAFile(kind)) => return Some(format!("{shown}: {kind}, not a regular file")),
+        Err(Refused::NotAFile(kind)) => {
+            return Some(format!("{shown}: {kind}, not a regular file"));
+        }
         Err(Refused::TooLarge(n)) => {
             return Some(format!(
                 "{shown}: {n} bytes; a config.json is read up to {CONFIG_BYTES} bytes"

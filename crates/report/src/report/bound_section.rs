@@ -191,7 +191,9 @@ pub(crate) fn section(
                     Some(g)
                 }
                 Err(e) => {
-                    missing.push(format!("the host's GPU: {e} (or give its figures in `server.gpu:`)"));
+                    missing.push(format!(
+                        "the host's GPU: {e} (or give its figures in `server.gpu:`)"
+                    ));
                     None
                 }
             },
@@ -216,8 +218,7 @@ pub(crate) fn section(
         .any(|w| w[0] != w[1]);
     if distinct_servers {
         assumptions.push(
-            "the server groups differ: every point is graded with the first launch's layout"
-                .into(),
+            "the server groups differ: every point is graded with the first launch's layout".into(),
         );
     }
     let opts = BoundOptions {
@@ -259,7 +260,11 @@ fn ungraded(missing: Vec<String>, origin: Option<String>) -> BoundSection {
     }
 }
 
-fn graded(r: &BoundReport, origin: Option<String>, labels: &IndexMap<String, String>) -> BoundSection {
+fn graded(
+    r: &BoundReport,
+    origin: Option<String>,
+    labels: &IndexMap<String, String>,
+) -> BoundSection {
     let precision = serde_json::to_value(r.precision)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -269,7 +274,10 @@ fn graded(r: &BoundReport, origin: Option<String>, labels: &IndexMap<String, Str
         .iter()
         .map(|row| BoundRow {
             point: row.point.clone(),
-            label: labels.get(&row.point).cloned().unwrap_or_else(|| row.point.clone()),
+            label: labels
+                .get(&row.point)
+                .cloned()
+                .unwrap_or_else(|| row.point.clone()),
             context_tokens: row.context,
             batch: row.batch,
             step_s: row.step.step_s,
@@ -323,7 +331,9 @@ fn graded(r: &BoundReport, origin: Option<String>, labels: &IndexMap<String, Str
 
 /// Each graded point's figures by metric name (`decode_bw_fraction`, ...), for `expect:` and
 /// `compare`.
-pub(crate) fn graded_values(section: Option<&BoundSection>) -> IndexMap<String, IndexMap<&'static str, f64>> {
+pub(crate) fn graded_values(
+    section: Option<&BoundSection>,
+) -> IndexMap<String, IndexMap<&'static str, f64>> {
     section
         .into_iter()
         .flat_map(|s| &s.rows)

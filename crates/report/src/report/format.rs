@@ -32,7 +32,9 @@ pub(crate) fn register(env: &mut Environment<'_>) {
     });
     env.add_filter("fmt_metric", fmt_metric);
     // Three significant digits (bandwidths, TFLOP/s); bytes as GB; a fraction as a percentage.
-    env.add_filter("fmt_sig", |v: Value| num(&v).map(text::sig3).unwrap_or_else(missing));
+    env.add_filter("fmt_sig", |v: Value| {
+        num(&v).map(text::sig3).unwrap_or_else(missing)
+    });
     env.add_filter("fmt_gb", |v: Value| {
         num(&v).map(|b| text::sig3(b / 1e9)).unwrap_or_else(missing)
     });

@@ -399,14 +399,23 @@ mod tests {
         );
         let mut q = point("p002", 8192, &[("ttft_s", 3.9)]);
         let e = expectation("{ flag: cache-reuse-suspected }");
-        assert_eq!(judge(&e, Some(&q), "", 1.0, &Default::default()).verdict, "not-flagged");
+        assert_eq!(
+            judge(&e, Some(&q), "", 1.0, &Default::default()).verdict,
+            "not-flagged"
+        );
         q.flags.push(Flag {
             kind: servebench_model::catalog::FlagKind::CacheReuseSuspected,
             message: String::new(),
         });
         assert!(judge(&e, Some(&q), "", 1.0, &Default::default()).ok);
         let e = expectation("{ failure: out-of-memory }");
-        assert_eq!(judge(&e, Some(&q), "", 1.0, &Default::default()).verdict, "did-not-fail");
-        assert_eq!(judge(&e, None, "ctx=1", 1.0, &Default::default()).verdict, "not-run");
+        assert_eq!(
+            judge(&e, Some(&q), "", 1.0, &Default::default()).verdict,
+            "did-not-fail"
+        );
+        assert_eq!(
+            judge(&e, None, "ctx=1", 1.0, &Default::default()).verdict,
+            "not-run"
+        );
     }
 }
