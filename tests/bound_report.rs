@@ -275,3 +275,46 @@ fn validate_names_a_missing_config_and_an_unknown_gpu_at_their_lines() {
     assert!(err.contains("bad2.yaml:6:"), "{err}");
     assert!(err.contains("not a config the roofline can read"), "{err}");
 }
+
+#[test]
+fn the_config_is_read_from_the_model_directory_and_unknown_speculative_steps_are_said() {
+    let ws = Workspace::new();
+    let model_dir = ws.path().join("Kimi-K2.6");
+    std::fs::create_dir(&model_dir).unwrap();
+    std::fs::copy(
+        repo("experiments/data/kimi-k2.6-config.json"),
+        model_dir.join("config.json"),
+    )
+    .unwrap();
+    let text = founding_spec("0.05");
+    let spec: String = text
+        .lines()
+        .filter(|l| !l.contains("model_facts:") && !l.contains("speculative-num-draft-tokens"))
+        .map(|l| {
+            if l.starts_with("  model: ") {
+                format!("  model: {}\n", model_dir.display())
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let spec = spec.split("\nexpect:\n").next().unwrap().to_string();
+    let spec = ws.write("from-host.yaml", &spec);
+    let (dir, _) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let kept = &meta["servers"][0]["model_config"];
+    assert_eq!(
+        kept["origin"],
+        format!("local:{}/config.json", model_dir.display())
+    );
+    assert_eq!(kept["config"]["num_hidden_layers"], 61);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let text = section(&report);
+    // The profile's DDTree is on (3 tokens a step on average): its steps are not known from
+    // the stream yet, and the section says what that does to the numbers.
+    assert!(
+        text.contains("- assumed: speculative decoding is on but its tokens per step are not known: steps are counted as one token each"),
+        "{text}"
+    );
+    assert!(text.contains("| p001 ("), "{text}");
+}

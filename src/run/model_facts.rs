@@ -93,3 +93,63 @@ fn missing(origin: String, why: String) -> ModelConfigRecord {
         missing: Some(why),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::local::LocalHost;
+
+    fn server(yaml: &str) -> Server {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    fn read_now(s: &Server, dir: &Path) -> ModelConfigRecord {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(read(s, dir, &LocalHost))
+    }
+
+    #[test]
+    fn each_source_is_read_or_said_missing_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        // Inline: kept as written.
+        let r = read_now(
+            &server("engine: sim\nmodel_facts: { num_hidden_layers: 2, hidden_size: 64 }\n"),
+            dir.path(),
+        );
+        assert_eq!(r.origin, "inline in the spec (server.model_facts)");
+        assert_eq!(r.config.unwrap()["num_hidden_layers"], 2);
+        // A path beside the spec that is not JSON.
+        std::fs::write(dir.path().join("c.json"), "not json").unwrap();
+        let r = read_now(&server("engine: sim\nmodel_facts: c.json\n"), dir.path());
+        assert!(r.config.is_none());
+        assert!(
+            r.missing.as_deref().unwrap().starts_with("not JSON ("),
+            "{r:?}"
+        );
+        // The model path's config.json on the host: the `model-path` flag wins over `model`.
+        let m = dir.path().join("model");
+        std::fs::create_dir(&m).unwrap();
+        std::fs::write(m.join("config.json"), "{\"a\": 1}").unwrap();
+        let s = server(&format!(
+            "engine: sglang\nmodel: hub/name\nargs: {{ model-path: {} }}\n",
+            m.display()
+        ));
+        let r = read_now(&s, dir.path());
+        assert_eq!(r.origin, format!("local:{}/config.json", m.display()));
+        assert_eq!(r.config.unwrap()["a"], 1);
+        // A hub name is no directory here: said, with the fix.
+        let r = read_now(&server("engine: sglang\nmodel: hub/name\n"), dir.path());
+        assert_eq!(r.origin, "local:hub/name/config.json");
+        let why = r.missing.unwrap();
+        assert!(why.starts_with("no such file: "), "{why}");
+        assert!(why.contains("give `server.model_facts:`"), "{why}");
+        // An external server's host is not read.
+        let r = read_now(
+            &server("engine: sglang\nmodel: m\nurl: http://127.0.0.1:1\n"),
+            dir.path(),
+        );
+        assert!(r.missing.unwrap().contains("its host's files are not read"));
+    }
+}
