@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::host::Host;
 use crate::results::meta::ModelConfigRecord;
-use crate::spec::types::{ArgValue, ModelFactsSource, Server};
+use crate::spec::types::{ModelFactsSource, Server};
 
 /// Largest `config.json` read (real ones are a few kB; a multimodal one under 100 kB).
 pub(crate) const MODEL_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
@@ -59,15 +59,10 @@ pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> M
     }
 }
 
-/// The model path the engine is launched with: its `model-path`/`model` flag, else `model`.
+/// The model path the engine is launched with (`--model-path`, vLLM's positional model,
+/// llama.cpp's `-m`: servebench sets each from `server.model`).
 fn model_path(server: &Server) -> Option<String> {
-    ["model-path", "model", "m"]
-        .iter()
-        .find_map(|k| match server.args.get(*k) {
-            Some(ArgValue::Str(s)) => Some(s.clone()),
-            _ => None,
-        })
-        .or_else(|| server.model.clone())
+    server.model.clone().filter(|m| !m.trim().is_empty())
 }
 
 fn parsed(origin: String, read: Result<Vec<u8>, String>, fix: &str) -> ModelConfigRecord {
@@ -128,14 +123,11 @@ mod tests {
             r.missing.as_deref().unwrap().starts_with("not JSON ("),
             "{r:?}"
         );
-        // The model path's config.json on the host: the `model-path` flag wins over `model`.
+        // The model path's config.json on the host.
         let m = dir.path().join("model");
         std::fs::create_dir(&m).unwrap();
         std::fs::write(m.join("config.json"), "{\"a\": 1}").unwrap();
-        let s = server(&format!(
-            "engine: sglang\nmodel: hub/name\nargs: {{ model-path: {} }}\n",
-            m.display()
-        ));
+        let s = server(&format!("engine: sglang\nmodel: {}/\n", m.display()));
         let r = read_now(&s, dir.path());
         assert_eq!(r.origin, format!("local:{}/config.json", m.display()));
         assert_eq!(r.config.unwrap()["a"], 1);
