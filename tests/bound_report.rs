@@ -129,6 +129,22 @@ fn the_founding_case_is_diagnosed_in_the_report() {
         )
     );
 
+    // `bound` on the run alone grades with what it kept: the same config, the spec's GPU.
+    let out = servebench()
+        .args(["bound", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("NVIDIA RTX PRO 6000 Blackwell"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(finding.trim_start_matches("- ")),
+        "{printed}\nvs the report's: {finding}"
+    );
+
     // Each row's figures are the roofline's on the point's own means.
     let model = k2();
     let layout = Layout {
@@ -242,6 +258,20 @@ fn a_run_whose_model_config_cannot_be_read_says_so_and_how_to_give_it() {
     assert!(text.contains("/config.json): no such file"), "{text}");
     assert!(text.contains("give `server.model_facts:`"), "{text}");
     assert!(text.contains("give `server.gpu:`"), "{text}");
+    // `bound` without --model-config says what the run could not read, and the flag to use.
+    let out = servebench()
+        .args(["bound", dir.to_str().unwrap(), "--gpu", "h100-sxm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "the run could not read its model config (local:test-model/config.json: no such file"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("give --model-config FILE"), "{err}");
 }
 
 #[test]
