@@ -194,11 +194,12 @@ pub(crate) enum Command {
         /// A run directory.
         #[arg(value_name = "RUN_DIR")]
         run_dir: PathBuf,
-        /// The model's Hugging Face `config.json`.
+        /// The model's Hugging Face `config.json`. Default: the one the run kept in meta.json
+        /// (`server.model_facts`, or `<model>/config.json` read on the host).
         #[arg(long, value_name = "FILE")]
-        model_config: PathBuf,
+        model_config: Option<PathBuf>,
         /// The GPU: a catalogue id (`h100-sxm`, `rtx-pro-6000`, ...) or its name as nvidia-smi
-        /// prints it. Default: from the host's facts.
+        /// prints it. Default: the spec's `server.gpu` id, else the host's facts.
         #[arg(long, value_name = "GPU")]
         gpu: Option<String>,
         /// Tensor-parallel ranks. Default: the server's flags or /server_info.
@@ -333,7 +334,7 @@ where
             tokens_per_step,
         } => bound(
             &run_dir,
-            &model_config,
+            model_config.as_deref(),
             gpu,
             tp,
             pp,
@@ -383,7 +384,8 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
 }
 
 /// Loads a spec as `validate` and `run` see it: the spec itself, then what the run would
-/// refuse when it starts (prompt files, trace files, the report template, `${NAME}` references to unset
+/// refuse when it starts (prompt files, trace files, the report template, the model config and
+/// GPU to grade against, `${NAME}` references to unset
 /// variables), every problem with its file, line and column, before a run directory exists;
 /// then its flags against each engine's: a typo is an error (with the engine's flag), a flag
 /// the list lacks is a warning.
@@ -391,12 +393,14 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
     let prompts = crate::prompt::PromptCheck::default();
     let template = crate::report::TemplateCheck::default();
     let schedules = crate::load::ScheduleCheck::default();
+    let bound_inputs = crate::report::BoundInputsCheck::default();
     let spec = crate::spec::load_checked(
         path,
         &[
             &prompts,
             &template,
             &schedules,
+            &bound_inputs,
             &crate::client::UrlCheck,
             &crate::secrets::EnvRefCheck,
         ],
@@ -548,7 +552,7 @@ fn check(run_dir: &Path) -> Result<Status, Error> {
 #[allow(clippy::too_many_arguments)]
 fn bound(
     run_dir: &Path,
-    model_config: &Path,
+    model_config: Option<&Path>,
     gpu: Option<String>,
     tp: Option<u32>,
     pp: Option<u32>,
@@ -563,14 +567,25 @@ fn bound(
     if tp == Some(0) || pp == Some(0) {
         return Err(Error::Usage("--tp and --pp count GPUs: at least 1".into()));
     }
-    let bad = |why: String| Error::Usage(format!("{}: {why}", model_config.display()));
-    let text = read_model_config(model_config).map_err(|e| bad(e.to_string()))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    let model = roofline::ModelFacts::from_hf_config(&json).map_err(|e| bad(e.to_string()))?;
+    let (json, from) = match model_config {
+        Some(path) => {
+            let bad = |why: String| Error::Usage(format!("{}: {why}", path.display()));
+            let text = read_model_config(path).map_err(|e| bad(e.to_string()))?;
+            let json: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+            (json, path.display().to_string())
+        }
+        None => kept_model_config(run_dir)?,
+    };
+    let model = roofline::ModelFacts::from_hf_config(&json)
+        .map_err(|e| Error::Usage(format!("{from}: {e}")))?;
     let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
     let meta = dir.read_meta().map_err(Error::ReadRun)?;
     let points = dir.read_points().map_err(Error::ReadRun)?;
+    let gpu = gpu.or_else(|| match &meta.experiment.server.gpu {
+        Some(crate::spec::types::GpuChoice::Catalogue(id)) => Some(id.clone()),
+        _ => None,
+    });
     let opts = crate::report::bound::BoundOptions {
         model,
         gpu,
@@ -583,6 +598,28 @@ fn bound(
         .map_err(|e| Error::Usage(e.to_string()))?;
     console::out(&crate::report::bound::render(&graded));
     Ok(Status::Success)
+}
+
+/// The model config a run kept in `meta.json`, and where it came from; a usage error naming
+/// `--model-config` when it kept none.
+fn kept_model_config(run_dir: &Path) -> Result<(serde_json::Value, String), Error> {
+    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let meta = dir.read_meta().map_err(Error::ReadRun)?;
+    let kept = meta.servers.iter().find_map(|s| s.model_config.as_ref());
+    match kept {
+        Some(k) if k.config.is_some() => {
+            Ok((k.config.clone().unwrap_or_default(), k.origin.clone()))
+        }
+        Some(k) => Err(Error::Usage(format!(
+            "the run could not read its model config ({}: {}): give --model-config FILE",
+            k.origin,
+            k.missing.as_deref().unwrap_or("not read")
+        ))),
+        None => Err(Error::Usage(
+            "the run kept no model config: give --model-config FILE (the model's config.json)"
+                .into(),
+        )),
+    }
 }
 
 /// A regular file (a FIFO would block) of at most [`MODEL_CONFIG_BYTES`], as text.

@@ -746,3 +746,60 @@ fn a_real_change_below_the_threshold_is_not_called_noise() {
     assert!(text.contains("+3.7% real, below the threshold"), "{text}");
     assert!(!text.contains("+3.7% within noise"), "{text}");
 }
+
+#[test]
+fn compare_shows_each_points_grades_against_the_hardware() {
+    let fixture = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/runs")
+            .join(name)
+    };
+    // The graded fixture against the same points without a model config.
+    let a = servebench::report::compare::load(&fixture("bound-sweep")).unwrap();
+    let b = servebench::report::compare::load(&fixture("clean-sweep")).unwrap();
+    let report = servebench::report::build_model(
+        &a.meta,
+        &a.points,
+        &RunDir::open(&fixture("bound-sweep"))
+            .unwrap()
+            .read_requests()
+            .unwrap(),
+    );
+    let graded = report.bound.as_ref().unwrap();
+    let model = servebench::report::compare::build(&[a, b], None);
+    assert_eq!(model.bound.len(), model.points.len());
+    assert!(!model.bound.is_empty());
+    for (row, shared) in model.bound.iter().zip(&model.points) {
+        let (ra, rb) = (&row.runs[0], &row.runs[1]);
+        // B kept no config: nothing graded, and the note says why.
+        assert_eq!(rb.decode_bw_fraction, None);
+        // A's figures are its report's.
+        let want = graded
+            .rows
+            .iter()
+            .find(|r| r.point == shared.ids[0])
+            .unwrap();
+        assert_eq!(
+            ra.decode_bw_fraction,
+            Some(want.decode_bw_fraction),
+            "{row:?}"
+        );
+        assert_eq!(
+            ra.effective_bandwidth_gbs,
+            Some(want.effective_bandwidth_gbs)
+        );
+        assert_eq!(ra.step_floor_s, Some(want.step_floor_s));
+        assert_eq!(ra.prefill_flops_fraction, want.prefill_flops_fraction);
+    }
+    assert!(
+        model
+            .bound_notes
+            .iter()
+            .any(|n| n.starts_with("B: ") && n.contains("server.model_facts")),
+        "{:?}",
+        model.bound_notes
+    );
+    let text = servebench::report::compare::render(&model, None).unwrap();
+    assert!(text.contains("## Against the hardware"), "{text}");
+    assert!(text.contains("- not graded: B: "), "{text}");
+}

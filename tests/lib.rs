@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area.
 mod accuracy;
 mod architecture;
+mod bound_report;
 mod bounds;
 mod cli;
 mod client;

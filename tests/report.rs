@@ -104,6 +104,96 @@ fn a_load_run_has_a_load_section_with_definitions_and_its_slo_verdicts() {
     insta::assert_snapshot!("load_section", section);
 }
 
+/// The "Against the hardware" section of a report, up to the next section.
+fn bound_section(text: &str) -> String {
+    let start = text
+        .find("## Against the hardware")
+        .unwrap_or_else(|| panic!("no section:\n{text}"));
+    let rest = &text[start..];
+    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 4);
+    rest[..end].to_string()
+}
+
+#[test]
+fn bound_section_report() {
+    // clean-sweep's points with Llama 3.1 8B's config kept in meta.json and `gpu: h100-sxm`.
+    insta::assert_snapshot!(
+        "bound_section_report",
+        bound_section(&rendered("bound-sweep"))
+    );
+}
+
+#[test]
+fn bound_section_figures_are_the_rooflines_on_the_points_means() {
+    let model = model_of("bound-sweep");
+    let bound = model.bound.as_ref().expect("a section");
+    assert!(bound.missing.is_empty(), "{:?}", bound.missing);
+    let dir = open("bound-sweep");
+    let points = dir.read_points().unwrap();
+    let config: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("crates/roofline/tests/fixtures/configs/llama-3.1-8b.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let llama = roofline::ModelFacts::from_hf_config(&config).unwrap();
+    let h100 = roofline::gpu::find("h100-sxm").unwrap();
+    assert_eq!(bound.rows.len(), points.len());
+    assert_eq!(bound.tp, 1);
+    for (row, p) in bound.rows.iter().zip(&points) {
+        let mean = |k: &str| p.metrics[k].mean;
+        let close = |got: f64, want: f64| {
+            assert!(
+                (got - want).abs() <= want.abs() * 1e-9,
+                "{}: {got} vs {want}",
+                p.id
+            )
+        };
+        let context = mean("prompt_tokens") + mean("completion_tokens") / 2.0;
+        close(row.context_tokens, context);
+        let s = roofline::step::decode_step(&llama, &Default::default(), 1.0, context, 1.0);
+        close(row.step_s, 1.0 / mean("decode_tok_s"));
+        close(row.step_floor_s, s.bytes() / 3.35e12);
+        close(row.weight_bytes_per_gpu, s.weight_bytes);
+        close(row.kv_bytes_per_gpu, 131_072.0 * context);
+        close(row.effective_bandwidth_gbs, s.bytes() / row.step_s / 1e9);
+        close(row.decode_bw_fraction, row.step_floor_s / row.step_s);
+        let work = roofline::step::prefill(&llama, &Default::default(), mean("prompt_tokens"), 0.0);
+        let seconds = mean("prompt_tokens") / mean("prefill_tok_s");
+        close(row.prefill_tflops.unwrap(), work.flops() / seconds / 1e12);
+        close(
+            row.prefill_flops_fraction.unwrap(),
+            work.flops() / seconds / h100.peak_flops(roofline::Precision::Bf16),
+        );
+    }
+    // Batch 1 over three contexts in two groups: one line, and its findings said in words.
+    assert_eq!(bound.sweeps.len(), 1);
+    assert_eq!(bound.sweeps[0].points, 6);
+    assert!(!bound.sweeps[0].findings.is_empty());
+    assert!(bound.chart.is_some());
+}
+
+#[test]
+fn a_run_without_a_model_config_or_gpu_says_how_to_give_them() {
+    let bound = model_of("clean-sweep").bound.expect("a section");
+    assert!(bound.rows.is_empty());
+    assert_eq!(bound.missing.len(), 2, "{:?}", bound.missing);
+    assert!(
+        bound.missing[0].contains("give `server.model_facts:`"),
+        "{:?}",
+        bound.missing
+    );
+    assert!(
+        bound.missing[1].contains("give `server.gpu:`"),
+        "{:?}",
+        bound.missing
+    );
+    // An open-loop run has no closed-loop step to grade: no section at all.
+    assert!(model_of("load-rate").bound.is_none());
+}
+
 #[test]
 fn rendering_twice_is_identical() {
     assert_eq!(rendered("clean-sweep"), rendered("clean-sweep"));

@@ -822,3 +822,53 @@ fn a_pending_job_is_recorded_at_submission_and_cancelled_by_down_or_ctrl_c() {
     );
     assert_nothing_left(&cluster, "servebench-slurm-pending-int", &model);
 }
+
+/// The model's config.json is read inside the allocation (a step on rank 0's node), from the
+/// model path, and the report grades the points with it.
+#[test]
+fn the_model_config_is_read_inside_the_allocation() {
+    let cluster = SlurmCluster::get();
+    let ws = Workspace::new();
+    let model = ws
+        .path()
+        .join(format!("slurm-config-{}", std::process::id()));
+    std::fs::create_dir(&model).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crates/roofline/tests/fixtures/configs/llama-3.1-8b.json"),
+        model.join("config.json"),
+    )
+    .unwrap();
+    let _cleanup = cluster.cancel_on_drop("servebench-slurm-config");
+    let text = spec("slurm-config", &model.display().to_string(), 1.0, 1, "")
+        .replace(
+            "  server.args.sim-time-scale: [1, 1]\n",
+            "  server.args.sim-time-scale: [1]\n",
+        )
+        .replace(
+            "  ready_timeout: 60s\n",
+            "  ready_timeout: 60s\n  gpu: h100-sxm\n",
+        );
+    let path = ws.write("s.yaml", &text);
+    let out = ws.path().join("runs");
+    let done = servebench_on(&cluster, &run_args(&path, &out))
+        .wait_with_output()
+        .unwrap();
+    assert!(done.status.success(), "{}\n{}", show(&done), cluster.logs());
+    let dir = the_run_dir(&out).unwrap();
+    let meta = read_json(&dir.join("meta.json"));
+    let kept = &meta["servers"][0]["model_config"];
+    assert_eq!(
+        kept["origin"],
+        format!("slurm:{}/config.json", model.display()),
+        "{kept}"
+    );
+    assert_eq!(kept["config"]["num_hidden_layers"], 32, "{kept}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(!report.contains("The points are not graded"), "{report}");
+    assert_nothing_left(
+        &cluster,
+        "servebench-slurm-config",
+        &model.display().to_string(),
+    );
+}

@@ -819,3 +819,54 @@ fn lines_from_the_agent_that_are_not_records_are_counted_on_the_point() {
         show(&out)
     );
 }
+
+/// The model's config.json is read on the SSH host, from the model path the server is
+/// launched with, and kept in meta.json so the report grades the points.
+#[test]
+fn the_model_config_is_read_on_the_ssh_host_and_the_report_grades_with_it() {
+    let sshd = sshd!();
+    let ws = Workspace::new();
+    let model = ws.path().join("llama dir");
+    std::fs::create_dir(&model).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crates/roofline/tests/fixtures/configs/llama-3.1-8b.json"),
+        model.join("config.json"),
+    )
+    .unwrap();
+    let spec = ssh_spec(
+        &sshd,
+        "ssh-config",
+        "local",
+        "",
+        "sweep:\n  ctx: [256, 1024]\n",
+    )
+    .replace(
+        "  model: test-model\n",
+        &format!("  model: \"{}\"\n", model.display()),
+    )
+    .replace(
+        "  ready_timeout: 30s\n",
+        "  ready_timeout: 30s\n  gpu: h100-sxm\n",
+    );
+    let spec = ws.write("ssh-config.yaml", &spec);
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    let kept = &meta["servers"][0]["model_config"];
+    let origin = kept["origin"].as_str().unwrap();
+    assert!(origin.contains("127.0.0.1"), "{kept}");
+    assert!(
+        origin.ends_with(&format!(":{}/config.json", model.display())),
+        "{kept}"
+    );
+    assert_eq!(kept["config"]["num_key_value_heads"], 8, "{kept}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Against the hardware"), "{report}");
+    assert!(
+        report.contains("NVIDIA H100 SXM's peak bandwidth (3350 GB/s"),
+        "{report}"
+    );
+    assert!(!report.contains("The points are not graded"), "{report}");
+}

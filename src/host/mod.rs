@@ -13,6 +13,7 @@ pub mod local;
 pub(crate) mod procfs;
 pub(crate) mod remote;
 pub(crate) mod slurm;
+pub(crate) mod small_file;
 pub mod ssh;
 pub(crate) mod supervise;
 
@@ -198,6 +199,17 @@ pub(crate) trait Host: Send + Sync {
     /// 127.0.0.1 for this machine, the SSH destination's host name for an SSH host.
     fn address(&self) -> String {
         "127.0.0.1".into()
+    }
+
+    /// A small regular file on the host the server runs on (a model's `config.json`), at most
+    /// `limit` bytes: its bytes, or why it was not read, in words (`no such file`, `not a
+    /// regular file`, `5000000 bytes; read up to 4194304`, the link's error).
+    fn read_small_file<'a>(
+        &'a self,
+        path: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move { small_file::read_local(path, limit) })
     }
 }
 

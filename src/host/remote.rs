@@ -425,6 +425,24 @@ impl super::Host for RemoteHost {
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
         Box::pin(async move { Ok(self.ssh.ensure_connected().await?) })
     }
+
+    fn read_small_file<'a>(
+        &'a self,
+        path: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let out = self
+                .ssh
+                .run_script(
+                    super::small_file::SCRIPT,
+                    &[path.to_string(), limit.to_string()],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            super::small_file::from_output(&out, limit)
+        })
+    }
 }
 
 /// How long a server whose forward failed gets to exit before SIGKILL.

@@ -9,6 +9,7 @@ mod interrupt;
 pub(crate) mod launch;
 mod load_point;
 pub(crate) mod measurer;
+pub(crate) mod model_facts;
 mod on_server;
 pub(crate) mod outcome;
 pub(crate) mod point;

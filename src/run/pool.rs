@@ -474,6 +474,8 @@ async fn measure_group<'p>(
     let mut pending = points.into_iter().peekable();
     let mut policy = FailurePolicy::new(first.on_failure);
     let mut tally = Tally::default();
+    // Read once per group, kept with every launch of it.
+    let mut model_config = None;
     let end = loop {
         if pending.peek().is_none() || run.stopping() {
             break GroupEnd::Done;
@@ -542,6 +544,12 @@ async fn measure_group<'p>(
             }
         };
         run.progress.launched(&g.id);
+        let config = match &model_config {
+            Some(c) => c,
+            None => model_config
+                .insert(super::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await),
+        };
+        handle.record.model_config = Some(config.clone());
         for note in &handle.record.notes {
             run.progress.line(&format!("{}: warning: {note}", g.id));
         }

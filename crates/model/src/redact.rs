@@ -108,13 +108,15 @@ fn name_kind(name: &str) -> Option<NameKind> {
         .filter(|w| !w.is_empty())
         .collect();
     // `key` before a word that describes keys names a setting, not a key:
-    // `host_key_check: strict`, `key_type: ed25519`.
+    // `host_key_check: strict`, `key_type: ed25519`; attention's key and value heads
+    // (`num_key_value_heads` in every model's config.json) are a count.
     let credential = words.iter().enumerate().any(|(i, w)| {
         CREDENTIAL_WORDS.contains(w)
             && !(matches!(*w, "key" | "keys")
-                && words
+                && (words
                     .get(i + 1)
-                    .is_some_and(|next| KEY_DESCRIBERS.contains(next)))
+                    .is_some_and(|next| KEY_DESCRIBERS.contains(next))
+                    || matches!(words.get(i + 1..i + 3), Some(["value", "heads" | "head"]))))
     });
     if credential {
         return Some(NameKind::Credential);
@@ -590,6 +592,7 @@ mod tests {
             "ssl-keyfile",
             "monkey",
             "host_key_check",
+            "num_key_value_heads",
             "cached_tokens",
             "token_source",
             "speculative-token-map",

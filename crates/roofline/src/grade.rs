@@ -93,6 +93,9 @@ pub enum Finding {
     },
     /// The context-dependent part runs near bandwidth: attention is memory-bound, as it should be.
     ContextAtBandwidth { marginal_gb_s: f64, fraction: f64 },
+    /// The context-dependent part runs faster than memory allows: the cache holds fewer bytes
+    /// per token than the facts say (its dtype, the layout), or the line does not fit.
+    ContextAbovePeak { marginal_gb_s: f64, fraction: f64 },
     /// Between the two.
     ContextBelowBandwidth { marginal_gb_s: f64, fraction: f64 },
     /// The line's fixed part is below the weight-read floor, and the sweep resolves it: the
@@ -144,6 +147,15 @@ impl fmt::Display for Finding {
             } => write!(
                 f,
                 "its context-dependent part runs at {} ({:.0}% of peak): attention is memory-bound, as it should be",
+                gb_s(marginal_gb_s),
+                fraction * 100.0
+            ),
+            Finding::ContextAbovePeak {
+                marginal_gb_s,
+                fraction,
+            } => write!(
+                f,
+                "its context-dependent part runs at {} ({:.0}% of peak), faster than memory allows: the KV cache holds fewer bytes per token than the model facts and layout say (its dtype, its split over ranks), or the points do not lie on a line",
                 gb_s(marginal_gb_s),
                 fraction * 100.0
             ),
@@ -274,6 +286,11 @@ pub fn context_sweep(
             marginal_gb_s,
             times_below_peak: 1.0 / marginal_fraction,
         }
+    } else if marginal_fraction * FLOOR_TOLERANCE > 1.0 {
+        Finding::ContextAbovePeak {
+            marginal_gb_s,
+            fraction: marginal_fraction,
+        }
     } else if marginal_fraction >= AT_BANDWIDTH_FROM {
         Finding::ContextAtBandwidth {
             marginal_gb_s,
@@ -369,7 +386,37 @@ fn least_squares(points: &[(f64, f64)]) -> Option<Fit> {
 
 #[cfg(test)]
 mod tests {
-    use super::least_squares;
+    use super::{Finding, context_sweep, least_squares};
+    use crate::gpu;
+    use crate::step::DecodeStep;
+
+    #[test]
+    fn a_context_term_faster_than_memory_is_not_called_memory_bound() {
+        // 100,000 KV bytes per token of context in 20 ns: 5,000 GB/s on a 3,350 GB/s card.
+        let step_at = |ctx: f64| DecodeStep {
+            tokens: 1.0,
+            weight_bytes: 1e9,
+            kv_bytes: 1e5 * ctx,
+            kv_bytes_per_context_token: 1e5,
+        };
+        let h100 = gpu::find("h100-sxm").unwrap();
+        let pts: Vec<(f64, f64)> = [1024.0, 8192.0, 32768.0]
+            .iter()
+            .map(|&c| (c, 1e9 / h100.bandwidth() + 20e-9 * c + 1e-3))
+            .collect();
+        let sweep = context_sweep(&pts, step_at, h100).unwrap();
+        assert!(
+            matches!(sweep.findings[0], Finding::ContextAbovePeak { fraction, .. } if (fraction - 5000.0 / 3350.0).abs() < 1e-6),
+            "{:?}",
+            sweep.findings
+        );
+        let text = sweep.findings[0].to_string();
+        assert!(
+            text.contains("5000 GB/s (149% of peak), faster than memory allows"),
+            "{text}"
+        );
+        assert!(!text.contains("as it should be"), "{text}");
+    }
 
     #[test]
     fn least_squares_recovers_a_line_and_its_errors() {

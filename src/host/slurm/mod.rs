@@ -799,6 +799,36 @@ impl super::Host for SlurmHost {
     fn address(&self) -> String {
         self.address_of(0)
     }
+
+    /// Read inside the allocation, on rank 0's node (where the model path is the server's),
+    /// as a step that overlaps the server's.
+    fn read_small_file<'a>(
+        &'a self,
+        path: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let a = self
+                .current
+                .lock()
+                .await
+                .clone()
+                .ok_or_else(|| "no allocation is running to read it in".to_string())?;
+            let args = Self::step_argv(
+                &a.job,
+                a.job.nodes.first().map_or("", String::as_str),
+                &format!("servebench-read-{}", self.run_id),
+                true,
+                None,
+                None,
+                &super::small_file::argv(path, limit),
+            );
+            let out = cli::output(&self.runner, "srun", &args)
+                .await
+                .map_err(|e| e.to_string())?;
+            super::small_file::from_output(&out, limit)
+        })
+    }
 }
 
 /// Rank `rank` of a multi-node server on a Slurm cluster: a step on the allocation's node
@@ -859,6 +889,14 @@ impl super::Host for SlurmRank {
 
     fn address(&self) -> String {
         self.cluster.address_of(self.rank)
+    }
+
+    fn read_small_file<'a>(
+        &'a self,
+        path: &'a str,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        super::Host::read_small_file(self.cluster.as_ref(), path, limit)
     }
 }
 

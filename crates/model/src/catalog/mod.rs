@@ -9,8 +9,10 @@
 
 mod failure;
 mod flag;
+mod graded;
 mod metric;
 
 pub use failure::Failure;
 pub use flag::FlagKind;
+pub use graded::{GRADED, Graded};
 pub use metric::{Direction, Display, Method, Metric};

@@ -212,6 +212,23 @@ pub struct ServerLaunch {
     /// The other ranks of a multi-node server (`server.nodes`), rank 1 first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankLaunch>,
+    /// The model's `config.json` as read when the server started, for grading its points
+    /// against the hardware (None in runs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_config: Option<ModelConfigRecord>,
+}
+
+/// The model's Hugging Face `config.json`, kept in the run so the report grades offline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfigRecord {
+    /// Where it was read: `spec file models/k2.json`, `inline in the spec`, `local:/models/x/config.json`.
+    pub origin: String,
+    /// The config as read (a JSON object); None when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
+    /// Why it could not be read, and how to give it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
 }
 
 /// A Slurm job as servebench saw it: its accounting, for meta.json and the report.

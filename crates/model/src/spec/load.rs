@@ -539,6 +539,7 @@ pub(crate) fn expectable_metrics() -> Vec<&'static str> {
             names.push(m);
         }
     }
+    names.extend(crate::catalog::GRADED.iter().map(|g| g.name));
     names
 }
 

@@ -8,6 +8,7 @@ pub(crate) mod check;
 pub mod diagnostics;
 pub(crate) mod error_budget;
 pub(crate) mod expand;
+pub(crate) mod hardware_facts;
 pub mod load;
 pub mod load_model;
 pub(crate) mod patterns;

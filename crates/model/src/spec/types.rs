@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::error_budget::ErrorBudget;
+pub use super::hardware_facts::{CustomGpu, GpuChoice, ModelFactsSource};
 use super::patterns::{DURATION_PATTERN, HOST_PATTERN, SLURM_TIME_PATTERN};
 pub use super::workload::{DatasetFormat, Length, LengthDist, SessionsSpec, ThinkDist};
 
@@ -509,7 +510,13 @@ pub struct Expectation {
     #[serde(default, rename = "where")]
     pub where_: IndexMap<String, SweepValue>,
     /// The metric: `ttft_s`, `prefill_tok_s`, `decode_tok_s`, `tpot_s`, `e2e_s`, `t_a_s`,
-    /// `t_b_s`, `prompt_tokens`, ... (the point's mean is compared).
+    /// `t_b_s`, `prompt_tokens`, ... (the point's mean is compared); or a figure the point is
+    /// graded with against the hardware (needs `server.model_facts` and a known GPU; the
+    /// model's values, not scaled by `sim-time-scale`): `step_s` (seconds per decode step),
+    /// `step_floor_s` (the step's bytes per GPU at peak bandwidth), `effective_bandwidth_gbs`
+    /// (bytes per GPU over the step, GB/s), `decode_bw_fraction` (that over peak bandwidth),
+    /// `prefill_tflops` (prefill FLOPs per GPU over its time), `prefill_flops_fraction` (that
+    /// over the dense peak).
     #[serde(default)]
     pub metric: Option<String>,
     /// The published value, in the metric's unit.
@@ -617,6 +624,17 @@ pub struct Server {
     /// SSH host name; `127.0.0.1` for a local host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dist_init_host: Option<String>,
+    /// The model's Hugging Face `config.json`, for grading each point against the hardware's
+    /// bound: a path (relative to the spec file) or the config inline. Omitted: read from
+    /// `<model>/config.json` on the server's host when `model` is a directory there; when it
+    /// cannot be read the report says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_facts: Option<ModelFactsSource>,
+    /// The GPU to grade against: a catalogue id (`h100-sxm`, `rtx-pro-6000`; `servebench bound
+    /// --help` lists them) or `{ name, bandwidth_gb_s, bf16_tflops, fp8_tflops, source }`.
+    /// Omitted: the GPU the server host's nvidia-smi names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuChoice>,
 }
 
 impl Server {

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use roofline::grade::{self, ContextSweep};
 use roofline::step::{self, Layout};
-use roofline::{GpuSpec, ModelFacts, gpu};
+use roofline::{GpuSpec, ModelFacts, Precision, gpu};
 
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::{PointRecord, PointStatus};
@@ -56,6 +56,11 @@ pub struct BoundRow {
     pub step: grade::DecodeGrade,
     pub weight_bytes: f64,
     pub kv_bytes: f64,
+    /// Mean prompt tokens.
+    pub prompt_tokens: f64,
+    /// The prefill's achieved FLOP/s per GPU (None without a prefill speed: under concurrency
+    /// or with cached prompts).
+    pub prefill: Option<grade::PrefillGrade>,
 }
 
 /// A run's grades.
@@ -64,6 +69,8 @@ pub struct BoundReport {
     pub gpu: GpuSpec,
     pub layout: Layout,
     pub tokens_per_step: f64,
+    /// The precision prefills are graded at.
+    pub precision: Precision,
     /// What was assumed or taken from where, one sentence each.
     pub assumptions: Vec<String>,
     pub rows: Vec<BoundRow>,
@@ -71,36 +78,59 @@ pub struct BoundReport {
     pub sweeps: Vec<(f64, ContextSweep)>,
 }
 
-/// Grades the run's points.
+/// Grades the run's points against the GPU `opts.gpu` names (or the host's facts name).
 pub fn grade(
     meta: &RunMeta,
     points: &[PointRecord],
     opts: &BoundOptions,
 ) -> Result<BoundReport, BoundError> {
-    let mut assumptions = opts.model.unknown.clone();
-    let known = || {
-        gpu::catalogue()
-            .iter()
-            .map(|g| g.id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let mut assumptions = Vec::new();
     let gpu = match &opts.gpu {
-        Some(name) => gpu::find(name).ok_or_else(|| BoundError::UnknownGpu {
-            name: name.clone(),
-            known: known(),
-        })?,
+        Some(name) => find_gpu(name)?,
         None => {
             let name = host_gpu(meta).ok_or_else(|| BoundError::NoGpu { known: known() })?;
-            let g = gpu::find(&name).ok_or_else(|| BoundError::UnknownGpu {
-                name: name.clone(),
-                known: known(),
-            })?;
+            let g = find_gpu(&name)?;
             assumptions.push(format!("GPU: {name}, from the host's facts"));
             g
         }
-    }
-    .clone();
+    };
+    grade_on(meta, points, opts, gpu, assumptions)
+}
+
+/// The catalogue's ids, for messages.
+pub(crate) fn known() -> String {
+    gpu::catalogue()
+        .iter()
+        .map(|g| g.id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A catalogue entry by id or nvidia-smi name.
+pub(crate) fn find_gpu(name: &str) -> Result<GpuSpec, BoundError> {
+    gpu::find(name)
+        .cloned()
+        .ok_or_else(|| BoundError::UnknownGpu {
+            name: name.to_string(),
+            known: known(),
+        })
+}
+
+/// The decode steps' layout and tokens per step, as the server's flags and `/server_info` say
+/// (`opts` first), with what was assumed.
+pub(crate) struct Basis {
+    pub layout: Layout,
+    pub tokens_per_step: f64,
+    /// The simulator's time scale steps are divided by (1 off the simulator).
+    pub unscale: f64,
+    pub assumptions: Vec<String>,
+}
+
+/// Reads the layout from the first server launch: its flags, then `/server_info` (SGLang's
+/// `tp_size`, `pp_size`, `dp_size`, `enable_dp_attention`, `kv_cache_dtype`,
+/// `speculative_algorithm`, `speculative_num_draft_tokens`).
+pub(crate) fn basis(meta: &RunMeta, opts: &BoundOptions) -> Basis {
+    let mut assumptions = Vec::new();
     let server = meta.servers.first();
     let flag = |names: &[&str]| -> Option<&serde_json::Value> {
         server.and_then(|s| names.iter().find_map(|n| s.args.get(*n)))
@@ -109,12 +139,14 @@ pub fn grade(
         server
             .and_then(|s| s.server_info.as_ref())
             .and_then(|i| i.get(key))
+            .filter(|v| !v.is_null())
     };
     let as_u32 = |v: &serde_json::Value| {
         v.as_u64()
             .or_else(|| v.as_str()?.parse().ok())
             .map(|n| n as u32)
     };
+    let as_bool = |v: &serde_json::Value| v.as_bool().or_else(|| v.as_str().map(|s| s == "true"));
     let tp = opts
         .tp
         .or_else(|| flag(&["tp-size", "tp", "tensor-parallel-size", "-tp"]).and_then(as_u32))
@@ -131,6 +163,15 @@ pub fn grade(
         .or_else(|| flag(&["pp-size", "pipeline-parallel-size", "-pp"]).and_then(as_u32))
         .or_else(|| info("pp_size").and_then(as_u32))
         .unwrap_or(1);
+    let dp = flag(&["dp-size", "dp"])
+        .and_then(as_u32)
+        .or_else(|| info("dp_size").and_then(as_u32))
+        .unwrap_or(1)
+        .max(1);
+    let dp_attention = flag(&["enable-dp-attention"])
+        .and_then(as_bool)
+        .or_else(|| info("enable_dp_attention").and_then(as_bool))
+        .unwrap_or(false);
     let kv_cache_dtype = opts.kv_cache_dtype.clone().or_else(|| {
         flag(&["kv-cache-dtype"])
             .or_else(|| info("kv_cache_dtype"))
@@ -138,34 +179,88 @@ pub fn grade(
     });
     // The simulator at `sim-time-scale: s` runs every modelled duration s times as long (0.1:
     // ten times faster): a step measured there is s times the model's step.
+    let as_f64 = |v: &serde_json::Value| v.as_f64().or_else(|| v.as_str()?.parse().ok());
     let time_scale = flag(&["sim-time-scale"])
-        .and_then(|v| v.as_f64().or_else(|| v.as_str()?.parse().ok()))
+        .and_then(as_f64)
+        .or_else(|| info("sim_time_scale").and_then(as_f64))
         .filter(|s| s.is_finite() && *s > 0.0 && *s != 1.0);
     if let Some(s) = time_scale {
         assumptions.push(format!(
             "the simulator ran at sim-time-scale {s}: measured steps are divided by {s}"
         ));
     }
-    let unscale = time_scale.unwrap_or(1.0);
-    let speculative = server.is_some_and(|s| s.args.keys().any(|k| k.starts_with("speculative")));
-    let tokens_per_step = opts.tokens_per_step.unwrap_or_else(|| {
-        if speculative {
-            assumptions.push(
-                "speculative decoding is on but its tokens per step were not given: steps are counted as one token each, so step times are too short by the accept length (give --tokens-per-step)".into(),
-            );
-        }
-        1.0
-    });
-    let layout = Layout {
-        tp,
-        pp,
-        dp: 1,
-        dp_attention: false,
-        kv_cache_dtype,
-    };
+    let speculative = server.is_some_and(|s| s.args.keys().any(|k| k.starts_with("speculative")))
+        || info("speculative_algorithm").is_some()
+        || info("internal_states")
+            .and_then(|v| v.get(0)?.get("avg_spec_accept_length"))
+            .is_some_and(|v| !v.is_null());
+    // A verify step emits at most its draft width: at one, exactly one token per step.
+    let one_wide = flag(&["speculative-num-draft-tokens"])
+        .and_then(as_u32)
+        .or_else(|| info("speculative_num_draft_tokens").and_then(as_u32))
+        == Some(1);
+    let tokens_per_step = opts
+        .tokens_per_step
+        .or_else(|| mean_accept_length(meta))
+        .unwrap_or_else(|| {
+            if speculative && !one_wide {
+                assumptions.push(
+                    "speculative decoding is on but its tokens per step are not known: steps are counted as one token each, so step times are too short by the accept length (give --tokens-per-step)".into(),
+                );
+            }
+            1.0
+        });
     if meta.experiment.load.is_some() {
         assumptions.push("open-loop points are left out: their batch is not fixed".into());
     }
+    Basis {
+        layout: Layout {
+            tp,
+            pp,
+            dp,
+            dp_attention,
+            kv_cache_dtype,
+        },
+        tokens_per_step,
+        unscale: time_scale.unwrap_or(1.0),
+        assumptions,
+    }
+}
+
+/// The mean tokens one decode step gave each sequence under speculative decoding, measured:
+/// the one place it comes from. None until the per-request accept counts are recorded
+/// (SGLang's `meta_info.spec_verify_ct`: completion tokens over verify steps); then `grade`
+/// and the report's section use it without further change.
+pub(crate) fn mean_accept_length(_meta: &RunMeta) -> Option<f64> {
+    None
+}
+
+/// The precision a prefill's matrix multiplies run in, for its peak: fp8 for a checkpoint in
+/// fp8 (dtype or `quant_method: fp8`), else bf16 (int4/int8 weights are widened to bf16 for the
+/// multiply).
+pub(crate) fn prefill_precision(model: &ModelFacts) -> Precision {
+    let fp8 = model.dtype.contains("float8")
+        || model.dtype.contains("fp8")
+        || model
+            .quantization
+            .as_ref()
+            .is_some_and(|q| q.method.eq_ignore_ascii_case("fp8"));
+    if fp8 { Precision::Fp8 } else { Precision::Bf16 }
+}
+
+/// Grades the run's points on `gpu`; `assumptions` are said first.
+pub(crate) fn grade_on(
+    meta: &RunMeta,
+    points: &[PointRecord],
+    opts: &BoundOptions,
+    gpu: GpuSpec,
+    mut assumptions: Vec<String>,
+) -> Result<BoundReport, BoundError> {
+    assumptions.extend(opts.model.unknown.iter().cloned());
+    let b = basis(meta, opts);
+    assumptions.extend(b.assumptions);
+    let (layout, tokens_per_step, unscale) = (b.layout, b.tokens_per_step, b.unscale);
+    let precision = prefill_precision(&opts.model);
     let mut rows = Vec::new();
     for p in points {
         if meta.experiment.load.is_some() || p.status() == PointStatus::Failed || p.ok == 0 {
@@ -188,6 +283,12 @@ pub fn grade(
             .unwrap_or(f64::from(meta.experiment.concurrency))
             .max(1.0);
         let s = step::decode_step(&opts.model, &layout, batch, context, tokens_per_step);
+        // prefill_tok_s is measured over requests that found nothing cached: the whole prompt
+        // is new, and its time is the prompt over the speed.
+        let prefill = mean("prefill_tok_s").map(|speed| {
+            let work = step::prefill(&opts.model, &layout, prompt, 0.0);
+            grade::prefill(&work, &gpu, precision, prompt / speed / unscale)
+        });
         rows.push(BoundRow {
             point: p.id.clone(),
             context,
@@ -195,6 +296,8 @@ pub fn grade(
             step: grade::decode(&s, &gpu, tokens_per_step / decode / unscale),
             weight_bytes: s.weight_bytes,
             kv_bytes: s.kv_bytes,
+            prompt_tokens: prompt,
+            prefill,
         });
     }
     if rows.is_empty() {
@@ -219,6 +322,7 @@ pub fn grade(
         gpu,
         layout,
         tokens_per_step,
+        precision,
         assumptions,
         rows,
         sweeps,
@@ -226,7 +330,7 @@ pub fn grade(
 }
 
 /// The GPU named in the server host's facts (SSH and Slurm hosts record `nvidia-smi`'s names).
-fn host_gpu(meta: &RunMeta) -> Option<String> {
+pub(crate) fn host_gpu(meta: &RunMeta) -> Option<String> {
     let facts = meta.server_host.as_ref()?;
     let gpus = facts.get("gpus")?.as_array()?;
     gpus.first()?.get("name")?.as_str().map(str::to_string)

@@ -164,6 +164,7 @@ pub(crate) fn build_model_from(
         capacity: None,
         server_view: super::server_view::rows(points, requests),
         timelines: Vec::new(),
+        bound: None,
     };
     model.prefix_cache = points
         .iter()
@@ -194,6 +195,7 @@ pub(crate) fn build_model_from(
         .iter()
         .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), t.title.clone())))
         .collect();
+    model.bound = super::bound_section::section(meta, points, &labels);
     model.load = super::load::section(points, &labels, &variants);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.

@@ -357,6 +357,13 @@ pub struct CompareModel {
     /// offered rate when it is within this many percent of the first run's, not by label.
     #[serde(default)]
     pub offered_tolerance_pct: Option<f64>,
+    /// Each shared point's grades against the hardware in every run (empty when no run could
+    /// be graded: see its report's "Against the hardware" section).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bound: Vec<super::compare_bound::BoundCompareRow>,
+    /// Why a run's points are not graded, one line each (`B: ...`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bound_notes: Vec<String>,
 }
 
 /// A run in the comparison.
@@ -696,6 +703,17 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
 
     let metas: Vec<&RunMeta> = runs.iter().map(|r| &r.meta).collect();
     let hardware_notes = super::hardware::compare_notes(&metas, &labels, &shared_records);
+    let (bound, bound_notes) = super::compare_bound::compare(
+        &runs
+            .iter()
+            .map(|r| (&r.meta, r.points.as_slice()))
+            .collect::<Vec<_>>(),
+        &labels,
+        &points
+            .iter()
+            .map(|p| (p.label.clone(), p.ids.clone()))
+            .collect::<Vec<_>>(),
+    );
     CompareModel {
         model_version: COMPARE_MODEL_VERSION,
         runs: runs
@@ -731,6 +749,8 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 .collect::<Vec<_>>(),
         ),
         offered_tolerance_pct: any_offered.then_some(offered::TOLERANCE_PCT),
+        bound,
+        bound_notes,
     }
 }
 

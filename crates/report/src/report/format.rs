@@ -31,6 +31,18 @@ pub(crate) fn register(env: &mut Environment<'_>) {
         num(&v).map(text::duration).unwrap_or_else(missing)
     });
     env.add_filter("fmt_metric", fmt_metric);
+    // Three significant digits (bandwidths, TFLOP/s); bytes as GB; a fraction as a percentage.
+    env.add_filter("fmt_sig", |v: Value| {
+        num(&v).map(text::sig3).unwrap_or_else(missing)
+    });
+    env.add_filter("fmt_gb", |v: Value| {
+        num(&v).map(|b| text::sig3(b / 1e9)).unwrap_or_else(missing)
+    });
+    env.add_filter("fmt_pct", |v: Value| {
+        num(&v)
+            .map(|f| format!("{}%", text::sig3(f * 100.0)))
+            .unwrap_or_else(missing)
+    });
     // A metric's label and shown unit by name, from the catalogue (any name: a load metric in
     // a point's details, or one this version does not know, shown as itself without a unit).
     env.add_filter("metric_label", |name: &str| {

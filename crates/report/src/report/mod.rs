@@ -13,6 +13,9 @@
 //! for `compare` and `compare_capacity`, `verdict`.
 
 pub mod bound;
+pub(crate) mod bound_chart;
+pub(crate) mod bound_check;
+pub(crate) mod bound_section;
 pub(crate) mod build;
 pub mod capacity;
 pub mod capacity_chart;
@@ -20,6 +23,7 @@ pub(crate) mod chart_error;
 pub(crate) mod chart_link;
 pub mod charts;
 pub mod compare;
+pub(crate) mod compare_bound;
 pub(crate) mod compare_capacity;
 pub(crate) mod digest;
 pub(crate) mod export;
@@ -45,6 +49,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
 
+pub use bound_check::BoundInputsCheck;
 pub use build::build_model;
 use build::build_model_from;
 pub use model::ReportModel;
@@ -488,6 +493,7 @@ pub fn write_report(
     write_charts(dir, &charts::charts(model), model.load.as_ref())?;
     write_timelines(dir, &run.timelines)?;
     write_capacity_charts(dir, model.capacity.as_ref())?;
+    write_bound_chart(dir, model.bound.as_ref())?;
     export::write_csvs(&dir.path, &run.points)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
@@ -561,6 +567,31 @@ fn write_capacity_charts(
         let path = folder.join(capacity::chart_file(&view.seed));
         std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
             .map_err(|source| ReportError::Write { path, source })?;
+    }
+    Ok(())
+}
+
+/// Writes the "Against the hardware" chart (`charts/bound-step.svg`), or removes one the data
+/// no longer supports.
+fn write_bound_chart(
+    dir: &RunDir,
+    section: Option<&bound_section::BoundSection>,
+) -> Result<(), ReportError> {
+    let folder = dir.file(CHARTS_DIR);
+    let path = folder.join(bound_section::CHART_FILE);
+    let write_err = |source| ReportError::Write {
+        path: path.clone(),
+        source,
+    };
+    match bound_chart::chart(section) {
+        Some(chart) => {
+            std::fs::create_dir_all(&folder).map_err(write_err)?;
+            let svg = charts::render_svg(&chart)?;
+            std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
+                .map_err(write_err)?;
+        }
+        None if path.exists() => std::fs::remove_file(&path).map_err(write_err)?,
+        None => {}
     }
     Ok(())
 }

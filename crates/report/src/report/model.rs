@@ -72,6 +72,11 @@ pub struct ReportModel {
     /// running and queued; empty when nothing was scraped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timelines: Vec<ChartLink>,
+    /// Every closed-loop point's decode step and prefill against the GPU's peak bandwidth and
+    /// FLOP/s, and what a context sweep's line means. None without a point with a decode
+    /// speed (open-loop runs); with `missing` set when the model config or the GPU is not
+    /// known.
+    pub bound: Option<super::bound_section::BoundSection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.

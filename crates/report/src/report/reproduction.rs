@@ -61,6 +61,17 @@ pub struct Reproduction {
 /// Checks the run's expectations against its points (the last record of each point counts).
 pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
     let time_scale = time_scale(meta);
+    // The figures graded against the hardware, worked out only when an expectation names one.
+    let graded = if meta.experiment.expect.iter().any(|e| {
+        e.metric
+            .as_deref()
+            .is_some_and(|m| servebench_model::catalog::Graded::from_name(m).is_some())
+    }) {
+        let section = super::bound_section::section(meta, points, &Default::default());
+        super::bound_section::graded_values(section.as_ref())
+    } else {
+        Default::default()
+    };
     let mut results = Vec::new();
     for e in &meta.experiment.expect {
         let label = e
@@ -81,10 +92,10 @@ pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
             })
             .collect();
         if matching.is_empty() {
-            results.push(judge(e, None, &label, time_scale));
+            results.push(judge(e, None, &label, time_scale, &graded));
         }
         for p in matching {
-            results.push(judge(e, Some(p), &label, time_scale));
+            results.push(judge(e, Some(p), &label, time_scale, &graded));
         }
     }
     let ok = results.iter().filter(|r| r.ok).count();
@@ -96,7 +107,13 @@ pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
     }
 }
 
-fn judge(e: &Expectation, p: Option<&PointRecord>, label: &str, scale: f64) -> ExpectationResult {
+fn judge(
+    e: &Expectation,
+    p: Option<&PointRecord>,
+    label: &str,
+    scale: f64,
+    graded: &Graded,
+) -> ExpectationResult {
     let mut r = ExpectationResult {
         point: p.map(|p| p.id.clone()),
         label: if label.is_empty() {
@@ -172,6 +189,9 @@ fn judge(e: &Expectation, p: Option<&PointRecord>, label: &str, scale: f64) -> E
     r.tolerance = tolerance;
     r.what = metric.clone();
     let measured = p.and_then(|p| {
+        if servebench_model::catalog::Graded::from_name(&metric).is_some() {
+            return graded.get(&p.id)?.get(metric.as_str()).copied();
+        }
         p.metrics
             .get(&metric)
             .filter(|s| s.count > 0)
@@ -182,6 +202,11 @@ fn judge(e: &Expectation, p: Option<&PointRecord>, label: &str, scale: f64) -> E
         (None, _) => ("not-run", false, "point not run".to_string()),
         (Some(_), None) => match &failure {
             Some(f) => ("point-failed", false, format!("point failed ({f})")),
+            None if servebench_model::catalog::Graded::from_name(&metric).is_some() => (
+                "not-graded",
+                false,
+                "not graded against the hardware (the report's section says why)".to_string(),
+            ),
             None => (
                 "point-failed",
                 false,
@@ -208,6 +233,9 @@ fn judge(e: &Expectation, p: Option<&PointRecord>, label: &str, scale: f64) -> E
     (r.verdict, r.ok, r.text) = (verdict.into(), ok, text);
     r
 }
+
+/// Graded figures by point id and metric name.
+type Graded = indexmap::IndexMap<String, indexmap::IndexMap<&'static str, f64>>;
 
 /// Reads a run directory and checks its expectations.
 pub fn check_run_dir(
@@ -338,22 +366,22 @@ mod tests {
         let p = point("p001", 1024, &[("ttft_s", 0.50), ("decode_tok_s", 100.0)]);
         let e =
             expectation("{ where: { ctx: 1024 }, metric: ttft_s, value: 0.46, tolerance: 10% }");
-        let r = judge(&e, Some(&p), "ctx=1024", 1.0);
+        let r = judge(&e, Some(&p), "ctx=1024", 1.0, &Default::default());
         // 0.50 vs 0.46 is +8.7%: inside 10%.
         assert!(r.ok, "{r:?}");
         assert_eq!(r.text, "reproduced (+8.7%)");
         let e = expectation("{ metric: ttft_s, value: 0.46, tolerance: 0.03 }");
-        let r = judge(&e, Some(&p), "", 1.0);
+        let r = judge(&e, Some(&p), "", 1.0, &Default::default());
         assert!(!r.ok);
         assert_eq!(r.text, "off by +8.7%");
         assert_eq!(r.label, "every point");
         // At time scale 0.1 the simulator's 100 tok/s stands for 10 tok/s published.
         let e = expectation("{ metric: decode_tok_s, value: 10.5 }");
-        let r = judge(&e, Some(&p), "", 0.1);
+        let r = judge(&e, Some(&p), "", 0.1, &Default::default());
         assert!((r.expected.unwrap() - 105.0).abs() < 1e-9);
         assert!(r.ok, "{r:?}");
         let e = expectation("{ metric: ttft_s, value: 5.0, tolerance: 5% }");
-        let r = judge(&e, Some(&p), "", 0.1);
+        let r = judge(&e, Some(&p), "", 0.1, &Default::default());
         assert_eq!(r.text, "reproduced (+0.0%)");
     }
 
@@ -362,23 +390,32 @@ mod tests {
         let mut p = point("p003", 32768, &[]);
         p.failure = Some("out-of-memory".into());
         let e = expectation("{ failure: out-of-memory }");
-        assert!(judge(&e, Some(&p), "", 1.0).ok);
+        assert!(judge(&e, Some(&p), "", 1.0, &Default::default()).ok);
         let e = expectation("{ metric: ttft_s, value: 23.7 }");
-        let r = judge(&e, Some(&p), "", 1.0);
+        let r = judge(&e, Some(&p), "", 1.0, &Default::default());
         assert_eq!(
             (r.ok, r.text.as_str()),
             (false, "point failed (out-of-memory)")
         );
         let mut q = point("p002", 8192, &[("ttft_s", 3.9)]);
         let e = expectation("{ flag: cache-reuse-suspected }");
-        assert_eq!(judge(&e, Some(&q), "", 1.0).verdict, "not-flagged");
+        assert_eq!(
+            judge(&e, Some(&q), "", 1.0, &Default::default()).verdict,
+            "not-flagged"
+        );
         q.flags.push(Flag {
             kind: servebench_model::catalog::FlagKind::CacheReuseSuspected,
             message: String::new(),
         });
-        assert!(judge(&e, Some(&q), "", 1.0).ok);
+        assert!(judge(&e, Some(&q), "", 1.0, &Default::default()).ok);
         let e = expectation("{ failure: out-of-memory }");
-        assert_eq!(judge(&e, Some(&q), "", 1.0).verdict, "did-not-fail");
-        assert_eq!(judge(&e, None, "ctx=1", 1.0).verdict, "not-run");
+        assert_eq!(
+            judge(&e, Some(&q), "", 1.0, &Default::default()).verdict,
+            "did-not-fail"
+        );
+        assert_eq!(
+            judge(&e, None, "ctx=1", 1.0, &Default::default()).verdict,
+            "not-run"
+        );
     }
 }

@@ -1,0 +1,45 @@
+//! The "Against the hardware" chart: each batch size's measured decode step time against
+//! context, beside the floor its bytes allow (drawn by the results charts' `render_svg`).
+
+use super::bound_section::{BoundSection, CHART_FILE};
+use super::charts::{Chart, ChartPoint, Series};
+
+/// The chart, when the section links one.
+pub(crate) fn chart(section: Option<&BoundSection>) -> Option<Chart> {
+    let s = section?;
+    s.chart.as_ref()?;
+    let mut batches: Vec<f64> = s.rows.iter().map(|r| r.batch).collect();
+    batches.sort_by(f64::total_cmp);
+    batches.dedup();
+    let lone = batches.len() == 1;
+    let mut series = Vec::new();
+    for b in batches {
+        let mut rows: Vec<_> = s.rows.iter().filter(|r| r.batch == b).collect();
+        rows.sort_by(|x, y| x.context_tokens.total_cmp(&y.context_tokens));
+        let line = |name: &str, value: &dyn Fn(&super::bound_section::BoundRow) -> f64| Series {
+            label: if lone {
+                name.to_string()
+            } else {
+                format!("{name}, batch {b:.0}")
+            },
+            points: rows
+                .iter()
+                .map(|r| ChartPoint {
+                    context_tokens: r.context_tokens,
+                    value: value(r) * 1e3,
+                    interval: None,
+                    warned: false,
+                })
+                .collect(),
+        };
+        series.push(line("measured step", &|r| r.step_s));
+        series.push(line("floor (bytes at peak bandwidth)", &|r| r.step_floor_s));
+    }
+    Some(Chart {
+        file: CHART_FILE,
+        metric: "step_s",
+        title: "Decode step time against context, beside its floor",
+        y_label: "step (ms)",
+        series,
+    })
+}

@@ -1,0 +1,107 @@
+//! Reading a small regular file where the server runs (a model's `config.json`), bounded in
+//! bytes like every input: this machine directly, an SSH host or a Slurm allocation's node
+//! through one fixed script that refuses what is not a regular file or is too large before
+//! reading it.
+
+use std::io::Read as _;
+use std::path::Path;
+
+/// The script run on a host: `$1` the path, `$2` the byte limit. Exit 3 with the reason on
+/// stderr when the file is refused; its bytes on stdout otherwise. A constant: values reach it
+/// only as arguments.
+pub(crate) const SCRIPT: &str = r#"if [ ! -e "$1" ]; then echo "no such file" >&2; exit 3; fi
+if [ ! -f "$1" ]; then echo "not a regular file" >&2; exit 3; fi
+n=$(wc -c < "$1") || exit 3
+if [ "$n" -gt "$2" ]; then echo "$n bytes; read up to $2" >&2; exit 3; fi
+exec head -c "$2" "$1""#;
+
+/// `sh -c SCRIPT sh PATH LIMIT`.
+pub(crate) fn argv(path: &str, limit: u64) -> Vec<String> {
+    ["sh", "-c", SCRIPT, "sh", path, &limit.to_string()]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// The script's result: its stdout, or why the file was not read (its stderr's last line).
+pub(crate) fn from_output(out: &std::process::Output, limit: u64) -> Result<Vec<u8>, String> {
+    if out.status.success() && out.stdout.len() as u64 <= limit {
+        return Ok(out.stdout.clone());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    Err(why
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(
+            || format!("reading it failed ({})", out.status),
+            |l| l.trim().to_string(),
+        ))
+}
+
+/// A file on this machine: regular, at most `limit` bytes (a FIFO is refused, not opened).
+pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, String> {
+    use servebench_model::input_file::{Refused, open_regular};
+    let file = open_regular(Path::new(path), limit).map_err(|r| match r {
+        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".to_string(),
+        Refused::Io(e) => e.to_string(),
+        Refused::NotAFile(kind) => format!("{kind}, not a regular file"),
+        Refused::TooLarge(n) => format!("{n} bytes; read up to {limit}"),
+    })?;
+    let mut bytes = Vec::new();
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_reads_a_small_file_and_refuses_the_rest_by_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |path: &Path, limit: u64| {
+            let a = argv(path.to_str().unwrap(), limit);
+            let out = std::process::Command::new(&a[0])
+                .args(&a[1..])
+                .output()
+                .unwrap();
+            from_output(&out, limit)
+        };
+        let ok = dir.path().join("config.json");
+        std::fs::write(&ok, b"{\"a\": 1}").unwrap();
+        assert_eq!(run(&ok, 100).unwrap(), b"{\"a\": 1}");
+        assert_eq!(
+            read_local(ok.to_str().unwrap(), 100).unwrap(),
+            b"{\"a\": 1}"
+        );
+        assert_eq!(run(&ok, 3).unwrap_err(), "8 bytes; read up to 3");
+        assert_eq!(
+            read_local(ok.to_str().unwrap(), 3).unwrap_err(),
+            "8 bytes; read up to 3"
+        );
+        let none = dir.path().join("none.json");
+        assert_eq!(run(&none, 100).unwrap_err(), "no such file");
+        assert_eq!(
+            read_local(none.to_str().unwrap(), 100).unwrap_err(),
+            "no such file"
+        );
+        assert_eq!(run(dir.path(), 100).unwrap_err(), "not a regular file");
+        let fifo = dir.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        assert_eq!(run(&fifo, 100).unwrap_err(), "not a regular file");
+        assert!(
+            read_local(fifo.to_str().unwrap(), 100)
+                .unwrap_err()
+                .contains("not a regular file")
+        );
+    }
+}
