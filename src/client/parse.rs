@@ -58,6 +58,9 @@ pub(crate) struct StreamParser {
     /// llama.cpp's `timings.prompt_ms` (prompt processing), SGLang's
     /// `meta_info.first_token_latency`. No client's TTFT can be shorter.
     pub server_ttft_s: Option<f64>,
+    /// Speculative verify steps the server counted (SGLang `meta_info.spec_verify_ct`, on the
+    /// final chunk), where it says.
+    pub spec_verify_ct: Option<u64>,
     /// Latest cumulative completion count from the server (meta_info or usage).
     server_completion: Option<u64>,
     /// Sum of per-chunk token counts.
@@ -77,6 +80,7 @@ impl StreamParser {
             finish_reason: None,
             abort_message: None,
             server_ttft_s: None,
+            spec_verify_ct: None,
             server_completion: None,
             counted: 0,
             assumed: false,
@@ -151,6 +155,7 @@ impl StreamParser {
                 let meta = e.meta_info.map(|fast::Obj(m)| m).unwrap_or_default();
                 self.take_server_ttft(meta.first_token_latency);
                 Some(self.native_fields(fast::NativeFields {
+                    spec_verify_ct: meta.spec_verify_ct,
                     text: e.text,
                     ids: e.output_ids.map(|fast::Count(n)| n),
                     completion: meta.completion_tokens,
@@ -208,6 +213,7 @@ impl StreamParser {
         let completion = meta.completion_tokens?;
         self.take_server_ttft(meta.first_token_latency);
         Some(self.native_fields(fast::NativeFields {
+            spec_verify_ct: meta.spec_verify_ct,
             text: None,
             ids: None,
             completion: Some(completion),
@@ -244,6 +250,7 @@ impl StreamParser {
             }),
         };
         self.native_fields(fast::NativeFields {
+            spec_verify_ct: meta["spec_verify_ct"].as_u64(),
             text: v["text"].as_str().map(Into::into),
             ids: v["output_ids"].as_array().map(Vec::len),
             completion: meta["completion_tokens"].as_u64(),
@@ -264,6 +271,9 @@ impl StreamParser {
         }
         if let Some(n) = f.cached {
             self.cached_tokens = Some(n);
+        }
+        if let Some(n) = f.spec_verify_ct {
+            self.spec_verify_ct = Some(n);
         }
         match f.finish {
             None => {}
@@ -504,6 +514,7 @@ mod fast {
 
     /// What the parser reads of a native event.
     pub(crate) struct NativeFields<'a> {
+        pub spec_verify_ct: Option<u64>,
         pub text: Option<Cow<'a, str>>,
         pub ids: Option<usize>,
         pub completion: Option<u64>,
@@ -525,6 +536,7 @@ mod fast {
     #[derive(serde::Deserialize, Default)]
     pub(crate) struct Meta<'a> {
         pub first_token_latency: Option<f64>,
+        pub spec_verify_ct: Option<u64>,
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
         pub cached_tokens: Option<u64>,
@@ -660,6 +672,25 @@ mod tests {
             &[r#"{"choices":[{"text":"a","finish_reason":"stop"}],"timings":{"prompt_ms":-1}}"#],
         );
         assert_eq!(p.server_ttft_s, None);
+    }
+
+    #[test]
+    fn sglang_verify_steps_are_read_from_the_final_meta_info() {
+        // Short events take the Value path, long ones the meta_info shortcut: same count.
+        for pad in [0, 300] {
+            let text = "x".repeat(pad);
+            let mut p = StreamParser::new(Api::SglangGenerate);
+            let first = format!(
+                r#"{{"text":"{text}a","output_ids":[1],"meta_info":{{"prompt_tokens":5,"completion_tokens":1,"cached_tokens":0,"finish_reason":null}}}}"#
+            );
+            let last = format!(
+                r#"{{"text":"{text}abcd","output_ids":[1,2,3,4],"meta_info":{{"prompt_tokens":5,"completion_tokens":4,"cached_tokens":0,"finish_reason":{{"type":"length","length":4}},"spec_accept_rate":0.66,"spec_accept_length":4.0,"spec_verify_ct":1}}}}"#
+            );
+            feed(&mut p, &[&first]);
+            assert_eq!(p.spec_verify_ct, None, "pad {pad}");
+            feed(&mut p, &[&last]);
+            assert_eq!(p.spec_verify_ct, Some(1), "pad {pad}");
+        }
     }
 
     #[test]
