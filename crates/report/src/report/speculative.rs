@@ -63,15 +63,25 @@ pub struct SpeedupRow {
     pub accept_length: Option<f64>,
 }
 
-/// Whether a point's server ran speculative decoding: its launch set a `speculative*` flag to
-/// anything but `false` or null (vLLM's `speculative-config` included).
+/// The flags that switch speculation on: SGLang's `--speculative-algorithm` (the draft-shape
+/// flags alone do nothing: SGLang ignores them without it), vLLM's `--speculative-config`
+/// (and its older `--speculative-model`), llama.cpp's `--model-draft`.
+const SWITCHES: &[&str] = &[
+    "speculative-algorithm",
+    "speculative-config",
+    "speculative-model",
+    "model-draft",
+];
+
+/// Whether a point's server ran speculative decoding: its launch set a switch to anything but
+/// `false` or null.
 fn speculative(meta: &RunMeta, p: &PointRecord) -> bool {
     meta.servers
         .iter()
         .find(|s| s.group == p.group)
         .is_some_and(|s| {
             s.args.iter().any(|(k, v)| {
-                k.trim_start_matches('-').starts_with("speculative")
+                SWITCHES.contains(&k.trim_start_matches('-'))
                     && !matches!(v, serde_json::Value::Bool(false) | serde_json::Value::Null)
             })
         })
