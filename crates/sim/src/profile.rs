@@ -9,7 +9,10 @@ use std::time::Duration;
 /// Profiles embedded in the binary: (name, YAML text).
 pub(crate) const BUILTIN: &[(&str, &str)] = &[
     ("fast", include_str!("../../../profiles/fast.yaml")),
-    ("fast-spec", include_str!("../../../profiles/fast-spec.yaml")),
+    (
+        "fast-spec",
+        include_str!("../../../profiles/fast-spec.yaml"),
+    ),
     (
         "h100-llama8b",
         include_str!("../../../profiles/h100-llama8b.yaml"),
@@ -219,7 +222,9 @@ impl SpecModel {
         }
         let points = &self.accept_length_by_context;
         if points.len() > 64
-            || points.iter().any(|[c, m]| !(c.is_finite() && *c >= 0.0) || !in_range(*m))
+            || points
+                .iter()
+                .any(|[c, m]| !(c.is_finite() && *c >= 0.0) || !in_range(*m))
             || points.windows(2).any(|w| w[1][0] <= w[0][0])
         {
             return Some(
@@ -230,7 +235,9 @@ impl SpecModel {
             .iter()
             .all(|x| x.is_finite() && *x >= 0.0)
         {
-            return Some("speculative.step_overhead_ms and per_draft_token_us must be non-negative numbers");
+            return Some(
+                "speculative.step_overhead_ms and per_draft_token_us must be non-negative numbers",
+            );
         }
         None
     }
@@ -450,7 +457,9 @@ mod tests {
         let s = p.speculative.clone().unwrap();
         let speedup = |b: u64, ctx: u64| {
             let plain = p.decode_time(b, b * ctx, 0.0).as_secs_f64();
-            let verify = p.decode_time(b, b * ctx, s.verify_overhead_ms(b)).as_secs_f64();
+            let verify = p
+                .decode_time(b, b * ctx, s.verify_overhead_ms(b))
+                .as_secs_f64();
             s.accept_mean_at(ctx) * plain / verify
         };
         assert!(speedup(1, 1056) > 1.9, "{}", speedup(1, 1056));

@@ -33,8 +33,7 @@ pub(crate) struct Resolved {
 }
 
 /// SGLang's warning when `--speculative-eagle-topk 1` overrides the draft tokens.
-pub(crate) const TOPK_ONE_WARNING: &str =
-    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1";
+pub(crate) const TOPK_ONE_WARNING: &str = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1";
 
 /// Resolves the flags against `profile`; `algorithm` is `--speculative-algorithm`'s value.
 pub(crate) fn resolve(
@@ -125,7 +124,12 @@ mod tests {
 
     #[test]
     fn topk_one_forces_steps_plus_one_draft_tokens_with_a_warning() {
-        let r = resolve(&Profile::fast(), Some("EAGLE"), flags(Some(3), Some(1), Some(8))).unwrap();
+        let r = resolve(
+            &Profile::fast(),
+            Some("EAGLE"),
+            flags(Some(3), Some(1), Some(8)),
+        )
+        .unwrap();
         let m = r.model.unwrap();
         assert_eq!((m.num_draft_tokens, m.max_tokens()), (4, 4));
         assert_eq!(r.warning, Some(TOPK_ONE_WARNING));
@@ -133,7 +137,12 @@ mod tests {
 
     #[test]
     fn a_tree_verifies_more_tokens_than_it_can_accept() {
-        let r = resolve(&Profile::fast(), Some("EAGLE"), flags(Some(3), Some(4), Some(8))).unwrap();
+        let r = resolve(
+            &Profile::fast(),
+            Some("EAGLE"),
+            flags(Some(3), Some(4), Some(8)),
+        )
+        .unwrap();
         let m = r.model.unwrap();
         assert_eq!((m.num_draft_tokens, m.max_tokens()), (8, 4));
         assert!(r.warning.is_none());

@@ -692,7 +692,9 @@ impl Metric {
         CATALOGUE
             .iter()
             .filter(move |e| {
-                !e.load && !e.speculative && (method == Method::TwoPoint || e.streaming || !e.two_point)
+                !e.load
+                    && !e.speculative
+                    && (method == Method::TwoPoint || e.streaming || !e.two_point)
             })
             .map(|e| e.metric)
     }

@@ -25,7 +25,9 @@ pub fn tokens_per_step(metrics: &IndexMap<String, Stat>) -> Option<f64> {
 /// [`LOW_ACCEPTANCE_TOK_PER_STEP`].
 pub(crate) fn low_acceptance_flag(metrics: &IndexMap<String, Stat>) -> Option<Flag> {
     let mean = tokens_per_step(metrics).filter(|m| *m < LOW_ACCEPTANCE_TOK_PER_STEP)?;
-    let count = metrics.get(Metric::AcceptLength.name()).map_or(0, |s| s.count);
+    let count = metrics
+        .get(Metric::AcceptLength.name())
+        .map_or(0, |s| s.count);
     Some(Flag::new(
         FlagKind::SpecLowAcceptance,
         format!(
@@ -52,7 +54,11 @@ mod tests {
         assert_eq!(tokens_per_step(&metrics(1.05, 8)), Some(1.05));
         let flag = low_acceptance_flag(&metrics(1.05, 8)).unwrap();
         assert_eq!(flag.kind, FlagKind::SpecLowAcceptance);
-        assert!(flag.message.contains("1.05 tokens per verify step"), "{}", flag.message);
+        assert!(
+            flag.message.contains("1.05 tokens per verify step"),
+            "{}",
+            flag.message
+        );
         assert!(low_acceptance_flag(&metrics(1.1, 8)).is_none());
         assert!(low_acceptance_flag(&metrics(2.4, 8)).is_none());
     }

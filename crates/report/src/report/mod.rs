@@ -33,8 +33,8 @@ pub(crate) mod offered;
 pub mod pareto;
 pub mod reproduction;
 pub mod schema;
-pub(crate) mod speculative;
 pub(crate) mod server_view;
+pub(crate) mod speculative;
 pub(crate) mod timeline;
 pub(crate) mod verdict;
 

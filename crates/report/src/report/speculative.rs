@@ -127,7 +127,10 @@ pub(crate) fn section(meta: &RunMeta, points: &[PointRecord]) -> Option<Speculat
                 accept_p90: a.p90,
                 verify_step_ms: mean(p, Metric::VerifyStep).map(|s| s * 1e3),
                 decode_tok_s: mean(p, Metric::Decode),
-                low_acceptance: p.flags.iter().any(|f| f.kind == FlagKind::SpecLowAcceptance),
+                low_acceptance: p
+                    .flags
+                    .iter()
+                    .any(|f| f.kind == FlagKind::SpecLowAcceptance),
             })
         })
         .collect();
@@ -317,7 +320,10 @@ mod tests {
             "Speculation pays at every concurrency measured: 2.00x at concurrency 1 to 1.30x at concurrency 8."
         );
         let never = sentence("ctx", "", &[(1.0, &c), (2.0, &c)]);
-        assert!(never.starts_with("Speculation never pays: 0.60x"), "{never}");
+        assert!(
+            never.starts_with("Speculation never pays: 0.60x"),
+            "{never}"
+        );
     }
 
     #[test]
