@@ -224,7 +224,7 @@ impl SpecModel {
         if points.len() > 64
             || points
                 .iter()
-                .any(|[c, m]| !(c.is_finite() && *c >= 0.0) || !in_range(*m))
+                .any(|[c, m]| !(c.is_finite() && *c >= 0.0 && in_range(*m)))
             || points.windows(2).any(|w| w[1][0] <= w[0][0])
         {
             return Some(
