@@ -14,7 +14,6 @@
 //!   draft worker).
 
 use super::args::SimArgError;
-use super::config::speculative_model;
 use super::profile::{Profile, SpecModel};
 
 /// The three draft-shape flags as given.
@@ -42,7 +41,7 @@ pub(crate) fn resolve(
     flags: DraftFlags,
 ) -> Result<Resolved, SimArgError> {
     let off = Resolved {
-        model: speculative_model(profile, false, None),
+        model: profile.speculative.clone().filter(|s| s.enabled),
         warning: None,
     };
     if algorithm.is_none() {
@@ -59,7 +58,7 @@ pub(crate) fn resolve(
             )));
         }
     }
-    let mut model = speculative_model(profile, true, None).unwrap_or_default();
+    let mut model = profile.speculative.clone().unwrap_or_default();
     let Some(steps) = flags.num_steps else {
         if flags.eagle_topk.is_some() || flags.num_draft_tokens.is_some() {
             return Err(SimArgError::Invalid(
