@@ -93,6 +93,43 @@ fn spec_on_off_records_accept_lengths_and_names_the_crossover() {
 }
 
 #[test]
+fn openai_streams_on_sglang_carry_the_servers_verify_steps() {
+    // servebench asks SGLang (here its simulator) for `return_spec_tokens_details` on the
+    // OpenAI APIs and reads `sglext.spec_tokens_details.spec_verify_ct`: the server's count,
+    // not one step per chunk.
+    for api in ["openai-completions", "openai-chat"] {
+        let ws = Workspace::new();
+        let spec = ws.write(
+            "spec.yaml",
+            &format!(
+                "name: spec-openai
+server:
+  engine: sim
+  model: test-model
+  args: {{ profile: fast-spec, speculative-algorithm: EAGLE }}
+  ready_timeout: 30s
+workload:
+  api: {api}
+  prompt: {{ kind: repeat, tokens: 256 }}
+  output_tokens: 48
+  ignore_eos: true
+requests: 4
+"
+            ),
+        );
+        let (dir, points) = ws.run_ok(&spec);
+        assert!(metric(&points[0], "accept_length").is_some(), "{api}");
+        let records = read_jsonl(&dir.join("requests.jsonl"));
+        assert_eq!(records.len(), 4);
+        for r in &records {
+            assert_eq!(r["verify_steps_source"], "server", "{api}: {r}");
+            let steps = r["verify_steps"].as_u64().unwrap();
+            assert!((8..48).contains(&steps), "{api}: {r}");
+        }
+    }
+}
+
+#[test]
 fn near_zero_acceptance_raises_spec_low_acceptance() {
     let ws = Workspace::new();
     let fast = include_str!("../profiles/fast.yaml");

@@ -341,6 +341,7 @@ impl Client {
             temperature: 0.0,
             model: model.map(str::to_string),
             history: Vec::new(),
+            spec_tokens_details: false,
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();

@@ -178,6 +178,13 @@ impl StreamParser {
                     .collect();
                 let timings = e.timings.map(|fast::Obj(t)| t);
                 self.take_server_ttft(timings.and_then(|t| t.prompt_ms).map(|ms| ms / 1e3));
+                if let Some(n) = e
+                    .sglext
+                    .and_then(|fast::Obj(x)| x.spec_tokens_details)
+                    .and_then(|fast::Obj(d)| d.spec_verify_ct)
+                {
+                    self.spec_verify_ct = Some(n);
+                }
                 Some(self.openai_fields(&choices, e.usage.map(|fast::Obj(u)| u)))
             }
         }
@@ -325,6 +332,17 @@ impl StreamParser {
 
     fn openai(&mut self, v: &Value) -> u32 {
         self.take_server_ttft(v["timings"]["prompt_ms"].as_f64().map(|ms| ms / 1e3));
+        // SGLang's `sglext.spec_tokens_details`: one object, or a list of them when n > 1
+        // (servebench asks for one choice: the first).
+        let details = &v["sglext"]["spec_tokens_details"];
+        let details = if details.is_array() {
+            &details[0]
+        } else {
+            details
+        };
+        if let Some(n) = details["spec_verify_ct"].as_u64() {
+            self.spec_verify_ct = Some(n);
+        }
         let choices = v["choices"]
             .as_array()
             .map(Vec::as_slice)
@@ -552,6 +570,20 @@ mod fast {
         pub usage: Option<Obj<Usage>>,
         /// llama.cpp's timings on the final chunk.
         pub timings: Option<Obj<Timings>>,
+        /// SGLang's extensions: a `choices: []` chunk after the last token chunk, when the
+        /// request asked (`return_spec_tokens_details`).
+        pub sglext: Option<Obj<SglExt>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct SglExt {
+        /// One object for one choice (a list for n > 1 takes the Value path).
+        pub spec_tokens_details: Option<Obj<SpecTokensDetails>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct SpecTokensDetails {
+        pub spec_verify_ct: Option<u64>,
     }
 
     #[derive(serde::Deserialize)]
@@ -690,6 +722,42 @@ mod tests {
             assert_eq!(p.spec_verify_ct, None, "pad {pad}");
             feed(&mut p, &[&last]);
             assert_eq!(p.spec_verify_ct, Some(1), "pad {pad}");
+        }
+    }
+
+    #[test]
+    fn sglang_openai_verify_steps_are_read_from_the_sglext_chunk() {
+        // serving_completions.py / serving_chat.py (0.5.23): after the last token chunk, a
+        // `choices: []` chunk with `sglext.spec_tokens_details`, then the usage chunk.
+        let details = r#"{"spec_accept_rate":0.5,"spec_accept_length":2.5,"spec_cap_length":0.0,"spec_block_accept_length":0.0,"spec_num_correct_drafts":3,"spec_num_proposed_drafts":6,"spec_verify_ct":2,"spec_correct_drafts_histogram":[],"spec_cap_lens_histogram":[]}"#;
+        for (api, token) in [
+            (
+                Api::OpenaiCompletions,
+                r#"{"id":"r","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"abcde","logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}"#,
+            ),
+            (
+                Api::OpenaiChat,
+                r#"{"id":"r","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"abcde"},"finish_reason":"length"}]}"#,
+            ),
+        ] {
+            let object = if api == Api::OpenaiChat {
+                "chat.completion.chunk"
+            } else {
+                "text_completion"
+            };
+            let sglext = format!(
+                r#"{{"id":"r","object":"{object}","created":1,"model":"m","choices":[],"usage":null,"sglext":{{"spec_tokens_details":{details}}}}}"#
+            );
+            let listed = format!(
+                r#"{{"id":"r","object":"{object}","created":1,"model":"m","choices":[],"usage":null,"sglext":{{"spec_tokens_details":[{details}]}}}}"#
+            );
+            for ext in [&sglext, &listed] {
+                let mut p = StreamParser::new(api);
+                assert_eq!(feed(&mut p, &[token]), vec![1]);
+                assert_eq!(p.spec_verify_ct, None);
+                assert_eq!(feed(&mut p, &[ext]), vec![0], "{api:?}");
+                assert_eq!(p.spec_verify_ct, Some(2), "{api:?} {ext}");
+            }
         }
     }
 
