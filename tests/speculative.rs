@@ -68,6 +68,26 @@ fn spec_on_off_records_accept_lengths_and_names_the_crossover() {
         let accept = r["accept_length"].as_f64().unwrap();
         assert!((accept - 63.0 / steps as f64).abs() < 1e-9, "{r}");
     }
+    // requests.csv ends with the same two figures, empty for plain decoding.
+    let mut csv = csv::Reader::from_path(dir.join("requests.csv")).unwrap();
+    let header: Vec<String> = csv.headers().unwrap().iter().map(String::from).collect();
+    assert_eq!(
+        header[header.len() - 3..],
+        ["error", "verify_steps", "accept_length"]
+    );
+    let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), records.len());
+    for (row, r) in rows.iter().zip(&records) {
+        let n = row.len();
+        match r["verify_steps"].as_u64() {
+            Some(steps) => {
+                assert_eq!(row[n - 2], steps.to_string());
+                let a: f64 = row[n - 1].parse().unwrap();
+                assert_eq!(a, r["accept_length"].as_f64().unwrap());
+            }
+            None => assert_eq!((&row[n - 2], &row[n - 1]), ("", "")),
+        }
+    }
     // Speed-up = decode on / off: over 1 at concurrency 1, under 1 at 32 (the profile's verify
     // cost, 0.136 ms per request, outgrows what 2.7 tokens per step buy past about 13).
     let decode = |set: &[&serde_json::Value], c: u64| {

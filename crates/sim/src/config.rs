@@ -174,7 +174,7 @@ impl SimConfig {
         let speculative = spec.model;
         let log = SimLog::stderr();
         if let Some(w) = spec.warning {
-            log.info(&format!("WARNING server_args.py: {w}"));
+            log.info(&format!("WARNING speculative_hook.py:1259: {w}"));
         }
         log.set_quiet_batches(matches!(
             a.str("log-level").map(str::to_ascii_lowercase).as_deref(),

@@ -4,12 +4,34 @@
 //!
 //! - Without `--speculative-algorithm` the other three are ignored (the profile's `enabled`
 //!   model still applies).
-//! - With it and none of the three, the profile's own draft shape is used (SGLang would pick
-//!   one per model architecture; the profile says what it picks).
+//! - With it and none of the three, the profile's own draft shape is used. SGLang 0.5.23
+//!   picks one per model architecture (`arg_groups/speculative_hook.py`
+//!   `_auto_choose_speculative_params`, line 1430): `STANDALONE` -> `(3, 1, 4)`;
+//!   `LlamaForCausalLM`, `Grok1ForCausalLM`, `Grok1VForCausalLM` -> `(5, 4, 8)`; every other
+//!   architecture -> `(3, 1, 4)` (steps, topk, draft tokens). A profile without its own shape
+//!   gets `(3, 1, 4)`'s: 4 draft tokens, a chain of 3 steps.
 //! - `--speculative-eagle-topk` or `--speculative-num-draft-tokens` without
-//!   `--speculative-num-steps` is refused, as SGLang's assertion refuses it.
+//!   `--speculative-num-steps` is refused with SGLang's bare `AssertionError`
+//!   (`_handle_eagle_family`, speculative_hook.py lines 1159-1163):
+//!   ```python
+//!   if not cfg.speculative_adaptive and cfg.speculative_num_steps is None:
+//!       assert (
+//!           cfg.speculative_eagle_topk is None
+//!           and cfg.speculative_num_draft_tokens is None
+//!       )
+//!   ```
+//!   (`--speculative-adaptive` skips it; the simulator does not model adaptive drafting.)
 //! - `--speculative-eagle-topk 1` forces `--speculative-num-draft-tokens` to
-//!   `--speculative-num-steps` + 1, with SGLang's warning.
+//!   `--speculative-num-steps` + 1, with SGLang's warning (lines 1255-1261):
+//!   ```python
+//!   if (
+//!       cfg.speculative_eagle_topk == 1
+//!       and cfg.speculative_num_draft_tokens != cfg.speculative_num_steps + 1
+//!   ):
+//!       logger.warning(
+//!           "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+//!       )
+//!   ```
 //! - Values below 1 are refused (the simulator's bound: SGLang fails on them later, in the
 //!   draft worker).
 
@@ -33,6 +55,10 @@ pub(crate) struct Resolved {
 
 /// SGLang's warning when `--speculative-eagle-topk 1` overrides the draft tokens.
 pub(crate) const TOPK_ONE_WARNING: &str = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1";
+
+/// What SGLang prints for draft flags without `--speculative-num-steps`: a bare assertion
+/// (no message of its own) at the line that refuses them, which the simulator names.
+pub(crate) const ASSERTION: &str = "AssertionError (sglang/srt/arg_groups/speculative_hook.py, line 1160, in _handle_eagle_family: `assert cfg.speculative_eagle_topk is None and cfg.speculative_num_draft_tokens is None` when --speculative-num-steps is not given)";
 
 /// Resolves the flags against `profile`; `algorithm` is `--speculative-algorithm`'s value.
 pub(crate) fn resolve(
@@ -61,9 +87,7 @@ pub(crate) fn resolve(
     let mut model = profile.speculative.clone().unwrap_or_default();
     let Some(steps) = flags.num_steps else {
         if flags.eagle_topk.is_some() || flags.num_draft_tokens.is_some() {
-            return Err(SimArgError::Invalid(
-                "AssertionError: speculative_num_steps is None, so speculative_eagle_topk and speculative_num_draft_tokens must be None too: give --speculative-num-steps with them, or none of the three".into(),
-            ));
+            return Err(SimArgError::Invalid(ASSERTION.into()));
         }
         return Ok(Resolved {
             model: Some(model),
@@ -118,6 +142,7 @@ mod tests {
         for f in [flags(None, Some(4), None), flags(None, None, Some(8))] {
             let e = resolve(&Profile::fast(), Some("EAGLE"), f).unwrap_err();
             assert!(e.to_string().contains("--speculative-num-steps"), "{e}");
+            assert!(e.to_string().starts_with("AssertionError "), "{e}");
         }
     }
 
