@@ -357,6 +357,10 @@ pub struct CompareModel {
     /// offered rate when it is within this many percent of the first run's, not by label.
     #[serde(default)]
     pub offered_tolerance_pct: Option<f64>,
+    /// Decode speed-ups where the runs (or one run's variants) measured the same points with
+    /// speculative decoding on and off; absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<super::speculative::SpeculativeCompare>,
 }
 
 /// A run in the comparison.
@@ -731,6 +735,13 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 .collect::<Vec<_>>(),
         ),
         offered_tolerance_pct: any_offered.then_some(offered::TOLERANCE_PCT),
+        speculative: super::speculative::compare(
+            &runs
+                .iter()
+                .zip(&labels)
+                .map(|(r, l)| (l.as_str(), &r.meta, r.points.as_slice()))
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 

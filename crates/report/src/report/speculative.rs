@@ -151,23 +151,64 @@ fn pairs(
     meta: &RunMeta,
     points: &[PointRecord],
 ) -> Vec<(IndexMap<String, serde_json::Value>, SpeedupRow)> {
-    let key = |p: &PointRecord| -> IndexMap<String, serde_json::Value> {
-        p.values
-            .iter()
-            .filter(|(d, _)| !speculative_dim(d))
-            .map(|(d, v)| (d.clone(), v.clone()))
-            .collect()
-    };
-    let (on, off): (Vec<&PointRecord>, Vec<&PointRecord>) =
-        points.iter().partition(|p| speculative(meta, p));
+    let measured: Vec<Measured> = points
+        .iter()
+        .map(|point| Measured {
+            run: None,
+            meta,
+            point,
+        })
+        .collect();
+    pair_up(&measured)
+}
+
+/// A point as measured in a run (`run`: its label in a comparison, None in a report).
+struct Measured<'a> {
+    run: Option<&'a str>,
+    meta: &'a RunMeta,
+    point: &'a PointRecord,
+}
+
+impl Measured<'_> {
+    fn id(&self) -> String {
+        match self.run {
+            Some(run) => format!("{run} {}", self.point.id),
+            None => self.point.id.clone(),
+        }
+    }
+}
+
+/// The values a point shares with its on or off twin: its own, the speculative dimensions
+/// left out.
+fn key(p: &PointRecord) -> IndexMap<String, serde_json::Value> {
+    p.values
+        .iter()
+        .filter(|(d, _)| !speculative_dim(d))
+        .map(|(d, v)| (d.clone(), v.clone()))
+        .collect()
+}
+
+/// Pairs each on point with the one off point of the same values: in its own run when that
+/// run has one, else the one in the other runs (none or several: no pair).
+fn pair_up(points: &[Measured]) -> Vec<(IndexMap<String, serde_json::Value>, SpeedupRow)> {
+    let (on, off): (Vec<&Measured>, Vec<&Measured>) =
+        points.iter().partition(|m| speculative(m.meta, m.point));
     let mut out = Vec::new();
     for p in &on {
-        let k = key(p);
-        let mut matches = off.iter().filter(|q| key(q) == k);
-        let (Some(q), None) = (matches.next(), matches.next()) else {
+        let k = key(p.point);
+        let same_values: Vec<&&Measured> = off.iter().filter(|q| key(q.point) == k).collect();
+        let own: Vec<&&Measured> = same_values
+            .iter()
+            .copied()
+            .filter(|q| q.run == p.run)
+            .collect();
+        let candidates = if own.is_empty() { same_values } else { own };
+        let [q] = candidates.as_slice() else {
             continue;
         };
-        let (Some(d_on), Some(d_off)) = (mean(p, Metric::Decode), mean(q, Metric::Decode)) else {
+        let (Some(d_on), Some(d_off)) =
+            (mean(p.point, Metric::Decode), mean(q.point, Metric::Decode))
+        else {
             continue;
         };
         if d_off <= 0.0 {
@@ -177,16 +218,50 @@ fn pairs(
             k.clone(),
             SpeedupRow {
                 label: label(&k),
-                on: p.id.clone(),
-                off: q.id.clone(),
+                on: p.id(),
+                off: q.id(),
                 decode_on: d_on,
                 decode_off: d_off,
                 speedup: d_on / d_off,
-                accept_length: mean(p, Metric::AcceptLength),
+                accept_length: mean(p.point, Metric::AcceptLength),
             },
         ));
     }
     out
+}
+
+/// Decode speed-ups of speculation on against off across compared runs (or within one
+/// run's variants), with the crossover sentences.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct SpeculativeCompare {
+    /// Pairs of points with the same values, one with speculation on and one off; point ids
+    /// are prefixed with their run's label (`B p003`).
+    pub pairs: Vec<SpeedupRow>,
+    /// Where speculation stops paying, one sentence per line of pairs along a dimension.
+    pub crossovers: Vec<String>,
+}
+
+/// The comparison's on/off speed-ups: `runs` are (label, meta, points) in compare order.
+/// None when no on point has an off twin.
+pub(crate) fn compare(runs: &[(&str, &RunMeta, &[PointRecord])]) -> Option<SpeculativeCompare> {
+    let measured: Vec<Measured> = runs
+        .iter()
+        .flat_map(|(run, meta, points)| {
+            points.iter().map(move |point| Measured {
+                run: Some(run),
+                meta,
+                point,
+            })
+        })
+        .collect();
+    let pairs = pair_up(&measured);
+    if pairs.is_empty() {
+        return None;
+    }
+    Some(SpeculativeCompare {
+        crossovers: crossovers(&pairs),
+        pairs: pairs.into_iter().map(|(_, row)| row).collect(),
+    })
 }
 
 /// For each numeric dimension, each line of pairs along it (the other values fixed, three
