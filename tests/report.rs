@@ -1328,3 +1328,90 @@ fn a_load_run_over_two_server_variants_has_a_pareto_frontier_per_variant_and_run
             .unwrap()];
     insta::assert_snapshot!("load_pareto", section);
 }
+
+/// The clean sweep turned into a speculation on/off study by hand: group g1 plain, g2 with
+/// `--speculative-algorithm EAGLE`, its points' accept lengths, step times and decode speeds
+/// chosen (1.80x at ctx 1024, 1.10x at 8192, 0.70x at 32768, where acceptance is too low).
+fn speculative_study() -> (servebench::results::meta::RunMeta, Vec<PointRecord>) {
+    use servebench::catalog::FlagKind;
+    use servebench::results::records::Flag;
+    let dir = open("clean-sweep");
+    let mut meta = dir.read_meta().unwrap();
+    let dim = "server.args.speculative-algorithm";
+    meta.dimensions = vec![dim.to_string(), "ctx".to_string()];
+    for s in &mut meta.servers {
+        s.args.shift_remove("chunked-prefill-size");
+        if s.group == "g2" {
+            s.args
+                .insert("speculative-algorithm".into(), serde_json::json!("EAGLE"));
+        }
+    }
+    let mut points = dir.read_points().unwrap();
+    let off: Vec<f64> = points[..3]
+        .iter()
+        .map(|p| p.metrics["decode_tok_s"].mean)
+        .collect();
+    for (i, p) in points.iter_mut().enumerate() {
+        let on = p.group == "g2";
+        let ctx = p.values["ctx"].clone();
+        p.values = [
+            (
+                dim.to_string(),
+                if on { "EAGLE".into() } else { false.into() },
+            ),
+            ("ctx".to_string(), ctx),
+        ]
+        .into_iter()
+        .collect();
+        if !on {
+            continue;
+        }
+        let (speedup, accept) = [(1.8, 2.6), (1.1, 1.9), (0.7, 1.05)][i - 3];
+        let decode = p.metrics.get_mut("decode_tok_s").unwrap();
+        decode.mean = off[i - 3] * speedup;
+        let n = decode.count;
+        let stat = |mean: f64, low: f64, high: f64| Stat {
+            count: n,
+            mean,
+            min: low,
+            p50: mean,
+            p90: high,
+            p99: high,
+            max: high,
+            ..Stat::default()
+        };
+        p.metrics.insert(
+            "accept_length".into(),
+            stat(accept, (accept - 0.3_f64).max(1.0), accept + 0.2),
+        );
+        p.metrics.insert(
+            "verify_step_s".into(),
+            stat(accept / off[i - 3] / speedup, 0.0, 0.0),
+        );
+        if accept < 1.1 {
+            p.flags.push(Flag::new(
+                FlagKind::SpecLowAcceptance,
+                "speculative decoding accepted 1.05 tokens per verify step",
+            ));
+        }
+    }
+    (meta, points)
+}
+
+#[test]
+fn speculative_section_snapshot() {
+    let (meta, points) = speculative_study();
+    let model = build_model(&meta, &points, &[]);
+    let text = report::render(&model, None).unwrap();
+    let start = text
+        .find("## Speculative decoding")
+        .expect("a speculative section");
+    let end = start + 2 + text[start + 2..].find("\n## ").expect("a section after it");
+    let section = &text[start..end];
+    insta::assert_snapshot!("speculative_section", section);
+    assert!(
+        section.contains("Speculation pays up to ctx 8192 (1.10x) and stops paying by ctx 32768 (0.70x): the crossover lies between ctx 8192 and 32768."),
+        "{section}"
+    );
+    assert!(section.contains("| 1.05 ⚠ |"), "{section}");
+}
