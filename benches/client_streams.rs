@@ -365,6 +365,7 @@ async fn measure_client(url: &str, api: Api, n: usize, waves: usize) -> Vec<Row>
                         temperature: 0.0,
                         model: None,
                         history: Vec::new(),
+                        spec_tokens_details: false,
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(60)).await
@@ -411,6 +412,7 @@ async fn closed_loop(url: &str, api: Api, n: usize, waves: usize) -> Row {
                 temperature: 0.0,
                 model: None,
                 history: Vec::new(),
+                spec_tokens_details: false,
             };
             let m = client.stream(&req, Duration::from_secs(60)).await;
             drop(permit);

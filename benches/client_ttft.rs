@@ -176,6 +176,7 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         temperature: 0.0,
                         model: None,
                         history: Vec::new(),
+                        spec_tokens_details: false,
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(30)).await

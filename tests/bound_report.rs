@@ -122,6 +122,10 @@ fn the_founding_case_is_diagnosed_in_the_report() {
         "{text}"
     );
     assert!(!text.contains("speculative decoding is on"), "{text}");
+    assert!(
+        text.contains("- assumed: tokens per step are each point's measured accept length"),
+        "{text}"
+    );
     assert!(dir.join("charts/bound-step.svg").is_file());
     assert!(
         text.contains(
@@ -157,9 +161,14 @@ fn the_founding_case_is_diagnosed_in_the_report() {
     for p in &points {
         let mean = |k: &str| p["metrics"][k]["mean"].as_f64().unwrap();
         let context = mean("prompt_tokens") + mean("completion_tokens") / 2.0;
-        let s = step::decode_step(&model, &layout, 1.0, context, 1.0);
+        // DDTree's verify steps, counted by the server: about the profile's 3 tokens each
+        // (1 + Binomial(3, 2/3) a step: sd 0.82, about 32 steps over the point's two requests,
+        // so sd 0.15 for the mean; each request's last step, cut at 48 tokens, pulls it down).
+        let tokens = mean("accept_length");
+        assert!((tokens - 3.0).abs() < 0.5, "{tokens} tokens per step");
+        let s = step::decode_step(&model, &layout, 1.0, context, tokens);
         let floor_ms = s.bytes() / rtx.bandwidth() * 1e3;
-        let step_ms = 1.0 / mean("decode_tok_s") / 0.05 * 1e3;
+        let step_ms = tokens / mean("decode_tok_s") / 0.05 * 1e3;
         let id = p["id"].as_str().unwrap();
         let row = text
             .lines()
@@ -307,7 +316,7 @@ fn validate_names_a_missing_config_and_an_unknown_gpu_at_their_lines() {
 }
 
 #[test]
-fn the_config_is_read_from_the_model_directory_and_unknown_speculative_steps_are_said() {
+fn the_config_is_read_from_the_model_directory_and_measured_speculative_steps_are_used() {
     let ws = Workspace::new();
     let model_dir = ws.path().join("Kimi-K2.6");
     std::fs::create_dir(&model_dir).unwrap();
@@ -340,11 +349,13 @@ fn the_config_is_read_from_the_model_directory_and_unknown_speculative_steps_are
     assert_eq!(kept["config"]["num_hidden_layers"], 61);
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let text = section(&report);
-    // The profile's DDTree is on (3 tokens a step on average): its steps are not known from
-    // the stream yet, and the section says what that does to the numbers.
+    // The profile's DDTree is on (3 tokens a step on average): the server counts its verify
+    // steps, and each point is graded with its own accept length, listed under the table.
     assert!(
-        text.contains("- assumed: speculative decoding is on but its tokens per step are not known: steps are counted as one token each"),
+        text.contains("each point's measured accept length in decode tokens per step"),
         "{text}"
     );
+    assert!(text.contains("Tokens per step: p001 ("), "{text}");
+    assert!(!text.contains("tokens per step are not known"), "{text}");
     assert!(text.contains("| p001 ("), "{text}");
 }

@@ -122,6 +122,7 @@ fn request(api: Api) -> GenerationRequest {
         temperature: 0.0,
         model: None,
         history: Vec::new(),
+        spec_tokens_details: false,
     }
 }
 

@@ -803,3 +803,89 @@ fn compare_shows_each_points_grades_against_the_hardware() {
     assert!(text.contains("## Against the hardware"), "{text}");
     assert!(text.contains("- not graded: B: "), "{text}");
 }
+
+/// A run at ctx 1024 and concurrency 1, 8, 32 whose decode speeds are `decode`; `spec` sets
+/// `--speculative-algorithm EAGLE` on its server and gives its points an accept length.
+fn spec_run(path: &str, spec: bool, decode: [f64; 3]) -> LoadedRun {
+    let mut meta = meta("spec", json!({ "tp-size": 1 }), &["ctx", "concurrency"]);
+    for s in &mut meta.servers {
+        s.args.clear();
+        if spec {
+            s.args
+                .insert("speculative-algorithm".into(), json!("EAGLE"));
+        }
+    }
+    let points = [1, 8, 32]
+        .iter()
+        .zip(decode)
+        .enumerate()
+        .map(|(i, (c, d))| {
+            let mut p = point(
+                &format!("p00{}", i + 1),
+                1024,
+                (0.1, 0.095, 0.105),
+                (d, d * 0.98, d * 1.02),
+            );
+            p.values.insert("concurrency".into(), json!(c));
+            if spec {
+                p.metrics
+                    .insert("accept_length".into(), stat(2.7, 2.6, 2.8));
+            }
+            p
+        })
+        .collect();
+    run(path, meta, points)
+}
+
+#[test]
+fn speculation_on_against_off_shows_the_speedup_and_the_crossover() {
+    let runs = vec![
+        spec_run("runs/spec/off", false, [100.0, 90.0, 80.0]),
+        spec_run("runs/spec/on", true, [200.0, 117.0, 48.0]),
+    ];
+    let model = compare::build(&runs, None);
+    let s = model
+        .speculative
+        .as_ref()
+        .expect("an on/off pair was compared");
+    let rows: Vec<(&str, &str, f64)> = s
+        .pairs
+        .iter()
+        .map(|r| (r.on.as_str(), r.off.as_str(), r.speedup))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("B p001", "A p001", 2.0),
+            ("B p002", "A p002", 1.3),
+            ("B p003", "A p003", 0.6)
+        ]
+    );
+    assert_eq!(s.pairs[0].accept_length, Some(2.7));
+    assert_eq!(
+        s.crossovers,
+        [
+            "At ctx=1024, speculation pays up to concurrency 8 (1.30x) and stops paying by concurrency 32 (0.60x): the crossover lies between concurrency 8 and 32."
+        ]
+    );
+    let text = compare::render(&model, None).unwrap();
+    assert!(
+        text.contains("## Speculative decoding: on against off"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "| ctx=1024, concurrency=32 | B p003 | A p003 | 48.0 | 80.0 | 0.60x ⚠ | 2.70 |"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(&s.crossovers[0]));
+    // Runs that do not differ in speculation show no such section.
+    let model = compare::build(&chunk_runs(), None);
+    assert!(model.speculative.is_none());
+    assert!(
+        !compare::render(&model, None)
+            .unwrap()
+            .contains("Speculative")
+    );
+}

@@ -31,6 +31,7 @@ mod slurm;
 mod slurmd;
 mod spec;
 mod spec_corpus;
+mod speculative;
 mod ssh;
 mod ssh_run;
 mod sshd;

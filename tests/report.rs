@@ -175,6 +175,92 @@ fn bound_section_figures_are_the_rooflines_on_the_points_means() {
     assert!(bound.chart.is_some());
 }
 
+/// Under speculative decoding each point is graded with its own measured accept length: its
+/// step is that many tokens over its per-request decode speed, its bytes those of a step that
+/// verifies them.
+#[test]
+fn speculative_points_are_graded_with_their_own_measured_accept_length() {
+    let dir = open("bound-sweep");
+    let mut meta = dir.read_meta().unwrap();
+    meta.servers[0]
+        .args
+        .insert("speculative-algorithm".into(), serde_json::json!("EAGLE"));
+    let mut points = dir.read_points().unwrap();
+    let accepts = [2.5, 2.0, 1.5, 2.5, 2.0, 1.5];
+    for (p, a) in points.iter_mut().zip(accepts) {
+        let mut stat = p.metrics["decode_tok_s"].clone();
+        (stat.mean, stat.p50, stat.min, stat.max) = (a, a, a, a);
+        p.metrics.insert("accept_length".into(), stat);
+    }
+    let model = build_model(&meta, &points, &dir.read_requests().unwrap());
+    let bound = model.bound.as_ref().expect("a section");
+    assert!(bound.missing.is_empty(), "{:?}", bound.missing);
+    assert!(bound.tokens_per_step_per_point);
+    let llama = roofline::ModelFacts::from_hf_config(
+        &serde_json::from_str(
+            &fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("crates/roofline/tests/fixtures/configs/llama-3.1-8b.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(bound.rows.len(), points.len());
+    for ((row, p), a) in bound.rows.iter().zip(&points).zip(accepts) {
+        let mean = |k: &str| p.metrics[k].mean;
+        assert_eq!(row.tokens_per_step, a);
+        let want = a / mean("decode_tok_s");
+        assert!((row.step_s - want).abs() <= want * 1e-9, "{}", p.id);
+        let context = mean("prompt_tokens") + mean("completion_tokens") / 2.0;
+        let s = roofline::step::decode_step(&llama, &Default::default(), 1.0, context, a);
+        let floor = s.bytes() / 3.35e12;
+        assert!((row.step_floor_s - floor).abs() <= floor * 1e-9, "{}", p.id);
+    }
+    assert!(
+        (bound.tokens_per_step - 2.0).abs() < 1e-12,
+        "{}",
+        bound.tokens_per_step
+    );
+    assert!(
+        bound
+            .assumptions
+            .iter()
+            .any(|a| a.contains("each point's measured accept length")),
+        "{:?}",
+        bound.assumptions
+    );
+    assert!(
+        !bound
+            .assumptions
+            .iter()
+            .any(|a| a.contains("tokens per step are not known")),
+        "{:?}",
+        bound.assumptions
+    );
+    let md = report::render(&model, None).unwrap();
+    assert!(
+        md.contains("each point's measured accept length in decode tokens per step"),
+        "{md}"
+    );
+
+    // Speculation on but no verify steps counted: one token per step, and said.
+    let plain = dir.read_points().unwrap();
+    let model = build_model(&meta, &plain, &dir.read_requests().unwrap());
+    let bound = model.bound.as_ref().expect("a section");
+    assert!(!bound.tokens_per_step_per_point);
+    assert_eq!(bound.tokens_per_step, 1.0);
+    assert!(
+        bound
+            .assumptions
+            .iter()
+            .any(|a| a.contains("speculative decoding is on but its tokens per step are not known")),
+        "{:?}",
+        bound.assumptions
+    );
+}
+
 #[test]
 fn a_run_without_a_model_config_or_gpu_says_how_to_give_them() {
     let bound = model_of("clean-sweep").bound.expect("a section");
@@ -1417,4 +1503,91 @@ fn a_load_run_over_two_server_variants_has_a_pareto_frontier_per_variant_and_run
             .map(|i| i + text.find("## Load").unwrap())
             .unwrap()];
     insta::assert_snapshot!("load_pareto", section);
+}
+
+/// The clean sweep turned into a speculation on/off study by hand: group g1 plain, g2 with
+/// `--speculative-algorithm EAGLE`, its points' accept lengths, step times and decode speeds
+/// chosen (1.80x at ctx 1024, 1.10x at 8192, 0.70x at 32768, where acceptance is too low).
+fn speculative_study() -> (servebench::results::meta::RunMeta, Vec<PointRecord>) {
+    use servebench::catalog::FlagKind;
+    use servebench::results::records::Flag;
+    let dir = open("clean-sweep");
+    let mut meta = dir.read_meta().unwrap();
+    let dim = "server.args.speculative-algorithm";
+    meta.dimensions = vec![dim.to_string(), "ctx".to_string()];
+    for s in &mut meta.servers {
+        s.args.shift_remove("chunked-prefill-size");
+        if s.group == "g2" {
+            s.args
+                .insert("speculative-algorithm".into(), serde_json::json!("EAGLE"));
+        }
+    }
+    let mut points = dir.read_points().unwrap();
+    let off: Vec<f64> = points[..3]
+        .iter()
+        .map(|p| p.metrics["decode_tok_s"].mean)
+        .collect();
+    for (i, p) in points.iter_mut().enumerate() {
+        let on = p.group == "g2";
+        let ctx = p.values["ctx"].clone();
+        p.values = [
+            (
+                dim.to_string(),
+                if on { "EAGLE".into() } else { false.into() },
+            ),
+            ("ctx".to_string(), ctx),
+        ]
+        .into_iter()
+        .collect();
+        if !on {
+            continue;
+        }
+        let (speedup, accept) = [(1.8, 2.6), (1.1, 1.9), (0.7, 1.05)][i - 3];
+        let decode = p.metrics.get_mut("decode_tok_s").unwrap();
+        decode.mean = off[i - 3] * speedup;
+        let n = decode.count;
+        let stat = |mean: f64, low: f64, high: f64| Stat {
+            count: n,
+            mean,
+            min: low,
+            p50: mean,
+            p90: high,
+            p99: high,
+            max: high,
+            ..Stat::default()
+        };
+        p.metrics.insert(
+            "accept_length".into(),
+            stat(accept, (accept - 0.3_f64).max(1.0), accept + 0.2),
+        );
+        p.metrics.insert(
+            "verify_step_s".into(),
+            stat(accept / off[i - 3] / speedup, 0.0, 0.0),
+        );
+        if accept < 1.1 {
+            p.flags.push(Flag::new(
+                FlagKind::SpecLowAcceptance,
+                "speculative decoding accepted 1.05 tokens per verify step",
+            ));
+        }
+    }
+    (meta, points)
+}
+
+#[test]
+fn speculative_section_snapshot() {
+    let (meta, points) = speculative_study();
+    let model = build_model(&meta, &points, &[]);
+    let text = report::render(&model, None).unwrap();
+    let start = text
+        .find("## Speculative decoding")
+        .expect("a speculative section");
+    let end = start + 2 + text[start + 2..].find("\n## ").expect("a section after it");
+    let section = &text[start..end];
+    insta::assert_snapshot!("speculative_section", section);
+    assert!(
+        section.contains("Speculation pays up to ctx 8192 (1.10x) and stops paying by ctx 32768 (0.70x): the crossover lies between ctx 8192 and 32768."),
+        "{section}"
+    );
+    assert!(section.contains("| 1.05 ⚠ |"), "{section}");
 }

@@ -488,6 +488,62 @@ async fn speculative_decoding_emits_multi_token_chunks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streams_carry_spec_tokens_details_only_when_asked() {
+    let sim = start(&["--speculative-algorithm", "EAGLE"]).await;
+    for (path, mut body) in [
+        (
+            "/v1/completions",
+            json!({"model": "m", "prompt": FOX, "max_tokens": 40, "ignore_eos": true, "stream": true,
+                   "stream_options": {"include_usage": true}}),
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": FOX}], "max_tokens": 40,
+                   "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}),
+        ),
+    ] {
+        let plain = sim.stream_json(path, &body).await;
+        assert!(plain.iter().all(|c| c.get("sglext").is_none()), "{path}");
+        body["return_spec_tokens_details"] = true.into();
+        let asked = sim.stream_json(path, &body).await;
+        let ext: Vec<&Value> = asked.iter().filter(|c| c.get("sglext").is_some()).collect();
+        assert_eq!(ext.len(), 1, "{path}: {asked:?}");
+        // One `choices: []` chunk after the last token chunk, before the usage chunk.
+        let at = asked
+            .iter()
+            .position(|c| c.get("sglext").is_some())
+            .unwrap();
+        assert_eq!(at, asked.len() - 2, "{path}");
+        assert_eq!(ext[0]["choices"], json!([]));
+        assert!(ext[0]["usage"].is_null());
+        assert!(asked[at + 1]["usage"]["completion_tokens"] == 40, "{path}");
+        let d = &ext[0]["sglext"]["spec_tokens_details"];
+        let ct = d["spec_verify_ct"].as_u64().unwrap();
+        assert!((10..40).contains(&ct), "{path}: {d}");
+        assert_eq!(d["spec_accept_length"].as_f64().unwrap(), 40.0 / ct as f64);
+        for key in [
+            "spec_cap_length",
+            "spec_correct_drafts_histogram",
+            "spec_num_proposed_drafts",
+        ] {
+            assert!(d.get(key).is_some(), "{key}");
+        }
+    }
+    // Without speculation there is nothing to report, asked or not.
+    sim.stop().await.unwrap();
+    let plain = start(&[]).await;
+    let chunks = plain
+        .stream_json(
+            "/v1/completions",
+            &json!({"model": "m", "prompt": FOX, "max_tokens": 8, "stream": true,
+                    "return_spec_tokens_details": true}),
+        )
+        .await;
+    assert!(chunks.iter().all(|c| c.get("sglext").is_none()));
+    plain.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_running_requests_limits_the_batch() {
     let sim = start(&["--max-running-requests", "2", "--decode-log-interval", "1"]).await;
     let mut tasks = Vec::new();

@@ -83,6 +83,9 @@ pub struct Measured {
     pub cached_tokens: Option<u64>,
     /// The server's own time to the first token, where it reports one.
     pub server_ttft_s: Option<f64>,
+    /// Speculative verify steps the server counted for the request (SGLang
+    /// `meta_info.spec_verify_ct`), where it says.
+    pub spec_verify_ct: Option<u64>,
     /// Where the token counts came from.
     pub token_source: TokenSource,
     /// Whether every chunk's count was the server's.
@@ -111,7 +114,8 @@ impl Measured {
         max_tokens: u32,
         requested_prompt_tokens: Option<u64>,
     ) -> RequestRecord {
-        RequestRecord {
+        let server_steps = self.spec_verify_ct;
+        let mut record = RequestRecord {
             point: point.to_string(),
             round,
             index,
@@ -141,7 +145,12 @@ impl Measured {
             mix: None,
             phase: None,
             lag_s: None,
-        }
+            verify_steps: None,
+            verify_steps_source: None,
+            accept_length: None,
+        };
+        record.set_verify_steps(server_steps);
+        record
     }
 }
 
@@ -332,6 +341,7 @@ impl Client {
             temperature: 0.0,
             model: model.map(str::to_string),
             history: Vec::new(),
+            spec_tokens_details: false,
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();

@@ -58,6 +58,9 @@ pub(crate) struct StreamParser {
     /// llama.cpp's `timings.prompt_ms` (prompt processing), SGLang's
     /// `meta_info.first_token_latency`. No client's TTFT can be shorter.
     pub server_ttft_s: Option<f64>,
+    /// Speculative verify steps the server counted (SGLang `meta_info.spec_verify_ct`, on the
+    /// final chunk), where it says.
+    pub spec_verify_ct: Option<u64>,
     /// Latest cumulative completion count from the server (meta_info or usage).
     server_completion: Option<u64>,
     /// Sum of per-chunk token counts.
@@ -77,6 +80,7 @@ impl StreamParser {
             finish_reason: None,
             abort_message: None,
             server_ttft_s: None,
+            spec_verify_ct: None,
             server_completion: None,
             counted: 0,
             assumed: false,
@@ -151,6 +155,7 @@ impl StreamParser {
                 let meta = e.meta_info.map(|fast::Obj(m)| m).unwrap_or_default();
                 self.take_server_ttft(meta.first_token_latency);
                 Some(self.native_fields(fast::NativeFields {
+                    spec_verify_ct: meta.spec_verify_ct,
                     text: e.text,
                     ids: e.output_ids.map(|fast::Count(n)| n),
                     completion: meta.completion_tokens,
@@ -173,6 +178,13 @@ impl StreamParser {
                     .collect();
                 let timings = e.timings.map(|fast::Obj(t)| t);
                 self.take_server_ttft(timings.and_then(|t| t.prompt_ms).map(|ms| ms / 1e3));
+                if let Some(n) = e
+                    .sglext
+                    .and_then(|fast::Obj(x)| x.spec_tokens_details)
+                    .and_then(|fast::Obj(d)| d.spec_verify_ct)
+                {
+                    self.spec_verify_ct = Some(n);
+                }
                 Some(self.openai_fields(&choices, e.usage.map(|fast::Obj(u)| u)))
             }
         }
@@ -208,6 +220,7 @@ impl StreamParser {
         let completion = meta.completion_tokens?;
         self.take_server_ttft(meta.first_token_latency);
         Some(self.native_fields(fast::NativeFields {
+            spec_verify_ct: meta.spec_verify_ct,
             text: None,
             ids: None,
             completion: Some(completion),
@@ -244,6 +257,7 @@ impl StreamParser {
             }),
         };
         self.native_fields(fast::NativeFields {
+            spec_verify_ct: meta["spec_verify_ct"].as_u64(),
             text: v["text"].as_str().map(Into::into),
             ids: v["output_ids"].as_array().map(Vec::len),
             completion: meta["completion_tokens"].as_u64(),
@@ -264,6 +278,9 @@ impl StreamParser {
         }
         if let Some(n) = f.cached {
             self.cached_tokens = Some(n);
+        }
+        if let Some(n) = f.spec_verify_ct {
+            self.spec_verify_ct = Some(n);
         }
         match f.finish {
             None => {}
@@ -315,6 +332,17 @@ impl StreamParser {
 
     fn openai(&mut self, v: &Value) -> u32 {
         self.take_server_ttft(v["timings"]["prompt_ms"].as_f64().map(|ms| ms / 1e3));
+        // SGLang's `sglext.spec_tokens_details`: one object, or a list of them when n > 1
+        // (servebench asks for one choice: the first).
+        let details = &v["sglext"]["spec_tokens_details"];
+        let details = if details.is_array() {
+            &details[0]
+        } else {
+            details
+        };
+        if let Some(n) = details["spec_verify_ct"].as_u64() {
+            self.spec_verify_ct = Some(n);
+        }
         let choices = v["choices"]
             .as_array()
             .map(Vec::as_slice)
@@ -504,6 +532,7 @@ mod fast {
 
     /// What the parser reads of a native event.
     pub(crate) struct NativeFields<'a> {
+        pub spec_verify_ct: Option<u64>,
         pub text: Option<Cow<'a, str>>,
         pub ids: Option<usize>,
         pub completion: Option<u64>,
@@ -525,6 +554,7 @@ mod fast {
     #[derive(serde::Deserialize, Default)]
     pub(crate) struct Meta<'a> {
         pub first_token_latency: Option<f64>,
+        pub spec_verify_ct: Option<u64>,
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
         pub cached_tokens: Option<u64>,
@@ -540,6 +570,20 @@ mod fast {
         pub usage: Option<Obj<Usage>>,
         /// llama.cpp's timings on the final chunk.
         pub timings: Option<Obj<Timings>>,
+        /// SGLang's extensions: a `choices: []` chunk after the last token chunk, when the
+        /// request asked (`return_spec_tokens_details`).
+        pub sglext: Option<Obj<SglExt>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct SglExt {
+        /// One object for one choice (a list for n > 1 takes the Value path).
+        pub spec_tokens_details: Option<Obj<SpecTokensDetails>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct SpecTokensDetails {
+        pub spec_verify_ct: Option<u64>,
     }
 
     #[derive(serde::Deserialize)]
@@ -660,6 +704,61 @@ mod tests {
             &[r#"{"choices":[{"text":"a","finish_reason":"stop"}],"timings":{"prompt_ms":-1}}"#],
         );
         assert_eq!(p.server_ttft_s, None);
+    }
+
+    #[test]
+    fn sglang_verify_steps_are_read_from_the_final_meta_info() {
+        // Short events take the Value path, long ones the meta_info shortcut: same count.
+        for pad in [0, 300] {
+            let text = "x".repeat(pad);
+            let mut p = StreamParser::new(Api::SglangGenerate);
+            let first = format!(
+                r#"{{"text":"{text}a","output_ids":[1],"meta_info":{{"prompt_tokens":5,"completion_tokens":1,"cached_tokens":0,"finish_reason":null}}}}"#
+            );
+            let last = format!(
+                r#"{{"text":"{text}abcd","output_ids":[1,2,3,4],"meta_info":{{"prompt_tokens":5,"completion_tokens":4,"cached_tokens":0,"finish_reason":{{"type":"length","length":4}},"spec_accept_rate":0.66,"spec_accept_length":4.0,"spec_verify_ct":1}}}}"#
+            );
+            feed(&mut p, &[&first]);
+            assert_eq!(p.spec_verify_ct, None, "pad {pad}");
+            feed(&mut p, &[&last]);
+            assert_eq!(p.spec_verify_ct, Some(1), "pad {pad}");
+        }
+    }
+
+    #[test]
+    fn sglang_openai_verify_steps_are_read_from_the_sglext_chunk() {
+        // serving_completions.py / serving_chat.py (0.5.23): after the last token chunk, a
+        // `choices: []` chunk with `sglext.spec_tokens_details`, then the usage chunk.
+        let details = r#"{"spec_accept_rate":0.5,"spec_accept_length":2.5,"spec_cap_length":0.0,"spec_block_accept_length":0.0,"spec_num_correct_drafts":3,"spec_num_proposed_drafts":6,"spec_verify_ct":2,"spec_correct_drafts_histogram":[],"spec_cap_lens_histogram":[]}"#;
+        for (api, token) in [
+            (
+                Api::OpenaiCompletions,
+                r#"{"id":"r","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"abcde","logprobs":null,"finish_reason":"length","matched_stop":null}],"usage":null}"#,
+            ),
+            (
+                Api::OpenaiChat,
+                r#"{"id":"r","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"abcde"},"finish_reason":"length"}]}"#,
+            ),
+        ] {
+            let object = if api == Api::OpenaiChat {
+                "chat.completion.chunk"
+            } else {
+                "text_completion"
+            };
+            let sglext = format!(
+                r#"{{"id":"r","object":"{object}","created":1,"model":"m","choices":[],"usage":null,"sglext":{{"spec_tokens_details":{details}}}}}"#
+            );
+            let listed = format!(
+                r#"{{"id":"r","object":"{object}","created":1,"model":"m","choices":[],"usage":null,"sglext":{{"spec_tokens_details":[{details}]}}}}"#
+            );
+            for ext in [&sglext, &listed] {
+                let mut p = StreamParser::new(api);
+                assert_eq!(feed(&mut p, &[token]), vec![1]);
+                assert_eq!(p.spec_verify_ct, None);
+                assert_eq!(feed(&mut p, &[ext]), vec![0], "{api:?}");
+                assert_eq!(p.spec_verify_ct, Some(2), "{api:?} {ext}");
+            }
+        }
     }
 
     #[test]

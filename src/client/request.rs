@@ -25,6 +25,13 @@ pub struct GenerationRequest {
     /// Earlier turns of a conversation, sent as chat messages before `prompt` (the chat API
     /// only; the other APIs get the conversation already written into `prompt`).
     pub history: Vec<ChatMessage>,
+    /// Ask for the server's per-request speculative counts on the OpenAI APIs: SGLang's
+    /// `return_spec_tokens_details` (protocol.py `CompletionRequest`/`ChatCompletionRequest`),
+    /// answered by a `choices: []` chunk whose `sglext.spec_tokens_details` carries
+    /// `spec_verify_ct`. Set only for servers that speak SGLang's API (vLLM's request models
+    /// allow and ignore extra fields, llama.cpp ignores them too, but nothing is sent that
+    /// an engine does not define). Native `/generate` gives the counts unasked.
+    pub spec_tokens_details: bool,
 }
 
 /// One message of a conversation.
@@ -58,6 +65,14 @@ pub(crate) fn path(api: Api) -> &'static str {
 
 /// The streaming request body for `req`.
 pub(crate) fn body(req: &GenerationRequest) -> Value {
+    let mut body = plain_body(req);
+    if req.spec_tokens_details && req.api != Api::SglangGenerate {
+        body["return_spec_tokens_details"] = true.into();
+    }
+    body
+}
+
+fn plain_body(req: &GenerationRequest) -> Value {
     let model = req.model.as_deref().unwrap_or(DEFAULT_MODEL);
     match req.api {
         Api::SglangGenerate => json!({
@@ -110,7 +125,26 @@ mod tests {
             temperature: 0.0,
             model: None,
             history: Vec::new(),
+            spec_tokens_details: false,
         }
+    }
+
+    #[test]
+    fn spec_tokens_details_are_asked_for_on_openai_apis_only_when_set() {
+        for api in [Api::OpenaiCompletions, Api::OpenaiChat] {
+            assert!(body(&req(api)).get("return_spec_tokens_details").is_none());
+            let asked = GenerationRequest {
+                spec_tokens_details: true,
+                ..req(api)
+            };
+            assert_eq!(body(&asked)["return_spec_tokens_details"], true);
+        }
+        // `/generate` gives `spec_verify_ct` in meta_info unasked; its body stays as it is.
+        let native = GenerationRequest {
+            spec_tokens_details: true,
+            ..req(Api::SglangGenerate)
+        };
+        assert_eq!(body(&native), body(&req(Api::SglangGenerate)));
     }
 
     #[test]

@@ -311,6 +311,7 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.prompt_tokens = parser.prompt_tokens;
     m.cached_tokens = parser.cached_tokens;
     m.server_ttft_s = parser.server_ttft_s;
+    m.spec_verify_ct = parser.spec_verify_ct;
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.chunk_tokens = parser.chunk_tokens();
@@ -397,6 +398,7 @@ impl Measured {
             completion_tokens: None,
             cached_tokens: None,
             server_ttft_s: None,
+            spec_verify_ct: None,
             token_source: TokenSource::ChunkCount,
             chunk_tokens: ChunkTokens::Exact,
             finish_reason: None,

@@ -162,12 +162,20 @@ impl SimConfig {
                 )));
             }
         };
-        let speculative = speculative_model(
+        let spec = super::sglang_spec::resolve(
             &profile,
-            a.str("speculative-algorithm").is_some(),
-            a.int("speculative-num-draft-tokens"),
-        );
+            a.str("speculative-algorithm"),
+            super::sglang_spec::DraftFlags {
+                num_steps: a.int("speculative-num-steps"),
+                eagle_topk: a.int("speculative-eagle-topk"),
+                num_draft_tokens: a.int("speculative-num-draft-tokens"),
+            },
+        )?;
+        let speculative = spec.model;
         let log = SimLog::stderr();
+        if let Some(w) = spec.warning {
+            log.info(&format!("WARNING speculative_hook.py:1259: {w}"));
+        }
         log.set_quiet_batches(matches!(
             a.str("log-level").map(str::to_ascii_lowercase).as_deref(),
             Some("warning" | "error" | "critical")

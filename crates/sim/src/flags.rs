@@ -242,7 +242,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         "speculative-algorithm",
         Str,
         "null",
-        "EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM: turns on speculative decoding: each decode step emits 1..num-draft-tokens tokens per request (profile's mean accept length); stats in the final meta_info and Decode log lines."
+        "EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM: turns on speculative decoding: each verify step emits 1..num-steps+1 tokens per request (the profile's accept length at the request's context) and costs the profile's verify overhead; stats in the final meta_info and Decode log lines."
     ),
     f!(
         "speculative-draft-model-path",
@@ -254,19 +254,19 @@ pub(crate) const FLAGS: &[Flag] = &[
         "speculative-num-steps",
         Int,
         "null",
-        "Accepted; echoed in /server_info."
+        "Draft steps per verify: at most this + 1 tokens per step. Needed when topk or draft tokens are given (SGLang asserts it)."
     ),
     f!(
         "speculative-eagle-topk",
         Int,
         "null",
-        "Accepted; echoed in /server_info."
+        "Draft branches per step; 1 forces num-draft-tokens to num-steps + 1 (SGLang's warning)."
     ),
     f!(
         "speculative-num-draft-tokens",
         Int,
         "null",
-        "Most tokens one step emits per request (default: the profile's, else 4)."
+        "Tokens verified per request per step: the verify cost grows with it (default: the profile's, else 4)."
     ),
     f!(
         "enable-metrics",

@@ -91,6 +91,7 @@ mod ranks;
 mod request;
 mod scheduler;
 mod server;
+mod sglang_spec;
 mod slots;
 mod state;
 mod surface_args;

@@ -10,6 +10,10 @@ use std::time::Duration;
 pub(crate) const BUILTIN: &[(&str, &str)] = &[
     ("fast", include_str!("../../../profiles/fast.yaml")),
     (
+        "fast-spec",
+        include_str!("../../../profiles/fast-spec.yaml"),
+    ),
+    (
         "h100-llama8b",
         include_str!("../../../profiles/h100-llama8b.yaml"),
     ),
@@ -131,17 +135,37 @@ pub struct DecodeCost {
     pub per_ctx_token_ns: f64,
 }
 
-/// Speculative decoding: each step emits 1..=`num_draft_tokens` tokens per request.
+/// Speculative decoding: each verify step emits 1..=[`max_tokens`](SpecModel::max_tokens)
+/// tokens per request, on average [`accept_mean_at`](SpecModel::accept_mean_at) its context,
+/// and costs [`verify_overhead_ms`](SpecModel::verify_overhead_ms) on top of a plain decode
+/// step.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpecModel {
-    /// Most tokens one verify step can emit per request.
+    /// Tokens verified per request per step (SGLang `--speculative-num-draft-tokens`): the
+    /// verify pass's width, which its cost grows with.
     pub num_draft_tokens: u32,
-    /// Mean tokens emitted per request per step.
+    /// Draft steps per verify (SGLang `--speculative-num-steps`): at most this + 1 tokens are
+    /// accepted per step. None = `num_draft_tokens - 1` (a chain: every verified token can be
+    /// accepted).
+    #[serde(default)]
+    pub num_steps: Option<u32>,
+    /// Mean tokens emitted per request per step (the bonus token included), when
+    /// `accept_length_by_context` is empty.
     pub accept_length_mean: f64,
-    /// Extra milliseconds per decode step for drafting and verifying.
+    /// Mean tokens per step against the request's context (prompt + generated tokens):
+    /// `[context, mean]` points in increasing context order, interpolated linearly between
+    /// them and held flat past either end. Empty = `accept_length_mean` at every context.
+    #[serde(default)]
+    pub accept_length_by_context: Vec<[f64; 2]>,
+    /// Extra milliseconds per verify step for drafting and verifying, whatever the batch.
     #[serde(default)]
     pub step_overhead_ms: f64,
+    /// Extra microseconds per verified token per request in the batch: the verify pass's work,
+    /// so a step of `b` requests costs `b` x `num_draft_tokens` x this more, and speculation
+    /// stops paying once the batch is large.
+    #[serde(default)]
+    pub per_draft_token_us: f64,
     /// On even without `--speculative-algorithm`.
     #[serde(default)]
     pub enabled: bool,
@@ -151,11 +175,89 @@ impl Default for SpecModel {
     fn default() -> Self {
         SpecModel {
             num_draft_tokens: 4,
+            num_steps: None,
             accept_length_mean: 2.5,
+            accept_length_by_context: Vec::new(),
             step_overhead_ms: 0.0,
+            per_draft_token_us: 0.0,
             enabled: false,
         }
     }
+}
+
+impl SpecModel {
+    /// Most tokens one verify step emits per request: the draft depth + 1, at most the tokens
+    /// verified.
+    pub fn max_tokens(&self) -> u32 {
+        let depth = self
+            .num_steps
+            .map_or(self.num_draft_tokens, |s| s.saturating_add(1));
+        depth.min(self.num_draft_tokens).max(1)
+    }
+
+    /// Mean tokens per step for a request holding `context` tokens, within 1..=max_tokens.
+    pub fn accept_mean_at(&self, context: u64) -> f64 {
+        let mean = interpolate(&self.accept_length_by_context, context as f64)
+            .unwrap_or(self.accept_length_mean);
+        mean.clamp(1.0, f64::from(self.max_tokens()))
+    }
+
+    /// Milliseconds a verify step of `batch` requests adds to the plain decode step.
+    pub fn verify_overhead_ms(&self, batch: u64) -> f64 {
+        self.step_overhead_ms
+            + self.per_draft_token_us * f64::from(self.num_draft_tokens) * batch as f64 / 1e3
+    }
+
+    /// Why the model is unusable, if it is.
+    fn problem(&self) -> Option<&'static str> {
+        let max = f64::from(self.max_tokens());
+        let in_range = |m: f64| m.is_finite() && (1.0..=max).contains(&m);
+        if self.num_draft_tokens == 0 || self.num_steps == Some(0) {
+            return Some("speculative.num_draft_tokens and num_steps must be at least 1");
+        }
+        if !in_range(self.accept_length_mean) {
+            return Some(
+                "speculative.accept_length_mean must be between 1 and the most tokens a step emits (num_steps + 1, at most num_draft_tokens)",
+            );
+        }
+        let points = &self.accept_length_by_context;
+        if points.len() > 64
+            || points
+                .iter()
+                .any(|[c, m]| !(c.is_finite() && *c >= 0.0 && in_range(*m)))
+            || points.windows(2).any(|w| w[1][0] <= w[0][0])
+        {
+            return Some(
+                "speculative.accept_length_by_context must list at most 64 [context, mean] points, contexts increasing from 0 up, means between 1 and the most tokens a step emits",
+            );
+        }
+        if ![self.step_overhead_ms, self.per_draft_token_us]
+            .iter()
+            .all(|x| x.is_finite() && *x >= 0.0)
+        {
+            return Some(
+                "speculative.step_overhead_ms and per_draft_token_us must be non-negative numbers",
+            );
+        }
+        None
+    }
+}
+
+/// The piecewise-linear function through `points` at `x`, flat past either end; None without
+/// points.
+fn interpolate(points: &[[f64; 2]], x: f64) -> Option<f64> {
+    let first = points.first()?;
+    let last = points[points.len() - 1];
+    if x <= first[0] {
+        return Some(first[1]);
+    }
+    if x >= last[0] {
+        return Some(last[1]);
+    }
+    points.windows(2).find_map(|w| {
+        let ([x0, y0], [x1, y1]) = (w[0], w[1]);
+        (x >= x0 && x <= x1).then(|| y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    })
 }
 
 fn one() -> f64 {
@@ -220,15 +322,10 @@ impl Profile {
                 message: "time_scale must be a positive number".into(),
             });
         }
-        if let Some(s) = &p.speculative
-            && (s.num_draft_tokens == 0
-                || s.accept_length_mean < 1.0
-                || s.accept_length_mean > s.num_draft_tokens as f64)
-        {
+        if let Some(message) = p.speculative.as_ref().and_then(SpecModel::problem) {
             return Err(ProfileError::Invalid {
                 path: origin.to_string(),
-                message: "speculative.accept_length_mean must be between 1 and num_draft_tokens"
-                    .into(),
+                message: message.into(),
             });
         }
         if let Some(a) = &p.memory.activation
@@ -328,6 +425,62 @@ mod tests {
         let warm_tail = p.prefill_time(&[(8000, 100)]);
         let short = p.prefill_time(&[(0, 100)]);
         assert!(warm_tail > short && warm_tail < cold);
+    }
+
+    fn spec(yaml: &str) -> Result<SpecModel, ProfileError> {
+        let base = BUILTIN[0].1;
+        let text = format!("{base}\nspeculative:\n{yaml}");
+        Profile::parse("test", &text).map(|p| p.speculative.unwrap())
+    }
+
+    #[test]
+    fn accept_length_follows_the_context_table_flat_past_its_ends() {
+        let s = Profile::load("fast-spec").unwrap().speculative.unwrap();
+        assert_eq!(s.max_tokens(), 4);
+        assert_eq!(s.accept_mean_at(0), 3.0);
+        assert!((s.accept_mean_at(2048) - 2.5).abs() < 1e-12);
+        assert!((s.accept_mean_at(10240) - 1.65).abs() < 1e-12);
+        assert_eq!(s.accept_mean_at(100_000), 1.3);
+    }
+
+    #[test]
+    fn verify_cost_grows_with_the_batch_and_the_tokens_verified() {
+        let s = Profile::load("fast-spec").unwrap().speculative.unwrap();
+        assert!((s.verify_overhead_ms(1) - (0.3 + 0.136)).abs() < 1e-12);
+        assert!((s.verify_overhead_ms(16) - (0.3 + 0.034 * 4.0 * 16.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_fast_spec_profile_pays_at_batch_one_and_not_at_batch_sixteen() {
+        // The profile's stated crossover: tokens per step x plain step / verify step.
+        let p = Profile::load("fast-spec").unwrap();
+        let s = p.speculative.clone().unwrap();
+        let speedup = |b: u64, ctx: u64| {
+            let plain = p.decode_time(b, b * ctx, 0.0).as_secs_f64();
+            let verify = p
+                .decode_time(b, b * ctx, s.verify_overhead_ms(b))
+                .as_secs_f64();
+            s.accept_mean_at(ctx) * plain / verify
+        };
+        assert!(speedup(1, 1056) > 1.9, "{}", speedup(1, 1056));
+        assert!(speedup(8, 1056) > 1.0);
+        assert!(speedup(16, 1056) < 1.0);
+        assert!(speedup(1, 16384) < 1.0);
+    }
+
+    #[test]
+    fn speculative_models_out_of_range_are_refused() {
+        for bad in [
+            "  num_draft_tokens: 4\n  accept_length_mean: 4.5\n",
+            "  num_draft_tokens: 4\n  num_steps: 1\n  accept_length_mean: 2.5\n",
+            "  num_draft_tokens: 4\n  accept_length_mean: 2\n  accept_length_by_context: [[100, 2], [50, 2]]\n",
+            "  num_draft_tokens: 4\n  accept_length_mean: 2\n  accept_length_by_context: [[0, 0.5]]\n",
+            "  num_draft_tokens: 4\n  accept_length_mean: 2\n  per_draft_token_us: -1\n",
+        ] {
+            assert!(spec(bad).is_err(), "{bad}");
+        }
+        let ok = spec("  num_draft_tokens: 8\n  num_steps: 3\n  accept_length_mean: 4\n").unwrap();
+        assert_eq!(ok.max_tokens(), 4);
     }
 
     #[test]

@@ -353,11 +353,12 @@ impl Scheduler {
                 self.finish_prefill(batch, deadline);
             } else if self.ready_to_decode() {
                 let ctx: u64 = self.running.iter().map(Req::context_len).sum();
+                let batch = self.running.len() as u64;
                 let overhead = self
                     .cfg
                     .speculative
                     .as_ref()
-                    .map_or(0.0, |s| s.step_overhead_ms);
+                    .map_or(0.0, |s| s.verify_overhead_ms(batch));
                 deadline = start
                     + self
                         .cfg
@@ -863,11 +864,12 @@ impl Scheduler {
         for req in running.iter_mut() {
             let k = match &spec {
                 Some(s) => {
-                    let k = req.draw_accept(s.num_draft_tokens, s.accept_length_mean);
+                    let mean = s.accept_mean_at(req.context_len());
+                    let k = req.draw_accept(s.max_tokens(), mean);
                     req.spec.verify_ct += 1;
                     req.spec.num_correct_drafts += k - 1;
                     req.spec.num_proposed_drafts += s.num_draft_tokens as u64 - 1;
-                    let drafted = s.num_draft_tokens.saturating_sub(1) as usize;
+                    let drafted = s.max_tokens().saturating_sub(1) as usize;
                     if req.accepted_per_pos.len() < drafted {
                         req.accepted_per_pos.resize(drafted, 0);
                     }

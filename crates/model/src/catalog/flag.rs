@@ -89,6 +89,10 @@ pub enum FlagKind {
     /// that arrived while the client was this late share the later one's time, and their TTFT
     /// and ITL are off by up to the wait.
     ClientReadLate,
+    /// Speculative decoding ran but its mean accept length stayed under 1.1 tokens per verify
+    /// step: every step pays for drafting and verifying and buys almost nothing over plain
+    /// decoding (informational: the numbers are right, the draft model or its settings are not).
+    SpecLowAcceptance,
     /// A kind this version does not know.
     Other(String),
 }
@@ -178,6 +182,12 @@ const CATALOGUE: &[Entry] = &[
     entry(FlagKind::TtftBelowServer, "ttft-below-server", "ttft"),
     // Informational: it sizes the client's own error (the wait) rather than voiding the
     // point, and a loaded machine raises it on fast profiles.
+    Entry {
+        kind: FlagKind::SpecLowAcceptance,
+        name: "spec-low-acceptance",
+        informational: true,
+        cell: "decode",
+    },
     Entry {
         kind: FlagKind::ClientReadLate,
         name: "client-read-late",
@@ -297,9 +307,11 @@ mod tests {
                 "stale-connections",
                 "slo-missed",
                 "slo-unjudged",
+                "spec-low-acceptance",
                 "client-read-late"
             ]
         );
+        assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");
         assert_eq!(FlagKind::ClientReadLate.cell(), "ttft");
         assert_eq!(FlagKind::ItlPerChunk.cell(), "itl");
         assert_eq!(FlagKind::ColdCacheHit.cell(), "cached");

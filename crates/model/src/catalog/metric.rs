@@ -89,6 +89,8 @@ pub enum Metric {
     Goodput,
     SloAttainment,
     ClientCpu,
+    AcceptLength,
+    VerifyStep,
 }
 
 /// One catalogue entry.
@@ -116,6 +118,9 @@ struct Entry {
     /// A `load:` point's metric: system-wide over the measured window, or counted from the
     /// schedule. Reports define these in their load section.
     load: bool,
+    /// A speculative-decoding metric: measured only where a request's verify steps are known,
+    /// defined in the report's speculative section.
+    speculative: bool,
 }
 
 /// In report order.
@@ -139,6 +144,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: true,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::Prefill,
@@ -159,6 +165,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: true,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::Decode,
@@ -179,6 +186,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: true,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::Tpot,
@@ -197,6 +205,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::Itl,
@@ -218,6 +227,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::Icl,
@@ -236,6 +246,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::E2e,
@@ -254,6 +265,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::QueueDelay,
@@ -272,6 +284,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::PromptTokens,
@@ -290,6 +303,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::CachedTokens,
@@ -308,6 +322,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::CompletionTokens,
@@ -326,6 +341,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::TA,
@@ -344,6 +360,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::TB,
@@ -362,6 +379,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        speculative: false,
     },
     Entry {
         metric: Metric::TtftFromSchedule,
@@ -380,6 +398,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::E2eFromSchedule,
@@ -398,6 +417,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::ScheduleLag,
@@ -416,6 +436,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::ThroughputReq,
@@ -434,6 +455,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::InputTok,
@@ -452,6 +474,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::OutputTok,
@@ -470,6 +493,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::TotalTok,
@@ -488,6 +512,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::PeakOutputTok,
@@ -506,6 +531,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::ConcurrencyMean,
@@ -524,6 +550,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::ConcurrencyMax,
@@ -542,6 +569,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::Goodput,
@@ -560,6 +588,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::SloAttainment,
@@ -578,6 +607,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        speculative: false,
     },
     Entry {
         metric: Metric::ClientCpu,
@@ -596,6 +626,45 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        speculative: false,
+    },
+    Entry {
+        metric: Metric::AcceptLength,
+        name: "accept_length",
+        label: "accept length",
+        long_label: "Accept length",
+        unit: "tok/step",
+        definition: "Output tokens per speculative verify step after the first token: (completion_tokens - tokens in the first chunk) / verify steps, the steps from the server (SGLang meta_info.spec_verify_ct) or one per token chunk after the first where every chunk's count is the server's and chunks held several tokens. 1.0 is plain decoding.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Share,
+        streaming: true,
+        two_point: false,
+        compared: false,
+        headline: false,
+        load: false,
+        speculative: true,
+    },
+    Entry {
+        metric: Metric::VerifyStep,
+        name: "verify_step_s",
+        label: "verify step",
+        long_label: "Verify step time",
+        unit: "ms",
+        definition: "Decode time per speculative verify step: (last token time - first token time) / verify steps. Decode speed = accept length / verify step time.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Millis,
+        streaming: true,
+        two_point: false,
+        compared: false,
+        headline: false,
+        load: false,
+        speculative: true,
     },
 ];
 
@@ -613,7 +682,7 @@ impl Metric {
             .filter(move |e| match method {
                 Method::Streaming => e.streaming,
                 Method::TwoPoint => e.two_point,
-            } && !e.load)
+            } && !e.load && !e.speculative)
             .map(|e| e.metric)
     }
 
@@ -622,8 +691,18 @@ impl Metric {
     pub fn shown_for(method: Method) -> impl Iterator<Item = Metric> {
         CATALOGUE
             .iter()
-            .filter(move |e| !e.load && (method == Method::TwoPoint || e.streaming || !e.two_point))
+            .filter(move |e| {
+                !e.load
+                    && !e.speculative
+                    && (method == Method::TwoPoint || e.streaming || !e.two_point)
+            })
             .map(|e| e.metric)
+    }
+
+    /// The speculative-decoding metrics (streaming points whose verify steps are known), in
+    /// report order.
+    pub fn of_speculative() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.speculative).map(|e| e.metric)
     }
 
     /// The metrics of `load:` points, in report order.

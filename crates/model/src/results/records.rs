@@ -271,6 +271,71 @@ pub struct RequestRecord {
     /// `max_in_flight` included). None for closed-loop points.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_s: Option<f64>,
+    /// Speculative verify steps the request's decode took, where they are known (see
+    /// [`StepSource`]); None for plain decoding, for streams that cannot tell, and in older
+    /// records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_steps: Option<u64>,
+    /// Where `verify_steps` came from (None when it is None).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_steps_source: Option<StepSource>,
+    /// Output tokens per verify step after the first token: (completion_tokens - tokens in
+    /// the first token chunk) / verify_steps (SGLang's own `spec_accept_length` divides all
+    /// of completion_tokens, the prefill's token included). None without `verify_steps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_length: Option<f64>,
+}
+
+/// Where a request's speculative verify steps came from.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum StepSource {
+    /// The server's own count: SGLang's `meta_info.spec_verify_ct` on the final chunk.
+    Server,
+    /// One step per token chunk after the first, on a stream whose every chunk count is the
+    /// server's and whose chunks held several tokens (a server streams each step's tokens in
+    /// one chunk at stream interval 1; a larger interval merges steps, so this overstates
+    /// tokens per step there). A run whose every step emitted one token cannot be told from
+    /// plain decoding this way.
+    Chunks,
+}
+
+impl RequestRecord {
+    /// Sets `verify_steps`, its source and `accept_length` from the server's count
+    /// (`server_steps`) or, without one, from the chunks (see [`StepSource`]).
+    pub fn set_verify_steps(&mut self, server_steps: Option<u64>) {
+        let token_chunks: Vec<u32> = self
+            .chunks
+            .iter()
+            .map(|c| c.tokens)
+            .filter(|t| *t > 0)
+            .collect();
+        let Some(first) = token_chunks.first() else {
+            return;
+        };
+        let (steps, source) = match server_steps.filter(|n| *n > 0) {
+            Some(n) => (n, StepSource::Server),
+            None => {
+                let multi = token_chunks[1..].iter().any(|t| *t > 1);
+                if !multi || self.chunk_tokens() != ChunkTokens::Exact {
+                    return;
+                }
+                (token_chunks.len() as u64 - 1, StepSource::Chunks)
+            }
+        };
+        if steps == 0 {
+            return;
+        }
+        let total = self
+            .completion_tokens
+            .unwrap_or_else(|| token_chunks.iter().map(|t| u64::from(*t)).sum());
+        self.verify_steps = Some(steps);
+        self.verify_steps_source = Some(source);
+        self.accept_length = Some(total.saturating_sub(u64::from(*first)) as f64 / steps as f64);
+    }
 }
 
 /// A request's place in a group of requests that share a prompt prefix.
@@ -475,6 +540,9 @@ impl RequestRecord {
             mix: None,
             phase: None,
             lag_s: None,
+            verify_steps: None,
+            verify_steps_source: None,
+            accept_length: None,
         }
     }
 }
@@ -788,4 +856,55 @@ pub enum CalibrationAttemptKind {
 pub struct Wall {
     pub started_at: f64,
     pub ended_at: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streamed(tokens: &[u32], exact: bool) -> RequestRecord {
+        RequestRecord {
+            chunks: tokens
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Chunk {
+                    t_s: i as f64 * 0.01,
+                    tokens: *t,
+                })
+                .collect(),
+            completion_tokens: Some(tokens.iter().map(|t| u64::from(*t)).sum()),
+            chunk_tokens: Some(if exact {
+                ChunkTokens::Exact
+            } else {
+                ChunkTokens::AssumedOne
+            }),
+            ..RequestRecord::fixture()
+        }
+    }
+
+    #[test]
+    fn the_servers_verify_count_gives_decode_tokens_per_step() {
+        // 1 prefill token, then 9 tokens over 4 verify steps.
+        let mut r = streamed(&[1, 3, 2, 1, 3], true);
+        r.set_verify_steps(Some(4));
+        assert_eq!(r.verify_steps, Some(4));
+        assert_eq!(r.verify_steps_source, Some(StepSource::Server));
+        assert_eq!(r.accept_length, Some(2.25));
+    }
+
+    #[test]
+    fn without_a_server_count_exact_multi_token_chunks_are_one_step_each() {
+        // A role chunk with no token is not a step.
+        let mut r = streamed(&[0, 1, 3, 2, 1], true);
+        r.set_verify_steps(None);
+        assert_eq!(r.verify_steps, Some(3));
+        assert_eq!(r.verify_steps_source, Some(StepSource::Chunks));
+        assert_eq!(r.accept_length, Some(2.0));
+        // One token per chunk: plain decoding as far as the stream can tell; counts assumed
+        // one per chunk: no step count at all.
+        for mut r in [streamed(&[1, 1, 1], true), streamed(&[1, 3, 2], false)] {
+            r.set_verify_steps(None);
+            assert_eq!((r.verify_steps, r.accept_length), (None, None));
+        }
+    }
 }

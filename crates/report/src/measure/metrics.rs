@@ -45,6 +45,12 @@ pub struct RequestMetrics {
     pub itl_s: Vec<f64>,
     /// Inter-chunk latencies, seconds: raw gaps between consecutive token chunks.
     pub icl_s: Vec<f64>,
+    /// Output tokens per speculative verify step after the first token (the record's
+    /// `accept_length`). None where the verify steps are not known.
+    pub accept_length: Option<f64>,
+    /// Seconds of decode per verify step: (last token time - first token time) / verify steps.
+    /// None where the verify steps are not known or the span is zero.
+    pub verify_step_s: Option<f64>,
 }
 
 /// Computes [`RequestMetrics`] from a record. Works on failed records too, but callers exclude
@@ -80,6 +86,12 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
     let after_first = completion.saturating_sub(u64::from(first.tokens));
     if token_chunks.len() >= 2 && span > 0.0 {
         m.decode_tok_s = Some(after_first as f64 / span);
+    }
+    m.accept_length = r.accept_length.filter(|a| a.is_finite());
+    if let Some(steps) = r.verify_steps.filter(|n| *n > 0)
+        && span > 0.0
+    {
+        m.verify_step_s = Some(span / steps as f64);
     }
 
     if let Some(e2e) = r.end_s
@@ -147,6 +159,7 @@ impl Columns {
     pub(crate) fn with_cap(method: Method, cap: usize) -> Columns {
         Columns {
             columns: Metric::of_method(method)
+                .chain(Metric::of_speculative().filter(|_| method == Method::Streaming))
                 .map(|m| (m, Samples::with_cap(cap)))
                 .collect(),
             order: 0,
@@ -169,6 +182,8 @@ impl Columns {
         self.push_counts(r);
         self.push(Metric::Itl, r.round, m.itl_s);
         self.push(Metric::Icl, r.round, m.icl_s);
+        self.push_one(Metric::AcceptLength, r.round, m.accept_length);
+        self.push_one(Metric::VerifyStep, r.round, m.verify_step_s);
     }
 
     /// One request's values of `metric` (several for per-gap metrics); none is no sample.
@@ -253,6 +268,16 @@ mod tests {
         assert_eq!(m.icl_s.len(), 2);
         close(m.icl_s[0], 0.3);
         close(m.icl_s[1], 0.2);
+        // Not a record of verify steps: no speculative metrics.
+        assert_eq!((m.accept_length, m.verify_step_s), (None, None));
+        // The server says 2 verify steps: 5 tokens over 0.5 s in 2 steps.
+        let mut r = r;
+        r.set_verify_steps(Some(2));
+        let m = request_metrics(&r);
+        close(m.accept_length.unwrap(), 2.5);
+        close(m.verify_step_s.unwrap(), 0.25);
+        // Decode speed is what the two buy: 2.5 tokens per 0.25 s step.
+        close(m.decode_tok_s.unwrap(), 2.5 / 0.25);
     }
 
     #[test]

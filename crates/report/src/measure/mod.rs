@@ -3,6 +3,7 @@ pub mod metrics;
 pub(crate) mod samples;
 pub mod server_view;
 pub(crate) mod shared;
+pub mod speculative;
 pub(crate) mod spread;
 pub(crate) mod stats;
 pub mod summary;

@@ -14,7 +14,7 @@ use servebench_model::spec::types::{Experiment, Measure};
 use super::metrics::{self, Columns};
 use super::server_view::Finished;
 use super::system::SystemFold;
-use super::{shared, spread, twopoint, verify};
+use super::{shared, speculative, spread, twopoint, verify};
 
 /// What a point's records add up to.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +34,14 @@ pub struct PointSummary {
     pub status: PointStatus,
     /// Expected against observed cache hits, per shared-prefix group or session turn.
     pub prefix_cache: Vec<PrefixCacheRow>,
+}
+
+impl PointSummary {
+    /// Mean output tokens per speculative verify step (see
+    /// [`speculative::tokens_per_step`]); None for plain decoding.
+    pub fn tokens_per_step(&self) -> Option<f64> {
+        speculative::tokens_per_step(&self.metrics)
+    }
 }
 
 /// Summarises the measured records of a point of `exp`. `flags` are what the runner already
@@ -376,6 +384,7 @@ impl PointFold {
         if exp.concurrency == 1 && exp.load.is_none() {
             flags.extend(spread::spread_flags(&metrics));
         }
+        flags.extend(speculative::low_acceptance_flag(&metrics));
         if let Some((index, ttft, server)) = self.worst_below_server {
             flags.push(Flag::new(
                 FlagKind::TtftBelowServer,

@@ -61,6 +61,8 @@ pub struct BoundRow {
     /// The prefill's achieved FLOP/s per GPU (None without a prefill speed: under concurrency
     /// or with cached prompts).
     pub prefill: Option<grade::PrefillGrade>,
+    /// Decode tokens per step per sequence this point was graded with.
+    pub tokens_per_step: f64,
 }
 
 /// A run's grades.
@@ -129,7 +131,7 @@ pub(crate) struct Basis {
 /// Reads the layout from the first server launch: its flags, then `/server_info` (SGLang's
 /// `tp_size`, `pp_size`, `dp_size`, `enable_dp_attention`, `kv_cache_dtype`,
 /// `speculative_algorithm`, `speculative_num_draft_tokens`).
-pub(crate) fn basis(meta: &RunMeta, opts: &BoundOptions) -> Basis {
+pub(crate) fn basis(meta: &RunMeta, points: &[PointRecord], opts: &BoundOptions) -> Basis {
     let mut assumptions = Vec::new();
     let server = meta.servers.first();
     let flag = |names: &[&str]| -> Option<&serde_json::Value> {
@@ -189,7 +191,8 @@ pub(crate) fn basis(meta: &RunMeta, opts: &BoundOptions) -> Basis {
             "the simulator ran at sim-time-scale {s}: measured steps are divided by {s}"
         ));
     }
-    let speculative = server.is_some_and(|s| s.args.keys().any(|k| k.starts_with("speculative")))
+    // The draft-shape flags alone do nothing (SGLang ignores them without an algorithm).
+    let speculative = server.is_some_and(|s| super::speculative::switched_on(&s.args))
         || info("speculative_algorithm").is_some()
         || info("internal_states")
             .and_then(|v| v.get(0)?.get("avg_spec_accept_length"))
@@ -199,11 +202,20 @@ pub(crate) fn basis(meta: &RunMeta, opts: &BoundOptions) -> Basis {
         .and_then(as_u32)
         .or_else(|| info("speculative_num_draft_tokens").and_then(as_u32))
         == Some(1);
+    // Measured per point where the server counted its verify steps (`accept_length`).
+    let measured = points
+        .iter()
+        .filter(|p| p.ok > 0)
+        .all(|p| measured_tokens_per_step(p).is_some());
+    if opts.tokens_per_step.is_none() && speculative && measured {
+        assumptions.push(
+            "tokens per step are each point's measured accept length (the server's verify steps, mean over its requests)".into(),
+        );
+    }
     let tokens_per_step = opts
         .tokens_per_step
-        .or_else(|| mean_accept_length(meta))
         .unwrap_or_else(|| {
-            if speculative && !one_wide {
+            if speculative && !one_wide && !measured {
                 assumptions.push(
                     "speculative decoding is on but its tokens per step are not known: steps are counted as one token each, so step times are too short by the accept length (give --tokens-per-step)".into(),
                 );
@@ -227,12 +239,11 @@ pub(crate) fn basis(meta: &RunMeta, opts: &BoundOptions) -> Basis {
     }
 }
 
-/// The mean tokens one decode step gave each sequence under speculative decoding, measured:
-/// the one place it comes from. None until the per-request accept counts are recorded
-/// (SGLang's `meta_info.spec_verify_ct`: completion tokens over verify steps); then `grade`
-/// and the report's section use it without further change.
-pub(crate) fn mean_accept_length(_meta: &RunMeta) -> Option<f64> {
-    None
+/// The mean decode tokens one verify step gave each of a point's requests under speculative
+/// decoding, as its records measured them (`accept_length`: SGLang's `spec_verify_ct`); None
+/// without speculation or where the server did not count its steps.
+pub(crate) fn measured_tokens_per_step(p: &PointRecord) -> Option<f64> {
+    crate::measure::speculative::tokens_per_step(&p.metrics)
 }
 
 /// The precision a prefill's matrix multiplies run in, for its peak: fp8 for a checkpoint in
@@ -257,7 +268,7 @@ pub(crate) fn grade_on(
     mut assumptions: Vec<String>,
 ) -> Result<BoundReport, BoundError> {
     assumptions.extend(opts.model.unknown.iter().cloned());
-    let b = basis(meta, opts);
+    let b = basis(meta, points, opts);
     assumptions.extend(b.assumptions);
     let (layout, tokens_per_step, unscale) = (b.layout, b.tokens_per_step, b.unscale);
     let precision = prefill_precision(&opts.model);
@@ -282,6 +293,11 @@ pub(crate) fn grade_on(
             .and_then(|v| v.as_f64())
             .unwrap_or(f64::from(meta.experiment.concurrency))
             .max(1.0);
+        // A measured accept length is the point's own; `--tokens-per-step` overrides it.
+        let tokens_per_step = opts
+            .tokens_per_step
+            .or_else(|| measured_tokens_per_step(p))
+            .unwrap_or(tokens_per_step);
         let s = step::decode_step(&opts.model, &layout, batch, context, tokens_per_step);
         // prefill_tok_s is measured over requests that found nothing cached: the whole prompt
         // is new, and its time is the prompt over the speed.
@@ -298,6 +314,7 @@ pub(crate) fn grade_on(
             kv_bytes: s.kv_bytes,
             prompt_tokens: prompt,
             prefill,
+            tokens_per_step,
         });
     }
     if rows.is_empty() {
@@ -309,15 +326,21 @@ pub(crate) fn grade_on(
     let sweeps = batches
         .into_iter()
         .filter_map(|b| {
-            let pts: Vec<(f64, f64)> = rows
-                .iter()
-                .filter(|r| r.batch == b)
-                .map(|r| (r.context, r.step.step_s))
-                .collect();
-            let at = |ctx: f64| step::decode_step(&opts.model, &layout, b, ctx, tokens_per_step);
+            let sweep: Vec<&BoundRow> = rows.iter().filter(|r| r.batch == b).collect();
+            let pts: Vec<(f64, f64)> = sweep.iter().map(|r| (r.context, r.step.step_s)).collect();
+            // The sweep's floor line at its points' mean tokens per step (one without
+            // speculation; the accept length varies with context under it).
+            let tps = sweep.iter().map(|r| r.tokens_per_step).sum::<f64>() / sweep.len() as f64;
+            let at = |ctx: f64| step::decode_step(&opts.model, &layout, b, ctx, tps);
             grade::context_sweep(&pts, at, &gpu).map(|s| (b, s))
         })
         .collect();
+    // Measured per point: the run's figure is their mean (each row keeps its own).
+    let tokens_per_step = if rows.iter().any(|r| r.tokens_per_step != tokens_per_step) {
+        rows.iter().map(|r| r.tokens_per_step).sum::<f64>() / rows.len() as f64
+    } else {
+        tokens_per_step
+    };
     Ok(BoundReport {
         gpu,
         layout,

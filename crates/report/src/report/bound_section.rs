@@ -37,6 +37,9 @@ pub struct BoundSection {
     /// Tokens one decode step gives each sequence (1 unless speculative decoding's mean accept
     /// length is known).
     pub tokens_per_step: f64,
+    /// Whether the points were graded with their own measured accept lengths (each row's
+    /// `tokens_per_step`) rather than one figure for the run.
+    pub tokens_per_step_per_point: bool,
     /// The precision prefills are graded at (`bf16`, `fp8`).
     pub prefill_precision: String,
     /// What was assumed or not said by the config or the run, one sentence each.
@@ -72,6 +75,9 @@ pub struct BoundRow {
     pub context_tokens: f64,
     /// Sequences decoding together (the point's concurrency).
     pub batch: f64,
+    /// Decode tokens per step per sequence this point was graded with (its measured accept
+    /// length under speculative decoding).
+    pub tokens_per_step: f64,
     /// Measured seconds per decode step: tokens per step over the per-request decode tok/s
     /// (divided by the simulator's time scale).
     pub step_s: f64,
@@ -252,6 +258,7 @@ fn ungraded(missing: Vec<String>, origin: Option<String>) -> BoundSection {
         pp: 1,
         kv_cache_dtype: None,
         tokens_per_step: 1.0,
+        tokens_per_step_per_point: false,
         prefill_precision: "bf16".into(),
         assumptions: Vec::new(),
         rows: Vec::new(),
@@ -280,6 +287,7 @@ fn graded(
                 .unwrap_or_else(|| row.point.clone()),
             context_tokens: row.context,
             batch: row.batch,
+            tokens_per_step: row.tokens_per_step,
             step_s: row.step.step_s,
             step_floor_s: row.step.floor_s,
             weight_bytes_per_gpu: row.weight_bytes,
@@ -308,6 +316,10 @@ fn graded(
         pp: r.layout.pp,
         kv_cache_dtype: r.layout.kv_cache_dtype.clone(),
         tokens_per_step: r.tokens_per_step,
+        tokens_per_step_per_point: r
+            .rows
+            .iter()
+            .any(|row| row.tokens_per_step != r.tokens_per_step),
         prefill_precision: precision,
         assumptions: r.assumptions.clone(),
         rows,

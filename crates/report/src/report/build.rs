@@ -162,6 +162,7 @@ pub(crate) fn build_model_from(
         prefix_cache: Vec::new(),
         load: None,
         capacity: None,
+        speculative: super::speculative::section(meta, points),
         server_view: super::server_view::rows(points, requests),
         timelines: Vec::new(),
         bound: None,

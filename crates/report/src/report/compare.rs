@@ -364,6 +364,10 @@ pub struct CompareModel {
     /// Why a run's points are not graded, one line each (`B: ...`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bound_notes: Vec<String>,
+    /// Decode speed-ups where the runs (or one run's variants) measured the same points with
+    /// speculative decoding on and off; absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<super::speculative::SpeculativeCompare>,
 }
 
 /// A run in the comparison.
@@ -751,6 +755,13 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         offered_tolerance_pct: any_offered.then_some(offered::TOLERANCE_PCT),
         bound,
         bound_notes,
+        speculative: super::speculative::compare(
+            &runs
+                .iter()
+                .zip(&labels)
+                .map(|(r, l)| (l.as_str(), &r.meta, r.points.as_slice()))
+                .collect::<Vec<_>>(),
+        ),
     }
 }
 

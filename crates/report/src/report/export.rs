@@ -112,6 +112,8 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
         "cached_tokens",
         "max_tokens",
         "error",
+        "verify_steps",
+        "accept_length",
     ])?;
     for line in reader.lines() {
         let line = line?;
@@ -141,6 +143,10 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
             count(r.cached_tokens),
             r.max_tokens.to_string(),
             r.error.map(|e| e.kind.to_string()).unwrap_or_default(),
+            // Speculative decoding: the request's verify steps and decode tokens per step
+            // (empty for plain decoding and where the stream could not tell).
+            count(r.verify_steps),
+            opt(r.accept_length),
         ])?;
     }
     w.flush()?;

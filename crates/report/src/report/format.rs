@@ -21,6 +21,10 @@ pub(crate) fn register(env: &mut Environment<'_>) {
     env.add_filter("fmt_rate", |v: Value| {
         num(&v).map(text::rate).unwrap_or_else(missing)
     });
+    // Ratios and tokens per step: two decimals (2.47, 0.93).
+    env.add_filter("fmt_ratio", |v: Value| {
+        num(&v).map_or_else(missing, |x| format!("{x:.2}"))
+    });
     env.add_filter("fmt_int", |v: Value| {
         num(&v).map(|x| format!("{:.0}", x)).unwrap_or_else(missing)
     });

@@ -38,6 +38,7 @@ pub mod pareto;
 pub mod reproduction;
 pub mod schema;
 pub(crate) mod server_view;
+pub(crate) mod speculative;
 pub(crate) mod timeline;
 pub(crate) mod verdict;
 

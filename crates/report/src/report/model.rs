@@ -64,6 +64,10 @@ pub struct ReportModel {
     /// None without a search.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<super::capacity::CapacitySection>,
+    /// Speculative decoding: accept lengths per point and, for a run with speculation on and
+    /// off, the speed-up and its crossover (absent without either).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<super::speculative::SpeculativeSection>,
     /// What each point's server reported in its own `/metrics`, beside the client's numbers;
     /// empty when nothing was scraped.
     #[serde(skip_serializing_if = "Vec::is_empty")]

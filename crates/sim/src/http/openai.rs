@@ -50,6 +50,8 @@ struct Shape {
     include_usage: bool,
     continuous_usage: bool,
     cache_report: bool,
+    /// The request's `return_spec_tokens_details`.
+    spec_details: bool,
 }
 
 /// What pydantic refuses in the request model (protocol.py `CompletionRequest`,
@@ -208,6 +210,10 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
         include_usage: flag("include_usage"),
         continuous_usage: flag("continuous_usage_stats"),
         cache_report: st.cfg.enable_cache_report,
+        spec_details: v
+            .get("return_spec_tokens_details")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         // sglang 0.5.23 sends the 200 head with the first token, not before it.
@@ -341,6 +347,25 @@ fn without_nulls(mut v: Value) -> Value {
 }
 
 impl Shape {
+    /// `SpecTokensDetails` (protocol.py) for a finished output, when the request asked and
+    /// the request decoded speculatively (`spec_tokens_details_from_meta_info` returns None
+    /// when meta_info has no spec keys: speculation off). Every field, as pydantic dumps it;
+    /// the simulator keeps no cap lengths or histograms (0.0 and [] are the defaults).
+    fn spec_tokens_details(&self, o: &Output) -> Option<Value> {
+        let s = o.spec.filter(|_| self.spec_details)?;
+        Some(json!({
+            "spec_accept_rate": s.num_correct_drafts as f64 / s.num_proposed_drafts.max(1) as f64,
+            "spec_accept_length": o.completion_tokens as f64 / s.verify_ct.max(1) as f64,
+            "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": s.num_correct_drafts,
+            "spec_num_proposed_drafts": s.num_proposed_drafts,
+            "spec_verify_ct": s.verify_ct,
+            "spec_correct_drafts_histogram": [],
+            "spec_cap_lens_histogram": [],
+        }))
+    }
+
     /// The cached count the usage reports, if the server reports it.
     fn cached(&self, o: &Output) -> Option<u64> {
         self.cache_report.then_some(o.cached_tokens)
@@ -424,6 +449,15 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
         }
     }
     if o.finish.is_some() {
+        if let Some(details) = shape.spec_tokens_details(o) {
+            // serving_completions.py / serving_chat.py: after the token and finish chunks,
+            // `choices=[]  # sglext is at response level`, `model_dump_json()` (null usage
+            // kept), then the usage chunk.
+            let mut c = shape.chunk(json!([]), Value::Null);
+            c["usage"] = Value::Null;
+            c["sglext"] = json!({ "spec_tokens_details": details });
+            out.extend_from_slice(&sse(&c));
+        }
         if shape.include_usage {
             let u = usage(o, shape.cached(o));
             let u = match shape.api {
@@ -489,10 +523,13 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
                        "logprobs": null, "finish_reason": finish_str(&o.finish), "matched_stop": null}),
             ),
         };
-        let body = json!({"id": shape.id, "object": object, "created": shape.created,
+        let mut body = json!({"id": shape.id, "object": object, "created": shape.created,
                           "model": shape.model, "choices": [choice],
                           "usage": usage(&o, shape.cached(&o)),
                           "metadata": weight_metadata(o.completion_tokens)});
+        if let Some(details) = shape.spec_tokens_details(&o) {
+            body["sglext"] = json!({ "spec_tokens_details": details });
+        }
         return json_response(StatusCode::OK, &body);
     }
     shutting_down()
