@@ -6,14 +6,15 @@ use std::path::Path;
 
 use crate::common::*;
 
-/// A profile whose decode step is 2 ms plus 200 ns per token of context: Llama 3.1 8B's
-/// 131,072 KV bytes per token read at 131,072 / 200e-9 = 655 GB/s (19.6% of an H100's
-/// 3,350). Prefill is kept cheap so the sweep is quick.
+/// A profile that declares its decode reads: Llama 3.1 8B's 131,072 KV bytes per token at
+/// 19.564% of an H100's 3,350 GB/s, 655.4 GB/s (200 ns per token of context), and 6.7 GB of
+/// weights at 100%, 2 ms a step: less than Llama's 16 GB, so the grade must call the fixed part
+/// faster than its floor. Prefill is kept cheap so the sweep is quick.
 const PROFILE: &str = "name: kv-655\ndescription: KV read at 655 GB/s\ntime_scale: 1.0\nwarmup_s: 0.05\n\
 context_length: 65536\nmax_running_requests: 16\nchunked_prefill_size: 8192\n\
 memory: { gpu_gb: 80.0, weight_gb: 16.0, kv_bytes_per_token: 131072, mem_fraction_static: 0.88, graph_gb: 1.0 }\n\
 prefill: { base_ms: 0.3, per_token_us: 0.5, attention_ns: 0.0 }\n\
-decode: { base_ms: 2.0, per_seq_us: 0.0, per_ctx_token_ns: 200.0 }\nseed: 0\n";
+decode: { per_seq_us: 0.0, bandwidth: { peak_gb_s: 3350, weight_bytes: 6.7e9, weight_efficiency: 1.0, kv_bytes_per_token: 131072, kv_efficiency: 0.195640 } }\nseed: 0\n";
 
 #[test]
 fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {

@@ -124,8 +124,10 @@ pub struct PrefillCost {
 }
 
 /// Decode step time = `base_ms` + `per_seq_us` x batch size + `per_ctx_token_ns` x context tokens.
+/// A profile gives `base_ms` and `per_ctx_token_ns` directly, or declares the memory traffic they
+/// come from (`bandwidth:`), which a grader can then recover from a context sweep.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "DecodeCostSpec")]
 pub struct DecodeCost {
     /// Milliseconds per decode step.
     pub base_ms: f64,
@@ -133,6 +135,111 @@ pub struct DecodeCost {
     pub per_seq_us: f64,
     /// Nanoseconds per context token (prompt + generated) summed over the batch.
     pub per_ctx_token_ns: f64,
+    /// The declared memory traffic `base_ms` and `per_ctx_token_ns` were derived from.
+    pub bandwidth: Option<DecodeBandwidth>,
+}
+
+/// A decode step as the reads it does, per GPU: the weights once a step and each token of
+/// context's KV cache, each at a declared fraction of the GPU's peak bandwidth. `base_ms` =
+/// `weight_bytes` / (`peak_gb_s` x `weight_efficiency`) + `overhead_ms`; `per_ctx_token_ns` =
+/// `kv_bytes_per_token` / (`peak_gb_s` x `kv_efficiency`) (bytes over GB/s is nanoseconds).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeBandwidth {
+    /// The GPU's peak memory bandwidth, GB/s (its datasheet's).
+    pub peak_gb_s: f64,
+    /// Weight bytes each GPU reads per decode step.
+    pub weight_bytes: f64,
+    /// Fraction of peak the weight read reaches (0 to 1].
+    pub weight_efficiency: f64,
+    /// KV-cache bytes per token of context each GPU reads per step.
+    pub kv_bytes_per_token: f64,
+    /// Fraction of peak attention reads the cache at (0 to 1].
+    pub kv_efficiency: f64,
+    /// Milliseconds per step beyond the reads (launches, sampling).
+    #[serde(default)]
+    pub overhead_ms: f64,
+}
+
+impl DecodeBandwidth {
+    /// The effective bandwidth the KV cache is read at, GB/s.
+    pub fn kv_read_gb_s(&self) -> f64 {
+        self.peak_gb_s * self.kv_efficiency
+    }
+
+    /// The effective bandwidth the weights are read at, GB/s.
+    pub fn weight_read_gb_s(&self) -> f64 {
+        self.peak_gb_s * self.weight_efficiency
+    }
+
+    fn problem(&self) -> Option<&'static str> {
+        let positive = [self.peak_gb_s, self.weight_bytes, self.kv_bytes_per_token];
+        let fractions = [self.weight_efficiency, self.kv_efficiency];
+        if !positive.iter().all(|x| x.is_finite() && *x > 0.0) {
+            return Some(
+                "decode.bandwidth: peak_gb_s, weight_bytes and kv_bytes_per_token must be positive numbers",
+            );
+        }
+        if !fractions
+            .iter()
+            .all(|x| x.is_finite() && *x > 0.0 && *x <= 1.0)
+        {
+            return Some(
+                "decode.bandwidth: weight_efficiency and kv_efficiency must be fractions of peak, over 0 and at most 1",
+            );
+        }
+        if !(self.overhead_ms.is_finite() && self.overhead_ms >= 0.0) {
+            return Some("decode.bandwidth.overhead_ms must be a non-negative number");
+        }
+        None
+    }
+}
+
+/// `decode:` as written: the two costs, or the bandwidth they come from (not both).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecodeCostSpec {
+    #[serde(default)]
+    base_ms: Option<f64>,
+    per_seq_us: f64,
+    #[serde(default)]
+    per_ctx_token_ns: Option<f64>,
+    #[serde(default)]
+    bandwidth: Option<DecodeBandwidth>,
+}
+
+impl TryFrom<DecodeCostSpec> for DecodeCost {
+    type Error = String;
+
+    fn try_from(d: DecodeCostSpec) -> Result<Self, Self::Error> {
+        let (base_ms, per_ctx_token_ns) = match (&d.bandwidth, d.base_ms, d.per_ctx_token_ns) {
+            (Some(b), None, None) => {
+                if let Some(problem) = b.problem() {
+                    return Err(problem.into());
+                }
+                (
+                    b.weight_bytes / (b.weight_read_gb_s() * 1e9) * 1e3 + b.overhead_ms,
+                    b.kv_bytes_per_token / b.kv_read_gb_s(),
+                )
+            }
+            (Some(_), _, _) => {
+                return Err("decode: give either `bandwidth:` or base_ms and per_ctx_token_ns, not both (the bandwidth derives them)".into());
+            }
+            (None, Some(base), Some(ctx)) => (base, ctx),
+            (None, _, _) => {
+                return Err(
+                    "decode: give base_ms and per_ctx_token_ns, or `bandwidth:` to derive them"
+                        .into(),
+                );
+            }
+        };
+        Ok(DecodeCost {
+            base_ms,
+            per_seq_us: d.per_seq_us,
+            per_ctx_token_ns,
+            bandwidth: d.bandwidth,
+        })
+    }
 }
 
 /// Speculative decoding: each verify step emits 1..=[`max_tokens`](SpecModel::max_tokens)
@@ -401,6 +508,61 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The h100-llama8b profile declares its reads: Llama 3.1 8B's 16.06 GB of bf16 weights at
+    /// 56.4% of an H100 SXM's 3,350 GB/s, and 131,072 KV bytes per token at 97.8%. Derived by
+    /// hand: 16.06e9 / (3,350e9 x 0.564) = 8.500 ms; 131,072 / (3,350 x 0.978) = 40.0 ns.
+    #[test]
+    fn a_declared_bandwidth_gives_the_step_costs_it_implies() {
+        let p = Profile::load("h100-llama8b").unwrap();
+        let b = p.decode.bandwidth.as_ref().expect("declared");
+        assert_eq!(b.peak_gb_s, 3350.0);
+        assert!(
+            (p.decode.base_ms - 8.5).abs() < 0.01,
+            "{}",
+            p.decode.base_ms
+        );
+        assert!(
+            (p.decode.per_ctx_token_ns - 40.0).abs() < 0.05,
+            "{}",
+            p.decode.per_ctx_token_ns
+        );
+        let exact = 16.06e9 / (3350e9 * 0.564) * 1e3;
+        assert!((p.decode.base_ms - exact).abs() < 1e-12);
+        assert!((p.decode.per_ctx_token_ns - 131072.0 / (3350.0 * 0.978)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_decode_cost_given_twice_or_not_at_all_is_refused() {
+        let base = Profile::fast();
+        let with = |decode: &str| {
+            let text = include_str!("../../../profiles/fast.yaml");
+            let start = text.find("\ndecode:").expect("a decode block") + 1;
+            let end = start + text[start..].find("\n# ").expect("a comment after decode");
+            format!("{}{decode}{}", &text[..start], &text[end..])
+        };
+        let both = with(
+            "decode: { base_ms: 1.0, per_seq_us: 0, per_ctx_token_ns: 1.0, bandwidth: { peak_gb_s: 100, weight_bytes: 1e9, weight_efficiency: 0.5, kv_bytes_per_token: 1000, kv_efficiency: 0.5 } }",
+        );
+        let err = Profile::parse("both", &both).unwrap_err().to_string();
+        assert!(err.contains("not both"), "{err}");
+        let neither = with("decode: { per_seq_us: 0 }");
+        let err = Profile::parse("neither", &neither).unwrap_err().to_string();
+        assert!(err.contains("give base_ms and per_ctx_token_ns"), "{err}");
+        let over = with(
+            "decode: { per_seq_us: 0, bandwidth: { peak_gb_s: 100, weight_bytes: 1e9, weight_efficiency: 1.5, kv_bytes_per_token: 1000, kv_efficiency: 0.5 } }",
+        );
+        let err = Profile::parse("over", &over).unwrap_err().to_string();
+        assert!(err.contains("fractions of peak"), "{err}");
+        // 1e9 bytes at 50 GB/s is 20 ms; 1,000 bytes at 50 GB/s is 20 ns.
+        let ok = with(
+            "decode: { per_seq_us: 0, bandwidth: { peak_gb_s: 100, weight_bytes: 1e9, weight_efficiency: 0.5, kv_bytes_per_token: 1000, kv_efficiency: 0.5, overhead_ms: 0.5 } }",
+        );
+        let p = Profile::parse("ok", &ok).unwrap();
+        assert!((p.decode.base_ms - 20.5).abs() < 1e-9);
+        assert!((p.decode.per_ctx_token_ns - 20.0).abs() < 1e-9);
+        assert!(base.decode.bandwidth.is_none());
+    }
 
     #[test]
     fn builtins_parse() {
