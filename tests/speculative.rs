@@ -191,3 +191,51 @@ requests: 8
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("spec-low-acceptance"), "{report}");
 }
+
+/// vLLM returns no verify steps per request; its `spec_decode_num_*` counters give the point's
+/// mean accept length (1 + accepted / drafts), which the report shows as the server's count.
+#[test]
+fn vllms_counters_give_the_points_accept_length_where_requests_carry_none() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "vllm-spec.yaml",
+        "name: vllm-spec
+server:
+  engine: vllm
+  simulate: true
+  model: test-model
+  args: { profile: fast-spec, speculative-config: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' }
+  ready_timeout: 30s
+workload:
+  api: openai-completions
+  prompt: { kind: repeat, tokens: 1024 }
+  output_tokens: 64
+  ignore_eos: true
+cache: { policy: cold, verify: true }
+requests: 8
+",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points.len(), 1);
+    let p = &points[0];
+    // The profile's model at about 1,060 tokens of context: 2.74 tokens per verify step (see
+    // the on/off test); the counters also count each request's first decode step, and the
+    // last one cut at max_tokens: within 10%.
+    let counted = p["server"]["spec_accept_length"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no counted accept length: {}", p["server"]));
+    assert!((counted - 2.74).abs() / 2.74 < 0.1, "{counted}");
+    // Its streams' multi-token chunks give the requests' own figure here; a server whose
+    // chunks do not show it (one token each) leaves only the counters, and the report says so.
+    let run = servebench::results::RunDir::open(&dir).unwrap();
+    let meta = run.read_meta().unwrap();
+    let mut points = run.read_points().unwrap();
+    assert!(points[0].metrics.shift_remove("accept_length").is_some());
+    let model = servebench::report::build_model(&meta, &points, &run.read_requests().unwrap());
+    let report = servebench::report::render(&model, None).unwrap();
+    assert!(
+        report.contains("Counted by the server (its requests carry no verify steps)"),
+        "{report}"
+    );
+    assert!(report.contains(&format!("p001 {counted:.2}")), "{report}");
+}

@@ -152,6 +152,11 @@ pub struct ServerView {
     /// Requests the server finished in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests: Option<f64>,
+    /// Speculative decoding's mean accept length over the window, from the server's
+    /// counters: 1 + accepted draft tokens / drafts (vLLM's `spec_decode_num_*` counters and
+    /// its definition, the bonus token included); None where the server has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<f64>,
     /// Scrapes the server did not answer (or answered with something unreadable).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failed_scrapes: usize,

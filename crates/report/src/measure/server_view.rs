@@ -20,6 +20,9 @@ struct Names {
     cached: Option<&'static str>,
     generated: &'static str,
     requests: Option<&'static str>,
+    /// Speculative decoding's verify steps (drafts) and accepted draft tokens, where the
+    /// engine counts them.
+    spec: Option<(&'static str, &'static str)>,
     /// Counters appear only once first counted (a Prometheus counter with labels has no
     /// sample before its first `inc`): absent from a scrape that shows the family, one is 0.
     lazy: bool,
@@ -43,6 +46,7 @@ const ENGINES: &[Names] = &[
         cached: Some("sglang:cached_tokens_total"),
         generated: "sglang:generation_tokens_total",
         requests: Some("sglang:num_requests_total"),
+        spec: None,
         lazy: true,
         prompt_excludes_cached: false,
     },
@@ -56,6 +60,12 @@ const ENGINES: &[Names] = &[
         cached: Some("vllm:prompt_tokens_cached_total"),
         generated: "vllm:generation_tokens_total",
         requests: Some("vllm:request_success_total"),
+        // v1/spec_decode/metrics.py `SpecDecodingProm`: created when a speculative config is
+        // given, advanced once per scheduler step per request drafted for.
+        spec: Some((
+            "vllm:spec_decode_num_drafts_total",
+            "vllm:spec_decode_num_accepted_tokens_total",
+        )),
         lazy: false,
         prompt_excludes_cached: false,
     },
@@ -69,6 +79,7 @@ const ENGINES: &[Names] = &[
         cached: Some("llamacpp:prompt_tokens_cached_total"),
         generated: "llamacpp:tokens_predicted_total",
         requests: None,
+        spec: None,
         lazy: false,
         prompt_excludes_cached: true,
     },
@@ -209,6 +220,12 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
     view.cached_tokens = cached;
     view.generation_tokens = generated;
     view.requests = names.requests.and_then(counter);
+    // vLLM's mean acceptance length: 1 + accepted / drafts ("conventionally including the
+    // bonus token", v1/spec_decode/metrics.py).
+    view.spec_accept_length = names.spec.and_then(|(drafts, accepted)| {
+        let (d, a) = (counter(drafts)?, counter(accepted)?);
+        (d > 0.0).then(|| 1.0 + a / d)
+    });
     Some(view)
 }
 
@@ -231,6 +248,7 @@ pub fn retained(
                 [n.running, n.queued, n.prompt, n.generated]
                     .into_iter()
                     .chain([n.kv_usage, n.cached, n.requests].into_iter().flatten())
+                    .chain(n.spec.into_iter().flat_map(|(d, a)| [d, a]))
                     .any(|x| x == k)
             })
     };
@@ -445,6 +463,31 @@ mod tests {
         );
         assert!(v.notes.is_empty(), "{:?}", v.notes);
         assert!(summarize(&[scrape(0, 1.0, "start", &[("process_cpu", 1.0)])]).is_none());
+    }
+
+    /// 40 drafts with 60 accepted draft tokens over the round: 1 + 60 / 40 = 2.5 tokens per
+    /// verify step; no drafts, no figure.
+    #[test]
+    fn vllms_spec_decode_counters_give_the_mean_accept_length() {
+        let names = |drafts: f64, accepted: f64| {
+            vec![
+                ("vllm:prompt_tokens_total", 0.0),
+                ("vllm:spec_decode_num_drafts_total", drafts),
+                ("vllm:spec_decode_num_accepted_tokens_total", accepted),
+            ]
+        };
+        let view = summarize(&[
+            scrape(0, 1.0, "start", &names(10.0, 5.0)),
+            scrape(0, 2.0, "end", &names(50.0, 65.0)),
+        ])
+        .unwrap();
+        assert_eq!(view.spec_accept_length, Some(2.5));
+        let idle = summarize(&[
+            scrape(0, 1.0, "start", &names(10.0, 5.0)),
+            scrape(0, 2.0, "end", &names(10.0, 5.0)),
+        ])
+        .unwrap();
+        assert_eq!(idle.spec_accept_length, None);
     }
 
     #[test]

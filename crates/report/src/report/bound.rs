@@ -240,10 +240,11 @@ pub(crate) fn basis(meta: &RunMeta, points: &[PointRecord], opts: &BoundOptions)
 }
 
 /// The mean decode tokens one verify step gave each of a point's requests under speculative
-/// decoding, as its records measured them (`accept_length`: SGLang's `spec_verify_ct`); None
-/// without speculation or where the server did not count its steps.
+/// decoding, as its records measured them (`accept_length`: SGLang's `spec_verify_ct`) or,
+/// without them, as its server's counters did (vLLM's `spec_decode_num_*`); None without
+/// speculation or where nothing counted the steps.
 pub(crate) fn measured_tokens_per_step(p: &PointRecord) -> Option<f64> {
-    crate::measure::speculative::tokens_per_step(&p.metrics)
+    super::speculative::point_accept_length(p)
 }
 
 /// The precision a prefill's matrix multiplies run in, for its peak: fp8 for a checkpoint in

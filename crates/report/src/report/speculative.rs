@@ -19,10 +19,29 @@ use super::format::value_text;
 pub struct SpeculativeSection {
     /// Points whose requests' verify steps are known, in point order.
     pub points: Vec<SpecPoint>,
+    /// Points whose requests do not carry their verify steps but whose server counted them
+    /// (vLLM's `spec_decode_num_*` counters), in point order.
+    pub server_counted: Vec<ServerCounted>,
     /// Points measured with speculation on and off, matched by their other values.
     pub pairs: Vec<SpeedupRow>,
     /// Where speculation stops paying, one sentence per line of pairs along a dimension.
     pub crossovers: Vec<String>,
+}
+
+/// A point's mean accept length as its server's counters give it.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ServerCounted {
+    pub point: String,
+    /// The point's values, `dim=value, ...`.
+    pub label: String,
+    /// 1 + accepted draft tokens / drafts over the point's window.
+    pub accept_length: f64,
+}
+
+/// A point's mean accept length: its requests' where they carry their verify steps, else its
+/// server's counters (vLLM), else None.
+pub(crate) fn point_accept_length(p: &PointRecord) -> Option<f64> {
+    mean(p, Metric::AcceptLength).or_else(|| p.server.as_ref()?.spec_accept_length)
 }
 
 /// One point's accept length and step time.
@@ -137,12 +156,24 @@ pub(crate) fn section(meta: &RunMeta, points: &[PointRecord]) -> Option<Speculat
             })
         })
         .collect();
+    let server_counted: Vec<ServerCounted> = points
+        .iter()
+        .filter(|p| mean(p, Metric::AcceptLength).is_none())
+        .filter_map(|p| {
+            Some(ServerCounted {
+                point: p.id.clone(),
+                label: label(&p.values),
+                accept_length: p.server.as_ref()?.spec_accept_length?,
+            })
+        })
+        .collect();
     let pairs = pairs(meta, points);
-    if spec_points.is_empty() && pairs.is_empty() {
+    if spec_points.is_empty() && server_counted.is_empty() && pairs.is_empty() {
         return None;
     }
     let crossovers = crossovers(&pairs);
     Some(SpeculativeSection {
+        server_counted,
         points: spec_points,
         pairs: pairs.into_iter().map(|(_, row)| row).collect(),
         crossovers,
@@ -226,7 +257,7 @@ fn pair_up(points: &[Measured]) -> Vec<(IndexMap<String, serde_json::Value>, Spe
                 decode_on: d_on,
                 decode_off: d_off,
                 speedup: d_on / d_off,
-                accept_length: mean(p.point, Metric::AcceptLength),
+                accept_length: point_accept_length(p.point),
             },
         ));
     }

@@ -882,6 +882,41 @@ async fn metrics(State(s): State<VState>) -> Response {
         &e.queue_time,
     );
     let cfg = &s.st.cfg;
+    // v1/spec_decode/metrics.py `SpecDecodingProm`: the counters exist (at 0) once a
+    // speculative config is given, and count per verify step per request.
+    if let Some(sp) = &cfg.speculative {
+        counter(
+            &mut out,
+            "vllm:spec_decode_num_drafts",
+            "Number of spec decoding drafts.",
+            e.spec_verify_steps as f64,
+        );
+        counter(
+            &mut out,
+            "vllm:spec_decode_num_draft_tokens",
+            "Number of draft tokens.",
+            e.spec_draft_tokens as f64,
+        );
+        counter(
+            &mut out,
+            "vllm:spec_decode_num_accepted_tokens",
+            "Number of accepted tokens.",
+            e.spec_accepted_tokens as f64,
+        );
+        let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Accepted tokens per draft position.\n# TYPE {name} counter"
+        );
+        for pos in 0..sp.num_draft_tokens.saturating_sub(1) as usize {
+            let n = e.spec_accepted_per_pos.get(pos).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "{name}{{{labels},position=\"{pos}\"}} {}",
+                py_float(n as f64)
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n\
