@@ -261,6 +261,49 @@ fn speculative_points_are_graded_with_their_own_measured_accept_length() {
     );
 }
 
+/// Expert parallelism on a MoE model is said: the floor is a GPU's mean share of the routed
+/// experts, and the busiest GPU reads more. A dense model under the same flag says nothing.
+#[test]
+fn expert_parallelism_on_a_moe_model_is_an_assumption_said() {
+    let dir = open("bound-sweep");
+    let points = dir.read_points().unwrap();
+    let requests = dir.read_requests().unwrap();
+    let assumptions = |meta: &servebench::results::meta::RunMeta| {
+        build_model(meta, &points, &requests)
+            .bound
+            .expect("a section")
+            .assumptions
+    };
+    let mut meta = dir.read_meta().unwrap();
+    for s in &mut meta.servers {
+        s.args.insert("ep-size".into(), serde_json::json!(8));
+    }
+    assert!(
+        !assumptions(&meta)
+            .iter()
+            .any(|a| a.contains("expert parallelism")),
+        "a dense model has no experts to spread"
+    );
+    let kimi: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/data/kimi-k2.6-config.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for s in &mut meta.servers {
+        s.args.insert("tp-size".into(), serde_json::json!(8));
+        if let Some(kept) = s.model_config.as_mut() {
+            kept.config = Some(kimi.clone());
+        }
+    }
+    let said = assumptions(&meta);
+    assert!(
+        said.iter().any(|a| a.starts_with("expert parallelism (ep 8): each GPU is taken to read its mean share of the routed experts")),
+        "{said:?}"
+    );
+}
+
 #[test]
 fn a_run_without_a_model_config_or_gpu_says_how_to_give_them() {
     let bound = model_of("clean-sweep").bound.expect("a section");

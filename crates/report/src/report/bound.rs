@@ -170,6 +170,22 @@ pub(crate) fn basis(meta: &RunMeta, points: &[PointRecord], opts: &BoundOptions)
         .or_else(|| info("dp_size").and_then(as_u32))
         .unwrap_or(1)
         .max(1);
+    // Expert parallelism (SGLang `--ep-size`, vLLM `--enable-expert-parallel`) puts whole experts
+    // on each GPU instead of a slice of every one: under uniform routing a GPU's mean read is
+    // the same, the busiest GPU's more. The floor is the mean's, and said so.
+    let ep = flag(&["ep-size", "expert-parallel-size", "ep"])
+        .and_then(as_u32)
+        .or_else(|| info("ep_size").and_then(as_u32))
+        .unwrap_or(1);
+    let vllm_ep = flag(&["enable-expert-parallel"])
+        .and_then(as_bool)
+        .unwrap_or(false);
+    if (ep > 1 || vllm_ep) && opts.model.moe.is_some() {
+        assumptions.push(format!(
+            "expert parallelism{}: each GPU is taken to read its mean share of the routed experts; the busiest GPU reads more, so a measured step can sit above the floor for that reason alone",
+            if ep > 1 { format!(" (ep {ep})") } else { String::new() }
+        ));
+    }
     let dp_attention = flag(&["enable-dp-attention"])
         .and_then(as_bool)
         .or_else(|| info("enable_dp_attention").and_then(as_bool))
