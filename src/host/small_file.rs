@@ -13,7 +13,7 @@ pub(crate) const SCRIPT: &str = r#"if [ ! -e "$1" ]; then echo "no such file" >&
 if [ ! -f "$1" ]; then echo "not a regular file" >&2; exit 3; fi
 n=$(wc -c < "$1") || exit 3
 if [ "$n" -gt "$2" ]; then echo "$n bytes; read up to $2" >&2; exit 3; fi
-exec head -c "$2" "$1""#;
+exec head -c "$2" -- "$1""#;
 
 /// `sh -c SCRIPT sh PATH LIMIT`.
 pub(crate) fn argv(path: &str, limit: u64) -> Vec<String> {
