@@ -381,8 +381,22 @@ pub fn render(r: &BoundReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Decode steps against {} ({:.0} GB/s peak, {}), tp {} pp {}, {} token(s) per step per sequence.\n",
-        r.gpu.name, r.gpu.bandwidth_gb_s, r.gpu.source, r.layout.tp, r.layout.pp, r.tokens_per_step
+        "Decode steps against {} ({:.0} GB/s peak, {}), tp {} pp {}, {:.2} token(s) per step per sequence{}; prefills against its dense {} peak.\n",
+        r.gpu.name,
+        r.gpu.bandwidth_gb_s,
+        r.gpu.source,
+        r.layout.tp,
+        r.layout.pp,
+        r.tokens_per_step,
+        if r.rows.iter().any(|row| row.tokens_per_step != r.tokens_per_step) {
+            " on average (each point's measured accept length, column tok/step)"
+        } else {
+            ""
+        },
+        serde_json::to_value(r.precision)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
     );
     for a in &r.assumptions {
         let _ = writeln!(out, "- assumed: {a}");
@@ -390,15 +404,22 @@ pub fn render(r: &BoundReport) -> String {
     if !r.assumptions.is_empty() {
         out.push('\n');
     }
-    out.push_str("| point | context | batch | step (ms) | floor (ms) | weights + KV per GPU (GB) | effective (GB/s) | of peak |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| point | context | batch | tok/step | step (ms) | floor (ms) | weights + KV per GPU (GB) | effective (GB/s) | of peak | prefill TFLOP/s | of peak FLOP/s |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for row in &r.rows {
+        let (tflops, fraction) = row.prefill.map_or(("—".into(), "—".into()), |p| {
+            (
+                format!("{:.1}", p.achieved_tflops),
+                format!("{:.1}%", p.fraction_of_peak * 100.0),
+            )
+        });
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} + {:.3} | {:.1} | {:.1}% |",
+            "| {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.3} + {:.3} | {:.1} | {:.1}% | {tflops} | {fraction} |",
             row.point,
             row.context,
             row.batch,
+            row.tokens_per_step,
             row.step.step_s * 1e3,
             row.step.floor_s * 1e3,
             row.weight_bytes / 1e9,
