@@ -649,6 +649,7 @@ fn run_dir_round_trip() {
         server: None,
         host: None,
         search: None,
+        gpu: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -850,6 +851,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         server: None,
         host: None,
         search: None,
+        gpu: None,
     }
 }
 

@@ -51,6 +51,8 @@ pub enum Display {
     Tokens,
     /// A share or a ratio: two decimals (0.97).
     Share,
+    /// Three significant digits (joules, watts, dollars: 0.0123, 612).
+    Sig3,
 }
 
 /// The measurement methods a metric belongs to.
@@ -89,6 +91,12 @@ pub enum Metric {
     Goodput,
     SloAttainment,
     ClientCpu,
+    EnergyPerOutputToken,
+    EnergyPerRequest,
+    GpuPower,
+    GpuMemoryFreeMin,
+    CostPerMInput,
+    CostPerMOutput,
 }
 
 /// One catalogue entry.
@@ -116,6 +124,8 @@ struct Entry {
     /// A `load:` point's metric: system-wide over the measured window, or counted from the
     /// schedule. Reports define these in their load section.
     load: bool,
+    /// From the GPU telemetry (or its cost): defined in the report's GPU section.
+    gpu: bool,
 }
 
 /// In report order.
@@ -139,6 +149,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: true,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Prefill,
@@ -159,6 +170,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: true,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Decode,
@@ -179,6 +191,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: true,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Tpot,
@@ -197,6 +210,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Itl,
@@ -218,6 +232,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Icl,
@@ -236,6 +251,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::E2e,
@@ -254,6 +270,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::QueueDelay,
@@ -272,6 +289,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::PromptTokens,
@@ -290,6 +308,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::CachedTokens,
@@ -308,6 +327,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::CompletionTokens,
@@ -326,6 +346,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TA,
@@ -344,6 +365,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TB,
@@ -362,6 +384,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TtftFromSchedule,
@@ -380,6 +403,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::E2eFromSchedule,
@@ -398,6 +422,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::ScheduleLag,
@@ -416,6 +441,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::ThroughputReq,
@@ -434,6 +460,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::InputTok,
@@ -452,6 +479,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::OutputTok,
@@ -470,6 +498,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::TotalTok,
@@ -488,6 +517,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::PeakOutputTok,
@@ -506,6 +536,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::ConcurrencyMean,
@@ -524,6 +555,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::ConcurrencyMax,
@@ -542,6 +574,7 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::Goodput,
@@ -560,6 +593,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::SloAttainment,
@@ -578,6 +612,7 @@ const CATALOGUE: &[Entry] = &[
         compared: true,
         headline: false,
         load: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::ClientCpu,
@@ -596,6 +631,121 @@ const CATALOGUE: &[Entry] = &[
         compared: false,
         headline: false,
         load: true,
+        gpu: false,
+    },
+    Entry {
+        metric: Metric::EnergyPerOutputToken,
+        name: "energy_per_output_token_j",
+        label: "J/out_tok",
+        long_label: "Energy per output token",
+        unit: "J",
+        definition: "Joules all GPUs of the server's host drew over the measured window (power.draw integrated by trapezoids between readings, clipped at the window's edges, uncovered edges at the covered part's mean power) / the output tokens of the window's successful requests.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::EnergyPerRequest,
+        name: "energy_per_request_j",
+        label: "J/req",
+        long_label: "Energy per request",
+        unit: "J",
+        definition: "The measured window's energy (as for energy per output token) / its successful requests.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::GpuPower,
+        name: "gpu_power_w",
+        label: "power",
+        long_label: "GPU power",
+        unit: "W",
+        definition: "Mean power of all GPUs together over the measured window: its energy / its seconds.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::GpuMemoryFreeMin,
+        name: "gpu_memory_free_min_gib",
+        label: "free min",
+        long_label: "Least free GPU memory",
+        unit: "GiB",
+        definition: "The smallest free memory any one GPU reported during the point (memory.free), warm-up and cool-down included.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::CostPerMInput,
+        name: "cost_per_m_input_usd",
+        label: "$/M in",
+        long_label: "Cost per million input tokens",
+        unit: "$",
+        definition: "cost.gpu_hour x GPU-hours (the measured window's hours x the GPUs used) / the window's prompt tokens x 10^6: the whole cost of the window charged to its input tokens.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::CostPerMOutput,
+        name: "cost_per_m_output_usd",
+        label: "$/M out",
+        long_label: "Cost per million output tokens",
+        unit: "$",
+        definition: "cost.gpu_hour x GPU-hours (the measured window's hours x the GPUs used) / the window's output tokens x 10^6: the whole cost of the window charged to its output tokens.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        gpu: true,
     },
 ];
 
@@ -613,7 +763,7 @@ impl Metric {
             .filter(move |e| match method {
                 Method::Streaming => e.streaming,
                 Method::TwoPoint => e.two_point,
-            } && !e.load)
+            } && !e.load && !e.gpu)
             .map(|e| e.metric)
     }
 
@@ -622,13 +772,20 @@ impl Metric {
     pub fn shown_for(method: Method) -> impl Iterator<Item = Metric> {
         CATALOGUE
             .iter()
-            .filter(move |e| !e.load && (method == Method::TwoPoint || e.streaming || !e.two_point))
+            .filter(move |e| {
+                !e.load && !e.gpu && (method == Method::TwoPoint || e.streaming || !e.two_point)
+            })
             .map(|e| e.metric)
     }
 
     /// The metrics of `load:` points, in report order.
     pub fn of_load() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.load).map(|e| e.metric)
+    }
+
+    /// The metrics of the GPU telemetry and its cost, in report order.
+    pub fn of_gpu() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.gpu).map(|e| e.metric)
     }
 
     /// The metrics `servebench compare` judges, in order.

@@ -326,6 +326,7 @@ mod tests {
             server: None,
             host: None,
             search: None,
+            gpu: None,
         }
     }
 
