@@ -35,6 +35,7 @@ mod ssh_run;
 mod sshd;
 mod statistics;
 mod summary;
+mod telemetry;
 mod trust;
 mod validate;
 mod workloads;

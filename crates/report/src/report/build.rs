@@ -164,6 +164,7 @@ pub(crate) fn build_model_from(
         capacity: None,
         server_view: super::server_view::rows(points, requests),
         timelines: Vec::new(),
+        gpu: None,
     };
     model.prefix_cache = points
         .iter()
@@ -195,6 +196,7 @@ pub(crate) fn build_model_from(
         .flat_map(|t| t.rows.iter().map(|r| (r.id.clone(), t.title.clone())))
         .collect();
     model.load = super::load::section(points, &labels, &variants);
+    model.gpu = super::gpu::section(exp, points, &labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.
         load.charts = super::load_charts::charts(load)

@@ -72,6 +72,10 @@ pub struct ReportModel {
     /// running and queued; empty when nothing was scraped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timelines: Vec<ChartLink>,
+    /// GPU telemetry and cost (`telemetry:`, `cost:`): headroom, throttling, energy and cost
+    /// per token at each point and at a search's capacity. None without either.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<super::gpu::GpuSection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.
