@@ -181,8 +181,10 @@ fn the_simulator_with_a_fake_nvidia_smi_gets_exact_energy_and_cost_per_token() {
         assert_eq!(r["gpus"][0]["power_w"].as_f64(), Some(300.0), "{r}");
         assert_eq!(r["gpus"][0]["name"], "NVIDIA H200", "{r}");
     }
-    let rounds: std::collections::BTreeSet<u64> =
-        readings.iter().map(|r| r["round"].as_u64().unwrap()).collect();
+    let rounds: std::collections::BTreeSet<u64> = readings
+        .iter()
+        .map(|r| r["round"].as_u64().unwrap())
+        .collect();
     assert_eq!(rounds.into_iter().collect::<Vec<_>>(), [0, 1]);
 
     let points = read_jsonl(&dir.join("points.jsonl"));
@@ -191,7 +193,10 @@ fn the_simulator_with_a_fake_nvidia_smi_gets_exact_energy_and_cost_per_token() {
     assert_eq!(gpu["gpus"], 2, "{gpu}");
     assert_eq!(gpu["min_free_mib"].as_f64(), Some(40_960.0), "{gpu}");
     assert_eq!(gpu["min_free_gpu"], 0, "{gpu}");
-    assert!(gpu["throttle_reasons"].is_null(), "idle is no throttling: {gpu}");
+    assert!(
+        gpu["throttle_reasons"].is_null(),
+        "idle is no throttling: {gpu}"
+    );
     let w = windows(&dir);
     assert_eq!(w.len(), 2);
     let seconds: f64 = w.iter().map(|(a, b, _)| b - a).sum();
@@ -199,12 +204,21 @@ fn the_simulator_with_a_fake_nvidia_smi_gets_exact_energy_and_cost_per_token() {
     assert_eq!(output, 2.0 * 4.0 * 200.0);
     let close = |got: f64, want: f64| (got - want).abs() <= 1e-6 * want.abs();
     let energy = gpu["energy_j"].as_f64().unwrap();
-    assert!(close(energy, 600.0 * seconds), "{energy} J over {seconds} s");
+    assert!(
+        close(energy, 600.0 * seconds),
+        "{energy} J over {seconds} s"
+    );
     let metric = |m: &str| p["metrics"][m]["mean"].as_f64().unwrap_or(f64::NAN);
-    assert!(close(metric("energy_per_output_token_j"), 600.0 * seconds / output));
+    assert!(close(
+        metric("energy_per_output_token_j"),
+        600.0 * seconds / output
+    ));
     assert!(close(metric("energy_per_request_j"), 600.0 * seconds / 8.0));
     assert!(close(metric("gpu_power_w"), 600.0));
-    assert!(close(metric("cost_per_m_output_usd"), 2000.0 * seconds / output));
+    assert!(close(
+        metric("cost_per_m_output_usd"),
+        2000.0 * seconds / output
+    ));
     assert!(close(metric("gpu_memory_free_min_gib"), 40.0));
     let kinds = flag_kinds(p);
     assert!(
@@ -266,7 +280,11 @@ fn headroom_and_throttle_flags_follow_the_readings_that_cross_them() {
     let kinds = flag_kinds(p);
     assert!(kinds.contains(&"gpu-memory-tight".to_string()), "{kinds:?}");
     assert!(kinds.contains(&"gpu-throttled".to_string()), "{kinds:?}");
-    assert_eq!(p["gpu"]["throttle_reasons"][0], "SW power cap", "{}", p["gpu"]);
+    assert_eq!(
+        p["gpu"]["throttle_reasons"][0], "SW power cap",
+        "{}",
+        p["gpu"]
+    );
     assert_eq!(p["gpu"]["min_free_gpu"], 1);
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("SW power cap"), "{report}");
@@ -293,10 +311,16 @@ fn headroom_and_throttle_flags_follow_the_readings_that_cross_them() {
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
     let kinds = flag_kinds(p);
     assert!(!kinds.iter().any(|k| k.starts_with("gpu-")), "{kinds:?}");
-    assert_eq!(p["gpu"]["min_free_mib"].as_f64(), Some(2048.0), "{}", p["gpu"]);
+    assert_eq!(
+        p["gpu"]["min_free_mib"].as_f64(),
+        Some(2048.0),
+        "{}",
+        p["gpu"]
+    );
     let args = std::fs::read_to_string(ws.path().join("args")).unwrap();
     assert!(
-        args.lines().any(|l| l.contains("clocks_throttle_reasons.active")),
+        args.lines()
+            .any(|l| l.contains("clocks_throttle_reasons.active")),
         "{args}"
     );
     assert_no_fake_left(&bin);
@@ -325,5 +349,64 @@ fn a_host_without_nvidia_smi_is_named_in_the_report() {
     let dir = run_dir(&out);
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(!report.contains("GPU telemetry"), "{report}");
+    assert!(read_jsonl(&dir.join("points.jsonl"))[0]["gpu"].is_null());
+}
+
+/// Item 1 over SSH: the agent on the host (`client: host`) samples the host's GPUs, through
+/// the same line protocol its requests come back on; the run directory gets the readings and
+/// the point its energy, as in a local run. Measured from here (`client: local`), nothing is
+/// sampled here: this machine's GPUs are not the server's.
+#[test]
+fn over_ssh_the_agent_samples_the_hosts_gpus() {
+    let ws = Workspace::new();
+    let bin = fake_nvidia_smi(
+        ws.path(),
+        &Readings {
+            power_w: 300.0,
+            free_mib: [40_960.0, 81_920.0],
+            throttle: [0x0, 0x0],
+            old_driver: false,
+        },
+    );
+    let path = path_with(Some(&bin));
+    let Some(sshd) = crate::sshd::Sshd::start_with_env(&[("PATH", &path)]) else {
+        return;
+    };
+    let spec = |name: &str, client: &str| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nhost:\n  ssh: 127.0.0.1\n  port: {port}\n  identity: {key}\n  known_hosts: {kh}\n  remote_dir: {home}/sb\nclient: {client}\n\
+                 server:\n  engine: sglang\n  launcher: [{bin}, sim]\n  model: test-model\n  args: {{ profile: fast, context-length: 16384 }}\n  ready_timeout: 30s\n\
+                 workload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 200\nrequests: 4\ntelemetry: {{ gpu: nvidia-smi, interval: 100ms }}\n",
+                port = sshd.port,
+                key = sshd.client_key.display(),
+                kh = sshd.known_hosts.display(),
+                home = sshd.home.display(),
+                bin = env!("CARGO_BIN_EXE_servebench"),
+            ),
+        )
+    };
+    // This machine's PATH has no nvidia-smi: only the host's sessions find the fake.
+    let out = run(&ws, &spec("gpu-ssh", "host"), &path_with(None));
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let readings = read_jsonl(&dir.join("gpu.jsonl"));
+    assert!(readings.len() >= 3, "{} readings", readings.len());
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    let w = windows(&dir);
+    let seconds: f64 = w.iter().map(|(a, b, _)| b - a).sum();
+    let energy = p["gpu"]["energy_j"].as_f64().unwrap();
+    assert!(
+        (energy - 600.0 * seconds).abs() <= 1e-6 * energy,
+        "{energy} J over {seconds} s"
+    );
+    assert_ne!(p["gpu"]["host"], "local", "{}", p["gpu"]);
+    assert_no_fake_left(&bin);
+
+    let out = run(&ws, &spec("gpu-ssh-local", "local"), &path_with(None));
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    assert!(!dir.join("gpu.jsonl").exists());
     assert!(read_jsonl(&dir.join("points.jsonl"))[0]["gpu"].is_null());
 }

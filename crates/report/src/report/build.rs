@@ -731,8 +731,13 @@ fn server_host(v: &serde_json::Value) -> ServerHost {
                             .map(|x| x.to_string().trim_matches('"').to_string())
                             .unwrap_or_default()
                     };
+                    let power = g
+                        .get("power_limit_w")
+                        .and_then(|w| w.as_f64())
+                        .map(|w| format!(", {} W power limit", servebench_model::text::sig3(w)))
+                        .unwrap_or_default();
                     format!(
-                        "{}, driver {}, {} MiB",
+                        "{}, driver {}, {} MiB{power}",
                         f("name"),
                         f("driver_version"),
                         f("memory_total_mib")
