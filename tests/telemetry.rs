@@ -410,3 +410,54 @@ fn over_ssh_the_agent_samples_the_hosts_gpus() {
     assert!(!dir.join("gpu.jsonl").exists());
     assert!(read_jsonl(&dir.join("points.jsonl"))[0]["gpu"].is_null());
 }
+
+/// Item 2: a point the server died in (out of memory) names the last GPU reading before it,
+/// in its `server-crashed` flag and in the report's section.
+#[test]
+fn an_out_of_memory_crash_names_the_last_gpu_reading() {
+    let ws = Workspace::new();
+    let bin = fake_nvidia_smi(
+        ws.path(),
+        &Readings {
+            power_w: 690.0,
+            free_mib: [300.0, 81_920.0],
+            throttle: [0x0, 0x0],
+            old_driver: false,
+        },
+    );
+    let fast =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
+            .unwrap();
+    // SGLang's out-of-memory crash for a prefill batch over 6000 tokens.
+    let profile = ws.write("oom.yaml", &format!("{fast}\noom_prefill_tokens: 6000\n"));
+    let spec = ws.write(
+        "crash.yaml",
+        &format!(
+            "name: crash\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: {}, chunked-prefill-size: 16384, context-length: 16384 }}\n  ready_timeout: 30s\nworkload:\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 4\nsweep:\n  ctx: [1024, 8192]\nrequests: 2\ntelemetry: {{ gpu: nvidia-smi, interval: 100ms }}\n",
+            profile.display()
+        ),
+    );
+    let out = run(&ws, &spec, &path_with(Some(&bin)));
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let crashed = &points[1];
+    assert_eq!(crashed["failure"], "out-of-memory", "{crashed}");
+    let flag = crashed["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "server-crashed")
+        .expect("crash flagged");
+    let message = flag["message"].as_str().unwrap();
+    assert!(
+        message.contains("last GPU reading: GPU 0: 140 GiB used, 0.293 GiB free, 690 W"),
+        "{message}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("last reading before the out-of-memory"),
+        "{report}"
+    );
+    assert_no_fake_left(&bin);
+}

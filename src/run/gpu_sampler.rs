@@ -31,6 +31,10 @@ const MAX_LINE: usize = 4096;
 const MAX_GPUS: usize = 256;
 /// How long nvidia-smi gets to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How long a round waits for the first reading before it sends (NVML's start-up takes a few
+/// hundred ms): the window then opens with a reading before it, so its edge is measured, not
+/// extrapolated, and a round that ends at once (a crash) still has a reading.
+const FIRST_WAIT: Duration = Duration::from_secs(2);
 
 /// The `nvidia-smi` on `PATH`, if there is one.
 pub(crate) fn find_nvidia_smi() -> Option<PathBuf> {
@@ -63,9 +67,9 @@ pub(crate) struct GpuSampler {
 }
 
 impl GpuSampler {
-    /// Starts `program` looping every `interval`; None when it cannot be started (the point
-    /// then has no telemetry, and says why through `failed`).
-    pub(crate) fn start(
+    /// Starts `program` looping every `interval` and waits (at most [`FIRST_WAIT`]) for its
+    /// first reading. One that cannot be started gives nothing and says why through `failed`.
+    pub(crate) async fn start(
         program: &Path,
         interval: Duration,
         point: &str,
@@ -75,6 +79,7 @@ impl GpuSampler {
     ) -> GpuSampler {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = oneshot::channel();
+        let (first, first_seen) = oneshot::channel();
         let task = tokio::spawn(sample(
             program.to_path_buf(),
             interval,
@@ -85,8 +90,10 @@ impl GpuSampler {
             sink,
             samples.clone(),
             failed,
-            stopped,
+            (stopped, first),
         ));
+        // Dropped unsent when the sampler ends without a reading: no wait then.
+        let _ = tokio::time::timeout(FIRST_WAIT, first_seen).await;
         GpuSampler {
             stop: Some(stop),
             task: Some(task),
@@ -123,8 +130,9 @@ async fn sample(
     sink: GpuSink,
     samples: Arc<Mutex<Vec<GpuSample>>>,
     failed: Arc<Mutex<Option<String>>>,
-    mut stopped: oneshot::Receiver<()>,
+    (mut stopped, first): (oneshot::Receiver<()>, oneshot::Sender<()>),
 ) {
+    let mut first = Some(first);
     for reasons in [REASONS_NEW, REASONS_OLD] {
         let mut child = match tokio::process::Command::new(&program)
             .args(args(interval, reasons))
@@ -161,6 +169,9 @@ async fn sample(
                     continue;
                 };
                 read_any = true;
+                if let Some(f) = first.take() {
+                    let _ = f.send(());
+                }
                 if let Some(done) = group.add(reading, &tag) {
                     keep(&sink, &samples, done);
                 }

@@ -59,17 +59,20 @@ impl PointGpu {
         })
     }
 
-    /// A sampler for one round; None without the program.
-    pub(crate) fn start(&self, point: &str, round: u32) -> Option<GpuSampler> {
+    /// A sampler for one round, once its first reading came; None without the program.
+    pub(crate) async fn start(&self, point: &str, round: u32) -> Option<GpuSampler> {
         let program = self.program.as_ref()?;
-        Some(GpuSampler::start(
-            program,
-            self.interval,
-            point,
-            round,
-            self.sink.clone(),
-            self.failed.clone(),
-        ))
+        Some(
+            GpuSampler::start(
+                program,
+                self.interval,
+                point,
+                round,
+                self.sink.clone(),
+                self.failed.clone(),
+            )
+            .await,
+        )
     }
 
     /// The point's view over its measured windows, its metrics and flags added.

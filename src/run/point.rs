@@ -440,7 +440,10 @@ impl PointRunner {
             ),
             _ => None,
         };
-        let sampler = gpu.as_ref().and_then(|g| g.start(&point.id, round));
+        let sampler = match gpu.as_ref() {
+            Some(g) => g.start(&point.id, round).await,
+            None => None,
+        };
         let done_before = fold.done().requests;
         let stopped = if let Some(schedule) = &schedule {
             let (stopped, seen) = self

@@ -222,6 +222,29 @@ pub fn put_cost(
     }
 }
 
+/// A reading in words (`GPU 0: 139 GiB used, 0.5 GiB free, 612 W; GPU 1: ...`), seconds after
+/// `start` when given.
+pub fn reading_text(r: &GpuSample, start: Option<f64>) -> String {
+    let gib = |m: Option<f64>| m.map_or("—".into(), |m| sig3(m / MIB_PER_GIB));
+    let gpus: Vec<String> = r
+        .gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "GPU {}: {} GiB used, {} GiB free, {} W",
+                g.index,
+                gib(g.memory_used_mib),
+                gib(g.memory_free_mib),
+                g.power_w.map_or("—".into(), sig3)
+            )
+        })
+        .collect();
+    let when = start.map_or(String::new(), |s| {
+        format!(" ({} s into the point)", sig3(r.t - s))
+    });
+    format!("{}{when}", gpus.join("; "))
+}
+
 /// Watts of all GPUs of a reading; None when a GPU did not say its power.
 fn total_power(s: &GpuSample) -> Option<f64> {
     s.gpus.iter().map(|g| g.power_w).sum()

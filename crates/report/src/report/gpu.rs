@@ -100,26 +100,10 @@ pub(crate) fn section(
             .filter(|_| failed)
             .and_then(|v| v.last.as_ref())
             .map(|last| {
-                let gpus: Vec<String> = last
-                    .gpus
-                    .iter()
-                    .map(|g| {
-                        format!(
-                            "GPU {}: {} GiB used, {} GiB free, {} W",
-                            g.index,
-                            g.memory_used_mib.map_or("—".into(), |m| sig3(m / 1024.0)),
-                            g.memory_free_mib.map_or("—".into(), |m| sig3(m / 1024.0)),
-                            g.power_w.map_or("—".into(), sig3)
-                        )
-                    })
-                    .collect();
-                let when = start.map_or(String::new(), |s| {
-                    format!(" ({} s into the point)", sig3(last.t - s))
-                });
                 format!(
-                    "last reading before the {}{when}: {}",
+                    "last reading before the {}: {}",
                     p.failure.as_deref().unwrap_or("failure"),
-                    gpus.join("; ")
+                    crate::measure::gpu::reading_text(last, start)
                 )
             });
         rows.push(GpuRow {
