@@ -356,8 +356,12 @@ impl RunDir {
                 t: g.t,
                 gpus: Vec::new(),
                 cut: Some(format!(
-                    "{GPU_FILE} reached its budget of {} MiB here: no reading is written any more",
-                    self.gpu_budget >> 20
+                    "{GPU_FILE} reached its budget of {} here: no reading is written any more",
+                    if self.gpu_budget >= 1 << 20 {
+                        format!("{} MiB", self.gpu_budget >> 20)
+                    } else {
+                        format!("{} bytes", self.gpu_budget)
+                    }
                 )),
             };
             file.write_all(&serialized(&note)?)?;
@@ -747,5 +751,45 @@ mod tests {
         let ticks = lines.iter().filter(|s| s.at == "tick").count();
         let ends = lines.iter().filter(|s| s.at == "end").count();
         assert!(ticks < ends, "ticks stop first: {ticks} ticks, {ends} ends");
+    }
+
+    #[test]
+    fn gpu_jsonl_keeps_to_its_budget_and_says_where_it_was_reached() {
+        use super::super::gpu::{GpuReading, GpuSample};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = RunDir::at(tmp.path().to_path_buf());
+        dir.gpu_budget = 2_000;
+        let reading = GpuSample {
+            point: "p001".into(),
+            round: 0,
+            t: 1.0,
+            gpus: (0..2)
+                .map(|i| GpuReading {
+                    index: i,
+                    name: Some("NVIDIA H200".into()),
+                    power_w: Some(300.0),
+                    ..GpuReading::default()
+                })
+                .collect(),
+            cut: None,
+        };
+        for _ in 0..50 {
+            dir.append_gpu(&reading).unwrap();
+        }
+        let len = std::fs::metadata(dir.file(GPU_FILE)).unwrap().len();
+        assert!(len <= 2_000 + 300, "{len} bytes");
+        let lines = dir.read_gpu().unwrap();
+        let cuts: Vec<&str> = lines.iter().filter_map(|g| g.cut.as_deref()).collect();
+        assert_eq!(
+            cuts,
+            ["gpu.jsonl reached its budget of 2000 bytes here: no reading is written any more"]
+        );
+        assert!(
+            lines
+                .iter()
+                .filter(|g| g.cut.is_none())
+                .all(|g| g == &reading)
+        );
+        assert!(lines.len() > 5 && lines.len() < 50, "{} lines", lines.len());
     }
 }
