@@ -14,9 +14,8 @@ use crate::spec::types::{Engine, Experiment};
 
 use super::gpu_sampler::{GpuSampler, GpuSink};
 
-/// The shortest and longest interval nvidia-smi is asked to loop at.
-const MIN_INTERVAL: Duration = Duration::from_millis(50);
-const MAX_INTERVAL: Duration = Duration::from_secs(60);
+// `validate` holds the interval to this range; the clamp keeps an agent's request in it too.
+use crate::spec::telemetry::{MAX_INTERVAL, MIN_INTERVAL};
 
 /// A point's telemetry as it runs.
 pub(crate) struct PointGpu {

@@ -5,6 +5,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::patterns::DURATION_PATTERN;
+use super::validate::{Problem, Target};
+
+/// The shortest and longest interval nvidia-smi is asked to loop at.
+pub const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+pub const MAX_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How the GPUs of the server's host are watched while each point runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -67,4 +72,41 @@ fn default_interval() -> std::time::Duration {
 
 fn default_margin_gib() -> f64 {
     1.0
+}
+
+/// What the schema cannot say: the interval's range, and a cost that has no GPU count to
+/// charge (no `cost.gpus`, and no telemetry to count them).
+pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let telemetry = raw.get("telemetry");
+    if let Some(text) = telemetry
+        .and_then(|t| t.get("interval"))
+        .and_then(|i| i.as_str())
+        && let Ok(d) = humantime::parse_duration(text)
+        && !(MIN_INTERVAL..=MAX_INTERVAL).contains(&d)
+    {
+        problems.push(Problem {
+            pointer: "/telemetry/interval".into(),
+            target: Target::Value,
+            message: format!("`telemetry.interval: {text}` is outside 50ms to 60s"),
+            hint: Some("nvidia-smi loops at 50 ms at the fastest; e.g. `interval: 200ms`".into()),
+        });
+    }
+    let off = telemetry
+        .and_then(|t| t.get("gpu"))
+        .and_then(|g| g.as_str())
+        == Some("off");
+    if off
+        && let Some(cost) = raw.get("cost").and_then(|c| c.as_object())
+        && cost.get("gpus").is_none_or(|g| g.is_null())
+    {
+        problems.push(Problem {
+            pointer: "/cost".into(),
+            target: Target::Key,
+            message: "`cost:` needs the GPUs to charge, and `telemetry.gpu: off` counts none"
+                .into(),
+            hint: Some("add `gpus: N` to `cost:`, or let the telemetry count them".into()),
+        });
+    }
+    problems
 }

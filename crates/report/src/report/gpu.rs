@@ -125,6 +125,11 @@ pub(crate) fn section(
             last_reading,
         });
     }
+    if exp.cost.is_some() && !rows.iter().any(|r| r.cost_per_m_output_usd.is_some()) {
+        missing.push(
+            "no cost per token: no point had GPUs to charge (`cost.gpus` is not set and no GPU telemetry counted them) and measured tokens".into(),
+        );
+    }
     if rows.is_empty() && missing.is_empty() {
         return None;
     }
