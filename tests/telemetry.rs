@@ -250,6 +250,17 @@ fn the_simulator_with_a_fake_nvidia_smi_gets_exact_energy_and_cost_per_token() {
         col("cost_per_m_output_usd_mean"),
         2000.0 * seconds / output
     ));
+
+    // `compare` shows them (one value per point: shown, not judged).
+    let cmp = servebench()
+        .arg("compare")
+        .arg(&dir)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&cmp.stdout);
+    assert!(text.contains("J/out_tok"), "{}", show(&cmp));
+    assert!(text.contains("$/M out"), "{}", show(&cmp));
 }
 
 /// Item 2: free memory within the margin raises `gpu-memory-tight`, a power cap inside the
@@ -460,4 +471,62 @@ fn an_out_of_memory_crash_names_the_last_gpu_reading() {
         "{report}"
     );
     assert_no_fake_left(&bin);
+}
+
+/// Ctrl-C during a point stops nvidia-smi with the round and keeps what was read: the point's
+/// record has its telemetry, and no sampler is left running.
+#[test]
+fn ctrl_c_mid_point_stops_the_sampler_and_keeps_its_readings() {
+    let _turn = exclusive();
+    let ws = Workspace::new();
+    let bin = fake_nvidia_smi(
+        ws.path(),
+        &Readings {
+            power_w: 300.0,
+            free_mib: [40_960.0, 81_920.0],
+            throttle: [0x0, 0x0],
+            old_driver: false,
+        },
+    );
+    let spec = ws.write(
+        "long.yaml",
+        &sim_spec(
+            "gpu-interrupted",
+            "  prompt: { kind: repeat, tokens: 200, calibrate: false }\n  output_tokens: 400",
+            "requests: 200\ntelemetry: { gpu: nvidia-smi, interval: 100ms }\n",
+        ),
+    );
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("PATH", path_with(Some(&bin)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let root = ws.path().join("runs").join("gpu-interrupted");
+    let dir = poll_until(
+        std::time::Duration::from_secs(60),
+        "no GPU readings recorded",
+        || {
+            let dir = std::fs::read_dir(&root).ok()?.flatten().next()?.path();
+            let lines = std::fs::read_to_string(dir.join("gpu.jsonl")).ok()?;
+            (lines.lines().count() >= 3).then_some(dir)
+        },
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert_no_fake_left(&bin);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    assert!(flag_kinds(p).contains(&"interrupted".to_string()), "{p}");
+    assert!(p["gpu"]["samples"].as_u64().unwrap() >= 3, "{}", p["gpu"]);
+    assert!(p["gpu"]["energy_j"].as_f64().unwrap() > 0.0, "{}", p["gpu"]);
 }
