@@ -108,7 +108,8 @@ pub(crate) fn section(
             });
         rows.push(GpuRow {
             point: match labels.get(&p.id) {
-                Some(l) if !l.is_empty() && *l != p.id => format!("{} ({l})", p.id),
+                Some(l) if l.starts_with(p.id.as_str()) => l.clone(),
+                Some(l) if !l.is_empty() => format!("{} ({l})", p.id),
                 _ => p.id.clone(),
             },
             gpus: view.map_or(0, |v| v.gpus),
