@@ -153,7 +153,7 @@ pub(crate) fn section(
     })
 }
 
-/// The cost at each search's answer: its highest passing probe's point.
+/// The cost at each search's answer: the point of the passing probe that set its capacity.
 pub(crate) fn at_capacity(
     capacity: &super::capacity::CapacitySection,
     points: &[PointRecord],
@@ -162,11 +162,8 @@ pub(crate) fn at_capacity(
         .searches
         .iter()
         .filter_map(|s| {
-            let probe = s
-                .probes
-                .iter()
-                .filter(|p| p.passes)
-                .max_by(|a, b| a.value.total_cmp(&b.value))?;
+            let answer = s.capacity?;
+            let probe = s.probes.iter().find(|p| p.passes && p.value == answer)?;
             let p = points.iter().find(|p| p.id == probe.id)?;
             let metric = |m: Metric| p.metrics.get(m.name()).map(|s| s.mean);
             let row = CapacityCost {
@@ -181,4 +178,96 @@ pub(crate) fn at_capacity(
                 .then_some(row)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::results::records::Stat;
+
+    fn probe(probe: usize, id: &str, value: f64, passes: bool) -> super::super::capacity::ProbeRow {
+        super::super::capacity::ProbeRow {
+            probe,
+            id: id.into(),
+            value,
+            value_text: value.to_string(),
+            passes,
+            insufficient: false,
+            measured: Some(100),
+            throughput_req_s: value,
+            slo_values: Vec::new(),
+            why: None,
+        }
+    }
+
+    fn point(id: &str, cost_out: f64) -> PointRecord {
+        let mut p: PointRecord = serde_json::from_value(serde_json::json!({
+            "id": id, "values": {}, "group": "g1", "ok": 1, "errors": 0, "metrics": {}
+        }))
+        .unwrap();
+        let stat = |x: f64| Stat {
+            count: 1,
+            mean: x,
+            p50: x,
+            p90: x,
+            p99: x,
+            min: x,
+            max: x,
+            ..Stat::default()
+        };
+        p.metrics
+            .insert("cost_per_m_output_usd".into(), stat(cost_out));
+        p.metrics
+            .insert("cost_per_m_input_usd".into(), stat(cost_out / 4.0));
+        p
+    }
+
+    /// The cost at a search's answer is its capacity probe's, not the highest pass above a
+    /// failure (a search whose verdicts contradict each other answers below the failure).
+    #[test]
+    fn the_cost_at_capacity_is_the_probe_that_set_it() {
+        let view = super::super::capacity::CapacityView {
+            label: "all".into(),
+            seed: "p001".into(),
+            over: "load.rate".into(),
+            unit: "req/s".into(),
+            start: 1.0,
+            max: 16.0,
+            resolution: 0.05,
+            capacity: Some(4.0),
+            capacity_text: "4".into(),
+            above: Some(6.0),
+            saturated_at: None,
+            complete: true,
+            monotonic: false,
+            inversions: vec!["6 failed below 8 passing".into()],
+            answer: "4 req/s".into(),
+            targets: Vec::new(),
+            limits: Vec::new(),
+            achieved_at_capacity: Some(4.0),
+            probes: vec![
+                probe(1, "p001-s1", 2.0, true),
+                probe(2, "p001-s2", 4.0, true),
+                probe(3, "p001-s3", 8.0, true),
+                probe(4, "p001-s4", 6.0, false),
+            ],
+            sample_rule: String::new(),
+            chart: None,
+        };
+        let section = super::super::capacity::CapacitySection {
+            searches: vec![view],
+        };
+        let points = [
+            point("p001-s1", 3.0),
+            point("p001-s2", 2.0),
+            point("p001-s3", 1.0),
+            point("p001-s4", 1.5),
+        ];
+        let rows = at_capacity(&section, &points);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].point, "p001-s2");
+        assert_eq!(rows[0].cost_per_m_output_usd, Some(2.0));
+        assert_eq!(rows[0].cost_per_m_input_usd, Some(0.5));
+        assert_eq!(rows[0].energy_per_output_token_j, None);
+    }
 }
