@@ -86,6 +86,12 @@ impl PointGpu {
         let judge = crate::measure::gpu::Judge {
             margin_mib: exp.telemetry.memory_margin_gib * 1024.0,
             cost: exp.cost.as_ref(),
+            partial: (exp.server.node_count() > 1).then(|| {
+                format!(
+                    "only rank 0's node of the {}-node server was sampled, so no energy is given and a cost needs `cost.gpus`",
+                    exp.server.node_count()
+                )
+            }),
         };
         let mut view = crate::measure::gpu::summarize(
             &self.host,

@@ -67,6 +67,10 @@ pub struct GpuView {
     /// Why there is no telemetry (`nvidia-smi not found on local`); None when it was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
+    /// What the readings leave out, in words (a multi-node server's other nodes); None when
+    /// they cover the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<String>,
     /// Readings (lines of `gpu.jsonl`) taken during the point, and of those inside the
     /// measured window.
     pub samples: usize,

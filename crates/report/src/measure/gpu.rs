@@ -49,6 +49,9 @@ pub struct Judge<'a> {
     /// Free memory at or below this many MiB raises `gpu-memory-tight`.
     pub margin_mib: f64,
     pub cost: Option<&'a CostSpec>,
+    /// Set when the readings cover only part of the server's GPUs (rank 0's node of a
+    /// multi-node server), in words: no energy then, and a cost only from `cost.gpus`.
+    pub partial: Option<String>,
 }
 
 /// The point's view of its GPUs, with the metrics and flags it adds. `samples` are the
@@ -161,7 +164,8 @@ pub fn summarize(
     if window_s > 0.0 {
         view.window_s = Some(window_s);
     }
-    if all_covered && energy > 0.0 {
+    view.partial = judge.partial.clone();
+    if all_covered && energy > 0.0 && view.partial.is_none() {
         view.energy_j = Some(energy);
         view.energy_span_s = Some(covered_s);
         metrics.insert(Metric::GpuPower.name().into(), single(energy / window_s));
@@ -180,7 +184,8 @@ pub fn summarize(
     }
 
     if let Some(cost) = judge.cost {
-        let gpus = cost.gpus.or((view.gpus > 0).then_some(view.gpus as u32));
+        let seen = (view.gpus > 0 && view.partial.is_none()).then_some(view.gpus as u32);
+        let gpus = cost.gpus.or(seen);
         put_cost(cost.gpu_hour, gpus, windows, metrics);
     }
     view
@@ -357,6 +362,7 @@ mod tests {
             &Judge {
                 margin_mib: 1024.0,
                 cost: Some(&cost),
+                partial: None,
             },
             &mut metrics,
             &mut flags,
@@ -390,6 +396,7 @@ mod tests {
             &Judge {
                 margin_mib: 1024.0,
                 cost: None,
+                partial: None,
             },
             &mut metrics,
             &mut flags,
@@ -409,11 +416,63 @@ mod tests {
             &Judge {
                 margin_mib: 512.0,
                 cost: None,
+                partial: None,
             },
             &mut metrics,
             &mut flags,
         );
         assert!(flags.is_empty(), "{flags:?}");
         assert_eq!(reasons(0x48), ["HW slowdown", "HW thermal slowdown"]);
+    }
+
+    /// A multi-node server's rank 0 alone gives no energy, and no GPU count for the cost.
+    #[test]
+    fn part_of_a_server_gives_no_energy_and_a_cost_only_from_cost_gpus() {
+        let samples: Vec<GpuSample> = (0..=50)
+            .map(|i| sample(99.9 + i as f64 * 0.1, 300.0, 40_000.0, 0))
+            .collect();
+        let judge = |cost| Judge {
+            margin_mib: 1024.0,
+            cost,
+            partial: Some("rank 0 only".into()),
+        };
+        let (mut metrics, mut flags) = (IndexMap::new(), Vec::new());
+        let unpriced = CostSpec {
+            gpu_hour: 3.6,
+            gpus: None,
+        };
+        let view = summarize(
+            "local",
+            &samples,
+            &[window(100.5, 104.5)],
+            &judge(Some(&unpriced)),
+            &mut metrics,
+            &mut flags,
+        );
+        assert_eq!(view.energy_j, None);
+        assert_eq!(view.partial.as_deref(), Some("rank 0 only"));
+        for m in [
+            "energy_per_output_token_j",
+            "gpu_power_w",
+            "cost_per_m_output_usd",
+        ] {
+            assert!(!metrics.contains_key(m), "{m}");
+        }
+        assert!(metrics.contains_key("gpu_memory_free_min_gib"));
+        // 16 GPUs (cost.gpus) at $3.6 for 4 s: $0.064, over 500 output tokens $128 per million.
+        let priced = CostSpec {
+            gpu_hour: 3.6,
+            gpus: Some(16),
+        };
+        let mut metrics = IndexMap::new();
+        summarize(
+            "local",
+            &samples,
+            &[window(100.5, 104.5)],
+            &judge(Some(&priced)),
+            &mut metrics,
+            &mut flags,
+        );
+        assert!((metrics["cost_per_m_output_usd"].mean - 128.0).abs() < 1e-9);
     }
 }

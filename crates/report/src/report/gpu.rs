@@ -82,6 +82,9 @@ pub(crate) fn section(
                 missing.push(line);
             }
         }
+        if let Some(partial) = view.and_then(|v| v.partial.as_ref()) {
+            missing.push(format!("{}: {partial}", p.id));
+        }
         let sampled = view.is_some_and(|v| v.samples > 0);
         if !sampled && !has_cost {
             continue;
