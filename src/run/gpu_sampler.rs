@@ -152,6 +152,21 @@ async fn sample(
         let Some(mut out) = child.stdout.take() else {
             return;
         };
+        // Its stderr is drained as it comes (a full pipe would stop it), the first
+        // MAX_LINE bytes kept for the message.
+        let stderr = child.stderr.take().map(|mut e| {
+            tokio::spawn(async move {
+                let (mut kept, mut b) = (Vec::new(), [0u8; 1024]);
+                while let Ok(n) = e.read(&mut b).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let room = MAX_LINE.saturating_sub(kept.len()).min(n);
+                    kept.extend_from_slice(&b[..room]);
+                }
+                kept
+            })
+        });
         let mut lines = Lines::default();
         let mut group = Group::default();
         let mut read_any = false;
@@ -186,14 +201,10 @@ async fn sample(
         }
         // It ended by itself: refused the field (try the old spelling) or failed.
         let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let mut b = vec![0u8; MAX_LINE];
-            let n = tokio::time::timeout(Duration::from_millis(200), e.read(&mut b))
-                .await
-                .ok()
-                .and_then(|r| r.ok())
-                .unwrap_or(0);
-            err = String::from_utf8_lossy(&b[..n]).trim().to_string();
+        if let Some(task) = stderr
+            && let Ok(Ok(kept)) = tokio::time::timeout(Duration::from_millis(500), task).await
+        {
+            err = String::from_utf8_lossy(&kept).trim().to_string();
         }
         if read_any || reasons == REASONS_OLD || !err.contains("valid field") {
             if !read_any {
@@ -223,9 +234,9 @@ fn set(failed: &Mutex<Option<String>>, why: String) {
     }
 }
 
-/// Readings a round keeps in memory (at 8 GPUs every 50 ms, 3 hours); later ones still go
+/// Readings a point keeps in memory (at 8 GPUs every 50 ms, 3 hours); later ones still go
 /// to the sink, and the point's energy counts the uncovered end at the covered mean.
-const MAX_KEPT: usize = 200_000;
+pub(crate) const MAX_KEPT: usize = 200_000;
 
 fn keep(sink: &GpuSink, samples: &Mutex<Vec<GpuSample>>, s: GpuSample) {
     // A reading that cannot be written is lost, not fatal: telemetry is a side channel.

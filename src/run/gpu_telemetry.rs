@@ -27,8 +27,8 @@ pub(crate) struct PointGpu {
     sink: GpuSink,
     /// Why the sampler gave nothing, once it did not.
     failed: Arc<Mutex<Option<String>>>,
-    /// The point's readings so far, every round.
-    pub samples: Vec<GpuSample>,
+    /// The point's readings so far, every round (at most [`super::gpu_sampler::MAX_KEPT`]).
+    samples: Vec<GpuSample>,
 }
 
 impl PointGpu {
@@ -72,6 +72,12 @@ impl PointGpu {
             )
             .await,
         )
+    }
+
+    /// Keeps a round's readings, within the point's bound.
+    pub(crate) fn keep(&mut self, round: Vec<GpuSample>) {
+        let room = super::gpu_sampler::MAX_KEPT.saturating_sub(self.samples.len());
+        self.samples.extend(round.into_iter().take(room));
     }
 
     /// The point's view over its measured windows, its metrics and flags added.

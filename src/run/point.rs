@@ -481,7 +481,7 @@ impl PointRunner {
             scrapes.extend(scraper.finish(completed).await);
         }
         if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
-            gpu.samples.extend(sampler.finish().await);
+            gpu.keep(sampler.finish().await);
         }
         stopped
     }
