@@ -30,7 +30,7 @@ const REASONS: &[(u64, &str)] = &[
 const IDLE: u64 = 0x1;
 
 /// The reasons set in `mask`, in words (an unknown bit by its value).
-pub fn reasons(mask: u64) -> Vec<String> {
+pub(crate) fn reasons(mask: u64) -> Vec<String> {
     let mut out: Vec<String> = REASONS
         .iter()
         .filter(|(bit, _)| mask & bit != 0)
@@ -259,7 +259,7 @@ fn total_power(s: &GpuSample) -> Option<f64> {
 /// cover: trapezoids between readings, cut at the window's edges by linear interpolation;
 /// the seconds at either edge that no reading reaches count at the covered part's mean power.
 /// None without two readings inside the window's reach.
-pub fn window_energy(curve: &[(f64, f64)], start: f64, end: f64) -> Option<(f64, f64)> {
+pub(crate) fn window_energy(curve: &[(f64, f64)], start: f64, end: f64) -> Option<(f64, f64)> {
     let mut joules = 0.0;
     let mut covered = 0.0;
     for pair in curve.windows(2) {
