@@ -530,3 +530,49 @@ fn ctrl_c_mid_point_stops_the_sampler_and_keeps_its_readings() {
     assert!(p["gpu"]["samples"].as_u64().unwrap() >= 3, "{}", p["gpu"]);
     assert!(p["gpu"]["energy_j"].as_f64().unwrap() > 0.0, "{}", p["gpu"]);
 }
+
+/// Item 1 on Slurm: the agent runs as a job step next to the server and samples the node's
+/// GPUs (the step inherits the run's `PATH`, where the fake is); the readings come back over
+/// its stream into the run directory.
+#[test]
+fn on_slurm_the_agent_step_samples_the_nodes_gpus() {
+    let cluster = crate::slurmd::SlurmCluster::get();
+    let _cleanup = cluster.cancel_on_drop("servebench-gpu-slurm");
+    let ws = Workspace::new();
+    let bin = fake_nvidia_smi(
+        ws.path(),
+        &Readings {
+            power_w: 300.0,
+            free_mib: [40_960.0, 81_920.0],
+            throttle: [0x0, 0x0],
+            old_driver: false,
+        },
+    );
+    let spec = ws.write(
+        "s.yaml",
+        "name: gpu-slurm\nhost:\n  slurm: { time: \"5\" }\nserver:\n  engine: sim\n  model: gpu-slurm-model\n  args: { profile: fast }\n  ready_timeout: 60s\nworkload:\n  prompt: { kind: repeat, tokens: 64, calibrate: false }\n  output_tokens: 200\nrequests: 4\ntelemetry: { gpu: nvidia-smi, interval: 100ms }\n",
+    );
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .env("SLURM_CONF", &cluster.conf)
+        .env("PATH", path_with(Some(&bin)))
+        .timeout(std::time::Duration::from_secs(180))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", show(&out), cluster.logs());
+    let dir = run_dir(&out);
+    assert!(read_jsonl(&dir.join("gpu.jsonl")).len() >= 3);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    let w = windows(&dir);
+    let seconds: f64 = w.iter().map(|(a, b, _)| b - a).sum();
+    let energy = p["gpu"]["energy_j"].as_f64().unwrap();
+    assert!(
+        (energy - 600.0 * seconds).abs() <= 1e-6 * energy,
+        "{energy} J over {seconds} s"
+    );
+    assert_no_fake_left(&bin);
+}
