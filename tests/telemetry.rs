@@ -576,3 +576,33 @@ fn on_slurm_the_agent_step_samples_the_nodes_gpus() {
     );
     assert_no_fake_left(&bin);
 }
+
+/// Multi-turn sessions are sampled like any round: their window's energy is measured too.
+#[test]
+fn a_sessions_point_is_sampled_like_any_other() {
+    let ws = Workspace::new();
+    let bin = fake_nvidia_smi(
+        ws.path(),
+        &Readings {
+            power_w: 300.0,
+            free_mib: [40_960.0, 81_920.0],
+            throttle: [0x0, 0x0],
+            old_driver: false,
+        },
+    );
+    let spec = ws.write(
+        "sessions.yaml",
+        &sim_spec(
+            "gpu-sessions",
+            "  prompt: { kind: repeat, tokens: 64 }\n  output_tokens: 200",
+            "load: { kind: sessions, sessions: { users: 2, turns: 3, think: 10ms } }\ntelemetry: { gpu: nvidia-smi, interval: 100ms }\n",
+        ),
+    );
+    let out = run(&ws, &spec, &path_with(Some(&bin)));
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    assert!(p["gpu"]["samples"].as_u64().unwrap() >= 2, "{}", p["gpu"]);
+    assert!(p["gpu"]["energy_j"].as_f64().unwrap() > 0.0, "{}", p["gpu"]);
+    assert_no_fake_left(&bin);
+}

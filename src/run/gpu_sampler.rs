@@ -59,7 +59,8 @@ fn args(interval: Duration, reasons: &str) -> Vec<String> {
     ]
 }
 
-/// A sampler running for one round.
+/// A sampler running for one round. Dropped without [`GpuSampler::finish`] (a round that
+/// ended early), it still stops nvidia-smi: its task sees the stop channel close.
 pub(crate) struct GpuSampler {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,

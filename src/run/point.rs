@@ -348,10 +348,17 @@ impl PointRunner {
             ));
         }
         if let Some(sessions) = exp.sessions() {
+            let sampler = match gpu.as_ref() {
+                Some(g) => g.start(&point.id, round).await,
+                None => None,
+            };
             let (records, stopped) = self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
             records.iter().for_each(|r| fold.add(r));
+            if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
+                gpu.keep(sampler.finish().await);
+            }
             return stopped;
         }
         // An open-loop point sends as many requests as its schedule holds, each when it is due.
