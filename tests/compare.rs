@@ -70,6 +70,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         server: None,
         host: None,
         search: None,
+        gpu: None,
     }
 }
 

@@ -37,6 +37,7 @@ mod ssh_run;
 mod sshd;
 mod statistics;
 mod summary;
+mod telemetry;
 mod trust;
 mod validate;
 mod workloads;

@@ -868,6 +868,7 @@ fn run_dir_round_trip() {
         server: None,
         host: None,
         search: None,
+        gpu: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -1069,6 +1070,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         server: None,
         host: None,
         search: None,
+        gpu: None,
     }
 }
 

@@ -72,6 +72,8 @@ pub(crate) enum AgentEvent {
     Request(RequestRecord),
     /// One scrape of the server's `/metrics`, for the runner's `metrics.jsonl`.
     Metrics(crate::results::server_view::MetricsScrape),
+    /// One reading of the host's GPUs, for the runner's `gpu.jsonl`.
+    Gpu(crate::results::gpu::GpuSample),
     Point {
         point: PointRecord,
         interrupted: bool,
@@ -132,8 +134,19 @@ async fn serve(heartbeat: Duration) {
         emit(&AgentEvent::Metrics(m.clone()));
         Ok(())
     });
+    // The agent runs on the server's host: it samples that host's GPUs as `telemetry:` asks.
+    let gpu: super::gpu_sampler::GpuSink = Arc::new(|g| {
+        emit(&AgentEvent::Gpu(g.clone()));
+        Ok(())
+    });
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "the host".into());
     let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into())
-        .with_metrics_sink(metrics);
+        .with_metrics_sink(metrics)
+        .with_gpu_sink(gpu, &host);
     while let Some(line) = rx.recv().await {
         if line.trim().is_empty() {
             continue;

@@ -272,6 +272,9 @@ impl AgentSession {
                     Ok(AgentEvent::Metrics(m)) => {
                         let _ = run_dir.append_metrics(&m);
                     }
+                    Ok(AgentEvent::Gpu(g)) => {
+                        let _ = run_dir.append_gpu(&g);
+                    }
                     Ok(AgentEvent::Request(r)) => {
                         progress.request_done_elsewhere();
                         match run_dir.append_request(&r) {

@@ -142,9 +142,23 @@ impl Launch<'_, '_> {
                     .unwrap_or_default(),
                 crate::engine::explain(handle.engine, cause)
             );
+            // What the GPUs said last, when they were watched: an out-of-memory crash with
+            // the memory it left free.
+            let gpu = record
+                .gpu
+                .as_ref()
+                .and_then(|g| g.last.as_ref())
+                .map(|last| {
+                    let start = record.wall.as_ref().map(|w| w.started_at);
+                    format!(
+                        "\nlast GPU reading: {}",
+                        crate::measure::gpu::reading_text(last, start)
+                    )
+                })
+                .unwrap_or_default();
             record.flags.push(Flag::new(
                 FlagKind::ServerCrashed,
-                format!("{msg}\nlog tail:\n{}", last_lines(&tail, 8)),
+                format!("{msg}{gpu}\nlog tail:\n{}", last_lines(&tail, 8)),
             ));
             record.incomplete = true;
             record.status = Some(if record.ok > 0 {

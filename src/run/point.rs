@@ -60,6 +60,9 @@ pub(crate) struct PointRunner {
     metrics_sink: Option<super::scrape::MetricsSink>,
     /// How often `/metrics` is scraped while requests run.
     pub scrape_interval: std::time::Duration,
+    /// Where GPU readings go, and the host they are of; None = the GPUs are not on this
+    /// machine (a server on an SSH host measured from here), so they are not sampled here.
+    gpu: Option<(super::gpu_sampler::GpuSink, String)>,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -104,7 +107,15 @@ impl PointRunner {
             surface: None,
             metrics_sink: None,
             scrape_interval: super::scrape::SCRAPE_INTERVAL,
+            gpu: None,
         }
+    }
+
+    /// Samples the GPUs of this machine (the server's host, named `host`) during every
+    /// round as `telemetry:` asks, each reading to `sink`.
+    pub(crate) fn with_gpu_sink(mut self, sink: super::gpu_sampler::GpuSink, host: &str) -> Self {
+        self.gpu = Some((sink, host.to_string()));
+        self
     }
 
     /// Scrapes the server's `/metrics` (when its surface has one) during every round, each
@@ -185,6 +196,7 @@ impl PointRunner {
         // Every measured record is folded in as it finishes (it is in requests.jsonl already).
         let mut fold = crate::measure::summary::PointFold::new(exp);
         let mut scrapes = Vec::new();
+        let mut gpu = self.gpu_telemetry(exp);
         let mut interrupted = false;
         let mut observed = crate::measure::system::Observed::default();
         for round in 0..exp.repeat {
@@ -202,6 +214,7 @@ impl PointRunner {
                     &mut observed,
                     &mut scrapes,
                     &mut fold,
+                    gpu.as_mut(),
                 )
                 .await;
             if stopped {
@@ -236,6 +249,14 @@ impl PointRunner {
         record.load = fold
             .system
             .finish(exp, &observed, &mut record.metrics, &mut record.flags);
+        if let Some(gpu) = gpu {
+            record.gpu =
+                Some(gpu.summarize(exp, &fold.system, &mut record.metrics, &mut record.flags));
+        } else if let Some(cost) = &exp.cost {
+            // No telemetry: the cost needs the GPU count from the spec.
+            let windows = fold.system.measured_windows(exp.open_loop().is_some());
+            crate::measure::gpu::put_cost(cost.gpu_hour, cost.gpus, &windows, &mut record.metrics);
+        }
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
         // A part of the client died: what it sent is not the point's measurement.
@@ -314,6 +335,7 @@ impl PointRunner {
         observed: &mut crate::measure::system::Observed,
         scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
         fold: &mut PointFold,
+        gpu: Option<&mut super::gpu_telemetry::PointGpu>,
     ) -> bool {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
@@ -326,10 +348,17 @@ impl PointRunner {
             ));
         }
         if let Some(sessions) = exp.sessions() {
+            let sampler = match gpu.as_ref() {
+                Some(g) => g.start(&point.id, round).await,
+                None => None,
+            };
             let (records, stopped) = self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
             records.iter().for_each(|r| fold.add(r));
+            if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
+                gpu.keep(sampler.finish().await);
+            }
             return stopped;
         }
         // An open-loop point sends as many requests as its schedule holds, each when it is due.
@@ -418,6 +447,10 @@ impl PointRunner {
             ),
             _ => None,
         };
+        let sampler = match gpu.as_ref() {
+            Some(g) => g.start(&point.id, round).await,
+            None => None,
+        };
         let done_before = fold.done().requests;
         let stopped = if let Some(schedule) = &schedule {
             let (stopped, seen) = self
@@ -454,7 +487,17 @@ impl PointRunner {
             let completed = (fold.done().requests - done_before) as usize;
             scrapes.extend(scraper.finish(completed).await);
         }
+        if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
+            gpu.keep(sampler.finish().await);
+        }
         stopped
+    }
+
+    /// The point's GPU telemetry as `telemetry:` asks, on this machine when it is the
+    /// server's host; None when nothing is sampled or said.
+    fn gpu_telemetry(&self, exp: &Experiment) -> Option<super::gpu_telemetry::PointGpu> {
+        let (sink, host) = self.gpu.as_ref()?;
+        super::gpu_telemetry::PointGpu::new(exp, sink.clone(), host)
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left

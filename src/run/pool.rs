@@ -33,7 +33,7 @@ use super::launch::{Measuring, measure_on};
 use super::point::{self, PointRunner};
 use super::progress::Progress;
 use super::records::{
-    append_point, failed_point, metrics_sink, python_of, server_label, write_meta,
+    append_point, failed_point, gpu_sink, metrics_sink, python_of, server_label, write_meta,
 };
 use super::server::{self, ServerHandle};
 
@@ -471,6 +471,11 @@ async fn measure_group<'p>(
         run.spec_dir.clone(),
     )
     .with_metrics_sink(metrics_sink(run.run_dir.clone()));
+    // The GPUs are sampled here only when this machine is the server's host; an SSH host's or
+    // Slurm node's are sampled by the agent there (`client: host`).
+    if rank0.remote.is_none() && rank0.slurm.is_none() {
+        runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name);
+    }
     let mut pending = points.into_iter().peekable();
     let mut policy = FailurePolicy::new(first.on_failure);
     let mut tally = Tally::default();

@@ -75,3 +75,9 @@ pub(crate) fn python_of(exp: &crate::spec::types::Experiment) -> String {
 pub(crate) fn metrics_sink(dir: Arc<RunDir>) -> scrape::MetricsSink {
     Arc::new(move |m| dir.append_metrics(m))
 }
+
+/// The sink that appends each GPU reading to the run directory's `gpu.jsonl` (lost, not
+/// fatal, when it cannot be written: telemetry is a side channel).
+pub(crate) fn gpu_sink(dir: Arc<RunDir>) -> super::gpu_sampler::GpuSink {
+    Arc::new(move |g| dir.append_gpu(g))
+}

@@ -105,7 +105,7 @@ pub fn metric_value(metric: Option<Metric>, x: f64) -> String {
         Some(Display::Tokens) => tokens(x),
         Some(Display::Seconds) => seconds(x),
         Some(Display::Share) => format!("{x:.2}"),
-        None => sig3(x),
+        Some(Display::Sig3) | None => sig3(x),
     }
 }
 

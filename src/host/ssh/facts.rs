@@ -30,6 +30,9 @@ pub struct Gpu {
     pub driver_version: String,
     /// Total memory in MiB.
     pub memory_total_mib: Option<u64>,
+    /// The power limit in watts (`power.limit`); None where nvidia-smi says `[N/A]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_limit_w: Option<f64>,
 }
 
 /// Prints one "@section" line before each fact. $1 is the python to ask about SGLang.
@@ -46,7 +49,7 @@ printf '%s\n' "$m"
 echo @cpu_count; getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null
 echo @gpus
 if command -v nvidia-smi >/dev/null 2>&1; then
-  t nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits 2>/dev/null && echo @gpus_ok
+  t nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit --format=csv,noheader,nounits 2>/dev/null && echo @gpus_ok
 fi
 echo @sglang; t "$1" -c 'import sglang; print(sglang.__version__)' 2>/dev/null
 echo @end
@@ -97,9 +100,10 @@ pub(crate) fn parse_facts(text: &str) -> HostFacts {
     }
 }
 
-/// `NAME, DRIVER, MEMORY_MIB` (csv,noheader,nounits).
+/// `NAME, DRIVER, MEMORY_MIB, POWER_LIMIT_W` (csv,noheader,nounits).
 fn parse_gpu(line: &str) -> Option<Gpu> {
-    let mut f = line.rsplitn(3, ',').map(str::trim);
+    let mut f = line.rsplitn(4, ',').map(str::trim);
+    let power = f.next()?;
     let memory = f.next()?;
     let driver = f.next()?;
     let name = f.next()?;
@@ -110,6 +114,11 @@ fn parse_gpu(line: &str) -> Option<Gpu> {
         name: name.to_string(),
         driver_version: driver.to_string(),
         memory_total_mib: memory.trim_end_matches(" MiB").parse().ok(),
+        power_limit_w: power
+            .trim_end_matches(" W")
+            .parse::<f64>()
+            .ok()
+            .filter(|w| w.is_finite()),
     })
 }
 
@@ -121,7 +130,7 @@ mod tests {
     fn a_gpu_host_is_parsed() {
         let text = "@hostname\ngpu-01\n@os\nUbuntu 22.04.4 LTS\n@kernel\nLinux 5.15.0 x86_64\n\
             @cpu_model\n AMD EPYC 7763 64-Core Processor\n@cpu_count\n128\n@gpus\n\
-            NVIDIA H100 80GB HBM3, 550.54.15, 81559\nNVIDIA H100 80GB HBM3, 550.54.15, 81559\n\
+            NVIDIA H100 80GB HBM3, 550.54.15, 81559, 700.00\nNVIDIA H100 80GB HBM3, 550.54.15, 81559, [N/A]\n\
             @gpus_ok\n@sglang\n0.4.6\n@end\n";
         let f = parse_facts(text);
         assert_eq!(f.hostname.as_deref(), Some("gpu-01"));
@@ -139,8 +148,10 @@ mod tests {
                 name: "NVIDIA H100 80GB HBM3".into(),
                 driver_version: "550.54.15".into(),
                 memory_total_mib: Some(81559),
+                power_limit_w: Some(700.0),
             }
         );
+        assert_eq!(gpus[1].power_limit_w, None);
         assert_eq!(f.sglang_version.as_deref(), Some("0.4.6"));
     }
 

@@ -93,6 +93,13 @@ pub enum FlagKind {
     /// step: every step pays for drafting and verifying and buys almost nothing over plain
     /// decoding (informational: the numbers are right, the draft model or its settings are not).
     SpecLowAcceptance,
+    /// A GPU of the server's host reported clock event (throttle) reasons other than idle
+    /// inside the measured window (power cap, thermal or hardware slowdown, a power brake,
+    /// application clocks): the numbers describe a GPU running below its clocks.
+    GpuThrottled,
+    /// A GPU's free memory came within `telemetry.memory_margin_gib` of zero during the point:
+    /// a little more context or concurrency may run out of memory (informational).
+    GpuMemoryTight,
     /// A kind this version does not know.
     Other(String),
 }
@@ -194,6 +201,14 @@ const CATALOGUE: &[Entry] = &[
         informational: true,
         cell: "ttft",
     },
+    entry(FlagKind::GpuThrottled, "gpu-throttled", "ok_err"),
+    // The numbers are right; the headroom is what it warns of.
+    Entry {
+        kind: FlagKind::GpuMemoryTight,
+        name: "gpu-memory-tight",
+        informational: true,
+        cell: "ok_err",
+    },
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -289,9 +304,12 @@ mod tests {
             assert_eq!(json, format!("\"{name}\""));
             assert_eq!(serde_json::from_str::<FlagKind>(&json).unwrap(), kind);
         }
-        let future: FlagKind = serde_json::from_str("\"gpu-throttled\"").unwrap();
-        assert_eq!(future, FlagKind::Other("gpu-throttled".into()));
-        assert_eq!(serde_json::to_string(&future).unwrap(), "\"gpu-throttled\"");
+        let future: FlagKind = serde_json::from_str("\"from-the-future\"").unwrap();
+        assert_eq!(future, FlagKind::Other("from-the-future".into()));
+        assert_eq!(
+            serde_json::to_string(&future).unwrap(),
+            "\"from-the-future\""
+        );
     }
 
     #[test]
@@ -308,7 +326,8 @@ mod tests {
                 "slo-missed",
                 "slo-unjudged",
                 "spec-low-acceptance",
-                "client-read-late"
+                "client-read-late",
+                "gpu-memory-tight"
             ]
         );
         assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");

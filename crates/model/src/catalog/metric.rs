@@ -51,6 +51,8 @@ pub enum Display {
     Tokens,
     /// A share or a ratio: two decimals (0.97).
     Share,
+    /// Three significant digits (joules, watts, dollars: 0.0123, 612).
+    Sig3,
 }
 
 /// The measurement methods a metric belongs to.
@@ -91,6 +93,12 @@ pub enum Metric {
     ClientCpu,
     AcceptLength,
     VerifyStep,
+    EnergyPerOutputToken,
+    EnergyPerRequest,
+    GpuPower,
+    GpuMemoryFreeMin,
+    CostPerMInput,
+    CostPerMOutput,
 }
 
 /// One catalogue entry.
@@ -121,6 +129,8 @@ struct Entry {
     /// A speculative-decoding metric: measured only where a request's verify steps are known,
     /// defined in the report's speculative section.
     speculative: bool,
+    /// From the GPU telemetry (or its cost): defined in the report's GPU section.
+    gpu: bool,
 }
 
 /// In report order.
@@ -145,6 +155,7 @@ const CATALOGUE: &[Entry] = &[
         headline: true,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Prefill,
@@ -166,6 +177,7 @@ const CATALOGUE: &[Entry] = &[
         headline: true,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Decode,
@@ -187,6 +199,7 @@ const CATALOGUE: &[Entry] = &[
         headline: true,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Tpot,
@@ -206,6 +219,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Itl,
@@ -228,6 +242,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Icl,
@@ -247,6 +262,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::E2e,
@@ -266,6 +282,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::QueueDelay,
@@ -285,6 +302,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::PromptTokens,
@@ -304,6 +322,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::CachedTokens,
@@ -323,6 +342,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::CompletionTokens,
@@ -342,6 +362,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TA,
@@ -361,6 +382,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TB,
@@ -380,6 +402,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TtftFromSchedule,
@@ -399,6 +422,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::E2eFromSchedule,
@@ -418,6 +442,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::ScheduleLag,
@@ -437,6 +462,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::ThroughputReq,
@@ -456,6 +482,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::InputTok,
@@ -475,6 +502,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::OutputTok,
@@ -494,6 +522,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::TotalTok,
@@ -513,6 +542,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::PeakOutputTok,
@@ -532,6 +562,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::ConcurrencyMean,
@@ -551,6 +582,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::ConcurrencyMax,
@@ -570,6 +602,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::Goodput,
@@ -589,6 +622,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::SloAttainment,
@@ -608,6 +642,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::ClientCpu,
@@ -627,6 +662,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: true,
         speculative: false,
+        gpu: false,
     },
     Entry {
         metric: Metric::AcceptLength,
@@ -646,6 +682,7 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: true,
+        gpu: false,
     },
     Entry {
         metric: Metric::VerifyStep,
@@ -665,6 +702,127 @@ const CATALOGUE: &[Entry] = &[
         headline: false,
         load: false,
         speculative: true,
+        gpu: false,
+    },
+    Entry {
+        metric: Metric::EnergyPerOutputToken,
+        name: "energy_per_output_token_j",
+        label: "J/out_tok",
+        long_label: "Energy per output token",
+        unit: "J",
+        definition: "Joules all GPUs of the server's host drew over the measured window (power.draw integrated by trapezoids between readings, clipped at the window's edges, uncovered edges at the covered part's mean power) / the output tokens of the window's successful requests.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::EnergyPerRequest,
+        name: "energy_per_request_j",
+        label: "J/req",
+        long_label: "Energy per request",
+        unit: "J",
+        definition: "The measured window's energy (as for energy per output token) / its successful requests.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::GpuPower,
+        name: "gpu_power_w",
+        label: "power",
+        long_label: "GPU power",
+        unit: "W",
+        definition: "Mean power of all GPUs together over the measured window: its energy / its seconds.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::GpuMemoryFreeMin,
+        name: "gpu_memory_free_min_gib",
+        label: "free min",
+        long_label: "Least free GPU memory",
+        unit: "GiB",
+        definition: "The smallest free memory any one GPU reported during the point (memory.free), warm-up and cool-down included.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::CostPerMInput,
+        name: "cost_per_m_input_usd",
+        label: "$/M in",
+        long_label: "Cost per million input tokens",
+        unit: "$",
+        definition: "cost.gpu_hour x GPU-hours (the measured window's hours x the GPUs used) / the window's prompt tokens x 10^6: the whole cost of the window charged to its input tokens.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: true,
+    },
+    Entry {
+        metric: Metric::CostPerMOutput,
+        name: "cost_per_m_output_usd",
+        label: "$/M out",
+        long_label: "Cost per million output tokens",
+        unit: "$",
+        definition: "cost.gpu_hour x GPU-hours (the measured window's hours x the GPUs used) / the window's output tokens x 10^6: the whole cost of the window charged to its output tokens.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Sig3,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: true,
     },
 ];
 
@@ -682,7 +840,7 @@ impl Metric {
             .filter(move |e| match method {
                 Method::Streaming => e.streaming,
                 Method::TwoPoint => e.two_point,
-            } && !e.load && !e.speculative)
+            } && !e.load && !e.speculative && !e.gpu)
             .map(|e| e.metric)
     }
 
@@ -694,6 +852,7 @@ impl Metric {
             .filter(move |e| {
                 !e.load
                     && !e.speculative
+                    && !e.gpu
                     && (method == Method::TwoPoint || e.streaming || !e.two_point)
             })
             .map(|e| e.metric)
@@ -703,6 +862,11 @@ impl Metric {
     /// report order.
     pub fn of_speculative() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.speculative).map(|e| e.metric)
+    }
+
+    /// The metrics of the GPU telemetry and its cost, in report order.
+    pub fn of_gpu() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.gpu).map(|e| e.metric)
     }
 
     /// The metrics of `load:` points, in report order.

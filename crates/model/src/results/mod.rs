@@ -1,4 +1,5 @@
 //! The run directory format: reading and writing.
+pub mod gpu;
 pub mod meta;
 pub mod records;
 pub mod rundir;

@@ -570,6 +570,7 @@ impl PointRecord {
             server: None,
             host: None,
             search: None,
+            gpu: None,
         }
     }
 
@@ -651,6 +652,10 @@ pub struct PointRecord {
     /// The capacity search this point is a probe of (None for an ordinary point).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<super::search::SearchTag>,
+    /// What the GPUs of the server's host did over the point (None without `telemetry:`
+    /// sampling, or in runs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<super::gpu::GpuView>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all

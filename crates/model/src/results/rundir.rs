@@ -40,6 +40,11 @@ pub const REQUESTS_FILE: &str = "requests.jsonl";
 pub const POINTS_FILE: &str = "points.jsonl";
 /// The server's `/metrics`, scraped while points run (one line per scrape).
 pub(crate) const METRICS_FILE: &str = "metrics.jsonl";
+/// The GPU telemetry, one [`super::gpu::GpuSample`] a line, taken while points run.
+pub const GPU_FILE: &str = "gpu.jsonl";
+/// Bytes of `gpu.jsonl` past which no reading is written (8 GPUs every 200 ms for a day are
+/// about 400 MiB: a long run keeps its first hours, and says where it stopped).
+pub(crate) const GPU_BUDGET: u64 = 128 << 20;
 /// The Slurm jobs the run submitted, one [`super::meta::SubmittedJob`] a line, each written
 /// as `sbatch` answered.
 pub const SLURM_JOBS_FILE: &str = "slurm-jobs.jsonl";
@@ -117,6 +122,10 @@ pub struct RunDir {
     requests: Mutex<Option<File>>,
     points: Mutex<Option<File>>,
     metrics: Mutex<Option<File>>,
+    /// `gpu.jsonl`, its bytes so far (None until opened) and whether its budget was said.
+    gpu: Mutex<Option<(File, u64, bool)>>,
+    /// [`GPU_BUDGET`] (smaller in tests).
+    gpu_budget: u64,
     slurm_jobs: Mutex<Option<File>>,
     /// Which budgets of `metrics.jsonl` were reached and said (bit 1: ticks, bit 2: all).
     metrics_cut: std::sync::atomic::AtomicU8,
@@ -136,6 +145,8 @@ impl RunDir {
             requests: Mutex::new(None),
             points: Mutex::new(None),
             metrics: Mutex::new(None),
+            gpu: Mutex::new(None),
+            gpu_budget: GPU_BUDGET,
             slurm_jobs: Mutex::new(None),
             metrics_cut: Default::default(),
             metrics_budgets: [METRICS_TICK_BUDGET, METRICS_BUDGET],
@@ -317,6 +328,51 @@ impl RunDir {
             file.flush()?;
         }
         Ok(())
+    }
+
+    /// Appends one GPU reading to `gpu.jsonl`, within [`GPU_BUDGET`]: past it readings are
+    /// left out, and the first one left out is replaced by a line saying so (`cut`).
+    pub fn append_gpu(&self, g: &super::gpu::GpuSample) -> io::Result<()> {
+        let line = serialized(g)?;
+        let mut guard = self.gpu.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let file = open_for_append(&self.file(GPU_FILE))?;
+            let len = file.metadata()?.len();
+            *guard = Some((file, len, false));
+        }
+        let Some((file, len, said)) = guard.as_mut() else {
+            return Ok(());
+        };
+        if *len + line.len() as u64 <= self.gpu_budget {
+            file.write_all(&line)?;
+            *len += line.len() as u64;
+            return file.flush();
+        }
+        if !*said {
+            *said = true;
+            let note = super::gpu::GpuSample {
+                point: g.point.clone(),
+                round: g.round,
+                t: g.t,
+                gpus: Vec::new(),
+                cut: Some(format!(
+                    "{GPU_FILE} reached its budget of {} here: no reading is written any more",
+                    if self.gpu_budget >= 1 << 20 {
+                        format!("{} MiB", self.gpu_budget >> 20)
+                    } else {
+                        format!("{} bytes", self.gpu_budget)
+                    }
+                )),
+            };
+            file.write_all(&serialized(&note)?)?;
+            file.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The GPU readings of the run (empty when none were taken), truncated lines skipped.
+    pub fn read_gpu(&self) -> Result<Vec<super::gpu::GpuSample>, RunDirError> {
+        Ok(read_jsonl(&self.file(GPU_FILE))?.records)
     }
 
     /// Records a Slurm job the run submitted (before it runs).
@@ -695,5 +751,45 @@ mod tests {
         let ticks = lines.iter().filter(|s| s.at == "tick").count();
         let ends = lines.iter().filter(|s| s.at == "end").count();
         assert!(ticks < ends, "ticks stop first: {ticks} ticks, {ends} ends");
+    }
+
+    #[test]
+    fn gpu_jsonl_keeps_to_its_budget_and_says_where_it_was_reached() {
+        use super::super::gpu::{GpuReading, GpuSample};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dir = RunDir::at(tmp.path().to_path_buf());
+        dir.gpu_budget = 2_000;
+        let reading = GpuSample {
+            point: "p001".into(),
+            round: 0,
+            t: 1.0,
+            gpus: (0..2)
+                .map(|i| GpuReading {
+                    index: i,
+                    name: Some("NVIDIA H200".into()),
+                    power_w: Some(300.0),
+                    ..GpuReading::default()
+                })
+                .collect(),
+            cut: None,
+        };
+        for _ in 0..50 {
+            dir.append_gpu(&reading).unwrap();
+        }
+        let len = std::fs::metadata(dir.file(GPU_FILE)).unwrap().len();
+        assert!(len <= 2_000 + 300, "{len} bytes");
+        let lines = dir.read_gpu().unwrap();
+        let cuts: Vec<&str> = lines.iter().filter_map(|g| g.cut.as_deref()).collect();
+        assert_eq!(
+            cuts,
+            ["gpu.jsonl reached its budget of 2000 bytes here: no reading is written any more"]
+        );
+        assert!(
+            lines
+                .iter()
+                .filter(|g| g.cut.is_none())
+                .all(|g| g == &reading)
+        );
+        assert!(lines.len() > 5 && lines.len() < 50, "{} lines", lines.len());
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod patterns;
 pub(crate) mod schema;
 pub mod search;
 pub(crate) mod span;
+pub mod telemetry;
 pub(crate) mod template;
 pub mod types;
 pub mod validate;

@@ -138,6 +138,13 @@ pub struct Experiment {
         skip_serializing_if = "super::load_model::is_default_percentiles"
     )]
     pub percentiles: Vec<f64>,
+    /// GPU telemetry while each point runs, on the server's host (`nvidia-smi` in its
+    /// looping mode): memory headroom, throttling, power and the energy per token.
+    #[serde(default)]
+    pub telemetry: super::telemetry::TelemetrySpec,
+    /// What a GPU-hour costs, for the cost per million input and output tokens of each point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::telemetry::CostSpec>,
 }
 
 impl Experiment {

@@ -1,4 +1,5 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
+pub mod gpu;
 pub mod metrics;
 pub(crate) mod samples;
 pub mod server_view;

@@ -255,6 +255,38 @@ impl SystemFold {
         (self.measured > 0 && self.end > self.start).then_some((self.start, self.end))
     }
 
+    /// The measured windows with what each completed: the one window of an open loop (round
+    /// None: it spans every round), or each round's of a closed loop (what the GPU telemetry's
+    /// energy is integrated over).
+    pub fn measured_windows(&self, open_loop: bool) -> Vec<MeasuredWindow> {
+        if open_loop {
+            return self
+                .window()
+                .map(|(start, end)| MeasuredWindow {
+                    round: None,
+                    start,
+                    end,
+                    requests: self.done as f64,
+                    input_tokens: self.input_tokens as f64,
+                    output_tokens: self.output_tokens as f64,
+                })
+                .into_iter()
+                .collect();
+        }
+        self.rounds
+            .iter()
+            .filter(|w| w.span().is_some())
+            .map(|w| MeasuredWindow {
+                round: Some(w.round),
+                start: w.start,
+                end: w.end,
+                requests: w.counts[0],
+                input_tokens: w.counts[1],
+                output_tokens: w.counts[2],
+            })
+            .collect()
+    }
+
     /// Seconds the throughputs divide by: the measured window of an open loop; of a closed
     /// loop, each round's from its first send to its last end, summed (what runs between
     /// rounds, a flush or a calibration, is no load the server served).
@@ -544,6 +576,18 @@ pub(crate) fn percentile_name(q: f64) -> String {
     } else {
         format!("p{q}")
     }
+}
+
+/// A measured window (unix seconds) and its successful requests and their tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredWindow {
+    /// The closed-loop round it is; None for an open loop's one window.
+    pub round: Option<u32>,
+    pub start: f64,
+    pub end: f64,
+    pub requests: f64,
+    pub input_tokens: f64,
+    pub output_tokens: f64,
 }
 
 /// One closed-loop round's window and what it completed.

@@ -388,7 +388,10 @@ pub fn render(r: &BoundReport) -> String {
         r.layout.tp,
         r.layout.pp,
         r.tokens_per_step,
-        if r.rows.iter().any(|row| row.tokens_per_step != r.tokens_per_step) {
+        if r.rows
+            .iter()
+            .any(|row| row.tokens_per_step != r.tokens_per_step)
+        {
             " on average (each point's measured accept length, column tok/step)"
         } else {
             ""

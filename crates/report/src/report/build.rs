@@ -166,6 +166,7 @@ pub(crate) fn build_model_from(
         server_view: super::server_view::rows(points, requests),
         timelines: Vec::new(),
         bound: None,
+        gpu: None,
     };
     model.prefix_cache = points
         .iter()
@@ -198,6 +199,7 @@ pub(crate) fn build_model_from(
         .collect();
     model.bound = super::bound_section::section(meta, points, &labels);
     model.load = super::load::section(points, &labels, &variants);
+    model.gpu = super::gpu::section(exp, points, &labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.
         load.charts = super::load_charts::charts(load)
@@ -732,8 +734,13 @@ fn server_host(v: &serde_json::Value) -> ServerHost {
                             .map(|x| x.to_string().trim_matches('"').to_string())
                             .unwrap_or_default()
                     };
+                    let power = g
+                        .get("power_limit_w")
+                        .and_then(|w| w.as_f64())
+                        .map(|w| format!(", {} W power limit", servebench_model::text::sig3(w)))
+                        .unwrap_or_default();
                     format!(
-                        "{}, driver {}, {} MiB",
+                        "{}, driver {}, {} MiB{power}",
                         f("name"),
                         f("driver_version"),
                         f("memory_total_mib")

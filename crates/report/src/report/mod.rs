@@ -28,6 +28,7 @@ pub(crate) mod compare_capacity;
 pub(crate) mod digest;
 pub(crate) mod export;
 pub(crate) mod format;
+pub mod gpu;
 pub(crate) mod hardware;
 pub(crate) mod load;
 pub mod load_charts;
@@ -652,6 +653,14 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
         dir.visit_requests(|r: servebench_model::results::records::RequestRecord| digest.add(&r))?;
     let mut model = build_model_from(&meta, &points.records, &digest);
     model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
+    if let (Some(gpu), Some(capacity)) = (&mut model.gpu, &model.capacity) {
+        gpu.at_capacity = gpu::at_capacity(capacity, &points.records);
+    }
+    for g in dir.read_gpu()?.iter().filter(|g| g.cut.is_some()) {
+        if let Some(cut) = &g.cut {
+            model.data_notes.push(format!("{cut} ({}).", g.point));
+        }
+    }
     let timelines = timeline::timelines(&points.records, &digest.in_flight, &scrapes);
     model.timelines = timelines
         .iter()

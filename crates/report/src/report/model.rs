@@ -81,6 +81,10 @@ pub struct ReportModel {
     /// speed (open-loop runs); with `missing` set when the model config or the GPU is not
     /// known.
     pub bound: Option<super::bound_section::BoundSection>,
+    /// GPU telemetry and cost (`telemetry:`, `cost:`): headroom, throttling, energy and cost
+    /// per token at each point and at a search's capacity. None without either.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<super::gpu::GpuSection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.

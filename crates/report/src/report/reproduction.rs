@@ -354,6 +354,7 @@ mod tests {
             server: None,
             host: None,
             search: None,
+            gpu: None,
         }
     }
 

@@ -1,0 +1,115 @@
+//! One point's GPU telemetry: which sampler `telemetry:` asks for on this host, a sampler per
+//! round, and the point's view of the readings (headroom, throttling, energy, cost).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use crate::results::gpu::{GpuSample, GpuView};
+use crate::results::records::{Flag, Stat};
+use crate::spec::telemetry::GpuTelemetry;
+use crate::spec::types::{Engine, Experiment};
+
+use super::gpu_sampler::{GpuSampler, GpuSink};
+
+// `validate` holds the interval to this range; the clamp keeps an agent's request in it too.
+use crate::spec::telemetry::{MAX_INTERVAL, MIN_INTERVAL};
+
+/// A point's telemetry as it runs.
+pub(crate) struct PointGpu {
+    host: String,
+    /// The sampler's program; None when it is missing (`missing` says so).
+    program: Option<PathBuf>,
+    missing: Option<String>,
+    interval: Duration,
+    sink: GpuSink,
+    /// Why the sampler gave nothing, once it did not.
+    failed: Arc<Mutex<Option<String>>>,
+    /// The point's readings so far, every round (at most [`super::gpu_sampler::MAX_KEPT`]).
+    samples: Vec<GpuSample>,
+}
+
+impl PointGpu {
+    /// The telemetry `exp` asks for on `host` (this machine); None when it asks for none: `off`,
+    /// or `auto` for the simulator (which uses no GPU) and for a server servebench did not
+    /// launch (whose GPUs may be anywhere).
+    pub(crate) fn new(exp: &Experiment, sink: GpuSink, host: &str) -> Option<PointGpu> {
+        let t = &exp.telemetry;
+        let simulated = exp.server.engine == Engine::Sim || exp.server.simulate;
+        match t.gpu {
+            GpuTelemetry::Off => return None,
+            GpuTelemetry::Auto if simulated || exp.server.url.is_some() => return None,
+            _ => {}
+        }
+        let program = super::gpu_sampler::find_nvidia_smi();
+        let missing = program
+            .is_none()
+            .then(|| format!("nvidia-smi not found on {host}"));
+        Some(PointGpu {
+            host: host.to_string(),
+            program,
+            missing,
+            interval: t.interval.clamp(MIN_INTERVAL, MAX_INTERVAL),
+            sink,
+            failed: Arc::default(),
+            samples: Vec::new(),
+        })
+    }
+
+    /// A sampler for one round, once its first reading came; None without the program.
+    pub(crate) async fn start(&self, point: &str, round: u32) -> Option<GpuSampler> {
+        let program = self.program.as_ref()?;
+        Some(
+            GpuSampler::start(
+                program,
+                self.interval,
+                point,
+                round,
+                self.sink.clone(),
+                self.failed.clone(),
+            )
+            .await,
+        )
+    }
+
+    /// Keeps a round's readings, within the point's bound.
+    pub(crate) fn keep(&mut self, round: Vec<GpuSample>) {
+        let room = super::gpu_sampler::MAX_KEPT.saturating_sub(self.samples.len());
+        self.samples.extend(round.into_iter().take(room));
+    }
+
+    /// The point's view over its measured windows, its metrics and flags added.
+    pub(crate) fn summarize(
+        self,
+        exp: &Experiment,
+        system: &crate::measure::system::SystemFold,
+        metrics: &mut IndexMap<String, Stat>,
+        flags: &mut Vec<Flag>,
+    ) -> GpuView {
+        let windows = system.measured_windows(exp.open_loop().is_some());
+        let judge = crate::measure::gpu::Judge {
+            margin_mib: exp.telemetry.memory_margin_gib * 1024.0,
+            cost: exp.cost.as_ref(),
+            partial: (exp.server.node_count() > 1).then(|| {
+                format!(
+                    "only rank 0's node of the {}-node server was sampled, so no energy is given and a cost needs `cost.gpus`",
+                    exp.server.node_count()
+                )
+            }),
+        };
+        let mut view = crate::measure::gpu::summarize(
+            &self.host,
+            &self.samples,
+            &windows,
+            &judge,
+            metrics,
+            flags,
+        );
+        let failed = self.failed.lock().ok().and_then(|f| f.clone());
+        let sampled = view.samples > 0;
+        view.missing = self.missing.or(failed.filter(|_| !sampled));
+        view
+    }
+}
