@@ -190,7 +190,7 @@ fn router_round_robin_spreads_requests_evenly_over_two_workers() {
     let Some(tier) = tier(Part::Router) else {
         return;
     };
-    let _turn = exclusive();
+    let turn = exclusive();
     let marker = marker("router-rr");
     let d = deploy(&tier, "round_robin", &marker);
     let before = requests_per_worker(&d);
@@ -204,7 +204,10 @@ fn router_round_robin_spreads_requests_evenly_over_two_workers() {
         ),
     );
     let t0 = Instant::now();
-    let (dir, points) = ws.run_ok(&spec);
+    let out = ws.run_in_turn(&spec, &[], &turn);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
     let p = &points[0];
     assert_eq!(p["status"], "ok", "{p}");
     assert_eq!(p["ok"], requests, "{p}");
