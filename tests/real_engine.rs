@@ -3,7 +3,8 @@
 //!
 //! Everything comes from `scripts/real-engines/provision.sh`, which builds into
 //! `$SERVEBENCH_REAL_ENGINES_DIR` (default `~/.cache/servebench/real-engines`): SGLang's
-//! virtualenv, the `sgl_kernel` stand-in, a tiny random Llama, `llama-server` and a tiny GGUF.
+//! virtualenv, the `sgl_kernel` stand-in, a tiny random Llama, `llama-server`, a tiny GGUF and
+//! the real `sglang-router` in a venv of its own.
 //! Without it each test says so loudly on stderr and passes, unless
 //! `SERVEBENCH_REAL_ENGINES=required` (CI), where it fails naming the command.
 //!
@@ -17,6 +18,8 @@ mod differential;
 pub mod http;
 #[path = "real_engine/llamacpp.rs"]
 mod llamacpp;
+#[path = "real_engine/router.rs"]
+mod router;
 #[path = "real_engine/sglang.rs"]
 mod sglang;
 #[path = "real_engine/timing.rs"]
@@ -50,6 +53,9 @@ pub fn tier_dir() -> PathBuf {
 pub enum Part {
     Sglang,
     LlamaCpp,
+    /// The real `sglang-router` (in front of simulated workers that serve the tier's model
+    /// directory, so the router loads its tokenizer from disk).
+    Router,
 }
 
 impl Part {
@@ -58,6 +64,7 @@ impl Part {
         match self {
             Part::Sglang => &["sglang-venv", "stand-in", "model-hf"],
             Part::LlamaCpp => &["llama-server", "model-gguf"],
+            Part::Router => &["router-venv", "model-hf"],
         }
     }
 }
@@ -77,6 +84,10 @@ impl Tier {
     }
     pub fn model_hf(&self) -> PathBuf {
         self.dir.join("model-hf")
+    }
+    /// The python of the router's own venv (`python -m sglang_router.launch_router`).
+    pub fn router_python(&self) -> PathBuf {
+        self.dir.join("router-venv/bin/python")
     }
     pub fn llama_server(&self) -> PathBuf {
         self.dir.join("llama-server")
@@ -474,7 +485,7 @@ pub fn with_llama<R>(f: impl FnOnce(&Tier, &RealServer) -> R) -> Option<R> {
 /// The tier's own checks: the provisioning is complete when required, and the skip is loud.
 #[test]
 fn tier_is_provisioned_or_says_how() {
-    for part in [Part::Sglang, Part::LlamaCpp] {
+    for part in [Part::Sglang, Part::LlamaCpp, Part::Router] {
         if let Some(t) = tier(part) {
             match part {
                 Part::Sglang => {
@@ -485,6 +496,14 @@ fn tier_is_provisioned_or_says_how() {
                 Part::LlamaCpp => {
                     assert!(t.llama_server().is_file());
                     assert!(t.gguf().is_file());
+                }
+                Part::Router => {
+                    assert!(
+                        t.router_python().is_file(),
+                        "{}",
+                        t.router_python().display()
+                    );
+                    assert!(t.model_hf().join("tokenizer.json").is_file());
                 }
             }
         }

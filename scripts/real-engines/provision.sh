@@ -7,8 +7,10 @@
 #     model-hf/         a tiny random Llama + byte-level BPE tokenizer with a chat template
 #     llama-server      built from the llama-cpp-python 0.3.36 sdist (CPU, static)
 #     model.gguf        a tiny random llama GGUF with an SPM vocabulary
+#     router-venv/      sglang-router 0.3.2 (the Rust router, a pyo3 wheel), pinned by
+#                       router-constraints.txt here; a venv of its own (see router_venv)
 # Each part is skipped when its stamp (`.stamp-PART`) names the pinned version; delete the
-# stamp (or the directory) to rebuild it. Usage: provision.sh [all|sglang|llama|check]
+# stamp (or the directory) to rebuild it. Usage: provision.sh [all|sglang|llama|router|check]
 # Needs: python3 with venv (Debian: python3-venv), cmake and a C++ compiler (installed with
 # apt-get when missing and running as root), network access to PyPI.
 set -euo pipefail
@@ -20,7 +22,9 @@ JOBS="${SERVEBENCH_REAL_ENGINES_JOBS:-2}"
 
 SGLANG_VERSION=0.5.23
 LLAMA_CPP_PYTHON_VERSION=0.3.36
+SGLANG_ROUTER_VERSION=0.3.2
 CONSTRAINTS="$HERE/constraints.txt"
+ROUTER_CONSTRAINTS="$HERE/router-constraints.txt"
 
 mkdir -p "$DIR/logs"
 log() { echo "[real-engines] $*" >&2; }
@@ -143,9 +147,35 @@ llama_server() {
   stamp llama-server "$want"
 }
 
+# The router gets a venv of its own, not a place in sglang-venv: sglang 0.5.23 does not depend
+# on sglang-router, so adding it there would change a venv pinned by constraints.txt (its
+# stamp, and every SGLang test, would then stand on an install no constraints file describes),
+# and the router's pins (fastapi, uvicorn, pydantic) could move SGLang's. Its own venv is
+# 25 packages, ~150 MB, ~20 s, and needs no torch.
+ROUTER_VENV="$DIR/router-venv"
+
+router_venv() {
+  local want="sglang-router==$SGLANG_ROUTER_VERSION constraints=$(sha "$ROUTER_CONSTRAINTS")"
+  if stamp_ok router-venv "$want" && [ -x "$ROUTER_VENV/bin/python" ]; then return 0; fi
+  python_for_venv
+  log "router-venv: pip install sglang-router==$SGLANG_ROUTER_VERSION (about 20 s, 30 MB down)"
+  rm -rf "$ROUTER_VENV"
+  python3 -m venv "$ROUTER_VENV"
+  "$ROUTER_VENV/bin/python" -m pip install -q -c "$ROUTER_CONSTRAINTS" \
+    "sglang-router==$SGLANG_ROUTER_VERSION" >"$DIR/logs/router-pip.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/router-pip.log" >&2
+    log "router-venv: pip install failed (log: $DIR/logs/router-pip.log)"
+    exit 1
+  }
+  # The Rust router itself (launch_router falls back to a Python debug balancer without it).
+  "$ROUTER_VENV/bin/python" -c 'from sglang_router.router import Router; from sglang_router import sglang_router_rs' || exit 1
+  "$ROUTER_VENV/bin/python" -m sglang_router.launch_router --help >/dev/null || exit 1
+  stamp router-venv "$want"
+}
+
 check() {
   local ok=0
-  for part in sglang-venv stand-in model-hf llama-server model-gguf; do
+  for part in sglang-venv stand-in model-hf llama-server model-gguf router-venv; do
     if [ -f "$DIR/.stamp-$part" ]; then echo "$part: $(cat "$DIR/.stamp-$part")"; else echo "$part: missing"; ok=1; fi
   done
   return $ok
@@ -153,12 +183,13 @@ check() {
 
 start=$(date +%s)
 case "$WHAT" in
-  all) sglang_venv; stand_in; model_hf; model_gguf; llama_server ;;
+  all) sglang_venv; stand_in; model_hf; model_gguf; llama_server; router_venv ;;
   sglang) sglang_venv; stand_in; model_hf ;;
   llama) sglang_venv; model_gguf; llama_server ;;
   cheap) stand_in; model_hf; model_gguf ;;
   llama-server) llama_server ;;
+  router) router_venv ;;
   check) check; exit $? ;;
-  *) echo "usage: $0 [all|sglang|llama|llama-server|cheap|check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|sglang|llama|llama-server|router|cheap|check]" >&2; exit 2 ;;
 esac
 log "done in $(( $(date +%s) - start )) s: $DIR ($(du -sh "$DIR" 2>/dev/null | cut -f1))"

@@ -1,0 +1,442 @@
+//! The real `sglang-router` 0.3.2 (PyPI's Rust router, `python -m sglang_router.launch_router`)
+//! in front of two simulated SGLang workers (`servebench sim --profile fast --enable-metrics`),
+//! with servebench measuring through it (`server.url` the router's).
+//!
+//! What the router asks of a worker (seen through a logging proxy in front of the simulator,
+//! December 2026): at registration a gRPC probe (SGLang's scheduler, then vLLM's), then
+//! `GET /health`, `GET /server_info` and `GET /model_info` (its metadata: `tp_size`, `dp_size`,
+//! `model_path`, `served_model_name`), then the tokenizer of `model_path` (the tier's model
+//! directory here, so nothing is downloaded); `GET /get_load` every 30 s for its load monitor
+//! and for its own `/get_loads` (SGLang 0.5.23 has no `/get_load`: 404, which the router
+//! records as load -1, on the real server and the simulator alike); `POST /flush_cache` when
+//! its own is called. Requests are forwarded to the same path. Workers are told apart here by
+//! their own `/metrics` counters, never by the router's word.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::common::*;
+
+/// Two simulated workers and the real router in front of them.
+struct Deployment {
+    workers: Vec<RealServer>,
+    router: RealServer,
+}
+
+/// `servebench sim` on a free port, serving the tier's model directory (its name is what
+/// `/model_info` answers, and where the router loads the tokenizer from).
+fn start_worker(tier: &Tier, marker: &str) -> RealServer {
+    let dir = tempfile::Builder::new()
+        .prefix("servebench-router-worker")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let log = dir.path().join("server.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench"));
+    cmd.args([
+        "sim",
+        "--profile",
+        "fast",
+        "--enable-metrics",
+        "--model-path",
+    ])
+    .arg(tier.model_hf())
+    .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+    .env("SERVEBENCH_REAL_ENGINE_MARKER", marker);
+    let t0 = Instant::now();
+    let mut child = spawn_kept(cmd, &log);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_healthy(&mut child, &base, "/health", &log, Duration::from_secs(60));
+    RealServer {
+        child,
+        base,
+        log,
+        started_in: t0.elapsed(),
+        _dir: dir,
+    }
+}
+
+/// The real router with `policy` in front of `workers`, once it lists every worker healthy.
+fn start_router(tier: &Tier, workers: &[RealServer], policy: &str, marker: &str) -> RealServer {
+    let dir = tempfile::Builder::new()
+        .prefix("servebench-router")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let log = dir.path().join("router.log");
+    let mut cmd = Command::new(tier.router_python());
+    cmd.args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
+        .args(["--port", &port.to_string(), "--policy", policy])
+        // Its Prometheus listener defaults to 0.0.0.0:29000: a free loopback port instead.
+        .args(["--prometheus-host", "127.0.0.1"])
+        .args(["--prometheus-port", &free_port().to_string()])
+        // DEBUG names the worker each request is sent to ("Sending request url=...").
+        .args(["--log-level", "debug", "--worker-urls"])
+        .args(workers.iter().map(|w| w.base.as_str()))
+        .env("SERVEBENCH_REAL_ENGINE_MARKER", marker)
+        .env("HF_HUB_OFFLINE", "1");
+    let t0 = Instant::now();
+    let mut child = spawn_kept(cmd, &log);
+    let base = format!("http://127.0.0.1:{port}");
+    wait_healthy(&mut child, &base, "/health", &log, Duration::from_secs(60));
+    // `/health` answers before the workers are registered (a background job): wait for them.
+    let want = workers.len();
+    let listed = poll_until(
+        Duration::from_secs(60),
+        "the router lists every worker healthy",
+        || {
+            let r = http::get(&base, "/workers").ok()?;
+            let ws = r.json()["workers"].as_array()?.clone();
+            let healthy = ws.iter().filter(|w| w["is_healthy"] == true).count();
+            (healthy == want).then_some(ws)
+        },
+    );
+    for w in workers {
+        assert!(
+            listed.iter().any(|l| l["url"] == w.base.as_str()),
+            "{} not among the router's workers: {listed:?}",
+            w.base
+        );
+    }
+    RealServer {
+        child,
+        base,
+        log,
+        started_in: t0.elapsed(),
+        _dir: dir,
+    }
+}
+
+/// Two workers and the router (`policy`), every process marked with `marker`.
+fn deploy(tier: &Tier, policy: &str, marker: &str) -> Deployment {
+    let workers = vec![start_worker(tier, marker), start_worker(tier, marker)];
+    let router = start_router(tier, &workers, policy, marker);
+    eprintln!(
+        "sglang-router ({policy}) ready in {:.1?} at {} in front of {} and {}",
+        router.started_in, router.base, workers[0].base, workers[1].base
+    );
+    Deployment { workers, router }
+}
+
+impl Deployment {
+    /// Stops the router and the workers and proves no process with `marker` is left.
+    fn stop(mut self, marker: &str) {
+        self.router.stop();
+        for w in &mut self.workers {
+            w.stop();
+        }
+        let left = live_with_marker(marker);
+        assert!(left.is_empty(), "left running: {left:?}");
+    }
+}
+
+/// A counter from the worker's own `/metrics` (summed over its label sets). SGLang shows a
+/// counter only after its first event (sglang-facts 9): absent is 0.
+fn counter(base: &str, name: &str) -> f64 {
+    let r = http::get(base, "/metrics").expect("/metrics");
+    assert_eq!(r.status, 200, "{base}/metrics: {}", r.body);
+    r.body
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Finished requests per worker, by the workers' own count.
+fn requests_per_worker(d: &Deployment) -> Vec<f64> {
+    d.workers
+        .iter()
+        .map(|w| counter(&w.base, "sglang:num_requests_total"))
+        .collect()
+}
+
+/// The router's log without its ANSI colours (it writes them to a file too).
+fn router_log(d: &Deployment) -> String {
+    let mut out = String::new();
+    let mut chars = d.router.log_text().chars().collect::<Vec<_>>().into_iter();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `server:` measuring the router at `base` (an external server: servebench launches nothing).
+fn through(base: &str, tier: &Tier) -> String {
+    format!(
+        "server:\n  engine: sglang\n  url: {base}\n  model: {}\n",
+        tier.model_hf().display()
+    )
+}
+
+/// Round robin: servebench's requests through the router split evenly over the two workers,
+/// as the workers themselves count them; the run and its report work through the router (its
+/// `/flush_cache` flushes every worker, so `cold` is possible).
+#[test]
+fn router_round_robin_spreads_requests_evenly_over_two_workers() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let turn = exclusive();
+    let marker = marker("router-rr");
+    let d = deploy(&tier, "round_robin", &marker);
+    let before = requests_per_worker(&d);
+    let ws = Workspace::new();
+    let requests = 40;
+    let spec = ws.write(
+        "rr.yaml",
+        &format!(
+            "name: router-rr\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 128, calibrate: false }}\n  output_tokens: 4\nconcurrency: 2\nrequests: {requests}\ncache: {{ policy: cold, verify: true }}\n",
+            through(&d.router.base, &tier)
+        ),
+    );
+    let t0 = Instant::now();
+    let out = ws.run_in_turn(&spec, &[], &turn);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let p = &points[0];
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["ok"], requests, "{p}");
+    assert!(
+        validity_flags(p).is_empty(),
+        "nothing in doubt through the router: {p}"
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(
+        meta["servers"][0]["surface"]["cache_reset"]["kind"], "flush-cache",
+        "the router's own /flush_cache is found: {}",
+        meta["servers"][0]["surface"]
+    );
+    assert!(dir.join("report.md").is_file());
+    let after = requests_per_worker(&d);
+    let served: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let total: f64 = served.iter().sum();
+    assert!(
+        total >= requests as f64,
+        "the workers finished {total} requests, servebench sent {requests}: {served:?}"
+    );
+    for (w, n) in d.workers.iter().zip(&served) {
+        assert!(
+            (n - total / 2.0).abs() <= 0.1 * total / 2.0,
+            "round robin: {} served {n} of {total} (each within 10% of half): {served:?}",
+            w.base
+        );
+    }
+    eprintln!(
+        "round robin through the real router: {served:?} of {total} requests in {:.1?}",
+        t0.elapsed()
+    );
+    d.stop(&marker);
+}
+
+/// A prompt of about 300 words that starts with `group` (words drawn from a fixed seed, so
+/// groups share nothing past their first few characters).
+fn group_prefix(group: u64) -> String {
+    const WORDS: &[&str] = &[
+        "alpha", "river", "stone", "cloud", "maple", "orbit", "lemon", "prism", "tiger", "velvet",
+        "quartz", "harbor", "cedar", "meadow", "ember", "falcon",
+    ];
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (group + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let mut words = vec![format!("group {group}:")];
+    for _ in 0..300 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        words.push(WORDS[(x % WORDS.len() as u64) as usize].to_string());
+    }
+    words.join(" ")
+}
+
+/// `POST /generate` through the router; the worker's `meta_info`.
+fn generate(base: &str, text: &str, max_new_tokens: u64) -> Value {
+    let body = json!({
+        "text": text,
+        "sampling_params": { "max_new_tokens": max_new_tokens, "ignore_eos": true }
+    });
+    let r = http::post(base, "/generate", &body).expect("POST /generate");
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()["meta_info"].clone()
+}
+
+/// Cache-aware routing of a shared-prefix workload: the first request of each of four groups
+/// is sent at once (long outputs, so all four are in flight and the router's miss path, the
+/// least loaded worker, spreads them); then each group's later requests, one group at a time.
+/// Each group's requests land on one worker, told from the workers' own counters
+/// (`sglang:num_requests_total` moves on one worker only, by the group's count, and that
+/// worker's `sglang:cached_tokens_total` by what the requests report as cached); both workers
+/// hold groups.
+#[test]
+fn router_cache_aware_keeps_each_shared_prefix_group_on_one_worker() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let _turn = exclusive();
+    let marker = marker("router-cache");
+    let d = deploy(&tier, "cache_aware", &marker);
+    let groups: Vec<String> = (0..4).map(group_prefix).collect();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for g in &groups {
+            let base = d.router.base.as_str();
+            s.spawn(move || generate(base, &format!("{g} first"), 200));
+        }
+    });
+    let later = 3;
+    let mut owner = Vec::new();
+    for (i, g) in groups.iter().enumerate() {
+        let before = requests_per_worker(&d);
+        let cached_before: Vec<f64> = d
+            .workers
+            .iter()
+            .map(|w| counter(&w.base, "sglang:cached_tokens_total"))
+            .collect();
+        let mut cached = 0.0;
+        for k in 0..later {
+            let m = generate(&d.router.base, &format!("{g} question {k}"), 2);
+            let (hit, prompt) = (
+                m["cached_tokens"].as_f64().unwrap(),
+                m["prompt_tokens"].as_f64().unwrap(),
+            );
+            assert!(
+                hit >= 0.9 * prompt,
+                "group {i} request {k}: the worker it reached had the group's prefix: {m}"
+            );
+            cached += hit;
+        }
+        let moved: Vec<f64> = requests_per_worker(&d)
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect();
+        let on: Vec<usize> = (0..moved.len()).filter(|w| moved[*w] > 0.0).collect();
+        assert_eq!(
+            on.len(),
+            1,
+            "group {i}'s requests on one worker, by the workers' counters: {moved:?}"
+        );
+        let w = on[0];
+        assert_eq!(moved[w], later as f64, "group {i}: {moved:?}");
+        let hits = counter(&d.workers[w].base, "sglang:cached_tokens_total") - cached_before[w];
+        assert_eq!(
+            hits, cached,
+            "group {i}: worker {w}'s own cached-token count agrees with its responses"
+        );
+        owner.push(w);
+    }
+    assert!(
+        owner.contains(&0) && owner.contains(&1),
+        "the four groups are spread over both workers (their first requests were in flight together): {owner:?}"
+    );
+    eprintln!(
+        "cache-aware through the real router: groups on workers {owner:?} in {:.1?}",
+        t0.elapsed()
+    );
+    d.stop(&marker);
+}
+
+/// One of two workers killed (SIGKILL) while servebench runs through a round-robin router.
+/// Observed with sglang-router 0.3.2: no request fails; the router's sends to the dead worker
+/// fail ("Failed to send typed request worker_url=..."), each is retried on the other worker
+/// (`--retry-max-retries` 5, backoff from 50 ms), and after 10 failures its circuit breaker
+/// (`--cb-failure-threshold` 10) stops sending there; the dead worker stays listed healthy
+/// until a health check (every 60 s) says otherwise.
+#[test]
+fn router_worker_killed_mid_run_is_retried_on_the_other() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let _turn = exclusive();
+    let marker = marker("router-kill");
+    let d = deploy(&tier, "round_robin", &marker);
+    let ws = Workspace::new();
+    let requests = 40;
+    // ~50 ms a request (32 tokens at ~1.5 ms each), one at a time: ~2 s, killed a third in.
+    let spec = ws.write(
+        "kill.yaml",
+        &format!(
+            "name: router-kill\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 128, calibrate: false }}\n  output_tokens: 32\nrequests: {requests}\ncache: {{ policy: as-is }}\n",
+            through(&d.router.base, &tier)
+        ),
+    );
+    let before = requests_per_worker(&d);
+    let t0 = Instant::now();
+    let (out, killed_after) = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            servebench()
+                .arg("run")
+                .arg(&spec)
+                .arg("--out")
+                .arg(ws.path().join("runs"))
+                .arg("--quiet")
+                .timeout(Duration::from_secs(300))
+                .output()
+                .expect("run servebench")
+        });
+        let served = poll_until(Duration::from_secs(60), "a third of the run served", || {
+            let n: f64 = requests_per_worker(&d)
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| a - b)
+                .sum();
+            (n >= requests as f64 / 3.0).then_some(n)
+        });
+        let pg = nix::unistd::Pid::from_raw(-d.workers[1].pgid());
+        nix::sys::signal::kill(pg, nix::sys::signal::Signal::SIGKILL).unwrap();
+        (run.join().unwrap(), served)
+    });
+    let took = t0.elapsed();
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let p = &points[0];
+    assert_eq!(
+        p["ok"], requests,
+        "every request answered, the dead worker's retried on the other: {p}"
+    );
+    assert_eq!(p["errors"], 0, "{p}");
+    let survivor = counter(&d.workers[0].base, "sglang:num_requests_total") - before[0];
+    assert!(
+        survivor >= requests as f64 - killed_after,
+        "the surviving worker served the rest: {survivor} (killed after {killed_after})"
+    );
+    let log = router_log(&d);
+    let dead = &d.workers[1].base;
+    let failed_sends = log
+        .lines()
+        .filter(|l| {
+            l.contains("Failed to send typed request") && l.contains(&format!("worker_url={dead}"))
+        })
+        .count();
+    assert!(
+        (1..=10).contains(&failed_sends),
+        "the router tried the dead worker, and stopped after its circuit breaker's 10 failures: {failed_sends}\n{}",
+        tail(&log, 30)
+    );
+    let listed = http::get(&d.router.base, "/workers").unwrap().json();
+    eprintln!(
+        "worker killed after {killed_after} requests: all {requests} ok in {took:.1?}, {failed_sends} failed sends to it, router's view: {}",
+        listed["workers"]
+            .as_array()
+            .map(|ws| ws
+                .iter()
+                .map(|w| format!("{} healthy={}", w["url"], w["is_healthy"]))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    );
+    d.stop(&marker);
+}
