@@ -670,7 +670,7 @@ const CATALOGUE: &[Entry] = &[
         label: "accept length",
         long_label: "Accept length",
         unit: "tok/step",
-        definition: "Output tokens per speculative verify step after the first token: (completion_tokens - tokens in the first chunk) / verify steps, the steps from the server (SGLang meta_info.spec_verify_ct) or one per token chunk after the first where every chunk's count is the server's and chunks held several tokens. 1.0 is plain decoding.",
+        definition: "Output tokens per speculative verify step after the first token: (completion_tokens - tokens in the first chunk) / verify steps, the steps the server counted (SGLang meta_info.spec_verify_ct, or sglext.spec_tokens_details on its OpenAI streams). 1.0 is plain decoding.",
         two_point_definition: None,
         two_point_label: None,
         direction: None,

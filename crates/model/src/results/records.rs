@@ -295,46 +295,34 @@ pub struct RequestRecord {
 pub enum StepSource {
     /// The server's own count: SGLang's `meta_info.spec_verify_ct` on the final chunk.
     Server,
-    /// One step per token chunk after the first, on a stream whose every chunk count is the
-    /// server's and whose chunks held several tokens (a server streams each step's tokens in
-    /// one chunk at stream interval 1; a larger interval merges steps, so this overstates
-    /// tokens per step there). A run whose every step emitted one token cannot be told from
-    /// plain decoding this way.
+    /// One step per token chunk after the first: written by earlier versions only (read back
+    /// from their runs). Servers merge tokens into chunks without speculation too, so chunks
+    /// are no longer counted as steps.
     Chunks,
 }
 
 impl RequestRecord {
     /// Sets `verify_steps`, its source and `accept_length` from the server's count
-    /// (`server_steps`) or, without one, from the chunks (see [`StepSource`]).
+    /// (`server_steps`). Without one nothing is set: a chunk holding several tokens is not a
+    /// verify step's, since servers merge tokens into chunks for other reasons too (the real
+    /// SGLang 0.5.23 does when its streamer is behind, with speculation off; vLLM at
+    /// `--stream-interval` over 1), so counting chunks took plain decoding for speculation that
+    /// accepted nothing (`real_engine::sglang::attached_streaming_on_all_three_apis_counts_the_servers_tokens`).
+    /// Where the requests carry no count, a point's accept length comes from the server's
+    /// counters (vLLM) or is not known.
     pub fn set_verify_steps(&mut self, server_steps: Option<u64>) {
-        let token_chunks: Vec<u32> = self
-            .chunks
-            .iter()
-            .map(|c| c.tokens)
-            .filter(|t| *t > 0)
-            .collect();
-        let Some(first) = token_chunks.first() else {
+        let Some(first) = self.chunks.iter().map(|c| c.tokens).find(|t| *t > 0) else {
             return;
         };
-        let (steps, source) = match server_steps.filter(|n| *n > 0) {
-            Some(n) => (n, StepSource::Server),
-            None => {
-                let multi = token_chunks[1..].iter().any(|t| *t > 1);
-                if !multi || self.chunk_tokens() != ChunkTokens::Exact {
-                    return;
-                }
-                (token_chunks.len() as u64 - 1, StepSource::Chunks)
-            }
-        };
-        if steps == 0 {
+        let Some(steps) = server_steps.filter(|n| *n > 0) else {
             return;
-        }
+        };
         let total = self
             .completion_tokens
-            .unwrap_or_else(|| token_chunks.iter().map(|t| u64::from(*t)).sum());
+            .unwrap_or_else(|| self.chunks.iter().map(|c| u64::from(c.tokens)).sum());
         self.verify_steps = Some(steps);
-        self.verify_steps_source = Some(source);
-        self.accept_length = Some(total.saturating_sub(u64::from(*first)) as f64 / steps as f64);
+        self.verify_steps_source = Some(StepSource::Server);
+        self.accept_length = Some(total.saturating_sub(u64::from(first)) as f64 / steps as f64);
     }
 }
 
@@ -898,18 +886,18 @@ mod tests {
     }
 
     #[test]
-    fn without_a_server_count_exact_multi_token_chunks_are_one_step_each() {
-        // A role chunk with no token is not a step.
-        let mut r = streamed(&[0, 1, 3, 2, 1], true);
-        r.set_verify_steps(None);
-        assert_eq!(r.verify_steps, Some(3));
-        assert_eq!(r.verify_steps_source, Some(StepSource::Chunks));
-        assert_eq!(r.accept_length, Some(2.0));
-        // One token per chunk: plain decoding as far as the stream can tell; counts assumed
-        // one per chunk: no step count at all.
-        for mut r in [streamed(&[1, 1, 1], true), streamed(&[1, 3, 2], false)] {
+    fn without_a_server_count_multi_token_chunks_are_not_taken_for_verify_steps() {
+        // Real SGLang merges tokens into chunks when its streamer is behind, speculation off.
+        for mut r in [
+            streamed(&[0, 1, 3, 2, 1], true),
+            streamed(&[1, 1, 1], true),
+            streamed(&[1, 3, 2], false),
+        ] {
             r.set_verify_steps(None);
-            assert_eq!((r.verify_steps, r.accept_length), (None, None));
+            assert_eq!(
+                (r.verify_steps, r.verify_steps_source, r.accept_length),
+                (None, None, None)
+            );
         }
     }
 }
