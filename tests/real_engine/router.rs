@@ -399,18 +399,40 @@ fn router_worker_killed_mid_run_is_retried_on_the_other() {
         (run.join().unwrap(), served)
     });
     let took = t0.elapsed();
-    assert!(out.status.success(), "{}", show(&out));
     let dir = run_dir(&out);
     let points = read_jsonl(&dir.join("points.jsonl"));
     let p = &points[0];
+    // One request at a time: the kill lands between two requests (the router retries the
+    // next one on the other worker: every request ok, exit 0), or inside one the dead worker
+    // was streaming (the router cannot retry a stream it has begun: that one request breaks
+    // mid-stream, and the run says so and exits 3, degraded). Both were observed.
+    let errors = p["errors"].as_u64().unwrap();
+    match errors {
+        0 => assert!(out.status.success(), "{}", show(&out)),
+        1 => {
+            assert_eq!(out.status.code(), Some(3), "{}", show(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("1 of 40 requests failed") && stderr.contains("mid-stream"),
+                "the broken stream is named: {stderr}"
+            );
+            let broken: Vec<serde_json::Value> = read_jsonl(&dir.join("requests.jsonl"))
+                .into_iter()
+                .filter(|r| !r["error"].is_null())
+                .collect();
+            assert_eq!(broken.len(), 1, "{broken:?}");
+            assert_eq!(broken[0]["error"]["kind"], "reset", "{}", broken[0]);
+        }
+        n => panic!("{n} requests failed: only the one in flight at the kill may: {p}"),
+    }
     assert_eq!(
-        p["ok"], requests,
-        "every request answered, the dead worker's retried on the other: {p}"
+        p["ok"].as_u64().unwrap(),
+        requests - errors,
+        "every other request answered, the dead worker's retried on the other: {p}"
     );
-    assert_eq!(p["errors"], 0, "{p}");
     let survivor = counter(&d.workers[0].base, "sglang:num_requests_total") - before[0];
     assert!(
-        survivor >= requests as f64 - killed_after,
+        survivor >= (requests - errors) as f64 - killed_after,
         "the surviving worker served the rest: {survivor} (killed after {killed_after})"
     );
     let log = router_log(&d);
@@ -428,7 +450,8 @@ fn router_worker_killed_mid_run_is_retried_on_the_other() {
     );
     let listed = http::get(&d.router.base, "/workers").unwrap().json();
     eprintln!(
-        "worker killed after {killed_after} requests: all {requests} ok in {took:.1?}, {failed_sends} failed sends to it, router's view: {}",
+        "worker killed after {killed_after} requests: {} of {requests} ok in {took:.1?}, {failed_sends} failed sends to it, router's view: {}",
+        requests - errors,
         listed["workers"]
             .as_array()
             .map(|ws| ws
