@@ -202,6 +202,20 @@ fn the_founding_case_is_diagnosed_in_the_report() {
             (printed_tflops - tflops).abs() <= tflops * 0.006,
             "{row}: {tflops} TFLOP/s"
         );
+        // `servebench bound` prints the same point with its tokens per step and prefill.
+        let line = printed
+            .lines()
+            .find(|l| l.starts_with(&format!("| {id} |")))
+            .unwrap_or_else(|| panic!("no row for {id}:\n{printed}"));
+        let cli: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(cli[4], format!("{tokens:.2}"), "{line}");
+        let cli_step: f64 = cli[5].parse().unwrap();
+        assert!((cli_step - step_ms).abs() <= step_ms * 0.001, "{line}");
+        let cli_tflops: f64 = cli[10].parse().unwrap();
+        assert!(
+            (cli_tflops - tflops).abs() <= 0.05 + tflops * 0.001,
+            "{line}"
+        );
     }
 }
 

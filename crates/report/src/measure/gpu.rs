@@ -10,7 +10,7 @@ use servebench_model::results::records::{Flag, Stat};
 use servebench_model::spec::telemetry::CostSpec;
 use servebench_model::text::sig3;
 
-use super::system::MeasuredWindow;
+use super::system::{MeasuredWindow, single};
 
 const MIB_PER_GIB: f64 = 1024.0;
 
@@ -280,19 +280,6 @@ pub(crate) fn window_energy(curve: &[(f64, f64)], start: f64, end: f64) -> Optio
     }
     let whole = end - start;
     Some((joules * whole / covered, covered))
-}
-
-fn single(x: f64) -> Stat {
-    Stat {
-        count: 1,
-        mean: x,
-        p50: x,
-        p90: x,
-        p99: x,
-        min: x,
-        max: x,
-        ..Stat::default()
-    }
 }
 
 #[cfg(test)]

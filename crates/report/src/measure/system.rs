@@ -622,8 +622,8 @@ fn per_round(rates: &[f64]) -> Option<Stat> {
     Some(stat)
 }
 
-/// A point-level number (one value per point: throughputs, goodput).
-fn single(x: f64) -> Stat {
+/// A point-level number (one value per point: throughputs, goodput, the GPU's energy).
+pub(super) fn single(x: f64) -> Stat {
     Stat {
         count: 1,
         mean: x,
