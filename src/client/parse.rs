@@ -410,10 +410,13 @@ impl StreamParser {
         match usage_completion {
             Some(c) => {
                 self.server_completion = Some(c);
-                // On the usage-only chunk the tokens were already counted from the chunks. On a
-                // chunk with choices (continuous usage) the count so far equals the previous
-                // usage, so the difference is this chunk's tokens.
-                if choices.is_empty() {
+                // On a chunk with choices (continuous usage) the count so far equals the
+                // previous usage, so the difference is this chunk's tokens. On the usage-only
+                // chunk: where every chunk's count was the server's, what is left are tokens
+                // of steps that sent no chunk (SGLang's chat stream skips a step whose text
+                // delta is empty, as the last one can be), known only now; where chunks were
+                // taken as one token each, the counts stay as measured.
+                if choices.is_empty() && self.assumed {
                     0
                 } else {
                     clamp_u32(c.saturating_sub(self.counted))
@@ -843,6 +846,28 @@ mod tests {
         assert_eq!(tokens, [2, 1, 0]);
         assert_eq!((p.completion_tokens(), p.cached_tokens), (3, Some(1)));
         assert_eq!(p.token_source(), TokenSource::Usage);
+        assert_eq!(p.chunk_tokens(), ChunkTokens::Exact);
+    }
+
+    /// SGLang 0.5.23's chat stream yields no chunk for a step whose text delta is empty
+    /// (serving_chat.py: `if delta:`), so the last step's token can reach the client only in
+    /// the final usage chunk's count.
+    #[test]
+    fn chat_continuous_usage_counts_a_step_that_sent_no_chunk_on_the_usage_chunk() {
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        let tokens = feed(
+            &mut p,
+            &[
+                r#"{"choices":[{"delta":{"role":"assistant","content":""}}],"usage":null}"#,
+                r#"{"choices":[{"delta":{"content":"ab"}}],"usage":{"prompt_tokens":4,"completion_tokens":1}}"#,
+                r#"{"choices":[{"delta":{"content":"c"}}],"usage":{"prompt_tokens":4,"completion_tokens":2}}"#,
+                r#"{"choices":[{"delta":{},"finish_reason":"length"}],"usage":null}"#,
+                r#"{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3}}"#,
+            ],
+        );
+        assert_eq!(tokens, [0, 1, 1, 0, 1]);
+        assert_eq!(tokens.iter().map(|t| u64::from(*t)).sum::<u64>(), 3);
+        assert_eq!(p.completion_tokens(), 3);
         assert_eq!(p.chunk_tokens(), ChunkTokens::Exact);
     }
 

@@ -42,8 +42,9 @@ pub(super) struct RoundPlan<'a> {
     /// Dataset replies' lengths in the server's tokens.
     replies: HashMap<String, u64>,
     /// Each group's prefix for this round: a fresh tag first, so no other point or run
-    /// shares it.
-    prefixes: HashMap<u32, String>,
+    /// shares it; with the server's count of the prefix as sent, where it counts without a
+    /// prefill.
+    prefixes: HashMap<u32, (String, Option<u64>)>,
 }
 
 /// What a draw's request needs from the server before it is made.
@@ -135,7 +136,8 @@ impl PointRunner {
                 let (prefix, _) =
                     plan.body(&TextGenerator::Random { seed }, prefix_tokens, true, true);
                 let tagged = format!("{}{prefix}", tag(plan.fresh, seed, &[u64::from(group)]));
-                plan.prefixes.insert(group, tagged);
+                let counted = self.count_prefix(client, exp, &tagged).await?;
+                plan.prefixes.insert(group, (tagged, counted));
             }
         }
         Ok(plan)
@@ -174,6 +176,35 @@ impl PointRunner {
             flags.push(f);
         }
         Ok((text, tokens))
+    }
+
+    /// The server's count of a group's prefix exactly as it is sent (its tag and text), so
+    /// the hit each later request of the group is owed is the server's own number: a nonce
+    /// of another draw tokenizes into a token more or less than the group's tag. Counted only
+    /// where the server has a tokenize endpoint: a counting generation would prefill the
+    /// prefix and put it in the cache before the group's first request. On the chat API the
+    /// count leaves out the template's head, which is shared too: the hit owed is a floor.
+    async fn count_prefix(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        prefix: &str,
+    ) -> Result<Option<u64>, (FlagKind, String)> {
+        let Some(tokenize) = self.surface.as_ref().and_then(|s| s.tokenize.clone()) else {
+            return Ok(None);
+        };
+        let counted = tokio::select! {
+            c = crate::client::surface::count_with(client, &tokenize, prefix, exp.request_timeout) => c,
+            _ = self.interrupt.wait() => {
+                return Err((FlagKind::PromptError, "interrupted while counting shared prefixes".into()));
+            }
+        };
+        counted.map(Some).map_err(|e| {
+            (
+                FlagKind::PromptError,
+                format!("could not count a shared prefix's tokens on the server: {e}"),
+            )
+        })
     }
 
     /// A dataset reply's length in the server's tokens (counted once per run).
@@ -305,15 +336,19 @@ impl<'a> RoundPlan<'a> {
                     seed: seed.wrapping_add(1),
                 };
                 let (suffix, _) = self.body(&suffix_generator, suffix_tokens, true, true);
-                let prefix = self.prefixes.get(&group).map_or("", String::as_str);
+                let (prefix, prefix_counted) = self
+                    .prefixes
+                    .get(&group)
+                    .map_or(("", None), |(text, n)| (text.as_str(), *n));
                 let unique = tag(
                     self.fresh,
                     seed,
                     &[u64::from(self.round), i as u64, 1 << 40],
                 );
-                // Calibration counted the text behind a nonce of the tag's shape: that
-                // count is the prefix's tokens.
-                let shared = counted.unwrap_or(prefix_tokens);
+                // The prefix as sent, counted by the server's tokenizer; else calibration's
+                // count of the text behind a nonce of the tag's shape, which can differ from
+                // the group's tag by a token or two (the verifier's shortfall allows for it).
+                let shared = prefix_counted.or(counted).unwrap_or(prefix_tokens);
                 Planned {
                     text: format!("{prefix}\n{unique}{suffix}"),
                     max_tokens,
