@@ -16,6 +16,7 @@ mod load;
 mod nonce_off;
 mod orphans;
 mod pools;
+mod profile;
 mod real_engine;
 mod report;
 mod reproduce;

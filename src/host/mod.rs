@@ -211,6 +211,22 @@ pub(crate) trait Host: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
         Box::pin(async move { small_file::read_local(path, limit) })
     }
+
+    /// The regular files of a directory on the host the server runs on (a profiler's
+    /// traces), at most `max`, as (name, bytes); or why not, in words.
+    fn list_files<'a>(
+        &'a self,
+        dir: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+        Box::pin(async move { small_file::list_local(dir, max) })
+    }
+
+    /// A directory of this run on the host, for what the server writes there (a
+    /// profiler's traces); None where the host keeps none (this machine: the run directory).
+    fn run_dir_on_host(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The rank of a multi-node server that failed first (see [`ServerProcess::failed_rank`]).

@@ -443,6 +443,28 @@ impl super::Host for RemoteHost {
             super::small_file::from_output(&out, limit)
         })
     }
+
+    fn list_files<'a>(
+        &'a self,
+        dir: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+        Box::pin(async move {
+            let out = self
+                .ssh
+                .run_script(
+                    super::small_file::LIST_SCRIPT,
+                    &[dir.to_string(), max.to_string()],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            super::small_file::parse_listing(&out)
+        })
+    }
+
+    fn run_dir_on_host(&self) -> Option<String> {
+        Some(self.dir.clone())
+    }
 }
 
 /// How long a server whose forward failed gets to exit before SIGKILL.

@@ -15,6 +15,68 @@ n=$(wc -c < "$1") || exit 3
 if [ "$n" -gt "$2" ]; then echo "$n bytes; read up to $2" >&2; exit 3; fi
 exec head -c "$2" -- "$1""#;
 
+/// The listing script run on a host: `$1` the directory, `$2` the most entries. One line per
+/// regular file (links and directories left out): its size in bytes, a tab, its name. Exit 3
+/// with the reason on stderr when the directory is not there. A constant, like [`SCRIPT`].
+pub(crate) const LIST_SCRIPT: &str = r#"if [ ! -d "$1" ]; then echo "no such directory" >&2; exit 3; fi
+cd "$1" || exit 3
+for f in * .*; do
+  if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s\t%s\n' "$(wc -c < "$f" | tr -d ' ')" "$f"; fi
+done | head -n "$2""#;
+
+/// `sh -c LIST_SCRIPT sh DIR MAX`.
+pub(crate) fn list_argv(dir: &str, max: usize) -> Vec<String> {
+    ["sh", "-c", LIST_SCRIPT, "sh", dir, &max.to_string()]
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
+/// The listing script's output as (name, bytes); lines of another shape (a name with a
+/// newline in it) are left out.
+pub(crate) fn parse_listing(out: &std::process::Output) -> Result<Vec<(String, u64)>, String> {
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        return Err(why
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map_or_else(
+                || format!("listing failed ({})", out.status),
+                |l| l.trim().to_string(),
+            ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (n, name) = l.split_once('\t')?;
+            Some((name.to_string(), n.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+/// The regular files of a directory on this machine (links left out), at most `max`.
+pub(crate) fn list_local(dir: &str, max: usize) -> Result<Vec<(String, u64)>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "no such directory".to_string(),
+        _ => e.to_string(),
+    })?;
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        if out.len() >= max {
+            break;
+        }
+        let Ok(meta) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if meta.is_file() {
+            out.push((e.file_name().to_string_lossy().into_owned(), meta.len()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// `sh -c SCRIPT sh PATH LIMIT`.
 pub(crate) fn argv(path: &str, limit: u64) -> Vec<String> {
     ["sh", "-c", SCRIPT, "sh", path, &limit.to_string()]
@@ -58,6 +120,36 @@ pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_listing_script_and_the_local_listing_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.trace.json.gz"), b"12345").unwrap();
+        std::fs::write(dir.path().join("b c"), b"").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink("a.trace.json.gz", dir.path().join("link")).unwrap();
+        let d = dir.path().to_str().unwrap();
+        let argv = list_argv(d, 10);
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        let mut listed = parse_listing(&out).unwrap();
+        listed.sort();
+        let want = vec![("a.trace.json.gz".to_string(), 5), ("b c".to_string(), 0)];
+        assert_eq!(listed, want);
+        assert_eq!(list_local(d, 10).unwrap(), want);
+        let argv = list_argv(&format!("{d}/none"), 10);
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        assert_eq!(parse_listing(&out).unwrap_err(), "no such directory");
+        assert_eq!(
+            list_local(&format!("{d}/none"), 10).unwrap_err(),
+            "no such directory"
+        );
+    }
 
     #[test]
     fn the_script_reads_a_small_file_and_refuses_the_rest_by_reason() {

@@ -47,6 +47,9 @@ pub(crate) struct AgentRequest {
     /// What the server offers (probed by the runner): how to reset its cache.
     #[serde(default)]
     pub surface: Option<crate::results::meta::ServerSurface>,
+    /// Where the server writes profiler traces (`profile:`), on this host.
+    #[serde(default)]
+    pub profile_dir: Option<String>,
 }
 
 /// The protocol this build speaks, sent in the hello: an agent without one (an older
@@ -171,6 +174,7 @@ async fn serve(heartbeat: Duration) {
             experiment: req.experiment,
         };
         runner.set_surface(req.surface);
+        runner.set_profile_dir(req.profile_dir);
         let outcome = runner
             .measure_with(&client, &point, &req.group, req.prompts)
             .await;

@@ -16,10 +16,11 @@ use crate::client::Client;
 use crate::load::{Pacer, Schedule};
 use crate::measure::summary::PointFold;
 use crate::measure::system::Observed;
-use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
+use crate::results::records::{Flag, Phase, ProfileCapture, RequestRecord, RequestRole};
 use crate::spec::Point;
 
 use super::point::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
+use super::profiler::Capture;
 
 /// How long after the schedule is made its first request is due: the pacer thread starts and
 /// the first connections are settled before the clock runs.
@@ -53,7 +54,8 @@ impl PointRunner {
         model: &Option<String>,
         flags: &mut Vec<Flag>,
         fold: &mut PointFold,
-    ) -> (bool, Observed) {
+        mut capture: Option<Capture>,
+    ) -> (bool, (Observed, Option<ProfileCapture>)) {
         let exp = &point.experiment;
         let mut observed = Observed::default();
         let omitted_is_zero = self.cached_omitted_is_zero();
@@ -80,6 +82,7 @@ impl PointRunner {
         // Requests made so far (the next one made is this index).
         let mut made = 0usize;
         let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
+        let mut stopping: Option<tokio::task::JoinHandle<ProfileCapture>> = None;
         let gone = super::point::ServerGone::default();
         // Checked at every turn (a `continue` included): with nothing left to release or to
         // join, every branch below would be disabled.
@@ -93,6 +96,12 @@ impl PointRunner {
                         let taken = (scheduled.nth(skip), planned.nth(skip));
                         made = i + 1;
                         let (Some(s), Some(p)) = taken else { continue };
+                        // The profiler starts beside the measured window's first request.
+                        if s.phase == Phase::Measure
+                            && let Some(c) = capture.as_mut()
+                        {
+                            c.start();
+                        }
                         let mut req = generation_request(exp, p.text, model);
                         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
                         let (client, writer, progress, slots) =
@@ -153,6 +162,14 @@ impl PointRunner {
                             finished += 1;
                             failed += usize::from(rec.error.is_some());
                             fold.add(&rec);
+                            // The window's last request ended: the profiler stops before the
+                            // cool-down's requests are traced, on a task (it writes the trace
+                            // first) so the pacer's releases are not held up.
+                            if finished == measured_total
+                                && let Some(c) = capture.take()
+                            {
+                                stopping = Some(tokio::spawn(c.stop()));
+                            }
                         }
                         Some(Phase::Warmup) => {
                             observed.warmup += 1;
@@ -203,7 +220,13 @@ impl PointRunner {
         {
             observed.client_cpu = Some((b - a) / elapsed);
         }
-        (stopped, observed)
+        // A window cut short (errors, an interrupt) stops the profiler here.
+        let profiled = match (stopping, capture) {
+            (Some(task), _) => task.await.ok(),
+            (None, Some(c)) => Some(c.stop().await),
+            (None, None) => None,
+        };
+        (stopped, (observed, profiled))
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) trait Measurer: Send {
         group: &'a str,
     ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>>;
 
+    /// Says where the server writes profiler traces for the next point (on its host).
+    fn set_profile_dir(&mut self, dir: Option<String>);
+
     /// Releases what the measurer holds (an agent process on the host).
     fn close(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
@@ -52,6 +55,10 @@ impl Measurer for InProcess<'_> {
         group: &'a str,
     ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>> {
         Box::pin(async move { Ok(self.runner.measure(&self.client, point, group).await) })
+    }
+
+    fn set_profile_dir(&mut self, dir: Option<String>) {
+        self.runner.set_profile_dir(dir);
     }
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
@@ -73,6 +80,7 @@ pub(crate) struct OnHost {
     pub progress: Progress,
     pub interrupt: Interrupt,
     session: Option<AgentSession>,
+    profile_dir: Option<String>,
 }
 
 impl OnHost {
@@ -97,6 +105,7 @@ impl OnHost {
             progress,
             interrupt,
             session: None,
+            profile_dir: None,
         }
     }
 }
@@ -123,6 +132,7 @@ impl Measurer for OnHost {
                 api_key: self.api_key.clone(),
                 surface: self.surface.clone(),
                 prompts: file_prompts(point, &self.spec_dir),
+                profile_dir: self.profile_dir.clone(),
             };
             let session = self.session.as_mut().expect("started above");
             let outcome = session
@@ -138,6 +148,10 @@ impl Measurer for OnHost {
             }
             Ok(outcome)
         })
+    }
+
+    fn set_profile_dir(&mut self, dir: Option<String>) {
+        self.profile_dir = dir;
     }
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {

@@ -16,6 +16,7 @@ mod on_server;
 pub(crate) mod outcome;
 pub(crate) mod point;
 pub(crate) mod pool;
+pub(crate) mod profiler;
 pub(crate) mod progress;
 pub(crate) mod provenance;
 pub(crate) mod ranks;
@@ -25,6 +26,7 @@ pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod server;
 mod server_error;
+mod traces;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -60,6 +60,8 @@ pub(crate) struct LaunchContext<'a> {
     pub host: &'a dyn Host,
     /// True when the host is remote: any failure may be the link, checked before going on.
     pub remote: bool,
+    /// Where the server writes profiler traces on its host (`profile:`); None: its default.
+    pub profile_dir: Option<&'a str>,
 }
 
 /// Counts the run keeps across launches.
@@ -100,6 +102,17 @@ impl Launch<'_, '_> {
         let cx = self.cx;
         let handle = &mut *self.handle;
         let tally = &mut *self.tally;
+        let profiling = point
+            .experiment
+            .profile
+            .as_ref()
+            .filter(|p| p.covers(&point.id));
+        let traces_before = match profiling {
+            Some(_) => super::traces::before(cx.host, cx.profile_dir).await,
+            None => Vec::new(),
+        };
+        self.measurer
+            .set_profile_dir(cx.profile_dir.map(str::to_string));
         let outcome = match self.measurer.measure(point, cx.group).await {
             Ok(o) => o,
             Err(unavailable) => {
@@ -112,6 +125,33 @@ impl Launch<'_, '_> {
             }
         };
         let mut record = outcome.record;
+        if let (Some(spec), Some(capture)) = (profiling, record.profile.as_mut()) {
+            super::traces::collect(
+                capture,
+                cx.host,
+                cx.run_dir,
+                cx.group,
+                &traces_before,
+                spec.max_bytes(),
+            )
+            .await;
+            let flags = super::profiler::flags(capture);
+            // The point's own line is printed already: the capture gets lines of its own.
+            let kept: Vec<&str> = capture
+                .files
+                .iter()
+                .filter_map(|f| f.path.as_deref())
+                .collect();
+            if !kept.is_empty() {
+                cx.progress
+                    .line(&format!("    profiled: {}", kept.join(", ")));
+            }
+            for f in flags.iter().filter(|f| f.kind == FlagKind::ProfileFailed) {
+                cx.progress
+                    .line(&format!("    ⚠ profile-failed: {}", f.message));
+            }
+            record.flags.extend(flags);
+        }
         let agent_lost = record.has_flag(&FlagKind::AgentLost);
         // Broken connections (or a failed calibration) may mean the server is dying.
         let suspicious = !outcome.interrupted

@@ -63,6 +63,11 @@ pub(crate) struct PointRunner {
     /// Where GPU readings go, and the host they are of; None = the GPUs are not on this
     /// machine (a server on an SSH host measured from here), so they are not sampled here.
     gpu: Option<(super::gpu_sampler::GpuSink, String)>,
+    /// Where the server writes profiler traces on its host (`profile:`), for the next point;
+    /// None: the server's own default.
+    profile_dir: Option<String>,
+    /// The capture a round made, for the point's record.
+    profiled: Option<crate::results::records::ProfileCapture>,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -108,7 +113,14 @@ impl PointRunner {
             metrics_sink: None,
             scrape_interval: super::scrape::SCRAPE_INTERVAL,
             gpu: None,
+            profile_dir: None,
+            profiled: None,
         }
+    }
+
+    /// Says where the server writes profiler traces for the next point (on its host).
+    pub(crate) fn set_profile_dir(&mut self, dir: Option<String>) {
+        self.profile_dir = dir;
     }
 
     /// Samples the GPUs of this machine (the server's host, named `host`) during every
@@ -199,6 +211,7 @@ impl PointRunner {
         let mut gpu = self.gpu_telemetry(exp);
         let mut interrupted = false;
         let mut observed = crate::measure::system::Observed::default();
+        self.profiled = None;
         for round in 0..exp.repeat {
             if self.interrupt.is_set() {
                 interrupted = true;
@@ -265,6 +278,7 @@ impl PointRunner {
             record.status = Some(crate::results::records::PointStatus::Failed);
         }
         record.prefix_cache = summary.prefix_cache;
+        record.profile = self.profiled.take();
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {
@@ -352,9 +366,16 @@ impl PointRunner {
                 Some(g) => g.start(&point.id, round).await,
                 None => None,
             };
+            let mut capture = self.capture(client, exp, &point.id, round);
+            if let Some(c) = capture.as_mut() {
+                c.start();
+            }
             let (records, stopped) = self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
+            if let Some(c) = capture {
+                self.profiled = Some(c.stop().await);
+            }
             records.iter().for_each(|r| fold.add(r));
             if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
                 gpu.keep(sampler.finish().await);
@@ -452,6 +473,7 @@ impl PointRunner {
             None => None,
         };
         let done_before = fold.done().requests;
+        let mut capture = self.capture(client, exp, &point.id, round);
         let stopped = if let Some(schedule) = &schedule {
             let (stopped, seen) = self
                 .send_scheduled(
@@ -463,11 +485,19 @@ impl PointRunner {
                     &prompts.model,
                     flags,
                     fold,
+                    capture.take(),
                 )
                 .await;
-            *observed = seen;
+            *observed = seen.0;
+            if let Some(c) = seen.1 {
+                self.profiled = Some(c);
+            }
             stopped
         } else {
+            // The closed loop's measured window is the whole round.
+            if let Some(c) = capture.as_mut() {
+                c.start();
+            }
             let (records, stopped) = match exp.method.resolve() {
                 Measure::Streaming => {
                     let n = plan.len();
@@ -480,6 +510,9 @@ impl PointRunner {
                         .await
                 }
             };
+            if let Some(c) = capture {
+                self.profiled = Some(c.stop().await);
+            }
             records.iter().for_each(|r| fold.add(r));
             stopped
         };
@@ -491,6 +524,24 @@ impl PointRunner {
             gpu.keep(sampler.finish().await);
         }
         stopped
+    }
+
+    /// The profiler capture `profile:` asks of this round; a plan that cannot be carried out
+    /// (an engine without a profiler) is recorded at once.
+    fn capture(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        id: &str,
+        round: u32,
+    ) -> Option<super::profiler::Capture> {
+        match super::profiler::Capture::plan(client, exp, id, round, self.profile_dir.as_deref())? {
+            Ok(c) => Some(c),
+            Err(record) => {
+                self.profiled = Some(record);
+                None
+            }
+        }
     }
 
     /// The point's GPU telemetry as `telemetry:` asks, on this machine when it is the

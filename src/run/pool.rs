@@ -476,6 +476,14 @@ async fn measure_group<'p>(
     if rank0.remote.is_none() && rank0.slurm.is_none() {
         runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name);
     }
+    let profile_dir = super::traces::group_dir(
+        g,
+        &points,
+        rank0.host.as_ref(),
+        rank0.slurm.is_some(),
+        run.run_dir,
+    );
+    let launched = super::traces::with_profiler(&g.server, &points, profile_dir.as_deref());
     let mut pending = points.into_iter().peekable();
     let mut policy = FailurePolicy::new(first.on_failure);
     let mut tally = Tally::default();
@@ -503,7 +511,7 @@ async fn measure_group<'p>(
             server_label(&g.server)
         ));
         let started =
-            ServerHandle::start_on(&g.id, &g.server, &log, run.interrupt, &host_refs).await;
+            ServerHandle::start_on(&g.id, &launched, &log, run.interrupt, &host_refs).await;
         let mut handle = match started {
             Ok(h) => h,
             Err(server::ServerError::Interrupted) => break GroupEnd::Done,
@@ -590,6 +598,7 @@ async fn measure_group<'p>(
                 remote: hosts
                     .iter()
                     .any(|h| h.remote.is_some() || h.slurm.is_some()),
+                profile_dir: profile_dir.as_deref(),
             },
             Measuring {
                 runner: &mut runner,

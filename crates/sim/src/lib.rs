@@ -85,6 +85,7 @@ mod log;
 mod memory;
 mod metrics;
 mod profile;
+mod profiler;
 mod python;
 mod radix;
 mod ranks;

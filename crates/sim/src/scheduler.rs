@@ -393,6 +393,7 @@ impl Scheduler {
                 continue;
             }
             self.clock = deadline;
+            self.shared.profiler.forward_step(&self.cfg.log);
             self.publish();
         }
     }

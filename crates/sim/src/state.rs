@@ -16,6 +16,8 @@ pub(crate) struct Shared {
     /// llama.cpp's slots as `/slots` shows them (empty in other modes).
     pub slots: Mutex<Vec<SlotView>>,
     crash: watch::Sender<Option<String>>,
+    /// The profiler endpoints' capture, stepped by the scheduler.
+    pub profiler: crate::profiler::Profiler,
 }
 
 impl Default for Shared {
@@ -32,6 +34,7 @@ impl Shared {
             stats: Mutex::new(SchedStats::for_api(api)),
             slots: Mutex::new(Vec::new()),
             crash: watch::channel(None).0,
+            profiler: crate::profiler::Profiler::default(),
         }
     }
 

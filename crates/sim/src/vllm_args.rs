@@ -166,6 +166,11 @@ const FLAGS: &[Flag] = &[
         "Accepted (-dp); no effect.",
     ),
     f(
+        "profiler-config",
+        Kind::Json,
+        "JSON; `profiler` set (`torch`) serves /start_profile and /stop_profile, which write a small trace to `torch_profiler_dir`.",
+    ),
+    f(
         "speculative-config",
         Kind::Json,
         "JSON (-sc); num_speculative_tokens K turns on the profile's speculative model with at most K+1 tokens per step.",
@@ -782,6 +787,15 @@ fn resolve_config(
         kv_cache_gib,
         non_default,
         host_display: host.unwrap_or_else(|| "0.0.0.0".into()),
+        profiler_dir: given
+            .get("profiler-config")
+            .filter(|p| p["profiler"].is_string())
+            .map(|p| {
+                p["torch_profiler_dir"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            }),
     }));
     Ok(c)
 }

@@ -43,4 +43,7 @@ pub struct VllmOptions {
     pub non_default: IndexMap<String, Value>,
     /// How the bind address is logged (`0.0.0.0` when `--host` is not given).
     pub host_display: String,
+    /// `--profiler-config`'s `torch_profiler_dir` when it names a profiler: the
+    /// `/start_profile` and `/stop_profile` routes exist, their traces written there.
+    pub profiler_dir: Option<String>,
 }

@@ -829,6 +829,35 @@ impl super::Host for SlurmHost {
             super::small_file::from_output(&out, limit)
         })
     }
+
+    /// Listed inside the allocation, on rank 0's node, like [`read_small_file`](Self::read_small_file).
+    fn list_files<'a>(
+        &'a self,
+        dir: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+        Box::pin(async move {
+            let a = self
+                .current
+                .lock()
+                .await
+                .clone()
+                .ok_or_else(|| "no allocation is running to list it in".to_string())?;
+            let args = Self::step_argv(
+                &a.job,
+                a.job.nodes.first().map_or("", String::as_str),
+                &format!("servebench-list-{}", self.run_id),
+                true,
+                None,
+                None,
+                &super::small_file::list_argv(dir, max),
+            );
+            let out = cli::output(&self.runner, "srun", &args)
+                .await
+                .map_err(|e| e.to_string())?;
+            super::small_file::parse_listing(&out)
+        })
+    }
 }
 
 /// Rank `rank` of a multi-node server on a Slurm cluster: a step on the allocation's node
@@ -897,6 +926,14 @@ impl super::Host for SlurmRank {
         limit: u64,
     ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
         super::Host::read_small_file(self.cluster.as_ref(), path, limit)
+    }
+
+    fn list_files<'a>(
+        &'a self,
+        dir: &'a str,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+        super::Host::list_files(self.cluster.as_ref(), dir, max)
     }
 }
 

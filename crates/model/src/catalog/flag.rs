@@ -100,6 +100,12 @@ pub enum FlagKind {
     /// A GPU's free memory came within `telemetry.memory_margin_gib` of zero during the point:
     /// a little more context or concurrency may run out of memory (informational).
     GpuMemoryTight,
+    /// The engine's profiler ran during the point's measured window (`profile:`): its numbers
+    /// include the profiler's overhead.
+    Profiled,
+    /// The point was to be profiled and was not (or its traces could not be kept): the
+    /// numbers are not in doubt, the capture is (informational).
+    ProfileFailed,
     /// A kind this version does not know.
     Other(String),
 }
@@ -206,6 +212,14 @@ const CATALOGUE: &[Entry] = &[
     Entry {
         kind: FlagKind::GpuMemoryTight,
         name: "gpu-memory-tight",
+        informational: true,
+        cell: "ok_err",
+    },
+    // The profiler slows the server: the point's numbers are not its unprofiled speed.
+    entry(FlagKind::Profiled, "profiled", "ok_err"),
+    Entry {
+        kind: FlagKind::ProfileFailed,
+        name: "profile-failed",
         informational: true,
         cell: "ok_err",
     },

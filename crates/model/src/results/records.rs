@@ -559,6 +559,7 @@ impl PointRecord {
             host: None,
             search: None,
             gpu: None,
+            profile: None,
         }
     }
 
@@ -644,6 +645,56 @@ pub struct PointRecord {
     /// sampling, or in runs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<super::gpu::GpuView>,
+    /// The engine's profiler over the point's measured window (`profile:`), and its traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileCapture>,
+}
+
+/// One capture of the engine's profiler (`profile:`) around a point's measured window.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct ProfileCapture {
+    /// The profiler asked: `sglang` (`/start_profile` with a `ProfileReq` body) or `vllm`
+    /// (`/start_profile` of a server launched with `--profiler-config`).
+    pub engine: String,
+    /// The round captured (the point's first).
+    pub round: u32,
+    /// The directory the server was told to write to, on its host; None: its own default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// SGLang's `profile_id`, which names its trace files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_id: Option<String>,
+    /// SGLang's `num_steps`: the profiler stopped itself after this many forward steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
+    /// When `/start_profile` answered (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<f64>,
+    /// When `/stop_profile` answered (Unix seconds): the traces were written by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<f64>,
+    /// What went wrong, in words (the server's refusal, a timeout, an engine without a
+    /// profiler endpoint); None when the capture worked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The trace files the capture wrote.
+    #[serde(default)]
+    pub files: Vec<TraceFile>,
+}
+
+/// One trace file a capture wrote on the server's host.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TraceFile {
+    /// Its name in the capture's directory.
+    pub name: String,
+    pub bytes: u64,
+    /// Where it is in the run directory (relative to it); None when it stayed on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Why it stayed on the host (over `profile.max_mib`, not readable, a server servebench
+    /// did not start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all

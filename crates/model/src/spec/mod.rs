@@ -12,6 +12,7 @@ pub(crate) mod hardware_facts;
 pub mod load;
 pub mod load_model;
 pub(crate) mod patterns;
+pub mod profile;
 pub(crate) mod schema;
 pub mod search;
 pub(crate) mod span;

@@ -145,6 +145,10 @@ pub struct Experiment {
     /// What a GPU-hour costs, for the cost per million input and output tokens of each point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<super::telemetry::CostSpec>,
+    /// The engine's profiler around chosen points' measured windows (SGLang, vLLM), its
+    /// traces copied back into the run directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<super::profile::ProfileSpec>,
 }
 
 impl Experiment {

@@ -36,6 +36,7 @@ pub(crate) mod metric_def;
 pub(crate) mod model;
 pub(crate) mod offered;
 pub mod pareto;
+pub(crate) mod profiles;
 pub mod reproduction;
 pub mod schema;
 pub(crate) mod server_view;

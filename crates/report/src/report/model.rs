@@ -85,6 +85,9 @@ pub struct ReportModel {
     /// per token at each point and at a search's capacity. None without either.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<super::gpu::GpuSection>,
+    /// The engine's profiler captures (`profile:`): one row per point captured or meant to be.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<super::profiles::ProfileRow>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.

@@ -220,9 +220,76 @@ pub(crate) async fn abort(State(st): State<AppState>, body: Bytes) -> Response {
     StatusCode::OK.into_response()
 }
 
-/// Profiling endpoints: accepted, nothing to profile.
-pub(crate) async fn ok() -> Response {
-    (StatusCode::OK, "OK").into_response()
+/// `/start_profile` (GET or POST), with an optional `ProfileReq` body: a capture that the
+/// scheduler's iterations step and `/stop_profile` (or `num_steps`) ends. SGLang raises a
+/// `RuntimeError` for a start while one runs: FastAPI's plain 500.
+pub(crate) async fn start_profile(State(st): State<AppState>, body: Bytes) -> Response {
+    let req = if body.is_empty() {
+        Value::Null
+    } else {
+        match super::fastapi::parse_body(&body) {
+            Ok(v) => v,
+            Err(e) => return super::fastapi::validation_error(&[e]),
+        }
+    };
+    let dir = req["output_dir"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| std::env::var("SGLANG_TORCH_PROFILER_DIR").ok())
+        .unwrap_or_else(|| "/tmp".into());
+    let start = crate::profiler::StartRequest {
+        dir: expand_home(&dir),
+        profile_id: req["profile_id"]
+            .as_str()
+            .map_or_else(|| super::unix_now().to_string(), str::to_string),
+        num_steps: req["num_steps"].as_u64().filter(|n| *n > 0),
+        activities: req["activities"].as_array().map_or_else(
+            || vec!["CPU".into(), "GPU".into()],
+            |a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            },
+        ),
+    };
+    match st
+        .shared
+        .profiler
+        .start(start, crate::profiler::Flavour::Sglang, &st.cfg.log)
+    {
+        Ok(()) => (StatusCode::OK, "Start profiling.\n").into_response(),
+        Err(_) => internal_error(),
+    }
+}
+
+/// `/stop_profile` (GET or POST): writes the capture's trace before it answers.
+pub(crate) async fn stop_profile(State(st): State<AppState>) -> Response {
+    match st.shared.profiler.stop(&st.cfg.log) {
+        Ok(_) => (
+            StatusCode::OK,
+            "Stop profiling. This will take some time.\n",
+        )
+            .into_response(),
+        Err(_) => internal_error(),
+    }
+}
+
+/// What FastAPI answers when a handler raises.
+fn internal_error() -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "Internal Server Error",
+    )
+        .into_response()
+}
+
+/// Python's `Path(...).expanduser()`.
+pub(crate) fn expand_home(dir: &str) -> std::path::PathBuf {
+    match (dir.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest),
+        _ => std::path::PathBuf::from(dir),
+    }
 }
 
 /// `POST /v1/tokenize` (and `/tokenize`): `{"prompt": str | [str]}` -> `{"tokens", "count",

@@ -42,8 +42,14 @@ pub(crate) fn router(state: AppState) -> Router {
         // 0.5.23 has /ready and no /get_load.
         .route("/ready", get(admin::ready))
         .route("/abort_request", post(admin::abort))
-        .route("/start_profile", get(admin::ok).post(admin::ok))
-        .route("/stop_profile", get(admin::ok).post(admin::ok));
+        .route(
+            "/start_profile",
+            get(admin::start_profile).post(admin::start_profile),
+        )
+        .route(
+            "/stop_profile",
+            get(admin::stop_profile).post(admin::stop_profile),
+        );
     if state.cfg.enable_metrics {
         r = r.route("/metrics", get(admin::metrics));
     }

@@ -80,6 +80,12 @@ pub(crate) fn router(st: AppState, v: Arc<VllmOptions>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/metrics", get(metrics));
+    // vLLM includes its profiler routes only when `--profiler-config` names a profiler.
+    if state.v.profiler_dir.is_some() {
+        r = r
+            .route("/start_profile", post(start_profile))
+            .route("/stop_profile", post(stop_profile));
+    }
     if state.v.dev_mode {
         r = r
             .route("/reset_prefix_cache", post(reset_prefix_cache))
@@ -93,6 +99,41 @@ pub(crate) fn router(st: AppState, v: Arc<VllmOptions>) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(middleware::from_fn_with_state(state.clone(), access_log))
         .with_state(state)
+}
+
+/// `POST /start_profile`: the torch profiler of `--profiler-config` starts (200, no body).
+async fn start_profile(State(s): State<VState>) -> Response {
+    s.st.cfg
+        .log
+        .info("INFO api_router.py:33: Starting profiler...");
+    let dir = s.v.profiler_dir.clone().unwrap_or_default();
+    let start = crate::profiler::StartRequest {
+        dir: super::admin::expand_home(&dir),
+        profile_id: String::new(),
+        num_steps: None,
+        activities: vec!["CPU".into(), "CUDA".into()],
+    };
+    // A start while one runs changes nothing: the profiler is already recording.
+    let _ =
+        s.st.shared
+            .profiler
+            .start(start, crate::profiler::Flavour::Vllm, &s.st.cfg.log);
+    s.st.cfg
+        .log
+        .info("INFO api_router.py:35: Profiler started.");
+    StatusCode::OK.into_response()
+}
+
+/// `POST /stop_profile`: the trace is written before it answers (200, no body).
+async fn stop_profile(State(s): State<VState>) -> Response {
+    s.st.cfg
+        .log
+        .info("INFO api_router.py:41: Stopping profiler...");
+    let _ = s.st.shared.profiler.stop(&s.st.cfg.log);
+    s.st.cfg
+        .log
+        .info("INFO api_router.py:43: Profiler stopped.");
+    StatusCode::OK.into_response()
 }
 
 /// vLLM's error body and status.

@@ -1,0 +1,200 @@
+//! What a spec asks of the engine's own profiler (`profile:`): which points are captured,
+//! what the profiler records, where the server writes its traces and how much of them comes
+//! back into the run directory.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::patterns::DURATION_PATTERN;
+use super::validate::{Problem, Target};
+
+/// The engine's profiler around chosen points' measured windows: SGLang's and vLLM's
+/// `/start_profile` and `/stop_profile`, started when the measured window opens (after the
+/// warm-up) and stopped when its last request ended (before the cool-down's).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSpec {
+    /// The points to capture: `all`, or point ids (`[p001, p003]`, as `servebench plan`
+    /// lists them). A capture slows the server: profile a few points, not a whole sweep.
+    pub points: ProfilePoints,
+    /// SGLang: forward steps to record (its `num_steps`); the profiler stops itself after
+    /// them. Absent: the whole measured window. vLLM records the whole window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub steps: Option<u32>,
+    /// SGLang's activities: `CPU`, `GPU`, `MEM` (a CUDA memory snapshot). vLLM's are fixed
+    /// when it starts.
+    #[serde(default = "default_activities")]
+    pub activities: Vec<ProfileActivity>,
+    /// Record each operator's input shapes (bigger traces).
+    #[serde(default)]
+    pub record_shapes: bool,
+    /// Record each operator's Python stack (much bigger traces; SGLang's default is on,
+    /// servebench's off).
+    #[serde(default)]
+    pub with_stack: bool,
+    /// Where the server writes its traces, a directory on the server's host. Absent: the
+    /// run's directory there (`profiles/<group>/`) for a server servebench launches; the
+    /// server's own default (SGLang: `SGLANG_TORCH_PROFILER_DIR` or /tmp) for one it attaches
+    /// to, whose traces are named, not copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// Most MiB of traces copied back per point; larger files stay on the host, named in the
+    /// report with their size.
+    #[serde(default = "default_max_mib")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_mib: u64,
+    /// How long `/stop_profile` may take (it writes the trace before it answers: minutes on
+    /// a busy GPU), e.g. `10m`.
+    #[serde(default = "default_stop_timeout", with = "humantime_serde")]
+    #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
+    pub stop_timeout: std::time::Duration,
+}
+
+/// Which points a capture covers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ProfilePoints {
+    /// `all`.
+    All(AllPoints),
+    /// Point ids.
+    Ids(Vec<String>),
+}
+
+/// The word `all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AllPoints {
+    All,
+}
+
+/// One of SGLang's profiler activities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ProfileActivity {
+    #[serde(rename = "CPU")]
+    Cpu,
+    #[serde(rename = "GPU")]
+    Gpu,
+    #[serde(rename = "MEM")]
+    Mem,
+}
+
+impl ProfileActivity {
+    /// The name SGLang's `ProfileReq.activities` takes.
+    pub fn sglang_name(self) -> &'static str {
+        match self {
+            ProfileActivity::Cpu => "CPU",
+            ProfileActivity::Gpu => "GPU",
+            ProfileActivity::Mem => "MEM",
+        }
+    }
+}
+
+impl ProfileSpec {
+    /// Whether point `id` is captured.
+    pub fn covers(&self, id: &str) -> bool {
+        match &self.points {
+            ProfilePoints::All(_) => true,
+            ProfilePoints::Ids(ids) => ids.iter().any(|i| i == id),
+        }
+    }
+
+    /// The byte budget of one point's copied traces.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_mib.saturating_mul(1 << 20)
+    }
+}
+
+fn default_activities() -> Vec<ProfileActivity> {
+    vec![ProfileActivity::Cpu, ProfileActivity::Gpu]
+}
+
+fn default_max_mib() -> u64 {
+    512
+}
+
+fn default_stop_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(600)
+}
+
+/// What the schema cannot say: point ids of servebench's shape, no empty lists.
+pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let Some(profile) = raw.get("profile") else {
+        return problems;
+    };
+    if let Some(ids) = profile.get("points").and_then(|p| p.as_array()) {
+        if ids.is_empty() {
+            problems.push(Problem {
+                pointer: "/profile/points".into(),
+                target: Target::Value,
+                message: "`profile.points` names no point".into(),
+                hint: Some(
+                    "name point ids (`[p001]`) or write `all`; remove `profile:` to capture none"
+                        .into(),
+                ),
+            });
+        }
+        for (i, id) in ids.iter().enumerate() {
+            let Some(text) = id.as_str() else { continue };
+            let shaped = text.len() >= 4
+                && text.starts_with('p')
+                && text[1..].bytes().all(|b| b.is_ascii_digit());
+            if !shaped {
+                problems.push(Problem {
+                    pointer: format!("/profile/points/{i}"),
+                    target: Target::Value,
+                    message: format!("`{text}` is not a point id"),
+                    hint: Some(
+                        "point ids are `p001`, `p002`, ... as `servebench plan` lists them".into(),
+                    ),
+                });
+            }
+        }
+    }
+    if let Some(acts) = profile.get("activities").and_then(|a| a.as_array())
+        && acts.is_empty()
+    {
+        problems.push(Problem {
+            pointer: "/profile/activities".into(),
+            target: Target::Value,
+            message: "`profile.activities` records nothing".into(),
+            hint: Some("e.g. `activities: [CPU, GPU]`".into()),
+        });
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_and_ids_pick_points() {
+        let all: ProfileSpec =
+            serde_json::from_value(serde_json::json!({"points": "all"})).unwrap();
+        assert!(all.covers("p007"));
+        assert_eq!(all.activities, default_activities());
+        assert_eq!(all.max_bytes(), 512 << 20);
+        let some: ProfileSpec =
+            serde_json::from_value(serde_json::json!({"points": ["p002"], "steps": 5})).unwrap();
+        assert!(some.covers("p002") && !some.covers("p001"));
+        assert!(
+            serde_json::from_value::<ProfileSpec>(serde_json::json!({"points": "some"})).is_err()
+        );
+    }
+
+    #[test]
+    fn ids_of_another_shape_and_empty_lists_are_problems() {
+        let p = checks(
+            &serde_json::json!({"profile": {"points": ["p001", "first"], "activities": []}}),
+        );
+        let pointers: Vec<&str> = p.iter().map(|p| p.pointer.as_str()).collect();
+        assert_eq!(pointers, ["/profile/points/1", "/profile/activities"]);
+        assert!(
+            checks(&serde_json::json!({"profile": {"points": []}}))[0]
+                .message
+                .contains("no point")
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! The engine's own profiler around a point's measured window (`profile:`): SGLang's
+//! `/start_profile` with a `ProfileReq` body (output dir, steps, activities, profile id) and
+//! `/stop_profile`, which writes the traces before it answers; vLLM's bodiless pair, present
+//! only on a server launched with `--profiler-config` (the engine adapter adds it). The start
+//! is sent beside the first measured request, never in its way; the stop after the last
+//! measured request ended. Where the traces went is the run's business (`run::traces`).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::catalog::FlagKind;
+use crate::client::Client;
+use crate::results::records::{Flag, ProfileCapture};
+use crate::spec::types::{Engine, Experiment};
+
+/// How long `/start_profile` may take to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Most bytes of a refusal kept in the record.
+const MESSAGE_BYTES: usize = 300;
+
+/// Which profiler API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Api {
+    Sglang,
+    Vllm,
+}
+
+/// One capture in progress.
+pub(crate) struct Capture {
+    client: Client,
+    api: Api,
+    body: Option<Value>,
+    stop_timeout: Duration,
+    started: Option<tokio::task::JoinHandle<Result<f64, String>>>,
+    record: ProfileCapture,
+}
+
+/// The profiler API of `exp`'s server, or why it has none.
+fn api_of(exp: &Experiment) -> Result<Api, String> {
+    let engine = exp.server.engine;
+    match engine {
+        Engine::Sim | Engine::Sglang => Ok(Api::Sglang),
+        Engine::Vllm => Ok(Api::Vllm),
+        Engine::LlamaCpp => Err("llama.cpp's server has no profiler endpoint".into()),
+        Engine::Command => Err(
+            "an `engine: command` server's profiler is unknown to servebench (profile it with its own tools)"
+                .into(),
+        ),
+    }
+}
+
+impl Capture {
+    /// The capture `profile:` asks of `round` of point `id`: None when it asks none; a record
+    /// with its error when the server cannot be profiled. `dir`: where the server is to
+    /// write, on its host (None: its own default).
+    pub(crate) fn plan(
+        client: &Client,
+        exp: &Experiment,
+        id: &str,
+        round: u32,
+        dir: Option<&str>,
+    ) -> Option<Result<Capture, ProfileCapture>> {
+        let spec = exp.profile.as_ref()?;
+        // The first round only: a trace per round would multiply the traces, not the insight.
+        if round != 0 || !spec.covers(id) {
+            return None;
+        }
+        let mut record = ProfileCapture {
+            round,
+            dir: dir.map(str::to_string),
+            ..ProfileCapture::default()
+        };
+        let api = match api_of(exp) {
+            Ok(api) => api,
+            Err(why) => {
+                record.engine = format!("{}", exp.server.engine);
+                record.error = Some(why);
+                return Some(Err(record));
+            }
+        };
+        let body = match api {
+            Api::Sglang => {
+                let profile_id = format!("{id}-r{round}-{}", std::process::id());
+                record.engine = "sglang".into();
+                record.profile_id = Some(profile_id.clone());
+                record.steps = spec.steps;
+                let activities: Vec<&str> =
+                    spec.activities.iter().map(|a| a.sglang_name()).collect();
+                let mut body = json!({
+                    "profile_id": profile_id,
+                    "activities": activities,
+                    "with_stack": spec.with_stack,
+                    "record_shapes": spec.record_shapes,
+                });
+                if let Some(d) = dir {
+                    body["output_dir"] = d.into();
+                }
+                if let Some(n) = spec.steps {
+                    body["num_steps"] = n.into();
+                }
+                Some(body)
+            }
+            Api::Vllm => {
+                record.engine = "vllm".into();
+                None
+            }
+        };
+        Some(Ok(Capture {
+            client: client.clone(),
+            api,
+            body,
+            stop_timeout: spec.stop_timeout,
+            started: None,
+            record,
+        }))
+    }
+
+    /// Sends `/start_profile` on a task of its own (the request it goes beside is not held
+    /// up). A second call does nothing.
+    pub(crate) fn start(&mut self) {
+        if self.started.is_some() {
+            return;
+        }
+        let (client, body) = (self.client.clone(), self.body.clone());
+        let with_body = self.api == Api::Sglang;
+        self.started = Some(tokio::spawn(async move {
+            let body = if with_body {
+                Some(body.unwrap_or_else(|| json!({})))
+            } else {
+                None
+            };
+            answer(&client, "/start_profile", body, START_TIMEOUT).await?;
+            Ok(crate::client::unix_now())
+        }));
+    }
+
+    /// Ends the capture: waits for the start's answer, then `/stop_profile` (which answers
+    /// once the traces are written). SGLang stops itself after `num_steps`: its refusal of
+    /// the stop then means the capture ended, not that it failed.
+    pub(crate) async fn stop(mut self) -> ProfileCapture {
+        let Some(started) = self.started.take() else {
+            self.record.error =
+                Some("the measured window never opened: nothing was profiled".into());
+            return self.record;
+        };
+        match started.await {
+            Ok(Ok(at)) => self.record.started_at = Some(at),
+            Ok(Err(why)) => {
+                self.record.error = Some(format!("/start_profile failed: {why}"));
+                return self.record;
+            }
+            Err(e) => {
+                self.record.error = Some(format!("/start_profile was not sent: {e}"));
+                return self.record;
+            }
+        }
+        let body = (self.api == Api::Sglang).then(|| json!({}));
+        match answer(&self.client, "/stop_profile", body, self.stop_timeout).await {
+            Ok(()) => self.record.stopped_at = Some(crate::client::unix_now()),
+            // SGLang raises "Profiling is not in progress" for a stop after `num_steps`
+            // ended the capture, which FastAPI answers with a bare 500: whether the capture
+            // worked is what its directory holds, which the run looks at next.
+            Err(why) if self.record.steps.is_some() && why.starts_with("500") => {
+                self.record.stopped_at = Some(crate::client::unix_now());
+            }
+            Err(why) => self.record.error = Some(format!("/stop_profile failed: {why}")),
+        }
+        self.record
+    }
+}
+
+/// POSTs `path`; Ok on a 2xx, else the status and the server's words.
+async fn answer(
+    client: &Client,
+    path: &str,
+    body: Option<Value>,
+    timeout: Duration,
+) -> Result<(), String> {
+    match client.call("POST", path, body, timeout).await {
+        Ok((status, _)) if (200..300).contains(&status) => Ok(()),
+        Ok((status, bytes)) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let text = crate::text::truncate(text.trim(), MESSAGE_BYTES);
+            Err(if status == 404 {
+                format!(
+                    "404, the server has no {path} (vLLM serves it only when launched with --profiler-config): {text}"
+                )
+            } else {
+                format!("{status}: {text}")
+            })
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The flags a finished capture puts on its point: `profiled` when the profiler ran in the
+/// measured window, `profile-failed` with the reason when it did not or its traces are lost.
+pub(crate) fn flags(capture: &ProfileCapture) -> Vec<Flag> {
+    let mut out = Vec::new();
+    if capture.started_at.is_some() {
+        out.push(Flag::new(
+            FlagKind::Profiled,
+            format!(
+                "{}'s profiler ran during the measured window{}: these numbers include its overhead",
+                capture.engine,
+                capture
+                    .steps
+                    .map(|n| format!(" (its first {n} forward steps)"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(why) = &capture.error {
+        out.push(Flag::new(FlagKind::ProfileFailed, why.clone()));
+    } else if capture.started_at.is_some() && capture.files.is_empty() {
+        out.push(Flag::new(
+            FlagKind::ProfileFailed,
+            format!(
+                "the profiler stopped and no trace file appeared in {}",
+                capture
+                    .dir
+                    .as_deref()
+                    .unwrap_or("the server's default directory")
+            ),
+        ));
+    }
+    out
+}

@@ -1,0 +1,174 @@
+//! Where a group's profiler traces are written on the server's host (`profile:`), what the
+//! engine needs at launch to write them (vLLM's `--profiler-config`), and bringing a point's
+//! traces into the run directory (`profiles/<group>/`), bounded by `profile.max_mib`.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use crate::host::Host;
+use crate::plan::ServerGroup;
+use crate::results::records::{ProfileCapture, TraceFile};
+use crate::results::rundir::RunDir;
+use crate::spec::Point;
+use crate::spec::types::{ArgValue, Engine, Server};
+
+/// Most files looked at in a capture's directory.
+const MAX_LISTED: usize = 1000;
+
+/// The directory on the server's host where group `g`'s traces go: `profile.dir`, else the
+/// run's directory there (this machine's run directory, an SSH host's run directory, a
+/// per-run directory under /tmp on a Slurm node); None for a server servebench did not
+/// start (it writes to its own default) or when no point is profiled.
+pub(crate) fn group_dir(
+    g: &ServerGroup,
+    points: &[&Point],
+    host: &dyn Host,
+    on_slurm: bool,
+    run_dir: &RunDir,
+) -> Option<String> {
+    let spec = points.iter().find_map(|p| p.experiment.profile.as_ref())?;
+    if let Some(d) = &spec.dir {
+        return Some(d.clone());
+    }
+    if g.server.url.is_some() {
+        return None;
+    }
+    if let Some(d) = host.run_dir_on_host() {
+        return Some(format!("{}/profiles/{}", d.trim_end_matches('/'), g.id));
+    }
+    if on_slurm {
+        let run = run_dir
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return Some(format!("/tmp/servebench-profiles/{run}/{}", g.id));
+    }
+    let dir = run_dir.path.join("profiles").join(&g.id);
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    Some(dir.to_string_lossy().into_owned())
+}
+
+/// The server as launched for a profiled group: vLLM serves `/start_profile` only when
+/// started with a profiler configured, so it gets `--profiler-config` naming the group's
+/// directory, unless the spec gives its own.
+pub(crate) fn with_profiler<'s>(
+    server: &'s Server,
+    points: &[&Point],
+    dir: Option<&str>,
+) -> Cow<'s, Server> {
+    let spec = points.iter().find_map(|p| p.experiment.profile.as_ref());
+    let vllm = server.engine == Engine::Vllm;
+    let given = server.args.contains_key("profiler-config")
+        || server
+            .engine_args
+            .get(&Engine::Vllm)
+            .is_some_and(|a| a.contains_key("profiler-config"));
+    match (dir, spec) {
+        (Some(d), Some(spec)) if vllm && !given && server.url.is_none() => {
+            let mut s = server.clone();
+            let config = serde_json::json!({
+                "profiler": "torch",
+                "torch_profiler_dir": d,
+                "torch_profiler_with_stack": spec.with_stack,
+                "torch_profiler_record_shapes": spec.record_shapes,
+            });
+            s.args
+                .insert("profiler-config".into(), ArgValue::Str(config.to_string()));
+            Cow::Owned(s)
+        }
+        _ => Cow::Borrowed(server),
+    }
+}
+
+/// The files in `dir` on the host before a capture (vLLM names its traces by worker and
+/// time: what is new after the capture is the capture's).
+pub(crate) async fn before(host: &dyn Host, dir: Option<&str>) -> Vec<String> {
+    match dir {
+        Some(d) => host
+            .list_files(d, MAX_LISTED)
+            .await
+            .map(|l| l.into_iter().map(|(n, _)| n).collect())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// Finds the capture's trace files on the host and brings them into the run directory
+/// (`profiles/<group>/<name>`): in place when the host is this machine and the directory is
+/// the run's, else copied, each at most what is left of `max_bytes`.
+pub(crate) async fn collect(
+    capture: &mut ProfileCapture,
+    host: &dyn Host,
+    run_dir: &RunDir,
+    group: &str,
+    before: &[String],
+    max_bytes: u64,
+) {
+    let Some(dir) = capture.dir.clone() else {
+        return;
+    };
+    if capture.started_at.is_none() {
+        return;
+    }
+    let listed = match host.list_files(&dir, MAX_LISTED).await {
+        Ok(l) => l,
+        Err(why) => {
+            capture
+                .error
+                .get_or_insert(format!("could not list {dir} on the server's host: {why}"));
+            return;
+        }
+    };
+    let mine: Vec<(String, u64)> = listed
+        .into_iter()
+        .filter(|(name, _)| match &capture.profile_id {
+            // SGLang names every file of a capture by its profile id.
+            Some(id) => name.starts_with(id.as_str()) || name.contains(&format!("-{id}")),
+            None => !before.contains(name),
+        })
+        .collect();
+    let local_dir = run_dir.path.join("profiles").join(group);
+    let in_place = same_dir(Path::new(&dir), &local_dir);
+    let mut left = max_bytes;
+    for (name, bytes) in mine {
+        let rel = format!("profiles/{group}/{name}");
+        let mut file = TraceFile {
+            name: name.clone(),
+            bytes,
+            ..TraceFile::default()
+        };
+        if in_place {
+            file.path = Some(rel);
+        } else if bytes > left {
+            file.left = Some(format!(
+                "{bytes} bytes, over what `profile.max_mib` leaves ({left}): on the host at {dir}/{name}"
+            ));
+        } else {
+            let source = format!("{}/{name}", dir.trim_end_matches('/'));
+            match host.read_small_file(&source, left).await {
+                Ok(data) => {
+                    let written = std::fs::create_dir_all(&local_dir)
+                        .and_then(|()| std::fs::write(local_dir.join(&name), &data));
+                    match written {
+                        Ok(()) => {
+                            left -= data.len() as u64;
+                            file.path = Some(rel);
+                        }
+                        Err(e) => file.left = Some(format!("could not be written here: {e}")),
+                    }
+                }
+                Err(why) => file.left = Some(format!("could not be read on the host: {why}")),
+            }
+        }
+        capture.files.push(file);
+    }
+}
+
+/// Whether two paths name one directory (the run directory's own profiles folder).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
+    }
+}

@@ -1,0 +1,257 @@
+//! The engine's profiler around chosen points (issue 22 item 4): the simulator serves
+//! SGLang's `/start_profile` (a `ProfileReq` body) and `/stop_profile`, and vLLM's pair when
+//! launched with `--profiler-config`, and writes a small trace of the forward steps it ran;
+//! servebench starts it with the measured window, stops it after, and brings the trace into
+//! the run directory (here, over SSH, from the host's run directory).
+
+use std::path::Path;
+
+use crate::common::*;
+use crate::faulty::flag_kinds;
+
+fn spec(ws: &Workspace, name: &str, server: &str, extra: &str) -> std::path::PathBuf {
+    spec_on(ws, name, server, "sglang-generate", extra)
+}
+
+fn spec_on(ws: &Workspace, name: &str, server: &str, api: &str, extra: &str) -> std::path::PathBuf {
+    ws.write(
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\nserver:\n{server}\nworkload:\n  api: {api}\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 16\nrequests: 4\n{extra}\n"
+        ),
+    )
+}
+
+const SIM: &str = "  engine: sim\n  model: test-model\n  args: { profile: fast, context-length: 8192 }\n  ready_timeout: 30s";
+
+/// The trace files a point's capture names, read from the run directory.
+fn traces(dir: &Path, point: &serde_json::Value) -> Vec<serde_json::Value> {
+    point["profile"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let rel = f["path"]
+                .as_str()
+                .unwrap_or_else(|| panic!("not copied: {f}"));
+            read_json(&dir.join(rel))
+        })
+        .collect()
+}
+
+/// Only the point named is profiled; its capture covers the measured window, and the trace
+/// the simulator wrote (one event, the forward steps it ran while capturing) is in the run
+/// directory under `profiles/<group>/`, named by SGLang's profile id.
+#[test]
+fn a_chosen_point_is_profiled_over_its_measured_window_and_its_trace_kept() {
+    let ws = Workspace::new();
+    let spec = spec(
+        &ws,
+        "prof",
+        SIM,
+        "sweep:\n  concurrency: [1, 2]\nprofile: { points: [p002], activities: [CPU] }",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert!(points[0]["profile"].is_null(), "{}", points[0]);
+    assert!(!flag_kinds(&points[0]).contains(&"profiled".to_string()));
+    let p = &points[1];
+    let c = &p["profile"];
+    assert_eq!(c["engine"], "sglang", "{c}");
+    assert!(c["error"].is_null(), "{c}");
+    let (start, stop) = (
+        c["started_at"].as_f64().unwrap(),
+        c["stopped_at"].as_f64().unwrap(),
+    );
+    // The window: every measured request was sent after the start answered... or beside it
+    // (the start goes beside the first request); all ended before the stop.
+    let requests: Vec<_> = read_jsonl(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|r| r["point"] == "p002" && r["role"] == "measure")
+        .collect();
+    assert_eq!(requests.len(), 4);
+    let last_end = requests
+        .iter()
+        .map(|r| r["sent_at"].as_f64().unwrap() + r["e2e_s"].as_f64().unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    assert!(
+        stop >= last_end - 1e-3,
+        "stop {stop} before the last end {last_end}"
+    );
+    assert!(start <= stop);
+    let files = c["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{c}");
+    let id = c["profile_id"].as_str().unwrap();
+    assert_eq!(files[0]["name"], format!("{id}-TP-0.trace.json"));
+    assert!(
+        files[0]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with("profiles/g1/")
+    );
+    let trace = &traces(&dir, p)[0];
+    let steps = trace["traceEvents"][0]["args"]["forward_steps"]
+        .as_u64()
+        .unwrap();
+    // Four requests of 16 tokens, two at a time: at least 8 decode steps ran in the window.
+    assert!(steps >= 8, "{steps} forward steps");
+    assert_eq!(
+        trace["traceEvents"][0]["args"]["activities"],
+        serde_json::json!(["CPU"])
+    );
+    let kinds = flag_kinds(p);
+    assert!(kinds.contains(&"profiled".to_string()), "{kinds:?}");
+    assert!(!kinds.contains(&"profile-failed".to_string()), "{kinds:?}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains(files[0]["path"].as_str().unwrap()),
+        "the report names the trace"
+    );
+}
+
+/// `steps:` is SGLang's `num_steps`: the profiler stops itself, SGLang's target being the
+/// forward count at the start plus `num_steps` plus one (scheduler_profiler_mixin), and
+/// refuses servebench's stop with a 500, which is not a failure.
+#[test]
+fn steps_stop_the_profiler_by_itself() {
+    let ws = Workspace::new();
+    let spec = spec(&ws, "steps", SIM, "profile: { points: all, steps: 3 }");
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    assert!(p["profile"]["error"].is_null(), "{}", p["profile"]);
+    assert_eq!(p["profile"]["steps"], 3);
+    let trace = &traces(&dir, p)[0];
+    assert_eq!(
+        trace["traceEvents"][0]["args"]["forward_steps"], 4,
+        "{trace}"
+    );
+    assert!(!flag_kinds(p).contains(&"profile-failed".to_string()));
+}
+
+/// vLLM serves `/start_profile` only when launched with a profiler configured: servebench
+/// adds `--profiler-config` naming the group's directory, and keeps the trace that appeared.
+#[test]
+fn vllm_gets_its_profiler_config_at_launch() {
+    let ws = Workspace::new();
+    let server = "  engine: vllm\n  simulate: true\n  model: test-model\n  args: { profile: fast, max-model-len: 8192 }\n  ready_timeout: 30s";
+    let spec = spec_on(
+        &ws,
+        "vllm-prof",
+        server,
+        "openai-completions",
+        "profile: { points: all }",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let command = meta["servers"][0]["command"].to_string();
+    assert!(command.contains("--profiler-config"), "{command}");
+    let p = &points[0];
+    assert_eq!(p["profile"]["engine"], "vllm");
+    assert!(p["profile"]["error"].is_null(), "{}", p["profile"]);
+    let files = p["profile"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    assert!(
+        files[0]["name"]
+            .as_str()
+            .unwrap()
+            .ends_with(".pt.trace.json")
+    );
+    assert!(
+        traces(&dir, p)[0]["traceEvents"][0]["args"]["forward_steps"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+}
+
+/// An engine without a profiler endpoint: the point is measured, and says it was not
+/// profiled and why; nothing claims a trace.
+#[test]
+fn an_engine_without_a_profiler_says_so() {
+    let ws = Workspace::new();
+    let server = "  engine: llama.cpp\n  simulate: true\n  model: test-model.gguf\n  args: { profile: fast }\n  ready_timeout: 30s";
+    let spec = spec_on(
+        &ws,
+        "llama-prof",
+        server,
+        "openai-completions",
+        "profile: { points: all }",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    assert_eq!(p["ok"], 4);
+    assert!(
+        p["profile"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no profiler endpoint"),
+        "{}",
+        p["profile"]
+    );
+    let kinds = flag_kinds(p);
+    assert!(kinds.contains(&"profile-failed".to_string()), "{kinds:?}");
+    assert!(!kinds.contains(&"profiled".to_string()), "{kinds:?}");
+    assert!(!dir.join("profiles").exists());
+}
+
+/// Over SSH the server writes into the host's run directory; the trace is copied back into
+/// this run directory, byte for byte; a directory the server cannot write fails the capture,
+/// not the point.
+#[test]
+fn over_ssh_the_trace_is_copied_back_within_its_budget() {
+    let Some(sshd) = crate::sshd::Sshd::start() else {
+        return;
+    };
+    let ws = Workspace::new();
+    let host = format!(
+        "host:\n  ssh: 127.0.0.1\n  port: {port}\n  identity: {key}\n  known_hosts: {kh}\n  remote_dir: {home}/sb\n",
+        port = sshd.port,
+        key = sshd.client_key.display(),
+        kh = sshd.known_hosts.display(),
+        home = sshd.home.display(),
+    );
+    let server = format!(
+        "  engine: sglang\n  launcher: [{bin}, sim]\n  model: test-model\n  args: {{ profile: fast, context-length: 8192 }}\n  ready_timeout: 30s",
+        bin = env!("CARGO_BIN_EXE_servebench"),
+    );
+    let spec_at = |name: &str, profile: &str| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\n{host}server:\n{server}\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 16\nrequests: 4\n{profile}\n"
+            ),
+        )
+    };
+    let (dir, points) = ws.run_ok(&spec_at("ssh-prof", "profile: { points: all }"));
+    let p = &points[0];
+    assert!(p["profile"]["error"].is_null(), "{}", p["profile"]);
+    let remote = p["profile"]["dir"].as_str().unwrap();
+    assert!(
+        remote.starts_with(&format!("{}/sb", sshd.home.display())),
+        "{remote}"
+    );
+    let files = p["profile"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    let name = files[0]["name"].as_str().unwrap();
+    let copied = std::fs::read(dir.join(files[0]["path"].as_str().unwrap())).unwrap();
+    let original = std::fs::read(Path::new(remote).join(name)).unwrap();
+    assert_eq!(copied, original);
+    assert_eq!(files[0]["bytes"], original.len() as u64);
+
+    // A directory the server cannot create (under a file, so not even as root): its stop
+    // fails, and the point says the capture failed while its numbers stand.
+    let (_, points) = ws.run_ok(&spec_at(
+        "ssh-prof-unwritable",
+        "profile: { points: all, dir: /dev/null/servebench-traces }",
+    ));
+    let p = &points[0];
+    assert_eq!(p["ok"], 4);
+    assert!(flag_kinds(p).contains(&"profile-failed".to_string()), "{p}");
+    assert!(
+        p["profile"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("/stop_profile failed: 500"),
+        "{}",
+        p["profile"]
+    );
+}
