@@ -277,6 +277,45 @@ fn attached_streaming_on_all_three_apis_counts_the_servers_tokens() {
     });
 }
 
+/// The real profiler: SGLang 0.5.23 takes servebench's `ProfileReq` body (profile id,
+/// CPU activity, `num_steps`, output dir), stops itself after the steps, refuses the stop
+/// that follows with its 500 (not a failure), and leaves a torch trace named by the profile
+/// id; servebench copies it into the run directory, a real gzip of Chrome trace JSON.
+#[test]
+fn attached_profiler_capture_leaves_sglangs_own_trace() {
+    with_sglang(|tier, s| {
+        let ws = Workspace::new();
+        let traces = ws.path().join("traces");
+        let spec = ws.write(
+            "prof.yaml",
+            &format!(
+                "name: prof\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {{ points: all, steps: 3, activities: [CPU], dir: {} }}\n",
+                attached(s, tier),
+                traces.display()
+            ),
+        );
+        let (dir, points) = run_ok(&ws, &spec);
+        let p = &points[0];
+        assert_eq!(p["status"], "ok", "{p}");
+        let c = &p["profile"];
+        assert!(c["error"].is_null(), "{c}");
+        assert!(kinds(p).contains(&"profiled".to_string()), "{p}");
+        assert!(!kinds(p).contains(&"profile-failed".to_string()), "{p}");
+        let files = c["files"].as_array().unwrap();
+        assert_eq!(files.len(), 1, "{c}");
+        let name = files[0]["name"].as_str().unwrap();
+        let id = c["profile_id"].as_str().unwrap();
+        assert_eq!(
+            name,
+            format!("{id}-TP-0.trace.json.gz"),
+            "SGLang's own name"
+        );
+        let bytes = std::fs::read(dir.join(files[0]["path"].as_str().unwrap())).unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b], "a gzip file");
+        assert_eq!(bytes, std::fs::read(traces.join(name)).unwrap());
+    });
+}
+
 /// An open-loop rate sweep and a small capacity search against the real server.
 #[test]
 fn attached_rate_sweep_and_capacity_search_run_on_the_real_server() {
