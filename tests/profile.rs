@@ -86,7 +86,7 @@ fn a_chosen_point_is_profiled_over_its_measured_window_and_its_trace_kept() {
         files[0]["path"]
             .as_str()
             .unwrap()
-            .starts_with("profiles/g1/")
+            .starts_with(&format!("profiles/{}/", "g1"))
     );
     let trace = &traces(&dir, p)[0];
     let steps = trace["traceEvents"][0]["args"]["forward_steps"]

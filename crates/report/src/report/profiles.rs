@@ -20,7 +20,7 @@ pub struct ProfileRow {
     pub steps: Option<u32>,
     /// Where the server wrote, on its host (None: its own default directory).
     pub dir: Option<String>,
-    /// Each trace file: `profiles/g1/p001-r0-TP-0.trace.json (2.1 KB)`, or left on the host
+    /// Each trace file: `profiles/<group>/<file> (2.1 KB)`, or left on the host
     /// with the reason.
     pub files: Vec<String>,
     /// Why the capture failed, when it did.
