@@ -869,6 +869,7 @@ fn run_dir_round_trip() {
         host: None,
         search: None,
         gpu: None,
+        validity: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -1071,6 +1072,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         host: None,
         search: None,
         gpu: None,
+        validity: None,
     }
 }
 

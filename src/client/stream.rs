@@ -384,7 +384,7 @@ pub(crate) fn unix_now() -> f64 {
 
 impl Measured {
     /// Before the request is sent: nothing measured, counts unknown.
-    fn nothing_yet() -> Measured {
+    pub(crate) fn nothing_yet() -> Measured {
         Measured {
             sent_at: 0.0,
             scheduled_at: None,

@@ -25,6 +25,7 @@ pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod server;
 mod server_error;
+mod validity;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -73,6 +73,7 @@
 //! ```
 
 mod api;
+mod canary;
 mod args;
 mod config;
 mod exit;

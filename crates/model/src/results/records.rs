@@ -23,12 +23,20 @@ pub enum RequestRole {
     TwoPointA,
     /// Two-point method: the second request of a pair (`max_tokens` b), same prompt.
     TwoPointB,
+    /// `validity:`: a known-answer canary, sent before the point's first round; not measured.
+    Canary,
+    /// `validity:`: the consistency prompt, alone before the first round or beside its
+    /// measured load; not measured.
+    Consistency,
 }
 
 impl RequestRole {
     /// True for the requests a point's numbers come from.
     pub fn is_measured(self) -> bool {
-        !matches!(self, RequestRole::Prime)
+        !matches!(
+            self,
+            RequestRole::Prime | RequestRole::Canary | RequestRole::Consistency
+        )
     }
 }
 
@@ -559,6 +567,7 @@ impl PointRecord {
             host: None,
             search: None,
             gpu: None,
+            validity: None,
         }
     }
 
@@ -644,6 +653,10 @@ pub struct PointRecord {
     /// sampling, or in runs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<super::gpu::GpuView>,
+    /// What `validity:` found of the server's output at the point (None when it asked for
+    /// nothing, or in runs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validity: Option<super::validity::ValidityView>,
 }
 
 /// Expected against observed cache hits of one shared-prefix group, or one session turn (all

@@ -427,6 +427,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(super::load_model::checks(raw));
     problems.extend(super::search::checks(raw));
     problems.extend(super::telemetry::checks(raw));
+    problems.extend(super::validity::checks(raw));
     problems
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod span;
 pub mod telemetry;
 pub(crate) mod template;
 pub mod types;
+pub mod validity;
 pub mod validate;
 pub(crate) mod workload;
 pub mod yaml;

@@ -145,6 +145,14 @@ pub struct Experiment {
     /// What a GPU-hour costs, for the cost per million input and output tokens of each point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<super::telemetry::CostSpec>,
+    /// Checks of the server's output at each point: known-answer canaries and consistency
+    /// under load (off by default). A point that fails one is flagged `invalid-output`.
+    #[serde(default, skip_serializing_if = "is_default_validity")]
+    pub validity: super::validity::ValiditySpec,
+}
+
+fn is_default_validity(v: &super::validity::ValiditySpec) -> bool {
+    v == &super::validity::ValiditySpec::default()
 }
 
 impl Experiment {

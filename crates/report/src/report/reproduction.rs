@@ -355,6 +355,7 @@ mod tests {
             host: None,
             search: None,
             gpu: None,
+            validity: None,
         }
     }
 
