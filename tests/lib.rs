@@ -40,4 +40,5 @@ mod summary;
 mod telemetry;
 mod trust;
 mod validate;
+mod validity;
 mod workloads;

@@ -61,21 +61,26 @@ fn middle(filler: &str) -> usize {
 }
 
 /// Whether `answer` gives `fact`: some number in it equals the fact, its digits written
-/// together or grouped with commas, spaces or underscores (`48213`, `48,213`); one digit
-/// more or less (`482130`) is another number.
+/// together or in thousands groups (`48213`, `48,213`, `48 213`); one digit more or less
+/// (`482130`) is another number.
 pub(crate) fn answers(answer: &str, fact: &str) -> bool {
     numbers(answer).any(|n| n == fact)
 }
 
-/// The numbers in `text`, digits only: separators between two digits are dropped.
+/// The numbers in `text`, digits only: thousands separators are dropped.
 fn numbers(text: &str) -> impl Iterator<Item = String> + '_ {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut current = String::new();
     for (i, &c) in chars.iter().enumerate() {
+        // A thousands separator: exactly three digits follow it.
+        let group = |k: usize| chars.get(i + k).is_some_and(char::is_ascii_digit);
         let joins = matches!(c, ',' | ' ' | '_')
             && !current.is_empty()
-            && chars.get(i + 1).is_some_and(char::is_ascii_digit);
+            && group(1)
+            && group(2)
+            && group(3)
+            && !group(4);
         if c.is_ascii_digit() {
             current.push(c);
         } else if !joins && !current.is_empty() {

@@ -146,7 +146,7 @@ impl Probe {
         req.ignore_eos = false;
         req.history.clear();
         let m = tokio::select! {
-            m = self.client.stream(&req, self.timeout) => m,
+            m = self.client.stream_text(&req, self.timeout) => m,
             _ = self.interrupt.wait() => return None,
         };
         let rec = m

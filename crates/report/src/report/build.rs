@@ -167,6 +167,7 @@ pub(crate) fn build_model_from(
         timelines: Vec::new(),
         bound: None,
         gpu: None,
+        validity: None,
     };
     model.prefix_cache = points
         .iter()
@@ -200,6 +201,7 @@ pub(crate) fn build_model_from(
     model.bound = super::bound_section::section(meta, points, &labels);
     model.load = super::load::section(points, &labels, &variants);
     model.gpu = super::gpu::section(exp, points, &labels);
+    model.validity = super::validity::section(points, &labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.
         load.charts = super::load_charts::charts(load)

@@ -42,6 +42,7 @@ pub(crate) mod server_view;
 pub(crate) mod speculative;
 pub(crate) mod timeline;
 pub(crate) mod verdict;
+pub mod validity;
 
 use std::path::{Path, PathBuf};
 

@@ -85,6 +85,10 @@ pub struct ReportModel {
     /// per token at each point and at a search's capacity. None without either.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<super::gpu::GpuSection>,
+    /// Output validity (`validity:`): what each point's canaries and consistency check found.
+    /// None without checks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validity: Option<super::validity::ValiditySection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.
