@@ -38,10 +38,7 @@ pub(crate) fn section(
     let mut rows = Vec::new();
     for p in points {
         let Some(v) = &p.validity else { continue };
-        let point = match labels.get(&p.id) {
-            Some(l) => format!("{} ({l})", p.id),
-            None => p.id.clone(),
-        };
+        let point = labels.get(&p.id).cloned().unwrap_or_else(|| p.id.clone());
         let mut answers = Vec::new();
         let canaries = v
             .canaries
