@@ -9,10 +9,9 @@ use crate::common::*;
 
 /// The `fast` profile with `faults` added (empty: a healthy copy).
 fn profile(ws: &Workspace, faults: &str) -> PathBuf {
-    let fast = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"),
-    )
-    .unwrap();
+    let fast =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
+            .unwrap();
     ws.write("profile.yaml", &format!("{fast}\n{faults}\n"))
 }
 
@@ -86,7 +85,10 @@ fn a_healthy_server_passes_canaries_and_consistency_and_they_are_not_measured() 
         let tokens = c["prompt_tokens"].as_u64().unwrap();
         assert!((900..=1100).contains(&tokens), "{c}");
         assert!(
-            c["answer"].as_str().unwrap().starts_with(c["expected"].as_str().unwrap()),
+            c["answer"]
+                .as_str()
+                .unwrap()
+                .starts_with(c["expected"].as_str().unwrap()),
             "{c}"
         );
     }
@@ -98,7 +100,10 @@ fn a_healthy_server_passes_canaries_and_consistency_and_they_are_not_measured() 
     // 3 canaries, 2 solo and 2 loaded consistency requests recorded apart; 8 measured.
     let roles = roles(&dir);
     let count = |role: &str| roles.iter().filter(|(_, r)| r == role).count();
-    assert_eq!((count("canary"), count("consistency"), count("measure")), (3, 4, 8));
+    assert_eq!(
+        (count("canary"), count("consistency"), count("measure")),
+        (3, 4, 8)
+    );
     assert_eq!(p["ok"], 8, "the checks are not in the point's numbers");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Output validity"), "{report}");
@@ -122,18 +127,26 @@ fn garbage_past_a_context_length_fails_the_long_point_only_and_exits_3() {
     let dir = run_dir(&out);
     let points = read_jsonl(&dir.join("points.jsonl"));
     let (short, long) = (&points[0], &points[1]);
-    assert!(verdicts(short).iter().all(|(_, v)| v == "passed"), "{short}");
+    assert!(
+        verdicts(short).iter().all(|(_, v)| v == "passed"),
+        "{short}"
+    );
     assert_eq!(short["status"], "ok");
     assert!(!flag_kinds(short).contains(&"invalid-output".to_string()));
     assert_eq!(
-        verdicts(long).iter().map(|(_, v)| v.as_str()).collect::<Vec<_>>(),
+        verdicts(long)
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>(),
         ["failed", "failed", "failed"],
         "{long}"
     );
-    assert!(long["validity"]["canaries"][0]["answer"]
-        .as_str()
-        .unwrap()
-        .starts_with("!!!!"));
+    assert!(
+        long["validity"]["canaries"][0]["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("!!!!")
+    );
     assert_eq!(long["status"], "degraded");
     let flag = long["flags"]
         .as_array()
@@ -142,13 +155,19 @@ fn garbage_past_a_context_length_fails_the_long_point_only_and_exits_3() {
         .find(|f| f["kind"] == "invalid-output")
         .unwrap_or_else(|| panic!("{long}"));
     assert!(
-        flag["message"].as_str().unwrap().contains("start, middle, end"),
+        flag["message"]
+            .as_str()
+            .unwrap()
+            .contains("start, middle, end"),
         "{flag}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("invalid output"), "{}", show(&out));
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("The output was wrong at p002 (ctx=6000)"), "{report}");
+    assert!(
+        report.contains("The output was wrong at p002 (ctx=6000)"),
+        "{report}"
+    );
     assert!(report.contains("| **invalid** |"), "{report}");
 }
 
@@ -175,7 +194,11 @@ fn garbage_above_a_batch_size_fails_consistency_at_high_concurrency_only() {
     assert_eq!(one["validity"]["consistency"]["verdict"], "passed", "{one}");
     assert_eq!(one["status"], "ok");
     let c = &eight["validity"]["consistency"];
-    assert_eq!((c["verdict"].as_str(), c["differed"].as_u64()), (Some("failed"), Some(1)), "{c}");
+    assert_eq!(
+        (c["verdict"].as_str(), c["differed"].as_u64()),
+        (Some("failed"), Some(1)),
+        "{c}"
+    );
     assert!(c["differing"].as_str().unwrap().contains('!'), "{c}");
     assert!(!c["solo"].as_str().unwrap().contains('!'), "{c}");
     assert!(flag_kinds(eight).contains(&"invalid-output".to_string()));
@@ -229,10 +252,9 @@ fn compare_leaves_an_invalid_point_out_of_its_verdicts() {
     let (a, _) = ws.run_ok(&good_spec);
     let bad = ws.write(
         "bad-profile.yaml",
-        &std::fs::read_to_string(&good).unwrap().replace(
-            "seed: 0",
-            "seed: 0\nfaults: { garbage_past_tokens: 2000 }",
-        ),
+        &std::fs::read_to_string(&good)
+            .unwrap()
+            .replace("seed: 0", "seed: 0\nfaults: { garbage_past_tokens: 2000 }"),
     );
     let bad_spec = ws.write("b.yaml", &sim("cmp", &bad, body));
     let out = ws.run(&bad_spec);
@@ -247,7 +269,13 @@ fn compare_leaves_an_invalid_point_out_of_its_verdicts() {
         .unwrap();
     assert_eq!(cmp.status.code(), Some(0), "{}", show(&cmp));
     let text = String::from_utf8_lossy(&cmp.stdout);
-    assert!(text.contains("(1 not compared: failed or flagged)"), "{text}");
-    assert!(text.contains("**invalid-output**: canary at middle not answered"), "{text}");
+    assert!(
+        text.contains("(1 not compared: failed or flagged)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("**invalid-output**: canary at middle not answered"),
+        "{text}"
+    );
     assert!(text.contains("0 regressions, 0 improvements"), "{text}");
 }

@@ -122,10 +122,17 @@ mod tests {
         let at = |p: &str| p.find("The secret number is 12345. ").unwrap();
         assert_eq!(at(&start), 3);
         assert_eq!(at(&end), 3 + filler.len());
-        assert_eq!(at(&mid), 3 + FILLER.len() * 5, "a sentence boundary at the half");
+        assert_eq!(
+            at(&mid),
+            3 + FILLER.len() * 5,
+            "a sentence boundary at the half"
+        );
         for p in [&start, &mid, &end] {
             assert!(p.starts_with("n: ") && p.ends_with(QUESTION), "{p}");
-            assert_eq!(p.len(), 3 + filler.len() + statement("12345").len() + QUESTION.len());
+            assert_eq!(
+                p.len(),
+                3 + filler.len() + statement("12345").len() + QUESTION.len()
+            );
         }
     }
 

@@ -558,7 +558,9 @@ impl PointRunner {
                 .unwrap_or(length.min(super::validity::CONSISTENCY_PROMPT_TOKENS));
             let target = tokens.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
             match self.filler(client, exp, prompts, target).await {
-                Ok(filler) => checks.solo = Some(super::validity::solo(&probe, &spec, &filler).await?),
+                Ok(filler) => {
+                    checks.solo = Some(super::validity::solo(&probe, &spec, &filler).await?)
+                }
                 Err(why) => checks.unjudged_consistency(why),
             }
         }
@@ -581,10 +583,18 @@ impl PointRunner {
             text: crate::prompt::canary::FILLER.to_string(),
         };
         let calibrate = prompts.calibrates();
-        self.body_text(client, exp, &generator, target, calibrate, true, &prompts.model)
-            .await
-            .map(|b| b.text)
-            .map_err(|(e, _)| format!("no filler text for the check: {e}"))
+        self.body_text(
+            client,
+            exp,
+            &generator,
+            target,
+            calibrate,
+            true,
+            &prompts.model,
+        )
+        .await
+        .map(|b| b.text)
+        .map_err(|(e, _)| format!("no filler text for the check: {e}"))
     }
 
     /// The point's GPU telemetry as `telemetry:` asks, on this machine when it is the

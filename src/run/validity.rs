@@ -445,10 +445,19 @@ mod tests {
     #[test]
     fn answers_under_load_must_equal_the_answer_alone() {
         let s = solo(Ok(" the model"));
-        let ok = judge(&s, &[loaded(" the model", true), loaded(" the model", true)]);
-        assert_eq!((ok.verdict, ok.under_load, ok.differed), (Verdict::Passed, 2, 0));
+        let ok = judge(
+            &s,
+            &[loaded(" the model", true), loaded(" the model", true)],
+        );
+        assert_eq!(
+            (ok.verdict, ok.under_load, ok.differed),
+            (Verdict::Passed, 2, 0)
+        );
         let bad = judge(&s, &[loaded(" the model", true), loaded("!!!!", true)]);
-        assert_eq!((bad.verdict, bad.under_load, bad.differed), (Verdict::Failed, 2, 1));
+        assert_eq!(
+            (bad.verdict, bad.under_load, bad.differed),
+            (Verdict::Failed, 2, 1)
+        );
         assert_eq!(bad.differing.as_deref(), Some("!!!!"));
         let flags = flags(&ValidityView {
             canaries: Vec::new(),
@@ -463,7 +472,10 @@ mod tests {
     fn answers_after_the_load_or_a_nondeterministic_engine_are_not_judged() {
         let after = judge(&solo(Ok("a")), &[loaded("b", false)]);
         assert_eq!((after.verdict, after.under_load), (Verdict::Unjudged, 0));
-        let shaky = judge(&solo(Err("engine not deterministic enough: ...")), &[loaded("b", true)]);
+        let shaky = judge(
+            &solo(Err("engine not deterministic enough: ...")),
+            &[loaded("b", true)],
+        );
         assert_eq!(shaky.verdict, Verdict::Unjudged);
         assert!(shaky.note.starts_with("engine not deterministic enough"));
         let flags = flags(&ValidityView {

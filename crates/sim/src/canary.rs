@@ -80,8 +80,16 @@ mod tests {
         ] {
             assert_eq!(answered(&prompt).as_deref(), Some("48213"), "{prompt}");
         }
-        assert_eq!(answered(&format!("{filler}{fact}")), None, "no question asked");
-        assert_eq!(answered(&format!("{filler}{question}")), None, "no fact given");
+        assert_eq!(
+            answered(&format!("{filler}{fact}")),
+            None,
+            "no question asked"
+        );
+        assert_eq!(
+            answered(&format!("{filler}{question}")),
+            None,
+            "no fact given"
+        );
     }
 
     #[test]

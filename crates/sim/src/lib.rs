@@ -73,8 +73,8 @@
 //! ```
 
 mod api;
-mod canary;
 mod args;
+mod canary;
 mod config;
 mod exit;
 mod flags;

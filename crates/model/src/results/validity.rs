@@ -36,7 +36,10 @@ impl ValidityView {
                 .iter()
                 .filter(|c| c.verdict == Verdict::Passed)
                 .count();
-            let failed: Vec<&str> = self.failed_canaries().map(|c| c.position.as_str()).collect();
+            let failed: Vec<&str> = self
+                .failed_canaries()
+                .map(|c| c.position.as_str())
+                .collect();
             let mut s = format!("canaries {passed}/{} passed", self.canaries.len());
             if !failed.is_empty() {
                 s.push_str(&format!(" (failed at {})", failed.join(", ")));
@@ -67,9 +70,7 @@ impl ValidityView {
 }
 
 /// How a check came out.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
 #[serde(rename_all = "kebab-case")]
 #[strum(serialize_all = "kebab-case")]
 pub enum Verdict {

@@ -18,8 +18,8 @@ pub(crate) mod span;
 pub mod telemetry;
 pub(crate) mod template;
 pub mod types;
-pub mod validity;
 pub mod validate;
+pub mod validity;
 pub(crate) mod workload;
 pub mod yaml;
 

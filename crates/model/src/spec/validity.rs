@@ -202,7 +202,8 @@ mod tests {
 
     #[test]
     fn a_position_named_twice_is_a_problem_at_its_second_mention() {
-        let raw = serde_json::json!({"validity": {"canaries": {"positions": ["start", "end", "start"]}}});
+        let raw =
+            serde_json::json!({"validity": {"canaries": {"positions": ["start", "end", "start"]}}});
         let problems = checks(&raw);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].pointer, "/validity/canaries/positions/2");

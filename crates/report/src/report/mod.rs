@@ -41,8 +41,8 @@ pub mod schema;
 pub(crate) mod server_view;
 pub(crate) mod speculative;
 pub(crate) mod timeline;
-pub(crate) mod verdict;
 pub mod validity;
+pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};
 
