@@ -356,8 +356,13 @@ pub(crate) fn judge(solo: &Solo, loaded: &[Loaded]) -> ConsistencyResult {
         (
             Verdict::Passed,
             format!(
-                "{} answers under load equal the answer alone",
-                result.under_load
+                "{} under load {} the answer alone",
+                crate::text::count_s(result.under_load as usize, "answer"),
+                if result.under_load == 1 {
+                    "equals"
+                } else {
+                    "equal"
+                }
             ),
         )
     };
