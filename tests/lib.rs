@@ -41,4 +41,5 @@ mod summary;
 mod telemetry;
 mod trust;
 mod validate;
+mod validity;
 mod workloads;

@@ -91,6 +91,21 @@ fn shared_prefix_report() {
     );
 }
 
+/// A recorded simulator run with its output faults on (`faults: { garbage_past_tokens: 3000,
+/// garbage_above_batch: 4 }`): canaries fail past 3000 tokens, consistency at concurrency 8.
+#[test]
+fn a_validity_run_has_an_output_validity_section() {
+    let text = rendered("validity");
+    let section = &text[text
+        .find("## Output validity")
+        .expect("an Output validity section")
+        ..text.find("## Charts").expect("charts")];
+    insta::assert_snapshot!("validity_section", section);
+    let model = model_of("validity");
+    let invalid = &model.validity.as_ref().unwrap().invalid;
+    assert_eq!(invalid.len(), 3, "{invalid:?}");
+}
+
 #[test]
 fn a_load_run_has_a_load_section_with_definitions_and_its_slo_verdicts() {
     // A real two-rate sweep on the simulator (fast profile), recorded as it ran.
@@ -870,6 +885,7 @@ fn run_dir_round_trip() {
         search: None,
         gpu: None,
         profile: None,
+        validity: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -1073,6 +1089,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         search: None,
         gpu: None,
         profile: None,
+        validity: None,
     }
 }
 

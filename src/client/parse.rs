@@ -67,9 +67,17 @@ pub(crate) struct StreamParser {
     counted: u64,
     /// Some non-empty chunk carried no server count and was taken as one token.
     assumed: bool,
+    /// Keep the whole text on the native API too (its cumulative shortcut skips it).
+    keep_text: bool,
 }
 
 impl StreamParser {
+    /// The same parser, keeping every event's text when `keep` (see `keep_text`).
+    pub(crate) fn keeping_text(mut self, keep: bool) -> StreamParser {
+        self.keep_text = keep;
+        self
+    }
+
     /// A parser for a response of `api`.
     pub(crate) fn new(api: Api) -> StreamParser {
         StreamParser {
@@ -84,6 +92,7 @@ impl StreamParser {
             server_completion: None,
             counted: 0,
             assumed: false,
+            keep_text: false,
         }
     }
 
@@ -198,6 +207,9 @@ impl StreamParser {
     /// is then not kept (it is for debugging only).
     fn cumulative_native(&mut self, data: &[u8]) -> Option<u32> {
         const KEY: &[u8] = b"\"meta_info\":";
+        if self.keep_text {
+            return None;
+        }
         let data = data.trim_ascii();
         if data.len() < 256 || data.first() != Some(&b'{') || data.last() != Some(&b'}') {
             return None; // very short events are cheap on the full path

@@ -52,7 +52,14 @@ impl Client {
     /// [`Measured::error`] next to the chunks that arrived before them. The call's time is the
     /// request's scheduled time; `timeout` counts from it.
     pub async fn stream(&self, req: &GenerationRequest, timeout: Duration) -> Measured {
-        run(self, req, timeout).await
+        run(self, req, timeout, false).await
+    }
+
+    /// [`stream`](Self::stream), keeping the whole generated text in [`Measured::text`] on
+    /// every API (the native API's hot path skips cumulative text it does not need): for the
+    /// requests whose answer is judged (`validity:`).
+    pub async fn stream_text(&self, req: &GenerationRequest, timeout: Duration) -> Measured {
+        run(self, req, timeout, true).await
     }
 }
 
@@ -65,7 +72,12 @@ pub fn replay_stream<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) ->
     replay(api, reads)
 }
 
-pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Duration) -> Measured {
+pub(super) async fn run(
+    client: &Client,
+    req: &GenerationRequest,
+    timeout: Duration,
+    keep_text: bool,
+) -> Measured {
     let scheduled = Anchor::now();
     let deadline = scheduled.at + timeout;
     let mut m = Measured::nothing_yet();
@@ -143,7 +155,7 @@ pub(super) async fn run(client: &Client, req: &GenerationRequest, timeout: Durat
     }
 
     let mut framer = SseFramer::new();
-    let mut parser = StreamParser::new(req.api);
+    let mut parser = StreamParser::new(req.api).keeping_text(keep_text);
     let mut done = false;
     let mut ended = false;
     let fail = |kind: ErrorKind, message: String, body_head: Option<String>| {
@@ -384,7 +396,7 @@ pub(crate) fn unix_now() -> f64 {
 
 impl Measured {
     /// Before the request is sent: nothing measured, counts unknown.
-    fn nothing_yet() -> Measured {
+    pub(crate) fn nothing_yet() -> Measured {
         Measured {
             sent_at: 0.0,
             scheduled_at: None,

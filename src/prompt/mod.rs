@@ -5,6 +5,7 @@
 //! `prompt_tokens` is within tolerance of the target.
 
 mod calibrate;
+pub(crate) mod canary;
 mod check;
 mod dataset;
 mod dist;

@@ -27,6 +27,7 @@ pub(crate) mod search;
 pub(crate) mod server;
 mod server_error;
 mod traces;
+mod validity;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -124,6 +124,9 @@ fn why_degraded(p: &PointRecord) -> String {
     if p.errors > 0 {
         return format!("{} of {} requests failed", p.errors, p.ok + p.errors);
     }
+    if let Some(f) = p.flags.iter().find(|f| f.kind.voids_output()) {
+        return format!("invalid output: {}", truncate(first_line(&f.message), 160));
+    }
     "did not run to completion".into()
 }
 

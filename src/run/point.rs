@@ -204,6 +204,11 @@ impl PointRunner {
         };
         record.requested_prompt_tokens = prompts.requested();
         record.calibration = prompts.calibration.clone();
+        // Before the first round and its cache reset: outside every measured window.
+        let mut checks = match exp.validity.any() {
+            true => self.validity_before(client, point, &prompts).await,
+            false => None,
+        };
 
         // Every measured record is folded in as it finishes (it is in requests.jsonl already).
         let mut fold = crate::measure::summary::PointFold::new(exp);
@@ -228,6 +233,7 @@ impl PointRunner {
                     &mut scrapes,
                     &mut fold,
                     gpu.as_mut(),
+                    checks.as_mut().filter(|_| round == 0),
                 )
                 .await;
             if stopped {
@@ -279,6 +285,15 @@ impl PointRunner {
         }
         record.prefix_cache = summary.prefix_cache;
         record.profile = self.profiled.take();
+        if let Some(checks) = checks {
+            let view = checks.finish();
+            record.flags.extend(super::validity::flags(&view));
+            // Wrong answers: the numbers are no answer to what the deployment serves.
+            if view.failed() && record.status == Some(crate::results::records::PointStatus::Ok) {
+                record.status = Some(crate::results::records::PointStatus::Degraded);
+            }
+            record.validity = Some(view);
+        }
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {
@@ -350,6 +365,7 @@ impl PointRunner {
         scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
         fold: &mut PointFold,
         gpu: Option<&mut super::gpu_telemetry::PointGpu>,
+        checks: Option<&mut super::validity::Checks>,
     ) -> bool {
         let exp = &point.experiment;
         let policy = exp.cache.policy;
@@ -361,6 +377,10 @@ impl PointRunner {
                 format!("{e}; the point ran without a cache reset"),
             ));
         }
+        // The consistency prompt under load waits for the round's sending to start; a round
+        // that ends before it does (the state dropped) sends none.
+        let (load, under_load) = super::validity::LoadState::channel();
+        let under_load = checks.as_ref().and_then(|c| c.start_under_load(under_load));
         if let Some(sessions) = exp.sessions() {
             let sampler = match gpu.as_ref() {
                 Some(g) => g.start(&point.id, round).await,
@@ -370,15 +390,20 @@ impl PointRunner {
             if let Some(c) = capture.as_mut() {
                 c.start();
             }
+            load.send_replace(super::validity::LoadState::Running);
             let (records, stopped) = self
                 .run_sessions(client, point, round, prompts, sessions, flags)
                 .await;
+            load.send_replace(super::validity::LoadState::Done);
             if let Some(c) = capture {
                 self.profiled = Some(c.stop().await);
             }
             records.iter().for_each(|r| fold.add(r));
             if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
                 gpu.keep(sampler.finish().await);
+            }
+            if let (Some(task), Some(checks)) = (under_load, checks) {
+                checks.end_under_load(task, &mut observed.unmeasured).await;
             }
             return stopped;
         }
@@ -474,6 +499,7 @@ impl PointRunner {
         };
         let done_before = fold.done().requests;
         let mut capture = self.capture(client, exp, &point.id, round);
+        load.send_replace(super::validity::LoadState::Running);
         let stopped = if let Some(schedule) = &schedule {
             let (stopped, seen) = self
                 .send_scheduled(
@@ -516,6 +542,10 @@ impl PointRunner {
             records.iter().for_each(|r| fold.add(r));
             stopped
         };
+        load.send_replace(super::validity::LoadState::Done);
+        if let (Some(task), Some(checks)) = (under_load, checks) {
+            checks.end_under_load(task, &mut observed.unmeasured).await;
+        }
         if let Some(scraper) = scraper {
             let completed = (fold.done().requests - done_before) as usize;
             scrapes.extend(scraper.finish(completed).await);
@@ -542,6 +572,80 @@ impl PointRunner {
                 None
             }
         }
+    }
+
+    /// The validity checks that run before the point's first round: its canaries, and the
+    /// consistency prompt alone. None when an interrupt stopped them.
+    async fn validity_before(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        prompts: &Prompts,
+    ) -> Option<super::validity::Checks> {
+        use crate::prompt::canary;
+        let exp = &point.experiment;
+        let probe = super::validity::Probe {
+            client: client.clone(),
+            template: generation_request(exp, String::new(), &prompts.model),
+            point: point.id.clone(),
+            timeout: exp.request_timeout,
+            sink: self.sink.clone(),
+            interrupt: self.interrupt.clone(),
+        };
+        let length = prompts
+            .requested()
+            .unwrap_or(super::validity::UNSIZED_PROMPT_TOKENS);
+        let mut checks = super::validity::Checks::new(probe.clone());
+        if let Some(spec) = exp.validity.canaries() {
+            let target = length.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
+            let filler = self.filler(client, exp, prompts, target).await;
+            checks.view.canaries =
+                super::validity::canaries(&probe, &spec, filler.as_deref().map_err(|e| e.as_str()))
+                    .await;
+        }
+        if let Some(spec) = exp.validity.consistency() {
+            let tokens = spec
+                .prompt_tokens
+                .unwrap_or(length.min(super::validity::CONSISTENCY_PROMPT_TOKENS));
+            let target = tokens.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
+            match self.filler(client, exp, prompts, target).await {
+                Ok(filler) => {
+                    checks.solo = Some(super::validity::solo(&probe, &spec, &filler).await?)
+                }
+                Err(why) => checks.unjudged_consistency(why),
+            }
+        }
+        if self.interrupt.is_set() {
+            return None;
+        }
+        Some(checks)
+    }
+
+    /// The validity checks' filler text at `target` tokens behind a nonce: calibrated like
+    /// the point's prompt (not when its spec says not to), once per target.
+    async fn filler(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        prompts: &Prompts,
+        target: u64,
+    ) -> Result<String, String> {
+        let generator = TextGenerator::Repeat {
+            text: crate::prompt::canary::FILLER.to_string(),
+        };
+        let calibrate = prompts.calibrates();
+        self.body_text(
+            client,
+            exp,
+            &generator,
+            target,
+            calibrate,
+            true,
+            &prompts.model,
+        )
+        .await
+        .map(|b| b.text)
+        .map_err(|(e, _)| format!("no filler text for the check: {e}"))
     }
 
     /// The point's GPU telemetry as `telemetry:` asks, on this machine when it is the
@@ -900,6 +1004,21 @@ struct Prompts {
 }
 
 impl Prompts {
+    /// Whether generated texts are calibrated: as the point's single generated prompt says,
+    /// else yes.
+    fn calibrates(&self) -> bool {
+        match self.source.entries.as_slice() {
+            [only] => !matches!(
+                only.prompt,
+                PromptSource::Generated {
+                    calibrate: false,
+                    ..
+                }
+            ),
+            _ => true,
+        }
+    }
+
     /// The prompt length every request asks for, when it is one length.
     fn requested(&self) -> Option<u64> {
         match self.source.entries.as_slice() {

@@ -424,6 +424,10 @@ pub(crate) fn point_line(point: &Point, r: &PointRecord) -> String {
     if let Some(v) = mean(Metric::Goodput) {
         s.push_str(&format!(" · goodput {}", shown(Metric::Goodput, v)));
     }
+    if let Some(v) = &r.validity {
+        let word = if v.failed() { "INVALID" } else { "valid" };
+        s.push_str(&format!(" · output {word}: {}", v.summary()));
+    }
     for f in &r.flags {
         s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
     }

@@ -54,6 +54,9 @@ pub(crate) fn verdict(record: &PointRecord) -> (bool, Option<String>) {
             _ if record.has_flag(&crate::catalog::FlagKind::Interrupted) => {
                 "the point was interrupted".to_string()
             }
+            _ if let Some(f) = record.flags.iter().find(|f| f.kind.voids_output()) => {
+                format!("the point's output is invalid: {}", f.message)
+            }
             (Some(cause), _) => format!("the point failed: {cause}"),
             (None, PointStatus::Failed) => "the point failed".to_string(),
             _ => format!(

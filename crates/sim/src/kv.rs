@@ -201,7 +201,7 @@ mod tests {
         assert!(kv.admit(&mut a));
         a.prefilled = 40;
         kv.cache_prefix(&mut a);
-        a.generate(10);
+        a.generate(10, false);
         kv.release(&mut a);
         let mut b = req((0..40).collect(), 10);
         assert!(kv.admit(&mut b));

@@ -74,6 +74,7 @@
 
 mod api;
 mod args;
+mod canary;
 mod config;
 mod exit;
 mod flags;

@@ -71,6 +71,29 @@ pub struct Profile {
     /// Seed for speculative accept-length draws and generated tokens.
     #[serde(default)]
     pub seed: u64,
+    /// Wrong output on purpose, to test output validity checks (none by default).
+    #[serde(default)]
+    pub faults: Faults,
+}
+
+/// Output faults: the simulator answers garbage (`!` tokens, like vLLM #42426 past a context
+/// length) where these say, and right everywhere else.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    /// A prompt longer than this many tokens is answered with garbage only.
+    #[serde(default)]
+    pub garbage_past_tokens: Option<u64>,
+    /// Tokens decoded while more than this many requests run in the batch are garbage.
+    #[serde(default)]
+    pub garbage_above_batch: Option<u64>,
+}
+
+impl Faults {
+    /// Whether a prompt of `tokens` is answered with garbage.
+    pub(crate) fn garbled_prompt(&self, tokens: u64) -> bool {
+        self.garbage_past_tokens.is_some_and(|n| tokens > n)
+    }
 }
 
 /// GPU memory, used to derive the KV pool size like SGLang does.

@@ -55,6 +55,11 @@ pub(crate) struct Req {
     pub preemptions: u32,
     /// `cached` at its first admission, kept across preemptions (what vLLM reports).
     pub first_cached: Option<u64>,
+    /// The tokens a correct model answers a known-answer canary with, generated first
+    /// (`sim::canary`; empty for any other prompt).
+    pub answer: Vec<u32>,
+    /// Every token it generates is garbage (the profile's `faults.garbage_past_tokens`).
+    pub garbled: bool,
 }
 
 impl Req {
@@ -86,6 +91,8 @@ impl Req {
             first_token_at: None,
             preemptions: 0,
             first_cached: None,
+            answer: super::canary::answer(&g.input_ids).unwrap_or_default(),
+            garbled: false,
             input_ids: g.input_ids,
         }
     }
@@ -111,11 +118,20 @@ impl Req {
     }
 
     /// Appends `k` generated tokens (capped at max_new); returns how many were added.
-    pub(crate) fn generate(&mut self, k: u64) -> u64 {
+    /// `garbage`: this step's tokens are garbage (a fault of the profile).
+    pub(crate) fn generate(&mut self, k: u64, garbage: bool) -> u64 {
         let k = k.min(self.max_new - self.output.len() as u64);
         for _ in 0..k {
             let i = self.output.len() as u64;
-            self.output.push(output_token(self.seed, i));
+            let id = if garbage || self.garbled {
+                super::canary::garbage_id()
+            } else {
+                match self.answer.get(i as usize) {
+                    Some(&a) => a,
+                    None => output_token(self.seed, i),
+                }
+            };
+            self.output.push(id);
         }
         k
     }

@@ -541,6 +541,7 @@ impl Scheduler {
         match c {
             Command::Generate(g) => {
                 let mut req = Req::new(g, self.cfg.seed);
+                req.garbled = self.cfg.profile.faults.garbled_prompt(req.prompt_len());
                 req.task = self.next_task;
                 self.next_task += 1;
                 self.waiting.push_back(req);
@@ -827,7 +828,8 @@ impl Scheduler {
             }
             // The prefill forward pass produces the first token (after a preemption, the next
             // one: the recomputation ends with a sampling step too).
-            let generated = req.generate(1);
+            let garbage = self.garbage_batch(self.running.len() + 1);
+            let generated = req.generate(1, garbage);
             if req.opts.log_metrics {
                 first_tokens += generated;
             }
@@ -856,11 +858,22 @@ impl Scheduler {
         self.flush_trace();
     }
 
+    /// Whether tokens decoded in a batch of `running` requests are garbage (the profile's
+    /// `faults.garbage_above_batch`).
+    fn garbage_batch(&self, running: usize) -> bool {
+        self.cfg
+            .profile
+            .faults
+            .garbage_above_batch
+            .is_some_and(|b| running as u64 > b)
+    }
+
     fn decode_step(&mut self, at: Instant) {
         self.decode_steps += 1;
         let spec = self.cfg.speculative.clone();
         let mut produced = 0;
         let mut running = std::mem::take(&mut self.running);
+        let garbage = self.garbage_batch(running.len());
         let mut itl = Vec::with_capacity(running.len());
         for req in running.iter_mut() {
             let k = match &spec {
@@ -884,7 +897,7 @@ impl Scheduler {
                 }
                 None => 1,
             };
-            let k = req.generate(k);
+            let k = req.generate(k, garbage);
             produced += k;
             if let Some(prev) = req.last_token_at {
                 let gap = at.duration_since(prev).as_secs_f64() / k.max(1) as f64;

@@ -237,7 +237,7 @@ mod tests {
     fn run(pool: &mut SlotPool, r: &mut Req) {
         assert!(pool.admit(r));
         r.prefilled = r.input_ids.len() as u64;
-        r.generate(r.max_new);
+        r.generate(r.max_new, false);
         pool.release(r);
     }
 

@@ -97,10 +97,16 @@ pub(crate) fn output_token(seed: u64, i: u64) -> u32 {
     piece_id(w)
 }
 
-/// Text of a generated token id; ids not produced by [`output_token`] decode to a placeholder.
+/// Pieces generated besides the words: a canary's digits and a fault's garbage
+/// (`sim::canary`).
+const OUTPUT_EXTRA: &[&str] = &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "!"];
+
+/// Text of a generated token id; ids not produced by [`output_token`] (nor a canary's
+/// answer or a fault) decode to a placeholder.
 pub(crate) fn decode_token(id: u32) -> &'static str {
     OUTPUT_WORDS
         .iter()
+        .chain(OUTPUT_EXTRA)
         .find(|w| piece_id(w) == id)
         .copied()
         .unwrap_or(" <unk>")

@@ -106,6 +106,16 @@ pub enum FlagKind {
     /// The point was to be profiled and was not (or its traces could not be kept): the
     /// numbers are not in doubt, the capture is (informational).
     ProfileFailed,
+    /// `validity:` found the server's output wrong at this point: a known-answer canary was
+    /// not answered, or the same greedy prompt answered under the point's load differed from
+    /// its answer alone. The numbers measure a server that answers wrongly, so the point is
+    /// degraded and kept out of capacity answers, Pareto frontiers and `compare` verdicts.
+    InvalidOutput,
+    /// `validity:` could not judge part of the point's output: the engine's greedy answers
+    /// differed between two solo runs (not deterministic enough to compare under load), or a
+    /// check's request failed or ran after the load ended (informational: nothing was found
+    /// wrong).
+    ValidityUnjudged,
     /// A kind this version does not know.
     Other(String),
 }
@@ -223,6 +233,13 @@ const CATALOGUE: &[Entry] = &[
         informational: true,
         cell: "ok_err",
     },
+    entry(FlagKind::InvalidOutput, "invalid-output", "ok_err"),
+    Entry {
+        kind: FlagKind::ValidityUnjudged,
+        name: "validity-unjudged",
+        informational: true,
+        cell: "ok_err",
+    },
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -264,6 +281,14 @@ impl FlagKind {
     /// True when the flag describes the numbers rather than doubting them.
     pub fn is_informational(&self) -> bool {
         self.entry().is_some_and(|e| e.informational)
+    }
+
+    /// True when the flag says the server's output was wrong at the point: its numbers are
+    /// no answer to what the deployment serves, so Pareto frontiers leave the point out
+    /// (its degraded status keeps it out of capacity answers, and, like every flag that is
+    /// not informational, out of `compare` verdicts).
+    pub fn voids_output(&self) -> bool {
+        matches!(self, FlagKind::InvalidOutput)
     }
 
     /// The report cell the flag's marker sits in (`cached`, `prompt_tok`, `decode`, `itl`,
@@ -341,7 +366,9 @@ mod tests {
                 "slo-unjudged",
                 "spec-low-acceptance",
                 "client-read-late",
-                "gpu-memory-tight"
+                "gpu-memory-tight",
+                "profile-failed",
+                "validity-unjudged"
             ]
         );
         assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");

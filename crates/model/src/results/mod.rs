@@ -5,5 +5,6 @@ pub mod records;
 pub mod rundir;
 pub mod search;
 pub mod server_view;
+pub mod validity;
 
 pub use rundir::{RunDir, RunDirError};

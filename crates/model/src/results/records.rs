@@ -23,12 +23,20 @@ pub enum RequestRole {
     TwoPointA,
     /// Two-point method: the second request of a pair (`max_tokens` b), same prompt.
     TwoPointB,
+    /// `validity:`: a known-answer canary, sent before the point's first round; not measured.
+    Canary,
+    /// `validity:`: the consistency prompt, alone before the first round or beside its
+    /// measured load; not measured.
+    Consistency,
 }
 
 impl RequestRole {
     /// True for the requests a point's numbers come from.
     pub fn is_measured(self) -> bool {
-        !matches!(self, RequestRole::Prime)
+        !matches!(
+            self,
+            RequestRole::Prime | RequestRole::Canary | RequestRole::Consistency
+        )
     }
 }
 
@@ -560,6 +568,7 @@ impl PointRecord {
             search: None,
             gpu: None,
             profile: None,
+            validity: None,
         }
     }
 
@@ -648,6 +657,10 @@ pub struct PointRecord {
     /// The engine's profiler over the point's measured window (`profile:`), and its traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileCapture>,
+    /// What `validity:` found of the server's output at the point (None when it asked for
+    /// nothing, or in runs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validity: Option<super::validity::ValidityView>,
 }
 
 /// One capture of the engine's profiler (`profile:`) around a point's measured window.

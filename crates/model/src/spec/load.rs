@@ -428,6 +428,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(super::search::checks(raw));
     problems.extend(super::telemetry::checks(raw));
     problems.extend(super::profile::checks(raw));
+    problems.extend(super::validity::checks(raw));
     problems
 }
 

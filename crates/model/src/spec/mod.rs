@@ -20,6 +20,7 @@ pub mod telemetry;
 pub(crate) mod template;
 pub mod types;
 pub mod validate;
+pub mod validity;
 pub(crate) mod workload;
 pub mod yaml;
 

@@ -149,6 +149,14 @@ pub struct Experiment {
     /// traces copied back into the run directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<super::profile::ProfileSpec>,
+    /// Checks of the server's output at each point: known-answer canaries and consistency
+    /// under load (off by default). A point that fails one is flagged `invalid-output`.
+    #[serde(default, skip_serializing_if = "is_default_validity")]
+    pub validity: super::validity::ValiditySpec,
+}
+
+fn is_default_validity(v: &super::validity::ValiditySpec) -> bool {
+    v == &super::validity::ValiditySpec::default()
 }
 
 impl Experiment {

@@ -168,6 +168,7 @@ pub(crate) fn build_model_from(
         bound: None,
         gpu: None,
         profiles: Vec::new(),
+        validity: None,
     };
     model.prefix_cache = points
         .iter()
@@ -202,6 +203,7 @@ pub(crate) fn build_model_from(
     model.load = super::load::section(points, &labels, &variants);
     model.gpu = super::gpu::section(exp, points, &labels);
     model.profiles = super::profiles::rows(points, &labels);
+    model.validity = super::validity::section(points, &labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.
         load.charts = super::load_charts::charts(load)

@@ -71,6 +71,9 @@ pub struct LoadRow {
     pub slo_unjudged: Vec<String>,
     /// Flagged `client-limited`: its latencies describe the client.
     pub client_limited: bool,
+    /// Flagged `invalid-output` (`validity:` found its answers wrong): kept off the Pareto
+    /// frontier.
+    pub invalid_output: bool,
     /// Extra percentiles per metric: `{"ttft_sched_s": {"p99.9": 1.2}}`.
     pub percentiles: IndexMap<String, IndexMap<String, f64>>,
     /// Measured window, seconds; warm-up and cool-down requests recorded.
@@ -139,10 +142,11 @@ pub(crate) fn section(
     Some(section)
 }
 
-/// The Pareto chart's points: every row with both figures (finite), in run order, not yet
-/// marked on or off the frontier.
+/// The Pareto chart's points: every row with both figures (finite) whose output was not
+/// found wrong, in run order, not yet marked on or off the frontier.
 fn pareto_points(rows: &[LoadRow]) -> Vec<ParetoPoint> {
     rows.iter()
+        .filter(|r| !r.invalid_output)
         .filter_map(|r| {
             let (x, y) = (r.output_tok_s?, r.user_tok_s?);
             (x.is_finite() && y.is_finite()).then(|| ParetoPoint {
@@ -205,6 +209,7 @@ fn row(p: &PointRecord, label: String, variant: String) -> Option<LoadRow> {
             .map(|c| c.unjudged_text())
             .collect(),
         client_limited: p.has_flag(&servebench_model::catalog::FlagKind::ClientLimited),
+        invalid_output: p.flags.iter().any(|f| f.kind.voids_output()),
         percentiles: load.percentiles.clone(),
         window_s: load.window_s,
         warmup: load.warmup,

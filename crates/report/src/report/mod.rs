@@ -42,6 +42,7 @@ pub mod schema;
 pub(crate) mod server_view;
 pub(crate) mod speculative;
 pub(crate) mod timeline;
+pub mod validity;
 pub(crate) mod verdict;
 
 use std::path::{Path, PathBuf};

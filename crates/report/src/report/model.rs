@@ -88,6 +88,10 @@ pub struct ReportModel {
     /// The engine's profiler captures (`profile:`): one row per point captured or meant to be.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub profiles: Vec<super::profiles::ProfileRow>,
+    /// Output validity (`validity:`): what each point's canaries and consistency check found.
+    /// None without checks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validity: Option<super::validity::ValiditySection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.

@@ -1,0 +1,498 @@
+//! A point's output validity (`validity:`): the requests that check what the server answers,
+//! and the verdicts.
+//!
+//! Canaries and the consistency prompt alone run before the point's first round (before its
+//! cache reset, so a cold round starts from an empty cache); the consistency prompt under
+//! load runs beside the first round's measured requests. Every one of these requests is
+//! greedy (temperature 0), starts with a nonce of its own (it shares no prefix with a
+//! measured request, so cache verification never sees it) and is recorded in
+//! `requests.jsonl` with role `canary` or `consistency`, which no statistic counts.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::catalog::FlagKind;
+use crate::client::{Client, GenerationRequest, Measured};
+use crate::prompt::canary;
+use crate::results::records::{Flag, RequestRecord, RequestRole};
+use crate::results::validity::{
+    CanaryResult, ConsistencyResult, EXCERPT_BYTES, ValidityView, Verdict,
+};
+use crate::spec::validity::{CanarySpec, ConsistencySpec};
+
+use super::interrupt::Interrupt;
+use super::record_writer::RecordSink;
+
+/// Where the point's measured load stands, as the consistency requests under it see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LoadState {
+    /// The round has not started sending.
+    Pending,
+    /// The round's measured requests are being sent and answered.
+    Running,
+    /// The round's sending has ended.
+    Done,
+}
+
+/// Prompt tokens of the checks for a point whose prompts have no one length (a file, a
+/// dataset, a mix).
+pub(crate) const UNSIZED_PROMPT_TOKENS: u64 = 1024;
+
+/// Most prompt tokens of the consistency prompt unless the spec says (sent three times and
+/// more, alone and under load).
+pub(crate) const CONSISTENCY_PROMPT_TOKENS: u64 = 4096;
+
+impl LoadState {
+    /// The sender a round moves, and the receiver the consistency requests watch.
+    pub(crate) fn channel() -> (watch::Sender<LoadState>, watch::Receiver<LoadState>) {
+        watch::channel(LoadState::Pending)
+    }
+}
+
+/// A point's checks as they run: what the canaries found, the consistency prompt alone,
+/// then its verdict under load.
+pub(crate) struct Checks {
+    probe: Probe,
+    pub view: ValidityView,
+    pub solo: Option<Solo>,
+}
+
+impl Checks {
+    pub(crate) fn new(probe: Probe) -> Checks {
+        Checks {
+            probe,
+            view: ValidityView::default(),
+            solo: None,
+        }
+    }
+
+    /// Consistency could not even start (`why`).
+    pub(crate) fn unjudged_consistency(&mut self, why: String) {
+        self.view.consistency = Some(ConsistencyResult {
+            verdict: Verdict::Unjudged,
+            prompt_tokens: None,
+            under_load: 0,
+            differed: 0,
+            solo: String::new(),
+            differing: None,
+            note: why,
+        });
+    }
+
+    /// Starts the consistency requests under load, when the answer alone is there to
+    /// compare them with.
+    pub(crate) fn start_under_load(
+        &self,
+        state: watch::Receiver<LoadState>,
+    ) -> Option<tokio::task::JoinHandle<Vec<Loaded>>> {
+        let solo = self.solo.as_ref().filter(|s| s.answer.is_ok())?;
+        Some(under_load(self.probe.clone(), solo, state))
+    }
+
+    /// Judges the answers under load once the round has ended; each is counted among the
+    /// round's unmeasured requests (the server's counters include it).
+    pub(crate) async fn end_under_load(
+        &mut self,
+        task: tokio::task::JoinHandle<Vec<Loaded>>,
+        unmeasured: &mut crate::measure::server_view::Finished,
+    ) {
+        let loaded = task.await.unwrap_or_default();
+        for l in &loaded {
+            unmeasured.add(&l.record);
+        }
+        if let Some(solo) = &self.solo {
+            self.view.consistency = Some(judge(solo, &loaded));
+        }
+    }
+
+    /// What was found; a consistency prompt never sent under load is judged on nothing.
+    pub(crate) fn finish(mut self) -> ValidityView {
+        if self.view.consistency.is_none()
+            && let Some(solo) = &self.solo
+        {
+            self.view.consistency = Some(judge(solo, &[]));
+        }
+        self.view
+    }
+}
+
+/// What every check request of a point shares: where it goes and how it is recorded.
+#[derive(Clone)]
+pub(crate) struct Probe {
+    pub client: Client,
+    /// The point's request, its prompt and output length replaced for each check.
+    pub template: GenerationRequest,
+    pub point: String,
+    pub timeout: Duration,
+    pub sink: RecordSink,
+    pub interrupt: Interrupt,
+}
+
+impl Probe {
+    /// Sends `prompt` greedily for up to `max_tokens`, records it with `role`; None when an
+    /// interrupt stopped it.
+    async fn send(
+        &self,
+        prompt: String,
+        max_tokens: u32,
+        role: RequestRole,
+        index: u32,
+    ) -> Option<(Measured, RequestRecord)> {
+        let mut req = self.template.clone();
+        req.prompt = prompt;
+        req.max_tokens = max_tokens;
+        req.temperature = 0.0;
+        req.ignore_eos = false;
+        req.history.clear();
+        let m = tokio::select! {
+            m = self.client.stream_text(&req, self.timeout) => m,
+            _ = self.interrupt.wait() => return None,
+        };
+        let rec = m
+            .clone()
+            .into_record(&self.point, 0, index, role, req.api, max_tokens, None);
+        // A record that cannot be written has stopped the run already (the sink says so).
+        let _ = (self.sink)(&rec);
+        Some((m, rec))
+    }
+}
+
+/// The start of an answer, redacted and bounded, for the record.
+pub(crate) fn excerpt(text: &str) -> String {
+    let redacted = crate::redact::text(text);
+    crate::text::truncate(&redacted, EXCERPT_BYTES)
+}
+
+/// Sends one canary per position of `spec`, each with the fact in `filler` (None: the
+/// filler could not be made, `why`), and judges each answer.
+pub(crate) async fn canaries(
+    probe: &Probe,
+    spec: &CanarySpec,
+    filler: Result<&str, &str>,
+) -> Vec<CanaryResult> {
+    let mut out = Vec::new();
+    for (i, &position) in spec.positions.iter().enumerate() {
+        let fact = canary::fact();
+        let mut result = CanaryResult {
+            position: position.to_string(),
+            expected: fact.clone(),
+            prompt_tokens: None,
+            verdict: Verdict::Unjudged,
+            answer: String::new(),
+            note: None,
+        };
+        let filler = match filler {
+            Ok(f) => f,
+            Err(why) => {
+                result.note = Some(why.to_string());
+                out.push(result);
+                continue;
+            }
+        };
+        let prompt = canary::prompt(&crate::prompt::nonce(), filler, &fact, position);
+        let sent = probe
+            .send(prompt, spec.max_tokens, RequestRole::Canary, i as u32)
+            .await;
+        let Some((m, _)) = sent else {
+            result.note = Some("interrupted".into());
+            out.push(result);
+            break;
+        };
+        result.prompt_tokens = m.prompt_tokens;
+        result.answer = excerpt(&m.text);
+        match &m.error {
+            Some(e) => result.note = Some(format!("the request failed: {}", e.message)),
+            None if canary::answers(&m.text, &fact) => result.verdict = Verdict::Passed,
+            None => result.verdict = Verdict::Failed,
+        }
+        out.push(result);
+    }
+    out
+}
+
+/// The consistency prompt and its answers alone.
+pub(crate) struct Solo {
+    pub prompt: String,
+    pub spec: ConsistencySpec,
+    pub prompt_tokens: Option<u64>,
+    /// The answer alone, when both solo runs agreed on it; else why it is not judged.
+    pub answer: Result<String, String>,
+}
+
+/// Sends the consistency prompt (made of `filler`) alone twice; an engine whose two greedy
+/// answers differ is not deterministic enough to be judged under load.
+pub(crate) async fn solo(probe: &Probe, spec: &ConsistencySpec, filler: &str) -> Option<Solo> {
+    let prompt = canary::continuation(&crate::prompt::nonce(), filler);
+    let mut answers = Vec::new();
+    let mut prompt_tokens = None;
+    for i in 0..2 {
+        let (m, _) = probe
+            .send(prompt.clone(), spec.max_tokens, RequestRole::Consistency, i)
+            .await?;
+        prompt_tokens = prompt_tokens.or(m.prompt_tokens);
+        if let Some(e) = &m.error {
+            return Some(Solo {
+                prompt,
+                spec: spec.clone(),
+                prompt_tokens,
+                answer: Err(format!("the prompt alone failed: {}", e.message)),
+            });
+        }
+        answers.push(m.text);
+    }
+    let answer = if answers[0] == answers[1] {
+        Ok(answers.swap_remove(0))
+    } else {
+        Err(format!(
+            "engine not deterministic enough: the same greedy prompt alone was answered \
+             \"{}\" and then \"{}\"; consistency not judged",
+            excerpt(&answers[0]),
+            excerpt(&answers[1])
+        ))
+    };
+    Some(Solo {
+        prompt,
+        spec: spec.clone(),
+        prompt_tokens,
+        answer,
+    })
+}
+
+/// One answer under load, and whether the load still ran when it ended.
+pub(crate) struct Loaded {
+    pub measured: Measured,
+    pub record: RequestRecord,
+    pub under_load: bool,
+}
+
+/// Sends the consistency prompt `solo.spec.requests` times, all at once as soon as `state`
+/// says the round's load runs; each answer notes whether the load still ran when it ended.
+/// Nothing is sent when the load ends before it starts.
+pub(crate) fn under_load(
+    probe: Probe,
+    solo: &Solo,
+    mut state: watch::Receiver<LoadState>,
+) -> tokio::task::JoinHandle<Vec<Loaded>> {
+    let (prompt, spec) = (solo.prompt.clone(), solo.spec.clone());
+    tokio::spawn(async move {
+        if state
+            .wait_for(|s| *s != LoadState::Pending)
+            .await
+            .map_or(true, |s| *s == LoadState::Done)
+        {
+            return Vec::new();
+        }
+        let sends = (0..spec.requests).map(|i| {
+            let (probe, prompt, state) = (probe.clone(), prompt.clone(), state.clone());
+            async move {
+                let (measured, record) = probe
+                    .send(prompt, spec.max_tokens, RequestRole::Consistency, 2 + i)
+                    .await?;
+                let under_load = *state.borrow() == LoadState::Running;
+                Some(Loaded {
+                    measured,
+                    record,
+                    under_load,
+                })
+            }
+        });
+        futures_util::future::join_all(sends)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    })
+}
+
+/// The consistency verdict from the answer alone and the answers under load.
+pub(crate) fn judge(solo: &Solo, loaded: &[Loaded]) -> ConsistencyResult {
+    let mut result = ConsistencyResult {
+        verdict: Verdict::Unjudged,
+        prompt_tokens: solo.prompt_tokens,
+        under_load: 0,
+        differed: 0,
+        solo: String::new(),
+        differing: None,
+        note: String::new(),
+    };
+    let alone = match &solo.answer {
+        Ok(a) => a,
+        Err(why) => {
+            result.note = why.clone();
+            return result;
+        }
+    };
+    result.solo = excerpt(alone);
+    let compared: Vec<&Loaded> = loaded
+        .iter()
+        .filter(|l| l.under_load && l.measured.error.is_none())
+        .collect();
+    result.under_load = compared.len() as u32;
+    let differing: Vec<&&Loaded> = compared
+        .iter()
+        .filter(|l| &l.measured.text != alone)
+        .collect();
+    result.differed = differing.len() as u32;
+    result.differing = differing.first().map(|l| excerpt(&l.measured.text));
+    let asked = solo.spec.requests;
+    (result.verdict, result.note) = if compared.is_empty() {
+        (
+            Verdict::Unjudged,
+            format!(
+                "none of the {asked} answers under load finished while the point's load ran \
+                 (or each failed); consistency not judged"
+            ),
+        )
+    } else if result.differed > 0 {
+        (
+            Verdict::Failed,
+            format!(
+                "{} of {} answers under load differed from the answer alone",
+                result.differed, result.under_load
+            ),
+        )
+    } else {
+        (
+            Verdict::Passed,
+            format!(
+                "{} under load {} the answer alone",
+                crate::text::count_s(result.under_load as usize, "answer"),
+                if result.under_load == 1 {
+                    "equals"
+                } else {
+                    "equal"
+                }
+            ),
+        )
+    };
+    result
+}
+
+/// The point's flags from what was found: `invalid-output` for a wrong answer,
+/// `validity-unjudged` for a check that could not be judged.
+pub(crate) fn flags(view: &ValidityView) -> Vec<Flag> {
+    let mut flags = Vec::new();
+    let failed: Vec<&CanaryResult> = view.failed_canaries().collect();
+    if !failed.is_empty() {
+        let positions: Vec<&str> = failed.iter().map(|c| c.position.as_str()).collect();
+        flags.push(Flag::new(
+            FlagKind::InvalidOutput,
+            format!(
+                "canary at {} not answered: asked for the secret number {}, the server answered \"{}\"",
+                positions.join(", "),
+                failed[0].expected,
+                failed[0].answer
+            ),
+        ));
+    }
+    let unjudged: Vec<String> = view
+        .canaries
+        .iter()
+        .filter(|c| c.verdict == Verdict::Unjudged)
+        .map(|c| {
+            format!(
+                "canary at {}: {}",
+                c.position,
+                c.note.as_deref().unwrap_or("not judged")
+            )
+        })
+        .collect();
+    if let Some(c) = &view.consistency {
+        match c.verdict {
+            Verdict::Failed => flags.push(Flag::new(
+                FlagKind::InvalidOutput,
+                format!(
+                    "inconsistent under load: {}; alone \"{}\", under load \"{}\"",
+                    c.note,
+                    c.solo,
+                    c.differing.as_deref().unwrap_or("")
+                ),
+            )),
+            Verdict::Unjudged => flags.push(Flag::new(FlagKind::ValidityUnjudged, c.note.clone())),
+            Verdict::Passed => {}
+        }
+    }
+    if !unjudged.is_empty() {
+        flags.push(Flag::new(FlagKind::ValidityUnjudged, unjudged.join("; ")));
+    }
+    flags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(text: &str) -> Measured {
+        Measured {
+            text: text.into(),
+            ..Measured::nothing_yet()
+        }
+    }
+
+    fn loaded(text: &str, under_load: bool) -> Loaded {
+        Loaded {
+            measured: measured(text),
+            record: RequestRecord::fixture(),
+            under_load,
+        }
+    }
+
+    fn solo(answer: Result<&str, &str>) -> Solo {
+        Solo {
+            prompt: "p".into(),
+            spec: ConsistencySpec::default(),
+            prompt_tokens: Some(100),
+            answer: answer.map(str::to_string).map_err(str::to_string),
+        }
+    }
+
+    #[test]
+    fn answers_under_load_must_equal_the_answer_alone() {
+        let s = solo(Ok(" the model"));
+        let ok = judge(
+            &s,
+            &[loaded(" the model", true), loaded(" the model", true)],
+        );
+        assert_eq!(
+            (ok.verdict, ok.under_load, ok.differed),
+            (Verdict::Passed, 2, 0)
+        );
+        let bad = judge(&s, &[loaded(" the model", true), loaded("!!!!", true)]);
+        assert_eq!(
+            (bad.verdict, bad.under_load, bad.differed),
+            (Verdict::Failed, 2, 1)
+        );
+        assert_eq!(bad.differing.as_deref(), Some("!!!!"));
+        let flags = flags(&ValidityView {
+            canaries: Vec::new(),
+            consistency: Some(bad),
+        });
+        assert_eq!(flags.len(), 1);
+        assert_eq!(flags[0].kind, FlagKind::InvalidOutput);
+        assert!(flags[0].message.contains("1 of 2"), "{}", flags[0].message);
+    }
+
+    #[test]
+    fn answers_after_the_load_or_a_nondeterministic_engine_are_not_judged() {
+        let after = judge(&solo(Ok("a")), &[loaded("b", false)]);
+        assert_eq!((after.verdict, after.under_load), (Verdict::Unjudged, 0));
+        let shaky = judge(
+            &solo(Err("engine not deterministic enough: ...")),
+            &[loaded("b", true)],
+        );
+        assert_eq!(shaky.verdict, Verdict::Unjudged);
+        assert!(shaky.note.starts_with("engine not deterministic enough"));
+        let flags = flags(&ValidityView {
+            canaries: Vec::new(),
+            consistency: Some(shaky),
+        });
+        assert_eq!(flags[0].kind, FlagKind::ValidityUnjudged);
+    }
+
+    #[test]
+    fn an_excerpt_is_bounded() {
+        let long = "!".repeat(10_000);
+        assert!(excerpt(&long).len() <= EXCERPT_BYTES + "…".len());
+    }
+}
