@@ -255,3 +255,48 @@ fn over_ssh_the_trace_is_copied_back_within_its_budget() {
         p["profile"]
     );
 }
+
+/// `points: [answer]`: after a capacity search, its answer is measured once more with the
+/// profiler (`p001-answer`), no probe is profiled, and the search's answer is what it was
+/// without the profiler (the extra point is not a probe). The search is the hand-computed
+/// one of `search::a_concurrency_search_finds_the_hand_computed_number_of_clients`.
+#[test]
+fn a_search_answer_is_profiled_after_the_search() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "answer.yaml",
+        "name: answer\n\
+         server:\n  engine: sim\n  model: test-model\n  \
+         args: { profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }\n  \
+         ready_timeout: 30s\n\
+         workload:\n  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8\n\
+         requests: 4\n\
+         slo: { targets: { e2e_p90: 220ms } }\n\
+         search: { over: concurrency, start: 1, max: 64, resolution: 5% }\n\
+         profile: { points: [answer] }\n",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let s = &read_json(&dir.join("search.json"))["searches"][0];
+    assert_eq!(
+        (s["capacity"].as_f64(), s["probes"].as_u64()),
+        (Some(2.0), Some(4)),
+        "{s}"
+    );
+    let (probes, rest): (Vec<_>, Vec<_>) = points.iter().partition(|p| !p["search"].is_null());
+    assert_eq!(probes.len(), 4);
+    assert!(
+        probes.iter().all(|p| p["profile"].is_null()),
+        "no probe is profiled"
+    );
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    let answer = rest[0];
+    assert_eq!(answer["id"], "p001-answer");
+    assert_eq!(answer["values"]["concurrency"], 2);
+    assert!(
+        answer["profile"]["error"].is_null(),
+        "{}",
+        answer["profile"]
+    );
+    assert_eq!(answer["profile"]["files"].as_array().unwrap().len(), 1);
+    assert!(flag_kinds(answer).contains(&"profiled".to_string()));
+}

@@ -222,7 +222,7 @@ pub(super) async fn run_search(
                 cx.progress
                     .line(&format!("{}: {}", seed.id, answer_line(&record)));
                 write_answer(cx.run_dir, record)?;
-                return Ok(None);
+                return profile_answer(seed, &spec, answer.capacity, on).await;
             }
             Next::Probe(v) => v,
         };
@@ -293,6 +293,30 @@ pub(super) async fn run_search(
             return Ok(Some(end));
         }
     }
+}
+
+/// `profile: { points: [answer] }`: the search's answer measured once more with the engine's
+/// profiler (`<seed>-answer`, not a probe: the search is decided already, and a profiled
+/// point's numbers carry the profiler's overhead).
+async fn profile_answer(
+    seed: &Point,
+    spec: &crate::spec::search::SearchSpec,
+    capacity: Option<f64>,
+    on: &mut Launch<'_, '_>,
+) -> Result<Option<One>, RunError> {
+    let wanted = seed.experiment.profile.as_ref().is_some_and(|p| p.answer());
+    let Some(value) = capacity.filter(|_| wanted) else {
+        return Ok(None);
+    };
+    let mut point = probe_point(seed, spec.over, value, 0);
+    point.id = format!("{}{}", seed.id, crate::spec::profile::ANSWER_SUFFIX);
+    on.cx.progress.line(&format!(
+        "{}: the answer, {}={}, once more with the profiler",
+        seed.id,
+        spec.over,
+        crate::text::sig3(value)
+    ));
+    on.measure_one(&point, &mut |_| {}).await
 }
 
 /// The highest passing value and the lowest failing one above it, of the probes so far.

@@ -15,7 +15,9 @@ use super::validate::{Problem, Target};
 #[serde(deny_unknown_fields)]
 pub struct ProfileSpec {
     /// The points to capture: `all`, or point ids (`[p001, p003]`, as `servebench plan`
-    /// lists them). A capture slows the server: profile a few points, not a whole sweep.
+    /// lists them); `answer` in the list measures a capacity search's answer once more, with
+    /// the profiler, after the search. A capture slows the server: profile a few points, not
+    /// a whole sweep.
     pub points: ProfilePoints,
     /// SGLang: forward steps to record (its `num_steps`); the profiler stops itself after
     /// them. Absent: the whole measured window. vLLM records the whole window.
@@ -57,7 +59,7 @@ pub struct ProfileSpec {
 pub enum ProfilePoints {
     /// `all`.
     All(AllPoints),
-    /// Point ids.
+    /// Point ids, and `answer` for a capacity search's answer.
     Ids(Vec<String>),
 }
 
@@ -91,12 +93,20 @@ impl ProfileActivity {
 }
 
 impl ProfileSpec {
-    /// Whether point `id` is captured.
+    /// Whether point `id` is captured (a search's answer, measured again, is
+    /// `<seed>-answer`).
     pub fn covers(&self, id: &str) -> bool {
         match &self.points {
             ProfilePoints::All(_) => true,
-            ProfilePoints::Ids(ids) => ids.iter().any(|i| i == id),
+            ProfilePoints::Ids(ids) => ids
+                .iter()
+                .any(|i| i == id || (i == ANSWER && id.ends_with(ANSWER_SUFFIX))),
         }
+    }
+
+    /// Whether a capacity search's answer is measured once more, with the profiler.
+    pub fn answer(&self) -> bool {
+        matches!(&self.points, ProfilePoints::Ids(ids) if ids.iter().any(|i| i == ANSWER))
     }
 
     /// The byte budget of one point's copied traces.
@@ -104,6 +114,12 @@ impl ProfileSpec {
         self.max_mib.saturating_mul(1 << 20)
     }
 }
+
+/// The word that names a search's answer in `profile.points`.
+const ANSWER: &str = "answer";
+
+/// The id suffix of a search's answer measured again: `p001-answer`.
+pub const ANSWER_SUFFIX: &str = "-answer";
 
 fn default_activities() -> Vec<ProfileActivity> {
     vec![ProfileActivity::Cpu, ProfileActivity::Gpu]
@@ -137,16 +153,17 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
         }
         for (i, id) in ids.iter().enumerate() {
             let Some(text) = id.as_str() else { continue };
-            let shaped = text.len() >= 4
-                && text.starts_with('p')
-                && text[1..].bytes().all(|b| b.is_ascii_digit());
+            let shaped = text == ANSWER
+                || (text.len() >= 4
+                    && text.starts_with('p')
+                    && text[1..].bytes().all(|b| b.is_ascii_digit()));
             if !shaped {
                 problems.push(Problem {
                     pointer: format!("/profile/points/{i}"),
                     target: Target::Value,
                     message: format!("`{text}` is not a point id"),
                     hint: Some(
-                        "point ids are `p001`, `p002`, ... as `servebench plan` lists them".into(),
+                        "point ids are `p001`, `p002`, ... as `servebench plan` lists them; `answer` names a search's answer".into(),
                     ),
                 });
             }
@@ -179,6 +196,11 @@ mod tests {
         let some: ProfileSpec =
             serde_json::from_value(serde_json::json!({"points": ["p002"], "steps": 5})).unwrap();
         assert!(some.covers("p002") && !some.covers("p001"));
+        assert!(!some.answer() && !all.answer());
+        let answer: ProfileSpec =
+            serde_json::from_value(serde_json::json!({"points": ["answer"]})).unwrap();
+        assert!(answer.answer() && answer.covers("p001-answer") && !answer.covers("p001-s2"));
+        assert!(checks(&serde_json::json!({"profile": {"points": ["answer"]}})).is_empty());
         assert!(
             serde_json::from_value::<ProfileSpec>(serde_json::json!({"points": "some"})).is_err()
         );
