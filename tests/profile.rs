@@ -300,3 +300,92 @@ fn a_search_answer_is_profiled_after_the_search() {
     assert_eq!(answer["profile"]["files"].as_array().unwrap().len(), 1);
     assert!(flag_kinds(answer).contains(&"profiled".to_string()));
 }
+
+/// A server servebench attached to (`server.url`) writes where it is told: with
+/// `profile.dir` its trace is found there and copied in; without, it goes to the server's own
+/// default directory, which servebench says it did not look in (it never claims a trace).
+#[test]
+fn an_attached_server_writes_where_profile_dir_says() {
+    let ws = Workspace::new();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let default_dir = ws.path().join("server-default");
+    let mut sim = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .args([
+            "sim",
+            "--model-path",
+            "ext-model",
+            "--port",
+            &port.to_string(),
+            "--profile",
+            "fast",
+        ])
+        .env("SGLANG_TORCH_PROFILER_DIR", &default_dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let spec_with = |name: &str, profile: &str| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nserver:\n  url: http://127.0.0.1:{port}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {profile}\n"
+            ),
+        )
+    };
+    let run = |spec: &std::path::Path| {
+        let mut out = ws.run(spec);
+        for _ in 0..50 {
+            if out.status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            out = ws.run(spec);
+        }
+        out
+    };
+    let traces = ws.path().join("traces");
+    let told = run(&spec_with(
+        "told",
+        &format!("{{ points: all, dir: {} }}", traces.display()),
+    ));
+    let untold = run(&spec_with("untold", "{ points: all }"));
+    let _ = sim.kill();
+    let _ = sim.wait();
+    assert!(told.status.success(), "{}", show(&told));
+    let dir = run_dir(&told);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    let files = p["profile"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    let name = files[0]["name"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read(dir.join(files[0]["path"].as_str().unwrap())).unwrap(),
+        std::fs::read(traces.join(name)).unwrap()
+    );
+
+    assert!(untold.status.success(), "{}", show(&untold));
+    let p = &read_jsonl(&run_dir(&untold).join("points.jsonl"))[0];
+    assert!(
+        p["profile"]["files"].as_array().unwrap().is_empty(),
+        "{}",
+        p["profile"]
+    );
+    let failed: Vec<_> = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "profile-failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{p}");
+    assert!(
+        failed[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not looked for"),
+        "{p}"
+    );
+    // The server did write it, where its own default says.
+    assert_eq!(std::fs::read_dir(&default_dir).unwrap().count(), 1);
+}

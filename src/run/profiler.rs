@@ -214,6 +214,11 @@ pub(crate) fn flags(capture: &ProfileCapture) -> Vec<Flag> {
     }
     if let Some(why) = &capture.error {
         out.push(Flag::new(FlagKind::ProfileFailed, why.clone()));
+    } else if capture.started_at.is_some() && capture.dir.is_none() {
+        out.push(Flag::new(
+            FlagKind::ProfileFailed,
+            "the traces are in the server's own default directory on its host (SGLang: SGLANG_TORCH_PROFILER_DIR, else /tmp), not looked for: servebench did not start this server; name `profile.dir` to have them brought back",
+        ));
     } else if capture.started_at.is_some() && capture.files.is_empty() {
         out.push(Flag::new(
             FlagKind::ProfileFailed,
