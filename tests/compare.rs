@@ -72,6 +72,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         search: None,
         gpu: None,
         profile: None,
+        workers: Vec::new(),
         validity: None,
     }
 }

@@ -885,6 +885,7 @@ fn run_dir_round_trip() {
         search: None,
         gpu: None,
         profile: None,
+        workers: Vec::new(),
         validity: None,
     };
     dir.append_point(&point).unwrap();
@@ -1089,6 +1090,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         search: None,
         gpu: None,
         profile: None,
+        workers: Vec::new(),
         validity: None,
     }
 }

@@ -763,3 +763,84 @@ fn plan_counts_every_simulator_experiment_from_its_load_model() {
     }
     assert!(checked >= 10, "{checked} experiments with a timing model");
 }
+
+/// `server.workers`: each worker's own `/metrics` is scraped around every round, so the point
+/// says what each served. Here the "router" is worker A itself (no router needed to test the
+/// mechanism): A finished every request, B none, and the report says the spread is unknown
+/// rather than inventing one.
+#[test]
+fn the_workers_behind_a_router_are_counted_by_their_own_metrics() {
+    let ws = Workspace::new();
+    let ports: Vec<u16> = (0..2)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        })
+        .collect();
+    let mut sims: Vec<std::process::Child> = ports
+        .iter()
+        .map(|port| {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+                .args([
+                    "sim",
+                    "--model-path",
+                    "m",
+                    "--port",
+                    &port.to_string(),
+                    "--profile",
+                    "fast",
+                    "--enable-metrics",
+                ])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let spec = ws.write(
+        "workers.yaml",
+        &format!(
+            "name: workers\nserver:\n  url: http://127.0.0.1:{a}\n  workers: [http://127.0.0.1:{a}, http://127.0.0.1:{b}]\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}\n  output_tokens: 4\nrequests: 6\nrepeat: 2\n",
+            a = ports[0],
+            b = ports[1]
+        ),
+    );
+    let mut out = ws.run(&spec);
+    for _ in 0..50 {
+        if out.status.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        out = ws.run(&spec);
+    }
+    for s in &mut sims {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    let workers = p["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{p}");
+    // Two rounds of six: twelve on A (its counters count each round's requests), none on B.
+    assert_eq!(workers[0]["view"]["requests"], 12.0, "{}", workers[0]);
+    assert_eq!(
+        workers[0]["view"]["generation_tokens"], 48.0,
+        "{}",
+        workers[0]
+    );
+    assert_eq!(workers[1]["view"]["requests"], 0.0, "{}", workers[1]);
+    let scrapes = read_jsonl(&dir.join("metrics.jsonl"));
+    assert!(
+        scrapes
+            .iter()
+            .any(|s| s["worker"] == format!("http://127.0.0.1:{}", ports[1])),
+        "worker scrapes are tagged with the worker"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let section = &report[report
+        .find("## Workers behind the router")
+        .expect("section")..];
+    assert!(section.contains("| 12 | 100.0% |"), "{section}");
+    assert!(section.contains("the spread is unknown"), "{section}");
+}

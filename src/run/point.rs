@@ -250,6 +250,24 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
+        let (worker_scrapes, scrapes): (Vec<_>, Vec<_>) =
+            scrapes.into_iter().partition(|s| s.worker.is_some());
+        record.workers = exp
+            .server
+            .workers
+            .iter()
+            .map(|w| {
+                let mine: Vec<_> = worker_scrapes
+                    .iter()
+                    .filter(|s| s.worker.as_deref() == Some(w.as_str()))
+                    .cloned()
+                    .collect();
+                crate::results::records::WorkerView {
+                    url: w.clone(),
+                    view: crate::measure::server_view::summarize(&mine),
+                }
+            })
+            .collect();
         let mut server = crate::measure::server_view::summarize(&scrapes);
         if let Some(view) = &mut server {
             flags.extend(crate::measure::server_view::contradictions(
@@ -488,11 +506,32 @@ impl PointRunner {
                     round,
                     sink.clone(),
                     self.scrape_interval,
+                    None,
                 )
                 .await,
             ),
             _ => None,
         };
+        // The router's workers (`server.workers`): each one's own counters, whatever the
+        // router's surface offers.
+        let mut worker_scrapers = Vec::new();
+        if let Some(sink) = &self.metrics_sink {
+            for w in &exp.server.workers {
+                if let Ok(c) = Client::new(w, None) {
+                    worker_scrapers.push(
+                        super::scrape::Scraper::start(
+                            &c,
+                            &point.id,
+                            round,
+                            sink.clone(),
+                            self.scrape_interval,
+                            Some(w),
+                        )
+                        .await,
+                    );
+                }
+            }
+        }
         let sampler = match gpu.as_ref() {
             Some(g) => g.start(&point.id, round).await,
             None => None,
@@ -549,6 +588,10 @@ impl PointRunner {
         if let Some(scraper) = scraper {
             let completed = (fold.done().requests - done_before) as usize;
             scrapes.extend(scraper.finish(completed).await);
+        }
+        for s in worker_scrapers {
+            // How many each worker finished is what is being found out: no settling count.
+            scrapes.extend(s.finish(0).await);
         }
         if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
             gpu.keep(sampler.finish().await);

@@ -30,6 +30,8 @@ pub(crate) struct Scraper {
     round: u32,
     sink: MetricsSink,
     scrapes: Arc<Mutex<Vec<MetricsScrape>>>,
+    /// The router's worker scraped (`server.workers`); None: the server itself.
+    worker: Option<String>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -37,24 +39,28 @@ pub(crate) struct Scraper {
 impl Scraper {
     /// Takes the round's first scrape and starts the ticker. A scrape that fails is
     /// recorded with its cause like one that answers (the server view counts and says them).
+    /// `worker`: the scraped server is that worker behind the router.
     pub(crate) async fn start(
         client: &Client,
         point: &str,
         round: u32,
         sink: MetricsSink,
         interval: Duration,
+        worker: Option<&str>,
     ) -> Scraper {
         let client = client.with_own_connections();
-        let first = take(&client, point, round, "start").await;
+        let worker = worker.map(str::to_string);
+        let first = take(&client, point, round, "start", worker.as_deref()).await;
         let _ = sink(&first);
         let scrapes = Arc::new(Mutex::new(vec![kept(first)]));
         let (stop, mut stopped) = oneshot::channel();
         let task = {
-            let (client, point, sink, scrapes) = (
+            let (client, point, sink, scrapes, worker) = (
                 client.clone(),
                 point.to_string(),
                 sink.clone(),
                 scrapes.clone(),
+                worker.clone(),
             );
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(interval);
@@ -64,7 +70,7 @@ impl Scraper {
                         _ = tick.tick() => {}
                         _ = &mut stopped => return,
                     }
-                    let s = take(&client, &point, round, "tick").await;
+                    let s = take(&client, &point, round, "tick", worker.as_deref()).await;
                     let _ = sink(&s);
                     if let Ok(mut v) = scrapes.lock() {
                         v.push(kept(s));
@@ -78,6 +84,7 @@ impl Scraper {
             round,
             sink,
             scrapes,
+            worker,
             stop: Some(stop),
             task: Some(task),
         }
@@ -98,7 +105,14 @@ impl Scraper {
             if attempt > 0 {
                 tokio::time::sleep(SETTLE_STEP).await;
             }
-            let e = take(&self.client, &self.point, self.round, "end").await;
+            let e = take(
+                &self.client,
+                &self.point,
+                self.round,
+                "end",
+                self.worker.as_deref(),
+            )
+            .await;
             let counted = crate::measure::server_view::requests_counted(&scrapes[0], &e);
             end = Some(e);
             if counted.is_none_or(|n| n >= completed as f64) {
@@ -114,7 +128,13 @@ impl Scraper {
 }
 
 /// One scrape, answered or failed (its cause in `error`).
-async fn take(client: &Client, point: &str, round: u32, at: &str) -> MetricsScrape {
+async fn take(
+    client: &Client,
+    point: &str,
+    round: u32,
+    at: &str,
+    worker: Option<&str>,
+) -> MetricsScrape {
     let scraped = prometheus::scrape(client).await;
     let mut s = MetricsScrape {
         point: point.to_string(),
@@ -124,6 +144,7 @@ async fn take(client: &Client, point: &str, round: u32, at: &str) -> MetricsScra
         values: Default::default(),
         error: None,
         cut: None,
+        worker: worker.map(str::to_string),
     };
     match scraped {
         Ok(got) => {

@@ -199,8 +199,10 @@ fn router_round_robin_spreads_requests_evenly_over_two_workers() {
     let spec = ws.write(
         "rr.yaml",
         &format!(
-            "name: router-rr\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 128, calibrate: false }}\n  output_tokens: 4\nconcurrency: 2\nrequests: {requests}\ncache: {{ policy: cold, verify: true }}\n",
-            through(&d.router.base, &tier)
+            "name: router-rr\n{}  workers: [{}, {}]\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 128, calibrate: false }}\n  output_tokens: 4\nconcurrency: 2\nrequests: {requests}\ncache: {{ policy: cold, verify: true }}\n",
+            through(&d.router.base, &tier),
+            d.workers[0].base,
+            d.workers[1].base
         ),
     );
     let t0 = Instant::now();
@@ -236,6 +238,16 @@ fn router_round_robin_spreads_requests_evenly_over_two_workers() {
             w.base
         );
     }
+    // servebench's own per-worker view (`server.workers`) says the same, worker by worker.
+    let views: Vec<f64> = p["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["view"]["requests"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert_eq!(views, served, "{}", p["workers"]);
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Workers behind the router"), "{report}");
     eprintln!(
         "round robin through the real router: {served:?} of {total} requests in {:.1?}",
         t0.elapsed()

@@ -568,6 +568,7 @@ impl PointRecord {
             search: None,
             gpu: None,
             profile: None,
+            workers: Vec::new(),
             validity: None,
         }
     }
@@ -657,10 +658,25 @@ pub struct PointRecord {
     /// The engine's profiler over the point's measured window (`profile:`), and its traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileCapture>,
+    /// What each worker behind the router served over the point (`server.workers`), from its
+    /// own `/metrics`, in the spec's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<WorkerView>,
     /// What `validity:` found of the server's output at the point (None when it asked for
     /// nothing, or in runs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validity: Option<super::validity::ValidityView>,
+}
+
+/// One worker behind a router, as its own counters saw a point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerView {
+    /// The worker's URL, as the spec gives it.
+    pub url: String,
+    /// Its server view (requests, prompt, cached and generated tokens, gauges); None when
+    /// no scrape of it answered with names servebench knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<super::server_view::ServerView>,
 }
 
 /// One capture of the engine's profiler (`profile:`) around a point's measured window.

@@ -323,6 +323,7 @@ impl RunDir {
                         format!("{budget} bytes")
                     }
                 )),
+                worker: m.worker.clone(),
             };
             file.write_all(&serialized(&note)?)?;
             file.flush()?;
@@ -724,6 +725,7 @@ mod tests {
             values: (0..names).map(|i| (format!("m{i:04}"), 1.0)).collect(),
             error: None,
             cut: None,
+            worker: None,
         }
     }
 

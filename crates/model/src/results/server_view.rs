@@ -29,6 +29,9 @@ pub struct MetricsScrape {
     /// What the scrape's budget left out (names past the most kept, names too long).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<String>,
+    /// The worker behind a router this scrape is of (`server.workers`); None: the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 impl MetricsScrape {
@@ -186,6 +189,7 @@ mod tests {
             values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             error: None,
             cut: None,
+            worker: None,
         }
     }
 

@@ -632,6 +632,12 @@ pub struct Server {
     /// nor stops it; it records its `/server_info` when it answers.
     #[serde(default)]
     pub url: Option<String>,
+    /// The workers behind `url` when it is a router (`http://host:port` each, as this machine,
+    /// or the agent's host, reaches them): each one's `/metrics` is scraped before and after
+    /// every round, so the report says what each worker served (requests, prompt, cached and
+    /// generated tokens) and how evenly the router spread the load.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<String>,
     /// Nodes one server spans (multi-node; default 1). The engine runs as this many ranks, one
     /// per host of `hosts:`, started, watched and stopped together; rank 0 serves HTTP. SGLang
     /// gets `--nnodes N --node-rank I --dist-init-addr HOST:PORT`; vLLM `--nnodes N --node-rank

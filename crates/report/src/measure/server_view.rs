@@ -376,6 +376,7 @@ mod tests {
                 .collect::<BTreeMap<_, _>>(),
             error: None,
             cut: None,
+            worker: None,
         }
     }
 

@@ -168,6 +168,7 @@ pub(crate) fn build_model_from(
         bound: None,
         gpu: None,
         profiles: Vec::new(),
+        workers: None,
         validity: None,
     };
     model.prefix_cache = points
@@ -203,6 +204,7 @@ pub(crate) fn build_model_from(
     model.load = super::load::section(points, &labels, &variants);
     model.gpu = super::gpu::section(exp, points, &labels);
     model.profiles = super::profiles::rows(points, &labels);
+    model.workers = super::workers::section(points, &labels);
     model.validity = super::validity::section(points, &labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.

@@ -44,6 +44,7 @@ pub(crate) mod speculative;
 pub(crate) mod timeline;
 pub mod validity;
 pub(crate) mod verdict;
+pub(crate) mod workers;
 
 use std::path::{Path, PathBuf};
 

@@ -88,6 +88,9 @@ pub struct ReportModel {
     /// The engine's profiler captures (`profile:`): one row per point captured or meant to be.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub profiles: Vec<super::profiles::ProfileRow>,
+    /// The workers behind a router (`server.workers`): what each served, and the spread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<super::workers::WorkersSection>,
     /// Output validity (`validity:`): what each point's canaries and consistency check found.
     /// None without checks.
     #[serde(skip_serializing_if = "Option::is_none")]

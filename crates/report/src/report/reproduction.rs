@@ -356,6 +356,7 @@ mod tests {
             search: None,
             gpu: None,
             profile: None,
+            workers: Vec::new(),
             validity: None,
         }
     }
