@@ -72,7 +72,9 @@ impl DcgmExporter {
             .authority()
             .map(|a| a.as_str().to_string())
             .ok_or_else(|| "`telemetry.dcgm_url` has no host".to_string())?;
-        let scheme = uri.scheme_str().unwrap_or("http");
+        let scheme = uri.scheme_str().ok_or_else(|| {
+            "`telemetry.dcgm_url` is not an absolute URL; write http://host:9400/metrics".to_string()
+        })?;
         let client = Client::new(&format!("{scheme}://{authority}"), None)
             .map_err(|e| format!("`telemetry.dcgm_url` cannot be used: {e}"))?;
         let path = match uri.path_and_query().map(|p| p.as_str()) {
