@@ -62,11 +62,23 @@ impl FakeExporter {
 fn dcgm_text(power_w: f64, free_mib: [f64; 2], reasons: [u64; 2]) -> String {
     let mut t = String::new();
     for (field, help, v) in [
-        ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", [1980.0; 2]),
+        (
+            "DCGM_FI_DEV_SM_CLOCK",
+            "SM clock frequency (in MHz).",
+            [1980.0; 2],
+        ),
         ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", [61.0; 2]),
-        ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", [power_w; 2]),
+        (
+            "DCGM_FI_DEV_POWER_USAGE",
+            "Power draw (in W).",
+            [power_w; 2],
+        ),
         ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", [90.0; 2]),
-        ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", free_mib),
+        (
+            "DCGM_FI_DEV_FB_FREE",
+            "Framebuffer memory free (in MiB).",
+            free_mib,
+        ),
         (
             "DCGM_FI_DEV_FB_USED",
             "Framebuffer memory used (in MiB).",
@@ -129,11 +141,7 @@ fn a_dcgm_exporter_gives_energy_headroom_and_throttling() {
 
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
     let gpu = &p["gpu"];
-    assert_eq!(
-        gpu["host"],
-        format!("127.0.0.1:{}", exporter.port),
-        "{gpu}"
-    );
+    assert_eq!(gpu["host"], format!("127.0.0.1:{}", exporter.port), "{gpu}");
     assert_eq!(gpu["gpus"], 2, "{gpu}");
     assert_eq!(gpu["min_free_mib"].as_f64(), Some(512.0), "{gpu}");
     assert_eq!(gpu["min_free_gpu"], 1, "{gpu}");

@@ -548,7 +548,7 @@ fn a_dcgm_exporters_url_is_checked_where_the_spec_gives_it() {
         &refused(&validate(&ws, &no_url)),
         &[
             "`telemetry.gpu: dcgm` needs the exporter's URL",
-            " --> d1.yaml:10:8",
+            " --> d1.yaml:11:8",
             "add `dcgm_url: http://host:9400/metrics` to `telemetry:`",
         ],
     );
@@ -564,7 +564,7 @@ fn a_dcgm_exporters_url_is_checked_where_the_spec_gives_it() {
         &refused(&validate(&ws, &bad_url)),
         &[
             "`telemetry.dcgm_url` cannot be used: scheme `https` is not supported",
-            " --> d2.yaml:11:13",
+            " --> d2.yaml:12:13",
             "write the exporter's URL as http://host:9400/metrics",
         ],
     );
@@ -580,7 +580,7 @@ fn a_dcgm_exporters_url_is_checked_where_the_spec_gives_it() {
         &refused(&validate(&ws, &unread)),
         &[
             "`telemetry.dcgm_url` is read only by `gpu: dcgm`, and `gpu` is `nvidia-smi`",
-            " --> d3.yaml:11:3",
+            " --> d3.yaml:12:3",
             "set `gpu: dcgm` to read the exporter, or remove `dcgm_url`",
         ],
     );

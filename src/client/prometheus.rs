@@ -267,9 +267,7 @@ pub(crate) async fn fetch(
     path: &str,
     timeout: Duration,
 ) -> Result<String, ScrapeError> {
-    let (status, body) = client
-        .get_bounded(path, timeout, MAX_SCRAPE_BYTES)
-        .await?;
+    let (status, body) = client.get_bounded(path, timeout, MAX_SCRAPE_BYTES).await?;
     if status != 200 {
         return Err(ScrapeError::Status(status));
     }

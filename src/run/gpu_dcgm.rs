@@ -73,7 +73,8 @@ impl DcgmExporter {
             .map(|a| a.as_str().to_string())
             .ok_or_else(|| "`telemetry.dcgm_url` has no host".to_string())?;
         let scheme = uri.scheme_str().ok_or_else(|| {
-            "`telemetry.dcgm_url` is not an absolute URL; write http://host:9400/metrics".to_string()
+            "`telemetry.dcgm_url` is not an absolute URL; write http://host:9400/metrics"
+                .to_string()
         })?;
         let client = Client::new(&format!("{scheme}://{authority}"), None)
             .map_err(|e| format!("`telemetry.dcgm_url` cannot be used: {e}"))?;
@@ -140,7 +141,10 @@ fn field(name: &str) -> Option<Field> {
 /// device fields: the first is kept).
 fn put(r: &mut GpuReading, f: Field, s: &Series) {
     if r.uuid.is_none() {
-        r.uuid = s.label("UUID").filter(|u| !u.is_empty()).map(str::to_string);
+        r.uuid = s
+            .label("UUID")
+            .filter(|u| !u.is_empty())
+            .map(str::to_string);
     }
     if r.name.is_none() {
         r.name = s
