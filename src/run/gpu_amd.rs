@@ -84,9 +84,18 @@ async fn bounded(r: Option<impl AsyncRead + Unpin>, max: usize) -> (Vec<u8>, boo
 /// The GPUs of one `amd-smi metric --json` output, in index order; Err when it holds no JSON
 /// list of GPUs. Lines before the JSON (amd-smi's warnings) are skipped.
 pub(crate) fn parse(text: &str) -> Result<Vec<GpuReading>, String> {
-    let start = text
-        .find(|c| c == '[' || c == '{')
-        .ok_or_else(|| "no JSON in its output".to_string())?;
+    // The JSON starts the first line that opens a list or an object (a warning may hold
+    // brackets of its own).
+    let mut offset = 0;
+    let mut start = None;
+    for line in text.split_inclusive('\n') {
+        if line.trim_start().starts_with(['[', '{']) {
+            start = Some(offset);
+            break;
+        }
+        offset += line.len();
+    }
+    let start = start.ok_or_else(|| "no JSON in its output".to_string())?;
     let v: Value =
         serde_json::from_str(text[start..].trim()).map_err(|e| format!("not JSON: {e}"))?;
     let list = match &v {
@@ -209,7 +218,7 @@ mod tests {
 
     #[test]
     fn the_older_list_form_and_its_warnings_are_read() {
-        let text = "WARNING: User is missing the following required groups: render, video.\n\
+        let text = "WARNING: [render, video] groups missing: {uid 1000}\n\
             [{\"gpu\": 0, \"power\": {\"average_socket_power\": 90}, \
             \"temperature\": {\"edge\": {\"value\": 30, \"unit\": \"C\"}}, \
             \"mem_usage\": {\"used_vram\": {\"value\": 1073741824, \"unit\": \"B\"}}}]";
