@@ -39,6 +39,7 @@ mod sshd;
 mod statistics;
 mod summary;
 mod telemetry;
+mod telemetry_sources;
 mod trust;
 mod validate;
 mod validity;

@@ -54,7 +54,7 @@ fn fake_nvidia_smi(dir: &Path, r: &Readings) -> PathBuf {
 }
 
 /// `PATH` with `first` in front (None: without any directory holding an `nvidia-smi`).
-fn path_with(first: Option<&Path>) -> String {
+pub(crate) fn path_with(first: Option<&Path>) -> String {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut dirs: Vec<PathBuf> = std::env::split_paths(&path)
         .filter(|d| !d.join("nvidia-smi").exists())
@@ -68,7 +68,7 @@ fn path_with(first: Option<&Path>) -> String {
         .into_owned()
 }
 
-fn run(ws: &Workspace, spec: &Path, path: &str) -> Output {
+pub(crate) fn run(ws: &Workspace, spec: &Path, path: &str) -> Output {
     let _turn = exclusive();
     servebench()
         .arg("run")
@@ -84,7 +84,7 @@ fn run(ws: &Workspace, spec: &Path, path: &str) -> Output {
 
 /// Two rounds of four sequential requests of 200 output tokens on the fast profile: each
 /// round's window is a second or so, many 100 ms readings.
-fn spec(ws: &Workspace, name: &str, extra: &str) -> PathBuf {
+pub(crate) fn spec(ws: &Workspace, name: &str, extra: &str) -> PathBuf {
     ws.write(
         &format!("{name}.yaml"),
         &sim_spec(
@@ -97,7 +97,7 @@ fn spec(ws: &Workspace, name: &str, extra: &str) -> PathBuf {
 
 /// Each round's measured window (first send to last end, unix seconds) and the output tokens
 /// of its successful requests, from `requests.jsonl`, as the summary defines them.
-fn windows(dir: &Path) -> Vec<(f64, f64, f64)> {
+pub(crate) fn windows(dir: &Path) -> Vec<(f64, f64, f64)> {
     let mut by_round: std::collections::BTreeMap<u64, (f64, f64, f64)> = Default::default();
     for r in measured_requests(dir) {
         let sent = r["sent_at"].as_f64().unwrap();

@@ -534,3 +534,64 @@ fn an_ambiguous_flag_prefix_is_an_error_at_its_line() {
         assert!(!stderr.contains("`tp`"), "tp is a unique prefix: {stderr}");
     }
 }
+
+/// `telemetry.gpu: dcgm` needs its exporter's URL, the URL is checked like `server.url`, and a
+/// URL no sampler reads is named, each at its place in the spec with the fix.
+#[test]
+fn a_dcgm_exporters_url_is_checked_where_the_spec_gives_it() {
+    let ws = Workspace::new();
+    let no_url = ws.write(
+        "d1.yaml",
+        &sim_spec("d1", WORKLOAD, "telemetry:\n  gpu: dcgm\n"),
+    );
+    contains_all(
+        &refused(&validate(&ws, &no_url)),
+        &[
+            "`telemetry.gpu: dcgm` needs the exporter's URL",
+            " --> d1.yaml:11:8",
+            "add `dcgm_url: http://host:9400/metrics` to `telemetry:`",
+        ],
+    );
+    let bad_url = ws.write(
+        "d2.yaml",
+        &sim_spec(
+            "d2",
+            WORKLOAD,
+            "telemetry:\n  gpu: dcgm\n  dcgm_url: https://gpu-box:9400/metrics\n",
+        ),
+    );
+    contains_all(
+        &refused(&validate(&ws, &bad_url)),
+        &[
+            "`telemetry.dcgm_url` cannot be used: scheme `https` is not supported",
+            " --> d2.yaml:12:13",
+            "write the exporter's URL as http://host:9400/metrics",
+        ],
+    );
+    let unread = ws.write(
+        "d3.yaml",
+        &sim_spec(
+            "d3",
+            WORKLOAD,
+            "telemetry:\n  gpu: nvidia-smi\n  dcgm_url: http://gpu-box:9400/metrics\n",
+        ),
+    );
+    contains_all(
+        &refused(&validate(&ws, &unread)),
+        &[
+            "`telemetry.dcgm_url` is read only by `gpu: dcgm`, and `gpu` is `nvidia-smi`",
+            " --> d3.yaml:12:3",
+            "set `gpu: dcgm` to read the exporter, or remove `dcgm_url`",
+        ],
+    );
+    let good = ws.write(
+        "d4.yaml",
+        &sim_spec(
+            "d4",
+            WORKLOAD,
+            "telemetry: { gpu: dcgm, dcgm_url: \"http://gpu-box:9400/metrics\" }\n",
+        ),
+    );
+    let out = validate(&ws, &good);
+    assert!(out.status.success(), "{}", show(&out));
+}

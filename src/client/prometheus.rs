@@ -52,6 +52,49 @@ pub(crate) enum ScrapeError {
     },
 }
 
+/// One sample line, `name{labels} value [timestamp]`, its labels still as written (`{...}` or
+/// empty); None for a comment or a blank line.
+struct Line<'a> {
+    name: &'a str,
+    labels: &'a str,
+    value: f64,
+}
+
+fn sample_line(i: usize, line: &str) -> Result<Option<Line<'_>>, ScrapeError> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let bad = |message: &str| ScrapeError::Parse {
+        line: i + 1,
+        message: message.to_string(),
+    };
+    let name_end = line
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(line.len());
+    let name = &line[..name_end];
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(bad("expected a metric name"));
+    }
+    let mut rest = &line[name_end..];
+    let mut labels = "";
+    if rest.starts_with('{') {
+        let end = label_end(rest).ok_or_else(|| bad("unclosed labels"))?;
+        labels = &rest[..end];
+        rest = &rest[end..];
+    }
+    let value = rest
+        .split_whitespace()
+        .next()
+        .ok_or_else(|| bad("no value"))?;
+    let value = parse_value(value).ok_or_else(|| bad("the value is not a number"))?;
+    Ok(Some(Line {
+        name,
+        labels,
+        value,
+    }))
+}
+
 /// Reads the text format. Fails on a sample line it cannot read (a server that sends
 /// something else entirely), never panics; keeps at most [`MAX_NAMES`] names of at most
 /// [`MAX_NAME_BYTES`] and says what it left out.
@@ -59,30 +102,9 @@ pub(crate) fn parse(text: &str) -> Result<Scrape, ScrapeError> {
     let mut out = Values::new();
     let (mut past_names, mut long_names) = (0usize, 0usize);
     for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+        let Some(Line { name, value, .. }) = sample_line(i, line)? else {
             continue;
-        }
-        let bad = |message: &str| ScrapeError::Parse {
-            line: i + 1,
-            message: message.to_string(),
         };
-        let name_end = line
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-            .unwrap_or(line.len());
-        let name = &line[..name_end];
-        if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
-            return Err(bad("expected a metric name"));
-        }
-        let mut rest = &line[name_end..];
-        if rest.starts_with('{') {
-            rest = &rest[label_end(rest).ok_or_else(|| bad("unclosed labels"))?..];
-        }
-        let value = rest
-            .split_whitespace()
-            .next()
-            .ok_or_else(|| bad("no value"))?;
-        let value = parse_value(value).ok_or_else(|| bad("the value is not a number"))?;
         if name.ends_with("_bucket") || name.ends_with("_created") {
             continue;
         }
@@ -115,6 +137,99 @@ pub(crate) fn parse(text: &str) -> Result<Scrape, ScrapeError> {
     })
 }
 
+/// One sample with its labels kept apart, for an exporter whose series are one per device
+/// (a DCGM exporter's `gpu="0"`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Series {
+    pub name: String,
+    /// The labels in their order, values unescaped.
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+impl Series {
+    /// The value of label `key`, if the series has it.
+    pub(crate) fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Longest label value kept, in bytes (a GPU's UUID or model name is under 100); longer ones
+/// are cut.
+const MAX_LABEL_BYTES: usize = 256;
+
+/// The samples whose name `wanted` keeps, each with its labels, at most `max` of them (the
+/// rest dropped): the same reading of the text format as [`parse`], failing on the same lines.
+pub(crate) fn series(
+    text: &str,
+    wanted: impl Fn(&str) -> bool,
+    max: usize,
+) -> Result<Vec<Series>, ScrapeError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some(l) = sample_line(i, line)? else {
+            continue;
+        };
+        if out.len() >= max || !wanted(l.name) {
+            continue;
+        }
+        out.push(Series {
+            name: l.name.to_string(),
+            labels: labels(l.labels),
+            value: l.value,
+        });
+    }
+    Ok(out)
+}
+
+/// `{a="x", b="y\"z"}` into its pairs; a pair it cannot read ends the list.
+fn labels(s: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let inner = s
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .unwrap_or("");
+    let mut rest = inner;
+    loop {
+        rest = rest.trim_start_matches([',', ' ', '\t']);
+        let Some(eq) = rest.find('=') else {
+            break;
+        };
+        let key = rest[..eq].trim();
+        let Some(after) = rest[eq + 1..].trim_start().strip_prefix('"') else {
+            break;
+        };
+        let (mut value, mut escaped, mut end) = (String::new(), false, None);
+        for (j, c) in after.char_indices() {
+            let ch = match (escaped, c) {
+                (false, '\\') => {
+                    escaped = true;
+                    continue;
+                }
+                (false, '"') => {
+                    end = Some(j + 1);
+                    break;
+                }
+                (true, 'n') => '\n',
+                (_, c) => c,
+            };
+            escaped = false;
+            if value.len() < MAX_LABEL_BYTES {
+                value.push(ch);
+            }
+        }
+        let Some(end) = end else {
+            break;
+        };
+        out.push((key.to_string(), value));
+        rest = &after[end..];
+    }
+    out
+}
+
 /// The byte just past the closing `}` of a label set starting at `s[0] == '{'`; quoted
 /// values may hold `}` and escaped quotes.
 fn label_end(s: &str) -> Option<usize> {
@@ -143,13 +258,20 @@ fn parse_value(s: &str) -> Option<f64> {
 
 /// Scrapes `/metrics` once, reading at most [`MAX_SCRAPE_BYTES`].
 pub(crate) async fn scrape(client: &Client) -> Result<Scrape, ScrapeError> {
-    let (status, body) = client
-        .get_bounded("/metrics", SCRAPE_TIMEOUT, MAX_SCRAPE_BYTES)
-        .await?;
+    parse(&fetch(client, "/metrics", SCRAPE_TIMEOUT).await?)
+}
+
+/// The text at `path`, at most [`MAX_SCRAPE_BYTES`] read within `timeout`.
+pub(crate) async fn fetch(
+    client: &Client,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, ScrapeError> {
+    let (status, body) = client.get_bounded(path, timeout, MAX_SCRAPE_BYTES).await?;
     if status != 200 {
         return Err(ScrapeError::Status(status));
     }
-    parse(&String::from_utf8_lossy(&body))
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 #[cfg(test)]
@@ -180,6 +302,24 @@ mod tests {
         assert!(v["nan_metric"].is_nan());
         assert!(!v.contains_key("sglang:ttft_seconds_bucket"));
         assert!(!v.contains_key("x_created"));
+    }
+
+    #[test]
+    fn series_keep_their_labels_unescaped_and_are_bounded() {
+        let text = "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n\
+            DCGM_FI_DEV_GPU_TEMP{gpu=\"0\", UUID=\"GPU-a\",modelName=\"NVIDIA \\\"X\\\", 80GB\"} 45\n\
+            DCGM_FI_DEV_GPU_TEMP{gpu=\"1\",UUID=\"GPU-b\"} 47\n\
+            other 3\n\
+            DCGM_FI_DEV_GPU_TEMP 9\n";
+        let s = series(text, |n| n.starts_with("DCGM_"), 10).unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].label("gpu"), Some("0"));
+        assert_eq!(s[0].label("UUID"), Some("GPU-a"));
+        assert_eq!(s[0].label("modelName"), Some("NVIDIA \"X\", 80GB"));
+        assert_eq!(s[1].value, 47.0);
+        assert!(s[2].labels.is_empty());
+        assert_eq!(series(text, |_| true, 2).unwrap().len(), 2);
+        assert!(series("x{a=\"1\" 2", |_| true, 9).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! What `validate` checks of `server.url`: what [`Client::new`] refuses when the run attaches
-//! (a scheme other than http, no host, credentials in the URL), at the spec's `server.url`.
+//! What `validate` checks of `server.url`, `server.workers` and `telemetry.dcgm_url`: what
+//! [`Client::new`] refuses when the run reads them (a scheme other than http, no host,
+//! credentials in the URL), at the spec's own key.
 
 use std::path::Path;
 
@@ -30,6 +31,16 @@ impl Check for UrlCheck {
                 _ => None,
             })
             .collect();
+        if let Some(url) = &experiment.telemetry.dcgm_url
+            && let Err(ClientError::InvalidUrl { reason, .. }) = Client::new(url, None)
+        {
+            problems.push(Problem {
+                pointer: "/telemetry/dcgm_url".into(),
+                target: Target::Value,
+                message: format!("`telemetry.dcgm_url` cannot be used: {reason}"),
+                hint: Some("write the exporter's URL as http://host:9400/metrics".into()),
+            });
+        }
         if !experiment.server.workers.is_empty() && experiment.server.url.is_none() {
             problems.push(Problem {
                 pointer: "/server/workers".into(),

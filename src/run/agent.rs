@@ -149,7 +149,7 @@ async fn serve(heartbeat: Duration) {
         .unwrap_or_else(|| "the host".into());
     let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into())
         .with_metrics_sink(metrics)
-        .with_gpu_sink(gpu, &host);
+        .with_gpu_sink(gpu, &host, true);
     while let Some(line) = rx.recv().await {
         if line.trim().is_empty() {
             continue;

@@ -1,7 +1,9 @@
 //! GPU telemetry while a round of a point runs: `nvidia-smi` in its looping mode (`-lms`),
-//! started with the round and stopped at its end, each reading of every GPU recorded
-//! (`gpu.jsonl`) as it arrives. It runs where the point is measured from, which is the
-//! server's host (this machine for `host: local`, the agent on an SSH host or Slurm node).
+//! or a source polled every interval (`amd-smi metric --json`, a DCGM exporter's
+//! `/metrics`), started with the round and stopped at its end, each reading of every GPU
+//! recorded (`gpu.jsonl`) as it arrives. It runs where the point is measured from, which is
+//! the server's host for the programs (this machine for `host: local`, the agent on an SSH
+//! host or Slurm node).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -36,11 +38,37 @@ const STOP_GRACE: Duration = Duration::from_secs(1);
 /// extrapolated, and a round that ends at once (a crash) still has a reading.
 const FIRST_WAIT: Duration = Duration::from_secs(2);
 
-/// The `nvidia-smi` on `PATH`, if there is one.
-pub(crate) fn find_nvidia_smi() -> Option<PathBuf> {
+/// How long one poll of amd-smi may take (a Python program: its start-up alone is a few
+/// hundred ms) and one scrape of a DCGM exporter.
+const AMD_SMI_TIMEOUT: Duration = Duration::from_secs(10);
+const DCGM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a round's sampler reads.
+pub(crate) enum Source {
+    /// `nvidia-smi` at this path, in its looping mode.
+    NvidiaSmi(PathBuf),
+    /// `amd-smi` at this path, run every interval.
+    AmdSmi(PathBuf),
+    /// A DCGM exporter, scraped every interval.
+    Dcgm(Arc<super::gpu_dcgm::DcgmExporter>),
+}
+
+impl Source {
+    /// One reading of a polled source.
+    async fn poll(&self) -> Result<Vec<GpuReading>, String> {
+        match self {
+            Source::NvidiaSmi(_) => Err("nvidia-smi is not polled".into()),
+            Source::AmdSmi(p) => super::gpu_amd::read(p, AMD_SMI_TIMEOUT).await,
+            Source::Dcgm(e) => e.read(DCGM_TIMEOUT).await,
+        }
+    }
+}
+
+/// The program `name` on `PATH`, if there is one.
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .map(|d| d.join("nvidia-smi"))
+        .map(|d| d.join(name))
         .find(|p| is_executable(p))
 }
 
@@ -68,10 +96,10 @@ pub(crate) struct GpuSampler {
 }
 
 impl GpuSampler {
-    /// Starts `program` looping every `interval` and waits (at most [`FIRST_WAIT`]) for its
+    /// Starts `source` reading every `interval` and waits (at most [`FIRST_WAIT`]) for its
     /// first reading. One that cannot be started gives nothing and says why through `failed`.
     pub(crate) async fn start(
-        program: &Path,
+        source: Arc<Source>,
         interval: Duration,
         point: &str,
         round: u32,
@@ -81,18 +109,31 @@ impl GpuSampler {
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = oneshot::channel();
         let (first, first_seen) = oneshot::channel();
-        let task = tokio::spawn(sample(
-            program.to_path_buf(),
-            interval,
-            Tag {
-                point: point.to_string(),
-                round,
-            },
-            sink,
-            samples.clone(),
-            failed,
-            (stopped, first),
-        ));
+        let tag = Tag {
+            point: point.to_string(),
+            round,
+        };
+        let channels = (stopped, first);
+        let task = match source.as_ref() {
+            Source::NvidiaSmi(program) => tokio::spawn(sample(
+                program.clone(),
+                interval,
+                tag,
+                sink,
+                samples.clone(),
+                failed,
+                channels,
+            )),
+            _ => tokio::spawn(poll(
+                source,
+                interval,
+                tag,
+                sink,
+                samples.clone(),
+                failed,
+                channels,
+            )),
+        };
         // Dropped unsent when the sampler ends without a reading: no wait then.
         let _ = tokio::time::timeout(FIRST_WAIT, first_seen).await;
         GpuSampler {
@@ -223,6 +264,53 @@ async fn sample(
                 );
             }
             return;
+        }
+    }
+}
+
+/// Reads a polled source every `interval` until `stopped` (a read that takes longer delays
+/// the next), each answer a reading; the first failure is kept as the sampler's cause.
+async fn poll(
+    source: Arc<Source>,
+    interval: Duration,
+    tag: Tag,
+    sink: GpuSink,
+    samples: Arc<Mutex<Vec<GpuSample>>>,
+    failed: Arc<Mutex<Option<String>>>,
+    (mut stopped, first): (oneshot::Receiver<()>, oneshot::Sender<()>),
+) {
+    let mut first = Some(first);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut stopped => return,
+        }
+        let read = tokio::select! {
+            r = source.poll() => r,
+            _ = &mut stopped => return,
+        };
+        match read {
+            Ok(mut gpus) => {
+                gpus.truncate(MAX_GPUS);
+                if let Some(f) = first.take() {
+                    let _ = f.send(());
+                }
+                let s = GpuSample {
+                    point: tag.point.clone(),
+                    round: tag.round,
+                    t: crate::client::unix_now(),
+                    gpus,
+                    cut: None,
+                };
+                keep(&sink, &samples, s);
+            }
+            Err(why) => {
+                set(&failed, why);
+                // Nothing read yet: the round need not wait for a first reading.
+                drop(first.take());
+            }
         }
     }
 }

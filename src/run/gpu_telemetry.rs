@@ -1,7 +1,6 @@
 //! One point's GPU telemetry: which sampler `telemetry:` asks for on this host, a sampler per
 //! round, and the point's view of the readings (headroom, throttling, energy, cost).
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use crate::results::records::{Flag, Stat};
 use crate::spec::telemetry::GpuTelemetry;
 use crate::spec::types::{Engine, Experiment};
 
-use super::gpu_sampler::{GpuSampler, GpuSink};
+use super::gpu_sampler::{GpuSampler, GpuSink, Source, find_program};
 
 // `validate` holds the interval to this range; the clamp keeps an agent's request in it too.
 use crate::spec::telemetry::{MAX_INTERVAL, MIN_INTERVAL};
@@ -20,8 +19,8 @@ use crate::spec::telemetry::{MAX_INTERVAL, MIN_INTERVAL};
 /// A point's telemetry as it runs.
 pub(crate) struct PointGpu {
     host: String,
-    /// The sampler's program; None when it is missing (`missing` says so).
-    program: Option<PathBuf>,
+    /// What the sampler reads; None when it is missing (`missing` says so).
+    source: Option<Arc<Source>>,
     missing: Option<String>,
     interval: Duration,
     sink: GpuSink,
@@ -32,24 +31,56 @@ pub(crate) struct PointGpu {
 }
 
 impl PointGpu {
-    /// The telemetry `exp` asks for on `host` (this machine); None when it asks for none: `off`,
-    /// or `auto` for the simulator (which uses no GPU) and for a server servebench did not
-    /// launch (whose GPUs may be anywhere).
-    pub(crate) fn new(exp: &Experiment, sink: GpuSink, host: &str) -> Option<PointGpu> {
+    /// The telemetry `exp` asks for from this machine, `host` when it is the server's host
+    /// (`on_server_host`; otherwise only a DCGM exporter, which is read over the network, is
+    /// sampled); None when it asks for none: `off`, or `auto` for the simulator (which uses
+    /// no GPU) and for a server servebench did not launch (whose GPUs may be anywhere).
+    pub(crate) fn new(
+        exp: &Experiment,
+        sink: GpuSink,
+        host: &str,
+        on_server_host: bool,
+    ) -> Option<PointGpu> {
         let t = &exp.telemetry;
         let simulated = exp.server.engine == Engine::Sim || exp.server.simulate;
-        match t.gpu {
+        let found = |name: &str| find_program(name).ok_or(format!("{name} not found on {host}"));
+        let (source, host) = match t.gpu {
             GpuTelemetry::Off => return None,
+            GpuTelemetry::Dcgm => {
+                // `validate` requires the URL and checks it; a request without one says so.
+                let exporter = t
+                    .dcgm_url
+                    .as_deref()
+                    .ok_or_else(|| "`telemetry.gpu: dcgm` names no `dcgm_url`".to_string())
+                    .and_then(super::gpu_dcgm::DcgmExporter::new);
+                match exporter {
+                    Ok(e) => {
+                        let at = e.host().to_string();
+                        (Ok(Source::Dcgm(Arc::new(e))), at)
+                    }
+                    Err(why) => (Err(why), host.to_string()),
+                }
+            }
+            _ if !on_server_host => return None,
             GpuTelemetry::Auto if simulated || exp.server.url.is_some() => return None,
-            _ => {}
-        }
-        let program = super::gpu_sampler::find_nvidia_smi();
-        let missing = program
-            .is_none()
-            .then(|| format!("nvidia-smi not found on {host}"));
+            GpuTelemetry::Auto => {
+                let source = match (find_program("nvidia-smi"), find_program("amd-smi")) {
+                    (Some(p), _) => Ok(Source::NvidiaSmi(p)),
+                    (None, Some(p)) => Ok(Source::AmdSmi(p)),
+                    (None, None) => Err(format!("nvidia-smi not found on {host}")),
+                };
+                (source, host.to_string())
+            }
+            GpuTelemetry::NvidiaSmi => (found("nvidia-smi").map(Source::NvidiaSmi), host.into()),
+            GpuTelemetry::AmdSmi => (found("amd-smi").map(Source::AmdSmi), host.into()),
+        };
+        let (source, missing) = match source {
+            Ok(s) => (Some(Arc::new(s)), None),
+            Err(why) => (None, Some(why)),
+        };
         Some(PointGpu {
-            host: host.to_string(),
-            program,
+            host,
+            source,
             missing,
             interval: t.interval.clamp(MIN_INTERVAL, MAX_INTERVAL),
             sink,
@@ -58,12 +89,12 @@ impl PointGpu {
         })
     }
 
-    /// A sampler for one round, once its first reading came; None without the program.
+    /// A sampler for one round, once its first reading came; None without a source.
     pub(crate) async fn start(&self, point: &str, round: u32) -> Option<GpuSampler> {
-        let program = self.program.as_ref()?;
+        let source = self.source.clone()?;
         Some(
             GpuSampler::start(
-                program,
+                source,
                 self.interval,
                 point,
                 round,

@@ -5,6 +5,8 @@ pub(crate) mod agent;
 pub(crate) mod agent_session;
 pub(crate) mod down;
 mod errors;
+mod gpu_amd;
+mod gpu_dcgm;
 pub(crate) mod gpu_sampler;
 mod gpu_telemetry;
 mod interrupt;

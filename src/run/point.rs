@@ -60,9 +60,10 @@ pub(crate) struct PointRunner {
     metrics_sink: Option<super::scrape::MetricsSink>,
     /// How often `/metrics` is scraped while requests run.
     pub scrape_interval: std::time::Duration,
-    /// Where GPU readings go, and the host they are of; None = the GPUs are not on this
-    /// machine (a server on an SSH host measured from here), so they are not sampled here.
-    gpu: Option<(super::gpu_sampler::GpuSink, String)>,
+    /// Where GPU readings go, the server's host, and whether this machine is it (when it is
+    /// not, a server on an SSH host measured from here, only a DCGM exporter is read from
+    /// here); None = no GPU is sampled here.
+    gpu: Option<(super::gpu_sampler::GpuSink, String, bool)>,
     /// Where the server writes profiler traces on its host (`profile:`), for the next point;
     /// None: the server's own default.
     profile_dir: Option<String>,
@@ -123,10 +124,15 @@ impl PointRunner {
         self.profile_dir = dir;
     }
 
-    /// Samples the GPUs of this machine (the server's host, named `host`) during every
-    /// round as `telemetry:` asks, each reading to `sink`.
-    pub(crate) fn with_gpu_sink(mut self, sink: super::gpu_sampler::GpuSink, host: &str) -> Self {
-        self.gpu = Some((sink, host.to_string()));
+    /// Samples the GPUs of the server's host (named `host`; this machine when
+    /// `on_server_host`) during every round as `telemetry:` asks, each reading to `sink`.
+    pub(crate) fn with_gpu_sink(
+        mut self,
+        sink: super::gpu_sampler::GpuSink,
+        host: &str,
+        on_server_host: bool,
+    ) -> Self {
+        self.gpu = Some((sink, host.to_string(), on_server_host));
         self
     }
 
@@ -694,8 +700,8 @@ impl PointRunner {
     /// The point's GPU telemetry as `telemetry:` asks, on this machine when it is the
     /// server's host; None when nothing is sampled or said.
     fn gpu_telemetry(&self, exp: &Experiment) -> Option<super::gpu_telemetry::PointGpu> {
-        let (sink, host) = self.gpu.as_ref()?;
-        super::gpu_telemetry::PointGpu::new(exp, sink.clone(), host)
+        let (sink, host, here) = self.gpu.as_ref()?;
+        super::gpu_telemetry::PointGpu::new(exp, sink.clone(), host, *here)
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left

@@ -471,10 +471,12 @@ async fn measure_group<'p>(
         run.spec_dir.clone(),
     )
     .with_metrics_sink(metrics_sink(run.run_dir.clone()));
-    // The GPUs are sampled here only when this machine is the server's host; an SSH host's or
-    // Slurm node's are sampled by the agent there (`client: host`).
-    if rank0.remote.is_none() && rank0.slurm.is_none() {
-        runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name);
+    // The GPUs are sampled here by program only when this machine is the server's host; an
+    // SSH host's or Slurm node's are sampled by the agent there (`client: host`). A DCGM
+    // exporter is read from wherever the client runs: here too when no agent does.
+    let here = rank0.remote.is_none() && rank0.slurm.is_none();
+    if here || agent_host.is_none() {
+        runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name, here);
     }
     let profile_dir = super::traces::group_dir(
         g,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::patterns::DURATION_PATTERN;
 use super::validate::{Problem, Target};
 
-/// The shortest and longest interval nvidia-smi is asked to loop at.
+/// The shortest and longest interval a sampler reads the GPUs at.
 pub const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 pub const MAX_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -15,12 +15,19 @@ pub const MAX_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetrySpec {
-    /// `auto` (the default): sample with `nvidia-smi` when the host has it, and say in the
-    /// report that there is no GPU telemetry when it has not. `nvidia-smi`: the same, but a
-    /// host without it is named in the report as a failure to sample. `off`: no sampling.
+    /// `auto` (the default): sample with `nvidia-smi` when the host has it (`amd-smi` when it
+    /// has that and no `nvidia-smi`), and say in the report that there is no GPU telemetry
+    /// when it has neither. `nvidia-smi`, `amd-smi`: that one, a host without it named in the
+    /// report as a failure to sample. `dcgm`: the DCGM exporter at `dcgm_url`. `off`: no
+    /// sampling.
     #[serde(default)]
     pub gpu: GpuTelemetry,
-    /// How often the GPUs are read (nvidia-smi's `-lms`), e.g. `200ms`, `1s`; 50 ms to 60 s.
+    /// The DCGM exporter's metrics URL, e.g. `http://gpu-box:9400/metrics` (a URL without a
+    /// path reads `/metrics`); only with `gpu: dcgm`. It is read from where the client runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcgm_url: Option<String>,
+    /// How often the GPUs are read (nvidia-smi's `-lms`, amd-smi's and the exporter's polls),
+    /// e.g. `200ms`, `1s`; 50 ms to 60 s.
     #[serde(default = "default_interval", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
     pub interval: std::time::Duration,
@@ -34,6 +41,7 @@ impl Default for TelemetrySpec {
     fn default() -> Self {
         TelemetrySpec {
             gpu: GpuTelemetry::default(),
+            dcgm_url: None,
             interval: default_interval(),
             memory_margin_gib: default_margin_gib(),
         }
@@ -51,6 +59,10 @@ pub enum GpuTelemetry {
     Off,
     /// `nvidia-smi`, expected on the host.
     NvidiaSmi,
+    /// `amd-smi metric --json`, expected on the host, run every interval.
+    AmdSmi,
+    /// A DCGM exporter's `/metrics` (`telemetry.dcgm_url`), scraped every interval.
+    Dcgm,
 }
 
 /// What the GPUs cost, for a cost per million tokens at each point.
@@ -74,8 +86,9 @@ fn default_margin_gib() -> f64 {
     1.0
 }
 
-/// What the schema cannot say: the interval's range, and a cost that has no GPU count to
-/// charge (no `cost.gpus`, and no telemetry to count them).
+/// What the schema cannot say: the interval's range, a DCGM exporter without its URL (or a
+/// URL no sampler reads), and a cost that has no GPU count to charge (no `cost.gpus`, and no
+/// telemetry to count them). The URL's own shape is `client::UrlCheck`'s.
 pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
     let mut problems = Vec::new();
     let telemetry = raw.get("telemetry");
@@ -92,10 +105,32 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
             hint: Some("nvidia-smi loops at 50 ms at the fastest; e.g. `interval: 200ms`".into()),
         });
     }
-    let off = telemetry
+    let gpu = telemetry
         .and_then(|t| t.get("gpu"))
-        .and_then(|g| g.as_str())
-        == Some("off");
+        .and_then(|g| g.as_str());
+    let url = telemetry
+        .and_then(|t| t.get("dcgm_url"))
+        .filter(|u| !u.is_null());
+    if gpu == Some("dcgm") && url.is_none() {
+        problems.push(Problem {
+            pointer: "/telemetry/gpu".into(),
+            target: Target::Value,
+            message: "`telemetry.gpu: dcgm` needs the exporter's URL".into(),
+            hint: Some("add `dcgm_url: http://host:9400/metrics` to `telemetry:`".into()),
+        });
+    }
+    if url.is_some() && gpu != Some("dcgm") {
+        problems.push(Problem {
+            pointer: "/telemetry/dcgm_url".into(),
+            target: Target::Key,
+            message: format!(
+                "`telemetry.dcgm_url` is read only by `gpu: dcgm`, and `gpu` is `{}`",
+                gpu.unwrap_or("auto")
+            ),
+            hint: Some("set `gpu: dcgm` to read the exporter, or remove `dcgm_url`".into()),
+        });
+    }
+    let off = gpu == Some("off");
     if off
         && let Some(cost) = raw.get("cost").and_then(|c| c.as_object())
         && cost.get("gpus").is_none_or(|g| g.is_null())
