@@ -41,7 +41,10 @@ fn fake_nvidia_smi(dir: &Path, r: &Readings) -> PathBuf {
         ""
     };
     let script = format!(
-        "#!/bin/sh\necho \"$@\" >> '{args}'\n{refuse}ms=1000\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in -lms) ms=$2; shift;; esac\n  shift\ndone\ntrap 'exit 0' TERM\nsecs=$(awk \"BEGIN {{ print $ms / 1000 }}\")\nwhile :; do\n  printf '%s\\n' '{l0}' '{l1}'\n  sleep \"$secs\" & wait $!\ndone\n",
+        "#!/bin/sh\n{facts}echo \"$@\" >> '{args}'\n{refuse}ms=1000\nwhile [ $# -gt 0 ]; do\n  case \"$1\" in -lms) ms=$2; shift;; esac\n  shift\ndone\ntrap 'exit 0' TERM\nsecs=$(awk \"BEGIN {{ print $ms / 1000 }}\")\nwhile :; do\n  printf '%s\\n' '{l0}' '{l1}'\n  sleep \"$secs\" & wait $!\ndone\n",
+        // The one-off query of the host's facts (meta.json's server_host) is answered and
+        // not logged with the sampler's runs.
+        facts = "case \"$*\" in *driver_version*) printf '%s\\n' 'NVIDIA H200, 570.86.15, 143771, 700.00' 'NVIDIA H200, 570.86.15, 143771, 700.00'; exit 0;; esac\n",
         args = dir.join("args").display(),
         l0 = line(0),
         l1 = line(1),
@@ -171,6 +174,18 @@ fn the_simulator_with_a_fake_nvidia_smi_gets_exact_energy_and_cost_per_token() {
             == "--query-gpu=index,uuid,name,memory.used,memory.free,memory.total,clocks.sm,clocks.mem,utilization.gpu,power.draw,power.limit,temperature.gpu,clocks_event_reasons.active --format=csv,noheader,nounits -lms 100"),
         "{args}"
     );
+
+    // The host's facts (meta.json) list each GPU's model, memory, driver and power limit,
+    // for a local run as for an SSH host.
+    let meta = read_json(&dir.join("meta.json"));
+    let gpus = meta["server_host"]["gpus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", meta["server_host"]));
+    assert_eq!(gpus.len(), 2);
+    assert_eq!(gpus[0]["name"], "NVIDIA H200");
+    assert_eq!(gpus[0]["driver_version"], "570.86.15");
+    assert_eq!(gpus[0]["memory_total_mib"], 143771);
+    assert_eq!(gpus[0]["power_limit_w"], 700.0);
 
     // Every reading holds both GPUs, tagged with its point and round.
     let readings = read_jsonl(&dir.join("gpu.jsonl"));

@@ -37,6 +37,9 @@ use super::records::{
 };
 use super::server::{self, ServerHandle};
 
+/// How long each tool reading this machine's facts may take (nvidia-smi on a wedged driver).
+const LOCAL_FACTS_SECS: u32 = 5;
+
 /// A host servers run on.
 pub(crate) struct PoolHost {
     /// `local`, or the SSH host's `user@host:port`.
@@ -269,10 +272,16 @@ pub(super) async fn measure_pool(
     }
     // What each host is, for the report and for `compare` (which warns across hardware).
     let python = python_of(first);
+    // This machine is read too when servebench launches the server here: its GPUs are the
+    // server's (a server at `url:` may be anywhere; a Slurm node is not this machine).
+    let launched_here = first.server.url.is_none();
     let facts = futures_util::future::join_all(pool.hosts.iter().map(|h| async {
-        match &h.remote {
-            Some(r) => crate::host::remote::host_facts(&r.ssh, &python).await,
-            None => None,
+        match (&h.remote, &h.slurm) {
+            (Some(r), _) => crate::host::remote::host_facts(&r.ssh, &python).await,
+            (None, None) if launched_here => crate::host::ssh::local_facts(LOCAL_FACTS_SECS)
+                .await
+                .and_then(|f| serde_json::to_value(f).ok()),
+            _ => None,
         }
     }))
     .await;

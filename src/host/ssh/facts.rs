@@ -35,10 +35,12 @@ pub struct Gpu {
     pub power_limit_w: Option<f64>,
 }
 
-/// Prints one "@section" line before each fact. $1 is the python to ask about SGLang.
-/// nvidia-smi can hang on a wedged driver, hence the timeout when `timeout` exists.
-const FACTS: &str = r#"
-t() { if command -v timeout >/dev/null 2>&1; then timeout 20 "$@"; else "$@"; fi; }
+/// Prints one "@section" line before each fact. $1 is the python to ask about SGLang, $2 the
+/// seconds each tool may take (20 by default). nvidia-smi can hang on a wedged driver, hence
+/// the timeout when `timeout` exists.
+pub(crate) const FACTS: &str = r#"
+secs=${2:-20}
+t() { if command -v timeout >/dev/null 2>&1; then timeout "$secs" "$@"; else "$@"; fi; }
 echo @hostname; hostname 2>/dev/null || uname -n
 echo @os; (. /etc/os-release 2>/dev/null && printf '%s\n' "$PRETTY_NAME")
 echo @kernel; uname -srm
@@ -54,6 +56,23 @@ fi
 echo @sglang; t "$1" -c 'import sglang; print(sglang.__version__)' 2>/dev/null
 echo @end
 "#;
+
+/// This machine's facts (its GPUs from nvidia-smi, as an SSH host's are read), each tool
+/// given `secs`; SGLang's version is not asked (`/server_info` says it once the server is
+/// up). None when the script cannot run at all.
+pub(crate) async fn local_facts(secs: u32) -> Option<HostFacts> {
+    let run = tokio::process::Command::new("sh")
+        .args(["-c", FACTS, "sh", "false", &secs.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(u64::from(secs) * 3), run)
+        .await
+        .ok()?
+        .ok()?;
+    Some(parse_facts(&String::from_utf8_lossy(&out.stdout)))
+}
 
 impl SshHost {
     /// Gathers [`HostFacts`]; `python` is the interpreter SGLang is installed for (a venv's
