@@ -187,6 +187,18 @@ fn the_simulator_with_a_fake_nvidia_smi_gets_exact_energy_and_cost_per_token() {
     assert_eq!(gpus[0]["memory_total_mib"], 143771);
     assert_eq!(gpus[0]["power_limit_w"], 700.0);
 
+    // Each point gets its GPUs' power and free memory over time, linked from the report.
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for chart in ["gpu-power-p001.svg", "gpu-memory-p001.svg"] {
+        let svg = std::fs::read_to_string(dir.join("charts").join(chart))
+            .unwrap_or_else(|e| panic!("{chart}: {e}"));
+        assert!(svg.contains("GPU 0") && svg.contains("GPU 1"), "{chart}");
+        assert!(
+            report.contains(&format!("charts/{chart}")),
+            "the report links {chart}"
+        );
+    }
+
     // Every reading holds both GPUs, tagged with its point and round.
     let readings = read_jsonl(&dir.join("gpu.jsonl"));
     assert!(readings.len() >= 6, "{} readings", readings.len());

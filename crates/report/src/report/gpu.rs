@@ -23,6 +23,8 @@ pub struct GpuSection {
     pub cost_method: Option<String>,
     /// The cost at each capacity search's answer.
     pub at_capacity: Vec<CapacityCost>,
+    /// Each point's GPU power draw and free memory over time (`charts/gpu-*.svg`).
+    pub charts: Vec<super::chart_link::ChartLink>,
 }
 
 /// One point's GPUs.
@@ -153,6 +155,7 @@ pub(crate) fn section(
         energy_method: ENERGY_METHOD.to_string(),
         cost_method,
         at_capacity: Vec::new(),
+        charts: Vec::new(),
     })
 }
 

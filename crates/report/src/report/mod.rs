@@ -496,7 +496,8 @@ pub fn write_report(
     let model = &run.model;
     let markdown = render_for_run(&run.meta, model, template_override)?;
     write_charts(dir, &charts::charts(model), model.load.as_ref())?;
-    write_timelines(dir, &run.timelines)?;
+    write_timelines(dir, &run.timelines, timeline::FILE_PREFIX)?;
+    write_timelines(dir, &run.gpu_charts, timeline::GPU_FILE_PREFIX)?;
     write_capacity_charts(dir, model.capacity.as_ref())?;
     write_bound_chart(dir, model.bound.as_ref())?;
     export::write_csvs(&dir.path, &run.points)?;
@@ -605,9 +606,13 @@ fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::Lo
     section.map(load_charts::charts).unwrap_or_default()
 }
 
-/// Writes each point's time series (`charts/timeline-<point>.svg`), and removes those of
-/// points no longer scraped.
-fn write_timelines(dir: &RunDir, drawn: &[timeline::Timeline]) -> Result<(), ReportError> {
+/// Writes each point's time series (`charts/<prefix>...<point>.svg`), and removes the files
+/// of that prefix no longer drawn.
+fn write_timelines(
+    dir: &RunDir,
+    drawn: &[timeline::Timeline],
+    prefix: &str,
+) -> Result<(), ReportError> {
     let folder = dir.file(CHARTS_DIR);
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -623,7 +628,7 @@ fn write_timelines(dir: &RunDir, drawn: &[timeline::Timeline]) -> Result<(), Rep
     if let Ok(entries) = std::fs::read_dir(&folder) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            if name.starts_with(timeline::FILE_PREFIX) && !drawn.iter().any(|t| t.file == name) {
+            if name.starts_with(prefix) && !drawn.iter().any(|t| t.file == name) {
                 std::fs::remove_file(e.path()).map_err(write_err(&e.path()))?;
             }
         }
@@ -639,6 +644,8 @@ struct ReadRun {
     model: ReportModel,
     /// Each scraped point's time series.
     timelines: Vec<timeline::Timeline>,
+    /// Each point's GPU power and free memory over time (`gpu.jsonl`).
+    gpu_charts: Vec<timeline::Timeline>,
 }
 
 /// Reads a run directory into its report model and timelines, with notes on lines skipped
@@ -659,10 +666,21 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
     if let (Some(gpu), Some(capacity)) = (&mut model.gpu, &model.capacity) {
         gpu.at_capacity = gpu::at_capacity(capacity, &points.records);
     }
-    for g in dir.read_gpu()?.iter().filter(|g| g.cut.is_some()) {
+    let gpu_samples = dir.read_gpu()?;
+    for g in gpu_samples.iter().filter(|g| g.cut.is_some()) {
         if let Some(cut) = &g.cut {
             model.data_notes.push(format!("{cut} ({}).", g.point));
         }
+    }
+    let gpu_charts = timeline::gpu_timelines(&gpu_samples);
+    if let Some(gpu) = &mut model.gpu {
+        gpu.charts = gpu_charts
+            .iter()
+            .map(|t| chart_link::ChartLink {
+                path: format!("{CHARTS_DIR}/{}", t.file),
+                title: t.title.clone(),
+            })
+            .collect();
     }
     let timelines = timeline::timelines(&points.records, &digest.in_flight, &scrapes);
     model.timelines = timelines
@@ -701,6 +719,7 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
         points: points.records,
         model,
         timelines,
+        gpu_charts,
     })
 }
 

@@ -7,6 +7,7 @@ use indexmap::IndexMap;
 use plotters::prelude::*;
 
 use super::chart_error::ChartError;
+use servebench_model::results::gpu::GpuSample;
 use servebench_model::results::records::PointRecord;
 use servebench_model::results::server_view::MetricsScrape;
 
@@ -27,8 +28,88 @@ pub(crate) struct Timeline {
     /// (label, (seconds into the point, value) steps).
     pub series: Vec<(String, Vec<(f64, f64)>)>,
     /// Seconds per bin of the client's in-flight series, which is a mean per bin (None when
-    /// the point had no measured request).
+    /// the point had no measured request, or the chart has no client series).
     pub client_bin_s: Option<f64>,
+    /// What the y axis counts (`requests`, `W`, `GiB free`).
+    pub y_desc: String,
+}
+
+/// The prefix of every GPU chart's file (`gpu-power-p001.svg`, `gpu-memory-p001.svg`).
+pub(crate) const GPU_FILE_PREFIX: &str = "gpu-";
+
+/// Most points a GPU series is drawn with (every k-th reading past it): about a pixel each.
+const GPU_POINTS: usize = BINS;
+
+/// Two charts per point that has GPU readings (`gpu.jsonl`): each GPU's power draw, and each
+/// GPU's free memory, against seconds since the point's first reading (its rounds one after
+/// another, as they ran).
+pub(crate) fn gpu_timelines(samples: &[GpuSample]) -> Vec<Timeline> {
+    let mut points: Vec<&str> = Vec::new();
+    for s in samples.iter().filter(|s| s.cut.is_none()) {
+        if !points.contains(&s.point.as_str()) {
+            points.push(&s.point);
+        }
+    }
+    let mut out = Vec::new();
+    for id in points {
+        let mine: Vec<&GpuSample> = samples
+            .iter()
+            .filter(|s| s.point == id && s.cut.is_none())
+            .collect();
+        let t0 = mine.iter().map(|s| s.t).fold(f64::INFINITY, f64::min);
+        let step = mine.len().div_ceil(GPU_POINTS).max(1);
+        let mut indexes: Vec<u32> = mine
+            .iter()
+            .flat_map(|s| s.gpus.iter().map(|g| g.index))
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        for (what, y_desc, value) in [
+            (
+                "power",
+                "W",
+                (|g: &servebench_model::results::gpu::GpuReading| g.power_w)
+                    as fn(&servebench_model::results::gpu::GpuReading) -> Option<f64>,
+            ),
+            ("memory", "GiB free", |g| {
+                g.memory_free_mib.map(|m| m / 1024.0)
+            }),
+        ] {
+            let series: Vec<(String, Vec<(f64, f64)>)> = indexes
+                .iter()
+                .map(|i| {
+                    let xy = mine
+                        .iter()
+                        .step_by(step)
+                        .filter_map(|s| {
+                            let g = s.gpus.iter().find(|g| g.index == *i)?;
+                            Some((s.t - t0, value(g)?))
+                        })
+                        .collect();
+                    (format!("GPU {i}"), xy)
+                })
+                .filter(|(_, xy): &(String, Vec<(f64, f64)>)| !xy.is_empty())
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            out.push(Timeline {
+                file: format!("{GPU_FILE_PREFIX}{what}-{id}.svg"),
+                title: format!(
+                    "{id}: GPU {} over time",
+                    if what == "power" {
+                        "power draw"
+                    } else {
+                        "free memory"
+                    }
+                ),
+                series,
+                client_bin_s: None,
+                y_desc: y_desc.to_string(),
+            });
+        }
+    }
+    out
 }
 
 /// The prefix of every timeline file, so a re-render can remove stale ones.
@@ -99,6 +180,7 @@ pub(crate) fn timelines(
                 title: format!("{id}: requests in flight over time"),
                 series,
                 client_bin_s: client.bin_s(),
+                y_desc: "requests".into(),
             }
         })
         .collect()
@@ -260,7 +342,7 @@ pub(crate) fn render_svg(t: &Timeline) -> Result<String, ChartError> {
             .map_err(|e| err(&e))?;
         plot.configure_mesh()
             .x_desc(x_desc(t.client_bin_s))
-            .y_desc("requests")
+            .y_desc(t.y_desc.as_str())
             .label_style(("sans-serif", 14))
             .light_line_style(TRANSPARENT)
             .bold_line_style(RGBColor(220, 220, 220))
