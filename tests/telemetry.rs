@@ -601,6 +601,13 @@ fn on_slurm_the_agent_step_samples_the_nodes_gpus() {
         (energy - 600.0 * seconds).abs() <= 1e-6 * energy,
         "{energy} J over {seconds} s"
     );
+    // The node's facts are read as a step in the allocation once it exists.
+    let meta = read_json(&dir.join("meta.json"));
+    let gpus = meta["server_host"]["gpus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", meta["server_host"]));
+    assert_eq!(gpus.len(), 2, "{gpus:?}");
+    assert_eq!(gpus[1]["driver_version"], "570.86.15");
     assert_no_fake_left(&bin);
 }
 

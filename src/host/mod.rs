@@ -222,6 +222,14 @@ pub(crate) trait Host: Send + Sync {
         Box::pin(async move { small_file::list_local(dir, max) })
     }
 
+    /// What the host the server runs on is (its GPUs' model, memory, driver and power limit),
+    /// read with the facts script (`ssh::facts::FACTS`) where it can only be read once the
+    /// server's place exists (a Slurm allocation's node); None elsewhere (this machine and SSH
+    /// hosts are read before the launch).
+    fn facts_after_launch(&self) -> BoxFuture<'_, Option<crate::host::ssh::HostFacts>> {
+        Box::pin(async { None })
+    }
+
     /// A directory of this run on the host, for what the server writes there (a
     /// profiler's traces); None where the host keeps none (this machine: the run directory).
     fn run_dir_on_host(&self) -> Option<String> {

@@ -574,6 +574,21 @@ async fn measure_group<'p>(
                 .insert(super::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await),
         };
         handle.record.model_config = Some(config.clone());
+        // A Slurm node is known once the allocation exists: its facts are read now, once.
+        if pool.hosts.len() == 1
+            && run
+                .meta
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .server_host
+                .is_none()
+            && let Some(f) = host_refs[0].facts_after_launch().await
+        {
+            run.meta
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .server_host = serde_json::to_value(f).ok();
+        }
         for note in &handle.record.notes {
             run.progress.line(&format!("{}: warning: {note}", g.id));
         }

@@ -830,6 +830,30 @@ impl super::Host for SlurmHost {
         })
     }
 
+    /// Read inside the allocation, on rank 0's node, as a step beside the server's.
+    fn facts_after_launch(&self) -> BoxFuture<'_, Option<crate::host::ssh::HostFacts>> {
+        Box::pin(async move {
+            let a = self.current.lock().await.clone()?;
+            let script: Vec<String> = ["sh", "-c", crate::host::ssh::FACTS, "sh", "false", "5"]
+                .into_iter()
+                .map(String::from)
+                .collect();
+            let args = Self::step_argv(
+                &a.job,
+                a.job.nodes.first().map_or("", String::as_str),
+                &format!("servebench-facts-{}", self.run_id),
+                true,
+                None,
+                None,
+                &script,
+            );
+            let out = cli::output(&self.runner, "srun", &args).await.ok()?;
+            Some(crate::host::ssh::parse_facts(&String::from_utf8_lossy(
+                &out.stdout,
+            )))
+        })
+    }
+
     /// Listed inside the allocation, on rank 0's node, like [`read_small_file`](Self::read_small_file).
     fn list_files<'a>(
         &'a self,

@@ -22,7 +22,7 @@ use std::time::Duration;
 use openssh::{ControlPersist, ForwardType, KnownHosts, Session, SessionBuilder, Stdio};
 
 pub use error::SshError;
-pub(crate) use facts::local_facts;
+pub(crate) use facts::{FACTS, local_facts, parse_facts};
 pub use facts::{Gpu, HostFacts};
 
 pub(crate) use process::RemoteProcess;
