@@ -226,7 +226,8 @@ pub(crate) trait Host: Send + Sync {
     /// read with the facts script (`ssh::facts::FACTS`) where it can only be read once the
     /// server's place exists (a Slurm allocation's node); None elsewhere (this machine and SSH
     /// hosts are read before the launch).
-    fn facts_after_launch(&self) -> BoxFuture<'_, Option<crate::host::ssh::HostFacts>> {
+    /// As `meta.json`'s `server_host` holds them (JSON: the facts are the SSH layer's type).
+    fn facts_after_launch(&self) -> BoxFuture<'_, Option<serde_json::Value>> {
         Box::pin(async { None })
     }
 

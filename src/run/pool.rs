@@ -587,7 +587,7 @@ async fn measure_group<'p>(
             run.meta
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .server_host = serde_json::to_value(f).ok();
+                .server_host = Some(f);
         }
         for note in &handle.record.notes {
             run.progress.line(&format!("{}: warning: {note}", g.id));

@@ -831,7 +831,7 @@ impl super::Host for SlurmHost {
     }
 
     /// Read inside the allocation, on rank 0's node, as a step beside the server's.
-    fn facts_after_launch(&self) -> BoxFuture<'_, Option<crate::host::ssh::HostFacts>> {
+    fn facts_after_launch(&self) -> BoxFuture<'_, Option<serde_json::Value>> {
         Box::pin(async move {
             let a = self.current.lock().await.clone()?;
             let script: Vec<String> = ["sh", "-c", crate::host::ssh::FACTS, "sh", "false", "5"]
@@ -848,9 +848,10 @@ impl super::Host for SlurmHost {
                 &script,
             );
             let out = cli::output(&self.runner, "srun", &args).await.ok()?;
-            Some(crate::host::ssh::parse_facts(&String::from_utf8_lossy(
+            serde_json::to_value(crate::host::ssh::parse_facts(&String::from_utf8_lossy(
                 &out.stdout,
             )))
+            .ok()
         })
     }
 
