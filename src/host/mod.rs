@@ -248,20 +248,28 @@ pub(crate) struct FailedRank {
     pub host: String,
     /// Its log in the run directory.
     pub log_path: std::path::PathBuf,
+    /// A deployment's process: its name (`decode1`, `router`), said instead of the rank.
+    pub name: Option<String>,
 }
 
 impl std::fmt::Display for FailedRank {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "rank {} of {} on {}, log {}",
-            self.rank,
-            self.of,
-            self.host,
-            self.log_path
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-        )
+        let log = self
+            .log_path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        match &self.name {
+            Some(name) => write!(
+                f,
+                "{name}, one of {} processes on {}, log {log}",
+                self.of, self.host
+            ),
+            None => write!(
+                f,
+                "rank {} of {} on {}, log {log}",
+                self.rank, self.of, self.host
+            ),
+        }
     }
 }
 

@@ -80,7 +80,13 @@ pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
                 pgid: rank_pgid,
                 leader_start: r.leader_start,
                 boot_id: r.boot_id.clone(),
-                program: program.clone(),
+                // A deployment's worker runs its own program (the router is the launch).
+                program: r
+                    .command
+                    .as_ref()
+                    .and_then(|c| c.first())
+                    .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+                    .unwrap_or_else(|| program.clone()),
             };
             let what = host.stop_leftover(&id, STOP_GRACE).await;
             if matches!(
@@ -90,8 +96,8 @@ pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
                 r.stopped = true;
             }
             let text = format!(
-                "rank {}: {}",
-                r.rank,
+                "{}: {}",
+                r.name.clone().unwrap_or_else(|| format!("rank {}", r.rank)),
                 leftover_words(&what, rank_pgid, r.host.as_deref())
             );
             report.lines.push(DownLine {

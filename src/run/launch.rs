@@ -108,6 +108,7 @@ pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
         None => Box::new(InProcess {
             runner: {
                 m.runner.set_surface(handle.record.surface.clone());
+                m.runner.set_workers(handle.workers.clone());
                 m.runner
             },
             client: Client::new(&handle.url, api_key)?,

@@ -3,6 +3,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod agent_session;
+mod deployment;
 pub(crate) mod down;
 mod errors;
 mod gpu_amd;

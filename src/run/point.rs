@@ -69,6 +69,9 @@ pub(crate) struct PointRunner {
     profile_dir: Option<String>,
     /// The capture a round made, for the point's record.
     profiled: Option<crate::results::records::ProfileCapture>,
+    /// The workers behind the router measured now (a launched deployment's, or an attached
+    /// router's `server.workers`); empty: the point's `server.workers` (the agent's case).
+    workers: Vec<super::deployment::WorkerTarget>,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -116,7 +119,30 @@ impl PointRunner {
             gpu: None,
             profile_dir: None,
             profiled: None,
+            workers: Vec::new(),
         }
+    }
+
+    /// Says which workers stand behind the server measured next.
+    pub(crate) fn set_workers(&mut self, workers: Vec<super::deployment::WorkerTarget>) {
+        self.workers = workers;
+    }
+
+    /// The workers whose `/metrics` are scraped for `exp`.
+    fn worker_targets(&self, exp: &Experiment) -> Vec<super::deployment::WorkerTarget> {
+        if !self.workers.is_empty() {
+            return self.workers.clone();
+        }
+        exp.server
+            .workers
+            .iter()
+            .map(|w| super::deployment::WorkerTarget {
+                name: w.clone(),
+                role: None,
+                url: w.clone(),
+                url_on_host: w.clone(),
+            })
+            .collect()
     }
 
     /// Says where the server writes profiler traces for the next point (on its host).
@@ -258,19 +284,20 @@ impl PointRunner {
         }
         let (worker_scrapes, scrapes): (Vec<_>, Vec<_>) =
             scrapes.into_iter().partition(|s| s.worker.is_some());
-        record.workers = exp
-            .server
-            .workers
-            .iter()
+        record.workers = self
+            .worker_targets(exp)
+            .into_iter()
             .map(|w| {
                 let mine: Vec<_> = worker_scrapes
                     .iter()
-                    .filter(|s| s.worker.as_deref() == Some(w.as_str()))
+                    .filter(|s| s.worker.as_deref() == Some(w.url.as_str()))
                     .cloned()
                     .collect();
                 crate::results::records::WorkerView {
-                    url: w.clone(),
+                    name: (w.name != w.url).then_some(w.name),
+                    role: w.role,
                     view: crate::measure::server_view::summarize(&mine),
+                    url: w.url,
                 }
             })
             .collect();
@@ -522,7 +549,8 @@ impl PointRunner {
         // router's surface offers.
         let mut worker_scrapers = Vec::new();
         if let Some(sink) = &self.metrics_sink {
-            for w in &exp.server.workers {
+            for w in self.worker_targets(exp) {
+                let w = w.url.as_str();
                 if let Ok(c) = Client::new(w, None) {
                     worker_scrapers.push(
                         super::scrape::Scraper::start(

@@ -149,6 +149,7 @@ pub(crate) async fn spawn_ranks(
                     .map(|n| n.to_string_lossy().into_owned()),
                 remote_log: ids.remote_log.clone(),
                 stopped: false,
+                ..Default::default()
             });
         }
         ranks.push(Rank {
@@ -341,6 +342,7 @@ impl ServerProcess for RankedProcess {
             of: self.ranks.len() as u32,
             host: r.host.clone(),
             log_path: r.log_path.clone(),
+            name: None,
         })
     }
 }

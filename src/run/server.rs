@@ -40,6 +40,9 @@ pub(crate) struct ServerHandle {
     pub engine: Engine,
     /// The signal that ended the launched server, once it has exited by one.
     pub killed_by: Option<i32>,
+    /// The workers behind a router: a launched deployment's, or an attached router's
+    /// `server.workers`; each one's `/metrics` is scraped around every round.
+    pub workers: Vec<super::deployment::WorkerTarget>,
 }
 
 impl ServerHandle {
@@ -112,6 +115,16 @@ impl ServerHandle {
             log_start: 0,
             engine: server.engine,
             killed_by: None,
+            workers: server
+                .workers
+                .iter()
+                .map(|w| super::deployment::WorkerTarget {
+                    name: w.clone(),
+                    role: None,
+                    url: w.clone(),
+                    url_on_host: w.clone(),
+                })
+                .collect(),
         })
     }
 
@@ -136,7 +149,21 @@ impl ServerHandle {
                 Err(e) => return Err(e.into()),
             }
         }
-        let (process, argv, port, ranks) = if effective.node_count() > 1 {
+        let mut workers = Vec::new();
+        let (process, argv, port, ranks) = if let Some(dep) = &effective.deployment {
+            let d = super::deployment::spawn_deployment(
+                group,
+                &effective,
+                dep,
+                hosts[0],
+                log_path,
+                interrupt,
+                launched_at + server.ready_timeout,
+            )
+            .await?;
+            workers = d.workers;
+            (d.process, d.command, d.port, d.records)
+        } else if effective.node_count() > 1 {
             let r = super::ranks::spawn_ranks(group, &effective, hosts, log_path).await?;
             (r.process, r.command, r.port, r.records)
         } else {
@@ -214,6 +241,7 @@ impl ServerHandle {
             log_start,
             engine: server.engine,
             killed_by: None,
+            workers,
         };
         handle.wait_ready(server, interrupt).await?;
         Ok(handle)
@@ -254,7 +282,11 @@ impl ServerHandle {
             // connections or /health says 503 (starting) is not ready. A server that has no
             // /health (`engine: command`, 404) is ready once it answered and printed its line.
             let health = client.health().await;
-            if let Ok(200) = health {
+            // A router answers /health before it has registered its workers.
+            if let Ok(200) = health
+                && (server.deployment.is_none()
+                    || super::deployment::router_lists_workers(&client, self.workers.len()).await)
+            {
                 break;
             }
             if matches!(health, Ok(code) if code != 503)
@@ -268,7 +300,14 @@ impl ServerHandle {
                 self.stop("not ready in time").await;
                 return Err(ServerError::NotReady {
                     timeout: server.ready_timeout,
-                    log,
+                    log: match (&server.deployment, health) {
+                        (Some(_), Ok(200)) => {
+                            format!(
+                                "{log} (the router answers but does not list every worker healthy at /workers)"
+                            )
+                        }
+                        _ => log,
+                    },
                     tail,
                 });
             }

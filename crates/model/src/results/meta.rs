@@ -71,10 +71,23 @@ pub struct PoolHostRecord {
     pub failed: Option<String>,
 }
 
-/// One rank (from 1) of a multi-node server, as launched; rank 0 is the launch itself.
+/// One rank (from 1) of a multi-node server, as launched; rank 0 is the launch itself. In a
+/// routed deployment (`server.deployment`), one worker: the launch itself is the router.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankLaunch {
     pub rank: u32,
+    /// A deployment's worker: its name (`worker0`, `prefill0`, `decode1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A deployment's worker: its role (`regular`, `prefill`, `decode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// A deployment's worker: its URL on its host (what the router was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A prefill worker's `--disaggregation-bootstrap-port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_port: Option<u16>,
     /// The host it ran on; None on this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,

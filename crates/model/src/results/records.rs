@@ -671,8 +671,15 @@ pub struct PointRecord {
 /// One worker behind a router, as its own counters saw a point.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerView {
-    /// The worker's URL, as the spec gives it.
+    /// The worker's URL, as the spec gives it (a launched deployment's: as servebench
+    /// reaches it).
     pub url: String,
+    /// A launched deployment's worker: its name (`worker0`, `prefill0`, `decode1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A launched deployment's worker: its role (`regular`, `prefill`, `decode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
     /// Its server view (requests, prompt, cached and generated tokens, gauges); None when
     /// no scrape of it answered with names servebench knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]

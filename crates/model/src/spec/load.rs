@@ -429,6 +429,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(super::telemetry::checks(raw));
     problems.extend(super::profile::checks(raw));
     problems.extend(super::validity::checks(raw));
+    problems.extend(super::deployment::checks(raw));
     problems
 }
 

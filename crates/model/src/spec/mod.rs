@@ -5,6 +5,7 @@
 //! into [`SpecErrors`], each with file, line, column, the offending text and a hint.
 
 pub(crate) mod check;
+pub mod deployment;
 pub mod diagnostics;
 pub(crate) mod error_budget;
 pub(crate) mod expand;

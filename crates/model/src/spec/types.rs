@@ -638,6 +638,12 @@ pub struct Server {
     /// generated tokens) and how evenly the router spread the load.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<String>,
+    /// Several servers and SGLang's router in front of them, launched, watched and stopped
+    /// together, measured through the router: `{ workers: 2, router: { policy: round_robin } }`,
+    /// or prefill-decode disaggregated `{ prefill: 1, decode: 2 }`. Each worker is this
+    /// server (`engine`, `model`, `args`, `env`) with its own flags merged over `args`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<super::deployment::Deployment>,
     /// Nodes one server spans (multi-node; default 1). The engine runs as this many ranks, one
     /// per host of `hosts:`, started, watched and stopped together; rank 0 serves HTTP. SGLang
     /// gets `--nnodes N --node-rank I --dist-init-addr HOST:PORT`; vLLM `--nnodes N --node-rank

@@ -1,0 +1,432 @@
+//! A deployment of several servers in one spec (`server.deployment:`): N workers of the
+//! group's engine and SGLang's router (`sglang-router`) in front of them, launched, watched
+//! and stopped together; measured through the router. Regular (data-parallel) workers, or
+//! prefill and decode workers of a prefill-decode disaggregated deployment.
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::types::ArgValue;
+use super::validate::{Problem, Target};
+
+/// Most workers one deployment launches (each one is a server process on the host).
+pub const MAX_WORKERS: u32 = 64;
+
+/// The workers and the router of a routed deployment. `workers: N` for regular workers,
+/// or `prefill: P` and `decode: D` for a prefill-decode disaggregated one; each worker is
+/// the group's engine with `server.args`, its own flags merged over them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Deployment {
+    /// Regular workers behind the router (data parallel: each serves whole requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub workers: Option<u32>,
+    /// Prefill workers of a disaggregated deployment: each gets `--disaggregation-mode
+    /// prefill` and its own `--disaggregation-bootstrap-port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub prefill: Option<u32>,
+    /// Decode workers of a disaggregated deployment (`--disaggregation-mode decode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub decode: Option<u32>,
+    /// Flags for each regular worker in turn, merged over `server.args`: the first map is
+    /// worker 0's, and so on; workers past the list get `server.args` alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub worker_args: Vec<IndexMap<String, ArgValue>>,
+    /// Flags every prefill worker gets, merged over `server.args`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub prefill_args: IndexMap<String, ArgValue>,
+    /// Flags every decode worker gets, merged over `server.args`.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub decode_args: IndexMap<String, ArgValue>,
+    /// The router in front of the workers.
+    #[serde(default)]
+    pub router: Router,
+}
+
+/// SGLang's router (`sglang-router`, `python -m sglang_router.launch_router`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Router {
+    /// Its routing policy for regular workers (`--policy`): `round_robin`, `random`,
+    /// `cache_aware`, `power_of_two`.
+    #[serde(default = "default_policy")]
+    pub policy: RouterPolicy,
+    /// A disaggregated deployment's policy for picking the prefill worker
+    /// (`--prefill-policy`); absent: `policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_policy: Option<RouterPolicy>,
+    /// A disaggregated deployment's policy for picking the decode worker
+    /// (`--decode-policy`); absent: `policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_policy: Option<RouterPolicy>,
+    /// More router flags without the leading `--` (`{ cache-threshold: 0.5 }`); servebench
+    /// sets host, port, Prometheus listener, log level and the workers itself.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub args: IndexMap<String, ArgValue>,
+    /// The command that starts the router, before its flags. Default:
+    /// `[python, -m, sglang_router.launch_router]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<Vec<String>>,
+    /// Environment variables for the router process.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub env: IndexMap<String, String>,
+    /// Port the router listens on (what servebench measures). Omit it to pick a free port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Router {
+            policy: default_policy(),
+            prefill_policy: None,
+            decode_policy: None,
+            args: IndexMap::new(),
+            launcher: None,
+            env: IndexMap::new(),
+            port: None,
+        }
+    }
+}
+
+fn default_policy() -> RouterPolicy {
+    RouterPolicy::CacheAware
+}
+
+/// A routing policy of sglang-router 0.3 (`--policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RouterPolicy {
+    /// Each request to the next worker in turn.
+    RoundRobin,
+    /// A worker drawn at random.
+    Random,
+    /// The worker whose radix tree shares the longest prefix with the request, unless the
+    /// load is unbalanced (the router's default).
+    CacheAware,
+    /// The less loaded of two workers drawn at random.
+    PowerOfTwo,
+}
+
+/// A worker's role in a deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
+pub enum WorkerRole {
+    /// Serves whole requests.
+    Regular,
+    /// Computes the prompt's KV cache and hands it to a decode worker.
+    Prefill,
+    /// Takes the KV cache from a prefill worker and generates.
+    Decode,
+}
+
+/// One worker a deployment launches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerPlan {
+    pub role: WorkerRole,
+    /// Index among its role's workers (from 0).
+    pub index: u32,
+    /// Its own flags, to merge over `server.args`.
+    pub args: IndexMap<String, ArgValue>,
+}
+
+impl WorkerPlan {
+    /// Its name in records and file names: `worker0`, `prefill0`, `decode1`.
+    pub fn name(&self) -> String {
+        match self.role {
+            WorkerRole::Regular => format!("worker{}", self.index),
+            r => format!("{r}{}", self.index),
+        }
+    }
+}
+
+impl Deployment {
+    /// True for a prefill-decode disaggregated deployment.
+    pub fn disaggregated(&self) -> bool {
+        self.prefill.is_some() || self.decode.is_some()
+    }
+
+    /// The workers to launch, prefill before decode.
+    pub fn plan(&self) -> Vec<WorkerPlan> {
+        if self.disaggregated() {
+            let role = |role, n: Option<u32>, args: &IndexMap<String, ArgValue>| {
+                (0..n.unwrap_or(0))
+                    .map(|index| WorkerPlan {
+                        role,
+                        index,
+                        args: args.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let mut all = role(WorkerRole::Prefill, self.prefill, &self.prefill_args);
+            all.extend(role(WorkerRole::Decode, self.decode, &self.decode_args));
+            all
+        } else {
+            (0..self.workers.unwrap_or(1))
+                .map(|index| WorkerPlan {
+                    role: WorkerRole::Regular,
+                    index,
+                    args: self
+                        .worker_args
+                        .get(index as usize)
+                        .cloned()
+                        .unwrap_or_default(),
+                })
+                .collect()
+        }
+    }
+}
+
+/// Checks the schema cannot express, on the raw spec (sweeps set `server.deployment.*` per
+/// point; a swept value is checked where the points are typed).
+pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let Some(server) = raw.get("server").and_then(Value::as_object) else {
+        return problems;
+    };
+    let Some(dep) = server.get("deployment").and_then(Value::as_object) else {
+        return problems;
+    };
+    let at = |field: &str| format!("/server/deployment/{field}");
+    let set = |k: &str| dep.get(k).is_some_and(|v| !v.is_null());
+    if server.get("url").is_some_and(|u| !u.is_null()) {
+        problems.push(Problem {
+            pointer: "/server/deployment".into(),
+            target: Target::Key,
+            message: "`server.deployment` launches workers and a router, but `server.url` points at a running server".into(),
+            hint: Some("remove `url` to launch the deployment, or remove `deployment` and list the running router's workers in `server.workers`".into()),
+        });
+    }
+    if server
+        .get("nodes")
+        .and_then(Value::as_u64)
+        .is_some_and(|n| n > 1)
+    {
+        problems.push(Problem {
+            pointer: "/server/nodes".into(),
+            target: Target::Key,
+            message: "a deployment's workers are single-node servers: `server.nodes` over 1 cannot be combined with `server.deployment`".into(),
+            hint: Some("remove `nodes`, or remove `deployment`".into()),
+        });
+    }
+    if server.get("workers").is_some_and(|w| !w.is_null()) {
+        problems.push(Problem {
+            pointer: "/server/workers".into(),
+            target: Target::Key,
+            message: "`server.workers` lists a running router's workers; a deployment's workers are the ones it launches".into(),
+            hint: Some("remove `server.workers`: each launched worker is scraped already".into()),
+        });
+    }
+    let pd = set("prefill") || set("decode");
+    if pd && set("workers") {
+        problems.push(Problem {
+            pointer: at("workers"),
+            target: Target::Key,
+            message: "`workers` is for regular workers; a disaggregated deployment has `prefill` and `decode` workers".into(),
+            hint: Some("give either `workers: N`, or `prefill: P` and `decode: D`".into()),
+        });
+    }
+    if pd {
+        for (have, missing) in [("prefill", "decode"), ("decode", "prefill")] {
+            if set(have) && !set(missing) {
+                problems.push(Problem {
+                    pointer: at(have),
+                    target: Target::Key,
+                    message: format!(
+                        "a disaggregated deployment needs {missing} workers too: `{have}` is given, `{missing}` is not"
+                    ),
+                    hint: Some(format!("add `{missing}: 1` (or more)")),
+                });
+            }
+        }
+        if dep.get("worker_args").is_some_and(|a| !a.is_null()) {
+            problems.push(Problem {
+                pointer: at("worker_args"),
+                target: Target::Key,
+                message: "`worker_args` is for regular workers".into(),
+                hint: Some("use `prefill_args` and `decode_args`".into()),
+            });
+        }
+        if let Some(engine) = server.get("engine").and_then(Value::as_str)
+            && !matches!(engine, "sglang" | "sim")
+        {
+            problems.push(Problem {
+                pointer: "/server/engine".into(),
+                target: Target::Value,
+                message: format!(
+                    "prefill-decode disaggregation is SGLang's (`--disaggregation-mode`): engine `{engine}` has no prefill or decode role"
+                ),
+                hint: Some("use `engine: sglang` (or `sim`), or regular `workers: N`".into()),
+            });
+        }
+    } else {
+        for k in ["prefill_args", "decode_args"] {
+            if dep.get(k).is_some_and(|a| !a.is_null()) {
+                problems.push(Problem {
+                    pointer: at(k),
+                    target: Target::Key,
+                    message: format!("`{k}` is for a disaggregated deployment, which this is not"),
+                    hint: Some("use `worker_args`, or give `prefill` and `decode` counts".into()),
+                });
+            }
+        }
+    }
+    let count = |k: &str| dep.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let total = if pd {
+        count("prefill") + count("decode")
+    } else {
+        count("workers").max(1)
+    };
+    if total > u64::from(MAX_WORKERS) {
+        problems.push(Problem {
+            pointer: "/server/deployment".into(),
+            target: Target::Key,
+            message: format!(
+                "the deployment has {total} workers; one deployment launches at most {MAX_WORKERS}"
+            ),
+            hint: Some("launch fewer workers".into()),
+        });
+    }
+    if let Some(args) = dep.get("worker_args").and_then(Value::as_array) {
+        let n = count("workers").max(1);
+        if args.len() as u64 > n {
+            problems.push(Problem {
+                pointer: format!("{}/{n}", at("worker_args")),
+                target: Target::Value,
+                message: format!(
+                    "`worker_args` has {} entries for {n} worker(s): the ones past worker {} would be ignored",
+                    args.len(),
+                    n - 1
+                ),
+                hint: Some(format!(
+                    "set `workers: {}` or remove the extra entries",
+                    args.len()
+                )),
+            });
+        }
+    }
+    // Flags servebench sets itself: one given twice would be refused by the router, or give
+    // it a second listener servebench does not know.
+    if let Some(args) = dep
+        .get("router")
+        .and_then(|r| r.get("args"))
+        .and_then(Value::as_object)
+    {
+        for key in args.keys() {
+            let bare = key.trim_start_matches('-');
+            if OWN_ROUTER_FLAGS.contains(&bare) {
+                problems.push(Problem {
+                    pointer: format!("/server/deployment/router/args/{key}"),
+                    target: Target::Key,
+                    message: format!("servebench sets the router's `--{bare}` itself"),
+                    hint: Some(match bare {
+                        "policy" | "prefill-policy" | "decode-policy" => {
+                            "use `router.policy` (or `prefill_policy`, `decode_policy`)".into()
+                        }
+                        "port" => "use `router.port`".into(),
+                        _ => "remove it from `router.args`".into(),
+                    }),
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// The router flags servebench always sets.
+pub const OWN_ROUTER_FLAGS: &[&str] = &[
+    "host",
+    "port",
+    "policy",
+    "prefill-policy",
+    "decode-policy",
+    "worker-urls",
+    "pd-disaggregation",
+    "prefill",
+    "decode",
+    "prometheus-host",
+    "prometheus-port",
+    "log-level",
+    "log-dir",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_regular_deployment_plans_its_workers_with_their_own_flags() {
+        let d: Deployment = serde_json::from_value(serde_json::json!({
+            "workers": 3,
+            "worker_args": [{"mem-fraction-static": 0.8}],
+            "router": {"policy": "round_robin"}
+        }))
+        .unwrap();
+        let plan = d.plan();
+        assert_eq!(
+            plan.iter().map(WorkerPlan::name).collect::<Vec<_>>(),
+            ["worker0", "worker1", "worker2"]
+        );
+        assert_eq!(plan[0].args.len(), 1);
+        assert!(plan[1].args.is_empty());
+        assert!(!d.disaggregated());
+        assert_eq!(d.router.policy.to_string(), "round_robin");
+    }
+
+    #[test]
+    fn a_disaggregated_deployment_plans_prefill_before_decode() {
+        let d: Deployment =
+            serde_json::from_value(serde_json::json!({"prefill": 1, "decode": 2})).unwrap();
+        assert_eq!(
+            d.plan().iter().map(WorkerPlan::name).collect::<Vec<_>>(),
+            ["prefill0", "decode0", "decode1"]
+        );
+        assert_eq!(d.router.policy, RouterPolicy::CacheAware);
+    }
+
+    fn problems(server: Value) -> Vec<String> {
+        checks(&serde_json::json!({ "server": server }))
+            .into_iter()
+            .map(|p| format!("{}: {}", p.pointer, p.message))
+            .collect()
+    }
+
+    #[test]
+    fn contradictions_are_named_where_they_are() {
+        assert!(problems(serde_json::json!({"deployment": {"workers": 2}})).is_empty());
+        let p = problems(serde_json::json!({"url": "http://x:1", "deployment": {"workers": 2}}));
+        assert!(p[0].starts_with("/server/deployment: "), "{p:?}");
+        let p = problems(serde_json::json!({"deployment": {"prefill": 1}}));
+        assert_eq!(
+            p,
+            [
+                "/server/deployment/prefill: a disaggregated deployment needs decode workers too: `prefill` is given, `decode` is not"
+            ]
+        );
+        let p = problems(
+            serde_json::json!({"engine": "vllm", "deployment": {"prefill": 1, "decode": 1}}),
+        );
+        assert!(p[0].starts_with("/server/engine: "), "{p:?}");
+        let p =
+            problems(serde_json::json!({"deployment": {"workers": 1, "worker_args": [{}, {}]}}));
+        assert!(
+            p[0].starts_with("/server/deployment/worker_args/1: "),
+            "{p:?}"
+        );
+        let p = problems(serde_json::json!({"deployment": {"workers": 65}}));
+        assert!(p[0].contains("at most 64"), "{p:?}");
+        let p = problems(
+            serde_json::json!({"deployment": {"workers": 2, "router": {"args": {"policy": "random"}}}}),
+        );
+        assert!(
+            p[0].starts_with("/server/deployment/router/args/policy: "),
+            "{p:?}"
+        );
+    }
+}

@@ -1,0 +1,645 @@
+//! A routed deployment (`server.deployment`) as one [`ServerProcess`]: N workers of the
+//! group's engine started first (each ready on `/health`), then SGLang's router
+//! (`sglang-router`) in front of them; watched together (any process's exit is the
+//! deployment's, named by the process that went), and stopped together, router first. The
+//! router serves what servebench measures and logs to the group's log (`server-g1.log`);
+//! each worker logs to its own (`server-g1.worker0.log`, `server-g1.prefill0.log`, ...).
+//!
+//! The router runs with `--log-level debug`: its "Sending request url=WORKER" line, inside a
+//! span that carries the request's `x-request-id`, is what names the worker of each request
+//! ([`super::routing`]).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use indexmap::IndexMap;
+
+use crate::catalog::Failure;
+use crate::client::Client;
+use crate::engine::{self, LaunchCommand};
+use crate::host::{FailedRank, Host, HostError, ProcessIds, ServerProcess, Spawn, Stopped};
+use crate::results::meta::RankLaunch;
+use crate::secrets;
+use crate::spec::deployment::{Deployment, WorkerPlan, WorkerRole};
+use crate::spec::types::{ArgValue, Engine, Server};
+
+use super::interrupt::Interrupt;
+use super::server_error::{STOP_GRACE, ServerError};
+
+/// The router's launcher when the spec gives none.
+const ROUTER_LAUNCHER: [&str; 3] = ["python", "-m", "sglang_router.launch_router"];
+
+/// A worker of a launched deployment, as the measuring side reaches it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WorkerTarget {
+    /// `worker0`, `prefill0`, `decode1`; for `server.workers` of an attached router, its URL.
+    pub name: String,
+    /// `regular`, `prefill`, `decode`; None for `server.workers` (not known).
+    pub role: Option<String>,
+    /// Its URL from where servebench runs (a forwarded port for an SSH host).
+    pub url: String,
+    /// Its URL on its host: what the router was given, and names it in its log.
+    pub url_on_host: String,
+}
+
+/// One launched process of the deployment.
+struct Member {
+    name: String,
+    host: String,
+    process: Box<dyn ServerProcess>,
+    log_path: PathBuf,
+}
+
+/// The router and its workers, router first.
+pub(crate) struct DeploymentProcess {
+    members: Vec<Member>,
+    /// Members seen exited, in the order they were seen.
+    exited: Vec<usize>,
+}
+
+/// What a deployment's launch produced.
+pub(crate) struct LaunchedDeployment {
+    pub process: Box<dyn ServerProcess>,
+    /// The router's command (the launch's own record) and port.
+    pub command: Vec<String>,
+    pub port: u16,
+    /// The workers, for meta.json and `servebench down`.
+    pub records: Vec<RankLaunch>,
+    pub workers: Vec<WorkerTarget>,
+}
+
+/// The log of the deployment's `name` beside the group's `log`: `server-g1.decode1.log`.
+pub(crate) fn member_log_path(log: &Path, name: &str) -> PathBuf {
+    let stem = log
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "server".into());
+    log.with_file_name(format!("{stem}.{name}.log"))
+}
+
+/// A worker's own server: the group's, its flags merged over `args` (with the group's
+/// `engine_args`), and a prefill or decode worker's role flags.
+fn worker_server(server: &Server, plan: &WorkerPlan, bootstrap_port: Option<u16>) -> Server {
+    let mut args = engine::effective_args(server);
+    for (k, v) in &plan.args {
+        args.insert(k.clone(), v.clone());
+    }
+    match plan.role {
+        WorkerRole::Regular => {}
+        role => {
+            args.insert(
+                "disaggregation-mode".into(),
+                ArgValue::Str(role.to_string()),
+            );
+            if let Some(p) = bootstrap_port {
+                args.insert(
+                    "disaggregation-bootstrap-port".into(),
+                    ArgValue::Int(i64::from(p)),
+                );
+            }
+        }
+    }
+    Server {
+        args,
+        engine_args: IndexMap::new(),
+        port: None,
+        deployment: None,
+        ..server.clone()
+    }
+}
+
+/// The router's command line: its launcher, servebench's own flags (loopback, the port, a
+/// loopback Prometheus listener, debug logging that names each request's worker), the
+/// policy, the workers, then the spec's `router.args`.
+fn router_command(
+    dep: &Deployment,
+    port: u16,
+    prometheus_port: u16,
+    workers: &[(WorkerRole, String, Option<u16>)],
+) -> Result<LaunchCommand, ServerError> {
+    let r = &dep.router;
+    let mut argv: Vec<String> = match &r.launcher {
+        Some(l) if l.is_empty() => {
+            return Err(ServerError::Config(
+                "server.deployment.router.launcher is empty: give the router's command, e.g. [python, -m, sglang_router.launch_router]".into(),
+            ));
+        }
+        Some(l) => l.clone(),
+        None => ROUTER_LAUNCHER.iter().map(|s| s.to_string()).collect(),
+    };
+    argv.extend(
+        [
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            &prometheus_port.to_string(),
+            "--log-level",
+            "debug",
+        ]
+        .map(String::from),
+    );
+    if dep.disaggregated() {
+        argv.push("--pd-disaggregation".into());
+        argv.extend(["--policy".into(), r.policy.to_string()]);
+        if let Some(p) = r.prefill_policy {
+            argv.extend(["--prefill-policy".into(), p.to_string()]);
+        }
+        if let Some(p) = r.decode_policy {
+            argv.extend(["--decode-policy".into(), p.to_string()]);
+        }
+        for (role, url, bootstrap) in workers {
+            match role {
+                WorkerRole::Prefill => {
+                    argv.extend(["--prefill".into(), url.clone()]);
+                    argv.push(bootstrap.map_or_else(|| "none".into(), |p| p.to_string()));
+                }
+                _ => argv.extend(["--decode".into(), url.clone()]),
+            }
+        }
+    } else {
+        argv.extend(["--policy".into(), r.policy.to_string()]);
+        argv.push("--worker-urls".into());
+        argv.extend(workers.iter().map(|(_, url, _)| url.clone()));
+    }
+    argv.extend(engine::flag_args(&r.args).map_err(|e| ServerError::Config(e.to_string()))?);
+    let program = argv.remove(0);
+    Ok(LaunchCommand {
+        program,
+        args: argv,
+    })
+}
+
+/// A port on `host` none of `taken` holds (picked ports are free, not reserved: two picks in
+/// a row may give the same one).
+async fn distinct_port(
+    host: &dyn Host,
+    wanted: Option<u16>,
+    taken: &mut Vec<u16>,
+) -> Result<u16, ServerError> {
+    for _ in 0..20 {
+        let p = host.pick_port(wanted).await?;
+        if !taken.contains(&p) {
+            taken.push(p);
+            return Ok(p);
+        }
+        if wanted.is_some() {
+            break;
+        }
+    }
+    Err(ServerError::Config(
+        "no distinct free port for every process of the deployment".into(),
+    ))
+}
+
+/// Starts the deployment of `server` (secrets expanded) on `host`: every worker, each ready on
+/// `/health`, then the router. A process that cannot be started, or a worker that dies or is
+/// not ready in time, stops the ones already started.
+pub(crate) async fn spawn_deployment(
+    group: &str,
+    server: &Server,
+    dep: &Deployment,
+    host: &dyn Host,
+    log_path: &Path,
+    interrupt: &Interrupt,
+    deadline: Instant,
+) -> Result<LaunchedDeployment, ServerError> {
+    let simulated = server.engine == Engine::Sim || server.simulate;
+    let bin = if simulated && server.launcher.is_none() {
+        host.servebench_binary().await?
+    } else {
+        "servebench".to_string()
+    };
+    let plans = dep.plan();
+    let mut taken = Vec::new();
+    let mut members: Vec<Member> = Vec::new();
+    let mut records = Vec::new();
+    let mut targets = Vec::new();
+    let mut for_router = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let name = plan.name();
+        let started = async {
+            let port = distinct_port(host, None, &mut taken).await?;
+            let bootstrap = match plan.role {
+                WorkerRole::Prefill => Some(distinct_port(host, None, &mut taken).await?),
+                _ => None,
+            };
+            let ws = worker_server(server, plan, bootstrap);
+            let cmd = engine::launch_command(&ws, &bin, port)?;
+            let log = member_log_path(log_path, &name);
+            let process = host
+                .spawn(Spawn {
+                    group: &format!("{group}.{name}"),
+                    command: &cmd,
+                    env: &server.env,
+                    workdir: server.workdir.as_deref(),
+                    log_path: &log,
+                    port,
+                })
+                .await
+                .map_err(|e| match e {
+                    HostError::Interrupted => ServerError::Interrupted,
+                    e => ServerError::Spawn(HostError::Unsupported(format!(
+                        "{name} of the deployment on {}: {e}",
+                        host.name()
+                    ))),
+                })?;
+            Ok::<_, ServerError>((port, bootstrap, cmd, log, process))
+        }
+        .await;
+        let (port, bootstrap, cmd, log, process) = match started {
+            Ok(s) => s,
+            Err(e) => {
+                stop_members(&mut members, STOP_GRACE).await;
+                return Err(e);
+            }
+        };
+        let ids = process.ids();
+        let url_on_host = format!("http://127.0.0.1:{port}");
+        targets.push(WorkerTarget {
+            name: name.clone(),
+            role: Some(plan.role.to_string()),
+            url: process.url().to_string(),
+            url_on_host: url_on_host.clone(),
+        });
+        for_router.push((plan.role, url_on_host.clone(), bootstrap));
+        records.push(RankLaunch {
+            rank: i as u32 + 1,
+            name: Some(name.clone()),
+            role: Some(plan.role.to_string()),
+            url: Some(url_on_host),
+            bootstrap_port: bootstrap,
+            host: ids.host.clone(),
+            command: Some(secrets::redact_argv(&cmd.argv())),
+            pgid: Some(ids.pgid),
+            pid: Some(ids.pid),
+            leader_start: ids.leader_start,
+            boot_id: ids.boot_id.clone(),
+            port: Some(port),
+            log_file: log.file_name().map(|n| n.to_string_lossy().into_owned()),
+            remote_log: ids.remote_log.clone(),
+            stopped: false,
+        });
+        members.push(Member {
+            name,
+            host: host.name(),
+            process,
+            log_path: log,
+        });
+    }
+    if let Err(e) = workers_ready(server, &mut members, &targets, interrupt, deadline).await {
+        stop_members(&mut members, STOP_GRACE).await;
+        return Err(e);
+    }
+    let started = async {
+        let port = distinct_port(host, dep.router.port, &mut taken).await?;
+        let prometheus = distinct_port(host, None, &mut taken).await?;
+        let cmd = router_command(dep, port, prometheus, &for_router)?;
+        let process = host
+            .spawn(Spawn {
+                group,
+                command: &cmd,
+                env: &dep.router.env,
+                workdir: server.workdir.as_deref(),
+                log_path,
+                port,
+            })
+            .await
+            .map_err(|e| match e {
+                HostError::Interrupted => ServerError::Interrupted,
+                e => ServerError::Spawn(HostError::Unsupported(format!(
+                    "the router on {}: {e}",
+                    host.name()
+                ))),
+            })?;
+        Ok::<_, ServerError>((port, cmd, process))
+    }
+    .await;
+    let (port, cmd, router) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            stop_members(&mut members, STOP_GRACE).await;
+            return Err(e);
+        }
+    };
+    members.insert(
+        0,
+        Member {
+            name: "router".into(),
+            host: host.name(),
+            process: router,
+            log_path: log_path.to_path_buf(),
+        },
+    );
+    Ok(LaunchedDeployment {
+        process: Box::new(DeploymentProcess {
+            members,
+            exited: Vec::new(),
+        }),
+        command: secrets::redact_argv(&cmd.argv()),
+        port,
+        records,
+        workers: targets,
+    })
+}
+
+/// Waits until every worker answers `/health` 200: a worker that exits first is named with
+/// its log's cause; the deadline is the group's `ready_timeout`.
+async fn workers_ready(
+    server: &Server,
+    members: &mut [Member],
+    targets: &[WorkerTarget],
+    interrupt: &Interrupt,
+    deadline: Instant,
+) -> Result<(), ServerError> {
+    let clients = targets
+        .iter()
+        .map(|t| Client::new(&t.url, secrets::api_key(server)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ServerError::Config(e.to_string()))?;
+    let mut ready = vec![false; members.len()];
+    loop {
+        if interrupt.is_set() {
+            return Err(ServerError::Interrupted);
+        }
+        for (i, m) in members.iter_mut().enumerate() {
+            if ready[i] {
+                continue;
+            }
+            if m.process.exited().await {
+                m.process.sync_log().await;
+                let tail = crate::host::file_tail(&m.log_path, 3000);
+                let cause =
+                    engine::classify(server.engine, &crate::host::file_tail(&m.log_path, 20_000));
+                return Err(ServerError::DiedAtStart {
+                    cause: cause.label().into(),
+                    hint: format!(
+                        "{} of the deployment: {}",
+                        m.name,
+                        engine::explain(server.engine, cause)
+                    ),
+                    log: m.process.log_display(),
+                    tail,
+                });
+            }
+            ready[i] = matches!(clients[i].health().await, Ok(200));
+        }
+        if ready.iter().all(|r| *r) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let late: Vec<&str> = members
+                .iter()
+                .zip(&ready)
+                .filter(|(_, r)| !**r)
+                .map(|(m, _)| m.name.as_str())
+                .collect();
+            let first = members
+                .iter()
+                .zip(&ready)
+                .find(|(_, r)| !**r)
+                .map(|(m, _)| m);
+            if let Some(m) = first {
+                m.process.sync_log().await;
+            }
+            return Err(ServerError::NotReady {
+                timeout: server.ready_timeout,
+                log: format!(
+                    "{} (not ready: {})",
+                    first.map_or_else(String::new, |m| m.process.log_display()),
+                    late.join(", ")
+                ),
+                tail: first.map_or_else(String::new, |m| crate::host::file_tail(&m.log_path, 3000)),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// True once the router lists `want` workers, every one healthy (`GET /workers`; it answers
+/// `/health` before its background job has registered them).
+pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> bool {
+    let Ok(v) = client.get_json("/workers").await else {
+        return false;
+    };
+    let Some(listed) = v.get("workers").and_then(|w| w.as_array()) else {
+        return false;
+    };
+    listed.len() == want
+        && listed
+            .iter()
+            .all(|w| w.get("is_healthy").and_then(|h| h.as_bool()) == Some(true))
+}
+
+async fn stop_members(members: &mut [Member], grace: Duration) -> Vec<Stopped> {
+    futures_util::future::join_all(members.iter_mut().map(|m| m.process.stop(grace))).await
+}
+
+impl DeploymentProcess {
+    fn first_failed(&self) -> Option<(usize, &Member)> {
+        self.exited.first().map(|&i| (i, &self.members[i]))
+    }
+}
+
+impl ServerProcess for DeploymentProcess {
+    fn url(&self) -> &str {
+        self.members[0].process.url()
+    }
+
+    fn host_url(&self) -> Option<&str> {
+        self.members[0].process.host_url()
+    }
+
+    fn ids(&self) -> ProcessIds {
+        self.members[0].process.ids()
+    }
+
+    fn exited(&mut self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            for i in 0..self.members.len() {
+                if !self.exited.contains(&i) && self.members[i].process.exited().await {
+                    self.exited.push(i);
+                }
+            }
+            if !self.exited.is_empty() {
+                self.sync_log().await;
+            }
+            !self.exited.is_empty()
+        })
+    }
+
+    fn sync_log(&self) -> BoxFuture<'_, ()> {
+        let each: Vec<BoxFuture<'_, ()>> =
+            self.members.iter().map(|m| m.process.sync_log()).collect();
+        Box::pin(async move {
+            futures_util::future::join_all(each).await;
+        })
+    }
+
+    fn log_display(&self) -> String {
+        match self.first_failed() {
+            Some((_, m)) => m.process.log_display(),
+            None => self.members[0].process.log_display(),
+        }
+    }
+
+    fn poll_interval(&self) -> Duration {
+        self.members
+            .iter()
+            .map(|m| m.process.poll_interval())
+            .min()
+            .unwrap_or(Duration::from_millis(50))
+    }
+
+    fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
+        Box::pin(async move {
+            // The router first, so it sends nothing more to workers that are going.
+            let router = self.members[0].process.stop(grace).await;
+            let workers = stop_members(&mut self.members[1..], grace).await;
+            let all: Vec<(&str, &Stopped)> = std::iter::once(&router)
+                .chain(&workers)
+                .zip(&self.members)
+                .map(|(s, m)| (m.name.as_str(), s))
+                .collect();
+            let gone = all.iter().all(|(_, s)| s.gone);
+            let outcome = all
+                .iter()
+                .map(|(name, s)| {
+                    format!(
+                        "{name}: {}{}",
+                        s.outcome,
+                        if s.gone { "" } else { " (STILL ALIVE)" }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            Stopped {
+                outcome,
+                pgid: router.pgid,
+                gone,
+            }
+        })
+    }
+
+    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
+        self.members[0].process.slurm_job()
+    }
+
+    fn host_failure(&mut self) -> BoxFuture<'_, Option<Failure>> {
+        Box::pin(async move {
+            let i = self.exited.first().copied()?;
+            self.members[i].process.host_failure().await
+        })
+    }
+
+    fn exit_signal(&mut self) -> Option<i32> {
+        let i = self.exited.first().copied()?;
+        self.members[i].process.exit_signal()
+    }
+
+    fn failed_rank(&self) -> Option<FailedRank> {
+        let (i, m) = self.first_failed()?;
+        Some(FailedRank {
+            rank: i as u32,
+            of: self.members.len() as u32,
+            host: m.host.clone(),
+            log_path: m.log_path.clone(),
+            name: Some(m.name.clone()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dep(v: serde_json::Value) -> Deployment {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn member_logs_sit_beside_the_groups() {
+        assert_eq!(
+            member_log_path(Path::new("/runs/x/server-g1.log"), "decode1"),
+            Path::new("/runs/x/server-g1.decode1.log")
+        );
+    }
+
+    #[test]
+    fn the_router_gets_its_workers_and_policy_and_servebench_its_listeners() {
+        let d = dep(
+            serde_json::json!({"workers": 2, "router": {"policy": "round_robin",
+            "args": {"cache-threshold": 0.5}}}),
+        );
+        let w = [
+            (WorkerRole::Regular, "http://127.0.0.1:1".into(), None),
+            (WorkerRole::Regular, "http://127.0.0.1:2".into(), None),
+        ];
+        let c = router_command(&d, 9, 8, &w).unwrap();
+        assert_eq!(c.program, "python");
+        assert_eq!(
+            c.args.join(" "),
+            "-m sglang_router.launch_router --host 127.0.0.1 --port 9 --prometheus-host 127.0.0.1 \
+             --prometheus-port 8 --log-level debug --policy round_robin --worker-urls \
+             http://127.0.0.1:1 http://127.0.0.1:2 --cache-threshold 0.5"
+        );
+    }
+
+    #[test]
+    fn a_disaggregated_router_pairs_prefill_with_its_bootstrap_port() {
+        let d = dep(serde_json::json!({"prefill": 1, "decode": 2,
+            "router": {"policy": "round_robin", "decode_policy": "power_of_two"}}));
+        let w = [
+            (WorkerRole::Prefill, "http://127.0.0.1:1".into(), Some(7)),
+            (WorkerRole::Decode, "http://127.0.0.1:2".into(), None),
+            (WorkerRole::Decode, "http://127.0.0.1:3".into(), None),
+        ];
+        let c = router_command(&d, 9, 8, &w).unwrap();
+        let tail = c.args.join(" ");
+        assert!(
+            tail.ends_with(
+                "--pd-disaggregation --policy round_robin --decode-policy power_of_two \
+                 --prefill http://127.0.0.1:1 7 --decode http://127.0.0.1:2 --decode http://127.0.0.1:3"
+            ),
+            "{tail}"
+        );
+    }
+
+    #[test]
+    fn a_worker_is_the_groups_server_with_its_own_flags_and_role() {
+        let server: Server = serde_json::from_value(serde_json::json!({
+            "engine": "sim", "args": {"chunked-prefill-size": 512},
+            "deployment": {"prefill": 1, "decode": 1,
+                "prefill_args": {"chunked-prefill-size": 1024}}
+        }))
+        .unwrap();
+        let plans = server.deployment.as_ref().unwrap().plan();
+        let p = worker_server(&server, &plans[0], Some(7000));
+        assert_eq!(
+            p.args.get("chunked-prefill-size"),
+            Some(&ArgValue::Int(1024))
+        );
+        assert_eq!(
+            p.args.get("disaggregation-mode"),
+            Some(&ArgValue::Str("prefill".into()))
+        );
+        assert_eq!(
+            p.args.get("disaggregation-bootstrap-port"),
+            Some(&ArgValue::Int(7000))
+        );
+        assert!(p.deployment.is_none());
+        let d = worker_server(&server, &plans[1], None);
+        assert_eq!(
+            d.args.get("chunked-prefill-size"),
+            Some(&ArgValue::Int(512))
+        );
+        assert_eq!(
+            d.args.get("disaggregation-mode"),
+            Some(&ArgValue::Str("decode".into()))
+        );
+    }
+}
