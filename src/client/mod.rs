@@ -99,6 +99,8 @@ pub struct Measured {
     /// The longest any read's bytes had waited in this host's kernel when the client read
     /// them (its own queue, outside every time above), where the kernel stamps arrivals.
     pub read_wait_max_s: Option<f64>,
+    /// The `x-request-id` it was sent with.
+    pub request_id: Option<String>,
 }
 
 impl Measured {
@@ -148,6 +150,8 @@ impl Measured {
             verify_steps: None,
             verify_steps_source: None,
             accept_length: None,
+            request_id: self.request_id,
+            worker: None,
         };
         record.set_verify_steps(server_steps);
         record
@@ -454,7 +458,7 @@ impl Client {
         };
         let deadline = Instant::now() + timeout;
         let ex = self
-            .exchange(method, path, request_body, false, deadline, timeout)
+            .exchange(method, path, request_body, false, deadline, timeout, None)
             .await;
         let response = ex.result.map_err(|e| failed(e.message))?;
         let mut lease = ex.lease.expect("a response comes with its connection");
@@ -494,8 +498,10 @@ impl Client {
         streaming: bool,
         deadline: Instant,
         timeout: Duration,
+        request_id: Option<&str>,
     ) -> pool::Exchange {
         let uri = format!("{}{path}", self.shared.prefix);
+        let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
         let build = || {
             let mut b = hyper::Request::builder()
                 .method(method.clone())
@@ -513,6 +519,9 @@ impl Client {
             }
             if let Some(auth) = &self.shared.authorization {
                 b = b.header(header::AUTHORIZATION, auth.clone());
+            }
+            if let Some(id) = &request_id {
+                b = b.header("x-request-id", id.clone());
             }
             b.body(http_body_util::Full::new(body.clone()))
                 .expect("method, path and headers were checked when the client was made")

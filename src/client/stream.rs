@@ -72,6 +72,18 @@ pub fn replay_stream<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) ->
     replay(api, reads)
 }
 
+/// A request id unique in this process and, by its random stem, across runs: `sb-<stem>-<n>`.
+/// Routers and engines that read `x-request-id` (sglang-router logs it with the worker it
+/// picked; vLLM can take it as its own id) then name servebench's request by it.
+fn next_request_id() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STEM: OnceLock<String> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let stem = STEM.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
+    format!("sb-{stem}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 pub(super) async fn run(
     client: &Client,
     req: &GenerationRequest,
@@ -84,6 +96,7 @@ pub(super) async fn run(
     m.scheduled_at = Some(scheduled.unix);
     // Encoded before anything is sent, so its cost never falls inside TTFT.
     let body = Bytes::from(serde_json::to_vec(&request::body(req)).unwrap_or_default());
+    let id = next_request_id();
     let ex = client
         .exchange(
             hyper::Method::POST,
@@ -92,8 +105,10 @@ pub(super) async fn run(
             true,
             deadline,
             timeout,
+            Some(&id),
         )
         .await;
+    m.request_id = Some(id);
     m.connect_s = ex.connect_s;
     m.connection = ex.how;
     m.first_attempt = ex.first_attempt;
@@ -417,6 +432,7 @@ impl Measured {
             error: None,
             text: String::new(),
             read_wait_max_s: None,
+            request_id: None,
         }
     }
 }

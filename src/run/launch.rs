@@ -108,7 +108,8 @@ pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
         None => Box::new(InProcess {
             runner: {
                 m.runner.set_surface(handle.record.surface.clone());
-                m.runner.set_workers(handle.workers.clone());
+                m.runner
+                    .set_workers(handle.workers.clone(), handle.router_log());
                 m.runner
             },
             client: Client::new(&handle.url, api_key)?,
@@ -116,5 +117,6 @@ pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
     };
     let end = measure_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
     measurer.close().await;
+    m.runner.set_workers(Vec::new(), None);
     end
 }

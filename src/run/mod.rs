@@ -25,6 +25,7 @@ pub(crate) mod provenance;
 pub(crate) mod ranks;
 mod record_writer;
 mod records;
+mod routing;
 pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod server;

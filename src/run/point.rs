@@ -72,6 +72,8 @@ pub(crate) struct PointRunner {
     /// The workers behind the router measured now (a launched deployment's, or an attached
     /// router's `server.workers`); empty: the point's `server.workers` (the agent's case).
     workers: Vec<super::deployment::WorkerTarget>,
+    /// Which worker a launched deployment's router sent each request to.
+    pub(super) routing: Arc<super::routing::RoutingBook>,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -105,8 +107,10 @@ impl PointRunner {
         interrupt: Interrupt,
         spec_dir: PathBuf,
     ) -> Self {
+        let routing = Arc::new(super::routing::RoutingBook::default());
         PointRunner {
-            writer: Arc::new(RecordWriter::start(sink.clone())),
+            writer: Arc::new(RecordWriter::start(sink.clone(), routing.clone())),
+            routing,
             sink,
             progress,
             interrupt,
@@ -123,8 +127,19 @@ impl PointRunner {
         }
     }
 
-    /// Says which workers stand behind the server measured next.
-    pub(crate) fn set_workers(&mut self, workers: Vec<super::deployment::WorkerTarget>) {
+    /// Says which workers stand behind the server measured next, and where its router logs
+    /// the worker of each request (a deployment launched on this machine).
+    pub(crate) fn set_workers(
+        &mut self,
+        workers: Vec<super::deployment::WorkerTarget>,
+        router_log: Option<(PathBuf, u64)>,
+    ) {
+        let names = workers
+            .iter()
+            .map(|w| (w.url_on_host.clone(), w.name.clone()))
+            .collect();
+        self.routing
+            .follow(router_log.map(|(path, from)| (path, from, names)));
         self.workers = workers;
     }
 

@@ -28,14 +28,19 @@ pub(crate) struct RecordWriter {
 }
 
 impl RecordWriter {
-    /// Starts the thread; it ends when the writer is dropped.
-    pub(crate) fn start(sink: RecordSink) -> RecordWriter {
+    /// Starts the thread; it ends when the writer is dropped. Each record is given the worker
+    /// that `routing` knows served it (a launched deployment's) before it is written.
+    pub(crate) fn start(
+        sink: RecordSink,
+        routing: std::sync::Arc<super::routing::RoutingBook>,
+    ) -> RecordWriter {
         let (jobs, due) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("servebench-records".into())
             .spawn(move || {
                 yield_to_the_measuring_threads();
-                for (rec, back) in due {
+                for (mut rec, back) in due {
+                    routing.attribute(&mut rec);
                     let written = sink(&rec).is_ok();
                     let _ = back.send((rec, written));
                 }
@@ -93,7 +98,7 @@ mod tests {
             kept.lock().unwrap().push(r.index);
             Ok(())
         });
-        let writer = RecordWriter::start(sink);
+        let writer = RecordWriter::start(sink, Default::default());
         for index in 0..4 {
             let rec = RequestRecord {
                 index,
@@ -110,7 +115,7 @@ mod tests {
     #[tokio::test]
     async fn the_writer_thread_yields_to_the_measuring_threads() {
         let sink: RecordSink = Arc::new(|_: &RequestRecord| Ok(()));
-        let writer = RecordWriter::start(sink);
+        let writer = RecordWriter::start(sink, Default::default());
         // One record through it: the thread has lowered its priority by then.
         assert!(writer.write(RequestRecord::fixture()).await.is_some());
         let nice = |stat: &str| -> i64 {

@@ -358,6 +358,19 @@ impl ServerHandle {
         Some(format!("by {name} (signal {n})"))
     }
 
+    /// A deployment launched on this machine: its router's log and where this launch's
+    /// lines begin (the router names each request's worker there). None elsewhere: a remote
+    /// host's log is mirrored here only now and then.
+    pub(crate) fn router_log(&self) -> Option<(PathBuf, u64)> {
+        let p = self.process.as_ref()?;
+        (!self.workers.is_empty()
+            && self.host_url.is_none()
+            && self.record.host.is_none()
+            && self.record.slurm.is_none())
+        .then(|| (self.log_path.clone(), self.log_start))
+        .filter(|_| p.failed_rank().is_none())
+    }
+
     /// For a server servebench did not start: Err with why when it does not answer `/health`
     /// (after a point whose requests could not connect, it may be gone).
     pub(crate) async fn answers(&self, server: &Server) -> Result<(), NotAnswering> {

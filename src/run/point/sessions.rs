@@ -82,6 +82,7 @@ impl PointRunner {
             let user_run = UserRun {
                 client: client.clone(),
                 sink: self.sink.clone(),
+                routing: self.routing.clone(),
                 progress: self.progress.clone(),
                 interrupt: self.interrupt.clone(),
                 point: point.id.clone(),
@@ -120,6 +121,7 @@ impl PointRunner {
 struct UserRun {
     client: Client,
     sink: super::RecordSink,
+    routing: std::sync::Arc<crate::run::routing::RoutingBook>,
     progress: super::Progress,
     interrupt: super::super::interrupt::Interrupt,
     point: String,
@@ -191,6 +193,7 @@ impl UserRun {
             });
             rec.mix = self.mix.clone();
             super::fill_omitted_cached(&mut rec, self.omitted_is_zero);
+            self.routing.attribute(&mut rec);
             let written = (self.sink)(&rec).is_ok();
             self.progress.request_finished();
             let failed = rec.error.is_some();

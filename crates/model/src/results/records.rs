@@ -292,6 +292,15 @@ pub struct RequestRecord {
     /// of completion_tokens, the prefill's token included). None without `verify_steps`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accept_length: Option<f64>,
+    /// The `x-request-id` header servebench sent with it (unique in the run): a router's log
+    /// names the request by it, so a deployment's records say which worker served each one.
+    /// None in older records and for requests that sent nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The worker a routed deployment's router sent the request to (the last one, when it
+    /// retried on another), as its log says; None where no router log names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 /// Where a request's speculative verify steps came from.
@@ -539,6 +548,8 @@ impl RequestRecord {
             verify_steps: None,
             verify_steps_source: None,
             accept_length: None,
+            request_id: None,
+            worker: None,
         }
     }
 }

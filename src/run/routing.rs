@@ -1,0 +1,247 @@
+//! Which worker a routed deployment's router sent each request to, from the router's own log.
+//!
+//! servebench sends every generation request with a unique `x-request-id`; sglang-router
+//! (0.3) takes it as the request's id, and at `--log-level debug` logs, in the span that
+//! carries it, `Sending request url=http://WORKER` each time it forwards the request (again
+//! when it retries on another worker). The book follows the router's log as it grows and
+//! names the worker of each record before it is written (the last one sent to: the one that
+//! answered), so `requests.jsonl` and the point's verdicts carry the router's word, checked
+//! against each worker's own counters in the report.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::results::records::RequestRecord;
+
+/// Most bytes read from the log per look (a look catches up in several).
+const READ_CHUNK: usize = 4 << 20;
+/// Most requests remembered and not yet asked for; past it the oldest knowledge is dropped
+/// (a request whose record never came: a failed send the router never logged as answered).
+const MAX_REMEMBERED: usize = 200_000;
+/// How long a record whose request is not in the log yet waits for the router's line (it
+/// writes it when it forwards, before the response; its writer may lag a little). The wait is
+/// on the record writer's thread, outside every measured time.
+const LINE_WAIT: Duration = Duration::from_millis(60);
+/// The log's lines longer than this are not the router's request lines: skipped.
+const MAX_LINE: usize = 64 * 1024;
+
+/// The router log being followed, and what it said so far.
+struct Follow {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
+    /// Request id to the workers it was sent to, in order.
+    sends: HashMap<String, Vec<String>>,
+    /// Workers as the router names them (its URLs, on its host) to the names in records.
+    names: HashMap<String, String>,
+}
+
+/// Follows a launched deployment's router log; shared by the point runner and its record
+/// writer thread.
+#[derive(Default)]
+pub(crate) struct RoutingBook {
+    follow: Mutex<Option<Follow>>,
+}
+
+impl RoutingBook {
+    /// Follows the router log at `path` from byte `from`; `names` maps each worker's URL as
+    /// the router has it to the name records give it (`worker0`, `decode1`). None stops.
+    pub(crate) fn follow(&self, log: Option<(PathBuf, u64, HashMap<String, String>)>) {
+        let mut f = self.follow.lock().unwrap_or_else(|p| p.into_inner());
+        *f = log.map(|(path, offset, names)| Follow {
+            path,
+            offset,
+            partial: Vec::new(),
+            sends: HashMap::new(),
+            names,
+        });
+    }
+
+    /// Names `rec`'s worker when the router's log says where it sent it.
+    pub(crate) fn attribute(&self, rec: &mut RequestRecord) {
+        let Some(id) = rec.request_id.as_deref() else {
+            return;
+        };
+        let mut guard = self.follow.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(f) = guard.as_mut() else {
+            return;
+        };
+        // A request that never reached the router (no connection) was never logged.
+        if rec.connection.is_none() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + LINE_WAIT;
+        loop {
+            f.read_new();
+            if let Some(sent) = f.sends.remove(id) {
+                let last = sent.last().cloned().unwrap_or_default();
+                rec.worker = Some(f.names.get(&last).cloned().unwrap_or(last));
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Follow {
+    /// Reads what the log gained since the last look.
+    fn read_new(&mut self) {
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return;
+        };
+        let Ok(len) = file.metadata().map(|m| m.len()) else {
+            return;
+        };
+        if len < self.offset {
+            // Truncated or replaced: start over.
+            self.offset = 0;
+            self.partial.clear();
+        }
+        while self.offset < len {
+            if file.seek(SeekFrom::Start(self.offset)).is_err() {
+                return;
+            }
+            let want = ((len - self.offset) as usize).min(READ_CHUNK);
+            let mut buf = vec![0; want];
+            let Ok(n) = file.read(&mut buf) else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            self.offset += n as u64;
+            buf.truncate(n);
+            self.take(&buf);
+        }
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
+            let (line, after) = rest.split_at(nl);
+            rest = &after[1..];
+            if self.partial.is_empty() {
+                self.line(line);
+            } else {
+                let mut whole = std::mem::take(&mut self.partial);
+                whole.extend_from_slice(line);
+                self.line(&whole);
+            }
+        }
+        if self.partial.len() + rest.len() <= MAX_LINE {
+            self.partial.extend_from_slice(rest);
+        } else {
+            self.partial.clear();
+        }
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        if line.len() > MAX_LINE {
+            return;
+        }
+        let text = String::from_utf8_lossy(line);
+        if let Some((id, url)) = send_line(&text) {
+            if self.sends.len() >= MAX_REMEMBERED {
+                self.sends.clear();
+            }
+            self.sends.entry(id).or_default().push(url);
+        }
+    }
+}
+
+/// The request id and worker URL of a router line that says it forwarded a request
+/// (`... request_id="sb-1f-7"}: ... Sending request url=http://127.0.0.1:30001`), its ANSI
+/// colours ignored.
+fn send_line(line: &str) -> Option<(String, String)> {
+    if !line.contains("Sending request") {
+        return None;
+    }
+    let plain = strip_ansi(line);
+    let url = plain
+        .split("Sending request url=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .to_string();
+    let id = plain
+        .split("request_id=\"")
+        .nth(1)?
+        .split('"')
+        .next()?
+        .to_string();
+    Some((id, url))
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A line as sglang-router 0.3.2 wrote it to its log (colours included).
+    const SENT: &str = "\u{1b}[2m2026-12-03 05:33:16\u{1b}[0m \u{1b}[34mDEBUG\u{1b}[0m \u{1b}[1mhttp_request\u{1b}[0m\u{1b}[1m{\u{1b}[0m\u{1b}[3mmethod\u{1b}[0m\u{1b}[2m=\u{1b}[0mPOST \u{1b}[3muri\u{1b}[0m\u{1b}[2m=\u{1b}[0m/generate \u{1b}[3mversion\u{1b}[0m\u{1b}[2m=\u{1b}[0mHTTP/1.1 \u{1b}[3mmodule\u{1b}[0m\u{1b}[2m=\u{1b}[0m\"smg\" \u{1b}[3mrequest_id\u{1b}[0m\u{1b}[2m=\u{1b}[0m\"sb-abc-124\"\u{1b}[1m}\u{1b}[0m\u{1b}[2m:\u{1b}[0m \u{1b}[2msmg::observability::events\u{1b}[0m\u{1b}[2m:\u{1b}[0m \u{1b}[2m/home/runner/work/sglang/sglang/src/observability/events.rs\u{1b}[0m\u{1b}[2m:\u{1b}[0m\u{1b}[2m58:\u{1b}[0m Sending request url=http://127.0.0.1:31002";
+
+    #[test]
+    fn a_send_line_gives_the_request_and_the_worker() {
+        assert_eq!(
+            send_line(SENT),
+            Some(("sb-abc-124".into(), "http://127.0.0.1:31002".into()))
+        );
+        assert_eq!(send_line("INFO started processing request"), None);
+    }
+
+    #[test]
+    fn the_book_names_the_last_worker_a_request_was_sent_to_as_the_log_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.log");
+        let mut log = std::fs::File::create(&path).unwrap();
+        writeln!(log, "startup line").unwrap();
+        let book = RoutingBook::default();
+        let names = HashMap::from([
+            ("http://127.0.0.1:31001".to_string(), "worker0".to_string()),
+            ("http://127.0.0.1:31002".to_string(), "worker1".to_string()),
+        ]);
+        book.follow(Some((path.clone(), 0, names)));
+        let mut rec = RequestRecord {
+            request_id: Some("sb-abc-124".into()),
+            connection: Some(crate::results::records::ConnectionUse::Opened),
+            ..RequestRecord::fixture()
+        };
+        // Half a line first: the rest arrives later.
+        let (head, tail) = SENT.split_at(40);
+        write!(log, "{head}").unwrap();
+        book.attribute(&mut rec);
+        assert_eq!(rec.worker, None);
+        writeln!(log, "{tail}").unwrap();
+        // Retried on the other worker: the last send is the one that answered.
+        writeln!(log, "{}", SENT.replace("31002", "31001")).unwrap();
+        book.attribute(&mut rec);
+        assert_eq!(rec.worker.as_deref(), Some("worker0"));
+        // Asked once: forgotten after.
+        rec.worker = None;
+        book.attribute(&mut rec);
+        assert_eq!(rec.worker, None);
+    }
+}
