@@ -116,6 +116,11 @@ pub enum FlagKind {
     /// check's request failed or ran after the load ended (informational: nothing was found
     /// wrong).
     ValidityUnjudged,
+    /// A routed deployment's router sent requests of a shared-prefix group (or a session's
+    /// turns) to a worker that did not hold their prefix while another worker did: each such
+    /// request prefilled the prefix again (informational: the numbers are what the routing
+    /// gave; a cache-aware policy should keep this near zero).
+    PrefixRoutedAway,
     /// A kind this version does not know.
     Other(String),
 }
@@ -234,6 +239,12 @@ const CATALOGUE: &[Entry] = &[
         cell: "ok_err",
     },
     entry(FlagKind::InvalidOutput, "invalid-output", "ok_err"),
+    Entry {
+        kind: FlagKind::PrefixRoutedAway,
+        name: "prefix-routed-away",
+        informational: true,
+        cell: "cached",
+    },
     Entry {
         kind: FlagKind::ValidityUnjudged,
         name: "validity-unjudged",

@@ -773,6 +773,18 @@ pub struct PrefixCacheRow {
     /// Mean cached tokens the server reported for the must-hit requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<f64>,
+    /// A routed deployment (the router's log names each request's worker): the workers the
+    /// row's requests went to. A request owes a hit only on a worker where an earlier request
+    /// of its group had its first token; the others are `routed_away`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// Requests sent to a worker without their group's prefix while another worker held it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub routed_away: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A load point's basis: what was offered, over which window, and whether it met its SLO.

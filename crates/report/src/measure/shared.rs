@@ -60,17 +60,27 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
     let mut misses: Vec<(u32, u64, u64)> = Vec::new();
     let mut unexpected: Vec<(u32, u64)> = Vec::new();
     let mut unreported = 0;
-    // Per round and group: the earliest send, and the earliest first token (a request's own
-    // first token comes after its send, so taking it into the minimum changes nothing).
-    let mut earliest: std::collections::HashMap<(u32, u32), (f64, f64)> = Default::default();
+    // Per round, group and worker: the earliest send, and the earliest first token (a
+    // request's own first token comes after its send, so taking it into the minimum changes
+    // nothing). Behind a router each worker has its own cache: a group's prefix is held by
+    // the workers its requests went to, so the rule holds per worker (the router's log names
+    // it; without one, `worker` is None and the whole server is one).
+    type Key<'a> = (u32, u32, Option<&'a str>);
+    let mut earliest: std::collections::HashMap<Key<'_>, (f64, f64)> = Default::default();
+    let mut anywhere: std::collections::HashMap<(u32, u32), f64> = Default::default();
+    let mut workers: BTreeMap<u32, std::collections::BTreeSet<&str>> = BTreeMap::new();
     for (_, r) in &shared {
         let group = r.share.as_ref().expect("filtered").group;
         let e = earliest
-            .entry((r.round, group))
+            .entry((r.round, group, r.worker.as_deref()))
             .or_insert((f64::INFINITY, f64::INFINITY));
         e.0 = e.0.min(r.sent_at);
-        e.1 = e.1.min(first_token_at(r).unwrap_or(f64::INFINITY));
+        let first_token = first_token_at(r).unwrap_or(f64::INFINITY);
+        e.1 = e.1.min(first_token);
+        let a = anywhere.entry((r.round, group)).or_insert(f64::INFINITY);
+        *a = a.min(first_token);
     }
+    let mut routed_away: Vec<(u32, String)> = Vec::new();
     // A missing count is not a 0: the runner fills 0 only where the server said it omits
     // zeros (SGLang with --enable-cache-report, `fill_omitted_cached`).
     for (i, r) in &shared {
@@ -90,14 +100,27 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             unexpected: 0,
             expected_cached_tokens: None,
             cached_tokens: None,
+            workers: None,
+            routed_away: 0,
         });
+        if let Some(w) = r.worker.as_deref() {
+            workers.entry(key).or_default().insert(w);
+        }
         let Some(cached) = r.cached_tokens else {
             unreported += 1;
             continue;
         };
         row.requests += 1;
-        let (first_sent, first_token) = earliest[&(r.round, share.group)];
+        let (first_sent, first_token) = earliest[&(r.round, share.group, r.worker.as_deref())];
         let owed = share.shared_tokens > 0 && first_token <= r.sent_at;
+        if let Some(w) = r.worker.as_deref()
+            && share.shared_tokens > 0
+            && !owed
+            && anywhere[&(r.round, share.group)] <= r.sent_at
+        {
+            row.routed_away += 1;
+            routed_away.push((key, w.to_string()));
+        }
         let first = r.sent_at <= first_sent;
         let judgement = if owed {
             let short = SHARE_SHORTFALL_TOKENS.min(share.shared_tokens / 2);
@@ -146,6 +169,11 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             row.cached_tokens = Some(cached / row.must_hit as f64);
         }
     }
+    for (key, ws) in &workers {
+        if let Some(row) = rows.get_mut(key) {
+            row.workers = Some(ws.len());
+        }
+    }
     let what = if sessions { "turn" } else { "group" };
     let must_hit: usize = rows.values().map(|r| r.must_hit).sum();
     if !misses.is_empty() {
@@ -182,6 +210,22 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
                 "{unreported} of {} requests carried no cached_tokens, so their expected cache hits could not be verified \
                  (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
                 shared.len()
+            ),
+        ));
+    }
+    if let Some((key, w)) = routed_away.first() {
+        let judged: usize = rows.values().map(|r| r.must_hit + r.routed_away).sum();
+        v.flags.push(Flag::new(
+            FlagKind::PrefixRoutedAway,
+            format!(
+                "the router sent {} of {judged} requests that another worker held {} for to a worker that did not (first: {what} {key} to {w}): \
+                 each prefilled it again there",
+                routed_away.len(),
+                if sessions {
+                    "the conversation's history"
+                } else {
+                    "the group's prefix"
+                },
             ),
         ));
     }
@@ -263,5 +307,40 @@ mod tests {
         let g1 = &v.rows[1];
         assert_eq!((g1.must_hit, g1.hits), (1, 0));
         assert_eq!((v.rows[2].must_miss, v.rows[2].unexpected), (1, 1));
+    }
+
+    /// Behind a router each worker has its own cache: a hit is owed only where the group's
+    /// prefix was prefilled; a request sent to another worker is routed away, not a miss.
+    #[test]
+    fn behind_a_router_hits_are_owed_per_worker() {
+        let on = |w: &str, r: RequestRecord| RequestRecord {
+            worker: Some(w.into()),
+            ..r
+        };
+        let rs = [
+            on("worker0", rec(0, 0.0, 1000, 0)),   // first of group 0, on worker0
+            on("worker1", rec(0, 1.0, 1000, 0)),   // worker1 never saw it: routed away
+            on("worker0", rec(0, 2.0, 1000, 1000)), // back on worker0: a hit
+            on("worker1", rec(0, 3.0, 1000, 999)), // worker1 holds it now: a hit
+            on("worker0", rec(1, 0.0, 1000, 0)),   // group 1 stays on worker0
+            on("worker0", rec(1, 1.0, 1000, 10)),  // owed there, missed: a real miss
+        ];
+        let refs: Vec<&RequestRecord> = rs.iter().collect();
+        let v = verify_shares(&refs);
+        let g0 = &v.rows[0];
+        assert_eq!(
+            (g0.must_hit, g0.hits, g0.must_miss, g0.routed_away, g0.workers),
+            (2, 2, 2, 1, Some(2))
+        );
+        let g1 = &v.rows[1];
+        assert_eq!((g1.must_hit, g1.hits, g1.routed_away, g1.workers), (1, 0, 0, Some(1)));
+        let kinds: Vec<_> = v.flags.iter().map(|f| f.kind.clone()).collect();
+        assert_eq!(kinds, vec![FlagKind::PrefixCacheMiss, FlagKind::PrefixRoutedAway]);
+        assert!(
+            v.flags[1].message.starts_with("the router sent 1 of 4 requests")
+                && v.flags[1].message.contains("group 0 to worker1"),
+            "{}",
+            v.flags[1].message
+        );
     }
 }
