@@ -299,23 +299,6 @@ impl PointRunner {
         }
         let (worker_scrapes, scrapes): (Vec<_>, Vec<_>) =
             scrapes.into_iter().partition(|s| s.worker.is_some());
-        record.workers = self
-            .worker_targets(exp)
-            .into_iter()
-            .map(|w| {
-                let mine: Vec<_> = worker_scrapes
-                    .iter()
-                    .filter(|s| s.worker.as_deref() == Some(w.url.as_str()))
-                    .cloned()
-                    .collect();
-                crate::results::records::WorkerView {
-                    name: (w.name != w.url).then_some(w.name),
-                    role: w.role,
-                    view: crate::measure::server_view::summarize(&mine),
-                    url: w.url,
-                }
-            })
-            .collect();
         let mut server = crate::measure::server_view::summarize(&scrapes);
         if let Some(view) = &mut server {
             flags.extend(crate::measure::server_view::contradictions(
@@ -326,6 +309,26 @@ impl PointRunner {
         }
         record.server = server;
         let summary = fold.finish(exp, flags, interrupted);
+        record.workers = self
+            .worker_targets(exp)
+            .into_iter()
+            .map(|w| {
+                let mine: Vec<_> = worker_scrapes
+                    .iter()
+                    .filter(|s| s.worker.as_deref() == Some(w.url.as_str()))
+                    .cloned()
+                    .collect();
+                let routed = (!summary.routed.is_empty())
+                    .then(|| summary.routed.get(&w.name).copied().unwrap_or_default());
+                crate::results::records::WorkerView {
+                    name: (w.name != w.url).then_some(w.name),
+                    role: w.role,
+                    routed,
+                    view: crate::measure::server_view::summarize(&mine),
+                    url: w.url,
+                }
+            })
+            .collect();
         record.ok = summary.ok;
         record.errors = summary.errors;
         record.error_kinds = summary.error_kinds;

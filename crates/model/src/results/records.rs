@@ -691,6 +691,10 @@ pub struct WorkerView {
     /// A launched deployment's worker: its role (`regular`, `prefill`, `decode`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Measured requests the router's log says it sent here (the last worker each was sent
+    /// to), that succeeded and that failed; None where no router log names workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed: Option<(usize, usize)>,
     /// Its server view (requests, prompt, cached and generated tokens, gauges); None when
     /// no scrape of it answered with names servebench knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -318,26 +318,40 @@ mod tests {
             ..r
         };
         let rs = [
-            on("worker0", rec(0, 0.0, 1000, 0)),   // first of group 0, on worker0
-            on("worker1", rec(0, 1.0, 1000, 0)),   // worker1 never saw it: routed away
+            on("worker0", rec(0, 0.0, 1000, 0)), // first of group 0, on worker0
+            on("worker1", rec(0, 1.0, 1000, 0)), // worker1 never saw it: routed away
             on("worker0", rec(0, 2.0, 1000, 1000)), // back on worker0: a hit
             on("worker1", rec(0, 3.0, 1000, 999)), // worker1 holds it now: a hit
-            on("worker0", rec(1, 0.0, 1000, 0)),   // group 1 stays on worker0
-            on("worker0", rec(1, 1.0, 1000, 10)),  // owed there, missed: a real miss
+            on("worker0", rec(1, 0.0, 1000, 0)), // group 1 stays on worker0
+            on("worker0", rec(1, 1.0, 1000, 10)), // owed there, missed: a real miss
         ];
         let refs: Vec<&RequestRecord> = rs.iter().collect();
         let v = verify_shares(&refs);
         let g0 = &v.rows[0];
         assert_eq!(
-            (g0.must_hit, g0.hits, g0.must_miss, g0.routed_away, g0.workers),
+            (
+                g0.must_hit,
+                g0.hits,
+                g0.must_miss,
+                g0.routed_away,
+                g0.workers
+            ),
             (2, 2, 2, 1, Some(2))
         );
         let g1 = &v.rows[1];
-        assert_eq!((g1.must_hit, g1.hits, g1.routed_away, g1.workers), (1, 0, 0, Some(1)));
+        assert_eq!(
+            (g1.must_hit, g1.hits, g1.routed_away, g1.workers),
+            (1, 0, 0, Some(1))
+        );
         let kinds: Vec<_> = v.flags.iter().map(|f| f.kind.clone()).collect();
-        assert_eq!(kinds, vec![FlagKind::PrefixCacheMiss, FlagKind::PrefixRoutedAway]);
+        assert_eq!(
+            kinds,
+            vec![FlagKind::PrefixCacheMiss, FlagKind::PrefixRoutedAway]
+        );
         assert!(
-            v.flags[1].message.starts_with("the router sent 1 of 4 requests")
+            v.flags[1]
+                .message
+                .starts_with("the router sent 1 of 4 requests")
                 && v.flags[1].message.contains("group 0 to worker1"),
             "{}",
             v.flags[1].message

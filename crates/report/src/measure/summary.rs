@@ -34,6 +34,9 @@ pub struct PointSummary {
     pub status: PointStatus,
     /// Expected against observed cache hits, per shared-prefix group or session turn.
     pub prefix_cache: Vec<PrefixCacheRow>,
+    /// A routed deployment: the measured requests the router sent to each worker (by its
+    /// log, the worker's name), as (succeeded, failed).
+    pub routed: std::collections::BTreeMap<String, (usize, usize)>,
 }
 
 impl PointSummary {
@@ -94,6 +97,8 @@ pub struct PointFold {
     done: Finished,
     /// The point's system metrics.
     pub system: SystemFold,
+    /// Measured requests by the worker the router sent them to: (succeeded, failed).
+    routed: std::collections::BTreeMap<String, (usize, usize)>,
     /// Measured requests the point plans, when its rounds do not say (an open loop's
     /// schedule); None: `repeat` x `requests` (or users x turns).
     expected: Option<usize>,
@@ -144,6 +149,7 @@ impl PointFold {
             chunks: ChunkTally::default(),
             done: Finished::default(),
             system: SystemFold::with_caps(exp, values, events),
+            routed: Default::default(),
             expected: None,
             below_server: 0,
             worst_below_server: None,
@@ -163,6 +169,14 @@ impl PointFold {
     pub fn add(&mut self, r: &RequestRecord) {
         let order = metrics::order_key(r);
         self.measured += 1;
+        if let Some(w) = &r.worker {
+            let n = self.routed.entry(w.clone()).or_default();
+            if r.error.is_none() {
+                n.0 += 1;
+            } else {
+                n.1 += 1;
+            }
+        }
         self.system.add(r);
         match &r.error {
             None => {
@@ -441,6 +455,7 @@ impl PointFold {
             incomplete,
             status,
             prefix_cache,
+            routed: std::mem::take(&mut self.routed),
         }
     }
 }

@@ -188,6 +188,7 @@ pub(crate) fn build_model_from(
                 "group".into()
             },
             rows: p.prefix_cache.clone(),
+            per_worker: p.prefix_cache.iter().any(|r| r.workers.is_some()),
         })
         .collect();
     let labels: IndexMap<String, String> = model

@@ -107,6 +107,9 @@ pub struct PrefixCacheSection {
     /// `group` or `turn`: what each row is.
     pub by: String,
     pub rows: Vec<servebench_model::results::records::PrefixCacheRow>,
+    /// True when the router's log named each request's worker: hits are owed per worker,
+    /// and the rows count workers and requests routed away from the prefix.
+    pub per_worker: bool,
 }
 
 /// Status and timing of the run.

@@ -1,6 +1,8 @@
-//! The report's "Workers behind the router" section (`server.workers`): what each worker's
-//! own counters say it served at each point (requests, prompt, cached and generated tokens),
-//! and how evenly the router spread the requests.
+//! The report's "Workers behind the router" section (`server.workers`, or a launched
+//! `server.deployment`'s workers): what each worker's own counters say it served at each
+//! point (requests, prompt, cached and generated tokens), how evenly the router spread the
+//! requests, and, for a launched deployment, what the router's log says it sent each one
+//! (checked against the worker's own count).
 
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -12,7 +14,14 @@ use servebench_model::results::records::PointRecord;
 pub struct WorkerRow {
     /// `p003 (concurrency=8)`.
     pub point: String,
+    /// Its name and URL (`decode0 http://127.0.0.1:30002`), or its URL.
     pub worker: String,
+    /// `regular`, `prefill`, `decode` (a launched deployment's), else None.
+    pub role: Option<String>,
+    /// Measured requests the router's log says it sent here, and of them the failed ones;
+    /// None where no router log names workers.
+    pub routed: Option<usize>,
+    pub routed_failed: Option<usize>,
     /// Requests the worker finished over the point's rounds, its prompt, cached and
     /// generated tokens (its counters' increases); None where it did not say.
     pub requests: Option<f64>,
@@ -43,6 +52,13 @@ pub struct WorkerBalance {
 pub struct WorkersSection {
     pub rows: Vec<WorkerRow>,
     pub balance: Vec<WorkerBalance>,
+    /// True when any row has a role (a launched deployment).
+    pub roles: bool,
+    /// True when any row has the router's word.
+    pub routed: bool,
+    /// Where the router's word and a worker's own count of the same requests differ, in
+    /// words (a request counted by one and not the other).
+    pub disagreements: Vec<String>,
 }
 
 /// The section of `points`, None when none names workers.
@@ -65,9 +81,33 @@ pub(crate) fn section(
         let total: Option<f64> = counts.iter().copied().sum();
         for (w, n) in p.workers.iter().zip(&counts) {
             let v = w.view.as_ref();
+            let name = match &w.name {
+                Some(n) => format!("{n} {}", w.url),
+                None => w.url.clone(),
+            };
+            // A regular worker finishes each request it is sent; a prefill worker finishes
+            // its prefill half too (SGLang counts it), so the two counts are comparable.
+            if let (Some((ok, failed)), Some(counted)) = (w.routed, *n)
+                && (counted - ok as f64).abs() >= 0.5
+                && (counted - (ok + failed) as f64).abs() >= 0.5
+            {
+                out.disagreements.push(format!(
+                    "{point}, {}: the router's log sent it {ok} measured requests that succeeded{}, its own counters finished {}",
+                    w.name.as_deref().unwrap_or(&w.url),
+                    if failed > 0 {
+                        format!(" and {failed} that failed")
+                    } else {
+                        String::new()
+                    },
+                    counted.round()
+                ));
+            }
             out.rows.push(WorkerRow {
                 point: point.clone(),
-                worker: w.url.clone(),
+                worker: name,
+                role: w.role.clone(),
+                routed: w.routed.map(|r| r.0 + r.1),
+                routed_failed: w.routed.map(|r| r.1),
                 requests: *n,
                 prompt_tokens: v.and_then(|v| v.prompt_tokens),
                 cached_tokens: v.and_then(|v| v.cached_tokens),
@@ -98,5 +138,7 @@ pub(crate) fn section(
             client_ok: p.ok,
         });
     }
+    out.roles = out.rows.iter().any(|r| r.role.is_some());
+    out.routed = out.rows.iter().any(|r| r.routed.is_some());
     (!out.rows.is_empty()).then_some(out)
 }
