@@ -12,6 +12,8 @@
 //! share one, started on first use ([`with_sglang`]); a test that launches its own through
 //! servebench first stops the shared one ([`sglang_slot`]). Each start costs ~30 s.
 
+#[path = "real_engine/deploy.rs"]
+mod deploy;
 #[path = "real_engine/differential.rs"]
 mod differential;
 #[path = "real_engine/http.rs"]

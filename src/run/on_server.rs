@@ -207,6 +207,7 @@ impl Launch<'_, '_> {
                 PointStatus::Failed
             });
             record.failure = Some(cause.label().to_string());
+            cx.progress.line(&format!("    ⚠ server-crashed: {msg}"));
             tally.problems.push(format!("{}: {msg}", record.id));
             handle.record.outcome = Some(format!("crashed: {}", cause.label()));
             crashed = Some(cause);

@@ -54,11 +54,27 @@ pub(crate) fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
 }
 
 pub(crate) fn server_label(s: &crate::spec::types::Server) -> String {
-    match &s.url {
-        Some(u) => format!("external {u}"),
-        None => format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))
-            .trim()
-            .to_string(),
+    let one = format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))
+        .trim()
+        .to_string();
+    match (&s.url, &s.deployment) {
+        (Some(u), _) => format!("external {u}"),
+        (None, Some(d)) => {
+            let workers = if d.disaggregated() {
+                format!(
+                    "{} prefill + {} decode",
+                    d.prefill.unwrap_or(0),
+                    d.decode.unwrap_or(0)
+                )
+            } else {
+                d.workers.unwrap_or(1).to_string()
+            };
+            format!(
+                "sglang-router {} over {workers} {} workers",
+                d.router.policy, s.engine
+            )
+        }
+        (None, None) => one,
     }
 }
 

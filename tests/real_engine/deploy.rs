@@ -1,0 +1,307 @@
+//! A deployment launched from one spec (`server.deployment`): simulated SGLang workers and the
+//! real `sglang-router` 0.3.2 in front of them, started, measured through and stopped by
+//! servebench. Each request's worker comes from the router's own log (its `x-request-id`),
+//! and is checked here against the workers' own `/metrics` counters.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::*;
+use crate::common::*;
+
+/// A spec of `workers` simulated workers behind the tier's router (`router` is the rest of
+/// its `router:` block), every process marked with `marker`.
+fn deployment_spec(tier: &Tier, name: &str, deployment: &str, marker: &str, rest: &str) -> String {
+    format!(
+        "name: {name}\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast, enable-metrics: true }}\n  env: {{ SERVEBENCH_REAL_ENGINE_MARKER: {marker} }}\n  ready_timeout: 90s\n  deployment:\n{deployment}\n    router:\n      launcher: [{python}, -m, sglang_router.launch_router]\n      env: {{ HF_HUB_OFFLINE: \"1\", SERVEBENCH_REAL_ENGINE_MARKER: {marker} }}\n{rest}",
+        model = tier.model_hf().display(),
+        python = tier.router_python().display(),
+    )
+}
+
+fn measured(dir: &std::path::Path) -> Vec<Value> {
+    read_jsonl(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|r| r["role"] == "measure")
+        .collect()
+}
+
+/// Measured requests per worker name, by the router's word in `requests.jsonl`.
+fn routed(records: &[Value], point: &str) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for r in records.iter().filter(|r| r["point"] == point) {
+        let w = r["worker"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a measured request without its worker: {r}"));
+        *out.entry(w.to_string()).or_default() += 1;
+    }
+    out
+}
+
+/// Round robin over two workers servebench launched: every request's worker is named from
+/// the router's log, the split is even (within 10%), the router's word matches each worker's
+/// own counters, and everything is stopped after (meta.json says so, no process is left).
+#[test]
+fn a_launched_deployment_round_robins_and_names_each_requests_worker() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    // `Workspace::run` takes the tests' turn itself.
+    let marker = marker("deploy-rr");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "rr.yaml",
+        &deployment_spec(
+            &tier,
+            "deploy-rr",
+            "    workers: 2",
+            &marker,
+            "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 8\nrequests: 40\nconcurrency: 4\n",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let records = measured(&dir);
+    assert_eq!(records.len(), 40);
+    let by_router = routed(&records, "p001");
+    assert_eq!(
+        by_router.keys().collect::<Vec<_>>(),
+        ["worker0", "worker1"],
+        "{by_router:?}"
+    );
+    let (a, b) = (by_router["worker0"] as f64, by_router["worker1"] as f64);
+    assert!(
+        (a - b).abs() / 40.0 <= 0.1,
+        "round robin is even within 10%: {by_router:?}"
+    );
+    // The router's word and each worker's own counters agree, worker by worker.
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let workers = points[0]["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2);
+    for w in workers {
+        let name = w["name"].as_str().unwrap();
+        assert_eq!(w["role"], "regular");
+        assert_eq!(
+            w["routed"][0].as_u64().unwrap() as usize,
+            by_router[name],
+            "{w}"
+        );
+        assert_eq!(
+            w["view"]["requests"].as_f64().unwrap(),
+            by_router[name] as f64,
+            "the worker's own counters: {w}"
+        );
+    }
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    let ranks = server["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2, "{server}");
+    for (i, r) in ranks.iter().enumerate() {
+        assert_eq!(r["name"], format!("worker{i}"));
+        assert_eq!(r["stopped"], true, "{r}");
+        assert!(
+            dir.join(r["log_file"].as_str().unwrap()).is_file(),
+            "each worker's log is kept: {r}"
+        );
+    }
+    assert_eq!(server["stopped"], true, "{server}");
+    let command = server["command"].as_array().unwrap();
+    assert!(
+        command.iter().any(|a| a == "--worker-urls") && command.iter().any(|a| a == "round_robin"),
+        "{command:?}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("| point | worker | role | routed |"),
+        "the report's worker table has the router's word:\n{report}"
+    );
+    let left = live_with_marker(&marker);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// Policies compared in one run as server variants: cache-aware keeps each shared-prefix
+/// group on one worker (every owed hit found there, nothing routed away); round robin over
+/// three groups sends each group's requests to both workers, and the requests that reach a
+/// worker without the prefix are routed away, not counted as cache misses.
+#[test]
+fn cache_aware_routing_keeps_each_group_on_the_worker_that_holds_its_prefix() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    // `Workspace::run` takes the tests' turn itself.
+    let marker = marker("deploy-ca");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "ca.yaml",
+        &deployment_spec(
+            &tier,
+            "deploy-ca",
+            "    workers: 2",
+            &marker,
+            "      policy: cache_aware\nsweep:\n  server.deployment.router.policy: [cache_aware, round_robin]\nworkload:\n  api: sglang-generate\n  prompt: { kind: shared-prefix, groups: 3, prefix_tokens: 512, suffix_tokens: 32 }\n  output_tokens: 8\ncache: { policy: cold, verify: true }\nrequests: 30\n",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 2);
+    let kinds = |p: &Value| -> Vec<String> {
+        p["flags"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .map(|f| f["kind"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let rows = |p: &Value| p["prefix_cache"].as_array().unwrap().clone();
+    // Cache-aware: one worker per group, every owed hit found there.
+    let ca = &points[0];
+    assert!(
+        ca["label"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cache_aware")
+            || ca["values"].to_string().contains("cache_aware"),
+        "{ca}"
+    );
+    for row in rows(ca) {
+        assert_eq!(row["workers"], 1, "{row}");
+        assert!(row.get("routed_away").is_none(), "{row}");
+        assert!(row["must_hit"].as_u64().unwrap() >= 8, "{row}");
+        assert_eq!(row["hits"], row["must_hit"], "{row}");
+    }
+    assert!(
+        !kinds(ca).iter().any(|k| k.starts_with("prefix-")),
+        "{:?}",
+        kinds(ca)
+    );
+    // Round robin, three groups over two workers: each group on both.
+    let rr = &points[1];
+    let mut away = 0;
+    for row in rows(rr) {
+        assert_eq!(row["workers"], 2, "{row}");
+        away += row["routed_away"].as_u64().unwrap_or(0);
+        assert_eq!(
+            row["hits"], row["must_hit"],
+            "owed hits are owed per worker, and found: {row}"
+        );
+    }
+    assert!(
+        away >= 3,
+        "each group's first visit to its second worker is routed away: {away}"
+    );
+    assert!(
+        kinds(rr).contains(&"prefix-routed-away".to_string())
+            && !kinds(rr).contains(&"prefix-cache-miss".to_string()),
+        "{:?}",
+        kinds(rr)
+    );
+    // The workers' own cached counters say the same: round robin cached less.
+    let cached = |p: &Value| -> f64 {
+        p["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["view"]["cached_tokens"].as_f64().unwrap())
+            .sum()
+    };
+    assert!(cached(ca) > cached(rr), "{} vs {}", cached(ca), cached(rr));
+    let left = live_with_marker(&marker);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// A worker killed mid-run: the router retries what it can on the other (the records after
+/// the kill name worker0), the point fails as crashed and names the worker and its log, and
+/// the run does not exit 0.
+#[test]
+fn a_worker_killed_mid_run_is_named_and_the_router_s_retries_recorded() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let _turn = exclusive();
+    let marker = marker("deploy-kill");
+    let ws = Workspace::new();
+    let requests = 60;
+    let spec = ws.write(
+        "kill.yaml",
+        &deployment_spec(
+            &tier,
+            "deploy-kill",
+            "    workers: 2",
+            &marker,
+            &format!("      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 128, calibrate: false }}\n  output_tokens: 32\nrequests: {requests}\ncache: {{ policy: as-is }}\n"),
+        ),
+    );
+    let runs = ws.path().join("runs");
+    let out = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            servebench()
+                .arg("run")
+                .arg(&spec)
+                .arg("--out")
+                .arg(&runs)
+                .arg("--quiet")
+                .timeout(Duration::from_secs(300))
+                .output()
+                .expect("run servebench")
+        });
+        // worker1's process group, from meta.json once a third of the requests are in.
+        let pgid = poll_until(
+            Duration::from_secs(90),
+            "a third of the run measured",
+            || {
+                let dir = std::fs::read_dir(runs.join("deploy-kill"))
+                    .ok()?
+                    .next()?
+                    .ok()?
+                    .path();
+                let n = std::fs::read_to_string(dir.join("requests.jsonl"))
+                    .ok()?
+                    .lines()
+                    .count();
+                let meta: Value =
+                    serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).ok()?)
+                        .ok()?;
+                let pgid = meta["servers"][0]["ranks"][1]["pgid"].as_i64()?;
+                (n >= requests / 3).then_some(pgid)
+            },
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(-(pgid as i32)),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        run.join().unwrap()
+    });
+    assert!(
+        !out.status.success(),
+        "a crashed point is no success: {}",
+        show(&out)
+    );
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let crash = points[0]["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "server-crashed")
+        .unwrap_or_else(|| panic!("the point says the deployment lost a worker: {}", points[0]));
+    let msg = crash["message"].as_str().unwrap();
+    assert!(
+        msg.contains("worker1") && msg.contains("server-g1.worker1.log"),
+        "the failure names the worker and its log: {msg}"
+    );
+    // After the kill, the router sent what it could to the survivor.
+    let records = measured(&dir);
+    let last = records.last().unwrap();
+    assert_eq!(last["worker"], "worker0", "{last}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("worker1"), "{stderr}");
+    let left = live_with_marker(&marker);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
