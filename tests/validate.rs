@@ -595,3 +595,45 @@ fn a_dcgm_exporters_url_is_checked_where_the_spec_gives_it() {
     let out = validate(&ws, &good);
     assert!(out.status.success(), "{}", show(&out));
 }
+
+/// A deployment's contradictions are refused where they are written, with the fix.
+#[test]
+fn a_deployment_that_contradicts_itself_is_refused_at_its_line() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "d.yaml",
+        "name: d\nserver:\n  engine: vllm\n  deployment:\n    prefill: 1\n    worker_args: [{}]\n    router:\n      args: { policy: random }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "a disaggregated deployment needs decode workers too",
+            "hint: add `decode: 1` (or more)",
+            "d.yaml:5:5",
+            "`worker_args` is for regular workers",
+            "d.yaml:6:5",
+            "engine `vllm` has no prefill or decode role",
+            "d.yaml:3:11",
+            "servebench sets the router's `--policy` itself",
+            "hint: use `router.policy`",
+            "d.yaml:8:15",
+        ],
+    );
+    // A router's policy swept as server variants is a valid spec.
+    let spec = ws.write(
+        "ok.yaml",
+        "name: ok\nserver:\n  engine: sim\n  deployment: { workers: 2 }\nsweep:\n  server.deployment.router.policy: [cache_aware, round_robin]\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+    // A policy the router does not have is refused with the ones it has.
+    let spec = ws.write(
+        "bad.yaml",
+        "name: bad\nserver:\n  engine: sim\n  deployment: { workers: 2, router: { policy: least_loaded } }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["least_loaded", "round_robin", "cache_aware"],
+    );
+}
