@@ -218,13 +218,13 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
         v.flags.push(Flag::new(
             FlagKind::PrefixRoutedAway,
             format!(
-                "the router sent {} of {judged} requests that another worker held {} for to a worker that did not (first: {what} {key} to {w}): \
+                "the router sent {} of {judged} requests to a worker without {} while another worker held it (first: {what} {key} to {w}): \
                  each prefilled it again there",
                 routed_away.len(),
                 if sessions {
-                    "the conversation's history"
+                    "their conversation's history"
                 } else {
-                    "the group's prefix"
+                    "their group's prefix"
                 },
             ),
         ));
