@@ -16,6 +16,10 @@ use super::chart_link::ChartLink;
 pub struct CapacitySection {
     /// One per search, in plan order.
     pub searches: Vec<CapacityView>,
+    /// With several searches (a sweep of server variants: policies, prefill:decode ratios),
+    /// which one serves the highest rate, in words, and whether its bracket is told apart
+    /// from the runner-up's. None with fewer than two answers.
+    pub best: Option<String>,
 }
 
 /// One search as the report shows it.
@@ -99,9 +103,46 @@ pub(crate) fn chart_file(seed: &str) -> String {
 /// The section, when the run has searches.
 pub fn section(file: Option<&SearchFile>, points: &[PointRecord]) -> Option<CapacitySection> {
     let file = file.filter(|f| !f.searches.is_empty())?;
+    let searches: Vec<CapacityView> = file.searches.iter().map(|s| view(s, points)).collect();
     Some(CapacitySection {
-        searches: file.searches.iter().map(|s| view(s, points)).collect(),
+        best: best_of(&searches),
+        searches,
     })
+}
+
+/// Which of several searches found the highest capacity: `decode=2`, its value, the others',
+/// and whether the runner-up's bracket reaches it (then the two are not told apart).
+fn best_of(searches: &[CapacityView]) -> Option<String> {
+    let mut answered: Vec<&CapacityView> =
+        searches.iter().filter(|s| s.capacity.is_some()).collect();
+    if answered.len() < 2 {
+        return None;
+    }
+    answered.sort_by(|a, b| b.capacity.partial_cmp(&a.capacity).expect("finite"));
+    let (top, next) = (answered[0], answered[1]);
+    let others = answered[1..]
+        .iter()
+        .map(|s| format!("{}: {}", s.label, s.capacity_text))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The runner-up's capacity could be as high as the value it failed at (or unbounded).
+    let told_apart = next.above.is_some_and(|a| a <= top.capacity.unwrap_or(0.0));
+    Some(format!(
+        "Of {} searches, {} serves the highest {}: {} {} ({others}){}",
+        searches.len(),
+        top.label,
+        top.over,
+        top.capacity_text,
+        top.unit,
+        if told_apart {
+            String::new()
+        } else {
+            format!(
+                "; not told apart from {}, whose bracket reaches it",
+                next.label
+            )
+        }
+    ))
 }
 
 fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
@@ -290,5 +331,59 @@ pub(crate) fn answer_text(
             "the search stopped after {} before its answer; so far: {found}",
             servebench_model::text::count_s(s.probes, "probe")
         )
+    }
+}
+
+#[cfg(test)]
+mod best_tests {
+    use super::*;
+
+    fn answered(label: &str, capacity: Option<f64>, above: Option<f64>) -> CapacityView {
+        CapacityView {
+            label: label.into(),
+            seed: "p001".into(),
+            over: "load.rate".into(),
+            unit: "req/s".into(),
+            start: 1.0,
+            max: 64.0,
+            resolution: 0.05,
+            capacity,
+            capacity_text: capacity.map_or("—".into(), sig3),
+            above,
+            saturated_at: None,
+            complete: true,
+            monotonic: true,
+            inversions: Vec::new(),
+            answer: String::new(),
+            targets: Vec::new(),
+            limits: Vec::new(),
+            achieved_at_capacity: None,
+            probes: Vec::new(),
+            sample_rule: String::new(),
+            chart: None,
+        }
+    }
+
+    #[test]
+    fn the_best_of_several_searches_is_named_and_told_apart_only_by_its_bracket() {
+        let s = [
+            answered("decode=1", Some(4.0), Some(4.2)),
+            answered("decode=2", Some(8.0), Some(8.4)),
+            answered("decode=3", Some(7.9), Some(8.3)),
+        ];
+        assert_eq!(
+            best_of(&s).unwrap(),
+            "Of 3 searches, decode=2 serves the highest load.rate: 8.00 req/s (decode=3: 7.90, decode=1: 4.00); not told apart from decode=3, whose bracket reaches it"
+        );
+        let s = [
+            answered("decode=1", Some(4.0), Some(4.2)),
+            answered("decode=2", Some(8.0), Some(8.4)),
+            answered("decode=3", None, Some(1.0)),
+        ];
+        assert_eq!(
+            best_of(&s).unwrap(),
+            "Of 3 searches, decode=2 serves the highest load.rate: 8.00 req/s (decode=1: 4.00)"
+        );
+        assert_eq!(best_of(&s[..1]), None);
     }
 }

@@ -262,6 +262,7 @@ mod tests {
         };
         let section = super::super::capacity::CapacitySection {
             searches: vec![view],
+            best: None,
         };
         let points = [
             point("p001-s1", 3.0),
