@@ -308,53 +308,28 @@ fn a_search_answer_is_profiled_after_the_search() {
 #[test]
 fn an_attached_server_writes_where_profile_dir_says() {
     let ws = Workspace::new();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let default_dir = ws.path().join("server-default");
-    let mut sim = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .args([
-            "sim",
-            "--model-path",
-            "ext-model",
-            "--port",
-            &port.to_string(),
-            "--profile",
-            "fast",
-        ])
-        .env("SGLANG_TORCH_PROFILER_DIR", &default_dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let sim = ExternalSim::start(
+        "ext-model",
+        &[],
+        &[("SGLANG_TORCH_PROFILER_DIR", default_dir.as_path())],
+    );
     let spec_with = |name: &str, profile: &str| {
         ws.write(
             &format!("{name}.yaml"),
             &format!(
-                "name: {name}\nserver:\n  url: http://127.0.0.1:{port}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {profile}\n"
+                "name: {name}\nserver:\n  url: {}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {profile}\n",
+                sim.url()
             ),
         )
     };
-    let run = |spec: &std::path::Path| {
-        let mut out = ws.run(spec);
-        for _ in 0..50 {
-            if out.status.success() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            out = ws.run(spec);
-        }
-        out
-    };
     let traces = ws.path().join("traces");
-    let told = run(&spec_with(
+    let told = ws.run(&spec_with(
         "told",
         &format!("{{ points: all, dir: {} }}", traces.display()),
     ));
-    let untold = run(&spec_with("untold", "{ points: all }"));
-    let _ = sim.kill();
-    let _ = sim.wait();
+    let untold = ws.run(&spec_with("untold", "{ points: all }"));
+    drop(sim);
     assert!(told.status.success(), "{}", show(&told));
     let dir = run_dir(&told);
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
