@@ -125,6 +125,76 @@ impl Workspace {
     }
 }
 
+/// A `servebench sim` on a free port of this machine (`--model-path MODEL --port PORT
+/// --profile fast`, then `args`), for the tests of a server servebench attaches to
+/// (`server.url`): started, and returned once its `/health` answers 200 (the runner looks
+/// at it once, so a run before that fails); killed when dropped.
+pub struct ExternalSim {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl ExternalSim {
+    #[track_caller]
+    pub fn start(model: &str, args: &[&str], env: &[(&str, &Path)]) -> ExternalSim {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+            .args(["sim", "--model-path", model, "--port", &port.to_string()])
+            .args(["--profile", "fast"])
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut sim = ExternalSim { port, child };
+        poll_until(
+            std::time::Duration::from_secs(30),
+            &format!("the simulator on port {port} is not healthy"),
+            || {
+                assert!(sim.is_running(), "the simulator on port {port} exited");
+                health_ok(port).then_some(())
+            },
+        );
+        sim
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the simulator is still running (servebench must not stop a server it did
+    /// not start).
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for ExternalSim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether `GET /health` on `port` answers 200.
+fn health_ok(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut head = [0u8; 12];
+    conn.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_ok()
+        && conn.read_exact(&mut head).is_ok()
+        && head.ends_with(b" 200")
+}
+
 /// The run directory printed by `servebench run`.
 #[track_caller]
 pub fn run_dir(out: &Output) -> PathBuf {

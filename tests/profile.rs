@@ -5,6 +5,7 @@
 //! the run directory (here, over SSH, from the host's run directory).
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 use crate::faulty::flag_kinds;
@@ -307,53 +308,28 @@ fn a_search_answer_is_profiled_after_the_search() {
 #[test]
 fn an_attached_server_writes_where_profile_dir_says() {
     let ws = Workspace::new();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let default_dir = ws.path().join("server-default");
-    let mut sim = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .args([
-            "sim",
-            "--model-path",
-            "ext-model",
-            "--port",
-            &port.to_string(),
-            "--profile",
-            "fast",
-        ])
-        .env("SGLANG_TORCH_PROFILER_DIR", &default_dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let sim = ExternalSim::start(
+        "ext-model",
+        &[],
+        &[("SGLANG_TORCH_PROFILER_DIR", default_dir.as_path())],
+    );
     let spec_with = |name: &str, profile: &str| {
         ws.write(
             &format!("{name}.yaml"),
             &format!(
-                "name: {name}\nserver:\n  url: http://127.0.0.1:{port}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {profile}\n"
+                "name: {name}\nserver:\n  url: {}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {profile}\n",
+                sim.url()
             ),
         )
     };
-    let run = |spec: &std::path::Path| {
-        let mut out = ws.run(spec);
-        for _ in 0..50 {
-            if out.status.success() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            out = ws.run(spec);
-        }
-        out
-    };
     let traces = ws.path().join("traces");
-    let told = run(&spec_with(
+    let told = ws.run(&spec_with(
         "told",
         &format!("{{ points: all, dir: {} }}", traces.display()),
     ));
-    let untold = run(&spec_with("untold", "{ points: all }"));
-    let _ = sim.kill();
-    let _ = sim.wait();
+    let untold = ws.run(&spec_with("untold", "{ points: all }"));
+    drop(sim);
     assert!(told.status.success(), "{}", show(&told));
     let dir = run_dir(&told);
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
@@ -388,4 +364,105 @@ fn an_attached_server_writes_where_profile_dir_says() {
     );
     // The server did write it, where its own default says.
     assert_eq!(std::fs::read_dir(&default_dir).unwrap().count(), 1);
+}
+
+/// Ctrl-C while `/stop_profile` is slow (a simulator whose stop takes 60 s): the stop is
+/// sent and given a few seconds, not `profile.stop_timeout`'s ten minutes; the run ends
+/// interrupted, what was measured stays on disk, and the capture is recorded as cut short by
+/// the interrupt: no trace is looked for, none is claimed on the console or in the report.
+#[test]
+fn ctrl_c_during_a_slow_profiler_stop_does_not_wait_for_it() {
+    let _turn = exclusive();
+    let ws = Workspace::new();
+    let fast =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
+            .unwrap();
+    let profile = ws.write(
+        "slow-stop-profile.yaml",
+        &format!("{fast}\nprofiler_stop_ms: 60000\n"),
+    );
+    let server = format!(
+        "  engine: sim\n  model: test-model\n  args: {{ profile: {}, context-length: 8192 }}\n  ready_timeout: 30s",
+        profile.display()
+    );
+    let spec = spec(
+        &ws,
+        "slow-stop",
+        &server,
+        "sweep:\n  concurrency: [1, 2]\nprofile: { points: [p001] }",
+    );
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The profiled point's four measured requests are on disk: its window closed and the
+    // stop is (about to be) waiting on the simulator.
+    let dir = poll_until(Duration::from_secs(60), "p001's requests", || {
+        if child.try_wait().unwrap().is_some() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the run ended before Ctrl-C: {err}");
+        }
+        let base = ws.path().join("runs").join("slow-stop");
+        let dir = std::fs::read_dir(base).ok()?.flatten().next()?.path();
+        let text = std::fs::read_to_string(dir.join("requests.jsonl")).ok()?;
+        (text.lines().count() >= 4).then_some(dir)
+    });
+    let sent = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    // Well under the simulator's 60 s, with room for a loaded machine's server stop and report.
+    while child.try_wait().unwrap().is_none() {
+        if sent.elapsed() > Duration::from_secs(40) {
+            let _ = child.kill();
+            panic!("the run still waits {:?} after Ctrl-C", sent.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("run incomplete: interrupted by SIGINT (Ctrl-C)"),
+        "{stderr}"
+    );
+
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 1, "p002 never ran: {points:?}");
+    let p = &points[0];
+    assert_eq!(p["ok"], 4, "what was measured is kept: {p}");
+    let measured = read_jsonl(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|r| r["point"] == "p001" && r["role"] == "measure")
+        .count();
+    assert_eq!(measured, 4);
+    let c = &p["profile"];
+    assert_eq!(
+        c["error"],
+        "interrupted by SIGINT (Ctrl-C): /stop_profile did not answer within 5 s of it, so the capture was given up (its traces, if any, are not looked for)",
+        "{c}"
+    );
+    assert!(c["stopped_at"].is_null(), "{c}");
+    assert_eq!(c["files"], serde_json::json!([]), "{c}");
+    assert!(flag_kinds(p).contains(&"profile-failed".to_string()), "{p}");
+    assert!(!dir.join("profiles").exists());
+    assert!(!stderr.contains("profiled: "), "{stderr}");
+    assert!(
+        stderr.contains("⚠ profile-failed: interrupted by SIGINT (Ctrl-C): /stop_profile"),
+        "{stderr}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("| not captured: interrupted by SIGINT (Ctrl-C): /stop_profile"),
+        "{report}"
+    );
+    assert!(!report.contains(&format!("profiles/{}/", "g1")), "{report}");
 }

@@ -258,42 +258,17 @@ fn a_server_that_cannot_start_fails_the_run_but_keeps_a_report() {
 #[test]
 fn an_external_server_is_used_as_is_and_recorded() {
     let ws = Workspace::new();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut sim = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .args([
-            "sim",
-            "--model-path",
-            "ext-model",
-            "--port",
-            &port.to_string(),
-            "--profile",
-            "fast",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut sim = ExternalSim::start("ext-model", &[], &[]);
     let spec = ws.write(
         "ext.yaml",
         &format!(
-            "name: ext\nserver:\n  url: http://127.0.0.1:{port}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 300 }}\n  output_tokens: 4\n"
+            "name: ext\nserver:\n  url: {}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 300 }}\n  output_tokens: 4\n",
+            sim.url()
         ),
     );
-    // The simulator needs a moment to bind; the runner checks /health once.
-    let mut out = ws.run(&spec);
-    for _ in 0..50 {
-        if out.status.success() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        out = ws.run(&spec);
-    }
-    let alive = sim.try_wait().unwrap().is_none();
-    let _ = sim.kill();
-    let _ = sim.wait();
+    let out = ws.run(&spec);
+    let alive = sim.is_running();
+    drop(sim);
     assert!(out.status.success(), "{}", show(&out));
     assert!(alive, "servebench must not stop a server it did not start");
     // Nor says it starts one.
@@ -771,32 +746,10 @@ fn plan_counts_every_simulator_experiment_from_its_load_model() {
 #[test]
 fn the_workers_behind_a_router_are_counted_by_their_own_metrics() {
     let ws = Workspace::new();
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        })
+    let sims: Vec<ExternalSim> = (0..2)
+        .map(|_| ExternalSim::start("m", &["--enable-metrics"], &[]))
         .collect();
-    let mut sims: Vec<std::process::Child> = ports
-        .iter()
-        .map(|port| {
-            std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-                .args([
-                    "sim",
-                    "--model-path",
-                    "m",
-                    "--port",
-                    &port.to_string(),
-                    "--profile",
-                    "fast",
-                    "--enable-metrics",
-                ])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let ports: Vec<u16> = sims.iter().map(|s| s.port).collect();
     let spec = ws.write(
         "workers.yaml",
         &format!(
@@ -805,18 +758,8 @@ fn the_workers_behind_a_router_are_counted_by_their_own_metrics() {
             b = ports[1]
         ),
     );
-    let mut out = ws.run(&spec);
-    for _ in 0..50 {
-        if out.status.success() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        out = ws.run(&spec);
-    }
-    for s in &mut sims {
-        let _ = s.kill();
-        let _ = s.wait();
-    }
+    let out = ws.run(&spec);
+    drop(sims);
     assert!(out.status.success(), "{}", show(&out));
     let dir = run_dir(&out);
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];

@@ -824,9 +824,10 @@ fn a_pending_job_is_recorded_at_submission_and_cancelled_by_down_or_ctrl_c() {
 }
 
 /// The model's config.json is read inside the allocation (a step on rank 0's node), from the
-/// model path, and the report grades the points with it.
+/// model path, and the report grades the points with it; the node's facts and the profiler's
+/// trace are read there the same way.
 #[test]
-fn the_model_config_is_read_inside_the_allocation() {
+fn the_model_config_facts_and_traces_are_read_inside_the_allocation() {
     let cluster = SlurmCluster::get();
     let ws = Workspace::new();
     let model = ws
@@ -848,7 +849,8 @@ fn the_model_config_is_read_inside_the_allocation() {
         .replace(
             "  ready_timeout: 60s\n",
             "  ready_timeout: 60s\n  gpu: h100-sxm\n",
-        );
+        )
+        + "profile: { points: all }\n";
     let path = ws.write("s.yaml", &text);
     let out = ws.path().join("runs");
     let done = servebench_on(&cluster, &run_args(&path, &out))
@@ -864,6 +866,24 @@ fn the_model_config_is_read_inside_the_allocation() {
         "{kept}"
     );
     assert_eq!(kept["config"]["num_hidden_layers"], 32, "{kept}");
+    // The node's facts, read by a step of their own beside the server's.
+    assert!(
+        meta["server_host"]["hostname"].as_str().is_some(),
+        "{}",
+        meta["server_host"]
+    );
+    // The profiler's trace, listed and read in the allocation too.
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    let files = p["profile"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    let copied = dir.join(files[0]["path"].as_str().unwrap());
+    assert_eq!(
+        std::fs::metadata(&copied).unwrap().len(),
+        files[0]["bytes"].as_u64().unwrap()
+    );
+    // The node's copy is this run's directory under /tmp/servebench-profiles.
+    let on_node = Path::new(p["profile"]["dir"].as_str().unwrap());
+    let _ = std::fs::remove_dir_all(on_node.parent().unwrap());
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(!report.contains("The points are not graded"), "{report}");
     assert_nothing_left(

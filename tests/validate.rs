@@ -637,3 +637,34 @@ fn a_deployment_that_contradicts_itself_is_refused_at_its_line() {
         &["least_loaded", "round_robin", "cache_aware"],
     );
 }
+
+/// `profile.points` names points of the plan: an id past the sweep's three points, or
+/// `answer` without a capacity search, would profile nothing and say nothing; `validate`
+/// (and `run`, before a run directory exists) refuses each at its place, listing the ids.
+#[test]
+fn profile_points_name_points_of_the_plan() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "pr.yaml",
+        &sim_spec(
+            "pr",
+            WORKLOAD,
+            "sweep:\n  concurrency: [1, 2, 4]\nprofile: { points: [p002, p009, answer] }",
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "error: `p009` is not a point of this spec: nothing would be profiled for it\n  --> pr.yaml:12:27",
+            "= hint: the plan has 3 points: p001, p002, p003 (`servebench plan` lists them)",
+            "error: `answer` names a capacity search's answer, and this spec has no `search:`\n  --> pr.yaml:12:33",
+            "= hint: add a `search:` to profile its answer, or name the points to profile (`[p001]`)",
+            "2 errors",
+        ],
+    );
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pr.yaml:12:27"));
+    assert!(!ws.path().join("runs").exists());
+}

@@ -660,7 +660,8 @@ impl PointRunner {
         id: &str,
         round: u32,
     ) -> Option<super::profiler::Capture> {
-        match super::profiler::Capture::plan(client, exp, id, round, self.profile_dir.as_deref())? {
+        let dir = self.profile_dir.as_deref();
+        match super::profiler::Capture::plan(client, exp, id, round, dir, &self.interrupt)? {
             Ok(c) => Some(c),
             Err(record) => {
                 self.profiled = Some(record);

@@ -14,8 +14,16 @@ use crate::client::Client;
 use crate::results::records::{Flag, ProfileCapture};
 use crate::spec::types::{Engine, Experiment};
 
+use super::interrupt::Interrupt;
+
 /// How long `/start_profile` may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long what is left of a capture's end may take once the run is interrupted. The stop is
+/// still sent, so the server is not left profiling (filling its disk, slowing whoever uses it
+/// next), but someone who pressed Ctrl-C is not held `profile.stop_timeout` (10 min by
+/// default) for the traces of a window the interrupt cut short.
+const INTERRUPTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Most bytes of a refusal kept in the record.
 const MESSAGE_BYTES: usize = 300;
@@ -35,6 +43,9 @@ pub(crate) struct Capture {
     stop_timeout: Duration,
     started: Option<tokio::task::JoinHandle<Result<f64, String>>>,
     record: ProfileCapture,
+    /// The run's stop request: once it is set, the capture's end is held to
+    /// [`INTERRUPTED_STOP_TIMEOUT`].
+    interrupt: Interrupt,
 }
 
 /// The profiler API of `exp`'s server, or why it has none.
@@ -61,6 +72,7 @@ impl Capture {
         id: &str,
         round: u32,
         dir: Option<&str>,
+        interrupt: &Interrupt,
     ) -> Option<Result<Capture, ProfileCapture>> {
         let spec = exp.profile.as_ref()?;
         // The first round only: a trace per round would multiply the traces, not the insight.
@@ -114,6 +126,7 @@ impl Capture {
             stop_timeout: spec.stop_timeout,
             started: None,
             record,
+            interrupt: interrupt.clone(),
         }))
     }
 
@@ -138,14 +151,30 @@ impl Capture {
 
     /// Ends the capture: waits for the start's answer, then `/stop_profile` (which answers
     /// once the traces are written). SGLang stops itself after `num_steps`: its refusal of
-    /// the stop then means the capture ended, not that it failed.
+    /// the stop then means the capture ended, not that it failed. Once the run is
+    /// interrupted, both waits together get [`INTERRUPTED_STOP_TIMEOUT`] from then; a capture
+    /// not ended by that time is recorded as cut short by the interrupt.
     pub(crate) async fn stop(mut self) -> ProfileCapture {
-        let Some(started) = self.started.take() else {
+        let Some(mut started) = self.started.take() else {
             self.record.error =
                 Some("the measured window never opened: nothing was profiled".into());
             return self.record;
         };
-        match started.await {
+        let interrupt = self.interrupt.clone();
+        let cut = async move {
+            interrupt.wait().await;
+            tokio::time::sleep(INTERRUPTED_STOP_TIMEOUT).await;
+        };
+        tokio::pin!(cut);
+        let start = tokio::select! {
+            r = &mut started => r,
+            () = &mut cut => {
+                started.abort();
+                self.record.error = Some(self.cut_short("/start_profile"));
+                return self.record;
+            }
+        };
+        match start {
             Ok(Ok(at)) => self.record.started_at = Some(at),
             Ok(Err(why)) => {
                 self.record.error = Some(format!("/start_profile failed: {why}"));
@@ -157,7 +186,14 @@ impl Capture {
             }
         }
         let body = (self.api == Api::Sglang).then(|| json!({}));
-        match answer(&self.client, "/stop_profile", body, self.stop_timeout).await {
+        let stop = tokio::select! {
+            r = answer(&self.client, "/stop_profile", body, self.stop_timeout) => r,
+            () = &mut cut => {
+                self.record.error = Some(self.cut_short("/stop_profile"));
+                return self.record;
+            }
+        };
+        match stop {
             Ok(()) => self.record.stopped_at = Some(crate::client::unix_now()),
             // SGLang raises "Profiling is not in progress" for a stop after `num_steps`
             // ended the capture, which FastAPI answers with a bare 500: whether the capture
@@ -168,6 +204,18 @@ impl Capture {
             Err(why) => self.record.error = Some(format!("/stop_profile failed: {why}")),
         }
         self.record
+    }
+
+    /// Why a capture the interrupt cut short has no traces: `path` had not answered.
+    fn cut_short(&self, path: &str) -> String {
+        let cause = self
+            .interrupt
+            .cause()
+            .map_or_else(|| "interrupted".to_string(), |c| c.to_string());
+        format!(
+            "{cause}: {path} did not answer within {} s of it, so the capture was given up (its traces, if any, are not looked for)",
+            INTERRUPTED_STOP_TIMEOUT.as_secs()
+        )
     }
 }
 

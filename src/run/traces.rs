@@ -108,7 +108,9 @@ pub(crate) async fn collect(
     let Some(dir) = capture.dir.clone() else {
         return;
     };
-    if capture.started_at.is_none() {
+    // A stop that never answered (refused, timed out, cut short by an interrupt) may have
+    // left half-written files: they are no capture to bring back.
+    if capture.started_at.is_none() || capture.stopped_at.is_none() {
         return;
     }
     let listed = match host.list_files(&dir, MAX_LISTED).await {

@@ -515,7 +515,8 @@ pub(crate) fn help_text() -> String {
          attention_ns}, decode{base_ms, per_seq_us, per_ctx_token_ns}, speculative{\n\
          num_draft_tokens, num_steps, accept_length_mean, accept_length_by_context,\n\
          step_overhead_ms, per_draft_token_us, enabled}, oom_prefill_tokens\n\
-         (a prefill batch with more new tokens crashes like a CUDA out-of-memory), seed.\n\
+         (a prefill batch with more new tokens crashes like a CUDA out-of-memory),\n\
+         profiler_stop_ms (how long /stop_profile takes to answer), seed.\n\
          With memory.activation, a prefill chunk whose activation spike (plus, unless\n\
          PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is set, the largest earlier spike\n\
          still reserved) exceeds the memory outside the static pool crashes the same way\n\

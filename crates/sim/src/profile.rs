@@ -68,6 +68,10 @@ pub struct Profile {
     /// out-of-memory log lines and a non-zero exit. None = never.
     #[serde(default)]
     pub oom_prefill_tokens: Option<u64>,
+    /// Milliseconds `/stop_profile` takes to write its trace before it answers (a slow
+    /// trace export, to test a runner that cannot wait for it). None = at once.
+    #[serde(default)]
+    pub profiler_stop_ms: Option<f64>,
     /// Seed for speculative accept-length draws and generated tokens.
     #[serde(default)]
     pub seed: u64,
@@ -483,6 +487,11 @@ impl Profile {
     /// Scales a model duration in milliseconds to wall-clock time.
     fn scaled_ms(&self, ms: f64) -> Duration {
         Duration::from_secs_f64((ms * self.time_scale / 1000.0).max(0.0))
+    }
+
+    /// How long `/stop_profile` takes before it writes and answers ([`profiler_stop_ms`](Self::profiler_stop_ms), scaled).
+    pub(crate) fn profiler_stop(&self) -> Duration {
+        self.scaled_ms(self.profiler_stop_ms.unwrap_or(0.0))
     }
 
     /// The front end's delay before a request can be scheduled.

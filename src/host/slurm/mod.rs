@@ -726,6 +726,34 @@ impl SlurmHost {
         Ok(Box::new(server) as Box<dyn ServerProcess>)
     }
 
+    /// Runs `argv` inside the running allocation as a step on rank 0's node (where the
+    /// server's files are), beside the server's step: `servebench-<what>-<run id>`, what
+    /// `srun` gave back, or why it did not run.
+    async fn step_on_rank0(
+        &self,
+        what: &str,
+        argv: &[String],
+    ) -> Result<std::process::Output, String> {
+        let a = self
+            .current
+            .lock()
+            .await
+            .clone()
+            .ok_or_else(|| format!("no allocation is running for the {what} step"))?;
+        let args = Self::step_argv(
+            &a.job,
+            a.job.nodes.first().map_or("", String::as_str),
+            &format!("servebench-{what}-{}", self.run_id),
+            true,
+            None,
+            None,
+            argv,
+        );
+        cli::output(&self.runner, "srun", &args)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// The address of the node rank `rank` runs on, once the allocation runs.
     fn address_of(&self, rank: u32) -> String {
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
@@ -808,24 +836,9 @@ impl super::Host for SlurmHost {
         limit: u64,
     ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
         Box::pin(async move {
-            let a = self
-                .current
-                .lock()
-                .await
-                .clone()
-                .ok_or_else(|| "no allocation is running to read it in".to_string())?;
-            let args = Self::step_argv(
-                &a.job,
-                a.job.nodes.first().map_or("", String::as_str),
-                &format!("servebench-read-{}", self.run_id),
-                true,
-                None,
-                None,
-                &super::small_file::argv(path, limit),
-            );
-            let out = cli::output(&self.runner, "srun", &args)
-                .await
-                .map_err(|e| e.to_string())?;
+            let out = self
+                .step_on_rank0("read", &super::small_file::argv(path, limit))
+                .await?;
             super::small_file::from_output(&out, limit)
         })
     }
@@ -833,21 +846,11 @@ impl super::Host for SlurmHost {
     /// Read inside the allocation, on rank 0's node, as a step beside the server's.
     fn facts_after_launch(&self) -> BoxFuture<'_, Option<serde_json::Value>> {
         Box::pin(async move {
-            let a = self.current.lock().await.clone()?;
             let script: Vec<String> = ["sh", "-c", crate::host::ssh::FACTS, "sh", "false", "5"]
                 .into_iter()
                 .map(String::from)
                 .collect();
-            let args = Self::step_argv(
-                &a.job,
-                a.job.nodes.first().map_or("", String::as_str),
-                &format!("servebench-facts-{}", self.run_id),
-                true,
-                None,
-                None,
-                &script,
-            );
-            let out = cli::output(&self.runner, "srun", &args).await.ok()?;
+            let out = self.step_on_rank0("facts", &script).await.ok()?;
             serde_json::to_value(crate::host::ssh::parse_facts(&String::from_utf8_lossy(
                 &out.stdout,
             )))
@@ -862,24 +865,9 @@ impl super::Host for SlurmHost {
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
         Box::pin(async move {
-            let a = self
-                .current
-                .lock()
-                .await
-                .clone()
-                .ok_or_else(|| "no allocation is running to list it in".to_string())?;
-            let args = Self::step_argv(
-                &a.job,
-                a.job.nodes.first().map_or("", String::as_str),
-                &format!("servebench-list-{}", self.run_id),
-                true,
-                None,
-                None,
-                &super::small_file::list_argv(dir, max),
-            );
-            let out = cli::output(&self.runner, "srun", &args)
-                .await
-                .map_err(|e| e.to_string())?;
+            let out = self
+                .step_on_rank0("list", &super::small_file::list_argv(dir, max))
+                .await?;
             super::small_file::parse_listing(&out)
         })
     }

@@ -286,6 +286,11 @@ fn load_source(
     let mut expanded_bytes = 0usize;
     let mut seen = std::collections::HashSet::new();
     let width = count.to_string().len().max(3);
+    diags.extend(
+        super::profile::plan_checks(&doc.value, count, width)
+            .iter()
+            .map(|p| report.problem(p, None)),
+    );
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
         let (raw, problems) = expand::point(&base, &sweep, index);

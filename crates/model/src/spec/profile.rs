@@ -182,6 +182,55 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
     problems
 }
 
+/// Ids of the right shape that name nothing to profile: one past the plan's `points` (ids
+/// `p` and `width` digits), or `answer` in a spec without a capacity search. A run would
+/// measure the plan and profile none of them, saying nothing.
+pub(crate) fn plan_checks(raw: &serde_json::Value, points: usize, width: usize) -> Vec<Problem> {
+    let Some(ids) = raw.pointer("/profile/points").and_then(|p| p.as_array()) else {
+        return Vec::new();
+    };
+    let searched = raw.get("search").is_some_and(|s| !s.is_null());
+    let named = |text: &str| {
+        text.strip_prefix('p')
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|n| (1..=points).contains(&n) && text == format!("p{n:0width$}"))
+    };
+    let mut problems = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let Some(text) = id.as_str() else { continue };
+        let pointer = format!("/profile/points/{i}");
+        if text == ANSWER {
+            if !searched {
+                problems.push(Problem {
+                    pointer,
+                    target: Target::Value,
+                    message: "`answer` names a capacity search's answer, and this spec has no `search:`".into(),
+                    hint: Some("add a `search:` to profile its answer, or name the points to profile (`[p001]`)".into()),
+                });
+            }
+        } else if !named(text) {
+            let id = |n: usize| format!("p{n:0width$}");
+            let ids = if points <= 8 {
+                format!(": {}", (1..=points).map(id).collect::<Vec<_>>().join(", "))
+            } else {
+                format!(", {} to {}", id(1), id(points))
+            };
+            let plural = if points == 1 { "" } else { "s" };
+            problems.push(Problem {
+                pointer,
+                target: Target::Value,
+                message: format!(
+                    "`{text}` is not a point of this spec: nothing would be profiled for it"
+                ),
+                hint: Some(format!(
+                    "the plan has {points} point{plural}{ids} (`servebench plan` lists them)"
+                )),
+            });
+        }
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +253,38 @@ mod tests {
         assert!(
             serde_json::from_value::<ProfileSpec>(serde_json::json!({"points": "some"})).is_err()
         );
+    }
+
+    #[test]
+    fn ids_past_the_plan_and_an_answer_without_a_search_are_problems() {
+        let spec = |ids: serde_json::Value| serde_json::json!({"profile": {"points": ids}});
+        assert!(plan_checks(&spec(serde_json::json!(["p001", "p003"])), 3, 3).is_empty());
+        assert!(plan_checks(&serde_json::json!({"profile": {"points": "all"}}), 3, 3).is_empty());
+        let p = plan_checks(
+            &spec(serde_json::json!(["p003", "p009", "p0002", "answer"])),
+            3,
+            3,
+        );
+        let pointers: Vec<&str> = p.iter().map(|p| p.pointer.as_str()).collect();
+        assert_eq!(
+            pointers,
+            [
+                "/profile/points/1",
+                "/profile/points/2",
+                "/profile/points/3"
+            ]
+        );
+        assert_eq!(
+            p[0].hint.as_deref(),
+            Some("the plan has 3 points: p001, p002, p003 (`servebench plan` lists them)")
+        );
+        let many = plan_checks(&spec(serde_json::json!(["p1000"])), 120, 3);
+        assert_eq!(
+            many[0].hint.as_deref(),
+            Some("the plan has 120 points, p001 to p120 (`servebench plan` lists them)")
+        );
+        let searched = serde_json::json!({"profile": {"points": ["answer"]}, "search": {}});
+        assert!(plan_checks(&searched, 1, 3).is_empty());
     }
 
     #[test]

@@ -262,8 +262,10 @@ pub(crate) async fn start_profile(State(st): State<AppState>, body: Bytes) -> Re
     }
 }
 
-/// `/stop_profile` (GET or POST): writes the capture's trace before it answers.
+/// `/stop_profile` (GET or POST): writes the capture's trace before it answers (after the
+/// profile's `profiler_stop_ms`).
 pub(crate) async fn stop_profile(State(st): State<AppState>) -> Response {
+    tokio::time::sleep(st.cfg.profile.profiler_stop()).await;
     match st.shared.profiler.stop(&st.cfg.log) {
         Ok(_) => (
             StatusCode::OK,

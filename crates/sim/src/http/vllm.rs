@@ -129,6 +129,7 @@ async fn stop_profile(State(s): State<VState>) -> Response {
     s.st.cfg
         .log
         .info("INFO api_router.py:41: Stopping profiler...");
+    tokio::time::sleep(s.st.cfg.profile.profiler_stop()).await;
     let _ = s.st.shared.profiler.stop(&s.st.cfg.log);
     s.st.cfg
         .log
