@@ -76,6 +76,7 @@ mod api;
 mod args;
 mod canary;
 mod config;
+mod disagg;
 mod exit;
 mod flags;
 mod http;
@@ -182,6 +183,10 @@ fn main_sglang(args: Vec<String>) -> i32 {
     }
     let config = match SimConfig::from_parsed(parsed) {
         Ok(c) => c,
+        Err(SimArgError::Raised(traceback)) => {
+            eprintln!("{traceback}");
+            return crate::exit::FAILED;
+        }
         Err(e) => {
             eprintln!("servebench sim: error: {e}");
             return crate::exit::BAD_INPUT;
@@ -220,6 +225,9 @@ fn main_sglang(args: Vec<String>) -> i32 {
             Ok(role) => role,
             Err(code) => return code,
         };
+        // A prefill worker's bootstrap server binds first (SGLang's tokenizer manager starts
+        // it before uvicorn binds the HTTP port).
+        let bootstrap = server::bind_bootstrap(&config).await;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = match tokio::net::TcpListener::bind(&addr).await {
             Ok(l) => l,
@@ -235,7 +243,12 @@ fn main_sglang(args: Vec<String>) -> i32 {
         let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let shutdown =
             ranks::until_shutdown(role, config.log.clone(), lost.clone(), shutdown_signal());
-        serve_exit(serve(config, listener, shutdown).await, &lost)
+        let served = if config.disagg.mode == disagg::Mode::Prefill {
+            server::serve_prefill(config, listener, bootstrap, shutdown).await
+        } else {
+            serve(config, listener, shutdown).await
+        };
+        serve_exit(served, &lost)
     })
 }
 

@@ -20,6 +20,8 @@ pub(crate) struct AppState {
     pub shared: Arc<Shared>,
     pub tx: Sender<Command>,
     pub created: u64,
+    /// Prefill-decode disaggregation's rooms and peers (unused when not disaggregated).
+    pub pd: Arc<super::disagg::PdState>,
 }
 
 /// Seconds since the Unix epoch.
@@ -43,6 +45,7 @@ impl AppState {
         input_ids: Vec<u32>,
         max_new_tokens: Option<i64>,
         received: Instant,
+        bootstrap: super::disagg::BootstrapFields,
     ) -> Result<(Arc<str>, mpsc::UnboundedReceiver<Output>), Rejected> {
         // Unset, it is not checked against the context, and SamplingParams' 128 applies.
         let given = max_new_tokens.is_some();
@@ -86,7 +89,14 @@ impl AppState {
         // The scheduler trims the output to max_req_len - prompt - 1 (scheduler.py).
         let max_req_len = (ctx - 1).min(self.cfg.pool_tokens().saturating_sub(1));
         let max_new = max_new.min(max_req_len.saturating_sub(n + 1));
-        self.enqueue(rid, input_ids, max_new, received, ReqOptions::default())
+        if self.cfg.disagg.mode == crate::disagg::Mode::Null {
+            return self.enqueue(rid, input_ids, max_new, received, ReqOptions::default());
+        }
+        let rid: Arc<str> = rid
+            .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+            .into();
+        let rx = super::disagg::start(self, rid.clone(), input_ids, max_new, received, bootstrap);
+        Ok((rid, rx))
     }
 
     /// Queues an already validated request; the other surfaces validate in their own words.
@@ -102,17 +112,23 @@ impl AppState {
         let rid: Arc<str> = rid
             .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
             .into();
-        self.tx
-            .send(Command::Generate(GenRequest {
-                rid: rid.clone(),
-                input_ids,
-                max_new_tokens,
-                received,
-                events,
-                opts,
-            }))
-            .map_err(|_| Rejected("The server is shutting down.".into()))?;
+        self.send(GenRequest {
+            rid: rid.clone(),
+            input_ids,
+            max_new_tokens,
+            received,
+            events,
+            opts,
+            disagg: None,
+        })?;
         Ok((rid, rx))
+    }
+
+    /// Hands a request to the scheduler.
+    pub(crate) fn send(&self, g: GenRequest) -> Result<(), Rejected> {
+        self.tx
+            .send(Command::Generate(g))
+            .map_err(|_| Rejected("The server is shutting down.".into()))
     }
 }
 
