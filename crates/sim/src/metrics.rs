@@ -615,7 +615,9 @@ mod tests {
             ..SchedStats::default()
         };
         let fresh = st.render("m", 10);
-        assert!(fresh.contains("sglang:num_running_reqs{model_name=\"m\",engine_type=\"prefill\"} 0"));
+        assert!(
+            fresh.contains("sglang:num_running_reqs{model_name=\"m\",engine_type=\"prefill\"} 0")
+        );
         for g in [
             "sglang:num_prefill_bootstrap_queue_reqs",
             "sglang:num_prefill_inflight_queue_reqs",
@@ -623,7 +625,9 @@ mod tests {
             "sglang:num_decode_transfer_queue_reqs",
         ] {
             assert!(
-                fresh.contains(&format!("{g}{{model_name=\"m\",engine_type=\"prefill\"}} 0")),
+                fresh.contains(&format!(
+                    "{g}{{model_name=\"m\",engine_type=\"prefill\"}} 0"
+                )),
                 "{g}\n{fresh}"
             );
         }
@@ -637,11 +641,15 @@ mod tests {
         assert!(text.contains(
             "sglang:kv_transfer_latency_ms_bucket{model_name=\"m\",engine_type=\"prefill\",le=\"10\"} 1"
         ));
-        assert!(text.contains("sglang:kv_transfer_total_mb_sum{model_name=\"m\",engine_type=\"prefill\"} 125"));
+        assert!(text.contains(
+            "sglang:kv_transfer_total_mb_sum{model_name=\"m\",engine_type=\"prefill\"} 125"
+        ));
         assert!(text.contains(
             "sglang:per_stage_req_latency_seconds_count{model_name=\"m\",engine_type=\"prefill\",stage=\"prefill_transfer_kv_cache\"} 1"
         ));
-        assert!(text.contains("sglang:num_prefill_bootstrap_queue_reqs{model_name=\"m\",engine_type=\"prefill\"} 2"));
+        assert!(text.contains(
+            "sglang:num_prefill_bootstrap_queue_reqs{model_name=\"m\",engine_type=\"prefill\"} 2"
+        ));
         // Not disaggregated: none of it, and no engine_type.
         let plain = SchedStats::default().render("m", 10);
         assert!(!plain.contains("engine_type") && !plain.contains("kv_transfer"));

@@ -899,9 +899,9 @@ impl Scheduler {
                     st.engine.prompt_tokens += req.prompt_len();
                     st.engine.prompt_tokens_cached += req.reported_cached();
                     if self.cfg.disagg.mode != crate::disagg::Mode::Null {
-                        let forward = req.started_at.map_or(0.0, |s| {
-                            at.saturating_duration_since(s).as_secs_f64()
-                        });
+                        let forward = req
+                            .started_at
+                            .map_or(0.0, |s| at.saturating_duration_since(s).as_secs_f64());
                         st.pd.stage("prefill_forward", forward);
                     }
                 }
@@ -961,7 +961,8 @@ impl Scheduler {
             let (ms, mb, speed) = crate::disagg::transfer::reported(bytes, latency);
             if let Ok(mut st) = self.shared.stats.lock() {
                 st.pd.transfer(ms, mb, speed);
-                st.pd.stage("prefill_transfer_kv_cache", latency.as_secs_f64());
+                st.pd
+                    .stage("prefill_transfer_kv_cache", latency.as_secs_f64());
                 if req.opts.log_metrics {
                     st.ttft
                         .observe(done.duration_since(req.received).as_secs_f64());
@@ -1252,11 +1253,7 @@ impl Scheduler {
             .count();
         // A prefill worker adds its bootstrap and inflight queues (metrics_reporter.py).
         let pd = if self.cfg.disagg.mode == crate::disagg::Mode::Prefill {
-            let bootstrap = self
-                .shared
-                .stats
-                .lock()
-                .map_or(0, |s| s.pd.bootstrap_queue);
+            let bootstrap = self.shared.stats.lock().map_or(0, |s| s.pd.bootstrap_queue);
             format!(
                 " #bootstrap-req: {bootstrap}, #inflight-req: {}, #optimistic-req: 0,",
                 self.inflight.len()

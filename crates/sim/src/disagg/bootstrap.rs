@@ -187,7 +187,10 @@ async fn kv_transfer(State(st): State<BootstrapState>, body: Bytes) -> Response 
         .ok()
         .and_then(|v| v.get("bootstrap_room").and_then(Value::as_u64));
     let Some(room) = room else {
-        return text(StatusCode::BAD_REQUEST, "Missing inputs for bootstrap server.");
+        return text(
+            StatusCode::BAD_REQUEST,
+            "Missing inputs for bootstrap server.",
+        );
     };
     let kv = st.rooms.decode(room);
     let _asking = Asking {

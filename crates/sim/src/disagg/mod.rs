@@ -254,7 +254,10 @@ pub(crate) fn resolve(f: &PdFlags<'_>, time_scale: f64) -> Result<Resolved, PdEr
             ));
         } else {
             disable_radix_cache = Some(true);
-            log.push(("WARNING", "Radix cache is disabled for decode server".into()));
+            log.push((
+                "WARNING",
+                "Radix cache is disabled for decode server".into(),
+            ));
         }
     }
     if mode == Mode::Prefill && backend == "fake" {
@@ -428,9 +431,8 @@ mod tests {
             "AssertionError: Prefill server does not support 'fake' as the transfer backend"
         );
         assert!(
-            e.traceback().contains(
-                "pd_disaggregation_hook.py\", line 146, in handle_pd_disaggregation"
-            ),
+            e.traceback()
+                .contains("pd_disaggregation_hook.py\", line 146, in handle_pd_disaggregation"),
             "{}",
             e.traceback()
         );

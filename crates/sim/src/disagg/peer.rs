@@ -36,7 +36,8 @@ impl Peers {
         if let Some(i) = self.known.lock().ok().and_then(|k| k.get(addr).cloned()) {
             return Ok(i);
         }
-        let all = "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1";
+        let all =
+            "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1";
         let (status, body) = request(addr, "GET", all, None).await?;
         if status != 200 {
             return Err(format!(
@@ -58,7 +59,9 @@ impl Peers {
                 .map(str::to_string),
             rank: format!(
                 "{}:{}",
-                r.get("rank_ip").and_then(Value::as_str).unwrap_or("127.0.0.1"),
+                r.get("rank_ip")
+                    .and_then(Value::as_str)
+                    .unwrap_or("127.0.0.1"),
                 r.get("rank_port").and_then(Value::as_u64).unwrap_or(0)
             ),
         };

@@ -66,9 +66,8 @@ pub(crate) async fn health(State(st): State<AppState>) -> Response {
     // A PD worker's health generation is a fake transfer (http_server.py sets
     // FAKE_BOOTSTRAP_HOST): a decode worker starts it without a prefill.
     let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let disagg = (st.cfg.disagg.mode == crate::disagg::Mode::Decode).then(|| {
-        crate::types::Disagg::Decode(crate::disagg::Handoff::fake())
-    });
+    let disagg = (st.cfg.disagg.mode == crate::disagg::Mode::Decode)
+        .then(|| crate::types::Disagg::Decode(crate::disagg::Handoff::fake()));
     let sent = st.send(crate::types::GenRequest {
         rid: format!("HEALTH_CHECK_{}", super::unix_now()).into(),
         input_ids: vec![0],

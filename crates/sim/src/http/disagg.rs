@@ -154,7 +154,11 @@ async fn prefill(st: AppState, mut g: GenRequest, room: u64) {
     let handshake = match st.pd.rooms.prefill(room) {
         Ok(rx) => rx,
         Err(_) => {
-            let m = disagg::bootstrap_failed_message(&rid, room, "Duplicate or cancelled bootstrap room");
+            let m = disagg::bootstrap_failed_message(
+                &rid,
+                room,
+                "Duplicate or cancelled bootstrap room",
+            );
             fail(&g, m);
             return;
         }
@@ -225,7 +229,9 @@ async fn decode(st: AppState, mut g: GenRequest, room: u64, fields: BootstrapFie
         st.cfg.log.info(&message);
         let _ = g.events.send(abort(prompt, message, 500));
     };
-    observe(&st, |p| p.stage("decode_prepare", entered.elapsed().as_secs_f64()));
+    observe(&st, |p| {
+        p.stage("decode_prepare", entered.elapsed().as_secs_f64())
+    });
     gauge(&st, |p| &mut p.prealloc_queue, 1);
     let mut info = None;
     for attempt in 1..=HANDSHAKE_ATTEMPTS {
@@ -235,9 +241,9 @@ async fn decode(st: AppState, mut g: GenRequest, room: u64, fields: BootstrapFie
                 break;
             }
             Err(e) => {
-                st.cfg
-                    .log
-                    .info(&format!("Error fetching prefill server info from bootstrap: {e}"));
+                st.cfg.log.info(&format!(
+                    "Error fetching prefill server info from bootstrap: {e}"
+                ));
             }
         }
         if attempt == HANDSHAKE_ATTEMPTS {
@@ -266,9 +272,9 @@ async fn decode(st: AppState, mut g: GenRequest, room: u64, fields: BootstrapFie
             .log
             .info("Scheduler hit an exception: Traceback (most recent call last):");
         st.cfg.log.raw(&format!("RuntimeError: {m}"));
-        st.cfg.log.info(
-            "Received sigquit from a child process. It usually means the child failed.",
-        );
+        st.cfg
+            .log
+            .info("Received sigquit from a child process. It usually means the child failed.");
         st.shared.crash(format!("decode scheduler: {m}"));
         return;
     }
@@ -296,12 +302,18 @@ async fn decode(st: AppState, mut g: GenRequest, room: u64, fields: BootstrapFie
         }
         Some(Ok(Fetched::Failed(reason))) => {
             failed(&st);
-            fail(&g, disagg::transfer_failed_message(&rid, Some(room), &reason));
+            fail(
+                &g,
+                disagg::transfer_failed_message(&rid, Some(room), &reason),
+            );
         }
         Some(Ok(Fetched::Lost(_))) => {
             failed(&st);
             let reason = disagg::prefill_down_reason(&addr, room);
-            fail(&g, disagg::transfer_failed_message(&rid, Some(room), &reason));
+            fail(
+                &g,
+                disagg::transfer_failed_message(&rid, Some(room), &reason),
+            );
         }
         Some(Err(_)) => {
             failed(&st);
@@ -362,6 +374,9 @@ mod tests {
             (Some("b"), Some(9000), Some(12))
         );
         assert_eq!(BootstrapFields::of(&batch, 0).port, None);
-        assert_eq!(BootstrapFields::of(&json!({}), 0), BootstrapFields::default());
+        assert_eq!(
+            BootstrapFields::of(&json!({}), 0),
+            BootstrapFields::default()
+        );
     }
 }

@@ -381,8 +381,7 @@ async fn collect(
             if *code == 400 {
                 return Some(Err(error_json(m.clone())));
             }
-            let status =
-                StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return Some(Err(json_response(status, &json!({ "detail": m }))));
         }
         if o.finish.is_some() {
