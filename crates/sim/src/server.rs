@@ -167,13 +167,16 @@ impl Engine {
     ) -> impl Future<Output = ()> + Send + 'static {
         let mut crash = self.shared.crash_watch();
         let stop_tx = self.tx.clone();
+        let pd = self.state.pd.clone();
         async move {
             tokio::select! {
                 _ = shutdown => {}
                 _ = crash.wait_for(Option::is_some) => {}
             }
-            // Ends every open stream so graceful shutdown does not wait on them.
+            // Ends every open stream so graceful shutdown does not wait on them (requests
+            // still in a PD bootstrap or transfer queue too).
             let _ = stop_tx.send(Command::Shutdown);
+            pd.closing.send_replace(true);
         }
     }
 

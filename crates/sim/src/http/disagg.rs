@@ -15,12 +15,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// A worker's PD state shared by its handlers: the rooms it serves (prefill) and the
-/// prefill layouts it knows (decode).
-#[derive(Debug, Default)]
+/// A worker's PD state shared by its handlers: the rooms it serves (prefill), the prefill
+/// layouts it knows (decode), and whether the server is closing (a request still in a
+/// bootstrap or transfer queue then ends, so the graceful shutdown does not wait for it).
+#[derive(Debug)]
 pub(crate) struct PdState {
     pub rooms: Arc<Rooms>,
     pub peers: Peers,
+    pub closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for PdState {
+    fn default() -> Self {
+        PdState {
+            rooms: Arc::default(),
+            peers: Peers::default(),
+            closing: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+/// Resolves once the server is closing.
+async fn closing(st: &AppState) {
+    let mut rx = st.pd.closing.subscribe();
+    let _ = rx.wait_for(|c| *c).await;
 }
 
 /// The bootstrap fields of one request of a body (`bootstrap_host`, `bootstrap_port`,
@@ -168,6 +186,7 @@ async fn prefill(st: AppState, mut g: GenRequest, room: u64) {
     let outcome = tokio::select! {
         r = tokio::time::timeout(timeout, handshake) => Some(r),
         _ = g.events.closed() => None,
+        _ = closing(&st) => None,
     };
     gauge(&st, |p| &mut p.bootstrap_queue, -1);
     match outcome {
@@ -255,6 +274,7 @@ async fn decode(st: AppState, mut g: GenRequest, room: u64, fields: BootstrapFie
         tokio::select! {
             _ = tokio::time::sleep(HANDSHAKE_RETRY) => {}
             _ = g.events.closed() => break,
+            _ = closing(&st) => return,
         }
     }
     gauge(&st, |p| &mut p.prealloc_queue, -1);
@@ -289,6 +309,7 @@ async fn decode(st: AppState, mut g: GenRequest, room: u64, fields: BootstrapFie
     let outcome = tokio::select! {
         r = tokio::time::timeout(st.cfg.disagg.waiting_timeout, disagg::peer::fetch_kv(&info.rank, room)) => Some(r),
         _ = g.events.closed() => None,
+        _ = closing(&st) => None,
     };
     gauge(&st, |p| &mut p.transfer_queue, -1);
     let failed = |st: &AppState| observe(st, |p| p.transfer_failed += 1);
