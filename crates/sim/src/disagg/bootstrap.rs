@@ -18,7 +18,7 @@
 //!   server's port.
 //! - Anything else: aiohttp's 404 `404: Not Found`.
 
-use super::Handoff;
+use super::handoff::Handoff;
 use super::rooms::Rooms;
 use axum::Router;
 use axum::body::Bytes;

@@ -63,12 +63,14 @@
 //! heartbeat that declares a prefill dead.
 
 pub(crate) mod bootstrap;
+mod handoff;
 pub(crate) mod peer;
 pub(crate) mod rooms;
 pub(crate) mod transfer;
 
 use std::time::Duration;
 
+pub use handoff::Handoff;
 pub(crate) use transfer::{Link, TransferModel};
 
 /// `--disaggregation-mode`.
@@ -303,28 +305,58 @@ pub(crate) fn resolve(f: &PdFlags<'_>, time_scale: f64) -> Result<Resolved, PdEr
     })
 }
 
-/// What a prefill worker hands its decode side once the room's KV has moved: the first
-/// output token (None: a fake transfer, the decode side makes one up), the prompt tokens the
-/// prefill found cached, and the transfer's size and time.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Handoff {
-    /// The token the prefill's forward pass sampled.
-    pub first_token: Option<u32>,
-    /// Prompt tokens served from the prefill's radix cache (SGLang's `cached_tokens`, which
-    /// the decode worker reports as its own).
-    pub cached_tokens: u64,
-    /// The prompt's length as the prefill saw it.
-    pub prompt_tokens: u64,
-    /// Bytes of KV the transfer moved (one rank's share).
-    pub bytes: u64,
-    /// Milliseconds from the end of the prefill to the end of the transfer.
-    pub transfer_ms: f64,
+/// A worker's PD state shared by its handlers: the rooms it serves (prefill), the prefill
+/// layouts it knows (decode), and whether the server is closing (a request still in a
+/// bootstrap or transfer queue then ends, so the graceful shutdown does not wait for it).
+#[derive(Debug)]
+pub(crate) struct PdState {
+    pub rooms: std::sync::Arc<rooms::Rooms>,
+    pub peers: peer::Peers,
+    pub closing: tokio::sync::watch::Sender<bool>,
 }
 
-impl Handoff {
-    /// A fake transfer's: nothing moved, nothing cached.
-    pub(crate) fn fake() -> Self {
-        Handoff::default()
+impl Default for PdState {
+    fn default() -> Self {
+        PdState {
+            rooms: Default::default(),
+            peers: Default::default(),
+            closing: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+/// The bootstrap fields of one request of a body (`bootstrap_host`, `bootstrap_port`,
+/// `bootstrap_room`; a batch carries a list of each).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct BootstrapFields {
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub room: Option<u64>,
+}
+
+impl BootstrapFields {
+    /// The fields of the `index`th request of body `v` (a scalar applies to all; a scalar
+    /// room counts up, `bootstrap_room + i`, as io_struct.py normalises it).
+    pub(crate) fn of(v: &serde_json::Value, index: usize) -> Self {
+        let pick = |key: &str| match v.get(key) {
+            Some(serde_json::Value::Array(a)) => {
+                a.get(index).cloned().unwrap_or(serde_json::Value::Null)
+            }
+            Some(x) => x.clone(),
+            None => serde_json::Value::Null,
+        };
+        let room = match v.get("bootstrap_room") {
+            Some(serde_json::Value::Array(_)) => pick("bootstrap_room").as_u64(),
+            Some(x) => x.as_u64().map(|r| r + index as u64),
+            None => None,
+        };
+        BootstrapFields {
+            host: pick("bootstrap_host").as_str().map(str::to_string),
+            port: pick("bootstrap_port")
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok()),
+            room,
+        }
     }
 }
 
@@ -411,6 +443,7 @@ pub(crate) fn prefill_down_reason(addr: &str, room: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn flags<'a>(mode: &'a str, backend: &'a str) -> PdFlags<'a> {
         PdFlags {
@@ -508,6 +541,32 @@ mod tests {
         assert!(
             bootstrap_timeout_message("r1", 7, Duration::from_secs(300))
                 .ends_with("Request 7 timed out after 300.0s in KVPoll.Bootstrapping")
+        );
+    }
+
+    #[test]
+    fn bootstrap_fields_of_one_request_and_of_a_batch() {
+        let one = json!({"text": "x", "bootstrap_host": "10.0.0.2", "bootstrap_port": 8998, "bootstrap_room": 5});
+        assert_eq!(
+            BootstrapFields::of(&one, 0),
+            BootstrapFields {
+                host: Some("10.0.0.2".into()),
+                port: Some(8998),
+                room: Some(5)
+            }
+        );
+        // A scalar room counts up over a batch; lists are taken item by item.
+        assert_eq!(BootstrapFields::of(&one, 2).room, Some(7));
+        let batch = json!({"bootstrap_host": ["a", "b"], "bootstrap_port": [null, 9000], "bootstrap_room": [11, 12]});
+        let b = BootstrapFields::of(&batch, 1);
+        assert_eq!(
+            (b.host.as_deref(), b.port, b.room),
+            (Some("b"), Some(9000), Some(12))
+        );
+        assert_eq!(BootstrapFields::of(&batch, 0).port, None);
+        assert_eq!(
+            BootstrapFields::of(&json!({}), 0),
+            BootstrapFields::default()
         );
     }
 }

@@ -4,7 +4,7 @@
 //! `prefill_info_table`; its rank's address (ranks `0`); then the room's KV from
 //! `POST /sim/kv_transfer`, waited for as long as the caller allows.
 
-use super::Handoff;
+use super::handoff::Handoff;
 use axum::body::Body;
 use hyper::Request;
 use serde_json::Value;

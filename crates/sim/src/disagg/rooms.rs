@@ -6,7 +6,7 @@
 //! KV has moved, hands off and frees the room (common/conn.py `DeferredBootstrap` keeps the
 //! same one-room-one-request rule).
 
-use super::Handoff;
+use super::handoff::Handoff;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::sync::oneshot;

@@ -5,73 +5,39 @@
 //! endpoints) reads the same stream of outputs; a failure is its final output, aborted with
 //! SGLang's words and status.
 
-use super::AppState;
-use crate::disagg::peer::{Fetched, Peers};
-use crate::disagg::rooms::Rooms;
-use crate::disagg::{self, Handoff, Mode};
+use super::{AppState, Rejected};
+use crate::disagg::peer::Fetched;
+use crate::disagg::{self, BootstrapFields, Handoff, Mode};
 use crate::types::{Disagg, Finish, GenRequest, Output, ReqOptions};
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// A worker's PD state shared by its handlers: the rooms it serves (prefill), the prefill
-/// layouts it knows (decode), and whether the server is closing (a request still in a
-/// bootstrap or transfer queue then ends, so the graceful shutdown does not wait for it).
-#[derive(Debug)]
-pub(crate) struct PdState {
-    pub rooms: Arc<Rooms>,
-    pub peers: Peers,
-    pub closing: tokio::sync::watch::Sender<bool>,
-}
-
-impl Default for PdState {
-    fn default() -> Self {
-        PdState {
-            rooms: Arc::default(),
-            peers: Peers::default(),
-            closing: tokio::sync::watch::channel(false).0,
-        }
+/// Validates a tokenized request as SGLang's tokenizer manager does and starts it: on a
+/// prefill or decode worker through its PD queues, otherwise straight to the scheduler.
+pub(crate) fn submit(
+    st: &AppState,
+    rid: Option<String>,
+    input_ids: Vec<u32>,
+    max_new_tokens: Option<i64>,
+    received: Instant,
+    bootstrap: BootstrapFields,
+) -> Result<(Arc<str>, mpsc::UnboundedReceiver<Output>), Rejected> {
+    let max_new = st.validate(&input_ids, max_new_tokens)?;
+    if st.cfg.disagg.mode == Mode::Null {
+        return st.enqueue(rid, input_ids, max_new, received, ReqOptions::default());
     }
+    let rid: Arc<str> = rid
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+        .into();
+    let rx = start(st, rid.clone(), input_ids, max_new, received, bootstrap);
+    Ok((rid, rx))
 }
 
 /// Resolves once the server is closing.
 async fn closing(st: &AppState) {
     let mut rx = st.pd.closing.subscribe();
     let _ = rx.wait_for(|c| *c).await;
-}
-
-/// The bootstrap fields of one request of a body (`bootstrap_host`, `bootstrap_port`,
-/// `bootstrap_room`; a batch carries a list of each).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct BootstrapFields {
-    pub host: Option<String>,
-    pub port: Option<u16>,
-    pub room: Option<u64>,
-}
-
-impl BootstrapFields {
-    /// The fields of the `index`th request of body `v` (a scalar applies to all; a scalar
-    /// room counts up, `bootstrap_room + i`, as io_struct.py normalises it).
-    pub(crate) fn of(v: &Value, index: usize) -> Self {
-        let pick = |key: &str| match v.get(key) {
-            Some(Value::Array(a)) => a.get(index).cloned().unwrap_or(Value::Null),
-            Some(x) => x.clone(),
-            None => Value::Null,
-        };
-        let room = match v.get("bootstrap_room") {
-            Some(Value::Array(_)) => pick("bootstrap_room").as_u64(),
-            Some(x) => x.as_u64().map(|r| r + index as u64),
-            None => None,
-        };
-        BootstrapFields {
-            host: pick("bootstrap_host").as_str().map(str::to_string),
-            port: pick("bootstrap_port")
-                .as_u64()
-                .and_then(|p| u16::try_from(p).ok()),
-            room,
-        }
-    }
 }
 
 /// An output that ends the request with SGLang's abort (`FINISH_ABORT`).
@@ -89,7 +55,7 @@ fn abort(prompt_tokens: u64, message: String, status: u16) -> Output {
 }
 
 /// Starts a validated request on a prefill or decode worker; the receiver gets its outputs.
-pub(crate) fn start(
+fn start(
     st: &AppState,
     rid: Arc<str>,
     input_ids: Vec<u32>,
@@ -368,36 +334,4 @@ fn mismatch(st: &AppState, info: &disagg::peer::PrefillInfo) -> Option<String> {
         ));
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn bootstrap_fields_of_one_request_and_of_a_batch() {
-        let one = json!({"text": "x", "bootstrap_host": "10.0.0.2", "bootstrap_port": 8998, "bootstrap_room": 5});
-        assert_eq!(
-            BootstrapFields::of(&one, 0),
-            BootstrapFields {
-                host: Some("10.0.0.2".into()),
-                port: Some(8998),
-                room: Some(5)
-            }
-        );
-        // A scalar room counts up over a batch; lists are taken item by item.
-        assert_eq!(BootstrapFields::of(&one, 2).room, Some(7));
-        let batch = json!({"bootstrap_host": ["a", "b"], "bootstrap_port": [null, 9000], "bootstrap_room": [11, 12]});
-        let b = BootstrapFields::of(&batch, 1);
-        assert_eq!(
-            (b.host.as_deref(), b.port, b.room),
-            (Some("b"), Some(9000), Some(12))
-        );
-        assert_eq!(BootstrapFields::of(&batch, 0).port, None);
-        assert_eq!(
-            BootstrapFields::of(&json!({}), 0),
-            BootstrapFields::default()
-        );
-    }
 }

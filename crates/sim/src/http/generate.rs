@@ -45,8 +45,8 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
             return reject(true, "The simulator streams one prompt per request.".into());
         }
         let ids = prompts.into_iter().next().unwrap_or_default();
-        let pd = super::disagg::BootstrapFields::of(&v, 0);
-        return match st.submit(rid, ids, max_new, received, pd) {
+        let pd = crate::disagg::BootstrapFields::of(&v, 0);
+        return match super::disagg::submit(&st, rid, ids, max_new, received, pd) {
             Ok((rid, rx)) => sglang_sse_response(event_stream(
                 rx,
                 rid,
@@ -63,8 +63,8 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
         let rid = rid
             .clone()
             .map(|r| if i == 0 { r } else { format!("{r}-{i}") });
-        let pd = super::disagg::BootstrapFields::of(&v, i);
-        match st.submit(rid, ids, max_new, received, pd) {
+        let pd = crate::disagg::BootstrapFields::of(&v, i);
+        match super::disagg::submit(&st, rid, ids, max_new, received, pd) {
             Ok(x) => receivers.push(x),
             Err(Rejected(m)) => return error_json(m),
         }
