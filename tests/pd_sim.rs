@@ -257,8 +257,8 @@ fn sim_pd_prefill_and_decode_meet_by_room_as_the_router_sends_them() {
 /// The modelled transfer: latency + prompt x 128 KiB / bandwidth, visible in the decode
 /// worker's answer time and in the prefill's own figures; SGLang's refusals: a request
 /// without a room (400, both roles), a room the prefill never sees (the decode side gives up
-/// after `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 500), a prefill under the fake backend
-/// (exit 1).
+/// after `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 500), a bootstrap port in use (logged) or
+/// equal to `--port` (exit 1), a prefill under the fake backend (exit 1).
 #[test]
 fn sim_pd_transfer_time_and_refusals() {
     let _turn = exclusive();
@@ -338,6 +338,43 @@ fn sim_pd_transfer_time_and_refusals() {
     let finish = &chunks.last().unwrap()["meta_info"]["finish_reason"];
     assert_eq!(finish["type"], "abort", "{finish}");
     assert_eq!(finish["status_code"], 500, "{finish}");
+
+    // A bootstrap port in use: SGLang's bootstrap thread logs it and the worker serves on
+    // without one; the HTTP port as the bootstrap port: the bootstrap server binds first and
+    // uvicorn's bind fails.
+    let bp = bootstrap.to_string();
+    let second = Worker::start(
+        &[
+            "--disaggregation-mode",
+            "prefill",
+            "--disaggregation-bootstrap-port",
+            &bp,
+        ],
+        &[],
+    );
+    let clash = format!(
+        "Server error: [Errno 98] error while attempting to bind on address ('127.0.0.1', {bootstrap}): address already in use"
+    );
+    assert!(second.log_text().contains(&clash), "{}", second.log_text());
+    let port = free_port().to_string();
+    let out = servebench()
+        .args([
+            "sim",
+            "--profile",
+            "fast",
+            "--disaggregation-mode",
+            "prefill",
+        ])
+        .args(["--port", &port, "--disaggregation-bootstrap-port", &port])
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("[Errno 98] error while attempting to bind"),
+        "{}",
+        show(&out)
+    );
 
     // sglang 0.5.23 asserts a prefill does not use the fake backend (a traceback, exit 1).
     let out = servebench()

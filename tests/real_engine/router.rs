@@ -10,7 +10,10 @@
 //! and for its own `/get_loads` (SGLang 0.5.23 has no `/get_load`: 404, which the router
 //! records as load -1, on the real server and the simulator alike); `POST /flush_cache` when
 //! its own is called. Requests are forwarded to the same path. Workers are told apart here by
-//! their own `/metrics` counters, never by the router's word.
+//! their own `/metrics` counters, never by the router's word. In PD mode
+//! (`--pd-disaggregation`) it registers prefill and decode workers the same way and posts
+//! each request, `bootstrap_host`, `bootstrap_port` and `bootstrap_room` added, to one worker
+//! of each role, answering with the decode worker's response (seen through the same proxy).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
