@@ -258,7 +258,8 @@ fn sim_pd_prefill_and_decode_meet_by_room_as_the_router_sends_them() {
 /// worker's answer time and in the prefill's own figures; SGLang's refusals: a request
 /// without a room (400, both roles), a room the prefill never sees (the decode side gives up
 /// after `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 500), a bootstrap port in use (logged) or
-/// equal to `--port` (exit 1), a prefill under the fake backend (exit 1).
+/// equal to `--port` (exit 1), a prefill under the fake backend (exit 1); a decode worker
+/// under it decodes alone.
 #[test]
 fn sim_pd_transfer_time_and_refusals() {
     let _turn = exclusive();
@@ -330,7 +331,7 @@ fn sim_pd_transfer_time_and_refusals() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(decode.metric("sglang:num_transfer_failed_reqs_total"), 1.0);
     // Streaming, the failure is the last chunk's abort.
-    let mut streamed = with_room(body, bootstrap, 9);
+    let mut streamed = with_room(body.clone(), bootstrap, 9);
     streamed["stream"] = json!(true);
     let r = http::post(&decode.base, "/generate", &streamed).unwrap();
     let chunks = r.chunks();
@@ -338,6 +339,22 @@ fn sim_pd_transfer_time_and_refusals() {
     let finish = &chunks.last().unwrap()["meta_info"]["finish_reason"];
     assert_eq!(finish["type"], "abort", "{finish}");
     assert_eq!(finish["status_code"], 500, "{finish}");
+
+    // A decode worker under the fake backend decodes alone (SGLang's synthetic decode
+    // benchmark): no room needed, nothing cached, no prefill.
+    let alone = Worker::start(
+        &[
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-transfer-backend",
+            "fake",
+        ],
+        &[],
+    );
+    let r = http::post(&alone.base, "/generate", &body).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["meta_info"]["completion_tokens"], 2, "{}", r.body);
+    assert!(!alone.log_text().contains("Prefill batch"));
 
     // A bootstrap port in use: SGLang's bootstrap thread logs it and the worker serves on
     // without one; the HTTP port as the bootstrap port: the bootstrap server binds first and

@@ -87,8 +87,11 @@ fn start(
     if pd.mode == Mode::Prefill {
         g.max_new_tokens = 1;
     }
+    // Under the fake backend every receiver is SGLang's FakeKVReceiver (only a decode worker
+    // may run it); otherwise a fake host or no host under it moves nothing.
+    let fake = pd.backend == "fake" || pd.is_fake(fields.host.as_deref());
     let room = match fields.room {
-        Some(r) if !pd.is_fake(fields.host.as_deref()) => r,
+        Some(r) if !fake => r,
         _ => {
             if pd.mode == Mode::Decode {
                 g.disagg = Some(Disagg::Decode(Handoff::fake()));
