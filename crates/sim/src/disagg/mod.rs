@@ -28,9 +28,10 @@
 //!   (decode.py `_commit_transfer_to_req`), and decodes and streams as usual.
 //!   Its radix cache is off unless `--disaggregation-decode-enable-radix-cache`.
 //! - A room on `bootstrap_host` `2.2.2.2` (SGLang's `FAKE_BOOTSTRAP_HOST`, what its own
-//!   health checks and warm-up send), or any request under `--disaggregation-transfer-backend
-//!   fake` without a host, moves no KV: the prefill answers at once, the decode side starts
-//!   with a made-up first token and no cached tokens.
+//!   health checks and warm-up send), or any request to a decode worker under
+//!   `--disaggregation-transfer-backend fake` (SGLang's synthetic decode benchmark: its
+//!   receivers are all fake, a room is not needed), moves no KV: the prefill answers at once,
+//!   the decode side starts with a made-up first token and no cached tokens.
 //!
 //! The transfer's time, from the sim-only `--sim-kv-transfer-gbps` (default 25 GB/s, 1e9
 //! bytes) and `--sim-kv-transfer-latency-ms` (default 1 ms), both times the profile's
