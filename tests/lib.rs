@@ -15,6 +15,7 @@ mod interrupt;
 mod load;
 mod nonce_off;
 mod orphans;
+mod pd_sim;
 mod pools;
 mod profile;
 mod real_engine;

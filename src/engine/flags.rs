@@ -119,7 +119,13 @@ fn normalize(engine: Engine, name: &str) -> String {
 }
 
 /// Flags only the simulator has (`servebench sim --help`).
-const SIM_ONLY: &[&str] = &["profile", "sim-time-scale", "api"];
+const SIM_ONLY: &[&str] = &[
+    "profile",
+    "sim-time-scale",
+    "api",
+    "sim-kv-transfer-gbps",
+    "sim-kv-transfer-latency-ms",
+];
 
 /// What the engines make of a spec's flags: errors (typos, with the flag the engine has) and
 /// warnings (flags not in the engine's list, passed through).

@@ -10,7 +10,10 @@
 //! and for its own `/get_loads` (SGLang 0.5.23 has no `/get_load`: 404, which the router
 //! records as load -1, on the real server and the simulator alike); `POST /flush_cache` when
 //! its own is called. Requests are forwarded to the same path. Workers are told apart here by
-//! their own `/metrics` counters, never by the router's word.
+//! their own `/metrics` counters, never by the router's word. In PD mode
+//! (`--pd-disaggregation`) it registers prefill and decode workers the same way and posts
+//! each request, `bootstrap_host`, `bootstrap_port` and `bootstrap_room` added, to one worker
+//! of each role, answering with the decode worker's response (seen through the same proxy).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -29,11 +32,15 @@ struct Deployment {
 /// `servebench sim` on a free port, serving the tier's model directory (its name is what
 /// `/model_info` answers, and where the router loads the tokenizer from).
 fn start_worker(tier: &Tier, marker: &str) -> RealServer {
+    start_worker_with(tier, marker, free_port(), &[])
+}
+
+/// [`start_worker`] on `port` with `extra` flags.
+fn start_worker_with(tier: &Tier, marker: &str, port: u16, extra: &[&str]) -> RealServer {
     let dir = tempfile::Builder::new()
         .prefix("servebench-router-worker")
         .tempdir()
         .unwrap();
-    let port = free_port();
     let log = dir.path().join("server.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench"));
     cmd.args([
@@ -45,6 +52,7 @@ fn start_worker(tier: &Tier, marker: &str) -> RealServer {
     ])
     .arg(tier.model_hf())
     .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+    .args(extra)
     .env("SERVEBENCH_REAL_ENGINE_MARKER", marker);
     let t0 = Instant::now();
     let mut child = spawn_kept(cmd, &log);
@@ -61,6 +69,14 @@ fn start_worker(tier: &Tier, marker: &str) -> RealServer {
 
 /// The real router with `policy` in front of `workers`, once it lists every worker healthy.
 fn start_router(tier: &Tier, workers: &[RealServer], policy: &str, marker: &str) -> RealServer {
+    let urls: Vec<&str> = workers.iter().map(|w| w.base.as_str()).collect();
+    let mut args = vec!["--policy", policy, "--worker-urls"];
+    args.extend(&urls);
+    launch_router(tier, &args, &urls, marker)
+}
+
+/// The real router with `args`, once it lists every one of `workers` (their URLs) healthy.
+fn launch_router(tier: &Tier, args: &[&str], workers: &[&str], marker: &str) -> RealServer {
     let dir = tempfile::Builder::new()
         .prefix("servebench-router")
         .tempdir()
@@ -69,13 +85,13 @@ fn start_router(tier: &Tier, workers: &[RealServer], policy: &str, marker: &str)
     let log = dir.path().join("router.log");
     let mut cmd = Command::new(tier.router_python());
     cmd.args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
-        .args(["--port", &port.to_string(), "--policy", policy])
+        .args(["--port", &port.to_string()])
         // Its Prometheus listener defaults to 0.0.0.0:29000: a free loopback port instead.
         .args(["--prometheus-host", "127.0.0.1"])
         .args(["--prometheus-port", &free_port().to_string()])
         // DEBUG names the worker each request is sent to ("Sending request url=...").
-        .args(["--log-level", "debug", "--worker-urls"])
-        .args(workers.iter().map(|w| w.base.as_str()))
+        .args(["--log-level", "debug"])
+        .args(args)
         .env("SERVEBENCH_REAL_ENGINE_MARKER", marker)
         .env("HF_HUB_OFFLINE", "1");
     let t0 = Instant::now();
@@ -96,9 +112,8 @@ fn start_router(tier: &Tier, workers: &[RealServer], policy: &str, marker: &str)
     );
     for w in workers {
         assert!(
-            listed.iter().any(|l| l["url"] == w.base.as_str()),
-            "{} not among the router's workers: {listed:?}",
-            w.base
+            listed.iter().any(|l| l["url"] == *w),
+            "{w} not among the router's workers: {listed:?}"
         );
     }
     RealServer {
@@ -474,4 +489,208 @@ fn router_worker_killed_mid_run_is_retried_on_the_other() {
             .unwrap_or_default()
     );
     d.stop(&marker);
+}
+
+/// Seconds to the first streamed event of `POST /generate` through `base` (timed by the test
+/// client as bytes arrive), and the completion tokens the last chunk counts.
+fn streamed_ttft(base: &str, text: &str, max_new_tokens: u64) -> (f64, u64) {
+    let body = json!({
+        "text": text,
+        "stream": true,
+        "sampling_params": { "max_new_tokens": max_new_tokens, "ignore_eos": true }
+    });
+    let r = http::post(base, "/generate", &body).expect("POST /generate");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.done(), "the stream ends with [DONE]: {:?}", r.events);
+    let chunks = r.chunks();
+    let last = chunks.last().expect("a chunk");
+    (
+        r.events[0].0,
+        last["meta_info"]["completion_tokens"].as_u64().unwrap_or(0),
+    )
+}
+
+/// Prefill-decode disaggregation through the real router (`--pd-disaggregation --prefill URL
+/// BOOTSTRAP_PORT --decode URL --decode URL`): one simulated prefill worker and two decode
+/// workers. The router sends each request, `bootstrap_host` (the prefill URL's host),
+/// `bootstrap_port` and a random `bootstrap_room` added, to one worker of each role and
+/// answers with the decode worker's response. Every request is answered with its token count;
+/// the prefill worker's own counters show every prompt prefilled there (one token each, one
+/// modelled KV transfer each, of prompt x 128 KiB); the decode workers split the decodes
+/// (round robin) and prefill nothing; a repeated prompt is reported cached by the decode
+/// worker, as the prefill's radix cache found it; servebench measures through it; and a
+/// prefill restarted with 300 ms more `--sim-kv-transfer-latency-ms` makes the streamed TTFT
+/// through the router about that much longer.
+#[test]
+fn router_pd_one_prefill_two_decode_serves_every_request() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let turn = exclusive();
+    let marker = marker("router-pd");
+    let (prefill_port, bootstrap_port) = (free_port(), free_port());
+    let bp = bootstrap_port.to_string();
+    let prefill_args = |latency_ms: &'static str| {
+        [
+            "--disaggregation-mode",
+            "prefill",
+            "--disaggregation-bootstrap-port",
+            bp.as_str(),
+            "--sim-kv-transfer-latency-ms",
+            latency_ms,
+        ]
+    };
+    let mut prefill = start_worker_with(&tier, &marker, prefill_port, &prefill_args("1"));
+    let decode = ["--disaggregation-mode", "decode"];
+    let decodes = [
+        start_worker_with(&tier, &marker, free_port(), &decode),
+        start_worker_with(&tier, &marker, free_port(), &decode),
+    ];
+    let urls = [
+        prefill.base.as_str(),
+        decodes[0].base.as_str(),
+        decodes[1].base.as_str(),
+    ];
+    let router = launch_router(
+        &tier,
+        &[
+            "--pd-disaggregation",
+            "--prefill",
+            urls[0],
+            &bp,
+            "--decode",
+            urls[1],
+            "--decode",
+            urls[2],
+            "--policy",
+            "round_robin",
+        ],
+        &urls,
+        &marker,
+    );
+    let roles: Vec<(String, String)> =
+        http::get(&router.base, "/workers").unwrap().json()["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                (
+                    w["url"].as_str().unwrap_or("").to_string(),
+                    w["worker_type"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+    eprintln!("the PD router's workers: {roles:?}");
+    let t0 = Instant::now();
+    let requests = 12;
+    let max_new = 8;
+    let mut prompt_total = 0.0;
+    for i in 0..requests {
+        let m = generate(&router.base, &group_prefix(i), max_new);
+        assert_eq!(m["completion_tokens"], max_new, "request {i}: {m}");
+        assert_eq!(
+            m["finish_reason"]["type"], "length",
+            "request {i} ran to its length: {m}"
+        );
+        prompt_total += m["prompt_tokens"].as_f64().unwrap();
+    }
+    // The prefill worker prefilled every prompt and moved every prompt's KV.
+    let p = &prefill.base;
+    assert_eq!(counter(p, "sglang:num_requests_total"), requests as f64);
+    assert_eq!(counter(p, "sglang:prompt_tokens_total"), prompt_total);
+    assert_eq!(
+        counter(p, "sglang:generation_tokens_total"),
+        requests as f64,
+        "a prefill worker computes one token a request"
+    );
+    assert_eq!(
+        counter(p, "sglang:kv_transfer_latency_ms_count"),
+        requests as f64
+    );
+    // The fast profile's 131072 bytes of KV a token, in SGLang's MB (2^20 bytes).
+    let mb = counter(p, "sglang:kv_transfer_total_mb_sum");
+    assert!(
+        (mb - prompt_total * 0.125).abs() < 1e-6,
+        "{mb} MB moved for {prompt_total} prompt tokens"
+    );
+    // The decode workers split the decodes and prefilled nothing.
+    let decoded: Vec<f64> = decodes
+        .iter()
+        .map(|d| counter(&d.base, "sglang:num_requests_total"))
+        .collect();
+    assert_eq!(decoded.iter().sum::<f64>(), requests as f64, "{decoded:?}");
+    for n in &decoded {
+        assert!(
+            (n - requests as f64 / 2.0).abs() <= 1.0,
+            "round robin over the decode workers: {decoded:?}"
+        );
+    }
+    let generated: f64 = decodes
+        .iter()
+        .map(|d| counter(&d.base, "sglang:generation_tokens_total"))
+        .sum();
+    assert_eq!(generated, (requests * max_new) as f64);
+    for d in &decodes {
+        assert!(
+            !d.log_text().contains("Prefill batch"),
+            "a decode worker runs no prefill:\n{}",
+            tail(&d.log_text(), 20)
+        );
+        assert!(counter(&d.base, "sglang:kv_transfer_bootstrap_ms_count") > 0.0);
+    }
+    assert!(prefill.log_text().contains("Prefill batch"));
+    // A repeated prompt: the prefill's radix cache has it, and the decode worker says so.
+    let again = generate(&router.base, &group_prefix(0), max_new);
+    let (hit, prompt) = (
+        again["cached_tokens"].as_f64().unwrap(),
+        again["prompt_tokens"].as_f64().unwrap(),
+    );
+    assert!(hit >= 0.9 * prompt, "{again}");
+    // servebench measures through the PD router.
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "pd.yaml",
+        &format!(
+            "name: router-pd\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: repeat, tokens: 128, calibrate: false }}\n  output_tokens: 8\nrequests: 8\ncache: {{ policy: as-is }}\n",
+            through(&router.base, &tier)
+        ),
+    );
+    let out = ws.run_in_turn(&spec, &[], &turn);
+    assert!(out.status.success(), "{}", show(&out));
+    let points = read_jsonl(&run_dir(&out).join("points.jsonl"));
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    assert_eq!(points[0]["ok"], 8, "{}", points[0]);
+    // The modelled transfer is in the TTFT: the same prefill with 300 ms more latency.
+    let ttft = |base: &str| {
+        let runs: Vec<f64> = (0..4)
+            .map(|k| {
+                let (t, n) = streamed_ttft(base, &format!("ttft probe {k} of a few words"), 4);
+                assert_eq!(n, 4);
+                t
+            })
+            .collect();
+        runs.iter().sum::<f64>() / runs.len() as f64
+    };
+    let fast = ttft(&router.base);
+    prefill.stop();
+    let prefill = start_worker_with(&tier, &marker, prefill_port, &prefill_args("301"));
+    let slow = ttft(&router.base);
+    let moved = counter(&prefill.base, "sglang:kv_transfer_latency_ms_sum")
+        / counter(&prefill.base, "sglang:kv_transfer_latency_ms_count");
+    eprintln!(
+        "PD through the real router: {requests} requests, decodes split {decoded:?}, {prompt_total} prompt tokens prefilled, {mb} MB moved; streamed TTFT {:.1} ms at 1 ms transfer latency, {:.1} ms at 301 ms (the prefill's own transfer latency {moved:.1} ms) in {:.1?}",
+        fast * 1e3,
+        slow * 1e3,
+        t0.elapsed()
+    );
+    assert!(fast < 0.2, "TTFT {fast} s with a 1 ms transfer");
+    assert!(
+        (0.24..0.45).contains(&(slow - fast)),
+        "300 ms more transfer latency adds {:.0} ms to the TTFT",
+        (slow - fast) * 1e3
+    );
+    assert!((300.0..320.0).contains(&moved), "{moved}");
+    let mut workers = vec![prefill];
+    workers.extend(decodes);
+    Deployment { workers, router }.stop(&marker);
 }

@@ -61,6 +61,10 @@ pub enum SimArgError {
     /// The profile could not be loaded.
     #[error(transparent)]
     Profile(#[from] super::profile::ProfileError),
+    /// SGLang's argument resolution raised after parsing (its traceback's last lines); the
+    /// process exits 1, as an uncaught Python exception does.
+    #[error("{}", .0.lines().last().unwrap_or_default())]
+    Raised(String),
 }
 
 /// What the command line asked for.
@@ -100,7 +104,12 @@ impl ParsedArgs {
 const OPTIONS_TABLE: &str = include_str!("sglang_options.txt");
 
 /// The simulator's own flags, on top of SGLang's (each one value, any string).
-const SIM_ONLY: &[&str] = &["profile", "sim-time-scale"];
+const SIM_ONLY: &[&str] = &[
+    "profile",
+    "sim-time-scale",
+    "sim-kv-transfer-gbps",
+    "sim-kv-transfer-latency-ms",
+];
 
 /// How an action reads its value (the table's KIND column).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -459,7 +468,7 @@ pub(crate) fn parse(args: &[String]) -> Result<ParsedArgs, SimArgError> {
 /// of starting it); `None` for the simulator's own errors.
 pub(crate) fn argparse_message(e: &SimArgError) -> Option<String> {
     match e {
-        SimArgError::Invalid(_) | SimArgError::Profile(_) => None,
+        SimArgError::Invalid(_) | SimArgError::Profile(_) | SimArgError::Raised(_) => None,
         _ => Some(format!(
             "usage: sglang serve [-h] --model-path MODEL_PATH [options]\nsglang serve: error: {e}"
         )),
@@ -733,6 +742,8 @@ mod tests {
             [
                 "schedule-policy",
                 "attention-backend",
+                "disaggregation-mode",
+                "disaggregation-transfer-backend",
                 "dtype",
                 "kv-cache-dtype",
                 "quantization",

@@ -75,6 +75,8 @@ pub struct SimConfig {
     pub vllm: Option<Arc<VllmOptions>>,
     /// llama.cpp's own settings (`--api llama.cpp`).
     pub llama: Option<Arc<LlamaOptions>>,
+    /// Prefill-decode disaggregation (`--disaggregation-mode` and its flags).
+    pub disagg: super::disagg::PdConfig,
 }
 
 /// KV pool tokens the memory model leaves at `frac` of each GPU with `tp` ranks (<= 0: none).
@@ -172,7 +174,29 @@ impl SimConfig {
             },
         )?;
         let speculative = spec.model;
+        let pd = super::disagg::resolve(
+            &super::disagg::PdFlags {
+                mode: a.str("disaggregation-mode"),
+                bootstrap_port: a.int("disaggregation-bootstrap-port"),
+                backend: a.str("disaggregation-transfer-backend"),
+                decode_radix: a.flag("disaggregation-decode-enable-radix-cache"),
+                gbps: a.float("sim-kv-transfer-gbps"),
+                latency_ms: a.float("sim-kv-transfer-latency-ms"),
+            },
+            profile.time_scale,
+        )
+        .map_err(|e| match e {
+            super::disagg::PdError::Flag(m) => SimArgError::Invalid(m),
+            raised => SimArgError::Raised(raised.traceback()),
+        })?;
+        let mut disagg = pd.config;
+        disagg.page_size = a.int("page-size").unwrap_or(1);
+        disagg.kv_cache_dtype = a.str("kv-cache-dtype").unwrap_or("auto").to_string();
+        disagg.tp = tp as u64;
         let log = SimLog::stderr();
+        for (_, line) in &pd.log {
+            log.info(line);
+        }
         if let Some(w) = spec.warning {
             log.info(&format!("WARNING speculative_hook.py:1259: {w}"));
         }
@@ -194,7 +218,9 @@ impl SimConfig {
             chunked_prefill_size,
             max_prefill_tokens: positive("max-prefill-tokens", a.int("max-prefill-tokens"))?
                 .unwrap_or(16384),
-            disable_radix_cache: a.flag("disable-radix-cache"),
+            disable_radix_cache: pd
+                .disable_radix_cache
+                .unwrap_or(a.flag("disable-radix-cache")),
             schedule_conservativeness: match a.float("schedule-conservativeness") {
                 Some(x) if x < 0.0 || !x.is_finite() => {
                     return Err(SimArgError::Invalid(format!(
@@ -231,6 +257,7 @@ impl SimConfig {
             api: Api::Sglang,
             vllm: None,
             llama: None,
+            disagg,
         })
     }
 
@@ -269,6 +296,7 @@ impl SimConfig {
             api,
             vllm: None,
             llama: None,
+            disagg: super::disagg::PdConfig::default(),
         }
     }
 

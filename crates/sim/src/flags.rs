@@ -37,6 +37,10 @@ pub(crate) const SECTIONS: &[(&str, &str)] = &[
     ),
     ("mem-fraction-static", "Memory and scheduling (modelled)"),
     ("speculative-algorithm", "Speculative decoding (modelled)"),
+    (
+        "disaggregation-mode",
+        "Prefill-decode disaggregation (modelled; see sim::disagg)",
+    ),
     ("enable-metrics", "Observability and output"),
     (
         "dtype",
@@ -269,6 +273,30 @@ pub(crate) const FLAGS: &[Flag] = &[
         "Tokens verified per request per step: the verify cost grows with it (default: the profile's, else 4)."
     ),
     f!(
+        "disaggregation-mode",
+        Str,
+        "\"null\"",
+        "null, prefill or decode. A prefill worker opens the bootstrap server on --host:--disaggregation-bootstrap-port, waits for each room's decode side, prefills one token and moves the KV (the modelled transfer); a decode worker fetches a room's KV from the prefill named by bootstrap_host:bootstrap_port, then decodes. A request without bootstrap_room is refused (400)."
+    ),
+    f!(
+        "disaggregation-bootstrap-port",
+        Int,
+        "8998",
+        "Where a prefill worker's bootstrap server listens; a decode worker's default for a null bootstrap_port."
+    ),
+    f!(
+        "disaggregation-transfer-backend",
+        Str,
+        "\"mooncake\"",
+        "mooncake, nixl, ascend, mori, mooncake_tcp (as mooncake): all the same modelled transfer; fake moves nothing (decode only: a prefill refuses it, as SGLang asserts)."
+    ),
+    f!(
+        "disaggregation-decode-enable-radix-cache",
+        Bool,
+        "false",
+        "A decode worker keeps its radix cache (off by default in the decode role); refused with the fake backend."
+    ),
+    f!(
         "enable-metrics",
         Bool,
         "false",
@@ -370,6 +398,18 @@ pub(crate) const FLAGS: &[Flag] = &[
         Float,
         "null",
         "Multiply every modelled duration by this (overrides the profile's time_scale; 0.1 = ten times faster)."
+    ),
+    f!(
+        "sim-kv-transfer-gbps",
+        Float,
+        "null",
+        "Prefill-decode KV transfer bandwidth in GB/s (1e9 bytes), per rank. Default 25."
+    ),
+    f!(
+        "sim-kv-transfer-latency-ms",
+        Float,
+        "null",
+        "Fixed time of each prefill-decode KV transfer, in milliseconds. Default 1. A transfer takes latency + prompt tokens x kv_bytes_per_token / tp / bandwidth, times the profile's time_scale."
     ),
 ];
 

@@ -189,6 +189,7 @@ mod tests {
                 received: Instant::now(),
                 events: tx,
                 opts: Default::default(),
+                disagg: None,
             },
             0,
         )

@@ -26,6 +26,7 @@
 //! | periodic log | Prefill/Decode batch lines | `Engine 000: Avg prompt throughput: ...` every `VLLM_LOG_STATS_INTERVAL` s (vllm-facts §11) | per task: `launch_slot_`, `print_timing` block, `release` (llama-cpp-facts §10) |
 //! | crash lines | `torch.OutOfMemoryError`, `Not enough memory`, `[Errno 98]` | `torch.OutOfMemoryError` + `EngineDeadError`; KV too small `ValueError: To serve at least one request ...`; `OSError: [Errno 98] Address already in use`; `Invalid repository ID or local directory` (vllm-facts §9) | `cudaMalloc failed: out of memory`; `failed to allocate buffer for kv cache`; `couldn't bind HTTP server socket`; `failed to open GGUF file` (llama-cpp-facts §9) |
 //! | connections | keep-alive | keep-alive | closed after every streamed response while `Keep-Alive: timeout=5, max=100` is advertised (`http/keepalive.rs`) |
+//! | prefill-decode disaggregation | `--disaggregation-mode prefill\|decode`: a prefill worker's bootstrap server, rooms matched by `bootstrap_room`, one prefill token, the modelled KV transfer, the decode side continuing from it; SGLang's refusals, PD metrics (`disagg`, docs/reference/sglang-extra.md) | - | - |
 //!
 //! Tests (`tests/sim_engines.rs` drives `servebench sim --api ...` as a child process;
 //! `tests/sim.rs` covers SGLang in process): command line and identity
@@ -47,7 +48,10 @@
 //! `sim_vllm_out_of_memory_crash_is_logged_as_vllm_does`, `sim_vllm_start_up_failures_and_bad_flags`,
 //! `sim_llamacpp_failure_lines`; connections
 //! `sim_llamacpp_closes_the_connection_after_each_streamed_response`; the default
-//! `sim_api_sglang_is_the_default_surface`.
+//! `sim_api_sglang_is_the_default_surface`; prefill-decode disaggregation (`tests/pd_sim.rs`)
+//! `sim_pd_prefill_and_decode_meet_by_room_as_the_router_sends_them`,
+//! `sim_pd_transfer_time_and_refusals`, and behind the real router
+//! `router_pd_one_prefill_two_decode_serves_every_request`.
 //!
 //! Guessed, not read from a source: the `file.py:line` locations in vLLM's log lines, vLLM's
 //! histogram buckets, the `/version` string (`0.33.0+servebench.sim`), which idle slots a
@@ -76,6 +80,7 @@ mod api;
 mod args;
 mod canary;
 mod config;
+mod disagg;
 mod exit;
 mod flags;
 mod http;
@@ -182,6 +187,10 @@ fn main_sglang(args: Vec<String>) -> i32 {
     }
     let config = match SimConfig::from_parsed(parsed) {
         Ok(c) => c,
+        Err(SimArgError::Raised(traceback)) => {
+            eprintln!("{traceback}");
+            return crate::exit::FAILED;
+        }
         Err(e) => {
             eprintln!("servebench sim: error: {e}");
             return crate::exit::BAD_INPUT;
@@ -220,6 +229,9 @@ fn main_sglang(args: Vec<String>) -> i32 {
             Ok(role) => role,
             Err(code) => return code,
         };
+        // A prefill worker's bootstrap server binds first (SGLang's tokenizer manager starts
+        // it before uvicorn binds the HTTP port).
+        let bootstrap = server::bind_bootstrap(&config).await;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = match tokio::net::TcpListener::bind(&addr).await {
             Ok(l) => l,
@@ -235,7 +247,12 @@ fn main_sglang(args: Vec<String>) -> i32 {
         let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let shutdown =
             ranks::until_shutdown(role, config.log.clone(), lost.clone(), shutdown_signal());
-        serve_exit(serve(config, listener, shutdown).await, &lost)
+        let served = if config.disagg.mode == disagg::Mode::Prefill {
+            server::serve_prefill(config, listener, bootstrap, shutdown).await
+        } else {
+            serve(config, listener, shutdown).await
+        };
+        serve_exit(served, &lost)
     })
 }
 

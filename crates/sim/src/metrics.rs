@@ -117,6 +117,190 @@ pub(crate) struct SchedStats {
     pub num_retracted_requests_total: u64,
     /// The engine surfaces' extra counters (vLLM's and llama.cpp's metrics and log lines).
     pub engine: EngineStats,
+    /// Prefill-decode disaggregation's queues and transfers (SGLang's PD families).
+    pub pd: PdStats,
+}
+
+/// sglang 0.5.23's PD families (observability/metrics_collector.py, "PD disaggregation"),
+/// exported by a prefill or decode worker; the simulator exports them only in those roles.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PdStats {
+    /// `engine_type` of the worker (`prefill`, `decode`); None = not disaggregated.
+    pub role: Option<&'static str>,
+    /// Prefill requests waiting for their decode side's handshake.
+    pub bootstrap_queue: u64,
+    /// Prefill requests whose KV is moving.
+    pub inflight_queue: u64,
+    /// Decode requests fetching their prefill's layout.
+    pub prealloc_queue: u64,
+    /// Decode requests waiting for their KV.
+    pub transfer_queue: u64,
+    /// Milliseconds from the end of a prefill to the end of its transfer (prefill side).
+    pub transfer_latency_ms: Histogram,
+    /// MB (2^20 bytes) a transfer moved (prefill side).
+    pub transfer_total_mb: Histogram,
+    /// total_mb / 1024 / latency seconds (prefill side).
+    pub transfer_speed_gb_s: Histogram,
+    /// Milliseconds a request waited for the other side's handshake.
+    pub bootstrap_ms: Histogram,
+    /// Milliseconds from the handshake to a KV reservation.
+    pub alloc_ms: Histogram,
+    /// Requests whose handshake failed.
+    pub bootstrap_failed: u64,
+    /// Requests whose transfer failed.
+    pub transfer_failed: u64,
+    /// `sglang:per_stage_req_latency_seconds` by `stage`, in the order first observed.
+    pub stages: Vec<(&'static str, Histogram)>,
+}
+
+/// Buckets of `sglang:kv_transfer_latency_ms`.
+const TRANSFER_LATENCY_MS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+];
+/// Buckets of `sglang:kv_transfer_total_mb`.
+const TRANSFER_MB: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 500.0, 1000.0, 5000.0, 10000.0];
+/// Buckets of `sglang:kv_transfer_speed_gb_s`.
+const TRANSFER_SPEED: &[f64] = &[0.1, 0.5, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0];
+/// Buckets of `sglang:kv_transfer_bootstrap_ms` and `sglang:kv_transfer_alloc_ms`.
+const BOOTSTRAP_MS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0,
+];
+
+/// `exponential_buckets(start=0.001, width=1.62, length=30)`: the per-stage histogram's.
+fn stage_buckets() -> &'static [f64] {
+    static B: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    B.get_or_init(|| {
+        let mut v = Vec::with_capacity(30);
+        let mut x = 0.001;
+        for _ in 0..30 {
+            v.push(x);
+            x *= 1.62;
+        }
+        v
+    })
+}
+
+impl PdStats {
+    /// Statistics of a worker in `role`.
+    pub(crate) fn new(role: &'static str) -> Self {
+        PdStats {
+            role: Some(role),
+            transfer_latency_ms: Histogram::with_buckets(TRANSFER_LATENCY_MS),
+            transfer_total_mb: Histogram::with_buckets(TRANSFER_MB),
+            transfer_speed_gb_s: Histogram::with_buckets(TRANSFER_SPEED),
+            bootstrap_ms: Histogram::with_buckets(BOOTSTRAP_MS),
+            alloc_ms: Histogram::with_buckets(BOOTSTRAP_MS),
+            ..PdStats::default()
+        }
+    }
+
+    /// Records `seconds` in the `stage` of `sglang:per_stage_req_latency_seconds`.
+    pub(crate) fn stage(&mut self, stage: &'static str, seconds: f64) {
+        match self.stages.iter_mut().find(|(s, _)| *s == stage) {
+            Some((_, h)) => h.observe(seconds),
+            None => {
+                let mut h = Histogram::with_buckets(stage_buckets());
+                h.observe(seconds);
+                self.stages.push((stage, h));
+            }
+        }
+    }
+
+    /// Records one transfer as SGLang's prefill does.
+    pub(crate) fn transfer(&mut self, latency_ms: f64, total_mb: f64, speed_gb_s: f64) {
+        self.transfer_latency_ms.observe(latency_ms);
+        self.transfer_total_mb.observe(total_mb);
+        self.transfer_speed_gb_s.observe(speed_gb_s);
+    }
+
+    /// The families, with their `# HELP` and `# TYPE` lines, under `labels`.
+    fn render(&self, s: &mut String, labels: &str) {
+        let gauges = [
+            (
+                "sglang:num_prefill_bootstrap_queue_reqs",
+                "The number of requests in the prefill bootstrap queue.",
+                self.bootstrap_queue,
+            ),
+            (
+                "sglang:num_prefill_inflight_queue_reqs",
+                "The number of requests in the prefill inflight queue.",
+                self.inflight_queue,
+            ),
+            (
+                "sglang:num_decode_prealloc_queue_reqs",
+                "The number of requests in the decode prealloc queue.",
+                self.prealloc_queue,
+            ),
+            (
+                "sglang:num_decode_transfer_queue_reqs",
+                "The number of requests in the decode transfer queue.",
+                self.transfer_queue,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let _ = writeln!(
+                s,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}"
+            );
+        }
+        for (h, name, help) in [
+            (
+                &self.transfer_speed_gb_s,
+                "sglang:kv_transfer_speed_gb_s",
+                "Histogram of KV cache transfer speed in GB/s.",
+            ),
+            (
+                &self.transfer_latency_ms,
+                "sglang:kv_transfer_latency_ms",
+                "Histogram of KV cache transfer latency in ms.",
+            ),
+            (
+                &self.bootstrap_ms,
+                "sglang:kv_transfer_bootstrap_ms",
+                "Histogram of KV transfer bootstrap time in ms.",
+            ),
+            (
+                &self.alloc_ms,
+                "sglang:kv_transfer_alloc_ms",
+                "Histogram of KV transfer allocation waiting time in ms.",
+            ),
+            (
+                &self.transfer_total_mb,
+                "sglang:kv_transfer_total_mb",
+                "Histogram of KV cache transfer size in MB.",
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} histogram");
+            if h.count() > 0 {
+                h.render_samples(s, name, labels);
+            }
+        }
+        for (name, help, v) in [
+            (
+                "sglang:num_bootstrap_failed_reqs_total",
+                "The number of bootstrap failed requests.",
+                self.bootstrap_failed,
+            ),
+            (
+                "sglang:num_transfer_failed_reqs_total",
+                "The number of transfer failed requests.",
+                self.transfer_failed,
+            ),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+            if v > 0 {
+                let _ = writeln!(s, "{name}{{{labels}}} {v}");
+            }
+        }
+        let name = "sglang:per_stage_req_latency_seconds";
+        let _ = writeln!(
+            s,
+            "# HELP {name} The latency of each stage of requests.\n# TYPE {name} histogram"
+        );
+        for (stage, h) in &self.stages {
+            h.render_samples(s, name, &format!("{labels},stage=\"{stage}\""));
+        }
+    }
 }
 
 /// Counters and histograms the vLLM and llama.cpp surfaces report (all kept in every mode).
@@ -213,7 +397,12 @@ impl SchedStats {
     /// appear with the first finished request, `cached_tokens_total` with the first cache hit,
     /// a histogram with its first observation; until then only its `# HELP` and `# TYPE`.
     pub(crate) fn render(&self, model: &str, max_total_num_tokens: u64) -> String {
-        let labels = format!("model_name=\"{}\"", model.replace('"', "'"));
+        let mut labels = format!("model_name=\"{}\"", model.replace('"', "'"));
+        if let Some(role) = self.pd.role {
+            // SGLang labels every family with `engine_type` (`unified` when not disaggregated,
+            // which the simulator leaves out).
+            let _ = write!(labels, ",engine_type=\"{role}\"");
+        }
         let mut s = String::new();
         for (h, name, help) in [
             (
@@ -330,6 +519,9 @@ impl SchedStats {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}"
             );
         }
+        if self.pd.role.is_some() {
+            self.pd.render(&mut s, &labels);
+        }
         s
     }
 }
@@ -412,5 +604,54 @@ mod tests {
             sample(&hit, "sglang:cached_tokens_total").as_deref(),
             Some("63")
         );
+    }
+
+    /// A PD worker's families: SGLang's names, `engine_type` on every family, the queues as
+    /// gauges, the transfer histograms and the per-stage one only once observed.
+    #[test]
+    fn pd_families_carry_engine_type() {
+        let mut st = SchedStats {
+            pd: PdStats::new("prefill"),
+            ..SchedStats::default()
+        };
+        let fresh = st.render("m", 10);
+        assert!(
+            fresh.contains("sglang:num_running_reqs{model_name=\"m\",engine_type=\"prefill\"} 0")
+        );
+        for g in [
+            "sglang:num_prefill_bootstrap_queue_reqs",
+            "sglang:num_prefill_inflight_queue_reqs",
+            "sglang:num_decode_prealloc_queue_reqs",
+            "sglang:num_decode_transfer_queue_reqs",
+        ] {
+            assert!(
+                fresh.contains(&format!(
+                    "{g}{{model_name=\"m\",engine_type=\"prefill\"}} 0"
+                )),
+                "{g}\n{fresh}"
+            );
+        }
+        assert!(fresh.contains("# TYPE sglang:kv_transfer_latency_ms histogram"));
+        assert!(!fresh.contains("sglang:kv_transfer_latency_ms_count"));
+        assert!(!fresh.contains("stage=\""));
+        st.pd.transfer(6.0, 125.0, 19.5);
+        st.pd.stage("prefill_transfer_kv_cache", 0.006);
+        st.pd.bootstrap_queue = 2;
+        let text = st.render("m", 10);
+        assert!(text.contains(
+            "sglang:kv_transfer_latency_ms_bucket{model_name=\"m\",engine_type=\"prefill\",le=\"10\"} 1"
+        ));
+        assert!(text.contains(
+            "sglang:kv_transfer_total_mb_sum{model_name=\"m\",engine_type=\"prefill\"} 125"
+        ));
+        assert!(text.contains(
+            "sglang:per_stage_req_latency_seconds_count{model_name=\"m\",engine_type=\"prefill\",stage=\"prefill_transfer_kv_cache\"} 1"
+        ));
+        assert!(text.contains(
+            "sglang:num_prefill_bootstrap_queue_reqs{model_name=\"m\",engine_type=\"prefill\"} 2"
+        ));
+        // Not disaggregated: none of it, and no engine_type.
+        let plain = SchedStats::default().render("m", 10);
+        assert!(!plain.contains("engine_type") && !plain.contains("kv_transfer"));
     }
 }

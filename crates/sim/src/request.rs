@@ -60,6 +60,10 @@ pub(crate) struct Req {
     pub answer: Vec<u32>,
     /// Every token it generates is garbage (the profile's `faults.garbage_past_tokens`).
     pub garbled: bool,
+    /// Its part in prefill-decode disaggregation (taken when it is played).
+    pub disagg: Option<super::types::Disagg>,
+    /// When the scheduler queued it.
+    pub queued_at: Instant,
 }
 
 impl Req {
@@ -93,6 +97,8 @@ impl Req {
             first_cached: None,
             answer: super::canary::answer(&g.input_ids).unwrap_or_default(),
             garbled: false,
+            disagg: g.disagg,
+            queued_at: Instant::now(),
             input_ids: g.input_ids,
         }
     }

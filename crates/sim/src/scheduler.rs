@@ -18,7 +18,7 @@ use super::request::Req;
 use super::slots::SlotPool;
 use super::state::Shared;
 use super::trace::TraceEntry;
-use super::types::{Command, Finish, Output, Timings};
+use super::types::{Command, Disagg, Finish, Output, Timings};
 use super::voice::Voice;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -184,6 +184,23 @@ struct Scheduler {
     cached_total: u64,
     /// SGLang's admission estimate; None = whole outputs are reserved (no retraction).
     ratio: Option<TokenRatio>,
+    /// A prefill worker's outgoing KV link (`sim::disagg`).
+    link: crate::disagg::Link,
+    /// Prefilled requests whose KV is moving to their decode side, with when it is done.
+    inflight: Vec<Inflight>,
+    /// A decode worker's requests whose KV has arrived, waiting to join the running batch.
+    prebuilt: VecDeque<Req>,
+}
+
+/// A prefilled request whose KV is on its way to the decode side.
+struct Inflight {
+    req: Req,
+    /// When its prefill ended (it entered the inflight queue).
+    ready: Instant,
+    /// When the KV is on the decode side.
+    done: Instant,
+    /// Bytes moved.
+    bytes: u64,
 }
 
 /// Counters between two Decode log lines.
@@ -222,6 +239,7 @@ impl Scheduler {
             cfg.mem_fraction_static,
             cfg.expandable_segments,
         );
+        let cfg_transfer = cfg.disagg.transfer;
         Scheduler {
             memory,
             cfg,
@@ -250,6 +268,9 @@ impl Scheduler {
             prompt_total: 0,
             cached_total: 0,
             ratio,
+            link: crate::disagg::Link::new(cfg_transfer),
+            inflight: Vec::new(),
+            prebuilt: VecDeque::new(),
         }
     }
 
@@ -268,6 +289,15 @@ impl Scheduler {
         }
         // Ready (`/health` 200) before any line says so: a runner may take the line as a hint.
         self.shared.set_ready();
+        if self.cfg.disagg.mode != crate::disagg::Mode::Null && self.cfg.api == Api::Sglang {
+            // http_server.py `_execute_server_warmup`: a PD worker's warm-up is a fake
+            // transfer per DP rank.
+            self.cfg.log.info("Start of pd disaggregation warmup ...");
+            self.cfg
+                .log
+                .info("Disaggregation warmup requests completed for all 1 DP ranks");
+            self.cfg.log.info("End of disaggregation warmup");
+        }
         self.voice
             .engine_ready(warmup_started.elapsed().as_secs_f64());
         if let Some(f) = self.on_ready.take() {
@@ -288,6 +318,7 @@ impl Scheduler {
             }
             self.drop_aborted();
             self.run_erases();
+            self.complete_transfers(Instant::now());
             if self.idle() {
                 if std::mem::take(&mut self.busy_since_idle) {
                     self.voice.all_idle();
@@ -314,6 +345,7 @@ impl Scheduler {
                 self.clock
             };
             let deadline;
+            self.admit_prebuilt(start);
             if let Some(mut batch) = self.form_prefill(start) {
                 self.busy_since_idle = true;
                 // A mixed iteration also steps the running requests (which may retract some).
@@ -374,12 +406,15 @@ impl Scheduler {
                 self.decode_step(deadline);
             } else {
                 // Waiting requests that cannot be admitted while nothing runs: wait for news,
-                // or until the first one is through the front end.
-                let wait = self.waiting.front().map_or(Duration::from_millis(5), |r| {
+                // until the first one is through the front end, or until a transfer is done.
+                let mut wait = self.waiting.front().map_or(Duration::from_millis(5), |r| {
                     (r.received + self.cfg.profile.frontend())
                         .saturating_duration_since(Instant::now())
                         .clamp(Duration::from_micros(50), Duration::from_millis(5))
                 });
+                if let Some(done) = self.inflight.iter().map(|t| t.done).min() {
+                    wait = wait.min(done.saturating_duration_since(Instant::now()));
+                }
                 match self.rx.recv_timeout(wait) {
                     Ok(c) => {
                         if self.handle(c) {
@@ -533,7 +568,11 @@ impl Scheduler {
     }
 
     fn idle(&self) -> bool {
-        self.waiting.is_empty() && self.running.is_empty() && self.chunked.is_none()
+        self.waiting.is_empty()
+            && self.running.is_empty()
+            && self.chunked.is_none()
+            && self.inflight.is_empty()
+            && self.prebuilt.is_empty()
     }
 
     /// Handles a command; returns true to stop the loop.
@@ -544,7 +583,12 @@ impl Scheduler {
                 req.garbled = self.cfg.profile.faults.garbled_prompt(req.prompt_len());
                 req.task = self.next_task;
                 self.next_task += 1;
-                self.waiting.push_back(req);
+                req.queued_at = Instant::now();
+                if matches!(req.disagg, Some(Disagg::Decode(_))) {
+                    self.prebuilt.push_back(req);
+                } else {
+                    self.waiting.push_back(req);
+                }
             }
             Command::Flush(reply) => {
                 let ok = self.idle();
@@ -713,6 +757,14 @@ impl Scheduler {
             }
         }
         let mut i = 0;
+        while i < self.prebuilt.len() {
+            if self.prebuilt[i].disconnected() || named(&self.prebuilt[i]) {
+                gone.extend(self.prebuilt.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
         while i < self.running.len() {
             if self.running[i].disconnected() || named(&self.running[i]) {
                 gone.push(self.running.swap_remove(i));
@@ -833,19 +885,31 @@ impl Scheduler {
             if req.opts.log_metrics {
                 first_tokens += generated;
             }
+            let moving = matches!(req.disagg, Some(Disagg::Prefill(_)));
             if req.first_token_at.is_none() {
                 req.first_token_at = Some(at);
                 if req.opts.log_metrics
                     && let Ok(mut st) = self.shared.stats.lock()
                 {
-                    st.ttft
-                        .observe(at.duration_since(req.received).as_secs_f64());
+                    // A prefill worker's first (and only) output leaves after the transfer.
+                    if !moving {
+                        st.ttft
+                            .observe(at.duration_since(req.received).as_secs_f64());
+                    }
                     st.engine.prompt_tokens += req.prompt_len();
                     st.engine.prompt_tokens_cached += req.reported_cached();
+                    if self.cfg.disagg.mode != crate::disagg::Mode::Null {
+                        let forward = req
+                            .started_at
+                            .map_or(0.0, |s| at.saturating_duration_since(s).as_secs_f64());
+                        st.pd.stage("prefill_forward", forward);
+                    }
                 }
             }
             req.last_token_at = Some(at);
-            if req.done() {
+            if moving {
+                self.start_transfer(req, at);
+            } else if req.done() {
                 self.finish(req, at);
             } else {
                 self.emit(&mut req, at, None, None);
@@ -856,6 +920,136 @@ impl Scheduler {
             st.generation_tokens_total += first_tokens;
         }
         self.flush_trace();
+    }
+
+    /// A prefill worker's request is prefilled: its KV goes on the link to the decode side
+    /// (SGLang's inflight queue); it answers its client once the transfer is done.
+    fn start_transfer(&mut self, req: Req, at: Instant) {
+        let bytes = crate::disagg::transfer::kv_bytes(
+            req.prompt_len(),
+            self.cfg.profile.memory.kv_bytes_per_token,
+            self.cfg.disagg.tp,
+        );
+        let done = self.link.schedule(at, bytes).done;
+        self.inflight.push(Inflight {
+            req,
+            ready: at,
+            done,
+            bytes,
+        });
+    }
+
+    /// Finishes the transfers done by `now`: the decode side gets the handoff, the prefill's
+    /// client its answer, and SGLang's transfer metrics their observation (prefill.py
+    /// `process_disagg_prefill_inflight_queue`).
+    fn complete_transfers(&mut self, now: Instant) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        let (done, moving): (Vec<Inflight>, Vec<Inflight>) = std::mem::take(&mut self.inflight)
+            .into_iter()
+            .partition(|t| t.done <= now);
+        self.inflight = moving;
+        for Inflight {
+            mut req,
+            ready,
+            done,
+            bytes,
+        } in done
+        {
+            let latency = done.saturating_duration_since(ready);
+            let (ms, mb, speed) = crate::disagg::transfer::reported(bytes, latency);
+            if let Ok(mut st) = self.shared.stats.lock() {
+                st.pd.transfer(ms, mb, speed);
+                st.pd
+                    .stage("prefill_transfer_kv_cache", latency.as_secs_f64());
+                if req.opts.log_metrics {
+                    st.ttft
+                        .observe(done.duration_since(req.received).as_secs_f64());
+                }
+            }
+            if let Some(Disagg::Prefill(tx)) = req.disagg.take() {
+                let _ = tx.send(crate::disagg::Handoff {
+                    first_token: req.output.first().copied(),
+                    cached_tokens: req.reported_cached(),
+                    prompt_tokens: req.prompt_len(),
+                    bytes,
+                    transfer_ms: ms,
+                });
+            }
+            self.finish(req, done);
+        }
+        self.flush_trace();
+    }
+
+    /// A decode worker's requests whose KV arrived join the running batch without a prefill
+    /// (decode.py's prebuilt batch): the prompt's KV is reserved in this pool, the first token
+    /// is the prefill's, the cached-token count the prefill's.
+    fn admit_prebuilt(&mut self, now: Instant) {
+        let mut admitted = 0;
+        while self.running.len() + self.chunked.iter().count() < self.cfg.max_running_requests {
+            let Some(mut req) = self.prebuilt.pop_front() else {
+                break;
+            };
+            let ok = match (&mut self.kv, &self.ratio) {
+                (Cache::Radix(kv), Some(ratio)) => {
+                    let running: u64 = self
+                        .running
+                        .iter()
+                        .map(|r| ratio.estimate(r.max_new - r.output.len() as u64))
+                        .sum();
+                    let own = ratio.estimate(req.max_new);
+                    kv.admit_estimated(&mut req, 0, running + own)
+                }
+                (kv, _) => kv.admit(&mut req),
+            };
+            if !ok {
+                self.prebuilt.push_front(req);
+                break;
+            }
+            let handoff = match req.disagg.take() {
+                Some(Disagg::Decode(h)) => h,
+                _ => crate::disagg::Handoff::fake(),
+            };
+            req.prefilled = req.prompt_len();
+            self.kv.cache_prefix(&mut req);
+            req.first_cached = Some(handoff.cached_tokens);
+            req.started_at = Some(now);
+            let first = match handoff.first_token {
+                Some(t) if req.max_new > 0 => {
+                    req.output.push(t);
+                    1
+                }
+                Some(_) => 0,
+                // A fake transfer: the decode side makes its first token up.
+                None => req.generate(1, false),
+            };
+            req.first_token_at = Some(now);
+            req.last_token_at = Some(now);
+            if req.opts.log_metrics
+                && let Ok(mut st) = self.shared.stats.lock()
+            {
+                st.ttft
+                    .observe(now.duration_since(req.received).as_secs_f64());
+                st.generation_tokens_total += first;
+                st.pd.stage(
+                    "decode_waiting",
+                    now.saturating_duration_since(req.queued_at).as_secs_f64(),
+                );
+                st.pd.stage("fake_output", 0.0);
+            }
+            admitted += 1;
+            if req.done() {
+                self.finish(req, now);
+            } else {
+                self.emit(&mut req, now, None, None);
+                self.running.push(req);
+            }
+        }
+        if admitted > 0 {
+            self.busy_since_idle = true;
+            self.flush_trace();
+        }
     }
 
     /// Whether tokens decoded in a batch of `running` requests are garbage (the profile's
@@ -1057,9 +1251,19 @@ impl Scheduler {
             .iter()
             .filter(|b| b.req.prefilled == b.req.cached)
             .count();
+        // A prefill worker adds its bootstrap and inflight queues (metrics_reporter.py).
+        let pd = if self.cfg.disagg.mode == crate::disagg::Mode::Prefill {
+            let bootstrap = self.shared.stats.lock().map_or(0, |s| s.pd.bootstrap_queue);
+            format!(
+                " #bootstrap-req: {bootstrap}, #inflight-req: {}, #optimistic-req: 0,",
+                self.inflight.len()
+            )
+        } else {
+            String::new()
+        };
         self.voice.prefill_batch(&format!(
             "Prefill batch, #new-seq: {new_seq}, #new-token: {new_tokens}, #cached-token: {cached}, \
-             token usage: {:.2}, #running-req: {}, #queue-req: {},",
+             token usage: {:.2}, #running-req: {}, #queue-req: {},{pd}",
             self.token_usage(),
             self.running.len(),
             self.waiting.len()
@@ -1090,13 +1294,26 @@ impl Scheduler {
             .cuda_graph_max_bs
             .is_some_and(|bs| self.running.len() as u64 <= bs);
         let graph = if graph { "True" } else { "False" };
+        // A decode worker adds its prealloc and transfer queues (metrics_reporter.py).
+        let pd = if self.cfg.disagg.mode == crate::disagg::Mode::Decode {
+            let (prealloc, transfer) = self
+                .shared
+                .stats
+                .lock()
+                .map_or((0, 0), |s| (s.pd.prealloc_queue, s.pd.transfer_queue));
+            format!(
+                "pre-allocated usage: 0.00, #prealloc-req: {prealloc}, #transfer-req: {transfer}, #retracted-req: 0, "
+            )
+        } else {
+            String::new()
+        };
         self.voice.decode_batch(&format!(
-            "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}, {spec}cuda graph: {graph}, \
+            "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}, {spec}{pd}cuda graph: {graph}, \
              gen throughput (token/s): {throughput:.2}, #queue-req: {},",
             self.running.len(),
             self.used_tokens(),
             self.token_usage(),
-            self.waiting.len()
+            self.waiting.len() + self.prebuilt.len()
         ));
         if let Ok(mut st) = self.shared.stats.lock() {
             st.gen_throughput = throughput;
@@ -1121,7 +1338,8 @@ impl Scheduler {
         if let Ok(mut st) = self.shared.stats.lock() {
             st.engine.deferred = self.waiting.len() as u64;
             st.num_running_reqs = (self.running.len() + self.chunked.iter().count()) as u64;
-            st.num_queue_reqs = self.waiting.len() as u64;
+            st.num_queue_reqs = (self.waiting.len() + self.prebuilt.len()) as u64;
+            st.pd.inflight_queue = self.inflight.len() as u64;
             st.num_used_tokens = used;
             st.token_usage = usage;
             st.cache_hit_rate = if self.prompt_total > 0 {

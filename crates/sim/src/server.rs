@@ -24,7 +24,56 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_on(config, Listen::Now(listener), shutdown).await
+    serve_on(config, Listen::Now(listener), Bootstrap::Later, shutdown).await
+}
+
+/// Like [`serve`] for a prefill worker whose bootstrap port was bound before the HTTP port
+/// (None: the bind failed and was logged), as SGLang binds them.
+pub(crate) async fn serve_prefill(
+    config: SimConfig,
+    listener: TcpListener,
+    bootstrap: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_on(
+        config,
+        Listen::Now(listener),
+        Bootstrap::Bound(bootstrap),
+        shutdown,
+    )
+    .await
+}
+
+/// A prefill worker's bootstrap listener: bound already, or to bind when serving starts.
+enum Bootstrap {
+    Later,
+    Bound(Option<TcpListener>),
+}
+
+/// Binds a prefill worker's bootstrap server on `--host`:`--disaggregation-bootstrap-port`
+/// (None for other roles). A failed bind is logged as SGLang's bootstrap thread logs it and
+/// the worker serves on without one (common/conn.py `_run_server` catches and logs).
+pub(crate) async fn bind_bootstrap(config: &SimConfig) -> Option<TcpListener> {
+    if config.disagg.mode != super::disagg::Mode::Prefill {
+        return None;
+    }
+    let port = config.disagg.bootstrap_port;
+    match TcpListener::bind((config.host.as_str(), port)).await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            let why = if e.kind() == std::io::ErrorKind::AddrInUse {
+                "address already in use".to_string()
+            } else {
+                e.to_string().to_lowercase()
+            };
+            config.log.info(&format!(
+                "Server error: [Errno {}] error while attempting to bind on address ('{}', {port}): {why}",
+                e.raw_os_error().unwrap_or(98),
+                config.host
+            ));
+            None
+        }
+    }
 }
 
 /// Like [`serve`] on a socket that is bound but not listening: it listens when the engine's
@@ -35,7 +84,7 @@ pub(crate) async fn serve_socket(
     socket: TcpSocket,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_on(config, Listen::Later(socket), shutdown).await
+    serve_on(config, Listen::Later(socket), Bootstrap::Later, shutdown).await
 }
 
 enum Listen {
@@ -62,10 +111,17 @@ impl Listen {
 async fn serve_on(
     config: SimConfig,
     listen: Listen,
+    bootstrap: Bootstrap,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     match config.api {
-        Api::Sglang => serve_sglang(config, listen.listen()?, shutdown).await,
+        Api::Sglang => {
+            let bootstrap = match bootstrap {
+                Bootstrap::Bound(b) => b,
+                Bootstrap::Later => bind_bootstrap(&config).await,
+            };
+            serve_sglang(config, listen.listen()?, bootstrap, shutdown).await
+        }
         Api::Vllm => serve_vllm(config, listen, shutdown).await,
         Api::LlamaCpp => serve_llamacpp(config, listen.listen()?, shutdown).await,
     }
@@ -81,6 +137,11 @@ struct Engine {
 
 fn start_engine(config: SimConfig, on_ready: OnReady) -> anyhow::Result<Engine> {
     let shared = Arc::new(Shared::new(config.api));
+    if config.disagg.mode != super::disagg::Mode::Null
+        && let Ok(mut st) = shared.stats.lock()
+    {
+        st.pd = super::metrics::PdStats::new(config.disagg.mode.engine_type());
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = scheduler::spawn(&config, shared.clone(), rx, on_ready)?;
     let state = AppState {
@@ -88,6 +149,7 @@ fn start_engine(config: SimConfig, on_ready: OnReady) -> anyhow::Result<Engine> 
         shared: shared.clone(),
         tx: tx.clone(),
         created: super::http::unix_now() as u64,
+        pd: Arc::default(),
     };
     Ok(Engine {
         state,
@@ -105,13 +167,16 @@ impl Engine {
     ) -> impl Future<Output = ()> + Send + 'static {
         let mut crash = self.shared.crash_watch();
         let stop_tx = self.tx.clone();
+        let pd = self.state.pd.clone();
         async move {
             tokio::select! {
                 _ = shutdown => {}
                 _ = crash.wait_for(Option::is_some) => {}
             }
-            // Ends every open stream so graceful shutdown does not wait on them.
+            // Ends every open stream so graceful shutdown does not wait on them (requests
+            // still in a PD bootstrap or transfer queue too).
             let _ = stop_tx.send(Command::Shutdown);
+            pd.closing.send_replace(true);
         }
     }
 
@@ -134,6 +199,7 @@ impl Engine {
 async fn serve_sglang(
     config: SimConfig,
     listener: TcpListener,
+    bootstrap: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let log = config.log.clone();
@@ -157,7 +223,34 @@ async fn serve_sglang(
             "not enough memory for the KV pool: increase --mem-fraction-static or set --max-total-tokens"
         );
     }
+    let http_port = listener.local_addr()?.port();
+    let pd = config.disagg.clone();
+    let host = config.host.clone();
     let engine = start_engine(config, Box::new(|| {}))?;
+    let bootstrap_server = bootstrap.map(|l| {
+        let port = l.local_addr().map_or(pd.bootstrap_port, |a| a.port());
+        log.info(&format!(
+            "CommonKVBootstrapServer started successfully on {host}:{port}"
+        ));
+        // register_to_bootstrap: a wildcard host is reached on the loopback.
+        let rank_ip = match host.as_str() {
+            "0.0.0.0" => "127.0.0.1".to_string(),
+            "::" => "::1".to_string(),
+            h => h.to_string(),
+        };
+        let layout = super::disagg::bootstrap::PrefillLayout {
+            tp: pd.tp,
+            page_size: pd.page_size,
+            kv_cache_dtype: pd.kv_cache_dtype.clone(),
+            http_port,
+            rank_ip,
+            rank_port: port,
+        };
+        let app = super::disagg::bootstrap::router(engine.state.pd.rooms.clone(), layout);
+        tokio::spawn(async move {
+            let _ = axum::serve(l, app).await;
+        })
+    });
     let addr = listener.local_addr()?;
     log.info(&format!(
         "Uvicorn running on http://{addr} (Press CTRL+C to quit)"
@@ -170,6 +263,9 @@ async fn serve_sglang(
     let result = axum::serve(listener, router(engine.state.clone()))
         .with_graceful_shutdown(stop)
         .await;
+    if let Some(b) = bootstrap_server {
+        b.abort();
+    }
     engine.finish(result).await
 }
 

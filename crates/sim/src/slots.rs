@@ -229,6 +229,7 @@ mod tests {
                 received: Instant::now(),
                 events: tx,
                 opts,
+                disagg: None,
             },
             0,
         )

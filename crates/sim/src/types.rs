@@ -19,6 +19,19 @@ pub(crate) struct GenRequest {
     pub events: mpsc::UnboundedSender<Output>,
     /// Per-request cache options (llama.cpp's `cache_prompt` and `id_slot`).
     pub opts: ReqOptions,
+    /// Its part in prefill-decode disaggregation (None: an ordinary request).
+    pub disagg: Option<Disagg>,
+}
+
+/// A request's part in prefill-decode disaggregation (`sim::disagg`).
+#[derive(Debug)]
+pub(crate) enum Disagg {
+    /// On a prefill worker: after its prefill the KV moves to the decode side (the modelled
+    /// transfer), and the handoff goes here.
+    Prefill(oneshot::Sender<crate::disagg::Handoff>),
+    /// On a decode worker: its KV has arrived; it continues from the prefill's handoff
+    /// without a prefill of its own.
+    Decode(crate::disagg::Handoff),
 }
 
 /// Per-request options beyond SGLang's (defaults: SGLang's behaviour).

@@ -63,15 +63,23 @@ pub(crate) async fn health(State(st): State<AppState>) -> Response {
         log_metrics: false,
         ..Default::default()
     };
-    let Ok((_, mut rx)) = st.enqueue(
-        Some(format!("HEALTH_CHECK_{}", super::unix_now())),
-        vec![0],
-        1,
-        tic,
+    // A PD worker's health generation is a fake transfer (http_server.py sets
+    // FAKE_BOOTSTRAP_HOST): a decode worker starts it without a prefill.
+    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let disagg = (st.cfg.disagg.mode == crate::disagg::Mode::Decode)
+        .then(|| crate::types::Disagg::Decode(crate::disagg::Handoff::fake()));
+    let sent = st.send(crate::types::GenRequest {
+        rid: format!("HEALTH_CHECK_{}", super::unix_now()).into(),
+        input_ids: vec![0],
+        max_new_tokens: 1,
+        received: tic,
+        events,
         opts,
-    ) else {
+        disagg,
+    });
+    if sent.is_err() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    };
+    }
     let poll = st.cfg.profile.health_poll();
     let mut answered = false;
     while tic.elapsed() < HEALTH_CHECK_TIMEOUT {
@@ -168,7 +176,8 @@ pub(crate) async fn model_info(State(st): State<AppState>) -> Response {
     json_response(
         StatusCode::OK,
         &json!({"model_path": st.cfg.model_path, "tokenizer_path": tok, "is_generation": true,
-                "preferred_sampling_params": null, "weight_version": "default"}),
+                "preferred_sampling_params": null, "weight_version": "default",
+                "disaggregation_mode": st.cfg.args.str("disaggregation-mode").unwrap_or("null")}),
     )
 }
 

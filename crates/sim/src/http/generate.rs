@@ -45,7 +45,8 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
             return reject(true, "The simulator streams one prompt per request.".into());
         }
         let ids = prompts.into_iter().next().unwrap_or_default();
-        return match st.submit(rid, ids, max_new, received) {
+        let pd = crate::disagg::BootstrapFields::of(&v, 0);
+        return match super::disagg::submit(&st, rid, ids, max_new, received, pd) {
             Ok((rid, rx)) => sglang_sse_response(event_stream(
                 rx,
                 rid,
@@ -62,7 +63,8 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
         let rid = rid
             .clone()
             .map(|r| if i == 0 { r } else { format!("{r}-{i}") });
-        match st.submit(rid, ids, max_new, received) {
+        let pd = crate::disagg::BootstrapFields::of(&v, i);
+        match super::disagg::submit(&st, rid, ids, max_new, received, pd) {
             Ok(x) => receivers.push(x),
             Err(Rejected(m)) => return error_json(m),
         }
@@ -70,7 +72,8 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
     let mut outs = Vec::new();
     for (rid, rx) in receivers {
         match collect(rx, rid, received).await {
-            Some(v) => outs.push(v),
+            Some(Ok(v)) => outs.push(v),
+            Some(Err(refused)) => return refused,
             None => {
                 let body = json!({"error": {"message": "The server is shutting down."}});
                 return json_response(StatusCode::INTERNAL_SERVER_ERROR, &body);
@@ -358,22 +361,34 @@ fn event_stream(
     })
 }
 
-/// The final response, or None when the engine went away first.
+/// The final response, or None when the engine went away first. An abort with an HTTP status
+/// of 400 or more is the error response SGLang's tokenizer manager raises for a plain answer
+/// (`_handle_abort_finish_reason`): 400 `{"error": {"message"}}` (a ValueError), another
+/// status FastAPI's `{"detail": message}` (an HTTPException).
 async fn collect(
     mut rx: UnboundedReceiver<Output>,
     rid: Arc<str>,
     received: Instant,
-) -> Option<Value> {
+) -> Option<Result<Value, Response>> {
     let mut text = String::new();
     let mut ids = Vec::new();
     while let Some(o) = rx.recv().await {
         tokenizer::decode_into(&o.new_ids, &mut text);
         ids.extend_from_slice(&o.new_ids);
+        if let Some(Finish::Abort(m, code)) = &o.finish
+            && (400..600).contains(code)
+        {
+            if *code == 400 {
+                return Some(Err(error_json(m.clone())));
+            }
+            let status = StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return Some(Err(json_response(status, &json!({ "detail": m }))));
+        }
         if o.finish.is_some() {
             // The plain answer is the first (and only) output sent.
-            return Some(
+            return Some(Ok(
                 json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, true, received)}),
-            );
+            ));
         }
     }
     None

@@ -4,6 +4,7 @@
 
 mod admin;
 mod contract;
+pub(crate) mod disagg;
 mod fastapi;
 mod generate;
 pub(crate) mod keepalive;

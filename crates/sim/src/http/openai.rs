@@ -187,7 +187,8 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
         Err(Rejected(m)) => return openai_error(m),
     };
     let rid = v.get("rid").and_then(Value::as_str).map(str::to_string);
-    let (rid, rx) = match st.submit(rid, ids, max_new, received) {
+    let pd = crate::disagg::BootstrapFields::of(&v, 0);
+    let (rid, rx) = match super::disagg::submit(&st, rid, ids, max_new, received, pd) {
         Ok(x) => x,
         Err(Rejected(m)) => return openai_error(m),
     };
