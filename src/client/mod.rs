@@ -152,6 +152,7 @@ impl Measured {
             accept_length: None,
             request_id: self.request_id,
             worker: None,
+            prefill_worker: None,
         };
         record.set_verify_steps(server_steps);
         record

@@ -95,6 +95,9 @@ fn sample_line(i: usize, line: &str) -> Result<Option<Line<'_>>, ScrapeError> {
     }))
 }
 
+/// Histograms whose `stage` label is kept (see [`parse`]).
+const STAGED: &[&str] = &["sglang:per_stage_req_latency_seconds"];
+
 /// Reads the text format. Fails on a sample line it cannot read (a server that sends
 /// something else entirely), never panics; keeps at most [`MAX_NAMES`] names of at most
 /// [`MAX_NAME_BYTES`] and says what it left out.
@@ -102,11 +105,29 @@ pub(crate) fn parse(text: &str) -> Result<Scrape, ScrapeError> {
     let mut out = Values::new();
     let (mut past_names, mut long_names) = (0usize, 0usize);
     for (i, line) in text.lines().enumerate() {
-        let Some(Line { name, value, .. }) = sample_line(i, line)? else {
+        let Some(Line {
+            name,
+            value,
+            labels,
+        }) = sample_line(i, line)?
+        else {
             continue;
         };
         if name.ends_with("_bucket") || name.ends_with("_created") {
             continue;
+        }
+        // SGLang's per-stage latency (a PD request's bootstrap, forward, transfer, ...) is
+        // one histogram with a `stage` label: each stage is kept apart too, under
+        // `NAME{stage="..."}`, beside the sum over stages.
+        if let Some(base) = STAGED.iter().find(|b| name.starts_with(**b))
+            && (name.ends_with("_sum") || name.ends_with("_count"))
+            && let Some((_, stage)) = self::labels(labels).into_iter().find(|(k, _)| k == "stage")
+            && out.len() < MAX_NAMES
+        {
+            let key = format!("{name}{{stage=\"{stage}\"}}");
+            if key.len() <= MAX_NAME_BYTES && base.len() < name.len() {
+                *out.entry(key).or_insert(0.0) += value;
+            }
         }
         if name.len() > MAX_NAME_BYTES {
             long_names += 1;

@@ -33,10 +33,18 @@ struct Follow {
     path: PathBuf,
     offset: u64,
     partial: Vec<u8>,
-    /// Request id to the workers it was sent to, in order.
-    sends: HashMap<String, Vec<String>>,
+    /// Request id to where it was sent, in order (again on a retry).
+    sends: HashMap<String, Vec<Sent>>,
     /// Workers as the router names them (its URLs, on its host) to the names in records.
     names: HashMap<String, String>,
+}
+
+/// One forwarding of a request: the worker (a disaggregated deployment's decode worker), and
+/// the prefill worker it was paired with.
+#[derive(Debug, Clone, PartialEq)]
+struct Sent {
+    worker: String,
+    prefill: Option<String>,
 }
 
 /// Follows a launched deployment's router log; shared by the point runner and its record
@@ -77,8 +85,12 @@ impl RoutingBook {
         loop {
             f.read_new();
             if let Some(sent) = f.sends.remove(id) {
-                let last = sent.last().cloned().unwrap_or_default();
-                rec.worker = Some(f.names.get(&last).cloned().unwrap_or(last));
+                let Some(last) = sent.last() else {
+                    return;
+                };
+                let name = |url: &String| f.names.get(url).cloned().unwrap_or(url.clone());
+                rec.worker = Some(name(&last.worker));
+                rec.prefill_worker = last.prefill.as_ref().map(name);
                 return;
             }
             if std::time::Instant::now() >= deadline {
@@ -146,36 +158,53 @@ impl Follow {
             return;
         }
         let text = String::from_utf8_lossy(line);
-        if let Some((id, url)) = send_line(&text) {
+        if let Some((id, sent)) = send_line(&text) {
             if self.sends.len() >= MAX_REMEMBERED {
                 self.sends.clear();
             }
-            self.sends.entry(id).or_default().push(url);
+            self.sends.entry(id).or_default().push(sent);
         }
     }
 }
 
-/// The request id and worker URL of a router line that says it forwarded a request
-/// (`... request_id="sb-1f-7"}: ... Sending request url=http://127.0.0.1:30001`), its ANSI
-/// colours ignored.
-fn send_line(line: &str) -> Option<(String, String)> {
-    if !line.contains("Sending request") {
+/// The request id and where it went, from a router line that says it forwarded a request
+/// (`... request_id="sb-1f-7"}: ... Sending request url=http://127.0.0.1:30001`; in PD mode
+/// `Sending concurrent requests prefill_url=URL decode_url=URL`), its ANSI colours ignored.
+fn send_line(line: &str) -> Option<(String, Sent)> {
+    if !line.contains("Sending ") {
         return None;
     }
     let plain = strip_ansi(line);
-    let url = plain
-        .split("Sending request url=")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .to_string();
+    let field = |key: &str| -> Option<String> {
+        Some(
+            plain
+                .split(key)
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .to_string(),
+        )
+    };
+    let sent = if plain.contains("Sending concurrent requests") {
+        Sent {
+            worker: field("decode_url=")?,
+            prefill: Some(field("prefill_url=")?),
+        }
+    } else if plain.contains("Sending request url=") {
+        Sent {
+            worker: field("Sending request url=")?,
+            prefill: None,
+        }
+    } else {
+        return None;
+    };
     let id = plain
         .split("request_id=\"")
         .nth(1)?
         .split('"')
         .next()?
         .to_string();
-    Some((id, url))
+    Some((id, sent))
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -207,7 +236,25 @@ mod tests {
     fn a_send_line_gives_the_request_and_the_worker() {
         assert_eq!(
             send_line(SENT),
-            Some(("sb-abc-124".into(), "http://127.0.0.1:31002".into()))
+            Some((
+                "sb-abc-124".into(),
+                Sent {
+                    worker: "http://127.0.0.1:31002".into(),
+                    prefill: None
+                }
+            ))
+        );
+        // PD mode, as the router wrote it (colours left out).
+        let pd = "2026-12-03 06:23:53 DEBUG http_request{method=POST uri=/generate version=HTTP/1.1 module=\"smg\" request_id=\"sb-8f-22\"}: smg::observability::events: /home/runner/work/sglang/sglang/src/observability/events.rs:37: Sending concurrent requests prefill_url=http://127.0.0.1:36853 decode_url=http://127.0.0.1:35819";
+        assert_eq!(
+            send_line(pd),
+            Some((
+                "sb-8f-22".into(),
+                Sent {
+                    worker: "http://127.0.0.1:35819".into(),
+                    prefill: Some("http://127.0.0.1:36853".into())
+                }
+            ))
         );
         assert_eq!(send_line("INFO started processing request"), None);
     }

@@ -301,6 +301,10 @@ pub struct RequestRecord {
     /// retried on another), as its log says; None where no router log names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// A disaggregated deployment: the prefill worker the router paired with `worker` (the
+    /// decode worker) for this request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_worker: Option<String>,
 }
 
 /// Where a request's speculative verify steps came from.
@@ -550,6 +554,7 @@ impl RequestRecord {
             accept_length: None,
             request_id: None,
             worker: None,
+            prefill_worker: None,
         }
     }
 }

@@ -160,6 +160,16 @@ pub struct ServerView {
     /// its definition, the bonus token included); None where the server has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_accept_length: Option<f64>,
+    /// A disaggregated worker's stages, SGLang's `sglang:per_stage_req_latency_seconds{stage}`
+    /// (`prefill_bootstrap`, `prefill_forward`, `prefill_transfer_kv_cache`, `decode_prepare`,
+    /// `decode_bootstrap`, `decode_transferred`, `decode_waiting`, ...): mean seconds a request
+    /// spent in each over the window, and how many requests passed it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stages: BTreeMap<String, StageStat>,
+    /// A prefill worker's KV transfers over the window (SGLang's `sglang:kv_transfer_*`
+    /// histograms); None where it made none or exports none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer: Option<KvTransferStat>,
     /// Scrapes the server did not answer (or answered with something unreadable).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failed_scrapes: usize,
@@ -174,6 +184,28 @@ pub struct ServerView {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+/// One stage of a disaggregated request, over a point's window.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct StageStat {
+    /// Requests observed in the stage.
+    pub requests: f64,
+    /// Mean seconds each spent there.
+    pub mean_s: f64,
+}
+
+/// A prefill worker's KV transfers over a point's window, means per transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct KvTransferStat {
+    pub transfers: f64,
+    /// `sglang:kv_transfer_latency_ms`: from the request's entry into the inflight queue to
+    /// the transfer's end.
+    pub latency_ms: Option<f64>,
+    /// `sglang:kv_transfer_total_mb` (MiB).
+    pub mb: Option<f64>,
+    /// `sglang:kv_transfer_speed_gb_s` (GiB/s).
+    pub gb_s: Option<f64>,
 }
 
 #[cfg(test)]

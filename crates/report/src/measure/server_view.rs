@@ -226,8 +226,78 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
         let (d, a) = (counter(drafts)?, counter(accepted)?);
         (d > 0.0).then(|| 1.0 + a / d)
     });
+    // A histogram's mean over the window: its sum's increase over its count's (SGLang
+    // shows a histogram only once observed: absent at the start is 0).
+    let histogram = |base: &str| -> Option<(f64, f64)> {
+        if restarted {
+            return None;
+        }
+        let (mut sum, mut count) = (0.0, 0.0);
+        for w in &windows {
+            let (a, b) = (*w)?;
+            let at =
+                |s: &MetricsScrape, suffix: &str| s.values.get(&format!("{base}{suffix}")).copied();
+            let (s1, c1) = (at(b, "_sum")?, at(b, "_count")?);
+            sum += s1 - at(a, "_sum").unwrap_or(0.0);
+            count += c1 - at(a, "_count").unwrap_or(0.0);
+        }
+        (count > 0.0 && sum.is_finite()).then_some((sum, count))
+    };
+    let ends: Vec<&MetricsScrape> = windows.iter().flatten().map(|(_, b)| *b).collect();
+    let mut stage_names: Vec<String> = ends
+        .iter()
+        .flat_map(|s| s.values.keys())
+        .filter_map(|k| {
+            k.strip_prefix(STAGES)?
+                .strip_prefix("_count{stage=\"")?
+                .strip_suffix("\"}")
+                .map(str::to_string)
+        })
+        .collect();
+    stage_names.sort();
+    stage_names.dedup();
+    for stage in stage_names {
+        let base_sum = format!("{STAGES}_sum{{stage=\"{stage}\"}}");
+        let base_count = format!("{STAGES}_count{{stage=\"{stage}\"}}");
+        let mut ok = !restarted;
+        let (mut sum, mut count) = (0.0, 0.0);
+        for w in &windows {
+            let Some((a, b)) = *w else {
+                ok = false;
+                break;
+            };
+            let get = |s: &MetricsScrape, k: &str| s.values.get(k).copied();
+            match (get(b, &base_sum), get(b, &base_count)) {
+                (Some(s1), Some(c1)) => {
+                    sum += s1 - get(a, &base_sum).unwrap_or(0.0);
+                    count += c1 - get(a, &base_count).unwrap_or(0.0);
+                }
+                _ => {}
+            }
+        }
+        if ok && count > 0.0 {
+            view.stages.insert(
+                stage,
+                servebench_model::results::server_view::StageStat {
+                    requests: count,
+                    mean_s: sum / count,
+                },
+            );
+        }
+    }
+    if let Some((latency, n)) = histogram("sglang:kv_transfer_latency_ms") {
+        view.kv_transfer = Some(servebench_model::results::server_view::KvTransferStat {
+            transfers: n,
+            latency_ms: Some(latency / n),
+            mb: histogram("sglang:kv_transfer_total_mb").map(|(s, c)| s / c),
+            gb_s: histogram("sglang:kv_transfer_speed_gb_s").map(|(s, c)| s / c),
+        });
+    }
     Some(view)
 }
+
+/// SGLang's per-stage latency histogram of a disaggregated request.
+const STAGES: &str = "sglang:per_stage_req_latency_seconds";
 
 /// Finished requests the server counted between two scrapes, when it reports them.
 pub fn requests_counted(start: &MetricsScrape, end: &MetricsScrape) -> Option<f64> {
@@ -252,9 +322,14 @@ pub fn retained(
                     .any(|x| x == k)
             })
     };
+    // A disaggregated worker's stages and KV transfers (histogram sums and counts).
+    let pd = |k: &str| {
+        (k.starts_with(STAGES) || k.starts_with("sglang:kv_transfer_"))
+            && (k.contains("_sum") || k.contains("_count"))
+    };
     let mut out: std::collections::BTreeMap<String, f64> = values
         .iter()
-        .filter(|(k, _)| read(k))
+        .filter(|(k, _)| read(k) || pd(k))
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     for n in ENGINES {

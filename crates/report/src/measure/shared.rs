@@ -72,7 +72,7 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
     for (_, r) in &shared {
         let group = r.share.as_ref().expect("filtered").group;
         let e = earliest
-            .entry((r.round, group, r.worker.as_deref()))
+            .entry((r.round, group, cache_holder(r)))
             .or_insert((f64::INFINITY, f64::INFINITY));
         e.0 = e.0.min(r.sent_at);
         let first_token = first_token_at(r).unwrap_or(f64::INFINITY);
@@ -103,7 +103,7 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             workers: None,
             routed_away: 0,
         });
-        if let Some(w) = r.worker.as_deref() {
+        if let Some(w) = cache_holder(r) {
             workers.entry(key).or_default().insert(w);
         }
         let Some(cached) = r.cached_tokens else {
@@ -111,9 +111,9 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             continue;
         };
         row.requests += 1;
-        let (first_sent, first_token) = earliest[&(r.round, share.group, r.worker.as_deref())];
+        let (first_sent, first_token) = earliest[&(r.round, share.group, cache_holder(r))];
         let owed = share.shared_tokens > 0 && first_token <= r.sent_at;
-        if let Some(w) = r.worker.as_deref()
+        if let Some(w) = cache_holder(r)
             && share.shared_tokens > 0
             && !owed
             && anywhere[&(r.round, share.group)] <= r.sent_at
@@ -231,6 +231,12 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
     }
     v.rows = rows.into_values().collect();
     v
+}
+
+/// The worker whose cache a request's prompt went through: a disaggregated deployment's
+/// prefill worker, else the worker the router sent it to (None: the server is one).
+fn cache_holder(r: &RequestRecord) -> Option<&str> {
+    r.prefill_worker.as_deref().or(r.worker.as_deref())
 }
 
 /// Unix time the request's first output token arrived.

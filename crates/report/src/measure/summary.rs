@@ -169,7 +169,7 @@ impl PointFold {
     pub fn add(&mut self, r: &RequestRecord) {
         let order = metrics::order_key(r);
         self.measured += 1;
-        if let Some(w) = &r.worker {
+        for w in r.worker.iter().chain(&r.prefill_worker) {
             let n = self.routed.entry(w.clone()).or_default();
             if r.error.is_none() {
                 n.0 += 1;

@@ -47,6 +47,49 @@ pub struct WorkerBalance {
     pub client_ok: usize,
 }
 
+/// A disaggregated worker's stages at one point (SGLang's per-stage latency histogram and
+/// its KV transfer histograms, from the worker's own `/metrics`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PdRow {
+    pub point: String,
+    pub worker: String,
+    pub role: String,
+    /// `stage mean` in the order a request passes them, in words (`prefill_forward 12.1 ms`).
+    pub stages: Vec<String>,
+    /// Its KV transfers: mean latency (ms), size (MiB) and speed (GiB/s), in words.
+    pub kv_transfer: Option<String>,
+}
+
+/// One point's TTFT beside the stages that make it up.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PdSplit {
+    pub point: String,
+    /// The client's mean TTFT, ms.
+    pub ttft_ms: Option<f64>,
+    /// Mean per stage over the role's workers (requests weighted), the prefill's first, in
+    /// words: `prefill_forward 12.1 ms`.
+    pub parts: Vec<String>,
+}
+
+/// The order a disaggregated request passes SGLang's stages (others after, by name).
+const STAGE_ORDER: &[&str] = &[
+    "prefill_bootstrap",
+    "prefill_forward",
+    "chunked_prefill",
+    "prefill_transfer_kv_cache",
+    "decode_prepare",
+    "decode_bootstrap",
+    "decode_transferred",
+    "decode_waiting",
+];
+
+fn stage_rank(s: &str) -> usize {
+    STAGE_ORDER
+        .iter()
+        .position(|x| *x == s)
+        .unwrap_or(STAGE_ORDER.len())
+}
+
 /// The section: its rows and each point's balance; empty without `server.workers`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, JsonSchema)]
 pub struct WorkersSection {
@@ -59,6 +102,10 @@ pub struct WorkersSection {
     /// Where the router's word and a worker's own count of the same requests differ, in
     /// words (a request counted by one and not the other).
     pub disagreements: Vec<String>,
+    /// A disaggregated deployment's stages, per worker and point.
+    pub pd: Vec<PdRow>,
+    /// And per point, the client's TTFT beside the stages' means.
+    pub pd_split: Vec<PdSplit>,
 }
 
 /// The section of `points`, None when none names workers.
@@ -78,7 +125,17 @@ pub(crate) fn section(
             .iter()
             .map(|w| w.view.as_ref().and_then(|v| v.requests))
             .collect();
-        let total: Option<f64> = counts.iter().copied().sum();
+        // Shares and spread within a role: a disaggregated request is counted by a prefill
+        // and a decode worker both.
+        let role_total = |role: &Option<String>| -> Option<f64> {
+            p.workers
+                .iter()
+                .zip(&counts)
+                .filter(|(w, _)| &w.role == role)
+                .map(|(_, n)| *n)
+                .sum()
+        };
+        stage_rows(p, &point, &mut out);
         for (w, n) in p.workers.iter().zip(&counts) {
             let v = w.view.as_ref();
             let name = match &w.name {
@@ -113,7 +170,7 @@ pub(crate) fn section(
                 cached_tokens: v.and_then(|v| v.cached_tokens),
                 generation_tokens: v.and_then(|v| v.generation_tokens),
                 share_pct: n
-                    .zip(total.filter(|t| *t > 0.0))
+                    .zip(role_total(&w.role).filter(|t| *t > 0.0))
                     .map(|(n, t)| 100.0 * n / t),
                 note: match v {
                     None => Some("no scrape of its /metrics answered".into()),
@@ -126,19 +183,105 @@ pub(crate) fn section(
                 },
             });
         }
-        let known: Option<Vec<f64>> = counts.iter().copied().collect();
-        out.balance.push(WorkerBalance {
-            point,
-            max_over_min: known.and_then(|k| {
-                let max = k.iter().copied().fold(f64::MIN, f64::max);
-                let min = k.iter().copied().fold(f64::MAX, f64::min);
-                (min > 0.0).then(|| max / min)
-            }),
-            counted: total,
-            client_ok: p.ok,
-        });
+        let mut roles: Vec<Option<String>> = p.workers.iter().map(|w| w.role.clone()).collect();
+        roles.dedup();
+        let disaggregated = roles.len() > 1;
+        for role in roles {
+            let known: Option<Vec<f64>> = p
+                .workers
+                .iter()
+                .zip(&counts)
+                .filter(|(w, _)| w.role == role)
+                .map(|(_, n)| *n)
+                .collect();
+            out.balance.push(WorkerBalance {
+                point: match (&role, disaggregated) {
+                    (Some(r), true) => format!("{point} ({r} workers)"),
+                    _ => point.clone(),
+                },
+                max_over_min: known.and_then(|k| {
+                    let max = k.iter().copied().fold(f64::MIN, f64::max);
+                    let min = k.iter().copied().fold(f64::MAX, f64::min);
+                    (min > 0.0).then(|| max / min)
+                }),
+                counted: role_total(&role),
+                client_ok: p.ok,
+            });
+        }
     }
     out.roles = out.rows.iter().any(|r| r.role.is_some());
+    out.pd
+        .sort_by_key(|r| (r.role != "prefill", r.point.clone()));
     out.routed = out.rows.iter().any(|r| r.routed.is_some());
     (!out.rows.is_empty()).then_some(out)
+}
+
+/// A disaggregated point's stage rows (a worker whose view has stages) and its TTFT split.
+fn stage_rows(p: &PointRecord, point: &str, out: &mut WorkersSection) {
+    use std::collections::BTreeMap;
+    // (role, stage) -> (requests, seconds): the role's workers together.
+    let mut by_role: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
+    for w in &p.workers {
+        let Some(v) = &w.view else { continue };
+        if v.stages.is_empty() && v.kv_transfer.is_none() {
+            continue;
+        }
+        let role = w.role.clone().unwrap_or_else(|| "worker".into());
+        let mut stages: Vec<(&String, &servebench_model::results::server_view::StageStat)> =
+            v.stages.iter().collect();
+        stages.sort_by_key(|(s, _)| (stage_rank(s), (*s).clone()));
+        for (s, st) in &stages {
+            let e = by_role.entry((role.clone(), (*s).clone())).or_default();
+            e.0 += st.requests;
+            e.1 += st.requests * st.mean_s;
+        }
+        out.pd.push(PdRow {
+            point: point.to_string(),
+            worker: w.name.clone().unwrap_or_else(|| w.url.clone()),
+            role: role.clone(),
+            stages: stages
+                .iter()
+                .filter(|(_, st)| st.mean_s > 0.0)
+                .map(|(s, st)| format!("{s} {}", ms(st.mean_s * 1000.0)))
+                .collect(),
+            kv_transfer: v.kv_transfer.map(|k| {
+                let mut parts = vec![format!("{} transfers", k.transfers.round())];
+                if let Some(l) = k.latency_ms {
+                    parts.push(format!("{} each", ms(l)));
+                }
+                if let Some(mb) = k.mb {
+                    parts.push(format!("{} MiB", sig3(mb)));
+                }
+                if let Some(g) = k.gb_s {
+                    parts.push(format!("{} GiB/s", sig3(g)));
+                }
+                parts.join(", ")
+            }),
+        });
+    }
+    if by_role.is_empty() {
+        return;
+    }
+    let mut parts: Vec<(String, String, f64)> = by_role
+        .into_iter()
+        .filter(|(_, (n, s))| *n > 0.0 && *s > 0.0)
+        .map(|((role, stage), (n, s))| (role, stage, 1000.0 * s / n))
+        .collect();
+    parts.sort_by_key(|(role, stage, _)| (role != "prefill", stage_rank(stage), stage.clone()));
+    out.pd_split.push(PdSplit {
+        point: point.to_string(),
+        ttft_ms: p.metrics.get("ttft_s").map(|s| s.mean * 1000.0),
+        parts: parts
+            .into_iter()
+            .map(|(_, stage, x)| format!("{stage} {}", ms(x)))
+            .collect(),
+    });
+}
+
+fn ms(x: f64) -> String {
+    format!("{} ms", sig3(x))
+}
+
+fn sig3(x: f64) -> String {
+    servebench_model::text::sig3(x)
 }
