@@ -305,3 +305,92 @@ fn a_worker_killed_mid_run_is_named_and_the_router_s_retries_recorded() {
     let left = live_with_marker(&marker);
     assert!(left.is_empty(), "left running: {left:?}");
 }
+
+/// A disaggregated deployment from one spec: one prefill and two decode workers behind the
+/// router in PD mode. Every request is answered; the router's log names each one's decode
+/// and prefill worker (the decodes split evenly, the prefill has them all); the workers' own
+/// histograms give each stage, and the modelled KV transfer's time (latency + bytes over
+/// bandwidth) is what the prefill worker's transfer stage and the decode worker's wait for
+/// the KV say it was; 200 ms more transfer latency adds about 200 ms to the client's TTFT.
+#[test]
+fn a_disaggregated_deployment_splits_each_requests_time_into_its_stages() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let marker = marker("deploy-pd");
+    let ws = Workspace::new();
+    let spec = |latency_ms: u32| {
+        deployment_spec(
+            &tier,
+            "deploy-pd",
+            "    prefill: 1\n    decode: 2",
+            &marker,
+            "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: random, tokens: 256, calibrate: false }\n  output_tokens: 8\nrequests: 12\n",
+        )
+        .replace(
+            "enable-metrics: true }",
+            &format!("enable-metrics: true, sim-kv-transfer-latency-ms: {latency_ms}, sim-kv-transfer-gbps: 10 }}"),
+        )
+    };
+    let fast = ws.write("fast.yaml", &spec(1));
+    let slow = ws.write("slow.yaml", &spec(201));
+    let (fast_dir, fast_points) = ws.run_ok(&fast);
+    let (_, slow_points) = ws.run_ok(&slow);
+    let records = measured(&fast_dir);
+    assert_eq!(records.len(), 12);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["error"].is_null() && r["completion_tokens"] == 8),
+        "every request answered in full"
+    );
+    let decodes = routed(&records, "p001");
+    assert_eq!(decodes.get("decode0"), Some(&6), "{decodes:?}");
+    assert_eq!(decodes.get("decode1"), Some(&6), "{decodes:?}");
+    assert!(
+        records.iter().all(|r| r["prefill_worker"] == "prefill0"),
+        "the prefill worker of each request"
+    );
+    let workers = fast_points[0]["workers"].as_array().unwrap();
+    let prefill = workers.iter().find(|w| w["role"] == "prefill").unwrap();
+    assert_eq!(prefill["routed"][0], 12, "{prefill}");
+    let view = &prefill["view"];
+    assert_eq!(
+        view["requests"], 12.0,
+        "the prefill worker prefilled every prompt: {view}"
+    );
+    let kv = &view["kv_transfer"];
+    // 256 prompt tokens of the simulator's model at 10 GB/s, 1 ms latency: the transfer is
+    // the latency plus its bytes over the bandwidth, as the prefill's histograms say.
+    let mib = kv["mb"].as_f64().unwrap();
+    let expected_ms = 1.0 + mib * 1.048576 / 10.0;
+    let latency = kv["latency_ms"].as_f64().unwrap();
+    assert!(
+        (latency - expected_ms).abs() < 0.25 * expected_ms + 1.0,
+        "transfer {latency} ms, modelled {expected_ms} ms ({mib} MiB): {kv}"
+    );
+    let stage = |w: &Value, s: &str| w["view"]["stages"][s]["mean_s"].as_f64();
+    assert!(stage(prefill, "prefill_forward").is_some(), "{prefill}");
+    for d in workers.iter().filter(|w| w["role"] == "decode") {
+        let waited = stage(d, "decode_transferred").unwrap() * 1000.0;
+        assert!(
+            waited >= latency * 0.8,
+            "a decode worker waits for the KV at least as long as it travels: {waited} ms vs {latency} ms"
+        );
+        assert_eq!(d["view"]["requests"], 6.0, "{d}");
+    }
+    let ttft = |p: &Value| p["metrics"]["ttft_s"]["mean"].as_f64().unwrap() * 1000.0;
+    let added = ttft(&slow_points[0]) - ttft(&fast_points[0]);
+    assert!(
+        (150.0..300.0).contains(&added),
+        "200 ms more transfer latency adds about 200 ms to TTFT: {added} ms"
+    );
+    let report = std::fs::read_to_string(fast_dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("### Prefill-decode breakdown")
+            && report.contains("| p001 | prefill0 | prefill | prefill_bootstrap"),
+        "{report}"
+    );
+    let left = live_with_marker(&marker);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
