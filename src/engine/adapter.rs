@@ -79,6 +79,10 @@ pub enum LaunchError {
     BadFlagName(String),
     #[error("server.args.{name} is set by servebench: use server.model / server.port instead")]
     Reserved { name: String },
+    #[error(
+        "server.deployment.router.launcher is empty: give the router's command, e.g. [python, -m, sglang_router.launch_router]"
+    )]
+    EmptyRouterLauncher,
 }
 
 /// Hints shared by the engines for the failures that do not depend on the engine.

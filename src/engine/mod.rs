@@ -11,6 +11,7 @@
 
 mod adapter;
 mod command;
+pub(crate) mod deployment;
 mod flags;
 mod llamacpp;
 pub(crate) mod ranks;

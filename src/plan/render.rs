@@ -252,6 +252,9 @@ pool: {} ({}); one server group per host at a time, in plan order; on_host_failu
 /// What a group does to get its server: the launch command line as it will run (the port is
 /// chosen at launch), or the external URL.
 fn launch(s: &Server) -> String {
+    if let (None, Some(d)) = (&s.url, &s.deployment) {
+        return deployment(s, d);
+    }
     match &s.url {
         Some(u) => format!("external server {u} (not started or stopped)"),
         None => match crate::engine::launch_command(s, "servebench", 0) {
@@ -288,6 +291,39 @@ fn launch(s: &Server) -> String {
             Err(e) => format!("launch {} (cannot be built: {e})", s.engine),
         },
     }
+}
+
+/// A deployment's launch: each worker's command, then the router's (ports picked at launch).
+fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
+    use crate::engine::deployment::{router_command, worker_server};
+    let mut lines = Vec::new();
+    let mut for_router = Vec::new();
+    for plan in d.plan() {
+        let bootstrap = (plan.role == crate::spec::deployment::WorkerRole::Prefill).then_some(0);
+        let w = worker_server(s, &plan, bootstrap);
+        let line = launch(&w).replace(
+            "--disaggregation-bootstrap-port 0",
+            "--disaggregation-bootstrap-port BOOTSTRAP_PORT",
+        );
+        lines.push(format!("    {}: {line}", plan.name()));
+        for_router.push((
+            plan.role,
+            format!("http://127.0.0.1:PORT_{}", plan.name()),
+            bootstrap,
+        ));
+    }
+    let router = match router_command(d, 0, 0, &for_router) {
+        Ok(c) => crate::text::shell_join(&crate::secrets::redact_argv(&c.argv()))
+            .replace("--port 0", "--port PORT")
+            .replace("--prometheus-port 0", "--prometheus-port PORT")
+            .replace("0 --", "BOOTSTRAP_PORT --"),
+        Err(e) => format!("(cannot be built: {e})"),
+    };
+    format!(
+        "launch a deployment of {} workers, each ready before the router:\n{}\n    then sglang-router: {router}",
+        lines.len(),
+        lines.join("\n")
+    )
 }
 
 /// `~12.3 s`, or `~?` when the source has nothing for it.
