@@ -379,6 +379,7 @@ mod tests {
                 "client-read-late",
                 "gpu-memory-tight",
                 "profile-failed",
+                "prefix-routed-away",
                 "validity-unjudged"
             ]
         );
