@@ -120,20 +120,26 @@ fn best_of(searches: &[CapacityView]) -> Option<String> {
     }
     answered.sort_by(|a, b| b.capacity.partial_cmp(&a.capacity).expect("finite"));
     let (top, next) = (answered[0], answered[1]);
-    let others = answered[1..]
-        .iter()
-        .map(|s| format!("{}: {}", s.label, s.capacity_text))
-        .collect::<Vec<_>>()
-        .join(", ");
     // The runner-up's capacity could be as high as the value it failed at (or unbounded).
     let told_apart = next.above.is_some_and(|a| a <= top.capacity.unwrap_or(0.0));
+    let completed = |s: &CapacityView| {
+        s.achieved_at_capacity
+            .map(|a| format!(", {} completed", sig3(a)))
+            .unwrap_or_default()
+    };
+    let others = answered[1..]
+        .iter()
+        .map(|s| format!("{}: {}{}", s.label, s.capacity_text, completed(s)))
+        .collect::<Vec<_>>()
+        .join("; ");
     Some(format!(
-        "Of {} searches, {} serves the highest {}: {} {} ({others}){}",
+        "Of {} searches, {} passes the highest {}: {} {}{} ({others}){}",
         searches.len(),
         top.label,
         top.over,
         top.capacity_text,
         top.unit,
+        completed(top),
         if told_apart {
             String::new()
         } else {
@@ -373,7 +379,7 @@ mod best_tests {
         ];
         assert_eq!(
             best_of(&s).unwrap(),
-            "Of 3 searches, decode=2 serves the highest load.rate: 8.00 req/s (decode=3: 7.90, decode=1: 4.00); not told apart from decode=3, whose bracket reaches it"
+            "Of 3 searches, decode=2 passes the highest load.rate: 8.00 req/s (decode=3: 7.90; decode=1: 4.00); not told apart from decode=3, whose bracket reaches it"
         );
         let s = [
             answered("decode=1", Some(4.0), Some(4.2)),
@@ -382,7 +388,7 @@ mod best_tests {
         ];
         assert_eq!(
             best_of(&s).unwrap(),
-            "Of 3 searches, decode=2 serves the highest load.rate: 8.00 req/s (decode=1: 4.00)"
+            "Of 3 searches, decode=2 passes the highest load.rate: 8.00 req/s (decode=1: 4.00)"
         );
         assert_eq!(best_of(&s[..1]), None);
     }

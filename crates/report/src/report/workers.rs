@@ -69,6 +69,10 @@ pub struct PdSplit {
     /// Mean per stage over the role's workers (requests weighted), the prefill's first, in
     /// words: `prefill_forward 12.1 ms`.
     pub parts: Vec<String>,
+    /// Where most of a request's time before its first token went, of the prefill workers
+    /// (`prefill_forward`: queued and prefilling), the KV transfer and the decode batch
+    /// (`decode_waiting`: a request with its KV waiting for a decode slot), in words.
+    pub bottleneck: Option<String>,
 }
 
 /// The order a disaggregated request passes SGLang's stages (others after, by name).
@@ -268,7 +272,25 @@ fn stage_rows(p: &PointRecord, point: &str, out: &mut WorkersSection) {
         .map(|((role, stage), (n, s))| (role, stage, 1000.0 * s / n))
         .collect();
     parts.sort_by_key(|(role, stage, _)| (role != "prefill", stage_rank(stage), stage.clone()));
+    // `decode_transferred` holds the prefill side's whole time (the decode waits for it):
+    // it is not a place of its own.
+    let bottleneck = parts
+        .iter()
+        .filter_map(|(_, stage, x)| {
+            let what = match stage.as_str() {
+                "prefill_forward" => "the prefill workers (queued and prefilling)",
+                "prefill_transfer_kv_cache" => "the KV transfer",
+                "decode_waiting" => {
+                    "the decode batch (requests with their KV wait for a decode slot)"
+                }
+                _ => return None,
+            };
+            Some((*x, stage.clone(), what))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(x, stage, what)| format!("{what}: {stage} {}", ms(x)));
     out.pd_split.push(PdSplit {
+        bottleneck,
         point: point.to_string(),
         ttft_ms: p.metrics.get("ttft_s").map(|s| s.mean * 1000.0),
         parts: parts
