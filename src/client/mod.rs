@@ -153,6 +153,7 @@ impl Measured {
             request_id: self.request_id,
             worker: None,
             prefill_worker: None,
+            rerouted_from: Vec::new(),
         };
         record.set_verify_steps(server_steps);
         record

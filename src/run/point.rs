@@ -318,12 +318,14 @@ impl PointRunner {
                     .filter(|s| s.worker.as_deref() == Some(w.url.as_str()))
                     .cloned()
                     .collect();
+                let rerouted = summary.rerouted.get(&w.name).copied().unwrap_or(0);
                 let routed = (!summary.routed.is_empty())
                     .then(|| summary.routed.get(&w.name).copied().unwrap_or_default());
                 crate::results::records::WorkerView {
                     name: (w.name != w.url).then_some(w.name),
                     role: w.role,
                     routed,
+                    rerouted,
                     view: crate::measure::server_view::summarize(&mine),
                     url: w.url,
                 }

@@ -91,6 +91,10 @@ impl RoutingBook {
                 let name = |url: &String| f.names.get(url).cloned().unwrap_or(url.clone());
                 rec.worker = Some(name(&last.worker));
                 rec.prefill_worker = last.prefill.as_ref().map(name);
+                rec.rerouted_from = sent[..sent.len() - 1]
+                    .iter()
+                    .map(|s| name(&s.worker))
+                    .collect();
                 return;
             }
             if std::time::Instant::now() >= deadline {
@@ -286,6 +290,7 @@ mod tests {
         writeln!(log, "{}", SENT.replace("31002", "31001")).unwrap();
         book.attribute(&mut rec);
         assert_eq!(rec.worker.as_deref(), Some("worker0"));
+        assert_eq!(rec.rerouted_from, ["worker1"]);
         // Asked once: forgotten after.
         rec.worker = None;
         book.attribute(&mut rec);

@@ -296,10 +296,24 @@ fn a_worker_killed_mid_run_is_named_and_the_router_s_retries_recorded() {
         msg.contains("worker1") && msg.contains("server-g1.worker1.log"),
         "the failure names the worker and its log: {msg}"
     );
-    // After the kill, the router sent what it could to the survivor.
+    // After the kill, the router sent what it could to the survivor: the sends it tried on
+    // the dead worker first are retried there, and the records say so.
     let records = measured(&dir);
     let last = records.last().unwrap();
     assert_eq!(last["worker"], "worker0", "{last}");
+    let rerouted = records
+        .iter()
+        .filter(|r| r["rerouted_from"] == serde_json::json!(["worker1"]))
+        .count();
+    assert!(rerouted >= 1, "the router's retries are recorded");
+    let dead = points[0]["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "worker1")
+        .unwrap()
+        .clone();
+    assert_eq!(dead["rerouted"], rerouted, "{dead}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("worker1"), "{stderr}");
     let left = live_with_marker(&marker);

@@ -305,6 +305,10 @@ pub struct RequestRecord {
     /// decode worker) for this request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill_worker: Option<String>,
+    /// The workers the router sent the request to before `worker`, in order, when it
+    /// retried it elsewhere (a worker that failed or was gone); empty when it did not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rerouted_from: Vec<String>,
 }
 
 /// Where a request's speculative verify steps came from.
@@ -555,6 +559,7 @@ impl RequestRecord {
             request_id: None,
             worker: None,
             prefill_worker: None,
+            rerouted_from: Vec::new(),
         }
     }
 }
@@ -700,6 +705,10 @@ pub struct WorkerView {
     /// to), that succeeded and that failed; None where no router log names workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routed: Option<(usize, usize)>,
+    /// Measured requests the router sent here first and then retried on another worker (this
+    /// one failed them, or was gone), by its log.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerouted: usize,
     /// Its server view (requests, prompt, cached and generated tokens, gauges); None when
     /// no scrape of it answered with names servebench knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]

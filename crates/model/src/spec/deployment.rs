@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::types::ArgValue;
+use super::arg_value::ArgValue;
 use super::validate::{Problem, Target};
 
 /// Most workers one deployment launches (each one is a server process on the host).

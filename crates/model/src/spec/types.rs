@@ -675,15 +675,7 @@ impl Server {
     }
 }
 
-/// A launch flag's value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
-pub enum ArgValue {
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-}
+pub use super::arg_value::ArgValue;
 
 /// The server engine (each has an adapter in `src/engine`).
 #[derive(

@@ -37,6 +37,9 @@ pub struct PointSummary {
     /// A routed deployment: the measured requests the router sent to each worker (by its
     /// log, the worker's name), as (succeeded, failed).
     pub routed: std::collections::BTreeMap<String, (usize, usize)>,
+    /// Measured requests the router sent to a worker first and then retried on another, by
+    /// the worker it left.
+    pub rerouted: std::collections::BTreeMap<String, usize>,
 }
 
 impl PointSummary {
@@ -99,6 +102,8 @@ pub struct PointFold {
     pub system: SystemFold,
     /// Measured requests by the worker the router sent them to: (succeeded, failed).
     routed: std::collections::BTreeMap<String, (usize, usize)>,
+    /// Measured requests retried elsewhere, by the worker they left.
+    rerouted: std::collections::BTreeMap<String, usize>,
     /// Measured requests the point plans, when its rounds do not say (an open loop's
     /// schedule); None: `repeat` x `requests` (or users x turns).
     expected: Option<usize>,
@@ -150,6 +155,7 @@ impl PointFold {
             done: Finished::default(),
             system: SystemFold::with_caps(exp, values, events),
             routed: Default::default(),
+            rerouted: Default::default(),
             expected: None,
             below_server: 0,
             worst_below_server: None,
@@ -169,6 +175,9 @@ impl PointFold {
     pub fn add(&mut self, r: &RequestRecord) {
         let order = metrics::order_key(r);
         self.measured += 1;
+        for w in &r.rerouted_from {
+            *self.rerouted.entry(w.clone()).or_default() += 1;
+        }
         for w in r.worker.iter().chain(&r.prefill_worker) {
             let n = self.routed.entry(w.clone()).or_default();
             if r.error.is_none() {
@@ -456,6 +465,7 @@ impl PointFold {
             status,
             prefix_cache,
             routed: std::mem::take(&mut self.routed),
+            rerouted: std::mem::take(&mut self.rerouted),
         }
     }
 }

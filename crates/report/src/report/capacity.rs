@@ -341,7 +341,7 @@ pub(crate) fn answer_text(
 }
 
 #[cfg(test)]
-mod best_tests {
+mod tests {
     use super::*;
 
     fn answered(label: &str, capacity: Option<f64>, above: Option<f64>) -> CapacityView {

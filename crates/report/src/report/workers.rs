@@ -22,6 +22,8 @@ pub struct WorkerRow {
     /// None where no router log names workers.
     pub routed: Option<usize>,
     pub routed_failed: Option<usize>,
+    /// Measured requests the router retried elsewhere after sending them here.
+    pub rerouted: usize,
     /// Requests the worker finished over the point's rounds, its prompt, cached and
     /// generated tokens (its counters' increases); None where it did not say.
     pub requests: Option<f64>,
@@ -169,6 +171,7 @@ pub(crate) fn section(
                 role: w.role.clone(),
                 routed: w.routed.map(|r| r.0 + r.1),
                 routed_failed: w.routed.map(|r| r.1),
+                rerouted: w.rerouted,
                 requests: *n,
                 prompt_tokens: v.and_then(|v| v.prompt_tokens),
                 cached_tokens: v.and_then(|v| v.cached_tokens),
