@@ -491,7 +491,9 @@ impl Client {
         Ok((status, Bytes::from(bytes)))
     }
 
-    /// Sends a request to `path` (with the API key, if any) and waits for its head.
+    /// Sends a request to `path` (with the API key, if any, and `x-request-id` when given)
+    /// and waits for its head.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
         method: hyper::Method,

@@ -267,12 +267,9 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
                 break;
             };
             let get = |s: &MetricsScrape, k: &str| s.values.get(k).copied();
-            match (get(b, &base_sum), get(b, &base_count)) {
-                (Some(s1), Some(c1)) => {
-                    sum += s1 - get(a, &base_sum).unwrap_or(0.0);
-                    count += c1 - get(a, &base_count).unwrap_or(0.0);
-                }
-                _ => {}
+            if let (Some(s1), Some(c1)) = (get(b, &base_sum), get(b, &base_count)) {
+                sum += s1 - get(a, &base_sum).unwrap_or(0.0);
+                count += c1 - get(a, &base_count).unwrap_or(0.0);
             }
         }
         if ok && count > 0.0 {
