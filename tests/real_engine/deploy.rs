@@ -408,3 +408,69 @@ fn a_disaggregated_deployment_splits_each_requests_time_into_its_stages() {
     let left = live_with_marker(&marker);
     assert!(left.is_empty(), "left running: {left:?}");
 }
+
+/// A runner killed mid-run leaves nothing of its deployment: the router and every worker
+/// are stopped by their supervisors, and `servebench down` finds each one gone, by name.
+#[test]
+fn a_killed_runner_leaves_no_worker_or_router_behind() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let _turn = exclusive();
+    let marker = marker("deploy-orphan");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "orphan.yaml",
+        &deployment_spec(
+            &tier,
+            "deploy-orphan",
+            "    workers: 2",
+            &marker,
+            "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 64\nrequests: 2000\n",
+        ),
+    );
+    let runs = ws.path().join("runs");
+    let mut runner = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&runs)
+        .arg("--quiet")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = poll_until(Duration::from_secs(90), "the deployment measured", || {
+        let dir = std::fs::read_dir(runs.join("deploy-orphan"))
+            .ok()?
+            .next()?
+            .ok()?
+            .path();
+        let n = std::fs::read_to_string(dir.join("requests.jsonl"))
+            .ok()?
+            .lines()
+            .count();
+        (n >= 5).then_some(dir)
+    });
+    assert!(
+        live_with_marker(&marker).len() >= 3,
+        "router and workers run"
+    );
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    poll_until(
+        Duration::from_secs(15),
+        &format!("left behind: {:?}", live_with_marker(&marker)),
+        || live_with_marker(&marker).is_empty().then_some(()),
+    );
+    let out = servebench().arg("down").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in ["worker0", "worker1"] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(name) && l.contains("already gone")),
+            "{name}: {text}"
+        );
+    }
+}
