@@ -20,7 +20,13 @@ pub struct CapacitySection {
     /// which one serves the highest rate, in words, and whether its bracket is told apart
     /// from the runner-up's. None with fewer than two answers.
     pub best: Option<String>,
+    /// With two answers or more: the chart of every search's capacity side by side
+    /// (`charts/capacity-variants.svg`), the curve over the variants (policies, ratios).
+    pub variants_chart: Option<ChartLink>,
 }
+
+/// The chart of several searches' answers side by side.
+pub const VARIANTS_CHART: &str = "capacity-variants.svg";
 
 /// One search as the report shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -104,8 +110,13 @@ pub(crate) fn chart_file(seed: &str) -> String {
 pub fn section(file: Option<&SearchFile>, points: &[PointRecord]) -> Option<CapacitySection> {
     let file = file.filter(|f| !f.searches.is_empty())?;
     let searches: Vec<CapacityView> = file.searches.iter().map(|s| view(s, points)).collect();
+    let answered = searches.iter().filter(|s| s.capacity.is_some()).count();
     Some(CapacitySection {
         best: best_of(&searches),
+        variants_chart: (answered >= 2).then(|| ChartLink {
+            title: format!("Capacity of each search ({})", searches[0].over),
+            path: format!("charts/{VARIANTS_CHART}"),
+        }),
         searches,
     })
 }
@@ -340,35 +351,37 @@ pub(crate) fn answer_text(
     }
 }
 
+/// A search's view with its answer, for tests.
+#[cfg(test)]
+pub(crate) fn answered(label: &str, capacity: Option<f64>, above: Option<f64>) -> CapacityView {
+    CapacityView {
+        label: label.into(),
+        seed: "p001".into(),
+        over: "load.rate".into(),
+        unit: "req/s".into(),
+        start: 1.0,
+        max: 64.0,
+        resolution: 0.05,
+        capacity,
+        capacity_text: capacity.map_or("—".into(), sig3),
+        above,
+        saturated_at: None,
+        complete: true,
+        monotonic: true,
+        inversions: Vec::new(),
+        answer: String::new(),
+        targets: Vec::new(),
+        limits: Vec::new(),
+        achieved_at_capacity: None,
+        probes: Vec::new(),
+        sample_rule: String::new(),
+        chart: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn answered(label: &str, capacity: Option<f64>, above: Option<f64>) -> CapacityView {
-        CapacityView {
-            label: label.into(),
-            seed: "p001".into(),
-            over: "load.rate".into(),
-            unit: "req/s".into(),
-            start: 1.0,
-            max: 64.0,
-            resolution: 0.05,
-            capacity,
-            capacity_text: capacity.map_or("—".into(), sig3),
-            above,
-            saturated_at: None,
-            complete: true,
-            monotonic: true,
-            inversions: Vec::new(),
-            answer: String::new(),
-            targets: Vec::new(),
-            limits: Vec::new(),
-            achieved_at_capacity: None,
-            probes: Vec::new(),
-            sample_rule: String::new(),
-            chart: None,
-        }
-    }
 
     #[test]
     fn the_best_of_several_searches_is_named_and_told_apart_only_by_its_bracket() {

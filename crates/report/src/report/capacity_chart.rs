@@ -153,3 +153,112 @@ fn panel(
         .map_err(|x| e(&x))?;
     Ok(())
 }
+
+/// Every search's answer side by side (a search per policy or prefill:decode ratio): the
+/// highest passing value as a bar, a line up to the lowest failing one (the bracket: the
+/// capacity lies in it), and what the server completed there as a dot. Searches without an
+/// answer get no bar, and their label says so.
+pub fn render_variants_svg(searches: &[CapacityView]) -> Result<String, ChartError> {
+    let file = super::capacity::VARIANTS_CHART.to_string();
+    let err = |e: &dyn std::fmt::Display| ChartError {
+        file: file.clone(),
+        message: e.to_string(),
+    };
+    let n = searches.len().max(1);
+    let y_max = searches
+        .iter()
+        .flat_map(|s| [s.capacity, s.above, s.achieved_at_capacity])
+        .flatten()
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.2;
+    let unit = searches.first().map_or("", |s| s.unit.as_str());
+    let over = searches.first().map_or("", |s| s.over.as_str());
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root
+            .titled(
+                &format!("Capacity of each search ({over})"),
+                ("sans-serif", 20),
+            )
+            .map_err(|e| err(&e))?;
+        let labels: Vec<String> = searches
+            .iter()
+            .map(|s| match s.capacity {
+                Some(_) => s.label.clone(),
+                None => format!("{} (none passed)", s.label),
+            })
+            .collect();
+        let mut plot = ChartBuilder::on(&root)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..y_max)
+            .map_err(|x| err(&x))?;
+        plot.configure_mesh()
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 15))
+            .x_labels(n)
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
+                    labels[i as usize].clone()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(format!("{over} ({unit})"))
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(220, 220, 220))
+            .draw()
+            .map_err(|x| err(&x))?;
+        for (i, s) in searches.iter().enumerate() {
+            let x = i as f64;
+            let Some(c) = s.capacity else { continue };
+            plot.draw_series(std::iter::once(Rectangle::new(
+                [(x - 0.3, 0.0), (x + 0.3, c)],
+                PASS.mix(0.5).filled(),
+            )))
+            .map_err(|e| err(&e))?;
+            if let Some(a) = s.above.filter(|a| a.is_finite()) {
+                plot.draw_series(std::iter::once(PathElement::new(
+                    vec![(x, c), (x, a)],
+                    FAIL.stroke_width(2),
+                )))
+                .map_err(|e| err(&e))?;
+            }
+            if let Some(done) = s.achieved_at_capacity {
+                plot.draw_series(std::iter::once(Circle::new((x, done), 5, LINE.filled())))
+                    .map_err(|e| err(&e))?;
+            }
+        }
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::capacity::answered;
+    use super::*;
+
+    #[test]
+    fn the_variants_chart_draws_a_bar_per_answered_search_and_names_the_others() {
+        let s = [
+            answered("decode=1", Some(4.0), Some(4.2)),
+            answered("decode=2", Some(8.0), Some(8.4)),
+            answered("decode=3", None, Some(1.0)),
+        ];
+        let svg = render_variants_svg(&s).unwrap();
+        assert_eq!(svg.matches("fill=\"#009E73\"").count(), 2, "{svg}");
+        assert!(svg.contains("decode=3 (none passed)"), "{svg}");
+        assert_eq!(
+            render_variants_svg(&s).unwrap(),
+            svg,
+            "the same bytes each time"
+        );
+    }
+}

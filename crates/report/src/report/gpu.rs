@@ -263,6 +263,7 @@ mod tests {
         let section = super::super::capacity::CapacitySection {
             searches: vec![view],
             best: None,
+            variants_chart: None,
         };
         let points = [
             point("p001-s1", 3.0),

@@ -561,6 +561,29 @@ fn write_capacity_charts(
     section: Option<&capacity::CapacitySection>,
 ) -> Result<(), ReportError> {
     let folder = dir.file(CHARTS_DIR);
+    let variants = folder.join(capacity::VARIANTS_CHART);
+    match section.filter(|s| s.variants_chart.is_some()) {
+        Some(s) => {
+            std::fs::create_dir_all(&folder).map_err(|source| ReportError::Write {
+                path: folder.clone(),
+                source,
+            })?;
+            let svg = capacity_chart::render_variants_svg(&s.searches)?;
+            std::fs::write(&variants, servebench_model::redact::text(&svg).as_bytes()).map_err(
+                |source| ReportError::Write {
+                    path: variants.clone(),
+                    source,
+                },
+            )?;
+        }
+        None if variants.exists() => {
+            std::fs::remove_file(&variants).map_err(|source| ReportError::Write {
+                path: variants.clone(),
+                source,
+            })?;
+        }
+        None => {}
+    }
     for view in section.iter().flat_map(|s| &s.searches) {
         if view.chart.is_none() {
             continue;
