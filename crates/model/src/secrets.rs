@@ -97,6 +97,24 @@ pub fn with_env_refs_expanded(server: &Server) -> Result<Server, UnsetVariable> 
     for v in s.env.values_mut() {
         *v = expand_env_ref(v)?;
     }
+    // A deployment's own flags and the router's variables take references too.
+    if let Some(d) = s.deployment.as_mut() {
+        for v in d
+            .worker_args
+            .iter_mut()
+            .flat_map(|m| m.values_mut())
+            .chain(d.prefill_args.values_mut())
+            .chain(d.decode_args.values_mut())
+            .chain(d.router.args.values_mut())
+        {
+            if let ArgValue::Str(text) = v {
+                *text = expand_env_ref(text)?;
+            }
+        }
+        for v in d.router.env.values_mut() {
+            *v = expand_env_ref(v)?;
+        }
+    }
     Ok(s)
 }
 
@@ -150,6 +168,22 @@ pub(crate) fn server_secrets(server: &Server) -> Vec<String> {
             if a.starts_with('-') && !a.contains('=') {
                 after = Some(a.as_str());
             }
+        }
+    }
+    // A deployment's workers' and router's flags and the router's variables.
+    if let Some(d) = &server.deployment {
+        for (k, v) in d
+            .worker_args
+            .iter()
+            .flat_map(|m| m.iter())
+            .chain(&d.prefill_args)
+            .chain(&d.decode_args)
+            .chain(&d.router.args)
+        {
+            note(k, &arg_text(v));
+        }
+        for (k, v) in &d.router.env {
+            note(k, v);
         }
     }
     if let Some(url) = &server.url {
@@ -318,6 +352,37 @@ pub fn redact_json(v: &mut serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A deployment's secrets (a worker's flag, the router's flag and variable) are the
+    /// redactor's too, and its `${NAME}` references are expanded for the launch.
+    #[test]
+    fn a_deployments_workers_and_router_hold_secrets_too() {
+        let server: Server = serde_json::from_value(serde_json::json!({
+            "engine": "sim",
+            "deployment": {
+                "workers": 2,
+                "worker_args": [{ "api-key": "sk-worker-0" }],
+                "router": {
+                    "args": { "api-key": "sk-router" },
+                    "env": { "HF_TOKEN": "hf_routertoken", "PLAIN": "1" }
+                }
+            }
+        }))
+        .unwrap();
+        let found = server_secrets(&server);
+        for s in ["sk-worker-0", "sk-router", "hf_routertoken"] {
+            assert!(found.iter().any(|f| f == s), "{s} in {found:?}");
+        }
+        assert!(!found.iter().any(|f| f == "1"), "{found:?}");
+        // SAFETY: a variable only this test reads.
+        unsafe { std::env::set_var("SERVEBENCH_TEST_ROUTER_SECRET", "from-env") };
+        let refs: Server = serde_json::from_value(serde_json::json!({
+            "deployment": { "router": { "env": { "TOKEN": "${SERVEBENCH_TEST_ROUTER_SECRET}" } } }
+        }))
+        .unwrap();
+        let expanded = with_env_refs_expanded(&refs).unwrap();
+        assert_eq!(expanded.deployment.unwrap().router.env["TOKEN"], "from-env");
+    }
 
     #[test]
     fn secrets_are_redacted_from_argv() {
