@@ -787,3 +787,43 @@ fn the_workers_behind_a_router_are_counted_by_their_own_metrics() {
     assert!(section.contains("| 12 | 100.0% |"), "{section}");
     assert!(section.contains("the spread is unknown"), "{section}");
 }
+
+/// A deployment whose router cannot start is named as the router, with what to do, and
+/// its workers are stopped (the run fails; nothing is left).
+#[test]
+fn a_deployment_whose_router_is_not_installed_says_so_and_stops_its_workers() {
+    let ws = Workspace::new();
+    let marker = format!("no-router-{}", std::process::id());
+    let spec = ws.write(
+        "d.yaml",
+        &sim_spec(
+            "no-router",
+            "  prompt: { kind: repeat, tokens: 16, calibrate: false }\n  output_tokens: 2",
+            "requests: 2",
+        )
+        .replace(
+            "  ready_timeout: 30s\n",
+            &format!(
+                "  ready_timeout: 30s\n  env: {{ MARKER: {marker} }}\n  deployment:\n    workers: 2\n    router:\n      launcher: [sh, -c, \"echo \\\"No module named 'sglang_router'\\\" >&2; exit 1\"]\n"
+            ),
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(!out.status.success(), "{}", show(&out));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("router, one of 3 processes on local, log server-g1.log: the router is not installed for that python: `pip install sglang-router`"),
+        "{text}"
+    );
+    let dir = run_dir(&out);
+    // Its workers were stopped with it: no process holds the marker in its environment.
+    let left = crate::real_engine::live_with_marker(&marker);
+    assert!(left.is_empty(), "workers left: {left:?}");
+    for w in ["server-g1.worker0.log", "server-g1.worker1.log"] {
+        assert!(dir.join(w).is_file(), "{w} kept");
+    }
+}

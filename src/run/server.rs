@@ -263,14 +263,22 @@ impl ServerHandle {
             if let Some(cause) = self.crashed().await {
                 let log = self.log_display();
                 let tail = self.log_tail(3000);
+                // Named before the stop, which lets the process go.
+                let origin = self.crash_origin();
                 self.record.outcome = Some(format!("crashed at start: {}", cause.label()));
                 self.stop("crashed at start").await;
-                let hint = engine::explain(self.engine, cause);
+                let hint = match origin.as_deref() {
+                    // A deployment's router that could not even be imported.
+                    Some(o) if o.starts_with("router,") && tail.contains("No module named 'sglang_router'") => {
+                        "the router is not installed for that python: `pip install sglang-router`, or set server.deployment.router.launcher to a python that has it".to_string()
+                    }
+                    _ => engine::explain(self.engine, cause).to_string(),
+                };
                 return Err(ServerError::DiedAtStart {
                     cause: cause.label().into(),
-                    hint: match self.crash_origin() {
+                    hint: match origin {
                         Some(origin) => format!("{origin}: {hint}"),
-                        None => hint.into(),
+                        None => hint,
                     },
                     log,
                     tail,
