@@ -40,6 +40,18 @@ pub(crate) struct WorkerTarget {
     pub url_on_host: String,
 }
 
+impl WorkerTarget {
+    /// A worker of `server.workers` (an attached router's), known by its URL alone.
+    pub(crate) fn listed(url: &str) -> WorkerTarget {
+        WorkerTarget {
+            name: url.to_string(),
+            role: None,
+            url: url.to_string(),
+            url_on_host: url.to_string(),
+        }
+    }
+}
+
 /// One launched process of the deployment.
 struct Member {
     name: String,
@@ -374,11 +386,7 @@ impl ServerProcess for DeploymentProcess {
     }
 
     fn sync_log(&self) -> BoxFuture<'_, ()> {
-        let each: Vec<BoxFuture<'_, ()>> =
-            self.members.iter().map(|m| m.process.sync_log()).collect();
-        Box::pin(async move {
-            futures_util::future::join_all(each).await;
-        })
+        super::process_group::sync_all(self.members.iter().map(|m| m.process.as_ref()))
     }
 
     fn log_display(&self) -> String {
@@ -389,11 +397,7 @@ impl ServerProcess for DeploymentProcess {
     }
 
     fn poll_interval(&self) -> Duration {
-        self.members
-            .iter()
-            .map(|m| m.process.poll_interval())
-            .min()
-            .unwrap_or(Duration::from_millis(50))
+        super::process_group::poll_interval(self.members.iter().map(|m| m.process.as_ref()))
     }
 
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
@@ -401,28 +405,12 @@ impl ServerProcess for DeploymentProcess {
             // The router first, so it sends nothing more to workers that are going.
             let router = self.members[0].process.stop(grace).await;
             let workers = stop_members(&mut self.members[1..], grace).await;
-            let all: Vec<(&str, &Stopped)> = std::iter::once(&router)
-                .chain(&workers)
+            let named: Vec<(String, Stopped)> = std::iter::once(router)
+                .chain(workers)
                 .zip(&self.members)
-                .map(|(s, m)| (m.name.as_str(), s))
+                .map(|(s, m)| (m.name.clone(), s))
                 .collect();
-            let gone = all.iter().all(|(_, s)| s.gone);
-            let outcome = all
-                .iter()
-                .map(|(name, s)| {
-                    format!(
-                        "{name}: {}{}",
-                        s.outcome,
-                        if s.gone { "" } else { " (STILL ALIVE)" }
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
-            Stopped {
-                outcome,
-                pgid: router.pgid,
-                gone,
-            }
+            super::process_group::stopped_together(&named)
         })
     }
 

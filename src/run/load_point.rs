@@ -174,10 +174,12 @@ impl PointRunner {
                         Some(Phase::Warmup) => {
                             observed.warmup += 1;
                             observed.unmeasured.add(&rec);
+                            fold.add_routed(&rec);
                         }
                         _ => {
                             observed.cooldown += 1;
                             observed.unmeasured.add(&rec);
+                            fold.add_routed(&rec);
                         }
                     }
                     if releasing && gone.is_set() {

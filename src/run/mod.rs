@@ -19,6 +19,7 @@ mod on_server;
 pub(crate) mod outcome;
 pub(crate) mod point;
 pub(crate) mod pool;
+mod process_group;
 pub(crate) mod profiler;
 pub(crate) mod progress;
 pub(crate) mod provenance;

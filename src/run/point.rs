@@ -151,12 +151,7 @@ impl PointRunner {
         exp.server
             .workers
             .iter()
-            .map(|w| super::deployment::WorkerTarget {
-                name: w.clone(),
-                role: None,
-                url: w.clone(),
-                url_on_host: w.clone(),
-            })
+            .map(|w| super::deployment::WorkerTarget::listed(w))
             .collect()
     }
 

@@ -246,12 +246,7 @@ impl ServerProcess for RankedProcess {
     }
 
     fn sync_log(&self) -> BoxFuture<'_, ()> {
-        // Each rank's future is made here, so the one returned holds no reference to a rank.
-        let each: Vec<BoxFuture<'_, ()>> =
-            self.ranks.iter().map(|r| r.process.sync_log()).collect();
-        Box::pin(async move {
-            futures_util::future::join_all(each).await;
-        })
+        super::process_group::sync_all(self.ranks.iter().map(|r| r.process.as_ref()))
     }
 
     fn log_display(&self) -> String {
@@ -262,34 +257,18 @@ impl ServerProcess for RankedProcess {
     }
 
     fn poll_interval(&self) -> Duration {
-        self.ranks
-            .iter()
-            .map(|r| r.process.poll_interval())
-            .min()
-            .unwrap_or(Duration::from_millis(50))
+        super::process_group::poll_interval(self.ranks.iter().map(|r| r.process.as_ref()))
     }
 
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
         Box::pin(async move {
             let all = stop_all(&mut self.ranks, grace).await;
-            let gone = all.iter().all(|s| s.gone);
-            let outcome = all
-                .iter()
+            let named: Vec<(String, Stopped)> = all
+                .into_iter()
                 .enumerate()
-                .map(|(i, s)| {
-                    format!(
-                        "rank {i}: {}{}",
-                        s.outcome,
-                        if s.gone { "" } else { " (STILL ALIVE)" }
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ");
-            Stopped {
-                outcome,
-                pgid: all.first().map_or(0, |s| s.pgid),
-                gone,
-            }
+                .map(|(i, s)| (format!("rank {i}"), s))
+                .collect();
+            super::process_group::stopped_together(&named)
         })
     }
 

@@ -118,12 +118,7 @@ impl ServerHandle {
             workers: server
                 .workers
                 .iter()
-                .map(|w| super::deployment::WorkerTarget {
-                    name: w.clone(),
-                    role: None,
-                    url: w.clone(),
-                    url_on_host: w.clone(),
-                })
+                .map(|w| super::deployment::WorkerTarget::listed(w))
                 .collect(),
         })
     }

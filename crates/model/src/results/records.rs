@@ -701,8 +701,9 @@ pub struct WorkerView {
     /// A launched deployment's worker: its role (`regular`, `prefill`, `decode`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    /// Measured requests the router's log says it sent here (the last worker each was sent
-    /// to), that succeeded and that failed; None where no router log names workers.
+    /// Requests the router's log says it sent here (the last worker each was sent to), that
+    /// succeeded and that failed: the measured ones and a load point's warm-up and cool-down
+    /// (the window its counters cover); None where no router log names workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routed: Option<(usize, usize)>,
     /// Measured requests the router sent here first and then retried on another worker (this

@@ -34,8 +34,9 @@ pub struct PointSummary {
     pub status: PointStatus,
     /// Expected against observed cache hits, per shared-prefix group or session turn.
     pub prefix_cache: Vec<PrefixCacheRow>,
-    /// A routed deployment: the measured requests the router sent to each worker (by its
-    /// log, the worker's name), as (succeeded, failed).
+    /// A routed deployment: the requests the router sent to each worker (by its log, the
+    /// worker's name), as (succeeded, failed): the measured ones and a load point's warm-up
+    /// and cool-down, the window the workers' counters cover.
     pub routed: std::collections::BTreeMap<String, (usize, usize)>,
     /// Measured requests the router sent to a worker first and then retried on another, by
     /// the worker it left.
@@ -172,9 +173,10 @@ impl PointFold {
     }
 
     /// Folds one measured record in (records may come in any order).
-    pub fn add(&mut self, r: &RequestRecord) {
-        let order = metrics::order_key(r);
-        self.measured += 1;
+    /// Counts where the router sent `r` (the worker it names) and nothing else: a load
+    /// point's warm-up and cool-down requests are in the workers' own counters too, so the
+    /// router's word is compared over the same requests.
+    pub fn add_routed(&mut self, r: &RequestRecord) {
         for w in &r.rerouted_from {
             *self.rerouted.entry(w.clone()).or_default() += 1;
         }
@@ -186,6 +188,12 @@ impl PointFold {
                 n.1 += 1;
             }
         }
+    }
+
+    pub fn add(&mut self, r: &RequestRecord) {
+        let order = metrics::order_key(r);
+        self.measured += 1;
+        self.add_routed(r);
         self.system.add(r);
         match &r.error {
             None => {

@@ -155,7 +155,7 @@ pub(crate) fn section(
                 && (counted - (ok + failed) as f64).abs() >= 0.5
             {
                 out.disagreements.push(format!(
-                    "{point}, {}: the router's log sent it {ok} measured requests that succeeded{}, its own counters finished {}",
+                    "{point}, {}: the router's log sent it {ok} requests that succeeded{}, its own counters finished {}",
                     w.name.as_deref().unwrap_or(&w.url),
                     if failed > 0 {
                         format!(" and {failed} that failed")
