@@ -341,7 +341,7 @@ async fn a_local_port_forward_reaches_a_server_on_the_host() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let remote_port = listener.local_addr().unwrap().port();
     tokio::spawn(serve_hello(listener));
-    let local_port = host.forward_local(remote_port).await.unwrap();
+    let local_port = host.forward_local("127.0.0.1", remote_port).await.unwrap();
     assert_ne!(local_port, remote_port);
     assert_eq!(http_get(local_port).await, "hello");
 }
@@ -353,7 +353,7 @@ async fn a_killed_master_is_reconnected_and_forwards_come_back() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let remote_port = listener.local_addr().unwrap().port();
     tokio::spawn(serve_hello(listener));
-    let local_port = host.forward_local(remote_port).await.unwrap();
+    let local_port = host.forward_local("127.0.0.1", remote_port).await.unwrap();
     let old = host.master_pid().await.expect("master pid");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(old as i32),

@@ -55,8 +55,18 @@ pub(crate) fn launch_command(
     self_exe: &str,
     port: u16,
 ) -> Result<LaunchCommand, LaunchError> {
+    launch_command_on(server, self_exe, "127.0.0.1", port)
+}
+
+/// [`launch_command`] listening on `host` (a deployment's worker that a router on another
+/// host reaches listens on its own host's address).
+pub(crate) fn launch_command_on(
+    server: &Server,
+    self_exe: &str,
+    host: &str,
+    port: u16,
+) -> Result<LaunchCommand, LaunchError> {
     let a = adapter(server.engine);
-    let host = "127.0.0.1";
     let model = server
         .model
         .clone()

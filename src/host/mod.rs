@@ -38,8 +38,11 @@ pub(crate) struct Spawn<'a> {
     pub workdir: Option<&'a str>,
     /// The log in the run directory (written directly, or mirrored from the host).
     pub log_path: &'a Path,
-    /// The port the server listens on, on the host's loopback.
+    /// The port the server listens on.
     pub port: u16,
+    /// The address it listens on, on its host: 127.0.0.1, or the host's address for a
+    /// deployment's worker that a router on another host reaches.
+    pub bind: &'a str,
 }
 
 /// Where a launched server runs, as recorded in `meta.json`.
@@ -296,6 +299,12 @@ pub(crate) trait ServerProcess: Send {
 
     /// How often to look at the process (each look at a remote one is a round trip).
     fn poll_interval(&self) -> Duration;
+
+    /// How long a line the process wrote may take to reach the run directory's copy of its
+    /// log (a remote log is pulled now and then).
+    fn log_lag(&self) -> Duration {
+        Duration::ZERO
+    }
 
     /// Stops the whole process group (SIGTERM, `grace`, SIGKILL) and confirms it is gone.
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped>;

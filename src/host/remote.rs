@@ -51,6 +51,22 @@ pub(crate) fn ssh_target(host: &HostSpec) -> Result<Option<SshTarget>, ssh::SshE
     }
 }
 
+/// `addr` as a URL's host (an IPv6 address in brackets).
+pub(crate) fn url_host(addr: &str) -> String {
+    if addr.contains(':') && !addr.starts_with('[') {
+        format!("[{addr}]")
+    } else {
+        addr.to_string()
+    }
+}
+
+fn spec_address(host: &HostSpec) -> Option<String> {
+    match host {
+        HostSpec::Ssh(s) => s.address.clone(),
+        HostSpec::Url(_) | HostSpec::Slurm(_) => None,
+    }
+}
+
 fn expand_home(p: &str) -> PathBuf {
     match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) => Path::new(&home).join(rest),
@@ -64,6 +80,8 @@ pub(crate) struct RemoteHost {
     /// The per-run directory on the host (logs, pid files).
     pub dir: String,
     binary: tokio::sync::Mutex<Option<String>>,
+    /// `address:` of the host's spec: where the run's other hosts reach it.
+    address: Option<String>,
 }
 
 impl RemoteHost {
@@ -84,6 +102,7 @@ impl RemoteHost {
             ssh: Arc::new(ssh),
             dir,
             binary: tokio::sync::Mutex::new(None),
+            address: spec_address(host),
         })
     }
 
@@ -96,6 +115,7 @@ impl RemoteHost {
             ssh: Arc::new(ssh),
             dir: String::new(),
             binary: tokio::sync::Mutex::new(None),
+            address: spec_address(host),
         })
     }
 
@@ -182,6 +202,7 @@ impl RemoteServer {
         ssh: Arc<SshHost>,
         process: RemoteProcess,
         local_log: PathBuf,
+        bind: &str,
         port: u16,
         local_port: u16,
     ) -> Self {
@@ -207,7 +228,7 @@ impl RemoteServer {
             process,
             local_log,
             url: format!("http://127.0.0.1:{local_port}"),
-            host_url: format!("http://127.0.0.1:{port}"),
+            host_url: format!("http://{}:{port}", url_host(bind)),
             offset,
             mirror,
         }
@@ -299,6 +320,9 @@ impl super::Host for RemoteHost {
     }
 
     fn address(&self) -> String {
+        if let Some(a) = &self.address {
+            return a.clone();
+        }
         let d = &self.ssh.target().destination;
         let d = d.strip_prefix("ssh://").unwrap_or(d);
         let d = d.rsplit('@').next().unwrap_or(d);
@@ -346,11 +370,12 @@ impl super::Host for RemoteHost {
                 .await?;
             // Readiness and /server_info go through a forward; so does the measurement with
             // `client: local`.
-            match self.ssh.forward_local(spawn.port).await {
+            match self.ssh.forward_local(spawn.bind, spawn.port).await {
                 Ok(local_port) => Ok(Box::new(RemoteServer::new(
                     self.ssh.clone(),
                     process,
                     spawn.log_path.to_path_buf(),
+                    spawn.bind,
                     spawn.port,
                     local_port,
                 )) as Box<dyn ServerProcess>),
@@ -515,6 +540,12 @@ impl ServerProcess for RemoteServer {
 
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(300)
+    }
+
+    fn log_lag(&self) -> Duration {
+        // A pull every LOG_SYNC_EVERY, a round trip each, and one pull that started just
+        // before the line was written.
+        LOG_SYNC_EVERY * 3
     }
 
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {

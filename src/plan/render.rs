@@ -298,17 +298,33 @@ fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
     use crate::engine::deployment::{router_command, worker_server};
     let mut lines = Vec::new();
     let mut for_router = Vec::new();
-    for plan in d.plan() {
+    let spread = d.node_count() > 1;
+    for (i, plan) in d.plan().into_iter().enumerate() {
         let bootstrap = (plan.role == crate::spec::deployment::WorkerRole::Prefill).then_some(0);
         let w = worker_server(s, &plan, bootstrap);
-        let line = launch(&w).replace(
+        let node = d.node_of(i);
+        // A worker off the router's node listens on its host's address, known at launch.
+        let address = if node == 0 {
+            "127.0.0.1".to_string()
+        } else {
+            format!("NODE{node}_ADDRESS")
+        };
+        let mut line = launch(&w).replace(
             "--disaggregation-bootstrap-port 0",
             "--disaggregation-bootstrap-port BOOTSTRAP_PORT",
         );
-        lines.push(format!("    {}: {line}", plan.name()));
+        if node > 0 {
+            line = line.replace("--host 127.0.0.1", &format!("--host {address}"));
+        }
+        let at = if spread {
+            format!(" (node {node})")
+        } else {
+            String::new()
+        };
+        lines.push(format!("    {}{at}: {line}", plan.name()));
         for_router.push((
             plan.role,
-            format!("http://127.0.0.1:PORT_{}", plan.name()),
+            format!("http://{address}:PORT_{}", plan.name()),
             bootstrap,
         ));
     }
@@ -319,8 +335,14 @@ fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
             .replace("0 --", "BOOTSTRAP_PORT --"),
         Err(e) => format!("(cannot be built: {e})"),
     };
+    let over = if spread {
+        format!(" over {} nodes", d.node_count())
+    } else {
+        String::new()
+    };
+    let router_at = if spread { " (node 0)" } else { "" };
     format!(
-        "launch a deployment of {} workers, each ready before the router:\n{}\n    then sglang-router: {router}",
+        "launch a deployment of {} workers{over}, each ready before the router:\n{}\n    then sglang-router{router_at}: {router}",
         lines.len(),
         lines.join("\n")
     )

@@ -36,8 +36,10 @@ pub(crate) struct WorkerTarget {
     pub role: Option<String>,
     /// Its URL from where servebench runs (a forwarded port for an SSH host).
     pub url: String,
-    /// Its URL on its host: what the router was given, and names it in its log.
+    /// Its URL as the router reaches it: what the router was given, and names it in its log.
     pub url_on_host: String,
+    /// A deployment spread over several hosts: the host it runs on.
+    pub host: Option<String>,
 }
 
 impl WorkerTarget {
@@ -48,6 +50,7 @@ impl WorkerTarget {
             role: None,
             url: url.to_string(),
             url_on_host: url.to_string(),
+            host: None,
         }
     }
 }
@@ -109,40 +112,71 @@ async fn distinct_port(
     ))
 }
 
-/// Starts the deployment of `server` (secrets expanded) on `host`: every worker, each ready on
-/// `/health`, then the router. A process that cannot be started, or a worker that dies or is
-/// not ready in time, stops the ones already started.
+/// Where one node of the deployment runs its processes, and what is taken there.
+struct Node<'h> {
+    host: &'h dyn Host,
+    /// The servebench binary there (for simulated workers).
+    bin: String,
+    /// What its workers listen on: 127.0.0.1 beside the router, the host's address elsewhere.
+    bind: String,
+    taken: Vec<u16>,
+}
+
+/// Starts the deployment of `server` (secrets expanded) over `hosts` (its node `i` on
+/// `hosts[i]`, the router on the first): every worker, each ready on `/health`, then the
+/// router. A process that cannot be started, or a worker that dies or is not ready in time,
+/// stops the ones already started.
 pub(crate) async fn spawn_deployment(
     group: &str,
     server: &Server,
     dep: &Deployment,
-    host: &dyn Host,
+    hosts: &[&dyn Host],
     log_path: &Path,
     interrupt: &Interrupt,
     deadline: Instant,
 ) -> Result<LaunchedDeployment, ServerError> {
+    let count = dep.node_count() as usize;
+    if hosts.len() < count {
+        return Err(ServerError::Config(format!(
+            "server.deployment.nodes is {count} but only {} host(s) are free for it: list at least {count} hosts in `hosts:`",
+            hosts.len()
+        )));
+    }
     let simulated = server.engine == Engine::Sim || server.simulate;
-    let bin = if simulated && server.launcher.is_none() {
-        host.servebench_binary().await?
-    } else {
-        "servebench".to_string()
-    };
+    let mut nodes = Vec::with_capacity(count);
+    for (i, host) in hosts.iter().take(count).enumerate() {
+        nodes.push(Node {
+            host: *host,
+            bin: if simulated && server.launcher.is_none() {
+                host.servebench_binary().await?
+            } else {
+                "servebench".to_string()
+            },
+            bind: if i == 0 {
+                "127.0.0.1".into()
+            } else {
+                host.address()
+            },
+            taken: Vec::new(),
+        });
+    }
     let plans = dep.plan();
-    let mut taken = Vec::new();
     let mut members: Vec<Member> = Vec::new();
     let mut records = Vec::new();
     let mut targets = Vec::new();
     let mut for_router = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         let name = plan.name();
+        let node = &mut nodes[dep.node_of(i)];
+        let host = node.host;
         let started = async {
-            let port = distinct_port(host, None, &mut taken).await?;
+            let port = distinct_port(host, None, &mut node.taken).await?;
             let bootstrap = match plan.role {
-                WorkerRole::Prefill => Some(distinct_port(host, None, &mut taken).await?),
+                WorkerRole::Prefill => Some(distinct_port(host, None, &mut node.taken).await?),
                 _ => None,
             };
             let ws = worker_server(server, plan, bootstrap);
-            let cmd = engine::launch_command(&ws, &bin, port)?;
+            let cmd = engine::launch_command_on(&ws, &node.bin, &node.bind, port)?;
             let log = member_log_path(log_path, &name);
             let process = host
                 .spawn(Spawn {
@@ -152,6 +186,7 @@ pub(crate) async fn spawn_deployment(
                     workdir: server.workdir.as_deref(),
                     log_path: &log,
                     port,
+                    bind: &node.bind,
                 })
                 .await
                 .map_err(|e| match e {
@@ -172,12 +207,17 @@ pub(crate) async fn spawn_deployment(
             }
         };
         let ids = process.ids();
-        let url_on_host = format!("http://127.0.0.1:{port}");
+        // As the router reaches it, from the first node.
+        let url_on_host = format!(
+            "http://{}:{port}",
+            crate::host::remote::url_host(&node.bind)
+        );
         targets.push(WorkerTarget {
             name: name.clone(),
             role: Some(plan.role.to_string()),
             url: process.url().to_string(),
             url_on_host: url_on_host.clone(),
+            host: (count > 1).then(|| host.name()),
         });
         for_router.push((plan.role, url_on_host.clone(), bootstrap));
         records.push(RankLaunch {
@@ -208,9 +248,11 @@ pub(crate) async fn spawn_deployment(
         stop_members(&mut members, STOP_GRACE).await;
         return Err(e);
     }
+    let first = &mut nodes[0];
+    let host = first.host;
     let started = async {
-        let port = distinct_port(host, dep.router.port, &mut taken).await?;
-        let prometheus = distinct_port(host, None, &mut taken).await?;
+        let port = distinct_port(host, dep.router.port, &mut first.taken).await?;
+        let prometheus = distinct_port(host, None, &mut first.taken).await?;
         let cmd = router_command(dep, port, prometheus, &for_router)?;
         let process = host
             .spawn(Spawn {
@@ -220,6 +262,7 @@ pub(crate) async fn spawn_deployment(
                 workdir: server.workdir.as_deref(),
                 log_path,
                 port,
+                bind: "127.0.0.1",
             })
             .await
             .map_err(|e| match e {
@@ -394,6 +437,10 @@ impl ServerProcess for DeploymentProcess {
             Some((_, m)) => m.process.log_display(),
             None => self.members[0].process.log_display(),
         }
+    }
+
+    fn log_lag(&self) -> Duration {
+        self.members[0].process.log_lag()
     }
 
     fn poll_interval(&self) -> Duration {

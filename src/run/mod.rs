@@ -425,13 +425,17 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         let slurm = pool.iter().find_map(crate::spec::types::HostSpec::slurm);
         let capacity: usize = pool.iter().map(|h| h.rank_capacity() as usize).sum();
         if server.node_count() > 1 && server.url.is_none() {
-            if let Err(e) = crate::engine::ranks::flavour(server) {
+            // A deployment's workers are single-node servers: its nodes hold whole workers.
+            if server.deployment.is_none()
+                && let Err(e) = crate::engine::ranks::flavour(server)
+            {
                 note(Preflight::Nodes(e.to_string()));
             }
             match slurm {
                 Some(s) if server.node_count() > s.rank_capacity() => {
                     note(Preflight::Nodes(format!(
-                        "server.nodes is {} but the Slurm allocation holds {} ({} x {} per node): set host.slurm.nodes to {}",
+                        "{} is {} but the Slurm allocation holds {} ({} x {} per node): set host.slurm.nodes to {}",
+                        server.nodes_key(),
                         server.node_count(),
                         count_s(s.rank_capacity() as usize, "rank"),
                         count_s(s.nodes as usize, "node"),
@@ -442,7 +446,8 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
                 Some(_) => {}
                 None if server.node_count() as usize > capacity => {
                     note(Preflight::Nodes(format!(
-                        "server.nodes is {} but the run has {}: list at least {} hosts in `hosts:`",
+                        "{} is {} but the run has {}: list at least {} hosts in `hosts:`",
+                        server.nodes_key(),
                         server.node_count(),
                         count_s(pool.len(), "host"),
                         server.node_count()

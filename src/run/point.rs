@@ -132,14 +132,13 @@ impl PointRunner {
     pub(crate) fn set_workers(
         &mut self,
         workers: Vec<super::deployment::WorkerTarget>,
-        router_log: Option<(PathBuf, u64)>,
+        router_log: Option<super::routing::RouterLog>,
     ) {
         let names = workers
             .iter()
             .map(|w| (w.url_on_host.clone(), w.name.clone()))
             .collect();
-        self.routing
-            .follow(router_log.map(|(path, from)| (path, from, names)));
+        self.routing.follow(router_log.map(|log| (log, names)));
         self.workers = workers;
     }
 
@@ -319,6 +318,7 @@ impl PointRunner {
                 crate::results::records::WorkerView {
                     name: (w.name != w.url).then_some(w.name),
                     role: w.role,
+                    host: w.host,
                     routed,
                     rerouted,
                     view: crate::measure::server_view::summarize(&mine),

@@ -420,7 +420,8 @@ pub(super) async fn measure_pool(
                     "no host of the pool is left to run it".to_string()
                 } else {
                     format!(
-                        "server.nodes is {} but only {} of the pool are left",
+                        "{} is {} but only {} of the pool are left",
+                        g.server.nodes_key(),
                         g.server.node_count(),
                         crate::text::count_s(left, "host")
                     )

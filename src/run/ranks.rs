@@ -119,6 +119,7 @@ pub(crate) async fn spawn_ranks(
                 workdir: server.workdir.as_deref(),
                 log_path: &rank_log,
                 port: ports[i],
+                bind: "127.0.0.1",
             })
             .await;
         let process = match spawned {

@@ -28,9 +28,20 @@ const LINE_WAIT: Duration = Duration::from_millis(60);
 /// The log's lines longer than this are not the router's request lines: skipped.
 const MAX_LINE: usize = 64 * 1024;
 
+/// A router's log to follow: the run directory's copy, the byte its launch's lines begin
+/// at, and how late a line may reach the copy (a remote host's log is pulled now and then).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RouterLog {
+    pub path: PathBuf,
+    pub from: u64,
+    pub lag: Duration,
+}
+
 /// The router log being followed, and what it said so far.
 struct Follow {
     path: PathBuf,
+    /// How long a record waits for its line: [`LINE_WAIT`] and the copy's lag.
+    wait: Duration,
     offset: u64,
     partial: Vec<u8>,
     /// Request id to where it was sent, in order (again on a retry).
@@ -55,13 +66,14 @@ pub(crate) struct RoutingBook {
 }
 
 impl RoutingBook {
-    /// Follows the router log at `path` from byte `from`; `names` maps each worker's URL as
-    /// the router has it to the name records give it (`worker0`, `decode1`). None stops.
-    pub(crate) fn follow(&self, log: Option<(PathBuf, u64, HashMap<String, String>)>) {
+    /// Follows the router's `log`; `names` maps each worker's URL as the router has it to
+    /// the name records give it (`worker0`, `decode1`). None stops.
+    pub(crate) fn follow(&self, log: Option<(RouterLog, HashMap<String, String>)>) {
         let mut f = self.follow.lock().unwrap_or_else(|p| p.into_inner());
-        *f = log.map(|(path, offset, names)| Follow {
-            path,
-            offset,
+        *f = log.map(|(log, names)| Follow {
+            path: log.path,
+            wait: LINE_WAIT + log.lag,
+            offset: log.from,
             partial: Vec::new(),
             sends: HashMap::new(),
             names,
@@ -81,9 +93,12 @@ impl RoutingBook {
         if rec.connection.is_none() {
             return;
         }
-        let deadline = std::time::Instant::now() + LINE_WAIT;
+        let deadline = std::time::Instant::now() + f.wait;
+        // A copy pulled now and then: two pulls that came without the line mean the router
+        // never wrote it (its line precedes the response the record ends with).
+        let mut pulls_without = 0;
         loop {
-            f.read_new();
+            let grew = f.read_new();
             if let Some(sent) = f.sends.remove(id) {
                 let Some(last) = sent.last() else {
                     return;
@@ -97,7 +112,8 @@ impl RoutingBook {
                     .collect();
                 return;
             }
-            if std::time::Instant::now() >= deadline {
+            pulls_without += usize::from(grew);
+            if std::time::Instant::now() >= deadline || (f.wait > LINE_WAIT && pulls_without >= 2) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -106,14 +122,15 @@ impl RoutingBook {
 }
 
 impl Follow {
-    /// Reads what the log gained since the last look.
-    fn read_new(&mut self) {
+    /// Reads what the log gained since the last look; true when it had gained anything.
+    fn read_new(&mut self) -> bool {
         let Ok(mut file) = std::fs::File::open(&self.path) else {
-            return;
+            return false;
         };
         let Ok(len) = file.metadata().map(|m| m.len()) else {
-            return;
+            return false;
         };
+        let before = self.offset;
         if len < self.offset {
             // Truncated or replaced: start over.
             self.offset = 0;
@@ -121,20 +138,21 @@ impl Follow {
         }
         while self.offset < len {
             if file.seek(SeekFrom::Start(self.offset)).is_err() {
-                return;
+                break;
             }
             let want = ((len - self.offset) as usize).min(READ_CHUNK);
             let mut buf = vec![0; want];
             let Ok(n) = file.read(&mut buf) else {
-                return;
+                break;
             };
             if n == 0 {
-                return;
+                break;
             }
             self.offset += n as u64;
             buf.truncate(n);
             self.take(&buf);
         }
+        self.offset != before
     }
 
     fn take(&mut self, bytes: &[u8]) {
@@ -274,7 +292,14 @@ mod tests {
             ("http://127.0.0.1:31001".to_string(), "worker0".to_string()),
             ("http://127.0.0.1:31002".to_string(), "worker1".to_string()),
         ]);
-        book.follow(Some((path.clone(), 0, names)));
+        book.follow(Some((
+            RouterLog {
+                path: path.clone(),
+                from: 0,
+                lag: Duration::ZERO,
+            },
+            names,
+        )));
         let mut rec = RequestRecord {
             request_id: Some("sb-abc-124".into()),
             connection: Some(crate::results::records::ConnectionUse::Opened),
@@ -295,5 +320,64 @@ mod tests {
         rec.worker = None;
         book.attribute(&mut rec);
         assert_eq!(rec.worker, None);
+    }
+
+    /// A remote router's log reaches the run directory a pull at a time: a record waits for
+    /// the pull that brings its line, and gives up after two pulls without it, not at the
+    /// whole lag.
+    #[test]
+    fn a_lagging_copy_is_waited_for_a_pull_or_two() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.log");
+        std::fs::write(&path, "startup line\n").unwrap();
+        let book = RoutingBook::default();
+        let names = HashMap::from([("http://127.0.0.1:31002".to_string(), "worker1".to_string())]);
+        book.follow(Some((
+            RouterLog {
+                path: path.clone(),
+                from: 0,
+                lag: Duration::from_secs(120),
+            },
+            names,
+        )));
+        let record = || RequestRecord {
+            request_id: Some("sb-abc-124".into()),
+            connection: Some(crate::results::records::ConnectionUse::Opened),
+            ..RequestRecord::fixture()
+        };
+        let pull = |text: String, after: Duration| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(after);
+                let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+                writeln!(f, "{text}").unwrap();
+            })
+        };
+        // The line comes with a later pull.
+        let late = pull(SENT.to_string(), Duration::from_millis(300));
+        let mut rec = record();
+        book.attribute(&mut rec);
+        late.join().unwrap();
+        assert_eq!(rec.worker.as_deref(), Some("worker1"));
+        // A request the router never logged: two pulls without its line end the wait.
+        let started = std::time::Instant::now();
+        let pulls = [
+            pull("other line".into(), Duration::from_millis(200)),
+            pull("another line".into(), Duration::from_millis(400)),
+        ];
+        let mut rec = RequestRecord {
+            request_id: Some("sb-never-logged".into()),
+            ..record()
+        };
+        book.attribute(&mut rec);
+        for p in pulls {
+            p.join().unwrap();
+        }
+        assert_eq!(rec.worker, None);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "gave up after the pulls, not the 120 s lag: {:?}",
+            started.elapsed()
+        );
     }
 }

@@ -150,7 +150,7 @@ impl ServerHandle {
                 group,
                 &effective,
                 dep,
-                hosts[0],
+                hosts,
                 log_path,
                 interrupt,
                 launched_at + server.ready_timeout,
@@ -181,6 +181,7 @@ impl ServerHandle {
                     workdir: effective.workdir.as_deref(),
                     log_path,
                     port,
+                    bind: "127.0.0.1",
                 })
                 .await
             {
@@ -361,17 +362,18 @@ impl ServerHandle {
         Some(format!("by {name} (signal {n})"))
     }
 
-    /// A deployment launched on this machine: its router's log and where this launch's
-    /// lines begin (the router names each request's worker there). None elsewhere: a remote
-    /// host's log is mirrored here only now and then.
-    pub(crate) fn router_log(&self) -> Option<(PathBuf, u64)> {
+    /// A launched deployment: its router's log (the run directory's copy), where this
+    /// launch's lines begin (the router names each request's worker there), and how late a
+    /// line may reach that copy.
+    pub(crate) fn router_log(&self) -> Option<super::routing::RouterLog> {
         let p = self.process.as_ref()?;
-        (!self.workers.is_empty()
-            && self.host_url.is_none()
-            && self.record.host.is_none()
-            && self.record.slurm.is_none())
-        .then(|| (self.log_path.clone(), self.log_start))
-        .filter(|_| p.failed_rank().is_none())
+        (!self.workers.is_empty())
+            .then(|| super::routing::RouterLog {
+                path: self.log_path.clone(),
+                from: self.log_start,
+                lag: p.log_lag(),
+            })
+            .filter(|_| p.failed_rank().is_none())
     }
 
     /// For a server servebench did not start: Err with why when it does not answer `/health`

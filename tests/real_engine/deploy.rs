@@ -474,3 +474,117 @@ fn a_killed_runner_leaves_no_worker_or_router_behind() {
         );
     }
 }
+
+/// A deployment spread over a pool of two SSH hosts (two sshd on loopback): worker0 and the
+/// router on the first, worker1 on the second listening on that host's `address:`
+/// (127.0.0.2, loopback too, so only the bind address reaches it). The router on the first
+/// host reaches worker1 there; each request's worker comes from the router's log as it is
+/// pulled from the host, and matches each worker's own counters; everything is stopped on
+/// both hosts.
+#[test]
+fn a_deployment_spread_over_two_ssh_hosts_routes_to_both_and_names_each_requests_worker() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let (Some(a), Some(b)) = (crate::sshd::Sshd::start(), crate::sshd::Sshd::start()) else {
+        return;
+    };
+    let marker = marker("deploy-spread");
+    let ws = Workspace::new();
+    let host = |s: &crate::sshd::Sshd, extra: &str| {
+        format!(
+            "  - ssh: 127.0.0.1\n    port: {port}\n    identity: {key}\n    known_hosts: {kh}\n    remote_dir: {home}/sb\n{extra}",
+            port = s.port,
+            key = s.client_key.display(),
+            kh = s.known_hosts.display(),
+            home = s.home.display(),
+        )
+    };
+    let hosts = format!(
+        "hosts:\n{}{}client: local\n",
+        host(&a, ""),
+        host(&b, "    address: 127.0.0.2\n")
+    );
+    let spec = ws.write(
+        "spread.yaml",
+        &format!(
+            "{hosts}{}",
+            deployment_spec(
+                &tier,
+                "deploy-spread",
+                "    workers: 2\n    nodes: 2",
+                &marker,
+                "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 8\nrequests: 20\nconcurrency: 2\n",
+            )
+        ),
+    );
+    let plan = servebench().arg("plan").arg(&spec).output().unwrap();
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.contains("2 workers over 2 nodes")
+            && text.contains("worker1 (node 1): ")
+            && text.contains("--host NODE1_ADDRESS")
+            && text.contains("http://NODE1_ADDRESS:PORT_worker1"),
+        "{}",
+        show(&plan)
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    let on = |h: &Value, s: &crate::sshd::Sshd| {
+        h.as_str()
+            .is_some_and(|h| h.ends_with(&format!(":{}", s.port)))
+    };
+    assert!(on(&server["host"], &a), "the router on the first: {server}");
+    let ranks = server["ranks"].as_array().unwrap();
+    assert!(on(&ranks[0]["host"], &a), "{}", ranks[0]);
+    assert!(on(&ranks[1]["host"], &b), "{}", ranks[1]);
+    assert!(
+        ranks[1]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.2:"),
+        "{}",
+        ranks[1]
+    );
+    let command = ranks[1]["command"].to_string();
+    assert!(command.contains(r#""--host","127.0.0.2""#), "{command}");
+    let router_args = server["command"].to_string();
+    assert!(
+        router_args.contains(ranks[1]["url"].as_str().unwrap()),
+        "the router reaches worker1 at its host's address: {router_args}"
+    );
+    // The router's log came from the host a pull at a time; each request is named still.
+    let records = measured(&dir);
+    assert_eq!(records.len(), 20);
+    let by_router = routed(&records, "p001");
+    assert_eq!(by_router.get("worker0"), Some(&10), "{by_router:?}");
+    assert_eq!(by_router.get("worker1"), Some(&10), "{by_router:?}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    for w in points[0]["workers"].as_array().unwrap() {
+        let name = w["name"].as_str().unwrap();
+        assert_eq!(
+            w["view"]["requests"].as_f64().unwrap(),
+            by_router[name] as f64,
+            "the worker's own counters, through its host's forward: {w}"
+        );
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let row = report
+        .lines()
+        .find(|l| l.contains("| worker1 "))
+        .unwrap_or_else(|| panic!("no worker1 row:\n{report}"));
+    assert!(
+        row.contains(&format!(" on 127.0.0.1:{} ", b.port)),
+        "each worker's host is named: {row}"
+    );
+    for r in ranks {
+        assert_eq!(r["stopped"], true, "{r}");
+        assert!(dir.join(r["log_file"].as_str().unwrap()).is_file(), "{r}");
+    }
+    assert_eq!(server["stopped"], true, "{server}");
+    let left = live_with_marker(&marker);
+    assert!(left.is_empty(), "left running: {left:?}");
+}

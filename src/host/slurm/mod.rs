@@ -599,8 +599,14 @@ impl SlurmHost {
         spawn: Spawn<'_>,
         rank: u32,
     ) -> Result<Box<dyn ServerProcess>, HostError> {
+        // A member of a group (a deployment's `g1.worker0`) runs in its group's allocation;
+        // the group's own process (the router, rank 0) holds it and releases it.
+        let (owner, member) = match spawn.group.split_once('.') {
+            Some((g, _)) => (g, true),
+            None => (spawn.group, false),
+        };
         let alloc = if rank == 0 {
-            self.allocation(spawn.group).await?
+            self.allocation(owner).await?
         } else {
             self.current_allocation().await?
         };
@@ -713,12 +719,16 @@ impl SlurmHost {
             job: alloc.job.clone(),
             step_name,
             // Rank 0 holds the allocation; the other ranks' steps end with it.
-            release_job: rank == 0 && self.opts.allocation == SlurmAllocation::Group,
+            release_job: rank == 0 && !member && self.opts.allocation == SlurmAllocation::Group,
             current: self.current.clone(),
             open_jobs: self.open_jobs.clone(),
             runner: self.runner.clone(),
             url: format!("http://{addr}:{}", spawn.port),
-            host_url: format!("http://127.0.0.1:{}", spawn.port),
+            host_url: format!(
+                "http://{}:{}",
+                crate::host::remote::url_host(spawn.bind),
+                spawn.port
+            ),
             log_path: spawn.log_path.to_path_buf(),
             last_look: None,
         };
@@ -1097,6 +1107,11 @@ impl ServerProcess for SlurmServer {
 
     fn poll_interval(&self) -> Duration {
         Duration::from_millis(100)
+    }
+
+    fn log_lag(&self) -> Duration {
+        // The step's output comes through slurmstepd and srun, line by line.
+        Duration::from_millis(250)
     }
 
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {

@@ -63,8 +63,9 @@ pub struct SshHost {
     config: Option<PathBuf>,
     /// Serializes reconnections, so concurrent failures reconnect once.
     reconnecting: tokio::sync::Mutex<()>,
-    /// Local forwards (local port, remote port), re-requested after a reconnection.
-    forwards: Mutex<Vec<(u16, u16)>>,
+    /// Local forwards (local port, remote address, remote port), re-requested after a
+    /// reconnection.
+    forwards: Mutex<Vec<(u16, String, u16)>>,
 }
 
 impl std::fmt::Debug for SshHost {
@@ -291,21 +292,29 @@ impl SshHost {
             .map_err(|e| self.command_error(&argv[0], e))
     }
 
-    /// Forwards 127.0.0.1:<free local port> to 127.0.0.1:`remote_port` on the host; returns
+    /// Forwards 127.0.0.1:<free local port> to `remote_host`:`remote_port` as the host reaches
+    /// it (127.0.0.1, or the address a server there listens on); returns
     /// the local port. The forward lives as long as the connection (and is restored after a
     /// reconnection, on the same local port).
-    pub async fn forward_local(&self, remote_port: u16) -> Result<u16, SshError> {
+    pub async fn forward_local(
+        &self,
+        remote_host: &str,
+        remote_port: u16,
+    ) -> Result<u16, SshError> {
         let mut last = None;
         // The free port can be taken between choosing and binding; try a few.
         for _ in 0..3 {
             let local_port =
                 super::free_port().map_err(|e| local("cannot find a free local port", e))?;
-            match self.request_forward(local_port, remote_port).await {
+            match self
+                .request_forward(local_port, remote_host, remote_port)
+                .await
+            {
                 Ok(()) => {
                     self.forwards
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .push((local_port, remote_port));
+                        .push((local_port, remote_host.to_string(), remote_port));
                     return Ok(local_port);
                 }
                 Err(e) => last = Some(e),
@@ -317,13 +326,18 @@ impl SshHost {
         }))
     }
 
-    async fn request_forward(&self, local_port: u16, remote_port: u16) -> Result<(), SshError> {
-        let what = format!("forwarding local port {local_port} to port {remote_port}");
+    async fn request_forward(
+        &self,
+        local_port: u16,
+        remote_host: &str,
+        remote_port: u16,
+    ) -> Result<(), SshError> {
+        let what = format!("forwarding local port {local_port} to {remote_host}:{remote_port}");
         self.retrying(&what, |s| async move {
             s.request_port_forward(
                 ForwardType::Local,
                 (Ipv4Addr::LOCALHOST, local_port),
-                (Ipv4Addr::LOCALHOST, remote_port),
+                tcp_socket(remote_host, remote_port),
             )
             .await
         })
@@ -336,12 +350,12 @@ impl SshHost {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for (local_port, remote_port) in forwards {
+        for (local_port, remote_host, remote_port) in forwards {
             self.session()
                 .request_port_forward(
                     ForwardType::Local,
                     (Ipv4Addr::LOCALHOST, local_port),
-                    (Ipv4Addr::LOCALHOST, remote_port),
+                    tcp_socket(&remote_host, remote_port),
                 )
                 .await
                 .map_err(|e| {
@@ -505,6 +519,19 @@ fn connect_error(t: &SshTarget, host: &str, e: openssh::Error) -> SshError {
 
 /// `program` always in single quotes: openssh leaves words like `A=b` bare, and a bare
 /// `A=b` in command position would be an assignment, not a program.
+/// `host:port` as the far end of a forward (an IPv6 address in brackets, as ssh -L takes it).
+fn tcp_socket(host: &str, port: u16) -> openssh::Socket<'static> {
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    openssh::Socket::TcpSocket {
+        host: host.into(),
+        port,
+    }
+}
+
 fn quote(program: &str) -> String {
     format!("'{}'", program.replace('\'', r"'\''"))
 }

@@ -701,6 +701,9 @@ pub struct WorkerView {
     /// A launched deployment's worker: its role (`regular`, `prefill`, `decode`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// A deployment spread over several hosts: the host this worker runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// Requests the router's log says it sent here (the last worker each was sent to), that
     /// succeeded and that failed: the measured ones and a load point's warm-up and cool-down
     /// (the window its counters cover); None where no router log names workers.

@@ -43,6 +43,18 @@ pub struct Deployment {
     /// Flags every decode worker gets, merged over `server.args`.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub decode_args: IndexMap<String, ArgValue>,
+    /// Hosts the workers are spread over (default 1: every worker beside the router): the
+    /// group's first N hosts of `hosts:`, or N ranks of a Slurm allocation. The router runs
+    /// on the first; a worker on another host listens on that host's `address` (its SSH
+    /// host name unless given; a Slurm node's address), where the router reaches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub nodes: Option<u32>,
+    /// The node (from 0) of each worker, in launch order (prefill workers before decode
+    /// workers): `[0, 1, 1]`. Absent: the workers in turn over the nodes (worker i on node
+    /// i mod `nodes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<u32>,
     /// The router in front of the workers.
     #[serde(default)]
     pub router: Router,
@@ -152,6 +164,20 @@ impl Deployment {
         self.prefill.is_some() || self.decode.is_some()
     }
 
+    /// Hosts the deployment holds (`nodes`, at least 1).
+    pub fn node_count(&self) -> u32 {
+        self.nodes.unwrap_or(1).max(1)
+    }
+
+    /// The node (from 0) the `i`th worker of [`Self::plan`] runs on.
+    pub fn node_of(&self, i: usize) -> usize {
+        let nodes = self.node_count() as usize;
+        self.placement
+            .get(i)
+            .map_or(i % nodes, |&n| n as usize)
+            .min(nodes - 1)
+    }
+
     /// The workers to launch, prefill before decode.
     pub fn plan(&self) -> Vec<WorkerPlan> {
         if self.disaggregated() {
@@ -212,7 +238,7 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             pointer: "/server/nodes".into(),
             target: Target::Key,
             message: "a deployment's workers are single-node servers: `server.nodes` over 1 cannot be combined with `server.deployment`".into(),
-            hint: Some("remove `nodes`, or remove `deployment`".into()),
+            hint: Some("remove `nodes`; to spread the workers over several hosts, set `deployment.nodes`".into()),
         });
     }
     if server.get("workers").is_some_and(|w| !w.is_null()) {
@@ -293,6 +319,7 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             hint: Some("launch fewer workers".into()),
         });
     }
+    problems.extend(placement_checks(dep, total));
     if let Some(args) = dep.get("worker_args").and_then(Value::as_array) {
         let n = count("workers").max(1);
         if args.len() as u64 > n {
@@ -334,6 +361,80 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
                     }),
                 });
             }
+        }
+    }
+    problems
+}
+
+/// `nodes` and `placement` against the `total` workers: every node but the router's holds a
+/// worker, and each placement names a node of the deployment's.
+fn placement_checks(dep: &serde_json::Map<String, Value>, total: u64) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let nodes = dep.get("nodes").and_then(Value::as_u64);
+    let placement = dep.get("placement").and_then(Value::as_array);
+    let Some(nodes) = nodes else {
+        if placement.is_some_and(|p| !p.is_empty()) {
+            problems.push(Problem {
+                pointer: "/server/deployment/placement".into(),
+                target: Target::Key,
+                message: "`placement` names nodes, but the deployment has one (`nodes` is not set)"
+                    .into(),
+                hint: Some("set `nodes` to the number of hosts the workers are spread over".into()),
+            });
+        }
+        return problems;
+    };
+    let Some(placement) = placement.filter(|p| !p.is_empty()) else {
+        if nodes > total {
+            problems.push(Problem {
+                pointer: "/server/deployment/nodes".into(),
+                target: Target::Value,
+                message: format!(
+                    "the deployment is spread over {nodes} nodes but has {total} worker(s): node {total} and after would hold none"
+                ),
+                hint: Some(format!("set `nodes: {total}` or launch more workers")),
+            });
+        }
+        return problems;
+    };
+    if placement.len() as u64 != total {
+        problems.push(Problem {
+            pointer: "/server/deployment/placement".into(),
+            target: Target::Value,
+            message: format!(
+                "`placement` names {} node(s) for {total} worker(s): it needs one per worker, in launch order (prefill before decode)",
+                placement.len()
+            ),
+            hint: Some(format!("give {total} node numbers")),
+        });
+    }
+    for (i, n) in placement.iter().enumerate() {
+        if let Some(n) = n.as_u64().filter(|&n| n >= nodes) {
+            problems.push(Problem {
+                pointer: format!("/server/deployment/placement/{i}"),
+                target: Target::Value,
+                message: format!(
+                    "node {n} is not one of the deployment's {nodes} nodes (0 to {})",
+                    nodes - 1
+                ),
+                hint: Some(format!(
+                    "use a node from 0 to {}, or set `nodes: {}`",
+                    nodes - 1,
+                    n + 1
+                )),
+            });
+        }
+    }
+    for node in 1..nodes {
+        if !placement.iter().any(|n| n.as_u64() == Some(node)) {
+            problems.push(Problem {
+                pointer: "/server/deployment/placement".into(),
+                target: Target::Value,
+                message: format!("node {node} of the deployment's {nodes} holds no worker"),
+                hint: Some(format!(
+                    "place a worker on node {node}, or set `nodes: {node}`"
+                )),
+            });
         }
     }
     problems
@@ -390,6 +491,20 @@ mod tests {
         assert_eq!(d.router.policy, RouterPolicy::CacheAware);
     }
 
+    #[test]
+    fn workers_go_round_the_nodes_unless_placed() {
+        let d: Deployment =
+            serde_json::from_value(serde_json::json!({"workers": 3, "nodes": 2})).unwrap();
+        assert_eq!((0..3).map(|i| d.node_of(i)).collect::<Vec<_>>(), [0, 1, 0]);
+        let d: Deployment = serde_json::from_value(
+            serde_json::json!({"prefill": 1, "decode": 2, "nodes": 2, "placement": [0, 1, 1]}),
+        )
+        .unwrap();
+        assert_eq!((0..3).map(|i| d.node_of(i)).collect::<Vec<_>>(), [0, 1, 1]);
+        let one: Deployment = serde_json::from_value(serde_json::json!({"workers": 2})).unwrap();
+        assert_eq!((one.node_count(), one.node_of(1)), (1, 0));
+    }
+
     fn problems(server: Value) -> Vec<String> {
         checks(&serde_json::json!({ "server": server }))
             .into_iter()
@@ -421,6 +536,29 @@ mod tests {
         );
         let p = problems(serde_json::json!({"deployment": {"workers": 65}}));
         assert!(p[0].contains("at most 64"), "{p:?}");
+        let p = problems(serde_json::json!({"deployment": {"workers": 2, "nodes": 3}}));
+        assert_eq!(
+            p,
+            [
+                "/server/deployment/nodes: the deployment is spread over 3 nodes but has 2 worker(s): node 2 and after would hold none"
+            ]
+        );
+        let p = problems(serde_json::json!({"deployment": {"workers": 2, "placement": [0, 0]}}));
+        assert!(p[0].starts_with("/server/deployment/placement: "), "{p:?}");
+        let p = problems(
+            serde_json::json!({"deployment": {"prefill": 1, "decode": 2, "nodes": 3, "placement": [0, 3, 1]}}),
+        );
+        assert_eq!(
+            p,
+            [
+                "/server/deployment/placement/1: node 3 is not one of the deployment's 3 nodes (0 to 2)",
+                "/server/deployment/placement: node 2 of the deployment's 3 holds no worker",
+            ]
+        );
+        let p = problems(
+            serde_json::json!({"deployment": {"workers": 3, "nodes": 2, "placement": [0, 1]}}),
+        );
+        assert!(p[0].contains("names 2 node(s) for 3 worker(s)"), "{p:?}");
         let p = problems(
             serde_json::json!({"deployment": {"workers": 2, "router": {"args": {"policy": "random"}}}}),
         );

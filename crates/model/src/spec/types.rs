@@ -423,6 +423,11 @@ pub struct SshHostSpec {
     /// (default `~/.cache/servebench`).
     #[serde(default)]
     pub remote_dir: Option<String>,
+    /// The address the run's other hosts reach this one at (a deployment's router reaching
+    /// a worker here, the other ranks reaching rank 0's rendezvous). Default: the host part
+    /// of `ssh`, which must then resolve there too (a `~/.ssh/config` alias may not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// How an SSH host's key is checked.
@@ -669,9 +674,23 @@ pub struct Server {
 }
 
 impl Server {
-    /// Ranks the server runs as (`nodes`, at least 1).
+    /// Hosts the server holds at once: its ranks (`nodes`, at least 1), or the nodes a
+    /// deployment spreads its workers over (`deployment.nodes`).
     pub fn node_count(&self) -> u32 {
-        self.nodes.unwrap_or(1).max(1)
+        match &self.deployment {
+            Some(d) => d.node_count(),
+            None => self.nodes.unwrap_or(1).max(1),
+        }
+    }
+
+    /// The key that sets [`Self::node_count`], for messages: `server.nodes` or
+    /// `server.deployment.nodes`.
+    pub fn nodes_key(&self) -> &'static str {
+        if self.deployment.is_some() {
+            "server.deployment.nodes"
+        } else {
+            "server.nodes"
+        }
     }
 }
 

@@ -144,10 +144,13 @@ pub(crate) fn section(
         stage_rows(p, &point, &mut out);
         for (w, n) in p.workers.iter().zip(&counts) {
             let v = w.view.as_ref();
-            let name = match &w.name {
+            let mut name = match &w.name {
                 Some(n) => format!("{n} {}", w.url),
                 None => w.url.clone(),
             };
+            if let Some(host) = &w.host {
+                name.push_str(&format!(" on {host}"));
+            }
             // A regular worker finishes each request it is sent; a prefill worker finishes
             // its prefill half too (SGLang counts it), so the two counts are comparable.
             if let (Some((ok, failed)), Some(counted)) = (w.routed, *n)
