@@ -43,6 +43,9 @@ pub(crate) struct Spawn<'a> {
     /// The address it listens on, on its host: 127.0.0.1, or the host's address for a
     /// deployment's worker that a router on another host reaches.
     pub bind: &'a str,
+    /// Other processes of its group run on the same machine (a deployment's workers and
+    /// router): a Slurm step shares the node with them (`--overlap`).
+    pub shared: bool,
 }
 
 /// Where a launched server runs, as recorded in `meta.json`.

@@ -187,6 +187,7 @@ pub(crate) async fn spawn_deployment(
                     log_path: &log,
                     port,
                     bind: &node.bind,
+                    shared: true,
                 })
                 .await
                 .map_err(|e| match e {
@@ -263,6 +264,7 @@ pub(crate) async fn spawn_deployment(
                 log_path,
                 port,
                 bind: "127.0.0.1",
+                shared: true,
             })
             .await
             .map_err(|e| match e {

@@ -120,6 +120,7 @@ pub(crate) async fn spawn_ranks(
                 log_path: &rank_log,
                 port: ports[i],
                 bind: "127.0.0.1",
+                shared: false,
             })
             .await;
         let process = match spawned {

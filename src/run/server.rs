@@ -182,6 +182,7 @@ impl ServerHandle {
                     log_path,
                     port,
                     bind: "127.0.0.1",
+                    shared: false,
                 })
                 .await
             {

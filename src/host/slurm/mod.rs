@@ -615,8 +615,9 @@ impl SlurmHost {
             .launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let step_name = format!("servebench-{}-{}-{n}", self.run_id, spawn.group);
-        // Ranks that share a node share its resources; each takes its own otherwise.
-        let shared_node = self.opts.ranks_per_node > 1;
+        // Ranks that share a node share its resources, as do a deployment's processes; each
+        // takes its own otherwise.
+        let shared_node = self.opts.ranks_per_node > 1 || spawn.shared;
         let mut args = Self::step_argv(
             &alloc.job,
             node,
