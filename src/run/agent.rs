@@ -3,7 +3,9 @@
 //! every request record back over stdout as JSON lines, so network latency between the user
 //! and the host never enters the numbers.
 //!
-//! Protocol, one JSON object per line. In (stdin): [`AgentRequest`]. Out (stdout): first
+//! Protocol, one JSON object per line. In (stdin): [`AgentRequest`], and for a launched
+//! deployment [`RoutedLine`]s while it is measured (the router's word on where it sent each
+//! request, read from the runner's copy of its log). Out (stdout): first
 //! `{"hello": {"pid", "pgid", "protocol"}}`; `"heartbeat"` every `--heartbeat-ms` (so a silent
 //! agent is known to be frozen, even while a 200k-token prefill keeps every request quiet);
 //! `{"request": RequestRecord}` as each request completes, `{"metrics": MetricsScrape}` as
@@ -50,11 +52,31 @@ pub(crate) struct AgentRequest {
     /// Where the server writes profiler traces (`profile:`), on this host.
     #[serde(default)]
     pub profile_dir: Option<String>,
+    /// A launched deployment's workers, as this host reaches them (scraped beside the router).
+    #[serde(default)]
+    pub workers: Vec<super::deployment::WorkerTarget>,
+    /// Some: the runner relays the router's sends ([`RoutedLine`]s) from its copy of the
+    /// router's log, a line arriving up to this many ms after the router wrote it.
+    #[serde(default)]
+    pub routed_lag_ms: Option<u64>,
+}
+
+/// A line the runner writes between and during points: the requests the router's log says it
+/// forwarded, and where, since the last such line (protocol 3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RoutedLine {
+    pub routed: Vec<(String, super::routing::Sent)>,
+}
+
+impl RoutedLine {
+    /// How every such line begins, told from a request line before it is parsed.
+    pub(crate) const PREFIX: &'static str = "{\"routed\":";
 }
 
 /// The protocol this build speaks, sent in the hello: an agent without one (an older
-/// binary given by SERVEBENCH_HOST_BINARY) sends no heartbeats, so is never timed out.
-pub(crate) const PROTOCOL: u32 = 2;
+/// binary given by SERVEBENCH_HOST_BINARY) sends no heartbeats, so is never timed out; one
+/// below 3 is relayed no router sends.
+pub(crate) const PROTOCOL: u32 = 3;
 
 /// A line the agent writes.
 // One event lives at a time, on its way to a line of JSON: its size does not matter.
@@ -114,18 +136,6 @@ async fn serve(heartbeat: Duration) {
     });
     let interrupt = Interrupt::new();
     interrupt.on_signals_quiet();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let stdin_interrupt = interrupt.clone();
-    tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-        // The runner closed our stdin: stop whatever is running.
-        stdin_interrupt.trigger(super::interrupt::StopCause::InputClosed);
-    });
     let sink: RecordSink = Arc::new(|r: &RequestRecord| {
         emit(&AgentEvent::Request(r.clone()));
         Ok(())
@@ -150,6 +160,27 @@ async fn serve(heartbeat: Duration) {
     let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into())
         .with_metrics_sink(metrics)
         .with_gpu_sink(gpu, &host, true);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stdin_interrupt = interrupt.clone();
+    let book = runner.routing.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            // Relayed sends go to the book at once: the point being measured waits for them.
+            if line.starts_with(RoutedLine::PREFIX) {
+                match serde_json::from_str::<RoutedLine>(&line) {
+                    Ok(r) => book.feed(r.routed),
+                    Err(e) => emit(&AgentEvent::Error(format!("bad routed line: {e}"))),
+                }
+                continue;
+            }
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+        // The runner closed our stdin: stop whatever is running.
+        stdin_interrupt.trigger(super::interrupt::StopCause::InputClosed);
+    });
     while let Some(line) = rx.recv().await {
         if line.trim().is_empty() {
             continue;
@@ -175,6 +206,11 @@ async fn serve(heartbeat: Duration) {
         };
         runner.set_surface(req.surface);
         runner.set_profile_dir(req.profile_dir);
+        runner.set_workers(
+            req.workers,
+            req.routed_lag_ms
+                .map(|ms| super::routing::RouterLog::relayed(Duration::from_millis(ms))),
+        );
         let outcome = runner
             .measure_with(&client, &point, &req.group, req.prompts)
             .await;

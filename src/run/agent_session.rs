@@ -84,6 +84,8 @@ pub(crate) struct AgentSession {
     /// From the agent's hello: its pid and group, to stop if it goes silent. Until a hello
     /// with heartbeats arrives (an older agent sends none), silence is not timed.
     hello: Option<(i32, i32)>,
+    /// The protocol its hello named (0 before it, or from an agent that names none).
+    protocol: u32,
     silence_limit: Duration,
     stdin: Option<AgentInput>,
     lines: tokio::io::Lines<tokio::io::BufReader<AgentOutput>>,
@@ -94,6 +96,16 @@ pub(crate) struct AgentSession {
     /// written just before it exited, are read before they are quoted.
     stderr_drain: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How often the router's log is looked at for sends to relay to the agent.
+const RELAY_EVERY: Duration = Duration::from_millis(50);
+
+/// Most sends relayed in one line (a log that grew by more is relayed in several).
+const RELAY_BATCH: usize = 4096;
+
+/// How late a relayed send may reach the agent past the copy's own lag: a look, and the
+/// line's way to the host.
+pub(crate) const RELAY_LAG: Duration = Duration::from_millis(500);
 
 /// How long a broken stream waits for the agent's stderr to end before quoting what it has.
 const STDERR_GRACE: Duration = Duration::from_secs(1);
@@ -170,6 +182,7 @@ impl AgentSession {
         Ok(AgentSession {
             link,
             hello: None,
+            protocol: 0,
             silence_limit,
             stdin: Some(stdin),
             lines: tokio::io::BufReader::new(stdout).lines(),
@@ -181,12 +194,44 @@ impl AgentSession {
     /// Measures one point on the host. Records are appended to the run directory as they
     /// arrive, so a dropped connection loses nothing that was measured. On an interrupt the
     /// agent's stdin is closed: it abandons in-flight requests and reports the partial point.
+    /// Relays the sends the router's log gained to the agent (whose point waits for them);
+    /// a write that fails is left to the point's own reading of the agent to report.
+    async fn relay_sends(&mut self, tail: &mut super::routing::LogTail) {
+        let mut sends = Vec::new();
+        if !tail.read_new(&mut sends) {
+            return;
+        }
+        let Some(stdin) = self.stdin.as_mut() else {
+            return;
+        };
+        // A log that grew without a send still counts as a pull the agent waits through.
+        let batches: Vec<Vec<_>> = if sends.is_empty() {
+            vec![Vec::new()]
+        } else {
+            sends.chunks(RELAY_BATCH).map(<[_]>::to_vec).collect()
+        };
+        for routed in batches {
+            let Ok(line) = serde_json::to_string(&super::agent::RoutedLine { routed }) else {
+                return;
+            };
+            let w = async {
+                stdin.write_all(line.as_bytes()).await?;
+                stdin.write_all(b"\n").await?;
+                stdin.flush().await
+            };
+            if w.await.is_err() {
+                return;
+            }
+        }
+    }
+
     pub(crate) async fn measure(
         &mut self,
         req: AgentRequest,
         run_dir: &RunDir,
         progress: &Progress,
         interrupt: &super::interrupt::Interrupt,
+        mut relay: Option<&mut super::routing::LogTail>,
     ) -> PointOutcome {
         let point = Point {
             id: req.id.clone(),
@@ -219,6 +264,8 @@ impl AgentSession {
         // After an interrupt the agent has this long to report its partial point.
         let mut give_up = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
         let mut heard = tokio::time::Instant::now();
+        let mut relay_tick = tokio::time::interval(RELAY_EVERY);
+        relay_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
                 // In this order: an interrupt (once), then lines, then the timers, so that
@@ -238,6 +285,12 @@ impl AgentSession {
                     let mut out = lost(&req, received, format!("the agent did not report after the interrupt; {stopped}"));
                     out.interrupted = true;
                     return out;
+                }
+                _ = relay_tick.tick(), if relay.is_some() && self.protocol >= 3 => {
+                    if let Some(tail) = relay.as_deref_mut() {
+                        self.relay_sends(tail).await;
+                    }
+                    continue;
                 }
                 _ = tokio::time::sleep_until(heard + self.silence_limit), if self.hello.is_some() => {
                     let stopped = self.stop_frozen().await;
@@ -265,6 +318,7 @@ impl AgentSession {
                         if protocol >= 2 {
                             self.hello = Some((pid, pgid));
                         }
+                        self.protocol = protocol;
                     }
                     Ok(AgentEvent::Heartbeat) => {}
                     // A scrape that cannot be written is lost, not fatal, as in-process: the

@@ -28,7 +28,7 @@ use super::interrupt::Interrupt;
 use super::server_error::{STOP_GRACE, ServerError};
 
 /// A worker of a launched deployment, as the measuring side reaches it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct WorkerTarget {
     /// `worker0`, `prefill0`, `decode1`; for `server.workers` of an attached router, its URL.
     pub name: String,

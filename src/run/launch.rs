@@ -92,19 +92,22 @@ pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
 ) -> Result<LaunchEnd, RunError> {
     let api_key = crate::secrets::api_key(m.server);
     let mut measurer: Box<dyn Measurer + '_> = match m.agent_host {
-        Some(remote) => Box::new(OnHost::new(
-            remote.clone(),
-            handle
-                .host_url
-                .clone()
-                .unwrap_or_else(|| handle.url.clone()),
-            api_key,
-            handle.record.surface.clone(),
-            m.spec_dir.to_path_buf(),
-            cx.run_dir.clone(),
-            cx.progress.clone(),
-            cx.interrupt.clone(),
-        )),
+        Some(remote) => Box::new(
+            OnHost::new(
+                remote.clone(),
+                handle
+                    .host_url
+                    .clone()
+                    .unwrap_or_else(|| handle.url.clone()),
+                api_key,
+                handle.record.surface.clone(),
+                m.spec_dir.to_path_buf(),
+                cx.run_dir.clone(),
+                cx.progress.clone(),
+                cx.interrupt.clone(),
+            )
+            .with_deployment(&handle.workers, handle.router_log()),
+        ),
         None => Box::new(InProcess {
             runner: {
                 m.runner.set_surface(handle.record.surface.clone());

@@ -81,6 +81,11 @@ pub(crate) struct OnHost {
     pub interrupt: Interrupt,
     session: Option<AgentSession>,
     profile_dir: Option<String>,
+    /// A launched deployment's workers, scraped by the agent beside the router.
+    workers: Vec<super::deployment::WorkerTarget>,
+    /// The router's log read here, its sends relayed to the agent (which names each
+    /// request's worker), and how late its copy may be.
+    relay: Option<(super::routing::LogTail, std::time::Duration)>,
 }
 
 impl OnHost {
@@ -106,7 +111,29 @@ impl OnHost {
             interrupt,
             session: None,
             profile_dir: None,
+            workers: Vec::new(),
+            relay: None,
         }
+    }
+
+    /// A launched deployment: the workers behind the router, and its log (the run
+    /// directory's copy) to relay the router's word on each request from.
+    pub(crate) fn with_deployment(
+        mut self,
+        workers: &[super::deployment::WorkerTarget],
+        router_log: Option<super::routing::RouterLog>,
+    ) -> OnHost {
+        // The agent reaches each worker where the router does.
+        self.workers = workers
+            .iter()
+            .map(|w| super::deployment::WorkerTarget {
+                url: w.url_on_host.clone(),
+                ..w.clone()
+            })
+            .collect();
+        self.relay = router_log
+            .and_then(|log| Some((super::routing::LogTail::new(log.path?, log.from), log.lag)));
+        self
     }
 }
 
@@ -133,10 +160,21 @@ impl Measurer for OnHost {
                 surface: self.surface.clone(),
                 prompts: file_prompts(point, &self.spec_dir),
                 profile_dir: self.profile_dir.clone(),
+                workers: self.workers.clone(),
+                routed_lag_ms: self
+                    .relay
+                    .as_ref()
+                    .map(|(_, lag)| (*lag + super::agent_session::RELAY_LAG).as_millis() as u64),
             };
             let session = self.session.as_mut().expect("started above");
             let outcome = session
-                .measure(req, &self.run_dir, &self.progress, &self.interrupt)
+                .measure(
+                    req,
+                    &self.run_dir,
+                    &self.progress,
+                    &self.interrupt,
+                    self.relay.as_mut().map(|(tail, _)| tail),
+                )
                 .await;
             // A lost agent is replaced for the next point.
             if outcome

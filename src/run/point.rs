@@ -70,7 +70,8 @@ pub(crate) struct PointRunner {
     /// The capture a round made, for the point's record.
     profiled: Option<crate::results::records::ProfileCapture>,
     /// The workers behind the router measured now (a launched deployment's, or an attached
-    /// router's `server.workers`); empty: the point's `server.workers` (the agent's case).
+    /// router's `server.workers`, or those the runner told the agent of); empty: the point's
+    /// `server.workers`.
     workers: Vec<super::deployment::WorkerTarget>,
     /// Which worker a launched deployment's router sent each request to.
     pub(super) routing: Arc<super::routing::RoutingBook>,
@@ -128,7 +129,8 @@ impl PointRunner {
     }
 
     /// Says which workers stand behind the server measured next, and where its router logs
-    /// the worker of each request (a deployment launched on this machine).
+    /// the worker of each request (a launched deployment's: its copy here, or relayed to the
+    /// agent).
     pub(crate) fn set_workers(
         &mut self,
         workers: Vec<super::deployment::WorkerTarget>,

@@ -28,22 +28,36 @@ const LINE_WAIT: Duration = Duration::from_millis(60);
 /// The log's lines longer than this are not the router's request lines: skipped.
 const MAX_LINE: usize = 64 * 1024;
 
-/// A router's log to follow: the run directory's copy, the byte its launch's lines begin
-/// at, and how late a line may reach the copy (a remote host's log is pulled now and then).
+/// A router's log to follow: the run directory's copy and the byte its launch's lines begin
+/// at, or (an agent's) the send lines the runner relays from its copy; and how late a line
+/// may arrive (a remote host's log is pulled now and then).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RouterLog {
-    pub path: PathBuf,
+    /// None: relayed, given to [`RoutingBook::feed`].
+    pub path: Option<PathBuf>,
     pub from: u64,
     pub lag: Duration,
 }
 
+impl RouterLog {
+    /// Send lines another process relays (the runner, to the agent measuring on the host).
+    pub(crate) fn relayed(lag: Duration) -> RouterLog {
+        RouterLog {
+            path: None,
+            from: 0,
+            lag,
+        }
+    }
+}
+
 /// The router log being followed, and what it said so far.
 struct Follow {
-    path: PathBuf,
+    /// The log read here; None: sends are fed.
+    tail: Option<LogTail>,
+    /// Feeds since the last look.
+    fed: usize,
     /// How long a record waits for its line: [`LINE_WAIT`] and the copy's lag.
     wait: Duration,
-    offset: u64,
-    partial: Vec<u8>,
     /// Request id to where it was sent, in order (again on a retry).
     sends: HashMap<String, Vec<Sent>>,
     /// Workers as the router names them (its URLs, on its host) to the names in records.
@@ -52,10 +66,11 @@ struct Follow {
 
 /// One forwarding of a request: the worker (a disaggregated deployment's decode worker), and
 /// the prefill worker it was paired with.
-#[derive(Debug, Clone, PartialEq)]
-struct Sent {
-    worker: String,
-    prefill: Option<String>,
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Sent {
+    pub worker: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<String>,
 }
 
 /// Follows a launched deployment's router log; shared by the point runner and its record
@@ -71,13 +86,21 @@ impl RoutingBook {
     pub(crate) fn follow(&self, log: Option<(RouterLog, HashMap<String, String>)>) {
         let mut f = self.follow.lock().unwrap_or_else(|p| p.into_inner());
         *f = log.map(|(log, names)| Follow {
-            path: log.path,
+            tail: log.path.map(|path| LogTail::new(path, log.from)),
+            fed: 0,
             wait: LINE_WAIT + log.lag,
-            offset: log.from,
-            partial: Vec::new(),
             sends: HashMap::new(),
             names,
         });
+    }
+
+    /// Sends the router logged, relayed from where its log is read (a followed relay only).
+    pub(crate) fn feed(&self, sends: Vec<(String, Sent)>) {
+        let mut guard = self.follow.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = guard.as_mut().filter(|f| f.tail.is_none()) {
+            f.fed += 1;
+            f.remember(sends);
+        }
     }
 
     /// Names `rec`'s worker when the router's log says where it sent it.
@@ -85,20 +108,21 @@ impl RoutingBook {
         let Some(id) = rec.request_id.as_deref() else {
             return;
         };
-        let mut guard = self.follow.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(f) = guard.as_mut() else {
-            return;
-        };
         // A request that never reached the router (no connection) was never logged.
         if rec.connection.is_none() {
             return;
         }
-        let deadline = std::time::Instant::now() + f.wait;
+        let started = std::time::Instant::now();
         // A copy pulled now and then: two pulls that came without the line mean the router
         // never wrote it (its line precedes the response the record ends with).
         let mut pulls_without = 0;
         loop {
-            let grew = f.read_new();
+            // Not held while waiting: a relay feeds the book meanwhile.
+            let mut guard = self.follow.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(f) = guard.as_mut() else {
+                return;
+            };
+            let grew = f.look();
             if let Some(sent) = f.sends.remove(id) {
                 let Some(last) = sent.last() else {
                     return;
@@ -113,17 +137,59 @@ impl RoutingBook {
                 return;
             }
             pulls_without += usize::from(grew);
-            if std::time::Instant::now() >= deadline || (f.wait > LINE_WAIT && pulls_without >= 2) {
+            if started.elapsed() >= f.wait || (f.wait > LINE_WAIT && pulls_without >= 2) {
                 return;
             }
+            drop(guard);
             std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
 
 impl Follow {
-    /// Reads what the log gained since the last look; true when it had gained anything.
-    fn read_new(&mut self) -> bool {
+    /// Takes in what the log gained (or was fed) since the last look; true when it gained.
+    fn look(&mut self) -> bool {
+        match &mut self.tail {
+            Some(tail) => {
+                let mut sends = Vec::new();
+                let grew = tail.read_new(&mut sends);
+                self.remember(sends);
+                grew
+            }
+            None => std::mem::take(&mut self.fed) > 0,
+        }
+    }
+
+    fn remember(&mut self, sends: Vec<(String, Sent)>) {
+        for (id, sent) in sends {
+            if self.sends.len() >= MAX_REMEMBERED {
+                self.sends.clear();
+            }
+            self.sends.entry(id).or_default().push(sent);
+        }
+    }
+}
+
+/// A router's log read as it grows, for the requests it says it forwarded.
+pub(crate) struct LogTail {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl LogTail {
+    /// Reads `path` from byte `from` on.
+    pub(crate) fn new(path: PathBuf, from: u64) -> LogTail {
+        LogTail {
+            path,
+            offset: from,
+            partial: Vec::new(),
+        }
+    }
+
+    /// Adds the sends in what the log gained since the last look to `sends`; true when it
+    /// had gained anything.
+    pub(crate) fn read_new(&mut self, sends: &mut Vec<(String, Sent)>) -> bool {
         let Ok(mut file) = std::fs::File::open(&self.path) else {
             return false;
         };
@@ -150,41 +216,33 @@ impl Follow {
             }
             self.offset += n as u64;
             buf.truncate(n);
-            self.take(&buf);
+            self.take(&buf, sends);
         }
         self.offset != before
     }
 
-    fn take(&mut self, bytes: &[u8]) {
+    fn take(&mut self, bytes: &[u8], sends: &mut Vec<(String, Sent)>) {
         let mut rest = bytes;
         while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
             let (line, after) = rest.split_at(nl);
             rest = &after[1..];
-            if self.partial.is_empty() {
-                self.line(line);
+            let whole;
+            let line = if self.partial.is_empty() {
+                line
             } else {
-                let mut whole = std::mem::take(&mut self.partial);
-                whole.extend_from_slice(line);
-                self.line(&whole);
+                whole = [std::mem::take(&mut self.partial).as_slice(), line].concat();
+                &whole[..]
+            };
+            if line.len() <= MAX_LINE
+                && let Some(sent) = send_line(&String::from_utf8_lossy(line))
+            {
+                sends.push(sent);
             }
         }
         if self.partial.len() + rest.len() <= MAX_LINE {
             self.partial.extend_from_slice(rest);
         } else {
             self.partial.clear();
-        }
-    }
-
-    fn line(&mut self, line: &[u8]) {
-        if line.len() > MAX_LINE {
-            return;
-        }
-        let text = String::from_utf8_lossy(line);
-        if let Some((id, sent)) = send_line(&text) {
-            if self.sends.len() >= MAX_REMEMBERED {
-                self.sends.clear();
-            }
-            self.sends.entry(id).or_default().push(sent);
         }
     }
 }
@@ -294,7 +352,7 @@ mod tests {
         ]);
         book.follow(Some((
             RouterLog {
-                path: path.clone(),
+                path: Some(path.clone()),
                 from: 0,
                 lag: Duration::ZERO,
             },
@@ -322,6 +380,59 @@ mod tests {
         assert_eq!(rec.worker, None);
     }
 
+    /// The agent's book is fed the sends the runner relays: a record waits for the feed
+    /// that brings its request, and gives up after two feeds without it.
+    #[test]
+    fn a_relayed_book_names_the_worker_a_feed_brings() {
+        let book = std::sync::Arc::new(RoutingBook::default());
+        let names = HashMap::from([("http://10.0.0.2:31002".to_string(), "worker1".to_string())]);
+        book.follow(Some((RouterLog::relayed(Duration::from_secs(120)), names)));
+        let sent = |url: &str| Sent {
+            worker: url.into(),
+            prefill: None,
+        };
+        let feeder = book.clone();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            feeder.feed(vec![("sb-1".into(), sent("http://10.0.0.2:31002"))]);
+        });
+        let record = |id: &str| RequestRecord {
+            request_id: Some(id.into()),
+            connection: Some(crate::results::records::ConnectionUse::Opened),
+            ..RequestRecord::fixture()
+        };
+        let mut rec = record("sb-1");
+        book.attribute(&mut rec);
+        late.join().unwrap();
+        assert_eq!(rec.worker.as_deref(), Some("worker1"));
+        let started = std::time::Instant::now();
+        let feeder = book.clone();
+        let feeds = std::thread::spawn(move || {
+            for _ in 0..2 {
+                std::thread::sleep(Duration::from_millis(150));
+                feeder.feed(Vec::new());
+            }
+        });
+        let mut rec = record("sb-never-logged");
+        book.attribute(&mut rec);
+        feeds.join().unwrap();
+        assert_eq!(rec.worker, None);
+        assert!(started.elapsed() < Duration::from_secs(60));
+        // A book that reads its log itself takes no feed.
+        book.follow(Some((
+            RouterLog {
+                path: Some("/nonexistent/router.log".into()),
+                from: 0,
+                lag: Duration::ZERO,
+            },
+            HashMap::new(),
+        )));
+        book.feed(vec![("sb-2".into(), sent("http://10.0.0.2:31002"))]);
+        let mut rec = record("sb-2");
+        book.attribute(&mut rec);
+        assert_eq!(rec.worker.as_deref(), None);
+    }
+
     /// A remote router's log reaches the run directory a pull at a time: a record waits for
     /// the pull that brings its line, and gives up after two pulls without it, not at the
     /// whole lag.
@@ -334,7 +445,7 @@ mod tests {
         let names = HashMap::from([("http://127.0.0.1:31002".to_string(), "worker1".to_string())]);
         book.follow(Some((
             RouterLog {
-                path: path.clone(),
+                path: Some(path.clone()),
                 from: 0,
                 lag: Duration::from_secs(120),
             },

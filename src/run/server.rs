@@ -370,7 +370,7 @@ impl ServerHandle {
         let p = self.process.as_ref()?;
         (!self.workers.is_empty())
             .then(|| super::routing::RouterLog {
-                path: self.log_path.clone(),
+                path: Some(self.log_path.clone()),
                 from: self.log_start,
                 lag: p.log_lag(),
             })

@@ -483,13 +483,25 @@ fn a_killed_runner_leaves_no_worker_or_router_behind() {
 /// both hosts.
 #[test]
 fn a_deployment_spread_over_two_ssh_hosts_routes_to_both_and_names_each_requests_worker() {
+    spread_over_two_ssh_hosts("local");
+}
+
+/// The same, measured by the agent on the router's host (`client: host`): the runner tells it
+/// the workers (scraped from there, at the addresses the router uses) and relays the router's
+/// sends from its copy of the log, so the agent's records and verdicts name each worker.
+#[test]
+fn a_spread_deployment_measured_on_the_router_s_host_names_each_requests_worker() {
+    spread_over_two_ssh_hosts("host");
+}
+
+fn spread_over_two_ssh_hosts(client: &str) {
     let Some(tier) = tier(Part::Router) else {
         return;
     };
     let (Some(a), Some(b)) = (crate::sshd::Sshd::start(), crate::sshd::Sshd::start()) else {
         return;
     };
-    let marker = marker("deploy-spread");
+    let marker = marker(&format!("deploy-spread-{client}"));
     let ws = Workspace::new();
     let host = |s: &crate::sshd::Sshd, extra: &str| {
         format!(
@@ -501,7 +513,7 @@ fn a_deployment_spread_over_two_ssh_hosts_routes_to_both_and_names_each_requests
         )
     };
     let hosts = format!(
-        "hosts:\n{}{}client: local\n",
+        "hosts:\n{}{}client: {client}\n",
         host(&a, ""),
         host(&b, "    address: 127.0.0.2\n")
     );
@@ -532,6 +544,7 @@ fn a_deployment_spread_over_two_ssh_hosts_routes_to_both_and_names_each_requests
     assert!(out.status.success(), "{}", show(&out));
     let dir = run_dir(&out);
     let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["client_placement"], client);
     let server = &meta["servers"][0];
     let on = |h: &Value, s: &crate::sshd::Sshd| {
         h.as_str()
@@ -568,7 +581,7 @@ fn a_deployment_spread_over_two_ssh_hosts_routes_to_both_and_names_each_requests
         assert_eq!(
             w["view"]["requests"].as_f64().unwrap(),
             by_router[name] as f64,
-            "the worker's own counters, through its host's forward: {w}"
+            "the worker's own counters (through its host's forward, or from the agent): {w}"
         );
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
@@ -587,4 +600,86 @@ fn a_deployment_spread_over_two_ssh_hosts_routes_to_both_and_names_each_requests
     assert_eq!(server["stopped"], true, "{server}");
     let left = live_with_marker(&marker);
     assert!(left.is_empty(), "left running: {left:?}");
+}
+
+/// A deployment on a Slurm allocation (the test cluster's one node as two ranks): worker0
+/// and the router on rank 0, worker1 on rank 1, each a step of the group's one job that
+/// shares the node; the router's log comes through its step's output and names each
+/// request's worker; the job is released and nothing is left.
+#[test]
+fn a_deployment_on_a_slurm_allocation_runs_each_process_as_a_step_of_one_job() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let cluster = crate::slurmd::SlurmCluster::get();
+    let _cleanup = cluster.cancel_on_drop("servebench-deploy-slurm");
+    let _turn = exclusive();
+    let marker = marker("deploy-slurm");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "slurm.yaml",
+        &format!(
+            "host:\n  slurm: {{ time: \"5\", nodes: 1, ranks_per_node: 2 }}\n{}",
+            deployment_spec(
+                &tier,
+                "deploy-slurm",
+                "    workers: 2\n    nodes: 2",
+                &marker,
+                "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 8\nrequests: 20\nconcurrency: 2\n",
+            )
+        ),
+    );
+    let runs = ws.path().join("runs");
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&runs)
+        .env("SLURM_CONF", &cluster.conf)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    let server = &meta["servers"][0];
+    let job = server["slurm"]["job_id"].as_u64().unwrap();
+    assert_eq!(
+        server["slurm"]["ended"], true,
+        "the job is released: {server}"
+    );
+    let ranks = server["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2, "{server}");
+    let records = measured(&dir);
+    assert_eq!(records.len(), 20);
+    // Measured by the agent on rank 0's node, told the workers and relayed the router's log.
+    assert_eq!(
+        meta["client_placement"], "host",
+        "{}",
+        meta["client_placement"]
+    );
+    let by_router = routed(&records, "p001");
+    assert_eq!(by_router.get("worker0"), Some(&10), "{by_router:?}");
+    assert_eq!(by_router.get("worker1"), Some(&10), "{by_router:?}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    for w in points[0]["workers"].as_array().unwrap() {
+        let name = w["name"].as_str().unwrap();
+        assert_eq!(
+            w["view"]["requests"].as_f64().unwrap(),
+            by_router[name] as f64,
+            "{w}"
+        );
+    }
+    // Every process was a step of the one job (the router's log says it ran in it).
+    for r in ranks {
+        assert_eq!(r["stopped"], true, "{r}");
+        let log = std::fs::read_to_string(dir.join(r["log_file"].as_str().unwrap())).unwrap();
+        assert!(!log.is_empty(), "{r}");
+    }
+    let sacct_free = cluster.jobs_named("servebench-deploy-slurm");
+    assert!(sacct_free.is_empty(), "job {job} left: {sacct_free:?}");
+    poll_until(
+        Duration::from_secs(15),
+        &format!("left running: {:?}", live_with_marker(&marker)),
+        || live_with_marker(&marker).is_empty().then_some(()),
+    );
 }
