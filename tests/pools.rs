@@ -328,6 +328,52 @@ fn plan_shows_each_groups_hosts_and_the_pools_wall_time() {
     assert!(text.contains("estimated wall time on the pool"), "{text}");
 }
 
+/// A disaggregated deployment placed over two hosts: the plan names each worker's node, binds
+/// the ones off the router's node to their host's address, and gives the router every
+/// worker's URL there, the prefill worker's bootstrap port beside its own.
+#[test]
+fn plan_places_a_spread_deployment_s_workers_on_their_nodes() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "pd-spread.yaml",
+        "name: pd-spread\nhosts:\n  - { ssh: gpu-a, address: 10.0.0.1 }\n  - { ssh: gpu-b, address: 10.0.0.2 }\n\
+         server:\n  engine: sglang\n  model: /m\n  deployment:\n    prefill: 1\n    decode: 2\n    nodes: 2\n    placement: [1, 0, 1]\n\
+         workload: { prompt: { kind: repeat, tokens: 64 }, output_tokens: 4 }\n",
+    );
+    let out = servebench().arg("plan").arg(&spec).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line:\n{text}"))
+            .to_string()
+    };
+    assert!(
+        text.contains("a deployment of 3 workers over 2 nodes"),
+        "{text}"
+    );
+    assert!(
+        line("prefill0 (node 1): ").contains("--host NODE1_ADDRESS --port PORT"),
+        "{text}"
+    );
+    assert!(
+        line("decode0 (node 0): ").contains("--host 127.0.0.1 --port PORT"),
+        "{text}"
+    );
+    assert!(
+        line("decode1 (node 1): ").contains("--host NODE1_ADDRESS --port PORT"),
+        "{text}"
+    );
+    assert!(
+        line("then sglang-router (node 0): ").contains(
+            "--prefill http://NODE1_ADDRESS:PORT_prefill0 BOOTSTRAP_PORT --decode http://127.0.0.1:PORT_decode0 --decode http://NODE1_ADDRESS:PORT_decode1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("g1 on ssh://gpu-a + ssh://gpu-b"), "{text}");
+}
+
 #[test]
 fn a_multi_node_server_needs_as_many_hosts_before_anything_starts() {
     let ws = Workspace::new();

@@ -638,6 +638,71 @@ fn a_deployment_that_contradicts_itself_is_refused_at_its_line() {
     );
 }
 
+/// A deployment spread over nodes places each worker on one of them: a node out of range, a
+/// node left empty, a placement of the wrong length or without `nodes` is refused where it
+/// is written, with the fix.
+#[test]
+fn a_deployment_s_placement_is_checked_against_its_nodes_at_its_place() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "p.yaml",
+        "name: p\nserver:\n  engine: sglang\n  deployment:\n    workers: 3\n    nodes: 3\n    placement: [0, 3, 0]\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "node 3 is not one of the deployment's 3 nodes (0 to 2)",
+            "p.yaml:7:20",
+            "hint: use a node from 0 to 2, or set `nodes: 4`",
+            "node 1 of the deployment's 3 holds no worker",
+            "node 2 of the deployment's 3 holds no worker",
+            "p.yaml:7:16",
+        ],
+    );
+    let spec = ws.write(
+        "q.yaml",
+        "name: q\nserver:\n  engine: sglang\n  deployment:\n    prefill: 1\n    decode: 2\n    placement: [1, 0]\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`placement` names nodes, but the deployment has one (`nodes` is not set)",
+            "q.yaml:7:5",
+            "hint: set `nodes`",
+        ],
+    );
+    let spec = ws.write(
+        "r.yaml",
+        "name: r\nserver:\n  engine: sglang\n  deployment:\n    prefill: 1\n    decode: 2\n    nodes: 2\n    placement: [1, 0]\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`placement` names 2 node(s) for 3 worker(s): it needs one per worker, in launch order (prefill before decode)",
+            "r.yaml:8:16",
+        ],
+    );
+    let spec = ws.write(
+        "s.yaml",
+        "name: s\nserver:\n  engine: sglang\n  deployment:\n    workers: 2\n    nodes: 3\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "the deployment is spread over 3 nodes but has 2 worker(s)",
+            "s.yaml:6:12",
+            "hint: set `nodes: 2` or launch more workers",
+        ],
+    );
+    // Placed prefill first, then decode, one per node: valid.
+    let spec = ws.write(
+        "ok.yaml",
+        "name: ok\nserver:\n  engine: sglang\n  deployment:\n    prefill: 1\n    decode: 2\n    nodes: 2\n    placement: [1, 0, 1]\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+}
+
 /// `profile.points` names points of the plan: an id past the sweep's three points, or
 /// `answer` without a capacity search, would profile nothing and say nothing; `validate`
 /// (and `run`, before a run directory exists) refuses each at its place, listing the ids.

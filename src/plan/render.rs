@@ -332,7 +332,8 @@ fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
         Ok(c) => crate::text::shell_join(&crate::secrets::redact_argv(&c.argv()))
             .replace("--port 0", "--port PORT")
             .replace("--prometheus-port 0", "--prometheus-port PORT")
-            .replace("0 --", "BOOTSTRAP_PORT --"),
+            // A prefill worker's bootstrap port follows its URL (`--prefill URL 0`).
+            .replace(" 0 --", " BOOTSTRAP_PORT --"),
         Err(e) => format!("(cannot be built: {e})"),
     };
     let over = if spread {

@@ -446,7 +446,7 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
                 Some(_) => {}
                 None if server.node_count() as usize > capacity => {
                     note(Preflight::Nodes(format!(
-                        "{} is {} but the run has {}: list at least {} hosts in `hosts:`",
+                        "{} is {} but the run has {}: list at least {} hosts in `hosts:`, or run in a Slurm allocation (`host.slurm`)",
                         server.nodes_key(),
                         server.node_count(),
                         count_s(pool.len(), "host"),

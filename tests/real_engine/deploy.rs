@@ -494,6 +494,81 @@ fn a_spread_deployment_measured_on_the_router_s_host_names_each_requests_worker(
     spread_over_two_ssh_hosts("host");
 }
 
+/// A disaggregated deployment spread over two SSH hosts: prefill0 and decode1 on the second
+/// (listening on its `address:`), decode0 and the router on the first. The decode worker on
+/// the first host fetches each room's KV from the prefill's bootstrap server on the second,
+/// as the router pairs them; every request is answered in full, paired with prefill0, and
+/// the decodes split evenly.
+#[test]
+fn a_disaggregated_deployment_spread_over_two_hosts_moves_kv_between_them() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let (Some(a), Some(b)) = (crate::sshd::Sshd::start(), crate::sshd::Sshd::start()) else {
+        return;
+    };
+    let marker = marker("deploy-pd-spread");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "pd-spread.yaml",
+        &format!(
+            "hosts:\n{}{}{}",
+            ssh_host(&a, ""),
+            ssh_host(&b, "    address: 127.0.0.2\n"),
+            deployment_spec(
+                &tier,
+                "deploy-pd-spread",
+                "    prefill: 1\n    decode: 2\n    nodes: 2\n    placement: [1, 0, 1]",
+                &marker,
+                "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: random, tokens: 256, calibrate: false }\n  output_tokens: 8\nrequests: 12\n",
+            )
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let meta = read_json(&dir.join("meta.json"));
+    let ranks = meta["servers"][0]["ranks"].as_array().unwrap();
+    let url = |name: &str| {
+        ranks
+            .iter()
+            .find(|r| r["name"] == name)
+            .and_then(|r| r["url"].as_str())
+            .unwrap_or_else(|| panic!("no {name}: {ranks:?}"))
+            .to_string()
+    };
+    assert!(
+        url("prefill0").starts_with("http://127.0.0.2:"),
+        "{ranks:?}"
+    );
+    assert!(url("decode0").starts_with("http://127.0.0.1:"), "{ranks:?}");
+    assert!(url("decode1").starts_with("http://127.0.0.2:"), "{ranks:?}");
+    let records = measured(&dir);
+    assert_eq!(records.len(), 12);
+    assert!(
+        records.iter().all(|r| r["error"].is_null()
+            && r["completion_tokens"] == 8
+            && r["prefill_worker"] == "prefill0"),
+        "every request answered in full, prefilled on the other host"
+    );
+    let decodes = routed(&records, "p001");
+    assert_eq!(decodes.get("decode0"), Some(&6), "{decodes:?}");
+    assert_eq!(decodes.get("decode1"), Some(&6), "{decodes:?}");
+    let workers = points[0]["workers"].as_array().unwrap();
+    let prefill = workers.iter().find(|w| w["role"] == "prefill").unwrap();
+    assert_eq!(prefill["view"]["requests"], 12.0, "{prefill}");
+    assert!(live_with_marker(&marker).is_empty());
+}
+
+/// One host of a pool of sshd on loopback, as a spec's `hosts:` entry.
+fn ssh_host(s: &crate::sshd::Sshd, extra: &str) -> String {
+    format!(
+        "  - ssh: 127.0.0.1\n    port: {port}\n    identity: {key}\n    known_hosts: {kh}\n    remote_dir: {home}/sb\n{extra}",
+        port = s.port,
+        key = s.client_key.display(),
+        kh = s.known_hosts.display(),
+        home = s.home.display(),
+    )
+}
+
 fn spread_over_two_ssh_hosts(client: &str) {
     let Some(tier) = tier(Part::Router) else {
         return;
@@ -503,19 +578,10 @@ fn spread_over_two_ssh_hosts(client: &str) {
     };
     let marker = marker(&format!("deploy-spread-{client}"));
     let ws = Workspace::new();
-    let host = |s: &crate::sshd::Sshd, extra: &str| {
-        format!(
-            "  - ssh: 127.0.0.1\n    port: {port}\n    identity: {key}\n    known_hosts: {kh}\n    remote_dir: {home}/sb\n{extra}",
-            port = s.port,
-            key = s.client_key.display(),
-            kh = s.known_hosts.display(),
-            home = s.home.display(),
-        )
-    };
     let hosts = format!(
         "hosts:\n{}{}client: {client}\n",
-        host(&a, ""),
-        host(&b, "    address: 127.0.0.2\n")
+        ssh_host(&a, ""),
+        ssh_host(&b, "    address: 127.0.0.2\n")
     );
     let spec = ws.write(
         "spread.yaml",
