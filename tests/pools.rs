@@ -389,6 +389,27 @@ fn a_multi_node_server_needs_as_many_hosts_before_anything_starts() {
         "{}",
         show(&out)
     );
+    // A deployment spread over more nodes than the run has hosts, likewise.
+    let spec = ws.write(
+        "too-few-spread.yaml",
+        "name: too-few-spread\nserver: { engine: sim, deployment: { workers: 2, nodes: 2 } }\n\
+         workload: { prompt: { kind: repeat, tokens: 64 }, output_tokens: 4 }\n",
+    );
+    let out = ws.run(&spec);
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        show(&out).contains("server.deployment.nodes is 2 but the run has 1 host: list at least 2 hosts in `hosts:`, or run in a Slurm allocation"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        !ws.path().join("runs").exists()
+            || std::fs::read_dir(ws.path().join("runs"))
+                .unwrap()
+                .next()
+                .is_none(),
+        "nothing started, no run directory"
+    );
 }
 
 /// `servebench sim ARGS` with its output (stdout and stderr) collected into a file.
