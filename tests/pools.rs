@@ -19,17 +19,6 @@ macro_rules! sshd {
 
 const BIN: &str = env!("CARGO_BIN_EXE_servebench");
 
-/// One entry of `hosts:` for `sshd`.
-fn host_entry(sshd: &Sshd) -> String {
-    format!(
-        "  - ssh: 127.0.0.1\n    port: {port}\n    identity: {key}\n    known_hosts: {kh}\n    remote_dir: {home}/sb\n",
-        port = sshd.port,
-        key = sshd.client_key.display(),
-        kh = sshd.known_hosts.display(),
-        home = sshd.home.display(),
-    )
-}
-
 /// A spec on a pool of `hosts`: engine sglang launched as `servebench sim` (fast profile).
 /// `server` adds keys to `server:`, `args` to `server.args`, `rest` top-level keys.
 fn pool_spec(
@@ -40,7 +29,7 @@ fn pool_spec(
     args: &str,
     rest: &str,
 ) -> String {
-    let hosts: String = hosts.iter().map(|h| host_entry(h)).collect();
+    let hosts: String = hosts.iter().map(|h| h.host_entry("")).collect();
     format!(
         "name: {name}\nhosts:\n{hosts}client: {client}\n\
          server:\n  engine: sglang\n  launcher: [{BIN}, sim]\n  model: test-model\n  args: {{ profile: fast, context-length: 16384{args} }}\n  ready_timeout: 30s\n{server}\

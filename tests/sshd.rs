@@ -32,6 +32,18 @@ pub struct Sshd {
 }
 
 impl Sshd {
+    /// This server as one entry of a spec's `hosts:` list (its `- ssh:` item), then `extra`
+    /// (more keys of the entry, indented as they are).
+    pub fn host_entry(&self, extra: &str) -> String {
+        format!(
+            "  - ssh: 127.0.0.1\n    port: {port}\n    identity: {key}\n    known_hosts: {kh}\n    remote_dir: {home}/sb\n{extra}",
+            port = self.port,
+            key = self.client_key.display(),
+            kh = self.known_hosts.display(),
+            home = self.home.display(),
+        )
+    }
+
     /// Starts a server, or prints why not and returns None when OpenSSH's sshd is absent
     /// (CI installs it, so there these tests always run).
     pub fn start() -> Option<Sshd> {

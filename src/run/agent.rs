@@ -5,7 +5,8 @@
 //!
 //! Protocol, one JSON object per line. In (stdin): [`AgentRequest`], and for a launched
 //! deployment [`RoutedLine`]s while it is measured (the router's word on where it sent each
-//! request, read from the runner's copy of its log). Out (stdout): first
+//! request, read from the runner's copy of its log) and, on an interrupt, [`STOP_LINE`]
+//! rather than the end of stdin, so the relay goes on while the agent reports. Out (stdout): first
 //! `{"hello": {"pid", "pgid", "protocol"}}`; `"heartbeat"` every `--heartbeat-ms` (so a silent
 //! agent is known to be frozen, even while a 200k-token prefill keeps every request quiet);
 //! `{"request": RequestRecord}` as each request completes, `{"metrics": MetricsScrape}` as
@@ -67,6 +68,10 @@ pub(crate) struct AgentRequest {
 pub(crate) struct RoutedLine {
     pub routed: Vec<(String, super::routing::Sent)>,
 }
+
+/// The line that stops the point being measured, as the end of stdin does, while stdin stays
+/// open for the [`RoutedLine`]s its last records wait for (protocol 3).
+pub(crate) const STOP_LINE: &str = "{\"stop\":true}";
 
 impl RoutedLine {
     /// How every such line begins, told from a request line before it is parsed.
@@ -166,6 +171,10 @@ async fn serve(heartbeat: Duration) {
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
+            if line.trim() == STOP_LINE {
+                stdin_interrupt.trigger(super::interrupt::StopCause::InputClosed);
+                continue;
+            }
             // Relayed sends go to the book at once: the point being measured waits for them.
             if line.starts_with(RoutedLine::PREFIX) {
                 match serde_json::from_str::<RoutedLine>(&line) {

@@ -194,6 +194,20 @@ impl AgentSession {
     /// Measures one point on the host. Records are appended to the run directory as they
     /// arrive, so a dropped connection loses nothing that was measured. On an interrupt the
     /// agent's stdin is closed: it abandons in-flight requests and reports the partial point.
+    /// Tells the agent to stop its point, its stdin left open; false when it could not be
+    /// told so.
+    async fn send_stop(&mut self) -> bool {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return false;
+        };
+        let w = async {
+            stdin.write_all(super::agent::STOP_LINE.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await
+        };
+        w.await.is_ok()
+    }
+
     /// Relays the sends the router's log gained to the agent (whose point waits for them);
     /// a write that fails is left to the point's own reading of the agent to report.
     async fn relay_sends(&mut self, tail: &mut super::routing::LogTail) {
@@ -268,15 +282,27 @@ impl AgentSession {
         relay_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let next = tokio::select! {
-                // In this order: an interrupt (once), then lines, then the timers, so that
+                // In this order: an interrupt (once), the relay, then lines, then the timers, so that
                 // after the runner itself was paused, queued heartbeats count before the
                 // silence timer does.
                 biased;
                 _ = interrupt.wait(), if !interrupted => {
                     interrupted = true;
                     // EOF on the agent's stdin stops it like Ctrl-C; keep reading its report.
-                    self.stdin = None;
+                    // While a relay runs, a stop line does it instead: the records finished
+                    // just before still get the router's sends they wait for.
+                    if !(relay.is_some() && self.protocol >= 3 && self.send_stop().await) {
+                        self.stdin = None;
+                    }
                     give_up = tokio::time::Instant::now() + AGENT_STOP_WAIT;
+                    continue;
+                }
+                // Before the agent's lines: while records stream back without a pause, the
+                // router's sends still reach the agent (its records wait for them).
+                _ = relay_tick.tick(), if relay.is_some() && self.protocol >= 3 => {
+                    if let Some(tail) = relay.as_deref_mut() {
+                        self.relay_sends(tail).await;
+                    }
                     continue;
                 }
                 l = self.lines.next_line() => l,
@@ -285,12 +311,6 @@ impl AgentSession {
                     let mut out = lost(&req, received, format!("the agent did not report after the interrupt; {stopped}"));
                     out.interrupted = true;
                     return out;
-                }
-                _ = relay_tick.tick(), if relay.is_some() && self.protocol >= 3 => {
-                    if let Some(tail) = relay.as_deref_mut() {
-                        self.relay_sends(tail).await;
-                    }
-                    continue;
                 }
                 _ = tokio::time::sleep_until(heard + self.silence_limit), if self.hello.is_some() => {
                     let stopped = self.stop_frozen().await;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 pub(crate) enum StopCause {
     /// A signal: `SIGINT` (Ctrl-C), `SIGTERM`, `SIGHUP` (the terminal or SSH session closed).
     Signal(&'static str),
-    /// The agent's input closed: the runner went away or stopped it.
+    /// The agent's input closed, or the runner wrote it a stop line: the runner went away
+    /// or stopped it.
     InputClosed,
     /// A record could not be written (a full disk): measuring on would measure what cannot
     /// be kept, so the run stops and fails.
@@ -28,7 +29,7 @@ impl std::fmt::Display for StopCause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StopCause::Signal(name) => write!(f, "interrupted by {}", signal_words(name)),
-            StopCause::InputClosed => write!(f, "stopped: the runner closed the agent's input"),
+            StopCause::InputClosed => write!(f, "stopped by the runner"),
             StopCause::WriteFailed { file, error } => write!(f, "cannot write {file}: {error}"),
         }
     }

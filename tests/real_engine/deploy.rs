@@ -27,6 +27,24 @@ fn measured(dir: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
+/// Round robin over worker0 and worker1 sent 10 of the 20 measured requests to each, by
+/// the router's word, and each worker's own counters (scraped from this machine through a
+/// forward, or by the agent on the router's host) say the same.
+fn ten_each_as_each_worker_counted(dir: &std::path::Path, records: &[Value]) {
+    let by_router = routed(records, "p001");
+    assert_eq!(by_router.get("worker0"), Some(&10), "{by_router:?}");
+    assert_eq!(by_router.get("worker1"), Some(&10), "{by_router:?}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    for w in points[0]["workers"].as_array().unwrap() {
+        let name = w["name"].as_str().unwrap();
+        assert_eq!(
+            w["view"]["requests"].as_f64().unwrap(),
+            by_router[name] as f64,
+            "the worker's own counters: {w}"
+        );
+    }
+}
+
 /// Measured requests per worker name, by the router's word in `requests.jsonl`.
 fn routed(records: &[Value], point: &str) -> std::collections::BTreeMap<String, usize> {
     let mut out = std::collections::BTreeMap::new();
@@ -513,8 +531,8 @@ fn a_disaggregated_deployment_spread_over_two_hosts_moves_kv_between_them() {
         "pd-spread.yaml",
         &format!(
             "hosts:\n{}{}{}",
-            ssh_host(&a, ""),
-            ssh_host(&b, "    address: 127.0.0.2\n"),
+            a.host_entry(""),
+            b.host_entry("    address: 127.0.0.2\n"),
             deployment_spec(
                 &tier,
                 "deploy-pd-spread",
@@ -558,15 +576,100 @@ fn a_disaggregated_deployment_spread_over_two_hosts_moves_kv_between_them() {
     assert!(live_with_marker(&marker).is_empty());
 }
 
-/// One host of a pool of sshd on loopback, as a spec's `hosts:` entry.
-fn ssh_host(s: &crate::sshd::Sshd, extra: &str) -> String {
-    format!(
-        "  - ssh: 127.0.0.1\n    port: {port}\n    identity: {key}\n    known_hosts: {kh}\n    remote_dir: {home}/sb\n{extra}",
-        port = s.port,
-        key = s.client_key.display(),
-        kh = s.known_hosts.display(),
-        home = s.home.display(),
+/// Ctrl-C while a deployment spread over two SSH hosts is measured by the agent on the
+/// router's host (the runner relaying the router's sends meanwhile): the run ends as
+/// interrupted (exit 1, no panic), the requests finished so far stay on disk, each named by
+/// its worker, the partial report is written, and the router and both workers are stopped on
+/// both hosts.
+#[test]
+fn ctrl_c_on_a_spread_deployment_keeps_what_was_measured_and_stops_every_host() {
+    let Some(tier) = tier(Part::Router) else {
+        return;
+    };
+    let (Some(a), Some(b)) = (crate::sshd::Sshd::start(), crate::sshd::Sshd::start()) else {
+        return;
+    };
+    let _turn = exclusive();
+    let marker = marker("deploy-spread-ctrl-c");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "spread-ctrl-c.yaml",
+        &format!(
+            "hosts:\n{}{}client: host\n{}",
+            a.host_entry(""),
+            b.host_entry("    address: 127.0.0.2\n"),
+            deployment_spec(
+                &tier,
+                "deploy-spread-ctrl-c",
+                "    workers: 2\n    nodes: 2",
+                &marker,
+                "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 64\nrequests: 2000\nconcurrency: 2\n",
+            )
+        ),
+    );
+    let runs = ws.path().join("runs");
+    let runner = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&runs)
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = poll_until(Duration::from_secs(90), "the deployment measured", || {
+        let dir = std::fs::read_dir(runs.join("deploy-spread-ctrl-c"))
+            .ok()?
+            .next()?
+            .ok()?
+            .path();
+        let n = std::fs::read_to_string(dir.join("requests.jsonl"))
+            .ok()?
+            .lines()
+            .filter(|l| l.contains("\"measure\""))
+            .count();
+        (n >= 6).then_some(dir)
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
     )
+    .unwrap();
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("run incomplete: interrupted by SIGINT (Ctrl-C)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["status"], "incomplete", "{meta}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["incomplete"], true, "{}", points[0]);
+    let records = measured(&dir);
+    assert!(
+        records.len() >= 6 && records.len() < 2000,
+        "{}",
+        records.len()
+    );
+    // Every finished request kept, each named by its worker (the relay ran to the end).
+    let by_router = routed(&records, "p001");
+    assert!(
+        by_router.contains_key("worker0") && by_router.contains_key("worker1"),
+        "{by_router:?}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.to_lowercase().contains("incomplete"),
+        "partial report"
+    );
+    poll_until(
+        Duration::from_secs(15),
+        &format!("left running: {:?}", live_with_marker(&marker)),
+        || live_with_marker(&marker).is_empty().then_some(()),
+    );
 }
 
 fn spread_over_two_ssh_hosts(client: &str) {
@@ -580,8 +683,8 @@ fn spread_over_two_ssh_hosts(client: &str) {
     let ws = Workspace::new();
     let hosts = format!(
         "hosts:\n{}{}client: {client}\n",
-        ssh_host(&a, ""),
-        ssh_host(&b, "    address: 127.0.0.2\n")
+        a.host_entry(""),
+        b.host_entry("    address: 127.0.0.2\n")
     );
     let spec = ws.write(
         "spread.yaml",
@@ -638,18 +741,7 @@ fn spread_over_two_ssh_hosts(client: &str) {
     // The router's log came from the host a pull at a time; each request is named still.
     let records = measured(&dir);
     assert_eq!(records.len(), 20);
-    let by_router = routed(&records, "p001");
-    assert_eq!(by_router.get("worker0"), Some(&10), "{by_router:?}");
-    assert_eq!(by_router.get("worker1"), Some(&10), "{by_router:?}");
-    let points = read_jsonl(&dir.join("points.jsonl"));
-    for w in points[0]["workers"].as_array().unwrap() {
-        let name = w["name"].as_str().unwrap();
-        assert_eq!(
-            w["view"]["requests"].as_f64().unwrap(),
-            by_router[name] as f64,
-            "the worker's own counters (through its host's forward, or from the agent): {w}"
-        );
-    }
+    ten_each_as_each_worker_counted(&dir, &records);
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let row = report
         .lines()
@@ -723,18 +815,7 @@ fn a_deployment_on_a_slurm_allocation_runs_each_process_as_a_step_of_one_job() {
         "{}",
         meta["client_placement"]
     );
-    let by_router = routed(&records, "p001");
-    assert_eq!(by_router.get("worker0"), Some(&10), "{by_router:?}");
-    assert_eq!(by_router.get("worker1"), Some(&10), "{by_router:?}");
-    let points = read_jsonl(&dir.join("points.jsonl"));
-    for w in points[0]["workers"].as_array().unwrap() {
-        let name = w["name"].as_str().unwrap();
-        assert_eq!(
-            w["view"]["requests"].as_f64().unwrap(),
-            by_router[name] as f64,
-            "{w}"
-        );
-    }
+    ten_each_as_each_worker_counted(&dir, &records);
     // Every process was a step of the one job (the router's log says it ran in it).
     for r in ranks {
         assert_eq!(r["stopped"], true, "{r}");
