@@ -17,6 +17,7 @@ mod nonce_off;
 mod orphans;
 mod pd_sim;
 mod pools;
+mod probes;
 mod profile;
 mod real_engine;
 mod report;

@@ -9,21 +9,21 @@ use crate::common::*;
 use crate::faulty::{flag_kinds, measured_requests};
 
 /// What the fake prints for each GPU every interval.
-struct Readings {
-    power_w: f64,
+pub(crate) struct Readings {
+    pub power_w: f64,
     /// Free MiB of GPU 0 and GPU 1.
-    free_mib: [f64; 2],
+    pub free_mib: [f64; 2],
     /// The clock event reasons of GPU 0 and GPU 1 (NVML's bitmask).
-    throttle: [u64; 2],
+    pub throttle: [u64; 2],
     /// Refuses `clocks_event_reasons.active` as an old driver does (it knows only the older
     /// `clocks_throttle_reasons.active`).
-    old_driver: bool,
+    pub old_driver: bool,
 }
 
 const TOTAL_MIB: f64 = 143_771.0;
 
 /// Writes the fake into `dir/bin/nvidia-smi`; it appends each argument vector to `dir/args`.
-fn fake_nvidia_smi(dir: &Path, r: &Readings) -> PathBuf {
+pub(crate) fn fake_nvidia_smi(dir: &Path, r: &Readings) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let line = |i: usize| {

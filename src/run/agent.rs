@@ -15,6 +15,8 @@
 //! interrupted) stops the agent like Ctrl-C: in-flight requests are abandoned and the partial
 //! point is reported.
 
+pub(crate) mod session;
+
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +57,7 @@ pub(crate) struct AgentRequest {
     pub profile_dir: Option<String>,
     /// A launched deployment's workers, as this host reaches them (scraped beside the router).
     #[serde(default)]
-    pub workers: Vec<super::deployment::WorkerTarget>,
+    pub workers: Vec<super::server::deployment::WorkerTarget>,
     /// Some: the runner relays the router's sends ([`RoutedLine`]s) from its copy of the
     /// router's log, a line arriving up to this many ms after the router wrote it.
     #[serde(default)]
@@ -66,7 +68,7 @@ pub(crate) struct AgentRequest {
 /// forwarded, and where, since the last such line (protocol 3).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct RoutedLine {
-    pub routed: Vec<(String, super::routing::Sent)>,
+    pub routed: Vec<(String, super::server::routing::Sent)>,
 }
 
 /// The line that stops the point being measured, as the end of stdin does, while stdin stays
@@ -148,12 +150,12 @@ async fn serve(heartbeat: Duration) {
     // The agent scrapes `/metrics` beside its requests (when the runner's probe found it) and
     // sends every scrape back, so the run's metrics.jsonl and server view are what an
     // in-process run records.
-    let metrics: super::scrape::MetricsSink = Arc::new(|m| {
+    let metrics: super::probe::scrape::MetricsSink = Arc::new(|m| {
         emit(&AgentEvent::Metrics(m.clone()));
         Ok(())
     });
     // The agent runs on the server's host: it samples that host's GPUs as `telemetry:` asks.
-    let gpu: super::gpu_sampler::GpuSink = Arc::new(|g| {
+    let gpu: super::probe::gpu_sampler::GpuSink = Arc::new(|g| {
         emit(&AgentEvent::Gpu(g.clone()));
         Ok(())
     });
@@ -218,7 +220,7 @@ async fn serve(heartbeat: Duration) {
         runner.set_workers(
             req.workers,
             req.routed_lag_ms
-                .map(|ms| super::routing::RouterLog::relayed(Duration::from_millis(ms))),
+                .map(|ms| super::server::routing::RouterLog::relayed(Duration::from_millis(ms))),
         );
         let outcome = runner
             .measure_with(&client, &point, &req.group, req.prompts)

@@ -8,7 +8,7 @@ use crate::client::Client;
 use crate::plan::failure::FailurePolicy;
 use crate::spec::Point;
 
-use super::agent_session::AgentPlace;
+use super::agent::session::AgentPlace;
 use super::errors::RunError;
 use super::measurer::{InProcess, Measurer, OnHost};
 use super::on_server::{Launch, One};

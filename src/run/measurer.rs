@@ -14,7 +14,7 @@ use crate::results::rundir::RunDir;
 use crate::spec::Point;
 
 use super::agent::AgentRequest;
-use super::agent_session::{AgentPlace, AgentSession};
+use super::agent::session::{AgentPlace, AgentSession};
 use super::interrupt::Interrupt;
 use super::point::{PointOutcome, PointRunner};
 use super::progress::Progress;
@@ -82,10 +82,10 @@ pub(crate) struct OnHost {
     session: Option<AgentSession>,
     profile_dir: Option<String>,
     /// A launched deployment's workers, scraped by the agent beside the router.
-    workers: Vec<super::deployment::WorkerTarget>,
+    workers: Vec<super::server::deployment::WorkerTarget>,
     /// The router's log read here, its sends relayed to the agent (which names each
     /// request's worker), and how late its copy may be.
-    relay: Option<(super::routing::LogTail, std::time::Duration)>,
+    relay: Option<(super::server::routing::LogTail, std::time::Duration)>,
 }
 
 impl OnHost {
@@ -120,19 +120,23 @@ impl OnHost {
     /// directory's copy) to relay the router's word on each request from.
     pub(crate) fn with_deployment(
         mut self,
-        workers: &[super::deployment::WorkerTarget],
-        router_log: Option<super::routing::RouterLog>,
+        workers: &[super::server::deployment::WorkerTarget],
+        router_log: Option<super::server::routing::RouterLog>,
     ) -> OnHost {
         // The agent reaches each worker where the router does.
         self.workers = workers
             .iter()
-            .map(|w| super::deployment::WorkerTarget {
+            .map(|w| super::server::deployment::WorkerTarget {
                 url: w.url_on_host.clone(),
                 ..w.clone()
             })
             .collect();
-        self.relay = router_log
-            .and_then(|log| Some((super::routing::LogTail::new(log.path?, log.from), log.lag)));
+        self.relay = router_log.and_then(|log| {
+            Some((
+                super::server::routing::LogTail::new(log.path?, log.from),
+                log.lag,
+            ))
+        });
         self
     }
 }
@@ -164,7 +168,7 @@ impl Measurer for OnHost {
                 routed_lag_ms: self
                     .relay
                     .as_ref()
-                    .map(|(_, lag)| (*lag + super::agent_session::RELAY_LAG).as_millis() as u64),
+                    .map(|(_, lag)| (*lag + super::agent::session::RELAY_LAG).as_millis() as u64),
             };
             let session = self.session.as_mut().expect("started above");
             let outcome = session

@@ -2,37 +2,22 @@
 //! it; write every record as it arrives; render the report at the end, even after a failure.
 
 pub(crate) mod agent;
-pub(crate) mod agent_session;
-mod deployment;
 pub(crate) mod down;
 mod errors;
-mod gpu_amd;
-mod gpu_dcgm;
-pub(crate) mod gpu_sampler;
-mod gpu_telemetry;
 mod interrupt;
 pub(crate) mod launch;
-mod load_point;
 pub(crate) mod measurer;
-pub(crate) mod model_facts;
 mod on_server;
 pub(crate) mod outcome;
 pub(crate) mod point;
 pub(crate) mod pool;
-mod process_group;
-pub(crate) mod profiler;
+pub(crate) mod probe;
 pub(crate) mod progress;
 pub(crate) mod provenance;
-pub(crate) mod ranks;
 mod record_writer;
 mod records;
-mod routing;
-pub(crate) mod scrape;
 pub(crate) mod search;
 pub(crate) mod server;
-mod server_error;
-mod traces;
-mod validity;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

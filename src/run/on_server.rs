@@ -108,7 +108,7 @@ impl Launch<'_, '_> {
             .as_ref()
             .filter(|p| p.covers(&point.id));
         let traces_before = match profiling {
-            Some(_) => super::traces::before(cx.host, cx.profile_dir).await,
+            Some(_) => super::server::traces::before(cx.host, cx.profile_dir).await,
             None => Vec::new(),
         };
         self.measurer
@@ -126,7 +126,7 @@ impl Launch<'_, '_> {
         };
         let mut record = outcome.record;
         if let (Some(spec), Some(capture)) = (profiling, record.profile.as_mut()) {
-            super::traces::collect(
+            super::server::traces::collect(
                 capture,
                 cx.host,
                 cx.run_dir,
@@ -135,7 +135,7 @@ impl Launch<'_, '_> {
                 spec.max_bytes(),
             )
             .await;
-            let flags = super::profiler::flags(capture);
+            let flags = super::probe::profiler::flags(capture);
             // The point's own line is printed already: the capture gets lines of its own.
             let kept: Vec<&str> = capture
                 .files

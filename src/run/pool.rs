@@ -60,8 +60,8 @@ impl PoolHost {
 
     /// Where the measuring agent runs next to this host's servers (`client: host`): the SSH
     /// host or the Slurm allocation; None for this machine.
-    fn agent_place(&self) -> Option<super::agent_session::AgentPlace> {
-        use super::agent_session::AgentPlace;
+    fn agent_place(&self) -> Option<super::agent::session::AgentPlace> {
+        use super::agent::session::AgentPlace;
         match (&self.remote, &self.slurm) {
             (Some(r), _) => Some(AgentPlace::Ssh(r.clone())),
             (None, Some(s)) => Some(AgentPlace::Slurm(s.clone())),
@@ -488,14 +488,14 @@ async fn measure_group<'p>(
     if here || agent_host.is_none() {
         runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name, here);
     }
-    let profile_dir = super::traces::group_dir(
+    let profile_dir = super::server::traces::group_dir(
         g,
         &points,
         rank0.host.as_ref(),
         rank0.slurm.is_some(),
         run.run_dir,
     );
-    let launched = super::traces::with_profiler(&g.server, &points, profile_dir.as_deref());
+    let launched = super::server::traces::with_profiler(&g.server, &points, profile_dir.as_deref());
     let mut pending = points.into_iter().peekable();
     let mut policy = FailurePolicy::new(first.on_failure);
     let mut tally = Tally::default();
@@ -571,8 +571,9 @@ async fn measure_group<'p>(
         run.progress.launched(&g.id);
         let config = match &model_config {
             Some(c) => c,
-            None => model_config
-                .insert(super::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await),
+            None => model_config.insert(
+                super::server::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await,
+            ),
         };
         handle.record.model_config = Some(config.clone());
         // A Slurm node is known once the allocation exists: its facts are read now, once.

@@ -32,7 +32,7 @@ impl RecordWriter {
     /// that `routing` knows served it (a launched deployment's) before it is written.
     pub(crate) fn start(
         sink: RecordSink,
-        routing: std::sync::Arc<super::routing::RoutingBook>,
+        routing: std::sync::Arc<crate::run::server::routing::RoutingBook>,
     ) -> RecordWriter {
         let (jobs, due) = mpsc::channel::<Job>();
         std::thread::Builder::new()

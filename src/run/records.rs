@@ -9,8 +9,8 @@ use crate::results::records::{Flag, PointRecord};
 use crate::results::rundir::RunDir;
 
 use super::errors::RunError;
+use super::probe::scrape;
 use super::progress::Progress;
-use super::scrape;
 
 /// A point that produced no measurement: flagged with `kind` and marked incomplete.
 pub(crate) fn failed_point(
@@ -94,6 +94,6 @@ pub(crate) fn metrics_sink(dir: Arc<RunDir>) -> scrape::MetricsSink {
 
 /// The sink that appends each GPU reading to the run directory's `gpu.jsonl` (lost, not
 /// fatal, when it cannot be written: telemetry is a side channel).
-pub(crate) fn gpu_sink(dir: Arc<RunDir>) -> super::gpu_sampler::GpuSink {
+pub(crate) fn gpu_sink(dir: Arc<RunDir>) -> super::probe::gpu_sampler::GpuSink {
     Arc::new(move |g| dir.append_gpu(g))
 }

@@ -1,6 +1,14 @@
 //! A server for one group: attached (already running at a URL) or launched on a [`Host`];
 //! readiness, crash detection and the record of how it ended.
 
+pub(crate) mod deployment;
+pub(crate) mod model_facts;
+mod process_group;
+pub(crate) mod ranks;
+pub(crate) mod routing;
+mod server_error;
+pub(crate) mod traces;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,7 +20,7 @@ use crate::secrets::{self, api_key};
 use crate::spec::types::{Engine, Server};
 
 use super::interrupt::Interrupt;
-pub(crate) use super::server_error::{STOP_GRACE, ServerError};
+pub(crate) use server_error::{STOP_GRACE, ServerError};
 
 /// Why a server servebench did not start no longer answers.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +50,7 @@ pub(crate) struct ServerHandle {
     pub killed_by: Option<i32>,
     /// The workers behind a router: a launched deployment's, or an attached router's
     /// `server.workers`; each one's `/metrics` is scraped around every round.
-    pub workers: Vec<super::deployment::WorkerTarget>,
+    pub workers: Vec<deployment::WorkerTarget>,
 }
 
 impl ServerHandle {
@@ -118,7 +126,7 @@ impl ServerHandle {
             workers: server
                 .workers
                 .iter()
-                .map(|w| super::deployment::WorkerTarget::listed(w))
+                .map(|w| deployment::WorkerTarget::listed(w))
                 .collect(),
         })
     }
@@ -146,7 +154,7 @@ impl ServerHandle {
         }
         let mut workers = Vec::new();
         let (process, argv, port, ranks) = if let Some(dep) = &effective.deployment {
-            let d = super::deployment::spawn_deployment(
+            let d = deployment::spawn_deployment(
                 group,
                 &effective,
                 dep,
@@ -159,7 +167,7 @@ impl ServerHandle {
             workers = d.workers;
             (d.process, d.command, d.port, d.records)
         } else if effective.node_count() > 1 {
-            let r = super::ranks::spawn_ranks(group, &effective, hosts, log_path).await?;
+            let r = ranks::spawn_ranks(group, &effective, hosts, log_path).await?;
             (r.process, r.command, r.port, r.records)
         } else {
             let host = hosts[0];
@@ -290,7 +298,7 @@ impl ServerHandle {
             // A router answers /health before it has registered its workers.
             if let Ok(200) = health
                 && (server.deployment.is_none()
-                    || super::deployment::router_lists_workers(&client, self.workers.len()).await)
+                    || deployment::router_lists_workers(&client, self.workers.len()).await)
             {
                 break;
             }
@@ -366,10 +374,10 @@ impl ServerHandle {
     /// A launched deployment: its router's log (the run directory's copy), where this
     /// launch's lines begin (the router names each request's worker there), and how late a
     /// line may reach that copy.
-    pub(crate) fn router_log(&self) -> Option<super::routing::RouterLog> {
+    pub(crate) fn router_log(&self) -> Option<routing::RouterLog> {
         let p = self.process.as_ref()?;
         (!self.workers.is_empty())
-            .then(|| super::routing::RouterLog {
+            .then(|| routing::RouterLog {
                 path: Some(self.log_path.clone()),
                 from: self.log_start,
                 lag: p.log_lag(),

@@ -16,7 +16,7 @@ use crate::results::records::{CacheShare, Flag, RequestRecord, RequestRole};
 use crate::spec::Point;
 use crate::spec::types::{Api, SessionsSpec, ThinkDist};
 
-use super::workload::tag;
+use super::workload::{RoundPlan, tag};
 use super::{Planned, PointRunner, Prompts, generation_request, prepare};
 
 /// Think times of one user, one per turn after the first.
@@ -41,32 +41,22 @@ pub(crate) fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32)
 }
 
 impl PointRunner {
-    /// One round of sessions: every user's conversation, users at once, turns in order.
+    /// One round of sessions: every user's conversation, users at once, turns in order, the
+    /// `plan`'s messages taken `turns` a user.
     /// Returns the records (by user, then turn) and whether an interrupt stopped it.
-    pub(super) async fn run_sessions(
-        &mut self,
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn send_sessions(
+        &self,
         client: &Client,
         point: &Point,
         round: u32,
         prompts: &Prompts,
+        plan: &RoundPlan<'_>,
         spec: &SessionsSpec,
         flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
         let (users, turns) = (spec.users.max(1), spec.turns.max(1));
-        let plan = match self
-            .plan_round(client, exp, prompts, round, users * turns, &[], flags)
-            .await
-        {
-            Ok(p) => p,
-            Err((kind, message)) => {
-                let stopped = self.interrupt.is_set();
-                if !stopped {
-                    flags.push(Flag::new(kind, message));
-                }
-                return (Vec::new(), stopped);
-            }
-        };
         prepare(client, users as usize).await;
         let mut tasks: JoinSet<Vec<RequestRecord>> = JoinSet::new();
         let mut messages = plan.requests();
@@ -121,9 +111,9 @@ impl PointRunner {
 struct UserRun {
     client: Client,
     sink: super::RecordSink,
-    routing: std::sync::Arc<crate::run::routing::RoutingBook>,
+    routing: std::sync::Arc<crate::run::server::routing::RoutingBook>,
     progress: super::Progress,
-    interrupt: super::super::interrupt::Interrupt,
+    interrupt: crate::run::interrupt::Interrupt,
     point: String,
     round: u32,
     user: u32,

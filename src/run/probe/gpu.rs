@@ -1,5 +1,6 @@
 //! One point's GPU telemetry: which sampler `telemetry:` asks for on this host, a sampler per
-//! round, and the point's view of the readings (headroom, throttling, energy, cost).
+//! round, and the point's view of the readings (headroom, throttling, energy, cost). [`Gpu`] is
+//! the probe that runs it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -142,5 +143,57 @@ impl PointGpu {
         let sampled = view.samples > 0;
         view.missing = self.missing.or(failed.filter(|_| !sampled));
         view
+    }
+}
+
+/// The GPU probe: a sampler through every round, the point's GPU view from their readings.
+pub(crate) struct Gpu {
+    point: PointGpu,
+    running: Option<GpuSampler>,
+}
+
+impl Gpu {
+    pub(crate) fn new(point: PointGpu) -> Gpu {
+        Gpu {
+            point,
+            running: None,
+        }
+    }
+}
+
+impl super::Probe for Gpu {
+    fn open<'a>(
+        &'a mut self,
+        round: super::RoundStart<'a>,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.running = self.point.start(round.point, round.round).await;
+        })
+    }
+
+    fn close<'a>(
+        &'a mut self,
+        _completed: usize,
+        _unmeasured: &'a mut crate::measure::server_view::Finished,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(sampler) = self.running.take() {
+                self.point.keep(sampler.finish().await);
+            }
+        })
+    }
+
+    fn fill(
+        self: Box<Self>,
+        end: &super::PointEnd<'_>,
+        record: &mut crate::results::records::PointRecord,
+    ) {
+        let view = self.point.summarize(
+            end.exp,
+            &end.fold.system,
+            &mut record.metrics,
+            &mut record.flags,
+        );
+        record.gpu = Some(view);
     }
 }

@@ -16,9 +16,9 @@ use crate::host::ssh::{PipedChild, SshHost};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 
-use super::agent::{AgentEvent, AgentRequest};
-use super::point::PointOutcome;
-use super::progress::Progress;
+use super::{AgentEvent, AgentRequest};
+use crate::run::point::PointOutcome;
+use crate::run::progress::Progress;
 
 /// How long an interrupted agent may take to report its partial point.
 const AGENT_STOP_WAIT: Duration = Duration::from_secs(30);
@@ -201,7 +201,7 @@ impl AgentSession {
             return false;
         };
         let w = async {
-            stdin.write_all(super::agent::STOP_LINE.as_bytes()).await?;
+            stdin.write_all(super::STOP_LINE.as_bytes()).await?;
             stdin.write_all(b"\n").await?;
             stdin.flush().await
         };
@@ -210,7 +210,7 @@ impl AgentSession {
 
     /// Relays the sends the router's log gained to the agent (whose point waits for them);
     /// a write that fails is left to the point's own reading of the agent to report.
-    async fn relay_sends(&mut self, tail: &mut super::routing::LogTail) {
+    async fn relay_sends(&mut self, tail: &mut crate::run::server::routing::LogTail) {
         let mut sends = Vec::new();
         if !tail.read_new(&mut sends) {
             return;
@@ -225,7 +225,7 @@ impl AgentSession {
             sends.chunks(RELAY_BATCH).map(<[_]>::to_vec).collect()
         };
         for routed in batches {
-            let Ok(line) = serde_json::to_string(&super::agent::RoutedLine { routed }) else {
+            let Ok(line) = serde_json::to_string(&super::RoutedLine { routed }) else {
                 return;
             };
             let w = async {
@@ -244,8 +244,8 @@ impl AgentSession {
         req: AgentRequest,
         run_dir: &RunDir,
         progress: &Progress,
-        interrupt: &super::interrupt::Interrupt,
-        mut relay: Option<&mut super::routing::LogTail>,
+        interrupt: &crate::run::interrupt::Interrupt,
+        mut relay: Option<&mut crate::run::server::routing::LogTail>,
     ) -> PointOutcome {
         let point = Point {
             id: req.id.clone(),
@@ -392,7 +392,7 @@ impl AgentSession {
                         }
                         progress.point_finished(
                             &req.id,
-                            &super::progress::point_line(&point_of(&req), &point),
+                            &crate::run::progress::point_line(&point_of(&req), &point),
                         );
                         return PointOutcome {
                             record: point,
@@ -511,7 +511,7 @@ fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
         if received == 1 { "is" } else { "are" }
     );
     PointOutcome {
-        record: super::records::failed_point(
+        record: crate::run::records::failed_point(
             &point_of(req),
             &req.group,
             FlagKind::AgentLost,

@@ -16,11 +16,11 @@ use crate::client::Client;
 use crate::load::{Pacer, Schedule};
 use crate::measure::summary::PointFold;
 use crate::measure::system::Observed;
-use crate::results::records::{Flag, Phase, ProfileCapture, RequestRecord, RequestRole};
+use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
 use crate::spec::Point;
 
-use super::point::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
-use super::profiler::Capture;
+use super::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
+use crate::run::probe::Window;
 
 /// How long after the schedule is made its first request is due: the pacer thread starts and
 /// the first connections are settled before the clock runs.
@@ -42,7 +42,9 @@ impl PointRunner {
     /// Sends one round of an open-loop point on its schedule: the `i`-th of `planned` when
     /// `schedule.requests[i]` is due, made then (the cache was prepared already).
     /// Folds each measured record into `fold` as it finishes (written to the sink first).
-    /// Returns whether an interrupt stopped it, and what the client observed.
+    /// Opens `window` as the first measured request is released and closes it when the last
+    /// one ended (a cut-short window is closed by the round). Returns whether an interrupt
+    /// stopped it, and what the client observed.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn send_scheduled(
         &self,
@@ -52,10 +54,9 @@ impl PointRunner {
         schedule: &Schedule,
         mut planned: impl Iterator<Item = Planned>,
         model: &Option<String>,
-        flags: &mut Vec<Flag>,
-        fold: &mut PointFold,
-        mut capture: Option<Capture>,
-    ) -> (bool, (Observed, Option<ProfileCapture>)) {
+        (flags, fold): (&mut Vec<Flag>, &mut PointFold),
+        window: &Window,
+    ) -> (bool, Observed) {
         let exp = &point.experiment;
         let mut observed = Observed::default();
         let omitted_is_zero = self.cached_omitted_is_zero();
@@ -82,8 +83,7 @@ impl PointRunner {
         // Requests made so far (the next one made is this index).
         let mut made = 0usize;
         let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
-        let mut stopping: Option<tokio::task::JoinHandle<ProfileCapture>> = None;
-        let gone = super::point::ServerGone::default();
+        let gone = super::ServerGone::default();
         // Checked at every turn (a `continue` included): with nothing left to release or to
         // join, every branch below would be disabled.
         while releasing || !tasks.is_empty() {
@@ -96,11 +96,9 @@ impl PointRunner {
                         let taken = (scheduled.nth(skip), planned.nth(skip));
                         made = i + 1;
                         let (Some(s), Some(p)) = taken else { continue };
-                        // The profiler starts beside the measured window's first request.
-                        if s.phase == Phase::Measure
-                            && let Some(c) = capture.as_mut()
-                        {
-                            c.start();
+                        // The measured window opens with its first request.
+                        if s.phase == Phase::Measure {
+                            window.open();
                         }
                         let mut req = generation_request(exp, p.text, model);
                         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
@@ -149,7 +147,7 @@ impl PointRunner {
                         // Not written (the sink has stopped the run), or aborted by an interrupt.
                         Some(Ok(None)) | None => continue,
                         Some(Err(e)) => {
-                            if let Some(flag) = super::point::task_died(e) {
+                            if let Some(flag) = super::task_died(e) {
                                 flags.push(flag);
                                 let _ = pacer.stop();
                                 releasing = false;
@@ -162,13 +160,10 @@ impl PointRunner {
                             finished += 1;
                             failed += usize::from(rec.error.is_some());
                             fold.add(&rec);
-                            // The window's last request ended: the profiler stops before the
-                            // cool-down's requests are traced, on a task (it writes the trace
-                            // first) so the pacer's releases are not held up.
-                            if finished == measured_total
-                                && let Some(c) = capture.take()
-                            {
-                                stopping = Some(tokio::spawn(c.stop()));
+                            // The window's last request ended: what watches the window (the
+                            // profiler) stops before the cool-down's requests.
+                            if finished == measured_total {
+                                window.close();
                             }
                         }
                         Some(Phase::Warmup) => {
@@ -222,13 +217,7 @@ impl PointRunner {
         {
             observed.client_cpu = Some((b - a) / elapsed);
         }
-        // A window cut short (errors, an interrupt) stops the profiler here.
-        let profiled = match (stopping, capture) {
-            (Some(task), _) => task.await.ok(),
-            (None, Some(c)) => Some(c.stop().await),
-            (None, None) => None,
-        };
-        (stopped, (observed, profiled))
+        (stopped, observed)
     }
 }
 

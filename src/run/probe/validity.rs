@@ -21,19 +21,10 @@ use crate::results::validity::{
 };
 use crate::spec::validity::{CanarySpec, ConsistencySpec};
 
-use super::interrupt::Interrupt;
-use super::record_writer::RecordSink;
+use super::WindowState;
 
-/// Where the point's measured load stands, as the consistency requests under it see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LoadState {
-    /// The round has not started sending.
-    Pending,
-    /// The round's measured requests are being sent and answered.
-    Running,
-    /// The round's sending has ended.
-    Done,
-}
+use crate::run::interrupt::Interrupt;
+use crate::run::record_writer::RecordSink;
 
 /// Prompt tokens of the checks for a point whose prompts have no one length (a file, a
 /// dataset, a mix).
@@ -43,25 +34,18 @@ pub(crate) const UNSIZED_PROMPT_TOKENS: u64 = 1024;
 /// more, alone and under load).
 pub(crate) const CONSISTENCY_PROMPT_TOKENS: u64 = 4096;
 
-impl LoadState {
-    /// The sender a round moves, and the receiver the consistency requests watch.
-    pub(crate) fn channel() -> (watch::Sender<LoadState>, watch::Receiver<LoadState>) {
-        watch::channel(LoadState::Pending)
-    }
-}
-
 /// A point's checks as they run: what the canaries found, the consistency prompt alone,
 /// then its verdict under load.
 pub(crate) struct Checks {
-    probe: Probe,
+    asker: Asker,
     pub view: ValidityView,
     pub solo: Option<Solo>,
 }
 
 impl Checks {
-    pub(crate) fn new(probe: Probe) -> Checks {
+    pub(crate) fn new(asker: Asker) -> Checks {
         Checks {
-            probe,
+            asker,
             view: ValidityView::default(),
             solo: None,
         }
@@ -84,10 +68,10 @@ impl Checks {
     /// compare them with.
     pub(crate) fn start_under_load(
         &self,
-        state: watch::Receiver<LoadState>,
+        state: watch::Receiver<WindowState>,
     ) -> Option<tokio::task::JoinHandle<Vec<Loaded>>> {
         let solo = self.solo.as_ref().filter(|s| s.answer.is_ok())?;
-        Some(under_load(self.probe.clone(), solo, state))
+        Some(under_load(self.asker.clone(), solo, state))
     }
 
     /// Judges the answers under load once the round has ended; each is counted among the
@@ -119,7 +103,7 @@ impl Checks {
 
 /// What every check request of a point shares: where it goes and how it is recorded.
 #[derive(Clone)]
-pub(crate) struct Probe {
+pub(crate) struct Asker {
     pub client: Client,
     /// The point's request, its prompt and output length replaced for each check.
     pub template: GenerationRequest,
@@ -129,7 +113,7 @@ pub(crate) struct Probe {
     pub interrupt: Interrupt,
 }
 
-impl Probe {
+impl Asker {
     /// Sends `prompt` greedily for up to `max_tokens`, records it with `role`; None when an
     /// interrupt stopped it.
     async fn send(
@@ -167,7 +151,7 @@ pub(crate) fn excerpt(text: &str) -> String {
 /// Sends one canary per position of `spec`, each with the fact in `filler` (None: the
 /// filler could not be made, `why`), and judges each answer.
 pub(crate) async fn canaries(
-    probe: &Probe,
+    asker: &Asker,
     spec: &CanarySpec,
     filler: Result<&str, &str>,
 ) -> Vec<CanaryResult> {
@@ -191,7 +175,7 @@ pub(crate) async fn canaries(
             }
         };
         let prompt = canary::prompt(&crate::prompt::nonce(), filler, &fact, position);
-        let sent = probe
+        let sent = asker
             .send(prompt, spec.max_tokens, RequestRole::Canary, i as u32)
             .await;
         let Some((m, _)) = sent else {
@@ -222,12 +206,12 @@ pub(crate) struct Solo {
 
 /// Sends the consistency prompt (made of `filler`) alone twice; an engine whose two greedy
 /// answers differ is not deterministic enough to be judged under load.
-pub(crate) async fn solo(probe: &Probe, spec: &ConsistencySpec, filler: &str) -> Option<Solo> {
+pub(crate) async fn solo(asker: &Asker, spec: &ConsistencySpec, filler: &str) -> Option<Solo> {
     let prompt = canary::continuation(&crate::prompt::nonce(), filler);
     let mut answers = Vec::new();
     let mut prompt_tokens = None;
     for i in 0..2 {
-        let (m, _) = probe
+        let (m, _) = asker
             .send(prompt.clone(), spec.max_tokens, RequestRole::Consistency, i)
             .await?;
         prompt_tokens = prompt_tokens.or(m.prompt_tokens);
@@ -270,26 +254,26 @@ pub(crate) struct Loaded {
 /// says the round's load runs; each answer notes whether the load still ran when it ended.
 /// Nothing is sent when the load ends before it starts.
 pub(crate) fn under_load(
-    probe: Probe,
+    asker: Asker,
     solo: &Solo,
-    mut state: watch::Receiver<LoadState>,
+    mut state: watch::Receiver<WindowState>,
 ) -> tokio::task::JoinHandle<Vec<Loaded>> {
     let (prompt, spec) = (solo.prompt.clone(), solo.spec.clone());
     tokio::spawn(async move {
         if state
-            .wait_for(|s| *s != LoadState::Pending)
+            .wait_for(|s| *s != WindowState::Pending)
             .await
-            .map_or(true, |s| *s == LoadState::Done)
+            .map_or(true, |s| *s == WindowState::Closed)
         {
             return Vec::new();
         }
         let sends = (0..spec.requests).map(|i| {
-            let (probe, prompt, state) = (probe.clone(), prompt.clone(), state.clone());
+            let (asker, prompt, state) = (asker.clone(), prompt.clone(), state.clone());
             async move {
-                let (measured, record) = probe
+                let (measured, record) = asker
                     .send(prompt, spec.max_tokens, RequestRole::Consistency, 2 + i)
                     .await?;
-                let under_load = *state.borrow() == LoadState::Running;
+                let under_load = *state.borrow() == WindowState::Open;
                 Some(Loaded {
                     measured,
                     record,
@@ -417,6 +401,64 @@ pub(crate) fn flags(view: &ValidityView) -> Vec<Flag> {
         flags.push(Flag::new(FlagKind::ValidityUnjudged, unjudged.join("; ")));
     }
     flags
+}
+
+/// The validity probe: the consistency prompt sent again under the first round's measured
+/// load, judged against its answer alone; the point's verdicts and flags in its record.
+pub(crate) struct UnderLoad {
+    checks: Checks,
+    /// The consistency requests under the open round's load.
+    running: Option<tokio::task::JoinHandle<Vec<Loaded>>>,
+}
+
+impl UnderLoad {
+    /// Watches the rounds with `checks`, made before the first round (canaries, the answer
+    /// alone).
+    pub(crate) fn new(checks: Checks) -> UnderLoad {
+        UnderLoad {
+            checks,
+            running: None,
+        }
+    }
+}
+
+impl super::Probe for UnderLoad {
+    fn open<'a>(
+        &'a mut self,
+        round: super::RoundStart<'a>,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        // The first round only: its load is what the answers are compared under.
+        if round.round == 0 {
+            self.running = self.checks.start_under_load(round.window.watch());
+        }
+        Box::pin(async {})
+    }
+
+    fn close<'a>(
+        &'a mut self,
+        _completed: usize,
+        unmeasured: &'a mut crate::measure::server_view::Finished,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(task) = self.running.take() {
+                self.checks.end_under_load(task, unmeasured).await;
+            }
+        })
+    }
+
+    fn fill(
+        self: Box<Self>,
+        _end: &super::PointEnd<'_>,
+        record: &mut crate::results::records::PointRecord,
+    ) {
+        let view = self.checks.finish();
+        record.flags.extend(flags(&view));
+        // Wrong answers: the numbers are no answer to what the deployment serves.
+        if view.failed() && record.status == Some(crate::results::records::PointStatus::Ok) {
+            record.status = Some(crate::results::records::PointStatus::Degraded);
+        }
+        record.validity = Some(view);
+    }
 }
 
 #[cfg(test)]

@@ -24,8 +24,8 @@ use crate::secrets;
 use crate::spec::deployment::{Deployment, WorkerRole};
 use crate::spec::types::{Engine, Server};
 
-use super::interrupt::Interrupt;
 use super::server_error::{STOP_GRACE, ServerError};
+use crate::run::interrupt::Interrupt;
 
 /// A worker of a launched deployment, as the measuring side reaches it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -1,6 +1,7 @@
 //! Scraping the server's `/metrics` while a round of a point runs: once before its first
 //! measured request, every interval while they run, and once after the last, each scrape
-//! recorded (`metrics.jsonl`) as it arrives.
+//! recorded (`metrics.jsonl`) as it arrives. [`ServerScrape`] is the probe that does it for the
+//! server measured, and gives the point its server view.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -161,4 +162,74 @@ async fn take(
 fn kept(mut s: MetricsScrape) -> MetricsScrape {
     s.values = crate::measure::server_view::retained(&s.values);
     s
+}
+
+/// The server-scrape probe: the measured server's `/metrics` through every round, summarized
+/// into the point's server view (and what it contradicts of the client's count).
+pub(crate) struct ServerScrape {
+    sink: MetricsSink,
+    interval: Duration,
+    running: Option<Scraper>,
+    /// Every round's scrapes, as kept in memory.
+    scrapes: Vec<MetricsScrape>,
+}
+
+impl ServerScrape {
+    pub(crate) fn new(sink: MetricsSink, interval: Duration) -> ServerScrape {
+        ServerScrape {
+            sink,
+            interval,
+            running: None,
+            scrapes: Vec::new(),
+        }
+    }
+}
+
+impl super::Probe for ServerScrape {
+    fn open<'a>(
+        &'a mut self,
+        round: super::RoundStart<'a>,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let s = Scraper::start(
+                round.client,
+                round.point,
+                round.round,
+                self.sink.clone(),
+                self.interval,
+                None,
+            )
+            .await;
+            self.running = Some(s);
+        })
+    }
+
+    fn close<'a>(
+        &'a mut self,
+        completed: usize,
+        _unmeasured: &'a mut crate::measure::server_view::Finished,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(s) = self.running.take() {
+                self.scrapes.extend(s.finish(completed).await);
+            }
+        })
+    }
+
+    fn fill(
+        self: Box<Self>,
+        end: &super::PointEnd<'_>,
+        record: &mut crate::results::records::PointRecord,
+    ) {
+        use crate::measure::server_view;
+        let mut server = server_view::summarize(&self.scrapes);
+        if let Some(view) = &mut server {
+            record.flags.extend(server_view::contradictions(
+                view,
+                end.fold.done(),
+                &end.observed.unmeasured,
+            ));
+        }
+        record.server = server;
+    }
 }

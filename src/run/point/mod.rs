@@ -5,27 +5,27 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
-
 use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
-use crate::measure::summary::PointFold;
 use crate::prompt::{
     Calibrated, Calibrator, CountError, PromptSource, TextGenerator, WorkloadSource, nonce,
 };
 use crate::results::meta::{CacheReset, ServerSurface};
 use crate::results::records::{
-    CacheShare, Calibration, ErrorKind, Flag, PointRecord, RequestRecord, RequestRole,
+    CacheShare, Calibration, ErrorKind, Flag, PointRecord, RequestRecord,
 };
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
-use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment, Measure};
+use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment};
 
-use super::interrupt::Interrupt;
 use super::progress::Progress;
+use crate::run::interrupt::Interrupt;
 
+mod closed_loop;
+mod round;
+mod scheduled;
 mod sessions;
+mod two_point;
 mod workload;
 
 pub(crate) use super::record_writer::RecordSink;
@@ -57,24 +57,22 @@ pub(crate) struct PointRunner {
     /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
     surface: Option<ServerSurface>,
     /// Where `/metrics` scrapes go; None = the server's view is not scraped (the agent).
-    metrics_sink: Option<super::scrape::MetricsSink>,
+    metrics_sink: Option<super::probe::scrape::MetricsSink>,
     /// How often `/metrics` is scraped while requests run.
     pub scrape_interval: std::time::Duration,
     /// Where GPU readings go, the server's host, and whether this machine is it (when it is
     /// not, a server on an SSH host measured from here, only a DCGM exporter is read from
     /// here); None = no GPU is sampled here.
-    gpu: Option<(super::gpu_sampler::GpuSink, String, bool)>,
+    gpu: Option<(super::probe::gpu_sampler::GpuSink, String, bool)>,
     /// Where the server writes profiler traces on its host (`profile:`), for the next point;
     /// None: the server's own default.
     profile_dir: Option<String>,
-    /// The capture a round made, for the point's record.
-    profiled: Option<crate::results::records::ProfileCapture>,
     /// The workers behind the router measured now (a launched deployment's, or an attached
     /// router's `server.workers`, or those the runner told the agent of); empty: the point's
     /// `server.workers`.
-    workers: Vec<super::deployment::WorkerTarget>,
+    workers: Vec<super::server::deployment::WorkerTarget>,
     /// Which worker a launched deployment's router sent each request to.
-    pub(super) routing: Arc<super::routing::RoutingBook>,
+    pub(super) routing: Arc<super::server::routing::RoutingBook>,
 }
 
 /// A measured point and whether the run was interrupted during it.
@@ -108,7 +106,7 @@ impl PointRunner {
         interrupt: Interrupt,
         spec_dir: PathBuf,
     ) -> Self {
-        let routing = Arc::new(super::routing::RoutingBook::default());
+        let routing = Arc::new(super::server::routing::RoutingBook::default());
         PointRunner {
             writer: Arc::new(RecordWriter::start(sink.clone(), routing.clone())),
             routing,
@@ -120,10 +118,9 @@ impl PointRunner {
             reply_tokens: HashMap::new(),
             surface: None,
             metrics_sink: None,
-            scrape_interval: super::scrape::SCRAPE_INTERVAL,
+            scrape_interval: super::probe::scrape::SCRAPE_INTERVAL,
             gpu: None,
             profile_dir: None,
-            profiled: None,
             workers: Vec::new(),
         }
     }
@@ -133,8 +130,8 @@ impl PointRunner {
     /// agent).
     pub(crate) fn set_workers(
         &mut self,
-        workers: Vec<super::deployment::WorkerTarget>,
-        router_log: Option<super::routing::RouterLog>,
+        workers: Vec<super::server::deployment::WorkerTarget>,
+        router_log: Option<super::server::routing::RouterLog>,
     ) {
         let names = workers
             .iter()
@@ -145,14 +142,14 @@ impl PointRunner {
     }
 
     /// The workers whose `/metrics` are scraped for `exp`.
-    fn worker_targets(&self, exp: &Experiment) -> Vec<super::deployment::WorkerTarget> {
+    fn worker_targets(&self, exp: &Experiment) -> Vec<super::server::deployment::WorkerTarget> {
         if !self.workers.is_empty() {
             return self.workers.clone();
         }
         exp.server
             .workers
             .iter()
-            .map(|w| super::deployment::WorkerTarget::listed(w))
+            .map(|w| super::server::deployment::WorkerTarget::listed(w))
             .collect()
     }
 
@@ -165,7 +162,7 @@ impl PointRunner {
     /// `on_server_host`) during every round as `telemetry:` asks, each reading to `sink`.
     pub(crate) fn with_gpu_sink(
         mut self,
-        sink: super::gpu_sampler::GpuSink,
+        sink: super::probe::gpu_sampler::GpuSink,
         host: &str,
         on_server_host: bool,
     ) -> Self {
@@ -175,7 +172,7 @@ impl PointRunner {
 
     /// Scrapes the server's `/metrics` (when its surface has one) during every round, each
     /// scrape to `sink`.
-    pub(crate) fn with_metrics_sink(mut self, sink: super::scrape::MetricsSink) -> Self {
+    pub(crate) fn with_metrics_sink(mut self, sink: super::probe::scrape::MetricsSink) -> Self {
         self.metrics_sink = Some(sink);
         self
     }
@@ -248,35 +245,29 @@ impl PointRunner {
         record.requested_prompt_tokens = prompts.requested();
         record.calibration = prompts.calibration.clone();
         // Before the first round and its cache reset: outside every measured window.
-        let mut checks = match exp.validity.any() {
+        let checks = match exp.validity.any() {
             true => self.validity_before(client, point, &prompts).await,
             false => None,
         };
 
         // Every measured record is folded in as it finishes (it is in requests.jsonl already).
         let mut fold = crate::measure::summary::PointFold::new(exp);
-        let mut scrapes = Vec::new();
-        let mut gpu = self.gpu_telemetry(exp);
+        let mut probes = self.probes(point, checks);
         let mut interrupted = false;
         let mut observed = crate::measure::system::Observed::default();
-        self.profiled = None;
         for round in 0..exp.repeat {
             if self.interrupt.is_set() {
                 interrupted = true;
                 break;
             }
             let stopped = self
-                .measure_round(
+                .round(
                     client,
                     point,
                     round,
                     &prompts,
-                    &mut flags,
-                    &mut observed,
-                    &mut scrapes,
-                    &mut fold,
-                    gpu.as_mut(),
-                    checks.as_mut().filter(|_| round == 0),
+                    &mut probes,
+                    (&mut flags, &mut observed, &mut fold),
                 )
                 .await;
             if stopped {
@@ -285,7 +276,7 @@ impl PointRunner {
             }
         }
 
-        if let Some(cause @ super::interrupt::StopCause::WriteFailed { .. }) =
+        if let Some(cause @ crate::run::interrupt::StopCause::WriteFailed { .. }) =
             self.interrupt.cause()
         {
             flags.push(Flag::new(
@@ -293,41 +284,7 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
-        let (worker_scrapes, scrapes): (Vec<_>, Vec<_>) =
-            scrapes.into_iter().partition(|s| s.worker.is_some());
-        let mut server = crate::measure::server_view::summarize(&scrapes);
-        if let Some(view) = &mut server {
-            flags.extend(crate::measure::server_view::contradictions(
-                view,
-                fold.done(),
-                &observed.unmeasured,
-            ));
-        }
-        record.server = server;
         let summary = fold.finish(exp, flags, interrupted);
-        record.workers = self
-            .worker_targets(exp)
-            .into_iter()
-            .map(|w| {
-                let mine: Vec<_> = worker_scrapes
-                    .iter()
-                    .filter(|s| s.worker.as_deref() == Some(w.url.as_str()))
-                    .cloned()
-                    .collect();
-                let rerouted = summary.rerouted.get(&w.name).copied().unwrap_or(0);
-                let routed = (!summary.routed.is_empty())
-                    .then(|| summary.routed.get(&w.name).copied().unwrap_or_default());
-                crate::results::records::WorkerView {
-                    name: (w.name != w.url).then_some(w.name),
-                    role: w.role,
-                    host: w.host,
-                    routed,
-                    rerouted,
-                    view: crate::measure::server_view::summarize(&mine),
-                    url: w.url,
-                }
-            })
-            .collect();
         record.ok = summary.ok;
         record.errors = summary.errors;
         record.error_kinds = summary.error_kinds;
@@ -336,31 +293,28 @@ impl PointRunner {
         record.load = fold
             .system
             .finish(exp, &observed, &mut record.metrics, &mut record.flags);
-        if let Some(gpu) = gpu {
-            record.gpu =
-                Some(gpu.summarize(exp, &fold.system, &mut record.metrics, &mut record.flags));
-        } else if let Some(cost) = &exp.cost {
+        record.incomplete = summary.incomplete;
+        record.status = Some(summary.status);
+        record.prefix_cache = summary.prefix_cache;
+        let end = super::probe::PointEnd {
+            exp,
+            fold: &fold,
+            observed: &observed,
+            routed: &summary.routed,
+            rerouted: &summary.rerouted,
+        };
+        probes.fill(&end, &mut record);
+        if record.gpu.is_none()
+            && let Some(cost) = &exp.cost
+        {
             // No telemetry: the cost needs the GPU count from the spec.
             let windows = fold.system.measured_windows(exp.open_loop().is_some());
             crate::measure::gpu::put_cost(cost.gpu_hour, cost.gpus, &windows, &mut record.metrics);
         }
-        record.incomplete = summary.incomplete;
-        record.status = Some(summary.status);
         // A part of the client died: what it sent is not the point's measurement.
         if record.has_flag(&FlagKind::ClientFailed) {
             record.incomplete = true;
             record.status = Some(crate::results::records::PointStatus::Failed);
-        }
-        record.prefix_cache = summary.prefix_cache;
-        record.profile = self.profiled.take();
-        if let Some(checks) = checks {
-            let view = checks.finish();
-            record.flags.extend(super::validity::flags(&view));
-            // Wrong answers: the numbers are no answer to what the deployment serves.
-            if view.failed() && record.status == Some(crate::results::records::PointStatus::Ok) {
-                record.status = Some(crate::results::records::PointStatus::Degraded);
-            }
-            record.validity = Some(view);
         }
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
@@ -418,257 +372,6 @@ impl PointRunner {
         })
     }
 
-    /// One round: prepares the cache as the policy says (a flush, or a priming request), then
-    /// sends the round's measured requests, each record folded into `fold`. Returns whether an
-    /// interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
-    async fn measure_round(
-        &mut self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        prompts: &Prompts,
-        flags: &mut Vec<Flag>,
-        observed: &mut crate::measure::system::Observed,
-        scrapes: &mut Vec<crate::results::server_view::MetricsScrape>,
-        fold: &mut PointFold,
-        gpu: Option<&mut super::gpu_telemetry::PointGpu>,
-        checks: Option<&mut super::validity::Checks>,
-    ) -> bool {
-        let exp = &point.experiment;
-        let policy = exp.cache.policy;
-        if policy == CachePolicy::Cold
-            && let Err(e) = self.reset_cache(client).await
-        {
-            flags.push(Flag::new(
-                FlagKind::FlushFailed,
-                format!("{e}; the point ran without a cache reset"),
-            ));
-        }
-        // The consistency prompt under load waits for the round's sending to start; a round
-        // that ends before it does (the state dropped) sends none.
-        let (load, under_load) = super::validity::LoadState::channel();
-        let under_load = checks.as_ref().and_then(|c| c.start_under_load(under_load));
-        if let Some(sessions) = exp.sessions() {
-            let sampler = match gpu.as_ref() {
-                Some(g) => g.start(&point.id, round).await,
-                None => None,
-            };
-            let mut capture = self.capture(client, exp, &point.id, round);
-            if let Some(c) = capture.as_mut() {
-                c.start();
-            }
-            load.send_replace(super::validity::LoadState::Running);
-            let (records, stopped) = self
-                .run_sessions(client, point, round, prompts, sessions, flags)
-                .await;
-            load.send_replace(super::validity::LoadState::Done);
-            if let Some(c) = capture {
-                self.profiled = Some(c.stop().await);
-            }
-            records.iter().for_each(|r| fold.add(r));
-            if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
-                gpu.keep(sampler.finish().await);
-            }
-            if let (Some(task), Some(checks)) = (under_load, checks) {
-                checks.end_under_load(task, &mut observed.unmeasured).await;
-            }
-            return stopped;
-        }
-        // An open-loop point sends as many requests as its schedule holds, each when it is due.
-        let schedule = match exp.open_loop() {
-            Some(_) => match crate::load::Schedule::of(exp, &self.spec_dir) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    flags.push(Flag::new(
-                        FlagKind::ScheduleFailed,
-                        format!("could not make the arrival schedule: {e}"),
-                    ));
-                    return false;
-                }
-            },
-            None => None,
-        };
-        let count = schedule.as_ref().map_or(exp.requests, |s| s.len() as u32);
-        // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths = schedule.as_ref().map_or(&[][..], |s| s.traced());
-        let plan = match self
-            .plan_round(client, exp, prompts, round, count, lengths, flags)
-            .await
-        {
-            Ok(p) => p,
-            Err((kind, message)) => {
-                let stopped = self.interrupt.is_set();
-                if !stopped {
-                    flags.push(Flag::new(kind, message));
-                }
-                return stopped;
-            }
-        };
-        // Warm: one nonce per point and round, so points do not share prefixes; each distinct
-        // prompt primed once.
-        let warm_prefix = nonce();
-        if policy == CachePolicy::Warm {
-            let mut primed = std::collections::HashSet::new();
-            for p in plan.requests().filter(|p| p.nonce) {
-                if primed.contains(&p.text) {
-                    continue;
-                }
-                let prompt = format!("{warm_prefix}{}", p.text);
-                primed.insert(p.text);
-                let mut req = generation_request(exp, prompt, &prompts.model);
-                req.max_tokens = p.max_tokens;
-                let m = tokio::select! {
-                    m = client.stream(&req, exp.request_timeout) => m,
-                    _ = self.interrupt.wait() => return true,
-                };
-                let rec = m.into_record(
-                    &point.id,
-                    round,
-                    0,
-                    RequestRole::Prime,
-                    exp.workload.api,
-                    p.max_tokens,
-                    p.requested,
-                );
-                if !self.append(&rec) {
-                    return true;
-                }
-            }
-        }
-        // Each request made (and given the policy's nonce) as it is sent.
-        let cold_nonce = policy == CachePolicy::Cold && exp.cache.nonce;
-        let planned = plan.requests().map(|mut p| {
-            if p.nonce {
-                p.text = match policy {
-                    CachePolicy::Cold if cold_nonce => format!("{}{}", nonce(), p.text),
-                    CachePolicy::Warm => format!("{warm_prefix}{}", p.text),
-                    _ => p.text,
-                };
-            }
-            p
-        });
-        let scraper = match (&self.metrics_sink, &self.surface) {
-            (Some(sink), Some(surface)) if surface.metrics => Some(
-                super::scrape::Scraper::start(
-                    client,
-                    &point.id,
-                    round,
-                    sink.clone(),
-                    self.scrape_interval,
-                    None,
-                )
-                .await,
-            ),
-            _ => None,
-        };
-        // The router's workers (`server.workers`): each one's own counters, whatever the
-        // router's surface offers.
-        let mut worker_scrapers = Vec::new();
-        if let Some(sink) = &self.metrics_sink {
-            for w in self.worker_targets(exp) {
-                let w = w.url.as_str();
-                if let Ok(c) = Client::new(w, None) {
-                    worker_scrapers.push(
-                        super::scrape::Scraper::start(
-                            &c,
-                            &point.id,
-                            round,
-                            sink.clone(),
-                            self.scrape_interval,
-                            Some(w),
-                        )
-                        .await,
-                    );
-                }
-            }
-        }
-        let sampler = match gpu.as_ref() {
-            Some(g) => g.start(&point.id, round).await,
-            None => None,
-        };
-        let done_before = fold.done().requests;
-        let mut capture = self.capture(client, exp, &point.id, round);
-        load.send_replace(super::validity::LoadState::Running);
-        let stopped = if let Some(schedule) = &schedule {
-            let (stopped, seen) = self
-                .send_scheduled(
-                    client,
-                    point,
-                    round,
-                    schedule,
-                    planned,
-                    &prompts.model,
-                    flags,
-                    fold,
-                    capture.take(),
-                )
-                .await;
-            *observed = seen.0;
-            if let Some(c) = seen.1 {
-                self.profiled = Some(c);
-            }
-            stopped
-        } else {
-            // The closed loop's measured window is the whole round.
-            if let Some(c) = capture.as_mut() {
-                c.start();
-            }
-            let (records, stopped) = match exp.method.resolve() {
-                Measure::Streaming => {
-                    let n = plan.len();
-                    let sent = (n, planned);
-                    self.send_all(client, point, round, exp, sent, &prompts.model, flags)
-                        .await
-                }
-                Measure::TwoPoint { a, b } => {
-                    self.send_pairs(client, point, round, (a, b), planned, &prompts.model, flags)
-                        .await
-                }
-            };
-            if let Some(c) = capture {
-                self.profiled = Some(c.stop().await);
-            }
-            records.iter().for_each(|r| fold.add(r));
-            stopped
-        };
-        load.send_replace(super::validity::LoadState::Done);
-        if let (Some(task), Some(checks)) = (under_load, checks) {
-            checks.end_under_load(task, &mut observed.unmeasured).await;
-        }
-        if let Some(scraper) = scraper {
-            let completed = (fold.done().requests - done_before) as usize;
-            scrapes.extend(scraper.finish(completed).await);
-        }
-        for s in worker_scrapers {
-            // How many each worker finished is what is being found out: no settling count.
-            scrapes.extend(s.finish(0).await);
-        }
-        if let (Some(sampler), Some(gpu)) = (sampler, gpu) {
-            gpu.keep(sampler.finish().await);
-        }
-        stopped
-    }
-
-    /// The profiler capture `profile:` asks of this round; a plan that cannot be carried out
-    /// (an engine without a profiler) is recorded at once.
-    fn capture(
-        &mut self,
-        client: &Client,
-        exp: &Experiment,
-        id: &str,
-        round: u32,
-    ) -> Option<super::profiler::Capture> {
-        let dir = self.profile_dir.as_deref();
-        match super::profiler::Capture::plan(client, exp, id, round, dir, &self.interrupt)? {
-            Ok(c) => Some(c),
-            Err(record) => {
-                self.profiled = Some(record);
-                None
-            }
-        }
-    }
-
     /// The validity checks that run before the point's first round: its canaries, and the
     /// consistency prompt alone. None when an interrupt stopped them.
     async fn validity_before(
@@ -676,10 +379,11 @@ impl PointRunner {
         client: &Client,
         point: &Point,
         prompts: &Prompts,
-    ) -> Option<super::validity::Checks> {
+    ) -> Option<super::probe::validity::Checks> {
+        use super::probe::validity;
         use crate::prompt::canary;
         let exp = &point.experiment;
-        let probe = super::validity::Probe {
+        let asker = validity::Asker {
             client: client.clone(),
             template: generation_request(exp, String::new(), &prompts.model),
             point: point.id.clone(),
@@ -689,24 +393,21 @@ impl PointRunner {
         };
         let length = prompts
             .requested()
-            .unwrap_or(super::validity::UNSIZED_PROMPT_TOKENS);
-        let mut checks = super::validity::Checks::new(probe.clone());
+            .unwrap_or(validity::UNSIZED_PROMPT_TOKENS);
+        let mut checks = validity::Checks::new(asker.clone());
         if let Some(spec) = exp.validity.canaries() {
             let target = length.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
             let filler = self.filler(client, exp, prompts, target).await;
             checks.view.canaries =
-                super::validity::canaries(&probe, &spec, filler.as_deref().map_err(|e| e.as_str()))
-                    .await;
+                validity::canaries(&asker, &spec, filler.as_deref().map_err(|e| e.as_str())).await;
         }
         if let Some(spec) = exp.validity.consistency() {
             let tokens = spec
                 .prompt_tokens
-                .unwrap_or(length.min(super::validity::CONSISTENCY_PROMPT_TOKENS));
+                .unwrap_or(length.min(validity::CONSISTENCY_PROMPT_TOKENS));
             let target = tokens.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
             match self.filler(client, exp, prompts, target).await {
-                Ok(filler) => {
-                    checks.solo = Some(super::validity::solo(&probe, &spec, &filler).await?)
-                }
+                Ok(filler) => checks.solo = Some(validity::solo(&asker, &spec, &filler).await?),
                 Err(why) => checks.unjudged_consistency(why),
             }
         }
@@ -743,13 +444,6 @@ impl PointRunner {
         .map_err(|(e, _)| format!("no filler text for the check: {e}"))
     }
 
-    /// The point's GPU telemetry as `telemetry:` asks, on this machine when it is the
-    /// server's host; None when nothing is sampled or said.
-    fn gpu_telemetry(&self, exp: &Experiment) -> Option<super::gpu_telemetry::PointGpu> {
-        let (sink, host, here) = self.gpu.as_ref()?;
-        super::gpu_telemetry::PointGpu::new(exp, sink.clone(), host, *here)
-    }
-
     /// Empties the server's prefix cache the way it offers. A server without a way is left
     /// as it is: unique nonces keep cold prompts apart, and `verify` checks the server's own
     /// cached_tokens (a clean point, not a failed flush).
@@ -771,168 +465,6 @@ impl PointRunner {
     /// Records `rec`; false when it could not be (the sink has stopped the run).
     fn append(&self, rec: &RequestRecord) -> bool {
         (self.sink)(rec).is_ok()
-    }
-
-    /// Sends the `count` prompts with at most `concurrency` in flight; records each as it
-    /// completes. Returns the records and whether an interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
-    async fn send_all(
-        &self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        exp: &Experiment,
-        (count, prompts): (usize, impl Iterator<Item = Planned>),
-        model: &Option<String>,
-        flags: &mut Vec<Flag>,
-    ) -> (Vec<RequestRecord>, bool) {
-        let concurrency = exp.concurrency.max(1) as usize;
-        // The connections the round needs are opened before its first request is released, so
-        // no measured request shares the client's time with the others' handshakes.
-        prepare(client, concurrency.min(count)).await;
-        let sem = Arc::new(Semaphore::new(concurrency));
-        // A task's record, or None when it could not be written (and so does not count).
-        let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
-        let mut records = Vec::new();
-        let mut stopped = false;
-        let gone = ServerGone::default();
-        let mut sent = 0usize;
-        for (i, planned) in prompts.enumerate() {
-            let permit = tokio::select! {
-                p = sem.clone().acquire_owned() => p,
-                _ = self.interrupt.wait() => { stopped = true; break; }
-            };
-            let Ok(permit) = permit else { break };
-            if gone.is_set() {
-                break;
-            }
-            sent += 1;
-            let mut req = generation_request(exp, planned.text, model);
-            req.max_tokens = planned.max_tokens;
-            let (client, writer, progress) =
-                (client.clone(), self.writer.clone(), self.progress.clone());
-            let omitted_is_zero = self.cached_omitted_is_zero();
-            let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
-            let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
-            let gone = gone.clone();
-            tasks.spawn(async move {
-                progress.request_started();
-                let m = client.stream(&req, timeout).await;
-                // A request that could not connect keeps its slot until the server is judged,
-                // so no request follows a lost server; any other frees it now.
-                let mut permit = Some(permit);
-                if m.error
-                    .as_ref()
-                    .is_none_or(|e| e.kind != ErrorKind::Connect)
-                {
-                    permit = None;
-                }
-                let mut rec = m.into_record(
-                    &pid,
-                    round,
-                    i as u32,
-                    RequestRole::Measure,
-                    api,
-                    req.max_tokens,
-                    requested,
-                );
-                fill_omitted_cached(&mut rec, omitted_is_zero);
-                rec.share = share;
-                rec.mix = mix;
-                let written = writer.write(rec).await;
-                progress.request_finished();
-                if let Some(rec) = &written {
-                    gone.judge(&client, rec).await;
-                }
-                drop(permit);
-                written
-            });
-        }
-        loop {
-            tokio::select! {
-                next = tasks.join_next() => match next {
-                    Some(Ok(Some(rec))) => records.push(rec),
-                    Some(Ok(None)) => {}
-                    Some(Err(e)) => flags.extend(task_died(e)),
-                    None => break,
-                },
-                _ = self.interrupt.wait(), if !stopped => {
-                    // Requests still in flight are abandoned: they never finished, so they are
-                    // not measurements. The server aborts them when the connection drops.
-                    stopped = true;
-                    tasks.abort_all();
-                }
-            }
-        }
-        if gone.is_set() {
-            flags.push(gone.flag(sent, count));
-        }
-        records.sort_by_key(|r| r.index);
-        (records, stopped)
-    }
-
-    /// Two-point method: per prompt, request a (`max_tokens` a), then, under the cold policy,
-    /// a cache flush, then request b with the same prompt. One pair at a time: a flush is
-    /// refused while requests run. Returns the records (both of each pair) and whether an
-    /// interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
-    async fn send_pairs(
-        &self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        (a, b): (u32, u32),
-        prompts: impl Iterator<Item = Planned>,
-        model: &Option<String>,
-        flags: &mut Vec<Flag>,
-    ) -> (Vec<RequestRecord>, bool) {
-        let exp = &point.experiment;
-        let mut records = Vec::new();
-        prepare(client, 1).await;
-        for (i, planned) in prompts.enumerate() {
-            let (prompt, requested) = (planned.text, planned.requested);
-            for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
-                if role == RequestRole::TwoPointB
-                    && exp.cache.policy == CachePolicy::Cold
-                    && let Err(e) = self.reset_cache(client).await
-                {
-                    flags.push(Flag {
-                        kind: FlagKind::FlushFailed,
-                        message: format!("{e}; the point ran without a cache reset"),
-                    });
-                }
-                let mut req = generation_request(exp, prompt.clone(), model);
-                req.max_tokens = max_tokens;
-                self.progress.request_started();
-                let m = tokio::select! {
-                    m = client.stream(&req, exp.request_timeout) => m,
-                    _ = self.interrupt.wait() => return (records, true),
-                };
-                let mut rec = m.into_record(
-                    &point.id,
-                    round,
-                    i as u32,
-                    role,
-                    exp.workload.api,
-                    max_tokens,
-                    requested,
-                );
-                fill_omitted_cached(&mut rec, self.cached_omitted_is_zero());
-                rec.mix = planned.mix.clone();
-                let written = self.append(&rec);
-                self.progress.request_finished();
-                if !written {
-                    return (records, true);
-                }
-                let failed = rec.error.is_some();
-                records.push(rec);
-                if failed {
-                    // Without its first request a pair has no t_a; move on to the next prompt.
-                    break;
-                }
-            }
-        }
-        (records, false)
     }
 
     /// The text of a generated prompt: calibrated to the server's token count (once per

@@ -14,7 +14,9 @@ use crate::client::Client;
 use crate::results::records::{Flag, ProfileCapture};
 use crate::spec::types::{Engine, Experiment};
 
-use super::interrupt::Interrupt;
+use crate::run::interrupt::Interrupt;
+
+use super::WindowState;
 
 /// How long `/start_profile` may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -280,4 +282,88 @@ pub(crate) fn flags(capture: &ProfileCapture) -> Vec<Flag> {
         ));
     }
     out
+}
+
+/// The profiler probe: the capture `profile:` asks of a point's first round, started as its
+/// measured window opens and stopped as it closes (on a task of its own, so neither holds up
+/// a request), kept in the point's record.
+pub(crate) struct Profiler {
+    exp: Experiment,
+    /// Where the server writes its traces, on its host; None: its own default.
+    dir: Option<String>,
+    interrupt: Interrupt,
+    running: Option<tokio::task::JoinHandle<ProfileCapture>>,
+    captured: Option<ProfileCapture>,
+}
+
+impl Profiler {
+    pub(crate) fn new(exp: Experiment, dir: Option<String>, interrupt: Interrupt) -> Profiler {
+        Profiler {
+            exp,
+            dir,
+            interrupt,
+            running: None,
+            captured: None,
+        }
+    }
+}
+
+impl super::Probe for Profiler {
+    fn open<'a>(
+        &'a mut self,
+        round: super::RoundStart<'a>,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        let planned = Capture::plan(
+            round.client,
+            &self.exp,
+            round.point,
+            round.round,
+            self.dir.as_deref(),
+            &self.interrupt,
+        );
+        match planned {
+            None => {}
+            // An engine without a profiler: recorded at once.
+            Some(Err(record)) => self.captured = Some(record),
+            Some(Ok(mut capture)) => {
+                let mut window = round.window.watch();
+                self.running = Some(tokio::spawn(async move {
+                    let opened = window
+                        .wait_for(|s| *s != WindowState::Pending)
+                        .await
+                        .is_ok_and(|s| *s == WindowState::Open);
+                    if opened {
+                        capture.start();
+                        let _ = window.wait_for(|s| *s == WindowState::Closed).await;
+                    }
+                    capture.stop().await
+                }));
+            }
+        }
+        Box::pin(async {})
+    }
+
+    fn close<'a>(
+        &'a mut self,
+        _completed: usize,
+        _unmeasured: &'a mut crate::measure::server_view::Finished,
+    ) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(task) = self.running.take() {
+                self.captured = Some(task.await.unwrap_or_else(|e| ProfileCapture {
+                    engine: format!("{}", self.exp.server.engine),
+                    error: Some(format!("the capture's task died: {e}")),
+                    ..ProfileCapture::default()
+                }));
+            }
+        })
+    }
+
+    fn fill(
+        self: Box<Self>,
+        _end: &super::PointEnd<'_>,
+        record: &mut crate::results::records::PointRecord,
+    ) {
+        record.profile = self.captured;
+    }
 }
