@@ -40,7 +40,9 @@ fn every_probe_runs_on(name: &str, sender: &str, consistency_sent_under_load: bo
     // The server's /metrics, scraped through the round.
     let scrapes = read_jsonl(&dir.join("metrics.jsonl"));
     assert!(
-        scrapes.iter().any(|s| s["point"] == "p001" && s["at"] == "end"),
+        scrapes
+            .iter()
+            .any(|s| s["point"] == "p001" && s["at"] == "end"),
         "no end scrape in metrics.jsonl: {scrapes:?}"
     );
     assert!(
@@ -49,7 +51,11 @@ fn every_probe_runs_on(name: &str, sender: &str, consistency_sent_under_load: bo
         p["server"]
     );
     // The GPU sampler.
-    assert!(p["gpu"]["samples"].as_u64().unwrap_or(0) >= 1, "{}", p["gpu"]);
+    assert!(
+        p["gpu"]["samples"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        p["gpu"]
+    );
     // Validity: the consistency prompt was judged beside the round's load.
     let c = &p["validity"]["consistency"];
     assert!(c.is_object(), "no consistency verdict: {}", p["validity"]);

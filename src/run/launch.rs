@@ -21,7 +21,7 @@ pub(crate) use super::on_server::{LaunchContext, LaunchEnd, Tally};
 /// Measures pending points on one launched server until the group is done, the server
 /// crashes, or the run stops. A point with a `search:` block is a capacity search: its probes
 /// are measured here, one after another, on this launch ([`super::search`]).
-pub(crate) async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
+pub(crate) async fn run_launch<'p, I: Iterator<Item = &'p Point>>(
     handle: &mut ServerHandle,
     pending: &mut std::iter::Peekable<I>,
     policy: &mut FailurePolicy,
@@ -52,7 +52,7 @@ pub(crate) async fn measure_launch<'p, I: Iterator<Item = &'p Point>>(
         let end = if point.experiment.search.is_some() {
             super::search::run_search(point, &mut on).await?
         } else {
-            on.measure_one(point, &mut |_| {}).await?
+            on.point(point, &mut |_| {}).await?
         };
         match end {
             None => {}
@@ -82,7 +82,7 @@ pub(crate) struct Measuring<'a> {
 }
 
 /// Measures a launch's points with the measurer its placement calls for, then releases it.
-pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
+pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
     handle: &mut ServerHandle,
     pending: &mut std::iter::Peekable<I>,
     policy: &mut FailurePolicy,
@@ -118,7 +118,7 @@ pub(crate) async fn measure_on<'p, I: Iterator<Item = &'p crate::spec::Point>>(
             client: Client::new(&handle.url, api_key)?,
         }),
     };
-    let end = measure_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
+    let end = run_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
     measurer.close().await;
     m.runner.set_workers(Vec::new(), None);
     end

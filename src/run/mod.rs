@@ -276,7 +276,7 @@ async fn run_plan(
     let meta_shared = std::sync::Mutex::new(meta);
     let tally_shared = std::sync::Mutex::new(Tally::default());
     let aborted_shared = std::sync::Mutex::new(None::<String>);
-    let measured = pool::measure_pool(
+    let measured = pool::run_pool(
         &plan,
         &pool::PoolRun {
             spec,

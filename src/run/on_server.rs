@@ -1,5 +1,5 @@
 //! One point on a launched server: what a launch's points share (the run's context, its tally,
-//! how the launch ended) and `Launch::measure_one`, which measures a point, records it, and
+//! how the launch ended) and `Launch::point`, which measures a point, records it, and
 //! says whether the server crashed, stopped answering, or the host was lost. `launch` loops
 //! over a group's points with it; `search` measures a search's probes with it.
 
@@ -94,7 +94,7 @@ pub(crate) struct Launch<'a, 'c> {
 impl Launch<'_, '_> {
     /// Measures one point and records it (after `amend` has seen the record: a search tags
     /// its probes there); Some when the launch cannot go on.
-    pub(crate) async fn measure_one(
+    pub(crate) async fn point(
         &mut self,
         point: &Point,
         amend: &mut dyn FnMut(&mut crate::results::records::PointRecord),

@@ -29,7 +29,7 @@ use crate::text::first_line;
 use super::errors::RunError;
 use super::interrupt::Interrupt;
 use super::launch::{LaunchContext, LaunchEnd, Tally};
-use super::launch::{Measuring, measure_on};
+use super::launch::{Measuring, run_on_launch};
 use super::point::{self, PointRunner};
 use super::progress::Progress;
 use super::records::{
@@ -251,11 +251,7 @@ enum GroupEnd<'p> {
 
 /// Measures every group of `plan` on the pool's hosts until done, stopped, or a record
 /// cannot be written (the error). Every server launched is stopped before it returns.
-pub(super) async fn measure_pool(
-    plan: &Plan,
-    run: &PoolRun<'_>,
-    pool: &Pool,
-) -> Result<(), RunError> {
+pub(super) async fn run_pool(plan: &Plan, run: &PoolRun<'_>, pool: &Pool) -> Result<(), RunError> {
     let first = run.first();
     // Each Slurm job is recorded as it is submitted: `down` finds one still in the queue.
     for slurm in pool.hosts.iter().filter_map(|h| h.slurm.as_ref()) {
@@ -350,7 +346,7 @@ pub(super) async fn measure_pool(
             }
             let hosts: Vec<&PoolHost> = free.iter().map(|&i| &pool.hosts[i]).collect();
             running.push(async move {
-                let end = measure_group(run, pool, g, points, &free, &hosts).await;
+                let end = run_group(run, pool, g, points, &free, &hosts).await;
                 (free, g, end)
             });
         }
@@ -443,7 +439,7 @@ pub(super) async fn measure_pool(
 
 /// Measures `points` of group `g` on `hosts` (`indices` into the pool): launch, measure,
 /// relaunch after crashes as the failure policy says, stop.
-async fn measure_group<'p>(
+async fn run_group<'p>(
     run: &PoolRun<'_>,
     pool: &Pool,
     g: &'p ServerGroup,
@@ -613,7 +609,7 @@ async fn measure_group<'p>(
             set_launch(run, launch_index, &handle);
             return Err(e);
         }
-        let result = measure_on(
+        let result = run_on_launch(
             &mut handle,
             &mut pending,
             &mut policy,

@@ -247,7 +247,7 @@ pub(super) async fn run_search(
         let over = spec.over.to_string();
         let key_ = key.clone();
         let end = on
-            .measure_one(&point, &mut |record| {
+            .point(&point, &mut |record| {
                 let (passes, why) = verdict(record);
                 let throughput_req_s = achieved_req_s(record);
                 record.search = Some(SearchTag {
@@ -316,7 +316,7 @@ async fn profile_answer(
         spec.over,
         crate::text::sig3(value)
     ));
-    on.measure_one(&point, &mut |_| {}).await
+    on.point(&point, &mut |_| {}).await
 }
 
 /// The highest passing value and the lowest failing one above it, of the probes so far.

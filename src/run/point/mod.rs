@@ -209,7 +209,7 @@ impl PointRunner {
         prompts: Option<Vec<String>>,
     ) -> PointOutcome {
         let started_at = crate::client::unix_now();
-        let mut outcome = self.measure_inner(client, point, group, prompts).await;
+        let mut outcome = self.rounds(client, point, group, prompts).await;
         outcome.record.wall = Some(crate::results::records::Wall {
             started_at,
             ended_at: crate::client::unix_now(),
@@ -217,7 +217,7 @@ impl PointRunner {
         outcome
     }
 
-    async fn measure_inner(
+    async fn rounds(
         &mut self,
         client: &Client,
         point: &Point,
