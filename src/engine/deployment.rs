@@ -1,6 +1,6 @@
 //! A routed deployment's command lines (`server.deployment`): each worker's server (the
 //! group's, its own flags and its role's merged over them) and SGLang's router in front of
-//! them. The runner starts them (`run::deployment`); the plan shows them.
+//! them. The runner starts them (`run::server::deployment`); the plan shows them.
 
 use indexmap::IndexMap;
 

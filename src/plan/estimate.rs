@@ -596,7 +596,7 @@ fn model_load_point(
     } else {
         0.0
     };
-    // The pacer's lead before the first arrival (`run::load_point`).
+    // The pacer's lead before the first arrival (`run::point::scheduled`).
     Some(calibration + 0.02 + served)
 }
 

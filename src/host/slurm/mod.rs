@@ -8,7 +8,7 @@
 //!
 //! A multi-node server (`server.nodes: N`) runs as N steps of one allocation, rank `i` on the
 //! allocation's node `i` ([`SlurmRank`], one [`Host`](super::Host) per rank for
-//! `run::ranks`), rank 0's node the ranks' meeting point. Ports are picked on the node that
+//! `run::server::ranks`), rank 0's node the ranks' meeting point. Ports are picked on the node that
 //! will listen on them, by a step of servebench itself (`servebench port`), never assumed free
 //! from the submitting machine.
 //!
