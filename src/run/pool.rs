@@ -252,6 +252,87 @@ enum GroupEnd<'p> {
 /// Measures every group of `plan` on the pool's hosts until done, stopped, or a record
 /// cannot be written (the error). Every server launched is stopped before it returns.
 pub(super) async fn run_pool(plan: &Plan, run: &PoolRun<'_>, pool: &Pool) -> Result<(), RunError> {
+    record_hosts(run, pool).await?;
+
+    let n = pool.hosts.len();
+    let mut alive = vec![true; n];
+    let mut busy = vec![false; n];
+    let mut queue: VecDeque<(&ServerGroup, Vec<&Point>)> = plan
+        .groups
+        .iter()
+        .map(|g| (g, g.points.iter().collect()))
+        .collect();
+    let mut running = FuturesUnordered::new();
+    let mut first_error: Option<RunError> = None;
+    loop {
+        // Start groups in plan order while the next one has the hosts it needs.
+        while first_error.is_none() && !run.stopping() {
+            let Some((g, _)) = queue.front() else { break };
+            let need = g.server.node_count() as usize;
+            // Free hosts in order until they hold every rank (a Slurm host holds them all).
+            let mut free = Vec::new();
+            let mut holds = 0;
+            for i in (0..n).filter(|&i| alive[i] && !busy[i]) {
+                if holds >= need {
+                    break;
+                }
+                free.push(i);
+                holds += pool.hosts[i].rank_capacity(need);
+            }
+            if holds < need {
+                break;
+            }
+            let (g, points) = queue.pop_front().expect("peeked above");
+            for &i in &free {
+                busy[i] = true;
+            }
+            let hosts: Vec<&PoolHost> = free.iter().map(|&i| &pool.hosts[i]).collect();
+            running.push(async move {
+                let end = run_group(run, pool, g, points, &free, &hosts).await;
+                (free, g, end)
+            });
+        }
+        let Some((used, g, end)) = running.next().await else {
+            break;
+        };
+        for &i in &used {
+            busy[i] = false;
+        }
+        match end {
+            Err(e) => note_error(run, &mut first_error, Err(e)),
+            Ok(GroupEnd::Done) => {}
+            Ok(GroupEnd::HostFailed {
+                host,
+                why,
+                remaining,
+            }) => {
+                alive[host] = false;
+                let left = alive.iter().filter(|a| **a).count();
+                if let Some(moved) = host_failed(
+                    run,
+                    pool,
+                    (host, &why),
+                    (g, remaining),
+                    left,
+                    &mut first_error,
+                ) {
+                    // First in line: the group keeps its place in plan order.
+                    queue.push_front(moved);
+                }
+            }
+        }
+        // Groups that can never start (every host they could use has failed) are recorded
+        // as failed, once nothing runs that could free a host.
+        if running.is_empty() && first_error.is_none() && !run.stopping() {
+            fail_unstartable(run, pool, &alive, &mut queue, &mut first_error);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Records what each host of the pool is (for the report, and for `compare`, which warns
+/// across hardware), and each Slurm job as it is submitted (`down` finds one still queued).
+async fn record_hosts(run: &PoolRun<'_>, pool: &Pool) -> Result<(), RunError> {
     let first = run.first();
     // Each Slurm job is recorded as it is submitted: `down` finds one still in the queue.
     for slurm in pool.hosts.iter().filter_map(|h| h.slurm.as_ref()) {
@@ -310,131 +391,92 @@ pub(super) async fn run_pool(plan: &Plan, run: &PoolRun<'_>, pool: &Pool) -> Res
             first_line(why)
         ));
     }
+    Ok(())
+}
 
-    let failover = first.on_host_failure.unwrap_or_default();
-    let n = pool.hosts.len();
-    let mut alive = vec![true; n];
-    let mut busy = vec![false; n];
-    let mut queue: VecDeque<(&ServerGroup, Vec<&Point>)> = plan
-        .groups
-        .iter()
-        .map(|g| (g, g.points.iter().collect()))
-        .collect();
-    let mut running = FuturesUnordered::new();
-    let mut first_error: Option<RunError> = None;
-    loop {
-        // Start groups in plan order while the next one has the hosts it needs.
-        while first_error.is_none() && !run.stopping() {
-            let Some((g, _)) = queue.front() else { break };
-            let need = g.server.node_count() as usize;
-            // Free hosts in order until they hold every rank (a Slurm host holds them all).
-            let mut free = Vec::new();
-            let mut holds = 0;
-            for i in (0..n).filter(|&i| alive[i] && !busy[i]) {
-                if holds >= need {
-                    break;
-                }
-                free.push(i);
-                holds += pool.hosts[i].rank_capacity(need);
-            }
-            if holds < need {
-                break;
-            }
-            let (g, points) = queue.pop_front().expect("peeked above");
-            for &i in &free {
-                busy[i] = true;
-            }
-            let hosts: Vec<&PoolHost> = free.iter().map(|&i| &pool.hosts[i]).collect();
-            running.push(async move {
-                let end = run_group(run, pool, g, points, &free, &hosts).await;
-                (free, g, end)
-            });
-        }
-        let Some((used, g, end)) = running.next().await else {
-            break;
-        };
-        for &i in &used {
-            busy[i] = false;
-        }
-        match end {
-            Err(e) => note_error(run, &mut first_error, Err(e)),
-            Ok(GroupEnd::Done) => {}
-            Ok(GroupEnd::HostFailed {
-                host,
-                why,
-                remaining,
-            }) => {
-                alive[host] = false;
-                let name = &pool.hosts[host].name;
-                {
-                    let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(h) = meta.hosts.iter_mut().find(|h| &h.name == name) {
-                        h.failed = Some(why.clone());
-                    }
-                }
-                note_error(run, &mut first_error, run.write_meta());
-                let left = alive.iter().filter(|a| **a).count();
-                match failover {
-                    HostFailover::Move if left > 0 && !remaining.is_empty() => {
-                        run.progress.line(&format!(
-                            "host {name} failed ({}); {} of {} move to another host",
-                            first_line(&why),
-                            crate::text::count_s(remaining.len(), "point"),
-                            g.id
-                        ));
-                        // First in line: the group keeps its place in plan order.
-                        queue.push_front((g, remaining));
-                    }
-                    _ => {
-                        run.progress
-                            .line(&format!("host {name} failed: {}", first_line(&why)));
-                        let msg = format!("host {name} failed: {why}");
-                        for p in remaining {
-                            let record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
-                            let written = append_point(run.run_dir, run.progress, &record);
-                            note_error(run, &mut first_error, written);
-                        }
-                    }
-                }
-            }
-        }
-        // Groups that can never start (every host they could use has failed) are recorded
-        // as failed, once nothing runs that could free a host.
-        if running.is_empty() && first_error.is_none() && !run.stopping() {
-            let left = alive.iter().filter(|a| **a).count();
-            while let Some((g, _)) = queue.front() {
-                let need = g.server.node_count() as usize;
-                let holds: usize = (0..n)
-                    .filter(|&i| alive[i])
-                    .map(|i| pool.hosts[i].rank_capacity(need))
-                    .sum();
-                if need <= holds {
-                    break;
-                }
-                let (g, points) = queue.pop_front().expect("peeked above");
-                let msg = if left == 0 {
-                    "no host of the pool is left to run it".to_string()
-                } else {
-                    format!(
-                        "{} is {} but only {} of the pool are left",
-                        g.server.nodes_key(),
-                        g.server.node_count(),
-                        crate::text::count_s(left, "host")
-                    )
-                };
-                run.progress.line(&format!("{}: {msg}", g.id));
-                for p in points {
-                    let record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
-                    let written = append_point(run.run_dir, run.progress, &record);
-                    note_error(run, &mut first_error, written);
-                }
-                if left == 0 {
-                    run.abort("every host of the pool failed".into());
-                }
-            }
+/// A host failed while it ran group `g`: it is marked failed in `meta.json`; the points it
+/// left move to another host (returned, to go first in line) when `on_host_failure: move`
+/// and one is `left`, or are recorded as failed.
+fn host_failed<'p>(
+    run: &PoolRun<'_>,
+    pool: &Pool,
+    (host, why): (usize, &str),
+    (g, remaining): (&'p ServerGroup, Vec<&'p Point>),
+    left: usize,
+    first_error: &mut Option<RunError>,
+) -> Option<(&'p ServerGroup, Vec<&'p Point>)> {
+    let name = &pool.hosts[host].name;
+    {
+        let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = meta.hosts.iter_mut().find(|h| &h.name == name) {
+            h.failed = Some(why.to_string());
         }
     }
-    first_error.map_or(Ok(()), Err)
+    note_error(run, first_error, run.write_meta());
+    match run.first().on_host_failure.unwrap_or_default() {
+        HostFailover::Move if left > 0 && !remaining.is_empty() => {
+            run.progress.line(&format!(
+                "host {name} failed ({}); {} of {} move to another host",
+                first_line(why),
+                crate::text::count_s(remaining.len(), "point"),
+                g.id
+            ));
+            Some((g, remaining))
+        }
+        _ => {
+            run.progress
+                .line(&format!("host {name} failed: {}", first_line(why)));
+            let msg = format!("host {name} failed: {why}");
+            for p in remaining {
+                let record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
+                let written = append_point(run.run_dir, run.progress, &record);
+                note_error(run, first_error, written);
+            }
+            None
+        }
+    }
+}
+
+/// Records as failed the groups at the front of `queue` that can never start: every host
+/// they could use has failed (`alive`). Aborts the run when no host is left.
+fn fail_unstartable(
+    run: &PoolRun<'_>,
+    pool: &Pool,
+    alive: &[bool],
+    queue: &mut VecDeque<(&ServerGroup, Vec<&Point>)>,
+    first_error: &mut Option<RunError>,
+) {
+    let left = alive.iter().filter(|a| **a).count();
+    while let Some((g, _)) = queue.front() {
+        let need = g.server.node_count() as usize;
+        let holds: usize = (0..alive.len())
+            .filter(|&i| alive[i])
+            .map(|i| pool.hosts[i].rank_capacity(need))
+            .sum();
+        if need <= holds {
+            break;
+        }
+        let (g, points) = queue.pop_front().expect("peeked above");
+        let msg = if left == 0 {
+            "no host of the pool is left to run it".to_string()
+        } else {
+            format!(
+                "{} is {} but only {} of the pool are left",
+                g.server.nodes_key(),
+                g.server.node_count(),
+                crate::text::count_s(left, "host")
+            )
+        };
+        run.progress.line(&format!("{}: {msg}", g.id));
+        for p in points {
+            let record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
+            let written = append_point(run.run_dir, run.progress, &record);
+            note_error(run, first_error, written);
+        }
+        if left == 0 {
+            run.abort("every host of the pool failed".into());
+        }
+    }
 }
 
 /// Measures `points` of group `g` on `hosts` (`indices` into the pool): launch, measure,
@@ -470,20 +512,7 @@ async fn run_group<'p>(
     let agent_host = rank0
         .agent_place()
         .filter(|_| first.placement() == ClientPlacement::Host);
-    let mut runner = PointRunner::new(
-        point::run_dir_sink(run.run_dir.clone(), run.interrupt.clone()),
-        run.progress.clone(),
-        run.interrupt.clone(),
-        run.spec_dir.clone(),
-    )
-    .with_metrics_sink(metrics_sink(run.run_dir.clone()));
-    // The GPUs are sampled here by program only when this machine is the server's host; an
-    // SSH host's or Slurm node's are sampled by the agent there (`client: host`). A DCGM
-    // exporter is read from wherever the client runs: here too when no agent does.
-    let here = rank0.remote.is_none() && rank0.slurm.is_none();
-    if here || agent_host.is_none() {
-        runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name, here);
-    }
+    let mut runner = group_runner(run, rank0, agent_host.is_some());
     let profile_dir = super::server::traces::group_dir(
         g,
         &points,
@@ -502,113 +531,47 @@ async fn run_group<'p>(
             break GroupEnd::Done;
         }
         let log = run.run_dir.server_log_path(&g.id);
-        let on = if pool.is_pool {
-            format!(" on {label}")
-        } else {
-            String::new()
-        };
-        // An external server is not started: servebench only connects to it.
-        let doing = if g.server.url.is_some() {
-            "connecting to the server"
-        } else {
-            "starting the server"
-        };
-        run.progress.line(&format!(
-            "{}: {doing} ({}){on}",
-            g.id,
-            server_label(&g.server)
-        ));
+        starting(run, g, pool.is_pool.then_some(label.as_str()));
         let started =
             ServerHandle::start_on(&g.id, &launched, &log, run.interrupt, &host_refs).await;
         let mut handle = match started {
             Ok(h) => h,
             Err(server::ServerError::Interrupted) => break GroupEnd::Done,
-            Err(e) => {
-                let msg = e.to_string();
-                // A pool host that cannot be reached any more: the group goes elsewhere.
-                if pool.is_pool
-                    && let Some(bad) = lost_host(hosts).await
-                {
-                    break GroupEnd::HostFailed {
-                        host: indices[bad],
-                        why: format!("cannot be reached: {}", first_line(&msg)),
-                        remaining: pending.collect(),
-                    };
-                }
-                if pool.is_pool && policy.aborts_on_start_failure() && pool.hosts.len() > 1 {
-                    break GroupEnd::HostFailed {
-                        host: indices[0],
-                        why: format!(
-                            "the server failed to start there (on_failure: abort): {}",
-                            first_line(&msg)
-                        ),
-                        remaining: pending.collect(),
-                    };
-                }
-                // The group's remaining points cannot run; record them as failed and go on.
-                run.progress.line(&format!("{}: {msg}", g.id));
-                tally
-                    .problems
-                    .push(format!("{}: {}", g.id, first_line(&msg)));
-                for p in pending.by_ref() {
-                    let mut record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
-                    record.failure = e.cause_label();
-                    append_point(run.run_dir, run.progress, &record)?;
-                }
-                if policy.aborts_on_start_failure() {
-                    run.abort(format!(
-                        "{}: the server failed to start (on_failure: abort)",
-                        g.id
-                    ));
-                }
-                continue;
-            }
+            Err(e) => match start_failed(
+                run,
+                pool,
+                g,
+                (indices, hosts),
+                e,
+                &mut pending,
+                &mut policy,
+                &mut tally,
+            )
+            .await?
+            {
+                Some(end) => break end,
+                None => continue,
+            },
         };
         run.progress.launched(&g.id);
-        let config = match &model_config {
-            Some(c) => c,
-            None => model_config.insert(
-                super::server::model_facts::read(&g.server, &run.spec_dir, host_refs[0]).await,
-            ),
-        };
-        handle.record.model_config = Some(config.clone());
-        // A Slurm node is known once the allocation exists: its facts are read now, once.
-        if pool.hosts.len() == 1
-            && run
-                .meta
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .server_host
-                .is_none()
-            && let Some(f) = host_refs[0].facts_after_launch().await
+        let launch_index = match announce(
+            run,
+            g,
+            &mut handle,
+            host_refs[0],
+            &mut model_config,
+            pool.hosts.len() == 1,
+        )
+        .await
         {
-            run.meta
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .server_host = Some(f);
-        }
-        for note in &handle.record.notes {
-            run.progress.line(&format!("{}: warning: {note}", g.id));
-        }
-        if let Some(s) = handle.record.ready_after_s {
-            run.progress.line(&format!(
-                "{}: ready after {} at {}",
-                g.id,
-                crate::text::duration(s),
-                handle.record.url
-            ));
-        }
-        let launch_index = {
-            let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
-            meta.servers.push(handle.record.clone());
-            meta.servers.len() - 1
+            Ok(i) => i,
+            Err((e, i)) => {
+                // Nothing may outlive the runner: stop the server before giving up.
+                handle.stop("stopping after an error").await;
+                set_launch(run, i, &handle);
+                return Err(e);
+            }
         };
-        if let Err(e) = run.write_meta() {
-            // Nothing may outlive the runner: stop the server before giving up.
-            handle.stop("stopping after an error").await;
-            set_launch(run, launch_index, &handle);
-            return Err(e);
-        }
         let result = run_on_launch(
             &mut handle,
             &mut pending,
@@ -647,34 +610,191 @@ async fn run_group<'p>(
         let meta_written = run.write_meta();
         let end = result?;
         meta_written?;
-        match end {
-            LaunchEnd::Interrupted => break GroupEnd::Done,
-            LaunchEnd::Aborted(why) if pool.is_pool && pool.hosts.len() > 1 => {
-                break GroupEnd::HostFailed {
-                    host: indices[0],
-                    why: format!("a crash beyond the failure policy: {}", first_line(&why)),
-                    remaining: pending.collect(),
-                };
-            }
-            LaunchEnd::HostLost(why) if pool.is_pool => {
-                let bad = lost_host(hosts).await.unwrap_or(0);
-                break GroupEnd::HostFailed {
-                    host: indices[bad],
-                    why,
-                    remaining: pending.collect(),
-                };
-            }
-            LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) | LaunchEnd::ServerLost(why) => {
-                run.abort(why);
-                break GroupEnd::Done;
-            }
-            LaunchEnd::Crashed | LaunchEnd::Finished => {}
+        if let Some(end) = launch_ended(run, pool, (indices, hosts), end, &mut pending).await {
+            break end;
         }
     };
     let mut shared = run.tally.lock().unwrap_or_else(|e| e.into_inner());
     shared.problems.append(&mut tally.problems);
     shared.measured_points += tally.measured_points;
     Ok(end)
+}
+
+/// Says on the console that a group's server is being started (or connected to), `on` the
+/// pool's hosts named.
+fn starting(run: &PoolRun<'_>, g: &ServerGroup, on: Option<&str>) {
+    let on = on.map(|l| format!(" on {l}")).unwrap_or_default();
+    // An external server is not started: servebench only connects to it.
+    let doing = if g.server.url.is_some() {
+        "connecting to the server"
+    } else {
+        "starting the server"
+    };
+    run.progress.line(&format!(
+        "{}: {doing} ({}){on}",
+        g.id,
+        server_label(&g.server)
+    ));
+}
+
+/// How a group goes on after one of its launches ended: Some when the group ends (the run
+/// stops, or a pool host failed and the rest of its points move), None for another launch.
+async fn launch_ended<'p>(
+    run: &PoolRun<'_>,
+    pool: &Pool,
+    (indices, hosts): (&[usize], &[&PoolHost]),
+    end: LaunchEnd,
+    pending: &mut std::iter::Peekable<std::vec::IntoIter<&'p Point>>,
+) -> Option<GroupEnd<'p>> {
+    match end {
+        LaunchEnd::Interrupted => Some(GroupEnd::Done),
+        LaunchEnd::Aborted(why) if pool.is_pool && pool.hosts.len() > 1 => {
+            Some(GroupEnd::HostFailed {
+                host: indices[0],
+                why: format!("a crash beyond the failure policy: {}", first_line(&why)),
+                remaining: pending.collect(),
+            })
+        }
+        LaunchEnd::HostLost(why) if pool.is_pool => {
+            let bad = lost_host(hosts).await.unwrap_or(0);
+            Some(GroupEnd::HostFailed {
+                host: indices[bad],
+                why,
+                remaining: pending.collect(),
+            })
+        }
+        LaunchEnd::Aborted(why) | LaunchEnd::HostLost(why) | LaunchEnd::ServerLost(why) => {
+            run.abort(why);
+            Some(GroupEnd::Done)
+        }
+        LaunchEnd::Crashed | LaunchEnd::Finished => None,
+    }
+}
+
+/// The point runner of a group: records to the run directory, `/metrics` scrapes to
+/// `metrics.jsonl`; GPU readings sampled here by program only when this machine is the
+/// server's host (an SSH host's or Slurm node's are sampled by the agent there, `client:
+/// host`); a DCGM exporter is read from wherever the client runs: here too when no agent
+/// does (`agent`).
+fn group_runner(run: &PoolRun<'_>, rank0: &PoolHost, agent: bool) -> PointRunner {
+    let mut runner = PointRunner::new(
+        point::run_dir_sink(run.run_dir.clone(), run.interrupt.clone()),
+        run.progress.clone(),
+        run.interrupt.clone(),
+        run.spec_dir.clone(),
+    )
+    .with_metrics_sink(metrics_sink(run.run_dir.clone()));
+    let here = rank0.remote.is_none() && rank0.slurm.is_none();
+    if here || !agent {
+        runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name, here);
+    }
+    runner
+}
+
+/// A group's server failed to start (`e`): the group moves to another host of the pool when
+/// this one is lost (or the policy aborts and the pool has others), else its remaining points
+/// are recorded as failed. Some: how the group ends; None: the next launch is tried.
+#[allow(clippy::too_many_arguments)]
+async fn start_failed<'p>(
+    run: &PoolRun<'_>,
+    pool: &Pool,
+    g: &ServerGroup,
+    (indices, hosts): (&[usize], &[&PoolHost]),
+    e: server::ServerError,
+    pending: &mut std::iter::Peekable<std::vec::IntoIter<&'p Point>>,
+    policy: &mut FailurePolicy,
+    tally: &mut Tally,
+) -> Result<Option<GroupEnd<'p>>, RunError> {
+    let msg = e.to_string();
+    // A pool host that cannot be reached any more: the group goes elsewhere.
+    if pool.is_pool
+        && let Some(bad) = lost_host(hosts).await
+    {
+        return Ok(Some(GroupEnd::HostFailed {
+            host: indices[bad],
+            why: format!("cannot be reached: {}", first_line(&msg)),
+            remaining: pending.collect(),
+        }));
+    }
+    if pool.is_pool && policy.aborts_on_start_failure() && pool.hosts.len() > 1 {
+        return Ok(Some(GroupEnd::HostFailed {
+            host: indices[0],
+            why: format!(
+                "the server failed to start there (on_failure: abort): {}",
+                first_line(&msg)
+            ),
+            remaining: pending.collect(),
+        }));
+    }
+    // The group's remaining points cannot run; record them as failed and go on.
+    run.progress.line(&format!("{}: {msg}", g.id));
+    tally
+        .problems
+        .push(format!("{}: {}", g.id, first_line(&msg)));
+    for p in pending.by_ref() {
+        let mut record = failed_point(p, &g.id, FlagKind::ServerFailed, &msg);
+        record.failure = e.cause_label();
+        append_point(run.run_dir, run.progress, &record)?;
+    }
+    if policy.aborts_on_start_failure() {
+        run.abort(format!(
+            "{}: the server failed to start (on_failure: abort)",
+            g.id
+        ));
+    }
+    Ok(None)
+}
+
+/// A launch is ready: its model config (read once per group), the host's facts once a Slurm
+/// node is known, its notes and readiness on the console, its record in `meta.json`. Returns
+/// the launch's index in `meta.servers`; on a failed write, the error and that index.
+async fn announce(
+    run: &PoolRun<'_>,
+    g: &ServerGroup,
+    handle: &mut ServerHandle,
+    host: &dyn Host,
+    model_config: &mut Option<crate::results::meta::ModelConfigRecord>,
+    single_host: bool,
+) -> Result<usize, (RunError, usize)> {
+    let config = match &model_config {
+        Some(c) => c,
+        None => model_config
+            .insert(super::server::model_facts::read(&g.server, &run.spec_dir, host).await),
+    };
+    handle.record.model_config = Some(config.clone());
+    // A Slurm node is known once the allocation exists: its facts are read now, once.
+    if single_host
+        && run
+            .meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .server_host
+            .is_none()
+        && let Some(f) = host.facts_after_launch().await
+    {
+        run.meta
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .server_host = Some(f);
+    }
+    for note in &handle.record.notes {
+        run.progress.line(&format!("{}: warning: {note}", g.id));
+    }
+    if let Some(s) = handle.record.ready_after_s {
+        run.progress.line(&format!(
+            "{}: ready after {} at {}",
+            g.id,
+            crate::text::duration(s),
+            handle.record.url
+        ));
+    }
+    let launch_index = {
+        let mut meta = run.meta.lock().unwrap_or_else(|e| e.into_inner());
+        meta.servers.push(handle.record.clone());
+        meta.servers.len() - 1
+    };
+    run.write_meta().map_err(|e| (e, launch_index))?;
+    Ok(launch_index)
 }
 
 /// Keeps the first error; a record that cannot be written stops every group (measuring on

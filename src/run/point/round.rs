@@ -131,20 +131,53 @@ impl PointRunner {
             return true;
         }
 
+        let sending = Sending {
+            plan: &plan,
+            schedule: schedule.as_ref(),
+            warm_prefix: &warm_prefix,
+        };
+        self.send(
+            client,
+            point,
+            round,
+            prompts,
+            sending,
+            probes,
+            (flags, observed, fold),
+        )
+        .await
+    }
+
+    /// Sends a round planned already with the point's sender, its probes open around it.
+    /// Returns whether an interrupt stopped it.
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        prompts: &Prompts,
+        sending: Sending<'_, '_>,
+        probes: &mut Probes,
+        (flags, observed, fold): Tally<'_>,
+    ) -> bool {
+        let exp = &point.experiment;
+        let (policy, plan) = (exp.cache.policy, sending.plan);
+        let warm_prefix = sending.warm_prefix;
         let window = Window::new();
         probes.open(client, &point.id, round, &window).await;
         let done_before = fold.done().requests;
-        let stopped = match (exp.sessions(), &schedule) {
+        let stopped = match (exp.sessions(), sending.schedule) {
             (Some(sessions), _) => {
                 window.open();
                 let (records, stopped) = self
-                    .send_sessions(client, point, round, prompts, &plan, sessions, flags)
+                    .send_sessions(client, point, round, prompts, plan, sessions, flags)
                     .await;
                 records.iter().for_each(|r| fold.add(r));
                 stopped
             }
             (None, Some(schedule)) => {
-                let planned = with_nonces(&plan, policy, exp.cache.nonce, &warm_prefix);
+                let planned = with_nonces(plan, policy, exp.cache.nonce, warm_prefix);
                 let (stopped, seen) = self
                     .send_scheduled(
                         client,
@@ -161,7 +194,7 @@ impl PointRunner {
                 stopped
             }
             (None, None) => {
-                let planned = with_nonces(&plan, policy, exp.cache.nonce, &warm_prefix);
+                let planned = with_nonces(plan, policy, exp.cache.nonce, warm_prefix);
                 // The closed loop's measured window is the whole round.
                 window.open();
                 let (records, stopped) = match exp.method.resolve() {
@@ -234,6 +267,14 @@ impl PointRunner {
         }
         false
     }
+}
+
+/// A round planned: its requests, the arrival schedule they follow (an open loop's), the
+/// warm policy's prefix.
+struct Sending<'p, 'a> {
+    plan: &'p RoundPlan<'a>,
+    schedule: Option<&'p crate::load::Schedule>,
+    warm_prefix: &'p str,
 }
 
 /// The round's requests, each made (and given the policy's nonce) as it is taken.

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::catalog::FlagKind;
 use crate::client::Client;
-use crate::load::{Pacer, Schedule};
+use crate::load::{Pacer, Schedule, Scheduled};
 use crate::measure::summary::PointFold;
 use crate::measure::system::Observed;
 use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
@@ -58,32 +58,34 @@ impl PointRunner {
         window: &Window,
     ) -> (bool, Observed) {
         let exp = &point.experiment;
-        let mut observed = Observed::default();
-        let omitted_is_zero = self.cached_omitted_is_zero();
-        let measured_total = schedule.measured();
-        fold.expect(measured_total);
-        observed.offered_req_s = offered_rate(schedule);
+        let mut tally = Tally::new(schedule, exp.stop.as_ref().and_then(|s| s.errors.clone()));
+        fold.expect(tally.measured_total);
         prepare(client, connections_ahead(schedule)).await;
 
-        let slots = schedule
-            .max_in_flight
-            .map(|n| Arc::new(Semaphore::new(n as usize)));
         let cpu_before = cpu_seconds();
         let wall = Instant::now();
         let start = Instant::now() + LEAD;
-        let start_unix = crate::client::unix_now() + LEAD.as_secs_f64();
+        let release = Release {
+            client: client.clone(),
+            runner: self,
+            point,
+            round,
+            model,
+            start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
+            slots: schedule
+                .max_in_flight
+                .map(|n| Arc::new(Semaphore::new(n as usize))),
+            gone: super::ServerGone::default(),
+        };
         let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
         // The schedule made again beside the pacer's copy, taken in the same order.
         let mut scheduled = schedule.iter();
 
         let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
-        let (mut finished, mut failed) = (0usize, 0usize);
         let mut stopped = false;
         let mut releasing = true;
         // Requests made so far (the next one made is this index).
         let mut made = 0usize;
-        let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
-        let gone = super::ServerGone::default();
         // Checked at every turn (a `continue` included): with nothing left to release or to
         // join, every branch below would be disabled.
         while releasing || !tasks.is_empty() {
@@ -100,44 +102,7 @@ impl PointRunner {
                         if s.phase == Phase::Measure {
                             window.open();
                         }
-                        let mut req = generation_request(exp, p.text, model);
-                        req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
-                        let (client, writer, progress, slots) =
-                            (client.clone(), self.writer.clone(), self.progress.clone(), slots.clone());
-                        let (pid, api, timeout, requested) = (
-                            point.id.clone(),
-                            exp.workload.api,
-                            exp.request_timeout,
-                            p.requested,
-                        );
-                        let (share, mix) = (p.share, p.mix);
-                        let scheduled_at = start_unix + s.at_s;
-                        let gone = gone.clone();
-                        tasks.spawn(async move {
-                            // A request due while the cap is reached waits here: its lag says so.
-                            let _permit = match &slots {
-                                Some(sem) => sem.clone().acquire_owned().await.ok(),
-                                None => None,
-                            };
-                            progress.request_started();
-                            let m = client.stream(&req, timeout).await;
-                            drop(_permit);
-                            let max_tokens = req.max_tokens;
-                            let mut rec = m.into_record(&pid, round, i as u32, RequestRole::Measure, api, max_tokens, requested);
-                            rec.scheduled_at = Some(scheduled_at);
-                            rec.lag_s = Some(rec.sent_at - scheduled_at);
-                            rec.phase = Some(s.phase);
-                            rec.share = share;
-                            rec.mix = mix;
-                            fill_omitted_cached(&mut rec, omitted_is_zero);
-                            let mut written = writer.write(rec).await;
-                            progress.request_finished();
-                            if let Some(rec) = written.as_mut() {
-                                gone.judge(&client, rec).await;
-                                rec.drop_detail();
-                            }
-                            written
-                        });
+                        tasks.spawn(release.request(i, s, p));
                     }
                     None => releasing = false,
                 },
@@ -155,44 +120,21 @@ impl PointRunner {
                             continue;
                         }
                     };
-                    match rec.phase {
-                        Some(Phase::Measure) => {
-                            finished += 1;
-                            failed += usize::from(rec.error.is_some());
-                            fold.add(&rec);
-                            // The window's last request ended: what watches the window (the
-                            // profiler) stops before the cool-down's requests.
-                            if finished == measured_total {
-                                window.close();
-                            }
-                        }
-                        Some(Phase::Warmup) => {
-                            observed.warmup += 1;
-                            observed.unmeasured.add(&rec);
-                            fold.add_routed(&rec);
-                        }
-                        _ => {
-                            observed.cooldown += 1;
-                            observed.unmeasured.add(&rec);
-                            fold.add_routed(&rec);
-                        }
+                    if tally.add(&rec, fold) {
+                        // The window's last request ended: what watches the window (the
+                        // profiler) stops before the cool-down's requests.
+                        window.close();
                     }
-                    if releasing && gone.is_set() {
-                        let _ = pacer.stop();
-                        releasing = false;
-                        flags.push(gone.flag(made, schedule.len()));
-                    }
-                    if releasing
-                        && let Some(b) = &budget
-                        && !b.allows(failed, measured_total.max(finished))
-                    {
-                        let _ = pacer.stop();
-                        releasing = false;
-                        observed.stopped_on_errors = true;
-                        flags.push(Flag::new(
-                            FlagKind::StoppedOnErrors,
-                            format!("{failed} of {finished} measured requests failed, past `stop.errors`; no more requests were sent"),
-                        ));
+                    if releasing {
+                        let stop = match release.gone.is_set() {
+                            true => Some(release.gone.flag(made, schedule.len())),
+                            false => tally.past_error_budget(),
+                        };
+                        if let Some(flag) = stop {
+                            let _ = pacer.stop();
+                            releasing = false;
+                            flags.push(flag);
+                        }
                     }
                 },
                 _ = self.interrupt.wait(), if !stopped => {
@@ -211,6 +153,7 @@ impl PointRunner {
                 format!("the pacer thread died ({died}) after releasing {made} of {} requests; the rest were never sent", schedule.len()),
             ));
         }
+        let mut observed = tally.observed;
         let elapsed = wall.elapsed().as_secs_f64();
         if let (Some(a), Some(b)) = (cpu_before, cpu_seconds())
             && elapsed > 0.0
@@ -218,6 +161,144 @@ impl PointRunner {
             observed.client_cpu = Some((b - a) / elapsed);
         }
         (stopped, observed)
+    }
+}
+
+/// What every request of a scheduled round is released with.
+struct Release<'r> {
+    client: Client,
+    runner: &'r PointRunner,
+    point: &'r Point,
+    round: u32,
+    model: &'r Option<String>,
+    /// When the schedule's clock starts, in unix seconds.
+    start_unix: f64,
+    /// `max_in_flight`: a request due while the cap is reached waits for a slot.
+    slots: Option<Arc<Semaphore>>,
+    gone: super::ServerGone,
+}
+
+impl Release<'_> {
+    /// Request `i` of the schedule (`s`, made from `p`), sent and recorded with its
+    /// scheduled time, lag and phase; None when it could not be written.
+    fn request(
+        &self,
+        i: usize,
+        s: Scheduled,
+        p: Planned,
+    ) -> impl std::future::Future<Output = Option<RequestRecord>> + Send + 'static {
+        let exp = &self.point.experiment;
+        let mut req = generation_request(exp, p.text, self.model);
+        req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
+        let (client, writer, progress, slots) = (
+            self.client.clone(),
+            self.runner.writer.clone(),
+            self.runner.progress.clone(),
+            self.slots.clone(),
+        );
+        let (pid, api, timeout, requested) = (
+            self.point.id.clone(),
+            exp.workload.api,
+            exp.request_timeout,
+            p.requested,
+        );
+        let (share, mix, round) = (p.share, p.mix, self.round);
+        let omitted_is_zero = self.runner.cached_omitted_is_zero();
+        let scheduled_at = self.start_unix + s.at_s;
+        let gone = self.gone.clone();
+        async move {
+            // A request due while the cap is reached waits here: its lag says so.
+            let _permit = match &slots {
+                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            progress.request_started();
+            let m = client.stream(&req, timeout).await;
+            drop(_permit);
+            let max_tokens = req.max_tokens;
+            let mut rec = m.into_record(
+                &pid,
+                round,
+                i as u32,
+                RequestRole::Measure,
+                api,
+                max_tokens,
+                requested,
+            );
+            rec.scheduled_at = Some(scheduled_at);
+            rec.lag_s = Some(rec.sent_at - scheduled_at);
+            rec.phase = Some(s.phase);
+            rec.share = share;
+            rec.mix = mix;
+            fill_omitted_cached(&mut rec, omitted_is_zero);
+            let mut written = writer.write(rec).await;
+            progress.request_finished();
+            if let Some(rec) = written.as_mut() {
+                gone.judge(&client, rec).await;
+                rec.drop_detail();
+            }
+            written
+        }
+    }
+}
+
+/// A scheduled round's count of finished requests by phase, and what the client observed.
+struct Tally {
+    observed: Observed,
+    measured_total: usize,
+    finished: usize,
+    failed: usize,
+    budget: Option<crate::spec::types::ErrorBudget>,
+}
+
+impl Tally {
+    fn new(schedule: &Schedule, budget: Option<crate::spec::types::ErrorBudget>) -> Tally {
+        let observed = Observed {
+            offered_req_s: offered_rate(schedule),
+            ..Observed::default()
+        };
+        Tally {
+            observed,
+            measured_total: schedule.measured(),
+            finished: 0,
+            failed: 0,
+            budget,
+        }
+    }
+
+    /// Counts a finished request: a measured one folded into `fold`, a warm-up or cool-down
+    /// one among the unmeasured (the server's counters include it). Returns whether it was
+    /// the measured window's last.
+    fn add(&mut self, rec: &RequestRecord, fold: &mut PointFold) -> bool {
+        match rec.phase {
+            Some(Phase::Measure) => {
+                self.finished += 1;
+                self.failed += usize::from(rec.error.is_some());
+                fold.add(rec);
+                return self.finished == self.measured_total;
+            }
+            Some(Phase::Warmup) => self.observed.warmup += 1,
+            _ => self.observed.cooldown += 1,
+        }
+        self.observed.unmeasured.add(rec);
+        fold.add_routed(rec);
+        false
+    }
+
+    /// The flag that stops the round once its measured requests failed past `stop.errors`.
+    fn past_error_budget(&mut self) -> Option<Flag> {
+        let b = self.budget.as_ref()?;
+        if b.allows(self.failed, self.measured_total.max(self.finished)) {
+            return None;
+        }
+        self.observed.stopped_on_errors = true;
+        Some(Flag::new(
+            FlagKind::StoppedOnErrors,
+            format!(
+                "{} of {} measured requests failed, past `stop.errors`; no more requests were sent",
+                self.failed, self.finished
+            ),
+        ))
     }
 }
 
