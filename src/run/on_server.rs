@@ -126,30 +126,7 @@ impl Launch<'_, '_> {
         };
         let mut record = outcome.record;
         if let (Some(spec), Some(capture)) = (profiling, record.profile.as_mut()) {
-            super::server::traces::collect(
-                capture,
-                cx.host,
-                cx.run_dir,
-                cx.group,
-                &traces_before,
-                spec.max_bytes(),
-            )
-            .await;
-            let flags = super::probe::profiler::flags(capture);
-            // The point's own line is printed already: the capture gets lines of its own.
-            let kept: Vec<&str> = capture
-                .files
-                .iter()
-                .filter_map(|f| f.path.as_deref())
-                .collect();
-            if !kept.is_empty() {
-                cx.progress
-                    .line(&format!("    profiled: {}", kept.join(", ")));
-            }
-            for f in flags.iter().filter(|f| f.kind == FlagKind::ProfileFailed) {
-                cx.progress
-                    .line(&format!("    ⚠ profile-failed: {}", f.message));
-            }
+            let flags = bring_traces(cx, capture, &traces_before, spec.max_bytes()).await;
             record.flags.extend(flags);
         }
         let agent_lost = record.has_flag(&FlagKind::AgentLost);
@@ -168,48 +145,9 @@ impl Launch<'_, '_> {
         };
         let mut crashed = None;
         if let Some(cause) = handle.crashed_within(grace).await {
-            let tail = handle.log_tail(2000);
-            let msg = format!(
-                "the server died during this point{}: {}{} ({})",
-                handle
-                    .crash_origin()
-                    .map(|o| format!(" ({o})"))
-                    .unwrap_or_default(),
-                cause.label(),
-                handle
-                    .exit_note()
-                    .map(|n| format!(", {n}"))
-                    .unwrap_or_default(),
-                crate::engine::explain(handle.engine, cause)
-            );
-            // What the GPUs said last, when they were watched: an out-of-memory crash with
-            // the memory it left free.
-            let gpu = record
-                .gpu
-                .as_ref()
-                .and_then(|g| g.last.as_ref())
-                .map(|last| {
-                    let start = record.wall.as_ref().map(|w| w.started_at);
-                    format!(
-                        "\nlast GPU reading: {}",
-                        crate::measure::gpu::reading_text(last, start)
-                    )
-                })
-                .unwrap_or_default();
-            record.flags.push(Flag::new(
-                FlagKind::ServerCrashed,
-                format!("{msg}{gpu}\nlog tail:\n{}", last_lines(&tail, 8)),
-            ));
-            record.incomplete = true;
-            record.status = Some(if record.ok > 0 {
-                PointStatus::Degraded
-            } else {
-                PointStatus::Failed
-            });
-            record.failure = Some(cause.label().to_string());
+            let msg = crashed_during(handle, &mut record, cause);
             cx.progress.line(&format!("    ⚠ server-crashed: {msg}"));
             tally.problems.push(format!("{}: {msg}", record.id));
-            handle.record.outcome = Some(format!("crashed: {}", cause.label()));
             crashed = Some(cause);
         }
         // A server servebench did not start cannot be watched: after a point that could not
@@ -273,4 +211,83 @@ impl Launch<'_, '_> {
         }
         Ok(None)
     }
+}
+
+/// Brings a point's profiler traces into the run directory (those not in `before`, at most
+/// `max_bytes`), says on the console which it kept or why there are none, and returns the
+/// capture's flags.
+async fn bring_traces(
+    cx: &LaunchContext<'_>,
+    capture: &mut crate::results::records::ProfileCapture,
+    before: &[String],
+    max_bytes: u64,
+) -> Vec<Flag> {
+    super::server::traces::collect(capture, cx.host, cx.run_dir, cx.group, before, max_bytes).await;
+    let flags = super::probe::profiler::flags(capture);
+    // The point's own line is printed already: the capture gets lines of its own.
+    let kept: Vec<&str> = capture
+        .files
+        .iter()
+        .filter_map(|f| f.path.as_deref())
+        .collect();
+    if !kept.is_empty() {
+        cx.progress
+            .line(&format!("    profiled: {}", kept.join(", ")));
+    }
+    for f in flags.iter().filter(|f| f.kind == FlagKind::ProfileFailed) {
+        cx.progress
+            .line(&format!("    ⚠ profile-failed: {}", f.message));
+    }
+    flags
+}
+
+/// Marks `record` as the point the server died in (`cause`): its flag names the crash, the
+/// last GPU reading when the GPUs were watched and the log's tail; the launch's outcome says
+/// so. Returns the crash's message.
+fn crashed_during(
+    handle: &mut ServerHandle,
+    record: &mut crate::results::records::PointRecord,
+    cause: crate::engine::CrashCause,
+) -> String {
+    let tail = handle.log_tail(2000);
+    let msg = format!(
+        "the server died during this point{}: {}{} ({})",
+        handle
+            .crash_origin()
+            .map(|o| format!(" ({o})"))
+            .unwrap_or_default(),
+        cause.label(),
+        handle
+            .exit_note()
+            .map(|n| format!(", {n}"))
+            .unwrap_or_default(),
+        crate::engine::explain(handle.engine, cause)
+    );
+    // What the GPUs said last, when they were watched: an out-of-memory crash with the
+    // memory it left free.
+    let gpu = record
+        .gpu
+        .as_ref()
+        .and_then(|g| g.last.as_ref())
+        .map(|last| {
+            let start = record.wall.as_ref().map(|w| w.started_at);
+            format!(
+                "\nlast GPU reading: {}",
+                crate::measure::gpu::reading_text(last, start)
+            )
+        })
+        .unwrap_or_default();
+    record.flags.push(Flag::new(
+        FlagKind::ServerCrashed,
+        format!("{msg}{gpu}\nlog tail:\n{}", last_lines(&tail, 8)),
+    ));
+    record.incomplete = true;
+    record.status = Some(if record.ok > 0 {
+        PointStatus::Degraded
+    } else {
+        PointStatus::Failed
+    });
+    record.failure = Some(cause.label().to_string());
+    handle.record.outcome = Some(format!("crashed: {}", cause.label()));
+    msg
 }

@@ -254,18 +254,7 @@ impl AgentSession {
         };
         progress.point_started(&point.id, &point.label());
         let mut received = 0usize;
-        let sent = match (self.stdin.as_mut(), serde_json::to_string(&req)) {
-            (Some(stdin), Ok(line)) => {
-                let w = async {
-                    stdin.write_all(line.as_bytes()).await?;
-                    stdin.write_all(b"\n").await?;
-                    stdin.flush().await
-                };
-                w.await.map_err(|e| e.to_string())
-            }
-            (None, _) => Err("the agent's input is closed".into()),
-            (_, Err(e)) => Err(e.to_string()),
-        };
+        let sent = self.send_point(&req).await;
         if let Err(e) = sent {
             return lost(
                 &req,
@@ -362,43 +351,11 @@ impl AgentSession {
                         }
                     }
                     Ok(AgentEvent::Point {
-                        mut point,
+                        point,
                         interrupted: agent_interrupted,
                     }) => {
-                        if let Some((n, first)) = &garbled {
-                            // A line we could not read may have been a request record.
-                            point.flags.push(crate::results::records::Flag::new(
-                                FlagKind::AgentGarbled,
-                                format!(
-                                    "{} from the host's agent {} not servebench output and {} skipped (first: {first}); requests.jsonl may lack a request this point counted",
-                                    crate::text::count_s(*n, "line"),
-                                    if *n == 1 { "was" } else { "were" },
-                                    if *n == 1 { "was" } else { "were" },
-                                ),
-                            ));
-                        }
-                        // A Slurm step stopped by Slurm itself (scancel, a time limit) hears
-                        // the signal as an interrupt: the runner did not ask for it, so the
-                        // point is lost there, and the server's end is classified.
-                        let stopped_from_outside = agent_interrupted
-                            && !interrupted
-                            && matches!(self.link, AgentLink::Step(_));
-                        if stopped_from_outside {
-                            point.flags.push(crate::results::records::Flag::new(
-                                FlagKind::AgentLost,
-                                "the agent's Slurm step was stopped by a signal servebench did not send (an scancel, a time limit, a preemption) during this point; what it measured is kept",
-                            ));
-                            point.incomplete = true;
-                        }
-                        progress.point_finished(
-                            &req.id,
-                            &crate::run::progress::point_line(&point_of(&req), &point),
-                        );
-                        return PointOutcome {
-                            record: point,
-                            interrupted: interrupted
-                                || (agent_interrupted && !stopped_from_outside),
-                        };
+                        let end = (agent_interrupted, interrupted);
+                        return self.point_came(&req, point, end, garbled.as_ref(), progress);
                     }
                     Ok(AgentEvent::Error(e)) => {
                         return lost(&req, received, format!("the agent reported: {e}"));
@@ -414,27 +371,90 @@ impl AgentSession {
                     }
                 },
                 Ok(None) | Err(_) => {
-                    if let Some(drain) = self.stderr_drain.take() {
-                        let _ = tokio::time::timeout(STDERR_GRACE, drain).await;
-                    }
-                    let stderr = self
-                        .stderr_tail
-                        .lock()
-                        .map(|t| t.trim().to_string())
-                        .unwrap_or_default();
-                    let why = if stderr.is_empty() {
-                        "the SSH connection to the host's agent dropped during this point"
-                            .to_string()
-                    } else {
-                        format!(
-                            "the host's agent stopped during this point; its last words:\n{stderr}"
-                        )
-                    };
-                    let mut out = lost(&req, received, why);
+                    let mut out = lost(&req, received, self.why_dropped().await);
                     out.interrupted = interrupted;
                     return out;
                 }
             }
+        }
+    }
+
+    /// Writes the point's request to the agent as one line.
+    async fn send_point(&mut self, req: &AgentRequest) -> Result<(), String> {
+        match (self.stdin.as_mut(), serde_json::to_string(req)) {
+            (Some(stdin), Ok(line)) => {
+                let w = async {
+                    stdin.write_all(line.as_bytes()).await?;
+                    stdin.write_all(b"\n").await?;
+                    stdin.flush().await
+                };
+                w.await.map_err(|e| e.to_string())
+            }
+            (None, _) => Err("the agent's input is closed".into()),
+            (_, Err(e)) => Err(e.to_string()),
+        }
+    }
+
+    /// The agent's point came: flagged when lines from the agent were not servebench's
+    /// (`garbled`: how many, the first) or when its Slurm step was stopped from outside.
+    /// `(agent_interrupted, interrupted)`: the agent heard an interrupt; the runner sent one.
+    fn point_came(
+        &self,
+        req: &AgentRequest,
+        mut point: crate::results::records::PointRecord,
+        (agent_interrupted, interrupted): (bool, bool),
+        garbled: Option<&(usize, String)>,
+        progress: &Progress,
+    ) -> PointOutcome {
+        if let Some((n, first)) = garbled {
+            // A line we could not read may have been a request record.
+            point.flags.push(crate::results::records::Flag::new(
+                FlagKind::AgentGarbled,
+                format!(
+                    "{} from the host's agent {} not servebench output and {} skipped (first: {first}); requests.jsonl may lack a request this point counted",
+                    crate::text::count_s(*n, "line"),
+                    if *n == 1 { "was" } else { "were" },
+                    if *n == 1 { "was" } else { "were" },
+                ),
+            ));
+        }
+        // A Slurm step stopped by Slurm itself (scancel, a time limit) hears the signal as an
+        // interrupt: the runner did not ask for it, so the point is lost there, and the
+        // server's end is classified.
+        let stopped_from_outside =
+            agent_interrupted && !interrupted && matches!(self.link, AgentLink::Step(_));
+        if stopped_from_outside {
+            point.flags.push(crate::results::records::Flag::new(
+                FlagKind::AgentLost,
+                "the agent's Slurm step was stopped by a signal servebench did not send (an scancel, a time limit, a preemption) during this point; what it measured is kept",
+            ));
+            point.incomplete = true;
+        }
+        progress.point_finished(
+            &req.id,
+            &crate::run::progress::point_line(&point_of(req), &point),
+        );
+        PointOutcome {
+            record: point,
+            interrupted: interrupted || (agent_interrupted && !stopped_from_outside),
+        }
+    }
+
+    /// Why the agent's output ended before its point: its last words on stderr, or the
+    /// dropped connection.
+    async fn why_dropped(&mut self) -> String {
+        if let Some(drain) = self.stderr_drain.take() {
+            let _ = tokio::time::timeout(STDERR_GRACE, drain).await;
+        }
+        let stderr = self
+            .stderr_tail
+            .lock()
+            .map(|t| t.trim().to_string())
+            .unwrap_or_default();
+        if stderr.is_empty() {
+            "the SSH connection to the host's agent dropped during this point".to_string()
+        } else {
+            format!("the host's agent stopped during this point; its last words:\n{stderr}")
         }
     }
 
