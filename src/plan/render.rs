@@ -78,69 +78,90 @@ fn write_plan(
         };
         writeln!(out, "\n{}: {}{ready}", g.id, launch(&g.server))?;
         for p in &g.points {
-            let e = &p.experiment;
             let time = match estimate {
                 Ok(est) => format!("  {}", about(est.point(&p.id))),
                 Err(_) => String::new(),
             };
-            let samples = match e.method.resolve() {
-                _ if let Some(s) = e.sessions() => format!(
-                    "{} of {}",
-                    count_s(s.users as usize, "session"),
-                    count_s(s.turns as usize, "turn")
-                ),
-                Measure::Streaming => count_s(e.requests as usize, "request"),
-                Measure::TwoPoint { .. } => count(
-                    e.requests as usize,
-                    "two-point pair of requests",
-                    "two-point pairs of requests",
-                ),
-            };
-            if let Some(s) = &e.search {
-                // A search: its probes are points made as it runs; the bound is what the
-                // time is estimated with.
-                let bound = super::search::probe_bound(&s.into());
-                writeln!(
-                    out,
-                    "  {}  capacity search over {} from {} to {} {}, resolution {}%: at most {}, each {}, cache {}{time}",
-                    p.label(),
-                    s.over,
-                    crate::text::sig3(s.start),
-                    crate::text::sig3(s.max),
-                    s.over.unit(),
-                    crate::text::sig3(s.resolution.fraction() * 100.0),
-                    count_s(bound, "probe"),
-                    match e.open_loop() {
-                        Some(_) => "an open-loop point at the probed rate".to_string(),
-                        None => format!("{samples} x {}", count_s(e.repeat as usize, "round")),
-                    },
-                    e.cache.policy
-                )?;
-                continue;
-            }
-            if e.open_loop().is_some() {
-                let n = super::point_requests(p, spec_dir);
-                writeln!(
-                    out,
-                    "  {}  open loop: {} measured of {} sent, cache {}{time}",
-                    p.label(),
-                    count_s(n.measured as usize, "request"),
-                    n.sent,
-                    e.cache.policy
-                )?;
-                continue;
-            }
-            writeln!(
-                out,
-                "  {}  {samples} x {}, concurrency {}, cache {}{time}",
-                p.label(),
-                count_s(e.repeat as usize, "round"),
-                e.sessions().map_or(e.concurrency, |s| s.users),
-                e.cache.policy
-            )?;
+            write_point(out, p, &time, spec_dir)?;
         }
     }
     write_pool(out, spec, plan, estimate)?;
+    write_estimate(out, plan, estimate)
+}
+
+/// A point's line in the plan: what it sends (requests, pairs, sessions, an open loop or a
+/// capacity search), in how many rounds, its cache policy and estimated time (`time`).
+fn write_point(
+    out: &mut String,
+    p: &crate::spec::Point,
+    time: &str,
+    spec_dir: &std::path::Path,
+) -> fmt::Result {
+    let e = &p.experiment;
+    let samples = match e.method.resolve() {
+        _ if let Some(s) = e.sessions() => format!(
+            "{} of {}",
+            count_s(s.users as usize, "session"),
+            count_s(s.turns as usize, "turn")
+        ),
+        Measure::Streaming => count_s(e.requests as usize, "request"),
+        Measure::TwoPoint { .. } => count(
+            e.requests as usize,
+            "two-point pair of requests",
+            "two-point pairs of requests",
+        ),
+    };
+    if let Some(s) = &e.search {
+        // A search: its probes are points made as it runs; the bound is what the
+        // time is estimated with.
+        let bound = super::search::probe_bound(&s.into());
+        writeln!(
+            out,
+            "  {}  capacity search over {} from {} to {} {}, resolution {}%: at most {}, each {}, cache {}{time}",
+            p.label(),
+            s.over,
+            crate::text::sig3(s.start),
+            crate::text::sig3(s.max),
+            s.over.unit(),
+            crate::text::sig3(s.resolution.fraction() * 100.0),
+            count_s(bound, "probe"),
+            match e.open_loop() {
+                Some(_) => "an open-loop point at the probed rate".to_string(),
+                None => format!("{samples} x {}", count_s(e.repeat as usize, "round")),
+            },
+            e.cache.policy
+        )?;
+        return Ok(());
+    }
+    if e.open_loop().is_some() {
+        let n = super::point_requests(p, spec_dir);
+        writeln!(
+            out,
+            "  {}  open loop: {} measured of {} sent, cache {}{time}",
+            p.label(),
+            count_s(n.measured as usize, "request"),
+            n.sent,
+            e.cache.policy
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  {}  {samples} x {}, concurrency {}, cache {}{time}",
+        p.label(),
+        count_s(e.repeat as usize, "round"),
+        e.sessions().map_or(e.concurrency, |s| s.users),
+        e.cache.policy
+    )?;
+    Ok(())
+}
+
+/// The plan's estimate line: the total and where it comes from, or why there is none.
+fn write_estimate(
+    out: &mut String,
+    plan: &Plan,
+    estimate: &Result<Estimate, EstimateError>,
+) -> fmt::Result {
     match estimate {
         Ok(est)
             if !est.unknown_points().is_empty()

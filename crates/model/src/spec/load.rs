@@ -250,28 +250,7 @@ fn load_source(
     // The sweep is checked and typed once, not once per point: it can be long.
     let mut base = doc.value.clone();
     let sweep_value = base.as_object_mut().and_then(|m| m.remove("sweep"));
-    let mut typed_sweep: IndexMap<String, Vec<SweepValue>> = IndexMap::new();
-    if let Some(v) = &sweep_value {
-        let problems = validator.validate_field("sweep", v);
-        if !problems.is_empty() {
-            return Err(SpecErrors::new(
-                problems.iter().map(|p| report.problem(p, None)).collect(),
-            ));
-        }
-        match serde_path_to_error::deserialize(v) {
-            Ok(t) => typed_sweep = t,
-            Err(e) => {
-                let p = Problem {
-                    pointer: "/sweep".into(),
-                    target: Target::Value,
-                    message: e.to_string(),
-                    hint: None,
-                };
-                return Err(SpecErrors::new(vec![report.problem(&p, None)]));
-            }
-        }
-    }
-
+    let typed_sweep = typed_sweep(sweep_value.as_ref(), validator, &report)?;
     let typed_sweep = Arc::new(typed_sweep);
     let count = expand::point_count(&sweep);
     // Each point copies the spec: refuse before copying when the copies cannot fit, and stop
@@ -299,39 +278,16 @@ fn load_source(
             diags.push(report.problem(&points_too_large(count, index + 1, expanded_bytes), None));
             break;
         }
-        let mut found: Vec<Diagnostic> = problems
-            .iter()
-            .map(|p| report.problem(p, Some(&raw.origins)))
-            .collect();
-        found.extend(
-            validator
-                .validate(&raw.value)
-                .iter()
-                .map(|p| report.problem(p, Some(&raw.origins))),
+        let id = format!("p{:0width$}", index + 1);
+        let (point, mut found) = checked_point(
+            raw,
+            problems,
+            id,
+            &typed_sweep,
+            (checks, &spec_dir),
+            &report,
         );
-        if found.is_empty() {
-            match typed(&raw) {
-                Ok(mut experiment) => {
-                    for check in checks {
-                        found.extend(
-                            check
-                                .check(&experiment, &spec_dir)
-                                .iter()
-                                .map(|p| report.problem(p, Some(&raw.origins))),
-                        );
-                    }
-                    points.push(Point {
-                        id: format!("p{:0width$}", index + 1),
-                        values: raw.values.into_iter().collect(),
-                        experiment: {
-                            experiment.sweep = Arc::clone(&typed_sweep);
-                            experiment
-                        },
-                    });
-                }
-                Err(p) => found.push(report.problem(&p, Some(&raw.origins))),
-            }
-        }
+        points.extend(point);
         // The same mistake in every point is one mistake: keep room for the others.
         found.retain(|d| seen.insert((d.line, d.column, d.message.clone())));
         diags.extend(found);
@@ -354,6 +310,82 @@ fn load_source(
         source,
         points,
     })
+}
+
+/// The sweep's values, checked against the schema and typed once (not once per point: it can
+/// be long); empty without a sweep.
+fn typed_sweep(
+    sweep: Option<&serde_json::Value>,
+    validator: &Validator,
+    report: &Reporter<'_>,
+) -> Result<IndexMap<String, Vec<SweepValue>>, SpecErrors> {
+    let Some(v) = sweep else {
+        return Ok(IndexMap::new());
+    };
+    let problems = validator.validate_field("sweep", v);
+    if !problems.is_empty() {
+        return Err(SpecErrors::new(
+            problems.iter().map(|p| report.problem(p, None)).collect(),
+        ));
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let p = Problem {
+            pointer: "/sweep".into(),
+            target: Target::Value,
+            message: e.to_string(),
+            hint: None,
+        };
+        SpecErrors::new(vec![report.problem(&p, None)])
+    })
+}
+
+/// One point of the sweep, expanded (`raw`, with the `problems` its expansion found): checked
+/// against the schema, typed, and run through `checks` (with the spec's directory). Returns
+/// the point when it is clean, and every diagnostic found.
+fn checked_point(
+    raw: RawPoint,
+    problems: Vec<Problem>,
+    id: String,
+    sweep: &Arc<IndexMap<String, Vec<SweepValue>>>,
+    (checks, spec_dir): (&[&dyn Check], &Path),
+    report: &Reporter<'_>,
+) -> (Option<Point>, Vec<Diagnostic>) {
+    let mut found: Vec<Diagnostic> = problems
+        .iter()
+        .map(|p| report.problem(p, Some(&raw.origins)))
+        .collect();
+    found.extend(
+        validator()
+            .validate(&raw.value)
+            .iter()
+            .map(|p| report.problem(p, Some(&raw.origins))),
+    );
+    if !found.is_empty() {
+        return (None, found);
+    }
+    match typed(&raw) {
+        Ok(mut experiment) => {
+            for check in checks {
+                found.extend(
+                    check
+                        .check(&experiment, spec_dir)
+                        .iter()
+                        .map(|p| report.problem(p, Some(&raw.origins))),
+                );
+            }
+            experiment.sweep = Arc::clone(sweep);
+            let point = Point {
+                id,
+                values: raw.values.into_iter().collect(),
+                experiment,
+            };
+            (Some(point), found)
+        }
+        Err(p) => {
+            found.push(report.problem(&p, Some(&raw.origins)));
+            (None, found)
+        }
+    }
 }
 
 /// The sweep's points would take more than [`expand::MAX_POINTS_BYTES`]: `bytes` for the
