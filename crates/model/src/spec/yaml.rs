@@ -519,107 +519,14 @@ fn syntax_error(source: &str, at: Pos, info: &str, stack: &[Frame]) -> YamlError
         );
     }
     let line = source.lines().nth(at.line.saturating_sub(1)).unwrap_or("");
-    let indent_of = |l: &str| l.chars().take_while(|c| *c == ' ' || *c == '\t').count();
     if info.contains("tab") {
-        // The parser stops after the tab; point at the first tab in the indentation.
-        let tab = line
-            .chars()
-            .take_while(|c| c.is_whitespace())
-            .position(|c| c == '\t');
-        let span = match tab {
-            Some(col) => {
-                let line_start = at.index - (at.column - 1);
-                let pos = Pos {
-                    index: line_start + col,
-                    line: at.line,
-                    column: col + 1,
-                };
-                Span {
-                    start: pos,
-                    end: Pos {
-                        index: pos.index + 1,
-                        column: pos.column + 1,
-                        ..pos
-                    },
-                }
-            }
-            None => here,
-        };
-        return YamlError::new(
-            span,
-            "YAML syntax error: tab used for indentation",
-            Some("indent with spaces; YAML does not allow tabs in indentation"),
-        );
+        return tab_error(line, at);
     }
     if info.contains("quoted scalar") {
-        // Usually a quote left open: the value ran on into the next line.
-        let rest: Vec<char> = line.chars().skip(at.column.saturating_sub(1)).collect();
-        if let [q @ ('"' | '\''), tail @ ..] = rest.as_slice()
-            && !tail.contains(q)
-        {
-            return YamlError::new(
-                Span {
-                    start: at,
-                    end: Pos {
-                        index: at.index + 1,
-                        column: at.column + 1,
-                        ..at
-                    },
-                },
-                format!("YAML syntax error: the `{q}` opened here is never closed"),
-                Some(&format!(
-                    "end the value with `{q}` on this line, e.g. `name: {q}my run{q}` (the parser says: {info})"
-                )),
-            );
-        }
-        return YamlError::new(
-            here,
-            message,
-            Some("a quoted value continued on the next line must be indented further than its key"),
-        );
+        return quote_error(line, at, info);
     }
     if info.contains("mapping values are not allowed") {
-        // A deeper-indented line after `key: value` reads as the rest of that value.
-        let before: Vec<&str> = source.lines().take(at.line.saturating_sub(1)).collect();
-        let previous = before
-            .iter()
-            .enumerate()
-            .rev()
-            .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
-        if let Some((prev_index, prev)) = previous
-            && indent_of(line) > indent_of(prev)
-            && prev
-                .split_once(": ")
-                .is_some_and(|(_, v)| !v.trim().is_empty())
-        {
-            let col = indent_of(line);
-            let line_start = at.index - (at.column - 1);
-            let key = line.trim_start().split(':').next().unwrap_or("").trim_end();
-            let start = Pos {
-                index: line_start + col,
-                line: at.line,
-                column: col + 1,
-            };
-            let end = Pos {
-                index: start.index + key.chars().count(),
-                column: start.column + key.chars().count(),
-                ..start
-            };
-            return YamlError::new(
-                Span { start, end },
-                format!("YAML syntax error: `{key}` is indented deeper than the line above"),
-                Some(&format!(
-                    "keys of one mapping start in the same column: indent `{key}` by {} spaces, like line {}",
-                    indent_of(prev),
-                    prev_index + 1
-                )),
-            );
-        }
-        return YamlError::new(
-            here,
-            message,
-            Some("quote a value that contains `: `, e.g. `description: \"a: b\"`"),
-        );
+        return mapping_error(source, line, at, info);
     }
     if info.contains("did not find expected key") {
         return YamlError::new(
@@ -631,6 +538,121 @@ fn syntax_error(source: &str, at: Pos, info: &str, stack: &[Frame]) -> YamlError
         );
     }
     YamlError::new(here, message, None)
+}
+
+/// A tab in the indentation: pointed at the first tab (the parser stops after it).
+fn tab_error(line: &str, at: Pos) -> YamlError {
+    let here = Span { start: at, end: at };
+    // The parser stops after the tab; point at the first tab in the indentation.
+    let tab = line
+        .chars()
+        .take_while(|c| c.is_whitespace())
+        .position(|c| c == '\t');
+    let span = match tab {
+        Some(col) => {
+            let line_start = at.index - (at.column - 1);
+            let pos = Pos {
+                index: line_start + col,
+                line: at.line,
+                column: col + 1,
+            };
+            Span {
+                start: pos,
+                end: Pos {
+                    index: pos.index + 1,
+                    column: pos.column + 1,
+                    ..pos
+                },
+            }
+        }
+        None => here,
+    };
+    YamlError::new(
+        span,
+        "YAML syntax error: tab used for indentation",
+        Some("indent with spaces; YAML does not allow tabs in indentation"),
+    )
+}
+
+/// An error in a quoted scalar: usually a quote left open, the value running on into the
+/// next line.
+fn quote_error(line: &str, at: Pos, info: &str) -> YamlError {
+    let here = Span { start: at, end: at };
+    let message = format!("YAML syntax error: {info}");
+    // Usually a quote left open: the value ran on into the next line.
+    let rest: Vec<char> = line.chars().skip(at.column.saturating_sub(1)).collect();
+    if let [q @ ('"' | '\''), tail @ ..] = rest.as_slice()
+        && !tail.contains(q)
+    {
+        return YamlError::new(
+            Span {
+                start: at,
+                end: Pos {
+                    index: at.index + 1,
+                    column: at.column + 1,
+                    ..at
+                },
+            },
+            format!("YAML syntax error: the `{q}` opened here is never closed"),
+            Some(&format!(
+                "end the value with `{q}` on this line, e.g. `name: {q}my run{q}` (the parser says: {info})"
+            )),
+        );
+    }
+    YamlError::new(
+        here,
+        message,
+        Some("a quoted value continued on the next line must be indented further than its key"),
+    )
+}
+
+/// "Mapping values are not allowed": a deeper-indented line after `key: value` reads as the
+/// rest of that value, or a value holds `: ` unquoted.
+fn mapping_error(source: &str, line: &str, at: Pos, info: &str) -> YamlError {
+    let here = Span { start: at, end: at };
+    let message = format!("YAML syntax error: {info}");
+    let indent_of = |l: &str| l.chars().take_while(|c| *c == ' ' || *c == '\t').count();
+    // A deeper-indented line after `key: value` reads as the rest of that value.
+    let before: Vec<&str> = source.lines().take(at.line.saturating_sub(1)).collect();
+    let previous = before
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    if let Some((prev_index, prev)) = previous
+        && indent_of(line) > indent_of(prev)
+        && prev
+            .split_once(": ")
+            .is_some_and(|(_, v)| !v.trim().is_empty())
+    {
+        let col = indent_of(line);
+        let line_start = at.index - (at.column - 1);
+        let key = line.trim_start().split(':').next().unwrap_or("").trim_end();
+        let start = Pos {
+            index: line_start + col,
+            line: at.line,
+            column: col + 1,
+        };
+        let end = Pos {
+            index: start.index + key.chars().count(),
+            column: start.column + key.chars().count(),
+            ..start
+        };
+        return YamlError::new(
+            Span { start, end },
+            format!("YAML syntax error: `{key}` is indented deeper than the line above"),
+            Some(&format!(
+                "keys of one mapping start in the same column: indent `{key}` by {} spaces, like line {}",
+                indent_of(prev),
+                prev_index + 1
+            )),
+        );
+    }
+    YamlError::new(
+        here,
+        message,
+        Some("quote a value that contains `: `, e.g. `description: \"a: b\"`"),
+    )
 }
 
 /// `8 MiB`: a budget in bytes as people read it.
