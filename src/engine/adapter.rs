@@ -60,6 +60,8 @@ pub(crate) struct Adapter {
     pub hint: fn(Failure) -> &'static str,
     /// `servebench sim --api` value that imitates it.
     pub sim_api: &'static str,
+    /// Its profiler endpoints, or why it has none.
+    pub profiler: Result<super::profiler::ProfilerApi, &'static str>,
 }
 
 /// Why a launch command cannot be built.

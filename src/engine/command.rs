@@ -27,6 +27,9 @@ pub(crate) static COMMAND: Adapter = Adapter {
     ],
     hint: common_hint,
     sim_api: "sglang",
+    profiler: Err(
+        "an `engine: command` server's profiler is unknown to servebench (profile it with its own tools)",
+    ),
 };
 
 pub(crate) fn launch(

@@ -42,6 +42,7 @@ pub(crate) static LLAMA_CPP: Adapter = Adapter {
     ],
     hint,
     sim_api: "llama.cpp",
+    profiler: Err("llama.cpp's server has no profiler endpoint"),
 };
 
 fn hint(f: Failure) -> &'static str {

@@ -14,6 +14,7 @@ mod command;
 pub(crate) mod deployment;
 mod flags;
 mod llamacpp;
+mod profiler;
 pub(crate) mod ranks;
 mod sglang;
 mod vllm;
@@ -26,6 +27,7 @@ use crate::spec::types::{ArgValue, Engine, Server};
 pub use adapter::LaunchError;
 pub(crate) use adapter::{Adapter, FalseFlag, LaunchCommand, ModelArg};
 pub use flags::{FlagCheck, SpecFlags, check_flag, check_spec};
+pub(crate) use profiler::ProfilerApi;
 
 /// The adapter of `engine`.
 pub(crate) fn adapter(engine: Engine) -> &'static Adapter {
@@ -34,6 +36,19 @@ pub(crate) fn adapter(engine: Engine) -> &'static Adapter {
         Engine::Vllm => &vllm::VLLM,
         Engine::LlamaCpp => &llamacpp::LLAMA_CPP,
         Engine::Command => &command::COMMAND,
+    }
+}
+
+/// Whether the server speaks SGLang's API: SGLang itself, or the simulator on its default
+/// (SGLang) surface. Only such a server is sent SGLang's own request fields.
+pub(crate) fn speaks_sglang(server: &Server) -> bool {
+    match server.engine {
+        Engine::Sglang => true,
+        Engine::Sim => !matches!(
+            server.args.get("api"),
+            Some(ArgValue::Str(a)) if a != "sglang"
+        ),
+        Engine::Vllm | Engine::LlamaCpp | Engine::Command => false,
     }
 }
 

@@ -46,6 +46,7 @@ pub(crate) static SGLANG: Adapter = Adapter {
     ],
     hint,
     sim_api: "sglang",
+    profiler: Ok(super::profiler::ProfilerApi::Sglang),
 };
 
 fn hint(f: Failure) -> &'static str {

@@ -57,6 +57,7 @@ pub(crate) static VLLM: Adapter = Adapter {
     ],
     hint,
     sim_api: "vllm",
+    profiler: Ok(super::profiler::ProfilerApi::Vllm),
 };
 
 fn hint(f: Failure) -> &'static str {

@@ -710,21 +710,7 @@ pub(super) fn generation_request(
         temperature: exp.workload.temperature,
         model: model.clone(),
         history: Vec::new(),
-        spec_tokens_details: speaks_sglang(&exp.server),
-    }
-}
-
-/// Whether the server speaks SGLang's API: SGLang itself, or the simulator on its default
-/// (SGLang) surface. Only such a server is sent SGLang's own request fields.
-fn speaks_sglang(server: &crate::spec::types::Server) -> bool {
-    use crate::spec::types::Engine;
-    match server.engine {
-        Engine::Sglang => true,
-        Engine::Sim => !matches!(
-            server.args.get("api"),
-            Some(ArgValue::Str(a)) if a != "sglang"
-        ),
-        Engine::Vllm | Engine::LlamaCpp | Engine::Command => false,
+        spec_tokens_details: crate::engine::speaks_sglang(&exp.server),
     }
 }
 

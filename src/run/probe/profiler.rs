@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::catalog::FlagKind;
 use crate::client::Client;
+use crate::engine::ProfilerApi;
 use crate::results::records::{Flag, ProfileCapture};
-use crate::spec::types::{Engine, Experiment};
+use crate::spec::types::Experiment;
 
 use crate::run::interrupt::Interrupt;
 
@@ -30,17 +31,10 @@ const INTERRUPTED_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most bytes of a refusal kept in the record.
 const MESSAGE_BYTES: usize = 300;
 
-/// Which profiler API the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Api {
-    Sglang,
-    Vllm,
-}
-
 /// One capture in progress.
 pub(crate) struct Capture {
     client: Client,
-    api: Api,
+    api: ProfilerApi,
     body: Option<Value>,
     stop_timeout: Duration,
     started: Option<tokio::task::JoinHandle<Result<f64, String>>>,
@@ -48,20 +42,6 @@ pub(crate) struct Capture {
     /// The run's stop request: once it is set, the capture's end is held to
     /// [`INTERRUPTED_STOP_TIMEOUT`].
     interrupt: Interrupt,
-}
-
-/// The profiler API of `exp`'s server, or why it has none.
-fn api_of(exp: &Experiment) -> Result<Api, String> {
-    let engine = exp.server.engine;
-    match engine {
-        Engine::Sim | Engine::Sglang => Ok(Api::Sglang),
-        Engine::Vllm => Ok(Api::Vllm),
-        Engine::LlamaCpp => Err("llama.cpp's server has no profiler endpoint".into()),
-        Engine::Command => Err(
-            "an `engine: command` server's profiler is unknown to servebench (profile it with its own tools)"
-                .into(),
-        ),
-    }
 }
 
 impl Capture {
@@ -86,41 +66,21 @@ impl Capture {
             dir: dir.map(str::to_string),
             ..ProfileCapture::default()
         };
-        let api = match api_of(exp) {
+        let api = match crate::engine::adapter(exp.server.engine).profiler {
             Ok(api) => api,
             Err(why) => {
                 record.engine = format!("{}", exp.server.engine);
-                record.error = Some(why);
+                record.error = Some(why.to_string());
                 return Some(Err(record));
             }
         };
-        let body = match api {
-            Api::Sglang => {
-                let profile_id = format!("{id}-r{round}-{}", std::process::id());
-                record.engine = "sglang".into();
-                record.profile_id = Some(profile_id.clone());
-                record.steps = spec.steps;
-                let activities: Vec<&str> =
-                    spec.activities.iter().map(|a| a.sglang_name()).collect();
-                let mut body = json!({
-                    "profile_id": profile_id,
-                    "activities": activities,
-                    "with_stack": spec.with_stack,
-                    "record_shapes": spec.record_shapes,
-                });
-                if let Some(d) = dir {
-                    body["output_dir"] = d.into();
-                }
-                if let Some(n) = spec.steps {
-                    body["num_steps"] = n.into();
-                }
-                Some(body)
-            }
-            Api::Vllm => {
-                record.engine = "vllm".into();
-                None
-            }
-        };
+        record.engine = api.engine().into();
+        let profile_id = format!("{id}-r{round}-{}", std::process::id());
+        let body = api.start_body(spec, &profile_id, dir);
+        if api == ProfilerApi::Sglang {
+            record.profile_id = Some(profile_id);
+            record.steps = spec.steps;
+        }
         Some(Ok(Capture {
             client: client.clone(),
             api,
@@ -139,13 +99,7 @@ impl Capture {
             return;
         }
         let (client, body) = (self.client.clone(), self.body.clone());
-        let with_body = self.api == Api::Sglang;
         self.started = Some(tokio::spawn(async move {
-            let body = if with_body {
-                Some(body.unwrap_or_else(|| json!({})))
-            } else {
-                None
-            };
             answer(&client, "/start_profile", body, START_TIMEOUT).await?;
             Ok(crate::client::unix_now())
         }));
@@ -187,7 +141,7 @@ impl Capture {
                 return self.record;
             }
         }
-        let body = (self.api == Api::Sglang).then(|| json!({}));
+        let body = self.api.stop_body();
         let stop = tokio::select! {
             r = answer(&self.client, "/stop_profile", body, self.stop_timeout) => r,
             () = &mut cut => {

@@ -10,7 +10,7 @@ use crate::plan::ServerGroup;
 use crate::results::records::{ProfileCapture, TraceFile};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
-use crate::spec::types::{ArgValue, Engine, Server};
+use crate::spec::types::{ArgValue, Server};
 
 /// Most files looked at in a capture's directory.
 const MAX_LISTED: usize = 1000;
@@ -58,27 +58,25 @@ pub(crate) fn with_profiler<'s>(
     dir: Option<&str>,
 ) -> Cow<'s, Server> {
     let spec = points.iter().find_map(|p| p.experiment.profile.as_ref());
-    let vllm = server.engine == Engine::Vllm;
-    let given = server.args.contains_key("profiler-config")
+    let api = crate::engine::adapter(server.engine).profiler.ok();
+    let Some((flag, value)) = api
+        .zip(dir)
+        .zip(spec)
+        .and_then(|((api, d), spec)| api.launch_flag(spec, d))
+    else {
+        return Cow::Borrowed(server);
+    };
+    let given = server.args.contains_key(flag)
         || server
             .engine_args
-            .get(&Engine::Vllm)
-            .is_some_and(|a| a.contains_key("profiler-config"));
-    match (dir, spec) {
-        (Some(d), Some(spec)) if vllm && !given && server.url.is_none() => {
-            let mut s = server.clone();
-            let config = serde_json::json!({
-                "profiler": "torch",
-                "torch_profiler_dir": d,
-                "torch_profiler_with_stack": spec.with_stack,
-                "torch_profiler_record_shapes": spec.record_shapes,
-            });
-            s.args
-                .insert("profiler-config".into(), ArgValue::Str(config.to_string()));
-            Cow::Owned(s)
-        }
-        _ => Cow::Borrowed(server),
+            .get(&server.engine)
+            .is_some_and(|a| a.contains_key(flag));
+    if given || server.url.is_some() {
+        return Cow::Borrowed(server);
     }
+    let mut s = server.clone();
+    s.args.insert(flag.into(), ArgValue::Str(value));
+    Cow::Owned(s)
 }
 
 /// The files in `dir` on the host before a capture (vLLM names its traces by worker and
