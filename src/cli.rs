@@ -409,6 +409,9 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
     crate::redact::install(crate::secrets::redactor(
         spec.points.iter().map(|p| &p.experiment),
     ));
+    for w in &spec.warnings {
+        tracing::warn!("{}", w.as_warning());
+    }
     let flags = crate::engine::check_spec(&spec);
     for w in &flags.warnings {
         tracing::warn!("{w}");

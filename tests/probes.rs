@@ -29,7 +29,7 @@ fn every_probe_runs_on(name: &str, sender: &str, consistency_sent_under_load: bo
              {sender}\n\
              telemetry: {{ gpu: nvidia-smi, interval: 100ms }}\n\
              validity: {{ consistency: {{ requests: 2 }} }}\n\
-             profile: {{ points: all, activities: [CPU] }}\n"
+             profiler: {{ points: all, activities: [CPU] }}\n"
         ),
     );
     let out = run(&ws, &spec, &path_with(Some(&bin)));
@@ -63,7 +63,7 @@ fn every_probe_runs_on(name: &str, sender: &str, consistency_sent_under_load: bo
         assert!(c["under_load"].as_u64().unwrap_or(0) >= 1, "{c}");
     }
     // The profiler, over the measured window.
-    let capture = &p["profile"];
+    let capture = &p["profiler"];
     assert!(capture["error"].is_null(), "{capture}");
     assert!(capture["started_at"].as_f64().is_some(), "{capture}");
     assert!(capture["stopped_at"].as_f64().is_some(), "{capture}");

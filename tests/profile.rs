@@ -27,7 +27,7 @@ const SIM: &str = "  engine: sim\n  model: test-model\n  args: { profile: fast, 
 
 /// The trace files a point's capture names, read from the run directory.
 fn traces(dir: &Path, point: &serde_json::Value) -> Vec<serde_json::Value> {
-    point["profile"]["files"]
+    point["profiler"]["files"]
         .as_array()
         .unwrap()
         .iter()
@@ -42,7 +42,7 @@ fn traces(dir: &Path, point: &serde_json::Value) -> Vec<serde_json::Value> {
 
 /// Only the point named is profiled; its capture covers the measured window, and the trace
 /// the simulator wrote (one event, the forward steps it ran while capturing) is in the run
-/// directory under `profiles/<group>/`, named by SGLang's profile id.
+/// directory under `profiler/<group>/`, named by SGLang's profile id.
 #[test]
 fn a_chosen_point_is_profiled_over_its_measured_window_and_its_trace_kept() {
     let ws = Workspace::new();
@@ -50,13 +50,13 @@ fn a_chosen_point_is_profiled_over_its_measured_window_and_its_trace_kept() {
         &ws,
         "prof",
         SIM,
-        "sweep:\n  concurrency: [1, 2]\nprofile: { points: [p002], activities: [CPU] }",
+        "sweep:\n  concurrency: [1, 2]\nprofiler: { points: [p002], activities: [CPU] }",
     );
     let (dir, points) = ws.run_ok(&spec);
-    assert!(points[0]["profile"].is_null(), "{}", points[0]);
+    assert!(points[0]["profiler"].is_null(), "{}", points[0]);
     assert!(!flag_kinds(&points[0]).contains(&"profiled".to_string()));
     let p = &points[1];
-    let c = &p["profile"];
+    let c = &p["profiler"];
     assert_eq!(c["engine"], "sglang", "{c}");
     assert!(c["error"].is_null(), "{c}");
     let (start, stop) = (
@@ -87,7 +87,7 @@ fn a_chosen_point_is_profiled_over_its_measured_window_and_its_trace_kept() {
         files[0]["path"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("profiles/{}/", "g1"))
+            .starts_with(&format!("profiler/{}/", "g1"))
     );
     let trace = &traces(&dir, p)[0];
     let steps = trace["traceEvents"][0]["args"]["forward_steps"]
@@ -115,11 +115,11 @@ fn a_chosen_point_is_profiled_over_its_measured_window_and_its_trace_kept() {
 #[test]
 fn steps_stop_the_profiler_by_itself() {
     let ws = Workspace::new();
-    let spec = spec(&ws, "steps", SIM, "profile: { points: all, steps: 3 }");
+    let spec = spec(&ws, "steps", SIM, "profiler: { points: all, steps: 3 }");
     let (dir, points) = ws.run_ok(&spec);
     let p = &points[0];
-    assert!(p["profile"]["error"].is_null(), "{}", p["profile"]);
-    assert_eq!(p["profile"]["steps"], 3);
+    assert!(p["profiler"]["error"].is_null(), "{}", p["profiler"]);
+    assert_eq!(p["profiler"]["steps"], 3);
     let trace = &traces(&dir, p)[0];
     assert_eq!(
         trace["traceEvents"][0]["args"]["forward_steps"], 4,
@@ -139,17 +139,17 @@ fn vllm_gets_its_profiler_config_at_launch() {
         "vllm-prof",
         server,
         "openai-completions",
-        "profile: { points: all }",
+        "profiler: { points: all }",
     );
     let (dir, points) = ws.run_ok(&spec);
     let meta = read_json(&dir.join("meta.json"));
     let command = meta["servers"][0]["command"].to_string();
     assert!(command.contains("--profiler-config"), "{command}");
     let p = &points[0];
-    assert_eq!(p["profile"]["engine"], "vllm");
-    assert!(p["profile"]["error"].is_null(), "{}", p["profile"]);
-    let files = p["profile"]["files"].as_array().unwrap();
-    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    assert_eq!(p["profiler"]["engine"], "vllm");
+    assert!(p["profiler"]["error"].is_null(), "{}", p["profiler"]);
+    let files = p["profiler"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profiler"]);
     assert!(
         files[0]["name"]
             .as_str()
@@ -175,18 +175,18 @@ fn an_engine_without_a_profiler_says_so() {
         "llama-prof",
         server,
         "openai-completions",
-        "profile: { points: all }",
+        "profiler: { points: all }",
     );
     let (dir, points) = ws.run_ok(&spec);
     let p = &points[0];
     assert_eq!(p["ok"], 4);
     assert!(
-        p["profile"]["error"]
+        p["profiler"]["error"]
             .as_str()
             .unwrap()
             .contains("no profiler endpoint"),
         "{}",
-        p["profile"]
+        p["profiler"]
     );
     let kinds = flag_kinds(p);
     assert!(kinds.contains(&"profile-failed".to_string()), "{kinds:?}");
@@ -222,16 +222,16 @@ fn over_ssh_the_trace_is_copied_back_within_its_budget() {
             ),
         )
     };
-    let (dir, points) = ws.run_ok(&spec_at("ssh-prof", "profile: { points: all }"));
+    let (dir, points) = ws.run_ok(&spec_at("ssh-prof", "profiler: { points: all }"));
     let p = &points[0];
-    assert!(p["profile"]["error"].is_null(), "{}", p["profile"]);
-    let remote = p["profile"]["dir"].as_str().unwrap();
+    assert!(p["profiler"]["error"].is_null(), "{}", p["profiler"]);
+    let remote = p["profiler"]["dir"].as_str().unwrap();
     assert!(
         remote.starts_with(&format!("{}/sb", sshd.home.display())),
         "{remote}"
     );
-    let files = p["profile"]["files"].as_array().unwrap();
-    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    let files = p["profiler"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profiler"]);
     let name = files[0]["name"].as_str().unwrap();
     let copied = std::fs::read(dir.join(files[0]["path"].as_str().unwrap())).unwrap();
     let original = std::fs::read(Path::new(remote).join(name)).unwrap();
@@ -242,18 +242,18 @@ fn over_ssh_the_trace_is_copied_back_within_its_budget() {
     // fails, and the point says the capture failed while its numbers stand.
     let (_, points) = ws.run_ok(&spec_at(
         "ssh-prof-unwritable",
-        "profile: { points: all, dir: /dev/null/servebench-traces }",
+        "profiler: { points: all, dir: /dev/null/servebench-traces }",
     ));
     let p = &points[0];
     assert_eq!(p["ok"], 4);
     assert!(flag_kinds(p).contains(&"profile-failed".to_string()), "{p}");
     assert!(
-        p["profile"]["error"]
+        p["profiler"]["error"]
             .as_str()
             .unwrap()
             .contains("/stop_profile failed: 500"),
         "{}",
-        p["profile"]
+        p["profiler"]
     );
 }
 
@@ -286,7 +286,7 @@ fn a_search_answer_is_profiled_after_the_search() {
     let (probes, rest): (Vec<_>, Vec<_>) = points.iter().partition(|p| !p["search"].is_null());
     assert_eq!(probes.len(), 4);
     assert!(
-        probes.iter().all(|p| p["profile"].is_null()),
+        probes.iter().all(|p| p["profiler"].is_null()),
         "no probe is profiled"
     );
     assert_eq!(rest.len(), 1, "{rest:?}");
@@ -294,16 +294,16 @@ fn a_search_answer_is_profiled_after_the_search() {
     assert_eq!(answer["id"], "p001-answer");
     assert_eq!(answer["values"]["concurrency"], 2);
     assert!(
-        answer["profile"]["error"].is_null(),
+        answer["profiler"]["error"].is_null(),
         "{}",
-        answer["profile"]
+        answer["profiler"]
     );
-    assert_eq!(answer["profile"]["files"].as_array().unwrap().len(), 1);
+    assert_eq!(answer["profiler"]["files"].as_array().unwrap().len(), 1);
     assert!(flag_kinds(answer).contains(&"profiled".to_string()));
 }
 
 /// A server servebench attached to (`server.url`) writes where it is told: with
-/// `profile.dir` its trace is found there and copied in; without, it goes to the server's own
+/// `profiler.dir` its trace is found there and copied in; without, it goes to the server's own
 /// default directory, which servebench says it did not look in (it never claims a trace).
 #[test]
 fn an_attached_server_writes_where_profile_dir_says() {
@@ -318,7 +318,7 @@ fn an_attached_server_writes_where_profile_dir_says() {
         ws.write(
             &format!("{name}.yaml"),
             &format!(
-                "name: {name}\nserver:\n  url: {}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofile: {profile}\n",
+                "name: {name}\nserver:\n  url: {}\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64 }}\n  output_tokens: 8\nrequests: 2\nprofiler: {profile}\n",
                 sim.url()
             ),
         )
@@ -333,8 +333,8 @@ fn an_attached_server_writes_where_profile_dir_says() {
     assert!(told.status.success(), "{}", show(&told));
     let dir = run_dir(&told);
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
-    let files = p["profile"]["files"].as_array().unwrap();
-    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    let files = p["profiler"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profiler"]);
     let name = files[0]["name"].as_str().unwrap();
     assert_eq!(
         std::fs::read(dir.join(files[0]["path"].as_str().unwrap())).unwrap(),
@@ -344,9 +344,9 @@ fn an_attached_server_writes_where_profile_dir_says() {
     assert!(untold.status.success(), "{}", show(&untold));
     let p = &read_jsonl(&run_dir(&untold).join("points.jsonl"))[0];
     assert!(
-        p["profile"]["files"].as_array().unwrap().is_empty(),
+        p["profiler"]["files"].as_array().unwrap().is_empty(),
         "{}",
-        p["profile"]
+        p["profiler"]
     );
     let failed: Vec<_> = p["flags"]
         .as_array()
@@ -367,7 +367,7 @@ fn an_attached_server_writes_where_profile_dir_says() {
 }
 
 /// Ctrl-C while `/stop_profile` is slow (a simulator whose stop takes 60 s): the stop is
-/// sent and given a few seconds, not `profile.stop_timeout`'s ten minutes; the run ends
+/// sent and given a few seconds, not `profiler.stop_timeout`'s ten minutes; the run ends
 /// interrupted, what was measured stays on disk, and the capture is recorded as cut short by
 /// the interrupt: no trace is looked for, none is claimed on the console or in the report.
 #[test]
@@ -389,7 +389,7 @@ fn ctrl_c_during_a_slow_profiler_stop_does_not_wait_for_it() {
         &ws,
         "slow-stop",
         &server,
-        "sweep:\n  concurrency: [1, 2]\nprofile: { points: [p001] }",
+        "sweep:\n  concurrency: [1, 2]\nprofiler: { points: [p001] }",
     );
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
         .arg("run")
@@ -444,7 +444,7 @@ fn ctrl_c_during_a_slow_profiler_stop_does_not_wait_for_it() {
         .filter(|r| r["point"] == "p001" && r["role"] == "measure")
         .count();
     assert_eq!(measured, 4);
-    let c = &p["profile"];
+    let c = &p["profiler"];
     assert_eq!(
         c["error"],
         "interrupted by SIGINT (Ctrl-C): /stop_profile did not answer within 5 s of it, so the capture was given up (its traces, if any, are not looked for)",
@@ -464,5 +464,5 @@ fn ctrl_c_during_a_slow_profiler_stop_does_not_wait_for_it() {
         report.contains("| not captured: interrupted by SIGINT (Ctrl-C): /stop_profile"),
         "{report}"
     );
-    assert!(!report.contains(&format!("profiles/{}/", "g1")), "{report}");
+    assert!(!report.contains(&format!("profiler/{}/", "g1")), "{report}");
 }

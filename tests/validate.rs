@@ -733,3 +733,37 @@ fn profile_points_name_points_of_the_plan() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("pr.yaml:12:27"));
     assert!(!ws.path().join("runs").exists());
 }
+
+/// The engine's profiler capture was `profile:`, which also names the simulator's timing model
+/// (issue 34 item 6): it is `profiler:` now, and a spec with the old key still validates, with
+/// a warning at the key naming the new one.
+#[test]
+fn the_old_profile_key_still_works_with_a_warning_naming_profiler() {
+    let ws = Workspace::new();
+    let old = ws.write(
+        "old.yaml",
+        &sim_spec("old", WORKLOAD, "profile: { points: all }"),
+    );
+    let out = validate(&ws, &old);
+    assert!(out.status.success(), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    contains_all(
+        &stderr,
+        &[
+            "`profile:` is now `profiler:`",
+            "old.yaml:10:1",
+            "rename `profile:` to `profiler:`",
+        ],
+    );
+    let new = ws.write(
+        "new.yaml",
+        &sim_spec("new", WORKLOAD, "profiler: { points: all }"),
+    );
+    let out = validate(&ws, &new);
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("is now"),
+        "{}",
+        show(&out)
+    );
+}

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::spec::profile::ProfileSpec;
+use crate::spec::profiler::ProfilerSpec;
 
 /// Which profiler API an engine's server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +27,7 @@ impl ProfilerApi {
     /// the server's host (None: the server's own default); None: the request has no body.
     pub(crate) fn start_body(
         self,
-        spec: &ProfileSpec,
+        spec: &ProfilerSpec,
         profile_id: &str,
         dir: Option<&str>,
     ) -> Option<Value> {
@@ -65,7 +65,7 @@ impl ProfilerApi {
     /// vLLM's `--profiler-config`; None: the engine needs none.
     pub(crate) fn launch_flag(
         self,
-        spec: &ProfileSpec,
+        spec: &ProfilerSpec,
         dir: &str,
     ) -> Option<(&'static str, String)> {
         match self {

@@ -104,7 +104,7 @@ impl Launch<'_, '_> {
         let tally = &mut *self.tally;
         let profiling = point
             .experiment
-            .profile
+            .profiler
             .as_ref()
             .filter(|p| p.covers(&point.id));
         let traces_before = match profiling {
@@ -125,7 +125,7 @@ impl Launch<'_, '_> {
             }
         };
         let mut record = outcome.record;
-        if let (Some(spec), Some(capture)) = (profiling, record.profile.as_mut()) {
+        if let (Some(spec), Some(capture)) = (profiling, record.profiler.as_mut()) {
             let flags = bring_traces(cx, capture, &traces_before, spec.max_bytes()).await;
             record.flags.extend(flags);
         }
@@ -218,7 +218,7 @@ impl Launch<'_, '_> {
 /// capture's flags.
 async fn bring_traces(
     cx: &LaunchContext<'_>,
-    capture: &mut crate::results::records::ProfileCapture,
+    capture: &mut crate::results::records::ProfilerCapture,
     before: &[String],
     max_bytes: u64,
 ) -> Vec<Flag> {

@@ -304,12 +304,16 @@ async fn profile_answer(
     capacity: Option<f64>,
     on: &mut Launch<'_, '_>,
 ) -> Result<Option<One>, RunError> {
-    let wanted = seed.experiment.profile.as_ref().is_some_and(|p| p.answer());
+    let wanted = seed
+        .experiment
+        .profiler
+        .as_ref()
+        .is_some_and(|p| p.answer());
     let Some(value) = capacity.filter(|_| wanted) else {
         return Ok(None);
     };
     let mut point = probe_point(seed, spec.over, value, 0);
-    point.id = format!("{}{}", seed.id, crate::spec::profile::ANSWER_SUFFIX);
+    point.id = format!("{}{}", seed.id, crate::spec::profiler::ANSWER_SUFFIX);
     on.cx.progress.line(&format!(
         "{}: the answer, {}={}, once more with the profiler",
         seed.id,

@@ -49,7 +49,7 @@ impl PointRunner {
         {
             probes.push(gpu::Gpu::new(g));
         }
-        if exp.profile.is_some() {
+        if exp.profiler.is_some() {
             probes.push(profiler::Profiler::new(
                 exp.clone(),
                 self.profile_dir.clone(),

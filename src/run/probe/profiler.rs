@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::engine::ProfilerApi;
-use crate::results::records::{Flag, ProfileCapture};
+use crate::results::records::{Flag, ProfilerCapture};
 use crate::spec::types::Experiment;
 
 use crate::run::interrupt::Interrupt;
@@ -38,7 +38,7 @@ pub(crate) struct Capture {
     body: Option<Value>,
     stop_timeout: Duration,
     started: Option<tokio::task::JoinHandle<Result<f64, String>>>,
-    record: ProfileCapture,
+    record: ProfilerCapture,
     /// The run's stop request: once it is set, the capture's end is held to
     /// [`INTERRUPTED_STOP_TIMEOUT`].
     interrupt: Interrupt,
@@ -55,16 +55,16 @@ impl Capture {
         round: u32,
         dir: Option<&str>,
         interrupt: &Interrupt,
-    ) -> Option<Result<Capture, ProfileCapture>> {
-        let spec = exp.profile.as_ref()?;
+    ) -> Option<Result<Capture, ProfilerCapture>> {
+        let spec = exp.profiler.as_ref()?;
         // The first round only: a trace per round would multiply the traces, not the insight.
         if round != 0 || !spec.covers(id) {
             return None;
         }
-        let mut record = ProfileCapture {
+        let mut record = ProfilerCapture {
             round,
             dir: dir.map(str::to_string),
-            ..ProfileCapture::default()
+            ..ProfilerCapture::default()
         };
         let api = match crate::engine::adapter(exp.server.engine).profiler {
             Ok(api) => api,
@@ -110,7 +110,7 @@ impl Capture {
     /// the stop then means the capture ended, not that it failed. Once the run is
     /// interrupted, both waits together get [`INTERRUPTED_STOP_TIMEOUT`] from then; a capture
     /// not ended by that time is recorded as cut short by the interrupt.
-    pub(crate) async fn stop(mut self) -> ProfileCapture {
+    pub(crate) async fn stop(mut self) -> ProfilerCapture {
         let Some(mut started) = self.started.take() else {
             self.record.error =
                 Some("the measured window never opened: nothing was profiled".into());
@@ -201,7 +201,7 @@ async fn answer(
 
 /// The flags a finished capture puts on its point: `profiled` when the profiler ran in the
 /// measured window, `profile-failed` with the reason when it did not or its traces are lost.
-pub(crate) fn flags(capture: &ProfileCapture) -> Vec<Flag> {
+pub(crate) fn flags(capture: &ProfilerCapture) -> Vec<Flag> {
     let mut out = Vec::new();
     if capture.started_at.is_some() {
         out.push(Flag::new(
@@ -246,8 +246,8 @@ pub(crate) struct Profiler {
     /// Where the server writes its traces, on its host; None: its own default.
     dir: Option<String>,
     interrupt: Interrupt,
-    running: Option<tokio::task::JoinHandle<ProfileCapture>>,
-    captured: Option<ProfileCapture>,
+    running: Option<tokio::task::JoinHandle<ProfilerCapture>>,
+    captured: Option<ProfilerCapture>,
 }
 
 impl Profiler {
@@ -304,10 +304,10 @@ impl super::Probe for Profiler {
     ) -> futures_util::future::BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(task) = self.running.take() {
-                self.captured = Some(task.await.unwrap_or_else(|e| ProfileCapture {
+                self.captured = Some(task.await.unwrap_or_else(|e| ProfilerCapture {
                     engine: format!("{}", self.exp.server.engine),
                     error: Some(format!("the capture's task died: {e}")),
-                    ..ProfileCapture::default()
+                    ..ProfilerCapture::default()
                 }));
             }
         })
@@ -318,6 +318,6 @@ impl super::Probe for Profiler {
         _end: &super::PointEnd<'_>,
         record: &mut crate::results::records::PointRecord,
     ) {
-        record.profile = self.captured;
+        record.profiler = self.captured;
     }
 }

@@ -1,13 +1,13 @@
 //! Where a group's profiler traces are written on the server's host (`profile:`), what the
 //! engine needs at launch to write them (vLLM's `--profiler-config`), and bringing a point's
-//! traces into the run directory (`profiles/<group>/`), bounded by `profile.max_mib`.
+//! traces into the run directory (`profiler/<group>/`), bounded by `profiler.max_mib`.
 
 use std::borrow::Cow;
 use std::path::Path;
 
 use crate::host::Host;
 use crate::plan::ServerGroup;
-use crate::results::records::{ProfileCapture, TraceFile};
+use crate::results::records::{ProfilerCapture, TraceFile};
 use crate::results::rundir::RunDir;
 use crate::spec::Point;
 use crate::spec::types::{ArgValue, Server};
@@ -26,7 +26,7 @@ pub(crate) fn group_dir(
     on_slurm: bool,
     run_dir: &RunDir,
 ) -> Option<String> {
-    let spec = points.iter().find_map(|p| p.experiment.profile.as_ref())?;
+    let spec = points.iter().find_map(|p| p.experiment.profiler.as_ref())?;
     if let Some(d) = &spec.dir {
         return Some(d.clone());
     }
@@ -34,7 +34,7 @@ pub(crate) fn group_dir(
         return None;
     }
     if let Some(d) = host.run_dir_on_host() {
-        return Some(format!("{}/profiles/{}", d.trim_end_matches('/'), g.id));
+        return Some(format!("{}/profiler/{}", d.trim_end_matches('/'), g.id));
     }
     if on_slurm {
         let run = run_dir
@@ -42,9 +42,9 @@ pub(crate) fn group_dir(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        return Some(format!("/tmp/servebench-profiles/{run}/{}", g.id));
+        return Some(format!("/tmp/servebench-profiler/{run}/{}", g.id));
     }
-    let dir = run_dir.path.join("profiles").join(&g.id);
+    let dir = run_dir.path.join("profiler").join(&g.id);
     let dir = std::path::absolute(&dir).unwrap_or(dir);
     Some(dir.to_string_lossy().into_owned())
 }
@@ -57,7 +57,7 @@ pub(crate) fn with_profiler<'s>(
     points: &[&Point],
     dir: Option<&str>,
 ) -> Cow<'s, Server> {
-    let spec = points.iter().find_map(|p| p.experiment.profile.as_ref());
+    let spec = points.iter().find_map(|p| p.experiment.profiler.as_ref());
     let api = crate::engine::adapter(server.engine).profiler.ok();
     let Some((flag, value)) = api
         .zip(dir)
@@ -93,10 +93,10 @@ pub(crate) async fn before(host: &dyn Host, dir: Option<&str>) -> Vec<String> {
 }
 
 /// Finds the capture's trace files on the host and brings them into the run directory
-/// (`profiles/<group>/<name>`): in place when the host is this machine and the directory is
+/// (`profiler/<group>/<name>`): in place when the host is this machine and the directory is
 /// the run's, else copied, each at most what is left of `max_bytes`.
 pub(crate) async fn collect(
-    capture: &mut ProfileCapture,
+    capture: &mut ProfilerCapture,
     host: &dyn Host,
     run_dir: &RunDir,
     group: &str,
@@ -128,11 +128,11 @@ pub(crate) async fn collect(
             None => !before.contains(name),
         })
         .collect();
-    let local_dir = run_dir.path.join("profiles").join(group);
+    let local_dir = run_dir.path.join("profiler").join(group);
     let in_place = same_dir(Path::new(&dir), &local_dir);
     let mut left = max_bytes;
     for (name, bytes) in mine {
-        let rel = format!("profiles/{group}/{name}");
+        let rel = format!("profiler/{group}/{name}");
         let mut file = TraceFile {
             name: name.clone(),
             bytes,
@@ -142,7 +142,7 @@ pub(crate) async fn collect(
             file.path = Some(rel);
         } else if bytes > left {
             file.left = Some(format!(
-                "{bytes} bytes, over what `profile.max_mib` leaves ({left}): on the host at {dir}/{name}"
+                "{bytes} bytes, over what `profiler.max_mib` leaves ({left}): on the host at {dir}/{name}"
             ));
         } else {
             let source = format!("{}/{name}", dir.trim_end_matches('/'));

@@ -588,7 +588,7 @@ impl PointRecord {
             host: None,
             search: None,
             gpu: None,
-            profile: None,
+            profiler: None,
             workers: Vec::new(),
             validity: None,
         }
@@ -676,9 +676,10 @@ pub struct PointRecord {
     /// sampling, or in runs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<super::gpu::GpuView>,
-    /// The engine's profiler over the point's measured window (`profile:`), and its traces.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<ProfileCapture>,
+    /// The engine's profiler over the point's measured window (`profiler:`), and its traces
+    /// (`profile` in runs written before the key was renamed).
+    #[serde(default, alias = "profile", skip_serializing_if = "Option::is_none")]
+    pub profiler: Option<ProfilerCapture>,
     /// What each worker behind the router served over the point (`server.workers`), from its
     /// own `/metrics`, in the spec's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -721,7 +722,7 @@ pub struct WorkerView {
 
 /// One capture of the engine's profiler (`profile:`) around a point's measured window.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
-pub struct ProfileCapture {
+pub struct ProfilerCapture {
     /// The profiler asked: `sglang` (`/start_profile` with a `ProfileReq` body) or `vllm`
     /// (`/start_profile` of a server launched with `--profiler-config`).
     pub engine: String,

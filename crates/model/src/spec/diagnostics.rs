@@ -141,6 +141,15 @@ pub(crate) fn quoted(value: &str) -> String {
     crate::text::truncate(value, MAX_QUOTED_BYTES)
 }
 
+impl Diagnostic {
+    /// The diagnostic rendered as a warning's body: like [`fmt::Display`] without its
+    /// `error: ` (the logger writes `warning: ` in front).
+    pub fn as_warning(&self) -> String {
+        let text = self.to_string();
+        text.strip_prefix("error: ").unwrap_or(&text).to_string()
+    }
+}
+
 impl fmt::Display for Diagnostic {
     /// Renders like rustc: message, location, the source line with the text underlined, hint.
     /// No colour, so output is stable in tests and logs.

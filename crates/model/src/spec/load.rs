@@ -35,6 +35,8 @@ pub struct LoadedSpec {
     pub dimensions: Vec<String>,
     /// The cartesian product of the sweep, first dimension varying slowest.
     pub points: Vec<Point>,
+    /// What loaded but should change (a key under its old name), at its place.
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl LoadedSpec {
@@ -183,7 +185,7 @@ fn load_source(
     checks: &[&dyn Check],
 ) -> Result<LoadedSpec, SpecErrors> {
     let spec_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let doc = match yaml::parse(&source) {
+    let mut doc = match yaml::parse(&source) {
         Ok(doc) => doc,
         Err(errors) => {
             let diags = errors
@@ -193,6 +195,11 @@ fn load_source(
             return Err(SpecErrors::new(diags));
         }
     };
+    let warnings: Vec<Diagnostic> = renamed_keys(&mut doc)
+        .into_iter()
+        .map(|(span, message, hint)| Diagnostic::at(file, &source, span, message, Some(hint)))
+        .collect();
+
     let report = Reporter {
         file,
         source: &source,
@@ -266,7 +273,7 @@ fn load_source(
     let mut seen = std::collections::HashSet::new();
     let width = count.to_string().len().max(3);
     diags.extend(
-        super::profile::plan_checks(&doc.value, count, width)
+        super::profiler::plan_checks(&doc.value, count, width)
             .iter()
             .map(|p| report.problem(p, None)),
     );
@@ -309,7 +316,46 @@ fn load_source(
         path,
         source,
         points,
+        warnings,
     })
+}
+
+/// Keys under their old names, taken under their new ones: (old, new, why it was renamed).
+const RENAMED_KEYS: &[(&str, &str, &str)] = &[(
+    "profile",
+    "profiler",
+    "the engine's profiler capture; `profile` alone is the simulator's timing model",
+)];
+
+/// Renames the top-level keys of [`RENAMED_KEYS`] written under their old names (when the new
+/// one is not written too), their positions following them; returns a warning for each.
+fn renamed_keys(doc: &mut yaml::Document) -> Vec<(super::span::Span, String, String)> {
+    let mut out = Vec::new();
+    for (old, new, why) in RENAMED_KEYS {
+        let Some(map) = doc.value.as_object_mut() else {
+            break;
+        };
+        if !map.contains_key(*old) || map.contains_key(*new) {
+            continue;
+        }
+        let value = map.remove(*old).expect("checked above");
+        map.insert((*new).to_string(), value);
+        let (from, to) = (format!("/{old}"), format!("/{new}"));
+        let moved: Vec<(String, yaml::Loc)> = doc
+            .locs
+            .iter()
+            .filter(|(p, _)| *p == &from || p.starts_with(&format!("{from}/")))
+            .map(|(p, l)| (format!("{to}{}", &p[from.len()..]), l.clone()))
+            .collect();
+        let at = doc.locate(&from);
+        doc.locs.extend(moved);
+        out.push((
+            at.key.unwrap_or(at.value),
+            format!("`{old}:` is now `{new}:` ({why})"),
+            format!("rename `{old}:` to `{new}:`; the old name still works for now"),
+        ));
+    }
+    out
 }
 
 /// The sweep's values, checked against the schema and typed once (not once per point: it can
@@ -464,7 +510,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(super::load_model::checks(raw));
     problems.extend(super::search::checks(raw));
     problems.extend(super::telemetry::checks(raw));
-    problems.extend(super::profile::checks(raw));
+    problems.extend(super::profiler::checks(raw));
     problems.extend(super::validity::checks(raw));
     problems.extend(super::deployment::checks(raw));
     problems

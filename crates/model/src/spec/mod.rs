@@ -14,7 +14,7 @@ pub(crate) mod hardware_facts;
 pub mod load;
 pub mod load_model;
 pub(crate) mod patterns;
-pub mod profile;
+pub mod profiler;
 pub(crate) mod schema;
 pub mod search;
 pub(crate) mod span;

@@ -148,7 +148,7 @@ pub struct Experiment {
     /// The engine's profiler around chosen points' measured windows (SGLang, vLLM), its
     /// traces copied back into the run directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<super::profile::ProfileSpec>,
+    pub profiler: Option<super::profiler::ProfilerSpec>,
     /// Checks of the server's output at each point: known-answer canaries and consistency
     /// under load (off by default). A point that fails one is flagged `invalid-output`.
     #[serde(default, skip_serializing_if = "is_default_validity")]

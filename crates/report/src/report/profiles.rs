@@ -20,7 +20,7 @@ pub struct ProfileRow {
     pub steps: Option<u32>,
     /// Where the server wrote, on its host (None: its own default directory).
     pub dir: Option<String>,
-    /// Each trace file: `profiles/<group>/<file> (2.1 KB)`, or left on the host
+    /// Each trace file: `profiler/<group>/<file> (2.1 KB)`, or left on the host
     /// with the reason.
     pub files: Vec<String>,
     /// Why the capture failed, when it did.
@@ -35,7 +35,7 @@ pub(crate) fn rows(
     points
         .iter()
         .filter_map(|p| {
-            let c = p.profile.as_ref()?;
+            let c = p.profiler.as_ref()?;
             Some(ProfileRow {
                 point: match labels.get(&p.id) {
                     Some(l) if l.starts_with(p.id.as_str()) => l.clone(),

@@ -355,7 +355,7 @@ mod tests {
             host: None,
             search: None,
             gpu: None,
-            profile: None,
+            profiler: None,
             workers: Vec::new(),
             validity: None,
         }

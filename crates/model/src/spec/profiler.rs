@@ -13,7 +13,7 @@ use super::validate::{Problem, Target};
 /// warm-up) and stopped when its last request ended (before the cool-down's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ProfileSpec {
+pub struct ProfilerSpec {
     /// The points to capture: `all`, or point ids (`[p001, p003]`, as `servebench plan`
     /// lists them); `answer` in the list measures a capacity search's answer once more, with
     /// the profiler, after the search. A capture slows the server: profile a few points, not
@@ -36,7 +36,7 @@ pub struct ProfileSpec {
     #[serde(default)]
     pub with_stack: bool,
     /// Where the server writes its traces, a directory on the server's host. Absent: the
-    /// run's directory there (`profiles/<group>/`) for a server servebench launches; the
+    /// run's directory there (`profiler/<group>/`) for a server servebench launches; the
     /// server's own default (SGLang: `SGLANG_TORCH_PROFILER_DIR` or /tmp) for one it attaches
     /// to, whose traces are named, not copied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,7 +92,7 @@ impl ProfileActivity {
     }
 }
 
-impl ProfileSpec {
+impl ProfilerSpec {
     /// Whether point `id` is captured (a search's answer, measured again, is
     /// `<seed>-answer`).
     pub fn covers(&self, id: &str) -> bool {
@@ -115,7 +115,7 @@ impl ProfileSpec {
     }
 }
 
-/// The word that names a search's answer in `profile.points`.
+/// The word that names a search's answer in `profiler.points`.
 const ANSWER: &str = "answer";
 
 /// The id suffix of a search's answer measured again: `p001-answer`.
@@ -136,15 +136,15 @@ fn default_stop_timeout() -> std::time::Duration {
 /// What the schema cannot say: point ids of servebench's shape, no empty lists.
 pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
     let mut problems = Vec::new();
-    let Some(profile) = raw.get("profile") else {
+    let Some(profile) = raw.get("profiler") else {
         return problems;
     };
     if let Some(ids) = profile.get("points").and_then(|p| p.as_array()) {
         if ids.is_empty() {
             problems.push(Problem {
-                pointer: "/profile/points".into(),
+                pointer: "/profiler/points".into(),
                 target: Target::Value,
-                message: "`profile.points` names no point".into(),
+                message: "`profiler.points` names no point".into(),
                 hint: Some(
                     "name point ids (`[p001]`) or write `all`; remove `profile:` to capture none"
                         .into(),
@@ -159,7 +159,7 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
                     && text[1..].bytes().all(|b| b.is_ascii_digit()));
             if !shaped {
                 problems.push(Problem {
-                    pointer: format!("/profile/points/{i}"),
+                    pointer: format!("/profiler/points/{i}"),
                     target: Target::Value,
                     message: format!("`{text}` is not a point id"),
                     hint: Some(
@@ -173,9 +173,9 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
         && acts.is_empty()
     {
         problems.push(Problem {
-            pointer: "/profile/activities".into(),
+            pointer: "/profiler/activities".into(),
             target: Target::Value,
-            message: "`profile.activities` records nothing".into(),
+            message: "`profiler.activities` records nothing".into(),
             hint: Some("e.g. `activities: [CPU, GPU]`".into()),
         });
     }
@@ -186,7 +186,7 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
 /// `p` and `width` digits), or `answer` in a spec without a capacity search. A run would
 /// measure the plan and profile none of them, saying nothing.
 pub(crate) fn plan_checks(raw: &serde_json::Value, points: usize, width: usize) -> Vec<Problem> {
-    let Some(ids) = raw.pointer("/profile/points").and_then(|p| p.as_array()) else {
+    let Some(ids) = raw.pointer("/profiler/points").and_then(|p| p.as_array()) else {
         return Vec::new();
     };
     let searched = raw.get("search").is_some_and(|s| !s.is_null());
@@ -198,7 +198,7 @@ pub(crate) fn plan_checks(raw: &serde_json::Value, points: usize, width: usize) 
     let mut problems = Vec::new();
     for (i, id) in ids.iter().enumerate() {
         let Some(text) = id.as_str() else { continue };
-        let pointer = format!("/profile/points/{i}");
+        let pointer = format!("/profiler/points/{i}");
         if text == ANSWER {
             if !searched {
                 problems.push(Problem {
@@ -237,29 +237,29 @@ mod tests {
 
     #[test]
     fn all_and_ids_pick_points() {
-        let all: ProfileSpec =
+        let all: ProfilerSpec =
             serde_json::from_value(serde_json::json!({"points": "all"})).unwrap();
         assert!(all.covers("p007"));
         assert_eq!(all.activities, default_activities());
         assert_eq!(all.max_bytes(), 512 << 20);
-        let some: ProfileSpec =
+        let some: ProfilerSpec =
             serde_json::from_value(serde_json::json!({"points": ["p002"], "steps": 5})).unwrap();
         assert!(some.covers("p002") && !some.covers("p001"));
         assert!(!some.answer() && !all.answer());
-        let answer: ProfileSpec =
+        let answer: ProfilerSpec =
             serde_json::from_value(serde_json::json!({"points": ["answer"]})).unwrap();
         assert!(answer.answer() && answer.covers("p001-answer") && !answer.covers("p001-s2"));
-        assert!(checks(&serde_json::json!({"profile": {"points": ["answer"]}})).is_empty());
+        assert!(checks(&serde_json::json!({"profiler": {"points": ["answer"]}})).is_empty());
         assert!(
-            serde_json::from_value::<ProfileSpec>(serde_json::json!({"points": "some"})).is_err()
+            serde_json::from_value::<ProfilerSpec>(serde_json::json!({"points": "some"})).is_err()
         );
     }
 
     #[test]
     fn ids_past_the_plan_and_an_answer_without_a_search_are_problems() {
-        let spec = |ids: serde_json::Value| serde_json::json!({"profile": {"points": ids}});
+        let spec = |ids: serde_json::Value| serde_json::json!({"profiler": {"points": ids}});
         assert!(plan_checks(&spec(serde_json::json!(["p001", "p003"])), 3, 3).is_empty());
-        assert!(plan_checks(&serde_json::json!({"profile": {"points": "all"}}), 3, 3).is_empty());
+        assert!(plan_checks(&serde_json::json!({"profiler": {"points": "all"}}), 3, 3).is_empty());
         let p = plan_checks(
             &spec(serde_json::json!(["p003", "p009", "p0002", "answer"])),
             3,
@@ -269,9 +269,9 @@ mod tests {
         assert_eq!(
             pointers,
             [
-                "/profile/points/1",
-                "/profile/points/2",
-                "/profile/points/3"
+                "/profiler/points/1",
+                "/profiler/points/2",
+                "/profiler/points/3"
             ]
         );
         assert_eq!(
@@ -283,19 +283,19 @@ mod tests {
             many[0].hint.as_deref(),
             Some("the plan has 120 points, p001 to p120 (`servebench plan` lists them)")
         );
-        let searched = serde_json::json!({"profile": {"points": ["answer"]}, "search": {}});
+        let searched = serde_json::json!({"profiler": {"points": ["answer"]}, "search": {}});
         assert!(plan_checks(&searched, 1, 3).is_empty());
     }
 
     #[test]
     fn ids_of_another_shape_and_empty_lists_are_problems() {
         let p = checks(
-            &serde_json::json!({"profile": {"points": ["p001", "first"], "activities": []}}),
+            &serde_json::json!({"profiler": {"points": ["p001", "first"], "activities": []}}),
         );
         let pointers: Vec<&str> = p.iter().map(|p| p.pointer.as_str()).collect();
-        assert_eq!(pointers, ["/profile/points/1", "/profile/activities"]);
+        assert_eq!(pointers, ["/profiler/points/1", "/profiler/activities"]);
         assert!(
-            checks(&serde_json::json!({"profile": {"points": []}}))[0]
+            checks(&serde_json::json!({"profiler": {"points": []}}))[0]
                 .message
                 .contains("no point")
         );
