@@ -345,7 +345,7 @@ fn renamed_keys(doc: &mut yaml::Document) -> Vec<(super::span::Span, String, Str
             .locs
             .iter()
             .filter(|(p, _)| *p == &from || p.starts_with(&format!("{from}/")))
-            .map(|(p, l)| (format!("{to}{}", &p[from.len()..]), l.clone()))
+            .map(|(p, l)| (format!("{to}{}", &p[from.len()..]), *l))
             .collect();
         let at = doc.locate(&from);
         doc.locs.extend(moved);
