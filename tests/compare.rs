@@ -71,7 +71,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         host: None,
         search: None,
         gpu: None,
-        profile: None,
+        profiler: None,
         workers: Vec::new(),
         validity: None,
     }

@@ -884,7 +884,7 @@ fn run_dir_round_trip() {
         host: None,
         search: None,
         gpu: None,
-        profile: None,
+        profiler: None,
         workers: Vec::new(),
         validity: None,
     };
@@ -1089,7 +1089,7 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         host: None,
         search: None,
         gpu: None,
-        profile: None,
+        profiler: None,
         workers: Vec::new(),
         validity: None,
     }
