@@ -391,21 +391,38 @@ pub fn context_sweep(
             });
         }
     }
-    // The slope's 95% half-width: from each point's own interval (ordinary least squares
-    // weights each y by (x - mean x) / Sxx), and from the residuals where there are any.
+    // The slope's 95% half-width. Where every point has its own interval: propagated through
+    // the fit (ordinary least squares weights each y by (x - mean x) / Sxx), widened by how
+    // far the points scatter about the line beyond those intervals (the Birge ratio,
+    // sqrt(chi^2 / (n - 2)), when over 1). Otherwise from the residuals alone (Student's t,
+    // three points or more); two points without intervals have none.
     let n = xy.len() as f64;
     let mx = xy.iter().map(|p| p.0).sum::<f64>() / n;
     let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
-    let from_points = points
+    let ses: Option<Vec<f64>> = points
         .iter()
-        .zip(&xy)
-        .map(|(p, (x, _))| p.step_se.map(|se| ((x - mx) / sxx * se).powi(2)))
-        .sum::<Option<f64>>()
-        .map(|v| 1.96 * v.sqrt());
-    let from_residuals = fit.slope_se.map(|se| t975(xy.len() - 2) * se);
-    let half = match (from_points, from_residuals) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
+        .map(|p| p.step_se.filter(|se| se.is_finite() && *se > 0.0))
+        .collect();
+    let half = match ses {
+        Some(ses) => {
+            let var: f64 = xy
+                .iter()
+                .zip(&ses)
+                .map(|((x, _), se)| ((x - mx) / sxx * se).powi(2))
+                .sum();
+            let birge = if xy.len() > 2 {
+                let chi2: f64 = xy
+                    .iter()
+                    .zip(&ses)
+                    .map(|((x, y), se)| ((y - fit.intercept - fit.slope * x) / se).powi(2))
+                    .sum();
+                (chi2 / (n - 2.0)).sqrt().max(1.0)
+            } else {
+                1.0
+            };
+            Some(1.96 * var.sqrt() * birge)
+        }
+        None => fit.slope_se.map(|se| t975(xy.len() - 2) * se),
     };
     let marginal_interval = half.map(|h| {
         let high = (fit.slope - h > 0.0).then(|| 1.0 / (fit.slope - h));
