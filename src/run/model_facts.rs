@@ -36,31 +36,39 @@ pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> M
             )
         }
         None => {
-            if let Some(record) = profile_facts(server, spec_dir) {
-                return record;
+            let from_host = from_model_path(server, host).await;
+            // A simulator's profile says what it models: where no config was found beside the
+            // model, its facts are the model's.
+            match profile_facts(server, spec_dir) {
+                Some(record) if from_host.config.is_none() => record,
+                _ => from_host,
             }
-            if server.url.is_some() {
-                return missing(
-                    "the server is not servebench's (server.url)".into(),
-                    format!("its host's files are not read: {FIX}"),
-                );
-            }
-            let Some(model) = model_path(server) else {
-                return missing(
-                    "the spec names no model".into(),
-                    format!("no model path to read config.json from: {FIX}"),
-                );
-            };
-            let file = format!("{}/config.json", model.trim_end_matches('/'));
-            let origin = format!("{}:{file}", host.name());
-            let read = host.read_small_file(&file, MODEL_CONFIG_BYTES).await;
-            parsed(
-                origin,
-                read,
-                &format!("`{model}` is not a model directory the host can read? {FIX}"),
-            )
         }
     }
+}
+
+/// `<model path>/config.json` on the server's host, or why it could not be read.
+async fn from_model_path(server: &Server, host: &dyn Host) -> ModelConfigRecord {
+    if server.url.is_some() {
+        return missing(
+            "the server is not servebench's (server.url)".into(),
+            format!("its host's files are not read: {FIX}"),
+        );
+    }
+    let Some(model) = model_path(server) else {
+        return missing(
+            "the spec names no model".into(),
+            format!("no model path to read config.json from: {FIX}"),
+        );
+    };
+    let file = format!("{}/config.json", model.trim_end_matches('/'));
+    let origin = format!("{}:{file}", host.name());
+    let read = host.read_small_file(&file, MODEL_CONFIG_BYTES).await;
+    parsed(
+        origin,
+        read,
+        &format!("`{model}` is not a model directory the host can read? {FIX}"),
+    )
 }
 
 /// The model path the engine is launched with (`--model-path`, vLLM's positional model,
@@ -100,7 +108,9 @@ fn missing(origin: String, why: String) -> ModelConfigRecord {
 /// hardware. None for a real engine, or a profile without facts or that cannot be read (the
 /// launch says why).
 fn profile_facts(server: &Server, spec_dir: &Path) -> Option<ModelConfigRecord> {
-    if server.url.is_some() || !(server.simulate || server.engine == crate::spec::types::Engine::Sim) {
+    if server.url.is_some()
+        || !(server.simulate || server.engine == crate::spec::types::Engine::Sim)
+    {
         return None;
     }
     let crate::spec::types::ArgValue::Str(name) = crate::engine::effective_args(server)

@@ -43,7 +43,10 @@ impl<'de> Deserialize<'de> for GpuChoice {
                 Ok(GpuChoice::Catalogue(v.to_string()))
             }
 
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<GpuChoice, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<GpuChoice, A::Error> {
                 CustomGpu::deserialize(serde::de::value::MapAccessDeserializer::new(map))
                     .map(GpuChoice::Custom)
             }

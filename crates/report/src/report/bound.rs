@@ -471,7 +471,10 @@ pub(crate) fn grade_on(
         .collect();
     let rows: Vec<BoundRow> = rows.into_iter().map(|(r, _, _)| r).collect();
     // Measured per point: the run's figure is their mean (each row keeps its own).
-    let tokens_per_step = if rows.iter().any(|r| r.tokens_per_step != first.tokens_per_step) {
+    let tokens_per_step = if rows
+        .iter()
+        .any(|r| r.tokens_per_step != first.tokens_per_step)
+    {
         rows.iter().map(|r| r.tokens_per_step).sum::<f64>() / rows.len() as f64
     } else {
         first.tokens_per_step
@@ -659,7 +662,12 @@ pub fn render(r: &BoundReport) -> String {
     for (line, sweep) in &r.sweeps {
         match sweep {
             Ok(s) => {
-                let _ = writeln!(out, "\nAt {line}, over {} contexts: {}.", s.points, line_text(s));
+                let _ = writeln!(
+                    out,
+                    "\nAt {line}, over {} contexts: {}.",
+                    s.points,
+                    line_text(s)
+                );
                 for f in &s.findings {
                     let _ = writeln!(out, "- {f}");
                 }
