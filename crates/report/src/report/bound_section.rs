@@ -126,6 +126,11 @@ pub struct BoundSweep {
     pub fixed_s: f64,
     /// Seconds per step one more token of context adds (at the shortest context).
     pub slope_s_per_token: f64,
+    /// Whether the KV bytes per token of context are the same over the sweep (no window ends
+    /// inside it), so the line is `fixed + slope x context`.
+    pub linear_in_context: bool,
+    /// Seconds per step one more GB of KV cache read per GPU adds.
+    pub slope_s_per_gb: f64,
     /// The bandwidth attention reads the cache at: one over the slope per byte of KV cache
     /// read per GPU, GB/s.
     pub marginal_gb_s: f64,
@@ -376,6 +381,8 @@ fn graded(
                         no_line: None,
                         fixed_s: s.fixed_s,
                         slope_s_per_token: s.slope_s_per_token,
+                        linear_in_context: s.linear_in_context,
+                        slope_s_per_gb: s.slope_s_per_gb,
                         marginal_gb_s: s.marginal_gb_s,
                         marginal_fraction: s.marginal_fraction,
                         marginal_interval_gb_s: s.marginal_interval_gb_s,
@@ -390,6 +397,8 @@ fn graded(
                         no_line: Some(why.to_string()),
                         fixed_s: 0.0,
                         slope_s_per_token: 0.0,
+                        linear_in_context: true,
+                        slope_s_per_gb: 0.0,
                         marginal_gb_s: 0.0,
                         marginal_fraction: 0.0,
                         marginal_interval_gb_s: None,
