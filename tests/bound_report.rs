@@ -391,3 +391,58 @@ fn the_config_is_read_from_the_model_directory_and_measured_speculative_steps_ar
     assert!(!text.contains("tokens per step are not known"), "{text}");
     assert!(text.contains("| p001 ("), "{text}");
 }
+
+/// The first runs a user makes are graded: the quickstart (an 8B model on an H100, by its
+/// profile) and the founding case as a user runs it (`kimi-3-streaming.yaml`) both show each
+/// point's fraction of peak, from their profiles' facts, without `model_facts:` or `gpu:`.
+#[test]
+fn the_shipped_experiments_are_graded_from_their_profiles_facts() {
+    let ws = Workspace::new();
+    let quickstart = std::fs::read_to_string(repo("experiments/quickstart.yaml"))
+        .unwrap()
+        .replace("ctx: [1024, 4096, 16384]", "ctx: [1024, 4096]")
+        .replace("concurrency: [1, 4]", "concurrency: [1]")
+        .replace("requests: 4", "requests: 2");
+    let kimi = std::fs::read_to_string(repo("experiments/kimi-3-streaming.yaml"))
+        .unwrap()
+        .replace(
+            "ctx: [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]",
+            "ctx: [1024, 2048]",
+        )
+        .replace(
+            "    chunked-prefill-size: 4096\n  env:",
+            "    chunked-prefill-size: 4096\n    sim-time-scale: 0.05\n  env:",
+        );
+    let kimi = kimi.split("\nexpect:\n").next().unwrap().to_string();
+    for (name, text, profile, gpu) in [
+        ("quickstart.yaml", quickstart, "h100-llama8b", "NVIDIA H100 SXM"),
+        (
+            "kimi-3-streaming.yaml",
+            kimi,
+            "kimi-k2.6-8x-rtxpro6000",
+            "NVIDIA RTX PRO 6000 Blackwell",
+        ),
+    ] {
+        assert!(!text.contains("model_facts:") && !text.contains("\n  gpu:"));
+        let spec = ws.write(name, &text);
+        let (dir, _) = ws.run_ok(&spec);
+        let meta = read_json(&dir.join("meta.json"));
+        let kept = &meta["servers"][0]["model_config"];
+        assert_eq!(
+            kept["origin"],
+            format!("the simulator profile `{profile}` (its facts:)"),
+            "{kept}"
+        );
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let text = section(&report);
+        assert!(!text.contains("not graded against the hardware"), "{text}");
+        assert!(text.contains(&format!("over {gpu}")), "{text}");
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| p00")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        for row in rows {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let pct: f64 = cells[8].trim_end_matches('%').parse().unwrap();
+            assert!(pct > 0.0 && pct <= 100.0, "{row}");
+        }
+    }
+}
