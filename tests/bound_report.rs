@@ -415,7 +415,12 @@ fn the_shipped_experiments_are_graded_from_their_profiles_facts() {
         );
     let kimi = kimi.split("\nexpect:\n").next().unwrap().to_string();
     for (name, text, profile, gpu) in [
-        ("quickstart.yaml", quickstart, "h100-llama8b", "NVIDIA H100 SXM"),
+        (
+            "quickstart.yaml",
+            quickstart,
+            "h100-llama8b",
+            "NVIDIA H100 SXM",
+        ),
         (
             "kimi-3-streaming.yaml",
             kimi,
