@@ -562,9 +562,10 @@ fn bound(
     kv_cache_dtype: Option<String>,
     tokens_per_step: Option<f64>,
 ) -> Result<Status, Error> {
-    if let Some(x) = tokens_per_step.filter(|x| !(x.is_finite() && *x >= 1.0)) {
+    let most = crate::report::bound::MAX_TOKENS_PER_STEP;
+    if let Some(x) = tokens_per_step.filter(|x| !(x.is_finite() && (1.0..=most).contains(x))) {
         return Err(Error::Usage(format!(
-            "--tokens-per-step {x}: a decode step gives each sequence at least one token (the mean accept length under speculative decoding)"
+            "--tokens-per-step {x}: a decode step gives each sequence from 1 to {most} tokens (the mean accept length under speculative decoding)"
         )));
     }
     if tp == Some(0) || pp == Some(0) {
@@ -585,10 +586,17 @@ fn bound(
     let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
     let meta = dir.read_meta().map_err(Error::ReadRun)?;
     let points = dir.read_points().map_err(Error::ReadRun)?;
-    let gpu = gpu.or_else(|| match &meta.experiment.server.gpu {
-        Some(crate::spec::types::GpuChoice::Catalogue(id)) => Some(id.clone()),
-        _ => None,
-    });
+    let gpu = gpu
+        .or_else(|| match &meta.experiment.server.gpu {
+            Some(crate::spec::types::GpuChoice::Catalogue(id)) => Some(id.clone()),
+            _ => None,
+        })
+        .or_else(|| {
+            // A simulator profile's facts name the GPU they model.
+            meta.servers
+                .iter()
+                .find_map(|s| s.model_config.as_ref()?.gpu.clone())
+        });
     let opts = crate::report::bound::BoundOptions {
         model,
         gpu,

@@ -166,7 +166,9 @@ fn the_founding_case_is_diagnosed_in_the_report() {
         // so sd 0.15 for the mean; each request's last step, cut at 48 tokens, pulls it down).
         let tokens = mean("accept_length");
         assert!((tokens - 3.0).abs() < 0.5, "{tokens} tokens per step");
-        let s = step::decode_step(&model, &layout, 1.0, context, tokens);
+        // The verify step puts the profile's 4 draft tokens through the weights, whatever it
+        // accepts (the sim's /server_info says speculative_num_draft_tokens: 4).
+        let s = step::decode_step(&model, &layout, 1.0, context, 4.0);
         let floor_ms = s.bytes() / rtx.bandwidth() * 1e3;
         let step_ms = tokens / mean("decode_tok_s") / 0.05 * 1e3;
         let id = p["id"].as_str().unwrap();
@@ -228,7 +230,10 @@ fn a_healthy_kernel_on_the_same_model_and_gpu_is_not_diagnosed() {
             "profile: kimi-k2.6-8x-rtxpro6000",
             &format!("profile: {}", healthy.display()),
         )
-        .replace("ctx: [1424, 11405]", "ctx: [1024, 16384, 65536]")
+        .replace(
+            "ctx: [1424, 11405]",
+            "ctx: [1024, 8192, 16384, 32768, 65536]",
+        )
         .replace("name: kimi-bound", "name: kimi-bound-healthy");
     let spec = spec.split("\nexpect:\n").next().unwrap().to_string();
     let spec = ws.write("healthy.yaml", &spec);
@@ -240,14 +245,27 @@ fn a_healthy_kernel_on_the_same_model_and_gpu_is_not_diagnosed() {
         .lines()
         .find(|l| l.contains("its context-dependent part runs at"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(
-        finding.contains("% of peak): attention is memory-bound, as it should be"),
-        "{finding}"
-    );
-    // The profile reads the cache at 80% of 1,792 GB/s = 1,434 GB/s (within 15%: the context
-    // term is a few ms of the step).
+    // The profile reads the cache at 80% of 1,792 GB/s = 1,434 GB/s: a verdict, where the
+    // slope's interval allows one, is "memory-bound"; either way the interval covers it (a
+    // loaded machine's timings can leave it wider than one verdict, and then none is given).
+    if finding.contains("no verdict is given") {
+        let low = number_after(finding, "95% interval");
+        let high = finding
+            .split(" to ")
+            .nth(1)
+            .map(|s| number_after(&format!("x {s}"), "x"));
+        assert!(
+            low <= 1433.6 && high.is_none_or(|h| h >= 1433.6),
+            "{finding}"
+        );
+    } else {
+        assert!(
+            finding.contains("% of peak): attention is memory-bound, as it should be"),
+            "{finding}"
+        );
+    }
     let gb_s = number_after(finding, "runs at");
-    assert!((gb_s - 1433.6).abs() < 215.0, "{gb_s} GB/s: {finding}");
+    assert!((gb_s - 1433.6).abs() < 360.0, "{gb_s} GB/s: {finding}");
 }
 
 #[test]
@@ -372,4 +390,64 @@ fn the_config_is_read_from_the_model_directory_and_measured_speculative_steps_ar
     assert!(text.contains("Tokens per step: p001 ("), "{text}");
     assert!(!text.contains("tokens per step are not known"), "{text}");
     assert!(text.contains("| p001 ("), "{text}");
+}
+
+/// The first runs a user makes are graded: the quickstart (an 8B model on an H100, by its
+/// profile) and the founding case as a user runs it (`kimi-3-streaming.yaml`) both show each
+/// point's fraction of peak, from their profiles' facts, without `model_facts:` or `gpu:`.
+#[test]
+fn the_shipped_experiments_are_graded_from_their_profiles_facts() {
+    let ws = Workspace::new();
+    let quickstart = std::fs::read_to_string(repo("experiments/quickstart.yaml"))
+        .unwrap()
+        .replace("ctx: [1024, 4096, 16384]", "ctx: [1024, 4096]")
+        .replace("concurrency: [1, 4]", "concurrency: [1]")
+        .replace("requests: 4", "requests: 2");
+    let kimi = std::fs::read_to_string(repo("experiments/kimi-3-streaming.yaml"))
+        .unwrap()
+        .replace(
+            "ctx: [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]",
+            "ctx: [1024, 2048]",
+        )
+        .replace(
+            "    chunked-prefill-size: 4096\n  env:",
+            "    chunked-prefill-size: 4096\n    sim-time-scale: 0.05\n  env:",
+        );
+    let kimi = kimi.split("\nexpect:\n").next().unwrap().to_string();
+    for (name, text, profile, gpu) in [
+        (
+            "quickstart.yaml",
+            quickstart,
+            "h100-llama8b",
+            "NVIDIA H100 SXM",
+        ),
+        (
+            "kimi-3-streaming.yaml",
+            kimi,
+            "kimi-k2.6-8x-rtxpro6000",
+            "NVIDIA RTX PRO 6000 Blackwell",
+        ),
+    ] {
+        assert!(!text.contains("model_facts:") && !text.contains("\n  gpu:"));
+        let spec = ws.write(name, &text);
+        let (dir, _) = ws.run_ok(&spec);
+        let meta = read_json(&dir.join("meta.json"));
+        let kept = &meta["servers"][0]["model_config"];
+        assert_eq!(
+            kept["origin"],
+            format!("the simulator profile `{profile}` (its facts:)"),
+            "{kept}"
+        );
+        let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        let text = section(&report);
+        assert!(!text.contains("not graded against the hardware"), "{text}");
+        assert!(text.contains(&format!("over {gpu}")), "{text}");
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| p00")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        for row in rows {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let pct: f64 = cells[8].trim_end_matches('%').parse().unwrap();
+            assert!(pct > 0.0 && pct <= 100.0, "{row}");
+        }
+    }
 }

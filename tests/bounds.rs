@@ -263,3 +263,52 @@ fn a_spec_that_never_ends_is_read_to_its_budget_only() {
         "{message}"
     );
 }
+
+/// A model config whose facts no model has (the issue's `num_hidden_layers: 1000000000000`
+/// aborted `validate`, `run` and `bound` with "memory allocation of 1000000000000 bytes
+/// failed"): refused at its field, in bounded memory, before anything runs.
+#[test]
+fn model_facts_past_their_bounds_are_refused_at_their_field() {
+    let ws = Workspace::new();
+    let spec = BASE.replace(
+        "  engine: sim\n",
+        "  engine: sim\n  model: m\n  gpu: h100-sxm\n  model_facts:\n    hidden_size: 4096\n    num_hidden_layers: 1000000000000\n    num_attention_heads: 32\n    vocab_size: 128256\n",
+    );
+    ws.write("huge.yaml", &spec);
+    for command in ["validate", "run"] {
+        let out = capped(&[command, "huge.yaml"], ws.path());
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", show(&out));
+        let text = stderr(&out);
+        assert!(
+            text.contains("the config's `num_hidden_layers` is 1000000000000: a whole number from 1 to 1024 is needed"),
+            "{command}: {text}"
+        );
+        assert!(text.contains(" --> huge.yaml:8:24"), "{command}: {text}");
+    }
+    assert!(!ws.path().join("runs").exists(), "nothing ran");
+    // A spec GPU's figure no GPU has names its field.
+    ws.write(
+        "gpu.yaml",
+        &BASE.replace(
+            "  engine: sim\n",
+            "  engine: sim\n  gpu: { name: x, bandwidth_gb_s: 100, bf16_tflops: 10, fp8_tflops: -1000, source: me }\n",
+        ),
+    );
+    let out = capped(&["validate", "gpu.yaml"], ws.path());
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let text = stderr(&out);
+    assert!(text.contains("-1000 is no GPU's peak"), "{text}");
+    assert!(text.contains(" --> gpu.yaml:4:69"), "{text}");
+    // A mapping with a wrong key is named by it, not "expected nothing".
+    ws.write(
+        "gpu2.yaml",
+        &BASE.replace(
+            "  engine: sim\n",
+            "  engine: sim\n  gpu: { name: x, bandwidth_gb_s: 100, bf16_tflops: 10, source: me, tflops: 3 }\n",
+        ),
+    );
+    let out = capped(&["validate", "gpu2.yaml"], ws.path());
+    let text = stderr(&out);
+    assert!(text.contains("unknown field `tflops`"), "{text}");
+    assert!(!text.contains("expected nothing"), "{text}");
+}

@@ -1657,3 +1657,186 @@ fn speculative_section_snapshot() {
     );
     assert!(section.contains("| 1.05 ⚠ |"), "{section}");
 }
+
+/// The bound-sweep fixture's model and its section, after `edit` changed its meta and points.
+fn bound_after(
+    edit: impl FnOnce(&mut servebench::results::meta::RunMeta, &mut Vec<PointRecord>),
+) -> (report::ReportModel, Vec<PointRecord>) {
+    let dir = open("bound-sweep");
+    let mut meta = dir.read_meta().unwrap();
+    let mut points = dir.read_points().unwrap();
+    edit(&mut meta, &mut points);
+    let model = build_model(&meta, &points, &dir.read_requests().unwrap());
+    (model, points)
+}
+
+/// Points that differ in a setting that changes the step (here speculative decoding, on in
+/// one server group) are two lines, each graded at its own verify width, not one line over
+/// every context.
+#[test]
+fn bound_lines_are_split_by_every_setting_that_changes_the_step() {
+    let (model, points) = bound_after(|meta, points| {
+        let args = &mut meta.servers[1].args;
+        args.insert("speculative-algorithm".into(), serde_json::json!("EAGLE"));
+        args.insert("speculative-num-draft-tokens".into(), serde_json::json!(4));
+        for p in points.iter_mut().filter(|p| p.group == "g2") {
+            let mut stat = p.metrics["decode_tok_s"].clone();
+            (stat.mean, stat.p50, stat.min, stat.max) = (2.0, 2.0, 2.0, 2.0);
+            p.metrics.insert("accept_length".into(), stat);
+        }
+    });
+    let bound = model.bound.as_ref().expect("a section");
+    assert!(bound.missing.is_empty(), "{:?}", bound.missing);
+    let lines: Vec<&str> = bound.sweeps.iter().map(|s| s.line.as_str()).collect();
+    assert_eq!(
+        lines,
+        ["batch 1", "batch 1, speculative (verify width 4)"],
+        "{:?}",
+        bound.sweeps
+    );
+    assert_eq!(bound.sweeps[0].points, 3);
+    assert_eq!(bound.sweeps[1].points, 3);
+    // A verify step's weights are counted for the 4 tokens it verifies, not the 2 it accepts.
+    let llama = roofline::ModelFacts::from_hf_config(
+        &serde_json::from_str(
+            &fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("crates/roofline/tests/fixtures/configs/llama-3.1-8b.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for (row, p) in bound.rows.iter().zip(&points) {
+        let context = p.metrics["prompt_tokens"].mean + p.metrics["completion_tokens"].mean / 2.0;
+        let verify = if p.group == "g2" { 4.0 } else { 1.0 };
+        assert_eq!(row.verify_tokens_per_step, verify, "{}", p.id);
+        let s = roofline::step::decode_step(&llama, &Default::default(), 1.0, context, verify);
+        assert!(
+            (row.weight_bytes_per_gpu - s.weight_bytes).abs() <= s.weight_bytes * 1e-12,
+            "{}",
+            p.id
+        );
+    }
+    let md = report::render(&model, None).unwrap();
+    assert!(
+        md.contains("At batch 1, speculative (verify width 4), over 3 contexts, step = "),
+        "{md}"
+    );
+}
+
+/// A point at concurrency above 1 has other requests' prefills between its decode steps: it
+/// is not graded as pure decode steps, and the section says why.
+#[test]
+fn bound_leaves_points_with_interleaved_prefills_ungraded_and_says_why() {
+    let (model, _) = bound_after(|_, points| {
+        for p in points
+            .iter_mut()
+            .filter(|p| p.id == "p002" || p.id == "p005")
+        {
+            p.values.insert("concurrency".into(), serde_json::json!(4));
+        }
+    });
+    let bound = model.bound.as_ref().expect("a section");
+    assert_eq!(bound.rows.len(), 4);
+    assert!(bound.rows.iter().all(|r| r.batch == 1.0));
+    assert_eq!(bound.not_graded.len(), 1, "{:?}", bound.not_graded);
+    assert!(
+        bound.not_graded[0].starts_with("p002, p005 (concurrency 4): other requests' prefills run between a request's decode steps"),
+        "{:?}",
+        bound.not_graded
+    );
+    let md = report::render(&model, None).unwrap();
+    assert!(
+        md.contains("Not graded:\n\n- p002, p005 (concurrency 4)"),
+        "{md}"
+    );
+}
+
+/// A prefill faster than the GPU's peak FLOP/s is impossible, and said; a compressed-tensors
+/// FP8 checkpoint's prefill is graded against the FP8 peak.
+#[test]
+fn bound_flags_a_prefill_above_peak_and_grades_fp8_checkpoints_at_the_fp8_peak() {
+    let (model, _) = bound_after(|_, points| {
+        let stat = points[0].metrics.get_mut("prefill_tok_s").unwrap();
+        stat.mean *= 100.0;
+    });
+    let bound = model.bound.as_ref().expect("a section");
+    assert_eq!(bound.findings.len(), 1, "{:?}", bound.findings);
+    assert!(
+        bound.findings[0].starts_with("p001: its prefill ran at")
+            && bound.findings[0].contains("of the GPU's peak bf16 FLOP/s, which no GPU can"),
+        "{:?}",
+        bound.findings
+    );
+    assert!(bound.rows[0].prefill_flops_fraction.unwrap() > 1.0);
+
+    let (model, _) = bound_after(|meta, _| {
+        let config = meta.servers[0]
+            .model_config
+            .as_mut()
+            .and_then(|c| c.config.as_mut())
+            .unwrap();
+        config["quantization_config"] = serde_json::json!({
+            "quant_method": "compressed-tensors",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}
+            }},
+            "ignore": ["lm_head"]
+        });
+    });
+    let bound = model.bound.as_ref().expect("a section");
+    assert!(bound.missing.is_empty(), "{:?}", bound.missing);
+    assert_eq!(bound.prefill_precision, "fp8");
+    let gpu = bound.gpu.as_ref().unwrap();
+    assert_eq!(gpu.prefill_peak_tflops, 1979.0);
+}
+
+/// The report says the client went through an SSH port forward only where it did: a local
+/// run records its host's facts (`server_host`) and went through none.
+#[test]
+fn the_provenance_names_a_port_forward_only_where_the_client_went_through_one() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "local.yaml",
+        &sim_spec(
+            "local",
+            "  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+            "",
+        ),
+    );
+    let (dir, _) = ws.run_ok(&spec);
+    let meta = read_json_file(&dir.join("meta.json"));
+    assert!(
+        meta.get("server_host").is_some(),
+        "a local run records its host: {meta}"
+    );
+    assert!(
+        meta["servers"][0].get("through_forward").is_none(),
+        "{meta}"
+    );
+    let report = fs::read_to_string(dir.join("report.md")).unwrap();
+    let client = report
+        .lines()
+        .find(|l| l.starts_with("- **Client:**"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(!client.contains("port forward"), "{client}");
+    // The same run, recorded as measured through a forward, says so.
+    let run = RunDir::open(&dir).unwrap();
+    let mut meta = run.read_meta().unwrap();
+    meta.servers[0].through_forward = true;
+    let model = build_model(
+        &meta,
+        &run.read_points().unwrap(),
+        &run.read_requests().unwrap(),
+    );
+    let md = report::render(&model, None).unwrap();
+    assert!(md.contains(", through an SSH port forward"), "{md}");
+}
+
+fn read_json_file(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap()
+}

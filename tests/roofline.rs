@@ -25,7 +25,7 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
         &format!(
             "name: bound\nserver:\n  engine: sim\n  model: llama\n  args: {{ profile: {}, context-length: 65536 }}\n  ready_timeout: 30s\n\
              workload:\n  prompt: {{ kind: repeat, tokens: \"{{{{ ctx }}}}\" }}\n  output_tokens: 24\n  ignore_eos: true\n\
-             cache: {{ policy: cold }}\nsweep: {{ ctx: [1024, 8192, 24576] }}\nrequests: 2\n",
+             cache: {{ policy: cold }}\nsweep: {{ ctx: [1024, 4096, 8192, 16384, 24576] }}\nrequests: 3\n",
             profile.display()
         ),
     );
@@ -48,12 +48,12 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
     // One row per point, and the sweep's line.
     assert_eq!(
         text.lines().filter(|l| l.starts_with("| p00")).count(),
-        3,
+        5,
         "{text}"
     );
     let line = text
         .lines()
-        .find(|l| l.starts_with("At batch 1, over 3 contexts"))
+        .find(|l| l.starts_with("At batch 1, over 5 contexts"))
         .unwrap_or_else(|| panic!("{text}"));
     let slope_us: f64 = line
         .split(" ms + ")
@@ -87,8 +87,25 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
         "{text}"
     );
 
-    // Nonsense layout figures are refused, not clamped.
-    for args in [["--tokens-per-step", "0"], ["--tp", "0"]] {
+    // Nonsense layout figures are refused, not clamped, each naming what is wrong.
+    for (args, says) in [
+        (["--tokens-per-step", "0"], "from 1 to 256 tokens"),
+        (["--tokens-per-step", "1e308"], "from 1 to 256 tokens"),
+        (["--tp", "0"], "at least 1"),
+        (
+            ["--tp", "1000000"],
+            "tp 1000000: GPUs are counted from 1 to 4096",
+        ),
+        (["--tp", "64"], "more than the model's 32 attention heads"),
+        (
+            ["--pp", "1000"],
+            "pipeline parallelism 1000 is more than the model's 32 layers",
+        ),
+        (
+            ["--kv-cache-dtype", "banana"],
+            "the KV cache dtype `banana` is not known: one of auto, bf16",
+        ),
+    ] {
         let out = servebench()
             .args([
                 "bound",
@@ -102,7 +119,42 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
     }
+    // A model config no model has names its field, and nothing is allocated from it.
+    let huge = ws.write(
+        "huge.json",
+        &std::fs::read_to_string(&config).unwrap().replace(
+            "\"num_hidden_layers\": 32",
+            "\"num_hidden_layers\": 1000000000000",
+        ),
+    );
+    let out = servebench()
+        .args(["bound", dir.to_str().unwrap(), "--model-config"])
+        .arg(&huge)
+        .args(["--gpu", "h100-sxm"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("huge.json: the config's `num_hidden_layers` is 1000000000000: a whole number from 1 to 1024 is needed"),
+        "{err}"
+    );
+    // nvidia-smi's names match exactly: the L40 is not the L4.
+    let out = servebench()
+        .args(["bound", dir.to_str().unwrap(), "--model-config"])
+        .arg(&config)
+        .args(["--gpu", "NVIDIA L40"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("`NVIDIA L40` is not in the GPU catalogue"),
+        "{}",
+        show(&out)
+    );
 
     // The same sweep at sim-time-scale 2 (every step twice as long) grades the model's steps.
     let scaled = ws.write(
@@ -136,7 +188,7 @@ fn bound_recovers_the_simulators_kv_bandwidth_from_a_context_sweep() {
     );
     let line = text2
         .lines()
-        .find(|l| l.starts_with("At batch 1, over 3 contexts"))
+        .find(|l| l.starts_with("At batch 1, over 5 contexts"))
         .unwrap_or_else(|| panic!("{text2}"));
     let slope_us: f64 = line
         .split(" ms + ")
@@ -213,5 +265,57 @@ fn bound_refuses_a_model_config_that_is_not_a_small_regular_file_at_once() {
     assert!(
         err.contains("4194305 bytes; a config.json is read up to 4194304 bytes"),
         "{err}"
+    );
+}
+
+/// Every shipped simulator profile that says what it models (`facts:`) is physical: at batch
+/// 1, no decode step at any context up to its context length is shorter than the bytes it
+/// must read per GPU (the roofline's, at the profile's verify width under speculation) over the
+/// GPU's peak bandwidth. The Kimi profile's fitted line (0.2 ms + 17.8 us x context) was under
+/// its floor below about 400 tokens.
+#[test]
+fn every_shipped_profile_with_facts_is_never_faster_than_its_floor() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let profile = servebench::sim::Profile::load(path.to_str().unwrap()).unwrap();
+        let Some(facts) = &profile.facts else {
+            continue;
+        };
+        let model = roofline::ModelFacts::from_hf_config(&serde_json::Value::Object(
+            facts.model_config.clone(),
+        ))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let gpu = roofline::gpu::find(&facts.gpu).unwrap();
+        let layout = roofline::step::Layout {
+            tp: facts.tp,
+            ..Default::default()
+        };
+        layout.check(&model).unwrap();
+        let spec = profile.speculative.as_ref().filter(|s| s.enabled);
+        let verify = spec.map_or(1.0, |s| f64::from(s.num_draft_tokens));
+        let overhead = spec.map_or(0.0, |s| s.verify_overhead_ms(1));
+        let mut ctx = 0u64;
+        while ctx <= profile.context_length {
+            let step = roofline::step::decode_step(&model, &layout, 1.0, ctx as f64, verify);
+            let floor_s = step.bytes() / gpu.bandwidth();
+            let step_s = profile.decode_time(1, ctx, overhead).as_secs_f64() / profile.time_scale;
+            assert!(
+                step_s >= floor_s,
+                "{}: at {ctx} tokens of context a step takes {:.3} ms, under its floor of {:.3} ms",
+                path.display(),
+                step_s * 1e3,
+                floor_s * 1e3
+            );
+            ctx += 64;
+        }
+        checked.push(profile.name.clone());
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        ["h100-llama8b", "kimi-k2.6-8x-rtxpro6000", "l4-qwen2.5-0.5b"],
+        "the profiles that say what they model"
     );
 }

@@ -115,6 +115,8 @@ fn a_sweep_measured_on_the_host_and_through_a_forward_agree() {
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(report.contains("127.0.0.1"), "the report names the host");
         assert!(report.contains("- **GPU host:** "), "{report}");
+        // The launch records that this machine reached it through a forward.
+        assert_eq!(meta["servers"][0]["through_forward"], true, "{meta}");
         let placement = match client {
             "host" => "servebench's agent on the GPU host, measuring against localhost",
             _ => "through an SSH port forward",

@@ -287,6 +287,12 @@ pub(crate) trait ServerProcess: Send {
     /// Its base URL on the host itself (for a measuring agent there); None on this machine.
     fn host_url(&self) -> Option<&str>;
 
+    /// Whether this machine reaches it through an SSH port forward ([`Self::url`] is the
+    /// forward's local end).
+    fn through_forward(&self) -> bool {
+        false
+    }
+
     /// Its pid, process group and where it runs.
     fn ids(&self) -> ProcessIds;
 

@@ -504,6 +504,10 @@ impl ServerProcess for RemoteServer {
         Some(&self.host_url)
     }
 
+    fn through_forward(&self) -> bool {
+        true
+    }
+
     fn ids(&self) -> ProcessIds {
         ProcessIds {
             pid: self.process.pid,

@@ -219,6 +219,7 @@ impl ServerHandle {
                     server.engine.to_string()
                 },
                 url: process.host_url().unwrap_or(process.url()).to_string(),
+                through_forward: process.through_forward(),
                 command: Some(argv),
                 ranks,
                 // The flags this engine got: `args` with its `engine_args` merged over them.

@@ -64,10 +64,11 @@ impl GpuSpec {
     }
 }
 
-/// Names as `nvidia-smi --query-gpu=name` and `amd-smi` print them, lowercased, matched as
-/// substrings in order (the first entry whose pattern the name contains).
+/// Names as `nvidia-smi --query-gpu=name` and `amd-smi` print them, lowercased: a GPU's name
+/// must be one of them exactly (spaces collapsed), so `NVIDIA L40` is not taken for the L4 nor
+/// `NVIDIA H100 PCIe` for the SXM part.
 struct Entry {
-    patterns: &'static [&'static str],
+    names: &'static [&'static str],
     spec: fn() -> GpuSpec,
 }
 
@@ -100,7 +101,7 @@ const A100_DS: &str = "NVIDIA A100 Tensor Core GPU datasheet (dense figures)";
 
 static ENTRIES: &[Entry] = &[
     Entry {
-        patterns: &["gb200"],
+        names: &["nvidia gb200"],
         spec: || {
             spec(
                 "gb200",
@@ -115,7 +116,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["b200"],
+        names: &["nvidia b200"],
         spec: || {
             spec(
                 "b200",
@@ -130,7 +131,11 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["gh200"],
+        names: &[
+            "nvidia gh200 480gb",
+            "nvidia gh200 144g hbm3e",
+            "nvidia gh200",
+        ],
         spec: || {
             spec(
                 "gh200",
@@ -145,7 +150,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["h200 nvl"],
+        names: &["nvidia h200 nvl"],
         spec: || {
             spec(
                 "h200-nvl",
@@ -160,7 +165,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["h200"],
+        names: &["nvidia h200", "nvidia h200 141gb hbm3e"],
         spec: || {
             spec(
                 "h200",
@@ -175,7 +180,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["h100 nvl"],
+        names: &["nvidia h100 nvl"],
         spec: || {
             spec(
                 "h100-nvl",
@@ -190,7 +195,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["h100 pcie"],
+        names: &["nvidia h100 pcie"],
         spec: || {
             spec(
                 "h100-pcie",
@@ -205,7 +210,11 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["h100"],
+        names: &[
+            "nvidia h100 80gb hbm3",
+            "nvidia h100 sxm5 80gb",
+            "nvidia h100",
+        ],
         spec: || {
             spec(
                 "h100-sxm",
@@ -220,7 +229,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["a100-sxm4-80gb", "a100 sxm4 80gb"],
+        names: &["nvidia a100-sxm4-80gb"],
         spec: || {
             spec(
                 "a100-sxm-80gb",
@@ -235,7 +244,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["a100 80gb pcie", "a100-pcie-80gb"],
+        names: &["nvidia a100 80gb pcie", "nvidia a100-pcie-80gb"],
         spec: || {
             spec(
                 "a100-pcie-80gb",
@@ -250,7 +259,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["a100-sxm4-40gb", "a100 sxm4 40gb"],
+        names: &["nvidia a100-sxm4-40gb"],
         spec: || {
             spec(
                 "a100-sxm-40gb",
@@ -265,7 +274,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["a100"],
+        names: &["nvidia a100-pcie-40gb", "nvidia a100 pcie 40gb"],
         spec: || {
             spec(
                 "a100-pcie-40gb",
@@ -280,7 +289,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["l40s"],
+        names: &["nvidia l40s"],
         spec: || {
             spec(
                 "l40s",
@@ -295,7 +304,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["nvidia l4"],
+        names: &["nvidia l4"],
         spec: || {
             spec(
                 "l4",
@@ -310,7 +319,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["rtx pro 6000 blackwell max-q"],
+        names: &["nvidia rtx pro 6000 blackwell max-q workstation edition"],
         spec: || {
             spec(
                 "rtx-pro-6000-maxq",
@@ -325,7 +334,10 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["rtx pro 6000 blackwell"],
+        names: &[
+            "nvidia rtx pro 6000 blackwell server edition",
+            "nvidia rtx pro 6000 blackwell workstation edition",
+        ],
         spec: || {
             spec(
                 "rtx-pro-6000",
@@ -340,7 +352,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["mi325x"],
+        names: &["amd instinct mi325x"],
         spec: || {
             spec(
                 "mi325x",
@@ -355,7 +367,7 @@ static ENTRIES: &[Entry] = &[
         },
     },
     Entry {
-        patterns: &["mi300x"],
+        names: &["amd instinct mi300x"],
         spec: || {
             spec(
                 "mi300x",
@@ -379,19 +391,22 @@ pub fn catalogue() -> &'static [GpuSpec] {
     &CATALOGUE
 }
 
-/// The catalogue's entry for a GPU named as `nvidia-smi` or `amd-smi` print it
-/// (`NVIDIA H100 80GB HBM3`, `NVIDIA RTX PRO 6000 Blackwell Server Edition`), or by its `id`.
+/// The catalogue's entry for a GPU named exactly as `nvidia-smi` or `amd-smi` print it
+/// (`NVIDIA H100 80GB HBM3`, `NVIDIA RTX PRO 6000 Blackwell Server Edition`; case and runs of
+/// spaces aside), or by its `id`; None for any other name.
 pub fn find(name: &str) -> Option<&'static GpuSpec> {
-    let lower = name.trim().to_ascii_lowercase();
+    let lower = name
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase();
     if let Some(s) = catalogue().iter().find(|s| s.id == lower) {
         return Some(s);
     }
-    // First match in order: the more specific names (`gb200`, `gh200`, `l40s`, `h100 pcie`)
-    // come before the names they contain (`b200`, `h200`, `l4`, `h100`).
     ENTRIES
         .iter()
         .zip(catalogue())
-        .find(|(e, _)| e.patterns.iter().any(|p| lower.contains(p)))
+        .find(|(e, _)| e.names.contains(&lower.as_str()))
         .map(|(_, s)| s)
 }
 
@@ -428,6 +443,12 @@ mod tests {
         assert_eq!(id("AMD Instinct MI300X"), Some("mi300x"));
         assert_eq!(id("h200"), Some("h200"));
         assert_eq!(id("Tesla T4"), None);
+        // Exact names only: a name that contains another entry's is not that entry.
+        assert_eq!(id("NVIDIA L40"), None);
+        assert_eq!(id("NVIDIA L4"), Some("l4"));
+        assert_eq!(id("NVIDIA H100 PCIe 96GB"), None);
+        assert_eq!(id("NVIDIA H800"), None);
+        assert_eq!(id("  nvidia   h100 80gb hbm3 "), Some("h100-sxm"));
     }
 
     #[test]

@@ -68,6 +68,10 @@ pub fn prefill(
     }
 }
 
+/// A prefill above this fraction of the GPU's peak FLOP/s is impossible: the measurement or
+/// the model facts are wrong (fewer FLOPs are done than they say, or the prompt was cached).
+pub const PREFILL_ABOVE_PEAK: f64 = 1.0 / FLOOR_TOLERANCE;
+
 /// The fraction of peak under which the context-dependent part is called not memory-bound.
 pub const NOT_MEMORY_BOUND_BELOW: f64 = 0.10;
 /// The fraction of peak from which it is called at bandwidth.
@@ -98,6 +102,15 @@ pub enum Finding {
     ContextAbovePeak { marginal_gb_s: f64, fraction: f64 },
     /// Between the two.
     ContextBelowBandwidth { marginal_gb_s: f64, fraction: f64 },
+    /// The slope's 95% interval spans more than one of the verdicts above (or no interval
+    /// could be had), so none is given.
+    ContextUncertain {
+        marginal_gb_s: f64,
+        /// The interval's ends, GB/s (None: the interval reaches zero slope, any bandwidth).
+        low_gb_s: Option<f64>,
+        high_gb_s: Option<f64>,
+        why: &'static str,
+    },
     /// The line's fixed part is below the weight-read floor, and the sweep resolves it: the
     /// model facts (bytes per weight, experts, layout) overstate what a step reads.
     FixedBelowTheFloor { fixed_s: f64, floor_s: f64 },
@@ -168,6 +181,31 @@ impl fmt::Display for Finding {
                 gb_s(marginal_gb_s),
                 fraction * 100.0
             ),
+            Finding::ContextUncertain {
+                marginal_gb_s,
+                low_gb_s,
+                high_gb_s,
+                why,
+            } => {
+                write!(
+                    f,
+                    "its context-dependent part runs at {}",
+                    gb_s(marginal_gb_s)
+                )?;
+                match (low_gb_s, high_gb_s) {
+                    (Some(lo), Some(hi)) => {
+                        write!(f, " (95% interval {} to {})", gb_s(lo), gb_s(hi))?
+                    }
+                    (Some(lo), None) => {
+                        write!(f, " (95% interval from {} up, unbounded)", gb_s(lo))?
+                    }
+                    _ => {}
+                }
+                write!(
+                    f,
+                    ": {why}, so no verdict is given (more requests per point, or more contexts, narrow it)"
+                )
+            }
             Finding::FixedBelowTheFloor { fixed_s, floor_s } => write!(
                 f,
                 "the fixed cost ({}) is below the weight-read floor ({}): the model facts are wrong",
@@ -229,80 +267,210 @@ fn tokens(n: f64) -> String {
     }
 }
 
-/// A line fitted through (context, step seconds) at one batch size.
+/// One measured point of a context sweep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SweepPoint {
+    /// Mean context during decode, tokens.
+    pub context: f64,
+    /// Measured seconds per step.
+    pub step_s: f64,
+    /// Standard error of that mean step (from the point's 95% interval); None without one.
+    pub step_se: Option<f64>,
+}
+
+/// A line fitted through (KV bytes read, step seconds) at one batch size: the KV bytes a step
+/// reads at each point's context are the line's x, so sliding windows and hybrid layers
+/// (whose cache stops growing) are followed exactly; for full attention it is the line
+/// through (context, step) scaled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContextSweep {
     pub points: usize,
-    /// Seconds per step that one more token of context adds.
+    /// Seconds per step that one more token of context adds at the shortest context.
     pub slope_s_per_token: f64,
+    /// Whether the KV bytes per token of context are the same over the whole sweep (no
+    /// window ends inside it), so `step = fixed + slope x context` is the line.
+    pub linear_in_context: bool,
+    /// Seconds per step one more GB of KV cache per GPU adds.
+    pub slope_s_per_gb: f64,
     /// The line's value at zero context, seconds.
     pub fixed_s: f64,
-    /// Standard errors of slope and fixed part; None for a line through two points.
+    /// Standard errors of slope (per token) and fixed part; None for a line through two
+    /// points.
     pub slope_se: Option<f64>,
     pub fixed_se: Option<f64>,
-    /// KV bytes per GPU one token of context adds, over the slope, GB/s.
+    /// The bandwidth the KV cache is read at: one over the slope per byte, GB/s.
     pub marginal_gb_s: f64,
     pub marginal_fraction: f64,
+    /// Its 95% interval, GB/s: None where there is none (two points without intervals of
+    /// their own); an unbounded upper end where the slope's interval reaches zero.
+    pub marginal_interval_gb_s: Option<(f64, Option<f64>)>,
     /// The weights' bytes per GPU over peak bandwidth, seconds.
     pub weight_floor_s: f64,
     pub findings: Vec<Finding>,
 }
 
-/// Fits step time against context (`points`: context tokens, measured seconds per step) and
-/// says what the line means for `step_at(context)`'s bytes on `gpu`. None with fewer than two
-/// distinct contexts, or a line that does not rise with context.
+/// Why a context sweep has no line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoLine {
+    #[error("fewer than two distinct contexts")]
+    TooFewPoints,
+    #[error(
+        "the KV cache a step reads is the same at every context of the sweep (each layer's window is shorter than them all), so the context term cannot be told apart"
+    )]
+    KvConstant,
+    #[error("the steps do not grow with the KV cache read, so no bandwidth can be had from them")]
+    NotRising,
+}
+
+/// Which verdict a marginal fraction of peak gets.
+fn verdict(fraction: f64) -> u8 {
+    if fraction < NOT_MEMORY_BOUND_BELOW {
+        0
+    } else if fraction * FLOOR_TOLERANCE > 1.0 {
+        3
+    } else if fraction >= AT_BANDWIDTH_FROM {
+        2
+    } else {
+        1
+    }
+}
+
+/// Fits step time against the KV bytes each point's context makes a step read, and says what
+/// the line means for `step_at(context)`'s bytes on `gpu`. A verdict on the context term is
+/// given only where the slope's 95% interval (from the points' own intervals, `t975(n - 2)`
+/// standard errors of the residuals with three points or more, the wider of the two) lies
+/// within one verdict.
 pub fn context_sweep(
-    points: &[(f64, f64)],
+    points: &[SweepPoint],
     step_at: impl Fn(f64) -> DecodeStep,
     gpu: &GpuSpec,
-) -> Option<ContextSweep> {
-    let fit = least_squares(points)?;
-    if fit.slope <= 0.0 {
-        return None;
+    t975: impl Fn(usize) -> f64,
+) -> Result<ContextSweep, NoLine> {
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (step_at(p.context).kv_bytes, p.step_s))
+        .collect();
+    let distinct_contexts = {
+        let mut c: Vec<f64> = points.iter().map(|p| p.context).collect();
+        c.sort_by(f64::total_cmp);
+        c.dedup();
+        c.len()
+    };
+    if distinct_contexts < 2 {
+        return Err(NoLine::TooFewPoints);
     }
-    let (min_ctx, step_at_min) = points
+    let fit = least_squares(&xy).ok_or(NoLine::KvConstant)?;
+    if fit.slope <= 0.0 {
+        return Err(NoLine::NotRising);
+    }
+    let shortest = points
         .iter()
         .copied()
-        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .min_by(|a, b| a.context.total_cmp(&b.context))
         .expect("a fit has points");
+    let longest = points
+        .iter()
+        .copied()
+        .max_by(|a, b| a.context.total_cmp(&b.context))
+        .expect("a fit has points");
+    let (min_ctx, step_at_min) = (shortest.context, shortest.step_s);
     let reference = step_at(min_ctx);
-    let marginal = reference.kv_bytes_per_context_token / fit.slope;
+    let per_token = reference.kv_bytes_per_context_token;
+    let linear_in_context = per_token == step_at(longest.context).kv_bytes_per_context_token;
+    let marginal = 1.0 / fit.slope;
     let marginal_fraction = marginal / gpu.bandwidth();
     let weight_floor_s = reference.weight_bytes / gpu.bandwidth();
     let mut findings = Vec::new();
-    for &(context, step_s) in points {
-        let floor_s = step_at(context).bytes() / gpu.bandwidth();
-        if step_s < floor_s * FLOOR_TOLERANCE {
+    for p in points {
+        let floor_s = step_at(p.context).bytes() / gpu.bandwidth();
+        if p.step_s < floor_s * FLOOR_TOLERANCE {
             findings.push(Finding::FasterThanTheFloor {
-                context,
-                step_s,
+                context: p.context,
+                step_s: p.step_s,
                 floor_s,
             });
         }
     }
+    // The slope's 95% half-width. Where every point has its own interval: propagated through
+    // the fit (ordinary least squares weights each y by (x - mean x) / Sxx), widened by how
+    // far the points scatter about the line beyond those intervals (the Birge ratio,
+    // sqrt(chi^2 / (n - 2)), when over 1). Otherwise from the residuals alone (Student's t,
+    // three points or more); two points without intervals have none.
+    let n = xy.len() as f64;
+    let mx = xy.iter().map(|p| p.0).sum::<f64>() / n;
+    let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let ses: Option<Vec<f64>> = points
+        .iter()
+        .map(|p| p.step_se.filter(|se| se.is_finite() && *se > 0.0))
+        .collect();
+    let half = match ses {
+        Some(ses) => {
+            let var: f64 = xy
+                .iter()
+                .zip(&ses)
+                .map(|((x, _), se)| ((x - mx) / sxx * se).powi(2))
+                .sum();
+            let birge = if xy.len() > 2 {
+                let chi2: f64 = xy
+                    .iter()
+                    .zip(&ses)
+                    .map(|((x, y), se)| ((y - fit.intercept - fit.slope * x) / se).powi(2))
+                    .sum();
+                (chi2 / (n - 2.0)).sqrt().max(1.0)
+            } else {
+                1.0
+            };
+            Some(1.96 * var.sqrt() * birge)
+        }
+        None => fit.slope_se.map(|se| t975(xy.len() - 2) * se),
+    };
+    let marginal_interval = half.map(|h| {
+        let high = (fit.slope - h > 0.0).then(|| 1.0 / (fit.slope - h));
+        (1.0 / (fit.slope + h), high)
+    });
     let marginal_gb_s = marginal / 1e9;
-    findings.push(if marginal_fraction < NOT_MEMORY_BOUND_BELOW {
-        Finding::ContextNotMemoryBound {
-            marginal_gb_s,
-            times_below_peak: 1.0 / marginal_fraction,
+    let interval_gb_s = marginal_interval.map(|(lo, hi)| (lo / 1e9, hi.map(|h| h / 1e9)));
+    let supported = match marginal_interval {
+        Some((lo, Some(hi))) => {
+            let v = verdict(marginal_fraction);
+            verdict(lo / gpu.bandwidth()) == v && verdict(hi / gpu.bandwidth()) == v
         }
-    } else if marginal_fraction * FLOOR_TOLERANCE > 1.0 {
-        Finding::ContextAbovePeak {
+        // An unbounded upper end: only "faster than memory allows" holds for all of it.
+        Some((lo, None)) => verdict(lo / gpu.bandwidth()) == 3 && verdict(marginal_fraction) == 3,
+        None => false,
+    };
+    findings.push(if !supported {
+        Finding::ContextUncertain {
             marginal_gb_s,
-            fraction: marginal_fraction,
-        }
-    } else if marginal_fraction >= AT_BANDWIDTH_FROM {
-        Finding::ContextAtBandwidth {
-            marginal_gb_s,
-            fraction: marginal_fraction,
+            low_gb_s: interval_gb_s.map(|i| i.0),
+            high_gb_s: interval_gb_s.and_then(|i| i.1),
+            why: if marginal_interval.is_none() {
+                "two points without intervals of their own give no interval for the slope"
+            } else {
+                "its 95% interval spans more than one verdict"
+            },
         }
     } else {
-        Finding::ContextBelowBandwidth {
-            marginal_gb_s,
-            fraction: marginal_fraction,
+        match verdict(marginal_fraction) {
+            0 => Finding::ContextNotMemoryBound {
+                marginal_gb_s,
+                times_below_peak: 1.0 / marginal_fraction,
+            },
+            3 => Finding::ContextAbovePeak {
+                marginal_gb_s,
+                fraction: marginal_fraction,
+            },
+            2 => Finding::ContextAtBandwidth {
+                marginal_gb_s,
+                fraction: marginal_fraction,
+            },
+            _ => Finding::ContextBelowBandwidth {
+                marginal_gb_s,
+                fraction: marginal_fraction,
+            },
         }
     });
-    let context_share = fit.slope * min_ctx / step_at_min;
+    let context_share = (fit.slope * reference.kv_bytes) / step_at_min;
     if fit.intercept < weight_floor_s * FLOOR_TOLERANCE {
         // Resolved: the fixed part's interval lies under the floor, and the shortest point's
         // step is not all context (else the intercept is an extrapolation of a small residue).
@@ -330,14 +498,17 @@ pub fn context_sweep(
             fraction: weight_floor_s / fit.intercept,
         });
     }
-    Some(ContextSweep {
+    Ok(ContextSweep {
         points: points.len(),
-        slope_s_per_token: fit.slope,
+        slope_s_per_token: fit.slope * per_token,
+        linear_in_context,
+        slope_s_per_gb: fit.slope * 1e9,
         fixed_s: fit.intercept,
-        slope_se: fit.slope_se,
+        slope_se: fit.slope_se.map(|se| se * per_token),
         fixed_se: fit.intercept_se,
         marginal_gb_s,
         marginal_fraction,
+        marginal_interval_gb_s: interval_gb_s,
         weight_floor_s,
         findings,
     })
@@ -386,7 +557,7 @@ fn least_squares(points: &[(f64, f64)]) -> Option<Fit> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Finding, context_sweep, least_squares};
+    use super::{Finding, SweepPoint, context_sweep, least_squares};
     use crate::gpu;
     use crate::step::DecodeStep;
 
@@ -400,11 +571,15 @@ mod tests {
             kv_bytes_per_context_token: 1e5,
         };
         let h100 = gpu::find("h100-sxm").unwrap();
-        let pts: Vec<(f64, f64)> = [1024.0, 8192.0, 32768.0]
+        let pts: Vec<SweepPoint> = [1024.0, 8192.0, 32768.0]
             .iter()
-            .map(|&c| (c, 1e9 / h100.bandwidth() + 20e-9 * c + 1e-3))
+            .map(|&c| SweepPoint {
+                context: c,
+                step_s: 1e9 / h100.bandwidth() + 20e-9 * c + 1e-3,
+                step_se: None,
+            })
             .collect();
-        let sweep = context_sweep(&pts, step_at, h100).unwrap();
+        let sweep = context_sweep(&pts, step_at, h100, |_| 12.71).unwrap();
         assert!(
             matches!(sweep.findings[0], Finding::ContextAbovePeak { fraction, .. } if (fraction - 5000.0 / 3350.0).abs() < 1e-6),
             "{:?}",

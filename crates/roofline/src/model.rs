@@ -107,81 +107,167 @@ pub enum FactsError {
         "the config has no `{0}` (a whole number); give it, or the model's facts in `model_facts:`"
     )]
     Missing(&'static str),
+    /// A field holds what no model has; `field` is its path in the config (`num_hidden_layers`,
+    /// `quantization_config.bits`, `text_config.hidden_size`).
     #[error("the config's `{field}` is {value}: {why}")]
     Invalid {
-        field: &'static str,
+        field: String,
         value: String,
-        why: &'static str,
+        why: String,
     },
     #[error("the config is not a JSON object")]
     NotAnObject,
 }
 
+impl FactsError {
+    /// The field's place in the config as a JSON pointer (`/quantization_config/bits`), for
+    /// an error at its line; None for a field that is missing or the whole config.
+    pub fn pointer(&self) -> Option<String> {
+        match self {
+            FactsError::Invalid { field, .. } => Some(format!("/{}", field.replace('.', "/"))),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(field: &str, value: &Value, why: impl Into<String>) -> FactsError {
+        FactsError::Invalid {
+            field: field.to_string(),
+            value: shown(value),
+            why: why.into(),
+        }
+    }
+}
+
+/// A config value as an error quotes it, cut to a readable length.
+fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    if text.chars().count() > 48 {
+        format!("{}...", text.chars().take(45).collect::<String>())
+    } else {
+        text
+    }
+}
+
+/// The largest value each field may hold: generous bounds over every published model (the
+/// largest have under 200 layers, a hidden size under 32k, 512 experts, a vocabulary under
+/// 300k), so that what is past them is a typo or hostile input, refused before anything is
+/// sized by it.
+pub mod limits {
+    pub const LAYERS: u64 = 1024;
+    pub const HIDDEN: u64 = 1 << 17;
+    pub const HEADS: u64 = 1024;
+    pub const HEAD_DIM: u64 = 4096;
+    pub const VOCAB: u64 = 1 << 22;
+    pub const INTERMEDIATE: u64 = 1 << 20;
+    pub const EXPERTS: u64 = 1 << 14;
+    pub const LORA_RANK: u64 = 1 << 16;
+    /// Context lengths and windows, tokens.
+    pub const CONTEXT: u64 = 1 << 32;
+}
+
+/// Element types a config's `torch_dtype` may name, as [`dtype_bytes`] reads them.
+pub const WEIGHT_DTYPES: &str =
+    "bfloat16, float16, float32, float8_e4m3fn, float8_e5m2 (or bf16, fp16, half, fp32, fp8)";
+
 impl ModelFacts {
     /// Reads a Hugging Face `config.json` (parsed). A multimodal config's `text_config` is the
-    /// language model; its `quantization_config` may sit at the top.
+    /// language model; its `quantization_config` may sit at the top. Every field is checked
+    /// against [`limits`] and against the others (KV heads dividing the heads, experts per
+    /// token within the experts, `layer_types` one per layer): what no model has is an error
+    /// naming the field, never a number computed from it.
     pub fn from_hf_config(config: &Value) -> Result<ModelFacts, FactsError> {
         let top = config.as_object().ok_or(FactsError::NotAnObject)?;
-        let c = match top.get("text_config") {
-            Some(Value::Object(t)) if t.contains_key("hidden_size") => t,
-            _ => top,
+        let (c, prefix) = match top.get("text_config") {
+            Some(Value::Object(t)) if t.contains_key("hidden_size") => (t, "text_config."),
+            _ => (top, ""),
         };
-        let cfg = Cfg { text: c, top };
-        let get = |k: &str| cfg.get(k);
-        let int = |k: &str| cfg.int(k);
-        let need = |k: &'static str| int(k).ok_or(FactsError::Missing(k));
+        let cfg = Cfg {
+            text: c,
+            top,
+            prefix,
+        };
         let mut unknown = Vec::new();
 
-        let model_type = get("model_type")
+        let model_type = cfg
+            .get("model_type")
             .and_then(Value::as_str)
             .map(str::to_string);
         let family = model_type.as_deref().unwrap_or("");
-        let hidden_size = need("hidden_size")?;
-        let num_layers = need("num_hidden_layers")?;
-        let num_attention_heads = need("num_attention_heads")?;
-        let vocab_size = need("vocab_size")?;
-        if num_layers == 0 || num_attention_heads == 0 || hidden_size == 0 {
-            return Err(FactsError::Invalid {
-                field: "num_hidden_layers",
-                value: format!(
-                    "{num_layers} layers, {num_attention_heads} heads, hidden {hidden_size}"
-                ),
-                why: "a model has at least one layer, one head and a hidden size",
-            });
-        }
+        let need = |k: &'static str, max: u64| cfg.whole(k, 1, max)?.ok_or(FactsError::Missing(k));
+        let hidden_size = need("hidden_size", limits::HIDDEN)?;
+        let num_layers = need("num_hidden_layers", limits::LAYERS)?;
+        let num_attention_heads = need("num_attention_heads", limits::HEADS)?;
+        let vocab_size = need("vocab_size", limits::VOCAB)?;
 
-        let attention = match int("kv_lora_rank") {
+        let attention = match cfg.whole("kv_lora_rank", 1, limits::LORA_RANK)? {
             Some(kv_lora_rank) => Attention::Mla {
-                q_lora_rank: int("q_lora_rank"),
+                q_lora_rank: cfg.whole("q_lora_rank", 1, limits::LORA_RANK)?,
                 kv_lora_rank,
-                qk_nope_head_dim: need("qk_nope_head_dim")?,
-                qk_rope_head_dim: need("qk_rope_head_dim")?,
-                v_head_dim: need("v_head_dim")?,
+                qk_nope_head_dim: cfg
+                    .whole("qk_nope_head_dim", 0, limits::HEAD_DIM)?
+                    .ok_or(FactsError::Missing("qk_nope_head_dim"))?,
+                qk_rope_head_dim: cfg
+                    .whole("qk_rope_head_dim", 0, limits::HEAD_DIM)?
+                    .ok_or(FactsError::Missing("qk_rope_head_dim"))?,
+                v_head_dim: need("v_head_dim", limits::HEAD_DIM)?,
             },
             None => {
-                let kv_heads = int("num_key_value_heads").unwrap_or_else(|| {
-                    unknown.push(format!(
-                        "num_key_value_heads: not given, taken as num_attention_heads ({num_attention_heads}, plain multi-head attention)"
+                let kv_heads = match cfg.whole("num_key_value_heads", 1, num_attention_heads)? {
+                    Some(n) => n,
+                    None => {
+                        unknown.push(format!(
+                            "num_key_value_heads: not given, taken as num_attention_heads ({num_attention_heads}, plain multi-head attention)"
+                        ));
+                        num_attention_heads
+                    }
+                };
+                if num_attention_heads % kv_heads != 0 {
+                    return Err(cfg.invalid(
+                        "num_key_value_heads",
+                        format!(
+                            "each KV head serves a whole group of query heads: it must divide num_attention_heads ({num_attention_heads})"
+                        ),
                     ));
-                    num_attention_heads
-                });
-                let head_dim = int("head_dim").unwrap_or(hidden_size / num_attention_heads);
+                }
+                let head_dim = match cfg.whole("head_dim", 1, limits::HEAD_DIM)? {
+                    Some(d) => d,
+                    None if hidden_size >= num_attention_heads => hidden_size / num_attention_heads,
+                    None => {
+                        return Err(cfg.invalid(
+                            "hidden_size",
+                            format!(
+                                "smaller than num_attention_heads ({num_attention_heads}), so a head would have no dimensions; give head_dim"
+                            ),
+                        ));
+                    }
+                };
                 Attention::Gqa { kv_heads, head_dim }
             }
         };
 
-        let moe = moe_shape(&cfg, family);
-        let moe_layer = moe_layers(&cfg, num_layers, moe.is_some());
-        let attention_kinds = layer_kinds(&cfg, family, num_layers, &mut unknown);
+        let moe = moe_shape(&cfg, family)?;
+        let moe_layer = moe_layers(&cfg, num_layers, moe.is_some())?;
+        let attention_kinds = layer_kinds(&cfg, family, num_layers, &mut unknown)?;
         let layers = attention_kinds
             .into_iter()
             .zip(moe_layer)
             .map(|(attention, moe)| Layer { attention, moe })
             .collect::<Vec<_>>();
         let any_dense = layers.iter().any(|l| !l.moe);
-        // gpt-oss and Mixtral name the expert size `intermediate_size` and have no dense MLP.
+        if let Some(moe) = &moe
+            && (any_dense || moe.shared_intermediate_size > 0)
+            && cfg.get("moe_intermediate_size").is_none()
+        {
+            // gpt-oss and Mixtral name the expert's size `intermediate_size` and have no
+            // dense MLP; a model with dense layers or shared experts has its own.
+            return Err(FactsError::Invalid {
+                field: format!("{prefix}moe_intermediate_size"),
+                value: "not given".into(),
+                why: "the model has dense layers or shared experts, whose size `intermediate_size` is; give the routed expert's size".into(),
+            });
+        }
         let intermediate_size = if any_dense {
-            match int("intermediate_size") {
+            match cfg.whole("intermediate_size", 1, limits::INTERMEDIATE)? {
                 Some(n) => Some(n),
                 None => {
                     unknown.push("intermediate_size: not given, dense MLPs not counted".into());
@@ -192,36 +278,66 @@ impl ModelFacts {
             None
         };
 
-        let dtype = match get("torch_dtype")
-            .or_else(|| get("dtype"))
-            .and_then(Value::as_str)
-        {
-            Some(d) => d.to_string(),
+        let dtype = match cfg.get("torch_dtype").or_else(|| cfg.get("dtype")) {
             None => {
                 unknown.push("torch_dtype: not given, weights taken as bfloat16".into());
-                "bfloat16".into()
+                "bfloat16".to_string()
+            }
+            Some(v) => {
+                let key = if cfg.get("torch_dtype").is_some() {
+                    "torch_dtype"
+                } else {
+                    "dtype"
+                };
+                let name = v
+                    .as_str()
+                    .filter(|n| dtype_bytes(n).is_some())
+                    .ok_or_else(|| {
+                        cfg.invalid(
+                            key,
+                            format!("not an element type servebench knows: one of {WEIGHT_DTYPES}"),
+                        )
+                    })?;
+                if dtype_bytes(name) == Some(4.0) {
+                    // SGLang and vLLM at `--dtype auto` cast a float32 checkpoint to 16 bits.
+                    unknown.push(format!(
+                        "{key}: {name}: engines serve a float32 checkpoint in 16-bit (`--dtype auto` casts it to float16 or bfloat16), so its weights are counted at 2 bytes"
+                    ));
+                    "bfloat16".to_string()
+                } else {
+                    name.to_string()
+                }
             }
         };
-        let quantization = top
-            .get("quantization_config")
-            .or_else(|| c.get("quantization_config"))
-            .map(|q| Quantization::from_hf(q, &mut unknown));
+        let quantization = match top.get("quantization_config") {
+            Some(q) if !q.is_null() => Some(("quantization_config".to_string(), q)),
+            _ => c
+                .get("quantization_config")
+                .filter(|q| !q.is_null())
+                .map(|q| (format!("{prefix}quantization_config"), q)),
+        }
+        .map(|(at, q)| Quantization::from_hf(q, &at, &mut unknown))
+        .transpose()?;
 
+        let tie_word_embeddings = match cfg.get("tie_word_embeddings") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| cfg.invalid("tie_word_embeddings", "true or false"))?,
+        };
         Ok(ModelFacts {
             model_type,
             hidden_size,
             num_attention_heads,
             vocab_size,
-            tie_word_embeddings: get("tie_word_embeddings")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            tie_word_embeddings,
             intermediate_size,
             attention,
             moe,
             layers,
             dtype,
             quantization,
-            max_position_embeddings: int("max_position_embeddings"),
+            max_position_embeddings: cfg.whole("max_position_embeddings", 1, limits::CONTEXT)?,
             unknown,
         })
     }
@@ -231,24 +347,23 @@ impl ModelFacts {
         self.layers.len() as u64
     }
 
-    /// Bytes of one element of the checkpoint's base dtype.
+    /// Bytes of one element of the dtype the weights are served in.
     pub fn dtype_bytes(&self) -> f64 {
         dtype_bytes(&self.dtype).unwrap_or(2.0)
     }
 }
 
-/// Bytes of one element of a dtype named as configs and servers name them (`bfloat16`,
-/// `bf16`, `float16`, `half`, `float32`, `fp8_e4m3`, `float8_e5m2`, ...); None for a name it
-/// does not know.
+/// Bytes of one element of a weight dtype named as configs and engines name it (`bfloat16`,
+/// `bf16`, `float16`, `half`, `float32`, `float8_e4m3fn`, `fp8`, a `torch.` prefix allowed);
+/// None for a name it does not know.
 pub fn dtype_bytes(name: &str) -> Option<f64> {
-    let n = name.to_ascii_lowercase();
-    let n = n.trim_start_matches("torch.");
+    let n = name.trim().to_ascii_lowercase();
+    let n = n.strip_prefix("torch.").unwrap_or(&n);
     Some(match n {
         "bfloat16" | "bf16" | "float16" | "fp16" | "half" => 2.0,
         "float32" | "fp32" | "float" => 4.0,
-        _ if n.starts_with("float8") || n.starts_with("fp8") => 1.0,
-        "int8" | "uint8" => 1.0,
-        "fp4" | "nvfp4" | "mxfp4" | "float4_e2m1fn" => 0.5,
+        "float8_e4m3fn" | "float8_e4m3fnuz" | "float8_e5m2" | "float8_e5m2fnuz" | "fp8"
+        | "fp8_e4m3" | "fp8_e5m2" => 1.0,
         _ => return None,
     })
 }
@@ -257,116 +372,224 @@ pub fn dtype_bytes(name: &str) -> Option<f64> {
 struct Cfg<'a> {
     text: &'a serde_json::Map<String, Value>,
     top: &'a serde_json::Map<String, Value>,
+    /// `text_config.` when the language model's keys are there.
+    prefix: &'static str,
 }
 
 impl<'a> Cfg<'a> {
+    /// The key's value; a `null` is no value.
     fn get(&self, k: &str) -> Option<&'a Value> {
-        self.text.get(k).or_else(|| self.top.get(k))
+        self.text
+            .get(k)
+            .or_else(|| self.top.get(k))
+            .filter(|v| !v.is_null())
     }
 
-    fn int(&self, k: &str) -> Option<u64> {
-        self.get(k).and_then(Value::as_u64)
+    /// Where the key was found, for its error.
+    fn path(&self, k: &str) -> String {
+        if self.text.contains_key(k) {
+            format!("{}{k}", self.prefix)
+        } else {
+            k.to_string()
+        }
+    }
+
+    fn invalid(&self, k: &str, why: impl Into<String>) -> FactsError {
+        let value = self.text.get(k).or_else(|| self.top.get(k));
+        FactsError::invalid(&self.path(k), value.unwrap_or(&Value::Null), why)
+    }
+
+    /// A whole number from `min` to `max`; None when absent or null, an error naming the key
+    /// when it is anything else.
+    fn whole(&self, k: &str, min: u64, max: u64) -> Result<Option<u64>, FactsError> {
+        let Some(v) = self.get(k) else {
+            return Ok(None);
+        };
+        whole(v, min, max)
+            .map(Some)
+            .ok_or_else(|| self.invalid(k, format!("a whole number from {min} to {max} is needed")))
     }
 }
 
+/// A JSON number that is a whole number from `min` to `max` (`4096.0` too).
+pub(crate) fn whole(v: &Value, min: u64, max: u64) -> Option<u64> {
+    let n = v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= max as f64)
+            .map(|f| f as u64)
+    })?;
+    (min..=max).contains(&n).then_some(n)
+}
+
 /// The routed-expert shape, from whichever names the family uses.
-fn moe_shape(cfg: &Cfg, family: &str) -> Option<Moe> {
-    let int = |k: &str| cfg.int(k);
-    let experts = int("n_routed_experts")
-        .or_else(|| int("num_local_experts"))
-        .or_else(|| int("num_experts"))
-        .filter(|&n| n > 1)?;
-    let experts_per_token = int("num_experts_per_tok").or_else(|| int("experts_per_token"))?;
-    let expert_intermediate_size =
-        int("moe_intermediate_size").or_else(|| int("intermediate_size"))?;
-    // DeepSeek: n_shared_experts of the expert's size; Qwen2-MoE: one of its own size.
-    let shared_intermediate_size = match int("shared_expert_intermediate_size") {
-        Some(n) => n,
-        None if family != "qwen3_moe" => {
-            int("n_shared_experts").unwrap_or(0) * expert_intermediate_size
+fn moe_shape(cfg: &Cfg, family: &str) -> Result<Option<Moe>, FactsError> {
+    let mut experts = None;
+    for k in ["n_routed_experts", "num_local_experts", "num_experts"] {
+        if let Some(n) = cfg.whole(k, 0, limits::EXPERTS)? {
+            experts = Some((k, n));
+            break;
         }
-        None => 0,
+    }
+    // One expert (or none) is a dense MLP.
+    let Some((_, experts)) = experts.filter(|(_, n)| *n > 1) else {
+        return Ok(None);
     };
-    Some(Moe {
+    let per_token_key = if cfg.get("num_experts_per_tok").is_some() {
+        "num_experts_per_tok"
+    } else {
+        "experts_per_token"
+    };
+    let experts_per_token = cfg
+        .whole(per_token_key, 1, experts)
+        .map_err(|_| {
+            cfg.invalid(
+                per_token_key,
+                format!("a token goes through 1 to {experts} of the model's {experts} experts"),
+            )
+        })?
+        .ok_or(FactsError::Missing("num_experts_per_tok"))?;
+    let expert_intermediate_size = match cfg.whole(
+        "moe_intermediate_size",
+        1,
+        limits::INTERMEDIATE,
+    )? {
+        Some(n) => n,
+        None if cfg.text.contains_key("moe_intermediate_size") => {
+            return Err(cfg.invalid(
+                "moe_intermediate_size",
+                "a MoE model's routed experts need their size (`intermediate_size` is a dense MLP's)",
+            ));
+        }
+        None => cfg
+            .whole("intermediate_size", 1, limits::INTERMEDIATE)?
+            .ok_or(FactsError::Missing("moe_intermediate_size"))?,
+    };
+    // DeepSeek: n_shared_experts of the expert's size; Qwen2-MoE: one of its own size.
+    let shared_intermediate_size =
+        match cfg.whole("shared_expert_intermediate_size", 0, limits::INTERMEDIATE)? {
+            Some(n) => n,
+            None if family != "qwen3_moe" => {
+                cfg.whole("n_shared_experts", 0, 64)?.unwrap_or(0) * expert_intermediate_size
+            }
+            None => 0,
+        };
+    Ok(Some(Moe {
         experts,
         experts_per_token,
         expert_intermediate_size,
         shared_intermediate_size,
-    })
+    }))
 }
 
 /// Which layers are MoE blocks: DeepSeek's `first_k_dense_replace` and `moe_layer_freq`,
 /// Qwen-MoE's `decoder_sparse_step` and `mlp_only_layers`, otherwise all of them.
-fn moe_layers(cfg: &Cfg, layers: u64, is_moe: bool) -> Vec<bool> {
-    let get = |k: &str| cfg.get(k);
-    let int = |k: &str| cfg.int(k);
+fn moe_layers(cfg: &Cfg, layers: u64, is_moe: bool) -> Result<Vec<bool>, FactsError> {
     if !is_moe {
-        return vec![false; layers as usize];
+        return Ok(vec![false; layers as usize]);
     }
-    let first_dense = int("first_k_dense_replace").unwrap_or(0);
-    let freq = int("moe_layer_freq")
-        .or_else(|| int("decoder_sparse_step"))
-        .unwrap_or(1)
-        .max(1);
-    let dense_only: Vec<u64> = get("mlp_only_layers")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
-    (0..layers)
+    let first_dense = cfg.whole("first_k_dense_replace", 0, layers)?.unwrap_or(0);
+    let sparse_step = cfg.whole("decoder_sparse_step", 1, layers)?;
+    let freq = match sparse_step {
+        Some(s) => s,
+        None => cfg.whole("moe_layer_freq", 1, layers)?.unwrap_or(1),
+    };
+    let dense_only: Vec<u64> = match cfg.get("mlp_only_layers") {
+        None => Vec::new(),
+        Some(v) => v
+            .as_array()
+            .filter(|a| a.len() as u64 <= layers)
+            .and_then(|a| {
+                a.iter()
+                    .map(|i| whole(i, 0, layers - 1))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| {
+                cfg.invalid(
+                    "mlp_only_layers",
+                    format!("a list of layer numbers from 0 to {}", layers - 1),
+                )
+            })?,
+    };
+    Ok((0..layers)
         .map(|i| {
             // Qwen-MoE counts its sparse step from 1 ((i + 1) % step == 0); DeepSeek from
             // first_k_dense_replace (i % freq == 0). Both are every layer at 1.
-            let on_step = if get("decoder_sparse_step").is_some() {
+            let on_step = if sparse_step.is_some() {
                 (i + 1) % freq == 0
             } else {
                 i % freq == 0
             };
             i >= first_dense && on_step && !dense_only.contains(&i)
         })
-        .collect()
+        .collect())
 }
 
-/// Each layer's attention: `layer_types` where given, otherwise the family's sliding-window
-/// rule (Gemma 2 alternates, Gemma 3 has a global layer every `sliding_window_pattern`,
-/// Qwen 2 slides from `max_window_layers` when `use_sliding_window`, Mistral slides
-/// everywhere), otherwise full attention.
-fn layer_kinds(cfg: &Cfg, family: &str, layers: u64, unknown: &mut Vec<String>) -> Vec<LayerKind> {
-    let get = |k: &str| cfg.get(k);
-    let window = get("sliding_window")
-        .and_then(Value::as_u64)
+/// Each layer's attention: `layer_types` where given (one per layer), otherwise the family's
+/// sliding-window rule (Gemma 2 alternates, Gemma 3 has a global layer every
+/// `sliding_window_pattern`, Qwen 2 slides from `max_window_layers` when
+/// `use_sliding_window`, Mistral slides everywhere), otherwise full attention.
+fn layer_kinds(
+    cfg: &Cfg,
+    family: &str,
+    layers: u64,
+    unknown: &mut Vec<String>,
+) -> Result<Vec<LayerKind>, FactsError> {
+    let window = cfg
+        .whole("sliding_window", 0, limits::CONTEXT)?
         .filter(|&w| w > 0);
-    if let Some(types) = get("layer_types").and_then(Value::as_array)
-        && types.len() as u64 == layers
-    {
-        return types
-            .iter()
-            .map(|t| match t.as_str().unwrap_or("") {
-                "sliding_attention" | "chunked_attention" => match window {
+    if let Some(types) = cfg.get("layer_types") {
+        let types = types
+            .as_array()
+            .filter(|t| t.len() as u64 == layers)
+            .ok_or_else(|| {
+                cfg.invalid(
+                    "layer_types",
+                    format!("one entry per layer is needed (num_hidden_layers: {layers})"),
+                )
+            })?;
+        let mut kinds = Vec::with_capacity(types.len());
+        for t in types {
+            kinds.push(match t.as_str() {
+                Some("sliding_attention" | "chunked_attention") => match window {
                     Some(window) => LayerKind::Sliding { window },
-                    None => LayerKind::Full,
+                    None => {
+                        return Err(cfg.invalid(
+                            "sliding_window",
+                            "`layer_types` has sliding layers, so their window is needed",
+                        ));
+                    }
                 },
-                "linear_attention" | "mamba" | "mamba2" | "conv" | "linear" => LayerKind::Linear,
-                "full_attention" | "attention" => LayerKind::Full,
-                other => {
+                Some("linear_attention" | "mamba" | "mamba2" | "conv" | "linear") => {
+                    LayerKind::Linear
+                }
+                Some("full_attention" | "attention") => LayerKind::Full,
+                Some(other) => {
+                    let other: String = other.chars().take(40).collect();
                     unknown.push(format!(
                         "layer type {other:?}: not known, counted as full attention"
                     ));
                     LayerKind::Full
                 }
-            })
-            .collect();
+                None => {
+                    return Err(cfg.invalid("layer_types", "a list of layer type names"));
+                }
+            });
+        }
+        return Ok(kinds);
     }
     let Some(window) = window else {
-        return vec![LayerKind::Full; layers as usize];
+        return Ok(vec![LayerKind::Full; layers as usize]);
     };
-    if get("use_sliding_window").and_then(Value::as_bool) == Some(false) {
-        return vec![LayerKind::Full; layers as usize];
+    if cfg.get("use_sliding_window").and_then(Value::as_bool) == Some(false) {
+        return Ok(vec![LayerKind::Full; layers as usize]);
     }
     let sliding = LayerKind::Sliding { window };
-    let pattern = get("sliding_window_pattern")
-        .and_then(Value::as_u64)
-        .or((family == "gemma2").then_some(2));
-    (0..layers)
+    let pattern = match cfg.whole("sliding_window_pattern", 0, layers)? {
+        Some(p) => Some(p),
+        None => (family == "gemma2").then_some(2),
+    };
+    let full_below = cfg.whole("max_window_layers", 0, limits::CONTEXT)?;
+    Ok((0..layers)
         .map(|i| match pattern {
             // Every `pattern`-th layer attends globally.
             Some(p) if p > 0 => {
@@ -376,7 +599,7 @@ fn layer_kinds(cfg: &Cfg, family: &str, layers: u64, unknown: &mut Vec<String>) 
                     sliding
                 }
             }
-            _ => match get("max_window_layers").and_then(Value::as_u64) {
+            _ => match full_below {
                 Some(full_below) if family.starts_with("qwen") => {
                     if i < full_below {
                         LayerKind::Full
@@ -387,5 +610,5 @@ fn layer_kinds(cfg: &Cfg, family: &str, layers: u64, unknown: &mut Vec<String>) 
                 _ => sliding,
             },
         })
-        .collect()
+        .collect())
 }

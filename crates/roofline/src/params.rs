@@ -40,13 +40,39 @@ impl Params {
 
 /// Parameters of one layer's attention projections.
 pub fn attention_per_layer(m: &ModelFacts) -> f64 {
+    attention_split(m).total()
+}
+
+/// One layer's attention parameters by how tensor parallelism lays them out.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AttentionSplit {
+    /// Split over the attention ranks: q and o (GQA), q_b (or q), kv_b and o (MLA).
+    pub sharded: f64,
+    /// GQA's k and v: split over at most the KV heads (replicated past them).
+    pub kv: f64,
+    /// Whole on every rank: MLA's down-projections `q_a_proj` and `kv_a_proj_with_mqa`
+    /// (replicated linear layers in SGLang's and vLLM's DeepSeek models).
+    pub replicated: f64,
+}
+
+impl AttentionSplit {
+    pub fn total(&self) -> f64 {
+        self.sharded + self.kv + self.replicated
+    }
+}
+
+/// One layer's attention parameters, split as the engines lay them out over ranks.
+pub fn attention_split(m: &ModelFacts) -> AttentionSplit {
     let h = m.hidden_size as f64;
     let heads = m.num_attention_heads as f64;
     match m.attention {
         Attention::Gqa { kv_heads, head_dim } => {
             let (kv, d) = (kv_heads as f64, head_dim as f64);
-            // q and o: heads x head_dim each way; k and v: kv_heads x head_dim.
-            2.0 * h * heads * d + 2.0 * h * kv * d
+            AttentionSplit {
+                sharded: 2.0 * h * heads * d,
+                kv: 2.0 * h * kv * d,
+                replicated: 0.0,
+            }
         }
         Attention::Mla {
             q_lora_rank,
@@ -56,14 +82,18 @@ pub fn attention_per_layer(m: &ModelFacts) -> f64 {
             v_head_dim,
         } => {
             let qk = (qk_nope_head_dim + qk_rope_head_dim) as f64;
-            let q = match q_lora_rank {
-                Some(r) => h * r as f64 + r as f64 * heads * qk,
-                None => h * heads * qk,
+            let (q_a, q_b) = match q_lora_rank {
+                Some(r) => (h * r as f64, r as f64 * heads * qk),
+                None => (0.0, h * heads * qk),
             };
             let kv_a = h * (kv_lora_rank + qk_rope_head_dim) as f64;
             let kv_b = kv_lora_rank as f64 * heads * (qk_nope_head_dim + v_head_dim) as f64;
             let o = heads * v_head_dim as f64 * h;
-            q + kv_a + kv_b + o
+            AttentionSplit {
+                sharded: q_b + kv_b + o,
+                kv: 0.0,
+                replicated: q_a + kv_a,
+            }
         }
     }
 }

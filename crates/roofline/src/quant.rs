@@ -12,6 +12,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::model::FactsError;
+
 /// The kinds of weights a step reads, each with its own bytes per parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -79,13 +81,33 @@ pub struct Quantization {
     /// Whether the output head is quantized when no pattern leaves it out.
     #[serde(default)]
     pub quantizes_lm_head: bool,
+    /// Whether the matrix multiplies run in FP8 (weights and activations in 8-bit floats:
+    /// `fp8`, `fbgemm_fp8`, compressed-tensors with float 8-bit weights), so a prefill's peak
+    /// is the GPU's FP8 one.
+    #[serde(default)]
+    pub fp8_matmuls: bool,
 }
 
+/// Largest quantization group or block side, weights.
+const MAX_GROUP: u64 = 1 << 20;
+
 impl Quantization {
-    /// Reads a `quantization_config`; what it cannot read goes to `unknown`.
-    pub fn from_hf(q: &Value, unknown: &mut Vec<String>) -> Quantization {
+    /// Reads a `quantization_config` found at `at` (`quantization_config`); what it cannot read
+    /// goes to `unknown`, what no checkpoint has (bits of -4 or 1e308, a group of 0) is an
+    /// error naming the field.
+    pub fn from_hf(
+        q: &Value,
+        at: &str,
+        unknown: &mut Vec<String>,
+    ) -> Result<Quantization, FactsError> {
+        if !q.is_object() {
+            return Err(FactsError::invalid(
+                at,
+                q,
+                "a mapping (quant_method, bits, ...) is needed",
+            ));
+        }
         let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
-        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
         let method = s(q, "quant_method")
             .or_else(|| s(q, "quant_algo"))
             .unwrap_or_else(|| "unknown".into())
@@ -103,28 +125,65 @@ impl Quantization {
                 Some(g) => bits + 16.0 / g + if symmetric { 0.0 } else { bits / g },
                 None => bits,
             };
+        let mut fp8_matmuls = false;
         let bits = match method.as_str() {
             "fp8" | "fbgemm_fp8" => {
-                Some(match q.get("weight_block_size").and_then(Value::as_array) {
+                fp8_matmuls = true;
+                Some(match q.get("weight_block_size").filter(|b| !b.is_null()) {
                     // One fp32 scale per block.
-                    Some(b) if b.len() == 2 => {
-                        let area: f64 = b.iter().filter_map(Value::as_f64).product();
-                        8.0 + if area > 0.0 { 32.0 / area } else { 0.0 }
+                    Some(b) => {
+                        let field = format!("{at}.weight_block_size");
+                        let sides = b
+                            .as_array()
+                            .filter(|a| a.len() == 2)
+                            .and_then(|a| {
+                                a.iter()
+                                    .map(|x| crate::model::whole(x, 1, MAX_GROUP))
+                                    .collect::<Option<Vec<_>>>()
+                            })
+                            .ok_or_else(|| {
+                                FactsError::invalid(
+                                    &field,
+                                    b,
+                                    format!("two whole numbers from 1 to {MAX_GROUP} (a block's rows and columns) are needed"),
+                                )
+                            })?;
+                        8.0 + 32.0 / (sides[0] as f64 * sides[1] as f64)
                     }
-                    _ => 8.0,
+                    None => 8.0,
                 })
             }
             "mxfp4" => Some(4.0 + 8.0 / 32.0),
             "awq" | "gptq" | "awq_marlin" | "gptq_marlin" => {
-                let bits = n(q, "bits").or_else(|| n(q, "w_bit")).unwrap_or(4.0);
-                let group = n(q, "group_size").or_else(|| n(q, "q_group_size"));
+                let (bits_key, bits) = match q.get("bits").filter(|v| !v.is_null()) {
+                    Some(v) => ("bits", Some(v)),
+                    None => ("w_bit", q.get("w_bit").filter(|v| !v.is_null())),
+                };
+                let bits = match bits {
+                    Some(v) => crate::model::whole(v, 2, 8).ok_or_else(|| {
+                        FactsError::invalid(
+                            &format!("{at}.{bits_key}"),
+                            v,
+                            "bits per weight are a whole number from 2 to 8",
+                        )
+                    })? as f64,
+                    None => {
+                        unknown.push(format!("{method}: bits per weight not given, taken as 4"));
+                        4.0
+                    }
+                };
+                let group = group_size(q, at, &["group_size", "q_group_size"])?;
                 let symmetric = q
                     .get("sym")
                     .and_then(Value::as_bool)
                     .unwrap_or(method != "awq" && method != "awq_marlin");
                 Some(group_bits(bits, group, symmetric))
             }
-            "compressed-tensors" => compressed_tensors_bits(q, &group_bits),
+            "compressed-tensors" => {
+                let read = compressed_tensors_bits(q, at, &group_bits)?;
+                fp8_matmuls = read.is_some_and(|(_, fp8)| fp8);
+                read.map(|(bits, _)| bits)
+            }
             "bitsandbytes" => {
                 if q.get("load_in_4bit").and_then(Value::as_bool) == Some(true) {
                     // NF4 with one fp32 absmax per 64 weights.
@@ -139,26 +198,31 @@ impl Quantization {
                 .map(|a| a.to_ascii_uppercase())
                 .as_deref()
             {
-                Some("FP8") => Some(8.0),
+                Some("FP8") => {
+                    fp8_matmuls = true;
+                    Some(8.0)
+                }
                 // NVFP4: one fp8 scale per 16 weights.
                 _ => Some(4.0 + 8.0 / 16.0),
             },
             _ => None,
         };
         if bits.is_none() {
+            let shown: String = method.chars().take(40).collect();
             unknown.push(format!(
-                "quantization method {method:?}: its bits per weight are not known, weights counted in the base dtype"
+                "quantization method {shown:?}: its bits per weight are not known, weights counted in the base dtype"
             ));
         }
         if method == "compressed-tensors" && not_converted.is_empty() {
             not_converted.push("lm_head".into());
         }
-        Quantization {
+        Ok(Quantization {
             method,
             bits_per_weight: bits,
             not_converted,
             quantizes_lm_head: false,
-        }
+            fp8_matmuls,
+        })
     }
 
     /// Bytes per parameter of `class`, `base_bytes` for what stays in the base dtype.
@@ -180,22 +244,75 @@ impl Quantization {
     }
 }
 
-/// compressed-tensors: the first config group's weight bits (groups of one scheme are the rule).
+/// A group size (`-1`: one group per output channel, as GPTQ writes it), from the first of
+/// `keys` given; an error naming it when it is anything else.
+fn group_size(q: &Value, at: &str, keys: &[&str]) -> Result<Option<f64>, FactsError> {
+    for k in keys {
+        let Some(v) = q.get(*k).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        if v.as_i64() == Some(-1) {
+            return Ok(None);
+        }
+        return crate::model::whole(v, 1, MAX_GROUP)
+            .map(|g| Some(g as f64))
+            .ok_or_else(|| {
+                FactsError::invalid(
+                    &format!("{at}.{k}"),
+                    v,
+                    format!("weights per group: a whole number from 1 to {MAX_GROUP}, or -1 for one group per channel"),
+                )
+            });
+    }
+    Ok(None)
+}
+
+/// compressed-tensors: the first config group's weight bits (groups of one scheme are the
+/// rule), and whether its multiplies run in FP8 (float 8-bit weights, with activations in
+/// float 8-bit or not said).
 fn compressed_tensors_bits(
     q: &Value,
+    at: &str,
     group_bits: &dyn Fn(f64, Option<f64>, bool) -> f64,
-) -> Option<f64> {
-    let groups = q.get("config_groups")?.as_object()?;
-    let w = groups.values().find_map(|g| g.get("weights"))?;
-    let bits = w.get("num_bits")?.as_f64()?;
+) -> Result<Option<(f64, bool)>, FactsError> {
+    let Some(groups) = q.get("config_groups").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let Some((name, w)) = groups.iter().find_map(|(name, g)| {
+        g.get("weights")
+            .filter(|w| w.is_object())
+            .map(|w| (name, w))
+    }) else {
+        return Ok(None);
+    };
+    let here = format!("{at}.config_groups.{name}.weights");
+    let Some(b) = w.get("num_bits").filter(|b| !b.is_null()) else {
+        return Ok(None);
+    };
+    let bits = crate::model::whole(b, 1, 16).ok_or_else(|| {
+        FactsError::invalid(
+            &format!("{here}.num_bits"),
+            b,
+            "bits per weight are a whole number from 1 to 16",
+        )
+    })? as f64;
     let strategy = w.get("strategy").and_then(Value::as_str).unwrap_or("group");
     let group = if strategy == "group" || strategy == "tensor_group" {
-        w.get("group_size").and_then(Value::as_f64)
+        group_size(w, &here, &["group_size"])?
     } else {
         None
     };
     let symmetric = w.get("symmetric").and_then(Value::as_bool).unwrap_or(true);
-    Some(group_bits(bits, group, symmetric))
+    let float8 = |v: &Value| {
+        v.get("type").and_then(Value::as_str) == Some("float")
+            && v.get("num_bits").and_then(Value::as_u64) == Some(8)
+    };
+    let activations = groups
+        .get(name)
+        .and_then(|g| g.get("input_activations"))
+        .filter(|a| !a.is_null());
+    let fp8 = float8(w) && activations.is_none_or(float8);
+    Ok(Some((group_bits(bits, group, symmetric), fp8)))
 }
 
 /// Whether a not-converted entry names `module`: `re:` regexes match from the start (Python's
@@ -252,19 +369,25 @@ mod tests {
         let mut unknown = Vec::new();
         let fp8 = Quantization::from_hf(
             &json!({"quant_method": "fp8", "weight_block_size": [128, 128]}),
+            "q",
             &mut unknown,
-        );
+        )
+        .unwrap();
         assert!((fp8.bits_per_weight.unwrap() - (8.0 + 32.0 / 16384.0)).abs() < 1e-12);
         let awq = Quantization::from_hf(
             &json!({"quant_method": "awq", "bits": 4, "group_size": 128}),
+            "q",
             &mut unknown,
-        );
+        )
+        .unwrap();
         // 4 bits, a 16-bit scale and a 4-bit zero point per 128 weights.
         assert!((awq.bits_per_weight.unwrap() - (4.0 + 16.0 / 128.0 + 4.0 / 128.0)).abs() < 1e-12);
-        let mx = Quantization::from_hf(&json!({"quant_method": "mxfp4"}), &mut unknown);
+        let mx =
+            Quantization::from_hf(&json!({"quant_method": "mxfp4"}), "q", &mut unknown).unwrap();
         assert_eq!(mx.bits_per_weight, Some(4.25));
         assert!(unknown.is_empty());
-        let odd = Quantization::from_hf(&json!({"quant_method": "hqq"}), &mut unknown);
+        let odd =
+            Quantization::from_hf(&json!({"quant_method": "hqq"}), "q", &mut unknown).unwrap();
         assert_eq!(odd.bits_per_weight, None);
         assert_eq!(odd.bytes_per_param(WeightClass::RoutedExpert, 2.0), 2.0);
         assert_eq!(unknown.len(), 1);

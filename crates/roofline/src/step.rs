@@ -5,14 +5,19 @@
 //!   distinct experts the step's tokens reach, expected under uniform routing,
 //!   `E x (1 - (1 - k/E)^tokens)` per MoE layer; exactly `k` for one token), plus each running
 //!   sequence's KV cache up to its context (a sliding-window layer up to its window). A
-//!   speculative verify step puts several tokens per sequence through the weights but reads the
-//!   KV cache once.
-//! - **Per GPU**: weights are split evenly over the tensor-parallel ranks (experts too, by
-//!   tensor or expert parallelism alike) and over pipeline stages. A GQA cache is split over
-//!   the ranks up to one KV head each (replicated past that); an MLA latent is replicated on
-//!   every tensor-parallel rank (SGLang and vLLM hold the whole latent per rank). With
-//!   data-parallel attention, attention runs with `tp / dp` ranks per group and the batch is
-//!   split over the `dp` groups.
+//!   speculative verify step puts its verify width of tokens per sequence through the weights
+//!   but reads the KV cache once.
+//! - **Per GPU, as SGLang and vLLM lay the weights out**: column- and row-parallel matrices
+//!   (q/o, MLA's q_b and kv_b, MLPs, experts by tensor or expert parallelism alike, the
+//!   vocabulary) are split evenly over the tensor-parallel ranks; MLA's down-projections
+//!   (`q_a_proj`, `kv_a_proj_with_mqa`: replicated linear layers) and the MoE router (`gate`)
+//!   are whole on every rank; a GQA model's k and v projections are split over at most its KV
+//!   heads (each rank past that holds a copy of one head's). A GQA cache is split the same way;
+//!   an MLA latent is whole on every rank. With data-parallel attention, attention runs with
+//!   `tp / dp` ranks per group and the batch is split over the `dp` groups.
+//! - **Pipeline stages run in series** for one sequence's token: a step's floor is the reads
+//!   of every stage one after another, so `pp` does not divide it (each stage's GPU reads its
+//!   share, but the token waits for all of them).
 //! - **Prefill FLOPs**: 2 per active parameter per new token (the output head for the last
 //!   token only, as engines compute logits once), plus attention: 2 x heads x (qk dim + v dim)
 //!   per (new token, context position) pair, causal, capped by a layer's window.
@@ -29,7 +34,8 @@ pub struct Layout {
     pub dp: u32,
     /// Data-parallel attention (SGLang `--enable-dp-attention`).
     pub dp_attention: bool,
-    /// The KV cache's element type (`auto`/None: the model's dtype; `fp8_e4m3`: 1 byte).
+    /// The KV cache's element type (`auto`/None: the model's dtype; one of
+    /// [`KV_CACHE_DTYPES`]).
     pub kv_cache_dtype: Option<String>,
 }
 
@@ -45,10 +51,81 @@ impl Default for Layout {
     }
 }
 
+/// Most GPUs one replica of a model is spread over in any one dimension.
+pub const MAX_PARALLEL: u32 = 4096;
+
+/// KV cache element types SGLang (`--kv-cache-dtype`) and vLLM name, as [`kv_cache_bytes`]
+/// reads them.
+pub const KV_CACHE_DTYPES: &str = "auto, bf16, bfloat16, float16, fp16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, mxfp8, fp4_e2m1, fp4_mx_block16, nvfp4";
+
+/// Bytes one KV cache element takes, scales included, for a dtype named as SGLang and vLLM
+/// name it; None for `auto` (the model's dtype) and for a name it does not know
+/// (see [`Layout::check`]).
+/// - `fp8*`: one byte (a per-tensor scale, negligible).
+/// - `mxfp8`: one byte and an 8-bit exponent scale per 32 values.
+/// - `fp4_e2m1` (SGLang 0.5's name), `fp4_mx_block16`: two 4-bit values per byte and an
+///   8-bit scale per 16 values (SGLang's `MHATokenToKVPoolFP4` and `MLATokenToKVPoolFP4`
+///   keep a uint8 scale buffer of one per 16 elements): 0.5625 bytes.
+/// - `nvfp4`: two 4-bit values per byte and an FP8 scale per 16: 0.5625 bytes.
+pub fn kv_cache_bytes(name: &str) -> Option<f64> {
+    let n = name.trim().to_ascii_lowercase();
+    Some(match n.as_str() {
+        "bf16" | "bfloat16" | "float16" | "fp16" | "half" => 2.0,
+        "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp8_inc" => 1.0,
+        "mxfp8" => 1.0 + 1.0 / 32.0,
+        "fp4_e2m1" | "fp4_mx_block16" | "nvfp4" => 0.5 + 1.0 / 16.0,
+        _ => return None,
+    })
+}
+
+/// A layout that no engine runs the model with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("{what} {got}: GPUs are counted from 1 to {MAX_PARALLEL}")]
+    OutOfRange { what: &'static str, got: u32 },
+    #[error(
+        "tensor parallelism {attention_tp} over attention is more than the model's {heads} attention heads: every rank holds at least one"
+    )]
+    MoreRanksThanHeads { attention_tp: u32, heads: u64 },
+    #[error(
+        "pipeline parallelism {pp} is more than the model's {layers} layers: every stage holds at least one"
+    )]
+    MoreStagesThanLayers { pp: u32, layers: u64 },
+    #[error("the KV cache dtype `{0}` is not known: one of {KV_CACHE_DTYPES}")]
+    UnknownKvDtype(String),
+}
+
 impl Layout {
     /// GPUs one replica of the model spans.
     pub fn gpus(&self) -> u32 {
         self.tp.max(1) * self.pp.max(1)
+    }
+
+    /// Whether `model` can run under this layout, each figure in range.
+    pub fn check(&self, model: &ModelFacts) -> Result<(), LayoutError> {
+        for (what, got) in [("tp", self.tp), ("pp", self.pp), ("dp", self.dp)] {
+            if got == 0 || got > MAX_PARALLEL {
+                return Err(LayoutError::OutOfRange { what, got });
+            }
+        }
+        let attention_tp = self.attention_tp() as u32;
+        if u64::from(attention_tp) > model.num_attention_heads {
+            return Err(LayoutError::MoreRanksThanHeads {
+                attention_tp,
+                heads: model.num_attention_heads,
+            });
+        }
+        if u64::from(self.pp) > model.num_layers() {
+            return Err(LayoutError::MoreStagesThanLayers {
+                pp: self.pp,
+                layers: model.num_layers(),
+            });
+        }
+        match self.kv_cache_dtype.as_deref() {
+            None | Some("auto") | Some("") => Ok(()),
+            Some(d) if kv_cache_bytes(d).is_some() => Ok(()),
+            Some(d) => Err(LayoutError::UnknownKvDtype(d.chars().take(40).collect())),
+        }
     }
 
     fn attention_tp(&self) -> f64 {
@@ -68,11 +145,13 @@ impl Layout {
         }
     }
 
-    /// Bytes of one KV cache element.
+    /// Bytes of one KV cache element (scales included).
     pub fn kv_bytes(&self, model: &ModelFacts) -> f64 {
         match self.kv_cache_dtype.as_deref() {
             None | Some("auto") | Some("") => model.dtype_bytes(),
-            Some(d) => dtype_bytes(d).unwrap_or_else(|| model.dtype_bytes()),
+            Some(d) => kv_cache_bytes(d)
+                .or_else(|| dtype_bytes(d))
+                .unwrap_or_else(|| model.dtype_bytes()),
         }
     }
 }
@@ -125,11 +204,24 @@ fn kv_share_per_gpu(model: &ModelFacts, layout: &Layout) -> f64 {
     }
 }
 
-/// Bytes of weights per GPU that a set of parameters takes.
+/// Bytes of weights per GPU that a set of parameters takes, along one pipeline (every stage's
+/// share: see the module's note on stages in series).
 fn weight_bytes_per_gpu(model: &ModelFacts, layout: &Layout, p: &Params) -> f64 {
     let base = model.dtype_bytes();
     let tp = layout.tp.max(1) as f64;
-    let pp = layout.pp.max(1) as f64;
+    let attention_tp = layout.attention_tp();
+    let split = params::attention_split(model);
+    let layers = model.layers.len() as f64;
+    // Whatever `p` counts of attention, it is every layer's (the attention of a step).
+    let attention_share = if split.total() > 0.0 {
+        p.attention / (split.total() * layers)
+    } else {
+        0.0
+    };
+    let kv_shards = match model.attention {
+        Attention::Gqa { kv_heads, .. } => attention_tp.min(kv_heads.max(1) as f64),
+        Attention::Mla { .. } => attention_tp,
+    };
     WeightClass::ALL
         .iter()
         .map(|&c| {
@@ -137,20 +229,25 @@ fn weight_bytes_per_gpu(model: &ModelFacts, layout: &Layout, p: &Params) -> f64 
                 Some(q) => q.bytes_per_param(c, base),
                 None => base,
             };
-            let shards = if c == WeightClass::Attention {
-                layout.attention_tp()
-            } else {
-                tp
+            let per_gpu = match c {
+                WeightClass::Attention => {
+                    layers
+                        * attention_share
+                        * (split.sharded / attention_tp + split.kv / kv_shards + split.replicated)
+                }
+                // The router is a replicated linear layer: whole on every rank.
+                WeightClass::Router => p.get(c),
+                _ => p.get(c) / tp,
             };
-            p.get(c) * bytes / shards
+            per_gpu * bytes
         })
         .sum::<f64>()
-        / pp
 }
 
-/// All the model's weights on one GPU, bytes (the checkpoint's share each rank holds).
+/// All the model's weights on one GPU, bytes (the checkpoint's share each rank holds; a
+/// stage's, under pipeline parallelism).
 pub fn weights_per_gpu(model: &ModelFacts, layout: &Layout) -> f64 {
-    weight_bytes_per_gpu(model, layout, &params::total(model))
+    weight_bytes_per_gpu(model, layout, &params::total(model)) / layout.pp.max(1) as f64
 }
 
 /// What one decode step reads on one GPU.
@@ -199,17 +296,23 @@ pub fn decode_step(
     };
     let kv_bytes = layout.kv_bytes(model);
     let seqs_per_group = batch / layout.attention_groups();
-    let share = kv_share_per_gpu(model, layout) / layout.pp.max(1) as f64;
-    let full_layers = model
+    let share = kv_share_per_gpu(model, layout);
+    // Layers whose cache still grows at this context: full ones, and sliding ones below
+    // their window.
+    let growing = model
         .layers
         .iter()
-        .filter(|l| l.attention == LayerKind::Full)
+        .filter(|l| match l.attention {
+            LayerKind::Full => true,
+            LayerKind::Sliding { window } => context < window as f64,
+            LayerKind::Linear => false,
+        })
         .count() as f64;
     DecodeStep {
         tokens,
         weight_bytes: weight_bytes_per_gpu(model, layout, &read),
         kv_bytes: kv_bytes_of_sequence(model, kv_bytes, context) * seqs_per_group * share,
-        kv_bytes_per_context_token: full_layers
+        kv_bytes_per_context_token: growing
             * kv_bytes_per_token_per_layer(model, kv_bytes)
             * seqs_per_group
             * share,

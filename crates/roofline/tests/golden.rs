@@ -3,7 +3,7 @@
 //! model cards state (Llama 3.1 8B: 8.03B parameters; DeepSeek-V3: 671B, 36.6B activated with
 //! the 0.9B head; gpt-oss-120b: 116.83B, 5.13B active).
 
-use roofline::grade::{self, Finding};
+use roofline::grade::{self, Finding, SweepPoint};
 use roofline::step::{self, Layout};
 use roofline::{LayerKind, ModelFacts, gpu, params};
 
@@ -14,6 +14,23 @@ fn model(name: &str) -> ModelFacts {
     );
     let text = std::fs::read_to_string(&path).unwrap();
     ModelFacts::from_hf_config(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+/// Points of a sweep, each step with a standard error of `se` of itself (None: no interval).
+fn sweep_points(steps: &[(f64, f64)], se: Option<f64>) -> Vec<SweepPoint> {
+    steps
+        .iter()
+        .map(|&(context, step_s)| SweepPoint {
+            context,
+            step_s,
+            step_se: se.map(|r| r * step_s),
+        })
+        .collect()
+}
+
+/// Student's t at 97.5% for the few degrees of freedom these sweeps have.
+fn t975(df: usize) -> f64 {
+    [f64::INFINITY, 12.706, 4.303, 3.182, 2.776, 2.571][df.min(5)]
 }
 
 #[track_caller]
@@ -64,6 +81,14 @@ fn llama_3_1_8b_dense_gqa() {
     close(s2.kv_bytes, s.kv_bytes / 2.0, 1e-12);
     let s16 = step::decode_step(&m, &tp(16), 1.0, 1024.0, 1.0);
     close(s16.kv_bytes, s.kv_bytes / 8.0, 1e-12);
+    // So are the k and v projections (32 x 2 x 4096 x 8 x 128): past 8 ranks each rank holds
+    // a copy of one KV head's, as vLLM's and SGLang's QKVParallelLinear replicate them.
+    let kv_proj = 32.0 * 2.0 * 4096.0 * 8.0 * 128.0 * 2.0;
+    close(
+        s16.weight_bytes,
+        (s.weight_bytes - kv_proj) / 16.0 + kv_proj / 8.0,
+        1e-12,
+    );
     // An fp8 cache halves the cache, not the weights.
     let fp8kv = Layout {
         kv_cache_dtype: Some("fp8_e4m3".into()),
@@ -107,7 +132,15 @@ fn deepseek_v3_mla_moe_fp8() {
         ..Layout::default()
     };
     let s8 = step::decode_step(&m, &tp8, 1.0, 4096.0, 1.0);
-    close(s8.weight_bytes, s.weight_bytes / 8.0, 1e-12);
+    // MLA's down-projections (61 x 7168 x (1536 + 576), fp8 with block scales) and the router
+    // (58 x 7168 x 256, bf16) are whole on every rank; the rest is split 8 ways.
+    let replicated = 61.0 * 7168.0 * (1536.0 + 576.0) * (8.0 + 32.0 / 16384.0) / 8.0
+        + 58.0 * 7168.0 * 256.0 * 2.0;
+    close(
+        s8.weight_bytes,
+        (s.weight_bytes - replicated) / 8.0 + replicated,
+        1e-12,
+    );
     assert_eq!(s8.kv_bytes, 70_272.0 * 4096.0);
     // DP attention over 8 groups splits the batch's caches instead.
     let dp8 = Layout {
@@ -153,7 +186,37 @@ fn kimi_k2_thinking_int4_experts_only() {
         0.0,
         1.0,
     );
-    close(s.weight_bytes, 32_984_399_872.0 / 8.0, 1e-12);
+    // Split over 8 ranks: everything but MLA's q_a and kv_a (61 x 7168 x (1536 + 576)) and
+    // the router (60 x 7168 x 384), which every rank holds whole, in bf16: 6.03 GB a rank
+    // reads per one-token step (4.12 if it were all split).
+    let replicated = (61.0 * 7168.0 * (1536.0 + 576.0) + 60.0 * 7168.0 * 384.0) * 2.0;
+    assert_eq!(replicated, 2_177_236_992.0);
+    close(
+        s.weight_bytes,
+        (32_984_399_872.0 - replicated) / 8.0 + replicated,
+        1e-12,
+    );
+    assert_eq!((s.weight_bytes / 1e7).round() / 100.0, 6.03);
+    // A verify step of 3 tokens reaches 384 x (1 - (1 - 8/384)^3) experts per MoE layer:
+    // 8.91 GB (7.00 if it were all split).
+    let verify = step::decode_step(
+        &m,
+        &Layout {
+            tp: 8,
+            ..Layout::default()
+        },
+        1.0,
+        0.0,
+        3.0,
+    );
+    let reached = 384.0 * (1.0 - (1.0f64 - 8.0 / 384.0).powi(3));
+    let expert = 3.0 * 7168.0 * 2048.0 * 60.0 * 0.5625 / 8.0;
+    close(
+        verify.weight_bytes,
+        s.weight_bytes + (reached - 8.0) * expert,
+        1e-12,
+    );
+    assert_eq!((verify.weight_bytes / 1e7).round() / 100.0, 8.91);
 }
 
 #[test]
@@ -219,7 +282,9 @@ fn the_founding_case_is_diagnosed_and_a_healthy_kernel_is_not() {
         .iter()
         .map(|&c| (c, 0.2e-3 + 17.8e-6 * c))
         .collect();
-    let sweep = grade::context_sweep(&published, step_at, rtx).unwrap();
+    // Each published step with a 2% standard error (16 tokens of 5 to 7 verify steps each).
+    let sweep =
+        grade::context_sweep(&sweep_points(&published, Some(0.02)), step_at, rtx, t975).unwrap();
     // 70,272 bytes per token of context (the latent is whole on every rank) over 17.8 us.
     close(sweep.marginal_gb_s, 70_272.0 / 17.8e-6 / 1e9, 1e-9);
     let text: Vec<String> = sweep.findings.iter().map(ToString::to_string).collect();
@@ -246,7 +311,8 @@ fn the_founding_case_is_diagnosed_and_a_healthy_kernel_is_not() {
         .iter()
         .map(|&c| (c, floor_w / 0.8 + per_token * c))
         .collect();
-    let sweep = grade::context_sweep(&healthy, step_at, rtx).unwrap();
+    let sweep =
+        grade::context_sweep(&sweep_points(&healthy, Some(0.01)), step_at, rtx, t975).unwrap();
     let text: Vec<String> = sweep.findings.iter().map(ToString::to_string).collect();
     assert!(
         matches!(sweep.findings[0], Finding::ContextAtBandwidth { fraction, .. } if (fraction - 0.8).abs() < 1e-6),
@@ -262,7 +328,7 @@ fn the_founding_case_is_diagnosed_and_a_healthy_kernel_is_not() {
         .iter()
         .map(|&c| (c, 0.5e-3 + 1e-8 * c))
         .collect();
-    let sweep = grade::context_sweep(&impossible, step_at, rtx).unwrap();
+    let sweep = grade::context_sweep(&sweep_points(&impossible, None), step_at, rtx, t975).unwrap();
     assert!(
         sweep
             .findings

@@ -521,11 +521,12 @@ pub(crate) fn help_text() -> String {
          max_running_requests, chunked_prefill_size, memory{gpu_gb, weight_gb,\n\
          kv_bytes_per_token, mem_fraction_static, graph_gb, activation{runtime_overhead_mib,\n\
          bytes_per_token, bytes_per_token_ctx}}, prefill{base_ms, per_token_us,\n\
-         attention_ns}, decode{base_ms, per_seq_us, per_ctx_token_ns}, speculative{\n\
+         attention_ns}, decode{base_ms, per_seq_us, per_ctx_token_ns, min_step_ms}, speculative{\n\
          num_draft_tokens, num_steps, accept_length_mean, accept_length_by_context,\n\
          step_overhead_ms, per_draft_token_us, enabled}, oom_prefill_tokens\n\
          (a prefill batch with more new tokens crashes like a CUDA out-of-memory),\n\
-         profiler_stop_ms (how long /stop_profile takes to answer), seed.\n\
+         profiler_stop_ms (how long /stop_profile takes to answer), seed, facts{gpu, tp,\n\
+         model_config} (what it models, for grading its runs; the simulator ignores it).\n\
          With memory.activation, a prefill chunk whose activation spike (plus, unless\n\
          PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is set, the largest earlier spike\n\
          still reserved) exceeds the memory outside the static pool crashes the same way\n\

@@ -115,7 +115,7 @@ pub use api::Api;
 pub use args::SimArgError;
 pub use config::SimConfig;
 pub use log::SimLog;
-pub use profile::Profile;
+pub use profile::{Profile, ProfileFacts};
 pub use server::serve;
 pub use tokenizer::encode as tokenize;
 pub use trace::{ChunkTrace, TraceEntry};

@@ -78,6 +78,25 @@ pub struct Profile {
     /// Wrong output on purpose, to test output validity checks (none by default).
     #[serde(default)]
     pub faults: Faults,
+    /// The model and GPU the profile models, for grading a run of it against the hardware's
+    /// bound (the simulator itself does not read them).
+    #[serde(default)]
+    pub facts: Option<ProfileFacts>,
+}
+
+/// What a profile models: the model's Hugging Face `config.json` and the GPU, so a run of the
+/// profile is graded against the bound as a run on that hardware would be.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFacts {
+    /// A GPU catalogue id (`h100-sxm`, `rtx-pro-6000`; `servebench bound --help` lists them).
+    pub gpu: String,
+    /// Tensor-parallel ranks the timings are for (1 by default; a run's own `--tp-size` is
+    /// what its grade uses).
+    #[serde(default = "one_rank")]
+    pub tp: u32,
+    /// The model's `config.json`, its fields inline.
+    pub model_config: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Output faults: the simulator answers garbage (`!` tokens, like vLLM #42426 past a context
@@ -150,7 +169,8 @@ pub struct PrefillCost {
     pub attention_ns: f64,
 }
 
-/// Decode step time = `base_ms` + `per_seq_us` x batch size + `per_ctx_token_ns` x context tokens.
+/// Decode step time = `base_ms` + `per_seq_us` x batch size + `per_ctx_token_ns` x context tokens,
+/// and never under `min_step_ms`.
 /// A profile gives `base_ms` and `per_ctx_token_ns` directly, or declares the memory traffic they
 /// come from (`bandwidth:`), which a grader can then recover from a context sweep.
 #[derive(Debug, Clone, Deserialize)]
@@ -164,6 +184,10 @@ pub struct DecodeCost {
     pub per_ctx_token_ns: f64,
     /// The declared memory traffic `base_ms` and `per_ctx_token_ns` were derived from.
     pub bandwidth: Option<DecodeBandwidth>,
+    /// No decode step is shorter (milliseconds, before the verify overhead): the weights' read
+    /// at the GPU's bandwidth, where a line fitted at long contexts would fall below it at
+    /// short ones. 0: no such floor.
+    pub min_step_ms: f64,
 }
 
 /// A decode step as the reads it does, per GPU: the weights once a step and each token of
@@ -233,6 +257,8 @@ struct DecodeCostSpec {
     per_ctx_token_ns: Option<f64>,
     #[serde(default)]
     bandwidth: Option<DecodeBandwidth>,
+    #[serde(default)]
+    min_step_ms: f64,
 }
 
 impl TryFrom<DecodeCostSpec> for DecodeCost {
@@ -260,11 +286,15 @@ impl TryFrom<DecodeCostSpec> for DecodeCost {
                 );
             }
         };
+        if !(d.min_step_ms.is_finite() && d.min_step_ms >= 0.0) {
+            return Err("decode.min_step_ms must be a non-negative number".into());
+        }
         Ok(DecodeCost {
             base_ms,
             per_seq_us: d.per_seq_us,
             per_ctx_token_ns,
             bandwidth: d.bandwidth,
+            min_step_ms: d.min_step_ms,
         })
     }
 }
@@ -398,6 +428,10 @@ fn one() -> f64 {
     1.0
 }
 
+fn one_rank() -> u32 {
+    1
+}
+
 /// Why a profile could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
@@ -528,12 +562,10 @@ impl Profile {
     /// Time of one decode step for `batch` requests holding `ctx_tokens` tokens in total.
     pub fn decode_time(&self, batch: u64, ctx_tokens: u64, spec_overhead_ms: f64) -> Duration {
         let c = &self.decode;
-        self.scaled_ms(
-            c.base_ms
-                + c.per_seq_us * batch as f64 / 1e3
-                + c.per_ctx_token_ns * ctx_tokens as f64 / 1e6
-                + spec_overhead_ms,
-        )
+        let line = c.base_ms
+            + c.per_seq_us * batch as f64 / 1e3
+            + c.per_ctx_token_ns * ctx_tokens as f64 / 1e6;
+        self.scaled_ms(line.max(c.min_step_ms) + spec_overhead_ms)
     }
 }
 

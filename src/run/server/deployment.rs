@@ -412,6 +412,10 @@ impl ServerProcess for DeploymentProcess {
         self.members[0].process.host_url()
     }
 
+    fn through_forward(&self) -> bool {
+        self.members[0].process.through_forward()
+    }
+
     fn ids(&self) -> ProcessIds {
         self.members[0].process.ids()
     }

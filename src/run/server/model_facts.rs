@@ -22,6 +22,7 @@ pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> M
             origin: "inline in the spec (server.model_facts)".into(),
             config: Some(serde_json::Value::Object(map.clone().into_iter().collect())),
             missing: None,
+            gpu: None,
         },
         Some(ModelFactsSource::Path(p)) => {
             let path = spec_dir.join(p);
@@ -35,28 +36,39 @@ pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> M
             )
         }
         None => {
-            if server.url.is_some() {
-                return missing(
-                    "the server is not servebench's (server.url)".into(),
-                    format!("its host's files are not read: {FIX}"),
-                );
+            let from_host = from_model_path(server, host).await;
+            // A simulator's profile says what it models: where no config was found beside the
+            // model, its facts are the model's.
+            match profile_facts(server, spec_dir) {
+                Some(record) if from_host.config.is_none() => record,
+                _ => from_host,
             }
-            let Some(model) = model_path(server) else {
-                return missing(
-                    "the spec names no model".into(),
-                    format!("no model path to read config.json from: {FIX}"),
-                );
-            };
-            let file = format!("{}/config.json", model.trim_end_matches('/'));
-            let origin = format!("{}:{file}", host.name());
-            let read = host.read_small_file(&file, MODEL_CONFIG_BYTES).await;
-            parsed(
-                origin,
-                read,
-                &format!("`{model}` is not a model directory the host can read? {FIX}"),
-            )
         }
     }
+}
+
+/// `<model path>/config.json` on the server's host, or why it could not be read.
+async fn from_model_path(server: &Server, host: &dyn Host) -> ModelConfigRecord {
+    if server.url.is_some() {
+        return missing(
+            "the server is not servebench's (server.url)".into(),
+            format!("its host's files are not read: {FIX}"),
+        );
+    }
+    let Some(model) = model_path(server) else {
+        return missing(
+            "the spec names no model".into(),
+            format!("no model path to read config.json from: {FIX}"),
+        );
+    };
+    let file = format!("{}/config.json", model.trim_end_matches('/'));
+    let origin = format!("{}:{file}", host.name());
+    let read = host.read_small_file(&file, MODEL_CONFIG_BYTES).await;
+    parsed(
+        origin,
+        read,
+        &format!("`{model}` is not a model directory the host can read? {FIX}"),
+    )
 }
 
 /// The model path the engine is launched with (`--model-path`, vLLM's positional model,
@@ -75,6 +87,7 @@ fn parsed(origin: String, read: Result<Vec<u8>, String>, fix: &str) -> ModelConf
             origin,
             config: Some(v),
             missing: None,
+            gpu: None,
         },
         Ok(_) => missing(origin, format!("not a JSON object: {fix}")),
         Err(e) => missing(origin, format!("not JSON ({e}): {fix}")),
@@ -86,7 +99,37 @@ fn missing(origin: String, why: String) -> ModelConfigRecord {
         origin,
         config: None,
         missing: Some(why),
+        gpu: None,
     }
+}
+
+/// A simulated server's model and GPU, from its timing profile's `facts:` (the shipped
+/// profiles all say what they model): the simulator's run is graded as a run on that
+/// hardware. None for a real engine, or a profile without facts or that cannot be read (the
+/// launch says why).
+fn profile_facts(server: &Server, spec_dir: &Path) -> Option<ModelConfigRecord> {
+    if server.url.is_some()
+        || !(server.simulate || server.engine == crate::spec::types::Engine::Sim)
+    {
+        return None;
+    }
+    let crate::spec::types::ArgValue::Str(name) = crate::engine::effective_args(server)
+        .get("profile")?
+        .clone()
+    else {
+        return None;
+    };
+    let beside = spec_dir.join(&name);
+    let profile = sim::Profile::load(&name)
+        .or_else(|_| sim::Profile::load(&beside.to_string_lossy()))
+        .ok()?;
+    let facts = profile.facts?;
+    Some(ModelConfigRecord {
+        origin: format!("the simulator profile `{}` (its facts:)", profile.name),
+        config: Some(serde_json::Value::Object(facts.model_config)),
+        missing: None,
+        gpu: Some(facts.gpu),
+    })
 }
 
 #[cfg(test)]

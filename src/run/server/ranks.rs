@@ -212,6 +212,10 @@ impl ServerProcess for RankedProcess {
         self.ranks[0].process.host_url()
     }
 
+    fn through_forward(&self) -> bool {
+        self.ranks[0].process.through_forward()
+    }
+
     fn ids(&self) -> ProcessIds {
         self.ranks[0].process.ids()
     }

@@ -184,6 +184,10 @@ pub struct ServerLaunch {
     /// How the server ended: `stopped`, `crashed: ...`, `external`.
     #[serde(default)]
     pub outcome: Option<String>,
+    /// Whether servebench reached it through an SSH port forward (a server launched on an
+    /// SSH host); false on this machine, on a Slurm node reached directly, for a `url:` server.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub through_forward: bool,
     /// The SSH host it ran on (None: this machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
@@ -242,6 +246,10 @@ pub struct ModelConfigRecord {
     /// Why it could not be read, and how to give it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
+    /// The GPU the config came with (a simulator profile's `facts.gpu`, a catalogue id): what
+    /// the run is graded against when the spec names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
 }
 
 /// A Slurm job as servebench saw it: its accounting, for meta.json and the report.

@@ -16,13 +16,43 @@ pub enum ModelFactsSource {
 }
 
 /// The GPU a point's steps are graded against.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum GpuChoice {
     /// A catalogue id (`h100-sxm`, `rtx-pro-6000`, ...) or a name as nvidia-smi prints it.
     Catalogue(String),
     /// A GPU the catalogue lacks, or one clocked differently: its figures and where they are from.
     Custom(CustomGpu),
+}
+
+/// A name, or the figures read as [`CustomGpu`] so that a wrong one is named by its field (an
+/// untagged enum would only say no variant matched).
+impl<'de> Deserialize<'de> for GpuChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Choice;
+        impl<'de> serde::de::Visitor<'de> for Choice {
+            type Value = GpuChoice;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "a catalogue id or nvidia-smi name, or { name, bandwidth_gb_s, bf16_tflops, source }",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<GpuChoice, E> {
+                Ok(GpuChoice::Catalogue(v.to_string()))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<GpuChoice, A::Error> {
+                CustomGpu::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(GpuChoice::Custom)
+            }
+        }
+        d.deserialize_any(Choice)
+    }
 }
 
 /// One GPU's peak figures, given in the spec.

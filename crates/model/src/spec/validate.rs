@@ -283,6 +283,21 @@ impl Validator {
 
     /// Checks `value` against alternatives and reports the errors of the one the user most
     /// plausibly meant.
+    /// Whether a branch's type admits `value`: its `type`, or for a choice of its own (an
+    /// untagged enum inside an option, `gpu: name | { figures }`) any of its branches'.
+    fn fits(&self, value: &Value, schema: &Value, depth: usize) -> bool {
+        let schema = self.resolve(schema);
+        if let Some(t) = schema.get("type") {
+            return type_matches(value, t);
+        }
+        depth < 8
+            && schema
+                .get("anyOf")
+                .or_else(|| schema.get("oneOf"))
+                .and_then(Value::as_array)
+                .is_some_and(|bs| bs.iter().any(|b| self.fits(value, b, depth + 1)))
+    }
+
     fn check_branches<'s>(
         &'s self,
         value: &Value,
@@ -337,11 +352,7 @@ impl Validator {
         }
         // Otherwise: the branches whose type fits; if exactly one, its errors say the most.
         let fitting: Vec<usize> = (0..resolved.len())
-            .filter(|&i| {
-                resolved[i]
-                    .get("type")
-                    .is_some_and(|t| type_matches(value, t))
-            })
+            .filter(|&i| self.fits(value, resolved[i], 0))
             .collect();
         if let [i] = fitting.as_slice() {
             out.append(&mut per_branch[*i]);

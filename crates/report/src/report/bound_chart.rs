@@ -1,4 +1,4 @@
-//! The "Against the hardware" chart: each batch size's measured decode step time against
+//! The "Against the hardware" chart: each sweep line's measured decode step time against
 //! context, beside the floor its bytes allow (drawn by the results charts' `render_svg`).
 
 use super::bound_section::{BoundSection, CHART_FILE};
@@ -8,19 +8,22 @@ use super::charts::{Chart, ChartPoint, Series};
 pub(crate) fn chart(section: Option<&BoundSection>) -> Option<Chart> {
     let s = section?;
     s.chart.as_ref()?;
-    let mut batches: Vec<f64> = s.rows.iter().map(|r| r.batch).collect();
-    batches.sort_by(f64::total_cmp);
-    batches.dedup();
-    let lone = batches.len() == 1;
+    let mut lines: Vec<&str> = Vec::new();
+    for r in &s.rows {
+        if !lines.contains(&r.line.as_str()) {
+            lines.push(&r.line);
+        }
+    }
+    let lone = lines.len() == 1;
     let mut series = Vec::new();
-    for b in batches {
-        let mut rows: Vec<_> = s.rows.iter().filter(|r| r.batch == b).collect();
+    for l in lines {
+        let mut rows: Vec<_> = s.rows.iter().filter(|r| r.line == l).collect();
         rows.sort_by(|x, y| x.context_tokens.total_cmp(&y.context_tokens));
         let line = |name: &str, value: &dyn Fn(&super::bound_section::BoundRow) -> f64| Series {
             label: if lone {
                 name.to_string()
             } else {
-                format!("{name}, batch {b:.0}")
+                format!("{name}, {l}")
             },
             points: rows
                 .iter()

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use roofline::ModelFacts;
 use servebench_model::input_file::{Refused, open_regular};
-use servebench_model::spec::types::{Experiment, GpuChoice, ModelFactsSource};
+use servebench_model::spec::types::{CustomGpu, Experiment, GpuChoice, ModelFactsSource};
 use servebench_model::spec::validate::{Problem, Target};
 
 /// Largest `config.json` read (the runner reads the host's with the same limit).
@@ -51,14 +51,24 @@ impl servebench_model::spec::Check for BoundInputsCheck {
             Some(ModelFactsSource::Inline(map)) => {
                 let v = serde_json::Value::Object(map.clone().into_iter().collect());
                 if let Err(e) = ModelFacts::from_hf_config(&v) {
+                    let at = format!("/server/model_facts{}", e.pointer().unwrap_or_default());
                     problems.push(problem(
-                        "/server/model_facts",
+                        &at,
                         format!("not a config the roofline can read: {e}"),
                         "the fields of the model's config.json (num_hidden_layers, hidden_size, num_attention_heads, ...)",
                     ));
                 }
             }
             None => {}
+        }
+        if let Some(GpuChoice::Custom(c)) = &server.gpu
+            && let Some((field, why)) = custom_gpu_problem(c)
+        {
+            problems.push(problem(
+                &format!("/server/gpu/{field}"),
+                why,
+                "the GPU's datasheet figure: a positive number (GB/s, dense TFLOP/s without sparsity)",
+            ));
         }
         if let Some(GpuChoice::Catalogue(name)) = &server.gpu
             && roofline::gpu::find(name).is_none()
@@ -74,6 +84,29 @@ impl servebench_model::spec::Check for BoundInputsCheck {
         }
         problems
     }
+}
+
+/// Largest peak figure a GPU in the spec may claim (GB/s or TFLOP/s): a thousand times
+/// today's largest.
+const MAX_PEAK: f64 = 1e7;
+
+/// The first figure of a spec's GPU that no GPU has (its field and why), or None.
+pub(crate) fn custom_gpu_problem(c: &CustomGpu) -> Option<(&'static str, String)> {
+    let figures = [
+        ("bandwidth_gb_s", Some(c.bandwidth_gb_s)),
+        ("bf16_tflops", Some(c.bf16_tflops)),
+        ("fp8_tflops", c.fp8_tflops),
+        ("fp4_tflops", c.fp4_tflops),
+    ];
+    figures.into_iter().find_map(|(field, v)| {
+        let v = v?;
+        (!(v.is_finite() && v > 0.0 && v <= MAX_PEAK)).then(|| {
+            (
+                field,
+                format!("{v} is no GPU's peak: a positive number up to {MAX_PEAK} is needed"),
+            )
+        })
+    })
 }
 
 /// What is wrong with a config file, or None when the roofline reads it.

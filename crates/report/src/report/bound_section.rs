@@ -46,7 +46,12 @@ pub struct BoundSection {
     pub assumptions: Vec<String>,
     /// One row per graded point, in record order.
     pub rows: Vec<BoundRow>,
-    /// One line per batch size with two or more contexts.
+    /// Points left ungraded, each with why the measurement does not isolate their steps.
+    pub not_graded: Vec<String>,
+    /// What the grades say is wrong beyond the sweeps (a prefill above the peak FLOP/s).
+    pub findings: Vec<String>,
+    /// One line per set of points that share every setting that changes a step (batch,
+    /// layout, KV dtype, speculation and its verify width), with two contexts or more.
     pub sweeps: Vec<BoundSweep>,
     /// Measured step time against context beside the floor (`charts/bound-step.svg`).
     pub chart: Option<ChartLink>,
@@ -71,6 +76,8 @@ pub struct BoundRow {
     pub point: String,
     /// Human label, as in the results tables.
     pub label: String,
+    /// The sweep line it is on (`batch 1, speculative (verify width 4)`).
+    pub line: String,
     /// Mean context during decode: prompt plus half the output, tokens.
     pub context_tokens: f64,
     /// Sequences decoding together (the point's concurrency).
@@ -78,6 +85,9 @@ pub struct BoundRow {
     /// Decode tokens per step per sequence this point was graded with (its measured accept
     /// length under speculative decoding).
     pub tokens_per_step: f64,
+    /// Tokens per sequence a step puts through the weights: the verify width under
+    /// speculative decoding (whatever it accepts), else the tokens per step.
+    pub verify_tokens_per_step: f64,
     /// Measured seconds per decode step: tokens per step over the per-request decode tok/s
     /// (divided by the simulator's time scale).
     pub step_s: f64,
@@ -103,18 +113,31 @@ pub struct BoundRow {
 /// A context sweep's line and what it means.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct BoundSweep {
+    /// What its points share (`batch 1`, `batch 1, speculative (verify width 4)`).
+    pub line: String,
     pub batch: f64,
     /// Points on the line.
     pub points: usize,
+    /// The line in words (`step = 0.200 ms + 17.800 us x context`); None without a line.
+    pub equation: Option<String>,
+    /// Why there is no line (the KV cache read does not change over the contexts, ...).
+    pub no_line: Option<String>,
     /// The line at zero context, seconds per step.
     pub fixed_s: f64,
-    /// Seconds per step one more token of context adds.
+    /// Seconds per step one more token of context adds (at the shortest context).
     pub slope_s_per_token: f64,
-    /// The KV bytes one token of context adds per GPU over the slope, GB/s: the bandwidth
-    /// attention reads the cache at.
+    /// Whether the KV bytes per token of context are the same over the sweep (no window ends
+    /// inside it), so the line is `fixed + slope x context`.
+    pub linear_in_context: bool,
+    /// Seconds per step one more GB of KV cache read per GPU adds.
+    pub slope_s_per_gb: f64,
+    /// The bandwidth attention reads the cache at: one over the slope per byte of KV cache
+    /// read per GPU, GB/s.
     pub marginal_gb_s: f64,
     /// That over peak bandwidth.
     pub marginal_fraction: f64,
+    /// Its 95% interval, GB/s (the upper end None where it is unbounded); None without one.
+    pub marginal_interval_gb_s: Option<(f64, Option<f64>)>,
     /// The weights' read time at peak bandwidth, seconds.
     pub weight_floor_s: f64,
     /// What the line means, one sentence each (`its context-dependent part runs at ...`).
@@ -180,6 +203,11 @@ pub(crate) fn section(
                 None
             }
         },
+        Some(GpuChoice::Custom(c)) if super::bound_check::custom_gpu_problem(c).is_some() => {
+            let (field, why) = super::bound_check::custom_gpu_problem(c).unwrap_or_default();
+            missing.push(format!("server.gpu.{field}: {why}"));
+            None
+        }
         Some(GpuChoice::Custom(c)) => Some(GpuSpec {
             id: "custom".into(),
             name: c.name.clone(),
@@ -190,6 +218,23 @@ pub(crate) fn section(
             fp4_tflops: c.fp4_tflops,
             source: format!("given in the spec: {}", c.source),
         }),
+        None if record.and_then(|r| r.gpu.as_ref()).is_some() => {
+            let name = record.and_then(|r| r.gpu.clone()).unwrap_or_default();
+            match bound::find_gpu(&name) {
+                Ok(g) => {
+                    assumptions.push(format!(
+                        "GPU: {}, the one the model facts came with ({})",
+                        g.name,
+                        origin.as_deref().unwrap_or("the run")
+                    ));
+                    Some(g)
+                }
+                Err(e) => {
+                    missing.push(format!("the model facts' GPU: {e}"));
+                    None
+                }
+            }
+        }
         None => match bound::host_gpu(meta) {
             Some(name) => match bound::find_gpu(&name) {
                 Ok(g) => {
@@ -215,18 +260,6 @@ pub(crate) fn section(
     let (Some(model), Some(gpu)) = (model, gpu) else {
         return Some(ungraded(missing, origin));
     };
-    let distinct_servers = meta
-        .servers
-        .iter()
-        .map(|s| &s.args)
-        .collect::<Vec<_>>()
-        .windows(2)
-        .any(|w| w[0] != w[1]);
-    if distinct_servers {
-        assumptions.push(
-            "the server groups differ: every point is graded with the first launch's layout".into(),
-        );
-    }
     let opts = BoundOptions {
         model,
         gpu: None,
@@ -262,6 +295,8 @@ fn ungraded(missing: Vec<String>, origin: Option<String>) -> BoundSection {
         prefill_precision: "bf16".into(),
         assumptions: Vec::new(),
         rows: Vec::new(),
+        not_graded: Vec::new(),
+        findings: Vec::new(),
         sweeps: Vec::new(),
         chart: None,
     }
@@ -285,9 +320,11 @@ fn graded(
                 .get(&row.point)
                 .cloned()
                 .unwrap_or_else(|| row.point.clone()),
+            line: row.line.clone(),
             context_tokens: row.context,
             batch: row.batch,
             tokens_per_step: row.tokens_per_step,
+            verify_tokens_per_step: row.verify_tokens,
             step_s: row.step.step_s,
             step_floor_s: row.step.floor_s,
             weight_bytes_per_gpu: row.weight_bytes,
@@ -323,18 +360,52 @@ fn graded(
         prefill_precision: precision,
         assumptions: r.assumptions.clone(),
         rows,
+        not_graded: r.not_graded.clone(),
+        findings: r.findings.clone(),
         sweeps: r
             .sweeps
             .iter()
-            .map(|(batch, s)| BoundSweep {
-                batch: *batch,
-                points: s.points,
-                fixed_s: s.fixed_s,
-                slope_s_per_token: s.slope_s_per_token,
-                marginal_gb_s: s.marginal_gb_s,
-                marginal_fraction: s.marginal_fraction,
-                weight_floor_s: s.weight_floor_s,
-                findings: s.findings.iter().map(ToString::to_string).collect(),
+            .map(|(line, sweep)| {
+                let batch = r
+                    .rows
+                    .iter()
+                    .find(|row| &row.line == line)
+                    .map_or(1.0, |row| row.batch);
+                let points = r.rows.iter().filter(|row| &row.line == line).count();
+                match sweep {
+                    Ok(s) => BoundSweep {
+                        line: line.clone(),
+                        batch,
+                        points: s.points,
+                        equation: Some(super::bound::line_text(s)),
+                        no_line: None,
+                        fixed_s: s.fixed_s,
+                        slope_s_per_token: s.slope_s_per_token,
+                        linear_in_context: s.linear_in_context,
+                        slope_s_per_gb: s.slope_s_per_gb,
+                        marginal_gb_s: s.marginal_gb_s,
+                        marginal_fraction: s.marginal_fraction,
+                        marginal_interval_gb_s: s.marginal_interval_gb_s,
+                        weight_floor_s: s.weight_floor_s,
+                        findings: s.findings.iter().map(ToString::to_string).collect(),
+                    },
+                    Err(why) => BoundSweep {
+                        line: line.clone(),
+                        batch,
+                        points,
+                        equation: None,
+                        no_line: Some(why.to_string()),
+                        fixed_s: 0.0,
+                        slope_s_per_token: 0.0,
+                        linear_in_context: true,
+                        slope_s_per_gb: 0.0,
+                        marginal_gb_s: 0.0,
+                        marginal_fraction: 0.0,
+                        marginal_interval_gb_s: None,
+                        weight_floor_s: 0.0,
+                        findings: Vec::new(),
+                    },
+                }
             })
             .collect(),
         chart,

@@ -145,6 +145,8 @@ pub(crate) fn build_model_from(
             client_os: meta.client_host.os.clone(),
             client_cpus: meta.client_host.cpus,
             client_placement: meta.client_placement.clone(),
+            client_through_forward: meta.client_placement.as_deref() != Some("host")
+                && meta.servers.iter().any(|s| s.through_forward),
             server_host: meta.server_host.as_ref().map(server_host),
             pool_hosts: super::hardware::pool_hosts(meta, points),
         },

@@ -280,6 +280,9 @@ pub struct Provenance {
     /// SSH hosts) or `host` (servebench's agent on the GPU host, against localhost). None for
     /// runs recorded before this was stored.
     pub client_placement: Option<String>,
+    /// Whether the measuring client reached a server through an SSH port forward (a server
+    /// launched on an SSH host, measured from this machine), as the run recorded it.
+    pub client_through_forward: bool,
     /// The GPU host, read over SSH (None for local runs).
     pub server_host: Option<ServerHost>,
     /// A host pool's hosts, what each is and which points it measured (empty on one host).

@@ -132,6 +132,14 @@ pub(crate) async fn server_info(State(st): State<AppState>) -> Response {
     );
     m.insert("max_total_tokens".into(), cfg.pool_tokens().into());
     m.insert("mem_fraction_static".into(), cfg.mem_fraction_static.into());
+    // SGLang resolves the verify width when speculation is on (a profile can switch it on
+    // without the flag).
+    if let Some(sp) = &cfg.speculative {
+        m.insert(
+            "speculative_num_draft_tokens".into(),
+            sp.num_draft_tokens.into(),
+        );
+    }
     m.insert("profile".into(), cfg.profile.name.clone().into());
     // servebench's own extra (SGLang has no such key): the multiplier on every modelled
     // duration, so scaled runs can be labelled.
