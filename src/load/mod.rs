@@ -14,4 +14,5 @@ pub(crate) mod trace;
 
 pub(crate) use check::ScheduleCheck;
 pub use pacer::{Pacer, PacerError};
+pub(crate) use schedule::TracedLines;
 pub use schedule::{Schedule, ScheduleError, Scheduled};
