@@ -40,14 +40,13 @@ impl Check for ScheduleCheck {
         };
         match (load.kind, &load.trace) {
             (LoadKind::Sessions, _) => Vec::new(),
-            (LoadKind::Agentic, Some(a)) => {
-                let full = spec_dir.join(&a.file);
-                match super::agentic::summarize(&full, a) {
+            (LoadKind::Agentic, _) => match &load.agentic {
+                Some(a) => match super::agentic::summarize(&spec_dir.join(&a.file), a) {
                     Ok(_) => Vec::new(),
                     Err(e) => vec![problem("/load/agentic/file", super::agentic::described(e))],
-                }
-            }
-            (LoadKind::Agentic, None) => Vec::new(),
+                },
+                None => Vec::new(),
+            },
             (LoadKind::Trace, Some(t)) => {
                 let full = spec_dir.join(&t.file);
                 let options = trace::TraceOptions::of(t);

@@ -6,6 +6,7 @@
 //! front: it is a second driver beside [`pacer::Pacer`], releasing requests from its own
 //! state, and records the same `scheduled_at`/`phase` fields.
 
+pub(crate) mod agentic;
 pub(crate) mod arrival;
 pub(crate) mod check;
 pub(crate) mod pacer;

@@ -39,7 +39,7 @@ pub(crate) struct TraceEntry {
 
 /// A line's block ids: `len` ids from `start` in the trace's id list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BlockRange {
+pub struct BlockRange {
     pub start: u32,
     pub len: u32,
 }
@@ -80,6 +80,7 @@ pub(crate) struct Trace {
 
 impl Trace {
     /// The block ids of a line (empty when it has none).
+    #[cfg(test)]
     pub(crate) fn ids_of(&self, blocks: Option<BlockRange>) -> &[u64] {
         match blocks {
             Some(b) => &self.ids[b.start as usize..(b.start + b.len) as usize],

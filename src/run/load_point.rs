@@ -112,7 +112,7 @@ impl PointRunner {
                             exp.request_timeout,
                             p.requested,
                         );
-                        let (share, mix) = (p.share, p.mix);
+                        let (share, mix, theoretical) = (p.share, p.mix, p.theoretical_cached);
                         let scheduled_at = start_unix + s.at_s;
                         let gone = gone.clone();
                         tasks.spawn(async move {
@@ -130,6 +130,7 @@ impl PointRunner {
                             rec.lag_s = Some(rec.sent_at - scheduled_at);
                             rec.phase = Some(s.phase);
                             rec.share = share;
+                            rec.theoretical_cached_tokens = theoretical;
                             rec.mix = mix;
                             fill_omitted_cached(&mut rec, omitted_is_zero);
                             let mut written = writer.write(rec).await;

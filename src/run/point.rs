@@ -25,6 +25,7 @@ use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment, Measure};
 use super::interrupt::Interrupt;
 use super::progress::Progress;
 
+mod agentic;
 mod sessions;
 mod workload;
 
@@ -352,6 +353,7 @@ impl PointRunner {
             record.status = Some(crate::results::records::PointStatus::Failed);
         }
         record.prefix_cache = summary.prefix_cache;
+        (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
         record.profile = self.profiled.take();
         if let Some(checks) = checks {
             let view = checks.finish();
@@ -449,6 +451,11 @@ impl PointRunner {
         // that ends before it does (the state dropped) sends none.
         let (load, under_load) = super::validity::LoadState::channel();
         let under_load = checks.as_ref().and_then(|c| c.start_under_load(under_load));
+        if let Some(spec) = exp.agentic() {
+            return self
+                .run_agentic(client, point, round, prompts, spec, flags, fold)
+                .await;
+        }
         if let Some(sessions) = exp.sessions() {
             let sampler = match gpu.as_ref() {
                 Some(g) => g.start(&point.id, round).await,
@@ -491,7 +498,7 @@ impl PointRunner {
         };
         let count = schedule.as_ref().map_or(exp.requests, |s| s.len() as u32);
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths = schedule.as_ref().map_or(&[][..], |s| s.traced());
+        let lengths = schedule.as_ref().map_or_else(Default::default, |s| s.traced());
         let plan = match self
             .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await
@@ -814,6 +821,7 @@ impl PointRunner {
             let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
             let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
+            let theoretical = planned.theoretical_cached;
             let gone = gone.clone();
             tasks.spawn(async move {
                 progress.request_started();
@@ -838,6 +846,7 @@ impl PointRunner {
                 );
                 fill_omitted_cached(&mut rec, omitted_is_zero);
                 rec.share = share;
+                rec.theoretical_cached_tokens = theoretical;
                 rec.mix = mix;
                 let written = writer.write(rec).await;
                 progress.request_finished();
@@ -1146,6 +1155,9 @@ pub(super) struct Planned {
     /// Whether the policy's nonce goes in front (not for texts that carry their own, which
     /// decide what they share).
     nonce: bool,
+    /// A prompt of a trace's blocks: the tokens its leading blocks already sent could find
+    /// cached (None for other prompts).
+    pub(super) theoretical_cached: Option<u64>,
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model, else

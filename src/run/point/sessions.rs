@@ -55,7 +55,15 @@ impl PointRunner {
         let exp = &point.experiment;
         let (users, turns) = (spec.users.max(1), spec.turns.max(1));
         let plan = match self
-            .plan_round(client, exp, prompts, round, users * turns, &[], flags)
+            .plan_round(
+                client,
+                exp,
+                prompts,
+                round,
+                users * turns,
+                Default::default(),
+                flags,
+            )
             .await
         {
             Ok(p) => p,

@@ -358,6 +358,8 @@ mod tests {
             profile: None,
             workers: Vec::new(),
             validity: None,
+            trace_cache: None,
+            jobs: None,
         }
     }
 
