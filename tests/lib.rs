@@ -41,6 +41,7 @@ mod statistics;
 mod summary;
 mod telemetry;
 mod telemetry_sources;
+mod traces;
 mod trust;
 mod validate;
 mod validity;

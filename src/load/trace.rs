@@ -615,7 +615,7 @@ mod tests {
         // Not a list, a negative id: refused whatever the mode (but `ignore`).
         let p = write(&dir, "{\"at\": 0, \"hash_ids\": \"46\"}\n");
         let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
-        assert!(e.contains("t.jsonl:1:12: `hash_ids` must be a list"), "{e}");
+        assert!(e.contains("t.jsonl:1:11: `hash_ids` must be a list"), "{e}");
         let p = write(&dir, "{\"at\": 0, \"hash_ids\": [3, -1]}\n");
         let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
         assert!(e.contains("`hash_ids[1]` is -1"), "{e}");

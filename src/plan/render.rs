@@ -84,6 +84,12 @@ fn write_plan(
                 Err(_) => String::new(),
             };
             let samples = match e.method.resolve() {
+                _ if let Some(a) = e.agentic() => format!(
+                    "{} of {} replayed, {} live at once",
+                    a.sessions.map_or("every session".to_string(), |n| count_s(n as usize, "session")),
+                    a.file.display(),
+                    a.live
+                ),
                 _ if let Some(s) = e.sessions() => format!(
                     "{} of {}",
                     count_s(s.users as usize, "session"),
@@ -135,7 +141,10 @@ fn write_plan(
                 "  {}  {samples} x {}, concurrency {}, cache {}{time}",
                 p.label(),
                 count_s(e.repeat as usize, "round"),
-                e.sessions().map_or(e.concurrency, |s| s.users),
+                e.agentic()
+                    .map(|a| a.live)
+                    .or(e.sessions().map(|s| s.users))
+                    .unwrap_or(e.concurrency),
                 e.cache.policy
             )?;
         }

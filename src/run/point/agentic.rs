@@ -28,8 +28,11 @@ use crate::spec::load_model::AgenticSpec;
 
 use super::{PointRunner, Prompts, generation_request, prepare};
 
-/// Where the bands of turns' context (prompt tokens) start, for TTFT against context.
-const BANDS: [u64; 6] = [0, 8_192, 32_768, 65_536, 131_072, 262_144];
+/// Where the bands of turns' context (prompt tokens) start, for TTFT against context:
+/// doubling from 1,024 to 256k.
+const BANDS: [u64; 10] = [
+    0, 1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072, 262_144,
+];
 
 impl PointRunner {
     /// One round of agent sessions: `spec.live` at a time until the trace's sessions (or
@@ -517,6 +520,6 @@ mod tests {
         let b = bands(v);
         assert_eq!(b.len(), 2);
         assert_eq!((b[0].turns, b[0].ttft_p50_s, b[0].ttft_max_s), (3, 0.2, 0.3));
-        assert_eq!((b[1].from_tokens, b[1].to_tokens), (65_536, Some(131_072)));
+        assert_eq!((b[1].from_tokens, b[1].to_tokens), (4_096, Some(8_192)));
     }
 }
