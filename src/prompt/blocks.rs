@@ -22,7 +22,7 @@ use super::TextGenerator;
 
 /// The text of blocks for one round.
 #[derive(Debug, Clone)]
-pub(crate) struct BlockText {
+pub struct BlockText {
     /// Characters of one whole block (from calibration of `block_size` tokens).
     pub chars_per_block: usize,
     /// Tokens a whole block stands for.
@@ -34,7 +34,7 @@ pub(crate) struct BlockText {
 impl BlockText {
     /// Tokens of each of `ids`' blocks for a line of `input_tokens` (None: every block
     /// whole). The caller checked the last block's share is in 1..=block_size.
-    pub(crate) fn block_tokens(&self, ids: &[u64], input_tokens: Option<u64>) -> Vec<u32> {
+    pub fn block_tokens(&self, ids: &[u64], input_tokens: Option<u64>) -> Vec<u32> {
         let bs = u64::from(self.block_size.max(1));
         let n = ids.len() as u64;
         ids.iter()
@@ -51,7 +51,7 @@ impl BlockText {
     }
 
     /// The prompt of `ids` whose blocks hold `tokens` each (from [`Self::block_tokens`]).
-    pub(crate) fn prompt(&self, ids: &[u64], tokens: &[u32]) -> String {
+    pub fn prompt(&self, ids: &[u64], tokens: &[u32]) -> String {
         let mut out = String::with_capacity(ids.len() * (self.chars_per_block + 1));
         for (id, t) in ids.iter().zip(tokens) {
             let chars = (self.chars_per_block as u64 * u64::from(*t)
@@ -74,7 +74,7 @@ impl BlockText {
 /// The leading blocks sent so far in a round, as chains: a chain's hash (the blocks up to and
 /// including one) to the most tokens of its last block that were sent.
 #[derive(Debug, Default)]
-pub(crate) struct BlockLedger {
+pub struct BlockLedger {
     sent: HashMap<u64, u32>,
 }
 
@@ -82,7 +82,7 @@ impl BlockLedger {
     /// Tokens a request of `ids` (their blocks holding `tokens`) could find cached from the
     /// requests recorded before it, then records it as sent. `scope` keeps chains of
     /// different sessions apart (a trace whose ids are local to a session).
-    pub(crate) fn send(&mut self, scope: u64, ids: &[u64], tokens: &[u32]) -> u64 {
+    pub fn send(&mut self, scope: u64, ids: &[u64], tokens: &[u32]) -> u64 {
         let mut chain = mix(scope, 0x6368_6169_6e00);
         let mut cached = 0u64;
         let mut matching = true;
@@ -112,8 +112,45 @@ impl BlockLedger {
     }
 }
 
+/// A chain's prompt, made again only from the first block that changed: a turn's blocks are
+/// the previous turn's plus new ones, so each turn costs the client its new blocks and one
+/// copy of the prompt, not a rebuild of its whole context.
+#[derive(Debug, Default)]
+pub struct PromptBuilder {
+    ids: Vec<u64>,
+    tokens: Vec<u32>,
+    /// Where each block's text ends in `text`.
+    ends: Vec<usize>,
+    text: String,
+}
+
+impl PromptBuilder {
+    /// The prompt of `ids` (their blocks holding `tokens`).
+    pub fn build(&mut self, text: &BlockText, ids: &[u64], tokens: &[u32]) -> String {
+        let keep = self
+            .ids
+            .iter()
+            .zip(&self.tokens)
+            .zip(ids.iter().zip(tokens))
+            .take_while(|((a, x), (b, y))| a == b && x == y)
+            .count();
+        self.ids.truncate(keep);
+        self.tokens.truncate(keep);
+        self.ends.truncate(keep);
+        self.text.truncate(self.ends.last().copied().unwrap_or(0));
+        for j in keep..ids.len() {
+            self.text
+                .push_str(&text.prompt(&ids[j..j + 1], &tokens[j..j + 1]));
+            self.ids.push(ids[j]);
+            self.tokens.push(tokens[j]);
+            self.ends.push(self.text.len());
+        }
+        self.text.clone()
+    }
+}
+
 /// A seed from two numbers (splitmix64's finaliser over both).
-pub(crate) fn mix(a: u64, b: u64) -> u64 {
+pub fn mix(a: u64, b: u64) -> u64 {
     let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -162,6 +199,21 @@ mod tests {
         assert_eq!(t.block_tokens(&[1, 2, 3], Some(250)), [100, 100, 50]);
         assert_eq!(t.block_tokens(&[1, 2, 3], None), [100, 100, 100]);
         assert_eq!(t.block_tokens(&[1], Some(100)), [100]);
+    }
+
+    #[test]
+    fn a_prompt_built_turn_by_turn_is_the_prompt_built_whole() {
+        let text = BlockText {
+            chars_per_block: 64,
+            block_size: 16,
+            salt: 3,
+        };
+        let mut b = PromptBuilder::default();
+        let turns: [&[u64]; 4] = [&[1, 2], &[1, 2, 3], &[1, 2, 3, 4, 5], &[1, 9]];
+        for ids in turns {
+            let tokens = text.block_tokens(ids, Some(ids.len() as u64 * 16 - 5));
+            assert_eq!(b.build(&text, ids, &tokens), text.prompt(ids, &tokens));
+        }
     }
 
     #[test]

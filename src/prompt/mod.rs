@@ -4,7 +4,7 @@
 //! the model under test, so `calibrate` scales the text until the server's reported
 //! `prompt_tokens` is within tolerance of the target.
 
-pub(crate) mod blocks;
+pub mod blocks;
 mod calibrate;
 pub(crate) mod canary;
 mod check;

@@ -20,7 +20,7 @@ use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
 use crate::load::agentic::{SessionCorpus, Step, TurnTrace};
 use crate::measure::summary::PointFold;
-use crate::prompt::blocks::{BlockLedger, BlockText, mix};
+use crate::prompt::blocks::{BlockLedger, BlockText, PromptBuilder, mix};
 use crate::results::jobs::{ContextBand, JOBS_KEPT, JobRecord, JobTurn, JobsView};
 use crate::results::records::{Flag, RequestRecord, RequestRole};
 use crate::spec::Point;
@@ -456,61 +456,9 @@ fn end_at(r: &RequestRecord) -> f64 {
     r.sent_at + r.end_s.unwrap_or(0.0)
 }
 
-/// A chain's prompt, made again only from the first block that changed: a turn's blocks are
-/// the previous turn's plus new ones, so each turn costs the client its new blocks and one
-/// copy of the prompt, not a rebuild of its whole context.
-#[derive(Debug, Default)]
-pub(crate) struct PromptBuilder {
-    ids: Vec<u64>,
-    tokens: Vec<u32>,
-    /// Where each block's text ends in `text`.
-    ends: Vec<usize>,
-    text: String,
-}
-
-impl PromptBuilder {
-    /// The prompt of `ids` (their blocks holding `tokens`).
-    pub(crate) fn build(&mut self, text: &BlockText, ids: &[u64], tokens: &[u32]) -> String {
-        let keep = self
-            .ids
-            .iter()
-            .zip(&self.tokens)
-            .zip(ids.iter().zip(tokens))
-            .take_while(|((a, x), (b, y))| a == b && x == y)
-            .count();
-        self.ids.truncate(keep);
-        self.tokens.truncate(keep);
-        self.ends.truncate(keep);
-        self.text.truncate(self.ends.last().copied().unwrap_or(0));
-        for j in keep..ids.len() {
-            self.text
-                .push_str(&text.prompt(&ids[j..j + 1], &tokens[j..j + 1]));
-            self.ids.push(ids[j]);
-            self.tokens.push(tokens[j]);
-            self.ends.push(self.text.len());
-        }
-        self.text.clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_prompt_built_turn_by_turn_is_the_prompt_built_whole() {
-        let text = BlockText {
-            chars_per_block: 64,
-            block_size: 16,
-            salt: 3,
-        };
-        let mut b = PromptBuilder::default();
-        let turns: [&[u64]; 4] = [&[1, 2], &[1, 2, 3], &[1, 2, 3, 4, 5], &[1, 9]];
-        for ids in turns {
-            let tokens = text.block_tokens(ids, Some(ids.len() as u64 * 16 - 5));
-            assert_eq!(b.build(&text, ids, &tokens), text.prompt(ids, &tokens));
-        }
-    }
 
     #[test]
     fn bands_hold_their_turns_ttft() {
