@@ -37,17 +37,11 @@ impl BlockText {
     pub fn block_tokens(&self, ids: &[u64], input_tokens: Option<u64>) -> Vec<u32> {
         let bs = u64::from(self.block_size.max(1));
         let n = ids.len() as u64;
-        ids.iter()
-            .enumerate()
-            .map(|(k, _)| {
-                if k as u64 + 1 < n {
-                    bs as u32
-                } else {
-                    let last = input_tokens.map_or(bs, |t| t.saturating_sub((n - 1) * bs));
-                    last.clamp(1, bs) as u32
-                }
-            })
-            .collect()
+        let mut tokens = vec![bs as u32; ids.len()];
+        if let (Some(last), Some(t)) = (tokens.last_mut(), input_tokens) {
+            *last = t.saturating_sub((n - 1) * bs).clamp(1, bs) as u32;
+        }
+        tokens
     }
 
     /// The prompt of `ids` whose blocks hold `tokens` each (from [`Self::block_tokens`]).
@@ -83,11 +77,26 @@ impl BlockLedger {
     /// requests recorded before it, then records it as sent. `scope` keeps chains of
     /// different sessions apart (a trace whose ids are local to a session).
     pub fn send(&mut self, scope: u64, ids: &[u64], tokens: &[u32]) -> u64 {
-        let mut chain = mix(scope, 0x6368_6169_6e00);
+        self.extend(root(scope), ids, tokens, None).0
+    }
+
+    /// [`send`](Self::send) of blocks that follow a chain whose hash is `chain` and whose every
+    /// block was found: the tokens found of these blocks, whether the match runs to their end,
+    /// and each one's chain hash pushed to `chains`.
+    fn extend(
+        &mut self,
+        mut chain: u64,
+        ids: &[u64],
+        tokens: &[u32],
+        mut chains: Option<&mut Vec<u64>>,
+    ) -> (u64, bool) {
         let mut cached = 0u64;
         let mut matching = true;
         for (id, t) in ids.iter().zip(tokens) {
             chain = mix(chain, *id);
+            if let Some(c) = chains.as_deref_mut() {
+                c.push(chain);
+            }
             let before = self.sent.get(&chain).copied();
             if matching {
                 match before {
@@ -102,7 +111,7 @@ impl BlockLedger {
             let e = self.sent.entry(chain).or_insert(0);
             *e = (*e).max(*t);
         }
-        cached
+        (cached, matching)
     }
 
     /// Chains recorded (what the ledger holds in memory).
@@ -112,40 +121,108 @@ impl BlockLedger {
     }
 }
 
-/// A chain's prompt, made again only from the first block that changed: a turn's blocks are
-/// the previous turn's plus new ones, so each turn costs the client its new blocks and one
-/// copy of the prompt, not a rebuild of its whole context.
+/// The chain hash before a scope's first block.
+fn root(scope: u64) -> u64 {
+    mix(scope, 0x6368_6169_6e00)
+}
+
+/// One agent's turns, each made from the last: a turn's blocks are the previous turn's plus
+/// new ones, so each turn makes the text of its new blocks only and looks only them up in
+/// the ledger (the blocks it keeps were sent whole by the turn before): the client's work per
+/// turn does not grow with the context. (Sending the prompt does: every turn sends all of it.)
 #[derive(Debug, Default)]
 pub struct PromptBuilder {
     ids: Vec<u64>,
     tokens: Vec<u32>,
     /// Where each block's text ends in `text`.
     ends: Vec<usize>,
+    /// Each block's chain hash, and the tokens up to and including it.
+    chains: Vec<u64>,
+    sums: Vec<u64>,
     text: String,
+    /// The tokens of each block of the last prompt [`PromptBuilder::turn`] made.
+    scratch: Vec<u32>,
 }
 
 impl PromptBuilder {
-    /// The prompt of `ids` (their blocks holding `tokens`).
-    pub fn build(&mut self, text: &BlockText, ids: &[u64], tokens: &[u32]) -> String {
-        let keep = self
-            .ids
-            .iter()
-            .zip(&self.tokens)
-            .zip(ids.iter().zip(tokens))
-            .take_while(|((a, x), (b, y))| a == b && x == y)
-            .count();
+    /// [`build`](Self::build) of a trace line's `ids` for a prompt of `input_tokens` (the
+    /// last block holding what it leaves): each block's tokens kept from the last turn, so
+    /// working them out costs only the new blocks.
+    pub fn turn(
+        &mut self,
+        text: &BlockText,
+        ids: &[u64],
+        input_tokens: Option<u64>,
+        ledger: &mut BlockLedger,
+        scope: u64,
+    ) -> (&str, u64) {
+        let bs = text.block_size.max(1);
+        let mut tokens = std::mem::take(&mut self.scratch);
+        if let Some(last) = tokens.last_mut() {
+            *last = bs;
+        }
+        tokens.resize(ids.len(), bs);
+        if let (Some(last), Some(t)) = (tokens.last_mut(), input_tokens) {
+            let full = (ids.len() as u64 - 1) * u64::from(bs);
+            *last = t.saturating_sub(full).clamp(1, u64::from(bs)) as u32;
+        }
+        self.scratch = tokens;
+        let tokens = std::mem::take(&mut self.scratch);
+        let found = {
+            let (_, found) = self.build(text, ids, &tokens, ledger, scope);
+            found
+        };
+        self.scratch = tokens;
+        (&self.text, found)
+    }
+
+    /// The prompt of `ids` (their blocks holding `tokens`), and the tokens its leading blocks
+    /// already sent could find cached (as [`BlockLedger::send`] counts them in `scope`, which
+    /// it records this prompt in).
+    pub fn build(
+        &mut self,
+        text: &BlockText,
+        ids: &[u64],
+        tokens: &[u32],
+        ledger: &mut BlockLedger,
+        scope: u64,
+    ) -> (&str, u64) {
+        let keep = self.kept(ids, tokens);
         self.ids.truncate(keep);
         self.tokens.truncate(keep);
         self.ends.truncate(keep);
+        self.chains.truncate(keep);
+        self.sums.truncate(keep);
         self.text.truncate(self.ends.last().copied().unwrap_or(0));
+        let chain = self.chains.last().copied().unwrap_or_else(|| root(scope));
+        let before = self.sums.last().copied().unwrap_or(0);
+        let (found, _) = ledger.extend(chain, &ids[keep..], &tokens[keep..], Some(&mut self.chains));
+        let mut sum = before;
         for j in keep..ids.len() {
             self.text
                 .push_str(&text.prompt(&ids[j..j + 1], &tokens[j..j + 1]));
             self.ids.push(ids[j]);
             self.tokens.push(tokens[j]);
             self.ends.push(self.text.len());
+            sum += u64::from(tokens[j]);
+            self.sums.push(sum);
         }
-        self.text.clone()
+        (&self.text, before + found)
+    }
+
+    /// How many leading blocks of the last prompt this one keeps (the same ids, as many
+    /// tokens each): compared a slice at a time.
+    fn kept(&self, ids: &[u64], tokens: &[u32]) -> usize {
+        let n = self.ids.len().min(ids.len());
+        if self.ids[..n] == ids[..n] && self.tokens[..n] == tokens[..n] {
+            return n;
+        }
+        self.ids
+            .iter()
+            .zip(&self.tokens)
+            .zip(ids.iter().zip(tokens))
+            .take_while(|((a, x), (b, y))| a == b && x == y)
+            .count()
     }
 }
 
@@ -209,10 +286,21 @@ mod tests {
             salt: 3,
         };
         let mut b = PromptBuilder::default();
-        let turns: [&[u64]; 4] = [&[1, 2], &[1, 2, 3], &[1, 2, 3, 4, 5], &[1, 9]];
+        let (mut ledger, mut whole) = (BlockLedger::default(), BlockLedger::default());
+        let turns: [&[u64]; 5] = [&[1, 2], &[1, 2, 3], &[1, 2, 3, 4, 5], &[1, 9], &[1, 9, 7]];
         for ids in turns {
             let tokens = text.block_tokens(ids, Some(ids.len() as u64 * 16 - 5));
-            assert_eq!(b.build(&text, ids, &tokens), text.prompt(ids, &tokens));
+            let (prompt, found) = b.build(&text, ids, &tokens, &mut ledger, 4);
+            assert_eq!(prompt, text.prompt(ids, &tokens));
+            // The hit counted from the last turn is the hit counted from scratch.
+            assert_eq!(found, whole.send(4, ids, &tokens), "{ids:?}");
+        }
+        // A turn works out its blocks' tokens as `block_tokens` does.
+        let (mut t, mut l) = (PromptBuilder::default(), BlockLedger::default());
+        for ids in turns {
+            let input = Some(ids.len() as u64 * 16 - 3);
+            let tokens = text.block_tokens(ids, input);
+            assert_eq!(t.turn(&text, ids, input, &mut l, 0).0, text.prompt(ids, &tokens));
         }
     }
 

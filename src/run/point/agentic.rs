@@ -393,13 +393,14 @@ impl SessionRun {
             )));
         }
         let ids = shared.corpus.ids_of(t);
-        let tokens = self.text.block_tokens(ids, Some(t.input_tokens));
-        let text = prompt.build(&self.text, ids, &tokens);
-        let theoretical = self
-            .ledger
-            .lock()
-            .map(|mut l| l.send(0, ids, &tokens))
-            .unwrap_or(0);
+        let (text, theoretical) = match self.ledger.lock() {
+            Ok(mut ledger) => {
+                let (text, found) =
+                    prompt.turn(&self.text, ids, Some(t.input_tokens), &mut ledger, 0);
+                (text.to_string(), found)
+            }
+            Err(_) => return Err(Stop::Reason("the session's ledger was poisoned".into())),
+        };
         let mut req = shared.template.clone();
         req.prompt = text;
         req.max_tokens = t.output_tokens;
