@@ -99,7 +99,11 @@ fn main() {
         makes[k].sort_unstable();
         println!(
             "{:<14} {:>8} {:>14} {:>14.0} {:>18.0} {:>14.0}",
-            format!("{}-{}k", context * k / 8 / 1024, context * (k + 1) / 8 / 1024),
+            format!(
+                "{}-{}k",
+                context * k / 8 / 1024,
+                context * (k + 1) / 8 / 1024
+            ),
             n,
             makes[k][makes[k].len() / 2],
             *make as f64 / *n as f64,

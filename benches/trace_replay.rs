@@ -88,7 +88,8 @@ fn write_case(dir: &Path, kind: &str, n: usize, rate: f64) -> std::path::PathBuf
                 )
                 .expect("write");
             }
-            "kind: trace, trace: { file: trace.jsonl, block_size: 16, hash_ids: required }".to_string()
+            "kind: trace, trace: { file: trace.jsonl, block_size: 16, hash_ids: required }"
+                .to_string()
         }
         _ => format!("kind: rate, rate: {rate}, arrival: constant"),
     };

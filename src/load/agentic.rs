@@ -387,7 +387,9 @@ fn parse_request(
     ctx: &mut Ctx<'_>,
 ) -> Result<(TurnTrace, Option<f64>), LineProblem> {
     let session = ctx.session;
-    let bad = |message: String, hint: &'static str| (format!("session {session}, {where_}: {message}"), hint);
+    let bad = |message: String, hint: &'static str| {
+        (format!("session {session}, {where_}: {message}"), hint)
+    };
     let obj = r
         .as_object()
         .ok_or_else(|| bad("a request must be a JSON object".into(), FORMAT_HINT))?;
@@ -404,10 +406,18 @@ fn parse_request(
         .or_else(|| obj.get("input_length"))
         .and_then(Value::as_u64)
         .filter(|&n| n >= 1)
-        .ok_or_else(|| bad("`in` (prompt tokens) must be a whole number of 1 or more".into(), FORMAT_HINT))?;
+        .ok_or_else(|| {
+            bad(
+                "`in` (prompt tokens) must be a whole number of 1 or more".into(),
+                FORMAT_HINT,
+            )
+        })?;
     if input > super::trace::MAX_INPUT_TOKENS {
         return Err(bad(
-            format!("`in` is {input}, over {} tokens", super::trace::MAX_INPUT_TOKENS),
+            format!(
+                "`in` is {input}, over {} tokens",
+                super::trace::MAX_INPUT_TOKENS
+            ),
             "cut the session",
         ));
     }
@@ -418,7 +428,10 @@ fn parse_request(
         .filter(|&n| (1..=super::trace::MAX_OUTPUT_TOKENS).contains(&n))
         .ok_or_else(|| {
             bad(
-                format!("`out` (output tokens) must be a whole number from 1 to {}", super::trace::MAX_OUTPUT_TOKENS),
+                format!(
+                    "`out` (output tokens) must be a whole number from 1 to {}",
+                    super::trace::MAX_OUTPUT_TOKENS
+                ),
                 FORMAT_HINT,
             )
         })? as u32;
@@ -428,7 +441,10 @@ fn parse_request(
         Some(Value::Array(list)) if !list.is_empty() => {
             if list.len() > IDS_PER_REQUEST {
                 return Err(bad(
-                    format!("`hash_ids` names {} blocks, more than {IDS_PER_REQUEST}", list.len()),
+                    format!(
+                        "`hash_ids` names {} blocks, more than {IDS_PER_REQUEST}",
+                        list.len()
+                    ),
                     "cut the session",
                 ));
             }
@@ -539,17 +555,23 @@ mod tests {
         let c = read(&p, &spec()).unwrap();
         let s = &c.sessions[0];
         assert_eq!((s.id.as_str(), s.block_size, s.turns()), ("s1", Some(4), 6));
-        let Step::Turn(t1) = &s.steps[1] else { panic!() };
+        let Step::Turn(t1) = &s.steps[1] else {
+            panic!()
+        };
         // 3.5 s after the first ended (t 0 + api_time 1.0).
         assert_eq!(t1.gap_s, 2.5);
         assert_eq!(c.ids_of(t1), [1, 2, 3]);
-        let Step::Subagents(agents) = &s.steps[2] else { panic!() };
+        let Step::Subagents(agents) = &s.steps[2] else {
+            panic!()
+        };
         assert_eq!(agents.len(), 2, "consecutive subagents run together");
         assert_eq!(agents[0].turns[1].gap_s, 0.25, "think_time wins");
         // A request without ids gets a block of its own.
         assert_eq!(c.ids_of(&agents[1].turns[0]), [u64::MAX]);
         // The main agent resumes 1 s after its subagents' end (4 + 2 s).
-        let Step::Turn(last) = &s.steps[3] else { panic!() };
+        let Step::Turn(last) = &s.steps[3] else {
+            panic!()
+        };
         assert_eq!(last.gap_s, 1.0);
     }
 
@@ -563,12 +585,20 @@ mod tests {
         ));
         let e = read(&p, &spec()).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("s.jsonl:2:1: session s2, requests[0]: 1 hash_ids of 4 tokens do not fit `in` 10"), "{text}");
+        assert!(
+            text.contains(
+                "s.jsonl:2:1: session s2, requests[0]: 1 hash_ids of 4 tokens do not fit `in` 10"
+            ),
+            "{text}"
+        );
         assert!(described(e).1.contains("load.agentic.block_size"));
         let (_d, p) = write("{\"id\": \"s\", \"requests\": [}\n");
         let text = read(&p, &spec()).unwrap_err().to_string();
         assert!(text.contains("s.jsonl:1:26: not a JSON object"), "{text}");
         let (_d, p) = write("\n\n");
-        assert!(matches!(read(&p, &spec()), Err(SessionTraceError::Empty { .. })));
+        assert!(matches!(
+            read(&p, &spec()),
+            Err(SessionTraceError::Empty { .. })
+        ));
     }
 }

@@ -337,7 +337,11 @@ fn column_of(text: &str, name: &str) -> usize {
 }
 
 /// Parses one line; its block ids go to `ids` (left empty when it has none).
-fn parse_line(text: &str, options: TraceOptions, ids: &mut Vec<u64>) -> Result<TraceEntry, LineError> {
+fn parse_line(
+    text: &str,
+    options: TraceOptions,
+    ids: &mut Vec<u64>,
+) -> Result<TraceEntry, LineError> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LineError {
         message: format!("not a JSON object: {e}"),
         column: e.column().max(1),
@@ -442,7 +446,10 @@ fn read_hash_ids(
     }
     if list.len() > IDS_PER_LINE {
         return Err(at(
-            format!("`hash_ids` names {} blocks, more than {IDS_PER_LINE} a line may", list.len()),
+            format!(
+                "`hash_ids` names {} blocks, more than {IDS_PER_LINE} a line may",
+                list.len()
+            ),
             "cut the line's prompt, or raise `load.trace.block_size` if the trace's blocks are larger",
         ));
     }
@@ -526,17 +533,23 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.is_ok_and(|s| s.success()), "mkfifo");
         // Opened, this would block until a writer came: it is refused first.
-        let e = summarize(&fifo, TraceOptions::default()).unwrap_err().to_string();
+        let e = summarize(&fifo, TraceOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("is a FIFO (named pipe), not a regular file"),
             "{e}"
         );
         // /dev/zero never ends: refused without reading 256 MB of it.
         let started = std::time::Instant::now();
-        let e = read(Path::new("/dev/zero"), TraceOptions::default()).unwrap_err().to_string();
+        let e = read(Path::new("/dev/zero"), TraceOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a character device"), "{e}");
         assert!(started.elapsed().as_secs_f64() < 0.5);
-        let e = read(dir.path(), TraceOptions::default()).unwrap_err().to_string();
+        let e = read(dir.path(), TraceOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a directory"), "{e}");
     }
 
@@ -549,7 +562,8 @@ mod tests {
         let e = scan_within(&p, 2, TraceOptions::default(), |_, _| {
             seen += 1;
             true
-        }).unwrap_err();
+        })
+        .unwrap_err();
         assert!(matches!(e, TraceError::TooManyLines { .. }), "{e}");
         assert_eq!(seen, 2, "stopped at the limit");
         assert!(scan_within(&p, 3, TraceOptions::default(), |_, _| true).is_ok());
@@ -609,9 +623,16 @@ mod tests {
             hash_ids: HashIds::Required,
             ..TraceOptions::default()
         };
-        let p = write(&dir, "{\"at\": 0, \"hash_ids\": [1]}\n{\"at\": 1, \"input_length\": 9}\n");
+        let p = write(
+            &dir,
+            "{\"at\": 0, \"hash_ids\": [1]}\n{\"at\": 1, \"input_length\": 9}\n",
+        );
         let e = read(&p, required).unwrap_err();
-        assert!(e.to_string().contains("t.jsonl:2:1: the line has no `hash_ids`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("t.jsonl:2:1: the line has no `hash_ids`"),
+            "{e}"
+        );
         // Not a list, a negative id: refused whatever the mode (but `ignore`).
         let p = write(&dir, "{\"at\": 0, \"hash_ids\": \"46\"}\n");
         let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
@@ -620,9 +641,16 @@ mod tests {
         let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
         assert!(e.contains("`hash_ids[1]` is -1"), "{e}");
         // Three blocks of 512 cannot hold 700 tokens: the block size is another.
-        let p = write(&dir, "{\"at\": 0, \"input_length\": 700, \"hash_ids\": [1, 2, 3]}\n");
+        let p = write(
+            &dir,
+            "{\"at\": 0, \"input_length\": 700, \"hash_ids\": [1, 2, 3]}\n",
+        );
         let e = read(&p, TraceOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("the last block would hold -324 tokens"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("the last block would hold -324 tokens"),
+            "{e}"
+        );
         let TraceError::Line { hint, .. } = e else {
             panic!("{e}")
         };
@@ -637,7 +665,10 @@ mod tests {
     #[test]
     fn a_line_past_its_byte_budget_is_refused_without_being_held() {
         let dir = tempfile::tempdir().unwrap();
-        let long = format!("{{\"at\": 0, \"pad\": \"{}\"}}\n", "x".repeat(TRACE_LINE_BYTES));
+        let long = format!(
+            "{{\"at\": 0, \"pad\": \"{}\"}}\n",
+            "x".repeat(TRACE_LINE_BYTES)
+        );
         let p = write(&dir, &long);
         let e = read(&p, TraceOptions::default()).unwrap_err();
         assert!(matches!(e, TraceError::LineTooLong { line: 1, .. }), "{e}");

@@ -86,7 +86,9 @@ fn write_plan(
             let samples = match e.method.resolve() {
                 _ if let Some(a) = e.agentic() => format!(
                     "{} of {} replayed, {} live at once",
-                    a.sessions.map_or("every session".to_string(), |n| count_s(n as usize, "session")),
+                    a.sessions.map_or("every session".to_string(), |n| count_s(
+                        n as usize, "session"
+                    )),
                     a.file.display(),
                     a.live
                 ),

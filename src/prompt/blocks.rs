@@ -196,7 +196,8 @@ impl PromptBuilder {
         self.text.truncate(self.ends.last().copied().unwrap_or(0));
         let chain = self.chains.last().copied().unwrap_or_else(|| root(scope));
         let before = self.sums.last().copied().unwrap_or(0);
-        let (found, _) = ledger.extend(chain, &ids[keep..], &tokens[keep..], Some(&mut self.chains));
+        let (found, _) =
+            ledger.extend(chain, &ids[keep..], &tokens[keep..], Some(&mut self.chains));
         let mut sum = before;
         for j in keep..ids.len() {
             self.text
@@ -300,14 +301,21 @@ mod tests {
         for ids in turns {
             let input = Some(ids.len() as u64 * 16 - 3);
             let tokens = text.block_tokens(ids, input);
-            assert_eq!(t.turn(&text, ids, input, &mut l, 0).0, text.prompt(ids, &tokens));
+            assert_eq!(
+                t.turn(&text, ids, input, &mut l, 0).0,
+                text.prompt(ids, &tokens)
+            );
         }
     }
 
     #[test]
     fn theoretical_hits_are_leading_blocks_already_sent() {
         let mut l = BlockLedger::default();
-        assert_eq!(l.send(0, &[1, 2, 3], &[100, 100, 50]), 0, "nothing sent yet");
+        assert_eq!(
+            l.send(0, &[1, 2, 3], &[100, 100, 50]),
+            0,
+            "nothing sent yet"
+        );
         // Two whole blocks, then the third was sent with 50 tokens only.
         assert_eq!(l.send(0, &[1, 2, 3, 4], &[100, 100, 100, 100]), 250);
         // Now block 3 was sent whole: a later request finds all of 1, 2, 3.

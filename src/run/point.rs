@@ -498,7 +498,9 @@ impl PointRunner {
         };
         let count = schedule.as_ref().map_or(exp.requests, |s| s.len() as u32);
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths = schedule.as_ref().map_or_else(Default::default, |s| s.traced());
+        let lengths = schedule
+            .as_ref()
+            .map_or_else(Default::default, |s| s.traced());
         let plan = match self
             .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await

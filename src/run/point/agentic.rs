@@ -310,9 +310,16 @@ impl SessionRun {
             }
         }
         let failed = records.iter().filter(|r| r.error.is_some()).count() as u32;
-        let completion_s = match (&stop, records.first(), records.iter().map(end_at).reduce(f64::max)) {
+        let completion_s = match (
+            &stop,
+            records.first(),
+            records.iter().map(end_at).reduce(f64::max),
+        ) {
             (None, Some(_), Some(end)) => {
-                let first = records.iter().map(|r| r.sent_at).fold(f64::INFINITY, f64::min);
+                let first = records
+                    .iter()
+                    .map(|r| r.sent_at)
+                    .fold(f64::INFINITY, f64::min);
                 Some(end - first)
             }
             _ => None,
@@ -326,7 +333,7 @@ impl SessionRun {
             completion_s,
             stopped: stop.map(|s| match s {
                 Stop::Reason(r) => r,
-                Stop::Interrupted => "the run was interrupted".into(),
+                Stop::Interrupted => "interrupted: the run was stopped".into(),
             }),
         };
         (records, job)
@@ -362,7 +369,7 @@ impl SessionRun {
         let until = Instant::now() + d;
         if self.shared.deadline.is_some_and(|end| until >= end) {
             return Err(Stop::Reason(
-                "`stop.duration` ended the point before its next turn".into(),
+                "`stop.duration` ended the point: before its next turn".into(),
             ));
         }
         tokio::select! {
@@ -388,7 +395,7 @@ impl SessionRun {
         let needs = t.input_tokens + u64::from(t.output_tokens);
         if let Some(limit) = shared.context_limit.filter(|&l| needs > l) {
             return Err(Stop::Reason(format!(
-                "turn {turn} needs {} prompt and {} output tokens, past the server's context of {limit}: not sent",
+                "past the server's context: turn {turn} needs {} prompt and {} output tokens, the server holds {limit}; not sent",
                 t.input_tokens, t.output_tokens
             )));
         }
@@ -434,10 +441,12 @@ impl SessionRun {
         rec.drop_detail();
         records.push(rec);
         if !written {
-            return Err(Stop::Reason("its record could not be written".into()));
+            return Err(Stop::Reason(format!(
+                "a record could not be written: turn {turn}"
+            )));
         }
         if let Some(why) = failed {
-            return Err(Stop::Reason(format!("turn {turn} failed: {why}")));
+            return Err(Stop::Reason(format!("a turn failed: turn {turn}, {why}")));
         }
         Ok(())
     }
@@ -468,7 +477,10 @@ mod tests {
         v[3] = vec![2.0];
         let b = bands(v);
         assert_eq!(b.len(), 2);
-        assert_eq!((b[0].turns, b[0].ttft_p50_s, b[0].ttft_max_s), (3, 0.2, 0.3));
+        assert_eq!(
+            (b[0].turns, b[0].ttft_p50_s, b[0].ttft_max_s),
+            (3, 0.2, 0.3)
+        );
         assert_eq!((b[1].from_tokens, b[1].to_tokens), (4_096, Some(8_192)));
     }
 }

@@ -99,8 +99,9 @@ pub struct JobRecord {
     /// Seconds from its first turn's send to its last turn's end, when every turn completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_s: Option<f64>,
-    /// Why it stopped before its last turn (a failed turn, the server's context, the point's
-    /// `stop.duration`, an interrupt); None when it completed.
+    /// Why it stopped before its last turn, as `kind: details` (`past the server's context`,
+    /// `a turn failed`, `` `stop.duration` ended the point``, `interrupted`); None when it
+    /// completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
 }

@@ -58,7 +58,8 @@ pub struct JobsRow {
     pub completion_p90_s: Option<f64>,
     /// Mean turns sent per session.
     pub turns_mean: f64,
-    /// The stop reasons, each with how many sessions it stopped.
+    /// The stop reasons (what comes before a reason's first `: `), each with how many
+    /// sessions it stopped.
     pub stop_reasons: IndexMap<String, usize>,
     pub bands: Vec<ContextBand>,
 }
@@ -101,8 +102,8 @@ pub(crate) fn section(
             let mut stop_reasons = IndexMap::new();
             for s in &j.sessions {
                 if let Some(r) = &s.stopped {
-                    // Reasons name their turn: counted by what follows it.
-                    let kind = r.split_once(": ").map_or(r.as_str(), |(_, k)| k);
+                    // A reason is `kind: details`: counted by its kind.
+                    let kind = r.split_once(": ").map_or(r.as_str(), |(k, _)| k);
                     *stop_reasons.entry(kind.to_string()).or_insert(0) += 1;
                 }
             }
