@@ -912,4 +912,43 @@ mod tests {
             exact_load.slo.unwrap().good
         );
     }
+
+    /// Requests made of trace blocks are judged against what their blocks promised: a real
+    /// hit under the cold policy is kept, finding less is counted and kept, finding more than
+    /// the blocks could hold is contamination (excluded, flagged).
+    #[test]
+    fn block_requests_are_judged_against_their_theoretical_hit() {
+        let e = exp();
+        let block = |i: u32, theoretical: u64, cached: u64| RequestRecord {
+            index: i,
+            sent_at: 1000.0 + f64::from(i),
+            chunks: vec![Chunk {
+                t_s: 0.02,
+                tokens: 1,
+            }],
+            end_s: Some(0.05),
+            prompt_tokens: Some(2000),
+            completion_tokens: Some(1),
+            cached_tokens: Some(cached),
+            finish_reason: Some("length".into()),
+            theoretical_cached_tokens: Some(theoretical),
+            ..RequestRecord::fixture()
+        };
+        let records = [
+            block(0, 0, 0),
+            block(1, 1536, 1530),      // the hit its blocks promised: kept
+            block(2, 1536, 200),       // evicted: found less, kept
+            block(3, 512, 1900),       // more than its blocks: contamination
+            block(4, 1024, 1024 + 60), // a template head's worth over: within the tolerance
+        ];
+        let s = summarize(&e, &records, Vec::new(), false);
+        let t = s.trace_cache.as_ref().unwrap();
+        assert_eq!((t.requests, t.below, t.above), (5, 1, 1));
+        assert_eq!(t.theoretical_cached_tokens, 1536 * 2 + 512 + 1024);
+        assert_eq!(t.cached_tokens, 1530 + 200 + 1900 + 1084);
+        assert_eq!(s.metrics["ttft_s"].count, 4, "the contaminated one is out");
+        let kinds: Vec<_> = s.flags.iter().map(|f| f.kind.clone()).collect();
+        assert!(kinds.contains(&FlagKind::UnexpectedCacheHit), "{kinds:?}");
+        assert!(!kinds.contains(&FlagKind::ColdCacheHit), "{kinds:?}");
+    }
 }
