@@ -366,13 +366,14 @@ fn parse_line(
     if !at_s.is_finite() || at_s < 0.0 {
         return Err(format!("arrival time {at_s} is not a time").into());
     }
-    let count = |names: [&str; 2]| -> Result<Option<u64>, String> {
+    let count = |names: [&str; 2]| -> Result<Option<u64>, LineError> {
         for name in names {
             if let Some(v) = obj.get(name) {
-                return v
-                    .as_u64()
-                    .map(Some)
-                    .ok_or_else(|| format!("`{name}` must be a whole number of tokens"));
+                return v.as_u64().map(Some).ok_or_else(|| LineError {
+                    message: format!("`{name}` must be a whole number of tokens"),
+                    column: column_of(text, name),
+                    hint: None,
+                });
             }
         }
         Ok(None)
