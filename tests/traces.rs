@@ -216,3 +216,33 @@ fn unusable_trace_blocks_are_refused_at_validate_with_the_traces_line() {
     );
     assert!(text.contains("load.agentic.block_size"), "{text}");
 }
+
+/// A capacity search moves the live sessions: each probe replays the sessions at its value,
+/// judged by the SLO targets (loose here, so the search runs to its top or to saturation).
+#[test]
+fn a_capacity_search_moves_the_live_sessions() {
+    let ws = Workspace::new();
+    let spec = example(
+        &ws,
+        "agentic-replay.yaml",
+        &[
+            ("think_scale: 0.25", "think_scale: 0"),
+            ("targets: { ttft_p90: 200ms }", "targets: { ttft_p90: 10s }"),
+            (
+                "sweep:\n  load.agentic.live: [2, 6]",
+                "search: { over: load.agentic.live, start: 1, max: 4, resolution: 50% }",
+            ),
+        ],
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let s = &read_json(&dir.join("search.json"))["searches"][0];
+    assert_eq!(s["over"], "load.agentic.live", "{s}");
+    assert!(points.len() >= 2, "{} probes", points.len());
+    for p in &points {
+        let value = p["search"]["value"].as_f64().unwrap();
+        assert_eq!(p["jobs"]["live"].as_f64(), Some(value), "{p}");
+        assert_eq!(p["jobs"]["started"], 12);
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains(" live sessions, "), "{report}");
+}
