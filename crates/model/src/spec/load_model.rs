@@ -488,6 +488,16 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
         // Sessions end when every user has sent every turn; their driver has no phases and no
         // stop rule, so these would be silently ignored.
         if kind == Some("agentic") {
+            for field in ["requests", "errors"] {
+                if stop.is_some_and(|s| s.get(field).is_some_and(|v| !v.is_null())) {
+                    problems.push(problem(
+                        &format!("/stop/{field}"),
+                        Target::Key,
+                        format!("`stop.{field}` does not apply to `load.kind: agentic`"),
+                        "remove it: an agentic point runs `load.agentic.sessions` sessions (each of the trace's by default); `stop.duration` ends it early",
+                    ));
+                }
+            }
             for field in ["warmup", "cooldown"] {
                 if raw.get(field).is_some_and(|v| !v.is_null()) {
                     problems.push(problem(
