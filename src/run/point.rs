@@ -246,7 +246,8 @@ impl PointRunner {
                 return outcome;
             }
         };
-        record.requested_prompt_tokens = prompts.requested();
+        // Agent sessions' prompts are their traces' blocks, not the workload's prompt.
+        record.requested_prompt_tokens = prompts.requested().filter(|_| exp.agentic().is_none());
         record.calibration = prompts.calibration.clone();
         // Before the first round and its cache reset: outside every measured window.
         let mut checks = match exp.validity.any() {
