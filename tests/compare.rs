@@ -74,6 +74,8 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         profiler: None,
         workers: Vec::new(),
         validity: None,
+        trace_cache: None,
+        jobs: None,
     }
 }
 

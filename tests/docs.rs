@@ -76,7 +76,7 @@ fn every_relative_link_in_the_docs_resolves() {
 fn every_experiments_file_the_docs_name_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let named =
-        regex::Regex::new(r"experiments/([A-Za-z0-9_.\-/]+\.(?:yaml|json|jsonl|txt))").unwrap();
+        regex::Regex::new(r"experiments/([A-Za-z0-9_.\-/]+\.(?:yaml|jsonl|json|txt))").unwrap();
     let mut missing = Vec::new();
     let mut seen = 0;
     for page in pages() {

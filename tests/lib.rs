@@ -42,6 +42,7 @@ mod statistics;
 mod summary;
 mod telemetry;
 mod telemetry_sources;
+mod traces;
 mod trust;
 mod validate;
 mod validity;

@@ -887,6 +887,8 @@ fn run_dir_round_trip() {
         profiler: None,
         workers: Vec::new(),
         validity: None,
+        trace_cache: None,
+        jobs: None,
     };
     dir.append_point(&point).unwrap();
 
@@ -1092,6 +1094,8 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         profiler: None,
         workers: Vec::new(),
         validity: None,
+        trace_cache: None,
+        jobs: None,
     }
 }
 

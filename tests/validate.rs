@@ -283,7 +283,7 @@ fn trace_files_are_checked_at_the_specs_trace_field() {
     contains_all(
         &refused(&validate(&ws, &spec)),
         &[
-            "bad.jsonl:2: `output_tokens` must be a whole number of tokens",
+            "bad.jsonl:2:11: `output_tokens` must be a whole number of tokens",
             " --> bad.yaml:12:18",
             "hint: each line is an object like",
         ],

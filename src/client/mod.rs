@@ -144,6 +144,8 @@ impl Measured {
             finish_reason: self.finish_reason,
             error: self.error,
             share: None,
+            theoretical_cached_tokens: None,
+            job: None,
             mix: None,
             phase: None,
             lag_s: None,

@@ -23,8 +23,8 @@ type TraceFound = Result<TraceSummary, (String, String)>;
 /// [`Check`] of load schedules. Each trace file is read once, however many points replay it.
 #[derive(Debug, Default)]
 pub(crate) struct ScheduleCheck {
-    /// A trace's full path to what it holds, or its problem.
-    files: RefCell<HashMap<PathBuf, TraceFound>>,
+    /// A trace's full path (and how its blocks are read) to what it holds, or its problem.
+    files: RefCell<HashMap<(PathBuf, String), TraceFound>>,
 }
 
 impl Check for ScheduleCheck {
@@ -40,13 +40,21 @@ impl Check for ScheduleCheck {
         };
         match (load.kind, &load.trace) {
             (LoadKind::Sessions, _) => Vec::new(),
+            (LoadKind::Agentic, _) => match &load.agentic {
+                Some(a) => match super::agentic::summarize(&spec_dir.join(&a.file), a) {
+                    Ok(_) => Vec::new(),
+                    Err(e) => vec![problem("/load/agentic/file", super::agentic::described(e))],
+                },
+                None => Vec::new(),
+            },
             (LoadKind::Trace, Some(t)) => {
                 let full = spec_dir.join(&t.file);
+                let options = trace::TraceOptions::of(t);
                 let summary = self
                     .files
                     .borrow_mut()
-                    .entry(full.clone())
-                    .or_insert_with(|| trace::summarize(&full).map_err(described))
+                    .entry((full.clone(), format!("{options:?}")))
+                    .or_insert_with(|| trace::summarize(&full, options).map_err(described))
                     .clone();
                 match summary {
                     Err(found) => vec![problem("/load/trace/file", found)],
@@ -128,8 +136,13 @@ fn described(e: TraceError) -> (String, String) {
             "the path is relative to the spec's folder"
         }
         TraceError::Io { .. } => "give a readable file: one JSON object a line",
+        TraceError::Line { hint: Some(h), .. } => h,
         TraceError::Line { .. } => {
-            "each line is an object like {\"at\": 0.5, \"input_tokens\": 512, \"output_tokens\": 128} (or Mooncake's timestamp, input_length, output_length)"
+            "each line is an object like {\"at\": 0.5, \"input_tokens\": 512, \"output_tokens\": 128} (or Mooncake's timestamp, input_length, output_length, hash_ids)"
+        }
+        TraceError::LineTooLong { .. } => "split or cut the line: one request a line",
+        TraceError::TooManyIds { .. } => {
+            "replay a part of the trace, or set `load.trace.hash_ids: ignore`"
         }
         TraceError::TooLarge { .. } | TraceError::TooManyLines { .. } => {
             "replay a part of the trace: cut it to fewer lines"

@@ -6,6 +6,7 @@
 //! front: it is a second driver beside [`pacer::Pacer`], releasing requests from its own
 //! state, and records the same `scheduled_at`/`phase` fields.
 
+pub(crate) mod agentic;
 pub(crate) mod arrival;
 pub(crate) mod check;
 pub(crate) mod pacer;
@@ -14,4 +15,5 @@ pub(crate) mod trace;
 
 pub(crate) use check::ScheduleCheck;
 pub use pacer::{Pacer, PacerError};
+pub(crate) use schedule::TracedLines;
 pub use schedule::{Schedule, ScheduleError, Scheduled};

@@ -31,6 +31,48 @@ pub struct Scheduled {
     pub max_tokens: Option<u32>,
     /// Prompt tokens from a trace line (None: the workload's prompt).
     pub input_tokens: Option<u64>,
+    /// A trace line's prefix blocks (`hash_ids`), in [`TracedLines::ids`] (None: the
+    /// prompt is generated).
+    pub blocks: Option<trace::BlockRange>,
+}
+
+/// A trace's lines as a round plans its requests from them: each line's lengths and blocks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TracedLines<'a> {
+    /// By request, the schedule's lines (empty for a rate or ramp).
+    pub lines: &'a [Scheduled],
+    /// Every line's block ids.
+    pub ids: &'a [u64],
+    /// Tokens each block stands for.
+    pub block_size: u32,
+}
+
+impl Default for TracedLines<'_> {
+    fn default() -> Self {
+        TracedLines {
+            lines: &[],
+            ids: &[],
+            block_size: 512,
+        }
+    }
+}
+
+impl<'a> TracedLines<'a> {
+    /// The block ids of request `i` (empty when its prompt is generated).
+    pub(crate) fn ids_of(&self, i: usize) -> &'a [u64] {
+        match self.lines.get(i).and_then(|s| s.blocks) {
+            Some(b) => self
+                .ids
+                .get(b.start as usize..(b.start + b.len) as usize)
+                .unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    /// Whether any request is made of blocks.
+    pub(crate) fn has_blocks(&self) -> bool {
+        !self.ids.is_empty()
+    }
 }
 
 /// The arrivals of one point, in time order. Not held in memory: the arrivals are a function
@@ -46,6 +88,9 @@ pub struct Schedule {
     measured: usize,
     /// A trace's schedule, which carries its lines' lengths (empty for a rate or ramp).
     traced: Vec<Scheduled>,
+    /// A trace's block ids, and the tokens each stands for.
+    ids: Arc<Vec<u64>>,
+    block_size: u32,
     /// Most requests in flight (None: no cap).
     pub max_in_flight: Option<u32>,
 }
@@ -125,11 +170,13 @@ impl Schedule {
         // (send time, output tokens, prompt tokens): the lengths only from a trace.
         let (arrival, burstiness, seed) = (load.arrival, load.burstiness, load.seed);
         let mut traced = false;
+        let mut ids = Arc::new(Vec::new());
+        let mut block_size = 512;
         let arrivals: MakeArrivals = match load.kind {
             LoadKind::Rate => {
                 let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
                 if rate.is_infinite() {
-                    Arc::new(|| Box::new(std::iter::repeat((0.0, None, None))))
+                    Arc::new(|| Box::new(std::iter::repeat((0.0, None, None, None))))
                 } else {
                     Arc::new(move || {
                         curve_arrivals(
@@ -159,17 +206,21 @@ impl Schedule {
                     curve_arrivals(curve.clone(), UnitGaps::new(arrival, burstiness, seed))
                 })
             }
-            LoadKind::Sessions => return Err(ScheduleError::NotLoad),
+            LoadKind::Sessions | LoadKind::Agentic => return Err(ScheduleError::NotLoad),
             LoadKind::Trace => {
                 let t = load.trace.as_ref().ok_or(ScheduleError::NotLoad)?;
                 let scale = t.time_scale;
-                let entries = Arc::new(trace::read(&spec_dir.join(&t.file))?);
+                let options = trace::TraceOptions::of(t);
+                let read = trace::read(&spec_dir.join(&t.file), options)?;
+                ids = Arc::new(read.ids);
+                block_size = options.block_size;
+                let entries = Arc::new(read.entries);
                 traced = true;
                 Arc::new(move || {
                     let entries = entries.clone();
                     Box::new((0..entries.len()).map(move |i| {
                         let e = &entries[i];
-                        (e.at_s * scale, e.output_tokens, e.input_tokens)
+                        (e.at_s * scale, e.output_tokens, e.input_tokens, e.blocks)
                     }))
                 })
             }
@@ -189,6 +240,8 @@ impl Schedule {
             len: SCHEDULE_LIMIT + 1,
             measured: 0,
             traced: Vec::new(),
+            ids,
+            block_size,
             max_in_flight: load.max_in_flight,
         };
         let (mut len, mut measured) = (0usize, 0usize);
@@ -218,12 +271,13 @@ impl Schedule {
     pub fn iter(&self) -> impl Iterator<Item = Scheduled> + Send + 'static {
         let mut phases = self.phases.clone();
         (self.arrivals)()
-            .map_while(move |(at_s, max_tokens, input_tokens)| {
+            .map_while(move |(at_s, max_tokens, input_tokens, blocks)| {
                 phases.place(at_s).map(|phase| Scheduled {
                     at_s,
                     phase,
                     max_tokens,
                     input_tokens,
+                    blocks,
                 })
             })
             .take(self.len)
@@ -244,16 +298,20 @@ impl Schedule {
         self.measured
     }
 
-    /// A trace's schedule, whose lines may give each request's lengths; empty for a rate or
-    /// ramp (their lengths are the workload's).
-    pub(crate) fn traced(&self) -> &[Scheduled] {
-        &self.traced
+    /// A trace's schedule, whose lines may give each request's lengths and blocks; empty
+    /// for a rate or ramp (their lengths are the workload's).
+    pub(crate) fn traced(&self) -> TracedLines<'_> {
+        TracedLines {
+            lines: &self.traced,
+            ids: &self.ids,
+            block_size: self.block_size,
+        }
     }
 }
 
 /// One arrival: its time (seconds from the start), and a trace line's output and prompt
-/// tokens.
-type Arrival = (f64, Option<u32>, Option<u64>);
+/// tokens and blocks.
+type Arrival = (f64, Option<u32>, Option<u64>, Option<trace::BlockRange>);
 
 /// Arrivals of the unit process mapped through a rate curve: the first at 0, then gaps.
 fn curve_arrivals(
@@ -272,7 +330,7 @@ fn curve_arrivals(
         } else {
             s += gaps.next_gap();
         }
-        curve.time_of(s).map(|t| (t, None, None))
+        curve.time_of(s).map(|t| (t, None, None, None))
     }))
 }
 

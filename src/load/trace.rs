@@ -1,14 +1,29 @@
 //! Trace files: one request a line, JSON. The arrival time is `at` (seconds) or Mooncake's
 //! `timestamp` (milliseconds); `output_tokens` (or Mooncake's `output_length`) sets the
 //! request's `max_tokens`; `input_tokens` (or `input_length`) is kept for the workload's
-//! generator: the request's prompt is generated and calibrated at that length. Other fields
-//! are ignored, so existing traces load as they are.
+//! generator: the request's prompt is generated and calibrated at that length. Mooncake's
+//! `hash_ids` (the prefix blocks of the prompt, `block_size` tokens each) are kept, unless
+//! `load.trace.hash_ids: ignore`: the prompt is then made of those blocks (`prompt::blocks`),
+//! so requests share what the trace says they share. Other fields are ignored, so existing
+//! traces load as they are.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use crate::spec::load_model::HashIds;
+
 /// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
 pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
+
+/// Longest line of a trace, bytes: a line of 16 Mi tokens in 512-token blocks names 32,768
+/// ids (about 300 KB).
+pub(crate) const TRACE_LINE_BYTES: usize = 1 << 20;
+
+/// Most `hash_ids` one line may name.
+pub(crate) const IDS_PER_LINE: usize = 65_536;
+
+/// Most `hash_ids` a whole trace may name (128 MB held while it replays).
+pub(crate) const TRACE_ID_LIMIT: usize = 16 << 20;
 
 /// One line of a trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -17,6 +32,61 @@ pub(crate) struct TraceEntry {
     pub at_s: f64,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u32>,
+    /// Where the line's `hash_ids` are in [`Trace::ids`] (None: the line has none, or they
+    /// are ignored).
+    pub blocks: Option<BlockRange>,
+}
+
+/// A line's block ids: `len` ids from `start` in the trace's id list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockRange {
+    pub start: u32,
+    pub len: u32,
+}
+
+/// How a trace's `hash_ids` are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TraceOptions {
+    /// Tokens each block id stands for.
+    pub block_size: u32,
+    pub hash_ids: HashIds,
+}
+
+impl Default for TraceOptions {
+    fn default() -> Self {
+        TraceOptions {
+            block_size: 512,
+            hash_ids: HashIds::Auto,
+        }
+    }
+}
+
+impl TraceOptions {
+    /// The options `load.trace` gives.
+    pub(crate) fn of(spec: &crate::spec::load_model::TraceSpec) -> TraceOptions {
+        TraceOptions {
+            block_size: spec.block_size.max(1),
+            hash_ids: spec.hash_ids,
+        }
+    }
+}
+
+/// A trace read whole: its lines in time order, and every line's block ids in one list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Trace {
+    pub entries: Vec<TraceEntry>,
+    pub ids: Vec<u64>,
+}
+
+impl Trace {
+    /// The block ids of a line (empty when it has none).
+    #[cfg(test)]
+    pub(crate) fn ids_of(&self, blocks: Option<BlockRange>) -> &[u64] {
+        match blocks {
+            Some(b) => &self.ids[b.start as usize..(b.start + b.len) as usize],
+            None => &[],
+        }
+    }
 }
 
 /// Most lines (requests) a trace may hold: one schedule's limit (`schedule::SCHEDULE_LIMIT` is
@@ -31,12 +101,20 @@ pub enum TraceError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}:{line}: {message}")]
+    #[error("{path}:{line}:{column}: {message}")]
     Line {
         path: PathBuf,
         line: usize,
+        /// 1-based, in bytes: where in the line the problem is (1 when it is the whole line).
+        column: usize,
         message: String,
+        /// The fix, where the line's problem has a particular one.
+        hint: Option<&'static str>,
     },
+    #[error("{path}:{line}:1: the line is longer than {TRACE_LINE_BYTES} bytes")]
+    LineTooLong { path: PathBuf, line: usize },
+    #[error("trace {path} names more than {TRACE_ID_LIMIT} hash_ids in all")]
+    TooManyIds { path: PathBuf },
     #[error("trace {path} is larger than {limit} bytes; cut it, or replay part of it")]
     TooLarge { path: PathBuf, limit: u64 },
     #[error("trace {path} has more than {TRACE_LINE_LIMIT} requests (one schedule's limit)")]
@@ -49,52 +127,89 @@ pub enum TraceError {
 }
 
 /// Reads a trace file. Times are made relative to the earliest arrival and sorted.
-pub(crate) fn read(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
-    let mut entries = Vec::new();
-    scan(path, |e| entries.push(e))?;
-    entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
-    let first = entries[0].at_s;
-    for e in &mut entries {
+pub(crate) fn read(path: &Path, options: TraceOptions) -> Result<Trace, TraceError> {
+    let mut trace = Trace::default();
+    let mut too_many = false;
+    scan(path, options, |mut e, ids| {
+        if !ids.is_empty() {
+            if trace.ids.len() + ids.len() > TRACE_ID_LIMIT {
+                too_many = true;
+                return false;
+            }
+            e.blocks = Some(BlockRange {
+                start: trace.ids.len() as u32,
+                len: ids.len() as u32,
+            });
+            trace.ids.extend_from_slice(ids);
+        }
+        trace.entries.push(e);
+        true
+    })?;
+    if too_many {
+        return Err(TraceError::TooManyIds {
+            path: path.to_path_buf(),
+        });
+    }
+    trace.entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    let first = trace.entries[0].at_s;
+    for e in &mut trace.entries {
         e.at_s -= first;
     }
-    Ok(entries)
+    Ok(trace)
 }
 
 /// What a trace holds, read without keeping its lines (what `validate` needs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct TraceSummary {
     pub requests: usize,
+    /// Lines whose prompt is made of their `hash_ids`.
+    pub with_blocks: usize,
     /// Seconds from its earliest arrival to its latest (before the time scale).
     pub span_s: f64,
 }
 
 /// Reads a trace file through, checking every line as [`read`] does, in memory that does not
 /// grow with its length.
-pub(crate) fn summarize(path: &Path) -> Result<TraceSummary, TraceError> {
+pub(crate) fn summarize(path: &Path, options: TraceOptions) -> Result<TraceSummary, TraceError> {
     let (mut requests, mut first, mut last) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
-    scan(path, |e| {
+    let (mut with_blocks, mut ids_total) = (0usize, 0usize);
+    scan(path, options, |e, ids| {
         requests += 1;
+        with_blocks += usize::from(!ids.is_empty());
+        ids_total += ids.len();
         first = first.min(e.at_s);
         last = last.max(e.at_s);
+        true
     })?;
+    if ids_total > TRACE_ID_LIMIT {
+        return Err(TraceError::TooManyIds {
+            path: path.to_path_buf(),
+        });
+    }
     Ok(TraceSummary {
         requests,
+        with_blocks,
         span_s: last - first,
     })
 }
 
-/// Every line of the trace at `path`, parsed, to `visit`; refuses what is not a regular file
-/// (before opening it: opening a FIFO blocks until a writer comes), past its byte or line
-/// budget, a bad line, or no line at all.
-fn scan(path: &Path, visit: impl FnMut(TraceEntry)) -> Result<(), TraceError> {
-    scan_within(path, TRACE_LINE_LIMIT, visit)
+/// Every line of the trace at `path`, parsed, to `visit` (with its block ids; it returns
+/// false to stop); refuses what is not a regular file (before opening it: opening a FIFO
+/// blocks until a writer comes), past its byte or line budget, a bad line, or no line at all.
+fn scan(
+    path: &Path,
+    options: TraceOptions,
+    visit: impl FnMut(TraceEntry, &[u64]) -> bool,
+) -> Result<(), TraceError> {
+    scan_within(path, TRACE_LINE_LIMIT, options, visit)
 }
 
 /// [`scan`] with at most `line_limit` requests.
 fn scan_within(
     path: &Path,
     line_limit: usize,
-    mut visit: impl FnMut(TraceEntry),
+    options: TraceOptions,
+    mut visit: impl FnMut(TraceEntry, &[u64]) -> bool,
 ) -> Result<(), TraceError> {
     let file = open_regular(path)?;
     let io = |source| TraceError::Io {
@@ -102,13 +217,24 @@ fn scan_within(
         source,
     };
     let mut reader = BufReader::new(file.take(TRACE_BYTE_LIMIT + 1));
-    let mut line = String::new();
+    let mut line = Vec::new();
+    let mut ids = Vec::new();
     let (mut read_bytes, mut number, mut requests) = (0u64, 0usize, 0usize);
     loop {
         line.clear();
-        let n = reader.read_line(&mut line).map_err(io)?;
+        // One line read within its budget: a file of one endless line is not held whole.
+        let n = (&mut reader)
+            .take(TRACE_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(io)?;
         if n == 0 {
             break;
+        }
+        if n > TRACE_LINE_BYTES {
+            return Err(TraceError::LineTooLong {
+                path: path.to_path_buf(),
+                line: number + 1,
+            });
         }
         read_bytes += n as u64;
         if read_bytes > TRACE_BYTE_LIMIT {
@@ -118,14 +244,26 @@ fn scan_within(
             });
         }
         number += 1;
-        let text = line.trim();
+        let Ok(text) = std::str::from_utf8(&line) else {
+            return Err(TraceError::Line {
+                path: path.to_path_buf(),
+                line: number,
+                column: 1,
+                message: "the line is not UTF-8 text".into(),
+                hint: None,
+            });
+        };
+        let text = text.trim();
         if text.is_empty() {
             continue;
         }
-        let entry = parse_line(text).map_err(|message| TraceError::Line {
+        ids.clear();
+        let entry = parse_line(text, options, &mut ids).map_err(|e| TraceError::Line {
             path: path.to_path_buf(),
             line: number,
-            message,
+            column: e.column,
+            message: e.message,
+            hint: e.hint,
         })?;
         requests += 1;
         if requests > line_limit {
@@ -133,7 +271,9 @@ fn scan_within(
                 path: path.to_path_buf(),
             });
         }
-        visit(entry);
+        if !visit(entry, &ids) {
+            break;
+        }
     }
     if requests == 0 {
         return Err(TraceError::Empty {
@@ -167,9 +307,46 @@ pub(crate) const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
 /// The longest prompt a trace line may ask for: 16 Mi tokens, past every context served today.
 pub(crate) const MAX_INPUT_TOKENS: u64 = 16 * 1024 * 1024;
 
-fn parse_line(text: &str) -> Result<TraceEntry, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+/// What is wrong with a line: the message, where (1-based byte column), and the fix.
+#[derive(Debug)]
+struct LineError {
+    message: String,
+    column: usize,
+    hint: Option<&'static str>,
+}
+
+impl From<String> for LineError {
+    fn from(message: String) -> Self {
+        LineError {
+            message,
+            column: 1,
+            hint: None,
+        }
+    }
+}
+
+impl From<&str> for LineError {
+    fn from(message: &str) -> Self {
+        LineError::from(message.to_string())
+    }
+}
+
+/// The 1-based column of `"name"` in the line (1 when it is not there).
+fn column_of(text: &str, name: &str) -> usize {
+    text.find(&format!("\"{name}\"")).map_or(1, |i| i + 1)
+}
+
+/// Parses one line; its block ids go to `ids` (left empty when it has none).
+fn parse_line(
+    text: &str,
+    options: TraceOptions,
+    ids: &mut Vec<u64>,
+) -> Result<TraceEntry, LineError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| LineError {
+        message: format!("not a JSON object: {e}"),
+        column: e.column().max(1),
+        hint: None,
+    })?;
     let obj = v
         .as_object()
         .ok_or("each line must be a JSON object like {\"at\": 0.5}")?;
@@ -187,15 +364,16 @@ fn parse_line(text: &str) -> Result<TraceEntry, String> {
         }
     };
     if !at_s.is_finite() || at_s < 0.0 {
-        return Err(format!("arrival time {at_s} is not a time"));
+        return Err(format!("arrival time {at_s} is not a time").into());
     }
-    let count = |names: [&str; 2]| -> Result<Option<u64>, String> {
+    let count = |names: [&str; 2]| -> Result<Option<u64>, LineError> {
         for name in names {
             if let Some(v) = obj.get(name) {
-                return v
-                    .as_u64()
-                    .map(Some)
-                    .ok_or_else(|| format!("`{name}` must be a whole number of tokens"));
+                return v.as_u64().map(Some).ok_or_else(|| LineError {
+                    message: format!("`{name}` must be a whole number of tokens"),
+                    column: column_of(text, name),
+                    hint: None,
+                });
             }
         }
         Ok(None)
@@ -204,9 +382,7 @@ fn parse_line(text: &str) -> Result<TraceEntry, String> {
     let output_tokens = match output {
         Some(0) => return Err("an output length of 0 asks for nothing".into()),
         Some(n) if n > MAX_OUTPUT_TOKENS => {
-            return Err(format!(
-                "output length {n} is over {MAX_OUTPUT_TOKENS} tokens"
-            ));
+            return Err(format!("output length {n} is over {MAX_OUTPUT_TOKENS} tokens").into());
         }
         Some(n) => Some(n as u32),
         None => None,
@@ -215,15 +391,95 @@ fn parse_line(text: &str) -> Result<TraceEntry, String> {
     // known: bound it like every input.
     let input_tokens = count(["input_tokens", "input_length"])?;
     if let Some(n) = input_tokens.filter(|&n| n > MAX_INPUT_TOKENS) {
-        return Err(format!(
-            "input length {n} is over {MAX_INPUT_TOKENS} tokens"
-        ));
+        return Err(format!("input length {n} is over {MAX_INPUT_TOKENS} tokens").into());
     }
+    read_hash_ids(text, obj, input_tokens, options, ids)?;
     Ok(TraceEntry {
         at_s,
         input_tokens,
         output_tokens,
+        blocks: None,
     })
+}
+
+/// A line's `hash_ids` into `ids`, checked against the block size and its input length, as
+/// `options.hash_ids` asks.
+fn read_hash_ids(
+    text: &str,
+    obj: &serde_json::Map<String, serde_json::Value>,
+    input_tokens: Option<u64>,
+    options: TraceOptions,
+    ids: &mut Vec<u64>,
+) -> Result<(), LineError> {
+    if options.hash_ids == HashIds::Ignore {
+        return Ok(());
+    }
+    let required = options.hash_ids == HashIds::Required;
+    let at = |message: String, hint: &'static str| LineError {
+        message,
+        column: column_of(text, "hash_ids"),
+        hint: Some(hint),
+    };
+    let list = match obj.get("hash_ids") {
+        None if required => {
+            return Err(at(
+                "the line has no `hash_ids`, and `load.trace.hash_ids: required` asks every line for them".into(),
+                "give the line its prefix blocks (`\"hash_ids\": [46, 47]`), or set `load.trace.hash_ids: auto` to generate prompts for lines without them",
+            ));
+        }
+        None => return Ok(()),
+        Some(serde_json::Value::Array(list)) => list,
+        Some(other) => {
+            return Err(at(
+                format!("`hash_ids` must be a list of block ids, found {other}"),
+                "write the prefix blocks as a list of whole numbers: `\"hash_ids\": [46, 47]`, or set `load.trace.hash_ids: ignore`",
+            ));
+        }
+    };
+    if list.is_empty() {
+        if required {
+            return Err(at(
+                "`hash_ids` is empty: the line names no prefix block".into(),
+                "give the line its prefix blocks, or set `load.trace.hash_ids: auto`",
+            ));
+        }
+        return Ok(());
+    }
+    if list.len() > IDS_PER_LINE {
+        return Err(at(
+            format!(
+                "`hash_ids` names {} blocks, more than {IDS_PER_LINE} a line may",
+                list.len()
+            ),
+            "cut the line's prompt, or raise `load.trace.block_size` if the trace's blocks are larger",
+        ));
+    }
+    for (k, v) in list.iter().enumerate() {
+        let Some(id) = v.as_u64() else {
+            return Err(at(
+                format!("`hash_ids[{k}]` is {v}, not a whole number of 0 or more"),
+                "block ids are whole numbers: `\"hash_ids\": [46, 47]`",
+            ));
+        };
+        ids.push(id);
+    }
+    let bs = u64::from(options.block_size.max(1));
+    if let Some(n) = input_tokens {
+        let full = (ids.len() as u64 - 1) * bs;
+        if n <= full || n > full + bs {
+            let last = n as i128 - full as i128;
+            let message = format!(
+                "{} hash_ids of {bs} tokens do not fit an input length of {n}: the last block would hold {last} tokens (it must hold 1 to {bs})",
+                ids.len()
+            );
+            ids.clear();
+            return Err(at(
+                message,
+                "set `load.trace.block_size` to the block size the trace was made with (Mooncake's: 512), or correct the line's `input_length`",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -235,19 +491,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
         std::fs::write(&p, "{\"at\": 2.5, \"output_tokens\": 7}\n\n{\"at\": 1.0}\n").unwrap();
-        let t = read(&p).unwrap();
+        let t = read(&p, TraceOptions::default()).unwrap().entries;
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].at_s, 0.0);
         assert_eq!(t[1].at_s, 1.5);
         assert_eq!(t[1].output_tokens, Some(7));
         std::fs::write(
             &p,
-            "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46]}\n{\"timestamp\": 30535, \"input_length\": 6472, \"output_length\": 26}\n",
+            "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59]}\n{\"timestamp\": 30535, \"input_length\": 6472, \"output_length\": 26}\n",
         )
         .unwrap();
-        let t = read(&p).unwrap();
+        let trace = read(&p, TraceOptions::default()).unwrap();
+        let t = &trace.entries;
         assert!((t[1].at_s - 3.053).abs() < 1e-9);
         assert_eq!(t[0].input_tokens, Some(6955));
+        // 6955 tokens are 14 blocks of 512, the last holding 299.
+        assert_eq!(trace.ids_of(t[0].blocks).len(), 14);
     }
 
     #[test]
@@ -255,15 +514,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
         std::fs::write(&p, "{\"at\": 1, \"input_tokens\": 1000000000000}\n").unwrap();
-        let e = read(&p).unwrap_err().to_string();
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
         assert!(
-            e.contains("t.jsonl:1: input length 1000000000000 is over 16777216 tokens"),
+            e.contains("t.jsonl:1:1: input length 1000000000000 is over 16777216 tokens"),
             "{e}"
         );
         std::fs::write(&p, "{\"at\": 1}\n{\"at\": 2, \"output_length\": 1000001}\n").unwrap();
-        let e = read(&p).unwrap_err().to_string();
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
         assert!(
-            e.contains("t.jsonl:2: output length 1000001 is over 1000000 tokens"),
+            e.contains("t.jsonl:2:1: output length 1000001 is over 1000000 tokens"),
             "{e}"
         );
     }
@@ -275,17 +534,23 @@ mod tests {
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.is_ok_and(|s| s.success()), "mkfifo");
         // Opened, this would block until a writer came: it is refused first.
-        let e = summarize(&fifo).unwrap_err().to_string();
+        let e = summarize(&fifo, TraceOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("is a FIFO (named pipe), not a regular file"),
             "{e}"
         );
         // /dev/zero never ends: refused without reading 256 MB of it.
         let started = std::time::Instant::now();
-        let e = read(Path::new("/dev/zero")).unwrap_err().to_string();
+        let e = read(Path::new("/dev/zero"), TraceOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a character device"), "{e}");
         assert!(started.elapsed().as_secs_f64() < 0.5);
-        let e = read(dir.path()).unwrap_err().to_string();
+        let e = read(dir.path(), TraceOptions::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a directory"), "{e}");
     }
 
@@ -295,10 +560,14 @@ mod tests {
         let p = dir.path().join("t.jsonl");
         std::fs::write(&p, "{\"at\": 1}\n{\"at\": 2}\n{\"at\": 3}\n").unwrap();
         let mut seen = 0;
-        let e = scan_within(&p, 2, |_| seen += 1).unwrap_err();
+        let e = scan_within(&p, 2, TraceOptions::default(), |_, _| {
+            seen += 1;
+            true
+        })
+        .unwrap_err();
         assert!(matches!(e, TraceError::TooManyLines { .. }), "{e}");
         assert_eq!(seen, 2, "stopped at the limit");
-        assert!(scan_within(&p, 3, |_| {}).is_ok());
+        assert!(scan_within(&p, 3, TraceOptions::default(), |_, _| true).is_ok());
     }
 
     #[test]
@@ -306,7 +575,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
         std::fs::write(&p, "{\"at\": 5}\n{\"at\": 2}\n\n{\"at\": 9.5}\n").unwrap();
-        let s = summarize(&p).unwrap();
+        let s = summarize(&p, TraceOptions::default()).unwrap();
         assert_eq!(s.requests, 3);
         assert!((s.span_s - 7.5).abs() < 1e-12);
     }
@@ -316,7 +585,93 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
         std::fs::write(&p, "{\"at\": 1}\n{\"when\": 2}\n").unwrap();
-        let e = read(&p).unwrap_err().to_string();
-        assert!(e.contains("t.jsonl:2: no arrival time"), "{e}");
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:2:1: no arrival time"), "{e}");
+    }
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn hash_ids_are_kept_in_time_order_with_their_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            "{\"timestamp\": 2000, \"input_length\": 1100, \"output_length\": 4, \"hash_ids\": [0, 1, 5]}\n\
+             {\"timestamp\": 1000, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [0, 1]}\n\
+             {\"timestamp\": 3000, \"input_length\": 100}\n",
+        );
+        let t = read(&p, TraceOptions::default()).unwrap();
+        assert_eq!(t.ids_of(t.entries[0].blocks), [0, 1]);
+        assert_eq!(t.ids_of(t.entries[1].blocks), [0, 1, 5]);
+        assert!(t.entries[2].blocks.is_none(), "a line without ids has none");
+        let s = summarize(&p, TraceOptions::default()).unwrap();
+        assert_eq!((s.requests, s.with_blocks), (3, 2));
+        let ignored = TraceOptions {
+            hash_ids: HashIds::Ignore,
+            ..TraceOptions::default()
+        };
+        assert!(read(&p, ignored).unwrap().ids.is_empty());
+    }
+
+    #[test]
+    fn unusable_hash_ids_are_refused_at_their_line_and_column_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let required = TraceOptions {
+            hash_ids: HashIds::Required,
+            ..TraceOptions::default()
+        };
+        let p = write(
+            &dir,
+            "{\"at\": 0, \"hash_ids\": [1]}\n{\"at\": 1, \"input_length\": 9}\n",
+        );
+        let e = read(&p, required).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("t.jsonl:2:1: the line has no `hash_ids`"),
+            "{e}"
+        );
+        // Not a list, a negative id: refused whatever the mode (but `ignore`).
+        let p = write(&dir, "{\"at\": 0, \"hash_ids\": \"46\"}\n");
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:11: `hash_ids` must be a list"), "{e}");
+        let p = write(&dir, "{\"at\": 0, \"hash_ids\": [3, -1]}\n");
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("`hash_ids[1]` is -1"), "{e}");
+        // Three blocks of 512 cannot hold 700 tokens: the block size is another.
+        let p = write(
+            &dir,
+            "{\"at\": 0, \"input_length\": 700, \"hash_ids\": [1, 2, 3]}\n",
+        );
+        let e = read(&p, TraceOptions::default()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the last block would hold -324 tokens"),
+            "{e}"
+        );
+        let TraceError::Line { hint, .. } = e else {
+            panic!("{e}")
+        };
+        assert!(hint.unwrap().contains("load.trace.block_size"));
+        let small = TraceOptions {
+            block_size: 256,
+            ..TraceOptions::default()
+        };
+        assert!(read(&p, small).is_ok(), "700 tokens are 3 blocks of 256");
+    }
+
+    #[test]
+    fn a_line_past_its_byte_budget_is_refused_without_being_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!(
+            "{{\"at\": 0, \"pad\": \"{}\"}}\n",
+            "x".repeat(TRACE_LINE_BYTES)
+        );
+        let p = write(&dir, &long);
+        let e = read(&p, TraceOptions::default()).unwrap_err();
+        assert!(matches!(e, TraceError::LineTooLong { line: 1, .. }), "{e}");
     }
 }

@@ -354,6 +354,9 @@ pub fn from_model(
                         None => (p.clone(), 1),
                     };
                     let seconds = match (&p.experiment.search, p.experiment.open_loop()) {
+                        // Agent sessions last as their trace's think time and the server's
+                        // speed at their contexts make them: not modelled.
+                        _ if p.experiment.agentic().is_some() => None,
                         // An open-loop search: the probes the model's capacity makes it take.
                         (Some(s), Some(_)) => tokens
                             .and_then(|t| model_load_search(&cfg, p, s, t, calibrate, spec_dir)),

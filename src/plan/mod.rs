@@ -128,6 +128,18 @@ pub fn point_requests(p: &Point, spec_dir: &Path) -> RequestCount {
 }
 
 fn one_point_requests(e: &Experiment, spec_dir: &Path) -> RequestCount {
+    if let Some(a) = e.agentic() {
+        // Every turn of the sessions run (the trace again for more sessions than it holds);
+        // a trace that cannot be read counts nothing (`validate` says why).
+        let n = crate::load::agentic::summarize(&spec_dir.join(&a.file), a).map_or(0, |s| {
+            let sessions = a.sessions.map_or(s.sessions, |n| n as usize);
+            (s.turns as f64 * sessions as f64 / s.sessions.max(1) as f64).round() as u64
+        });
+        return RequestCount {
+            measured: n,
+            sent: n,
+        };
+    }
     if let Some(s) = e.sessions() {
         let n = e.repeat as u64 * s.users as u64 * s.turns as u64;
         return RequestCount {

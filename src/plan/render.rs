@@ -99,6 +99,14 @@ fn write_point(
 ) -> fmt::Result {
     let e = &p.experiment;
     let samples = match e.method.resolve() {
+        _ if let Some(a) = e.agentic() => format!(
+            "{} of {} replayed, {} live at once",
+            a.sessions.map_or("every session".to_string(), |n| count_s(
+                n as usize, "session"
+            )),
+            a.file.display(),
+            a.live
+        ),
         _ if let Some(s) = e.sessions() => format!(
             "{} of {}",
             count_s(s.users as usize, "session"),
@@ -150,7 +158,10 @@ fn write_point(
         "  {}  {samples} x {}, concurrency {}, cache {}{time}",
         p.label(),
         count_s(e.repeat as usize, "round"),
-        e.sessions().map_or(e.concurrency, |s| s.users),
+        e.agentic()
+            .map(|a| a.live)
+            .or(e.sessions().map(|s| s.users))
+            .unwrap_or(e.concurrency),
         e.cache.policy
     )?;
     Ok(())

@@ -32,7 +32,11 @@ impl From<&crate::spec::search::SearchSpec> for SearchSpec {
             start: s.start,
             max: s.max,
             resolution: s.resolution.fraction(),
-            integer: s.over == crate::spec::search::SearchOver::Concurrency,
+            integer: matches!(
+                s.over,
+                crate::spec::search::SearchOver::Concurrency
+                    | crate::spec::search::SearchOver::LiveSessions
+            ),
         }
     }
 }
@@ -209,6 +213,11 @@ pub(crate) fn probe_point(
             }
         }
         SearchOver::Concurrency => p.experiment.concurrency = value.max(1.0) as u32,
+        SearchOver::LiveSessions => {
+            if let Some(a) = p.experiment.load.as_mut().and_then(|l| l.agentic.as_mut()) {
+                a.live = value.max(1.0) as u32;
+            }
+        }
     }
     p
 }

@@ -4,6 +4,7 @@
 //! the model under test, so `calibrate` scales the text until the server's reported
 //! `prompt_tokens` is within tolerance of the target.
 
+pub mod blocks;
 mod calibrate;
 pub(crate) mod canary;
 mod check;

@@ -55,6 +55,7 @@ impl PointRunner {
             let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
             let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
+            let theoretical = planned.theoretical_cached;
             let gone = gone.clone();
             tasks.spawn(async move {
                 progress.request_started();
@@ -79,6 +80,7 @@ impl PointRunner {
                 );
                 fill_omitted_cached(&mut rec, omitted_is_zero);
                 rec.share = share;
+                rec.theoretical_cached_tokens = theoretical;
                 rec.mix = mix;
                 let written = writer.write(rec).await;
                 progress.request_finished();

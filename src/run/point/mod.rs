@@ -21,6 +21,7 @@ use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment};
 use super::progress::Progress;
 use crate::run::interrupt::Interrupt;
 
+mod agentic;
 mod closed_loop;
 mod round;
 mod scheduled;
@@ -242,7 +243,8 @@ impl PointRunner {
                 return outcome;
             }
         };
-        record.requested_prompt_tokens = prompts.requested();
+        // Agent sessions' prompts are their traces' blocks, not the workload's prompt.
+        record.requested_prompt_tokens = prompts.requested().filter(|_| exp.agentic().is_none());
         record.calibration = prompts.calibration.clone();
         // Before the first round and its cache reset: outside every measured window.
         let checks = match exp.validity.any() {
@@ -296,6 +298,7 @@ impl PointRunner {
         record.incomplete = summary.incomplete;
         record.status = Some(summary.status);
         record.prefix_cache = summary.prefix_cache;
+        (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
         let end = super::probe::PointEnd {
             exp,
             fold: &fold,
@@ -678,6 +681,9 @@ pub(super) struct Planned {
     /// Whether the policy's nonce goes in front (not for texts that carry their own, which
     /// decide what they share).
     nonce: bool,
+    /// A prompt of a trace's blocks: the tokens its leading blocks already sent could find
+    /// cached (None for other prompts).
+    pub(super) theoretical_cached: Option<u64>,
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model, else

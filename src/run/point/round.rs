@@ -85,6 +85,20 @@ impl PointRunner {
                 format!("{e}; the point ran without a cache reset"),
             ));
         }
+        if let Some(spec) = exp.agentic() {
+            // Agent sessions make their own prompts from their trace's blocks.
+            let window = Window::new();
+            probes.open(client, &point.id, round, &window).await;
+            let done_before = fold.done().requests;
+            window.open();
+            let stopped = self
+                .run_agentic(client, point, round, prompts, spec, flags, fold)
+                .await;
+            window.close();
+            let completed = (fold.done().requests - done_before) as usize;
+            probes.close(completed, &mut observed.unmeasured).await;
+            return stopped;
+        }
         // An open-loop point sends as many requests as its schedule holds, each when it is due.
         let schedule = match exp.open_loop() {
             Some(_) => match crate::load::Schedule::of(exp, &self.spec_dir) {
@@ -105,7 +119,9 @@ impl PointRunner {
             (None, None) => exp.requests,
         };
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths = schedule.as_ref().map_or(&[][..], |s| s.traced());
+        let lengths = schedule
+            .as_ref()
+            .map_or_else(Default::default, |s| s.traced());
         let plan = match self
             .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await

@@ -203,6 +203,7 @@ impl Release<'_> {
             p.requested,
         );
         let (share, mix, round) = (p.share, p.mix, self.round);
+        let theoretical = p.theoretical_cached;
         let omitted_is_zero = self.runner.cached_omitted_is_zero();
         let scheduled_at = self.start_unix + s.at_s;
         let gone = self.gone.clone();
@@ -229,6 +230,7 @@ impl Release<'_> {
             rec.lag_s = Some(rec.sent_at - scheduled_at);
             rec.phase = Some(s.phase);
             rec.share = share;
+            rec.theoretical_cached_tokens = theoretical;
             rec.mix = mix;
             fill_omitted_cached(&mut rec, omitted_is_zero);
             let mut written = writer.write(rec).await;

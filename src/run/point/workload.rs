@@ -10,7 +10,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::catalog::FlagKind;
 use crate::client::Client;
-use crate::load::Scheduled;
+use crate::load::TracedLines;
+use crate::prompt::blocks::{BlockLedger, BlockText};
 use crate::prompt::{InputDraw, OutputDraw, RequestDraw, TextGenerator, nonce};
 use crate::results::records::{CacheShare, Flag};
 use crate::spec::types::{Api, Experiment};
@@ -19,6 +20,10 @@ use super::{Body, Planned, PointRunner, Prompts, count_tokens};
 
 /// Most output tokens a request may ask for (the spec's own limit).
 const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
+
+/// Seed of the random words a block's length is calibrated on (each block's own words are
+/// seeded by its id and the round's salt).
+const BLOCK_SEED: u64 = 0x626c_6f63_6b73;
 
 /// Calibrated texts of one round, by generator and target.
 type Bodies = HashMap<String, (String, Option<u64>)>;
@@ -31,8 +36,10 @@ pub(super) struct RoundPlan<'a> {
     prompts: &'a Prompts,
     round: u32,
     count: usize,
-    /// Per request, a trace line's lengths, where it gives them (empty: none).
-    lengths: &'a [Scheduled],
+    /// Per request, a trace line's lengths and blocks, where it gives them (empty: none).
+    lengths: TracedLines<'a>,
+    /// The text of the trace's blocks this round (None when no line has blocks).
+    blocks: Option<BlockText>,
     /// Without nonces, shared-prefix tags are drawn from the seed; with them, fresh.
     fresh: bool,
     /// Whether generated prompts are sent behind a nonce (and so calibrated behind one).
@@ -73,14 +80,22 @@ impl PointRunner {
         prompts: &'a Prompts,
         round: u32,
         count: u32,
-        lengths: &'a [Scheduled],
+        lengths: TracedLines<'a>,
         flags: &mut Vec<Flag>,
     ) -> Result<RoundPlan<'a>, (FlagKind, String)> {
+        let blocks = match lengths.has_blocks() {
+            true => Some(
+                self.block_text(client, exp, prompts, lengths.block_size, round, flags)
+                    .await?,
+            ),
+            false => None,
+        };
         let mut plan = RoundPlan {
             prompts,
             round,
             count: count as usize,
             lengths,
+            blocks,
             fresh: exp.cache.nonce,
             behind_nonce: super::behind_nonce(exp),
             bodies: Bodies::new(),
@@ -142,6 +157,43 @@ impl PointRunner {
         }
         Ok(plan)
     }
+    /// The round's block text: characters per block from one calibration of `block_size`
+    /// tokens of random words (once per run), salted for the round: fresh, or from the
+    /// workload's seed when `cache.nonce: false` (the same spec then sends the same text).
+    pub(super) async fn block_text(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        prompts: &Prompts,
+        block_size: u32,
+        round: u32,
+        flags: &mut Vec<Flag>,
+    ) -> Result<BlockText, (FlagKind, String)> {
+        let generator = TextGenerator::Random { seed: BLOCK_SEED };
+        let (text, _) = self
+            .body(
+                client,
+                exp,
+                prompts,
+                &generator,
+                u64::from(block_size),
+                true,
+                false,
+                flags,
+            )
+            .await?;
+        let salt = if exp.cache.nonce {
+            rand::random()
+        } else {
+            crate::prompt::blocks::mix(exp.workload.seed, u64::from(round))
+        };
+        Ok(BlockText {
+            chars_per_block: text.len().max(1),
+            block_size,
+            salt,
+        })
+    }
+
     /// Text for `tokens` of `generator`, calibrated (once per run and bucket), and the server's
     /// count of it (behind a nonce when `behind_nonce`, as it is sent).
     #[allow(clippy::too_many_arguments)]
@@ -242,7 +294,8 @@ impl PointRunner {
 }
 
 impl<'a> RoundPlan<'a> {
-    /// The round's draws, a trace line's lengths in place of drawn ones.
+    /// The round's draws, a trace line's lengths in place of drawn ones (a line made of
+    /// blocks asks for no generated text).
     fn draws(&self) -> impl Iterator<Item = RequestDraw> + 'a {
         let lengths = self.lengths;
         self.prompts
@@ -251,8 +304,10 @@ impl<'a> RoundPlan<'a> {
             .take(self.count)
             .enumerate()
             .map(move |(i, mut d)| {
-                if let Some(s) = lengths.get(i) {
-                    if let Some(n) = s.input_tokens {
+                if let Some(s) = lengths.lines.get(i) {
+                    if s.blocks.is_some() {
+                        d.input = InputDraw::Text(String::new());
+                    } else if let Some(n) = s.input_tokens {
                         d.input = traced_input(&d.input, n);
                     }
                     if let Some(n) = s.max_tokens {
@@ -286,13 +341,17 @@ impl<'a> RoundPlan<'a> {
         self.count
     }
 
-    /// The round's requests, in order, each made when it is taken.
+    /// The round's requests, in order, each made when it is taken. A request made of blocks
+    /// carries the hit its leading blocks already sent in the round could give it.
     pub(super) fn requests(&self) -> impl Iterator<Item = Planned> + '_ {
-        self.draws().enumerate().map(move |(i, d)| self.make(i, d))
+        let mut ledger = BlockLedger::default();
+        self.draws()
+            .enumerate()
+            .map(move |(i, d)| self.make(i, d, &mut ledger))
     }
 
     /// Request `i` of the round from its draw.
-    fn make(&self, i: usize, d: RequestDraw) -> Planned {
+    fn make(&self, i: usize, d: RequestDraw, ledger: &mut BlockLedger) -> Planned {
         let mixed = self.prompts.source.entries.len() > 1;
         let mix = mixed.then(|| self.prompts.source.entries[d.entry].name.clone());
         let max_tokens = match &d.output {
@@ -300,6 +359,21 @@ impl<'a> RoundPlan<'a> {
             OutputDraw::LengthOf(reply) => self.replies.get(reply).copied().unwrap_or(1),
         }
         .clamp(1, MAX_OUTPUT_TOKENS) as u32;
+        let ids = self.lengths.ids_of(i);
+        if let (Some(blocks), false) = (&self.blocks, ids.is_empty()) {
+            let input = self.lengths.lines.get(i).and_then(|s| s.input_tokens);
+            let tokens = blocks.block_tokens(ids, input);
+            let theoretical = ledger.send(0, ids, &tokens);
+            return Planned {
+                text: blocks.prompt(ids, &tokens),
+                max_tokens,
+                requested: Some(tokens.iter().map(|&t| u64::from(t)).sum()),
+                share: None,
+                mix,
+                nonce: false,
+                theoretical_cached: Some(theoretical),
+            };
+        }
         match d.input {
             InputDraw::Text(text) => Planned {
                 text,
@@ -308,6 +382,7 @@ impl<'a> RoundPlan<'a> {
                 share: None,
                 mix,
                 nonce: true,
+                theoretical_cached: None,
             },
             InputDraw::Generated {
                 generator,
@@ -323,6 +398,7 @@ impl<'a> RoundPlan<'a> {
                 share: None,
                 mix,
                 nonce: true,
+                theoretical_cached: None,
             },
             InputDraw::SharedPrefix {
                 group,
@@ -361,6 +437,7 @@ impl<'a> RoundPlan<'a> {
                     }),
                     mix,
                     nonce: false,
+                    theoretical_cached: None,
                 }
             }
         }

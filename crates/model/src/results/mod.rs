@@ -1,5 +1,6 @@
 //! The run directory format: reading and writing.
 pub mod gpu;
+pub mod jobs;
 pub mod meta;
 pub mod records;
 pub mod rundir;

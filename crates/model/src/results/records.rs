@@ -267,6 +267,14 @@ pub struct RequestRecord {
     /// share nothing by design.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<CacheShare>,
+    /// A request made of a trace's prefix blocks: the tokens its leading blocks already sent
+    /// earlier in the round could have served from the prefix cache (compare `cached_tokens`).
+    /// None for other requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theoretical_cached_tokens: Option<u64>,
+    /// An agent session's turn: its session, turn and context. None for other requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<super::jobs::JobTurn>,
     /// The workload mix entry the request was drawn from (None without a mix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mix: Option<String>,
@@ -550,6 +558,8 @@ impl RequestRecord {
             finish_reason: None,
             error: None,
             share: None,
+            theoretical_cached_tokens: None,
+            job: None,
             mix: None,
             phase: None,
             lag_s: None,
@@ -591,6 +601,8 @@ impl PointRecord {
             profiler: None,
             workers: Vec::new(),
             validity: None,
+            trace_cache: None,
+            jobs: None,
         }
     }
 
@@ -688,6 +700,14 @@ pub struct PointRecord {
     /// nothing, or in runs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validity: Option<super::validity::ValidityView>,
+    /// Requests made of a trace's prefix blocks: their theoretical cache hits against the
+    /// server's (None for other points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_cache: Option<super::jobs::TraceCache>,
+    /// Agent sessions (`load: { kind: agentic }`): jobs per hour, live sessions, each
+    /// session's course (None for other points).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<super::jobs::JobsView>,
 }
 
 /// One worker behind a router, as its own counters saw a point.

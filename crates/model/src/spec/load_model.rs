@@ -54,6 +54,9 @@ pub struct LoadSpec {
     /// `kind: sessions`: the users, their turns and think time.
     #[serde(default)]
     pub sessions: Option<super::workload::SessionsSpec>,
+    /// `kind: agentic`: the session trace replayed and how many of its sessions run at once.
+    #[serde(default)]
+    pub agentic: Option<AgenticSpec>,
     /// A point whose client sent its requests later than their schedule by more than this (lag
     /// p99) is flagged `client-limited`: its latencies describe the client, not the server.
     /// Default 10ms.
@@ -87,6 +90,10 @@ pub enum LoadKind {
     /// Simulated users holding multi-turn conversations (`load.sessions`): each turn is sent
     /// when the user's previous reply has ended and they have thought; a closed loop per user.
     Sessions,
+    /// Agent sessions (jobs) replayed from a session trace (`load.agentic`): each session's
+    /// turns in order with the trace's think and tool time between them, its subagents beside
+    /// it, `live` sessions at once.
+    Agentic,
 }
 
 /// A request rate: requests per second, or `inf` (all at once).
@@ -157,7 +164,8 @@ pub struct RampSpec {
 }
 
 /// A trace of arrivals: JSONL, one request a line, `{"at": seconds}` or Mooncake's
-/// `{"timestamp": milliseconds}`, with an optional `output_tokens` (or `output_length`).
+/// `{"timestamp": milliseconds}`, with an optional `output_tokens` (or `output_length`),
+/// `input_tokens` (or `input_length`) and Mooncake's `hash_ids` (prefix blocks).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceSpec {
@@ -167,6 +175,77 @@ pub struct TraceSpec {
     #[serde(default = "one_f64")]
     #[schemars(range(min = 0.000001, max = 1000000.0))]
     pub time_scale: f64,
+    /// Tokens each of a line's `hash_ids` stands for (Mooncake's traces: 512). The last
+    /// block holds what the line's input length leaves: `input_length - (n - 1) *
+    /// block_size`, between 1 and `block_size`.
+    #[serde(default = "default_block_size")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub block_size: u32,
+    /// `auto` (the default): a line's prompt is made of its `hash_ids` blocks where it has
+    /// them, else generated at its input length. `required`: every line must have them.
+    /// `ignore`: prompts are generated at each line's input length, sharing nothing.
+    #[serde(default)]
+    pub hash_ids: HashIds,
+}
+
+/// How a trace's `hash_ids` are used.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum HashIds {
+    /// Used where a line has them.
+    #[default]
+    Auto,
+    /// Every line must have them (a line without is refused at `validate`).
+    Required,
+    /// Not used: prompts generated at each line's input length.
+    Ignore,
+}
+
+fn default_block_size() -> u32 {
+    512
+}
+
+/// Agent sessions replayed from a session trace: JSONL, one session (job) a line, in the
+/// kv-cache-tester format SemiAnalysis's AgentX traces and AIPerf's `weka` loader use
+/// (`{"id", "block_size", "requests": [{"t", "type": "n"|"s", "in", "out", "hash_ids",
+/// "think_time"}, {"type": "subagent", "agent_id", "requests": [...]}]}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgenticSpec {
+    /// The session trace, relative to the spec file.
+    pub file: PathBuf,
+    /// Sessions live at once: when one ends the next starts (the capacity search's
+    /// `search.over: load.agentic.live`).
+    #[schemars(range(min = 1, max = 100000))]
+    pub live: u32,
+    /// Sessions run in all (default: each of the trace's once). More than the trace holds
+    /// replays it again, each replay's blocks salted apart.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 10000000))]
+    pub sessions: Option<u32>,
+    /// Think and tool time between turns is multiplied by this: 0 sends each turn as soon as
+    /// the one before it ended.
+    #[serde(default = "one_f64")]
+    #[schemars(range(min = 0.0, max = 1000.0))]
+    pub think_scale: f64,
+    /// Tokens a block id stands for, over the trace's own `block_size` (default: the trace's,
+    /// else 512).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub block_size: Option<u32>,
 }
 
 /// When a load point's measured phase ends: the first limit reached.
@@ -347,6 +426,10 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
                 "sessions",
                 "add `sessions: { users: 16, turns: 4, think: 2s }`",
             )),
+            Some("agentic") => Some((
+                "agentic",
+                "add `agentic: { file: sessions.jsonl, live: 8 }`",
+            )),
             _ => None,
         };
         if let Some((field, hint)) = needs
@@ -404,6 +487,28 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
         });
         // Sessions end when every user has sent every turn; their driver has no phases and no
         // stop rule, so these would be silently ignored.
+        if kind == Some("agentic") {
+            for field in ["requests", "errors"] {
+                if stop.is_some_and(|s| s.get(field).is_some_and(|v| !v.is_null())) {
+                    problems.push(problem(
+                        &format!("/stop/{field}"),
+                        Target::Key,
+                        format!("`stop.{field}` does not apply to `load.kind: agentic`"),
+                        "remove it: an agentic point runs `load.agentic.sessions` sessions (each of the trace's by default); `stop.duration` ends it early",
+                    ));
+                }
+            }
+            for field in ["warmup", "cooldown"] {
+                if raw.get(field).is_some_and(|v| !v.is_null()) {
+                    problems.push(problem(
+                        &format!("/{field}"),
+                        Target::Key,
+                        format!("`{field}` does not apply to `load.kind: agentic`"),
+                        "remove it: every turn of every session is measured; `stop.duration` ends the point early",
+                    ));
+                }
+            }
+        }
         if kind == Some("sessions") {
             for field in ["stop", "warmup", "cooldown"] {
                 if raw.get(field).is_some_and(|v| !v.is_null()) {

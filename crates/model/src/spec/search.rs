@@ -52,6 +52,11 @@ pub enum SearchOver {
     #[serde(rename = "concurrency")]
     #[strum(serialize = "concurrency")]
     Concurrency,
+    /// Agent sessions live at once of `load: { kind: agentic }`: how many concurrent agent
+    /// sessions meet the SLO.
+    #[serde(rename = "load.agentic.live")]
+    #[strum(serialize = "load.agentic.live")]
+    LiveSessions,
 }
 
 impl SearchOver {
@@ -60,6 +65,7 @@ impl SearchOver {
         match self {
             SearchOver::LoadRate => "req/s",
             SearchOver::Concurrency => "in flight",
+            SearchOver::LiveSessions => "live sessions",
         }
     }
 }
@@ -130,6 +136,21 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
                 "`search.over: load.rate` needs an open-loop `load: { kind: rate }` to set the rate of"
                     .into(),
                 "add `load: { kind: rate, rate: 1 }` with a `stop:`, or search `over: concurrency`",
+            ));
+        }
+    }
+    if over == Some("load.agentic.live") {
+        let kind = raw
+            .get("load")
+            .and_then(|l| l.get("kind"))
+            .and_then(Value::as_str);
+        if kind != Some("agentic") {
+            problems.push(problem(
+                "/search/over",
+                Target::Value,
+                "`search.over: load.agentic.live` needs `load: { kind: agentic }` to set the live sessions of"
+                    .into(),
+                "add `load: { kind: agentic, agentic: { file: sessions.jsonl, live: 1 } }`",
             ));
         }
     }

@@ -190,9 +190,18 @@ impl Experiment {
 
     /// The open-loop load model (`rate`, `ramp`, `trace`), when the spec's `load` is one.
     pub fn open_loop(&self) -> Option<&super::load_model::LoadSpec> {
+        use super::load_model::LoadKind;
         self.load
             .as_ref()
-            .filter(|l| l.kind != super::load_model::LoadKind::Sessions)
+            .filter(|l| !matches!(l.kind, LoadKind::Sessions | LoadKind::Agentic))
+    }
+
+    /// The agent sessions replayed (`load: { kind: agentic }`), when the spec's `load` is one.
+    pub fn agentic(&self) -> Option<&super::load_model::AgenticSpec> {
+        match &self.load {
+            Some(l) if l.kind == super::load_model::LoadKind::Agentic => l.agentic.as_ref(),
+            _ => None,
+        }
     }
 }
 

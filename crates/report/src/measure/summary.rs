@@ -6,9 +6,11 @@ use indexmap::IndexMap;
 
 use servebench_model::catalog::FlagKind;
 use servebench_model::catalog::Method;
+use servebench_model::results::jobs::{JobsView, TraceCache};
 use servebench_model::results::records::{
     ChunkTokens, Flag, PointStatus, PrefixCacheRow, RequestRecord, RequestRole, Stat,
 };
+use servebench_model::spec::types::CachePolicy;
 use servebench_model::spec::types::{Experiment, Measure};
 
 use super::metrics::{self, Columns};
@@ -41,6 +43,10 @@ pub struct PointSummary {
     /// Measured requests the router sent to a worker first and then retried on another, by
     /// the worker it left.
     pub rerouted: std::collections::BTreeMap<String, usize>,
+    /// Requests made of a trace's blocks: theoretical hits against the server's.
+    pub trace_cache: Option<TraceCache>,
+    /// Agent sessions, as the runner set them ([`PointFold::jobs`]).
+    pub jobs: Option<JobsView>,
 }
 
 impl PointSummary {
@@ -120,6 +126,14 @@ pub struct PointFold {
     worst_read_late: Option<(u32, f64, f64)>,
     /// Successful requests that say how long their bytes waited (the kernel stamps arrivals).
     read_timed: usize,
+    /// Requests made of a trace's blocks, judged against their theoretical hit (one at a
+    /// time: what a request could find follows from what was sent before it, fixed when it
+    /// was made). None until the first.
+    trace_cache: Option<TraceCache>,
+    /// The cache policy is `as-is`: hits past the theoretical are reported, not excluded.
+    as_is: bool,
+    /// Agent sessions: the runner's view of the point's sessions.
+    pub jobs: Option<JobsView>,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -164,6 +178,9 @@ impl PointFold {
             read_late: 0,
             worst_read_late: None,
             read_timed: 0,
+            trace_cache: None,
+            as_is: exp.cache.policy == CachePolicy::AsIs,
+            jobs: None,
         }
     }
 
@@ -229,6 +246,13 @@ impl PointFold {
             self.deferred.push(r.clone());
             return;
         }
+        if let Some(theoretical) = r.theoretical_cached_tokens {
+            let above = self.add_traced(r, theoretical);
+            if r.error.is_none() && !(self.verify && above && !self.as_is) {
+                self.add_clean(r);
+            }
+            return;
+        }
         let contaminated = self.verify && self.policy.add(r);
         if !contaminated && r.error.is_none() {
             self.add_clean(r);
@@ -286,6 +310,33 @@ impl PointFold {
                 self.worst_read_late = Some((r.index, wait, gap));
             }
         }
+    }
+
+    /// Judges a request made of a trace's blocks against `theoretical`, the tokens its
+    /// leading blocks already sent could serve; true when the server found more than that
+    /// (past what a shared template head explains): another run's or point's text was in the
+    /// cache. Finding less is the server's own behaviour (eviction, a request sent while the
+    /// one holding its blocks was in prefill), counted, never excluded.
+    fn add_traced(&mut self, r: &RequestRecord, theoretical: u64) -> bool {
+        if r.error.is_some() {
+            return false;
+        }
+        let t = self.trace_cache.get_or_insert_with(TraceCache::default);
+        let Some(cached) = r.cached_tokens else {
+            t.unreported += 1;
+            return false;
+        };
+        t.requests += 1;
+        t.prompt_tokens += r.prompt_tokens.unwrap_or(0);
+        t.theoretical_cached_tokens += theoretical;
+        t.cached_tokens += cached;
+        let tolerance = verify::COLD_TOLERATED_CACHED_TOKENS;
+        if cached + tolerance < theoretical {
+            t.below += 1;
+        }
+        let above = cached > theoretical + tolerance;
+        t.above += usize::from(above);
+        above
     }
 
     fn add_clean(&mut self, r: &RequestRecord) {
@@ -440,6 +491,32 @@ impl PointFold {
                 ),
             ));
         }
+        if let Some(t) = &self.trace_cache {
+            if t.above > 0 && self.verify {
+                flags.push(Flag::new(
+                    FlagKind::UnexpectedCacheHit,
+                    format!(
+                        "{} of {} requests made of trace blocks found more cached than their leading blocks already sent could hold \
+                         (more than {} tokens over): prompts of another point or run were in the cache{}",
+                        t.above,
+                        t.requests,
+                        verify::COLD_TOLERATED_CACHED_TOKENS,
+                        if self.as_is { "" } else { "; they are excluded from this point's numbers" }
+                    ),
+                ));
+            }
+            if t.unreported > 0 && self.verify {
+                flags.push(Flag::new(
+                    FlagKind::CacheUnverified,
+                    format!(
+                        "{} of {} requests made of trace blocks carried no cached_tokens, so their theoretical hits could not be compared \
+                         (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
+                        t.unreported,
+                        t.unreported + t.requests
+                    ),
+                ));
+            }
+        }
         let per_round = match exp.sessions() {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
@@ -474,6 +551,8 @@ impl PointFold {
             prefix_cache,
             routed: std::mem::take(&mut self.routed),
             rerouted: std::mem::take(&mut self.rerouted),
+            trace_cache: self.trace_cache.clone(),
+            jobs: self.jobs.clone(),
         }
     }
 }
@@ -832,5 +911,44 @@ mod tests {
             est_load.slo.as_ref().unwrap().good,
             exact_load.slo.unwrap().good
         );
+    }
+
+    /// Requests made of trace blocks are judged against what their blocks promised: a real
+    /// hit under the cold policy is kept, finding less is counted and kept, finding more than
+    /// the blocks could hold is contamination (excluded, flagged).
+    #[test]
+    fn block_requests_are_judged_against_their_theoretical_hit() {
+        let e = exp();
+        let block = |i: u32, theoretical: u64, cached: u64| RequestRecord {
+            index: i,
+            sent_at: 1000.0 + f64::from(i),
+            chunks: vec![Chunk {
+                t_s: 0.02,
+                tokens: 1,
+            }],
+            end_s: Some(0.05),
+            prompt_tokens: Some(2000),
+            completion_tokens: Some(1),
+            cached_tokens: Some(cached),
+            finish_reason: Some("length".into()),
+            theoretical_cached_tokens: Some(theoretical),
+            ..RequestRecord::fixture()
+        };
+        let records = [
+            block(0, 0, 0),
+            block(1, 1536, 1530),      // the hit its blocks promised: kept
+            block(2, 1536, 200),       // evicted: found less, kept
+            block(3, 512, 1900),       // more than its blocks: contamination
+            block(4, 1024, 1024 + 60), // a template head's worth over: within the tolerance
+        ];
+        let s = summarize(&e, &records, Vec::new(), false);
+        let t = s.trace_cache.as_ref().unwrap();
+        assert_eq!((t.requests, t.below, t.above), (5, 1, 1));
+        assert_eq!(t.theoretical_cached_tokens, 1536 * 2 + 512 + 1024);
+        assert_eq!(t.cached_tokens, 1530 + 200 + 1900 + 1084);
+        assert_eq!(s.metrics["ttft_s"].count, 4, "the contaminated one is out");
+        let kinds: Vec<_> = s.flags.iter().map(|f| f.kind.clone()).collect();
+        assert!(kinds.contains(&FlagKind::UnexpectedCacheHit), "{kinds:?}");
+        assert!(!kinds.contains(&FlagKind::ColdCacheHit), "{kinds:?}");
     }
 }

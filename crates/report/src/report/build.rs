@@ -162,6 +162,7 @@ pub(crate) fn build_model_from(
         data_notes: Vec::new(),
         charts: Vec::new(),
         prefix_cache: Vec::new(),
+        trace: None,
         load: None,
         capacity: None,
         speculative: super::speculative::section(meta, points),
@@ -205,6 +206,7 @@ pub(crate) fn build_model_from(
         .collect();
     model.bound = super::bound_section::section(meta, points, &labels);
     model.load = super::load::section(points, &labels, &variants);
+    model.trace = super::agentic::section(points, &labels);
     model.gpu = super::gpu::section(exp, points, &labels);
     model.profiles = super::profiles::rows(points, &labels);
     model.workers = super::workers::section(points, &labels);

@@ -226,10 +226,10 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
                 .map(|p| p.throughput_req_s)
         })
     });
-    let unit = if s.over == "concurrency" {
-        "in flight"
-    } else {
-        "req/s"
+    let unit = match s.over.as_str() {
+        "concurrency" => "in flight",
+        "load.agentic.live" => "live sessions",
+        _ => "req/s",
     };
     CapacityView {
         label: s.label.clone(),
@@ -278,11 +278,16 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
 /// A probed value with `digits` significant digits; a concurrency is a whole number of
 /// clients: `2`, not `2.00`.
 fn value_text(over: &str, x: f64, digits: usize) -> String {
-    if over == "concurrency" {
+    if counted(over) {
         format!("{x:.0}")
     } else {
         servebench_model::text::sig(x, digits)
     }
+}
+
+/// Whether a searched dimension counts whole things (clients, live sessions), not a rate.
+fn counted(over: &str) -> bool {
+    matches!(over, "concurrency" | "load.agentic.live")
 }
 
 /// What the server sustained: `10.3 req/s completed at 14.0 req/s offered (between 14.0
@@ -298,8 +303,8 @@ pub(crate) fn answer_text(
     let pct = format!("{}%", sig3(s.resolution * 100.0));
     let num = |x: f64| value_text(&s.over, x, digits);
     // The headline is what the server completed, not what was offered.
-    let v = |x: f64| match (achieved, s.over.as_str()) {
-        (Some(a), "concurrency") => format!("{} {unit}, {} req/s completed", num(x), sig3(a)),
+    let v = |x: f64| match (achieved, counted(&s.over)) {
+        (Some(a), true) => format!("{} {unit}, {} req/s completed", num(x), sig3(a)),
         (Some(a), _) => format!("{} req/s completed at {} {unit} offered", sig3(a), num(x)),
         (None, _) => format!("{} {unit}", num(x)),
     };

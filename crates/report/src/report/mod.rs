@@ -12,6 +12,7 @@
 //! several share sits below them all: `chart_link`, `chart_error`, `metric_def`, `format` and,
 //! for `compare` and `compare_capacity`, `verdict`.
 
+pub(crate) mod agentic;
 pub mod bound;
 pub(crate) mod bound_chart;
 pub(crate) mod bound_check;

@@ -57,6 +57,10 @@ pub struct ReportModel {
     /// Expected against observed prefix-cache hits, for points whose requests share prefixes
     /// by design (shared-prefix groups, sessions); empty otherwise.
     pub prefix_cache: Vec<PrefixCacheSection>,
+    /// Points replayed from a trace's blocks (theoretical against reported cache hits) and
+    /// agent sessions (jobs per hour, live sessions, TTFT against context). None without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::agentic::TraceSection>,
     /// Load points (open-loop `load:`, or points judged against `slo:`): offered load,
     /// throughput, goodput, SLO verdicts and the client's self-check. None without any.
     pub load: Option<super::load::LoadSection>,

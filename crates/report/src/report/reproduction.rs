@@ -358,6 +358,8 @@ mod tests {
             profiler: None,
             workers: Vec::new(),
             validity: None,
+            trace_cache: None,
+            jobs: None,
         }
     }
 

@@ -1,0 +1,107 @@
+//! What a replayed trace's requests record beyond a request's own numbers: the prefix-cache
+//! hits its blocks promise (a trace with `hash_ids`), and for agent sessions (jobs) each
+//! turn's place in its session and each session's course.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A turn's place in an agent session (`load: { kind: agentic }`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobTurn {
+    /// The session, by the order it started in the point (from 0).
+    pub session: u32,
+    /// The turn within the session, by send order (from 0), subagents' turns included.
+    pub turn: u32,
+    /// The subagent the turn belongs to (its `agent_id` in the trace); None for the main
+    /// agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Prompt tokens the trace gives the turn: its context so far.
+    pub context_tokens: u64,
+}
+
+/// A point's trace blocks: what its requests could have found in the prefix cache (their
+/// leading blocks already sent in the round) against what the server says they found.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct TraceCache {
+    /// Successful measured requests made of blocks whose server reported cached tokens.
+    pub requests: usize,
+    /// Their prompt tokens, as the server counted them.
+    pub prompt_tokens: u64,
+    /// Tokens their leading blocks already sent could have served (the ceiling a prefix
+    /// cache that never evicts reaches).
+    pub theoretical_cached_tokens: u64,
+    /// Tokens the server reported cached.
+    pub cached_tokens: u64,
+    /// Requests that found less than their theoretical hit (by more than 64 tokens): the
+    /// server evicted, or a request came while the one that holds its blocks was still in
+    /// prefill.
+    pub below: usize,
+    /// Requests that found more than their theoretical hit (by more than 64 tokens): they
+    /// are excluded from the point's numbers, as contamination.
+    pub above: usize,
+    /// Successful requests made of blocks whose server did not report cached tokens.
+    pub unreported: usize,
+}
+
+/// A point's agent sessions (jobs).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct JobsView {
+    /// Sessions asked to be live at once (`load.agentic.live`).
+    pub live: u32,
+    /// Mean sessions live over the point's window (from the first session's start to the
+    /// last one's end), time-weighted.
+    pub live_mean: f64,
+    /// Seconds from the first session's first send to the last session's last end.
+    pub window_s: f64,
+    pub started: usize,
+    /// Sessions whose every turn completed.
+    pub completed: usize,
+    /// Sessions stopped before their last turn (see each one's `stopped`).
+    pub stopped: usize,
+    /// Completed sessions per hour of the window.
+    pub jobs_per_hour: f64,
+    /// Each turn's TTFT by its context (prompt tokens the trace gives it), in bands.
+    pub ttft_by_context: Vec<ContextBand>,
+    /// Each session (the first [`JOBS_KEPT`] started).
+    pub sessions: Vec<JobRecord>,
+}
+
+/// Sessions kept one by one in a point's record; past this only the counts grow.
+pub const JOBS_KEPT: usize = 10_000;
+
+/// The turns whose context falls in [from, to) tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ContextBand {
+    pub from_tokens: u64,
+    /// None for the last, open band.
+    pub to_tokens: Option<u64>,
+    /// Successful turns in the band.
+    pub turns: usize,
+    /// Seconds from send to first token: median, 90th percentile, largest.
+    pub ttft_p50_s: f64,
+    pub ttft_p90_s: f64,
+    pub ttft_max_s: f64,
+}
+
+/// One agent session (job).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobRecord {
+    /// Its order of start in the point (from 0).
+    pub session: u32,
+    /// The trace's id of the session.
+    pub trace_id: String,
+    /// Turns the trace holds (subagents' included).
+    pub turns: u32,
+    /// Turns sent; of them, those that failed.
+    pub sent: u32,
+    pub failed: u32,
+    /// Seconds from its first turn's send to its last turn's end, when every turn completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_s: Option<f64>,
+    /// Why it stopped before its last turn, as `kind: details` (`past the server's context`,
+    /// `a turn failed`, `` `stop.duration` ended the point``, `interrupted`); None when it
+    /// completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}

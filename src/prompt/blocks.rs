@@ -1,0 +1,331 @@
+//! Prompts made of a trace's prefix blocks (Mooncake's `hash_ids`, a session trace's blocks).
+//!
+//! Each block id stands for the same text of `block_size` tokens wherever it appears: random
+//! words seeded by the id and the run's salt, so two requests that name the same leading
+//! blocks send the same leading text, and the server's prefix cache can serve it; a new salt
+//! (one per round, fresh unless `cache.nonce: false`) makes another run's blocks another text.
+//! A request's prompt is its blocks' texts in order, the last one cut to what the line's
+//! input length leaves for it (AIPerf's convention: `input_length - (n - 1) * block_size`
+//! tokens, between 1 and `block_size`; without an input length every block is whole).
+//!
+//! The text of a block is sized in characters from one calibration of `block_size` tokens of
+//! random words; a partial block is the same text's first characters in proportion, so it is
+//! a prefix of the whole block and shares what it holds.
+//!
+//! [`BlockLedger`] counts what a request could find cached: its leading blocks already sent
+//! earlier in the round, as a chain (a block counts only behind the same blocks before it,
+//! as a prefix cache matches), each up to the tokens of it that were sent.
+
+use std::collections::HashMap;
+
+use super::TextGenerator;
+
+/// The text of blocks for one round.
+#[derive(Debug, Clone)]
+pub struct BlockText {
+    /// Characters of one whole block (from calibration of `block_size` tokens).
+    pub chars_per_block: usize,
+    /// Tokens a whole block stands for.
+    pub block_size: u32,
+    /// Mixed into every block's seed: a new salt, new texts.
+    pub salt: u64,
+}
+
+impl BlockText {
+    /// Tokens of each of `ids`' blocks for a line of `input_tokens` (None: every block
+    /// whole). The caller checked the last block's share is in 1..=block_size.
+    pub fn block_tokens(&self, ids: &[u64], input_tokens: Option<u64>) -> Vec<u32> {
+        let bs = u64::from(self.block_size.max(1));
+        let n = ids.len() as u64;
+        let mut tokens = vec![bs as u32; ids.len()];
+        if let (Some(last), Some(t)) = (tokens.last_mut(), input_tokens) {
+            *last = t.saturating_sub((n - 1) * bs).clamp(1, bs) as u32;
+        }
+        tokens
+    }
+
+    /// The prompt of `ids` whose blocks hold `tokens` each (from [`Self::block_tokens`]).
+    pub fn prompt(&self, ids: &[u64], tokens: &[u32]) -> String {
+        let mut out = String::with_capacity(ids.len() * (self.chars_per_block + 1));
+        for (id, t) in ids.iter().zip(tokens) {
+            let chars = (self.chars_per_block as u64 * u64::from(*t)
+                / u64::from(self.block_size.max(1))) as usize;
+            // A line break opens each block, so its first word does not merge into a token
+            // with the previous block's last one.
+            out.push('\n');
+            out.push_str(&self.generator(*id).text(chars.saturating_sub(1)));
+        }
+        out
+    }
+
+    fn generator(&self, id: u64) -> TextGenerator {
+        TextGenerator::Random {
+            seed: mix(self.salt, id),
+        }
+    }
+}
+
+/// The leading blocks sent so far in a round, as chains: a chain's hash (the blocks up to and
+/// including one) to the most tokens of its last block that were sent.
+#[derive(Debug, Default)]
+pub struct BlockLedger {
+    sent: HashMap<u64, u32>,
+}
+
+impl BlockLedger {
+    /// Tokens a request of `ids` (their blocks holding `tokens`) could find cached from the
+    /// requests recorded before it, then records it as sent. `scope` keeps chains of
+    /// different sessions apart (a trace whose ids are local to a session).
+    pub fn send(&mut self, scope: u64, ids: &[u64], tokens: &[u32]) -> u64 {
+        self.extend(root(scope), ids, tokens, None).0
+    }
+
+    /// [`send`](Self::send) of blocks that follow a chain whose hash is `chain` and whose every
+    /// block was found: the tokens found of these blocks, whether the match runs to their end,
+    /// and each one's chain hash pushed to `chains`.
+    fn extend(
+        &mut self,
+        mut chain: u64,
+        ids: &[u64],
+        tokens: &[u32],
+        mut chains: Option<&mut Vec<u64>>,
+    ) -> (u64, bool) {
+        let mut cached = 0u64;
+        let mut matching = true;
+        for (id, t) in ids.iter().zip(tokens) {
+            chain = mix(chain, *id);
+            if let Some(c) = chains.as_deref_mut() {
+                c.push(chain);
+            }
+            let before = self.sent.get(&chain).copied();
+            if matching {
+                match before {
+                    Some(b) => {
+                        cached += u64::from(b.min(*t));
+                        // A block sent only in part ends the match where it ended.
+                        matching = b >= *t;
+                    }
+                    None => matching = false,
+                }
+            }
+            let e = self.sent.entry(chain).or_insert(0);
+            *e = (*e).max(*t);
+        }
+        (cached, matching)
+    }
+
+    /// Chains recorded (what the ledger holds in memory).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.sent.len()
+    }
+}
+
+/// The chain hash before a scope's first block.
+fn root(scope: u64) -> u64 {
+    mix(scope, 0x6368_6169_6e00)
+}
+
+/// One agent's turns, each made from the last: a turn's blocks are the previous turn's plus
+/// new ones, so each turn makes the text of its new blocks only and looks only them up in
+/// the ledger (the blocks it keeps were sent whole by the turn before): the client's work per
+/// turn does not grow with the context. (Sending the prompt does: every turn sends all of it.)
+#[derive(Debug, Default)]
+pub struct PromptBuilder {
+    ids: Vec<u64>,
+    tokens: Vec<u32>,
+    /// Where each block's text ends in `text`.
+    ends: Vec<usize>,
+    /// Each block's chain hash, and the tokens up to and including it.
+    chains: Vec<u64>,
+    sums: Vec<u64>,
+    text: String,
+    /// The tokens of each block of the last prompt [`PromptBuilder::turn`] made.
+    scratch: Vec<u32>,
+}
+
+impl PromptBuilder {
+    /// [`build`](Self::build) of a trace line's `ids` for a prompt of `input_tokens` (the
+    /// last block holding what it leaves): each block's tokens kept from the last turn, so
+    /// working them out costs only the new blocks.
+    pub fn turn(
+        &mut self,
+        text: &BlockText,
+        ids: &[u64],
+        input_tokens: Option<u64>,
+        ledger: &mut BlockLedger,
+        scope: u64,
+    ) -> (&str, u64) {
+        let bs = text.block_size.max(1);
+        let mut tokens = std::mem::take(&mut self.scratch);
+        if let Some(last) = tokens.last_mut() {
+            *last = bs;
+        }
+        tokens.resize(ids.len(), bs);
+        if let (Some(last), Some(t)) = (tokens.last_mut(), input_tokens) {
+            let full = (ids.len() as u64 - 1) * u64::from(bs);
+            *last = t.saturating_sub(full).clamp(1, u64::from(bs)) as u32;
+        }
+        self.scratch = tokens;
+        let tokens = std::mem::take(&mut self.scratch);
+        let found = {
+            let (_, found) = self.build(text, ids, &tokens, ledger, scope);
+            found
+        };
+        self.scratch = tokens;
+        (&self.text, found)
+    }
+
+    /// The prompt of `ids` (their blocks holding `tokens`), and the tokens its leading blocks
+    /// already sent could find cached (as [`BlockLedger::send`] counts them in `scope`, which
+    /// it records this prompt in).
+    pub fn build(
+        &mut self,
+        text: &BlockText,
+        ids: &[u64],
+        tokens: &[u32],
+        ledger: &mut BlockLedger,
+        scope: u64,
+    ) -> (&str, u64) {
+        let keep = self.kept(ids, tokens);
+        self.ids.truncate(keep);
+        self.tokens.truncate(keep);
+        self.ends.truncate(keep);
+        self.chains.truncate(keep);
+        self.sums.truncate(keep);
+        self.text.truncate(self.ends.last().copied().unwrap_or(0));
+        let chain = self.chains.last().copied().unwrap_or_else(|| root(scope));
+        let before = self.sums.last().copied().unwrap_or(0);
+        let (found, _) =
+            ledger.extend(chain, &ids[keep..], &tokens[keep..], Some(&mut self.chains));
+        let mut sum = before;
+        for j in keep..ids.len() {
+            self.text
+                .push_str(&text.prompt(&ids[j..j + 1], &tokens[j..j + 1]));
+            self.ids.push(ids[j]);
+            self.tokens.push(tokens[j]);
+            self.ends.push(self.text.len());
+            sum += u64::from(tokens[j]);
+            self.sums.push(sum);
+        }
+        (&self.text, before + found)
+    }
+
+    /// How many leading blocks of the last prompt this one keeps (the same ids, as many
+    /// tokens each): compared a slice at a time.
+    fn kept(&self, ids: &[u64], tokens: &[u32]) -> usize {
+        let n = self.ids.len().min(ids.len());
+        if self.ids[..n] == ids[..n] && self.tokens[..n] == tokens[..n] {
+            return n;
+        }
+        self.ids
+            .iter()
+            .zip(&self.tokens)
+            .zip(ids.iter().zip(tokens))
+            .take_while(|((a, x), (b, y))| a == b && x == y)
+            .count()
+    }
+}
+
+/// A seed from two numbers (splitmix64's finaliser over both).
+pub fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(salt: u64) -> BlockText {
+        BlockText {
+            chars_per_block: 400,
+            block_size: 100,
+            salt,
+        }
+    }
+
+    #[test]
+    fn the_same_block_is_the_same_text_wherever_it_appears() {
+        let t = text(7);
+        let a = t.prompt(&[1, 2, 3], &[100, 100, 100]);
+        let b = t.prompt(&[1, 2, 9], &[100, 100, 40]);
+        // The first two blocks (400 characters each, a line break first) are shared.
+        assert_eq!(a[..800], b[..800]);
+        assert_ne!(a[800..960], b[800..960]);
+        assert_eq!(a.len(), 3 * 400);
+        // The partial block is 40% of a whole one.
+        assert_eq!(b.len(), 2 * 400 + 160);
+        // A partial block is a prefix of the whole one.
+        let whole = t.prompt(&[9], &[100]);
+        let part = t.prompt(&[9], &[40]);
+        assert!(whole.starts_with(&part));
+    }
+
+    #[test]
+    fn another_salt_shares_nothing() {
+        let a = text(1).prompt(&[1, 2], &[100, 100]);
+        let b = text(2).prompt(&[1, 2], &[100, 100]);
+        assert_ne!(a[..40], b[..40]);
+    }
+
+    #[test]
+    fn the_last_block_holds_what_the_input_length_leaves() {
+        let t = text(0);
+        assert_eq!(t.block_tokens(&[1, 2, 3], Some(250)), [100, 100, 50]);
+        assert_eq!(t.block_tokens(&[1, 2, 3], None), [100, 100, 100]);
+        assert_eq!(t.block_tokens(&[1], Some(100)), [100]);
+    }
+
+    #[test]
+    fn a_prompt_built_turn_by_turn_is_the_prompt_built_whole() {
+        let text = BlockText {
+            chars_per_block: 64,
+            block_size: 16,
+            salt: 3,
+        };
+        let mut b = PromptBuilder::default();
+        let (mut ledger, mut whole) = (BlockLedger::default(), BlockLedger::default());
+        let turns: [&[u64]; 5] = [&[1, 2], &[1, 2, 3], &[1, 2, 3, 4, 5], &[1, 9], &[1, 9, 7]];
+        for ids in turns {
+            let tokens = text.block_tokens(ids, Some(ids.len() as u64 * 16 - 5));
+            let (prompt, found) = b.build(&text, ids, &tokens, &mut ledger, 4);
+            assert_eq!(prompt, text.prompt(ids, &tokens));
+            // The hit counted from the last turn is the hit counted from scratch.
+            assert_eq!(found, whole.send(4, ids, &tokens), "{ids:?}");
+        }
+        // A turn works out its blocks' tokens as `block_tokens` does.
+        let (mut t, mut l) = (PromptBuilder::default(), BlockLedger::default());
+        for ids in turns {
+            let input = Some(ids.len() as u64 * 16 - 3);
+            let tokens = text.block_tokens(ids, input);
+            assert_eq!(
+                t.turn(&text, ids, input, &mut l, 0).0,
+                text.prompt(ids, &tokens)
+            );
+        }
+    }
+
+    #[test]
+    fn theoretical_hits_are_leading_blocks_already_sent() {
+        let mut l = BlockLedger::default();
+        assert_eq!(
+            l.send(0, &[1, 2, 3], &[100, 100, 50]),
+            0,
+            "nothing sent yet"
+        );
+        // Two whole blocks, then the third was sent with 50 tokens only.
+        assert_eq!(l.send(0, &[1, 2, 3, 4], &[100, 100, 100, 100]), 250);
+        // Now block 3 was sent whole: a later request finds all of 1, 2, 3.
+        assert_eq!(l.send(0, &[1, 2, 3, 5], &[100, 100, 100, 10]), 300);
+        // A block behind another prefix is another chain: nothing.
+        assert_eq!(l.send(0, &[2, 3], &[100, 100]), 0);
+        // A match stops at the first block not sent: block 1 only.
+        assert_eq!(l.send(0, &[1, 7, 3], &[100, 100, 100]), 100);
+        // Another scope (session) shares nothing.
+        assert_eq!(l.send(1, &[1, 2], &[100, 100]), 0);
+        assert_eq!(l.len(), 5 + 2 + 2 + 2);
+    }
+}

@@ -1,0 +1,486 @@
+//! The `agentic` load model: agent sessions (jobs) replayed from a session trace
+//! (`load::agentic`), `live` of them at once; when one ends the next starts. Each session sends
+//! its turns in order, waiting the trace's think or tool time after each one ends, runs its
+//! subagents side by side, and makes each turn's prompt of the trace's blocks
+//! (`prompt::blocks`, salted per session: a trace's ids are local to its session), so the
+//! history the trace records is what the server sees.
+//!
+//! A turn whose prompt and output would not fit the server's context is not sent: its
+//! session stops there, with the reason in its record. `stop.duration` starts no session
+//! after it and stops the live ones at their next turn.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use crate::catalog::FlagKind;
+use crate::client::{Client, GenerationRequest};
+use crate::load::agentic::{SessionCorpus, Step, TurnTrace};
+use crate::measure::summary::PointFold;
+use crate::prompt::blocks::{BlockLedger, BlockText, PromptBuilder, mix};
+use crate::results::jobs::{ContextBand, JOBS_KEPT, JobRecord, JobTurn, JobsView};
+use crate::results::records::{Flag, RequestRecord, RequestRole};
+use crate::spec::Point;
+use crate::spec::load_model::AgenticSpec;
+
+use super::{PointRunner, Prompts, generation_request, prepare};
+
+/// Where the bands of turns' context (prompt tokens) start, for TTFT against context:
+/// doubling from 1,024 to 256k.
+const BANDS: [u64; 10] = [
+    0, 1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072, 262_144,
+];
+
+impl PointRunner {
+    /// One round of agent sessions: `spec.live` at a time until the trace's sessions (or
+    /// `spec.sessions`) are done, `stop.duration` passes or an interrupt comes. Each session's
+    /// records are folded into `fold` as it ends, and the sessions' view is given to it.
+    /// Returns whether an interrupt stopped it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn run_agentic(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        prompts: &Prompts,
+        spec: &AgenticSpec,
+        flags: &mut Vec<Flag>,
+        fold: &mut PointFold,
+    ) -> bool {
+        let exp = &point.experiment;
+        let corpus = match crate::load::agentic::read(&self.spec_dir.join(&spec.file), spec) {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                flags.push(Flag::new(
+                    FlagKind::ScheduleFailed,
+                    format!("could not read the session trace: {e}"),
+                ));
+                return false;
+            }
+        };
+        // One calibration per block size the sessions use (a trace has one, as a rule).
+        let mut texts: HashMap<u32, BlockText> = HashMap::new();
+        for s in &corpus.sessions {
+            let bs = spec.block_size.or(s.block_size).unwrap_or(512);
+            if texts.contains_key(&bs) {
+                continue;
+            }
+            match self
+                .block_text(client, exp, prompts, bs, round, flags)
+                .await
+            {
+                Ok(t) => {
+                    texts.insert(bs, t);
+                }
+                Err((kind, message)) => {
+                    let stopped = self.interrupt.is_set();
+                    if !stopped {
+                        flags.push(Flag::new(kind, message));
+                    }
+                    return stopped;
+                }
+            }
+        }
+        let live = spec.live.max(1) as usize;
+        let total = spec.sessions.map_or(corpus.sessions.len(), |n| n as usize);
+        prepare(client, live.min(total)).await;
+        let started = Instant::now();
+        let deadline = exp
+            .stop
+            .as_ref()
+            .and_then(|s| s.duration)
+            .map(|d| started + d);
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            sink: self.sink.clone(),
+            routing: self.routing.clone(),
+            progress: self.progress.clone(),
+            interrupt: self.interrupt.clone(),
+            point: point.id.clone(),
+            round,
+            corpus: corpus.clone(),
+            template: generation_request(exp, String::new(), &prompts.model),
+            think_scale: spec.think_scale.max(0.0),
+            context_limit: self.surface.as_ref().and_then(|s| s.context_length),
+            deadline,
+            timeout: exp.request_timeout,
+            omitted_is_zero: self.cached_omitted_is_zero(),
+            index: AtomicU32::new(0),
+        });
+        let mut tasks: JoinSet<(Vec<RequestRecord>, JobRecord)> = JoinSet::new();
+        let mut view = JobsView {
+            live: spec.live,
+            ..JobsView::default()
+        };
+        let mut ttft: Vec<Vec<f64>> = vec![Vec::new(); BANDS.len()];
+        let (mut area, mut last, mut first_start, mut last_end) = (0.0, started, None, started);
+        let mut next = 0usize;
+        let mut stopped = false;
+        let mut sent = 0usize;
+        loop {
+            while !stopped
+                && tasks.len() < live
+                && next < total
+                && deadline.is_none_or(|d| Instant::now() < d)
+            {
+                let now = Instant::now();
+                area += tasks.len() as f64 * (now - last).as_secs_f64();
+                last = now;
+                first_start.get_or_insert(now);
+                let trace = next % corpus.sessions.len();
+                let bs = spec
+                    .block_size
+                    .or(corpus.sessions[trace].block_size)
+                    .unwrap_or(512);
+                let mut text = texts[&bs].clone();
+                // Ids are local to a session, and a replay of the trace is another session.
+                text.salt = mix(text.salt, next as u64);
+                let run = SessionRun {
+                    shared: shared.clone(),
+                    session: next as u32,
+                    trace,
+                    text,
+                    ledger: Arc::new(Mutex::new(BlockLedger::default())),
+                    turn: Arc::new(AtomicU32::new(0)),
+                };
+                tasks.spawn(run.run());
+                view.started += 1;
+                next += 1;
+            }
+            if tasks.is_empty() {
+                break;
+            }
+            tokio::select! {
+                done = tasks.join_next() => {
+                    let now = Instant::now();
+                    area += tasks.len().saturating_add(1) as f64 * (now - last).as_secs_f64();
+                    last = now;
+                    last_end = now;
+                    match done {
+                        Some(Ok((records, job))) => {
+                            for r in &records {
+                                sent += 1;
+                                fold.add(r);
+                                if r.error.is_none()
+                                    && let (Some(j), Some(t)) = (&r.job, first_token_s(r))
+                                {
+                                    let band = BANDS.iter().rposition(|&b| j.context_tokens >= b).unwrap_or(0);
+                                    ttft[band].push(t);
+                                }
+                            }
+                            if job.stopped.is_some() {
+                                view.stopped += 1;
+                            } else {
+                                view.completed += 1;
+                            }
+                            if view.sessions.len() < JOBS_KEPT {
+                                view.sessions.push(job);
+                            }
+                        }
+                        Some(Err(e)) => flags.extend(super::task_died(e)),
+                        None => {}
+                    }
+                }
+                _ = self.interrupt.wait(), if !stopped => {
+                    // Turns in flight are abandoned: they never finished.
+                    stopped = true;
+                    tasks.abort_all();
+                }
+            }
+        }
+        let window = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());
+        view.window_s = window;
+        if window > 0.0 {
+            view.live_mean = area / window;
+            view.jobs_per_hour = view.completed as f64 * 3600.0 / window;
+        }
+        view.sessions.sort_by_key(|j| j.session);
+        view.ttft_by_context = bands(ttft);
+        fold.expect(sent);
+        fold.jobs = Some(view);
+        stopped
+    }
+}
+
+/// Seconds from a record's send to its first token.
+fn first_token_s(r: &RequestRecord) -> Option<f64> {
+    r.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)
+}
+
+/// The bands that hold turns, each with its TTFT's median, 90th percentile and largest.
+fn bands(ttft: Vec<Vec<f64>>) -> Vec<ContextBand> {
+    ttft.into_iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+            ContextBand {
+                from_tokens: BANDS[k],
+                to_tokens: BANDS.get(k + 1).copied(),
+                turns: v.len(),
+                ttft_p50_s: at(0.5),
+                ttft_p90_s: at(0.9),
+                ttft_max_s: v[v.len() - 1],
+            }
+        })
+        .collect()
+}
+
+/// What every session of a round shares.
+struct Shared {
+    client: Client,
+    sink: super::RecordSink,
+    routing: Arc<crate::run::server::routing::RoutingBook>,
+    progress: super::Progress,
+    interrupt: crate::run::interrupt::Interrupt,
+    point: String,
+    round: u32,
+    corpus: Arc<SessionCorpus>,
+    /// Every turn's request but its prompt and output length.
+    template: GenerationRequest,
+    think_scale: f64,
+    /// The server's context length, where it says: a turn past it is not sent.
+    context_limit: Option<u64>,
+    deadline: Option<Instant>,
+    timeout: Duration,
+    omitted_is_zero: bool,
+    /// The next record's index in the round.
+    index: AtomicU32,
+}
+
+/// One session.
+#[derive(Clone)]
+struct SessionRun {
+    shared: Arc<Shared>,
+    session: u32,
+    /// Its place in the trace.
+    trace: usize,
+    text: BlockText,
+    /// What the session's turns have sent so far (its subagents' too).
+    ledger: Arc<Mutex<BlockLedger>>,
+    /// The session's next turn number.
+    turn: Arc<AtomicU32>,
+}
+
+/// How a chain of turns ended early.
+enum Stop {
+    Reason(String),
+    Interrupted,
+}
+
+impl SessionRun {
+    /// Runs the session's steps in order; its record says how far it got and why it stopped.
+    async fn run(self) -> (Vec<RequestRecord>, JobRecord) {
+        let trace = &self.shared.corpus.sessions[self.trace];
+        let mut records = Vec::new();
+        let mut stop = None;
+        let mut prompt = PromptBuilder::default();
+        for step in &trace.steps {
+            let outcome = match step {
+                Step::Turn(t) => self.turn(t, None, &mut prompt, &mut records).await,
+                Step::Subagents(agents) => {
+                    let mut set = JoinSet::new();
+                    for (k, _) in agents.iter().enumerate() {
+                        set.spawn(self.clone().agent(k, step_index(trace, step)));
+                    }
+                    let mut outcome = Ok(());
+                    while let Some(done) = set.join_next().await {
+                        match done {
+                            Ok((rs, o)) => {
+                                records.extend(rs);
+                                if outcome.is_ok() {
+                                    outcome = o;
+                                }
+                            }
+                            Err(e) => {
+                                outcome = Err(Stop::Reason(format!("a subagent's task died: {e}")))
+                            }
+                        }
+                    }
+                    outcome
+                }
+            };
+            if let Err(s) = outcome {
+                stop = Some(s);
+                break;
+            }
+        }
+        let failed = records.iter().filter(|r| r.error.is_some()).count() as u32;
+        let completion_s = match (
+            &stop,
+            records.first(),
+            records.iter().map(end_at).reduce(f64::max),
+        ) {
+            (None, Some(_), Some(end)) => {
+                let first = records
+                    .iter()
+                    .map(|r| r.sent_at)
+                    .fold(f64::INFINITY, f64::min);
+                Some(end - first)
+            }
+            _ => None,
+        };
+        let job = JobRecord {
+            session: self.session,
+            trace_id: trace.id.clone(),
+            turns: trace.turns() as u32,
+            sent: records.len() as u32,
+            failed,
+            completion_s,
+            stopped: stop.map(|s| match s {
+                Stop::Reason(r) => r,
+                Stop::Interrupted => "interrupted: the run was stopped".into(),
+            }),
+        };
+        (records, job)
+    }
+
+    /// Subagent `k` of the subagents at `step`: its turns in order.
+    async fn agent(self, k: usize, step: usize) -> (Vec<RequestRecord>, Result<(), Stop>) {
+        let trace = &self.shared.corpus.sessions[self.trace];
+        let Some(Step::Subagents(agents)) = trace.steps.get(step) else {
+            return (Vec::new(), Ok(()));
+        };
+        let agent = &agents[k];
+        let mut records = Vec::new();
+        if let Err(s) = self.wait(agent.gap_s).await {
+            return (records, Err(s));
+        }
+        let mut prompt = PromptBuilder::default();
+        for t in &agent.turns {
+            if let Err(s) = self
+                .turn(t, Some(&agent.id), &mut prompt, &mut records)
+                .await
+            {
+                return (records, Err(s));
+            }
+        }
+        (records, Ok(()))
+    }
+
+    /// Waits `gap_s` of the trace's think or tool time (scaled); stops at the point's
+    /// deadline or an interrupt.
+    async fn wait(&self, gap_s: f64) -> Result<(), Stop> {
+        let d = Duration::from_secs_f64((gap_s * self.shared.think_scale).clamp(0.0, 86_400.0));
+        let until = Instant::now() + d;
+        if self.shared.deadline.is_some_and(|end| until >= end) {
+            return Err(Stop::Reason(
+                "`stop.duration` ended the point: before its next turn".into(),
+            ));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => Ok(()),
+            _ = self.shared.interrupt.wait() => Err(Stop::Interrupted),
+        }
+    }
+
+    /// Waits the turn's gap, then sends it and records it; a failed turn, one past the
+    /// server's context or the deadline ends the chain.
+    async fn turn(
+        &self,
+        t: &TurnTrace,
+        agent: Option<&str>,
+        prompt: &mut PromptBuilder,
+        records: &mut Vec<RequestRecord>,
+    ) -> Result<(), Stop> {
+        let shared = &self.shared;
+        if !records.is_empty() || agent.is_none() {
+            self.wait(t.gap_s).await?;
+        }
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        let needs = t.input_tokens + u64::from(t.output_tokens);
+        if let Some(limit) = shared.context_limit.filter(|&l| needs > l) {
+            return Err(Stop::Reason(format!(
+                "past the server's context: turn {turn} needs {} prompt and {} output tokens, the server holds {limit}; not sent",
+                t.input_tokens, t.output_tokens
+            )));
+        }
+        let ids = shared.corpus.ids_of(t);
+        let (text, theoretical) = match self.ledger.lock() {
+            Ok(mut ledger) => {
+                let (text, found) =
+                    prompt.turn(&self.text, ids, Some(t.input_tokens), &mut ledger, 0);
+                (text.to_string(), found)
+            }
+            Err(_) => return Err(Stop::Reason("the session's ledger was poisoned".into())),
+        };
+        let mut req = shared.template.clone();
+        req.prompt = text;
+        req.max_tokens = t.output_tokens;
+        shared.progress.request_started();
+        let m = tokio::select! {
+            m = shared.client.stream(&req, shared.timeout) => m,
+            _ = shared.interrupt.wait() => return Err(Stop::Interrupted),
+        };
+        let index = shared.index.fetch_add(1, Ordering::Relaxed);
+        let mut rec = m.into_record(
+            &shared.point,
+            shared.round,
+            index,
+            RequestRole::Measure,
+            req.api,
+            req.max_tokens,
+            Some(t.input_tokens),
+        );
+        rec.theoretical_cached_tokens = Some(theoretical);
+        rec.job = Some(JobTurn {
+            session: self.session,
+            turn,
+            agent: agent.map(str::to_string),
+            context_tokens: t.input_tokens,
+        });
+        super::fill_omitted_cached(&mut rec, shared.omitted_is_zero);
+        shared.routing.attribute(&mut rec);
+        let written = (shared.sink)(&rec).is_ok();
+        shared.progress.request_finished();
+        let failed = rec.error.as_ref().map(|e| e.message.clone());
+        rec.drop_detail();
+        records.push(rec);
+        if !written {
+            return Err(Stop::Reason(format!(
+                "a record could not be written: turn {turn}"
+            )));
+        }
+        if let Some(why) = failed {
+            return Err(Stop::Reason(format!("a turn failed: turn {turn}, {why}")));
+        }
+        Ok(())
+    }
+}
+
+/// The position of `step` among `trace`'s steps.
+fn step_index(trace: &crate::load::agentic::SessionTrace, step: &Step) -> usize {
+    trace
+        .steps
+        .iter()
+        .position(|s| std::ptr::eq(s, step))
+        .unwrap_or(0)
+}
+
+/// Unix time a record's stream ended (its send when it never did).
+fn end_at(r: &RequestRecord) -> f64 {
+    r.sent_at + r.end_s.unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_hold_their_turns_ttft() {
+        let mut v = vec![Vec::new(); BANDS.len()];
+        v[0] = vec![0.1, 0.3, 0.2];
+        v[3] = vec![2.0];
+        let b = bands(v);
+        assert_eq!(b.len(), 2);
+        assert_eq!(
+            (b[0].turns, b[0].ttft_p50_s, b[0].ttft_max_s),
+            (3, 0.2, 0.3)
+        );
+        assert_eq!((b[1].from_tokens, b[1].to_tokens), (4_096, Some(8_192)));
+    }
+}

@@ -1,0 +1,246 @@
+//! Traces replayed with the sharing they record: Mooncake's `hash_ids` made into prompts
+//! whose real cache hits match the blocks' promise (and are not taken for contamination),
+//! and agent sessions from a session trace (`experiments/agentic-replay.yaml`, shipped with
+//! its generated trace) on the simulator: turns, subagents, a session stopped at the server's
+//! context with its reason, jobs per hour and TTFT against context.
+
+use crate::common::*;
+
+/// The repository's `experiments` folder.
+fn experiments() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments")
+}
+
+/// An example spec from `experiments/`, written to `ws` on the fast profile with `edits`
+/// (from, to) applied and its data file's path made absolute.
+fn example(ws: &Workspace, file: &str, edits: &[(&str, &str)]) -> std::path::PathBuf {
+    let mut text = std::fs::read_to_string(experiments().join(file)).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{file}: no `{from}`");
+        text = text.replacen(from, to, 1);
+    }
+    let data = format!("file: {}/data/", experiments().display());
+    let text = text
+        .replace("file: data/", &data)
+        .replace("profile: h100-llama8b", "profile: fast");
+    ws.write(file, &text)
+}
+
+#[test]
+fn a_mooncake_trace_shares_what_its_hash_ids_say_and_real_hits_are_not_contamination() {
+    let ws = Workspace::new();
+    let spec = example(&ws, "mooncake-trace.yaml", &[]);
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    let kinds: Vec<&str> = validity_flags(p)
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert!(
+        !kinds.iter().any(|k| k.contains("cache")),
+        "real hits flagged: {kinds:?}"
+    );
+    assert_eq!(p["ok"], 60);
+    let t = &p["trace_cache"];
+    let (theory, cached, prompt) = (
+        t["theoretical_cached_tokens"].as_f64().unwrap(),
+        t["cached_tokens"].as_f64().unwrap(),
+        t["prompt_tokens"].as_f64().unwrap(),
+    );
+    // The trace's conversations share most of their prompts, and the simulator's radix cache
+    // (which never evicts at this size) finds what the blocks promise, within a few tokens a
+    // request (the block joins). A request sent while the one holding its blocks is still in
+    // prefill finds less (a busy test machine stretches prefills): a few may.
+    assert!(theory > 0.5 * prompt, "{t}");
+    assert!((cached - theory).abs() < 0.05 * theory, "{t}");
+    assert_eq!(t["above"], 0, "{t}");
+    assert!(t["below"].as_u64() <= Some(5), "{t}");
+    // Each request says what it could find beside what it found.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let first = &requests[0];
+    assert_eq!(
+        first["theoretical_cached_tokens"], 0,
+        "nothing sent before it"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r["theoretical_cached_tokens"].as_u64() > Some(1000))
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Trace blocks in the prefix cache"),
+        "{report}"
+    );
+
+    // A second run of the same spec shares nothing with the first (its blocks are salted):
+    // as-is, nothing is flushed, and still no request finds more than its own round sent.
+    let as_is = example(
+        &ws,
+        "mooncake-trace.yaml",
+        &[(
+            "cache: { policy: cold, verify: true }",
+            "cache: { policy: as-is, verify: true }",
+        )],
+    );
+    let (_, again) = ws.run_ok(&as_is);
+    assert_eq!(
+        again[0]["trace_cache"]["above"], 0,
+        "{}",
+        again[0]["trace_cache"]
+    );
+}
+
+#[test]
+fn agent_sessions_replay_their_turns_subagents_and_stop_at_the_servers_context() {
+    let ws = Workspace::new();
+    let spec = example(
+        &ws,
+        "agentic-replay.yaml",
+        &[
+            ("think_scale: 0.25", "think_scale: 0.02"),
+            ("  load.agentic.live: [2, 6]", "  load.agentic.live: [4]"),
+        ],
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    let jobs = &p["jobs"];
+    assert_eq!(
+        (jobs["live"].as_u64(), jobs["started"].as_u64()),
+        (Some(4), Some(12))
+    );
+    assert_eq!(
+        (jobs["completed"].as_u64(), jobs["stopped"].as_u64()),
+        (Some(11), Some(1))
+    );
+    let sessions = jobs["sessions"].as_array().unwrap();
+    let s11 = sessions.iter().find(|s| s["trace_id"] == "s11").unwrap();
+    let why = s11["stopped"].as_str().unwrap();
+    assert!(why.starts_with("past the server's context: turn "), "{why}");
+    assert!(s11["sent"].as_u64() < s11["turns"].as_u64());
+    // Every completed session sent each of its turns (subagents' included).
+    for s in sessions.iter().filter(|s| s["stopped"].is_null()) {
+        assert_eq!(s["sent"], s["turns"], "{s}");
+        assert!(s["completion_s"].as_f64().unwrap() > 0.0);
+    }
+    let live_mean = jobs["live_mean"].as_f64().unwrap();
+    assert!(live_mean > 1.0 && live_mean <= 4.0, "{jobs}");
+    let window = jobs["window_s"].as_f64().unwrap();
+    let per_hour = jobs["jobs_per_hour"].as_f64().unwrap();
+    assert!((per_hour - 11.0 * 3600.0 / window).abs() < 1e-6 * per_hour);
+    // Turns: the main agents' and the subagents', each with its context and its promise.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let sent: u64 = sessions.iter().map(|s| s["sent"].as_u64().unwrap()).sum();
+    assert_eq!(requests.len() as u64, sent);
+    assert!(
+        requests.iter().any(|r| r["job"]["agent"].is_string()),
+        "subagent turns"
+    );
+    let turns = jobs["ttft_by_context"].as_array().unwrap();
+    let banded: u64 = turns.iter().map(|b| b["turns"].as_u64().unwrap()).sum();
+    assert_eq!(banded, sent);
+    // A session's later turns find its history cached, as the blocks promise; no hit is
+    // taken for contamination.
+    let t = &p["trace_cache"];
+    assert!(
+        t["theoretical_cached_tokens"].as_f64() > Some(0.5 * t["prompt_tokens"].as_f64().unwrap())
+    );
+    assert_eq!(t["above"], 0, "{t}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Agent sessions"), "{report}");
+    assert!(report.contains("TTFT against context"), "{report}");
+    assert!(report.contains("1 past the server's context"), "{report}");
+}
+
+#[test]
+fn unusable_trace_blocks_are_refused_at_validate_with_the_traces_line() {
+    let ws = Workspace::new();
+    ws.write(
+        "t.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n{\"timestamp\": 10, \"input_length\": 600, \"output_length\": 4}\n",
+    );
+    let spec = ws.write(
+        "t.yaml",
+        &sim_spec(
+            "t",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: trace\n  trace: { file: t.jsonl, hash_ids: required }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("t.jsonl:2:1: the line has no `hash_ids`"),
+        "{text}"
+    );
+    assert!(text.contains("load.trace.hash_ids: auto"), "{text}");
+    // A block size of 0 is refused by the spec's own bounds.
+    let zero = ws.write(
+        "z.yaml",
+        &sim_spec(
+            "z",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: trace\n  trace: { file: t.jsonl, block_size: 0 }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&zero).output().unwrap();
+    let text = show(&out);
+    assert!(
+        !out.status.success() && text.contains("block_size"),
+        "{text}"
+    );
+    // A session whose blocks do not fit its turn's length names its line and the fix.
+    ws.write(
+        "s.jsonl",
+        "{\"id\": \"a\", \"block_size\": 64, \"requests\": [{\"t\": 0, \"in\": 700, \"out\": 4, \"hash_ids\": [1, 2]}]}\n",
+    );
+    let agentic = ws.write(
+        "a.yaml",
+        &sim_spec(
+            "a",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: agentic\n  agentic: { file: s.jsonl, live: 2 }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&agentic).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "s.jsonl:1:1: session a, requests[0]: 2 hash_ids of 64 tokens do not fit `in` 700"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("load.agentic.block_size"), "{text}");
+}
+
+/// A capacity search moves the live sessions: each probe replays the sessions at its value,
+/// judged by the SLO targets (loose here, so the search runs to its top or to saturation).
+#[test]
+fn a_capacity_search_moves_the_live_sessions() {
+    let ws = Workspace::new();
+    let spec = example(
+        &ws,
+        "agentic-replay.yaml",
+        &[
+            ("think_scale: 0.25", "think_scale: 0"),
+            ("targets: { ttft_p90: 200ms }", "targets: { ttft_p90: 10s }"),
+            (
+                "sweep:\n  load.agentic.live: [2, 6]",
+                "search: { over: load.agentic.live, start: 1, max: 4, resolution: 50% }",
+            ),
+        ],
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let s = &read_json(&dir.join("search.json"))["searches"][0];
+    assert_eq!(s["over"], "load.agentic.live", "{s}");
+    assert!(points.len() >= 2, "{} probes", points.len());
+    for p in &points {
+        let value = p["search"]["value"].as_f64().unwrap();
+        assert_eq!(p["jobs"]["live"].as_f64(), Some(value), "{p}");
+        assert_eq!(p["jobs"]["started"], 12);
+    }
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains(" live sessions, "), "{report}");
+}
