@@ -101,3 +101,18 @@ fn sessions_run_every_probe() {
         true,
     );
 }
+
+/// Agent sessions replayed from a session trace (issue 36): a sender like the others.
+#[test]
+fn agent_sessions_run_every_probe() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    every_probe_runs_on(
+        "agentic",
+        &format!(
+            "load:\n  kind: agentic\n  agentic: {{ file: {}, live: 2, sessions: 2, think_scale: 0.02, block_size: 64 }}",
+            trace.display()
+        ),
+        true,
+    );
+}
