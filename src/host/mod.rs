@@ -208,24 +208,24 @@ pub(crate) trait Host: Send + Sync {
     }
 
     /// A small regular file on the host the server runs on (a model's `config.json`), at most
-    /// `limit` bytes: its bytes, or why it was not read, in words (`no such file`, `not a
-    /// regular file`, `5000000 bytes; read up to 4194304`, the link's error).
+    /// `limit` bytes: its bytes, or why it was not read ([`HostError::File`]: `no such file`,
+    /// `not a regular file`, `5000000 bytes; read up to 4194304`; or the link's error).
     fn read_small_file<'a>(
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
-        Box::pin(async move { small_file::read_local(path, limit) })
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
+        Box::pin(async move { Ok(small_file::read_local(path, limit)?) })
     }
 
     /// The regular files of a directory on the host the server runs on (a profiler's
-    /// traces), at most `max`, as (name, bytes); or why not, in words.
+    /// traces), at most `max`, as (name, bytes); or why not.
     fn list_files<'a>(
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
-        Box::pin(async move { small_file::list_local(dir, max) })
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
+        Box::pin(async move { Ok(small_file::list_local(dir, max)?) })
     }
 
     /// What the host the server runs on is (its GPUs' model, memory, driver and power limit),

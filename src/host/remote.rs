@@ -455,7 +455,7 @@ impl super::Host for RemoteHost {
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
         Box::pin(async move {
             let out = self
                 .ssh
@@ -463,9 +463,8 @@ impl super::Host for RemoteHost {
                     super::small_file::SCRIPT,
                     &[path.to_string(), limit.to_string()],
                 )
-                .await
-                .map_err(|e| e.to_string())?;
-            super::small_file::from_output(&out, limit)
+                .await?;
+            Ok(super::small_file::from_output(&out, limit)?)
         })
     }
 
@@ -473,7 +472,7 @@ impl super::Host for RemoteHost {
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
         Box::pin(async move {
             let out = self
                 .ssh
@@ -481,9 +480,8 @@ impl super::Host for RemoteHost {
                     super::small_file::LIST_SCRIPT,
                     &[dir.to_string(), max.to_string()],
                 )
-                .await
-                .map_err(|e| e.to_string())?;
-            super::small_file::parse_listing(&out)
+                .await?;
+            Ok(super::small_file::parse_listing(&out)?)
         })
     }
 

@@ -319,7 +319,7 @@ fn typed(action: &Action, raw: &str) -> Result<Value, SimArgError> {
             (Value::from(n), n.to_string())
         }
         ValueKind::HumanInt => {
-            let n = human_readable_int(raw).map_err(bad)?;
+            let n = human_readable_int(raw).map_err(|e| bad(e.to_string()))?;
             (Value::from(n), n.to_string())
         }
         ValueKind::Float => {

@@ -744,13 +744,15 @@ impl SlurmHost {
         &self,
         what: &str,
         argv: &[String],
-    ) -> Result<std::process::Output, String> {
+    ) -> Result<std::process::Output, HostError> {
         let a = self
             .current
             .lock()
             .await
             .clone()
-            .ok_or_else(|| format!("no allocation is running for the {what} step"))?;
+            .ok_or_else(|| HostError::NoAllocation {
+                what: what.to_string(),
+            })?;
         let args = Self::step_argv(
             &a.job,
             a.job.nodes.first().map_or("", String::as_str),
@@ -760,9 +762,7 @@ impl SlurmHost {
             None,
             argv,
         );
-        cli::output(&self.runner, "srun", &args)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(cli::output(&self.runner, "srun", &args).await?)
     }
 
     /// The address of the node rank `rank` runs on, once the allocation runs.
@@ -845,12 +845,12 @@ impl super::Host for SlurmHost {
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
         Box::pin(async move {
             let out = self
                 .step_on_rank0("read", &super::small_file::argv(path, limit))
                 .await?;
-            super::small_file::from_output(&out, limit)
+            Ok(super::small_file::from_output(&out, limit)?)
         })
     }
 
@@ -874,12 +874,12 @@ impl super::Host for SlurmHost {
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
         Box::pin(async move {
             let out = self
                 .step_on_rank0("list", &super::small_file::list_argv(dir, max))
                 .await?;
-            super::small_file::parse_listing(&out)
+            Ok(super::small_file::parse_listing(&out)?)
         })
     }
 }
@@ -948,7 +948,7 @@ impl super::Host for SlurmRank {
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
         super::Host::read_small_file(self.cluster.as_ref(), path, limit)
     }
 
@@ -956,7 +956,7 @@ impl super::Host for SlurmRank {
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
         super::Host::list_files(self.cluster.as_ref(), dir, max)
     }
 }

@@ -43,24 +43,45 @@ pub(crate) struct Capture {
     api: Api,
     body: Option<Value>,
     stop_timeout: Duration,
-    started: Option<tokio::task::JoinHandle<Result<f64, String>>>,
+    started: Option<tokio::task::JoinHandle<Result<f64, CallError>>>,
     record: ProfileCapture,
     /// The run's stop request: once it is set, the capture's end is held to
     /// [`INTERRUPTED_STOP_TIMEOUT`].
     interrupt: Interrupt,
 }
 
+/// Why a server has no profiler servebench can drive.
+#[derive(Debug, thiserror::Error)]
+enum NoProfiler {
+    #[error("llama.cpp's server has no profiler endpoint")]
+    LlamaCpp,
+    #[error(
+        "an `engine: command` server's profiler is unknown to servebench (profile it with its own tools)"
+    )]
+    Command,
+}
+
+/// Why a profiler endpoint did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error(
+        "404, the server has no {path} (vLLM serves it only when launched with --profiler-config): {text}"
+    )]
+    NoEndpoint { path: String, text: String },
+    /// Another status than 2xx, with the server's words.
+    #[error("{status}: {text}")]
+    Refused { status: u16, text: String },
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
+}
+
 /// The profiler API of `exp`'s server, or why it has none.
-fn api_of(exp: &Experiment) -> Result<Api, String> {
-    let engine = exp.server.engine;
-    match engine {
+fn api_of(exp: &Experiment) -> Result<Api, NoProfiler> {
+    match exp.server.engine {
         Engine::Sim | Engine::Sglang => Ok(Api::Sglang),
         Engine::Vllm => Ok(Api::Vllm),
-        Engine::LlamaCpp => Err("llama.cpp's server has no profiler endpoint".into()),
-        Engine::Command => Err(
-            "an `engine: command` server's profiler is unknown to servebench (profile it with its own tools)"
-                .into(),
-        ),
+        Engine::LlamaCpp => Err(NoProfiler::LlamaCpp),
+        Engine::Command => Err(NoProfiler::Command),
     }
 }
 
@@ -90,7 +111,7 @@ impl Capture {
             Ok(api) => api,
             Err(why) => {
                 record.engine = format!("{}", exp.server.engine);
-                record.error = Some(why);
+                record.error = Some(why.to_string());
                 return Some(Err(record));
             }
         };
@@ -200,7 +221,7 @@ impl Capture {
             // SGLang raises "Profiling is not in progress" for a stop after `num_steps`
             // ended the capture, which FastAPI answers with a bare 500: whether the capture
             // worked is what its directory holds, which the run looks at next.
-            Err(why) if self.record.steps.is_some() && why.starts_with("500") => {
+            Err(CallError::Refused { status: 500, .. }) if self.record.steps.is_some() => {
                 self.record.stopped_at = Some(crate::client::unix_now());
             }
             Err(why) => self.record.error = Some(format!("/stop_profile failed: {why}")),
@@ -227,22 +248,21 @@ async fn answer(
     path: &str,
     body: Option<Value>,
     timeout: Duration,
-) -> Result<(), String> {
-    match client.call("POST", path, body, timeout).await {
-        Ok((status, _)) if (200..300).contains(&status) => Ok(()),
-        Ok((status, bytes)) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let text = crate::text::truncate(text.trim(), MESSAGE_BYTES);
-            Err(if status == 404 {
-                format!(
-                    "404, the server has no {path} (vLLM serves it only when launched with --profiler-config): {text}"
-                )
-            } else {
-                format!("{status}: {text}")
-            })
-        }
-        Err(e) => Err(e.to_string()),
+) -> Result<(), CallError> {
+    let (status, bytes) = client.call("POST", path, body, timeout).await?;
+    if (200..300).contains(&status) {
+        return Ok(());
     }
+    let text = String::from_utf8_lossy(&bytes);
+    let text = crate::text::truncate(text.trim(), MESSAGE_BYTES);
+    Err(if status == 404 {
+        CallError::NoEndpoint {
+            path: path.to_string(),
+            text,
+        }
+    } else {
+        CallError::Refused { status, text }
+    })
 }
 
 /// The flags a finished capture puts on its point: `profiled` when the profiler ran in the
