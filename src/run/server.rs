@@ -172,14 +172,7 @@ impl ServerHandle {
         } else {
             let host = hosts[0];
             let port = host.pick_port(server.port).await?;
-            // The simulator runs as servebench itself: the host's copy of this binary, unless
-            // a launcher is given.
-            let simulated = effective.engine == Engine::Sim || effective.simulate;
-            let bin = if simulated && effective.launcher.is_none() {
-                host.servebench_binary().await?
-            } else {
-                "servebench".to_string()
-            };
+            let bin = process_group::servebench_on(host, &effective).await?;
             let cmd = engine::launch_command(&effective, &bin, port)?;
             let process = match host
                 .spawn(Spawn {
