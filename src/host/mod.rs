@@ -24,6 +24,7 @@ use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
 
 use crate::engine::LaunchCommand;
+use crate::results::meta::ProcessRecord;
 
 pub(crate) use error::HostError;
 
@@ -48,23 +49,6 @@ pub(crate) struct Spawn<'a> {
     pub shared: bool,
 }
 
-/// Where a launched server runs, as recorded in `meta.json`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ProcessIds {
-    pub pid: i32,
-    /// The process group, which [`ServerProcess::stop`] and `servebench down` stop as a whole.
-    pub pgid: i32,
-    /// When the group's leader started, in clock ticks since boot (`/proc/PID/stat` field
-    /// 22); None where the host has no /proc.
-    pub leader_start: Option<u64>,
-    /// The host's boot id (`/proc/sys/kernel/random/boot_id`) at launch.
-    pub boot_id: Option<String>,
-    /// The SSH host's name; None on this machine.
-    pub host: Option<String>,
-    /// The log file on the host (mirrored into the run directory); None on this machine.
-    pub remote_log: Option<String>,
-}
-
 /// How a stop went.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Stopped {
@@ -80,14 +64,27 @@ pub(crate) struct Stopped {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct GroupIdentity {
     pub pgid: i32,
-    /// When the leader started ([`ProcessIds::leader_start`]); None in runs recorded before
-    /// it was, which fall back to `program`.
+    /// When the leader started ([`ProcessRecord::leader_start`]); None in runs recorded
+    /// before it was, which fall back to `program`.
     pub leader_start: Option<u64>,
     /// The host's boot id at launch.
     pub boot_id: Option<String>,
     /// The launched program's file name (`python`, `servebench`): the older check, that some
     /// process of the group runs it.
     pub program: String,
+}
+
+impl GroupIdentity {
+    /// The identity `process` recorded, for a group that runs `program`. None when no process
+    /// group was recorded, or one servebench must never stop (0, 1: every process, init).
+    pub(crate) fn recorded(process: &ProcessRecord, program: String) -> Option<GroupIdentity> {
+        Some(GroupIdentity {
+            pgid: process.pgid.filter(|p| *p > 1)?,
+            leader_start: process.leader_start,
+            boot_id: process.boot_id.clone(),
+            program,
+        })
+    }
 }
 
 /// What a host can tell about a recorded process group now.
@@ -287,8 +284,8 @@ pub(crate) trait ServerProcess: Send {
     /// Its base URL on the host itself (for a measuring agent there); None on this machine.
     fn host_url(&self) -> Option<&str>;
 
-    /// Its pid, process group and where it runs.
-    fn ids(&self) -> ProcessIds;
+    /// Its pid, process group and where it runs, as `meta.json` records them.
+    fn ids(&self) -> ProcessRecord;
 
     /// True once the server process has exited (a failed look at a remote one is not an
     /// exit: the next look decides).

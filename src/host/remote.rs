@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use super::ssh::{self, HostKeyCheck, RemoteProcess, SshHost, SshTarget};
-use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use super::{HostError, Leftover, ServerProcess, Spawn, Stopped};
+use crate::results::meta::ProcessRecord;
 use crate::spec::types::{self, HostSpec};
 
 /// How often a remote server's log is pulled into the run directory.
@@ -502,13 +503,13 @@ impl ServerProcess for RemoteServer {
         Some(&self.host_url)
     }
 
-    fn ids(&self) -> ProcessIds {
-        ProcessIds {
-            pid: self.process.pid,
-            pgid: self.process.pgid,
+    fn ids(&self) -> ProcessRecord {
+        ProcessRecord {
+            host: Some(self.ssh.name().to_string()),
+            pid: Some(self.process.pid),
+            pgid: Some(self.process.pgid),
             leader_start: self.process.leader_start,
             boot_id: self.process.boot_id.clone(),
-            host: Some(self.ssh.name().to_string()),
             remote_log: Some(self.process.log_path.clone()),
         }
     }

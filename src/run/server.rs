@@ -200,7 +200,6 @@ impl ServerHandle {
         } else {
             launched_at
         };
-        let ids = process.ids();
         let mut handle = ServerHandle {
             url: process.url().to_string(),
             host_url: process.host_url().map(str::to_string),
@@ -223,13 +222,8 @@ impl ServerHandle {
                 log_file: log_path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned()),
-                pgid: Some(ids.pgid),
-                pid: Some(ids.pid),
-                leader_start: ids.leader_start,
-                boot_id: ids.boot_id,
+                process: process.ids(),
                 port: Some(port),
-                host: ids.host,
-                remote_log: ids.remote_log,
                 slurm: process.slurm_job(),
                 ..Default::default()
             },

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 
-use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use super::{HostError, Leftover, ServerProcess, Spawn, Stopped};
 use crate::catalog::Failure;
-use crate::results::meta::SlurmJob;
+use crate::results::meta::{ProcessRecord, SlurmJob};
 use crate::spec::types::{SlurmAllocation, SlurmOptions};
 
 pub use cli::Runner;
@@ -712,11 +712,17 @@ impl SlurmHost {
                 .map_err(|e| HostError::io("cannot pass the environment to the login node", e))?;
         }
         let pid = child.id() as i32;
-        let leader = super::procfs::proc_stat(pid);
         let mut server = SlurmServer {
             child,
             pid,
-            leader_start: leader.map(|p| p.start_ticks),
+            // srun leads its own process group on this machine.
+            ids: ProcessRecord {
+                pid: Some(pid),
+                pgid: Some(pid),
+                leader_start: super::procfs::proc_stat(pid).map(|p| p.start_ticks),
+                boot_id: super::procfs::boot_id(),
+                ..ProcessRecord::default()
+            },
             job: alloc.job.clone(),
             step_name,
             // Rank 0 holds the allocation; the other ranks' steps end with it.
@@ -965,7 +971,7 @@ impl super::Host for SlurmRank {
 pub(crate) struct SlurmServer {
     child: std::process::Child,
     pid: i32,
-    leader_start: Option<u64>,
+    ids: ProcessRecord,
     /// The job's record, kept up to date (step, state, exit code).
     job: SlurmJob,
     step_name: String,
@@ -1063,15 +1069,8 @@ impl ServerProcess for SlurmServer {
         Some(&self.host_url)
     }
 
-    fn ids(&self) -> ProcessIds {
-        ProcessIds {
-            pid: self.pid,
-            pgid: self.pid,
-            leader_start: self.leader_start,
-            boot_id: super::procfs::boot_id(),
-            host: None,
-            remote_log: None,
-        }
+    fn ids(&self) -> ProcessRecord {
+        self.ids.clone()
     }
 
     fn exited(&mut self) -> BoxFuture<'_, bool> {

@@ -174,7 +174,6 @@ pub(crate) async fn spawn_deployment(
                 return Err(e);
             }
         };
-        let ids = process.ids();
         // As the router reaches it, from the first node.
         let url_on_host = format!(
             "http://{}:{port}",
@@ -194,15 +193,10 @@ pub(crate) async fn spawn_deployment(
             role: Some(plan.role.to_string()),
             url: Some(url_on_host),
             bootstrap_port: bootstrap,
-            host: ids.host.clone(),
             command: Some(secrets::redact_argv(&cmd.argv())),
-            pgid: Some(ids.pgid),
-            pid: Some(ids.pid),
-            leader_start: ids.leader_start,
-            boot_id: ids.boot_id.clone(),
+            process: process.ids(),
             port: Some(port),
             log_file: log.file_name().map(|n| n.to_string_lossy().into_owned()),
-            remote_log: ids.remote_log.clone(),
             stopped: false,
         });
         members.push(Member {

@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use crate::catalog::Failure;
-use crate::host::{FailedRank, Host, HostError, ProcessIds, ServerProcess, Stopped};
+use crate::host::{FailedRank, Host, HostError, ServerProcess, Stopped};
+use crate::results::meta::ProcessRecord;
 use crate::spec::types::{Engine, Server};
 
 use super::server_error::ServerError;
@@ -186,7 +187,7 @@ impl ServerProcess for MultiProcessServer {
         self.serving().host_url()
     }
 
-    fn ids(&self) -> ProcessIds {
+    fn ids(&self) -> ProcessRecord {
         self.serving().ids()
     }
 

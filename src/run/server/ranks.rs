@@ -99,24 +99,17 @@ pub(crate) async fn spawn_ranks(
                 ))));
             }
         };
-        let ids = process.ids();
         if i == 0 {
             rank0 = Some(secrets::redact_argv(&cmd.argv()));
         } else {
             records.push(RankLaunch {
                 rank: i as u32,
-                host: ids.host.clone(),
                 command: Some(secrets::redact_argv(&cmd.argv())),
-                pgid: Some(ids.pgid),
-                pid: Some(ids.pid),
-                leader_start: ids.leader_start,
-                boot_id: ids.boot_id.clone(),
+                process: process.ids(),
                 port: Some(ports[i]),
                 log_file: rank_log
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned()),
-                remote_log: ids.remote_log.clone(),
-                stopped: false,
                 ..Default::default()
             });
         }
