@@ -190,12 +190,12 @@ pub struct DecodeBandwidth {
 
 impl DecodeBandwidth {
     /// The effective bandwidth the KV cache is read at, GB/s.
-    pub fn kv_read_gb_s(&self) -> f64 {
+    pub(crate) fn kv_read_gb_s(&self) -> f64 {
         self.peak_gb_s * self.kv_efficiency
     }
 
     /// The effective bandwidth the weights are read at, GB/s.
-    pub fn weight_read_gb_s(&self) -> f64 {
+    pub(crate) fn weight_read_gb_s(&self) -> f64 {
         self.peak_gb_s * self.weight_efficiency
     }
 
@@ -330,14 +330,14 @@ impl SpecModel {
     }
 
     /// Mean tokens per step for a request holding `context` tokens, within 1..=max_tokens.
-    pub fn accept_mean_at(&self, context: u64) -> f64 {
+    pub(crate) fn accept_mean_at(&self, context: u64) -> f64 {
         let mean = interpolate(&self.accept_length_by_context, context as f64)
             .unwrap_or(self.accept_length_mean);
         mean.clamp(1.0, f64::from(self.max_tokens()))
     }
 
     /// Milliseconds a verify step of `batch` requests adds to the plain decode step.
-    pub fn verify_overhead_ms(&self, batch: u64) -> f64 {
+    pub(crate) fn verify_overhead_ms(&self, batch: u64) -> f64 {
         self.step_overhead_ms
             + self.per_draft_token_us * f64::from(self.num_draft_tokens) * batch as f64 / 1e3
     }

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 /// Python's `repr` of a parsed JSON value (dicts, lists, `None`, `True`, quoted strings).
-pub fn py_repr(v: &Value) -> String {
+pub(crate) fn py_repr(v: &Value) -> String {
     match v {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
@@ -27,7 +27,7 @@ pub fn py_repr(v: &Value) -> String {
 }
 
 /// Python's `repr` of a str: single quotes unless the text has one and no double quote.
-pub fn py_str(s: &str) -> String {
+pub(crate) fn py_str(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
@@ -56,7 +56,7 @@ pub fn py_str(s: &str) -> String {
 }
 
 /// Python's `repr` of a float (`8.0`, `1e+16`, `1e-05`).
-pub fn py_float(f: f64) -> String {
+pub(crate) fn py_float(f: f64) -> String {
     if f.is_nan() {
         return "nan".into();
     }
@@ -89,7 +89,7 @@ fn digits(s: &str) -> Option<String> {
 
 /// Python's `int(text)` for base 10: surrounding whitespace, a sign, underscores between
 /// digits. `None` where Python raises (or the value does not fit 64 bits).
-pub fn py_int(text: &str) -> Option<i64> {
+pub(crate) fn py_int(text: &str) -> Option<i64> {
     let t = text.trim();
     let (neg, body) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
@@ -103,7 +103,7 @@ pub fn py_int(text: &str) -> Option<i64> {
 
 /// Python's `float(text)` for finite numbers (underscores between digits allowed); `None`
 /// where Python raises, and for `inf` and `nan`, which the simulator does not take.
-pub fn py_float_parse(text: &str) -> Option<f64> {
+pub(crate) fn py_float_parse(text: &str) -> Option<f64> {
     let t = text.trim();
     if t.is_empty() || t.contains("__") || t.starts_with('_') || t.ends_with('_') {
         return None;

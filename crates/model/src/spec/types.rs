@@ -15,8 +15,8 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use super::error_budget::ErrorBudget;
-pub use super::hardware_facts::{CustomGpu, GpuChoice, ModelFactsSource};
+pub(crate) use super::error_budget::ErrorBudget;
+pub use super::hardware_facts::{GpuChoice, ModelFactsSource};
 use super::patterns::{DURATION_PATTERN, HOST_PATTERN, SLURM_TIME_PATTERN};
 pub use super::workload::{DatasetFormat, Length, LengthDist, SessionsSpec, ThinkDist};
 
