@@ -322,7 +322,7 @@ impl Default for SpecModel {
 impl SpecModel {
     /// Most tokens one verify step emits per request: the draft depth + 1, at most the tokens
     /// verified.
-    pub fn max_tokens(&self) -> u32 {
+    pub(crate) fn max_tokens(&self) -> u32 {
         let depth = self
             .num_steps
             .map_or(self.num_draft_tokens, |s| s.saturating_add(1));

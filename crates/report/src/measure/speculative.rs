@@ -14,7 +14,7 @@ pub(crate) const LOW_ACCEPTANCE_TOK_PER_STEP: f64 = 1.1;
 /// mean), where its requests' verify steps are known; None for plain decoding and where the
 /// stream could not tell. This is the tokens per step a roofline grade divides a measured
 /// step by.
-pub fn tokens_per_step(metrics: &IndexMap<String, Stat>) -> Option<f64> {
+pub(crate) fn tokens_per_step(metrics: &IndexMap<String, Stat>) -> Option<f64> {
     metrics
         .get(Metric::AcceptLength.name())
         .filter(|s| s.count > 0 && s.mean.is_finite())
