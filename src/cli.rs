@@ -709,14 +709,17 @@ fn report(run_dir: &Path, template: Option<PathBuf>, stdout: bool) -> Result<Sta
     Ok(Status::Success)
 }
 
+/// A `--threshold` that is not a percentage (clap prints it after the flag's name).
+#[derive(Debug, thiserror::Error)]
+#[error("expected a percentage such as 5 or 5%, got `{0}`")]
+struct NotAPercentage(String);
+
 /// `5`, `5%` or `2.5 %`: a non-negative, finite percentage.
-fn parse_percent(text: &str) -> Result<f64, String> {
+fn parse_percent(text: &str) -> Result<f64, NotAPercentage> {
     let number = text.trim().trim_end_matches('%').trim();
     match number.parse::<f64>() {
         Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
-        _ => Err(format!(
-            "expected a percentage such as 5 or 5%, got `{text}`"
-        )),
+        _ => Err(NotAPercentage(text.to_string())),
     }
 }
 

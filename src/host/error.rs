@@ -25,6 +25,12 @@ pub(crate) enum HostError {
     /// A Slurm command failed (or is missing).
     #[error(transparent)]
     Slurm(#[from] super::slurm::error::SlurmError),
+    /// A small file was not read, or a directory not listed (see `small_file`).
+    #[error(transparent)]
+    File(#[from] super::small_file::FileRefused),
+    /// A step inside the Slurm allocation was asked for while no allocation runs.
+    #[error("no allocation is running for the {what} step")]
+    NoAllocation { what: String },
     /// The run was interrupted while the host waited (for a Slurm allocation).
     #[error("interrupted while waiting for the host")]
     Interrupted,

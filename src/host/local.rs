@@ -15,10 +15,9 @@ use nix::unistd::Pid;
 
 use futures_util::future::BoxFuture;
 
-use super::{
-    GroupIdentity, HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped, Verdict,
-};
+use super::{GroupIdentity, HostError, Leftover, ServerProcess, Spawn, Stopped, Verdict};
 use crate::engine::LaunchCommand;
+use crate::results::meta::ProcessRecord;
 
 #[cfg(test)]
 use super::procfs::{ProcStat, parse_stat};
@@ -258,8 +257,7 @@ const SUPERVISOR_GRACE: Duration = Duration::from_secs(10);
 pub(crate) struct LocalServer {
     process: LocalProcess,
     url: String,
-    leader_start: Option<u64>,
-    boot_id: Option<String>,
+    ids: ProcessRecord,
 }
 
 impl super::Host for LocalHost {
@@ -306,12 +304,18 @@ impl super::Host for LocalHost {
             )
             .map_err(|e| HostError::Unsupported(e.to_string()))?;
             // Read while the leader cannot have been reaped yet (it is our child).
-            let leader = proc_stat(process.pgid());
+            let pgid = process.pgid();
+            let ids = ProcessRecord {
+                pid: Some(pgid),
+                pgid: Some(pgid),
+                leader_start: proc_stat(pgid).map(|p| p.start_ticks),
+                boot_id: boot_id(),
+                ..ProcessRecord::default()
+            };
             Ok(Box::new(LocalServer {
                 process,
                 url: format!("http://127.0.0.1:{}", spawn.port),
-                leader_start: leader.map(|p| p.start_ticks),
-                boot_id: boot_id(),
+                ids,
             }) as Box<dyn ServerProcess>)
         })
     }
@@ -371,15 +375,8 @@ impl ServerProcess for LocalServer {
         None
     }
 
-    fn ids(&self) -> ProcessIds {
-        ProcessIds {
-            pid: self.process.pgid(),
-            pgid: self.process.pgid(),
-            leader_start: self.leader_start,
-            boot_id: self.boot_id.clone(),
-            host: None,
-            remote_log: None,
-        }
+    fn ids(&self) -> ProcessRecord {
+        self.ids.clone()
     }
 
     fn exited(&mut self) -> BoxFuture<'_, bool> {

@@ -24,6 +24,7 @@ use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
 
 use crate::engine::LaunchCommand;
+use crate::results::meta::ProcessRecord;
 
 pub(crate) use error::HostError;
 
@@ -48,23 +49,6 @@ pub(crate) struct Spawn<'a> {
     pub shared: bool,
 }
 
-/// Where a launched server runs, as recorded in `meta.json`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ProcessIds {
-    pub pid: i32,
-    /// The process group, which [`ServerProcess::stop`] and `servebench down` stop as a whole.
-    pub pgid: i32,
-    /// When the group's leader started, in clock ticks since boot (`/proc/PID/stat` field
-    /// 22); None where the host has no /proc.
-    pub leader_start: Option<u64>,
-    /// The host's boot id (`/proc/sys/kernel/random/boot_id`) at launch.
-    pub boot_id: Option<String>,
-    /// The SSH host's name; None on this machine.
-    pub host: Option<String>,
-    /// The log file on the host (mirrored into the run directory); None on this machine.
-    pub remote_log: Option<String>,
-}
-
 /// How a stop went.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Stopped {
@@ -80,14 +64,27 @@ pub(crate) struct Stopped {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct GroupIdentity {
     pub pgid: i32,
-    /// When the leader started ([`ProcessIds::leader_start`]); None in runs recorded before
-    /// it was, which fall back to `program`.
+    /// When the leader started ([`ProcessRecord::leader_start`]); None in runs recorded
+    /// before it was, which fall back to `program`.
     pub leader_start: Option<u64>,
     /// The host's boot id at launch.
     pub boot_id: Option<String>,
     /// The launched program's file name (`python`, `servebench`): the older check, that some
     /// process of the group runs it.
     pub program: String,
+}
+
+impl GroupIdentity {
+    /// The identity `process` recorded, for a group that runs `program`. None when no process
+    /// group was recorded, or one servebench must never stop (0, 1: every process, init).
+    pub(crate) fn recorded(process: &ProcessRecord, program: String) -> Option<GroupIdentity> {
+        Some(GroupIdentity {
+            pgid: process.pgid.filter(|p| *p > 1)?,
+            leader_start: process.leader_start,
+            boot_id: process.boot_id.clone(),
+            program,
+        })
+    }
 }
 
 /// What a host can tell about a recorded process group now.
@@ -208,24 +205,24 @@ pub(crate) trait Host: Send + Sync {
     }
 
     /// A small regular file on the host the server runs on (a model's `config.json`), at most
-    /// `limit` bytes: its bytes, or why it was not read, in words (`no such file`, `not a
-    /// regular file`, `5000000 bytes; read up to 4194304`, the link's error).
+    /// `limit` bytes: its bytes, or why it was not read ([`HostError::File`]: `no such file`,
+    /// `not a regular file`, `5000000 bytes; read up to 4194304`; or the link's error).
     fn read_small_file<'a>(
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
-        Box::pin(async move { small_file::read_local(path, limit) })
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
+        Box::pin(async move { Ok(small_file::read_local(path, limit)?) })
     }
 
     /// The regular files of a directory on the host the server runs on (a profiler's
-    /// traces), at most `max`, as (name, bytes); or why not, in words.
+    /// traces), at most `max`, as (name, bytes); or why not.
     fn list_files<'a>(
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
-        Box::pin(async move { small_file::list_local(dir, max) })
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
+        Box::pin(async move { Ok(small_file::list_local(dir, max)?) })
     }
 
     /// What the host the server runs on is (its GPUs' model, memory, driver and power limit),
@@ -293,8 +290,8 @@ pub(crate) trait ServerProcess: Send {
         false
     }
 
-    /// Its pid, process group and where it runs.
-    fn ids(&self) -> ProcessIds;
+    /// Its pid, process group and where it runs, as `meta.json` records them.
+    fn ids(&self) -> ProcessRecord;
 
     /// True once the server process has exited (a failed look at a remote one is not an
     /// exit: the next look decides).

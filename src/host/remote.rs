@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use super::ssh::{self, HostKeyCheck, RemoteProcess, SshHost, SshTarget};
-use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use super::{HostError, Leftover, ServerProcess, Spawn, Stopped};
+use crate::results::meta::ProcessRecord;
 use crate::spec::types::{self, HostSpec};
 
 /// How often a remote server's log is pulled into the run directory.
@@ -455,7 +456,7 @@ impl super::Host for RemoteHost {
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
         Box::pin(async move {
             let out = self
                 .ssh
@@ -463,9 +464,8 @@ impl super::Host for RemoteHost {
                     super::small_file::SCRIPT,
                     &[path.to_string(), limit.to_string()],
                 )
-                .await
-                .map_err(|e| e.to_string())?;
-            super::small_file::from_output(&out, limit)
+                .await?;
+            Ok(super::small_file::from_output(&out, limit)?)
         })
     }
 
@@ -473,7 +473,7 @@ impl super::Host for RemoteHost {
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
         Box::pin(async move {
             let out = self
                 .ssh
@@ -481,9 +481,8 @@ impl super::Host for RemoteHost {
                     super::small_file::LIST_SCRIPT,
                     &[dir.to_string(), max.to_string()],
                 )
-                .await
-                .map_err(|e| e.to_string())?;
-            super::small_file::parse_listing(&out)
+                .await?;
+            Ok(super::small_file::parse_listing(&out)?)
         })
     }
 
@@ -508,13 +507,13 @@ impl ServerProcess for RemoteServer {
         true
     }
 
-    fn ids(&self) -> ProcessIds {
-        ProcessIds {
-            pid: self.process.pid,
-            pgid: self.process.pgid,
+    fn ids(&self) -> ProcessRecord {
+        ProcessRecord {
+            host: Some(self.ssh.name().to_string()),
+            pid: Some(self.process.pid),
+            pgid: Some(self.process.pgid),
             leader_start: self.process.leader_start,
             boot_id: self.process.boot_id.clone(),
-            host: Some(self.ssh.name().to_string()),
             remote_log: Some(self.process.log_path.clone()),
         }
     }

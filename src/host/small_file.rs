@@ -5,6 +5,61 @@
 
 use std::io::Read as _;
 use std::path::Path;
+use std::process::ExitStatus;
+
+/// Why a small file was not read or a directory not listed, in the words the records keep
+/// (`meta.json`'s `model_config.missing`, a trace file's `left`), where the caller adds the fix.
+/// The host's script says the same in the same words, so a remote refusal reads as a local one.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FileRefused {
+    #[error("no such file")]
+    NoSuchFile,
+    #[error("no such directory")]
+    NoSuchDirectory,
+    /// Not a regular file: what it is when known (`a FIFO (named pipe)`, on this machine).
+    #[error("{}not a regular file", .0.map(|k| format!("{k}, ")).unwrap_or_default())]
+    NotAFile(Option<&'static str>),
+    #[error("{size} bytes; read up to {limit}")]
+    TooLarge { size: u64, limit: u64 },
+    /// The host's script refused it in other words (the last line it wrote on stderr).
+    #[error("{0}")]
+    OnHost(String),
+    /// The host's script failed and said nothing.
+    #[error("{what} failed ({status})")]
+    Failed {
+        what: &'static str,
+        status: ExitStatus,
+    },
+    /// This machine's file system said no (permissions, a read that failed).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl FileRefused {
+    /// The script's refusal from its stderr (its last line), or `what` failed with `status`
+    /// when it wrote none.
+    fn from_script(out: &std::process::Output, what: &'static str) -> FileRefused {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let Some(line) = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) else {
+            return FileRefused::Failed {
+                what,
+                status: out.status,
+            };
+        };
+        let too_large = line.split_once(" bytes; read up to ").and_then(|(n, l)| {
+            Some(FileRefused::TooLarge {
+                size: n.parse().ok()?,
+                limit: l.parse().ok()?,
+            })
+        });
+        match line {
+            "no such file" => FileRefused::NoSuchFile,
+            "no such directory" => FileRefused::NoSuchDirectory,
+            "not a regular file" => FileRefused::NotAFile(None),
+            _ => too_large.unwrap_or_else(|| FileRefused::OnHost(line.to_string())),
+        }
+    }
+}
 
 /// The script run on a host: `$1` the path, `$2` the byte limit. Exit 3 with the reason on
 /// stderr when the file is refused; its bytes on stdout otherwise. A constant: values reach it
@@ -34,17 +89,9 @@ pub(crate) fn list_argv(dir: &str, max: usize) -> Vec<String> {
 
 /// The listing script's output as (name, bytes); lines of another shape (a name with a
 /// newline in it) are left out.
-pub(crate) fn parse_listing(out: &std::process::Output) -> Result<Vec<(String, u64)>, String> {
+pub(crate) fn parse_listing(out: &std::process::Output) -> Result<Vec<(String, u64)>, FileRefused> {
     if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr);
-        return Err(why
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map_or_else(
-                || format!("listing failed ({})", out.status),
-                |l| l.trim().to_string(),
-            ));
+        return Err(FileRefused::from_script(out, "listing"));
     }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -56,10 +103,10 @@ pub(crate) fn parse_listing(out: &std::process::Output) -> Result<Vec<(String, u
 }
 
 /// The regular files of a directory on this machine (links left out), at most `max`.
-pub(crate) fn list_local(dir: &str, max: usize) -> Result<Vec<(String, u64)>, String> {
+pub(crate) fn list_local(dir: &str, max: usize) -> Result<Vec<(String, u64)>, FileRefused> {
     let entries = std::fs::read_dir(dir).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => "no such directory".to_string(),
-        _ => e.to_string(),
+        std::io::ErrorKind::NotFound => FileRefused::NoSuchDirectory,
+        _ => FileRefused::Io(e),
     })?;
     let mut out = Vec::new();
     for e in entries.flatten() {
@@ -86,34 +133,24 @@ pub(crate) fn argv(path: &str, limit: u64) -> Vec<String> {
 }
 
 /// The script's result: its stdout, or why the file was not read (its stderr's last line).
-pub(crate) fn from_output(out: &std::process::Output, limit: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn from_output(out: &std::process::Output, limit: u64) -> Result<Vec<u8>, FileRefused> {
     if out.status.success() && out.stdout.len() as u64 <= limit {
         return Ok(out.stdout.clone());
     }
-    let why = String::from_utf8_lossy(&out.stderr);
-    Err(why
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map_or_else(
-            || format!("reading it failed ({})", out.status),
-            |l| l.trim().to_string(),
-        ))
+    Err(FileRefused::from_script(out, "reading it"))
 }
 
 /// A file on this machine: regular, at most `limit` bytes (a FIFO is refused, not opened).
-pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, FileRefused> {
     use servebench_model::input_file::{Refused, open_regular};
     let file = open_regular(Path::new(path), limit).map_err(|r| match r {
-        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".to_string(),
-        Refused::Io(e) => e.to_string(),
-        Refused::NotAFile(kind) => format!("{kind}, not a regular file"),
-        Refused::TooLarge(n) => format!("{n} bytes; read up to {limit}"),
+        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => FileRefused::NoSuchFile,
+        Refused::Io(e) => FileRefused::Io(e),
+        Refused::NotAFile(kind) => FileRefused::NotAFile(Some(kind)),
+        Refused::TooLarge(size) => FileRefused::TooLarge { size, limit },
     })?;
     let mut bytes = Vec::new();
-    file.take(limit)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
+    file.take(limit).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
@@ -144,9 +181,14 @@ mod tests {
             .args(&argv[1..])
             .output()
             .unwrap();
-        assert_eq!(parse_listing(&out).unwrap_err(), "no such directory");
         assert_eq!(
-            list_local(&format!("{d}/none"), 10).unwrap_err(),
+            parse_listing(&out).unwrap_err().to_string(),
+            "no such directory"
+        );
+        assert_eq!(
+            list_local(&format!("{d}/none"), 10)
+                .unwrap_err()
+                .to_string(),
             "no such directory"
         );
     }
@@ -169,18 +211,29 @@ mod tests {
             read_local(ok.to_str().unwrap(), 100).unwrap(),
             b"{\"a\": 1}"
         );
-        assert_eq!(run(&ok, 3).unwrap_err(), "8 bytes; read up to 3");
+        assert!(matches!(
+            run(&ok, 3).unwrap_err(),
+            FileRefused::TooLarge { size: 8, limit: 3 }
+        ));
         assert_eq!(
-            read_local(ok.to_str().unwrap(), 3).unwrap_err(),
+            read_local(ok.to_str().unwrap(), 3).unwrap_err().to_string(),
             "8 bytes; read up to 3"
         );
         let none = dir.path().join("none.json");
-        assert_eq!(run(&none, 100).unwrap_err(), "no such file");
+        assert!(matches!(
+            run(&none, 100).unwrap_err(),
+            FileRefused::NoSuchFile
+        ));
         assert_eq!(
-            read_local(none.to_str().unwrap(), 100).unwrap_err(),
+            read_local(none.to_str().unwrap(), 100)
+                .unwrap_err()
+                .to_string(),
             "no such file"
         );
-        assert_eq!(run(dir.path(), 100).unwrap_err(), "not a regular file");
+        assert_eq!(
+            run(dir.path(), 100).unwrap_err().to_string(),
+            "not a regular file"
+        );
         let fifo = dir.path().join("fifo");
         assert!(
             std::process::Command::new("mkfifo")
@@ -189,10 +242,14 @@ mod tests {
                 .unwrap()
                 .success()
         );
-        assert_eq!(run(&fifo, 100).unwrap_err(), "not a regular file");
+        assert_eq!(
+            run(&fifo, 100).unwrap_err().to_string(),
+            "not a regular file"
+        );
         assert!(
             read_local(fifo.to_str().unwrap(), 100)
                 .unwrap_err()
+                .to_string()
                 .contains("not a regular file")
         );
     }

@@ -49,7 +49,10 @@ pub enum EstimateError {
     /// A simulated vLLM or llama.cpp server's flags do not make a simulator configuration
     /// (the engine's own parser's message).
     #[error("the timing model: {0}")]
-    EngineModel(String),
+    EngineModel(#[source] sim::EngineArgsError),
+    /// The engine has no simulated surface to read its flags with.
+    #[error("the timing model: no simulator for {engine}")]
+    NoSimulator { engine: Engine },
 }
 
 /// The estimate for one point; None when the source has nothing for it.
@@ -443,8 +446,9 @@ fn simulated_engine_config(
     }
     let command = crate::engine::launch_command(&server, "servebench", 1)?;
     let adapter = crate::engine::adapter(server.engine);
-    let api = sim::Api::parse(adapter.sim_api)
-        .ok_or_else(|| EstimateError::EngineModel(format!("no simulator for {}", server.engine)))?;
+    let api = sim::Api::parse(adapter.sim_api).ok_or(EstimateError::NoSimulator {
+        engine: server.engine,
+    })?;
     let args: Vec<String> = match command.args.iter().position(|a| a == "--api") {
         Some(i) => command.args[i + 2..].to_vec(),
         None => command.args.iter().skip(1).cloned().collect(),

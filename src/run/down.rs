@@ -66,29 +66,21 @@ pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
     let mut report = DownReport::default();
     let mut hosts = Hosts::new(meta.experiment.pool());
     for s in meta.servers.iter_mut() {
-        let Some(pgid) = s.pgid.filter(|p| *p > 1) else {
+        let program = program_name(&s.command).unwrap_or_default();
+        let Some(id) = GroupIdentity::recorded(&s.process, program.clone()) else {
             continue;
         };
-        let program = program_name(s);
+        let pgid = id.pgid;
         // The other ranks of a multi-node server first: rank 0 is the one they follow.
         for r in s.ranks.iter_mut() {
-            let Some(rank_pgid) = r.pgid.filter(|p| *p > 1) else {
+            // A deployment's worker runs its own program (the router is the launch).
+            let rank_program = program_name(&r.command).unwrap_or_else(|| program.clone());
+            let Some(rank_id) = GroupIdentity::recorded(&r.process, rank_program) else {
                 continue;
             };
-            let host = hosts.get(r.host.as_deref()).await?;
-            let id = GroupIdentity {
-                pgid: rank_pgid,
-                leader_start: r.leader_start,
-                boot_id: r.boot_id.clone(),
-                // A deployment's worker runs its own program (the router is the launch).
-                program: r
-                    .command
-                    .as_ref()
-                    .and_then(|c| c.first())
-                    .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
-                    .unwrap_or_else(|| program.clone()),
-            };
-            let what = host.stop_leftover(&id, STOP_GRACE).await;
+            let rank_pgid = rank_id.pgid;
+            let host = hosts.get(r.process.host.as_deref()).await?;
+            let what = host.stop_leftover(&rank_id, STOP_GRACE).await;
             if matches!(
                 what,
                 Leftover::AlreadyGone | Leftover::Stopped { gone: true, .. }
@@ -98,7 +90,7 @@ pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
             let text = format!(
                 "{}: {}",
                 r.name.clone().unwrap_or_else(|| format!("rank {}", r.rank)),
-                leftover_words(&what, rank_pgid, r.host.as_deref())
+                leftover_words(&what, rank_pgid, r.process.host.as_deref())
             );
             report.lines.push(DownLine {
                 group: s.group.clone(),
@@ -106,13 +98,7 @@ pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
                 text,
             });
         }
-        let host = hosts.get(s.host.as_deref()).await?;
-        let id = GroupIdentity {
-            pgid,
-            leader_start: s.leader_start,
-            boot_id: s.boot_id.clone(),
-            program,
-        };
+        let host = hosts.get(s.process.host.as_deref()).await?;
         let what = host.stop_leftover(&id, STOP_GRACE).await;
         let mut text = describe(s, &what, pgid, host);
         if let Some(port) = s.port {
@@ -347,7 +333,7 @@ fn leftover_words(what: &Leftover, pgid: i32, host: Option<&str>) -> String {
 
 /// The sentence for a launch, recording the outcome on it.
 fn describe(s: &mut ServerLaunch, what: &Leftover, pgid: i32, host: &dyn Host) -> String {
-    let on = match &s.host {
+    let on = match &s.process.host {
         Some(_) => format!(" on {}", host.name()),
         None => String::new(),
     };
@@ -395,10 +381,7 @@ async fn port_note(host: &dyn Host, port: u16, what: &Leftover) -> String {
 }
 
 /// The launched program's file name (`servebench`, `python`, ...), from the recorded command.
-fn program_name(s: &ServerLaunch) -> String {
-    s.command
-        .as_ref()
-        .and_then(|c| c.first())
-        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
-        .unwrap_or_default()
+fn program_name(command: &Option<Vec<String>>) -> Option<String> {
+    let program = command.as_ref()?.first()?;
+    Some(program.rsplit('/').next().unwrap_or(program).to_string())
 }

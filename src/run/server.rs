@@ -172,14 +172,7 @@ impl ServerHandle {
         } else {
             let host = hosts[0];
             let port = host.pick_port(server.port).await?;
-            // The simulator runs as servebench itself: the host's copy of this binary, unless
-            // a launcher is given.
-            let simulated = effective.engine == Engine::Sim || effective.simulate;
-            let bin = if simulated && effective.launcher.is_none() {
-                host.servebench_binary().await?
-            } else {
-                "servebench".to_string()
-            };
+            let bin = process_group::servebench_on(host, &effective).await?;
             let cmd = engine::launch_command(&effective, &bin, port)?;
             let process = match host
                 .spawn(Spawn {
@@ -207,7 +200,6 @@ impl ServerHandle {
         } else {
             launched_at
         };
-        let ids = process.ids();
         let mut handle = ServerHandle {
             url: process.url().to_string(),
             host_url: process.host_url().map(str::to_string),
@@ -231,13 +223,8 @@ impl ServerHandle {
                 log_file: log_path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned()),
-                pgid: Some(ids.pgid),
-                pid: Some(ids.pid),
-                leader_start: ids.leader_start,
-                boot_id: ids.boot_id,
+                process: process.ids(),
                 port: Some(port),
-                host: ids.host,
-                remote_log: ids.remote_log,
                 slurm: process.slurm_job(),
                 ..Default::default()
             },

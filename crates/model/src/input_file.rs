@@ -39,7 +39,7 @@ pub fn open_regular(path: &Path, limit: u64) -> Result<File, Refused> {
 }
 
 /// What a file that is not a regular file is, for messages.
-pub fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+pub(crate) fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     if t.is_dir() {

@@ -46,9 +46,18 @@ impl std::fmt::Display for Api {
     }
 }
 
+/// A `--api` that names no engine, in argparse's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiArgError {
+    #[error("argument --api: expected one argument")]
+    Missing,
+    #[error("argument --api: invalid choice: {0:?} (choose from {names})", names = Api::NAMES.join(", "))]
+    Invalid(String),
+}
+
 /// Takes `--api NAME` / `--api=NAME` out of the arguments (anywhere; the last one wins) and
 /// returns the engine with the rest, which are that engine's own command line.
-pub(crate) fn split(args: &[String]) -> Result<(Api, Vec<String>), String> {
+pub(crate) fn split(args: &[String]) -> Result<(Api, Vec<String>), ApiArgError> {
     let mut api = Api::default();
     let mut rest = Vec::with_capacity(args.len());
     let mut i = 0;
@@ -57,7 +66,7 @@ pub(crate) fn split(args: &[String]) -> Result<(Api, Vec<String>), String> {
         i += 1;
         let value = if arg == "--api" {
             let Some(v) = args.get(i) else {
-                return Err("argument --api: expected one argument".into());
+                return Err(ApiArgError::Missing);
             };
             i += 1;
             v.clone()
@@ -67,12 +76,7 @@ pub(crate) fn split(args: &[String]) -> Result<(Api, Vec<String>), String> {
             rest.push(arg.clone());
             continue;
         };
-        api = Api::parse(&value).ok_or_else(|| {
-            format!(
-                "argument --api: invalid choice: {value:?} (choose from {})",
-                Api::NAMES.join(", ")
-            )
-        })?;
+        api = Api::parse(&value).ok_or(ApiArgError::Invalid(value))?;
     }
     Ok((api, rest))
 }
@@ -96,7 +100,8 @@ mod tests {
         assert!(
             split(&s(&["--api", "tgi"]))
                 .unwrap_err()
-                .contains("invalid choice")
+                .to_string()
+                .contains("invalid choice: \"tgi\"")
         );
         assert!(split(&s(&["--api"])).is_err());
     }

@@ -113,7 +113,7 @@ const SIM_ONLY: &[&str] = &[
 
 /// How an action reads its value (the table's KIND column).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValueKind {
+pub(crate) enum ValueKind {
     /// No value: `store_true`, `BooleanOptionalAction` (`--no-X` stores false).
     Flag,
     /// Any string.
@@ -136,7 +136,7 @@ pub enum ValueKind {
 
 /// How many values an action takes (argparse's nargs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Nargs {
+pub(crate) enum Nargs {
     /// None (a flag).
     Zero,
     /// Exactly one.
@@ -151,7 +151,7 @@ pub enum Nargs {
 
 /// One action of the parser.
 #[derive(Debug)]
-pub struct Action {
+pub(crate) struct Action {
     /// Its option strings without `--`, in argparse's order.
     pub options: Vec<&'static str>,
     /// How it reads its value.
@@ -174,7 +174,7 @@ impl Action {
 }
 
 /// Every action of sglang 0.5.23's parser, and the simulator's own.
-pub fn actions() -> &'static [Action] {
+pub(crate) fn actions() -> &'static [Action] {
     static ACTIONS: OnceLock<Vec<Action>> = OnceLock::new();
     ACTIONS.get_or_init(|| {
         let mut all: Vec<Action> = OPTIONS_TABLE
@@ -319,7 +319,7 @@ fn typed(action: &Action, raw: &str) -> Result<Value, SimArgError> {
             (Value::from(n), n.to_string())
         }
         ValueKind::HumanInt => {
-            let n = human_readable_int(raw).map_err(bad)?;
+            let n = human_readable_int(raw).map_err(|e| bad(e.to_string()))?;
             (Value::from(n), n.to_string())
         }
         ValueKind::Float => {

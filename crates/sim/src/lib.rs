@@ -117,6 +117,7 @@ pub use config::SimConfig;
 pub use log::SimLog;
 pub use profile::{Profile, ProfileFacts};
 pub use server::serve;
+pub use surface_args::EngineArgsError;
 pub use tokenizer::encode as tokenize;
 pub use trace::{ChunkTrace, TraceEntry};
 

@@ -214,12 +214,12 @@ pub struct DecodeBandwidth {
 
 impl DecodeBandwidth {
     /// The effective bandwidth the KV cache is read at, GB/s.
-    pub fn kv_read_gb_s(&self) -> f64 {
+    pub(crate) fn kv_read_gb_s(&self) -> f64 {
         self.peak_gb_s * self.kv_efficiency
     }
 
     /// The effective bandwidth the weights are read at, GB/s.
-    pub fn weight_read_gb_s(&self) -> f64 {
+    pub(crate) fn weight_read_gb_s(&self) -> f64 {
         self.peak_gb_s * self.weight_efficiency
     }
 
@@ -352,7 +352,7 @@ impl Default for SpecModel {
 impl SpecModel {
     /// Most tokens one verify step emits per request: the draft depth + 1, at most the tokens
     /// verified.
-    pub fn max_tokens(&self) -> u32 {
+    pub(crate) fn max_tokens(&self) -> u32 {
         let depth = self
             .num_steps
             .map_or(self.num_draft_tokens, |s| s.saturating_add(1));
@@ -360,7 +360,7 @@ impl SpecModel {
     }
 
     /// Mean tokens per step for a request holding `context` tokens, within 1..=max_tokens.
-    pub fn accept_mean_at(&self, context: u64) -> f64 {
+    pub(crate) fn accept_mean_at(&self, context: u64) -> f64 {
         let mean = interpolate(&self.accept_length_by_context, context as f64)
             .unwrap_or(self.accept_length_mean);
         mean.clamp(1.0, f64::from(self.max_tokens()))

@@ -41,6 +41,21 @@ struct Active {
     flavour: Flavour,
 }
 
+/// Why a capture did not start or stop, in SGLang's words for its refusals.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProfilerError {
+    #[error("Profiling is already in progress. Call /stop_profile first.")]
+    AlreadyRunning,
+    #[error("Profiling is not in progress. Call /start_profile first.")]
+    NotRunning,
+    #[error("cannot write the trace into {}: {source}", dir.display())]
+    Write {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The profiler's state, shared by the HTTP handlers and the scheduler.
 #[derive(Debug, Default)]
 pub(crate) struct Profiler {
@@ -55,10 +70,10 @@ impl Profiler {
         req: StartRequest,
         flavour: Flavour,
         log: &SimLog,
-    ) -> Result<(), String> {
+    ) -> Result<(), ProfilerError> {
         let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
         if active.is_some() {
-            return Err("Profiling is already in progress. Call /stop_profile first.".into());
+            return Err(ProfilerError::AlreadyRunning);
         }
         let ct = self.forward_ct.load(Ordering::Relaxed);
         if flavour == Flavour::Sglang {
@@ -79,10 +94,10 @@ impl Profiler {
     }
 
     /// Stops the capture and writes its trace; SGLang's refusal when none is running.
-    pub(crate) fn stop(&self, log: &SimLog) -> Result<PathBuf, String> {
+    pub(crate) fn stop(&self, log: &SimLog) -> Result<PathBuf, ProfilerError> {
         let taken = self.active.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some(a) = taken else {
-            return Err("Profiling is not in progress. Call /start_profile first.".into());
+            return Err(ProfilerError::NotRunning);
         };
         self.write(a, log)
     }
@@ -102,7 +117,7 @@ impl Profiler {
         }
     }
 
-    fn write(&self, a: Active, log: &SimLog) -> Result<PathBuf, String> {
+    fn write(&self, a: Active, log: &SimLog) -> Result<PathBuf, ProfilerError> {
         let steps = self.forward_ct.load(Ordering::Relaxed) - a.started_ct;
         let now = unix_now();
         let name = match a.flavour {
@@ -122,9 +137,13 @@ impl Profiler {
                 "args": {"forward_steps": steps, "activities": a.req.activities},
             }],
         });
-        std::fs::create_dir_all(&a.req.dir).map_err(|e| e.to_string())?;
         let path = a.req.dir.join(name);
-        std::fs::write(&path, trace.to_string()).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(&a.req.dir)
+            .and_then(|()| std::fs::write(&path, trace.to_string()))
+            .map_err(|source| ProfilerError::Write {
+                dir: a.req.dir.clone(),
+                source,
+            })?;
         if a.flavour == Flavour::Sglang {
             log.info(&format!(
                 "Profiling done. Traces are saved to: {}",
@@ -167,12 +186,13 @@ mod tests {
         let dir = temp("refuses");
         let p = Profiler::default();
         let log = SimLog::capture();
-        assert!(p.stop(&log).unwrap_err().contains("not in progress"));
+        assert!(matches!(p.stop(&log), Err(ProfilerError::NotRunning)));
         p.start(req(&dir, None), Flavour::Sglang, &log).unwrap();
-        assert!(
+        assert_eq!(
             p.start(req(&dir, None), Flavour::Sglang, &log)
                 .unwrap_err()
-                .contains("already in progress")
+                .to_string(),
+            "Profiling is already in progress. Call /stop_profile first."
         );
         p.forward_step(&log);
         p.forward_step(&log);
@@ -193,6 +213,6 @@ mod tests {
         assert!(!dir.exists());
         p.forward_step(&log);
         assert!(&dir.join("p001-r0-TP-0.trace.json").exists());
-        assert!(p.stop(&log).unwrap_err().contains("not in progress"));
+        assert!(matches!(p.stop(&log), Err(ProfilerError::NotRunning)));
     }
 }

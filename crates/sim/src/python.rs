@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 /// Python's `repr` of a parsed JSON value (dicts, lists, `None`, `True`, quoted strings).
-pub fn py_repr(v: &Value) -> String {
+pub(crate) fn py_repr(v: &Value) -> String {
     match v {
         Value::Null => "None".into(),
         Value::Bool(true) => "True".into(),
@@ -27,7 +27,7 @@ pub fn py_repr(v: &Value) -> String {
 }
 
 /// Python's `repr` of a str: single quotes unless the text has one and no double quote.
-pub fn py_str(s: &str) -> String {
+pub(crate) fn py_str(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
@@ -56,7 +56,7 @@ pub fn py_str(s: &str) -> String {
 }
 
 /// Python's `repr` of a float (`8.0`, `1e+16`, `1e-05`).
-pub fn py_float(f: f64) -> String {
+pub(crate) fn py_float(f: f64) -> String {
     if f.is_nan() {
         return "nan".into();
     }
@@ -89,7 +89,7 @@ fn digits(s: &str) -> Option<String> {
 
 /// Python's `int(text)` for base 10: surrounding whitespace, a sign, underscores between
 /// digits. `None` where Python raises (or the value does not fit 64 bits).
-pub fn py_int(text: &str) -> Option<i64> {
+pub(crate) fn py_int(text: &str) -> Option<i64> {
     let t = text.trim();
     let (neg, body) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
@@ -103,7 +103,7 @@ pub fn py_int(text: &str) -> Option<i64> {
 
 /// Python's `float(text)` for finite numbers (underscores between digits allowed); `None`
 /// where Python raises, and for `inf` and `nan`, which the simulator does not take.
-pub fn py_float_parse(text: &str) -> Option<f64> {
+pub(crate) fn py_float_parse(text: &str) -> Option<f64> {
     let t = text.trim();
     if t.is_empty() || t.contains("__") || t.starts_with('_') || t.ends_with('_') {
         return None;
@@ -127,20 +127,33 @@ pub fn py_float_parse(text: &str) -> Option<f64> {
     plain.parse::<f64>().ok().filter(|f| f.is_finite())
 }
 
+/// A value SGLang's `human_readable_int` refuses, in its words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum HumanIntError {
+    #[error(
+        "Invalid integer value: '{0}'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
+    )]
+    Invalid(String),
+    #[error(
+        "Decimals are not allowed with IEC suffixes like '{suffix}'. Use an integer IEC value such as '{whole}{suffix}', or an SI value such as '{number}{}'.",
+        &suffix[..1]
+    )]
+    IecDecimals {
+        suffix: &'static str,
+        whole: String,
+        number: String,
+    },
+}
+
 /// SGLang's `human_readable_int` (srt/utils/common.py), the type of `--context-length`,
 /// `--max-total-tokens`, `--max-prefill-tokens` and `--cuda-graph-prefill-max-context`: a
 /// plain integer (Python's `int`), or a number with an SI suffix (`k`, `M`, `G`, `T`; decimals
 /// allowed, the product truncated: `25.6k` is 25600) or an IEC one (`Ki`, `Mi`, `Gi`, `Ti`;
 /// whole numbers only). Suffixes are case-sensitive. The error is the function's own
 /// message, which argparse prints after `argument --FLAG: `.
-pub fn human_readable_int(value: &str) -> Result<i64, String> {
+pub(crate) fn human_readable_int(value: &str) -> Result<i64, HumanIntError> {
     let value = value.trim();
-    let invalid = || {
-        format!(
-            "Invalid integer value: '{value}'. Use a plain integer, SI suffixes (1k, 1M), or IEC \
-             suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
-        )
-    };
+    let invalid = || HumanIntError::Invalid(value.to_string());
     const SUFFIXES: &[(&str, i128, bool)] = &[
         ("Ki", 1 << 10, true),
         ("Mi", 1 << 20, true),
@@ -164,11 +177,11 @@ pub fn human_readable_int(value: &str) -> Result<i64, String> {
         if *iec && number.contains('.') {
             let whole: String = int.trim_start_matches('0').to_string();
             let whole = if whole.is_empty() { "0".into() } else { whole };
-            let first = &suffix[..1];
-            return Err(format!(
-                "Decimals are not allowed with IEC suffixes like '{suffix}'. Use an integer IEC \
-                 value such as '{whole}{suffix}', or an SI value such as '{number}{first}'."
-            ));
+            return Err(HumanIntError::IecDecimals {
+                suffix,
+                whole,
+                number: number.to_string(),
+            });
         }
         // int(Decimal(number) * mult), exactly: (int.frac * 10^len(frac)) * mult / 10^len(frac).
         let scale = 10i128.checked_pow(frac.len() as u32).ok_or_else(invalid)?;
@@ -227,12 +240,12 @@ mod tests {
         assert_eq!(human_readable_int(" 4096 "), Ok(4096));
         assert_eq!(human_readable_int("-1"), Ok(-1));
         assert_eq!(
-            human_readable_int("lots").unwrap_err(),
+            human_readable_int("lots").unwrap_err().to_string(),
             "Invalid integer value: 'lots'. Use a plain integer, SI suffixes (1k, 1M), or IEC \
              suffixes (1Ki, 1Mi). Suffixes are case-sensitive."
         );
         assert_eq!(
-            human_readable_int("1.5Ki").unwrap_err(),
+            human_readable_int("1.5Ki").unwrap_err().to_string(),
             "Decimals are not allowed with IEC suffixes like 'Ki'. Use an integer IEC value \
              such as '1Ki', or an SI value such as '1.5K'."
         );

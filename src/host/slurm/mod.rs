@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 
-use super::{HostError, Leftover, ProcessIds, ServerProcess, Spawn, Stopped};
+use super::{HostError, Leftover, ServerProcess, Spawn, Stopped};
 use crate::catalog::Failure;
-use crate::results::meta::SlurmJob;
+use crate::results::meta::{ProcessRecord, SlurmJob};
 use crate::spec::types::{SlurmAllocation, SlurmOptions};
 
 pub use cli::Runner;
@@ -712,11 +712,17 @@ impl SlurmHost {
                 .map_err(|e| HostError::io("cannot pass the environment to the login node", e))?;
         }
         let pid = child.id() as i32;
-        let leader = super::procfs::proc_stat(pid);
         let mut server = SlurmServer {
             child,
             pid,
-            leader_start: leader.map(|p| p.start_ticks),
+            // srun leads its own process group on this machine.
+            ids: ProcessRecord {
+                pid: Some(pid),
+                pgid: Some(pid),
+                leader_start: super::procfs::proc_stat(pid).map(|p| p.start_ticks),
+                boot_id: super::procfs::boot_id(),
+                ..ProcessRecord::default()
+            },
             job: alloc.job.clone(),
             step_name,
             // Rank 0 holds the allocation; the other ranks' steps end with it.
@@ -744,13 +750,15 @@ impl SlurmHost {
         &self,
         what: &str,
         argv: &[String],
-    ) -> Result<std::process::Output, String> {
+    ) -> Result<std::process::Output, HostError> {
         let a = self
             .current
             .lock()
             .await
             .clone()
-            .ok_or_else(|| format!("no allocation is running for the {what} step"))?;
+            .ok_or_else(|| HostError::NoAllocation {
+                what: what.to_string(),
+            })?;
         let args = Self::step_argv(
             &a.job,
             a.job.nodes.first().map_or("", String::as_str),
@@ -760,9 +768,7 @@ impl SlurmHost {
             None,
             argv,
         );
-        cli::output(&self.runner, "srun", &args)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(cli::output(&self.runner, "srun", &args).await?)
     }
 
     /// The address of the node rank `rank` runs on, once the allocation runs.
@@ -845,12 +851,12 @@ impl super::Host for SlurmHost {
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
         Box::pin(async move {
             let out = self
                 .step_on_rank0("read", &super::small_file::argv(path, limit))
                 .await?;
-            super::small_file::from_output(&out, limit)
+            Ok(super::small_file::from_output(&out, limit)?)
         })
     }
 
@@ -874,12 +880,12 @@ impl super::Host for SlurmHost {
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
         Box::pin(async move {
             let out = self
                 .step_on_rank0("list", &super::small_file::list_argv(dir, max))
                 .await?;
-            super::small_file::parse_listing(&out)
+            Ok(super::small_file::parse_listing(&out)?)
         })
     }
 }
@@ -948,7 +954,7 @@ impl super::Host for SlurmRank {
         &'a self,
         path: &'a str,
         limit: u64,
-    ) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<u8>, HostError>> {
         super::Host::read_small_file(self.cluster.as_ref(), path, limit)
     }
 
@@ -956,7 +962,7 @@ impl super::Host for SlurmRank {
         &'a self,
         dir: &'a str,
         max: usize,
-    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<(String, u64)>, HostError>> {
         super::Host::list_files(self.cluster.as_ref(), dir, max)
     }
 }
@@ -965,7 +971,7 @@ impl super::Host for SlurmRank {
 pub(crate) struct SlurmServer {
     child: std::process::Child,
     pid: i32,
-    leader_start: Option<u64>,
+    ids: ProcessRecord,
     /// The job's record, kept up to date (step, state, exit code).
     job: SlurmJob,
     step_name: String,
@@ -1063,15 +1069,8 @@ impl ServerProcess for SlurmServer {
         Some(&self.host_url)
     }
 
-    fn ids(&self) -> ProcessIds {
-        ProcessIds {
-            pid: self.pid,
-            pgid: self.pid,
-            leader_start: self.leader_start,
-            boot_id: super::procfs::boot_id(),
-            host: None,
-            remote_log: None,
-        }
+    fn ids(&self) -> ProcessRecord {
+        self.ids.clone()
     }
 
     fn exited(&mut self) -> BoxFuture<'_, bool> {

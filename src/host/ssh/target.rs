@@ -69,7 +69,7 @@ impl SshTarget {
             Some((u, h)) => (Some(u.to_string()), h),
             None => (None, rest),
         };
-        let (host, port) = split_host_port(hostport).map_err(|why| bad(&why))?;
+        let (host, port) = split_host_port(hostport).map_err(|why| bad(&why.to_string()))?;
         if host.is_empty() {
             return Err(bad("the host is empty"));
         }
@@ -269,21 +269,30 @@ fn config_path(p: &Path) -> String {
     format!("\"{}\"", p.display())
 }
 
+/// Why a `host:port` does not parse (said after the target, in [`SshError::InvalidTarget`]).
+#[derive(Debug, thiserror::Error)]
+enum HostPortError {
+    #[error("port {0:?} is not a number from 1 to 65535")]
+    Port(String),
+    #[error("an IPv6 host needs a closing ']'")]
+    Unclosed,
+    #[error("unexpected {0:?} after the IPv6 host")]
+    AfterV6(String),
+}
+
 /// `host`, `host:port`, `[v6]` or `[v6]:port`.
-fn split_host_port(s: &str) -> Result<(String, Option<u16>), String> {
+fn split_host_port(s: &str) -> Result<(String, Option<u16>), HostPortError> {
     let parse_port = |p: &str| match p.parse::<u16>() {
-        Ok(0) | Err(_) => Err(format!("port {p:?} is not a number from 1 to 65535")),
+        Ok(0) | Err(_) => Err(HostPortError::Port(p.to_string())),
         Ok(n) => Ok(Some(n)),
     };
     if let Some(v6) = s.strip_prefix('[') {
-        let (host, after) = v6
-            .split_once(']')
-            .ok_or("an IPv6 host needs a closing ']'")?;
+        let (host, after) = v6.split_once(']').ok_or(HostPortError::Unclosed)?;
         return match after {
             "" => Ok((host.to_string(), None)),
             p => match p.strip_prefix(':') {
                 Some(p) => Ok((host.to_string(), parse_port(p)?)),
-                None => Err(format!("unexpected {p:?} after the IPv6 host")),
+                None => Err(HostPortError::AfterV6(p.to_string())),
             },
         };
     }

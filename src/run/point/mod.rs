@@ -401,8 +401,7 @@ impl PointRunner {
         if let Some(spec) = exp.validity.canaries() {
             let target = length.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
             let filler = self.filler(client, exp, prompts, target).await;
-            checks.view.canaries =
-                validity::canaries(&asker, &spec, filler.as_deref().map_err(|e| e.as_str())).await;
+            checks.view.canaries = validity::canaries(&asker, &spec, filler.as_deref()).await;
         }
         if let Some(spec) = exp.validity.consistency() {
             let tokens = spec
@@ -411,7 +410,7 @@ impl PointRunner {
             let target = tokens.saturating_sub(canary::OVERHEAD_TOKENS).max(16);
             match self.filler(client, exp, prompts, target).await {
                 Ok(filler) => checks.solo = Some(validity::solo(&asker, &spec, &filler).await?),
-                Err(why) => checks.unjudged_consistency(why),
+                Err(why) => checks.unjudged_consistency(why.to_string()),
             }
         }
         if self.interrupt.is_set() {
@@ -428,7 +427,7 @@ impl PointRunner {
         exp: &Experiment,
         prompts: &Prompts,
         target: u64,
-    ) -> Result<String, String> {
+    ) -> Result<String, super::probe::validity::NoFiller> {
         let generator = TextGenerator::Repeat {
             text: crate::prompt::canary::FILLER.to_string(),
         };
@@ -444,7 +443,7 @@ impl PointRunner {
         )
         .await
         .map(|b| b.text)
-        .map_err(|(e, _)| format!("no filler text for the check: {e}"))
+        .map_err(|(e, _)| super::probe::validity::NoFiller(e))
     }
 
     /// Empties the server's prefix cache the way it offers. A server without a way is left

@@ -37,11 +37,25 @@ pub(crate) struct Capture {
     api: ProfilerApi,
     body: Option<Value>,
     stop_timeout: Duration,
-    started: Option<tokio::task::JoinHandle<Result<f64, String>>>,
+    started: Option<tokio::task::JoinHandle<Result<f64, CallError>>>,
     record: ProfilerCapture,
     /// The run's stop request: once it is set, the capture's end is held to
     /// [`INTERRUPTED_STOP_TIMEOUT`].
     interrupt: Interrupt,
+}
+
+/// Why a profiler endpoint did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error(
+        "404, the server has no {path} (vLLM serves it only when launched with --profiler-config): {text}"
+    )]
+    NoEndpoint { path: String, text: String },
+    /// Another status than 2xx, with the server's words.
+    #[error("{status}: {text}")]
+    Refused { status: u16, text: String },
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
 }
 
 impl Capture {
@@ -154,7 +168,7 @@ impl Capture {
             // SGLang raises "Profiling is not in progress" for a stop after `num_steps`
             // ended the capture, which FastAPI answers with a bare 500: whether the capture
             // worked is what its directory holds, which the run looks at next.
-            Err(why) if self.record.steps.is_some() && why.starts_with("500") => {
+            Err(CallError::Refused { status: 500, .. }) if self.record.steps.is_some() => {
                 self.record.stopped_at = Some(crate::client::unix_now());
             }
             Err(why) => self.record.error = Some(format!("/stop_profile failed: {why}")),
@@ -181,22 +195,21 @@ async fn answer(
     path: &str,
     body: Option<Value>,
     timeout: Duration,
-) -> Result<(), String> {
-    match client.call("POST", path, body, timeout).await {
-        Ok((status, _)) if (200..300).contains(&status) => Ok(()),
-        Ok((status, bytes)) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let text = crate::text::truncate(text.trim(), MESSAGE_BYTES);
-            Err(if status == 404 {
-                format!(
-                    "404, the server has no {path} (vLLM serves it only when launched with --profiler-config): {text}"
-                )
-            } else {
-                format!("{status}: {text}")
-            })
-        }
-        Err(e) => Err(e.to_string()),
+) -> Result<(), CallError> {
+    let (status, bytes) = client.call("POST", path, body, timeout).await?;
+    if (200..300).contains(&status) {
+        return Ok(());
     }
+    let text = String::from_utf8_lossy(&bytes);
+    let text = crate::text::truncate(text.trim(), MESSAGE_BYTES);
+    Err(if status == 404 {
+        CallError::NoEndpoint {
+            path: path.to_string(),
+            text,
+        }
+    } else {
+        CallError::Refused { status, text }
+    })
 }
 
 /// The flags a finished capture puts on its point: `profiled` when the profiler ran in the

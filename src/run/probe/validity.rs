@@ -148,12 +148,17 @@ pub(crate) fn excerpt(text: &str) -> String {
     crate::text::truncate(&redacted, EXCERPT_BYTES)
 }
 
-/// Sends one canary per position of `spec`, each with the fact in `filler` (None: the
-/// filler could not be made, `why`), and judges each answer.
+/// Why the checks have no filler text: what calibrating it to the server's tokens met.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no filler text for the check: {0}")]
+pub(crate) struct NoFiller(pub String);
+
+/// Sends one canary per position of `spec`, each with the fact in `filler` (Err: the
+/// filler could not be made), and judges each answer.
 pub(crate) async fn canaries(
     asker: &Asker,
     spec: &CanarySpec,
-    filler: Result<&str, &str>,
+    filler: Result<&str, &NoFiller>,
 ) -> Vec<CanaryResult> {
     let mut out = Vec::new();
     for (i, &position) in spec.positions.iter().enumerate() {
@@ -201,7 +206,20 @@ pub(crate) struct Solo {
     pub spec: ConsistencySpec,
     pub prompt_tokens: Option<u64>,
     /// The answer alone, when both solo runs agreed on it; else why it is not judged.
-    pub answer: Result<String, String>,
+    pub answer: Result<String, NotJudged>,
+}
+
+/// Why consistency is not judged: the prompt alone gave no one answer to compare with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum NotJudged {
+    /// The request alone failed: the client's words.
+    #[error("the prompt alone failed: {0}")]
+    AloneFailed(String),
+    /// The two answers alone differ (excerpts).
+    #[error(
+        "engine not deterministic enough: the same greedy prompt alone was answered \"{first}\" and then \"{second}\"; consistency not judged"
+    )]
+    NotDeterministic { first: String, second: String },
 }
 
 /// Sends the consistency prompt (made of `filler`) alone twice; an engine whose two greedy
@@ -220,7 +238,7 @@ pub(crate) async fn solo(asker: &Asker, spec: &ConsistencySpec, filler: &str) ->
                 prompt,
                 spec: spec.clone(),
                 prompt_tokens,
-                answer: Err(format!("the prompt alone failed: {}", e.message)),
+                answer: Err(NotJudged::AloneFailed(e.message.clone())),
             });
         }
         answers.push(m.text);
@@ -228,12 +246,10 @@ pub(crate) async fn solo(asker: &Asker, spec: &ConsistencySpec, filler: &str) ->
     let answer = if answers[0] == answers[1] {
         Ok(answers.swap_remove(0))
     } else {
-        Err(format!(
-            "engine not deterministic enough: the same greedy prompt alone was answered \
-             \"{}\" and then \"{}\"; consistency not judged",
-            excerpt(&answers[0]),
-            excerpt(&answers[1])
-        ))
+        Err(NotJudged::NotDeterministic {
+            first: excerpt(&answers[0]),
+            second: excerpt(&answers[1]),
+        })
     };
     Some(Solo {
         prompt,
@@ -303,7 +319,7 @@ pub(crate) fn judge(solo: &Solo, loaded: &[Loaded]) -> ConsistencyResult {
     let alone = match &solo.answer {
         Ok(a) => a,
         Err(why) => {
-            result.note = why.clone();
+            result.note = why.to_string();
             return result;
         }
     };
@@ -480,12 +496,12 @@ mod tests {
         }
     }
 
-    fn solo(answer: Result<&str, &str>) -> Solo {
+    fn solo(answer: Result<&str, NotJudged>) -> Solo {
         Solo {
             prompt: "p".into(),
             spec: ConsistencySpec::default(),
             prompt_tokens: Some(100),
-            answer: answer.map(str::to_string).map_err(str::to_string),
+            answer: answer.map(str::to_string),
         }
     }
 
@@ -520,7 +536,10 @@ mod tests {
         let after = judge(&solo(Ok("a")), &[loaded("b", false)]);
         assert_eq!((after.verdict, after.under_load), (Verdict::Unjudged, 0));
         let shaky = judge(
-            &solo(Err("engine not deterministic enough: ...")),
+            &solo(Err(NotJudged::NotDeterministic {
+                first: "a".into(),
+                second: "b".into(),
+            })),
             &[loaded("b", true)],
         );
         assert_eq!(shaky.verdict, Verdict::Unjudged);

@@ -1,7 +1,8 @@
 //! A routed deployment (`server.deployment`) as one [`ServerProcess`]: N workers of the
 //! group's engine started first (each ready on `/health`), then SGLang's router
-//! (`sglang-router`) in front of them; watched together (any process's exit is the
-//! deployment's, named by the process that went), and stopped together, router first. The
+//! (`sglang-router`) in front of them; watched and stopped together as a
+//! [`MultiProcessServer`] (any process's exit is the deployment's, named by the process that
+//! went; the router stopped first). The
 //! router serves what servebench measures and logs to the group's log (`server-g1.log`);
 //! each worker logs to its own (`server-g1.worker0.log`, `server-g1.prefill0.log`, ...).
 //!
@@ -9,21 +10,21 @@
 //! span that carries the request's `x-request-id`, is what names the worker of each request
 //! ([`super::routing`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
-
-use crate::catalog::Failure;
 use crate::client::Client;
 use crate::engine::deployment::{router_command, worker_server};
 use crate::engine::{self};
-use crate::host::{FailedRank, Host, HostError, ProcessIds, ServerProcess, Spawn, Stopped};
+use crate::host::{Host, HostError, ServerProcess, Spawn};
 use crate::results::meta::RankLaunch;
 use crate::secrets;
 use crate::spec::deployment::{Deployment, WorkerRole};
-use crate::spec::types::{Engine, Server};
+use crate::spec::types::Server;
 
+use super::process_group::{
+    Member, MultiProcessServer, Shape, enough_hosts, member_log_path, servebench_on, stop_members,
+};
 use super::server_error::{STOP_GRACE, ServerError};
 use crate::run::interrupt::Interrupt;
 
@@ -55,21 +56,6 @@ impl WorkerTarget {
     }
 }
 
-/// One launched process of the deployment.
-struct Member {
-    name: String,
-    host: String,
-    process: Box<dyn ServerProcess>,
-    log_path: PathBuf,
-}
-
-/// The router and its workers, router first.
-pub(crate) struct DeploymentProcess {
-    members: Vec<Member>,
-    /// Members seen exited, in the order they were seen.
-    exited: Vec<usize>,
-}
-
 /// What a deployment's launch produced.
 pub(crate) struct LaunchedDeployment {
     pub process: Box<dyn ServerProcess>,
@@ -79,15 +65,6 @@ pub(crate) struct LaunchedDeployment {
     /// The workers, for meta.json and `servebench down`.
     pub records: Vec<RankLaunch>,
     pub workers: Vec<WorkerTarget>,
-}
-
-/// The log of the deployment's `name` beside the group's `log`: `server-g1.decode1.log`.
-pub(crate) fn member_log_path(log: &Path, name: &str) -> PathBuf {
-    let stem = log
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "server".into());
-    log.with_file_name(format!("{stem}.{name}.log"))
 }
 
 /// A port on `host` none of `taken` holds (picked ports are free, not reserved: two picks in
@@ -136,22 +113,12 @@ pub(crate) async fn spawn_deployment(
     deadline: Instant,
 ) -> Result<LaunchedDeployment, ServerError> {
     let count = dep.node_count() as usize;
-    if hosts.len() < count {
-        return Err(ServerError::Config(format!(
-            "server.deployment.nodes is {count} but only {} host(s) are free for it: list at least {count} hosts in `hosts:`",
-            hosts.len()
-        )));
-    }
-    let simulated = server.engine == Engine::Sim || server.simulate;
+    enough_hosts("server.deployment.nodes", count, hosts.len())?;
     let mut nodes = Vec::with_capacity(count);
     for (i, host) in hosts.iter().take(count).enumerate() {
         nodes.push(Node {
             host: *host,
-            bin: if simulated && server.launcher.is_none() {
-                host.servebench_binary().await?
-            } else {
-                "servebench".to_string()
-            },
+            bin: servebench_on(*host, server).await?,
             bind: if i == 0 {
                 "127.0.0.1".into()
             } else {
@@ -207,7 +174,6 @@ pub(crate) async fn spawn_deployment(
                 return Err(e);
             }
         };
-        let ids = process.ids();
         // As the router reaches it, from the first node.
         let url_on_host = format!(
             "http://{}:{port}",
@@ -227,15 +193,10 @@ pub(crate) async fn spawn_deployment(
             role: Some(plan.role.to_string()),
             url: Some(url_on_host),
             bootstrap_port: bootstrap,
-            host: ids.host.clone(),
             command: Some(secrets::redact_argv(&cmd.argv())),
-            pgid: Some(ids.pgid),
-            pid: Some(ids.pid),
-            leader_start: ids.leader_start,
-            boot_id: ids.boot_id.clone(),
+            process: process.ids(),
             port: Some(port),
             log_file: log.file_name().map(|n| n.to_string_lossy().into_owned()),
-            remote_log: ids.remote_log.clone(),
             stopped: false,
         });
         members.push(Member {
@@ -294,10 +255,7 @@ pub(crate) async fn spawn_deployment(
         },
     );
     Ok(LaunchedDeployment {
-        process: Box::new(DeploymentProcess {
-            members,
-            exited: Vec::new(),
-        }),
+        process: Box::new(MultiProcessServer::new(members, Shape::Deployment)),
         command: secrets::redact_argv(&cmd.argv()),
         port,
         records,
@@ -391,119 +349,4 @@ pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> bool {
         && listed
             .iter()
             .all(|w| w.get("is_healthy").and_then(|h| h.as_bool()) == Some(true))
-}
-
-async fn stop_members(members: &mut [Member], grace: Duration) -> Vec<Stopped> {
-    futures_util::future::join_all(members.iter_mut().map(|m| m.process.stop(grace))).await
-}
-
-impl DeploymentProcess {
-    fn first_failed(&self) -> Option<(usize, &Member)> {
-        self.exited.first().map(|&i| (i, &self.members[i]))
-    }
-}
-
-impl ServerProcess for DeploymentProcess {
-    fn url(&self) -> &str {
-        self.members[0].process.url()
-    }
-
-    fn host_url(&self) -> Option<&str> {
-        self.members[0].process.host_url()
-    }
-
-    fn through_forward(&self) -> bool {
-        self.members[0].process.through_forward()
-    }
-
-    fn ids(&self) -> ProcessIds {
-        self.members[0].process.ids()
-    }
-
-    fn exited(&mut self) -> BoxFuture<'_, bool> {
-        Box::pin(async move {
-            for i in 0..self.members.len() {
-                if !self.exited.contains(&i) && self.members[i].process.exited().await {
-                    self.exited.push(i);
-                }
-            }
-            if !self.exited.is_empty() {
-                self.sync_log().await;
-            }
-            !self.exited.is_empty()
-        })
-    }
-
-    fn sync_log(&self) -> BoxFuture<'_, ()> {
-        super::process_group::sync_all(self.members.iter().map(|m| m.process.as_ref()))
-    }
-
-    fn log_display(&self) -> String {
-        match self.first_failed() {
-            Some((_, m)) => m.process.log_display(),
-            None => self.members[0].process.log_display(),
-        }
-    }
-
-    fn log_lag(&self) -> Duration {
-        self.members[0].process.log_lag()
-    }
-
-    fn poll_interval(&self) -> Duration {
-        super::process_group::poll_interval(self.members.iter().map(|m| m.process.as_ref()))
-    }
-
-    fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped> {
-        Box::pin(async move {
-            // The router first, so it sends nothing more to workers that are going.
-            let router = self.members[0].process.stop(grace).await;
-            let workers = stop_members(&mut self.members[1..], grace).await;
-            let named: Vec<(String, Stopped)> = std::iter::once(router)
-                .chain(workers)
-                .zip(&self.members)
-                .map(|(s, m)| (m.name.clone(), s))
-                .collect();
-            super::process_group::stopped_together(&named)
-        })
-    }
-
-    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
-        self.members[0].process.slurm_job()
-    }
-
-    fn host_failure(&mut self) -> BoxFuture<'_, Option<Failure>> {
-        Box::pin(async move {
-            let i = self.exited.first().copied()?;
-            self.members[i].process.host_failure().await
-        })
-    }
-
-    fn exit_signal(&mut self) -> Option<i32> {
-        let i = self.exited.first().copied()?;
-        self.members[i].process.exit_signal()
-    }
-
-    fn failed_rank(&self) -> Option<FailedRank> {
-        let (i, m) = self.first_failed()?;
-        Some(FailedRank {
-            rank: i as u32,
-            of: self.members.len() as u32,
-            host: m.host.clone(),
-            log_path: m.log_path.clone(),
-            name: Some(m.name.clone()),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn member_logs_sit_beside_the_groups() {
-        assert_eq!(
-            member_log_path(Path::new("/runs/x/server-g1.log"), "decode1"),
-            Path::new("/runs/x/server-g1.decode1.log")
-        );
-    }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::host::Host;
+use crate::host::{Host, HostError};
 use crate::results::meta::ModelConfigRecord;
 use crate::spec::types::{ModelFactsSource, Server};
 
@@ -28,7 +28,8 @@ pub(crate) async fn read(server: &Server, spec_dir: &Path, host: &dyn Host) -> M
             let path = spec_dir.join(p);
             let origin = format!("{} (server.model_facts)", path.display());
             let read =
-                crate::host::small_file::read_local(&path.to_string_lossy(), MODEL_CONFIG_BYTES);
+                crate::host::small_file::read_local(&path.to_string_lossy(), MODEL_CONFIG_BYTES)
+                    .map_err(HostError::from);
             parsed(
                 origin,
                 read,
@@ -77,7 +78,7 @@ fn model_path(server: &Server) -> Option<String> {
     server.model.clone().filter(|m| !m.trim().is_empty())
 }
 
-fn parsed(origin: String, read: Result<Vec<u8>, String>, fix: &str) -> ModelConfigRecord {
+fn parsed(origin: String, read: Result<Vec<u8>, HostError>, fix: &str) -> ModelConfigRecord {
     let bytes = match read {
         Ok(b) => b,
         Err(why) => return missing(origin, format!("{why}: {fix}")),

@@ -17,7 +17,7 @@ pub struct Graded {
 }
 
 /// In report order.
-pub const GRADED: &[Graded] = &[
+pub(crate) const GRADED: &[Graded] = &[
     Graded {
         name: "step_s",
         label: "decode step",

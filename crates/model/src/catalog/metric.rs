@@ -864,11 +864,6 @@ impl Metric {
         CATALOGUE.iter().filter(|e| e.speculative).map(|e| e.metric)
     }
 
-    /// The metrics of the GPU telemetry and its cost, in report order.
-    pub fn of_gpu() -> impl Iterator<Item = Metric> {
-        CATALOGUE.iter().filter(|e| e.gpu).map(|e| e.metric)
-    }
-
     /// The metrics of `load:` points, in report order.
     pub fn of_load() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.load).map(|e| e.metric)

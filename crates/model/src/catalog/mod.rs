@@ -14,5 +14,6 @@ mod metric;
 
 pub use failure::Failure;
 pub use flag::FlagKind;
-pub use graded::{GRADED, Graded};
+pub(crate) use graded::GRADED;
+pub use graded::Graded;
 pub use metric::{Direction, Display, Method, Metric};

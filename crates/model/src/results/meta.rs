@@ -71,6 +71,35 @@ pub struct PoolHostRecord {
     pub failed: Option<String>,
 }
 
+/// A launched process group as recorded: where it runs, and what tells it from a later group
+/// that reuses its id (`servebench down`). What a host says of a process it launched
+/// (`ServerProcess::ids`), and what `meta.json` keeps of each server and rank.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    /// The SSH host it runs on; None on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Its process group (the whole server tree), which teardown and `servebench down` stop
+    /// as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgid: Option<i32>,
+    /// The launched process's pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// When the process group's leader started, in clock ticks since the host's boot
+    /// (`/proc/PID/stat` field 22): with `boot_id`, what tells this launch's group from a later
+    /// one that reuses its id. None in older runs (`down` then checks the program name) and on
+    /// hosts without /proc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_start: Option<u64>,
+    /// The host's boot id at launch (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// Its log on the host (SSH), mirrored into the run directory; None on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_log: Option<String>,
+}
+
 /// One rank (from 1) of a multi-node server, as launched; rank 0 is the launch itself. In a
 /// routed deployment (`server.deployment`), one worker: the launch itself is the router.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -88,29 +117,19 @@ pub struct RankLaunch {
     /// A prefill worker's `--disaggregation-bootstrap-port`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_port: Option<u16>,
-    /// The host it ran on; None on this machine.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
     /// The command line (secrets redacted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pgid: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<i32>,
-    /// Its leader's start time (clock ticks since boot), for `servebench down`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub leader_start: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_id: Option<String>,
+    /// Where its process group runs and what tells it apart (`host`, `pgid`, `pid`,
+    /// `leader_start`, `boot_id`, `remote_log` in the JSON).
+    #[serde(flatten)]
+    pub process: ProcessRecord,
     /// The port it listens on (SGLang's ranks answer `/health` there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
     /// Its log in the run directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_log: Option<String>,
     /// True once servebench confirmed its process group is gone.
     #[serde(default)]
     pub stopped: bool,
@@ -188,30 +207,13 @@ pub struct ServerLaunch {
     /// SSH host); false on this machine, on a Slurm node reached directly, for a `url:` server.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub through_forward: bool,
-    /// The SSH host it ran on (None: this machine).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// Its process group (the whole server tree), for teardown and `servebench down`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pgid: Option<i32>,
-    /// The server process's pid.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pid: Option<i32>,
-    /// When the process group's leader started, in clock ticks since the host's boot
-    /// (`/proc/PID/stat` field 22): with `boot_id`, what tells this launch's group from a later
-    /// one that reuses its id (`servebench down`). None in older runs (`down` then checks the
-    /// program name) and on hosts without /proc.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub leader_start: Option<u64>,
-    /// The host's boot id at launch (`/proc/sys/kernel/random/boot_id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_id: Option<String>,
+    /// Where its process group runs and what tells it apart (`host`, `pgid`, `pid`,
+    /// `leader_start`, `boot_id`, `remote_log` in the JSON); empty for an external server.
+    #[serde(flatten)]
+    pub process: ProcessRecord,
     /// The port the server listens on, on its host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
-    /// The log on the host (SSH), mirrored into `log_file`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote_log: Option<String>,
     /// True once servebench confirmed the process group is gone.
     #[serde(default)]
     pub stopped: bool,

@@ -41,7 +41,7 @@ pub const POINTS_FILE: &str = "points.jsonl";
 /// The server's `/metrics`, scraped while points run (one line per scrape).
 pub(crate) const METRICS_FILE: &str = "metrics.jsonl";
 /// The GPU telemetry, one [`super::gpu::GpuSample`] a line, taken while points run.
-pub const GPU_FILE: &str = "gpu.jsonl";
+pub(crate) const GPU_FILE: &str = "gpu.jsonl";
 /// Bytes of `gpu.jsonl` past which no reading is written (8 GPUs every 200 ms for a day are
 /// about 400 MiB: a long run keeps its first hours, and says where it stopped).
 pub(crate) const GPU_BUDGET: u64 = 128 << 20;

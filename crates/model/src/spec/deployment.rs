@@ -12,7 +12,7 @@ use super::arg_value::ArgValue;
 use super::validate::{Problem, Target};
 
 /// Most workers one deployment launches (each one is a server process on the host).
-pub const MAX_WORKERS: u32 = 64;
+pub(crate) const MAX_WORKERS: u32 = 64;
 
 /// The workers and the router of a routed deployment. `workers: N` for regular workers,
 /// or `prefill: P` and `decode: D` for a prefill-decode disaggregated one; each worker is
@@ -441,7 +441,7 @@ fn placement_checks(dep: &serde_json::Map<String, Value>, total: u64) -> Vec<Pro
 }
 
 /// The router flags servebench always sets.
-pub const OWN_ROUTER_FLAGS: &[&str] = &[
+pub(crate) const OWN_ROUTER_FLAGS: &[&str] = &[
     "host",
     "port",
     "policy",

@@ -459,7 +459,7 @@ pub(crate) fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<
                     },
                 );
             }
-            Err(at) => problems.push(Problem {
+            Err(NotAMapping { pointer: at }) => problems.push(Problem {
                 pointer: at,
                 target: Target::Value,
                 message: format!("sweep dimension `{}` needs a mapping here", dim.name),
@@ -477,14 +477,19 @@ pub(crate) fn point(raw: &Value, sweep: &Sweep, index: usize) -> (RawPoint, Vec<
     )
 }
 
+/// A value in the way of a path, that is not a mapping: where it stands (a JSON pointer).
+struct NotAMapping {
+    pointer: String,
+}
+
 /// Sets `path` in `value`, creating mappings on the way. Returns the pointer that was set, or
 /// the pointer of a non-mapping in the way.
-fn set_path(value: &mut Value, path: &[String], new: Value) -> Result<String, String> {
+fn set_path(value: &mut Value, path: &[String], new: Value) -> Result<String, NotAMapping> {
     let mut pointer = String::new();
     let mut node = value;
     for (i, seg) in path.iter().enumerate() {
         let Value::Object(map) = node else {
-            return Err(pointer);
+            return Err(NotAMapping { pointer });
         };
         pointer = push_pointer(&pointer, seg);
         if i + 1 == path.len() {

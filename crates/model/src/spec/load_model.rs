@@ -342,35 +342,60 @@ impl SloSpec {
     }
 }
 
+/// Why an SLO target (`slo.targets`) does not parse; each message says what to write.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum SloTargetError {
+    #[error("`attainment` takes a percentage like `99%`, found `{value}`")]
+    Attainment { value: String },
+    #[error(
+        "`{key}` is not a target: write `attainment` or `<metric>_p<percentile>` like `ttft_p99`"
+    )]
+    NotATarget { key: String },
+    #[error("`{name}` in `{key}` is not one of ttft, tpot, e2e, itl")]
+    Metric { name: String, key: String },
+    #[error("`p{pct}` in `{key}` is not a percentile between 0 and 100")]
+    Percentile { pct: String, key: String },
+    #[error("`{key}` takes a duration like `500ms`, found `{value}`")]
+    Duration { key: String, value: String },
+}
+
 /// Parses one target: `attainment: 99%` or `<metric>_p<pct>: <duration>`.
-pub(crate) fn parse_target(key: &str, value: &str) -> Result<SloTarget, String> {
+pub(crate) fn parse_target(key: &str, value: &str) -> Result<SloTarget, SloTargetError> {
     if key == "attainment" {
-        let pct = parse_percent(value).ok_or_else(|| {
-            format!("`attainment` takes a percentage like `99%`, found `{value}`")
+        let pct = parse_percent(value).ok_or_else(|| SloTargetError::Attainment {
+            value: value.to_string(),
         })?;
         return Ok(SloTarget::Attainment(pct / 100.0));
     }
-    let (name, pct) = key.rsplit_once("_p").ok_or_else(|| {
-        format!("`{key}` is not a target: write `attainment` or `<metric>_p<percentile>` like `ttft_p99`")
-    })?;
+    let (name, pct) = key
+        .rsplit_once("_p")
+        .ok_or_else(|| SloTargetError::NotATarget {
+            key: key.to_string(),
+        })?;
     let metric = match name {
         "ttft" => SloMetric::Ttft,
         "tpot" => SloMetric::Tpot,
         "e2e" => SloMetric::E2e,
         "itl" => SloMetric::Itl,
         _ => {
-            return Err(format!(
-                "`{name}` in `{key}` is not one of ttft, tpot, e2e, itl"
-            ));
+            return Err(SloTargetError::Metric {
+                name: name.to_string(),
+                key: key.to_string(),
+            });
         }
     };
     let percentile: f64 = pct
         .parse()
         .ok()
         .filter(|p: &f64| *p > 0.0 && *p < 100.0)
-        .ok_or_else(|| format!("`p{pct}` in `{key}` is not a percentile between 0 and 100"))?;
-    let limit = humantime::parse_duration(value.trim())
-        .map_err(|_| format!("`{key}` takes a duration like `500ms`, found `{value}`"))?;
+        .ok_or_else(|| SloTargetError::Percentile {
+            pct: pct.to_string(),
+            key: key.to_string(),
+        })?;
+    let limit = humantime::parse_duration(value.trim()).map_err(|_| SloTargetError::Duration {
+        key: key.to_string(),
+        value: value.to_string(),
+    })?;
     Ok(SloTarget::Percentile {
         metric,
         percentile,
@@ -556,7 +581,7 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
                 problems.push(problem(
                     &format!("/slo/targets/{k}"),
                     Target::Value,
-                    e,
+                    e.to_string(),
                     "e.g. `targets: { ttft_p99: 1s, attainment: 99% }`",
                 ));
             }

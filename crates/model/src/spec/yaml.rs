@@ -11,7 +11,7 @@ use saphyr::Scalar;
 use saphyr_parser::{Event, Parser, ScalarStyle, Span as RawSpan, Tag};
 use serde_json::{Map, Number, Value};
 
-pub use super::span::{Pos, Span};
+pub(crate) use super::span::{Pos, Span};
 
 /// Largest accepted document, in bytes.
 pub(crate) const MAX_BYTES: usize = 8 * 1024 * 1024;

@@ -8,13 +8,13 @@ use servebench_model::results::records::{Flag, Stat};
 
 /// Below this many tokens per verify step, speculation is called wasted: each step pays for
 /// drafting and verifying and emits hardly more than the one token plain decoding would.
-pub const LOW_ACCEPTANCE_TOK_PER_STEP: f64 = 1.1;
+pub(crate) const LOW_ACCEPTANCE_TOK_PER_STEP: f64 = 1.1;
 
 /// A point's mean output tokens per speculative verify step (its `accept_length` metric's
 /// mean), where its requests' verify steps are known; None for plain decoding and where the
 /// stream could not tell. This is the tokens per step a roofline grade divides a measured
 /// step by.
-pub fn tokens_per_step(metrics: &IndexMap<String, Stat>) -> Option<f64> {
+pub(crate) fn tokens_per_step(metrics: &IndexMap<String, Stat>) -> Option<f64> {
     metrics
         .get(Metric::AcceptLength.name())
         .filter(|s| s.count > 0 && s.mean.is_finite())

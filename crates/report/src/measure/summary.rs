@@ -49,14 +49,6 @@ pub struct PointSummary {
     pub jobs: Option<JobsView>,
 }
 
-impl PointSummary {
-    /// Mean output tokens per speculative verify step (see
-    /// [`speculative::tokens_per_step`]); None for plain decoding.
-    pub fn tokens_per_step(&self) -> Option<f64> {
-        speculative::tokens_per_step(&self.metrics)
-    }
-}
-
 /// Summarises the measured records of a point of `exp`. `flags` are what the runner already
 /// noticed (flush failures, calibration misses); `interrupted` says the run stopped during it.
 /// The same as folding each record into a [`PointFold`] (in any order) and finishing it.

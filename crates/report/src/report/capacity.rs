@@ -26,7 +26,7 @@ pub struct CapacitySection {
 }
 
 /// The chart of several searches' answers side by side.
-pub const VARIANTS_CHART: &str = "capacity-variants.svg";
+pub(crate) const VARIANTS_CHART: &str = "capacity-variants.svg";
 
 /// One search as the report shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]

@@ -158,7 +158,7 @@ fn panel(
 /// highest passing value as a bar, a line up to the lowest failing one (the bracket: the
 /// capacity lies in it), and what the server completed there as a dot. Searches without an
 /// answer get no bar, and their label says so.
-pub fn render_variants_svg(searches: &[CapacityView]) -> Result<String, ChartError> {
+pub(crate) fn render_variants_svg(searches: &[CapacityView]) -> Result<String, ChartError> {
     let file = super::capacity::VARIANTS_CHART.to_string();
     let err = |e: &dyn std::fmt::Display| ChartError {
         file: file.clone(),

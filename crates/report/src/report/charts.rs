@@ -9,8 +9,8 @@ use std::ops::Range;
 use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
 use plotters::prelude::*;
 
-pub use super::chart_error::ChartError;
-pub use super::chart_link::ChartLink;
+pub(crate) use super::chart_error::ChartError;
+pub(crate) use super::chart_link::ChartLink;
 use super::model::{NameValue, PointRow, ReportModel};
 use servebench_model::catalog::Metric;
 

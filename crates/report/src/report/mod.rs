@@ -23,6 +23,7 @@ pub mod capacity_chart;
 pub(crate) mod chart_error;
 pub(crate) mod chart_link;
 pub mod charts;
+pub(crate) mod charts_dir;
 pub mod compare;
 pub(crate) mod compare_bound;
 pub(crate) mod compare_capacity;
@@ -496,11 +497,12 @@ pub fn write_report(
     let run = read_run(dir)?;
     let model = &run.model;
     let markdown = render_for_run(&run.meta, model, template_override)?;
-    write_charts(dir, &charts::charts(model), model.load.as_ref())?;
-    write_timelines(dir, &run.timelines, timeline::FILE_PREFIX)?;
-    write_timelines(dir, &run.gpu_charts, timeline::GPU_FILE_PREFIX)?;
-    write_capacity_charts(dir, model.capacity.as_ref())?;
-    write_bound_chart(dir, model.bound.as_ref())?;
+    let folder = charts_dir::ChartsDir::of(dir);
+    folder.write_charts(&charts::charts(model), model.load.as_ref())?;
+    folder.write_timelines(&run.timelines, timeline::FILE_PREFIX)?;
+    folder.write_timelines(&run.gpu_charts, timeline::GPU_FILE_PREFIX)?;
+    folder.write_capacity_charts(model.capacity.as_ref())?;
+    folder.write_bound_chart(model.bound.as_ref())?;
     export::write_csvs(&dir.path, &run.points)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
@@ -509,155 +511,6 @@ pub fn write_report(
             source,
         })?;
     Ok(path)
-}
-
-/// Writes each chart's SVG into `charts/` and removes chart files the data no longer supports,
-/// so the folder always matches the report's links.
-fn write_charts(
-    dir: &RunDir,
-    drawn: &[charts::Chart],
-    drawn_load: Option<&load::LoadSection>,
-) -> Result<(), ReportError> {
-    let folder = dir.file(CHARTS_DIR);
-    let write_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReportError::Write { path, source }
-    };
-    if !drawn.is_empty() {
-        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
-    }
-    for chart in drawn {
-        let svg = charts::render_svg(chart)?;
-        let path = folder.join(chart.file);
-        std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
-            .map_err(write_err(&path))?;
-    }
-    let load: Vec<load_charts::LoadChart> = model_load_charts(drawn_load);
-    if !load.is_empty() {
-        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
-    }
-    for chart in &load {
-        let svg = load_charts::render_svg(chart)?;
-        let path = folder.join(chart.file);
-        std::fs::write(&path, svg).map_err(write_err(&path))?;
-    }
-    for file in load_charts::FILES {
-        let path = folder.join(file);
-        if !load.iter().any(|c| c.file == file) && path.exists() {
-            std::fs::remove_file(&path).map_err(write_err(&path))?;
-        }
-    }
-    for file in charts::chart_files() {
-        let path = folder.join(file);
-        if !drawn.iter().any(|c| c.file == file) && path.exists() {
-            std::fs::remove_file(&path).map_err(write_err(&path))?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes each search's chart (`charts/capacity-<seed>.svg`).
-fn write_capacity_charts(
-    dir: &RunDir,
-    section: Option<&capacity::CapacitySection>,
-) -> Result<(), ReportError> {
-    let folder = dir.file(CHARTS_DIR);
-    let variants = folder.join(capacity::VARIANTS_CHART);
-    match section.filter(|s| s.variants_chart.is_some()) {
-        Some(s) => {
-            std::fs::create_dir_all(&folder).map_err(|source| ReportError::Write {
-                path: folder.clone(),
-                source,
-            })?;
-            let svg = capacity_chart::render_variants_svg(&s.searches)?;
-            std::fs::write(&variants, servebench_model::redact::text(&svg).as_bytes()).map_err(
-                |source| ReportError::Write {
-                    path: variants.clone(),
-                    source,
-                },
-            )?;
-        }
-        None if variants.exists() => {
-            std::fs::remove_file(&variants).map_err(|source| ReportError::Write {
-                path: variants.clone(),
-                source,
-            })?;
-        }
-        None => {}
-    }
-    for view in section.iter().flat_map(|s| &s.searches) {
-        if view.chart.is_none() {
-            continue;
-        }
-        std::fs::create_dir_all(&folder).map_err(|source| ReportError::Write {
-            path: folder.clone(),
-            source,
-        })?;
-        let svg = capacity_chart::render_svg(view)?;
-        let path = folder.join(capacity::chart_file(&view.seed));
-        std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
-            .map_err(|source| ReportError::Write { path, source })?;
-    }
-    Ok(())
-}
-
-/// Writes the "Against the hardware" chart (`charts/bound-step.svg`), or removes one the data
-/// no longer supports.
-fn write_bound_chart(
-    dir: &RunDir,
-    section: Option<&bound_section::BoundSection>,
-) -> Result<(), ReportError> {
-    let folder = dir.file(CHARTS_DIR);
-    let path = folder.join(bound_section::CHART_FILE);
-    let write_err = |source| ReportError::Write {
-        path: path.clone(),
-        source,
-    };
-    match bound_chart::chart(section) {
-        Some(chart) => {
-            std::fs::create_dir_all(&folder).map_err(write_err)?;
-            let svg = charts::render_svg(&chart)?;
-            std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
-                .map_err(write_err)?;
-        }
-        None if path.exists() => std::fs::remove_file(&path).map_err(write_err)?,
-        None => {}
-    }
-    Ok(())
-}
-
-fn model_load_charts(section: Option<&load::LoadSection>) -> Vec<load_charts::LoadChart> {
-    section.map(load_charts::charts).unwrap_or_default()
-}
-
-/// Writes each point's time series (`charts/<prefix>...<point>.svg`), and removes the files
-/// of that prefix no longer drawn.
-fn write_timelines(
-    dir: &RunDir,
-    drawn: &[timeline::Timeline],
-    prefix: &str,
-) -> Result<(), ReportError> {
-    let folder = dir.file(CHARTS_DIR);
-    let write_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| ReportError::Write { path, source }
-    };
-    if !drawn.is_empty() {
-        std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
-    }
-    for t in drawn {
-        let path = folder.join(&t.file);
-        std::fs::write(&path, timeline::render_svg(t)?).map_err(write_err(&path))?;
-    }
-    if let Ok(entries) = std::fs::read_dir(&folder) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            if name.starts_with(prefix) && !drawn.iter().any(|t| t.file == name) {
-                std::fs::remove_file(e.path()).map_err(write_err(&e.path()))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// What a report is made of, read from a run directory.

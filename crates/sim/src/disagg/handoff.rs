@@ -4,7 +4,7 @@
 /// output token (None: a fake transfer, the decode side makes one up), the prompt tokens the
 /// prefill found cached, and the transfer's size and time.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Handoff {
+pub(crate) struct Handoff {
     /// The token the prefill's forward pass sampled.
     pub first_token: Option<u32>,
     /// Prompt tokens served from the prefill's radix cache (SGLang's `cached_tokens`, which

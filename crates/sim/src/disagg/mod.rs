@@ -71,7 +71,7 @@ pub(crate) mod transfer;
 
 use std::time::Duration;
 
-pub use handoff::Handoff;
+pub(crate) use handoff::Handoff;
 pub(crate) use transfer::{Link, TransferModel};
 
 /// `--disaggregation-mode`.
@@ -168,7 +168,7 @@ pub(crate) struct PdFlags<'a> {
 /// A refusal at start-up: SGLang's argument hook raising, after argparse took the values. The
 /// process prints the traceback's last lines and exits 1.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PdError {
+pub(crate) enum PdError {
     /// A Python exception from `handle_pd_disaggregation`: where it was raised and its line.
     #[error("{exception}: {message}")]
     Hook {

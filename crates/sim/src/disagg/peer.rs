@@ -13,6 +13,34 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
+/// Why a request to a prefill worker's bootstrap server did not get its answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PeerError {
+    #[error("connecting to {addr} timed out")]
+    ConnectTimeout { addr: String },
+    #[error("{addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A status other than 200 for one of the layout's two questions (SGLang's words).
+    #[error("Failed to get prefill {what} info: {status}, {body}")]
+    Status {
+        what: &'static str,
+        status: u16,
+        body: String,
+    },
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+    #[error(transparent)]
+    Request(#[from] hyper::http::Error),
+    #[error(transparent)]
+    Body(#[from] axum::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// What a decode worker keeps of a prefill worker's layout.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PrefillInfo {
@@ -32,7 +60,7 @@ pub(crate) struct Peers {
 
 impl Peers {
     /// The layout of the prefill at `addr` (`host:port`), fetched once.
-    pub(crate) async fn info(&self, addr: &str) -> Result<PrefillInfo, String> {
+    pub(crate) async fn info(&self, addr: &str) -> Result<PrefillInfo, PeerError> {
         if let Some(i) = self.known.lock().ok().and_then(|k| k.get(addr).cloned()) {
             return Ok(i);
         }
@@ -40,17 +68,23 @@ impl Peers {
             "/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1";
         let (status, body) = request(addr, "GET", all, None).await?;
         if status != 200 {
-            return Err(format!(
-                "Failed to get prefill server info: {status}, {body}"
-            ));
+            return Err(PeerError::Status {
+                what: "server",
+                status,
+                body,
+            });
         }
-        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(&body)?;
         let one = "/route?prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=0&target_pp_rank=0";
         let (status, rank) = request(addr, "GET", one, None).await?;
         if status != 200 {
-            return Err(format!("Failed to get prefill rank info: {status}, {rank}"));
+            return Err(PeerError::Status {
+                what: "rank",
+                status,
+                body: rank,
+            });
         }
-        let r: Value = serde_json::from_str(&rank).map_err(|e| e.to_string())?;
+        let r: Value = serde_json::from_str(&rank)?;
         let info = PrefillInfo {
             page_size: v.get("page_size").and_then(Value::as_i64),
             kv_cache_dtype: v
@@ -79,7 +113,7 @@ pub(crate) enum Fetched {
     Kv(Handoff),
     /// The prefill side reported a failure (its words).
     Failed(String),
-    /// The prefill's bootstrap server went away mid-wait.
+    /// The prefill's bootstrap server went away mid-wait (the error's words).
     Lost(String),
 }
 
@@ -100,7 +134,7 @@ pub(crate) async fn fetch_kv(rank: &str, room: u64) -> Fetched {
             Err(e) => Fetched::Failed(e.to_string()),
         },
         Ok((status, text)) => Fetched::Failed(format!("{status}: {text}")),
-        Err(e) => Fetched::Lost(e),
+        Err(e) => Fetched::Lost(e.to_string()),
     }
 }
 
@@ -110,17 +144,20 @@ async fn request(
     method: &str,
     path: &str,
     body: Option<String>,
-) -> Result<(u16, String), String> {
+) -> Result<(u16, String), PeerError> {
     let connect = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr));
     let tcp = connect
         .await
-        .map_err(|_| format!("connecting to {addr} timed out"))?
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(|_| PeerError::ConnectTimeout {
+            addr: addr.to_string(),
+        })?
+        .map_err(|source| PeerError::Connect {
+            addr: addr.to_string(),
+            source,
+        })?;
     let _ = tcp.set_nodelay(true);
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .map_err(|e| e.to_string())?;
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -131,13 +168,9 @@ async fn request(
     if body.is_some() {
         req = req.header(hyper::header::CONTENT_TYPE, "application/json");
     }
-    let req = req
-        .body(body.map_or_else(Body::empty, Body::from))
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let req = req.body(body.map_or_else(Body::empty, Body::from))?;
+    let resp = sender.send_request(req).await?;
     let status = resp.status().as_u16();
-    let bytes = axum::body::to_bytes(Body::new(resp.into_body()), 1 << 20)
-        .await
-        .map_err(|e| e.to_string())?;
+    let bytes = axum::body::to_bytes(Body::new(resp.into_body()), 1 << 20).await?;
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
