@@ -152,6 +152,41 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
     },
+    /// Every run in one history: runs grouped by experiment in start order, what changed in
+    /// each (engine and version, server flags, model, hardware and host, servebench version,
+    /// spec edits), and a series per point (matched as `compare` matches them) for the
+    /// headline metrics. A step beyond the noise, judged as `compare` judges two runs, is a
+    /// change point, attributed to its run's changes; a failed or flagged point is shown, never
+    /// judged; runs that differ by construction (prompts, cache policy, method, client
+    /// placement) are not judged against each other.
+    ///
+    /// Writes OUT/history.md with trend charts in OUT/charts/. Example: `servebench history
+    /// runs/ --out reports/history --fail-on-regression`
+    History {
+        /// Run directories, or folders holding them (searched a few levels deep for
+        /// meta.json).
+        #[arg(value_name = "PATH", default_value = "runs")]
+        paths: Vec<PathBuf>,
+        /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
+        #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+        threshold: Option<f64>,
+        /// A metric to follow (repeatable; default: the headline metrics TTFT, prefill and
+        /// decode speed), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
+        #[arg(long = "metric", value_name = "NAME")]
+        metrics: Vec<String>,
+        /// Exit 1 when the newest run of any series regressed against the series' last good
+        /// level (the newest earlier comparable run whose point had no problem and was not
+        /// itself a regression), or when no newest run could be judged: a gate must not pass
+        /// by default.
+        #[arg(long)]
+        fail_on_regression: bool,
+        /// Folder to write history.md and its charts into.
+        #[arg(long, value_name = "DIR", default_value = "history")]
+        out: PathBuf,
+        /// Print the Markdown to stdout instead (no charts are written).
+        #[arg(long)]
+        stdout: bool,
+    },
     /// Stop whatever a crashed or killed `servebench run` left running: every server process
     /// group recorded in RUN_DIR/meta.json (on this machine or over SSH) that is still alive
     /// gets SIGTERM, then SIGKILL after a grace period, and is confirmed gone.
@@ -355,6 +390,21 @@ where
             fail_on_regression,
             out,
             template,
+        ),
+        Command::History {
+            paths,
+            threshold,
+            metrics,
+            fail_on_regression,
+            out,
+            stdout,
+        } => history(
+            &paths,
+            threshold,
+            &metrics,
+            fail_on_regression,
+            &out,
+            stdout,
         ),
         Command::Schema { kind } => schema(kind),
     };
@@ -778,4 +828,68 @@ fn compare(
         return Ok(Status::Failed);
     }
     Ok(Status::failed_if(fail_on_regression && s.regressions > 0))
+}
+
+fn history(
+    paths: &[PathBuf],
+    threshold: Option<f64>,
+    metric_names: &[String],
+    fail_on_regression: bool,
+    out: &Path,
+    stdout: bool,
+) -> Result<Status, Error> {
+    use crate::history;
+    let mut metrics = Vec::new();
+    for name in metric_names {
+        match crate::catalog::Metric::from_name(name) {
+            Some(m) => metrics.push(m),
+            None => {
+                return Err(Error::Usage(format!(
+                    "--metric {name}: not a metric servebench measures; use a name from points.jsonl such as ttft_s, prefill_tok_s, decode_tok_s, e2e_s"
+                )));
+            }
+        }
+    }
+    if metrics.is_empty() {
+        metrics = history::default_metrics();
+    }
+    let budget = history::source::Budget::default();
+    let (runs, skipped) = history::source::load_dirs(paths, &budget);
+    for s in &skipped {
+        console::errln(&format!("warning: {}: left out: {}", s.path, s.why));
+    }
+    let sources = paths.iter().map(|p| p.display().to_string()).collect();
+    let model = history::build(runs, skipped, sources, threshold, &metrics);
+    if stdout {
+        console::out(&history::markdown::render(&model, None));
+    } else {
+        let path = history::write(&model, out)?;
+        console::outln(&format!("history: {}", path.display()));
+    }
+    let runs: usize = model.experiments.iter().map(|e| e.runs.len()).sum();
+    let changes: usize = model
+        .experiments
+        .iter()
+        .map(|e| e.change_points().len())
+        .sum();
+    console::errln(&format!(
+        "{} of {}, {}",
+        count_s(runs, "run"),
+        count_s(model.experiments.len(), "experiment"),
+        count_s(changes, "change point")
+    ));
+    if !fail_on_regression {
+        return Ok(Status::Success);
+    }
+    let regressions = history::regressions(&model);
+    for r in &regressions {
+        console::errln(&format!("regression: {r}"));
+    }
+    if history::judged_latest(&model) == 0 {
+        console::errln(
+            "error: no newest run could be judged against a good level (one run, or only failed, flagged or incomparable points): the gate fails rather than pass unseen",
+        );
+        return Ok(Status::Failed);
+    }
+    Ok(Status::failed_if(!regressions.is_empty()))
 }

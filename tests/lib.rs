@@ -11,6 +11,7 @@ mod docs;
 mod engines;
 mod faulty;
 mod fuzz;
+mod history;
 mod interrupt;
 mod load;
 mod nonce_off;

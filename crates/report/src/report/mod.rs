@@ -22,6 +22,7 @@ pub mod capacity_chart;
 pub(crate) mod chart_error;
 pub(crate) mod chart_link;
 pub mod charts;
+pub(crate) mod comparable;
 pub mod compare;
 pub(crate) mod compare_bound;
 pub(crate) mod compare_capacity;

@@ -1,0 +1,412 @@
+//! `servebench history`: synthetic runs with known steps, flagged points and changes of
+//! construction; damaged run directories; three simulator runs with one flag changed in the
+//! middle.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use servebench::history::{self, HistoryModel};
+use servebench::report::compare::{self, LoadedRun, Verdict};
+use servebench::results::meta::RunMeta;
+use servebench::results::records::{CiMethod, Flag, PointRecord, Stat};
+
+use crate::common::*;
+
+/// The clean-sweep fixture's meta with a name, a start time and server args.
+fn meta(name: &str, started: &str, args: serde_json::Value) -> RunMeta {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep/meta.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["experiment"]["name"] = json!(name);
+    v["experiment"]["server"]["args"] = args;
+    v["dimensions"] = json!(["ctx"]);
+    v["started_at"] = json!(started);
+    serde_json::from_value(v).expect("meta")
+}
+
+/// Three rounds' statistic: mean and 95% interval.
+fn stat(mean: f64, low: f64, high: f64) -> Stat {
+    Stat {
+        count: 3,
+        mean,
+        p50: mean,
+        p90: high,
+        p99: high,
+        min: low,
+        max: high,
+        std: Some((high - low) / 4.0),
+        ci95_low: Some(low),
+        ci95_high: Some(high),
+        ci_method: Some(CiMethod::Repeats),
+        ..Stat::default()
+    }
+}
+
+/// A point at `ctx` whose decode speed is `decode` tok/s (interval ±2%).
+fn point(id: &str, ctx: u64, decode: f64) -> PointRecord {
+    let mut p: PointRecord = serde_json::from_value(json!({
+        "id": id, "values": { "ctx": ctx }, "group": "g1", "ok": 9, "errors": 0,
+        "metrics": {}, "flags": [], "incomplete": false
+    }))
+    .expect("point");
+    p.metrics.insert(
+        "decode_tok_s".into(),
+        stat(decode, decode * 0.98, decode * 1.02),
+    );
+    p
+}
+
+fn run(started: &str, args: serde_json::Value, points: Vec<PointRecord>) -> LoadedRun {
+    LoadedRun {
+        path: PathBuf::from(format!("runs/h/{started}")),
+        meta: meta("h", started, args),
+        points,
+        truncated_lines: vec![],
+        part: None,
+        searches: None,
+    }
+}
+
+fn build(runs: Vec<LoadedRun>) -> HistoryModel {
+    history::build(
+        runs,
+        vec![],
+        vec!["runs".into()],
+        None,
+        &history::default_metrics(),
+    )
+}
+
+fn decode_series<'a>(m: &'a HistoryModel, point: &str) -> &'a history::Series {
+    m.experiments[0]
+        .series
+        .iter()
+        .find(|s| s.metric == "decode_tok_s" && s.point == point)
+        .unwrap_or_else(|| panic!("no decode series at {point}"))
+}
+
+#[test]
+fn a_step_is_a_change_point_attributed_to_the_flag_that_changed() {
+    // Given out of order: the history sorts by start time.
+    let runs = vec![
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({ "chunked-prefill-size": 4096 }),
+            vec![point("p001", 1024, 80.0), point("p002", 8192, 60.0)],
+        ),
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({ "chunked-prefill-size": 8192 }),
+            vec![point("p001", 1024, 100.0), point("p002", 8192, 70.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({ "chunked-prefill-size": 8192 }),
+            vec![point("p001", 1024, 100.5), point("p002", 8192, 70.2)],
+        ),
+    ];
+    let m = build(runs);
+    let e = &m.experiments[0];
+    assert_eq!(e.name, "h");
+    let started: Vec<&str> = e.runs.iter().map(|r| r.started_at.as_str()).collect();
+    assert_eq!(
+        started,
+        [
+            "2026-12-01T00:00:00Z",
+            "2026-12-02T00:00:00Z",
+            "2026-12-03T00:00:00Z"
+        ]
+    );
+    assert_eq!(e.runs[0].changes.summary, "first run");
+    assert_eq!(e.runs[1].changes.summary, "nothing changed");
+    assert_eq!(e.runs[2].changes.summary, "one setting changed");
+    assert_eq!(
+        e.runs[2].changes.settings[0].to_string(),
+        "server.args.chunked-prefill-size: 8192 → 4096"
+    );
+    let s = decode_series(&m, "ctx=1024");
+    let v: Vec<(Option<Verdict>, bool)> = s
+        .entries
+        .iter()
+        .map(|x| (x.verdict, x.change_point))
+        .collect();
+    assert_eq!(
+        v,
+        [
+            (None, false),
+            (Some(Verdict::WithinNoise), false),
+            (Some(Verdict::Regression), true)
+        ]
+    );
+    let cp = e.change_points();
+    assert_eq!(cp.len(), 2, "both points stepped down in #3");
+    assert!(cp.iter().all(|(_, x)| x.run == 2 && x.against == Some(1)));
+    // The gate: #3 against the last good level (#2).
+    assert_eq!(
+        history::regressions(&m).len(),
+        2,
+        "{:?}",
+        history::regressions(&m)
+    );
+    let md = history::markdown::render(&m, Some("charts"));
+    assert!(
+        md.contains(
+            "Attributed to #3: one setting changed (`server.args.chunked-prefill-size` 8192 → 4096)"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("![h: decode across runs](charts/h-decode_tok_s.svg)"),
+        "{md}"
+    );
+    let charts = history::charts::charts(e);
+    assert_eq!(
+        charts.len(),
+        1,
+        "decode only: the points measured nothing else"
+    );
+    let svg = history::charts::render_svg(&charts[0]).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("ctx=8192"), "{svg}");
+}
+
+#[test]
+fn a_flagged_point_is_shown_never_judged_and_never_a_level() {
+    let mut flagged = point("p001", 1024, 50.0);
+    flagged.flags.push(Flag {
+        kind: "cold-cache-hit".into(),
+        message: "2 of 9 requests hit the prefix cache".into(),
+    });
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run("2026-12-02T00:00:00Z", json!({}), vec![flagged]),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 99.0)],
+        ),
+    ];
+    let m = build(runs);
+    let s = decode_series(&m, "all");
+    let second = &s.entries[1];
+    assert_eq!(second.verdict, None);
+    assert!(!second.change_point);
+    assert!(
+        second.problems[0].starts_with("cold-cache-hit"),
+        "{second:?}"
+    );
+    // The third run is judged against the first: the flagged one is no level.
+    assert_eq!(s.entries[2].against, Some(0));
+    assert_eq!(s.entries[2].verdict, Some(Verdict::WithinNoise));
+    assert!(m.experiments[0].change_points().is_empty());
+    let md = history::markdown::render(&m, None);
+    assert!(md.contains("50.0 (flagged)"), "{md}");
+}
+
+#[test]
+fn the_gate_holds_against_the_last_good_level_not_the_run_before() {
+    // #2 regressed; #3 stays as low: within noise of #2, still a regression against #1.
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 80.0)],
+        ),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 80.5)],
+        ),
+    ];
+    let m = build(runs);
+    let s = decode_series(&m, "all");
+    assert_eq!(s.entries[2].verdict, Some(Verdict::WithinNoise));
+    let latest = s.latest.as_ref().unwrap();
+    assert_eq!(
+        (latest.good, latest.verdict),
+        (Some(0), Some(Verdict::Regression))
+    );
+    // An improvement back to the level clears it.
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 80.0)],
+        ),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.5)],
+        ),
+    ];
+    assert!(history::regressions(&build(runs)).is_empty());
+}
+
+#[test]
+fn runs_that_differ_by_construction_are_not_judged_and_compare_says_so_first() {
+    let mut warm = run(
+        "2026-12-02T00:00:00Z",
+        json!({}),
+        vec![point("p001", 1024, 150.0)],
+    );
+    warm.meta.experiment.cache.policy = serde_json::from_value(json!("warm")).unwrap();
+    let cold = run(
+        "2026-12-01T00:00:00Z",
+        json!({}),
+        vec![point("p001", 1024, 100.0)],
+    );
+    let m = build(vec![cold.clone(), warm.clone()]);
+    let e = &m.experiments[0];
+    assert_eq!(
+        e.runs[1].changes.not_comparable,
+        ["cache policy (`cache.policy`): cold → warm"]
+    );
+    let s = decode_series(&m, "all");
+    assert_eq!(s.entries[1].verdict, None, "{:?}", s.entries[1]);
+    assert!(e.change_points().is_empty());
+    let md = history::markdown::render(&m, None);
+    assert!(md.contains("**not comparable** (cache policy"), "{md}");
+
+    let cmp = compare::build(&[cold, warm], None);
+    assert_eq!(
+        cmp.not_comparable,
+        ["B against A: cache policy (`cache.policy`): cold → warm"]
+    );
+    let text = compare::render(&cmp, None).unwrap();
+    let caution = text.find("Not comparable by construction").expect(&text);
+    let summary = text.find("regression").expect(&text);
+    assert!(caution < summary, "said before any speed: {text}");
+}
+
+/// A run directory written from parts.
+fn write_run(root: &Path, name: &str, meta: &str, points: &str) -> PathBuf {
+    let dir = root.join("runs/h").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("meta.json"), meta).unwrap();
+    std::fs::write(dir.join("points.jsonl"), points).unwrap();
+    dir
+}
+
+#[test]
+fn damaged_and_half_written_run_directories_are_named_and_left_out() {
+    let ws = Workspace::new();
+    let good = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    write_run(ws.path(), "a-good", &good, &format!("{line}\n"));
+    // Cut off mid-record at the end (a crash while writing): kept, the line skipped.
+    let mut later = meta("h", "2026-12-02T00:00:00Z", json!({}));
+    later.tool_version = "0.1.0".into();
+    let later = serde_json::to_string(&later).unwrap();
+    write_run(
+        ws.path(),
+        "b-cut",
+        &later,
+        &format!("{line}\n{}", &line[..line.len() / 2]),
+    );
+    write_run(ws.path(), "c-bad-meta", "{\"tool_version\": ", "");
+    write_run(
+        ws.path(),
+        "d-bad-line",
+        &good,
+        &format!("not json\n{line}\n"),
+    );
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--stdout")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(md.contains("2 runs of 1 experiment"), "{md}");
+    assert!(md.contains("c-bad-meta` | meta.json:1:"), "{md}");
+    assert!(md.contains("d-bad-line` | points.jsonl:1:"), "{md}");
+    assert!(err.contains("c-bad-meta: left out"), "{err}");
+}
+
+#[test]
+fn three_simulator_runs_with_one_flag_changed_in_the_middle() {
+    let ws = Workspace::new();
+    let spec = |scale: u32| {
+        ws.write(
+            "spec.yaml",
+            &format!(
+                "name: hist\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 8192, sim-time-scale: {scale} }}\n  ready_timeout: 30s\nworkload:\n  prompt: {{ kind: repeat, tokens: 1024 }}\n  output_tokens: 24\nrequests: 4\nrepeat: 3\n"
+            ),
+        )
+    };
+    let turn = exclusive();
+    for scale in [2, 4, 4] {
+        let out = ws.run_in_turn(&spec(scale), &[], &turn);
+        assert!(out.status.success(), "{}", show(&out));
+        // Start times are whole seconds: the next run starts in a later one.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    drop(turn);
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--fail-on-regression")
+        .output()
+        .unwrap();
+    // The newest run is still slower than the last good level (#1): the gate fails.
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let md = std::fs::read_to_string(out_dir.join("history.md")).unwrap();
+    assert!(
+        md.contains("| **#2** |")
+            && md.contains("one setting changed: `server.args.sim-time-scale` 2 → 4"),
+        "{md}"
+    );
+    assert!(
+        md.contains("**#2**, decode at all: ")
+            && md.contains("Attributed to #2: one setting changed"),
+        "{md}"
+    );
+    assert!(!md.contains("**#3**, decode"), "no step in #3: {md}");
+    for chart in ["hist-ttft_s.svg", "hist-decode_tok_s.svg"] {
+        assert!(out_dir.join("charts").join(chart).is_file(), "{chart}");
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("regression: hist #3: decode at all"), "{err}");
+}
+
+#[test]
+fn one_run_cannot_pass_the_gate_and_a_bad_metric_is_refused() {
+    let ws = Workspace::new();
+    let m = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    write_run(ws.path(), "a", &m, &format!("{line}\n"));
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--fail-on-regression"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gate fails"));
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--metric", "speed"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+}
