@@ -164,9 +164,18 @@ pub(crate) enum Command {
     /// runs/ --out reports/history --fail-on-regression`
     History {
         /// Run directories, or folders holding them (searched a few levels deep for
-        /// meta.json).
+        /// meta.json). With --git: paths inside the repository.
         #[arg(value_name = "PATH", default_value = "runs")]
         paths: Vec<PathBuf>,
+        /// Read the runs committed in this git repository's history instead of the files on
+        /// disk (nothing is checked out): every run directory under PATH in the commits of
+        /// --rev, each as the newest of them holds it.
+        #[arg(long, value_name = "REPO")]
+        git: Option<PathBuf>,
+        /// The commits to read with --git: a revision (`main`: its whole history) or a range
+        /// (`v1.2..main`).
+        #[arg(long, value_name = "REV", default_value = "HEAD", requires = "git")]
+        rev: String,
         /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
         #[arg(long, value_name = "PCT", value_parser = parse_percent)]
         threshold: Option<f64>,
@@ -393,6 +402,8 @@ where
         ),
         Command::History {
             paths,
+            git,
+            rev,
             threshold,
             metrics,
             fail_on_regression,
@@ -400,6 +411,7 @@ where
             stdout,
         } => history(
             &paths,
+            git.as_deref().map(|repo| (repo, rev.as_str())),
             threshold,
             &metrics,
             fail_on_regression,
@@ -832,6 +844,7 @@ fn compare(
 
 fn history(
     paths: &[PathBuf],
+    git: Option<(&Path, &str)>,
     threshold: Option<f64>,
     metric_names: &[String],
     fail_on_regression: bool,
@@ -854,11 +867,21 @@ fn history(
         metrics = history::default_metrics();
     }
     let budget = history::source::Budget::default();
-    let (runs, skipped) = history::source::load_dirs(paths, &budget);
+    let (runs, skipped) = match git {
+        None => history::source::load_dirs(paths, &budget),
+        Some((repo, rev)) => history::git::load(repo, rev, paths, &budget)
+            .map_err(|e| Error::Usage(e.to_string()))?,
+    };
     for s in &skipped {
         console::errln(&format!("warning: {}: left out: {}", s.path, s.why));
     }
-    let sources = paths.iter().map(|p| p.display().to_string()).collect();
+    let sources = match git {
+        None => paths.iter().map(|p| p.display().to_string()).collect(),
+        Some((repo, rev)) => paths
+            .iter()
+            .map(|p| format!("git {} {rev} -- {}", repo.display(), p.display()))
+            .collect(),
+    };
     let model = history::build(runs, skipped, sources, threshold, &metrics);
     if stdout {
         console::out(&history::markdown::render(&model, None));

@@ -410,3 +410,92 @@ fn one_run_cannot_pass_the_gate_and_a_bad_metric_is_refused() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
+
+fn git(repo: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", show(&out));
+}
+
+#[test]
+fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
+    let ws = Workspace::new();
+    let work = ws.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let line = |decode: f64| serde_json::to_string(&point("p001", 1024, decode)).unwrap();
+    let m = |day: u32, chunk: u32| {
+        serde_json::to_string(&meta(
+            "h",
+            &format!("2026-12-0{day}T00:00:00Z"),
+            json!({ "chunked-prefill-size": chunk }),
+        ))
+        .unwrap()
+    };
+    write_run(&work, "one", &m(1, 8192), &format!("{}\n", line(100.0)));
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "run one"]);
+    // Committed while it ran (half its points), then finished.
+    write_run(&work, "two", &m(2, 8192), "");
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "run two, running"]);
+    write_run(&work, "two", &m(2, 8192), &format!("{}\n", line(100.4)));
+    write_run(&work, "three", &m(3, 4096), &format!("{}\n", line(70.0)));
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "run two done, run three"]);
+    // Run one leaves the tree: it stays in the history.
+    std::fs::remove_dir_all(work.join("runs/h/one")).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "drop run one"]);
+    // A bare clone: nothing is checked out anywhere.
+    let bare = ws.path().join("bare.git");
+    let out = std::process::Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&work)
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+
+    let out = servebench()
+        .args(["history", "--stdout", "--git"])
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("3 runs of 1 experiment"), "{md}");
+    // Run two as its newest commit holds it (finished, with its point).
+    assert!(md.contains(":runs/h/two`"), "{md}");
+    assert!(md.contains("| all | 100 | 100 | **70.0**"), "{md}");
+    assert!(
+        md.contains(
+            "Attributed to #3: one setting changed (`server.args.chunked-prefill-size` 8192 → 4096)"
+        ),
+        "{md}"
+    );
+    // A range: only the commits after the first two, and the runs they hold.
+    let out = servebench()
+        .args(["history", "--stdout", "--git"])
+        .arg(&bare)
+        .args(["--rev", "main~2..main"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("3 runs of 1 experiment"), "{md}");
+    // Bad revisions are named.
+    for rev in ["--output=x", "no-such-branch"] {
+        let out = servebench()
+            .args(["history", "--stdout", "--git"])
+            .arg(&bare)
+            .args(["--rev", rev])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    }
+}

@@ -9,6 +9,7 @@
 
 pub mod build;
 pub mod charts;
+pub mod git;
 pub mod markdown;
 pub mod model;
 pub mod source;
