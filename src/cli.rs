@@ -189,6 +189,15 @@ pub(crate) enum Command {
         /// by default.
         #[arg(long)]
         fail_on_regression: bool,
+        /// The index that keeps the history fast (default: .servebench-history-index.jsonl
+        /// in the first PATH, when it is a folder). The run directories stay the truth: a
+        /// run whose files changed is read again, and an index that is missing, damaged or
+        /// from another servebench is rebuilt.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["no_index", "git"])]
+        index: Option<PathBuf>,
+        /// Read every run directory, with no index.
+        #[arg(long)]
+        no_index: bool,
         /// Folder to write history.md and its charts into.
         #[arg(long, value_name = "DIR", default_value = "history")]
         out: PathBuf,
@@ -404,20 +413,23 @@ where
             paths,
             git,
             rev,
+            index,
+            no_index,
             threshold,
             metrics,
             fail_on_regression,
             out,
             stdout,
-        } => history(
-            &paths,
-            git.as_deref().map(|repo| (repo, rev.as_str())),
+        } => history(HistoryOptions {
+            git: git.as_deref().map(|repo| (repo, rev.as_str())),
+            index: index_path(&paths, index, no_index),
+            paths: &paths,
             threshold,
-            &metrics,
+            metric_names: &metrics,
             fail_on_regression,
-            &out,
+            out: &out,
             stdout,
-        ),
+        }),
         Command::Schema { kind } => schema(kind),
     };
     finish(result)
@@ -842,15 +854,31 @@ fn compare(
     Ok(Status::failed_if(fail_on_regression && s.regressions > 0))
 }
 
-fn history(
-    paths: &[PathBuf],
-    git: Option<(&Path, &str)>,
+/// What `servebench history` was asked.
+struct HistoryOptions<'a> {
+    paths: &'a [PathBuf],
+    /// `--git REPO --rev REV`.
+    git: Option<(&'a Path, &'a str)>,
+    index: Option<PathBuf>,
     threshold: Option<f64>,
-    metric_names: &[String],
+    metric_names: &'a [String],
     fail_on_regression: bool,
-    out: &Path,
+    out: &'a Path,
     stdout: bool,
-) -> Result<Status, Error> {
+}
+
+fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
+    let HistoryOptions {
+        paths,
+        git,
+        index,
+        threshold,
+        metric_names,
+        fail_on_regression,
+        out,
+        stdout,
+    } = options;
+    let index = index.as_deref();
     use crate::history;
     let mut metrics = Vec::new();
     for name in metric_names {
@@ -867,9 +895,25 @@ fn history(
         metrics = history::default_metrics();
     }
     let budget = history::source::Budget::default();
-    let (runs, skipped) = match git {
-        None => history::source::load_dirs(paths, &budget),
-        Some((repo, rev)) => history::git::load(repo, rev, paths, &budget)
+    let (runs, skipped) = match (git, index) {
+        (None, None) => history::source::load_dirs(paths, &budget),
+        (None, Some(index)) => {
+            let (runs, skipped, usage) = history::index::load_dirs(paths, &budget, index);
+            if let Some(why) = &usage.rebuilt {
+                tracing::info!("{}: index rebuilt ({why})", index.display());
+            }
+            if let Some(why) = &usage.not_written {
+                console::errln(&format!("warning: the index was not written: {why}"));
+            }
+            tracing::info!(
+                "{}: {} from the index, {} read",
+                index.display(),
+                count_s(usage.reused, "run"),
+                usage.read
+            );
+            (runs, skipped)
+        }
+        (Some((repo, rev)), _) => history::git::load(repo, rev, paths, &budget)
             .map_err(|e| Error::Usage(e.to_string()))?,
     };
     for s in &skipped {
@@ -915,4 +959,18 @@ fn history(
         return Ok(Status::Failed);
     }
     Ok(Status::failed_if(!regressions.is_empty()))
+}
+
+/// The history's index: `--index`, else the default file in the first path when that is a
+/// folder of runs (not a run directory itself); None with `--no-index`.
+fn index_path(paths: &[PathBuf], index: Option<PathBuf>, no_index: bool) -> Option<PathBuf> {
+    if no_index {
+        return None;
+    }
+    if index.is_some() {
+        return index;
+    }
+    let first = paths.first()?;
+    (first.is_dir() && !first.join(crate::results::rundir::META_FILE).is_file())
+        .then(|| first.join(crate::history::index::INDEX_FILE))
 }

@@ -499,3 +499,85 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
         assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     }
 }
+
+fn model_of(runs: Vec<LoadedRun>) -> HistoryModel {
+    build(runs)
+}
+
+#[test]
+fn the_index_is_reused_refreshed_and_rebuilt_never_a_wrong_history() {
+    use history::index;
+    let ws = Workspace::new();
+    let runs = ws.path().join("runs");
+    let line = |id: &str, ctx: u64, decode: f64| {
+        serde_json::to_string(&point(id, ctx, decode)).unwrap() + "\n"
+    };
+    for (day, decode) in [(1, 100.0), (2, 100.5), (3, 80.0)] {
+        let m = serde_json::to_string(&meta("h", &format!("2026-12-0{day}T00:00:00Z"), json!({})))
+            .unwrap();
+        write_run(ws.path(), &format!("r{day}"), &m, &line("p001", 1024, decode));
+    }
+    let budget = history::source::Budget::default();
+    let idx = runs.join(index::INDEX_FILE);
+    let truth = || model_of(history::source::load_dirs(&[runs.clone()], &budget).0);
+    let through_index = || {
+        let (r, s, usage) = index::load_dirs(&[runs.clone()], &budget, &idx);
+        assert!(s.is_empty(), "{s:?}");
+        (model_of(r), usage)
+    };
+    let (m, usage) = through_index();
+    assert_eq!(usage.rebuilt.as_deref(), Some("missing"));
+    assert_eq!((usage.reused, usage.read), (0, 3));
+    assert_eq!(m, truth());
+    let (m, usage) = through_index();
+    assert_eq!((usage.reused, usage.read, usage.rebuilt), (3, 0, None));
+    assert_eq!(m, truth());
+
+    // A run directory that changed is read again: its new point is in the history.
+    let r3 = runs.join("h/r3/points.jsonl");
+    let mut text = std::fs::read_to_string(&r3).unwrap();
+    text.push_str(&line("p002", 2048, 50.0));
+    std::fs::write(&r3, text).unwrap();
+    let (m, usage) = through_index();
+    assert_eq!((usage.reused, usage.read), (2, 1));
+    assert_eq!(m, truth());
+    assert_eq!(m.experiments[0].runs.len(), 3);
+
+    // A run directory that is gone leaves the index.
+    std::fs::remove_dir_all(runs.join("h/r1")).unwrap();
+    let (m, usage) = through_index();
+    assert_eq!((usage.reused, usage.read), (2, 0));
+    assert_eq!(m, truth());
+    assert!(!std::fs::read_to_string(&idx).unwrap().contains("h/r1"));
+
+    // An index an older servebench wrote, and a damaged one: rebuilt.
+    let text = std::fs::read_to_string(&idx).unwrap();
+    let older = text.replacen("\"version\":1", "\"version\":0", 1);
+    assert_ne!(older, text);
+    std::fs::write(&idx, older).unwrap();
+    let (m, usage) = through_index();
+    assert!(
+        usage.rebuilt.as_deref().unwrap_or("").contains("index version 0"),
+        "{usage:?}"
+    );
+    assert_eq!(m, truth());
+    let text = std::fs::read_to_string(&idx).unwrap();
+    std::fs::write(&idx, &text[..text.len() - 40]).unwrap();
+    let (m, usage) = through_index();
+    assert!(
+        usage.rebuilt.as_deref().unwrap_or("").contains("damaged"),
+        "{usage:?}"
+    );
+    assert_eq!(m, truth());
+
+    // The command uses the index in the runs folder by default.
+    std::fs::remove_file(&idx).unwrap();
+    let out = servebench()
+        .arg("history")
+        .arg(&runs)
+        .arg("--stdout")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(idx.is_file());
+}

@@ -10,6 +10,7 @@
 pub mod build;
 pub mod charts;
 pub mod git;
+pub mod index;
 pub mod markdown;
 pub mod model;
 pub mod source;
