@@ -515,7 +515,12 @@ fn the_index_is_reused_refreshed_and_rebuilt_never_a_wrong_history() {
     for (day, decode) in [(1, 100.0), (2, 100.5), (3, 80.0)] {
         let m = serde_json::to_string(&meta("h", &format!("2026-12-0{day}T00:00:00Z"), json!({})))
             .unwrap();
-        write_run(ws.path(), &format!("r{day}"), &m, &line("p001", 1024, decode));
+        write_run(
+            ws.path(),
+            &format!("r{day}"),
+            &m,
+            &line("p001", 1024, decode),
+        );
     }
     let budget = history::source::Budget::default();
     let idx = runs.join(index::INDEX_FILE);
@@ -557,7 +562,11 @@ fn the_index_is_reused_refreshed_and_rebuilt_never_a_wrong_history() {
     std::fs::write(&idx, older).unwrap();
     let (m, usage) = through_index();
     assert!(
-        usage.rebuilt.as_deref().unwrap_or("").contains("index version 0"),
+        usage
+            .rebuilt
+            .as_deref()
+            .unwrap_or("")
+            .contains("index version 0"),
         "{usage:?}"
     );
     assert_eq!(m, truth());

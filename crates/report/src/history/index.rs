@@ -154,8 +154,8 @@ pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
     }
     let mut rows = HashMap::new();
     for (i, line) in lines.enumerate() {
-        let row: RunRow = serde_json::from_str(line)
-            .map_err(|e| format!("line {}: {e} (damaged)", i + 2))?;
+        let row: RunRow =
+            serde_json::from_str(line).map_err(|e| format!("line {}: {e} (damaged)", i + 2))?;
         rows.insert(row.run_dir.clone(), row);
     }
     Ok(rows)
