@@ -524,9 +524,9 @@ fn the_index_is_reused_refreshed_and_rebuilt_never_a_wrong_history() {
     }
     let budget = history::source::Budget::default();
     let idx = runs.join(index::INDEX_FILE);
-    let truth = || model_of(history::source::load_dirs(&[runs.clone()], &budget).0);
+    let truth = || model_of(history::source::load_dirs(std::slice::from_ref(&runs), &budget).0);
     let through_index = || {
-        let (r, s, usage) = index::load_dirs(&[runs.clone()], &budget, &idx);
+        let (r, s, usage) = index::load_dirs(std::slice::from_ref(&runs), &budget, &idx);
         assert!(s.is_empty(), "{s:?}");
         (model_of(r), usage)
     };
