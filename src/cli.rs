@@ -198,6 +198,13 @@ pub(crate) enum Command {
         /// Read every run directory, with no index.
         #[arg(long)]
         no_index: bool,
+        /// A shared history in PostgreSQL (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`):
+        /// the run directories under PATH are brought into it (a run whose files changed is
+        /// written again), then the history covers every run the database holds, other
+        /// machines' included. Tables: docs/guide/history.md. A database that is down or
+        /// refuses the login fails the command (exit 1); nothing is built from part of it.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["index", "no_index", "git"])]
+        db: Option<String>,
         /// Folder to write history.md and its charts into.
         #[arg(long, value_name = "DIR", default_value = "history")]
         out: PathBuf,
@@ -415,6 +422,7 @@ where
             rev,
             index,
             no_index,
+            db,
             threshold,
             metrics,
             fail_on_regression,
@@ -422,7 +430,8 @@ where
             stdout,
         } => history(HistoryOptions {
             git: git.as_deref().map(|repo| (repo, rev.as_str())),
-            index: index_path(&paths, index, no_index),
+            index: index_path(&paths, index, no_index || db.is_some()),
+            db: db.as_deref(),
             paths: &paths,
             threshold,
             metric_names: &metrics,
@@ -860,6 +869,8 @@ struct HistoryOptions<'a> {
     /// `--git REPO --rev REV`.
     git: Option<(&'a Path, &'a str)>,
     index: Option<PathBuf>,
+    /// `--db URL`.
+    db: Option<&'a str>,
     threshold: Option<f64>,
     metric_names: &'a [String],
     fail_on_regression: bool,
@@ -872,6 +883,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         paths,
         git,
         index,
+        db,
         threshold,
         metric_names,
         fail_on_regression,
@@ -896,6 +908,17 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     }
     let budget = history::source::Budget::default();
     let (runs, skipped) = match (git, index) {
+        (None, _) if db.is_some() => {
+            let url = db.unwrap_or_default();
+            let (runs, skipped, usage) = history::db::load_dirs(paths, &budget, url)?;
+            if let Some(why) = &usage.rebuilt {
+                console::errln(&format!(
+                    "{}: history tables rebuilt ({why})",
+                    history::db::shown(url)
+                ));
+            }
+            (runs, skipped)
+        }
         (None, None) => history::source::load_dirs(paths, &budget),
         (None, Some(index)) => {
             let (runs, skipped, usage) = history::index::load_dirs(paths, &budget, index);

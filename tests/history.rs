@@ -590,3 +590,113 @@ fn the_index_is_reused_refreshed_and_rebuilt_never_a_wrong_history() {
     assert!(out.status.success(), "{}", show(&out));
     assert!(idx.is_file());
 }
+
+#[test]
+fn a_shared_postgres_history_covers_every_machine_and_fails_loudly_when_down() {
+    use crate::pgserver::PgServer;
+    let server = PgServer::start();
+    let url = server.url();
+    // Two machines' run folders: one experiment each.
+    let ws = Workspace::new();
+    let line = |decode: f64| serde_json::to_string(&point("p001", 1024, decode)).unwrap() + "\n";
+    let machine = |name: &str, experiment: &str| {
+        let root = ws.path().join(name);
+        for (day, decode) in [(1, 100.0), (2, 70.0)] {
+            let m = serde_json::to_string(&meta(
+                experiment,
+                &format!("2026-12-0{day}T00:00:00Z"),
+                json!({}),
+            ))
+            .unwrap();
+            let dir = root.join("runs").join(experiment).join(format!("r{day}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("meta.json"), m).unwrap();
+            std::fs::write(dir.join("points.jsonl"), line(decode)).unwrap();
+        }
+        root.join("runs")
+    };
+    let (a, b) = (machine("a", "exp-a"), machine("b", "exp-b"));
+    let budget = history::source::Budget::default();
+    let (runs, skipped, usage) =
+        history::db::load_dirs(std::slice::from_ref(&a), &budget, &url).expect("first machine");
+    assert!(skipped.is_empty());
+    assert_eq!(usage.rebuilt.as_deref(), Some("missing"));
+    assert_eq!((usage.read, runs.len()), (2, 2));
+    // The database's history equals the run directories'.
+    let truth = build(history::source::load_dirs(std::slice::from_ref(&a), &budget).0);
+    assert_eq!(build(runs), truth);
+    let (runs, _, usage) =
+        history::db::load_dirs(std::slice::from_ref(&b), &budget, &url).expect("second machine");
+    assert_eq!((usage.read, usage.reused, runs.len()), (2, 0, 4));
+    let m = build(runs);
+    let names: Vec<&str> = m.experiments.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // Unchanged directories are not written again.
+    let (_, _, usage) =
+        history::db::load_dirs(std::slice::from_ref(&a), &budget, &url).expect("again");
+    assert_eq!((usage.read, usage.reused), (0, 2));
+
+    // Tables an older servebench wrote are rebuilt.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .execute("UPDATE servebench_history SET version = 0", &[])
+        .unwrap();
+    let (runs, _, usage) =
+        history::db::load_dirs(std::slice::from_ref(&a), &budget, &url).expect("rebuilt");
+    assert!(usage.rebuilt.unwrap().contains("version 0"));
+    assert_eq!(build(runs), truth, "only what was brought in again");
+    // Dashboards read the metrics view.
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM metrics WHERE metric = 'decode_tok_s' AND experiment = 'exp-a'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+
+    // The command, then a refused login and a server that is down: named, exit 1, no history.
+    let out_dir = ws.path().join("history");
+    // (the rebuilt tables hold machine a's runs; machine b brings its own back)
+    let out = servebench()
+        .arg("history")
+        .arg(&b)
+        .args(["--db", &url, "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = std::fs::read_to_string(out_dir.join("history.md")).unwrap();
+    assert!(md.contains("## exp-a") && md.contains("## exp-b"), "{md}");
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    let wrong = url.replace(pgserver_password(), "wrong-password");
+    let port = server.port;
+    drop(client);
+    let refused = |bad: &str, says: &str| {
+        let out = servebench()
+            .arg("history")
+            .arg(&a)
+            .args(["--db", bad, "--out"])
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+        assert!(
+            !err.contains("wrong-password"),
+            "the password is not shown: {err}"
+        );
+        assert!(!out_dir.join("history.md").exists());
+    };
+    refused(&wrong, "password authentication failed");
+    drop(server);
+    refused(
+        &format!("postgres://sbtest:x@127.0.0.1:{port}/postgres"),
+        "Connection refused",
+    );
+}
+
+fn pgserver_password() -> &'static str {
+    crate::pgserver::PASSWORD
+}

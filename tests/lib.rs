@@ -17,6 +17,7 @@ mod load;
 mod nonce_off;
 mod orphans;
 mod pd_sim;
+mod pgserver;
 mod pools;
 mod profile;
 mod real_engine;

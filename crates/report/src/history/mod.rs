@@ -9,6 +9,7 @@
 
 pub mod build;
 pub mod charts;
+pub mod db;
 pub mod git;
 pub mod index;
 pub mod markdown;
