@@ -700,3 +700,88 @@ fn a_shared_postgres_history_covers_every_machine_and_fails_loudly_when_down() {
 fn pgserver_password() -> &'static str {
     crate::pgserver::PASSWORD
 }
+
+#[track_caller]
+fn assert_page_draws(page: &Path, at_least: usize) {
+    use crate::browser;
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(
+        !html.contains("<script src") && !html.contains("<link ") && !html.contains("<img "),
+        "everything inline"
+    );
+    let png = page.with_extension("png");
+    let p = browser::open(page, &png);
+    assert_eq!(
+        browser::console_errors(&p.log),
+        Vec::<&str>::new(),
+        "{}",
+        p.log
+    );
+    let drawn = browser::charts_drawn(&p.dom);
+    assert!(drawn.is_some_and(|n| n >= at_least), "drawn {drawn:?}");
+    assert!(p.dom.contains("charts drawn: "), "marker");
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "a screenshot with something on it: {size} bytes"
+    );
+}
+
+#[test]
+fn the_report_and_history_pages_load_in_chromium_and_draw() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "spec.yaml",
+        "name: page\nserver:\n  engine: sim\n  model: test-model\n  args: { profile: fast, context-length: 8192 }\n  ready_timeout: 30s\nworkload:\n  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 16\nsweep:\n  ctx: [512, 2048]\nrequests: 4\nconcurrency: 2\n",
+    );
+    let (dir, _) = ws.run_ok(&spec);
+    let page = dir.join("report.html");
+    assert!(page.is_file(), "report.html beside report.md");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Per-request timeline") && html.contains("Point details"));
+    // The report's content is there, its charts inlined.
+    assert!(
+        html.contains("<figure class=\"sb-figure\"><svg"),
+        "charts inlined"
+    );
+    // The headline charts the points measured (TTFT, decode: prefill speed needs one request
+    // at a time) and the timeline.
+    assert_page_draws(&page, 3);
+
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (_, _) = ws.run_ok(&spec);
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    // TTFT and decode across the two runs.
+    assert_page_draws(&out_dir.join("history.html"), 2);
+}
+
+#[test]
+fn the_browser_check_catches_a_page_whose_script_fails() {
+    use crate::browser;
+    let ws = Workspace::new();
+    let page = ws.write(
+        "bad.html",
+        "<html><body><p id=\"sb-ready\"></p><script>console.error(\"boom\"); null.x; document.body.setAttribute(\"data-charts-drawn\", \"1\");</script></body></html>",
+    );
+    let p = browser::open(&page, &ws.path().join("bad.png"));
+    let errors = browser::console_errors(&p.log);
+    assert!(errors.iter().any(|l| l.contains("boom")), "{}", p.log);
+    assert!(
+        errors.iter().any(|l| l.contains("Uncaught TypeError")),
+        "{}",
+        p.log
+    );
+    assert_eq!(
+        browser::charts_drawn(&p.dom),
+        None,
+        "the script stopped before the marker"
+    );
+}

@@ -3,6 +3,7 @@ mod accuracy;
 mod architecture;
 mod bound_report;
 mod bounds;
+mod browser;
 mod cli;
 mod client;
 mod common;

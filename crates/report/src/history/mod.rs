@@ -14,6 +14,7 @@ pub mod git;
 pub mod index;
 pub mod markdown;
 pub mod model;
+pub mod page;
 pub mod source;
 
 pub use build::{build, default_metrics};
@@ -67,11 +68,13 @@ pub fn judged_latest(model: &HistoryModel) -> usize {
 
 /// The history's Markdown file in its output folder.
 pub const MARKDOWN_FILE: &str = "history.md";
+/// The history's page, beside it.
+pub const HTML_FILE: &str = "history.html";
 /// The folder of its trend charts, beside it.
 pub const CHARTS_DIR: &str = "charts";
 
-/// Writes the history into `out`: `history.md` and its trend charts in `charts/` (charts no
-/// longer drawn are removed). Returns the Markdown's path.
+/// Writes the history into `out`: `history.md`, its trend charts in `charts/` (charts no
+/// longer drawn are removed) and `history.html` (self-contained). Returns the Markdown's path.
 pub fn write(
     model: &HistoryModel,
     out: &std::path::Path,
@@ -106,5 +109,9 @@ pub fn write(
     let markdown = markdown::render(model, Some(CHARTS_DIR));
     std::fs::write(&path, servebench_model::redact::text(&markdown).as_bytes())
         .map_err(write_err(&path))?;
+    let page_path = out.join(HTML_FILE);
+    let html = page::render(model, &markdown, &folder);
+    std::fs::write(&page_path, servebench_model::redact::text(&html).as_bytes())
+        .map_err(write_err(&page_path))?;
     Ok(path)
 }

@@ -31,6 +31,7 @@ pub(crate) mod export;
 pub(crate) mod format;
 pub mod gpu;
 pub(crate) mod hardware;
+pub(crate) mod html;
 pub(crate) mod load;
 pub mod load_charts;
 pub(crate) mod metric_def;
@@ -508,6 +509,7 @@ pub fn write_report(
             path: path.clone(),
             source,
         })?;
+    html::write_report_html(dir, &run.meta.experiment.name, &markdown, &run.points)?;
     Ok(path)
 }
 
