@@ -3,7 +3,7 @@
 //! console error and mark its charts drawn, and a screenshot is taken. A missing chromium
 //! fails the test with the command that installs it: nothing is skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -80,9 +80,4 @@ pub fn console_errors(log: &str) -> Vec<&str> {
 pub fn charts_drawn(dom: &str) -> Option<usize> {
     let at = dom.find("data-charts-drawn=\"")? + "data-charts-drawn=\"".len();
     dom[at..].split('"').next()?.parse().ok()
-}
-
-/// A screenshot path in the test's temp dir.
-pub fn shot(dir: &Path, name: &str) -> PathBuf {
-    dir.join(name)
 }
