@@ -161,7 +161,7 @@ pub(crate) enum Command {
     /// placement) are not judged against each other.
     ///
     /// Writes OUT/history.md with trend charts in OUT/charts/. Example: `servebench history
-    /// runs/ --out reports/history --fail-on-regression`
+    /// runs/ --out history --fail-on-regression`
     History {
         /// Run directories, or folders holding them (searched a few levels deep for
         /// meta.json). With --git: paths inside the repository.

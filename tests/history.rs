@@ -351,7 +351,7 @@ fn three_simulator_runs_with_one_flag_changed_in_the_middle() {
         )
     };
     let turn = exclusive();
-    for scale in [2, 4, 4] {
+    for scale in [2, 8, 8] {
         let out = ws.run_in_turn(&spec(scale), &[], &turn);
         assert!(out.status.success(), "{}", show(&out));
         // Start times are whole seconds: the next run starts in a later one.
@@ -372,7 +372,7 @@ fn three_simulator_runs_with_one_flag_changed_in_the_middle() {
     let md = std::fs::read_to_string(out_dir.join("history.md")).unwrap();
     assert!(
         md.contains("| **#2** |")
-            && md.contains("one setting changed: `server.args.sim-time-scale` 2 → 4"),
+            && md.contains("one setting changed: `server.args.sim-time-scale` 2 → 8"),
         "{md}"
     );
     assert!(

@@ -477,14 +477,15 @@ impl TimelineFold {
     }
 }
 
-/// Writes `report.html` beside `report.md`: the report's Markdown as HTML with its charts
-/// inlined, the interactive charts, the point details and the per-request timeline.
-pub(crate) fn write_report_html(
+/// `report.html`: the report's Markdown as HTML with its charts inlined (read from the run
+/// directory), the interactive charts, the point details and the per-request timeline
+/// (requests read line by line, within the timeline's budgets).
+pub(crate) fn report_page(
     dir: &RunDir,
     title: &str,
     markdown: &str,
     points: &[PointRecord],
-) -> Result<std::path::PathBuf, super::ReportError> {
+) -> Result<String, servebench_model::results::rundir::RunDirError> {
     let mut fold = TimelineFold::default();
     dir.visit_requests(|r: RequestRecord| fold.add(&r))?;
     let timeline: Vec<serde_json::Value> = fold
@@ -513,15 +514,7 @@ pub(crate) fn write_report_html(
         .collect();
     let content = markdown_to_html(markdown, &|p| read_svg(&dir.path, p));
     let data = json!({ "charts": point_charts(points), "timeline": timeline });
-    let html = page(title, &content, &data, &point_details(points));
-    let path = dir.file(REPORT_HTML);
-    std::fs::write(&path, servebench_model::redact::text(&html).as_bytes()).map_err(|source| {
-        super::ReportError::Write {
-            path: path.clone(),
-            source,
-        }
-    })?;
-    Ok(path)
+    Ok(page(title, &content, &data, &point_details(points)))
 }
 
 #[cfg(test)]

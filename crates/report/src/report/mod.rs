@@ -509,7 +509,15 @@ pub fn write_report(
             path: path.clone(),
             source,
         })?;
-    html::write_report_html(dir, &run.meta.experiment.name, &markdown, &run.points)?;
+    // The page beside it: the same content, interactive.
+    let page = html::report_page(dir, &run.meta.experiment.name, &markdown, &run.points)?;
+    let page_path = dir.file(html::REPORT_HTML);
+    std::fs::write(&page_path, servebench_model::redact::text(&page).as_bytes()).map_err(
+        |source| ReportError::Write {
+            path: page_path.clone(),
+            source,
+        },
+    )?;
     Ok(path)
 }
 
