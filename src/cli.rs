@@ -152,6 +152,66 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         template: Option<PathBuf>,
     },
+    /// Every run in one history: runs grouped by experiment in start order, what changed in
+    /// each (engine and version, server flags, model, hardware and host, servebench version,
+    /// spec edits), and a series per point (matched as `compare` matches them) for the
+    /// headline metrics. A step beyond the noise, judged as `compare` judges two runs, is a
+    /// change point, attributed to its run's changes; a failed or flagged point is shown, never
+    /// judged; runs that differ by construction (prompts, cache policy, method, client
+    /// placement) are not judged against each other.
+    ///
+    /// Writes OUT/history.md with trend charts in OUT/charts/. Example: `servebench history
+    /// runs/ --out history --fail-on-regression`
+    History {
+        /// Run directories, or folders holding them (searched a few levels deep for
+        /// meta.json). With --git: paths inside the repository.
+        #[arg(value_name = "PATH", default_value = "runs")]
+        paths: Vec<PathBuf>,
+        /// Read the runs committed in this git repository's history instead of the files on
+        /// disk (nothing is checked out): every run directory under PATH in the commits of
+        /// --rev, each as the newest of them holds it.
+        #[arg(long, value_name = "REPO")]
+        git: Option<PathBuf>,
+        /// The commits to read with --git: a revision (`main`: its whole history) or a range
+        /// (`v1.2..main`).
+        #[arg(long, value_name = "REV", default_value = "HEAD", requires = "git")]
+        rev: String,
+        /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
+        #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+        threshold: Option<f64>,
+        /// A metric to follow (repeatable; default: the headline metrics TTFT, prefill and
+        /// decode speed), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
+        #[arg(long = "metric", value_name = "NAME")]
+        metrics: Vec<String>,
+        /// Exit 1 when the newest run of any series regressed against the series' last good
+        /// level (the newest earlier comparable run whose point had no problem and was not
+        /// itself a regression), or when no newest run could be judged: a gate must not pass
+        /// by default.
+        #[arg(long)]
+        fail_on_regression: bool,
+        /// The index that keeps the history fast (default: .servebench-history-index.jsonl
+        /// in the first PATH, when it is a folder). The run directories stay the truth: a
+        /// run whose files changed is read again, and an index that is missing, damaged or
+        /// from another servebench is rebuilt.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["no_index", "git"])]
+        index: Option<PathBuf>,
+        /// Read every run directory, with no index.
+        #[arg(long)]
+        no_index: bool,
+        /// A shared history in PostgreSQL (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`):
+        /// the run directories under PATH are brought into it (a run whose files changed is
+        /// written again), then the history covers every run the database holds, other
+        /// machines' included. Tables: docs/guide/history.md. A database that is down or
+        /// refuses the login fails the command (exit 1); nothing is built from part of it.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["index", "no_index", "git"])]
+        db: Option<String>,
+        /// Folder to write history.md and its charts into.
+        #[arg(long, value_name = "DIR", default_value = "history")]
+        out: PathBuf,
+        /// Print the Markdown to stdout instead (no charts are written).
+        #[arg(long)]
+        stdout: bool,
+    },
     /// Stop whatever a crashed or killed `servebench run` left running: every server process
     /// group recorded in RUN_DIR/meta.json (on this machine or over SSH) that is still alive
     /// gets SIGTERM, then SIGKILL after a grace period, and is confirmed gone.
@@ -356,6 +416,29 @@ where
             out,
             template,
         ),
+        Command::History {
+            paths,
+            git,
+            rev,
+            index,
+            no_index,
+            db,
+            threshold,
+            metrics,
+            fail_on_regression,
+            out,
+            stdout,
+        } => history(HistoryOptions {
+            git: git.as_deref().map(|repo| (repo, rev.as_str())),
+            index: index_path(&paths, index, no_index || db.is_some()),
+            db: db.as_deref(),
+            paths: &paths,
+            threshold,
+            metric_names: &metrics,
+            fail_on_regression,
+            out: &out,
+            stdout,
+        }),
         Command::Schema { kind } => schema(kind),
     };
     finish(result)
@@ -792,4 +875,139 @@ fn compare(
         return Ok(Status::Failed);
     }
     Ok(Status::failed_if(fail_on_regression && s.regressions > 0))
+}
+
+/// What `servebench history` was asked.
+struct HistoryOptions<'a> {
+    paths: &'a [PathBuf],
+    /// `--git REPO --rev REV`.
+    git: Option<(&'a Path, &'a str)>,
+    index: Option<PathBuf>,
+    /// `--db URL`.
+    db: Option<&'a str>,
+    threshold: Option<f64>,
+    metric_names: &'a [String],
+    fail_on_regression: bool,
+    out: &'a Path,
+    stdout: bool,
+}
+
+fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
+    let HistoryOptions {
+        paths,
+        git,
+        index,
+        db,
+        threshold,
+        metric_names,
+        fail_on_regression,
+        out,
+        stdout,
+    } = options;
+    let index = index.as_deref();
+    use crate::history;
+    let mut metrics = Vec::new();
+    for name in metric_names {
+        match crate::catalog::Metric::from_name(name) {
+            Some(m) => metrics.push(m),
+            None => {
+                return Err(Error::Usage(format!(
+                    "--metric {name}: not a metric servebench measures; use a name from points.jsonl such as ttft_s, prefill_tok_s, decode_tok_s, e2e_s"
+                )));
+            }
+        }
+    }
+    if metrics.is_empty() {
+        metrics = history::default_metrics();
+    }
+    let budget = history::source::Budget::default();
+    let (runs, skipped) = match (git, index) {
+        (None, _) if db.is_some() => {
+            let url = db.unwrap_or_default();
+            let (runs, skipped, usage) = history::db::load_dirs(paths, &budget, url)?;
+            if let Some(why) = &usage.rebuilt {
+                console::errln(&format!(
+                    "{}: history tables rebuilt ({why})",
+                    history::db::shown(url)
+                ));
+            }
+            (runs, skipped)
+        }
+        (None, None) => history::source::load_dirs(paths, &budget),
+        (None, Some(index)) => {
+            let (runs, skipped, usage) = history::index::load_dirs(paths, &budget, index);
+            if let Some(why) = &usage.rebuilt {
+                tracing::info!("{}: index rebuilt ({why})", index.display());
+            }
+            if let Some(why) = &usage.not_written {
+                console::errln(&format!("warning: the index was not written: {why}"));
+            }
+            tracing::info!(
+                "{}: {} from the index, {} read",
+                index.display(),
+                count_s(usage.reused, "run"),
+                usage.read
+            );
+            (runs, skipped)
+        }
+        (Some((repo, rev)), _) => history::git::load(repo, rev, paths, &budget)
+            .map_err(|e| Error::Usage(e.to_string()))?,
+    };
+    for s in &skipped {
+        console::errln(&format!("warning: {}: left out: {}", s.path, s.why));
+    }
+    let sources = match git {
+        None => paths.iter().map(|p| p.display().to_string()).collect(),
+        Some((repo, rev)) => paths
+            .iter()
+            .map(|p| format!("git {} {rev} -- {}", repo.display(), p.display()))
+            .collect(),
+    };
+    let model = history::build(runs, skipped, sources, threshold, &metrics);
+    if stdout {
+        console::out(&history::markdown::render(&model, None));
+    } else {
+        let path = history::write(&model, out)?;
+        console::outln(&format!("history: {}", path.display()));
+    }
+    let runs: usize = model.experiments.iter().map(|e| e.runs.len()).sum();
+    let changes: usize = model
+        .experiments
+        .iter()
+        .map(|e| e.change_points().len())
+        .sum();
+    console::errln(&format!(
+        "{} of {}, {}",
+        count_s(runs, "run"),
+        count_s(model.experiments.len(), "experiment"),
+        count_s(changes, "change point")
+    ));
+    if !fail_on_regression {
+        return Ok(Status::Success);
+    }
+    let regressions = history::regressions(&model);
+    for r in &regressions {
+        console::errln(&format!("regression: {r}"));
+    }
+    if history::judged_latest(&model) == 0 {
+        console::errln(
+            "error: no newest run could be judged against a good level (one run, or only failed, flagged or incomparable points): the gate fails rather than pass unseen",
+        );
+        return Ok(Status::Failed);
+    }
+    Ok(Status::failed_if(!regressions.is_empty()))
+}
+
+/// The history's index: `--index`, else the default file in the first path when that is a
+/// folder of runs (not a run directory itself); None with `--no-index`.
+fn index_path(paths: &[PathBuf], index: Option<PathBuf>, no_index: bool) -> Option<PathBuf> {
+    if no_index {
+        return None;
+    }
+    if index.is_some() {
+        return index;
+    }
+    let first = paths.first()?;
+    (first.is_dir() && !first.join(crate::results::rundir::META_FILE).is_file())
+        .then(|| first.join(crate::history::index::INDEX_FILE))
 }

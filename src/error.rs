@@ -115,6 +115,10 @@ pub(crate) enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// `history --db` could not get its history from the database (down, refusing the
+    /// login, a newer schema, a damaged row): nothing is built from part of it.
+    #[error(transparent)]
+    HistoryDb(#[from] crate::history::db::DbError),
     /// `down` could not read the run directory or reach its host.
     #[error(transparent)]
     Down(#[from] crate::run::down::DownError),
@@ -138,6 +142,7 @@ impl Error {
             | Error::RunReport { .. }
             | Error::Report(_)
             | Error::Write { .. }
+            | Error::HistoryDb(_)
             | Error::Down(_) => exit::FAILED,
         }
     }

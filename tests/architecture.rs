@@ -41,7 +41,10 @@ const LAYERS: &[(&str, &[(&str, u8)])] = &[
             ("results", 2),
         ],
     ),
-    ("crates/report", &[("measure", 0), ("report", 1)]),
+    (
+        "crates/report",
+        &[("measure", 0), ("report", 1), ("history", 2)],
+    ),
     (
         ".",
         &[
@@ -56,6 +59,7 @@ const LAYERS: &[(&str, &[(&str, u8)])] = &[
             ("text", 0),
             ("measure", 0),
             ("report", 0),
+            ("history", 0),
             ("sim", 0),
             ("exit", 0),
             ("engine", 1),

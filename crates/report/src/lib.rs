@@ -2,7 +2,9 @@
 //! statistics and a point's summary (it also runs inside the runner, folding records as they
 //! finish); `report` builds the report model from a run directory alone and renders it
 //! (templates, charts, reproduction checks, `compare`, `bound`). `report` uses `measure`, never
-//! the reverse.
+//! the reverse. `history` (every run in one history: trends, what changed, change points)
+//! uses `report`'s `compare`.
 
+pub mod history;
 pub mod measure;
 pub mod report;

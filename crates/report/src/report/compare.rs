@@ -344,6 +344,11 @@ pub struct CompareModel {
     pub unmatched: Vec<UnmatchedPoint>,
     /// Counts over all tables.
     pub summary: Summary,
+    /// How each run differs from the baseline by construction (prompts, cache policy, method,
+    /// client placement), one line each: such runs measured different things, so their speed
+    /// differences say nothing about the server. Empty when every run is comparable.
+    #[serde(default)]
+    pub not_comparable: Vec<String>,
     /// Problems reading the runs (skipped lines, duplicate points); empty when clean.
     pub data_notes: Vec<String>,
     /// Compared points that came from different hardware (GPU model, driver, engine
@@ -705,6 +710,17 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         .map(|m| metric_table(m, &points, &shared_records, threshold_pct, &mut summary))
         .collect();
 
+    let not_comparable: Vec<String> = runs
+        .iter()
+        .zip(&labels)
+        .skip(1)
+        .flat_map(|(r, l)| {
+            let base = &labels[0];
+            super::comparable::incomparable(&runs[0].meta, &r.meta)
+                .into_iter()
+                .map(move |d| format!("{l} against {base}: {d}"))
+        })
+        .collect();
     let metas: Vec<&RunMeta> = runs.iter().map(|r| &r.meta).collect();
     let hardware_notes = super::hardware::compare_notes(&metas, &labels, &shared_records);
     let (bound, bound_notes) = super::compare_bound::compare(
@@ -743,6 +759,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         metrics,
         unmatched,
         summary,
+        not_comparable,
         data_notes,
         hardware_notes,
         capacities: super::compare_capacity::compare(
@@ -783,7 +800,7 @@ fn run_label(i: usize) -> String {
 /// Dimensions that tell points apart: every dimension that takes two or more values in some
 /// run. A server flag set once per run (swept or not) is a setting, listed among the
 /// differences, so runs that differ only by it still match point for point.
-fn key_dimensions(runs: &[LoadedRun]) -> Vec<String> {
+pub(crate) fn key_dimensions(runs: &[LoadedRun]) -> Vec<String> {
     let mut dims: Vec<String> = Vec::new();
     for run in runs {
         for d in &run.meta.dimensions {
@@ -805,7 +822,7 @@ fn key_dimensions(runs: &[LoadedRun]) -> Vec<String> {
 
 /// A point's value of dimension `dim`: from its sweep values, else the run's resolved spec
 /// (`concurrency`, `server.args.…`), else `—`.
-fn dim_value(p: &PointRecord, experiment: &serde_json::Value, dim: &str) -> String {
+pub(crate) fn dim_value(p: &PointRecord, experiment: &serde_json::Value, dim: &str) -> String {
     p.values
         .get(dim)
         .or_else(|| lookup(experiment, dim))
@@ -818,7 +835,7 @@ fn lookup<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Va
     path.split('.').try_fold(v, |v, key| v.get(key))
 }
 
-fn point_label(dims: &[String], values: &[String]) -> String {
+pub(crate) fn point_label(dims: &[String], values: &[String]) -> String {
     if dims.is_empty() {
         return "all".to_string();
     }
@@ -830,7 +847,7 @@ fn point_label(dims: &[String], values: &[String]) -> String {
 }
 
 /// Why a point's numbers should not be compared.
-fn problems(run: &str, p: &PointRecord) -> Vec<PointProblem> {
+pub(crate) fn problems(run: &str, p: &PointRecord) -> Vec<PointProblem> {
     let problem = |kind: &str, message: String| PointProblem {
         run: run.to_string(),
         id: p.id.clone(),
@@ -960,7 +977,7 @@ fn differences(
         .zip(experiments)
         .map(|(run, exp)| {
             let mut s = IndexMap::new();
-            flatten("", exp, &mut s);
+            super::comparable::flatten("", exp, &mut s);
             for d in &run.meta.dimensions {
                 if let Some(v) = run.points.iter().find_map(|p| p.values.get(d)) {
                     s.insert(d.clone(), value_text(v));
@@ -1008,39 +1025,6 @@ fn differences(
             })
         })
         .collect()
-}
-
-/// Leaf values of the resolved spec by dotted path. Skipped: what names or describes the run
-/// (`name`, `description`, `report`, `expect`), the sweep itself, and the prompt length, which
-/// is usually templated from a dimension and resolved for the first point only.
-fn flatten(prefix: &str, v: &serde_json::Value, out: &mut IndexMap<String, String>) {
-    const SKIP: [&str; 6] = [
-        "name",
-        "description",
-        "report",
-        "expect",
-        "sweep",
-        "workload.prompt.tokens",
-    ];
-    if SKIP.contains(&prefix) {
-        return;
-    }
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                let path = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(&path, v, out);
-            }
-        }
-        serde_json::Value::Null => {}
-        leaf => {
-            out.insert(prefix.to_string(), value_text(leaf));
-        }
-    }
 }
 
 #[cfg(test)]

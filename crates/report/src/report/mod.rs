@@ -24,6 +24,7 @@ pub(crate) mod chart_error;
 pub(crate) mod chart_link;
 pub mod charts;
 pub(crate) mod charts_dir;
+pub(crate) mod comparable;
 pub mod compare;
 pub(crate) mod compare_bound;
 pub(crate) mod compare_capacity;
@@ -32,6 +33,7 @@ pub(crate) mod export;
 pub(crate) mod format;
 pub mod gpu;
 pub(crate) mod hardware;
+pub(crate) mod html;
 pub(crate) mod load;
 pub mod load_charts;
 pub(crate) mod metric_def;
@@ -510,6 +512,15 @@ pub fn write_report(
             path: path.clone(),
             source,
         })?;
+    // The page beside it: the same content, interactive.
+    let page = html::report_page(dir, &run.meta.experiment.name, &markdown, &run.points)?;
+    let page_path = dir.file(html::REPORT_HTML);
+    std::fs::write(&page_path, servebench_model::redact::text(&page).as_bytes()).map_err(
+        |source| ReportError::Write {
+            path: page_path.clone(),
+            source,
+        },
+    )?;
     Ok(path)
 }
 

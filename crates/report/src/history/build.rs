@@ -1,0 +1,378 @@
+//! From loaded runs to the [`HistoryModel`]: runs grouped by experiment and put in time
+//! order, what changed in each, a series per point and metric, and each entry judged against
+//! the newest earlier good one with `compare`'s own matching and verdict (the pair of runs is
+//! built as `compare` builds it), so `history` and `compare` never disagree about a change.
+
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
+
+use super::model::*;
+use crate::report::comparable::incomparable;
+use crate::report::compare::{self, CompareModel, LoadedRun, Verdict};
+use crate::report::metric_def::metric_def;
+use servebench_model::catalog::Metric;
+use servebench_model::results::records::PointRecord;
+
+/// The metrics a history follows when none is asked for: the report's headline metrics.
+pub fn default_metrics() -> Vec<Metric> {
+    Metric::headline().collect()
+}
+
+/// Builds the history of `runs` (any order, any experiments). `threshold_pct` is compare's
+/// `--threshold` (None: its default); `metrics` the series' metrics.
+pub fn build(
+    runs: Vec<LoadedRun>,
+    skipped: Vec<SkippedRun>,
+    sources: Vec<String>,
+    threshold_pct: Option<f64>,
+    metrics: &[Metric],
+) -> HistoryModel {
+    let mut by_name: IndexMap<String, Vec<LoadedRun>> = IndexMap::new();
+    for run in runs {
+        by_name
+            .entry(run.meta.experiment.name.clone())
+            .or_default()
+            .push(run);
+    }
+    let mut experiments: Vec<ExperimentHistory> = by_name
+        .into_iter()
+        .map(|(name, mut runs)| {
+            runs.sort_by(|a, b| {
+                (a.meta.started_at.as_str(), &a.path).cmp(&(b.meta.started_at.as_str(), &b.path))
+            });
+            experiment(name, &runs, threshold_pct, metrics)
+        })
+        .collect();
+    experiments.sort_by(|a, b| {
+        let first = |e: &ExperimentHistory| e.runs.first().map(|r| r.started_at.clone());
+        (first(a), &a.name).cmp(&(first(b), &b.name))
+    });
+    HistoryModel {
+        model_version: HISTORY_MODEL_VERSION,
+        sources,
+        threshold_pct: threshold_pct.unwrap_or(compare::DEFAULT_THRESHOLD_PCT),
+        experiments,
+        skipped,
+    }
+}
+
+/// Pairs of runs built as `compare` builds them, each once.
+struct Pairs<'a> {
+    runs: &'a [LoadedRun],
+    threshold_pct: Option<f64>,
+    built: HashMap<(usize, usize), CompareModel>,
+}
+
+impl Pairs<'_> {
+    fn get(&mut self, base: usize, other: usize) -> &CompareModel {
+        let (runs, threshold) = (self.runs, self.threshold_pct);
+        self.built.entry((base, other)).or_insert_with(|| {
+            if other == base + 1 {
+                compare::build(&runs[base..=other], threshold)
+            } else {
+                compare::build(&[runs[base].clone(), runs[other].clone()], threshold)
+            }
+        })
+    }
+
+    /// The verdict on `metric` at the point `ids` (base's, other's) as `compare` judges it.
+    fn judge(
+        &mut self,
+        base: (usize, &str),
+        other: (usize, &str),
+        metric: &str,
+    ) -> (Option<Verdict>, Option<f64>, String) {
+        let model = self.get(base.0, other.0);
+        let at = model
+            .points
+            .iter()
+            .position(|p| p.ids.len() == 2 && p.ids[0] == base.1 && p.ids[1] == other.1);
+        let row = at.and_then(|i| {
+            model
+                .metrics
+                .iter()
+                .find(|t| t.name == metric)
+                .and_then(|t| t.rows.get(i))
+        });
+        match row.and_then(|r| r.cells.get(1)) {
+            Some(cell) => (
+                cell.verdict,
+                cell.change_pct,
+                cell.reason.clone().unwrap_or_default(),
+            ),
+            None => (
+                None,
+                None,
+                "compare did not pair this point with the earlier run's".to_string(),
+            ),
+        }
+    }
+}
+
+fn experiment(
+    name: String,
+    runs: &[LoadedRun],
+    threshold_pct: Option<f64>,
+    metrics: &[Metric],
+) -> ExperimentHistory {
+    let mut pairs = Pairs {
+        runs,
+        threshold_pct,
+        built: HashMap::new(),
+    };
+    let history_runs: Vec<HistoryRun> = (0..runs.len())
+        .map(|i| {
+            let r = &runs[i];
+            let changes = if i == 0 {
+                RunChanges {
+                    summary: "first run".to_string(),
+                    settings: Vec::new(),
+                    not_comparable: Vec::new(),
+                }
+            } else {
+                changes(&runs[i - 1], r, pairs.get(i - 1, i))
+            };
+            HistoryRun {
+                label: format!("#{}", i + 1),
+                path: r.path.display().to_string(),
+                started_at: r.meta.started_at.clone(),
+                status: r.meta.status.to_string(),
+                tool_version: r.meta.tool_version.clone(),
+                commit: r.meta.git.as_ref().map(|g| {
+                    let short: String = g.commit.chars().take(12).collect();
+                    if g.dirty {
+                        format!("{short}+dirty")
+                    } else {
+                        short
+                    }
+                }),
+                changes,
+            }
+        })
+        .collect();
+    // A change of construction ends every series' comparable stretch at that run.
+    let breaks: Vec<bool> = history_runs
+        .iter()
+        .map(|r| !r.changes.not_comparable.is_empty())
+        .collect();
+
+    // Points by their key over all the experiment's runs, as compare keys them.
+    let dims = compare::key_dimensions(runs);
+    let mut points: IndexMap<String, Vec<(usize, &PointRecord)>> = IndexMap::new();
+    for (i, run) in runs.iter().enumerate() {
+        let exp = serde_json::to_value(&run.meta.experiment).unwrap_or_default();
+        let mut seen: Vec<String> = Vec::new();
+        for p in &run.points {
+            let key: Vec<String> = dims
+                .iter()
+                .map(|d| compare::dim_value(p, &exp, d))
+                .collect();
+            let label = compare::point_label(&dims, &key);
+            if seen.contains(&label) {
+                continue; // compare keeps the first point with a key
+            }
+            seen.push(label.clone());
+            points.entry(label).or_default().push((i, p));
+        }
+    }
+
+    let mut series = Vec::new();
+    for (point, found) in &points {
+        for metric in metrics {
+            let name = metric.name();
+            if !found.iter().any(|(_, p)| p.metrics.contains_key(name)) {
+                continue;
+            }
+            series.push(one_series(point, name, found, &breaks, &mut pairs));
+        }
+    }
+    ExperimentHistory {
+        name,
+        runs: history_runs,
+        series,
+    }
+}
+
+fn one_series(
+    point: &str,
+    metric: &str,
+    found: &[(usize, &PointRecord)],
+    breaks: &[bool],
+    pairs: &mut Pairs<'_>,
+) -> Series {
+    let def = metric_def(metric);
+    let mut entries: Vec<SeriesEntry> = Vec::new();
+    for &(i, p) in found {
+        let problems: Vec<String> = compare::problems("", p)
+            .into_iter()
+            .map(|x| format!("{}: {}", x.kind, x.message))
+            .collect();
+        let stat = p.metrics.get(metric).filter(|s| s.count > 0).cloned();
+        let mut entry = SeriesEntry {
+            run: i,
+            id: p.id.clone(),
+            stat,
+            problems,
+            against: None,
+            verdict: None,
+            change_pct: None,
+            reason: String::new(),
+            change_point: false,
+        };
+        if !entry.problems.is_empty() {
+            entry.reason = "failed or flagged: shown, not judged".to_string();
+        } else if breaks[i] {
+            entry.reason = "not comparable with the run before (see what changed)".to_string();
+        } else {
+            match reference(&entries, found, i, breaks, |_| true) {
+                None => entry.reason = "nothing earlier to judge against".to_string(),
+                Some((j, id)) => {
+                    let (verdict, change_pct, reason) =
+                        pairs.judge((j, id.as_str()), (i, p.id.as_str()), metric);
+                    entry.against = Some(j);
+                    entry.change_point =
+                        matches!(verdict, Some(Verdict::Regression | Verdict::Improvement));
+                    entry.verdict = verdict;
+                    entry.change_pct = change_pct;
+                    entry.reason = reason;
+                }
+            }
+        }
+        entries.push(entry);
+    }
+    let latest = entries.last().map(|last| {
+        let i = last.run;
+        if !last.problems.is_empty() {
+            return LatestCheck {
+                run: i,
+                good: None,
+                verdict: None,
+                change_pct: None,
+                reason: "the newest run's point failed or is flagged: not judged".to_string(),
+            };
+        }
+        let earlier = &entries[..entries.len() - 1];
+        let good = reference(earlier, found, i, breaks, |e| {
+            !(e.change_point && e.verdict == Some(Verdict::Regression))
+        });
+        match good {
+            None => LatestCheck {
+                run: i,
+                good: None,
+                verdict: None,
+                change_pct: None,
+                reason: if breaks[i] {
+                    "not comparable with the run before".to_string()
+                } else {
+                    "no earlier good level to judge against".to_string()
+                },
+            },
+            Some((j, id)) => {
+                let (verdict, change_pct, reason) =
+                    pairs.judge((j, id.as_str()), (i, last.id.as_str()), metric);
+                LatestCheck {
+                    run: i,
+                    good: Some(j),
+                    verdict,
+                    change_pct,
+                    reason,
+                }
+            }
+        }
+    });
+    Series {
+        point: point.to_string(),
+        metric: metric.to_string(),
+        label: def.as_ref().map_or(metric.to_string(), |d| d.label.clone()),
+        unit: def.map_or(String::new(), |d| d.unit),
+        better: compare::direction(metric),
+        entries,
+        latest,
+    }
+}
+
+/// The newest entry before run `i` that has no problem and passes `accept`, within the
+/// comparable stretch that ends at `i`: its run and point id.
+fn reference(
+    entries: &[SeriesEntry],
+    found: &[(usize, &PointRecord)],
+    i: usize,
+    breaks: &[bool],
+    accept: impl Fn(&SeriesEntry) -> bool,
+) -> Option<(usize, String)> {
+    // The stretch starts at the newest run at or before `i` that changed construction.
+    let start = (0..=i).rev().find(|&k| breaks[k]).unwrap_or(0);
+    entries
+        .iter()
+        .rev()
+        .filter(|e| e.run >= start && e.run < i)
+        .find(|e| e.problems.is_empty() && accept(e))
+        .map(|e| {
+            let id = found
+                .iter()
+                .find(|(r, _)| *r == e.run)
+                .map_or(e.id.clone(), |(_, p)| p.id.clone());
+            (e.run, id)
+        })
+}
+
+/// What changed from `before` to `after`: compare's differences of the pair (server flags
+/// first, the spec, single-valued sweep dimensions, versions), the hardware and host, and the
+/// client's placement; and how they differ by construction.
+fn changes(before: &LoadedRun, after: &LoadedRun, pair: &CompareModel) -> RunChanges {
+    let mut settings: Vec<SettingChange> = pair
+        .differences
+        .iter()
+        .filter(|d| d.values.len() == 2)
+        .map(|d| SettingChange {
+            name: d.name.clone(),
+            before: d.values[0].clone(),
+            after: d.values[1].clone(),
+        })
+        .collect();
+    let machine = |r: &LoadedRun| match r.points.first() {
+        Some(p) => crate::report::hardware::machine_of(&r.meta, p),
+        None => crate::report::hardware::describe(r.meta.server_host.as_ref(), None),
+    };
+    let extra = [
+        ("hardware", machine(before), machine(after)),
+        (
+            "host",
+            before.meta.client_host.hostname.clone(),
+            after.meta.client_host.hostname.clone(),
+        ),
+    ];
+    for (name, b, a) in extra {
+        if b != a {
+            settings.push(SettingChange {
+                name: name.to_string(),
+                before: b,
+                after: a,
+            });
+        }
+    }
+    let not_comparable: Vec<String> = incomparable(&before.meta, &after.meta)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    for d in incomparable(&before.meta, &after.meta) {
+        if !settings.iter().any(|s| s.name == d.setting) {
+            settings.push(SettingChange {
+                name: d.setting,
+                before: d.before,
+                after: d.after,
+            });
+        }
+    }
+    let summary = match settings.len() {
+        0 => "nothing changed".to_string(),
+        1 => "one setting changed".to_string(),
+        n => format!("{n} settings changed"),
+    };
+    RunChanges {
+        summary,
+        settings,
+        not_comparable,
+    }
+}

@@ -1,0 +1,274 @@
+//! JSON columns are `text` holding the JSON as the run directory had it (jsonb would reorder
+//! keys and so the order settings are listed in); the `metrics` view casts them for queries.
+//!
+//! A history shared across machines in a PostgreSQL database the team already runs
+//! (`--db postgres://...`): the same rows as the embedded index ([`super::index::RunRow`]),
+//! in the tables the guide documents (`runs`, `points`, and the `metrics` view dashboards
+//! read). Each `history` first brings the run directories it can see into the database
+//! (a row whose stamp still matches is left alone), then builds from every run the database
+//! holds, so one machine's history includes another's runs. A database that cannot be
+//! reached or refuses the login is an error that names it: the history is never built from
+//! part of it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::index::{INDEX_VERSION, IndexUse, RunRow, dir_stamp};
+use super::model::SkippedRun;
+use super::source::{Budget, find_run_dirs, load_dir};
+use crate::report::compare::LoadedRun;
+
+/// The schema, as the guide documents it (docs/guide/history.md).
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS servebench_history (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_dir text PRIMARY KEY,
+    stamp text NOT NULL,
+    experiment text NOT NULL,
+    started_at text NOT NULL,
+    status text NOT NULL,
+    tool_version text NOT NULL,
+    truncated_lines text NOT NULL,
+    meta text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS points (
+    run_dir text NOT NULL REFERENCES runs (run_dir) ON DELETE CASCADE,
+    position integer NOT NULL,
+    point_id text NOT NULL,
+    record text NOT NULL,
+    PRIMARY KEY (run_dir, position)
+);
+CREATE OR REPLACE VIEW metrics AS
+    SELECT r.experiment, r.started_at, r.run_dir, p.point_id, p.record::jsonb -> 'values' AS point_values,
+           m.key AS metric, (m.value ->> 'mean')::double precision AS mean,
+           (m.value ->> 'ci95_low')::double precision AS ci95_low,
+           (m.value ->> 'ci95_high')::double precision AS ci95_high,
+           (m.value ->> 'count')::bigint AS count
+    FROM runs r JOIN points p USING (run_dir), jsonb_each(p.record::jsonb -> 'metrics') m;
+";
+
+/// Why the database could not give a history.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The URL does not parse.
+    #[error(
+        "--db {url}: not a PostgreSQL URL ({message}); write postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+    )]
+    Url { url: String, message: String },
+    /// The server could not be reached, or refused the login.
+    #[error(
+        "{url}: cannot connect: {message}; the history was not built (check the server and the login, or leave out --db to use the local index)"
+    )]
+    Connect { url: String, message: String },
+    /// A statement failed.
+    #[error("{url}: {message}; the history was not built")]
+    Query { url: String, message: String },
+    /// A newer servebench wrote the schema.
+    #[error(
+        "{url}: the history tables are version {found}, newer than this servebench's {INDEX_VERSION}; upgrade servebench"
+    )]
+    Newer { url: String, found: i32 },
+    /// A row does not read back (damaged, or written by hand).
+    #[error("{url}: run {run_dir}: {message}; the history was not built")]
+    Row {
+        url: String,
+        run_dir: String,
+        message: String,
+    },
+}
+
+/// The URL without its password, for messages.
+pub fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Brings the run directories under `paths` into the database at `url`, then reads every
+/// run it holds.
+pub fn load_dirs(
+    paths: &[PathBuf],
+    budget: &Budget,
+    url: &str,
+) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>, IndexUse), DbError> {
+    let shown_url = shown(url);
+    let q = |e: postgres::Error| DbError::Query {
+        url: shown_url.clone(),
+        message: e.to_string(),
+    };
+    let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| DbError::Url {
+        url: shown_url.clone(),
+        message: e.to_string(),
+    })?;
+    config.connect_timeout(Duration::from_secs(10));
+    let mut client = config
+        .connect(postgres::NoTls)
+        .map_err(|e| DbError::Connect {
+            url: shown_url.clone(),
+            message: match e.as_db_error() {
+                Some(d) => d.message().to_string(),
+                None => {
+                    // The cause (`Connection refused`) is in the source chain.
+                    let mut text = e.to_string();
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(s) = source {
+                        text = format!("{text}: {s}");
+                        source = s.source();
+                    }
+                    text
+                }
+            },
+        })?;
+    let mut usage = IndexUse::default();
+    client.batch_execute(SCHEMA).map_err(q)?;
+    let version: Option<i32> = client
+        .query_opt("SELECT version FROM servebench_history LIMIT 1", &[])
+        .map_err(q)?
+        .map(|r| r.get(0));
+    match version {
+        Some(v) if v == INDEX_VERSION as i32 => {}
+        Some(v) if v > INDEX_VERSION as i32 => {
+            return Err(DbError::Newer {
+                url: shown_url,
+                found: v,
+            });
+        }
+        found => {
+            usage.rebuilt = Some(match found {
+                None => "missing".to_string(),
+                Some(v) => format!("written in index version {v}"),
+            });
+            let mut t = client.transaction().map_err(q)?;
+            t.batch_execute(
+                "DELETE FROM points; DELETE FROM runs; DELETE FROM servebench_history;",
+            )
+            .map_err(q)?;
+            t.execute(
+                "INSERT INTO servebench_history (version) VALUES ($1)",
+                &[&(INDEX_VERSION as i32)],
+            )
+            .map_err(q)?;
+            t.commit().map_err(q)?;
+        }
+    }
+    let stamps: HashMap<String, String> = client
+        .query("SELECT run_dir, stamp FROM runs", &[])
+        .map_err(q)?
+        .into_iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+
+    let (dirs, mut skipped) = find_run_dirs(paths, budget);
+    let mut spent = 0u64;
+    for dir in dirs {
+        let key = dir.display().to_string();
+        let Some(stamp) = dir_stamp(&dir) else {
+            skipped.push(SkippedRun {
+                path: key,
+                why: "its files could not be looked at".to_string(),
+            });
+            continue;
+        };
+        if stamps.get(&key) == Some(&stamp) {
+            usage.reused += 1;
+            continue;
+        }
+        match load_dir(&dir, budget, &mut spent) {
+            Ok(run) => {
+                usage.read += 1;
+                upsert(&mut client, &RunRow::of(&run, stamp)).map_err(q)?;
+            }
+            Err(why) => skipped.push(SkippedRun { path: key, why }),
+        }
+    }
+
+    let mut points: HashMap<String, Vec<String>> = HashMap::new();
+    for row in client
+        .query(
+            "SELECT run_dir, record FROM points ORDER BY run_dir, position",
+            &[],
+        )
+        .map_err(q)?
+    {
+        points.entry(row.get(0)).or_default().push(row.get(1));
+    }
+    let mut runs = Vec::new();
+    for row in client
+        .query(
+            "SELECT run_dir, stamp, experiment, started_at, status, tool_version, truncated_lines, meta FROM runs",
+            &[],
+        )
+        .map_err(q)?
+    {
+        let run_dir: String = row.get(0);
+        let bad = |message: String| DbError::Row {
+            url: shown_url.clone(),
+            run_dir: run_dir.clone(),
+            message,
+        };
+        let meta = serde_json::from_str(row.get(7)).map_err(|e| bad(format!("meta: {e}")))?;
+        let truncated_lines = serde_json::from_str(row.get(6))
+            .map_err(|e| bad(format!("truncated_lines: {e}")))?;
+        let records = points
+            .remove(&run_dir)
+            .unwrap_or_default()
+            .iter()
+            .map(|text| serde_json::from_str(text))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(format!("a point: {e}")))?;
+        runs.push(
+            RunRow {
+                run_dir: run_dir.clone(),
+                stamp: row.get(1),
+                experiment: row.get(2),
+                started_at: row.get(3),
+                status: row.get(4),
+                tool_version: row.get(5),
+                truncated_lines,
+                meta,
+                points: records,
+            }
+            .into_run(),
+        );
+    }
+    Ok((runs, skipped, usage))
+}
+
+/// Writes one run's rows in one transaction (its old points replaced).
+fn upsert(client: &mut postgres::Client, row: &RunRow) -> Result<(), postgres::Error> {
+    let mut t = client.transaction()?;
+    t.execute("DELETE FROM points WHERE run_dir = $1", &[&row.run_dir])?;
+    let meta = serde_json::to_string(&row.meta).unwrap_or_default();
+    let truncated = serde_json::to_string(&row.truncated_lines).unwrap_or_default();
+    t.execute(
+        "INSERT INTO runs (run_dir, stamp, experiment, started_at, status, tool_version, truncated_lines, meta)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (run_dir) DO UPDATE SET stamp = EXCLUDED.stamp, experiment = EXCLUDED.experiment,
+           started_at = EXCLUDED.started_at, status = EXCLUDED.status, tool_version = EXCLUDED.tool_version,
+           truncated_lines = EXCLUDED.truncated_lines, meta = EXCLUDED.meta",
+        &[
+            &row.run_dir,
+            &row.stamp,
+            &row.experiment,
+            &row.started_at,
+            &row.status,
+            &row.tool_version,
+            &truncated,
+            &meta,
+        ],
+    )?;
+    for (i, p) in row.points.iter().enumerate() {
+        let record = serde_json::to_string(p).unwrap_or_default();
+        t.execute(
+            "INSERT INTO points (run_dir, position, point_id, record) VALUES ($1, $2, $3, $4)",
+            &[&row.run_dir, &(i as i32), &p.id, &record],
+        )?;
+    }
+    t.commit()
+}

@@ -1,0 +1,341 @@
+//! Run directories committed in a git repository's history, read without checking anything
+//! out: `git rev-list` names the commits in a range that touched the paths, `git ls-tree`
+//! lists each one's run directories (a folder with `meta.json`), and `git cat-file --batch`
+//! reads their `meta.json` and `points.jsonl` by object id. Every git command runs with an
+//! argument vector (no shell), and a revision that looks like an option is refused.
+//!
+//! A run directory committed several times (a run committed while it ran, then finished) is
+//! read as the newest commit of the range holds it; the same files under another path are
+//! one run, read once.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::model::SkippedRun;
+use super::source::{Budget, parse_run};
+use crate::report::compare::LoadedRun;
+
+/// Why a repository's history could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// `git` could not be started.
+    #[error("cannot run git: {0}; install git, or pass run directories instead of --git")]
+    Spawn(#[source] std::io::Error),
+    /// A git command failed (not a repository, an unknown revision, ...).
+    #[error("{repo}: `git {command}` failed: {message}")]
+    Failed {
+        repo: PathBuf,
+        command: String,
+        message: String,
+    },
+    /// A revision that git would read as an option.
+    #[error("--rev {0}: a revision may not start with `-`")]
+    OptionLike(String),
+    /// More commits than the budget allows.
+    #[error(
+        "{repo}: the range {rev} has more than {limit} commits that touch the runs; narrow it (--rev A..B)"
+    )]
+    TooManyCommits {
+        repo: PathBuf,
+        rev: String,
+        limit: usize,
+    },
+}
+
+/// Commits of a range the history reads at most.
+pub const MAX_COMMITS: usize = 10_000;
+
+/// One run directory found in a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Found {
+    commit: String,
+    dir: String,
+    meta: String,
+    points: Option<String>,
+}
+
+/// Runs committed in `repo` over `rev` (`main`, `v1..v2`; default `HEAD`) under `paths`
+/// (relative to the repository's root; empty: everywhere).
+pub fn load(
+    repo: &Path,
+    rev: &str,
+    paths: &[PathBuf],
+    budget: &Budget,
+) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>), GitError> {
+    if rev.starts_with('-') {
+        return Err(GitError::OptionLike(rev.to_string()));
+    }
+    let pathspecs: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let mut args = vec![
+        "rev-list".to_string(),
+        format!("--max-count={}", MAX_COMMITS + 1),
+        rev.to_string(),
+        "--".to_string(),
+    ];
+    args.extend(pathspecs.iter().cloned());
+    let commits: Vec<String> = git(repo, &args)?
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if commits.len() > MAX_COMMITS {
+        return Err(GitError::TooManyCommits {
+            repo: repo.to_path_buf(),
+            rev: rev.to_string(),
+            limit: MAX_COMMITS,
+        });
+    }
+    // Newest first (rev-list's order): each run directory as the newest commit holds it.
+    let mut found: Vec<Found> = Vec::new();
+    let mut dirs_seen: HashSet<String> = HashSet::new();
+    let mut files_seen: HashSet<(String, Option<String>)> = HashSet::new();
+    for commit in &commits {
+        let mut args = vec![
+            "ls-tree".to_string(),
+            "-r".to_string(),
+            "-z".to_string(),
+            "--full-tree".to_string(),
+            commit.clone(),
+            "--".to_string(),
+        ];
+        args.extend(pathspecs.iter().cloned());
+        let listing = git(repo, &args)?;
+        let mut blobs: HashMap<&str, &str> = HashMap::new();
+        for entry in listing.split('\0').filter(|e| !e.is_empty()) {
+            // `<mode> <type> <object>\t<path>`
+            let Some((head, path)) = entry.split_once('\t') else {
+                continue;
+            };
+            let mut parts = head.split(' ');
+            let (_, kind, object) = (parts.next(), parts.next(), parts.next());
+            if kind == Some("blob")
+                && let Some(object) = object
+            {
+                blobs.insert(path, object);
+            }
+        }
+        let mut metas: Vec<(&str, &str)> = blobs
+            .iter()
+            .filter_map(|(path, object)| {
+                let dir = path.strip_suffix("meta.json")?;
+                (dir.is_empty() || dir.ends_with('/')).then_some((dir, *object))
+            })
+            .collect();
+        metas.sort();
+        for (dir, meta) in metas {
+            let dir = dir.trim_end_matches('/').to_string();
+            if !dirs_seen.insert(dir.clone()) {
+                continue;
+            }
+            let points_path = if dir.is_empty() {
+                "points.jsonl".to_string()
+            } else {
+                format!("{dir}/points.jsonl")
+            };
+            let points = blobs.get(points_path.as_str()).map(|s| s.to_string());
+            if !files_seen.insert((meta.to_string(), points.clone())) {
+                continue;
+            }
+            found.push(Found {
+                commit: commit.clone(),
+                dir,
+                meta: meta.to_string(),
+                points,
+            });
+            if found.len() >= budget.runs {
+                break;
+            }
+        }
+    }
+    read_found(repo, found, budget)
+}
+
+/// Reads the found runs' files in one `git cat-file --batch`, within the budget.
+fn read_found(
+    repo: &Path,
+    found: Vec<Found>,
+    budget: &Budget,
+) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>), GitError> {
+    let mut wanted: Vec<&str> = Vec::new();
+    for f in &found {
+        for object in std::iter::once(&f.meta).chain(&f.points) {
+            if !wanted.contains(&object.as_str()) {
+                wanted.push(object);
+            }
+        }
+    }
+    let blobs = cat_file(repo, &wanted, budget)?;
+    let mut runs = Vec::new();
+    let mut skipped = Vec::new();
+    for f in found {
+        let name = format!(
+            "{}:{}",
+            &f.commit[..f.commit.len().min(12)],
+            if f.dir.is_empty() { "." } else { &f.dir }
+        );
+        let text = |object: &str, file: &str| -> Result<String, String> {
+            match blobs.get(object) {
+                Some(Ok(t)) => Ok(t.clone()),
+                Some(Err(why)) => Err(format!("{file}: {why}")),
+                None => Err(format!("{file}: not read")),
+            }
+        };
+        let loaded = text(&f.meta, "meta.json").and_then(|meta| {
+            let points = match &f.points {
+                Some(p) => text(p, "points.jsonl")?,
+                None => String::new(),
+            };
+            parse_run(PathBuf::from(&name), &meta, &points)
+        });
+        match loaded {
+            Ok(run) => runs.push(run),
+            Err(why) => skipped.push(SkippedRun { path: name, why }),
+        }
+    }
+    Ok((runs, skipped))
+}
+
+/// Each object's text, or why not (over the budget, not UTF-8), from one `git cat-file
+/// --batch`: the sizes are asked first (`--batch-check`), so an object over the budget is
+/// never read.
+fn cat_file(
+    repo: &Path,
+    objects: &[&str],
+    budget: &Budget,
+) -> Result<HashMap<String, Result<String, String>>, GitError> {
+    let mut out = HashMap::new();
+    if objects.is_empty() {
+        return Ok(out);
+    }
+    let input: String = objects.iter().map(|o| format!("{o}\n")).collect();
+    let sizes = git_with_input(repo, &["cat-file", "--batch-check"], input.as_bytes())?;
+    let mut spent = 0u64;
+    let mut within: Vec<String> = Vec::new();
+    for line in String::from_utf8_lossy(&sizes).lines() {
+        let mut parts = line.split(' ');
+        let (Some(oid), Some(_), Some(size)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let size: u64 = size.parse().unwrap_or(u64::MAX);
+        let limit = budget.meta_bytes.max(budget.points_bytes);
+        if size > limit {
+            out.insert(
+                oid.to_string(),
+                Err(format!(
+                    "{} MiB, over the budget of {} MiB for one file",
+                    size >> 20,
+                    limit >> 20
+                )),
+            );
+        } else if spent + size > budget.total_bytes {
+            out.insert(
+                oid.to_string(),
+                Err(format!(
+                    "the history reached its budget of {} MiB of run files",
+                    budget.total_bytes >> 20
+                )),
+            );
+        } else {
+            spent += size;
+            within.push(oid.to_string());
+        }
+    }
+    if within.is_empty() {
+        return Ok(out);
+    }
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["cat-file", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(GitError::Spawn)?;
+    let input: String = within.iter().map(|o| format!("{o}\n")).collect();
+    let mut stdin = child.stdin.take().expect("piped");
+    // Written from a thread: git answers while it reads, and a full pipe would stall both.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let mut reader = BufReader::new(child.stdout.take().expect("piped"));
+    let failed = |message: String| GitError::Failed {
+        repo: repo.to_path_buf(),
+        command: "cat-file --batch".to_string(),
+        message,
+    };
+    for _ in 0..within.len() {
+        let mut header = String::new();
+        reader
+            .read_line(&mut header)
+            .map_err(|e| failed(e.to_string()))?;
+        let mut parts = header.trim_end().split(' ');
+        let (Some(oid), Some(kind), Some(size)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(failed(format!("unexpected answer {header:?}")));
+        };
+        if kind != "blob" {
+            out.insert(oid.to_string(), Err(format!("a {kind}, not a file")));
+            continue;
+        }
+        let size: usize = size.parse().map_err(|_| failed(header.clone()))?;
+        let mut bytes = vec![0u8; size + 1]; // the content and its newline
+        reader
+            .read_exact(&mut bytes)
+            .map_err(|e| failed(e.to_string()))?;
+        bytes.truncate(size);
+        out.insert(
+            oid.to_string(),
+            String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string()),
+        );
+    }
+    let _ = writer.join();
+    let _ = child.wait();
+    Ok(out)
+}
+
+fn git(repo: &Path, args: &[String]) -> Result<String, GitError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(GitError::Spawn)?;
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            repo: repo.to_path_buf(),
+            command: args.first().cloned().unwrap_or_default(),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn git_with_input(repo: &Path, args: &[&str], input: &[u8]) -> Result<Vec<u8>, GitError> {
+    let mut child = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(GitError::Spawn)?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().map_err(GitError::Spawn)?;
+    let _ = writer.join();
+    if !out.status.success() {
+        return Err(GitError::Failed {
+            repo: repo.to_path_buf(),
+            command: args.join(" "),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out.stdout)
+}

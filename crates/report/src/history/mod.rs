@@ -1,0 +1,117 @@
+//! `servebench history`: every run of every experiment in one history. Runs are found in run
+//! directories (`source`), in a git repository's history without checking anything out
+//! (`git`), or through an index that keeps it fast (`index`); `build` groups them by
+//! experiment, says what changed in each run and judges each point's series with `compare`'s
+//! own matching and verdict; `markdown` and `charts` render it.
+//!
+//! Files point one way: `model` (the types) below `build` (pure) below the renderers; the
+//! sources only produce loaded runs.
+
+pub mod build;
+pub mod charts;
+pub mod db;
+pub mod git;
+pub mod index;
+pub mod markdown;
+pub mod model;
+pub mod page;
+pub mod source;
+
+pub use build::{build, default_metrics};
+pub use model::*;
+
+/// The newest runs' regressions against their series' last good level, one line each
+/// (`quickstart #3: decode at ctx=1024: -20.1% against #1`), for `--fail-on-regression`.
+pub fn regressions(model: &HistoryModel) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in &model.experiments {
+        for s in &e.series {
+            let Some(l) = &s.latest else { continue };
+            if l.verdict == Some(crate::report::compare::Verdict::Regression) {
+                out.push(format!(
+                    "{} {}: {} at {}: {} against the last good level, {} ({})",
+                    e.name,
+                    e.runs[l.run].label,
+                    s.label,
+                    s.point,
+                    l.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
+                    l.good.map_or("—".into(), |g| e.runs[g].label.clone()),
+                    l.reason
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Series whose newest run was judged against a good level (any verdict but "not judged").
+pub fn judged_latest(model: &HistoryModel) -> usize {
+    use crate::report::compare::Verdict;
+    model
+        .experiments
+        .iter()
+        .flat_map(|e| &e.series)
+        .filter_map(|s| s.latest.as_ref())
+        .filter(|l| {
+            matches!(
+                l.verdict,
+                Some(
+                    Verdict::Regression
+                        | Verdict::Improvement
+                        | Verdict::WithinNoise
+                        | Verdict::BelowThreshold
+                )
+            )
+        })
+        .count()
+}
+
+/// The history's Markdown file in its output folder.
+pub const MARKDOWN_FILE: &str = "history.md";
+/// The history's page, beside it.
+pub const HTML_FILE: &str = "history.html";
+/// The folder of its trend charts, beside it.
+pub const CHARTS_DIR: &str = "charts";
+
+/// Writes the history into `out`: `history.md`, its trend charts in `charts/` (charts no
+/// longer drawn are removed) and `history.html` (self-contained). Returns the Markdown's path.
+pub fn write(
+    model: &HistoryModel,
+    out: &std::path::Path,
+) -> Result<std::path::PathBuf, crate::report::ReportError> {
+    use crate::report::ReportError;
+    let write_err = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| ReportError::Write { path, source }
+    };
+    let folder = out.join(CHARTS_DIR);
+    std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    let mut drawn: Vec<String> = Vec::new();
+    for e in &model.experiments {
+        for chart in charts::charts(e) {
+            let svg = charts::render_svg(&chart)?;
+            let path = folder.join(&chart.file);
+            std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
+                .map_err(write_err(&path))?;
+            drawn.push(chart.file);
+        }
+    }
+    // Charts of experiments no longer in the history: only files this command names.
+    if let Ok(entries) = std::fs::read_dir(&folder) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.ends_with(".svg") && !drawn.contains(&name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    let path = out.join(MARKDOWN_FILE);
+    let markdown = markdown::render(model, Some(CHARTS_DIR));
+    std::fs::write(&path, servebench_model::redact::text(&markdown).as_bytes())
+        .map_err(write_err(&path))?;
+    let page_path = out.join(HTML_FILE);
+    let html = page::render(model, &markdown, &folder);
+    std::fs::write(&page_path, servebench_model::redact::text(&html).as_bytes())
+        .map_err(write_err(&page_path))?;
+    Ok(path)
+}

@@ -1,0 +1,207 @@
+//! Where a history's runs come from: run directories found under the paths given (a run
+//! directory is a folder with a `meta.json`), each read as `compare` reads it, within a
+//! budget; a directory that cannot be read is named with why and left out, never guessed at.
+
+use std::path::{Path, PathBuf};
+
+use super::model::SkippedRun;
+use crate::report::compare::LoadedRun;
+use servebench_model::results::meta::RunMeta;
+use servebench_model::results::records::PointRecord;
+use servebench_model::results::rundir::{META_FILE, POINTS_FILE};
+
+/// What a history reads at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Bytes of one run's `meta.json` (larger: left out, named).
+    pub meta_bytes: u64,
+    /// Bytes of one run's `points.jsonl`.
+    pub points_bytes: u64,
+    /// Bytes of every run's files together.
+    pub total_bytes: u64,
+    /// Run directories at most.
+    pub runs: usize,
+    /// Folders visited while looking for run directories.
+    pub folders: usize,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            meta_bytes: 16 << 20,
+            points_bytes: 256 << 20,
+            total_bytes: 4 << 30,
+            runs: 100_000,
+            folders: 1_000_000,
+        }
+    }
+}
+
+/// How deep below a given path a run directory is looked for (`runs/<name>/<timestamp>` is 2).
+const MAX_DEPTH: usize = 6;
+
+/// Run directories under `paths` (a path that is a run directory is itself one), in path
+/// order, within `budget.folders` and `budget.runs`. Folders that are not run directories
+/// and cannot be listed are skipped with why.
+pub fn find_run_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<PathBuf>, Vec<SkippedRun>) {
+    let mut found = Vec::new();
+    let mut skipped = Vec::new();
+    let mut visited = 0usize;
+    for path in paths {
+        if !path.exists() {
+            skipped.push(SkippedRun {
+                path: path.display().to_string(),
+                why: "no such file or directory".to_string(),
+            });
+            continue;
+        }
+        walk(path, 0, budget, &mut visited, &mut found, &mut skipped);
+    }
+    found.sort();
+    found.dedup();
+    (found, skipped)
+}
+
+fn walk(
+    dir: &Path,
+    depth: usize,
+    budget: &Budget,
+    visited: &mut usize,
+    found: &mut Vec<PathBuf>,
+    skipped: &mut Vec<SkippedRun>,
+) {
+    *visited += 1;
+    if *visited > budget.folders || found.len() >= budget.runs {
+        if *visited == budget.folders + 1 || found.len() == budget.runs {
+            skipped.push(SkippedRun {
+                path: dir.display().to_string(),
+                why: format!(
+                    "the search stopped here: it reached its budget of {} folders or {} runs",
+                    budget.folders, budget.runs
+                ),
+            });
+        }
+        return;
+    }
+    if dir.join(META_FILE).is_file() {
+        found.push(dir.to_path_buf());
+        return;
+    }
+    if depth >= MAX_DEPTH {
+        return;
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            if depth == 0 {
+                skipped.push(SkippedRun {
+                    path: dir.display().to_string(),
+                    why: e.to_string(),
+                });
+            }
+            return;
+        }
+    };
+    let mut subdirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    subdirs.sort();
+    for sub in subdirs {
+        walk(&sub, depth + 1, budget, visited, found, skipped);
+    }
+}
+
+/// Reads one run directory within `budget`'s per-file limits; its bytes read are added to
+/// `spent`. Err: why it is left out.
+pub fn load_dir(dir: &Path, budget: &Budget, spent: &mut u64) -> Result<LoadedRun, String> {
+    let meta_path = dir.join(META_FILE);
+    let points_path = dir.join(POINTS_FILE);
+    let meta_text = read_within(&meta_path, budget.meta_bytes, META_FILE)?;
+    let points_text = if points_path.exists() {
+        read_within(&points_path, budget.points_bytes, POINTS_FILE)?
+    } else {
+        String::new()
+    };
+    *spent += (meta_text.len() + points_text.len()) as u64;
+    if *spent > budget.total_bytes {
+        return Err(format!(
+            "the history reached its budget of {} MiB of run files here",
+            budget.total_bytes >> 20
+        ));
+    }
+    parse_run(dir.to_path_buf(), &meta_text, &points_text)
+}
+
+fn read_within(path: &Path, limit: u64, name: &str) -> Result<String, String> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{name}: {e}"))?
+        .len();
+    if len > limit {
+        return Err(format!(
+            "{name} is {} MiB, over the budget of {} MiB for one run",
+            len >> 20,
+            limit >> 20
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8 text"))
+}
+
+/// A run from the text of its `meta.json` and `points.jsonl` (`""` when it has none): a
+/// record cut off at the end of a line (a crash mid-write) is skipped and its line kept in
+/// `truncated_lines`, as `compare` does; any other bad line leaves the whole run out.
+pub fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, String> {
+    let meta: RunMeta = serde_json::from_str(meta).map_err(|e| {
+        format!(
+            "{META_FILE}:{}:{}: {e} (a damaged or half-written run directory)",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let mut records: Vec<PointRecord> = Vec::new();
+    let mut truncated_lines = Vec::new();
+    for (i, line) in points.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(r) => records.push(r),
+            Err(e) if e.is_eof() => truncated_lines.push(i + 1),
+            Err(e) => {
+                return Err(format!(
+                    "{POINTS_FILE}:{}:{}: {e} (a damaged run directory)",
+                    i + 1,
+                    e.column()
+                ));
+            }
+        }
+    }
+    Ok(LoadedRun {
+        path,
+        meta,
+        points: records,
+        truncated_lines,
+        part: None,
+        searches: None,
+    })
+}
+
+/// Every run directory under `paths`, read; those that cannot be read are named with why.
+pub fn load_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<LoadedRun>, Vec<SkippedRun>) {
+    let (dirs, mut skipped) = find_run_dirs(paths, budget);
+    let mut runs = Vec::new();
+    let mut spent = 0u64;
+    for dir in dirs {
+        match load_dir(&dir, budget, &mut spent) {
+            Ok(run) => runs.push(run),
+            Err(why) => skipped.push(SkippedRun {
+                path: dir.display().to_string(),
+                why,
+            }),
+        }
+    }
+    (runs, skipped)
+}

@@ -1,0 +1,563 @@
+//! Self-contained HTML pages: `report.html` beside every `report.md`, and `history.html`.
+//! Everything is inline (the Markdown's content as HTML with its SVG charts embedded, the
+//! style, the script, the data), so a page opens from a checkout or an attachment with no
+//! network. On top of the Markdown's content a page has charts with hover values and
+//! toggled series, each point's details, and (for a run) a per-request timeline: scheduled,
+//! sent, first token, each chunk and the end, with the router's worker where recorded.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use serde_json::json;
+
+use servebench_model::catalog::Metric;
+use servebench_model::results::records::{PointRecord, RequestRecord};
+use servebench_model::results::rundir::RunDir;
+
+/// The run's page, beside `report.md`.
+pub const REPORT_HTML: &str = "report.html";
+
+const SCRIPT: &str = include_str!("../../../../reports/templates/page.js");
+const STYLE: &str = include_str!("../../../../reports/templates/page.css");
+
+/// Requests the timeline shows per point, and in all (a page stays small enough to open).
+const TIMELINE_PER_POINT: usize = 400;
+const TIMELINE_TOTAL: usize = 8_000;
+/// Chunk times kept per request in the timeline.
+const TIMELINE_CHUNKS: usize = 256;
+/// Bytes of one inlined chart.
+const SVG_BUDGET: u64 = 4 << 20;
+
+/// Escapes text for HTML.
+pub(crate) fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page: `title`, the content (HTML), the interactive part's data (`charts`,
+/// `timeline`), and extra HTML (point details) after the interactive part.
+pub(crate) fn page(title: &str, content: &str, data: &serde_json::Value, extra: &str) -> String {
+    // `</` cannot end the script element early.
+    let data = serde_json::to_string(data)
+        .unwrap_or_else(|_| "{}".into())
+        .replace("</", "<\\/");
+    let has_timeline = data.contains("\"timeline\":[{");
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n<section id=\"sb-interactive\">\n<h2>Interactive charts</h2>\n<p class=\"sb-hint\">Hover a point for its values; click a legend entry to hide or show its line.</p>\n<div id=\"sb-charts\"></div>\n{timeline}</section>\n{extra}<section id=\"sb-content\">\n{content}</section>\n<p id=\"sb-ready\" class=\"sb-hint\">charts not drawn (the page's script did not run)</p>\n</main>\n<script type=\"application/json\" id=\"sb-data\">{data}</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
+        title = escape(title),
+        timeline = if has_timeline {
+            "<h2>Per-request timeline</h2>\n<p class=\"sb-hint\">One row per request, time from the point's first scheduled request: grey, queued in the client (scheduled to sent); orange, waiting for the first token; blue, the stream, a tick per chunk; red, a gap between chunks over four times the median (a stall) or a failed request. Hover a row for its times, worker and error.</p>\n<div id=\"sb-timeline\"></div>\n"
+        } else {
+            ""
+        },
+    )
+}
+
+/// Markdown (as servebench's templates write it) to HTML: headings, paragraphs, tables,
+/// lists, quotes, code, emphasis, links; an image whose file `inline` can read is embedded
+/// as its SVG, any other is left as its text (a page never loads anything).
+pub(crate) fn markdown_to_html(md: &str, inline: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::new();
+    let lines: Vec<&str> = md.lines().collect();
+    let mut i = 0;
+    let mut paragraph: Vec<&str> = Vec::new();
+    let flush = |out: &mut String, p: &mut Vec<&str>| {
+        if !p.is_empty() {
+            let _ = writeln!(out, "<p>{}</p>", inline_md(&p.join(" "), inline));
+            p.clear();
+        }
+    };
+    while i < lines.len() {
+        let line = lines[i];
+        let t = line.trim_start();
+        if t.starts_with("```") {
+            flush(&mut out, &mut paragraph);
+            let mut code = String::new();
+            i += 1;
+            while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+                code.push_str(&escape(lines[i]));
+                code.push('\n');
+                i += 1;
+            }
+            let _ = writeln!(out, "<pre><code>{code}</code></pre>");
+            i += 1;
+            continue;
+        }
+        if t.is_empty() {
+            flush(&mut out, &mut paragraph);
+            i += 1;
+            continue;
+        }
+        if let Some(level) = heading_level(t) {
+            flush(&mut out, &mut paragraph);
+            let text = t[level..].trim();
+            let _ = writeln!(out, "<h{level}>{}</h{level}>", inline_md(text, inline));
+            i += 1;
+            continue;
+        }
+        if t.starts_with('|') {
+            flush(&mut out, &mut paragraph);
+            let mut rows: Vec<&str> = Vec::new();
+            while i < lines.len() && lines[i].trim_start().starts_with('|') {
+                rows.push(lines[i].trim());
+                i += 1;
+            }
+            out.push_str(&table(&rows, inline));
+            continue;
+        }
+        if t.starts_with("> ") || t == ">" {
+            flush(&mut out, &mut paragraph);
+            let mut quoted: Vec<&str> = Vec::new();
+            while i < lines.len() && lines[i].trim_start().starts_with('>') {
+                quoted.push(lines[i].trim_start()[1..].trim_start());
+                i += 1;
+            }
+            let inner = quoted.join("\n");
+            let inner = inner
+                .replace("[!WARNING]", "**Warning**")
+                .replace("[!CAUTION]", "**Caution**")
+                .replace("[!NOTE]", "**Note**")
+                .replace("[!IMPORTANT]", "**Important**")
+                .replace("[!TIP]", "**Tip**");
+            let _ = writeln!(
+                out,
+                "<blockquote>{}</blockquote>",
+                markdown_to_html(&inner, inline)
+            );
+            continue;
+        }
+        if t.starts_with("- ") || t.starts_with("* ") {
+            flush(&mut out, &mut paragraph);
+            out.push_str("<ul>\n");
+            while i < lines.len() {
+                let l = lines[i].trim_start();
+                if l.starts_with("- ") || l.starts_with("* ") {
+                    let _ = writeln!(out, "<li>{}</li>", inline_md(&l[2..], inline));
+                } else if !l.is_empty() && lines[i].starts_with("  ") {
+                    // A continuation line of the item before.
+                    let _ = writeln!(out, "{}", inline_md(l, inline));
+                } else {
+                    break;
+                }
+                i += 1;
+            }
+            out.push_str("</ul>\n");
+            continue;
+        }
+        paragraph.push(t);
+        i += 1;
+    }
+    flush(&mut out, &mut paragraph);
+    out
+}
+
+fn heading_level(t: &str) -> Option<usize> {
+    let n = t.chars().take_while(|c| *c == '#').count();
+    ((1..=6).contains(&n) && t[n..].starts_with(' ')).then_some(n)
+}
+
+/// The cells of a table row, `\|` kept inside a cell.
+fn cells(row: &str) -> Vec<String> {
+    let inner = row.trim().trim_start_matches('|');
+    let inner = inner.strip_suffix('|').unwrap_or(inner);
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = inner.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'|') => {
+                cur.push('|');
+                chars.next();
+            }
+            '|' => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out.into_iter().map(|c| c.trim().to_string()).collect()
+}
+
+fn table(rows: &[&str], inline: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::from("<div class=\"sb-table\"><table>\n");
+    let is_rule = |r: &str| {
+        cells(r)
+            .iter()
+            .all(|c| !c.is_empty() && c.chars().all(|x| "-:".contains(x)))
+    };
+    let header = rows.len() >= 2 && is_rule(rows[1]);
+    for (n, row) in rows.iter().enumerate() {
+        if header && n == 1 {
+            continue;
+        }
+        let tag = if header && n == 0 { "th" } else { "td" };
+        out.push_str("<tr>");
+        for c in cells(row) {
+            let _ = write!(out, "<{tag}>{}</{tag}>", inline_md(&c, inline));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table></div>\n");
+    out
+}
+
+/// Inline Markdown: `code`, **bold**, images, links; everything else escaped.
+fn inline_md(text: &str, inline: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('`')
+            && let Some(end) = r.find('`')
+        {
+            let _ = write!(out, "<code>{}</code>", escape(&r[..end]));
+            rest = &r[end + 1..];
+            continue;
+        }
+        if let Some(r) = rest.strip_prefix("**")
+            && let Some(end) = r.find("**")
+        {
+            let _ = write!(out, "<strong>{}</strong>", inline_md(&r[..end], inline));
+            rest = &r[end + 2..];
+            continue;
+        }
+        let image = rest.starts_with("![");
+        if (image || rest.starts_with('['))
+            && let Some((label, target, len)) = link(&rest[usize::from(image)..])
+        {
+            if image {
+                match inline(target) {
+                    Some(svg) => {
+                        let _ = write!(out, "<figure class=\"sb-figure\">{svg}</figure>");
+                    }
+                    None => {
+                        let _ = write!(out, "<em>[{}]</em>", escape(label));
+                    }
+                }
+            } else if target.starts_with("http://")
+                || target.starts_with("https://")
+                || target.starts_with('#')
+            {
+                let _ = write!(
+                    out,
+                    "<a href=\"{}\">{}</a>",
+                    escape(target),
+                    inline_md(label, inline)
+                );
+            } else {
+                // A file beside the report: named, not linked (the page stands alone).
+                let _ = write!(
+                    out,
+                    "{} (<code>{}</code>)",
+                    inline_md(label, inline),
+                    escape(target)
+                );
+            }
+            rest = &rest[usize::from(image) + len..];
+            continue;
+        }
+        let c = rest.chars().next().expect("not empty");
+        out.push_str(&escape(&c.to_string()));
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// `[label](target)` at the start of `s`: the label, the target and the bytes taken.
+fn link(s: &str) -> Option<(&str, &str, usize)> {
+    let s2 = s.strip_prefix('[')?;
+    let close = s2.find("](")?;
+    let label = &s2[..close];
+    let after = &s2[close + 2..];
+    let end = after.find(')')?;
+    Some((label, &after[..end], 1 + close + 2 + end + 1))
+}
+
+/// Reads an SVG chart from `dir/path` for inlining (None when it is not an SVG file there,
+/// is over its budget, or the path leaves `dir`).
+pub(crate) fn read_svg(dir: &Path, path: &str) -> Option<String> {
+    if !path.ends_with(".svg") || path.contains("..") || path.starts_with('/') {
+        return None;
+    }
+    let file = dir.join(path);
+    if std::fs::metadata(&file).ok()?.len() > SVG_BUDGET {
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    // The XML declaration cannot stand inside HTML.
+    let start = text.find("<svg")?;
+    Some(text[start..].to_string())
+}
+
+/// A headline metric against the context length, one line per server group, from the points.
+fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
+    let mut groups: Vec<&str> = Vec::new();
+    for p in points {
+        if !groups.contains(&p.group.as_str()) {
+            groups.push(&p.group);
+        }
+    }
+    let contexts: Vec<u64> = points
+        .iter()
+        .filter_map(|p| p.requested_prompt_tokens)
+        .collect();
+    let spread = contexts.iter().max() > contexts.iter().min();
+    Metric::headline()
+        .filter_map(|m| {
+            let name = m.name();
+            let series: Vec<serde_json::Value> = groups
+                .iter()
+                .filter_map(|g| {
+                    let pts: Vec<serde_json::Value> = points
+                        .iter()
+                        .filter(|p| p.group == *g)
+                        .enumerate()
+                        .filter_map(|(i, p)| {
+                            let s = p.metrics.get(name).filter(|s| s.count > 0)?;
+                            let x = if spread {
+                                p.requested_prompt_tokens? as f64
+                            } else {
+                                (i + 1) as f64
+                            };
+                            let label = p
+                                .values
+                                .iter()
+                                .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
+                                .collect::<Vec<_>>()
+                                .join(", ");
+                            Some(json!({
+                                "x": x,
+                                "y": m.shown(s.mean),
+                                "lo": s.ci95_low.map(|v| m.shown(v)),
+                                "hi": s.ci95_high.map(|v| m.shown(v)),
+                                "label": format!("{} {label}", p.id),
+                                "flagged": p.flags.iter().any(|f| !f.kind.is_informational()) || p.ok == 0,
+                            }))
+                        })
+                        .collect();
+                    (!pts.is_empty()).then(|| json!({ "name": g, "points": pts }))
+                })
+                .collect();
+            if series.is_empty() {
+                return None;
+            }
+            let ticks: Vec<serde_json::Value> = if spread {
+                let mut cs = contexts.clone();
+                cs.sort_unstable();
+                cs.dedup();
+                cs.iter()
+                    .map(|c| json!({"x": *c as f64, "label": servebench_model::text::tokens(*c as f64)}))
+                    .collect()
+            } else {
+                (1..=points.len())
+                    .map(|i| json!({"x": i as f64, "label": format!("#{i}")}))
+                    .collect()
+            };
+            Some(json!({
+                "title": format!("{} by point", m.long_label()),
+                "x_label": if spread { "context (prompt tokens, log scale)" } else { "point" },
+                "x_log": spread,
+                "x_ticks": ticks,
+                "y_label": format!("{} ({})", m.label(), m.unit()),
+                "series": series,
+            }))
+        })
+        .collect()
+}
+
+/// Each point's details: its values, counts, flags and every metric's statistics.
+fn point_details(points: &[PointRecord]) -> String {
+    let mut out = String::from("<section id=\"sb-points\">\n<h2>Point details</h2>\n");
+    for p in points {
+        let values = p
+            .values
+            .iter()
+            .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "<details><summary><b>{}</b> {} · group {} · {} ok, {} failed{}</summary>",
+            escape(&p.id),
+            escape(&values),
+            escape(&p.group),
+            p.ok,
+            p.errors,
+            if p.flags.is_empty() {
+                String::new()
+            } else {
+                format!(" · {} flag(s)", p.flags.len())
+            }
+        );
+        for f in &p.flags {
+            let _ = writeln!(
+                out,
+                "<p class=\"sb-flag\">⚠ {}: {}</p>",
+                escape(f.kind.name()),
+                escape(&f.message)
+            );
+        }
+        out.push_str("<div class=\"sb-table\"><table><tr><th>metric</th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>min</th><th>max</th><th>95% CI</th></tr>\n");
+        for (name, s) in &p.metrics {
+            let m = Metric::from_name(name);
+            let v = |x: f64| escape(&servebench_model::text::metric_value(m, x));
+            let ci = match (s.ci95_low, s.ci95_high) {
+                (Some(l), Some(h)) => format!("[{}, {}]", v(l), v(h)),
+                _ => "—".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{ci}</td></tr>",
+                escape(m.map_or(name.as_str(), |m| m.label())),
+                s.count,
+                v(s.mean),
+                v(s.p50),
+                v(s.p90),
+                v(s.p99),
+                v(s.min),
+                v(s.max),
+            );
+        }
+        out.push_str("</table></div></details>\n");
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+/// Collects each point's requests for the timeline, within the budgets.
+#[derive(Default)]
+struct TimelineFold {
+    points: indexmap::IndexMap<String, (Vec<serde_json::Value>, usize)>,
+    total: usize,
+}
+
+impl TimelineFold {
+    fn add(&mut self, r: &RequestRecord) {
+        use servebench_model::results::records::RequestRole;
+        if r.role != RequestRole::Measure {
+            return;
+        }
+        let entry = self.points.entry(r.point.clone()).or_default();
+        entry.1 += 1;
+        if entry.0.len() >= TIMELINE_PER_POINT || self.total >= TIMELINE_TOTAL {
+            return;
+        }
+        self.total += 1;
+        let first = r
+            .chunks
+            .iter()
+            .find(|c| c.tokens > 0)
+            .map(|c| r.sent_at + c.t_s);
+        let chunks: Vec<f64> = r
+            .chunks
+            .iter()
+            .take(TIMELINE_CHUNKS)
+            .map(|c| r.sent_at + c.t_s)
+            .collect();
+        entry.0.push(json!({
+            "i": r.index,
+            "round": r.round,
+            "scheduled": r.scheduled_at,
+            "sent": r.sent_at,
+            "first": first,
+            "end": r.end_s.map(|e| r.sent_at + e),
+            "chunks": chunks,
+            "chunks_cut": (r.chunks.len() > TIMELINE_CHUNKS).then_some(r.chunks.len()),
+            "worker": r.worker,
+            "prefill_worker": r.prefill_worker,
+            "error": r.error.as_ref().map(|e| e.message.clone()),
+        }));
+    }
+}
+
+/// `report.html`: the report's Markdown as HTML with its charts inlined (read from the run
+/// directory), the interactive charts, the point details and the per-request timeline
+/// (requests read line by line, within the timeline's budgets).
+pub(crate) fn report_page(
+    dir: &RunDir,
+    title: &str,
+    markdown: &str,
+    points: &[PointRecord],
+) -> Result<String, servebench_model::results::rundir::RunDirError> {
+    let mut fold = TimelineFold::default();
+    dir.visit_requests(|r: RequestRecord| fold.add(&r))?;
+    let timeline: Vec<serde_json::Value> = fold
+        .points
+        .into_iter()
+        .map(|(id, (requests, seen))| {
+            let label = points
+                .iter()
+                .find(|p| p.id == id)
+                .map(|p| {
+                    let v = p
+                        .values
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    format!("{id} {v}")
+                })
+                .unwrap_or(id);
+            json!({
+                "label": label,
+                "cut": (seen > requests.len()).then_some(seen),
+                "requests": requests,
+            })
+        })
+        .collect();
+    let content = markdown_to_html(markdown, &|p| read_svg(&dir.path, p));
+    let data = json!({ "charts": point_charts(points), "timeline": timeline });
+    Ok(page(title, &content, &data, &point_details(points)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_becomes_escaped_html_with_tables_lists_and_inlined_charts() {
+        let md = "# Title <x>\n\nSome **bold** and `code|x`.\n\n| a | b \\| c |\n|---|---:|\n| 1 | 2 |\n\n- one\n- [two](https://example.com)\n\n> [!WARNING]\n> careful\n\n![chart](charts/a.svg)\n![other](charts/b.svg)\n";
+        let html = markdown_to_html(md, &|p| {
+            (p == "charts/a.svg").then(|| "<svg>A</svg>".into())
+        });
+        assert!(html.contains("<h1>Title &lt;x&gt;</h1>"), "{html}");
+        assert!(html.contains("<strong>bold</strong>"), "{html}");
+        assert!(html.contains("<code>code|x</code>"), "{html}");
+        assert!(html.contains("<th>b | c</th>"), "{html}");
+        assert!(html.contains("<td>2</td>"), "{html}");
+        assert!(html.contains("<li>one</li>"), "{html}");
+        assert!(
+            html.contains("<a href=\"https://example.com\">two</a>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<blockquote><p><strong>Warning</strong> careful</p>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<figure class=\"sb-figure\"><svg>A</svg></figure>"),
+            "{html}"
+        );
+        assert!(html.contains("<em>[other]</em>"), "{html}");
+    }
+
+    #[test]
+    fn a_page_loads_nothing_from_outside_and_its_data_cannot_end_the_script() {
+        let html = page(
+            "t",
+            "<p>x</p>",
+            &json!({"charts": [], "note": "</script><b>"}),
+            "",
+        );
+        assert!(!html.contains("src=\"http"), "no remote script");
+        assert!(!html.contains("<link"), "no stylesheet link");
+        assert!(html.contains("<\\/script><b>"), "{html}");
+    }
+}

@@ -1,0 +1,787 @@
+//! `servebench history`: synthetic runs with known steps, flagged points and changes of
+//! construction; damaged run directories; three simulator runs with one flag changed in the
+//! middle.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+use servebench::history::{self, HistoryModel};
+use servebench::report::compare::{self, LoadedRun, Verdict};
+use servebench::results::meta::RunMeta;
+use servebench::results::records::{CiMethod, Flag, PointRecord, Stat};
+
+use crate::common::*;
+
+/// The clean-sweep fixture's meta with a name, a start time and server args.
+fn meta(name: &str, started: &str, args: serde_json::Value) -> RunMeta {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep/meta.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v["experiment"]["name"] = json!(name);
+    v["experiment"]["server"]["args"] = args;
+    v["dimensions"] = json!(["ctx"]);
+    v["started_at"] = json!(started);
+    serde_json::from_value(v).expect("meta")
+}
+
+/// Three rounds' statistic: mean and 95% interval.
+fn stat(mean: f64, low: f64, high: f64) -> Stat {
+    Stat {
+        count: 3,
+        mean,
+        p50: mean,
+        p90: high,
+        p99: high,
+        min: low,
+        max: high,
+        std: Some((high - low) / 4.0),
+        ci95_low: Some(low),
+        ci95_high: Some(high),
+        ci_method: Some(CiMethod::Repeats),
+        ..Stat::default()
+    }
+}
+
+/// A point at `ctx` whose decode speed is `decode` tok/s (interval ±2%).
+fn point(id: &str, ctx: u64, decode: f64) -> PointRecord {
+    let mut p: PointRecord = serde_json::from_value(json!({
+        "id": id, "values": { "ctx": ctx }, "group": "g1", "ok": 9, "errors": 0,
+        "metrics": {}, "flags": [], "incomplete": false
+    }))
+    .expect("point");
+    p.metrics.insert(
+        "decode_tok_s".into(),
+        stat(decode, decode * 0.98, decode * 1.02),
+    );
+    p
+}
+
+fn run(started: &str, args: serde_json::Value, points: Vec<PointRecord>) -> LoadedRun {
+    LoadedRun {
+        path: PathBuf::from(format!("runs/h/{started}")),
+        meta: meta("h", started, args),
+        points,
+        truncated_lines: vec![],
+        part: None,
+        searches: None,
+    }
+}
+
+fn build(runs: Vec<LoadedRun>) -> HistoryModel {
+    history::build(
+        runs,
+        vec![],
+        vec!["runs".into()],
+        None,
+        &history::default_metrics(),
+    )
+}
+
+fn decode_series<'a>(m: &'a HistoryModel, point: &str) -> &'a history::Series {
+    m.experiments[0]
+        .series
+        .iter()
+        .find(|s| s.metric == "decode_tok_s" && s.point == point)
+        .unwrap_or_else(|| panic!("no decode series at {point}"))
+}
+
+#[test]
+fn a_step_is_a_change_point_attributed_to_the_flag_that_changed() {
+    // Given out of order: the history sorts by start time.
+    let runs = vec![
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({ "chunked-prefill-size": 4096 }),
+            vec![point("p001", 1024, 80.0), point("p002", 8192, 60.0)],
+        ),
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({ "chunked-prefill-size": 8192 }),
+            vec![point("p001", 1024, 100.0), point("p002", 8192, 70.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({ "chunked-prefill-size": 8192 }),
+            vec![point("p001", 1024, 100.5), point("p002", 8192, 70.2)],
+        ),
+    ];
+    let m = build(runs);
+    let e = &m.experiments[0];
+    assert_eq!(e.name, "h");
+    let started: Vec<&str> = e.runs.iter().map(|r| r.started_at.as_str()).collect();
+    assert_eq!(
+        started,
+        [
+            "2026-12-01T00:00:00Z",
+            "2026-12-02T00:00:00Z",
+            "2026-12-03T00:00:00Z"
+        ]
+    );
+    assert_eq!(e.runs[0].changes.summary, "first run");
+    assert_eq!(e.runs[1].changes.summary, "nothing changed");
+    assert_eq!(e.runs[2].changes.summary, "one setting changed");
+    assert_eq!(
+        e.runs[2].changes.settings[0].to_string(),
+        "server.args.chunked-prefill-size: 8192 → 4096"
+    );
+    let s = decode_series(&m, "ctx=1024");
+    let v: Vec<(Option<Verdict>, bool)> = s
+        .entries
+        .iter()
+        .map(|x| (x.verdict, x.change_point))
+        .collect();
+    assert_eq!(
+        v,
+        [
+            (None, false),
+            (Some(Verdict::WithinNoise), false),
+            (Some(Verdict::Regression), true)
+        ]
+    );
+    let cp = e.change_points();
+    assert_eq!(cp.len(), 2, "both points stepped down in #3");
+    assert!(cp.iter().all(|(_, x)| x.run == 2 && x.against == Some(1)));
+    // The gate: #3 against the last good level (#2).
+    assert_eq!(
+        history::regressions(&m).len(),
+        2,
+        "{:?}",
+        history::regressions(&m)
+    );
+    let md = history::markdown::render(&m, Some("charts"));
+    assert!(
+        md.contains(
+            "Attributed to #3: one setting changed (`server.args.chunked-prefill-size` 8192 → 4096)"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("![h: decode across runs](charts/h-decode_tok_s.svg)"),
+        "{md}"
+    );
+    let charts = history::charts::charts(e);
+    assert_eq!(
+        charts.len(),
+        1,
+        "decode only: the points measured nothing else"
+    );
+    let svg = history::charts::render_svg(&charts[0]).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("ctx=8192"), "{svg}");
+}
+
+#[test]
+fn a_flagged_point_is_shown_never_judged_and_never_a_level() {
+    let mut flagged = point("p001", 1024, 50.0);
+    flagged.flags.push(Flag {
+        kind: "cold-cache-hit".into(),
+        message: "2 of 9 requests hit the prefix cache".into(),
+    });
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run("2026-12-02T00:00:00Z", json!({}), vec![flagged]),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 99.0)],
+        ),
+    ];
+    let m = build(runs);
+    let s = decode_series(&m, "all");
+    let second = &s.entries[1];
+    assert_eq!(second.verdict, None);
+    assert!(!second.change_point);
+    assert!(
+        second.problems[0].starts_with("cold-cache-hit"),
+        "{second:?}"
+    );
+    // The third run is judged against the first: the flagged one is no level.
+    assert_eq!(s.entries[2].against, Some(0));
+    assert_eq!(s.entries[2].verdict, Some(Verdict::WithinNoise));
+    assert!(m.experiments[0].change_points().is_empty());
+    let md = history::markdown::render(&m, None);
+    assert!(md.contains("50.0 (flagged)"), "{md}");
+}
+
+#[test]
+fn the_gate_holds_against_the_last_good_level_not_the_run_before() {
+    // #2 regressed; #3 stays as low: within noise of #2, still a regression against #1.
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 80.0)],
+        ),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 80.5)],
+        ),
+    ];
+    let m = build(runs);
+    let s = decode_series(&m, "all");
+    assert_eq!(s.entries[2].verdict, Some(Verdict::WithinNoise));
+    let latest = s.latest.as_ref().unwrap();
+    assert_eq!(
+        (latest.good, latest.verdict),
+        (Some(0), Some(Verdict::Regression))
+    );
+    // An improvement back to the level clears it.
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 80.0)],
+        ),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.5)],
+        ),
+    ];
+    assert!(history::regressions(&build(runs)).is_empty());
+}
+
+#[test]
+fn runs_that_differ_by_construction_are_not_judged_and_compare_says_so_first() {
+    let mut warm = run(
+        "2026-12-02T00:00:00Z",
+        json!({}),
+        vec![point("p001", 1024, 150.0)],
+    );
+    warm.meta.experiment.cache.policy = serde_json::from_value(json!("warm")).unwrap();
+    let cold = run(
+        "2026-12-01T00:00:00Z",
+        json!({}),
+        vec![point("p001", 1024, 100.0)],
+    );
+    let m = build(vec![cold.clone(), warm.clone()]);
+    let e = &m.experiments[0];
+    assert_eq!(
+        e.runs[1].changes.not_comparable,
+        ["cache policy (`cache.policy`): cold → warm"]
+    );
+    let s = decode_series(&m, "all");
+    assert_eq!(s.entries[1].verdict, None, "{:?}", s.entries[1]);
+    assert!(e.change_points().is_empty());
+    let md = history::markdown::render(&m, None);
+    assert!(md.contains("**not comparable** (cache policy"), "{md}");
+
+    let cmp = compare::build(&[cold, warm], None);
+    assert_eq!(
+        cmp.not_comparable,
+        ["B against A: cache policy (`cache.policy`): cold → warm"]
+    );
+    let text = compare::render(&cmp, None).unwrap();
+    let caution = text.find("Not comparable by construction").expect(&text);
+    let summary = text.find("regression").expect(&text);
+    assert!(caution < summary, "said before any speed: {text}");
+}
+
+/// A run directory written from parts.
+fn write_run(root: &Path, name: &str, meta: &str, points: &str) -> PathBuf {
+    let dir = root.join("runs/h").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("meta.json"), meta).unwrap();
+    std::fs::write(dir.join("points.jsonl"), points).unwrap();
+    dir
+}
+
+#[test]
+fn damaged_and_half_written_run_directories_are_named_and_left_out() {
+    let ws = Workspace::new();
+    let good = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    write_run(ws.path(), "a-good", &good, &format!("{line}\n"));
+    // Cut off mid-record at the end (a crash while writing): kept, the line skipped.
+    let mut later = meta("h", "2026-12-02T00:00:00Z", json!({}));
+    later.tool_version = "0.1.0".into();
+    let later = serde_json::to_string(&later).unwrap();
+    write_run(
+        ws.path(),
+        "b-cut",
+        &later,
+        &format!("{line}\n{}", &line[..line.len() / 2]),
+    );
+    write_run(ws.path(), "c-bad-meta", "{\"tool_version\": ", "");
+    write_run(
+        ws.path(),
+        "d-bad-line",
+        &good,
+        &format!("not json\n{line}\n"),
+    );
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--stdout")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(md.contains("2 runs of 1 experiment"), "{md}");
+    assert!(md.contains("c-bad-meta` | meta.json:1:"), "{md}");
+    assert!(md.contains("d-bad-line` | points.jsonl:1:"), "{md}");
+    assert!(err.contains("c-bad-meta: left out"), "{err}");
+}
+
+#[test]
+fn three_simulator_runs_with_one_flag_changed_in_the_middle() {
+    let ws = Workspace::new();
+    let spec = |scale: u32| {
+        ws.write(
+            "spec.yaml",
+            &format!(
+                "name: hist\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 8192, sim-time-scale: {scale} }}\n  ready_timeout: 30s\nworkload:\n  prompt: {{ kind: repeat, tokens: 1024 }}\n  output_tokens: 24\nrequests: 4\nrepeat: 3\n"
+            ),
+        )
+    };
+    let turn = exclusive();
+    for scale in [2, 8, 8] {
+        let out = ws.run_in_turn(&spec(scale), &[], &turn);
+        assert!(out.status.success(), "{}", show(&out));
+        // Start times are whole seconds: the next run starts in a later one.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    drop(turn);
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--fail-on-regression")
+        .output()
+        .unwrap();
+    // The newest run is still slower than the last good level (#1): the gate fails.
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let md = std::fs::read_to_string(out_dir.join("history.md")).unwrap();
+    assert!(
+        md.contains("| **#2** |")
+            && md.contains("one setting changed: `server.args.sim-time-scale` 2 → 8"),
+        "{md}"
+    );
+    assert!(
+        md.contains("**#2**, decode at all: ")
+            && md.contains("Attributed to #2: one setting changed"),
+        "{md}"
+    );
+    assert!(!md.contains("**#3**, decode"), "no step in #3: {md}");
+    for chart in ["hist-ttft_s.svg", "hist-decode_tok_s.svg"] {
+        assert!(out_dir.join("charts").join(chart).is_file(), "{chart}");
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("regression: hist #3: decode at all"), "{err}");
+}
+
+#[test]
+fn one_run_cannot_pass_the_gate_and_a_bad_metric_is_refused() {
+    let ws = Workspace::new();
+    let m = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    write_run(ws.path(), "a", &m, &format!("{line}\n"));
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--fail-on-regression"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gate fails"));
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--metric", "speed"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+}
+
+fn git(repo: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {}", show(&out));
+}
+
+#[test]
+fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
+    let ws = Workspace::new();
+    let work = ws.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let line = |decode: f64| serde_json::to_string(&point("p001", 1024, decode)).unwrap();
+    let m = |day: u32, chunk: u32| {
+        serde_json::to_string(&meta(
+            "h",
+            &format!("2026-12-0{day}T00:00:00Z"),
+            json!({ "chunked-prefill-size": chunk }),
+        ))
+        .unwrap()
+    };
+    write_run(&work, "one", &m(1, 8192), &format!("{}\n", line(100.0)));
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "run one"]);
+    // Committed while it ran (half its points), then finished.
+    write_run(&work, "two", &m(2, 8192), "");
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "run two, running"]);
+    write_run(&work, "two", &m(2, 8192), &format!("{}\n", line(100.4)));
+    write_run(&work, "three", &m(3, 4096), &format!("{}\n", line(70.0)));
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "run two done, run three"]);
+    // Run one leaves the tree: it stays in the history.
+    std::fs::remove_dir_all(work.join("runs/h/one")).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "drop run one"]);
+    // A bare clone: nothing is checked out anywhere.
+    let bare = ws.path().join("bare.git");
+    let out = std::process::Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&work)
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+
+    let out = servebench()
+        .args(["history", "--stdout", "--git"])
+        .arg(&bare)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("3 runs of 1 experiment"), "{md}");
+    // Run two as its newest commit holds it (finished, with its point).
+    assert!(md.contains(":runs/h/two`"), "{md}");
+    assert!(md.contains("| all | 100 | 100 | **70.0**"), "{md}");
+    assert!(
+        md.contains(
+            "Attributed to #3: one setting changed (`server.args.chunked-prefill-size` 8192 → 4096)"
+        ),
+        "{md}"
+    );
+    // A range: only the commits after the first two, and the runs they hold.
+    let out = servebench()
+        .args(["history", "--stdout", "--git"])
+        .arg(&bare)
+        .args(["--rev", "main~2..main"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("3 runs of 1 experiment"), "{md}");
+    // Bad revisions are named.
+    for rev in ["--output=x", "no-such-branch"] {
+        let out = servebench()
+            .args(["history", "--stdout", "--git"])
+            .arg(&bare)
+            .args(["--rev", rev])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+    }
+}
+
+fn model_of(runs: Vec<LoadedRun>) -> HistoryModel {
+    build(runs)
+}
+
+#[test]
+fn the_index_is_reused_refreshed_and_rebuilt_never_a_wrong_history() {
+    use history::index;
+    let ws = Workspace::new();
+    let runs = ws.path().join("runs");
+    let line = |id: &str, ctx: u64, decode: f64| {
+        serde_json::to_string(&point(id, ctx, decode)).unwrap() + "\n"
+    };
+    for (day, decode) in [(1, 100.0), (2, 100.5), (3, 80.0)] {
+        let m = serde_json::to_string(&meta("h", &format!("2026-12-0{day}T00:00:00Z"), json!({})))
+            .unwrap();
+        write_run(
+            ws.path(),
+            &format!("r{day}"),
+            &m,
+            &line("p001", 1024, decode),
+        );
+    }
+    let budget = history::source::Budget::default();
+    let idx = runs.join(index::INDEX_FILE);
+    let truth = || model_of(history::source::load_dirs(std::slice::from_ref(&runs), &budget).0);
+    let through_index = || {
+        let (r, s, usage) = index::load_dirs(std::slice::from_ref(&runs), &budget, &idx);
+        assert!(s.is_empty(), "{s:?}");
+        (model_of(r), usage)
+    };
+    let (m, usage) = through_index();
+    assert_eq!(usage.rebuilt.as_deref(), Some("missing"));
+    assert_eq!((usage.reused, usage.read), (0, 3));
+    assert_eq!(m, truth());
+    let (m, usage) = through_index();
+    assert_eq!((usage.reused, usage.read, usage.rebuilt), (3, 0, None));
+    assert_eq!(m, truth());
+
+    // A run directory that changed is read again: its new point is in the history.
+    let r3 = runs.join("h/r3/points.jsonl");
+    let mut text = std::fs::read_to_string(&r3).unwrap();
+    text.push_str(&line("p002", 2048, 50.0));
+    std::fs::write(&r3, text).unwrap();
+    let (m, usage) = through_index();
+    assert_eq!((usage.reused, usage.read), (2, 1));
+    assert_eq!(m, truth());
+    assert_eq!(m.experiments[0].runs.len(), 3);
+
+    // A run directory that is gone leaves the index.
+    std::fs::remove_dir_all(runs.join("h/r1")).unwrap();
+    let (m, usage) = through_index();
+    assert_eq!((usage.reused, usage.read), (2, 0));
+    assert_eq!(m, truth());
+    assert!(!std::fs::read_to_string(&idx).unwrap().contains("h/r1"));
+
+    // An index an older servebench wrote, and a damaged one: rebuilt.
+    let text = std::fs::read_to_string(&idx).unwrap();
+    let older = text.replacen("\"version\":1", "\"version\":0", 1);
+    assert_ne!(older, text);
+    std::fs::write(&idx, older).unwrap();
+    let (m, usage) = through_index();
+    assert!(
+        usage
+            .rebuilt
+            .as_deref()
+            .unwrap_or("")
+            .contains("index version 0"),
+        "{usage:?}"
+    );
+    assert_eq!(m, truth());
+    let text = std::fs::read_to_string(&idx).unwrap();
+    std::fs::write(&idx, &text[..text.len() - 40]).unwrap();
+    let (m, usage) = through_index();
+    assert!(
+        usage.rebuilt.as_deref().unwrap_or("").contains("damaged"),
+        "{usage:?}"
+    );
+    assert_eq!(m, truth());
+
+    // The command uses the index in the runs folder by default.
+    std::fs::remove_file(&idx).unwrap();
+    let out = servebench()
+        .arg("history")
+        .arg(&runs)
+        .arg("--stdout")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(idx.is_file());
+}
+
+#[test]
+fn a_shared_postgres_history_covers_every_machine_and_fails_loudly_when_down() {
+    use crate::pgserver::PgServer;
+    let server = PgServer::start();
+    let url = server.url();
+    // Two machines' run folders: one experiment each.
+    let ws = Workspace::new();
+    let line = |decode: f64| serde_json::to_string(&point("p001", 1024, decode)).unwrap() + "\n";
+    let machine = |name: &str, experiment: &str| {
+        let root = ws.path().join(name);
+        for (day, decode) in [(1, 100.0), (2, 70.0)] {
+            let m = serde_json::to_string(&meta(
+                experiment,
+                &format!("2026-12-0{day}T00:00:00Z"),
+                json!({}),
+            ))
+            .unwrap();
+            let dir = root.join("runs").join(experiment).join(format!("r{day}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("meta.json"), m).unwrap();
+            std::fs::write(dir.join("points.jsonl"), line(decode)).unwrap();
+        }
+        root.join("runs")
+    };
+    let (a, b) = (machine("a", "exp-a"), machine("b", "exp-b"));
+    let budget = history::source::Budget::default();
+    let (runs, skipped, usage) =
+        history::db::load_dirs(std::slice::from_ref(&a), &budget, &url).expect("first machine");
+    assert!(skipped.is_empty());
+    assert_eq!(usage.rebuilt.as_deref(), Some("missing"));
+    assert_eq!((usage.read, runs.len()), (2, 2));
+    // The database's history equals the run directories'.
+    let truth = build(history::source::load_dirs(std::slice::from_ref(&a), &budget).0);
+    assert_eq!(build(runs), truth);
+    let (runs, _, usage) =
+        history::db::load_dirs(std::slice::from_ref(&b), &budget, &url).expect("second machine");
+    assert_eq!((usage.read, usage.reused, runs.len()), (2, 0, 4));
+    let m = build(runs);
+    let names: Vec<&str> = m.experiments.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    // Unchanged directories are not written again.
+    let (_, _, usage) =
+        history::db::load_dirs(std::slice::from_ref(&a), &budget, &url).expect("again");
+    assert_eq!((usage.read, usage.reused), (0, 2));
+
+    // Tables an older servebench wrote are rebuilt.
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .execute("UPDATE servebench_history SET version = 0", &[])
+        .unwrap();
+    let (runs, _, usage) =
+        history::db::load_dirs(std::slice::from_ref(&a), &budget, &url).expect("rebuilt");
+    assert!(usage.rebuilt.unwrap().contains("version 0"));
+    assert_eq!(build(runs), truth, "only what was brought in again");
+    // Dashboards read the metrics view.
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM metrics WHERE metric = 'decode_tok_s' AND experiment = 'exp-a'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+
+    // The command, then a refused login and a server that is down: named, exit 1, no history.
+    let out_dir = ws.path().join("history");
+    // (the rebuilt tables hold machine a's runs; machine b brings its own back)
+    let out = servebench()
+        .arg("history")
+        .arg(&b)
+        .args(["--db", &url, "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = std::fs::read_to_string(out_dir.join("history.md")).unwrap();
+    assert!(md.contains("## exp-a") && md.contains("## exp-b"), "{md}");
+    std::fs::remove_dir_all(&out_dir).unwrap();
+    let wrong = url.replace(pgserver_password(), "wrong-password");
+    let port = server.port;
+    drop(client);
+    let refused = |bad: &str, says: &str| {
+        let out = servebench()
+            .arg("history")
+            .arg(&a)
+            .args(["--db", bad, "--out"])
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+        assert!(
+            !err.contains("wrong-password"),
+            "the password is not shown: {err}"
+        );
+        assert!(!out_dir.join("history.md").exists());
+    };
+    refused(&wrong, "password authentication failed");
+    drop(server);
+    refused(
+        &format!("postgres://sbtest:x@127.0.0.1:{port}/postgres"),
+        "Connection refused",
+    );
+}
+
+fn pgserver_password() -> &'static str {
+    crate::pgserver::PASSWORD
+}
+
+#[track_caller]
+fn assert_page_draws(page: &Path, at_least: usize) {
+    use crate::browser;
+    let html = std::fs::read_to_string(page).unwrap();
+    assert!(
+        !html.contains("<script src") && !html.contains("<link ") && !html.contains("<img "),
+        "everything inline"
+    );
+    let png = page.with_extension("png");
+    let p = browser::open(page, &png);
+    assert_eq!(
+        browser::console_errors(&p.log),
+        Vec::<&str>::new(),
+        "{}",
+        p.log
+    );
+    let drawn = browser::charts_drawn(&p.dom);
+    assert!(drawn.is_some_and(|n| n >= at_least), "drawn {drawn:?}");
+    assert!(p.dom.contains("charts drawn: "), "marker");
+    let size = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "a screenshot with something on it: {size} bytes"
+    );
+}
+
+#[test]
+fn the_report_and_history_pages_load_in_chromium_and_draw() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "spec.yaml",
+        "name: page\nserver:\n  engine: sim\n  model: test-model\n  args: { profile: fast, context-length: 8192 }\n  ready_timeout: 30s\nworkload:\n  prompt: { kind: repeat, tokens: \"{{ ctx }}\" }\n  output_tokens: 16\nsweep:\n  ctx: [512, 2048]\nrequests: 4\nconcurrency: 2\n",
+    );
+    let (dir, _) = ws.run_ok(&spec);
+    let page = dir.join("report.html");
+    assert!(page.is_file(), "report.html beside report.md");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("Per-request timeline") && html.contains("Point details"));
+    // The report's content is there, its charts inlined.
+    assert!(
+        html.contains("<figure class=\"sb-figure\"><svg"),
+        "charts inlined"
+    );
+    // The headline charts the points measured (TTFT, decode: prefill speed needs one request
+    // at a time) and the timeline.
+    assert_page_draws(&page, 3);
+
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (_, _) = ws.run_ok(&spec);
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    // TTFT and decode across the two runs.
+    assert_page_draws(&out_dir.join("history.html"), 2);
+}
+
+#[test]
+fn the_browser_check_catches_a_page_whose_script_fails() {
+    use crate::browser;
+    let ws = Workspace::new();
+    let page = ws.write(
+        "bad.html",
+        "<html><body><p id=\"sb-ready\"></p><script>console.error(\"boom\"); null.x; document.body.setAttribute(\"data-charts-drawn\", \"1\");</script></body></html>",
+    );
+    let p = browser::open(&page, &ws.path().join("bad.png"));
+    let errors = browser::console_errors(&p.log);
+    assert!(errors.iter().any(|l| l.contains("boom")), "{}", p.log);
+    assert!(
+        errors.iter().any(|l| l.contains("Uncaught TypeError")),
+        "{}",
+        p.log
+    );
+    assert_eq!(
+        browser::charts_drawn(&p.dom),
+        None,
+        "the script stopped before the marker"
+    );
+}
