@@ -28,8 +28,9 @@
 //! | connections | keep-alive | keep-alive | closed after every streamed response while `Keep-Alive: timeout=5, max=100` is advertised (`http/keepalive.rs`) |
 //! | prefill-decode disaggregation | `--disaggregation-mode prefill\|decode`: a prefill worker's bootstrap server, rooms matched by `bootstrap_room`, one prefill token, the modelled KV transfer, the decode side continuing from it; SGLang's refusals, PD metrics (`disagg`, docs/reference/sglang-extra.md) | - | - |
 //!
-//! Tests (`tests/sim_engines.rs` drives `servebench sim --api ...` as a child process;
-//! `tests/sim.rs` covers SGLang in process): command line and identity
+//! Tests (`cargo test -p servebench-sim`; `tests/behaviour/engines.rs` drives the crate's
+//! `servebench-sim --api ...` binary as a child process, `tests/behaviour/in_process.rs` covers
+//! SGLang in process): command line and identity
 //! `sim_vllm_takes_vllm_serve_flags_and_serves_its_identity`,
 //! `sim_llamacpp_health_is_503_while_loading_then_props_and_models`; readiness
 //! `sim_vllm_refuses_connections_until_ready`, `sim_ready_lines_come_only_once_the_port_listens`;
@@ -48,7 +49,7 @@
 //! `sim_vllm_out_of_memory_crash_is_logged_as_vllm_does`, `sim_vllm_start_up_failures_and_bad_flags`,
 //! `sim_llamacpp_failure_lines`; connections
 //! `sim_llamacpp_closes_the_connection_after_each_streamed_response`; the default
-//! `sim_api_sglang_is_the_default_surface`; prefill-decode disaggregation (`tests/pd_sim.rs`)
+//! `sim_api_sglang_is_the_default_surface`; prefill-decode disaggregation (`tests/behaviour/pd.rs`)
 //! `sim_pd_prefill_and_decode_meet_by_room_as_the_router_sends_them`,
 //! `sim_pd_transfer_time_and_refusals`, and behind the real router
 //! `router_pd_one_prefill_two_decode_serves_every_request`.

@@ -26,11 +26,8 @@ impl Drop for Server {
 }
 
 fn spawn(args: &[&str], env: &[(&str, &str)]) -> Server {
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("servebench"));
-    cmd.arg("sim")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench-sim"));
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -215,8 +212,11 @@ fn jsons(events: &[String]) -> Vec<Value> {
 
 /// A copy of the fast profile that runs out of memory on prefill batches over 100 tokens.
 fn oom_profile(dir: &tempfile::TempDir) -> String {
-    let fast = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/fast.yaml"))
-        .unwrap();
+    let fast = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../profiles/fast.yaml"
+    ))
+    .unwrap();
     let path = dir.path().join("oom.yaml");
     std::fs::write(&path, format!("{fast}\noom_prefill_tokens: 100\n")).unwrap();
     path.to_str().unwrap().to_string()
@@ -782,9 +782,8 @@ fn sim_ready_lines_come_only_once_the_port_listens() {
     for round in 0..3 {
         for (args, line) in cases {
             let port = free_port();
-            let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("servebench"));
-            cmd.arg("sim")
-                .args(args)
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench-sim"));
+            cmd.args(args)
                 .args(["--host", "127.0.0.1", "--port", &port.to_string()])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -1505,8 +1504,7 @@ async fn sim_api_keys_guard_what_each_engine_guards() {
 #[test]
 fn sim_refuses_flags_as_each_engine_build_does() {
     let run = |args: &[&str]| {
-        let out = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-            .arg("sim")
+        let out = Command::new(env!("CARGO_BIN_EXE_servebench-sim"))
             .args(args)
             .output()
             .unwrap();
