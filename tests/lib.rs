@@ -35,8 +35,6 @@ mod speculative;
 mod ssh;
 mod ssh_run;
 mod sshd;
-mod statistics;
-mod summary;
 mod telemetry;
 mod telemetry_sources;
 mod trust;
