@@ -212,11 +212,8 @@ fn jsons(events: &[String]) -> Vec<Value> {
 
 /// A copy of the fast profile that runs out of memory on prefill batches over 100 tokens.
 fn oom_profile(dir: &tempfile::TempDir) -> String {
-    let fast = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../profiles/fast.yaml"
-    ))
-    .unwrap();
+    let fast = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/fast.yaml"))
+        .unwrap();
     let path = dir.path().join("oom.yaml");
     std::fs::write(&path, format!("{fast}\noom_prefill_tokens: 100\n")).unwrap();
     path.to_str().unwrap().to_string()

@@ -731,11 +731,8 @@ async fn info_endpoints_and_metrics() {
 async fn oom_profile_crashes_like_sglang() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("oom.yaml");
-    let fast = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../profiles/fast.yaml"
-    ))
-    .unwrap();
+    let fast = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/fast.yaml"))
+        .unwrap();
     std::fs::write(&path, format!("{fast}\noom_prefill_tokens: 100\n")).unwrap();
     let sim = start(&["--profile", path.to_str().unwrap()]).await;
     let (s, _) = sim.post_json("/generate", &req_body(FOX, 2, false)).await;
