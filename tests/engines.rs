@@ -9,9 +9,10 @@ use crate::common::*;
 
 /// The fast profile, crashing out of memory above `oom` new prefill tokens.
 fn profile(ws: &Workspace, oom: Option<u64>) -> String {
-    let fast =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
-            .unwrap();
+    let fast = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles/fast.yaml"),
+    )
+    .unwrap();
     let extra = oom.map_or(String::new(), |n| format!("\noom_prefill_tokens: {n}\n"));
     ws.write("engine-profile.yaml", &format!("{fast}{extra}"))
         .display()

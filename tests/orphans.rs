@@ -125,7 +125,8 @@ fn a_killed_runner_leaves_no_server_when_a_wrapper_script_execs_it() {
 /// A run directory whose meta.json records one local server: the clean-sweep fixture's meta
 /// with `server` merged into its first launch.
 fn run_dir_with_server(ws: &Workspace, server: serde_json::Value) -> std::path::PathBuf {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/report/tests/fixtures/runs/clean-sweep");
     let dir = ws.path().join("run");
     std::fs::create_dir(&dir).unwrap();
     let mut meta = read_json(&fixture.join("meta.json"));

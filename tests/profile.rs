@@ -374,9 +374,10 @@ fn an_attached_server_writes_where_profile_dir_says() {
 fn ctrl_c_during_a_slow_profiler_stop_does_not_wait_for_it() {
     let _turn = exclusive();
     let ws = Workspace::new();
-    let fast =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
-            .unwrap();
+    let fast = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles/fast.yaml"),
+    )
+    .unwrap();
     let profile = ws.write(
         "slow-stop-profile.yaml",
         &format!("{fast}\nprofiler_stop_ms: 60000\n"),

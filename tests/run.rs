@@ -503,7 +503,7 @@ fn an_out_of_memory_crash_is_classified_recorded_and_the_run_goes_on() {
     let ws = Workspace::new();
     // The fast profile, plus SGLang's out-of-memory crash for a prefill batch over 6000 tokens.
     let fast = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles/fast.yaml"),
     )
     .unwrap();
     let profile = ws.write("oom.yaml", &format!("{fast}\noom_prefill_tokens: 6000\n"));

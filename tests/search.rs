@@ -9,7 +9,7 @@ use crate::common::*;
 /// `fast` (`sim-time-scale: 10`), fed at a constant rate: below its capacity every request
 /// finds it idle, above it a queue builds.
 ///
-/// The capacity, by hand from `profiles/fast.yaml` (times x10): a 58-token prompt (64 asked,
+/// The capacity, by hand from `crates/sim/profiles/fast.yaml` (times x10): a 58-token prompt (64 asked,
 /// uncalibrated) prefills in 10 x (0.3 ms + 1.2 us x 58) = 3.7 ms; its 8 output tokens take
 /// the prefill's token and 7 decode steps of 10 x (1.2 ms + 2 us x 1 + 0.5 ns x ~62) =
 /// 12.0 ms: S = 3.7 + 7 x 12.0 = 87.9 ms of service per request (plus ~1 ms of HTTP), so the

@@ -152,7 +152,7 @@ requests: 4
 #[test]
 fn near_zero_acceptance_raises_spec_low_acceptance() {
     let ws = Workspace::new();
-    let fast = include_str!("../profiles/fast.yaml");
+    let fast = include_str!("../crates/sim/profiles/fast.yaml");
     let profile = ws.write(
         "wasted.yaml",
         &format!(

@@ -202,9 +202,10 @@ fn hostile_argument_values_reach_the_server_verbatim() {
 
 /// A profile that crashes with SGLang's out-of-memory lines above 3000 new prefill tokens.
 fn oom_profile(ws: &Workspace) -> String {
-    let fast =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
-            .unwrap();
+    let fast = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles/fast.yaml"),
+    )
+    .unwrap();
     ws.write("oom.yaml", &format!("{fast}\noom_prefill_tokens: 3000\n"))
         .display()
         .to_string()
@@ -759,8 +760,11 @@ fn heartbeats_keep_a_quiet_agent_alive() {
     let sshd = sshd!();
     let ws = Workspace::new();
     // Decode steps of 60 ms: a 32-token request is silent for ~2 s, longer than the limit.
-    let fast = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/fast.yaml"))
-        .unwrap();
+    let fast = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/sim/profiles/fast.yaml"
+    ))
+    .unwrap();
     let slow = fast.replace("base_ms: 1.2 ", "base_ms: 60 ");
     assert_ne!(fast, slow);
     let profile = ws.write("slow-decode.yaml", &slow);

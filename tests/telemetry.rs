@@ -463,9 +463,10 @@ fn an_out_of_memory_crash_names_the_last_gpu_reading() {
             old_driver: false,
         },
     );
-    let fast =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
-            .unwrap();
+    let fast = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles/fast.yaml"),
+    )
+    .unwrap();
     // SGLang's out-of-memory crash for a prefill batch over 6000 tokens.
     let profile = ws.write("oom.yaml", &format!("{fast}\noom_prefill_tokens: 6000\n"));
     let spec = ws.write(

@@ -9,9 +9,10 @@ use crate::common::*;
 
 /// The `fast` profile with `faults` added (empty: a healthy copy).
 fn profile(ws: &Workspace, faults: &str) -> PathBuf {
-    let fast =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/fast.yaml"))
-            .unwrap();
+    let fast = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles/fast.yaml"),
+    )
+    .unwrap();
     ws.write("profile.yaml", &format!("{fast}\n{faults}\n"))
 }
 

@@ -12,7 +12,7 @@ pub(crate) static SGLANG: Adapter = Adapter {
     false_flag: FalseFlag::Omit,
     // Printed after the warm-up generation, like /health's first 200 (http_server.py).
     ready_lines: &["The server is fired up and ready to roll!"],
-    flags: Some((include_str!("flags/sglang.txt"), "SGLang 0.5.23")),
+    flags: Some((sim::SGLANG_FLAGS, "SGLang 0.5.23")),
     crash_lines: &[
         // torch.OutOfMemoryError while serving (scheduler traceback).
         ("CUDA out of memory", Failure::OutOfMemory),

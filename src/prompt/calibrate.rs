@@ -513,5 +513,12 @@ mod tests {
             ),
             Some(Some(32704))
         );
+        // The simulator's refusal, word for word (its behaviour test `in_process` asserts it).
+        assert_eq!(
+            too_long_limit(
+                "Input length (594 tokens) exceeds the maximum allowed length (594 tokens). Use a shorter input or enable --allow-auto-truncate."
+            ),
+            Some(Some(594))
+        );
     }
 }

@@ -662,15 +662,14 @@ mod tests {
         }
     }
 
-    /// The parser's table and the engine adapter's list (`engine/flags/sglang.txt`, which
+    /// The parser's table and the shared list ([`crate::SGLANG_FLAGS`], which
     /// `servebench validate` checks specs against) name the same option strings.
     #[test]
     fn the_table_and_the_shared_list_agree() {
-        let list: std::collections::BTreeSet<&str> =
-            include_str!("../../../src/engine/flags/sglang.txt")
-                .lines()
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .collect();
+        let list: std::collections::BTreeSet<&str> = crate::SGLANG_FLAGS
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
         let table: std::collections::BTreeSet<&str> =
             option_strings().filter(|o| !SIM_ONLY.contains(o)).collect();
         assert_eq!(list, table);

@@ -11,7 +11,7 @@
 //!
 //! | behaviour | `--api sglang` (default) | `--api vllm` | `--api llama.cpp` |
 //! |---|---|---|---|
-//! | command line | sglang 0.5.23's `launch_server` parser, every action of it generated from the parser itself (`sglang_options.txt`, `engine/flags/sglang.txt`): prefix matching, types (SGLang's `human_readable_int`: `64k`), choices, nargs, its `--no-X`; an ambiguous prefix (`--pp`), a flag 0.5.23 lacks (`--stream-output`), a bad value or choice exits 2 with argparse's usage + `error:` lines and words; its flags not modelled are checked alike, then warn (`flags.rs`, `args.rs`) | `vllm serve MODEL`: positional model, `_` = `-`, prefixes, `--no-X`, `--enable-X`/`--disable-X`, JSON and dotted JSON flags; unmodelled vLLM flags warn, others exit 2 with a did-you-mean (vllm-facts §1, `vllm_flags.rs` = its appendix) | `llama-server`: every spelling of llama-cpp-python 0.3.36's build (`llamacpp_flags.txt`, from its common/arg.cpp), separate `--x`/`--no-x`; unmodelled ones warn, others (`--mlock`, `--no-mmap`) `error: invalid argument`, exit 1 (llama-cpp-facts §1) |
+//! | command line | sglang 0.5.23's `launch_server` parser, every action of it generated from the parser itself (`sglang_options.txt`, `sglang_flags.txt`): prefix matching, types (SGLang's `human_readable_int`: `64k`), choices, nargs, its `--no-X`; an ambiguous prefix (`--pp`), a flag 0.5.23 lacks (`--stream-output`), a bad value or choice exits 2 with argparse's usage + `error:` lines and words; its flags not modelled are checked alike, then warn (`flags.rs`, `args.rs`) | `vllm serve MODEL`: positional model, `_` = `-`, prefixes, `--no-X`, `--enable-X`/`--disable-X`, JSON and dotted JSON flags; unmodelled vLLM flags warn, others exit 2 with a did-you-mean (vllm-facts §1, `vllm_flags.rs` = its appendix) | `llama-server`: every spelling of llama-cpp-python 0.3.36's build (`llamacpp_flags.txt`, from its common/arg.cpp), separate `--x`/`--no-x`; unmodelled ones warn, others (`--mlock`, `--no-mmap`) `error: invalid argument`, exit 1 (llama-cpp-facts §1) |
 //! | readiness (every ready line is written only once the port listens and `/health` answers) | listens at once, `/health` 503 until warm (sglang-facts §3) | bound at once (port in use fails fast), listens only when ready: connections refused while loading (vllm-facts §2) | listens at once, every path 503 `Loading model` until loaded (llama-cpp-facts §2) |
 //! | ready line | `The server is fired up and ready to roll!` | `Starting vLLM server on http://H:P`, routes, uvicorn's `Application startup complete.` | `srv  llama_server: server is listening on http://H:P` (2026 form) |
 //! | health | `/health`, `/health_generate`: a one-token generation through the scheduler, not counted in `/metrics`, looked at every `health_poll_s` (1 s in SGLang), 200 empty or 503 after 20 s; `/ready` (sglang-facts §9) | `/health`, `/ping`: 200 empty (503 once dead) | `/health`, `/v1/health`: `{"status":"ok"}` |
@@ -28,8 +28,9 @@
 //! | connections | keep-alive | keep-alive | closed after every streamed response while `Keep-Alive: timeout=5, max=100` is advertised (`http/keepalive.rs`) |
 //! | prefill-decode disaggregation | `--disaggregation-mode prefill\|decode`: a prefill worker's bootstrap server, rooms matched by `bootstrap_room`, one prefill token, the modelled KV transfer, the decode side continuing from it; SGLang's refusals, PD metrics (`disagg`, docs/reference/sglang-extra.md) | - | - |
 //!
-//! Tests (`tests/sim_engines.rs` drives `servebench sim --api ...` as a child process;
-//! `tests/sim.rs` covers SGLang in process): command line and identity
+//! Tests (`cargo test -p servebench-sim`; `tests/behaviour/engines.rs` drives the crate's
+//! `servebench-sim --api ...` binary as a child process, `tests/behaviour/in_process.rs` covers
+//! SGLang in process): command line and identity
 //! `sim_vllm_takes_vllm_serve_flags_and_serves_its_identity`,
 //! `sim_llamacpp_health_is_503_while_loading_then_props_and_models`; readiness
 //! `sim_vllm_refuses_connections_until_ready`, `sim_ready_lines_come_only_once_the_port_listens`;
@@ -48,7 +49,7 @@
 //! `sim_vllm_out_of_memory_crash_is_logged_as_vllm_does`, `sim_vllm_start_up_failures_and_bad_flags`,
 //! `sim_llamacpp_failure_lines`; connections
 //! `sim_llamacpp_closes_the_connection_after_each_streamed_response`; the default
-//! `sim_api_sglang_is_the_default_surface`; prefill-decode disaggregation (`tests/pd_sim.rs`)
+//! `sim_api_sglang_is_the_default_surface`; prefill-decode disaggregation (`tests/behaviour/pd.rs`)
 //! `sim_pd_prefill_and_decode_meet_by_room_as_the_router_sends_them`,
 //! `sim_pd_transfer_time_and_refusals`, and behind the real router
 //! `router_pd_one_prefill_two_decode_serves_every_request`.
@@ -120,6 +121,11 @@ pub use server::serve;
 pub use surface_args::EngineArgsError;
 pub use tokenizer::encode as tokenize;
 pub use trace::{ChunkTrace, TraceEntry};
+
+/// SGLang 0.5.23's `launch_server` option strings (without `--`), one a line, `#` comments:
+/// the simulator's parser table names the same ones, and servebench's engine adapter checks
+/// spec flags against them (generated by `scripts/real-engines/sglang_flags.py`).
+pub const SGLANG_FLAGS: &str = include_str!("sglang_flags.txt");
 
 // Names the simulator's own modules reach through the crate root.
 use args::help_text;

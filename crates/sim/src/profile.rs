@@ -8,22 +8,19 @@ use std::time::Duration;
 
 /// Profiles embedded in the binary: (name, YAML text).
 pub(crate) const BUILTIN: &[(&str, &str)] = &[
-    ("fast", include_str!("../../../profiles/fast.yaml")),
-    (
-        "fast-spec",
-        include_str!("../../../profiles/fast-spec.yaml"),
-    ),
+    ("fast", include_str!("../profiles/fast.yaml")),
+    ("fast-spec", include_str!("../profiles/fast-spec.yaml")),
     (
         "h100-llama8b",
-        include_str!("../../../profiles/h100-llama8b.yaml"),
+        include_str!("../profiles/h100-llama8b.yaml"),
     ),
     (
         "kimi-k2.6-8x-rtxpro6000",
-        include_str!("../../../profiles/kimi-k2.6-8x-rtxpro6000.yaml"),
+        include_str!("../profiles/kimi-k2.6-8x-rtxpro6000.yaml"),
     ),
     (
         "l4-qwen2.5-0.5b",
-        include_str!("../../../profiles/l4-qwen2.5-0.5b.yaml"),
+        include_str!("../profiles/l4-qwen2.5-0.5b.yaml"),
     ),
 ];
 
@@ -600,7 +597,7 @@ mod tests {
     fn a_decode_cost_given_twice_or_not_at_all_is_refused() {
         let base = Profile::fast();
         let with = |decode: &str| {
-            let text = include_str!("../../../profiles/fast.yaml");
+            let text = include_str!("../profiles/fast.yaml");
             let start = text.find("\ndecode:").expect("a decode block") + 1;
             let end = start + text[start..].find("\n# ").expect("a comment after decode");
             format!("{}{decode}{}", &text[..start], &text[end..])

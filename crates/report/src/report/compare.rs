@@ -25,8 +25,7 @@ use servebench_model::catalog::Metric;
 use servebench_model::text::plain as num;
 
 /// The compare template, compiled into the binary.
-pub(crate) const COMPARE_TEMPLATE: &str =
-    include_str!("../../../../reports/templates/compare.md.j2");
+pub(crate) const COMPARE_TEMPLATE: &str = include_str!("../../templates/compare.md.j2");
 
 /// Name the compare template has in error messages.
 pub(crate) const COMPARE_TEMPLATE_NAME: &str = "compare.md.j2";

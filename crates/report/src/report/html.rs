@@ -17,8 +17,8 @@ use servebench_model::results::rundir::RunDir;
 /// The run's page, beside `report.md`.
 pub const REPORT_HTML: &str = "report.html";
 
-const SCRIPT: &str = include_str!("../../../../reports/templates/page.js");
-const STYLE: &str = include_str!("../../../../reports/templates/page.css");
+const SCRIPT: &str = include_str!("../../templates/page.js");
+const STYLE: &str = include_str!("../../templates/page.css");
 
 /// Requests the timeline shows per point, and in all (a page stays small enough to open).
 const TIMELINE_PER_POINT: usize = 400;

@@ -64,22 +64,20 @@ use build::build_model_from;
 pub use model::ReportModel;
 
 /// The default template, compiled into the binary so reports render from any directory.
-pub(crate) const DEFAULT_TEMPLATE: &str =
-    include_str!("../../../../reports/templates/default.md.j2");
+pub(crate) const DEFAULT_TEMPLATE: &str = include_str!("../../templates/default.md.j2");
 
 /// Name the default template has in error messages.
 pub(crate) const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
 
 /// The long-context study layout: one compact table per server group.
-pub(crate) const LONG_CONTEXT_TEMPLATE: &str =
-    include_str!("../../../../reports/templates/long-context.md.j2");
+pub(crate) const LONG_CONTEXT_TEMPLATE: &str = include_str!("../../templates/long-context.md.j2");
 
 /// A template compiled into the binary.
 #[derive(Debug, PartialEq, Eq)]
 pub struct BuiltinTemplate {
     /// The name `report.template` and `--template` use.
     pub name: &'static str,
-    /// Its file under `reports/templates/`, as error messages name it.
+    /// Its file under the report crate's `templates/`, as error messages name it.
     pub file: &'static str,
     /// The template's text.
     pub source: &'static str,

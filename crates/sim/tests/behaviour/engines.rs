@@ -26,11 +26,8 @@ impl Drop for Server {
 }
 
 fn spawn(args: &[&str], env: &[(&str, &str)]) -> Server {
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("servebench"));
-    cmd.arg("sim")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench-sim"));
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -782,9 +779,8 @@ fn sim_ready_lines_come_only_once_the_port_listens() {
     for round in 0..3 {
         for (args, line) in cases {
             let port = free_port();
-            let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("servebench"));
-            cmd.arg("sim")
-                .args(args)
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench-sim"));
+            cmd.args(args)
                 .args(["--host", "127.0.0.1", "--port", &port.to_string()])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -1505,8 +1501,7 @@ async fn sim_api_keys_guard_what_each_engine_guards() {
 #[test]
 fn sim_refuses_flags_as_each_engine_build_does() {
     let run = |args: &[&str]| {
-        let out = Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-            .arg("sim")
+        let out = Command::new(env!("CARGO_BIN_EXE_servebench-sim"))
             .args(args)
             .output()
             .unwrap();

@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
-use servebench::catalog::FlagKind;
-use servebench::measure::summary::summarize;
-use servebench::results::records::{PointRecord, RequestRecord};
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{PointRecord, RequestRecord};
+use servebench_report::measure::summary::summarize;
 
 /// Flags the runner adds before summarising (they come from calibration and cache flushes,
 /// not from the records).
@@ -34,7 +34,8 @@ fn recorded_points_are_recomputed_exactly_from_their_requests() {
     let mut kinds_seen: Vec<String> = Vec::new();
     for entry in std::fs::read_dir(&root).expect("fixtures") {
         let dir = entry.expect("entry").path();
-        let spec = servebench::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
+        let spec =
+            servebench_model::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
         let points: Vec<PointRecord> = lines(&dir.join("points.jsonl"));
         let requests: Vec<RequestRecord> = lines(&dir.join("requests.jsonl"));
         for recorded in &points {
@@ -95,7 +96,7 @@ fn recorded_points_are_recomputed_exactly_from_their_requests() {
 #[test]
 fn an_interrupted_point_is_incomplete_and_says_how_far_it_got() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/summary/streaming");
-    let spec = servebench::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
+    let spec = servebench_model::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
     let requests: Vec<RequestRecord> = lines(&dir.join("requests.jsonl"));
     // The first two requests of p001's first round, then Ctrl-C.
     let measured: Vec<RequestRecord> = requests
@@ -121,9 +122,9 @@ fn an_interrupted_point_is_incomplete_and_says_how_far_it_got() {
 /// Chunks without their own token counts that held several tokens make ITL per chunk.
 #[test]
 fn retried_requests_are_not_errors_and_assumed_chunk_counts_are_flagged() {
-    use servebench::results::records::{ChunkTokens, ErrorKind, RequestError};
+    use servebench_model::results::records::{ChunkTokens, ErrorKind, RequestError};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/summary/streaming");
-    let spec = servebench::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
+    let spec = servebench_model::spec::load(&dir.join("spec.yaml")).expect("fixture spec loads");
     let requests: Vec<RequestRecord> = lines(&dir.join("requests.jsonl"));
     let mut measured: Vec<RequestRecord> = requests
         .iter()

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::*;
-use crate::real_engine::{free_port, http, spawn_kept, tail, wait_healthy};
+use crate::http;
 
 /// A simulated worker in its own process group, killed when dropped.
 struct Worker {
@@ -27,8 +27,8 @@ impl Worker {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let log = dir.path().join("sim.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench"));
-        cmd.args(["sim", "--profile", "fast", "--enable-metrics", "--port"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench-sim"));
+        cmd.args(["--profile", "fast", "--enable-metrics", "--port"])
             .arg(port.to_string())
             .args(args);
         for (k, v) in env {
@@ -374,14 +374,8 @@ fn sim_pd_transfer_time_and_refusals() {
     );
     assert!(second.log_text().contains(&clash), "{}", second.log_text());
     let port = free_port().to_string();
-    let out = servebench()
-        .args([
-            "sim",
-            "--profile",
-            "fast",
-            "--disaggregation-mode",
-            "prefill",
-        ])
+    let out = servebench_sim()
+        .args(["--profile", "fast", "--disaggregation-mode", "prefill"])
         .args(["--port", &port, "--disaggregation-bootstrap-port", &port])
         .timeout(Duration::from_secs(30))
         .output()
@@ -394,14 +388,8 @@ fn sim_pd_transfer_time_and_refusals() {
     );
 
     // sglang 0.5.23 asserts a prefill does not use the fake backend (a traceback, exit 1).
-    let out = servebench()
-        .args([
-            "sim",
-            "--profile",
-            "fast",
-            "--disaggregation-mode",
-            "prefill",
-        ])
+    let out = servebench_sim()
+        .args(["--profile", "fast", "--disaggregation-mode", "prefill"])
         .args(["--disaggregation-transfer-backend", "fake", "--port"])
         .arg(free_port().to_string())
         .timeout(Duration::from_secs(30))

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use servebench::report::{self, build_model};
-use servebench::results::RunDir;
-use servebench::results::records::{CiMethod, Stat};
+use servebench_model::results::RunDir;
+use servebench_model::results::records::{CiMethod, Stat};
+use servebench_report::report::{self, build_model};
 
 #[test]
 fn points_written_before_intervals_still_load() {

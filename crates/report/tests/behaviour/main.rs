@@ -1,0 +1,7 @@
+//! The report crate's behaviour tests (`cargo test -p servebench-report`): one binary, one
+//! module per area, against the fixture runs in `tests/fixtures` (`make_runs.py` writes
+//! `runs/`; `summary/` holds real simulator runs).
+mod compare;
+mod report;
+mod statistics;
+mod summary;
