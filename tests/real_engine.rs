@@ -188,6 +188,7 @@ pub fn group_gone(pgid: i32) -> bool {
 #[derive(Debug)]
 pub struct Proc {
     pub pid: i32,
+    pub ppid: i32,
     pub pgid: i32,
     pub zombie: bool,
     pub cmdline: String,
@@ -215,6 +216,7 @@ pub fn processes(keep: impl Fn(&Proc) -> bool) -> Vec<Proc> {
         };
         let p = Proc {
             pid,
+            ppid: fields[1].parse().unwrap_or(0),
             pgid: fields[2].parse().unwrap_or(0),
             zombie: fields[0] == "Z",
             cmdline: read("cmdline"),

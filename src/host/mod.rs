@@ -334,6 +334,15 @@ pub(crate) trait ServerProcess: Send {
     fn failed_rank(&self) -> Option<FailedRank> {
         None
     }
+
+    /// Looked at while a point runs: Some(what) once the server lost a process it cannot
+    /// serve without (its leader, or a process of its group that had run for a while), after
+    /// stopping the rest, so requests in flight end now rather than at their timeout. None
+    /// while it is whole, and where the host cannot tell cheaply (the crash is then found
+    /// after the point).
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
+    }
 }
 
 /// A free TCP port on 127.0.0.1 (bind port 0, read it back, release it).

@@ -8,6 +8,7 @@ pub(crate) mod ranks;
 pub(crate) mod routing;
 mod server_error;
 pub(crate) mod traces;
+pub(crate) mod watch;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

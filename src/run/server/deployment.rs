@@ -479,6 +479,19 @@ impl ServerProcess for DeploymentProcess {
         self.members[i].process.exit_signal()
     }
 
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+        // A worker that lost a part is stopped by its own look: the router then serves on
+        // the others, as it would in a user's deployment.
+        Box::pin(async move {
+            for m in &mut self.members {
+                if let Some(what) = m.process.lost_process().await {
+                    return Some(format!("{}: {what}", m.name));
+                }
+            }
+            None
+        })
+    }
+
     fn failed_rank(&self) -> Option<FailedRank> {
         let (i, m) = self.first_failed()?;
         Some(FailedRank {

@@ -29,6 +29,9 @@ struct Rank {
     log_path: PathBuf,
 }
 
+/// The grace the other ranks get when one lost a process mid-point.
+const LOST_RANK_GRACE: Duration = Duration::from_secs(2);
+
 /// The ranks of one server, rank 0 first.
 pub(crate) struct RankedProcess {
     ranks: Vec<Rank>,
@@ -313,6 +316,21 @@ impl ServerProcess for RankedProcess {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        })
+    }
+
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+        // One rank short, the others wait on it forever (a collective never completes): all go.
+        Box::pin(async move {
+            for i in 0..self.ranks.len() {
+                if let Some(what) = self.ranks[i].process.lost_process().await {
+                    for r in &mut self.ranks {
+                        r.process.stop(LOST_RANK_GRACE).await;
+                    }
+                    return Some(format!("rank {}: {what}", self.ranks[i].rank));
+                }
+            }
+            None
         })
     }
 
