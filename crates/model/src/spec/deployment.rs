@@ -110,7 +110,7 @@ fn default_policy() -> RouterPolicy {
     RouterPolicy::CacheAware
 }
 
-/// A routing policy of sglang-router 0.3 (`--policy`).
+/// A routing policy of sglang-router 0.3 and smg 1.13 (`--policy`; both take these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -124,6 +124,10 @@ pub enum RouterPolicy {
     CacheAware,
     /// The less loaded of two workers drawn at random.
     PowerOfTwo,
+    /// Sticky by routing key: requests with the same `X-SMG-Routing-Key` header go to the
+    /// same worker, a new key to a worker drawn as `--assignment-mode` says (random by
+    /// default); without the header, a worker drawn at random.
+    Manual,
 }
 
 /// A worker's role in a deployment.
@@ -239,6 +243,14 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             target: Target::Key,
             message: "a deployment's workers are single-node servers: `server.nodes` over 1 cannot be combined with `server.deployment`".into(),
             hint: Some("remove `nodes`; to spread the workers over several hosts, set `deployment.nodes`".into()),
+        });
+    }
+    if server.get("port").is_some_and(|p| !p.is_null()) {
+        problems.push(Problem {
+            pointer: "/server/port".into(),
+            target: Target::Key,
+            message: "`server.port` is a single server's port; a deployment's router listens on `deployment.router.port` and servebench picks each worker's".into(),
+            hint: Some("move it to `deployment.router.port`".into()),
         });
     }
     if server.get("workers").is_some_and(|w| !w.is_null()) {
