@@ -168,7 +168,7 @@ fn group_offset(entries: &[WorkloadEntry], entry: usize) -> u32 {
             PromptSource::SharedPrefix { groups, .. } => *groups,
             _ => 0,
         })
-        .fold(0u32, |a, g| a.saturating_add(g as u32))
+        .fold(0u32, |a, g| a.saturating_add(g))
 }
 
 /// A round's draws, in order (see [`WorkloadSource::draws`]).
