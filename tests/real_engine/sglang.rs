@@ -109,6 +109,8 @@ fn attached_cache_policies_are_verified_by_the_real_radix_cache() {
         assert!(doubts(p).is_empty(), "{p}");
         // At most the BOS token the tokenizer puts before the nonce: SGLang's radix cache
         // matches it once an earlier request of the point left it (seen: 0 or 1 per request).
+        // Nothing after it: the point's 4 nonces open with 4 different characters, so with 4
+        // different tokens (random openings shared one now and then: 2 cached, a flaky CI).
         assert!(stat(p, "cached_tokens", "max") <= 1.0, "{p}");
         let meta = read_json(&dir.join("meta.json"));
         let surface = &meta["servers"][0]["surface"];
