@@ -633,6 +633,37 @@ fn a_deployment_s_ports_are_refused_at_their_place_and_manual_routing_is_valid()
     assert!(out.status.success(), "{}", show(&out));
 }
 
+/// A DCGM exporter's port, the profiler's directory and its stop timeout are checked at
+/// `validate`, where they are written (a run found out, or waited an unbounded stop).
+#[test]
+fn telemetry_and_profile_settings_are_refused_at_their_place() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "t.yaml",
+        "name: t\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\ntelemetry: { gpu: dcgm, dcgm_url: \"http://gpu-box:99999/metrics\" }\nprofile: { points: all, dir: traces, stop_timeout: 0s }\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`profile.dir: traces` is not an absolute directory",
+            "t.yaml:7:30",
+            "`profile.stop_timeout: 0s` is outside 1s to 1h",
+            "t.yaml:7:52",
+        ],
+    );
+    let spec = ws.write(
+        "d.yaml",
+        "name: d\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\ntelemetry: { gpu: dcgm, dcgm_url: \"http://gpu-box:99999/metrics\" }\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`telemetry.dcgm_url` cannot be used: port `99999` is not one",
+            "d.yaml:6:",
+        ],
+    );
+}
+
 /// A deployment's contradictions are refused where they are written, with the fix.
 #[test]
 fn a_deployment_that_contradicts_itself_is_refused_at_its_line() {
