@@ -378,12 +378,33 @@ async fn workers_ready(
     }
 }
 
-/// True once the router lists `want` workers, every one healthy (`GET /workers`; it answers
-/// `/health` before its background job has registered them).
-pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> bool {
-    let Ok(v) = client.get_json("/workers").await else {
-        return false;
+/// Ok(true) once the router lists `want` workers, every one healthy (`GET /workers`; it
+/// answers `/health` before its background job has registered them). Err(why) when it refuses
+/// servebench (HTTP 401 or 403: a key servebench does not send), which waiting cannot change.
+pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> Result<bool, String> {
+    let v = match client.get_json("/workers").await {
+        Ok(v) => v,
+        Err(crate::client::ClientError::Status {
+            status: status @ (401 | 403),
+            message,
+            ..
+        }) => {
+            return Err(format!(
+                "the router refused servebench's GET /workers with HTTP {status}{}: it wants a key; give it as `server.args.api-key` (sent as a bearer token) or leave the router's own `api-key` out",
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", crate::text::truncate(&message, 200))
+                }
+            ));
+        }
+        Err(_) => return Ok(false),
     };
+    Ok(router_lists(&v, want))
+}
+
+/// Whether a router's `/workers` answer `v` lists `want` workers, every one healthy.
+fn router_lists(v: &serde_json::Value, want: usize) -> bool {
     let Some(listed) = v.get("workers").and_then(|w| w.as_array()) else {
         return false;
     };
@@ -506,6 +527,37 @@ impl ServerProcess for DeploymentProcess {
 
 #[cfg(test)]
 mod tests {
+
+    /// A router that wants a key servebench does not send is said at once, not waited on
+    /// until `ready_timeout`.
+    #[test]
+    fn a_router_that_refuses_servebench_is_no_router_still_starting() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in listener.incoming().take(4) {
+                let Ok(mut s) = s else { continue };
+                let mut b = [0u8; 4096];
+                let _ = s.read(&mut b);
+                let _ = s.write_all(
+                    b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 12\r\nConnection: close\r\n\r\nUnauthorized",
+                );
+            }
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = Client::new(&format!("http://127.0.0.1:{port}"), None).unwrap();
+        let got = rt.block_on(router_lists_workers(&client, 2));
+        let why = got.expect_err("refused");
+        assert!(why.contains("HTTP 401") && why.contains("api-key"), "{why}");
+        assert!(router_lists(
+            &serde_json::json!({"workers": [{"is_healthy": true}, {"is_healthy": true}]}),
+            2
+        ));
+    }
     use super::*;
 
     #[test]
