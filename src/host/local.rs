@@ -379,6 +379,15 @@ impl super::Host for LocalHost {
         Box::pin(async move { Ok(super::port_in_use(port)) })
     }
 
+    fn copy_file<'a>(
+        &'a self,
+        path: &'a str,
+        to: &'a Path,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<u64, String>> {
+        Box::pin(async move { super::small_file::copy_local(path, to, limit) })
+    }
+
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
         Box::pin(async { Ok(()) })
     }

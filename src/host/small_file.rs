@@ -117,9 +117,38 @@ pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// Copies regular file `path` on this machine to `to`, at most `limit` bytes, a buffer at a
+/// time (a 300 MB trace is never held whole); the bytes copied, or why not, in words.
+pub(crate) fn copy_local(path: &str, to: &Path, limit: u64) -> Result<u64, String> {
+    use servebench_model::input_file::{Refused, open_regular};
+    let file = open_regular(Path::new(path), limit).map_err(|r| match r {
+        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => "no such file".to_string(),
+        Refused::Io(e) => e.to_string(),
+        Refused::NotAFile(kind) => format!("{kind}, not a regular file"),
+        Refused::TooLarge(n) => format!("{n} bytes; read up to {limit}"),
+    })?;
+    let mut out =
+        std::fs::File::create(to).map_err(|e| format!("could not be written here: {e}"))?;
+    std::io::copy(&mut file.take(limit), &mut out).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_copied_a_buffer_at_a_time_within_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("t.pt.trace.json");
+        std::fs::write(&from, vec![b'x'; 300_000]).unwrap();
+        let to = dir.path().join("copy");
+        assert_eq!(
+            copy_local(from.to_str().unwrap(), &to, 1 << 20),
+            Ok(300_000)
+        );
+        assert_eq!(std::fs::metadata(&to).unwrap().len(), 300_000);
+        assert!(copy_local(from.to_str().unwrap(), &to, 1000).is_err());
+    }
 
     #[test]
     fn the_listing_script_and_the_local_listing_agree() {

@@ -148,18 +148,16 @@ pub(crate) async fn collect(
             ));
         } else {
             let source = format!("{}/{name}", dir.trim_end_matches('/'));
-            match host.read_small_file(&source, left).await {
-                Ok(data) => {
-                    let written = std::fs::create_dir_all(&local_dir)
-                        .and_then(|()| std::fs::write(local_dir.join(&name), &data));
-                    match written {
-                        Ok(()) => {
-                            left -= data.len() as u64;
-                            file.path = Some(rel);
-                        }
-                        Err(e) => file.left = Some(format!("could not be written here: {e}")),
-                    }
+            let copied = match std::fs::create_dir_all(&local_dir) {
+                Ok(()) => host.copy_file(&source, &local_dir.join(&name), left).await,
+                Err(e) => Err(format!("could not be written here: {e}")),
+            };
+            match copied {
+                Ok(n) => {
+                    left -= n.min(left);
+                    file.path = Some(rel);
                 }
+                Err(why) if why.starts_with("could not be written") => file.left = Some(why),
                 Err(why) => file.left = Some(format!("could not be read on the host: {why}")),
             }
         }
