@@ -225,3 +225,178 @@ fn down_leaves_a_reused_group_alone_and_stops_its_own_group_whatever_it_runs() {
     let status = other.wait().unwrap();
     assert!(!status.success(), "stopped by a signal: {status:?}");
 }
+
+/// The processes of group `pgid` (pid, command name), zombies left out.
+fn group_members(pgid: i32) -> Vec<(i32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") || fields.get(2) != Some(&pgid.to_string().as_str()) {
+            continue;
+        }
+        let pid: i32 = head.split_whitespace().next().unwrap().parse().unwrap();
+        let comm = head.split_once('(').map(|(_, c)| c.to_string()).unwrap();
+        found.push((pid, comm));
+    }
+    found
+}
+
+/// Waits up to `timeout` for `child` to exit; None (after killing it) when it did not.
+fn wait_at_most(
+    mut child: std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A run of `wrapper_body` as SGLang's launcher (a long point, a 120 s request timeout),
+/// started; its run directory once requests flow, and the marker its processes carry.
+fn start_long_run(
+    ws: &Workspace,
+    name: &str,
+    wrapper_body: &str,
+) -> (std::process::Child, std::path::PathBuf, String) {
+    let marker = format!("orphan-{name}-{}", std::process::id());
+    let spec = wrapper_spec(ws, name, wrapper_body, &marker);
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("requests: 50\n", "requests: 400\nrequest_timeout: 120s\n");
+    std::fs::write(&spec, text).unwrap();
+    let runner = std::process::Command::new(BIN)
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let dir = wait_for_launch(ws, name);
+    wait_for_nonempty(&dir.join("requests.jsonl"), Duration::from_secs(60));
+    (runner, dir, marker)
+}
+
+/// The first point's `server-crashed` message.
+fn crash_message(dir: &Path) -> String {
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let flags = points[0]["flags"].as_array().cloned().unwrap_or_default();
+    flags
+        .iter()
+        .find(|f| f["kind"] == "server-crashed")
+        .and_then(|f| f["message"].as_str())
+        .unwrap_or_else(|| panic!("no server-crashed flag: {}", points[0]))
+        .to_string()
+}
+
+#[test]
+fn a_killed_supervisor_leaves_no_server_even_one_that_ignores_sigterm() {
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    // A launcher that outlives SIGTERM (uvicorn waits for its open requests) and the server
+    // it started as its child.
+    let (runner, dir, marker) = start_long_run(
+        &ws,
+        "supervisor",
+        &format!("trap '' TERM\n\"{BIN}\" sim \"$@\"\necho the server ended\n"),
+    );
+    let pgid = read_json(&dir.join("meta.json"))["servers"][0]["pgid"]
+        .as_i64()
+        .unwrap() as i32;
+    // The group's leader is `servebench supervise`.
+    assert!(
+        group_members(pgid)
+            .iter()
+            .any(|(pid, name)| *pid == pgid && name.starts_with("servebench")),
+        "{:?}",
+        group_members(pgid)
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pgid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = std::time::Instant::now();
+    poll_until(
+        Duration::from_secs(5),
+        &format!(
+            "left behind by the killed supervisor: {:?}",
+            live_processes_mentioning(&marker)
+        ),
+        || live_processes_mentioning(&marker).is_empty().then_some(()),
+    );
+    let status = wait_at_most(runner, Duration::from_secs(60))
+        .expect("the run waited on requests to a server that is gone");
+    assert!(!status.success(), "a crashed point is no success");
+    assert!(
+        killed.elapsed() < Duration::from_secs(60),
+        "well within the 120 s request timeout: {:?}",
+        killed.elapsed()
+    );
+    let msg = crash_message(&dir);
+    assert!(msg.contains("leader"), "{msg}");
+}
+
+#[test]
+fn a_server_that_lost_its_scheduler_is_stopped_at_once_not_waited_on() {
+    let ws = Workspace::new();
+    let _turn = exclusive();
+    // SGLang's layout in miniature: a scheduler (here `sleep`) beside the HTTP front (the
+    // simulator). When the scheduler dies the front stays, holding its connections without a
+    // token more (stopped): what SGLang's launcher does when its scheduler is killed.
+    let (runner, dir, marker) = start_long_run(
+        &ws,
+        "scheduler",
+        &format!(
+            "sleep 3600 &\nPART=$!\n\"{BIN}\" sim \"$@\" &\nSIM=$!\nwait $PART\nkill -STOP $SIM\nwait $SIM\n"
+        ),
+    );
+    let pgid = read_json(&dir.join("meta.json"))["servers"][0]["pgid"]
+        .as_i64()
+        .unwrap() as i32;
+    let scheduler = group_members(pgid)
+        .into_iter()
+        .find(|(_, name)| name == "sleep")
+        .map(|(pid, _)| pid)
+        .unwrap_or_else(|| panic!("no scheduler: {:?}", group_members(pgid)));
+    // A part of the server is one that ran a while, not a passing helper.
+    std::thread::sleep(Duration::from_secs(11));
+    assert!(
+        !live_processes_mentioning(&marker).is_empty(),
+        "the run is still going"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(scheduler),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = std::time::Instant::now();
+    let status = wait_at_most(runner, Duration::from_secs(30))
+        .expect("the run waited on requests the server could never answer");
+    assert!(!status.success(), "a crashed point is no success");
+    assert!(killed.elapsed() < Duration::from_secs(30));
+    let left = live_processes_mentioning(&marker);
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let msg = crash_message(&dir);
+    assert!(
+        msg.contains(&format!("process {scheduler} (sleep)")),
+        "the point names what was lost: {msg}"
+    );
+}

@@ -164,6 +164,59 @@ fn vllm_gets_its_profiler_config_at_launch() {
     );
 }
 
+/// A vLLM capture in a directory other processes write to too: only vLLM's own trace
+/// (`<worker>.<time_ns>.pt.trace.json`, stamped within the capture) is kept; a file another
+/// process wrote there meanwhile (one holding a secret, another's old trace) stays put.
+#[test]
+fn a_vllm_capture_in_a_shared_directory_keeps_only_its_own_traces() {
+    let ws = Workspace::new();
+    let shared = ws.path().join("shared-traces");
+    std::fs::create_dir_all(&shared).unwrap();
+    let server = "  engine: vllm\n  simulate: true\n  model: test-model\n  args: { profile: fast, max-model-len: 8192 }\n  ready_timeout: 30s";
+    let spec = spec_on(
+        &ws,
+        "vllm-shared",
+        server,
+        "openai-completions",
+        &format!("profile: {{ points: all, dir: {} }}", shared.display()),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::write(shared.join(format!("other-{i}.secret")), "sk-not-yours");
+                // Another process's trace, from long ago.
+                let _ = std::fs::write(
+                    shared.join(format!(
+                        "otherproc.{}.pt.trace.json",
+                        1_000_000_000_000_000_000u64 + i
+                    )),
+                    "{}",
+                );
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    let (_, points) = ws.run_ok(&spec);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let p = &points[0];
+    let files: Vec<&str> = p["profile"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(
+        files[0].starts_with("sim_worker.") && files[0].ends_with(".pt.trace.json"),
+        "{files:?}"
+    );
+}
+
 /// An engine without a profiler endpoint: the point is measured, and says it was not
 /// profiled and why; nothing claims a trace.
 #[test]

@@ -58,6 +58,8 @@ pub enum Part {
     /// The real `sglang-router` (in front of simulated workers that serve the tier's model
     /// directory, so the router loads its tokenizer from disk).
     Router,
+    /// Its successor, the Shepherd Model Gateway (`smg` 1.13.0, `smg launch`), the same way.
+    Smg,
 }
 
 impl Part {
@@ -67,6 +69,7 @@ impl Part {
             Part::Sglang => &["sglang-venv", "stand-in", "model-hf"],
             Part::LlamaCpp => &["llama-server", "model-gguf"],
             Part::Router => &["router-venv", "model-hf"],
+            Part::Smg => &["smg-venv", "model-hf"],
         }
     }
 }
@@ -90,6 +93,10 @@ impl Tier {
     /// The python of the router's own venv (`python -m sglang_router.launch_router`).
     pub fn router_python(&self) -> PathBuf {
         self.dir.join("router-venv/bin/python")
+    }
+    /// The Shepherd Model Gateway's command (`smg launch ...`).
+    pub fn smg(&self) -> PathBuf {
+        self.dir.join("smg-venv/bin/smg")
     }
     pub fn llama_server(&self) -> PathBuf {
         self.dir.join("llama-server")
@@ -188,6 +195,7 @@ pub fn group_gone(pgid: i32) -> bool {
 #[derive(Debug)]
 pub struct Proc {
     pub pid: i32,
+    pub ppid: i32,
     pub pgid: i32,
     pub zombie: bool,
     pub cmdline: String,
@@ -215,6 +223,7 @@ pub fn processes(keep: impl Fn(&Proc) -> bool) -> Vec<Proc> {
         };
         let p = Proc {
             pid,
+            ppid: fields[1].parse().unwrap_or(0),
             pgid: fields[2].parse().unwrap_or(0),
             zombie: fields[0] == "Z",
             cmdline: read("cmdline"),
@@ -487,7 +496,7 @@ pub fn with_llama<R>(f: impl FnOnce(&Tier, &RealServer) -> R) -> Option<R> {
 /// The tier's own checks: the provisioning is complete when required, and the skip is loud.
 #[test]
 fn tier_is_provisioned_or_says_how() {
-    for part in [Part::Sglang, Part::LlamaCpp, Part::Router] {
+    for part in [Part::Sglang, Part::LlamaCpp, Part::Router, Part::Smg] {
         if let Some(t) = tier(part) {
             match part {
                 Part::Sglang => {
@@ -505,6 +514,10 @@ fn tier_is_provisioned_or_says_how() {
                         "{}",
                         t.router_python().display()
                     );
+                    assert!(t.model_hf().join("tokenizer.json").is_file());
+                }
+                Part::Smg => {
+                    assert!(t.smg().is_file(), "{}", t.smg().display());
                     assert!(t.model_hf().join("tokenizer.json").is_file());
                 }
             }

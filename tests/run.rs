@@ -788,6 +788,74 @@ fn the_workers_behind_a_router_are_counted_by_their_own_metrics() {
     assert!(section.contains("the spread is unknown"), "{section}");
 }
 
+/// `server.workers`: a worker that answered its `/metrics` and then died mid-point is a loss
+/// the point carries (`worker-lost`, degraded), not a note under the worker table: the run
+/// does not exit 0. The "router" is worker A itself, as above; B is killed mid-point.
+#[test]
+fn a_worker_lost_behind_a_router_given_by_url_degrades_the_point() {
+    let ws = Workspace::new();
+    let mut sims: Vec<ExternalSim> = (0..2)
+        .map(|_| ExternalSim::start("m", &["--enable-metrics", "--sim-time-scale", "20"], &[]))
+        .collect();
+    let ports: Vec<u16> = sims.iter().map(|s| s.port).collect();
+    let spec = ws.write(
+        "lost.yaml",
+        &format!(
+            "name: lost\nserver:\n  url: http://127.0.0.1:{a}\n  workers: [http://127.0.0.1:{a}, http://127.0.0.1:{b}]\n  ready_timeout: 10s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}\n  output_tokens: 32\nrequests: 40\n",
+            a = ports[0],
+            b = ports[1]
+        ),
+    );
+    let runs = ws.path().join("runs");
+    let out = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            servebench()
+                .arg("run")
+                .arg(&spec)
+                .arg("--out")
+                .arg(&runs)
+                .output()
+                .unwrap()
+        });
+        poll_until(
+            std::time::Duration::from_secs(60),
+            "requests recorded",
+            || {
+                let dir = std::fs::read_dir(runs.join("lost"))
+                    .ok()?
+                    .next()?
+                    .ok()?
+                    .path();
+                let n = std::fs::read_to_string(dir.join("requests.jsonl"))
+                    .ok()?
+                    .lines()
+                    .count();
+                (n >= 3).then_some(())
+            },
+        );
+        drop(sims.pop());
+        run.join().unwrap()
+    });
+    drop(sims);
+    assert_eq!(out.status.code(), Some(3), "degraded: {}", show(&out));
+    let dir = run_dir(&out);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    assert_eq!(p["status"], "degraded", "{p}");
+    let lost = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "worker-lost")
+        .unwrap_or_else(|| panic!("no worker-lost flag: {p}"));
+    assert!(
+        lost["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("127.0.0.1:{}", ports[1])),
+        "{lost}"
+    );
+}
+
 /// A deployment whose router cannot start is named as the router, with what to do, and
 /// its workers are stopped (the run fails; nothing is left).
 #[test]

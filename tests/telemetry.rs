@@ -390,6 +390,79 @@ fn a_host_without_nvidia_smi_is_named_in_the_report() {
     assert!(read_jsonl(&dir.join("points.jsonl"))[0]["gpu"].is_null());
 }
 
+/// A hostile `nvidia-smi` at `dir/bin`: answers the facts query, then runs `body` (sh).
+fn hostile_nvidia_smi(dir: &Path, body: &str) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = format!(
+        "#!/bin/sh\ncase \"$*\" in *driver_version*) echo 'NVIDIA H200, 570.86.15, 143771, 700.00'; exit 0;; esac\ntrap 'exit 0' TERM\n{body}"
+    );
+    let path = bin.join("nvidia-smi");
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// Issue 35 items 11 and 13: a sampler that never prints is named as giving nothing, one that
+/// fails after its first reading is said to stop there, readings no GPU can give (-5 MiB free)
+/// are left out rather than raising `gpu-memory-tight`, and the report names its sampler.
+#[test]
+fn a_silent_or_failing_sampler_is_reported_and_impossible_readings_left_out() {
+    let ws = Workspace::new();
+    // Never prints.
+    let silent = ws.path().join("silent");
+    let bin = hostile_nvidia_smi(&silent, "while :; do sleep 1 & wait $!; done\n");
+    let s = spec(&ws, "gpu-silent", "telemetry: { gpu: nvidia-smi }\n");
+    let out = run(&ws, &s, &path_with(Some(&bin)));
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let gpu = &read_jsonl(&dir.join("points.jsonl"))[0]["gpu"];
+    assert!(
+        gpu["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("gave no reading")),
+        "{gpu}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("gave no reading"), "{report}");
+
+    // One reading of two GPUs, GPU 1 with -5 MiB free, then a failure.
+    let failing = ws.path().join("failing");
+    let bin = hostile_nvidia_smi(
+        &failing,
+        "printf '%s\\n' '0, GPU-0, NVIDIA H200, 1000, 142771, 143771, 1980, 3201, 90, 300.00, 700.00, 61, 0x0' '1, GPU-1, NVIDIA H200, 1000, -5, 143771, 1980, 3201, 150, 300.00, 700.00, 61, 0x0'\necho 'Unable to determine the device handle for GPU0000:01:00.0: GPU is lost' >&2\nexit 15\n",
+    );
+    let s = spec(&ws, "gpu-failing", "telemetry: { gpu: nvidia-smi }\n");
+    let out = run(&ws, &s, &path_with(Some(&bin)));
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let p = &read_jsonl(&dir.join("points.jsonl"))[0];
+    let gpu = &p["gpu"];
+    assert!(gpu["samples"].as_u64().unwrap() >= 1, "{gpu}");
+    assert!(
+        gpu["partial"]
+            .as_str()
+            .is_some_and(|m| m.contains("ended by itself") && m.contains("GPU is lost")),
+        "{gpu}"
+    );
+    assert_eq!(gpu["source"], "nvidia-smi", "{gpu}");
+    assert!(
+        !flag_kinds(p).contains(&"gpu-memory-tight".to_string()),
+        "-5 MiB free is no reading: {p}"
+    );
+    let readings = read_jsonl(&dir.join("gpu.jsonl"));
+    let g1 = &readings[0]["gpus"][1];
+    assert!(g1["memory_free_mib"].is_null(), "{g1}");
+    assert!(g1["util_pct"].is_null(), "{g1}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("read with `nvidia-smi` in its looping mode"),
+        "{report}"
+    );
+    assert!(report.contains("GPU is lost"), "{report}");
+}
+
 /// Item 1 over SSH: the agent on the host (`client: host`) samples the host's GPUs, through
 /// the same line protocol its requests come back on; the run directory gets the readings and
 /// the point its energy, as in a local run. Measured from here (`client: local`), nothing is

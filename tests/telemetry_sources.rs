@@ -172,6 +172,13 @@ fn a_dcgm_exporter_gives_energy_headroom_and_throttling() {
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## GPU telemetry and cost"), "{report}");
     assert!(report.contains("SW power cap"), "{report}");
+    // The report names the sampler used, not nvidia-smi (issue 35 item 13).
+    assert_eq!(gpu["source"], "dcgm", "{gpu}");
+    assert!(
+        report.contains("read from a DCGM exporter's `/metrics`"),
+        "{report}"
+    );
+    assert!(!report.contains("looping mode"), "{report}");
 }
 
 /// Item 1: an exporter that does not answer (nothing listens on its port) leaves the point
@@ -215,8 +222,14 @@ fn a_dcgm_exporter_that_does_not_answer_is_named_with_its_cause() {
             exporter.port
         ),
     );
+    let started = std::time::Instant::now();
     let out = run(&ws, &spec_empty, &no_gpu_programs_path(None));
+    let secs = started.elapsed().as_secs_f64();
     assert!(out.status.success(), "{}", show(&out));
+    // A failing exporter is asked later and later, not every 100 ms (issue 35 item 13).
+    let scrapes = exporter.scrapes.load(Ordering::SeqCst) as f64;
+    eprintln!("{scrapes} scrapes in {secs} s");
+    assert!(scrapes <= 6.0 + 2.0 * secs, "{scrapes} scrapes in {secs} s");
     let dir = run_dir(&out);
     let gpu = &read_jsonl(&dir.join("points.jsonl"))[0]["gpu"];
     assert!(

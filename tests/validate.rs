@@ -596,6 +596,74 @@ fn a_dcgm_exporters_url_is_checked_where_the_spec_gives_it() {
     assert!(out.status.success(), "{}", show(&out));
 }
 
+/// What a deployment's launch sets itself is refused at `validate`, where it is written: a
+/// worker's `port` (refused by `run` before, under `server.args`' name), `server.port` beside a
+/// deployment (silently ignored before); `policy: manual`, which both routers take, is valid.
+#[test]
+fn a_deployment_s_ports_are_refused_at_their_place_and_manual_routing_is_valid() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "ports.yaml",
+        "name: ports\nserver:\n  engine: sim\n  port: 30000\n  deployment:\n    workers: 2\n    worker_args: [{}, { port: 31001 }]\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`server.port` is a single server's port",
+            "hint: move it to `deployment.router.port`",
+            "ports.yaml:4:3",
+            "`--port` is set by servebench",
+            "servebench picks each worker's port",
+            "ports.yaml:7:25",
+        ],
+    );
+    let spec = ws.write(
+        "pd.yaml",
+        "name: pd\nserver:\n  engine: sim\n  deployment:\n    prefill: 1\n    decode: 1\n    decode_args: { port: 31002 }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["`--port` is set by servebench", "pd.yaml:7:20"],
+    );
+    let spec = ws.write(
+        "manual.yaml",
+        "name: manual\nserver:\n  engine: sim\n  deployment: { workers: 2, router: { policy: manual } }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\n",
+    );
+    let out = validate(&ws, &spec);
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+/// A DCGM exporter's port, the profiler's directory and its stop timeout are checked at
+/// `validate`, where they are written (a run found out, or waited an unbounded stop).
+#[test]
+fn telemetry_and_profile_settings_are_refused_at_their_place() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "t.yaml",
+        "name: t\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\ntelemetry: { gpu: dcgm, dcgm_url: \"http://gpu-box:99999/metrics\" }\nprofile: { points: all, dir: traces, stop_timeout: 0s }\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`profile.dir: traces` is not an absolute directory",
+            "t.yaml:7:30",
+            "`profile.stop_timeout: 0s` is outside 1s to 1h",
+            "t.yaml:7:52",
+        ],
+    );
+    let spec = ws.write(
+        "d.yaml",
+        "name: d\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 32 }\n  output_tokens: 2\ntelemetry: { gpu: dcgm, dcgm_url: \"http://gpu-box:99999/metrics\" }\n",
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "`telemetry.dcgm_url` cannot be used: port `99999` is not one",
+            "d.yaml:6:",
+        ],
+    );
+}
+
 /// A deployment's contradictions are refused where they are written, with the fix.
 #[test]
 fn a_deployment_that_contradicts_itself_is_refused_at_its_line() {

@@ -244,6 +244,51 @@ fn a_weighted_mix_draws_its_entries_by_weight() {
     }
 }
 
+/// Two shared-prefix entries in one mix: each entry's groups are its own (numbered apart), so
+/// the 1024-token entry sends 1024-token prefixes and the 128-token one 128-token prefixes,
+/// whichever entry drew a group number first.
+#[test]
+fn shared_prefix_entries_of_a_mix_keep_their_own_prefixes() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "mixsp.yaml",
+        &sim_spec(
+            "mixsp",
+            "  prompt: { kind: random, tokens: 100 }\n  output_tokens: 2\n  mix:\n    \
+             - { weight: 1, name: short, prompt: { kind: shared-prefix, groups: 2, prefix_tokens: 128, suffix_tokens: 32 } }\n    \
+             - { weight: 1, name: long, prompt: { kind: shared-prefix, groups: 2, prefix_tokens: 1024, suffix_tokens: 32 } }",
+            "requests: 16\nconcurrency: 1",
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["status"], "ok", "{}", points[0]);
+    let rs = measured(&dir);
+    let mut groups: std::collections::BTreeMap<String, std::collections::BTreeSet<u64>> =
+        Default::default();
+    for r in &rs {
+        let (wanted, name) = if r["mix"] == "long" {
+            (1024 + 32, "long")
+        } else {
+            (128 + 32, "short")
+        };
+        assert_eq!(u(&r["requested_prompt_tokens"]), wanted, "{r}");
+        let sent = u(&r["prompt_tokens"]);
+        assert!(
+            sent + 40 >= wanted && sent <= wanted + 40,
+            "{name}: sent {sent} tokens for {wanted}: {r}"
+        );
+        groups
+            .entry(name.into())
+            .or_default()
+            .insert(u(&r["share"]["group"]));
+    }
+    assert_eq!(groups.len(), 2, "both entries drawn: {groups:?}");
+    assert!(
+        groups["long"].is_disjoint(&groups["short"]),
+        "each entry's groups are its own: {groups:?}"
+    );
+}
+
 /// A shared-prefix spec: 3 groups of 3 requests, one at a time so each group's later
 /// requests come after its first's prefill.
 fn shared_prefix_spec(name: &str, extra: &str) -> String {

@@ -9,8 +9,11 @@
 #     model.gguf        a tiny random llama GGUF with an SPM vocabulary
 #     router-venv/      sglang-router 0.3.2 (the Rust router, a pyo3 wheel), pinned by
 #                       router-constraints.txt here; a venv of its own (see router_venv)
+#     smg-venv/         smg 1.13.0, the Shepherd Model Gateway (sglang-router's successor,
+#                       `smg launch`), pinned by smg-constraints.txt; a venv of its own
 # Each part is skipped when its stamp (`.stamp-PART`) names the pinned version; delete the
-# stamp (or the directory) to rebuild it. Usage: provision.sh [all|sglang|llama|router|check]
+# stamp (or the directory) to rebuild it.
+# Usage: provision.sh [all|sglang|llama|router|smg|check]
 # Needs: python3 with venv (Debian: python3-venv), cmake and a C++ compiler (installed with
 # apt-get when missing and running as root), network access to PyPI.
 set -euo pipefail
@@ -23,8 +26,10 @@ JOBS="${SERVEBENCH_REAL_ENGINES_JOBS:-2}"
 SGLANG_VERSION=0.5.23
 LLAMA_CPP_PYTHON_VERSION=0.3.36
 SGLANG_ROUTER_VERSION=0.3.2
+SMG_VERSION=1.13.0
 CONSTRAINTS="$HERE/constraints.txt"
 ROUTER_CONSTRAINTS="$HERE/router-constraints.txt"
+SMG_CONSTRAINTS="$HERE/smg-constraints.txt"
 
 mkdir -p "$DIR/logs"
 log() { echo "[real-engines] $*" >&2; }
@@ -173,9 +178,32 @@ router_venv() {
   stamp router-venv "$want"
 }
 
+# The Shepherd Model Gateway: the router renamed (its Rust crate was `smg` already inside
+# sglang-router 0.3.2), `smg launch` taking the same flags. A venv of its own, like the
+# router's: 7 packages, no torch.
+SMG_VENV="$DIR/smg-venv"
+
+smg_venv() {
+  local want="smg==$SMG_VERSION constraints=$(sha "$SMG_CONSTRAINTS")"
+  if stamp_ok smg-venv "$want" && [ -x "$SMG_VENV/bin/smg" ]; then return 0; fi
+  python_for_venv
+  log "smg-venv: pip install smg==$SMG_VERSION (about 20 s, 45 MB down)"
+  rm -rf "$SMG_VENV"
+  python3 -m venv "$SMG_VENV"
+  "$SMG_VENV/bin/python" -m pip install -q -c "$SMG_CONSTRAINTS" \
+    "smg==$SMG_VERSION" >"$DIR/logs/smg-pip.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/smg-pip.log" >&2
+    log "smg-venv: pip install failed (log: $DIR/logs/smg-pip.log)"
+    exit 1
+  }
+  "$SMG_VENV/bin/python" -c 'from smg import smg_rs' || exit 1
+  "$SMG_VENV/bin/smg" launch --help >/dev/null || exit 1
+  stamp smg-venv "$want"
+}
+
 check() {
   local ok=0
-  for part in sglang-venv stand-in model-hf llama-server model-gguf router-venv; do
+  for part in sglang-venv stand-in model-hf llama-server model-gguf router-venv smg-venv; do
     if [ -f "$DIR/.stamp-$part" ]; then echo "$part: $(cat "$DIR/.stamp-$part")"; else echo "$part: missing"; ok=1; fi
   done
   return $ok
@@ -183,13 +211,14 @@ check() {
 
 start=$(date +%s)
 case "$WHAT" in
-  all) sglang_venv; stand_in; model_hf; model_gguf; llama_server; router_venv ;;
+  all) sglang_venv; stand_in; model_hf; model_gguf; llama_server; router_venv; smg_venv ;;
   sglang) sglang_venv; stand_in; model_hf ;;
   llama) sglang_venv; model_gguf; llama_server ;;
   cheap) stand_in; model_hf; model_gguf ;;
   llama-server) llama_server ;;
   router) router_venv ;;
+  smg) smg_venv ;;
   check) check; exit $? ;;
-  *) echo "usage: $0 [all|sglang|llama|llama-server|router|cheap|check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|cheap|check]" >&2; exit 2 ;;
 esac
 log "done in $(( $(date +%s) - start )) s: $DIR ($(du -sh "$DIR" 2>/dev/null | cut -f1))"

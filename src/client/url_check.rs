@@ -31,9 +31,16 @@ impl Check for UrlCheck {
                 _ => None,
             })
             .collect();
-        if let Some(url) = &experiment.telemetry.dcgm_url
-            && let Err(ClientError::InvalidUrl { reason, .. }) = Client::new(url, None)
-        {
+        let dcgm_problem =
+            experiment
+                .telemetry
+                .dcgm_url
+                .as_deref()
+                .and_then(|url| match Client::new(url, None) {
+                    Err(ClientError::InvalidUrl { reason, .. }) => Some(reason),
+                    _ => bad_port(url),
+                });
+        if let Some(reason) = dcgm_problem {
             problems.push(Problem {
                 pointer: "/telemetry/dcgm_url".into(),
                 target: Target::Value,
@@ -68,5 +75,37 @@ impl Check for UrlCheck {
             hint: Some(hint.into()),
         });
         problems
+    }
+}
+
+/// Why `url`'s port cannot be connected to (`:0`, `:99999`, not a number); None when it has
+/// none or a good one.
+fn bad_port(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    // `[::1]:9400`: the port follows the bracket.
+    let port = match host_port.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => host_port.rsplit_once(':').map(|(_, p)| p),
+    }?;
+    match port.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => None,
+        _ => Some(format!("port `{port}` is not one (1 to 65535)")),
+    }
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::bad_port;
+
+    #[test]
+    fn a_url_s_port_is_one_a_connection_can_use() {
+        assert_eq!(bad_port("http://gpu-box:9400/metrics"), None);
+        assert_eq!(bad_port("http://gpu-box/metrics"), None);
+        assert_eq!(bad_port("http://[::1]:9400/metrics"), None);
+        assert!(bad_port("http://gpu-box:99999/metrics").is_some());
+        assert!(bad_port("http://gpu-box:0/metrics").is_some());
+        assert!(bad_port("http://gpu-box:94x/metrics").is_some());
     }
 }

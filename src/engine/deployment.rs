@@ -9,9 +9,6 @@ use crate::spec::types::{ArgValue, Server};
 
 use super::{LaunchCommand, LaunchError};
 
-/// The router's launcher when the spec gives none.
-pub(crate) const ROUTER_LAUNCHER: [&str; 3] = ["python", "-m", "sglang_router.launch_router"];
-
 /// A worker's own server: the group's, its flags merged over `args` (with the group's
 /// `engine_args`), and a prefill or decode worker's role flags.
 pub(crate) fn worker_server(
@@ -60,7 +57,7 @@ pub(crate) fn router_command(
     let mut argv: Vec<String> = match &r.launcher {
         Some(l) if l.is_empty() => return Err(LaunchError::EmptyRouterLauncher),
         Some(l) => l.clone(),
-        None => ROUTER_LAUNCHER.iter().map(|s| s.to_string()).collect(),
+        None => r.kind.launcher().iter().map(|s| s.to_string()).collect(),
     };
     argv.extend(
         [
@@ -133,6 +130,25 @@ mod tests {
             "-m sglang_router.launch_router --host 127.0.0.1 --port 9 --prometheus-host 127.0.0.1 \
              --prometheus-port 8 --log-level debug --policy round_robin --worker-urls \
              http://127.0.0.1:1 http://127.0.0.1:2 --cache-threshold 0.5"
+        );
+    }
+
+    /// The Shepherd Model Gateway, sglang-router's successor, takes the same flags after
+    /// `smg launch` (read from smg 1.13.0's `router_args.py`).
+    #[test]
+    fn smg_is_launched_with_the_same_flags() {
+        let d =
+            dep(serde_json::json!({"workers": 2, "router": {"kind": "smg", "policy": "manual"}}));
+        let w = [
+            (WorkerRole::Regular, "http://127.0.0.1:1".into(), None),
+            (WorkerRole::Regular, "http://127.0.0.1:2".into(), None),
+        ];
+        let c = router_command(&d, 9, 8, &w).unwrap();
+        assert_eq!(c.program, "smg");
+        assert_eq!(
+            c.args.join(" "),
+            "launch --host 127.0.0.1 --port 9 --prometheus-host 127.0.0.1 --prometheus-port 8 \
+             --log-level debug --policy manual --worker-urls http://127.0.0.1:1 http://127.0.0.1:2"
         );
     }
 

@@ -21,7 +21,7 @@ use crate::results::meta::ProcessRecord;
 
 #[cfg(test)]
 use super::procfs::{ProcStat, parse_stat};
-use super::procfs::{boot_id, group_alive, group_facts, proc_stat};
+use super::procfs::{age_s, boot_id, comm, group_alive, group_facts, group_processes, proc_stat};
 
 /// A running server process group.
 #[derive(Debug)]
@@ -258,6 +258,27 @@ pub(crate) struct LocalServer {
     process: LocalProcess,
     url: String,
     ids: ProcessRecord,
+    /// The group's processes that have run for [`SETTLED_S`] or more, as last seen while a
+    /// point ran: pid, start time and name. One of them gone means the server lost a part.
+    settled: Vec<(i32, u64, String)>,
+}
+
+/// How long a process of a server's group must have run before its end counts as the server
+/// losing a part: its scheduler, detokenizer, workers run from start-up to the end; a helper
+/// that comes and goes (a compile, a tool the server runs) does not.
+const SETTLED_S: f64 = 10.0;
+
+/// The grace a server that lost a part gets between SIGTERM and SIGKILL: short, since its
+/// requests cannot finish and each second of it is a second they wait.
+const LOST_GRACE: Duration = Duration::from_secs(2);
+
+/// Kills what is left of group `pgid` after its leader (the supervisor) exited: when the
+/// supervisor was killed, nothing else stops a server half there (its HTTP front without its
+/// scheduler holds requests until their timeout).
+fn kill_leaderless_group(pgid: i32) {
+    if group_alive(pgid) {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
 }
 
 impl super::Host for LocalHost {
@@ -316,6 +337,7 @@ impl super::Host for LocalHost {
                 process,
                 url: format!("http://127.0.0.1:{}", spawn.port),
                 ids,
+                settled: Vec::new(),
             }) as Box<dyn ServerProcess>)
         })
     }
@@ -361,6 +383,15 @@ impl super::Host for LocalHost {
         Box::pin(async move { Ok(super::port_in_use(port)) })
     }
 
+    fn copy_file<'a>(
+        &'a self,
+        path: &'a str,
+        to: &'a Path,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<u64, HostError>> {
+        Box::pin(async move { super::small_file::copy_local(path, to, limit) })
+    }
+
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {
         Box::pin(async { Ok(()) })
     }
@@ -380,7 +411,43 @@ impl ServerProcess for LocalServer {
     }
 
     fn exited(&mut self) -> BoxFuture<'_, bool> {
-        Box::pin(async move { self.process.exit_status().is_some() })
+        Box::pin(async move {
+            let exited = self.process.exit_status().is_some();
+            if exited {
+                kill_leaderless_group(self.process.pgid());
+            }
+            exited
+        })
+    }
+
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async move {
+            let pgid = self.process.pgid();
+            if let Some(status) = self.process.exit_status() {
+                kill_leaderless_group(pgid);
+                return Some(format!(
+                    "its process group's leader (servebench supervise, pid {pgid}) exited ({status})"
+                ));
+            }
+            let now = group_processes(pgid);
+            let gone = self.settled.iter().find(|(pid, start, _)| {
+                !now.iter()
+                    .any(|p| p.pid == *pid && p.start_ticks == *start && p.state != 'Z')
+            });
+            if let Some((pid, _, name)) = gone {
+                let what = format!("process {pid} ({name}) of its group ended");
+                self.process.stop(LOST_GRACE);
+                return Some(what);
+            }
+            for p in now.iter().filter(|p| p.state != 'Z') {
+                let known = self.settled.iter().any(|(pid, _, _)| *pid == p.pid);
+                if !known && age_s(p).is_some_and(|a| a >= SETTLED_S) {
+                    let name = comm(p.pid).unwrap_or_else(|| "?".into());
+                    self.settled.push((p.pid, p.start_ticks, name));
+                }
+            }
+            None
+        })
     }
 
     fn exit_signal(&mut self) -> Option<i32> {
@@ -507,6 +574,7 @@ mod tests {
             Some(ProcStat {
                 pid: 4242,
                 state: 'S',
+                ppid: 1,
                 pgrp: 4240,
                 start_ticks: 987654,
             })

@@ -215,6 +215,25 @@ pub(crate) trait Host: Send + Sync {
         Box::pin(async move { Ok(small_file::read_local(path, limit)?) })
     }
 
+    /// Copies regular file `path` on the host the server runs on into `to` on this machine,
+    /// at most `limit` bytes: the bytes copied, or why not. This machine's files are copied a
+    /// buffer at a time; another host's come through [`Host::read_small_file`].
+    fn copy_file<'a>(
+        &'a self,
+        path: &'a str,
+        to: &'a std::path::Path,
+        limit: u64,
+    ) -> BoxFuture<'a, Result<u64, HostError>> {
+        Box::pin(async move {
+            let data = self.read_small_file(path, limit).await?;
+            std::fs::write(to, &data).map_err(|source| HostError::Io {
+                what: "could not be written here".into(),
+                source,
+            })?;
+            Ok(data.len() as u64)
+        })
+    }
+
     /// The regular files of a directory on the host the server runs on (a profiler's
     /// traces), at most `max`, as (name, bytes); or why not.
     fn list_files<'a>(
@@ -336,6 +355,15 @@ pub(crate) trait ServerProcess: Send {
     /// holds the cause). None for a single process.
     fn failed_rank(&self) -> Option<FailedRank> {
         None
+    }
+
+    /// Looked at while a point runs: Some(what) once the server lost a process it cannot
+    /// serve without (its leader, or a process of its group that had run for a while), after
+    /// stopping the rest, so requests in flight end now rather than at their timeout. None
+    /// while it is whole, and where the host cannot tell cheaply (the crash is then found
+    /// after the point).
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
     }
 }
 

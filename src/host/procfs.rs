@@ -13,6 +13,8 @@ pub(crate) struct ProcStat {
     pub pid: i32,
     /// `R`, `S`, `D`, `Z` (a zombie), ...
     pub state: char,
+    /// Its parent.
+    pub ppid: i32,
     /// Its process group.
     pub pgrp: i32,
     /// When it started, in clock ticks since boot (field 22).
@@ -29,6 +31,7 @@ pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     Some(ProcStat {
         pid,
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         start_ticks: fields.get(19)?.parse().ok()?,
     })
@@ -37,6 +40,28 @@ pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
 /// Process `pid` as `/proc` shows it now (None once it is gone, zombies included until reaped).
 pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Clock ticks per second in `/proc` (`USER_HZ`, `sysconf(_SC_CLK_TCK)`): part of Linux's
+/// user ABI, 100 on every architecture.
+const USER_HZ: f64 = 100.0;
+
+/// Seconds process `p` has run, from its start time and the machine's uptime.
+pub(crate) fn age_s(p: &ProcStat) -> Option<f64> {
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(uptime - p.start_ticks as f64 / USER_HZ)
+}
+
+/// The command name of process `pid` (`/proc/PID/comm`), if it is still there.
+pub(crate) fn comm(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// This machine's boot id, which changes at every boot (process start times count from it).
@@ -49,6 +74,11 @@ pub(crate) fn boot_id() -> Option<String> {
 
 /// Every process of group `pgid`, zombies included, from `/proc`.
 pub(crate) fn group_processes(pgid: i32) -> Vec<ProcStat> {
+    processes().into_iter().filter(|p| p.pgrp == pgid).collect()
+}
+
+/// Every process on this machine, zombies included, from `/proc`.
+pub(crate) fn processes() -> Vec<ProcStat> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -60,7 +90,6 @@ pub(crate) fn group_processes(pgid: i32) -> Vec<ProcStat> {
                 .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
         })
         .filter_map(|e| parse_stat(&std::fs::read_to_string(e.path().join("stat")).ok()?))
-        .filter(|p| p.pgrp == pgid)
         .collect()
 }
 

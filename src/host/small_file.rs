@@ -154,9 +154,41 @@ pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, FileRefused>
     Ok(bytes)
 }
 
+/// Copies regular file `path` on this machine to `to`, at most `limit` bytes, a buffer at a
+/// time (a 300 MB trace is never held whole); the bytes copied, or why not.
+pub(crate) fn copy_local(path: &str, to: &Path, limit: u64) -> Result<u64, super::HostError> {
+    use servebench_model::input_file::{Refused, open_regular};
+    let file = open_regular(Path::new(path), limit).map_err(|r| match r {
+        Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => FileRefused::NoSuchFile,
+        Refused::Io(e) => FileRefused::Io(e),
+        Refused::NotAFile(kind) => FileRefused::NotAFile(Some(kind)),
+        Refused::TooLarge(size) => FileRefused::TooLarge { size, limit },
+    })?;
+    let written = |source| super::HostError::Io {
+        what: "could not be written here".into(),
+        source,
+    };
+    let mut out = std::fs::File::create(to).map_err(written)?;
+    std::io::copy(&mut file.take(limit), &mut out).map_err(written)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_is_copied_a_buffer_at_a_time_within_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("t.pt.trace.json");
+        std::fs::write(&from, vec![b'x'; 300_000]).unwrap();
+        let to = dir.path().join("copy");
+        assert_eq!(
+            copy_local(from.to_str().unwrap(), &to, 1 << 20).unwrap(),
+            300_000
+        );
+        assert_eq!(std::fs::metadata(&to).unwrap().len(), 300_000);
+        assert!(copy_local(from.to_str().unwrap(), &to, 1000).is_err());
+    }
 
     #[test]
     fn the_listing_script_and_the_local_listing_agree() {

@@ -10,6 +10,15 @@
 //!   supervisor exits with the command's status (128 + N for signal N), which the runner
 //!   sees as the server's.
 //!
+//! - The supervisor itself killed (SIGKILL: nothing it can catch): the kernel kills the
+//!   command (`PR_SET_PDEATHSIG` with SIGKILL, armed in the child before it runs: a launcher
+//!   that waits out its open requests on SIGTERM, as uvicorn does, would otherwise serve on
+//!   without its scheduler), and the runner, its parent, kills what is left of the group as
+//!   soon as it sees its leader gone ([`super::local`]).
+//! - The command's own children orphaned (a launcher killed, its scheduler left): the
+//!   supervisor is their subreaper (`PR_SET_CHILD_SUBREAPER`), so they become its children
+//!   rather than init's; it reaps them and stops them with the group, even those that left it.
+//!
 //! What it does is said in the server's log, on stderr.
 //!
 //! The command's output reaches the log through the supervisor, line by line, with the run's
@@ -24,7 +33,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
 use nix::unistd::{Pid, getpgrp, getpid, getppid};
 
-use super::procfs::group_processes;
+use super::procfs::processes;
 
 /// What `servebench supervise` is told.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +94,11 @@ pub(crate) fn main(opts: Supervise) -> i32 {
         say("the runner is already gone; not starting the server");
         return crate::exit::FAILED;
     }
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        say(&format!(
+            "cannot adopt the command's orphans ({e}); they are stopped with the group"
+        ));
+    }
     let mut command = Command::new(program);
     command.args(args);
     let relay = Relay::prepare(&mut command);
@@ -95,8 +109,9 @@ pub(crate) fn main(opts: Supervise) -> i32 {
         command.pre_exec(|| {
             // The server must die of SIGTERM, not inherit the supervisor's blocked signals.
             sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
-            // It dies with the supervisor even if the supervisor alone is killed.
-            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+            // It dies with the supervisor even if the supervisor alone is killed: at once,
+            // since nothing is left to give it a grace period and then make sure.
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
             Ok(())
         });
     }
@@ -130,6 +145,7 @@ fn wait_for(child: &mut Child, set: &SigSet, opts: &Supervise, program: &str) ->
         };
         match signal {
             Signal::SIGCHLD => {
+                reap_adopted(child.id() as i32);
                 if let Ok(Some(status)) = child.try_wait() {
                     let code = exit_code(status);
                     if others_alive() {
@@ -249,14 +265,27 @@ fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or(crate::exit::FAILED)
 }
 
-/// Processes of the supervisor's group other than itself that are not zombies.
+/// Processes of the supervisor's group other than itself, and the orphans it adopted (some
+/// may have left the group), that are not zombies.
 fn others() -> Vec<i32> {
     let me = getpid().as_raw();
-    group_processes(getpgrp().as_raw())
+    let group = getpgrp().as_raw();
+    processes()
         .into_iter()
-        .filter(|p| p.pid != me && p.state != 'Z')
+        .filter(|p| p.pid != me && p.state != 'Z' && (p.pgrp == group || p.ppid == me))
         .map(|p| p.pid)
         .collect()
+}
+
+/// Reaps the adopted orphans that have exited (the command itself is left to its `Child`).
+fn reap_adopted(command: i32) {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let me = getpid().as_raw();
+    for p in processes() {
+        if p.ppid == me && p.pid != command && p.state == 'Z' {
+            let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+        }
+    }
 }
 
 fn others_alive() -> bool {
@@ -269,6 +298,10 @@ fn stop_group(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
     let mut status = child.try_wait().ok().flatten();
     // The supervisor's own SIGTERM is blocked: it stays pending, harmlessly.
     let _ = nix::sys::signal::killpg(getpgrp(), Signal::SIGTERM);
+    // Adopted orphans that left the group get it one by one.
+    for pid in others() {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
     let deadline = Instant::now() + grace;
     loop {
         if status.is_none() {
@@ -290,6 +323,7 @@ fn stop_group(child: &mut Child, grace: Duration) -> Option<ExitStatus> {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(20));
+        reap_adopted(child.id() as i32);
         if status.is_none() {
             status = child.try_wait().ok().flatten();
         }

@@ -62,10 +62,24 @@ fn middle(filler: &str) -> usize {
 
 /// Whether `answer` gives `fact`: some number in it equals the fact, its digits written
 /// together or in thousands groups (`48213`, `48,213`, `48 213`); one digit more or less
-/// (`482130`) is another number.
+/// (`482130`) is another number. An answer that names more than [`MAX_GUESSES`] different
+/// numbers gives none: listing every five-digit number contains every fact, and knows none.
 pub(crate) fn answers(answer: &str, fact: &str) -> bool {
-    numbers(answer).any(|n| n == fact)
+    let mut named: Vec<String> = Vec::new();
+    for n in numbers(answer) {
+        if !named.contains(&n) {
+            if named.len() == MAX_GUESSES {
+                return false;
+            }
+            named.push(n);
+        }
+    }
+    named.iter().any(|n| n == fact)
 }
+
+/// The most different numbers an answer may name and still give the fact (a correction, `It
+/// is 7, no: 48213`; the number and its digit count).
+const MAX_GUESSES: usize = 3;
 
 /// The numbers in `text`, digits only: thousands separators are dropped.
 fn numbers(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -111,6 +125,15 @@ mod tests {
         assert!(!answers("", "48213"));
         assert!(!answers("the model server token", "48213"));
         assert!(!answers("1 48213", "148213"), "two numbers are not one");
+    }
+
+    /// Naming every five-digit number names every fact: no answer (it passed every canary).
+    #[test]
+    fn an_answer_that_lists_every_number_gives_none() {
+        let all: String = (10_000..100_000).map(|n| format!("{n} ")).collect();
+        assert!(!answers(&all, "48213"));
+        assert!(!answers("10000 20000 30000 48213", "48213"));
+        assert!(answers("48213 48213 48213 48213", "48213"));
     }
 
     #[test]

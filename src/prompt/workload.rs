@@ -159,6 +159,18 @@ impl WorkloadSource {
     }
 }
 
+/// The first group number of mix entry `entry`: the groups of the shared-prefix entries
+/// before it.
+fn group_offset(entries: &[WorkloadEntry], entry: usize) -> u32 {
+    entries[..entry]
+        .iter()
+        .map(|e| match &e.prompt {
+            PromptSource::SharedPrefix { groups, .. } => *groups,
+            _ => 0,
+        })
+        .fold(0u32, |a, g| a.saturating_add(g))
+}
+
 /// A round's draws, in order (see [`WorkloadSource::draws`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Draws<'a> {
@@ -234,7 +246,9 @@ impl Iterator for Draws<'_> {
                 seed,
             } => (
                 InputDraw::SharedPrefix {
-                    group: (n % *groups as usize) as u32,
+                    // Numbered after the groups of the mix's earlier shared-prefix entries:
+                    // each entry's prefixes are its own (a group is one prefix, one length).
+                    group: group_offset(entries, entry) + (n % *groups as usize) as u32,
                     prefix_tokens: *prefix_tokens,
                     suffix_tokens: *suffix_tokens,
                     seed: *seed,

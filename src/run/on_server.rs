@@ -113,7 +113,10 @@ impl Launch<'_, '_> {
         };
         self.measurer
             .set_profile_dir(cx.profile_dir.map(str::to_string));
-        let outcome = match self.measurer.measure(point, cx.group).await {
+        let (measured, lost_part) =
+            super::server::watch::while_measuring(handle, self.measurer.measure(point, cx.group))
+                .await;
+        let outcome = match measured {
             Ok(o) => o,
             Err(unavailable) => {
                 let msg = unavailable.to_string();
@@ -133,6 +136,7 @@ impl Launch<'_, '_> {
         // Broken connections (or a failed calibration) may mean the server is dying.
         let suspicious = !outcome.interrupted
             && (agent_lost
+                || lost_part.is_some()
                 || ["connect", "reset", "incomplete"]
                     .iter()
                     .any(|k| record.error_kinds.contains_key(*k))
@@ -145,7 +149,7 @@ impl Launch<'_, '_> {
         };
         let mut crashed = None;
         if let Some(cause) = handle.crashed_within(grace).await {
-            let msg = crashed_during(handle, &mut record, cause);
+            let msg = crashed_during(handle, &mut record, cause, lost_part.as_deref());
             cx.progress.line(&format!("    ⚠ server-crashed: {msg}"));
             tally.problems.push(format!("{}: {msg}", record.id));
             crashed = Some(cause);
@@ -248,13 +252,17 @@ fn crashed_during(
     handle: &mut ServerHandle,
     record: &mut crate::results::records::PointRecord,
     cause: crate::engine::CrashCause,
+    lost_part: Option<&str>,
 ) -> String {
     let tail = handle.log_tail(2000);
     let msg = format!(
-        "the server died during this point{}: {}{} ({})",
+        "the server died during this point{}{}: {}{} ({})",
         handle
             .crash_origin()
             .map(|o| format!(" ({o})"))
+            .unwrap_or_default(),
+        lost_part
+            .map(|w| format!(" ({w}; servebench stopped the rest)"))
             .unwrap_or_default(),
         cause.label(),
         handle

@@ -355,9 +355,13 @@ async fn record_hosts(run: &PoolRun<'_>, pool: &Pool) -> Result<(), RunError> {
     let facts = futures_util::future::join_all(pool.hosts.iter().map(|h| async {
         match (&h.remote, &h.slurm) {
             (Some(r), _) => crate::host::remote::host_facts(&r.ssh, &python).await,
-            (None, None) if launched_here => crate::host::ssh::local_facts(LOCAL_FACTS_SECS)
-                .await
-                .and_then(|f| serde_json::to_value(f).ok()),
+            // Ctrl-C is not kept waiting on a hung tool: the facts are given up (and the
+            // script's process group killed).
+            (None, None) if launched_here => tokio::select! {
+                f = crate::host::ssh::local_facts(LOCAL_FACTS_SECS) => f,
+                () = run.interrupt.wait() => None,
+            }
+            .and_then(|f| serde_json::to_value(f).ok()),
             _ => None,
         }
     }))

@@ -8,6 +8,7 @@ pub(crate) mod ranks;
 pub(crate) mod routing;
 mod server_error;
 pub(crate) mod traces;
+pub(crate) mod watch;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -284,9 +285,22 @@ impl ServerHandle {
             // /health (`engine: command`, 404) is ready once it answered and printed its line.
             let health = client.health().await;
             // A router answers /health before it has registered its workers.
+            let listed = match health {
+                Ok(200) if server.deployment.is_some() => {
+                    deployment::router_lists_workers(&client, self.workers.len()).await
+                }
+                _ => Ok(true),
+            };
+            let listed = match listed {
+                Ok(l) => l,
+                Err(why) => {
+                    self.record.outcome = Some("refused servebench at start".into());
+                    self.stop("refused servebench at start").await;
+                    return Err(ServerError::Config(why));
+                }
+            };
             if let Ok(200) = health
-                && (server.deployment.is_none()
-                    || deployment::router_lists_workers(&client, self.workers.len()).await)
+                && listed
             {
                 break;
             }

@@ -20,6 +20,22 @@ fn deployment_spec(tier: &Tier, name: &str, deployment: &str, marker: &str, rest
     )
 }
 
+/// [`deployment_spec`] with the Shepherd Model Gateway (`router.kind: smg`, the tier's
+/// `smg launch`) as the router.
+fn smg_deployment_spec(
+    tier: &Tier,
+    name: &str,
+    deployment: &str,
+    marker: &str,
+    rest: &str,
+) -> String {
+    format!(
+        "name: {name}\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast, enable-metrics: true }}\n  env: {{ SERVEBENCH_REAL_ENGINE_MARKER: {marker} }}\n  ready_timeout: 90s\n  deployment:\n{deployment}\n    router:\n      kind: smg\n      launcher: [{smg}, launch]\n      env: {{ HF_HUB_OFFLINE: \"1\", SERVEBENCH_REAL_ENGINE_MARKER: {marker} }}\n{rest}",
+        model = tier.model_hf().display(),
+        smg = tier.smg().display(),
+    )
+}
+
 fn measured(dir: &std::path::Path) -> Vec<Value> {
     read_jsonl(&dir.join("requests.jsonl"))
         .into_iter()
@@ -829,4 +845,36 @@ fn a_deployment_on_a_slurm_allocation_runs_each_process_as_a_step_of_one_job() {
         &format!("left running: {:?}", live_with_marker(&marker)),
         || live_with_marker(&marker).is_empty().then_some(()),
     );
+}
+
+/// The same deployment with the router's successor, the Shepherd Model Gateway (`smg`
+/// 1.13.0, `router.kind: smg`): launched with the same flags, ready on its `/workers`, each
+/// request's worker named from its log, the router's word matching each worker's counters,
+/// and nothing left after.
+#[test]
+fn a_launched_smg_deployment_round_robins_and_names_each_requests_worker() {
+    let Some(tier) = tier(Part::Smg) else {
+        return;
+    };
+    let marker = marker("deploy-smg");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "smg.yaml",
+        &smg_deployment_spec(
+            &tier,
+            "deploy-smg",
+            "    workers: 2",
+            &marker,
+            "      policy: round_robin\nworkload:\n  api: sglang-generate\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 8\nrequests: 20\n",
+        ),
+    );
+    let out = ws.run(&spec);
+    assert!(out.status.success(), "{}", show(&out));
+    let dir = run_dir(&out);
+    let meta = read_json(&dir.join("meta.json"));
+    let command = meta["servers"][0]["command"].to_string();
+    assert!(command.contains("launch"), "{command}");
+    ten_each_as_each_worker_counted(&dir, &measured(&dir));
+    let left = live_with_marker(&marker);
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -159,10 +159,14 @@ pub(crate) fn is_secret_name(name: &str) -> bool {
 /// `false`, a `${NAME}` reference (the secret is in the environment, not here), a value already
 /// redacted; under a `token` name, a number or list of numbers (a count or threshold).
 pub fn is_secret(name: &str, value: &str) -> bool {
+    let v = unquote(value.trim()).trim().trim_matches('`');
+    // `Bearer <token>` is a credential under any name (`ROUTER_AUTH`, a header).
+    if bearer_value(v) {
+        return true;
+    }
     let Some(kind) = name_kind(name) else {
         return false;
     };
-    let v = unquote(value.trim()).trim().trim_matches('`');
     // A placeholder in documentation (`-o Key=Value`, `api-key: ...`) holds no secret.
     if v.is_empty()
         || matches!(
@@ -179,6 +183,32 @@ pub fn is_secret(name: &str, value: &str) -> bool {
         NameKind::Credential => true,
         NameKind::Token => !number_like(v),
     }
+}
+
+/// Whether a pair's value (the bytes after its separator) opens with `Bearer ` (after blanks,
+/// a quote or a bracket): a credential whatever the pair's name.
+fn bearer_follows(after: &[u8]) -> bool {
+    let start = after
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'"' | b'\'' | b'['))
+        .unwrap_or(after.len());
+    let rest = &after[start..];
+    rest.len() > 7 && rest[..6].eq_ignore_ascii_case(b"bearer") && matches!(rest[6], b' ' | b'\t')
+}
+
+/// `Bearer X`: an HTTP bearer credential, X one word that is neither a `${NAME}` reference
+/// nor already redacted.
+fn bearer_value(v: &str) -> bool {
+    let Some((scheme, token)) = v.split_once([' ', '\t']) else {
+        return false;
+    };
+    let token = token.trim();
+    scheme.eq_ignore_ascii_case("bearer")
+        && !token.is_empty()
+        && !token.contains(char::is_whitespace)
+        && !is_env_ref(token)
+        && token != REDACTED
+        && !matches!(token, "..." | "…" | "***" | "<token>" | "TOKEN")
 }
 
 /// `${NAME}`, exactly.
@@ -409,7 +439,10 @@ fn replace_name_values(text: &[u8]) -> Cow<'_, [u8]> {
         let whole = m.get(0).expect("match");
         at = whole.end();
         let name = m.name("name").expect("name");
-        if name.start() < copied || name_kind(&String::from_utf8_lossy(name.as_bytes())).is_none() {
+        if name.start() < copied
+            || (name_kind(&String::from_utf8_lossy(name.as_bytes())).is_none()
+                && !bearer_follows(&text[whole.end()..]))
+        {
             continue;
         }
         let Some(c) = NAME_VALUE
@@ -462,8 +495,13 @@ fn redact_value(c: &Captures) -> Option<Vec<u8>> {
     {
         return None;
     }
-    // `Authorization: Bearer X` hides X whatever the header is called.
-    let bearer = c.name("scheme").is_some() && name_kind(&name_s).is_some();
+    // `Authorization: Bearer X` hides X whatever the header or variable is called; `Basic`
+    // and `Token` only under a secret name.
+    let bearer = c.name("scheme").is_some_and(|s| {
+        String::from_utf8_lossy(s.as_bytes())
+            .trim()
+            .eq_ignore_ascii_case("bearer")
+    }) || (c.name("scheme").is_some() && name_kind(&name_s).is_some());
     if !bearer && !is_secret(&name_s, &val_s) {
         return None;
     }
@@ -690,6 +728,15 @@ mod tests {
             (
                 "Authorization: Bearer k9".into(),
                 format!("Authorization: Bearer {REDACTED}"),
+            ),
+            // A bearer credential under a name without a secret word.
+            (
+                "ROUTER_AUTH=Bearer k9b next".into(),
+                format!("ROUTER_AUTH=Bearer {REDACTED} next"),
+            ),
+            (
+                r#"{"ROUTER_AUTH": "Bearer k9c"}"#.into(),
+                format!(r#"{{"ROUTER_AUTH": "{REDACTED}"}}"#),
             ),
             // A pair inside another's value: a query string, a flag's value.
             (

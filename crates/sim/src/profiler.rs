@@ -3,7 +3,7 @@
 //! `/stop_profile`, and vLLM's bodiless pair on a server started with `--profiler-config`.
 //! A capture counts the scheduler's iterations (SGLang's forward steps) and writes a small
 //! Chrome trace of them when it stops: `<profile_id>-TP-0.trace.json` for SGLang (SGLang's
-//! name without the `.gz`: the simulator writes it uncompressed), `sim_worker.<ms>.pt.trace.json`
+//! name without the `.gz`: the simulator writes it uncompressed), `sim_worker.<ns>.pt.trace.json`
 //! for vLLM (the shape of torch's `tensorboard_trace_handler` names). SGLang refuses a second
 //! start and a stop with nothing running in its words; `num_steps` stops it by itself.
 
@@ -122,7 +122,8 @@ impl Profiler {
         let now = unix_now();
         let name = match a.flavour {
             Flavour::Sglang => format!("{}-TP-0.trace.json", a.req.profile_id),
-            Flavour::Vllm => format!("sim_worker.{}.pt.trace.json", (now * 1e3) as u64),
+            // torch's tensorboard_trace_handler stamps nanoseconds.
+            Flavour::Vllm => format!("sim_worker.{}.pt.trace.json", (now * 1e9) as u64),
         };
         let trace = json!({
             "schemaVersion": 1,

@@ -37,10 +37,11 @@ pub struct Gpu {
 
 /// Prints one "@section" line before each fact. $1 is the python to ask about SGLang, $2 the
 /// seconds each tool may take (20 by default). nvidia-smi can hang on a wedged driver, hence
-/// the timeout when `timeout` exists.
+/// the timeout when `timeout` exists, with `-k`: a tool that ignores SIGTERM is killed 2 s
+/// later, not left running.
 pub(crate) const FACTS: &str = r#"
 secs=${2:-20}
-t() { if command -v timeout >/dev/null 2>&1; then timeout "$secs" "$@"; else "$@"; fi; }
+t() { if command -v timeout >/dev/null 2>&1; then timeout -k 2 "$secs" "$@"; else "$@"; fi; }
 echo @hostname; hostname 2>/dev/null || uname -n
 echo @os; (. /etc/os-release 2>/dev/null && printf '%s\n' "$PRETTY_NAME")
 echo @kernel; uname -srm
@@ -60,18 +61,52 @@ echo @end
 /// This machine's facts (its GPUs from nvidia-smi, as an SSH host's are read), each tool
 /// given `secs`; SGLang's version is not asked (`/server_info` says it once the server is
 /// up). None when the script cannot run at all.
+///
+/// The script runs in a process group of its own, killed whole when it overruns (a tool stuck
+/// where even SIGKILL waits, a `timeout` missing) or when the future is dropped (Ctrl-C):
+/// nothing of it is left running.
 pub(crate) async fn local_facts(secs: u32) -> Option<HostFacts> {
-    let run = tokio::process::Command::new("sh")
+    facts_here(secs, None).await
+}
+
+/// [`local_facts`] with `path` as the script's `PATH` when given (the tests' stand-in tools).
+async fn facts_here(secs: u32, path: Option<&std::ffi::OsStr>) -> Option<HostFacts> {
+    let mut command = tokio::process::Command::new("sh");
+    if let Some(p) = path {
+        command.env("PATH", p);
+    }
+    let child = command
         .args(["-c", FACTS, "sh", "false", &secs.to_string()])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(u64::from(secs) * 3), run)
-        .await
-        .ok()?
+        .spawn()
         .ok()?;
-    Some(parse_facts(&String::from_utf8_lossy(&out.stdout)))
+    let group = KillGroupOnDrop(child.id().map(|p| p as i32));
+    // Each tool's time and its 2 s to die after SIGTERM; the rest takes no time.
+    let limit = std::time::Duration::from_secs(u64::from(secs) * 2 + 5);
+    let out = tokio::time::timeout(limit, child.wait_with_output()).await;
+    // Whatever a tool left in the group (a child it started) goes with it.
+    drop(group);
+    Some(parse_facts(&String::from_utf8_lossy(
+        &out.ok()?.ok()?.stdout,
+    )))
+}
+
+/// Kills process group `.0` when dropped (a finished script's group is empty already).
+struct KillGroupOnDrop(Option<i32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 impl SshHost {
@@ -143,6 +178,42 @@ fn parse_gpu(line: &str) -> Option<Gpu> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A hung nvidia-smi that ignores SIGTERM: `timeout -k` kills it, so nothing is left
+    /// running (without `-k` it ran forever, one per run).
+    #[test]
+    fn a_hung_gpu_tool_is_killed_not_left_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = format!("6543.{}", std::process::id());
+        let smi = dir.path().join("nvidia-smi");
+        std::fs::write(
+            &smi,
+            format!("#!/bin/sh\ntrap '' TERM\nexec sleep {marker}\n"),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:/usr/bin:/bin", dir.path().display());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let facts = rt
+            .block_on(facts_here(1, Some(std::ffi::OsStr::new(&path))))
+            .expect("the other facts are read");
+        assert!(facts.hostname.is_some());
+        assert_eq!(facts.gpus, None, "a tool that timed out tells nothing");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(&marker))
+            .collect();
+        assert!(left.is_empty(), "left running: {left:?}");
+    }
     use super::*;
 
     #[test]

@@ -27,8 +27,10 @@ pub(crate) struct PointGpu {
     sink: GpuSink,
     /// Why the sampler gave nothing, once it did not.
     failed: Arc<Mutex<Option<String>>>,
-    /// The point's readings so far, every round (at most [`super::gpu_sampler::MAX_KEPT`]).
+    /// The point's readings so far, every round (at most [`super::gpu_sampler::MAX_KEPT`],
+    /// and [`super::gpu_sampler::MAX_KEPT_BYTES`]), and their bytes.
     samples: Vec<GpuSample>,
+    bytes: usize,
 }
 
 impl PointGpu {
@@ -87,6 +89,7 @@ impl PointGpu {
             sink,
             failed: Arc::default(),
             samples: Vec::new(),
+            bytes: 0,
         })
     }
 
@@ -108,8 +111,15 @@ impl PointGpu {
 
     /// Keeps a round's readings, within the point's bound.
     pub(crate) fn keep(&mut self, round: Vec<GpuSample>) {
-        let room = super::gpu_sampler::MAX_KEPT.saturating_sub(self.samples.len());
-        self.samples.extend(round.into_iter().take(room));
+        use super::gpu_sampler::{MAX_KEPT, MAX_KEPT_BYTES, sample_bytes};
+        for s in round {
+            let bytes = sample_bytes(&s);
+            if self.samples.len() >= MAX_KEPT || self.bytes + bytes > MAX_KEPT_BYTES {
+                break;
+            }
+            self.bytes += bytes;
+            self.samples.push(s);
+        }
     }
 
     /// The point's view over its measured windows, its metrics and flags added.
@@ -141,7 +151,23 @@ impl PointGpu {
         );
         let failed = self.failed.lock().ok().and_then(|f| f.clone());
         let sampled = view.samples > 0;
-        view.missing = self.missing.or(failed.filter(|_| !sampled));
+        view.source = self.source.as_ref().map(|s| s.name().to_string());
+        let silent = self.source.as_ref().filter(|_| !sampled).map(|s| {
+            format!(
+                "{} on {} gave no reading during the point (it started and printed nothing: hung?)",
+                s.name(),
+                self.host
+            )
+        });
+        // Readings that stopped partway: what they cover is said, not passed over.
+        if sampled && let Some(why) = &failed {
+            let note = format!("the readings stop where the sampler failed: {why}");
+            view.partial = Some(match view.partial.take() {
+                Some(p) => format!("{p}; {note}"),
+                None => note,
+            });
+        }
+        view.missing = self.missing.or(failed.filter(|_| !sampled)).or(silent);
         view
     }
 }

@@ -54,6 +54,15 @@ pub(crate) enum Source {
 }
 
 impl Source {
+    /// The source's name, as the report gives it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Source::NvidiaSmi(_) => "nvidia-smi",
+            Source::AmdSmi(_) => "amd-smi",
+            Source::Dcgm(_) => "dcgm",
+        }
+    }
+
     /// One reading of a polled source.
     async fn poll(&self) -> Result<Vec<GpuReading>, String> {
         match self {
@@ -92,7 +101,7 @@ fn args(interval: Duration, reasons: &str) -> Vec<String> {
 pub(crate) struct GpuSampler {
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
-    samples: Arc<Mutex<Vec<GpuSample>>>,
+    samples: Arc<Mutex<Kept>>,
 }
 
 impl GpuSampler {
@@ -106,7 +115,7 @@ impl GpuSampler {
         sink: GpuSink,
         failed: Arc<Mutex<Option<String>>>,
     ) -> GpuSampler {
-        let samples = Arc::new(Mutex::new(Vec::new()));
+        let samples = Arc::new(Mutex::new(Kept::default()));
         let (stop, stopped) = oneshot::channel();
         let (first, first_seen) = oneshot::channel();
         let tag = Tag {
@@ -153,7 +162,7 @@ impl GpuSampler {
         }
         self.samples
             .lock()
-            .map(|mut v| std::mem::take(&mut *v))
+            .map(|mut k| std::mem::take(&mut k.samples))
             .unwrap_or_default()
     }
 }
@@ -170,7 +179,7 @@ async fn sample(
     interval: Duration,
     tag: Tag,
     sink: GpuSink,
-    samples: Arc<Mutex<Vec<GpuSample>>>,
+    samples: Arc<Mutex<Kept>>,
     failed: Arc<Mutex<Option<String>>>,
     (mut stopped, first): (oneshot::Receiver<()>, oneshot::Sender<()>),
 ) {
@@ -249,7 +258,20 @@ async fn sample(
             err = String::from_utf8_lossy(&kept).trim().to_string();
         }
         if read_any || reasons == REASONS_OLD || !err.contains("valid field") {
-            if !read_any {
+            if read_any {
+                set(
+                    &failed,
+                    format!(
+                        "{} ended by itself while the round ran{}",
+                        program.display(),
+                        if err.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", crate::text::truncate(&err, 200))
+                        }
+                    ),
+                );
+            } else {
                 set(
                     &failed,
                     format!(
@@ -275,11 +297,12 @@ async fn poll(
     interval: Duration,
     tag: Tag,
     sink: GpuSink,
-    samples: Arc<Mutex<Vec<GpuSample>>>,
+    samples: Arc<Mutex<Kept>>,
     failed: Arc<Mutex<Option<String>>>,
     (mut stopped, first): (oneshot::Receiver<()>, oneshot::Sender<()>),
 ) {
     let mut first = Some(first);
+    let mut failures: u32 = 0;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -310,10 +333,25 @@ async fn poll(
                 set(&failed, why);
                 // Nothing read yet: the round need not wait for a first reading.
                 drop(first.take());
+                // A failing source is asked again later and later (a failing exporter was
+                // re-fetched, 4 MiB each, every 50 ms, beside the requests measured).
+                failures += 1;
+                let wait = interval
+                    .saturating_mul(1 << failures.min(16))
+                    .min(MAX_BACKOFF);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = &mut stopped => return,
+                }
+                continue;
             }
         }
+        failures = 0;
     }
 }
+
+/// The longest wait between two reads of a failing polled source.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 fn set(failed: &Mutex<Option<String>>, why: String) {
     if let Ok(mut f) = failed.lock()
@@ -326,14 +364,79 @@ fn set(failed: &Mutex<Option<String>>, why: String) {
 /// Readings a point keeps in memory (at 8 GPUs every 50 ms, 3 hours); later ones still go
 /// to the sink, and the point's energy counts the uncovered end at the covered mean.
 pub(crate) const MAX_KEPT: usize = 200_000;
+/// Bytes of readings a point keeps in memory, whatever their count: a source that floods
+/// (readings as fast as it can print them, 256 GPUs with long names) stops being kept here,
+/// long before the allocator gives out.
+pub(crate) const MAX_KEPT_BYTES: usize = 64 << 20;
+/// The most bytes of a GPU's name or uuid kept (real ones are under 100).
+const MAX_TEXT: usize = 256;
 
-fn keep(sink: &GpuSink, samples: &Mutex<Vec<GpuSample>>, s: GpuSample) {
+/// What a reading takes in memory, about: its fixed part and its texts.
+pub(crate) fn sample_bytes(s: &GpuSample) -> usize {
+    std::mem::size_of::<GpuSample>()
+        + s.gpus
+            .iter()
+            .map(|g| {
+                std::mem::size_of::<GpuReading>()
+                    + g.name.as_ref().map_or(0, String::len)
+                    + g.uuid.as_ref().map_or(0, String::len)
+            })
+            .sum::<usize>()
+}
+
+/// A reading as a GPU can give it: texts cut to [`MAX_TEXT`] bytes, and values outside what
+/// any GPU reports (negative memory, a 150% utilisation, NaN) left out rather than believed
+/// (-5 MiB free raised `gpu-memory-tight`).
+pub(crate) fn sane(mut r: GpuReading) -> GpuReading {
+    let cut = |t: &mut Option<String>| {
+        if let Some(s) = t
+            && s.len() > MAX_TEXT
+        {
+            *s = crate::text::truncate(s, MAX_TEXT);
+        }
+    };
+    cut(&mut r.name);
+    cut(&mut r.uuid);
+    let within = |v: &mut Option<f64>, lo: f64, hi: f64| {
+        if v.is_some_and(|x| !(lo..=hi).contains(&x)) {
+            *v = None;
+        }
+    };
+    // 16 TiB of memory, 100 GHz, 100 kW, -60..200 °C: far past any GPU, short of nonsense.
+    for m in [
+        &mut r.memory_used_mib,
+        &mut r.memory_free_mib,
+        &mut r.memory_total_mib,
+    ] {
+        within(m, 0.0, f64::from(16u32 << 20));
+    }
+    within(&mut r.sm_mhz, 0.0, 100_000.0);
+    within(&mut r.mem_mhz, 0.0, 100_000.0);
+    within(&mut r.util_pct, 0.0, 100.0);
+    within(&mut r.power_w, 0.0, 100_000.0);
+    within(&mut r.power_limit_w, 0.0, 100_000.0);
+    within(&mut r.temp_c, -60.0, 200.0);
+    r
+}
+
+/// A round's readings in memory and their bytes.
+#[derive(Default)]
+pub(crate) struct Kept {
+    samples: Vec<GpuSample>,
+    bytes: usize,
+}
+
+fn keep(sink: &GpuSink, kept: &Mutex<Kept>, mut s: GpuSample) {
+    s.gpus = s.gpus.into_iter().map(sane).collect();
     // A reading that cannot be written is lost, not fatal: telemetry is a side channel.
     let _ = sink(&s);
-    if let Ok(mut v) = samples.lock()
-        && v.len() < MAX_KEPT
+    let bytes = sample_bytes(&s);
+    if let Ok(mut k) = kept.lock()
+        && k.samples.len() < MAX_KEPT
+        && k.bytes + bytes <= MAX_KEPT_BYTES
     {
-        v.push(s);
+        k.bytes += bytes;
+        k.samples.push(s);
     }
 }
 
@@ -469,6 +572,38 @@ fn absent(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    /// A flood of readings (256 GPUs with 4 KiB names, as fast as it prints) is kept up to a
+    /// byte budget, not a count: it took the runner to 2.1 GB in 10 s.
+    #[test]
+    fn a_flood_of_readings_is_kept_within_its_bytes() {
+        let kept = Mutex::new(Kept::default());
+        let sink: GpuSink = Arc::new(|_| Ok(()));
+        let long = "x".repeat(4000);
+        let reading = GpuReading {
+            index: 0,
+            uuid: Some(long.clone()),
+            name: Some(long),
+            memory_free_mib: Some(-5.0),
+            ..GpuReading::default()
+        };
+        for _ in 0..2_000 {
+            let s = GpuSample {
+                point: "p001".into(),
+                round: 0,
+                t: 0.0,
+                gpus: vec![reading.clone(); MAX_GPUS],
+                cut: None,
+            };
+            keep(&sink, &kept, s);
+        }
+        let k = kept.lock().unwrap();
+        assert!(k.bytes <= MAX_KEPT_BYTES, "{}", k.bytes);
+        assert!(k.samples.len() < 2_000, "cut by bytes: {}", k.samples.len());
+        let g = &k.samples[0].gpus[0];
+        assert!(g.name.as_ref().unwrap().len() <= MAX_TEXT + 4);
+        assert_eq!(g.memory_free_mib, None, "no GPU has -5 MiB free");
+    }
     use super::*;
 
     #[test]

@@ -75,6 +75,25 @@ impl Probe for Workers {
 
     fn fill(self: Box<Self>, end: &PointEnd<'_>, record: &mut PointRecord) {
         let scrapes = self.scrapes;
+        for w in &self.targets {
+            let Some(why) = lost_mid_point(&scrapes, &w.url) else {
+                continue;
+            };
+            let name = if w.name != w.url {
+                format!("{} ({})", w.name, w.url)
+            } else {
+                w.url.clone()
+            };
+            record.flags.push(crate::results::records::Flag::new(
+                crate::catalog::FlagKind::WorkerLost,
+                format!(
+                    "worker {name} stopped answering during the point (its /metrics answered, then: {why}): the router served the rest on the others"
+                ),
+            ));
+            if record.status == Some(crate::results::records::PointStatus::Ok) {
+                record.status = Some(crate::results::records::PointStatus::Degraded);
+            }
+        }
         record.workers = self
             .targets
             .into_iter()
@@ -98,5 +117,59 @@ impl Probe for Workers {
                 }
             })
             .collect();
+    }
+}
+
+/// Why worker `url` was lost mid-point: a scrape of it that failed after one that answered,
+/// within the point's rounds (a worker that never answered is not one that was lost: its
+/// metrics may be off).
+fn lost_mid_point(scrapes: &[MetricsScrape], url: &str) -> Option<String> {
+    let mut answered = false;
+    for s in scrapes.iter().filter(|s| s.worker.as_deref() == Some(url)) {
+        match &s.error {
+            None => answered = true,
+            Some(e) if answered => return Some(e.clone()),
+            Some(_) => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(worker: &str, error: Option<&str>) -> MetricsScrape {
+        MetricsScrape {
+            point: "p001".into(),
+            round: 1,
+            t: 0.0,
+            at: "tick".into(),
+            values: Default::default(),
+            error: error.map(str::to_string),
+            cut: None,
+            worker: Some(worker.into()),
+        }
+    }
+
+    #[test]
+    fn a_worker_is_lost_when_it_answered_then_stopped() {
+        let a = "http://127.0.0.1:1";
+        let b = "http://127.0.0.1:2";
+        let scrapes = [
+            scrape(a, None),
+            scrape(b, Some("/metrics answered HTTP 404")),
+            scrape(a, Some("connection refused")),
+            scrape(b, Some("/metrics answered HTTP 404")),
+        ];
+        assert_eq!(
+            lost_mid_point(&scrapes, a).as_deref(),
+            Some("connection refused")
+        );
+        assert_eq!(
+            lost_mid_point(&scrapes, b),
+            None,
+            "never answered: not lost"
+        );
     }
 }

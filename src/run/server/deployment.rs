@@ -336,12 +336,33 @@ async fn workers_ready(
     }
 }
 
-/// True once the router lists `want` workers, every one healthy (`GET /workers`; it answers
-/// `/health` before its background job has registered them).
-pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> bool {
-    let Ok(v) = client.get_json("/workers").await else {
-        return false;
+/// Ok(true) once the router lists `want` workers, every one healthy (`GET /workers`; it
+/// answers `/health` before its background job has registered them). Err(why) when it refuses
+/// servebench (HTTP 401 or 403: a key servebench does not send), which waiting cannot change.
+pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> Result<bool, String> {
+    let v = match client.get_json("/workers").await {
+        Ok(v) => v,
+        Err(crate::client::ClientError::Status {
+            status: status @ (401 | 403),
+            message,
+            ..
+        }) => {
+            return Err(format!(
+                "the router refused servebench's GET /workers with HTTP {status}{}: it wants a key; give it as `server.args.api-key` (sent as a bearer token) or leave the router's own `api-key` out",
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", crate::text::truncate(&message, 200))
+                }
+            ));
+        }
+        Err(_) => return Ok(false),
     };
+    Ok(router_lists(&v, want))
+}
+
+/// Whether a router's `/workers` answer `v` lists `want` workers, every one healthy.
+fn router_lists(v: &serde_json::Value, want: usize) -> bool {
     let Some(listed) = v.get("workers").and_then(|w| w.as_array()) else {
         return false;
     };

@@ -20,6 +20,9 @@ use super::server_error::ServerError;
 const LOSS_WORDS_WAIT: Duration = Duration::from_secs(3);
 
 /// One launched process of a server made of several.
+/// The grace the other ranks get when one lost a process mid-point.
+const LOST_RANK_GRACE: Duration = Duration::from_secs(2);
+
 pub(super) struct Member {
     /// How its stop is said: `rank 1`, `router`, `decode1`.
     pub name: String,
@@ -302,6 +305,27 @@ impl ServerProcess for MultiProcessServer {
             // which the ranks' logs give.
             Shape::Ranks { .. } => None,
         }
+    }
+
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async move {
+            for i in 0..self.members.len() {
+                let Some(what) = self.members[i].process.lost_process().await else {
+                    continue;
+                };
+                let name = self.members[i].name.clone();
+                // One rank short, the others wait on it forever (a collective never
+                // completes): all go. A worker that lost a part is stopped by its own look:
+                // the router then serves on the others, as it would in a user's deployment.
+                if matches!(self.shape, Shape::Ranks { .. }) {
+                    for m in &mut self.members {
+                        m.process.stop(LOST_RANK_GRACE).await;
+                    }
+                }
+                return Some(format!("{name}: {what}"));
+            }
+            None
+        })
     }
 
     fn failed_rank(&self) -> Option<FailedRank> {

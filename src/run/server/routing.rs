@@ -130,10 +130,7 @@ impl RoutingBook {
                 let name = |url: &String| f.names.get(url).cloned().unwrap_or(url.clone());
                 rec.worker = Some(name(&last.worker));
                 rec.prefill_worker = last.prefill.as_ref().map(name);
-                rec.rerouted_from = sent[..sent.len() - 1]
-                    .iter()
-                    .map(|s| name(&s.worker))
-                    .collect();
+                rec.rerouted_from = rerouted_from(&sent, &name);
                 return;
             }
             pulls_without += usize::from(grew);
@@ -304,8 +301,64 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// The workers a request was sent to before its last send, each once (a request retried
+/// three times on one worker is one request rerouted from it, not three): of a disaggregated
+/// send, the role that changed by the last (the prefill worker when the router moved the
+/// prefill, the decode worker when it moved the decode), both when neither did.
+fn rerouted_from(sent: &[Sent], name: &dyn Fn(&String) -> String) -> Vec<String> {
+    let Some((last, earlier)) = sent.split_last() else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for s in earlier {
+        let prefill_moved = s.prefill.is_some() && s.prefill != last.prefill;
+        let decode_moved = s.worker != last.worker;
+        let mut named = Vec::new();
+        if decode_moved || !prefill_moved {
+            named.push(name(&s.worker));
+        }
+        if let Some(p) = s
+            .prefill
+            .as_ref()
+            .filter(|_| prefill_moved || !decode_moved)
+        {
+            named.push(name(p));
+        }
+        for n in named {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// A request retried three times on one worker counts once against it; in a
+    /// disaggregated deployment the retry names the role the router moved.
+    #[test]
+    fn retries_count_requests_and_name_the_worker_that_was_moved_from() {
+        let send = |w: &str, p: Option<&str>| Sent {
+            worker: w.into(),
+            prefill: p.map(str::to_string),
+        };
+        let name = |u: &String| u.clone();
+        let sent = [
+            send("w1", None),
+            send("w1", None),
+            send("w1", None),
+            send("w0", None),
+        ];
+        assert_eq!(rerouted_from(&sent, &name), ["w1"]);
+        // The prefill moved, the decode did not: the prefill worker failed it.
+        let sent = [send("d0", Some("p1")), send("d0", Some("p0"))];
+        assert_eq!(rerouted_from(&sent, &name), ["p1"]);
+        let sent = [send("d1", Some("p0")), send("d0", Some("p0"))];
+        assert_eq!(rerouted_from(&sent, &name), ["d1"]);
+        assert!(rerouted_from(&[send("w0", None)], &name).is_empty());
+    }
     use super::*;
     use std::io::Write;
 

@@ -125,7 +125,7 @@ pub(crate) async fn collect(
         .filter(|(name, _)| match &capture.profile_id {
             // SGLang names every file of a capture by its profile id.
             Some(id) => name.starts_with(id.as_str()) || name.contains(&format!("-{id}")),
-            None => !before.contains(name),
+            None => !before.contains(name) && vllm_trace(name, capture),
         })
         .collect();
     let local_dir = run_dir.path.join("profiler").join(group);
@@ -146,22 +146,59 @@ pub(crate) async fn collect(
             ));
         } else {
             let source = format!("{}/{name}", dir.trim_end_matches('/'));
-            match host.read_small_file(&source, left).await {
-                Ok(data) => {
-                    let written = std::fs::create_dir_all(&local_dir)
-                        .and_then(|()| std::fs::write(local_dir.join(&name), &data));
-                    match written {
-                        Ok(()) => {
-                            left -= data.len() as u64;
-                            file.path = Some(rel);
-                        }
-                        Err(e) => file.left = Some(format!("could not be written here: {e}")),
-                    }
+            let copied = match std::fs::create_dir_all(&local_dir) {
+                Ok(()) => host.copy_file(&source, &local_dir.join(&name), left).await,
+                Err(source) => Err(crate::host::HostError::Io {
+                    what: "could not be written here".into(),
+                    source,
+                }),
+            };
+            match copied {
+                Ok(n) => {
+                    left -= n.min(left);
+                    file.path = Some(rel);
                 }
+                Err(why @ crate::host::HostError::Io { .. }) => file.left = Some(why.to_string()),
                 Err(why) => file.left = Some(format!("could not be read on the host: {why}")),
             }
         }
         capture.files.push(file);
+    }
+}
+
+/// Whether `name`, new in the capture's directory, is a file vLLM's profiler wrote for this
+/// capture: torch's trace (`tensorboard_trace_handler`: `<worker>.<time_ns>.pt.trace.json`,
+/// `.gz` added when compressed) stamped within the capture (a minute's slack either side for
+/// a remote host's clock), or its table (`profiler_out_<rank>.txt`). Anything else new in a
+/// shared directory is another process's, and stays where it is.
+fn vllm_trace(name: &str, capture: &ProfilerCapture) -> bool {
+    if let Some(rank) = name
+        .strip_prefix("profiler_out_")
+        .and_then(|r| r.strip_suffix(".txt"))
+    {
+        return !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit());
+    }
+    let Some(stem) = name
+        .strip_suffix(".pt.trace.json")
+        .or_else(|| name.strip_suffix(".pt.trace.json.gz"))
+    else {
+        return false;
+    };
+    let Some(stamp) = stem
+        .rsplit_once('.')
+        .and_then(|(worker, t)| (!worker.is_empty()).then_some(t))
+        .and_then(|t| t.parse::<u64>().ok())
+    else {
+        return false;
+    };
+    // torch stamps nanoseconds; older handlers (and the simulator once) milliseconds.
+    let at = match stamp {
+        t if t >= 1_000_000_000_000_000 => t as f64 / 1e9,
+        t => t as f64 / 1e3,
+    };
+    match (capture.started_at, capture.stopped_at) {
+        (Some(start), Some(stop)) => at >= start - 60.0 && at <= stop + 60.0,
+        _ => false,
     }
 }
 

@@ -121,6 +121,10 @@ pub enum FlagKind {
     /// request prefilled the prefix again (informational: the numbers are what the routing
     /// gave; a cache-aware policy should keep this near zero).
     PrefixRoutedAway,
+    /// A worker behind the router (`server.workers`, or a launched deployment's) answered its
+    /// `/metrics` earlier in the point and then stopped answering: the router served the rest
+    /// on fewer workers than the deployment has, so the point measured another deployment.
+    WorkerLost,
     /// A kind this version does not know.
     Other(String),
 }
@@ -251,6 +255,7 @@ const CATALOGUE: &[Entry] = &[
         informational: true,
         cell: "ok_err",
     },
+    entry(FlagKind::WorkerLost, "worker-lost", "ok_err"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {

@@ -185,7 +185,7 @@ const CATALOGUE: &[Entry] = &[
         label: "decode",
         long_label: "Decode speed",
         unit: "tok/s",
-        definition: "(completion_tokens - tokens in the first chunk) / (last token time - first token time).",
+        definition: "(completion_tokens - tokens in the first chunk) / (last token time - first token time); none where most tokens after the first came in one network read of several chunks (held back on the way, by a router or proxy).",
         two_point_definition: Some(
             "Two-point: (completion_b - completion_a) / (t_b - t_a), nominally ({b} - {a}) / (t_b - t_a). Left out for pairs whose second request skipped prefill.",
         ),

@@ -64,6 +64,10 @@ pub struct GpuReading {
 pub struct GpuView {
     /// The host the GPUs are on (`local`, the SSH host's name).
     pub host: String,
+    /// What read them: `nvidia-smi`, `amd-smi` or `dcgm` (a DCGM exporter); None in runs
+    /// written before it was recorded, and where no sampler ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Why there is no telemetry (`nvidia-smi not found on local`); None when it was taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,

@@ -60,10 +60,16 @@ pub struct Deployment {
     pub router: Router,
 }
 
-/// SGLang's router (`sglang-router`, `python -m sglang_router.launch_router`).
+/// SGLang's router: `sglang-router` (`python -m sglang_router.launch_router`) or its
+/// successor, the Shepherd Model Gateway (`smg launch`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Router {
+    /// Which router: `sglang-router` (0.3, the default) or `smg` (the Shepherd Model
+    /// Gateway, its successor under a new name: the same flags, routes and request log). It
+    /// picks the default `launcher`.
+    #[serde(default, skip_serializing_if = "RouterKind::is_default")]
+    pub kind: RouterKind,
     /// Its routing policy for regular workers (`--policy`): `round_robin`, `random`,
     /// `cache_aware`, `power_of_two`.
     #[serde(default = "default_policy")]
@@ -81,7 +87,8 @@ pub struct Router {
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub args: IndexMap<String, ArgValue>,
     /// The command that starts the router, before its flags. Default:
-    /// `[python, -m, sglang_router.launch_router]`.
+    /// `[python, -m, sglang_router.launch_router]` for `sglang-router`, `[smg, launch]` for
+    /// `smg`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launcher: Option<Vec<String>>,
     /// Environment variables for the router process.
@@ -95,6 +102,7 @@ pub struct Router {
 impl Default for Router {
     fn default() -> Self {
         Router {
+            kind: RouterKind::default(),
             policy: default_policy(),
             prefill_policy: None,
             decode_policy: None,
@@ -106,11 +114,39 @@ impl Default for Router {
     }
 }
 
+/// Which router a deployment launches.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum RouterKind {
+    /// `sglang-router` 0.3 (PyPI `sglang-router`), `python -m sglang_router.launch_router`.
+    #[default]
+    SglangRouter,
+    /// The Shepherd Model Gateway (PyPI `smg`, 1.13), `smg launch`.
+    Smg,
+}
+
+impl RouterKind {
+    fn is_default(&self) -> bool {
+        *self == RouterKind::default()
+    }
+
+    /// The command that starts this router, before its flags.
+    pub fn launcher(self) -> &'static [&'static str] {
+        match self {
+            RouterKind::SglangRouter => &["python", "-m", "sglang_router.launch_router"],
+            RouterKind::Smg => &["smg", "launch"],
+        }
+    }
+}
+
 fn default_policy() -> RouterPolicy {
     RouterPolicy::CacheAware
 }
 
-/// A routing policy of sglang-router 0.3 (`--policy`).
+/// A routing policy of sglang-router 0.3 and smg 1.13 (`--policy`; both take these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -124,6 +160,10 @@ pub enum RouterPolicy {
     CacheAware,
     /// The less loaded of two workers drawn at random.
     PowerOfTwo,
+    /// Sticky by routing key: requests with the same `X-SMG-Routing-Key` header go to the
+    /// same worker, a new key to a worker drawn as `--assignment-mode` says (random by
+    /// default); without the header, a worker drawn at random.
+    Manual,
 }
 
 /// A worker's role in a deployment.
@@ -239,6 +279,14 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             target: Target::Key,
             message: "a deployment's workers are single-node servers: `server.nodes` over 1 cannot be combined with `server.deployment`".into(),
             hint: Some("remove `nodes`; to spread the workers over several hosts, set `deployment.nodes`".into()),
+        });
+    }
+    if server.get("port").is_some_and(|p| !p.is_null()) {
+        problems.push(Problem {
+            pointer: "/server/port".into(),
+            target: Target::Key,
+            message: "`server.port` is a single server's port; a deployment's router listens on `deployment.router.port` and servebench picks each worker's".into(),
+            hint: Some("move it to `deployment.router.port`".into()),
         });
     }
     if server.get("workers").is_some_and(|w| !w.is_null()) {

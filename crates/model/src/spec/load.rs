@@ -561,6 +561,47 @@ fn launch_name_checks(raw: &Value) -> Vec<Problem> {
             });
         }
     }
+    // A deployment's workers' flags: each worker's own command line, its port picked by
+    // servebench like a single server's.
+    let dep = server
+        .and_then(|s| s.get("deployment"))
+        .and_then(Value::as_object);
+    let mut role_args: Vec<(String, &serde_json::Map<String, Value>)> = Vec::new();
+    if let Some(d) = dep {
+        for (i, a) in d
+            .get("worker_args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(a) = a.as_object() {
+                role_args.push((format!("/server/deployment/worker_args/{i}"), a));
+            }
+        }
+        for k in ["prefill_args", "decode_args"] {
+            if let Some(a) = d.get(k).and_then(Value::as_object) {
+                role_args.push((format!("/server/deployment/{k}"), a));
+            }
+        }
+    }
+    for (at, a) in role_args {
+        for name in a.keys() {
+            if let Some((message, hint)) = bad_flag_name(name) {
+                let hint = match name.trim_start_matches('-') {
+                    "port" => "remove it: servebench picks each worker's port (`deployment.router.port` sets the router's)".into(),
+                    "model-path" | "model" => "remove it: every worker serves `server.model`".into(),
+                    _ => hint,
+                };
+                problems.push(Problem {
+                    pointer: push_pointer(&at, name),
+                    target: Target::Key,
+                    message,
+                    hint: Some(hint),
+                });
+            }
+        }
+    }
     let env = server.and_then(|s| s.get("env")).and_then(Value::as_object);
     for name in env.into_iter().flat_map(|e| e.keys()) {
         if name.is_empty() || name.contains(['=', '\0']) {

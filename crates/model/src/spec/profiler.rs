@@ -129,6 +129,11 @@ fn default_max_mib() -> u64 {
     512
 }
 
+/// The range `profile.stop_timeout` is held to: a stop answers within a second at best, and a
+/// run waits no more than an hour on one.
+const MIN_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 fn default_stop_timeout() -> std::time::Duration {
     std::time::Duration::from_secs(600)
 }
@@ -168,6 +173,32 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
                 });
             }
         }
+    }
+    // Where the server writes, on its host: one absolute directory, whatever that host's
+    // working directory is.
+    if let Some(dir) = profile.get("dir").and_then(|d| d.as_str())
+        && (dir.trim().is_empty() || !dir.starts_with('/') || dir.contains(['\n', '\0']))
+    {
+        problems.push(Problem {
+            pointer: "/profile/dir".into(),
+            target: Target::Value,
+            message: format!(
+                "`profile.dir: {}` is not an absolute directory on the server's host",
+                crate::text::truncate(dir, 80)
+            ),
+            hint: Some("write an absolute path, e.g. `dir: /scratch/traces`, or leave it out for the run's directory".into()),
+        });
+    }
+    if let Some(text) = profile.get("stop_timeout").and_then(|t| t.as_str())
+        && let Ok(d) = humantime::parse_duration(text.trim())
+        && !(MIN_STOP_TIMEOUT..=MAX_STOP_TIMEOUT).contains(&d)
+    {
+        problems.push(Problem {
+            pointer: "/profile/stop_timeout".into(),
+            target: Target::Value,
+            message: format!("`profile.stop_timeout: {text}` is outside 1s to 1h"),
+            hint: Some("the trace is written before `/stop_profile` answers: minutes on a busy GPU, e.g. `stop_timeout: 10m`".into()),
+        });
     }
     if let Some(acts) = profile.get("activities").and_then(|a| a.as_array())
         && acts.is_empty()

@@ -84,7 +84,7 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
         .unwrap_or_else(|| token_chunks.iter().map(|c| u64::from(c.tokens)).sum());
     let span = last.t_s - first.t_s;
     let after_first = completion.saturating_sub(u64::from(first.tokens));
-    if token_chunks.len() >= 2 && span > 0.0 {
+    if token_chunks.len() >= 2 && span > 0.0 && !held_back(&token_chunks) {
         m.decode_tok_s = Some(after_first as f64 / span);
     }
     m.accept_length = r.accept_length.filter(|a| a.is_finite());
@@ -113,6 +113,34 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
         }
     }
     m
+}
+
+/// Whether most of a request's tokens after the first came in one read that held several of
+/// the server's chunks: something between the server and the client (a router, a proxy)
+/// held them back and let them go together, so the reads' times say when they were let go,
+/// not when they were made. A decode rate from such a request (its span a gap between two
+/// reads: 51,000 tok/s through a router) measures nothing. Chunks of one read share its
+/// stamp; a speculative step's tokens in one chunk are the server's own chunk, not held back.
+fn held_back(token_chunks: &[&servebench_model::results::records::Chunk]) -> bool {
+    let after_first: u64 = token_chunks
+        .iter()
+        .skip(1)
+        .map(|c| u64::from(c.tokens))
+        .sum();
+    let mut i = 0;
+    while i < token_chunks.len() {
+        let t = token_chunks[i].t_s;
+        let read = token_chunks[i..].iter().take_while(|c| c.t_s == t).count();
+        let tokens: u64 = (i..i + read)
+            .filter(|&k| k > 0)
+            .map(|k| u64::from(token_chunks[k].tokens))
+            .sum();
+        if read >= 2 && 2 * tokens > after_first {
+            return true;
+        }
+        i += read;
+    }
+    false
 }
 
 /// Aggregates over the measured (role `measure`), successful records: `ttft_s`,
@@ -278,6 +306,35 @@ mod tests {
         close(m.verify_step_s.unwrap(), 0.25);
         // Decode speed is what the two buy: 2.5 tokens per 0.25 s step.
         close(m.decode_tok_s.unwrap(), 2.5 / 0.25);
+    }
+
+    /// Through a router that holds a stream back, 31 of 32 tokens came in one read after the
+    /// first: the gap between the two reads is no decode time, so no decode rate (it was
+    /// 31 / 0.0005 s = 62,000 tok/s). Tokens that came one read each still give one.
+    #[test]
+    fn tokens_held_back_and_let_go_together_give_no_decode_rate_held_back() {
+        let mut chunks = vec![(0.2, 1)];
+        chunks.extend(std::iter::repeat_n((0.2005, 1), 31));
+        let r = record(&chunks, 0.201, 32);
+        let m = request_metrics(&r);
+        assert_eq!(m.decode_tok_s, None);
+        close(m.ttft_s.unwrap(), 0.2);
+        // The first read held them all: the same.
+        let mut chunks = vec![(0.2, 1)];
+        chunks.extend(std::iter::repeat_n((0.2, 1), 30));
+        chunks.push((0.2001, 1));
+        assert_eq!(
+            request_metrics(&record(&chunks, 0.201, 32)).decode_tok_s,
+            None
+        );
+        // One token per read: a rate.
+        let chunks: Vec<(f64, u32)> = (0..32).map(|i| (0.2 + 0.01 * f64::from(i), 1)).collect();
+        close(
+            request_metrics(&record(&chunks, 0.6, 32))
+                .decode_tok_s
+                .unwrap(),
+            31.0 / 0.31,
+        );
     }
 
     #[test]

@@ -282,6 +282,20 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
             );
         }
     }
+    // A prefill worker's queue: SGLang's per-stage histogram has no stage for the wait
+    // between the bootstrap and the forward (`sglang:queue_time_seconds`), so the split
+    // would leave it out while calling `prefill_forward` the prefill.
+    if view.stages.keys().any(|k| k.starts_with("prefill_"))
+        && let Some((sum, n)) = histogram(QUEUE_TIME)
+    {
+        view.stages.insert(
+            "queue".to_string(),
+            servebench_model::results::server_view::StageStat {
+                requests: n,
+                mean_s: sum / n,
+            },
+        );
+    }
     if let Some((latency, n)) = histogram("sglang:kv_transfer_latency_ms") {
         view.kv_transfer = Some(servebench_model::results::server_view::KvTransferStat {
             transfers: n,
@@ -295,6 +309,8 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
 
 /// SGLang's per-stage latency histogram of a disaggregated request.
 const STAGES: &str = "sglang:per_stage_req_latency_seconds";
+/// SGLang's histogram of the time a request waits in the scheduler's queue.
+const QUEUE_TIME: &str = "sglang:queue_time_seconds";
 
 /// Finished requests the server counted between two scrapes, when it reports them.
 pub fn requests_counted(start: &MetricsScrape, end: &MetricsScrape) -> Option<f64> {
@@ -321,7 +337,7 @@ pub fn retained(
     };
     // A disaggregated worker's stages and KV transfers (histogram sums and counts).
     let pd = |k: &str| {
-        (k.starts_with(STAGES) || k.starts_with("sglang:kv_transfer_"))
+        (k.starts_with(STAGES) || k.starts_with(QUEUE_TIME) || k.starts_with("sglang:kv_transfer_"))
             && (k.contains("_sum") || k.contains("_count"))
     };
     let mut out: std::collections::BTreeMap<String, f64> = values
@@ -466,6 +482,52 @@ mod tests {
             cached_tokens: Some(cached),
             failed: 0,
         }
+    }
+
+    /// A prefill worker's split includes its queue (`sglang:queue_time_seconds`): SGLang's
+    /// stages leave it out (350 ms missing at a loaded point while the split read "queued and
+    /// prefilling"). A worker with no prefill stage (a regular one) gets none.
+    #[test]
+    fn a_prefill_worker_s_queue_is_a_stage_of_its_split() {
+        let stage =
+            |s: &str, k: &str| format!("sglang:per_stage_req_latency_seconds_{k}{{stage=\"{s}\"}}");
+        let (fs, fc) = (
+            stage("prefill_forward", "sum"),
+            stage("prefill_forward", "count"),
+        );
+        let at = |t: f64, at: &str, n: f64, queue_s: f64| {
+            scrape(
+                0,
+                t,
+                at,
+                &[
+                    ("sglang:num_requests_total", n),
+                    (fs.as_str(), 0.1 * n),
+                    (fc.as_str(), n),
+                    ("sglang:queue_time_seconds_sum", queue_s),
+                    ("sglang:queue_time_seconds_count", n),
+                ],
+            )
+        };
+        let view = summarize(&[at(10.0, "start", 0.0, 0.0), at(12.0, "end", 4.0, 1.4)]).unwrap();
+        let queue = &view.stages["queue"];
+        assert_eq!(queue.requests, 4.0);
+        assert!((queue.mean_s - 0.35).abs() < 1e-9, "{queue:?}");
+        assert!((view.stages["prefill_forward"].mean_s - 0.1).abs() < 1e-9);
+        let regular = |t: f64, at: &str, n: f64| {
+            scrape(
+                0,
+                t,
+                at,
+                &[
+                    ("sglang:num_requests_total", n),
+                    ("sglang:queue_time_seconds_sum", n),
+                    ("sglang:queue_time_seconds_count", n),
+                ],
+            )
+        };
+        let view = summarize(&[regular(10.0, "start", 0.0), regular(12.0, "end", 4.0)]).unwrap();
+        assert!(!view.stages.contains_key("queue"));
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub struct GpuSection {
     pub rows: Vec<GpuRow>,
     /// Hosts without telemetry, in words (`no GPU telemetry: nvidia-smi not found on local`).
     pub missing: Vec<String>,
+    /// What read the GPUs, in words (`read with nvidia-smi in its looping mode`), from the
+    /// points' recorded source (runs that did not record one were read with nvidia-smi).
+    pub read_with: String,
     /// How the energy was computed.
     pub energy_method: String,
     /// How the cost was computed (None without `cost:`).
@@ -64,7 +67,7 @@ pub struct CapacityCost {
     pub energy_per_output_token_j: Option<f64>,
 }
 
-const ENERGY_METHOD: &str = "Energy is the power all GPUs of the server's host drew (nvidia-smi's power.draw, summed over GPUs) integrated over each measured window by trapezoids between readings, cut at the window's edges by linear interpolation; seconds at an edge that no reading reaches (nvidia-smi's first reading comes after the window opened) are counted at the covered part's mean power. Warm-up and cool-down requests, flushes and calibration are outside the windows. Per output token and per request: the windows' energy / the output tokens (or the successful requests) of their measured requests.";
+const ENERGY_METHOD: &str = "Energy is the power all GPUs of the server's host drew (each reading's power draw, summed over GPUs) integrated over each measured window by trapezoids between readings, cut at the window's edges by linear interpolation; seconds at an edge that no reading reaches (the first reading comes after the window opened) are counted at the covered part's mean power. Warm-up and cool-down requests, flushes and calibration are outside the windows. Per output token and per request: the windows' energy / the output tokens (or the successful requests) of their measured requests.";
 
 /// The section for `points`, or None when none has telemetry or cost.
 pub(crate) fn section(
@@ -149,9 +152,34 @@ pub(crate) fn section(
             )
         )
     });
+    let mut sources: Vec<&str> = Vec::new();
+    for p in points {
+        if let Some(v) = p.gpu.as_ref().filter(|v| v.samples > 0) {
+            let s = v.source.as_deref().unwrap_or("nvidia-smi");
+            if !sources.contains(&s) {
+                sources.push(s);
+            }
+        }
+    }
+    let read_with = sources
+        .iter()
+        .map(|s| match *s {
+            "nvidia-smi" => "read with `nvidia-smi` in its looping mode",
+            "amd-smi" => "read with `amd-smi metric --json`, run every interval",
+            "dcgm" => "read from a DCGM exporter's `/metrics`, polled every interval",
+            _ => "read by an unknown sampler",
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let read_with = if read_with.is_empty() {
+        "sampled (no reading was taken)".to_string()
+    } else {
+        read_with
+    };
     Some(GpuSection {
         rows,
         missing,
+        read_with,
         energy_method: ENERGY_METHOD.to_string(),
         cost_method,
         at_capacity: Vec::new(),

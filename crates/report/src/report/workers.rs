@@ -72,7 +72,7 @@ pub struct PdSplit {
     /// words: `prefill_forward 12.1 ms`.
     pub parts: Vec<String>,
     /// Where most of a request's time before its first token went, of the prefill workers
-    /// (`prefill_forward`: queued and prefilling), the KV transfer and the decode batch
+    /// (`queue`: waiting to be scheduled, `prefill_forward`: prefilling), the KV transfer and the decode batch
     /// (`decode_waiting`: a request with its KV waiting for a decode slot), in words.
     pub bottleneck: Option<String>,
 }
@@ -80,6 +80,7 @@ pub struct PdSplit {
 /// The order a disaggregated request passes SGLang's stages (others after, by name).
 const STAGE_ORDER: &[&str] = &[
     "prefill_bootstrap",
+    "queue",
     "prefill_forward",
     "chunked_prefill",
     "prefill_transfer_kv_cache",
@@ -284,7 +285,8 @@ fn stage_rows(p: &PointRecord, point: &str, out: &mut WorkersSection) {
         .iter()
         .filter_map(|(_, stage, x)| {
             let what = match stage.as_str() {
-                "prefill_forward" => "the prefill workers (queued and prefilling)",
+                "queue" => "the prefill workers' queue",
+                "prefill_forward" => "the prefill workers (prefilling)",
                 "prefill_transfer_kv_cache" => "the KV transfer",
                 "decode_waiting" => {
                     "the decode batch (requests with their KV wait for a decode slot)"
