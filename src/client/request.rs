@@ -32,6 +32,10 @@ pub struct GenerationRequest {
     /// allow and ignore extra fields, llama.cpp ignores them too, but nothing is sent that
     /// an engine does not define). Native `/generate` gives the counts unasked.
     pub spec_tokens_details: bool,
+    /// The thinking markers of the reasoning parser the server was launched with, for the
+    /// text APIs (`/generate`, `/v1/completions`), where the server does not split thinking
+    /// from the answer; None for chat (thinking has fields of its own) and without a parser.
+    pub reasoning_markers: Option<crate::spec::reasoning::ThinkMarkers>,
 }
 
 /// One message of a conversation.
@@ -126,6 +130,7 @@ mod tests {
             model: None,
             history: Vec::new(),
             spec_tokens_details: false,
+            reasoning_markers: None,
         }
     }
 

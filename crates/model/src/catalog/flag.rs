@@ -121,6 +121,14 @@ pub enum FlagKind {
     /// request prefilled the prefix again (informational: the numbers are what the routing
     /// gave; a cache-aware policy should keep this near zero).
     PrefixRoutedAway,
+    /// Some requests of a thinking model ran out of tokens (or were stopped) while thinking:
+    /// they have no time to the first answer token, which the point's TTFA leaves out
+    /// (informational: the numbers are right; `max_tokens` is short for this thinking).
+    NoAnswer,
+    /// The server streamed delta fields servebench does not know, with values: their text
+    /// was counted neither as thinking nor as answer, so TTFT, TTFA and the token split may be
+    /// wrong (a renamed field, as vLLM's `reasoning_content` became `reasoning`).
+    UnknownStreamField,
     /// A kind this version does not know.
     Other(String),
 }
@@ -251,6 +259,13 @@ const CATALOGUE: &[Entry] = &[
         informational: true,
         cell: "ok_err",
     },
+    Entry {
+        kind: FlagKind::NoAnswer,
+        name: "no-answer",
+        informational: true,
+        cell: "ttft",
+    },
+    entry(FlagKind::UnknownStreamField, "unknown-stream-field", "ttft"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -380,7 +395,8 @@ mod tests {
                 "gpu-memory-tight",
                 "profile-failed",
                 "prefix-routed-away",
-                "validity-unjudged"
+                "validity-unjudged",
+                "no-answer"
             ]
         );
         assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");

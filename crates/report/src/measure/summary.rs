@@ -120,6 +120,8 @@ pub struct PointFold {
     worst_read_late: Option<(u32, f64, f64)>,
     /// Successful requests that say how long their bytes waited (the kernel stamps arrivals).
     read_timed: usize,
+    /// What the successful requests said about thinking (unanswered ones, unknown fields).
+    thinking: super::reasoning::ThinkingTally,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -164,6 +166,7 @@ impl PointFold {
             read_late: 0,
             worst_read_late: None,
             read_timed: 0,
+            thinking: Default::default(),
         }
     }
 
@@ -203,6 +206,7 @@ impl PointFold {
                 }
                 self.check_stamp(r);
                 self.check_read_wait(r);
+                self.thinking.add(r);
             }
             Some(e) => {
                 if r.role == RequestRole::Measure {
@@ -416,6 +420,7 @@ impl PointFold {
             flags.extend(spread::spread_flags(&metrics));
         }
         flags.extend(speculative::low_acceptance_flag(&metrics));
+        flags.extend(self.thinking.flags());
         if let Some((index, ttft, server)) = self.worst_below_server {
             flags.push(Flag::new(
                 FlagKind::TtftBelowServer,
@@ -589,10 +594,7 @@ mod tests {
         let ttft = 0.01 + 0.05 * u(2);
         let gap = 0.002 + 0.01 * u(3);
         let chunks: Vec<Chunk> = (0..4)
-            .map(|c| Chunk {
-                t_s: ttft + gap * f64::from(c),
-                tokens: 2,
-            })
+            .map(|c| Chunk::new(ttft + gap * f64::from(c), 2))
             .collect();
         let error = i.is_multiple_of(37).then(|| RequestError {
             kind: if i.is_multiple_of(74) {
@@ -649,14 +651,8 @@ mod tests {
             index,
             end_s: Some(ttft + 0.01),
             chunks: vec![
-                servebench_model::results::records::Chunk {
-                    t_s: ttft,
-                    tokens: 1,
-                },
-                servebench_model::results::records::Chunk {
-                    t_s: ttft + 0.01,
-                    tokens: 1,
-                },
+                servebench_model::results::records::Chunk::new(ttft, 1),
+                servebench_model::results::records::Chunk::new(ttft + 0.01, 1),
             ],
             prompt_tokens: Some(8),
             completion_tokens: Some(2),
@@ -698,7 +694,7 @@ mod tests {
             end_s: Some(0.05),
             chunks: [0.02, 0.03, 0.04]
                 .iter()
-                .map(|&t_s| servebench_model::results::records::Chunk { t_s, tokens: 1 })
+                .map(|&t_s| servebench_model::results::records::Chunk::new(t_s, 1))
                 .collect(),
             prompt_tokens: Some(8),
             completion_tokens: Some(3),
