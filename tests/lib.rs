@@ -41,6 +41,7 @@ mod statistics;
 mod summary;
 mod telemetry;
 mod telemetry_sources;
+mod thinking;
 mod trust;
 mod validate;
 mod validity;

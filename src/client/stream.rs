@@ -342,6 +342,12 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.cached_tokens = parser.cached_tokens;
     m.server_ttft_s = parser.server_ttft_s;
     m.spec_verify_ct = parser.spec_verify_ct;
+    // Before the finish reason is taken: it says why an unanswered request stopped.
+    m.no_answer = if m.error.is_none() {
+        parser.no_answer()
+    } else {
+        None
+    };
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.chunk_tokens = parser.chunk_tokens();
@@ -349,11 +355,6 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.text = std::mem::take(&mut parser.text);
     m.text_cut = parser.text_cut;
     m.reasoning = parser.reasoning_tokens();
-    m.no_answer = if m.error.is_none() {
-        parser.no_answer()
-    } else {
-        None
-    };
     m.unknown_fields = std::mem::take(&mut parser.unknown_fields);
 }
 

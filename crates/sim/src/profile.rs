@@ -78,6 +78,22 @@ pub struct Profile {
     /// Wrong output on purpose, to test output validity checks (none by default).
     #[serde(default)]
     pub faults: Faults,
+    /// A thinking model: each request's first output tokens are thinking (none by default).
+    #[serde(default)]
+    pub thinking: Thinking,
+}
+
+/// How long a thinking model thinks: a request's first `tokens` output tokens (give or take
+/// `spread`, drawn per request from its id) are thinking, written between `<think>` and
+/// `</think>`, and the answer follows. A request with fewer `max_tokens` runs out while
+/// thinking. `--sim-thinking-tokens` overrides `tokens`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thinking {
+    #[serde(default)]
+    pub tokens: u64,
+    #[serde(default)]
+    pub spread: u64,
 }
 
 /// Output faults: the simulator answers garbage (`!` tokens, like vLLM #42426 past a context

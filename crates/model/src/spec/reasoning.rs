@@ -39,8 +39,7 @@ const fn think(starts_thinking: bool, tool_start: Option<&'static str>) -> Think
     }
 }
 
-/// SGLang 0.5.23's parser names (lower case, as `ReasoningParser` looks them up) and their
-/// markers.
+/// SGLang 0.5.23's parser names (`--reasoning-parser` choices) and their markers.
 const SGLANG: &[(&str, ThinkMarkers)] = &[
     ("deepseek-r1", think(true, None)),
     ("step3", think(true, None)),
@@ -124,6 +123,8 @@ const SGLANG: &[(&str, ThinkMarkers)] = &[
 /// (harmony-style channels, special-token tables): SGLang takes them, servebench cannot find
 /// their thinking in text.
 const SGLANG_WITHOUT_MARKERS: &[&str] = &[
+    // Detected from the chat template or the checkpoint at start-up.
+    "auto",
     "beam",
     "deepseek-v4",
     "deepseek-v41",
@@ -149,13 +150,13 @@ pub enum ParserKnowledge {
     Unknown,
 }
 
-/// SGLang's reasoning parser `name` (looked up in lower case, as SGLang does).
+/// SGLang's reasoning parser `name`, spelled exactly (`--reasoning-parser` is an argparse
+/// choice, so `DeepSeek-R1` is refused at launch).
 pub fn sglang_parser(name: &str) -> ParserKnowledge {
-    let lower = name.to_ascii_lowercase();
-    if let Some((_, m)) = SGLANG.iter().find(|(n, _)| *n == lower) {
+    if let Some((_, m)) = SGLANG.iter().find(|(n, _)| *n == name) {
         return ParserKnowledge::Markers(*m);
     }
-    if SGLANG_WITHOUT_MARKERS.contains(&lower.as_str()) {
+    if SGLANG_WITHOUT_MARKERS.contains(&name) {
         return ParserKnowledge::NoMarkers;
     }
     ParserKnowledge::Unknown
@@ -256,11 +257,13 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn parsers_are_looked_up_in_lower_case_as_sglang_does() {
+    fn parsers_are_looked_up_as_sglangs_argparse_spells_them() {
         assert_eq!(
-            sglang_parser("DeepSeek-R1"),
+            sglang_parser("deepseek-r1"),
             ParserKnowledge::Markers(think(true, None))
         );
+        assert_eq!(sglang_parser("DeepSeek-R1"), ParserKnowledge::Unknown);
+        assert_eq!(sglang_parser("auto"), ParserKnowledge::NoMarkers);
         let ParserKnowledge::Markers(k) = sglang_parser("kimi") else {
             panic!()
         };
