@@ -723,6 +723,72 @@ mod tests {
         .unwrap()
     }
 
+    /// A thinking model's SLO on the first answer token: judged from the schedule, a request
+    /// that thought until it ran out of tokens misses any limit, and a percentile that falls
+    /// on such a request is not reached.
+    #[test]
+    fn the_first_answer_slo_counts_a_request_that_never_answered_as_missing_it() {
+        // Thinking `think` of 11 tokens, first token at 0.1 s after the send (lag 0.1),
+        // answer from 0.1 + 0.05 * think; `think` 11 never answers.
+        let thinking = |sched: f64, think: u32| {
+            let mut r = rec(sched, 0.1, 0.1, 1.0, false);
+            r.chunks = (0..11)
+                .map(|i| {
+                    let mut c = Chunk::new(0.1 + 0.05 * f64::from(i), 1);
+                    c.reasoning = u32::from(i < think);
+                    c
+                })
+                .collect();
+            r.reasoning_tokens = Some(u64::from(think));
+            if think >= 11 {
+                r.no_answer =
+                    Some(servebench_model::results::records::NoAnswer::OutOfTokensWhileThinking);
+            }
+            r
+        };
+        let records = [
+            thinking(0.0, 2),
+            thinking(1.0, 4),
+            thinking(2.0, 11),
+            thinking(3.0, 0),
+        ];
+        let exp: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 11},
+            "load": {"kind": "rate", "rate": 1},
+            "stop": {"requests": 4},
+            "slo": {"ttfa": "0.35s", "targets": {"ttfa_p50": "0.5s", "ttfa_p90": "0.5s"}},
+        }))
+        .unwrap();
+        let mut metrics = IndexMap::new();
+        let mut flags = Vec::new();
+        let summary = add(
+            &exp,
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut flags,
+        )
+        .unwrap();
+        // From the schedule (lag 0.1): 0.3, 0.4, none, 0.2: two of four within 0.35 s.
+        assert!(
+            (metrics["slo_attainment"].mean - 0.5).abs() < 1e-9,
+            "{metrics:?}"
+        );
+        let slo = summary.slo.unwrap();
+        let p50 = slo.checks.iter().find(|c| c.target == "ttfa_p50").unwrap();
+        // The p50 of [0.2, 0.3, 0.4, never]: the answered ones' p66.7, 0.333 s.
+        assert!(
+            (p50.value.unwrap() - (0.3 + 0.1 / 3.0)).abs() < 1e-9,
+            "{p50:?}"
+        );
+        assert!(p50.met);
+        // The p90 falls on the request that never answered: not reached.
+        let p90 = slo.checks.iter().find(|c| c.target == "ttfa_p90").unwrap();
+        assert_eq!((p90.value, p90.met), (None, false));
+    }
+
     #[test]
     fn goodput_and_attainment_by_hand() {
         let records = [
