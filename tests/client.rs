@@ -131,6 +131,7 @@ fn request(api: Api) -> GenerationRequest {
         history: Vec::new(),
         spec_tokens_details: false,
         reasoning_markers: None,
+        chat_template_kwargs: Default::default(),
     }
 }
 

@@ -255,3 +255,37 @@ fn servebenchs_sglang_parser_names_are_the_simulators_argparse_choices() {
     ours.sort_unstable();
     assert_eq!(ours, choices);
 }
+
+/// `workload.chat_template_kwargs` goes to the chat template: `enable_thinking: false` turns
+/// the simulated Qwen3's thinking off, as SGLang's template does, and the point then has no
+/// thinking metrics (TTFA is TTFT).
+#[test]
+fn a_template_argument_turning_thinking_off_gets_an_answer_at_once() {
+    let ws = Workspace::new();
+    let text = spec(
+        "off",
+        "sim",
+        "reasoning-parser: qwen3",
+        "openai-chat",
+        32,
+        64,
+    )
+    .replace(
+        "  output_tokens: 64\n",
+        "  output_tokens: 64\n  chat_template_kwargs: { enable_thinking: false }\n",
+    );
+    let (dir, points) = ws.run_ok(&ws.write("off.yaml", &text));
+    assert_eq!(
+        metric(&points[0], "ttfa_s"),
+        None,
+        "{}",
+        points[0]["metrics"]
+    );
+    assert_eq!(metric(&points[0], "reasoning_tokens"), None);
+    for r in read_jsonl(&dir.join("requests.jsonl"))
+        .iter()
+        .filter(|r| r["role"] == "measure")
+    {
+        assert!(r.get("reasoning_tokens").is_none(), "{r}");
+    }
+}

@@ -363,6 +363,7 @@ impl Client {
             history: Vec::new(),
             spec_tokens_details: false,
             reasoning_markers: None,
+            chat_template_kwargs: Default::default(),
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();

@@ -1180,6 +1180,12 @@ pub(super) fn generation_request(
         history: Vec::new(),
         spec_tokens_details: speaks_sglang(&exp.server),
         reasoning_markers: reasoning_markers(exp),
+        chat_template_kwargs: exp
+            .workload
+            .chat_template_kwargs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 
