@@ -366,6 +366,8 @@ async fn measure_client(url: &str, api: Api, n: usize, waves: usize) -> Vec<Row>
                         model: None,
                         history: Vec::new(),
                         spec_tokens_details: false,
+                        reasoning_markers: None,
+                        chat_template_kwargs: Default::default(),
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(60)).await
@@ -413,6 +415,8 @@ async fn closed_loop(url: &str, api: Api, n: usize, waves: usize) -> Row {
                 model: None,
                 history: Vec::new(),
                 spec_tokens_details: false,
+                reasoning_markers: None,
+                chat_template_kwargs: Default::default(),
             };
             let m = client.stream(&req, Duration::from_secs(60)).await;
             drop(permit);

@@ -177,6 +177,8 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         model: None,
                         history: Vec::new(),
                         spec_tokens_details: false,
+                        reasoning_markers: None,
+                        chat_template_kwargs: Default::default(),
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(30)).await

@@ -22,10 +22,12 @@ enum Step {
     Send(Vec<u8>),
     /// Wait before the next step.
     Sleep(u64),
+    /// Wait until this many milliseconds after the response began (no drift over many steps).
+    At(u64),
     /// Break the connection (the body errors, so the chunked encoding is never terminated).
     Break,
 }
-use Step::{Break, Send, Sleep};
+use Step::{At, Break, Send, Sleep};
 
 fn send(s: &str) -> Step {
     Send(s.as_bytes().to_vec())
@@ -78,12 +80,17 @@ async fn handle(State(state): State<AppState>, req: Request) -> Response {
             .body(Body::from("not found"))
             .unwrap();
     };
-    let stream = futures_util::stream::unfold(script.steps.into_iter(), |mut steps| async move {
+    let start = tokio::time::Instant::now();
+    let state = (script.steps.into_iter(), start);
+    let stream = futures_util::stream::unfold(state, |(mut steps, start)| async move {
         loop {
             match steps.next()? {
                 Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
-                Send(bytes) => return Some((Ok(Bytes::from(bytes)), steps)),
-                Break => return Some((Err(std::io::Error::other("scripted break")), steps)),
+                At(ms) => tokio::time::sleep_until(start + Duration::from_millis(ms)).await,
+                Send(bytes) => return Some((Ok(Bytes::from(bytes)), (steps, start))),
+                Break => {
+                    return Some((Err(std::io::Error::other("scripted break")), (steps, start)));
+                }
             }
         }
     });
@@ -123,6 +130,8 @@ fn request(api: Api) -> GenerationRequest {
         model: None,
         history: Vec::new(),
         spec_tokens_details: false,
+        reasoning_markers: None,
+        chat_template_kwargs: Default::default(),
     }
 }
 
@@ -1010,4 +1019,96 @@ async fn an_endless_line_is_malformed_at_the_budget() {
     assert!(e.body_head.as_ref().unwrap().starts_with("data: aaaa"));
     let next = client.stream(&req, Duration::from_secs(5)).await;
     assert!(next.error.is_none(), "{next:?}");
+}
+
+/// Issue 36: a thinking model on vLLM's current chat shape (`delta.reasoning`, no usage per
+/// chunk), 32 thinking then 32 answer tokens, 5 ms a token, the first at 40 ms. Main 32e4dc2
+/// read only `reasoning_content`: TTFT 205 ms (the first answer token), TPOT 2.54 ms and a
+/// "2.00 tokens per chunk" warning. SGLang's and llama.cpp's shape (`reasoning_content`) must
+/// measure the same.
+#[tokio::test]
+async fn a_thinking_models_stream_is_timed_from_its_first_thinking_token_on_both_shapes() {
+    use servebench::measure::metrics::request_metrics;
+    use servebench::results::records::ReasoningSource;
+    for field in ["reasoning", "reasoning_content"] {
+        let chunk = |delta: String| {
+            send(&format!(
+                "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+            ))
+        };
+        let mut steps = vec![chunk(r#"{"role":"assistant","content":""}"#.into())];
+        for i in 0..64u64 {
+            steps.push(At(40 + 5 * i));
+            steps.push(if i < 32 {
+                chunk(format!(r#"{{"{field}":"t{i} "}}"#))
+            } else {
+                chunk(format!(r#"{{"content":"a{i} "}}"#))
+            });
+        }
+        steps.push(send(
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"logprobs\":null,\"finish_reason\":\"length\"}]}\n\n",
+        ));
+        steps.push(send(
+            "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":200,\"total_tokens\":264,\"completion_tokens\":64,\"completion_tokens_details\":{\"reasoning_tokens\":32}}}\n\ndata: [DONE]\n\n",
+        ));
+        let m = run(Api::OpenaiChat, "/v1/chat/completions", sse(steps)).await;
+        assert!(m.error.is_none(), "{field}: {:?}", m.error);
+        let record = m.into_record(
+            "p000",
+            0,
+            0,
+            RequestRole::Measure,
+            Api::OpenaiChat,
+            64,
+            None,
+        );
+        assert_eq!(record.reasoning_tokens, Some(32), "{field}");
+        assert_eq!(record.reasoning_source, Some(ReasoningSource::Server));
+        assert_eq!(record.no_answer, None);
+        let r = request_metrics(&record);
+        let ms = |s: Option<f64>| s.unwrap() * 1e3;
+        // A loaded machine wakes late, never early: bounds above are loose, below tight (a
+        // late first token shortens a phase's span, so its rate may read a little high).
+        let ttft = ms(r.ttft_s);
+        assert!((39.0..90.0).contains(&ttft), "{field}: TTFT {ttft} ms");
+        let ttfa = ms(r.ttfa_s);
+        assert!(
+            (199.0..300.0).contains(&ttfa),
+            "{field}: first answer {ttfa} ms"
+        );
+        let tpot = ms(r.tpot_s);
+        assert!((4.9..7.5).contains(&tpot), "{field}: TPOT {tpot} ms");
+        assert_eq!(
+            (r.reasoning_tokens, r.answer_tokens),
+            (Some(32.0), Some(32.0))
+        );
+        let (think, answer) = (r.reasoning_tok_s.unwrap(), r.answer_tok_s.unwrap());
+        assert!(
+            (130.0..=240.0).contains(&think),
+            "{field}: thinking {think} tok/s"
+        );
+        assert!(
+            (130.0..=240.0).contains(&answer),
+            "{field}: answer {answer} tok/s"
+        );
+        // One token per chunk: no "tokens per chunk" warning.
+        let spec = servebench::spec::load_str(
+            "t.yaml",
+            "name: t\nserver: { url: http://127.0.0.1:1 }\nworkload: { api: openai-chat, prompt: { kind: random, tokens: 200 }, output_tokens: 64 }\nrequests: 1\n",
+        )
+        .unwrap();
+        let s = servebench::measure::summary::summarize(
+            &spec.points[0].experiment,
+            &[record],
+            Vec::new(),
+            false,
+        );
+        let kinds: Vec<String> = s.flags.iter().map(|f| f.kind.to_string()).collect();
+        assert!(
+            !kinds.contains(&"itl-per-chunk".to_string()),
+            "{field}: {kinds:?}"
+        );
+        assert!(s.metrics.contains_key("ttfa_s"), "{field}");
+        assert_eq!(s.metrics["reasoning_tokens"].mean, 32.0);
+    }
 }

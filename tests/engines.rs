@@ -63,7 +63,7 @@ fn vllm_is_launched_its_way_reset_through_dev_mode_and_swept() {
         "{surface}"
     );
     assert!(
-        surface["version"].as_str().unwrap().starts_with("0.33.0"),
+        surface["version"].as_str().unwrap().starts_with("0.34.0"),
         "{surface}"
     );
     assert_eq!(

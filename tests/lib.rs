@@ -40,6 +40,7 @@ mod ssh_run;
 mod sshd;
 mod telemetry;
 mod telemetry_sources;
+mod thinking;
 mod traces;
 mod trust;
 mod validate;

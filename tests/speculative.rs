@@ -235,3 +235,39 @@ requests: 8
     );
     assert!(report.contains(&format!("p001 {counted:.2}")), "{report}");
 }
+
+/// vLLM 0.34 with `--per-request-spec-decode-metrics summary` (PR #48915): each request's
+/// final usage chunk carries its verify steps, so the point has an accept length from its
+/// requests, as on SGLang, and the profile's model is what they give.
+#[test]
+fn vllms_per_request_counts_give_each_request_its_verify_steps() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "vllm-per-request.yaml",
+        "name: vllm-per-request
+server:
+  engine: vllm
+  simulate: true
+  model: test-model
+  args: { profile: fast-spec, per-request-spec-decode-metrics: summary, speculative-config: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' }
+  ready_timeout: 30s
+workload:
+  api: openai-completions
+  prompt: { kind: repeat, tokens: 1024 }
+  output_tokens: 64
+  ignore_eos: true
+cache: { policy: cold, verify: true }
+requests: 8
+",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    let a = metric(p, "accept_length").unwrap_or_else(|| panic!("no accept length: {p}"));
+    assert!((a - 2.74).abs() / 2.74 < 0.1, "accept length {a}");
+    for r in read_jsonl(&dir.join("requests.jsonl"))
+        .iter()
+        .filter(|r| r["role"] == "measure")
+    {
+        assert_eq!(r["verify_steps_source"], "server", "{r}");
+    }
+}

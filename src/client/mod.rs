@@ -23,6 +23,7 @@ mod request;
 mod sse;
 mod stream;
 pub(crate) mod surface;
+mod thinking;
 mod url_check;
 
 use std::fmt;
@@ -34,8 +35,8 @@ use hyper::header::{self, HeaderValue};
 use thiserror::Error;
 
 use crate::results::records::{
-    Chunk, ChunkTokens, ConnectionUse, ErrorKind, RequestError, RequestRecord, RequestRole,
-    TokenSource,
+    Chunk, ChunkTokens, ConnectionUse, ErrorKind, NoAnswer, ReasoningSource, RequestError,
+    RequestRecord, RequestRole, TokenSource,
 };
 use crate::spec::types::Api;
 
@@ -94,8 +95,17 @@ pub struct Measured {
     pub finish_reason: Option<String>,
     /// Why the request failed, if it did.
     pub error: Option<RequestError>,
-    /// The generated text, for debugging; not stored in records.
+    /// The generated text (the answer on chat streams; the raw text, thinking included, on
+    /// the others), at most `client::parse::TEXT_KEPT_BYTES` of it; not stored in records.
     pub text: String,
+    /// The text passed that bound and `text` holds its start only.
+    pub text_cut: bool,
+    /// Thinking tokens and where the count came from; None when no thinking was seen.
+    pub reasoning: Option<(u64, ReasoningSource)>,
+    /// Why a request that thought never answered (None for failed requests).
+    pub no_answer: Option<NoAnswer>,
+    /// Delta fields servebench does not know, seen with a value.
+    pub unknown_fields: Vec<String>,
     /// The longest any read's bytes had waited in this host's kernel when the client read
     /// them (its own queue, outside every time above), where the kernel stamps arrivals.
     pub read_wait_max_s: Option<f64>,
@@ -156,6 +166,10 @@ impl Measured {
             worker: None,
             prefill_worker: None,
             rerouted_from: Vec::new(),
+            reasoning_tokens: self.reasoning.map(|(n, _)| n),
+            reasoning_source: self.reasoning.map(|(_, s)| s),
+            no_answer: self.no_answer,
+            unknown_fields: self.unknown_fields,
         };
         record.set_verify_steps(server_steps);
         record
@@ -350,6 +364,8 @@ impl Client {
             model: model.map(str::to_string),
             history: Vec::new(),
             spec_tokens_details: false,
+            reasoning_markers: None,
+            chat_template_kwargs: Default::default(),
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();

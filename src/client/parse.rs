@@ -14,18 +14,45 @@
 //! ([`ChunkTokens::Exact`]) or some non-empty chunk was taken as one token
 //! ([`ChunkTokens::AssumedOne`]).
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
-use crate::results::records::{ChunkTokens, TokenSource};
+use crate::results::records::{ChunkTokens, TokenSource, UNKNOWN_FIELDS_KEPT};
+use crate::spec::reasoning::ThinkMarkers;
 use crate::spec::types::Api;
 
 use super::sse::head;
+use super::thinking::{Phase, Seen, Thinking, reasoning_share};
+
+/// The most generated text a parser keeps for one request (the answer a validity check
+/// judges, a session's reply for its next turn): a server streaming huge events cannot grow
+/// the client's memory past this per request. Past it, [`StreamParser::text_cut`] is set.
+pub(crate) const TEXT_KEPT_BYTES: usize = 1 << 20;
+
+/// The fields of a chat delta servebench reads or knows to carry no output text: vLLM's
+/// `reasoning`, SGLang's and llama.cpp's `reasoning_content`, OpenAI's `refusal`,
+/// `function_call` and `audio`, SGLang's `hidden_states`. Any other field with a value is
+/// reported (`unknown_fields`), never silently dropped.
+const KNOWN_DELTA_FIELDS: &[&str] = &[
+    "role",
+    "content",
+    "reasoning",
+    "reasoning_content",
+    "tool_calls",
+    "function_call",
+    "refusal",
+    "audio",
+    "hidden_states",
+    "name",
+];
 
 /// What one event meant.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Parsed {
-    /// A data chunk carrying `tokens` new output tokens (possibly 0).
-    Chunk { tokens: u32 },
+    /// A data chunk carrying `tokens` new output tokens (possibly 0), `reasoning` of them
+    /// thinking tokens.
+    Chunk { tokens: u32, reasoning: u32 },
     /// `[DONE]`: the stream ended normally.
     Done,
     /// An `{"error": ...}` event: the server failed the request mid-stream.
@@ -69,6 +96,22 @@ pub(crate) struct StreamParser {
     assumed: bool,
     /// Keep the whole text on the native API too (its cumulative shortcut skips it).
     keep_text: bool,
+    /// The generated text passed [`TEXT_KEPT_BYTES`]: `text` holds its start only.
+    pub text_cut: bool,
+    /// The native API's cumulative text length so far (the text itself is kept up to
+    /// [`TEXT_KEPT_BYTES`]).
+    native_len: usize,
+    /// Where the stream is, thinking or answering, and the launched parser's markers.
+    thinking: Thinking,
+    /// Sum of per-chunk thinking tokens.
+    reasoning_counted: u64,
+    /// The server's latest cumulative thinking count (`meta_info.reasoning_tokens`, usage's
+    /// `reasoning_tokens` or `completion_tokens_details.reasoning_tokens`).
+    server_reasoning: Option<u64>,
+    /// Some chunk carried answer (or tool-call) tokens.
+    answered: bool,
+    /// Unknown delta fields seen with a value (`delta.<name>`), at most [`UNKNOWN_FIELDS_KEPT`].
+    pub unknown_fields: Vec<String>,
 }
 
 impl StreamParser {
@@ -76,6 +119,87 @@ impl StreamParser {
     pub(crate) fn keeping_text(mut self, keep: bool) -> StreamParser {
         self.keep_text = keep;
         self
+    }
+
+    /// The same parser, finding thinking in text by `markers` (text APIs of a server
+    /// launched with a reasoning parser; chat streams carry thinking in fields of their own).
+    pub(crate) fn with_markers(mut self, markers: Option<ThinkMarkers>) -> StreamParser {
+        if self.api != Api::OpenaiChat {
+            self.thinking = Thinking::new(markers);
+        }
+        self
+    }
+
+    /// Thinking tokens of the request: the server's count where it gave one above 0, else
+    /// the chunks' (None, with its source, when no thinking was seen).
+    pub(crate) fn reasoning_tokens(
+        &self,
+    ) -> Option<(u64, crate::results::records::ReasoningSource)> {
+        use crate::results::records::ReasoningSource;
+        match self.server_reasoning.filter(|n| *n > 0) {
+            Some(n) => Some((n, ReasoningSource::Server)),
+            None => (self.reasoning_counted > 0)
+                .then_some((self.reasoning_counted, ReasoningSource::Chunks)),
+        }
+    }
+
+    /// Why a request that thought has no answer (None when it answered or never thought).
+    pub(crate) fn no_answer(&self) -> Option<crate::results::records::NoAnswer> {
+        use crate::results::records::NoAnswer;
+        let thought = self.reasoning_tokens().is_some() || self.thinking.phase == Phase::Thinking;
+        if self.answered || !thought {
+            return None;
+        }
+        Some(match self.finish_reason.as_deref() {
+            Some("length") => NoAnswer::OutOfTokensWhileThinking,
+            _ => NoAnswer::EndedWhileThinking,
+        })
+    }
+
+    /// Appends `s` to the kept text, up to [`TEXT_KEPT_BYTES`].
+    fn keep(&mut self, s: &str) {
+        let room = TEXT_KEPT_BYTES.saturating_sub(self.text.len());
+        if s.len() <= room {
+            self.text.push_str(s);
+            return;
+        }
+        let mut cut = room;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.text.push_str(&s[..cut]);
+        self.text_cut = true;
+    }
+
+    /// A chunk of `tokens` tokens whose text carried `seen`: its thinking share, counted,
+    /// and whether it answered. `server_delta` is the change in the server's cumulative
+    /// thinking count on this chunk, where it sends one per chunk and the text says nothing.
+    fn account(&mut self, tokens: u32, seen: Seen, server_delta: Option<u64>) -> u32 {
+        // Text tells thinking from answer on chat streams (fields) and where markers are
+        // known; the native API without markers has the server's cumulative count.
+        let reasoning = match server_delta {
+            Some(d) if !self.thinking.scans_text() => {
+                let d = clamp_u32(d).min(tokens);
+                if tokens > d {
+                    self.thinking.phase = Phase::Answering;
+                } else if d > 0 && self.thinking.phase != Phase::Answering {
+                    self.thinking.phase = Phase::Thinking;
+                }
+                d
+            }
+            _ => reasoning_share(tokens, seen, self.thinking.phase),
+        };
+        self.answered |= tokens > reasoning;
+        self.reasoning_counted += u64::from(reasoning);
+        reasoning
+    }
+
+    /// Notes a delta field servebench does not know.
+    fn unknown_field(&mut self, name: &str) {
+        let name = format!("delta.{}", name.chars().take(64).collect::<String>());
+        if self.unknown_fields.len() < UNKNOWN_FIELDS_KEPT && !self.unknown_fields.contains(&name) {
+            self.unknown_fields.push(name);
+        }
     }
 
     /// A parser for a response of `api`.
@@ -93,6 +217,13 @@ impl StreamParser {
             counted: 0,
             assumed: false,
             keep_text: false,
+            text_cut: false,
+            native_len: 0,
+            thinking: Thinking::new(None),
+            reasoning_counted: 0,
+            server_reasoning: None,
+            answered: false,
+            unknown_fields: Vec::new(),
         }
     }
 
@@ -113,9 +244,9 @@ impl StreamParser {
         // Fast path: the common shapes, parsed into borrowed structs. Anything else (errors,
         // unexpected types, duplicate keys, invalid JSON) goes the Value path below, which
         // defines the behaviour; the fast path extracts exactly what it would.
-        if let Some(tokens) = self.fast_event(data) {
+        if let Some((tokens, reasoning)) = self.fast_event(data) {
             self.counted += u64::from(tokens);
-            return Ok(Parsed::Chunk { tokens });
+            return Ok(Parsed::Chunk { tokens, reasoning });
         }
         let malformed = |message: String| Malformed {
             message,
@@ -132,17 +263,17 @@ impl StreamParser {
                 head: head(data),
             });
         }
-        let tokens = match self.api {
+        let (tokens, reasoning) = match self.api {
             Api::SglangGenerate => self.native(&value),
             Api::OpenaiCompletions | Api::OpenaiChat => self.openai(&value),
         };
         self.counted += u64::from(tokens);
-        Ok(Parsed::Chunk { tokens })
+        Ok(Parsed::Chunk { tokens, reasoning })
     }
 
-    /// Token count of an event of the expected shape without an error, parsed with borrowed
-    /// structs; None sends the event to the Value path.
-    fn fast_event(&mut self, data: &[u8]) -> Option<u32> {
+    /// Token count (and thinking tokens among them) of an event of the expected shape without
+    /// an error, parsed with borrowed structs; None sends the event to the Value path.
+    fn fast_event(&mut self, data: &[u8]) -> Option<(u32, u32)> {
         if self.api == Api::SglangGenerate
             && let Some(tokens) = self.cumulative_native(data)
         {
@@ -165,6 +296,7 @@ impl StreamParser {
                 self.take_server_ttft(meta.first_token_latency);
                 Some(self.native_fields(fast::NativeFields {
                     spec_verify_ct: meta.spec_verify_ct,
+                    reasoning: meta.reasoning_tokens,
                     text: e.text,
                     ids: e.output_ids.map(|fast::Count(n)| n),
                     completion: meta.completion_tokens,
@@ -194,6 +326,13 @@ impl StreamParser {
                 {
                     self.spec_verify_ct = Some(n);
                 }
+                if let Some(n) = e
+                    .metrics
+                    .and_then(|fast::Obj(m)| m.speculative_decoding)
+                    .and_then(|fast::Obj(d)| d.num_spec_steps)
+                {
+                    self.spec_verify_ct = Some(n);
+                }
                 Some(self.openai_fields(&choices, e.usage.map(|fast::Obj(u)| u)))
             }
         }
@@ -205,9 +344,9 @@ impl StreamParser {
     /// writes) with a SIMD search, parse only that object, and check the event is one closed
     /// JSON object. Anything unusual returns None and takes the full paths. The generated text
     /// is then not kept (it is for debugging only).
-    fn cumulative_native(&mut self, data: &[u8]) -> Option<u32> {
+    fn cumulative_native(&mut self, data: &[u8]) -> Option<(u32, u32)> {
         const KEY: &[u8] = b"\"meta_info\":";
-        if self.keep_text {
+        if self.keep_text || self.thinking.scans_text() {
             return None;
         }
         let data = data.trim_ascii();
@@ -233,6 +372,7 @@ impl StreamParser {
         self.take_server_ttft(meta.first_token_latency);
         Some(self.native_fields(fast::NativeFields {
             spec_verify_ct: meta.spec_verify_ct,
+            reasoning: meta.reasoning_tokens,
             text: None,
             ids: None,
             completion: Some(completion),
@@ -257,7 +397,7 @@ impl StreamParser {
     }
 
     /// The Value path's native fields: what [`fast::NativeEvent`] extracts, by indexing.
-    fn native(&mut self, v: &Value) -> u32 {
+    fn native(&mut self, v: &Value) -> (u32, u32) {
         let meta = &v["meta_info"];
         self.take_server_ttft(meta["first_token_latency"].as_f64());
         let finish = match &meta["finish_reason"] {
@@ -270,6 +410,7 @@ impl StreamParser {
         };
         self.native_fields(fast::NativeFields {
             spec_verify_ct: meta["spec_verify_ct"].as_u64(),
+            reasoning: meta["reasoning_tokens"].as_u64(),
             text: v["text"].as_str().map(Into::into),
             ids: v["output_ids"].as_array().map(Vec::len),
             completion: meta["completion_tokens"].as_u64(),
@@ -279,11 +420,11 @@ impl StreamParser {
         })
     }
 
-    fn native_fields(&mut self, f: fast::NativeFields<'_>) -> u32 {
+    fn native_fields(&mut self, f: fast::NativeFields<'_>) -> (u32, u32) {
         let completion = f.completion;
-        let text_changed = match &f.text {
+        let (text_changed, seen) = match &f.text {
             Some(t) => self.take_native_text(t, f.ids, completion),
-            None => false,
+            None => (false, Seen::default()),
         };
         if let Some(n) = f.prompt {
             self.prompt_tokens = Some(n);
@@ -301,7 +442,13 @@ impl StreamParser {
                 self.finish(&kind, message.map(Into::into))
             }
         }
-        match completion {
+        // SGLang's `meta_info.reasoning_tokens` is cumulative, on every event.
+        let server_delta = f.reasoning.map(|n| {
+            let before = self.server_reasoning.unwrap_or(0);
+            self.server_reasoning = Some(n.max(before));
+            n.saturating_sub(before)
+        });
+        let tokens = match completion {
             Some(c) => {
                 let new = c.saturating_sub(self.server_completion.unwrap_or(0));
                 self.server_completion = Some(c.max(self.server_completion.unwrap_or(0)));
@@ -311,26 +458,46 @@ impl StreamParser {
                 self.assumed |= text_changed;
                 u32::from(text_changed)
             }
-        }
+        };
+        (tokens, self.account(tokens, seen, server_delta))
     }
 
     /// Appends a native chunk's text, cumulative (the default) or incremental
-    /// (`--incremental-streaming-output`). Returns whether new text arrived.
-    fn take_native_text(&mut self, t: &str, ids: Option<usize>, completion: Option<u64>) -> bool {
+    /// (`--incremental-streaming-output`), keeping at most [`TEXT_KEPT_BYTES`]. Returns
+    /// whether new text arrived, and what the new text carried.
+    fn take_native_text(
+        &mut self,
+        t: &str,
+        ids: Option<usize>,
+        completion: Option<u64>,
+    ) -> (bool, Seen) {
         // `output_ids` follows the same mode as `text`: the full list in cumulative mode, so its
         // length equals the cumulative count. Without it, cumulative text extends the previous one.
         let cumulative = match (ids, completion) {
             (Some(n), Some(c)) => n as u64 == c,
-            _ => t.starts_with(&self.text),
+            _ => t.len() >= self.native_len && t.starts_with(&self.text),
         };
         if cumulative {
-            let changed = t != self.text;
+            let changed = t.len() != self.native_len || !t.starts_with(&self.text);
+            // The new part (the whole text if the server rewrote the old one).
+            let new = match t.get(self.native_len..) {
+                Some(tail) if t.starts_with(&self.text) => tail,
+                _ => t,
+            };
+            let seen = if changed {
+                self.thinking.text(new)
+            } else {
+                Seen::default()
+            };
             self.text.clear();
-            self.text.push_str(t);
-            changed
+            self.text_cut = false;
+            self.keep(t);
+            self.native_len = t.len();
+            (changed, seen)
         } else {
-            self.text.push_str(t);
-            !t.is_empty()
+            self.keep(t);
+            self.native_len = self.native_len.saturating_add(t.len());
+            (!t.is_empty(), self.thinking.text(t))
         }
     }
 
@@ -342,7 +509,7 @@ impl StreamParser {
         }
     }
 
-    fn openai(&mut self, v: &Value) -> u32 {
+    fn openai(&mut self, v: &Value) -> (u32, u32) {
         self.take_server_ttft(v["timings"]["prompt_ms"].as_f64().map(|ms| ms / 1e3));
         // SGLang's `sglext.spec_tokens_details`: one object, or a list of them when n > 1
         // (servebench asks for one choice: the first).
@@ -355,22 +522,47 @@ impl StreamParser {
         if let Some(n) = details["spec_verify_ct"].as_u64() {
             self.spec_verify_ct = Some(n);
         }
-        let choices = v["choices"]
+        // vLLM's per-request speculative counts (`--per-request-spec-decode-metrics`), on the
+        // final usage chunk.
+        if let Some(n) = v["metrics"]["speculative_decoding"]["num_spec_steps"].as_u64() {
+            self.spec_verify_ct = Some(n);
+        }
+        fn text(x: &Value) -> Option<Cow<'_, str>> {
+            x.as_str().map(Cow::Borrowed)
+        }
+        let mut choices = Vec::new();
+        for choice in v["choices"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or_default()
-            .iter()
-            .map(|choice| fast::Choice {
-                text: choice["text"].as_str().map(Into::into),
+        {
+            let d = &choice["delta"];
+            if let Some(fields) = d.as_object() {
+                for (k, x) in fields {
+                    if !KNOWN_DELTA_FIELDS.contains(&k.as_str()) && has_value(x) {
+                        self.unknown_field(k);
+                    }
+                }
+            }
+            choices.push(fast::Choice {
+                text: text(&choice["text"]),
                 delta: Some(fast::Obj(fast::Delta {
-                    reasoning_content: choice["delta"]["reasoning_content"]
-                        .as_str()
-                        .map(Into::into),
-                    content: choice["delta"]["content"].as_str().map(Into::into),
+                    role: None,
+                    content: text(&d["content"]),
+                    reasoning_content: text(&d["reasoning_content"]),
+                    reasoning: text(&d["reasoning"]),
+                    refusal: text(&d["refusal"]),
+                    tool_calls: d["tool_calls"]
+                        .as_array()
+                        .map(|calls| vec![serde::de::IgnoredAny; calls.len()]),
+                    function_call: has_value(&d["function_call"]).then_some(serde::de::IgnoredAny),
+                    audio: None,
+                    hidden_states: None,
+                    name: None,
                 })),
-                finish_reason: choice["finish_reason"].as_str().map(Into::into),
-            })
-            .collect::<Vec<_>>();
+                finish_reason: text(&choice["finish_reason"]),
+            });
+        }
         let usage = &v["usage"];
         let usage = usage.is_object().then(|| fast::Usage {
             completion_tokens: usage["completion_tokens"].as_u64(),
@@ -378,28 +570,49 @@ impl StreamParser {
             prompt_tokens_details: Some(fast::Obj(fast::Details {
                 cached_tokens: usage["prompt_tokens_details"]["cached_tokens"].as_u64(),
             })),
+            reasoning_tokens: usage["reasoning_tokens"].as_u64(),
+            completion_tokens_details: Some(fast::Obj(fast::CompletionDetails {
+                reasoning_tokens: usage["completion_tokens_details"]["reasoning_tokens"].as_u64(),
+            })),
         });
         self.openai_fields(&choices, usage)
     }
 
-    fn openai_fields(&mut self, choices: &[fast::Choice<'_>], usage: Option<fast::Usage>) -> u32 {
-        let before = self.text.len();
+    fn openai_fields(
+        &mut self,
+        choices: &[fast::Choice<'_>],
+        usage: Option<fast::Usage>,
+    ) -> (u32, u32) {
+        // Whether any output arrived, and what it was: thinking, answer or a tool call.
+        let mut carried = false;
+        let mut seen = Seen::default();
         for choice in choices {
             match self.api {
                 Api::OpenaiChat => {
-                    // Reasoning models stream their thinking as `reasoning_content`: tokens too.
-                    if let Some(fast::Obj(delta)) = &choice.delta {
-                        for s in [&delta.reasoning_content, &delta.content]
-                            .into_iter()
-                            .flatten()
-                        {
-                            self.text.push_str(s);
+                    if let Some(fast::Obj(d)) = &choice.delta {
+                        let non_empty =
+                            |s: &Option<Cow<'_, str>>| s.as_ref().is_some_and(|s| !s.is_empty());
+                        // vLLM streams thinking as `reasoning`; SGLang and llama.cpp as
+                        // `reasoning_content`: tokens too, but not the answer.
+                        let thought = non_empty(&d.reasoning) || non_empty(&d.reasoning_content);
+                        let called = d.tool_calls.as_ref().is_some_and(|c| !c.is_empty())
+                            || d.function_call.is_some();
+                        let answered = non_empty(&d.content) || non_empty(&d.refusal) || called;
+                        for s in [&d.content, &d.refusal].into_iter().flatten() {
+                            self.keep(s);
                         }
+                        carried |= thought || answered;
+                        seen = seen.merge(self.thinking.fields(Seen {
+                            reasoning: thought,
+                            answer: answered,
+                        }));
                     }
                 }
                 _ => {
                     if let Some(s) = &choice.text {
-                        self.text.push_str(s);
+                        self.keep(s);
+                        carried |= !s.is_empty();
+                        seen = seen.merge(self.thinking.text(s));
                     }
                 }
             }
@@ -407,7 +620,6 @@ impl StreamParser {
                 self.finish(reason, None);
             }
         }
-        let delta_empty = self.text.len() == before;
         let mut usage_completion = None;
         if let Some(usage) = usage {
             usage_completion = usage.completion_tokens;
@@ -418,8 +630,20 @@ impl StreamParser {
             self.cached_tokens = usage
                 .prompt_tokens_details
                 .and_then(|fast::Obj(d)| d.cached_tokens);
+            // The request's thinking total (vLLM and SGLang: `completion_tokens_details`;
+            // SGLang also `reasoning_tokens`, 0 when it did not count): a total, not a
+            // per-chunk count.
+            let total = usage
+                .completion_tokens_details
+                .and_then(|fast::Obj(d)| d.reasoning_tokens)
+                .into_iter()
+                .chain(usage.reasoning_tokens)
+                .max();
+            if let Some(n) = total {
+                self.server_reasoning = Some(n.max(self.server_reasoning.unwrap_or(0)));
+            }
         }
-        match usage_completion {
+        let tokens = match usage_completion {
             Some(c) => {
                 self.server_completion = Some(c);
                 // On a chunk with choices (continuous usage) the count so far equals the
@@ -435,10 +659,11 @@ impl StreamParser {
                 }
             }
             None => {
-                self.assumed |= !delta_empty;
-                u32::from(!delta_empty)
+                self.assumed |= carried;
+                u32::from(carried)
             }
-        }
+        };
+        (tokens, self.account(tokens, seen, None))
     }
 
     fn finish(&mut self, reason: &str, message: Option<String>) {
@@ -548,6 +773,8 @@ mod fast {
     /// What the parser reads of a native event.
     pub(crate) struct NativeFields<'a> {
         pub spec_verify_ct: Option<u64>,
+        /// SGLang's cumulative `meta_info.reasoning_tokens`.
+        pub reasoning: Option<u64>,
         pub text: Option<Cow<'a, str>>,
         pub ids: Option<usize>,
         pub completion: Option<u64>,
@@ -569,6 +796,7 @@ mod fast {
     #[derive(serde::Deserialize, Default)]
     pub(crate) struct Meta<'a> {
         pub first_token_latency: Option<f64>,
+        pub reasoning_tokens: Option<u64>,
         pub spec_verify_ct: Option<u64>,
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
@@ -588,6 +816,19 @@ mod fast {
         /// SGLang's extensions: a `choices: []` chunk after the last token chunk, when the
         /// request asked (`return_spec_tokens_details`).
         pub sglext: Option<Obj<SglExt>>,
+        /// vLLM's per-request metrics on the final usage chunk.
+        pub metrics: Option<Obj<VllmMetrics>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct VllmMetrics {
+        /// `--per-request-spec-decode-metrics` (vLLM 0.34).
+        pub speculative_decoding: Option<Obj<VllmSpec>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct VllmSpec {
+        pub num_spec_steps: Option<u64>,
     }
 
     #[derive(serde::Deserialize)]
@@ -616,12 +857,27 @@ mod fast {
         pub finish_reason: Option<Cow<'a, str>>,
     }
 
+    /// A chat delta. Unknown fields send the event to the Value path, which reports them.
     #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)] // fields known to carry no output text are listed, not read
     pub(crate) struct Delta<'a> {
-        #[serde(borrow)]
-        pub reasoning_content: Option<Cow<'a, str>>,
+        pub role: Option<IgnoredAny>,
         #[serde(borrow)]
         pub content: Option<Cow<'a, str>>,
+        /// SGLang's and llama.cpp's thinking.
+        #[serde(borrow)]
+        pub reasoning_content: Option<Cow<'a, str>>,
+        /// vLLM's thinking (`reasoning_content` renamed, vllm PRs #33402, #50624).
+        #[serde(borrow)]
+        pub reasoning: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        pub refusal: Option<Cow<'a, str>>,
+        pub tool_calls: Option<Vec<IgnoredAny>>,
+        pub function_call: Option<IgnoredAny>,
+        pub audio: Option<IgnoredAny>,
+        pub hidden_states: Option<IgnoredAny>,
+        pub name: Option<IgnoredAny>,
     }
 
     #[derive(serde::Deserialize)]
@@ -629,11 +885,30 @@ mod fast {
         pub completion_tokens: Option<u64>,
         pub prompt_tokens: Option<u64>,
         pub prompt_tokens_details: Option<Obj<Details>>,
+        /// SGLang's own place for it (0 when it did not count).
+        pub reasoning_tokens: Option<u64>,
+        pub completion_tokens_details: Option<Obj<CompletionDetails>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    pub(crate) struct CompletionDetails {
+        pub reasoning_tokens: Option<u64>,
     }
 
     #[derive(serde::Deserialize)]
     pub(crate) struct Details {
         pub cached_tokens: Option<u64>,
+    }
+}
+
+/// Whether a JSON value carries something: not null, not an empty string, array or object.
+fn has_value(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
     }
 }
 
@@ -684,7 +959,7 @@ mod tests {
         events
             .iter()
             .map(|e| match p.event(e.as_bytes()).unwrap() {
-                Parsed::Chunk { tokens } => tokens,
+                Parsed::Chunk { tokens, .. } => tokens,
                 other => panic!("unexpected {other:?}"),
             })
             .collect()
@@ -809,15 +1084,15 @@ mod tests {
         let mut p = StreamParser::new(Api::SglangGenerate);
         assert!(matches!(
             p.event(event(1, "null").as_bytes()),
-            Ok(Parsed::Chunk { tokens: 1 })
+            Ok(Parsed::Chunk { tokens: 1, .. })
         ));
         assert!(matches!(
             p.event(event(4, "null").as_bytes()),
-            Ok(Parsed::Chunk { tokens: 3 })
+            Ok(Parsed::Chunk { tokens: 3, .. })
         ));
         assert!(matches!(
             p.event(event(5, r#"{"type":"length","length":5}"#).as_bytes()),
-            Ok(Parsed::Chunk { tokens: 1 })
+            Ok(Parsed::Chunk { tokens: 1, .. })
         ));
         assert_eq!(p.completion_tokens(), 5);
         assert_eq!(p.prompt_tokens, Some(9));
@@ -913,6 +1188,166 @@ mod tests {
         assert_eq!(tokens, [0, 1, 0]);
         assert_eq!(p.token_source(), TokenSource::ChunkCount);
         assert_eq!(p.completion_tokens(), 1);
+    }
+
+    /// Each chunk's (tokens, thinking tokens).
+    fn feed_split(p: &mut StreamParser, events: &[&str]) -> Vec<(u32, u32)> {
+        events
+            .iter()
+            .map(|e| match p.event(e.as_bytes()).unwrap() {
+                Parsed::Chunk { tokens, reasoning } => (tokens, reasoning),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    /// vLLM (current) streams thinking as `delta.reasoning`, SGLang 0.5.23 and llama.cpp as
+    /// `delta.reasoning_content`: both are output tokens, thinking ones, on both parse paths
+    /// (a `\u` escape sends an event down the Value path).
+    #[test]
+    fn thinking_is_read_from_both_chat_fields_on_both_paths() {
+        for field in ["reasoning", "reasoning_content"] {
+            for escape in ["", "\\u0041"] {
+                let mut p = StreamParser::new(Api::OpenaiChat);
+                let think = format!(r#"{{"choices":[{{"delta":{{"{field}":"hm{escape}"}}}}]}}"#);
+                let answer = format!(r#"{{"choices":[{{"delta":{{"content":"42{escape}"}}}}]}}"#);
+                let got = feed_split(
+                    &mut p,
+                    &[
+                        r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+                        &think,
+                        &think,
+                        &answer,
+                        r#"{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3,"completion_tokens_details":{"reasoning_tokens":2}}}"#,
+                    ],
+                );
+                assert_eq!(
+                    got,
+                    [(0, 0), (1, 1), (1, 1), (1, 0), (0, 0)],
+                    "{field} {escape}"
+                );
+                assert_eq!(
+                    p.reasoning_tokens(),
+                    Some((2, crate::results::records::ReasoningSource::Server))
+                );
+                assert_eq!(p.no_answer(), None);
+                // The kept text is the answer, not the thinking.
+                assert!(p.text.starts_with("42"), "{}", p.text);
+                assert!(p.unknown_fields.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_that_ran_out_while_thinking_says_so() {
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        feed(
+            &mut p,
+            &[
+                r#"{"choices":[{"delta":{"reasoning":"hm"}}]}"#,
+                r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+            ],
+        );
+        assert_eq!(
+            p.no_answer(),
+            Some(crate::results::records::NoAnswer::OutOfTokensWhileThinking)
+        );
+        assert_eq!(
+            p.reasoning_tokens(),
+            Some((1, crate::results::records::ReasoningSource::Chunks))
+        );
+    }
+
+    #[test]
+    fn a_delta_field_servebench_does_not_know_is_reported_not_dropped() {
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        let got = feed_split(
+            &mut p,
+            &[
+                r#"{"choices":[{"delta":{"thinking":"hm"}}]}"#,
+                r#"{"choices":[{"delta":{"content":"a","thinking":null}}]}"#,
+            ],
+        );
+        assert_eq!(got, [(0, 0), (1, 0)]);
+        assert_eq!(p.unknown_fields, ["delta.thinking"]);
+    }
+
+    /// SGLang's `/generate` with a reasoning parser: thinking found by the parser's markers in
+    /// the raw text, cumulative or not; `meta_info.reasoning_tokens` (the server's count)
+    /// wins as the total.
+    #[test]
+    fn native_thinking_is_found_by_the_launched_parsers_markers() {
+        let markers = match crate::spec::reasoning::sglang_parser("qwen3") {
+            crate::spec::reasoning::ParserKnowledge::Markers(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let ev = |text: &str, n: u64, r: u64| {
+            format!(
+                r#"{{"text":"{text}","meta_info":{{"prompt_tokens":5,"completion_tokens":{n},"reasoning_tokens":{r},"finish_reason":null}}}}"#
+            )
+        };
+        let mut p = StreamParser::new(Api::SglangGenerate).with_markers(Some(markers));
+        let got = feed_split(
+            &mut p,
+            &[
+                &ev("<think>", 1, 1),
+                &ev("<think>hm", 2, 2),
+                &ev("<think>hm</think>", 3, 3),
+                &ev("<think>hm</think>Paris", 4, 3),
+            ],
+        );
+        assert_eq!(got, [(1, 1), (1, 1), (1, 1), (1, 0)]);
+        assert_eq!(
+            p.reasoning_tokens(),
+            Some((3, crate::results::records::ReasoningSource::Server))
+        );
+        // Without markers, the server's per-event count tells them apart.
+        let mut p = StreamParser::new(Api::SglangGenerate);
+        let got = feed_split(&mut p, &[&ev("a", 1, 1), &ev("ab", 3, 2)]);
+        assert_eq!(got, [(1, 1), (2, 1)]);
+    }
+
+    /// A server streaming huge text events cannot grow the kept text past its bound
+    /// (issue 35 item 10a: 512 KB events took the runner to 2.25 GB).
+    #[test]
+    fn the_kept_text_is_bounded_whatever_the_server_streams() {
+        let big = "x".repeat(512 * 1024);
+        for api in [Api::OpenaiCompletions, Api::OpenaiChat, Api::SglangGenerate] {
+            // `/generate` with `--incremental-streaming-output`: each event its new text.
+            let event = |n: usize| match api {
+                Api::OpenaiCompletions => format!(r#"{{"choices":[{{"text":"{big}"}}]}}"#),
+                Api::OpenaiChat => {
+                    format!(r#"{{"choices":[{{"delta":{{"content":"{big}"}}}}]}}"#)
+                }
+                Api::SglangGenerate => format!(
+                    r#"{{"text":"{big}","output_ids":[1],"meta_info":{{"completion_tokens":{n}}}}}"#
+                ),
+            };
+            let mut p = StreamParser::new(api).keeping_text(true);
+            for n in 1..=20 {
+                p.event(event(n).as_bytes()).unwrap();
+            }
+            assert!(p.text.len() <= TEXT_KEPT_BYTES, "{api:?}: {}", p.text.len());
+            assert!(p.text_cut, "{api:?}");
+            assert_eq!(p.completion_tokens(), 20, "{api:?}");
+        }
+    }
+
+    /// vLLM 0.34 `--per-request-spec-decode-metrics`: the final usage chunk's
+    /// `metrics.speculative_decoding.num_spec_steps` is the request's verify steps.
+    #[test]
+    fn vllm_per_request_verify_steps_are_read_from_the_final_usage_chunk() {
+        let last = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4,"total_tokens":9,"completion_tokens":5},"metrics":{"speculative_decoding":{"mean_acceptance_length":2.0,"draft_acceptance_rate":0.5,"acceptance_histogram":[1,1,0],"num_spec_steps":2,"num_accepted_draft_tokens":2,"num_draft_tokens":4,"num_spec_tokens":2}}}"#;
+        for escape in [false, true] {
+            let mut p = StreamParser::new(Api::OpenaiChat);
+            let last = if escape {
+                last.replace(r#""m""#, r#""\u006d""#)
+            } else {
+                last.to_string()
+            };
+            feed(&mut p, &[&last]);
+            assert_eq!(p.spec_verify_ct, Some(2), "escape {escape}");
+        }
     }
 
     #[test]

@@ -32,6 +32,12 @@ pub struct GenerationRequest {
     /// allow and ignore extra fields, llama.cpp ignores them too, but nothing is sent that
     /// an engine does not define). Native `/generate` gives the counts unasked.
     pub spec_tokens_details: bool,
+    /// The thinking markers of the reasoning parser the server was launched with, for the
+    /// text APIs (`/generate`, `/v1/completions`), where the server does not split thinking
+    /// from the answer; None for chat (thinking has fields of its own) and without a parser.
+    pub reasoning_markers: Option<crate::spec::reasoning::ThinkMarkers>,
+    /// The chat request's `chat_template_kwargs` (empty: not sent; chat only).
+    pub chat_template_kwargs: serde_json::Map<String, Value>,
 }
 
 /// One message of a conversation.
@@ -68,6 +74,9 @@ pub(crate) fn body(req: &GenerationRequest) -> Value {
     let mut body = plain_body(req);
     if req.spec_tokens_details && req.api != Api::SglangGenerate {
         body["return_spec_tokens_details"] = true.into();
+    }
+    if req.api == Api::OpenaiChat && !req.chat_template_kwargs.is_empty() {
+        body["chat_template_kwargs"] = Value::Object(req.chat_template_kwargs.clone());
     }
     body
 }
@@ -126,6 +135,8 @@ mod tests {
             model: None,
             history: Vec::new(),
             spec_tokens_details: false,
+            reasoning_markers: None,
+            chat_template_kwargs: Default::default(),
         }
     }
 

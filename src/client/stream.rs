@@ -170,7 +170,9 @@ pub(super) async fn run(
     }
 
     let mut framer = SseFramer::new();
-    let mut parser = StreamParser::new(req.api).keeping_text(keep_text);
+    let mut parser = StreamParser::new(req.api)
+        .keeping_text(keep_text)
+        .with_markers(req.reasoning_markers);
     let mut done = false;
     let mut ended = false;
     let fail = |kind: ErrorKind, message: String, body_head: Option<String>| {
@@ -218,7 +220,8 @@ pub(super) async fn run(
                 match pending {
                     Ok(Some(event)) => {
                         let data = event.data.clone();
-                        let mut probe = StreamParser::new(req.api);
+                        let mut probe =
+                            StreamParser::new(req.api).with_markers(req.reasoning_markers);
                         if probe.event(&data).is_ok() {
                             done = take_event(&mut m, &mut parser, event, t0, status);
                         } else {
@@ -339,11 +342,20 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.cached_tokens = parser.cached_tokens;
     m.server_ttft_s = parser.server_ttft_s;
     m.spec_verify_ct = parser.spec_verify_ct;
+    // Before the finish reason is taken: it says why an unanswered request stopped.
+    m.no_answer = if m.error.is_none() {
+        parser.no_answer()
+    } else {
+        None
+    };
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.chunk_tokens = parser.chunk_tokens();
     m.completion_tokens = Some(parser.completion_tokens());
     m.text = std::mem::take(&mut parser.text);
+    m.text_cut = parser.text_cut;
+    m.reasoning = parser.reasoning_tokens();
+    m.unknown_fields = std::mem::take(&mut parser.unknown_fields);
 }
 
 /// Applies one event; returns true at `[DONE]`. Errors are recorded in `m`.
@@ -360,8 +372,12 @@ fn take_event(
             m.end_s = Some(t_s);
             true
         }
-        Ok(Parsed::Chunk { tokens }) => {
-            m.chunks.push(Chunk { t_s, tokens });
+        Ok(Parsed::Chunk { tokens, reasoning }) => {
+            m.chunks.push(Chunk {
+                t_s,
+                tokens,
+                reasoning,
+            });
             false
         }
         Ok(Parsed::Error { message, head }) => {
@@ -431,8 +447,12 @@ impl Measured {
             finish_reason: None,
             error: None,
             text: String::new(),
+            text_cut: false,
             read_wait_max_s: None,
             request_id: None,
+            reasoning: None,
+            no_answer: None,
+            unknown_fields: Vec::new(),
         }
     }
 }

@@ -122,6 +122,7 @@ fn normalize(engine: Engine, name: &str) -> String {
 const SIM_ONLY: &[&str] = &[
     "profile",
     "sim-time-scale",
+    "sim-thinking-tokens",
     "api",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",

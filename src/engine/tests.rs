@@ -309,7 +309,16 @@ fn flag_lists_follow_the_engine_versions_they_name() {
     assert!(names(llama.0) >= 400, "{}", names(llama.0));
     assert!(llama.1.contains("0.3.36"), "{}", llama.1);
     assert!(adapter(Engine::Sglang).flags.unwrap().1.contains("0.5.23"));
-    assert!(adapter(Engine::Vllm).flags.unwrap().1.contains("0.33"));
+    assert!(adapter(Engine::Vllm).flags.unwrap().1.contains("0.34"));
+    // vLLM 0.34's new flags are known (issue 35 item 14).
+    for new in [
+        "cache-aware-admission-window",
+        "checkpoint-prepare-on-startup",
+        "max-num-inflight-kv-loads",
+        "shuffle-safetensors-files",
+    ] {
+        assert_eq!(check_flag(Engine::Vllm, new), FlagCheck::Known, "{new}");
+    }
     for (_, (list, _)) in
         [Engine::Sglang, Engine::Vllm, Engine::LlamaCpp].map(|e| (e, adapter(e).flags.unwrap()))
     {

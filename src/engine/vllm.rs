@@ -14,7 +14,7 @@ pub(crate) static VLLM: Adapter = Adapter {
     // 0.33 `Starting vLLM server on`, older `Starting vLLM API server[ N] on`, then uvicorn's
     // `Application startup complete.` (launchers/api_server/entry.py, uvicorn lifespan/on.py).
     ready_lines: &["Application startup complete."],
-    flags: Some((include_str!("flags/vllm.txt"), "vLLM 0.33.0")),
+    flags: Some((include_str!("flags/vllm.txt"), "vLLM 0.34.0")),
     crash_lines: &[
         ("CUDA out of memory", Failure::OutOfMemory),
         ("OutOfMemoryError", Failure::OutOfMemory),

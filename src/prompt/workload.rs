@@ -308,6 +308,7 @@ mod tests {
             temperature: 0.0,
             seed: 3,
             mix,
+            chat_template_kwargs: Default::default(),
         }
     }
 

@@ -10,7 +10,7 @@ pub enum Api {
     /// `python -m sglang.launch_server` (the default).
     #[default]
     Sglang,
-    /// `vllm serve` (vLLM 0.33).
+    /// `vllm serve` (vLLM 0.34).
     Vllm,
     /// `llama-server` (llama.cpp, 2026 builds).
     LlamaCpp,

@@ -107,6 +107,7 @@ const OPTIONS_TABLE: &str = include_str!("sglang_options.txt");
 const SIM_ONLY: &[&str] = &[
     "profile",
     "sim-time-scale",
+    "sim-thinking-tokens",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",
 ];

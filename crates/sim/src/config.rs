@@ -77,6 +77,12 @@ pub struct SimConfig {
     pub llama: Option<Arc<LlamaOptions>>,
     /// Prefill-decode disaggregation (`--disaggregation-mode` and its flags).
     pub disagg: super::disagg::PdConfig,
+    /// Chat streams carry the model's thinking in the engine's own field (SGLang's and
+    /// vLLM's `--reasoning-parser`, llama.cpp's `--reasoning-format` other than `none`):
+    /// see `crate::thinking`.
+    pub reasoning_split: bool,
+    /// vLLM's `--reasoning-parser`, checked against its registry at start-up.
+    pub reasoning_parser: Option<String>,
 }
 
 /// KV pool tokens the memory model leaves at `frac` of each GPU with `tp` ranks (<= 0: none).
@@ -123,6 +129,11 @@ impl SimConfig {
                 ));
             }
             profile.time_scale = s;
+        }
+        if let Some(n) = a.int("sim-thinking-tokens") {
+            profile.thinking.tokens = u64::try_from(n).map_err(|_| {
+                SimArgError::Invalid("--sim-thinking-tokens must not be negative".into())
+            })?;
         }
         let positive = |name: &str, v: Option<i64>| -> Result<Option<u64>, SimArgError> {
             match v {
@@ -253,6 +264,8 @@ impl SimConfig {
             },
             log,
             trace: None,
+            reasoning_split: a.str("reasoning-parser").is_some(),
+            reasoning_parser: None,
             args: a,
             api: Api::Sglang,
             vllm: None,
@@ -297,6 +310,8 @@ impl SimConfig {
             vllm: None,
             llama: None,
             disagg: super::disagg::PdConfig::default(),
+            reasoning_split: false,
+            reasoning_parser: None,
         }
     }
 

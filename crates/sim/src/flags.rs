@@ -363,7 +363,12 @@ pub(crate) const FLAGS: &[Flag] = &[
         "Accepted; chat messages are rendered with a fixed simple template."
     ),
     f!("tool-call-parser", Str, "null", "Accepted; no effect."),
-    f!("reasoning-parser", Str, "null", "Accepted; no effect."),
+    f!(
+        "reasoning-parser",
+        Str,
+        "null",
+        "Chat streams carry the model's thinking in `reasoning_content` (the profile's `thinking`)."
+    ),
     f!("grammar-backend", Str, "null", "Accepted; no effect."),
     f!("sampling-backend", Str, "null", "Accepted; no effect."),
     f!(
@@ -398,6 +403,12 @@ pub(crate) const FLAGS: &[Flag] = &[
         Float,
         "null",
         "Multiply every modelled duration by this (overrides the profile's time_scale; 0.1 = ten times faster)."
+    ),
+    f!(
+        "sim-thinking-tokens",
+        Int,
+        "null",
+        "Thinking tokens the model writes before each answer (overrides the profile's thinking.tokens)."
     ),
     f!(
         "sim-kv-transfer-gbps",

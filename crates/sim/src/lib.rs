@@ -55,7 +55,7 @@
 //! `router_pd_one_prefill_two_decode_serves_every_request`.
 //!
 //! Guessed, not read from a source: the `file.py:line` locations in vLLM's log lines, vLLM's
-//! histogram buckets, the `/version` string (`0.33.0+servebench.sim`), which idle slots a
+//! histogram buckets, the `/version` string (`0.34.0+servebench.sim`), which idle slots a
 //! unified llama.cpp KV buffer drops when full, the llama.cpp runtime out-of-memory lines
 //! after `cudaMalloc failed` (and that it exits 1, not by abort), the prefix of llama.cpp's
 //! `couldn't bind` line. Left out: vLLM's preemption under KV pressure (the simulator reserves
@@ -103,6 +103,7 @@ mod sglang_spec;
 mod slots;
 mod state;
 mod surface_args;
+mod thinking;
 mod tokenizer;
 mod trace;
 mod types;
@@ -293,6 +294,10 @@ fn main_vllm(mut args: Vec<String>) -> i32 {
     if parsed.help {
         print!("{}", vllm_args::help_text());
         return crate::exit::OK;
+    }
+    if let Some(e) = vllm_args::unknown_reasoning_parser(&parsed.config) {
+        eprintln!("{e}");
+        return crate::exit::FAILED;
     }
     let config = parsed.config;
     let voice = voice::Voice::new(Api::Vllm, config.log.clone());

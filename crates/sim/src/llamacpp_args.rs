@@ -226,6 +226,11 @@ const FLAGS: &[Flag] = &[
         Value,
         "(simulator) Multiply every modelled duration by this.",
     ),
+    m(
+        &["--sim-thinking-tokens"],
+        Value,
+        "(simulator) Thinking tokens the model writes before each answer.",
+    ),
 ];
 
 fn lookup(arg: &str) -> Option<&'static Flag> {
@@ -340,6 +345,14 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
             })?;
         profile.time_scale = scale;
     }
+    if let Some(n) = int("--sim-thinking-tokens")? {
+        profile.thinking.tokens = u64::try_from(n).map_err(|_| {
+            LlamaArgError::BadValue(
+                "--sim-thinking-tokens".into(),
+                "must not be negative".into(),
+            )
+        })?;
+    }
     let mut c = SimConfig::engine_defaults(Api::LlamaCpp, profile.clone());
     let port = int("--port")?.unwrap_or(8080);
     c.port = u16::try_from(port)
@@ -407,6 +420,17 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
                 .map(str::to_string),
         );
     }
+    // common_reasoning_format_from_name (common/chat.cpp): none, auto (the default),
+    // deepseek, deepseek-legacy; anything else throws. Thinking reaches `reasoning_content`
+    // only through the Jinja template path (`--jinja`, on by default).
+    let format = last("--reasoning-format").unwrap_or("auto");
+    if !["none", "auto", "deepseek", "deepseek-legacy"].contains(&format) {
+        return Err(LlamaArgError::BadValue(
+            "--reasoning-format".into(),
+            format!("Unknown reasoning format: {format}"),
+        ));
+    }
+    c.reasoning_split = format != "none" && !has("--no-jinja");
     let draft = int("--draft-max")?;
     let spec_on = has("--model-draft");
     c.speculative = speculative_model(&profile, spec_on, draft.filter(|_| spec_on).map(|d| d + 1));
@@ -548,7 +572,7 @@ mod tests {
         // Modelled spellings are the build's too (the simulator's own two apart).
         for f in FLAGS {
             for name in f.names {
-                if ["--profile", "--sim-time-scale"].contains(name) {
+                if ["--profile", "--sim-time-scale", "--sim-thinking-tokens"].contains(name) {
                     continue;
                 }
                 assert!(

@@ -79,6 +79,9 @@ pub struct Profile {
     /// bound (the simulator itself does not read them).
     #[serde(default)]
     pub facts: Option<ProfileFacts>,
+    /// A thinking model: each request's first output tokens are thinking (none by default).
+    #[serde(default)]
+    pub thinking: Thinking,
 }
 
 /// What a profile models: the model's Hugging Face `config.json` and the GPU, so a run of the
@@ -94,6 +97,19 @@ pub struct ProfileFacts {
     pub tp: u32,
     /// The model's `config.json`, its fields inline.
     pub model_config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// How long a thinking model thinks: a request's first `tokens` output tokens (give or take
+/// `spread`, drawn per request from its id) are thinking, written between `<think>` and
+/// `</think>`, and the answer follows. A request with fewer `max_tokens` runs out while
+/// thinking. `--sim-thinking-tokens` overrides `tokens`.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Thinking {
+    #[serde(default)]
+    pub tokens: u64,
+    #[serde(default)]
+    pub spread: u64,
 }
 
 /// Output faults: the simulator answers garbage (`!` tokens, like vLLM #42426 past a context

@@ -450,7 +450,7 @@ pub(crate) async fn start(
     };
     if r.headless {
         log.info(&format!(
-            "Launching vLLM (v0.33.0+servebench.sim) headless multiproc executor, with head node address {} for torch.distributed process group.",
+            "Launching vLLM (v0.34.0+servebench.sim) headless multiproc executor, with head node address {} for torch.distributed process group.",
             r.init_addr
         ));
     } else {

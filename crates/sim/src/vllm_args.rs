@@ -94,6 +94,16 @@ const FLAGS: &[Flag] = &[
         "Port (default 8000; 0 = any free port, the chosen one is logged).",
     ),
     f(
+        "reasoning-parser",
+        Kind::Str,
+        "Chat streams carry the model's thinking in `delta.reasoning`, the usage its count.",
+    ),
+    f(
+        "per-request-spec-decode-metrics",
+        Kind::Str,
+        "none, summary or detailed: the final usage chunk carries the request's speculative counts.",
+    ),
+    f(
         "served-model-name",
         Kind::Many,
         "Names the model is served under (the first in responses and metrics).",
@@ -252,6 +262,11 @@ const FLAGS: &[Flag] = &[
         "sim-time-scale",
         Kind::Float,
         "(simulator) Multiply every modelled duration by this.",
+    ),
+    f(
+        "sim-thinking-tokens",
+        Kind::Int,
+        "(simulator) Thinking tokens the model writes before each answer.",
     ),
 ];
 
@@ -645,6 +660,10 @@ fn resolve_config(
         }
         profile.time_scale = s;
     }
+    if let Some(n) = int("sim-thinking-tokens") {
+        profile.thinking.tokens = u64::try_from(n)
+            .map_err(|_| usage("argument --sim-thinking-tokens: must not be negative".into()))?;
+    }
     let positive = |n: &str| -> Result<Option<u64>, VllmArgError> {
         match int(n) {
             Some(x) if x <= 0 => Err(usage(format!("argument --{n}: must be positive, got {x}"))),
@@ -748,7 +767,10 @@ fn resolve_config(
     let mut non_default: IndexMap<String, Value> = IndexMap::new();
     non_default.insert("model_tag".into(), Value::from(model.clone()));
     for (k, v) in given {
-        if matches!(*k, "profile" | "sim-time-scale" | "model") {
+        if matches!(
+            *k,
+            "profile" | "sim-time-scale" | "sim-thinking-tokens" | "model"
+        ) {
             continue;
         }
         // Keys stay out of the log (servebench mirrors server logs into run directories).
@@ -769,6 +791,27 @@ fn resolve_config(
             )
         });
     c.log = SimLog::stdout();
+    // `--reasoning-parser none` (any case) is unset (arg_utils.py `parse_reasoning_parser`).
+    c.reasoning_parser = given
+        .get("reasoning-parser")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("none"))
+        .map(str::to_string);
+    c.reasoning_split = c.reasoning_parser.is_some();
+    let per_request_spec = given
+        .get("per-request-spec-decode-metrics")
+        .and_then(Value::as_str)
+        .unwrap_or("none");
+    if !["none", "summary", "detailed"].contains(&per_request_spec) {
+        return Err(usage(format!(
+            "argument --per-request-spec-decode-metrics: invalid choice: '{per_request_spec}' (choose from 'none', 'summary', 'detailed')"
+        )));
+    }
+    if per_request_spec != "none" && c.speculative.is_none() {
+        return Err(usage(
+            "--per-request-spec-decode-metrics requires speculative decoding to be enabled (via --speculative-config).".into(),
+        ));
+    }
     c.vllm = Some(std::sync::Arc::new(VllmOptions {
         model,
         served_names,
@@ -796,6 +839,7 @@ fn resolve_config(
                     .unwrap_or_default()
                     .to_string()
             }),
+        per_request_spec_metrics: per_request_spec != "none",
     }));
     Ok(c)
 }
@@ -824,7 +868,7 @@ pub(crate) fn help_text() -> String {
     use std::fmt::Write;
     let mut s = String::from(
         "usage: servebench sim --api vllm [model_tag] [options]\n\n\
-         A simulated vLLM server (`vllm serve` compatible, vLLM 0.33): the OpenAI API\n\
+         A simulated vLLM server (`vllm serve` compatible, vLLM 0.34): the OpenAI API\n\
          (/v1/completions, /v1/chat/completions, /v1/models), /health, /ping, /version,\n\
          /tokenize, /detokenize, /metrics (vllm: names), and with VLLM_SERVER_DEV_MODE=1\n\
          /reset_prefix_cache and /server_info. Same timing model as the SGLang surface.\n\n\
@@ -847,6 +891,67 @@ pub(crate) fn help_text() -> String {
          VLLM_SKIP_MODEL_NAME_VALIDATION.\n",
     );
     s
+}
+
+/// vLLM 0.34's registered reasoning parsers (`vllm/reasoning/__init__.py`).
+const VLLM_REASONING_PARSERS: &[&str] = &[
+    "deepseek_r1",
+    "deepseek_v3",
+    "deepseek_v4",
+    "deepseek_v41",
+    "poolside_v1",
+    "cohere_command3",
+    "cohere_command4",
+    "ernie45",
+    "gemma4",
+    "glm45",
+    "glm47",
+    "ling3",
+    "openai_gptoss",
+    "granite",
+    "granite_thinking_parser",
+    "hf",
+    "beam",
+    "holo2",
+    "hunyuan_a13b",
+    "hy_v3",
+    "hy_v4",
+    "kimi_k2",
+    "kimi_k3",
+    "k2_horizon",
+    "mimo",
+    "minicpmv",
+    "minimax_m2",
+    "minimax_m2_append_think",
+    "minimax_m3",
+    "mistral",
+    "nemotron_v3",
+    "olmo3",
+    "plamo3",
+    "muse",
+    "muse_glimmer",
+    "musespark",
+    "qwen3",
+    "ripple",
+    "seed_oss",
+    "step3",
+    "step3p5",
+    "step5",
+    "inkling",
+    "zaya",
+];
+
+/// vLLM's refusal of a reasoning parser it has not registered: a `KeyError` from
+/// `ReasoningParserManager.get_reasoning_parser` as the API server starts (exit status 1).
+pub(crate) fn unknown_reasoning_parser(c: &SimConfig) -> Option<String> {
+    let name = c.reasoning_parser.as_deref()?;
+    if VLLM_REASONING_PARSERS.contains(&name) {
+        return None;
+    }
+    Some(format!(
+        "KeyError: \"Reasoning parser '{name}' not found. Available parsers: {}\"",
+        VLLM_REASONING_PARSERS.join(", ")
+    ))
 }
 
 #[cfg(test)]

@@ -46,4 +46,7 @@ pub struct VllmOptions {
     /// `--profiler-config`'s `torch_profiler_dir` when it names a profiler: the
     /// `/start_profile` and `/stop_profile` routes exist, their traces written there.
     pub profiler_dir: Option<String>,
+    /// `--per-request-spec-decode-metrics summary|detailed` (0.34): the final usage chunk
+    /// carries `metrics.speculative_decoding`.
+    pub per_request_spec_metrics: bool,
 }

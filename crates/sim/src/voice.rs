@@ -13,7 +13,7 @@ use super::log::SimLog;
 use super::types::Timings;
 
 /// vLLM's version the simulator's vLLM surface follows (docs/reference/vllm-facts.md).
-pub(crate) const VLLM_VERSION: &str = "0.33.0";
+pub(crate) const VLLM_VERSION: &str = "0.34.0";
 
 /// Which vLLM process a line comes from.
 #[derive(Debug, Clone, Copy)]

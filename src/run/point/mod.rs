@@ -716,6 +716,34 @@ pub(super) fn generation_request(
         model: model.clone(),
         history: Vec::new(),
         spec_tokens_details: crate::engine::speaks_sglang(&exp.server),
+        reasoning_markers: reasoning_markers(exp),
+        chat_template_kwargs: exp
+            .workload
+            .chat_template_kwargs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+/// The thinking markers of the server's reasoning parser, where the workload's API needs them
+/// (text APIs of an SGLang-speaking server launched with `--reasoning-parser`).
+fn reasoning_markers(exp: &Experiment) -> Option<crate::spec::reasoning::ThinkMarkers> {
+    use crate::spec::reasoning::{ParserKnowledge, sglang_parser};
+    if exp.workload.api == crate::spec::types::Api::OpenaiChat
+        || !crate::engine::speaks_sglang(&exp.server)
+    {
+        return None;
+    }
+    let parser = ["reasoning-parser", "reasoning_parser"]
+        .iter()
+        .find_map(|k| match exp.server.args.get(*k) {
+            Some(ArgValue::Str(s)) => Some(s.as_str()),
+            _ => None,
+        })?;
+    match sglang_parser(parser) {
+        ParserKnowledge::Markers(m) => Some(m),
+        ParserKnowledge::NoMarkers | ParserKnowledge::Unknown => None,
     }
 }
 

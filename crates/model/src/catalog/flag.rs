@@ -125,6 +125,14 @@ pub enum FlagKind {
     /// `/metrics` earlier in the point and then stopped answering: the router served the rest
     /// on fewer workers than the deployment has, so the point measured another deployment.
     WorkerLost,
+    /// Some requests of a thinking model ran out of tokens (or were stopped) while thinking:
+    /// they have no time to the first answer token, which the point's TTFA leaves out
+    /// (informational: the numbers are right; `max_tokens` is short for this thinking).
+    NoAnswer,
+    /// The server streamed delta fields servebench does not know, with values: their text
+    /// was counted neither as thinking nor as answer, so TTFT, TTFA and the token split may be
+    /// wrong (a renamed field, as vLLM's `reasoning_content` became `reasoning`).
+    UnknownStreamField,
     /// A kind this version does not know.
     Other(String),
 }
@@ -256,6 +264,13 @@ const CATALOGUE: &[Entry] = &[
         cell: "ok_err",
     },
     entry(FlagKind::WorkerLost, "worker-lost", "ok_err"),
+    Entry {
+        kind: FlagKind::NoAnswer,
+        name: "no-answer",
+        informational: true,
+        cell: "ttft",
+    },
+    entry(FlagKind::UnknownStreamField, "unknown-stream-field", "ttft"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -385,7 +400,8 @@ mod tests {
                 "gpu-memory-tight",
                 "profile-failed",
                 "prefix-routed-away",
-                "validity-unjudged"
+                "validity-unjudged",
+                "no-answer"
             ]
         );
         assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");

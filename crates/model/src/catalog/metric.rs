@@ -66,6 +66,7 @@ pub enum Method {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Metric {
     Ttft,
+    Ttfa,
     Prefill,
     Decode,
     Tpot,
@@ -99,6 +100,10 @@ pub enum Metric {
     GpuMemoryFreeMin,
     CostPerMInput,
     CostPerMOutput,
+    ReasoningTokens,
+    AnswerTokens,
+    ReasoningDecode,
+    AnswerDecode,
 }
 
 /// One catalogue entry.
@@ -131,6 +136,9 @@ struct Entry {
     speculative: bool,
     /// From the GPU telemetry (or its cost): defined in the report's GPU section.
     gpu: bool,
+    /// A thinking model's metric (time to the first answer token, thinking and answer
+    /// tokens): measured where a point's requests thought, defined beside the others then.
+    reasoning: bool,
 }
 
 /// In report order.
@@ -156,6 +164,28 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
+    },
+    Entry {
+        metric: Metric::Ttfa,
+        name: "ttfa_s",
+        label: "TTFA",
+        long_label: "Time to first answer token",
+        unit: "ms",
+        definition: "Time to first answer token: from the request's last byte written to the first chunk carrying an answer or tool-call token, after any thinking (thinking told apart by the stream's fields, `delta.reasoning` or `delta.reasoning_content`, or by the launched reasoning parser's markers on text APIs). Equal to TTFT for a request that did not think. A request that ran out of tokens (or was stopped) while thinking has none and says why (`no_answer`): it is left out, never counted as 0.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Lower),
+        scaling: TimeScaling::Time,
+        display: Display::Millis,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: true,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: true,
     },
     Entry {
         metric: Metric::Prefill,
@@ -178,6 +208,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::Decode,
@@ -200,6 +231,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::Tpot,
@@ -220,6 +252,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::Itl,
@@ -243,6 +276,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::Icl,
@@ -263,6 +297,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::E2e,
@@ -283,6 +318,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::QueueDelay,
@@ -303,6 +339,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::PromptTokens,
@@ -323,6 +360,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::CachedTokens,
@@ -343,6 +381,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::CompletionTokens,
@@ -363,6 +402,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::TA,
@@ -383,6 +423,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::TB,
@@ -403,6 +444,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::TtftFromSchedule,
@@ -423,6 +465,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::E2eFromSchedule,
@@ -443,6 +486,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::ScheduleLag,
@@ -463,6 +507,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::ThroughputReq,
@@ -483,6 +528,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::InputTok,
@@ -503,6 +549,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::OutputTok,
@@ -523,6 +570,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::TotalTok,
@@ -543,6 +591,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::PeakOutputTok,
@@ -563,6 +612,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::ConcurrencyMean,
@@ -583,6 +633,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::ConcurrencyMax,
@@ -603,6 +654,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::Goodput,
@@ -623,6 +675,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::SloAttainment,
@@ -643,6 +696,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::ClientCpu,
@@ -663,6 +717,7 @@ const CATALOGUE: &[Entry] = &[
         load: true,
         speculative: false,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::AcceptLength,
@@ -683,6 +738,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: true,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::VerifyStep,
@@ -703,6 +759,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: true,
         gpu: false,
+        reasoning: false,
     },
     Entry {
         metric: Metric::EnergyPerOutputToken,
@@ -723,6 +780,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: true,
+        reasoning: false,
     },
     Entry {
         metric: Metric::EnergyPerRequest,
@@ -743,6 +801,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: true,
+        reasoning: false,
     },
     Entry {
         metric: Metric::GpuPower,
@@ -763,6 +822,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: true,
+        reasoning: false,
     },
     Entry {
         metric: Metric::GpuMemoryFreeMin,
@@ -783,6 +843,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: true,
+        reasoning: false,
     },
     Entry {
         metric: Metric::CostPerMInput,
@@ -803,6 +864,7 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: true,
+        reasoning: false,
     },
     Entry {
         metric: Metric::CostPerMOutput,
@@ -823,6 +885,91 @@ const CATALOGUE: &[Entry] = &[
         load: false,
         speculative: false,
         gpu: true,
+        reasoning: false,
+    },
+    Entry {
+        metric: Metric::ReasoningTokens,
+        name: "reasoning_tokens",
+        label: "thinking tokens",
+        long_label: "Thinking tokens",
+        unit: "tok",
+        definition: "Thinking (reasoning) tokens per request: the server's count (`usage.completion_tokens_details.reasoning_tokens`, SGLang's `reasoning_tokens`) where it gives one, else the sum of the chunks' thinking tokens (`reasoning_source` says which). Part of completion_tokens.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: true,
+    },
+    Entry {
+        metric: Metric::AnswerTokens,
+        name: "answer_tokens",
+        label: "answer tokens",
+        long_label: "Answer tokens",
+        unit: "tok",
+        definition: "completion_tokens - thinking tokens per request: the answer and tool-call tokens.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: None,
+        scaling: TimeScaling::Count,
+        display: Display::Tokens,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: true,
+    },
+    Entry {
+        metric: Metric::ReasoningDecode,
+        name: "reasoning_tok_s",
+        label: "thinking decode",
+        long_label: "Thinking decode speed",
+        unit: "tok/s",
+        definition: "Decode speed while thinking: (thinking tokens - those of the first token chunk) / (last thinking chunk's time - first token time). Counted from the first token (TTFT), like decode speed.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: true,
+    },
+    Entry {
+        metric: Metric::AnswerDecode,
+        name: "answer_tok_s",
+        label: "answer decode",
+        long_label: "Answer decode speed",
+        unit: "tok/s",
+        definition: "Decode speed while answering: (answer tokens - those of the first answer chunk) / (last answer chunk's time - first answer token time). Counted from the first answer token (TTFA).",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: true,
     },
 ];
 
@@ -840,7 +987,7 @@ impl Metric {
             .filter(move |e| match method {
                 Method::Streaming => e.streaming,
                 Method::TwoPoint => e.two_point,
-            } && !e.load && !e.speculative && !e.gpu)
+            } && !e.load && !e.speculative && !e.gpu && !e.reasoning)
             .map(|e| e.metric)
     }
 
@@ -853,6 +1000,7 @@ impl Metric {
                 !e.load
                     && !e.speculative
                     && !e.gpu
+                    && !e.reasoning
                     && (method == Method::TwoPoint || e.streaming || !e.two_point)
             })
             .map(|e| e.metric)
@@ -862,6 +1010,11 @@ impl Metric {
     /// report order.
     pub fn of_speculative() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.speculative).map(|e| e.metric)
+    }
+
+    /// A thinking model's metrics (streaming points whose requests thought), in report order.
+    pub fn of_reasoning() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.reasoning).map(|e| e.metric)
     }
 
     /// The metrics of `load:` points, in report order.

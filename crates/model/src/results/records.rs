@@ -73,6 +73,59 @@ pub struct Chunk {
     pub t_s: f64,
     /// New output tokens this chunk carried (0 for role-only or empty chunks).
     pub tokens: u32,
+    /// How many of `tokens` were thinking (reasoning) tokens; the rest were answer or
+    /// tool-call tokens. 0 (and left out of the file) for a chunk without thinking.
+    #[serde(default, skip_serializing_if = "no_tokens")]
+    pub reasoning: u32,
+}
+
+fn no_tokens(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Chunk {
+    /// A chunk of `tokens` answer tokens (or none) arriving at `t_s`.
+    pub fn new(t_s: f64, tokens: u32) -> Chunk {
+        Chunk {
+            t_s,
+            tokens,
+            reasoning: 0,
+        }
+    }
+
+    /// Answer (or tool-call) tokens: the chunk's tokens that were not thinking.
+    pub fn answer(&self) -> u32 {
+        self.tokens.saturating_sub(self.reasoning)
+    }
+}
+
+/// Why a request that thought never answered (it has no time to the first answer token).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum NoAnswer {
+    /// It reached `max_tokens` while still thinking (finish reason `length`).
+    OutOfTokensWhileThinking,
+    /// The server ended it while it was still thinking, for another reason (a stop token or
+    /// string inside the thinking, or a parser that never saw the end marker).
+    EndedWhileThinking,
+}
+
+/// Where a request's reasoning-token count came from.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum ReasoningSource {
+    /// The server's count: `usage.completion_tokens_details.reasoning_tokens` (vLLM, SGLang),
+    /// SGLang's `usage.reasoning_tokens` or `meta_info.reasoning_tokens`.
+    Server,
+    /// The sum of the chunks' thinking tokens, told apart by the stream's fields (chat) or by
+    /// the launched reasoning parser's markers (text APIs).
+    Chunks,
 }
 
 /// Whether each chunk's token count is the server's own.
@@ -317,7 +370,26 @@ pub struct RequestRecord {
     /// retried it elsewhere (a worker that failed or was gone); empty when it did not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rerouted_from: Vec<String>,
+    /// Thinking (reasoning) tokens among `completion_tokens` (see `reasoning_source`); None
+    /// when the stream carried no thinking, and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Where `reasoning_tokens` came from (None when it is None).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_source: Option<ReasoningSource>,
+    /// Why a request that thought has no answer (and so no time to the first answer token);
+    /// None when its answer came, when it did not think, and for failed requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_answer: Option<NoAnswer>,
+    /// Fields of the stream's events servebench does not know, seen with a value (at most
+    /// [`UNKNOWN_FIELDS_KEPT`] names, as `delta.<name>`): their text was counted neither as
+    /// thinking nor as answer. Empty when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_fields: Vec<String>,
 }
+
+/// Unknown stream field names a record keeps.
+pub const UNKNOWN_FIELDS_KEPT: usize = 8;
 
 /// Where a request's speculative verify steps came from.
 #[derive(
@@ -404,6 +476,12 @@ impl RequestRecord {
         if let Some(e) = &mut self.error {
             e.body_head = None;
         }
+    }
+
+    /// Whether the request streamed thinking: reasoning tokens counted, or a reason it never
+    /// answered.
+    pub fn thought(&self) -> bool {
+        self.reasoning_tokens.is_some_and(|n| n > 0) || self.no_answer.is_some()
     }
 
     /// Output tokens in chunks that carried any, and how many such chunks there were.
@@ -570,6 +648,10 @@ impl RequestRecord {
             worker: None,
             prefill_worker: None,
             rerouted_from: Vec::new(),
+            reasoning_tokens: None,
+            reasoning_source: None,
+            no_answer: None,
+            unknown_fields: Vec::new(),
         }
     }
 }
@@ -1013,10 +1095,7 @@ mod tests {
             chunks: tokens
                 .iter()
                 .enumerate()
-                .map(|(i, t)| Chunk {
-                    t_s: i as f64 * 0.01,
-                    tokens: *t,
-                })
+                .map(|(i, t)| Chunk::new(i as f64 * 0.01, *t))
                 .collect(),
             completion_tokens: Some(tokens.iter().map(|t| u64::from(*t)).sum()),
             chunk_tokens: Some(if exact {

@@ -513,6 +513,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(super::profiler::checks(raw));
     problems.extend(super::validity::checks(raw));
     problems.extend(super::deployment::checks(raw));
+    problems.extend(super::reasoning::checks(raw));
     problems
 }
 
@@ -660,6 +661,7 @@ pub(crate) fn expectable_metrics() -> Vec<&'static str> {
         .map(Metric::name)
         .collect();
     for m in Metric::of_method(Method::TwoPoint)
+        .chain(Metric::of_reasoning())
         .chain(Metric::of_load())
         .map(Metric::name)
     {

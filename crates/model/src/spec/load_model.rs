@@ -289,6 +289,12 @@ pub struct SloSpec {
     #[serde(default, with = "humantime_serde")]
     #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
     pub ttft: Option<Duration>,
+    /// Largest time to the first answer token, after any thinking (counted from the
+    /// request's scheduled time under `load`); a request that never answered misses it. For a
+    /// request that did not think it is its TTFT.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub ttfa: Option<Duration>,
     /// Largest time per output token after the first.
     #[serde(default, with = "humantime_serde")]
     #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
@@ -299,7 +305,7 @@ pub struct SloSpec {
     pub e2e: Option<Duration>,
     /// Point-level targets: `attainment: 99%` (share of good requests), and percentile bounds
     /// named `<metric>_p<percentile>` (`ttft_p99: 1s`, `tpot_p50: 20ms`, `e2e_p99.9: 30s`) over
-    /// `ttft`, `tpot`, `e2e` and `itl`.
+    /// `ttft`, `ttfa` (first answer token), `tpot`, `e2e` and `itl`.
     #[serde(default)]
     pub targets: IndexMap<String, String>,
 }
@@ -322,6 +328,7 @@ pub enum SloTarget {
 #[strum(serialize_all = "lowercase")]
 pub enum SloMetric {
     Ttft,
+    Ttfa,
     Tpot,
     E2e,
     Itl,
@@ -330,7 +337,7 @@ pub enum SloMetric {
 impl SloSpec {
     /// True when a per-request threshold is set (goodput is then defined).
     pub fn has_thresholds(&self) -> bool {
-        self.ttft.is_some() || self.tpot.is_some() || self.e2e.is_some()
+        self.ttft.is_some() || self.ttfa.is_some() || self.tpot.is_some() || self.e2e.is_some()
     }
 
     /// The targets, parsed; an entry that does not parse is left out (validation reports it).
@@ -351,7 +358,7 @@ pub(crate) enum SloTargetError {
         "`{key}` is not a target: write `attainment` or `<metric>_p<percentile>` like `ttft_p99`"
     )]
     NotATarget { key: String },
-    #[error("`{name}` in `{key}` is not one of ttft, tpot, e2e, itl")]
+    #[error("`{name}` in `{key}` is not one of ttft, ttfa, tpot, e2e, itl")]
     Metric { name: String, key: String },
     #[error("`p{pct}` in `{key}` is not a percentile between 0 and 100")]
     Percentile { pct: String, key: String },
@@ -374,6 +381,7 @@ pub(crate) fn parse_target(key: &str, value: &str) -> Result<SloTarget, SloTarge
         })?;
     let metric = match name {
         "ttft" => SloMetric::Ttft,
+        "ttfa" => SloMetric::Ttfa,
         "tpot" => SloMetric::Tpot,
         "e2e" => SloMetric::E2e,
         "itl" => SloMetric::Itl,

@@ -15,6 +15,7 @@ pub mod load;
 pub mod load_model;
 pub(crate) mod patterns;
 pub mod profiler;
+pub mod reasoning;
 pub(crate) mod schema;
 pub mod search;
 pub(crate) mod span;

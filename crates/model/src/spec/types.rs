@@ -764,6 +764,11 @@ pub struct Workload {
     /// A weighted mix of workloads in one point: each request draws an entry by weight.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mix: Vec<MixEntry>,
+    /// Sent as the chat request's `chat_template_kwargs` (the chat API only), e.g.
+    /// `{ enable_thinking: false }` to turn a Qwen3 model's thinking off (`{ thinking: false }`
+    /// for DeepSeek's templates); SGLang, vLLM and llama.cpp pass it to the chat template.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub chat_template_kwargs: IndexMap<String, serde_json::Value>,
 }
 
 /// One entry of a weighted mix: each request picks an entry with probability `weight / sum

@@ -51,6 +51,18 @@ pub struct RequestMetrics {
     /// Seconds of decode per verify step: (last token time - first token time) / verify steps.
     /// None where the verify steps are not known or the span is zero.
     pub verify_step_s: Option<f64>,
+    /// Seconds from send to the first chunk carrying an answer (or tool-call) token: TTFT for
+    /// a request that did not think. None when no answer came (`no_answer` says why).
+    pub ttfa_s: Option<f64>,
+    /// Thinking tokens (0 for a request that did not think) and the rest of its output.
+    pub reasoning_tokens: Option<f64>,
+    pub answer_tokens: Option<f64>,
+    /// Thinking tokens after the first token chunk per second, from the first token to the
+    /// last thinking chunk; None with fewer than two thinking chunks or a zero span.
+    pub reasoning_tok_s: Option<f64>,
+    /// Answer tokens after the first answer chunk per second, from the first answer chunk to
+    /// the last one; None with fewer than two answer chunks or a zero span.
+    pub answer_tok_s: Option<f64>,
 }
 
 /// Computes [`RequestMetrics`] from a record. Works on failed records too, but callers exclude
@@ -100,6 +112,8 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
         m.tpot_s = Some((e2e - ttft) / (completion - 1) as f64);
     }
 
+    phases(r, &token_chunks, completion, &mut m);
+
     let exact = r.chunk_tokens() == ChunkTokens::Exact;
     for pair in token_chunks.windows(2) {
         let gap = pair[1].t_s - pair[0].t_s;
@@ -143,6 +157,41 @@ fn held_back(token_chunks: &[&servebench_model::results::records::Chunk]) -> boo
     false
 }
 
+/// The thinking and answer phases of a request whose first token chunk is `token_chunks[0]`.
+fn phases(
+    r: &RequestRecord,
+    token_chunks: &[&servebench_model::results::records::Chunk],
+    completion: u64,
+    m: &mut RequestMetrics,
+) {
+    let first = token_chunks[0];
+    let answer_chunks: Vec<_> = token_chunks.iter().filter(|c| c.answer() > 0).collect();
+    m.ttfa_s = answer_chunks.first().map(|c| c.t_s);
+    let counted: u64 = token_chunks.iter().map(|c| u64::from(c.reasoning)).sum();
+    let thinking = r.reasoning_tokens.unwrap_or(counted).min(completion);
+    m.reasoning_tokens = Some(thinking as f64);
+    m.answer_tokens = Some(completion.saturating_sub(thinking) as f64);
+    // Thinking: from the first token (thinking starts it) to the last chunk with thinking.
+    let thinking_chunks: Vec<_> = token_chunks.iter().filter(|c| c.reasoning > 0).collect();
+    if let (Some(first_thinking), Some(last)) = (thinking_chunks.first(), thinking_chunks.last())
+        && thinking_chunks.len() >= 2
+        && last.t_s > first.t_s
+        && first_thinking.t_s == first.t_s
+    {
+        let after_first = counted.saturating_sub(u64::from(first.reasoning));
+        m.reasoning_tok_s = Some(after_first as f64 / (last.t_s - first.t_s));
+    }
+    if let (Some(a), Some(b)) = (answer_chunks.first(), answer_chunks.last())
+        && answer_chunks.len() >= 2
+        && b.t_s > a.t_s
+    {
+        let after = completion
+            .saturating_sub(thinking)
+            .saturating_sub(u64::from(a.answer()));
+        m.answer_tok_s = Some(after as f64 / (b.t_s - a.t_s));
+    }
+}
+
 /// Aggregates over the measured (role `measure`), successful records: `ttft_s`,
 /// `prefill_tok_s`, `decode_tok_s`, `tpot_s`, `itl_s` and `icl_s` (pooled over every gap of
 /// every request), `e2e_s`, `prompt_tokens`, `cached_tokens`, `completion_tokens`. A metric with
@@ -174,6 +223,9 @@ pub(crate) struct Columns {
     columns: IndexMap<Metric, Samples>,
     /// The order key of the request being pushed (see [`order_key`]); 0 keeps push order.
     order: u64,
+    /// Some request pushed thought: the thinking metrics are the point's (else TTFA is TTFT
+    /// and the rest say nothing, so they are left out).
+    thought: bool,
 }
 
 impl Columns {
@@ -188,9 +240,11 @@ impl Columns {
         Columns {
             columns: Metric::of_method(method)
                 .chain(Metric::of_speculative().filter(|_| method == Method::Streaming))
+                .chain(Metric::of_reasoning().filter(|_| method == Method::Streaming))
                 .map(|m| (m, Samples::with_cap(cap)))
                 .collect(),
             order: 0,
+            thought: false,
         }
     }
 
@@ -212,6 +266,12 @@ impl Columns {
         self.push(Metric::Icl, r.round, m.icl_s);
         self.push_one(Metric::AcceptLength, r.round, m.accept_length);
         self.push_one(Metric::VerifyStep, r.round, m.verify_step_s);
+        self.thought |= r.thought();
+        self.push_one(Metric::Ttfa, r.round, m.ttfa_s);
+        self.push_one(Metric::ReasoningTokens, r.round, m.reasoning_tokens);
+        self.push_one(Metric::AnswerTokens, r.round, m.answer_tokens);
+        self.push_one(Metric::ReasoningDecode, r.round, m.reasoning_tok_s);
+        self.push_one(Metric::AnswerDecode, r.round, m.answer_tok_s);
     }
 
     /// One request's values of `metric` (several for per-gap metrics); none is no sample.
@@ -243,8 +303,10 @@ impl Columns {
     /// A Stat per metric with samples, keyed by the metric's name; metrics without any are left
     /// out.
     pub(crate) fn summarize(&self) -> IndexMap<String, Stat> {
+        let thinking: Vec<Metric> = Metric::of_reasoning().collect();
         self.columns
             .iter()
+            .filter(|(m, _)| self.thought || !thinking.contains(m))
             .filter_map(|(m, samples)| {
                 samples
                     .stat(seed_for(m.name()))
@@ -268,7 +330,7 @@ mod tests {
             max_tokens: 8,
             chunks: chunks
                 .iter()
-                .map(|&(t_s, tokens)| Chunk { t_s, tokens })
+                .map(|&(t_s, tokens)| Chunk::new(t_s, tokens))
                 .collect(),
             end_s: Some(end_s),
             prompt_tokens: Some(1000),

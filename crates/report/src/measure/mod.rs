@@ -1,6 +1,7 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod gpu;
 pub mod metrics;
+pub(crate) mod reasoning;
 pub(crate) mod samples;
 pub mod server_view;
 pub(crate) mod shared;

@@ -275,10 +275,7 @@ mod tests {
         RequestRecord {
             point: "p1".into(),
             sent_at: sent,
-            chunks: vec![Chunk {
-                t_s: 0.1,
-                tokens: 1,
-            }],
+            chunks: vec![Chunk::new(0.1, 1)],
             end_s: Some(0.2),
             prompt_tokens: Some(shared + 100),
             completion_tokens: Some(4),

@@ -126,6 +126,8 @@ pub struct PointFold {
     as_is: bool,
     /// Agent sessions: the runner's view of the point's sessions.
     pub jobs: Option<JobsView>,
+    /// What the successful requests said about thinking (unanswered ones, unknown fields).
+    thinking: super::reasoning::ThinkingTally,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -173,6 +175,7 @@ impl PointFold {
             trace_cache: None,
             as_is: exp.cache.policy == CachePolicy::AsIs,
             jobs: None,
+            thinking: Default::default(),
         }
     }
 
@@ -212,6 +215,7 @@ impl PointFold {
                 }
                 self.check_stamp(r);
                 self.check_read_wait(r);
+                self.thinking.add(r);
             }
             Some(e) => {
                 if r.role == RequestRole::Measure {
@@ -459,6 +463,7 @@ impl PointFold {
             flags.extend(spread::spread_flags(&metrics));
         }
         flags.extend(speculative::low_acceptance_flag(&metrics));
+        flags.extend(self.thinking.flags());
         if let Some((index, ttft, server)) = self.worst_below_server {
             flags.push(Flag::new(
                 FlagKind::TtftBelowServer,
@@ -660,10 +665,7 @@ mod tests {
         let ttft = 0.01 + 0.05 * u(2);
         let gap = 0.002 + 0.01 * u(3);
         let chunks: Vec<Chunk> = (0..4)
-            .map(|c| Chunk {
-                t_s: ttft + gap * f64::from(c),
-                tokens: 2,
-            })
+            .map(|c| Chunk::new(ttft + gap * f64::from(c), 2))
             .collect();
         let error = i.is_multiple_of(37).then(|| RequestError {
             kind: if i.is_multiple_of(74) {
@@ -720,14 +722,8 @@ mod tests {
             index,
             end_s: Some(ttft + 0.01),
             chunks: vec![
-                servebench_model::results::records::Chunk {
-                    t_s: ttft,
-                    tokens: 1,
-                },
-                servebench_model::results::records::Chunk {
-                    t_s: ttft + 0.01,
-                    tokens: 1,
-                },
+                servebench_model::results::records::Chunk::new(ttft, 1),
+                servebench_model::results::records::Chunk::new(ttft + 0.01, 1),
             ],
             prompt_tokens: Some(8),
             completion_tokens: Some(2),
@@ -769,7 +765,7 @@ mod tests {
             end_s: Some(0.05),
             chunks: [0.02, 0.03, 0.04]
                 .iter()
-                .map(|&t_s| servebench_model::results::records::Chunk { t_s, tokens: 1 })
+                .map(|&t_s| servebench_model::results::records::Chunk::new(t_s, 1))
                 .collect(),
             prompt_tokens: Some(8),
             completion_tokens: Some(3),
@@ -914,10 +910,7 @@ mod tests {
         let block = |i: u32, theoretical: u64, cached: u64| RequestRecord {
             index: i,
             sent_at: 1000.0 + f64::from(i),
-            chunks: vec![Chunk {
-                t_s: 0.02,
-                tokens: 1,
-            }],
+            chunks: vec![Chunk::new(0.02, 1)],
             end_s: Some(0.05),
             prompt_tokens: Some(2000),
             completion_tokens: Some(1),

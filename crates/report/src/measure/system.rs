@@ -44,6 +44,8 @@ pub(crate) struct Judged {
     pub ok: bool,
     /// From the scheduled time under `load:`, else from the send.
     pub ttft_s: Option<f64>,
+    /// The first answer token, from the same origin as `ttft_s`.
+    pub ttfa_s: Option<f64>,
     pub e2e_s: Option<f64>,
     pub tpot_s: Option<f64>,
     pub lag_s: Option<f64>,
@@ -55,6 +57,7 @@ fn judged(r: &RequestRecord, m: &super::metrics::RequestMetrics) -> Judged {
     Judged {
         ok: r.error.is_none(),
         ttft_s: m.ttft_s.map(|t| t + lag),
+        ttfa_s: m.ttfa_s.map(|t| t + lag),
         e2e_s: r.end_s.map(|e| e + lag),
         tpot_s: m.tpot_s,
         lag_s: r.lag_s,
@@ -67,7 +70,10 @@ pub(crate) fn is_good(j: &Judged, slo: &SloSpec) -> bool {
         None => true,
         Some(l) => v.is_some_and(|v| v <= l.as_secs_f64()),
     };
-    j.ok && within(j.ttft_s, slo.ttft) && within(j.tpot_s, slo.tpot) && within(j.e2e_s, slo.e2e)
+    j.ok && within(j.ttft_s, slo.ttft)
+        && within(j.ttfa_s, slo.ttfa)
+        && within(j.tpot_s, slo.tpot)
+        && within(j.e2e_s, slo.e2e)
 }
 
 /// System metrics (for `load:` points), SLO metrics (with `slo:`), extra percentiles and the
@@ -121,6 +127,11 @@ pub struct SystemFold {
     itl_requests: usize,
     /// Successful requests' latencies from the schedule (from the send in a closed loop).
     ttft_sched: Samples,
+    /// The first answer token's, from the same origin (requests that answered).
+    ttfa_sched: Samples,
+    /// Successful requests judged on a first-answer target (those that never answered count
+    /// as beyond any limit).
+    ttfa_judged: usize,
     e2e_sched: Samples,
     /// Every measured request's schedule lag.
     lag: Samples,
@@ -162,6 +173,8 @@ impl SystemFold {
             rounds: Vec::new(),
             itl_requests: 0,
             ttft_sched: samples(),
+            ttfa_sched: samples(),
+            ttfa_judged: 0,
             e2e_sched: samples(),
             lag: samples(),
             tpot: samples(),
@@ -242,6 +255,11 @@ impl SystemFold {
             }
         };
         one(&mut self.ttft_sched, j.ttft_s);
+        // A request that never answered is judged too: beyond any first-answer limit.
+        if m.ttft_s.is_some() {
+            self.ttfa_judged += 1;
+            one(&mut self.ttfa_sched, j.ttfa_s);
+        }
         one(&mut self.e2e_sched, j.e2e_s);
         one(&mut self.tpot, j.tpot_s);
         one(&mut self.ttft_sent, m.ttft_s);
@@ -480,10 +498,14 @@ impl SystemFold {
                     limit_s,
                 } => {
                     let values = self.slo_values(metric);
-                    let value = (!values.is_empty()).then(|| values.percentile(percentile));
+                    let value = match metric {
+                        SloMetric::Ttfa => self.ttfa_percentile(percentile),
+                        _ => (!values.is_empty()).then(|| values.percentile(percentile)),
+                    };
                     let samples = match metric {
                         // Gaps within one request are not independent: count the requests.
                         SloMetric::Itl => self.itl_requests,
+                        SloMetric::Ttfa => self.ttfa_judged,
                         _ => values.finite_count(),
                     };
                     (limit_s, value, value.is_some_and(|v| v <= limit_s), samples)
@@ -506,9 +528,22 @@ impl SystemFold {
         }
     }
 
+    /// The first answer token's `percentile` over every request that had a first token,
+    /// those that never answered ranked beyond all the others: the answered ones' percentile
+    /// at the rank it falls on among them, or None when it falls on an unanswered one.
+    fn ttfa_percentile(&self, percentile: f64) -> Option<f64> {
+        let answered = self.ttfa_sched.finite_count();
+        if answered == 0 {
+            return None;
+        }
+        let rank = percentile * self.ttfa_judged as f64 / answered as f64;
+        (rank <= 100.0).then(|| self.ttfa_sched.percentile(rank))
+    }
+
     fn slo_values(&self, metric: SloMetric) -> &Samples {
         match metric {
             SloMetric::Ttft => &self.ttft_sched,
+            SloMetric::Ttfa => &self.ttfa_sched,
             SloMetric::Tpot => &self.tpot,
             SloMetric::E2e => &self.e2e_sched,
             SloMetric::Itl => &self.itl,
@@ -658,16 +693,7 @@ mod tests {
             sent_at: sent,
             scheduled_at: Some(1000.0 + sched),
             max_tokens: 11,
-            chunks: vec![
-                Chunk {
-                    t_s: ttft,
-                    tokens: 1,
-                },
-                Chunk {
-                    t_s: e2e,
-                    tokens: 10,
-                },
-            ],
+            chunks: vec![Chunk::new(ttft, 1), Chunk::new(e2e, 10)],
             end_s: Some(e2e),
             prompt_tokens: Some(100),
             completion_tokens: Some(11),
@@ -695,6 +721,72 @@ mod tests {
             "slo": {"ttft": "0.5s", "tpot": "0.1s", "targets": {"ttft_p50": "0.4s", "attainment": "50%"}},
         }))
         .unwrap()
+    }
+
+    /// A thinking model's SLO on the first answer token: judged from the schedule, a request
+    /// that thought until it ran out of tokens misses any limit, and a percentile that falls
+    /// on such a request is not reached.
+    #[test]
+    fn the_first_answer_slo_counts_a_request_that_never_answered_as_missing_it() {
+        // Thinking `think` of 11 tokens, first token at 0.1 s after the send (lag 0.1),
+        // answer from 0.1 + 0.05 * think; `think` 11 never answers.
+        let thinking = |sched: f64, think: u32| {
+            let mut r = rec(sched, 0.1, 0.1, 1.0, false);
+            r.chunks = (0..11)
+                .map(|i| {
+                    let mut c = Chunk::new(0.1 + 0.05 * f64::from(i), 1);
+                    c.reasoning = u32::from(i < think);
+                    c
+                })
+                .collect();
+            r.reasoning_tokens = Some(u64::from(think));
+            if think >= 11 {
+                r.no_answer =
+                    Some(servebench_model::results::records::NoAnswer::OutOfTokensWhileThinking);
+            }
+            r
+        };
+        let records = [
+            thinking(0.0, 2),
+            thinking(1.0, 4),
+            thinking(2.0, 11),
+            thinking(3.0, 0),
+        ];
+        let exp: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 100}, "output_tokens": 11},
+            "load": {"kind": "rate", "rate": 1},
+            "stop": {"requests": 4},
+            "slo": {"ttfa": "0.35s", "targets": {"ttfa_p50": "0.5s", "ttfa_p90": "0.5s"}},
+        }))
+        .unwrap();
+        let mut metrics = IndexMap::new();
+        let mut flags = Vec::new();
+        let summary = add(
+            &exp,
+            &records,
+            &Observed::default(),
+            &mut metrics,
+            &mut flags,
+        )
+        .unwrap();
+        // From the schedule (lag 0.1): 0.3, 0.4, none, 0.2: two of four within 0.35 s.
+        assert!(
+            (metrics["slo_attainment"].mean - 0.5).abs() < 1e-9,
+            "{metrics:?}"
+        );
+        let slo = summary.slo.unwrap();
+        let p50 = slo.checks.iter().find(|c| c.target == "ttfa_p50").unwrap();
+        // The p50 of [0.2, 0.3, 0.4, never]: the answered ones' p66.7, 0.333 s.
+        assert!(
+            (p50.value.unwrap() - (0.3 + 0.1 / 3.0)).abs() < 1e-9,
+            "{p50:?}"
+        );
+        assert!(p50.met);
+        // The p90 falls on the request that never answered: not reached.
+        let p90 = slo.checks.iter().find(|c| c.target == "ttfa_p90").unwrap();
+        assert_eq!((p90.value, p90.met), (None, false));
     }
 
     #[test]

@@ -120,10 +120,7 @@ mod tests {
             role: RequestRole::TwoPointA,
             requested_prompt_tokens: Some(1024),
             max_tokens: max,
-            chunks: vec![Chunk {
-                t_s: ttft,
-                tokens: 1,
-            }],
+            chunks: vec![Chunk::new(ttft, 1)],
             end_s: Some(end),
             prompt_tokens: Some(prompt),
             completion_tokens: Some(u64::from(max)),

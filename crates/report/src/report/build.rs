@@ -156,7 +156,12 @@ pub(crate) fn build_model_from(
         point_dimensions,
         tables,
         unfinished_points: unfinished_points(points, requests),
-        metric_defs: metric_defs(exp.method.resolve()),
+        metric_defs: metric_defs(
+            exp.method.resolve(),
+            points
+                .iter()
+                .any(|p| p.metrics.contains_key(Metric::Ttfa.name())),
+        ),
         reproduction: super::reproduction::evaluate(meta, points),
         totals,
         data_notes: Vec::new(),
@@ -397,13 +402,18 @@ fn point_row(
     }
 }
 
-/// The definitions the report states, for the method that produced the numbers.
-fn metric_defs(method: servebench_model::spec::types::Measure) -> IndexMap<String, MetricDef> {
+/// The definitions the report states, for the method that produced the numbers (a thinking
+/// model's too, when some point's requests thought).
+fn metric_defs(
+    method: servebench_model::spec::types::Measure,
+    thought: bool,
+) -> IndexMap<String, MetricDef> {
     let (method, a, b) = match method {
         servebench_model::spec::types::Measure::TwoPoint { a, b } => (Method::TwoPoint, a, b),
         servebench_model::spec::types::Measure::Streaming => (Method::Streaming, 0, 0),
     };
     Metric::shown_for(method)
+        .chain(Metric::of_reasoning().filter(|_| thought))
         .map(|m| (m.name().to_string(), MetricDef::of(m, method, a, b)))
         .collect()
 }

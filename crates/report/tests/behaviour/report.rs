@@ -41,16 +41,7 @@ fn request(point: &str, index: u32) -> RequestRecord {
         index,
         sent_at: 1_795_950_260.0 + index as f64,
         requested_prompt_tokens: Some(1024),
-        chunks: vec![
-            Chunk {
-                t_s: 0.1,
-                tokens: 1,
-            },
-            Chunk {
-                t_s: 0.11,
-                tokens: 3,
-            },
-        ],
+        chunks: vec![Chunk::new(0.1, 1), Chunk::new(0.11, 3)],
         end_s: Some(0.111),
         prompt_tokens: Some(1027),
         completion_tokens: Some(4),

@@ -47,13 +47,17 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
         let ids = prompts.into_iter().next().unwrap_or_default();
         let pd = crate::disagg::BootstrapFields::of(&v, 0);
         return match super::disagg::submit(&st, rid, ids, max_new, received, pd) {
-            Ok((rid, rx)) => sglang_sse_response(event_stream(
-                rx,
-                rid,
-                st.cfg.incremental_output,
-                received,
-                st.cfg.trace.clone(),
-            )),
+            Ok((rid, rx)) => {
+                let think = thinking_of(&st, &v, &rid);
+                sglang_sse_response(event_stream(
+                    rx,
+                    rid,
+                    st.cfg.incremental_output,
+                    received,
+                    st.cfg.trace.clone(),
+                    think,
+                ))
+            }
             Err(Rejected(m)) => reject(true, m),
         };
     }
@@ -71,7 +75,8 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
     }
     let mut outs = Vec::new();
     for (rid, rx) in receivers {
-        match collect(rx, rid, received).await {
+        let think = thinking_of(&st, &v, &rid);
+        match collect(rx, rid, received, think).await {
             Some(Ok(v)) => outs.push(v),
             Some(Err(refused)) => return refused,
             None => {
@@ -154,7 +159,14 @@ pub(crate) fn finish_json(f: &Option<Finish>) -> Value {
 
 /// A chunk of a request that has not finished, in SGLang's key order, as SSE bytes. Same
 /// content as the `json!` path (`meta_info` without the final-chunk fields).
-fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool) -> Bytes {
+fn running_chunk_sse(
+    text: &str,
+    ids: &[u32],
+    o: &Output,
+    rid: &str,
+    first: bool,
+    reasoning: u64,
+) -> Bytes {
     #[derive(serde::Serialize)]
     struct Chunk<'a> {
         text: &'a str,
@@ -185,7 +197,7 @@ fn running_chunk_sse(text: &str, ids: &[u32], o: &Output, rid: &str, first: bool
             prompt_tokens: o.prompt_tokens,
             weight_version: WEIGHT_VERSION,
             num_retractions: 0,
-            reasoning_tokens: 0,
+            reasoning_tokens: reasoning,
             completion_tokens: o.completion_tokens,
             cached_tokens: o.cached_tokens,
             cached_tokens_details: (o.cached_tokens > 0).then_some(CachedDetails {
@@ -222,7 +234,7 @@ const WEIGHT_VERSION: &str = "default";
 /// counters; `cached_tokens_details` always (null without a cache hit, else all of the hit
 /// on the device) and `dp_rank` (null: one data-parallel rank); `response_sent_to_client_ts` (Unix seconds) on the first output sent,
 /// which for a plain answer is the answer itself.
-fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
+fn meta_info(o: &Output, rid: &str, first: bool, received: Instant, reasoning: u64) -> Value {
     let mut m = Map::new();
     m.insert("id".into(), rid.into());
     m.insert("finish_reason".into(), finish_json(&o.finish));
@@ -230,7 +242,7 @@ fn meta_info(o: &Output, rid: &str, first: bool, received: Instant) -> Value {
     m.insert("weight_version".into(), WEIGHT_VERSION.into());
     // 0.5.23: num_retractions (no total_retractions) and reasoning_tokens.
     m.insert("num_retractions".into(), 0.into());
-    m.insert("reasoning_tokens".into(), 0.into());
+    m.insert("reasoning_tokens".into(), reasoning.into());
     m.insert("completion_tokens".into(), o.completion_tokens.into());
     m.insert("cached_tokens".into(), o.cached_tokens.into());
     if o.finish.is_some() {
@@ -301,6 +313,33 @@ struct GenStream {
     /// Emission stamps for the drift bench (None in normal use).
     trace: Option<ChunkTrace>,
     index: u32,
+    /// The request's thinking tokens, and whether `meta_info` counts them.
+    think: Think,
+}
+
+/// A request's thinking on `/generate`: its tokens, written with their markers in the raw
+/// text, and whether `meta_info.reasoning_tokens` counts them (a reasoning parser is set).
+#[derive(Clone, Copy)]
+struct Think {
+    tokens: u64,
+    counted: bool,
+}
+
+impl Think {
+    fn reasoning(&self, o: &Output) -> u64 {
+        if self.counted {
+            o.completion_tokens.min(self.tokens)
+        } else {
+            0
+        }
+    }
+}
+
+fn thinking_of(st: &AppState, v: &Value, rid: &str) -> Think {
+    Think {
+        tokens: crate::thinking::tokens_for(&st.cfg.profile.thinking, v, false, rid),
+        counted: st.cfg.reasoning_split,
+    }
 }
 
 fn event_stream(
@@ -309,6 +348,7 @@ fn event_stream(
     incremental: bool,
     received: Instant,
     trace: Option<ChunkTrace>,
+    think: Think,
 ) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
     let s = GenStream {
         rx,
@@ -321,6 +361,7 @@ fn event_stream(
         finished: false,
         trace,
         index: 0,
+        think,
     };
     stream::unfold(s, |mut s| async move {
         if s.finished {
@@ -329,21 +370,21 @@ fn event_stream(
         // None without a final output: the engine died; end without [DONE], like a dropped
         // connection.
         let o = s.rx.recv().await?;
-        let mut delta = String::new();
+        let new_text = crate::thinking::split(&o, s.think.tokens, true).joined();
+        let reasoning = s.think.reasoning(&o);
         let (text, ids): (&str, &[u32]) = if s.incremental {
-            tokenizer::decode_into(&o.new_ids, &mut delta);
-            (&delta, &o.new_ids)
+            (&new_text, &o.new_ids)
         } else {
-            tokenizer::decode_into(&o.new_ids, &mut s.text);
+            s.text.push_str(&new_text);
             s.ids.extend_from_slice(&o.new_ids);
             (&s.text, &s.ids)
         };
         let mut bytes = if o.finish.is_none() {
             // The common chunk, serialized straight to bytes (no `Value` tree): at hundreds
             // of streams per decode step this is the simulator's per-chunk cost.
-            running_chunk_sse(text, ids, &o, &s.rid, s.first)
+            running_chunk_sse(text, ids, &o, &s.rid, s.first, reasoning)
         } else {
-            let chunk = json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &s.rid, s.first, s.received)});
+            let chunk = json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &s.rid, s.first, s.received, reasoning)});
             sse(&chunk)
         };
         s.first = false;
@@ -369,11 +410,12 @@ async fn collect(
     mut rx: UnboundedReceiver<Output>,
     rid: Arc<str>,
     received: Instant,
+    think: Think,
 ) -> Option<Result<Value, Response>> {
     let mut text = String::new();
     let mut ids = Vec::new();
     while let Some(o) = rx.recv().await {
-        tokenizer::decode_into(&o.new_ids, &mut text);
+        text.push_str(&crate::thinking::split(&o, think.tokens, true).joined());
         ids.extend_from_slice(&o.new_ids);
         if let Some(Finish::Abort(m, code)) = &o.finish
             && (400..600).contains(code)
@@ -387,7 +429,7 @@ async fn collect(
         if o.finish.is_some() {
             // The plain answer is the first (and only) output sent.
             return Some(Ok(
-                json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, true, received)}),
+                json!({"text": text, "output_ids": ids, "meta_info": meta_info(&o, &rid, true, received, think.reasoning(&o))}),
             ));
         }
     }
@@ -414,11 +456,11 @@ mod tests {
         let via_value = sse(&json!({
             "text": "a \"b\"\n",
             "output_ids": [5, 6],
-            "meta_info": meta_info(&o, "rid1", false, received)
+            "meta_info": meta_info(&o, "rid1", false, received, 0)
         }));
-        let direct = running_chunk_sse("a \"b\"\n", &[5, 6], &o, "rid1", false);
+        let direct = running_chunk_sse("a \"b\"\n", &[5, 6], &o, "rid1", false, 0);
         assert_eq!(direct, via_value);
-        let first = running_chunk_sse("x", &[5], &o, "rid1", true);
+        let first = running_chunk_sse("x", &[5], &o, "rid1", true, 0);
         assert!(
             std::str::from_utf8(&first)
                 .unwrap()

@@ -498,6 +498,10 @@ struct Shape {
     /// `stream_options.include_usage`: a streamed chat ends with a separate `choices: []`
     /// chunk holding usage and timings (without it, no usage at all).
     include_usage: bool,
+    /// The request's thinking tokens (`crate::thinking`).
+    think: u64,
+    /// Chat carries thinking in `reasoning_content` (`--reasoning-format` not `none`).
+    split: bool,
 }
 
 async fn native(State(s): State<LState>, body: Bytes) -> Response {
@@ -591,6 +595,13 @@ async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             .unwrap_or(false),
+        think: crate::thinking::tokens_for(
+            &s.st.cfg.profile.thinking,
+            &v,
+            kind == Kind::Chat,
+            &random_id(),
+        ),
+        split: s.st.cfg.reasoning_split && kind == Kind::Chat,
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         let body = Body::from_stream(event_stream(rx, Arc::new(shape)));
@@ -730,15 +741,21 @@ fn event_stream(
         let mut out = Vec::with_capacity(256 * (o.new_ids.len() + 1));
         for &id in &o.new_ids {
             let role = s.predicted == 0;
+            let thinking = s.predicted < s.shape.think;
+            let mut text = String::new();
+            if thinking && !s.shape.split && s.predicted == 0 {
+                text.push_str(crate::thinking::START);
+            }
+            text.push_str(tokenizer::decode_token(id));
+            if thinking && !s.shape.split && s.predicted + 1 == s.shape.think {
+                text.push_str(crate::thinking::END);
+            }
             s.predicted += 1;
-            for ev in partial(
-                &s.shape,
-                id,
-                tokenizer::decode_token(id),
-                s.predicted,
-                &o,
-                role,
-            ) {
+            for mut ev in partial(&s.shape, id, &text, s.predicted, &o, role) {
+                // The template's thinking, parsed out (common_chat_msg_diff): its own field.
+                if thinking && s.shape.split && ev["choices"][0]["delta"]["content"].is_string() {
+                    ev["choices"][0]["delta"] = json!({"reasoning_content": text});
+                }
                 sse_into(&mut out, &ev);
             }
         }

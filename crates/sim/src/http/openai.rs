@@ -52,6 +52,10 @@ struct Shape {
     cache_report: bool,
     /// The request's `return_spec_tokens_details`.
     spec_details: bool,
+    /// The request's thinking tokens (`crate::thinking`).
+    think: u64,
+    /// Chat carries thinking in `reasoning_content` (`--reasoning-parser`).
+    split: bool,
 }
 
 /// What pydantic refuses in the request model (protocol.py `CompletionRequest`,
@@ -215,6 +219,8 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
             .get("return_spec_tokens_details")
             .and_then(Value::as_bool)
             .unwrap_or(false),
+        think: crate::thinking::tokens_for(&st.cfg.profile.thinking, &v, api == Api::Chat, &rid),
+        split: st.cfg.reasoning_split,
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         // sglang 0.5.23 sends the 200 head with the first token, not before it.
@@ -328,14 +334,15 @@ fn finish_str(f: &Option<Finish>) -> Value {
 /// `UsageInfo` with every key (pydantic's `model_dump`): `prompt_tokens_details` is null
 /// unless `cached` is given (--enable-cache-report; 0.5.23 reports 0 too), and
 /// `completion_tokens_details` is null (it carries reasoning tokens, and there are none).
-fn usage(o: &Output, cached: Option<u64>) -> Value {
+fn usage(o: &Output, cached: Option<u64>, reasoning: u64) -> Value {
     json!({
         "prompt_tokens": o.prompt_tokens,
         "total_tokens": o.prompt_tokens + o.completion_tokens,
         "completion_tokens": o.completion_tokens,
         "prompt_tokens_details": cached.map_or(Value::Null, |c| json!({"cached_tokens": c})),
-        "reasoning_tokens": 0,
-        "completion_tokens_details": null,
+        "reasoning_tokens": reasoning,
+        // The OpenAI place, set only when there are some (protocol.py `UsageInfo`).
+        "completion_tokens_details": if reasoning > 0 { json!({"reasoning_tokens": reasoning}) } else { Value::Null },
     })
 }
 
@@ -365,6 +372,15 @@ impl Shape {
             "spec_correct_drafts_histogram": [],
             "spec_cap_lens_histogram": [],
         }))
+    }
+
+    /// Thinking tokens so far, as the usage counts them (with a reasoning parser only).
+    fn reasoning(&self, o: &Output) -> u64 {
+        if self.split {
+            o.completion_tokens.min(self.think)
+        } else {
+            0
+        }
     }
 
     /// The cached count the usage reports, if the server reports it.
@@ -410,14 +426,19 @@ fn chat_choice(role: bool, content: Option<&str>, finish: &Option<Finish>) -> Va
 
 /// Every SSE event for one engine output, as one write.
 fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
-    let mut text = String::new();
-    tokenizer::decode_into(&o.new_ids, &mut text);
+    let parts = crate::thinking::split(o, shape.think, !(shape.split && shape.api == Api::Chat));
+    let reasoning = shape.reasoning(o);
+    let (thinking, text) = if shape.split && shape.api == Api::Chat {
+        (parts.thinking, parts.answer)
+    } else {
+        (String::new(), parts.joined())
+    };
     let mut out = Vec::with_capacity(512);
     match shape.api {
         Api::Completion => {
             // The continuous usage of completions never carries the cached count.
             let cont = if shape.continuous_usage {
-                usage(o, None)
+                usage(o, None, reasoning)
             } else {
                 Value::Null
             };
@@ -434,9 +455,20 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
                     &shape.chunk(chat_choice(true, Some(""), &None), Value::Null)
                 ));
             }
+            // With a reasoning parser the thinking comes as its own chunk.
+            if !thinking.is_empty() {
+                let cont = if shape.continuous_usage && text.is_empty() {
+                    usage(o, shape.cached(o), reasoning)
+                } else {
+                    Value::Null
+                };
+                let mut c = chat_choice(false, None, &None);
+                c[0]["delta"]["reasoning_content"] = thinking.into();
+                out.extend_from_slice(&sse(&shape.chunk(c, cont)));
+            }
             if !text.is_empty() {
                 let cont = if shape.continuous_usage {
-                    usage(o, shape.cached(o))
+                    usage(o, shape.cached(o), reasoning)
                 } else {
                     Value::Null
                 };
@@ -460,7 +492,7 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
             out.extend_from_slice(&sse(&c));
         }
         if shape.include_usage {
-            let u = usage(o, shape.cached(o));
+            let u = usage(o, shape.cached(o), reasoning);
             let u = match shape.api {
                 // `model_dump_json(exclude_none=True)`.
                 Api::Completion => without_nulls(u),
@@ -504,9 +536,16 @@ fn shutting_down() -> Response {
 }
 
 async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
-    let mut text = String::new();
+    let (mut text, mut thinking) = (String::new(), String::new());
+    let split = shape.split && shape.api == Api::Chat;
     while let Some(o) = rx.recv().await {
-        tokenizer::decode_into(&o.new_ids, &mut text);
+        let parts = crate::thinking::split(&o, shape.think, !split);
+        if split {
+            thinking.push_str(&parts.thinking);
+            text.push_str(&parts.answer);
+        } else {
+            text.push_str(&parts.joined());
+        }
         if o.finish.is_none() {
             continue;
         }
@@ -520,13 +559,14 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
             Api::Chat => (
                 "chat.completion",
                 json!({"index": 0,
-                       "message": {"role": "assistant", "content": text, "reasoning_content": null},
+                       "message": {"role": "assistant", "content": text,
+                                   "reasoning_content": if split { Value::from(thinking.clone()) } else { Value::Null }},
                        "logprobs": null, "finish_reason": finish_str(&o.finish), "matched_stop": null}),
             ),
         };
         let mut body = json!({"id": shape.id, "object": object, "created": shape.created,
                           "model": shape.model, "choices": [choice],
-                          "usage": usage(&o, shape.cached(&o)),
+                          "usage": usage(&o, shape.cached(&o), shape.reasoning(&o)),
                           "metadata": weight_metadata(o.completion_tokens)});
         if let Some(details) = shape.spec_tokens_details(&o) {
             body["sglext"] = json!({ "spec_tokens_details": details });

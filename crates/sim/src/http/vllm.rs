@@ -1,4 +1,4 @@
-//! vLLM's HTTP API (`--api vllm`), as vLLM 0.33 serves it (docs/reference/vllm-facts.md §2-§8).
+//! vLLM's HTTP API (`--api vllm`), as vLLM 0.34 serves it (docs/reference/vllm-facts.md §2-§8).
 //!
 //! Shapes follow vLLM's pydantic models and how each is dumped: streamed completion chunks
 //! with `exclude_unset` (so `usage` appears only with continuous usage stats), the final usage
@@ -358,6 +358,19 @@ struct Shape {
     include_usage: bool,
     continuous_usage: bool,
     prompt_details: bool,
+    /// The request's thinking tokens (`crate::thinking`).
+    think: u64,
+    /// `--reasoning-parser`: chat carries thinking in `delta.reasoning`, and the usage gives
+    /// `completion_tokens_details.reasoning_tokens` (chat_completion/serving.py).
+    split: bool,
+    /// `--per-request-spec-decode-metrics`: the final usage chunk carries the request's counts.
+    spec_metrics: bool,
+}
+
+impl Shape {
+    fn splits(&self) -> bool {
+        self.split && self.api == Api::Chat
+    }
 }
 
 async fn completions(State(s): State<VState>, body: Bytes) -> Response {
@@ -518,6 +531,7 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
         let inc = flag("include_usage");
         (inc, inc && flag("continuous_usage_stats"))
     };
+    let think = crate::thinking::tokens_for(&s.st.cfg.profile.thinking, &v, api == Api::Chat, &id);
     let shape = Shape {
         api,
         id,
@@ -526,6 +540,9 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
         include_usage,
         continuous_usage,
         prompt_details: s.v.prompt_tokens_details,
+        think,
+        split: s.st.cfg.reasoning_split,
+        spec_metrics: s.v.per_request_spec_metrics,
     };
     if stream {
         super::sse_response(event_stream(rx, Arc::new(shape)))
@@ -576,8 +593,12 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
         json!({"prompt_tokens": o.prompt_tokens, "total_tokens": o.prompt_tokens + completion,
                "completion_tokens": completion})
     };
-    let mut text = String::new();
-    tokenizer::decode_into(&o.new_ids, &mut text);
+    let parts = crate::thinking::split(o, shape.think, !shape.splits());
+    let (thinking, text) = if shape.splits() {
+        (parts.thinking, parts.answer)
+    } else {
+        (String::new(), parts.joined())
+    };
     match shape.api {
         Api::Completion => {
             if !o.new_ids.is_empty() || o.finish.is_some() {
@@ -608,6 +629,22 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
                 c.insert("prompt_token_ids".into(), Value::Null);
                 out.extend_from_slice(&super::sse(&Value::Object(c)));
             }
+            // The parser's thinking comes as `{"reasoning": ...}` (DeltaMessage), its own chunk.
+            if !thinking.is_empty() {
+                let mut c = chunk_head(shape);
+                c.insert(
+                    "choices".into(),
+                    json!([{"index": 0, "delta": {"reasoning": thinking}, "logprobs": null,
+                            "finish_reason": null, "token_ids": null}]),
+                );
+                if shape.continuous_usage && text.is_empty() && o.finish.is_none() {
+                    c.insert("usage".into(), cont(o.completion_tokens));
+                }
+                out.extend_from_slice(&super::sse(&Value::Object(c)));
+                if text.is_empty() && o.finish.is_none() {
+                    return out;
+                }
+            }
             let mut c = chunk_head(shape);
             let choice = if o.finish.is_some() {
                 json!({"index": 0, "delta": {"content": text}, "logprobs": null,
@@ -627,7 +664,28 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
         if shape.include_usage {
             let mut c = chunk_head(shape);
             c.insert("choices".into(), json!([]));
-            c.insert("usage".into(), usage(o, shape.prompt_details, false));
+            let mut u = usage(o, shape.prompt_details, false);
+            if shape.splits() {
+                u["completion_tokens_details"] =
+                    json!({"reasoning_tokens": o.completion_tokens.min(shape.think)});
+            }
+            c.insert("usage".into(), u);
+            // `--per-request-spec-decode-metrics` (generate/base/protocol.py
+            // `SpeculativeDecodingMetrics`): the request's verify steps and drafts.
+            if let Some(sp) = o.spec.filter(|_| shape.spec_metrics) {
+                let steps = sp.verify_ct.max(1);
+                c.insert(
+                    "metrics".into(),
+                    json!({"speculative_decoding": {
+                        "mean_acceptance_length": 1.0 + sp.num_correct_drafts as f64 / steps as f64,
+                        "draft_acceptance_rate": sp.num_correct_drafts as f64 / sp.num_proposed_drafts.max(1) as f64,
+                        "acceptance_histogram": [],
+                        "num_spec_steps": sp.verify_ct,
+                        "num_accepted_draft_tokens": sp.num_correct_drafts,
+                        "num_draft_tokens": sp.num_proposed_drafts,
+                        "num_spec_tokens": sp.num_proposed_drafts / steps}}),
+                );
+            }
             out.extend_from_slice(&super::sse(&Value::Object(c)));
         }
         out.extend_from_slice(super::DONE);

@@ -268,7 +268,7 @@ async fn sim_vllm_takes_vllm_serve_flags_and_serves_its_identity() {
     assert_eq!(get(&s.base, "/ping").await, (200, String::new()));
     let (_, v) = get(&s.base, "/version").await;
     let v: Value = serde_json::from_str(&v).unwrap();
-    assert!(v["version"].as_str().unwrap().starts_with("0.33.0"));
+    assert!(v["version"].as_str().unwrap().starts_with("0.34.0"));
     let (_, m) = get(&s.base, "/v1/models").await;
     let m: Value = serde_json::from_str(&m).unwrap();
     assert_eq!(m["object"], "list");
