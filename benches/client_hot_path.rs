@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use servebench::client::replay_stream;
-use servebench::spec::types::Api;
+use servebench_model::spec::types::Api;
 
 const OUTPUT_TOKENS: usize = 256;
 const GOAL_EVENTS_PER_S: f64 = 500_000.0;

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use servebench::client::{Client, GenerationRequest, Measured};
-use servebench::spec::types::Api;
+use servebench_model::spec::types::Api;
 
 #[path = "support/loopback_server.rs"]
 mod loopback_server;

@@ -13,10 +13,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use servebench::history::{self, index, source};
+use servebench_report::history::{self, index, source};
 
 fn generate(root: &Path, runs: usize) {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep");
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/report/tests/fixtures/runs/clean-sweep");
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures.join("meta.json")).unwrap())
             .unwrap();

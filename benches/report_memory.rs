@@ -18,7 +18,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use servebench::results::RunDir;
+use servebench_model::results::RunDir;
 
 mod support;
 
@@ -124,7 +124,7 @@ fn main() {
             .unwrap_or(f64::NAN);
         let run_dir = RunDir::open(run).expect("run directory");
         let (written, report_mb, report_s) =
-            peak_of(|| servebench::report::write_report(&run_dir, None));
+            peak_of(|| servebench_report::report::write_report(&run_dir, None));
         if let Err(e) = written {
             println!("{name}: the report failed: {e}");
             continue;

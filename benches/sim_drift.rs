@@ -15,7 +15,7 @@
 //!
 //! Run: `cargo bench --bench sim_drift`
 
-use servebench::sim::{ChunkTrace, Profile, SimConfig, SimLog, serve};
+use sim::{ChunkTrace, Profile, SimConfig, SimLog, serve};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand};
 
-use crate::console;
 use crate::error::{Error, Status};
 use crate::exit;
-use crate::text::count_s;
+use servebench_model::console;
+use servebench_model::text::count_s;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success (every point ok); 1 the run failed, was interrupted, a point failed or a \
@@ -456,9 +456,9 @@ fn finish(result: Result<Status, Error>) -> i32 {
 }
 
 fn schema(kind: SchemaKind) -> Result<Status, Error> {
-    use crate::report::schema;
+    use servebench_report::report::schema;
     let text = match kind {
-        SchemaKind::Experiment => crate::spec::schema_json(),
+        SchemaKind::Experiment => servebench_model::spec::schema_json(),
         SchemaKind::ReportModel => schema::to_json(&schema::report_model_schema()),
         SchemaKind::CompareModel => schema::to_json(&schema::compare_model_schema()),
     };
@@ -472,12 +472,14 @@ fn schema(kind: SchemaKind) -> Result<Status, Error> {
 /// variables), every problem with its file, line and column, before a run directory exists;
 /// then its flags against each engine's: a typo is an error (with the engine's flag), a flag
 /// the list lacks is a warning.
-pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::SpecErrors> {
+pub fn load_spec(
+    path: &Path,
+) -> Result<servebench_model::spec::LoadedSpec, servebench_model::spec::SpecErrors> {
     let prompts = crate::prompt::PromptCheck::default();
-    let template = crate::report::TemplateCheck::default();
+    let template = servebench_report::report::TemplateCheck::default();
     let schedules = crate::load::ScheduleCheck::default();
-    let bound_inputs = crate::report::BoundInputsCheck::default();
-    let spec = crate::spec::load_checked(
+    let bound_inputs = servebench_report::report::BoundInputsCheck::default();
+    let spec = servebench_model::spec::load_checked(
         path,
         &[
             &prompts,
@@ -485,11 +487,11 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
             &schedules,
             &bound_inputs,
             &crate::client::UrlCheck,
-            &crate::secrets::EnvRefCheck,
+            &servebench_model::secrets::EnvRefCheck,
         ],
     )?;
     // From here on, nothing printed shows the spec's secrets.
-    crate::redact::install(crate::secrets::redactor(
+    servebench_model::redact::install(servebench_model::secrets::redactor(
         spec.points.iter().map(|p| &p.experiment),
     ));
     for w in &spec.warnings {
@@ -502,7 +504,7 @@ pub fn load_spec(path: &Path) -> Result<crate::spec::LoadedSpec, crate::spec::Sp
     if flags.errors.is_empty() {
         Ok(spec)
     } else {
-        Err(crate::spec::SpecErrors::new(flags.errors))
+        Err(servebench_model::spec::SpecErrors::new(flags.errors))
     }
 }
 
@@ -552,7 +554,7 @@ fn plan(
 
 /// What `run` starts from: a spec, or an interrupted run's directory.
 enum RunFrom<'a> {
-    Spec(crate::spec::LoadedSpec),
+    Spec(servebench_model::spec::LoadedSpec),
     Resume(&'a Path),
 }
 
@@ -594,7 +596,7 @@ fn run_experiment(
             false
         }
     };
-    use crate::results::meta::RunStatus;
+    use servebench_model::results::meta::RunStatus;
     let status = match outcome.status {
         RunStatus::Complete => Status::failed_if(!reported),
         s => {
@@ -617,8 +619,8 @@ fn run_experiment(
     }
     // A run that reproduces a published crash is "incomplete" yet may pass its check:
     // with --check, the expectations decide.
-    let r = crate::results::rundir::RunDir::open(&outcome.dir)
-        .and_then(|d| crate::report::reproduction::check_run_dir(&d))
+    let r = servebench_model::results::rundir::RunDir::open(&outcome.dir)
+        .and_then(|d| servebench_report::report::reproduction::check_run_dir(&d))
         .map_err(Error::CheckRun)?;
     let status = if r.results.is_empty() {
         status
@@ -629,8 +631,8 @@ fn run_experiment(
 }
 
 fn check(run_dir: &Path) -> Result<Status, Error> {
-    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
-    let r = crate::report::reproduction::check_run_dir(&dir).map_err(Error::ReadRun)?;
+    let dir = servebench_model::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let r = servebench_report::report::reproduction::check_run_dir(&dir).map_err(Error::ReadRun)?;
     Ok(print_check(&r))
 }
 
@@ -645,7 +647,7 @@ fn bound(
     kv_cache_dtype: Option<String>,
     tokens_per_step: Option<f64>,
 ) -> Result<Status, Error> {
-    let most = crate::report::bound::MAX_TOKENS_PER_STEP;
+    let most = servebench_report::report::bound::MAX_TOKENS_PER_STEP;
     if let Some(x) = tokens_per_step.filter(|x| !(x.is_finite() && (1.0..=most).contains(x))) {
         return Err(Error::Usage(format!(
             "--tokens-per-step {x}: a decode step gives each sequence from 1 to {most} tokens (the mean accept length under speculative decoding)"
@@ -666,12 +668,12 @@ fn bound(
     };
     let model = roofline::ModelFacts::from_hf_config(&json)
         .map_err(|e| Error::Usage(format!("{from}: {e}")))?;
-    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let dir = servebench_model::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
     let meta = dir.read_meta().map_err(Error::ReadRun)?;
     let points = dir.read_points().map_err(Error::ReadRun)?;
     let gpu = gpu
         .or_else(|| match &meta.experiment.server.gpu {
-            Some(crate::spec::types::GpuChoice::Catalogue(id)) => Some(id.clone()),
+            Some(servebench_model::spec::types::GpuChoice::Catalogue(id)) => Some(id.clone()),
             _ => None,
         })
         .or_else(|| {
@@ -680,7 +682,7 @@ fn bound(
                 .iter()
                 .find_map(|s| s.model_config.as_ref()?.gpu.clone())
         });
-    let opts = crate::report::bound::BoundOptions {
+    let opts = servebench_report::report::bound::BoundOptions {
         model,
         gpu,
         tp,
@@ -688,16 +690,16 @@ fn bound(
         kv_cache_dtype,
         tokens_per_step,
     };
-    let graded = crate::report::bound::grade(&meta, &points, &opts)
+    let graded = servebench_report::report::bound::grade(&meta, &points, &opts)
         .map_err(|e| Error::Usage(e.to_string()))?;
-    console::out(&crate::report::bound::render(&graded));
+    console::out(&servebench_report::report::bound::render(&graded));
     Ok(Status::Success)
 }
 
 /// The model config a run kept in `meta.json`, and where it came from; a usage error naming
 /// `--model-config` when it kept none.
 fn kept_model_config(run_dir: &Path) -> Result<(serde_json::Value, String), Error> {
-    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let dir = servebench_model::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
     let meta = dir.read_meta().map_err(Error::ReadRun)?;
     let kept = meta.servers.iter().find_map(|s| s.model_config.as_ref());
     match kept {
@@ -718,7 +720,7 @@ fn kept_model_config(run_dir: &Path) -> Result<(serde_json::Value, String), Erro
 
 /// A regular file (a FIFO would block) of at most [`MODEL_CONFIG_BYTES`], as text.
 fn read_model_config(path: &Path) -> Result<String, ModelConfigError> {
-    use crate::input_file::{self, Refused};
+    use servebench_model::input_file::{self, Refused};
     use std::io::Read as _;
     let file = input_file::open_regular(path, MODEL_CONFIG_BYTES).map_err(|r| match r {
         Refused::Io(e) => ModelConfigError::Read(e),
@@ -748,14 +750,14 @@ enum ModelConfigError {
 const MODEL_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Prints the verdicts; failed when any expectation does not hold.
-fn print_check(r: &crate::report::reproduction::Reproduction) -> Status {
+fn print_check(r: &servebench_report::report::reproduction::Reproduction) -> Status {
     if r.results.is_empty() {
         console::outln(
             "no expectations: the spec has no `expect:` list, so there is nothing to check",
         );
         return Status::Success;
     }
-    console::out(&crate::report::reproduction::format_text(r));
+    console::out(&servebench_report::report::reproduction::format_text(r));
     Status::failed_if(r.failed > 0)
 }
 
@@ -781,12 +783,17 @@ fn down(run_dir: &Path) -> Result<Status, Error> {
 }
 
 fn report(run_dir: &Path, template: Option<PathBuf>, stdout: bool) -> Result<Status, Error> {
-    let dir = crate::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
-    let template = template.as_deref().map(crate::report::Template::from_arg);
+    let dir = servebench_model::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let template = template
+        .as_deref()
+        .map(servebench_report::report::Template::from_arg);
     if stdout {
-        console::out(&crate::report::render_run_dir(&dir, template.as_ref())?);
+        console::out(&servebench_report::report::render_run_dir(
+            &dir,
+            template.as_ref(),
+        )?);
     } else {
-        let path = crate::report::write_report(&dir, template.as_ref())?;
+        let path = servebench_report::report::write_report(&dir, template.as_ref())?;
         console::outln(&format!("report: {}", path.display()));
     }
     Ok(Status::Success)
@@ -814,7 +821,7 @@ fn compare(
     out: Option<PathBuf>,
     template: Option<PathBuf>,
 ) -> Result<Status, Error> {
-    use crate::report::compare;
+    use servebench_report::report::compare;
     let mut runs = paths
         .iter()
         .map(|path| compare::load(path))
@@ -835,7 +842,7 @@ fn compare(
     let source = match &template {
         None => None,
         Some(path) => {
-            let text = crate::report::read_template_file(path).map_err(|source| {
+            let text = servebench_report::report::read_template_file(path).map_err(|source| {
                 Error::CompareTemplate {
                     path: path.clone(),
                     source,
@@ -852,12 +859,12 @@ fn compare(
     match &out {
         None => console::out(&markdown),
         Some(path) => {
-            std::fs::write(path, crate::redact::text(&markdown).as_bytes()).map_err(|source| {
-                Error::Write {
+            std::fs::write(path, servebench_model::redact::text(&markdown).as_bytes()).map_err(
+                |source| Error::Write {
                     path: path.clone(),
                     source,
-                }
-            })?;
+                },
+            )?;
             console::outln(&format!("comparison: {}", path.display()));
         }
     }
@@ -905,10 +912,10 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         stdout,
     } = options;
     let index = index.as_deref();
-    use crate::history;
+    use servebench_report::history;
     let mut metrics = Vec::new();
     for name in metric_names {
-        match crate::catalog::Metric::from_name(name) {
+        match servebench_model::catalog::Metric::from_name(name) {
             Some(m) => metrics.push(m),
             None => {
                 return Err(Error::Usage(format!(
@@ -1008,6 +1015,9 @@ fn index_path(paths: &[PathBuf], index: Option<PathBuf>, no_index: bool) -> Opti
         return index;
     }
     let first = paths.first()?;
-    (first.is_dir() && !first.join(crate::results::rundir::META_FILE).is_file())
-        .then(|| first.join(crate::history::index::INDEX_FILE))
+    (first.is_dir()
+        && !first
+            .join(servebench_model::results::rundir::META_FILE)
+            .is_file())
+    .then(|| first.join(servebench_report::history::index::INDEX_FILE))
 }

@@ -8,13 +8,13 @@
 
 use std::path::PathBuf;
 
-use crate::console;
 use crate::exit;
 use crate::plan::estimate::EstimateError;
-use crate::report::ReportError;
-use crate::results::rundir::RunDirError;
 use crate::run::RunError;
-use crate::spec::SpecErrors;
+use servebench_model::console;
+use servebench_model::results::rundir::RunDirError;
+use servebench_model::spec::SpecErrors;
+use servebench_report::report::ReportError;
 
 /// How a command that ran to its end came out. A run that measured what it could but is
 /// incomplete, a check whose expectations do not hold, or a comparison that found a
@@ -118,7 +118,7 @@ pub(crate) enum Error {
     /// `history --db` could not get its history from the database (down, refusing the
     /// login, a newer schema, a damaged row): nothing is built from part of it.
     #[error(transparent)]
-    HistoryDb(#[from] crate::history::db::DbError),
+    HistoryDb(#[from] servebench_report::history::db::DbError),
     /// `down` could not read the run directory or reach its host.
     #[error(transparent)]
     Down(#[from] crate::run::down::DownError),

@@ -11,9 +11,6 @@ pub mod load;
 pub mod plan;
 pub mod prompt;
 pub mod run;
-pub use servebench_model::{catalog, console, input_file, redact, results, secrets, spec, text};
-pub use servebench_report::{history, measure, report};
-pub use sim;
 
 /// Exit codes, documented in `--help`.
 pub mod exit {

@@ -7,7 +7,7 @@
 //! (the median chunk gap) is held to a tight tolerance, and the mean decode speed to a tight
 //! upper bound (never faster than the model) and a loose lower one.
 
-use servebench::sim::Profile;
+use sim::Profile;
 
 use crate::common::*;
 
@@ -172,7 +172,7 @@ fn speculative_decoding_gives_multi_token_chunks_and_the_right_speed() {
         let measured = tokens as f64 / (decode.last().unwrap().0 - t0);
         check_decode(measured, per_step / step);
         // servebench's own metric agrees with the hand computation.
-        let metric = servebench::measure::metrics::request_metrics(
+        let metric = servebench_report::measure::metrics::request_metrics(
             &serde_json::from_value(r.clone()).unwrap(),
         );
         assert!((metric.decode_tok_s.unwrap() / measured - 1.0).abs() < 1e-9);

@@ -48,19 +48,8 @@ const LAYERS: &[(&str, &[(&str, u8)])] = &[
     (
         ".",
         &[
-            // The crates below, re-exported at the root (`crate::spec`): every module may use them.
-            ("catalog", 0),
-            ("console", 0),
-            ("input_file", 0),
-            ("redact", 0),
-            ("results", 0),
-            ("secrets", 0),
-            ("spec", 0),
-            ("text", 0),
-            ("measure", 0),
-            ("report", 0),
-            ("history", 0),
-            ("sim", 0),
+            // The crates below are named by their own names (`servebench_model::spec`): no
+            // `crate::` path reaches them.
             ("exit", 0),
             ("engine", 1),
             ("client", 2),
@@ -599,4 +588,41 @@ fn no_file_uses_one_that_uses_it_back() {
         "module loops (move what both use into a file of its own):\n{}",
         problems.join("\n")
     );
+}
+
+/// The root re-exports no other crate (issue 34 item 3): `crate::spec` would hide which crate
+/// a path reaches into.
+#[test]
+fn the_root_re_exports_no_crate() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    for line in lib
+        .lines()
+        .filter(|l| l.trim_start().starts_with("pub use"))
+    {
+        assert!(
+            ![
+                "servebench_model",
+                "servebench_report",
+                "servebench_roofline",
+                "sim"
+            ]
+            .iter()
+            .any(|c| line.contains(c)),
+            "src/lib.rs re-exports a crate: {line}"
+        );
+    }
+    let mut files = Vec::new();
+    rust_files(&root().join("src"), &mut files);
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for name in [
+            "spec", "results", "report", "measure", "catalog", "sim", "history",
+        ] {
+            assert!(
+                !text.contains(&format!("crate::{name}::")),
+                "{} names `crate::{name}`: name the crate it lives in",
+                f.display()
+            );
+        }
+    }
 }

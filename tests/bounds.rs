@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use servebench::spec;
+use servebench_model::spec;
 
 use crate::common::*;
 
@@ -210,7 +210,7 @@ fn resolved_yaml_holds_the_sweep_once() {
     let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points.len(), 3);
     let text = std::fs::read_to_string(dir.join("resolved.yaml")).unwrap();
-    let resolved = servebench::spec::yaml::parse(&text).unwrap().value;
+    let resolved = servebench_model::spec::yaml::parse(&text).unwrap().value;
     assert_eq!(
         resolved["sweep"],
         serde_json::json!({ "workload.output_tokens": [2, 3, 4] })

@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use serde_json::{Value, json};
 use servebench::client::{Client, FlushOutcome, GenerationRequest, Measured, ServerConnections};
-use servebench::results::records::{ConnectionUse, ErrorKind, RequestRole, TokenSource};
-use servebench::spec::types::Api;
+use servebench_model::results::records::{ConnectionUse, ErrorKind, RequestRole, TokenSource};
+use servebench_model::spec::types::Api;
 
 /// One step of a scripted response body.
 #[derive(Clone)]
@@ -152,7 +152,10 @@ fn tokens(m: &Measured) -> Vec<u32> {
 }
 
 #[track_caller]
-fn assert_error(m: &Measured, kind: ErrorKind) -> &servebench::results::records::RequestError {
+fn assert_error(
+    m: &Measured,
+    kind: ErrorKind,
+) -> &servebench_model::results::records::RequestError {
     let e = m
         .error
         .as_ref()
@@ -396,7 +399,7 @@ async fn arrival_times_reflect_server_delays() {
         3,
         None,
     );
-    let metrics = servebench::measure::metrics::request_metrics(&r);
+    let metrics = servebench_report::measure::metrics::request_metrics(&r);
     assert_eq!(metrics.ttft_s, Some(t[0]));
     assert!(metrics.itl_s.len() == 2 && metrics.itl_s.iter().all(|g| *g >= 0.09));
     let decode = metrics.decode_tok_s.unwrap();
@@ -1028,8 +1031,8 @@ async fn an_endless_line_is_malformed_at_the_budget() {
 /// measure the same.
 #[tokio::test]
 async fn a_thinking_models_stream_is_timed_from_its_first_thinking_token_on_both_shapes() {
-    use servebench::measure::metrics::request_metrics;
-    use servebench::results::records::ReasoningSource;
+    use servebench_model::results::records::ReasoningSource;
+    use servebench_report::measure::metrics::request_metrics;
     for field in ["reasoning", "reasoning_content"] {
         let chunk = |delta: String| {
             send(&format!(
@@ -1092,12 +1095,12 @@ async fn a_thinking_models_stream_is_timed_from_its_first_thinking_token_on_both
             "{field}: answer {answer} tok/s"
         );
         // One token per chunk: no "tokens per chunk" warning.
-        let spec = servebench::spec::load_str(
+        let spec = servebench_model::spec::load_str(
             "t.yaml",
             "name: t\nserver: { url: http://127.0.0.1:1 }\nworkload: { api: openai-chat, prompt: { kind: random, tokens: 200 }, output_tokens: 64 }\nrequests: 1\n",
         )
         .unwrap();
-        let s = servebench::measure::summary::summarize(
+        let s = servebench_report::measure::summary::summarize(
             &spec.points[0].experiment,
             &[record],
             Vec::new(),

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use chrono::{TimeZone, Utc};
 use serde_json::json;
-use servebench::report::compare::{self, CompareModel, LoadedRun, Verdict};
-use servebench::results::RunDir;
-use servebench::results::meta::RunMeta;
-use servebench::results::records::{CiMethod, Flag, PointRecord, Stat};
+use servebench_model::results::RunDir;
+use servebench_model::results::meta::RunMeta;
+use servebench_model::results::records::{CiMethod, Flag, PointRecord, Stat};
+use servebench_report::report::compare::{self, CompareModel, LoadedRun, Verdict};
 
 use crate::common::*;
 
@@ -289,7 +289,7 @@ fn a_slower_simulator_is_a_regression() {
 
 #[test]
 fn checked_in_compare_model_schema_is_current() {
-    use servebench::report::schema;
+    use servebench_report::report::schema;
     assert_schema_current(
         schema::COMPARE_MODEL_SCHEMA_PATH,
         &schema::to_json(&schema::compare_model_schema()),

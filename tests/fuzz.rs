@@ -208,7 +208,7 @@ fn every_target_has_a_corpus_and_a_test() {
 #[test]
 fn rendered_streams_look_like_each_api() {
     use harness::{Encoding, Format, Logical, render};
-    use servebench::spec::types::Api;
+    use servebench_model::spec::types::Api;
     let s = Logical {
         chunks: vec![(" a".into(), 2), ("é".into(), 1)],
         prompt_tokens: 9,

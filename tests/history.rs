@@ -5,17 +5,17 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use servebench::history::{self, HistoryModel};
-use servebench::report::compare::{self, LoadedRun, Verdict};
-use servebench::results::meta::RunMeta;
-use servebench::results::records::{CiMethod, Flag, PointRecord, Stat};
+use servebench_model::results::meta::RunMeta;
+use servebench_model::results::records::{CiMethod, Flag, PointRecord, Stat};
+use servebench_report::history::{self, HistoryModel};
+use servebench_report::report::compare::{self, LoadedRun, Verdict};
 
 use crate::common::*;
 
 /// The clean-sweep fixture's meta with a name, a start time and server args.
 fn meta(name: &str, started: &str, args: serde_json::Value) -> RunMeta {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep/meta.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("crates/report/tests/fixtures/runs/clean-sweep/meta.json");
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     v["experiment"]["name"] = json!(name);

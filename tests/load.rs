@@ -136,8 +136,8 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
     // The runner summarised records trimmed as they were written (`drop_detail`: zero-token
     // chunks, finish reasons, mix names dropped); the full records in requests.jsonl give
     // exactly the numbers it wrote.
-    use servebench::results::records::{Phase, RequestRecord};
-    let loaded = servebench::spec::load(&spec).expect("the spec loads");
+    use servebench_model::results::records::{Phase, RequestRecord};
+    let loaded = servebench_model::spec::load(&spec).expect("the spec loads");
     let full: Vec<RequestRecord> = requests
         .iter()
         .map(|r| serde_json::from_value(r.clone()).expect("a request record"))
@@ -156,9 +156,9 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
             .cloned()
             .collect();
         measured.sort_by_key(|r| r.index);
-        let s = servebench::measure::summary::summarize(exp, &measured, Vec::new(), false);
+        let s = servebench_report::measure::summary::summarize(exp, &measured, Vec::new(), false);
         let mut metrics = s.metrics;
-        let observed = servebench::measure::system::Observed {
+        let observed = servebench_report::measure::system::Observed {
             warmup: 5,
             cooldown: 3,
             offered_req_s: p["load"]["offered_req_s"].as_f64(),
@@ -167,9 +167,14 @@ fn a_rate_sweep_keeps_its_schedule_phases_and_system_metrics() {
             // Only the server view reads it; this point has none.
             unmeasured: Default::default(),
         };
-        let load =
-            servebench::measure::system::add(exp, &measured, &observed, &mut metrics, &mut vec![])
-                .expect("a load summary");
+        let load = servebench_report::measure::system::add(
+            exp,
+            &measured,
+            &observed,
+            &mut metrics,
+            &mut vec![],
+        )
+        .expect("a load summary");
         assert_eq!(
             serde_json::to_value(&metrics).unwrap(),
             p["metrics"],

@@ -7,9 +7,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use servebench::report::{self, build_model};
-use servebench::results::RunDir;
-use servebench::results::records::PointRecord;
+use servebench_model::results::RunDir;
+use servebench_model::results::records::PointRecord;
+use servebench_report::report::{self, build_model};
 
 use crate::common::{Workspace, read_jsonl, run_dir, servebench, show, sim_spec};
 
@@ -179,7 +179,7 @@ fn expert_parallelism_on_a_moe_model_is_an_assumption_said() {
     let dir = open("bound-sweep");
     let points = dir.read_points().unwrap();
     let requests = dir.read_requests().unwrap();
-    let assumptions = |meta: &servebench::results::meta::RunMeta| {
+    let assumptions = |meta: &servebench_model::results::meta::RunMeta| {
         build_model(meta, &points, &requests)
             .bound
             .expect("a section")
@@ -430,7 +430,10 @@ fn sim_run_writes_linked_charts_and_report_redraws_them() {
             })
             .unwrap_or_else(|| panic!("a row for {p}\n{markdown}"));
         assert!(
-            row.contains(&format!("| {} |", servebench::text::rate(rps.unwrap()))),
+            row.contains(&format!(
+                "| {} |",
+                servebench_model::text::rate(rps.unwrap())
+            )),
             "{row}"
         );
     }
@@ -502,7 +505,7 @@ fn num(line: &str, name: &str) -> i32 {
 
 /// The bound-sweep fixture's model and its section, after `edit` changed its meta and points.
 fn bound_after(
-    edit: impl FnOnce(&mut servebench::results::meta::RunMeta, &mut Vec<PointRecord>),
+    edit: impl FnOnce(&mut servebench_model::results::meta::RunMeta, &mut Vec<PointRecord>),
 ) -> (report::ReportModel, Vec<PointRecord>) {
     let dir = open("bound-sweep");
     let mut meta = dir.read_meta().unwrap();

@@ -279,7 +279,7 @@ fn every_shipped_profile_with_facts_is_never_faster_than_its_floor() {
     let mut checked = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        let profile = servebench::sim::Profile::load(path.to_str().unwrap()).unwrap();
+        let profile = sim::Profile::load(path.to_str().unwrap()).unwrap();
         let Some(facts) = &profile.facts else {
             continue;
         };

@@ -421,7 +421,7 @@ fn the_quickstart_runs_end_to_end() {
     assert_eq!(String::from_utf8_lossy(&again.stdout), report);
 
     // Each point records its wall-clock span; `plan --from` estimates a rerun from them.
-    let loaded = servebench::spec::load(&spec).unwrap();
+    let loaded = servebench_model::spec::load(&spec).unwrap();
     let plan = servebench::plan::Plan::new(&loaded.points);
     let walls: Vec<f64> = points
         .iter()
@@ -439,7 +439,7 @@ fn the_quickstart_runs_end_to_end() {
             p["id"].as_str().unwrap(),
             p["values"]["ctx"],
             p["values"]["concurrency"],
-            servebench::text::duration(*w)
+            servebench_model::text::duration(*w)
         );
         assert!(report.contains(&took), "{took}");
     }
@@ -655,7 +655,7 @@ fn a_launched_engine_is_estimated_from_its_last_run() {
     let points = read_jsonl(&dir.join("points.jsonl"));
     let first = &points[0]["wall"];
     let span = first["ended_at"].as_f64().unwrap() - first["started_at"].as_f64().unwrap();
-    let shown = format!("~{}", servebench::text::duration(span));
+    let shown = format!("~{}", servebench_model::text::duration(span));
     assert!(text.contains(&shown), "p001 took {span} s: {text}");
     // No earlier run: no estimate, and what would give one.
     let text = plan(&ws.path().join("elsewhere"));
@@ -694,7 +694,7 @@ fn plan_counts_every_simulator_experiment_from_its_load_model() {
         if path.extension().is_none_or(|e| e != "yaml") {
             continue;
         }
-        let spec = servebench::spec::load(&path).unwrap();
+        let spec = servebench_model::spec::load(&path).unwrap();
         let plan = servebench::plan::Plan::new(&spec.points);
         // Real engines have no timing model: nothing to compare on the simulator.
         let Ok(est) = servebench::plan::estimate::from_model(&plan, None, &root) else {

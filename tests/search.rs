@@ -105,7 +105,7 @@ fn a_rate_search_finds_the_hand_computed_capacity() {
     // The report states the answer and draws the search.
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("## Capacity"), "{report}");
-    let sustained = servebench::text::sig3(s["sustained_req_s"].as_f64().unwrap());
+    let sustained = servebench_model::text::sig3(s["sustained_req_s"].as_f64().unwrap());
     assert!(
         report.contains(&format!("**capacity {sustained} req/s completed at ")),
         "{report}"

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use serde_json::json;
-use servebench::spec::types::{ArgValue, Engine, PromptSpec};
-use servebench::spec::{self, Diagnostic, LoadedSpec};
+use servebench_model::spec::types::{ArgValue, Engine, PromptSpec};
+use servebench_model::spec::{self, Diagnostic, LoadedSpec};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/specs");
 
@@ -145,7 +145,7 @@ fn templates_interpolate_and_top_level_fields_are_swept() {
     assert_eq!(p.description, "ctx 1 at c=8");
     assert_eq!(
         (p.concurrency, p.workload.output_tokens.clone()),
-        (8, servebench::spec::types::Length::Fixed(16))
+        (8, servebench_model::spec::types::Length::Fixed(16))
     );
     assert_eq!(spec.points[1].values["concurrency"], json!(8));
 }
@@ -600,7 +600,7 @@ fn example_specs_validate_against_the_schema() {
     let validator = jsonschema::validator_for(&schema).expect("schema compiles");
     for name in ["full.yaml", "minimal.yaml"] {
         let text = std::fs::read_to_string(Path::new(FIXTURES).join(name)).unwrap();
-        let doc = servebench::spec::yaml::parse(&text).unwrap();
+        let doc = servebench_model::spec::yaml::parse(&text).unwrap();
         let errors: Vec<String> = validator
             .iter_errors(&doc.value)
             .map(|e| e.to_string())
@@ -608,7 +608,7 @@ fn example_specs_validate_against_the_schema() {
         assert!(errors.is_empty(), "{name}: {errors:?}");
     }
     // And the schema rejects what load rejects, for editors.
-    let bad = servebench::spec::yaml::parse("name: t\nconcurency: 1\n").unwrap();
+    let bad = servebench_model::spec::yaml::parse("name: t\nconcurency: 1\n").unwrap();
     assert!(!validator.is_valid(&bad.value));
 }
 

@@ -250,7 +250,7 @@ fn servebenchs_sglang_parser_names_are_the_simulators_argparse_choices() {
         .find(|l| l.starts_with("reasoning-parser\t"))
         .unwrap();
     let mut choices: Vec<&str> = line.split('\t').nth(3).unwrap().split(' ').collect();
-    let mut ours: Vec<&str> = servebench::spec::reasoning::sglang_parser_names().collect();
+    let mut ours: Vec<&str> = servebench_model::spec::reasoning::sglang_parser_names().collect();
     choices.sort_unstable();
     ours.sort_unstable();
     assert_eq!(ours, choices);

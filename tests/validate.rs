@@ -366,7 +366,7 @@ fn run_refuses_before_a_run_directory_exists() {
 
 #[test]
 fn a_run_directory_is_never_created_outside_out() {
-    use servebench::results::rundir::RunDir;
+    use servebench_model::results::rundir::RunDir;
     let ws = Workspace::new();
     let out = ws.path().join("out");
     let started = chrono::Utc::now();

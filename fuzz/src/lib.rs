@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use servebench::client::{HEAD_BYTES, SseEvent, SseFramer, replay_stream};
-use servebench::spec::types::Api;
+use servebench_model::spec::types::Api;
 
 /// A fuzz target: panics when an invariant breaks.
 pub type Target = fn(&[u8]);
@@ -81,10 +81,10 @@ pub fn split<'a>(bytes: &'a [u8], rng: &mut Rng) -> Vec<&'a [u8]> {
 /// Any text loads or fails with positioned, bounded diagnostics; never panics.
 pub fn spec_load(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let Err(errors) = servebench::spec::load_str("fuzz.yaml", &text) else {
+    let Err(errors) = servebench_model::spec::load_str("fuzz.yaml", &text) else {
         return;
     };
-    let max = servebench::spec::diagnostics::MAX_DIAGNOSTICS;
+    let max = servebench_model::spec::diagnostics::MAX_DIAGNOSTICS;
     assert!(
         !errors.diagnostics.is_empty(),
         "failed without a diagnostic"

@@ -1,7 +1,7 @@
 //! Where `tracing` events go: stderr, one plain line each (`warning: ...`), so what the library
 //! warns about (a truncated record skipped, an SSH connection re-established) reaches the user.
 //! No timestamps or module paths at the default levels: these lines are for people, next to
-//! the command's own output. They go through [`crate::console`], so they never cut through a
+//! the command's own output. They go through [`servebench_model::console`], so they never cut through a
 //! progress bar and a closed stderr never stops the command.
 
 use std::fmt;
@@ -49,7 +49,7 @@ fn init(filter: EnvFilter) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Above the progress bar while one is shown; a closed stderr never panics.
-        .with_writer(|| crate::console::Stderr)
+        .with_writer(|| servebench_model::console::Stderr)
         .event_format(Plain)
         .try_init();
 }

@@ -34,11 +34,11 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use thiserror::Error;
 
-use crate::results::records::{
+use servebench_model::results::records::{
     Chunk, ChunkTokens, ConnectionUse, ErrorKind, NoAnswer, ReasoningSource, RequestError,
     RequestRecord, RequestRole, TokenSource,
 };
-use crate::spec::types::Api;
+use servebench_model::spec::types::Api;
 
 pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
@@ -500,7 +500,7 @@ impl Client {
                 body::Read::TimedOut => {
                     return Err(failed(format!(
                         "no complete response within {}",
-                        crate::text::duration(timeout.as_secs_f64())
+                        servebench_model::text::duration(timeout.as_secs_f64())
                     )));
                 }
             }

@@ -18,9 +18,9 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::results::records::{ChunkTokens, TokenSource, UNKNOWN_FIELDS_KEPT};
-use crate::spec::reasoning::ThinkMarkers;
-use crate::spec::types::Api;
+use servebench_model::results::records::{ChunkTokens, TokenSource, UNKNOWN_FIELDS_KEPT};
+use servebench_model::spec::reasoning::ThinkMarkers;
+use servebench_model::spec::types::Api;
 
 use super::sse::head;
 use super::thinking::{Phase, Seen, Thinking, reasoning_share};
@@ -134,8 +134,8 @@ impl StreamParser {
     /// the chunks' (None, with its source, when no thinking was seen).
     pub(crate) fn reasoning_tokens(
         &self,
-    ) -> Option<(u64, crate::results::records::ReasoningSource)> {
-        use crate::results::records::ReasoningSource;
+    ) -> Option<(u64, servebench_model::results::records::ReasoningSource)> {
+        use servebench_model::results::records::ReasoningSource;
         match self.server_reasoning.filter(|n| *n > 0) {
             Some(n) => Some((n, ReasoningSource::Server)),
             None => (self.reasoning_counted > 0)
@@ -144,8 +144,8 @@ impl StreamParser {
     }
 
     /// Why a request that thought has no answer (None when it answered or never thought).
-    pub(crate) fn no_answer(&self) -> Option<crate::results::records::NoAnswer> {
-        use crate::results::records::NoAnswer;
+    pub(crate) fn no_answer(&self) -> Option<servebench_model::results::records::NoAnswer> {
+        use servebench_model::results::records::NoAnswer;
         let thought = self.reasoning_tokens().is_some() || self.thinking.phase == Phase::Thinking;
         if self.answered || !thought {
             return None;
@@ -1228,7 +1228,10 @@ mod tests {
                 );
                 assert_eq!(
                     p.reasoning_tokens(),
-                    Some((2, crate::results::records::ReasoningSource::Server))
+                    Some((
+                        2,
+                        servebench_model::results::records::ReasoningSource::Server
+                    ))
                 );
                 assert_eq!(p.no_answer(), None);
                 // The kept text is the answer, not the thinking.
@@ -1250,11 +1253,14 @@ mod tests {
         );
         assert_eq!(
             p.no_answer(),
-            Some(crate::results::records::NoAnswer::OutOfTokensWhileThinking)
+            Some(servebench_model::results::records::NoAnswer::OutOfTokensWhileThinking)
         );
         assert_eq!(
             p.reasoning_tokens(),
-            Some((1, crate::results::records::ReasoningSource::Chunks))
+            Some((
+                1,
+                servebench_model::results::records::ReasoningSource::Chunks
+            ))
         );
     }
 
@@ -1277,8 +1283,8 @@ mod tests {
     /// wins as the total.
     #[test]
     fn native_thinking_is_found_by_the_launched_parsers_markers() {
-        let markers = match crate::spec::reasoning::sglang_parser("qwen3") {
-            crate::spec::reasoning::ParserKnowledge::Markers(m) => m,
+        let markers = match servebench_model::spec::reasoning::sglang_parser("qwen3") {
+            servebench_model::spec::reasoning::ParserKnowledge::Markers(m) => m,
             other => panic!("{other:?}"),
         };
         let ev = |text: &str, n: u64, r: u64| {
@@ -1299,7 +1305,10 @@ mod tests {
         assert_eq!(got, [(1, 1), (1, 1), (1, 1), (1, 0)]);
         assert_eq!(
             p.reasoning_tokens(),
-            Some((3, crate::results::records::ReasoningSource::Server))
+            Some((
+                3,
+                servebench_model::results::records::ReasoningSource::Server
+            ))
         );
         // Without markers, the server's per-event count tells them apart.
         let mut p = StreamParser::new(Api::SglangGenerate);

@@ -23,7 +23,7 @@ use hyper::body::Incoming;
 use tokio::time::timeout_at;
 
 use super::conn::{Body, Conn, Wire, closed_by_peer, describe};
-use crate::results::records::{ConnectionUse, ErrorKind, RequestError};
+use servebench_model::results::records::{ConnectionUse, ErrorKind, RequestError};
 
 /// How long establishing a TCP connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -143,13 +143,13 @@ pub(crate) fn parse(text: &str) -> Result<Scrape, ScrapeError> {
     if past_names > 0 {
         cut.push(format!(
             "{} past the first {MAX_NAMES} names",
-            crate::text::count_s(past_names, "sample")
+            servebench_model::text::count_s(past_names, "sample")
         ));
     }
     if long_names > 0 {
         cut.push(format!(
             "{} with names longer than {MAX_NAME_BYTES} bytes",
-            crate::text::count_s(long_names, "sample")
+            servebench_model::text::count_s(long_names, "sample")
         ));
     }
     Ok(Scrape {

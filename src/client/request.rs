@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::spec::types::Api;
+use servebench_model::spec::types::Api;
 
 /// `model` sent in OpenAI bodies when the spec names none; SGLang accepts any name.
 pub const DEFAULT_MODEL: &str = "default";
@@ -35,7 +35,7 @@ pub struct GenerationRequest {
     /// The thinking markers of the reasoning parser the server was launched with, for the
     /// text APIs (`/generate`, `/v1/completions`), where the server does not split thinking
     /// from the answer; None for chat (thinking has fields of its own) and without a parser.
-    pub reasoning_markers: Option<crate::spec::reasoning::ThinkMarkers>,
+    pub reasoning_markers: Option<servebench_model::spec::reasoning::ThinkMarkers>,
     /// The chat request's `chat_template_kwargs` (empty: not sent; chat only).
     pub chat_template_kwargs: serde_json::Map<String, Value>,
 }

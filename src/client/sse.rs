@@ -245,7 +245,9 @@ pub(crate) fn head(bytes: &[u8]) -> String {
     let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(HEAD_BYTES)]).into_owned();
     // Replacement characters are 3 bytes, so lossy text can outgrow the byte budget.
     if text.len() > HEAD_BYTES {
-        text.truncate(crate::text::floor_char_boundary(&text, HEAD_BYTES));
+        text.truncate(servebench_model::text::floor_char_boundary(
+            &text, HEAD_BYTES,
+        ));
     }
     text
 }

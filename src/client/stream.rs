@@ -11,8 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use crate::results::records::{Chunk, ChunkTokens, ErrorKind, RequestError, TokenSource};
-use crate::spec::types::Api;
+use servebench_model::results::records::{
+    Chunk, ChunkTokens, ErrorKind, RequestError, TokenSource,
+};
+use servebench_model::spec::types::Api;
 
 use super::body::{Read, read};
 use super::conn::describe;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Client, ClientError};
-use crate::results::meta::{CacheReset, ServerSurface, Tokenize};
+use servebench_model::results::meta::{CacheReset, ServerSurface, Tokenize};
 
 /// How long one probe may take: identity endpoints answer at once on every engine.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -202,11 +202,17 @@ async fn erase_slots(client: &Client, slots: Vec<u32>) -> Result<CacheReset, Cac
     match client.call("POST", &path, None, PROBE_TIMEOUT).await {
         Ok((200, _)) => Ok(CacheReset::SlotErase { slots }),
         Ok((501, body)) => Err(CacheResetError::NeedsSlotSavePath {
-            message: crate::text::truncate(&super::parse::http_error_message(&body), 120),
+            message: servebench_model::text::truncate(
+                &super::parse::http_error_message(&body),
+                120,
+            ),
             path,
         }),
         Ok((status, body)) => Err(CacheResetError::Status {
-            message: crate::text::truncate(&super::parse::http_error_message(&body), 120),
+            message: servebench_model::text::truncate(
+                &super::parse::http_error_message(&body),
+                120,
+            ),
             path,
             status,
         }),
@@ -333,7 +339,7 @@ pub(crate) async fn reset_cache(
         if start.elapsed() > RESET_RETRY_FOR || stop() {
             return Err(CacheResetError::StillBusy {
                 how: how.to_string(),
-                busy: crate::text::truncate(&busy, 100),
+                busy: servebench_model::text::truncate(&busy, 100),
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

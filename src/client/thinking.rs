@@ -8,7 +8,7 @@
 //! for parsers that force it) and closes at the end marker or a tool call's start; the markers
 //! count as thinking (SGLang's `reasoning_tokens` counts them too).
 
-use crate::spec::reasoning::ThinkMarkers;
+use servebench_model::spec::reasoning::ThinkMarkers;
 
 /// What one chunk's text carried.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -170,7 +170,7 @@ pub(crate) fn reasoning_share(tokens: u32, seen: Seen, phase: Phase) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::reasoning::{ParserKnowledge, sglang_parser};
+    use servebench_model::spec::reasoning::{ParserKnowledge, sglang_parser};
 
     fn markers(name: &str) -> ThinkMarkers {
         match sglang_parser(name) {

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use crate::spec::Check;
-use crate::spec::types::Experiment;
-use crate::spec::validate::{Problem, Target};
+use servebench_model::spec::Check;
+use servebench_model::spec::types::Experiment;
+use servebench_model::spec::validate::{Problem, Target};
 
 use super::{Client, ClientError};
 

@@ -2,7 +2,7 @@
 //! how it takes the model and `false` flags, its ready and crash lines, its hints; and the
 //! launch command built from it, with why one cannot be built.
 
-use crate::catalog::Failure;
+use servebench_model::catalog::Failure;
 
 /// A launch command: program and arguments, never passed through a shell.
 #[derive(Debug, Clone, PartialEq)]

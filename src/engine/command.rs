@@ -4,8 +4,8 @@
 //! every known engine's lines, and what it offers is probed once it is ready.
 
 use super::adapter::{Adapter, FalseFlag, LaunchCommand, LaunchError, ModelArg, common_hint};
-use crate::catalog::Failure;
-use crate::spec::types::Server;
+use servebench_model::catalog::Failure;
+use servebench_model::spec::types::Server;
 
 pub(crate) static COMMAND: Adapter = Adapter {
     display: "command",

@@ -4,8 +4,8 @@
 
 use indexmap::IndexMap;
 
-use crate::spec::deployment::{Deployment, WorkerPlan, WorkerRole};
-use crate::spec::types::{ArgValue, Server};
+use servebench_model::spec::deployment::{Deployment, WorkerPlan, WorkerRole};
+use servebench_model::spec::types::{ArgValue, Server};
 
 use super::{LaunchCommand, LaunchError};
 

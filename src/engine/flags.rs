@@ -3,7 +3,7 @@
 //! so it is passed through with a warning.
 
 use super::{Adapter, adapter};
-use crate::spec::types::Engine;
+use servebench_model::spec::types::Engine;
 
 /// What an engine makes of a flag name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,13 +132,13 @@ const SIM_ONLY: &[&str] = &[
 /// warnings (flags not in the engine's list, passed through).
 #[derive(Debug, Default)]
 pub struct SpecFlags {
-    pub errors: Vec<crate::spec::Diagnostic>,
+    pub errors: Vec<servebench_model::spec::Diagnostic>,
     pub warnings: Vec<String>,
 }
 
 /// Checks every point's flags against its engine's list (and each `engine_args` section
 /// against that engine's), once per flag.
-pub fn check_spec(spec: &crate::spec::LoadedSpec) -> SpecFlags {
+pub fn check_spec(spec: &servebench_model::spec::LoadedSpec) -> SpecFlags {
     let mut out = SpecFlags::default();
     let mut seen: Vec<(Engine, String)> = Vec::new();
     for p in &spec.points {

@@ -2,7 +2,7 @@
 //! docs/reference/llama-cpp-observed.md.
 
 use super::adapter::{Adapter, FalseFlag, ModelArg, common_hint};
-use crate::catalog::Failure;
+use servebench_model::catalog::Failure;
 
 pub(crate) static LLAMA_CPP: Adapter = Adapter {
     display: "llama.cpp",

@@ -21,8 +21,8 @@ mod vllm;
 
 use indexmap::IndexMap;
 
-use crate::catalog::Failure;
-use crate::spec::types::{ArgValue, Engine, Server};
+use servebench_model::catalog::Failure;
+use servebench_model::spec::types::{ArgValue, Engine, Server};
 
 pub use adapter::LaunchError;
 pub(crate) use adapter::{Adapter, FalseFlag, LaunchCommand, ModelArg};
@@ -167,7 +167,7 @@ pub(crate) fn flag_args_for(
 }
 
 /// Why a server process died, read from the tail of its log (one of the catalogue's causes).
-pub(crate) use crate::catalog::Failure as CrashCause;
+pub(crate) use servebench_model::catalog::Failure as CrashCause;
 
 /// Classifies a crash from the log tail with `engine`'s own lines.
 pub(crate) fn classify(engine: Engine, log_tail: &str) -> Failure {

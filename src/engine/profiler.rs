@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::spec::profiler::ProfilerSpec;
+use servebench_model::spec::profiler::ProfilerSpec;
 
 /// Which profiler API an engine's server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

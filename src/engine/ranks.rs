@@ -12,7 +12,7 @@
 //! The simulator takes the same flags (`sim::ranks`), so a spec runs unchanged against it.
 
 use super::{LaunchCommand, LaunchError, adapter, effective_args, launch_command};
-use crate::spec::types::{Engine, Server};
+use servebench_model::spec::types::{Engine, Server};
 
 /// Flags the rank model sets itself: refused in `server.args` of a multi-node server.
 pub(crate) const RANK_FLAGS: &[&str] = &[

@@ -2,7 +2,7 @@
 //! Facts: docs/reference/sglang-facts.md (sections 4-5), docs/reference/sglang-extra.md.
 
 use super::adapter::{Adapter, FalseFlag, ModelArg, common_hint};
-use crate::catalog::Failure;
+use servebench_model::catalog::Failure;
 
 pub(crate) static SGLANG: Adapter = Adapter {
     display: "SGLang",

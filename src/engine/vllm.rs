@@ -1,7 +1,7 @@
 //! vLLM: `vllm serve MODEL` (the model is positional). Facts: docs/reference/vllm-facts.md.
 
 use super::adapter::{Adapter, FalseFlag, ModelArg, common_hint};
-use crate::catalog::Failure;
+use servebench_model::catalog::Failure;
 
 pub(crate) static VLLM: Adapter = Adapter {
     display: "vLLM",

@@ -17,7 +17,7 @@ use futures_util::future::BoxFuture;
 
 use super::{GroupIdentity, HostError, Leftover, ServerProcess, Spawn, Stopped, Verdict};
 use crate::engine::LaunchCommand;
-use crate::results::meta::ProcessRecord;
+use servebench_model::results::meta::ProcessRecord;
 
 #[cfg(test)]
 use super::procfs::{ProcStat, parse_stat};
@@ -86,8 +86,8 @@ impl LocalProcess {
         // The supervisor hides these in the server's log; the server does not inherit them.
         let mut env = env.clone();
         env.insert(
-            crate::redact::ENV_VAR.to_string(),
-            crate::redact::current().to_env(),
+            servebench_model::redact::ENV_VAR.to_string(),
+            servebench_model::redact::current().to_env(),
         );
         Self::start(
             &supervisor.to_string_lossy(),
@@ -232,7 +232,7 @@ fn find_program(
             .unwrap_or_default();
         format!(
             "{program} is not on PATH ({}): install it, add its directory to PATH (server.env.PATH), or give its full path in server.launcher",
-            crate::text::truncate(&path, 300)
+            servebench_model::text::truncate(&path, 300)
         )
     };
     Err(std::io::Error::new(std::io::ErrorKind::NotFound, message))
@@ -389,7 +389,7 @@ impl super::Host for LocalHost {
         to: &'a Path,
         limit: u64,
     ) -> BoxFuture<'a, Result<u64, HostError>> {
-        Box::pin(async move { super::small_file::copy_local(path, to, limit) })
+        Box::pin(async move { Ok(super::small_file::copy_local(path, to, limit)?) })
     }
 
     fn check_link(&self) -> BoxFuture<'_, Result<(), HostError>> {

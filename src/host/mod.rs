@@ -24,7 +24,7 @@ use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
 
 use crate::engine::LaunchCommand;
-use crate::results::meta::ProcessRecord;
+use servebench_model::results::meta::ProcessRecord;
 
 pub(crate) use error::HostError;
 
@@ -226,10 +226,7 @@ pub(crate) trait Host: Send + Sync {
     ) -> BoxFuture<'a, Result<u64, HostError>> {
         Box::pin(async move {
             let data = self.read_small_file(path, limit).await?;
-            std::fs::write(to, &data).map_err(|source| HostError::Io {
-                what: "could not be written here".into(),
-                source,
-            })?;
+            std::fs::write(to, &data).map_err(small_file::FileRefused::NotWritten)?;
             Ok(data.len() as u64)
         })
     }
@@ -335,13 +332,13 @@ pub(crate) trait ServerProcess: Send {
     fn stop(&mut self, grace: Duration) -> BoxFuture<'_, Stopped>;
 
     /// The Slurm job it runs in, as last seen (None off Slurm).
-    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
+    fn slurm_job(&self) -> Option<servebench_model::results::meta::SlurmJob> {
         None
     }
 
     /// Once it has exited: the host's own reason, when the host ended it (Slurm's time
     /// limit, a preemption, a node failure); None leaves the cause to the engine's log lines.
-    fn host_failure(&mut self) -> BoxFuture<'_, Option<crate::catalog::Failure>> {
+    fn host_failure(&mut self) -> BoxFuture<'_, Option<servebench_model::catalog::Failure>> {
         Box::pin(async { None })
     }
 
@@ -393,11 +390,11 @@ pub(crate) fn port_main(wanted: Option<u16>) -> i32 {
     };
     match picked {
         Ok(p) => {
-            crate::console::outln(&p.to_string());
+            servebench_model::console::outln(&p.to_string());
             crate::exit::OK
         }
         Err(why) => {
-            crate::console::errln(&why);
+            servebench_model::console::errln(&why);
             PORT_TAKEN_EXIT
         }
     }

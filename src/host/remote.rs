@@ -11,8 +11,8 @@ use futures_util::future::BoxFuture;
 
 use super::ssh::{self, HostKeyCheck, RemoteProcess, SshHost, SshTarget};
 use super::{HostError, Leftover, ServerProcess, Spawn, Stopped};
-use crate::results::meta::ProcessRecord;
-use crate::spec::types::{self, HostSpec};
+use servebench_model::results::meta::ProcessRecord;
+use servebench_model::spec::types::{self, HostSpec};
 
 /// How often a remote server's log is pulled into the run directory.
 const LOG_SYNC_EVERY: Duration = Duration::from_millis(500);
@@ -290,14 +290,14 @@ async fn pull_log(
     let mut off = offset.lock().await;
     let bytes = ssh.read_from(remote, *off).await?;
     let take = match memchr::memrchr(b'\n', &bytes) {
-        _ if whole || bytes.len() >= crate::redact::MAX_LINE_BYTES => bytes.len(),
+        _ if whole || bytes.len() >= servebench_model::redact::MAX_LINE_BYTES => bytes.len(),
         Some(i) => i + 1,
         None => 0,
     };
     if take == 0 {
         return Ok(());
     }
-    let redactor = crate::redact::current();
+    let redactor = servebench_model::redact::current();
     use std::io::Write;
     std::fs::OpenOptions::new()
         .create(true)

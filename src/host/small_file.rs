@@ -33,6 +33,9 @@ pub(crate) enum FileRefused {
     /// This machine's file system said no (permissions, a read that failed).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// A copy's destination here could not be written.
+    #[error("could not be written here: {0}")]
+    NotWritten(std::io::Error),
 }
 
 impl FileRefused {
@@ -156,7 +159,7 @@ pub(crate) fn read_local(path: &str, limit: u64) -> Result<Vec<u8>, FileRefused>
 
 /// Copies regular file `path` on this machine to `to`, at most `limit` bytes, a buffer at a
 /// time (a 300 MB trace is never held whole); the bytes copied, or why not.
-pub(crate) fn copy_local(path: &str, to: &Path, limit: u64) -> Result<u64, super::HostError> {
+pub(crate) fn copy_local(path: &str, to: &Path, limit: u64) -> Result<u64, FileRefused> {
     use servebench_model::input_file::{Refused, open_regular};
     let file = open_regular(Path::new(path), limit).map_err(|r| match r {
         Refused::Io(e) if e.kind() == std::io::ErrorKind::NotFound => FileRefused::NoSuchFile,
@@ -164,12 +167,8 @@ pub(crate) fn copy_local(path: &str, to: &Path, limit: u64) -> Result<u64, super
         Refused::NotAFile(kind) => FileRefused::NotAFile(Some(kind)),
         Refused::TooLarge(size) => FileRefused::TooLarge { size, limit },
     })?;
-    let written = |source| super::HostError::Io {
-        what: "could not be written here".into(),
-        source,
-    };
-    let mut out = std::fs::File::create(to).map_err(written)?;
-    std::io::copy(&mut file.take(limit), &mut out).map_err(written)
+    let mut out = std::fs::File::create(to).map_err(FileRefused::NotWritten)?;
+    std::io::copy(&mut file.take(limit), &mut out).map_err(FileRefused::NotWritten)
 }
 
 #[cfg(test)]

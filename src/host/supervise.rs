@@ -22,8 +22,8 @@
 //! What it does is said in the server's log, on stderr.
 //!
 //! The command's output reaches the log through the supervisor, line by line, with the run's
-//! secrets hidden ([`crate::redact`]; the runner hands them over in
-//! [`crate::redact::ENV_VAR`], which the command does not inherit): SGLang logs its
+//! secrets hidden ([`servebench_model::redact`]; the runner hands them over in
+//! [`servebench_model::redact::ENV_VAR`], which the command does not inherit): SGLang logs its
 //! `server_args`, API key included, and the log is part of the run directory.
 
 use std::io::Write;
@@ -169,7 +169,7 @@ fn wait_for(child: &mut Child, set: &SigSet, opts: &Supervise, program: &str) ->
                 say(&format!(
                     "{why}: stopping process group {} (SIGTERM, then SIGKILL after {} s)",
                     getpgrp(),
-                    crate::text::sig3(opts.grace.as_secs_f64())
+                    servebench_model::text::sig3(opts.grace.as_secs_f64())
                 ));
                 let status = stop_group(child, opts.grace);
                 return status.map_or(128 + s as i32, exit_code);
@@ -181,7 +181,7 @@ fn wait_for(child: &mut Child, set: &SigSet, opts: &Supervise, program: &str) ->
 /// Copies the command's stdout and stderr to the supervisor's own (the server's log), one line
 /// at a time through the run's redactor.
 struct Relay {
-    redactor: std::sync::Arc<crate::redact::Redactor>,
+    redactor: std::sync::Arc<servebench_model::redact::Redactor>,
 }
 
 /// The copying threads of a started [`Relay`].
@@ -192,11 +192,11 @@ struct Relaying {
 impl Relay {
     /// Pipes the command's output, and keeps the secrets' list out of its environment.
     fn prepare(command: &mut Command) -> Relay {
-        let redactor = std::env::var(crate::redact::ENV_VAR)
-            .map(|t| crate::redact::Redactor::from_env(&t))
+        let redactor = std::env::var(servebench_model::redact::ENV_VAR)
+            .map(|t| servebench_model::redact::Redactor::from_env(&t))
             .unwrap_or_default();
         command
-            .env_remove(crate::redact::ENV_VAR)
+            .env_remove(servebench_model::redact::ENV_VAR)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         Relay {
@@ -237,14 +237,14 @@ impl Relaying {
 pub(crate) fn copy_lines(
     from: impl std::io::Read,
     mut to: impl std::io::Write,
-    redactor: &crate::redact::Redactor,
+    redactor: &servebench_model::redact::Redactor,
 ) {
     use std::io::BufRead;
     let mut reader = std::io::BufReader::new(from);
     let mut line = Vec::new();
     loop {
         line.clear();
-        match std::io::Read::take(&mut reader, crate::redact::MAX_LINE_BYTES as u64)
+        match std::io::Read::take(&mut reader, servebench_model::redact::MAX_LINE_BYTES as u64)
             .read_until(b'\n', &mut line)
         {
             Ok(0) | Err(_) => return,
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn the_relay_hides_secrets_line_by_line() {
-        let redactor = crate::redact::Redactor::new(["sk-relay-secret-1".to_string()]);
+        let redactor = servebench_model::redact::Redactor::new(["sk-relay-secret-1".to_string()]);
         let log = b"[t] server_args=ServerArgs(api_key='sk-relay-secret-1', tp_size=1)\nplain\nno newline sk-relay-secret-1";
         let mut out = Vec::new();
         copy_lines(&log[..], &mut out, &redactor);

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::spec::load_model::AgenticSpec;
+use servebench_model::spec::load_model::AgenticSpec;
 
 /// Largest session trace read.
 pub(crate) const FILE_BYTES: u64 = 256 << 20;
@@ -146,7 +146,7 @@ pub(crate) fn summarize(
 
 /// Reads a session trace, within its budgets.
 pub(crate) fn read(path: &Path, spec: &AgenticSpec) -> Result<SessionCorpus, SessionTraceError> {
-    use crate::input_file::{self, Refused};
+    use servebench_model::input_file::{self, Refused};
     let file = input_file::open_regular(path, FILE_BYTES).map_err(|r| match r {
         Refused::Io(source) => SessionTraceError::Io {
             path: path.to_path_buf(),

@@ -7,7 +7,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp1, Gamma};
 
-use crate::spec::load_model::Arrival;
+use servebench_model::spec::load_model::Arrival;
 
 /// Gaps of mean 1 for an arrival process, seeded: the same seed gives the same gaps.
 pub(crate) struct UnitGaps {

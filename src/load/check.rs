@@ -9,10 +9,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::spec::Check;
-use crate::spec::load_model::LoadKind;
-use crate::spec::types::Experiment;
-use crate::spec::validate::{Problem, Target};
+use servebench_model::spec::Check;
+use servebench_model::spec::load_model::LoadKind;
+use servebench_model::spec::types::Experiment;
+use servebench_model::spec::validate::{Problem, Target};
 
 use super::schedule::{MAX_SPAN_S, SCHEDULE_LIMIT, Schedule, ScheduleError};
 use super::trace::{self, TraceError, TraceSummary};
@@ -63,9 +63,9 @@ impl Check for ScheduleCheck {
                         (
                             format!(
                                 "the trace spans {} from its first arrival to its last (at time_scale {}), longer than a schedule may span ({})",
-                                crate::text::duration(s.span_s * t.time_scale),
+                                servebench_model::text::duration(s.span_s * t.time_scale),
                                 t.time_scale,
-                                crate::text::duration(MAX_SPAN_S)
+                                servebench_model::text::duration(MAX_SPAN_S)
                             ),
                             "cut the trace, or lower `load.trace.time_scale`".into(),
                         ),

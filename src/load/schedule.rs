@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::results::records::Phase;
-use crate::spec::load_model::{LoadKind, PhaseSpec, StopSpec};
-use crate::spec::types::Experiment;
+use servebench_model::results::records::Phase;
+use servebench_model::spec::load_model::{LoadKind, PhaseSpec, StopSpec};
+use servebench_model::spec::types::Experiment;
 
 use super::arrival::{RateCurve, UnitGaps};
 use super::trace::{self, TraceError};
@@ -118,14 +118,14 @@ pub enum ScheduleError {
     UnboundedInf,
     #[error(
         "`{field}` is {}, longer than a schedule may span ({}); give a shorter one",
-        crate::text::duration(*.seconds),
-        crate::text::duration(MAX_SPAN_S)
+        servebench_model::text::duration(*.seconds),
+        servebench_model::text::duration(MAX_SPAN_S)
     )]
     PhaseTooLong { field: &'static str, seconds: f64 },
     #[error(
         "request {index} would be due {} after the point's start, later than a schedule may span ({}); {}",
-        crate::text::duration(*.at_s),
-        crate::text::duration(MAX_SPAN_S),
+        servebench_model::text::duration(*.at_s),
+        servebench_model::text::duration(MAX_SPAN_S),
         if *.traced { "cut the trace, or lower `load.trace.time_scale`" } else { "shorten `stop.duration`, or raise the rate" }
     )]
     TooLate {

@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use crate::spec::load_model::HashIds;
+use servebench_model::spec::load_model::HashIds;
 
 /// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
 pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
@@ -63,7 +63,7 @@ impl Default for TraceOptions {
 
 impl TraceOptions {
     /// The options `load.trace` gives.
-    pub(crate) fn of(spec: &crate::spec::load_model::TraceSpec) -> TraceOptions {
+    pub(crate) fn of(spec: &servebench_model::spec::load_model::TraceSpec) -> TraceOptions {
         TraceOptions {
             block_size: spec.block_size.max(1),
             hash_ids: spec.hash_ids,
@@ -285,7 +285,7 @@ fn scan_within(
 
 /// The trace file opened for reading, if it is a regular file within the byte budget.
 fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
-    use crate::input_file::{self, Refused};
+    use servebench_model::input_file::{self, Refused};
     input_file::open_regular(path, TRACE_BYTE_LIMIT).map_err(|refused| match refused {
         Refused::Io(source) => TraceError::Io {
             path: path.to_path_buf(),

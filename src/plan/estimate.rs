@@ -9,10 +9,10 @@ use indexmap::IndexMap;
 
 use super::Plan;
 use crate::prompt::PromptSource;
-use crate::results::records::RequestRecord;
-use crate::results::rundir::{RunDir, RunDirError};
-use crate::spec::Point;
-use crate::spec::types::{CachePolicy, Engine, Experiment, Measure, PromptSpec, Server};
+use servebench_model::results::records::RequestRecord;
+use servebench_model::results::rundir::{RunDir, RunDirError};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{CachePolicy, Engine, Experiment, Measure, PromptSpec, Server};
 use sim::{SimArgError, SimConfig};
 
 /// Full-length requests one prompt calibration is assumed to take when tokens are counted by
@@ -139,7 +139,7 @@ pub fn from_run(plan: &Plan, run_dir: &Path) -> Result<Estimate, EstimateError> 
                 .map(|p| {
                     // A point that measured nothing (it failed before its first request
                     // finished) took no time worth repeating: it gives no estimate.
-                    let took = |r: &crate::results::records::PointRecord| {
+                    let took = |r: &servebench_model::results::records::PointRecord| {
                         if r.ok == 0 {
                             return None;
                         }
@@ -272,7 +272,7 @@ pub(crate) fn search_bound(p: &Point) -> usize {
 /// all when every point has its wall time.
 fn request_spans(
     dir: &RunDir,
-    points: &[crate::results::records::PointRecord],
+    points: &[servebench_model::results::records::PointRecord],
 ) -> Result<HashMap<String, (f64, f64)>, EstimateError> {
     let mut spans: HashMap<String, (f64, f64)> = HashMap::new();
     let wanted: HashSet<&str> = points
@@ -418,7 +418,7 @@ fn model_config(
         args.shift_remove("profile");
         args.insert(
             "profile".into(),
-            crate::spec::types::ArgValue::Str(p.into()),
+            servebench_model::spec::types::ArgValue::Str(p.into()),
         );
     }
     let argv = crate::engine::flag_args(&args).map_err(EstimateError::Flags)?;
@@ -438,7 +438,7 @@ fn simulated_engine_config(
         server.args.shift_remove("profile");
         server.args.insert(
             "profile".into(),
-            crate::spec::types::ArgValue::Str(p.into()),
+            servebench_model::spec::types::ArgValue::Str(p.into()),
         );
         server.engine_args.values_mut().for_each(|a| {
             a.shift_remove("profile");
@@ -490,7 +490,9 @@ fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
         } => Some(prefix_tokens + suffix_tokens),
         // A drawn length's mean stands for the point's requests.
         PromptSource::Drawn { .. } => match &p.experiment.workload.prompt {
-            crate::spec::types::PromptSpec::Random { tokens, .. } => Some(tokens.nominal()),
+            servebench_model::spec::types::PromptSpec::Random { tokens, .. } => {
+                Some(tokens.nominal())
+            }
             _ => None,
         },
     }
@@ -499,7 +501,7 @@ fn prompt_tokens(p: &Point, spec_dir: &Path) -> Option<u64> {
 /// Calibration is paid once per run for each (api, prompt spec): the key, or None when the
 /// point's prompt is not calibrated.
 fn calibration_key(p: &Point) -> Option<String> {
-    use crate::spec::types::PromptSpec;
+    use servebench_model::spec::types::PromptSpec;
     let w = &p.experiment.workload;
     match &w.prompt {
         PromptSpec::Repeat {
@@ -572,11 +574,12 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
         CachePolicy::AsIs => m.prefill(tokens, 0) - measured_prefill,
         CachePolicy::Cold => 0.0,
     };
-    let calibration = if calibrate && exp.workload.api == crate::spec::types::Api::OpenaiChat {
-        CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
-    } else {
-        0.0
-    };
+    let calibration =
+        if calibrate && exp.workload.api == servebench_model::spec::types::Api::OpenaiChat {
+            CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
+        } else {
+            0.0
+        };
     calibration + exp.repeat.max(1) as f64 * (prime + per_round)
 }
 
@@ -598,11 +601,12 @@ fn model_load_point(
         .max(1);
     let out = exp.workload.output_tokens.nominal().max(1);
     let served = replay(&m, schedule.iter().map(|s| s.at_s), cap, tokens, out);
-    let calibration = if calibrate && exp.workload.api == crate::spec::types::Api::OpenaiChat {
-        CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
-    } else {
-        0.0
-    };
+    let calibration =
+        if calibrate && exp.workload.api == servebench_model::spec::types::Api::OpenaiChat {
+            CALIBRATION_ATTEMPTS * (m.prefill(tokens, 0) + m.decode(1, tokens, 1))
+        } else {
+            0.0
+        };
     // The pacer's lead before the first arrival (`run::point::scheduled`).
     Some(calibration + 0.02 + served)
 }
@@ -666,7 +670,7 @@ fn replay(m: &Model, arrivals: impl Iterator<Item = f64>, cap: u64, tokens: u64,
 fn model_load_search(
     cfg: &SimConfig,
     p: &Point,
-    s: &crate::spec::search::SearchSpec,
+    s: &servebench_model::spec::search::SearchSpec,
     tokens: u64,
     calibrate: bool,
     spec_dir: &Path,
@@ -758,7 +762,7 @@ impl<'a> Model<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::types::{Method, MethodName};
+    use servebench_model::spec::types::{Method, MethodName};
 
     fn cfg(args: &[&str]) -> SimConfig {
         let argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -800,7 +804,7 @@ mod tests {
         assert!((no_cal - 2.0 * wave).abs() < 1e-6);
         // A chat prompt is counted by generating: two prefills and a decode step each.
         let mut chat = e.clone();
-        chat.workload.api = crate::spec::types::Api::OpenaiChat;
+        chat.workload.api = servebench_model::spec::types::Api::OpenaiChat;
         let calibration = 2.0 * (prefill + step_ms(1.0, 1000.0));
         let got = model_point(&c, &chat, 1000, true) * 1e3;
         let want = calibration + 2.0 * wave;
@@ -836,7 +840,7 @@ mod tests {
     #[test]
     fn an_uncalibrated_prompt_is_as_long_as_the_text_the_runner_sends() {
         let spec = |calibrate: bool| {
-            crate::spec::load_str(
+            servebench_model::spec::load_str(
                 "t.yaml",
                 &format!(
                     "name: t\nserver: {{ engine: sim }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 4096, calibrate: {calibrate} }}\n  output_tokens: 4\n"

@@ -2,8 +2,8 @@
 //! crashed (`on_failure: continue | skip-larger | abort`). Pure, so it is decided and tested
 //! apart from the runner that applies it.
 
-use crate::spec::Point;
-use crate::spec::types::{OnFailure, PromptSpec};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{OnFailure, PromptSpec};
 
 /// What to do after a crash.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +101,7 @@ mod tests {
             "name: t\nserver: {{ engine: sim }}\non_failure: {on_failure}\nconcurrency: {concurrency}\n\
              workload: {{ prompt: {{ kind: repeat, tokens: {ctx} }}, output_tokens: 4 }}\n"
         );
-        let spec = crate::spec::load_str("t.yaml", &yaml).expect("spec loads");
+        let spec = servebench_model::spec::load_str("t.yaml", &yaml).expect("spec loads");
         let mut p = spec.points[0].clone();
         p.id = id.to_string();
         p

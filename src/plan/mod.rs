@@ -10,8 +10,8 @@ pub(crate) mod search;
 
 use std::path::Path;
 
-use crate::spec::Point;
-use crate::spec::types::{Experiment, Measure, Server};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{Experiment, Measure, Server};
 
 /// Points that share one server configuration (one launch).
 #[derive(Debug, Clone)]

@@ -5,9 +5,9 @@ use std::fmt::{self, Write};
 
 use super::Plan;
 use super::estimate::{Estimate, EstimateError};
-use crate::spec::LoadedSpec;
-use crate::spec::types::{ClientPlacement, Measure, Server};
-use crate::text::{count, count_s};
+use servebench_model::spec::LoadedSpec;
+use servebench_model::spec::types::{ClientPlacement, Measure, Server};
+use servebench_model::text::{count, count_s};
 
 /// The plan as `servebench plan` prints it. `estimate` is the source's estimate, or why it
 /// has none (said on the last line instead of a total; the per-point times are then left out).
@@ -93,7 +93,7 @@ fn write_plan(
 /// capacity search), in how many rounds, its cache policy and estimated time (`time`).
 fn write_point(
     out: &mut String,
-    p: &crate::spec::Point,
+    p: &servebench_model::spec::Point,
     time: &str,
     spec_dir: &std::path::Path,
 ) -> fmt::Result {
@@ -128,10 +128,10 @@ fn write_point(
             "  {}  capacity search over {} from {} to {} {}, resolution {}%: at most {}, each {}, cache {}{time}",
             p.label(),
             s.over,
-            crate::text::sig3(s.start),
-            crate::text::sig3(s.max),
+            servebench_model::text::sig3(s.start),
+            servebench_model::text::sig3(s.max),
             s.over.unit(),
-            crate::text::sig3(s.resolution.fraction() * 100.0),
+            servebench_model::text::sig3(s.resolution.fraction() * 100.0),
             count_s(bound, "probe"),
             match e.open_loop() {
                 Some(_) => "an open-loop point at the probed rate".to_string(),
@@ -263,8 +263,8 @@ pool: {} ({}); one server group per host at a time, in plan order; on_host_failu
         let when = match estimate {
             Ok(_) => format!(
                 "  {} to {}",
-                crate::text::duration(slot.start_s),
-                crate::text::duration(slot.end_s)
+                servebench_model::text::duration(slot.start_s),
+                servebench_model::text::duration(slot.end_s)
             ),
             Err(_) => String::new(),
         };
@@ -306,17 +306,20 @@ fn launch(s: &Server) -> String {
                     })
                     .collect();
                 let engine = match s.engine {
-                    crate::spec::types::Engine::Sim => "the simulator (SGLang's API)",
+                    servebench_model::spec::types::Engine::Sim => "the simulator (SGLang's API)",
                     e => crate::engine::adapter(e).display,
                 };
-                let simulated = if s.simulate && s.engine != crate::spec::types::Engine::Sim {
-                    " (simulated)"
-                } else {
-                    ""
-                };
+                let simulated =
+                    if s.simulate && s.engine != servebench_model::spec::types::Engine::Sim {
+                        " (simulated)"
+                    } else {
+                        ""
+                    };
                 format!(
                     "launch {engine}{simulated}: {}",
-                    crate::text::shell_join(&crate::secrets::redact_argv(&argv))
+                    servebench_model::text::shell_join(&servebench_model::secrets::redact_argv(
+                        &argv
+                    ))
                 )
             }
             // `validate` refuses such a server; the plan says why rather than guessing.
@@ -326,13 +329,14 @@ fn launch(s: &Server) -> String {
 }
 
 /// A deployment's launch: each worker's command, then the router's (ports picked at launch).
-fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
+fn deployment(s: &Server, d: &servebench_model::spec::deployment::Deployment) -> String {
     use crate::engine::deployment::{router_command, worker_server};
     let mut lines = Vec::new();
     let mut for_router = Vec::new();
     let spread = d.node_count() > 1;
     for (i, plan) in d.plan().into_iter().enumerate() {
-        let bootstrap = (plan.role == crate::spec::deployment::WorkerRole::Prefill).then_some(0);
+        let bootstrap =
+            (plan.role == servebench_model::spec::deployment::WorkerRole::Prefill).then_some(0);
         let w = worker_server(s, &plan, bootstrap);
         let node = d.node_of(i);
         // A worker off the router's node listens on its host's address, known at launch.
@@ -361,11 +365,13 @@ fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
         ));
     }
     let router = match router_command(d, 0, 0, &for_router) {
-        Ok(c) => crate::text::shell_join(&crate::secrets::redact_argv(&c.argv()))
-            .replace("--port 0", "--port PORT")
-            .replace("--prometheus-port 0", "--prometheus-port PORT")
-            // A prefill worker's bootstrap port follows its URL (`--prefill URL 0`).
-            .replace(" 0 --", " BOOTSTRAP_PORT --"),
+        Ok(c) => {
+            servebench_model::text::shell_join(&servebench_model::secrets::redact_argv(&c.argv()))
+                .replace("--port 0", "--port PORT")
+                .replace("--prometheus-port 0", "--prometheus-port PORT")
+                // A prefill worker's bootstrap port follows its URL (`--prefill URL 0`).
+                .replace(" 0 --", " BOOTSTRAP_PORT --")
+        }
         Err(e) => format!("(cannot be built: {e})"),
     };
     let over = if spread {
@@ -384,7 +390,7 @@ fn deployment(s: &Server, d: &crate::spec::deployment::Deployment) -> String {
 /// `~12.3 s`, or `~?` when the source has nothing for it.
 fn about(seconds: Option<f64>) -> String {
     seconds.map_or("~?".to_string(), |s| {
-        format!("~{}", crate::text::duration(s))
+        format!("~{}", servebench_model::text::duration(s))
     })
 }
 
@@ -394,7 +400,7 @@ mod tests {
     use crate::plan::estimate::{GroupEstimate, PointEstimate};
 
     fn spec(extra: &str) -> LoadedSpec {
-        crate::spec::load_str(
+        servebench_model::spec::load_str(
             "t.yaml",
             &format!(
                 "name: t\nserver:\n  engine: sim\n  model: m\n  args: {{ profile: fast }}\n\

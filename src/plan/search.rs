@@ -26,16 +26,16 @@ pub(crate) struct SearchSpec {
     pub integer: bool,
 }
 
-impl From<&crate::spec::search::SearchSpec> for SearchSpec {
-    fn from(s: &crate::spec::search::SearchSpec) -> Self {
+impl From<&servebench_model::spec::search::SearchSpec> for SearchSpec {
+    fn from(s: &servebench_model::spec::search::SearchSpec) -> Self {
         SearchSpec {
             start: s.start,
             max: s.max,
             resolution: s.resolution.fraction(),
             integer: matches!(
                 s.over,
-                crate::spec::search::SearchOver::Concurrency
-                    | crate::spec::search::SearchOver::LiveSessions
+                servebench_model::spec::search::SearchOver::Concurrency
+                    | servebench_model::spec::search::SearchOver::LiveSessions
             ),
         }
     }
@@ -192,12 +192,12 @@ pub(crate) fn probe_id(seed: &str, k: usize) -> String {
 /// The point probing `value` (probe `k`): the seed with the searched field set, the value
 /// among its sweep values (so its label shows it).
 pub(crate) fn probe_point(
-    seed: &crate::spec::Point,
-    over: crate::spec::search::SearchOver,
+    seed: &servebench_model::spec::Point,
+    over: servebench_model::spec::search::SearchOver,
     value: f64,
     k: usize,
-) -> crate::spec::Point {
-    use crate::spec::search::SearchOver;
+) -> servebench_model::spec::Point {
+    use servebench_model::spec::search::SearchOver;
     let mut p = seed.clone();
     p.id = probe_id(&seed.id, k);
     let json = if value.fract() == 0.0 && value.abs() < 1e15 {
@@ -209,7 +209,7 @@ pub(crate) fn probe_point(
     match over {
         SearchOver::LoadRate => {
             if let Some(load) = p.experiment.load.as_mut() {
-                load.rate = Some(crate::spec::load_model::Rate::PerSecond(value));
+                load.rate = Some(servebench_model::spec::load_model::Rate::PerSecond(value));
             }
         }
         SearchOver::Concurrency => p.experiment.concurrency = value.max(1.0) as u32,

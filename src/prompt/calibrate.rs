@@ -25,7 +25,7 @@ pub struct Calibrated {
     pub within_tolerance: bool,
 }
 
-pub use crate::results::records::{
+pub use servebench_model::results::records::{
     CalibrationAttempt as Attempt, CalibrationAttemptKind as AttemptKind,
 };
 

@@ -4,7 +4,7 @@
 //! The phrasing is fixed: the simulator recognises it (`sim::canary`) to imitate a correct
 //! model, so a change here is a change there.
 
-use crate::spec::validity::CanaryPosition;
+use servebench_model::spec::validity::CanaryPosition;
 
 /// The filler the fact hides in (no digits, so the only number is the fact).
 pub(crate) const FILLER: &str = "The quick brown fox jumps over the lazy dog. ";
@@ -49,7 +49,7 @@ pub(crate) fn continuation(prefix: &str, filler: &str) -> String {
 
 /// Where the middle of `filler` is: just after the sentence end nearest its half.
 fn middle(filler: &str) -> usize {
-    let half = crate::text::floor_char_boundary(filler, filler.len() / 2);
+    let half = servebench_model::text::floor_char_boundary(filler, filler.len() / 2);
     let before = filler[..half].rfind(". ").map(|i| i + 2);
     let after = filler[half..].find(". ").map(|i| half + i + 2);
     match (before, after) {

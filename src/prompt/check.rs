@@ -6,9 +6,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::spec::Check;
-use crate::spec::types::{Experiment, PromptSpec};
-use crate::spec::validate::{Problem, Target};
+use servebench_model::spec::Check;
+use servebench_model::spec::types::{Experiment, PromptSpec};
+use servebench_model::spec::validate::{Problem, Target};
 
 use super::{PromptError, PromptSource};
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::spec::types::DatasetFormat;
+use servebench_model::spec::types::DatasetFormat;
 
 use super::dist::MAX_LENGTH;
 use super::file::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};

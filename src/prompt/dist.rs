@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, RngExt};
 use rand_distr::{Distribution, LogNormal, Normal};
 
-use crate::spec::types::{Length, LengthDist};
+use servebench_model::spec::types::{Length, LengthDist};
 
 use super::file::{MAX_PROMPTS, PromptError, read_bounded};
 
@@ -177,7 +177,7 @@ fn load_lengths(path: &Path) -> Result<Vec<u64>, PromptError> {
                     path: path.to_path_buf(),
                     line: i + 1,
                     column,
-                    text: crate::text::truncate(content, 40),
+                    text: servebench_model::text::truncate(content, 40),
                 });
             }
         };

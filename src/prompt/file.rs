@@ -138,7 +138,7 @@ pub fn load_prompt_file(path: &Path) -> Result<Vec<String>, PromptError> {
 
 /// The file's text, if it is a regular file of at most [`MAX_PROMPT_FILE_BYTES`].
 pub(super) fn read_bounded(path: &Path) -> Result<String, PromptError> {
-    use crate::input_file::{self, Refused};
+    use servebench_model::input_file::{self, Refused};
     use std::io::Read;
 
     let read_err = |source| PromptError::Read {

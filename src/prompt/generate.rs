@@ -5,7 +5,7 @@ use std::path::Path;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::spec::types::PromptSpec;
+use servebench_model::spec::types::PromptSpec;
 
 use super::file::{PromptError, load_prompt_file};
 
@@ -275,7 +275,7 @@ impl TextGenerator {
             }
         }
         // Cut on a char boundary (the repeat text may hold non-ASCII characters).
-        out.truncate(crate::text::floor_char_boundary(&out, chars));
+        out.truncate(servebench_model::text::floor_char_boundary(&out, chars));
         out
     }
 }

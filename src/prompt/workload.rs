@@ -8,7 +8,7 @@ use std::path::Path;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::spec::types::{Length, Workload};
+use servebench_model::spec::types::{Length, Workload};
 
 use super::dataset::DatasetInput;
 use super::dist::{LengthSampler, bucket};
@@ -293,7 +293,7 @@ fn with_seed(source: PromptSource, workload_seed: u64) -> PromptSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::types::{Api, LengthDist, MixEntry, PromptSpec};
+    use servebench_model::spec::types::{Api, LengthDist, MixEntry, PromptSpec};
 
     fn workload(mix: Vec<MixEntry>, output: Length) -> Workload {
         Workload {

@@ -26,9 +26,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt;
 
 use crate::client::Client;
-use crate::results::records::{PointRecord, RequestRecord};
-use crate::spec::Point;
-use crate::spec::types::Experiment;
+use servebench_model::results::records::{PointRecord, RequestRecord};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::Experiment;
 
 use super::interrupt::Interrupt;
 use super::point::{PointRunner, RecordSink};
@@ -51,7 +51,7 @@ pub(crate) struct AgentRequest {
     pub prompts: Option<Vec<String>>,
     /// What the server offers (probed by the runner): how to reset its cache.
     #[serde(default)]
-    pub surface: Option<crate::results::meta::ServerSurface>,
+    pub surface: Option<servebench_model::results::meta::ServerSurface>,
     /// Where the server writes profiler traces (`profile:`), on this host.
     #[serde(default)]
     pub profile_dir: Option<String>,
@@ -103,9 +103,9 @@ pub(crate) enum AgentEvent {
     Heartbeat,
     Request(RequestRecord),
     /// One scrape of the server's `/metrics`, for the runner's `metrics.jsonl`.
-    Metrics(crate::results::server_view::MetricsScrape),
+    Metrics(servebench_model::results::server_view::MetricsScrape),
     /// One reading of the host's GPUs, for the runner's `gpu.jsonl`.
-    Gpu(crate::results::gpu::GpuSample),
+    Gpu(servebench_model::results::gpu::GpuSample),
     Point {
         point: PointRecord,
         interrupted: bool,

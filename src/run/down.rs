@@ -7,8 +7,8 @@ use std::path::Path;
 use crate::host::local::LocalHost;
 use crate::host::remote::RemoteHost;
 use crate::host::{GroupIdentity, Host, HostError, Leftover};
-use crate::results::meta::ServerLaunch;
-use crate::results::rundir::{RunDir, RunDirError};
+use servebench_model::results::meta::ServerLaunch;
+use servebench_model::results::rundir::{RunDir, RunDirError};
 
 use super::server::STOP_GRACE;
 
@@ -120,9 +120,9 @@ pub(crate) async fn down(dir: &Path) -> Result<DownReport, DownError> {
 /// run recorded, connected as the spec's `host.slurm.login` says (its key, its known_hosts).
 async fn slurm_runner(
     login: Option<&str>,
-    specs: &[crate::spec::types::HostSpec],
+    specs: &[servebench_model::spec::types::HostSpec],
 ) -> Result<crate::host::slurm::Runner, HostError> {
-    use crate::spec::types::HostSpec;
+    use servebench_model::spec::types::HostSpec;
     let Some(name) = login else {
         return Ok(crate::host::slurm::Runner::Local);
     };
@@ -148,9 +148,9 @@ async fn slurm_runner(
 /// that died while its job waited in the queue).
 async fn cancel_slurm_jobs(
     servers: &mut [ServerLaunch],
-    submitted: &[crate::results::meta::SubmittedJob],
+    submitted: &[servebench_model::results::meta::SubmittedJob],
     report: &mut DownReport,
-    specs: &[crate::spec::types::HostSpec],
+    specs: &[servebench_model::spec::types::HostSpec],
 ) {
     use crate::host::slurm::cli;
     let mut seen = std::collections::HashSet::new();
@@ -171,7 +171,7 @@ async fn cancel_slurm_jobs(
         if !seen.insert(id) {
             continue;
         }
-        let job = crate::results::meta::SlurmJob {
+        let job = servebench_model::results::meta::SlurmJob {
             job_id: id,
             login,
             ..Default::default()
@@ -261,12 +261,12 @@ async fn wait_job_gone(runner: &crate::host::slurm::Runner, id: u64) -> bool {
 /// The run's hosts, reached on first use: recorded launches name their SSH host
 /// (`user@host:port`), found among the spec's `host` or `hosts`.
 struct Hosts {
-    specs: Vec<crate::spec::types::HostSpec>,
+    specs: Vec<servebench_model::spec::types::HostSpec>,
     reached: Vec<(String, RemoteHost)>,
 }
 
 impl Hosts {
-    fn new(specs: Vec<crate::spec::types::HostSpec>) -> Hosts {
+    fn new(specs: Vec<servebench_model::spec::types::HostSpec>) -> Hosts {
         Hosts {
             specs,
             reached: Vec::new(),
@@ -305,7 +305,7 @@ impl Hosts {
 }
 
 /// The name an SSH host spec connects as (`user@host:port`), as launches record it.
-fn spec_name(spec: &crate::spec::types::HostSpec) -> Option<String> {
+fn spec_name(spec: &servebench_model::spec::types::HostSpec) -> Option<String> {
     let t = crate::host::remote::ssh_target(spec).ok()??;
     Some(t.resolved().map_or_else(|_| t.display(), |r| r.display()))
 }

@@ -49,7 +49,7 @@ pub(crate) enum Preflight {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ResumeError {
     #[error(transparent)]
-    RunDir(#[from] crate::results::RunDirError),
+    RunDir(#[from] servebench_model::results::RunDirError),
     #[error("cannot read the run's spec.yaml: {0}")]
     SpecCopy(#[source] std::io::Error),
     #[error(
@@ -57,5 +57,5 @@ pub(crate) enum ResumeError {
     )]
     Redacted { spec: String },
     #[error("the run's spec no longer loads:\n{0}")]
-    Invalid(#[source] crate::spec::SpecErrors),
+    Invalid(#[source] servebench_model::spec::SpecErrors),
 }

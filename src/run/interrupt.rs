@@ -135,7 +135,7 @@ impl Interrupt {
             tokio::spawn(async move {
                 stream.recv().await;
                 if announce && !me.is_set() {
-                    crate::console::errln(&format!(
+                    servebench_model::console::errln(&format!(
                         "\n{}: finishing up (recording what was measured, stopping the server)...",
                         StopCause::Signal(name)
                     ));

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::plan::failure::FailurePolicy;
-use crate::spec::Point;
+use servebench_model::catalog::FlagKind;
+use servebench_model::spec::Point;
 
 use super::agent::session::AgentPlace;
 use super::errors::RunError;
@@ -77,12 +77,12 @@ pub(crate) struct Measuring<'a> {
     pub runner: &'a mut PointRunner,
     /// Where the agent measures (`client: host`): the SSH host, or the Slurm allocation.
     pub agent_host: Option<&'a AgentPlace>,
-    pub server: &'a crate::spec::types::Server,
+    pub server: &'a servebench_model::spec::types::Server,
     pub spec_dir: &'a Path,
 }
 
 /// Measures a launch's points with the measurer its placement calls for, then releases it.
-pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p crate::spec::Point>>(
+pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p servebench_model::spec::Point>>(
     handle: &mut ServerHandle,
     pending: &mut std::iter::Peekable<I>,
     policy: &mut FailurePolicy,
@@ -90,7 +90,7 @@ pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p crate::spec::Point>
     m: Measuring<'_>,
     tally: &mut Tally,
 ) -> Result<LaunchEnd, RunError> {
-    let api_key = crate::secrets::api_key(m.server);
+    let api_key = servebench_model::secrets::api_key(m.server);
     let mut measurer: Box<dyn Measurer + '_> = match m.agent_host {
         Some(remote) => Box::new(
             OnHost::new(

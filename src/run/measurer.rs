@@ -10,8 +10,8 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use crate::client::Client;
-use crate::results::rundir::RunDir;
-use crate::spec::Point;
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::Point;
 
 use super::agent::AgentRequest;
 use super::agent::session::{AgentPlace, AgentSession};
@@ -74,7 +74,7 @@ pub(crate) struct OnHost {
     pub url: String,
     pub api_key: Option<String>,
     /// What the server offers, for the agent's cache resets.
-    pub surface: Option<crate::results::meta::ServerSurface>,
+    pub surface: Option<servebench_model::results::meta::ServerSurface>,
     pub spec_dir: PathBuf,
     pub run_dir: Arc<RunDir>,
     pub progress: Progress,
@@ -94,7 +94,7 @@ impl OnHost {
         host: AgentPlace,
         url: String,
         api_key: Option<String>,
-        surface: Option<crate::results::meta::ServerSurface>,
+        surface: Option<servebench_model::results::meta::ServerSurface>,
         spec_dir: PathBuf,
         run_dir: Arc<RunDir>,
         progress: Progress,
@@ -183,7 +183,7 @@ impl Measurer for OnHost {
             // A lost agent is replaced for the next point.
             if outcome
                 .record
-                .has_flag(&crate::catalog::FlagKind::AgentLost)
+                .has_flag(&servebench_model::catalog::FlagKind::AgentLost)
                 && let Some(lost) = self.session.take()
             {
                 lost.close().await;
@@ -205,7 +205,10 @@ impl Measurer for OnHost {
     }
 }
 /// The prompts of a `file` prompt, read here for the agent on the host.
-pub(crate) fn file_prompts(p: &crate::spec::Point, spec_dir: &Path) -> Option<Vec<String>> {
+pub(crate) fn file_prompts(
+    p: &servebench_model::spec::Point,
+    spec_dir: &Path,
+) -> Option<Vec<String>> {
     match crate::prompt::PromptSource::load(&p.experiment.workload.prompt, spec_dir) {
         Ok(crate::prompt::PromptSource::Fixed(list)) => Some(list),
         _ => None,

@@ -23,13 +23,13 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::catalog::FlagKind;
 use crate::plan::Plan;
-use crate::results::meta::{RunMeta, RunStatus};
-use crate::results::records::PointRecord;
-use crate::results::rundir::RunDir;
-use crate::spec::LoadedSpec;
-use crate::text::count_s;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::meta::{RunMeta, RunStatus};
+use servebench_model::results::records::PointRecord;
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::LoadedSpec;
+use servebench_model::text::count_s;
 
 use launch::Tally;
 use pool::Pool;
@@ -55,7 +55,7 @@ pub(crate) struct RunOutcome {
     pub status: RunStatus,
     pub reason: Option<String>,
     /// The report's path, or why it could not be rendered.
-    pub report: Result<PathBuf, crate::report::ReportError>,
+    pub report: Result<PathBuf, servebench_report::report::ReportError>,
 }
 
 /// Runs every point of `spec` and writes the run directory.
@@ -89,7 +89,7 @@ pub(crate) async fn execute(
     // wait for this runner's end.
     run_dir.lock().map_err(|e| RunError::Write {
         what: run_dir
-            .file(crate::results::rundir::LOCK_FILE)
+            .file(servebench_model::results::rundir::LOCK_FILE)
             .display()
             .to_string(),
         source: std::io::Error::other(e.to_string()),
@@ -155,7 +155,7 @@ pub(crate) async fn resume(
         // A search's probe is kept whatever its verdict (the search replays it); only one an
         // interrupt cut short is measured again.
         .filter(|p| {
-            p.status() == crate::results::records::PointStatus::Ok
+            p.status() == servebench_model::results::records::PointStatus::Ok
                 || (p.search.is_some() && !p.has_flag(&FlagKind::Interrupted))
         })
         .map(|p| p.id)
@@ -188,26 +188,27 @@ fn resume_spec(run_dir: &RunDir, meta: &RunMeta) -> Result<LoadedSpec, RunError>
     // The absolute path when recorded: a spec given relative to another working directory
     // is still found (and the prompt files and templates it names, relative to it).
     let original = Path::new(meta.spec_location());
-    if let Ok(loaded) = crate::spec::load(original)
+    if let Ok(loaded) = servebench_model::spec::load(original)
         && loaded.sha256 == meta.spec_sha256
     {
         return Ok(loaded);
     }
     let copy = std::fs::read_to_string(run_dir.file("spec.yaml")).map_err(ResumeError::SpecCopy)?;
-    if copy.contains(crate::secrets::REDACTED) {
+    if copy.contains(servebench_model::secrets::REDACTED) {
         return Err(ResumeError::Redacted {
             spec: meta.spec_file.clone(),
         }
         .into());
     }
     // Named after the original, so relative paths (prompt files, templates) resolve as before.
-    crate::spec::load_str(meta.spec_location(), &copy).map_err(|e| ResumeError::Invalid(e).into())
+    servebench_model::spec::load_str(meta.spec_location(), &copy)
+        .map_err(|e| ResumeError::Invalid(e).into())
 }
 
 /// Every secret of the spec (every point's: a sweep can hold them) is hidden from here on, in
-/// each file the run writes and each line it prints (`crate::redact`).
+/// each file the run writes and each line it prints (`servebench_model::redact`).
 fn install_redactor(spec: &LoadedSpec) {
-    crate::redact::install(crate::secrets::redactor(
+    servebench_model::redact::install(servebench_model::secrets::redactor(
         spec.points.iter().map(|p| &p.experiment),
     ));
 }
@@ -256,7 +257,7 @@ async fn run_plan(
     {
         progress.line(&format!(
             "estimate: ~{} from {}",
-            crate::text::duration(est.total_s()),
+            servebench_model::text::duration(est.total_s()),
             est.source
         ));
         // On a pool, groups run side by side: the time left is the pool's wall time. A
@@ -335,7 +336,7 @@ async fn run_plan(
     write_meta(&run_dir, &meta)?;
 
     let template = user_template(first, &spec_dir);
-    let report = crate::report::write_report(&run_dir, Some(&template));
+    let report = servebench_report::report::write_report(&run_dir, Some(&template));
     Ok(RunOutcome {
         dir: run_dir.path.clone(),
         status,
@@ -375,7 +376,7 @@ fn points_line(c: &outcome::PointCounts) -> String {
         .collect();
     format!(
         "servebench: {}: {}",
-        crate::text::count_s(c.total(), "point"),
+        servebench_model::text::count_s(c.total(), "point"),
         if parts.is_empty() {
             "none recorded".to_string()
         } else {
@@ -386,10 +387,10 @@ fn points_line(c: &outcome::PointCounts) -> String {
 
 /// The report template `report.template` names: a built-in, or a file relative to the spec.
 pub(crate) fn user_template(
-    exp: &crate::spec::types::Experiment,
+    exp: &servebench_model::spec::types::Experiment,
     spec_dir: &Path,
-) -> crate::report::Template {
-    crate::report::Template::resolve(&exp.report.template, spec_dir)
+) -> servebench_report::report::Template {
+    servebench_report::report::Template::resolve(&exp.report.template, spec_dir)
 }
 
 /// Checks that need the file system before anything starts: prompt files, templates.
@@ -407,7 +408,9 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         let pool = p.experiment.pool();
         let server = &p.experiment.server;
         // A Slurm host runs every rank in its allocation; machines run one rank each.
-        let slurm = pool.iter().find_map(crate::spec::types::HostSpec::slurm);
+        let slurm = pool
+            .iter()
+            .find_map(servebench_model::spec::types::HostSpec::slurm);
         let capacity: usize = pool.iter().map(|h| h.rank_capacity() as usize).sum();
         if server.node_count() > 1 && server.url.is_none() {
             // A deployment's workers are single-node servers: its nodes hold whole workers.
@@ -444,12 +447,12 @@ fn preflight(spec: &LoadedSpec, spec_dir: &Path) -> Result<(), RunError> {
         if let Err(e) = crate::prompt::WorkloadSource::load(&p.experiment.workload, spec_dir) {
             note(Preflight::Prompt(e.to_string()));
         }
-        if let crate::report::Template::File(t) = user_template(&p.experiment, spec_dir)
+        if let servebench_report::report::Template::File(t) = user_template(&p.experiment, spec_dir)
             && !t.is_file()
         {
             note(Preflight::MissingTemplate {
                 path: t,
-                builtins: crate::report::builtin_names(),
+                builtins: servebench_report::report::builtin_names(),
             });
         }
     }
@@ -478,8 +481,10 @@ fn resolved(plan: &Plan) -> serde_json::Value {
     serde_json::json!({ "sweep": sweep, "points": points })
 }
 
-fn redacted_experiment(e: &crate::spec::types::Experiment) -> crate::spec::types::Experiment {
+fn redacted_experiment(
+    e: &servebench_model::spec::types::Experiment,
+) -> servebench_model::spec::types::Experiment {
     let mut e = e.clone();
-    e.server = crate::secrets::redacted_server(&e.server);
+    e.server = servebench_model::secrets::redacted_server(&e.server);
     e
 }

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::catalog::FlagKind;
 use crate::host::Host;
 use crate::plan::failure::{AfterCrash, FailurePolicy};
-use crate::results::records::{Flag, PointStatus};
-use crate::results::rundir::RunDir;
-use crate::spec::Point;
-use crate::text::last_lines;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, PointStatus};
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::Point;
+use servebench_model::text::last_lines;
 
 use super::errors::RunError;
 use super::interrupt::Interrupt;
@@ -97,7 +97,7 @@ impl Launch<'_, '_> {
     pub(crate) async fn point(
         &mut self,
         point: &Point,
-        amend: &mut dyn FnMut(&mut crate::results::records::PointRecord),
+        amend: &mut dyn FnMut(&mut servebench_model::results::records::PointRecord),
     ) -> Result<Option<One>, RunError> {
         let cx = self.cx;
         let handle = &mut *self.handle;
@@ -175,7 +175,7 @@ impl Launch<'_, '_> {
             } else {
                 PointStatus::Failed
             });
-            record.failure = Some(crate::catalog::Failure::Lost.label().to_string());
+            record.failure = Some(servebench_model::catalog::Failure::Lost.label().to_string());
             tally.problems.push(format!("{}: {msg}", record.id));
             lost = Some(msg);
         }
@@ -222,7 +222,7 @@ impl Launch<'_, '_> {
 /// capture's flags.
 async fn bring_traces(
     cx: &LaunchContext<'_>,
-    capture: &mut crate::results::records::ProfilerCapture,
+    capture: &mut servebench_model::results::records::ProfilerCapture,
     before: &[String],
     max_bytes: u64,
 ) -> Vec<Flag> {
@@ -250,7 +250,7 @@ async fn bring_traces(
 /// so. Returns the crash's message.
 fn crashed_during(
     handle: &mut ServerHandle,
-    record: &mut crate::results::records::PointRecord,
+    record: &mut servebench_model::results::records::PointRecord,
     cause: crate::engine::CrashCause,
     lost_part: Option<&str>,
 ) -> String {
@@ -281,7 +281,7 @@ fn crashed_during(
             let start = record.wall.as_ref().map(|w| w.started_at);
             format!(
                 "\nlast GPU reading: {}",
-                crate::measure::gpu::reading_text(last, start)
+                servebench_report::measure::gpu::reading_text(last, start)
             )
         })
         .unwrap_or_default();

@@ -1,9 +1,9 @@
 //! A run's outcome from its points: how many are ok, degraded or failed, the run's status, and
 //! why, in words. Pure: it reads the recorded points, so a resumed run is judged on all of them.
 
-use crate::results::meta::RunStatus;
-use crate::results::records::{PointRecord, PointStatus};
-use crate::text::{count_s, first_line, truncate};
+use servebench_model::results::meta::RunStatus;
+use servebench_model::results::records::{PointRecord, PointStatus};
+use servebench_model::text::{count_s, first_line, truncate};
 
 /// Points by status.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -133,11 +133,11 @@ fn why_degraded(p: &PointRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::FlagKind;
-    use crate::results::records::Flag;
+    use servebench_model::catalog::FlagKind;
+    use servebench_model::results::records::Flag;
 
     fn point(id: &str, ok: usize, errors: usize, status: PointStatus) -> PointRecord {
-        let spec = crate::spec::load_str(
+        let spec = servebench_model::spec::load_str(
             "t.yaml",
             "name: t\nserver: { engine: sim }\nworkload: { prompt: { kind: repeat, tokens: 8 }, output_tokens: 2 }\n",
         )

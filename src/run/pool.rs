@@ -13,18 +13,18 @@ use std::sync::{Arc, Mutex};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use crate::catalog::FlagKind;
 use crate::host::Host;
 use crate::host::local::LocalHost;
 use crate::host::remote::RemoteHost;
 use crate::host::slurm::SlurmHost;
 use crate::plan::failure::FailurePolicy;
 use crate::plan::{Plan, ServerGroup};
-use crate::results::meta::{PoolHostRecord, RunMeta};
-use crate::results::rundir::RunDir;
-use crate::spec::types::{ClientPlacement, Experiment, HostFailover, HostSpec};
-use crate::spec::{LoadedSpec, Point};
-use crate::text::first_line;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::meta::{PoolHostRecord, RunMeta};
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::types::{ClientPlacement, Experiment, HostFailover, HostSpec};
+use servebench_model::spec::{LoadedSpec, Point};
+use servebench_model::text::first_line;
 
 use super::errors::RunError;
 use super::interrupt::Interrupt;
@@ -124,7 +124,7 @@ impl Pool {
         if self.is_pool {
             return format!(
                 " on a pool of {} ({})",
-                crate::text::count_s(self.hosts.len(), "host"),
+                servebench_model::text::count_s(self.hosts.len(), "host"),
                 self.hosts
                     .iter()
                     .map(|h| h.name.as_str())
@@ -181,7 +181,7 @@ async fn connect_one(
             runner,
             Arc::new(move |text: &str| match said.get() {
                 Some(p) => p.waiting(text),
-                None => crate::console::errln(text),
+                None => servebench_model::console::errln(text),
             }),
             interrupt.subscribe(),
         );
@@ -339,10 +339,10 @@ async fn record_hosts(run: &PoolRun<'_>, pool: &Pool) -> Result<(), RunError> {
         let dir = run.run_dir.clone();
         slurm.set_journal(Arc::new(move |job| {
             if let Err(e) = dir.append_slurm_job(job) {
-                crate::console::errln(&format!(
+                servebench_model::console::errln(&format!(
                     "servebench: cannot record Slurm job {} in {}: {e}",
                     job.job_id,
-                    crate::results::rundir::SLURM_JOBS_FILE
+                    servebench_model::results::rundir::SLURM_JOBS_FILE
                 ));
             }
         }));
@@ -422,7 +422,7 @@ fn host_failed<'p>(
             run.progress.line(&format!(
                 "host {name} failed ({}); {} of {} move to another host",
                 first_line(why),
-                crate::text::count_s(remaining.len(), "point"),
+                servebench_model::text::count_s(remaining.len(), "point"),
                 g.id
             ));
             Some((g, remaining))
@@ -468,7 +468,7 @@ fn fail_unstartable(
                 "{} is {} but only {} of the pool are left",
                 g.server.nodes_key(),
                 g.server.node_count(),
-                crate::text::count_s(left, "host")
+                servebench_model::text::count_s(left, "host")
             )
         };
         run.progress.line(&format!("{}: {msg}", g.id));
@@ -757,7 +757,7 @@ async fn announce(
     g: &ServerGroup,
     handle: &mut ServerHandle,
     host: &dyn Host,
-    model_config: &mut Option<crate::results::meta::ModelConfigRecord>,
+    model_config: &mut Option<servebench_model::results::meta::ModelConfigRecord>,
     single_host: bool,
 ) -> Result<usize, (RunError, usize)> {
     let config = match &model_config {
@@ -788,7 +788,7 @@ async fn announce(
         run.progress.line(&format!(
             "{}: ready after {} at {}",
             g.id,
-            crate::text::duration(s),
+            servebench_model::text::duration(s),
             handle.record.url
         ));
     }

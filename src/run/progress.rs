@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::catalog::Metric;
 use crate::plan::estimate::Estimate;
-use crate::results::records::PointRecord;
-use crate::spec::Point;
-use crate::text::duration as fmt_duration;
+use servebench_model::catalog::Metric;
+use servebench_model::results::records::PointRecord;
+use servebench_model::spec::Point;
+use servebench_model::text::duration as fmt_duration;
 
 /// Time left, from a plan estimate corrected by the run so far. On a host pool the time
 /// left is the pool's wall time for what is left (groups in parallel, as `plan::pool`
@@ -195,7 +195,7 @@ impl Progress {
             b.set_style(p.style());
             b.enable_steady_tick(TICK);
             // Log lines and console lines go above the bar, not through it.
-            crate::console::set_bar(Some(b.clone()));
+            servebench_model::console::set_bar(Some(b.clone()));
             p.bar = Some(b);
         }
         p
@@ -334,8 +334,8 @@ impl Progress {
         }
         match &self.bar {
             // The bar prints itself, not through the console: hide secrets here.
-            Some(b) => b.println(crate::redact::text(text)),
-            None => crate::console::errln(text),
+            Some(b) => b.println(servebench_model::redact::text(text)),
+            None => servebench_model::console::errln(text),
         }
     }
 
@@ -350,7 +350,7 @@ impl Progress {
     pub(crate) fn point_started(&self, id: &str, label: &str) {
         *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        let label = crate::redact::text(label).into_owned();
+        let label = servebench_model::redact::text(label).into_owned();
         shown.current = Some((id.to_string(), label, Instant::now()));
     }
 
@@ -385,7 +385,7 @@ impl Progress {
     pub(crate) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
-            crate::console::set_bar(None);
+            servebench_model::console::set_bar(None);
         }
     }
 }
@@ -410,9 +410,9 @@ fn clock(elapsed: Duration) -> String {
 }
 
 /// One line per finished point for the terminal: counts, headline means, then each flag.
-/// Numbers are written as the report writes them ([`crate::text`]).
+/// Numbers are written as the report writes them ([`servebench_model::text`]).
 pub(crate) fn point_line(point: &Point, r: &PointRecord) -> String {
-    use crate::text;
+    use servebench_model::text;
     let mean = |m: Metric| {
         r.metrics
             .get(m.name())
@@ -524,8 +524,8 @@ mod tests {
 
     #[test]
     fn a_point_line_writes_numbers_as_the_report_does() {
-        use crate::results::records::Stat;
-        let point = crate::spec::load_str(
+        use servebench_model::results::records::Stat;
+        let point = servebench_model::spec::load_str(
             "t.yaml",
             "name: t\nserver: { engine: sim }\nworkload:\n  prompt: { kind: repeat, tokens: 100 }\n  output_tokens: 4\n",
         )

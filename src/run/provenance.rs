@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::results::meta::{GitState, HostFacts};
+use servebench_model::results::meta::{GitState, HostFacts};
 
 /// Commit and dirty flag of the git repository holding `dir` (None outside git or without git).
 pub(crate) fn git_state(dir: &Path) -> Option<GitState> {

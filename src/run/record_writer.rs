@@ -11,7 +11,7 @@ use std::sync::mpsc;
 
 use tokio::sync::oneshot;
 
-use crate::results::records::RequestRecord;
+use servebench_model::results::records::RequestRecord;
 
 /// Where each request record goes as it completes: `requests.jsonl` in the run directory, or
 /// the remote agent's stdout. A sink that fails has already stopped the run (a request that

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::catalog::FlagKind;
-use crate::results::meta::RunMeta;
-use crate::results::records::{Flag, PointRecord};
-use crate::results::rundir::RunDir;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::meta::RunMeta;
+use servebench_model::results::records::{Flag, PointRecord};
+use servebench_model::results::rundir::RunDir;
 
 use super::errors::RunError;
 use super::probe::scrape;
@@ -14,7 +14,7 @@ use super::progress::Progress;
 
 /// A point that produced no measurement: flagged with `kind` and marked incomplete.
 pub(crate) fn failed_point(
-    p: &crate::spec::Point,
+    p: &servebench_model::spec::Point,
     group: &str,
     kind: FlagKind,
     msg: &str,
@@ -22,7 +22,7 @@ pub(crate) fn failed_point(
     let mut record = PointRecord::empty(p, group);
     record.flags.push(Flag::new(kind, msg));
     record.incomplete = true;
-    record.status = Some(crate::results::records::PointStatus::Failed);
+    record.status = Some(servebench_model::results::records::PointStatus::Failed);
     record
 }
 
@@ -36,7 +36,7 @@ pub(crate) fn append_point(
     progress.point_recorded(&p.id);
     dir.append_point(p).map_err(|source| RunError::Write {
         what: dir
-            .file(crate::results::rundir::POINTS_FILE)
+            .file(servebench_model::results::rundir::POINTS_FILE)
             .display()
             .to_string(),
         source,
@@ -46,14 +46,14 @@ pub(crate) fn append_point(
 pub(crate) fn write_meta(dir: &RunDir, meta: &RunMeta) -> Result<(), RunError> {
     dir.write_meta(meta).map_err(|source| RunError::Write {
         what: dir
-            .file(crate::results::rundir::META_FILE)
+            .file(servebench_model::results::rundir::META_FILE)
             .display()
             .to_string(),
         source,
     })
 }
 
-pub(crate) fn server_label(s: &crate::spec::types::Server) -> String {
+pub(crate) fn server_label(s: &servebench_model::spec::types::Server) -> String {
     let one = format!("{} {}", s.engine, s.model.as_deref().unwrap_or(""))
         .trim()
         .to_string();
@@ -79,7 +79,7 @@ pub(crate) fn server_label(s: &crate::spec::types::Server) -> String {
 }
 
 /// The python that runs SGLang on the host (for its version in meta.json).
-pub(crate) fn python_of(exp: &crate::spec::types::Experiment) -> String {
+pub(crate) fn python_of(exp: &servebench_model::spec::types::Experiment) -> String {
     match &exp.server.launcher {
         Some(l) if l.first().is_some_and(|p| p.contains("python")) => l[0].clone(),
         _ => "python3".into(),

@@ -7,9 +7,9 @@
 use std::sync::Mutex;
 
 use crate::plan::search::{self, CapacitySearch, Next, Probe, probe_point};
-use crate::results::records::{PointRecord, PointStatus};
-use crate::results::search::{SearchFile, SearchRecord, SearchTag};
-use crate::spec::Point;
+use servebench_model::results::records::{PointRecord, PointStatus};
+use servebench_model::results::search::{SearchFile, SearchRecord, SearchTag};
+use servebench_model::spec::Point;
 
 use super::errors::RunError;
 use super::on_server::{Launch, One};
@@ -51,7 +51,7 @@ pub(crate) fn verdict(record: &PointRecord) -> (bool, Option<String>) {
     let status = record.status();
     if status != PointStatus::Ok {
         let why = match (&record.failure, status) {
-            _ if record.has_flag(&crate::catalog::FlagKind::Interrupted) => {
+            _ if record.has_flag(&servebench_model::catalog::FlagKind::Interrupted) => {
                 "the point was interrupted".to_string()
             }
             _ if let Some(f) = record.flags.iter().find(|f| f.kind.voids_output()) => {
@@ -112,13 +112,13 @@ pub(crate) fn achieved_req_s(record: &PointRecord) -> f64 {
 /// Returns the minimum when the point had to be extended.
 pub(crate) fn extend_to_judge(point: &mut Point) -> Option<usize> {
     let exp = &mut point.experiment;
-    let needed = crate::measure::system::min_requests(exp.slo.as_ref()?);
+    let needed = servebench_report::measure::system::min_requests(exp.slo.as_ref()?);
     if exp.load.is_some() {
         let rate = exp
             .load
             .as_ref()
             .and_then(|l| match l.rate {
-                Some(crate::spec::load_model::Rate::PerSecond(r)) => Some(r),
+                Some(servebench_model::spec::load_model::Rate::PerSecond(r)) => Some(r),
                 _ => None,
             })
             .filter(|r| r.is_finite() && *r > 0.0);
@@ -204,7 +204,7 @@ pub(super) async fn run_search(
         cx.progress.line(&format!(
             "{}: search {key}: {} recorded earlier, replayed",
             seed.id,
-            crate::text::count_s(earlier.len(), "probe")
+            servebench_model::text::count_s(earlier.len(), "probe")
         ));
     }
     loop {
@@ -231,7 +231,7 @@ pub(super) async fn run_search(
             "{}: search probe {k} (≤ {bound}): {}={}",
             seed.id,
             spec.over,
-            crate::text::sig3(value)
+            servebench_model::text::sig3(value)
         ));
         let mut point = probe_point(seed, spec.over, value, k);
         if let Some(needed) = extend_to_judge(&mut point)
@@ -240,7 +240,7 @@ pub(super) async fn run_search(
             cx.progress.line(&format!(
                 "{}: search: each probe measures at least {needed} requests, the fewest its SLO targets are judged on ({})",
                 seed.id,
-                crate::measure::system::MIN_SAMPLES_RULE
+                servebench_report::measure::system::MIN_SAMPLES_RULE
             ));
         }
         let mut probe = None;
@@ -300,7 +300,7 @@ pub(super) async fn run_search(
 /// point's numbers carry the profiler's overhead).
 async fn profile_answer(
     seed: &Point,
-    spec: &crate::spec::search::SearchSpec,
+    spec: &servebench_model::spec::search::SearchSpec,
     capacity: Option<f64>,
     on: &mut Launch<'_, '_>,
 ) -> Result<Option<One>, RunError> {
@@ -313,12 +313,16 @@ async fn profile_answer(
         return Ok(None);
     };
     let mut point = probe_point(seed, spec.over, value, 0);
-    point.id = format!("{}{}", seed.id, crate::spec::profiler::ANSWER_SUFFIX);
+    point.id = format!(
+        "{}{}",
+        seed.id,
+        servebench_model::spec::profiler::ANSWER_SUFFIX
+    );
     on.cx.progress.line(&format!(
         "{}: the answer, {}={}, once more with the profiler",
         seed.id,
         spec.over,
-        crate::text::sig3(value)
+        servebench_model::text::sig3(value)
     ));
     on.point(&point, &mut |_| {}).await
 }
@@ -341,7 +345,7 @@ fn bracket_so_far(probes: &[Probe]) -> (Option<f64>, Option<f64>) {
 fn answer_record(
     seed: &Point,
     key: &str,
-    spec: &crate::spec::search::SearchSpec,
+    spec: &servebench_model::spec::search::SearchSpec,
     machine: &search::SearchSpec,
     answer: &search::Answer,
     probes: &[Probe],
@@ -378,11 +382,11 @@ fn answer_record(
 fn answer_line(r: &SearchRecord) -> String {
     let mut values: Vec<f64> = [r.capacity, r.above].into_iter().flatten().collect();
     values.extend(r.inversions.iter().flatten());
-    let digits = crate::text::distinguishing_digits(&values);
-    let v = |x: f64| crate::text::sig(x, digits);
+    let digits = servebench_model::text::distinguishing_digits(&values);
+    let v = |x: f64| servebench_model::text::sig(x, digits);
     let sustained = r
         .sustained_req_s
-        .map(|t| format!("{} req/s completed at ", crate::text::sig3(t)))
+        .map(|t| format!("{} req/s completed at ", servebench_model::text::sig3(t)))
         .unwrap_or_default();
     let found = match (r.capacity, r.above) {
         (Some(c), Some(a)) => format!(
@@ -416,19 +420,19 @@ fn answer_line(r: &SearchRecord) -> String {
         "search {}{}: {found}, {}{contradictions}",
         r.label,
         if r.complete { "" } else { " stopped early" },
-        crate::text::count_s(r.probes, "probe")
+        servebench_model::text::count_s(r.probes, "probe")
     )
 }
 
 /// Puts `record` in `search.json`, replacing an earlier answer of the same search.
 fn write_answer(
-    dir: &crate::results::rundir::RunDir,
+    dir: &servebench_model::results::rundir::RunDir,
     record: SearchRecord,
 ) -> Result<(), RunError> {
     let _one = SEARCH_FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let write_err = |source: std::io::Error| RunError::Write {
         what: dir
-            .file(crate::results::search::SEARCH_FILE)
+            .file(servebench_model::results::search::SEARCH_FILE)
             .display()
             .to_string(),
         source,
@@ -449,7 +453,7 @@ mod tests {
     use super::*;
 
     fn point(yaml_tail: &str) -> Point {
-        crate::spec::load_str(
+        servebench_model::spec::load_str(
             "t.yaml",
             &format!(
                 "name: t\nserver: {{ engine: sim }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 100 }}\n  output_tokens: 4\n{yaml_tail}"
@@ -495,12 +499,12 @@ mod tests {
         let mut r = PointRecord::empty(&p, "g1");
         r.ok = 5;
         r.status = Some(PointStatus::Ok);
-        r.load = Some(crate::results::records::LoadSummary {
-            slo: Some(crate::results::records::SloVerdict {
+        r.load = Some(servebench_model::results::records::LoadSummary {
+            slo: Some(servebench_model::results::records::SloVerdict {
                 met: false,
                 good: 5,
                 judged: 5,
-                checks: vec![crate::results::records::SloCheck {
+                checks: vec![servebench_model::results::records::SloCheck {
                     target: "ttft_p99".into(),
                     limit: 1.0,
                     value: Some(0.2),

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::engine::{self, CrashCause};
 use crate::host::{Host, HostError, ServerProcess, Spawn};
-use crate::results::meta::ServerLaunch;
-use crate::secrets::{self, api_key};
-use crate::spec::types::{Engine, Server};
+use servebench_model::results::meta::ServerLaunch;
+use servebench_model::secrets::{self, api_key};
+use servebench_model::spec::types::{Engine, Server};
 
 use super::interrupt::Interrupt;
 pub(crate) use server_error::{STOP_GRACE, ServerError};
@@ -505,7 +505,10 @@ async fn server_info(client: &Client) -> Option<serde_json::Value> {
 
 /// A note when the server serves a model other than the spec's (a `url:` server that is not
 /// what the spec says, or a launcher that ignores the model flag).
-fn model_notes(server: &Server, surface: &crate::results::meta::ServerSurface) -> Vec<String> {
+fn model_notes(
+    server: &Server,
+    surface: &servebench_model::results::meta::ServerSurface,
+) -> Vec<String> {
     let Some(want) = &server.model else {
         return Vec::new();
     };
@@ -515,7 +518,7 @@ fn model_notes(server: &Server, surface: &crate::results::meta::ServerSurface) -
     let given: Vec<&str> = ["served-model-name", "alias", "-a"]
         .iter()
         .filter_map(|k| match args.get(*k) {
-            Some(crate::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
+            Some(servebench_model::spec::types::ArgValue::Str(n)) => Some(n.as_str()),
             _ => None,
         })
         .flat_map(|n| n.split([',', ' ']).map(str::trim).filter(|x| !x.is_empty()))

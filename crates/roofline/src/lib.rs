@@ -13,6 +13,7 @@
 //! out, and what could not be known from the inputs is said ([`ModelFacts::unknown`]), never
 //! guessed.
 
+mod facts_error;
 pub mod gpu;
 pub mod grade;
 pub mod model;

@@ -8,7 +8,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::facts_error::whole;
 use crate::quant::Quantization;
+
+pub use crate::facts_error::FactsError;
 
 /// A model's architecture: enough to count the bytes and FLOPs of a step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -98,54 +101,6 @@ pub enum LayerKind {
     /// A linear-attention or state-space layer: a fixed-size state, no KV per token. Its state
     /// is not counted (the config does not give its size in one layout).
     Linear,
-}
-
-/// Why a config could not be read as a model.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum FactsError {
-    #[error(
-        "the config has no `{0}` (a whole number); give it, or the model's facts in `model_facts:`"
-    )]
-    Missing(&'static str),
-    /// A field holds what no model has; `field` is its path in the config (`num_hidden_layers`,
-    /// `quantization_config.bits`, `text_config.hidden_size`).
-    #[error("the config's `{field}` is {value}: {why}")]
-    Invalid {
-        field: String,
-        value: String,
-        why: String,
-    },
-    #[error("the config is not a JSON object")]
-    NotAnObject,
-}
-
-impl FactsError {
-    /// The field's place in the config as a JSON pointer (`/quantization_config/bits`), for
-    /// an error at its line; None for a field that is missing or the whole config.
-    pub fn pointer(&self) -> Option<String> {
-        match self {
-            FactsError::Invalid { field, .. } => Some(format!("/{}", field.replace('.', "/"))),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn invalid(field: &str, value: &Value, why: impl Into<String>) -> FactsError {
-        FactsError::Invalid {
-            field: field.to_string(),
-            value: shown(value),
-            why: why.into(),
-        }
-    }
-}
-
-/// A config value as an error quotes it, cut to a readable length.
-fn shown(v: &Value) -> String {
-    let text = v.to_string();
-    if text.chars().count() > 48 {
-        format!("{}...", text.chars().take(45).collect::<String>())
-    } else {
-        text
-    }
 }
 
 /// The largest value each field may hold: generous bounds over every published model (the
@@ -409,16 +364,6 @@ impl<'a> Cfg<'a> {
             .map(Some)
             .ok_or_else(|| self.invalid(k, format!("a whole number from {min} to {max} is needed")))
     }
-}
-
-/// A JSON number that is a whole number from `min` to `max` (`4096.0` too).
-pub(crate) fn whole(v: &Value, min: u64, max: u64) -> Option<u64> {
-    let n = v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= max as f64)
-            .map(|f| f as u64)
-    })?;
-    (min..=max).contains(&n).then_some(n)
 }
 
 /// The routed-expert shape, from whichever names the family uses.

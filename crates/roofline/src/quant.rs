@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::FactsError;
+use crate::facts_error::FactsError;
 
 /// The kinds of weights a step reads, each with its own bytes per parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -138,7 +138,7 @@ impl Quantization {
                             .filter(|a| a.len() == 2)
                             .and_then(|a| {
                                 a.iter()
-                                    .map(|x| crate::model::whole(x, 1, MAX_GROUP))
+                                    .map(|x| crate::facts_error::whole(x, 1, MAX_GROUP))
                                     .collect::<Option<Vec<_>>>()
                             })
                             .ok_or_else(|| {
@@ -160,7 +160,7 @@ impl Quantization {
                     None => ("w_bit", q.get("w_bit").filter(|v| !v.is_null())),
                 };
                 let bits = match bits {
-                    Some(v) => crate::model::whole(v, 2, 8).ok_or_else(|| {
+                    Some(v) => crate::facts_error::whole(v, 2, 8).ok_or_else(|| {
                         FactsError::invalid(
                             &format!("{at}.{bits_key}"),
                             v,
@@ -254,7 +254,7 @@ fn group_size(q: &Value, at: &str, keys: &[&str]) -> Result<Option<f64>, FactsEr
         if v.as_i64() == Some(-1) {
             return Ok(None);
         }
-        return crate::model::whole(v, 1, MAX_GROUP)
+        return crate::facts_error::whole(v, 1, MAX_GROUP)
             .map(|g| Some(g as f64))
             .ok_or_else(|| {
                 FactsError::invalid(
@@ -289,7 +289,7 @@ fn compressed_tensors_bits(
     let Some(b) = w.get("num_bits").filter(|b| !b.is_null()) else {
         return Ok(None);
     };
-    let bits = crate::model::whole(b, 1, 16).ok_or_else(|| {
+    let bits = crate::facts_error::whole(b, 1, 16).ok_or_else(|| {
         FactsError::invalid(
             &format!("{here}.num_bits"),
             b,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::catalog::Failure;
 use crate::host::ssh::{SshError, SshHost};
+use servebench_model::catalog::Failure;
 
 use super::error::{COMMAND_TIMEOUT, SlurmError};
 
@@ -141,7 +141,7 @@ pub(crate) async fn run(
 fn shown(program: &str, args: &[String]) -> String {
     let mut argv = vec![program.to_string()];
     argv.extend(args.iter().cloned());
-    crate::text::shell_join(&argv)
+    servebench_model::text::shell_join(&argv)
 }
 
 /// `sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`.

@@ -32,9 +32,9 @@ use futures_util::future::BoxFuture;
 use tokio::sync::Mutex;
 
 use super::{HostError, Leftover, ServerProcess, Spawn, Stopped};
-use crate::catalog::Failure;
-use crate::results::meta::{ProcessRecord, SlurmJob};
-use crate::spec::types::{SlurmAllocation, SlurmOptions};
+use servebench_model::catalog::Failure;
+use servebench_model::results::meta::{ProcessRecord, SlurmJob};
+use servebench_model::spec::types::{SlurmAllocation, SlurmOptions};
 
 pub use cli::Runner;
 pub use error::SlurmError;
@@ -50,7 +50,7 @@ pub(crate) type WaitReport = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where the host records each job it submits, as `sbatch` answers (the run directory's
 /// `slurm-jobs.jsonl`), so a job that waits in the queue is known to `down`.
-pub(crate) type Journal = Arc<dyn Fn(&crate::results::meta::SubmittedJob) + Send + Sync>;
+pub(crate) type Journal = Arc<dyn Fn(&servebench_model::results::meta::SubmittedJob) + Send + Sync>;
 
 /// The allocation servers are launched in now.
 #[derive(Debug, Clone)]
@@ -73,7 +73,7 @@ impl Allocation {
                 "rank {rank} needs node {} of Slurm job {}, which has {}: set host.slurm.nodes (and ranks_per_node) to hold server.nodes",
                 i + 1,
                 self.job.job_id,
-                crate::text::count_s(self.job.nodes.len(), "node")
+                servebench_model::text::count_s(self.job.nodes.len(), "node")
             ))),
         }
     }
@@ -142,7 +142,7 @@ impl SlurmHost {
         match &opts.login {
             None => Ok(Runner::Local),
             Some(login) => {
-                let spec = crate::spec::types::HostSpec::Ssh(login.clone());
+                let spec = servebench_model::spec::types::HostSpec::Ssh(login.clone());
                 let target = super::remote::ssh_target(&spec)?.ok_or_else(|| {
                     HostError::Unsupported("host.slurm.login names no SSH host".into())
                 })?;
@@ -253,7 +253,7 @@ impl SlurmHost {
             .unwrap_or_else(|e| e.into_inner())
             .push(job_id);
         if let Some(journal) = self.journal.get() {
-            journal(&crate::results::meta::SubmittedJob {
+            journal(&servebench_model::results::meta::SubmittedJob {
                 group: owner.clone(),
                 job_id,
                 job_name: name.clone(),
@@ -316,7 +316,7 @@ impl SlurmHost {
                     (self.on_wait)(&format!(
                         "{group}: Slurm job {job_id} running on {} after {} in the queue",
                         j.node_list.as_deref().unwrap_or("?"),
-                        crate::text::duration(since.elapsed().as_secs_f64())
+                        servebench_model::text::duration(since.elapsed().as_secs_f64())
                     ));
                     return Ok(j);
                 }
@@ -472,7 +472,7 @@ fn host_binary() -> Result<String, HostError> {
 /// plus the server's own (`env`, expanded). Returns the names, and the runner's variables
 /// left out (removed from srun's environment too).
 fn step_environment(env: &indexmap::IndexMap<String, String>) -> (Vec<String>, Vec<String>) {
-    let redactor = crate::redact::current();
+    let redactor = servebench_model::redact::current();
     let secret_values = redactor.secrets();
     let mut names = Vec::new();
     let mut left_out = Vec::new();
@@ -483,8 +483,8 @@ fn step_environment(env: &indexmap::IndexMap<String, String>) -> (Vec<String>, V
         if k.is_empty() || k.contains([',', '=']) || env.contains_key(k) {
             continue;
         }
-        let secret = crate::redact::is_secret(k, &v)
-            || k == crate::redact::ENV_VAR
+        let secret = servebench_model::redact::is_secret(k, &v)
+            || k == servebench_model::redact::ENV_VAR
             || secret_values.iter().any(|s| v.contains(s.as_str()));
         if secret {
             left_out.push(k.to_string());
@@ -683,7 +683,7 @@ impl SlurmHost {
                 source: e,
             })
         })?;
-        let redactor = crate::redact::current();
+        let redactor = servebench_model::redact::current();
         for (from, to) in [
             (
                 child

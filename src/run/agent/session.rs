@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use crate::catalog::FlagKind;
 use crate::host::remote::RemoteHost;
 use crate::host::slurm::SlurmHost;
 use crate::host::ssh::{PipedChild, SshHost};
-use crate::results::rundir::RunDir;
-use crate::spec::Point;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::Point;
 
 use super::{AgentEvent, AgentRequest};
 use crate::run::point::PointOutcome;
@@ -173,7 +173,8 @@ impl AgentSession {
                     t.push_str(&line);
                     t.push('\n');
                     if t.len() > STDERR_TAIL {
-                        let cut = crate::text::ceil_char_boundary(&t, t.len() - STDERR_TAIL);
+                        let cut =
+                            servebench_model::text::ceil_char_boundary(&t, t.len() - STDERR_TAIL);
                         t.drain(..cut);
                     }
                 }
@@ -345,7 +346,7 @@ impl AgentSession {
                             // A full disk: the run stops (the agent is told below, through
                             // the interrupt, and reports its partial point).
                             Err(e) => interrupt.write_failed(
-                                &run_dir.file(crate::results::rundir::REQUESTS_FILE),
+                                &run_dir.file(servebench_model::results::rundir::REQUESTS_FILE),
                                 &e,
                             ),
                         }
@@ -401,18 +402,18 @@ impl AgentSession {
     fn point_came(
         &self,
         req: &AgentRequest,
-        mut point: crate::results::records::PointRecord,
+        mut point: servebench_model::results::records::PointRecord,
         (agent_interrupted, interrupted): (bool, bool),
         garbled: Option<&(usize, String)>,
         progress: &Progress,
     ) -> PointOutcome {
         if let Some((n, first)) = garbled {
             // A line we could not read may have been a request record.
-            point.flags.push(crate::results::records::Flag::new(
+            point.flags.push(servebench_model::results::records::Flag::new(
                 FlagKind::AgentGarbled,
                 format!(
                     "{} from the host's agent {} not servebench output and {} skipped (first: {first}); requests.jsonl may lack a request this point counted",
-                    crate::text::count_s(*n, "line"),
+                    servebench_model::text::count_s(*n, "line"),
                     if *n == 1 { "was" } else { "were" },
                     if *n == 1 { "was" } else { "were" },
                 ),
@@ -424,7 +425,7 @@ impl AgentSession {
         let stopped_from_outside =
             agent_interrupted && !interrupted && matches!(self.link, AgentLink::Step(_));
         if stopped_from_outside {
-            point.flags.push(crate::results::records::Flag::new(
+            point.flags.push(servebench_model::results::records::Flag::new(
                 FlagKind::AgentLost,
                 "the agent's Slurm step was stopped by a signal servebench did not send (an scancel, a time limit, a preemption) during this point; what it measured is kept",
             ));
@@ -527,7 +528,7 @@ fn point_of(req: &AgentRequest) -> Point {
 fn lost(req: &AgentRequest, received: usize, why: String) -> PointOutcome {
     let message = format!(
         "{why}; {} arrived and {} kept in requests.jsonl",
-        crate::text::count_s(received, "request record"),
+        servebench_model::text::count_s(received, "request record"),
         if received == 1 { "is" } else { "are" }
     );
     PointOutcome {

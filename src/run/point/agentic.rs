@@ -16,15 +16,15 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
 use crate::load::agentic::{SessionCorpus, Step, TurnTrace};
-use crate::measure::summary::PointFold;
 use crate::prompt::blocks::{BlockLedger, BlockText, PromptBuilder, mix};
-use crate::results::jobs::{ContextBand, JOBS_KEPT, JobRecord, JobTurn, JobsView};
-use crate::results::records::{Flag, RequestRecord, RequestRole};
-use crate::spec::Point;
-use crate::spec::load_model::AgenticSpec;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::jobs::{ContextBand, JOBS_KEPT, JobRecord, JobTurn, JobsView};
+use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
+use servebench_model::spec::Point;
+use servebench_model::spec::load_model::AgenticSpec;
+use servebench_report::measure::summary::PointFold;
 
 use super::{PointRunner, Prompts, generation_request, prepare};
 

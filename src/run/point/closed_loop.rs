@@ -7,8 +7,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::client::Client;
-use crate::results::records::{ErrorKind, Flag, RequestRecord, RequestRole};
-use crate::spec::Point;
+use servebench_model::results::records::{ErrorKind, Flag, RequestRecord, RequestRole};
+use servebench_model::spec::Point;
 
 use super::{
     Planned, PointRunner, ServerGone, fill_omitted_cached, generation_request, prepare, task_died,

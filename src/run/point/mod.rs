@@ -5,18 +5,18 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest};
 use crate::prompt::{
     Calibrated, Calibrator, CountError, PromptSource, TextGenerator, WorkloadSource, nonce,
 };
-use crate::results::meta::{CacheReset, ServerSurface};
-use crate::results::records::{
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::meta::{CacheReset, ServerSurface};
+use servebench_model::results::records::{
     CacheShare, Calibration, ErrorKind, Flag, PointRecord, RequestRecord,
 };
-use crate::results::rundir::RunDir;
-use crate::spec::Point;
-use crate::spec::types::{Api, ArgValue, CachePolicy, Experiment};
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{Api, ArgValue, CachePolicy, Experiment};
 
 use super::progress::Progress;
 use crate::run::interrupt::Interrupt;
@@ -37,7 +37,10 @@ use super::record_writer::RecordWriter;
 pub(crate) fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink {
     Arc::new(move |r: &RequestRecord| {
         dir.append_request(r).inspect_err(|e| {
-            interrupt.write_failed(&dir.file(crate::results::rundir::REQUESTS_FILE), e);
+            interrupt.write_failed(
+                &dir.file(servebench_model::results::rundir::REQUESTS_FILE),
+                e,
+            );
         })
     })
 }
@@ -92,7 +95,7 @@ impl PointOutcome {
     ) -> Self {
         record.flags.push(Flag::new(kind, message));
         record.incomplete = true;
-        record.status = Some(crate::results::records::PointStatus::Failed);
+        record.status = Some(servebench_model::results::records::PointStatus::Failed);
         PointOutcome {
             record,
             interrupted,
@@ -211,7 +214,7 @@ impl PointRunner {
     ) -> PointOutcome {
         let started_at = crate::client::unix_now();
         let mut outcome = self.rounds(client, point, group, prompts).await;
-        outcome.record.wall = Some(crate::results::records::Wall {
+        outcome.record.wall = Some(servebench_model::results::records::Wall {
             started_at,
             ended_at: crate::client::unix_now(),
         });
@@ -253,10 +256,10 @@ impl PointRunner {
         };
 
         // Every measured record is folded in as it finishes (it is in requests.jsonl already).
-        let mut fold = crate::measure::summary::PointFold::new(exp);
+        let mut fold = servebench_report::measure::summary::PointFold::new(exp);
         let mut probes = self.probes(point, checks);
         let mut interrupted = false;
-        let mut observed = crate::measure::system::Observed::default();
+        let mut observed = servebench_report::measure::system::Observed::default();
         for round in 0..exp.repeat {
             if self.interrupt.is_set() {
                 interrupted = true;
@@ -312,12 +315,17 @@ impl PointRunner {
         {
             // No telemetry: the cost needs the GPU count from the spec.
             let windows = fold.system.measured_windows(exp.open_loop().is_some());
-            crate::measure::gpu::put_cost(cost.gpu_hour, cost.gpus, &windows, &mut record.metrics);
+            servebench_report::measure::gpu::put_cost(
+                cost.gpu_hour,
+                cost.gpus,
+                &windows,
+                &mut record.metrics,
+            );
         }
         // A part of the client died: what it sent is not the point's measurement.
         if record.has_flag(&FlagKind::ClientFailed) {
             record.incomplete = true;
-            record.status = Some(crate::results::records::PointStatus::Failed);
+            record.status = Some(servebench_model::results::records::PointStatus::Failed);
         }
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
@@ -506,7 +514,7 @@ impl PointRunner {
         let tokenize = surface
             .tokenize
             .clone()
-            .filter(|_| api != crate::spec::types::Api::OpenaiChat);
+            .filter(|_| api != servebench_model::spec::types::Api::OpenaiChat);
         let key = format!("{model:?}|{api:?}|{generator:?}|{target}|{behind_nonce}");
         let (cal, record) = match self.calibrations.get(&key) {
             Some((c, first)) => {
@@ -591,8 +599,8 @@ impl PointRunner {
 /// generation; a refusal as too long is told apart (calibration steps down from it).
 async fn count_tokens(
     client: &Client,
-    api: crate::spec::types::Api,
-    tokenize: Option<crate::results::meta::Tokenize>,
+    api: servebench_model::spec::types::Api,
+    tokenize: Option<servebench_model::results::meta::Tokenize>,
     prompt: &str,
     model: Option<String>,
     timeout: std::time::Duration,
@@ -690,7 +698,7 @@ pub(super) struct Planned {
 /// spec names no model for (vLLM answers 404 to any other name).
 fn request_model(
     exp: &Experiment,
-    surface: Option<&crate::results::meta::ServerSurface>,
+    surface: Option<&servebench_model::results::meta::ServerSurface>,
 ) -> Option<String> {
     match exp.server.args.get("served-model-name") {
         Some(ArgValue::Str(s)) => Some(s.clone()),
@@ -728,9 +736,9 @@ pub(super) fn generation_request(
 
 /// The thinking markers of the server's reasoning parser, where the workload's API needs them
 /// (text APIs of an SGLang-speaking server launched with `--reasoning-parser`).
-fn reasoning_markers(exp: &Experiment) -> Option<crate::spec::reasoning::ThinkMarkers> {
-    use crate::spec::reasoning::{ParserKnowledge, sglang_parser};
-    if exp.workload.api == crate::spec::types::Api::OpenaiChat
+fn reasoning_markers(exp: &Experiment) -> Option<servebench_model::spec::reasoning::ThinkMarkers> {
+    use servebench_model::spec::reasoning::{ParserKnowledge, sglang_parser};
+    if exp.workload.api == servebench_model::spec::types::Api::OpenaiChat
         || !crate::engine::speaks_sglang(&exp.server)
     {
         return None;

@@ -3,14 +3,14 @@
 //! closed. Which probes watch the rounds is chosen here, once per point, from what the server
 //! group offers.
 
-use crate::catalog::FlagKind;
 use crate::client::Client;
-use crate::measure::summary::PointFold;
-use crate::measure::system::Observed;
 use crate::prompt::nonce;
-use crate::results::records::{Flag, RequestRecord, RequestRole};
-use crate::spec::Point;
-use crate::spec::types::{CachePolicy, Measure};
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{CachePolicy, Measure};
+use servebench_report::measure::summary::PointFold;
+use servebench_report::measure::system::Observed;
 
 use super::workload::RoundPlan;
 use super::{Planned, PointRunner, Prompts, generation_request};

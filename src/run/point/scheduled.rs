@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::load::{Pacer, Schedule, Scheduled};
-use crate::measure::summary::PointFold;
-use crate::measure::system::Observed;
-use crate::results::records::{Flag, Phase, RequestRecord, RequestRole};
-use crate::spec::Point;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, Phase, RequestRecord, RequestRole};
+use servebench_model::spec::Point;
+use servebench_report::measure::summary::PointFold;
+use servebench_report::measure::system::Observed;
 
 use super::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
 use crate::run::probe::Window;
@@ -250,11 +250,14 @@ struct Tally {
     measured_total: usize,
     finished: usize,
     failed: usize,
-    budget: Option<crate::spec::types::ErrorBudget>,
+    budget: Option<servebench_model::spec::types::ErrorBudget>,
 }
 
 impl Tally {
-    fn new(schedule: &Schedule, budget: Option<crate::spec::types::ErrorBudget>) -> Tally {
+    fn new(
+        schedule: &Schedule,
+        budget: Option<servebench_model::spec::types::ErrorBudget>,
+    ) -> Tally {
         let observed = Observed {
             offered_req_s: offered_rate(schedule),
             ..Observed::default()

@@ -12,9 +12,9 @@ use rand_distr::{Distribution, Exp};
 use tokio::task::JoinSet;
 
 use crate::client::{ChatMessage, Client};
-use crate::results::records::{CacheShare, Flag, RequestRecord, RequestRole};
-use crate::spec::Point;
-use crate::spec::types::{Api, SessionsSpec, ThinkDist};
+use servebench_model::results::records::{CacheShare, Flag, RequestRecord, RequestRole};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{Api, SessionsSpec, ThinkDist};
 
 use super::workload::{RoundPlan, tag};
 use super::{Planned, PointRunner, Prompts, generation_request, prepare};

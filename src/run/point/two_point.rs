@@ -1,11 +1,11 @@
 //! The two-point method's sender: per prompt, request a, then (cold) a cache flush, then
 //! request b with the same prompt, one pair at a time.
 
-use crate::catalog::FlagKind;
 use crate::client::Client;
-use crate::results::records::{Flag, RequestRecord, RequestRole};
-use crate::spec::Point;
-use crate::spec::types::CachePolicy;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
+use servebench_model::spec::Point;
+use servebench_model::spec::types::CachePolicy;
 
 use super::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
 

@@ -8,13 +8,13 @@ use std::collections::hash_map::Entry;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::load::TracedLines;
 use crate::prompt::blocks::{BlockLedger, BlockText};
 use crate::prompt::{InputDraw, OutputDraw, RequestDraw, TextGenerator, nonce};
-use crate::results::records::{CacheShare, Flag};
-use crate::spec::types::{Api, Experiment};
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{CacheShare, Flag};
+use servebench_model::spec::types::{Api, Experiment};
 
 use super::{Body, Planned, PointRunner, Prompts, count_tokens};
 

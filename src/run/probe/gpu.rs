@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use indexmap::IndexMap;
 
-use crate::results::gpu::{GpuSample, GpuView};
-use crate::results::records::{Flag, Stat};
-use crate::spec::telemetry::GpuTelemetry;
-use crate::spec::types::{Engine, Experiment};
+use servebench_model::results::gpu::{GpuSample, GpuView};
+use servebench_model::results::records::{Flag, Stat};
+use servebench_model::spec::telemetry::GpuTelemetry;
+use servebench_model::spec::types::{Engine, Experiment};
 
 use super::gpu_sampler::{GpuSampler, GpuSink, Source, find_program};
 
 // `validate` holds the interval to this range; the clamp keeps an agent's request in it too.
-use crate::spec::telemetry::{MAX_INTERVAL, MIN_INTERVAL};
+use servebench_model::spec::telemetry::{MAX_INTERVAL, MIN_INTERVAL};
 
 /// A point's telemetry as it runs.
 pub(crate) struct PointGpu {
@@ -126,12 +126,12 @@ impl PointGpu {
     pub(crate) fn summarize(
         self,
         exp: &Experiment,
-        system: &crate::measure::system::SystemFold,
+        system: &servebench_report::measure::system::SystemFold,
         metrics: &mut IndexMap<String, Stat>,
         flags: &mut Vec<Flag>,
     ) -> GpuView {
         let windows = system.measured_windows(exp.open_loop().is_some());
-        let judge = crate::measure::gpu::Judge {
+        let judge = servebench_report::measure::gpu::Judge {
             margin_mib: exp.telemetry.memory_margin_gib * 1024.0,
             cost: exp.cost.as_ref(),
             partial: (exp.server.node_count() > 1).then(|| {
@@ -141,7 +141,7 @@ impl PointGpu {
                 )
             }),
         };
-        let mut view = crate::measure::gpu::summarize(
+        let mut view = servebench_report::measure::gpu::summarize(
             &self.host,
             &self.samples,
             &windows,
@@ -200,7 +200,7 @@ impl super::Probe for Gpu {
     fn close<'a>(
         &'a mut self,
         _completed: usize,
-        _unmeasured: &'a mut crate::measure::server_view::Finished,
+        _unmeasured: &'a mut servebench_report::measure::server_view::Finished,
     ) -> futures_util::future::BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(sampler) = self.running.take() {
@@ -212,7 +212,7 @@ impl super::Probe for Gpu {
     fn fill(
         self: Box<Self>,
         end: &super::PointEnd<'_>,
-        record: &mut crate::results::records::PointRecord,
+        record: &mut servebench_model::results::records::PointRecord,
     ) {
         let view = self.point.summarize(
             end.exp,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::results::gpu::GpuReading;
+use servebench_model::results::gpu::GpuReading;
 
 /// The argument vector.
 pub(crate) const ARGS: [&str; 2] = ["metric", "--json"];
@@ -54,7 +54,7 @@ pub(crate) async fn read(program: &Path, timeout: Duration) -> Result<Vec<GpuRea
                 } else {
                     format!("failed ({status})")
                 },
-                crate::text::truncate(&why, 200)
+                servebench_model::text::truncate(&why, 200)
             )
         })
     };

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::client::prometheus::{self, Series};
-use crate::results::gpu::GpuReading;
+use servebench_model::results::gpu::GpuReading;
 
 /// The most GPUs one scrape gives.
 const MAX_GPUS: usize = 256;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 
-use crate::results::gpu::{GpuReading, GpuSample};
+use servebench_model::results::gpu::{GpuReading, GpuSample};
 
 /// Where each reading goes as it arrives: the run directory's `gpu.jsonl` (or the agent's
 /// stdout).
@@ -267,7 +267,7 @@ async fn sample(
                         if err.is_empty() {
                             String::new()
                         } else {
-                            format!(": {}", crate::text::truncate(&err, 200))
+                            format!(": {}", servebench_model::text::truncate(&err, 200))
                         }
                     ),
                 );
@@ -280,7 +280,7 @@ async fn sample(
                         if err.is_empty() {
                             String::new()
                         } else {
-                            format!(": {}", crate::text::truncate(&err, 200))
+                            format!(": {}", servebench_model::text::truncate(&err, 200))
                         }
                     ),
                 );
@@ -392,7 +392,7 @@ pub(crate) fn sane(mut r: GpuReading) -> GpuReading {
         if let Some(s) = t
             && s.len() > MAX_TEXT
         {
-            *s = crate::text::truncate(s, MAX_TEXT);
+            *s = servebench_model::text::truncate(s, MAX_TEXT);
         }
     };
     cut(&mut r.name);

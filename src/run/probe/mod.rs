@@ -13,11 +13,11 @@
 use futures_util::future::BoxFuture;
 
 use crate::client::Client;
-use crate::measure::server_view::Finished;
-use crate::measure::summary::PointFold;
-use crate::measure::system::Observed;
-use crate::results::records::PointRecord;
-use crate::spec::types::Experiment;
+use servebench_model::results::records::PointRecord;
+use servebench_model::spec::types::Experiment;
+use servebench_report::measure::server_view::Finished;
+use servebench_report::measure::summary::PointFold;
+use servebench_report::measure::system::Observed;
 
 pub(crate) mod gpu;
 mod gpu_amd;

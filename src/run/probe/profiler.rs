@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::catalog::FlagKind;
 use crate::client::Client;
 use crate::engine::ProfilerApi;
-use crate::results::records::{Flag, ProfilerCapture};
-use crate::spec::types::Experiment;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, ProfilerCapture};
+use servebench_model::spec::types::Experiment;
 
 use crate::run::interrupt::Interrupt;
 
@@ -201,7 +201,7 @@ async fn answer(
         return Ok(());
     }
     let text = String::from_utf8_lossy(&bytes);
-    let text = crate::text::truncate(text.trim(), MESSAGE_BYTES);
+    let text = servebench_model::text::truncate(text.trim(), MESSAGE_BYTES);
     Err(if status == 404 {
         CallError::NoEndpoint {
             path: path.to_string(),
@@ -313,7 +313,7 @@ impl super::Probe for Profiler {
     fn close<'a>(
         &'a mut self,
         _completed: usize,
-        _unmeasured: &'a mut crate::measure::server_view::Finished,
+        _unmeasured: &'a mut servebench_report::measure::server_view::Finished,
     ) -> futures_util::future::BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(task) = self.running.take() {
@@ -329,7 +329,7 @@ impl super::Probe for Profiler {
     fn fill(
         self: Box<Self>,
         _end: &super::PointEnd<'_>,
-        record: &mut crate::results::records::PointRecord,
+        record: &mut servebench_model::results::records::PointRecord,
     ) {
         record.profiler = self.captured;
     }

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::client::Client;
 use crate::client::prometheus;
-use crate::results::server_view::MetricsScrape;
+use servebench_model::results::server_view::MetricsScrape;
 
 /// Where each scrape goes as it arrives: the run directory's `metrics.jsonl`.
 pub(crate) type MetricsSink = Arc<dyn Fn(&MetricsScrape) -> std::io::Result<()> + Send + Sync>;
@@ -114,7 +114,8 @@ impl Scraper {
                 self.worker.as_deref(),
             )
             .await;
-            let counted = crate::measure::server_view::requests_counted(&scrapes[0], &e);
+            let counted =
+                servebench_report::measure::server_view::requests_counted(&scrapes[0], &e);
             end = Some(e);
             if counted.is_none_or(|n| n >= completed as f64) {
                 break;
@@ -160,7 +161,7 @@ async fn take(
 /// What the point keeps of a scrape in memory (the names its server view reads); the whole
 /// scrape went to the sink.
 fn kept(mut s: MetricsScrape) -> MetricsScrape {
-    s.values = crate::measure::server_view::retained(&s.values);
+    s.values = servebench_report::measure::server_view::retained(&s.values);
     s
 }
 
@@ -207,7 +208,7 @@ impl super::Probe for ServerScrape {
     fn close<'a>(
         &'a mut self,
         completed: usize,
-        _unmeasured: &'a mut crate::measure::server_view::Finished,
+        _unmeasured: &'a mut servebench_report::measure::server_view::Finished,
     ) -> futures_util::future::BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(s) = self.running.take() {
@@ -219,9 +220,9 @@ impl super::Probe for ServerScrape {
     fn fill(
         self: Box<Self>,
         end: &super::PointEnd<'_>,
-        record: &mut crate::results::records::PointRecord,
+        record: &mut servebench_model::results::records::PointRecord,
     ) {
-        use crate::measure::server_view;
+        use servebench_report::measure::server_view;
         let mut server = server_view::summarize(&self.scrapes);
         if let Some(view) = &mut server {
             record.flags.extend(server_view::contradictions(

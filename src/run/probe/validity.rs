@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::catalog::FlagKind;
 use crate::client::{Client, GenerationRequest, Measured};
 use crate::prompt::canary;
-use crate::results::records::{Flag, RequestRecord, RequestRole};
-use crate::results::validity::{
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
+use servebench_model::results::validity::{
     CanaryResult, ConsistencyResult, EXCERPT_BYTES, ValidityView, Verdict,
 };
-use crate::spec::validity::{CanarySpec, ConsistencySpec};
+use servebench_model::spec::validity::{CanarySpec, ConsistencySpec};
 
 use super::WindowState;
 
@@ -79,7 +79,7 @@ impl Checks {
     pub(crate) async fn end_under_load(
         &mut self,
         task: tokio::task::JoinHandle<Vec<Loaded>>,
-        unmeasured: &mut crate::measure::server_view::Finished,
+        unmeasured: &mut servebench_report::measure::server_view::Finished,
     ) {
         let loaded = task.await.unwrap_or_default();
         for l in &loaded {
@@ -144,8 +144,8 @@ impl Asker {
 
 /// The start of an answer, redacted and bounded, for the record.
 pub(crate) fn excerpt(text: &str) -> String {
-    let redacted = crate::redact::text(text);
-    crate::text::truncate(&redacted, EXCERPT_BYTES)
+    let redacted = servebench_model::redact::text(text);
+    servebench_model::text::truncate(&redacted, EXCERPT_BYTES)
 }
 
 /// Why the checks have no filler text: what calibrating it to the server's tokens met.
@@ -357,7 +357,7 @@ pub(crate) fn judge(solo: &Solo, loaded: &[Loaded]) -> ConsistencyResult {
             Verdict::Passed,
             format!(
                 "{} under load {} the answer alone",
-                crate::text::count_s(result.under_load as usize, "answer"),
+                servebench_model::text::count_s(result.under_load as usize, "answer"),
                 if result.under_load == 1 {
                     "equals"
                 } else {
@@ -453,7 +453,7 @@ impl super::Probe for UnderLoad {
     fn close<'a>(
         &'a mut self,
         _completed: usize,
-        unmeasured: &'a mut crate::measure::server_view::Finished,
+        unmeasured: &'a mut servebench_report::measure::server_view::Finished,
     ) -> futures_util::future::BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Some(task) = self.running.take() {
@@ -465,13 +465,15 @@ impl super::Probe for UnderLoad {
     fn fill(
         self: Box<Self>,
         _end: &super::PointEnd<'_>,
-        record: &mut crate::results::records::PointRecord,
+        record: &mut servebench_model::results::records::PointRecord,
     ) {
         let view = self.checks.finish();
         record.flags.extend(flags(&view));
         // Wrong answers: the numbers are no answer to what the deployment serves.
-        if view.failed() && record.status == Some(crate::results::records::PointStatus::Ok) {
-            record.status = Some(crate::results::records::PointStatus::Degraded);
+        if view.failed()
+            && record.status == Some(servebench_model::results::records::PointStatus::Ok)
+        {
+            record.status = Some(servebench_model::results::records::PointStatus::Degraded);
         }
         record.validity = Some(view);
     }

@@ -7,10 +7,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 
 use crate::client::Client;
-use crate::measure::server_view::{self, Finished};
-use crate::results::records::{PointRecord, WorkerView};
-use crate::results::server_view::MetricsScrape;
 use crate::run::server::deployment::WorkerTarget;
+use servebench_model::results::records::{PointRecord, WorkerView};
+use servebench_model::results::server_view::MetricsScrape;
+use servebench_report::measure::server_view::{self, Finished};
 
 use super::scrape::{MetricsSink, Scraper};
 use super::{PointEnd, Probe, RoundStart};
@@ -84,14 +84,14 @@ impl Probe for Workers {
             } else {
                 w.url.clone()
             };
-            record.flags.push(crate::results::records::Flag::new(
-                crate::catalog::FlagKind::WorkerLost,
+            record.flags.push(servebench_model::results::records::Flag::new(
+                servebench_model::catalog::FlagKind::WorkerLost,
                 format!(
                     "worker {name} stopped answering during the point (its /metrics answered, then: {why}): the router served the rest on the others"
                 ),
             ));
-            if record.status == Some(crate::results::records::PointStatus::Ok) {
-                record.status = Some(crate::results::records::PointStatus::Degraded);
+            if record.status == Some(servebench_model::results::records::PointStatus::Ok) {
+                record.status = Some(servebench_model::results::records::PointStatus::Degraded);
             }
         }
         record.workers = self

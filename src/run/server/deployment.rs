@@ -17,10 +17,10 @@ use crate::client::Client;
 use crate::engine::deployment::{router_command, worker_server};
 use crate::engine::{self};
 use crate::host::{Host, HostError, ServerProcess, Spawn};
-use crate::results::meta::RankLaunch;
-use crate::secrets;
-use crate::spec::deployment::{Deployment, WorkerRole};
-use crate::spec::types::Server;
+use servebench_model::results::meta::RankLaunch;
+use servebench_model::secrets;
+use servebench_model::spec::deployment::{Deployment, WorkerRole};
+use servebench_model::spec::types::Server;
 
 use super::process_group::{
     Member, MultiProcessServer, Shape, enough_hosts, member_log_path, servebench_on, stop_members,
@@ -352,7 +352,7 @@ pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> Result
                 if message.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", crate::text::truncate(&message, 200))
+                    format!(" ({})", servebench_model::text::truncate(&message, 200))
                 }
             ));
         }

@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use crate::host::{Host, HostError};
-use crate::results::meta::ModelConfigRecord;
-use crate::spec::types::{ModelFactsSource, Server};
+use servebench_model::results::meta::ModelConfigRecord;
+use servebench_model::spec::types::{ModelFactsSource, Server};
 
 /// Largest `config.json` read (real ones are a few kB; a multimodal one under 100 kB).
 pub(crate) const MODEL_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
@@ -110,11 +110,11 @@ fn missing(origin: String, why: String) -> ModelConfigRecord {
 /// launch says why).
 fn profile_facts(server: &Server, spec_dir: &Path) -> Option<ModelConfigRecord> {
     if server.url.is_some()
-        || !(server.simulate || server.engine == crate::spec::types::Engine::Sim)
+        || !(server.simulate || server.engine == servebench_model::spec::types::Engine::Sim)
     {
         return None;
     }
-    let crate::spec::types::ArgValue::Str(name) = crate::engine::effective_args(server)
+    let servebench_model::spec::types::ArgValue::Str(name) = crate::engine::effective_args(server)
         .get("profile")?
         .clone()
     else {

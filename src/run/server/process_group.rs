@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use crate::catalog::Failure;
 use crate::host::{FailedRank, Host, HostError, ServerProcess, Stopped};
-use crate::results::meta::ProcessRecord;
-use crate::spec::types::{Engine, Server};
+use servebench_model::catalog::Failure;
+use servebench_model::results::meta::ProcessRecord;
+use servebench_model::spec::types::{Engine, Server};
 
 use super::server_error::ServerError;
 
@@ -271,7 +271,7 @@ impl ServerProcess for MultiProcessServer {
         })
     }
 
-    fn slurm_job(&self) -> Option<crate::results::meta::SlurmJob> {
+    fn slurm_job(&self) -> Option<servebench_model::results::meta::SlurmJob> {
         // The first member's step holds the allocation.
         self.serving().slurm_job()
     }

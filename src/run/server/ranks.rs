@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::engine::ranks::{Rendezvous, rank_commands};
 use crate::host::{Host, HostError, ServerProcess, Spawn};
-use crate::results::meta::RankLaunch;
-use crate::secrets;
-use crate::spec::types::Server;
+use servebench_model::results::meta::RankLaunch;
+use servebench_model::secrets;
+use servebench_model::spec::types::Server;
 
 use super::process_group::{
     Member, MultiProcessServer, Shape, enough_hosts, member_log_path, servebench_on, stop_members,

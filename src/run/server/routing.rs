@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::results::records::RequestRecord;
+use servebench_model::results::records::RequestRecord;
 
 /// Most bytes read from the log per look (a look catches up in several).
 const READ_CHUNK: usize = 4 << 20;
@@ -413,7 +413,7 @@ mod tests {
         )));
         let mut rec = RequestRecord {
             request_id: Some("sb-abc-124".into()),
-            connection: Some(crate::results::records::ConnectionUse::Opened),
+            connection: Some(servebench_model::results::records::ConnectionUse::Opened),
             ..RequestRecord::fixture()
         };
         // Half a line first: the rest arrives later.
@@ -451,7 +451,7 @@ mod tests {
         });
         let record = |id: &str| RequestRecord {
             request_id: Some(id.into()),
-            connection: Some(crate::results::records::ConnectionUse::Opened),
+            connection: Some(servebench_model::results::records::ConnectionUse::Opened),
             ..RequestRecord::fixture()
         };
         let mut rec = record("sb-1");
@@ -506,7 +506,7 @@ mod tests {
         )));
         let record = || RequestRecord {
             request_id: Some("sb-abc-124".into()),
-            connection: Some(crate::results::records::ConnectionUse::Opened),
+            connection: Some(servebench_model::results::records::ConnectionUse::Opened),
             ..RequestRecord::fixture()
         };
         let pull = |text: String, after: Duration| {

@@ -29,7 +29,7 @@ pub(crate) enum ServerError {
     },
     #[error(
         "the server was not ready after {} (no 200 from /health); raise server.ready_timeout or read {log}\n--- last lines ---\n{tail}",
-        crate::text::duration(.timeout.as_secs_f64())
+        servebench_model::text::duration(.timeout.as_secs_f64())
     )]
     NotReady {
         timeout: Duration,
@@ -47,9 +47,11 @@ impl ServerError {
     pub(crate) fn cause_label(&self) -> Option<String> {
         match self {
             ServerError::DiedAtStart { cause, .. } => Some(cause.clone()),
-            ServerError::NotReady { .. } => {
-                Some(crate::catalog::Failure::ReadyTimeout.name().into())
-            }
+            ServerError::NotReady { .. } => Some(
+                servebench_model::catalog::Failure::ReadyTimeout
+                    .name()
+                    .into(),
+            ),
             _ => None,
         }
     }

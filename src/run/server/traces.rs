@@ -5,12 +5,13 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use crate::host::Host;
+use crate::host::small_file::FileRefused;
+use crate::host::{Host, HostError};
 use crate::plan::ServerGroup;
-use crate::results::records::{ProfilerCapture, TraceFile};
-use crate::results::rundir::RunDir;
-use crate::spec::Point;
-use crate::spec::types::{ArgValue, Server};
+use servebench_model::results::records::{ProfilerCapture, TraceFile};
+use servebench_model::results::rundir::RunDir;
+use servebench_model::spec::Point;
+use servebench_model::spec::types::{ArgValue, Server};
 
 /// Most files looked at in a capture's directory.
 const MAX_LISTED: usize = 1000;
@@ -148,17 +149,16 @@ pub(crate) async fn collect(
             let source = format!("{}/{name}", dir.trim_end_matches('/'));
             let copied = match std::fs::create_dir_all(&local_dir) {
                 Ok(()) => host.copy_file(&source, &local_dir.join(&name), left).await,
-                Err(source) => Err(crate::host::HostError::Io {
-                    what: "could not be written here".into(),
-                    source,
-                }),
+                Err(e) => Err(FileRefused::NotWritten(e).into()),
             };
             match copied {
                 Ok(n) => {
                     left -= n.min(left);
                     file.path = Some(rel);
                 }
-                Err(why @ crate::host::HostError::Io { .. }) => file.left = Some(why.to_string()),
+                Err(why @ HostError::File(FileRefused::NotWritten(_))) => {
+                    file.left = Some(why.to_string())
+                }
                 Err(why) => file.left = Some(format!("could not be read on the host: {why}")),
             }
         }

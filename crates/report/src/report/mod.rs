@@ -21,6 +21,8 @@ pub(crate) mod build;
 pub mod capacity;
 pub mod capacity_chart;
 pub(crate) mod chart_error;
+mod error;
+pub use error::ReportError;
 pub(crate) mod chart_link;
 pub mod charts;
 pub(crate) mod charts_dir;
@@ -56,7 +58,7 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 use servebench_model::results::meta::RunMeta;
-use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir, RunDirError};
+use servebench_model::results::rundir::{CHARTS_DIR, REPORT_FILE, RunDir};
 
 pub use bound_check::BoundInputsCheck;
 pub use build::build_model;
@@ -187,50 +189,6 @@ pub fn read_template_file(path: &Path) -> std::io::Result<String> {
         return Err(too_large(text.len() as u64));
     }
     Ok(text)
-}
-
-/// Why a report could not be produced.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    /// The template failed to parse or render.
-    #[error("{}: {message}", location(name, *line))]
-    Template {
-        /// Template name (`default.md.j2` or the user template's path).
-        name: String,
-        /// 1-based line in the template, when known.
-        line: Option<usize>,
-        /// minijinja's description of the problem.
-        message: String,
-    },
-    /// The user template file could not be read.
-    #[error("{path}: cannot read the report template: {source}")]
-    ReadTemplate {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The run directory's records could not be read.
-    #[error(transparent)]
-    RunDir(#[from] RunDirError),
-    /// A chart could not be drawn.
-    #[error(transparent)]
-    Chart(#[from] chart_error::ChartError),
-    #[error("cannot write the CSV exports: {0}")]
-    Csv(#[from] csv::Error),
-    /// The report or a chart could not be written into the run directory.
-    #[error("{path}: cannot write: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-fn location(name: &str, line: Option<usize>) -> String {
-    match line {
-        Some(line) => format!("template {name}, line {line}"),
-        None => format!("template {name}"),
-    }
 }
 
 /// Renders the report. `template` is a user template's source; `None` renders the default.
