@@ -296,7 +296,7 @@ impl ServerHandle {
                 Err(why) => {
                     self.record.outcome = Some("refused servebench at start".into());
                     self.stop("refused servebench at start").await;
-                    return Err(ServerError::Config(why));
+                    return Err(ServerError::Config(why.to_string()));
                 }
             };
             if let Ok(200) = health

@@ -381,18 +381,15 @@ impl AgentSession {
     }
 
     /// Writes the point's request to the agent as one line.
-    async fn send_point(&mut self, req: &AgentRequest) -> Result<(), String> {
+    async fn send_point(&mut self, req: &AgentRequest) -> std::io::Result<()> {
         match (self.stdin.as_mut(), serde_json::to_string(req)) {
             (Some(stdin), Ok(line)) => {
-                let w = async {
-                    stdin.write_all(line.as_bytes()).await?;
-                    stdin.write_all(b"\n").await?;
-                    stdin.flush().await
-                };
-                w.await.map_err(|e| e.to_string())
+                stdin.write_all(line.as_bytes()).await?;
+                stdin.write_all(b"\n").await?;
+                stdin.flush().await
             }
-            (None, _) => Err("the agent's input is closed".into()),
-            (_, Err(e)) => Err(e.to_string()),
+            (None, _) => Err(std::io::Error::other("the agent's input is closed")),
+            (_, Err(e)) => Err(std::io::Error::other(e)),
         }
     }
 

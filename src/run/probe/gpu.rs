@@ -55,7 +55,9 @@ impl PointGpu {
                     .dcgm_url
                     .as_deref()
                     .ok_or_else(|| "`telemetry.gpu: dcgm` names no `dcgm_url`".to_string())
-                    .and_then(super::gpu_dcgm::DcgmExporter::new);
+                    .and_then(|url| {
+                        super::gpu_dcgm::DcgmExporter::new(url).map_err(|e| e.to_string())
+                    });
                 match exporter {
                     Ok(e) => {
                         let at = e.host().to_string();

@@ -13,6 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use servebench_model::results::gpu::GpuReading;
 
+use super::gpu_error::{AmdError, AmdParseError};
+
 /// The argument vector.
 pub(crate) const ARGS: [&str; 2] = ["metric", "--json"];
 /// The most bytes read of one run's output (8 MI300X print about 40 KB); beyond it the
@@ -24,8 +26,8 @@ const MAX_ERR: usize = 4096;
 const MAX_GPUS: usize = 256;
 
 /// Runs `program metric --json` once, within `timeout`; the GPUs it printed, or why none.
-pub(crate) async fn read(program: &Path, timeout: Duration) -> Result<Vec<GpuReading>, String> {
-    let name = program.display();
+pub(crate) async fn read(program: &Path, timeout: Duration) -> Result<Vec<GpuReading>, AmdError> {
+    let name = program.display().to_string();
     let run = async {
         let mut child = tokio::process::Command::new(program)
             .args(ARGS)
@@ -35,32 +37,46 @@ pub(crate) async fn read(program: &Path, timeout: Duration) -> Result<Vec<GpuRea
             // Dropped (the round ended, the timeout passed): killed, never left behind.
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("cannot start {name}: {e}"))?;
+            .map_err(|source| AmdError::Start {
+                program: name.clone(),
+                source,
+            })?;
         let (out, err) = (child.stdout.take(), child.stderr.take());
         let (out, err) = tokio::join!(bounded(out, MAX_OUTPUT), bounded(err, MAX_ERR));
-        let status = child.wait().await.map_err(|e| format!("{name}: {e}"))?;
+        let status = child.wait().await.map_err(|source| AmdError::Wait {
+            program: name.clone(),
+            source,
+        })?;
         let (out, over) = out;
         if over {
-            return Err(format!("{name} printed more than {MAX_OUTPUT} bytes"));
+            return Err(AmdError::TooMuch {
+                program: name.clone(),
+                max: MAX_OUTPUT,
+            });
         }
         let text = String::from_utf8_lossy(&out);
         parse(&text).map_err(|e| {
             let err = String::from_utf8_lossy(&err.0).trim().to_string();
-            let why = if err.is_empty() { e } else { err };
-            format!(
-                "{name} metric --json {}: {}",
-                if status.success() {
+            let why = if err.is_empty() { e.to_string() } else { err };
+            AmdError::NoReading {
+                program: name.clone(),
+                outcome: if status.success() {
                     "gave no reading".to_string()
                 } else {
                     format!("failed ({status})")
                 },
-                servebench_model::text::truncate(&why, 200)
-            )
+                why: servebench_model::text::truncate(&why, 200).to_string(),
+            }
         })
     };
     tokio::time::timeout(timeout, run)
         .await
-        .unwrap_or_else(|_| Err(format!("{name} metric --json took longer than {timeout:?}")))
+        .unwrap_or_else(|_| {
+            Err(AmdError::Timeout {
+                program: name.clone(),
+                timeout,
+            })
+        })
 }
 
 /// Up to `max` bytes of `r`, the rest drained (a full pipe would stop the child); whether
@@ -83,7 +99,7 @@ async fn bounded(r: Option<impl AsyncRead + Unpin>, max: usize) -> (Vec<u8>, boo
 
 /// The GPUs of one `amd-smi metric --json` output, in index order; Err when it holds no JSON
 /// list of GPUs. Lines before the JSON (amd-smi's warnings) are skipped.
-pub(crate) fn parse(text: &str) -> Result<Vec<GpuReading>, String> {
+pub(crate) fn parse(text: &str) -> Result<Vec<GpuReading>, AmdParseError> {
     // The JSON starts the first line that opens a list or an object (a warning may hold
     // brackets of its own).
     let mut offset = 0;
@@ -95,17 +111,16 @@ pub(crate) fn parse(text: &str) -> Result<Vec<GpuReading>, String> {
         }
         offset += line.len();
     }
-    let start = start.ok_or_else(|| "no JSON in its output".to_string())?;
-    let v: Value =
-        serde_json::from_str(text[start..].trim()).map_err(|e| format!("not JSON: {e}"))?;
+    let start = start.ok_or(AmdParseError::NoJson)?;
+    let v: Value = serde_json::from_str(text[start..].trim()).map_err(AmdParseError::NotJson)?;
     let list = match &v {
         Value::Array(a) => a.as_slice(),
         Value::Object(o) => match o.get("gpu_data") {
             Some(Value::Array(a)) => a.as_slice(),
             _ if o.contains_key("gpu") => std::slice::from_ref(&v),
-            _ => return Err("no `gpu_data` list".into()),
+            _ => return Err(AmdParseError::NoGpuData),
         },
-        _ => return Err("not a list of GPUs".into()),
+        _ => return Err(AmdParseError::NotAList),
     };
     let mut gpus: Vec<GpuReading> = list.iter().filter_map(reading).take(MAX_GPUS).collect();
     gpus.sort_by_key(|g| g.index);

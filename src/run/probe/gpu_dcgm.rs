@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::client::Client;
+
+use super::gpu_error::DcgmError;
 use crate::client::prometheus::{self, Series};
 use servebench_model::results::gpu::GpuReading;
 
@@ -64,20 +66,17 @@ pub(crate) struct DcgmExporter {
 
 impl DcgmExporter {
     /// The exporter at `url` (`http://host:port[/path]`); Err says why it cannot be read.
-    pub(crate) fn new(url: &str) -> Result<DcgmExporter, String> {
+    pub(crate) fn new(url: &str) -> Result<DcgmExporter, DcgmError> {
         let uri: hyper::Uri = url
             .parse()
-            .map_err(|e| format!("`telemetry.dcgm_url` is not a URL: {e}"))?;
+            .map_err(|e: hyper::http::uri::InvalidUri| DcgmError::NotAUrl(e.to_string()))?;
         let authority = uri
             .authority()
             .map(|a| a.as_str().to_string())
-            .ok_or_else(|| "`telemetry.dcgm_url` has no host".to_string())?;
-        let scheme = uri.scheme_str().ok_or_else(|| {
-            "`telemetry.dcgm_url` is not an absolute URL; write http://host:9400/metrics"
-                .to_string()
-        })?;
-        let client = Client::new(&format!("{scheme}://{authority}"), None)
-            .map_err(|e| format!("`telemetry.dcgm_url` cannot be used: {e}"))?;
+            .ok_or(DcgmError::NoHost)?;
+        let scheme = uri.scheme_str().ok_or(DcgmError::NotAbsolute)?;
+        let client =
+            Client::new(&format!("{scheme}://{authority}"), None).map_err(DcgmError::Unusable)?;
         let path = match uri.path_and_query().map(|p| p.as_str()) {
             None | Some("" | "/") => "/metrics".to_string(),
             Some(p) => p.to_string(),
@@ -97,14 +96,20 @@ impl DcgmExporter {
 
     /// One scrape, every GPU it lists; Err says what failed (the exporter did not answer,
     /// answered another status, sent something else, or listed no GPU).
-    pub(crate) async fn read(&self, timeout: Duration) -> Result<Vec<GpuReading>, String> {
-        let failed = |e: String| format!("the DCGM exporter at {} {e}", self.url);
+    pub(crate) async fn read(&self, timeout: Duration) -> Result<Vec<GpuReading>, DcgmError> {
+        let url = || self.url.clone();
         let text = prometheus::fetch(&self.client, &self.path, timeout)
             .await
-            .map_err(|e| failed(format!("did not answer: {e}")))?;
-        let gpus = readings(&text).map_err(|e| failed(format!("sent no metrics: {e}")))?;
+            .map_err(|e| DcgmError::NoAnswer {
+                url: url(),
+                why: e.to_string(),
+            })?;
+        let gpus = readings(&text).map_err(|e| DcgmError::NoMetrics {
+            url: url(),
+            why: e.to_string(),
+        })?;
         if gpus.is_empty() {
-            return Err(failed("listed no GPU (no DCGM_FI_DEV_ series)".into()));
+            return Err(DcgmError::NoGpu { url: url() });
         }
         Ok(gpus)
     }

@@ -64,12 +64,12 @@ impl Source {
     }
 
     /// One reading of a polled source.
-    async fn poll(&self) -> Result<Vec<GpuReading>, String> {
-        match self {
-            Source::NvidiaSmi(_) => Err("nvidia-smi is not polled".into()),
-            Source::AmdSmi(p) => super::gpu_amd::read(p, AMD_SMI_TIMEOUT).await,
-            Source::Dcgm(e) => e.read(DCGM_TIMEOUT).await,
-        }
+    async fn poll(&self) -> Result<Vec<GpuReading>, super::gpu_error::ReadError> {
+        Ok(match self {
+            Source::NvidiaSmi(_) => return Err(super::gpu_error::ReadError::NotPolled),
+            Source::AmdSmi(p) => super::gpu_amd::read(p, AMD_SMI_TIMEOUT).await?,
+            Source::Dcgm(e) => e.read(DCGM_TIMEOUT).await?,
+        })
     }
 }
 
@@ -330,7 +330,7 @@ async fn poll(
                 keep(&sink, &samples, s);
             }
             Err(why) => {
-                set(&failed, why);
+                set(&failed, why.to_string());
                 // Nothing read yet: the round need not wait for a first reading.
                 drop(first.take());
                 // A failing source is asked again later and later (a failing exporter was

@@ -22,6 +22,7 @@ use servebench_report::measure::system::Observed;
 pub(crate) mod gpu;
 mod gpu_amd;
 mod gpu_dcgm;
+mod gpu_error;
 pub(crate) mod gpu_sampler;
 pub(crate) mod profiler;
 pub(crate) mod scrape;

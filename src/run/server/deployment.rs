@@ -339,7 +339,10 @@ async fn workers_ready(
 /// Ok(true) once the router lists `want` workers, every one healthy (`GET /workers`; it
 /// answers `/health` before its background job has registered them). Err(why) when it refuses
 /// servebench (HTTP 401 or 403: a key servebench does not send), which waiting cannot change.
-pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> Result<bool, String> {
+pub(crate) async fn router_lists_workers(
+    client: &Client,
+    want: usize,
+) -> Result<bool, RouterRefused> {
     let v = match client.get_json("/workers").await {
         Ok(v) => v,
         Err(crate::client::ClientError::Status {
@@ -347,18 +350,26 @@ pub(crate) async fn router_lists_workers(client: &Client, want: usize) -> Result
             message,
             ..
         }) => {
-            return Err(format!(
-                "the router refused servebench's GET /workers with HTTP {status}{}: it wants a key; give it as `server.args.api-key` (sent as a bearer token) or leave the router's own `api-key` out",
-                if message.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", servebench_model::text::truncate(&message, 200))
-                }
-            ));
+            let said = if message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", servebench_model::text::truncate(&message, 200))
+            };
+            return Err(RouterRefused { status, said });
         }
         Err(_) => return Ok(false),
     };
     Ok(router_lists(&v, want))
+}
+
+/// The router refused servebench's `GET /workers` (HTTP `status`, with what it `said`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the router refused servebench's GET /workers with HTTP {status}{said}: it wants a key; give it as `server.args.api-key` (sent as a bearer token) or leave the router's own `api-key` out"
+)]
+pub(crate) struct RouterRefused {
+    status: u16,
+    said: String,
 }
 
 /// Whether a router's `/workers` answer `v` lists `want` workers, every one healthy.

@@ -184,7 +184,10 @@ pub fn load_dirs(
                 usage.read += 1;
                 upsert(&mut client, &RunRow::of(&run, stamp)).map_err(q)?;
             }
-            Err(why) => skipped.push(SkippedRun { path: key, why }),
+            Err(why) => skipped.push(SkippedRun {
+                path: key,
+                why: why.to_string(),
+            }),
         }
     }
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::model::SkippedRun;
-use super::source::{Budget, parse_run};
+use super::source::{Budget, LoadError, parse_run};
 use crate::report::compare::LoadedRun;
 
 /// Why a repository's history could not be read at all.
@@ -175,11 +175,17 @@ fn read_found(
             &f.commit[..f.commit.len().min(12)],
             if f.dir.is_empty() { "." } else { &f.dir }
         );
-        let text = |object: &str, file: &str| -> Result<String, String> {
+        let text = |object: &str, file: &'static str| -> Result<String, LoadError> {
             match blobs.get(object) {
                 Some(Ok(t)) => Ok(t.clone()),
-                Some(Err(why)) => Err(format!("{file}: {why}")),
-                None => Err(format!("{file}: not read")),
+                Some(Err(why)) => Err(LoadError::NotInGit {
+                    file,
+                    why: why.clone(),
+                }),
+                None => Err(LoadError::NotInGit {
+                    file,
+                    why: "not read".into(),
+                }),
             }
         };
         let loaded = text(&f.meta, "meta.json").and_then(|meta| {
@@ -191,7 +197,10 @@ fn read_found(
         });
         match loaded {
             Ok(run) => runs.push(run),
-            Err(why) => skipped.push(SkippedRun { path: name, why }),
+            Err(why) => skipped.push(SkippedRun {
+                path: name,
+                why: why.to_string(),
+            }),
         }
     }
     Ok((runs, skipped))

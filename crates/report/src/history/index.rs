@@ -228,7 +228,10 @@ pub fn load_dirs(
                     None => unstamped.push(run),
                 }
             }
-            Err(why) => skipped.push(SkippedRun { path: key, why }),
+            Err(why) => skipped.push(SkippedRun {
+                path: key,
+                why: why.to_string(),
+            }),
         }
     }
     // Rows of directories that are gone.

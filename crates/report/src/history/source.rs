@@ -116,7 +116,7 @@ fn walk(
 
 /// Reads one run directory within `budget`'s per-file limits; its bytes read are added to
 /// `spent`. Err: why it is left out.
-pub fn load_dir(dir: &Path, budget: &Budget, spent: &mut u64) -> Result<LoadedRun, String> {
+pub fn load_dir(dir: &Path, budget: &Budget, spent: &mut u64) -> Result<LoadedRun, LoadError> {
     let meta_path = dir.join(META_FILE);
     let points_path = dir.join(POINTS_FILE);
     let meta_text = read_within(&meta_path, budget.meta_bytes, META_FILE)?;
@@ -127,39 +127,73 @@ pub fn load_dir(dir: &Path, budget: &Budget, spent: &mut u64) -> Result<LoadedRu
     };
     *spent += (meta_text.len() + points_text.len()) as u64;
     if *spent > budget.total_bytes {
-        return Err(format!(
-            "the history reached its budget of {} MiB of run files here",
-            budget.total_bytes >> 20
-        ));
+        return Err(LoadError::Budget {
+            mib: budget.total_bytes >> 20,
+        });
     }
     parse_run(dir.to_path_buf(), &meta_text, &points_text)
 }
 
-fn read_within(path: &Path, limit: u64, name: &str) -> Result<String, String> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| format!("{name}: {e}"))?
-        .len();
+fn read_within(path: &Path, limit: u64, file: &'static str) -> Result<String, LoadError> {
+    let unreadable = |source| LoadError::Unreadable { file, source };
+    let len = std::fs::metadata(path).map_err(unreadable)?.len();
     if len > limit {
-        return Err(format!(
-            "{name} is {} MiB, over the budget of {} MiB for one run",
-            len >> 20,
-            limit >> 20
-        ));
+        return Err(LoadError::TooLarge {
+            file,
+            mib: len >> 20,
+            limit_mib: limit >> 20,
+        });
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
-    String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8 text"))
+    let bytes = std::fs::read(path).map_err(unreadable)?;
+    String::from_utf8(bytes).map_err(|_| LoadError::NotText { file })
+}
+
+/// Why a run directory is left out of the history.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("the history reached its budget of {mib} MiB of run files here")]
+    Budget { mib: u64 },
+    #[error("{file}: {source}")]
+    Unreadable {
+        file: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{file} is {mib} MiB, over the budget of {limit_mib} MiB for one run")]
+    TooLarge {
+        file: &'static str,
+        mib: u64,
+        limit_mib: u64,
+    },
+    #[error("{file} is not UTF-8 text")]
+    NotText { file: &'static str },
+    #[error(
+        "{}:{line}:{column}: {source} (a damaged or half-written run directory)",
+        META_FILE
+    )]
+    Meta {
+        line: usize,
+        column: usize,
+        source: serde_json::Error,
+    },
+    #[error("{}:{line}:{column}: {source} (a damaged run directory)", POINTS_FILE)]
+    Points {
+        line: usize,
+        column: usize,
+        source: serde_json::Error,
+    },
+    /// A file of a run committed in git could not be read from the repository.
+    #[error("{file}: {why}")]
+    NotInGit { file: &'static str, why: String },
 }
 
 /// A run from the text of its `meta.json` and `points.jsonl` (`""` when it has none): a
 /// record cut off at the end of a line (a crash mid-write) is skipped and its line kept in
 /// `truncated_lines`, as `compare` does; any other bad line leaves the whole run out.
-pub fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, String> {
-    let meta: RunMeta = serde_json::from_str(meta).map_err(|e| {
-        format!(
-            "{META_FILE}:{}:{}: {e} (a damaged or half-written run directory)",
-            e.line(),
-            e.column()
-        )
+pub fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, LoadError> {
+    let meta: RunMeta = serde_json::from_str(meta).map_err(|e| LoadError::Meta {
+        line: e.line(),
+        column: e.column(),
+        source: e,
     })?;
     let mut records: Vec<PointRecord> = Vec::new();
     let mut truncated_lines = Vec::new();
@@ -171,11 +205,11 @@ pub fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, S
             Ok(r) => records.push(r),
             Err(e) if e.is_eof() => truncated_lines.push(i + 1),
             Err(e) => {
-                return Err(format!(
-                    "{POINTS_FILE}:{}:{}: {e} (a damaged run directory)",
-                    i + 1,
-                    e.column()
-                ));
+                return Err(LoadError::Points {
+                    line: i + 1,
+                    column: e.column(),
+                    source: e,
+                });
             }
         }
     }
@@ -199,7 +233,7 @@ pub fn load_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<LoadedRun>, Vec<Ski
             Ok(run) => runs.push(run),
             Err(why) => skipped.push(SkippedRun {
                 path: dir.display().to_string(),
-                why,
+                why: why.to_string(),
             }),
         }
     }
