@@ -204,7 +204,7 @@ fn a_vllm_capture_in_a_shared_directory_keeps_only_its_own_traces() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
     let p = &points[0];
-    let files: Vec<&str> = p["profile"]["files"]
+    let files: Vec<&str> = p["profiler"]["files"]
         .as_array()
         .unwrap()
         .iter()
@@ -244,7 +244,7 @@ fn an_engine_without_a_profiler_says_so() {
     let kinds = flag_kinds(p);
     assert!(kinds.contains(&"profile-failed".to_string()), "{kinds:?}");
     assert!(!kinds.contains(&"profiled".to_string()), "{kinds:?}");
-    assert!(!dir.join("profiles").exists());
+    assert!(!dir.join("profiler").exists());
 }
 
 /// Over SSH the server writes into the host's run directory; the trace is copied back into
@@ -507,7 +507,7 @@ fn ctrl_c_during_a_slow_profiler_stop_does_not_wait_for_it() {
     assert!(c["stopped_at"].is_null(), "{c}");
     assert_eq!(c["files"], serde_json::json!([]), "{c}");
     assert!(flag_kinds(p).contains(&"profile-failed".to_string()), "{p}");
-    assert!(!dir.join("profiles").exists());
+    assert!(!dir.join("profiler").exists());
     assert!(!stderr.contains("profiled: "), "{stderr}");
     assert!(
         stderr.contains("⚠ profile-failed: interrupted by SIGINT (Ctrl-C): /stop_profile"),

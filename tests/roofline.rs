@@ -275,7 +275,7 @@ fn bound_refuses_a_model_config_that_is_not_a_small_regular_file_at_once() {
 /// its floor below about 400 tokens.
 #[test]
 fn every_shipped_profile_with_facts_is_never_faster_than_its_floor() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/sim/profiles");
     let mut checked = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

@@ -874,15 +874,15 @@ fn the_model_config_facts_and_traces_are_read_inside_the_allocation() {
     );
     // The profiler's trace, listed and read in the allocation too.
     let p = &read_jsonl(&dir.join("points.jsonl"))[0];
-    let files = p["profile"]["files"].as_array().unwrap();
-    assert_eq!(files.len(), 1, "{}", p["profile"]);
+    let files = p["profiler"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{}", p["profiler"]);
     let copied = dir.join(files[0]["path"].as_str().unwrap());
     assert_eq!(
         std::fs::metadata(&copied).unwrap().len(),
         files[0]["bytes"].as_u64().unwrap()
     );
     // The node's copy is this run's directory under /tmp/servebench-profiles.
-    let on_node = Path::new(p["profile"]["dir"].as_str().unwrap());
+    let on_node = Path::new(p["profiler"]["dir"].as_str().unwrap());
     let _ = std::fs::remove_dir_all(on_node.parent().unwrap());
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(!report.contains("The points are not graded"), "{report}");

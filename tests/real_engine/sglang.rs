@@ -299,7 +299,7 @@ fn attached_profiler_capture_leaves_sglangs_own_trace() {
         let (dir, points) = run_ok(&ws, &spec);
         let p = &points[0];
         assert_eq!(p["status"], "ok", "{p}");
-        let c = &p["profile"];
+        let c = &p["profiler"];
         assert!(c["error"].is_null(), "{c}");
         assert!(kinds(p).contains(&"profiled".to_string()), "{p}");
         assert!(!kinds(p).contains(&"profile-failed".to_string()), "{p}");
