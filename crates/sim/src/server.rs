@@ -4,6 +4,7 @@
 use super::api::Api;
 use super::config::SimConfig;
 use super::http::{AppState, router};
+use super::llamacpp_options::LlamaOptions;
 use super::scheduler::{self, OnReady};
 use super::state::Shared;
 use super::types::Command;
@@ -542,6 +543,28 @@ async fn serve_llamacpp(
     }
     // The HTTP listener is up before the model loads: every path answers 503 meanwhile.
     let addr = listener.local_addr()?;
+    llamacpp_load_model(&voice, &config, &l)?;
+    let ready_voice = voice.clone();
+    let host = config.host.clone();
+    let on_ready: OnReady = Box::new(move || {
+        ready_voice.srv("llama_server", "model loaded");
+        ready_voice.srv(
+            "llama_server",
+            &format!("server is listening on http://{host}:{}", addr.port()),
+        );
+        ready_voice.srv("update_slots", "all slots are idle");
+    });
+    let engine = start_engine(config, on_ready)?;
+    let stop = engine.stop_signal(shutdown);
+    let app = super::http::llamacpp::router(engine.state.clone(), l);
+    let result = super::http::keepalive::serve(listener, app, stop).await;
+    engine.finish(result).await
+}
+
+/// llama.cpp's model load: its lines, or its failure when the model file is missing or the
+/// context's KV cache does not fit beside the weights.
+fn llamacpp_load_model(voice: &Voice, config: &SimConfig, l: &LlamaOptions) -> anyhow::Result<()> {
+    let log = &config.log;
     voice.srv("load_model", &format!("loading model '{}'", l.model_path));
     let fail_load = |lines: &[String]| {
         for line in lines {
@@ -614,19 +637,5 @@ async fn serve_llamacpp(
             &format!("new slot, n_ctx = {}", l.n_ctx_slot),
         );
     }
-    let ready_voice = voice.clone();
-    let host = config.host.clone();
-    let on_ready: OnReady = Box::new(move || {
-        ready_voice.srv("llama_server", "model loaded");
-        ready_voice.srv(
-            "llama_server",
-            &format!("server is listening on http://{host}:{}", addr.port()),
-        );
-        ready_voice.srv("update_slots", "all slots are idle");
-    });
-    let engine = start_engine(config, on_ready)?;
-    let stop = engine.stop_signal(shutdown);
-    let app = super::http::llamacpp::router(engine.state.clone(), l);
-    let result = super::http::keepalive::serve(listener, app, stop).await;
-    engine.finish(result).await
+    Ok(())
 }
