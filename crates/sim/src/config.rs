@@ -113,6 +113,111 @@ pub(crate) fn speculative_model(
     })
 }
 
+/// The timing profile, with the simulator's own flags (`--profile`, `--sim-*`) applied.
+fn sim_profile(a: &ParsedArgs) -> Result<Profile, SimArgError> {
+    let mut profile = Profile::load(a.str("profile").unwrap_or("fast"))?;
+    if let Some(s) = a.float("sim-time-scale") {
+        if s <= 0.0 {
+            return Err(SimArgError::Invalid(
+                "--sim-time-scale must be positive".into(),
+            ));
+        }
+        profile.time_scale = s;
+    }
+    if let Some(n) = a.int("sim-thinking-tokens") {
+        profile.thinking.tokens = u64::try_from(n).map_err(|_| {
+            SimArgError::Invalid("--sim-thinking-tokens must not be negative".into())
+        })?;
+    }
+    Ok(profile)
+}
+
+/// An integer flag `--name` that must be above zero when given.
+fn positive(name: &str, v: Option<i64>) -> Result<Option<u64>, SimArgError> {
+    match v {
+        Some(x) if x <= 0 => Err(SimArgError::Invalid(format!(
+            "--{name} must be positive, got {x}"
+        ))),
+        x => Ok(x.map(|x| x as u64)),
+    }
+}
+
+/// `--chunked-prefill-size` (the profile's by default): positive, or -1 for none.
+fn chunked_prefill_size(a: &ParsedArgs, profile: &Profile) -> Result<Option<u64>, SimArgError> {
+    match a
+        .int("chunked-prefill-size")
+        .unwrap_or(profile.chunked_prefill_size)
+    {
+        -1 => Ok(None),
+        x if x > 0 => Ok(Some(x as u64)),
+        x => Err(SimArgError::Invalid(format!(
+            "--chunked-prefill-size must be positive or -1, got {x}"
+        ))),
+    }
+}
+
+/// The prefill-decode disaggregation flags, resolved as SGLang's hook resolves them.
+fn disagg_flags(a: &ParsedArgs, time_scale: f64) -> Result<super::disagg::Resolved, SimArgError> {
+    super::disagg::resolve(
+        &super::disagg::PdFlags {
+            mode: a.str("disaggregation-mode"),
+            bootstrap_port: a.int("disaggregation-bootstrap-port"),
+            backend: a.str("disaggregation-transfer-backend"),
+            decode_radix: a.flag("disaggregation-decode-enable-radix-cache"),
+            gbps: a.float("sim-kv-transfer-gbps"),
+            latency_ms: a.float("sim-kv-transfer-latency-ms"),
+        },
+        time_scale,
+    )
+    .map_err(|e| match e {
+        super::disagg::PdError::Flag(m) => SimArgError::Invalid(m),
+        raised => SimArgError::Raised(raised.traceback()),
+    })
+}
+
+/// The server log, with the lines flag resolution wrote and `--log-level`'s quiet batches.
+fn startup_log(
+    a: &ParsedArgs,
+    pd_log: &[(&'static str, String)],
+    spec_warning: Option<&str>,
+) -> SimLog {
+    let log = SimLog::stderr();
+    for (_, line) in pd_log {
+        log.info(line);
+    }
+    if let Some(w) = spec_warning {
+        log.info(&format!("WARNING speculative_hook.py:1259: {w}"));
+    }
+    log.set_quiet_batches(matches!(
+        a.str("log-level").map(str::to_ascii_lowercase).as_deref(),
+        Some("warning" | "error" | "critical")
+    ));
+    log
+}
+
+/// `--schedule-conservativeness`: at least 0, 1 by default.
+fn schedule_conservativeness(a: &ParsedArgs) -> Result<f64, SimArgError> {
+    match a.float("schedule-conservativeness") {
+        Some(x) if x < 0.0 || !x.is_finite() => Err(SimArgError::Invalid(format!(
+            "--schedule-conservativeness must be >= 0, got {x}"
+        ))),
+        x => Ok(x.unwrap_or(1.0)),
+    }
+}
+
+/// The largest CUDA-graph decode batch, none with `--disable-cuda-graph`.
+fn cuda_graph_max_bs(a: &ParsedArgs) -> Option<u64> {
+    if a.flag("disable-cuda-graph") {
+        None
+    } else {
+        Some(
+            a.int("cuda-graph-max-bs-decode")
+                .map(|x| x.max(0) as u64)
+                .unwrap_or(256),
+        )
+    }
+}
+
 impl SimConfig {
     /// Parses `servebench sim` arguments (`--help` is ignored here; see [`args::parse`]).
     pub fn from_args(args: &[String]) -> Result<SimConfig, SimArgError> {
@@ -121,28 +226,7 @@ impl SimConfig {
 
     /// Resolves parsed flags against the profile they name.
     pub(crate) fn from_parsed(a: ParsedArgs) -> Result<SimConfig, SimArgError> {
-        let mut profile = Profile::load(a.str("profile").unwrap_or("fast"))?;
-        if let Some(s) = a.float("sim-time-scale") {
-            if s <= 0.0 {
-                return Err(SimArgError::Invalid(
-                    "--sim-time-scale must be positive".into(),
-                ));
-            }
-            profile.time_scale = s;
-        }
-        if let Some(n) = a.int("sim-thinking-tokens") {
-            profile.thinking.tokens = u64::try_from(n).map_err(|_| {
-                SimArgError::Invalid("--sim-thinking-tokens must not be negative".into())
-            })?;
-        }
-        let positive = |name: &str, v: Option<i64>| -> Result<Option<u64>, SimArgError> {
-            match v {
-                Some(x) if x <= 0 => Err(SimArgError::Invalid(format!(
-                    "--{name} must be positive, got {x}"
-                ))),
-                x => Ok(x.map(|x| x as u64)),
-            }
-        };
+        let profile = sim_profile(&a)?;
         let port = a.int("port").unwrap_or(30000);
         let port = u16::try_from(port)
             .map_err(|_| SimArgError::Invalid(format!("--port must be 0..65535, got {port}")))?;
@@ -163,18 +247,7 @@ impl SimConfig {
         };
         let max_running_requests = positive("max-running-requests", a.int("max-running-requests"))?
             .unwrap_or(profile.max_running_requests) as usize;
-        let chunk = a
-            .int("chunked-prefill-size")
-            .unwrap_or(profile.chunked_prefill_size);
-        let chunked_prefill_size = match chunk {
-            -1 => None,
-            x if x > 0 => Some(x as u64),
-            x => {
-                return Err(SimArgError::Invalid(format!(
-                    "--chunked-prefill-size must be positive or -1, got {x}"
-                )));
-            }
-        };
+        let chunked_prefill_size = chunked_prefill_size(&a, &profile)?;
         let spec = super::sglang_spec::resolve(
             &profile,
             a.str("speculative-algorithm"),
@@ -185,36 +258,12 @@ impl SimConfig {
             },
         )?;
         let speculative = spec.model;
-        let pd = super::disagg::resolve(
-            &super::disagg::PdFlags {
-                mode: a.str("disaggregation-mode"),
-                bootstrap_port: a.int("disaggregation-bootstrap-port"),
-                backend: a.str("disaggregation-transfer-backend"),
-                decode_radix: a.flag("disaggregation-decode-enable-radix-cache"),
-                gbps: a.float("sim-kv-transfer-gbps"),
-                latency_ms: a.float("sim-kv-transfer-latency-ms"),
-            },
-            profile.time_scale,
-        )
-        .map_err(|e| match e {
-            super::disagg::PdError::Flag(m) => SimArgError::Invalid(m),
-            raised => SimArgError::Raised(raised.traceback()),
-        })?;
+        let pd = disagg_flags(&a, profile.time_scale)?;
         let mut disagg = pd.config;
         disagg.page_size = a.int("page-size").unwrap_or(1);
         disagg.kv_cache_dtype = a.str("kv-cache-dtype").unwrap_or("auto").to_string();
         disagg.tp = tp as u64;
-        let log = SimLog::stderr();
-        for (_, line) in &pd.log {
-            log.info(line);
-        }
-        if let Some(w) = spec.warning {
-            log.info(&format!("WARNING speculative_hook.py:1259: {w}"));
-        }
-        log.set_quiet_batches(matches!(
-            a.str("log-level").map(str::to_ascii_lowercase).as_deref(),
-            Some("warning" | "error" | "critical")
-        ));
+        let log = startup_log(&a, &pd.log, spec.warning);
         Ok(SimConfig {
             profile: profile.clone(),
             model_path,
@@ -232,14 +281,7 @@ impl SimConfig {
             disable_radix_cache: pd
                 .disable_radix_cache
                 .unwrap_or(a.flag("disable-radix-cache")),
-            schedule_conservativeness: match a.float("schedule-conservativeness") {
-                Some(x) if x < 0.0 || !x.is_finite() => {
-                    return Err(SimArgError::Invalid(format!(
-                        "--schedule-conservativeness must be >= 0, got {x}"
-                    )));
-                }
-                x => x.unwrap_or(1.0),
-            },
+            schedule_conservativeness: schedule_conservativeness(&a)?,
             mixed_chunk: a.flag("enable-mixed-chunk") && chunked_prefill_size.is_some(),
             incremental_output: a.flag("incremental-streaming-output"),
             enable_metrics: a.flag("enable-metrics"),
@@ -253,15 +295,7 @@ impl SimConfig {
                 .map(|s| s as u64)
                 .unwrap_or(profile.seed),
             skip_warmup: a.flag("skip-server-warmup"),
-            cuda_graph_max_bs: if a.flag("disable-cuda-graph") {
-                None
-            } else {
-                Some(
-                    a.int("cuda-graph-max-bs-decode")
-                        .map(|x| x.max(0) as u64)
-                        .unwrap_or(256),
-                )
-            },
+            cuda_graph_max_bs: cuda_graph_max_bs(&a),
             log,
             trace: None,
             reasoning_split: a.str("reasoning-parser").is_some(),

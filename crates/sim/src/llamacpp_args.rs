@@ -313,52 +313,77 @@ pub(crate) fn parse(args: &[String]) -> Result<LlamaParsed, LlamaArgError> {
     })
 }
 
-fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig, LlamaArgError> {
-    let last = |name: &str| -> Option<&str> {
-        given
+/// Reads of the parsed flags (`given`, canonical name and value, in command-line order).
+struct Given<'a>(&'a [(&'static str, Option<String>)]);
+
+impl Given<'_> {
+    /// The last value given for `name` (a bare flag reads as "").
+    fn last(&self, name: &str) -> Option<&str> {
+        self.0
             .iter()
             .rev()
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.as_deref().unwrap_or(""))
-    };
-    let has = |name: &str| given.iter().any(|(n, _)| *n == name);
-    let int = |name: &str| -> Result<Option<i64>, LlamaArgError> {
-        last(name)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| *n == name)
+    }
+
+    /// An integer flag, refused as `std::stoi` refuses it.
+    fn int(&self, name: &str) -> Result<Option<i64>, LlamaArgError> {
+        self.last(name)
             .map(|v| {
                 v.trim().parse::<i64>().map_err(|_| {
                     LlamaArgError::BadValue(name.into(), format!("stoi: invalid value '{v}'"))
                 })
             })
             .transpose()
-    };
-    let mut profile = Profile::load(last("--profile").unwrap_or("fast"))?;
-    if let Some(s) = last("--sim-time-scale") {
-        let scale: f64 = s
-            .parse()
-            .ok()
-            .filter(|x: &f64| *x > 0.0 && x.is_finite())
-            .ok_or_else(|| {
-                LlamaArgError::BadValue(
-                    "--sim-time-scale".into(),
-                    "must be a positive number".into(),
-                )
-            })?;
-        profile.time_scale = scale;
     }
-    if let Some(n) = int("--sim-thinking-tokens")? {
-        profile.thinking.tokens = u64::try_from(n).map_err(|_| {
-            LlamaArgError::BadValue(
-                "--sim-thinking-tokens".into(),
-                "must not be negative".into(),
-            )
-        })?;
+
+    /// An integer flag that must be above zero, `default` when not given.
+    fn positive(&self, name: &str, default: u64) -> Result<u64, LlamaArgError> {
+        match self.int(name)? {
+            Some(n) if n > 0 => Ok(n as u64),
+            Some(n) => Err(LlamaArgError::BadValue(
+                name.into(),
+                format!("invalid value {n}"),
+            )),
+            None => Ok(default),
+        }
     }
+
+    /// A comma-separated list flag's non-empty items.
+    fn list(&self, name: &str) -> Vec<String> {
+        self.last(name)
+            .map(|a| {
+                a.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// An on/off pair where the last one given wins and on is the default.
+    fn enabled(&self, on: &str, off: &str) -> bool {
+        self.0
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == on || *n == off)
+            .is_none_or(|(n, _)| *n != off)
+    }
+}
+
+fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig, LlamaArgError> {
+    let g = Given(given);
+    let profile = sim_profile(&g)?;
     let mut c = SimConfig::engine_defaults(Api::LlamaCpp, profile.clone());
-    let port = int("--port")?.unwrap_or(8080);
+    let port = g.int("--port")?.unwrap_or(8080);
     c.port = u16::try_from(port)
         .map_err(|_| LlamaArgError::BadValue("--port".into(), format!("invalid port {port}")))?;
-    c.host = last("--host").unwrap_or("127.0.0.1").to_string();
-    let n_ctx = match int("--ctx-size")? {
+    c.host = g.last("--host").unwrap_or("127.0.0.1").to_string();
+    let n_ctx = match g.int("--ctx-size")? {
         Some(n) if n > 0 => n as u64,
         Some(0) | None => profile.context_length,
         Some(n) => {
@@ -368,73 +393,29 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
             ));
         }
     };
-    let np = int("--parallel")?.unwrap_or(-1);
+    let np = g.int("--parallel")?.unwrap_or(-1);
     let auto_parallel = np < 0;
     let n_slots = if auto_parallel { 4 } else { np.max(1) as usize };
-    let kv_unified = if has("--no-kv-unified") {
+    let kv_unified = if g.has("--no-kv-unified") {
         false
     } else {
-        auto_parallel || has("--kv-unified")
+        auto_parallel || g.has("--kv-unified")
     };
     let n_ctx_slot = if kv_unified {
         n_ctx
     } else {
         (n_ctx / n_slots as u64).max(1)
     };
-    let positive = |name: &str, default: u64| -> Result<u64, LlamaArgError> {
-        match int(name)? {
-            Some(n) if n > 0 => Ok(n as u64),
-            Some(n) => Err(LlamaArgError::BadValue(
-                name.into(),
-                format!("invalid value {n}"),
-            )),
-            None => Ok(default),
-        }
-    };
-    let n_batch = positive("--batch-size", 2048)?;
-    let n_ubatch = positive("--ubatch-size", 512)?.min(n_batch);
-    let model_path = last("--model").unwrap_or("sim-model.gguf").to_string();
-    let aliases: Vec<String> = last("--alias")
-        .map(|a| {
-            a.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut api_keys: Vec<String> = last("--api-key")
-        .map(|a| {
-            a.split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(path) = last("--api-key-file") {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| LlamaArgError::BadValue("--api-key-file".into(), e.to_string()))?;
-        api_keys.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_string),
-        );
-    }
-    // common_reasoning_format_from_name (common/chat.cpp): none, auto (the default),
-    // deepseek, deepseek-legacy; anything else throws. Thinking reaches `reasoning_content`
-    // only through the Jinja template path (`--jinja`, on by default).
-    let format = last("--reasoning-format").unwrap_or("auto");
-    if !["none", "auto", "deepseek", "deepseek-legacy"].contains(&format) {
-        return Err(LlamaArgError::BadValue(
-            "--reasoning-format".into(),
-            format!("Unknown reasoning format: {format}"),
-        ));
-    }
-    c.reasoning_split = format != "none" && !has("--no-jinja");
-    let draft = int("--draft-max")?;
-    let spec_on = has("--model-draft");
+    let n_batch = g.positive("--batch-size", 2048)?;
+    let n_ubatch = g.positive("--ubatch-size", 512)?.min(n_batch);
+    let model_path = g.last("--model").unwrap_or("sim-model.gguf").to_string();
+    let aliases = g.list("--alias");
+    let api_keys = api_keys(&g)?;
+    c.reasoning_split = reasoning_split(&g)?;
+    let draft = g.int("--draft-max")?;
+    let spec_on = g.has("--model-draft");
     c.speculative = speculative_model(&profile, spec_on, draft.filter(|_| spec_on).map(|d| d + 1));
-    if let Some(seed) = int("--seed")? {
+    if let Some(seed) = g.int("--seed")? {
         c.seed = seed as u64;
     }
     let m = &profile.memory;
@@ -452,7 +433,7 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
     c.chunked_prefill_size = Some(n_ubatch);
     c.max_prefill_tokens = n_batch;
     c.disable_radix_cache = false;
-    c.enable_metrics = has("--metrics");
+    c.enable_metrics = g.has("--metrics");
     c.llama = Some(Arc::new(LlamaOptions {
         model_path,
         aliases,
@@ -461,25 +442,75 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
         n_ctx,
         n_ctx_slot,
         kv_unified,
-        metrics: has("--metrics"),
-        slots_endpoint: given
-            .iter()
-            .rev()
-            .find(|(n, _)| *n == "--slots" || *n == "--no-slots")
-            .is_none_or(|(n, _)| *n != "--no-slots"),
-        slot_save_path: last("--slot-save-path").map(str::to_string),
+        metrics: g.has("--metrics"),
+        slots_endpoint: g.enabled("--slots", "--no-slots"),
+        slot_save_path: g.last("--slot-save-path").map(str::to_string),
         api_keys,
         n_batch,
         n_ubatch,
-        n_predict: int("--n-predict")?.unwrap_or(-1),
-        cache_prompt: given
-            .iter()
-            .rev()
-            .find(|(n, _)| *n == "--cache-prompt" || *n == "--no-cache-prompt")
-            .is_none_or(|(n, _)| *n != "--no-cache-prompt"),
+        n_predict: g.int("--n-predict")?.unwrap_or(-1),
+        cache_prompt: g.enabled("--cache-prompt", "--no-cache-prompt"),
         n_ctx_train: profile.context_length,
     }));
     Ok(c)
+}
+
+/// The timing profile, with the simulator's own flags (`--profile`, `--sim-*`) applied.
+fn sim_profile(g: &Given) -> Result<Profile, LlamaArgError> {
+    let mut profile = Profile::load(g.last("--profile").unwrap_or("fast"))?;
+    if let Some(s) = g.last("--sim-time-scale") {
+        let scale: f64 = s
+            .parse()
+            .ok()
+            .filter(|x: &f64| *x > 0.0 && x.is_finite())
+            .ok_or_else(|| {
+                LlamaArgError::BadValue(
+                    "--sim-time-scale".into(),
+                    "must be a positive number".into(),
+                )
+            })?;
+        profile.time_scale = scale;
+    }
+    if let Some(n) = g.int("--sim-thinking-tokens")? {
+        profile.thinking.tokens = u64::try_from(n).map_err(|_| {
+            LlamaArgError::BadValue(
+                "--sim-thinking-tokens".into(),
+                "must not be negative".into(),
+            )
+        })?;
+    }
+    Ok(profile)
+}
+
+/// `--api-key` (comma-separated) plus each non-empty line of `--api-key-file`.
+fn api_keys(g: &Given) -> Result<Vec<String>, LlamaArgError> {
+    let mut api_keys = g.list("--api-key");
+    if let Some(path) = g.last("--api-key-file") {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LlamaArgError::BadValue("--api-key-file".into(), e.to_string()))?;
+        api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        );
+    }
+    Ok(api_keys)
+}
+
+/// Whether thinking is split into `reasoning_content` (`--reasoning-format`, `--no-jinja`).
+fn reasoning_split(g: &Given) -> Result<bool, LlamaArgError> {
+    // common_reasoning_format_from_name (common/chat.cpp): none, auto (the default),
+    // deepseek, deepseek-legacy; anything else throws. Thinking reaches `reasoning_content`
+    // only through the Jinja template path (`--jinja`, on by default).
+    let format = g.last("--reasoning-format").unwrap_or("auto");
+    if !["none", "auto", "deepseek", "deepseek-legacy"].contains(&format) {
+        return Err(LlamaArgError::BadValue(
+            "--reasoning-format".into(),
+            format!("Unknown reasoning format: {format}"),
+        ));
+    }
+    Ok(format != "none" && !g.has("--no-jinja"))
 }
 
 /// `servebench sim --api llama.cpp --help`.

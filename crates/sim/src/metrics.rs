@@ -404,6 +404,17 @@ impl SchedStats {
             let _ = write!(labels, ",engine_type=\"{role}\"");
         }
         let mut s = String::new();
+        self.render_histograms(&mut s, &labels);
+        self.render_counters(&mut s, &labels);
+        self.render_gauges(&mut s, &labels, max_total_num_tokens);
+        if self.pd.role.is_some() {
+            self.pd.render(&mut s, &labels);
+        }
+        s
+    }
+
+    /// The latency histograms, each with samples once it has an observation.
+    fn render_histograms(&self, s: &mut String, labels: &str) {
         for (h, name, help) in [
             (
                 &self.ttft,
@@ -428,9 +439,13 @@ impl SchedStats {
         ] {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} histogram");
             if h.count() > 0 {
-                h.render_samples(&mut s, name, &labels);
+                h.render_samples(s, name, labels);
             }
         }
+    }
+
+    /// The token and request counters, each with a sample once it is first counted.
+    fn render_counters(&self, s: &mut String, labels: &str) {
         let finished = self.num_requests_total > 0;
         let counters = [
             (
@@ -470,6 +485,10 @@ impl SchedStats {
                 let _ = writeln!(s, "{name}{{{labels}}} {v}");
             }
         }
+    }
+
+    /// The gauges, always with a sample.
+    fn render_gauges(&self, s: &mut String, labels: &str, max_total_num_tokens: u64) {
         let gauges = [
             (
                 "sglang:num_running_reqs",
@@ -519,10 +538,6 @@ impl SchedStats {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}"
             );
         }
-        if self.pd.role.is_some() {
-            self.pd.render(&mut s, &labels);
-        }
-        s
     }
 }
 

@@ -275,6 +275,54 @@ impl Scheduler {
     }
 
     fn run(mut self) {
+        self.start_up();
+        self.clock = Instant::now();
+        loop {
+            if self.drain_commands() {
+                return;
+            }
+            self.drop_aborted();
+            self.run_erases();
+            self.complete_transfers(Instant::now());
+            if self.idle() {
+                if self.wait_while_idle() {
+                    return;
+                }
+                self.clock = Instant::now();
+                continue;
+            }
+            let now = Instant::now();
+            let start = if now > self.clock + SLIP {
+                now
+            } else {
+                self.clock
+            };
+            self.admit_prebuilt(start);
+            let deadline = if let Some(batch) = self.form_prefill(start) {
+                let Some(deadline) = self.prefill_iteration(batch, start) else {
+                    return;
+                };
+                deadline
+            } else if self.ready_to_decode() {
+                let Some(deadline) = self.decode_iteration(start) else {
+                    return;
+                };
+                deadline
+            } else {
+                if self.wait_for_news() {
+                    return;
+                }
+                self.clock = Instant::now();
+                continue;
+            };
+            self.clock = deadline;
+            self.shared.profiler.forward_step(&self.cfg.log);
+            self.publish();
+        }
+    }
+
+    /// Start-up: the memory line, warm-up, readiness, and the engine's ready lines.
+    fn start_up(&mut self) {
         if let Some(m) = &self.memory
             && self.cfg.api == Api::Sglang
         {
@@ -303,133 +351,126 @@ impl Scheduler {
         if let Some(f) = self.on_ready.take() {
             f();
         }
-        self.clock = Instant::now();
+    }
+
+    /// Handles every command already queued; true when the scheduler must stop.
+    fn drain_commands(&mut self) -> bool {
         loop {
-            loop {
-                match self.rx.try_recv() {
-                    Ok(c) => {
-                        if self.handle(c) {
-                            return;
-                        }
+            match self.rx.try_recv() {
+                Ok(c) => {
+                    if self.handle(c) {
+                        return true;
                     }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return,
                 }
+                Err(TryRecvError::Empty) => return false,
+                Err(TryRecvError::Disconnected) => return true,
             }
-            self.drop_aborted();
-            self.run_erases();
-            self.complete_transfers(Instant::now());
-            if self.idle() {
-                if std::mem::take(&mut self.busy_since_idle) {
-                    self.voice.all_idle();
-                }
-                if let Some(r) = &mut self.ratio {
-                    r.reset();
-                }
-                self.publish();
-                match self.rx.recv() {
-                    Ok(c) => {
-                        if self.handle(c) {
-                            return;
-                        }
-                    }
-                    Err(_) => return,
-                }
-                self.clock = Instant::now();
-                continue;
-            }
-            let now = Instant::now();
-            let start = if now > self.clock + SLIP {
-                now
-            } else {
-                self.clock
-            };
-            let deadline;
-            self.admit_prebuilt(start);
-            if let Some(mut batch) = self.form_prefill(start) {
-                self.busy_since_idle = true;
-                // A mixed iteration also steps the running requests (which may retract some).
-                let mixed = self.cfg.mixed_chunk && self.ready_to_decode();
-                self.started(&mut batch, start);
-                let new_tokens: u64 = batch.iter().map(|b| b.new_tokens).sum();
-                let segments: Vec<(u64, u64)> = batch
-                    .iter()
-                    .map(|b| (b.req.prefilled, b.new_tokens))
-                    .collect();
-                // SGLang logs the batch, then dies in its forward pass.
-                self.log_prefill(&batch, new_tokens);
-                if let Some(limit) = self.cfg.profile.oom_prefill_tokens
-                    && new_tokens > limit
-                {
-                    let (message, tried_mib) = self.token_limit_oom(new_tokens);
-                    self.crash_oom(&message, tried_mib, new_tokens);
-                    return;
-                }
-                if let Some(Err(oom)) = self.memory.as_mut().map(|m| m.prefill(&segments)) {
-                    self.crash_oom(&oom.torch_message(), oom.tried_mib, new_tokens);
-                    return;
-                }
-                if let Ok(mut st) = self.shared.stats.lock() {
-                    st.engine.n_decode += 1;
-                    st.engine.n_busy_slots += (batch.len() + self.running.len()) as u64;
-                }
-                deadline = start
-                    + self.cfg.profile.prefill_time(&segments)
-                    + self.mixed_decode_time(mixed);
-                if self.wait_until(deadline) {
-                    return;
-                }
-                if mixed {
-                    self.decode_step(deadline);
-                }
-                self.finish_prefill(batch, deadline);
-            } else if self.ready_to_decode() {
-                let ctx: u64 = self.running.iter().map(Req::context_len).sum();
-                let batch = self.running.len() as u64;
-                let overhead = self
-                    .cfg
-                    .speculative
-                    .as_ref()
-                    .map_or(0.0, |s| s.verify_overhead_ms(batch));
-                deadline = start
-                    + self
-                        .cfg
-                        .profile
-                        .decode_time(self.running.len() as u64, ctx, overhead);
-                // SGLang logs the decode batch as it launches it.
-                if (self.decode_steps + 1).is_multiple_of(self.cfg.decode_log_interval) {
-                    self.log_decode(start);
-                }
-                if self.wait_until(deadline) {
-                    return;
-                }
-                self.decode_step(deadline);
-            } else {
-                // Waiting requests that cannot be admitted while nothing runs: wait for news,
-                // until the first one is through the front end, or until a transfer is done.
-                let mut wait = self.waiting.front().map_or(Duration::from_millis(5), |r| {
-                    (r.received + self.cfg.profile.frontend())
-                        .saturating_duration_since(Instant::now())
-                        .clamp(Duration::from_micros(50), Duration::from_millis(5))
-                });
-                if let Some(done) = self.inflight.iter().map(|t| t.done).min() {
-                    wait = wait.min(done.saturating_duration_since(Instant::now()));
-                }
-                match self.rx.recv_timeout(wait) {
-                    Ok(c) => {
-                        if self.handle(c) {
-                            return;
-                        }
-                    }
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-                self.clock = Instant::now();
-                continue;
-            }
-            self.clock = deadline;
-            self.shared.profiler.forward_step(&self.cfg.log);
-            self.publish();
+        }
+    }
+
+    /// Nothing to do: says so once, publishes, and blocks for the next command; true when the
+    /// scheduler must stop.
+    fn wait_while_idle(&mut self) -> bool {
+        if std::mem::take(&mut self.busy_since_idle) {
+            self.voice.all_idle();
+        }
+        if let Some(r) = &mut self.ratio {
+            r.reset();
+        }
+        self.publish();
+        match self.rx.recv() {
+            Ok(c) => self.handle(c),
+            Err(_) => true,
+        }
+    }
+
+    /// One prefill iteration (mixed with a decode step when enabled) from `start`: its end,
+    /// or None when the scheduler must stop (a simulated OOM, or shutdown while it ran).
+    fn prefill_iteration(
+        &mut self,
+        mut batch: Vec<PrefillItem>,
+        start: Instant,
+    ) -> Option<Instant> {
+        self.busy_since_idle = true;
+        // A mixed iteration also steps the running requests (which may retract some).
+        let mixed = self.cfg.mixed_chunk && self.ready_to_decode();
+        self.started(&mut batch, start);
+        let new_tokens: u64 = batch.iter().map(|b| b.new_tokens).sum();
+        let segments: Vec<(u64, u64)> = batch
+            .iter()
+            .map(|b| (b.req.prefilled, b.new_tokens))
+            .collect();
+        // SGLang logs the batch, then dies in its forward pass.
+        self.log_prefill(&batch, new_tokens);
+        if let Some(limit) = self.cfg.profile.oom_prefill_tokens
+            && new_tokens > limit
+        {
+            let (message, tried_mib) = self.token_limit_oom(new_tokens);
+            self.crash_oom(&message, tried_mib, new_tokens);
+            return None;
+        }
+        if let Some(Err(oom)) = self.memory.as_mut().map(|m| m.prefill(&segments)) {
+            self.crash_oom(&oom.torch_message(), oom.tried_mib, new_tokens);
+            return None;
+        }
+        if let Ok(mut st) = self.shared.stats.lock() {
+            st.engine.n_decode += 1;
+            st.engine.n_busy_slots += (batch.len() + self.running.len()) as u64;
+        }
+        let deadline =
+            start + self.cfg.profile.prefill_time(&segments) + self.mixed_decode_time(mixed);
+        if self.wait_until(deadline) {
+            return None;
+        }
+        if mixed {
+            self.decode_step(deadline);
+        }
+        self.finish_prefill(batch, deadline);
+        Some(deadline)
+    }
+
+    /// One decode step of the running requests from `start`: its end, or None when the
+    /// scheduler must stop.
+    fn decode_iteration(&mut self, start: Instant) -> Option<Instant> {
+        let ctx: u64 = self.running.iter().map(Req::context_len).sum();
+        let batch = self.running.len() as u64;
+        let overhead = self
+            .cfg
+            .speculative
+            .as_ref()
+            .map_or(0.0, |s| s.verify_overhead_ms(batch));
+        let deadline = start
+            + self
+                .cfg
+                .profile
+                .decode_time(self.running.len() as u64, ctx, overhead);
+        // SGLang logs the decode batch as it launches it.
+        if (self.decode_steps + 1).is_multiple_of(self.cfg.decode_log_interval) {
+            self.log_decode(start);
+        }
+        if self.wait_until(deadline) {
+            return None;
+        }
+        self.decode_step(deadline);
+        Some(deadline)
+    }
+
+    /// Waiting requests that cannot be admitted while nothing runs: waits for news, until the
+    /// first one is through the front end, or until a transfer is done; true when the
+    /// scheduler must stop.
+    fn wait_for_news(&mut self) -> bool {
+        let mut wait = self.waiting.front().map_or(Duration::from_millis(5), |r| {
+            (r.received + self.cfg.profile.frontend())
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_micros(50), Duration::from_millis(5))
+        });
+        if let Some(done) = self.inflight.iter().map(|t| t.done).min() {
+            wait = wait.min(done.saturating_duration_since(Instant::now()));
+        }
+        match self.rx.recv_timeout(wait) {
+            Ok(c) => self.handle(c),
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => true,
         }
     }
 

@@ -4,9 +4,11 @@
 use super::api::Api;
 use super::config::SimConfig;
 use super::http::{AppState, router};
+use super::llamacpp_options::LlamaOptions;
 use super::scheduler::{self, OnReady};
 use super::state::Shared;
 use super::types::Command;
+use super::vllm_options::VllmOptions;
 use super::voice::{Proc, VLLM_VERSION, Voice, thousands};
 use axum::serve::ListenerExt;
 use std::future::Future;
@@ -301,8 +303,52 @@ async fn serve_vllm(
     let Some(v) = config.vllm.clone() else {
         anyhow::bail!("vLLM settings missing");
     };
+    vllm_announce_args(&voice, &v)?;
+    vllm_check_kv_cache(&voice, &config, &v)?;
+    let addr = listen.local_addr()?;
+    let ready_voice = voice.clone();
+    let dev_mode = v.dev_mode;
+    let host = v.host_display.clone();
+    // Said once the socket listens (below), never before: a client that trusts the line must
+    // find the port accepting.
+    let announce = move || vllm_announce_ready(&ready_voice, dev_mode, &host, addr.port());
+    // Set once the engine's own ready lines are written (they come first, as in vLLM).
+    let engine_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let up = engine_up.clone();
+    let on_ready: OnReady = Box::new(move || up.store(true, std::sync::atomic::Ordering::Release));
+    let engine = start_engine(config, on_ready)?;
+    // vLLM's socket is bound early but listens only once the engine is up.
+    while !engine_up.load(std::sync::atomic::Ordering::Acquire) {
+        if engine.shared.crashed() {
+            return engine.finish(Ok(())).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let listener = listen.listen()?;
+    announce();
+    let stats = tokio::spawn(super::http::vllm::log_stats(
+        engine.state.clone(),
+        voice.clone(),
+    ));
+    let stop = engine.stop_signal(shutdown);
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = super::http::vllm::router(engine.state.clone(), v);
+    let result = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop)
+    .await;
+    stats.abort();
+    engine.finish(result).await
+}
+
+/// vLLM's first lines (version, non-default args), then its refusal of a model path that
+/// does not exist.
+fn vllm_announce_args(voice: &Voice, v: &VllmOptions) -> anyhow::Result<()> {
     let api = |level: &str, at: &str, msg: &str| voice.vllm(Proc::Api, level, at, msg);
-    let eng = |level: &str, at: &str, msg: &str| voice.vllm(Proc::Engine, level, at, msg);
     api(
         "INFO",
         "api_server.py:1863",
@@ -337,6 +383,13 @@ async fn serve_vllm(
         );
         anyhow::bail!("model not found: {}", v.model);
     }
+    Ok(())
+}
+
+/// The engine's configuration and KV cache lines, and vLLM's refusal when the cache is
+/// empty or cannot hold one request of `--max-model-len`.
+fn vllm_check_kv_cache(voice: &Voice, config: &SimConfig, v: &VllmOptions) -> anyhow::Result<()> {
+    let eng = |level: &str, at: &str, msg: &str| voice.vllm(Proc::Engine, level, at, msg);
     let kv_bytes_per_token =
         config.profile.memory.kv_bytes_per_token / v.tensor_parallel_size.max(1) as f64;
     eng(
@@ -357,27 +410,14 @@ async fn serve_vllm(
         ),
     );
     let available = config.max_total_tokens.max(0) as f64 * kv_bytes_per_token;
-    let engine_failed = |message: &str| {
-        eng("ERROR", "core.py:812", "EngineCore failed to start.");
-        eng("ERROR", "core.py:812", "Traceback (most recent call last):");
-        eng(
-            "ERROR",
-            "core.py:812",
-            "  File \"/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py\", line 686, in check_enough_kv_cache_memory",
-        );
-        eng("ERROR", "core.py:812", &format!("ValueError: {message}"));
-        voice.vllm_raw(
-            Proc::Api,
-            "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
-        );
-    };
     if config.max_total_tokens <= 0 {
         eng(
             "INFO",
             "gpu_worker.py:298",
             "Available KV cache memory: 0.00 GiB",
         );
-        engine_failed(
+        vllm_engine_failed(
+            voice,
             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
         );
         anyhow::bail!("not enough memory for the KV cache: increase --gpu-memory-utilization");
@@ -390,12 +430,15 @@ async fn serve_vllm(
     if config.pool_tokens() < config.context_length {
         let needed = config.context_length as f64 * kv_bytes_per_token;
         let estimate = config.pool_tokens() - config.pool_tokens() % v.block_size.max(1);
-        engine_failed(&format!(
-            "To serve at least one request with the model's max seq len ({}), ({} GiB KV cache is needed, which is larger than the available KV cache memory ({} GiB). Based on the available memory, the estimated maximum model length is {estimate}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
-            config.context_length,
-            gib(needed),
-            gib(available),
-        ));
+        vllm_engine_failed(
+            voice,
+            &format!(
+                "To serve at least one request with the model's max seq len ({}), ({} GiB KV cache is needed, which is larger than the available KV cache memory ({} GiB). Based on the available memory, the estimated maximum model length is {estimate}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.",
+                config.context_length,
+                gib(needed),
+                gib(available),
+            ),
+        );
         anyhow::bail!(
             "the KV cache holds {} tokens, fewer than --max-model-len {}",
             config.pool_tokens(),
@@ -419,82 +462,65 @@ async fn serve_vllm(
             config.pool_tokens() as f64 / config.context_length as f64
         ),
     );
-    let addr = listen.local_addr()?;
-    let ready_voice = voice.clone();
-    let dev_mode = v.dev_mode;
-    let host = v.host_display.clone();
-    // Said once the socket listens (below), never before: a client that trusts the line must
-    // find the port accepting.
-    let announce = move || {
-        let api = |level: &str, at: &str, msg: &str| ready_voice.vllm(Proc::Api, level, at, msg);
-        if dev_mode {
-            api(
-                "WARNING",
-                "api_server.py:1634",
-                "SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!",
-            );
-        }
+    Ok(())
+}
+
+/// vLLM's engine-core failure traceback for a KV cache check, ending in `message`.
+fn vllm_engine_failed(voice: &Voice, message: &str) {
+    let eng = |level: &str, at: &str, msg: &str| voice.vllm(Proc::Engine, level, at, msg);
+    eng("ERROR", "core.py:812", "EngineCore failed to start.");
+    eng("ERROR", "core.py:812", "Traceback (most recent call last):");
+    eng(
+        "ERROR",
+        "core.py:812",
+        "  File \"/usr/local/lib/python3.12/dist-packages/vllm/v1/core/kv_cache_utils.py\", line 686, in check_enough_kv_cache_memory",
+    );
+    eng("ERROR", "core.py:812", &format!("ValueError: {message}"));
+    voice.vllm_raw(
+        Proc::Api,
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+    );
+}
+
+/// The API server's ready lines: dev-mode warning, tasks, address, routes, uvicorn start-up.
+fn vllm_announce_ready(voice: &Voice, dev_mode: bool, host: &str, port: u16) {
+    let api = |level: &str, at: &str, msg: &str| voice.vllm(Proc::Api, level, at, msg);
+    if dev_mode {
         api(
-            "INFO",
-            "api_server.py:1605",
-            "Supported tasks: ['generate']",
+            "WARNING",
+            "api_server.py:1634",
+            "SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!",
         );
-        // The port actually bound (vLLM logs the --port it was given; they differ only for 0).
-        api(
-            "INFO",
-            "api_server.py:1906",
-            &format!("Starting vLLM server on http://{host}:{}", addr.port()),
-        );
-        api("INFO", "launcher.py:46", "Available routes are:");
-        for (route, methods) in super::http::vllm::ROUTES {
-            if !dev_mode && super::http::vllm::DEV_ROUTES.contains(route) {
-                continue;
-            }
-            api(
-                "INFO",
-                "launcher.py:54",
-                &format!("Route: {route}, Methods: {methods}"),
-            );
-        }
-        let pid = std::process::id();
-        ready_voice.vllm_raw(
-            Proc::Api,
-            &format!(
-                "INFO:     Started server process [{pid}]\nINFO:     Waiting for application startup.\nINFO:     Application startup complete."
-            ),
-        );
-    };
-    // Set once the engine's own ready lines are written (they come first, as in vLLM).
-    let engine_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let up = engine_up.clone();
-    let on_ready: OnReady = Box::new(move || up.store(true, std::sync::atomic::Ordering::Release));
-    let engine = start_engine(config, on_ready)?;
-    // vLLM's socket is bound early but listens only once the engine is up.
-    while !engine_up.load(std::sync::atomic::Ordering::Acquire) {
-        if engine.shared.crashed() {
-            return engine.finish(Ok(())).await;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let listener = listen.listen()?;
-    announce();
-    let stats = tokio::spawn(super::http::vllm::log_stats(
-        engine.state.clone(),
-        voice.clone(),
-    ));
-    let stop = engine.stop_signal(shutdown);
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let app = super::http::vllm::router(engine.state.clone(), v);
-    let result = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop)
-    .await;
-    stats.abort();
-    engine.finish(result).await
+    api(
+        "INFO",
+        "api_server.py:1605",
+        "Supported tasks: ['generate']",
+    );
+    // The port actually bound (vLLM logs the --port it was given; they differ only for 0).
+    api(
+        "INFO",
+        "api_server.py:1906",
+        &format!("Starting vLLM server on http://{host}:{port}"),
+    );
+    api("INFO", "launcher.py:46", "Available routes are:");
+    for (route, methods) in super::http::vllm::ROUTES {
+        if !dev_mode && super::http::vllm::DEV_ROUTES.contains(route) {
+            continue;
+        }
+        api(
+            "INFO",
+            "launcher.py:54",
+            &format!("Route: {route}, Methods: {methods}"),
+        );
+    }
+    let pid = std::process::id();
+    voice.vllm_raw(
+        Proc::Api,
+        &format!(
+            "INFO:     Started server process [{pid}]\nINFO:     Waiting for application startup.\nINFO:     Application startup complete."
+        ),
+    );
 }
 
 async fn serve_llamacpp(
@@ -517,6 +543,28 @@ async fn serve_llamacpp(
     }
     // The HTTP listener is up before the model loads: every path answers 503 meanwhile.
     let addr = listener.local_addr()?;
+    llamacpp_load_model(&voice, &config, &l)?;
+    let ready_voice = voice.clone();
+    let host = config.host.clone();
+    let on_ready: OnReady = Box::new(move || {
+        ready_voice.srv("llama_server", "model loaded");
+        ready_voice.srv(
+            "llama_server",
+            &format!("server is listening on http://{host}:{}", addr.port()),
+        );
+        ready_voice.srv("update_slots", "all slots are idle");
+    });
+    let engine = start_engine(config, on_ready)?;
+    let stop = engine.stop_signal(shutdown);
+    let app = super::http::llamacpp::router(engine.state.clone(), l);
+    let result = super::http::keepalive::serve(listener, app, stop).await;
+    engine.finish(result).await
+}
+
+/// llama.cpp's model load: its lines, or its failure when the model file is missing or the
+/// context's KV cache does not fit beside the weights.
+fn llamacpp_load_model(voice: &Voice, config: &SimConfig, l: &LlamaOptions) -> anyhow::Result<()> {
+    let log = &config.log;
     voice.srv("load_model", &format!("loading model '{}'", l.model_path));
     let fail_load = |lines: &[String]| {
         for line in lines {
@@ -589,19 +637,5 @@ async fn serve_llamacpp(
             &format!("new slot, n_ctx = {}", l.n_ctx_slot),
         );
     }
-    let ready_voice = voice.clone();
-    let host = config.host.clone();
-    let on_ready: OnReady = Box::new(move || {
-        ready_voice.srv("llama_server", "model loaded");
-        ready_voice.srv(
-            "llama_server",
-            &format!("server is listening on http://{host}:{}", addr.port()),
-        );
-        ready_voice.srv("update_slots", "all slots are idle");
-    });
-    let engine = start_engine(config, on_ready)?;
-    let stop = engine.stop_signal(shutdown);
-    let app = super::http::llamacpp::router(engine.state.clone(), l);
-    let result = super::http::keepalive::serve(listener, app, stop).await;
-    engine.finish(result).await
+    Ok(())
 }

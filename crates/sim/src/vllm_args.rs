@@ -434,32 +434,13 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
             positional.push(arg.clone());
             continue;
         }
-        // Short forms: `-tp 2`, `-tp=2`, `-O3`.
         let long: String = if let Some(body) = arg.strip_prefix("--") {
             body.to_string()
+        } else if let Some(long) = expand_short(&arg[1..]) {
+            long
         } else {
-            let body = &arg[1..];
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v)),
-                None => (body, None),
-            };
-            let expanded = vllm_flags::SHORT
-                .iter()
-                .find(|(s, _)| *s == name)
-                .map(|(_, l)| (l.to_string(), inline.map(str::to_string)))
-                .or_else(|| {
-                    name.strip_prefix('O')
-                        .filter(|lvl| !lvl.is_empty())
-                        .map(|lvl| ("optimization-level".to_string(), Some(lvl.to_string())))
-                });
-            match expanded {
-                Some((l, Some(v))) => format!("{l}={v}"),
-                Some((l, None)) => l,
-                None => {
-                    unknown.push(arg.clone());
-                    continue;
-                }
-            }
+            unknown.push(arg.clone());
+            continue;
         };
         let (name_raw, inline) = match long.split_once('=') {
             Some((n, v)) => (n.to_string(), Some(v.to_string())),
@@ -471,18 +452,6 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
             None => (name_raw.replace('_', "-"), None),
         };
         let resolved = resolve(&head).map_err(usage)?;
-        let take_value = |i: &mut usize| -> Option<String> {
-            match &inline {
-                Some(v) => Some(v.clone()),
-                None => {
-                    let v = args.get(*i).filter(|v| !is_flag(v)).cloned();
-                    if v.is_some() {
-                        *i += 1;
-                    }
-                    v
-                }
-            }
-        };
         let (fl, bare) = match resolved {
             None => {
                 unknown.push(format!("--{head}"));
@@ -499,7 +468,7 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
                 ));
                 let base = n.strip_prefix("no-").unwrap_or(&n);
                 if inline.is_none() && !vllm_flags::is_boolean(base) {
-                    take_value(&mut i);
+                    take_value(args, &mut i, &inline);
                 }
                 continue;
             }
@@ -509,7 +478,7 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
             if fl.kind != Kind::Json {
                 return Err(usage(format!("unrecognized arguments: --{name_raw}")));
             }
-            let Some(v) = take_value(&mut i) else {
+            let Some(v) = take_value(args, &mut i, &inline) else {
                 return Err(usage(format!(
                     "argument --{}: expected one argument",
                     fl.name
@@ -519,44 +488,7 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
             json.insert(key.replace('-', "_"), v);
             continue;
         }
-        let value = match fl.kind {
-            Kind::Bool => {
-                if inline.is_some() {
-                    return Err(usage(format!(
-                        "argument --{head}: ignored explicit argument '{}'",
-                        inline.unwrap_or_default()
-                    )));
-                }
-                Value::Bool(bare.unwrap_or(true))
-            }
-            Kind::Many => {
-                let mut vals = Vec::new();
-                if let Some(v) = inline.clone() {
-                    vals.push(Value::from(v));
-                } else {
-                    while let Some(v) = args.get(i).filter(|v| !is_flag(v)) {
-                        vals.push(Value::from(v.clone()));
-                        i += 1;
-                    }
-                }
-                if vals.is_empty() {
-                    return Err(usage(format!(
-                        "argument --{}: expected at least one argument",
-                        fl.name
-                    )));
-                }
-                Value::Array(vals)
-            }
-            _ => {
-                let Some(v) = take_value(&mut i) else {
-                    return Err(usage(format!(
-                        "argument --{}: expected one argument",
-                        fl.name
-                    )));
-                };
-                typed(fl, &v).map_err(usage)?
-            }
-        };
+        let value = flag_value(fl, &head, bare, inline, args, &mut i)?;
         given.insert(fl.name, value);
     }
     let model_flag = given
@@ -567,23 +499,133 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
         unknown.extend(positional.drain(1..));
     }
     if !unknown.is_empty() {
-        let hints: Vec<String> = unknown
-            .iter()
-            .filter_map(|u| {
-                let n = u.trim_start_matches('-').replace('_', "-");
-                u.starts_with("--")
-                    .then(|| did_you_mean(&n))
-                    .flatten()
-                    .map(|m| format!("--{n}: did you mean --{m}?"))
-            })
-            .collect();
-        let mut msg = format!("unrecognized arguments: {}", unknown.join(" "));
-        if !hints.is_empty() {
-            msg.push_str(&format!(" ({})", hints.join("; ")));
-        }
-        return Err(usage(msg));
+        return Err(unrecognized(&unknown));
     }
-    let model = match (positional.pop(), model_flag) {
+    let model = choose_model(positional.pop(), model_flag, &given, &mut warnings)?;
+    merge_speculative_flags(&given, &mut json);
+    let config = resolve_config(&given, &json, model)?;
+    Ok(VllmParsed {
+        config,
+        warnings,
+        help,
+    })
+}
+
+/// A short form's long name (`tp=2` → `tensor-parallel-size=2`, `O3` →
+/// `optimization-level=3`), or `None` when vLLM has no such short form.
+fn expand_short(body: &str) -> Option<String> {
+    let (name, inline) = match body.split_once('=') {
+        Some((n, v)) => (n, Some(v)),
+        None => (body, None),
+    };
+    let expanded = vllm_flags::SHORT
+        .iter()
+        .find(|(s, _)| *s == name)
+        .map(|(_, l)| (l.to_string(), inline.map(str::to_string)))
+        .or_else(|| {
+            name.strip_prefix('O')
+                .filter(|lvl| !lvl.is_empty())
+                .map(|lvl| ("optimization-level".to_string(), Some(lvl.to_string())))
+        });
+    match expanded {
+        Some((l, Some(v))) => Some(format!("{l}={v}")),
+        Some((l, None)) => Some(l),
+        None => None,
+    }
+}
+
+/// A flag's one value: the inline `=value`, or the next argument when it is not a flag
+/// (then `i` moves past it).
+fn take_value(args: &[String], i: &mut usize, inline: &Option<String>) -> Option<String> {
+    match inline {
+        Some(v) => Some(v.clone()),
+        None => {
+            let v = args.get(*i).filter(|v| !is_flag(v)).cloned();
+            if v.is_some() {
+                *i += 1;
+            }
+            v
+        }
+    }
+}
+
+/// The value of a known flag, by its kind, taking its arguments from `args` at `i`.
+fn flag_value(
+    fl: &Flag,
+    head: &str,
+    bare: Option<bool>,
+    inline: Option<String>,
+    args: &[String],
+    i: &mut usize,
+) -> Result<Value, VllmArgError> {
+    let usage = VllmArgError::Usage;
+    Ok(match fl.kind {
+        Kind::Bool => {
+            if inline.is_some() {
+                return Err(usage(format!(
+                    "argument --{head}: ignored explicit argument '{}'",
+                    inline.unwrap_or_default()
+                )));
+            }
+            Value::Bool(bare.unwrap_or(true))
+        }
+        Kind::Many => {
+            let mut vals = Vec::new();
+            if let Some(v) = inline.clone() {
+                vals.push(Value::from(v));
+            } else {
+                while let Some(v) = args.get(*i).filter(|v| !is_flag(v)) {
+                    vals.push(Value::from(v.clone()));
+                    *i += 1;
+                }
+            }
+            if vals.is_empty() {
+                return Err(usage(format!(
+                    "argument --{}: expected at least one argument",
+                    fl.name
+                )));
+            }
+            Value::Array(vals)
+        }
+        _ => {
+            let Some(v) = take_value(args, i, &inline) else {
+                return Err(usage(format!(
+                    "argument --{}: expected one argument",
+                    fl.name
+                )));
+            };
+            typed(fl, &v).map_err(usage)?
+        }
+    })
+}
+
+/// argparse's refusal of unknown arguments, with a did-you-mean for each long flag.
+fn unrecognized(unknown: &[String]) -> VllmArgError {
+    let hints: Vec<String> = unknown
+        .iter()
+        .filter_map(|u| {
+            let n = u.trim_start_matches('-').replace('_', "-");
+            u.starts_with("--")
+                .then(|| did_you_mean(&n))
+                .flatten()
+                .map(|m| format!("--{n}: did you mean --{m}?"))
+        })
+        .collect();
+    let mut msg = format!("unrecognized arguments: {}", unknown.join(" "));
+    if !hints.is_empty() {
+        msg.push_str(&format!(" ({})", hints.join("; ")));
+    }
+    VllmArgError::Usage(msg)
+}
+
+/// The model: the positional one, else `--model` (with vLLM's warning), else the default.
+fn choose_model(
+    positional: Option<String>,
+    model_flag: Option<String>,
+    given: &IndexMap<&'static str, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<String, VllmArgError> {
+    Ok(match (positional, model_flag) {
         (Some(m), _) => m,
         (None, Some(m)) => {
             warnings.push(
@@ -594,14 +636,19 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
         }
         (None, None) => {
             if given.contains_key("served-model-name") {
-                return Err(usage(
+                return Err(VllmArgError::Usage(
                     "`model` should be provided as the first positional argument when using `vllm serve`. i.e. `vllm serve <model>`"
                         .into(),
                 ));
             }
             DEFAULT_MODEL.to_string()
         }
-    };
+    })
+}
+
+/// Folds the `--spec-*` shorthands and `--speculative-config` into the speculative JSON
+/// (dotted keys given first win).
+fn merge_speculative_flags(given: &IndexMap<&'static str, Value>, json: &mut Map<String, Value>) {
     for (k, v) in [
         ("method", "spec-method"),
         ("model", "spec-model"),
@@ -616,29 +663,34 @@ pub(crate) fn parse(args: &[String]) -> Result<VllmParsed, VllmArgError> {
             json.entry(k.clone()).or_insert(v.clone());
         }
     }
-    let config = resolve_config(&given, &json, model)?;
-    Ok(VllmParsed {
-        config,
-        warnings,
-        help,
-    })
 }
 
 fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
-fn resolve_config(
-    given: &IndexMap<&'static str, Value>,
-    spec: &Map<String, Value>,
-    model: String,
-) -> Result<SimConfig, VllmArgError> {
-    let usage = VllmArgError::Usage;
-    let int = |n: &str| given.get(n).and_then(Value::as_i64);
-    let float = |n: &str| given.get(n).and_then(Value::as_f64);
-    let flag = |n: &str| given.get(n).and_then(Value::as_bool);
-    let strs = |n: &str| -> Vec<String> {
-        given
+/// Typed reads of the parsed flags (`given`, keyed by canonical flag name).
+struct Given<'a>(&'a IndexMap<&'static str, Value>);
+
+impl Given<'_> {
+    fn int(&self, n: &str) -> Option<i64> {
+        self.0.get(n).and_then(Value::as_i64)
+    }
+
+    fn float(&self, n: &str) -> Option<f64> {
+        self.0.get(n).and_then(Value::as_f64)
+    }
+
+    fn flag(&self, n: &str) -> Option<bool> {
+        self.0.get(n).and_then(Value::as_bool)
+    }
+
+    fn str(&self, n: &str) -> Option<&str> {
+        self.0.get(n).and_then(Value::as_str)
+    }
+
+    fn strs(&self, n: &str) -> Vec<String> {
+        self.0
             .get(n)
             .and_then(Value::as_array)
             .map(|a| {
@@ -647,61 +699,43 @@ fn resolve_config(
                     .collect()
             })
             .unwrap_or_default()
-    };
-    let mut profile = Profile::load(
-        given
-            .get("profile")
-            .and_then(Value::as_str)
-            .unwrap_or("fast"),
-    )?;
-    if let Some(s) = float("sim-time-scale") {
-        if s <= 0.0 {
-            return Err(usage("argument --sim-time-scale: must be positive".into()));
-        }
-        profile.time_scale = s;
     }
-    if let Some(n) = int("sim-thinking-tokens") {
-        profile.thinking.tokens = u64::try_from(n)
-            .map_err(|_| usage("argument --sim-thinking-tokens: must not be negative".into()))?;
-    }
-    let positive = |n: &str| -> Result<Option<u64>, VllmArgError> {
-        match int(n) {
-            Some(x) if x <= 0 => Err(usage(format!("argument --{n}: must be positive, got {x}"))),
+
+    /// An integer flag that must be above zero when given.
+    fn positive(&self, n: &str) -> Result<Option<u64>, VllmArgError> {
+        match self.int(n) {
+            Some(x) if x <= 0 => Err(VllmArgError::Usage(format!(
+                "argument --{n}: must be positive, got {x}"
+            ))),
             x => Ok(x.map(|x| x as u64)),
         }
-    };
+    }
+}
+
+fn resolve_config(
+    given: &IndexMap<&'static str, Value>,
+    spec: &Map<String, Value>,
+    model: String,
+) -> Result<SimConfig, VllmArgError> {
+    let usage = VllmArgError::Usage;
+    let g = Given(given);
+    let profile = sim_profile(&g)?;
     let mut c = SimConfig::engine_defaults(Api::Vllm, profile.clone());
-    let port = int("port").unwrap_or(8000);
+    let port = g.int("port").unwrap_or(8000);
     c.port =
         u16::try_from(port).map_err(|_| usage(format!("argument --port: invalid port {port}")))?;
-    let host = given
-        .get("host")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    let host = g.str("host").map(str::to_string);
     c.host = host.clone().unwrap_or_else(|| "0.0.0.0".into());
-    let tp = positive("tensor-parallel-size")?.unwrap_or(1);
-    let util = float("gpu-memory-utilization").unwrap_or(0.92);
+    let tp = g.positive("tensor-parallel-size")?.unwrap_or(1);
+    let util = g.float("gpu-memory-utilization").unwrap_or(0.92);
     if !(util > 0.0 && util <= 1.0) {
         return Err(usage(format!(
             "argument --gpu-memory-utilization: must be in (0, 1], got {util}"
         )));
     }
-    let block_size = positive("block-size")?.unwrap_or(16);
-    let m = &profile.memory;
-    let kv_bytes_per_token = m.kv_bytes_per_token / tp as f64;
-    let mut pool = kv_pool_tokens(m, util, tp as f64);
-    if let Some(bytes) = int("kv-cache-memory-bytes") {
-        pool = (bytes as f64 / kv_bytes_per_token).floor() as i64;
-    }
-    if let Some(blocks) = positive("num-gpu-blocks-override")? {
-        pool = (blocks * block_size) as i64;
-    }
-    // vLLM's pool is whole blocks.
-    if pool > 0 {
-        pool -= pool % block_size as i64;
-    }
-    let kv_cache_gib = pool as f64 * kv_bytes_per_token / (1u64 << 30) as f64;
-    let context_length = match int("max-model-len") {
+    let block_size = g.positive("block-size")?.unwrap_or(16);
+    let (pool, kv_cache_gib) = kv_pool(&g, &profile, util, tp, block_size)?;
+    let context_length = match g.int("max-model-len") {
         // -1 / auto: the largest that fits the KV cache.
         Some(-1) => profile.context_length.min(pool.max(1) as u64),
         Some(x) if x <= 0 => {
@@ -715,14 +749,118 @@ fn resolve_config(
     c.context_length = context_length;
     c.max_total_tokens = pool;
     c.mem_fraction_static = util;
-    if let Some(n) = positive("max-num-seqs")? {
+    apply_scheduler_flags(&g, &profile, &mut c)?;
+    let spec_tokens = spec
+        .get("num_speculative_tokens")
+        .and_then(Value::as_i64)
+        .filter(|n| *n > 0);
+    let spec_on =
+        spec_tokens.is_some() || spec.get("method").is_some() || spec.get("model").is_some();
+    c.speculative = speculative_model(&profile, spec_on, spec_tokens.map(|k| k + 1));
+    c.model_path = model.clone();
+    let mut served_names = g.strs("served-model-name");
+    if served_names.is_empty() {
+        served_names.push(model.clone());
+    }
+    c.served_model_name = served_names[0].clone();
+    c.log = SimLog::stdout();
+    // `--reasoning-parser none` (any case) is unset (arg_utils.py `parse_reasoning_parser`).
+    c.reasoning_parser = g
+        .str("reasoning-parser")
+        .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("none"))
+        .map(str::to_string);
+    c.reasoning_split = c.reasoning_parser.is_some();
+    let per_request_spec_metrics = per_request_spec_metrics(&g, c.speculative.is_some())?;
+    c.vllm = Some(std::sync::Arc::new(VllmOptions {
+        non_default: non_default_args(given, &model),
+        model,
+        served_names,
+        api_keys: api_keys(&g),
+        prompt_tokens_details: g.flag("enable-prompt-tokens-details").unwrap_or(false),
+        force_include_usage: g.flag("enable-force-include-usage").unwrap_or(false),
+        log_requests: g.flag("enable-log-requests").unwrap_or(false),
+        log_stats: !g.flag("disable-log-stats").unwrap_or(false),
+        stats_interval: Duration::from_secs_f64(stats_interval()),
+        dev_mode: env_flag("VLLM_SERVER_DEV_MODE"),
+        skip_model_validation: env_flag("VLLM_SKIP_MODEL_NAME_VALIDATION"),
+        access_log: !g.flag("disable-uvicorn-access-log").unwrap_or(false) && !quiet_access(&g),
+        block_size,
+        gpu_memory_utilization: util,
+        tensor_parallel_size: tp,
+        kv_cache_gib,
+        host_display: host.unwrap_or_else(|| "0.0.0.0".into()),
+        profiler_dir: given
+            .get("profiler-config")
+            .filter(|p| p["profiler"].is_string())
+            .map(|p| {
+                p["torch_profiler_dir"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            }),
+        per_request_spec_metrics,
+    }));
+    Ok(c)
+}
+
+/// The timing profile, with the simulator's own flags (`--profile`, `--sim-*`) applied.
+fn sim_profile(g: &Given) -> Result<Profile, VllmArgError> {
+    let usage = VllmArgError::Usage;
+    let mut profile = Profile::load(g.str("profile").unwrap_or("fast"))?;
+    if let Some(s) = g.float("sim-time-scale") {
+        if s <= 0.0 {
+            return Err(usage("argument --sim-time-scale: must be positive".into()));
+        }
+        profile.time_scale = s;
+    }
+    if let Some(n) = g.int("sim-thinking-tokens") {
+        profile.thinking.tokens = u64::try_from(n)
+            .map_err(|_| usage("argument --sim-thinking-tokens: must not be negative".into()))?;
+    }
+    Ok(profile)
+}
+
+/// The KV pool in tokens (whole blocks) and its size in GiB, from the memory flags.
+fn kv_pool(
+    g: &Given,
+    profile: &Profile,
+    util: f64,
+    tp: u64,
+    block_size: u64,
+) -> Result<(i64, f64), VllmArgError> {
+    let m = &profile.memory;
+    let kv_bytes_per_token = m.kv_bytes_per_token / tp as f64;
+    let mut pool = kv_pool_tokens(m, util, tp as f64);
+    if let Some(bytes) = g.int("kv-cache-memory-bytes") {
+        pool = (bytes as f64 / kv_bytes_per_token).floor() as i64;
+    }
+    if let Some(blocks) = g.positive("num-gpu-blocks-override")? {
+        pool = (blocks * block_size) as i64;
+    }
+    // vLLM's pool is whole blocks.
+    if pool > 0 {
+        pool -= pool % block_size as i64;
+    }
+    let kv_cache_gib = pool as f64 * kv_bytes_per_token / (1u64 << 30) as f64;
+    Ok((pool, kv_cache_gib))
+}
+
+/// Batch limits, chunked prefill, prefix caching, stream interval and seed.
+fn apply_scheduler_flags(
+    g: &Given,
+    profile: &Profile,
+    c: &mut SimConfig,
+) -> Result<(), VllmArgError> {
+    if let Some(n) = g.positive("max-num-seqs")? {
         c.max_running_requests = n as usize;
     }
-    let batched = positive("max-num-batched-tokens")?;
-    if flag("enable-chunked-prefill") == Some(false) {
+    let batched = g.positive("max-num-batched-tokens")?;
+    if g.flag("enable-chunked-prefill") == Some(false) {
         c.chunked_prefill_size = None;
-        c.max_prefill_tokens = batched
-            .unwrap_or_else(|| context_length.max(profile.chunked_prefill_size.max(2048) as u64));
+        c.max_prefill_tokens = batched.unwrap_or_else(|| {
+            c.context_length
+                .max(profile.chunked_prefill_size.max(2048) as u64)
+        });
     } else {
         c.chunked_prefill_size = Some(
             batched
@@ -733,39 +871,40 @@ fn resolve_config(
     }
     // V1's scheduler spends one token budget on decodes and prefill chunks together.
     c.mixed_chunk = c.chunked_prefill_size.is_some();
-    c.disable_radix_cache = flag("enable-prefix-caching") == Some(false);
+    c.disable_radix_cache = g.flag("enable-prefix-caching") == Some(false);
     c.enable_metrics = true;
-    c.stream_interval = positive("stream-interval")?.unwrap_or(1);
-    if let Some(seed) = int("seed") {
+    c.stream_interval = g.positive("stream-interval")?.unwrap_or(1);
+    if let Some(seed) = g.int("seed") {
         c.seed = seed as u64;
     }
-    let spec_tokens = spec
-        .get("num_speculative_tokens")
-        .and_then(Value::as_i64)
-        .filter(|n| *n > 0);
-    let spec_on =
-        spec_tokens.is_some() || spec.get("method").is_some() || spec.get("model").is_some();
-    c.speculative = speculative_model(&profile, spec_on, spec_tokens.map(|k| k + 1));
-    c.model_path = model.clone();
-    let mut served_names = strs("served-model-name");
-    if served_names.is_empty() {
-        served_names.push(model.clone());
-    }
-    c.served_model_name = served_names[0].clone();
-    let mut api_keys = strs("api-key");
+    Ok(())
+}
+
+/// `--api-key`, or `VLLM_API_KEY` when no flag gives one.
+fn api_keys(g: &Given) -> Vec<String> {
+    let mut api_keys = g.strs("api-key");
     if api_keys.is_empty()
         && let Ok(k) = std::env::var("VLLM_API_KEY")
         && !k.is_empty()
     {
         api_keys.push(k);
     }
-    let stats_interval = std::env::var("VLLM_LOG_STATS_INTERVAL")
+    api_keys
+}
+
+/// `VLLM_LOG_STATS_INTERVAL` in seconds (10 when unset or not a positive number).
+fn stats_interval() -> f64 {
+    std::env::var("VLLM_LOG_STATS_INTERVAL")
         .ok()
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| *v > 0.0 && v.is_finite())
-        .unwrap_or(10.0);
+        .unwrap_or(10.0)
+}
+
+/// The `non-default args` vLLM logs at startup: every flag given, minus the simulator's own.
+fn non_default_args(given: &IndexMap<&'static str, Value>, model: &str) -> IndexMap<String, Value> {
     let mut non_default: IndexMap<String, Value> = IndexMap::new();
-    non_default.insert("model_tag".into(), Value::from(model.clone()));
+    non_default.insert("model_tag".into(), Value::from(model));
     for (k, v) in given {
         if matches!(
             *k,
@@ -781,67 +920,34 @@ fn resolve_config(
         };
         non_default.insert(k.replace('-', "_"), v);
     }
-    let quiet_access = given
-        .get("uvicorn-log-level")
-        .and_then(Value::as_str)
-        .is_some_and(|l| {
-            matches!(
-                l.to_ascii_lowercase().as_str(),
-                "warning" | "error" | "critical"
-            )
-        });
-    c.log = SimLog::stdout();
-    // `--reasoning-parser none` (any case) is unset (arg_utils.py `parse_reasoning_parser`).
-    c.reasoning_parser = given
-        .get("reasoning-parser")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("none"))
-        .map(str::to_string);
-    c.reasoning_split = c.reasoning_parser.is_some();
-    let per_request_spec = given
-        .get("per-request-spec-decode-metrics")
-        .and_then(Value::as_str)
-        .unwrap_or("none");
+    non_default
+}
+
+/// Whether `--uvicorn-log-level` is quiet enough to silence the access log.
+fn quiet_access(g: &Given) -> bool {
+    g.str("uvicorn-log-level").is_some_and(|l| {
+        matches!(
+            l.to_ascii_lowercase().as_str(),
+            "warning" | "error" | "critical"
+        )
+    })
+}
+
+/// `--per-request-spec-decode-metrics`: a valid choice, and only with speculative decoding.
+fn per_request_spec_metrics(g: &Given, speculative: bool) -> Result<bool, VllmArgError> {
+    let usage = VllmArgError::Usage;
+    let per_request_spec = g.str("per-request-spec-decode-metrics").unwrap_or("none");
     if !["none", "summary", "detailed"].contains(&per_request_spec) {
         return Err(usage(format!(
             "argument --per-request-spec-decode-metrics: invalid choice: '{per_request_spec}' (choose from 'none', 'summary', 'detailed')"
         )));
     }
-    if per_request_spec != "none" && c.speculative.is_none() {
+    if per_request_spec != "none" && !speculative {
         return Err(usage(
             "--per-request-spec-decode-metrics requires speculative decoding to be enabled (via --speculative-config).".into(),
         ));
     }
-    c.vllm = Some(std::sync::Arc::new(VllmOptions {
-        model,
-        served_names,
-        api_keys,
-        prompt_tokens_details: flag("enable-prompt-tokens-details").unwrap_or(false),
-        force_include_usage: flag("enable-force-include-usage").unwrap_or(false),
-        log_requests: flag("enable-log-requests").unwrap_or(false),
-        log_stats: !flag("disable-log-stats").unwrap_or(false),
-        stats_interval: Duration::from_secs_f64(stats_interval),
-        dev_mode: env_flag("VLLM_SERVER_DEV_MODE"),
-        skip_model_validation: env_flag("VLLM_SKIP_MODEL_NAME_VALIDATION"),
-        access_log: !flag("disable-uvicorn-access-log").unwrap_or(false) && !quiet_access,
-        block_size,
-        gpu_memory_utilization: util,
-        tensor_parallel_size: tp,
-        kv_cache_gib,
-        non_default,
-        host_display: host.unwrap_or_else(|| "0.0.0.0".into()),
-        profiler_dir: given
-            .get("profiler-config")
-            .filter(|p| p["profiler"].is_string())
-            .map(|p| {
-                p["torch_profiler_dir"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            }),
-        per_request_spec_metrics: per_request_spec != "none",
-    }));
-    Ok(c)
+    Ok(per_request_spec != "none")
 }
 
 /// Python's `repr` of a JSON value (`True`, `None`, `'text'`), for `non-default args`.

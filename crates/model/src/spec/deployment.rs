@@ -259,8 +259,36 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
     let Some(dep) = server.get("deployment").and_then(Value::as_object) else {
         return problems;
     };
-    let at = |field: &str| format!("/server/deployment/{field}");
     let set = |k: &str| dep.get(k).is_some_and(|v| !v.is_null());
+    problems.extend(single_server_checks(server));
+    let pd = set("prefill") || set("decode");
+    problems.extend(role_checks(server, dep, pd));
+    let count = |k: &str| dep.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let total = if pd {
+        count("prefill") + count("decode")
+    } else {
+        count("workers").max(1)
+    };
+    if total > u64::from(MAX_WORKERS) {
+        problems.push(Problem {
+            pointer: "/server/deployment".into(),
+            target: Target::Key,
+            message: format!(
+                "the deployment has {total} workers; one deployment launches at most {MAX_WORKERS}"
+            ),
+            hint: Some("launch fewer workers".into()),
+        });
+    }
+    problems.extend(placement_checks(dep, total));
+    problems.extend(worker_args_checks(dep));
+    problems.extend(router_args_checks(dep));
+    problems
+}
+
+/// `server` fields for a single server that a deployment cannot take: `url`, `nodes` over 1,
+/// `port`, `workers`.
+fn single_server_checks(server: &serde_json::Map<String, Value>) -> Vec<Problem> {
+    let mut problems = Vec::new();
     if server.get("url").is_some_and(|u| !u.is_null()) {
         problems.push(Problem {
             pointer: "/server/deployment".into(),
@@ -297,7 +325,19 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             hint: Some("remove `server.workers`: each launched worker is scraped already".into()),
         });
     }
-    let pd = set("prefill") || set("decode");
+    problems
+}
+
+/// Regular workers or prefill-decode roles, not a mix: each role's counts and arguments, and
+/// an engine that has the roles.
+fn role_checks(
+    server: &serde_json::Map<String, Value>,
+    dep: &serde_json::Map<String, Value>,
+    pd: bool,
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let at = |field: &str| format!("/server/deployment/{field}");
+    let set = |k: &str| dep.get(k).is_some_and(|v| !v.is_null());
     if pd && set("workers") {
         problems.push(Problem {
             pointer: at("workers"),
@@ -351,23 +391,14 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             }
         }
     }
+    problems
+}
+
+/// `worker_args` has no more entries than there are regular workers.
+fn worker_args_checks(dep: &serde_json::Map<String, Value>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let at = |field: &str| format!("/server/deployment/{field}");
     let count = |k: &str| dep.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let total = if pd {
-        count("prefill") + count("decode")
-    } else {
-        count("workers").max(1)
-    };
-    if total > u64::from(MAX_WORKERS) {
-        problems.push(Problem {
-            pointer: "/server/deployment".into(),
-            target: Target::Key,
-            message: format!(
-                "the deployment has {total} workers; one deployment launches at most {MAX_WORKERS}"
-            ),
-            hint: Some("launch fewer workers".into()),
-        });
-    }
-    problems.extend(placement_checks(dep, total));
     if let Some(args) = dep.get("worker_args").and_then(Value::as_array) {
         let n = count("workers").max(1);
         if args.len() as u64 > n {
@@ -386,6 +417,12 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             });
         }
     }
+    problems
+}
+
+/// `router.args` leaves alone the flags servebench sets itself.
+fn router_args_checks(dep: &serde_json::Map<String, Value>) -> Vec<Problem> {
+    let mut problems = Vec::new();
     // Flags servebench sets itself: one given twice would be refused by the router, or give
     // it a second listener servebench does not know.
     if let Some(args) = dep

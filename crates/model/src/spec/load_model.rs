@@ -443,138 +443,171 @@ fn default_lag_limit() -> Duration {
 /// parameters, an open loop has a stop, SLO targets parse.
 pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
     let mut problems = Vec::new();
-    let problem = |pointer: &str, target: Target, message: String, hint: &str| Problem {
+    if let Some(load) = raw.get("load").and_then(Value::as_object) {
+        let kind = load.get("kind").and_then(Value::as_str);
+        load_shape_checks(raw, load, kind, &mut problems);
+        load_stop_checks(raw, kind, &mut problems);
+    } else {
+        closed_loop_checks(raw, &mut problems);
+    }
+    slo_target_checks(raw, &mut problems);
+    percentile_checks(raw, &mut problems);
+    problems
+}
+
+/// One problem; an empty `hint` is none.
+fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
+    Problem {
         pointer: pointer.into(),
         target,
         message,
         hint: (!hint.is_empty()).then(|| hint.to_string()),
+    }
+}
+
+/// An open-loop point's load: its kind's parameters are there, a ramp sends something, and
+/// it is neither repeated nor measured two-point.
+fn load_shape_checks(
+    raw: &Value,
+    load: &serde_json::Map<String, Value>,
+    kind: Option<&str>,
+    problems: &mut Vec<Problem>,
+) {
+    let needs = match kind {
+        Some("rate") => Some(("rate", "add `rate: 8` (requests/s) or `rate: inf`")),
+        Some("ramp") => Some(("ramp", "add `ramp: { from: 1, to: 32, over: 60s }`")),
+        Some("trace") => Some(("trace", "add `trace: { file: trace.jsonl }`")),
+        Some("sessions") => Some((
+            "sessions",
+            "add `sessions: { users: 16, turns: 4, think: 2s }`",
+        )),
+        Some("agentic") => Some((
+            "agentic",
+            "add `agentic: { file: sessions.jsonl, live: 8 }`",
+        )),
+        _ => None,
     };
-    if let Some(load) = raw.get("load").and_then(Value::as_object) {
-        let kind = load.get("kind").and_then(Value::as_str);
-        let needs = match kind {
-            Some("rate") => Some(("rate", "add `rate: 8` (requests/s) or `rate: inf`")),
-            Some("ramp") => Some(("ramp", "add `ramp: { from: 1, to: 32, over: 60s }`")),
-            Some("trace") => Some(("trace", "add `trace: { file: trace.jsonl }`")),
-            Some("sessions") => Some((
-                "sessions",
-                "add `sessions: { users: 16, turns: 4, think: 2s }`",
-            )),
-            Some("agentic") => Some((
-                "agentic",
-                "add `agentic: { file: sessions.jsonl, live: 8 }`",
-            )),
-            _ => None,
-        };
-        if let Some((field, hint)) = needs
-            && load.get(field).is_none_or(Value::is_null)
-        {
-            problems.push(problem(
-                "/load",
-                Target::Parent,
-                format!("`load.kind: {}` needs `load.{field}`", kind.unwrap_or("")),
-                hint,
-            ));
-        }
-        if let Some(ramp) = load.get("ramp").and_then(Value::as_object)
-            && let (Some(from), Some(to)) = (
-                ramp.get("from").and_then(Value::as_f64),
-                ramp.get("to").and_then(Value::as_f64),
-            )
-            && from <= 0.0
-            && to <= 0.0
-        {
-            problems.push(problem(
-                "/load/ramp/to",
-                Target::Value,
-                "a ramp from 0 to 0 sends nothing".into(),
-                "",
-            ));
-        }
-        if raw
-            .get("repeat")
-            .and_then(Value::as_u64)
-            .is_some_and(|r| r > 1)
-        {
-            problems.push(problem(
-                "/repeat",
-                Target::Value,
-                "a `load:` point runs its schedule once: `repeat` must be 1".into(),
-                "lengthen `stop` for more requests, or sweep `load.seed` for independent schedules",
-            ));
-        }
-        if raw.get("method").is_some_and(|m| {
-            m.as_str() == Some("two-point")
-                || m.get("kind").and_then(Value::as_str) == Some("two-point")
-        }) {
-            problems.push(problem(
-                "/method",
-                Target::Value,
-                "the two-point method sends pairs one at a time: it has no open-loop form".into(),
-                "use `method: streaming` (the default) with `load:`",
-            ));
-        }
-        let stop = raw.get("stop").and_then(Value::as_object);
-        let bounded = stop.is_some_and(|s| {
-            s.get("requests").is_some_and(|v| !v.is_null())
-                || s.get("duration").is_some_and(|v| !v.is_null())
-        });
-        // Sessions end when every user has sent every turn; their driver has no phases and no
-        // stop rule, so these would be silently ignored.
-        if kind == Some("agentic") {
-            for field in ["requests", "errors"] {
-                if stop.is_some_and(|s| s.get(field).is_some_and(|v| !v.is_null())) {
-                    problems.push(problem(
-                        &format!("/stop/{field}"),
-                        Target::Key,
-                        format!("`stop.{field}` does not apply to `load.kind: agentic`"),
-                        "remove it: an agentic point runs `load.agentic.sessions` sessions (each of the trace's by default); `stop.duration` ends it early",
-                    ));
-                }
-            }
-            for field in ["warmup", "cooldown"] {
-                if raw.get(field).is_some_and(|v| !v.is_null()) {
-                    problems.push(problem(
-                        &format!("/{field}"),
-                        Target::Key,
-                        format!("`{field}` does not apply to `load.kind: agentic`"),
-                        "remove it: every turn of every session is measured; `stop.duration` ends the point early",
-                    ));
-                }
+    if let Some((field, hint)) = needs
+        && load.get(field).is_none_or(Value::is_null)
+    {
+        problems.push(problem(
+            "/load",
+            Target::Parent,
+            format!("`load.kind: {}` needs `load.{field}`", kind.unwrap_or("")),
+            hint,
+        ));
+    }
+    if let Some(ramp) = load.get("ramp").and_then(Value::as_object)
+        && let (Some(from), Some(to)) = (
+            ramp.get("from").and_then(Value::as_f64),
+            ramp.get("to").and_then(Value::as_f64),
+        )
+        && from <= 0.0
+        && to <= 0.0
+    {
+        problems.push(problem(
+            "/load/ramp/to",
+            Target::Value,
+            "a ramp from 0 to 0 sends nothing".into(),
+            "",
+        ));
+    }
+    if raw
+        .get("repeat")
+        .and_then(Value::as_u64)
+        .is_some_and(|r| r > 1)
+    {
+        problems.push(problem(
+            "/repeat",
+            Target::Value,
+            "a `load:` point runs its schedule once: `repeat` must be 1".into(),
+            "lengthen `stop` for more requests, or sweep `load.seed` for independent schedules",
+        ));
+    }
+    if raw.get("method").is_some_and(|m| {
+        m.as_str() == Some("two-point")
+            || m.get("kind").and_then(Value::as_str) == Some("two-point")
+    }) {
+        problems.push(problem(
+            "/method",
+            Target::Value,
+            "the two-point method sends pairs one at a time: it has no open-loop form".into(),
+            "use `method: streaming` (the default) with `load:`",
+        ));
+    }
+}
+
+/// What ends an open-loop point: a rate needs a stop; sessions and agentic points refuse the
+/// phase and stop fields their drivers would ignore.
+fn load_stop_checks(raw: &Value, kind: Option<&str>, problems: &mut Vec<Problem>) {
+    let stop = raw.get("stop").and_then(Value::as_object);
+    let bounded = stop.is_some_and(|s| {
+        s.get("requests").is_some_and(|v| !v.is_null())
+            || s.get("duration").is_some_and(|v| !v.is_null())
+    });
+    // Sessions end when every user has sent every turn; their driver has no phases and no
+    // stop rule, so these would be silently ignored.
+    if kind == Some("agentic") {
+        for field in ["requests", "errors"] {
+            if stop.is_some_and(|s| s.get(field).is_some_and(|v| !v.is_null())) {
+                problems.push(problem(
+                    &format!("/stop/{field}"),
+                    Target::Key,
+                    format!("`stop.{field}` does not apply to `load.kind: agentic`"),
+                    "remove it: an agentic point runs `load.agentic.sessions` sessions (each of the trace's by default); `stop.duration` ends it early",
+                ));
             }
         }
-        if kind == Some("sessions") {
-            for field in ["stop", "warmup", "cooldown"] {
-                if raw.get(field).is_some_and(|v| !v.is_null()) {
-                    problems.push(problem(
-                        &format!("/{field}"),
-                        Target::Key,
-                        format!("`{field}` does not apply to `load.kind: sessions`"),
-                        "remove it: a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured",
-                    ));
-                }
+        for field in ["warmup", "cooldown"] {
+            if raw.get(field).is_some_and(|v| !v.is_null()) {
+                problems.push(problem(
+                    &format!("/{field}"),
+                    Target::Key,
+                    format!("`{field}` does not apply to `load.kind: agentic`"),
+                    "remove it: every turn of every session is measured; `stop.duration` ends the point early",
+                ));
             }
         }
-        // A ramp ends with its duration, a trace with its last line.
-        if kind == Some("rate") && !bounded {
-            problems.push(problem(
-                "/load",
-                Target::Key,
-                "an open-loop rate needs a `stop:` with `requests` or `duration`".into(),
-                "add `stop: { requests: 500 }` or `stop: { duration: 60s }`",
-            ));
-        }
-    } else {
+    }
+    if kind == Some("sessions") {
         for field in ["stop", "warmup", "cooldown"] {
             if raw.get(field).is_some_and(|v| !v.is_null()) {
                 problems.push(problem(
                     &format!("/{field}"),
                     Target::Key,
-                    format!("`{field}` applies to a `load:` point only"),
-                    "add a `load:` block, or use `requests` and `repeat` for a closed loop",
+                    format!("`{field}` does not apply to `load.kind: sessions`"),
+                    "remove it: a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured",
                 ));
             }
         }
     }
+    // A ramp ends with its duration, a trace with its last line.
+    if kind == Some("rate") && !bounded {
+        problems.push(problem(
+            "/load",
+            Target::Key,
+            "an open-loop rate needs a `stop:` with `requests` or `duration`".into(),
+            "add `stop: { requests: 500 }` or `stop: { duration: 60s }`",
+        ));
+    }
+}
+
+/// A closed-loop point (no `load:`) has no stop or phases.
+fn closed_loop_checks(raw: &Value, problems: &mut Vec<Problem>) {
+    for field in ["stop", "warmup", "cooldown"] {
+        if raw.get(field).is_some_and(|v| !v.is_null()) {
+            problems.push(problem(
+                &format!("/{field}"),
+                Target::Key,
+                format!("`{field}` applies to a `load:` point only"),
+                "add a `load:` block, or use `requests` and `repeat` for a closed loop",
+            ));
+        }
+    }
+}
+
+/// Each literal SLO target parses (templated ones are checked once rendered).
+fn slo_target_checks(raw: &Value, problems: &mut Vec<Problem>) {
     if let Some(targets) = raw
         .get("slo")
         .and_then(|s| s.get("targets"))
@@ -595,6 +628,10 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             }
         }
     }
+}
+
+/// Each percentile lies strictly between 0 and 100.
+fn percentile_checks(raw: &Value, problems: &mut Vec<Problem>) {
     if let Some(list) = raw.get("percentiles").and_then(Value::as_array) {
         for (i, p) in list.iter().enumerate() {
             if p.as_f64().is_some_and(|p| !(p > 0.0 && p < 100.0)) {
@@ -607,5 +644,4 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             }
         }
     }
-    problems
 }

@@ -104,13 +104,38 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
         return Vec::new();
     };
     let mut problems = Vec::new();
-    let problem = |pointer: &str, target: Target, message: String, hint: &str| Problem {
+    let over = search.get("over").and_then(Value::as_str);
+    dimension_checks(raw, over, &mut problems);
+    bound_checks(search, over, &mut problems);
+    let has_targets = raw
+        .get("slo")
+        .and_then(|s| s.get("targets"))
+        .and_then(Value::as_object)
+        .is_some_and(|t| !t.is_empty());
+    if !has_targets {
+        problems.push(problem(
+            "/search",
+            Target::Key,
+            "a capacity search needs SLO targets to judge its probes by, and `slo.targets` has none"
+                .into(),
+            "add e.g. `slo: { targets: { ttft_p99: 500ms } }`",
+        ));
+    }
+    problems
+}
+
+/// One problem; an empty `hint` is none.
+fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
+    Problem {
         pointer: pointer.into(),
         target,
         message,
         hint: (!hint.is_empty()).then(|| hint.to_string()),
-    };
-    let over = search.get("over").and_then(Value::as_str);
+    }
+}
+
+/// The searched dimension (`over`) is not swept, and the point has the load it moves.
+fn dimension_checks(raw: &Value, over: Option<&str>, problems: &mut Vec<Problem>) {
     if let Some(over) = over
         && raw
             .get("sweep")
@@ -168,6 +193,15 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             "search `over: load.rate` for an open loop, or remove `load:`",
         ));
     }
+}
+
+/// `start` above 0, `max` not below it (nor above the concurrency bound), and a resolution
+/// strictly between 0 and 1.
+fn bound_checks(
+    search: &serde_json::Map<String, Value>,
+    over: Option<&str>,
+    problems: &mut Vec<Problem>,
+) {
     let num = |k: &str| search.get(k).and_then(Value::as_f64);
     // Each probe becomes the point's `concurrency`: the field's own bound holds for it too.
     if over == Some("concurrency")
@@ -216,19 +250,4 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             ));
         }
     }
-    let has_targets = raw
-        .get("slo")
-        .and_then(|s| s.get("targets"))
-        .and_then(Value::as_object)
-        .is_some_and(|t| !t.is_empty());
-    if !has_targets {
-        problems.push(problem(
-            "/search",
-            Target::Key,
-            "a capacity search needs SLO targets to judge its probes by, and `slo.targets` has none"
-                .into(),
-            "add e.g. `slo: { targets: { ttft_p99: 500ms } }`",
-        ));
-    }
-    problems
 }
