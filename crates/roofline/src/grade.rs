@@ -380,6 +380,44 @@ pub fn context_sweep(
     let marginal = 1.0 / fit.slope;
     let marginal_fraction = marginal / gpu.bandwidth();
     let weight_floor_s = reference.weight_bytes / gpu.bandwidth();
+    let mut findings = floor_findings(points, &step_at, gpu);
+    let half = slope_half_width(points, &xy, &fit, t975);
+    let marginal_interval = half.map(|h| {
+        let high = (fit.slope - h > 0.0).then(|| 1.0 / (fit.slope - h));
+        (1.0 / (fit.slope + h), high)
+    });
+    let marginal_gb_s = marginal / 1e9;
+    let interval_gb_s = marginal_interval.map(|(lo, hi)| (lo / 1e9, hi.map(|h| h / 1e9)));
+    findings.push(context_finding(
+        marginal_gb_s,
+        marginal_fraction,
+        marginal_interval,
+        gpu,
+    ));
+    let context_share = (fit.slope * reference.kv_bytes) / step_at_min;
+    findings.push(fixed_finding(&fit, weight_floor_s, context_share, min_ctx));
+    Ok(ContextSweep {
+        points: points.len(),
+        slope_s_per_token: fit.slope * per_token,
+        linear_in_context,
+        slope_s_per_gb: fit.slope * 1e9,
+        fixed_s: fit.intercept,
+        slope_se: fit.slope_se.map(|se| se * per_token),
+        fixed_se: fit.intercept_se,
+        marginal_gb_s,
+        marginal_fraction,
+        marginal_interval_gb_s: interval_gb_s,
+        weight_floor_s,
+        findings,
+    })
+}
+
+/// A finding for each point whose step is faster than its bytes over peak bandwidth allow.
+fn floor_findings(
+    points: &[SweepPoint],
+    step_at: &impl Fn(f64) -> DecodeStep,
+    gpu: &GpuSpec,
+) -> Vec<Finding> {
     let mut findings = Vec::new();
     for p in points {
         let floor_s = step_at(p.context).bytes() / gpu.bandwidth();
@@ -391,11 +429,20 @@ pub fn context_sweep(
             });
         }
     }
-    // The slope's 95% half-width. Where every point has its own interval: propagated through
-    // the fit (ordinary least squares weights each y by (x - mean x) / Sxx), widened by how
-    // far the points scatter about the line beyond those intervals (the Birge ratio,
-    // sqrt(chi^2 / (n - 2)), when over 1). Otherwise from the residuals alone (Student's t,
-    // three points or more); two points without intervals have none.
+    findings
+}
+
+/// The slope's 95% half-width. Where every point has its own interval: propagated through
+/// the fit (ordinary least squares weights each y by (x - mean x) / Sxx), widened by how
+/// far the points scatter about the line beyond those intervals (the Birge ratio,
+/// sqrt(chi^2 / (n - 2)), when over 1). Otherwise from the residuals alone (Student's t,
+/// three points or more); two points without intervals have none.
+fn slope_half_width(
+    points: &[SweepPoint],
+    xy: &[(f64, f64)],
+    fit: &Fit,
+    t975: impl Fn(usize) -> f64,
+) -> Option<f64> {
     let n = xy.len() as f64;
     let mx = xy.iter().map(|p| p.0).sum::<f64>() / n;
     let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
@@ -403,7 +450,7 @@ pub fn context_sweep(
         .iter()
         .map(|p| p.step_se.filter(|se| se.is_finite() && *se > 0.0))
         .collect();
-    let half = match ses {
+    match ses {
         Some(ses) => {
             let var: f64 = xy
                 .iter()
@@ -423,12 +470,17 @@ pub fn context_sweep(
             Some(1.96 * var.sqrt() * birge)
         }
         None => fit.slope_se.map(|se| t975(xy.len() - 2) * se),
-    };
-    let marginal_interval = half.map(|h| {
-        let high = (fit.slope - h > 0.0).then(|| 1.0 / (fit.slope - h));
-        (1.0 / (fit.slope + h), high)
-    });
-    let marginal_gb_s = marginal / 1e9;
+    }
+}
+
+/// The verdict on the context term: the marginal bandwidth's, where its interval (B/s; an
+/// unbounded upper end as None) lies within one verdict, else uncertain.
+fn context_finding(
+    marginal_gb_s: f64,
+    marginal_fraction: f64,
+    marginal_interval: Option<(f64, Option<f64>)>,
+    gpu: &GpuSpec,
+) -> Finding {
     let interval_gb_s = marginal_interval.map(|(lo, hi)| (lo / 1e9, hi.map(|h| h / 1e9)));
     let supported = match marginal_interval {
         Some((lo, Some(hi))) => {
@@ -439,8 +491,8 @@ pub fn context_sweep(
         Some((lo, None)) => verdict(lo / gpu.bandwidth()) == 3 && verdict(marginal_fraction) == 3,
         None => false,
     };
-    findings.push(if !supported {
-        Finding::ContextUncertain {
+    if !supported {
+        return Finding::ContextUncertain {
             marginal_gb_s,
             low_gb_s: interval_gb_s.map(|i| i.0),
             high_gb_s: interval_gb_s.and_then(|i| i.1),
@@ -449,28 +501,30 @@ pub fn context_sweep(
             } else {
                 "its 95% interval spans more than one verdict"
             },
-        }
-    } else {
-        match verdict(marginal_fraction) {
-            0 => Finding::ContextNotMemoryBound {
-                marginal_gb_s,
-                times_below_peak: 1.0 / marginal_fraction,
-            },
-            3 => Finding::ContextAbovePeak {
-                marginal_gb_s,
-                fraction: marginal_fraction,
-            },
-            2 => Finding::ContextAtBandwidth {
-                marginal_gb_s,
-                fraction: marginal_fraction,
-            },
-            _ => Finding::ContextBelowBandwidth {
-                marginal_gb_s,
-                fraction: marginal_fraction,
-            },
-        }
-    });
-    let context_share = (fit.slope * reference.kv_bytes) / step_at_min;
+        };
+    }
+    match verdict(marginal_fraction) {
+        0 => Finding::ContextNotMemoryBound {
+            marginal_gb_s,
+            times_below_peak: 1.0 / marginal_fraction,
+        },
+        3 => Finding::ContextAbovePeak {
+            marginal_gb_s,
+            fraction: marginal_fraction,
+        },
+        2 => Finding::ContextAtBandwidth {
+            marginal_gb_s,
+            fraction: marginal_fraction,
+        },
+        _ => Finding::ContextBelowBandwidth {
+            marginal_gb_s,
+            fraction: marginal_fraction,
+        },
+    }
+}
+
+/// The verdict on the fixed part (the intercept) against the weights' floor.
+fn fixed_finding(fit: &Fit, weight_floor_s: f64, context_share: f64, min_ctx: f64) -> Finding {
     if fit.intercept < weight_floor_s * FLOOR_TOLERANCE {
         // Resolved: the fixed part's interval lies under the floor, and the shortest point's
         // step is not all context (else the intercept is an extrapolation of a small residue).
@@ -478,7 +532,7 @@ pub fn context_sweep(
             .intercept_se
             .is_some_and(|se| fit.intercept + 2.0 * se < weight_floor_s * FLOOR_TOLERANCE)
             && context_share < 0.8;
-        findings.push(if resolved {
+        if resolved {
             Finding::FixedBelowTheFloor {
                 fixed_s: fit.intercept,
                 floor_s: weight_floor_s,
@@ -490,28 +544,14 @@ pub fn context_sweep(
                 context_share,
                 context: min_ctx,
             }
-        });
+        }
     } else {
-        findings.push(Finding::FixedCost {
+        Finding::FixedCost {
             fixed_s: fit.intercept,
             floor_s: weight_floor_s,
             fraction: weight_floor_s / fit.intercept,
-        });
+        }
     }
-    Ok(ContextSweep {
-        points: points.len(),
-        slope_s_per_token: fit.slope * per_token,
-        linear_in_context,
-        slope_s_per_gb: fit.slope * 1e9,
-        fixed_s: fit.intercept,
-        slope_se: fit.slope_se.map(|se| se * per_token),
-        fixed_se: fit.intercept_se,
-        marginal_gb_s,
-        marginal_fraction,
-        marginal_interval_gb_s: interval_gb_s,
-        weight_floor_s,
-        findings,
-    })
 }
 
 struct Fit {

@@ -154,51 +154,7 @@ impl ModelFacts {
         let num_attention_heads = need("num_attention_heads", limits::HEADS)?;
         let vocab_size = need("vocab_size", limits::VOCAB)?;
 
-        let attention = match cfg.whole("kv_lora_rank", 1, limits::LORA_RANK)? {
-            Some(kv_lora_rank) => Attention::Mla {
-                q_lora_rank: cfg.whole("q_lora_rank", 1, limits::LORA_RANK)?,
-                kv_lora_rank,
-                qk_nope_head_dim: cfg
-                    .whole("qk_nope_head_dim", 0, limits::HEAD_DIM)?
-                    .ok_or(FactsError::Missing("qk_nope_head_dim"))?,
-                qk_rope_head_dim: cfg
-                    .whole("qk_rope_head_dim", 0, limits::HEAD_DIM)?
-                    .ok_or(FactsError::Missing("qk_rope_head_dim"))?,
-                v_head_dim: need("v_head_dim", limits::HEAD_DIM)?,
-            },
-            None => {
-                let kv_heads = match cfg.whole("num_key_value_heads", 1, num_attention_heads)? {
-                    Some(n) => n,
-                    None => {
-                        unknown.push(format!(
-                            "num_key_value_heads: not given, taken as num_attention_heads ({num_attention_heads}, plain multi-head attention)"
-                        ));
-                        num_attention_heads
-                    }
-                };
-                if num_attention_heads % kv_heads != 0 {
-                    return Err(cfg.invalid(
-                        "num_key_value_heads",
-                        format!(
-                            "each KV head serves a whole group of query heads: it must divide num_attention_heads ({num_attention_heads})"
-                        ),
-                    ));
-                }
-                let head_dim = match cfg.whole("head_dim", 1, limits::HEAD_DIM)? {
-                    Some(d) => d,
-                    None if hidden_size >= num_attention_heads => hidden_size / num_attention_heads,
-                    None => {
-                        return Err(cfg.invalid(
-                            "hidden_size",
-                            format!(
-                                "smaller than num_attention_heads ({num_attention_heads}), so a head would have no dimensions; give head_dim"
-                            ),
-                        ));
-                    }
-                };
-                Attention::Gqa { kv_heads, head_dim }
-            }
-        };
+        let attention = attention_shape(&cfg, hidden_size, num_attention_heads, &mut unknown)?;
 
         let moe = moe_shape(&cfg, family)?;
         let moe_layer = moe_layers(&cfg, num_layers, moe.is_some())?;
@@ -233,37 +189,7 @@ impl ModelFacts {
             None
         };
 
-        let dtype = match cfg.get("torch_dtype").or_else(|| cfg.get("dtype")) {
-            None => {
-                unknown.push("torch_dtype: not given, weights taken as bfloat16".into());
-                "bfloat16".to_string()
-            }
-            Some(v) => {
-                let key = if cfg.get("torch_dtype").is_some() {
-                    "torch_dtype"
-                } else {
-                    "dtype"
-                };
-                let name = v
-                    .as_str()
-                    .filter(|n| dtype_bytes(n).is_some())
-                    .ok_or_else(|| {
-                        cfg.invalid(
-                            key,
-                            format!("not an element type servebench knows: one of {WEIGHT_DTYPES}"),
-                        )
-                    })?;
-                if dtype_bytes(name) == Some(4.0) {
-                    // SGLang and vLLM at `--dtype auto` cast a float32 checkpoint to 16 bits.
-                    unknown.push(format!(
-                        "{key}: {name}: engines serve a float32 checkpoint in 16-bit (`--dtype auto` casts it to float16 or bfloat16), so its weights are counted at 2 bytes"
-                    ));
-                    "bfloat16".to_string()
-                } else {
-                    name.to_string()
-                }
-            }
-        };
+        let dtype = weight_dtype(&cfg, &mut unknown)?;
         let quantization = match top.get("quantization_config") {
             Some(q) if !q.is_null() => Some(("quantization_config".to_string(), q)),
             _ => c
@@ -364,6 +290,98 @@ impl<'a> Cfg<'a> {
             .map(Some)
             .ok_or_else(|| self.invalid(k, format!("a whole number from {min} to {max} is needed")))
     }
+}
+
+/// The attention's shape: MLA where `kv_lora_rank` is given, else grouped-query attention
+/// (KV heads dividing the heads; a head's dimensions given or hidden_size over the heads).
+fn attention_shape(
+    cfg: &Cfg,
+    hidden_size: u64,
+    num_attention_heads: u64,
+    unknown: &mut Vec<String>,
+) -> Result<Attention, FactsError> {
+    let need = |k: &'static str, max: u64| cfg.whole(k, 1, max)?.ok_or(FactsError::Missing(k));
+    Ok(match cfg.whole("kv_lora_rank", 1, limits::LORA_RANK)? {
+        Some(kv_lora_rank) => Attention::Mla {
+            q_lora_rank: cfg.whole("q_lora_rank", 1, limits::LORA_RANK)?,
+            kv_lora_rank,
+            qk_nope_head_dim: cfg
+                .whole("qk_nope_head_dim", 0, limits::HEAD_DIM)?
+                .ok_or(FactsError::Missing("qk_nope_head_dim"))?,
+            qk_rope_head_dim: cfg
+                .whole("qk_rope_head_dim", 0, limits::HEAD_DIM)?
+                .ok_or(FactsError::Missing("qk_rope_head_dim"))?,
+            v_head_dim: need("v_head_dim", limits::HEAD_DIM)?,
+        },
+        None => {
+            let kv_heads = match cfg.whole("num_key_value_heads", 1, num_attention_heads)? {
+                Some(n) => n,
+                None => {
+                    unknown.push(format!(
+                        "num_key_value_heads: not given, taken as num_attention_heads ({num_attention_heads}, plain multi-head attention)"
+                    ));
+                    num_attention_heads
+                }
+            };
+            if !num_attention_heads.is_multiple_of(kv_heads) {
+                return Err(cfg.invalid(
+                    "num_key_value_heads",
+                    format!(
+                        "each KV head serves a whole group of query heads: it must divide num_attention_heads ({num_attention_heads})"
+                    ),
+                ));
+            }
+            let head_dim = match cfg.whole("head_dim", 1, limits::HEAD_DIM)? {
+                Some(d) => d,
+                None if hidden_size >= num_attention_heads => hidden_size / num_attention_heads,
+                None => {
+                    return Err(cfg.invalid(
+                        "hidden_size",
+                        format!(
+                            "smaller than num_attention_heads ({num_attention_heads}), so a head would have no dimensions; give head_dim"
+                        ),
+                    ));
+                }
+            };
+            Attention::Gqa { kv_heads, head_dim }
+        }
+    })
+}
+
+/// The element type the weights are served in: `torch_dtype` (or `dtype`), bfloat16 when
+/// not given; a float32 checkpoint is served in 16 bits.
+fn weight_dtype(cfg: &Cfg, unknown: &mut Vec<String>) -> Result<String, FactsError> {
+    Ok(match cfg.get("torch_dtype").or_else(|| cfg.get("dtype")) {
+        None => {
+            unknown.push("torch_dtype: not given, weights taken as bfloat16".into());
+            "bfloat16".to_string()
+        }
+        Some(v) => {
+            let key = if cfg.get("torch_dtype").is_some() {
+                "torch_dtype"
+            } else {
+                "dtype"
+            };
+            let name = v
+                .as_str()
+                .filter(|n| dtype_bytes(n).is_some())
+                .ok_or_else(|| {
+                    cfg.invalid(
+                        key,
+                        format!("not an element type servebench knows: one of {WEIGHT_DTYPES}"),
+                    )
+                })?;
+            if dtype_bytes(name) == Some(4.0) {
+                // SGLang and vLLM at `--dtype auto` cast a float32 checkpoint to 16 bits.
+                unknown.push(format!(
+                    "{key}: {name}: engines serve a float32 checkpoint in 16-bit (`--dtype auto` casts it to float16 or bfloat16), so its weights are counted at 2 bytes"
+                ));
+                "bfloat16".to_string()
+            } else {
+                name.to_string()
+            }
+        }
+    })
 }
 
 /// The routed-expert shape, from whichever names the family uses.

@@ -98,68 +98,14 @@ pub fn load_dirs(
     url: &str,
 ) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>, IndexUse), DbError> {
     let shown_url = shown(url);
-    let q = |e: postgres::Error| DbError::Query {
-        url: shown_url.clone(),
-        message: e.to_string(),
-    };
-    let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| DbError::Url {
-        url: shown_url.clone(),
-        message: e.to_string(),
-    })?;
-    config.connect_timeout(Duration::from_secs(10));
-    let mut client = config
-        .connect(postgres::NoTls)
-        .map_err(|e| DbError::Connect {
-            url: shown_url.clone(),
-            message: match e.as_db_error() {
-                Some(d) => d.message().to_string(),
-                None => {
-                    // The cause (`Connection refused`) is in the source chain.
-                    let mut text = e.to_string();
-                    let mut source = std::error::Error::source(&e);
-                    while let Some(s) = source {
-                        text = format!("{text}: {s}");
-                        source = s.source();
-                    }
-                    text
-                }
-            },
-        })?;
+    let q = query_error(&shown_url);
+    let mut client = connect(url, &shown_url)?;
     let mut usage = IndexUse::default();
-    client.batch_execute(SCHEMA).map_err(q)?;
-    let version: Option<i32> = client
-        .query_opt("SELECT version FROM servebench_history LIMIT 1", &[])
-        .map_err(q)?
-        .map(|r| r.get(0));
-    match version {
-        Some(v) if v == INDEX_VERSION as i32 => {}
-        Some(v) if v > INDEX_VERSION as i32 => {
-            return Err(DbError::Newer {
-                url: shown_url,
-                found: v,
-            });
-        }
-        found => {
-            usage.rebuilt = Some(match found {
-                None => "missing".to_string(),
-                Some(v) => format!("written in index version {v}"),
-            });
-            let mut t = client.transaction().map_err(q)?;
-            t.batch_execute(
-                "DELETE FROM points; DELETE FROM runs; DELETE FROM servebench_history;",
-            )
-            .map_err(q)?;
-            t.execute(
-                "INSERT INTO servebench_history (version) VALUES ($1)",
-                &[&(INDEX_VERSION as i32)],
-            )
-            .map_err(q)?;
-            t.commit().map_err(q)?;
-        }
-    }
+    client.batch_execute(SCHEMA).map_err(&q)?;
+    check_version(&mut client, &shown_url, &mut usage)?;
     let stamps: HashMap<String, String> = client
         .query("SELECT run_dir, stamp FROM runs", &[])
-        .map_err(q)?
+        .map_err(&q)?
         .into_iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
@@ -182,7 +128,7 @@ pub fn load_dirs(
         match load_dir(&dir, budget, &mut spent) {
             Ok(run) => {
                 usage.read += 1;
-                upsert(&mut client, &RunRow::of(&run, stamp)).map_err(q)?;
+                upsert(&mut client, &RunRow::of(&run, stamp)).map_err(&q)?;
             }
             Err(why) => skipped.push(SkippedRun {
                 path: key,
@@ -190,14 +136,96 @@ pub fn load_dirs(
             }),
         }
     }
+    let runs = read_runs(&mut client, &shown_url)?;
+    Ok((runs, skipped, usage))
+}
 
+/// Turns a failed query into the error that names the database (`shown_url`, no password).
+fn query_error(shown_url: &str) -> impl Fn(postgres::Error) -> DbError + '_ {
+    move |e: postgres::Error| DbError::Query {
+        url: shown_url.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Connects to the database at `url` (10 s to connect), its errors naming `shown_url`.
+fn connect(url: &str, shown_url: &str) -> Result<postgres::Client, DbError> {
+    let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| DbError::Url {
+        url: shown_url.to_string(),
+        message: e.to_string(),
+    })?;
+    config.connect_timeout(Duration::from_secs(10));
+    config
+        .connect(postgres::NoTls)
+        .map_err(|e| DbError::Connect {
+            url: shown_url.to_string(),
+            message: match e.as_db_error() {
+                Some(d) => d.message().to_string(),
+                None => {
+                    // The cause (`Connection refused`) is in the source chain.
+                    let mut text = e.to_string();
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(s) = source {
+                        text = format!("{text}: {s}");
+                        source = s.source();
+                    }
+                    text
+                }
+            },
+        })
+}
+
+/// Checks the index's version: a newer one is refused, a missing or older one emptied and
+/// stamped with this one (said in `usage.rebuilt`).
+fn check_version(
+    client: &mut postgres::Client,
+    shown_url: &str,
+    usage: &mut IndexUse,
+) -> Result<(), DbError> {
+    let q = query_error(shown_url);
+    let version: Option<i32> = client
+        .query_opt("SELECT version FROM servebench_history LIMIT 1", &[])
+        .map_err(&q)?
+        .map(|r| r.get(0));
+    match version {
+        Some(v) if v == INDEX_VERSION as i32 => {}
+        Some(v) if v > INDEX_VERSION as i32 => {
+            return Err(DbError::Newer {
+                url: shown_url.to_string(),
+                found: v,
+            });
+        }
+        found => {
+            usage.rebuilt = Some(match found {
+                None => "missing".to_string(),
+                Some(v) => format!("written in index version {v}"),
+            });
+            let mut t = client.transaction().map_err(&q)?;
+            t.batch_execute(
+                "DELETE FROM points; DELETE FROM runs; DELETE FROM servebench_history;",
+            )
+            .map_err(&q)?;
+            t.execute(
+                "INSERT INTO servebench_history (version) VALUES ($1)",
+                &[&(INDEX_VERSION as i32)],
+            )
+            .map_err(&q)?;
+            t.commit().map_err(&q)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads every run the database holds, with its points in order.
+fn read_runs(client: &mut postgres::Client, shown_url: &str) -> Result<Vec<LoadedRun>, DbError> {
+    let q = query_error(shown_url);
     let mut points: HashMap<String, Vec<String>> = HashMap::new();
     for row in client
         .query(
             "SELECT run_dir, record FROM points ORDER BY run_dir, position",
             &[],
         )
-        .map_err(q)?
+        .map_err(&q)?
     {
         points.entry(row.get(0)).or_default().push(row.get(1));
     }
@@ -207,11 +235,11 @@ pub fn load_dirs(
             "SELECT run_dir, stamp, experiment, started_at, status, tool_version, truncated_lines, meta FROM runs",
             &[],
         )
-        .map_err(q)?
+        .map_err(&q)?
     {
         let run_dir: String = row.get(0);
         let bad = |message: String| DbError::Row {
-            url: shown_url.clone(),
+            url: shown_url.to_string(),
             run_dir: run_dir.clone(),
             message,
         };
@@ -240,7 +268,7 @@ pub fn load_dirs(
             .into_run(),
         );
     }
-    Ok((runs, skipped, usage))
+    Ok(runs)
 }
 
 /// Writes one run's rows in one transaction (its old points replaced).

@@ -134,70 +134,41 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
     let Some(names) = names else {
         return Some(view);
     };
-    let gauge = |name: &str| -> Option<GaugeStat> {
-        let xs: Vec<f64> = answered
-            .iter()
-            .filter_map(|s| s.values.get(name).copied())
-            .filter(|x| x.is_finite())
-            .collect();
-        (!xs.is_empty()).then(|| GaugeStat {
-            mean: xs.iter().sum::<f64>() / xs.len() as f64,
-            max: xs.iter().copied().fold(f64::MIN, f64::max),
-        })
-    };
-    let mut rounds: Vec<u32> = scrapes.iter().map(|s| s.round).collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    let at = |round: u32, at: &str| {
-        scrapes
-            .iter()
-            .rfind(|s| s.round == round && s.at == at)
-            .filter(|s| s.answered())
-    };
-    // Each round's window, when both its ends answered; None for a round without one.
-    let windows: Vec<Option<(&MetricsScrape, &MetricsScrape)>> = rounds
-        .iter()
-        .map(|&r| at(r, "start").zip(at(r, "end")).filter(|(a, b)| b.t > a.t))
-        .collect();
-    let restarted = windows.iter().flatten().any(|(a, b)| {
-        matches!((a.values.get(START_TIME), b.values.get(START_TIME)), (Some(x), Some(y)) if x != y)
-    });
-    let counter = |name: &str| -> Option<f64> {
-        if restarted {
-            return None;
-        }
-        let mut total = 0.0;
-        for w in &windows {
-            let (a, b) = (*w)?;
-            let d = names.counter_at(b, name)? - names.counter_at(a, name)?;
-            if !d.is_finite() || d < 0.0 {
-                return None;
-            }
-            total += d;
-        }
-        Some(total)
-    };
-    let went_back = !restarted
-        && windows.iter().flatten().any(|(a, b)| {
-            [Some(names.prompt), Some(names.generated), names.requests]
-                .into_iter()
-                .flatten()
-                .any(|n| {
-                    matches!((names.counter_at(a, n), names.counter_at(b, n)), (Some(x), Some(y)) if y < x)
-                })
-        });
-    if restarted || went_back {
+    let w = Windows::of(scrapes, names);
+    if w.restarted || w.went_back() {
         view.notes.push(
             "the server restarted during the point (its start time changed, or a counter went back): its counters are not compared with the client's".into(),
         );
     }
-    if windows.iter().any(Option::is_none) && failed.iter().any(|s| s.at != "tick") {
+    if w.windows.iter().any(Option::is_none) && failed.iter().any(|s| s.at != "tick") {
         view.notes.push(
             "a round's first or last scrape failed: the server's counters over it are unknown"
                 .into(),
         );
     }
-    let seconds: f64 = windows.iter().flatten().map(|(a, b)| b.t - a.t).sum();
+    fill_counters(&mut view, &w, &answered);
+    fill_stages(&mut view, &w);
+    Some(view)
+}
+
+/// A gauge's mean and maximum over the answered scrapes, None where none holds it.
+fn gauge(answered: &[&MetricsScrape], name: &str) -> Option<GaugeStat> {
+    let xs: Vec<f64> = answered
+        .iter()
+        .filter_map(|s| s.values.get(name).copied())
+        .filter(|x| x.is_finite())
+        .collect();
+    (!xs.is_empty()).then(|| GaugeStat {
+        mean: xs.iter().sum::<f64>() / xs.len() as f64,
+        max: xs.iter().copied().fold(f64::MIN, f64::max),
+    })
+}
+
+/// Fills the view's gauges and the counters' increases over the rounds' windows.
+fn fill_counters(view: &mut ServerView, w: &Windows, answered: &[&MetricsScrape]) {
+    let names = w.names;
+    let seconds: f64 = w.windows.iter().flatten().map(|(a, b)| b.t - a.t).sum();
+    let counter = |name: &str| w.counter(name);
     let processed = counter(names.prompt);
     let cached = names.cached.and_then(counter);
     // Where the prompt counter leaves the cached tokens out, the prompt is both; without
@@ -208,9 +179,9 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
         processed
     };
     let generated = counter(names.generated);
-    view.running = gauge(names.running);
-    view.queued = gauge(names.queued);
-    view.kv_usage = names.kv_usage.and_then(gauge);
+    view.running = gauge(answered, names.running);
+    view.queued = gauge(answered, names.queued);
+    view.kv_usage = names.kv_usage.and_then(|n| gauge(answered, n));
     view.gen_tok_s = generated.filter(|_| seconds > 0.0).map(|g| g / seconds);
     view.cache_hit_rate = match (cached, prompt) {
         (Some(c), Some(p)) if p > 0.0 => Some(c / p),
@@ -226,24 +197,12 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
         let (d, a) = (counter(drafts)?, counter(accepted)?);
         (d > 0.0).then(|| 1.0 + a / d)
     });
-    // A histogram's mean over the window: its sum's increase over its count's (SGLang
-    // shows a histogram only once observed: absent at the start is 0).
-    let histogram = |base: &str| -> Option<(f64, f64)> {
-        if restarted {
-            return None;
-        }
-        let (mut sum, mut count) = (0.0, 0.0);
-        for w in &windows {
-            let (a, b) = (*w)?;
-            let at =
-                |s: &MetricsScrape, suffix: &str| s.values.get(&format!("{base}{suffix}")).copied();
-            let (s1, c1) = (at(b, "_sum")?, at(b, "_count")?);
-            sum += s1 - at(a, "_sum").unwrap_or(0.0);
-            count += c1 - at(a, "_count").unwrap_or(0.0);
-        }
-        (count > 0.0 && sum.is_finite()).then_some((sum, count))
-    };
-    let ends: Vec<&MetricsScrape> = windows.iter().flatten().map(|(_, b)| *b).collect();
+}
+
+/// Fills a disaggregated deployment's per-stage latencies, its prefill queue and its KV
+/// transfers (SGLang's histograms).
+fn fill_stages(view: &mut ServerView, w: &Windows) {
+    let ends: Vec<&MetricsScrape> = w.windows.iter().flatten().map(|(_, b)| *b).collect();
     let mut stage_names: Vec<String> = ends
         .iter()
         .flat_map(|s| s.values.keys())
@@ -257,22 +216,7 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
     stage_names.sort();
     stage_names.dedup();
     for stage in stage_names {
-        let base_sum = format!("{STAGES}_sum{{stage=\"{stage}\"}}");
-        let base_count = format!("{STAGES}_count{{stage=\"{stage}\"}}");
-        let mut ok = !restarted;
-        let (mut sum, mut count) = (0.0, 0.0);
-        for w in &windows {
-            let Some((a, b)) = *w else {
-                ok = false;
-                break;
-            };
-            let get = |s: &MetricsScrape, k: &str| s.values.get(k).copied();
-            if let (Some(s1), Some(c1)) = (get(b, &base_sum), get(b, &base_count)) {
-                sum += s1 - get(a, &base_sum).unwrap_or(0.0);
-                count += c1 - get(a, &base_count).unwrap_or(0.0);
-            }
-        }
-        if ok && count > 0.0 {
+        if let Some((sum, count)) = w.stage(&stage) {
             view.stages.insert(
                 stage,
                 servebench_model::results::server_view::StageStat {
@@ -286,7 +230,7 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
     // between the bootstrap and the forward (`sglang:queue_time_seconds`), so the split
     // would leave it out while calling `prefill_forward` the prefill.
     if view.stages.keys().any(|k| k.starts_with("prefill_"))
-        && let Some((sum, n)) = histogram(QUEUE_TIME)
+        && let Some((sum, n)) = w.histogram(QUEUE_TIME)
     {
         view.stages.insert(
             "queue".to_string(),
@@ -296,15 +240,124 @@ pub fn summarize(scrapes: &[MetricsScrape]) -> Option<ServerView> {
             },
         );
     }
-    if let Some((latency, n)) = histogram("sglang:kv_transfer_latency_ms") {
+    if let Some((latency, n)) = w.histogram("sglang:kv_transfer_latency_ms") {
         view.kv_transfer = Some(servebench_model::results::server_view::KvTransferStat {
             transfers: n,
             latency_ms: Some(latency / n),
-            mb: histogram("sglang:kv_transfer_total_mb").map(|(s, c)| s / c),
-            gb_s: histogram("sglang:kv_transfer_speed_gb_s").map(|(s, c)| s / c),
+            mb: w
+                .histogram("sglang:kv_transfer_total_mb")
+                .map(|(s, c)| s / c),
+            gb_s: w
+                .histogram("sglang:kv_transfer_speed_gb_s")
+                .map(|(s, c)| s / c),
         });
     }
-    Some(view)
+}
+
+/// The rounds' windows (each round's `start` and `end` scrapes) the counters are read over.
+struct Windows<'a> {
+    names: &'static Names,
+    /// Each round's window, when both its ends answered; None for a round without one.
+    windows: Vec<Option<(&'a MetricsScrape, &'a MetricsScrape)>>,
+    /// The server's process start time changed within a window.
+    restarted: bool,
+}
+
+impl<'a> Windows<'a> {
+    /// Every round's window among the scrapes.
+    fn of(scrapes: &'a [MetricsScrape], names: &'static Names) -> Self {
+        let mut rounds: Vec<u32> = scrapes.iter().map(|s| s.round).collect();
+        rounds.sort_unstable();
+        rounds.dedup();
+        let at = |round: u32, at: &str| {
+            scrapes
+                .iter()
+                .rfind(|s| s.round == round && s.at == at)
+                .filter(|s| s.answered())
+        };
+        let windows: Vec<Option<(&MetricsScrape, &MetricsScrape)>> = rounds
+            .iter()
+            .map(|&r| at(r, "start").zip(at(r, "end")).filter(|(a, b)| b.t > a.t))
+            .collect();
+        let restarted = windows.iter().flatten().any(|(a, b)| {
+            matches!((a.values.get(START_TIME), b.values.get(START_TIME)), (Some(x), Some(y)) if x != y)
+        });
+        Self {
+            names,
+            windows,
+            restarted,
+        }
+    }
+
+    /// Counter `name`'s increase summed over the windows; None when the server restarted, a
+    /// window is missing, or the counter is unknown or went back in one.
+    fn counter(&self, name: &str) -> Option<f64> {
+        if self.restarted {
+            return None;
+        }
+        let mut total = 0.0;
+        for w in &self.windows {
+            let (a, b) = (*w)?;
+            let d = self.names.counter_at(b, name)? - self.names.counter_at(a, name)?;
+            if !d.is_finite() || d < 0.0 {
+                return None;
+            }
+            total += d;
+        }
+        Some(total)
+    }
+
+    /// True when (without a restart) a prompt, generated or request counter went back.
+    fn went_back(&self) -> bool {
+        let names = self.names;
+        !self.restarted
+            && self.windows.iter().flatten().any(|(a, b)| {
+                [Some(names.prompt), Some(names.generated), names.requests]
+                    .into_iter()
+                    .flatten()
+                    .any(|n| {
+                        matches!((names.counter_at(a, n), names.counter_at(b, n)), (Some(x), Some(y)) if y < x)
+                    })
+            })
+    }
+
+    /// A histogram's (sum, count) increase over the windows (SGLang shows a histogram only
+    /// once observed: absent at the start is 0); None without observations.
+    fn histogram(&self, base: &str) -> Option<(f64, f64)> {
+        if self.restarted {
+            return None;
+        }
+        let (mut sum, mut count) = (0.0, 0.0);
+        for w in &self.windows {
+            let (a, b) = (*w)?;
+            let at =
+                |s: &MetricsScrape, suffix: &str| s.values.get(&format!("{base}{suffix}")).copied();
+            let (s1, c1) = (at(b, "_sum")?, at(b, "_count")?);
+            sum += s1 - at(a, "_sum").unwrap_or(0.0);
+            count += c1 - at(a, "_count").unwrap_or(0.0);
+        }
+        (count > 0.0 && sum.is_finite()).then_some((sum, count))
+    }
+
+    /// The per-stage histogram's (sum, count) increase for `stage`; None when the server
+    /// restarted, a window is missing, or nothing was observed.
+    fn stage(&self, stage: &str) -> Option<(f64, f64)> {
+        let base_sum = format!("{STAGES}_sum{{stage=\"{stage}\"}}");
+        let base_count = format!("{STAGES}_count{{stage=\"{stage}\"}}");
+        if self.restarted {
+            return None;
+        }
+        let (mut sum, mut count) = (0.0, 0.0);
+        for w in &self.windows {
+            let (a, b) = (*w)?;
+            let get = |s: &MetricsScrape, k: &str| s.values.get(k).copied();
+            if let (Some(s1), Some(c1)) = (get(b, &base_sum), get(b, &base_count)) {
+                sum += s1 - get(a, &base_sum).unwrap_or(0.0);
+                count += c1 - get(a, &base_count).unwrap_or(0.0);
+            }
+        }
+        (count > 0.0).then_some((sum, count))
+    }
 }
 
 /// SGLang's per-stage latency histogram of a disaggregated request.

@@ -11,10 +11,10 @@
 //! that orders by prefix) in the other order, and the first one sent then really finds the
 //! prefix its sibling left. Only a request no sibling could have overtaken must miss.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use servebench_model::catalog::FlagKind;
-use servebench_model::results::records::{Flag, PrefixCacheRow, RequestRecord};
+use servebench_model::results::records::{CacheShare, Flag, PrefixCacheRow, RequestRecord};
 
 use super::verify::COLD_TOLERATED_CACHED_TOKENS;
 
@@ -56,53 +56,102 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
     let sessions = shared
         .iter()
         .any(|(_, r)| r.share.as_ref().is_some_and(|s| s.turn.is_some()));
-    // Row key: the group, or the session turn.
-    let mut rows: BTreeMap<u32, PrefixCacheRow> = BTreeMap::new();
-    let mut sums: BTreeMap<u32, (f64, f64)> = BTreeMap::new();
-    // (row key, shared tokens, cached) of each miss; (row key, cached) of each unexpected hit.
-    let mut misses: Vec<(u32, u64, u64)> = Vec::new();
-    let mut unexpected: Vec<(u32, u64)> = Vec::new();
-    let mut unreported = 0;
-    // Per round, group and worker: the earliest send, and the earliest first token (a
-    // request's own first token comes after its send, so taking it into the minimum changes
-    // nothing). Behind a router each worker has its own cache: a group's prefix is held by
-    // the workers its requests went to, so the rule holds per worker (the router's log names
-    // it; without one, `worker` is None and the whole server is one).
-    type Key<'a> = (u32, u32, Option<&'a str>);
-    let mut earliest: std::collections::HashMap<Key<'_>, (f64, f64)> = Default::default();
-    // Per round, group and worker: every send, in order.
-    let mut sends: std::collections::HashMap<Key<'_>, Vec<f64>> = Default::default();
-    let mut anywhere: std::collections::HashMap<(u32, u32), f64> = Default::default();
-    let mut workers: BTreeMap<u32, std::collections::BTreeSet<&str>> = BTreeMap::new();
-    for (_, r) in &shared {
-        let group = r.share.as_ref().expect("filtered").group;
-        let e = earliest
-            .entry((r.round, group, cache_holder(r)))
-            .or_insert((f64::INFINITY, f64::INFINITY));
-        e.0 = e.0.min(r.sent_at);
-        sends
-            .entry((r.round, group, cache_holder(r)))
-            .or_default()
-            .push(r.sent_at);
-        let first_token = first_token_at(r).unwrap_or(f64::INFINITY);
-        e.1 = e.1.min(first_token);
-        let a = anywhere.entry((r.round, group)).or_insert(f64::INFINITY);
-        *a = a.min(first_token);
-    }
-    for v in sends.values_mut() {
-        v.sort_by(f64::total_cmp);
-    }
-    let mut routed_away: Vec<(u32, String)> = Vec::new();
-    // A missing count is not a 0: the runner fills 0 only where the server said it omits
-    // zeros (SGLang with --enable-cache-report, `fill_omitted_cached`).
+    let timing = GroupTiming::of(&shared);
+    let mut tally = Tally {
+        sessions,
+        ..Tally::default()
+    };
     for (i, r) in &shared {
+        tally.add(*i, r, &timing);
+    }
+    tally.average_rows();
+    v.flags = tally.flags(shared.len());
+    v.contaminated = tally.contaminated;
+    v.rows = tally.rows.into_values().collect();
+    v
+}
+
+/// Per round, group and worker: the earliest send, and the earliest first token (a
+/// request's own first token comes after its send, so taking it into the minimum changes
+/// nothing). Behind a router each worker has its own cache: a group's prefix is held by
+/// the workers its requests went to, so the rule holds per worker (the router's log names
+/// it; without one, `worker` is None and the whole server is one).
+type GroupKey<'a> = (u32, u32, Option<&'a str>);
+
+/// When the requests of each group were sent and got their first tokens.
+struct GroupTiming<'a> {
+    /// Per round, group and worker: the earliest send and the earliest first token.
+    earliest: HashMap<GroupKey<'a>, (f64, f64)>,
+    /// Per round, group and worker: every send, in order.
+    sends: HashMap<GroupKey<'a>, Vec<f64>>,
+    /// Per round and group, on any worker: the earliest first token.
+    anywhere: HashMap<(u32, u32), f64>,
+}
+
+impl<'a> GroupTiming<'a> {
+    /// Collects the timing of the shared-prefix requests given.
+    fn of(shared: &[(usize, &'a RequestRecord)]) -> Self {
+        let mut earliest: HashMap<GroupKey<'a>, (f64, f64)> = HashMap::new();
+        let mut sends: HashMap<GroupKey<'a>, Vec<f64>> = HashMap::new();
+        let mut anywhere: HashMap<(u32, u32), f64> = HashMap::new();
+        for (_, r) in shared {
+            let group = r.share.as_ref().expect("filtered").group;
+            let e = earliest
+                .entry((r.round, group, cache_holder(r)))
+                .or_insert((f64::INFINITY, f64::INFINITY));
+            e.0 = e.0.min(r.sent_at);
+            sends
+                .entry((r.round, group, cache_holder(r)))
+                .or_default()
+                .push(r.sent_at);
+            let first_token = first_token_at(r).unwrap_or(f64::INFINITY);
+            e.1 = e.1.min(first_token);
+            let a = anywhere.entry((r.round, group)).or_insert(f64::INFINITY);
+            *a = a.min(first_token);
+        }
+        for v in sends.values_mut() {
+            v.sort_by(f64::total_cmp);
+        }
+        Self {
+            earliest,
+            sends,
+            anywhere,
+        }
+    }
+}
+
+/// What the judged requests add up to, per row (the group, or the session turn).
+#[derive(Default)]
+struct Tally<'a> {
+    /// Rows are session turns (else shared-prefix groups).
+    sessions: bool,
+    rows: BTreeMap<u32, PrefixCacheRow>,
+    /// Per row: the shared tokens owed and the tokens found cached, summed over must-hits.
+    sums: BTreeMap<u32, (f64, f64)>,
+    /// (row key, shared tokens, cached) of each miss.
+    misses: Vec<(u32, u64, u64)>,
+    /// (row key, cached) of each unexpected hit.
+    unexpected: Vec<(u32, u64)>,
+    /// Requests that carried no cached_tokens.
+    unreported: usize,
+    /// (row key, worker) of each request the router sent away from its prefix.
+    routed_away: Vec<(u32, String)>,
+    workers: BTreeMap<u32, BTreeSet<&'a str>>,
+    /// Indexes of requests whose numbers must not be averaged in.
+    contaminated: Vec<usize>,
+}
+
+impl<'a> Tally<'a> {
+    /// Judges request `i` and counts it in its row.
+    fn add(&mut self, i: usize, r: &'a RequestRecord, timing: &GroupTiming<'a>) {
         let share = r.share.as_ref().expect("filtered");
-        let key = if sessions {
+        let key = if self.sessions {
             share.turn.unwrap_or(0)
         } else {
             share.group
         };
-        let row = rows.entry(key).or_insert_with(|| PrefixCacheRow {
+        let sessions = self.sessions;
+        let row = self.rows.entry(key).or_insert_with(|| PrefixCacheRow {
             group: (!sessions).then_some(key),
             turn: sessions.then_some(key),
             requests: 0,
@@ -116,139 +165,156 @@ pub(crate) fn verify_shares(requests: &[&RequestRecord]) -> ShareVerdict {
             routed_away: 0,
         });
         if let Some(w) = cache_holder(r) {
-            workers.entry(key).or_default().insert(w);
+            self.workers.entry(key).or_default().insert(w);
         }
+        // A missing count is not a 0: the runner fills 0 only where the server said it omits
+        // zeros (SGLang with --enable-cache-report, `fill_omitted_cached`).
         let Some(cached) = r.cached_tokens else {
-            unreported += 1;
-            continue;
+            self.unreported += 1;
+            return;
         };
         row.requests += 1;
-        let (first_sent, first_token) = earliest[&(r.round, share.group, cache_holder(r))];
+        let (first_sent, first_token) = timing.earliest[&(r.round, share.group, cache_holder(r))];
         let owed = share.shared_tokens > 0 && first_token <= r.sent_at;
         if let Some(w) = cache_holder(r)
             && share.shared_tokens > 0
             && !owed
-            && anywhere[&(r.round, share.group)] <= r.sent_at
+            && timing.anywhere[&(r.round, share.group)] <= r.sent_at
         {
             row.routed_away += 1;
-            routed_away.push((key, w.to_string()));
+            self.routed_away.push((key, w.to_string()));
         }
         // Sent first, and no sibling sent before its first token (its prefill had ended by
         // then): none could have been served ahead of it. Without a first token (not
         // streamed), any sibling might have.
         let own_first_token = first_token_at(r).unwrap_or(f64::INFINITY);
-        let group_sends = &sends[&(r.round, share.group, cache_holder(r))];
+        let group_sends = &timing.sends[&(r.round, share.group, cache_holder(r))];
         let sent_before = group_sends.partition_point(|t| *t < own_first_token);
         let first = r.sent_at <= first_sent && sent_before <= 1;
-        let judgement = if owed {
-            let short = SHARE_SHORTFALL_TOKENS.min(share.shared_tokens / 2);
-            if cached + short < share.shared_tokens {
-                Judgement::Miss
-            } else if cached > share.reusable_tokens + COLD_TOLERATED_CACHED_TOKENS {
-                Judgement::Unexpected
-            } else {
-                Judgement::Hit
-            }
-        } else if first {
-            if cached > COLD_TOLERATED_CACHED_TOKENS {
-                Judgement::Unexpected
-            } else {
-                Judgement::ColdAsExpected
-            }
-        } else {
-            Judgement::NotJudged
-        };
+        let judgement = judge(share, cached, owed, first);
         if owed {
             row.must_hit += 1;
-            let s = sums.entry(key).or_default();
+            let s = self.sums.entry(key).or_default();
             s.0 += share.shared_tokens as f64;
             s.1 += cached as f64;
         }
         match judgement {
             Judgement::Hit => row.hits += 1,
-            Judgement::Miss => misses.push((key, share.shared_tokens, cached)),
+            Judgement::Miss => self.misses.push((key, share.shared_tokens, cached)),
             Judgement::ColdAsExpected => row.must_miss += 1,
             Judgement::Unexpected => {
                 if !owed {
                     row.must_miss += 1;
                 }
                 row.unexpected += 1;
-                unexpected.push((key, cached));
-                v.contaminated.push(*i);
+                self.unexpected.push((key, cached));
+                self.contaminated.push(i);
             }
             Judgement::NotJudged => {}
         }
     }
-    for (key, row) in rows.iter_mut() {
-        if let Some((expected, cached)) = sums.get(key)
-            && row.must_hit > 0
-        {
-            row.expected_cached_tokens = Some(expected / row.must_hit as f64);
-            row.cached_tokens = Some(cached / row.must_hit as f64);
+
+    /// Fills each row's mean expected and found cached tokens, and its worker count.
+    fn average_rows(&mut self) {
+        for (key, row) in self.rows.iter_mut() {
+            if let Some((expected, cached)) = self.sums.get(key)
+                && row.must_hit > 0
+            {
+                row.expected_cached_tokens = Some(expected / row.must_hit as f64);
+                row.cached_tokens = Some(cached / row.must_hit as f64);
+            }
+        }
+        for (key, ws) in &self.workers {
+            if let Some(row) = self.rows.get_mut(key) {
+                row.workers = Some(ws.len());
+            }
         }
     }
-    for (key, ws) in &workers {
-        if let Some(row) = rows.get_mut(key) {
-            row.workers = Some(ws.len());
+
+    /// The flags the tally raises; `shared` is how many shared-prefix requests there were.
+    fn flags(&self, shared: usize) -> Vec<Flag> {
+        let mut flags = Vec::new();
+        let sessions = self.sessions;
+        let what = if sessions { "turn" } else { "group" };
+        let must_hit: usize = self.rows.values().map(|r| r.must_hit).sum();
+        if !self.misses.is_empty() {
+            let (key, shared_tokens, cached) = self.misses[0];
+            flags.push(Flag::new(
+                FlagKind::PrefixCacheMiss,
+                format!(
+                    "{} of {must_hit} requests that had to find {} cached found less (first: {what} {key}, {cached} of {shared_tokens} tokens): \
+                     the server evicted, flushed or never cached it. They are kept in the numbers: the server served them that slowly",
+                    self.misses.len(),
+                    if sessions {
+                        "their conversation's history"
+                    } else {
+                        "their group's prefix"
+                    },
+                ),
+            ));
         }
+        if !self.unexpected.is_empty() {
+            let (key, cached) = self.unexpected[0];
+            flags.push(Flag::new(
+                FlagKind::UnexpectedCacheHit,
+                format!(
+                    "{} requests found more cached than their {what} could have left there (first: {what} {key}, {cached} tokens): \
+                     prompts of another point or run were in the cache; they are excluded from this point's numbers",
+                    self.unexpected.len()
+                ),
+            ));
+        }
+        if self.unreported > 0 {
+            flags.push(Flag::new(
+                FlagKind::CacheUnverified,
+                format!(
+                    "{} of {shared} requests carried no cached_tokens, so their expected cache hits could not be verified \
+                     (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
+                    self.unreported
+                ),
+            ));
+        }
+        if let Some((key, w)) = self.routed_away.first() {
+            let judged: usize = self.rows.values().map(|r| r.must_hit + r.routed_away).sum();
+            flags.push(Flag::new(
+                FlagKind::PrefixRoutedAway,
+                format!(
+                    "the router sent {} of {judged} requests to a worker without {} while another worker held it (first: {what} {key} to {w}): \
+                     each prefilled it again there",
+                    self.routed_away.len(),
+                    if sessions {
+                        "their conversation's history"
+                    } else {
+                        "their group's prefix"
+                    },
+                ),
+            ));
+        }
+        flags
     }
-    let what = if sessions { "turn" } else { "group" };
-    let must_hit: usize = rows.values().map(|r| r.must_hit).sum();
-    if !misses.is_empty() {
-        let (key, shared_tokens, cached) = misses[0];
-        v.flags.push(Flag::new(
-            FlagKind::PrefixCacheMiss,
-            format!(
-                "{} of {must_hit} requests that had to find {} cached found less (first: {what} {key}, {cached} of {shared_tokens} tokens): \
-                 the server evicted, flushed or never cached it. They are kept in the numbers: the server served them that slowly",
-                misses.len(),
-                if sessions {
-                    "their conversation's history"
-                } else {
-                    "their group's prefix"
-                },
-            ),
-        ));
+}
+
+/// Judges one request's cache count: `owed` when a sibling's first token came before its
+/// send, `first` when no sibling could have been served ahead of it.
+fn judge(share: &CacheShare, cached: u64, owed: bool, first: bool) -> Judgement {
+    if owed {
+        let short = SHARE_SHORTFALL_TOKENS.min(share.shared_tokens / 2);
+        if cached + short < share.shared_tokens {
+            Judgement::Miss
+        } else if cached > share.reusable_tokens + COLD_TOLERATED_CACHED_TOKENS {
+            Judgement::Unexpected
+        } else {
+            Judgement::Hit
+        }
+    } else if first {
+        if cached > COLD_TOLERATED_CACHED_TOKENS {
+            Judgement::Unexpected
+        } else {
+            Judgement::ColdAsExpected
+        }
+    } else {
+        Judgement::NotJudged
     }
-    if !unexpected.is_empty() {
-        let (key, cached) = unexpected[0];
-        v.flags.push(Flag::new(
-            FlagKind::UnexpectedCacheHit,
-            format!(
-                "{} requests found more cached than their {what} could have left there (first: {what} {key}, {cached} tokens): \
-                 prompts of another point or run were in the cache; they are excluded from this point's numbers",
-                unexpected.len()
-            ),
-        ));
-    }
-    if unreported > 0 {
-        v.flags.push(Flag::new(
-            FlagKind::CacheUnverified,
-            format!(
-                "{unreported} of {} requests carried no cached_tokens, so their expected cache hits could not be verified \
-                 (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
-                shared.len()
-            ),
-        ));
-    }
-    if let Some((key, w)) = routed_away.first() {
-        let judged: usize = rows.values().map(|r| r.must_hit + r.routed_away).sum();
-        v.flags.push(Flag::new(
-            FlagKind::PrefixRoutedAway,
-            format!(
-                "the router sent {} of {judged} requests to a worker without {} while another worker held it (first: {what} {key} to {w}): \
-                 each prefilled it again there",
-                routed_away.len(),
-                if sessions {
-                    "their conversation's history"
-                } else {
-                    "their group's prefix"
-                },
-            ),
-        ));
-    }
-    v.rows = rows.into_values().collect();
-    v
 }
 
 /// The worker whose cache a request's prompt went through: a disaggregated deployment's

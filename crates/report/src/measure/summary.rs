@@ -361,26 +361,7 @@ impl PointFold {
             .iter()
             .filter(|r| !self.two_point || r.role == RequestRole::TwoPointA)
             .collect();
-        let mut contaminated = vec![false; refs.len()];
-        let mut share_flags = Vec::new();
-        let mut prefix_cache = Vec::new();
-        if self.verify {
-            let mut shared = Vec::new();
-            for (i, r) in refs.iter().enumerate() {
-                if r.share.is_some() {
-                    shared.push(i);
-                } else {
-                    contaminated[i] = self.policy.add(r);
-                }
-            }
-            let records: Vec<&RequestRecord> = shared.iter().map(|&i| refs[i]).collect();
-            let s = shared::verify_shares(&records);
-            for i in s.contaminated {
-                contaminated[shared[i]] = true;
-            }
-            share_flags = s.flags;
-            prefix_cache = s.rows;
-        }
+        let (contaminated, share_flags, prefix_cache) = self.verify_deferred(&refs);
         let clean: Vec<&RequestRecord> = refs
             .iter()
             .zip(&contaminated)
@@ -394,66 +375,12 @@ impl PointFold {
             .iter()
             .map(|(k, (n, _))| (k.clone(), *n))
             .collect();
-        if errors > 0 {
-            let first = self
-                .first_error
-                .as_ref()
-                .map(|(_, m)| m.clone())
-                .unwrap_or_default();
-            let kinds: Vec<String> = error_kinds
-                .iter()
-                .map(|(k, n)| format!("{n} {k}"))
-                .collect();
-            flags.push(Flag::new(
-                FlagKind::Errors,
-                format!(
-                    "{errors} of {} requests failed ({}); first: {}",
-                    self.measured,
-                    kinds.join(", "),
-                    servebench_model::text::truncate(&first, 300)
-                ),
-            ));
-        }
-        if self.retried > 0 {
-            let mut message = format!(
-                "{} of {} requests met a stale connection (the server had closed an idle connection \
-                 before the request reached it) and were sent again on a fresh one; not server \
-                 errors, measured from the second attempt",
-                self.retried, self.measured
-            );
-            if self.retried_failed > 0 {
-                message.push_str(&format!(
-                    " ({} failed again, counted above)",
-                    self.retried_failed
-                ));
-            }
-            flags.push(Flag::new(FlagKind::StaleConnections, message));
-        }
+        flags.extend(self.failure_flags(errors, &error_kinds));
         if self.verify {
             flags.extend(self.policy.flags());
             flags.extend(share_flags);
         }
-        let metrics = if self.two_point {
-            if clean.is_empty() {
-                IndexMap::new()
-            } else {
-                let pairs = pairs_of(&clean, &deferred);
-                let (stats, pair_flags) = twopoint::aggregate_pairs(&pairs);
-                flags.extend(pair_flags);
-                stats
-            }
-        } else {
-            for r in &clean {
-                self.add_clean(r);
-            }
-            if self.clean_count == 0 {
-                IndexMap::new()
-            } else {
-                flags.extend(self.chunks.flag(self.clean_count));
-                self.clean.summarize()
-            }
-        };
-        let mut metrics = metrics;
+        let mut metrics = self.aggregate(&clean, &deferred, &mut flags);
         if !prefill_is_speed(exp) {
             metrics.shift_remove(servebench_model::catalog::Metric::Prefill.name());
         }
@@ -464,56 +391,8 @@ impl PointFold {
         }
         flags.extend(speculative::low_acceptance_flag(&metrics));
         flags.extend(self.thinking.flags());
-        if let Some((index, ttft, server)) = self.worst_below_server {
-            flags.push(Flag::new(
-                FlagKind::TtftBelowServer,
-                format!(
-                    "{} of {} requests had a TTFT shorter than the server's own time to their first token (request {index}: {:.2} ms, the server's {:.2} ms): the client stamped their send late (descheduled), so those TTFTs are too short",
-                    self.below_server,
-                    self.server_timed,
-                    ttft * 1e3,
-                    server * 1e3
-                ),
-            ));
-        }
-        if let Some((index, wait, gap)) = self.worst_read_late {
-            flags.push(Flag::new(
-                FlagKind::ClientReadLate,
-                format!(
-                    "{} of {} requests waited for the client to read them longer than their shortest gap between tokens (request {index}: {:.2} ms against {:.2} ms): tokens that arrived within the wait were read together and carry the later one's arrival, so their TTFT and ITL are off by up to the wait; the client was short of CPU",
-                    self.read_late,
-                    self.read_timed,
-                    wait * 1e3,
-                    gap * 1e3
-                ),
-            ));
-        }
-        if let Some(t) = &self.trace_cache {
-            if t.above > 0 && self.verify {
-                flags.push(Flag::new(
-                    FlagKind::UnexpectedCacheHit,
-                    format!(
-                        "{} of {} requests made of trace blocks found more cached than their leading blocks already sent could hold \
-                         (more than {} tokens over): prompts of another point or run were in the cache{}",
-                        t.above,
-                        t.requests,
-                        verify::COLD_TOLERATED_CACHED_TOKENS,
-                        if self.as_is { "" } else { "; they are excluded from this point's numbers" }
-                    ),
-                ));
-            }
-            if t.unreported > 0 && self.verify {
-                flags.push(Flag::new(
-                    FlagKind::CacheUnverified,
-                    format!(
-                        "{} of {} requests made of trace blocks carried no cached_tokens, so their theoretical hits could not be compared \
-                         (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
-                        t.unreported,
-                        t.unreported + t.requests
-                    ),
-                ));
-            }
-        }
+        flags.extend(self.client_timing_flags());
+        flags.extend(self.trace_cache_flags());
         let per_round = match exp.sessions() {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
@@ -551,6 +430,168 @@ impl PointFold {
             trace_cache: self.trace_cache.clone(),
             jobs: self.jobs.clone(),
         }
+    }
+
+    /// Verifies the deferred requests (when verifying): which are contaminated (one flag per
+    /// request given), the shared-prefix flags and the prefix-cache rows.
+    fn verify_deferred(
+        &mut self,
+        refs: &[&RequestRecord],
+    ) -> (Vec<bool>, Vec<Flag>, Vec<PrefixCacheRow>) {
+        let mut contaminated = vec![false; refs.len()];
+        if !self.verify {
+            return (contaminated, Vec::new(), Vec::new());
+        }
+        let mut shared = Vec::new();
+        for (i, r) in refs.iter().enumerate() {
+            if r.share.is_some() {
+                shared.push(i);
+            } else {
+                contaminated[i] = self.policy.add(r);
+            }
+        }
+        let records: Vec<&RequestRecord> = shared.iter().map(|&i| refs[i]).collect();
+        let s = shared::verify_shares(&records);
+        for i in s.contaminated {
+            contaminated[shared[i]] = true;
+        }
+        (contaminated, s.flags, s.rows)
+    }
+
+    /// Flags for failed requests (`errors` of them, by kind) and for stale connections retried.
+    fn failure_flags(&self, errors: usize, error_kinds: &IndexMap<String, usize>) -> Vec<Flag> {
+        let mut flags = Vec::new();
+        if errors > 0 {
+            let first = self
+                .first_error
+                .as_ref()
+                .map(|(_, m)| m.clone())
+                .unwrap_or_default();
+            let kinds: Vec<String> = error_kinds
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            flags.push(Flag::new(
+                FlagKind::Errors,
+                format!(
+                    "{errors} of {} requests failed ({}); first: {}",
+                    self.measured,
+                    kinds.join(", "),
+                    servebench_model::text::truncate(&first, 300)
+                ),
+            ));
+        }
+        if self.retried > 0 {
+            let mut message = format!(
+                "{} of {} requests met a stale connection (the server had closed an idle connection \
+                 before the request reached it) and were sent again on a fresh one; not server \
+                 errors, measured from the second attempt",
+                self.retried, self.measured
+            );
+            if self.retried_failed > 0 {
+                message.push_str(&format!(
+                    " ({} failed again, counted above)",
+                    self.retried_failed
+                ));
+            }
+            flags.push(Flag::new(FlagKind::StaleConnections, message));
+        }
+        flags
+    }
+
+    /// The clean requests' metrics: per pair for a two-point run, else per request; the
+    /// flags the aggregation raises go to `flags`.
+    fn aggregate(
+        &mut self,
+        clean: &[&RequestRecord],
+        deferred: &[RequestRecord],
+        flags: &mut Vec<Flag>,
+    ) -> IndexMap<String, Stat> {
+        if self.two_point {
+            if clean.is_empty() {
+                IndexMap::new()
+            } else {
+                let pairs = pairs_of(clean, deferred);
+                let (stats, pair_flags) = twopoint::aggregate_pairs(&pairs);
+                flags.extend(pair_flags);
+                stats
+            }
+        } else {
+            for r in clean {
+                self.add_clean(r);
+            }
+            if self.clean_count == 0 {
+                IndexMap::new()
+            } else {
+                flags.extend(self.chunks.flag(self.clean_count));
+                self.clean.summarize()
+            }
+        }
+    }
+
+    /// Flags for client-side timing the numbers cannot be trusted under: sends stamped late
+    /// (TTFT below the server's own) and tokens read late.
+    fn client_timing_flags(&self) -> Vec<Flag> {
+        let mut flags = Vec::new();
+        if let Some((index, ttft, server)) = self.worst_below_server {
+            flags.push(Flag::new(
+                FlagKind::TtftBelowServer,
+                format!(
+                    "{} of {} requests had a TTFT shorter than the server's own time to their first token (request {index}: {:.2} ms, the server's {:.2} ms): the client stamped their send late (descheduled), so those TTFTs are too short",
+                    self.below_server,
+                    self.server_timed,
+                    ttft * 1e3,
+                    server * 1e3
+                ),
+            ));
+        }
+        if let Some((index, wait, gap)) = self.worst_read_late {
+            flags.push(Flag::new(
+                FlagKind::ClientReadLate,
+                format!(
+                    "{} of {} requests waited for the client to read them longer than their shortest gap between tokens (request {index}: {:.2} ms against {:.2} ms): tokens that arrived within the wait were read together and carry the later one's arrival, so their TTFT and ITL are off by up to the wait; the client was short of CPU",
+                    self.read_late,
+                    self.read_timed,
+                    wait * 1e3,
+                    gap * 1e3
+                ),
+            ));
+        }
+        flags
+    }
+
+    /// Flags for trace-block requests (when verifying): cache hits above what their leading
+    /// blocks could hold, and counts the server did not report.
+    fn trace_cache_flags(&self) -> Vec<Flag> {
+        let mut flags = Vec::new();
+        let Some(t) = &self.trace_cache else {
+            return flags;
+        };
+        if t.above > 0 && self.verify {
+            flags.push(Flag::new(
+                FlagKind::UnexpectedCacheHit,
+                format!(
+                    "{} of {} requests made of trace blocks found more cached than their leading blocks already sent could hold \
+                     (more than {} tokens over): prompts of another point or run were in the cache{}",
+                    t.above,
+                    t.requests,
+                    verify::COLD_TOLERATED_CACHED_TOKENS,
+                    if self.as_is { "" } else { "; they are excluded from this point's numbers" }
+                ),
+            ));
+        }
+        if t.unreported > 0 && self.verify {
+            flags.push(Flag::new(
+                FlagKind::CacheUnverified,
+                format!(
+                    "{} of {} requests made of trace blocks carried no cached_tokens, so their theoretical hits could not be compared \
+                     (OpenAI APIs report it only when the server is started to: SGLang --enable-cache-report, vLLM --enable-prompt-tokens-details)",
+                    t.unreported,
+                    t.unreported + t.requests
+                ),
+            ));
+        }
+        flags
     }
 }
 

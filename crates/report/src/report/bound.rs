@@ -173,106 +173,10 @@ pub(crate) fn basis(
     opts: &BoundOptions,
 ) -> Basis {
     let mut assumptions = Vec::new();
-    let flag = |names: &[&str]| -> Option<&serde_json::Value> {
-        server.and_then(|s| names.iter().find_map(|n| s.args.get(*n)))
-    };
-    let info = |key: &str| {
-        server
-            .and_then(|s| s.server_info.as_ref())
-            .and_then(|i| i.get(key))
-            .filter(|v| !v.is_null())
-    };
-    // A count that does not fit is kept too large, for `Layout::check` to refuse.
-    let as_u32 = |v: &serde_json::Value| {
-        v.as_u64()
-            .or_else(|| v.as_str()?.parse().ok())
-            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
-    };
-    let as_bool = |v: &serde_json::Value| v.as_bool().or_else(|| v.as_str().map(|s| s == "true"));
-    let tp = opts
-        .tp
-        .or_else(|| flag(&["tp-size", "tp", "tensor-parallel-size", "-tp"]).and_then(as_u32))
-        .or_else(|| info("tp_size").and_then(as_u32));
-    let tp = tp.unwrap_or_else(|| {
-        assumptions.push(
-            "tensor parallelism: not in the server's flags or /server_info, taken as 1 (give --tp)"
-                .into(),
-        );
-        1
-    });
-    let pp = opts
-        .pp
-        .or_else(|| flag(&["pp-size", "pipeline-parallel-size", "-pp"]).and_then(as_u32))
-        .or_else(|| info("pp_size").and_then(as_u32))
-        .unwrap_or(1);
-    if pp > 1 {
-        assumptions.push(format!(
-            "pipeline parallelism {pp}: a token passes the {pp} stages one after another, so a step's floor is every stage's reads in series (each stage's GPU reads its share)"
-        ));
-    }
-    let dp = flag(&["dp-size", "dp"])
-        .and_then(as_u32)
-        .or_else(|| info("dp_size").and_then(as_u32))
-        .unwrap_or(1);
-    // Expert parallelism (SGLang `--ep-size`, vLLM `--enable-expert-parallel`) puts whole experts
-    // on each GPU instead of a slice of every one: under uniform routing a GPU's mean read is
-    // the same, the busiest GPU's more. The floor is the mean's, and said so.
-    let ep = flag(&["ep-size", "expert-parallel-size", "ep"])
-        .and_then(as_u32)
-        .or_else(|| info("ep_size").and_then(as_u32))
-        .unwrap_or(1);
-    let vllm_ep = flag(&["enable-expert-parallel"])
-        .and_then(as_bool)
-        .unwrap_or(false);
-    if (ep > 1 || vllm_ep) && opts.model.moe.is_some() {
-        assumptions.push(format!(
-            "expert parallelism{}: each GPU is taken to read its mean share of the routed experts; the busiest GPU reads more, so a measured step can sit above the floor for that reason alone",
-            if ep > 1 { format!(" (ep {ep})") } else { String::new() }
-        ));
-    }
-    let dp_attention = flag(&["enable-dp-attention"])
-        .and_then(as_bool)
-        .or_else(|| info("enable_dp_attention").and_then(as_bool))
-        .unwrap_or(false);
-    let kv_cache_dtype = opts.kv_cache_dtype.clone().or_else(|| {
-        flag(&["kv-cache-dtype"])
-            .or_else(|| info("kv_cache_dtype"))
-            .and_then(|v| v.as_str().map(str::to_string))
-    });
-    // The simulator at `sim-time-scale: s` runs every modelled duration s times as long (0.1:
-    // ten times faster): a step measured there is s times the model's step.
-    let as_f64 = |v: &serde_json::Value| v.as_f64().or_else(|| v.as_str()?.parse().ok());
-    let time_scale = flag(&["sim-time-scale"])
-        .and_then(as_f64)
-        .or_else(|| info("sim_time_scale").and_then(as_f64))
-        .filter(|s| s.is_finite() && *s > 0.0 && *s != 1.0);
-    if let Some(s) = time_scale {
-        assumptions.push(format!(
-            "the simulator ran at sim-time-scale {s}: measured steps are divided by {s}"
-        ));
-    }
-    // The draft-shape flags alone do nothing (SGLang ignores them without an algorithm).
-    let speculative = server.is_some_and(|s| super::speculative::switched_on(&s.args))
-        || info("speculative_algorithm").is_some()
-        || info("internal_states")
-            .and_then(|v| v.get(0)?.get("avg_spec_accept_length"))
-            .is_some_and(|v| !v.is_null());
-    // The verify pass's width: SGLang's draft tokens, vLLM's speculative tokens and the one
-    // it verifies them after.
-    let vllm_width = flag(&["speculative-config"])
-        .and_then(|v| match v {
-            serde_json::Value::String(s) => serde_json::from_str::<serde_json::Value>(s).ok(),
-            other => Some(other.clone()),
-        })
-        .and_then(|c| c.get("num_speculative_tokens")?.as_u64())
-        .map(|n| n + 1);
-    let width = flag(&["speculative-num-draft-tokens"])
-        .and_then(as_u32)
-        .map(u64::from)
-        .or_else(|| info("speculative_num_draft_tokens").and_then(|v| v.as_u64()))
-        .or(vllm_width)
-        .filter(|w| (1..=MAX_TOKENS_PER_STEP as u64).contains(w))
-        .map(|w| w as f64);
+    let launch = Launch { server };
+    let layout = launch.layout(opts, &mut assumptions);
+    let time_scale = launch.time_scale(&mut assumptions);
+    let (speculative, width) = launch.speculation();
     let verify_width = if speculative { width } else { None };
     if speculative {
         match verify_width {
@@ -310,18 +214,162 @@ pub(crate) fn basis(
         assumptions.push("open-loop points are left out: their batch is not fixed".into());
     }
     Basis {
-        layout: Layout {
-            tp,
-            pp,
-            dp,
-            dp_attention,
-            kv_cache_dtype,
-        },
+        layout,
         tokens_per_step,
         verify_width,
         speculative,
         unscale: time_scale.unwrap_or(1.0),
         assumptions,
+    }
+}
+
+/// A group's server launch, read for the settings a bound depends on.
+struct Launch<'a> {
+    server: Option<&'a ServerLaunch>,
+}
+
+/// A count from a flag or `/server_info` value; one that does not fit is kept too large, for
+/// `Layout::check` to refuse.
+fn as_u32(v: &serde_json::Value) -> Option<u32> {
+    v.as_u64()
+        .or_else(|| v.as_str()?.parse().ok())
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// A switch from a flag or `/server_info` value (a boolean, or the string `true`).
+fn as_bool(v: &serde_json::Value) -> Option<bool> {
+    v.as_bool().or_else(|| v.as_str().map(|s| s == "true"))
+}
+
+/// A number from a flag or `/server_info` value (a number, or a string that parses).
+fn as_f64(v: &serde_json::Value) -> Option<f64> {
+    v.as_f64().or_else(|| v.as_str()?.parse().ok())
+}
+
+impl<'a> Launch<'a> {
+    /// The first of the flags `names` the server was launched with.
+    fn flag(&self, names: &[&str]) -> Option<&'a serde_json::Value> {
+        self.server
+            .and_then(|s| names.iter().find_map(|n| s.args.get(*n)))
+    }
+
+    /// `/server_info`'s `key`, where it is there and not null.
+    fn info(&self, key: &str) -> Option<&'a serde_json::Value> {
+        self.server
+            .and_then(|s| s.server_info.as_ref())
+            .and_then(|i| i.get(key))
+            .filter(|v| !v.is_null())
+    }
+
+    /// The parallel layout and KV cache dtype (`opts` first, then the flags, then
+    /// `/server_info`), saying in `assumptions` what was taken.
+    fn layout(&self, opts: &BoundOptions, assumptions: &mut Vec<String>) -> Layout {
+        let (flag, info) = (|n: &[&str]| self.flag(n), |k: &str| self.info(k));
+        let tp = opts
+            .tp
+            .or_else(|| flag(&["tp-size", "tp", "tensor-parallel-size", "-tp"]).and_then(as_u32))
+            .or_else(|| info("tp_size").and_then(as_u32));
+        let tp = tp.unwrap_or_else(|| {
+            assumptions.push(
+                "tensor parallelism: not in the server's flags or /server_info, taken as 1 (give --tp)"
+                    .into(),
+            );
+            1
+        });
+        let pp = opts
+            .pp
+            .or_else(|| flag(&["pp-size", "pipeline-parallel-size", "-pp"]).and_then(as_u32))
+            .or_else(|| info("pp_size").and_then(as_u32))
+            .unwrap_or(1);
+        if pp > 1 {
+            assumptions.push(format!(
+                "pipeline parallelism {pp}: a token passes the {pp} stages one after another, so a step's floor is every stage's reads in series (each stage's GPU reads its share)"
+            ));
+        }
+        let dp = flag(&["dp-size", "dp"])
+            .and_then(as_u32)
+            .or_else(|| info("dp_size").and_then(as_u32))
+            .unwrap_or(1);
+        // Expert parallelism (SGLang `--ep-size`, vLLM `--enable-expert-parallel`) puts whole
+        // experts on each GPU instead of a slice of every one: under uniform routing a GPU's
+        // mean read is the same, the busiest GPU's more. The floor is the mean's, and said so.
+        let ep = flag(&["ep-size", "expert-parallel-size", "ep"])
+            .and_then(as_u32)
+            .or_else(|| info("ep_size").and_then(as_u32))
+            .unwrap_or(1);
+        let vllm_ep = flag(&["enable-expert-parallel"])
+            .and_then(as_bool)
+            .unwrap_or(false);
+        if (ep > 1 || vllm_ep) && opts.model.moe.is_some() {
+            assumptions.push(format!(
+                "expert parallelism{}: each GPU is taken to read its mean share of the routed experts; the busiest GPU reads more, so a measured step can sit above the floor for that reason alone",
+                if ep > 1 { format!(" (ep {ep})") } else { String::new() }
+            ));
+        }
+        let dp_attention = flag(&["enable-dp-attention"])
+            .and_then(as_bool)
+            .or_else(|| info("enable_dp_attention").and_then(as_bool))
+            .unwrap_or(false);
+        let kv_cache_dtype = opts.kv_cache_dtype.clone().or_else(|| {
+            flag(&["kv-cache-dtype"])
+                .or_else(|| info("kv_cache_dtype"))
+                .and_then(|v| v.as_str().map(str::to_string))
+        });
+        Layout {
+            tp,
+            pp,
+            dp,
+            dp_attention,
+            kv_cache_dtype,
+        }
+    }
+
+    /// The simulator's time scale, where it ran at one other than 1 (said in `assumptions`).
+    fn time_scale(&self, assumptions: &mut Vec<String>) -> Option<f64> {
+        // The simulator at `sim-time-scale: s` runs every modelled duration s times as long
+        // (0.1: ten times faster): a step measured there is s times the model's step.
+        let time_scale = self
+            .flag(&["sim-time-scale"])
+            .and_then(as_f64)
+            .or_else(|| self.info("sim_time_scale").and_then(as_f64))
+            .filter(|s| s.is_finite() && *s > 0.0 && *s != 1.0);
+        if let Some(s) = time_scale {
+            assumptions.push(format!(
+                "the simulator ran at sim-time-scale {s}: measured steps are divided by {s}"
+            ));
+        }
+        time_scale
+    }
+
+    /// Whether speculative decoding is on, and the verify pass's width where a flag or
+    /// `/server_info` gives one (whether or not it is on).
+    fn speculation(&self) -> (bool, Option<f64>) {
+        let (flag, info) = (|n: &[&str]| self.flag(n), |k: &str| self.info(k));
+        // The draft-shape flags alone do nothing (SGLang ignores them without an algorithm).
+        let speculative = self
+            .server
+            .is_some_and(|s| super::speculative::switched_on(&s.args))
+            || info("speculative_algorithm").is_some()
+            || info("internal_states")
+                .and_then(|v| v.get(0)?.get("avg_spec_accept_length"))
+                .is_some_and(|v| !v.is_null());
+        // The verify pass's width: SGLang's draft tokens, vLLM's speculative tokens and the
+        // one it verifies them after.
+        let vllm_width = flag(&["speculative-config"])
+            .and_then(|v| match v {
+                serde_json::Value::String(s) => serde_json::from_str::<serde_json::Value>(s).ok(),
+                other => Some(other.clone()),
+            })
+            .and_then(|c| c.get("num_speculative_tokens")?.as_u64())
+            .map(|n| n + 1);
+        let width = flag(&["speculative-num-draft-tokens"])
+            .and_then(as_u32)
+            .map(u64::from)
+            .or_else(|| info("speculative_num_draft_tokens").and_then(|v| v.as_u64()))
+            .or(vllm_width)
+            .filter(|w| (1..=MAX_TOKENS_PER_STEP as u64).contains(w))
+            .map(|w| w as f64);
+        (speculative, width)
     }
 }
 
@@ -368,11 +416,7 @@ pub(crate) fn grade_on(
     let mut findings = Vec::new();
     let mut first_basis: Option<Basis> = None;
     // Each group is graded with its own launch's layout.
-    let mut groups: Vec<&str> = points.iter().map(|p| p.group.as_str()).collect();
-    groups.dedup();
-    let mut seen = std::collections::HashSet::new();
-    groups.retain(|g| seen.insert(*g));
-    for group in groups {
+    for group in distinct_groups(points) {
         let members: Vec<&PointRecord> = points.iter().filter(|p| p.group == group).collect();
         let server = meta
             .servers
@@ -416,15 +460,7 @@ pub(crate) fn grade_on(
             first_basis = Some(b);
         }
     }
-    let not_graded: Vec<String> = ungraded
-        .into_iter()
-        .map(|(batch, ids)| {
-            format!(
-                "{} (concurrency {batch:.0}): other requests' prefills run between a request's decode steps (as each starts, and as a finished one is replaced in the closed loop), so a request's decode speed is not its steps' alone and the measurement cannot grade them; points at concurrency 1 are graded",
-                ids.join(", ")
-            )
-        })
-        .collect();
+    let not_graded = not_graded_notes(ungraded);
     if rows.is_empty() && !not_graded.is_empty() {
         return Err(BoundError::NotIsolated(not_graded.join("; ")));
     }
@@ -432,14 +468,67 @@ pub(crate) fn grade_on(
         return Err(BoundError::NothingToGrade);
     }
     let first = first_basis.expect("a graded row has a basis");
-    // Sweeps: points that share layout, verify width and batch.
+    let sweeps = sweeps(&rows, opts, &gpu);
+    let rows: Vec<BoundRow> = rows.into_iter().map(|(r, _, _)| r).collect();
+    // Measured per point: the run's figure is their mean (each row keeps its own).
+    let tokens_per_step = if rows
+        .iter()
+        .any(|r| r.tokens_per_step != first.tokens_per_step)
+    {
+        rows.iter().map(|r| r.tokens_per_step).sum::<f64>() / rows.len() as f64
+    } else {
+        first.tokens_per_step
+    };
+    Ok(BoundReport {
+        gpu,
+        layout: first.layout,
+        tokens_per_step,
+        precision,
+        assumptions,
+        rows,
+        sweeps,
+        not_graded,
+        findings,
+    })
+}
+
+/// The points' groups, each once, in the order they first appear.
+fn distinct_groups(points: &[PointRecord]) -> Vec<&str> {
+    let mut groups: Vec<&str> = points.iter().map(|p| p.group.as_str()).collect();
+    groups.dedup();
+    let mut seen = std::collections::HashSet::new();
+    groups.retain(|g| seen.insert(*g));
+    groups
+}
+
+/// One line per batch of points not graded (their ids), saying why the measurement cannot
+/// grade them.
+fn not_graded_notes(ungraded: Vec<(f64, Vec<String>)>) -> Vec<String> {
+    ungraded
+        .into_iter()
+        .map(|(batch, ids)| {
+            format!(
+                "{} (concurrency {batch:.0}): other requests' prefills run between a request's decode steps (as each starts, and as a finished one is replaced in the closed loop), so a request's decode speed is not its steps' alone and the measurement cannot grade them; points at concurrency 1 are graded",
+                ids.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// Fits each sweep: the rows that share layout, verify width and batch (their `line`), at
+/// two contexts or more.
+fn sweeps(
+    rows: &[(BoundRow, Layout, Option<f64>)],
+    opts: &BoundOptions,
+    gpu: &GpuSpec,
+) -> Vec<(String, Result<ContextSweep, grade::NoLine>)> {
     let mut lines: Vec<String> = Vec::new();
-    for (r, _, _) in &rows {
+    for (r, _, _) in rows {
         if !lines.contains(&r.line) {
             lines.push(r.line.clone());
         }
     }
-    let sweeps = lines
+    lines
         .into_iter()
         .filter_map(|line| {
             let on: Vec<&(BoundRow, Layout, Option<f64>)> =
@@ -465,31 +554,10 @@ pub(crate) fn grade_on(
             let at = |ctx: f64| step::decode_step(&opts.model, layout, head.batch, ctx, verify);
             Some((
                 line,
-                grade::context_sweep(&pts, at, &gpu, crate::measure::stats::t975),
+                grade::context_sweep(&pts, at, gpu, crate::measure::stats::t975),
             ))
         })
-        .collect();
-    let rows: Vec<BoundRow> = rows.into_iter().map(|(r, _, _)| r).collect();
-    // Measured per point: the run's figure is their mean (each row keeps its own).
-    let tokens_per_step = if rows
-        .iter()
-        .any(|r| r.tokens_per_step != first.tokens_per_step)
-    {
-        rows.iter().map(|r| r.tokens_per_step).sum::<f64>() / rows.len() as f64
-    } else {
-        first.tokens_per_step
-    };
-    Ok(BoundReport {
-        gpu,
-        layout: first.layout,
-        tokens_per_step,
-        precision,
-        assumptions,
-        rows,
-        sweeps,
-        not_graded,
-        findings,
-    })
+        .collect()
 }
 
 /// One point graded under its group's basis, or None (its id in `not_graded`, by batch, where

@@ -525,173 +525,25 @@ impl Summary {
 pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
     let threshold_pct = threshold_pct.unwrap_or(DEFAULT_THRESHOLD_PCT);
     let labels: Vec<String> = (0..runs.len()).map(run_label).collect();
-    let mut data_notes = Vec::new();
-    for (run, label) in runs.iter().zip(&labels) {
-        for line in &run.truncated_lines {
-            data_notes.push(format!(
-                "{label}: points.jsonl line {line} was cut off mid-record and was skipped."
-            ));
-        }
-    }
+    let mut data_notes = truncation_notes(runs, &labels);
     let dimensions = key_dimensions(runs);
     let experiments: Vec<serde_json::Value> = runs
         .iter()
         .map(|r| serde_json::to_value(&r.meta.experiment).unwrap_or_default())
         .collect();
 
-    // Every point's key, per run; the first point with a key wins.
-    let mut keyed: Vec<IndexMap<Vec<String>, &PointRecord>> = Vec::new();
-    for ((run, exp), label) in runs.iter().zip(&experiments).zip(&labels) {
-        let mut map = IndexMap::new();
-        for p in run
-            .points
-            .iter()
-            .filter(|p| offered::offered_req_s(p).is_none())
-        {
-            let key: Vec<String> = dimensions.iter().map(|d| dim_value(p, exp, d)).collect();
-            if let Some(first) = map.get(&key) {
-                let first: &&PointRecord = first;
-                data_notes.push(format!(
-                    "{label}: {} has the same sweep values as {}; only {} is compared.",
-                    p.id, first.id, first.id
-                ));
-            } else {
-                map.insert(key, p);
-            }
-        }
-        keyed.push(map);
-    }
-
-    let mut all_keys: Vec<&Vec<String>> = Vec::new();
-    for map in &keyed {
-        for key in map.keys() {
-            if !all_keys.contains(&key) {
-                all_keys.push(key);
-            }
-        }
-    }
-    let mut points = Vec::new();
-    let mut shared_records: Vec<Vec<&PointRecord>> = Vec::new();
-    let mut unmatched = Vec::new();
-    for key in all_keys {
-        let label = point_label(&dimensions, key);
-        let found: Vec<Option<&PointRecord>> = keyed.iter().map(|m| m.get(key).copied()).collect();
-        if found.iter().all(Option::is_some) {
-            let recs: Vec<&PointRecord> = found.into_iter().flatten().collect();
-            let concurrency = recs
-                .iter()
-                .zip(&experiments)
-                .filter_map(|(p, exp)| dim_value(p, exp, "concurrency").parse::<u32>().ok())
-                .max()
-                .unwrap_or(1);
-            points.push(SharedPoint {
-                label,
-                concurrency,
-                values: key.clone(),
-                ids: recs.iter().map(|p| p.id.clone()).collect(),
-                problems: recs
-                    .iter()
-                    .zip(&labels)
-                    .flat_map(|(p, l)| problems(l, p))
-                    .collect(),
-                offered: Vec::new(),
-            });
-            shared_records.push(recs);
-        } else {
-            unmatched.push(UnmatchedPoint {
-                label,
-                values: key.clone(),
-                ids: found.iter().map(|p| p.map(|p| p.id.clone())).collect(),
-                offered: Vec::new(),
-            });
-        }
-    }
+    let keyed = keyed_points(runs, &experiments, &labels, &dimensions, &mut data_notes);
+    let mut matched = Matched::default();
+    matched.add_swept(&keyed, &experiments, &labels, &dimensions);
     // Open-loop points: paired by the load they were offered.
-    let candidates: Vec<Vec<offered::Candidate>> = runs
-        .iter()
-        .zip(&experiments)
-        .map(|(run, exp)| {
-            run.points
-                .iter()
-                .filter_map(|p| {
-                    Some(offered::Candidate {
-                        point: p,
-                        offered: offered::offered_req_s(p)?,
-                        rest: dimensions
-                            .iter()
-                            .filter(|d| !offered::sets_offered_load(d))
-                            .map(|d| dim_value(p, exp, d))
-                            .collect(),
-                    })
-                })
-                .collect()
-        })
-        .collect();
+    let candidates = offered_candidates(runs, &experiments, &dimensions);
     let any_offered = candidates.iter().any(|c| !c.is_empty());
-    for group in offered::pair(&candidates) {
-        let values: Vec<String> = dimensions
-            .iter()
-            .map(|d| {
-                let mut seen: Vec<String> = Vec::new();
-                for (c, exp) in group.iter().zip(&experiments) {
-                    if let Some(c) = c {
-                        let v = dim_value(c.point, exp, d);
-                        if !seen.contains(&v) {
-                            seen.push(v);
-                        }
-                    }
-                }
-                seen.join(" / ")
-            })
-            .collect();
-        let rates: Vec<String> = group
-            .iter()
-            .map(|c| {
-                c.map_or("—".to_string(), |c| {
-                    servebench_model::text::sig3(c.offered)
-                })
-            })
-            .collect();
-        let label = format!(
-            "{} (offered {} req/s)",
-            point_label(&dimensions, &values),
-            rates.join(" / ")
-        );
-        if group.iter().all(Option::is_some) {
-            let recs: Vec<&PointRecord> = group.iter().flatten().map(|c| c.point).collect();
-            points.push(SharedPoint {
-                label,
-                // Requests of an open loop overlap: the most in flight decides whether their
-                // spread is evidence of run-to-run noise.
-                concurrency: recs
-                    .iter()
-                    .filter_map(|p| p.metrics.get(Metric::ConcurrencyMax.name()))
-                    .map(|s| s.max.ceil() as u32)
-                    .max()
-                    .unwrap_or(1)
-                    .max(1),
-                values,
-                ids: recs.iter().map(|p| p.id.clone()).collect(),
-                problems: recs
-                    .iter()
-                    .zip(&labels)
-                    .flat_map(|(p, l)| problems(l, p))
-                    .collect(),
-                offered: rates,
-            });
-            shared_records.push(recs);
-        } else {
-            unmatched.push(UnmatchedPoint {
-                label,
-                values,
-                ids: group
-                    .iter()
-                    .map(|c| c.map(|c| c.point.id.clone()))
-                    .collect(),
-                offered: rates,
-            });
-        }
-    }
+    matched.add_offered(&candidates, &experiments, &labels, &dimensions);
+    let Matched {
+        points,
+        shared_records,
+        unmatched,
+    } = matched;
 
     let mut summary = Summary {
         shared: points.len(),
@@ -709,17 +561,6 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         .map(|m| metric_table(m, &points, &shared_records, threshold_pct, &mut summary))
         .collect();
 
-    let not_comparable: Vec<String> = runs
-        .iter()
-        .zip(&labels)
-        .skip(1)
-        .flat_map(|(r, l)| {
-            let base = &labels[0];
-            super::comparable::incomparable(&runs[0].meta, &r.meta)
-                .into_iter()
-                .map(move |d| format!("{l} against {base}: {d}"))
-        })
-        .collect();
     let metas: Vec<&RunMeta> = runs.iter().map(|r| &r.meta).collect();
     let hardware_notes = super::hardware::compare_notes(&metas, &labels, &shared_records);
     let (bound, bound_notes) = super::compare_bound::compare(
@@ -735,21 +576,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
     );
     CompareModel {
         model_version: COMPARE_MODEL_VERSION,
-        runs: runs
-            .iter()
-            .zip(&labels)
-            .enumerate()
-            .map(|(i, (r, label))| RunRef {
-                label: label.clone(),
-                baseline: i == 0,
-                path: r.path.display().to_string(),
-                name: r.meta.experiment.name.clone(),
-                started_at: r.meta.started_at.clone(),
-                status: r.meta.status.to_string(),
-                points: r.points.len(),
-                part: r.part.clone(),
-            })
-            .collect(),
+        runs: run_refs(runs, &labels),
         threshold_pct,
         threshold: format!("{}%", num(threshold_pct)),
         differences: differences(runs, &experiments, &dimensions),
@@ -758,7 +585,7 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
         metrics,
         unmatched,
         summary,
-        not_comparable,
+        not_comparable: not_comparable_notes(runs, &labels),
         data_notes,
         hardware_notes,
         capacities: super::compare_capacity::compare(
@@ -779,6 +606,257 @@ pub fn build(runs: &[LoadedRun], threshold_pct: Option<f64>) -> CompareModel {
                 .collect::<Vec<_>>(),
         ),
     }
+}
+
+/// A note per points.jsonl line that was cut off mid-record and skipped.
+fn truncation_notes(runs: &[LoadedRun], labels: &[String]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (run, label) in runs.iter().zip(labels) {
+        for line in &run.truncated_lines {
+            notes.push(format!(
+                "{label}: points.jsonl line {line} was cut off mid-record and was skipped."
+            ));
+        }
+    }
+    notes
+}
+
+/// Every closed-loop point's key (its sweep values), per run; the first point with a key
+/// wins, and a note names each point left out for sharing it.
+fn keyed_points<'r>(
+    runs: &'r [LoadedRun],
+    experiments: &[serde_json::Value],
+    labels: &[String],
+    dimensions: &[String],
+    data_notes: &mut Vec<String>,
+) -> Vec<IndexMap<Vec<String>, &'r PointRecord>> {
+    let mut keyed: Vec<IndexMap<Vec<String>, &PointRecord>> = Vec::new();
+    for ((run, exp), label) in runs.iter().zip(experiments).zip(labels) {
+        let mut map = IndexMap::new();
+        for p in run
+            .points
+            .iter()
+            .filter(|p| offered::offered_req_s(p).is_none())
+        {
+            let key: Vec<String> = dimensions.iter().map(|d| dim_value(p, exp, d)).collect();
+            if let Some(first) = map.get(&key) {
+                let first: &&PointRecord = first;
+                data_notes.push(format!(
+                    "{label}: {} has the same sweep values as {}; only {} is compared.",
+                    p.id, first.id, first.id
+                ));
+            } else {
+                map.insert(key, p);
+            }
+        }
+        keyed.push(map);
+    }
+    keyed
+}
+
+/// Each run's open-loop points, with their offered rate and their other dimensions' values.
+fn offered_candidates<'r>(
+    runs: &'r [LoadedRun],
+    experiments: &[serde_json::Value],
+    dimensions: &[String],
+) -> Vec<Vec<offered::Candidate<'r>>> {
+    runs.iter()
+        .zip(experiments)
+        .map(|(run, exp)| {
+            run.points
+                .iter()
+                .filter_map(|p| {
+                    Some(offered::Candidate {
+                        point: p,
+                        offered: offered::offered_req_s(p)?,
+                        rest: dimensions
+                            .iter()
+                            .filter(|d| !offered::sets_offered_load(d))
+                            .map(|d| dim_value(p, exp, d))
+                            .collect(),
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Points sorted into those every run measured (with their records, one per run) and those
+/// some run lacks.
+#[derive(Default)]
+struct Matched<'r> {
+    points: Vec<SharedPoint>,
+    shared_records: Vec<Vec<&'r PointRecord>>,
+    unmatched: Vec<UnmatchedPoint>,
+}
+
+impl<'r> Matched<'r> {
+    /// Adds the closed-loop points, matched by their sweep values.
+    fn add_swept(
+        &mut self,
+        keyed: &[IndexMap<Vec<String>, &'r PointRecord>],
+        experiments: &[serde_json::Value],
+        labels: &[String],
+        dimensions: &[String],
+    ) {
+        let mut all_keys: Vec<&Vec<String>> = Vec::new();
+        for map in keyed {
+            for key in map.keys() {
+                if !all_keys.contains(&key) {
+                    all_keys.push(key);
+                }
+            }
+        }
+        for key in all_keys {
+            let label = point_label(dimensions, key);
+            let found: Vec<Option<&PointRecord>> =
+                keyed.iter().map(|m| m.get(key).copied()).collect();
+            if found.iter().all(Option::is_some) {
+                let recs: Vec<&PointRecord> = found.into_iter().flatten().collect();
+                let concurrency = recs
+                    .iter()
+                    .zip(experiments)
+                    .filter_map(|(p, exp)| dim_value(p, exp, "concurrency").parse::<u32>().ok())
+                    .max()
+                    .unwrap_or(1);
+                self.points.push(SharedPoint {
+                    label,
+                    concurrency,
+                    values: key.clone(),
+                    ids: recs.iter().map(|p| p.id.clone()).collect(),
+                    problems: recs
+                        .iter()
+                        .zip(labels)
+                        .flat_map(|(p, l)| problems(l, p))
+                        .collect(),
+                    offered: Vec::new(),
+                });
+                self.shared_records.push(recs);
+            } else {
+                self.unmatched.push(UnmatchedPoint {
+                    label,
+                    values: key.clone(),
+                    ids: found.iter().map(|p| p.map(|p| p.id.clone())).collect(),
+                    offered: Vec::new(),
+                });
+            }
+        }
+    }
+
+    /// Adds the open-loop points, paired by the load they were offered.
+    fn add_offered(
+        &mut self,
+        candidates: &'r [Vec<offered::Candidate<'r>>],
+        experiments: &[serde_json::Value],
+        labels: &[String],
+        dimensions: &[String],
+    ) {
+        for group in offered::pair(candidates) {
+            let values = offered_values(&group, experiments, dimensions);
+            let rates: Vec<String> = group
+                .iter()
+                .map(|c| {
+                    c.map_or("—".to_string(), |c| {
+                        servebench_model::text::sig3(c.offered)
+                    })
+                })
+                .collect();
+            let label = format!(
+                "{} (offered {} req/s)",
+                point_label(dimensions, &values),
+                rates.join(" / ")
+            );
+            if group.iter().all(Option::is_some) {
+                let recs: Vec<&PointRecord> = group.iter().flatten().map(|c| c.point).collect();
+                self.points.push(SharedPoint {
+                    label,
+                    // Requests of an open loop overlap: the most in flight decides whether
+                    // their spread is evidence of run-to-run noise.
+                    concurrency: recs
+                        .iter()
+                        .filter_map(|p| p.metrics.get(Metric::ConcurrencyMax.name()))
+                        .map(|s| s.max.ceil() as u32)
+                        .max()
+                        .unwrap_or(1)
+                        .max(1),
+                    values,
+                    ids: recs.iter().map(|p| p.id.clone()).collect(),
+                    problems: recs
+                        .iter()
+                        .zip(labels)
+                        .flat_map(|(p, l)| problems(l, p))
+                        .collect(),
+                    offered: rates,
+                });
+                self.shared_records.push(recs);
+            } else {
+                self.unmatched.push(UnmatchedPoint {
+                    label,
+                    values,
+                    ids: group
+                        .iter()
+                        .map(|c| c.map(|c| c.point.id.clone()))
+                        .collect(),
+                    offered: rates,
+                });
+            }
+        }
+    }
+}
+
+/// An open-loop group's value per dimension: the runs' distinct values joined by ` / `.
+fn offered_values(
+    group: &[Option<&offered::Candidate>],
+    experiments: &[serde_json::Value],
+    dimensions: &[String],
+) -> Vec<String> {
+    dimensions
+        .iter()
+        .map(|d| {
+            let mut seen: Vec<String> = Vec::new();
+            for (c, exp) in group.iter().zip(experiments) {
+                if let Some(c) = c {
+                    let v = dim_value(c.point, exp, d);
+                    if !seen.contains(&v) {
+                        seen.push(v);
+                    }
+                }
+            }
+            seen.join(" / ")
+        })
+        .collect()
+}
+
+/// Why each run cannot be compared with the baseline, one line per difference.
+fn not_comparable_notes(runs: &[LoadedRun], labels: &[String]) -> Vec<String> {
+    runs.iter()
+        .zip(labels)
+        .skip(1)
+        .flat_map(|(r, l)| {
+            let base = &labels[0];
+            super::comparable::incomparable(&runs[0].meta, &r.meta)
+                .into_iter()
+                .map(move |d| format!("{l} against {base}: {d}"))
+        })
+        .collect()
+}
+
+/// The compared runs as the report names them; the first is the baseline.
+fn run_refs(runs: &[LoadedRun], labels: &[String]) -> Vec<RunRef> {
+    runs.iter()
+        .zip(labels)
+        .enumerate()
+        .map(|(i, (r, label))| RunRef {
+            label: label.clone(),
+            baseline: i == 0,
+            path: r.path.display().to_string(),
+            name: r.meta.experiment.name.clone(),
+            started_at: r.meta.started_at.clone(),
+            status: r.meta.status.to_string(),
+            points: r.points.len(),
+            part: r.part.clone(),
+        })
+        .collect()
 }
 
 /// Renders the comparison with the built-in template, or a user template given as
