@@ -141,7 +141,7 @@ mod tests {
     fn meta() -> RunMeta {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../tests/fixtures/runs/clean-sweep/meta.json"
+            "/tests/fixtures/runs/clean-sweep/meta.json"
         );
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
