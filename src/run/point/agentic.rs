@@ -61,29 +61,13 @@ impl PointRunner {
                 return false;
             }
         };
-        // One calibration per block size the sessions use (a trace has one, as a rule).
-        let mut texts: HashMap<u32, BlockText> = HashMap::new();
-        for s in &corpus.sessions {
-            let bs = spec.block_size.or(s.block_size).unwrap_or(512);
-            if texts.contains_key(&bs) {
-                continue;
-            }
-            match self
-                .block_text(client, exp, prompts, bs, round, flags)
-                .await
-            {
-                Ok(t) => {
-                    texts.insert(bs, t);
-                }
-                Err((kind, message)) => {
-                    let stopped = self.interrupt.is_set();
-                    if !stopped {
-                        flags.push(Flag::new(kind, message));
-                    }
-                    return stopped;
-                }
-            }
-        }
+        let texts = match self
+            .block_texts(client, point, round, prompts, (spec, &corpus), flags)
+            .await
+        {
+            Ok(t) => t,
+            Err(stopped) => return stopped,
+        };
         let live = spec.live.max(1) as usize;
         let total = spec.sessions.map_or(corpus.sessions.len(), |n| n as usize);
         prepare(client, live.min(total)).await;
@@ -161,24 +145,8 @@ impl PointRunner {
                     last_end = now;
                     match done {
                         Some(Ok((records, job))) => {
-                            for r in &records {
-                                sent += 1;
-                                fold.add(r);
-                                if r.error.is_none()
-                                    && let (Some(j), Some(t)) = (&r.job, first_token_s(r))
-                                {
-                                    let band = BANDS.iter().rposition(|&b| j.context_tokens >= b).unwrap_or(0);
-                                    ttft[band].push(t);
-                                }
-                            }
-                            if job.stopped.is_some() {
-                                view.stopped += 1;
-                            } else {
-                                view.completed += 1;
-                            }
-                            if view.sessions.len() < JOBS_KEPT {
-                                view.sessions.push(job);
-                            }
+                            sent += records.len();
+                            session_done(&records, job, fold, &mut view, &mut ttft);
                         }
                         Some(Err(e)) => flags.extend(super::task_died(e)),
                         None => {}
@@ -192,17 +160,95 @@ impl PointRunner {
             }
         }
         let window = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());
-        view.window_s = window;
-        if window > 0.0 {
-            view.live_mean = area / window;
-            view.jobs_per_hour = view.completed as f64 * 3600.0 / window;
-        }
-        view.sessions.sort_by_key(|j| j.session);
-        view.ttft_by_context = bands(ttft);
+        close_view(&mut view, ttft, window, area);
         fold.expect(sent);
         fold.jobs = Some(view);
         stopped
     }
+}
+
+impl PointRunner {
+    /// The block text of each block size the trace's sessions use, each calibrated once (a
+    /// trace has one size, as a rule). Err: whether an interrupt stopped it (a failure is
+    /// flagged).
+    async fn block_texts(
+        &mut self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+        prompts: &Prompts,
+        (spec, corpus): (&AgenticSpec, &crate::load::agentic::SessionCorpus),
+        flags: &mut Vec<Flag>,
+    ) -> Result<HashMap<u32, BlockText>, bool> {
+        let exp = &point.experiment;
+        let mut texts: HashMap<u32, BlockText> = HashMap::new();
+        for s in &corpus.sessions {
+            let bs = spec.block_size.or(s.block_size).unwrap_or(512);
+            if texts.contains_key(&bs) {
+                continue;
+            }
+            match self
+                .block_text(client, exp, prompts, bs, round, flags)
+                .await
+            {
+                Ok(t) => {
+                    texts.insert(bs, t);
+                }
+                Err((kind, message)) => {
+                    let stopped = self.interrupt.is_set();
+                    if !stopped {
+                        flags.push(Flag::new(kind, message));
+                    }
+                    return Err(stopped);
+                }
+            }
+        }
+        Ok(texts)
+    }
+}
+
+/// A session ended: its turns folded into the point, each successful one's TTFT in its
+/// context band, the session counted as completed or stopped (and kept, up to [`JOBS_KEPT`]).
+fn session_done(
+    records: &[RequestRecord],
+    job: JobRecord,
+    fold: &mut PointFold,
+    view: &mut JobsView,
+    ttft: &mut [Vec<f64>],
+) {
+    for r in records {
+        fold.add(r);
+        if r.error.is_none()
+            && let (Some(j), Some(t)) = (&r.job, first_token_s(r))
+        {
+            let band = BANDS
+                .iter()
+                .rposition(|&b| j.context_tokens >= b)
+                .unwrap_or(0);
+            ttft[band].push(t);
+        }
+    }
+    if job.stopped.is_some() {
+        view.stopped += 1;
+    } else {
+        view.completed += 1;
+    }
+    if view.sessions.len() < JOBS_KEPT {
+        view.sessions.push(job);
+    }
+}
+
+/// The point's view of its sessions once they ended: the window (first start to last end,
+/// seconds), live sessions time-weighted over it (`area`: live sessions x seconds), jobs per
+/// hour, sessions in order, TTFT by context band.
+fn close_view(view: &mut JobsView, ttft: Vec<Vec<f64>>, window: f64, area: f64) {
+    view.window_s = window;
+    if window > 0.0 {
+        view.live_mean = area / window;
+        view.jobs_per_hour = view.completed as f64 * 3600.0 / window;
+    }
+    view.sessions.sort_by_key(|j| j.session);
+    view.ttft_by_context = bands(ttft);
 }
 
 /// Seconds from a record's send to its first token.
