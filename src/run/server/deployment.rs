@@ -136,37 +136,7 @@ pub(crate) async fn spawn_deployment(
         let name = plan.name();
         let node = &mut nodes[dep.node_of(i)];
         let host = node.host;
-        let started = async {
-            let port = distinct_port(host, None, &mut node.taken).await?;
-            let bootstrap = match plan.role {
-                WorkerRole::Prefill => Some(distinct_port(host, None, &mut node.taken).await?),
-                _ => None,
-            };
-            let ws = worker_server(server, plan, bootstrap);
-            let cmd = engine::launch_command_on(&ws, &node.bin, &node.bind, port)?;
-            let log = member_log_path(log_path, &name);
-            let process = host
-                .spawn(Spawn {
-                    group: &format!("{group}.{name}"),
-                    command: &cmd,
-                    env: &server.env,
-                    workdir: server.workdir.as_deref(),
-                    log_path: &log,
-                    port,
-                    bind: &node.bind,
-                    shared: true,
-                })
-                .await
-                .map_err(|e| match e {
-                    HostError::Interrupted => ServerError::Interrupted,
-                    e => ServerError::Spawn(HostError::Unsupported(format!(
-                        "{name} of the deployment on {}: {e}",
-                        host.name()
-                    ))),
-                })?;
-            Ok::<_, ServerError>((port, bootstrap, cmd, log, process))
-        }
-        .await;
+        let started = spawn_worker(group, server, plan, node, log_path).await;
         let (port, bootstrap, cmd, log, process) = match started {
             Ok(s) => s,
             Err(e) => {
@@ -212,32 +182,7 @@ pub(crate) async fn spawn_deployment(
     }
     let first = &mut nodes[0];
     let host = first.host;
-    let started = async {
-        let port = distinct_port(host, dep.router.port, &mut first.taken).await?;
-        let prometheus = distinct_port(host, None, &mut first.taken).await?;
-        let cmd = router_command(dep, port, prometheus, &for_router)?;
-        let process = host
-            .spawn(Spawn {
-                group,
-                command: &cmd,
-                env: &dep.router.env,
-                workdir: server.workdir.as_deref(),
-                log_path,
-                port,
-                bind: "127.0.0.1",
-                shared: true,
-            })
-            .await
-            .map_err(|e| match e {
-                HostError::Interrupted => ServerError::Interrupted,
-                e => ServerError::Spawn(HostError::Unsupported(format!(
-                    "the router on {}: {e}",
-                    host.name()
-                ))),
-            })?;
-        Ok::<_, ServerError>((port, cmd, process))
-    }
-    .await;
+    let started = spawn_router(group, server, dep, first, &for_router, log_path).await;
     let (port, cmd, router) = match started {
         Ok(s) => s,
         Err(e) => {
@@ -261,6 +206,92 @@ pub(crate) async fn spawn_deployment(
         records,
         workers: targets,
     })
+}
+
+/// Starts one worker of the deployment (`plan`) on `node`: its port (and a prefill worker's
+/// bootstrap port) picked there, its command, its process; its log beside the group's.
+async fn spawn_worker(
+    group: &str,
+    server: &Server,
+    plan: &servebench_model::spec::deployment::WorkerPlan,
+    node: &mut Node<'_>,
+    log_path: &Path,
+) -> Result<Worker, ServerError> {
+    let name = plan.name();
+    let host = node.host;
+    let port = distinct_port(host, None, &mut node.taken).await?;
+    let bootstrap = match plan.role {
+        WorkerRole::Prefill => Some(distinct_port(host, None, &mut node.taken).await?),
+        _ => None,
+    };
+    let ws = worker_server(server, plan, bootstrap);
+    let cmd = engine::launch_command_on(&ws, &node.bin, &node.bind, port)?;
+    let log = member_log_path(log_path, &name);
+    let process = host
+        .spawn(Spawn {
+            group: &format!("{group}.{name}"),
+            command: &cmd,
+            env: &server.env,
+            workdir: server.workdir.as_deref(),
+            log_path: &log,
+            port,
+            bind: &node.bind,
+            shared: true,
+        })
+        .await
+        .map_err(|e| match e {
+            HostError::Interrupted => ServerError::Interrupted,
+            e => ServerError::Spawn(HostError::Unsupported(format!(
+                "{name} of the deployment on {}: {e}",
+                host.name()
+            ))),
+        })?;
+    Ok((port, bootstrap, cmd, log, process))
+}
+
+/// A started worker: its port, bootstrap port (prefill), command, log and process.
+type Worker = (
+    u16,
+    Option<u16>,
+    engine::LaunchCommand,
+    std::path::PathBuf,
+    Box<dyn ServerProcess>,
+);
+
+/// Starts the router on the first node (`first`), given the workers as it reaches them
+/// (`for_router`: role, URL, bootstrap port): its port, command and process.
+async fn spawn_router(
+    group: &str,
+    server: &Server,
+    dep: &Deployment,
+    first: &mut Node<'_>,
+    for_router: &[(WorkerRole, String, Option<u16>)],
+    log_path: &Path,
+) -> Result<(u16, engine::LaunchCommand, Box<dyn ServerProcess>), ServerError> {
+    let host = first.host;
+    let port = distinct_port(host, dep.router.port, &mut first.taken).await?;
+    let prometheus = distinct_port(host, None, &mut first.taken).await?;
+    let cmd = router_command(dep, port, prometheus, for_router)?;
+    let process = host
+        .spawn(Spawn {
+            group,
+            command: &cmd,
+            env: &dep.router.env,
+            workdir: server.workdir.as_deref(),
+            log_path,
+            port,
+            bind: "127.0.0.1",
+            shared: true,
+        })
+        .await
+        .map_err(|e| match e {
+            HostError::Interrupted => ServerError::Interrupted,
+            e => ServerError::Spawn(HostError::Unsupported(format!(
+                "the router on {}: {e}",
+                host.name()
+            ))),
+        })?;
+    Ok((port, cmd, process))
 }
 
 /// Waits until every worker answers `/health` 200: a worker that exits first is named with
