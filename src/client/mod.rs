@@ -366,6 +366,8 @@ impl Client {
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),
+            tools: None,
+            tool_choice: None,
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();
