@@ -72,3 +72,62 @@ fn tools_that_are_not_function_schemas_are_refused_at_their_place() {
         "{text}"
     );
 }
+
+/// The shipped example (experiments/tool-calling.yaml): every request calls the declared
+/// tool; alone, every call satisfies its schema; above the simulator's fault batch, calls
+/// arrive broken and say why.
+#[test]
+fn the_tool_calling_example_grades_calls_under_load() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("experiments/tool-calling.yaml")).unwrap();
+    let ws = Workspace::new();
+    let path = ws.write(
+        "tool-calling.yaml",
+        &text.replace("requests: 16", "requests: 8"),
+    );
+    let (dir, points) = ws.run_ok(&path);
+    assert_eq!(points.len(), 2);
+    let records = crate::common::read_jsonl(&dir.join("requests.jsonl"));
+    let of = |point: &str| -> Vec<&serde_json::Value> {
+        records
+            .iter()
+            .filter(|r| r["point"] == point && r["role"] == "measure")
+            .collect()
+    };
+    let alone = of("p001");
+    assert!(!alone.is_empty());
+    for r in &alone {
+        assert_eq!(r["tool_calls"], 1, "{r}");
+        assert_eq!(r["tool_call_valid"], true, "{r}");
+        // The call's pieces are the output: TTFT is the first of them.
+        assert!(r["chunks"].as_array().is_some_and(|c| !c.is_empty()), "{r}");
+    }
+    let loaded = of("p002");
+    let broken = loaded
+        .iter()
+        .filter(|r| r["tool_call_valid"] == false)
+        .count();
+    assert!(broken > 0, "{loaded:?}");
+    let why = loaded
+        .iter()
+        .find_map(|r| r["tool_call_invalid"].as_str())
+        .unwrap();
+    assert!(why.contains("not JSON"), "{why}");
+}
+
+/// Without SGLang's `--tool-call-parser` the simulator (as SGLang) streams the call as text:
+/// the client counts no call.
+#[test]
+fn without_a_tool_call_parser_no_call_is_split_from_the_text() {
+    let ws = Workspace::new();
+    let tools = format!("[{{ type: function, function: {{ name: f, parameters: {CITY} }} }}]");
+    let path = ws.write(
+        "plain.yaml",
+        &spec("plain", "", &tools, "  tool_choice: auto\n"),
+    );
+    let (dir, _) = ws.run_ok(&path);
+    let records = crate::common::read_jsonl(&dir.join("requests.jsonl"));
+    let r = records.iter().find(|r| r["role"] == "measure").unwrap();
+    assert_eq!(r["tool_calls"], 0, "{r}");
+    assert!(r["tool_call_valid"].is_null(), "{r}");
+}
