@@ -85,7 +85,11 @@ fn the_tool_calling_example_grades_calls_under_load() {
         "tool-calling.yaml",
         &text.replace("requests: 16", "requests: 8"),
     );
-    let (dir, points) = ws.run_ok(&path);
+    // A degraded point (the broken calls) makes the run exit 3.
+    let out = ws.run(&path);
+    assert_eq!(out.status.code(), Some(3), "{}", crate::common::show(&out));
+    let dir = crate::common::run_dir(&out);
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points.len(), 2);
     let records = crate::common::read_jsonl(&dir.join("requests.jsonl"));
     let of = |point: &str| -> Vec<&serde_json::Value> {
@@ -113,6 +117,22 @@ fn the_tool_calling_example_grades_calls_under_load() {
         .find_map(|r| r["tool_call_invalid"].as_str())
         .unwrap();
     assert!(why.contains("not JSON"), "{why}");
+    // Broken calls under load flag the point and degrade it, as invalid output does.
+    let kinds = |p: &serde_json::Value| -> Vec<String> {
+        p["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["kind"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert!(!kinds(&points[0]).contains(&"invalid-tool-calls".to_string()));
+    assert!(
+        kinds(&points[1]).contains(&"invalid-tool-calls".to_string()),
+        "{}",
+        points[1]
+    );
+    assert_eq!(points[1]["status"], "degraded", "{}", points[1]);
 }
 
 /// Without SGLang's `--tool-call-parser` the simulator (as SGLang) streams the call as text:
