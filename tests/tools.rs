@@ -151,3 +151,25 @@ fn without_a_tool_call_parser_no_call_is_split_from_the_text() {
     assert_eq!(r["tool_calls"], 0, "{r}");
     assert!(r["tool_call_valid"].is_null(), "{r}");
 }
+
+/// vLLM refuses `tool_choice: auto` without `--enable-auto-tool-choice --tool-call-parser`
+/// (400), as its simulated surface does: every request fails with vLLM's message.
+#[test]
+fn vllm_refuses_auto_tool_choice_without_its_flags() {
+    let ws = Workspace::new();
+    let tools = format!("[{{ type: function, function: {{ name: f, parameters: {CITY} }} }}]");
+    let text = spec("vllm", "", &tools, "  tool_choice: auto\n")
+        .replace("engine: sim", "engine: vllm\n  simulate: true");
+    let path = ws.write("vllm.yaml", &text);
+    let out = ws.run(&path);
+    assert!(!out.status.success());
+    let dir = crate::common::run_dir(&out);
+    let records = crate::common::read_jsonl(&dir.join("requests.jsonl"));
+    let r = records.iter().find(|r| r["role"] == "measure").unwrap();
+    assert!(
+        r["error"]
+            .to_string()
+            .contains("requires --enable-auto-tool-choice"),
+        "{r}"
+    );
+}

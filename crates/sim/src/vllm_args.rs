@@ -798,6 +798,14 @@ fn resolve_config(
         .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("none"))
         .map(str::to_string);
     c.reasoning_split = c.reasoning_parser.is_some();
+    // `tool_choice: auto` needs both (serving_chat.py refuses it otherwise).
+    c.tool_call_parser = given
+        .get("enable-auto-tool-choice")
+        .is_some_and(|v| v.as_bool() != Some(false))
+        && given
+            .get("tool-call-parser")
+            .and_then(Value::as_str)
+            .is_some();
     let per_request_spec = given
         .get("per-request-spec-decode-metrics")
         .and_then(Value::as_str)
