@@ -368,6 +368,8 @@ async fn measure_client(url: &str, api: Api, n: usize, waves: usize) -> Vec<Row>
                         spec_tokens_details: false,
                         reasoning_markers: None,
                         chat_template_kwargs: Default::default(),
+                        tools: None,
+                        tool_choice: None,
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(60)).await
@@ -417,6 +419,8 @@ async fn closed_loop(url: &str, api: Api, n: usize, waves: usize) -> Row {
                 spec_tokens_details: false,
                 reasoning_markers: None,
                 chat_template_kwargs: Default::default(),
+                tools: None,
+                tool_choice: None,
             };
             let m = client.stream(&req, Duration::from_secs(60)).await;
             drop(permit);

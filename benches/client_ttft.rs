@@ -179,6 +179,8 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         spec_tokens_details: false,
                         reasoning_markers: None,
                         chat_template_kwargs: Default::default(),
+                        tools: None,
+                        tool_choice: None,
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(30)).await

@@ -132,6 +132,8 @@ fn request(api: Api) -> GenerationRequest {
         spec_tokens_details: false,
         reasoning_markers: None,
         chat_template_kwargs: Default::default(),
+        tools: None,
+        tool_choice: None,
     }
 }
 

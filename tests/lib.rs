@@ -41,6 +41,7 @@ mod sshd;
 mod telemetry;
 mod telemetry_sources;
 mod thinking;
+mod tools;
 mod traces;
 mod trust;
 mod validate;

@@ -24,6 +24,7 @@ mod sse;
 mod stream;
 pub(crate) mod surface;
 mod thinking;
+mod tool_calls;
 mod url_check;
 
 use std::fmt;
@@ -44,6 +45,7 @@ pub use request::{ChatMessage, DEFAULT_MODEL, GenerationRequest};
 pub use sse::{EVENT_BYTES_LIMIT, HEAD_BYTES, SseEvent, SseFramer, SseMalformed, SseProblem};
 pub use stream::replay_stream;
 pub(crate) use stream::unix_now;
+pub use tool_calls::Judged as ToolCallsJudged;
 pub(crate) use url_check::UrlCheck;
 
 /// Per-request limit of the admin helpers (`flush_cache`, `health`, `get_json`).
@@ -106,6 +108,8 @@ pub struct Measured {
     pub no_answer: Option<NoAnswer>,
     /// Delta fields servebench does not know, seen with a value.
     pub unknown_fields: Vec<String>,
+    /// Tool calls streamed, whether they were all valid and why not (None: no tools sent).
+    pub tool_calls: Option<ToolCallsJudged>,
     /// The longest any read's bytes had waited in this host's kernel when the client read
     /// them (its own queue, outside every time above), where the kernel stamps arrivals.
     pub read_wait_max_s: Option<f64>,
@@ -170,6 +174,9 @@ impl Measured {
             reasoning_source: self.reasoning.map(|(_, s)| s),
             no_answer: self.no_answer,
             unknown_fields: self.unknown_fields,
+            tool_calls: self.tool_calls.as_ref().map(|t| t.count),
+            tool_call_valid: self.tool_calls.as_ref().and_then(|t| t.valid),
+            tool_call_invalid: self.tool_calls.and_then(|t| t.invalid),
         };
         record.set_verify_steps(server_steps);
         record
@@ -366,6 +373,8 @@ impl Client {
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),
+            tools: None,
+            tool_choice: None,
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();

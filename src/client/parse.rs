@@ -112,6 +112,8 @@ pub(crate) struct StreamParser {
     answered: bool,
     /// Unknown delta fields seen with a value (`delta.<name>`), at most [`UNKNOWN_FIELDS_KEPT`].
     pub unknown_fields: Vec<String>,
+    /// The chat stream's tool calls, assembled (`delta.tool_calls`).
+    pub tool_calls: super::tool_calls::ToolCalls,
 }
 
 impl StreamParser {
@@ -224,6 +226,7 @@ impl StreamParser {
             server_reasoning: None,
             answered: false,
             unknown_fields: Vec::new(),
+            tool_calls: Default::default(),
         }
     }
 
@@ -317,6 +320,15 @@ impl StreamParser {
                     .into_iter()
                     .map(|fast::Obj(c)| c)
                     .collect();
+                // Tool-call pieces are assembled from the Value path (they are few).
+                let called = |c: &fast::Choice| {
+                    c.delta.as_ref().is_some_and(|fast::Obj(d)| {
+                        d.tool_calls.as_ref().is_some_and(|t| !t.is_empty())
+                    })
+                };
+                if self.api == Api::OpenaiChat && choices.iter().any(called) {
+                    return None;
+                }
                 let timings = e.timings.map(|fast::Obj(t)| t);
                 self.take_server_ttft(timings.and_then(|t| t.prompt_ms).map(|ms| ms / 1e3));
                 if let Some(n) = e
@@ -537,6 +549,11 @@ impl StreamParser {
             .unwrap_or_default()
         {
             let d = &choice["delta"];
+            if self.api == Api::OpenaiChat
+                && let Some(pieces) = d["tool_calls"].as_array()
+            {
+                self.tool_calls.delta(pieces);
+            }
             if let Some(fields) = d.as_object() {
                 for (k, x) in fields {
                     if !KNOWN_DELTA_FIELDS.contains(&k.as_str()) && has_value(x) {
@@ -1239,6 +1256,36 @@ mod tests {
                 assert!(p.unknown_fields.is_empty());
             }
         }
+    }
+
+    /// A tool call's pieces are output tokens of the answer (TTFT and TTFA count them), and
+    /// are assembled into the call, on the Value path as on the fast one.
+    #[test]
+    fn streamed_tool_call_pieces_are_answer_tokens_and_assembled() {
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        let events = [
+            r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\": "}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+        ];
+        let got: Vec<(u32, u32)> = events
+            .iter()
+            .map(|e| match p.event(e.as_bytes()).unwrap() {
+                Parsed::Chunk { tokens, reasoning } => (tokens, reasoning),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(got, [(1, 1), (1, 0), (1, 0), (1, 0), (0, 0)]);
+        assert_eq!(p.no_answer(), None);
+        let tools = [
+            serde_json::json!({"type": "function", "function": {"name": "f",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}},
+                           "required": ["a"]}}}),
+        ];
+        let j = p.tool_calls.judge(&tools);
+        assert_eq!((j.count, j.valid), (1, Some(true)), "{j:?}");
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub struct GenerationRequest {
     pub reasoning_markers: Option<servebench_model::spec::reasoning::ThinkMarkers>,
     /// The chat request's `chat_template_kwargs` (empty: not sent; chat only).
     pub chat_template_kwargs: serde_json::Map<String, Value>,
+    /// The chat request's `tools` (OpenAI function tools; None: not sent; chat only), shared
+    /// by every request of a point; the parser checks streamed calls against them.
+    pub tools: Option<std::sync::Arc<Vec<Value>>>,
+    /// The chat request's `tool_choice` (None: the server's default).
+    pub tool_choice: Option<Value>,
 }
 
 /// One message of a conversation.
@@ -77,6 +82,14 @@ pub(crate) fn body(req: &GenerationRequest) -> Value {
     }
     if req.api == Api::OpenaiChat && !req.chat_template_kwargs.is_empty() {
         body["chat_template_kwargs"] = Value::Object(req.chat_template_kwargs.clone());
+    }
+    if req.api == Api::OpenaiChat {
+        if let Some(tools) = &req.tools {
+            body["tools"] = Value::Array(tools.as_ref().clone());
+        }
+        if let Some(choice) = &req.tool_choice {
+            body["tool_choice"] = choice.clone();
+        }
     }
     body
 }
@@ -137,6 +150,8 @@ mod tests {
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),
+            tools: None,
+            tool_choice: None,
         }
     }
 
@@ -175,5 +190,21 @@ mod tests {
         assert_eq!(b["stream_options"]["continuous_usage_stats"], true);
         assert_eq!(b["ignore_eos"], true);
         assert_eq!(path(Api::OpenaiChat), "/v1/chat/completions");
+    }
+
+    #[test]
+    fn tools_and_tool_choice_go_in_chat_bodies_only() {
+        let tools = std::sync::Arc::new(vec![json!({"type": "function",
+            "function": {"name": "f", "parameters": {"type": "object"}}})]);
+        let with = |api| GenerationRequest {
+            tools: Some(tools.clone()),
+            tool_choice: Some(json!("required")),
+            ..req(api)
+        };
+        let b = body(&with(Api::OpenaiChat));
+        assert_eq!(b["tools"][0]["function"]["name"], "f");
+        assert_eq!(b["tool_choice"], "required");
+        let b = body(&with(Api::OpenaiCompletions));
+        assert!(b.get("tools").is_none() && b.get("tool_choice").is_none());
     }
 }

@@ -269,6 +269,11 @@ pub(super) async fn run(
         }
     }
     settle(&mut m, &mut parser);
+    if let Some(tools) = &req.tools
+        && m.error.is_none()
+    {
+        m.tool_calls = Some(parser.tool_calls.judge(tools));
+    }
     // A connection is only reused at a message boundary; anything else is closed (and
     // replaced).
     client.pool.release(lease, true, ended).await;
@@ -455,6 +460,7 @@ impl Measured {
             reasoning: None,
             no_answer: None,
             unknown_fields: Vec::new(),
+            tool_calls: None,
         }
     }
 }

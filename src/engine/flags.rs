@@ -123,6 +123,7 @@ const SIM_ONLY: &[&str] = &[
     "profile",
     "sim-time-scale",
     "sim-thinking-tokens",
+    "sim-broken-tool-calls-above-batch",
     "api",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",

@@ -309,6 +309,8 @@ mod tests {
             seed: 3,
             mix,
             chat_template_kwargs: Default::default(),
+            tools: None,
+            tool_choice: None,
         }
     }
 

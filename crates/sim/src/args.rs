@@ -108,6 +108,7 @@ const SIM_ONLY: &[&str] = &[
     "profile",
     "sim-time-scale",
     "sim-thinking-tokens",
+    "sim-broken-tool-calls-above-batch",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",
 ];

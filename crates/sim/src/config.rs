@@ -83,6 +83,12 @@ pub struct SimConfig {
     pub reasoning_split: bool,
     /// vLLM's `--reasoning-parser`, checked against its registry at start-up.
     pub reasoning_parser: Option<String>,
+    /// SGLang's `--tool-call-parser` is set: chat streams carry calls in `delta.tool_calls`.
+    pub tool_call_parser: bool,
+    /// The fault `--sim-broken-tool-calls-above-batch N`.
+    pub broken_tool_calls_above: Option<u64>,
+    /// Chat requests calling a tool now (`crate::tools`).
+    pub live_tool_calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// KV pool tokens the memory model leaves at `frac` of each GPU with `tp` ranks (<= 0: none).
@@ -300,6 +306,11 @@ impl SimConfig {
             trace: None,
             reasoning_split: a.str("reasoning-parser").is_some(),
             reasoning_parser: None,
+            tool_call_parser: a.str("tool-call-parser").is_some(),
+            broken_tool_calls_above: a
+                .int("sim-broken-tool-calls-above-batch")
+                .map(|n| n.max(0) as u64),
+            live_tool_calls: Default::default(),
             args: a,
             api: Api::Sglang,
             vllm: None,
@@ -346,6 +357,9 @@ impl SimConfig {
             disagg: super::disagg::PdConfig::default(),
             reasoning_split: false,
             reasoning_parser: None,
+            tool_call_parser: false,
+            broken_tool_calls_above: None,
+            live_tool_calls: Default::default(),
         }
     }
 

@@ -362,7 +362,12 @@ pub(crate) const FLAGS: &[Flag] = &[
         "null",
         "Accepted; chat messages are rendered with a fixed simple template."
     ),
-    f!("tool-call-parser", Str, "null", "Accepted; no effect."),
+    f!(
+        "tool-call-parser",
+        Str,
+        "null",
+        "Chat streams carry tool calls in delta.tool_calls (see the simulator's tools)."
+    ),
     f!(
         "reasoning-parser",
         Str,
@@ -409,6 +414,12 @@ pub(crate) const FLAGS: &[Flag] = &[
         Int,
         "null",
         "Thinking tokens the model writes before each answer (overrides the profile's thinking.tokens)."
+    ),
+    f!(
+        "sim-broken-tool-calls-above-batch",
+        Int,
+        "null",
+        "A fault: a tool call made while more than N chat requests are live streams broken arguments (not JSON)."
     ),
     f!(
         "sim-kv-transfer-gbps",

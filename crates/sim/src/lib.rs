@@ -105,6 +105,7 @@ mod state;
 mod surface_args;
 mod thinking;
 mod tokenizer;
+mod tools;
 mod trace;
 mod types;
 mod vllm_args;

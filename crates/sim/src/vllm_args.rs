@@ -770,6 +770,11 @@ fn resolve_config(
         .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("none"))
         .map(str::to_string);
     c.reasoning_split = c.reasoning_parser.is_some();
+    // `tool_choice: auto` needs both (serving_chat.py refuses it otherwise).
+    c.tool_call_parser = given
+        .get("enable-auto-tool-choice")
+        .is_some_and(|v| v.as_bool() != Some(false))
+        && g.str("tool-call-parser").is_some();
     let per_request_spec_metrics = per_request_spec_metrics(&g, c.speculative.is_some())?;
     c.vllm = Some(std::sync::Arc::new(VllmOptions {
         non_default: non_default_args(given, &model),

@@ -731,6 +731,14 @@ pub(super) fn generation_request(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        tools: match &exp.workload.tools {
+            // Load inlined a tools file; a point never reaches here with one unread.
+            Some(servebench_model::spec::tools::ToolsSpec::Inline(list)) => {
+                Some(std::sync::Arc::new(list.clone()))
+            }
+            _ => None,
+        },
+        tool_choice: exp.workload.tool_choice.as_ref().map(|c| c.to_json()),
     }
 }
 

@@ -133,6 +133,10 @@ pub enum FlagKind {
     /// was counted neither as thinking nor as answer, so TTFT, TTFA and the token split may be
     /// wrong (a renamed field, as vLLM's `reasoning_content` became `reasoning`).
     UnknownStreamField,
+    /// More than 5% of the point's tool calls were invalid (a name not declared, arguments
+    /// not JSON or not satisfying the tool's schema): the numbers measure a server whose
+    /// calls cannot be used, so the point is degraded, as with invalid output.
+    InvalidToolCalls,
     /// A kind this version does not know.
     Other(String),
 }
@@ -271,6 +275,7 @@ const CATALOGUE: &[Entry] = &[
         cell: "ttft",
     },
     entry(FlagKind::UnknownStreamField, "unknown-stream-field", "ttft"),
+    entry(FlagKind::InvalidToolCalls, "invalid-tool-calls", "ok_err"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -319,7 +324,7 @@ impl FlagKind {
     /// (its degraded status keeps it out of capacity answers, and, like every flag that is
     /// not informational, out of `compare` verdicts).
     pub fn voids_output(&self) -> bool {
-        matches!(self, FlagKind::InvalidOutput)
+        matches!(self, FlagKind::InvalidOutput | FlagKind::InvalidToolCalls)
     }
 
     /// The report cell the flag's marker sits in (`cached`, `prompt_tok`, `decode`, `itl`,

@@ -386,6 +386,18 @@ pub struct RequestRecord {
     /// thinking nor as answer. Empty when there were none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown_fields: Vec<String>,
+    /// Tool calls the request's stream made; None when it was sent no tools (and for failed
+    /// requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u32>,
+    /// Whether every call named a declared tool with JSON arguments satisfying its schema
+    /// (the subset servebench checks: type, required, properties, enum, items); None when
+    /// it made no call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_valid: Option<bool>,
+    /// Why a call was not valid (the first found).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_invalid: Option<String>,
 }
 
 /// Unknown stream field names a record keeps.
@@ -652,6 +664,9 @@ impl RequestRecord {
             reasoning_source: None,
             no_answer: None,
             unknown_fields: Vec::new(),
+            tool_calls: None,
+            tool_call_valid: None,
+            tool_call_invalid: None,
         }
     }
 }

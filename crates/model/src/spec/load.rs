@@ -411,6 +411,11 @@ fn checked_point(
     }
     match typed(&raw) {
         Ok(mut experiment) => {
+            found.extend(
+                super::tools::inline_file(&mut experiment.workload, spec_dir)
+                    .iter()
+                    .map(|p| report.problem(p, Some(&raw.origins))),
+            );
             for check in checks {
                 found.extend(
                     check
@@ -514,6 +519,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(super::validity::checks(raw));
     problems.extend(super::deployment::checks(raw));
     problems.extend(super::reasoning::checks(raw));
+    problems.extend(super::tools::checks(raw));
     problems
 }
 

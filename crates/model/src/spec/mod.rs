@@ -21,6 +21,7 @@ pub mod search;
 pub(crate) mod span;
 pub mod telemetry;
 pub(crate) mod template;
+pub mod tools;
 pub mod types;
 pub mod validate;
 pub mod validity;

@@ -769,6 +769,15 @@ pub struct Workload {
     /// for DeepSeek's templates); SGLang, vLLM and llama.cpp pass it to the chat template.
     #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
     pub chat_template_kwargs: IndexMap<String, serde_json::Value>,
+    /// Function tools sent with every chat request (the chat API only): a list of OpenAI
+    /// function tools, or `{ file: path }` to a JSON file holding one. Each streamed call is
+    /// checked against its declared schema (see the guide's "Tool calls").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<super::tools::ToolsSpec>,
+    /// `auto`, `none`, `required`, or `{ function: NAME }` (the chat API only; the server's
+    /// default when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<super::tools::ToolChoice>,
 }
 
 /// One entry of a weighted mix: each request picks an entry with probability `weight / sum

@@ -11,5 +11,6 @@ pub(crate) mod stats;
 pub mod summary;
 pub mod system;
 pub(crate) mod timeline;
+pub(crate) mod tool_calls;
 pub(crate) mod twopoint;
 pub(crate) mod verify;

@@ -128,6 +128,8 @@ pub struct PointFold {
     pub jobs: Option<JobsView>,
     /// What the successful requests said about thinking (unanswered ones, unknown fields).
     thinking: super::reasoning::ThinkingTally,
+    /// What the successful requests' tool calls were (`tool_calls`).
+    tools: super::tool_calls::ToolTally,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -176,6 +178,7 @@ impl PointFold {
             as_is: exp.cache.policy == CachePolicy::AsIs,
             jobs: None,
             thinking: Default::default(),
+            tools: Default::default(),
         }
     }
 
@@ -216,6 +219,7 @@ impl PointFold {
                 self.check_stamp(r);
                 self.check_read_wait(r);
                 self.thinking.add(r);
+                self.tools.add(r);
             }
             Some(e) => {
                 if r.role == RequestRole::Measure {
@@ -391,6 +395,7 @@ impl PointFold {
         }
         flags.extend(speculative::low_acceptance_flag(&metrics));
         flags.extend(self.thinking.flags());
+        flags.extend(self.tools.flags());
         flags.extend(self.client_timing_flags());
         flags.extend(self.trace_cache_flags());
         let per_round = match exp.sessions() {
@@ -411,7 +416,11 @@ impl PointFold {
         }
         let status = if ok == 0 {
             PointStatus::Failed
-        } else if incomplete || !exp.error_budget.allows(errors, self.measured) {
+        } else if incomplete
+            || !exp.error_budget.allows(errors, self.measured)
+            // Output nobody can use (broken tool calls) is no answer, as invalid output.
+            || flags.iter().any(|f| f.kind.voids_output())
+        {
             PointStatus::Degraded
         } else {
             PointStatus::Ok

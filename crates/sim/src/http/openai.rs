@@ -56,6 +56,8 @@ struct Shape {
     think: u64,
     /// Chat carries thinking in `reasoning_content` (`--reasoning-parser`).
     split: bool,
+    /// The tool call the chat request makes (`crate::tools`).
+    call: Option<crate::tools::PlannedCall>,
 }
 
 /// What pydantic refuses in the request model (protocol.py `CompletionRequest`,
@@ -221,6 +223,17 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
             .unwrap_or(false),
         think: crate::thinking::tokens_for(&st.cfg.profile.thinking, &v, api == Api::Chat, &rid),
         split: st.cfg.reasoning_split,
+        call: (api == Api::Chat)
+            .then(|| {
+                crate::tools::plan(
+                    &v,
+                    st.cfg.tool_call_parser,
+                    st.cfg.broken_tool_calls_above,
+                    &st.cfg.live_tool_calls,
+                    &rid,
+                )
+            })
+            .flatten(),
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         // sglang 0.5.23 sends the 200 head with the first token, not before it.
@@ -466,7 +479,25 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
                 c[0]["delta"]["reasoning_content"] = thinking.into();
                 out.extend_from_slice(&sse(&shape.chunk(c, cont)));
             }
-            if !text.is_empty() {
+            if let Some(call) = &shape.call {
+                // The answer is the call: its pieces, one per answer token.
+                let n = o.new_ids.len() as u64;
+                let start = o.completion_tokens.saturating_sub(n);
+                let from = start.saturating_sub(shape.think);
+                let count = o.completion_tokens.saturating_sub(shape.think.max(start));
+                if count > 0
+                    && let Some((field, piece)) = call.delta(from, count, o.finish.is_some())
+                {
+                    let cont = if shape.continuous_usage {
+                        usage(o, shape.cached(o), reasoning)
+                    } else {
+                        Value::Null
+                    };
+                    let mut c = chat_choice(false, None, &None);
+                    c[0]["delta"][field] = piece;
+                    out.extend_from_slice(&sse(&shape.chunk(c, cont)));
+                }
+            } else if !text.is_empty() {
                 let cont = if shape.continuous_usage {
                     usage(o, shape.cached(o), reasoning)
                 } else {

@@ -402,6 +402,17 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
     if let Err(r) = check_model(&s, &v) {
         return *r;
     }
+    // vLLM's chat refuses an `auto` tool choice (its default with tools) without
+    // `--enable-auto-tool-choice --tool-call-parser`; the simulated model then streams text.
+    let tools = v["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let auto =
+        matches!(v.get("tool_choice"), None | Some(Value::Null)) || v["tool_choice"] == "auto";
+    if api == Api::Chat && tools && auto && !s.st.cfg.tool_call_parser {
+        return bad_request(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+            None,
+        );
+    }
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let opts = v.get("stream_options").filter(|o| !o.is_null());
     if opts.is_some() && !stream {

@@ -1,0 +1,289 @@
+//! Streamed tool calls (`delta.tool_calls` on chat streams, OpenAI's shape: each piece names
+//! its call by `index`, the first piece carries `id` and `function.name`, `function.arguments`
+//! comes in pieces), assembled within bounds and judged against the declared tools.
+//!
+//! The arguments are checked with a small JSON Schema checker of the subset servebench
+//! supports: `type`, `required`, `properties`, `enum` and `items`. Other keywords
+//! (`minimum`, `pattern`, `oneOf`, `$ref`, ...) are not checked: a call they would refuse
+//! still counts as valid.
+
+use serde_json::Value;
+
+/// Bytes of a call's name kept at most.
+pub(crate) const NAME_BYTES: usize = 256;
+/// Bytes of a call's arguments kept at most.
+pub(crate) const ARGUMENT_BYTES: usize = 64 * 1024;
+/// Calls of one request assembled at most.
+pub(crate) const CALLS: usize = 16;
+
+/// One call as assembled so far.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Call {
+    index: u64,
+    name: String,
+    arguments: String,
+    /// The name or the arguments passed their bound: what is kept is their start only.
+    cut: bool,
+}
+
+/// The calls of one stream.
+#[derive(Debug, Default)]
+pub(crate) struct ToolCalls {
+    calls: Vec<Call>,
+    /// More calls came than [`CALLS`].
+    too_many: bool,
+}
+
+/// How a request's calls were judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    /// Calls the stream made.
+    pub count: u32,
+    /// Whether every call was valid; None when it made none.
+    pub valid: Option<bool>,
+    /// Why a call was not (the first found).
+    pub invalid: Option<String>,
+}
+
+impl ToolCalls {
+    /// Takes one delta's `tool_calls` list.
+    pub(crate) fn delta(&mut self, pieces: &[Value]) {
+        for piece in pieces {
+            let index = piece["index"].as_u64().unwrap_or(self.calls.len() as u64);
+            let at = match self.calls.iter().position(|c| c.index == index) {
+                Some(at) => at,
+                None if self.calls.len() < CALLS => {
+                    self.calls.push(Call {
+                        index,
+                        ..Call::default()
+                    });
+                    self.calls.len() - 1
+                }
+                None => {
+                    self.too_many = true;
+                    continue;
+                }
+            };
+            let call = &mut self.calls[at];
+            let f = &piece["function"];
+            if let Some(name) = f["name"].as_str() {
+                call.cut |= !push_bounded(&mut call.name, name, NAME_BYTES);
+            }
+            if let Some(args) = f["arguments"].as_str() {
+                call.cut |= !push_bounded(&mut call.arguments, args, ARGUMENT_BYTES);
+            }
+        }
+    }
+
+    /// The calls judged against `tools` (the declared OpenAI function tools).
+    pub(crate) fn judge(&self, tools: &[Value]) -> Judged {
+        let count = self.calls.len() as u32;
+        let invalid = self
+            .too_many
+            .then(|| format!("more than {CALLS} calls (servebench judges {CALLS})"))
+            .or_else(|| self.calls.iter().find_map(|c| invalid_call(c, tools)));
+        Judged {
+            count,
+            valid: (count > 0).then_some(invalid.is_none()),
+            invalid,
+        }
+    }
+}
+
+/// Appends `s` to `out` up to `limit` bytes (on a char boundary); false when it was cut.
+fn push_bounded(out: &mut String, s: &str, limit: usize) -> bool {
+    let room = limit.saturating_sub(out.len());
+    if s.len() <= room {
+        out.push_str(s);
+        return true;
+    }
+    let mut end = room;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.push_str(&s[..end]);
+    false
+}
+
+/// Why `call` is not a valid call of one of `tools`, if it is not.
+fn invalid_call(call: &Call, tools: &[Value]) -> Option<String> {
+    if call.cut {
+        return Some(format!(
+            "call `{}` is longer than servebench keeps (name {NAME_BYTES} B, arguments {} KiB)",
+            call.name,
+            ARGUMENT_BYTES / 1024
+        ));
+    }
+    let Some(tool) = tools
+        .iter()
+        .find(|t| t["function"]["name"].as_str() == Some(call.name.as_str()))
+    else {
+        return Some(format!("`{}` is not a declared tool", call.name));
+    };
+    let args: Value = match serde_json::from_str(&call.arguments) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("arguments of `{}` are not JSON: {e}", call.name)),
+    };
+    let schema = &tool["function"]["parameters"];
+    if schema.is_null() {
+        return None;
+    }
+    schema_problem(schema, &args, "").map(|p| {
+        format!(
+            "arguments of `{}` do not satisfy its schema: {p}",
+            call.name
+        )
+    })
+}
+
+/// The first place `value` breaks `schema` (the supported subset), as `at: why`.
+pub(crate) fn schema_problem(schema: &Value, value: &Value, at: &str) -> Option<String> {
+    let here = if at.is_empty() { "/" } else { at };
+    if let Some(t) = schema.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        if !types.is_empty() && !types.iter().any(|t| has_type(value, t)) {
+            return Some(format!("{here}: not of type {}", types.join(" or ")));
+        }
+    }
+    if let Some(choices) = schema.get("enum").and_then(Value::as_array)
+        && !choices.contains(value)
+    {
+        return Some(format!("{here}: not one of the enum's values"));
+    }
+    if let Value::Object(map) = value {
+        for name in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !map.contains_key(name) {
+                return Some(format!("{here}: `{name}` is required"));
+            }
+        }
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (name, sub) in props {
+                if let Some(v) = map.get(name)
+                    && let Some(p) = schema_problem(sub, v, &format!("{at}/{name}"))
+                {
+                    return Some(p);
+                }
+            }
+        }
+    }
+    if let (Value::Array(items), Some(sub)) = (value, schema.get("items"))
+        && sub.is_object()
+    {
+        for (i, v) in items.iter().enumerate() {
+            if let Some(p) = schema_problem(sub, v, &format!("{at}/{i}")) {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn has_type(v: &Value, t: &str) -> bool {
+    match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        "number" => v.is_number(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        // A type servebench does not know is not checked.
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tools() -> Vec<Value> {
+        vec![
+            json!({"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"},
+                           "unit": {"type": "string", "enum": ["c", "f"]},
+                           "days": {"type": "array", "items": {"type": "integer"}}},
+            "required": ["city"]}}}),
+        ]
+    }
+
+    fn streamed(pieces: &[Value]) -> ToolCalls {
+        let mut calls = ToolCalls::default();
+        for p in pieces {
+            calls.delta(std::slice::from_ref(p));
+        }
+        calls
+    }
+
+    fn piece(index: u64, name: Option<&str>, args: &str) -> Value {
+        let mut f = json!({"arguments": args});
+        if let Some(n) = name {
+            f["name"] = n.into();
+        }
+        json!({"index": index, "id": "call_1", "type": "function", "function": f})
+    }
+
+    #[test]
+    fn arguments_streamed_in_pieces_are_assembled_and_judged_by_the_schema() {
+        let good = streamed(&[
+            piece(0, Some("get_weather"), ""),
+            piece(0, None, "{\"city\": \"Pa"),
+            piece(0, None, "ris\", \"days\": [1, 2]}"),
+        ]);
+        assert_eq!(
+            good.judge(&tools()),
+            Judged {
+                count: 1,
+                valid: Some(true),
+                invalid: None
+            }
+        );
+        let cases = [
+            (piece(0, Some("get_wether"), "{}"), "not a declared tool"),
+            (piece(0, Some("get_weather"), "{\"city\": "), "not JSON"),
+            (piece(0, Some("get_weather"), "{}"), "`city` is required"),
+            (
+                piece(0, Some("get_weather"), "{\"city\": 3}"),
+                "/city: not of type string",
+            ),
+            (
+                piece(0, Some("get_weather"), "{\"city\": \"x\", \"unit\": \"k\"}"),
+                "/unit: not one of the enum",
+            ),
+            (
+                piece(0, Some("get_weather"), "{\"city\": \"x\", \"days\": [1.5]}"),
+                "/days/0: not of type integer",
+            ),
+        ];
+        for (p, why) in cases {
+            let j = streamed(&[p]).judge(&tools());
+            assert_eq!(j.valid, Some(false));
+            assert!(j.invalid.as_deref().unwrap().contains(why), "{j:?} {why}");
+        }
+        assert_eq!(ToolCalls::default().judge(&tools()).valid, None);
+    }
+
+    #[test]
+    fn calls_are_kept_within_their_bounds() {
+        let long = "x".repeat(ARGUMENT_BYTES + 1);
+        let j = streamed(&[piece(0, Some("get_weather"), &long)]).judge(&tools());
+        assert!(j.invalid.unwrap().contains("longer than"));
+        let many: Vec<Value> = (0..CALLS as u64 + 4)
+            .map(|i| piece(i, Some("get_weather"), "{\"city\": \"x\"}"))
+            .collect();
+        let j = streamed(&many).judge(&tools());
+        assert_eq!(j.count, CALLS as u32);
+        assert!(j.invalid.unwrap().contains("more than 16"));
+    }
+}
