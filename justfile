@@ -6,7 +6,7 @@ quickstart:
 
 # The README's test command: format, lints, tests (installs sshd and Slurm once, as root).
 test:
-    [ -x /usr/sbin/sshd ] && [ -x /usr/sbin/slurmctld ] || (apt-get update && apt-get install -y openssh-server procps slurm-wlm munge)
+    [ -x /usr/sbin/sshd ] && [ -x /usr/sbin/slurmctld ] && [ -x /usr/bin/chromium ] && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update && apt-get install -y openssh-server procps slurm-wlm munge postgresql chromium)
     cargo fmt --all -- --check
     cargo clippy --all-targets -- -D warnings
     cargo test
