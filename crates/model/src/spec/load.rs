@@ -412,7 +412,7 @@ fn checked_point(
     match typed(&raw) {
         Ok(mut experiment) => {
             found.extend(
-                super::tools::inline_file(&mut experiment.workload, spec_dir)
+                super::tools::inline_file(&mut experiment.workload.tools, spec_dir)
                     .iter()
                     .map(|p| report.problem(p, Some(&raw.origins))),
             );

@@ -223,11 +223,11 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
 /// in the spec's place, so that every later step (and an agent on another host) sees the list
 /// sent; problems are reported at `/workload/tools/file`.
 pub(crate) fn inline_file(
-    workload: &mut super::types::Workload,
+    tools: &mut Option<ToolsSpec>,
     spec_dir: &std::path::Path,
 ) -> Vec<Problem> {
     use std::io::Read;
-    let Some(ToolsSpec::File { file }) = &workload.tools else {
+    let Some(ToolsSpec::File { file }) = &*tools else {
         return Vec::new();
     };
     let full = spec_dir.join(file);
@@ -281,7 +281,7 @@ pub(crate) fn inline_file(
         )];
     }
     if let Value::Array(list) = list {
-        workload.tools = Some(ToolsSpec::Inline(list));
+        *tools = Some(ToolsSpec::Inline(list));
     }
     Vec::new()
 }
