@@ -331,6 +331,8 @@ fn resolve_exact(name: &str) -> Option<Resolved> {
     None
 }
 
+// A String error (one of the workspace's few, on purpose): its text is argparse's own usage
+// line, which the simulator prints as vLLM does and nothing reads back.
 fn resolve(name: &str) -> Result<Option<Resolved>, String> {
     if let Some(r) = resolve_exact(name) {
         return Ok(Some(r));
@@ -382,6 +384,7 @@ pub(crate) fn human_int(raw: &str) -> Option<i64> {
     x.is_finite().then(|| (x * mult).round() as i64)
 }
 
+// A String error on purpose, as `resolve`'s: argparse's own words, printed and never matched.
 fn typed(fl: &Flag, raw: &str) -> Result<Value, String> {
     let bad = |what: &str| format!("argument --{}: invalid {what} value: '{raw}'", fl.name);
     Ok(match fl.kind {

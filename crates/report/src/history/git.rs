@@ -206,6 +206,8 @@ fn read_found(
     Ok((runs, skipped))
 }
 
+// The inner String error is on purpose: why one object was not read is only ever shown, in
+// the run's "left out" line (`LoadError::NotInGit`), never matched.
 /// Each object's text, or why not (over the budget, not UTF-8), from one `git cat-file
 /// --batch`: the sizes are asked first (`--batch-check`), so an object over the budget is
 /// never read.

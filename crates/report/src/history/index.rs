@@ -125,6 +125,8 @@ pub fn dir_stamp(dir: &Path) -> Option<String> {
     Some(format!("dir:{};{}", one(META_FILE)?, one(POINTS_FILE)?))
 }
 
+// A String error on purpose: why an index is stale is only said (the index is then rebuilt
+// from the run directories, which stay the truth), never matched.
 /// Reads an index: its rows by key, or why it must be rebuilt.
 pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
     let meta = std::fs::metadata(path).map_err(|e| {

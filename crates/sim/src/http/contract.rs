@@ -78,15 +78,30 @@ fn unexpected(v: &Value) -> String {
     }
 }
 
-fn invalid_type(v: &Value, expected: &str) -> String {
-    format!("invalid type: {}, expected {expected}", unexpected(v))
+fn invalid_type(v: &Value, expected: &str) -> ContractError {
+    ContractError::InvalidType {
+        found: unexpected(v),
+        expected: expected.to_string(),
+    }
+}
+
+/// A body the contract refuses, in serde's words (the text of SGLang's 400).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ContractError {
+    /// serde's `invalid_type`: what was found, as serde names it, and what was expected.
+    #[error("invalid type: {found}, expected {expected}")]
+    InvalidType { found: String, expected: String },
+    /// serde's `unknown_field`: the key, and which fields were expected (`expected one of
+    /// ...`, `there are no fields`).
+    #[error("unknown field `{key}`, {expected}")]
+    UnknownField { key: String, expected: String },
 }
 
 fn is_int(v: &Value) -> bool {
     v.as_i64().is_some() || v.as_u64().is_some()
 }
 
-fn expect_int(v: &Value, expected: &str) -> Result<(), String> {
+fn expect_int(v: &Value, expected: &str) -> Result<(), ContractError> {
     if is_int(v) {
         Ok(())
     } else {
@@ -94,7 +109,7 @@ fn expect_int(v: &Value, expected: &str) -> Result<(), String> {
     }
 }
 
-fn expect_str(v: &Value, expected: &str) -> Result<(), String> {
+fn expect_str(v: &Value, expected: &str) -> Result<(), ContractError> {
     if v.is_string() {
         Ok(())
     } else {
@@ -102,7 +117,7 @@ fn expect_str(v: &Value, expected: &str) -> Result<(), String> {
     }
 }
 
-fn expect_bool(v: &Value, expected: &str) -> Result<(), String> {
+fn expect_bool(v: &Value, expected: &str) -> Result<(), ContractError> {
     if v.is_boolean() {
         Ok(())
     } else {
@@ -110,26 +125,26 @@ fn expect_bool(v: &Value, expected: &str) -> Result<(), String> {
     }
 }
 
-fn expect_seq<'a>(v: &'a Value, expected: &str) -> Result<&'a [Value], String> {
+fn expect_seq<'a>(v: &'a Value, expected: &str) -> Result<&'a [Value], ContractError> {
     v.as_array()
         .map(Vec::as_slice)
         .ok_or_else(|| invalid_type(v, expected))
 }
 
-fn string_or_list(v: &Value, what: &str) -> Result<(), String> {
+fn string_or_list(v: &Value, what: &str) -> Result<(), ContractError> {
     match v {
         Value::Array(items) => items.iter().try_for_each(|e| expect_str(e, "a string")),
         v => expect_str(v, &format!("a value or an array of values for {what}")),
     }
 }
 
-fn token_ids(v: &Value) -> Result<(), String> {
+fn token_ids(v: &Value) -> Result<(), ContractError> {
     expect_seq(v, "a sequence")?
         .iter()
         .try_for_each(|e| expect_int(e, "i64"))
 }
 
-fn token_ids_or_list(v: &Value) -> Result<(), String> {
+fn token_ids_or_list(v: &Value) -> Result<(), ContractError> {
     match v {
         // [] and [number, ...] are one flat list; anything else is a batch.
         Value::Array(items) if items.first().is_none_or(Value::is_number) => token_ids(v),
@@ -142,20 +157,21 @@ fn token_ids_or_list(v: &Value) -> Result<(), String> {
 }
 
 /// serde's `unknown_field` text.
-fn unknown_field(key: &str, fields: &[(&str, Decode)]) -> String {
+fn unknown_field(key: &str, fields: &[(&str, Decode)]) -> ContractError {
     let names: Vec<String> = fields.iter().map(|(f, _)| format!("`{f}`")).collect();
-    match names.as_slice() {
-        [] => format!("unknown field `{key}`, there are no fields"),
-        [one] => format!("unknown field `{key}`, expected {one}"),
-        [a, b] => format!("unknown field `{key}`, expected {a} or {b}"),
-        _ => format!(
-            "unknown field `{key}`, expected one of {}",
-            names.join(", ")
-        ),
+    let expected = match names.as_slice() {
+        [] => "there are no fields".to_string(),
+        [one] => format!("expected {one}"),
+        [a, b] => format!("expected {a} or {b}"),
+        _ => format!("expected one of {}", names.join(", ")),
+    };
+    ContractError::UnknownField {
+        key: key.to_string(),
+        expected,
     }
 }
 
-fn decode(v: &Value, how: Decode) -> Result<(), String> {
+fn decode(v: &Value, how: Decode) -> Result<(), ContractError> {
     if v.is_null() {
         return Ok(());
     }
@@ -194,7 +210,7 @@ fn decode(v: &Value, how: Decode) -> Result<(), String> {
 }
 
 /// A struct that rejects unknown keys, checked key by key in the body's order.
-fn object(v: &Value, expected: &str, fields: &[(&str, Decode)]) -> Result<(), String> {
+fn object(v: &Value, expected: &str, fields: &[(&str, Decode)]) -> Result<(), ContractError> {
     let m = v.as_object().ok_or_else(|| invalid_type(v, expected))?;
     for (key, x) in m {
         let Some((_, how)) = fields.iter().find(|(f, _)| f == key) else {
@@ -205,7 +221,7 @@ fn object(v: &Value, expected: &str, fields: &[(&str, Decode)]) -> Result<(), St
     Ok(())
 }
 
-fn sampling_params(v: &Value) -> Result<(), String> {
+fn sampling_params(v: &Value) -> Result<(), ContractError> {
     match v {
         Value::Array(list) => list
             .iter()
@@ -220,7 +236,7 @@ fn sampling_params(v: &Value) -> Result<(), String> {
 
 /// The contract violation in a `/generate` body (a JSON object), or `Ok`. `GenerateRequest`
 /// ignores keys it does not know; the ones checked are those the simulator reads.
-pub fn generate_request(body: &Value) -> Result<(), String> {
+pub fn generate_request(body: &Value) -> Result<(), ContractError> {
     let Some(m) = body.as_object() else {
         return Err(invalid_type(body, "struct GenerateRequest"));
     };
@@ -247,8 +263,9 @@ mod tests {
     /// What the real 0.5.23 server answered (its 400 `{"error": ...}` bodies).
     #[test]
     fn words_of_the_real_decoder() {
-        let e =
-            generate_request(&json!({"text": "hi", "sampling_params": {"bogus": 1}})).unwrap_err();
+        let e = generate_request(&json!({"text": "hi", "sampling_params": {"bogus": 1}}))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "unknown field `bogus`, expected one of `max_new_tokens`, `stop`, `stop_token_ids`, \
@@ -260,23 +277,25 @@ mod tests {
         );
         let sp = |p: Value| generate_request(&json!({"text": "hi", "sampling_params": p}));
         assert_eq!(
-            sp(json!({"max_new_tokens": 8.0})).unwrap_err(),
+            sp(json!({"max_new_tokens": 8.0})).unwrap_err().to_string(),
             "invalid type: floating point `8.0`, expected i64"
         );
         assert_eq!(
-            sp(json!({"max_new_tokens": "8"})).unwrap_err(),
+            sp(json!({"max_new_tokens": "8"})).unwrap_err().to_string(),
             "invalid type: string \"8\", expected i64"
         );
         assert_eq!(
-            sp(json!({"temperature": "x"})).unwrap_err(),
+            sp(json!({"temperature": "x"})).unwrap_err().to_string(),
             "invalid type: string \"x\", expected f64"
         );
         assert_eq!(
-            sp(json!({"ignore_eos": 1})).unwrap_err(),
+            sp(json!({"ignore_eos": 1})).unwrap_err().to_string(),
             "invalid type: integer `1`, expected a boolean"
         );
         assert_eq!(
-            generate_request(&json!({"text": "hi", "stream": "yes"})).unwrap_err(),
+            generate_request(&json!({"text": "hi", "stream": "yes"}))
+                .unwrap_err()
+                .to_string(),
             "invalid type: string \"yes\", expected a boolean"
         );
         // Accepted: the fields it knows, nulls, ints as floats, lists of params.
@@ -285,7 +304,9 @@ mod tests {
         sp(json!([{"max_new_tokens": null}, {"top_k": 5}])).unwrap();
         generate_request(&json!({"input_ids": [[1, 2], [3]], "unknown_top_level": 1})).unwrap();
         assert_eq!(
-            generate_request(&json!({"input_ids": [1, 2.5]})).unwrap_err(),
+            generate_request(&json!({"input_ids": [1, 2.5]}))
+                .unwrap_err()
+                .to_string(),
             "invalid type: floating point `2.5`, expected i64"
         );
     }

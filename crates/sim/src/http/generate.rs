@@ -31,7 +31,7 @@ pub(crate) async fn generate(State(st): State<AppState>, body: Bytes) -> Respons
         return fastapi::validation_error(&[PydanticError::not_a_dict("GenerateReqInput", &v)]);
     }
     if let Err(m) = super::contract::generate_request(&v) {
-        return json_response(StatusCode::BAD_REQUEST, &json!({ "error": m }));
+        return json_response(StatusCode::BAD_REQUEST, &json!({ "error": m.to_string() }));
     }
     let streaming = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let parsed = parse_request(&v);
