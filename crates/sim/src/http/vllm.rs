@@ -993,54 +993,10 @@ async fn metrics(State(s): State<VState>) -> Response {
         &e.queue_time,
     );
     let cfg = &s.st.cfg;
-    // v1/spec_decode/metrics.py `SpecDecodingProm`: the counters exist (at 0) once a
-    // speculative config is given, and count per verify step per request.
     if let Some(sp) = &cfg.speculative {
-        counter(
-            &mut out,
-            "vllm:spec_decode_num_drafts",
-            "Number of spec decoding drafts.",
-            e.spec_verify_steps as f64,
-        );
-        counter(
-            &mut out,
-            "vllm:spec_decode_num_draft_tokens",
-            "Number of draft tokens.",
-            e.spec_draft_tokens as f64,
-        );
-        counter(
-            &mut out,
-            "vllm:spec_decode_num_accepted_tokens",
-            "Number of accepted tokens.",
-            e.spec_accepted_tokens as f64,
-        );
-        let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Accepted tokens per draft position.\n# TYPE {name} counter"
-        );
-        for pos in 0..sp.num_draft_tokens.saturating_sub(1) as usize {
-            let n = e.spec_accepted_per_pos.get(pos).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "{name}{{{labels},position=\"{pos}\"}} {}",
-                py_float(n as f64)
-            );
-        }
+        speculative_counters(&mut out, &labels, sp.num_draft_tokens, e, &counter);
     }
-    let _ = writeln!(
-        out,
-        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n\
-         vllm:cache_config_info{{block_size=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"}} 1.0",
-        s.v.block_size,
-        if cfg.disable_radix_cache {
-            "False"
-        } else {
-            "True"
-        },
-        s.v.gpu_memory_utilization,
-        cfg.pool_tokens() / s.v.block_size.max(1),
-    );
+    cache_config_info(&mut out, &s);
     (
         [(
             header::CONTENT_TYPE,
@@ -1049,6 +1005,65 @@ async fn metrics(State(s): State<VState>) -> Response {
         out,
     )
         .into_response()
+}
+
+/// v1/spec_decode/metrics.py `SpecDecodingProm`: the counters exist (at 0) once a speculative
+/// config is given, and count per verify step per request; the accepted tokens per position.
+fn speculative_counters(
+    out: &mut String,
+    labels: &str,
+    num_draft_tokens: u32,
+    e: &crate::metrics::EngineStats,
+    counter: &dyn Fn(&mut String, &str, &str, f64),
+) {
+    counter(
+        out,
+        "vllm:spec_decode_num_drafts",
+        "Number of spec decoding drafts.",
+        e.spec_verify_steps as f64,
+    );
+    counter(
+        out,
+        "vllm:spec_decode_num_draft_tokens",
+        "Number of draft tokens.",
+        e.spec_draft_tokens as f64,
+    );
+    counter(
+        out,
+        "vllm:spec_decode_num_accepted_tokens",
+        "Number of accepted tokens.",
+        e.spec_accepted_tokens as f64,
+    );
+    let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Accepted tokens per draft position.\n# TYPE {name} counter"
+    );
+    for pos in 0..num_draft_tokens.saturating_sub(1) as usize {
+        let n = e.spec_accepted_per_pos.get(pos).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "{name}{{{labels},position=\"{pos}\"}} {}",
+            py_float(n as f64)
+        );
+    }
+}
+
+/// vLLM's `cache_config_info` gauge: the block size, prefix caching, memory share and blocks.
+fn cache_config_info(out: &mut String, s: &VState) {
+    let _ = writeln!(
+        out,
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n\
+         vllm:cache_config_info{{block_size=\"{}\",enable_prefix_caching=\"{}\",engine=\"0\",gpu_memory_utilization=\"{}\",num_gpu_blocks=\"{}\"}} 1.0",
+        s.v.block_size,
+        if s.st.cfg.disable_radix_cache {
+            "False"
+        } else {
+            "True"
+        },
+        s.v.gpu_memory_utilization,
+        s.st.cfg.pool_tokens() / s.v.block_size.max(1),
+    );
 }
 
 /// vLLM's periodic stats line (v1/metrics/loggers.py `LoggingStatLogger.log`), every
