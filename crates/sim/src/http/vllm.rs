@@ -393,6 +393,71 @@ fn opt_int(v: &Value, key: &str) -> Result<Option<i64>, Box<Response>> {
     }
 }
 
+/// Options vLLM refuses before it reads the prompt: an `auto` tool choice without its
+/// flags, `stream_options` without streaming. None: none refused.
+fn refused_options(s: &VState, v: &Value, api: Api, stream: bool) -> Option<Response> {
+    // vLLM's chat refuses an `auto` tool choice (its default with tools) without
+    // `--enable-auto-tool-choice --tool-call-parser`; the simulated model then streams text.
+    let tools = v["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let auto =
+        matches!(v.get("tool_choice"), None | Some(Value::Null)) || v["tool_choice"] == "auto";
+    if api == Api::Chat && tools && auto && !s.st.cfg.tool_call_parser {
+        return Some(bad_request(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+            None,
+        ));
+    }
+    let opts = v.get("stream_options").filter(|o| !o.is_null());
+    if opts.is_some() && !stream {
+        return Some(bad_request(
+            "Stream options can only be defined when `stream=True`.",
+            Some("stream_options"),
+        ));
+    }
+    None
+}
+
+/// The request's prompt as token ids (a completion's must be given and non-empty), or vLLM's
+/// refusal.
+fn prompt_ids(v: &Value, api: Api) -> Result<Vec<u32>, Box<Response>> {
+    let ids = match api {
+        Api::Completion => {
+            let empty = match v.get("prompt") {
+                None | Some(Value::Null) => true,
+                Some(Value::String(p)) => p.is_empty(),
+                _ => false,
+            };
+            if empty {
+                return Err(Box::new(bad_request(
+                    "Either prompt or prompt_embeds must be provided and non-empty.",
+                    Some("prompt"),
+                )));
+            }
+            openai::completion_prompt(v)
+        }
+        Api::Chat => openai::chat_prompt(v),
+    };
+    ids.map_err(|e| Box::new(bad_request(&e.0, None)))
+}
+
+/// The request's output limit as vLLM reads it (`max_tokens`, on chat also
+/// `max_completion_tokens`, which wins); None: as many as fit.
+fn max_tokens_of(v: &Value, api: Api) -> Result<Option<i64>, Box<Response>> {
+    Ok(match api {
+        Api::Completion => match opt_int(v, "max_tokens") {
+            Ok(m) => Some(m.unwrap_or(16)),
+            Err(r) => return Err(r),
+        },
+        Api::Chat => match (
+            opt_int(v, "max_completion_tokens"),
+            opt_int(v, "max_tokens"),
+        ) {
+            (Ok(a), Ok(b)) => a.or(b),
+            (Err(r), _) | (_, Err(r)) => return Err(r),
+        },
+    })
+}
+
 async fn handle(s: VState, body: Bytes, api: Api) -> Response {
     let received = Instant::now();
     let v = match parse_body(&body) {
@@ -402,58 +467,18 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
     if let Err(r) = check_model(&s, &v) {
         return *r;
     }
-    // vLLM's chat refuses an `auto` tool choice (its default with tools) without
-    // `--enable-auto-tool-choice --tool-call-parser`; the simulated model then streams text.
-    let tools = v["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let auto =
-        matches!(v.get("tool_choice"), None | Some(Value::Null)) || v["tool_choice"] == "auto";
-    if api == Api::Chat && tools && auto && !s.st.cfg.tool_call_parser {
-        return bad_request(
-            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
-            None,
-        );
-    }
     let stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let opts = v.get("stream_options").filter(|o| !o.is_null());
-    if opts.is_some() && !stream {
-        return bad_request(
-            "Stream options can only be defined when `stream=True`.",
-            Some("stream_options"),
-        );
+    if let Some(r) = refused_options(&s, &v, api, stream) {
+        return r;
     }
-    let ids = match api {
-        Api::Completion => {
-            let empty = match v.get("prompt") {
-                None | Some(Value::Null) => true,
-                Some(Value::String(p)) => p.is_empty(),
-                _ => false,
-            };
-            if empty {
-                return bad_request(
-                    "Either prompt or prompt_embeds must be provided and non-empty.",
-                    Some("prompt"),
-                );
-            }
-            openai::completion_prompt(&v)
-        }
-        Api::Chat => openai::chat_prompt(&v),
-    };
-    let ids = match ids {
+    let opts = v.get("stream_options").filter(|o| !o.is_null());
+    let ids = match prompt_ids(&v, api) {
         Ok(ids) => ids,
-        Err(e) => return bad_request(&e.0, None),
+        Err(r) => return *r,
     };
-    let max_tokens = match api {
-        Api::Completion => match opt_int(&v, "max_tokens") {
-            Ok(m) => Some(m.unwrap_or(16)),
-            Err(r) => return *r,
-        },
-        Api::Chat => match (
-            opt_int(&v, "max_completion_tokens"),
-            opt_int(&v, "max_tokens"),
-        ) {
-            (Ok(a), Ok(b)) => a.or(b),
-            (Err(r), _) | (_, Err(r)) => return *r,
-        },
+    let max_tokens = match max_tokens_of(&v, api) {
+        Ok(m) => m,
+        Err(r) => return *r,
     };
     let ctx = s.st.cfg.context_length;
     if let Some(m) = max_tokens {
