@@ -179,6 +179,15 @@ pub(crate) fn build_model_from(
         workers: None,
         validity: None,
     };
+    fill_sections(&mut model, meta, points);
+    model
+}
+
+/// The model's sections that each point's record fills (prefix cache, the bound, load,
+/// traces, GPUs, profiler, workers, validity) and the charts' links, once its tables (whose
+/// row labels the sections use) are made.
+fn fill_sections(model: &mut ReportModel, meta: &RunMeta, points: &[PointRecord]) {
+    let exp = &meta.experiment;
     model.prefix_cache = points
         .iter()
         .filter(|p| !p.prefix_cache.is_empty())
@@ -224,8 +233,7 @@ pub(crate) fn build_model_from(
             .collect();
     }
     // The links come from the same selection that draws the files, so they always agree.
-    model.charts = charts::charts(&model).iter().map(|c| c.link()).collect();
-    model
+    model.charts = charts::charts(model).iter().map(|c| c.link()).collect();
 }
 
 fn is_server_dim(name: &str) -> bool {
