@@ -86,6 +86,45 @@ fn next_request_id() -> String {
     format!("sb-{stem}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// The error body of a response that was not a success, read up to [`ERROR_BODY_LIMIT`]
+/// before `deadline` (`timeout` names it): when the reading ended, the request's error with
+/// the server's message, and whether the body was read to its end (the connection is then
+/// reusable).
+async fn http_error(
+    lease: &mut super::pool::Lease,
+    body: &mut hyper::body::Incoming,
+    status: u16,
+    (deadline, timeout): (Instant, Duration),
+) -> (Instant, RequestError, bool) {
+    let mut bytes = Vec::new();
+    let mut broken = None;
+    let mut complete = false;
+    while bytes.len() < ERROR_BODY_LIMIT {
+        match read(lease, body, deadline).await {
+            Read::Data(b) => bytes.extend_from_slice(&b),
+            Read::End => {
+                complete = true;
+                break;
+            }
+            Read::Failed(e) => {
+                broken = Some(describe(&e));
+                break;
+            }
+            Read::TimedOut => {
+                broken = Some(format!("no complete response within {timeout:?}"));
+                break;
+            }
+        }
+    }
+    let ended = Instant::now();
+    let mut message = format!("HTTP {status}: {}", parse::http_error_message(&bytes));
+    if let Some(b) = broken {
+        message.push_str(&format!(" (error body cut short: {b})"));
+    }
+    let err = error(ErrorKind::Http, message, Some(status), Some(head(&bytes)));
+    (ended, err, complete)
+}
+
 pub(super) async fn run(
     client: &Client,
     req: &GenerationRequest,
@@ -136,37 +175,10 @@ pub(super) async fn run(
     let mut body = response.into_body();
 
     if !response_ok(status) {
-        let mut bytes = Vec::new();
-        let mut broken = None;
-        let mut complete = false;
-        while bytes.len() < ERROR_BODY_LIMIT {
-            match read(&mut lease, &mut body, deadline).await {
-                Read::Data(b) => bytes.extend_from_slice(&b),
-                Read::End => {
-                    complete = true;
-                    break;
-                }
-                Read::Failed(e) => {
-                    broken = Some(describe(&e));
-                    break;
-                }
-                Read::TimedOut => {
-                    broken = Some(timed_out());
-                    break;
-                }
-            }
-        }
-        m.end_s = Some(since(Instant::now()));
-        let mut message = format!("HTTP {status}: {}", parse::http_error_message(&bytes));
-        if let Some(b) = broken {
-            message.push_str(&format!(" (error body cut short: {b})"));
-        }
-        m.error = Some(error(
-            ErrorKind::Http,
-            message,
-            Some(status),
-            Some(head(&bytes)),
-        ));
+        let (end_s, err, complete) =
+            http_error(&mut lease, &mut body, status, (deadline, timeout)).await;
+        m.end_s = Some(since(end_s));
+        m.error = Some(err);
         client.pool.release(lease, false, complete).await;
         return m;
     }
