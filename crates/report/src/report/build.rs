@@ -37,18 +37,11 @@ pub(crate) fn build_model_from(
     requests: &RequestDigest,
 ) -> ReportModel {
     let exp = &meta.experiment;
-    let server_dimensions: Vec<String> = meta
+    let (server_dimensions, point_dimensions): (Vec<String>, Vec<String>) = meta
         .dimensions
         .iter()
-        .filter(|d| is_server_dim(d))
         .cloned()
-        .collect();
-    let point_dimensions: Vec<String> = meta
-        .dimensions
-        .iter()
-        .filter(|d| !is_server_dim(d))
-        .cloned()
-        .collect();
+        .partition(|d| is_server_dim(d));
 
     let tables = build_tables(points, requests, &server_dimensions, &point_dimensions);
     let totals = Totals {
