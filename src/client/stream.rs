@@ -86,6 +86,32 @@ fn next_request_id() -> String {
     format!("sb-{stem}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// From the first write's start to the last write's end: the whole write, however long the
+/// client was descheduled within it; None before both happened.
+fn write_s(wire: &super::conn::Wire) -> Option<f64> {
+    let (first, done) = (wire.first_write?, wire.last_write_done?);
+    Some(done.saturating_duration_since(first).as_secs_f64())
+}
+
+/// When the bytes just read reached this host (the kernel's stamp, never before the request
+/// was written at `t0`, never after they were read); the longest wait between the two is
+/// kept in `m`.
+fn arrival(lease: &mut super::pool::Lease, t0: Instant, m: &mut Measured) -> Instant {
+    let read_at = Instant::now();
+    let arrived = lease
+        .conn()
+        .log
+        .get()
+        .last_arrival
+        .filter(|a| *a >= t0 && *a <= read_at)
+        .unwrap_or(read_at);
+    if arrived < read_at {
+        let waited = (read_at - arrived).as_secs_f64();
+        m.read_wait_max_s = Some(m.read_wait_max_s.map_or(waited, |w| w.max(waited)));
+    }
+    arrived
+}
+
 /// The error body of a response that was not a success, read up to [`ERROR_BODY_LIMIT`]
 /// before `deadline` (`timeout` names it): when the reading ended, the request's error with
 /// the server's message, and whether the body was read to its end (the connection is then
@@ -153,11 +179,7 @@ pub(super) async fn run(
     m.connect_s = ex.connect_s;
     m.connection = ex.how;
     m.first_attempt = ex.first_attempt;
-    // From the first write's start to the last write's end: the whole write, however long
-    // the client was descheduled within it.
-    if let (Some(first), Some(done)) = (ex.wire.first_write, ex.wire.last_write_done) {
-        m.write_s = Some(done.saturating_duration_since(first).as_secs_f64());
-    }
+    m.write_s = write_s(&ex.wire);
     let t0 = ex.wire.last_write.unwrap_or_else(Instant::now);
     m.sent_at = scheduled.unix_at(t0);
     let since = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
@@ -187,8 +209,7 @@ pub(super) async fn run(
     let mut parser = StreamParser::new(req.api)
         .keeping_text(keep_text)
         .with_markers(req.reasoning_markers);
-    let mut done = false;
-    let mut ended = false;
+    let (mut done, mut ended) = (false, false);
     let fail = |kind: ErrorKind, message: String, body_head: Option<String>| {
         Some(error(kind, message, Some(status), body_head))
     };
@@ -196,18 +217,7 @@ pub(super) async fn run(
         let got = read(&mut lease, &mut body, deadline).await;
         // Stamp before anything else touches the bytes: when they reached this host, where
         // the kernel said, and never before the request was written.
-        let read_at = Instant::now();
-        let arrived = lease
-            .conn()
-            .log
-            .get()
-            .last_arrival
-            .filter(|a| *a >= t0 && *a <= read_at)
-            .unwrap_or(read_at);
-        if arrived < read_at {
-            let waited = (read_at - arrived).as_secs_f64();
-            m.read_wait_max_s = Some(m.read_wait_max_s.map_or(waited, |w| w.max(waited)));
-        }
+        let arrived = arrival(&mut lease, t0, &mut m);
         match got {
             Read::TimedOut => m.error = fail(ErrorKind::Timeout, timed_out(), None),
             Read::Failed(e) => {
