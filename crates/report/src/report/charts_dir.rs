@@ -7,17 +7,32 @@ use std::path::{Path, PathBuf};
 use servebench_model::redact;
 use servebench_model::results::rundir::{CHARTS_DIR, RunDir};
 
-use super::{ReportError, bound_chart, bound_section, capacity, capacity_chart, charts, load};
+use super::chart_error::ChartError;
+use super::{bound_chart, bound_section, capacity, capacity_chart, charts, load};
 use super::{load_charts, timeline};
+
+/// Why a chart was not written into `charts/`, or a stale one not removed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartsDirError {
+    /// A chart could not be drawn.
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// A run directory's `charts/` folder.
 pub(crate) struct ChartsDir {
     folder: PathBuf,
 }
 
-fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError {
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> ChartsDirError {
     let path = path.to_path_buf();
-    move |source| ReportError::Write { path, source }
+    move |source| ChartsDirError::Write { path, source }
 }
 
 impl ChartsDir {
@@ -28,14 +43,14 @@ impl ChartsDir {
     }
 
     /// Writes `svg` as `file`, the folder made first.
-    fn write(&self, file: &str, svg: &str) -> Result<(), ReportError> {
+    fn write(&self, file: &str, svg: &str) -> Result<(), ChartsDirError> {
         std::fs::create_dir_all(&self.folder).map_err(write_err(&self.folder))?;
         let path = self.folder.join(file);
         std::fs::write(&path, svg).map_err(write_err(&path))
     }
 
     /// Writes `file` when it is drawn (`Some(svg)`), else removes what an earlier report left.
-    fn keep(&self, file: &str, svg: Option<&str>) -> Result<(), ReportError> {
+    fn keep(&self, file: &str, svg: Option<&str>) -> Result<(), ChartsDirError> {
         match svg {
             Some(svg) => self.write(file, svg),
             None => self.remove_where(|name| name == file),
@@ -43,7 +58,7 @@ impl ChartsDir {
     }
 
     /// Removes each file of the folder that `stale` picks by its name.
-    fn remove_where(&self, stale: impl Fn(&str) -> bool) -> Result<(), ReportError> {
+    fn remove_where(&self, stale: impl Fn(&str) -> bool) -> Result<(), ChartsDirError> {
         let Ok(entries) = std::fs::read_dir(&self.folder) else {
             return Ok(());
         };
@@ -60,7 +75,7 @@ impl ChartsDir {
         &self,
         drawn: &[charts::Chart],
         drawn_load: Option<&load::LoadSection>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<(), ChartsDirError> {
         for chart in drawn {
             self.write(chart.file, &redact::text(&charts::render_svg(chart)?))?;
         }
@@ -83,7 +98,7 @@ impl ChartsDir {
         &self,
         drawn: &[timeline::Timeline],
         prefix: &str,
-    ) -> Result<(), ReportError> {
+    ) -> Result<(), ChartsDirError> {
         for t in drawn {
             self.write(&t.file, &timeline::render_svg(t)?)?;
         }
@@ -95,7 +110,7 @@ impl ChartsDir {
     pub(crate) fn write_capacity_charts(
         &self,
         section: Option<&capacity::CapacitySection>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<(), ChartsDirError> {
         let variants = match section.filter(|s| s.variants_chart.is_some()) {
             Some(s) => {
                 Some(redact::text(&capacity_chart::render_variants_svg(&s.searches)?).into_owned())
@@ -116,7 +131,7 @@ impl ChartsDir {
     pub(crate) fn write_bound_chart(
         &self,
         section: Option<&bound_section::BoundSection>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<(), ChartsDirError> {
         let svg = match bound_chart::chart(section) {
             Some(chart) => Some(redact::text(&charts::render_svg(&chart)?).into_owned()),
             None => None,

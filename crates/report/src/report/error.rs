@@ -35,6 +35,9 @@ pub enum ReportError {
     Chart(#[from] chart_error::ChartError),
     #[error("cannot write the CSV exports: {0}")]
     Csv(#[from] csv::Error),
+    /// A chart could not be drawn or written into `charts/`.
+    #[error(transparent)]
+    Charts(#[from] super::charts_dir::ChartsDirError),
     /// The report or a chart could not be written into the run directory.
     #[error("{path}: cannot write: {source}")]
     Write {
