@@ -377,13 +377,15 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     } else {
         None
     };
+    // Before the finish reason is taken too: a stopped request's end-of-sequence token is
+    // the answer's.
+    m.reasoning = parser.reasoning_tokens();
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.chunk_tokens = parser.chunk_tokens();
     m.completion_tokens = Some(parser.completion_tokens());
     m.text = std::mem::take(&mut parser.text);
     m.text_cut = parser.text_cut;
-    m.reasoning = parser.reasoning_tokens();
     m.unknown_fields = std::mem::take(&mut parser.unknown_fields);
 }
 

@@ -742,15 +742,19 @@ fn event_stream(
         for &id in &o.new_ids {
             let role = s.predicted == 0;
             let thinking = s.predicted < s.shape.think;
-            let mut text = String::new();
-            if thinking && !s.shape.split && s.predicted == 0 {
-                text.push_str(crate::thinking::START);
-            }
-            text.push_str(tokenizer::decode_token(id));
-            if thinking && !s.shape.split && s.predicted + 1 == s.shape.think {
-                text.push_str(crate::thinking::END);
-            }
+            let text = crate::thinking::token_text(s.predicted, s.shape.think, id, !s.shape.split)
+                .to_string();
             s.predicted += 1;
+            // A thinking marker the template's parser consumed streams nothing
+            // (common_chat_msg_diff is empty), and no chunk is sent for it but the role's.
+            if text.is_empty() {
+                if role {
+                    let mut first = partial(&s.shape, id, "", s.predicted, &o, true);
+                    first.truncate(1);
+                    first.iter().for_each(|ev| sse_into(&mut out, ev));
+                }
+                continue;
+            }
             for mut ev in partial(&s.shape, id, &text, s.predicted, &o, role) {
                 // The template's thinking, parsed out (common_chat_msg_diff): its own field.
                 if thinking && s.shape.split && ev["choices"][0]["delta"]["content"].is_string() {

@@ -665,6 +665,12 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
                 c.insert("prompt_token_ids".into(), Value::Null);
                 out.extend_from_slice(&super::sse(&Value::Object(c)));
             }
+            // A thinking marker the parser consumed: no DeltaMessage, and serving_chat.py
+            // sends nothing for the step (`if delta_message is None: continue`).
+            if thinking.is_empty() && text.is_empty() && o.finish.is_none() && !o.new_ids.is_empty()
+            {
+                return out;
+            }
             // The parser's thinking comes as `{"reasoning": ...}` (DeltaMessage), its own chunk.
             if !thinking.is_empty() {
                 let mut c = chunk_head(shape);
