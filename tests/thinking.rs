@@ -300,3 +300,41 @@ fn a_template_argument_turning_thinking_off_gets_an_answer_at_once() {
         assert!(r.get("reasoning_tokens").is_none(), "{r}");
     }
 }
+
+/// A `url:` SGLang server takes no launch flags in the spec, so the parser its text APIs need
+/// is the one it says it runs (`/server_info`'s `reasoning_parser`): `/generate` and
+/// completions against an attached thinking server split thinking from answer by its markers,
+/// and a server without a parser has thinking servebench cannot see (all answer, no TTFA gap).
+#[test]
+fn an_attached_servers_own_reasoning_parser_splits_its_text_apis() {
+    let ws = Workspace::new();
+    let sim = crate::common::ExternalSim::start(
+        "test-model",
+        &["--reasoning-parser", "qwen3", "--sim-thinking-tokens", "32"],
+        &[],
+    );
+    for api in ["sglang-generate", "openai-completions"] {
+        let path = ws.write(
+            &format!("{api}.yaml"),
+            &format!(
+                "name: attached-{api}\nserver:\n  engine: sglang\n  url: {}\n  model: test-model\nworkload:\n  api: {api}\n  prompt: {{ kind: random, tokens: 256 }}\n  output_tokens: 96\nrequests: 3\n",
+                sim.url()
+            ),
+        );
+        let (dir, points) = ws.run_ok(&path);
+        let p = &points[0];
+        assert_eq!(
+            metric(p, "reasoning_tokens"),
+            Some(32.0),
+            "{api}: {}",
+            p["metrics"]
+        );
+        assert_eq!(metric(p, "answer_tokens"), Some(64.0), "{api}");
+        let (ttft, ttfa) = (metric(p, "ttft_s").unwrap(), metric(p, "ttfa_s").unwrap());
+        assert!(ttfa > ttft, "{api}: TTFT {ttft} TTFA {ttfa}");
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        let surface = serde_json::to_string(&meta).unwrap();
+        assert!(surface.contains("\"reasoning_parser\":\"qwen3\""), "{api}");
+    }
+}

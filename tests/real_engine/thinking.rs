@@ -351,6 +351,21 @@ fn sglang_sim_thinks_in_the_real_servers_fields() {
     );
     eprintln!("thinking stream, real and simulated: {r}");
     assert_eq!(r, s, "\nreal: {r}\nsim:  {s}");
+    // Attached by `url:` (no launch flags in the spec), `/generate` still splits thinking by
+    // the parser the real server says it runs.
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "attached.yaml",
+        &format!(
+            "name: attached\nserver:\n  engine: sglang\n  url: {}\n  model: {}\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: {WHOLE}\n  ignore_eos: false\nrequests: 3\n",
+            real.base,
+            slot.tier.think_hf().display()
+        ),
+    );
+    let (dir, points) = run_ok(&ws, &spec);
+    let mut p = points[0].clone();
+    p["values"] = json!({"workload.output_tokens": WHOLE});
+    assert_thinking_as_built(&dir, &[p], &chain, "SGLang attached");
 }
 
 /// The simulator in llama.cpp's mode with `--reasoning-format deepseek`, thinking as long,

@@ -86,7 +86,7 @@ impl PointRunner {
             point: point.id.clone(),
             round,
             corpus: corpus.clone(),
-            template: generation_request(exp, String::new(), &prompts.model),
+            template: generation_request(exp, String::new(), &prompts.target),
             think_scale: spec.think_scale.max(0.0),
             context_limit: self.surface.as_ref().and_then(|s| s.context_length),
             deadline,

@@ -5,6 +5,7 @@
 //! point's summary as they finish, so memory does not grow with their count (only requests
 //! judged with their shared-prefix group wait for the point's end).
 
+use super::RequestTarget;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ impl PointRunner {
         round: u32,
         schedule: &Schedule,
         mut planned: impl Iterator<Item = Planned>,
-        model: &Option<String>,
+        target: &RequestTarget,
         (flags, fold): (&mut Vec<Flag>, &mut PointFold),
         window: &Window,
     ) -> (bool, Observed) {
@@ -70,7 +71,7 @@ impl PointRunner {
             runner: self,
             point,
             round,
-            model,
+            target,
             start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
             slots: schedule
                 .max_in_flight
@@ -170,7 +171,7 @@ struct Release<'r> {
     runner: &'r PointRunner,
     point: &'r Point,
     round: u32,
-    model: &'r Option<String>,
+    target: &'r RequestTarget,
     /// When the schedule's clock starts, in unix seconds.
     start_unix: f64,
     /// `max_in_flight`: a request due while the cap is reached waits for a slot.
@@ -188,7 +189,7 @@ impl Release<'_> {
         p: Planned,
     ) -> impl std::future::Future<Output = Option<RequestRecord>> + Send + 'static {
         let exp = &self.point.experiment;
-        let mut req = generation_request(exp, p.text, self.model);
+        let mut req = generation_request(exp, p.text, self.target);
         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
         let (client, writer, progress, slots) = (
             self.client.clone(),
