@@ -260,6 +260,14 @@ impl Pool {
         for addr in addrs {
             match timeout_at(limit.into(), Conn::open(addr)).await {
                 Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(e)) if out_of_descriptors(&e) => {
+                    return Err(ConnectFailure {
+                        kind: ErrorKind::ClientResources,
+                        message: format!(
+                            "connecting to {addr}: {e}: the client has no file descriptor left for a connection (raise `ulimit -n` or lower load.max_in_flight); the server was not asked"
+                        ),
+                    });
+                }
                 Ok(Err(e)) => last = format!("connecting to {addr}: {e}"),
                 Err(_) => {
                     return Err(ConnectFailure {
@@ -490,11 +498,36 @@ impl Pool {
     }
 }
 
+/// Whether a connection could not be opened for lack of the client's own file descriptors
+/// (the process's `EMFILE` or the system's `ENFILE`), not because of the server.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(nix::libc::EMFILE) | Some(nix::libc::ENFILE)
+    )
+}
+
 fn error(kind: ErrorKind, message: String) -> RequestError {
     RequestError {
         kind,
         message,
         status: None,
         body_head: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's own descriptors running out is its failure (`client-resources`); a refused
+    /// or unreachable server is the server's (`connect`).
+    #[test]
+    fn only_the_clients_own_descriptors_are_its_failure() {
+        let os = std::io::Error::from_raw_os_error;
+        assert!(out_of_descriptors(&os(nix::libc::EMFILE)));
+        assert!(out_of_descriptors(&os(nix::libc::ENFILE)));
+        assert!(!out_of_descriptors(&os(nix::libc::ECONNREFUSED)));
+        assert!(!out_of_descriptors(&std::io::Error::other("x")));
     }
 }

@@ -62,6 +62,7 @@ impl PointRunner {
         let mut tally = Tally::new(schedule, exp.stop.as_ref().and_then(|s| s.errors.clone()));
         fold.expect(tally.measured_total);
         prepare(client, connections_ahead(schedule)).await;
+        let cap = InFlightCap::of(schedule);
 
         let cpu_before = cpu_seconds();
         let wall = Instant::now();
@@ -73,9 +74,8 @@ impl PointRunner {
             round,
             target,
             start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
-            slots: schedule
-                .max_in_flight
-                .map(|n| Arc::new(Semaphore::new(n as usize))),
+            slots: cap.slots(),
+            cap_reached: cap.reached.clone(),
             gone: super::ServerGone::default(),
         };
         let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
@@ -161,6 +161,7 @@ impl PointRunner {
         {
             observed.client_cpu = Some((b - a) / elapsed);
         }
+        flags.extend(cap.flag());
         (stopped, observed)
     }
 }
@@ -176,6 +177,8 @@ struct Release<'r> {
     start_unix: f64,
     /// `max_in_flight`: a request due while the cap is reached waits for a slot.
     slots: Option<Arc<Semaphore>>,
+    /// Set when a request due found every slot taken.
+    cap_reached: Arc<std::sync::atomic::AtomicBool>,
     gone: super::ServerGone,
 }
 
@@ -197,6 +200,7 @@ impl Release<'_> {
             self.runner.progress.clone(),
             self.slots.clone(),
         );
+        let cap_reached = self.cap_reached.clone();
         let (pid, api, timeout, requested) = (
             self.point.id.clone(),
             exp.workload.api,
@@ -211,7 +215,13 @@ impl Release<'_> {
         async move {
             // A request due while the cap is reached waits here: its lag says so.
             let _permit = match &slots {
-                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                Some(sem) => match sem.clone().try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        cap_reached.store(true, std::sync::atomic::Ordering::Relaxed);
+                        sem.clone().acquire_owned().await.ok()
+                    }
+                },
                 None => None,
             };
             progress.request_started();
@@ -320,6 +330,55 @@ fn connections_ahead(schedule: &Schedule) -> usize {
         .min(schedule.max_in_flight.map_or(usize::MAX, |m| m as usize))
         .min(schedule.len())
         .min(files)
+}
+
+/// How many requests may be in flight at once: `max_in_flight`, and never more connections
+/// than the open-file limit leaves room for beside the run's own files. Past the descriptors a
+/// connection cannot open, and a request that fails so would say nothing of the server; one
+/// that waits for room says, in its lag, that the client held it.
+struct InFlightCap {
+    slots: Option<usize>,
+    /// The open-file limit, when it is what bounds the requests in flight.
+    by_files: Option<u64>,
+    /// The limit was reached: some request due waited for a slot.
+    reached: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl InFlightCap {
+    fn of(schedule: &Schedule) -> InFlightCap {
+        let asked = schedule.max_in_flight.map(|m| m as usize);
+        let files = crate::client::raise_open_file_limit();
+        let room = files.map(|n| n.saturating_sub(RESERVED_FILES).max(1) as usize);
+        let by_files = match (room, asked) {
+            (Some(r), Some(a)) if r < a && r < schedule.len() => files,
+            (Some(r), None) if r < schedule.len() => files,
+            _ => None,
+        };
+        InFlightCap {
+            slots: [asked, by_files.and(room)].into_iter().flatten().min(),
+            by_files,
+            reached: Arc::default(),
+        }
+    }
+
+    fn slots(&self) -> Option<Arc<Semaphore>> {
+        self.slots.map(|n| Arc::new(Semaphore::new(n)))
+    }
+
+    /// The point's flag when the open-file limit held requests back.
+    fn flag(&self) -> Option<Flag> {
+        let files = self.by_files?;
+        if !self.reached.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        Some(Flag::new(
+            FlagKind::ClientLimited,
+            format!(
+                "at most {} requests were in flight: the client's open-file limit ({files}, `ulimit -n`) leaves room for that many connections beside its own files, so requests due past it waited (their lag is the client's); raise the limit to offer the whole load",
+                self.slots.unwrap_or(1)
+            ),
+        ))
+    }
 }
 
 /// The most offsets (seconds, non-decreasing) within any span of `window` seconds; holds only

@@ -199,6 +199,11 @@ pub enum ErrorKind {
     Malformed,
     /// Could not connect.
     Connect,
+    /// The client's side, not the server's: it could not open a connection for lack of its
+    /// own resources (no file descriptor left: `EMFILE`, `ENFILE`). The server was never
+    /// asked, so this says nothing about it (never read as a server gone); raise `ulimit -n`
+    /// or lower `load.max_in_flight`.
+    ClientResources,
     /// The server broke the connection after it had started answering (or, on a connection
     /// opened for this request, before it answered at all).
     Reset,
