@@ -173,3 +173,38 @@ fn vllm_refuses_auto_tool_choice_without_its_flags() {
         "{r}"
     );
 }
+
+/// A named `tool_choice` is checked against the tools a file declares, and refused at the
+/// choice, naming the file's tools.
+#[test]
+fn a_named_choice_the_tools_file_does_not_declare_is_refused_at_the_choice() {
+    let ws = Workspace::new();
+    ws.write(
+        "tools.json",
+        &format!(
+            "[{{\"type\": \"function\", \"function\": {{\"name\": \"get_weather\", \"parameters\": {}}}}}]",
+            r#"{"type": "object", "properties": {"city": {"type": "string"}}}"#
+        ),
+    );
+    let text = |name: &str| {
+        spec(
+            "named",
+            "",
+            "{ file: tools.json }",
+            &format!("  tool_choice: {{ function: {name} }}\n"),
+        )
+    };
+    let (ok, out) = validate(&ws, "named.yaml", &text("get_wether"));
+    assert!(!ok, "{out}");
+    assert!(out.contains("named.yaml:12:28"), "{out}");
+    assert!(
+        out.contains("`tool_choice` names `get_wether`, which the tools file"),
+        "{out}"
+    );
+    assert!(
+        out.contains("name one of the tools (`get_weather`)"),
+        "{out}"
+    );
+    let (ok, out) = validate(&ws, "good.yaml", &text("get_weather"));
+    assert!(ok, "{out}");
+}

@@ -412,9 +412,13 @@ fn checked_point(
     match typed(&raw) {
         Ok(mut experiment) => {
             found.extend(
-                super::tools::inline_file(&mut experiment.workload.tools, spec_dir)
-                    .iter()
-                    .map(|p| report.problem(p, Some(&raw.origins))),
+                super::tools::inline_file(
+                    &mut experiment.workload.tools,
+                    experiment.workload.tool_choice.as_ref(),
+                    spec_dir,
+                )
+                .iter()
+                .map(|p| report.problem(p, Some(&raw.origins))),
             );
             for check in checks {
                 found.extend(
