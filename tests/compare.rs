@@ -78,6 +78,7 @@ fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> 
         validity: None,
         trace_cache: None,
         jobs: None,
+        tool_calls: None,
     }
 }
 

@@ -376,62 +376,48 @@ impl Pool {
                 && soon
                 && closed_by_peer(&e)
             {
-                let streamed_before = lease.conn().last_streamed;
-                drop(lease);
-                {
-                    // A streamed connection that closed while idle: while the pool is still
-                    // learning, or when it happens again, that is a server closing after
-                    // streams (its close came too late to be seen); once it is known to keep
-                    // them, one stale connection is an idle timeout, not a pattern.
-                    let mut st = self.state();
-                    st.stale += 1;
-                    if streamed_before {
-                        st.stale_after_stream += 1;
-                        if st.stale_after_stream > 1
-                            || matches!(st.after_stream, AfterStream::Unknown { .. })
-                        {
-                            st.after_stream = AfterStream::Closes;
-                        }
-                    }
-                }
-                let whose = match how {
-                    ConnectionUse::Reused => "kept from an earlier request",
-                    _ => "opened ahead of the request",
-                };
-                first_attempt = Some(error(
-                    ErrorKind::StaleConnection,
-                    format!(
-                        "the server had closed the idle connection ({whose}) before any response \
-                         byte: {}; sent again on a fresh connection",
-                        describe(&e)
-                    ),
-                ));
+                first_attempt = Some(self.stale(lease, how, &e));
                 continue;
             }
-            ex.result = Err(if e.is_parse() {
-                error(
-                    ErrorKind::Malformed,
-                    format!("the response is not valid HTTP/1.1: {}", describe(&e)),
-                )
-            } else if ex.wire.read_bytes == 0 {
-                error(
-                    ErrorKind::Reset,
-                    format!(
-                        "the server closed the connection without answering: {}",
-                        describe(&e)
-                    ),
-                )
-            } else {
-                error(
-                    ErrorKind::Reset,
-                    format!(
-                        "the connection broke before the response head was complete: {}",
-                        describe(&e)
-                    ),
-                )
-            });
+            ex.result = Err(send_failure(&e, ex.wire.read_bytes));
             return ex;
         }
+    }
+
+    /// Counts a connection the server had closed while it was idle (`lease`, used as `how`;
+    /// `e` the send's failure) and says so: the first attempt's error of a request sent
+    /// again on a fresh connection.
+    fn stale(&self, mut lease: Lease, how: ConnectionUse, e: &hyper::Error) -> RequestError {
+        let streamed_before = lease.conn().last_streamed;
+        drop(lease);
+        {
+            // A streamed connection that closed while idle: while the pool is still
+            // learning, or when it happens again, that is a server closing after
+            // streams (its close came too late to be seen); once it is known to keep
+            // them, one stale connection is an idle timeout, not a pattern.
+            let mut st = self.state();
+            st.stale += 1;
+            if streamed_before {
+                st.stale_after_stream += 1;
+                if st.stale_after_stream > 1
+                    || matches!(st.after_stream, AfterStream::Unknown { .. })
+                {
+                    st.after_stream = AfterStream::Closes;
+                }
+            }
+        }
+        let whose = match how {
+            ConnectionUse::Reused => "kept from an earlier request",
+            _ => "opened ahead of the request",
+        };
+        error(
+            ErrorKind::StaleConnection,
+            format!(
+                "the server had closed the idle connection ({whose}) before any response \
+                 byte: {}; sent again on a fresh connection",
+                describe(e)
+            ),
+        )
     }
 
     /// Gives a connection back after its response: kept for the next request when the
@@ -513,6 +499,33 @@ fn error(kind: ErrorKind, message: String) -> RequestError {
         message,
         status: None,
         body_head: None,
+    }
+}
+
+/// Why a request's send failed (`read_bytes` of the response had arrived): not HTTP, closed
+/// unanswered, or broken mid-head.
+fn send_failure(e: &hyper::Error, read_bytes: u64) -> RequestError {
+    if e.is_parse() {
+        error(
+            ErrorKind::Malformed,
+            format!("the response is not valid HTTP/1.1: {}", describe(e)),
+        )
+    } else if read_bytes == 0 {
+        error(
+            ErrorKind::Reset,
+            format!(
+                "the server closed the connection without answering: {}",
+                describe(e)
+            ),
+        )
+    } else {
+        error(
+            ErrorKind::Reset,
+            format!(
+                "the connection broke before the response head was complete: {}",
+                describe(e)
+            ),
+        )
     }
 }
 

@@ -302,6 +302,7 @@ impl PointRunner {
         record.status = Some(summary.status);
         record.prefix_cache = summary.prefix_cache;
         (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
+        record.tool_calls = summary.tool_calls;
         let end = super::probe::PointEnd {
             exp,
             fold: &fold,

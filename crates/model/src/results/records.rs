@@ -705,6 +705,7 @@ impl PointRecord {
             validity: None,
             trace_cache: None,
             jobs: None,
+            tool_calls: None,
         }
     }
 
@@ -810,6 +811,10 @@ pub struct PointRecord {
     /// session's course (None for other points).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<super::jobs::JobsView>,
+    /// The point's tool calls: requests sent tools, calls made, valid ones, the first invalid
+    /// (None when no request was sent tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<super::tool_calls::ToolCallsView>,
 }
 
 /// One worker behind a router, as its own counters saw a point.

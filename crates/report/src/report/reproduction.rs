@@ -360,6 +360,7 @@ mod tests {
             validity: None,
             trace_cache: None,
             jobs: None,
+            tool_calls: None,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The simulator's behaviour tests (`cargo test -p servebench-sim`): one binary, one module
-//! per area. `in_process` serves from this process (`sim::serve`); `engines` and `pd` launch
+//! per area. `in_process` serves from this process (`sim::serve`); `engines`, `pd` and `tool_calls` launch
 //! the crate's own `servebench-sim` binary, the way an engine adapter launches a server.
 mod common;
 mod engines;
 mod http;
 mod in_process;
 mod pd;
+mod tool_calls;
