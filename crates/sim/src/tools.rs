@@ -223,6 +223,22 @@ impl PlannedCall {
         Some(("tool_calls", json!([call])))
     }
 
+    /// The whole call is sent: the model writes on after it (under `ignore_eos`), and the
+    /// engines' parsers pass text outside a call through as content (SGLang's
+    /// `parse_stream_chunk` normal text, vLLM's parsers' `content`, llama.cpp's message diff),
+    /// a chunk a token as before the call.
+    pub(crate) fn complete(&self) -> bool {
+        let whole = if self.parsed {
+            if !self.opened.load(Ordering::Relaxed) {
+                return false;
+            }
+            self.arguments.len()
+        } else {
+            self.text().len()
+        };
+        self.sent.load(Ordering::Relaxed) >= whole
+    }
+
     /// The next piece of `whole` once `tokens` tokens of it are written (all of it when
     /// `last`); None when there is nothing new.
     fn advance<'w>(&self, whole: &'w str, tokens: u64, last: bool) -> Option<&'w str> {

@@ -819,7 +819,8 @@ fn event_stream(
         for (k, &id) in o.new_ids.iter().enumerate() {
             let role = s.predicted == 0;
             let thinking = s.predicted < s.shape.think;
-            if let Some(call) = s.shape.call.as_ref().filter(|_| !thinking) {
+            // Once the call is sent the model writes on, and its text is content (below).
+            if let Some(call) = s.shape.call.as_ref().filter(|c| !thinking && !c.complete()) {
                 s.predicted += 1;
                 let last = o.finish.is_some() && k + 1 == o.new_ids.len();
                 let answered = s.predicted - s.shape.think;

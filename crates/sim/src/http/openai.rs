@@ -489,6 +489,15 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
                     let mut c = chat_choice(false, None, &None);
                     c[0]["delta"][field] = piece;
                     out.extend_from_slice(&sse(&shape.chunk(c, cont)));
+                } else if count > 0 && call.complete() && !text.is_empty() {
+                    // After the call the model writes on: content, as without one.
+                    let cont = if shape.continuous_usage {
+                        usage(o, shape.cached(o), reasoning)
+                    } else {
+                        Value::Null
+                    };
+                    let c = chat_choice(false, Some(&text), &None);
+                    out.extend_from_slice(&sse(&shape.chunk(c, cont)));
                 }
             } else if !text.is_empty() {
                 let cont = if shape.continuous_usage {

@@ -750,6 +750,10 @@ fn chat_events(shape: &Shape, o: &Output, first: bool, out: &mut Vec<u8>) {
                 Some((field, piece)) => {
                     Value::Object([(field.to_string(), piece)].into_iter().collect())
                 }
+                // After the call the model writes on: content, as without one.
+                None if count > 0 && call.complete() && !text.is_empty() => {
+                    json!({"content": text})
+                }
                 None if finished => json!({}),
                 None => return,
             }
