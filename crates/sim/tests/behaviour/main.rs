@@ -3,6 +3,7 @@
 //! the crate's own `servebench-sim` binary, the way an engine adapter launches a server.
 mod common;
 mod engines;
-mod http;
 mod in_process;
+
+use testkit::http;
 mod pd;
