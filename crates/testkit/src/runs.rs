@@ -117,8 +117,6 @@ pub fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64))
         group: "g1".to_string(),
         requested_prompt_tokens: Some(ctx),
         ok: 8,
-        errors: 0,
-        error_kinds: Default::default(),
         metrics: [
             ("ttft_s".to_string(), stat(ttft.0, ttft.1, ttft.2)),
             (
@@ -128,23 +126,7 @@ pub fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64))
         ]
         .into_iter()
         .collect(),
-        flags: vec![],
-        incomplete: false,
-        failure: None,
-        calibration: None,
-        status: None,
-        wall: None,
-        prefix_cache: Vec::new(),
-        load: None,
-        server: None,
-        host: None,
-        search: None,
-        gpu: None,
-        profiler: None,
-        workers: Vec::new(),
-        validity: None,
-        trace_cache: None,
-        jobs: None,
+        ..PointRecord::default()
     }
 }
 

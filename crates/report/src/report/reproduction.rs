@@ -349,8 +349,6 @@ mod tests {
             group: "g1".into(),
             requested_prompt_tokens: Some(ctx as u64),
             ok: 1,
-            errors: 0,
-            error_kinds: Default::default(),
             metrics: metrics
                 .iter()
                 .map(|(k, v)| {
@@ -364,23 +362,7 @@ mod tests {
                     )
                 })
                 .collect(),
-            flags: vec![],
-            incomplete: false,
-            failure: None,
-            calibration: None,
-            status: None,
-            wall: None,
-            prefix_cache: Vec::new(),
-            load: None,
-            server: None,
-            host: None,
-            search: None,
-            gpu: None,
-            profiler: None,
-            workers: Vec::new(),
-            validity: None,
-            trace_cache: None,
-            jobs: None,
+            ..PointRecord::default()
         }
     }
 

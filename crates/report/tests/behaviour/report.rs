@@ -519,8 +519,6 @@ fn run_dir_round_trip() {
         group: "g1".to_string(),
         requested_prompt_tokens: Some(1024),
         ok: 3,
-        errors: 0,
-        error_kinds: Default::default(),
         metrics: [(
             "ttft_s".to_string(),
             Stat {
@@ -531,23 +529,7 @@ fn run_dir_round_trip() {
         )]
         .into_iter()
         .collect(),
-        flags: vec![],
-        incomplete: false,
-        failure: None,
-        calibration: None,
-        status: None,
-        wall: None,
-        prefix_cache: Vec::new(),
-        load: None,
-        server: None,
-        host: None,
-        search: None,
-        gpu: None,
-        profiler: None,
-        workers: Vec::new(),
-        validity: None,
-        trace_cache: None,
-        jobs: None,
+        ..PointRecord::default()
     };
     dir.append_point(&point).unwrap();
 
@@ -696,25 +678,8 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         requested_prompt_tokens: Some(ctx),
         ok: if ttft_s.is_some() { 2 } else { 0 },
         errors: if ttft_s.is_some() { 0 } else { 2 },
-        error_kinds: Default::default(),
         metrics,
-        flags: vec![],
-        incomplete: false,
-        failure: None,
-        calibration: None,
-        status: None,
-        wall: None,
-        prefix_cache: Vec::new(),
-        load: None,
-        server: None,
-        host: None,
-        search: None,
-        gpu: None,
-        profiler: None,
-        workers: Vec::new(),
-        validity: None,
-        trace_cache: None,
-        jobs: None,
+        ..PointRecord::default()
     }
 }
 
