@@ -6,22 +6,11 @@ use plotters::prelude::*;
 
 use super::model::{ExperimentHistory, Series};
 use crate::report::chart_error::ChartError;
+use crate::report::palette::PALETTE;
 use servebench_model::catalog::Metric;
 
 /// Width and height, in SVG pixels.
 const SIZE: (u32, u32) = (760, 420);
-
-/// Okabe–Ito, as the report's charts.
-const PALETTE: &[RGBColor] = &[
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(230, 159, 0),
-    RGBColor(86, 180, 233),
-    RGBColor(0, 0, 0),
-    RGBColor(240, 228, 66),
-];
 
 /// Lines a chart draws at most: past it the chart would be unreadable, and the table lists
 /// every series.

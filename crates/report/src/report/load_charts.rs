@@ -8,14 +8,11 @@ use plotters::prelude::*;
 use super::chart_error::ChartError;
 use super::chart_link::ChartLink;
 use super::load::LoadSection;
+use super::palette::PALETTE;
 
 const SIZE: (u32, u32) = (720, 440);
-const COLORS: [RGBColor; 4] = [
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-];
+/// The palette's first four, cycled.
+const COLORS: &[RGBColor] = PALETTE.split_at(4).0;
 
 /// Every file a load chart can have.
 pub(crate) const FILES: [&str; 4] = [

@@ -41,6 +41,7 @@ pub mod load_charts;
 pub(crate) mod metric_def;
 pub(crate) mod model;
 pub(crate) mod offered;
+pub(crate) mod palette;
 pub mod pareto;
 pub(crate) mod profiles;
 pub mod reproduction;

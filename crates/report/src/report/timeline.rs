@@ -7,16 +7,14 @@ use indexmap::IndexMap;
 use plotters::prelude::*;
 
 use super::chart_error::ChartError;
+use super::palette::PALETTE;
 use servebench_model::results::gpu::GpuSample;
 use servebench_model::results::records::PointRecord;
 use servebench_model::results::server_view::MetricsScrape;
 
 const SIZE: (u32, u32) = (720, 360);
-const COLORS: &[RGBColor] = &[
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-];
+/// The palette's first three, cycled.
+const COLORS: &[RGBColor] = PALETTE.split_at(3).0;
 
 /// One point's time series.
 #[derive(Debug, Clone, PartialEq)]
