@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use super::model::{ExperimentHistory, Series};
 use crate::report::chart_error::ChartError;
-use crate::report::palette::PALETTE;
+use crate::report::chart_style::{PALETTE, draw_legend};
 use servebench_model::catalog::Metric;
 
 /// Width and height, in SVG pixels.
@@ -213,13 +213,7 @@ pub fn render_svg(chart: &TrendChart) -> Result<String, ChartError> {
                 .map(|(_, &at)| Circle::new(at, 8, RGBColor(200, 0, 0).stroke_width(2)));
             plot.draw_series(rings).map_err(|e| err(&e))?;
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(160, 160, 160))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperLeft, 13).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)

@@ -11,8 +11,8 @@ use plotters::prelude::*;
 
 pub(crate) use super::chart_error::ChartError;
 pub(crate) use super::chart_link::ChartLink;
+use super::chart_style::{PALETTE, draw_legend};
 use super::model::{NameValue, PointRow, ReportModel};
-use super::palette::PALETTE;
 use servebench_model::catalog::Metric;
 
 /// A result row with its server group's sweep values.
@@ -322,13 +322,7 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
             plot.draw_series(markers).map_err(|e| err(&e))?;
         }
         if labels > 0 {
-            plot.configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(160, 160, 160))
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(|e| err(&e))?;
+            draw_legend(&mut plot, SeriesLabelPosition::UpperLeft, 14).map_err(|e| err(&e))?;
         }
         root.present().map_err(|e| err(&e))?;
     }

@@ -7,7 +7,7 @@ use indexmap::IndexMap;
 use plotters::prelude::*;
 
 use super::chart_error::ChartError;
-use super::palette::PALETTE;
+use super::chart_style::{PALETTE, draw_legend};
 use servebench_model::results::gpu::GpuSample;
 use servebench_model::results::records::PointRecord;
 use servebench_model::results::server_view::MetricsScrape;
@@ -358,13 +358,7 @@ pub(crate) fn render_svg(t: &Timeline) -> Result<String, ChartError> {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(160, 160, 160))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperRight, 13).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
