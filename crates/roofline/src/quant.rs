@@ -95,7 +95,7 @@ impl Quantization {
     /// Reads a `quantization_config` found at `at` (`quantization_config`); what it cannot read
     /// goes to `unknown`, what no checkpoint has (bits of -4 or 1e308, a group of 0) is an
     /// error naming the field.
-    pub fn from_hf(
+    pub(crate) fn from_hf(
         q: &Value,
         at: &str,
         unknown: &mut Vec<String>,
@@ -139,7 +139,7 @@ impl Quantization {
     }
 
     /// Bytes per parameter of `class`, `base_bytes` for what stays in the base dtype.
-    pub fn bytes_per_param(&self, class: WeightClass, base_bytes: f64) -> f64 {
+    pub(crate) fn bytes_per_param(&self, class: WeightClass, base_bytes: f64) -> f64 {
         let Some(bits) = self.bits_per_weight else {
             return base_bytes;
         };

@@ -14,7 +14,7 @@ const SIZE: (u32, u32) = (760, 420);
 
 /// Lines a chart draws at most: past it the chart would be unreadable, and the table lists
 /// every series.
-pub const MAX_LINES: usize = 8;
+pub(crate) const MAX_LINES: usize = 8;
 
 /// One trend chart.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,7 +51,7 @@ pub struct TrendPoint {
 }
 
 /// A file name made of the experiment's name (letters, digits, `-`, `_`, `.` kept).
-pub fn chart_file(experiment: &str, metric: &str) -> String {
+pub(crate) fn chart_file(experiment: &str, metric: &str) -> String {
     let safe: String = experiment
         .chars()
         .map(|c| {
@@ -66,7 +66,7 @@ pub fn chart_file(experiment: &str, metric: &str) -> String {
 }
 
 /// The points of a series in its metric's shown unit.
-pub fn trend_points(series: &Series) -> Vec<TrendPoint> {
+pub(crate) fn trend_points(series: &Series) -> Vec<TrendPoint> {
     let metric = Metric::from_name(&series.metric);
     let shown = |x: f64| metric.map_or(x, |m| m.shown(x));
     series

@@ -15,7 +15,7 @@ use servebench_model::results::records::{PointRecord, RequestRecord};
 use servebench_model::results::rundir::RunDir;
 
 /// The run's page, beside `report.md`.
-pub const REPORT_HTML: &str = "report.html";
+pub(crate) const REPORT_HTML: &str = "report.html";
 
 const SCRIPT: &str = include_str!("../../templates/page.js");
 const STYLE: &str = include_str!("../../templates/page.css");
