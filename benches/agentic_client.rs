@@ -34,10 +34,15 @@ fn main() {
         salt: 36,
     };
     let max_blocks = context / BLOCK as usize;
-    let mut state: Vec<(Vec<u64>, PromptBuilder, BlockLedger)> = (0..sessions)
+    let mut state: Vec<(Vec<u64>, PromptBuilder, BlockLedger, usize)> = (0..sessions)
         .map(|s| {
             let first: Vec<u64> = (0..8).map(|b| (s as u64) << 32 | b).collect();
-            (first, PromptBuilder::default(), BlockLedger::default())
+            (
+                first,
+                PromptBuilder::default(),
+                BlockLedger::default(),
+                0usize,
+            )
         })
         .collect();
     // Per eighth of the context: (turns, ns making, ns encoding, prompt bytes), and each
@@ -48,14 +53,17 @@ fn main() {
     let started = Instant::now();
     loop {
         let mut grew = false;
-        for (s, (ids, builder, ledger)) in state.iter_mut().enumerate() {
+        for (s, (ids, builder, ledger, shared)) in state.iter_mut().enumerate() {
             if ids.len() >= max_blocks {
                 continue;
             }
             grew = true;
             let t0 = Instant::now();
             // As a turn of the `agentic` load makes it: each block's tokens, then the prompt.
-            let (made, hit) = builder.turn(&text, ids, None, ledger, 0);
+            // The ids before this turn's new ones are the last turn's, as the trace reader
+            // finds them (`TurnTrace::shared`).
+            let (made, hit) = builder.turn_after(&text, ids, *shared, None, ledger, 0);
+            *shared = ids.len();
             let t1 = Instant::now();
             // The request owns its prompt: a copy, then the body, as the client sends it.
             let prompt = made.to_string();

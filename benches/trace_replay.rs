@@ -7,7 +7,8 @@
 //! conversations whose prompts share their leading blocks (16-token blocks, 2 to 6 a prompt,
 //! as Mooncake's traces share 512-token ones), 8 output tokens.
 //!
-//! Run small first: `TRACE_BENCH="5000 1000" cargo bench --bench trace_replay` (lines, rate).
+//! Run small first: `TRACE_BENCH="5000 1000" cargo bench --bench trace_replay` (lines, rate;
+//! a third word, `trace` or `rate`, runs that kind at the full size alone).
 //! The simulator and the client share this machine's cores: read the figures with its load.
 
 use std::io::Write;
@@ -19,13 +20,23 @@ fn main() {
     let mut parts = arg.split_whitespace().map(|s| s.parse::<f64>().ok());
     let lines = parts.next().flatten().unwrap_or(100_000.0) as usize;
     let rate = parts.next().flatten().unwrap_or(2_000.0);
+    // A third word picks one kind (`trace` or `rate`) and the full size alone.
+    let only = arg.split_whitespace().nth(2).map(str::to_string);
     let bin = env!("CARGO_BIN_EXE_servebench");
     println!(
         "{:<16} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}",
         "case", "requests", "achieved/s", "lag p50", "lag p99", "lag max", "rss MB", "hits"
     );
-    for n in [lines / 10, lines] {
+    let sizes = if only.is_some() {
+        vec![lines]
+    } else {
+        vec![lines / 10, lines]
+    };
+    for n in sizes {
         for kind in ["trace", "rate"] {
+            if only.as_deref().is_some_and(|o| o != kind) {
+                continue;
+            }
             let dir = tempfile::tempdir().expect("tempdir");
             let spec = write_case(dir.path(), kind, n, rate);
             let (run, rss_mb) = run(bin, &spec, dir.path());
@@ -141,5 +152,21 @@ fn run(bin: &str, spec: &Path, dir: &Path) -> (Option<std::path::PathBuf>, f64) 
         .lines()
         .find_map(|l| l.strip_prefix("run directory: "))
         .map(|r| std::path::PathBuf::from(r.trim()));
+    // A run that did not end well: the server's last words, before the temp dir goes.
+    if !out.status.success()
+        && let Some(dir) = &run
+    {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("server-") && name.ends_with(".log") {
+                let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                println!("{name} (exit {}), its last lines:", out.status);
+                for l in &lines[lines.len().saturating_sub(15)..] {
+                    println!("  {l}");
+                }
+            }
+        }
+    }
     (run, hwm_kb / 1024.0)
 }

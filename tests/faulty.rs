@@ -862,3 +862,68 @@ fn an_external_server_that_dies_is_lost_not_a_calibration_failure() {
     let recorded = measured_requests(&dir);
     assert!(recorded.len() < 300, "{} requests fired", recorded.len());
 }
+
+/// A runner whose open-file limit (`ulimit -n`) leaves room for fewer connections than the
+/// load has in flight holds requests back rather than fail them: every request is sent and
+/// answered, the point says the client limited it and why, and nothing blames the server
+/// (no `server-lost`, no failed request); the server keeps running.
+#[test]
+fn a_client_short_of_file_descriptors_holds_requests_back_and_blames_itself() {
+    use crate::common::{ExternalSim, Workspace, read_jsonl, run_dir, show};
+    use std::os::unix::process::CommandExt;
+    let ws = Workspace::new();
+    let mut sim = ExternalSim::start("m", &[], &[]);
+    let spec = ws.write(
+        "fds.yaml",
+        &format!(
+            "name: fds\nserver:\n  engine: sglang\n  url: {}\n  model: m\nworkload:\n  prompt: {{ kind: random, tokens: 32 }}\n  output_tokens: 400\nrequest_timeout: 60s\nload: {{ kind: rate, rate: 400, arrival: constant, max_in_flight: 1000 }}\nstop: {{ requests: 300 }}\n",
+            sim.url()
+        ),
+    );
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"));
+    cmd.arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet");
+    // 320 descriptors: room for 64 connections beside the 256 the runner keeps for its files.
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 320, 320)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let out = cmd.output().expect("run servebench");
+    let dir = run_dir(&out);
+    let records = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(
+        records.len(),
+        300,
+        "every request was sent:\n{}",
+        show(&out)
+    );
+    let failed: Vec<&serde_json::Value> =
+        records.iter().filter(|r| !r["error"].is_null()).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let flags = points[0]["flags"].as_array().unwrap();
+    let limited = flags
+        .iter()
+        .find(|f| {
+            f["kind"] == "client-limited" && f["message"].as_str().unwrap().contains("ulimit -n")
+        })
+        .unwrap_or_else(|| panic!("no flag names the open-file limit: {flags:?}"));
+    assert!(
+        limited["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 64 requests"),
+        "{limited}"
+    );
+    assert!(
+        !flags.iter().any(|f| f["kind"] == "server-lost"),
+        "{flags:?}"
+    );
+    assert!(sim.is_running(), "the server must be running");
+}

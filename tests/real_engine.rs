@@ -22,6 +22,8 @@ mod llamacpp;
 mod router;
 #[path = "real_engine/sglang.rs"]
 mod sglang;
+#[path = "real_engine/thinking.rs"]
+mod thinking;
 #[path = "real_engine/timing.rs"]
 mod timing;
 
@@ -63,8 +65,8 @@ impl Part {
     /// The provisioning stamps this engine's tests need.
     fn stamps(self) -> &'static [&'static str] {
         match self {
-            Part::Sglang => &["sglang-venv", "stand-in", "model-hf"],
-            Part::LlamaCpp => &["llama-server", "model-gguf"],
+            Part::Sglang => &["sglang-venv", "stand-in", "model-hf", "model-think"],
+            Part::LlamaCpp => &["llama-server", "model-gguf", "model-think"],
             Part::Router => &["router-venv", "model-hf"],
             Part::Smg => &["smg-venv", "model-hf"],
         }
@@ -100,6 +102,14 @@ impl Tier {
     }
     pub fn gguf(&self) -> PathBuf {
         self.dir.join("model.gguf")
+    }
+    /// The deterministic thinking model for SGLang (`make_model.py hf-think`).
+    pub fn think_hf(&self) -> PathBuf {
+        self.dir.join("model-think-hf")
+    }
+    /// The deterministic thinking model for llama.cpp (`make_model.py gguf-think`).
+    pub fn think_gguf(&self) -> PathBuf {
+        self.dir.join("model-think.gguf")
     }
 }
 
@@ -280,6 +290,11 @@ pub fn sglang_env(tier: &Tier, standin_log: &Path, marker: &str) -> Vec<(String,
 
 /// Starts the real SGLang server from the tier with `extra` flags.
 pub fn start_sglang(tier: &Tier, extra: &[&str]) -> RealServer {
+    start_sglang_model(tier, &tier.model_hf(), extra)
+}
+
+/// Starts the real SGLang server serving `model` with `extra` flags.
+pub fn start_sglang_model(tier: &Tier, model: &Path, extra: &[&str]) -> RealServer {
     let dir = tempfile::Builder::new()
         .prefix("servebench-sglang")
         .tempdir()
@@ -289,7 +304,7 @@ pub fn start_sglang(tier: &Tier, extra: &[&str]) -> RealServer {
     let standin = dir.path().join("sgl_kernel.log");
     let mut cmd = Command::new(tier.python());
     cmd.args(["-m", "sglang.launch_server", "--model-path"])
-        .arg(tier.model_hf())
+        .arg(model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()]);
     for (k, v) in SGLANG_CPU_ARGS {
         cmd.arg(format!("--{k}")).arg(v);
@@ -377,6 +392,11 @@ static LLAMA: Mutex<Option<RealServer>> = Mutex::new(None);
 
 /// Starts `llama-server` from the tier with `extra` flags.
 pub fn start_llama(tier: &Tier, extra: &[&str]) -> RealServer {
+    start_llama_model(tier, &tier.gguf(), extra)
+}
+
+/// Starts `llama-server` serving `model` with `extra` flags.
+pub fn start_llama_model(tier: &Tier, model: &Path, extra: &[&str]) -> RealServer {
     let dir = tempfile::Builder::new()
         .prefix("servebench-llama")
         .tempdir()
@@ -387,7 +407,7 @@ pub fn start_llama(tier: &Tier, extra: &[&str]) -> RealServer {
     std::fs::create_dir_all(&slots).unwrap();
     let mut cmd = Command::new(tier.llama_server());
     cmd.arg("-m")
-        .arg(tier.gguf())
+        .arg(model)
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args([
             "--ctx-size",

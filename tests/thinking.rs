@@ -80,9 +80,11 @@ fn every_engine_streams_thinking_in_its_own_fields_and_servebench_times_both() {
         let p = &points[0];
         let (ttft, ttfa) = (metric(p, "ttft_s").unwrap(), metric(p, "ttfa_s"));
         let ttfa = ttfa.unwrap_or_else(|| panic!("{name}: no TTFA in {}", p["metrics"]));
-        // fast: a decode step is at least 1.2 ms, and 31 steps lie between the two.
+        // fast: a decode step is at least 1.2 ms, and at least 30 steps lie between the two
+        // (where the engine splits the thinking, its `<think>` token streams no text, so the
+        // first token seen is the second one).
         assert!(
-            ttfa - ttft > 31.0 * 1.2e-3,
+            ttfa - ttft > 30.0 * 1.2e-3,
             "{name}: TTFT {ttft} TTFA {ttfa}"
         );
         assert_eq!(metric(p, "reasoning_tokens"), Some(32.0), "{name}");
@@ -143,6 +145,15 @@ fn without_a_parser_thinking_is_content_and_a_cut_request_has_no_first_answer() 
         .filter_map(|f| f["kind"].as_str())
         .collect();
     assert!(flags.contains(&"no-answer"), "{flags:?}");
+    // None answered: the flag says the point has no TTFA, never that it covers 0 requests.
+    let message = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "no-answer")
+        .and_then(|f| f["message"].as_str())
+        .unwrap();
+    assert!(message.ends_with("the point has no TTFA"), "{message}");
     for r in read_jsonl(&dir.join("requests.jsonl"))
         .iter()
         .filter(|r| r["role"] == "measure")
@@ -287,5 +298,43 @@ fn a_template_argument_turning_thinking_off_gets_an_answer_at_once() {
         .filter(|r| r["role"] == "measure")
     {
         assert!(r.get("reasoning_tokens").is_none(), "{r}");
+    }
+}
+
+/// A `url:` SGLang server takes no launch flags in the spec, so the parser its text APIs need
+/// is the one it says it runs (`/server_info`'s `reasoning_parser`): `/generate` and
+/// completions against an attached thinking server split thinking from answer by its markers,
+/// and a server without a parser has thinking servebench cannot see (all answer, no TTFA gap).
+#[test]
+fn an_attached_servers_own_reasoning_parser_splits_its_text_apis() {
+    let ws = Workspace::new();
+    let sim = crate::common::ExternalSim::start(
+        "test-model",
+        &["--reasoning-parser", "qwen3", "--sim-thinking-tokens", "32"],
+        &[],
+    );
+    for api in ["sglang-generate", "openai-completions"] {
+        let path = ws.write(
+            &format!("{api}.yaml"),
+            &format!(
+                "name: attached-{api}\nserver:\n  engine: sglang\n  url: {}\n  model: test-model\nworkload:\n  api: {api}\n  prompt: {{ kind: random, tokens: 256 }}\n  output_tokens: 96\nrequests: 3\n",
+                sim.url()
+            ),
+        );
+        let (dir, points) = ws.run_ok(&path);
+        let p = &points[0];
+        assert_eq!(
+            metric(p, "reasoning_tokens"),
+            Some(32.0),
+            "{api}: {}",
+            p["metrics"]
+        );
+        assert_eq!(metric(p, "answer_tokens"), Some(64.0), "{api}");
+        let (ttft, ttfa) = (metric(p, "ttft_s").unwrap(), metric(p, "ttfa_s").unwrap());
+        assert!(ttfa > ttft, "{api}: TTFT {ttft} TTFA {ttfa}");
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        let surface = serde_json::to_string(&meta).unwrap();
+        assert!(surface.contains("\"reasoning_parser\":\"qwen3\""), "{api}");
     }
 }

@@ -133,6 +133,74 @@ fn the_tool_calling_example_grades_calls_under_load() {
         points[1]
     );
     assert_eq!(points[1]["status"], "degraded", "{}", points[1]);
+    // The shares are the point's metrics, counted from its records.
+    let share = |p: &serde_json::Value, m: &str| p["metrics"][m]["mean"].as_f64().unwrap();
+    assert_eq!(share(&points[0], "tool_call_rate"), 1.0);
+    assert_eq!(share(&points[0], "tool_call_valid_rate"), 1.0);
+    let valid = loaded
+        .iter()
+        .filter(|r| r["tool_call_valid"] == true)
+        .count();
+    assert_eq!(
+        share(&points[1], "tool_call_valid_rate"),
+        valid as f64 / loaded.len() as f64
+    );
+    assert_eq!(points[1]["tool_calls"]["called"], loaded.len());
+    assert_eq!(points[1]["tool_calls"]["sent"], loaded.len());
+    assert_eq!(points[1]["tool_calls"]["valid"], valid);
+    // The report's table and the example's expectations (all valid alone, flagged loaded).
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("## Tool calls"), "{report}");
+    assert!(report.contains("2 of 2 expectations hold"), "{report}");
+}
+
+/// The engines example (experiments/tool-calling-engines.yaml): SGLang's, vLLM's and
+/// llama.cpp's simulated surfaces, each launched with its own tool-call flags, stream calls
+/// in their own shapes that servebench judges alike: all valid alone, broken under load.
+#[test]
+fn each_engine_streams_calls_servebench_judges_alike() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("experiments/tool-calling-engines.yaml")).unwrap();
+    let ws = Workspace::new();
+    let path = ws.write(
+        "tool-calling-engines.yaml",
+        &text.replace("requests: 16", "requests: 6"),
+    );
+    let out = ws.run(&path);
+    assert_eq!(out.status.code(), Some(3), "{}", crate::common::show(&out));
+    let dir = crate::common::run_dir(&out);
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    let engines: Vec<(&str, u64, f64, bool)> = points
+        .iter()
+        .map(|p| {
+            let flagged = p["flags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["kind"] == "invalid-tool-calls");
+            (
+                p["values"]["server.engine"].as_str().unwrap(),
+                p["values"]["concurrency"].as_u64().unwrap(),
+                p["metrics"]["tool_call_rate"]["mean"].as_f64().unwrap(),
+                flagged,
+            )
+        })
+        .collect();
+    assert_eq!(
+        engines,
+        [
+            ("sglang", 1, 1.0, false),
+            ("sglang", 8, 1.0, true),
+            ("vllm", 1, 1.0, false),
+            ("vllm", 8, 1.0, true),
+            ("llama.cpp", 1, 1.0, false),
+            ("llama.cpp", 8, 1.0, true),
+        ],
+        "{points:?}"
+    );
+    for p in points.iter().step_by(2) {
+        assert_eq!(p["metrics"]["tool_call_valid_rate"]["mean"], 1.0, "{p}");
+    }
 }
 
 /// Without SGLang's `--tool-call-parser` the simulator (as SGLang) streams the call as text:
@@ -172,4 +240,39 @@ fn vllm_refuses_auto_tool_choice_without_its_flags() {
             .contains("requires --enable-auto-tool-choice"),
         "{r}"
     );
+}
+
+/// A named `tool_choice` is checked against the tools a file declares, and refused at the
+/// choice, naming the file's tools.
+#[test]
+fn a_named_choice_the_tools_file_does_not_declare_is_refused_at_the_choice() {
+    let ws = Workspace::new();
+    ws.write(
+        "tools.json",
+        &format!(
+            "[{{\"type\": \"function\", \"function\": {{\"name\": \"get_weather\", \"parameters\": {}}}}}]",
+            r#"{"type": "object", "properties": {"city": {"type": "string"}}}"#
+        ),
+    );
+    let text = |name: &str| {
+        spec(
+            "named",
+            "",
+            "{ file: tools.json }",
+            &format!("  tool_choice: {{ function: {name} }}\n"),
+        )
+    };
+    let (ok, out) = validate(&ws, "named.yaml", &text("get_wether"));
+    assert!(!ok, "{out}");
+    assert!(out.contains("named.yaml:12:28"), "{out}");
+    assert!(
+        out.contains("`tool_choice` names `get_wether`, which the tools file"),
+        "{out}"
+    );
+    assert!(
+        out.contains("name one of the tools (`get_weather`)"),
+        "{out}"
+    );
+    let (ok, out) = validate(&ws, "good.yaml", &text("get_weather"));
+    assert!(ok, "{out}");
 }

@@ -7,6 +7,8 @@
 #     model-hf/         a tiny random Llama + byte-level BPE tokenizer with a chat template
 #     llama-server      built from the llama-cpp-python 0.3.36 sdist (CPU, static)
 #     model.gguf        a tiny random llama GGUF with an SPM vocabulary
+#     model-think-hf/   the same shapes, deterministic: it thinks 24 words, then answers 8
+#     model-think.gguf  (make_model.py's docstring; each with its chain.json)
 #     router-venv/      sglang-router 0.3.2 (the Rust router, a pyo3 wheel), pinned by
 #                       router-constraints.txt here; a venv of its own (see router_venv)
 #     smg-venv/         smg 1.13.0, the Shepherd Model Gateway (sglang-router's successor,
@@ -112,6 +114,17 @@ model_gguf() {
   stamp model-gguf "$want"
 }
 
+# The deterministic thinking models (make_model.py's THINKING): the reasoning tests' ground truth.
+model_think() {
+  local want="model-think $(sha "$HERE/make_model.py")"
+  if stamp_ok model-think "$want" && [ -f "$DIR/model-think-hf/chain.json" ] \
+    && [ -f "$DIR/model-think.gguf.chain.json" ]; then return 0; fi
+  rm -rf "$DIR/model-think-hf" "$DIR/model-think.gguf" "$DIR/model-think.gguf.chain.json"
+  "$PY" "$HERE/make_model.py" hf-think "$DIR/model-think-hf"
+  "$PY" "$HERE/make_model.py" gguf-think "$DIR/model-think.gguf"
+  stamp model-think "$want"
+}
+
 llama_server() {
   local want="llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION llama-server"
   if stamp_ok llama-server "$want" && [ -x "$DIR/llama-server" ]; then return 0; fi
@@ -203,7 +216,7 @@ smg_venv() {
 
 check() {
   local ok=0
-  for part in sglang-venv stand-in model-hf llama-server model-gguf router-venv smg-venv; do
+  for part in sglang-venv stand-in model-hf model-think llama-server model-gguf router-venv smg-venv; do
     if [ -f "$DIR/.stamp-$part" ]; then echo "$part: $(cat "$DIR/.stamp-$part")"; else echo "$part: missing"; ok=1; fi
   done
   return $ok
@@ -211,10 +224,10 @@ check() {
 
 start=$(date +%s)
 case "$WHAT" in
-  all) sglang_venv; stand_in; model_hf; model_gguf; llama_server; router_venv; smg_venv ;;
-  sglang) sglang_venv; stand_in; model_hf ;;
-  llama) sglang_venv; model_gguf; llama_server ;;
-  cheap) stand_in; model_hf; model_gguf ;;
+  all) sglang_venv; stand_in; model_hf; model_gguf; model_think; llama_server; router_venv; smg_venv ;;
+  sglang) sglang_venv; stand_in; model_hf; model_think ;;
+  llama) sglang_venv; model_gguf; model_think; llama_server ;;
+  cheap) stand_in; model_hf; model_gguf; model_think ;;
   llama-server) llama_server ;;
   router) router_venv ;;
   smg) smg_venv ;;

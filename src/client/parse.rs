@@ -134,15 +134,31 @@ impl StreamParser {
 
     /// Thinking tokens of the request: the server's count where it gave one above 0, else
     /// the chunks' (None, with its source, when no thinking was seen).
+    ///
+    /// A chat stream's thinking markers (`<think>`, `</think>`) and the end-of-sequence token
+    /// are tokens the server counts and streams no text for: on a server without per-chunk
+    /// counts (llama.cpp) they are in its total and in no chunk. Those silent tokens are
+    /// thinking, all of them when the request never answered, else all but the one
+    /// end-of-sequence token of a request that stopped (the answer's, as SGLang and vLLM
+    /// count it): the engines' own reasoning counts, held to the real ones in the tier.
     pub(crate) fn reasoning_tokens(
         &self,
     ) -> Option<(u64, servebench_model::results::records::ReasoningSource)> {
         use servebench_model::results::records::ReasoningSource;
-        match self.server_reasoning.filter(|n| *n > 0) {
-            Some(n) => Some((n, ReasoningSource::Server)),
-            None => (self.reasoning_counted > 0)
-                .then_some((self.reasoning_counted, ReasoningSource::Chunks)),
+        if let Some(n) = self.server_reasoning.filter(|n| *n > 0) {
+            return Some((n, ReasoningSource::Server));
         }
+        if self.reasoning_counted == 0 {
+            return None;
+        }
+        let silent = self.completion_tokens().saturating_sub(self.counted);
+        let thinking = if !self.answered {
+            self.reasoning_counted + silent
+        } else {
+            let eos = u64::from(self.finish_reason.as_deref() == Some("stop"));
+            self.reasoning_counted + silent.saturating_sub(eos)
+        };
+        Some((thinking, ReasoningSource::Chunks))
     }
 
     /// Why a request that thought has no answer (None when it answered or never thought).
@@ -1309,6 +1325,45 @@ mod tests {
                 servebench_model::results::records::ReasoningSource::Chunks
             ))
         );
+    }
+
+    /// llama.cpp's shape (a chunk a token, no per-chunk counts, no reasoning count in its
+    /// usage): its thinking markers and end-of-sequence token are in `completion_tokens` and
+    /// in no chunk. As the real llama-server streams the tier's thinking model (`<think>`, 3
+    /// words, `</think>`, 2 words, EOS): 5 thinking tokens and 3 answer tokens, as SGLang
+    /// counts the same; unanswered, every token was thinking.
+    #[test]
+    fn silent_marker_tokens_are_thinking_where_chunks_carry_no_counts() {
+        use servebench_model::results::records::ReasoningSource::Chunks;
+        let think = r#"{"choices":[{"delta":{"reasoning_content":" hm"}}]}"#;
+        let answer = r#"{"choices":[{"delta":{"content":" a"}}]}"#;
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        feed(
+            &mut p,
+            &[
+                r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#,
+                think,
+                think,
+                think,
+                answer,
+                answer,
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+                r#"{"choices":[],"usage":{"completion_tokens":8,"prompt_tokens":9}}"#,
+            ],
+        );
+        assert_eq!(p.chunk_tokens(), ChunkTokens::AssumedOne);
+        assert_eq!(p.reasoning_tokens(), Some((5, Chunks)));
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        feed(
+            &mut p,
+            &[
+                think,
+                think,
+                r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+                r#"{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":9}}"#,
+            ],
+        );
+        assert_eq!(p.reasoning_tokens(), Some((3, Chunks)));
     }
 
     #[test]

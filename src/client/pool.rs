@@ -260,6 +260,14 @@ impl Pool {
         for addr in addrs {
             match timeout_at(limit.into(), Conn::open(addr)).await {
                 Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(e)) if out_of_descriptors(&e) => {
+                    return Err(ConnectFailure {
+                        kind: ErrorKind::ClientResources,
+                        message: format!(
+                            "connecting to {addr}: {e}: the client has no file descriptor left for a connection (raise `ulimit -n` or lower load.max_in_flight); the server was not asked"
+                        ),
+                    });
+                }
                 Ok(Err(e)) => last = format!("connecting to {addr}: {e}"),
                 Err(_) => {
                     return Err(ConnectFailure {
@@ -368,62 +376,48 @@ impl Pool {
                 && soon
                 && closed_by_peer(&e)
             {
-                let streamed_before = lease.conn().last_streamed;
-                drop(lease);
-                {
-                    // A streamed connection that closed while idle: while the pool is still
-                    // learning, or when it happens again, that is a server closing after
-                    // streams (its close came too late to be seen); once it is known to keep
-                    // them, one stale connection is an idle timeout, not a pattern.
-                    let mut st = self.state();
-                    st.stale += 1;
-                    if streamed_before {
-                        st.stale_after_stream += 1;
-                        if st.stale_after_stream > 1
-                            || matches!(st.after_stream, AfterStream::Unknown { .. })
-                        {
-                            st.after_stream = AfterStream::Closes;
-                        }
-                    }
-                }
-                let whose = match how {
-                    ConnectionUse::Reused => "kept from an earlier request",
-                    _ => "opened ahead of the request",
-                };
-                first_attempt = Some(error(
-                    ErrorKind::StaleConnection,
-                    format!(
-                        "the server had closed the idle connection ({whose}) before any response \
-                         byte: {}; sent again on a fresh connection",
-                        describe(&e)
-                    ),
-                ));
+                first_attempt = Some(self.stale(lease, how, &e));
                 continue;
             }
-            ex.result = Err(if e.is_parse() {
-                error(
-                    ErrorKind::Malformed,
-                    format!("the response is not valid HTTP/1.1: {}", describe(&e)),
-                )
-            } else if ex.wire.read_bytes == 0 {
-                error(
-                    ErrorKind::Reset,
-                    format!(
-                        "the server closed the connection without answering: {}",
-                        describe(&e)
-                    ),
-                )
-            } else {
-                error(
-                    ErrorKind::Reset,
-                    format!(
-                        "the connection broke before the response head was complete: {}",
-                        describe(&e)
-                    ),
-                )
-            });
+            ex.result = Err(send_failure(&e, ex.wire.read_bytes));
             return ex;
         }
+    }
+
+    /// Counts a connection the server had closed while it was idle (`lease`, used as `how`;
+    /// `e` the send's failure) and says so: the first attempt's error of a request sent
+    /// again on a fresh connection.
+    fn stale(&self, mut lease: Lease, how: ConnectionUse, e: &hyper::Error) -> RequestError {
+        let streamed_before = lease.conn().last_streamed;
+        drop(lease);
+        {
+            // A streamed connection that closed while idle: while the pool is still
+            // learning, or when it happens again, that is a server closing after
+            // streams (its close came too late to be seen); once it is known to keep
+            // them, one stale connection is an idle timeout, not a pattern.
+            let mut st = self.state();
+            st.stale += 1;
+            if streamed_before {
+                st.stale_after_stream += 1;
+                if st.stale_after_stream > 1
+                    || matches!(st.after_stream, AfterStream::Unknown { .. })
+                {
+                    st.after_stream = AfterStream::Closes;
+                }
+            }
+        }
+        let whose = match how {
+            ConnectionUse::Reused => "kept from an earlier request",
+            _ => "opened ahead of the request",
+        };
+        error(
+            ErrorKind::StaleConnection,
+            format!(
+                "the server had closed the idle connection ({whose}) before any response \
+                 byte: {}; sent again on a fresh connection",
+                describe(e)
+            ),
+        )
     }
 
     /// Gives a connection back after its response: kept for the next request when the
@@ -490,11 +484,63 @@ impl Pool {
     }
 }
 
+/// Whether a connection could not be opened for lack of the client's own file descriptors
+/// (the process's `EMFILE` or the system's `ENFILE`), not because of the server.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(nix::libc::EMFILE) | Some(nix::libc::ENFILE)
+    )
+}
+
 fn error(kind: ErrorKind, message: String) -> RequestError {
     RequestError {
         kind,
         message,
         status: None,
         body_head: None,
+    }
+}
+
+/// Why a request's send failed (`read_bytes` of the response had arrived): not HTTP, closed
+/// unanswered, or broken mid-head.
+fn send_failure(e: &hyper::Error, read_bytes: u64) -> RequestError {
+    if e.is_parse() {
+        error(
+            ErrorKind::Malformed,
+            format!("the response is not valid HTTP/1.1: {}", describe(e)),
+        )
+    } else if read_bytes == 0 {
+        error(
+            ErrorKind::Reset,
+            format!(
+                "the server closed the connection without answering: {}",
+                describe(e)
+            ),
+        )
+    } else {
+        error(
+            ErrorKind::Reset,
+            format!(
+                "the connection broke before the response head was complete: {}",
+                describe(e)
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client's own descriptors running out is its failure (`client-resources`); a refused
+    /// or unreachable server is the server's (`connect`).
+    #[test]
+    fn only_the_clients_own_descriptors_are_its_failure() {
+        let os = std::io::Error::from_raw_os_error;
+        assert!(out_of_descriptors(&os(nix::libc::EMFILE)));
+        assert!(out_of_descriptors(&os(nix::libc::ENFILE)));
+        assert!(!out_of_descriptors(&os(nix::libc::ECONNREFUSED)));
+        assert!(!out_of_descriptors(&std::io::Error::other("x")));
     }
 }

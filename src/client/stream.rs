@@ -237,34 +237,8 @@ pub(super) async fn run(
             }
             Read::End => {
                 ended = true;
-                // The body ended without `[DONE]`. A last event missing only its blank line is
-                // still taken; anything else means the stream was cut short.
-                let pending = framer.finish();
-                let mut truncated = None;
-                match pending {
-                    Ok(Some(event)) => {
-                        let data = event.data.clone();
-                        let mut probe =
-                            StreamParser::new(req.api).with_markers(req.reasoning_markers);
-                        if probe.event(&data).is_ok() {
-                            done = take_event(&mut m, &mut parser, event, t0, status);
-                        } else {
-                            truncated = Some(head(&data));
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(bad) => truncated = Some(bad.head),
-                }
-                if m.error.is_none() {
-                    m.end_s = Some(since(arrived));
-                    if !done {
-                        let message = match truncated {
-                            Some(_) => "stream ended in the middle of an event".to_string(),
-                            None => "stream ended without [DONE]".to_string(),
-                        };
-                        m.error = fail(ErrorKind::Incomplete, message, truncated);
-                    }
-                }
+                let at = (t0, arrived);
+                done = body_ended(&mut m, &mut framer, &mut parser, req, at, status);
                 break;
             }
         }
@@ -272,13 +246,9 @@ pub(super) async fn run(
     if done {
         // Let the body finish so the connection can serve again; nothing after `[DONE]` is
         // measured.
-        let drain_until = deadline.min(Instant::now() + DRAIN_LIMIT);
-        while !ended {
-            match read(&mut lease, &mut body, drain_until).await {
-                Read::Data(_) => {}
-                Read::End => ended = true,
-                Read::Failed(_) | Read::TimedOut => break,
-            }
+        if !ended {
+            let until = deadline.min(Instant::now() + DRAIN_LIMIT);
+            ended = drain(&mut lease, &mut body, until).await;
         }
         if m.error.is_none()
             && let Some(message) = parser.abort_message.clone()
@@ -300,6 +270,66 @@ pub(super) async fn run(
     // replaced).
     client.pool.release(lease, true, ended).await;
     m
+}
+
+/// The body ended (`at`: the request's last write, and the end's arrival) without `[DONE]`.
+/// A last event missing only its blank line is still taken; anything else means the stream
+/// was cut short, recorded in `m`. Whether the stream is done.
+fn body_ended(
+    m: &mut Measured,
+    framer: &mut SseFramer,
+    parser: &mut StreamParser,
+    req: &GenerationRequest,
+    (t0, arrived): (Instant, Instant),
+    status: u16,
+) -> bool {
+    let mut done = false;
+    let mut truncated = None;
+    match framer.finish() {
+        Ok(Some(event)) => {
+            let data = event.data.clone();
+            let mut probe = StreamParser::new(req.api).with_markers(req.reasoning_markers);
+            if probe.event(&data).is_ok() {
+                done = take_event(m, parser, event, t0, status);
+            } else {
+                truncated = Some(head(&data));
+            }
+        }
+        Ok(None) => {}
+        Err(bad) => truncated = Some(bad.head),
+    }
+    if m.error.is_none() {
+        m.end_s = Some(arrived.saturating_duration_since(t0).as_secs_f64());
+        if !done {
+            let message = match truncated {
+                Some(_) => "stream ended in the middle of an event".to_string(),
+                None => "stream ended without [DONE]".to_string(),
+            };
+            m.error = Some(error(
+                ErrorKind::Incomplete,
+                message,
+                Some(status),
+                truncated,
+            ));
+        }
+    }
+    done
+}
+
+/// Reads what is left of a body until `until`; whether it ended (the connection is then
+/// reusable).
+async fn drain(
+    lease: &mut super::pool::Lease,
+    body: &mut hyper::body::Incoming,
+    until: Instant,
+) -> bool {
+    loop {
+        match read(lease, body, until).await {
+            Read::Data(_) => {}
+            Read::End => return true,
+            Read::Failed(_) | Read::TimedOut => return false,
+        }
+    }
 }
 
 fn response_ok(status: u16) -> bool {
@@ -377,13 +407,15 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     } else {
         None
     };
+    // Before the finish reason is taken too: a stopped request's end-of-sequence token is
+    // the answer's.
+    m.reasoning = parser.reasoning_tokens();
     m.finish_reason = parser.finish_reason.take();
     m.token_source = parser.token_source();
     m.chunk_tokens = parser.chunk_tokens();
     m.completion_tokens = Some(parser.completion_tokens());
     m.text = std::mem::take(&mut parser.text);
     m.text_cut = parser.text_cut;
-    m.reasoning = parser.reasoning_tokens();
     m.unknown_fields = std::mem::take(&mut parser.unknown_fields);
 }
 

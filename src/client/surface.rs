@@ -46,6 +46,7 @@ pub(crate) async fn probe(client: &Client) -> ServerSurface {
             s.models.push(name.to_string());
         }
         s.cached_tokens_omitted_when_zero = info["enable_cache_report"].as_bool() == Some(true);
+        s.reasoning_parser = info["reasoning_parser"].as_str().map(str::to_string);
     }
     if let Some(models) = get("/v1/models").await {
         s.identity.push("/v1/models".into());

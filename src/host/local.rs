@@ -19,6 +19,7 @@ use super::{GroupIdentity, HostError, Leftover, ServerProcess, Spawn, Stopped, V
 use crate::engine::LaunchCommand;
 use servebench_model::results::meta::ProcessRecord;
 
+use super::procfs::still_running;
 #[cfg(test)]
 use super::procfs::{ProcStat, parse_stat};
 use super::procfs::{age_s, boot_id, comm, group_alive, group_facts, group_processes, proc_stat};
@@ -429,16 +430,18 @@ impl ServerProcess for LocalServer {
                     "its process group's leader (servebench supervise, pid {pgid}) exited ({status})"
                 ));
             }
-            let now = group_processes(pgid);
-            let gone = self.settled.iter().find(|(pid, start, _)| {
-                !now.iter()
-                    .any(|p| p.pid == *pid && p.start_ticks == *start && p.state != 'Z')
-            });
+            // Each settled process is asked for by its pid: a process table that could not be
+            // read (no file descriptor left) says nothing, and nothing is judged from it.
+            let gone = self
+                .settled
+                .iter()
+                .find(|(pid, start, _)| still_running(*pid, *start) == Some(false));
             if let Some((pid, _, name)) = gone {
                 let what = format!("process {pid} ({name}) of its group ended");
                 self.process.stop(LOST_GRACE);
                 return Some(what);
             }
+            let now = group_processes(pgid);
             for p in now.iter().filter(|p| p.state != 'Z') {
                 let known = self.settled.iter().any(|(pid, _, _)| *pid == p.pid);
                 if !known && age_s(p).is_some_and(|a| a >= SETTLED_S) {

@@ -42,6 +42,36 @@ pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// Whether process `pid`, started at `start_ticks`, is still running: `Some(false)` only when
+/// `/proc` says so (its entry gone, a zombie, or another process on its pid), `None` when
+/// `/proc` could not be read at all. A reader out of file descriptors (a runner holding
+/// thousands of connections) cannot open `/proc/PID/stat`, and that says nothing about the
+/// process.
+pub(crate) fn still_running(pid: i32, start_ticks: u64) -> Option<bool> {
+    still_running_in(pid, start_ticks, |path| std::fs::read_to_string(path))
+}
+
+/// [`still_running`], reading `/proc` with `read`.
+fn still_running_in(
+    pid: i32,
+    start_ticks: u64,
+    read: impl Fn(&str) -> std::io::Result<String>,
+) -> Option<bool> {
+    match read(&format!("/proc/{pid}/stat")) {
+        Ok(text) => {
+            Some(parse_stat(&text).is_some_and(|p| p.start_ticks == start_ticks && p.state != 'Z'))
+        }
+        // ENOENT once the entry is gone; ESRCH while the process is being torn down.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(nix::libc::ESRCH) =>
+        {
+            Some(false)
+        }
+        Err(_) => None,
+    }
+}
+
 /// Clock ticks per second in `/proc` (`USER_HZ`, `sysconf(_SC_CLK_TCK)`): part of Linux's
 /// user ABI, 100 on every architecture.
 const USER_HZ: f64 = 100.0;
@@ -115,5 +145,28 @@ pub(crate) fn group_facts(id: &GroupIdentity) -> GroupFacts {
             live.iter().filter(|p| p.start_ticks < start).count()
         }),
         boot_id: boot_id(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process is judged ended only on what `/proc` says, never on a read that failed for
+    /// the reader's own reasons (out of file descriptors).
+    #[test]
+    fn a_process_is_ended_only_when_proc_says_so() {
+        let me = proc_stat(std::process::id() as i32).expect("own stat");
+        assert_eq!(still_running(me.pid, me.start_ticks), Some(true));
+        assert_eq!(still_running(me.pid, me.start_ticks + 1), Some(false));
+        assert_eq!(still_running(i32::MAX, 0), Some(false));
+        let emfile = |_: &str| -> std::io::Result<String> {
+            Err(std::io::Error::from_raw_os_error(nix::libc::EMFILE))
+        };
+        assert_eq!(still_running_in(me.pid, me.start_ticks, emfile), None);
+        let esrch = |_: &str| -> std::io::Result<String> {
+            Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH))
+        };
+        assert_eq!(still_running_in(me.pid, me.start_ticks, esrch), Some(false));
     }
 }

@@ -47,6 +47,10 @@ pub(crate) struct TurnTrace {
     /// Its block ids in [`SessionCorpus::ids`]: `len` from `start`.
     pub start: u32,
     pub len: u32,
+    /// How many leading block ids it shares with the turn before it in its chain (the main
+    /// agent's turns, or one subagent's), found once as the trace is read so that a turn's
+    /// prompt is made from its new blocks alone, whatever the length of its history.
+    pub shared: u32,
 }
 
 /// A subagent: its own chain of turns.
@@ -305,6 +309,7 @@ fn parse_session(
         steps.push(Step::Turn(turn));
         k += 1;
     }
+    mark_shared(&mut steps, ctx.ids);
     if count == 0 {
         return Err((format!("session {id} has no requests"), FORMAT_HINT));
     }
@@ -313,6 +318,36 @@ fn parse_session(
         block_size: trace_bs,
         steps,
     })
+}
+
+/// Sets each turn's [`TurnTrace::shared`]: the leading ids it has in common with the turn
+/// before it in its chain (the main agent's turns in order; each subagent's own).
+fn mark_shared(steps: &mut [Step], ids: &[u64]) {
+    let common = |a: &TurnTrace, b: &TurnTrace| {
+        let (a, b) = (
+            &ids[a.start as usize..(a.start + a.len) as usize],
+            &ids[b.start as usize..(b.start + b.len) as usize],
+        );
+        a.iter().zip(b).take_while(|(x, y)| x == y).count() as u32
+    };
+    let mut main: Option<TurnTrace> = None;
+    for step in steps {
+        match step {
+            Step::Turn(t) => {
+                t.shared = main.as_ref().map_or(0, |m| common(m, t));
+                main = Some(*t);
+            }
+            Step::Subagents(agents) => {
+                for agent in agents {
+                    let mut before: Option<TurnTrace> = None;
+                    for t in &mut agent.turns {
+                        t.shared = before.as_ref().map_or(0, |b| common(b, t));
+                        before = Some(*t);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// What parsing a session's requests shares.
@@ -499,6 +534,7 @@ fn parse_request(
             output_tokens: output,
             start: start as u32,
             len: len as u32,
+            shared: 0,
         },
         end,
     ))
@@ -573,6 +609,17 @@ mod tests {
             panic!()
         };
         assert_eq!(last.gap_s, 1.0);
+        // Each turn knows the ids it shares with the turn before it in its chain: the main
+        // agent's across its subagents, each subagent's own.
+        let Step::Turn(t0) = &s.steps[0] else {
+            panic!()
+        };
+        assert_eq!((t0.shared, t1.shared, last.shared), (0, 2, 3));
+        assert_eq!(
+            (agents[0].turns[0].shared, agents[0].turns[1].shared),
+            (0, 1)
+        );
+        assert_eq!(agents[1].turns[0].shared, 0);
     }
 
     #[test]

@@ -142,9 +142,27 @@ pub struct PromptBuilder {
     text: String,
     /// The tokens of each block of the last prompt [`PromptBuilder::turn`] made.
     scratch: Vec<u32>,
+    /// Leading ids the next turn is known to share with the last ([`PromptBuilder::turn_after`]).
+    known_shared: Option<usize>,
 }
 
 impl PromptBuilder {
+    /// [`turn`](Self::turn) of a turn whose first `shared` ids are the last turn's (as the
+    /// trace was read, [`crate::load::agentic`]): what it keeps is known without comparing
+    /// its whole history, so making it costs its new blocks alone.
+    pub fn turn_after(
+        &mut self,
+        text: &BlockText,
+        ids: &[u64],
+        shared: usize,
+        input_tokens: Option<u64>,
+        ledger: &mut BlockLedger,
+        scope: u64,
+    ) -> (&str, u64) {
+        self.known_shared = Some(shared);
+        self.turn(text, ids, input_tokens, ledger, scope)
+    }
+
     /// [`build`](Self::build) of a trace line's `ids` for a prompt of `input_tokens` (the
     /// last block holding what it leaves): each block's tokens kept from the last turn, so
     /// working them out costs only the new blocks.
@@ -213,8 +231,18 @@ impl PromptBuilder {
 
     /// How many leading blocks of the last prompt this one keeps (the same ids, as many
     /// tokens each): compared a slice at a time.
-    fn kept(&self, ids: &[u64], tokens: &[u32]) -> usize {
+    fn kept(&mut self, ids: &[u64], tokens: &[u32]) -> usize {
         let n = self.ids.len().min(ids.len());
+        if let Some(shared) = self.known_shared.take() {
+            // Only the last block of a turn's prompt holds fewer tokens than a block: within
+            // the shared ids, only the last can differ in its tokens.
+            let n = n.min(shared);
+            debug_assert_eq!(self.ids[..n], ids[..n]);
+            return match n.checked_sub(1) {
+                Some(last) if self.tokens[last] != tokens[last] => last,
+                _ => n,
+            };
+        }
         if self.ids[..n] == ids[..n] && self.tokens[..n] == tokens[..n] {
             return n;
         }
@@ -327,5 +355,31 @@ mod tests {
         // Another scope (session) shares nothing.
         assert_eq!(l.send(1, &[1, 2], &[100, 100]), 0);
         assert_eq!(l.len(), 5 + 2 + 2 + 2);
+    }
+
+    /// A turn told how many ids it shares with the last makes the same prompt and finds the
+    /// same cached tokens as one that compares its whole history: growing, a partial last
+    /// block made whole, a history that changed partway.
+    #[test]
+    fn a_turn_told_what_it_shares_makes_what_a_full_comparison_makes() {
+        let t = text(3);
+        let turns: [(&[u64], u64); 5] = [
+            (&[1, 2], 150),
+            (&[1, 2, 3], 260),
+            (&[1, 2, 3, 4, 5], 420),
+            (&[1, 2, 7, 8], 330),
+            (&[1, 2, 7, 8], 400),
+        ];
+        let (mut told, mut compared) = (PromptBuilder::default(), PromptBuilder::default());
+        let (mut l1, mut l2) = (BlockLedger::default(), BlockLedger::default());
+        let mut last: &[u64] = &[];
+        for (ids, input) in turns {
+            let shared = last.iter().zip(ids).take_while(|(a, b)| a == b).count();
+            let (a, fa) = told.turn_after(&t, ids, shared, Some(input), &mut l1, 0);
+            let a = a.to_string();
+            let (b, fb) = compared.turn(&t, ids, Some(input), &mut l2, 0);
+            assert_eq!((a.as_str(), fa), (b, fb), "{ids:?} {input}");
+            last = ids;
+        }
     }
 }

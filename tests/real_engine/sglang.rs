@@ -24,6 +24,17 @@ fn attached(s: &RealServer, tier: &Tier) -> String {
 /// `server:` launching the tier's SGLang with `extra` flags (YAML `key: value` lines) and the
 /// environment marker `marker`.
 pub fn launched(tier: &Tier, standin_log: &Path, marker: &str, extra: &str) -> String {
+    launched_model(tier, &tier.model_hf(), standin_log, marker, extra)
+}
+
+/// [`launched`], serving the model at `model`.
+pub fn launched_model(
+    tier: &Tier,
+    model: &Path,
+    standin_log: &Path,
+    marker: &str,
+    extra: &str,
+) -> String {
     let env: Vec<String> = sglang_env(tier, standin_log, marker)
         .into_iter()
         .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
@@ -35,7 +46,7 @@ pub fn launched(tier: &Tier, standin_log: &Path, marker: &str, extra: &str) -> S
     format!(
         "server:\n  engine: sglang\n  launcher: [{}, -m, sglang.launch_server]\n  model: {}\n  ready_timeout: 4m\n  env:\n{}  args:\n{}{}",
         tier.python().display(),
-        tier.model_hf().display(),
+        model.display(),
         env.concat(),
         args,
         extra
@@ -70,7 +81,7 @@ fn stat(p: &Value, metric: &str, s: &str) -> f64 {
 
 /// Runs `spec` (a long timeout: real servers are slower than the simulator). The caller holds
 /// the turn (inside [`with_sglang`], or the [`SglangSlot`]'s).
-fn run(ws: &Workspace, spec: &Path) -> std::process::Output {
+pub fn run(ws: &Workspace, spec: &Path) -> std::process::Output {
     servebench()
         .arg("run")
         .arg(spec)
@@ -82,7 +93,7 @@ fn run(ws: &Workspace, spec: &Path) -> std::process::Output {
         .expect("run servebench")
 }
 
-fn run_ok(ws: &Workspace, spec: &Path) -> (PathBuf, Vec<Value>) {
+pub fn run_ok(ws: &Workspace, spec: &Path) -> (PathBuf, Vec<Value>) {
     let out = run(ws, spec);
     assert!(out.status.success(), "{}", show(&out));
     let dir = run_dir(&out);

@@ -83,8 +83,13 @@ pub struct SimConfig {
     pub reasoning_split: bool,
     /// vLLM's `--reasoning-parser`, checked against its registry at start-up.
     pub reasoning_parser: Option<String>,
-    /// SGLang's `--tool-call-parser` is set: chat streams carry calls in `delta.tool_calls`.
+    /// The engine splits tool calls from text, so chat streams carry them in
+    /// `delta.tool_calls` (`crate::tools`): SGLang's `--tool-call-parser`, vLLM's
+    /// `--enable-auto-tool-choice` with its `--tool-call-parser`, llama.cpp's `--jinja`.
     pub tool_call_parser: bool,
+    /// vLLM's `--tool-call-parser` under `--enable-auto-tool-choice`, checked against its
+    /// registry at start-up.
+    pub tool_parser: Option<String>,
     /// The fault `--sim-broken-tool-calls-above-batch N`.
     pub broken_tool_calls_above: Option<u64>,
     /// Chat requests calling a tool now (`crate::tools`).
@@ -307,6 +312,7 @@ impl SimConfig {
             reasoning_split: a.str("reasoning-parser").is_some(),
             reasoning_parser: None,
             tool_call_parser: a.str("tool-call-parser").is_some(),
+            tool_parser: None,
             broken_tool_calls_above: a
                 .int("sim-broken-tool-calls-above-batch")
                 .map(|n| n.max(0) as u64),
@@ -358,6 +364,7 @@ impl SimConfig {
             reasoning_split: false,
             reasoning_parser: None,
             tool_call_parser: false,
+            tool_parser: None,
             broken_tool_calls_above: None,
             live_tool_calls: Default::default(),
         }

@@ -296,6 +296,10 @@ fn main_vllm(mut args: Vec<String>) -> i32 {
         print!("{}", vllm_args::help_text());
         return crate::exit::OK;
     }
+    if let Some(e) = vllm_args::refused_tool_parser(&parsed.config) {
+        eprintln!("{e}");
+        return crate::exit::FAILED;
+    }
     if let Some(e) = vllm_args::unknown_reasoning_parser(&parsed.config) {
         eprintln!("{e}");
         return crate::exit::FAILED;

@@ -231,6 +231,11 @@ const FLAGS: &[Flag] = &[
         Value,
         "(simulator) Thinking tokens the model writes before each answer.",
     ),
+    m(
+        &["--sim-broken-tool-calls-above-batch"],
+        Value,
+        "(simulator) Fault: tool calls made while more than N chat requests are live have broken arguments.",
+    ),
 ];
 
 fn lookup(arg: &str) -> Option<&'static Flag> {
@@ -412,6 +417,12 @@ fn resolve_config(given: &[(&'static str, Option<String>)]) -> Result<SimConfig,
     let aliases = g.list("--alias");
     let api_keys = api_keys(&g)?;
     c.reasoning_split = reasoning_split(&g)?;
+    // Calls are parsed from the model's text through the Jinja template path only
+    // (server-common.cpp `oaicompat_chat_params_parse` refuses `tools` without it).
+    c.tool_call_parser = jinja(&g);
+    c.broken_tool_calls_above = g
+        .int("--sim-broken-tool-calls-above-batch")?
+        .map(|n| n.max(0) as u64);
     let draft = g.int("--draft-max")?;
     let spec_on = g.has("--model-draft");
     c.speculative = speculative_model(&profile, spec_on, draft.filter(|_| spec_on).map(|d| d + 1));
@@ -510,7 +521,19 @@ fn reasoning_split(g: &Given) -> Result<bool, LlamaArgError> {
             format!("Unknown reasoning format: {format}"),
         ));
     }
-    Ok(format != "none" && !g.has("--no-jinja"))
+    Ok(format != "none" && jinja(g))
+}
+
+/// `--jinja`, on by default, unless the last of `--jinja` and `--no-jinja` turns it off.
+fn jinja(g: &Given) -> bool {
+    g.0.iter()
+        .rev()
+        .find_map(|(n, _)| match *n {
+            "--jinja" => Some(true),
+            "--no-jinja" => Some(false),
+            _ => None,
+        })
+        .unwrap_or(true)
 }
 
 /// `servebench sim --api llama.cpp --help`.
@@ -603,7 +626,14 @@ mod tests {
         // Modelled spellings are the build's too (the simulator's own two apart).
         for f in FLAGS {
             for name in f.names {
-                if ["--profile", "--sim-time-scale", "--sim-thinking-tokens"].contains(name) {
+                if [
+                    "--profile",
+                    "--sim-time-scale",
+                    "--sim-thinking-tokens",
+                    "--sim-broken-tool-calls-above-batch",
+                ]
+                .contains(name)
+                {
                     continue;
                 }
                 assert!(

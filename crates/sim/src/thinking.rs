@@ -53,26 +53,42 @@ pub(crate) struct Split {
     pub thinking_so_far: u64,
 }
 
+/// The text of the token at output position `pos` of a request that thinks for `think`
+/// tokens. The markers are tokens of the thinking, as in Qwen3's and DeepSeek-R1's
+/// vocabularies: the first thinking token is `<think>`, the last `</think>`. In the raw text
+/// (`raw`) they are written out; where the engine splits the thinking into its own field they
+/// are consumed by its parser and stream no text (the real SGLang and llama.cpp stream 24
+/// thinking chunks for 26 thinking tokens; `real_engine::thinking`).
+pub(crate) fn token_text(pos: u64, think: u64, id: u32, raw: bool) -> &'static str {
+    if pos >= think {
+        return tokenizer::decode_token(id);
+    }
+    match (pos == 0, pos + 1 == think, raw) {
+        (_, _, false) if pos == 0 || pos + 1 == think => "",
+        (true, true, true) => "<think></think>",
+        (true, false, true) => START,
+        (false, true, true) => END,
+        _ => tokenizer::decode_token(id),
+    }
+}
+
 /// Splits `o`'s new tokens: those before position `think` are thinking. `raw` writes the
 /// markers into the thinking text (the model's raw text), where the engine does not split.
 pub(crate) fn split(o: &Output, think: u64, raw: bool) -> Split {
     let n = o.new_ids.len() as u64;
     let start = o.completion_tokens.saturating_sub(n);
-    let k = think.saturating_sub(start).min(n) as usize;
     let mut s = Split {
         thinking_so_far: o.completion_tokens.min(think),
         ..Split::default()
     };
-    if k > 0 {
-        if raw && start == 0 {
-            s.thinking.push_str(START);
-        }
-        tokenizer::decode_into(&o.new_ids[..k], &mut s.thinking);
-        if raw && start + k as u64 == think {
-            s.thinking.push_str(END);
+    for (pos, &id) in (start..).zip(&o.new_ids) {
+        let text = token_text(pos, think, id, raw);
+        if pos < think {
+            s.thinking.push_str(text);
+        } else {
+            s.answer.push_str(text);
         }
     }
-    tokenizer::decode_into(&o.new_ids[k..], &mut s.answer);
     s
 }
 
@@ -114,14 +130,23 @@ mod tests {
         assert_eq!(tokens_for(&model, &off, true, "r"), 0);
         // The text APIs have no template to turn it off.
         assert_eq!(tokens_for(&model, &off, false, "r"), 3);
+        // Three thinking tokens: `<think>`, a word, `</think>`; the raw text writes them out,
+        // the split stream keeps the word alone.
         let a = split(&out(&[1, 2], 2), 3, true);
-        assert!(a.thinking.starts_with(START) && !a.thinking.ends_with(END));
+        assert_eq!(a.thinking, format!("{START}{}", tokenizer::decode_token(2)));
         assert_eq!((a.answer.as_str(), a.thinking_so_far), ("", 2));
         let b = split(&out(&[3, 4], 4), 3, true);
-        assert!(b.thinking.ends_with(END) && !b.answer.is_empty());
+        assert_eq!(b.thinking, END);
+        assert_eq!(b.answer, tokenizer::decode_token(4));
         assert_eq!(b.thinking_so_far, 3);
         let c = split(&out(&[3, 4], 4), 3, false);
-        assert!(!c.thinking.contains(END));
+        assert_eq!(
+            (c.thinking.as_str(), c.answer.as_str()),
+            ("", tokenizer::decode_token(4))
+        );
+        let d = split(&out(&[1, 2, 3, 4], 4), 3, false);
+        assert_eq!(d.thinking, tokenizer::decode_token(2));
+        assert_eq!(token_text(0, 1, 7, true), "<think></think>");
         let spread = Thinking {
             tokens: 10,
             spread: 4,

@@ -99,6 +99,16 @@ const FLAGS: &[Flag] = &[
         "Chat streams carry the model's thinking in `delta.reasoning`, the usage its count.",
     ),
     f(
+        "enable-auto-tool-choice",
+        Kind::Bool,
+        "With --tool-call-parser: chat takes any `tool_choice` and streams calls in `delta.tool_calls`.",
+    ),
+    f(
+        "tool-call-parser",
+        Kind::Str,
+        "The tool parser --enable-auto-tool-choice needs (a name vLLM registers).",
+    ),
+    f(
         "per-request-spec-decode-metrics",
         Kind::Str,
         "none, summary or detailed: the final usage chunk carries the request's speculative counts.",
@@ -267,6 +277,11 @@ const FLAGS: &[Flag] = &[
         "sim-thinking-tokens",
         Kind::Int,
         "(simulator) Thinking tokens the model writes before each answer.",
+    ),
+    f(
+        "sim-broken-tool-calls-above-batch",
+        Kind::Int,
+        "(simulator) Fault: tool calls made while more than N chat requests are live have broken arguments.",
     ),
 ];
 
@@ -773,11 +788,15 @@ fn resolve_config(
         .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("none"))
         .map(str::to_string);
     c.reasoning_split = c.reasoning_parser.is_some();
-    // `tool_choice: auto` needs both (serving_chat.py refuses it otherwise).
+    // The tool parser is loaded only with both (parser/parser_manager.py `get_tool_parser`);
+    // without it every `tool_choice` but `none` is refused.
     c.tool_call_parser = given
         .get("enable-auto-tool-choice")
-        .is_some_and(|v| v.as_bool() != Some(false))
-        && g.str("tool-call-parser").is_some();
+        .is_some_and(|v| v.as_bool() != Some(false));
+    c.tool_parser = g.str("tool-call-parser").map(str::to_string);
+    c.broken_tool_calls_above = g
+        .int("sim-broken-tool-calls-above-batch")
+        .map(|n| n.max(0) as u64);
     let per_request_spec_metrics = per_request_spec_metrics(&g, c.speculative.is_some())?;
     c.vllm = Some(std::sync::Arc::new(VllmOptions {
         non_default: non_default_args(given, &model),
@@ -916,7 +935,11 @@ fn non_default_args(given: &IndexMap<&'static str, Value>, model: &str) -> Index
     for (k, v) in given {
         if matches!(
             *k,
-            "profile" | "sim-time-scale" | "sim-thinking-tokens" | "model"
+            "profile"
+                | "sim-time-scale"
+                | "sim-thinking-tokens"
+                | "sim-broken-tool-calls-above-batch"
+                | "model"
         ) {
             continue;
         }
@@ -1066,6 +1089,76 @@ pub(crate) fn unknown_reasoning_parser(c: &SimConfig) -> Option<String> {
         "KeyError: \"Reasoning parser '{name}' not found. Available parsers: {}\"",
         VLLM_REASONING_PARSERS.join(", ")
     ))
+}
+
+/// vLLM's registered tool parsers (`vllm/tool_parsers/__init__.py` at 0064cc9, in order).
+const VLLM_TOOL_PARSERS: &[&str] = &[
+    "deepseek_v3",
+    "deepseek_v31",
+    "deepseek_v32",
+    "deepseek_v4",
+    "cohere_command3",
+    "cohere_command4",
+    "ernie45",
+    "glm45",
+    "glm47",
+    "granite-20b-fc",
+    "granite",
+    "granite4",
+    "hermes",
+    "poolside_v1",
+    "hunyuan_a13b",
+    "hy_v3",
+    "internlm",
+    "jamba",
+    "lfm2",
+    "kimi_k2",
+    "kimi_k3",
+    "llama3_json",
+    "llama4_json",
+    "llama4_pythonic",
+    "longcat",
+    "mimo",
+    "minimax_m2",
+    "minimax_m3",
+    "minicpm5",
+    "mistral",
+    "olmo3",
+    "openai",
+    "phi4_mini_json",
+    "pythonic",
+    "qwen3_coder",
+    "qwen3_xml",
+    "seed_oss",
+    "step3",
+    "step3p5",
+    "inkling",
+    "xlam",
+    "gigachat3",
+    "functiongemma",
+    "gemma4",
+    "apertus",
+    "solar_open2",
+];
+
+/// vLLM's refusal of its tool-call flags before it loads anything (exit status 1):
+/// `--enable-auto-tool-choice` without `--tool-call-parser` (cli_args.py
+/// `validate_parsed_serve_args`), or with a parser it has not registered (api_server.py
+/// `validate_api_server_args`).
+pub(crate) fn refused_tool_parser(c: &SimConfig) -> Option<String> {
+    if !c.tool_call_parser {
+        return None;
+    }
+    match c.tool_parser.as_deref() {
+        None | Some("") => {
+            Some("TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser".into())
+        }
+        Some(name) if !VLLM_TOOL_PARSERS.contains(&name) => Some(format!(
+            "KeyError: 'invalid tool call parser: {name} (chose from {{ {} }})'",
+            VLLM_TOOL_PARSERS.join(",")
+        )),
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]

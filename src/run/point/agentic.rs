@@ -86,7 +86,7 @@ impl PointRunner {
             point: point.id.clone(),
             round,
             corpus: corpus.clone(),
-            template: generation_request(exp, String::new(), &prompts.model),
+            template: generation_request(exp, String::new(), &prompts.target),
             think_scale: spec.think_scale.max(0.0),
             context_limit: self.surface.as_ref().and_then(|s| s.context_length),
             deadline,
@@ -448,8 +448,14 @@ impl SessionRun {
         let ids = shared.corpus.ids_of(t);
         let (text, theoretical) = match self.ledger.lock() {
             Ok(mut ledger) => {
-                let (text, found) =
-                    prompt.turn(&self.text, ids, Some(t.input_tokens), &mut ledger, 0);
+                let (text, found) = prompt.turn_after(
+                    &self.text,
+                    ids,
+                    t.shared as usize,
+                    Some(t.input_tokens),
+                    &mut ledger,
+                    0,
+                );
                 (text.to_string(), found)
             }
             Err(_) => return Err(Stop::Reason("the session's ledger was poisoned".into())),

@@ -1,6 +1,7 @@
 //! The closed loop: a round's requests sent with at most `concurrency` in flight, the next one
 //! released as one ends.
 
+use super::RequestTarget;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -23,7 +24,7 @@ impl PointRunner {
         point: &Point,
         round: u32,
         (count, prompts): (usize, impl Iterator<Item = Planned>),
-        model: &Option<String>,
+        target: &RequestTarget,
         flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
@@ -48,7 +49,7 @@ impl PointRunner {
                 break;
             }
             sent += 1;
-            let mut req = generation_request(exp, planned.text, model);
+            let mut req = generation_request(exp, planned.text, target);
             req.max_tokens = planned.max_tokens;
             let (client, writer, progress) =
                 (client.clone(), self.writer.clone(), self.progress.clone());

@@ -302,6 +302,7 @@ impl PointRunner {
         record.status = Some(summary.status);
         record.prefix_cache = summary.prefix_cache;
         (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
+        record.tool_calls = summary.tool_calls;
         let end = super::probe::PointEnd {
             exp,
             fold: &fold,
@@ -352,7 +353,10 @@ impl PointRunner {
             None => WorkloadSource::load(&exp.workload, &self.spec_dir),
         }
         .map_err(|e| (FlagKind::PromptError, e.to_string(), None))?;
-        let model = request_model(exp, self.surface.as_ref());
+        let target = RequestTarget {
+            model: request_model(exp, self.surface.as_ref()),
+            markers: reasoning_markers(exp, self.surface.as_ref()),
+        };
         let mut calibration = None;
         if source.is_single()
             && let PromptSource::Generated {
@@ -369,7 +373,7 @@ impl PointRunner {
                     *target_tokens,
                     *calibrate,
                     behind_nonce(exp),
-                    &model,
+                    &target.model,
                 )
                 .await
                 .map_err(|(e, record)| (FlagKind::CalibrationFailed, e, record))?;
@@ -378,7 +382,7 @@ impl PointRunner {
         }
         Ok(Prompts {
             source,
-            model,
+            target,
             calibration,
         })
     }
@@ -396,7 +400,7 @@ impl PointRunner {
         let exp = &point.experiment;
         let asker = validity::Asker {
             client: client.clone(),
-            template: generation_request(exp, String::new(), &prompts.model),
+            template: generation_request(exp, String::new(), &prompts.target),
             point: point.id.clone(),
             timeout: exp.request_timeout,
             sink: self.sink.clone(),
@@ -447,7 +451,7 @@ impl PointRunner {
             target,
             calibrate,
             true,
-            &prompts.model,
+            &prompts.target.model,
         )
         .await
         .map(|b| b.text)
@@ -635,7 +639,7 @@ pub(super) fn behind_nonce(exp: &Experiment) -> bool {
 /// A point's workload, ready to draw from, and the model name its requests carry.
 struct Prompts {
     source: WorkloadSource,
-    model: Option<String>,
+    target: RequestTarget,
     /// How a single generated prompt was calibrated (None otherwise).
     calibration: Option<Calibration>,
 }
@@ -710,10 +714,18 @@ fn request_model(
     }
 }
 
+/// Who a point's requests are for: the model name they carry, and the thinking markers of
+/// the server's reasoning parser where the workload's API needs them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RequestTarget {
+    pub(super) model: Option<String>,
+    pub(super) markers: Option<servebench_model::spec::reasoning::ThinkMarkers>,
+}
+
 pub(super) fn generation_request(
     exp: &Experiment,
     prompt: String,
-    model: &Option<String>,
+    target: &RequestTarget,
 ) -> GenerationRequest {
     GenerationRequest {
         api: exp.workload.api,
@@ -721,10 +733,10 @@ pub(super) fn generation_request(
         max_tokens: exp.workload.output_tokens.fixed().unwrap_or(1) as u32,
         ignore_eos: exp.workload.ignore_eos,
         temperature: exp.workload.temperature,
-        model: model.clone(),
+        model: target.model.clone(),
         history: Vec::new(),
         spec_tokens_details: crate::engine::speaks_sglang(&exp.server),
-        reasoning_markers: reasoning_markers(exp),
+        reasoning_markers: target.markers,
         chat_template_kwargs: exp
             .workload
             .chat_template_kwargs
@@ -743,8 +755,13 @@ pub(super) fn generation_request(
 }
 
 /// The thinking markers of the server's reasoning parser, where the workload's API needs them
-/// (text APIs of an SGLang-speaking server launched with `--reasoning-parser`).
-fn reasoning_markers(exp: &Experiment) -> Option<servebench_model::spec::reasoning::ThinkMarkers> {
+/// (text APIs of an SGLang-speaking server launched with `--reasoning-parser`): the spec's
+/// flag for a server servebench launches, else the parser the server says it runs
+/// (`/server_info`'s `reasoning_parser`: a `url:` server).
+fn reasoning_markers(
+    exp: &Experiment,
+    surface: Option<&servebench_model::results::meta::ServerSurface>,
+) -> Option<servebench_model::spec::reasoning::ThinkMarkers> {
     use servebench_model::spec::reasoning::{ParserKnowledge, sglang_parser};
     if exp.workload.api == servebench_model::spec::types::Api::OpenaiChat
         || !crate::engine::speaks_sglang(&exp.server)
@@ -756,7 +773,8 @@ fn reasoning_markers(exp: &Experiment) -> Option<servebench_model::spec::reasoni
         .find_map(|k| match exp.server.args.get(*k) {
             Some(ArgValue::Str(s)) => Some(s.as_str()),
             _ => None,
-        })?;
+        })
+        .or_else(|| surface.and_then(|s| s.reasoning_parser.as_deref()))?;
     match sglang_parser(parser) {
         ParserKnowledge::Markers(m) => Some(m),
         ParserKnowledge::NoMarkers | ParserKnowledge::Unknown => None,

@@ -201,7 +201,7 @@ impl PointRunner {
                         round,
                         schedule,
                         planned,
-                        &prompts.model,
+                        &prompts.target,
                         (flags, fold),
                         &window,
                     )
@@ -216,7 +216,7 @@ impl PointRunner {
                 let (records, stopped) = match exp.method.resolve() {
                     Measure::Streaming => {
                         let sent = (plan.len(), planned);
-                        self.send_closed_loop(client, point, round, sent, &prompts.model, flags)
+                        self.send_closed_loop(client, point, round, sent, &prompts.target, flags)
                             .await
                     }
                     Measure::TwoPoint { a, b } => {
@@ -226,7 +226,7 @@ impl PointRunner {
                             round,
                             (a, b),
                             planned,
-                            &prompts.model,
+                            &prompts.target,
                             flags,
                         )
                         .await
@@ -262,7 +262,7 @@ impl PointRunner {
             }
             let prompt = format!("{prefix}{}", p.text);
             primed.insert(p.text);
-            let mut req = generation_request(exp, prompt, &prompts.model);
+            let mut req = generation_request(exp, prompt, &prompts.target);
             req.max_tokens = p.max_tokens;
             let m = tokio::select! {
                 m = client.stream(&req, exp.request_timeout) => m,

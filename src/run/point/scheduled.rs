@@ -5,6 +5,7 @@
 //! point's summary as they finish, so memory does not grow with their count (only requests
 //! judged with their shared-prefix group wait for the point's end).
 
+use super::RequestTarget;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,7 +54,7 @@ impl PointRunner {
         round: u32,
         schedule: &Schedule,
         mut planned: impl Iterator<Item = Planned>,
-        model: &Option<String>,
+        target: &RequestTarget,
         (flags, fold): (&mut Vec<Flag>, &mut PointFold),
         window: &Window,
     ) -> (bool, Observed) {
@@ -61,6 +62,7 @@ impl PointRunner {
         let mut tally = Tally::new(schedule, exp.stop.as_ref().and_then(|s| s.errors.clone()));
         fold.expect(tally.measured_total);
         prepare(client, connections_ahead(schedule)).await;
+        let cap = InFlightCap::of(schedule);
 
         let cpu_before = cpu_seconds();
         let wall = Instant::now();
@@ -70,11 +72,10 @@ impl PointRunner {
             runner: self,
             point,
             round,
-            model,
+            target,
             start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
-            slots: schedule
-                .max_in_flight
-                .map(|n| Arc::new(Semaphore::new(n as usize))),
+            slots: cap.slots(),
+            cap_reached: cap.reached.clone(),
             gone: super::ServerGone::default(),
         };
         let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
@@ -160,6 +161,7 @@ impl PointRunner {
         {
             observed.client_cpu = Some((b - a) / elapsed);
         }
+        flags.extend(cap.flag());
         (stopped, observed)
     }
 }
@@ -170,11 +172,13 @@ struct Release<'r> {
     runner: &'r PointRunner,
     point: &'r Point,
     round: u32,
-    model: &'r Option<String>,
+    target: &'r RequestTarget,
     /// When the schedule's clock starts, in unix seconds.
     start_unix: f64,
     /// `max_in_flight`: a request due while the cap is reached waits for a slot.
     slots: Option<Arc<Semaphore>>,
+    /// Set when a request due found every slot taken.
+    cap_reached: Arc<std::sync::atomic::AtomicBool>,
     gone: super::ServerGone,
 }
 
@@ -188,7 +192,7 @@ impl Release<'_> {
         p: Planned,
     ) -> impl std::future::Future<Output = Option<RequestRecord>> + Send + 'static {
         let exp = &self.point.experiment;
-        let mut req = generation_request(exp, p.text, self.model);
+        let mut req = generation_request(exp, p.text, self.target);
         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
         let (client, writer, progress, slots) = (
             self.client.clone(),
@@ -196,6 +200,7 @@ impl Release<'_> {
             self.runner.progress.clone(),
             self.slots.clone(),
         );
+        let cap_reached = self.cap_reached.clone();
         let (pid, api, timeout, requested) = (
             self.point.id.clone(),
             exp.workload.api,
@@ -210,7 +215,13 @@ impl Release<'_> {
         async move {
             // A request due while the cap is reached waits here: its lag says so.
             let _permit = match &slots {
-                Some(sem) => sem.clone().acquire_owned().await.ok(),
+                Some(sem) => match sem.clone().try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        cap_reached.store(true, std::sync::atomic::Ordering::Relaxed);
+                        sem.clone().acquire_owned().await.ok()
+                    }
+                },
                 None => None,
             };
             progress.request_started();
@@ -319,6 +330,55 @@ fn connections_ahead(schedule: &Schedule) -> usize {
         .min(schedule.max_in_flight.map_or(usize::MAX, |m| m as usize))
         .min(schedule.len())
         .min(files)
+}
+
+/// How many requests may be in flight at once: `max_in_flight`, and never more connections
+/// than the open-file limit leaves room for beside the run's own files. Past the descriptors a
+/// connection cannot open, and a request that fails so would say nothing of the server; one
+/// that waits for room says, in its lag, that the client held it.
+struct InFlightCap {
+    slots: Option<usize>,
+    /// The open-file limit, when it is what bounds the requests in flight.
+    by_files: Option<u64>,
+    /// The limit was reached: some request due waited for a slot.
+    reached: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl InFlightCap {
+    fn of(schedule: &Schedule) -> InFlightCap {
+        let asked = schedule.max_in_flight.map(|m| m as usize);
+        let files = crate::client::raise_open_file_limit();
+        let room = files.map(|n| n.saturating_sub(RESERVED_FILES).max(1) as usize);
+        let by_files = match (room, asked) {
+            (Some(r), Some(a)) if r < a && r < schedule.len() => files,
+            (Some(r), None) if r < schedule.len() => files,
+            _ => None,
+        };
+        InFlightCap {
+            slots: [asked, by_files.and(room)].into_iter().flatten().min(),
+            by_files,
+            reached: Arc::default(),
+        }
+    }
+
+    fn slots(&self) -> Option<Arc<Semaphore>> {
+        self.slots.map(|n| Arc::new(Semaphore::new(n)))
+    }
+
+    /// The point's flag when the open-file limit held requests back.
+    fn flag(&self) -> Option<Flag> {
+        let files = self.by_files?;
+        if !self.reached.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        Some(Flag::new(
+            FlagKind::ClientLimited,
+            format!(
+                "at most {} requests were in flight: the client's open-file limit ({files}, `ulimit -n`) leaves room for that many connections beside its own files, so requests due past it waited (their lag is the client's); raise the limit to offer the whole load",
+                self.slots.unwrap_or(1)
+            ),
+        ))
+    }
 }
 
 /// The most offsets (seconds, non-decreasing) within any span of `window` seconds; holds only

@@ -82,7 +82,7 @@ impl PointRunner {
                 requests: conversation
                     .into_iter()
                     .map(|p| {
-                        let mut r = generation_request(exp, p.text, &prompts.model);
+                        let mut r = generation_request(exp, p.text, &prompts.target);
                         r.max_tokens = p.max_tokens;
                         r
                     })

@@ -1,6 +1,7 @@
 //! The two-point method's sender: per prompt, request a, then (cold) a cache flush, then
 //! request b with the same prompt, one pair at a time.
 
+use super::RequestTarget;
 use crate::client::Client;
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
@@ -22,7 +23,7 @@ impl PointRunner {
         round: u32,
         (a, b): (u32, u32),
         prompts: impl Iterator<Item = Planned>,
-        model: &Option<String>,
+        target: &RequestTarget,
         flags: &mut Vec<Flag>,
     ) -> (Vec<RequestRecord>, bool) {
         let exp = &point.experiment;
@@ -40,7 +41,7 @@ impl PointRunner {
                         message: format!("{e}; the point ran without a cache reset"),
                     });
                 }
-                let mut req = generation_request(exp, prompt.clone(), model);
+                let mut req = generation_request(exp, prompt.clone(), target);
                 req.max_tokens = max_tokens;
                 self.progress.request_started();
                 let m = tokio::select! {

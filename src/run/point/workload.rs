@@ -133,7 +133,7 @@ impl PointRunner {
                     Need::Reply(reply) => {
                         if let Entry::Vacant(e) = plan.replies.entry(reply) {
                             let n = self
-                                .reply_length(client, exp, &prompts.model, e.key())
+                                .reply_length(client, exp, &prompts.target.model, e.key())
                                 .await?;
                             e.insert(n);
                         }
@@ -218,7 +218,7 @@ impl PointRunner {
                 tokens,
                 calibrate,
                 behind_nonce,
-                &prompts.model,
+                &prompts.target.model,
             )
             .await
             .map_err(|(e, _)| (FlagKind::CalibrationFailed, e))?;

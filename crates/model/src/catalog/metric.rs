@@ -104,6 +104,8 @@ pub enum Metric {
     AnswerTokens,
     ReasoningDecode,
     AnswerDecode,
+    ToolCallRate,
+    ToolCallValidRate,
 }
 
 /// One catalogue entry.
@@ -139,6 +141,9 @@ struct Entry {
     /// A thinking model's metric (time to the first answer token, thinking and answer
     /// tokens): measured where a point's requests thought, defined beside the others then.
     reasoning: bool,
+    /// A tool-calling metric (`workload.tools`): one share per point, measured where a
+    /// point's requests were sent tools, defined in the report's tool-call section.
+    tools: bool,
 }
 
 /// In report order.
@@ -165,6 +170,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::Ttfa,
@@ -186,6 +192,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: true,
+        tools: false,
     },
     Entry {
         metric: Metric::Prefill,
@@ -209,6 +216,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::Decode,
@@ -232,6 +240,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::Tpot,
@@ -253,6 +262,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::Itl,
@@ -277,6 +287,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::Icl,
@@ -298,6 +309,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::E2e,
@@ -319,6 +331,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::QueueDelay,
@@ -340,6 +353,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::PromptTokens,
@@ -361,6 +375,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::CachedTokens,
@@ -382,6 +397,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::CompletionTokens,
@@ -403,6 +419,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::TA,
@@ -424,6 +441,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::TB,
@@ -445,6 +463,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::TtftFromSchedule,
@@ -466,6 +485,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::E2eFromSchedule,
@@ -487,6 +507,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::ScheduleLag,
@@ -508,6 +529,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::ThroughputReq,
@@ -529,6 +551,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::InputTok,
@@ -550,6 +573,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::OutputTok,
@@ -571,6 +595,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::TotalTok,
@@ -592,6 +617,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::PeakOutputTok,
@@ -613,6 +639,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::ConcurrencyMean,
@@ -634,6 +661,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::ConcurrencyMax,
@@ -655,6 +683,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::Goodput,
@@ -676,6 +705,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::SloAttainment,
@@ -697,6 +727,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::ClientCpu,
@@ -718,6 +749,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::AcceptLength,
@@ -739,6 +771,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: true,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::VerifyStep,
@@ -760,6 +793,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: true,
         gpu: false,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::EnergyPerOutputToken,
@@ -781,6 +815,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: true,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::EnergyPerRequest,
@@ -802,6 +837,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: true,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::GpuPower,
@@ -823,6 +859,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: true,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::GpuMemoryFreeMin,
@@ -844,6 +881,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: true,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::CostPerMInput,
@@ -865,6 +903,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: true,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::CostPerMOutput,
@@ -886,6 +925,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: true,
         reasoning: false,
+        tools: false,
     },
     Entry {
         metric: Metric::ReasoningTokens,
@@ -907,6 +947,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: true,
+        tools: false,
     },
     Entry {
         metric: Metric::AnswerTokens,
@@ -928,6 +969,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: true,
+        tools: false,
     },
     Entry {
         metric: Metric::ReasoningDecode,
@@ -949,6 +991,7 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: true,
+        tools: false,
     },
     Entry {
         metric: Metric::AnswerDecode,
@@ -970,6 +1013,51 @@ const CATALOGUE: &[Entry] = &[
         speculative: false,
         gpu: false,
         reasoning: true,
+        tools: false,
+    },
+    Entry {
+        metric: Metric::ToolCallRate,
+        name: "tool_call_rate",
+        label: "calls made",
+        long_label: "Tool-call rate",
+        unit: "share",
+        definition: "Of the successful measured requests sent tools (`workload.tools`), the share whose stream made a tool call (`delta.tool_calls`); a request that answered in text made none.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Count,
+        display: Display::Share,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: false,
+        tools: true,
+    },
+    Entry {
+        metric: Metric::ToolCallValidRate,
+        name: "tool_call_valid_rate",
+        label: "calls valid",
+        long_label: "Valid tool-call rate",
+        unit: "share",
+        definition: "Of the successful measured requests that made a tool call, the share whose every call named a declared tool with arguments that parse as JSON and satisfy its `parameters` schema. Under 0.95 the point is flagged `invalid-tool-calls`.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Count,
+        display: Display::Share,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: false,
+        tools: true,
     },
 ];
 
@@ -987,7 +1075,7 @@ impl Metric {
             .filter(move |e| match method {
                 Method::Streaming => e.streaming,
                 Method::TwoPoint => e.two_point,
-            } && !e.load && !e.speculative && !e.gpu && !e.reasoning)
+            } && !e.load && !e.speculative && !e.gpu && !e.reasoning && !e.tools)
             .map(|e| e.metric)
     }
 
@@ -1001,6 +1089,7 @@ impl Metric {
                     && !e.speculative
                     && !e.gpu
                     && !e.reasoning
+                    && !e.tools
                     && (method == Method::TwoPoint || e.streaming || !e.two_point)
             })
             .map(|e| e.metric)
@@ -1015,6 +1104,11 @@ impl Metric {
     /// A thinking model's metrics (streaming points whose requests thought), in report order.
     pub fn of_reasoning() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.reasoning).map(|e| e.metric)
+    }
+
+    /// The tool-calling metrics (points whose requests were sent tools), in report order.
+    pub fn of_tools() -> impl Iterator<Item = Metric> {
+        CATALOGUE.iter().filter(|e| e.tools).map(|e| e.metric)
     }
 
     /// The metrics of `load:` points, in report order.
@@ -1148,7 +1242,10 @@ mod tests {
             } else if n.ends_with("_s") {
                 assert_eq!(m.direction(), Some(Direction::Lower), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Time, "{n}");
-            } else if m == Metric::SloAttainment {
+            } else if matches!(
+                m,
+                Metric::SloAttainment | Metric::ToolCallRate | Metric::ToolCallValidRate
+            ) {
                 assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Count, "{n}");
             } else {

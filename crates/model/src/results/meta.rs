@@ -346,6 +346,11 @@ pub struct ServerSurface {
     /// is 0: an answered usage without it is a reported 0, not a missing count.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cached_tokens_omitted_when_zero: bool,
+    /// The reasoning parser the server says it runs (SGLang's `/server_info`
+    /// `reasoning_parser`): how a `url:` server's thinking is told from its answer on the text
+    /// APIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_parser: Option<String>,
     /// What was looked for and not found, and what that means (e.g. vLLM's cache reset needs
     /// `VLLM_SERVER_DEV_MODE=1`).
     #[serde(default)]

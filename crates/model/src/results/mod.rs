@@ -6,6 +6,7 @@ pub mod records;
 pub mod rundir;
 pub mod search;
 pub mod server_view;
+pub mod tool_calls;
 pub mod validity;
 
 pub use rundir::{RunDir, RunDirError};

@@ -199,6 +199,11 @@ pub enum ErrorKind {
     Malformed,
     /// Could not connect.
     Connect,
+    /// The client's side, not the server's: it could not open a connection for lack of its
+    /// own resources (no file descriptor left: `EMFILE`, `ENFILE`). The server was never
+    /// asked, so this says nothing about it (never read as a server gone); raise `ulimit -n`
+    /// or lower `load.max_in_flight`.
+    ClientResources,
     /// The server broke the connection after it had started answering (or, on a connection
     /// opened for this request, before it answered at all).
     Reset,
@@ -785,6 +790,10 @@ pub struct PointRecord {
     /// session's course (None for other points).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<super::jobs::JobsView>,
+    /// The point's tool calls: requests sent tools, calls made, valid ones, the first invalid
+    /// (None when no request was sent tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<super::tool_calls::ToolCallsView>,
 }
 
 /// One worker behind a router, as its own counters saw a point.

@@ -449,9 +449,13 @@ fn checked_point(
     match typed(&raw) {
         Ok(mut experiment) => {
             found.extend(
-                super::tools::inline_file(&mut experiment.workload.tools, spec_dir)
-                    .iter()
-                    .map(|p| report.problem(p, Some(&raw.origins))),
+                super::tools::inline_file(
+                    &mut experiment.workload.tools,
+                    experiment.workload.tool_choice.as_ref(),
+                    spec_dir,
+                )
+                .iter()
+                .map(|p| report.problem(p, Some(&raw.origins))),
             );
             for check in checks {
                 found.extend(
@@ -705,6 +709,7 @@ pub(crate) fn expectable_metrics() -> Vec<&'static str> {
         .collect();
     for m in Metric::of_method(Method::TwoPoint)
         .chain(Metric::of_reasoning())
+        .chain(Metric::of_tools())
         .chain(Metric::of_load())
         .map(Metric::name)
     {

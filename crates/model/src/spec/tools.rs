@@ -191,21 +191,7 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
             .and_then(|c| c.get("function"))
             .and_then(Value::as_str)
         {
-            let declared = list
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
-            if !declared {
-                out.push(Problem {
-                    pointer: "/workload/tool_choice/function".into(),
-                    target: Target::Value,
-                    message: format!(
-                        "`tool_choice` names `{name}`, which `tools` does not declare"
-                    ),
-                    hint: Some("name one of the tools, or use `auto` or `required`".into()),
-                });
-            }
+            out.extend(undeclared_choice(list, name, "`tools`"));
         }
     }
     if choice.is_some() && tools.is_none() {
@@ -219,11 +205,38 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
     out
 }
 
+/// The problem of a named `tool_choice` (`name`) that `list` (`where_`, as the message
+/// names it) does not declare, if it does not.
+fn undeclared_choice(list: &Value, name: &str, where_: &str) -> Option<Problem> {
+    let names: Vec<&str> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .collect();
+    if names.contains(&name) {
+        return None;
+    }
+    let shown: Vec<String> = names.iter().take(5).map(|n| format!("`{n}`")).collect();
+    let more = if names.len() > 5 { ", ..." } else { "" };
+    Some(Problem {
+        pointer: "/workload/tool_choice/function".into(),
+        target: Target::Value,
+        message: format!("`tool_choice` names `{name}`, which {where_} does not declare"),
+        hint: Some(format!(
+            "name one of the tools ({}{more}), or use `auto` or `required`",
+            shown.join(", ")
+        )),
+    })
+}
+
 /// `tools: { file }` read (relative to `spec_dir`, at most [`MAX_TOOLS_FILE_BYTES`]) and put
 /// in the spec's place, so that every later step (and an agent on another host) sees the list
-/// sent; problems are reported at `/workload/tools/file`.
+/// sent; problems are reported at `/workload/tools/file`, and a named `choice` the file does
+/// not declare at `/workload/tool_choice/function`.
 pub(crate) fn inline_file(
     tools: &mut Option<ToolsSpec>,
+    choice: Option<&ToolChoice>,
     spec_dir: &std::path::Path,
 ) -> Vec<Problem> {
     use std::io::Read;
@@ -280,10 +293,16 @@ pub(crate) fn inline_file(
             first.hint.as_deref().unwrap_or(""),
         )];
     }
+    let undeclared = match choice {
+        Some(ToolChoice::Named { function }) => {
+            undeclared_choice(&list, function, &format!("the tools file `{shown}`"))
+        }
+        _ => None,
+    };
     if let Value::Array(list) = list {
         *tools = Some(ToolsSpec::Inline(list));
     }
-    Vec::new()
+    undeclared.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -334,5 +353,42 @@ mod tests {
         let named = json!({"workload": {"api": "openai-chat",
             "tools": [tool("f", json!({"type": "object"}))], "tool_choice": {"function": "g"}}});
         assert_eq!(checks(&named)[0].pointer, "/workload/tool_choice/function");
+    }
+
+    /// A named choice is checked against the tools a file declares, as against inline ones.
+    #[test]
+    fn a_named_choice_is_checked_against_the_tools_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = json!([tool("get_weather", json!({"type": "object"}))]);
+        std::fs::write(dir.path().join("tools.json"), list.to_string()).unwrap();
+        let read = |name: &str| {
+            let mut tools = Some(ToolsSpec::File {
+                file: "tools.json".into(),
+            });
+            let choice = ToolChoice::Named {
+                function: name.into(),
+            };
+            let p = inline_file(&mut tools, Some(&choice), dir.path());
+            (p, tools)
+        };
+        let (p, tools) = read("get_weather");
+        assert!(p.is_empty(), "{p:?}");
+        assert_eq!(
+            tools,
+            Some(ToolsSpec::Inline(list.as_array().unwrap().clone()))
+        );
+        let (p, _) = read("get_wether");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].pointer, "/workload/tool_choice/function");
+        assert!(
+            p[0].message
+                .contains("`get_wether`, which the tools file `"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(
+            p[0].hint.as_deref(),
+            Some("name one of the tools (`get_weather`), or use `auto` or `required`")
+        );
     }
 }

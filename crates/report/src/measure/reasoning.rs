@@ -58,14 +58,19 @@ impl ThinkingTally {
             if self.ended > 0 {
                 why.push(format!("{} ended while thinking", self.ended));
             }
+            let answered = self.ok.saturating_sub(unanswered);
+            let ttfa = if answered == 0 {
+                "the point has no TTFA".to_string()
+            } else {
+                format!("the point's TTFA covers the {answered} that answered")
+            };
             flags.push(Flag::new(
                 FlagKind::NoAnswer,
                 format!(
-                    "{unanswered} of {} requests that thought never answered ({}; first: request {}): they have no time to the first answer token, and the point's TTFA covers the {} that answered",
+                    "{unanswered} of {} requests that thought never answered ({}; first: request {}): they have no time to the first answer token, and {ttfa}",
                     self.thought,
                     why.join(", "),
                     self.first_unanswered.unwrap_or(0),
-                    self.ok - unanswered
                 ),
             ));
         }

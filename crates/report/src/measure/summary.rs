@@ -47,6 +47,8 @@ pub struct PointSummary {
     pub trace_cache: Option<TraceCache>,
     /// Agent sessions, as the runner set them ([`PointFold::jobs`]).
     pub jobs: Option<JobsView>,
+    /// The successful requests' tool calls (None when none was sent tools).
+    pub tool_calls: Option<servebench_model::results::tool_calls::ToolCallsView>,
 }
 
 /// Summarises the measured records of a point of `exp`. `flags` are what the runner already
@@ -385,6 +387,7 @@ impl PointFold {
             flags.extend(share_flags);
         }
         let mut metrics = self.aggregate(&clean, &deferred, &mut flags);
+        self.tools.put_metrics(&mut metrics);
         if !prefill_is_speed(exp) {
             metrics.shift_remove(servebench_model::catalog::Metric::Prefill.name());
         }
@@ -438,6 +441,7 @@ impl PointFold {
             rerouted: std::mem::take(&mut self.rerouted),
             trace_cache: self.trace_cache.clone(),
             jobs: self.jobs.clone(),
+            tool_calls: self.tools.view(),
         }
     }
 

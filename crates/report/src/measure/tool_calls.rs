@@ -1,22 +1,28 @@
 //! A point's tool calls, from its successful records that were sent tools: how many made a
-//! call, how many calls were valid, and the `invalid-tool-calls` flag when too many were not
-//! (a server that returns broken calls under load measures output nobody can use).
+//! call and how many calls were valid (the point's `tool_call_rate` and
+//! `tool_call_valid_rate`), the first invalid one, and the `invalid-tool-calls` flag when too
+//! many were not (a server that returns broken calls under load measures output nobody can
+//! use).
 
-use servebench_model::catalog::FlagKind;
-use servebench_model::results::records::{Flag, RequestRecord};
+use indexmap::IndexMap;
+
+use servebench_model::catalog::{FlagKind, Metric};
+use servebench_model::results::records::{Flag, RequestRecord, Stat};
+use servebench_model::results::tool_calls::{InvalidCall, ToolCallsView};
 
 /// Share of calls that may be invalid before the point is flagged.
 pub(crate) const INVALID_SHARE_FLAGGED: f64 = 0.05;
 
-/// What a point's records said about tool calls, folded one record at a time.
+/// What a point's records said about tool calls, folded one record at a time (in any
+/// order).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ToolTally {
     /// Successful requests sent tools, those that called, and those whose calls were valid.
     sent: usize,
     called: usize,
     valid: usize,
-    /// The first invalid call's request and why.
-    first_invalid: Option<(u32, String)>,
+    /// The first invalid call, by the order the point sent its requests: (order key, call).
+    first_invalid: Option<(u64, InvalidCall)>,
 }
 
 impl ToolTally {
@@ -31,11 +37,56 @@ impl ToolTally {
         }
         match r.tool_call_valid {
             Some(true) => self.valid += 1,
-            Some(false) if self.first_invalid.is_none() => {
-                self.first_invalid =
-                    Some((r.index, r.tool_call_invalid.clone().unwrap_or_default()));
+            Some(false) => {
+                let order = super::metrics::order_key(r);
+                if self.first_invalid.as_ref().is_none_or(|(o, _)| order < *o) {
+                    let reason = r.tool_call_invalid.clone().unwrap_or_default();
+                    let call = InvalidCall {
+                        request: r.index,
+                        reason,
+                    };
+                    self.first_invalid = Some((order, call));
+                }
             }
-            _ => {}
+            None => {}
+        }
+    }
+
+    /// The point's view of its calls; None when no successful request was sent tools.
+    pub(crate) fn view(&self) -> Option<ToolCallsView> {
+        (self.sent > 0).then(|| ToolCallsView {
+            sent: self.sent,
+            called: self.called,
+            valid: self.valid,
+            first_invalid: self.first_invalid.as_ref().map(|(_, c)| c.clone()),
+        })
+    }
+
+    /// Puts the point's shares in `metrics`: `tool_call_rate` when a request was sent tools,
+    /// `tool_call_valid_rate` when one called. One value per point; `count` is the requests
+    /// the share is over.
+    pub(crate) fn put_metrics(&self, metrics: &mut IndexMap<String, Stat>) {
+        for (metric, part, whole) in [
+            (Metric::ToolCallRate, self.called, self.sent),
+            (Metric::ToolCallValidRate, self.valid, self.called),
+        ] {
+            if whole == 0 {
+                continue;
+            }
+            let share = part as f64 / whole as f64;
+            metrics.insert(
+                metric.name().to_string(),
+                Stat {
+                    count: whole,
+                    mean: share,
+                    p50: share,
+                    p90: share,
+                    p99: share,
+                    min: share,
+                    max: share,
+                    ..Stat::default()
+                },
+            );
         }
     }
 
@@ -45,7 +96,11 @@ impl ToolTally {
         if self.called == 0 || (invalid as f64) <= INVALID_SHARE_FLAGGED * self.called as f64 {
             return Vec::new();
         }
-        let (index, why) = self.first_invalid.clone().unwrap_or_default();
+        let (index, why) = self
+            .first_invalid
+            .as_ref()
+            .map(|(_, c)| (c.request, c.reason.clone()))
+            .unwrap_or_default();
         vec![Flag::new(
             FlagKind::InvalidToolCalls,
             format!(
@@ -68,7 +123,9 @@ mod tests {
             index,
             tool_calls: calls,
             tool_call_valid: valid,
-            tool_call_invalid: valid.is_some_and(|v| !v).then(|| "not JSON".to_string()),
+            tool_call_invalid: valid
+                .is_some_and(|v| !v)
+                .then(|| format!("not JSON ({index})")),
             ..RequestRecord::fixture()
         }
     }
@@ -91,6 +148,44 @@ mod tests {
             "{}",
             flags[0].message
         );
-        assert!(flags[0].message.contains("request 3, not JSON"));
+        assert!(flags[0].message.contains("request 3, not JSON (3)"));
+    }
+
+    /// The shares: calls made of the requests sent tools, valid ones of those that called;
+    /// the first invalid call is the first the point sent, whatever order records come in.
+    #[test]
+    fn the_shares_count_requests_sent_tools_and_those_that_called() {
+        let mut t = ToolTally::default();
+        for r in [
+            rec(5, Some(1), Some(false)),
+            rec(0, Some(1), Some(true)),
+            rec(1, Some(2), Some(true)),
+            rec(2, Some(0), None),
+            rec(3, Some(1), Some(false)),
+            rec(4, None, None),
+        ] {
+            t.add(&r);
+        }
+        let mut metrics = IndexMap::new();
+        t.put_metrics(&mut metrics);
+        let rate = &metrics["tool_call_rate"];
+        assert_eq!((rate.count, rate.mean), (5, 0.8));
+        let valid = &metrics["tool_call_valid_rate"];
+        assert_eq!((valid.count, valid.mean), (4, 0.5));
+        let view = t.view().unwrap();
+        assert_eq!(
+            (view.sent, view.called, view.valid, view.invalid()),
+            (5, 4, 2, 2)
+        );
+        let first = view.first_invalid.unwrap();
+        assert_eq!((first.request, first.reason.as_str()), (3, "not JSON (3)"));
+        // No call made: no valid share; nothing sent tools: no view at all.
+        let mut text_only = ToolTally::default();
+        text_only.add(&rec(0, Some(0), None));
+        let mut m = IndexMap::new();
+        text_only.put_metrics(&mut m);
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["tool_call_rate"]);
+        assert_eq!(m["tool_call_rate"].mean, 0.0);
+        assert!(ToolTally::default().view().is_none());
     }
 }

@@ -149,12 +149,7 @@ pub(crate) fn build_model_from(
         point_dimensions,
         tables,
         unfinished_points: unfinished_points(points, requests),
-        metric_defs: metric_defs(
-            exp.method.resolve(),
-            points
-                .iter()
-                .any(|p| p.metrics.contains_key(Metric::Ttfa.name())),
-        ),
+        metric_defs: metric_defs(exp.method.resolve(), points),
         reproduction: super::reproduction::evaluate(meta, points),
         totals,
         data_notes: Vec::new(),
@@ -171,6 +166,7 @@ pub(crate) fn build_model_from(
         profiles: Vec::new(),
         workers: None,
         validity: None,
+        tool_calls: None,
     };
     fill_sections(&mut model, meta, points);
     model
@@ -218,6 +214,7 @@ fn fill_sections(model: &mut ReportModel, meta: &RunMeta, points: &[PointRecord]
     model.profiles = super::profiles::rows(points, &labels);
     model.workers = super::workers::section(points, &labels);
     model.validity = super::validity::section(points, &labels);
+    model.tool_calls = super::tool_calls::section(points, &labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.
         load.charts = super::load_charts::charts(load)
@@ -404,17 +401,23 @@ fn point_row(
 }
 
 /// The definitions the report states, for the method that produced the numbers (a thinking
-/// model's too, when some point's requests thought).
+/// model's too, when some point's requests thought; the tool-calling ones, when some point's
+/// requests were sent tools).
 fn metric_defs(
     method: servebench_model::spec::types::Measure,
-    thought: bool,
+    points: &[PointRecord],
 ) -> IndexMap<String, MetricDef> {
+    let thought = points
+        .iter()
+        .any(|p| p.metrics.contains_key(Metric::Ttfa.name()));
+    let tools = points.iter().any(|p| p.tool_calls.is_some());
     let (method, a, b) = match method {
         servebench_model::spec::types::Measure::TwoPoint { a, b } => (Method::TwoPoint, a, b),
         servebench_model::spec::types::Measure::Streaming => (Method::Streaming, 0, 0),
     };
     Metric::shown_for(method)
         .chain(Metric::of_reasoning().filter(|_| thought))
+        .chain(Metric::of_tools().filter(|_| tools))
         .map(|m| (m.name().to_string(), MetricDef::of(m, method, a, b)))
         .collect()
 }

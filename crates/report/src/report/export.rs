@@ -1,9 +1,9 @@
 //! CSV exports beside the report, for pandas and spreadsheets: `points.csv` (one row per
 //! point: sweep values, status, load basis, every metric's mean, p50, p90, p99) and
-//! `requests.csv` (one row per recorded request with its derived latencies). Values are in
-//! the unit the report shows, and each column's name says it (`ttft_ms_mean`: times in
-//! milliseconds, as the console and the report write them; `decode_tok_s_mean`). Each reads in
-//! one line: `pd.read_csv("points.csv")`. `requests.csv` is converted line by line, so its
+//! `requests.csv` (one row per recorded request with its derived latencies and tool calls).
+//! Values are in the unit the report shows, and each column's name says it (`ttft_ms_mean`:
+//! times in milliseconds, as the console and the report write them; `decode_tok_s_mean`).
+//! Each reads in one line: `pd.read_csv("points.csv")`. `requests.csv` is converted line by line, so its
 //! memory does not grow with the run.
 
 use std::io::{BufRead, BufReader, Write};
@@ -111,6 +111,8 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
         "completion_tokens",
         "cached_tokens",
         "max_tokens",
+        "tool_calls",
+        "tool_call_valid",
         "error",
         "verify_steps",
         "accept_length",
@@ -142,6 +144,10 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
             count(r.completion_tokens),
             count(r.cached_tokens),
             r.max_tokens.to_string(),
+            // Tool calls (`workload.tools`): the calls made and whether all were valid
+            // (empty for a request sent no tools; `tool_call_valid` empty when it made none).
+            r.tool_calls.map(|n| n.to_string()).unwrap_or_default(),
+            r.tool_call_valid.map(|v| v.to_string()).unwrap_or_default(),
             r.error.map(|e| e.kind.to_string()).unwrap_or_default(),
             // Speculative decoding: the request's verify steps and decode tokens per step
             // (empty for plain decoding and where the stream could not tell).

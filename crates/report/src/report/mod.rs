@@ -49,6 +49,7 @@ pub mod schema;
 pub(crate) mod server_view;
 pub(crate) mod speculative;
 pub(crate) mod timeline;
+pub(crate) mod tool_calls;
 pub mod validity;
 pub(crate) mod verdict;
 pub(crate) mod workers;

@@ -99,6 +99,10 @@ pub struct ReportModel {
     /// None without checks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validity: Option<super::validity::ValiditySection>,
+    /// Tool calls (`workload.tools`): at each point sent tools, the calls made and valid
+    /// beside its TTFT. None when no point was sent tools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<super::tool_calls::ToolCallsSection>,
 }
 
 /// One point's prefix-cache verification: a row per shared-prefix group or session turn.

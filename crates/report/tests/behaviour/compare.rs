@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde_json::json;
 use servebench_model::results::RunDir;
+use servebench_model::results::records::Stat;
 use servebench_report::report::compare::{self, LoadedRun, Verdict};
 use testkit::runs::{point, run, stat, verdicts};
 
@@ -535,4 +536,40 @@ fn speculation_on_against_off_shows_the_speedup_and_the_crossover() {
             .unwrap()
             .contains("Speculative")
     );
+}
+
+/// The tool-call shares are compared like any point metric, as the catalogue labels them:
+/// one value per point, so a change says how much, and that one run cannot tell noise.
+#[test]
+fn tool_call_shares_are_compared() {
+    let mut runs = fixtures().chunk_runs();
+    for (run, valid) in runs.iter_mut().zip([1.0, 0.9]) {
+        let p = &mut run.points[0];
+        for (name, share) in [("tool_call_rate", 1.0), ("tool_call_valid_rate", valid)] {
+            p.metrics.insert(
+                name.into(),
+                Stat {
+                    count: 8,
+                    mean: share,
+                    p50: share,
+                    p90: share,
+                    p99: share,
+                    min: share,
+                    max: share,
+                    ..Stat::default()
+                },
+            );
+        }
+    }
+    let model = compare::build(&runs, None);
+    let table = model
+        .metrics
+        .iter()
+        .find(|m| m.name == "tool_call_valid_rate")
+        .expect("a tool_call_valid_rate table");
+    assert_eq!(table.label, "calls valid");
+    let cell = &table.rows[0].cells[1];
+    assert_eq!(cell.change, "-10.0%");
+    assert_eq!(cell.verdict, Some(Verdict::NotEnoughEvidence));
+    assert!(model.metrics.iter().any(|m| m.name == "tool_call_rate"));
 }

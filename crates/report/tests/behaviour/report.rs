@@ -1162,3 +1162,94 @@ fn speculative_section_snapshot() {
     );
     assert!(section.contains("| 1.05 ⚠ |"), "{section}");
 }
+
+/// The clean sweep's points as if every request had been sent tools: the first point's calls
+/// all valid, the second's partly broken (flagged), the third's answered in text.
+fn tool_calling_study() -> (servebench_model::results::meta::RunMeta, Vec<PointRecord>) {
+    use servebench_model::catalog::FlagKind;
+    use servebench_model::results::records::Flag;
+    use servebench_model::results::tool_calls::{InvalidCall, ToolCallsView};
+    let dir = fixtures().open("clean-sweep");
+    let meta = dir.read_meta().unwrap();
+    let mut points = dir.read_points().unwrap();
+    points.truncate(3);
+    let views = [
+        (8, 8, 8, None),
+        (
+            8,
+            8,
+            3,
+            Some((
+                2,
+                "arguments of `get_weather` are not JSON: EOF while parsing",
+            )),
+        ),
+        (8, 0, 0, None),
+    ];
+    for (p, (sent, called, valid, first)) in points.iter_mut().zip(views) {
+        p.tool_calls = Some(ToolCallsView {
+            sent,
+            called,
+            valid,
+            first_invalid: first.map(|(request, reason)| InvalidCall {
+                request,
+                reason: reason.to_string(),
+            }),
+        });
+        if valid < called {
+            p.flags.push(Flag::new(
+                FlagKind::InvalidToolCalls,
+                "5 of 8 tool calls were invalid",
+            ));
+        }
+    }
+    (meta, points)
+}
+
+/// Per point sent tools: the calls made, valid and invalid, the valid share (flagged under
+/// 95%), the first invalid call, beside the point's TTFT; the definitions follow the metrics.
+#[test]
+fn tool_calls_section_snapshot() {
+    let (meta, points) = tool_calling_study();
+    let model = build_model(&meta, &points, &[]);
+    let section = model.tool_calls.as_ref().expect("a tool-call section");
+    let rows: Vec<(usize, usize, usize, usize, Option<f64>)> = section
+        .rows
+        .iter()
+        .map(|r| (r.sent, r.called, r.valid, r.invalid, r.valid_rate))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (8, 8, 8, 0, Some(1.0)),
+            (8, 8, 3, 5, Some(0.375)),
+            (8, 0, 0, 0, None)
+        ]
+    );
+    let ttft = &points[1].metrics["ttft_s"];
+    assert_eq!(section.rows[1].ttft_p50_s, Some(ttft.p50));
+    assert_eq!(section.rows[1].ttft_p99_s, Some(ttft.p99));
+    assert_eq!(section.flagged, [section.rows[1].point.clone()]);
+    assert!(model.metric_defs.contains_key("tool_call_valid_rate"));
+    let text = report::render(&model, None).unwrap();
+    let start = text.find("## Tool calls").expect("a tool-call section");
+    let end = start + 2 + text[start + 2..].find("\n## ").expect("a section after it");
+    let section = &text[start..end];
+    insta::assert_snapshot!("tool_calls_section", section);
+    assert!(section.contains("| 0.38 ⚠ |"), "{section}");
+    assert!(
+        section.contains("request 2: arguments of `get_weather` are not JSON"),
+        "{section}"
+    );
+}
+
+/// A run whose requests were sent no tools has no tool-call section and no tool-call
+/// definitions: the report never states what did not happen.
+#[test]
+fn a_run_without_tools_has_no_tool_call_section() {
+    let model = fixtures().model_of("clean-sweep");
+    assert!(model.tool_calls.is_none());
+    assert!(!model.metric_defs.contains_key("tool_call_rate"));
+    let text = report::render(&model, None).unwrap();
+    assert!(!text.contains("## Tool calls"), "{text}");
+}

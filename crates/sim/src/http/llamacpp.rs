@@ -332,27 +332,20 @@ async fn detokenize(body: Bytes) -> Response {
     json_ok(StatusCode::OK, &json!({"content": content}))
 }
 
-/// `GET /metrics` (with `--metrics`): llama.cpp's names, unlabeled but for the per-position
-/// speculative counter.
-async fn metrics(State(s): State<LState>) -> Response {
-    if !s.l.metrics {
-        return error(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_supported_error",
-            "This server does not support metrics endpoint. Start it with `--metrics`",
-        );
-    }
-    let st = s.st.shared.stats();
+/// llama-server's metric families, as the observed build counts and names them
+/// (tools/server/server-task.cpp `to_metrics`): counters, then gauges;
+/// `prompt_tokens_total` the prompt tokens it computed, the cached ones apart. Each is
+/// (type, name, help, value).
+fn families(
+    st: &crate::metrics::SchedStats,
+) -> [(&'static str, &'static str, &'static str, f64); 15] {
     let e = &st.engine;
     let busy = if e.n_decode > 0 {
         e.n_busy_slots as f64 / e.n_decode as f64
     } else {
         0.0
     };
-    // As the observed build counts and names them (tools/server/server-task.cpp
-    // `to_metrics`): counters, then gauges; `prompt_tokens_total` the prompt tokens it
-    // computed, the cached ones apart.
-    let families: [(&str, &str, &str, f64); 15] = [
+    [
         (
             "counter",
             "prompt_tokens_total",
@@ -443,9 +436,23 @@ async fn metrics(State(s): State<LState>) -> Response {
             "Average number of busy slots per llama_decode() call",
             busy,
         ),
-    ];
+    ]
+}
+
+/// `GET /metrics` (with `--metrics`): llama.cpp's names, unlabeled but for the per-position
+/// speculative counter.
+async fn metrics(State(s): State<LState>) -> Response {
+    if !s.l.metrics {
+        return error(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_supported_error",
+            "This server does not support metrics endpoint. Start it with `--metrics`",
+        );
+    }
+    let st = s.st.shared.stats();
+    let e = &st.engine;
     let mut out = String::new();
-    for (kind, name, help, value) in families {
+    for (kind, name, help, value) in families(&st) {
         let _ = writeln!(
             out,
             "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}"
@@ -502,6 +509,35 @@ struct Shape {
     think: u64,
     /// Chat carries thinking in `reasoning_content` (`--reasoning-format` not `none`).
     split: bool,
+    /// The tool call the chat request makes (`crate::tools`).
+    call: Option<crate::tools::PlannedCall>,
+}
+
+/// Without `--jinja` llama-server refuses `tools`, and a `tool_choice` other than `auto`,
+/// with a `std::runtime_error` its handler answers 500 (server-common.cpp
+/// `oaicompat_chat_params_parse`). It reads the choice as a string: a missing or non-string
+/// one is `auto`.
+fn refused_tools(s: &LState, v: &Value) -> Option<Response> {
+    if s.st.cfg.tool_call_parser {
+        return None;
+    }
+    let tools = v["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let choice = v
+        .get("tool_choice")
+        .and_then(Value::as_str)
+        .unwrap_or("auto");
+    let message = if tools {
+        "tools param requires --jinja flag"
+    } else if choice != "auto" {
+        "tool_choice param requires --jinja flag"
+    } else {
+        return None;
+    };
+    Some(error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        message,
+    ))
 }
 
 async fn native(State(s): State<LState>, body: Bytes) -> Response {
@@ -525,6 +561,11 @@ async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
     let Ok(v) = serde_json::from_slice::<Value>(&body) else {
         return parse_error();
     };
+    if kind == Kind::Chat
+        && let Some(r) = refused_tools(&s, &v)
+    {
+        return r;
+    }
     let text_ids = match kind {
         Kind::Chat => openai::chat_prompt(&v),
         Kind::Native | Kind::Completion => match v.get("prompt") {
@@ -602,6 +643,13 @@ async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
             &random_id(),
         ),
         split: s.st.cfg.reasoning_split && kind == Kind::Chat,
+        call: (kind == Kind::Chat)
+            .then(|| {
+                let caller = crate::tools::Caller::of(&s.st.cfg, crate::tools::CallShape::LlamaCpp);
+                // server-common.cpp `gen_tool_call_id`: 32 random letters and digits.
+                crate::tools::plan(&v, &caller, random_id())
+            })
+            .flatten(),
     };
     if v.get("stream").and_then(Value::as_bool).unwrap_or(false) {
         let body = Body::from_stream(event_stream(rx, Arc::new(shape)));
@@ -658,19 +706,48 @@ fn partial(
             "created": shape.created, "model": shape.model, "system_fingerprint": build_info(),
             "object": "text_completion", "id": shape.id})],
         Kind::Chat => {
-            let chunk = |delta: Value| {
-                json!({"choices": [{"finish_reason": null, "index": 0, "delta": delta}],
-                       "created": shape.created, "id": shape.id, "model": shape.model,
-                       "system_fingerprint": build_info(), "object": "chat.completion.chunk"})
-            };
             let mut v = Vec::new();
             if role {
-                v.push(chunk(json!({"role": "assistant", "content": null})));
+                v.push(chat_chunk(
+                    shape,
+                    json!({"role": "assistant", "content": null}),
+                ));
             }
-            v.push(chunk(json!({"content": text})));
+            v.push(chat_chunk(shape, json!({"content": text})));
             v
         }
     }
+}
+
+/// A streamed chat chunk carrying `delta`.
+fn chat_chunk(shape: &Shape, delta: Value) -> Value {
+    json!({"choices": [{"finish_reason": null, "index": 0, "delta": delta}],
+           "created": shape.created, "id": shape.id, "model": shape.model,
+           "system_fingerprint": build_info(), "object": "chat.completion.chunk"})
+}
+
+/// The events of an answer token of a request that calls a tool (the role first): the
+/// call's piece, when the token adds one (server-chat.cpp sends a chunk per message diff).
+fn call_events(
+    shape: &Shape,
+    call: &crate::tools::PlannedCall,
+    answered: u64,
+    last: bool,
+    role: bool,
+) -> Vec<Value> {
+    let mut v = Vec::new();
+    if role {
+        v.push(chat_chunk(
+            shape,
+            json!({"role": "assistant", "content": null}),
+        ));
+    }
+    if let Some((field, piece)) = call.delta(answered, last) {
+        let mut delta = serde_json::Map::new();
+        delta.insert(field.into(), piece);
+        v.push(chat_chunk(shape, Value::Object(delta)));
+    }
+    v
 }
 
 /// The final result; `content` is the whole text for non-streamed responses.
@@ -739,18 +816,32 @@ fn event_stream(
         }
         let o = s.rx.recv().await?;
         let mut out = Vec::with_capacity(256 * (o.new_ids.len() + 1));
-        for &id in &o.new_ids {
+        for (k, &id) in o.new_ids.iter().enumerate() {
             let role = s.predicted == 0;
             let thinking = s.predicted < s.shape.think;
-            let mut text = String::new();
-            if thinking && !s.shape.split && s.predicted == 0 {
-                text.push_str(crate::thinking::START);
+            // Once the call is sent the model writes on, and its text is content (below).
+            if let Some(call) = s.shape.call.as_ref().filter(|c| !thinking && !c.complete()) {
+                s.predicted += 1;
+                let last = o.finish.is_some() && k + 1 == o.new_ids.len();
+                let answered = s.predicted - s.shape.think;
+                for ev in call_events(&s.shape, call, answered, last, role) {
+                    sse_into(&mut out, &ev);
+                }
+                continue;
             }
-            text.push_str(tokenizer::decode_token(id));
-            if thinking && !s.shape.split && s.predicted + 1 == s.shape.think {
-                text.push_str(crate::thinking::END);
-            }
+            let text = crate::thinking::token_text(s.predicted, s.shape.think, id, !s.shape.split)
+                .to_string();
             s.predicted += 1;
+            // A thinking marker the template's parser consumed streams nothing
+            // (common_chat_msg_diff is empty), and no chunk is sent for it but the role's.
+            if text.is_empty() {
+                if role {
+                    let mut first = partial(&s.shape, id, "", s.predicted, &o, true);
+                    first.truncate(1);
+                    first.iter().for_each(|ev| sse_into(&mut out, ev));
+                }
+                continue;
+            }
             for mut ev in partial(&s.shape, id, &text, s.predicted, &o, role) {
                 // The template's thinking, parsed out (common_chat_msg_diff): its own field.
                 if thinking && s.shape.split && ev["choices"][0]["delta"]["content"].is_string() {

@@ -17,8 +17,8 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub(crate) use shared::{
-    AppState, DONE, Rejected, json_response, opt_i64, sglang_sse_response, sglang_stream_error,
-    sse, sse_response, unix_now,
+    AppState, DONE, Rejected, json_response, opt_i64, output_stream, sglang_sse_response,
+    sglang_stream_error, sse, sse_response, unix_now,
 };
 
 /// Builds the router; `/metrics` exists only with `--enable-metrics`.

@@ -3,14 +3,13 @@
 
 use super::fastapi::{self, PydanticError};
 use super::generate::weight_metadata;
-use super::{AppState, DONE, Rejected, json_response, sglang_sse_response, sse};
+use super::{AppState, DONE, Rejected, json_response, output_stream, sglang_sse_response, sse};
 use crate::tokenizer;
 use crate::types::{Finish, Output};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use futures_util::stream;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Instant;
@@ -225,13 +224,8 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
         split: st.cfg.reasoning_split,
         call: (api == Api::Chat)
             .then(|| {
-                crate::tools::plan(
-                    &v,
-                    st.cfg.tool_call_parser,
-                    st.cfg.broken_tool_calls_above,
-                    &st.cfg.live_tool_calls,
-                    &rid,
-                )
+                let caller = crate::tools::Caller::of(&st.cfg, crate::tools::CallShape::Sglang);
+                crate::tools::plan(&v, &caller, format!("call_{rid}"))
             })
             .flatten(),
     };
@@ -239,7 +233,9 @@ async fn handle(st: AppState, body: Bytes, api: Api) -> Response {
         // sglang 0.5.23 sends the 200 head with the first token, not before it.
         let mut rx = rx;
         match rx.recv().await {
-            Some(first) => sglang_sse_response(event_stream(first, rx, Arc::new(shape))),
+            Some(first) => {
+                sglang_sse_response(output_stream(Some(first), rx, Arc::new(shape), events_for))
+            }
             None => shutting_down(),
         }
     } else {
@@ -481,12 +477,9 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
             }
             if let Some(call) = &shape.call {
                 // The answer is the call: its pieces, one per answer token.
-                let n = o.new_ids.len() as u64;
-                let start = o.completion_tokens.saturating_sub(n);
-                let from = start.saturating_sub(shape.think);
-                let count = o.completion_tokens.saturating_sub(shape.think.max(start));
+                let (count, answered) = crate::tools::answer_tokens(o, shape.think);
                 if count > 0
-                    && let Some((field, piece)) = call.delta(from, count, o.finish.is_some())
+                    && let Some((field, piece)) = call.delta(answered, o.finish.is_some())
                 {
                     let cont = if shape.continuous_usage {
                         usage(o, shape.cached(o), reasoning)
@@ -495,6 +488,15 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
                     };
                     let mut c = chat_choice(false, None, &None);
                     c[0]["delta"][field] = piece;
+                    out.extend_from_slice(&sse(&shape.chunk(c, cont)));
+                } else if count > 0 && call.complete() && !text.is_empty() {
+                    // After the call the model writes on: content, as without one.
+                    let cont = if shape.continuous_usage {
+                        usage(o, shape.cached(o), reasoning)
+                    } else {
+                        Value::Null
+                    };
+                    let c = chat_choice(false, Some(&text), &None);
                     out.extend_from_slice(&sse(&shape.chunk(c, cont)));
                 }
             } else if !text.is_empty() {
@@ -534,29 +536,6 @@ fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
         out.extend_from_slice(DONE);
     }
     out
-}
-
-/// The stream of a request whose first output (`head`) is in hand.
-fn event_stream(
-    head: Output,
-    rx: UnboundedReceiver<Output>,
-    shape: Arc<Shape>,
-) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
-    stream::unfold(
-        (rx, shape, Some(head), true, false),
-        |(mut rx, shape, pending, first, done)| async move {
-            if done {
-                return None;
-            }
-            let o = match pending {
-                Some(o) => o,
-                None => rx.recv().await?,
-            };
-            let bytes = Bytes::from(events_for(&shape, &o, first));
-            let done = o.finish.is_some();
-            Some((Ok(bytes), (rx, shape, None, false, done)))
-        },
-    )
 }
 
 fn shutting_down() -> Response {

@@ -153,6 +153,32 @@ pub(crate) fn sglang_sse_response(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
+/// One request's SSE stream: `events` writes each engine output (`head` first, when the
+/// surface waited for the first output before answering), `first` on the first, until the
+/// final output. An engine that ends without one (it died) just ends the stream.
+pub(crate) fn output_stream<S: Send + Sync + 'static>(
+    head: Option<Output>,
+    rx: mpsc::UnboundedReceiver<Output>,
+    shape: Arc<S>,
+    events: fn(&S, &Output, bool) -> Vec<u8>,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    futures_util::stream::unfold(
+        (rx, shape, head, true, false),
+        move |(mut rx, shape, pending, first, done)| async move {
+            if done {
+                return None;
+            }
+            let o = match pending {
+                Some(o) => o,
+                None => rx.recv().await?,
+            };
+            let bytes = Bytes::from(events(&shape, &o, first));
+            let done = o.finish.is_some();
+            Some((Ok(bytes), (rx, shape, None, false, done)))
+        },
+    )
+}
+
 /// The error event SGLang's `/generate` stream sends when the request fails after the 200
 /// head (http_server.py `stream_results`), followed by `[DONE]`.
 pub(crate) fn sglang_stream_error(message: &str) -> Bytes {

@@ -19,7 +19,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::stream;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -365,6 +364,8 @@ struct Shape {
     split: bool,
     /// `--per-request-spec-decode-metrics`: the final usage chunk carries the request's counts.
     spec_metrics: bool,
+    /// The tool call the chat request makes (`crate::tools`).
+    call: Option<crate::tools::PlannedCall>,
 }
 
 impl Shape {
@@ -393,20 +394,10 @@ fn opt_int(v: &Value, key: &str) -> Result<Option<i64>, Box<Response>> {
     }
 }
 
-/// Options vLLM refuses before it reads the prompt: an `auto` tool choice without its
-/// flags, `stream_options` without streaming. None: none refused.
+/// Options vLLM refuses before it reads the prompt: `stream_options` without streaming (the
+/// request model's validator), a `tool_choice` other than `none` without a tool parser
+/// (renderers/online_renderer.py `render_chat`). None: none refused.
 fn refused_options(s: &VState, v: &Value, api: Api, stream: bool) -> Option<Response> {
-    // vLLM's chat refuses an `auto` tool choice (its default with tools) without
-    // `--enable-auto-tool-choice --tool-call-parser`; the simulated model then streams text.
-    let tools = v["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let auto =
-        matches!(v.get("tool_choice"), None | Some(Value::Null)) || v["tool_choice"] == "auto";
-    if api == Api::Chat && tools && auto && !s.st.cfg.tool_call_parser {
-        return Some(bad_request(
-            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
-            None,
-        ));
-    }
     let opts = v.get("stream_options").filter(|o| !o.is_null());
     if opts.is_some() && !stream {
         return Some(bad_request(
@@ -414,7 +405,29 @@ fn refused_options(s: &VState, v: &Value, api: Api, stream: bool) -> Option<Resp
             Some("stream_options"),
         ));
     }
-    None
+    let tools = v["tools"].as_array().is_some_and(|t| !t.is_empty());
+    if api != Api::Chat || s.st.cfg.tool_call_parser {
+        return None;
+    }
+    // The request model makes a missing choice `auto` when tools are given.
+    let choice = match v.get("tool_choice") {
+        None | Some(Value::Null) if tools => &Value::from("auto"),
+        None | Some(Value::Null) => return None,
+        Some(c) => c,
+    };
+    let message = match choice {
+        Value::String(c) if c == "none" => return None,
+        Value::String(c) if c == "auto" => {
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set"
+                .to_string()
+        }
+        Value::String(c) => format!("tool_choice=\"{c}\" requires --tool-call-parser to be set"),
+        c => format!(
+            "tool_choice=function \"{}\" requires --tool-call-parser to be set",
+            c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default()
+        ),
+    };
+    Some(bad_request(&message, None))
 }
 
 /// The request's prompt as token ids (a completion's must be given and non-empty), or vLLM's
@@ -471,73 +484,16 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
     if let Some(r) = refused_options(&s, &v, api, stream) {
         return r;
     }
-    let opts = v.get("stream_options").filter(|o| !o.is_null());
-    let ids = match prompt_ids(&v, api) {
-        Ok(ids) => ids,
+    let (ids, max_new) = match admitted(&v, api, s.st.cfg.context_length) {
+        Ok(x) => x,
         Err(r) => return *r,
     };
-    let max_tokens = match max_tokens_of(&v, api) {
-        Ok(m) => m,
-        Err(r) => return *r,
-    };
-    let ctx = s.st.cfg.context_length;
-    if let Some(m) = max_tokens {
-        if m < 1 {
-            return bad_request(
-                &format!("max_tokens must be at least 1, got {m}."),
-                Some("max_tokens"),
-            );
-        }
-        if m as u64 > ctx {
-            return bad_request(
-                &format!(
-                    "max_tokens={m} cannot be greater than max_model_len={ctx}. Please request fewer output tokens."
-                ),
-                Some("max_tokens"),
-            );
-        }
-    }
-    let n = ids.len() as u64;
-    if n > ctx {
-        return bad_request(
-            &format!(
-                "This model's maximum context length is {ctx} tokens. However, your prompt contains {n} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
-            ),
-            Some("input_tokens"),
-        );
-    }
-    if n == ctx {
-        return bad_request(
-            &format!(
-                "The decoder prompt (length {n}) plus the number of requested output tokens (at least 1) is longer than the maximum model length of {ctx}. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
-            ),
-            None,
-        );
-    }
-    // vLLM 0.33 clamps the output to what the context leaves (serve/utils/api_utils.py
-    // `get_max_tokens`): prompt + max_tokens over max_model_len is not an error.
-    let max_new = max_tokens.map_or(ctx - n, |m| (m as u64).min(ctx - n));
     let prefix = match api {
         Api::Completion => "cmpl",
         Api::Chat => "chatcmpl",
     };
     let id = format!("{prefix}-{}", random_id());
-    if s.v.log_requests {
-        s.voice.vllm(
-            Proc::Api,
-            "INFO",
-            "logger.py:49",
-            &format!(
-                "Received request {id}-0: params: SamplingParams(n=1, max_tokens={max_new}), prompt_token_ids: {n} tokens"
-            ),
-        );
-        s.voice.vllm(
-            Proc::Api,
-            "INFO",
-            "async_llm.py:361",
-            &format!("Added request {id}-0."),
-        );
-    }
+    log_request(&s, &id, max_new, ids.len());
     let rx = match s.st.enqueue(
         Some(format!("{id}-0")),
         ids,
@@ -555,6 +511,81 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
             );
         }
     };
+    let shape = shape_of(&s, &v, api, id);
+    if stream {
+        super::sse_response(super::output_stream(None, rx, Arc::new(shape), events_for))
+    } else {
+        collect(rx, shape).await
+    }
+}
+
+/// The prompt's ids and the tokens it may generate, or vLLM's refusal of its lengths.
+fn admitted(v: &Value, api: Api, ctx: u64) -> Result<(Vec<u32>, u64), Box<Response>> {
+    let ids = prompt_ids(v, api)?;
+    let max_tokens = max_tokens_of(v, api)?;
+    let refuse = |message: String, param: Option<&str>| Err(Box::new(bad_request(&message, param)));
+    if let Some(m) = max_tokens {
+        if m < 1 {
+            return refuse(
+                format!("max_tokens must be at least 1, got {m}."),
+                Some("max_tokens"),
+            );
+        }
+        if m as u64 > ctx {
+            return refuse(
+                format!(
+                    "max_tokens={m} cannot be greater than max_model_len={ctx}. Please request fewer output tokens."
+                ),
+                Some("max_tokens"),
+            );
+        }
+    }
+    let n = ids.len() as u64;
+    if n > ctx {
+        return refuse(
+            format!(
+                "This model's maximum context length is {ctx} tokens. However, your prompt contains {n} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt."
+            ),
+            Some("input_tokens"),
+        );
+    }
+    if n == ctx {
+        return refuse(
+            format!(
+                "The decoder prompt (length {n}) plus the number of requested output tokens (at least 1) is longer than the maximum model length of {ctx}. Make sure that `max_model_len` is no smaller than the number of text tokens (prompt + requested output tokens)."
+            ),
+            None,
+        );
+    }
+    // vLLM 0.33 clamps the output to what the context leaves (serve/utils/api_utils.py
+    // `get_max_tokens`): prompt + max_tokens over max_model_len is not an error.
+    Ok((ids, max_tokens.map_or(ctx - n, |m| (m as u64).min(ctx - n))))
+}
+
+/// `--enable-log-requests`: the request's sampling parameters and its admission.
+fn log_request(s: &VState, id: &str, max_new: u64, prompt_tokens: usize) {
+    if !s.v.log_requests {
+        return;
+    }
+    s.voice.vllm(
+        Proc::Api,
+        "INFO",
+        "logger.py:49",
+        &format!(
+            "Received request {id}-0: params: SamplingParams(n=1, max_tokens={max_new}), prompt_token_ids: {prompt_tokens} tokens"
+        ),
+    );
+    s.voice.vllm(
+        Proc::Api,
+        "INFO",
+        "async_llm.py:361",
+        &format!("Added request {id}-0."),
+    );
+}
+
+/// How the response to `v` is written: usage, thinking, the call the model makes.
+fn shape_of(s: &VState, v: &Value, api: Api, id: String) -> Shape {
+    let opts = v.get("stream_options").filter(|o| !o.is_null());
     let flag = |k: &str| {
         opts.and_then(|o| o.get(k))
             .and_then(Value::as_bool)
@@ -567,8 +598,15 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
         let inc = flag("include_usage");
         (inc, inc && flag("continuous_usage_stats"))
     };
-    let think = crate::thinking::tokens_for(&s.st.cfg.profile.thinking, &v, api == Api::Chat, &id);
-    let shape = Shape {
+    let think = crate::thinking::tokens_for(&s.st.cfg.profile.thinking, v, api == Api::Chat, &id);
+    let call = (api == Api::Chat)
+        .then(|| {
+            let caller = crate::tools::Caller::of(&s.st.cfg, crate::tools::CallShape::Vllm);
+            // chat_utils.py `make_tool_call_id`: 16 hex digits of a random UUID.
+            crate::tools::plan(v, &caller, format!("chatcmpl-tool-{}", random_id()))
+        })
+        .flatten();
+    Shape {
         api,
         id,
         model: s.v.served_names[0].clone(),
@@ -579,11 +617,7 @@ async fn handle(s: VState, body: Bytes, api: Api) -> Response {
         think,
         split: s.st.cfg.reasoning_split,
         spec_metrics: s.v.per_request_spec_metrics,
-    };
-    if stream {
-        super::sse_response(event_stream(rx, Arc::new(shape)))
-    } else {
-        collect(rx, shape).await
+        call,
     }
 }
 
@@ -625,127 +659,150 @@ fn chunk_head(shape: &Shape) -> serde_json::Map<String, Value> {
 /// The SSE events for one engine output, as one write.
 fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
-    let cont = |completion: u64| {
-        json!({"prompt_tokens": o.prompt_tokens, "total_tokens": o.prompt_tokens + completion,
-               "completion_tokens": completion})
-    };
-    let parts = crate::thinking::split(o, shape.think, !shape.splits());
-    let (thinking, text) = if shape.splits() {
-        (parts.thinking, parts.answer)
-    } else {
-        (String::new(), parts.joined())
-    };
     match shape.api {
-        Api::Completion => {
-            if !o.new_ids.is_empty() || o.finish.is_some() {
-                let mut c = chunk_head(shape);
-                c.insert(
-                    "choices".into(),
-                    json!([{"index": 0, "text": text, "logprobs": null,
-                            "finish_reason": finish_str(&o.finish), "stop_reason": null,
-                            "prompt_token_ids": null, "token_ids": null}]),
-                );
-                if shape.continuous_usage {
-                    c.insert("usage".into(), cont(o.completion_tokens));
-                }
-                out.extend_from_slice(&super::sse(&Value::Object(c)));
-            }
-        }
-        Api::Chat => {
-            if first {
-                let mut c = chunk_head(shape);
-                c.insert(
-                    "choices".into(),
-                    json!([{"index": 0, "delta": {"role": "assistant", "content": ""},
-                            "logprobs": null, "finish_reason": null}]),
-                );
-                if shape.continuous_usage {
-                    c.insert("usage".into(), cont(0));
-                }
-                c.insert("prompt_token_ids".into(), Value::Null);
-                out.extend_from_slice(&super::sse(&Value::Object(c)));
-            }
-            // The parser's thinking comes as `{"reasoning": ...}` (DeltaMessage), its own chunk.
-            if !thinking.is_empty() {
-                let mut c = chunk_head(shape);
-                c.insert(
-                    "choices".into(),
-                    json!([{"index": 0, "delta": {"reasoning": thinking}, "logprobs": null,
-                            "finish_reason": null, "token_ids": null}]),
-                );
-                if shape.continuous_usage && text.is_empty() && o.finish.is_none() {
-                    c.insert("usage".into(), cont(o.completion_tokens));
-                }
-                out.extend_from_slice(&super::sse(&Value::Object(c)));
-                if text.is_empty() && o.finish.is_none() {
-                    return out;
-                }
-            }
-            let mut c = chunk_head(shape);
-            let choice = if o.finish.is_some() {
-                json!({"index": 0, "delta": {"content": text}, "logprobs": null,
-                       "finish_reason": finish_str(&o.finish), "stop_reason": null, "token_ids": null})
-            } else {
-                json!({"index": 0, "delta": {"content": text}, "logprobs": null,
-                       "finish_reason": null, "token_ids": null})
-            };
-            c.insert("choices".into(), json!([choice]));
-            if shape.continuous_usage {
-                c.insert("usage".into(), cont(o.completion_tokens));
-            }
-            out.extend_from_slice(&super::sse(&Value::Object(c)));
-        }
+        Api::Completion => completion_event(shape, o, &mut out),
+        Api::Chat => chat_events(shape, o, first, &mut out),
     }
     if o.finish.is_some() {
         if shape.include_usage {
-            let mut c = chunk_head(shape);
-            c.insert("choices".into(), json!([]));
-            let mut u = usage(o, shape.prompt_details, false);
-            if shape.splits() {
-                u["completion_tokens_details"] =
-                    json!({"reasoning_tokens": o.completion_tokens.min(shape.think)});
-            }
-            c.insert("usage".into(), u);
-            // `--per-request-spec-decode-metrics` (generate/base/protocol.py
-            // `SpeculativeDecodingMetrics`): the request's verify steps and drafts.
-            if let Some(sp) = o.spec.filter(|_| shape.spec_metrics) {
-                let steps = sp.verify_ct.max(1);
-                c.insert(
-                    "metrics".into(),
-                    json!({"speculative_decoding": {
-                        "mean_acceptance_length": 1.0 + sp.num_correct_drafts as f64 / steps as f64,
-                        "draft_acceptance_rate": sp.num_correct_drafts as f64 / sp.num_proposed_drafts.max(1) as f64,
-                        "acceptance_histogram": [],
-                        "num_spec_steps": sp.verify_ct,
-                        "num_accepted_draft_tokens": sp.num_correct_drafts,
-                        "num_draft_tokens": sp.num_proposed_drafts,
-                        "num_spec_tokens": sp.num_proposed_drafts / steps}}),
-                );
-            }
-            out.extend_from_slice(&super::sse(&Value::Object(c)));
+            out.extend_from_slice(&super::sse(&usage_chunk(shape, o)));
         }
         out.extend_from_slice(super::DONE);
     }
     out
 }
 
-fn event_stream(
-    rx: UnboundedReceiver<Output>,
-    shape: Arc<Shape>,
-) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
-    stream::unfold(
-        (rx, shape, true, false),
-        |(mut rx, shape, first, done)| async move {
-            if done {
-                return None;
+/// Continuous usage stats: the prompt and `completion` tokens so far.
+fn continuous(o: &Output, completion: u64) -> Value {
+    json!({"prompt_tokens": o.prompt_tokens, "total_tokens": o.prompt_tokens + completion,
+           "completion_tokens": completion})
+}
+
+/// A completion's chunk for one output (none for an empty output that does not finish).
+fn completion_event(shape: &Shape, o: &Output, out: &mut Vec<u8>) {
+    if o.new_ids.is_empty() && o.finish.is_none() {
+        return;
+    }
+    let parts = crate::thinking::split(o, shape.think, true);
+    let mut c = chunk_head(shape);
+    c.insert(
+        "choices".into(),
+        json!([{"index": 0, "text": parts.joined(), "logprobs": null,
+                "finish_reason": finish_str(&o.finish), "stop_reason": null,
+                "prompt_token_ids": null, "token_ids": null}]),
+    );
+    if shape.continuous_usage {
+        c.insert("usage".into(), continuous(o, o.completion_tokens));
+    }
+    out.extend_from_slice(&super::sse(&Value::Object(c)));
+}
+
+/// A chat's chunks for one output: the role first, the parser's thinking as its own chunk,
+/// then the answer's delta (text, or the call's piece), with the finish on the last.
+fn chat_events(shape: &Shape, o: &Output, first: bool, out: &mut Vec<u8>) {
+    if first {
+        let mut c = chunk_head(shape);
+        c.insert(
+            "choices".into(),
+            json!([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                    "logprobs": null, "finish_reason": null}]),
+        );
+        if shape.continuous_usage {
+            c.insert("usage".into(), continuous(o, 0));
+        }
+        c.insert("prompt_token_ids".into(), Value::Null);
+        out.extend_from_slice(&super::sse(&Value::Object(c)));
+    }
+    let parts = crate::thinking::split(o, shape.think, !shape.splits());
+    let (thinking, text) = if shape.splits() {
+        (parts.thinking, parts.answer)
+    } else {
+        (String::new(), parts.joined())
+    };
+    let finished = o.finish.is_some();
+    // A thinking marker the parser consumed: no DeltaMessage, and serving_chat.py sends
+    // nothing for the step (`if delta_message is None: continue`).
+    if thinking.is_empty() && text.is_empty() && !finished && !o.new_ids.is_empty() {
+        return;
+    }
+    // The parser's thinking comes as `{"reasoning": ...}` (DeltaMessage), its own chunk.
+    if !thinking.is_empty() {
+        let mut c = chunk_head(shape);
+        c.insert(
+            "choices".into(),
+            json!([{"index": 0, "delta": {"reasoning": thinking}, "logprobs": null,
+                    "finish_reason": null, "token_ids": null}]),
+        );
+        if shape.continuous_usage && text.is_empty() && !finished {
+            c.insert("usage".into(), continuous(o, o.completion_tokens));
+        }
+        out.extend_from_slice(&super::sse(&Value::Object(c)));
+        if text.is_empty() && !finished {
+            return;
+        }
+    }
+    let delta = match &shape.call {
+        // The tool parser's delta; none (no chunk) while it has nothing new, an empty one
+        // to carry the finish (serving.py: `delta_message = DeltaMessage()`).
+        Some(call) => {
+            let (count, answered) = crate::tools::answer_tokens(o, shape.think);
+            match call.delta(answered, finished).filter(|_| count > 0) {
+                Some((field, piece)) => {
+                    Value::Object([(field.to_string(), piece)].into_iter().collect())
+                }
+                // After the call the model writes on: content, as without one.
+                None if count > 0 && call.complete() && !text.is_empty() => {
+                    json!({"content": text})
+                }
+                None if finished => json!({}),
+                None => return,
             }
-            // None without a final output: the engine died; the stream just ends.
-            let o = rx.recv().await?;
-            let bytes = Bytes::from(events_for(&shape, &o, first));
-            let done = o.finish.is_some();
-            Some((Ok(bytes), (rx, shape, false, done)))
-        },
-    )
+        }
+        None => json!({"content": text}),
+    };
+    let mut c = chunk_head(shape);
+    let choice = if finished {
+        json!({"index": 0, "delta": delta, "logprobs": null,
+               "finish_reason": finish_str(&o.finish), "stop_reason": null, "token_ids": null})
+    } else {
+        json!({"index": 0, "delta": delta, "logprobs": null,
+               "finish_reason": null, "token_ids": null})
+    };
+    c.insert("choices".into(), json!([choice]));
+    if shape.continuous_usage {
+        c.insert("usage".into(), continuous(o, o.completion_tokens));
+    }
+    out.extend_from_slice(&super::sse(&Value::Object(c)));
+}
+
+/// The final usage chunk (`stream_options.include_usage`), with the request's speculative
+/// counts under `--per-request-spec-decode-metrics`.
+fn usage_chunk(shape: &Shape, o: &Output) -> Value {
+    let mut c = chunk_head(shape);
+    c.insert("choices".into(), json!([]));
+    let mut u = usage(o, shape.prompt_details, false);
+    if shape.splits() {
+        u["completion_tokens_details"] =
+            json!({"reasoning_tokens": o.completion_tokens.min(shape.think)});
+    }
+    c.insert("usage".into(), u);
+    // `--per-request-spec-decode-metrics` (generate/base/protocol.py
+    // `SpeculativeDecodingMetrics`): the request's verify steps and drafts.
+    if let Some(sp) = o.spec.filter(|_| shape.spec_metrics) {
+        let steps = sp.verify_ct.max(1);
+        c.insert(
+            "metrics".into(),
+            json!({"speculative_decoding": {
+                "mean_acceptance_length": 1.0 + sp.num_correct_drafts as f64 / steps as f64,
+                "draft_acceptance_rate": sp.num_correct_drafts as f64 / sp.num_proposed_drafts.max(1) as f64,
+                "acceptance_histogram": [],
+                "num_spec_steps": sp.verify_ct,
+                "num_accepted_draft_tokens": sp.num_correct_drafts,
+                "num_draft_tokens": sp.num_proposed_drafts,
+                "num_spec_tokens": sp.num_proposed_drafts / steps}}),
+        );
+    }
+    Value::Object(c)
 }
 
 async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
@@ -906,70 +963,103 @@ async fn metrics(State(s): State<VState>) -> Response {
         s.v.served_names[0].replace('"', "'")
     );
     let mut out = String::new();
-    let gauge = |out: &mut String, name: &str, help: &str, v: f64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {}",
-            py_float(v)
-        );
-    };
-    let counter = |out: &mut String, name: &str, help: &str, v: f64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name}_total {help}\n# TYPE {name}_total counter\n{name}_total{{{labels}}} {}",
-            py_float(v)
-        );
-    };
+    engine_series(&mut out, &labels, &st);
+    latency_histograms(&mut out, &labels, &st);
+    let cfg = &s.st.cfg;
+    if let Some(sp) = &cfg.speculative {
+        speculative_counters(&mut out, &labels, sp.num_draft_tokens, e);
+    }
+    cache_config_info(&mut out, &s);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+/// A gauge with the server's labels.
+fn gauge(out: &mut String, labels: &str, name: &str, help: &str, v: f64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {}",
+        py_float(v)
+    );
+}
+
+/// A counter with the server's labels (prometheus_client adds `_total`).
+fn counter(out: &mut String, labels: &str, name: &str, help: &str, v: f64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name}_total {help}\n# TYPE {name}_total counter\n{name}_total{{{labels}}} {}",
+        py_float(v)
+    );
+}
+
+/// The scheduler's gauges and the engine's token, cache and request counters.
+fn engine_series(out: &mut String, labels: &str, st: &crate::metrics::SchedStats) {
+    let e = &st.engine;
     gauge(
-        &mut out,
+        out,
+        labels,
         "vllm:num_requests_running",
         "Number of requests in model execution batches.",
         st.num_running_reqs as f64,
     );
     gauge(
-        &mut out,
+        out,
+        labels,
         "vllm:num_requests_waiting",
         "Number of requests waiting to be processed.",
         st.num_queue_reqs as f64,
     );
     gauge(
-        &mut out,
+        out,
+        labels,
         "vllm:kv_cache_usage_perc",
         "KV-cache usage. 1 means 100 percent usage.",
         st.token_usage,
     );
     counter(
-        &mut out,
+        out,
+        labels,
         "vllm:prefix_cache_queries",
         "Prefix cache queries, in terms of number of queried tokens.",
         e.prefix_queries as f64,
     );
     counter(
-        &mut out,
+        out,
+        labels,
         "vllm:prefix_cache_hits",
         "Prefix cache hits, in terms of number of cached tokens.",
         e.prefix_hits as f64,
     );
     counter(
-        &mut out,
+        out,
+        labels,
         "vllm:num_preemptions",
         "Cumulative number of preemption from the engine.",
         e.preemptions as f64,
     );
     counter(
-        &mut out,
+        out,
+        labels,
         "vllm:prompt_tokens",
         "Number of prefill tokens processed.",
         e.prompt_tokens as f64,
     );
     counter(
-        &mut out,
+        out,
+        labels,
         "vllm:prompt_tokens_cached",
         "Number of cached prompt tokens (local + external).",
         e.prompt_tokens_cached as f64,
     );
     counter(
-        &mut out,
+        out,
+        labels,
         "vllm:generation_tokens",
         "Number of generation tokens processed.",
         st.generation_tokens_total as f64,
@@ -989,47 +1079,38 @@ async fn metrics(State(s): State<VState>) -> Response {
             py_float(n as f64)
         );
     }
+}
+
+/// The request latency histograms.
+fn latency_histograms(out: &mut String, labels: &str, st: &crate::metrics::SchedStats) {
     render_histogram(
-        &mut out,
+        out,
         "vllm:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",
-        &labels,
+        labels,
         &st.ttft,
     );
     render_histogram(
-        &mut out,
+        out,
         "vllm:inter_token_latency_seconds",
         "Histogram of inter-token latency in seconds.",
-        &labels,
+        labels,
         &st.itl,
     );
     render_histogram(
-        &mut out,
+        out,
         "vllm:e2e_request_latency_seconds",
         "Histogram of e2e request latency in seconds.",
-        &labels,
+        labels,
         &st.e2e,
     );
     render_histogram(
-        &mut out,
+        out,
         "vllm:request_queue_time_seconds",
         "Histogram of time spent in WAITING phase for request.",
-        &labels,
-        &e.queue_time,
+        labels,
+        &st.engine.queue_time,
     );
-    let cfg = &s.st.cfg;
-    if let Some(sp) = &cfg.speculative {
-        speculative_counters(&mut out, &labels, sp.num_draft_tokens, e, &counter);
-    }
-    cache_config_info(&mut out, &s);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
 }
 
 /// v1/spec_decode/metrics.py `SpecDecodingProm`: the counters exist (at 0) once a speculative
@@ -1039,22 +1120,24 @@ fn speculative_counters(
     labels: &str,
     num_draft_tokens: u32,
     e: &crate::metrics::EngineStats,
-    counter: &dyn Fn(&mut String, &str, &str, f64),
 ) {
     counter(
         out,
+        labels,
         "vllm:spec_decode_num_drafts",
         "Number of spec decoding drafts.",
         e.spec_verify_steps as f64,
     );
     counter(
         out,
+        labels,
         "vllm:spec_decode_num_draft_tokens",
         "Number of draft tokens.",
         e.spec_draft_tokens as f64,
     );
     counter(
         out,
+        labels,
         "vllm:spec_decode_num_accepted_tokens",
         "Number of accepted tokens.",
         e.spec_accepted_tokens as f64,

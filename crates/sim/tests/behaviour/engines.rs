@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 const FOX: &str = "The quick brown fox jumps over the lazy dog. ";
 
 /// A `servebench sim` child process whose stdout and stderr lines are collected.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Drop for Server {
@@ -25,7 +25,7 @@ impl Drop for Server {
     }
 }
 
-fn spawn(args: &[&str], env: &[(&str, &str)]) -> Server {
+pub(crate) fn spawn(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_servebench-sim"));
     cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
@@ -51,7 +51,7 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 impl Server {
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.lines.lock().unwrap().join("\n")
     }
 
@@ -89,7 +89,7 @@ impl Server {
 
     /// Waits for the process to exit; its status code.
     #[track_caller]
-    fn wait_exit(&mut self) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self) -> Option<i32> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -114,7 +114,7 @@ fn url_in(line: &str) -> String {
 }
 
 /// `servebench sim --api vllm ARGS` on a free port, once it accepts connections.
-fn vllm(args: &[&str], env: &[(&str, &str)]) -> Server {
+pub(crate) fn vllm(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut all = vec!["--api", "vllm", "--host", "127.0.0.1", "--port", "0"];
     all.extend_from_slice(args);
     let mut s = spawn(&all, env);
@@ -131,7 +131,7 @@ fn vllm(args: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 /// `servebench sim --api llama.cpp ARGS` on a free port, once loaded.
-fn llamacpp(args: &[&str]) -> Server {
+pub(crate) fn llamacpp(args: &[&str]) -> Server {
     let mut all = vec!["--api", "llama.cpp", "--port", "0"];
     all.extend_from_slice(args);
     let mut s = spawn(&all, &[]);
@@ -160,7 +160,7 @@ async fn get(base: &str, path: &str) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
-async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
     let r = client()
         .post(format!("{base}{path}"))
         .json(body)
@@ -176,7 +176,7 @@ async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
 }
 
 /// Streams a request; every SSE event's data (JSON, or the raw `[DONE]`).
-async fn stream(base: &str, path: &str, body: &Value) -> (u16, Vec<String>) {
+pub(crate) async fn stream(base: &str, path: &str, body: &Value) -> (u16, Vec<String>) {
     let mut r = client()
         .post(format!("{base}{path}"))
         .json(body)
@@ -202,7 +202,7 @@ async fn stream(base: &str, path: &str, body: &Value) -> (u16, Vec<String>) {
     (status, events)
 }
 
-fn jsons(events: &[String]) -> Vec<Value> {
+pub(crate) fn jsons(events: &[String]) -> Vec<Value> {
     events
         .iter()
         .filter(|e| *e != "[DONE]")
