@@ -127,31 +127,7 @@ pub(crate) enum Command {
     /// end. Failed or flagged points are shown, never judged.
     ///
     /// Example: `servebench compare runs/chunk-8192/<ts> runs/chunk-4096/<ts> --threshold 5%`
-    Compare {
-        /// Run directories (two or more; one is enough with --by), e.g.
-        /// runs/quickstart/2026-11-29T10-04-12Z.
-        #[arg(required = true, num_args = 1.., value_name = "RUN_DIR")]
-        runs: Vec<PathBuf>,
-        /// Split each run by this sweep dimension and compare the parts, e.g. `--by
-        /// server.engine` for a run that swept the engine: its first value is the baseline.
-        #[arg(long, value_name = "DIM")]
-        by: Option<String>,
-        /// Smallest change worth marking, in percent (`5` or `5%`). With confidence intervals a
-        /// change must also clear them; without (one request per point) the threshold decides.
-        #[arg(long, value_name = "PCT", value_parser = parse_percent)]
-        threshold: Option<f64>,
-        /// Exit 1 when any metric regressed, or when nothing could be judged (no shared point,
-        /// or no change with enough evidence either way): a gate must not pass by default.
-        #[arg(long)]
-        fail_on_regression: bool,
-        /// Write the comparison to this file instead of stdout.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        /// Render with this minijinja template instead of the built-in one; it sees the
-        /// comparison model (crates/report/src/report/compare.rs) and the report filters.
-        #[arg(long, value_name = "FILE")]
-        template: Option<PathBuf>,
-    },
+    Compare(CompareArgs),
     /// Every run in one history: runs grouped by experiment in start order, what changed in
     /// each (engine and version, server flags, model, hardware and host, servebench version,
     /// spec edits), and a series per point (matched as `compare` matches them) for the
@@ -162,56 +138,7 @@ pub(crate) enum Command {
     ///
     /// Writes OUT/history.md with trend charts in OUT/charts/. Example: `servebench history
     /// runs/ --out history --fail-on-regression`
-    History {
-        /// Run directories, or folders holding them (searched a few levels deep for
-        /// meta.json). With --git: paths inside the repository.
-        #[arg(value_name = "PATH", default_value = "runs")]
-        paths: Vec<PathBuf>,
-        /// Read the runs committed in this git repository's history instead of the files on
-        /// disk (nothing is checked out): every run directory under PATH in the commits of
-        /// --rev, each as the newest of them holds it.
-        #[arg(long, value_name = "REPO")]
-        git: Option<PathBuf>,
-        /// The commits to read with --git: a revision (`main`: its whole history) or a range
-        /// (`v1.2..main`).
-        #[arg(long, value_name = "REV", default_value = "HEAD", requires = "git")]
-        rev: String,
-        /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
-        #[arg(long, value_name = "PCT", value_parser = parse_percent)]
-        threshold: Option<f64>,
-        /// A metric to follow (repeatable; default: the headline metrics TTFT, prefill and
-        /// decode speed), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
-        #[arg(long = "metric", value_name = "NAME")]
-        metrics: Vec<String>,
-        /// Exit 1 when the newest run of any series regressed against the series' last good
-        /// level (the newest earlier comparable run whose point had no problem and was not
-        /// itself a regression), or when no newest run could be judged: a gate must not pass
-        /// by default.
-        #[arg(long)]
-        fail_on_regression: bool,
-        /// The index that keeps the history fast (default: .servebench-history-index.jsonl
-        /// in the first PATH, when it is a folder). The run directories stay the truth: a
-        /// run whose files changed is read again, and an index that is missing, damaged or
-        /// from another servebench is rebuilt.
-        #[arg(long, value_name = "FILE", conflicts_with_all = ["no_index", "git"])]
-        index: Option<PathBuf>,
-        /// Read every run directory, with no index.
-        #[arg(long)]
-        no_index: bool,
-        /// A shared history in PostgreSQL (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`):
-        /// the run directories under PATH are brought into it (a run whose files changed is
-        /// written again), then the history covers every run the database holds, other
-        /// machines' included. Tables: docs/guide/history.md. A database that is down or
-        /// refuses the login fails the command (exit 1); nothing is built from part of it.
-        #[arg(long, value_name = "URL", conflicts_with_all = ["index", "no_index", "git"])]
-        db: Option<String>,
-        /// Folder to write history.md and its charts into.
-        #[arg(long, value_name = "DIR", default_value = "history")]
-        out: PathBuf,
-        /// Print the Markdown to stdout instead (no charts are written).
-        #[arg(long)]
-        stdout: bool,
-    },
+    History(HistoryArgs),
     /// Stop whatever a crashed or killed `servebench run` left running: every server process
     /// group recorded in RUN_DIR/meta.json (on this machine or over SSH) that is still alive
     /// gets SIGTERM, then SIGKILL after a grace period, and is confirmed gone.
@@ -250,32 +177,7 @@ pub(crate) enum Command {
     ///
     /// Example: `servebench bound runs/kimi-3-streaming/<ts> --model-config config.json --gpu
     /// rtx-pro-6000 --tp 8 --tokens-per-step 3`
-    Bound {
-        /// A run directory.
-        #[arg(value_name = "RUN_DIR")]
-        run_dir: PathBuf,
-        /// The model's Hugging Face `config.json`. Default: the one the run kept in meta.json
-        /// (`server.model_facts`, or `<model>/config.json` read on the host).
-        #[arg(long, value_name = "FILE")]
-        model_config: Option<PathBuf>,
-        /// The GPU: a catalogue id (`h100-sxm`, `rtx-pro-6000`, ...) or its name as nvidia-smi
-        /// prints it. Default: the spec's `server.gpu` id, else the host's facts.
-        #[arg(long, value_name = "GPU")]
-        gpu: Option<String>,
-        /// Tensor-parallel ranks. Default: the server's flags or /server_info.
-        #[arg(long, value_name = "N")]
-        tp: Option<u32>,
-        /// Pipeline stages. Default: the server's flags, else 1.
-        #[arg(long, value_name = "N")]
-        pp: Option<u32>,
-        /// The KV cache's element type (`fp8_e4m3`, `bf16`). Default: the server's flag, else the model's dtype.
-        #[arg(long, value_name = "DTYPE")]
-        kv_cache_dtype: Option<String>,
-        /// Tokens a decode step gives each sequence: the mean accept length under speculative
-        /// decoding. Default 1.
-        #[arg(long, value_name = "X")]
-        tokens_per_step: Option<f64>,
-    },
+    Bound(BoundArgs),
     /// Internal: prints a port free on this machine (`--wanted P`: P, if it is free here).
     /// servebench runs it on a Slurm node to pick a server's port where the server listens.
     #[command(hide = true)]
@@ -309,6 +211,116 @@ pub(crate) enum Command {
         )]
         args: Vec<String>,
     },
+}
+
+// `servebench compare`'s arguments (the command's help is on [`Command::Compare`]).
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompareArgs {
+    /// Run directories (two or more; one is enough with --by), e.g.
+    /// runs/quickstart/2026-11-29T10-04-12Z.
+    #[arg(required = true, num_args = 1.., value_name = "RUN_DIR")]
+    runs: Vec<PathBuf>,
+    /// Split each run by this sweep dimension and compare the parts, e.g. `--by
+    /// server.engine` for a run that swept the engine: its first value is the baseline.
+    #[arg(long, value_name = "DIM")]
+    by: Option<String>,
+    /// Smallest change worth marking, in percent (`5` or `5%`). With confidence intervals a
+    /// change must also clear them; without (one request per point) the threshold decides.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    threshold: Option<f64>,
+    /// Exit 1 when any metric regressed, or when nothing could be judged (no shared point,
+    /// or no change with enough evidence either way): a gate must not pass by default.
+    #[arg(long)]
+    fail_on_regression: bool,
+    /// Write the comparison to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Render with this minijinja template instead of the built-in one; it sees the
+    /// comparison model (crates/report/src/report/compare.rs) and the report filters.
+    #[arg(long, value_name = "FILE")]
+    template: Option<PathBuf>,
+}
+
+// `servebench history`'s arguments (the command's help is on [`Command::History`]).
+#[derive(Debug, clap::Args)]
+pub(crate) struct HistoryArgs {
+    /// Run directories, or folders holding them (searched a few levels deep for
+    /// meta.json). With --git: paths inside the repository.
+    #[arg(value_name = "PATH", default_value = "runs")]
+    paths: Vec<PathBuf>,
+    /// Read the runs committed in this git repository's history instead of the files on
+    /// disk (nothing is checked out): every run directory under PATH in the commits of
+    /// --rev, each as the newest of them holds it.
+    #[arg(long, value_name = "REPO")]
+    git: Option<PathBuf>,
+    /// The commits to read with --git: a revision (`main`: its whole history) or a range
+    /// (`v1.2..main`).
+    #[arg(long, value_name = "REV", default_value = "HEAD", requires = "git")]
+    rev: String,
+    /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    threshold: Option<f64>,
+    /// A metric to follow (repeatable; default: the headline metrics TTFT, prefill and
+    /// decode speed), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
+    #[arg(long = "metric", value_name = "NAME")]
+    metrics: Vec<String>,
+    /// Exit 1 when the newest run of any series regressed against the series' last good
+    /// level (the newest earlier comparable run whose point had no problem and was not
+    /// itself a regression), or when no newest run could be judged: a gate must not pass
+    /// by default.
+    #[arg(long)]
+    fail_on_regression: bool,
+    /// The index that keeps the history fast (default: .servebench-history-index.jsonl
+    /// in the first PATH, when it is a folder). The run directories stay the truth: a
+    /// run whose files changed is read again, and an index that is missing, damaged or
+    /// from another servebench is rebuilt.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["no_index", "git"])]
+    index: Option<PathBuf>,
+    /// Read every run directory, with no index.
+    #[arg(long)]
+    no_index: bool,
+    /// A shared history in PostgreSQL (`postgres://USER:PASSWORD@HOST:PORT/DATABASE`):
+    /// the run directories under PATH are brought into it (a run whose files changed is
+    /// written again), then the history covers every run the database holds, other
+    /// machines' included. Tables: docs/guide/history.md. A database that is down or
+    /// refuses the login fails the command (exit 1); nothing is built from part of it.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["index", "no_index", "git"])]
+    db: Option<String>,
+    /// Folder to write history.md and its charts into.
+    #[arg(long, value_name = "DIR", default_value = "history")]
+    out: PathBuf,
+    /// Print the Markdown to stdout instead (no charts are written).
+    #[arg(long)]
+    stdout: bool,
+}
+
+// `servebench bound`'s arguments (the command's help is on [`Command::Bound`]).
+#[derive(Debug, clap::Args)]
+pub(crate) struct BoundArgs {
+    /// A run directory.
+    #[arg(value_name = "RUN_DIR")]
+    run_dir: PathBuf,
+    /// The model's Hugging Face `config.json`. Default: the one the run kept in meta.json
+    /// (`server.model_facts`, or `<model>/config.json` read on the host).
+    #[arg(long, value_name = "FILE")]
+    model_config: Option<PathBuf>,
+    /// The GPU: a catalogue id (`h100-sxm`, `rtx-pro-6000`, ...) or its name as nvidia-smi
+    /// prints it. Default: the spec's `server.gpu` id, else the host's facts.
+    #[arg(long, value_name = "GPU")]
+    gpu: Option<String>,
+    /// Tensor-parallel ranks. Default: the server's flags or /server_info.
+    #[arg(long, value_name = "N")]
+    tp: Option<u32>,
+    /// Pipeline stages. Default: the server's flags, else 1.
+    #[arg(long, value_name = "N")]
+    pp: Option<u32>,
+    /// The KV cache's element type (`fp8_e4m3`, `bf16`). Default: the server's flag, else the model's dtype.
+    #[arg(long, value_name = "DTYPE")]
+    kv_cache_dtype: Option<String>,
+    /// Tokens a decode step gives each sequence: the mean accept length under speculative
+    /// decoding. Default 1.
+    #[arg(long, value_name = "X")]
+    tokens_per_step: Option<f64>,
 }
 
 /// The schemas `servebench schema` prints.
@@ -384,61 +396,9 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
-        Command::Bound {
-            run_dir,
-            model_config,
-            gpu,
-            tp,
-            pp,
-            kv_cache_dtype,
-            tokens_per_step,
-        } => bound(
-            &run_dir,
-            model_config.as_deref(),
-            gpu,
-            tp,
-            pp,
-            kv_cache_dtype,
-            tokens_per_step,
-        ),
-        Command::Compare {
-            runs,
-            by,
-            threshold,
-            fail_on_regression,
-            out,
-            template,
-        } => compare(
-            &runs,
-            by.as_deref(),
-            threshold,
-            fail_on_regression,
-            out,
-            template,
-        ),
-        Command::History {
-            paths,
-            git,
-            rev,
-            index,
-            no_index,
-            db,
-            threshold,
-            metrics,
-            fail_on_regression,
-            out,
-            stdout,
-        } => history(HistoryOptions {
-            git: git.as_deref().map(|repo| (repo, rev.as_str())),
-            index: index_path(&paths, index, no_index || db.is_some()),
-            db: db.as_deref(),
-            paths: &paths,
-            threshold,
-            metric_names: &metrics,
-            fail_on_regression,
-            out: &out,
-            stdout,
-        }),
+        Command::Bound(args) => bound(args),
+        Command::Compare(args) => compare(args),
+        Command::History(args) => history(HistoryOptions::of(&args)),
         Command::Schema { kind } => schema(kind),
     };
     finish(result)
@@ -637,16 +597,17 @@ fn check(run_dir: &Path) -> Result<Status, Error> {
 }
 
 /// Grades a run's decode steps against the GPU's bandwidth and prints the table.
-#[allow(clippy::too_many_arguments)]
-fn bound(
-    run_dir: &Path,
-    model_config: Option<&Path>,
-    gpu: Option<String>,
-    tp: Option<u32>,
-    pp: Option<u32>,
-    kv_cache_dtype: Option<String>,
-    tokens_per_step: Option<f64>,
-) -> Result<Status, Error> {
+fn bound(args: BoundArgs) -> Result<Status, Error> {
+    let BoundArgs {
+        run_dir,
+        model_config,
+        gpu,
+        tp,
+        pp,
+        kv_cache_dtype,
+        tokens_per_step,
+    } = args;
+    let run_dir = run_dir.as_path();
     let most = servebench_report::report::bound::MAX_TOKENS_PER_STEP;
     if let Some(x) = tokens_per_step.filter(|x| !(x.is_finite() && (1.0..=most).contains(x))) {
         return Err(Error::Usage(format!(
@@ -656,7 +617,7 @@ fn bound(
     if tp == Some(0) || pp == Some(0) {
         return Err(Error::Usage("--tp and --pp count GPUs: at least 1".into()));
     }
-    let (json, from) = match model_config {
+    let (json, from) = match model_config.as_deref() {
         Some(path) => {
             let bad = |why: String| Error::Usage(format!("{}: {why}", path.display()));
             let text = read_model_config(path).map_err(|e| bad(e.to_string()))?;
@@ -813,14 +774,16 @@ fn parse_percent(text: &str) -> Result<f64, NotAPercentage> {
     }
 }
 
-fn compare(
-    paths: &[PathBuf],
-    by: Option<&str>,
-    threshold: Option<f64>,
-    fail_on_regression: bool,
-    out: Option<PathBuf>,
-    template: Option<PathBuf>,
-) -> Result<Status, Error> {
+fn compare(args: CompareArgs) -> Result<Status, Error> {
+    let CompareArgs {
+        runs: paths,
+        by,
+        threshold,
+        fail_on_regression,
+        out,
+        template,
+    } = args;
+    let by = by.as_deref();
     use servebench_report::report::compare;
     let mut runs = paths
         .iter()
@@ -897,6 +860,26 @@ struct HistoryOptions<'a> {
     fail_on_regression: bool,
     out: &'a Path,
     stdout: bool,
+}
+
+impl<'a> HistoryOptions<'a> {
+    fn of(args: &'a HistoryArgs) -> Self {
+        HistoryOptions {
+            git: args.git.as_deref().map(|repo| (repo, args.rev.as_str())),
+            index: index_path(
+                &args.paths,
+                args.index.clone(),
+                args.no_index || args.db.is_some(),
+            ),
+            db: args.db.as_deref(),
+            paths: &args.paths,
+            threshold: args.threshold,
+            metric_names: &args.metrics,
+            fail_on_regression: args.fail_on_regression,
+            out: &args.out,
+            stdout: args.stdout,
+        }
+    }
 }
 
 fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {

@@ -14,6 +14,8 @@ const CRATES: &[(&str, &[&str])] = &[
         "crates/report",
         &["servebench-model", "servebench-roofline"],
     ),
+    // What the tests share; every crate lists it under [dev-dependencies] only.
+    ("crates/testkit", &["servebench-model", "servebench-report"]),
     (
         ".",
         &[

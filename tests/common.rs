@@ -5,32 +5,9 @@ use std::process::Output;
 
 use assert_cmd::Command;
 
-/// Held while a test runs a server and measures timing: end-to-end runs take turns, so on a
-/// 2-core machine one run's simulator is not starved by another's (timing assertions stay
-/// meaningful and the suite stays deterministic).
-///
-/// The turn is a lock on a file in the temp directory, not a mutex: `cargo nextest run` starts
-/// a process per test, and a mutex is only shared within one. Each call opens the file anew,
-/// so threads of one process (`cargo test`) exclude each other too; the lock goes with the
-/// file when the guard drops, or when a killed test's process ends.
-pub fn exclusive() -> Turn {
-    let path = std::env::temp_dir().join("servebench-tests.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    file.lock()
-        .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
-    Turn { _file: file }
-}
-
-/// A test's turn at timing-sensitive work (see [`exclusive`]); ends when dropped.
-#[must_use = "the turn ends when the guard drops"]
-pub struct Turn {
-    _file: std::fs::File,
-}
+// The turn timing-sensitive tests take and a process's output, shared with the simulator's
+// tests (its runs take turns with ours).
+pub use testkit::process::{Turn, exclusive, show};
 
 /// Calls `f` every 20 ms until it gives a value, failing the test with `what` after `timeout`.
 #[track_caller]
@@ -228,16 +205,6 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     .expect("json")
 }
 
-/// stdout and stderr, for assertion messages.
-pub fn show(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// A spec on the simulator's fast profile; `extra` is appended (top-level keys).
 pub fn sim_spec(name: &str, workload: &str, extra: &str) -> String {
     format!(
@@ -276,3 +243,10 @@ pub fn validity_flags(point: &serde_json::Value) -> Vec<&serde_json::Value> {
 /// client short of CPU (`client-read-late`: on a loaded test machine the client may read a
 /// fast profile's tokens later than their 1 ms gaps). Tests of those flags look for them.
 pub const MACHINE_FLAGS: &[&str] = &["high-variance", "client-read-late"];
+
+/// The report crate's fixture runs.
+pub fn report_fixtures() -> testkit::runs::FixtureRuns {
+    testkit::runs::FixtureRuns::at(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/report/tests/fixtures/runs"),
+    )
+}

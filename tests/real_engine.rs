@@ -16,8 +16,6 @@
 mod deploy;
 #[path = "real_engine/differential.rs"]
 mod differential;
-#[path = "real_engine/http.rs"]
-pub mod http;
 #[path = "real_engine/llamacpp.rs"]
 mod llamacpp;
 #[path = "real_engine/router.rs"]
@@ -29,9 +27,8 @@ mod thinking;
 #[path = "real_engine/timing.rs"]
 mod timing;
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -264,70 +261,8 @@ pub fn marker(what: &str) -> String {
     )
 }
 
-/// A free port on 127.0.0.1.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `cmd` in its own process group, its output in `log`, from a thread that lives as
-/// long as the test process: the parent-death signal fires when the forking thread ends, and
-/// a shared server must outlive the test that started it (but not the process).
-pub fn spawn_kept(mut cmd: Command, log: &Path) -> Child {
-    let out = std::fs::File::create(log).expect("log");
-    cmd.stdin(Stdio::null())
-        .stdout(out.try_clone().expect("log"))
-        .stderr(out)
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-            Ok(())
-        });
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(cmd.spawn());
-        loop {
-            std::thread::park();
-        }
-    });
-    rx.recv()
-        .expect("spawner thread")
-        .unwrap_or_else(|e| panic!("cannot start the server: {e}"))
-}
-
-/// Waits until `GET base/path` answers 200, or fails with the log's tail.
-pub fn wait_healthy(child: &mut Child, base: &str, path: &str, log: &Path, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!(
-                "the server exited ({status}) before it was ready:\n{}",
-                tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
-            );
-        }
-        if http::get(base, path).is_ok_and(|r| r.status == 200) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not ready within {timeout:?}:\n{}",
-            tail(&std::fs::read_to_string(log).unwrap_or_default(), 40)
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// The last `n` lines of `text`.
-pub fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
+pub use testkit::http;
+pub use testkit::process::{free_port, spawn_kept, tail, wait_healthy};
 
 /// The SGLang flags every test uses, the way a CPU user runs it (see
 /// `docs/real-engines.md`): the KV pool sized explicitly, torch's own attention.

@@ -5,41 +5,20 @@
 //! (`crates/report/tests/fixtures/runs`).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use servebench_model::results::RunDir;
 use servebench_model::results::records::PointRecord;
 use servebench_report::report::{self, build_model};
 
-use crate::common::{Workspace, read_jsonl, run_dir, servebench, show, sim_spec};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("crates/report/tests/fixtures/runs")
-        .join(name)
-}
-
-#[track_caller]
-fn open(name: &str) -> RunDir {
-    RunDir::open(&fixture(name)).expect("fixture run directory opens")
-}
-
-#[track_caller]
-fn model_of(name: &str) -> report::ReportModel {
-    let dir = open(name);
-    build_model(
-        &dir.read_meta().unwrap(),
-        &dir.read_points().unwrap(),
-        &dir.read_requests().unwrap(),
-    )
-}
+use crate::common::{Workspace, read_jsonl, report_fixtures, run_dir, servebench, show, sim_spec};
 
 #[test]
 fn bound_section_figures_are_the_rooflines_on_the_points_means() {
-    let model = model_of("bound-sweep");
+    let model = report_fixtures().model_of("bound-sweep");
     let bound = model.bound.as_ref().expect("a section");
     assert!(bound.missing.is_empty(), "{:?}", bound.missing);
-    let dir = open("bound-sweep");
+    let dir = report_fixtures().open("bound-sweep");
     let points = dir.read_points().unwrap();
     let config: serde_json::Value = serde_json::from_str(
         &fs::read_to_string(
@@ -91,7 +70,7 @@ fn bound_section_figures_are_the_rooflines_on_the_points_means() {
 /// verifies them.
 #[test]
 fn speculative_points_are_graded_with_their_own_measured_accept_length() {
-    let dir = open("bound-sweep");
+    let dir = report_fixtures().open("bound-sweep");
     let mut meta = dir.read_meta().unwrap();
     meta.servers[0]
         .args
@@ -176,7 +155,7 @@ fn speculative_points_are_graded_with_their_own_measured_accept_length() {
 /// experts, and the busiest GPU reads more. A dense model under the same flag says nothing.
 #[test]
 fn expert_parallelism_on_a_moe_model_is_an_assumption_said() {
-    let dir = open("bound-sweep");
+    let dir = report_fixtures().open("bound-sweep");
     let points = dir.read_points().unwrap();
     let requests = dir.read_requests().unwrap();
     let assumptions = |meta: &servebench_model::results::meta::RunMeta| {
@@ -300,7 +279,7 @@ fn the_guides_example_template_renders() {
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(t, _)| t)
         .expect("the guide's report page has a ```jinja example");
-    let out = report::render(&model_of("clean-sweep"), Some(template)).unwrap();
+    let out = report::render(&report_fixtures().model_of("clean-sweep"), Some(template)).unwrap();
     assert!(out.starts_with("# prefill-vs-chunk (complete)\n"), "{out}");
     assert!(
         out.contains("## server.args.chunked-prefill-size=4096"),
@@ -358,7 +337,11 @@ fn checked_in_report_model_schema_is_current() {
 fn a_skipped_truncated_record_is_a_warning_on_stderr() {
     let tmp = tempfile::tempdir().unwrap();
     for file in ["meta.json", "points.jsonl", "requests.jsonl"] {
-        fs::copy(fixture("clean-sweep").join(file), tmp.path().join(file)).unwrap();
+        fs::copy(
+            report_fixtures().path("clean-sweep").join(file),
+            tmp.path().join(file),
+        )
+        .unwrap();
     }
     // A crash mid-write leaves half a point record and no newline.
     let points = tmp.path().join("points.jsonl");
@@ -507,7 +490,7 @@ fn num(line: &str, name: &str) -> i32 {
 fn bound_after(
     edit: impl FnOnce(&mut servebench_model::results::meta::RunMeta, &mut Vec<PointRecord>),
 ) -> (report::ReportModel, Vec<PointRecord>) {
-    let dir = open("bound-sweep");
+    let dir = report_fixtures().open("bound-sweep");
     let mut meta = dir.read_meta().unwrap();
     let mut points = dir.read_points().unwrap();
     edit(&mut meta, &mut points);

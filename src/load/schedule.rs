@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use servebench_model::results::records::Phase;
-use servebench_model::spec::load_model::{LoadKind, PhaseSpec, StopSpec};
+use servebench_model::spec::load_model::{LoadKind, LoadSpec, PhaseSpec, RampSpec, StopSpec};
 use servebench_model::spec::types::Experiment;
 
 use super::arrival::{RateCurve, UnitGaps};
@@ -139,92 +139,114 @@ pub enum ScheduleError {
 
 type MakeArrivals = Arc<dyn Fn() -> Box<dyn Iterator<Item = Arrival> + Send> + Send + Sync>;
 
+/// Refuses a phase (or a ramp) longer than a schedule may span.
+fn check_spans(exp: &Experiment, load: &LoadSpec, stop: &StopSpec) -> Result<(), ScheduleError> {
+    let phase_limits = [
+        (
+            "warmup.duration",
+            exp.warmup.as_ref().and_then(|w| w.duration),
+        ),
+        ("stop.duration", stop.duration),
+        (
+            "cooldown.duration",
+            exp.cooldown.as_ref().and_then(|c| c.duration),
+        ),
+        ("load.ramp.over", load.ramp.as_ref().map(|r| r.over)),
+    ];
+    for (field, d) in phase_limits {
+        if let Some(seconds) = d.map(|d| d.as_secs_f64()).filter(|&s| s > MAX_SPAN_S) {
+            return Err(ScheduleError::PhaseTooLong { field, seconds });
+        }
+    }
+    Ok(())
+}
+
+/// How a load makes its arrivals, with a trace's blocks when it replays one.
+struct ArrivalSource {
+    /// (send time, output tokens, prompt tokens, blocks): the lengths and blocks only from a
+    /// trace.
+    make: MakeArrivals,
+    /// A trace's block ids and the tokens each stands for; None for a rate or a ramp.
+    blocks: Option<(Arc<Vec<u64>>, u32)>,
+}
+
+/// The arrivals of an open-loop `load`: a constant rate, a ramp, or a trace read from its
+/// file (relative to `spec_dir`).
+fn arrival_source(load: &LoadSpec, spec_dir: &Path) -> Result<ArrivalSource, ScheduleError> {
+    let (arrival, burstiness, seed) = (load.arrival, load.burstiness, load.seed);
+    let make: MakeArrivals = match load.kind {
+        LoadKind::Rate => {
+            let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
+            if rate.is_infinite() {
+                Arc::new(|| Box::new(std::iter::repeat((0.0, None, None, None))))
+            } else {
+                Arc::new(move || {
+                    curve_arrivals(
+                        RateCurve::Constant(rate),
+                        UnitGaps::new(arrival, burstiness, seed),
+                    )
+                })
+            }
+        }
+        LoadKind::Ramp => {
+            let curve = ramp_curve(load.ramp.as_ref().ok_or(ScheduleError::NotLoad)?);
+            Arc::new(move || {
+                curve_arrivals(curve.clone(), UnitGaps::new(arrival, burstiness, seed))
+            })
+        }
+        LoadKind::Sessions | LoadKind::Agentic => return Err(ScheduleError::NotLoad),
+        LoadKind::Trace => {
+            let t = load.trace.as_ref().ok_or(ScheduleError::NotLoad)?;
+            let scale = t.time_scale;
+            let options = trace::TraceOptions::of(t);
+            let read = trace::read(&spec_dir.join(&t.file), options)?;
+            let entries = Arc::new(read.entries);
+            return Ok(ArrivalSource {
+                make: Arc::new(move || {
+                    let entries = entries.clone();
+                    Box::new((0..entries.len()).map(move |i| {
+                        let e = &entries[i];
+                        (e.at_s * scale, e.output_tokens, e.input_tokens, e.blocks)
+                    }))
+                }),
+                blocks: Some((Arc::new(read.ids), options.block_size)),
+            });
+        }
+    };
+    Ok(ArrivalSource { make, blocks: None })
+}
+
+/// A ramp's rate over time: in `steps` equal steps, or a straight line.
+fn ramp_curve(ramp: &RampSpec) -> RateCurve {
+    let over = ramp.over.as_secs_f64().max(1e-9);
+    match ramp.steps {
+        Some(steps) if steps >= 1 => RateCurve::Steps {
+            from: ramp.from,
+            to: ramp.to,
+            over,
+            steps,
+        },
+        _ => RateCurve::Linear {
+            from: ramp.from,
+            to: ramp.to,
+            over,
+        },
+    }
+}
+
 impl Schedule {
     /// The schedule of `exp`'s point; `spec_dir` resolves a trace's path. Counts its
     /// requests (one pass over the arrivals) without keeping them.
     pub fn of(exp: &Experiment, spec_dir: &Path) -> Result<Schedule, ScheduleError> {
         let load = exp.load.as_ref().ok_or(ScheduleError::NotLoad)?;
         let stop = exp.stop.clone().unwrap_or_default();
-        let phase_limits = [
-            (
-                "warmup.duration",
-                exp.warmup.as_ref().and_then(|w| w.duration),
-            ),
-            ("stop.duration", stop.duration),
-            (
-                "cooldown.duration",
-                exp.cooldown.as_ref().and_then(|c| c.duration),
-            ),
-            ("load.ramp.over", load.ramp.as_ref().map(|r| r.over)),
-        ];
-        for (field, d) in phase_limits {
-            if let Some(seconds) = d.map(|d| d.as_secs_f64()).filter(|&s| s > MAX_SPAN_S) {
-                return Err(ScheduleError::PhaseTooLong { field, seconds });
-            }
-        }
+        check_spans(exp, load, &stop)?;
         let phases = Phases::new(
             exp.warmup.clone().unwrap_or_default(),
             stop,
             exp.cooldown.clone().unwrap_or_default(),
         );
-        // (send time, output tokens, prompt tokens): the lengths only from a trace.
-        let (arrival, burstiness, seed) = (load.arrival, load.burstiness, load.seed);
-        let mut traced = false;
-        let mut ids = Arc::new(Vec::new());
-        let mut block_size = 512;
-        let arrivals: MakeArrivals = match load.kind {
-            LoadKind::Rate => {
-                let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
-                if rate.is_infinite() {
-                    Arc::new(|| Box::new(std::iter::repeat((0.0, None, None, None))))
-                } else {
-                    Arc::new(move || {
-                        curve_arrivals(
-                            RateCurve::Constant(rate),
-                            UnitGaps::new(arrival, burstiness, seed),
-                        )
-                    })
-                }
-            }
-            LoadKind::Ramp => {
-                let ramp = load.ramp.as_ref().ok_or(ScheduleError::NotLoad)?;
-                let over = ramp.over.as_secs_f64().max(1e-9);
-                let curve = match ramp.steps {
-                    Some(steps) if steps >= 1 => RateCurve::Steps {
-                        from: ramp.from,
-                        to: ramp.to,
-                        over,
-                        steps,
-                    },
-                    _ => RateCurve::Linear {
-                        from: ramp.from,
-                        to: ramp.to,
-                        over,
-                    },
-                };
-                Arc::new(move || {
-                    curve_arrivals(curve.clone(), UnitGaps::new(arrival, burstiness, seed))
-                })
-            }
-            LoadKind::Sessions | LoadKind::Agentic => return Err(ScheduleError::NotLoad),
-            LoadKind::Trace => {
-                let t = load.trace.as_ref().ok_or(ScheduleError::NotLoad)?;
-                let scale = t.time_scale;
-                let options = trace::TraceOptions::of(t);
-                let read = trace::read(&spec_dir.join(&t.file), options)?;
-                ids = Arc::new(read.ids);
-                block_size = options.block_size;
-                let entries = Arc::new(read.entries);
-                traced = true;
-                Arc::new(move || {
-                    let entries = entries.clone();
-                    Box::new((0..entries.len()).map(move |i| {
-                        let e = &entries[i];
-                        (e.at_s * scale, e.output_tokens, e.input_tokens, e.blocks)
-                    }))
-                })
-            }
-        };
+        let source = arrival_source(load, spec_dir)?;
         let unbounded_inf = load.kind == LoadKind::Rate
             && load
                 .rate
@@ -234,8 +256,10 @@ impl Schedule {
         if unbounded_inf {
             return Err(ScheduleError::UnboundedInf);
         }
+        let traced = source.blocks.is_some();
+        let (ids, block_size) = source.blocks.unwrap_or_else(|| (Arc::new(Vec::new()), 512));
         let mut schedule = Schedule {
-            arrivals,
+            arrivals: source.make,
             phases,
             len: SCHEDULE_LIMIT + 1,
             measured: 0,
@@ -244,8 +268,15 @@ impl Schedule {
             block_size,
             max_in_flight: load.max_in_flight,
         };
+        schedule.count(traced)?;
+        Ok(schedule)
+    }
+
+    /// Counts the requests, and those measured, in one pass over the arrivals; keeps a
+    /// trace's lines (`traced`). Refuses a schedule too long or due too late.
+    fn count(&mut self, traced: bool) -> Result<(), ScheduleError> {
         let (mut len, mut measured) = (0usize, 0usize);
-        for s in schedule.iter() {
+        for s in self.iter() {
             if len >= SCHEDULE_LIMIT {
                 return Err(ScheduleError::TooLong);
             }
@@ -259,12 +290,12 @@ impl Schedule {
             len += 1;
             measured += usize::from(s.phase == Phase::Measure);
         }
-        schedule.len = len;
-        schedule.measured = measured;
+        self.len = len;
+        self.measured = measured;
         if traced {
-            schedule.traced = schedule.iter().collect();
+            self.traced = self.iter().collect();
         }
-        Ok(schedule)
+        Ok(())
     }
 
     /// The arrivals in time order, made again from the start.

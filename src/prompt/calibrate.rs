@@ -111,17 +111,8 @@ impl Calibrator {
         C: FnMut(String) -> Fut,
         Fut: Future<Output = Result<u64, CountError>>,
     {
+        self.check_room(target)?;
         let mut limit = self.limit;
-        if let Some(l) = limit {
-            let room = l.saturating_sub(self.output_tokens);
-            if target > room {
-                return Err(CalibrationError::TooLong {
-                    target,
-                    limit: l,
-                    output: self.output_tokens,
-                });
-            }
-        }
         let mut attempt = async |kind: AttemptKind, chars: usize, history: &mut Vec<Attempt>| {
             let prompt = format!("{}{}", prefix(), generator.text(chars));
             record(kind, chars, count(prompt), history).await
@@ -142,24 +133,9 @@ impl Calibrator {
                 Err(CountError::Failed(e)) => return Err(CalibrationError::Request(e)),
             }
         }
-        let (slope, offset) = match points.as_slice() {
-            [(c1, n1), (c2, n2)] if n2 > n1 => {
-                let slope = (*c2 - *c1) as f64 / (*n2 - *n1) as f64;
-                (slope, (*n1 as f64 - *c1 as f64 / slope).max(0.0))
-            }
-            [(c, n), ..] => (*c as f64 / *n as f64, 0.0),
-            [] => (self.initial_chars_per_token, 0.0),
-        };
-        let cap = |limit: Option<u64>| {
-            limit.map(|l| {
-                // The most text expected to stay under the limit, with a margin for the
-                // estimate's error.
-                ((l as f64 * 0.98 - offset) * slope).max(1.0) as usize
-            })
-        };
-        let fit = |tokens: f64| ((tokens - offset).max(1.0) * slope).round().max(1.0) as usize;
-        let mut chars = fit(target as f64);
-        if let Some(c) = cap(limit) {
+        let line = TokenLine::from_probes(&points, self.initial_chars_per_token);
+        let mut chars = line.chars_for(target as f64);
+        if let Some(c) = line.cap(limit) {
             chars = chars.min(c);
         }
         let mut best: Option<Calibrated> = None;
@@ -171,7 +147,7 @@ impl Calibrator {
                 Err(CountError::TooLong { limit: l }) => {
                     // Step down below what the server says it takes (or by a tenth).
                     limit = tighter(l, limit);
-                    let down = match cap(limit) {
+                    let down = match line.cap(limit) {
                         Some(c) if c < chars => c,
                         _ => chars * 9 / 10,
                     };
@@ -185,43 +161,107 @@ impl Calibrator {
             };
             let err = (n as f64 - target as f64).abs() / target as f64;
             let within = err <= self.tolerance;
-            let this = Calibrated {
-                chars,
-                actual_tokens: n,
-                attempts: history.len() as u32,
-                within_tolerance: within,
-            };
-            let better = best.as_ref().is_none_or(|b| {
-                (b.actual_tokens as f64 - target as f64).abs() > (n as f64 - target as f64).abs()
-            });
-            if better {
-                best = Some(this);
-            }
+            keep_closer(
+                &mut best,
+                Calibrated {
+                    chars,
+                    actual_tokens: n,
+                    attempts: history.len() as u32,
+                    within_tolerance: within,
+                },
+                target,
+            );
             if within {
                 break;
             }
-            // Proportional step on the part that scales with text (the prefix's tokens do
-            // not): converges in a step or two.
-            let per_char = (n as f64 - offset).max(1.0) / chars as f64;
-            let mut next = ((target as f64 - offset).max(1.0) / per_char)
-                .round()
-                .max(1.0) as usize;
-            if let Some(c) = cap(limit) {
-                next = next.min(c);
-            }
-            chars = if next == chars {
-                if n < target {
-                    chars + 1
-                } else {
-                    chars.saturating_sub(1).max(1)
-                }
-            } else {
-                next
-            };
+            chars = line.next_chars(chars, n, target, limit);
         }
         let mut best = best.ok_or(CalibrationError::NeverFits)?;
         best.attempts = history.len() as u32;
         Ok(best)
+    }
+}
+
+impl Calibrator {
+    /// Refuses a `target` that cannot fit beside the output in the server's known limit.
+    fn check_room(&self, target: u64) -> Result<(), CalibrationError> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        if target > limit.saturating_sub(self.output_tokens) {
+            return Err(CalibrationError::TooLong {
+                target,
+                limit,
+                output: self.output_tokens,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Tokens against characters of text on this server: `tokens = offset + chars / slope`.
+#[derive(Debug, Clone, Copy)]
+struct TokenLine {
+    /// Characters per token of the generated text.
+    slope: f64,
+    /// Tokens that do not scale with the text (the nonce prefix's, the chat template's).
+    offset: f64,
+}
+
+impl TokenLine {
+    /// The line through the probes' `(chars, tokens)`: through both when they differ, through
+    /// zero from one, or `initial` characters per token without any.
+    fn from_probes(points: &[(usize, u64)], initial: f64) -> Self {
+        let (slope, offset) = match points {
+            [(c1, n1), (c2, n2)] if n2 > n1 => {
+                let slope = (*c2 - *c1) as f64 / (*n2 - *n1) as f64;
+                (slope, (*n1 as f64 - *c1 as f64 / slope).max(0.0))
+            }
+            [(c, n), ..] => (*c as f64 / *n as f64, 0.0),
+            [] => (initial, 0.0),
+        };
+        TokenLine { slope, offset }
+    }
+
+    /// The most text expected to stay under `limit` tokens, with a margin for the estimate's
+    /// error; None when the limit is not known.
+    fn cap(&self, limit: Option<u64>) -> Option<usize> {
+        limit.map(|l| ((l as f64 * 0.98 - self.offset) * self.slope).max(1.0) as usize)
+    }
+
+    /// The characters expected to give `tokens`.
+    fn chars_for(&self, tokens: f64) -> usize {
+        ((tokens - self.offset).max(1.0) * self.slope)
+            .round()
+            .max(1.0) as usize
+    }
+
+    /// The next attempt's characters after `chars` gave `n` tokens, aiming at `target` under
+    /// `limit`: a proportional step on the part that scales with text (the prefix's tokens do
+    /// not), which converges in a step or two; one character when it would not move.
+    fn next_chars(&self, chars: usize, n: u64, target: u64, limit: Option<u64>) -> usize {
+        let per_char = (n as f64 - self.offset).max(1.0) / chars as f64;
+        let mut next = ((target as f64 - self.offset).max(1.0) / per_char)
+            .round()
+            .max(1.0) as usize;
+        if let Some(c) = self.cap(limit) {
+            next = next.min(c);
+        }
+        if next != chars {
+            next
+        } else if n < target {
+            chars + 1
+        } else {
+            chars.saturating_sub(1).max(1)
+        }
+    }
+}
+
+/// Keeps `this` as the best attempt when it came closer to `target` than the best so far.
+fn keep_closer(best: &mut Option<Calibrated>, this: Calibrated, target: u64) {
+    let off = |c: &Calibrated| (c.actual_tokens as f64 - target as f64).abs();
+    if best.as_ref().is_none_or(|b| off(b) > off(&this)) {
+        *best = Some(this);
     }
 }
 

@@ -239,41 +239,7 @@ async fn run_plan(
         g.points.retain(|p| !done.contains(&p.id));
     }
     plan.groups.retain(|g| !g.points.is_empty());
-    let progress = Progress::new(
-        plan.point_count(),
-        plan.request_count(&spec_dir).sent,
-        opts.quiet,
-    );
-    let _ = host.console.set(progress.clone());
-    progress.line(&format!(
-        "servebench: {} to measure in {}{}; run directory {}",
-        count_s(plan.point_count(), "point"),
-        count_s(plan.groups.len(), "server group"),
-        host.describe(first.placement()),
-        run_dir.path.display()
-    ));
-    if let Ok(est) =
-        crate::plan::estimate::best(&plan, &spec_dir, &opts.out, &spec.name, Some(&run_dir.path))
-    {
-        progress.line(&format!(
-            "estimate: ~{} from {}",
-            servebench_model::text::duration(est.total_s()),
-            est.source
-        ));
-        // On a pool, groups run side by side: the time left is the pool's wall time. A
-        // Slurm host holds every rank of a group in its one allocation.
-        let pool_hosts = host.hosts.len();
-        let slurm = host.hosts.iter().any(|h| h.slurm.is_some());
-        progress.set_eta(progress::Eta::on_pool(&est, pool_hosts, |g| {
-            plan.groups.iter().find(|pg| pg.id == g).map_or(1, |pg| {
-                if slurm {
-                    1
-                } else {
-                    pg.server.node_count() as usize
-                }
-            })
-        }));
-    }
+    let progress = start_console(spec, &plan, &spec_dir, &run_dir, &host, opts);
     let meta_shared = std::sync::Mutex::new(meta);
     let tally_shared = std::sync::Mutex::new(Tally::default());
     let aborted_shared = std::sync::Mutex::new(None::<String>);
@@ -301,36 +267,14 @@ async fn run_plan(
 
     let ended = chrono::Utc::now();
     meta.ended_at = Some(ended.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let cause = interrupt.cause();
-    let failure = match (&measured, &cause) {
-        (Err(e), _) => Some(e.to_string()),
-        (Ok(()), Some(c)) if c.is_failure() => Some(c.to_string()),
-        _ => None,
-    };
-    let stopped = match &cause {
-        Some(c) if !c.is_failure() => Some(format!("{c}; what was measured is kept")),
-        _ => aborted,
-    };
-    let recorded = run_dir.read_points().unwrap_or_default();
-    let settled = outcome::settle(
-        &recorded,
-        planned(spec, &run_dir, &recorded),
-        stopped.as_deref(),
+    let (status, reason) = run_status(
+        spec,
+        &run_dir,
+        (measured.as_ref().err(), aborted),
+        &interrupt,
+        &tally,
+        &progress,
     );
-    let (status, reason) = match failure {
-        // A record that could not be written: the run cannot vouch for what it has.
-        Some(failure) => (
-            RunStatus::Failed,
-            Some(format!(
-                "{failure}; measuring stopped there (what was recorded before is kept)"
-            )),
-        ),
-        None => (settled.status, settled.reason.clone()),
-    };
-    if tally.measured_points == 0 && recorded.is_empty() && !tally.problems.is_empty() {
-        tracing::debug!("nothing recorded: {}", tally.problems.join("; "));
-    }
-    progress.line(&points_line(&settled.points));
     meta.status = status;
     meta.status_reason = reason.clone();
     write_meta(&run_dir, &meta)?;
@@ -343,6 +287,97 @@ async fn run_plan(
         reason,
         report,
     })
+}
+
+/// The run's console, with the plan and its estimated time said (the time left follows it).
+fn start_console(
+    spec: &LoadedSpec,
+    plan: &Plan,
+    spec_dir: &Path,
+    run_dir: &RunDir,
+    host: &Pool,
+    opts: &RunOptions,
+) -> Progress {
+    let progress = Progress::new(
+        plan.point_count(),
+        plan.request_count(spec_dir).sent,
+        opts.quiet,
+    );
+    let _ = host.console.set(progress.clone());
+    progress.line(&format!(
+        "servebench: {} to measure in {}{}; run directory {}",
+        count_s(plan.point_count(), "point"),
+        count_s(plan.groups.len(), "server group"),
+        host.describe(spec.points[0].experiment.placement()),
+        run_dir.path.display()
+    ));
+    let Ok(est) =
+        crate::plan::estimate::best(plan, spec_dir, &opts.out, &spec.name, Some(&run_dir.path))
+    else {
+        return progress;
+    };
+    progress.line(&format!(
+        "estimate: ~{} from {}",
+        servebench_model::text::duration(est.total_s()),
+        est.source
+    ));
+    // On a pool, groups run side by side: the time left is the pool's wall time. A Slurm host
+    // holds every rank of a group in its one allocation.
+    let pool_hosts = host.hosts.len();
+    let slurm = host.hosts.iter().any(|h| h.slurm.is_some());
+    progress.set_eta(progress::Eta::on_pool(&est, pool_hosts, |g| {
+        plan.groups.iter().find(|pg| pg.id == g).map_or(1, |pg| {
+            if slurm {
+                1
+            } else {
+                pg.server.node_count() as usize
+            }
+        })
+    }));
+    progress
+}
+
+/// The run's status and its reason, from what was recorded, how measuring ended (`failed`:
+/// the error that stopped it; `aborted`: why the failure policy stopped it) and the
+/// interrupt; the points' tally goes to the console.
+fn run_status(
+    spec: &LoadedSpec,
+    run_dir: &RunDir,
+    (failed, aborted): (Option<&RunError>, Option<String>),
+    interrupt: &Interrupt,
+    tally: &Tally,
+    progress: &Progress,
+) -> (RunStatus, Option<String>) {
+    let cause = interrupt.cause();
+    let failure = match (failed, &cause) {
+        (Some(e), _) => Some(e.to_string()),
+        (None, Some(c)) if c.is_failure() => Some(c.to_string()),
+        _ => None,
+    };
+    let stopped = match &cause {
+        Some(c) if !c.is_failure() => Some(format!("{c}; what was measured is kept")),
+        _ => aborted,
+    };
+    let recorded = run_dir.read_points().unwrap_or_default();
+    let settled = outcome::settle(
+        &recorded,
+        planned(spec, run_dir, &recorded),
+        stopped.as_deref(),
+    );
+    if tally.measured_points == 0 && recorded.is_empty() && !tally.problems.is_empty() {
+        tracing::debug!("nothing recorded: {}", tally.problems.join("; "));
+    }
+    progress.line(&points_line(&settled.points));
+    match failure {
+        // A record that could not be written: the run cannot vouch for what it has.
+        Some(failure) => (
+            RunStatus::Failed,
+            Some(format!(
+                "{failure}; measuring stopped there (what was recorded before is kept)"
+            )),
+        ),
+        None => (settled.status, settled.reason),
+    }
 }
 
 /// The points the run was to record: every ordinary point, and each search's probes (a search

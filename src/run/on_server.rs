@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::host::Host;
 use crate::plan::failure::{AfterCrash, FailurePolicy};
 use servebench_model::catalog::FlagKind;
-use servebench_model::results::records::{Flag, PointStatus};
+use servebench_model::results::records::{Flag, PointRecord, PointStatus};
 use servebench_model::results::rundir::RunDir;
 use servebench_model::spec::Point;
 use servebench_model::text::last_lines;
@@ -133,15 +133,7 @@ impl Launch<'_, '_> {
             record.flags.extend(flags);
         }
         let agent_lost = record.has_flag(&FlagKind::AgentLost);
-        // Broken connections (or a failed calibration) may mean the server is dying.
-        let suspicious = !outcome.interrupted
-            && (agent_lost
-                || lost_part.is_some()
-                || ["connect", "reset", "incomplete"]
-                    .iter()
-                    .any(|k| record.error_kinds.contains_key(*k))
-                || record.has_flag(&FlagKind::CalibrationFailed)
-                || record.has_flag(&FlagKind::ServerLost));
+        let suspicious = !outcome.interrupted && suspicious(&record, lost_part.is_some());
         let grace = if suspicious {
             Duration::from_secs(3)
         } else {
@@ -165,17 +157,7 @@ impl Launch<'_, '_> {
                 "the server at {} stopped answering during this point ({why})",
                 handle.url
             );
-            // First, so the point's reason is the lost server, not what it caused.
-            record
-                .flags
-                .insert(0, Flag::new(FlagKind::ServerLost, msg.clone()));
-            record.incomplete = true;
-            record.status = Some(if record.ok > 0 {
-                PointStatus::Degraded
-            } else {
-                PointStatus::Failed
-            });
-            record.failure = Some(servebench_model::catalog::Failure::Lost.label().to_string());
+            server_lost(&mut record, &msg);
             tally.problems.push(format!("{}: {msg}", record.id));
             lost = Some(msg);
         }
@@ -187,34 +169,81 @@ impl Launch<'_, '_> {
         }
         amend(&mut record);
         append_point(cx.run_dir, cx.progress, &record)?;
-        if outcome.interrupted || cx.interrupt.is_set() {
-            return Ok(Some(One::End(LaunchEnd::Interrupted)));
+        let end = PointEnd {
+            interrupted: outcome.interrupted || cx.interrupt.is_set(),
+            lost,
+            crashed,
+            link_suspect: agent_lost || record.incomplete || record.errors > 0,
+        };
+        Ok(self.goes_on(point, end).await.map(One::End))
+    }
+
+    /// How the launch ends after a point that ended as `end` says; None when it goes on.
+    async fn goes_on(&mut self, point: &Point, end: PointEnd) -> Option<LaunchEnd> {
+        if end.interrupted {
+            return Some(LaunchEnd::Interrupted);
         }
-        if let Some(msg) = lost {
-            return Ok(Some(One::End(LaunchEnd::ServerLost(msg))));
+        if let Some(msg) = end.lost {
+            return Some(LaunchEnd::ServerLost(msg));
         }
-        if let Some(cause) = crashed {
-            return Ok(Some(One::End(
-                match self.policy.after_crash(point, cause.label()) {
-                    AfterCrash::Relaunch => LaunchEnd::Crashed,
-                    AfterCrash::Abort(why) => LaunchEnd::Aborted(why),
-                },
-            )));
+        if let Some(cause) = end.crashed {
+            return Some(match self.policy.after_crash(point, cause.label()) {
+                AfterCrash::Relaunch => LaunchEnd::Crashed,
+                AfterCrash::Abort(why) => LaunchEnd::Aborted(why),
+            });
         }
         // Any failure on a remote host may be the link: check it before the next point. A
         // dropped link is re-established by the host; if it cannot be, the host is gone and
         // the run stops with what it has.
-        let link_suspect = agent_lost || record.incomplete || record.errors > 0;
-        if link_suspect
-            && cx.remote
-            && let Err(e) = cx.host.check_link().await
+        if end.link_suspect
+            && self.cx.remote
+            && let Err(e) = self.cx.host.check_link().await
         {
-            return Ok(Some(One::End(LaunchEnd::HostLost(format!(
+            return Some(LaunchEnd::HostLost(format!(
                 "the host cannot be reached any more: {e}"
-            )))));
+            )));
         }
-        Ok(None)
+        None
     }
+}
+
+/// How a recorded point ended, for what the launch does next.
+struct PointEnd {
+    /// The run was interrupted.
+    interrupted: bool,
+    /// The server stopped answering (a server servebench did not start): why.
+    lost: Option<String>,
+    /// The server crashed during the point: how.
+    crashed: Option<crate::engine::CrashCause>,
+    /// The point failed in a way a lost link to a remote host could explain.
+    link_suspect: bool,
+}
+
+/// Whether a point's failures may mean the server is dying: broken connections, a failed
+/// calibration, a lost agent or server, part of its requests lost (`lost_part`).
+fn suspicious(record: &PointRecord, lost_part: bool) -> bool {
+    record.has_flag(&FlagKind::AgentLost)
+        || lost_part
+        || ["connect", "reset", "incomplete"]
+            .iter()
+            .any(|k| record.error_kinds.contains_key(*k))
+        || record.has_flag(&FlagKind::CalibrationFailed)
+        || record.has_flag(&FlagKind::ServerLost)
+}
+
+/// Marks the point as cut short by a server that stopped answering (`msg`, first among its
+/// flags so the point's reason is the lost server, not what it caused).
+fn server_lost(record: &mut PointRecord, msg: &str) {
+    record
+        .flags
+        .insert(0, Flag::new(FlagKind::ServerLost, msg.to_string()));
+    record.incomplete = true;
+    record.status = Some(if record.ok > 0 {
+        PointStatus::Degraded
+    } else {
+        PointStatus::Failed
+    });
+    record.failure = Some(servebench_model::catalog::Failure::Lost.label().to_string());
 }
 
 /// Brings a point's profiler traces into the run directory (those not in `before`, at most

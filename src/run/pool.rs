@@ -483,6 +483,29 @@ fn fail_unstartable(
     }
 }
 
+/// What a group's launches carry from one to the next.
+struct GroupState<'p> {
+    /// The group's points not measured yet.
+    pending: std::iter::Peekable<std::vec::IntoIter<&'p Point>>,
+    policy: FailurePolicy,
+    tally: Tally,
+    /// Read once per group, kept with every launch of it.
+    model_config: Option<servebench_model::results::meta::ModelConfigRecord>,
+}
+
+/// Where a group runs, the same for each of its launches.
+struct GroupSite<'a> {
+    g: &'a ServerGroup,
+    /// The pool's hosts the group runs on; the first runs rank 0.
+    hosts: &'a [&'a PoolHost],
+    /// The host of each rank, rank 0's first.
+    rank_hosts: &'a [&'a dyn Host],
+    /// Where the agent measures (`client: host`).
+    agent_host: Option<&'a super::agent::session::AgentPlace>,
+    /// Where the engine's profiler writes its traces, when the group profiles.
+    profile_dir: Option<&'a str>,
+}
+
 /// Measures `points` of group `g` on `hosts` (`indices` into the pool): launch, measure,
 /// relaunch after crashes as the failure policy says, stop.
 async fn run_group<'p>(
@@ -502,15 +525,7 @@ async fn run_group<'p>(
     if pool.is_pool {
         run.run_dir.set_group_host(&g.id, &label);
     }
-    // One host per rank: a Slurm host gives each rank its own node of the allocation.
-    let nodes = g.server.node_count();
-    let rank_hosts: Vec<Arc<dyn Host>> = hosts
-        .iter()
-        .flat_map(|h| match &h.slurm {
-            Some(s) if nodes > 1 => s.ranks(nodes),
-            _ => vec![h.host.clone()],
-        })
-        .collect();
+    let rank_hosts = rank_hosts(hosts, g.server.node_count());
     let host_refs: Vec<&dyn Host> = rank_hosts.iter().map(|h| h.as_ref()).collect();
     let rank0 = hosts[0];
     let agent_host = rank0
@@ -525,13 +540,21 @@ async fn run_group<'p>(
         run.run_dir,
     );
     let launched = super::server::traces::with_profiler(&g.server, &points, profile_dir.as_deref());
-    let mut pending = points.into_iter().peekable();
-    let mut policy = FailurePolicy::new(first.on_failure);
-    let mut tally = Tally::default();
-    // Read once per group, kept with every launch of it.
-    let mut model_config = None;
+    let site = GroupSite {
+        g,
+        hosts,
+        rank_hosts: &host_refs,
+        agent_host: agent_host.as_ref(),
+        profile_dir: profile_dir.as_deref(),
+    };
+    let mut state = GroupState {
+        pending: points.into_iter().peekable(),
+        policy: FailurePolicy::new(first.on_failure),
+        tally: Tally::default(),
+        model_config: None,
+    };
     let end = loop {
-        if pending.peek().is_none() || run.stopping() {
+        if state.pending.peek().is_none() || run.stopping() {
             break GroupEnd::Done;
         }
         let log = run.run_dir.server_log_path(&g.id);
@@ -541,86 +564,98 @@ async fn run_group<'p>(
         let mut handle = match started {
             Ok(h) => h,
             Err(server::ServerError::Interrupted) => break GroupEnd::Done,
-            Err(e) => match start_failed(
-                run,
-                pool,
-                g,
-                (indices, hosts),
-                e,
-                &mut pending,
-                &mut policy,
-                &mut tally,
-            )
-            .await?
-            {
+            Err(e) => match start_failed(run, pool, g, (indices, hosts), e, &mut state).await? {
                 Some(end) => break end,
                 None => continue,
             },
         };
         run.progress.launched(&g.id);
-        let launch_index = match announce(
-            run,
-            g,
-            &mut handle,
-            host_refs[0],
-            &mut model_config,
-            pool.hosts.len() == 1,
-        )
-        .await
+        let end = measure_launch(run, pool, &site, &mut handle, &mut runner, &mut state).await?;
+        if let Some(end) = launch_ended(run, pool, (indices, hosts), end, &mut state.pending).await
         {
-            Ok(i) => i,
-            Err((e, i)) => {
-                // Nothing may outlive the runner: stop the server before giving up.
-                handle.stop("stopping after an error").await;
-                set_launch(run, i, &handle);
-                return Err(e);
-            }
-        };
-        let result = run_on_launch(
-            &mut handle,
-            &mut pending,
-            &mut policy,
-            &LaunchContext {
-                group: &g.id,
-                run_dir: run.run_dir,
-                progress: run.progress,
-                interrupt: run.interrupt,
-                host: rank0.host.as_ref(),
-                remote: hosts
-                    .iter()
-                    .any(|h| h.remote.is_some() || h.slurm.is_some()),
-                profile_dir: profile_dir.as_deref(),
-            },
-            Measuring {
-                runner: &mut runner,
-                agent_host: agent_host.as_ref(),
-                server: &g.server,
-                spec_dir: &run.spec_dir,
-            },
-            &mut tally,
-        )
-        .await;
-        // Whatever happened, the server goes down and that is recorded.
-        let why = match &result {
-            Err(_) => "stopping after an error",
-            Ok(_) if run.interrupt.cause().is_some_and(|c| c.is_failure()) => {
-                "stopping: a record could not be written"
-            }
-            Ok(end) => end.stop_reason(pending.peek().is_some()),
-        };
-        handle.stop(why).await;
-        set_launch(run, launch_index, &handle);
-        // The first error is the one to report.
-        let meta_written = run.write_meta();
-        let end = result?;
-        meta_written?;
-        if let Some(end) = launch_ended(run, pool, (indices, hosts), end, &mut pending).await {
             break end;
         }
     };
     let mut shared = run.tally.lock().unwrap_or_else(|e| e.into_inner());
-    shared.problems.append(&mut tally.problems);
-    shared.measured_points += tally.measured_points;
+    shared.problems.append(&mut state.tally.problems);
+    shared.measured_points += state.tally.measured_points;
+    Ok(end)
+}
+
+/// One host per rank of a `nodes`-node server: a Slurm host gives each rank its own node of
+/// the allocation.
+fn rank_hosts(hosts: &[&PoolHost], nodes: u32) -> Vec<Arc<dyn Host>> {
+    hosts
+        .iter()
+        .flat_map(|h| match &h.slurm {
+            Some(s) if nodes > 1 => s.ranks(nodes),
+            _ => vec![h.host.clone()],
+        })
+        .collect()
+}
+
+/// Measures the group's pending points on a started server, then stops it, whatever
+/// happened, and records the launch in `meta.json`.
+async fn measure_launch(
+    run: &PoolRun<'_>,
+    pool: &Pool,
+    site: &GroupSite<'_>,
+    handle: &mut ServerHandle,
+    runner: &mut PointRunner,
+    state: &mut GroupState<'_>,
+) -> Result<LaunchEnd, RunError> {
+    let g = site.g;
+    let single_host = pool.hosts.len() == 1;
+    let host = site.rank_hosts[0];
+    let launch_index =
+        match announce(run, g, handle, host, &mut state.model_config, single_host).await {
+            Ok(i) => i,
+            Err((e, i)) => {
+                // Nothing may outlive the runner: stop the server before giving up.
+                handle.stop("stopping after an error").await;
+                set_launch(run, i, handle);
+                return Err(e);
+            }
+        };
+    let result = run_on_launch(
+        handle,
+        &mut state.pending,
+        &mut state.policy,
+        &LaunchContext {
+            group: &g.id,
+            run_dir: run.run_dir,
+            progress: run.progress,
+            interrupt: run.interrupt,
+            host: site.hosts[0].host.as_ref(),
+            remote: site
+                .hosts
+                .iter()
+                .any(|h| h.remote.is_some() || h.slurm.is_some()),
+            profile_dir: site.profile_dir,
+        },
+        Measuring {
+            runner,
+            agent_host: site.agent_host,
+            server: &g.server,
+            spec_dir: &run.spec_dir,
+        },
+        &mut state.tally,
+    )
+    .await;
+    // Whatever happened, the server goes down and that is recorded.
+    let why = match &result {
+        Err(_) => "stopping after an error",
+        Ok(_) if run.interrupt.cause().is_some_and(|c| c.is_failure()) => {
+            "stopping: a record could not be written"
+        }
+        Ok(end) => end.stop_reason(state.pending.peek().is_some()),
+    };
+    handle.stop(why).await;
+    set_launch(run, launch_index, handle);
+    // The first error is the one to report.
+    let meta_written = run.write_meta();
+    let end = result?;
+    meta_written?;
     Ok(end)
 }
 
@@ -698,17 +733,20 @@ fn group_runner(run: &PoolRun<'_>, rank0: &PoolHost, agent: bool) -> PointRunner
 /// A group's server failed to start (`e`): the group moves to another host of the pool when
 /// this one is lost (or the policy aborts and the pool has others), else its remaining points
 /// are recorded as failed. Some: how the group ends; None: the next launch is tried.
-#[allow(clippy::too_many_arguments)]
 async fn start_failed<'p>(
     run: &PoolRun<'_>,
     pool: &Pool,
     g: &ServerGroup,
     (indices, hosts): (&[usize], &[&PoolHost]),
     e: server::ServerError,
-    pending: &mut std::iter::Peekable<std::vec::IntoIter<&'p Point>>,
-    policy: &mut FailurePolicy,
-    tally: &mut Tally,
+    state: &mut GroupState<'p>,
 ) -> Result<Option<GroupEnd<'p>>, RunError> {
+    let GroupState {
+        pending,
+        policy,
+        tally,
+        ..
+    } = state;
     let msg = e.to_string();
     // A pool host that cannot be reached any more: the group goes elsewhere.
     if pool.is_pool

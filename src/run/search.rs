@@ -12,7 +12,7 @@ use servebench_model::results::search::{SearchFile, SearchRecord, SearchTag};
 use servebench_model::spec::Point;
 
 use super::errors::RunError;
-use super::on_server::{Launch, One};
+use super::on_server::{Launch, LaunchContext, One};
 
 /// One writer of `search.json` at a time (groups on a pool run in parallel).
 static SEARCH_FILE_LOCK: Mutex<()> = Mutex::new(());
@@ -175,83 +175,120 @@ pub(super) async fn run_search(
         .clone()
         .expect("run_search is called for a point with a search");
     let machine_spec = search::SearchSpec::from(&spec);
+    let mut search = OneSearch {
+        seed,
+        key: search_key(seed),
+        spec,
+        machine_spec,
+        machine: CapacitySearch::new(machine_spec),
+    };
     let bound = search::probe_bound(&machine_spec);
-    let key = search_key(seed);
-    let cx = on.cx;
-    let mut machine = CapacitySearch::new(machine_spec);
-    // Probes an earlier session recorded (resume kept them): replayed, not measured again.
-    let mut earlier: Vec<SearchTag> = cx
-        .run_dir
-        .read_points()
-        .map_err(|e| RunError::Write {
-            what: "points.jsonl".into(),
-            source: std::io::Error::other(e.to_string()),
-        })?
-        .into_iter()
-        .filter(|p| p.id.starts_with(&format!("{}-s", seed.id)))
-        .filter_map(|p| p.search)
-        .filter(|t| t.label == key)
-        .collect();
-    earlier.sort_by_key(|t| t.probe);
-    for t in &earlier {
-        machine.record(Probe {
-            value: t.value,
-            passes: t.passes,
-            throughput: t.throughput_req_s,
-        });
-    }
-    if !earlier.is_empty() {
-        cx.progress.line(&format!(
-            "{}: search {key}: {} recorded earlier, replayed",
-            seed.id,
-            servebench_model::text::count_s(earlier.len(), "probe")
-        ));
-    }
+    search.replay_earlier(on.cx)?;
     loop {
-        let value = match machine.next() {
+        let value = match search.machine.next() {
             Next::Done(answer) => {
-                let record = answer_record(
-                    seed,
-                    &key,
-                    &spec,
-                    &machine_spec,
-                    &answer,
-                    machine.probes(),
-                    true,
-                );
-                cx.progress
-                    .line(&format!("{}: {}", seed.id, answer_line(&record)));
-                write_answer(cx.run_dir, record)?;
-                return profile_answer(seed, &spec, answer.capacity, on).await;
+                search.write_answer(&answer, true, on.cx)?;
+                return profile_answer(seed, &search.spec, answer.capacity, on).await;
             }
             Next::Probe(v) => v,
         };
-        let k = machine.probes().len() + 1;
-        cx.progress.line(&format!(
+        let k = search.machine.probes().len() + 1;
+        on.cx.progress.line(&format!(
             "{}: search probe {k} (≤ {bound}): {}={}",
             seed.id,
-            spec.over,
+            search.spec.over,
             servebench_model::text::sig3(value)
         ));
-        let mut point = probe_point(seed, spec.over, value, k);
+        let (probe, end) = search.measure_probe(value, k, on).await?;
+        if let Some(p) = probe {
+            search.machine.record(p);
+        }
+        if let Some(end) = end {
+            // Stopped mid-search: the bracket so far, marked incomplete.
+            let (capacity, above) = bracket_so_far(search.machine.probes());
+            let answer = search::Answer {
+                capacity,
+                above,
+                saturated_at: None,
+                probes: search.machine.probes().len(),
+            };
+            search.write_answer(&answer, false, on.cx)?;
+            return Ok(Some(end));
+        }
+    }
+}
+
+/// One search running on a launch: the point that starts it, its spec and its state machine.
+struct OneSearch<'s> {
+    seed: &'s Point,
+    /// Which search of the seed's sweep (see [`search_key`]).
+    key: String,
+    spec: servebench_model::spec::search::SearchSpec,
+    machine_spec: search::SearchSpec,
+    machine: CapacitySearch,
+}
+
+impl OneSearch<'_> {
+    /// Replays into the state machine the probes an earlier session recorded (resume kept
+    /// them): they are not measured again.
+    fn replay_earlier(&mut self, cx: &LaunchContext<'_>) -> Result<(), RunError> {
+        let mut earlier: Vec<SearchTag> = cx
+            .run_dir
+            .read_points()
+            .map_err(|e| RunError::Write {
+                what: "points.jsonl".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .into_iter()
+            .filter(|p| p.id.starts_with(&format!("{}-s", self.seed.id)))
+            .filter_map(|p| p.search)
+            .filter(|t| t.label == self.key)
+            .collect();
+        earlier.sort_by_key(|t| t.probe);
+        for t in &earlier {
+            self.machine.record(Probe {
+                value: t.value,
+                passes: t.passes,
+                throughput: t.throughput_req_s,
+            });
+        }
+        if !earlier.is_empty() {
+            cx.progress.line(&format!(
+                "{}: search {}: {} recorded earlier, replayed",
+                self.seed.id,
+                self.key,
+                servebench_model::text::count_s(earlier.len(), "probe")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Measures probe `k` at `value` as a point tagged with its search and verdict: the
+    /// probe, once recorded, and how the launch ended when it cannot go on.
+    async fn measure_probe(
+        &self,
+        value: f64,
+        k: usize,
+        on: &mut Launch<'_, '_>,
+    ) -> Result<(Option<Probe>, Option<One>), RunError> {
+        let mut point = probe_point(self.seed, self.spec.over, value, k);
         if let Some(needed) = extend_to_judge(&mut point)
             && k == 1
         {
-            cx.progress.line(&format!(
+            on.cx.progress.line(&format!(
                 "{}: search: each probe measures at least {needed} requests, the fewest its SLO targets are judged on ({})",
-                seed.id,
+                self.seed.id,
                 servebench_report::measure::system::MIN_SAMPLES_RULE
             ));
         }
         let mut probe = None;
-        let over = spec.over.to_string();
-        let key_ = key.clone();
+        let over = self.spec.over.to_string();
         let end = on
             .point(&point, &mut |record| {
                 let (passes, why) = verdict(record);
                 let throughput_req_s = achieved_req_s(record);
                 record.search = Some(SearchTag {
-                    label: key_.clone(),
+                    label: self.key.clone(),
                     over: over.clone(),
                     probe: k,
                     value,
@@ -266,32 +303,29 @@ pub(super) async fn run_search(
                 });
             })
             .await?;
-        if let Some(p) = probe {
-            machine.record(p);
-        }
-        if let Some(end) = end {
-            // Stopped mid-search: the bracket so far, marked incomplete.
-            let (capacity, above) = bracket_so_far(machine.probes());
-            let answer = search::Answer {
-                capacity,
-                above,
-                saturated_at: None,
-                probes: machine.probes().len(),
-            };
-            let record = answer_record(
-                seed,
-                &key,
-                &spec,
-                &machine_spec,
-                &answer,
-                machine.probes(),
-                false,
-            );
-            cx.progress
-                .line(&format!("{}: {}", seed.id, answer_line(&record)));
-            write_answer(cx.run_dir, record)?;
-            return Ok(Some(end));
-        }
+        Ok((probe, end))
+    }
+
+    /// Says the search's `answer` on the console and writes it to `search.json`
+    /// (`complete`: the search decided it; otherwise the bracket when it stopped).
+    fn write_answer(
+        &self,
+        answer: &search::Answer,
+        complete: bool,
+        cx: &LaunchContext<'_>,
+    ) -> Result<(), RunError> {
+        let record = answer_record(
+            self.seed,
+            &self.key,
+            &self.spec,
+            &self.machine_spec,
+            answer,
+            self.machine.probes(),
+            complete,
+        );
+        cx.progress
+            .line(&format!("{}: {}", self.seed.id, answer_line(&record)));
+        write_answer(cx.run_dir, record)
     }
 }
 

@@ -73,12 +73,12 @@ pub fn prefill(
 pub const PREFILL_ABOVE_PEAK: f64 = 1.0 / FLOOR_TOLERANCE;
 
 /// The fraction of peak under which the context-dependent part is called not memory-bound.
-pub const NOT_MEMORY_BOUND_BELOW: f64 = 0.10;
+pub(crate) const NOT_MEMORY_BOUND_BELOW: f64 = 0.10;
 /// The fraction of peak from which it is called at bandwidth.
-pub const AT_BANDWIDTH_FROM: f64 = 0.50;
+pub(crate) const AT_BANDWIDTH_FROM: f64 = 0.50;
 /// How far under the floor a measured step may be before the facts are called wrong (clocks,
 /// rounding of datasheet figures and measurement noise stay inside it).
-pub const FLOOR_TOLERANCE: f64 = 0.95;
+pub(crate) const FLOOR_TOLERANCE: f64 = 0.95;
 
 /// What a context sweep shows.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,7 +18,7 @@ pub mod gpu;
 pub mod grade;
 pub mod model;
 pub mod params;
-pub mod quant;
+pub(crate) mod quant;
 pub mod step;
 
 pub use gpu::{GpuSpec, Precision};

@@ -109,19 +109,19 @@ pub enum LayerKind {
 /// sized by it.
 pub mod limits {
     pub const LAYERS: u64 = 1024;
-    pub const HIDDEN: u64 = 1 << 17;
-    pub const HEADS: u64 = 1024;
-    pub const HEAD_DIM: u64 = 4096;
-    pub const VOCAB: u64 = 1 << 22;
-    pub const INTERMEDIATE: u64 = 1 << 20;
-    pub const EXPERTS: u64 = 1 << 14;
-    pub const LORA_RANK: u64 = 1 << 16;
+    pub(crate) const HIDDEN: u64 = 1 << 17;
+    pub(crate) const HEADS: u64 = 1024;
+    pub(crate) const HEAD_DIM: u64 = 4096;
+    pub(crate) const VOCAB: u64 = 1 << 22;
+    pub(crate) const INTERMEDIATE: u64 = 1 << 20;
+    pub(crate) const EXPERTS: u64 = 1 << 14;
+    pub(crate) const LORA_RANK: u64 = 1 << 16;
     /// Context lengths and windows, tokens.
-    pub const CONTEXT: u64 = 1 << 32;
+    pub(crate) const CONTEXT: u64 = 1 << 32;
 }
 
 /// Element types a config's `torch_dtype` may name, as [`dtype_bytes`] reads them.
-pub const WEIGHT_DTYPES: &str =
+pub(crate) const WEIGHT_DTYPES: &str =
     "bfloat16, float16, float32, float8_e4m3fn, float8_e5m2 (or bf16, fp16, half, fp32, fp8)";
 
 impl ModelFacts {
@@ -224,7 +224,7 @@ impl ModelFacts {
     }
 
     /// Decoder layers.
-    pub fn num_layers(&self) -> u64 {
+    pub(crate) fn num_layers(&self) -> u64 {
         self.layers.len() as u64
     }
 

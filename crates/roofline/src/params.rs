@@ -45,7 +45,7 @@ pub fn attention_per_layer(m: &ModelFacts) -> f64 {
 
 /// One layer's attention parameters by how tensor parallelism lays them out.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct AttentionSplit {
+pub(crate) struct AttentionSplit {
     /// Split over the attention ranks: q and o (GQA), q_b (or q), kv_b and o (MLA).
     pub sharded: f64,
     /// GQA's k and v: split over at most the KV heads (replicated past them).
@@ -62,7 +62,7 @@ impl AttentionSplit {
 }
 
 /// One layer's attention parameters, split as the engines lay them out over ranks.
-pub fn attention_split(m: &ModelFacts) -> AttentionSplit {
+pub(crate) fn attention_split(m: &ModelFacts) -> AttentionSplit {
     let h = m.hidden_size as f64;
     let heads = m.num_attention_heads as f64;
     match m.attention {

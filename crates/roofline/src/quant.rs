@@ -95,7 +95,7 @@ impl Quantization {
     /// Reads a `quantization_config` found at `at` (`quantization_config`); what it cannot read
     /// goes to `unknown`, what no checkpoint has (bits of -4 or 1e308, a group of 0) is an
     /// error naming the field.
-    pub fn from_hf(
+    pub(crate) fn from_hf(
         q: &Value,
         at: &str,
         unknown: &mut Vec<String>,
@@ -119,94 +119,7 @@ impl Quantization {
                 .flatten()
                 .filter_map(|v| v.as_str().map(str::to_string))
                 .collect();
-        let group_bits =
-            |bits: f64, group: Option<f64>, symmetric: bool| match group.filter(|g| *g > 0.0) {
-                // A 16-bit scale per group, and a zero point of `bits` when asymmetric.
-                Some(g) => bits + 16.0 / g + if symmetric { 0.0 } else { bits / g },
-                None => bits,
-            };
-        let mut fp8_matmuls = false;
-        let bits = match method.as_str() {
-            "fp8" | "fbgemm_fp8" => {
-                fp8_matmuls = true;
-                Some(match q.get("weight_block_size").filter(|b| !b.is_null()) {
-                    // One fp32 scale per block.
-                    Some(b) => {
-                        let field = format!("{at}.weight_block_size");
-                        let sides = b
-                            .as_array()
-                            .filter(|a| a.len() == 2)
-                            .and_then(|a| {
-                                a.iter()
-                                    .map(|x| crate::facts_error::whole(x, 1, MAX_GROUP))
-                                    .collect::<Option<Vec<_>>>()
-                            })
-                            .ok_or_else(|| {
-                                FactsError::invalid(
-                                    &field,
-                                    b,
-                                    format!("two whole numbers from 1 to {MAX_GROUP} (a block's rows and columns) are needed"),
-                                )
-                            })?;
-                        8.0 + 32.0 / (sides[0] as f64 * sides[1] as f64)
-                    }
-                    None => 8.0,
-                })
-            }
-            "mxfp4" => Some(4.0 + 8.0 / 32.0),
-            "awq" | "gptq" | "awq_marlin" | "gptq_marlin" => {
-                let (bits_key, bits) = match q.get("bits").filter(|v| !v.is_null()) {
-                    Some(v) => ("bits", Some(v)),
-                    None => ("w_bit", q.get("w_bit").filter(|v| !v.is_null())),
-                };
-                let bits = match bits {
-                    Some(v) => crate::facts_error::whole(v, 2, 8).ok_or_else(|| {
-                        FactsError::invalid(
-                            &format!("{at}.{bits_key}"),
-                            v,
-                            "bits per weight are a whole number from 2 to 8",
-                        )
-                    })? as f64,
-                    None => {
-                        unknown.push(format!("{method}: bits per weight not given, taken as 4"));
-                        4.0
-                    }
-                };
-                let group = group_size(q, at, &["group_size", "q_group_size"])?;
-                let symmetric = q
-                    .get("sym")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(method != "awq" && method != "awq_marlin");
-                Some(group_bits(bits, group, symmetric))
-            }
-            "compressed-tensors" => {
-                let read = compressed_tensors_bits(q, at, &group_bits)?;
-                fp8_matmuls = read.is_some_and(|(_, fp8)| fp8);
-                read.map(|(bits, _)| bits)
-            }
-            "bitsandbytes" => {
-                if q.get("load_in_4bit").and_then(Value::as_bool) == Some(true) {
-                    // NF4 with one fp32 absmax per 64 weights.
-                    Some(4.0 + 32.0 / 64.0)
-                } else if q.get("load_in_8bit").and_then(Value::as_bool) == Some(true) {
-                    Some(8.0)
-                } else {
-                    None
-                }
-            }
-            "modelopt" | "nvfp4" | "fp4" => match s(q, "quant_algo")
-                .map(|a| a.to_ascii_uppercase())
-                .as_deref()
-            {
-                Some("FP8") => {
-                    fp8_matmuls = true;
-                    Some(8.0)
-                }
-                // NVFP4: one fp8 scale per 16 weights.
-                _ => Some(4.0 + 8.0 / 16.0),
-            },
-            _ => None,
-        };
+        let (bits, fp8_matmuls) = weight_bits(&method, q, at, unknown)?;
         if bits.is_none() {
             let shown: String = method.chars().take(40).collect();
             unknown.push(format!(
@@ -226,7 +139,7 @@ impl Quantization {
     }
 
     /// Bytes per parameter of `class`, `base_bytes` for what stays in the base dtype.
-    pub fn bytes_per_param(&self, class: WeightClass, base_bytes: f64) -> f64 {
+    pub(crate) fn bytes_per_param(&self, class: WeightClass, base_bytes: f64) -> f64 {
         let Some(bits) = self.bits_per_weight else {
             return base_bytes;
         };
@@ -241,6 +154,117 @@ impl Quantization {
         } else {
             bits / 8.0
         }
+    }
+}
+
+/// Bits per weight, scales included, of a checkpoint quantized with `method` (lowercase), and
+/// whether its matrix multiplies run in FP8; None for a method whose bits are not known.
+fn weight_bits(
+    method: &str,
+    q: &Value,
+    at: &str,
+    unknown: &mut Vec<String>,
+) -> Result<(Option<f64>, bool), FactsError> {
+    Ok(match method {
+        "fp8" | "fbgemm_fp8" => (Some(fp8_bits(q, at)?), true),
+        "mxfp4" => (Some(4.0 + 8.0 / 32.0), false),
+        "awq" | "gptq" | "awq_marlin" | "gptq_marlin" => {
+            (Some(integer_bits(method, q, at, unknown)?), false)
+        }
+        "compressed-tensors" => {
+            let read = compressed_tensors_bits(q, at)?;
+            (read.map(|(bits, _)| bits), read.is_some_and(|(_, fp8)| fp8))
+        }
+        "bitsandbytes" => {
+            let set = |k: &str| q.get(k).and_then(Value::as_bool) == Some(true);
+            if set("load_in_4bit") {
+                // NF4 with one fp32 absmax per 64 weights.
+                (Some(4.0 + 32.0 / 64.0), false)
+            } else if set("load_in_8bit") {
+                (Some(8.0), false)
+            } else {
+                (None, false)
+            }
+        }
+        "modelopt" | "nvfp4" | "fp4" => match q
+            .get("quant_algo")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_uppercase)
+            .as_deref()
+        {
+            Some("FP8") => (Some(8.0), true),
+            // NVFP4: one fp8 scale per 16 weights.
+            _ => (Some(4.0 + 8.0 / 16.0), false),
+        },
+        _ => (None, false),
+    })
+}
+
+/// FP8 weights: 8 bits, plus one fp32 scale per `weight_block_size` block when blocked.
+fn fp8_bits(q: &Value, at: &str) -> Result<f64, FactsError> {
+    let Some(b) = q.get("weight_block_size").filter(|b| !b.is_null()) else {
+        return Ok(8.0);
+    };
+    let field = format!("{at}.weight_block_size");
+    let sides = b
+        .as_array()
+        .filter(|a| a.len() == 2)
+        .and_then(|a| {
+            a.iter()
+                .map(|x| crate::facts_error::whole(x, 1, MAX_GROUP))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| {
+            FactsError::invalid(
+                &field,
+                b,
+                format!(
+                    "two whole numbers from 1 to {MAX_GROUP} (a block's rows and columns) are needed"
+                ),
+            )
+        })?;
+    Ok(8.0 + 32.0 / (sides[0] as f64 * sides[1] as f64))
+}
+
+/// AWQ and GPTQ weights: `bits` (or `w_bit`; 4 when neither is given, said in `unknown`) with
+/// their groups' scales and, when asymmetric (AWQ's default), zero points.
+fn integer_bits(
+    method: &str,
+    q: &Value,
+    at: &str,
+    unknown: &mut Vec<String>,
+) -> Result<f64, FactsError> {
+    let (bits_key, bits) = match q.get("bits").filter(|v| !v.is_null()) {
+        Some(v) => ("bits", Some(v)),
+        None => ("w_bit", q.get("w_bit").filter(|v| !v.is_null())),
+    };
+    let bits = match bits {
+        Some(v) => crate::facts_error::whole(v, 2, 8).ok_or_else(|| {
+            FactsError::invalid(
+                &format!("{at}.{bits_key}"),
+                v,
+                "bits per weight are a whole number from 2 to 8",
+            )
+        })? as f64,
+        None => {
+            unknown.push(format!("{method}: bits per weight not given, taken as 4"));
+            4.0
+        }
+    };
+    let group = group_size(q, at, &["group_size", "q_group_size"])?;
+    let symmetric = q
+        .get("sym")
+        .and_then(Value::as_bool)
+        .unwrap_or(method != "awq" && method != "awq_marlin");
+    Ok(group_bits(bits, group, symmetric))
+}
+
+/// Bits per weight with a group's share of its scale: a 16-bit scale per `group` weights, and
+/// a zero point of `bits` when not `symmetric`.
+fn group_bits(bits: f64, group: Option<f64>, symmetric: bool) -> f64 {
+    match group.filter(|g| *g > 0.0) {
+        Some(g) => bits + 16.0 / g + if symmetric { 0.0 } else { bits / g },
+        None => bits,
     }
 }
 
@@ -270,11 +294,7 @@ fn group_size(q: &Value, at: &str, keys: &[&str]) -> Result<Option<f64>, FactsEr
 /// compressed-tensors: the first config group's weight bits (groups of one scheme are the
 /// rule), and whether its multiplies run in FP8 (float 8-bit weights, with activations in
 /// float 8-bit or not said).
-fn compressed_tensors_bits(
-    q: &Value,
-    at: &str,
-    group_bits: &dyn Fn(f64, Option<f64>, bool) -> f64,
-) -> Result<Option<(f64, bool)>, FactsError> {
+fn compressed_tensors_bits(q: &Value, at: &str) -> Result<Option<(f64, bool)>, FactsError> {
     let Some(groups) = q.get("config_groups").and_then(Value::as_object) else {
         return Ok(None);
     };

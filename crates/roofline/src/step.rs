@@ -52,11 +52,11 @@ impl Default for Layout {
 }
 
 /// Most GPUs one replica of a model is spread over in any one dimension.
-pub const MAX_PARALLEL: u32 = 4096;
+pub(crate) const MAX_PARALLEL: u32 = 4096;
 
 /// KV cache element types SGLang (`--kv-cache-dtype`) and vLLM name, as [`kv_cache_bytes`]
 /// reads them.
-pub const KV_CACHE_DTYPES: &str = "auto, bf16, bfloat16, float16, fp16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, mxfp8, fp4_e2m1, fp4_mx_block16, nvfp4";
+pub(crate) const KV_CACHE_DTYPES: &str = "auto, bf16, bfloat16, float16, fp16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, mxfp8, fp4_e2m1, fp4_mx_block16, nvfp4";
 
 /// Bytes one KV cache element takes, scales included, for a dtype named as SGLang and vLLM
 /// name it; None for `auto` (the model's dtype) and for a name it does not know
@@ -157,7 +157,7 @@ impl Layout {
 }
 
 /// KV cache bytes one token adds in one full-attention layer.
-pub fn kv_bytes_per_token_per_layer(model: &ModelFacts, kv_bytes: f64) -> f64 {
+pub(crate) fn kv_bytes_per_token_per_layer(model: &ModelFacts, kv_bytes: f64) -> f64 {
     match model.attention {
         Attention::Gqa { kv_heads, head_dim } => 2.0 * kv_heads as f64 * head_dim as f64 * kv_bytes,
         Attention::Mla {

@@ -151,12 +151,16 @@ pub fn main(args: Vec<String>) -> i32 {
     }
 }
 
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+/// The server's runtime, the open-file limit raised first; None when it cannot start (said
+/// on stderr).
+fn runtime() -> Option<tokio::runtime::Runtime> {
     raise_open_file_limit();
     tokio::runtime::Builder::new_multi_thread()
         .thread_name("sim-http")
         .enable_all()
         .build()
+        .inspect_err(|e| eprintln!("servebench sim: cannot start the runtime: {e}"))
+        .ok()
 }
 
 /// Raises the soft limit on open files to the hard limit: a client at `rate: inf` opens a
@@ -205,12 +209,8 @@ fn main_sglang(args: Vec<String>) -> i32 {
             return crate::exit::BAD_INPUT;
         }
     };
-    let runtime = match runtime() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("servebench sim: cannot start the runtime: {e}");
-            return crate::exit::FAILED;
-        }
+    let Some(runtime) = runtime() else {
+        return crate::exit::FAILED;
     };
     let ranks = match ranks::RankArgs::from_sglang(
         config.args.int("nnodes"),
@@ -314,12 +314,8 @@ fn main_vllm(mut args: Vec<String>) -> i32 {
             w.strip_prefix("WARNING: ").unwrap_or(w),
         );
     }
-    let runtime = match runtime() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("servebench sim: cannot start the runtime: {e}");
-            return crate::exit::FAILED;
-        }
+    let Some(runtime) = runtime() else {
+        return crate::exit::FAILED;
     };
     runtime.block_on(async move {
         let role = match ranks::start(
@@ -394,12 +390,8 @@ fn main_llamacpp(args: Vec<String>) -> i32 {
         eprintln!("{w}");
     }
     let config = parsed.config;
-    let runtime = match runtime() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("servebench sim: cannot start the runtime: {e}");
-            return crate::exit::FAILED;
-        }
+    let Some(runtime) = runtime() else {
+        return crate::exit::FAILED;
     };
     runtime.block_on(async move {
         // llama-server binds before loading the model (server-http.cpp `start`).

@@ -788,36 +788,19 @@ impl Scheduler {
                 .any(|a| a.as_deref().is_none_or(|id| id == &*r.rid))
         };
         let abort_msg = Finish::Abort("Abort request".into(), 200);
+        let leaves = |r: &Req| r.disconnected() || named(r);
         let mut gone = Vec::new();
-        let mut i = 0;
-        while i < self.waiting.len() {
-            if self.waiting[i].disconnected() || named(&self.waiting[i]) {
-                gone.extend(self.waiting.remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        let mut i = 0;
-        while i < self.prebuilt.len() {
-            if self.prebuilt[i].disconnected() || named(&self.prebuilt[i]) {
-                gone.extend(self.prebuilt.remove(i));
-            } else {
-                i += 1;
-            }
-        }
+        take_leaving(&mut self.waiting, &leaves, &mut gone);
+        take_leaving(&mut self.prebuilt, &leaves, &mut gone);
         let mut i = 0;
         while i < self.running.len() {
-            if self.running[i].disconnected() || named(&self.running[i]) {
+            if leaves(&self.running[i]) {
                 gone.push(self.running.swap_remove(i));
             } else {
                 i += 1;
             }
         }
-        if self
-            .chunked
-            .as_ref()
-            .is_some_and(|r| r.disconnected() || named(r))
-        {
+        if self.chunked.as_ref().is_some_and(leaves) {
             gone.extend(self.chunked.take());
         }
         let now = Instant::now();
@@ -1417,5 +1400,18 @@ impl Scheduler {
         self.shared.crash(format!(
             "simulated CUDA out of memory: prefill batch of {new_tokens} tokens"
         ));
+    }
+}
+
+/// Moves the requests of `queue` that `leaves` picks to `gone`, in queue order; the others
+/// keep theirs.
+fn take_leaving(queue: &mut VecDeque<Req>, leaves: &impl Fn(&Req) -> bool, gone: &mut Vec<Req>) {
+    let mut i = 0;
+    while i < queue.len() {
+        if leaves(&queue[i]) {
+            gone.extend(queue.remove(i));
+        } else {
+            i += 1;
+        }
     }
 }

@@ -517,6 +517,58 @@ fn env_lines(env: &indexmap::IndexMap<String, String>) -> Result<String, HostErr
     Ok(text)
 }
 
+/// Spawns the `srun` of [`SlurmHost::srun_command`]: its output copied, redacted, into the
+/// log at `log_path`, and `env` written to its stdin where it reads the environment there.
+fn start_step(
+    mut cmd: std::process::Command,
+    log_path: &std::path::Path,
+    env: &indexmap::IndexMap<String, String>,
+) -> Result<std::process::Child, HostError> {
+    let log = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(|e| HostError::io(format!("cannot open {}", log_path.display()), e))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| HostError::io("cannot share the log file", e))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        HostError::from(SlurmError::Missing {
+            program: "srun".into(),
+            source: e,
+        })
+    })?;
+    let redactor = servebench_model::redact::current();
+    for (from, to) in [
+        (
+            child
+                .stdout
+                .take()
+                .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+            log,
+        ),
+        (
+            child
+                .stderr
+                .take()
+                .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
+            log_err,
+        ),
+    ] {
+        if let Some(from) = from {
+            let redactor = redactor.clone();
+            std::thread::spawn(move || super::supervise::copy_lines(from, to, &redactor));
+        }
+    }
+    if let Some(mut stdin) = child.stdin.take() {
+        let text = env_lines(env)?;
+        // A few lines: they fit the pipe's buffer, so this never waits on the remote side.
+        std::io::Write::write_all(&mut stdin, text.as_bytes())
+            .map_err(|e| HostError::io("cannot pass the environment to the login node", e))?;
+    }
+    Ok(child)
+}
+
 /// How long a port picked on a node stays reserved for the launch it was picked for.
 const PORT_HOLD: Duration = Duration::from_secs(120);
 
@@ -618,7 +670,7 @@ impl SlurmHost {
         // Ranks that share a node share its resources, as do a deployment's processes; each
         // takes its own otherwise.
         let shared_node = self.opts.ranks_per_node > 1 || spawn.shared;
-        let mut args = Self::step_argv(
+        let args = Self::step_argv(
             &alloc.job,
             node,
             &step_name,
@@ -627,90 +679,8 @@ impl SlurmHost {
             self.opts.gpus_per_node,
             &spawn.command.argv(),
         );
-        let exported = matches!(self.runner, Runner::Local).then(|| step_environment(spawn.env));
-        if let Some((names, _)) = &exported {
-            let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
-            args.insert(at, format!("--export={}", names.join(",")));
-        }
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(spawn.log_path)
-            .map_err(|e| HostError::io(format!("cannot open {}", spawn.log_path.display()), e))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| HostError::io("cannot share the log file", e))?;
-        let mut cmd = match &self.runner {
-            Runner::Local => {
-                let mut cmd = self.runner.command("srun", &args)?;
-                for name in exported.iter().flat_map(|(_, left_out)| left_out) {
-                    cmd.env_remove(name);
-                }
-                cmd.envs(spawn.env).stdin(std::process::Stdio::null());
-                cmd
-            }
-            // ssh carries no environment: the variables (secrets among them) go through
-            // ssh's stdin, never onto a command line, and a fixed script exports them.
-            Runner::Login(_) => {
-                let mut argv = vec![
-                    "-c".to_string(),
-                    EXPORT_STDIN.into(),
-                    "sh".into(),
-                    "srun".into(),
-                ];
-                argv.extend(args.iter().cloned());
-                let mut cmd = self.runner.command("sh", &argv)?;
-                cmd.stdin(std::process::Stdio::piped());
-                cmd
-            }
-        };
-        // The step's output reaches the log through this process, line by line, with the
-        // run's secrets hidden (SGLang logs its `server_args`, API key included).
-        cmd.stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
-        unsafe {
-            cmd.pre_exec(|| {
-                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().map_err(|e| {
-            HostError::from(SlurmError::Missing {
-                program: "srun".into(),
-                source: e,
-            })
-        })?;
-        let redactor = servebench_model::redact::current();
-        for (from, to) in [
-            (
-                child
-                    .stdout
-                    .take()
-                    .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
-                log,
-            ),
-            (
-                child
-                    .stderr
-                    .take()
-                    .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
-                log_err,
-            ),
-        ] {
-            if let Some(from) = from {
-                let redactor = redactor.clone();
-                std::thread::spawn(move || super::supervise::copy_lines(from, to, &redactor));
-            }
-        }
-        if let Some(mut stdin) = child.stdin.take() {
-            let text = env_lines(spawn.env)?;
-            // A few lines: they fit the pipe's buffer, so this never waits on the remote side.
-            std::io::Write::write_all(&mut stdin, text.as_bytes())
-                .map_err(|e| HostError::io("cannot pass the environment to the login node", e))?;
-        }
+        let cmd = self.srun_command(args, spawn.env)?;
+        let child = start_step(cmd, spawn.log_path, spawn.env)?;
         let pid = child.id() as i32;
         let mut server = SlurmServer {
             child,
@@ -741,6 +711,56 @@ impl SlurmHost {
         };
         server.find_step().await;
         Ok(Box::new(server) as Box<dyn ServerProcess>)
+    }
+
+    /// The `srun` command that starts a step with `args`, run where Slurm's commands run,
+    /// with `env` passed the way that place allows; its output is piped (see [`start_step`]).
+    fn srun_command(
+        &self,
+        mut args: Vec<String>,
+        env: &indexmap::IndexMap<String, String>,
+    ) -> Result<std::process::Command, HostError> {
+        let mut cmd = match &self.runner {
+            Runner::Local => {
+                let (names, left_out) = step_environment(env);
+                let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+                args.insert(at, format!("--export={}", names.join(",")));
+                let mut cmd = self.runner.command("srun", &args)?;
+                for name in &left_out {
+                    cmd.env_remove(name);
+                }
+                cmd.envs(env).stdin(std::process::Stdio::null());
+                cmd
+            }
+            // ssh carries no environment: the variables (secrets among them) go through
+            // ssh's stdin, never onto a command line, and a fixed script exports them.
+            Runner::Login(_) => {
+                let mut argv = vec![
+                    "-c".to_string(),
+                    EXPORT_STDIN.into(),
+                    "sh".into(),
+                    "srun".into(),
+                ];
+                argv.extend(args);
+                let mut cmd = self.runner.command("sh", &argv)?;
+                cmd.stdin(std::process::Stdio::piped());
+                cmd
+            }
+        };
+        // The step's output reaches the log through this process, line by line, with the
+        // run's secrets hidden (SGLang logs its `server_args`, API key included).
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        // srun passes the SIGTERM it gets when the runner dies on to the step's tasks.
+        unsafe {
+            cmd.pre_exec(|| {
+                let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
+                Ok(())
+            });
+        }
+        Ok(cmd)
     }
 
     /// Runs `argv` inside the running allocation as a step on rank 0's node (where the

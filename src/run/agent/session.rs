@@ -248,23 +248,24 @@ impl AgentSession {
         interrupt: &crate::run::interrupt::Interrupt,
         mut relay: Option<&mut crate::run::server::routing::LogTail>,
     ) -> PointOutcome {
-        let point = Point {
-            id: req.id.clone(),
-            values: req.values.clone(),
-            experiment: req.experiment.clone(),
-        };
+        let point = point_of(&req);
         progress.point_started(&point.id, &point.label());
-        let mut received = 0usize;
-        let sent = self.send_point(&req).await;
-        if let Err(e) = sent {
+        if let Err(e) = self.send_point(&req).await {
             return lost(
                 &req,
-                received,
+                0,
                 format!("could not send the point to the agent: {e}"),
             );
         }
-        let mut interrupted = false;
-        let mut garbled: Option<(usize, String)> = None;
+        let mut reading = PointReading {
+            req: &req,
+            run_dir,
+            progress,
+            interrupt,
+            received: 0,
+            garbled: None,
+            interrupted: false,
+        };
         // After an interrupt the agent has this long to report its partial point.
         let mut give_up = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
         let mut heard = tokio::time::Instant::now();
@@ -276,14 +277,9 @@ impl AgentSession {
                 // after the runner itself was paused, queued heartbeats count before the
                 // silence timer does.
                 biased;
-                _ = interrupt.wait(), if !interrupted => {
-                    interrupted = true;
-                    // EOF on the agent's stdin stops it like Ctrl-C; keep reading its report.
-                    // While a relay runs, a stop line does it instead: the records finished
-                    // just before still get the router's sends they wait for.
-                    if !(relay.is_some() && self.protocol >= 3 && self.send_stop().await) {
-                        self.stdin = None;
-                    }
+                _ = interrupt.wait(), if !reading.interrupted => {
+                    reading.interrupted = true;
+                    self.ask_to_stop(relay.is_some()).await;
                     give_up = tokio::time::Instant::now() + AGENT_STOP_WAIT;
                     continue;
                 }
@@ -298,86 +294,107 @@ impl AgentSession {
                 l = self.lines.next_line() => l,
                 _ = tokio::time::sleep_until(give_up) => {
                     let stopped = self.stop_frozen().await;
-                    let mut out = lost(&req, received, format!("the agent did not report after the interrupt; {stopped}"));
+                    let mut out = lost(&req, reading.received, format!("the agent did not report after the interrupt; {stopped}"));
                     out.interrupted = true;
                     return out;
                 }
                 _ = tokio::time::sleep_until(heard + self.silence_limit), if self.hello.is_some() => {
-                    let stopped = self.stop_frozen().await;
-                    let mut out = lost(
-                        &req,
-                        received,
-                        format!(
-                            "the host's agent sent nothing, not even its heartbeat (every {:.1} s), for {:.1} s: frozen or stopped; {stopped}",
-                            heartbeat_for(self.silence_limit).as_secs_f64(),
-                            self.silence_limit.as_secs_f64()
-                        ),
-                    );
-                    out.interrupted = interrupted;
-                    return out;
+                    return self.silent(&reading).await;
                 }
             };
             heard = tokio::time::Instant::now();
-            match next {
-                Ok(Some(line)) => match serde_json::from_str::<AgentEvent>(&line) {
-                    Ok(AgentEvent::Hello {
-                        pid,
-                        pgid,
-                        protocol,
-                    }) => {
-                        if protocol >= 2 {
-                            self.hello = Some((pid, pgid));
-                        }
-                        self.protocol = protocol;
-                    }
-                    Ok(AgentEvent::Heartbeat) => {}
-                    // A scrape that cannot be written is lost, not fatal, as in-process: the
-                    // server's view is a side channel.
-                    Ok(AgentEvent::Metrics(m)) => {
-                        let _ = run_dir.append_metrics(&m);
-                    }
-                    Ok(AgentEvent::Gpu(g)) => {
-                        let _ = run_dir.append_gpu(&g);
-                    }
-                    Ok(AgentEvent::Request(r)) => {
-                        progress.request_done_elsewhere();
-                        match run_dir.append_request(&r) {
-                            Ok(()) => received += 1,
-                            // A full disk: the run stops (the agent is told below, through
-                            // the interrupt, and reports its partial point).
-                            Err(e) => interrupt.write_failed(
-                                &run_dir.file(servebench_model::results::rundir::REQUESTS_FILE),
-                                &e,
-                            ),
-                        }
-                    }
-                    Ok(AgentEvent::Point {
-                        point,
-                        interrupted: agent_interrupted,
-                    }) => {
-                        let end = (agent_interrupted, interrupted);
-                        return self.point_came(&req, point, end, garbled.as_ref(), progress);
-                    }
-                    Ok(AgentEvent::Error(e)) => {
-                        return lost(&req, received, format!("the agent reported: {e}"));
-                    }
-                    Err(_) => {
-                        // Not ours (a login banner, a stray print, a cut line): skipped, but
-                        // counted and shown on the point.
-                        let head: String = line.chars().take(200).collect();
-                        match &mut garbled {
-                            Some((n, _)) => *n += 1,
-                            None => garbled = Some((1usize, head)),
-                        }
-                    }
-                },
-                Ok(None) | Err(_) => {
-                    let mut out = lost(&req, received, self.why_dropped().await);
-                    out.interrupted = interrupted;
-                    return out;
-                }
+            let ended = match next {
+                Ok(Some(line)) => self.take_line(&line, &mut reading),
+                Ok(None) | Err(_) => Some(self.dropped(&reading).await),
+            };
+            if let Some(outcome) = ended {
+                return outcome;
             }
         }
+    }
+
+    /// Tells the agent to stop its point and report it: EOF on its stdin stops it like
+    /// Ctrl-C. While a relay runs (`relaying`), a stop line does it instead: the records
+    /// finished just before still get the router's sends they wait for.
+    async fn ask_to_stop(&mut self, relaying: bool) {
+        if !(relaying && self.protocol >= 3 && self.send_stop().await) {
+            self.stdin = None;
+        }
+    }
+
+    /// One line from the agent, taken in: its point's outcome when the line ends the point.
+    fn take_line(&mut self, line: &str, reading: &mut PointReading<'_>) -> Option<PointOutcome> {
+        let Ok(event) = serde_json::from_str::<AgentEvent>(line) else {
+            // Not ours (a login banner, a stray print, a cut line): skipped, but counted and
+            // shown on the point.
+            let head: String = line.chars().take(200).collect();
+            match &mut reading.garbled {
+                Some((n, _)) => *n += 1,
+                None => reading.garbled = Some((1usize, head)),
+            }
+            return None;
+        };
+        match event {
+            AgentEvent::Hello {
+                pid,
+                pgid,
+                protocol,
+            } => {
+                if protocol >= 2 {
+                    self.hello = Some((pid, pgid));
+                }
+                self.protocol = protocol;
+            }
+            AgentEvent::Heartbeat => {}
+            // A scrape that cannot be written is lost, not fatal, as in-process: the server's
+            // view is a side channel.
+            AgentEvent::Metrics(m) => {
+                let _ = reading.run_dir.append_metrics(&m);
+            }
+            AgentEvent::Gpu(g) => {
+                let _ = reading.run_dir.append_gpu(&g);
+            }
+            AgentEvent::Request(r) => reading.record(&r),
+            AgentEvent::Point {
+                point,
+                interrupted: agent_interrupted,
+            } => {
+                let end = (agent_interrupted, reading.interrupted);
+                let garbled = reading.garbled.as_ref();
+                return Some(self.point_came(reading.req, point, end, garbled, reading.progress));
+            }
+            AgentEvent::Error(e) => {
+                return Some(lost(
+                    reading.req,
+                    reading.received,
+                    format!("the agent reported: {e}"),
+                ));
+            }
+        }
+        None
+    }
+
+    /// The point, lost to an agent that went silent (no heartbeat either): it is stopped.
+    async fn silent(&mut self, reading: &PointReading<'_>) -> PointOutcome {
+        let stopped = self.stop_frozen().await;
+        let mut out = lost(
+            reading.req,
+            reading.received,
+            format!(
+                "the host's agent sent nothing, not even its heartbeat (every {:.1} s), for {:.1} s: frozen or stopped; {stopped}",
+                heartbeat_for(self.silence_limit).as_secs_f64(),
+                self.silence_limit.as_secs_f64()
+            ),
+        );
+        out.interrupted = reading.interrupted;
+        out
+    }
+
+    /// The point, lost to the agent's output ending before it.
+    async fn dropped(&mut self, reading: &PointReading<'_>) -> PointOutcome {
+        let mut out = lost(reading.req, reading.received, self.why_dropped().await);
+        out.interrupted = reading.interrupted;
+        out
     }
 
     /// Writes the point's request to the agent as one line.
@@ -518,6 +535,38 @@ fn point_of(req: &AgentRequest) -> Point {
         id: req.id.clone(),
         values: req.values.clone(),
         experiment: req.experiment.clone(),
+    }
+}
+
+/// One point's reading of the agent's lines: where what arrives goes, and what came so far.
+struct PointReading<'a> {
+    req: &'a AgentRequest,
+    run_dir: &'a RunDir,
+    progress: &'a Progress,
+    interrupt: &'a crate::run::interrupt::Interrupt,
+    /// Request records kept in requests.jsonl.
+    received: usize,
+    /// Lines that were not servebench's: how many, and the first (cut).
+    garbled: Option<(usize, String)>,
+    /// The runner interrupted the point.
+    interrupted: bool,
+}
+
+impl PointReading<'_> {
+    /// Appends a request record the agent sent to the run directory.
+    fn record(&mut self, r: &servebench_model::results::records::RequestRecord) {
+        self.progress.request_done_elsewhere();
+        match self.run_dir.append_request(r) {
+            Ok(()) => self.received += 1,
+            // A full disk: the run stops (the agent is told through the interrupt, and
+            // reports its partial point).
+            Err(e) => self.interrupt.write_failed(
+                &self
+                    .run_dir
+                    .file(servebench_model::results::rundir::REQUESTS_FILE),
+                &e,
+            ),
+        }
     }
 }
 

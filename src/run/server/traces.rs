@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::path::Path;
 
+use crate::engine::ProfilerApi;
 use crate::host::small_file::FileRefused;
 use crate::host::{Host, HostError};
 use crate::plan::ServerGroup;
@@ -121,13 +122,13 @@ pub(crate) async fn collect(
             return;
         }
     };
+    // Which files are the capture's is the engine's naming.
+    let Some(api) = ProfilerApi::of_capture(capture) else {
+        return;
+    };
     let mine: Vec<(String, u64)> = listed
         .into_iter()
-        .filter(|(name, _)| match &capture.profile_id {
-            // SGLang names every file of a capture by its profile id.
-            Some(id) => name.starts_with(id.as_str()) || name.contains(&format!("-{id}")),
-            None => !before.contains(name) && vllm_trace(name, capture),
-        })
+        .filter(|(name, _)| api.wrote(name, capture, before))
         .collect();
     let local_dir = run_dir.path.join("profiler").join(group);
     let in_place = same_dir(Path::new(&dir), &local_dir);
@@ -163,42 +164,6 @@ pub(crate) async fn collect(
             }
         }
         capture.files.push(file);
-    }
-}
-
-/// Whether `name`, new in the capture's directory, is a file vLLM's profiler wrote for this
-/// capture: torch's trace (`tensorboard_trace_handler`: `<worker>.<time_ns>.pt.trace.json`,
-/// `.gz` added when compressed) stamped within the capture (a minute's slack either side for
-/// a remote host's clock), or its table (`profiler_out_<rank>.txt`). Anything else new in a
-/// shared directory is another process's, and stays where it is.
-fn vllm_trace(name: &str, capture: &ProfilerCapture) -> bool {
-    if let Some(rank) = name
-        .strip_prefix("profiler_out_")
-        .and_then(|r| r.strip_suffix(".txt"))
-    {
-        return !rank.is_empty() && rank.bytes().all(|b| b.is_ascii_digit());
-    }
-    let Some(stem) = name
-        .strip_suffix(".pt.trace.json")
-        .or_else(|| name.strip_suffix(".pt.trace.json.gz"))
-    else {
-        return false;
-    };
-    let Some(stamp) = stem
-        .rsplit_once('.')
-        .and_then(|(worker, t)| (!worker.is_empty()).then_some(t))
-        .and_then(|t| t.parse::<u64>().ok())
-    else {
-        return false;
-    };
-    // torch stamps nanoseconds; older handlers (and the simulator once) milliseconds.
-    let at = match stamp {
-        t if t >= 1_000_000_000_000_000 => t as f64 / 1e9,
-        t => t as f64 / 1e3,
-    };
-    match (capture.started_at, capture.stopped_at) {
-        (Some(start), Some(stop)) => at >= start - 60.0 && at <= stop + 60.0,
-        _ => false,
     }
 }
 

@@ -683,29 +683,7 @@ impl PointRecord {
             id: point.id.clone(),
             values: point.values.clone(),
             group: group.to_string(),
-            requested_prompt_tokens: None,
-            ok: 0,
-            errors: 0,
-            error_kinds: IndexMap::new(),
-            metrics: IndexMap::new(),
-            flags: Vec::new(),
-            incomplete: false,
-            failure: None,
-            calibration: None,
-            status: None,
-            wall: None,
-            prefix_cache: Vec::new(),
-            load: None,
-            server: None,
-            host: None,
-            search: None,
-            gpu: None,
-            profiler: None,
-            workers: Vec::new(),
-            validity: None,
-            trace_cache: None,
-            jobs: None,
-            tool_calls: None,
+            ..PointRecord::default()
         }
     }
 
@@ -727,8 +705,9 @@ impl PointRecord {
     }
 }
 
-/// One finished point: aggregates and flags, one line of `points.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One finished point: aggregates and flags, one line of `points.jsonl`. The default is a
+/// point with nothing in it (no id, nothing measured).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PointRecord {
     /// Stable id, e.g. `p003`.
     pub id: String,

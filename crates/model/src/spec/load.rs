@@ -185,39 +185,100 @@ fn load_source(
     checks: &[&dyn Check],
 ) -> Result<LoadedSpec, SpecErrors> {
     let spec_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut doc = match yaml::parse(&source) {
+    let (doc, warnings) = parse_mapping(file, &source)?;
+    let report = Reporter {
+        file,
+        source: &source,
+        doc: &doc,
+    };
+    let validator = validator();
+    let (sweep, mut diags) = checked_sweep(&doc, validator, &report)?;
+
+    // The sweep is checked and typed once, not once per point: it can be long.
+    let mut base = doc.value.clone();
+    let sweep_value = base.as_object_mut().and_then(|m| m.remove("sweep"));
+    let typed_sweep = typed_sweep(sweep_value.as_ref(), validator, &report)?;
+    let typed_sweep = Arc::new(typed_sweep);
+    let count = expand::point_count(&sweep);
+    // Each point copies the spec: refuse before copying when the copies cannot fit, and stop
+    // when substituted values make them larger than the spec itself.
+    let one = expand::size_bytes(&base);
+    if one.saturating_mul(count) > expand::MAX_POINTS_BYTES {
+        return Err(SpecErrors::new(vec![report.problem(
+            &points_too_large(count, count, one.saturating_mul(count)),
+            None,
+        )]));
+    }
+    diags.extend(
+        super::profiler::plan_checks(&doc.value, count, point_id_width(count))
+            .iter()
+            .map(|p| report.problem(p, None)),
+    );
+    let points = expand_points(
+        &base,
+        &sweep,
+        &typed_sweep,
+        (checks, &spec_dir),
+        &report,
+        &mut diags,
+    );
+    if !diags.is_empty() {
+        let mut errors = SpecErrors::new(diags);
+        errors.diagnostics.truncate(MAX_DIAGNOSTICS);
+        return Err(errors);
+    }
+    let first = &points[0].experiment;
+    Ok(LoadedSpec {
+        name: first.name.clone(),
+        description: first.description.clone(),
+        sha256: hex::encode(Sha256::digest(source.as_bytes())),
+        dimensions: sweep.dimensions.iter().map(|d| d.name.clone()).collect(),
+        path,
+        source,
+        points,
+        warnings,
+    })
+}
+
+/// The spec's YAML parsed, keys under old names renamed (a warning each): refused unless it is
+/// a mapping of fields.
+fn parse_mapping(file: &str, source: &str) -> Result<(Document, Vec<Diagnostic>), SpecErrors> {
+    let mut doc = match yaml::parse(source) {
         Ok(doc) => doc,
         Err(errors) => {
             let diags = errors
                 .into_iter()
-                .map(|e| Diagnostic::at(file, &source, e.span, e.message, e.hint))
+                .map(|e| Diagnostic::at(file, source, e.span, e.message, e.hint))
                 .collect();
             return Err(SpecErrors::new(diags));
         }
     };
     let warnings: Vec<Diagnostic> = renamed_keys(&mut doc)
         .into_iter()
-        .map(|(span, message, hint)| Diagnostic::at(file, &source, span, message, Some(hint)))
+        .map(|(span, message, hint)| Diagnostic::at(file, source, span, message, Some(hint)))
         .collect();
-
-    let report = Reporter {
-        file,
-        source: &source,
-        doc: &doc,
-    };
     if !doc.value.is_object() {
         let found = super::validate::describe_value(&doc.value);
         let span = doc.locate("").value;
         return Err(SpecErrors::new(vec![Diagnostic::at(
             file,
-            &source,
+            source,
             span,
             format!("a spec must be a mapping of fields, found {found}"),
             Some("start with `name: my-experiment`".into()),
         )]));
     }
+    Ok((doc, warnings))
+}
 
-    let validator = validator();
+/// The sweep's dimensions in the file's order, with the names the launch would refuse (to
+/// report, never blocking); refused with everything found when the sweep or the spec's
+/// cross-field rules are wrong.
+fn checked_sweep(
+    doc: &Document,
+    validator: &Validator,
+    report: &Reporter<'_>,
+) -> Result<(expand::Sweep, Vec<Diagnostic>), SpecErrors> {
     let (mut sweep, sweep_problems) = expand::analyze(&doc.value, validator);
     // JSON objects here do not keep insertion order; the file does.
     sweep.dimensions.sort_by_key(|d| {
@@ -252,48 +313,39 @@ fn load_source(
         diags.extend(names);
         return Err(SpecErrors::new(diags));
     }
-    diags.extend(names);
+    Ok((sweep, names))
+}
 
-    // The sweep is checked and typed once, not once per point: it can be long.
-    let mut base = doc.value.clone();
-    let sweep_value = base.as_object_mut().and_then(|m| m.remove("sweep"));
-    let typed_sweep = typed_sweep(sweep_value.as_ref(), validator, &report)?;
-    let typed_sweep = Arc::new(typed_sweep);
-    let count = expand::point_count(&sweep);
-    // Each point copies the spec: refuse before copying when the copies cannot fit, and stop
-    // when substituted values make them larger than the spec itself.
-    let one = expand::size_bytes(&base);
-    if one.saturating_mul(count) > expand::MAX_POINTS_BYTES {
-        return Err(SpecErrors::new(vec![report.problem(
-            &points_too_large(count, count, one.saturating_mul(count)),
-            None,
-        )]));
-    }
+/// Digits in a point's id (`p001`): at least three, more for longer sweeps.
+fn point_id_width(count: usize) -> usize {
+    count.to_string().len().max(3)
+}
+
+/// Each point of the sweep substituted into `base`, checked and typed; problems go to `diags`
+/// (each once, however many points share it). Stops when the copies outgrow their budget or
+/// the diagnostics theirs.
+fn expand_points(
+    base: &Value,
+    sweep: &expand::Sweep,
+    typed_sweep: &Arc<IndexMap<String, Vec<SweepValue>>>,
+    context: (&[&dyn Check], &Path),
+    report: &Reporter<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<Point> {
+    let count = expand::point_count(sweep);
+    let width = point_id_width(count);
     let mut expanded_bytes = 0usize;
     let mut seen = std::collections::HashSet::new();
-    let width = count.to_string().len().max(3);
-    diags.extend(
-        super::profiler::plan_checks(&doc.value, count, width)
-            .iter()
-            .map(|p| report.problem(p, None)),
-    );
     let mut points = Vec::with_capacity(count);
     for index in 0..count {
-        let (raw, problems) = expand::point(&base, &sweep, index);
+        let (raw, problems) = expand::point(base, sweep, index);
         expanded_bytes = expanded_bytes.saturating_add(expand::size_bytes(&raw.value));
         if expanded_bytes > expand::MAX_POINTS_BYTES {
             diags.push(report.problem(&points_too_large(count, index + 1, expanded_bytes), None));
             break;
         }
         let id = format!("p{:0width$}", index + 1);
-        let (point, mut found) = checked_point(
-            raw,
-            problems,
-            id,
-            &typed_sweep,
-            (checks, &spec_dir),
-            &report,
-        );
+        let (point, mut found) = checked_point(raw, problems, id, typed_sweep, context, report);
         points.extend(point);
         // The same mistake in every point is one mistake: keep room for the others.
         found.retain(|d| seen.insert((d.line, d.column, d.message.clone())));
@@ -302,22 +354,7 @@ fn load_source(
             break;
         }
     }
-    if !diags.is_empty() {
-        let mut errors = SpecErrors::new(diags);
-        errors.diagnostics.truncate(MAX_DIAGNOSTICS);
-        return Err(errors);
-    }
-    let first = &points[0].experiment;
-    Ok(LoadedSpec {
-        name: first.name.clone(),
-        description: first.description.clone(),
-        sha256: hex::encode(Sha256::digest(source.as_bytes())),
-        dimensions: sweep.dimensions.iter().map(|d| d.name.clone()).collect(),
-        path,
-        source,
-        points,
-        warnings,
-    })
+    points
 }
 
 /// Keys under their old names, taken under their new ones: (old, new, why it was renamed).

@@ -163,7 +163,7 @@ pub fn sglang_parser(name: &str) -> ParserKnowledge {
 }
 
 /// Every SGLang parser name servebench has markers for, in table order.
-pub fn sglang_parsers_with_markers() -> impl Iterator<Item = &'static str> {
+pub(crate) fn sglang_parsers_with_markers() -> impl Iterator<Item = &'static str> {
     SGLANG.iter().map(|(n, _)| *n)
 }
 
@@ -174,7 +174,7 @@ pub fn sglang_parser_names() -> impl Iterator<Item = &'static str> {
 
 /// The reasoning parser a server section launches with: `server.args.reasoning-parser` (or
 /// `reasoning_parser`), when it is a string.
-pub fn launched_parser(server: &Value) -> Option<(&'static str, &str)> {
+pub(crate) fn launched_parser(server: &Value) -> Option<(&'static str, &str)> {
     let args = server.get("args")?.as_object()?;
     for key in ["reasoning-parser", "reasoning_parser"] {
         if let Some(v) = args.get(key).and_then(Value::as_str) {

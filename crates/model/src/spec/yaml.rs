@@ -220,45 +220,10 @@ impl Builder {
                 Ok(())
             }
             Event::Scalar(text, style, anchor, tag) => {
-                if self.expecting_key() {
-                    if let Some(tag) = &tag {
-                        check_tag(tag, span)?;
-                    }
-                    self.count_bytes(text.len(), span)?;
-                    return self.push_key(text.into_owned(), span);
-                }
-                let bytes = text.len();
-                self.count_bytes(bytes, span)?;
-                let value = scalar_value(text, style, tag, span)?;
-                self.count_nodes(1, span)?;
-                self.finish_node(value, span, anchor, 1, bytes)
+                self.on_scalar(text, style, anchor, tag, span)
             }
-            Event::Alias(id) => {
-                if self.expecting_key() {
-                    return Err(YamlError::new(
-                        span,
-                        "an alias cannot be a mapping key",
-                        None,
-                    ));
-                }
-                self.aliases += 1;
-                if self.aliases > MAX_ALIASES {
-                    return Err(budget(span, format!("more than {MAX_ALIASES} aliases")));
-                }
-                let Some(anchored) = self.anchors.get(&id) else {
-                    return Err(YamlError::new(span, "alias to an unknown anchor", None));
-                };
-                let (nodes, bytes) = (anchored.nodes, anchored.bytes);
-                // Both budgets are checked before the value is copied.
-                self.count_nodes(nodes, span)?;
-                self.count_bytes(bytes, span)?;
-                let value = self.anchors[&id].value.clone();
-                self.finish_node(value, span, 0, nodes, bytes)
-            }
-            Event::SequenceStart(anchor, tag) | Event::MappingStart(anchor, tag)
-                if self.expecting_key() =>
-            {
-                let _ = (anchor, tag);
+            Event::Alias(id) => self.on_alias(id, span),
+            Event::SequenceStart(..) | Event::MappingStart(..) if self.expecting_key() => {
                 Err(YamlError::new(
                     span,
                     "mapping keys must be plain strings",
@@ -296,35 +261,86 @@ impl Builder {
                     span,
                 )
             }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (start_count, start_bytes) = self.counts_at_start.pop().unwrap_or((0, 0));
-                let Some(frame) = self.stack.pop() else {
-                    return Ok(());
-                };
-                let (value, start, anchor) = match frame {
-                    Frame::Seq {
-                        items,
-                        start,
-                        anchor,
-                        ..
-                    } => (Value::Array(items), start, anchor),
-                    Frame::Map {
-                        entries,
-                        start,
-                        anchor,
-                        ..
-                    } => (Value::Object(entries), start, anchor),
-                };
-                let whole = Span {
-                    start: start.start,
-                    end: span.end.max_by_index(start.end),
-                };
-                self.count_nodes(1, span)?;
-                let count = self.nodes - start_count;
-                let bytes = self.bytes - start_bytes;
-                self.finish_node(value, whole, anchor, count, bytes)
-            }
+            Event::SequenceEnd | Event::MappingEnd => self.close(span),
         }
+    }
+
+    /// A scalar: the key of the open mapping's next entry, or a value.
+    fn on_scalar(
+        &mut self,
+        text: Cow<'_, str>,
+        style: ScalarStyle,
+        anchor: usize,
+        tag: Option<Cow<'_, Tag>>,
+        span: Span,
+    ) -> Result<(), YamlError> {
+        if self.expecting_key() {
+            if let Some(tag) = &tag {
+                check_tag(tag, span)?;
+            }
+            self.count_bytes(text.len(), span)?;
+            return self.push_key(text.into_owned(), span);
+        }
+        let bytes = text.len();
+        self.count_bytes(bytes, span)?;
+        let value = scalar_value(text, style, tag, span)?;
+        self.count_nodes(1, span)?;
+        self.finish_node(value, span, anchor, 1, bytes)
+    }
+
+    /// An alias: its anchor's value copied, once the copy fits the budgets.
+    fn on_alias(&mut self, id: usize, span: Span) -> Result<(), YamlError> {
+        if self.expecting_key() {
+            return Err(YamlError::new(
+                span,
+                "an alias cannot be a mapping key",
+                None,
+            ));
+        }
+        self.aliases += 1;
+        if self.aliases > MAX_ALIASES {
+            return Err(budget(span, format!("more than {MAX_ALIASES} aliases")));
+        }
+        let Some(anchored) = self.anchors.get(&id) else {
+            return Err(YamlError::new(span, "alias to an unknown anchor", None));
+        };
+        let (nodes, bytes) = (anchored.nodes, anchored.bytes);
+        // Both budgets are checked before the value is copied.
+        self.count_nodes(nodes, span)?;
+        self.count_bytes(bytes, span)?;
+        let value = self.anchors[&id].value.clone();
+        self.finish_node(value, span, 0, nodes, bytes)
+    }
+
+    /// The end of a sequence or mapping (at `span`): the collection becomes a node of its
+    /// parent, spanning from its start.
+    fn close(&mut self, span: Span) -> Result<(), YamlError> {
+        let (start_count, start_bytes) = self.counts_at_start.pop().unwrap_or((0, 0));
+        let Some(frame) = self.stack.pop() else {
+            return Ok(());
+        };
+        let (value, start, anchor) = match frame {
+            Frame::Seq {
+                items,
+                start,
+                anchor,
+                ..
+            } => (Value::Array(items), start, anchor),
+            Frame::Map {
+                entries,
+                start,
+                anchor,
+                ..
+            } => (Value::Object(entries), start, anchor),
+        };
+        let whole = Span {
+            start: start.start,
+            end: span.end.max_by_index(start.end),
+        };
+        self.count_nodes(1, span)?;
+        let count = self.nodes - start_count;
+        let bytes = self.bytes - start_bytes;
+        self.finish_node(value, whole, anchor, count, bytes)
     }
 
     fn expecting_key(&self) -> bool {

@@ -6,26 +6,15 @@ use plotters::prelude::*;
 
 use super::model::{ExperimentHistory, Series};
 use crate::report::chart_error::ChartError;
+use crate::report::chart_style::{PALETTE, draw_legend};
 use servebench_model::catalog::Metric;
 
 /// Width and height, in SVG pixels.
 const SIZE: (u32, u32) = (760, 420);
 
-/// Okabe–Ito, as the report's charts.
-const PALETTE: &[RGBColor] = &[
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(230, 159, 0),
-    RGBColor(86, 180, 233),
-    RGBColor(0, 0, 0),
-    RGBColor(240, 228, 66),
-];
-
 /// Lines a chart draws at most: past it the chart would be unreadable, and the table lists
 /// every series.
-pub const MAX_LINES: usize = 8;
+pub(crate) const MAX_LINES: usize = 8;
 
 /// One trend chart.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,7 +51,7 @@ pub struct TrendPoint {
 }
 
 /// A file name made of the experiment's name (letters, digits, `-`, `_`, `.` kept).
-pub fn chart_file(experiment: &str, metric: &str) -> String {
+pub(crate) fn chart_file(experiment: &str, metric: &str) -> String {
     let safe: String = experiment
         .chars()
         .map(|c| {
@@ -77,7 +66,7 @@ pub fn chart_file(experiment: &str, metric: &str) -> String {
 }
 
 /// The points of a series in its metric's shown unit.
-pub fn trend_points(series: &Series) -> Vec<TrendPoint> {
+pub(crate) fn trend_points(series: &Series) -> Vec<TrendPoint> {
     let metric = Metric::from_name(&series.metric);
     let shown = |x: f64| metric.map_or(x, |m| m.shown(x));
     series
@@ -224,13 +213,7 @@ pub fn render_svg(chart: &TrendChart) -> Result<String, ChartError> {
                 .map(|(_, &at)| Circle::new(at, 8, RGBColor(200, 0, 0).stroke_width(2)));
             plot.draw_series(rings).map_err(|e| err(&e))?;
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(160, 160, 160))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperLeft, 13).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)

@@ -20,7 +20,7 @@ use super::source::{Budget, find_run_dirs, load_dir};
 use crate::report::compare::LoadedRun;
 
 /// The schema, as the guide documents it (docs/guide/history.md).
-pub const SCHEMA: &str = "
+pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS servebench_history (version integer NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_dir text PRIMARY KEY,

@@ -45,7 +45,7 @@ pub enum GitError {
 }
 
 /// Commits of a range the history reads at most.
-pub const MAX_COMMITS: usize = 10_000;
+pub(crate) const MAX_COMMITS: usize = 10_000;
 
 /// One run directory found in a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]

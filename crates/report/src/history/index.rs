@@ -20,7 +20,7 @@ use servebench_model::results::rundir::{META_FILE, POINTS_FILE};
 
 /// The index's format version: bumped whenever a row's fields change meaning, so an index
 /// an older servebench wrote is rebuilt, never misread.
-pub const INDEX_VERSION: u32 = 1;
+pub(crate) const INDEX_VERSION: u32 = 1;
 
 /// The default index file, in the folder of run directories it indexes.
 pub const INDEX_FILE: &str = ".servebench-history-index.jsonl";
@@ -80,7 +80,7 @@ impl RunRow {
     }
 
     /// The run again.
-    pub fn into_run(self) -> LoadedRun {
+    pub(crate) fn into_run(self) -> LoadedRun {
         LoadedRun {
             path: PathBuf::from(self.run_dir),
             meta: self.meta,
@@ -106,7 +106,7 @@ pub struct IndexUse {
 }
 
 /// A run directory's stamp: its files' sizes and modification times.
-pub fn dir_stamp(dir: &Path) -> Option<String> {
+pub(crate) fn dir_stamp(dir: &Path) -> Option<String> {
     let one = |name: &str| -> Option<String> {
         match std::fs::metadata(dir.join(name)) {
             Ok(m) => {

@@ -70,6 +70,7 @@ pub fn render(model: &HistoryModel, charts_dir: Option<&str>) -> String {
     out
 }
 
+/// One experiment's section: its runs, change points, charts and metric tables.
 fn experiment(out: &mut String, e: &ExperimentHistory, charts_dir: Option<&str>) {
     let _ = writeln!(
         out,
@@ -77,6 +78,14 @@ fn experiment(out: &mut String, e: &ExperimentHistory, charts_dir: Option<&str>)
         e.name,
         text::count_s(e.runs.len(), "run")
     );
+    runs_table(out, e);
+    change_points(out, e);
+    chart_links(out, e, charts_dir);
+    metric_tables(out, e);
+}
+
+/// The experiment's runs, one row each, with what changed in each.
+fn runs_table(out: &mut String, e: &ExperimentHistory) {
     let _ = writeln!(
         out,
         "| run | started | status | servebench | commit | what changed | directory |\n|---|---|---|---|---|---|---|"
@@ -111,7 +120,10 @@ fn experiment(out: &mut String, e: &ExperimentHistory, charts_dir: Option<&str>)
         );
     }
     out.push('\n');
+}
 
+/// The experiment's change points, each attributed to its run's changes; or that it has none.
+fn change_points(out: &mut String, e: &ExperimentHistory) {
     let points = e.change_points();
     if points.is_empty() {
         let _ = writeln!(out, "No change point: no step beyond the noise.\n");
@@ -138,7 +150,11 @@ fn experiment(out: &mut String, e: &ExperimentHistory, charts_dir: Option<&str>)
         }
         out.push('\n');
     }
+}
 
+/// The experiment's trend charts, linked from `charts_dir` (None: no links), each saying the
+/// points it left out.
+fn chart_links(out: &mut String, e: &ExperimentHistory, charts_dir: Option<&str>) {
     for c in charts::charts(e) {
         if let Some(dir) = charts_dir {
             let _ = writeln!(out, "![{}]({dir}/{})\n", c.title, c.file);
@@ -152,7 +168,11 @@ fn experiment(out: &mut String, e: &ExperimentHistory, charts_dir: Option<&str>)
             );
         }
     }
+}
 
+/// One table per metric: a row per point, a column per run, and the newest run judged against
+/// the last good level.
+fn metric_tables(out: &mut String, e: &ExperimentHistory) {
     let mut metrics: Vec<&str> = Vec::new();
     for s in &e.series {
         if !metrics.contains(&s.metric.as_str()) {

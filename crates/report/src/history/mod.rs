@@ -67,9 +67,9 @@ pub fn judged_latest(model: &HistoryModel) -> usize {
 }
 
 /// The history's Markdown file in its output folder.
-pub const MARKDOWN_FILE: &str = "history.md";
+pub(crate) const MARKDOWN_FILE: &str = "history.md";
 /// The history's page, beside it.
-pub const HTML_FILE: &str = "history.html";
+pub(crate) const HTML_FILE: &str = "history.html";
 /// The folder of its trend charts, beside it.
 pub const CHARTS_DIR: &str = "charts";
 

@@ -8,7 +8,7 @@ use crate::report::compare::{Direction, Verdict};
 use servebench_model::results::records::Stat;
 
 /// Version of [`HistoryModel`]; bumped when a field changes meaning or is removed.
-pub const HISTORY_MODEL_VERSION: u32 = 1;
+pub(crate) const HISTORY_MODEL_VERSION: u32 = 1;
 
 /// Every experiment's history.
 #[derive(Debug, Clone, PartialEq, Serialize)]

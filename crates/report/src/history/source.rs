@@ -43,7 +43,7 @@ const MAX_DEPTH: usize = 6;
 /// Run directories under `paths` (a path that is a run directory is itself one), in path
 /// order, within `budget.folders` and `budget.runs`. Folders that are not run directories
 /// and cannot be listed are skipped with why.
-pub fn find_run_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<PathBuf>, Vec<SkippedRun>) {
+pub(crate) fn find_run_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<PathBuf>, Vec<SkippedRun>) {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     let mut visited = 0usize;
@@ -116,7 +116,11 @@ fn walk(
 
 /// Reads one run directory within `budget`'s per-file limits; its bytes read are added to
 /// `spent`. Err: why it is left out.
-pub fn load_dir(dir: &Path, budget: &Budget, spent: &mut u64) -> Result<LoadedRun, LoadError> {
+pub(crate) fn load_dir(
+    dir: &Path,
+    budget: &Budget,
+    spent: &mut u64,
+) -> Result<LoadedRun, LoadError> {
     let meta_path = dir.join(META_FILE);
     let points_path = dir.join(POINTS_FILE);
     let meta_text = read_within(&meta_path, budget.meta_bytes, META_FILE)?;
@@ -150,7 +154,7 @@ fn read_within(path: &Path, limit: u64, file: &'static str) -> Result<String, Lo
 
 /// Why a run directory is left out of the history.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub(crate) enum LoadError {
     #[error("the history reached its budget of {mib} MiB of run files here")]
     Budget { mib: u64 },
     #[error("{file}: {source}")]
@@ -189,7 +193,7 @@ pub enum LoadError {
 /// A run from the text of its `meta.json` and `points.jsonl` (`""` when it has none): a
 /// record cut off at the end of a line (a crash mid-write) is skipped and its line kept in
 /// `truncated_lines`, as `compare` does; any other bad line leaves the whole run out.
-pub fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, LoadError> {
+pub(crate) fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, LoadError> {
     let meta: RunMeta = serde_json::from_str(meta).map_err(|e| LoadError::Meta {
         line: e.line(),
         column: e.column(),

@@ -77,10 +77,32 @@ pub fn summarize(
             .iter()
             .any(|w| w.round.is_none_or(|r| r == s.round) && s.t >= w.start && s.t <= w.end)
     };
-    view.in_window = readings.iter().filter(|s| inside(s)).count();
-
+    let in_window: Vec<&GpuSample> = readings.iter().copied().filter(|s| inside(s)).collect();
+    view.in_window = in_window.len();
     // Headroom: the whole point, warm-up included (memory runs out whenever it does).
-    for s in &readings {
+    put_headroom(&readings, judge, &mut view, metrics, flags);
+    // Throttling: inside the measured window only.
+    put_throttling(&in_window, &mut view, flags);
+    view.partial = judge.partial.clone();
+    put_energy(&readings, windows, &mut view, metrics);
+    if let Some(cost) = judge.cost {
+        let seen = (view.gpus > 0 && view.partial.is_none()).then_some(view.gpus as u32);
+        let gpus = cost.gpus.or(seen);
+        put_cost(cost.gpu_hour, gpus, windows, metrics);
+    }
+    view
+}
+
+/// The least free memory over `readings` (which GPU, when) into `view`, its metric, and the
+/// `gpu-memory-tight` flag when it came within the judge's margin.
+fn put_headroom(
+    readings: &[&GpuSample],
+    judge: &Judge,
+    view: &mut GpuView,
+    metrics: &mut IndexMap<String, Stat>,
+    flags: &mut Vec<Flag>,
+) {
+    for s in readings {
         for g in &s.gpus {
             if let Some(free) = g.memory_free_mib
                 && view.min_free_mib.is_none_or(|m| free < m)
@@ -91,28 +113,32 @@ pub fn summarize(
             }
         }
     }
-    if let Some(free) = view.min_free_mib {
-        metrics.insert(
-            Metric::GpuMemoryFreeMin.name().into(),
-            single(free / MIB_PER_GIB),
-        );
-        if free <= judge.margin_mib {
-            flags.push(Flag::new(
-                FlagKind::GpuMemoryTight,
-                format!(
-                    "GPU {} had {} GiB free at its lowest, within the {} GiB margin (telemetry.memory_margin_gib)",
-                    view.min_free_gpu.unwrap_or(0),
-                    sig3(free / MIB_PER_GIB),
-                    sig3(judge.margin_mib / MIB_PER_GIB)
-                ),
-            ));
-        }
+    let Some(free) = view.min_free_mib else {
+        return;
+    };
+    metrics.insert(
+        Metric::GpuMemoryFreeMin.name().into(),
+        single(free / MIB_PER_GIB),
+    );
+    if free <= judge.margin_mib {
+        flags.push(Flag::new(
+            FlagKind::GpuMemoryTight,
+            format!(
+                "GPU {} had {} GiB free at its lowest, within the {} GiB margin (telemetry.memory_margin_gib)",
+                view.min_free_gpu.unwrap_or(0),
+                sig3(free / MIB_PER_GIB),
+                sig3(judge.margin_mib / MIB_PER_GIB)
+            ),
+        ));
     }
+}
 
-    // Throttling: inside the measured window only.
+/// The throttle reasons (idle aside) the `in_window` readings report into `view`, and the
+/// `gpu-throttled` flag naming the GPUs.
+fn put_throttling(in_window: &[&GpuSample], view: &mut GpuView, flags: &mut Vec<Flag>) {
     let mut mask = 0u64;
     let mut throttled_gpus = std::collections::BTreeSet::new();
-    for s in readings.iter().filter(|s| inside(s)) {
+    for s in in_window {
         for g in &s.gpus {
             if let Some(m) = g.throttle
                 && m & !IDLE != 0
@@ -122,23 +148,33 @@ pub fn summarize(
             }
         }
     }
-    if mask != 0 {
-        view.throttle_reasons = reasons(mask);
-        flags.push(Flag::new(
-            FlagKind::GpuThrottled,
-            format!(
-                "GPU {} reported {} during the measured window",
-                throttled_gpus
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                view.throttle_reasons.join(", ")
-            ),
-        ));
+    if mask == 0 {
+        return;
     }
+    view.throttle_reasons = reasons(mask);
+    flags.push(Flag::new(
+        FlagKind::GpuThrottled,
+        format!(
+            "GPU {} reported {} during the measured window",
+            throttled_gpus
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            view.throttle_reasons.join(", ")
+        ),
+    ));
+}
 
-    // Energy: each window integrated on its own, then summed.
+/// The energy drawn over the measured windows (each integrated on its own, then summed) into
+/// `view`, with power and energy per token and request: only when power covers every window
+/// and the readings cover every GPU (`view.partial` unset).
+fn put_energy(
+    readings: &[&GpuSample],
+    windows: &[MeasuredWindow],
+    view: &mut GpuView,
+    metrics: &mut IndexMap<String, Stat>,
+) {
     let mut energy = 0.0;
     let mut covered_s = 0.0;
     let mut window_s = 0.0;
@@ -164,31 +200,24 @@ pub fn summarize(
     if window_s > 0.0 {
         view.window_s = Some(window_s);
     }
-    view.partial = judge.partial.clone();
-    if all_covered && energy > 0.0 && view.partial.is_none() {
-        view.energy_j = Some(energy);
-        view.energy_span_s = Some(covered_s);
-        metrics.insert(Metric::GpuPower.name().into(), single(energy / window_s));
-        if output > 0.0 {
-            metrics.insert(
-                Metric::EnergyPerOutputToken.name().into(),
-                single(energy / output),
-            );
-        }
-        if requests > 0.0 {
-            metrics.insert(
-                Metric::EnergyPerRequest.name().into(),
-                single(energy / requests),
-            );
-        }
+    if !(all_covered && energy > 0.0 && view.partial.is_none()) {
+        return;
     }
-
-    if let Some(cost) = judge.cost {
-        let seen = (view.gpus > 0 && view.partial.is_none()).then_some(view.gpus as u32);
-        let gpus = cost.gpus.or(seen);
-        put_cost(cost.gpu_hour, gpus, windows, metrics);
+    view.energy_j = Some(energy);
+    view.energy_span_s = Some(covered_s);
+    metrics.insert(Metric::GpuPower.name().into(), single(energy / window_s));
+    if output > 0.0 {
+        metrics.insert(
+            Metric::EnergyPerOutputToken.name().into(),
+            single(energy / output),
+        );
     }
-    view
+    if requests > 0.0 {
+        metrics.insert(
+            Metric::EnergyPerRequest.name().into(),
+            single(energy / requests),
+        );
+    }
 }
 
 /// The cost per million input and output tokens: `gpu_hour` x GPU-hours (the windows'

@@ -13,7 +13,7 @@ use servebench_model::catalog::{FlagKind, Metric};
 use servebench_model::results::records::{
     Flag, LoadSummary, RequestRecord, SloCheck, SloVerdict, Stat,
 };
-use servebench_model::spec::load_model::{SloMetric, SloSpec, SloTarget};
+use servebench_model::spec::load_model::{LoadSpec, SloMetric, SloSpec, SloTarget};
 use servebench_model::spec::types::Experiment;
 
 use super::metrics::request_metrics;
@@ -365,7 +365,6 @@ impl SystemFold {
         if !self.active {
             return None;
         }
-        let window = self.window();
         let mut summary = LoadSummary {
             kind: load.map_or("closed".into(), |l| l.kind.to_string()),
             offered_req_s: observed.offered_req_s,
@@ -378,102 +377,113 @@ impl SystemFold {
             stopped_on_errors: observed.stopped_on_errors,
             ..LoadSummary::default()
         };
-        let put = |metrics: &mut IndexMap<String, Stat>, m: Metric, s: Option<Stat>| {
-            if let Some(s) = s {
-                metrics.insert(m.name().to_string(), s);
-            }
-        };
-        let distribution = |m: Metric, s: &Samples| s.stat(seed_for(m.name()));
-        if load.is_some() {
-            put(
-                metrics,
-                Metric::TtftFromSchedule,
-                distribution(Metric::TtftFromSchedule, &self.ttft_sched),
-            );
-            put(
-                metrics,
-                Metric::E2eFromSchedule,
-                distribution(Metric::E2eFromSchedule, &self.e2e_sched),
-            );
-            put(
-                metrics,
-                Metric::ScheduleLag,
-                distribution(Metric::ScheduleLag, &self.lag),
-            );
-            if let Some((start, end)) = window {
-                let span = end - start;
-                let (peak, slots) = self.timeline.peak_output(start, span);
-                put(metrics, Metric::PeakOutputTok, Some(estimated(peak, slots)));
-                put(
-                    metrics,
-                    Metric::ConcurrencyMean,
-                    Some(single(self.timeline.busy_s() / span)),
-                );
-                let (most, slots) = self.timeline.max_in_flight();
-                put(
-                    metrics,
-                    Metric::ConcurrencyMax,
-                    Some(estimated(most as f64, slots)),
-                );
-            }
-            if let Some(cpu) = observed.client_cpu {
-                put(metrics, Metric::ClientCpu, Some(single(cpu)));
-            }
-            let limit = load.map_or(0.01, |l| l.lag_limit.as_secs_f64());
-            if let Some(lag) = metrics.get(Metric::ScheduleLag.name())
-                && lag.p99 > limit
-            {
-                flags.push(Flag::new(
-                    FlagKind::ClientLimited,
-                    format!(
-                        "the client sent its requests late: schedule lag p99 {} ms (max {} ms) is above the {} ms limit, so latencies here describe the client as much as the server{}",
-                        servebench_model::text::sig3(lag.p99 * 1e3),
-                        servebench_model::text::sig3(lag.max * 1e3),
-                        servebench_model::text::sig3(limit * 1e3),
-                        observed
-                            .client_cpu
-                            .map(|c| format!(" (client CPU {c:.2} cores)"))
-                            .unwrap_or_default()
-                    ),
-                ));
-            }
+        if let Some(load) = load {
+            self.put_open_loop(load, observed, metrics, flags);
         }
         if let Some(slo) = &exp.slo {
-            let (good, judged) = (self.good, self.measured);
-            if slo.has_thresholds() && judged > 0 {
-                put(
-                    metrics,
-                    Metric::SloAttainment,
-                    Some(single(good as f64 / judged as f64)),
-                );
-                if let Some(span) = span {
-                    put(metrics, Metric::Goodput, Some(single(good as f64 / span)));
-                }
-            }
-            let verdict = self.verdict(slo);
-            let missed: Vec<String> = verdict
-                .checks
-                .iter()
-                .filter(|c| !c.met && !c.insufficient())
-                .map(|c| c.missed_text())
-                .collect();
-            if !missed.is_empty() {
-                flags.push(Flag::new(
-                    FlagKind::SloMissed,
-                    format!("the point misses its SLO targets: {}", missed.join(", ")),
-                ));
-            }
-            let unjudged: Vec<String> = verdict.unjudged().map(|c| c.unjudged_text()).collect();
-            if !unjudged.is_empty() {
-                flags.push(Flag::new(
-                    FlagKind::SloUnjudged,
-                    format!("SLO targets with too few requests: {}", unjudged.join("; ")),
-                ));
-            }
-            summary.slo = Some(verdict);
+            summary.slo = Some(self.put_slo(slo, span, metrics, flags));
         }
         summary.percentiles = self.percentiles(&exp.percentiles, load.is_some());
         Some(summary)
+    }
+
+    /// An open-loop point's latencies from the schedule, its schedule lag, peak output and
+    /// concurrency over the window, the client's CPU; flagged `client-limited` when the
+    /// client sent late beyond the load's `lag_limit`.
+    fn put_open_loop(
+        &self,
+        load: &LoadSpec,
+        observed: &Observed,
+        metrics: &mut IndexMap<String, Stat>,
+        flags: &mut Vec<Flag>,
+    ) {
+        for (m, samples) in [
+            (Metric::TtftFromSchedule, &self.ttft_sched),
+            (Metric::E2eFromSchedule, &self.e2e_sched),
+            (Metric::ScheduleLag, &self.lag),
+        ] {
+            put(metrics, m, samples.stat(seed_for(m.name())));
+        }
+        if let Some((start, end)) = self.window() {
+            let span = end - start;
+            let (peak, slots) = self.timeline.peak_output(start, span);
+            put(metrics, Metric::PeakOutputTok, Some(estimated(peak, slots)));
+            put(
+                metrics,
+                Metric::ConcurrencyMean,
+                Some(single(self.timeline.busy_s() / span)),
+            );
+            let (most, slots) = self.timeline.max_in_flight();
+            put(
+                metrics,
+                Metric::ConcurrencyMax,
+                Some(estimated(most as f64, slots)),
+            );
+        }
+        if let Some(cpu) = observed.client_cpu {
+            put(metrics, Metric::ClientCpu, Some(single(cpu)));
+        }
+        let limit = load.lag_limit.as_secs_f64();
+        if let Some(lag) = metrics.get(Metric::ScheduleLag.name())
+            && lag.p99 > limit
+        {
+            flags.push(Flag::new(
+                FlagKind::ClientLimited,
+                format!(
+                    "the client sent its requests late: schedule lag p99 {} ms (max {} ms) is above the {} ms limit, so latencies here describe the client as much as the server{}",
+                    servebench_model::text::sig3(lag.p99 * 1e3),
+                    servebench_model::text::sig3(lag.max * 1e3),
+                    servebench_model::text::sig3(limit * 1e3),
+                    observed
+                        .client_cpu
+                        .map(|c| format!(" (client CPU {c:.2} cores)"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+    }
+
+    /// The SLO's attainment and goodput (over `span`, seconds) when it has thresholds, its
+    /// verdict, and the flags for targets missed or judged on too few requests.
+    fn put_slo(
+        &self,
+        slo: &SloSpec,
+        span: Option<f64>,
+        metrics: &mut IndexMap<String, Stat>,
+        flags: &mut Vec<Flag>,
+    ) -> SloVerdict {
+        let (good, judged) = (self.good, self.measured);
+        if slo.has_thresholds() && judged > 0 {
+            put(
+                metrics,
+                Metric::SloAttainment,
+                Some(single(good as f64 / judged as f64)),
+            );
+            if let Some(span) = span {
+                put(metrics, Metric::Goodput, Some(single(good as f64 / span)));
+            }
+        }
+        let verdict = self.verdict(slo);
+        let missed: Vec<String> = verdict
+            .checks
+            .iter()
+            .filter(|c| !c.met && !c.insufficient())
+            .map(|c| c.missed_text())
+            .collect();
+        if !missed.is_empty() {
+            flags.push(Flag::new(
+                FlagKind::SloMissed,
+                format!("the point misses its SLO targets: {}", missed.join(", ")),
+            ));
+        }
+        let unjudged: Vec<String> = verdict.unjudged().map(|c| c.unjudged_text()).collect();
+        if !unjudged.is_empty() {
+            flags.push(Flag::new(
+                FlagKind::SloUnjudged,
+                format!("SLO targets with too few requests: {}", unjudged.join("; ")),
+            ));
+        }
+        verdict
     }
 
     /// Point-level targets, each with what the point reached.
@@ -655,6 +665,13 @@ fn per_round(rates: &[f64]) -> Option<Stat> {
     stat.ci95_high = Some(high);
     stat.ci_method = Some(servebench_model::results::records::CiMethod::Repeats);
     Some(stat)
+}
+
+/// Inserts `m`'s stat into `metrics` when there is one.
+fn put(metrics: &mut IndexMap<String, Stat>, m: Metric, s: Option<Stat>) {
+    if let Some(s) = s {
+        metrics.insert(m.name().to_string(), s);
+    }
 }
 
 /// A point-level number (one value per point: throughputs, goodput, the GPU's energy).

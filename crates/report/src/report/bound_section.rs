@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use roofline::{GpuSpec, ModelFacts};
-use servebench_model::results::meta::RunMeta;
+use servebench_model::results::meta::{ModelConfigRecord, RunMeta};
 use servebench_model::results::records::PointRecord;
 use servebench_model::spec::types::{GpuChoice, ModelFactsSource};
 
@@ -163,6 +163,40 @@ pub(crate) fn section(
         )
         .then(|| "inline in the spec (server.model_facts)".to_string())
     });
+    let model = model_of(meta, record, origin.as_deref(), &mut missing);
+    let mut assumptions = Vec::new();
+    let gpu = gpu_of(
+        meta,
+        record,
+        origin.as_deref(),
+        &mut missing,
+        &mut assumptions,
+    );
+    let (Some(model), Some(gpu)) = (model, gpu) else {
+        return Some(ungraded(missing, origin));
+    };
+    let opts = BoundOptions {
+        model,
+        gpu: None,
+        tp: None,
+        pp: None,
+        kv_cache_dtype: None,
+        tokens_per_step: None,
+    };
+    match bound::grade_on(meta, points, &opts, gpu, assumptions) {
+        Ok(r) => Some(graded(&r, origin, labels)),
+        Err(e) => Some(ungraded(vec![e.to_string()], origin)),
+    }
+}
+
+/// The model's facts from the config the run kept (or the spec's inline one); None, with why
+/// and the fix in `missing`, when there is none or it cannot be read.
+fn model_of(
+    meta: &RunMeta,
+    record: Option<&ModelConfigRecord>,
+    origin: Option<&str>,
+    missing: &mut Vec<String>,
+) -> Option<ModelFacts> {
     let config = record.and_then(|r| r.config.clone()).or_else(|| {
         match &meta.experiment.server.model_facts {
             Some(ModelFactsSource::Inline(m)) => {
@@ -171,13 +205,13 @@ pub(crate) fn section(
             _ => None,
         }
     });
-    let model = match (config, record.and_then(|r| r.missing.as_ref())) {
+    match (config, record.and_then(|r| r.missing.as_ref())) {
         (Some(c), _) => match ModelFacts::from_hf_config(&c) {
             Ok(m) => Some(m),
             Err(e) => {
                 missing.push(format!(
                     "the model config ({}) cannot be read as a Hugging Face config: {e}; fix it or give another in `server.model_facts:`",
-                    origin.as_deref().unwrap_or("the run")
+                    origin.unwrap_or("the run")
                 ));
                 None
             }
@@ -185,7 +219,7 @@ pub(crate) fn section(
         (None, Some(why)) => {
             missing.push(format!(
                 "the model's config.json could not be read ({}): {why}",
-                origin.as_deref().unwrap_or("?")
+                origin.unwrap_or("?")
             ));
             None
         }
@@ -193,9 +227,20 @@ pub(crate) fn section(
             missing.push("the run kept no model config: give `server.model_facts:` (a path to the model's config.json, relative to the spec, or the config inline) and run it again, or grade it with `servebench bound RUN_DIR --model-config FILE`".into());
             None
         }
-    };
-    let mut assumptions = Vec::new();
-    let gpu = match &meta.experiment.server.gpu {
+    }
+}
+
+/// The GPU graded against: the spec's `server.gpu`, else the one the model facts came with,
+/// else the host's; None, with why and the fix in `missing`, when none is known. What was
+/// assumed goes to `assumptions`.
+fn gpu_of(
+    meta: &RunMeta,
+    record: Option<&ModelConfigRecord>,
+    origin: Option<&str>,
+    missing: &mut Vec<String>,
+    assumptions: &mut Vec<String>,
+) -> Option<GpuSpec> {
+    match &meta.experiment.server.gpu {
         Some(GpuChoice::Catalogue(name)) => match bound::find_gpu(name) {
             Ok(g) => Some(g),
             Err(e) => {
@@ -225,7 +270,7 @@ pub(crate) fn section(
                     assumptions.push(format!(
                         "GPU: {}, the one the model facts came with ({})",
                         g.name,
-                        origin.as_deref().unwrap_or("the run")
+                        origin.unwrap_or("the run")
                     ));
                     Some(g)
                 }
@@ -256,21 +301,6 @@ pub(crate) fn section(
                 None
             }
         },
-    };
-    let (Some(model), Some(gpu)) = (model, gpu) else {
-        return Some(ungraded(missing, origin));
-    };
-    let opts = BoundOptions {
-        model,
-        gpu: None,
-        tp: None,
-        pp: None,
-        kv_cache_dtype: None,
-        tokens_per_step: None,
-    };
-    match bound::grade_on(meta, points, &opts, gpu, assumptions) {
-        Ok(r) => Some(graded(&r, origin, labels)),
-        Err(e) => Some(ungraded(vec![e.to_string()], origin)),
     }
 }
 

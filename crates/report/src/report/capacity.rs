@@ -169,21 +169,7 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         .filter(|p| p.id.starts_with(&prefix) && p.search.is_some())
         .collect();
     mine.sort_by_key(|p| p.search.as_ref().map_or(0, |t| t.probe));
-    let mut targets: Vec<String> = Vec::new();
-    let mut limits: Vec<f64> = Vec::new();
-    for p in &mine {
-        for c in p
-            .load
-            .iter()
-            .flat_map(|l| l.slo.iter())
-            .flat_map(|v| &v.checks)
-        {
-            if !targets.contains(&c.target) {
-                targets.push(c.target.clone());
-                limits.push(c.limit);
-            }
-        }
-    }
+    let (targets, limits) = slo_targets(&mine);
     let values: Vec<f64> = mine
         .iter()
         .filter_map(|p| p.search.as_ref().map(|t| t.value))
@@ -192,29 +178,7 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
     let digits = servebench_model::text::distinguishing_digits(&values);
     let probes: Vec<ProbeRow> = mine
         .iter()
-        .filter_map(|p| {
-            let t = p.search.as_ref()?;
-            let checks = p.load.as_ref().and_then(|l| l.slo.as_ref());
-            Some(ProbeRow {
-                probe: t.probe,
-                id: p.id.clone(),
-                value: t.value,
-                value_text: value_text(&s.over, t.value, digits),
-                passes: t.passes,
-                insufficient: checks.is_some_and(|v| v.unjudged().next().is_some()),
-                measured: p.load.as_ref().map(|l| l.measured),
-                throughput_req_s: t.throughput_req_s,
-                slo_values: targets
-                    .iter()
-                    .map(|name| {
-                        checks
-                            .and_then(|v| v.checks.iter().find(|c| &c.target == name))
-                            .and_then(|c| c.value)
-                    })
-                    .collect(),
-                why: t.why.clone(),
-            })
-        })
+        .filter_map(|p| probe_row(p, &s.over, &targets, digits))
         .collect();
     // What the server completed at the capacity probe (search.json's own figure, or the
     // probe's in runs that predate it).
@@ -248,17 +212,7 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         saturated_at: s.saturated_at,
         complete: s.complete,
         monotonic: s.monotonic(),
-        inversions: s
-            .inversions
-            .iter()
-            .map(|[f, p]| {
-                format!(
-                    "{} failed below {} passing",
-                    value_text(&s.over, *f, digits),
-                    value_text(&s.over, *p, digits)
-                )
-            })
-            .collect(),
+        inversions: inversion_lines(s, digits),
         answer: answer_text(s, unit, achieved, digits),
         achieved_at_capacity: achieved,
         sample_rule: crate::measure::system::MIN_SAMPLES_RULE.to_string(),
@@ -273,6 +227,66 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         }),
         probes,
     }
+}
+
+/// The SLO targets the probes were judged on, in the order first met, with their limits.
+fn slo_targets(probes: &[&PointRecord]) -> (Vec<String>, Vec<f64>) {
+    let mut targets: Vec<String> = Vec::new();
+    let mut limits: Vec<f64> = Vec::new();
+    for p in probes {
+        for c in p
+            .load
+            .iter()
+            .flat_map(|l| l.slo.iter())
+            .flat_map(|v| &v.checks)
+        {
+            if !targets.contains(&c.target) {
+                targets.push(c.target.clone());
+                limits.push(c.limit);
+            }
+        }
+    }
+    (targets, limits)
+}
+
+/// A probe's row: its value (over `over`, with `digits`), verdict and what it reached of each
+/// of `targets`; None for a point that is not a probe.
+fn probe_row(p: &PointRecord, over: &str, targets: &[String], digits: usize) -> Option<ProbeRow> {
+    let t = p.search.as_ref()?;
+    let checks = p.load.as_ref().and_then(|l| l.slo.as_ref());
+    Some(ProbeRow {
+        probe: t.probe,
+        id: p.id.clone(),
+        value: t.value,
+        value_text: value_text(over, t.value, digits),
+        passes: t.passes,
+        insufficient: checks.is_some_and(|v| v.unjudged().next().is_some()),
+        measured: p.load.as_ref().map(|l| l.measured),
+        throughput_req_s: t.throughput_req_s,
+        slo_values: targets
+            .iter()
+            .map(|name| {
+                checks
+                    .and_then(|v| v.checks.iter().find(|c| &c.target == name))
+                    .and_then(|c| c.value)
+            })
+            .collect(),
+        why: t.why.clone(),
+    })
+}
+
+/// The search's contradicting verdicts in words (`8 failed below 12 passing`).
+fn inversion_lines(s: &SearchRecord, digits: usize) -> Vec<String> {
+    s.inversions
+        .iter()
+        .map(|[f, p]| {
+            format!(
+                "{} failed below {} passing",
+                value_text(&s.over, *f, digits),
+                value_text(&s.over, *p, digits)
+            )
+        })
+        .collect()
 }
 
 /// A probed value with `digits` significant digits; a concurrency is a whole number of

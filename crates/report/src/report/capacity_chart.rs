@@ -144,12 +144,7 @@ fn panel(
     .map_err(|x| e(&x))?
     .label("fails")
     .legend(|(x, y)| Cross::new((x + 10, y), 5, FAIL.stroke_width(2)));
-    plot.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .label_font(("sans-serif", 13))
-        .draw()
+    super::chart_style::draw_legend(&mut plot, SeriesLabelPosition::UpperLeft, 13)
         .map_err(|x| e(&x))?;
     Ok(())
 }

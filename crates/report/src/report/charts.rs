@@ -11,6 +11,7 @@ use plotters::prelude::*;
 
 pub(crate) use super::chart_error::ChartError;
 pub(crate) use super::chart_link::ChartLink;
+use super::chart_style::{PALETTE, draw_legend};
 use super::model::{NameValue, PointRow, ReportModel};
 use servebench_model::catalog::Metric;
 
@@ -19,18 +20,6 @@ type Row<'a> = (&'a [NameValue], &'a PointRow);
 
 /// Width and height of every chart, in SVG pixels.
 const SIZE: (u32, u32) = (720, 440);
-
-/// Line colours (Okabe–Ito, readable by colour-blind readers), cycled when there are more lines.
-const PALETTE: &[RGBColor] = &[
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-    RGBColor(230, 159, 0),
-    RGBColor(86, 180, 233),
-    RGBColor(0, 0, 0),
-    RGBColor(240, 228, 66),
-];
 
 /// The charts a report can have: (file, metric, title, y-axis label).
 const KINDS: &[(&str, Metric, &str, &str)] = &[
@@ -333,13 +322,7 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
             plot.draw_series(markers).map_err(|e| err(&e))?;
         }
         if labels > 0 {
-            plot.configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(160, 160, 160))
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(|e| err(&e))?;
+            draw_legend(&mut plot, SeriesLabelPosition::UpperLeft, 14).map_err(|e| err(&e))?;
         }
         root.present().map_err(|e| err(&e))?;
     }

@@ -102,6 +102,15 @@ fn cell(v: &Value) -> String {
     text::cut_words(&one_line, 160).replace('|', "\\|")
 }
 
+/// A point's sweep values for display: `ctx=1024, concurrency=4`.
+pub(crate) fn values_text(values: &indexmap::IndexMap<String, serde_json::Value>) -> String {
+    values
+        .iter()
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Formats a sweep or flag value for display: strings without quotes, numbers as written.
 pub(crate) fn value_text(v: &serde_json::Value) -> String {
     match v {

@@ -15,7 +15,7 @@ use servebench_model::results::records::{PointRecord, RequestRecord};
 use servebench_model::results::rundir::RunDir;
 
 /// The run's page, beside `report.md`.
-pub const REPORT_HTML: &str = "report.html";
+pub(crate) const REPORT_HTML: &str = "report.html";
 
 const SCRIPT: &str = include_str!("../../templates/page.js");
 const STYLE: &str = include_str!("../../templates/page.css");
@@ -326,12 +326,7 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                             } else {
                                 (i + 1) as f64
                             };
-                            let label = p
-                                .values
-                                .iter()
-                                .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
-                                .collect::<Vec<_>>()
-                                .join(", ");
+                            let label = super::format::values_text(&p.values);
                             Some(json!({
                                 "x": x,
                                 "y": m.shown(s.mean),
@@ -376,12 +371,7 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
 fn point_details(points: &[PointRecord]) -> String {
     let mut out = String::from("<section id=\"sb-points\">\n<h2>Point details</h2>\n");
     for p in points {
-        let values = p
-            .values
-            .iter()
-            .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let values = super::format::values_text(&p.values);
         let _ = writeln!(
             out,
             "<details><summary><b>{}</b> {} · group {} · {} ok, {} failed{}</summary>",
@@ -496,12 +486,7 @@ pub(crate) fn report_page(
                 .iter()
                 .find(|p| p.id == id)
                 .map(|p| {
-                    let v = p
-                        .values
-                        .iter()
-                        .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
-                        .collect::<Vec<_>>()
-                        .join(", ");
+                    let v = super::format::values_text(&p.values);
                     format!("{id} {v}")
                 })
                 .unwrap_or(id);

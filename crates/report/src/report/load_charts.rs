@@ -7,15 +7,12 @@ use plotters::prelude::*;
 
 use super::chart_error::ChartError;
 use super::chart_link::ChartLink;
+use super::chart_style::{PALETTE, draw_legend};
 use super::load::LoadSection;
 
 const SIZE: (u32, u32) = (720, 440);
-const COLORS: [RGBColor; 4] = [
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-    RGBColor(204, 121, 167),
-];
+/// The palette's first four, cycled.
+const COLORS: &[RGBColor] = PALETTE.split_at(4).0;
 
 /// Every file a load chart can have.
 pub(crate) const FILES: [&str; 4] = [
@@ -201,17 +198,16 @@ pub fn render_svg(chart: &LoadChart) -> Result<String, ChartError> {
             )
             .map_err(|e| err(&e))?;
         }
-        plot.configure_series_labels()
-            .position(if chart.legend_right {
+        draw_legend(
+            &mut plot,
+            if chart.legend_right {
                 SeriesLabelPosition::UpperRight
             } else {
                 SeriesLabelPosition::UpperLeft
-            })
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(160, 160, 160))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(|e| err(&e))?;
+            },
+            14,
+        )
+        .map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)

@@ -24,6 +24,7 @@ pub(crate) mod chart_error;
 mod error;
 pub use error::ReportError;
 pub(crate) mod chart_link;
+pub(crate) mod chart_style;
 pub mod charts;
 pub(crate) mod charts_dir;
 pub(crate) mod comparable;

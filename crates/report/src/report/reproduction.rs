@@ -107,6 +107,7 @@ pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
     }
 }
 
+/// One expectation's verdict on point `p` (None: no point matched `label`).
 fn judge(
     e: &Expectation,
     p: Option<&PointRecord>,
@@ -132,64 +133,74 @@ fn judge(
         ok: false,
         source: e.source.clone(),
     };
-    let failure = p.and_then(|p| p.failure.clone());
-    if let Some(flag) = &e.flag {
+    let (verdict, ok, text) = if let Some(flag) = &e.flag {
         r.what = format!("flag {flag}");
-        let (verdict, ok, text) = match p {
-            None => ("not-run", false, "point not run".to_string()),
-            Some(p) if p.flags.iter().any(|f| f.kind.name() == flag.as_str()) => {
-                ("flagged", true, format!("flagged {flag}, as published"))
-            }
-            Some(_) => ("not-flagged", false, format!("not flagged {flag}")),
-        };
-        (r.verdict, r.ok, r.text) = (verdict.into(), ok, text);
-        return r;
-    }
-    if let Some(cause) = &e.failure {
+        flag_verdict(flag, p)
+    } else if let Some(cause) = &e.failure {
         r.what = format!("failure {cause}");
-        let (verdict, ok, text) = match (p, &failure) {
-            (None, _) => ("not-run", false, "point not run".to_string()),
-            (Some(_), Some(f)) if f == cause => (
-                "failed-as-published",
-                true,
-                format!("failed with {f}, as published"),
-            ),
-            (Some(_), Some(f)) => (
-                "point-failed",
-                false,
-                format!("failed with {f}, not {cause}"),
-            ),
-            (Some(_), None) => (
-                "did-not-fail",
-                false,
-                format!("did not fail ({cause} expected)"),
-            ),
-        };
-        (r.verdict, r.ok, r.text) = (verdict.into(), ok, text);
-        return r;
+        failure_verdict(cause, p)
+    } else {
+        judge_metric(e, p, scale, graded, &mut r)
+    };
+    (r.verdict, r.ok, r.text) = (verdict.into(), ok, text);
+    r
+}
+
+/// A verdict: its name, whether the run agrees, and the line for people.
+type Judged = (&'static str, bool, String);
+
+/// Whether point `p` carries `flag`, as published.
+fn flag_verdict(flag: &str, p: Option<&PointRecord>) -> Judged {
+    match p {
+        None => ("not-run", false, "point not run".to_string()),
+        Some(p) if p.flags.iter().any(|f| f.kind.name() == flag) => {
+            ("flagged", true, format!("flagged {flag}, as published"))
+        }
+        Some(_) => ("not-flagged", false, format!("not flagged {flag}")),
     }
+}
+
+/// Whether point `p` failed with `cause`, as published.
+fn failure_verdict(cause: &str, p: Option<&PointRecord>) -> Judged {
+    match (p, p.and_then(|p| p.failure.as_deref())) {
+        (None, _) => ("not-run", false, "point not run".to_string()),
+        (Some(_), Some(f)) if f == cause => (
+            "failed-as-published",
+            true,
+            format!("failed with {f}, as published"),
+        ),
+        (Some(_), Some(f)) => (
+            "point-failed",
+            false,
+            format!("failed with {f}, not {cause}"),
+        ),
+        (Some(_), None) => (
+            "did-not-fail",
+            false,
+            format!("did not fail ({cause} expected)"),
+        ),
+    }
+}
+
+/// Point `p`'s mean of the expectation's metric against the published value at this run's
+/// time `scale`, within its tolerance; what was expected and measured goes into `r`.
+fn judge_metric(
+    e: &Expectation,
+    p: Option<&PointRecord>,
+    scale: f64,
+    graded: &Graded,
+    r: &mut ExpectationResult,
+) -> Judged {
     let metric = e.metric.clone().unwrap_or_default();
+    let is_graded = servebench_model::catalog::Graded::from_name(&metric).is_some();
     let published = e.value.unwrap_or(f64::NAN);
     let expected = published * scale_factor(&metric, scale);
     r.expected = Some(expected);
-    let (limit, tolerance) = match &e.tolerance {
-        Some(Tolerance::Absolute(a)) => (
-            a.abs() * scale_factor(&metric, scale),
-            format!("±{}", a.abs()),
-        ),
-        Some(Tolerance::Percent(s)) => {
-            let pct: f64 = s.trim().trim_end_matches('%').trim().parse().unwrap_or(0.0);
-            (expected.abs() * pct / 100.0, format!("±{pct}%"))
-        }
-        None => (
-            expected.abs() * DEFAULT_TOLERANCE_PCT / 100.0,
-            format!("±{DEFAULT_TOLERANCE_PCT}%"),
-        ),
-    };
-    r.tolerance = tolerance;
+    let limit;
+    (limit, r.tolerance) = tolerance(e.tolerance.as_ref(), expected, scale_factor(&metric, scale));
     r.what = metric.clone();
     let measured = p.and_then(|p| {
-        if servebench_model::catalog::Graded::from_name(&metric).is_some() {
+        if is_graded {
             return graded.get(&p.id)?.get(metric.as_str()).copied();
         }
         p.metrics
@@ -198,11 +209,11 @@ fn judge(
             .map(|s| s.mean)
     });
     r.measured = measured;
-    let (verdict, ok, text) = match (p, measured) {
+    match (p, measured) {
         (None, _) => ("not-run", false, "point not run".to_string()),
-        (Some(_), None) => match &failure {
+        (Some(p), None) => match &p.failure {
             Some(f) => ("point-failed", false, format!("point failed ({f})")),
-            None if servebench_model::catalog::Graded::from_name(&metric).is_some() => (
+            None if is_graded => (
                 "not-graded",
                 false,
                 "not graded against the hardware (the report's section says why)".to_string(),
@@ -214,11 +225,7 @@ fn judge(
             ),
         },
         (Some(_), Some(m)) => {
-            let off = if expected != 0.0 {
-                Some((m - expected) / expected * 100.0)
-            } else {
-                None
-            };
+            let off = (expected != 0.0).then(|| (m - expected) / expected * 100.0);
             r.off_pct = off;
             let pct = off
                 .map(|o| format!("{o:+.1}%"))
@@ -229,9 +236,23 @@ fn judge(
                 ("off", false, format!("off by {pct}"))
             }
         }
-    };
-    (r.verdict, r.ok, r.text) = (verdict.into(), ok, text);
-    r
+    }
+}
+
+/// How far from `expected` a measurement may be, in its units, and the tolerance as written
+/// (`±10%`, `±0.05`); an absolute one moves with the time scale (`factor`), as the value does.
+fn tolerance(given: Option<&Tolerance>, expected: f64, factor: f64) -> (f64, String) {
+    match given {
+        Some(Tolerance::Absolute(a)) => (a.abs() * factor, format!("±{}", a.abs())),
+        Some(Tolerance::Percent(s)) => {
+            let pct: f64 = s.trim().trim_end_matches('%').trim().parse().unwrap_or(0.0);
+            (expected.abs() * pct / 100.0, format!("±{pct}%"))
+        }
+        None => (
+            expected.abs() * DEFAULT_TOLERANCE_PCT / 100.0,
+            format!("±{DEFAULT_TOLERANCE_PCT}%"),
+        ),
+    }
 }
 
 /// Graded figures by point id and metric name.
@@ -328,8 +349,6 @@ mod tests {
             group: "g1".into(),
             requested_prompt_tokens: Some(ctx as u64),
             ok: 1,
-            errors: 0,
-            error_kinds: Default::default(),
             metrics: metrics
                 .iter()
                 .map(|(k, v)| {
@@ -343,24 +362,7 @@ mod tests {
                     )
                 })
                 .collect(),
-            flags: vec![],
-            incomplete: false,
-            failure: None,
-            calibration: None,
-            status: None,
-            wall: None,
-            prefix_cache: Vec::new(),
-            load: None,
-            server: None,
-            host: None,
-            search: None,
-            gpu: None,
-            profiler: None,
-            workers: Vec::new(),
-            validity: None,
-            trace_cache: None,
-            jobs: None,
-            tool_calls: None,
+            ..PointRecord::default()
         }
     }
 

@@ -55,12 +55,7 @@ pub(crate) fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<Serv
             // A point without a measured request saw none finish, and summed no tokens.
             let none = PointDigest::default();
             let client = requests.point(&p.id).unwrap_or(&none);
-            let label = p
-                .values
-                .iter()
-                .map(|(k, v)| format!("{k}={}", super::format::value_text(v)))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let label = super::format::values_text(&p.values);
             Some(ServerViewRow {
                 point: if label.is_empty() {
                     p.id.clone()

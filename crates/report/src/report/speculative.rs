@@ -12,7 +12,7 @@ use servebench_model::catalog::{FlagKind, Metric};
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::PointRecord;
 
-use super::format::value_text;
+use super::format::values_text;
 
 /// The section; absent when no point has verify steps and no on/off pair was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -122,14 +122,6 @@ fn mean(p: &PointRecord, m: Metric) -> Option<f64> {
         .map(|s| s.mean)
 }
 
-fn label(values: &IndexMap<String, serde_json::Value>) -> String {
-    values
-        .iter()
-        .map(|(k, v)| format!("{k}={}", value_text(v)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// Builds the section from the run's launches and points.
 pub(crate) fn section(meta: &RunMeta, points: &[PointRecord]) -> Option<SpeculativeSection> {
     let spec_points: Vec<SpecPoint> = points
@@ -141,7 +133,7 @@ pub(crate) fn section(meta: &RunMeta, points: &[PointRecord]) -> Option<Speculat
                 .filter(|s| s.count > 0)?;
             Some(SpecPoint {
                 point: p.id.clone(),
-                label: label(&p.values),
+                label: values_text(&p.values),
                 requests: a.count,
                 accept_mean: a.mean,
                 accept_min: a.min,
@@ -162,7 +154,7 @@ pub(crate) fn section(meta: &RunMeta, points: &[PointRecord]) -> Option<Speculat
         .filter_map(|p| {
             Some(ServerCounted {
                 point: p.id.clone(),
-                label: label(&p.values),
+                label: values_text(&p.values),
                 accept_length: p.server.as_ref()?.spec_accept_length?,
             })
         })
@@ -251,7 +243,7 @@ fn pair_up(points: &[Measured]) -> Vec<(IndexMap<String, serde_json::Value>, Spe
         out.push((
             k.clone(),
             SpeedupRow {
-                label: label(&k),
+                label: values_text(&k),
                 on: p.id(),
                 off: q.id(),
                 decode_on: d_on,
@@ -319,7 +311,7 @@ fn crossovers(pairs: &[(IndexMap<String, serde_json::Value>, SpeedupRow)]) -> Ve
             };
             let mut rest = k.clone();
             rest.shift_remove(dim);
-            let name = label(&rest);
+            let name = values_text(&rest);
             match lines.iter_mut().find(|(n, _)| *n == name) {
                 Some((_, line)) => line.push((x, row)),
                 None => lines.push((name, vec![(x, row)])),

@@ -7,16 +7,14 @@ use indexmap::IndexMap;
 use plotters::prelude::*;
 
 use super::chart_error::ChartError;
+use super::chart_style::{PALETTE, draw_legend};
 use servebench_model::results::gpu::GpuSample;
 use servebench_model::results::records::PointRecord;
 use servebench_model::results::server_view::MetricsScrape;
 
 const SIZE: (u32, u32) = (720, 360);
-const COLORS: &[RGBColor] = &[
-    RGBColor(0, 114, 178),
-    RGBColor(213, 94, 0),
-    RGBColor(0, 158, 115),
-];
+/// The palette's first three, cycled.
+const COLORS: &[RGBColor] = PALETTE.split_at(3).0;
 
 /// One point's time series.
 #[derive(Debug, Clone, PartialEq)]
@@ -360,13 +358,7 @@ pub(crate) fn render_svg(t: &Timeline) -> Result<String, ChartError> {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
         }
-        plot.configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(160, 160, 160))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_legend(&mut plot, SeriesLabelPosition::UpperRight, 13).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)

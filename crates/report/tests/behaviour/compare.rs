@@ -2,149 +2,25 @@
 //! runs. The `servebench compare` command and simulator runs are servebench's own tests
 //! (`tests/compare.rs`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::json;
 use servebench_model::results::RunDir;
-use servebench_model::results::meta::RunMeta;
-use servebench_model::results::records::{CiMethod, Flag, PointRecord, Stat};
-use servebench_report::report::compare::{self, CompareModel, LoadedRun, Verdict};
+use servebench_model::results::records::Stat;
+use servebench_report::report::compare::{self, LoadedRun, Verdict};
+use testkit::runs::{point, run, stat, verdicts};
 
-/// The clean-sweep fixture's meta with a new name, server args and sweep dimensions.
-fn meta(name: &str, args: serde_json::Value, dims: &[&str]) -> RunMeta {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs/clean-sweep/meta.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    v["experiment"]["name"] = json!(name);
-    v["experiment"]["server"]["args"] = args;
-    v["dimensions"] = json!(dims);
-    serde_json::from_value(v).expect("meta")
-}
-
-/// A statistic with a mean and a 95% interval.
-fn stat(mean: f64, low: f64, high: f64) -> Stat {
-    Stat {
-        count: 8,
-        mean,
-        p50: mean,
-        p90: high,
-        p99: high,
-        min: low,
-        max: high,
-        ci95_low: Some(low),
-        ci95_high: Some(high),
-        ci_method: Some(CiMethod::BootstrapRequests),
-        ..Stat::default()
-    }
-}
-
-/// A point at `ctx` with TTFT and decode speed as (mean, low, high).
-fn point(id: &str, ctx: u64, ttft: (f64, f64, f64), decode: (f64, f64, f64)) -> PointRecord {
-    PointRecord {
-        id: id.to_string(),
-        values: [("ctx".to_string(), json!(ctx))].into_iter().collect(),
-        group: "g1".to_string(),
-        requested_prompt_tokens: Some(ctx),
-        ok: 8,
-        errors: 0,
-        error_kinds: Default::default(),
-        metrics: [
-            ("ttft_s".to_string(), stat(ttft.0, ttft.1, ttft.2)),
-            (
-                "decode_tok_s".to_string(),
-                stat(decode.0, decode.1, decode.2),
-            ),
-        ]
-        .into_iter()
-        .collect(),
-        flags: vec![],
-        incomplete: false,
-        failure: None,
-        calibration: None,
-        status: None,
-        wall: None,
-        prefix_cache: Vec::new(),
-        load: None,
-        server: None,
-        host: None,
-        search: None,
-        gpu: None,
-        profiler: None,
-        workers: Vec::new(),
-        validity: None,
-        trace_cache: None,
-        jobs: None,
-        tool_calls: None,
-    }
-}
-
-fn run(path: &str, meta: RunMeta, points: Vec<PointRecord>) -> LoadedRun {
-    LoadedRun {
-        path: PathBuf::from(path),
-        meta,
-        points,
-        truncated_lines: vec![],
-        part: None,
-        searches: None,
-    }
-}
-
-/// A: chunked prefill 8192 at ctx 1024, 8192, 32768. B: 4096 at ctx 1024, 8192, 16384; TTFT at
-/// 1024 is clearly slower, decode the same within noise; B flagged its 8192 point.
-fn chunk_runs() -> Vec<LoadedRun> {
-    let a = run(
-        "runs/chunk/2026-11-29T10-00-00Z",
-        meta(
-            "chunk",
-            json!({ "chunked-prefill-size": 8192, "tp-size": 1 }),
-            &["ctx"],
-        ),
-        vec![
-            point("p001", 1024, (0.100, 0.095, 0.105), (100.0, 96.0, 104.0)),
-            point("p002", 8192, (0.400, 0.390, 0.410), (95.0, 92.0, 98.0)),
-            point("p003", 32768, (1.600, 1.550, 1.650), (80.0, 78.0, 82.0)),
-        ],
-    );
-    let mut flagged = point("p002", 8192, (0.200, 0.190, 0.210), (95.5, 92.0, 99.0));
-    flagged.flags.push(Flag {
-        kind: "cold-cache-hit".into(),
-        message: "2 of 8 requests hit the prefix cache".into(),
-    });
-    let b = run(
-        "runs/chunk/2026-11-29T11-00-00Z",
-        meta(
-            "chunk",
-            json!({ "chunked-prefill-size": 4096, "tp-size": 1 }),
-            &["ctx"],
-        ),
-        vec![
-            point("p001", 1024, (0.150, 0.145, 0.155), (101.0, 97.0, 105.0)),
-            flagged,
-            point("p003", 16384, (0.800, 0.780, 0.820), (88.0, 86.0, 90.0)),
-        ],
-    );
-    vec![a, b]
-}
-
-fn verdicts(model: &CompareModel, metric: &str) -> Vec<(String, Option<Verdict>)> {
-    let table = model.metrics.iter().find(|m| m.name == metric).unwrap();
-    table
-        .rows
-        .iter()
-        .map(|r| (r.point.clone(), r.cells[1].verdict))
-        .collect()
-}
+use crate::fixtures;
 
 #[test]
 fn compare_report_snapshot() {
-    let model = compare::build(&chunk_runs(), None);
+    let model = compare::build(&fixtures().chunk_runs(), None);
     insta::assert_snapshot!("compare_report", compare::render(&model, None).unwrap());
 }
 
 #[test]
 fn changes_are_judged_by_direction_and_noise() {
-    let model = compare::build(&chunk_runs(), None);
+    let model = compare::build(&fixtures().chunk_runs(), None);
     assert_eq!(
         verdicts(&model, "ttft_s"),
         vec![
@@ -172,7 +48,7 @@ fn changes_are_judged_by_direction_and_noise() {
     );
 
     // Swapped, the same change is an improvement.
-    let mut swapped = chunk_runs();
+    let mut swapped = fixtures().chunk_runs();
     swapped.reverse();
     let model = compare::build(&swapped, None);
     assert_eq!(verdicts(&model, "ttft_s")[0].1, Some(Verdict::Improvement));
@@ -180,7 +56,7 @@ fn changes_are_judged_by_direction_and_noise() {
 
 #[test]
 fn server_flags_that_differ_are_listed_first() {
-    let model = compare::build(&chunk_runs(), None);
+    let model = compare::build(&fixtures().chunk_runs(), None);
     let first = &model.differences[0];
     assert_eq!(first.name, "server.args.chunked-prefill-size");
     assert_eq!(first.values, vec!["8192", "4096"]);
@@ -193,7 +69,7 @@ fn server_flags_that_differ_are_listed_first() {
 
 #[test]
 fn different_sweeps_compare_shared_points_and_list_the_rest() {
-    let model = compare::build(&chunk_runs(), None);
+    let model = compare::build(&fixtures().chunk_runs(), None);
     let shared: Vec<&str> = model.points.iter().map(|p| p.label.as_str()).collect();
     assert_eq!(shared, vec!["ctx=1024", "ctx=8192"]);
     let only: Vec<(&str, Vec<Option<&str>>)> = model
@@ -221,7 +97,7 @@ fn different_sweeps_compare_shared_points_and_list_the_rest() {
 fn a_server_dimension_swept_in_both_runs_matches_point_for_point() {
     // Both runs sweep the chunk size; B runs a newer server. Points match on (chunk, ctx).
     let swept = |name: &str, version: &str, ttft: f64| {
-        let mut m = meta(
+        let mut m = fixtures().meta(
             name,
             json!({}),
             &["server.args.chunked-prefill-size", "ctx"],
@@ -263,7 +139,7 @@ fn a_server_dimension_swept_in_both_runs_matches_point_for_point() {
 
 #[test]
 fn changes_without_intervals_are_not_enough_evidence() {
-    let mut runs = chunk_runs();
+    let mut runs = fixtures().chunk_runs();
     for r in &mut runs {
         for p in &mut r.points {
             for s in p.metrics.values_mut() {
@@ -301,7 +177,10 @@ fn compare_models_validate_against_the_schema() {
         .map(|n| compare::load(&fixture(n)).unwrap())
         .collect();
     for (what, model) in [
-        ("synthetic", compare::build(&chunk_runs(), Some(5.0))),
+        (
+            "synthetic",
+            compare::build(&fixtures().chunk_runs(), Some(5.0)),
+        ),
         ("fixtures", compare::build(&stored, None)),
     ] {
         assert!(!model.metrics.is_empty(), "{what}: something was compared");
@@ -316,7 +195,7 @@ fn compare_models_validate_against_the_schema() {
             .collect();
         assert!(errors.is_empty(), "{what}: {errors:#?}");
     }
-    let mut value = serde_json::to_value(compare::build(&chunk_runs(), None)).unwrap();
+    let mut value = serde_json::to_value(compare::build(&fixtures().chunk_runs(), None)).unwrap();
     value["metrics"][0]["rows"][0]["cells"][1]["verdict"] = json!("worse");
     assert!(!validator.is_valid(&value), "an unknown verdict is refused");
 }
@@ -382,7 +261,7 @@ fn open_loop_points_pair_by_offered_rate_not_by_label() {
             .collect();
         run(
             &format!("runs/{name}"),
-            meta(name, json!({}), &["load.rate"]),
+            fixtures().meta(name, json!({}), &["load.rate"]),
             points,
         )
     };
@@ -454,7 +333,7 @@ fn open_loop_points_pair_by_offered_rate_not_by_label() {
 /// Two runs on the same machine whose server is `engine` at `version` (as `/server_info`
 /// reported it), TTFT at 1024 as (mean, low, high).
 fn engine_run(label: &str, engine: &str, version: &str, ttft: (f64, f64, f64)) -> LoadedRun {
-    let mut m = meta("engines", json!({ "tp-size": 1 }), &["ctx"]);
+    let mut m = fixtures().meta("engines", json!({ "tp-size": 1 }), &["ctx"]);
     m.server_host = Some(json!({"gpus": [{"name": "NVIDIA L4", "driver_version": "550.54"}]}));
     for s in &mut m.servers {
         s.engine = engine.to_string();
@@ -576,7 +455,7 @@ fn compare_shows_each_points_grades_against_the_hardware() {
 /// A run at ctx 1024 and concurrency 1, 8, 32 whose decode speeds are `decode`; `spec` sets
 /// `--speculative-algorithm EAGLE` on its server and gives its points an accept length.
 fn spec_run(path: &str, spec: bool, decode: [f64; 3]) -> LoadedRun {
-    let mut meta = meta("spec", json!({ "tp-size": 1 }), &["ctx", "concurrency"]);
+    let mut meta = fixtures().meta("spec", json!({ "tp-size": 1 }), &["ctx", "concurrency"]);
     for s in &mut meta.servers {
         s.args.clear();
         if spec {
@@ -650,7 +529,7 @@ fn speculation_on_against_off_shows_the_speedup_and_the_crossover() {
     );
     assert!(text.contains(&s.crossovers[0]));
     // Runs that do not differ in speculation show no such section.
-    let model = compare::build(&chunk_runs(), None);
+    let model = compare::build(&fixtures().chunk_runs(), None);
     assert!(model.speculative.is_none());
     assert!(
         !compare::render(&model, None)
@@ -663,7 +542,7 @@ fn speculation_on_against_off_shows_the_speedup_and_the_crossover() {
 /// one value per point, so a change says how much, and that one run cannot tell noise.
 #[test]
 fn tool_call_shares_are_compared() {
-    let mut runs = chunk_runs();
+    let mut runs = fixtures().chunk_runs();
     for (run, valid) in runs.iter_mut().zip([1.0, 0.9]) {
         let p = &mut run.points[0];
         for (name, share) in [("tool_call_rate", 1.0), ("tool_call_valid_rate", valid)] {

@@ -5,3 +5,10 @@ mod compare;
 mod report;
 mod statistics;
 mod summary;
+
+/// The fixture runs (`tests/fixtures/runs`).
+fn fixtures() -> testkit::runs::FixtureRuns {
+    testkit::runs::FixtureRuns::at(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs"),
+    )
+}

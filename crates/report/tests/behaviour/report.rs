@@ -9,30 +9,11 @@ use servebench_model::results::records::{Chunk, PointRecord, RequestRecord, Stat
 use servebench_model::results::{RunDir, RunDirError};
 use servebench_report::report::{self, ReportError, Template, build_model};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/runs")
-        .join(name)
-}
-
-#[track_caller]
-fn open(name: &str) -> RunDir {
-    RunDir::open(&fixture(name)).expect("fixture run directory opens")
-}
-
-#[track_caller]
-fn model_of(name: &str) -> report::ReportModel {
-    let dir = open(name);
-    build_model(
-        &dir.read_meta().unwrap(),
-        &dir.read_points().unwrap(),
-        &dir.read_requests().unwrap(),
-    )
-}
+use crate::fixtures;
 
 #[track_caller]
 fn rendered(name: &str) -> String {
-    report::render_run_dir(&open(name), None).expect("report renders")
+    report::render_run_dir(&fixtures().open(name), None).expect("report renders")
 }
 
 fn request(point: &str, index: u32) -> RequestRecord {
@@ -90,7 +71,7 @@ fn a_validity_run_has_an_output_validity_section() {
         .expect("an Output validity section")
         ..text.find("## Charts").expect("charts")];
     insta::assert_snapshot!("validity_section", section);
-    let model = model_of("validity");
+    let model = fixtures().model_of("validity");
     let invalid = &model.validity.as_ref().unwrap().invalid;
     assert_eq!(invalid.len(), 3, "{invalid:?}");
 }
@@ -129,7 +110,7 @@ fn bound_section_report() {
 
 #[test]
 fn a_run_without_a_model_config_or_gpu_says_how_to_give_them() {
-    let bound = model_of("clean-sweep").bound.expect("a section");
+    let bound = fixtures().model_of("clean-sweep").bound.expect("a section");
     assert!(bound.rows.is_empty());
     assert_eq!(bound.missing.len(), 2, "{:?}", bound.missing);
     assert!(
@@ -143,7 +124,7 @@ fn a_run_without_a_model_config_or_gpu_says_how_to_give_them() {
         bound.missing
     );
     // An open-loop run has no closed-loop step to grade: no section at all.
-    assert!(model_of("load-rate").bound.is_none());
+    assert!(fixtures().model_of("load-rate").bound.is_none());
 }
 
 #[test]
@@ -156,9 +137,9 @@ fn rendering_twice_is_identical() {
 
 #[test]
 fn table_rows_carry_the_stored_means() {
-    let dir = open("clean-sweep");
+    let dir = fixtures().open("clean-sweep");
     let points = dir.read_points().unwrap();
-    let model = model_of("clean-sweep");
+    let model = fixtures().model_of("clean-sweep");
     assert_eq!(model.tables.len(), 2, "one table per server group");
     assert_eq!(model.point_dimensions, vec!["ctx"]);
     assert_eq!(
@@ -184,7 +165,7 @@ fn table_rows_carry_the_stored_means() {
 
 #[test]
 fn rendered_row_shows_the_formatted_means() {
-    let model = model_of("clean-sweep");
+    let model = fixtures().model_of("clean-sweep");
     let row = &model.tables[0].rows[0];
     let ttft = row.stats["ttft_s"].as_ref().unwrap().mean;
     let decode = row.stats["decode_tok_s"].as_ref().unwrap().mean;
@@ -209,7 +190,7 @@ fn rendered_row_shows_the_formatted_means() {
 
 #[test]
 fn missing_metrics_render_as_a_dash_never_nan() {
-    let model = model_of("contaminated");
+    let model = fixtures().model_of("contaminated");
     let p003 = model.tables[0]
         .rows
         .iter()
@@ -230,7 +211,7 @@ fn missing_metrics_render_as_a_dash_never_nan() {
 
 #[test]
 fn flags_become_numbered_markers_and_warnings() {
-    let model = model_of("contaminated");
+    let model = fixtures().model_of("contaminated");
     let table = &model.tables[0];
     let kinds: Vec<(&str, &str)> = table
         .warnings
@@ -279,7 +260,7 @@ fn truncated_line_is_noted_in_the_report() {
 
 #[test]
 fn user_template_sees_the_model_and_filters() {
-    let model = model_of("clean-sweep");
+    let model = fixtures().model_of("clean-sweep");
     let template = "{{ title }}: {% for t in tables %}{% for r in t.rows %}\
                     {{ r.ctx_req }}={{ r.stats.ttft_s|stat('mean')|fmt_s }} {% endfor %}{% endfor %}\
                     {{ none|fmt_rate }}";
@@ -290,7 +271,7 @@ fn user_template_sees_the_model_and_filters() {
 
 #[test]
 fn user_template_error_names_the_line() {
-    let model = model_of("clean-sweep");
+    let model = fixtures().model_of("clean-sweep");
     let err = report::render(&model, Some("# {{ title }}\n\n{{ tables[0].titel }}\n")).unwrap_err();
     let ReportError::Template {
         ref name,
@@ -320,11 +301,15 @@ fn template_override_file_is_used() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("short.md.j2");
     fs::write(&path, "{{ title }} ({{ run.status }})\n").unwrap();
-    let out = report::render_run_dir(&open("contaminated"), Some(&Template::File(path))).unwrap();
+    let out = report::render_run_dir(
+        &fixtures().open("contaminated"),
+        Some(&Template::File(path)),
+    )
+    .unwrap();
     assert_eq!(out, "long-context-oom (incomplete)\n");
 
     let missing = Template::File(tmp.path().join("nope.md.j2"));
-    let err = report::render_run_dir(&open("contaminated"), Some(&missing)).unwrap_err();
+    let err = report::render_run_dir(&fixtures().open("contaminated"), Some(&missing)).unwrap_err();
     assert!(matches!(err, ReportError::ReadTemplate { .. }), "{err:?}");
     assert!(err.to_string().contains("nope.md.j2"), "{err}");
 }
@@ -334,7 +319,8 @@ fn template_override_file_is_used() {
 #[test]
 fn long_context_streaming_report() {
     let long_context = Template::Builtin(report::builtin("long-context").unwrap());
-    let text = report::render_run_dir(&open("contaminated"), Some(&long_context)).unwrap();
+    let text =
+        report::render_run_dir(&fixtures().open("contaminated"), Some(&long_context)).unwrap();
     insta::assert_snapshot!("long_context_streaming_report", text);
 }
 
@@ -347,7 +333,7 @@ fn long_context_two_point_report() {
 #[test]
 fn long_context_table_has_the_study_columns() {
     let header = |name: &str, override_: Option<&Template>| {
-        report::render_run_dir(&open(name), override_)
+        report::render_run_dir(&fixtures().open(name), override_)
             .unwrap()
             .lines()
             .find(|l| l.starts_with("| ctx_req |"))
@@ -365,14 +351,15 @@ fn long_context_table_has_the_study_columns() {
         )
     );
     // One table per server group.
-    let text = report::render_run_dir(&open("clean-sweep"), Some(&long_context)).unwrap();
+    let text =
+        report::render_run_dir(&fixtures().open("clean-sweep"), Some(&long_context)).unwrap();
     assert_eq!(text.matches("| ctx_req |").count(), 2, "{text}");
     assert!(text.contains("### server.args.chunked-prefill-size=16384"));
 }
 
 #[test]
 fn long_context_names_the_failed_point_and_its_cause() {
-    let model = model_of("two-point-crash");
+    let model = fixtures().model_of("two-point-crash");
     let crashed = &model.tables[0].rows[2];
     assert_eq!(crashed.failure.as_deref(), Some("out-of-memory"));
     let text = rendered("two-point-crash");
@@ -424,7 +411,7 @@ fn builtin_template_errors_name_the_file() {
         "capacity-search",
     ] {
         for t in report::BUILTIN_TEMPLATES {
-            let text = report::render_run_dir(&open(name), Some(&Template::Builtin(t)))
+            let text = report::render_run_dir(&fixtures().open(name), Some(&Template::Builtin(t)))
                 .unwrap_or_else(|e| panic!("{name} with {}: {e}", t.file));
             assert!(
                 !text.contains("NaN") && !text.contains("inf |"),
@@ -447,7 +434,7 @@ fn report_models_validate_against_the_schema() {
         "two-point-crash",
         "capacity-search",
     ] {
-        let model = serde_json::to_value(model_of(name)).unwrap();
+        let model = serde_json::to_value(fixtures().model_of(name)).unwrap();
         let errors: Vec<String> = validator
             .iter_errors(&model)
             .map(|e| format!("{} at {}", e, e.instance_path()))
@@ -455,10 +442,10 @@ fn report_models_validate_against_the_schema() {
         assert!(errors.is_empty(), "{name}: {errors:#?}");
     }
     // The schema is strict enough to catch a changed or misspelt field.
-    let mut model = serde_json::to_value(model_of("two-point-crash")).unwrap();
+    let mut model = serde_json::to_value(fixtures().model_of("two-point-crash")).unwrap();
     model["tables"][0]["rows"][0]["ok"] = serde_json::json!("4");
     assert!(!validator.is_valid(&model));
-    let mut model = serde_json::to_value(model_of("two-point-crash")).unwrap();
+    let mut model = serde_json::to_value(fixtures().model_of("two-point-crash")).unwrap();
     model["setup"]["tempreature"] = serde_json::json!(0.0);
     assert!(!validator.is_valid(&model));
 }
@@ -510,7 +497,7 @@ fn run_dir_round_trip() {
     let second = RunDir::create(tmp.path(), "demo", spec, started).unwrap();
     assert_eq!(second.path, tmp.path().join("demo/2026-11-29T10-04-12Z-2"));
 
-    let meta = open("clean-sweep").read_meta().unwrap();
+    let meta = fixtures().open("clean-sweep").read_meta().unwrap();
     dir.write_meta(&meta).unwrap();
     dir.write_resolved(&serde_json::json!({ "points": [{ "id": "p001", "ctx": 1024 }] }))
         .unwrap();
@@ -532,8 +519,6 @@ fn run_dir_round_trip() {
         group: "g1".to_string(),
         requested_prompt_tokens: Some(1024),
         ok: 3,
-        errors: 0,
-        error_kinds: Default::default(),
         metrics: [(
             "ttft_s".to_string(),
             Stat {
@@ -544,24 +529,7 @@ fn run_dir_round_trip() {
         )]
         .into_iter()
         .collect(),
-        flags: vec![],
-        incomplete: false,
-        failure: None,
-        calibration: None,
-        status: None,
-        wall: None,
-        prefix_cache: Vec::new(),
-        load: None,
-        server: None,
-        host: None,
-        search: None,
-        gpu: None,
-        profiler: None,
-        workers: Vec::new(),
-        validity: None,
-        trace_cache: None,
-        jobs: None,
-        tool_calls: None,
+        ..PointRecord::default()
     };
     dir.append_point(&point).unwrap();
 
@@ -710,33 +678,15 @@ fn sweep_point(id: &str, ctx: u64, concurrency: u64, ttft_s: Option<f64>) -> Poi
         requested_prompt_tokens: Some(ctx),
         ok: if ttft_s.is_some() { 2 } else { 0 },
         errors: if ttft_s.is_some() { 0 } else { 2 },
-        error_kinds: Default::default(),
         metrics,
-        flags: vec![],
-        incomplete: false,
-        failure: None,
-        calibration: None,
-        status: None,
-        wall: None,
-        prefix_cache: Vec::new(),
-        load: None,
-        server: None,
-        host: None,
-        search: None,
-        gpu: None,
-        profiler: None,
-        workers: Vec::new(),
-        validity: None,
-        trace_cache: None,
-        jobs: None,
-        tool_calls: None,
+        ..PointRecord::default()
     }
 }
 
 /// The report model of a ctx [1k, 2k, 4k, 8k] × concurrency [1, 4] sweep; the 8k point at
 /// concurrency 4 failed.
 fn sweep_model() -> report::ReportModel {
-    let mut meta = open("clean-sweep").read_meta().unwrap();
+    let mut meta = fixtures().open("clean-sweep").read_meta().unwrap();
     meta.dimensions = vec!["ctx".to_string(), "concurrency".to_string()];
     let mut points = Vec::new();
     for (i, ctx) in [1024u64, 2048, 4096, 8192].into_iter().enumerate() {
@@ -838,7 +788,7 @@ fn chart_lines_follow_the_data_on_a_log_axis() {
 
 #[test]
 fn charts_need_a_context_sweep_and_two_measured_points() {
-    let mut meta = open("clean-sweep").read_meta().unwrap();
+    let mut meta = fixtures().open("clean-sweep").read_meta().unwrap();
     meta.dimensions = vec!["ctx".to_string(), "concurrency".to_string()];
 
     // Only concurrency varies: nothing to draw against context, so no charts and no links.
@@ -879,7 +829,7 @@ fn charts_need_a_context_sweep_and_two_measured_points() {
 
 #[test]
 fn clean_sweep_ttft_chart() {
-    let model = model_of("clean-sweep");
+    let model = fixtures().model_of("clean-sweep");
     let charts = report::charts::charts(&model);
     let ttft = charts.iter().find(|c| c.file == "ttft.svg").unwrap();
     // One line per server group, labelled by the server dimension that differs.
@@ -897,7 +847,7 @@ fn clean_sweep_ttft_chart() {
 /// A copy of a fixture run directory that a test may write into.
 fn writable_copy(name: &str) -> (tempfile::TempDir, RunDir) {
     let tmp = tempfile::tempdir().unwrap();
-    for entry in fs::read_dir(fixture(name)).unwrap() {
+    for entry in fs::read_dir(fixtures().path(name)).unwrap() {
         let path = entry.unwrap().path();
         fs::copy(&path, tmp.path().join(path.file_name().unwrap())).unwrap();
     }
@@ -956,7 +906,7 @@ fn written_report_and_charts_rerender_byte_identical() {
 fn points_with_warnings_have_hollow_markers() {
     // contaminated: p002 (4k) hit the cache in a cold run; p001 (1k) and p003 (16k) are clean
     // for TTFT apart from p003's own warnings.
-    let model = model_of("contaminated");
+    let model = fixtures().model_of("contaminated");
     let warned: Vec<(&str, usize)> = model.tables[0]
         .rows
         .iter()
@@ -993,7 +943,7 @@ fn a_capacity_search_has_a_capacity_section() {
         .to_string();
     insta::assert_snapshot!("capacity_section", section);
     // The numbers are search.json's and the probes' own.
-    let dir = open("capacity-search");
+    let dir = fixtures().open("capacity-search");
     let file = dir.read_search().unwrap().expect("search.json");
     let s = &file.searches[0];
     assert_eq!((s.capacity, s.above), (Some(11.625), Some(12.0)));
@@ -1045,7 +995,7 @@ fn a_capacity_search_has_a_capacity_section() {
     assert!(!text.contains("part of the gap is the window's tail"));
     // A copy where that probe completed only 9 req/s says the answer may hide a growing queue.
     let tmp = tempfile::tempdir().unwrap();
-    for f in std::fs::read_dir(fixture("capacity-search")).unwrap() {
+    for f in std::fs::read_dir(fixtures().path("capacity-search")).unwrap() {
         let f = f.unwrap();
         if f.file_type().unwrap().is_file() {
             std::fs::copy(f.path(), tmp.path().join(f.file_name())).unwrap();
@@ -1085,7 +1035,7 @@ fn a_load_run_over_two_server_variants_has_a_pareto_frontier_per_variant_and_run
     // p003 beats p001 and p002 on both axes: g1's frontier is p003 alone. In g2 each point
     // trades one axis for the other: all three are on its frontier. Run-wide, p003 also beats
     // p004 and p005; nothing has more total tok/s than p006.
-    let model = model_of("load-pareto");
+    let model = fixtures().model_of("load-pareto");
     let load = model.load.expect("a load section");
     let ids = |keep: fn(&report::pareto::ParetoPoint) -> bool| -> Vec<&str> {
         load.pareto
@@ -1132,7 +1082,7 @@ fn a_load_run_over_two_server_variants_has_a_pareto_frontier_per_variant_and_run
 fn speculative_study() -> (servebench_model::results::meta::RunMeta, Vec<PointRecord>) {
     use servebench_model::catalog::FlagKind;
     use servebench_model::results::records::Flag;
-    let dir = open("clean-sweep");
+    let dir = fixtures().open("clean-sweep");
     let mut meta = dir.read_meta().unwrap();
     let dim = "server.args.speculative-algorithm";
     meta.dimensions = vec![dim.to_string(), "ctx".to_string()];
@@ -1219,7 +1169,7 @@ fn tool_calling_study() -> (servebench_model::results::meta::RunMeta, Vec<PointR
     use servebench_model::catalog::FlagKind;
     use servebench_model::results::records::Flag;
     use servebench_model::results::tool_calls::{InvalidCall, ToolCallsView};
-    let dir = open("clean-sweep");
+    let dir = fixtures().open("clean-sweep");
     let meta = dir.read_meta().unwrap();
     let mut points = dir.read_points().unwrap();
     points.truncate(3);
@@ -1297,7 +1247,7 @@ fn tool_calls_section_snapshot() {
 /// definitions: the report never states what did not happen.
 #[test]
 fn a_run_without_tools_has_no_tool_call_section() {
-    let model = model_of("clean-sweep");
+    let model = fixtures().model_of("clean-sweep");
     assert!(model.tool_calls.is_none());
     assert!(!model.metric_defs.contains_key("tool_call_rate"));
     let text = report::render(&model, None).unwrap();

@@ -87,7 +87,7 @@ fn invalid_type(v: &Value, expected: &str) -> ContractError {
 
 /// A body the contract refuses, in serde's words (the text of SGLang's 400).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ContractError {
+pub(crate) enum ContractError {
     /// serde's `invalid_type`: what was found, as serde names it, and what was expected.
     #[error("invalid type: {found}, expected {expected}")]
     InvalidType { found: String, expected: String },
@@ -236,7 +236,7 @@ fn sampling_params(v: &Value) -> Result<(), ContractError> {
 
 /// The contract violation in a `/generate` body (a JSON object), or `Ok`. `GenerateRequest`
 /// ignores keys it does not know; the ones checked are those the simulator reads.
-pub fn generate_request(body: &Value) -> Result<(), ContractError> {
+pub(crate) fn generate_request(body: &Value) -> Result<(), ContractError> {
     let Some(m) = body.as_object() else {
         return Err(invalid_type(body, "struct GenerateRequest"));
     };

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 /// One pydantic error, written as Python prints its dict (`{'type': 'missing', 'loc': ...}`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PydanticError(pub String);
+pub(crate) struct PydanticError(pub String);
 
 impl PydanticError {
     /// A required field is absent: `{'type': 'missing', 'loc': ('body', FIELD), ...}`.
@@ -27,7 +27,7 @@ impl PydanticError {
 
     /// A field of the wrong JSON type: `kind` is pydantic's error type (`list_type`), `msg`
     /// its words (`Input should be a valid list`).
-    pub fn wrong_type(field: &str, kind: &str, msg: &str, input: &Value) -> PydanticError {
+    pub(crate) fn wrong_type(field: &str, kind: &str, msg: &str, input: &Value) -> PydanticError {
         PydanticError(format!(
             "{{'type': {}, 'loc': ('body', {}), 'msg': {}, 'input': {}}}",
             py_str(kind),
@@ -38,7 +38,7 @@ impl PydanticError {
     }
 
     /// A field validator raised `ValueError(message)`.
-    pub fn value_error(field: &str, message: &str, input: &Value) -> PydanticError {
+    pub(crate) fn value_error(field: &str, message: &str, input: &Value) -> PydanticError {
         PydanticError(format!(
             "{{'type': 'value_error', 'loc': ('body', {}), 'msg': {}, 'input': {}, 'ctx': {{'error': ValueError({})}}}}",
             py_str(field),
@@ -49,7 +49,7 @@ impl PydanticError {
     }
 
     /// The body is JSON but not an object, where the endpoint's model is a dataclass.
-    pub fn not_a_dict(class: &str, input: &Value) -> PydanticError {
+    pub(crate) fn not_a_dict(class: &str, input: &Value) -> PydanticError {
         PydanticError(format!(
             "{{'type': 'dataclass_type', 'loc': ('body',), 'msg': {}, 'input': {}, 'ctx': {{'class_name': {}}}}}",
             py_str(&format!(
@@ -72,7 +72,7 @@ impl PydanticError {
 /// The 400 SGLang answers for a `RequestValidationError`: the OpenAI error object with
 /// `type: "Bad Request"` and pydantic's errors in the message. The real message then quotes
 /// the server's own source file and line, which a simulator has not got: it stops before.
-pub fn validation_error(errors: &[PydanticError]) -> Response {
+pub(crate) fn validation_error(errors: &[PydanticError]) -> Response {
     let n = errors.len();
     let mut message = format!("{n} validation error{}:", if n == 1 { "" } else { "s" });
     for e in errors {
@@ -88,7 +88,7 @@ pub fn validation_error(errors: &[PydanticError]) -> Response {
 /// Parses a request body as SGLang's FastAPI app does before the handler: an empty body is a
 /// missing one; one that is not JSON is orjson's decode error (SGLang's `ORJSONRequest`).
 /// The error goes to [`validation_error`].
-pub fn parse_body(body: &Bytes) -> Result<Value, PydanticError> {
+pub(crate) fn parse_body(body: &Bytes) -> Result<Value, PydanticError> {
     if body.is_empty() {
         return Err(PydanticError(
             "{'type': 'missing', 'loc': ('body',), 'msg': 'Field required', 'input': None}".into(),
@@ -163,7 +163,7 @@ pub async fn method_not_allowed() -> Response {
 
 /// The `allow` header of a 405 as Starlette writes it (`POST, PUT`; axum writes `POST,PUT`).
 /// Starlette's order comes from a set, so it changes from process to process.
-pub async fn allow_as_starlette_writes_it(mut r: Response) -> Response {
+pub(crate) async fn allow_as_starlette_writes_it(mut r: Response) -> Response {
     let spaced = r
         .headers()
         .get(header::ALLOW)

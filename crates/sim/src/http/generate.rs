@@ -297,7 +297,7 @@ pub fn weight_versions(completion_tokens: u64) -> Value {
 }
 
 /// The OpenAI answers' top-level `metadata` (`build_endpoint_weight_version_metadata`).
-pub fn weight_metadata(completion_tokens: u64) -> Value {
+pub(crate) fn weight_metadata(completion_tokens: u64) -> Value {
     json!({"weight_version": WEIGHT_VERSION, "weight_versions": weight_versions(completion_tokens)})
 }
 

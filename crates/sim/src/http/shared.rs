@@ -144,7 +144,7 @@ pub(crate) fn sse_response(
 
 /// SGLang's SSE response: Starlette's `StreamingResponse(media_type="text/event-stream")`,
 /// which adds the charset to a `text/` type and sends no `cache-control`.
-pub fn sglang_sse_response(
+pub(crate) fn sglang_sse_response(
     s: impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
 ) -> Response {
     Response::builder()
@@ -181,7 +181,7 @@ pub(crate) fn output_stream<S: Send + Sync + 'static>(
 
 /// The error event SGLang's `/generate` stream sends when the request fails after the 200
 /// head (http_server.py `stream_results`), followed by `[DONE]`.
-pub fn sglang_stream_error(message: &str) -> Bytes {
+pub(crate) fn sglang_stream_error(message: &str) -> Bytes {
     sse(
         &serde_json::json!({"error": {"message": message, "type": "invalid_request_error",
                                       "code": 400, "retryable": false}}),

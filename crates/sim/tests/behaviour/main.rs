@@ -3,7 +3,8 @@
 //! the crate's own `servebench-sim` binary, the way an engine adapter launches a server.
 mod common;
 mod engines;
-mod http;
 mod in_process;
+
+use testkit::http;
 mod pd;
 mod tool_calls;

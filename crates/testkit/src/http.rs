@@ -1,6 +1,7 @@
-//! A small blocking HTTP/1.1 client for the differential tests: one connection per request
-//! (`Connection: close`), every header kept as the server sent it, chunked bodies decoded,
-//! SSE events split with the time each one arrived.
+//! A small blocking HTTP/1.1 client: one connection per request (`Connection: close`), every
+//! header kept as the server sent it, chunked bodies decoded, SSE events split with the time
+//! each one arrived. The real-engine tests hold servers to each other with it; the
+//! simulator's tests use it as any client would.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
