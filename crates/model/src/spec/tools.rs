@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::validate::{Problem, Target};
 
 /// Bytes read at most from a `tools: { file }` file.
-pub const MAX_TOOLS_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_TOOLS_FILE_BYTES: u64 = 1024 * 1024;
 
 /// The tools sent with every chat request: a list of OpenAI function tools
 /// (`{ type: function, function: { name, description, parameters } }`), or `{ file: path }`
@@ -68,7 +68,7 @@ impl ToolChoice {
 
 /// Problems in a list of tools (`list` as read from the spec or its file); pointers are
 /// `base` + `/N/...`.
-pub fn tool_list_problems(list: &Value, base: &str) -> Vec<Problem> {
+pub(crate) fn tool_list_problems(list: &Value, base: &str) -> Vec<Problem> {
     let problem = |pointer: String, target: Target, message: String, hint: &str| Problem {
         pointer,
         target,
