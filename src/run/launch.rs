@@ -49,10 +49,9 @@ pub(crate) async fn run_launch<'p, I: Iterator<Item = &'p Point>>(
             measurer,
             tally,
         };
-        let end = if point.experiment.search.is_some() {
-            super::search::run_search(point, &mut on).await?
-        } else {
-            on.point(point, &mut |_| {}).await?
+        let end = match point.experiment.search.clone() {
+            Some(search) => super::search::run_search(point, search, &mut on).await?,
+            None => on.point(point, &mut |_| {}).await?,
         };
         match end {
             None => {}

@@ -163,17 +163,13 @@ pub(crate) fn inversions(probes: &[Probe]) -> Vec<(f64, f64)> {
     out
 }
 
-/// Runs the search `seed` starts on this launch. Returns how the launch ended when it cannot
-/// go on (the search is then recorded as incomplete, and a resume picks it up).
+/// Runs the search `spec` that `seed` starts on this launch. Returns how the launch ended when
+/// it cannot go on (the search is then recorded as incomplete, and a resume picks it up).
 pub(super) async fn run_search(
     seed: &Point,
+    spec: servebench_model::spec::search::SearchSpec,
     on: &mut Launch<'_, '_>,
 ) -> Result<Option<One>, RunError> {
-    let spec = seed
-        .experiment
-        .search
-        .clone()
-        .expect("run_search is called for a point with a search");
     let machine_spec = search::SearchSpec::from(&spec);
     let mut search = OneSearch {
         seed,
