@@ -201,6 +201,20 @@ fn each_engine_streams_calls_servebench_judges_alike() {
     for p in points.iter().step_by(2) {
         assert_eq!(p["metrics"]["tool_call_valid_rate"]["mean"], 1.0, "{p}");
     }
+    // The report's table names each row's engine: the same point labels repeat per server.
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let table = report
+        .split("## Tool calls")
+        .nth(1)
+        .expect("a Tool calls section");
+    for engine in ["sglang", "vllm", "llama.cpp"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("| p0") && l.contains(&format!("server.engine={engine}"))),
+            "{engine} not named in the table:\n{table}"
+        );
+    }
 }
 
 /// Without SGLang's `--tool-call-parser` the simulator (as SGLang) streams the call as text:

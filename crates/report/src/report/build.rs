@@ -214,7 +214,19 @@ fn fill_sections(model: &mut ReportModel, meta: &RunMeta, points: &[PointRecord]
     model.profiles = super::profiles::rows(points, &labels);
     model.workers = super::workers::section(points, &labels);
     model.validity = super::validity::section(points, &labels);
-    model.tool_calls = super::tool_calls::section(points, &labels);
+    // Beside the other servers' rows, a point's label alone does not say whose it is.
+    let server_labels: IndexMap<String, String> = if model.tables.len() > 1 {
+        labels
+            .iter()
+            .map(|(id, label)| {
+                let variant = variants.get(id).map_or("", String::as_str);
+                (id.clone(), format!("{label}, {variant}"))
+            })
+            .collect()
+    } else {
+        labels.clone()
+    };
+    model.tool_calls = super::tool_calls::section(points, &server_labels);
     if let Some(load) = &mut model.load {
         // The links come from the same selection that draws the files.
         load.charts = super::load_charts::charts(load)
