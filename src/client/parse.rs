@@ -67,6 +67,10 @@ pub(crate) struct Malformed {
     pub head: String,
 }
 
+/// Tokens of a thinking block's markers a model writes (`<think>` and `</think>`): tokens the
+/// server counts and, where it splits the thinking, streams no text for.
+const THINK_MARKER_TOKENS: u64 = 2;
+
 /// Running state of one response stream.
 #[derive(Debug)]
 pub(crate) struct StreamParser {
@@ -138,9 +142,10 @@ impl StreamParser {
     /// A chat stream's thinking markers (`<think>`, `</think>`) and the end-of-sequence token
     /// are tokens the server counts and streams no text for: on a server without per-chunk
     /// counts (llama.cpp) they are in its total and in no chunk. Those silent tokens are
-    /// thinking, all of them when the request never answered, else all but the one
-    /// end-of-sequence token of a request that stopped (the answer's, as SGLang and vLLM
-    /// count it): the engines' own reasoning counts, held to the real ones in the tier.
+    /// thinking, all of them when the request never answered; else the end-of-sequence token
+    /// of a request that stopped is the answer's (as SGLang and vLLM count it), two markers
+    /// are thinking, and any tokens beyond (several to a chunk, as with speculative decoding)
+    /// are split as the phases' chunks were: held to the real engines in the tier.
     pub(crate) fn reasoning_tokens(
         &self,
     ) -> Option<(u64, servebench_model::results::records::ReasoningSource)> {
@@ -155,8 +160,13 @@ impl StreamParser {
         let thinking = if !self.answered {
             self.reasoning_counted + silent
         } else {
+            // The markers are at most two of the silent tokens; the rest are tokens that came
+            // several to a chunk (speculative decoding), split as the phases' chunks were.
             let eos = u64::from(self.finish_reason.as_deref() == Some("stop"));
-            self.reasoning_counted + silent.saturating_sub(eos)
+            let extra = silent.saturating_sub(eos);
+            let markers = extra.min(THINK_MARKER_TOKENS);
+            let shared = (extra - markers) * self.reasoning_counted / self.counted.max(1);
+            self.reasoning_counted + markers + shared
         };
         Some((thinking, ReasoningSource::Chunks))
     }
@@ -1364,6 +1374,32 @@ mod tests {
             ],
         );
         assert_eq!(p.reasoning_tokens(), Some((3, Chunks)));
+    }
+
+    /// Several tokens to a chunk (speculative decoding) on a server without per-chunk counts:
+    /// the silent tokens beyond the two markers are not all charged to the thinking. Three
+    /// thinking and three answer chunks of two tokens each, two markers and EOS: 15 tokens, 8
+    /// of them thinking.
+    #[test]
+    fn tokens_several_to_a_chunk_are_split_as_the_phases_chunks_were() {
+        use servebench_model::results::records::ReasoningSource::Chunks;
+        let think = r#"{"choices":[{"delta":{"reasoning_content":" hm hm"}}]}"#;
+        let answer = r#"{"choices":[{"delta":{"content":" a a"}}]}"#;
+        let mut p = StreamParser::new(Api::OpenaiChat);
+        feed(
+            &mut p,
+            &[
+                think,
+                think,
+                think,
+                answer,
+                answer,
+                answer,
+                r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#,
+                r#"{"choices":[],"usage":{"completion_tokens":15,"prompt_tokens":9}}"#,
+            ],
+        );
+        assert_eq!(p.reasoning_tokens(), Some((8, Chunks)));
     }
 
     #[test]
