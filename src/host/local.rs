@@ -15,7 +15,9 @@ use nix::unistd::Pid;
 
 use futures_util::future::BoxFuture;
 
-use super::{GroupIdentity, HostError, Leftover, ServerProcess, Spawn, Stopped, Verdict};
+use super::{
+    GroupIdentity, HostError, Leftover, Liveness, Loss, ServerProcess, Spawn, Stopped, Verdict,
+};
 use crate::engine::LaunchCommand;
 use servebench_model::results::meta::ProcessRecord;
 
@@ -262,6 +264,8 @@ pub(crate) struct LocalServer {
     /// The group's processes that have run for [`SETTLED_S`] or more, as last seen while a
     /// point ran: pid, start time and name. One of them gone means the server lost a part.
     settled: Vec<(i32, u64, String)>,
+    /// Asked once a settled process ended: whether the server still serves without it.
+    liveness: Option<Liveness>,
 }
 
 /// How long a process of a server's group must have run before its end counts as the server
@@ -279,6 +283,46 @@ const LOST_GRACE: Duration = Duration::from_secs(2);
 fn kill_leaderless_group(pgid: i32) {
     if group_alive(pgid) {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+impl LocalServer {
+    /// What the end of `gone` (settled processes of the group) means: a part the server
+    /// cannot serve without when it then fails its liveness probe (or has none), and the
+    /// server is stopped; a helper that came to its end when the server still answers.
+    async fn judge_ended(&mut self, gone: &[(i32, u64, String)]) -> Loss {
+        let mut what = ended_processes(gone);
+        if let Some(probe) = &self.liveness {
+            match probe().await {
+                Ok(()) => {
+                    return Loss {
+                        what: format!("{what}; the server still answered, so it went on"),
+                        fatal: false,
+                    };
+                }
+                Err(why) => what = format!("{what}, and the server {why}"),
+            }
+        }
+        self.process.stop(LOST_GRACE);
+        Loss { what, fatal: true }
+    }
+}
+
+/// `process 12 (sleep) of its group ended`, or several named (at most three) and counted.
+fn ended_processes(gone: &[(i32, u64, String)]) -> String {
+    let named: Vec<String> = gone
+        .iter()
+        .take(3)
+        .map(|(pid, _, name)| format!("{pid} ({name})"))
+        .collect();
+    match gone.len() {
+        1 => format!("process {} of its group ended", named[0]),
+        n if n <= 3 => format!("processes {} of its group ended", named.join(", ")),
+        n => format!(
+            "processes {} and {} more of its group ended",
+            named.join(", "),
+            n - 3
+        ),
     }
 }
 
@@ -339,6 +383,7 @@ impl super::Host for LocalHost {
                 url: format!("http://127.0.0.1:{}", spawn.port),
                 ids,
                 settled: Vec::new(),
+                liveness: None,
             }) as Box<dyn ServerProcess>)
         })
     }
@@ -421,25 +466,26 @@ impl ServerProcess for LocalServer {
         })
     }
 
-    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<Loss>> {
         Box::pin(async move {
             let pgid = self.process.pgid();
             if let Some(status) = self.process.exit_status() {
                 kill_leaderless_group(pgid);
-                return Some(format!(
-                    "its process group's leader (servebench supervise, pid {pgid}) exited ({status})"
-                ));
+                return Some(Loss {
+                    what: format!(
+                        "its process group's leader (servebench supervise, pid {pgid}) exited ({status})"
+                    ),
+                    fatal: true,
+                });
             }
             // Each settled process is asked for by its pid: a process table that could not be
             // read (no file descriptor left) says nothing, and nothing is judged from it.
-            let gone = self
-                .settled
-                .iter()
-                .find(|(pid, start, _)| still_running(*pid, *start) == Some(false));
-            if let Some((pid, _, name)) = gone {
-                let what = format!("process {pid} ({name}) of its group ended");
-                self.process.stop(LOST_GRACE);
-                return Some(what);
+            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.settled)
+                .into_iter()
+                .partition(|(pid, start, _)| still_running(*pid, *start) == Some(false));
+            self.settled = kept;
+            if !gone.is_empty() {
+                return Some(self.judge_ended(&gone).await);
             }
             let now = group_processes(pgid);
             for p in now.iter().filter(|p| p.state != 'Z') {
@@ -451,6 +497,10 @@ impl ServerProcess for LocalServer {
             }
             None
         })
+    }
+
+    fn watch_liveness(&mut self, probe: Liveness) {
+        self.liveness = Some(probe);
     }
 
     fn exit_signal(&mut self) -> Option<i32> {
@@ -513,6 +563,24 @@ fn group_runs(pgid: i32, program: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ended_processes_are_named_three_at_most_and_the_rest_counted() {
+        let p = |pid: i32, name: &str| (pid, 0, name.to_string());
+        assert_eq!(
+            ended_processes(&[p(7, "sleep")]),
+            "process 7 (sleep) of its group ended"
+        );
+        assert_eq!(
+            ended_processes(&[p(7, "a"), p(8, "b")]),
+            "processes 7 (a), 8 (b) of its group ended"
+        );
+        let many: Vec<_> = (1..=34).map(|i| p(i, "python")).collect();
+        assert_eq!(
+            ended_processes(&many),
+            "processes 1 (python), 2 (python), 3 (python) and 31 more of its group ended"
+        );
+    }
 
     fn sh(script: &str) -> LaunchCommand {
         LaunchCommand {

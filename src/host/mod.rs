@@ -354,14 +354,34 @@ pub(crate) trait ServerProcess: Send {
         None
     }
 
-    /// Looked at while a point runs: Some(what) once the server lost a process it cannot
-    /// serve without (its leader, or a process of its group that had run for a while), after
-    /// stopping the rest, so requests in flight end now rather than at their timeout. None
-    /// while it is whole, and where the host cannot tell cheaply (the crash is then found
-    /// after the point).
-    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+    /// Looked at while a point runs: Some once a process of the server ended. A lost one
+    /// ([`Loss::fatal`]: its leader, or a process of its group that had run for a while when
+    /// the server then failed its [`Liveness`] probe) comes after stopping the rest, so
+    /// requests in flight end now rather than at their timeout. None while it is whole, and
+    /// where the host cannot tell cheaply (the crash is then found after the point).
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<Loss>> {
         Box::pin(async { None })
     }
+
+    /// How to ask the server whether it still serves once a long-running process of its
+    /// group ended (ignored where [`Self::lost_process`] is not looked at).
+    fn watch_liveness(&mut self, _probe: Liveness) {}
+}
+
+/// Asks a launched server whether it still serves (its engine's health endpoint, bounded in
+/// time): Ok when it answered, Err with what it did instead.
+pub(crate) type Liveness =
+    std::sync::Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// A process a launched server's group lost while a point ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Loss {
+    /// Which process, and what the server did after.
+    pub what: String,
+    /// True when the server cannot serve without it (its leader, or a part after which it
+    /// failed its liveness probe): it was stopped. False for a helper that ended while the
+    /// server still answered (a compiler, a compile worker going idle): it goes on.
+    pub fatal: bool,
 }
 
 /// A free TCP port on 127.0.0.1 (bind port 0, read it back, release it).

@@ -113,10 +113,11 @@ impl Launch<'_, '_> {
         };
         self.measurer
             .set_profile_dir(cx.profile_dir.map(str::to_string));
-        let (measured, lost_part) =
+        let watched =
             super::server::watch::while_measuring(handle, self.measurer.measure(point, cx.group))
                 .await;
-        let outcome = match measured {
+        let lost_part = watched.lost;
+        let outcome = match watched.out {
             Ok(o) => o,
             Err(unavailable) => {
                 let msg = unavailable.to_string();
@@ -128,6 +129,10 @@ impl Launch<'_, '_> {
             }
         };
         let mut record = outcome.record;
+        if !watched.ended.is_empty() {
+            let msg = watched.ended.join("; ");
+            record.flags.push(Flag::new(FlagKind::ServerPartEnded, msg));
+        }
         if let (Some(spec), Some(capture)) = (profiling, record.profiler.as_mut()) {
             let flags = bring_traces(cx, capture, &traces_before, spec.max_bytes()).await;
             record.flags.extend(flags);

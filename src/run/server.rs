@@ -237,6 +237,10 @@ impl ServerHandle {
             killed_by: None,
             workers,
         };
+        let probe = watch::liveness(&handle.url, api_key(server));
+        if let Some(process) = handle.process.as_mut() {
+            process.watch_liveness(probe);
+        }
         handle.wait_ready(server, interrupt).await?;
         Ok(handle)
     }

@@ -180,6 +180,10 @@ pub(crate) async fn spawn_deployment(
         stop_members(&mut members, STOP_GRACE).await;
         return Err(e);
     }
+    for (member, target) in members.iter_mut().zip(&targets) {
+        let probe = super::watch::liveness(&target.url, secrets::api_key(server));
+        member.process.watch_liveness(probe);
+    }
     let first = &mut nodes[0];
     let host = first.host;
     let started = spawn_router(group, server, dep, first, &for_router, log_path).await;

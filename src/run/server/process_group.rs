@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
-use crate::host::{FailedRank, Host, HostError, ServerProcess, Stopped};
+use crate::host::{FailedRank, Host, HostError, Liveness, Loss, ServerProcess, Stopped};
 use servebench_model::catalog::Failure;
 use servebench_model::results::meta::ProcessRecord;
 use servebench_model::spec::types::{Engine, Server};
@@ -307,25 +307,45 @@ impl ServerProcess for MultiProcessServer {
         }
     }
 
-    fn lost_process(&mut self) -> BoxFuture<'_, Option<String>> {
+    fn lost_process(&mut self) -> BoxFuture<'_, Option<Loss>> {
         Box::pin(async move {
             for i in 0..self.members.len() {
-                let Some(what) = self.members[i].process.lost_process().await else {
+                let Some(loss) = self.members[i].process.lost_process().await else {
                     continue;
                 };
                 let name = self.members[i].name.clone();
                 // One rank short, the others wait on it forever (a collective never
                 // completes): all go. A worker that lost a part is stopped by its own look:
                 // the router then serves on the others, as it would in a user's deployment.
-                if matches!(self.shape, Shape::Ranks { .. }) {
+                if loss.fatal && matches!(self.shape, Shape::Ranks { .. }) {
                     for m in &mut self.members {
                         m.process.stop(LOST_RANK_GRACE).await;
                     }
                 }
-                return Some(format!("{name}: {what}"));
+                return Some(Loss {
+                    what: format!("{name}: {}", loss.what),
+                    fatal: loss.fatal,
+                });
             }
             None
         })
+    }
+
+    /// Ranks are asked through rank 0, which serves HTTP for them all; a deployment's
+    /// probe is its router's (its workers were given their own at launch).
+    fn watch_liveness(&mut self, probe: Liveness) {
+        match self.shape {
+            Shape::Ranks { .. } => {
+                for m in &mut self.members {
+                    m.process.watch_liveness(probe.clone());
+                }
+            }
+            Shape::Deployment => {
+                if let Some(router) = self.members.first_mut() {
+                    router.process.watch_liveness(probe);
+                }
+            }
+        }
     }
 
     fn failed_rank(&self) -> Option<FailedRank> {

@@ -81,6 +81,11 @@ pub enum FlagKind {
     /// The server stopped answering during the point (its process ended, or nothing listens
     /// at its address any more): no more requests were sent to it.
     ServerLost,
+    /// A process of the launched server's group that had run for a while ended during the
+    /// point and the server still answered its health check: a helper (a JIT compiler, a
+    /// compile worker going idle), not a part it serves with, so the point went on
+    /// (informational: the message names the processes).
+    ServerPartEnded,
     /// A request's TTFT was shorter than the server's own prompt processing time for it: the
     /// client's send stamp came late (the client was descheduled), so that TTFT is too short.
     TtftBelowServer,
@@ -223,6 +228,12 @@ const CATALOGUE: &[Entry] = &[
     entry(FlagKind::ServerDisagrees, "server-disagrees", "ok_err"),
     entry(FlagKind::ClientFailed, "client-failed", "ok_err"),
     entry(FlagKind::ServerLost, "server-lost", "ok_err"),
+    Entry {
+        kind: FlagKind::ServerPartEnded,
+        name: "server-part-ended",
+        informational: true,
+        cell: "ok_err",
+    },
     entry(FlagKind::TtftBelowServer, "ttft-below-server", "ttft"),
     // Informational: it sizes the client's own error (the wait) rather than voiding the
     // point, and a loaded machine raises it on fast profiles.
@@ -400,6 +411,7 @@ mod tests {
                 "stale-connections",
                 "slo-missed",
                 "slo-unjudged",
+                "server-part-ended",
                 "spec-low-acceptance",
                 "client-read-late",
                 "gpu-memory-tight",
