@@ -268,11 +268,34 @@ fn wait_at_most(
 
 /// A run of `wrapper_body` as SGLang's launcher (a long point, a 120 s request timeout),
 /// started; its run directory once requests flow, and the marker its processes carry.
+/// A runner a test started: killed when the test ends before it (a failed assertion), so a
+/// failing test leaves no run going (its server is stopped by its supervisor).
+struct Runner(Option<std::process::Child>);
+
+impl Runner {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    fn take(mut self) -> std::process::Child {
+        self.0.take().expect("a runner is taken once")
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 fn start_long_run(
     ws: &Workspace,
     name: &str,
     wrapper_body: &str,
-) -> (std::process::Child, std::path::PathBuf, String) {
+) -> (Runner, std::path::PathBuf, String) {
     let marker = format!("orphan-{name}-{}", std::process::id());
     let spec = wrapper_spec(ws, name, wrapper_body, &marker);
     let text = std::fs::read_to_string(&spec)
@@ -289,6 +312,7 @@ fn start_long_run(
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let runner = Runner(Some(runner));
     let dir = wait_for_launch(ws, name);
     wait_for_nonempty(&dir.join("requests.jsonl"), Duration::from_secs(60));
     (runner, dir, marker)
@@ -342,7 +366,7 @@ fn a_killed_supervisor_leaves_no_server_even_one_that_ignores_sigterm() {
         ),
         || live_processes_mentioning(&marker).is_empty().then_some(()),
     );
-    let status = wait_at_most(runner, Duration::from_secs(60))
+    let status = wait_at_most(runner.take(), Duration::from_secs(60))
         .expect("the run waited on requests to a server that is gone");
     assert!(!status.success(), "a crashed point is no success");
     assert!(
@@ -390,7 +414,7 @@ fn a_server_that_lost_its_scheduler_is_stopped_at_once_not_waited_on() {
     let killed = std::time::Instant::now();
     // Its `/health` is given 25 s (SGLang's own check waits 20 s for its scheduler), then the
     // server is stopped: well within the spec's 120 s request timeout.
-    let status = wait_at_most(runner, Duration::from_secs(60))
+    let status = wait_at_most(runner.take(), Duration::from_secs(60))
         .expect("the run waited on requests the server could never answer");
     assert!(!status.success(), "a crashed point is no success");
     assert!(killed.elapsed() < Duration::from_secs(60));
@@ -442,7 +466,7 @@ fn a_helper_that_ends_while_the_server_still_answers_is_not_a_lost_server() {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    wait_at_most(runner, Duration::from_secs(60)).expect("Ctrl-C ends the run");
+    wait_at_most(runner.take(), Duration::from_secs(60)).expect("Ctrl-C ends the run");
     assert!(live_processes_mentioning(&marker).is_empty());
     let point = &read_jsonl(&dir.join("points.jsonl"))[0];
     let flags = point["flags"].as_array().cloned().unwrap_or_default();
