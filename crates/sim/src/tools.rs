@@ -77,6 +77,8 @@ pub(crate) struct PlannedCall {
     shape: CallShape,
     /// The engine splits it into `tool_calls` (else it is content text).
     parsed: bool,
+    /// `tool_choice` was `auto` or left out (vLLM's "auto tools called").
+    pub auto: bool,
     /// Bytes of the streamed text (arguments, or the raw text) sent so far.
     sent: AtomicUsize,
     /// The call's opening piece (its id and name) is sent.
@@ -126,6 +128,7 @@ pub(crate) fn plan(body: &Value, caller: &Caller<'_>, id: String) -> Option<Plan
         arguments,
         shape: caller.shape,
         parsed: caller.parsed,
+        auto: choice.is_none_or(|c| c.as_str() == Some("auto")),
         sent: AtomicUsize::new(0),
         opened: AtomicBool::new(false),
         _live: Live(Arc::clone(caller.live)),
@@ -138,6 +141,33 @@ pub(crate) fn answer_tokens(o: &Output, think: u64) -> (u64, u64) {
     let before = o.completion_tokens.saturating_sub(o.new_ids.len() as u64);
     let so_far = o.completion_tokens.saturating_sub(think);
     (so_far.saturating_sub(before.saturating_sub(think)), so_far)
+}
+
+/// Adds output `o`'s answer to a non-streamed chat's `content` as its stream would have
+/// carried it: `text` (its answer text) without a call; with one, the call's raw text where the
+/// engine does not split calls, and after the call the text the model writes on. The split call
+/// itself is [`PlannedCall::whole`].
+pub(crate) fn gather(
+    call: Option<&PlannedCall>,
+    o: &Output,
+    think: u64,
+    text: &str,
+    content: &mut String,
+) {
+    let Some(call) = call else {
+        content.push_str(text);
+        return;
+    };
+    let (count, answered) = answer_tokens(o, think);
+    if count == 0 {
+        return;
+    }
+    match call.delta(answered, o.finish.is_some()) {
+        Some(("content", piece)) => content.push_str(piece.as_str().unwrap_or_default()),
+        Some(_) => {}
+        None if call.complete() => content.push_str(text),
+        None => {}
+    }
 }
 
 /// A value satisfying `schema`'s type, enum and required properties.
@@ -262,6 +292,25 @@ impl PlannedCall {
         }
         self.sent.store(end, Ordering::Relaxed);
         whole.get(start..end)
+    }
+
+    /// The call as a non-streamed response's `message.tool_calls` entry, what its stream
+    /// would have carried; None where the engine does not split calls or the call never began
+    /// (no answer token). SGLang's `ToolCall` carries `index` (protocol.py); vLLM's `id`,
+    /// `type`, `function` (engine/protocol.py); llama.cpp's `type`, `function`, `id`
+    /// (chat.cpp `to_json_oaicompat`).
+    pub(crate) fn whole(&self) -> Option<Value> {
+        if !self.parsed || !self.opened.load(Ordering::Relaxed) {
+            return None;
+        }
+        let sent = self.sent.load(Ordering::Relaxed);
+        let arguments = self.arguments.get(..sent).unwrap_or(&self.arguments);
+        let mut call = json!({"id": self.id, "type": "function",
+                              "function": {"name": self.name, "arguments": arguments}});
+        if self.shape == CallShape::Sglang {
+            call["index"] = 0.into();
+        }
+        Some(call)
     }
 
     /// The call as the model's raw text (without a parser).

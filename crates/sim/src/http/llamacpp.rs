@@ -664,6 +664,18 @@ async fn handle(s: LState, body: Bytes, kind: Kind) -> Response {
     }
 }
 
+/// A non-streamed chat's message beyond its content (chat.cpp `common_chat_msg::
+/// to_json_oaicompat`): `reasoning_content` when the thinking is split and not empty, the
+/// call in `tool_calls` (type, function, id) when one was made.
+fn full_message(shape: &Shape, thinking: &str, message: &mut Value) {
+    if !thinking.is_empty() {
+        message["reasoning_content"] = thinking.into();
+    }
+    if let Some(call) = shape.call.as_ref().and_then(|c| c.whole()) {
+        message["tool_calls"] = json!([call]);
+    }
+}
+
 fn timings_json(t: &Timings) -> Value {
     let per = |ms: f64, n: u64| {
         if n == 0 || ms <= 0.0 {
@@ -872,11 +884,26 @@ fn event_stream(
 }
 
 async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
-    let mut text = String::new();
+    let (mut text, mut thinking) = (String::new(), String::new());
     while let Some(o) = rx.recv().await {
-        tokenizer::decode_into(&o.new_ids, &mut text);
+        if shape.kind == Kind::Chat {
+            let parts = crate::thinking::split(&o, shape.think, !shape.split);
+            let answer = if shape.split {
+                thinking.push_str(&parts.thinking);
+                parts.answer
+            } else {
+                parts.joined()
+            };
+            crate::tools::gather(shape.call.as_ref(), &o, shape.think, &answer, &mut text);
+        } else {
+            tokenizer::decode_into(&o.new_ids, &mut text);
+        }
         if o.finish.is_some() {
-            return json_ok(StatusCode::OK, &final_json(&shape, &o, &text, false));
+            let mut body = final_json(&shape, &o, &text, false);
+            if shape.kind == Kind::Chat {
+                full_message(&shape, &thinking, &mut body["choices"][0]["message"]);
+            }
+            return json_ok(StatusCode::OK, &body);
         }
     }
     error(

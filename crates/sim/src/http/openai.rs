@@ -550,12 +550,13 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
     let split = shape.split && shape.api == Api::Chat;
     while let Some(o) = rx.recv().await {
         let parts = crate::thinking::split(&o, shape.think, !split);
-        if split {
+        let answer = if split {
             thinking.push_str(&parts.thinking);
-            text.push_str(&parts.answer);
+            parts.answer
         } else {
-            text.push_str(&parts.joined());
-        }
+            parts.joined()
+        };
+        crate::tools::gather(shape.call.as_ref(), &o, shape.think, &answer, &mut text);
         if o.finish.is_none() {
             continue;
         }
@@ -565,14 +566,18 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
                 json!({"index": 0, "text": text, "logprobs": null,
                        "finish_reason": finish_str(&o.finish), "matched_stop": null}),
             ),
-            // `ChatMessage` drops a null `tool_calls`.
-            Api::Chat => (
-                "chat.completion",
-                json!({"index": 0,
+            // `ChatMessage` drops a null `tool_calls`; serving_chat.py `_build_chat_response`
+            // keeps the text beside a call in `content` ("" when none).
+            Api::Chat => {
+                let mut choice = json!({"index": 0,
                        "message": {"role": "assistant", "content": text,
-                                   "reasoning_content": if split { Value::from(thinking.clone()) } else { Value::Null }},
-                       "logprobs": null, "finish_reason": finish_str(&o.finish), "matched_stop": null}),
-            ),
+                                   "reasoning_content": if thinking.is_empty() { Value::Null } else { Value::from(thinking.clone()) }},
+                       "logprobs": null, "finish_reason": finish_str(&o.finish), "matched_stop": null});
+                if let Some(call) = shape.call.as_ref().and_then(|c| c.whole()) {
+                    choice["message"]["tool_calls"] = json!([call]);
+                }
+                ("chat.completion", choice)
+            }
         };
         let mut body = json!({"id": shape.id, "object": object, "created": shape.created,
                           "model": shape.model, "choices": [choice],

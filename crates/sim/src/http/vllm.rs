@@ -806,9 +806,20 @@ fn usage_chunk(shape: &Shape, o: &Output) -> Value {
 }
 
 async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
-    let mut text = String::new();
+    let (mut text, mut thinking) = (String::new(), String::new());
     while let Some(o) = rx.recv().await {
-        tokenizer::decode_into(&o.new_ids, &mut text);
+        if shape.api == Api::Chat {
+            let parts = crate::thinking::split(&o, shape.think, !shape.splits());
+            let answer = if shape.splits() {
+                thinking.push_str(&parts.thinking);
+                parts.answer
+            } else {
+                parts.joined()
+            };
+            crate::tools::gather(shape.call.as_ref(), &o, shape.think, &answer, &mut text);
+        } else {
+            tokenizer::decode_into(&o.new_ids, &mut text);
+        }
         if o.finish.is_none() {
             continue;
         }
@@ -825,12 +836,7 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
             Api::Chat => json!({
                 "id": shape.id, "object": "chat.completion", "created": shape.created,
                 "model": shape.model,
-                "choices": [{"index": 0,
-                             "message": {"role": "assistant", "content": text, "refusal": null,
-                                         "annotations": null, "audio": null, "function_call": null,
-                                         "reasoning": null},
-                             "logprobs": null, "finish_reason": finish_str(&o.finish),
-                             "stop_reason": null, "token_ids": null}],
+                "choices": [full_choice(&shape, &o, &text, &thinking)],
                 "service_tier": null, "system_fingerprint": null, "usage": usage,
                 "prompt_logprobs": null, "prompt_token_ids": null, "kv_transfer_params": null}),
         };
@@ -842,6 +848,32 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
         "The server had an error while processing your request.",
         None,
     )
+}
+
+/// A non-streamed chat's choice (chat_completion/serving.py `chat_completion_full_generator`):
+/// `ChatMessage` with `tool_calls` always a list and the parser's `reasoning`; the text beside
+/// a call in `content` (null when none, "" for a named choice); `finish_reason` `tool_calls`
+/// when an `auto` choice called a tool, whatever ended the output.
+fn full_choice(shape: &Shape, o: &Output, text: &str, thinking: &str) -> Value {
+    let call = shape
+        .call
+        .as_ref()
+        .and_then(|c| c.whole().map(|w| (c.auto, w)));
+    let content = match &call {
+        Some((false, _)) => Value::from(text),
+        _ if text.is_empty() && (call.is_some() || shape.splits()) => Value::Null,
+        _ => Value::from(text),
+    };
+    let finish = match &call {
+        Some((true, _)) => "tool_calls".into(),
+        _ => finish_str(&o.finish),
+    };
+    json!({"index": 0,
+           "message": {"role": "assistant", "content": content, "refusal": null,
+                       "annotations": null, "audio": null, "function_call": null,
+                       "tool_calls": call.map(|(_, w)| vec![w]).unwrap_or_default(),
+                       "reasoning": if thinking.is_empty() { Value::Null } else { thinking.into() }},
+           "logprobs": null, "finish_reason": finish, "stop_reason": null, "token_ids": null})
 }
 
 /// `POST /reset_prefix_cache[?reset_running_requests=true]` (dev mode): 200 with

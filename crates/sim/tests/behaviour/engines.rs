@@ -130,6 +130,16 @@ pub(crate) fn vllm(args: &[&str], env: &[(&str, &str)]) -> Server {
     s
 }
 
+/// `servebench sim --api sglang ARGS` on a free port, once fired up.
+pub(crate) fn sglang(args: &[&str]) -> Server {
+    let mut all = vec!["--api", "sglang", "--port", "0", "--model-path", "m"];
+    all.extend_from_slice(args);
+    let mut s = spawn(&all, &[]);
+    s.base = url_in(&s.wait_line("Uvicorn running on http://"));
+    s.wait_line("The server is fired up and ready to roll!");
+    s
+}
+
 /// `servebench sim --api llama.cpp ARGS` on a free port, once loaded.
 pub(crate) fn llamacpp(args: &[&str]) -> Server {
     let mut all = vec!["--api", "llama.cpp", "--port", "0"];

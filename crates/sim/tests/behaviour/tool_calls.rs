@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::engines::{jsons, llamacpp, post, spawn, stream, vllm};
+use crate::engines::{jsons, llamacpp, post, sglang, spawn, stream, vllm};
 
 /// Two tools; `g`'s schema asks for a city and a unit.
 fn tools() -> Value {
@@ -275,4 +275,145 @@ async fn sim_text_after_a_call_streams_as_content_on_every_surface() {
             after.len()
         );
     }
+}
+
+/// What a stream carried, assembled: the thinking, the content, the call's name and its
+/// arguments, in order.
+fn assembled(d: &[Value]) -> (String, String, Option<String>, String) {
+    let text = |field: &str| -> String { d.iter().filter_map(|d| d[field].as_str()).collect() };
+    let c = calls(d);
+    let name = c
+        .iter()
+        .find_map(|c| c["function"]["name"].as_str())
+        .map(str::to_string);
+    let args = c
+        .iter()
+        .filter_map(|c| c["function"]["arguments"].as_str())
+        .collect();
+    let thinking = text("reasoning_content") + &text("reasoning");
+    (thinking, text("content"), name, args)
+}
+
+/// A non-streamed chat answers what its stream carries, on every surface, in each engine's
+/// fields: the thinking (SGLang's and llama.cpp's `reasoning_content`, vLLM's `reasoning`),
+/// the call (SGLang's with `index`; vLLM's `tool_calls` always a list, `content` null beside an
+/// `auto` call, `finish_reason` `tool_calls`), and the text the model writes after the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_non_streamed_chat_answers_what_its_stream_carries_on_every_surface() {
+    let _turn = crate::common::exclusive();
+    let think = ["--sim-thinking-tokens", "3"];
+    let servers = [
+        (
+            "sglang",
+            sglang(
+                &[
+                    &[
+                        "--tool-call-parser",
+                        "qwen25",
+                        "--reasoning-parser",
+                        "qwen3",
+                    ][..],
+                    &think,
+                ]
+                .concat(),
+            ),
+        ),
+        (
+            "vllm",
+            vllm(
+                &[
+                    &[
+                        "m",
+                        "--enable-auto-tool-choice",
+                        "--tool-call-parser",
+                        "hermes",
+                    ][..],
+                    &["--reasoning-parser", "qwen3"],
+                    &think,
+                ]
+                .concat(),
+                &[],
+            ),
+        ),
+        (
+            "llama.cpp",
+            llamacpp(&[&["--reasoning-format", "deepseek"][..], &think].concat()),
+        ),
+    ];
+    for (engine, s) in servers {
+        let mut body = chat(json!("auto"), 30);
+        body["ignore_eos"] = json!(true);
+        let (status, ev) = stream(&s.base, "/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{engine}: {ev:?}");
+        let (d, _) = deltas(&jsons(&ev));
+        let (thinking, content, name, args) = assembled(&d);
+        body["stream"] = json!(false);
+        let (status, whole) = post(&s.base, "/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{engine}: {whole}");
+        let choice = &whole["choices"][0];
+        let m = &choice["message"];
+        let call = &m["tool_calls"][0];
+        assert_eq!(
+            m["tool_calls"].as_array().map(Vec::len),
+            Some(1),
+            "{engine}: {m}"
+        );
+        assert_eq!(call["type"], "function", "{engine}: {m}");
+        assert_eq!(
+            call["function"]["name"].as_str(),
+            name.as_deref(),
+            "{engine}: {m}"
+        );
+        assert_eq!(
+            call["function"]["arguments"],
+            args.as_str(),
+            "{engine}: {m}"
+        );
+        let parsed: Value = serde_json::from_str(&args).unwrap();
+        assert_eq!(
+            parsed,
+            json!({}),
+            "{engine}: the first tool takes nothing: {args}"
+        );
+        assert!(
+            call["id"].as_str().is_some_and(|i| !i.is_empty()),
+            "{engine}: {m}"
+        );
+        let field = if engine == "vllm" {
+            "reasoning"
+        } else {
+            "reasoning_content"
+        };
+        assert_eq!(m[field].as_str(), Some(thinking.as_str()), "{engine}: {m}");
+        assert!(
+            !thinking.is_empty(),
+            "{engine}: three thinking tokens streamed"
+        );
+        assert!(
+            !content.is_empty(),
+            "{engine}: the model wrote on after its call"
+        );
+        assert_eq!(
+            m["content"].as_str(),
+            Some(content.as_str()),
+            "{engine}: {m}"
+        );
+        assert_eq!(whole["usage"]["completion_tokens"], 30, "{engine}: {whole}");
+        match engine {
+            "sglang" => assert_eq!(call["index"], 0, "{m}"),
+            "vllm" => assert_eq!(choice["finish_reason"], "tool_calls", "{choice}"),
+            _ => assert_eq!(choice["finish_reason"], "length", "{choice}"),
+        }
+    }
+    // vLLM's message always lists its calls, none without tools.
+    let s = vllm(&["m"], &[]);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                      "max_tokens": 4});
+    let (status, whole) = post(&s.base, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(
+        whole["choices"][0]["message"]["tool_calls"],
+        json!([]),
+        "{whole}"
+    );
 }
