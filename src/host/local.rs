@@ -480,12 +480,18 @@ impl ServerProcess for LocalServer {
             }
             // Each settled process is asked for by its pid: a process table that could not be
             // read (no file descriptor left) says nothing, and nothing is judged from it.
-            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.settled)
-                .into_iter()
-                .partition(|(pid, start, _)| still_running(*pid, *start) == Some(false));
-            self.settled = kept;
+            let gone: Vec<_> = self
+                .settled
+                .iter()
+                .filter(|(pid, start, _)| still_running(*pid, *start) == Some(false))
+                .cloned()
+                .collect();
             if !gone.is_empty() {
-                return Some(self.judge_ended(&gone).await);
+                // Forgotten once judged: a look dropped mid-judgment (its point ended) leaves
+                // them to the next look.
+                let loss = self.judge_ended(&gone).await;
+                self.settled.retain(|p| !gone.contains(p));
+                return Some(loss);
             }
             let now = group_processes(pgid);
             for p in now.iter().filter(|p| p.state != 'Z') {
