@@ -47,6 +47,17 @@ pub struct Workspace {
     pub dir: tempfile::TempDir,
 }
 
+/// A failed test's files (its specs, run directories, server logs) stay for a look: a flaky
+/// real engine's log is the only record of why it failed.
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dir.disable_cleanup(true);
+            eprintln!("the failed test's files are kept in {}", self.dir.path().display());
+        }
+    }
+}
+
 impl Workspace {
     pub fn new() -> Workspace {
         Workspace {
