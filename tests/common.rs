@@ -53,7 +53,10 @@ impl Drop for Workspace {
     fn drop(&mut self) {
         if std::thread::panicking() {
             self.dir.disable_cleanup(true);
-            eprintln!("the failed test's files are kept in {}", self.dir.path().display());
+            eprintln!(
+                "the failed test's files are kept in {}",
+                self.dir.path().display()
+            );
         }
     }
 }

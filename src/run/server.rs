@@ -2,6 +2,7 @@
 //! readiness, crash detection and the record of how it ended.
 
 pub(crate) mod deployment;
+mod liveness;
 pub(crate) mod model_facts;
 mod process_group;
 pub(crate) mod ranks;
@@ -237,7 +238,7 @@ impl ServerHandle {
             killed_by: None,
             workers,
         };
-        let probe = watch::liveness(&handle.url, api_key(server));
+        let probe = liveness::health_probe(&handle.url, api_key(server));
         if let Some(process) = handle.process.as_mut() {
             process.watch_liveness(probe);
         }

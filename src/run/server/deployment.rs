@@ -181,7 +181,7 @@ pub(crate) async fn spawn_deployment(
         return Err(e);
     }
     for (member, target) in members.iter_mut().zip(&targets) {
-        let probe = super::watch::liveness(&target.url, secrets::api_key(server));
+        let probe = super::liveness::health_probe(&target.url, secrets::api_key(server));
         member.process.watch_liveness(probe);
     }
     let first = &mut nodes[0];

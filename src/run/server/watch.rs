@@ -8,20 +8,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-
-use crate::client::Client;
-use crate::host::Liveness;
-
 use super::ServerHandle;
 
 /// The slowest look at a server while a point runs: a look reads the process table.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
-
-/// How long a server is given to answer its health check after a process of its group ended:
-/// SGLang's `/health` waits up to 20 s (`SGLANG_HEALTH_CHECK_TIMEOUT`) for its scheduler
-/// before it answers 503.
-const LIVENESS_WAIT: Duration = Duration::from_secs(25);
 
 /// What a watched point's measurement gave, and what its server lost meanwhile.
 pub(crate) struct Watched<T> {
@@ -70,25 +60,4 @@ pub(crate) async fn while_measuring<T>(
         () = look => unreachable!("the look never ends"),
     };
     Watched { out, lost, ended }
-}
-
-/// Asks the server at `url` for `/health` within [`LIVENESS_WAIT`]: what every engine
-/// answers 200 while it serves (SGLang's runs a one-token generation through its scheduler).
-pub(crate) fn liveness(url: &str, api_key: Option<String>) -> Liveness {
-    let url = url.to_string();
-    std::sync::Arc::new(move || -> BoxFuture<'static, Result<(), String>> {
-        let client = Client::new(&url, api_key.clone());
-        Box::pin(async move {
-            let client = client.map_err(|e| format!("could not be asked: {e}"))?;
-            match tokio::time::timeout(LIVENESS_WAIT, client.health()).await {
-                Ok(Ok(200)) => Ok(()),
-                Ok(Ok(code)) => Err(format!("answered /health with HTTP {code}")),
-                Ok(Err(e)) => Err(format!("did not answer /health ({e})")),
-                Err(_) => Err(format!(
-                    "did not answer /health within {} s",
-                    LIVENESS_WAIT.as_secs()
-                )),
-            }
-        })
-    })
 }
