@@ -294,6 +294,7 @@ fn kimi_step_3_streaming_sweeps_to_187k_tokens_without_a_crash() {
         .map(|p| p["values"]["ctx"].as_u64().unwrap())
         .collect();
     assert_eq!(ctx, [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]);
+    let records = read_jsonl(&dir.join("requests.jsonl"));
     for p in &points {
         assert_eq!(
             (p["ok"].as_u64(), p["errors"].as_u64()),
@@ -301,10 +302,28 @@ fn kimi_step_3_streaming_sweeps_to_187k_tokens_without_a_crash() {
             "{p}"
         );
         assert!(p["failure"].is_null(), "{p}");
-        assert!(
-            p["metrics"]["decode_tok_s"]["mean"].as_f64().unwrap() > 0.0,
-            "{p}"
-        );
+        match p["metrics"]["decode_tok_s"]["mean"].as_f64() {
+            Some(decode) => assert!(decode > 0.0, "{p}"),
+            // A loaded machine's client can read a short answer's chunks in one read (17
+            // tokens in a few ms at this time scale, seen at 1k): no decode time to measure,
+            // and no rate made up from it. Only then.
+            None => {
+                let r = records
+                    .iter()
+                    .find(|r| r["point"] == p["id"] && r["role"] == "measure")
+                    .unwrap();
+                let stamps: Vec<f64> = r["chunks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|c| c["t_s"].as_f64())
+                    .collect();
+                assert!(
+                    stamps.windows(2).any(|w| w[0] == w[1]),
+                    "no decode rate, yet every chunk came in a read of its own: {r}"
+                );
+            }
+        }
     }
     let top = points[7]["metrics"]["prompt_tokens"]["mean"]
         .as_f64()
