@@ -927,3 +927,47 @@ fn a_client_short_of_file_descriptors_holds_requests_back_and_blames_itself() {
     );
     assert!(sim.is_running(), "the server must be running");
 }
+
+/// A port servebench picked can be taken before the engine binds it (any outgoing connection
+/// takes an ephemeral port: seen once in the real-engine tier, a Slurm worker's picked port
+/// taken 3 s later). servebench starts the server again on fresh picks; a port the spec names
+/// is the user's and is never retried.
+#[test]
+fn a_picked_port_taken_before_the_engine_binds_it_is_picked_again() {
+    let ws = crate::common::Workspace::new();
+    let bin = env!("CARGO_BIN_EXE_servebench");
+    let mark = ws.path().join("first-start");
+    // The engine's first start finds its port taken, as SGLang words it; later ones serve.
+    let wrapper = ws.write(
+        "taken.sh",
+        &format!(
+            "if [ ! -e '{mark}' ]; then : > '{mark}'\n  echo \"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 1): address already in use\"\n  exit 1\nfi\nexec \"{bin}\" sim \"$@\"\n",
+            mark = mark.display()
+        ),
+    );
+    let spec = |name: &str, port: &str| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nserver:\n  engine: sglang\n  launcher: [sh, {}]\n  model: m\n{port}  args: {{ profile: fast }}\n  ready_timeout: 30s\nworkload:\n  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}\n  output_tokens: 4\nrequests: 2\n",
+                wrapper.display()
+            ),
+        )
+    };
+    let (dir, points) = ws.run_ok(&spec("picked", ""));
+    assert_eq!(points[0]["ok"], 2, "{}", points[0]);
+    let log = std::fs::read_to_string(dir.join("server-g1.log")).unwrap();
+    assert!(
+        log.contains("address already in use"),
+        "the first start: {log}"
+    );
+    assert!(mark.exists());
+    // A port the spec names: the same taken port fails the group, not retried.
+    std::fs::remove_file(&mark).unwrap();
+    let port = servebench::host::free_port().unwrap_or(0);
+    let out = ws.run_with(&spec("named", &format!("  port: {port}\n")), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", crate::common::show(&out));
+    let dir = crate::common::run_dir(&out);
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points[0]["failure"], "port-in-use", "{}", points[0]);
+}

@@ -19,7 +19,7 @@ use crate::host::remote::RemoteHost;
 use crate::host::slurm::SlurmHost;
 use crate::plan::failure::FailurePolicy;
 use crate::plan::{Plan, ServerGroup};
-use servebench_model::catalog::FlagKind;
+use servebench_model::catalog::{Failure, FlagKind};
 use servebench_model::results::meta::{PoolHostRecord, RunMeta};
 use servebench_model::results::rundir::RunDir;
 use servebench_model::spec::types::{ClientPlacement, Experiment, HostFailover, HostSpec};
@@ -559,8 +559,7 @@ async fn run_group<'p>(
         }
         let log = run.run_dir.server_log_path(&g.id);
         starting(run, g, pool.is_pool.then_some(label.as_str()));
-        let started =
-            ServerHandle::start_on(&g.id, &launched, &log, run.interrupt, &host_refs).await;
+        let started = start_on_picked_ports(run, g, &launched, &log, &host_refs).await;
         let mut handle = match started {
             Ok(h) => h,
             Err(server::ServerError::Interrupted) => break GroupEnd::Done,
@@ -580,6 +579,39 @@ async fn run_group<'p>(
     shared.problems.append(&mut state.tally.problems);
     shared.measured_points += state.tally.measured_points;
     Ok(end)
+}
+
+/// How many more launches a server gets when a port servebench picked was taken before the
+/// engine bound it.
+const PORT_RACE_RETRIES: u32 = 2;
+
+/// Starts the group's server; when servebench picked its ports (no `server.port`) and the
+/// engine then found one taken, starts it again on fresh picks: a port is free when picked
+/// and released, and another process (any outgoing connection takes an ephemeral port) can
+/// take it before the engine binds it. A port the spec names is the user's, never retried.
+async fn start_on_picked_ports(
+    run: &PoolRun<'_>,
+    g: &ServerGroup,
+    server: &servebench_model::spec::types::Server,
+    log: &std::path::Path,
+    hosts: &[&dyn Host],
+) -> Result<ServerHandle, server::ServerError> {
+    let mut tries = 0;
+    loop {
+        let started = ServerHandle::start_on(&g.id, server, log, run.interrupt, hosts).await;
+        let raced = match &started {
+            Err(e) => e.cause_label().as_deref() == Some(Failure::PortInUse.name()),
+            Ok(_) => false,
+        };
+        if !raced || server.port.is_some() || server.url.is_some() || tries == PORT_RACE_RETRIES {
+            return started;
+        }
+        tries += 1;
+        run.progress.line(&format!(
+            "{}: a port servebench picked was taken before the server bound it; starting again on fresh ports ({tries} of {PORT_RACE_RETRIES})",
+            g.id
+        ));
+    }
 }
 
 /// One host per rank of a `nodes`-node server: a Slurm host gives each rank its own node of
