@@ -970,4 +970,29 @@ fn a_picked_port_taken_before_the_engine_binds_it_is_picked_again() {
     let dir = crate::common::run_dir(&out);
     let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
     assert_eq!(points[0]["failure"], "port-in-use", "{}", points[0]);
+    // Picked ports taken every time: three starts, then a failure that does not tell the
+    // user to omit the `server.port` the spec never named.
+    let always = ws.write(
+        "always.sh",
+        "echo \"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 1): address already in use\"\nexit 1\n",
+    );
+    let text = std::fs::read_to_string(spec("always", "")).unwrap();
+    let path = ws.write(
+        "always.yaml",
+        &text.replace(
+            &wrapper.display().to_string(),
+            &always.display().to_string(),
+        ),
+    );
+    let out = ws.run_with(&path, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", crate::common::show(&out));
+    let dir = crate::common::run_dir(&out);
+    let log = std::fs::read_to_string(dir.join("server-g1.log")).unwrap();
+    assert_eq!(log.matches("address already in use").count(), 3, "{log}");
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    let said = points[0].to_string();
+    assert!(
+        said.contains("servebench picked free ports 3 times") && !said.contains("omit server.port"),
+        "{said}"
+    );
 }

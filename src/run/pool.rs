@@ -603,8 +603,25 @@ async fn start_on_picked_ports(
             Err(e) => e.cause_label().as_deref() == Some(Failure::PortInUse.name()),
             Ok(_) => false,
         };
-        if !raced || server.port.is_some() || server.url.is_some() || tries == PORT_RACE_RETRIES {
+        if !raced || server.port.is_some() || server.url.is_some() {
             return started;
+        }
+        if tries == PORT_RACE_RETRIES {
+            return started.map_err(|e| match e {
+                // The engine's hint says to omit `server.port`, which the spec did.
+                server::ServerError::DiedAtStart { cause, log, tail, .. } => {
+                    server::ServerError::DiedAtStart {
+                        cause,
+                        hint: format!(
+                            "servebench picked free ports {} times and each was taken before the server bound it: something on this host takes ports fast; name a free server.port",
+                            PORT_RACE_RETRIES + 1
+                        ),
+                        log,
+                        tail,
+                    }
+                }
+                e => e,
+            });
         }
         tries += 1;
         run.progress.line(&format!(
