@@ -371,7 +371,12 @@ pub(crate) trait ServerProcess: Send {
 /// Asks a launched server whether it still serves (its engine's health endpoint, bounded in
 /// time): Ok when it answered, Err with what it did instead.
 pub(crate) type Liveness =
-    std::sync::Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+    std::sync::Arc<dyn Fn() -> BoxFuture<'static, Result<(), NotServing>> + Send + Sync>;
+
+/// What a server did instead of answering its liveness probe (`did not answer /health ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct NotServing(pub String);
 
 /// A process a launched server's group lost while a point ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
