@@ -255,8 +255,9 @@ pub fn validity_flags(point: &serde_json::Value) -> Vec<&serde_json::Value> {
 
 /// Flags that describe the machine a test ran on rather than the point: its spread, and a
 /// client short of CPU (`client-read-late`: on a loaded test machine the client may read a
-/// fast profile's tokens later than their 1 ms gaps). Tests of those flags look for them.
-pub const MACHINE_FLAGS: &[&str] = &["high-variance", "client-read-late"];
+/// fast profile's tokens later than their 1 ms gaps; `decode-held-back`: read so late that a
+/// request's tokens came in one read). Tests of those flags look for them.
+pub const MACHINE_FLAGS: &[&str] = &["high-variance", "client-read-late", "decode-held-back"];
 
 /// The report crate's fixture runs.
 pub fn report_fixtures() -> testkit::runs::FixtureRuns {

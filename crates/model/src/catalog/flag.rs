@@ -142,6 +142,11 @@ pub enum FlagKind {
     /// not JSON or not satisfying the tool's schema): the numbers measure a server whose
     /// calls cannot be used, so the point is degraded, as with invalid output.
     InvalidToolCalls,
+    /// Some requests had most of their tokens after the first held back on the way (by a
+    /// router or a proxy) and let go in one read: the gap between two reads is no decode time,
+    /// so their decode speed is left out of the point's (informational: the rest is measured;
+    /// with every request held back the point has no decode speed, and this says why).
+    DecodeHeldBack,
     /// A kind this version does not know.
     Other(String),
 }
@@ -287,6 +292,12 @@ const CATALOGUE: &[Entry] = &[
     },
     entry(FlagKind::UnknownStreamField, "unknown-stream-field", "ttft"),
     entry(FlagKind::InvalidToolCalls, "invalid-tool-calls", "ok_err"),
+    Entry {
+        kind: FlagKind::DecodeHeldBack,
+        name: "decode-held-back",
+        informational: true,
+        cell: "decode",
+    },
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -418,7 +429,8 @@ mod tests {
                 "profile-failed",
                 "prefix-routed-away",
                 "validity-unjudged",
-                "no-answer"
+                "no-answer",
+                "decode-held-back"
             ]
         );
         assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");

@@ -129,6 +129,13 @@ pub fn request_metrics(r: &RequestRecord) -> RequestMetrics {
     m
 }
 
+/// Whether a request's decode speed is left out because its tokens were held back on the way
+/// (see [`held_back`]).
+pub(crate) fn decode_held_back(r: &RequestRecord) -> bool {
+    let token_chunks: Vec<_> = r.chunks.iter().filter(|c| c.tokens > 0).collect();
+    token_chunks.len() >= 2 && held_back(&token_chunks)
+}
+
 /// Whether most of a request's tokens after the first came in one read that held several of
 /// the server's chunks: something between the server and the client (a router, a proxy)
 /// held them back and let them go together, so the reads' times say when they were let go,

@@ -536,8 +536,12 @@ impl PointFold {
             if self.clean_count == 0 {
                 IndexMap::new()
             } else {
+                let stats = self.clean.summarize();
                 flags.extend(self.chunks.flag(self.clean_count));
-                self.clean.summarize()
+                let has_decode =
+                    stats.contains_key(servebench_model::catalog::Metric::Decode.name());
+                flags.extend(self.chunks.held_back_flag(self.clean_count, has_decode));
+                stats
             }
         }
     }
@@ -618,16 +622,19 @@ pub(crate) fn prefill_is_speed(exp: &Experiment) -> bool {
 }
 
 /// Clean requests whose chunks had no token counts of their own (each taken as one token):
-/// how many, their tokens (the server's totals) and their token chunks.
+/// how many, their tokens (the server's totals) and their token chunks; and how many clean
+/// requests had their tokens held back on the way (no decode speed of their own).
 #[derive(Debug, Clone, Copy, Default)]
 struct ChunkTally {
     requests: usize,
     tokens: u64,
     chunks: usize,
+    held_back: usize,
 }
 
 impl ChunkTally {
     fn add(&mut self, r: &RequestRecord) {
+        self.held_back += usize::from(metrics::decode_held_back(r));
         if r.chunk_tokens() != ChunkTokens::AssumedOne {
             return;
         }
@@ -660,6 +667,33 @@ impl ChunkTally {
                 tokens as f64 / chunks as f64
             ),
         ))
+    }
+}
+
+impl ChunkTally {
+    /// The `decode-held-back` flag, when some clean request's tokens after the first mostly
+    /// came in one read of several chunks: a router or proxy held them back (or a client short
+    /// of CPU read them together, which `client-read-late` sizes), so that request
+    /// gives no decode speed. Without it, a point whose every request was held back would show
+    /// no decode speed and nothing saying why. `has_decode`: the point still has one (from the
+    /// other requests).
+    fn held_back_flag(&self, clean: usize, has_decode: bool) -> Option<Flag> {
+        let n = self.held_back;
+        (n > 0).then(|| {
+            Flag::new(
+                FlagKind::DecodeHeldBack,
+                format!(
+                    "{n} of {clean} requests had most of their tokens after the first held back \
+                     and let go in one read (a router or proxy buffered the stream, or the client \
+                     read it late), so the gap between reads is no decode time: {}",
+                    if has_decode {
+                        "their decode speed is left out; the point's is the other requests'"
+                    } else {
+                        "the point has no decode speed"
+                    }
+                ),
+            )
+        })
     }
 }
 
@@ -849,6 +883,75 @@ mod tests {
         fold.add(&rec(0, Some(0.009)));
         let s = fold.finish(&exp, Vec::new(), false);
         assert!(!s.flags.iter().any(|f| f.kind == FlagKind::ClientReadLate));
+    }
+
+    /// Through a router that buffered the stream, a request's 7 tokens after the first came
+    /// in one read: it gives no decode speed, and the point says why instead of showing none
+    /// (or the others' alone) silently.
+    #[test]
+    fn requests_whose_tokens_were_held_back_are_named_by_a_flag() {
+        let exp: Experiment = serde_json::from_value(serde_json::json!({
+            "name": "t",
+            "server": {"engine": "sim"},
+            "workload": {"prompt": {"kind": "repeat", "tokens": 8}, "output_tokens": 8},
+        }))
+        .unwrap();
+        let rec = |index: u32, held: bool| {
+            let chunks = (0..8)
+                .map(|k| {
+                    let t = if held && k > 0 {
+                        0.3
+                    } else {
+                        0.1 + 0.01 * f64::from(k)
+                    };
+                    Chunk::new(t, 1)
+                })
+                .collect();
+            RequestRecord {
+                index,
+                end_s: Some(0.31),
+                chunks,
+                prompt_tokens: Some(8),
+                completion_tokens: Some(8),
+                ..RequestRecord::fixture()
+            }
+        };
+        let flag_of = |s: &PointSummary| {
+            s.flags
+                .iter()
+                .find(|f| f.kind == FlagKind::DecodeHeldBack)
+                .map(|f| f.message.clone())
+        };
+        // Every request held back: no decode speed, and the flag says so.
+        let mut fold = PointFold::new(&exp);
+        (0..3).for_each(|i| fold.add(&rec(i, true)));
+        let s = fold.finish(&exp, Vec::new(), false);
+        assert!(!s.metrics.contains_key("decode_tok_s"), "{:?}", s.metrics);
+        let message = flag_of(&s).unwrap_or_else(|| panic!("{:?}", s.flags));
+        assert!(
+            message
+                .starts_with("3 of 3 requests had most of their tokens after the first held back")
+                && message.ends_with("the point has no decode speed"),
+            "{message}"
+        );
+        assert_eq!(s.status, PointStatus::Ok, "informational");
+        // One of three: the point's decode speed is the other two's (7 tokens in 70 ms).
+        let mut fold = PointFold::new(&exp);
+        fold.add(&rec(0, true));
+        fold.add(&rec(1, false));
+        fold.add(&rec(2, false));
+        let s = fold.finish(&exp, Vec::new(), false);
+        assert!((s.metrics["decode_tok_s"].mean - 100.0).abs() < 1e-6);
+        let message = flag_of(&s).unwrap();
+        assert!(message.starts_with("1 of 3 requests"), "{message}");
+        assert!(
+            message.ends_with("the point's is the other requests'"),
+            "{message}"
+        );
+        // None held back: no flag.
+        let mut fold = PointFold::new(&exp);
+        fold.add(&rec(0, false));
+        assert_eq!(flag_of(&fold.finish(&exp, Vec::new(), false)), None);
     }
 
     #[test]
