@@ -92,6 +92,18 @@ pub(crate) fn split(o: &Output, think: u64, raw: bool) -> Split {
     s
 }
 
+/// `o`'s new tokens as an API shows them: where the engine's reasoning parser splits the
+/// thinking out (`parsed`), the thinking (its markers consumed) and the answer apart; where it
+/// does not, no thinking and the raw text (markers written) as the answer.
+pub(crate) fn shown(o: &Output, think: u64, parsed: bool) -> (String, String) {
+    let parts = split(o, think, !parsed);
+    if parsed {
+        (parts.thinking, parts.answer)
+    } else {
+        (String::new(), parts.joined())
+    }
+}
+
 impl Split {
     /// The raw text: thinking (with its markers) then answer.
     pub(crate) fn joined(self) -> String {

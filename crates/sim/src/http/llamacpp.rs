@@ -887,13 +887,8 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
     let (mut text, mut thinking) = (String::new(), String::new());
     while let Some(o) = rx.recv().await {
         if shape.kind == Kind::Chat {
-            let parts = crate::thinking::split(&o, shape.think, !shape.split);
-            let answer = if shape.split {
-                thinking.push_str(&parts.thinking);
-                parts.answer
-            } else {
-                parts.joined()
-            };
+            let (thought, answer) = crate::thinking::shown(&o, shape.think, shape.split);
+            thinking.push_str(&thought);
             crate::tools::gather(shape.call.as_ref(), &o, shape.think, &answer, &mut text);
         } else {
             tokenizer::decode_into(&o.new_ids, &mut text);

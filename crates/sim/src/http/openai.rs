@@ -435,13 +435,9 @@ fn chat_choice(role: bool, content: Option<&str>, finish: &Option<Finish>) -> Va
 
 /// Every SSE event for one engine output, as one write.
 fn events_for(shape: &Shape, o: &Output, first: bool) -> Vec<u8> {
-    let parts = crate::thinking::split(o, shape.think, !(shape.split && shape.api == Api::Chat));
     let reasoning = shape.reasoning(o);
-    let (thinking, text) = if shape.split && shape.api == Api::Chat {
-        (parts.thinking, parts.answer)
-    } else {
-        (String::new(), parts.joined())
-    };
+    let (thinking, text) =
+        crate::thinking::shown(o, shape.think, shape.split && shape.api == Api::Chat);
     let mut out = Vec::with_capacity(512);
     match shape.api {
         Api::Completion => {
@@ -549,13 +545,8 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
     let (mut text, mut thinking) = (String::new(), String::new());
     let split = shape.split && shape.api == Api::Chat;
     while let Some(o) = rx.recv().await {
-        let parts = crate::thinking::split(&o, shape.think, !split);
-        let answer = if split {
-            thinking.push_str(&parts.thinking);
-            parts.answer
-        } else {
-            parts.joined()
-        };
+        let (thought, answer) = crate::thinking::shown(&o, shape.think, split);
+        thinking.push_str(&thought);
         crate::tools::gather(shape.call.as_ref(), &o, shape.think, &answer, &mut text);
         if o.finish.is_none() {
             continue;

@@ -713,12 +713,7 @@ fn chat_events(shape: &Shape, o: &Output, first: bool, out: &mut Vec<u8>) {
         c.insert("prompt_token_ids".into(), Value::Null);
         out.extend_from_slice(&super::sse(&Value::Object(c)));
     }
-    let parts = crate::thinking::split(o, shape.think, !shape.splits());
-    let (thinking, text) = if shape.splits() {
-        (parts.thinking, parts.answer)
-    } else {
-        (String::new(), parts.joined())
-    };
+    let (thinking, text) = crate::thinking::shown(o, shape.think, shape.splits());
     let finished = o.finish.is_some();
     // A thinking marker the parser consumed: no DeltaMessage, and serving_chat.py sends
     // nothing for the step (`if delta_message is None: continue`).
@@ -809,13 +804,8 @@ async fn collect(mut rx: UnboundedReceiver<Output>, shape: Shape) -> Response {
     let (mut text, mut thinking) = (String::new(), String::new());
     while let Some(o) = rx.recv().await {
         if shape.api == Api::Chat {
-            let parts = crate::thinking::split(&o, shape.think, !shape.splits());
-            let answer = if shape.splits() {
-                thinking.push_str(&parts.thinking);
-                parts.answer
-            } else {
-                parts.joined()
-            };
+            let (thought, answer) = crate::thinking::shown(&o, shape.think, shape.splits());
+            thinking.push_str(&thought);
             crate::tools::gather(shape.call.as_ref(), &o, shape.think, &answer, &mut text);
         } else {
             tokenizer::decode_into(&o.new_ids, &mut text);
