@@ -159,6 +159,7 @@ impl Measured {
             error: self.error,
             share: None,
             theoretical_cached_tokens: None,
+            reachable_cached_tokens: None,
             job: None,
             mix: None,
             phase: None,

@@ -14,9 +14,14 @@
 //!
 //! [`BlockLedger`] counts what a request could find cached: its leading blocks already sent
 //! earlier in the round, as a chain (a block counts only behind the same blocks before it,
-//! as a prefix cache matches), each up to the tokens of it that were sent.
+//! as a prefix cache matches), each up to the tokens of it that were sent. It also says what
+//! a request could have found once it is answered ([`BlockLedger::reachable`]): requests that
+//! run at once (a session's subagents) may reach the server in the other order than they were
+//! made, and a block a sibling sent after it, but before its first token, is this round's own
+//! text, not another run's.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use super::TextGenerator;
 
@@ -66,10 +71,32 @@ impl BlockText {
 }
 
 /// The leading blocks sent so far in a round, as chains: a chain's hash (the blocks up to and
-/// including one) to the most tokens of its last block that were sent.
-#[derive(Debug, Default)]
+/// including one) to the most tokens of its last block that were sent, and when it was sent
+/// a second time.
+#[derive(Debug)]
 pub struct BlockLedger {
-    sent: HashMap<u64, u32>,
+    sent: HashMap<u64, Sent>,
+    /// What [`Sent::again_ms`] counts from.
+    born: Instant,
+}
+
+impl Default for BlockLedger {
+    fn default() -> BlockLedger {
+        BlockLedger {
+            sent: HashMap::new(),
+            born: Instant::now(),
+        }
+    }
+}
+
+/// One chain in the ledger: 8 bytes, as a trace's ledger may hold millions.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    /// The most tokens of its last block sent.
+    tokens: u32,
+    /// Milliseconds from the ledger's birth to the chain's second send, plus one (0: sent
+    /// once): a request that sent it first could have found it cached from then on.
+    again_ms: u32,
 }
 
 impl BlockLedger {
@@ -97,7 +124,7 @@ impl BlockLedger {
             if let Some(c) = chains.as_deref_mut() {
                 c.push(chain);
             }
-            let before = self.sent.get(&chain).copied();
+            let before = self.sent.get(&chain).map(|s| s.tokens);
             if matching {
                 match before {
                     Some(b) => {
@@ -108,10 +135,61 @@ impl BlockLedger {
                     None => matching = false,
                 }
             }
-            let e = self.sent.entry(chain).or_insert(0);
-            *e = (*e).max(*t);
+            let now = self.ms_since_born(Instant::now());
+            let e = self.sent.entry(chain).or_insert(Sent {
+                tokens: 0,
+                again_ms: 0,
+            });
+            if before.is_some() && e.again_ms == 0 {
+                e.again_ms = now.saturating_add(1);
+            }
+            e.tokens = e.tokens.max(*t);
         }
         (cached, matching)
+    }
+
+    fn ms_since_born(&self, at: Instant) -> u32 {
+        let ms = at.saturating_duration_since(self.born).as_millis();
+        u32::try_from(ms).unwrap_or(u32::MAX - 1)
+    }
+
+    /// The most a request could have found cached from this round's own prompts: its leading
+    /// blocks (chain hashes `chains`, holding `tokens`) that were sent before it (`found`, as
+    /// [`send`](Self::send) counted them), then those that a request made after it sent
+    /// before `first_token` (when its prefill may not have ended: the two may reach the
+    /// server in either order). More than this is text this round never sent in time: another
+    /// run's or point's. To the millisecond.
+    pub fn reachable(
+        &self,
+        chains: &[u64],
+        tokens: &[u32],
+        found: u64,
+        first_token: Instant,
+    ) -> u64 {
+        let cutoff = self.ms_since_born(first_token + Duration::from_millis(1));
+        let mut sum = 0u64;
+        for (chain, &t) in chains.iter().zip(tokens) {
+            let t = u64::from(t);
+            if sum + t <= found {
+                sum += t;
+                continue;
+            }
+            // Found in part when made: that block's second send may be this request's own.
+            if sum < found {
+                break;
+            }
+            match self.sent.get(chain) {
+                Some(s) if s.again_ms != 0 && s.again_ms <= cutoff => {
+                    let have = u64::from(s.tokens).min(t);
+                    sum += have;
+                    if have < t {
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        sum.max(found)
     }
 
     /// Chains recorded (what the ledger holds in memory).
@@ -229,6 +307,11 @@ impl PromptBuilder {
         (&self.text, before + found)
     }
 
+    /// [`BlockLedger::reachable`] for the last prompt made, which found `found` when made.
+    pub fn reachable(&self, ledger: &BlockLedger, found: u64, first_token: Instant) -> u64 {
+        ledger.reachable(&self.chains, &self.tokens, found, first_token)
+    }
+
     /// How many leading blocks of the last prompt this one keeps (the same ids, as many
     /// tokens each): compared a slice at a time.
     fn kept(&mut self, ids: &[u64], tokens: &[u32]) -> usize {
@@ -334,6 +417,40 @@ mod tests {
                 text.prompt(ids, &tokens)
             );
         }
+    }
+
+    /// Two subagents made one after the other from the same history, each adding the same
+    /// task block: the one made second counts the first's block as found; the one made first
+    /// counts it only as reachable, and only when the second was sent before its first token
+    /// (the server may then have served the second first).
+    #[test]
+    fn a_sibling_sent_before_the_first_token_is_reachable_one_sent_after_is_not() {
+        let text = BlockText {
+            chars_per_block: 64,
+            block_size: 16,
+            salt: 3,
+        };
+        let mut ledger = BlockLedger::default();
+        let mut history = PromptBuilder::default();
+        let (_, found) = history.build(&text, &[1, 2], &[16, 16], &mut ledger, 0);
+        assert_eq!(found, 0);
+        let (mut first, mut second) = (PromptBuilder::default(), PromptBuilder::default());
+        let (_, found_first) = first.build(&text, &[1, 2, 7, 8], &[16, 16, 16, 16], &mut ledger, 0);
+        assert_eq!(found_first, 32, "the history");
+        std::thread::sleep(Duration::from_millis(5));
+        let before_second = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        let (_, found_second) =
+            second.build(&text, &[1, 2, 7, 9], &[16, 16, 16, 16], &mut ledger, 0);
+        assert_eq!(found_second, 48, "the history and the first's task block");
+        std::thread::sleep(Duration::from_millis(5));
+        // The first's first token came after the second was sent: block 7 was reachable;
+        // block 8, which nobody else sent, was not.
+        assert_eq!(first.reachable(&ledger, found_first, Instant::now()), 48);
+        // Its first token came before the second was made: only what it found.
+        assert_eq!(first.reachable(&ledger, found_first, before_second), 32);
+        // The second's own new block was sent by nobody else.
+        assert_eq!(second.reachable(&ledger, found_second, Instant::now()), 48);
     }
 
     #[test]

@@ -408,6 +408,22 @@ impl SessionRun {
         (records, Ok(()))
     }
 
+    /// The most `rec` (made by `prompt`, sent at `sent`, finding `theoretical` when made)
+    /// could have found from its session's own prompts: a subagent made after it may have
+    /// reached the server first if it was sent before `rec`'s first token.
+    fn reachable(
+        &self,
+        rec: &RequestRecord,
+        prompt: &PromptBuilder,
+        theoretical: u64,
+        sent: Instant,
+    ) -> Option<u64> {
+        let first = rec.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
+        let first_token = sent + Duration::from_secs_f64(first.clamp(0.0, 86_400.0));
+        let ledger = self.ledger.lock().ok()?;
+        Some(prompt.reachable(&ledger, theoretical, first_token))
+    }
+
     /// Waits `gap_s` of the trace's think or tool time (scaled); stops at the point's
     /// deadline or an interrupt.
     async fn wait(&self, gap_s: f64) -> Result<(), Stop> {
@@ -464,6 +480,7 @@ impl SessionRun {
         req.prompt = text;
         req.max_tokens = t.output_tokens;
         shared.progress.request_started();
+        let sent = Instant::now();
         let m = tokio::select! {
             m = shared.client.stream(&req, shared.timeout) => m,
             _ = shared.interrupt.wait() => return Err(Stop::Interrupted),
@@ -479,6 +496,7 @@ impl SessionRun {
             Some(t.input_tokens),
         );
         rec.theoretical_cached_tokens = Some(theoretical);
+        rec.reachable_cached_tokens = self.reachable(&rec, prompt, theoretical, sent);
         rec.job = Some(JobTurn {
             session: self.session,
             turn,

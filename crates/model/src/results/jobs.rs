@@ -37,9 +37,15 @@ pub struct TraceCache {
     /// server evicted, or a request came while the one that holds its blocks was still in
     /// prefill.
     pub below: usize,
-    /// Requests that found more than their theoretical hit (by more than 64 tokens): they
-    /// are excluded from the point's numbers, as contamination.
+    /// Requests that found more than their theoretical hit (by more than 64 tokens) and more
+    /// than a sibling sent before their first token could have left: they are excluded from
+    /// the point's numbers, as contamination.
     pub above: usize,
+    /// Requests that found more than their theoretical hit, but no more than siblings made
+    /// after them and sent before their first token could have left there: the server served
+    /// the two in the other order than they were made. A real hit, kept in the numbers.
+    #[serde(default)]
+    pub reordered: usize,
     /// Successful requests made of blocks whose server did not report cached tokens.
     pub unreported: usize,
 }

@@ -316,8 +316,9 @@ impl PointFold {
 
     /// Judges a request made of a trace's blocks against `theoretical`, the tokens its
     /// leading blocks already sent could serve; true when the server found more than that
-    /// (past what a shared template head explains): another run's or point's text was in the
-    /// cache. Finding less is the server's own behaviour (eviction, a request sent while the
+    /// (past what a shared template head explains) and more than its `reachable` hit (what
+    /// siblings made after it could have left before its first token): another run's or
+    /// point's text was in the cache. Finding less is the server's own behaviour (eviction, a request sent while the
     /// one holding its blocks was in prefill), counted, never excluded.
     fn add_traced(&mut self, r: &RequestRecord, theoretical: u64) -> bool {
         if r.error.is_some() {
@@ -336,7 +337,14 @@ impl PointFold {
         if cached + tolerance < theoretical {
             t.below += 1;
         }
-        let above = cached > theoretical + tolerance;
+        // Past the theoretical, but within what siblings made after it and sent before its
+        // first token left: served in the other order, a real hit.
+        let reachable = r
+            .reachable_cached_tokens
+            .unwrap_or(theoretical)
+            .max(theoretical);
+        let above = cached > reachable + tolerance;
+        t.reordered += usize::from(!above && cached > theoretical + tolerance);
         t.above += usize::from(above);
         above
     }
@@ -1092,5 +1100,24 @@ mod tests {
         let kinds: Vec<_> = s.flags.iter().map(|f| f.kind.clone()).collect();
         assert!(kinds.contains(&FlagKind::UnexpectedCacheHit), "{kinds:?}");
         assert!(!kinds.contains(&FlagKind::ColdCacheHit), "{kinds:?}");
+        // The contaminated one again, but a sibling made after it and sent before its first
+        // token could have left 1920 tokens: served in the other order, a real hit, kept.
+        let mut records = records;
+        records[3].reachable_cached_tokens = Some(1920);
+        let s = summarize(&e, &records, Vec::new(), false);
+        let t = s.trace_cache.as_ref().unwrap();
+        assert_eq!((t.below, t.above, t.reordered), (1, 0, 1));
+        assert_eq!(s.metrics["ttft_s"].count, 5);
+        assert!(
+            !s.flags
+                .iter()
+                .any(|f| f.kind == FlagKind::UnexpectedCacheHit)
+        );
+        // A reachable hit short of what it found: still contamination.
+        records[3].reachable_cached_tokens = Some(1024);
+        let t = summarize(&e, &records, Vec::new(), false)
+            .trace_cache
+            .unwrap();
+        assert_eq!((t.above, t.reordered), (1, 0));
     }
 }

@@ -36,6 +36,10 @@ pub struct TraceCacheRow {
     /// Requests that found less, and more, than their theoretical hit (by over 64 tokens).
     pub below: usize,
     pub above: usize,
+    /// Requests that found more than their theoretical hit, within what siblings made after
+    /// them and sent before their first token could have left: served in the other order,
+    /// kept.
+    pub reordered: usize,
     /// Requests without a cached count.
     pub unreported: usize,
 }
@@ -86,6 +90,7 @@ pub(crate) fn section(
                     .then(|| t.cached_tokens as f64 / t.theoretical_cached_tokens as f64),
                 below: t.below,
                 above: t.above,
+                reordered: t.reordered,
                 unreported: t.unreported,
             })
         })
