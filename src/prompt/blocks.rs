@@ -21,6 +21,7 @@
 //! text, not another run's.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::TextGenerator;
@@ -94,8 +95,9 @@ impl Default for BlockLedger {
 struct Sent {
     /// The most tokens of its last block sent.
     tokens: u32,
-    /// Milliseconds from the ledger's birth to the chain's second send, plus one (0: sent
-    /// once): a request that sent it first could have found it cached from then on.
+    /// Milliseconds from the ledger's birth to when a request that found it (made after the
+    /// one that sent it first) went out, plus one (0: none yet): the first could have found
+    /// it cached from then on.
     again_ms: u32,
 }
 
@@ -135,17 +137,39 @@ impl BlockLedger {
                     None => matching = false,
                 }
             }
-            let now = self.ms_since_born(Instant::now());
             let e = self.sent.entry(chain).or_insert(Sent {
                 tokens: 0,
                 again_ms: 0,
             });
-            if before.is_some() && e.again_ms == 0 {
-                e.again_ms = now.saturating_add(1);
-            }
             e.tokens = e.tokens.max(*t);
         }
         (cached, matching)
+    }
+
+    /// [`send`](Self::send), with the chain hash of each block.
+    pub fn send_chains(&mut self, scope: u64, ids: &[u64], tokens: &[u32]) -> (u64, Vec<u64>) {
+        let mut chains = Vec::with_capacity(ids.len());
+        let (found, _) = self.extend(root(scope), ids, tokens, Some(&mut chains));
+        (found, chains)
+    }
+
+    /// Marks, when a request goes out, the blocks it found sent before it was made (its
+    /// leading `found` tokens of blocks with chain hashes `chains`): from now on the request
+    /// that sent them first may find them cached, if this one is served first.
+    pub fn mark_sent(&mut self, chains: &[u64], tokens: &[u32], found: u64) {
+        let now = self.ms_since_born(Instant::now()).saturating_add(1);
+        let mut start = 0u64;
+        for (chain, &t) in chains.iter().zip(tokens) {
+            if start >= found {
+                break;
+            }
+            start += u64::from(t);
+            if let Some(e) = self.sent.get_mut(chain)
+                && e.again_ms == 0
+            {
+                e.again_ms = now;
+            }
+        }
     }
 
     fn ms_since_born(&self, at: Instant) -> u32 {
@@ -196,6 +220,51 @@ impl BlockLedger {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.sent.len()
+    }
+}
+
+/// A request's blocks in its round's shared ledger: marked when it goes out, and asked once
+/// it is answered what it could have found.
+#[derive(Debug, Clone)]
+pub struct LedgerEntry {
+    ledger: Arc<Mutex<BlockLedger>>,
+    chains: Vec<u64>,
+    tokens: Vec<u32>,
+    found: u64,
+}
+
+impl LedgerEntry {
+    /// Records a request of `ids` (their blocks holding `tokens`) in `ledger`, as
+    /// [`BlockLedger::send`] does.
+    pub fn new(ledger: Arc<Mutex<BlockLedger>>, ids: &[u64], tokens: Vec<u32>) -> LedgerEntry {
+        let (found, chains) = match ledger.lock() {
+            Ok(mut l) => l.send_chains(0, ids, &tokens),
+            Err(_) => (0, Vec::new()),
+        };
+        LedgerEntry {
+            ledger,
+            chains,
+            tokens,
+            found,
+        }
+    }
+
+    /// The tokens its leading blocks already sent could find cached.
+    pub fn found(&self) -> u64 {
+        self.found
+    }
+
+    /// [`BlockLedger::mark_sent`], when the request goes out.
+    pub fn mark_sent(&self) {
+        if let Ok(mut l) = self.ledger.lock() {
+            l.mark_sent(&self.chains, &self.tokens, self.found);
+        }
+    }
+
+    /// [`BlockLedger::reachable`] for a request whose first token came at `first_token`.
+    pub fn reachable(&self, first_token: Instant) -> Option<u64> {
+        let l = self.ledger.lock().ok()?;
+        Some(l.reachable(&self.chains, &self.tokens, self.found, first_token))
     }
 }
 
@@ -310,6 +379,11 @@ impl PromptBuilder {
     /// [`BlockLedger::reachable`] for the last prompt made, which found `found` when made.
     pub fn reachable(&self, ledger: &BlockLedger, found: u64, first_token: Instant) -> u64 {
         ledger.reachable(&self.chains, &self.tokens, found, first_token)
+    }
+
+    /// [`BlockLedger::mark_sent`] for the last prompt made, which found `found` when made.
+    pub fn mark_sent(&self, ledger: &mut BlockLedger, found: u64) {
+        ledger.mark_sent(&self.chains, &self.tokens, found);
     }
 
     /// How many leading blocks of the last prompt this one keeps (the same ids, as many
@@ -437,20 +511,45 @@ mod tests {
         let (mut first, mut second) = (PromptBuilder::default(), PromptBuilder::default());
         let (_, found_first) = first.build(&text, &[1, 2, 7, 8], &[16, 16, 16, 16], &mut ledger, 0);
         assert_eq!(found_first, 32, "the history");
-        std::thread::sleep(Duration::from_millis(5));
-        let before_second = Instant::now();
-        std::thread::sleep(Duration::from_millis(5));
         let (_, found_second) =
             second.build(&text, &[1, 2, 7, 9], &[16, 16, 16, 16], &mut ledger, 0);
         assert_eq!(found_second, 48, "the history and the first's task block");
+        // Made, not yet sent: nothing it could have left.
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(first.reachable(&ledger, found_first, Instant::now()), 32);
+        let before_second = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        second.mark_sent(&mut ledger, found_second);
         std::thread::sleep(Duration::from_millis(5));
         // The first's first token came after the second was sent: block 7 was reachable;
         // block 8, which nobody else sent, was not.
         assert_eq!(first.reachable(&ledger, found_first, Instant::now()), 48);
-        // Its first token came before the second was made: only what it found.
+        // Its first token came before the second was sent: only what it found.
         assert_eq!(first.reachable(&ledger, found_first, before_second), 32);
         // The second's own new block was sent by nobody else.
         assert_eq!(second.reachable(&ledger, found_second, Instant::now()), 48);
+    }
+
+    /// A trace's requests made one after another: the ledger gives each its blocks' chains,
+    /// and marks what one found when it goes out.
+    #[test]
+    fn a_trace_request_made_later_and_sent_first_is_reachable_for_the_earlier() {
+        let mut ledger = BlockLedger::default();
+        let (a, a_chains) = ledger.send_chains(0, &[1, 2], &[100, 100]);
+        let (b, b_chains) = ledger.send_chains(0, &[1, 2, 3], &[100, 100, 100]);
+        assert_eq!((a, b), (0, 200));
+        assert_eq!(a_chains, b_chains[..2]);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            ledger.reachable(&a_chains, &[100, 100], a, Instant::now()),
+            0
+        );
+        ledger.mark_sent(&b_chains, &[100, 100, 100], b);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            ledger.reachable(&a_chains, &[100, 100], a, Instant::now()),
+            200
+        );
     }
 
     #[test]

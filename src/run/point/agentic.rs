@@ -418,8 +418,7 @@ impl SessionRun {
         theoretical: u64,
         sent: Instant,
     ) -> Option<u64> {
-        let first = rec.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
-        let first_token = sent + Duration::from_secs_f64(first.clamp(0.0, 86_400.0));
+        let first_token = super::first_token_at(rec, sent)?;
         let ledger = self.ledger.lock().ok()?;
         Some(prompt.reachable(&ledger, theoretical, first_token))
     }
@@ -480,6 +479,9 @@ impl SessionRun {
         req.prompt = text;
         req.max_tokens = t.output_tokens;
         shared.progress.request_started();
+        if let Ok(mut ledger) = self.ledger.lock() {
+            prompt.mark_sent(&mut ledger, theoretical);
+        }
         let sent = Instant::now();
         let m = tokio::select! {
             m = shared.client.stream(&req, shared.timeout) => m,

@@ -56,10 +56,11 @@ impl PointRunner {
             let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
             let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
-            let theoretical = planned.theoretical_cached;
+            let (theoretical, entry) = (planned.theoretical_cached, planned.ledger);
             let gone = gone.clone();
             tasks.spawn(async move {
                 progress.request_started();
+                let sent = super::mark_sent(entry.as_ref());
                 let m = client.stream(&req, timeout).await;
                 // A request that could not connect keeps its slot until the server is judged,
                 // so no request follows a lost server; any other frees it now.
@@ -82,6 +83,7 @@ impl PointRunner {
                 fill_omitted_cached(&mut rec, omitted_is_zero);
                 rec.share = share;
                 rec.theoretical_cached_tokens = theoretical;
+                rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec, sent);
                 rec.mix = mix;
                 let written = writer.write(rec).await;
                 progress.request_finished();

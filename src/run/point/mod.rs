@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::client::{Client, GenerationRequest};
 use crate::prompt::{
@@ -695,6 +696,32 @@ pub(super) struct Planned {
     /// A prompt of a trace's blocks: the tokens its leading blocks already sent could find
     /// cached (None for other prompts).
     pub(super) theoretical_cached: Option<u64>,
+    /// A prompt of a trace's blocks: its place in the round's ledger, marked when it goes
+    /// out and asked what it could have found once answered.
+    pub(super) ledger: Option<crate::prompt::blocks::LedgerEntry>,
+}
+
+/// When `rec`, sent at `sent`, got its first token (None without one).
+pub(super) fn first_token_at(rec: &RequestRecord, sent: Instant) -> Option<Instant> {
+    let first = rec.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
+    Some(sent + Duration::from_secs_f64(first.clamp(0.0, 86_400.0)))
+}
+
+/// Marks a block request as sent; returns when.
+pub(super) fn mark_sent(entry: Option<&crate::prompt::blocks::LedgerEntry>) -> Instant {
+    if let Some(e) = entry {
+        e.mark_sent();
+    }
+    Instant::now()
+}
+
+/// What a block request sent at `sent` could have found from its round's own prompts.
+pub(super) fn reachable(
+    entry: Option<&crate::prompt::blocks::LedgerEntry>,
+    rec: &RequestRecord,
+    sent: Instant,
+) -> Option<u64> {
+    entry?.reachable(first_token_at(rec, sent)?)
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model, else

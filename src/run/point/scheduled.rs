@@ -208,7 +208,7 @@ impl Release<'_> {
             p.requested,
         );
         let (share, mix, round) = (p.share, p.mix, self.round);
-        let theoretical = p.theoretical_cached;
+        let (theoretical, entry) = (p.theoretical_cached, p.ledger);
         let omitted_is_zero = self.runner.cached_omitted_is_zero();
         let scheduled_at = self.start_unix + s.at_s;
         let gone = self.gone.clone();
@@ -225,6 +225,7 @@ impl Release<'_> {
                 None => None,
             };
             progress.request_started();
+            let sent = super::mark_sent(entry.as_ref());
             let m = client.stream(&req, timeout).await;
             drop(_permit);
             let max_tokens = req.max_tokens;
@@ -242,6 +243,7 @@ impl Release<'_> {
             rec.phase = Some(s.phase);
             rec.share = share;
             rec.theoretical_cached_tokens = theoretical;
+            rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec, sent);
             rec.mix = mix;
             fill_omitted_cached(&mut rec, omitted_is_zero);
             let mut written = writer.write(rec).await;

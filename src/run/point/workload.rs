@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::sync::{Arc, Mutex};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::client::Client;
 use crate::load::TracedLines;
-use crate::prompt::blocks::{BlockLedger, BlockText};
+use crate::prompt::blocks::{BlockLedger, BlockText, LedgerEntry};
 use crate::prompt::{InputDraw, OutputDraw, RequestDraw, TextGenerator, nonce};
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::records::{CacheShare, Flag};
@@ -344,14 +345,14 @@ impl<'a> RoundPlan<'a> {
     /// The round's requests, in order, each made when it is taken. A request made of blocks
     /// carries the hit its leading blocks already sent in the round could give it.
     pub(super) fn requests(&self) -> impl Iterator<Item = Planned> + '_ {
-        let mut ledger = BlockLedger::default();
+        let ledger = Arc::new(Mutex::new(BlockLedger::default()));
         self.draws()
             .enumerate()
-            .map(move |(i, d)| self.make(i, d, &mut ledger))
+            .map(move |(i, d)| self.make(i, d, &ledger))
     }
 
     /// Request `i` of the round from its draw.
-    fn make(&self, i: usize, d: RequestDraw, ledger: &mut BlockLedger) -> Planned {
+    fn make(&self, i: usize, d: RequestDraw, ledger: &Arc<Mutex<BlockLedger>>) -> Planned {
         let mixed = self.prompts.source.entries.len() > 1;
         let mix = mixed.then(|| self.prompts.source.entries[d.entry].name.clone());
         let max_tokens = match &d.output {
@@ -363,15 +364,18 @@ impl<'a> RoundPlan<'a> {
         if let (Some(blocks), false) = (&self.blocks, ids.is_empty()) {
             let input = self.lengths.lines.get(i).and_then(|s| s.input_tokens);
             let tokens = blocks.block_tokens(ids, input);
-            let theoretical = ledger.send(0, ids, &tokens);
+            let text = blocks.prompt(ids, &tokens);
+            let requested = Some(tokens.iter().map(|&t| u64::from(t)).sum());
+            let entry = LedgerEntry::new(ledger.clone(), ids, tokens);
             return Planned {
-                text: blocks.prompt(ids, &tokens),
+                text,
                 max_tokens,
-                requested: Some(tokens.iter().map(|&t| u64::from(t)).sum()),
+                requested,
                 share: None,
                 mix,
                 nonce: false,
-                theoretical_cached: Some(theoretical),
+                theoretical_cached: Some(entry.found()),
+                ledger: Some(entry),
             };
         }
         match d.input {
@@ -383,6 +387,7 @@ impl<'a> RoundPlan<'a> {
                 mix,
                 nonce: true,
                 theoretical_cached: None,
+                ledger: None,
             },
             InputDraw::Generated {
                 generator,
@@ -399,6 +404,7 @@ impl<'a> RoundPlan<'a> {
                 mix,
                 nonce: true,
                 theoretical_cached: None,
+                ledger: None,
             },
             InputDraw::SharedPrefix {
                 group,
@@ -438,6 +444,7 @@ impl<'a> RoundPlan<'a> {
                     mix,
                     nonce: false,
                     theoretical_cached: None,
+                    ledger: None,
                 }
             }
         }

@@ -330,11 +330,11 @@ pub struct RequestRecord {
     /// None for other requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub theoretical_cached_tokens: Option<u64>,
-    /// A request made of blocks that ran beside siblings sharing them (a session's
-    /// subagents): the most it could have found from the round's own prompts, counting the
-    /// blocks siblings made after it sent before its first token (the server may have served
-    /// them first). `cached_tokens` above this is another run's or point's text. None where
-    /// not worked out (then `theoretical_cached_tokens` is the ceiling).
+    /// A request made of a trace's blocks: the most it could have found from the round's
+    /// own prompts, counting the blocks of requests made after it and sent before its first
+    /// token (the server may have served them first: two sent within a millisecond, a
+    /// session's subagents). `cached_tokens` above this is another run's or point's text.
+    /// None where not worked out (then `theoretical_cached_tokens` is the ceiling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachable_cached_tokens: Option<u64>,
     /// An agent session's turn: its session, turn and context. None for other requests.

@@ -56,9 +56,6 @@ pub(crate) fn build_model_from(
         points_failed: count_status(points, PointStatus::Failed),
     };
 
-    let engine = engines_run(meta, &exp.server);
-    let token_sources = requests.token_sources.clone();
-
     let mut model = ReportModel {
         model_version: MODEL_VERSION,
         title: exp.name.clone(),
@@ -74,75 +71,13 @@ pub(crate) fn build_model_from(
                 .as_deref()
                 .and_then(|end| seconds_between(&meta.started_at, end)),
         },
-        setup: Setup {
-            engine,
-            model: exp.server.model.clone(),
-            host: exp.host.label(),
-            external_url: exp.server.url.clone(),
-            api: exp.workload.api.to_string(),
-            prompt: prompt_info(&exp.workload.prompt, points),
-            output_tokens: exp.workload.output_tokens.nominal(),
-            output_tokens_dist: exp
-                .workload
-                .output_tokens
-                .fixed()
-                .is_none()
-                .then(|| exp.workload.output_tokens.describe()),
-            ignore_eos: exp.workload.ignore_eos,
-            temperature: exp.workload.temperature,
-            cache_policy: exp.cache.policy.to_string(),
-            cache_verify: exp.cache.verify,
-            cache_reset: {
-                let ways: Vec<String> = meta
-                    .servers
-                    .iter()
-                    .filter_map(|s| s.surface.as_ref()?.cache_reset.as_ref())
-                    .map(ToString::to_string)
-                    .collect();
-                let probed = meta.servers.iter().filter(|s| s.surface.is_some()).count();
-                (probed > 0 && ways.len() == probed && ways.iter().all(|w| w == &ways[0]))
-                    .then(|| ways[0].clone())
-            },
-            cache_reset_missing: meta
-                .servers
-                .iter()
-                .any(|s| s.surface.as_ref().is_some_and(|x| x.cache_reset.is_none())),
-            method: exp.method.name().to_string(),
-            method_a: match exp.method.resolve() {
-                servebench_model::spec::types::Measure::TwoPoint { a, .. } => Some(a),
-                _ => None,
-            },
-            method_b: match exp.method.resolve() {
-                servebench_model::spec::types::Measure::TwoPoint { b, .. } => Some(b),
-                _ => None,
-            },
-            requests: exp.requests,
-            concurrency: exp.concurrency,
-            repeat: exp.repeat,
-            request_timeout_s: exp.request_timeout.as_secs_f64(),
-            token_sources,
-            template: exp.report.template.clone(),
-        },
+        setup: setup(meta, points, requests),
         servers: meta
             .servers
             .iter()
             .map(|s| server_info(s, points, &server_dimensions))
             .collect(),
-        provenance: Provenance {
-            tool_version: meta.tool_version.clone(),
-            git_commit: meta.git.as_ref().map(|g| g.commit.clone()),
-            git_dirty: meta.git.as_ref().map(|g| g.dirty),
-            spec_file: meta.spec_file.clone(),
-            spec_sha256: meta.spec_sha256.clone(),
-            client_hostname: meta.client_host.hostname.clone(),
-            client_os: meta.client_host.os.clone(),
-            client_cpus: meta.client_host.cpus,
-            client_placement: meta.client_placement.clone(),
-            client_through_forward: meta.client_placement.as_deref() != Some("host")
-                && meta.servers.iter().any(|s| s.through_forward),
-            server_host: meta.server_host.as_ref().map(server_host),
-            pool_hosts: super::hardware::pool_hosts(meta, points),
-        },
+        provenance: provenance(meta, points),
         sweep: sweep_dimensions(&meta.dimensions, points),
         dimensions: meta.dimensions.clone(),
         server_dimensions,
@@ -170,6 +105,81 @@ pub(crate) fn build_model_from(
     };
     fill_sections(&mut model, meta, points);
     model
+}
+
+/// What the run measured with: the engine, the workload, the cache policy and the method.
+fn setup(meta: &RunMeta, points: &[PointRecord], requests: &RequestDigest) -> Setup {
+    let exp = &meta.experiment;
+    let engine = engines_run(meta, &exp.server);
+    let token_sources = requests.token_sources.clone();
+    Setup {
+        engine,
+        model: exp.server.model.clone(),
+        host: exp.host.label(),
+        external_url: exp.server.url.clone(),
+        api: exp.workload.api.to_string(),
+        prompt: prompt_info(&exp.workload.prompt, points),
+        output_tokens: exp.workload.output_tokens.nominal(),
+        output_tokens_dist: exp
+            .workload
+            .output_tokens
+            .fixed()
+            .is_none()
+            .then(|| exp.workload.output_tokens.describe()),
+        ignore_eos: exp.workload.ignore_eos,
+        temperature: exp.workload.temperature,
+        cache_policy: exp.cache.policy.to_string(),
+        cache_verify: exp.cache.verify,
+        cache_reset: {
+            let ways: Vec<String> = meta
+                .servers
+                .iter()
+                .filter_map(|s| s.surface.as_ref()?.cache_reset.as_ref())
+                .map(ToString::to_string)
+                .collect();
+            let probed = meta.servers.iter().filter(|s| s.surface.is_some()).count();
+            (probed > 0 && ways.len() == probed && ways.iter().all(|w| w == &ways[0]))
+                .then(|| ways[0].clone())
+        },
+        cache_reset_missing: meta
+            .servers
+            .iter()
+            .any(|s| s.surface.as_ref().is_some_and(|x| x.cache_reset.is_none())),
+        method: exp.method.name().to_string(),
+        method_a: match exp.method.resolve() {
+            servebench_model::spec::types::Measure::TwoPoint { a, .. } => Some(a),
+            _ => None,
+        },
+        method_b: match exp.method.resolve() {
+            servebench_model::spec::types::Measure::TwoPoint { b, .. } => Some(b),
+            _ => None,
+        },
+        requests: exp.requests,
+        concurrency: exp.concurrency,
+        repeat: exp.repeat,
+        request_timeout_s: exp.request_timeout.as_secs_f64(),
+        token_sources,
+        template: exp.report.template.clone(),
+    }
+}
+
+/// Where and from what the run was made: the tool, the spec, the client and the hosts.
+fn provenance(meta: &RunMeta, points: &[PointRecord]) -> Provenance {
+    Provenance {
+        tool_version: meta.tool_version.clone(),
+        git_commit: meta.git.as_ref().map(|g| g.commit.clone()),
+        git_dirty: meta.git.as_ref().map(|g| g.dirty),
+        spec_file: meta.spec_file.clone(),
+        spec_sha256: meta.spec_sha256.clone(),
+        client_hostname: meta.client_host.hostname.clone(),
+        client_os: meta.client_host.os.clone(),
+        client_cpus: meta.client_host.cpus,
+        client_placement: meta.client_placement.clone(),
+        client_through_forward: meta.client_placement.as_deref() != Some("host")
+            && meta.servers.iter().any(|s| s.through_forward),
+        server_host: meta.server_host.as_ref().map(server_host),
+        pool_hosts: super::hardware::pool_hosts(meta, points),
+    }
 }
 
 /// The model's sections that each point's record fills (prefix cache, the bound, load,
