@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::TextGenerator;
 
@@ -77,17 +77,25 @@ impl BlockText {
 #[derive(Debug)]
 pub struct BlockLedger {
     sent: HashMap<u64, Sent>,
-    /// What [`Sent::again_ms`] counts from.
-    born: Instant,
+    /// What [`Sent::again_ms`] counts from: Unix seconds, the clock of the records'
+    /// `sent_at`.
+    born: f64,
 }
 
 impl Default for BlockLedger {
     fn default() -> BlockLedger {
         BlockLedger {
             sent: HashMap::new(),
-            born: Instant::now(),
+            born: unix_now(),
         }
     }
+}
+
+/// Now, in Unix seconds.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// One chain in the ledger: 8 bytes, as a trace's ledger may hold millions.
@@ -157,7 +165,7 @@ impl BlockLedger {
     /// leading `found` tokens of blocks with chain hashes `chains`): from now on the request
     /// that sent them first may find them cached, if this one is served first.
     pub fn mark_sent(&mut self, chains: &[u64], tokens: &[u32], found: u64) {
-        let now = self.ms_since_born(Instant::now()).saturating_add(1);
+        let now = self.ms_since_born(unix_now()).saturating_add(1);
         let mut start = 0u64;
         for (chain, &t) in chains.iter().zip(tokens) {
             if start >= found {
@@ -172,9 +180,14 @@ impl BlockLedger {
         }
     }
 
-    fn ms_since_born(&self, at: Instant) -> u32 {
-        let ms = at.saturating_duration_since(self.born).as_millis();
-        u32::try_from(ms).unwrap_or(u32::MAX - 1)
+    /// Milliseconds from the ledger's birth to `at` (Unix seconds), rounded up.
+    fn ms_since_born(&self, at: f64) -> u32 {
+        let ms = ((at - self.born) * 1e3).ceil();
+        if ms.is_nan() || ms <= 0.0 {
+            0
+        } else {
+            ms.min(f64::from(u32::MAX - 1)) as u32
+        }
     }
 
     /// The most a request could have found cached from this round's own prompts: its leading
@@ -182,15 +195,10 @@ impl BlockLedger {
     /// [`send`](Self::send) counted them), then those that a request made after it sent
     /// before `first_token` (when its prefill may not have ended: the two may reach the
     /// server in either order). More than this is text this round never sent in time: another
-    /// run's or point's. To the millisecond.
-    pub fn reachable(
-        &self,
-        chains: &[u64],
-        tokens: &[u32],
-        found: u64,
-        first_token: Instant,
-    ) -> u64 {
-        let cutoff = self.ms_since_born(first_token + Duration::from_millis(1));
+    /// run's or point's. To the millisecond; `first_token` in Unix seconds (the record's
+    /// `sent_at` plus its first token's offset).
+    pub fn reachable(&self, chains: &[u64], tokens: &[u32], found: u64, first_token: f64) -> u64 {
+        let cutoff = self.ms_since_born(first_token + 1e-3);
         let mut sum = 0u64;
         for (chain, &t) in chains.iter().zip(tokens) {
             let t = u64::from(t);
@@ -262,7 +270,7 @@ impl LedgerEntry {
     }
 
     /// [`BlockLedger::reachable`] for a request whose first token came at `first_token`.
-    pub fn reachable(&self, first_token: Instant) -> Option<u64> {
+    pub fn reachable(&self, first_token: f64) -> Option<u64> {
         let l = self.ledger.lock().ok()?;
         Some(l.reachable(&self.chains, &self.tokens, self.found, first_token))
     }
@@ -377,7 +385,7 @@ impl PromptBuilder {
     }
 
     /// [`BlockLedger::reachable`] for the last prompt made, which found `found` when made.
-    pub fn reachable(&self, ledger: &BlockLedger, found: u64, first_token: Instant) -> u64 {
+    pub fn reachable(&self, ledger: &BlockLedger, found: u64, first_token: f64) -> u64 {
         ledger.reachable(&self.chains, &self.tokens, found, first_token)
     }
 
@@ -423,6 +431,7 @@ pub fn mix(a: u64, b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn text(salt: u64) -> BlockText {
         BlockText {
@@ -516,18 +525,18 @@ mod tests {
         assert_eq!(found_second, 48, "the history and the first's task block");
         // Made, not yet sent: nothing it could have left.
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(first.reachable(&ledger, found_first, Instant::now()), 32);
-        let before_second = Instant::now();
+        assert_eq!(first.reachable(&ledger, found_first, unix_now()), 32);
+        let before_second = unix_now();
         std::thread::sleep(Duration::from_millis(5));
         second.mark_sent(&mut ledger, found_second);
         std::thread::sleep(Duration::from_millis(5));
         // The first's first token came after the second was sent: block 7 was reachable;
         // block 8, which nobody else sent, was not.
-        assert_eq!(first.reachable(&ledger, found_first, Instant::now()), 48);
+        assert_eq!(first.reachable(&ledger, found_first, unix_now()), 48);
         // Its first token came before the second was sent: only what it found.
         assert_eq!(first.reachable(&ledger, found_first, before_second), 32);
         // The second's own new block was sent by nobody else.
-        assert_eq!(second.reachable(&ledger, found_second, Instant::now()), 48);
+        assert_eq!(second.reachable(&ledger, found_second, unix_now()), 48);
     }
 
     /// A trace's requests made one after another: the ledger gives each its blocks' chains,
@@ -540,16 +549,10 @@ mod tests {
         assert_eq!((a, b), (0, 200));
         assert_eq!(a_chains, b_chains[..2]);
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(
-            ledger.reachable(&a_chains, &[100, 100], a, Instant::now()),
-            0
-        );
+        assert_eq!(ledger.reachable(&a_chains, &[100, 100], a, unix_now()), 0);
         ledger.mark_sent(&b_chains, &[100, 100, 100], b);
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(
-            ledger.reachable(&a_chains, &[100, 100], a, Instant::now()),
-            200
-        );
+        assert_eq!(ledger.reachable(&a_chains, &[100, 100], a, unix_now()), 200);
     }
 
     #[test]

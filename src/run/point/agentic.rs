@@ -408,17 +408,16 @@ impl SessionRun {
         (records, Ok(()))
     }
 
-    /// The most `rec` (made by `prompt`, sent at `sent`, finding `theoretical` when made)
-    /// could have found from its session's own prompts: a subagent made after it may have
-    /// reached the server first if it was sent before `rec`'s first token.
+    /// The most `rec` (made by `prompt`, finding `theoretical` when made) could have found
+    /// from its session's own prompts: a subagent made after it may have reached the server
+    /// first if it was sent before `rec`'s first token.
     fn reachable(
         &self,
         rec: &RequestRecord,
         prompt: &PromptBuilder,
         theoretical: u64,
-        sent: Instant,
     ) -> Option<u64> {
-        let first_token = super::first_token_at(rec, sent)?;
+        let first_token = super::first_token_at(rec)?;
         let ledger = self.ledger.lock().ok()?;
         Some(prompt.reachable(&ledger, theoretical, first_token))
     }
@@ -482,7 +481,6 @@ impl SessionRun {
         if let Ok(mut ledger) = self.ledger.lock() {
             prompt.mark_sent(&mut ledger, theoretical);
         }
-        let sent = Instant::now();
         let m = tokio::select! {
             m = shared.client.stream(&req, shared.timeout) => m,
             _ = shared.interrupt.wait() => return Err(Stop::Interrupted),
@@ -498,7 +496,7 @@ impl SessionRun {
             Some(t.input_tokens),
         );
         rec.theoretical_cached_tokens = Some(theoretical);
-        rec.reachable_cached_tokens = self.reachable(&rec, prompt, theoretical, sent);
+        rec.reachable_cached_tokens = self.reachable(&rec, prompt, theoretical);
         rec.job = Some(JobTurn {
             session: self.session,
             turn,

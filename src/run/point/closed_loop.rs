@@ -60,7 +60,9 @@ impl PointRunner {
             let gone = gone.clone();
             tasks.spawn(async move {
                 progress.request_started();
-                let sent = super::mark_sent(entry.as_ref());
+                if let Some(e) = &entry {
+                    e.mark_sent();
+                }
                 let m = client.stream(&req, timeout).await;
                 // A request that could not connect keeps its slot until the server is judged,
                 // so no request follows a lost server; any other frees it now.
@@ -83,7 +85,7 @@ impl PointRunner {
                 fill_omitted_cached(&mut rec, omitted_is_zero);
                 rec.share = share;
                 rec.theoretical_cached_tokens = theoretical;
-                rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec, sent);
+                rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec);
                 rec.mix = mix;
                 let written = writer.write(rec).await;
                 progress.request_finished();

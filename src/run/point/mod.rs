@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crate::client::{Client, GenerationRequest};
 use crate::prompt::{
@@ -701,27 +700,20 @@ pub(super) struct Planned {
     pub(super) ledger: Option<crate::prompt::blocks::LedgerEntry>,
 }
 
-/// When `rec`, sent at `sent`, got its first token (None without one).
-pub(super) fn first_token_at(rec: &RequestRecord, sent: Instant) -> Option<Instant> {
+/// When `rec` got its first token, in Unix seconds, as the client stamped it (None without
+/// one): its send's own stamp, not the caller's, so a client short of CPU between the two
+/// does not move it.
+pub(super) fn first_token_at(rec: &RequestRecord) -> Option<f64> {
     let first = rec.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
-    Some(sent + Duration::from_secs_f64(first.clamp(0.0, 86_400.0)))
+    Some(rec.sent_at + first)
 }
 
-/// Marks a block request as sent; returns when.
-pub(super) fn mark_sent(entry: Option<&crate::prompt::blocks::LedgerEntry>) -> Instant {
-    if let Some(e) = entry {
-        e.mark_sent();
-    }
-    Instant::now()
-}
-
-/// What a block request sent at `sent` could have found from its round's own prompts.
+/// What a block request could have found from its round's own prompts.
 pub(super) fn reachable(
     entry: Option<&crate::prompt::blocks::LedgerEntry>,
     rec: &RequestRecord,
-    sent: Instant,
 ) -> Option<u64> {
-    entry?.reachable(first_token_at(rec, sent)?)
+    entry?.reachable(first_token_at(rec)?)
 }
 
 /// The `model` field for OpenAI requests: the served model name if set, else the model, else

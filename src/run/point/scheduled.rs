@@ -225,7 +225,9 @@ impl Release<'_> {
                 None => None,
             };
             progress.request_started();
-            let sent = super::mark_sent(entry.as_ref());
+            if let Some(e) = &entry {
+                e.mark_sent();
+            }
             let m = client.stream(&req, timeout).await;
             drop(_permit);
             let max_tokens = req.max_tokens;
@@ -243,7 +245,7 @@ impl Release<'_> {
             rec.phase = Some(s.phase);
             rec.share = share;
             rec.theoretical_cached_tokens = theoretical;
-            rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec, sent);
+            rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec);
             rec.mix = mix;
             fill_omitted_cached(&mut rec, omitted_is_zero);
             let mut written = writer.write(rec).await;
