@@ -72,13 +72,12 @@ impl BlockText {
 }
 
 /// The leading blocks sent so far in a round, as chains: a chain's hash (the blocks up to and
-/// including one) to the most tokens of its last block that were sent, and when it was sent
-/// a second time.
+/// including one) to the most tokens of its last block that were sent, and when requests made
+/// after its first sender, which found it, went out.
 #[derive(Debug)]
 pub struct BlockLedger {
     sent: HashMap<u64, Sent>,
-    /// What [`Sent::again_ms`] counts from: Unix seconds, the clock of the records'
-    /// `sent_at`.
+    /// What [`Sent::marks`] count from: Unix seconds, the clock of the records' `sent_at`.
     born: f64,
 }
 
@@ -98,15 +97,18 @@ pub fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// One chain in the ledger: 8 bytes, as a trace's ledger may hold millions.
-#[derive(Debug, Clone, Copy)]
+/// One chain in the ledger: 16 bytes, as a trace's ledger may hold millions.
+#[derive(Debug, Clone, Copy, Default)]
 struct Sent {
     /// The most tokens of its last block sent.
     tokens: u32,
-    /// Milliseconds from the ledger's birth to when a request that found it (made after the
-    /// one that sent it first) went out, plus one (0: none yet): the first could have found
-    /// it cached from then on.
-    again_ms: u32,
+    /// When the first two requests that found it (made after the one that sent it first)
+    /// went out: milliseconds from the ledger's birth, plus one (0: none yet). The first
+    /// sender could have found it cached from then on; two, so that a request that found it
+    /// in part can tell another's mark from its own.
+    marks: [u32; 2],
+    /// The most tokens of it those requests carried.
+    mark_tokens: u32,
 }
 
 impl BlockLedger {
@@ -145,10 +147,7 @@ impl BlockLedger {
                     None => matching = false,
                 }
             }
-            let e = self.sent.entry(chain).or_insert(Sent {
-                tokens: 0,
-                again_ms: 0,
-            });
+            let e = self.sent.entry(chain).or_default();
             e.tokens = e.tokens.max(*t);
         }
         (cached, matching)
@@ -162,9 +161,10 @@ impl BlockLedger {
     }
 
     /// Marks, when a request goes out, the blocks it found sent before it was made (its
-    /// leading `found` tokens of blocks with chain hashes `chains`): from now on the request
-    /// that sent them first may find them cached, if this one is served first.
-    pub fn mark_sent(&mut self, chains: &[u64], tokens: &[u32], found: u64) {
+    /// leading `found` tokens of blocks with chain hashes `chains`, holding `tokens`): from
+    /// now on the request that sent them first may find them cached, if this one is served
+    /// first. Returns the mark's stamp.
+    pub fn mark_sent(&mut self, chains: &[u64], tokens: &[u32], found: u64) -> u32 {
         let now = self.ms_since_born(unix_now()).saturating_add(1);
         let mut start = 0u64;
         for (chain, &t) in chains.iter().zip(tokens) {
@@ -172,12 +172,14 @@ impl BlockLedger {
                 break;
             }
             start += u64::from(t);
-            if let Some(e) = self.sent.get_mut(chain)
-                && e.again_ms == 0
-            {
-                e.again_ms = now;
+            if let Some(e) = self.sent.get_mut(chain) {
+                if let Some(free) = e.marks.iter_mut().find(|m| **m == 0) {
+                    *free = now;
+                }
+                e.mark_tokens = e.mark_tokens.max(t);
             }
         }
+        now
     }
 
     /// Milliseconds from the ledger's birth to `at` (Unix seconds), rounded up.
@@ -192,12 +194,20 @@ impl BlockLedger {
 
     /// The most a request could have found cached from this round's own prompts: its leading
     /// blocks (chain hashes `chains`, holding `tokens`) that were sent before it (`found`, as
-    /// [`send`](Self::send) counted them), then those that a request made after it sent
+    /// [`send`](Self::send) counted them), then those that requests made after it sent
     /// before `first_token` (when its prefill may not have ended: the two may reach the
     /// server in either order). More than this is text this round never sent in time: another
     /// run's or point's. To the millisecond; `first_token` in Unix seconds (the record's
-    /// `sent_at` plus its first token's offset).
-    pub fn reachable(&self, chains: &[u64], tokens: &[u32], found: u64, first_token: f64) -> u64 {
+    /// `sent_at` plus its first token's offset); `own_mark`, this request's own
+    /// [`mark_sent`](Self::mark_sent) stamp, if it was marked.
+    pub fn reachable(
+        &self,
+        chains: &[u64],
+        tokens: &[u32],
+        found: u64,
+        first_token: f64,
+        own_mark: Option<u32>,
+    ) -> u64 {
         let cutoff = self.ms_since_born(first_token + 1e-3);
         let mut sum = 0u64;
         for (chain, &t) in chains.iter().zip(tokens) {
@@ -206,19 +216,19 @@ impl BlockLedger {
                 sum += t;
                 continue;
             }
-            // Found in part when made: that block's second send may be this request's own.
-            if sum < found {
+            // A block found in part when made: this request marked it itself.
+            let found_here = found.saturating_sub(sum);
+            let marked = self.sent.get(chain).and_then(|s| {
+                let mark = match s.marks {
+                    [first, second] if found_here > 0 && Some(first) == own_mark => second,
+                    [first, _] => first,
+                };
+                (mark != 0 && mark <= cutoff).then(|| u64::from(s.mark_tokens).min(t))
+            });
+            let have = found_here.max(marked.unwrap_or(0));
+            sum += have;
+            if have < t {
                 break;
-            }
-            match self.sent.get(chain) {
-                Some(s) if s.again_ms != 0 && s.again_ms <= cutoff => {
-                    let have = u64::from(s.tokens).min(t);
-                    sum += have;
-                    if have < t {
-                        break;
-                    }
-                }
-                _ => break,
             }
         }
         sum.max(found)
@@ -239,6 +249,8 @@ pub struct LedgerEntry {
     chains: Vec<u64>,
     tokens: Vec<u32>,
     found: u64,
+    /// Its own mark's stamp, once it went out.
+    marked: Option<u32>,
 }
 
 impl LedgerEntry {
@@ -254,6 +266,7 @@ impl LedgerEntry {
             chains,
             tokens,
             found,
+            marked: None,
         }
     }
 
@@ -263,16 +276,22 @@ impl LedgerEntry {
     }
 
     /// [`BlockLedger::mark_sent`], when the request goes out.
-    pub fn mark_sent(&self) {
+    pub fn mark_sent(&mut self) {
         if let Ok(mut l) = self.ledger.lock() {
-            l.mark_sent(&self.chains, &self.tokens, self.found);
+            self.marked = Some(l.mark_sent(&self.chains, &self.tokens, self.found));
         }
     }
 
     /// [`BlockLedger::reachable`] for a request whose first token came at `first_token`.
     pub fn reachable(&self, first_token: f64) -> Option<u64> {
         let l = self.ledger.lock().ok()?;
-        Some(l.reachable(&self.chains, &self.tokens, self.found, first_token))
+        Some(l.reachable(
+            &self.chains,
+            &self.tokens,
+            self.found,
+            first_token,
+            self.marked,
+        ))
     }
 }
 
@@ -299,6 +318,8 @@ pub struct PromptBuilder {
     scratch: Vec<u32>,
     /// Leading ids the next turn is known to share with the last ([`PromptBuilder::turn_after`]).
     known_shared: Option<usize>,
+    /// The last prompt's mark when it went out ([`BlockLedger::mark_sent`]).
+    marked: Option<u32>,
 }
 
 impl PromptBuilder {
@@ -360,6 +381,7 @@ impl PromptBuilder {
         ledger: &mut BlockLedger,
         scope: u64,
     ) -> (&str, u64) {
+        self.marked = None;
         let keep = self.kept(ids, tokens);
         self.ids.truncate(keep);
         self.tokens.truncate(keep);
@@ -386,12 +408,12 @@ impl PromptBuilder {
 
     /// [`BlockLedger::reachable`] for the last prompt made, which found `found` when made.
     pub fn reachable(&self, ledger: &BlockLedger, found: u64, first_token: f64) -> u64 {
-        ledger.reachable(&self.chains, &self.tokens, found, first_token)
+        ledger.reachable(&self.chains, &self.tokens, found, first_token, self.marked)
     }
 
     /// [`BlockLedger::mark_sent`] for the last prompt made, which found `found` when made.
-    pub fn mark_sent(&self, ledger: &mut BlockLedger, found: u64) {
-        ledger.mark_sent(&self.chains, &self.tokens, found);
+    pub fn mark_sent(&mut self, ledger: &mut BlockLedger, found: u64) {
+        self.marked = Some(ledger.mark_sent(&self.chains, &self.tokens, found));
     }
 
     /// How many leading blocks of the last prompt this one keeps (the same ids, as many
@@ -549,10 +571,49 @@ mod tests {
         assert_eq!((a, b), (0, 200));
         assert_eq!(a_chains, b_chains[..2]);
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(ledger.reachable(&a_chains, &[100, 100], a, unix_now()), 0);
+        assert_eq!(
+            ledger.reachable(&a_chains, &[100, 100], a, unix_now(), None),
+            0
+        );
         ledger.mark_sent(&b_chains, &[100, 100, 100], b);
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(ledger.reachable(&a_chains, &[100, 100], a, unix_now()), 200);
+        assert_eq!(
+            ledger.reachable(&a_chains, &[100, 100], a, unix_now(), None),
+            200
+        );
+    }
+
+    /// The case a loaded run showed (a Mooncake trace, requests 44, 45 and 46): 44 sent part
+    /// of block 35; 45, made next, found that part and sent all of it and its partial block
+    /// 36; 46, made 0.7 ms later, found all of 45 and went out before 45's first token, and
+    /// the server served it first. 45 really found 46's text: the rest of block 35 and its
+    /// own 36. Its own mark on block 35 (which it found in part) does not count for it.
+    #[test]
+    fn a_block_found_in_part_counts_another_requests_mark_not_its_own() {
+        let mut ledger = BlockLedger::default();
+        let (f44, _) = ledger.send_chains(0, &[1, 35], &[512, 284]);
+        let (f45, c45) = ledger.send_chains(0, &[1, 35, 36], &[512, 512, 471]);
+        let (f46, c46) = ledger.send_chains(0, &[1, 35, 36, 40], &[512, 512, 512, 512]);
+        assert_eq!((f44, f45, f46), (0, 512 + 284, 512 + 512 + 471));
+        let t45 = [512, 512, 471];
+        let own = ledger.mark_sent(&c45, &t45, f45);
+        std::thread::sleep(Duration::from_millis(5));
+        // Only its own mark so far: what it found.
+        let early = unix_now();
+        assert_eq!(ledger.reachable(&c45, &t45, f45, early, Some(own)), f45);
+        std::thread::sleep(Duration::from_millis(5));
+        let _ = ledger.mark_sent(&c46, &[512, 512, 512, 512], f46);
+        std::thread::sleep(Duration::from_millis(5));
+        // 46 went out after 45's first token: nothing more.
+        assert_eq!(ledger.reachable(&c45, &t45, f45, early, Some(own)), f45);
+        // Before it: all of 45's blocks were reachable.
+        let late = unix_now();
+        assert_eq!(
+            ledger.reachable(&c45, &t45, f45, late, Some(own)),
+            512 + 512 + 471
+        );
+        // Taken for another's, its own mark would have counted it whole at once.
+        assert_eq!(ledger.reachable(&c45, &t45, f45, early, None), 512 + 512);
     }
 
     #[test]

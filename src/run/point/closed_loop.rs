@@ -56,11 +56,11 @@ impl PointRunner {
             let omitted_is_zero = self.cached_omitted_is_zero();
             let (pid, api, timeout) = (point.id.clone(), exp.workload.api, exp.request_timeout);
             let (requested, share, mix) = (planned.requested, planned.share, planned.mix);
-            let (theoretical, entry) = (planned.theoretical_cached, planned.ledger);
+            let (theoretical, mut entry) = (planned.theoretical_cached, planned.ledger);
             let gone = gone.clone();
             tasks.spawn(async move {
                 progress.request_started();
-                if let Some(e) = &entry {
+                if let Some(e) = &mut entry {
                     e.mark_sent();
                 }
                 let m = client.stream(&req, timeout).await;

@@ -208,7 +208,7 @@ impl Release<'_> {
             p.requested,
         );
         let (share, mix, round) = (p.share, p.mix, self.round);
-        let (theoretical, entry) = (p.theoretical_cached, p.ledger);
+        let (theoretical, mut entry) = (p.theoretical_cached, p.ledger);
         let omitted_is_zero = self.runner.cached_omitted_is_zero();
         let scheduled_at = self.start_unix + s.at_s;
         let gone = self.gone.clone();
@@ -225,7 +225,7 @@ impl Release<'_> {
                 None => None,
             };
             progress.request_started();
-            if let Some(e) = &entry {
+            if let Some(e) = &mut entry {
                 e.mark_sent();
             }
             let m = client.stream(&req, timeout).await;
