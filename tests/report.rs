@@ -668,3 +668,48 @@ fn the_provenance_names_a_port_forward_only_where_the_client_went_through_one() 
 fn read_json_file(path: &Path) -> serde_json::Value {
     serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// A re-rendered run's `requests.csv` holds the numbers its `requests.jsonl` holds, to the
+/// bit (accept lengths of every verify-step count to 64, Unix send times). The binary built
+/// for tests always parses floats exactly (a dev-dependency turns serde_json's
+/// `float_roundtrip` on); `architecture::the_shipped_binary_parses_floats_exactly` checks
+/// the one users build.
+#[test]
+fn a_re_rendered_run_reads_its_numbers_to_the_bit() {
+    let ws = Workspace::new();
+    let dir = ws.path().join("run");
+    fs::create_dir_all(&dir).unwrap();
+    let src = report_fixtures().path("clean-sweep");
+    for f in ["meta.json", "points.jsonl"] {
+        fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    // Every verify-step count to 64 for three totals, on copies of the fixture's first
+    // request (63 / 22 among them).
+    let template = read_jsonl(&src.join("requests.jsonl")).remove(0);
+    let mut want = Vec::new();
+    let mut lines = String::new();
+    for steps in 1..=64u64 {
+        for tokens in [63u64, 127, 255] {
+            let accept = tokens as f64 / steps as f64;
+            let sent = 1_796_505_898.0 + accept / 7.0;
+            let mut r = template.clone();
+            r["index"] = want.len().into();
+            r["verify_steps"] = steps.into();
+            r["accept_length"] = accept.into();
+            r["sent_at"] = sent.into();
+            want.push((accept, sent));
+            lines.push_str(&format!("{r}\n"));
+        }
+    }
+    fs::write(dir.join("requests.jsonl"), lines).unwrap();
+    let out = servebench().arg("report").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let mut csv = csv::Reader::from_path(dir.join("requests.csv")).unwrap();
+    let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), want.len());
+    for (row, (accept, sent)) in rows.iter().zip(&want) {
+        let n = row.len();
+        assert_eq!(row[n - 1].parse::<f64>().unwrap(), *accept, "{row:?}");
+        assert_eq!(row[6].parse::<f64>().unwrap(), *sent, "{row:?}");
+    }
+}

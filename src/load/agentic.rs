@@ -472,7 +472,50 @@ fn parse_request(
         })? as u32;
     let bs = u64::from(ctx.block_size);
     let start = ctx.ids.len();
-    match obj.get("hash_ids") {
+    push_ids(obj.get("hash_ids"), input, ctx, &bad)?;
+    let len = ctx.ids.len() - start;
+    if ctx.ids.len() > ID_LIMIT {
+        return Err(bad(
+            format!("the trace names more than {ID_LIMIT} hash_ids in all"),
+            "replay a part of it: cut it to fewer sessions",
+        ));
+    }
+    let full = (len as u64 - 1) * bs;
+    if input <= full || input > full + bs {
+        return Err(bad(
+            format!(
+                "{len} hash_ids of {bs} tokens do not fit `in` {input}: the last block would hold {} tokens (it must hold 1 to {bs})",
+                input as i128 - full as i128
+            ),
+            "set `load.agentic.block_size` to the block size the trace was made with (its own `block_size`), or correct the request's `in`",
+        ));
+    }
+    let t = number("t");
+    let gap_s = gap(number("think_time"), t, prev_end);
+    let end = t.map(|t| t + number("api_time").unwrap_or(0.0));
+    Ok((
+        TurnTrace {
+            gap_s,
+            input_tokens: input,
+            output_tokens: output,
+            start: start as u32,
+            len: len as u32,
+            shared: 0,
+        },
+        end,
+    ))
+}
+
+/// Pushes a request's block ids (`hash_ids`, or blocks of its own for `input` tokens when it
+/// names none) to the session's ids.
+fn push_ids(
+    hash_ids: Option<&Value>,
+    input: u64,
+    ctx: &mut Ctx<'_>,
+    bad: &dyn Fn(String, &'static str) -> LineProblem,
+) -> Result<(), LineProblem> {
+    let bs = u64::from(ctx.block_size);
+    match hash_ids {
         Some(Value::Array(list)) if !list.is_empty() => {
             if list.len() > IDS_PER_REQUEST {
                 return Err(bad(
@@ -507,37 +550,7 @@ fn parse_request(
             ));
         }
     }
-    let len = ctx.ids.len() - start;
-    if ctx.ids.len() > ID_LIMIT {
-        return Err(bad(
-            format!("the trace names more than {ID_LIMIT} hash_ids in all"),
-            "replay a part of it: cut it to fewer sessions",
-        ));
-    }
-    let full = (len as u64 - 1) * bs;
-    if input <= full || input > full + bs {
-        return Err(bad(
-            format!(
-                "{len} hash_ids of {bs} tokens do not fit `in` {input}: the last block would hold {} tokens (it must hold 1 to {bs})",
-                input as i128 - full as i128
-            ),
-            "set `load.agentic.block_size` to the block size the trace was made with (its own `block_size`), or correct the request's `in`",
-        ));
-    }
-    let t = number("t");
-    let gap_s = gap(number("think_time"), t, prev_end);
-    let end = t.map(|t| t + number("api_time").unwrap_or(0.0));
-    Ok((
-        TurnTrace {
-            gap_s,
-            input_tokens: input,
-            output_tokens: output,
-            start: start as u32,
-            len: len as u32,
-            shared: 0,
-        },
-        end,
-    ))
+    Ok(())
 }
 
 /// The error's message and a hint at the fix, for `validate`.
