@@ -734,3 +734,49 @@ fn a_re_rendered_run_reads_its_numbers_to_the_bit() {
         assert_eq!(row[6].parse::<f64>().unwrap(), *sent, "{row:?}");
     }
 }
+
+/// A point whose block requests found a hit served in the other order names it under the
+/// cache table, and counts it apart from contamination (`above`, marked ⚠).
+#[test]
+fn reordered_block_hits_are_named_under_the_cache_table() {
+    let dir = report_fixtures().open("clean-sweep");
+    let mut points = dir.read_points().unwrap();
+    points[0].trace_cache = Some(servebench_model::results::jobs::TraceCache {
+        requests: 10,
+        prompt_tokens: 20_000,
+        theoretical_cached_tokens: 12_000,
+        cached_tokens: 12_900,
+        below: 0,
+        above: 0,
+        reordered: 2,
+        unreported: 0,
+    });
+    let model = build_model(
+        &dir.read_meta().unwrap(),
+        &points,
+        &dir.read_requests().unwrap(),
+    );
+    let row = &model.trace.as_ref().expect("a trace section").cache[0];
+    assert_eq!((row.above, row.reordered), (0, 2));
+    let out = report::render(&model, None).unwrap();
+    let id = &points[0].id;
+    assert!(
+        out.contains(&format!(
+            "- {id}: 2 of its requests found more than their theoretical hit"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains(" 0 ⚠"), "{out}");
+    // None reordered: no line.
+    points[0].trace_cache.as_mut().unwrap().reordered = 0;
+    let model = build_model(
+        &dir.read_meta().unwrap(),
+        &points,
+        &dir.read_requests().unwrap(),
+    );
+    assert!(
+        !report::render(&model, None)
+            .unwrap()
+            .contains("of its requests found more")
+    );
+}
