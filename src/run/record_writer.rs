@@ -5,11 +5,17 @@
 //! writer thread does that work on a thread of its own, which the kernel schedules against
 //! the workers (a worker woken by a read need not wait for it), while the request's task
 //! waits for the answer without holding its worker: a record that could not be written is
-//! still not measured, as with a direct write.
+//! still not measured, as with a direct write. The thread also folds each written record into
+//! its round's tally in the same step, so every record in the file is in the point's summary
+//! even when the task that sent it is gone before the answer comes back.
 
 use std::sync::mpsc;
 
+use std::sync::{Arc, Mutex};
+
 use tokio::sync::oneshot;
+
+use super::round_tally::RoundTally;
 
 use servebench_model::results::records::RequestRecord;
 
@@ -19,8 +25,19 @@ use servebench_model::results::records::RequestRecord;
 pub(crate) type RecordSink =
     std::sync::Arc<dyn Fn(&RequestRecord) -> std::io::Result<()> + Send + Sync>;
 
-/// A record to write and where to hand it back, with whether it was written.
-type Job = (RequestRecord, oneshot::Sender<(RequestRecord, bool)>);
+/// Where a round's written records are folded (None once the round took its tally back).
+pub(crate) type TallyCell = Arc<Mutex<Option<RoundTally>>>;
+
+/// A record to write, the tally it is folded into once written, and where to hand it back
+/// with whether it was written; or a barrier, answered once every job before it is done.
+enum Job {
+    Write(
+        Box<RequestRecord>,
+        Option<TallyCell>,
+        oneshot::Sender<(RequestRecord, bool)>,
+    ),
+    Barrier(oneshot::Sender<()>),
+}
 
 /// The thread that writes records to a sink, in the order they are given.
 pub(crate) struct RecordWriter {
@@ -39,24 +56,53 @@ impl RecordWriter {
             .name("servebench-records".into())
             .spawn(move || {
                 yield_to_the_measuring_threads();
-                for (mut rec, back) in due {
-                    routing.attribute(&mut rec);
-                    let written = sink(&rec).is_ok();
-                    let _ = back.send((rec, written));
+                for job in due {
+                    match job {
+                        Job::Write(mut rec, tally, back) => {
+                            routing.attribute(&mut rec);
+                            let written = sink(&rec).is_ok();
+                            if written
+                                && let Some(t) = &tally
+                                && let Some(t) =
+                                    t.lock().unwrap_or_else(|p| p.into_inner()).as_mut()
+                            {
+                                t.add(&rec);
+                            }
+                            let _ = back.send((*rec, written));
+                        }
+                        Job::Barrier(back) => {
+                            let _ = back.send(());
+                        }
+                    }
                 }
             })
             .expect("the OS starts a thread");
         RecordWriter { jobs }
     }
 
-    /// Writes `rec`; gives it back when it was written, None when it was not (the sink failed
-    /// and has stopped the run, or the writer thread is gone).
-    pub(crate) async fn write(&self, rec: RequestRecord) -> Option<RequestRecord> {
+    /// Writes `rec` (folding it into `tally` once written); gives it back when it was
+    /// written, None when it was not (the sink failed and has stopped the run, or the writer
+    /// thread is gone).
+    pub(crate) async fn write(
+        &self,
+        rec: RequestRecord,
+        tally: Option<TallyCell>,
+    ) -> Option<RequestRecord> {
         let (back, answer) = oneshot::channel();
-        self.jobs.send((rec, back)).ok()?;
+        self.jobs
+            .send(Job::Write(Box::new(rec), tally, back))
+            .ok()?;
         match answer.await {
             Ok((rec, true)) => Some(rec),
             _ => None,
+        }
+    }
+
+    /// Waits until every record given before is written and folded.
+    pub(crate) async fn drain(&self) {
+        let (back, answer) = oneshot::channel();
+        if self.jobs.send(Job::Barrier(back)).is_ok() {
+            let _ = answer.await;
         }
     }
 }
@@ -104,7 +150,7 @@ mod tests {
                 index,
                 ..RequestRecord::fixture()
             };
-            let back = writer.write(rec).await;
+            let back = writer.write(rec, None).await;
             assert_eq!(back.map(|r| r.index), (index != 2).then_some(index));
         }
         assert_eq!(*seen.lock().unwrap(), vec![0, 1, 3]);
@@ -117,7 +163,7 @@ mod tests {
         let sink: RecordSink = Arc::new(|_: &RequestRecord| Ok(()));
         let writer = RecordWriter::start(sink, Default::default());
         // One record through it: the thread has lowered its priority by then.
-        assert!(writer.write(RequestRecord::fixture()).await.is_some());
+        assert!(writer.write(RequestRecord::fixture(), None).await.is_some());
         let nice = |stat: &str| -> i64 {
             // Field 19 of /proc/<pid>/task/<tid>/stat, counted after the command's parenthesis.
             let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio::task::JoinSet;
 
 use crate::client::{Client, GenerationRequest};
@@ -24,9 +25,11 @@ use servebench_model::results::jobs::{ContextBand, JOBS_KEPT, JobRecord, JobTurn
 use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
 use servebench_model::spec::Point;
 use servebench_model::spec::load_model::AgenticSpec;
-use servebench_report::measure::summary::PointFold;
 
+use super::sender::{SendEnd, Sender};
 use super::{PointRunner, Prompts, generation_request, prepare};
+use crate::run::probe::Window;
+use crate::run::request::{BlockMarks, Outgoing, RequestPath, Sent};
 
 /// Where the bands of turns' context (prompt tokens) start, for TTFT against context:
 /// doubling from 1,024 to 256k.
@@ -34,22 +37,30 @@ const BANDS: [u64; 10] = [
     0, 1_024, 2_048, 4_096, 8_192, 16_384, 32_768, 65_536, 131_072, 262_144,
 ];
 
+/// A round of agent sessions, ready: its trace read and its block text calibrated, both
+/// before the measured window (neither the parse nor the calibration's requests are in it).
+pub(super) struct Agentic<'p> {
+    spec: &'p AgenticSpec,
+    corpus: Arc<SessionCorpus>,
+    texts: HashMap<u32, BlockText>,
+    template: GenerationRequest,
+    /// The server's context length, where it says: a turn past it is not sent.
+    context_limit: Option<u64>,
+    stop_after: Option<Duration>,
+}
+
 impl PointRunner {
-    /// One round of agent sessions: `spec.live` at a time until the trace's sessions (or
-    /// `spec.sessions`) are done, `stop.duration` passes or an interrupt comes. Each session's
-    /// records are folded into `fold` as it ends, and the sessions' view is given to it.
-    /// Returns whether an interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn run_agentic(
+    /// Reads the point's session trace and calibrates the block text of each block size it
+    /// uses. Err: whether an interrupt stopped it (a failure is flagged).
+    pub(super) async fn prepare_agentic<'p>(
         &mut self,
         client: &Client,
-        point: &Point,
+        point: &'p Point,
         round: u32,
         prompts: &Prompts,
-        spec: &AgenticSpec,
+        spec: &'p AgenticSpec,
         flags: &mut Vec<Flag>,
-        fold: &mut PointFold,
-    ) -> bool {
+    ) -> Result<Agentic<'p>, bool> {
         let exp = &point.experiment;
         let corpus = match crate::load::agentic::read(&self.spec_dir.join(&spec.file), spec) {
             Ok(c) => Arc::new(c),
@@ -58,116 +69,22 @@ impl PointRunner {
                     FlagKind::ScheduleFailed,
                     format!("could not read the session trace: {e}"),
                 ));
-                return false;
+                return Err(false);
             }
         };
-        let texts = match self
+        let texts = self
             .block_texts(client, point, round, prompts, (spec, &corpus), flags)
-            .await
-        {
-            Ok(t) => t,
-            Err(stopped) => return stopped,
-        };
-        let live = spec.live.max(1) as usize;
-        let total = spec.sessions.map_or(corpus.sessions.len(), |n| n as usize);
-        prepare(client, live.min(total)).await;
-        let started = Instant::now();
-        let deadline = exp
-            .stop
-            .as_ref()
-            .and_then(|s| s.duration)
-            .map(|d| started + d);
-        let shared = Arc::new(Shared {
-            client: client.clone(),
-            sink: self.sink.clone(),
-            routing: self.routing.clone(),
-            progress: self.progress.clone(),
-            interrupt: self.interrupt.clone(),
-            point: point.id.clone(),
-            round,
-            corpus: corpus.clone(),
+            .await?;
+        Ok(Agentic {
+            spec,
+            corpus,
+            texts,
             template: generation_request(exp, String::new(), &prompts.target),
-            think_scale: spec.think_scale.max(0.0),
             context_limit: self.surface.as_ref().and_then(|s| s.context_length),
-            deadline,
-            timeout: exp.request_timeout,
-            omitted_is_zero: self.cached_omitted_is_zero(),
-            index: AtomicU32::new(0),
-        });
-        let mut tasks: JoinSet<(Vec<RequestRecord>, JobRecord)> = JoinSet::new();
-        let mut view = JobsView {
-            live: spec.live,
-            ..JobsView::default()
-        };
-        let mut ttft: Vec<Vec<f64>> = vec![Vec::new(); BANDS.len()];
-        let (mut area, mut last, mut first_start, mut last_end) = (0.0, started, None, started);
-        let mut next = 0usize;
-        let mut stopped = false;
-        let mut sent = 0usize;
-        loop {
-            while !stopped
-                && tasks.len() < live
-                && next < total
-                && deadline.is_none_or(|d| Instant::now() < d)
-            {
-                let now = Instant::now();
-                area += tasks.len() as f64 * (now - last).as_secs_f64();
-                last = now;
-                first_start.get_or_insert(now);
-                let trace = next % corpus.sessions.len();
-                let bs = spec
-                    .block_size
-                    .or(corpus.sessions[trace].block_size)
-                    .unwrap_or(512);
-                let mut text = texts[&bs].clone();
-                // Ids are local to a session, and a replay of the trace is another session.
-                text.salt = mix(text.salt, next as u64);
-                let run = SessionRun {
-                    shared: shared.clone(),
-                    session: next as u32,
-                    trace,
-                    text,
-                    ledger: Arc::new(Mutex::new(BlockLedger::default())),
-                    turn: Arc::new(AtomicU32::new(0)),
-                };
-                tasks.spawn(run.run());
-                view.started += 1;
-                next += 1;
-            }
-            if tasks.is_empty() {
-                break;
-            }
-            tokio::select! {
-                done = tasks.join_next() => {
-                    let now = Instant::now();
-                    area += tasks.len().saturating_add(1) as f64 * (now - last).as_secs_f64();
-                    last = now;
-                    last_end = now;
-                    match done {
-                        Some(Ok((records, job))) => {
-                            sent += records.len();
-                            session_done(&records, job, fold, &mut view, &mut ttft);
-                        }
-                        Some(Err(e)) => flags.extend(super::task_died(e)),
-                        None => {}
-                    }
-                }
-                _ = self.interrupt.wait(), if !stopped => {
-                    // Turns in flight are abandoned: they never finished.
-                    stopped = true;
-                    tasks.abort_all();
-                }
-            }
-        }
-        let window = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());
-        close_view(&mut view, ttft, window, area);
-        fold.expect(sent);
-        fold.jobs = Some(view);
-        stopped
+            stop_after: exp.stop.as_ref().and_then(|s| s.duration),
+        })
     }
-}
 
-impl PointRunner {
     /// The block text of each block size the trace's sessions use, each calibrated once (a
     /// trace has one size, as a rule). Err: whether an interrupt stopped it (a failure is
     /// flagged).
@@ -207,27 +124,111 @@ impl PointRunner {
     }
 }
 
-/// A session ended: its turns folded into the point, each successful one's TTFT in its
-/// context band, the session counted as completed or stopped (and kept, up to [`JOBS_KEPT`]).
-fn session_done(
-    records: &[RequestRecord],
-    job: JobRecord,
-    fold: &mut PointFold,
-    view: &mut JobsView,
-    ttft: &mut [Vec<f64>],
-) {
-    for r in records {
-        fold.add(r);
-        if r.error.is_none()
-            && let (Some(j), Some(t)) = (&r.job, first_token_s(r))
-        {
-            let band = BANDS
-                .iter()
-                .rposition(|&b| j.context_tokens >= b)
-                .unwrap_or(0);
-            ttft[band].push(t);
-        }
+impl<'p> Sender<'p> for Agentic<'p> {
+    /// `spec.live` sessions at a time until the trace's sessions (or `spec.sessions`) are
+    /// done, `stop.duration` passes or an interrupt comes (every live session then ends at
+    /// its next step, and says why). Each turn is folded as it is written; the sessions'
+    /// view is the point's.
+    fn send<'s>(
+        self: Box<Self>,
+        path: &'s RequestPath,
+        window: &'s Window,
+    ) -> BoxFuture<'s, SendEnd>
+    where
+        'p: 's,
+    {
+        Box::pin(async move {
+            let Agentic {
+                spec,
+                corpus,
+                texts,
+                template,
+                context_limit,
+                stop_after,
+            } = *self;
+            let mut end = SendEnd::default();
+            let live = spec.live.max(1) as usize;
+            let total = spec.sessions.map_or(corpus.sessions.len(), |n| n as usize);
+            end.planned = (0..total)
+                .map(|k| corpus.sessions[k % corpus.sessions.len()].turns())
+                .sum();
+            prepare(path.client(), live.min(total)).await;
+            window.open();
+            let started = Instant::now();
+            let deadline = stop_after.map(|d| started + d);
+            let shared = Arc::new(Shared {
+                path: path.clone(),
+                corpus: corpus.clone(),
+                template,
+                think_scale: spec.think_scale.max(0.0),
+                context_limit,
+                deadline,
+                index: AtomicU32::new(0),
+                ttft: Mutex::new(vec![Vec::new(); BANDS.len()]),
+            });
+            let mut tasks: JoinSet<JobRecord> = JoinSet::new();
+            let mut view = JobsView {
+                live: spec.live,
+                ..JobsView::default()
+            };
+            let (mut area, mut last, mut first_start, mut last_end) = (0.0, started, None, started);
+            let mut next = 0usize;
+            loop {
+                while path.may_send()
+                    && tasks.len() < live
+                    && next < total
+                    && deadline.is_none_or(|d| Instant::now() < d)
+                {
+                    let now = Instant::now();
+                    area += tasks.len() as f64 * (now - last).as_secs_f64();
+                    last = now;
+                    first_start.get_or_insert(now);
+                    let trace = next % corpus.sessions.len();
+                    let bs = spec
+                        .block_size
+                        .or(corpus.sessions[trace].block_size)
+                        .unwrap_or(512);
+                    let mut text = texts[&bs].clone();
+                    // Ids are local to a session, and a replay of the trace is another session.
+                    text.salt = mix(text.salt, next as u64);
+                    let run = SessionRun {
+                        shared: shared.clone(),
+                        session: next as u32,
+                        trace,
+                        text,
+                        ledger: Arc::new(Mutex::new(BlockLedger::default())),
+                        turn: Arc::new(AtomicU32::new(0)),
+                    };
+                    tasks.spawn(run.run());
+                    view.started += 1;
+                    next += 1;
+                }
+                // Sessions are never aborted: each one ends at its next step after an
+                // interrupt and says so, its turns already folded.
+                let Some(done) = tasks.join_next().await else {
+                    break;
+                };
+                let now = Instant::now();
+                area += tasks.len().saturating_add(1) as f64 * (now - last).as_secs_f64();
+                last = now;
+                last_end = now;
+                match done {
+                    Ok(job) => session_done(job, &mut view),
+                    Err(e) => end.flags.extend(super::task_died(e)),
+                }
+            }
+            let window_s = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());
+            let ttft = std::mem::take(&mut *shared.ttft.lock().unwrap_or_else(|p| p.into_inner()));
+            close_view(&mut view, ttft, window_s, area);
+            end.expect = Some(path.sent());
+            end.jobs = Some(view);
+            end
+        })
     }
+}
+
+/// A session ended: counted as completed or stopped (and kept, up to [`JOBS_KEPT`]).
+fn session_done(job: JobRecord, view: &mut JobsView) {
     if job.stopped.is_some() {
         view.stopped += 1;
     } else {
@@ -278,13 +279,7 @@ fn bands(ttft: Vec<Vec<f64>>) -> Vec<ContextBand> {
 
 /// What every session of a round shares.
 struct Shared {
-    client: Client,
-    sink: super::RecordSink,
-    routing: Arc<crate::run::server::routing::RoutingBook>,
-    progress: super::Progress,
-    interrupt: crate::run::interrupt::Interrupt,
-    point: String,
-    round: u32,
+    path: RequestPath,
     corpus: Arc<SessionCorpus>,
     /// Every turn's request but its prompt and output length.
     template: GenerationRequest,
@@ -292,10 +287,10 @@ struct Shared {
     /// The server's context length, where it says: a turn past it is not sent.
     context_limit: Option<u64>,
     deadline: Option<Instant>,
-    timeout: Duration,
-    omitted_is_zero: bool,
     /// The next record's index in the round.
     index: AtomicU32,
+    /// Successful turns' TTFT by context band.
+    ttft: Mutex<Vec<Vec<f64>>>,
 }
 
 /// One session.
@@ -318,16 +313,74 @@ enum Stop {
     Interrupted,
 }
 
+/// What a chain of turns sent: how many, how many failed, the first send and the last end
+/// (Unix seconds). Kept instead of the records, which are written and folded as they end.
+#[derive(Default, Clone, Copy)]
+struct Turns {
+    sent: u32,
+    failed: u32,
+    first_sent: Option<f64>,
+    last_end: Option<f64>,
+}
+
+impl Turns {
+    fn add(&mut self, r: &RequestRecord) {
+        self.sent += 1;
+        self.failed += u32::from(r.error.is_some());
+        self.first_sent = Some(self.first_sent.map_or(r.sent_at, |f| f.min(r.sent_at)));
+        let end = end_at(r);
+        self.last_end = Some(self.last_end.map_or(end, |l| l.max(end)));
+    }
+
+    fn merge(&mut self, o: Turns) {
+        self.sent += o.sent;
+        self.failed += o.failed;
+        self.first_sent = match (self.first_sent, o.first_sent) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_end = match (self.last_end, o.last_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// A session turn's blocks in its session's ledger: marked as it goes out, asked what it
+/// could have found once answered (a subagent made after it may have reached the server
+/// first if it was sent before this turn's first token).
+struct SessionMarks<'a> {
+    prompt: &'a mut PromptBuilder,
+    ledger: &'a Mutex<BlockLedger>,
+    theoretical: u64,
+}
+
+impl BlockMarks for SessionMarks<'_> {
+    fn mark_sent(&mut self) {
+        if let Ok(mut ledger) = self.ledger.lock() {
+            self.prompt.mark_sent(&mut ledger, self.theoretical);
+        }
+    }
+
+    fn reachable(&self, first_token_at: f64) -> Option<u64> {
+        let ledger = self.ledger.lock().ok()?;
+        Some(
+            self.prompt
+                .reachable(&ledger, self.theoretical, first_token_at),
+        )
+    }
+}
+
 impl SessionRun {
     /// Runs the session's steps in order; its record says how far it got and why it stopped.
-    async fn run(self) -> (Vec<RequestRecord>, JobRecord) {
+    async fn run(self) -> JobRecord {
         let trace = &self.shared.corpus.sessions[self.trace];
-        let mut records = Vec::new();
+        let mut turns = Turns::default();
         let mut stop = None;
         let mut prompt = PromptBuilder::default();
         for step in &trace.steps {
             let outcome = match step {
-                Step::Turn(t) => self.turn(t, None, &mut prompt, &mut records).await,
+                Step::Turn(t) => self.turn(t, None, &mut prompt, &mut turns).await,
                 Step::Subagents(agents) => {
                     let mut set = JoinSet::new();
                     for (k, _) in agents.iter().enumerate() {
@@ -336,8 +389,8 @@ impl SessionRun {
                     let mut outcome = Ok(());
                     while let Some(done) = set.join_next().await {
                         match done {
-                            Ok((rs, o)) => {
-                                records.extend(rs);
+                            Ok((t, o)) => {
+                                turns.merge(t);
                                 if outcome.is_ok() {
                                     outcome = o;
                                 }
@@ -355,71 +408,42 @@ impl SessionRun {
                 break;
             }
         }
-        let failed = records.iter().filter(|r| r.error.is_some()).count() as u32;
-        let completion_s = match (
-            &stop,
-            records.first(),
-            records.iter().map(end_at).reduce(f64::max),
-        ) {
-            (None, Some(_), Some(end)) => {
-                let first = records
-                    .iter()
-                    .map(|r| r.sent_at)
-                    .fold(f64::INFINITY, f64::min);
-                Some(end - first)
-            }
+        let completion_s = match (&stop, turns.first_sent, turns.last_end) {
+            (None, Some(first), Some(end)) => Some(end - first),
             _ => None,
         };
-        let job = JobRecord {
+        JobRecord {
             session: self.session,
             trace_id: trace.id.clone(),
             turns: trace.turns() as u32,
-            sent: records.len() as u32,
-            failed,
+            sent: turns.sent,
+            failed: turns.failed,
             completion_s,
             stopped: stop.map(|s| match s {
                 Stop::Reason(r) => r,
                 Stop::Interrupted => "interrupted: the run was stopped".into(),
             }),
-        };
-        (records, job)
+        }
     }
 
     /// Subagent `k` of the subagents at `step`: its turns in order.
-    async fn agent(self, k: usize, step: usize) -> (Vec<RequestRecord>, Result<(), Stop>) {
+    async fn agent(self, k: usize, step: usize) -> (Turns, Result<(), Stop>) {
         let trace = &self.shared.corpus.sessions[self.trace];
+        let mut turns = Turns::default();
         let Some(Step::Subagents(agents)) = trace.steps.get(step) else {
-            return (Vec::new(), Ok(()));
+            return (turns, Ok(()));
         };
         let agent = &agents[k];
-        let mut records = Vec::new();
         if let Err(s) = self.wait(agent.gap_s).await {
-            return (records, Err(s));
+            return (turns, Err(s));
         }
         let mut prompt = PromptBuilder::default();
         for t in &agent.turns {
-            if let Err(s) = self
-                .turn(t, Some(&agent.id), &mut prompt, &mut records)
-                .await
-            {
-                return (records, Err(s));
+            if let Err(s) = self.turn(t, Some(&agent.id), &mut prompt, &mut turns).await {
+                return (turns, Err(s));
             }
         }
-        (records, Ok(()))
-    }
-
-    /// The most `rec` (made by `prompt`, finding `theoretical` when made) could have found
-    /// from its session's own prompts: a subagent made after it may have reached the server
-    /// first if it was sent before `rec`'s first token.
-    fn reachable(
-        &self,
-        rec: &RequestRecord,
-        prompt: &PromptBuilder,
-        theoretical: u64,
-    ) -> Option<u64> {
-        let first_token = super::first_token_at(rec)?;
-        let ledger = self.ledger.lock().ok()?;
-        Some(prompt.reachable(&ledger, theoretical, first_token))
+        (turns, Ok(()))
     }
 
     /// Waits `gap_s` of the trace's think or tool time (scaled); stops at the point's
@@ -434,22 +458,28 @@ impl SessionRun {
         }
         tokio::select! {
             _ = tokio::time::sleep(d) => Ok(()),
-            _ = self.shared.interrupt.wait() => Err(Stop::Interrupted),
+            _ = self.shared.path.interrupt().wait() => Err(Stop::Interrupted),
         }
     }
 
-    /// Waits the turn's gap, then sends it and records it; a failed turn, one past the
+    /// Waits the turn's gap, then sends it on the round's path; a failed turn, one past the
     /// server's context or the deadline ends the chain.
     async fn turn(
         &self,
         t: &TurnTrace,
         agent: Option<&str>,
         prompt: &mut PromptBuilder,
-        records: &mut Vec<RequestRecord>,
+        turns: &mut Turns,
     ) -> Result<(), Stop> {
         let shared = &self.shared;
-        if !records.is_empty() || agent.is_none() {
+        if turns.sent > 0 || agent.is_none() {
             self.wait(t.gap_s).await?;
+        }
+        if !shared.path.may_send() {
+            return Err(match shared.path.is_gone() {
+                true => Stop::Reason("the server was lost: no more turns were sent".into()),
+                false => Stop::Interrupted,
+            });
         }
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         let needs = t.input_tokens + u64::from(t.output_tokens);
@@ -477,46 +507,47 @@ impl SessionRun {
         let mut req = shared.template.clone();
         req.prompt = text;
         req.max_tokens = t.output_tokens;
-        shared.progress.request_started();
-        if let Ok(mut ledger) = self.ledger.lock() {
-            prompt.mark_sent(&mut ledger, theoretical);
-        }
-        let m = tokio::select! {
-            m = shared.client.stream(&req, shared.timeout) => m,
-            _ = shared.interrupt.wait() => return Err(Stop::Interrupted),
-        };
         let index = shared.index.fetch_add(1, Ordering::Relaxed);
-        let mut rec = m.into_record(
-            &shared.point,
-            shared.round,
-            index,
-            RequestRole::Measure,
-            req.api,
-            req.max_tokens,
-            Some(t.input_tokens),
-        );
-        rec.theoretical_cached_tokens = Some(theoretical);
-        rec.reachable_cached_tokens = self.reachable(&rec, prompt, theoretical);
-        rec.job = Some(JobTurn {
+        let mut out = Outgoing::new(req, index, RequestRole::Measure);
+        out.requested = Some(t.input_tokens);
+        out.theoretical = Some(theoretical);
+        out.job = Some(JobTurn {
             session: self.session,
             turn,
             agent: agent.map(str::to_string),
             context_tokens: t.input_tokens,
         });
-        super::fill_omitted_cached(&mut rec, shared.omitted_is_zero);
-        shared.routing.attribute(&mut rec);
-        let written = (shared.sink)(&rec).is_ok();
-        shared.progress.request_finished();
-        let failed = rec.error.as_ref().map(|e| e.message.clone());
-        rec.drop_detail();
-        records.push(rec);
-        if !written {
-            return Err(Stop::Reason(format!(
-                "a record could not be written: turn {turn}"
-            )));
+        let mut marks = SessionMarks {
+            prompt,
+            ledger: &self.ledger,
+            theoretical,
+        };
+        let rec = match shared.path.send(out, Some(&mut marks)).await {
+            Sent::Answered(a) => a.record,
+            Sent::Interrupted => return Err(Stop::Interrupted),
+            Sent::NotWritten => {
+                return Err(Stop::Reason(format!(
+                    "a record could not be written: turn {turn}"
+                )));
+            }
+        };
+        turns.add(&rec);
+        if rec.error.is_none()
+            && let (Some(j), Some(ttft)) = (&rec.job, first_token_s(&rec))
+        {
+            let band = BANDS
+                .iter()
+                .rposition(|&b| j.context_tokens >= b)
+                .unwrap_or(0);
+            if let Ok(mut bands) = shared.ttft.lock() {
+                bands[band].push(ttft);
+            }
         }
-        if let Some(why) = failed {
-            return Err(Stop::Reason(format!("a turn failed: turn {turn}, {why}")));
+        if let Some(e) = &rec.error {
+            return Err(Stop::Reason(format!(
+                "a turn failed: turn {turn}, {}",
+                e.message
+            )));
         }
         Ok(())
     }

@@ -12,11 +12,11 @@ use crate::prompt::{
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::meta::{CacheReset, ServerSurface};
 use servebench_model::results::records::{
-    CacheShare, Calibration, ErrorKind, Flag, PointRecord, RequestRecord,
+    CacheShare, Calibration, Flag, PointRecord, RequestRecord,
 };
 use servebench_model::results::rundir::RunDir;
 use servebench_model::spec::Point;
-use servebench_model::spec::types::{Api, ArgValue, CachePolicy, Experiment};
+use servebench_model::spec::types::{ArgValue, CachePolicy, Experiment};
 
 use super::progress::Progress;
 use crate::run::interrupt::Interrupt;
@@ -25,6 +25,7 @@ mod agentic;
 mod closed_loop;
 mod round;
 mod scheduled;
+mod sender;
 mod sessions;
 mod two_point;
 mod workload;
@@ -47,8 +48,8 @@ pub(crate) fn run_dir_sink(dir: Arc<RunDir>, interrupt: Interrupt) -> RecordSink
 
 /// Shared state for measuring points within a run.
 pub(crate) struct PointRunner {
-    pub sink: RecordSink,
-    /// The same sink, written from a thread of its own (the hot paths' records).
+    /// Where every record goes (`requests.jsonl`, or the agent's stdout), written from a
+    /// thread of its own that also folds it into its round.
     pub(super) writer: Arc<RecordWriter>,
     pub progress: Progress,
     pub interrupt: Interrupt,
@@ -112,9 +113,8 @@ impl PointRunner {
     ) -> Self {
         let routing = Arc::new(super::server::routing::RoutingBook::default());
         PointRunner {
-            writer: Arc::new(RecordWriter::start(sink.clone(), routing.clone())),
+            writer: Arc::new(RecordWriter::start(sink, routing.clone())),
             routing,
-            sink,
             progress,
             interrupt,
             spec_dir,
@@ -399,12 +399,8 @@ impl PointRunner {
         use crate::prompt::canary;
         let exp = &point.experiment;
         let asker = validity::Asker {
-            client: client.clone(),
             template: generation_request(exp, String::new(), &prompts.target),
-            point: point.id.clone(),
-            timeout: exp.request_timeout,
-            sink: self.sink.clone(),
-            interrupt: self.interrupt.clone(),
+            path: crate::run::request::RequestPath::new(self.path_parts(client, point, 0), None),
         };
         let length = prompts
             .requested()
@@ -465,20 +461,37 @@ impl PointRunner {
         &self,
         client: &Client,
     ) -> Result<(), crate::client::surface::CacheResetError> {
-        let how = match &self.surface {
-            Some(s) => match &s.cache_reset {
-                Some(how) => how.clone(),
-                None => return Ok(()),
-            },
-            None => CacheReset::FlushCache,
-        };
-        let interrupt = self.interrupt.clone();
-        crate::client::surface::reset_cache(client, &how, move || interrupt.is_set()).await
+        match self.cache_reset() {
+            Some(how) => reset_cache_with(client, &how, &self.interrupt).await,
+            None => Ok(()),
+        }
     }
 
-    /// Records `rec`; false when it could not be (the sink has stopped the run).
-    fn append(&self, rec: &RequestRecord) -> bool {
-        (self.sink)(rec).is_ok()
+    /// How the server measured now empties its prefix cache (None: it has no way).
+    fn cache_reset(&self) -> Option<CacheReset> {
+        match &self.surface {
+            Some(s) => s.cache_reset.clone(),
+            None => Some(CacheReset::FlushCache),
+        }
+    }
+
+    /// What every request path of `point`'s round `round` is made of.
+    fn path_parts(
+        &self,
+        client: &Client,
+        point: &Point,
+        round: u32,
+    ) -> crate::run::request::PathParts {
+        crate::run::request::PathParts {
+            client: client.clone(),
+            writer: self.writer.clone(),
+            progress: self.progress.clone(),
+            interrupt: self.interrupt.clone(),
+            point: point.id.clone(),
+            round,
+            timeout: point.experiment.request_timeout,
+            omitted_is_zero: self.cached_omitted_is_zero(),
+        }
     }
 
     /// The text of a generated prompt: calibrated to the server's token count (once per
@@ -700,22 +713,6 @@ pub(super) struct Planned {
     pub(super) ledger: Option<crate::prompt::blocks::LedgerEntry>,
 }
 
-/// When `rec` got its first token, in Unix seconds, as the client stamped it (None without
-/// one): its send's own stamp, not the caller's, so a client short of CPU between the two
-/// does not move it.
-pub(super) fn first_token_at(rec: &RequestRecord) -> Option<f64> {
-    let first = rec.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
-    Some(rec.sent_at + first)
-}
-
-/// What a block request could have found from its round's own prompts.
-pub(super) fn reachable(
-    entry: Option<&crate::prompt::blocks::LedgerEntry>,
-    rec: &RequestRecord,
-) -> Option<u64> {
-    entry?.reachable(first_token_at(rec)?)
-}
-
 /// The `model` field for OpenAI requests: the served model name if set, else the model, else
 /// the name the server said it serves (`/v1/models`, `/server_info`): a `url:` server the
 /// spec names no model for (vLLM answers 404 to any other name).
@@ -800,37 +797,14 @@ fn reasoning_markers(
     }
 }
 
-/// Whether the server is gone, as the requests of one round find out: a request that could
-/// not connect, then a health request that could not either (nothing listens at the address
-/// any more). The round then stops sending: the rest would only be connect errors.
-#[derive(Clone, Default)]
-pub(super) struct ServerGone(Arc<std::sync::atomic::AtomicBool>);
-
-impl ServerGone {
-    /// Judges `rec`, just finished: a connect error is checked with a health request.
-    pub(super) async fn judge(&self, client: &Client, rec: &RequestRecord) {
-        let refused = rec
-            .error
-            .as_ref()
-            .is_some_and(|e| e.kind == ErrorKind::Connect);
-        if refused && !self.is_set() && client.health().await.is_err() {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    pub(super) fn is_set(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The point's flag: how far it got before the server went.
-    pub(super) fn flag(&self, sent: usize, planned: usize) -> Flag {
-        Flag::new(
-            FlagKind::ServerLost,
-            format!(
-                "the server stopped answering (a request could not connect, nor could a health check): no more requests were sent ({sent} of {planned} sent)"
-            ),
-        )
-    }
+/// Empties the server's prefix cache `how` it offers; an interrupt stops the wait.
+pub(super) async fn reset_cache_with(
+    client: &Client,
+    how: &CacheReset,
+    interrupt: &Interrupt,
+) -> Result<(), crate::client::surface::CacheResetError> {
+    let interrupt = interrupt.clone();
+    crate::client::surface::reset_cache(client, how, move || interrupt.is_set()).await
 }
 
 /// The flag for a request task that ended without its record: None when an interrupt
@@ -857,18 +831,5 @@ pub(super) fn task_died(e: tokio::task::JoinError) -> Option<Flag> {
 pub(super) async fn prepare(client: &Client, n: usize) {
     if let Err(e) = client.prepare(n).await {
         tracing::debug!("could not open connections ahead: {e}");
-    }
-}
-
-/// A completed OpenAI-API request whose usage arrived without a cached count, from a server
-/// that leaves the count out when it is 0 (SGLang with `--enable-cache-report`), reported 0.
-pub(super) fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool) {
-    if omitted_is_zero
-        && rec.api != Api::SglangGenerate
-        && rec.error.is_none()
-        && rec.prompt_tokens.is_some()
-        && rec.cached_tokens.is_none()
-    {
-        rec.cached_tokens = Some(0);
     }
 }

@@ -6,16 +6,23 @@
 use crate::client::Client;
 use crate::prompt::nonce;
 use servebench_model::catalog::FlagKind;
-use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
+use servebench_model::results::records::{Flag, RequestRole};
 use servebench_model::spec::Point;
 use servebench_model::spec::types::{CachePolicy, Measure};
 use servebench_report::measure::summary::PointFold;
 use servebench_report::measure::system::Observed;
 
+use super::closed_loop::ClosedLoop;
+use super::scheduled::ScheduledRound;
+use super::sender::Sender;
+use super::sessions::Sessions;
+use super::two_point::TwoPoint;
 use super::workload::RoundPlan;
 use super::{Planned, PointRunner, Prompts, generation_request};
 use crate::run::probe::{Probes, Window};
 use crate::run::probe::{gpu, profiler, scrape, validity, workers};
+use crate::run::request::{Outgoing, RequestPath, Sent};
+use crate::run::round_tally::RoundTally;
 
 /// What a round adds to as it runs: the point's flags, what the client observed, the fold.
 pub(super) type Tally<'t> = (&'t mut Vec<Flag>, &'t mut Observed, &'t mut PointFold);
@@ -62,10 +69,11 @@ impl PointRunner {
         probes
     }
 
-    /// One round: prepares the cache as the policy says (a flush, or a priming request), opens
-    /// the probes, sends the round's measured requests with the point's sender (each record
-    /// folded into the tally's fold), closes the probes. Returns whether an interrupt
-    /// stopped it.
+    /// One round: prepares the cache as the policy says (a flush, or a priming request), makes
+    /// the round's sender outside the measured window (its trace read, its block text
+    /// calibrated, its requests planned), opens the probes, sends the round's requests through
+    /// one [`RequestPath`] (each record folded into the tally's fold as it is written), closes
+    /// the probes. Returns whether an interrupt stopped it.
     pub(super) async fn round(
         &mut self,
         client: &Client,
@@ -85,19 +93,25 @@ impl PointRunner {
                 format!("{e}; the point ran without a cache reset"),
             ));
         }
+        // Agent sessions make their own prompts from their trace's blocks.
         if let Some(spec) = exp.agentic() {
-            // Agent sessions make their own prompts from their trace's blocks.
-            let window = Window::new();
-            probes.open(client, &point.id, round, &window).await;
-            let done_before = fold.done().requests;
-            window.open();
-            let stopped = self
-                .run_agentic(client, point, round, prompts, spec, flags, fold)
+            let sender = match self
+                .prepare_agentic(client, point, round, prompts, spec, flags)
+                .await
+            {
+                Ok(s) => s,
+                Err(stopped) => return stopped,
+            };
+            return self
+                .send(
+                    client,
+                    point,
+                    round,
+                    Box::new(sender),
+                    probes,
+                    (flags, observed, fold),
+                )
                 .await;
-            window.close();
-            let completed = (fold.done().requests - done_before) as usize;
-            probes.close(completed, &mut observed.unmeasured).await;
-            return stopped;
         }
         // An open-loop point sends as many requests as its schedule holds, each when it is due.
         let schedule = match exp.open_loop() {
@@ -146,100 +160,90 @@ impl PointRunner {
         {
             return true;
         }
-
-        let sending = Sending {
-            plan: &plan,
-            schedule: schedule.as_ref(),
-            warm_prefix: &warm_prefix,
+        let target = &prompts.target;
+        let sender: Box<dyn Sender<'_> + '_> = match (exp.sessions(), &schedule) {
+            (Some(spec), _) => Box::new(Sessions {
+                exp,
+                spec,
+                messages: Box::new(plan.requests()),
+                target,
+            }),
+            (None, Some(schedule)) => Box::new(ScheduledRound {
+                exp,
+                schedule,
+                requests: Box::new(with_nonces(&plan, policy, exp.cache.nonce, &warm_prefix)),
+                target,
+            }),
+            (None, None) => {
+                let requests = Box::new(with_nonces(&plan, policy, exp.cache.nonce, &warm_prefix));
+                match exp.method.resolve() {
+                    Measure::Streaming => Box::new(ClosedLoop {
+                        exp,
+                        count: plan.len(),
+                        requests,
+                        target,
+                    }),
+                    Measure::TwoPoint { a, b } => Box::new(TwoPoint {
+                        exp,
+                        count: plan.len(),
+                        lengths: (a, b),
+                        requests,
+                        target,
+                        reset: self.cache_reset(),
+                    }),
+                }
+            }
         };
         self.send(
             client,
             point,
             round,
-            prompts,
-            sending,
+            sender,
             probes,
             (flags, observed, fold),
         )
         .await
     }
 
-    /// Sends a round planned already with the point's sender, its probes open around it.
+    /// Sends a round with its sender, through one request path, its probes open around it.
     /// Returns whether an interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
     async fn send(
         &mut self,
         client: &Client,
         point: &Point,
         round: u32,
-        prompts: &Prompts,
-        sending: Sending<'_, '_>,
+        sender: Box<dyn Sender<'_> + '_>,
         probes: &mut Probes,
         (flags, observed, fold): Tally<'_>,
     ) -> bool {
         let exp = &point.experiment;
-        let (policy, plan) = (exp.cache.policy, sending.plan);
-        let warm_prefix = sending.warm_prefix;
         let window = Window::new();
         probes.open(client, &point.id, round, &window).await;
         let done_before = fold.done().requests;
-        let stopped = match (exp.sessions(), sending.schedule) {
-            (Some(sessions), _) => {
-                window.open();
-                let (records, stopped) = self
-                    .send_sessions(client, point, round, prompts, plan, sessions, flags)
-                    .await;
-                records.iter().for_each(|r| fold.add(r));
-                stopped
-            }
-            (None, Some(schedule)) => {
-                let planned = with_nonces(plan, policy, exp.cache.nonce, warm_prefix);
-                let (stopped, seen) = self
-                    .send_scheduled(
-                        client,
-                        point,
-                        round,
-                        schedule,
-                        planned,
-                        &prompts.target,
-                        (flags, fold),
-                        &window,
-                    )
-                    .await;
-                *observed = seen;
-                stopped
-            }
-            (None, None) => {
-                let planned = with_nonces(plan, policy, exp.cache.nonce, warm_prefix);
-                // The closed loop's measured window is the whole round.
-                window.open();
-                let (records, stopped) = match exp.method.resolve() {
-                    Measure::Streaming => {
-                        let sent = (plan.len(), planned);
-                        self.send_closed_loop(client, point, round, sent, &prompts.target, flags)
-                            .await
-                    }
-                    Measure::TwoPoint { a, b } => {
-                        self.send_pairs(
-                            client,
-                            point,
-                            round,
-                            (a, b),
-                            planned,
-                            &prompts.target,
-                            flags,
-                        )
-                        .await
-                    }
-                };
-                records.iter().for_each(|r| fold.add(r));
-                stopped
-            }
-        };
+        let tally = RoundTally::new(std::mem::replace(fold, PointFold::new(exp)));
+        let path = RequestPath::new(self.path_parts(client, point, round), Some(tally));
+        let end = sender.send(&path, &window).await;
         window.close();
+        let (tally, lost) = path.finish(end.planned).await;
+        if let Some(tally) = tally {
+            *fold = tally.fold;
+            if let Some(mut seen) = end.observed {
+                (seen.warmup, seen.cooldown) = (tally.warmup, tally.cooldown);
+                seen.unmeasured = tally.unmeasured;
+                *observed = seen;
+            }
+        }
+        if let Some(n) = end.expect {
+            fold.expect(n);
+        }
+        if end.jobs.is_some() {
+            fold.jobs = end.jobs;
+        }
+        flags.extend(end.flags);
+        flags.extend(lost);
         let completed = (fold.done().requests - done_before) as usize;
         probes.close(completed, &mut observed.unmeasured).await;
-        stopped
+        self.interrupt.is_set()
     }
 
     /// Primes a warm round: each distinct prompt sent once behind the round's `prefix`, so
@@ -255,6 +259,7 @@ impl PointRunner {
         prefix: &str,
     ) -> bool {
         let exp = &point.experiment;
+        let path = RequestPath::new(self.path_parts(client, point, round), None);
         let mut primed = std::collections::HashSet::new();
         for p in plan.requests().filter(|p| p.nonce) {
             if primed.contains(&p.text) {
@@ -264,33 +269,16 @@ impl PointRunner {
             primed.insert(p.text);
             let mut req = generation_request(exp, prompt, &prompts.target);
             req.max_tokens = p.max_tokens;
-            let m = tokio::select! {
-                m = client.stream(&req, exp.request_timeout) => m,
-                _ = self.interrupt.wait() => return true,
-            };
-            let rec: RequestRecord = m.into_record(
-                &point.id,
-                round,
-                0,
-                RequestRole::Prime,
-                exp.workload.api,
-                p.max_tokens,
-                p.requested,
-            );
-            if !self.append(&rec) {
-                return true;
+            let mut out = Outgoing::new(req, 0, RequestRole::Prime);
+            out.requested = p.requested;
+            match path.send(out, None).await {
+                Sent::Answered(_) => {}
+                Sent::NotWritten | Sent::Interrupted => return true,
             }
         }
+        path.finish(0).await;
         false
     }
-}
-
-/// A round planned: its requests, the arrival schedule they follow (an open loop's), the
-/// warm policy's prefix.
-struct Sending<'p, 'a> {
-    plan: &'p RoundPlan<'a>,
-    schedule: Option<&'p crate::load::Schedule>,
-    warm_prefix: &'p str,
 }
 
 /// The round's requests, each made (and given the policy's nonce) as it is taken.
@@ -299,7 +287,7 @@ fn with_nonces<'p>(
     policy: CachePolicy,
     cold_nonce: bool,
     warm_prefix: &'p str,
-) -> impl Iterator<Item = Planned> + 'p {
+) -> impl Iterator<Item = Planned> + Send + 'p {
     plan.requests().map(move |mut p| {
         if p.nonce {
             p.text = match policy {

@@ -5,23 +5,23 @@
 //! point's summary as they finish, so memory does not grow with their count (only requests
 //! judged with their shared-prefix group wait for the point's end).
 
-use super::RequestTarget;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::client::Client;
 use crate::load::{Pacer, Schedule, Scheduled};
 use servebench_model::catalog::FlagKind;
-use servebench_model::results::records::{Flag, Phase, RequestRecord, RequestRole};
-use servebench_model::spec::Point;
-use servebench_report::measure::summary::PointFold;
+use servebench_model::results::records::{Flag, Phase, RequestRole};
+use servebench_model::spec::types::{ErrorBudget, Experiment};
 use servebench_report::measure::system::Observed;
 
-use super::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
+use super::sender::{SendEnd, Sender};
+use super::{Planned, RequestTarget, generation_request, prepare};
 use crate::run::probe::Window;
+use crate::run::request::{BlockMarks, Outgoing, RequestPath, Sent};
 
 /// How long after the schedule is made its first request is due: the pacer thread starts and
 /// the first connections are settled before the clock runs.
@@ -39,139 +39,151 @@ const AHEAD_WINDOW_S: f64 = 0.1;
 /// pipes) when connections are opened ahead up to the open-file limit.
 const RESERVED_FILES: u64 = 256;
 
-impl PointRunner {
-    /// Sends one round of an open-loop point on its schedule: the `i`-th of `planned` when
-    /// `schedule.requests[i]` is due, made then (the cache was prepared already).
-    /// Folds each measured record into `fold` as it finishes (written to the sink first).
+/// One round of an open-loop point: the `i`-th of `requests` sent when `schedule.requests[i]`
+/// is due, made then (the cache was prepared already).
+pub(super) struct ScheduledRound<'p> {
+    pub exp: &'p Experiment,
+    pub schedule: &'p Schedule,
+    pub requests: Box<dyn Iterator<Item = Planned> + Send + 'p>,
+    pub target: &'p RequestTarget,
+}
+
+impl<'p> Sender<'p> for ScheduledRound<'p> {
     /// Opens `window` as the first measured request is released and closes it when the last
-    /// one ended (a cut-short window is closed by the round). Returns whether an interrupt
-    /// stopped it, and what the client observed.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn send_scheduled(
-        &self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        schedule: &Schedule,
-        mut planned: impl Iterator<Item = Planned>,
-        target: &RequestTarget,
-        (flags, fold): (&mut Vec<Flag>, &mut PointFold),
-        window: &Window,
-    ) -> (bool, Observed) {
-        let exp = &point.experiment;
-        let mut tally = Tally::new(schedule, exp.stop.as_ref().and_then(|s| s.errors.clone()));
-        fold.expect(tally.measured_total);
-        prepare(client, connections_ahead(schedule)).await;
-        let cap = InFlightCap::of(schedule);
+    /// one ended (a cut-short window is closed by the round).
+    fn send<'s>(
+        self: Box<Self>,
+        path: &'s RequestPath,
+        window: &'s Window,
+    ) -> BoxFuture<'s, SendEnd>
+    where
+        'p: 's,
+    {
+        Box::pin(async move {
+            let ScheduledRound {
+                exp,
+                schedule,
+                mut requests,
+                target,
+            } = *self;
+            let mut end = SendEnd {
+                planned: schedule.len(),
+                expect: Some(schedule.measured()),
+                ..SendEnd::default()
+            };
+            let measured_total = schedule.measured();
+            let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
+            let mut observed = Observed {
+                offered_req_s: offered_rate(schedule),
+                ..Observed::default()
+            };
+            prepare(path.client(), connections_ahead(schedule)).await;
+            let cap = InFlightCap::of(schedule);
 
-        let cpu_before = cpu_seconds();
-        let wall = Instant::now();
-        let start = Instant::now() + LEAD;
-        let release = Release {
-            client: client.clone(),
-            runner: self,
-            point,
-            round,
-            target,
-            start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
-            slots: cap.slots(),
-            cap_reached: cap.reached.clone(),
-            gone: super::ServerGone::default(),
-        };
-        let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
-        // The schedule made again beside the pacer's copy, taken in the same order.
-        let mut scheduled = schedule.iter();
+            let cpu_before = cpu_seconds();
+            let wall = Instant::now();
+            let start = Instant::now() + LEAD;
+            let release = Release {
+                path: path.clone(),
+                exp,
+                target,
+                start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
+                slots: cap.slots(),
+                cap_reached: cap.reached.clone(),
+            };
+            let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
+            // The schedule made again beside the pacer's copy, taken in the same order.
+            let mut scheduled = schedule.iter();
 
-        let mut tasks: JoinSet<Option<RequestRecord>> = JoinSet::new();
-        let mut stopped = false;
-        let mut releasing = true;
-        // Requests made so far (the next one made is this index).
-        let mut made = 0usize;
-        // Checked at every turn (a `continue` included): with nothing left to release or to
-        // join, every branch below would be disabled.
-        while releasing || !tasks.is_empty() {
-            tokio::select! {
-                next = due.recv(), if releasing => match next {
-                    Some(i) => {
-                        // The pacer releases in order: the next one made is request i.
-                        let Some(skip) = i.checked_sub(made) else { continue };
-                        // Both iterators moved past i whatever they gave: they stay in step.
-                        let taken = (scheduled.nth(skip), planned.nth(skip));
-                        made = i + 1;
-                        let (Some(s), Some(p)) = taken else { continue };
-                        // The measured window opens with its first request.
-                        if s.phase == Phase::Measure {
-                            window.open();
+            let mut tasks: JoinSet<Option<Phase>> = JoinSet::new();
+            let mut releasing = true;
+            // Requests made so far (the next one made is this index).
+            let mut made = 0usize;
+            // Checked at every turn (a `continue` included): with nothing left to release or
+            // to join, every branch below would be disabled.
+            while releasing || !tasks.is_empty() {
+                tokio::select! {
+                    next = due.recv(), if releasing => match next {
+                        Some(i) => {
+                            // The pacer releases in order: the next one made is request i.
+                            let Some(skip) = i.checked_sub(made) else { continue };
+                            // Both iterators moved past i whatever they gave: they stay in step.
+                            let taken = (scheduled.nth(skip), requests.nth(skip));
+                            made = i + 1;
+                            let (Some(s), Some(p)) = taken else { continue };
+                            // The measured window opens with its first request.
+                            if s.phase == Phase::Measure {
+                                window.open();
+                            }
+                            tasks.spawn(release.request(i, s, p));
                         }
-                        tasks.spawn(release.request(i, s, p));
-                    }
-                    None => releasing = false,
-                },
-                done = tasks.join_next(), if !tasks.is_empty() => {
-                    let rec = match done {
-                        Some(Ok(Some(rec))) => rec,
-                        // Not written (the sink has stopped the run), or aborted by an interrupt.
-                        Some(Ok(None)) | None => continue,
-                        Some(Err(e)) => {
-                            if let Some(flag) = super::task_died(e) {
-                                flags.push(flag);
+                        None => releasing = false,
+                    },
+                    done = tasks.join_next(), if !tasks.is_empty() => {
+                        match done {
+                            Some(Ok(Some(Phase::Measure))) => {}
+                            // Not measured, not written (the sink has stopped the run), or
+                            // abandoned by an interrupt.
+                            Some(Ok(_)) | None => continue,
+                            Some(Err(e)) => {
+                                if let Some(flag) = super::task_died(e) {
+                                    end.flags.push(flag);
+                                    let _ = pacer.stop();
+                                    releasing = false;
+                                }
+                                continue;
+                            }
+                        }
+                        let (finished, failed) = path.measured();
+                        if finished == measured_total {
+                            // The window's last request ended: what watches the window (the
+                            // profiler) stops before the cool-down's requests.
+                            window.close();
+                        }
+                        if releasing && !path.is_gone() {
+                            if let Some(flag) = past_error_budget(budget.as_ref(), failed, finished, measured_total) {
+                                observed.stopped_on_errors = true;
                                 let _ = pacer.stop();
                                 releasing = false;
+                                end.flags.push(flag);
                             }
-                            continue;
                         }
-                    };
-                    if tally.add(&rec, fold) {
-                        // The window's last request ended: what watches the window (the
-                        // profiler) stops before the cool-down's requests.
-                        window.close();
-                    }
-                    if releasing {
-                        let stop = match release.gone.is_set() {
-                            true => Some(release.gone.flag(made, schedule.len())),
-                            false => tally.past_error_budget(),
-                        };
-                        if let Some(flag) = stop {
-                            let _ = pacer.stop();
-                            releasing = false;
-                            flags.push(flag);
-                        }
-                    }
-                },
-                _ = self.interrupt.wait(), if !stopped => {
-                    stopped = true;
+                    },
+                    _ = path.interrupt().wait(), if releasing => {
+                        let _ = pacer.stop();
+                        releasing = false;
+                    },
+                }
+                if releasing && path.is_gone() {
                     let _ = pacer.stop();
                     releasing = false;
-                    tasks.abort_all();
-                },
+                }
             }
-        }
-        // The pacer thread ended: by its schedule's end, a stop, or by dying. A dead pacer
-        // released only part of the schedule: that is no measurement of it.
-        if let Err(died) = pacer.stop() {
-            flags.push(Flag::new(
-                FlagKind::ClientFailed,
-                format!("the pacer thread died ({died}) after releasing {made} of {} requests; the rest were never sent", schedule.len()),
-            ));
-        }
-        let mut observed = tally.observed;
-        let elapsed = wall.elapsed().as_secs_f64();
-        if let (Some(a), Some(b)) = (cpu_before, cpu_seconds())
-            && elapsed > 0.0
-        {
-            observed.client_cpu = Some((b - a) / elapsed);
-        }
-        flags.extend(cap.flag());
-        (stopped, observed)
+            // The pacer thread ended: by its schedule's end, a stop, or by dying. A dead pacer
+            // released only part of the schedule: that is no measurement of it.
+            if let Err(died) = pacer.stop() {
+                end.flags.push(Flag::new(
+                    FlagKind::ClientFailed,
+                    format!("the pacer thread died ({died}) after releasing {made} of {} requests; the rest were never sent", schedule.len()),
+                ));
+            }
+            let elapsed = wall.elapsed().as_secs_f64();
+            if let (Some(a), Some(b)) = (cpu_before, cpu_seconds())
+                && elapsed > 0.0
+            {
+                observed.client_cpu = Some((b - a) / elapsed);
+            }
+            end.flags.extend(cap.flag());
+            end.observed = Some(observed);
+            end
+        })
     }
 }
 
 /// What every request of a scheduled round is released with.
 struct Release<'r> {
-    client: Client,
-    runner: &'r PointRunner,
-    point: &'r Point,
-    round: u32,
+    path: RequestPath,
+    exp: &'r Experiment,
     target: &'r RequestTarget,
     /// When the schedule's clock starts, in unix seconds.
     start_unix: f64,
@@ -179,42 +191,35 @@ struct Release<'r> {
     slots: Option<Arc<Semaphore>>,
     /// Set when a request due found every slot taken.
     cap_reached: Arc<std::sync::atomic::AtomicBool>,
-    gone: super::ServerGone,
 }
 
 impl Release<'_> {
-    /// Request `i` of the schedule (`s`, made from `p`), sent and recorded with its
-    /// scheduled time, lag and phase; None when it could not be written.
+    /// Request `i` of the schedule (`s`, made from `p`), sent on the path with its scheduled
+    /// time and phase; its phase once written, None when it was not.
     fn request(
         &self,
         i: usize,
         s: Scheduled,
         p: Planned,
-    ) -> impl std::future::Future<Output = Option<RequestRecord>> + Send + 'static {
-        let exp = &self.point.experiment;
-        let mut req = generation_request(exp, p.text, self.target);
+    ) -> impl std::future::Future<Output = Option<Phase>> + Send + 'static {
+        let mut req = generation_request(self.exp, p.text, self.target);
         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
-        let (client, writer, progress, slots) = (
-            self.client.clone(),
-            self.runner.writer.clone(),
-            self.runner.progress.clone(),
+        let mut out = Outgoing::new(req, i as u32, RequestRole::Measure);
+        out.requested = p.requested;
+        out.share = p.share;
+        out.mix = p.mix;
+        out.theoretical = p.theoretical_cached;
+        out.scheduled_at = Some(self.start_unix + s.at_s);
+        out.phase = Some(s.phase);
+        let (path, slots, cap_reached) = (
+            self.path.clone(),
             self.slots.clone(),
+            self.cap_reached.clone(),
         );
-        let cap_reached = self.cap_reached.clone();
-        let (pid, api, timeout, requested) = (
-            self.point.id.clone(),
-            exp.workload.api,
-            exp.request_timeout,
-            p.requested,
-        );
-        let (share, mix, round) = (p.share, p.mix, self.round);
-        let (theoretical, mut entry) = (p.theoretical_cached, p.ledger);
-        let omitted_is_zero = self.runner.cached_omitted_is_zero();
-        let scheduled_at = self.start_unix + s.at_s;
-        let gone = self.gone.clone();
+        let mut entry = p.ledger;
         async move {
             // A request due while the cap is reached waits here: its lag says so.
-            let _permit = match &slots {
+            out.slot = match &slots {
                 Some(sem) => match sem.clone().try_acquire_owned() {
                     Ok(p) => Some(p),
                     Err(_) => {
@@ -224,102 +229,35 @@ impl Release<'_> {
                 },
                 None => None,
             };
-            progress.request_started();
-            if let Some(e) = &mut entry {
-                e.mark_sent();
+            let phase = out.phase;
+            match path
+                .send(out, entry.as_mut().map(|e| e as &mut dyn BlockMarks))
+                .await
+            {
+                Sent::Answered(_) => phase,
+                Sent::NotWritten | Sent::Interrupted => None,
             }
-            let m = client.stream(&req, timeout).await;
-            drop(_permit);
-            let max_tokens = req.max_tokens;
-            let mut rec = m.into_record(
-                &pid,
-                round,
-                i as u32,
-                RequestRole::Measure,
-                api,
-                max_tokens,
-                requested,
-            );
-            rec.scheduled_at = Some(scheduled_at);
-            rec.lag_s = Some(rec.sent_at - scheduled_at);
-            rec.phase = Some(s.phase);
-            rec.share = share;
-            rec.theoretical_cached_tokens = theoretical;
-            rec.reachable_cached_tokens = super::reachable(entry.as_ref(), &rec);
-            rec.mix = mix;
-            fill_omitted_cached(&mut rec, omitted_is_zero);
-            let mut written = writer.write(rec).await;
-            progress.request_finished();
-            if let Some(rec) = written.as_mut() {
-                gone.judge(&client, rec).await;
-                rec.drop_detail();
-            }
-            written
         }
     }
 }
 
-/// A scheduled round's count of finished requests by phase, and what the client observed.
-struct Tally {
-    observed: Observed,
-    measured_total: usize,
-    finished: usize,
+/// The flag that stops the round once its measured requests failed past `stop.errors`.
+fn past_error_budget(
+    budget: Option<&ErrorBudget>,
     failed: usize,
-    budget: Option<servebench_model::spec::types::ErrorBudget>,
-}
-
-impl Tally {
-    fn new(
-        schedule: &Schedule,
-        budget: Option<servebench_model::spec::types::ErrorBudget>,
-    ) -> Tally {
-        let observed = Observed {
-            offered_req_s: offered_rate(schedule),
-            ..Observed::default()
-        };
-        Tally {
-            observed,
-            measured_total: schedule.measured(),
-            finished: 0,
-            failed: 0,
-            budget,
-        }
+    finished: usize,
+    measured_total: usize,
+) -> Option<Flag> {
+    let b = budget?;
+    if b.allows(failed, measured_total.max(finished)) {
+        return None;
     }
-
-    /// Counts a finished request: a measured one folded into `fold`, a warm-up or cool-down
-    /// one among the unmeasured (the server's counters include it). Returns whether it was
-    /// the measured window's last.
-    fn add(&mut self, rec: &RequestRecord, fold: &mut PointFold) -> bool {
-        match rec.phase {
-            Some(Phase::Measure) => {
-                self.finished += 1;
-                self.failed += usize::from(rec.error.is_some());
-                fold.add(rec);
-                return self.finished == self.measured_total;
-            }
-            Some(Phase::Warmup) => self.observed.warmup += 1,
-            _ => self.observed.cooldown += 1,
-        }
-        self.observed.unmeasured.add(rec);
-        fold.add_routed(rec);
-        false
-    }
-
-    /// The flag that stops the round once its measured requests failed past `stop.errors`.
-    fn past_error_budget(&mut self) -> Option<Flag> {
-        let b = self.budget.as_ref()?;
-        if b.allows(self.failed, self.measured_total.max(self.finished)) {
-            return None;
-        }
-        self.observed.stopped_on_errors = true;
-        Some(Flag::new(
-            FlagKind::StoppedOnErrors,
-            format!(
-                "{} of {} measured requests failed, past `stop.errors`; no more requests were sent",
-                self.failed, self.finished
-            ),
-        ))
-    }
+    Some(Flag::new(
+        FlagKind::StoppedOnErrors,
+        format!(
+            "{failed} of {finished} measured requests failed, past `stop.errors`; no more requests were sent"
+        ),
+    ))
 }
 
 /// How many connections to open before the clock starts: one for each request due within

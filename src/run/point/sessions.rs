@@ -6,18 +6,21 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
 use tokio::task::JoinSet;
 
-use crate::client::{ChatMessage, Client};
-use servebench_model::results::records::{CacheShare, Flag, RequestRecord, RequestRole};
-use servebench_model::spec::Point;
-use servebench_model::spec::types::{Api, SessionsSpec, ThinkDist};
+use crate::client::{ChatMessage, GenerationRequest};
+use servebench_model::results::records::{CacheShare, RequestRole};
+use servebench_model::spec::types::{Api, Experiment, SessionsSpec, ThinkDist};
 
-use super::workload::{RoundPlan, tag};
-use super::{Planned, PointRunner, Prompts, generation_request, prepare};
+use super::sender::{SendEnd, Sender};
+use super::workload::tag;
+use super::{Planned, RequestTarget, generation_request, prepare};
+use crate::run::probe::Window;
+use crate::run::request::{Outgoing, RequestPath, Sent};
 
 /// Think times of one user, one per turn after the first.
 pub(crate) fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32) -> Vec<Duration> {
@@ -40,99 +43,91 @@ pub(crate) fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32)
     }
 }
 
-impl PointRunner {
-    /// One round of sessions: every user's conversation, users at once, turns in order, the
-    /// `plan`'s messages taken `turns` a user.
-    /// Returns the records (by user, then turn) and whether an interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn send_sessions(
-        &self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        prompts: &Prompts,
-        plan: &RoundPlan<'_>,
-        spec: &SessionsSpec,
-        flags: &mut Vec<Flag>,
-    ) -> (Vec<RequestRecord>, bool) {
-        let exp = &point.experiment;
-        let (users, turns) = (spec.users.max(1), spec.turns.max(1));
-        prepare(client, users as usize).await;
-        let mut tasks: JoinSet<Vec<RequestRecord>> = JoinSet::new();
-        let mut messages = plan.requests();
-        for user in 0..users {
-            let conversation: Vec<Planned> = messages.by_ref().take(turns as usize).collect();
-            let thinks = think_times(spec, exp.workload.seed, round, user);
-            // Each conversation opens with its own tag, so users share nothing.
-            let opening = tag(
-                exp.cache.nonce,
-                exp.workload.seed,
-                &[u64::from(user), u64::from(round), 2 << 40],
-            );
-            let user_run = UserRun {
-                client: client.clone(),
-                sink: self.sink.clone(),
-                routing: self.routing.clone(),
-                progress: self.progress.clone(),
-                interrupt: self.interrupt.clone(),
-                point: point.id.clone(),
-                round,
-                user,
-                turns,
-                requests: conversation
-                    .into_iter()
-                    .map(|p| {
-                        let mut r = generation_request(exp, p.text, &prompts.target);
-                        r.max_tokens = p.max_tokens;
-                        r
-                    })
-                    .collect(),
-                mix: None,
-                opening,
-                thinks,
-                timeout: exp.request_timeout,
-                omitted_is_zero: self.cached_omitted_is_zero(),
+/// One round of sessions: every user's conversation, users at once, turns in order, the
+/// round's messages taken `turns` a user.
+pub(super) struct Sessions<'p> {
+    pub exp: &'p Experiment,
+    pub spec: &'p SessionsSpec,
+    pub messages: Box<dyn Iterator<Item = Planned> + Send + 'p>,
+    pub target: &'p RequestTarget,
+}
+
+impl<'p> Sender<'p> for Sessions<'p> {
+    fn send<'s>(
+        self: Box<Self>,
+        path: &'s RequestPath,
+        window: &'s Window,
+    ) -> BoxFuture<'s, SendEnd>
+    where
+        'p: 's,
+    {
+        Box::pin(async move {
+            let Sessions {
+                exp,
+                spec,
+                mut messages,
+                target,
+            } = *self;
+            let (users, turns) = (spec.users.max(1), spec.turns.max(1));
+            let mut end = SendEnd {
+                planned: (users * turns) as usize,
+                ..SendEnd::default()
             };
-            tasks.spawn(user_run.run());
-        }
-        let mut records = Vec::new();
-        while let Some(done) = tasks.join_next().await {
-            match done {
-                Ok(rs) => records.extend(rs),
-                Err(e) => flags.extend(super::task_died(e)),
+            prepare(path.client(), users as usize).await;
+            window.open();
+            let round = path.round();
+            let mut tasks: JoinSet<()> = JoinSet::new();
+            for user in 0..users {
+                let conversation: Vec<Planned> = messages.by_ref().take(turns as usize).collect();
+                // Each conversation opens with its own tag, so users share nothing.
+                let opening = tag(
+                    exp.cache.nonce,
+                    exp.workload.seed,
+                    &[u64::from(user), u64::from(round), 2 << 40],
+                );
+                let user_run = UserRun {
+                    path: path.clone(),
+                    user,
+                    turns,
+                    requests: conversation
+                        .into_iter()
+                        .map(|p| {
+                            let mut r = generation_request(exp, p.text, target);
+                            r.max_tokens = p.max_tokens;
+                            r
+                        })
+                        .collect(),
+                    opening,
+                    thinks: think_times(spec, exp.workload.seed, round, user),
+                };
+                tasks.spawn(user_run.run());
             }
-        }
-        records.sort_by_key(|r| r.index);
-        (records, self.interrupt.is_set())
+            while let Some(done) = tasks.join_next().await {
+                if let Err(e) = done {
+                    end.flags.extend(super::task_died(e));
+                }
+            }
+            end
+        })
     }
 }
 
 /// One user's conversation.
 struct UserRun {
-    client: Client,
-    sink: super::RecordSink,
-    routing: std::sync::Arc<crate::run::server::routing::RoutingBook>,
-    progress: super::Progress,
-    interrupt: crate::run::interrupt::Interrupt,
-    point: String,
-    round: u32,
+    path: RequestPath,
     user: u32,
     turns: u32,
     /// Each turn's new message (as `prompt`) and output length.
-    requests: Vec<crate::client::GenerationRequest>,
-    mix: Option<String>,
+    requests: Vec<GenerationRequest>,
     opening: String,
     thinks: Vec<Duration>,
-    timeout: Duration,
-    /// The server said its usage leaves out a cached count of 0 (see `fill_omitted_cached`).
-    omitted_is_zero: bool,
 }
 
 impl UserRun {
     /// Sends the turns in order, each after the previous reply and a think time; stops at a
-    /// failed turn (the conversation cannot go on without its reply) or an interrupt.
-    async fn run(self) -> Vec<RequestRecord> {
-        let mut out = Vec::new();
+    /// failed turn (the conversation cannot go on without its reply), an interrupt or a lost
+    /// server.
+    async fn run(self) {
         let mut history: Vec<ChatMessage> = Vec::new();
         // The conversation so far as one prompt (APIs without messages).
         let mut transcript = String::new();
@@ -142,8 +137,11 @@ impl UserRun {
                 let think = self.thinks.get(turn - 1).copied().unwrap_or_default();
                 tokio::select! {
                     _ = tokio::time::sleep(think) => {}
-                    _ = self.interrupt.wait() => break,
+                    _ = self.path.interrupt().wait() => break,
                 }
+            }
+            if !self.path.may_send() {
+                break;
             }
             let message = if turn == 0 {
                 format!("{}{}", self.opening, req.prompt)
@@ -160,42 +158,29 @@ impl UserRun {
                 transcript.push_str(&message);
                 req.prompt = transcript.clone();
             }
-            self.progress.request_started();
-            let m = tokio::select! {
-                m = self.client.stream(&req, self.timeout) => m,
-                _ = self.interrupt.wait() => break,
-            };
-            let reply = m.text.clone();
-            let mut rec = m.into_record(
-                &self.point,
-                self.round,
+            let api = req.api;
+            let mut out = Outgoing::new(
+                req,
                 self.user * self.turns + turn as u32,
                 RequestRole::Measure,
-                req.api,
-                req.max_tokens,
-                None,
             );
-            rec.share = Some(CacheShare {
+            out.share = Some(CacheShare {
                 group: self.user,
                 turn: Some(turn as u32),
                 shared_tokens: prev_prompt,
                 reusable_tokens: prev_prompt + prev_completion,
             });
-            rec.mix = self.mix.clone();
-            super::fill_omitted_cached(&mut rec, self.omitted_is_zero);
-            self.routing.attribute(&mut rec);
-            let written = (self.sink)(&rec).is_ok();
-            self.progress.request_finished();
-            let failed = rec.error.is_some();
-            prev_prompt = rec.prompt_tokens.unwrap_or(0);
-            prev_completion = rec.completion_tokens.unwrap_or(0);
-            if written {
-                out.push(rec);
-            }
-            if failed || !written {
+            let answered = match self.path.send(out, None).await {
+                Sent::Answered(a) => a,
+                Sent::NotWritten | Sent::Interrupted => break,
+            };
+            if answered.record.error.is_some() {
                 break;
             }
-            if req.api == Api::OpenaiChat {
+            prev_prompt = answered.record.prompt_tokens.unwrap_or(0);
+            prev_completion = answered.record.completion_tokens.unwrap_or(0);
+            let reply = answered.text;
+            if api == Api::OpenaiChat {
                 history.push(ChatMessage {
                     role: "user",
                     content: message,
@@ -208,7 +193,6 @@ impl UserRun {
                 transcript.push_str(&reply);
             }
         }
-        out
     }
 }
 

@@ -1,77 +1,85 @@
 //! The two-point method's sender: per prompt, request a, then (cold) a cache flush, then
 //! request b with the same prompt, one pair at a time.
 
-use super::RequestTarget;
-use crate::client::Client;
+use futures_util::future::BoxFuture;
+
 use servebench_model::catalog::FlagKind;
-use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
-use servebench_model::spec::Point;
-use servebench_model::spec::types::CachePolicy;
+use servebench_model::results::meta::CacheReset;
+use servebench_model::results::records::{Flag, RequestRole};
+use servebench_model::spec::types::{CachePolicy, Experiment};
 
-use super::{Planned, PointRunner, fill_omitted_cached, generation_request, prepare};
+use super::sender::{SendEnd, Sender};
+use super::{Planned, RequestTarget, generation_request, prepare, reset_cache_with};
+use crate::run::probe::Window;
+use crate::run::request::{Outgoing, RequestPath, Sent};
 
-impl PointRunner {
-    /// Two-point method: per prompt, request a (`max_tokens` a), then, under the cold policy,
-    /// a cache flush, then request b with the same prompt. One pair at a time: a flush is
-    /// refused while requests run. Returns the records (both of each pair) and whether an
-    /// interrupt stopped it.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn send_pairs(
-        &self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        (a, b): (u32, u32),
-        prompts: impl Iterator<Item = Planned>,
-        target: &RequestTarget,
-        flags: &mut Vec<Flag>,
-    ) -> (Vec<RequestRecord>, bool) {
-        let exp = &point.experiment;
-        let mut records = Vec::new();
-        prepare(client, 1).await;
-        for (i, planned) in prompts.enumerate() {
-            let (prompt, requested) = (planned.text, planned.requested);
-            for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)] {
-                if role == RequestRole::TwoPointB
-                    && exp.cache.policy == CachePolicy::Cold
-                    && let Err(e) = self.reset_cache(client).await
+/// A two-point round: per prompt, request a (`max_tokens` a), then, under the cold policy, a
+/// cache flush, then request b with the same prompt. One pair at a time: a flush is refused
+/// while requests run.
+pub(super) struct TwoPoint<'p> {
+    pub exp: &'p Experiment,
+    pub count: usize,
+    pub lengths: (u32, u32),
+    pub requests: Box<dyn Iterator<Item = Planned> + Send + 'p>,
+    pub target: &'p RequestTarget,
+    /// How the server's cache is emptied between a pair's requests (None: it has no way).
+    pub reset: Option<CacheReset>,
+}
+
+impl<'p> Sender<'p> for TwoPoint<'p> {
+    fn send<'s>(
+        self: Box<Self>,
+        path: &'s RequestPath,
+        window: &'s Window,
+    ) -> BoxFuture<'s, SendEnd>
+    where
+        'p: 's,
+    {
+        Box::pin(async move {
+            let TwoPoint {
+                exp,
+                count,
+                lengths: (a, b),
+                requests,
+                target,
+                reset,
+            } = *self;
+            let mut end = SendEnd {
+                planned: 2 * count,
+                ..SendEnd::default()
+            };
+            prepare(path.client(), 1).await;
+            window.open();
+            'prompts: for (i, planned) in requests.enumerate() {
+                for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)]
                 {
-                    flags.push(Flag {
-                        kind: FlagKind::FlushFailed,
-                        message: format!("{e}; the point ran without a cache reset"),
-                    });
-                }
-                let mut req = generation_request(exp, prompt.clone(), target);
-                req.max_tokens = max_tokens;
-                self.progress.request_started();
-                let m = tokio::select! {
-                    m = client.stream(&req, exp.request_timeout) => m,
-                    _ = self.interrupt.wait() => return (records, true),
-                };
-                let mut rec = m.into_record(
-                    &point.id,
-                    round,
-                    i as u32,
-                    role,
-                    exp.workload.api,
-                    max_tokens,
-                    requested,
-                );
-                fill_omitted_cached(&mut rec, self.cached_omitted_is_zero());
-                rec.mix = planned.mix.clone();
-                let written = self.append(&rec);
-                self.progress.request_finished();
-                if !written {
-                    return (records, true);
-                }
-                let failed = rec.error.is_some();
-                records.push(rec);
-                if failed {
-                    // Without its first request a pair has no t_a; move on to the next prompt.
-                    break;
+                    if !path.may_send() {
+                        break 'prompts;
+                    }
+                    if role == RequestRole::TwoPointB
+                        && exp.cache.policy == CachePolicy::Cold
+                        && let Some(how) = &reset
+                        && let Err(e) = reset_cache_with(path.client(), how, path.interrupt()).await
+                    {
+                        end.flags.push(Flag::new(
+                            FlagKind::FlushFailed,
+                            format!("{e}; the point ran without a cache reset"),
+                        ));
+                    }
+                    let mut req = generation_request(exp, planned.text.clone(), target);
+                    req.max_tokens = max_tokens;
+                    let mut out = Outgoing::new(req, i as u32, role);
+                    out.requested = planned.requested;
+                    out.mix = planned.mix.clone();
+                    match path.send(out, None).await {
+                        Sent::Answered(a) if a.record.error.is_none() => {}
+                        // Without its first request a pair has no t_a; on to the next prompt.
+                        Sent::Answered(_) => break,
+                        Sent::NotWritten | Sent::Interrupted => break 'prompts,
+                    }
                 }
             }
-        }
-        (records, false)
+            end
+        })
     }
 }

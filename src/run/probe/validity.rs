@@ -8,11 +8,9 @@
 //! measured request, so cache verification never sees it) and is recorded in
 //! `requests.jsonl` with role `canary` or `consistency`, which no statistic counts.
 
-use std::time::Duration;
-
 use tokio::sync::watch;
 
-use crate::client::{Client, GenerationRequest, Measured};
+use crate::client::{GenerationRequest, Measured};
 use crate::prompt::canary;
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
@@ -22,9 +20,6 @@ use servebench_model::results::validity::{
 use servebench_model::spec::validity::{CanarySpec, ConsistencySpec};
 
 use super::WindowState;
-
-use crate::run::interrupt::Interrupt;
-use crate::run::record_writer::RecordSink;
 
 /// Prompt tokens of the checks for a point whose prompts have no one length (a file, a
 /// dataset, a mix).
@@ -104,13 +99,11 @@ impl Checks {
 /// What every check request of a point shares: where it goes and how it is recorded.
 #[derive(Clone)]
 pub(crate) struct Asker {
-    pub client: Client,
     /// The point's request, its prompt and output length replaced for each check.
     pub template: GenerationRequest,
-    pub point: String,
-    pub timeout: Duration,
-    pub sink: RecordSink,
-    pub interrupt: Interrupt,
+    /// The checks' requests go out and are recorded on it (not folded: they are not the
+    /// point's numbers).
+    pub path: crate::run::request::RequestPath,
 }
 
 impl Asker {
@@ -129,16 +122,20 @@ impl Asker {
         req.temperature = 0.0;
         req.ignore_eos = false;
         req.history.clear();
-        let m = tokio::select! {
-            m = self.client.stream_text(&req, self.timeout) => m,
-            _ = self.interrupt.wait() => return None,
-        };
-        let rec = m
-            .clone()
-            .into_record(&self.point, 0, index, role, req.api, max_tokens, None);
-        // A record that cannot be written has stopped the run already (the sink says so).
-        let _ = (self.sink)(&rec);
-        Some((m, rec))
+        let mut out = crate::run::request::Outgoing::new(req, index, role);
+        out.keep_text = true;
+        match self.path.send(out, None).await {
+            crate::run::request::Sent::Answered(a) => {
+                let crate::run::request::Answered {
+                    record, measured, ..
+                } = *a;
+                Some((measured?, record))
+            }
+            // A record that cannot be written has stopped the run already (the sink says so):
+            // the check goes on as it did, its answer judged.
+            crate::run::request::Sent::NotWritten => None,
+            crate::run::request::Sent::Interrupted => None,
+        }
     }
 }
 

@@ -1,0 +1,328 @@
+//! One path for every request a round sends: each sender's, the warm prime's and the validity
+//! checks'. A request is made by its sender; here it is marked in its block ledger, streamed,
+//! stamped, decorated, attributed to the router's worker and written through the record
+//! writer, which folds it into the round's tally in the same step (off the async workers), and
+//! then judged for a lost server. Whether the round may send more (an interrupt, a lost
+//! server) is asked here by every sender. A new per-request field is one edit: [`Outgoing`]
+//! and [`RequestPath::send`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::client::{Client, GenerationRequest, Measured};
+use crate::prompt::blocks::LedgerEntry;
+use servebench_model::catalog::FlagKind;
+use servebench_model::results::jobs::JobTurn;
+use servebench_model::results::records::{
+    CacheShare, ErrorKind, Flag, Phase, RequestRecord, RequestRole,
+};
+use servebench_model::spec::types::Api;
+
+use super::interrupt::Interrupt;
+use super::progress::Progress;
+use super::record_writer::{RecordWriter, TallyCell};
+use super::round_tally::RoundTally;
+
+/// One request as its sender made it, with what its record carries beside the stream.
+pub(crate) struct Outgoing {
+    pub req: GenerationRequest,
+    /// Its place in the round.
+    pub index: u32,
+    pub role: RequestRole,
+    /// The prompt length asked for (None for given texts).
+    pub requested: Option<u64>,
+    pub share: Option<CacheShare>,
+    pub mix: Option<String>,
+    /// A prompt of a trace's blocks: the tokens its leading blocks already sent could find.
+    pub theoretical: Option<u64>,
+    /// An open loop's: when it was due (Unix seconds) and its phase.
+    pub scheduled_at: Option<f64>,
+    pub phase: Option<Phase>,
+    /// An agent session's turn.
+    pub job: Option<JobTurn>,
+    /// Keep the whole generated text on every API (the validity checks judge answers).
+    pub keep_text: bool,
+    /// The slot it holds of the round's in-flight limit: given back as its stream ends, or,
+    /// when it could not connect, once the server is judged (so no request follows a lost
+    /// server).
+    pub slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Outgoing {
+    pub(crate) fn new(req: GenerationRequest, index: u32, role: RequestRole) -> Outgoing {
+        Outgoing {
+            req,
+            index,
+            role,
+            requested: None,
+            share: None,
+            mix: None,
+            theoretical: None,
+            scheduled_at: None,
+            phase: None,
+            job: None,
+            keep_text: false,
+            slot: None,
+        }
+    }
+}
+
+/// A request's blocks in what its round (or session) has sent: marked as it goes out, asked
+/// once it is answered what it could have found from prompts made after it.
+pub(crate) trait BlockMarks: Send {
+    fn mark_sent(&mut self);
+    /// The most it could have found, its first token at `first_token_at` (Unix seconds).
+    fn reachable(&self, first_token_at: f64) -> Option<u64>;
+}
+
+impl BlockMarks for LedgerEntry {
+    fn mark_sent(&mut self) {
+        LedgerEntry::mark_sent(self);
+    }
+
+    fn reachable(&self, first_token_at: f64) -> Option<u64> {
+        LedgerEntry::reachable(self, first_token_at)
+    }
+}
+
+/// A request that went out and was answered (or failed), and was written.
+pub(crate) struct Answered {
+    /// Its record as written, without the detail no aggregate reads.
+    pub record: RequestRecord,
+    /// The text it generated (on the native API only when `keep_text` asked).
+    pub text: String,
+    /// The whole measurement, when `keep_text` asked for it.
+    pub measured: Option<Measured>,
+}
+
+/// How a request ended on the path.
+pub(crate) enum Sent {
+    Answered(Box<Answered>),
+    /// Its record could not be written: the sink has stopped the run.
+    NotWritten,
+    /// An interrupt came while it was in flight: abandoned, never finished, not recorded.
+    Interrupted,
+}
+
+/// The path of one round's requests (cheap to clone: every task of the round holds one).
+#[derive(Clone)]
+pub(crate) struct RequestPath {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    writer: Arc<RecordWriter>,
+    progress: Progress,
+    interrupt: Interrupt,
+    point: String,
+    round: u32,
+    timeout: Duration,
+    /// The server leaves a cached count of 0 out of its usage (see [`fill_omitted_cached`]).
+    omitted_is_zero: bool,
+    /// None: the path's records are not a round's (the validity checks').
+    tally: Option<TallyCell>,
+    /// A request could not connect and neither could a health check.
+    gone: AtomicBool,
+    /// Requests that went out (measured or not).
+    sent: AtomicUsize,
+}
+
+/// What a path is made of: the runner's parts that every request of a round uses.
+pub(crate) struct PathParts {
+    pub client: Client,
+    pub writer: Arc<RecordWriter>,
+    pub progress: Progress,
+    pub interrupt: Interrupt,
+    pub point: String,
+    pub round: u32,
+    pub timeout: Duration,
+    pub omitted_is_zero: bool,
+}
+
+impl RequestPath {
+    /// A round's path; its written records are folded into `tally` (None: not folded).
+    pub(crate) fn new(parts: PathParts, tally: Option<RoundTally>) -> RequestPath {
+        RequestPath {
+            inner: Arc::new(Inner {
+                client: parts.client,
+                writer: parts.writer,
+                progress: parts.progress,
+                interrupt: parts.interrupt,
+                point: parts.point,
+                round: parts.round,
+                timeout: parts.timeout,
+                omitted_is_zero: parts.omitted_is_zero,
+                tally: tally.map(|t| Arc::new(std::sync::Mutex::new(Some(t)))),
+                gone: AtomicBool::new(false),
+                sent: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    pub(crate) fn interrupt(&self) -> &Interrupt {
+        &self.inner.interrupt
+    }
+
+    pub(crate) fn round(&self) -> u32 {
+        self.inner.round
+    }
+
+    /// Whether the round may send another request: no interrupt came and the server was not
+    /// found gone.
+    pub(crate) fn may_send(&self) -> bool {
+        !self.inner.interrupt.is_set() && !self.is_gone()
+    }
+
+    /// Whether the server was found gone (a request could not connect, nor a health check).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.inner.gone.load(Ordering::Relaxed)
+    }
+
+    /// Requests that went out on this path so far.
+    pub(crate) fn sent(&self) -> usize {
+        self.inner.sent.load(Ordering::Relaxed)
+    }
+
+    /// Measured records written and folded so far, and of them the failed.
+    pub(crate) fn measured(&self) -> (usize, usize) {
+        match &self.inner.tally {
+            Some(t) => t
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map_or((0, 0), |t| (t.measured, t.failed)),
+            None => (0, 0),
+        }
+    }
+
+    /// Sends `out` and records it: marks its blocks as it goes, streams it (abandoned when an
+    /// interrupt comes), stamps and decorates its record, writes it (attributed to its worker
+    /// and folded by the writer's thread), then judges a connect failure with a health check.
+    pub(crate) async fn send(&self, out: Outgoing, mut marks: Option<&mut dyn BlockMarks>) -> Sent {
+        let path = &*self.inner;
+        path.progress.request_started();
+        if let Some(m) = marks.as_deref_mut() {
+            m.mark_sent();
+        }
+        path.sent.fetch_add(1, Ordering::Relaxed);
+        let stream = async {
+            match out.keep_text {
+                true => path.client.stream_text(&out.req, path.timeout).await,
+                false => path.client.stream(&out.req, path.timeout).await,
+            }
+        };
+        let m = tokio::select! {
+            m = stream => m,
+            _ = path.interrupt.wait() => {
+                path.progress.request_finished();
+                return Sent::Interrupted;
+            }
+        };
+        let mut slot = out.slot;
+        if m.error
+            .as_ref()
+            .is_none_or(|e| e.kind != ErrorKind::Connect)
+        {
+            slot = None;
+        }
+        let text = m.text.clone();
+        let measured = out.keep_text.then(|| m.clone());
+        let mut rec = m.into_record(
+            &path.point,
+            path.round,
+            out.index,
+            out.role,
+            out.req.api,
+            out.req.max_tokens,
+            out.requested,
+        );
+        if let Some(at) = out.scheduled_at {
+            rec.scheduled_at = Some(at);
+            rec.lag_s = Some(rec.sent_at - at);
+        }
+        rec.phase = out.phase;
+        rec.share = out.share;
+        rec.mix = out.mix;
+        rec.job = out.job;
+        rec.theoretical_cached_tokens = out.theoretical;
+        rec.reachable_cached_tokens = match (marks.as_deref(), first_token_at(&rec)) {
+            (Some(m), Some(at)) => m.reachable(at),
+            _ => None,
+        };
+        fill_omitted_cached(&mut rec, path.omitted_is_zero);
+        let written = path.writer.write(rec, path.tally.clone()).await;
+        path.progress.request_finished();
+        let Some(mut record) = written else {
+            return Sent::NotWritten;
+        };
+        self.judge_gone(&record).await;
+        drop(slot);
+        record.drop_detail();
+        Sent::Answered(Box::new(Answered {
+            record,
+            text,
+            measured,
+        }))
+    }
+
+    /// A connect failure is checked with a health request: when that cannot connect either,
+    /// nothing listens at the address any more and the round sends no more.
+    async fn judge_gone(&self, rec: &RequestRecord) {
+        let refused = rec
+            .error
+            .as_ref()
+            .is_some_and(|e| e.kind == ErrorKind::Connect);
+        if refused && !self.is_gone() && self.inner.client.health().await.is_err() {
+            self.inner.gone.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until every record sent on the path is written and folded, then gives the tally
+    /// back (None when the path had none, or it was given back already), with the flag of a
+    /// lost server (`planned` requests were to go out).
+    pub(crate) async fn finish(&self, planned: usize) -> (Option<RoundTally>, Option<Flag>) {
+        self.inner.writer.drain().await;
+        let flag = self.is_gone().then(|| {
+            Flag::new(
+                FlagKind::ServerLost,
+                format!(
+                    "the server stopped answering (a request could not connect, nor could a health check): no more requests were sent ({} of {planned} sent)",
+                    self.sent()
+                ),
+            )
+        });
+        let tally = self
+            .inner
+            .tally
+            .as_ref()
+            .and_then(|t| t.lock().unwrap_or_else(|p| p.into_inner()).take());
+        (tally, flag)
+    }
+}
+
+/// When `rec` got its first token, in Unix seconds, as the client stamped it (None without
+/// one): its send's own stamp, not the caller's, so a client short of CPU between the two
+/// does not move it.
+pub(crate) fn first_token_at(rec: &RequestRecord) -> Option<f64> {
+    let first = rec.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
+    Some(rec.sent_at + first)
+}
+
+/// A completed OpenAI-API request whose usage arrived without a cached count, from a server
+/// that leaves the count out when it is 0 (SGLang with `--enable-cache-report`), reported 0.
+pub(crate) fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool) {
+    if omitted_is_zero
+        && rec.api != Api::SglangGenerate
+        && rec.error.is_none()
+        && rec.prompt_tokens.is_some()
+        && rec.cached_tokens.is_none()
+    {
+        rec.cached_tokens = Some(0);
+    }
+}
