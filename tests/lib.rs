@@ -29,6 +29,7 @@ mod run;
 mod run_dir;
 mod search;
 mod secrets;
+mod senders;
 mod server_metrics;
 mod slurm;
 mod slurmd;

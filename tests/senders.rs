@@ -1,0 +1,183 @@
+//! Every sender on the one request path (issue 43): a lost server is found and said by each
+//! one, and Ctrl-C keeps every record it measured, in the file and in the point's summary.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::faulty::{FaultyServer, Faults, flag_kinds, measured_requests, url_spec};
+
+/// The load shapes of the five senders, as spec text after the workload.
+fn senders() -> Vec<(&'static str, String)> {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    vec![
+        ("closed-loop", "requests: 400\nconcurrency: 2\n".to_string()),
+        (
+            "two-point",
+            "requests: 200\nmethod: { kind: two-point, a: 1, b: 4 }\n".to_string(),
+        ),
+        (
+            "scheduled",
+            "load: { kind: rate, rate: 100, arrival: constant }\nstop: { requests: 400 }\n"
+                .to_string(),
+        ),
+        (
+            "sessions",
+            "load: { kind: sessions, sessions: { users: 4, turns: 100, think: 1ms } }\n".to_string(),
+        ),
+        (
+            "agentic",
+            format!(
+                "load:\n  kind: agentic\n  agentic: {{ file: {}, live: 2, sessions: 200, think_scale: 0.001, block_size: 64 }}\n",
+                trace.display()
+            ),
+        ),
+    ]
+}
+
+/// A server servebench did not start dies mid-point: whatever the sender, the point says
+/// `server-lost`, the run exits 1, and far fewer requests than planned went to the dead address.
+#[test]
+fn every_sender_reports_a_server_lost_mid_point() {
+    for (name, load) in senders() {
+        let server = FaultyServer::start(Faults {
+            chunk_gap_s: 0.002,
+            tokenize: true,
+            ..Faults::default()
+        });
+        let ws = Workspace::new();
+        let spec = ws.write(
+            "gone.yaml",
+            &url_spec(name, &server.url, "{ kind: repeat, tokens: 64 }", &load),
+        );
+        let _turn = exclusive();
+        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+            .arg("run")
+            .arg(&spec)
+            .arg("--out")
+            .arg(ws.path().join("runs"))
+            .arg("--quiet")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server.seen.generations.load(Ordering::Relaxed) < 12 {
+            assert!(Instant::now() < deadline, "{name}: no requests");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(server);
+        let out = child.wait_with_output().unwrap();
+        let shown = show(&out);
+        assert_eq!(out.status.code(), Some(1), "{name}: {shown}");
+        let dir = run_dir(&out);
+        let points = read_jsonl(&dir.join("points.jsonl"));
+        assert_eq!(points.len(), 1, "{name}: {shown}");
+        let kinds = flag_kinds(&points[0]);
+        assert!(
+            kinds.iter().any(|k| k == "server-lost"),
+            "{name}: {kinds:?}\n{shown}"
+        );
+        let recorded = measured_requests(&dir);
+        let connect = recorded
+            .iter()
+            .filter(|r| r["error"]["kind"] == "connect")
+            .count();
+        // At most one connect failure per request in flight (or live session) finds it gone.
+        assert!(connect <= 4, "{name}: {connect} connect errors");
+        assert!(recorded.len() < 300, "{name}: {} sent", recorded.len());
+    }
+}
+
+/// Ctrl-C mid-point, for each sender on the simulator: the run exits 1 and every measured
+/// record in `requests.jsonl` is in the point's summary (`ok` + `errors`); agent sessions
+/// all say how they ended.
+#[test]
+fn ctrl_c_keeps_every_measured_record_in_file_and_summary_for_every_sender() {
+    let rounds: usize = std::env::var("SERVEBENCH_CTRL_C_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for round in 0..rounds {
+        for (name, load) in senders() {
+            ctrl_c_keeps_every_record(name, &load, round);
+        }
+    }
+}
+
+fn ctrl_c_keeps_every_record(name: &str, load: &str, round: usize) {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "stop.yaml",
+        &sim_spec(
+            name,
+            "  prompt: { kind: repeat, tokens: 64, calibrate: false }\n  output_tokens: 16",
+            load,
+        ),
+    );
+    let _turn = exclusive();
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let runs = ws.path().join("runs").join(name);
+    loop {
+        let measured = std::fs::read_dir(&runs)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path().join("requests.jsonl"))
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .map_or(0, |t| t.lines().filter(|l| !l.contains("\"role\":\"prime\"")).count());
+        if measured >= 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{name}: nothing measured in time");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let shown = show(&out);
+    assert_eq!(out.status.code(), Some(1), "{name} #{round}: {shown}");
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    assert_eq!(points.len(), 1, "{name} #{round}: {shown}");
+    let p = &points[0];
+    let summarized = p["ok"].as_u64().unwrap() + p["errors"].as_u64().unwrap();
+    // Measured: every role but primes and checks (two-point pairs are `two-point-a`/`-b`).
+    let in_file = read_jsonl(&dir.join("requests.jsonl"))
+        .iter()
+        .filter(|r| {
+            ["measure", "two-point-a", "two-point-b"].contains(&r["role"].as_str().unwrap_or(""))
+        })
+        .count() as u64;
+    assert_eq!(
+        summarized, in_file,
+        "{name} #{round}: the summary holds {summarized} requests, requests.jsonl {in_file}\n{p}"
+    );
+    if name == "agentic" {
+        let jobs = &p["jobs"];
+        let started = jobs["started"].as_u64().unwrap();
+        let ended = jobs["completed"].as_u64().unwrap() + jobs["stopped"].as_u64().unwrap();
+        assert_eq!(started, ended, "{name} #{round}: every session says how it ended: {jobs}");
+        let sent: u64 = jobs["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["sent"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sent, in_file, "{name} #{round}: {jobs}");
+    }
+}
