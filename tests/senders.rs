@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::faulty::{FaultyServer, Faults, flag_kinds, measured_requests, url_spec};
+use crate::faulty::{Faults, FaultyServer, flag_kinds, measured_requests, url_spec};
 
 /// The load shapes of the five senders, as spec text after the workload.
 fn senders() -> Vec<(&'static str, String)> {
@@ -24,7 +24,8 @@ fn senders() -> Vec<(&'static str, String)> {
         ),
         (
             "sessions",
-            "load: { kind: sessions, sessions: { users: 4, turns: 100, think: 1ms } }\n".to_string(),
+            "load: { kind: sessions, sessions: { users: 4, turns: 100, think: 1ms } }\n"
+                .to_string(),
         ),
         (
             "agentic",
@@ -136,11 +137,18 @@ fn ctrl_c_keeps_every_record(name: &str, load: &str, round: usize) {
             .and_then(|e| e.ok())
             .map(|e| e.path().join("requests.jsonl"))
             .and_then(|f| std::fs::read_to_string(f).ok())
-            .map_or(0, |t| t.lines().filter(|l| !l.contains("\"role\":\"prime\"")).count());
+            .map_or(0, |t| {
+                t.lines()
+                    .filter(|l| !l.contains("\"role\":\"prime\""))
+                    .count()
+            });
         if measured >= 6 {
             break;
         }
-        assert!(Instant::now() < deadline, "{name}: nothing measured in time");
+        assert!(
+            Instant::now() < deadline,
+            "{name}: nothing measured in time"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     nix::sys::signal::kill(
@@ -171,7 +179,10 @@ fn ctrl_c_keeps_every_record(name: &str, load: &str, round: usize) {
         let jobs = &p["jobs"];
         let started = jobs["started"].as_u64().unwrap();
         let ended = jobs["completed"].as_u64().unwrap() + jobs["stopped"].as_u64().unwrap();
-        assert_eq!(started, ended, "{name} #{round}: every session says how it ended: {jobs}");
+        assert_eq!(
+            started, ended,
+            "{name} #{round}: every session says how it ended: {jobs}"
+        );
         let sent: u64 = jobs["sessions"]
             .as_array()
             .unwrap()
@@ -180,4 +191,55 @@ fn ctrl_c_keeps_every_record(name: &str, load: &str, round: usize) {
             .sum();
         assert_eq!(sent, in_file, "{name} #{round}: {jobs}");
     }
+}
+
+/// Issue 43: the agentic sender read its trace and calibrated its block text inside the
+/// measured window; on the chat API (counted by generations, not `/tokenize`) those requests
+/// were in the server's counters and not the client's: a false `server-disagrees` (98 against
+/// 95). Now they come before the window: the server's count matches the client's.
+#[test]
+fn an_agentic_point_on_the_chat_api_calibrates_outside_its_measured_window() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "chat.yaml",
+        &format!(
+            "name: chat\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 4096, enable-metrics: true }}\n  ready_timeout: 30s\nworkload:\n  api: openai-chat\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 8\nload:\n  kind: agentic\n  agentic: {{ file: {}, live: 2, sessions: 4, think_scale: 0.01 }}\n",
+            trace.display()
+        ),
+    );
+    let _turn = exclusive();
+    let out = servebench()
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(ws.path().join("runs"))
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    let shown = show(&out);
+    let dir = run_dir(&out);
+    let points = read_jsonl(&dir.join("points.jsonl"));
+    let kinds = flag_kinds(&points[0]);
+    assert!(
+        !kinds.iter().any(|k| k == "server-disagrees"),
+        "{kinds:?}\n{}",
+        points[0]["flags"]
+    );
+    // The block text was calibrated by generations on this API: they are in the file, before
+    // the first measured turn, and not among the point's requests.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let measured = requests.iter().filter(|r| r["role"] == "measure").count() as u64;
+    assert!(measured > 0, "{shown}");
+    assert_eq!(
+        points[0]["ok"].as_u64().unwrap() + points[0]["errors"].as_u64().unwrap(),
+        measured
+    );
+    let server = &points[0]["server"];
+    assert!(
+        !server.is_null(),
+        "the server's view was scraped: {}",
+        points[0]
+    );
 }
