@@ -8,7 +8,7 @@ use crate::prompt::nonce;
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::records::{Flag, RequestRole};
 use servebench_model::spec::Point;
-use servebench_model::spec::types::{CachePolicy, Measure};
+use servebench_model::spec::types::{CachePolicy, Experiment, Measure};
 use servebench_report::measure::summary::PointFold;
 use servebench_report::measure::system::Observed;
 
@@ -160,40 +160,8 @@ impl PointRunner {
         {
             return true;
         }
-        let target = &prompts.target;
-        let sender: Box<dyn Sender<'_> + '_> = match (exp.sessions(), &schedule) {
-            (Some(spec), _) => Box::new(Sessions {
-                exp,
-                spec,
-                messages: Box::new(plan.requests()),
-                target,
-            }),
-            (None, Some(schedule)) => Box::new(ScheduledRound {
-                exp,
-                schedule,
-                requests: Box::new(with_nonces(&plan, policy, exp.cache.nonce, &warm_prefix)),
-                target,
-            }),
-            (None, None) => {
-                let requests = Box::new(with_nonces(&plan, policy, exp.cache.nonce, &warm_prefix));
-                match exp.method.resolve() {
-                    Measure::Streaming => Box::new(ClosedLoop {
-                        exp,
-                        count: plan.len(),
-                        requests,
-                        target,
-                    }),
-                    Measure::TwoPoint { a, b } => Box::new(TwoPoint {
-                        exp,
-                        count: plan.len(),
-                        lengths: (a, b),
-                        requests,
-                        target,
-                        reset: self.cache_reset(),
-                    }),
-                }
-            }
-        };
+        let sender =
+            self.closed_or_open(exp, &plan, schedule.as_ref(), &warm_prefix, &prompts.target);
         self.send(
             client,
             point,
@@ -203,6 +171,52 @@ impl PointRunner {
             (flags, observed, fold),
         )
         .await
+    }
+
+    /// The sender of a round planned already: sessions, an arrival schedule, or a closed
+    /// loop of single requests or two-point pairs.
+    fn closed_or_open<'p>(
+        &self,
+        exp: &'p Experiment,
+        plan: &'p RoundPlan<'_>,
+        schedule: Option<&'p crate::load::Schedule>,
+        warm_prefix: &'p str,
+        target: &'p super::RequestTarget,
+    ) -> Box<dyn Sender<'p> + 'p> {
+        let policy = exp.cache.policy;
+        if let Some(spec) = exp.sessions() {
+            return Box::new(Sessions {
+                exp,
+                spec,
+                messages: Box::new(plan.requests()),
+                target,
+            });
+        }
+        let requests = Box::new(with_nonces(plan, policy, exp.cache.nonce, warm_prefix));
+        if let Some(schedule) = schedule {
+            return Box::new(ScheduledRound {
+                exp,
+                schedule,
+                requests,
+                target,
+            });
+        }
+        match exp.method.resolve() {
+            Measure::Streaming => Box::new(ClosedLoop {
+                exp,
+                count: plan.len(),
+                requests,
+                target,
+            }),
+            Measure::TwoPoint { a, b } => Box::new(TwoPoint {
+                exp,
+                count: plan.len(),
+                lengths: (a, b),
+                requests,
+                target,
+                reset: self.cache_reset(),
+            }),
+        }
     }
 
     /// Sends a round with its sender, through one request path, its probes open around it.

@@ -134,19 +134,13 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                                 continue;
                             }
                         }
-                        let (finished, failed) = path.measured();
-                        if finished == measured_total {
-                            // The window's last request ended: what watches the window (the
-                            // profiler) stops before the cool-down's requests.
-                            window.close();
-                        }
-                        if releasing && !path.is_gone() {
-                            if let Some(flag) = past_error_budget(budget.as_ref(), failed, finished, measured_total) {
-                                observed.stopped_on_errors = true;
-                                let _ = pacer.stop();
-                                releasing = false;
-                                end.flags.push(flag);
-                            }
+                        if let Some(flag) = measured_one(path, window, budget.as_ref(), measured_total)
+                            && releasing
+                        {
+                            observed.stopped_on_errors = true;
+                            let _ = pacer.stop();
+                            releasing = false;
+                            end.flags.push(flag);
                         }
                     },
                     _ = path.interrupt().wait(), if releasing => {
@@ -167,12 +161,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                     format!("the pacer thread died ({died}) after releasing {made} of {} requests; the rest were never sent", schedule.len()),
                 ));
             }
-            let elapsed = wall.elapsed().as_secs_f64();
-            if let (Some(a), Some(b)) = (cpu_before, cpu_seconds())
-                && elapsed > 0.0
-            {
-                observed.client_cpu = Some((b - a) / elapsed);
-            }
+            observed.client_cpu = cpu_share(cpu_before, wall);
             end.flags.extend(cap.flag());
             end.observed = Some(observed);
             end
@@ -238,6 +227,35 @@ impl Release<'_> {
                 Sent::NotWritten | Sent::Interrupted => None,
             }
         }
+    }
+}
+
+/// A measured request of the round was written: once it is the window's last, the window
+/// closes (what watches it, the profiler, stops before the cool-down's requests). Returns the
+/// flag that stops the round when its measured requests failed past `stop.errors` (not when
+/// the server is gone: the path says that).
+fn measured_one(
+    path: &RequestPath,
+    window: &Window,
+    budget: Option<&ErrorBudget>,
+    measured_total: usize,
+) -> Option<Flag> {
+    let (finished, failed) = path.measured();
+    if finished == measured_total {
+        window.close();
+    }
+    match path.is_gone() {
+        true => None,
+        false => past_error_budget(budget, failed, finished, measured_total),
+    }
+}
+
+/// This process's CPU time since `before` over the wall time since `wall` (1.0 = one core).
+fn cpu_share(before: Option<f64>, wall: Instant) -> Option<f64> {
+    let elapsed = wall.elapsed().as_secs_f64();
+    match (before, cpu_seconds()) {
+        (Some(a), Some(b)) if elapsed > 0.0 => Some((b - a) / elapsed),
+        _ => None,
     }
 }
 
