@@ -27,44 +27,195 @@ const CRATES: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Per crate: (module, layer), as ARCHITECTURE.md lists them. A module may use one in a lower
-/// layer; in layer 0, `text` and `console` may also use `catalog` and `redact`.
-const LAYERS: &[(&str, &[(&str, u8)])] = &[
-    (
-        "crates/model",
-        &[
-            ("catalog", 0),
-            ("text", 0),
-            ("redact", 0),
-            ("console", 0),
-            ("input_file", 0),
-            ("spec", 1),
-            ("secrets", 2),
-            ("results", 2),
-        ],
-    ),
-    (
-        "crates/report",
-        &[("measure", 0), ("report", 1), ("history", 2)],
-    ),
-    (
-        ".",
-        &[
-            // The crates below are named by their own names (`servebench_model::spec`): no
-            // `crate::` path reaches them.
-            ("exit", 0),
-            ("engine", 1),
-            ("client", 2),
-            ("host", 2),
-            ("prompt", 2),
-            ("load", 2),
-            ("plan", 3),
-            ("run", 4),
-            ("error", 5),
-            ("cli", 6),
-        ],
-    ),
-];
+/// Per crate directory: (module, layer), read from ARCHITECTURE.md's layer table (rows
+/// `| model | 0 | `catalog`, `text` | ... |`): the document is the rule the test holds. A module
+/// may use one in a lower layer; in layer 0, `text` and `console` may also use `catalog` and
+/// `redact`.
+fn layers() -> Vec<(&'static str, Vec<(String, u8)>)> {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut out: Vec<(&'static str, Vec<(String, u8)>)> = Vec::new();
+    for line in doc.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 5 {
+            continue;
+        }
+        let dir = match cells[1] {
+            "model" => "crates/model",
+            "report" => "crates/report",
+            "root" => ".",
+            _ => continue,
+        };
+        let Ok(layer) = cells[2].parse::<u8>() else {
+            continue;
+        };
+        let modules = cells[3]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|m| !m.contains(' '))
+            .map(|m| (m.to_string(), layer));
+        match out.iter_mut().find(|(d, _)| *d == dir) {
+            Some((_, l)) => l.extend(modules),
+            None => out.push((dir, modules.collect())),
+        }
+    }
+    out
+}
+
+#[test]
+fn the_layer_table_is_read_from_architecture_md() {
+    let l = layers();
+    let of = |dir: &str, m: &str| {
+        l.iter()
+            .find(|(d, _)| *d == dir)
+            .and_then(|(_, ms)| ms.iter().find(|(n, _)| n == m))
+            .map(|(_, layer)| *layer)
+    };
+    assert_eq!(of("crates/model", "catalog"), Some(0));
+    assert_eq!(of("crates/model", "results"), Some(2));
+    assert_eq!(of("crates/report", "history"), Some(2));
+    assert_eq!(of(".", "run"), Some(4));
+    assert_eq!(of(".", "cli"), Some(6));
+}
+
+/// Every module the layer table names exists, and every top-level module of a crate is in it.
+#[test]
+fn the_layer_table_names_every_module_and_no_other() {
+    let mut wrong = Vec::new();
+    for (dir, layers) in layers() {
+        let src = root().join(dir).join("src");
+        for (m, _) in &layers {
+            let inline = std::fs::read_to_string(src.join("lib.rs"))
+                .is_ok_and(|lib| lib.contains(&format!("mod {m} {{")));
+            if !src.join(format!("{m}.rs")).is_file()
+                && !src.join(m).join("mod.rs").is_file()
+                && !inline
+            {
+                wrong.push(format!(
+                    "ARCHITECTURE.md names `{m}` in {dir}: no such module"
+                ));
+            }
+        }
+        for entry in std::fs::read_dir(&src).expect("src").flatten() {
+            let name = entry
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string();
+            let is_module = entry.path().extension().is_some_and(|e| e == "rs")
+                || entry.path().join("mod.rs").is_file();
+            if is_module
+                && !matches!(name.as_str(), "lib" | "main")
+                && !layers.iter().any(|(n, _)| *n == name)
+            {
+                wrong.push(format!(
+                    "{dir}/src: module `{name}` is in no layer of ARCHITECTURE.md"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Every file, folder and `a::b` path ARCHITECTURE.md names in backquotes exists: a file
+/// (`round.rs`, `agent/session.rs`) as the end of a source path, a folder (`run/point/`) in
+/// the tree, each segment of a path (`run::request::RequestPath::send`) as a module, a crate
+/// or an item declared in the sources.
+#[test]
+fn architecture_md_names_only_what_exists() {
+    let doc = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut files = Vec::new();
+    for dir in ["src", "crates", "tests", "benches"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let rel: Vec<String> = files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(root())
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    let declared = declared_names(&files);
+    let mut missing = Vec::new();
+    for token in doc.split('`').skip(1).step_by(2) {
+        if token.contains(' ') || token.is_empty() {
+            continue;
+        }
+        if token.ends_with(".rs") {
+            if !rel
+                .iter()
+                .any(|f| f == token || f.ends_with(&format!("/{token}")))
+            {
+                missing.push(format!("file `{token}`"));
+            }
+        } else if token.ends_with('/') && !token.starts_with('/') {
+            let t = token.trim_end_matches('/');
+            let found = root().join(t).is_dir()
+                || rel
+                    .iter()
+                    .any(|f| f.contains(&format!("/{t}/")) || f.starts_with(&format!("{t}/")));
+            if !found {
+                missing.push(format!("folder `{token}`"));
+            }
+        } else if token.contains("::") {
+            for seg in token.split("::").filter(|s| !s.is_empty()) {
+                let seg = seg.trim_end_matches("()");
+                if !declared.contains(seg) {
+                    missing.push(format!("`{seg}` of `{token}`"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names what does not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// Every name a source declares (modules, types, traits, functions, constants, statics) and
+/// the crates by their Rust names.
+fn declared_names(files: &[PathBuf]) -> std::collections::HashSet<String> {
+    let mut names: std::collections::HashSet<String> = [
+        "servebench_model",
+        "servebench_report",
+        "servebench_roofline",
+        "sim",
+        "testkit",
+        "crate",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        if let Some(stem) = f.file_stem().and_then(|s| s.to_str())
+            && stem != "mod"
+        {
+            names.insert(stem.to_string());
+        }
+        for word in [
+            "mod ", "struct ", "enum ", "trait ", "fn ", "type ", "const ", "static ",
+        ] {
+            for (at, _) in text.match_indices(word) {
+                let before = text[..at].chars().last();
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let name: String = text[at + word.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
+}
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -222,8 +373,8 @@ fn a_multi_line_use_names_every_module_in_its_braces() {
 #[test]
 fn modules_use_only_lower_layers() {
     let mut violations = Vec::new();
-    for (dir, layers) in LAYERS {
-        let layer = |m: &str| layers.iter().find(|(n, _)| *n == m).map(|(_, l)| *l);
+    for (dir, layers) in layers() {
+        let layer = |m: &str| layers.iter().find(|(n, _)| n == m).map(|(_, l)| *l);
         let src = root().join(dir).join("src");
         let mut files = Vec::new();
         rust_files(&src, &mut files);
