@@ -269,3 +269,49 @@ fn check_source_paths(root: &Path, path: &Path, source: &regex::Regex, missing: 
         }
     }
 }
+
+/// The engine's profiler key is `profiler:`; the old `profile:` is named only where its rename
+/// is said (the loader's warning and the guide's paragraph on the name).
+#[test]
+fn the_old_profile_key_is_named_only_where_its_rename_is_said() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "crates", "docs", "schemas", "experiments"] {
+        collect(&root.join(dir), &mut files);
+    }
+    files.push(root.join("README.md"));
+    let allowed = ["crates/model/src/spec/load.rs", "docs/guide/profiling.md"];
+    let mut stale = Vec::new();
+    for f in files {
+        let rel = f
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if allowed.contains(&rel.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("`profile:`") {
+                stale.push(format!("{rel}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(stale.is_empty(), "stale `profile:`:\n{}", stale.join("\n"));
+
+    fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if !p.ends_with("target") {
+                    collect(&p, out);
+                }
+            } else if p.extension().is_some_and(|x| {
+                ["rs", "md", "json", "yaml", "j2", "jinja"].contains(&x.to_str().unwrap_or(""))
+            }) {
+                out.push(p);
+            }
+        }
+    }
+}

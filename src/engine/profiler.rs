@@ -1,4 +1,4 @@
-//! Each engine's profiler endpoints, for `profile:`: SGLang's `/start_profile` with a
+//! Each engine's profiler endpoints, for `profiler:`: SGLang's `/start_profile` with a
 //! `ProfileReq` body (output dir, steps, activities, profile id) and its `/stop_profile`, which
 //! writes the traces before it answers; vLLM's bodiless pair, served only by a server launched
 //! with `--profiler-config` (which names where its traces go). And how each names the files a

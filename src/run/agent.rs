@@ -52,7 +52,7 @@ pub(crate) struct AgentRequest {
     /// What the server offers (probed by the runner): how to reset its cache.
     #[serde(default)]
     pub surface: Option<servebench_model::results::meta::ServerSurface>,
-    /// Where the server writes profiler traces (`profile:`), on this host.
+    /// Where the server writes profiler traces (`profiler:`), on this host.
     #[serde(default)]
     pub profile_dir: Option<String>,
     /// A launched deployment's workers, as this host reaches them (scraped beside the router).

@@ -60,7 +60,7 @@ pub(crate) struct LaunchContext<'a> {
     pub host: &'a dyn Host,
     /// True when the host is remote: any failure may be the link, checked before going on.
     pub remote: bool,
-    /// Where the server writes profiler traces on its host (`profile:`); None: its default.
+    /// Where the server writes profiler traces on its host (`profiler:`); None: its default.
     pub profile_dir: Option<&'a str>,
 }
 

@@ -69,7 +69,7 @@ pub(crate) struct PointRunner {
     /// not, a server on an SSH host measured from here, only a DCGM exporter is read from
     /// here); None = no GPU is sampled here.
     gpu: Option<(super::probe::gpu_sampler::GpuSink, String, bool)>,
-    /// Where the server writes profiler traces on its host (`profile:`), for the next point;
+    /// Where the server writes profiler traces on its host (`profiler:`), for the next point;
     /// None: the server's own default.
     profile_dir: Option<String>,
     /// The workers behind the router measured now (a launched deployment's, or an attached

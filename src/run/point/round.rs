@@ -30,7 +30,7 @@ pub(super) type Tally<'t> = (&'t mut Vec<Flag>, &'t mut Observed, &'t mut PointF
 impl PointRunner {
     /// The probes that watch every round of `point`: the server's `/metrics` (when its
     /// surface has them and scrapes have a sink), the workers behind a router, the GPUs as
-    /// `telemetry:` asks, the engine's profiler as `profile:` asks, and the validity checks
+    /// `telemetry:` asks, the engine's profiler as `profiler:` asks, and the validity checks
     /// under load (`checks`, made before the first round).
     pub(super) fn probes(&self, point: &Point, checks: Option<validity::Checks>) -> Probes {
         let exp = &point.experiment;

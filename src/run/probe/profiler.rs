@@ -1,4 +1,4 @@
-//! The engine's own profiler around a point's measured window (`profile:`): SGLang's
+//! The engine's own profiler around a point's measured window (`profiler:`): SGLang's
 //! `/start_profile` with a `ProfileReq` body (output dir, steps, activities, profile id) and
 //! `/stop_profile`, which writes the traces before it answers; vLLM's bodiless pair, present
 //! only on a server launched with `--profiler-config` (the engine adapter adds it). The start
@@ -59,7 +59,7 @@ enum CallError {
 }
 
 impl Capture {
-    /// The capture `profile:` asks of `round` of point `id`: None when it asks none; a record
+    /// The capture `profiler:` asks of `round` of point `id`: None when it asks none; a record
     /// with its error when the server cannot be profiled. `dir`: where the server is to
     /// write, on its host (None: its own default).
     pub(crate) fn plan(
@@ -251,7 +251,7 @@ pub(crate) fn flags(capture: &ProfilerCapture) -> Vec<Flag> {
     out
 }
 
-/// The profiler probe: the capture `profile:` asks of a point's first round, started as its
+/// The profiler probe: the capture `profiler:` asks of a point's first round, started as its
 /// measured window opens and stopped as it closes (on a task of its own, so neither holds up
 /// a request), kept in the point's record.
 pub(crate) struct Profiler {

@@ -1,4 +1,4 @@
-//! Where a group's profiler traces are written on the server's host (`profile:`), what the
+//! Where a group's profiler traces are written on the server's host (`profiler:`), what the
 //! engine needs at launch to write them (vLLM's `--profiler-config`), and bringing a point's
 //! traces into the run directory (`profiler/<group>/`), bounded by `profiler.max_mib`.
 

@@ -105,7 +105,7 @@ pub enum FlagKind {
     /// A GPU's free memory came within `telemetry.memory_margin_gib` of zero during the point:
     /// a little more context or concurrency may run out of memory (informational).
     GpuMemoryTight,
-    /// The engine's profiler ran during the point's measured window (`profile:`): its numbers
+    /// The engine's profiler ran during the point's measured window (`profiler:`): its numbers
     /// include the profiler's overhead.
     Profiled,
     /// The point was to be profiled and was not (or its traces could not be kept): the

@@ -834,7 +834,7 @@ pub struct WorkerView {
     pub view: Option<super::server_view::ServerView>,
 }
 
-/// One capture of the engine's profiler (`profile:`) around a point's measured window.
+/// One capture of the engine's profiler (`profiler:`) around a point's measured window.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct ProfilerCapture {
     /// The profiler asked: `sglang` (`/start_profile` with a `ProfileReq` body) or `vllm`

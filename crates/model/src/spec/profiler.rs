@@ -1,4 +1,4 @@
-//! What a spec asks of the engine's own profiler (`profile:`): which points are captured,
+//! What a spec asks of the engine's own profiler (`profiler:`): which points are captured,
 //! what the profiler records, where the server writes its traces and how much of them comes
 //! back into the run directory.
 
@@ -151,7 +151,7 @@ pub(crate) fn checks(raw: &serde_json::Value) -> Vec<Problem> {
                 target: Target::Value,
                 message: "`profiler.points` names no point".into(),
                 hint: Some(
-                    "name point ids (`[p001]`) or write `all`; remove `profile:` to capture none"
+                    "name point ids (`[p001]`) or write `all`; remove `profiler:` to capture none"
                         .into(),
                 ),
             });

@@ -89,7 +89,7 @@ pub struct ReportModel {
     /// per token at each point and at a search's capacity. None without either.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<super::gpu::GpuSection>,
-    /// The engine's profiler captures (`profile:`): one row per point captured or meant to be.
+    /// The engine's profiler captures (`profiler:`): one row per point captured or meant to be.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub profiles: Vec<super::profiles::ProfileRow>,
     /// The workers behind a router (`server.workers`): what each served, and the spread.

@@ -1,5 +1,5 @@
 //! The report's "Profiler captures" section: which points ran with the engine's profiler
-//! (`profile:`), over what window, and where each trace file is (in the run directory, or
+//! (`profiler:`), over what window, and where each trace file is (in the run directory, or
 //! left on the host and why), or why a point was not profiled.
 
 use schemars::JsonSchema;
@@ -27,7 +27,7 @@ pub struct ProfileRow {
     pub error: Option<String>,
 }
 
-/// The rows of every point with a capture; empty without `profile:`.
+/// The rows of every point with a capture; empty without `profiler:`.
 pub(crate) fn rows(
     points: &[PointRecord],
     labels: &indexmap::IndexMap<String, String>,
