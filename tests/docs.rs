@@ -315,3 +315,26 @@ fn the_old_profile_key_is_named_only_where_its_rename_is_said() {
         }
     }
 }
+
+/// The README's list of the guide's chapters is the guide's own (docs/guide/SUMMARY.md), in
+/// its order.
+#[test]
+fn the_readme_lists_every_chapter_of_the_guide_in_order() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let summary = std::fs::read_to_string(root.join("docs/guide/SUMMARY.md")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let chapters: Vec<&str> = summary
+        .lines()
+        .filter_map(|l| l.strip_prefix("- [")?.split("](").nth(1)?.strip_suffix(')'))
+        .collect();
+    assert!(chapters.len() >= 19, "{chapters:?}");
+    let listed: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| {
+            let (n, rest) = l.split_once(". [")?;
+            n.parse::<u32>().ok()?;
+            rest.split("](docs/guide/").nth(1)?.split(')').next()
+        })
+        .collect();
+    assert_eq!(listed, chapters);
+}
