@@ -264,7 +264,7 @@ fn bands(ttft: Vec<Vec<f64>>) -> Vec<ContextBand> {
         .filter(|(_, v)| !v.is_empty())
         .map(|(k, mut v)| {
             v.sort_by(f64::total_cmp);
-            let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+            let at = |q: f64| servebench_report::measure::percentile_sorted(&v, q * 100.0);
             ContextBand {
                 from_tokens: BANDS[k],
                 to_tokens: BANDS.get(k + 1).copied(),
@@ -583,5 +583,11 @@ mod tests {
             (3, 0.2, 0.3)
         );
         assert_eq!((b[1].from_tokens, b[1].to_tokens), (4_096, Some(8_192)));
+        // One percentile rule everywhere: linear between ranks (nearest rank said 0.3).
+        assert!(
+            (b[0].ttft_p90_s - 0.28).abs() < 1e-12,
+            "{}",
+            b[0].ttft_p90_s
+        );
     }
 }

@@ -14,3 +14,5 @@ pub(crate) mod timeline;
 pub(crate) mod tool_calls;
 pub(crate) mod twopoint;
 pub(crate) mod verify;
+
+pub use stats::percentile_sorted;

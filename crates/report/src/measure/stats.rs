@@ -75,8 +75,9 @@ pub(crate) fn summarize_requests(samples: &[RequestSamples], seed: u64) -> Optio
 }
 
 /// The `q`-th percentile (0..=100) of ascending, finite, non-empty `sorted`, interpolating
-/// linearly between the two nearest ranks like numpy's default (`method="linear"`).
-pub(crate) fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
+/// linearly between the two nearest ranks like numpy's default (`method="linear"`): the one
+/// percentile rule of every figure servebench states (NaN when `sorted` is empty).
+pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
     let Some(&last) = sorted.last() else {
         return f64::NAN;
     };

@@ -102,7 +102,7 @@ pub(crate) fn section(
             let mut done: Vec<f64> = j.sessions.iter().filter_map(|s| s.completion_s).collect();
             done.sort_by(f64::total_cmp);
             let at = |q: f64| {
-                (!done.is_empty()).then(|| done[((done.len() - 1) as f64 * q).round() as usize])
+                (!done.is_empty()).then(|| crate::measure::percentile_sorted(&done, q * 100.0))
             };
             let mut stop_reasons = IndexMap::new();
             for s in &j.sessions {
