@@ -14,10 +14,8 @@ pub(crate) mod pool;
 pub(crate) mod probe;
 pub(crate) mod progress;
 pub(crate) mod provenance;
-mod record_writer;
 mod records;
 pub(crate) mod request;
-mod round_tally;
 pub(crate) mod search;
 pub(crate) mod server;
 

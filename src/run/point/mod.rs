@@ -30,8 +30,8 @@ mod sessions;
 mod two_point;
 mod workload;
 
-pub(crate) use super::record_writer::RecordSink;
-use super::record_writer::RecordWriter;
+pub(crate) use super::request::RecordSink;
+use super::request::RecordWriter;
 
 /// The sink that appends to a run directory's `requests.jsonl`; a failed write (a full disk)
 /// stops the run through `interrupt`.

@@ -21,8 +21,8 @@ use super::workload::RoundPlan;
 use super::{Planned, PointRunner, Prompts, generation_request};
 use crate::run::probe::{Probes, Window};
 use crate::run::probe::{gpu, profiler, scrape, validity, workers};
+use crate::run::request::RoundTally;
 use crate::run::request::{Outgoing, RequestPath, Sent};
-use crate::run::round_tally::RoundTally;
 
 /// What a round adds to as it runs: the point's flags, what the client observed, the fold.
 pub(super) type Tally<'t> = (&'t mut Vec<Flag>, &'t mut Observed, &'t mut PointFold);

@@ -19,10 +19,15 @@ use servebench_model::results::records::{
 };
 use servebench_model::spec::types::Api;
 
-use super::interrupt::Interrupt;
-use super::progress::Progress;
-use super::record_writer::{RecordWriter, TallyCell};
-use super::round_tally::RoundTally;
+use crate::run::interrupt::Interrupt;
+use crate::run::progress::Progress;
+
+mod tally;
+mod writer;
+
+pub(crate) use tally::RoundTally;
+use writer::TallyCell;
+pub(crate) use writer::{RecordSink, RecordWriter};
 
 /// One request as its sender made it, with what its record carries beside the stream.
 pub(crate) struct Outgoing {

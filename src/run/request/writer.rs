@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::round_tally::RoundTally;
+use super::tally::RoundTally;
 
 use servebench_model::results::records::RequestRecord;
 
