@@ -289,45 +289,14 @@ impl PointRunner {
                 format!("{cause}; the point stopped there"),
             ));
         }
-        let summary = fold.finish(exp, flags, interrupted);
-        record.ok = summary.ok;
-        record.errors = summary.errors;
-        record.error_kinds = summary.error_kinds;
-        record.metrics = summary.metrics;
-        record.flags = summary.flags;
-        record.load = fold
-            .system
-            .finish(exp, &observed, &mut record.metrics, &mut record.flags);
-        record.incomplete = summary.incomplete;
-        record.status = Some(summary.status);
-        record.prefix_cache = summary.prefix_cache;
-        (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
-        record.tool_calls = summary.tool_calls;
-        let end = super::probe::PointEnd {
+        finish_record(
+            &mut record,
             exp,
-            fold: &fold,
-            observed: &observed,
-            routed: &summary.routed,
-            rerouted: &summary.rerouted,
-        };
-        probes.fill(&end, &mut record);
-        if record.gpu.is_none()
-            && let Some(cost) = &exp.cost
-        {
-            // No telemetry: the cost needs the GPU count from the spec.
-            let windows = fold.system.measured_windows(exp.open_loop().is_some());
-            servebench_report::measure::gpu::put_cost(
-                cost.gpu_hour,
-                cost.gpus,
-                &windows,
-                &mut record.metrics,
-            );
-        }
-        // A part of the client died: what it sent is not the point's measurement.
-        if record.has_flag(&FlagKind::ClientFailed) {
-            record.incomplete = true;
-            record.status = Some(servebench_model::results::records::PointStatus::Failed);
-        }
+            fold,
+            probes,
+            &observed,
+            (flags, interrupted),
+        );
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {
@@ -541,57 +510,17 @@ impl PointRunner {
                 (c.clone(), record)
             }
             None => {
-                let timeout = exp.request_timeout;
-                let mut attempts = Vec::new();
-                let counted_by = if tokenize.is_some() {
-                    "tokenize"
-                } else {
-                    "generate"
-                };
-                // Counted as it is sent: behind a nonce only when one goes in front (a
-                // nonce's dozen tokens counted and not sent left prompts short).
-                let prefix = move || if behind_nonce { nonce() } else { String::new() };
-                let calibration = calibrator.calibrate(
+                self.calibrate_body(
+                    client,
+                    exp,
                     generator,
                     target,
-                    prefix,
-                    |prompt: String| {
-                        let (client, model, tokenize) =
-                            (client.clone(), model.clone(), tokenize.clone());
-                        async move {
-                            count_tokens(&client, api, tokenize, &prompt, model, timeout).await
-                        }
-                    },
-                    &mut attempts,
-                );
-                // A long prompt's calibration can take a minute on a real server: Ctrl-C must
-                // not wait for it.
-                let result = tokio::select! {
-                    c = calibration => Some(c),
-                    _ = self.interrupt.wait() => None,
-                };
-                let mut record = Calibration {
-                    target,
-                    counted_by: counted_by.into(),
-                    chars: None,
-                    reused: false,
-                    attempts,
-                };
-                let c = match result {
-                    None => {
-                        return Err(("interrupted during prompt calibration".into(), Some(record)));
-                    }
-                    Some(Err(e)) => {
-                        return Err((
-                            format!("could not calibrate the prompt to {target} tokens: {e}"),
-                            Some(record),
-                        ));
-                    }
-                    Some(Ok(c)) => c,
-                };
-                record.chars = Some(c.chars);
-                self.calibrations.insert(key, (c.clone(), record.clone()));
-                (c, record)
+                    behind_nonce,
+                    model,
+                    tokenize,
+                    key,
+                )
+                .await?
             }
         };
         let flag = (!cal.within_tolerance).then(|| Flag {
@@ -609,6 +538,77 @@ impl PointRunner {
             record: Some(record),
             tokens: Some(cal.actual_tokens),
         })
+    }
+    /// Calibrates `generator`'s text to `target` tokens of the server's (counted by
+    /// `tokenize` where it has one, else by generations), behind a nonce when
+    /// `behind_nonce`; kept under `key` for later points.
+    #[allow(clippy::too_many_arguments)]
+    async fn calibrate_body(
+        &mut self,
+        client: &Client,
+        exp: &Experiment,
+        generator: &TextGenerator,
+        target: u64,
+        behind_nonce: bool,
+        model: &Option<String>,
+        tokenize: Option<servebench_model::results::meta::Tokenize>,
+        key: String,
+    ) -> Result<(Calibrated, Calibration), (String, Option<Calibration>)> {
+        let surface = self.surface.clone().unwrap_or_default();
+        let calibrator = Calibrator {
+            limit: surface.context_length,
+            output_tokens: exp.workload.output_tokens.upper().unwrap_or(1),
+            ..Calibrator::default()
+        };
+        let api = exp.workload.api;
+        let timeout = exp.request_timeout;
+        let mut attempts = Vec::new();
+        let counted_by = if tokenize.is_some() {
+            "tokenize"
+        } else {
+            "generate"
+        };
+        // Counted as it is sent: behind a nonce only when one goes in front (a
+        // nonce's dozen tokens counted and not sent left prompts short).
+        let prefix = move || if behind_nonce { nonce() } else { String::new() };
+        let calibration = calibrator.calibrate(
+            generator,
+            target,
+            prefix,
+            |prompt: String| {
+                let (client, model, tokenize) = (client.clone(), model.clone(), tokenize.clone());
+                async move { count_tokens(&client, api, tokenize, &prompt, model, timeout).await }
+            },
+            &mut attempts,
+        );
+        // A long prompt's calibration can take a minute on a real server: Ctrl-C must
+        // not wait for it.
+        let result = tokio::select! {
+            c = calibration => Some(c),
+            _ = self.interrupt.wait() => None,
+        };
+        let mut record = Calibration {
+            target,
+            counted_by: counted_by.into(),
+            chars: None,
+            reused: false,
+            attempts,
+        };
+        let c = match result {
+            None => {
+                return Err(("interrupted during prompt calibration".into(), Some(record)));
+            }
+            Some(Err(e)) => {
+                return Err((
+                    format!("could not calibrate the prompt to {target} tokens: {e}"),
+                    Some(record),
+                ));
+            }
+            Some(Ok(c)) => c,
+        };
+        record.chars = Some(c.chars);
+        self.calibrations.insert(key, (c.clone(), record.clone()));
+        Ok((c, record))
     }
 }
 
@@ -794,6 +794,58 @@ fn reasoning_markers(
     match sglang_parser(parser) {
         ParserKnowledge::Markers(m) => Some(m),
         ParserKnowledge::NoMarkers | ParserKnowledge::Unknown => None,
+    }
+}
+
+/// The point's record from its rounds: the summary of the folded records, the client's
+/// load figures, each probe's part, a cost without telemetry, and a failed client's verdict.
+fn finish_record(
+    record: &mut PointRecord,
+    exp: &Experiment,
+    fold: servebench_report::measure::summary::PointFold,
+    probes: super::probe::Probes,
+    observed: &servebench_report::measure::system::Observed,
+    (flags, interrupted): (Vec<Flag>, bool),
+) {
+    let mut fold = fold;
+    let summary = fold.finish(exp, flags, interrupted);
+    record.ok = summary.ok;
+    record.errors = summary.errors;
+    record.error_kinds = summary.error_kinds;
+    record.metrics = summary.metrics;
+    record.flags = summary.flags;
+    record.load = fold
+        .system
+        .finish(exp, observed, &mut record.metrics, &mut record.flags);
+    record.incomplete = summary.incomplete;
+    record.status = Some(summary.status);
+    record.prefix_cache = summary.prefix_cache;
+    (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
+    record.tool_calls = summary.tool_calls;
+    let end = super::probe::PointEnd {
+        exp,
+        fold: &fold,
+        observed,
+        routed: &summary.routed,
+        rerouted: &summary.rerouted,
+    };
+    probes.fill(&end, record);
+    if record.gpu.is_none()
+        && let Some(cost) = &exp.cost
+    {
+        // No telemetry: the cost needs the GPU count from the spec.
+        let windows = fold.system.measured_windows(exp.open_loop().is_some());
+        servebench_report::measure::gpu::put_cost(
+            cost.gpu_hour,
+            cost.gpus,
+            &windows,
+            &mut record.metrics,
+        );
+    }
+    // A part of the client died: what it sent is not the point's measurement.
+    if record.has_flag(&FlagKind::ClientFailed) {
+        record.incomplete = true;
+        record.status = Some(servebench_model::results::records::PointStatus::Failed);
     }
 }
 

@@ -66,12 +66,12 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                 mut requests,
                 target,
             } = *self;
+            let measured_total = schedule.measured();
             let mut end = SendEnd {
                 planned: schedule.len(),
-                expect: Some(schedule.measured()),
+                expect: Some(measured_total),
                 ..SendEnd::default()
             };
-            let measured_total = schedule.measured();
             let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
             let mut observed = Observed {
                 offered_req_s: offered_rate(schedule),
@@ -83,14 +83,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
             let cpu_before = cpu_seconds();
             let wall = Instant::now();
             let start = Instant::now() + LEAD;
-            let release = Release {
-                path: path.clone(),
-                exp,
-                target,
-                start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
-                slots: cap.slots(),
-                cap_reached: cap.reached.clone(),
-            };
+            let release = Release::new(path, exp, target, &cap);
             let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
             // The schedule made again beside the pacer's copy, taken in the same order.
             let mut scheduled = schedule.iter();
@@ -182,7 +175,24 @@ struct Release<'r> {
     cap_reached: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl Release<'_> {
+impl<'r> Release<'r> {
+    /// Requests released on `path` from now on, [`LEAD`] ahead of the clock, under `cap`.
+    fn new(
+        path: &RequestPath,
+        exp: &'r Experiment,
+        target: &'r RequestTarget,
+        cap: &InFlightCap,
+    ) -> Release<'r> {
+        Release {
+            path: path.clone(),
+            exp,
+            target,
+            start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
+            slots: cap.slots(),
+            cap_reached: cap.reached.clone(),
+        }
+    }
+
     /// Request `i` of the schedule (`s`, made from `p`), sent on the path with its scheduled
     /// time and phase; its phase once written, None when it was not.
     fn request(
