@@ -261,13 +261,13 @@ pub(crate) struct HistoryArgs {
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     threshold: Option<f64>,
     /// A metric to follow (repeatable; default: the headline metrics TTFT, prefill and
-    /// decode speed), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
+    /// decode speed, and request throughput), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
     #[arg(long = "metric", value_name = "NAME")]
     metrics: Vec<String>,
-    /// Exit 1 when the newest run of any series regressed against the series' last good
-    /// level (the newest earlier comparable run whose point had no problem and was not
-    /// itself a regression), or when no newest run could be judged: a gate must not pass
-    /// by default.
+    /// Exit 1 when the newest run of any series regressed against any of the series' good
+    /// levels (the newest three earlier comparable runs whose point had no problem, no
+    /// client flag and no unresolved step, and was not itself a regression), or when no
+    /// newest run could be judged: a gate must not pass by default.
     #[arg(long)]
     fail_on_regression: bool,
     /// The index that keeps the history fast (default: .servebench-history-index.jsonl
@@ -978,6 +978,9 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     let regressions = history::regressions(&model);
     for r in &regressions {
         console::errln(&format!("regression: {r}"));
+    }
+    for u in history::unresolved(&model) {
+        console::errln(&format!("warning: {u}"));
     }
     if history::judged_latest(&model) == 0 {
         console::errln(

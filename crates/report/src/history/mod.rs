@@ -20,7 +20,7 @@ pub mod source;
 pub use build::{build, default_metrics};
 pub use model::*;
 
-/// The newest runs' regressions against their series' last good level, one line each
+/// The newest runs' regressions against their series' good levels, one line each
 /// (`quickstart #3: decode at ctx=1024: -20.1% against #1`), for `--fail-on-regression`.
 pub fn regressions(model: &HistoryModel) -> Vec<String> {
     let mut out = Vec::new();
@@ -30,6 +30,30 @@ pub fn regressions(model: &HistoryModel) -> Vec<String> {
             if l.verdict == Some(crate::report::compare::Verdict::Regression) {
                 out.push(format!(
                     "{} {}: {} at {}: {} against the last good level, {} ({})",
+                    e.name,
+                    e.runs[l.run].label,
+                    s.label,
+                    s.point,
+                    l.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
+                    l.good.map_or("—".into(), |g| e.runs[g].label.clone()),
+                    l.reason
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The newest runs' changes above the threshold that the evidence does not settle, one line
+/// each: not regressions, but no level either; said beside the gate.
+pub fn unresolved(model: &HistoryModel) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in &model.experiments {
+        for s in &e.series {
+            let Some(l) = &s.latest else { continue };
+            if l.unresolved {
+                out.push(format!(
+                    "{} {}: {} at {}: {} against {}, unresolved ({})",
                     e.name,
                     e.runs[l.run].label,
                     s.label,
