@@ -583,6 +583,142 @@ fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
     assert!(!md.contains("noise beyond the intervals"), "{md}");
 }
 
+/// Runs `cmd` to its end or for at most 20 s (then it is killed and the test fails: a
+/// reader hung).
+#[track_caller]
+fn output_within(cmd: &mut assert_cmd::Command) -> std::process::Output {
+    cmd.timeout(std::time::Duration::from_secs(20))
+        .output()
+        .unwrap_or_else(|e| panic!("hung on a hostile run file: {e}"))
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn hostile_run_files_are_refused_by_name_never_followed_or_waited_on() {
+    use servebench_model::results::rundir::{MAX_POINTS, POINTS_MAX_VALUES};
+    let ws = Workspace::new();
+    let m = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    let good = write_run(ws.path(), "a-good", &m, &format!("{line}\n"));
+    // Small records past the count a run can hold (a 250 MB file of them cost gigabytes).
+    let small = "{\"id\":\"p\",\"values\":{},\"group\":\"g\",\"ok\":1,\"errors\":0,\"metrics\":{},\"flags\":[],\"incomplete\":false}\n";
+    let many = write_run(ws.path(), "b-many", &m, &small.repeat(MAX_POINTS + 1));
+    // One record of more values than the file's budget.
+    let values = format!(
+        "{{\"id\":\"p\",\"values\":{{\"x\":[{}1]}},\"group\":\"g\",\"ok\":1,\"errors\":0,\"metrics\":{{}},\"flags\":[],\"incomplete\":false}}\n",
+        "1,".repeat(POINTS_MAX_VALUES)
+    );
+    write_run(ws.path(), "c-values", &m, &values);
+    // A link to another run's points, and FIFOs nobody writes to.
+    let linked = write_run(ws.path(), "d-link", &m, "");
+    std::fs::remove_file(linked.join("points.jsonl")).unwrap();
+    std::os::unix::fs::symlink(good.join("points.jsonl"), linked.join("points.jsonl")).unwrap();
+    let fifo = write_run(ws.path(), "e-fifo", &m, "");
+    mkfifo(&fifo.join("points.jsonl"));
+    let fifo_meta = write_run(ws.path(), "f-fifo-meta", &m, "");
+    mkfifo(&fifo_meta.join("meta.json"));
+
+    let out = output_within(
+        servebench()
+            .arg("history")
+            .arg(ws.path().join("runs"))
+            .args(["--stdout", "--no-index"]),
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("1 run of 1 experiment"), "{md}");
+    for (dir, why) in [
+        (
+            "b-many",
+            "points.jsonl: line 20001: more than 20000 point records, over the budget of one run",
+        ),
+        (
+            "c-values",
+            "points.jsonl: line 1: over its budget of 8000000 JSON values",
+        ),
+        (
+            "d-link",
+            "points.jsonl: a symbolic link: run files are read only as regular files",
+        ),
+        (
+            "e-fifo",
+            "points.jsonl: a FIFO (named pipe), not a regular file",
+        ),
+        (
+            "f-fifo-meta",
+            "meta.json: a FIFO (named pipe), not a regular file",
+        ),
+    ] {
+        assert!(md.contains(&format!("{dir}` | {why}")), "{dir}: {md}");
+    }
+    // compare and report refuse the same files by name, at once.
+    for dir in [&many, &linked, &fifo] {
+        let out = output_within(servebench().arg("compare").arg(&good).arg(dir));
+        assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("points.jsonl"), "{err}");
+        let out = output_within(servebench().arg("report").arg(dir));
+        assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    }
+}
+
+#[test]
+fn the_index_and_the_charts_folder_follow_no_link_and_remove_only_what_history_wrote() {
+    let ws = Workspace::new();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    let started = [("a", "2026-12-01T00:00:00Z"), ("b", "2026-12-02T00:00:00Z")];
+    for (dir, at) in started {
+        let m = serde_json::to_string(&meta("h", at, json!({}))).unwrap();
+        write_run(ws.path(), dir, &m, &format!("{line}\n"));
+    }
+    let runs = ws.path().join("runs");
+    // An index that is a link to /dev/zero, and a planted link where its temporary file goes.
+    let index = runs.join(".servebench-history-index.jsonl");
+    std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+    let victim = ws.write("victim.txt", "keep me");
+    std::os::unix::fs::symlink(&victim, runs.join(".servebench-history-index.jsonl.tmp")).unwrap();
+    // A chart history did not draw, in the folder it writes its charts to.
+    let out_dir = ws.path().join("out");
+    std::fs::create_dir_all(out_dir.join("charts")).unwrap();
+    std::fs::write(out_dir.join("charts/mine.svg"), "<svg/>").unwrap();
+    let history = || {
+        output_within(
+            servebench()
+                .arg("history")
+                .arg(&runs)
+                .arg("--out")
+                .arg(&out_dir),
+        )
+    };
+    let out = history();
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(
+        std::fs::symlink_metadata(&index).unwrap().is_file(),
+        "rebuilt in place of the link"
+    );
+    assert!(out_dir.join("charts/mine.svg").is_file(), "not history's: kept");
+    assert!(out_dir.join("charts/h-decode_tok_s.svg").is_file());
+    // A chart history drew and no longer draws is removed: the experiment is renamed.
+    for (dir, at) in started {
+        let m = serde_json::to_string(&meta("h2", at, json!({}))).unwrap();
+        std::fs::write(runs.join("h").join(dir).join("meta.json"), m).unwrap();
+    }
+    let out = history();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(!out_dir.join("charts/h-decode_tok_s.svg").exists());
+    assert!(out_dir.join("charts/h2-decode_tok_s.svg").is_file());
+    assert!(out_dir.join("charts/mine.svg").is_file());
+}
+
 fn git(repo: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .arg("-C")

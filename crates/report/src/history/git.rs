@@ -158,12 +158,17 @@ fn read_found(
     found: Vec<Found>,
     budget: &Budget,
 ) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>), GitError> {
-    let mut wanted: Vec<&str> = Vec::new();
+    // Each object with its own file's budget: meta.json's is not points.jsonl's.
+    let mut wanted: Vec<(&str, u64)> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for f in &found {
-        for object in std::iter::once(&f.meta).chain(&f.points) {
-            if !wanted.contains(&object.as_str()) {
-                wanted.push(object);
-            }
+        if seen.insert(f.meta.as_str()) {
+            wanted.push((&f.meta, budget.meta_bytes));
+        }
+        if let Some(p) = &f.points
+            && seen.insert(p.as_str())
+        {
+            wanted.push((p, budget.points_bytes));
         }
     }
     let blobs = cat_file(repo, &wanted, budget)?;
@@ -213,14 +218,15 @@ fn read_found(
 /// never read.
 fn cat_file(
     repo: &Path,
-    objects: &[&str],
+    objects: &[(&str, u64)],
     budget: &Budget,
 ) -> Result<HashMap<String, Result<String, String>>, GitError> {
     let mut out = HashMap::new();
     if objects.is_empty() {
         return Ok(out);
     }
-    let input: String = objects.iter().map(|o| format!("{o}\n")).collect();
+    let limits: HashMap<&str, u64> = objects.iter().copied().collect();
+    let input: String = objects.iter().map(|(o, _)| format!("{o}\n")).collect();
     let sizes = git_with_input(repo, &["cat-file", "--batch-check"], input.as_bytes())?;
     let mut spent = 0u64;
     let mut within: Vec<String> = Vec::new();
@@ -230,7 +236,7 @@ fn cat_file(
             continue;
         };
         let size: u64 = size.parse().unwrap_or(u64::MAX);
-        let limit = budget.meta_bytes.max(budget.points_bytes);
+        let limit = limits.get(oid).copied().unwrap_or(0);
         if size > limit {
             out.insert(
                 oid.to_string(),
@@ -291,6 +297,10 @@ fn cat_file(
             continue;
         }
         let size: usize = size.parse().map_err(|_| failed(header.clone()))?;
+        // git said the size before; an object that grew since is not read past its budget.
+        if size as u64 > limits.get(oid).copied().unwrap_or(0) {
+            return Err(failed(format!("{oid} is {size} bytes, over its budget")));
+        }
         let mut bytes = vec![0u8; size + 1]; // the content and its newline
         reader
             .read_exact(&mut bytes)
