@@ -1005,6 +1005,112 @@ fn a_shared_postgres_history_covers_every_machine_and_fails_loudly_when_down() {
     );
 }
 
+#[test]
+fn four_concurrent_writers_share_a_fresh_database_one_run_per_identity() {
+    use crate::pgserver::{PASSWORD, PgServer};
+    let server = PgServer::start();
+    let url = server.url_without_password("sbtest");
+    let ws = Workspace::new();
+    // Four machines' folders of runs; each also lists its runs by a second path.
+    let mut roots = Vec::new();
+    for machine in 0..4 {
+        for day in 1..=3 {
+            let m = serde_json::to_string(&meta(
+                &format!("exp-{machine}"),
+                &format!("2026-12-0{day}T00:00:00Z"),
+                json!({}),
+            ))
+            .unwrap();
+            let dir = ws
+                .path()
+                .join(format!("m{machine}/runs/exp/r{day}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("meta.json"), m).unwrap();
+            let line = serde_json::to_string(&point("p001", 1024, 100.0 + day as f64)).unwrap();
+            std::fs::write(dir.join("points.jsonl"), line + "\n").unwrap();
+        }
+        roots.push(ws.path().join(format!("m{machine}")));
+    }
+    // A copy of machine 0's first run elsewhere: the same run.
+    let copy = ws.path().join("m0/copies/r1");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["meta.json", "points.jsonl"] {
+        std::fs::copy(ws.path().join("m0/runs/exp/r1").join(f), copy.join(f)).unwrap();
+    }
+    let writers: Vec<_> = roots
+        .iter()
+        .map(|root| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"));
+            cmd.current_dir(root)
+                .args(["history", "runs"])
+                .arg(root.join("runs"))
+                .arg(root.join("copies"))
+                .args(["--stdout", "--db", &url])
+                .env("PGPASSWORD", PASSWORD)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for w in writers {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains(PASSWORD), "{err}");
+    }
+    let mut client = postgres::Client::connect(&server.url(), postgres::NoTls).unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM runs", &[])
+        .unwrap()
+        .get(0);
+    // 12 runs and the copy (a directory of its own), never a path typed twice.
+    assert_eq!(n, 13);
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &url])
+        .arg(roots[0].join("runs"))
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("12 runs of 4 experiments"), "{md}");
+    assert!(md.contains("the same run as"), "the copy is counted once: {md}");
+
+    // A read-only login: the error says what the server said.
+    client
+        .batch_execute("CREATE ROLE reader LOGIN PASSWORD 'reader-pw'; REVOKE CREATE ON SCHEMA public FROM PUBLIC; GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+        .unwrap();
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &server.url_without_password("reader")])
+        .arg(roots[0].join("runs"))
+        .env("PGPASSWORD", "reader-pw")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the server said: ERROR: permission denied"), "{err}");
+    // Without a password anywhere, the login fails and says so.
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &url])
+        .arg(roots[0].join("runs"))
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", ws.path().join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    // A .pgpass only its owner reads gives it.
+    let pgpass = ws.write("pgpass", &format!("127.0.0.1:*:postgres:sbtest:{PASSWORD}\n"));
+    std::fs::set_permissions(&pgpass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &url])
+        .arg(roots[0].join("runs"))
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", &pgpass)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+}
+
 fn pgserver_password() -> &'static str {
     crate::pgserver::PASSWORD
 }

@@ -31,8 +31,28 @@ pub fn build(
     threshold_pct: Option<f64>,
     metrics: &[Metric],
 ) -> HistoryModel {
+    let mut skipped = skipped;
     let mut by_name: IndexMap<String, Vec<LoadedRun>> = IndexMap::new();
+    // One run, one identity: the run itself says which it is (its experiment, start time,
+    // spec and client host), so a copy of a run directory elsewhere is the same run.
+    let mut seen: HashMap<(String, String, String, String), String> = HashMap::new();
     for run in runs {
+        let id = (
+            run.meta.experiment.name.clone(),
+            run.meta.started_at.clone(),
+            run.meta.spec_sha256.clone(),
+            run.meta.client_host.hostname.clone(),
+        );
+        if let Some(first) = seen.get(&id) {
+            skipped.push(SkippedRun {
+                path: run.path.display().to_string(),
+                why: format!(
+                    "the same run as {first} (same experiment, start time, spec and client host): counted once"
+                ),
+            });
+            continue;
+        }
+        seen.insert(id, run.path.display().to_string());
         by_name
             .entry(run.meta.experiment.name.clone())
             .or_default()

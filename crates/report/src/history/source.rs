@@ -60,6 +60,13 @@ pub(crate) fn find_run_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<PathBuf>
         }
         walk(path, 0, budget, &mut visited, &mut found, &mut skipped);
     }
+    // One identity per run directory, whatever path reached it (`runs` and the same folder
+    // by its absolute path, or through a link): its canonical path.
+    for dir in &mut found {
+        if let Ok(canonical) = std::fs::canonicalize(&*dir) {
+            *dir = canonical;
+        }
+    }
     found.sort();
     found.dedup();
     (found, skipped)
