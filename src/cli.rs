@@ -249,12 +249,13 @@ pub(crate) struct HistoryArgs {
     #[arg(value_name = "PATH", default_value = "runs")]
     paths: Vec<PathBuf>,
     /// Read the runs committed in this git repository's history instead of the files on
-    /// disk (nothing is checked out): every run directory under PATH in the commits of
-    /// --rev, each as the newest of them holds it.
+    /// disk (nothing is checked out): every run directory under PATH whose files a commit
+    /// of --rev added or changed, each as the newest of them holds it (a run changed by
+    /// several commits is said).
     #[arg(long, value_name = "REPO")]
     git: Option<PathBuf>,
     /// The commits to read with --git: a revision (`main`: its whole history) or a range
-    /// (`v1.2..main`).
+    /// (`v1.2..main`: the runs committed after v1.2).
     #[arg(long, value_name = "REV", default_value = "HEAD", requires = "git")]
     rev: String,
     /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
@@ -911,6 +912,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         metrics = history::default_metrics();
     }
     let budget = history::source::Budget::default();
+    let mut notes: Vec<String> = Vec::new();
     let (runs, skipped) = match (git, index) {
         (None, _) if db.is_some() => {
             let url = db.unwrap_or_default();
@@ -940,9 +942,16 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
             );
             (runs, skipped)
         }
-        (Some((repo, rev)), _) => history::git::load(repo, rev, paths, &budget)
-            .map_err(|e| Error::Usage(e.to_string()))?,
+        (Some((repo, rev)), _) => {
+            let (runs, skipped, said) = history::git::load(repo, rev, paths, &budget)
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            notes = said;
+            (runs, skipped)
+        }
     };
+    for n in &notes {
+        console::errln(&format!("note: {n}"));
+    }
     for s in &skipped {
         console::errln(&format!("warning: {}: left out: {}", s.path, s.why));
     }
@@ -953,7 +962,8 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
             .map(|p| format!("git {} {rev} -- {}", repo.display(), p.display()))
             .collect(),
     };
-    let model = history::build(runs, skipped, sources, threshold, &metrics);
+    let mut model = history::build(runs, skipped, sources, threshold, &metrics);
+    model.notes = notes;
     if stdout {
         console::out(&history::markdown::render(&model, None));
     } else {

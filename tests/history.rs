@@ -778,8 +778,17 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
     assert!(out.status.success(), "{}", show(&out));
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(md.contains("3 runs of 1 experiment"), "{md}");
-    // Run two as its newest commit holds it (finished, with its point).
+    // Run two as its newest commit holds it (finished, with its point), and said.
     assert!(md.contains(":runs/h/two`"), "{md}");
+    assert!(
+        md.contains("- Note: runs/h/two: changed by 2 commits of the range"),
+        "{md}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("note: runs/h/two: changed by 2 commits"),
+        "{}",
+        show(&out)
+    );
     assert!(md.contains("| all | 100 | 100 | **70.0**"), "{md}");
     assert!(
         md.contains(
@@ -787,7 +796,8 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
         ),
         "{md}"
     );
-    // A range: only the commits after the first two, and the runs they hold.
+    // A range: only the runs its commits added or changed (two finished, three), not the
+    // whole tree of each commit (run one, committed before the range and removed in it).
     let out = servebench()
         .args(["history", "--stdout", "--git"])
         .arg(&bare)
@@ -795,7 +805,9 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
         .output()
         .unwrap();
     let md = String::from_utf8_lossy(&out.stdout);
-    assert!(md.contains("3 runs of 1 experiment"), "{md}");
+    assert!(md.contains("2 runs of 1 experiment"), "{md}");
+    assert!(!md.contains("runs/h/one"), "{md}");
+    assert!(!md.contains("Note:"), "two changed once in the range: {md}");
     // Bad revisions are named.
     for rev in ["--output=x", "no-such-branch"] {
         let out = servebench()
@@ -806,6 +818,35 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     }
+}
+
+#[test]
+fn under_git_meta_json_keeps_its_own_budget_of_16_mib() {
+    let ws = Workspace::new();
+    let work = ws.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    let m = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    write_run(&work, "small", &m, &format!("{line}\n"));
+    // Valid JSON, padded past 16 MiB (points.jsonl's 256 MiB budget was applied before).
+    let big = format!("{m}{}", " ".repeat(17 << 20));
+    let m2 = serde_json::to_string(&meta("h", "2026-12-02T00:00:00Z", json!({}))).unwrap();
+    write_run(&work, "big", &big.replacen(&m, &m2, 1), &format!("{line}\n"));
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "two runs"]);
+    let out = servebench()
+        .args(["history", "--stdout", "--git"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("1 run of 1 experiment"), "{md}");
+    assert!(
+        md.contains(":runs/h/big` | meta.json: 17 MiB, over the budget of 16 MiB for one file"),
+        "{md}"
+    );
 }
 
 fn model_of(runs: Vec<LoadedRun>) -> HistoryModel {

@@ -77,6 +77,7 @@ pub fn build(
         threshold_pct: threshold_pct.unwrap_or(compare::DEFAULT_THRESHOLD_PCT),
         experiments,
         skipped,
+        notes: Vec::new(),
     }
 }
 

@@ -62,6 +62,12 @@ pub fn render(model: &HistoryModel, charts_dir: Option<&str>) -> String {
         super::build::LEVEL_RUNS,
         plain(model.threshold_pct)
     );
+    for note in &model.notes {
+        let _ = writeln!(out, "- Note: {}", cell(note));
+    }
+    if !model.notes.is_empty() {
+        out.push('\n');
+    }
     for e in &model.experiments {
         experiment(&mut out, e, charts_dir);
     }

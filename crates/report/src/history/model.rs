@@ -24,6 +24,9 @@ pub struct HistoryModel {
     /// Run directories that could not be read, each named with why; none of their numbers
     /// entered a series.
     pub skipped: Vec<SkippedRun>,
+    /// What the reader said of the runs it read (a run changed by several commits of a git
+    /// range, read as the newest holds it).
+    pub notes: Vec<String>,
 }
 
 /// A run directory left out of the history.
