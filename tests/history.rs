@@ -452,10 +452,34 @@ fn loaded_point(ttft: [f64; 3], req_s: [f64; 3]) -> PointRecord {
 /// interval: its step is unresolved); then a clearly slower run (484 ms).
 fn laundering_runs(root: &Path) -> Vec<PathBuf> {
     let runs = [
-        ("a", "2026-12-01T00:00:00Z", 8, [0.150, 0.152, 0.155], [9.0, 9.1, 9.2]),
-        ("b", "2026-12-02T00:00:00Z", 8, [0.160, 0.165, 0.158], [9.1, 9.0, 9.2]),
-        ("c", "2026-12-03T00:00:00Z", 2, [0.816, 0.929, 0.465], [2.1, 1.9, 3.6]),
-        ("d", "2026-12-04T00:00:00Z", 2, [0.470, 0.490, 0.492], [2.9, 3.0, 2.95]),
+        (
+            "a",
+            "2026-12-01T00:00:00Z",
+            8,
+            [0.150, 0.152, 0.155],
+            [9.0, 9.1, 9.2],
+        ),
+        (
+            "b",
+            "2026-12-02T00:00:00Z",
+            8,
+            [0.160, 0.165, 0.158],
+            [9.1, 9.0, 9.2],
+        ),
+        (
+            "c",
+            "2026-12-03T00:00:00Z",
+            2,
+            [0.816, 0.929, 0.465],
+            [2.1, 1.9, 3.6],
+        ),
+        (
+            "d",
+            "2026-12-04T00:00:00Z",
+            2,
+            [0.470, 0.490, 0.492],
+            [2.9, 3.0, 2.95],
+        ),
     ];
     runs.iter()
         .map(|(name, started, mrr, ttft, req_s)| {
@@ -491,7 +515,9 @@ fn a_regression_cannot_be_laundered_by_a_noisy_run_and_compare_agrees() {
     // The step that stood out only at #4 is attributed to the change in #3, since its level.
     assert!(
         md.contains("**#4**, TTFT at all: +217.7% **regression** against #1")
-            && md.contains("Attributed to #3: one setting changed (`server.args.max-running-requests` 8 → 2)"),
+            && md.contains(
+                "Attributed to #3: one setting changed (`server.args.max-running-requests` 8 → 2)"
+            ),
         "{md}"
     );
     let ttft = err
@@ -539,14 +565,26 @@ fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
         p
     };
     let runs = vec![
-        run("2026-12-01T00:00:00Z", json!({}), vec![point("p001", 1024, 100.0)]),
-        run("2026-12-02T00:00:00Z", json!({}), vec![point("p001", 1024, 100.5)]),
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.5)],
+        ),
         run(
             "2026-12-03T00:00:00Z",
             json!({}),
             vec![starved(point("p001", 1024, 68.0))],
         ),
-        run("2026-12-04T00:00:00Z", json!({}), vec![point("p001", 1024, 99.5)]),
+        run(
+            "2026-12-04T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 99.5)],
+        ),
         run(
             "2026-12-05T00:00:00Z",
             json!({}),
@@ -557,7 +595,11 @@ fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
     let s = decode_series(&m, "all");
     let third = &s.entries[2];
     assert_eq!(third.client_flags, ["client-read-late", "high-variance"]);
-    assert_eq!(third.verdict, Some(Verdict::Regression), "compare's verdict kept");
+    assert_eq!(
+        third.verdict,
+        Some(Verdict::Regression),
+        "compare's verdict kept"
+    );
     assert!(
         !third.change_point && third.client_step && !third.level,
         "{third:?}"
@@ -572,7 +614,10 @@ fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
     assert!(latest.reason.contains("client-read-late"), "{latest:?}");
     assert!(history::regressions(&m).is_empty());
     let md = history::markdown::render(&m, None);
-    assert!(md.contains("68.0 (client: client-read-late, high-variance)"), "{md}");
+    assert!(
+        md.contains("68.0 (client: client-read-late, high-variance)"),
+        "{md}"
+    );
     assert!(
         md.contains("### Steps not judged as server changes")
             && md.contains(
@@ -705,7 +750,10 @@ fn the_index_and_the_charts_folder_follow_no_link_and_remove_only_what_history_w
         std::fs::symlink_metadata(&index).unwrap().is_file(),
         "rebuilt in place of the link"
     );
-    assert!(out_dir.join("charts/mine.svg").is_file(), "not history's: kept");
+    assert!(
+        out_dir.join("charts/mine.svg").is_file(),
+        "not history's: kept"
+    );
     assert!(out_dir.join("charts/h-decode_tok_s.svg").is_file());
     // A chart history drew and no longer draws is removed: the experiment is renamed.
     for (dir, at) in started {
@@ -832,7 +880,12 @@ fn under_git_meta_json_keeps_its_own_budget_of_16_mib() {
     // Valid JSON, padded past 16 MiB (points.jsonl's 256 MiB budget was applied before).
     let big = format!("{m}{}", " ".repeat(17 << 20));
     let m2 = serde_json::to_string(&meta("h", "2026-12-02T00:00:00Z", json!({}))).unwrap();
-    write_run(&work, "big", &big.replacen(&m, &m2, 1), &format!("{line}\n"));
+    write_run(
+        &work,
+        "big",
+        &big.replacen(&m, &m2, 1),
+        &format!("{line}\n"),
+    );
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-qm", "two runs"]);
     let out = servebench()
@@ -1039,6 +1092,10 @@ fn a_shared_postgres_history_covers_every_machine_and_fails_loudly_when_down() {
         assert!(!out_dir.join("history.md").exists());
     };
     refused(&wrong, "password authentication failed");
+    refused(
+        &wrong,
+        "the server said: FATAL: password authentication failed for user \"sbtest\" [SQLSTATE 28P01]",
+    );
     drop(server);
     refused(
         &format!("postgres://sbtest:x@127.0.0.1:{port}/postgres"),
@@ -1062,9 +1119,7 @@ fn four_concurrent_writers_share_a_fresh_database_one_run_per_identity() {
                 json!({}),
             ))
             .unwrap();
-            let dir = ws
-                .path()
-                .join(format!("m{machine}/runs/exp/r{day}"));
+            let dir = ws.path().join(format!("m{machine}/runs/exp/r{day}"));
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join("meta.json"), m).unwrap();
             let line = serde_json::to_string(&point("p001", 1024, 100.0 + day as f64)).unwrap();
@@ -1115,21 +1170,32 @@ fn four_concurrent_writers_share_a_fresh_database_one_run_per_identity() {
     assert!(out.status.success(), "{}", show(&out));
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(md.contains("12 runs of 4 experiments"), "{md}");
-    assert!(md.contains("the same run as"), "the copy is counted once: {md}");
+    assert!(
+        md.contains("the same run as"),
+        "the copy is counted once: {md}"
+    );
 
     // A read-only login: the error says what the server said.
     client
         .batch_execute("CREATE ROLE reader LOGIN PASSWORD 'reader-pw'; REVOKE CREATE ON SCHEMA public FROM PUBLIC; GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
         .unwrap();
     let out = servebench()
-        .args(["history", "--stdout", "--db", &server.url_without_password("reader")])
+        .args([
+            "history",
+            "--stdout",
+            "--db",
+            &server.url_without_password("reader"),
+        ])
         .arg(roots[0].join("runs"))
         .env("PGPASSWORD", "reader-pw")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("the server said: ERROR: permission denied"), "{err}");
+    assert!(
+        err.contains("the server said: ERROR: permission denied"),
+        "{err}"
+    );
     // Without a password anywhere, the login fails and says so.
     let out = servebench()
         .args(["history", "--stdout", "--db", &url])
@@ -1140,7 +1206,10 @@ fn four_concurrent_writers_share_a_fresh_database_one_run_per_identity() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", show(&out));
     // A .pgpass only its owner reads gives it.
-    let pgpass = ws.write("pgpass", &format!("127.0.0.1:*:postgres:sbtest:{PASSWORD}\n"));
+    let pgpass = ws.write(
+        "pgpass",
+        &format!("127.0.0.1:*:postgres:sbtest:{PASSWORD}\n"),
+    );
     std::fs::set_permissions(&pgpass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let out = servebench()
         .args(["history", "--stdout", "--db", &url])

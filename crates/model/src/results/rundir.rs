@@ -651,10 +651,7 @@ pub fn open_regular(path: &Path, limit: u64) -> io::Result<File> {
         if !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "{}, not a regular file",
-                    crate::input_file::file_kind(meta)
-                ),
+                format!("{}, not a regular file", crate::input_file::file_kind(meta)),
             ));
         }
         if meta.len() > limit {
@@ -773,21 +770,26 @@ pub fn read_points_from(
 ) -> Result<JsonlRead<PointRecord>, RunDirError> {
     let mut records = Vec::new();
     let (mut values, mut lines) = (0usize, 0usize);
-    let truncated_lines = visit_lines(path, reader, |line| {
-        lines += 1;
-        values += json_values(line.as_bytes());
-        if values > POINTS_MAX_VALUES {
-            return Err(over_budget(format!(
-                "over its budget of {POINTS_MAX_VALUES} JSON values (about 1 GiB of memory): not read"
-            )));
-        }
-        if lines > MAX_POINTS {
-            return Err(over_budget(format!(
-                "more than {MAX_POINTS} point records, over the budget of one run: not read"
-            )));
-        }
-        Ok(true)
-    }, |record| records.push(record))?;
+    let truncated_lines = visit_lines(
+        path,
+        reader,
+        |line| {
+            lines += 1;
+            values += json_values(line.as_bytes());
+            if values > POINTS_MAX_VALUES {
+                return Err(over_budget(format!(
+                    "over its budget of {POINTS_MAX_VALUES} JSON values (about 1 GiB of memory): not read"
+                )));
+            }
+            if lines > MAX_POINTS {
+                return Err(over_budget(format!(
+                    "more than {MAX_POINTS} point records, over the budget of one run: not read"
+                )));
+            }
+            Ok(true)
+        },
+        |record| records.push(record),
+    )?;
     Ok(JsonlRead {
         records,
         truncated_lines,
@@ -868,9 +870,7 @@ fn visit_lines<T: DeserializeOwned>(
         if text.trim().is_empty() {
             continue;
         }
-        if !admit(text).map_err(|e| {
-            io_err(over_budget(format!("line {number}: {e}")))
-        })? {
+        if !admit(text).map_err(|e| io_err(over_budget(format!("line {number}: {e}"))))? {
             continue;
         }
         match serde_json::from_str(text) {

@@ -287,7 +287,9 @@ fn one_series(
     pairs: &mut Pairs<'_>,
 ) -> Series {
     let def = metric_def(metric);
-    let threshold = pairs.threshold_pct.unwrap_or(compare::DEFAULT_THRESHOLD_PCT);
+    let threshold = pairs
+        .threshold_pct
+        .unwrap_or(compare::DEFAULT_THRESHOLD_PCT);
     let mut entries: Vec<SeriesEntry> = Vec::new();
     // Per entry: whether it may be a level for later steps, and for the gate (a level that
     // was not itself a regression against the gate's levels).
@@ -363,7 +365,11 @@ fn one_series(
             if entry.client_step {
                 entry.reason = format!(
                     "{}; not judged as a server change: the point carries {} (the client shaped these numbers)",
-                    if entry.reason.is_empty() { "—" } else { entry.reason.as_str() },
+                    if entry.reason.is_empty() {
+                        "—"
+                    } else {
+                        entry.reason.as_str()
+                    },
                     entry.client_flags.join(", ")
                 );
             }

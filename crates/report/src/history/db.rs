@@ -218,7 +218,12 @@ fn password_from_env(config: &postgres::Config) -> Option<Vec<u8>> {
         Some(postgres::config::Host::Tcp(h)) => h.clone(),
         _ => "localhost".to_string(),
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432).to_string();
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
     let user = config
         .get_user()
         .map(str::to_string)
@@ -275,23 +280,6 @@ pub(crate) fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
         }
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn pgpass_lines_match_as_libpq_reads_them() {
-        let text = "# comment\nother:5432:*:u:no\nlocalhost:5432:db:u:pa\\:ss\n*:*:*:*:any\n";
-        assert_eq!(
-            super::pgpass_lookup(text, ["localhost", "5432", "db", "u"]).as_deref(),
-            Some("pa:ss")
-        );
-        assert_eq!(
-            super::pgpass_lookup(text, ["h", "1", "x", "y"]).as_deref(),
-            Some("any")
-        );
-        assert_eq!(super::pgpass_lookup("a:b:c:d", ["a", "b", "c", "d"]), None);
-    }
 }
 
 /// Checks the index's version: a newer one is refused, a missing or older one emptied and
@@ -427,4 +415,21 @@ fn upsert(client: &mut postgres::Client, row: &RunRow) -> Result<(), postgres::E
         )?;
     }
     t.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pgpass_lines_match_as_libpq_reads_them() {
+        let text = "# comment\nother:5432:*:u:no\nlocalhost:5432:db:u:pa\\:ss\n*:*:*:*:any\n";
+        assert_eq!(
+            super::pgpass_lookup(text, ["localhost", "5432", "db", "u"]).as_deref(),
+            Some("pa:ss")
+        );
+        assert_eq!(
+            super::pgpass_lookup(text, ["h", "1", "x", "y"]).as_deref(),
+            Some("any")
+        );
+        assert_eq!(super::pgpass_lookup("a:b:c:d", ["a", "b", "c", "d"]), None);
+    }
 }

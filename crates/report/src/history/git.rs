@@ -45,6 +45,9 @@ pub enum GitError {
     },
 }
 
+/// The runs read, those left out with why, and notes on the runs read.
+pub type Loaded = (Vec<LoadedRun>, Vec<SkippedRun>, Vec<String>);
+
 /// Commits of a range the history reads at most.
 pub(crate) const MAX_COMMITS: usize = 10_000;
 
@@ -67,7 +70,7 @@ pub fn load(
     rev: &str,
     paths: &[PathBuf],
     budget: &Budget,
-) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>, Vec<String>), GitError> {
+) -> Result<Loaded, GitError> {
     if rev.starts_with('-') {
         return Err(GitError::OptionLike(rev.to_string()));
     }
@@ -121,7 +124,10 @@ pub fn load(
         dirs.sort();
         dirs.dedup();
         for d in &dirs {
-            changed_in.entry(d.clone()).or_default().push(commit.clone());
+            changed_in
+                .entry(d.clone())
+                .or_default()
+                .push(commit.clone());
         }
         let pending: Vec<&String> = dirs.iter().filter(|d| !dirs_seen.contains(*d)).collect();
         if pending.is_empty() || found.len() >= budget.runs {

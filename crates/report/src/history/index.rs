@@ -129,8 +129,8 @@ pub(crate) fn dir_stamp(dir: &Path) -> Option<String> {
 // from the run directories, which stay the truth), never matched.
 /// Reads an index: its rows by key, or why it must be rebuilt.
 pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
-    use std::io::{BufRead, Read};
     use servebench_model::results::rundir;
+    use std::io::{BufRead, Read};
     // Only a regular file, never through a link, a FIFO or a device (a link to /dev/zero
     // would be read until memory ran out), and line by line: no copy of the whole text.
     let file = rundir::open_regular(path, INDEX_BUDGET).map_err(|e| {
@@ -162,7 +162,10 @@ pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
         if rundir::json_values(line.as_bytes())
             > rundir::META_MAX_VALUES + rundir::POINTS_MAX_VALUES
         {
-            return Err(format!("line {}: over the budget of one run (damaged)", i + 2));
+            return Err(format!(
+                "line {}: over the budget of one run (damaged)",
+                i + 2
+            ));
         }
         let row: RunRow =
             serde_json::from_str(&line).map_err(|e| format!("line {}: {e} (damaged)", i + 2))?;
@@ -175,7 +178,8 @@ pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
 pub fn write(path: &Path, rows: &[&RunRow]) -> std::io::Result<()> {
     let tmp = path.with_extension("jsonl.tmp");
     let result = (|| {
-        let mut out = std::io::BufWriter::new(servebench_model::results::rundir::create_fresh(&tmp)?);
+        let mut out =
+            std::io::BufWriter::new(servebench_model::results::rundir::create_fresh(&tmp)?);
         let header = Header {
             format: FORMAT.to_string(),
             version: INDEX_VERSION,

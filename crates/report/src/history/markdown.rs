@@ -141,9 +141,7 @@ fn change_points(out: &mut String, e: &ExperimentHistory) {
         .series
         .iter()
         .flat_map(|s| s.entries.iter().map(move |x| (s, x)))
-        .filter(|(_, x)| {
-            !x.change_point && (x.unresolved || x.client_step)
-        })
+        .filter(|(_, x)| !x.change_point && (x.unresolved || x.client_step))
         .collect();
     set_aside.sort_by_key(|(_, x)| x.run);
     if points.is_empty() {

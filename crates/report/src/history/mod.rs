@@ -126,11 +126,8 @@ pub fn write(
     let earlier: Vec<String> = {
         use std::io::Read;
         let mut text = String::new();
-        match servebench_model::results::rundir::open_regular(&manifest, 1 << 20) {
-            Ok(f) => {
-                let _ = f.take(1 << 20).read_to_string(&mut text);
-            }
-            Err(_) => {}
+        if let Ok(f) = servebench_model::results::rundir::open_regular(&manifest, 1 << 20) {
+            let _ = f.take(1 << 20).read_to_string(&mut text);
         }
         text.lines().map(str::to_string).collect()
     };

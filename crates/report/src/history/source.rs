@@ -8,9 +8,7 @@ use super::model::SkippedRun;
 use crate::report::compare::LoadedRun;
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::PointRecord;
-use servebench_model::results::rundir::{
-    self, JsonlRead, META_FILE, POINTS_FILE, RunDirError,
-};
+use servebench_model::results::rundir::{self, JsonlRead, META_FILE, POINTS_FILE, RunDirError};
 use std::io::Read;
 
 /// What a history reads at most.
