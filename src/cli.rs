@@ -249,25 +249,26 @@ pub(crate) struct HistoryArgs {
     #[arg(value_name = "PATH", default_value = "runs")]
     paths: Vec<PathBuf>,
     /// Read the runs committed in this git repository's history instead of the files on
-    /// disk (nothing is checked out): every run directory under PATH in the commits of
-    /// --rev, each as the newest of them holds it.
+    /// disk (nothing is checked out): every run directory under PATH whose files a commit
+    /// of --rev added or changed, each as the newest of them holds it (a run changed by
+    /// several commits is said).
     #[arg(long, value_name = "REPO")]
     git: Option<PathBuf>,
     /// The commits to read with --git: a revision (`main`: its whole history) or a range
-    /// (`v1.2..main`).
+    /// (`v1.2..main`: the runs committed after v1.2).
     #[arg(long, value_name = "REV", default_value = "HEAD", requires = "git")]
     rev: String,
     /// Smallest change worth marking, in percent (`5` or `5%`), as for `compare`.
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     threshold: Option<f64>,
     /// A metric to follow (repeatable; default: the headline metrics TTFT, prefill and
-    /// decode speed), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
+    /// decode speed, and request throughput), by its name in points.jsonl (`ttft_s`, `decode_tok_s`, `e2e_s`).
     #[arg(long = "metric", value_name = "NAME")]
     metrics: Vec<String>,
-    /// Exit 1 when the newest run of any series regressed against the series' last good
-    /// level (the newest earlier comparable run whose point had no problem and was not
-    /// itself a regression), or when no newest run could be judged: a gate must not pass
-    /// by default.
+    /// Exit 1 when the newest run of any series regressed against any of the series' good
+    /// levels (the newest three earlier comparable runs whose point had no problem, no
+    /// client flag and no unresolved step, and was not itself a regression), or when no
+    /// newest run could be judged: a gate must not pass by default.
     #[arg(long)]
     fail_on_regression: bool,
     /// The index that keeps the history fast (default: .servebench-history-index.jsonl
@@ -911,6 +912,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         metrics = history::default_metrics();
     }
     let budget = history::source::Budget::default();
+    let mut notes: Vec<String> = Vec::new();
     let (runs, skipped) = match (git, index) {
         (None, _) if db.is_some() => {
             let url = db.unwrap_or_default();
@@ -940,9 +942,16 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
             );
             (runs, skipped)
         }
-        (Some((repo, rev)), _) => history::git::load(repo, rev, paths, &budget)
-            .map_err(|e| Error::Usage(e.to_string()))?,
+        (Some((repo, rev)), _) => {
+            let (runs, skipped, said) = history::git::load(repo, rev, paths, &budget)
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            notes = said;
+            (runs, skipped)
+        }
     };
+    for n in &notes {
+        console::errln(&format!("note: {n}"));
+    }
     for s in &skipped {
         console::errln(&format!("warning: {}: left out: {}", s.path, s.why));
     }
@@ -953,7 +962,8 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
             .map(|p| format!("git {} {rev} -- {}", repo.display(), p.display()))
             .collect(),
     };
-    let model = history::build(runs, skipped, sources, threshold, &metrics);
+    let mut model = history::build(runs, skipped, sources, threshold, &metrics);
+    model.notes = notes;
     if stdout {
         console::out(&history::markdown::render(&model, None));
     } else {
@@ -978,6 +988,9 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     let regressions = history::regressions(&model);
     for r in &regressions {
         console::errln(&format!("regression: {r}"));
+    }
+    for u in history::unresolved(&model) {
+        console::errln(&format!("warning: {u}"));
     }
     if history::judged_latest(&model) == 0 {
         console::errln(

@@ -411,6 +411,362 @@ fn one_run_cannot_pass_the_gate_and_a_bad_metric_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
 
+/// Three rounds' statistic from the round means (Student's t, two degrees of freedom), as a
+/// point with `repeat: 3` records it.
+fn rounds_stat(rounds: [f64; 3]) -> Stat {
+    let mean = rounds.iter().sum::<f64>() / 3.0;
+    let sd = (rounds.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let half = 4.303 * sd / 3f64.sqrt();
+    Stat {
+        count: 24,
+        mean,
+        p50: mean,
+        p90: rounds.iter().cloned().fold(f64::MIN, f64::max),
+        p99: rounds.iter().cloned().fold(f64::MIN, f64::max),
+        min: rounds.iter().cloned().fold(f64::MAX, f64::min),
+        max: rounds.iter().cloned().fold(f64::MIN, f64::max),
+        std: Some(sd),
+        cv: Some(sd / mean),
+        ci95_low: Some(mean - half),
+        ci95_high: Some(mean + half),
+        ci_method: Some(CiMethod::Repeats),
+        ..Stat::default()
+    }
+}
+
+/// A point at concurrency 8 with its TTFT rounds (seconds) and request throughput rounds.
+fn loaded_point(ttft: [f64; 3], req_s: [f64; 3]) -> PointRecord {
+    let mut p: PointRecord = serde_json::from_value(json!({
+        "id": "p001", "values": { "concurrency": 8 }, "group": "g1", "ok": 24, "errors": 0,
+        "metrics": {}, "flags": [], "incomplete": false
+    }))
+    .expect("point");
+    p.metrics.insert("ttft_s".into(), rounds_stat(ttft));
+    p.metrics
+        .insert("throughput_req_s".into(), rounds_stat(req_s));
+    p
+}
+
+/// The stored runs of issue 45's regression: `max-running-requests` 8 -> 2 at concurrency 8.
+/// Two good runs (TTFT 150-165 ms); the regressed run's rounds 816, 929 and 465 ms (a wide
+/// interval: its step is unresolved); then a clearly slower run (484 ms).
+fn laundering_runs(root: &Path) -> Vec<PathBuf> {
+    let runs = [
+        (
+            "a",
+            "2026-12-01T00:00:00Z",
+            8,
+            [0.150, 0.152, 0.155],
+            [9.0, 9.1, 9.2],
+        ),
+        (
+            "b",
+            "2026-12-02T00:00:00Z",
+            8,
+            [0.160, 0.165, 0.158],
+            [9.1, 9.0, 9.2],
+        ),
+        (
+            "c",
+            "2026-12-03T00:00:00Z",
+            2,
+            [0.816, 0.929, 0.465],
+            [2.1, 1.9, 3.6],
+        ),
+        (
+            "d",
+            "2026-12-04T00:00:00Z",
+            2,
+            [0.470, 0.490, 0.492],
+            [2.9, 3.0, 2.95],
+        ),
+    ];
+    runs.iter()
+        .map(|(name, started, mrr, ttft, req_s)| {
+            let mut m = meta("h", started, json!({ "max-running-requests": mrr }));
+            m.dimensions = vec!["concurrency".into()];
+            let line = serde_json::to_string(&loaded_point(*ttft, *req_s)).unwrap();
+            write_run(
+                root,
+                name,
+                &serde_json::to_string(&m).unwrap(),
+                &format!("{line}\n"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_regression_cannot_be_laundered_by_a_noisy_run_and_compare_agrees() {
+    let ws = Workspace::new();
+    let dirs = laundering_runs(ws.path());
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--fail-on-regression", "--no-index"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    // The noisy run's step is unresolved: no level; the newest run is judged against the
+    // good runs before it.
+    assert!(md.contains("(+383.6% unresolved)"), "{md}");
+    // The step that stood out only at #4 is attributed to the change in #3, since its level.
+    assert!(
+        md.contains("**#4**, TTFT at all: +217.7% **regression** against #1")
+            && md.contains(
+                "Attributed to #3: one setting changed (`server.args.max-running-requests` 8 → 2)"
+            ),
+        "{md}"
+    );
+    let ttft = err
+        .lines()
+        .find(|l| l.starts_with("regression: h #4: TTFT at all"))
+        .unwrap_or_else(|| panic!("{err}"));
+    // #2 moved +5.7% with overlapping intervals (unresolved too): #1 is the level.
+    assert!(ttft.contains("against the last good level, #1"), "{ttft}");
+    let req = err
+        .lines()
+        .find(|l| l.starts_with("regression: h #4: req/s at all"))
+        .unwrap_or_else(|| panic!("throughput is a default series: {err}"));
+    // `compare` on the same two runs says the same change, and fails its gate too.
+    let cmp = servebench()
+        .arg("compare")
+        .arg(&dirs[0])
+        .arg(&dirs[3])
+        .arg("--fail-on-regression")
+        .output()
+        .unwrap();
+    assert_eq!(cmp.status.code(), Some(1), "{}", show(&cmp));
+    let text = String::from_utf8_lossy(&cmp.stdout);
+    for line in [ttft, req] {
+        let pct = line
+            .split(": ")
+            .nth(3)
+            .and_then(|x| x.split(' ').next())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(text.contains(pct), "{pct} in {text}");
+    }
+    assert!(text.contains("regression"), "{text}");
+}
+
+#[test]
+fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
+    let starved = |mut p: PointRecord| {
+        p.flags.push(Flag {
+            kind: "client-read-late".into(),
+            message: "bytes waited 40 ms in the kernel".into(),
+        });
+        p.flags.push(Flag {
+            kind: "high-variance".into(),
+            message: "TTFT cv 0.6".into(),
+        });
+        p
+    };
+    let runs = vec![
+        run(
+            "2026-12-01T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.0)],
+        ),
+        run(
+            "2026-12-02T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 100.5)],
+        ),
+        run(
+            "2026-12-03T00:00:00Z",
+            json!({}),
+            vec![starved(point("p001", 1024, 68.0))],
+        ),
+        run(
+            "2026-12-04T00:00:00Z",
+            json!({}),
+            vec![point("p001", 1024, 99.5)],
+        ),
+        run(
+            "2026-12-05T00:00:00Z",
+            json!({}),
+            vec![starved(point("p001", 1024, 66.0))],
+        ),
+    ];
+    let m = build(runs);
+    let s = decode_series(&m, "all");
+    let third = &s.entries[2];
+    assert_eq!(third.client_flags, ["client-read-late", "high-variance"]);
+    assert_eq!(
+        third.verdict,
+        Some(Verdict::Regression),
+        "compare's verdict kept"
+    );
+    assert!(
+        !third.change_point && third.client_step && !third.level,
+        "{third:?}"
+    );
+    assert!(m.experiments[0].change_points().is_empty());
+    // #4 is judged against #2 (the starved run is no level): within noise.
+    assert_eq!(s.entries[3].against, Some(1));
+    assert_eq!(s.entries[3].verdict, Some(Verdict::WithinNoise));
+    // The newest run is starved too: not judged, and not a regression at the gate.
+    let latest = s.latest.as_ref().unwrap();
+    assert_eq!(latest.verdict, None);
+    assert!(latest.reason.contains("client-read-late"), "{latest:?}");
+    assert!(history::regressions(&m).is_empty());
+    let md = history::markdown::render(&m, None);
+    assert!(
+        md.contains("68.0 (client: client-read-late, high-variance)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("### Steps not judged as server changes")
+            && md.contains(
+                "**#3**, decode at all: -32.3% regression against #2: attributed to #3: the client, more likely than the server: the point carries `client-read-late`, `high-variance`"
+            ),
+        "{md}"
+    );
+    assert!(!md.contains("noise beyond the intervals"), "{md}");
+}
+
+/// Runs `cmd` to its end or for at most 20 s (then it is killed and the test fails: a
+/// reader hung).
+#[track_caller]
+fn output_within(cmd: &mut assert_cmd::Command) -> std::process::Output {
+    cmd.timeout(std::time::Duration::from_secs(20))
+        .output()
+        .unwrap_or_else(|e| panic!("hung on a hostile run file: {e}"))
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+#[test]
+fn hostile_run_files_are_refused_by_name_never_followed_or_waited_on() {
+    use servebench_model::results::rundir::{MAX_POINTS, POINTS_MAX_VALUES};
+    let ws = Workspace::new();
+    let m = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    let good = write_run(ws.path(), "a-good", &m, &format!("{line}\n"));
+    // Small records past the count a run can hold (a 250 MB file of them cost gigabytes).
+    let small = "{\"id\":\"p\",\"values\":{},\"group\":\"g\",\"ok\":1,\"errors\":0,\"metrics\":{},\"flags\":[],\"incomplete\":false}\n";
+    let many = write_run(ws.path(), "b-many", &m, &small.repeat(MAX_POINTS + 1));
+    // One record of more values than the file's budget.
+    let values = format!(
+        "{{\"id\":\"p\",\"values\":{{\"x\":[{}1]}},\"group\":\"g\",\"ok\":1,\"errors\":0,\"metrics\":{{}},\"flags\":[],\"incomplete\":false}}\n",
+        "1,".repeat(POINTS_MAX_VALUES)
+    );
+    write_run(ws.path(), "c-values", &m, &values);
+    // A link to another run's points, and FIFOs nobody writes to.
+    let linked = write_run(ws.path(), "d-link", &m, "");
+    std::fs::remove_file(linked.join("points.jsonl")).unwrap();
+    std::os::unix::fs::symlink(good.join("points.jsonl"), linked.join("points.jsonl")).unwrap();
+    let fifo = write_run(ws.path(), "e-fifo", &m, "");
+    mkfifo(&fifo.join("points.jsonl"));
+    let fifo_meta = write_run(ws.path(), "f-fifo-meta", &m, "");
+    mkfifo(&fifo_meta.join("meta.json"));
+
+    let out = output_within(
+        servebench()
+            .arg("history")
+            .arg(ws.path().join("runs"))
+            .args(["--stdout", "--no-index"]),
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("1 run of 1 experiment"), "{md}");
+    for (dir, why) in [
+        (
+            "b-many",
+            "points.jsonl: line 20001: more than 20000 point records, over the budget of one run",
+        ),
+        (
+            "c-values",
+            "points.jsonl: line 1: over its budget of 8000000 JSON values",
+        ),
+        (
+            "d-link",
+            "points.jsonl: a symbolic link: run files are read only as regular files",
+        ),
+        (
+            "e-fifo",
+            "points.jsonl: a FIFO (named pipe), not a regular file",
+        ),
+        (
+            "f-fifo-meta",
+            "meta.json: a FIFO (named pipe), not a regular file",
+        ),
+    ] {
+        assert!(md.contains(&format!("{dir}` | {why}")), "{dir}: {md}");
+    }
+    // compare and report refuse the same files by name, at once.
+    for dir in [&many, &linked, &fifo] {
+        let out = output_within(servebench().arg("compare").arg(&good).arg(dir));
+        assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("points.jsonl"), "{err}");
+        let out = output_within(servebench().arg("report").arg(dir));
+        assert_ne!(out.status.code(), Some(0), "{}", show(&out));
+    }
+}
+
+#[test]
+fn the_index_and_the_charts_folder_follow_no_link_and_remove_only_what_history_wrote() {
+    let ws = Workspace::new();
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    let started = [("a", "2026-12-01T00:00:00Z"), ("b", "2026-12-02T00:00:00Z")];
+    for (dir, at) in started {
+        let m = serde_json::to_string(&meta("h", at, json!({}))).unwrap();
+        write_run(ws.path(), dir, &m, &format!("{line}\n"));
+    }
+    let runs = ws.path().join("runs");
+    // An index that is a link to /dev/zero, and a planted link where its temporary file goes.
+    let index = runs.join(".servebench-history-index.jsonl");
+    std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+    let victim = ws.write("victim.txt", "keep me");
+    std::os::unix::fs::symlink(&victim, runs.join(".servebench-history-index.jsonl.tmp")).unwrap();
+    // A chart history did not draw, in the folder it writes its charts to.
+    let out_dir = ws.path().join("out");
+    std::fs::create_dir_all(out_dir.join("charts")).unwrap();
+    std::fs::write(out_dir.join("charts/mine.svg"), "<svg/>").unwrap();
+    let history = || {
+        output_within(
+            servebench()
+                .arg("history")
+                .arg(&runs)
+                .arg("--out")
+                .arg(&out_dir),
+        )
+    };
+    let out = history();
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(
+        std::fs::symlink_metadata(&index).unwrap().is_file(),
+        "rebuilt in place of the link"
+    );
+    assert!(
+        out_dir.join("charts/mine.svg").is_file(),
+        "not history's: kept"
+    );
+    assert!(out_dir.join("charts/h-decode_tok_s.svg").is_file());
+    // A chart history drew and no longer draws is removed: the experiment is renamed.
+    for (dir, at) in started {
+        let m = serde_json::to_string(&meta("h2", at, json!({}))).unwrap();
+        std::fs::write(runs.join("h").join(dir).join("meta.json"), m).unwrap();
+    }
+    let out = history();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(!out_dir.join("charts/h-decode_tok_s.svg").exists());
+    assert!(out_dir.join("charts/h2-decode_tok_s.svg").is_file());
+    assert!(out_dir.join("charts/mine.svg").is_file());
+}
+
 fn git(repo: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .arg("-C")
@@ -470,8 +826,17 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
     assert!(out.status.success(), "{}", show(&out));
     let md = String::from_utf8_lossy(&out.stdout);
     assert!(md.contains("3 runs of 1 experiment"), "{md}");
-    // Run two as its newest commit holds it (finished, with its point).
+    // Run two as its newest commit holds it (finished, with its point), and said.
     assert!(md.contains(":runs/h/two`"), "{md}");
+    assert!(
+        md.contains("- Note: runs/h/two: changed by 2 commits of the range"),
+        "{md}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("note: runs/h/two: changed by 2 commits"),
+        "{}",
+        show(&out)
+    );
     assert!(md.contains("| all | 100 | 100 | **70.0**"), "{md}");
     assert!(
         md.contains(
@@ -479,7 +844,8 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
         ),
         "{md}"
     );
-    // A range: only the commits after the first two, and the runs they hold.
+    // A range: only the runs its commits added or changed (two finished, three), not the
+    // whole tree of each commit (run one, committed before the range and removed in it).
     let out = servebench()
         .args(["history", "--stdout", "--git"])
         .arg(&bare)
@@ -487,7 +853,9 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
         .output()
         .unwrap();
     let md = String::from_utf8_lossy(&out.stdout);
-    assert!(md.contains("3 runs of 1 experiment"), "{md}");
+    assert!(md.contains("2 runs of 1 experiment"), "{md}");
+    assert!(!md.contains("runs/h/one"), "{md}");
+    assert!(!md.contains("Note:"), "two changed once in the range: {md}");
     // Bad revisions are named.
     for rev in ["--output=x", "no-such-branch"] {
         let out = servebench()
@@ -498,6 +866,40 @@ fn runs_committed_in_a_git_history_are_read_without_a_checkout() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{}", show(&out));
     }
+}
+
+#[test]
+fn under_git_meta_json_keeps_its_own_budget_of_16_mib() {
+    let ws = Workspace::new();
+    let work = ws.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q", "-b", "main"]);
+    let line = serde_json::to_string(&point("p001", 1024, 100.0)).unwrap();
+    let m = serde_json::to_string(&meta("h", "2026-12-01T00:00:00Z", json!({}))).unwrap();
+    write_run(&work, "small", &m, &format!("{line}\n"));
+    // Valid JSON, padded past 16 MiB (points.jsonl's 256 MiB budget was applied before).
+    let big = format!("{m}{}", " ".repeat(17 << 20));
+    let m2 = serde_json::to_string(&meta("h", "2026-12-02T00:00:00Z", json!({}))).unwrap();
+    write_run(
+        &work,
+        "big",
+        &big.replacen(&m, &m2, 1),
+        &format!("{line}\n"),
+    );
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "two runs"]);
+    let out = servebench()
+        .args(["history", "--stdout", "--git"])
+        .arg(&work)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("1 run of 1 experiment"), "{md}");
+    assert!(
+        md.contains(":runs/h/big` | meta.json: 17 MiB, over the budget of 16 MiB for one file"),
+        "{md}"
+    );
 }
 
 fn model_of(runs: Vec<LoadedRun>) -> HistoryModel {
@@ -690,11 +1092,133 @@ fn a_shared_postgres_history_covers_every_machine_and_fails_loudly_when_down() {
         assert!(!out_dir.join("history.md").exists());
     };
     refused(&wrong, "password authentication failed");
+    refused(
+        &wrong,
+        "the server said: FATAL: password authentication failed for user \"sbtest\" [SQLSTATE 28P01]",
+    );
     drop(server);
     refused(
         &format!("postgres://sbtest:x@127.0.0.1:{port}/postgres"),
         "Connection refused",
     );
+}
+
+#[test]
+fn four_concurrent_writers_share_a_fresh_database_one_run_per_identity() {
+    use crate::pgserver::{PASSWORD, PgServer};
+    let server = PgServer::start();
+    let url = server.url_without_password("sbtest");
+    let ws = Workspace::new();
+    // Four machines' folders of runs; each also lists its runs by a second path.
+    let mut roots = Vec::new();
+    for machine in 0..4 {
+        for day in 1..=3 {
+            let m = serde_json::to_string(&meta(
+                &format!("exp-{machine}"),
+                &format!("2026-12-0{day}T00:00:00Z"),
+                json!({}),
+            ))
+            .unwrap();
+            let dir = ws.path().join(format!("m{machine}/runs/exp/r{day}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("meta.json"), m).unwrap();
+            let line = serde_json::to_string(&point("p001", 1024, 100.0 + day as f64)).unwrap();
+            std::fs::write(dir.join("points.jsonl"), line + "\n").unwrap();
+        }
+        roots.push(ws.path().join(format!("m{machine}")));
+    }
+    // A copy of machine 0's first run elsewhere: the same run.
+    let copy = ws.path().join("m0/copies/r1");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in ["meta.json", "points.jsonl"] {
+        std::fs::copy(ws.path().join("m0/runs/exp/r1").join(f), copy.join(f)).unwrap();
+    }
+    let writers: Vec<_> = roots
+        .iter()
+        .map(|root| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_servebench"));
+            cmd.current_dir(root)
+                .args(["history", "runs"])
+                .arg(root.join("runs"))
+                .arg(root.join("copies"))
+                .args(["--stdout", "--db", &url])
+                .env("PGPASSWORD", PASSWORD)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    for w in writers {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains(PASSWORD), "{err}");
+    }
+    let mut client = postgres::Client::connect(&server.url(), postgres::NoTls).unwrap();
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM runs", &[])
+        .unwrap()
+        .get(0);
+    // 12 runs and the copy (a directory of its own), never a path typed twice.
+    assert_eq!(n, 13);
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &url])
+        .arg(roots[0].join("runs"))
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("12 runs of 4 experiments"), "{md}");
+    assert!(
+        md.contains("the same run as"),
+        "the copy is counted once: {md}"
+    );
+
+    // A read-only login: the error says what the server said.
+    client
+        .batch_execute("CREATE ROLE reader LOGIN PASSWORD 'reader-pw'; REVOKE CREATE ON SCHEMA public FROM PUBLIC; GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+        .unwrap();
+    let out = servebench()
+        .args([
+            "history",
+            "--stdout",
+            "--db",
+            &server.url_without_password("reader"),
+        ])
+        .arg(roots[0].join("runs"))
+        .env("PGPASSWORD", "reader-pw")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the server said: ERROR: permission denied"),
+        "{err}"
+    );
+    // Without a password anywhere, the login fails and says so.
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &url])
+        .arg(roots[0].join("runs"))
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", ws.path().join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    // A .pgpass only its owner reads gives it.
+    let pgpass = ws.write(
+        "pgpass",
+        &format!("127.0.0.1:*:postgres:sbtest:{PASSWORD}\n"),
+    );
+    std::fs::set_permissions(&pgpass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = servebench()
+        .args(["history", "--stdout", "--db", &url])
+        .arg(roots[0].join("runs"))
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", &pgpass)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
 }
 
 fn pgserver_password() -> &'static str {

@@ -137,6 +137,11 @@ impl PgServer {
         }
     }
 
+    /// The URL without a password: it comes from `PGPASSWORD` or a `.pgpass`.
+    pub fn url_without_password(&self, user: &str) -> String {
+        format!("postgres://{user}@127.0.0.1:{}/postgres", self.port)
+    }
+
     /// The URL that logs in.
     pub fn url(&self) -> String {
         format!(

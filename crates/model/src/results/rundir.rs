@@ -456,15 +456,11 @@ impl RunDir {
     /// Reads `meta.json`.
     pub fn read_meta(&self) -> Result<RunMeta, RunDirError> {
         let path = self.file(META_FILE);
-        let text = read_file(&path).map_err(|source| RunDirError::Io {
+        let text = read_file_within(&path, META_BUDGET).map_err(|source| RunDirError::Io {
             path: path.clone(),
             source,
         })?;
-        serde_json::from_str(&text).map_err(|source| RunDirError::Parse {
-            line: source.line(),
-            path,
-            source,
-        })
+        parse_meta(&path, &text)
     }
 
     /// Reads `requests.jsonl` (empty when absent). A line cut off mid-record is skipped with a
@@ -511,7 +507,15 @@ impl RunDir {
 
     /// Reads `points.jsonl`, reporting skipped truncated lines.
     pub fn read_points_detailed(&self) -> Result<JsonlRead<PointRecord>, RunDirError> {
-        read_jsonl(&self.file(POINTS_FILE))
+        let path = self.file(POINTS_FILE);
+        match open_regular(&path, POINTS_BUDGET) {
+            Ok(file) => read_points_from(&path, io::BufReader::new(file.take(POINTS_BUDGET))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(JsonlRead {
+                records: Vec::new(),
+                truncated_lines: Vec::new(),
+            }),
+            Err(source) => Err(RunDirError::Io { path, source }),
+        }
     }
 
     /// For `run --resume`: keeps only the records of the points in `keep` (finished points) in
@@ -528,7 +532,8 @@ impl RunDir {
         }
         for name in [POINTS_FILE, REQUESTS_FILE] {
             let path = self.file(name);
-            let text = match read_file(&path) {
+            // Kept as before: the runner's own files, whatever their size.
+            let text = match read_file_within(&path, u64::MAX) {
                 Ok(t) => t,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
@@ -615,25 +620,180 @@ fn open_for_append(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Reads a file of the run directory whole. Only a regular file is read: a record file that
-/// is a device (a link to /dev/zero or /dev/full) would never end.
-fn read_file(path: &Path) -> io::Result<String> {
+/// Reads a file of the run directory whole, within `limit` bytes (see [`open_regular`]).
+fn read_file_within(path: &Path, limit: u64) -> io::Result<String> {
     let mut text = String::new();
-    open_regular(path)?.read_to_string(&mut text)?;
+    open_regular(path, limit)?
+        .take(limit)
+        .read_to_string(&mut text)?;
     Ok(text)
 }
 
-/// Opens a file of the run directory for reading, only when it is a regular file (see
-/// [`read_file`]).
-fn open_regular(path: &Path) -> io::Result<File> {
-    let file = File::open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
+/// Reads a small file of the run directory whole ([`SMALL_FILE_BUDGET`]).
+fn read_file(path: &Path) -> io::Result<String> {
+    read_file_within(path, SMALL_FILE_BUDGET)
+}
+
+/// Opens a file of a run directory for reading, only when it is a regular file of at most
+/// `limit` bytes, never through a symbolic link: a record file that is a device (a link to
+/// /dev/zero) would never end, a FIFO would block the reader forever, and a link may point
+/// anywhere. Looked at before opening, opened without following a link and without blocking
+/// (in case it was replaced since), and looked at again.
+pub fn open_regular(path: &Path, limit: u64) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let check = |meta: &fs::Metadata| -> io::Result<()> {
+        if meta.file_type().is_symlink() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a symbolic link: run files are read only as regular files, never through a link",
+            ));
+        }
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}, not a regular file", crate::input_file::file_kind(meta)),
+            ));
+        }
+        if meta.len() > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} bytes, over its budget of {} MiB",
+                    meta.len(),
+                    limit >> 20
+                ),
+            ));
+        }
+        Ok(())
+    };
+    check(&fs::symlink_metadata(path)?)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    check(&file.metadata()?)?;
     Ok(file)
+}
+
+/// A new file at `path` for writing, never through a link: a link planted at `path` is
+/// removed (not its target), and the file is created only where nothing is.
+pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a directory is in the way",
+            ));
+        }
+        Ok(_) => std::fs::remove_file(path)?,
+        Err(_) => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Bytes of `meta.json` read at most (a run's is a few KiB; a spec with long inline prompts
+/// more).
+pub const META_BUDGET: u64 = 16 << 20;
+/// Bytes of `points.jsonl` read at most.
+pub const POINTS_BUDGET: u64 = 256 << 20;
+/// Bytes of another small file of the run directory (`search.json`, `slurm-jobs.jsonl`).
+const SMALL_FILE_BUDGET: u64 = 64 << 20;
+/// Point records kept from one `points.jsonl`: a sweep of this many points is far past any
+/// spec's, and each record costs memory (a file of small records could otherwise cost
+/// gigabytes within its byte budget).
+pub const MAX_POINTS: usize = 20_000;
+/// JSON values (objects, arrays and each element or member) read at most from one
+/// `points.jsonl`: about 100 bytes of memory each at worst, so a file within its byte budget
+/// never costs more than about a GiB, while a real point (about 400 values) fits 10,000 times.
+pub const POINTS_MAX_VALUES: usize = 8_000_000;
+/// JSON values read at most from one `meta.json` (a real one has a few thousand).
+pub const META_MAX_VALUES: usize = 1_000_000;
+
+/// About how many JSON values `text` holds: every `{`, `[`, `,` and `:` outside strings (an
+/// upper bound within one per container), counted in one pass before anything is parsed.
+pub fn json_values(text: &[u8]) -> usize {
+    let (mut n, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' | b',' | b':' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
+/// Why a file over one of its budgets is not read further, as an I/O error naming the budget.
+fn over_budget(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// `meta.json`'s text parsed, within [`META_MAX_VALUES`]; `path` names it in errors.
+pub fn parse_meta(path: &Path, text: &str) -> Result<RunMeta, RunDirError> {
+    let values = json_values(text.as_bytes());
+    if values > META_MAX_VALUES {
+        return Err(RunDirError::Io {
+            path: path.to_path_buf(),
+            source: over_budget(format!(
+                "about {values} JSON values, over its budget of {META_MAX_VALUES} (a run's meta.json holds a few thousand): not read"
+            )),
+        });
+    }
+    serde_json::from_str(text).map_err(|source| RunDirError::Parse {
+        line: source.line(),
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// `points.jsonl` read line by line from `reader`, within [`MAX_POINTS`] records and
+/// [`POINTS_MAX_VALUES`] values; `path` names it in errors. A line cut off mid-record is
+/// skipped and its number kept.
+pub fn read_points_from(
+    path: &Path,
+    reader: impl BufRead,
+) -> Result<JsonlRead<PointRecord>, RunDirError> {
+    let mut records = Vec::new();
+    let (mut values, mut lines) = (0usize, 0usize);
+    let truncated_lines = visit_lines(
+        path,
+        reader,
+        |line| {
+            lines += 1;
+            values += json_values(line.as_bytes());
+            if values > POINTS_MAX_VALUES {
+                return Err(over_budget(format!(
+                    "over its budget of {POINTS_MAX_VALUES} JSON values (about 1 GiB of memory): not read"
+                )));
+            }
+            if lines > MAX_POINTS {
+                return Err(over_budget(format!(
+                    "more than {MAX_POINTS} point records, over the budget of one run: not read"
+                )));
+            }
+            Ok(true)
+        },
+        |record| records.push(record),
+    )?;
+    Ok(JsonlRead {
+        records,
+        truncated_lines,
+    })
 }
 
 /// Reads one record per line. Blank lines are ignored; a line that ends before its JSON does
@@ -664,6 +824,29 @@ fn read_jsonl_with<T: DeserializeOwned>(
 /// records.
 fn visit_jsonl<T: DeserializeOwned>(
     path: &Path,
+    visit: impl FnMut(T),
+) -> Result<Vec<usize>, RunDirError> {
+    // Line by line, not the file whole: a run's requests.jsonl grows with its requests (about
+    // 700 bytes each). Any size: each record is handed on, not kept.
+    let reader = match open_regular(path, u64::MAX) {
+        Ok(file) => io::BufReader::new(file),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(RunDirError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    visit_lines(path, reader, |_| Ok(true), visit)
+}
+
+/// [`visit_jsonl`] over `reader`: `admit` sees each line's text before it is parsed and may
+/// refuse the file (an error) or skip the line (false).
+fn visit_lines<T: DeserializeOwned>(
+    path: &Path,
+    mut reader: impl BufRead,
+    mut admit: impl FnMut(&str) -> io::Result<bool>,
     mut visit: impl FnMut(T),
 ) -> Result<Vec<usize>, RunDirError> {
     let io_err = |source| RunDirError::Io {
@@ -671,13 +854,7 @@ fn visit_jsonl<T: DeserializeOwned>(
         source,
     };
     let mut truncated = Vec::new();
-    // Line by line, not the file whole: a run's requests.jsonl grows with its requests (about
-    // 700 bytes each). One line's buffer is reused for the next.
-    let mut reader = match open_regular(path) {
-        Ok(file) => io::BufReader::new(file),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(truncated),
-        Err(source) => return Err(io_err(source)),
-    };
+    // One line's buffer is reused for the next.
     let mut line = String::new();
     let mut number = 0;
     loop {
@@ -691,6 +868,9 @@ fn visit_jsonl<T: DeserializeOwned>(
         let text = line.strip_suffix('\n').unwrap_or(&line);
         let text = text.strip_suffix('\r').unwrap_or(text);
         if text.trim().is_empty() {
+            continue;
+        }
+        if !admit(text).map_err(|e| io_err(over_budget(format!("line {number}: {e}"))))? {
             continue;
         }
         match serde_json::from_str(text) {

@@ -14,9 +14,12 @@ use crate::report::metric_def::metric_def;
 use servebench_model::catalog::Metric;
 use servebench_model::results::records::PointRecord;
 
-/// The metrics a history follows when none is asked for: the report's headline metrics.
+/// The metrics a history follows when none is asked for: the report's headline metrics and
+/// request throughput (a server that queues more shows there first).
 pub fn default_metrics() -> Vec<Metric> {
-    Metric::headline().collect()
+    Metric::headline()
+        .chain(std::iter::once(Metric::ThroughputReq))
+        .collect()
 }
 
 /// Builds the history of `runs` (any order, any experiments). `threshold_pct` is compare's
@@ -28,8 +31,28 @@ pub fn build(
     threshold_pct: Option<f64>,
     metrics: &[Metric],
 ) -> HistoryModel {
+    let mut skipped = skipped;
     let mut by_name: IndexMap<String, Vec<LoadedRun>> = IndexMap::new();
+    // One run, one identity: the run itself says which it is (its experiment, start time,
+    // spec and client host), so a copy of a run directory elsewhere is the same run.
+    let mut seen: HashMap<(String, String, String, String), String> = HashMap::new();
     for run in runs {
+        let id = (
+            run.meta.experiment.name.clone(),
+            run.meta.started_at.clone(),
+            run.meta.spec_sha256.clone(),
+            run.meta.client_host.hostname.clone(),
+        );
+        if let Some(first) = seen.get(&id) {
+            skipped.push(SkippedRun {
+                path: run.path.display().to_string(),
+                why: format!(
+                    "the same run as {first} (same experiment, start time, spec and client host): counted once"
+                ),
+            });
+            continue;
+        }
+        seen.insert(id, run.path.display().to_string());
         by_name
             .entry(run.meta.experiment.name.clone())
             .or_default()
@@ -54,6 +77,7 @@ pub fn build(
         threshold_pct: threshold_pct.unwrap_or(compare::DEFAULT_THRESHOLD_PCT),
         experiments,
         skipped,
+        notes: Vec::new(),
     }
 }
 
@@ -156,6 +180,11 @@ fn experiment(
         .iter()
         .map(|r| !r.changes.not_comparable.is_empty())
         .collect();
+    // Runs in which a recorded setting changed (the engine, its flags, versions, hardware).
+    let changed: Vec<bool> = history_runs
+        .iter()
+        .map(|r| !r.changes.settings.is_empty())
+        .collect();
 
     // Points by their key over all the experiment's runs, as compare keys them.
     let dims = compare::key_dimensions(runs);
@@ -184,7 +213,13 @@ fn experiment(
             if !found.iter().any(|(_, p)| p.metrics.contains_key(name)) {
                 continue;
             }
-            series.push(one_series(point, name, found, &breaks, &mut pairs));
+            series.push(one_series(
+                point,
+                name,
+                found,
+                (&breaks, &changed),
+                &mut pairs,
+            ));
         }
     }
     ExperimentHistory {
@@ -194,91 +229,208 @@ fn experiment(
     }
 }
 
+/// How many earlier runs make a level: a step is judged against each of the newest this many
+/// comparable runs that may serve as one, so a single noisy run cannot move the level.
+pub(crate) const LEVEL_RUNS: usize = 3;
+
+/// Flags that say the client, not the server, shaped a point's numbers: a point carrying one
+/// is shown with it and never judged as a server change, nor used as a level.
+pub(crate) const CLIENT_FLAGS: &[&str] = &[
+    "client-read-late",
+    "high-variance",
+    "ttft-below-server",
+    "client-limited",
+    "client-failed",
+];
+
+/// A step larger than the threshold whose evidence cannot settle it (the intervals overlap,
+/// or there is too little evidence): neither a change nor a level.
+fn unresolved(verdict: Option<Verdict>, change_pct: Option<f64>, threshold_pct: f64) -> bool {
+    matches!(
+        verdict,
+        Some(Verdict::WithinNoise | Verdict::NotEnoughEvidence)
+    ) && change_pct.is_some_and(|c| c.abs() > threshold_pct)
+}
+
+/// One judgement of a run against a level: the level's run, verdict, change and why.
+type Judged = (usize, Option<Verdict>, Option<f64>, String);
+
+/// Judges `(i, id)` against each of `levels` (newest first, with their point ids) and keeps
+/// one pair, so `compare` on that pair says the same: a regression against any level when no
+/// level saw an improvement, an improvement likewise, else the newest level's verdict.
+fn judge_levels(
+    pairs: &mut Pairs<'_>,
+    levels: &[(usize, String)],
+    (i, id): (usize, &str),
+    metric: &str,
+) -> Option<Judged> {
+    let all: Vec<Judged> = levels
+        .iter()
+        .map(|(j, jid)| {
+            let (v, c, r) = pairs.judge((*j, jid.as_str()), (i, id), metric);
+            (*j, v, c, r)
+        })
+        .collect();
+    let any = |v: Verdict| all.iter().find(|x| x.1 == Some(v)).cloned();
+    match (any(Verdict::Regression), any(Verdict::Improvement)) {
+        (Some(r), None) => Some(r),
+        (None, Some(i)) => Some(i),
+        _ => all.into_iter().next(),
+    }
+}
+
 fn one_series(
     point: &str,
     metric: &str,
     found: &[(usize, &PointRecord)],
-    breaks: &[bool],
+    (breaks, changed): (&[bool], &[bool]),
     pairs: &mut Pairs<'_>,
 ) -> Series {
     let def = metric_def(metric);
+    let threshold = pairs
+        .threshold_pct
+        .unwrap_or(compare::DEFAULT_THRESHOLD_PCT);
     let mut entries: Vec<SeriesEntry> = Vec::new();
+    // Per entry: whether it may be a level for later steps, and for the gate (a level that
+    // was not itself a regression against the gate's levels).
+    let mut gate: Vec<Option<Judged>> = Vec::new();
     for &(i, p) in found {
         let problems: Vec<String> = compare::problems("", p)
             .into_iter()
             .map(|x| format!("{}: {}", x.kind, x.message))
             .collect();
+        let mut client_flags: Vec<String> = Vec::new();
+        for f in &p.flags {
+            let name = f.kind.name().to_string();
+            if CLIENT_FLAGS.contains(&name.as_str()) && !client_flags.contains(&name) {
+                client_flags.push(name);
+            }
+        }
         let stat = p.metrics.get(metric).filter(|s| s.count > 0).cloned();
         let mut entry = SeriesEntry {
             run: i,
             id: p.id.clone(),
             stat,
             problems,
+            client_flags,
             against: None,
             verdict: None,
             change_pct: None,
             reason: String::new(),
             change_point: false,
+            client_step: false,
+            unresolved: false,
+            level: false,
+            good: false,
         };
+        let mut gate_judged = None;
         if !entry.problems.is_empty() {
             entry.reason = "failed or flagged: shown, not judged".to_string();
         } else if breaks[i] {
             entry.reason = "not comparable with the run before (see what changed)".to_string();
+            entry.level = entry.stat.is_some();
+            entry.good = entry.level;
         } else {
-            match reference(&entries, found, i, breaks, |_| true) {
+            // Levels for a step: since the newest step (a change point starts a new level).
+            let since = entries
+                .iter()
+                .rev()
+                .find(|e| e.change_point)
+                .map_or(0, |e| e.run);
+            let step_levels = levels(&entries, found, i, breaks, |e| e.level && e.run >= since);
+            let gate_levels = levels(&entries, found, i, breaks, |e| e.good);
+            match judge_levels(pairs, &step_levels, (i, p.id.as_str()), metric) {
                 None => entry.reason = "nothing earlier to judge against".to_string(),
-                Some((j, id)) => {
-                    let (verdict, change_pct, reason) =
-                        pairs.judge((j, id.as_str()), (i, p.id.as_str()), metric);
+                Some((j, verdict, change_pct, reason)) => {
                     entry.against = Some(j);
-                    entry.change_point =
-                        matches!(verdict, Some(Verdict::Regression | Verdict::Improvement));
                     entry.verdict = verdict;
                     entry.change_pct = change_pct;
                     entry.reason = reason;
+                    entry.unresolved = unresolved(verdict, change_pct, threshold);
+                    let step = matches!(verdict, Some(Verdict::Regression | Verdict::Improvement));
+                    // A step of a point whose client shaped its numbers is a server change
+                    // only when a setting changed since its level (the likelier cause then).
+                    let set = (j + 1..=i).any(|k| changed[k]);
+                    entry.change_point = step && (entry.client_flags.is_empty() || set);
+                    entry.client_step = step && !entry.change_point;
+                    if entry.unresolved {
+                        entry.reason = format!(
+                            "{}; a step above the {}% threshold that the evidence does not settle: no level for later runs",
+                            entry.reason,
+                            servebench_model::text::plain(threshold)
+                        );
+                    }
                 }
             }
+            if entry.client_step {
+                entry.reason = format!(
+                    "{}; not judged as a server change: the point carries {} (the client shaped these numbers)",
+                    if entry.reason.is_empty() {
+                        "—"
+                    } else {
+                        entry.reason.as_str()
+                    },
+                    entry.client_flags.join(", ")
+                );
+            }
+            entry.level = !entry.client_step
+                && !entry.unresolved
+                && entry.stat.is_some()
+                && match entry.against {
+                    None => true,
+                    Some(_) => !matches!(entry.verdict, None | Some(Verdict::NotCompared)),
+                };
+            gate_judged = judge_levels(pairs, &gate_levels, (i, p.id.as_str()), metric);
+            entry.good = entry.level
+                && match &gate_judged {
+                    None => true,
+                    Some((_, v, c, _)) => {
+                        *v != Some(Verdict::Regression) && !unresolved(*v, *c, threshold)
+                    }
+                };
         }
         entries.push(entry);
+        gate.push(gate_judged);
     }
     let latest = entries.last().map(|last| {
         let i = last.run;
+        let none = |reason: String| LatestCheck {
+            run: i,
+            good: None,
+            verdict: None,
+            change_pct: None,
+            unresolved: false,
+            reason,
+        };
         if !last.problems.is_empty() {
-            return LatestCheck {
-                run: i,
-                good: None,
-                verdict: None,
-                change_pct: None,
-                reason: "the newest run's point failed or is flagged: not judged".to_string(),
-            };
+            return none("the newest run's point failed or is flagged: not judged".to_string());
         }
-        let earlier = &entries[..entries.len() - 1];
-        let good = reference(earlier, found, i, breaks, |e| {
-            !(e.change_point && e.verdict == Some(Verdict::Regression))
-        });
-        match good {
-            None => LatestCheck {
-                run: i,
-                good: None,
-                verdict: None,
-                change_pct: None,
-                reason: if breaks[i] {
-                    "not comparable with the run before".to_string()
-                } else {
-                    "no earlier good level to judge against".to_string()
-                },
-            },
-            Some((j, id)) => {
-                let (verdict, change_pct, reason) =
-                    pairs.judge((j, id.as_str()), (i, last.id.as_str()), metric);
-                LatestCheck {
-                    run: i,
-                    good: Some(j),
-                    verdict,
-                    change_pct,
-                    reason,
-                }
+        match gate.last().cloned().flatten() {
+            None => none(if breaks[i] {
+                "not comparable with the run before".to_string()
+            } else {
+                "no earlier good level to judge against".to_string()
+            }),
+            // As for a change point: a step of a starved client with nothing recorded changed
+            // since the level is likelier the client's.
+            Some((j, v, _, _))
+                if !last.client_flags.is_empty()
+                    && matches!(v, Some(Verdict::Regression | Verdict::Improvement))
+                    && !(j + 1..=i).any(|k| changed[k]) =>
+            {
+                none(format!(
+                    "not judged as a server change: the newest run's point carries {} (the client shaped these numbers) and nothing recorded changed; rerun on a quieter client",
+                    last.client_flags.join(", ")
+                ))
             }
+            Some((j, verdict, change_pct, reason)) => LatestCheck {
+                run: i,
+                good: Some(j),
+                verdict,
+                change_pct,
+                unresolved: unresolved(verdict, change_pct, threshold),
+                reason,
+            },
         }
     });
     Series {
@@ -292,22 +444,29 @@ fn one_series(
     }
 }
 
-/// The newest entry before run `i` that has no problem and passes `accept`, within the
-/// comparable stretch that ends at `i`: its run and point id.
-fn reference(
+/// The newest [`LEVEL_RUNS`] entries before run `i` that pass `accept`, within the comparable
+/// stretch that ends at `i`, newest first: their runs and point ids. Entries whose point
+/// carries a client flag serve only when no other does (a first run on a busy machine).
+fn levels(
     entries: &[SeriesEntry],
     found: &[(usize, &PointRecord)],
     i: usize,
     breaks: &[bool],
     accept: impl Fn(&SeriesEntry) -> bool,
-) -> Option<(usize, String)> {
+) -> Vec<(usize, String)> {
     // The stretch starts at the newest run at or before `i` that changed construction.
     let start = (0..=i).rev().find(|&k| breaks[k]).unwrap_or(0);
-    entries
-        .iter()
-        .rev()
-        .filter(|e| e.run >= start && e.run < i)
-        .find(|e| e.problems.is_empty() && accept(e))
+    let eligible = || {
+        entries
+            .iter()
+            .rev()
+            .filter(|e| e.run >= start && e.run < i)
+            .filter(|e| accept(e))
+    };
+    let clean = eligible().any(|e| e.client_flags.is_empty());
+    eligible()
+        .filter(|e| !clean || e.client_flags.is_empty())
+        .take(LEVEL_RUNS)
         .map(|e| {
             let id = found
                 .iter()
@@ -315,6 +474,7 @@ fn reference(
                 .map_or(e.id.clone(), |(_, p)| p.id.clone());
             (e.run, id)
         })
+        .collect()
 }
 
 /// What changed from `before` to `after`: compare's differences of the pair (server flags

@@ -81,7 +81,7 @@ pub(crate) fn trend_points(series: &Series) -> Vec<TrendPoint> {
                     .ci95_low
                     .zip(s.ci95_high)
                     .map(|(l, h)| (shown(l), shown(h))),
-                flagged: !e.problems.is_empty(),
+                flagged: !e.problems.is_empty() || e.client_step,
                 change_point: e.change_point,
             })
         })

@@ -48,6 +48,32 @@ CREATE OR REPLACE VIEW metrics AS
     FROM runs r JOIN points p USING (run_dir), jsonb_each(p.record::jsonb -> 'metrics') m;
 ";
 
+/// The first key of the advisory locks `history` takes (`pg_advisory_xact_lock(LOCK_SPACE,
+/// 0)` for the tables, `(LOCK_SPACE, hashtext(run))` for a run's rows): "sb" in ASCII.
+const LOCK_SPACE: i32 = 0x7362;
+
+/// What the server said: its message, detail, hint and SQLSTATE, or the client's error with
+/// its causes (`Connection refused`).
+pub(crate) fn said(e: &postgres::Error) -> String {
+    if let Some(d) = e.as_db_error() {
+        let mut text = format!("the server said: {}: {}", d.severity(), d.message());
+        if let Some(detail) = d.detail() {
+            text = format!("{text} ({detail})");
+        }
+        if let Some(hint) = d.hint() {
+            text = format!("{text}; hint: {hint}");
+        }
+        return format!("{text} [SQLSTATE {}]", d.code().code());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
+}
+
 /// Why the database could not give a history.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -101,8 +127,16 @@ pub fn load_dirs(
     let q = query_error(&shown_url);
     let mut client = connect(url, &shown_url)?;
     let mut usage = IndexUse::default();
-    client.batch_execute(SCHEMA).map_err(&q)?;
-    check_version(&mut client, &shown_url, &mut usage)?;
+    // Tables made and checked by one writer at a time: concurrent `CREATE TABLE IF NOT
+    // EXISTS` on a fresh database race on the catalogue's keys.
+    {
+        let mut t = client.transaction().map_err(&q)?;
+        t.execute("SELECT pg_advisory_xact_lock($1, 0)", &[&LOCK_SPACE])
+            .map_err(&q)?;
+        t.batch_execute(SCHEMA).map_err(&q)?;
+        check_version(&mut t, &shown_url, &mut usage)?;
+        t.commit().map_err(&q)?;
+    }
     let stamps: HashMap<String, String> = client
         .query("SELECT run_dir, stamp FROM runs", &[])
         .map_err(&q)?
@@ -144,7 +178,7 @@ pub fn load_dirs(
 fn query_error(shown_url: &str) -> impl Fn(postgres::Error) -> DbError + '_ {
     move |e: postgres::Error| DbError::Query {
         url: shown_url.to_string(),
-        message: e.to_string(),
+        message: said(&e),
     }
 }
 
@@ -155,30 +189,103 @@ fn connect(url: &str, shown_url: &str) -> Result<postgres::Client, DbError> {
         message: e.to_string(),
     })?;
     config.connect_timeout(Duration::from_secs(10));
+    if config.get_password().is_none()
+        && let Some(password) = password_from_env(&config)
+    {
+        config.password(password);
+    }
     config
         .connect(postgres::NoTls)
         .map_err(|e| DbError::Connect {
             url: shown_url.to_string(),
-            message: match e.as_db_error() {
-                Some(d) => d.message().to_string(),
-                None => {
-                    // The cause (`Connection refused`) is in the source chain.
-                    let mut text = e.to_string();
-                    let mut source = std::error::Error::source(&e);
-                    while let Some(s) = source {
-                        text = format!("{text}: {s}");
-                        source = s.source();
-                    }
-                    text
-                }
-            },
+            message: said(&e),
         })
+}
+
+/// The password libpq would use when the URL has none: `PGPASSWORD`, else the matching line
+/// of `PGPASSFILE` or `~/.pgpass` (ignored, as libpq does, when others may read it), so the
+/// password need never be on the command line where `ps` shows it.
+fn password_from_env(config: &postgres::Config) -> Option<Vec<u8>> {
+    if let Some(p) = std::env::var_os("PGPASSWORD").filter(|p| !p.is_empty()) {
+        use std::os::unix::ffi::OsStrExt;
+        return Some(p.as_bytes().to_vec());
+    }
+    let file = std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pgpass")))?;
+    let text = read_pgpass(&file)?;
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "localhost".to_string(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config
+        .get_user()
+        .map(str::to_string)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_default();
+    let db = config.get_dbname().map_or(user.clone(), str::to_string);
+    pgpass_lookup(&text, [&host, &port, &db, &user]).map(String::into_bytes)
+}
+
+/// `.pgpass`'s text, when it is a regular file only its owner may read (at most 1 MiB).
+fn read_pgpass(file: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let f = servebench_model::results::rundir::open_regular(file, 1 << 20).ok()?;
+    if f.metadata().ok()?.permissions().mode() & 0o077 != 0 {
+        servebench_model::console::errln(&format!(
+            "warning: {}: others may read it, so it is ignored (as libpq does): chmod 0600",
+            file.display()
+        ));
+        return None;
+    }
+    let mut text = String::new();
+    f.take(1 << 20).read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// The password of the first `host:port:database:user:password` line whose fields match
+/// `want` (`*` matches anything; `\:` and `\\` are a colon and a backslash).
+pub(crate) fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
+    for line in text.lines() {
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let mut fields: Vec<String> = vec![String::new()];
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        fields.last_mut().expect("one").push(n);
+                    }
+                }
+                ':' if fields.len() < 5 => fields.push(String::new()),
+                c => fields.last_mut().expect("one").push(c),
+            }
+        }
+        if fields.len() == 5
+            && fields[..4]
+                .iter()
+                .zip(want)
+                .all(|(f, w)| f == "*" || f == w)
+        {
+            return fields.pop();
+        }
+    }
+    None
 }
 
 /// Checks the index's version: a newer one is refused, a missing or older one emptied and
 /// stamped with this one (said in `usage.rebuilt`).
 fn check_version(
-    client: &mut postgres::Client,
+    client: &mut postgres::Transaction<'_>,
     shown_url: &str,
     usage: &mut IndexUse,
 ) -> Result<(), DbError> {
@@ -200,17 +307,17 @@ fn check_version(
                 None => "missing".to_string(),
                 Some(v) => format!("written in index version {v}"),
             });
-            let mut t = client.transaction().map_err(&q)?;
-            t.batch_execute(
-                "DELETE FROM points; DELETE FROM runs; DELETE FROM servebench_history;",
-            )
-            .map_err(&q)?;
-            t.execute(
-                "INSERT INTO servebench_history (version) VALUES ($1)",
-                &[&(INDEX_VERSION as i32)],
-            )
-            .map_err(&q)?;
-            t.commit().map_err(&q)?;
+            client
+                .batch_execute(
+                    "DELETE FROM points; DELETE FROM runs; DELETE FROM servebench_history;",
+                )
+                .map_err(&q)?;
+            client
+                .execute(
+                    "INSERT INTO servebench_history (version) VALUES ($1)",
+                    &[&(INDEX_VERSION as i32)],
+                )
+                .map_err(&q)?;
         }
     }
     Ok(())
@@ -274,6 +381,12 @@ fn read_runs(client: &mut postgres::Client, shown_url: &str) -> Result<Vec<Loade
 /// Writes one run's rows in one transaction (its old points replaced).
 fn upsert(client: &mut postgres::Client, row: &RunRow) -> Result<(), postgres::Error> {
     let mut t = client.transaction()?;
+    // One writer of a run's rows at a time: two that deleted its points at once would both
+    // insert them (a duplicate key).
+    t.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        &[&LOCK_SPACE, &row.run_dir],
+    )?;
     t.execute("DELETE FROM points WHERE run_dir = $1", &[&row.run_dir])?;
     let meta = serde_json::to_string(&row.meta).unwrap_or_default();
     let truncated = serde_json::to_string(&row.truncated_lines).unwrap_or_default();
@@ -302,4 +415,21 @@ fn upsert(client: &mut postgres::Client, row: &RunRow) -> Result<(), postgres::E
         )?;
     }
     t.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pgpass_lines_match_as_libpq_reads_them() {
+        let text = "# comment\nother:5432:*:u:no\nlocalhost:5432:db:u:pa\\:ss\n*:*:*:*:any\n";
+        assert_eq!(
+            super::pgpass_lookup(text, ["localhost", "5432", "db", "u"]).as_deref(),
+            Some("pa:ss")
+        );
+        assert_eq!(
+            super::pgpass_lookup(text, ["h", "1", "x", "y"]).as_deref(),
+            Some("any")
+        );
+        assert_eq!(super::pgpass_lookup("a:b:c:d", ["a", "b", "c", "d"]), None);
+    }
 }

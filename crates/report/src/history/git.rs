@@ -1,12 +1,13 @@
 //! Run directories committed in a git repository's history, read without checking anything
-//! out: `git rev-list` names the commits in a range that touched the paths, `git ls-tree`
-//! lists each one's run directories (a folder with `meta.json`), and `git cat-file --batch`
-//! reads their `meta.json` and `points.jsonl` by object id. Every git command runs with an
+//! out: `git log --name-only` names the commits in a range and the run files each changed,
+//! `git ls-tree` finds those files' objects in the commit, and `git cat-file --batch` reads
+//! their `meta.json` and `points.jsonl` by object id. Every git command runs with an
 //! argument vector (no shell), and a revision that looks like an option is refused.
 //!
-//! A run directory committed several times (a run committed while it ran, then finished) is
-//! read as the newest commit of the range holds it; the same files under another path are
-//! one run, read once.
+//! Only runs a commit of the range added or changed are read (`--rev A..B`: the runs
+//! committed after A). A run directory committed several times (a run committed while it
+//! ran, then finished) is read as the newest commit of the range holds it, and said; the
+//! same files under another path are one run, read once.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -44,6 +45,9 @@ pub enum GitError {
     },
 }
 
+/// The runs read, those left out with why, and notes on the runs read.
+pub type Loaded = (Vec<LoadedRun>, Vec<SkippedRun>, Vec<String>);
+
 /// Commits of a range the history reads at most.
 pub(crate) const MAX_COMMITS: usize = 10_000;
 
@@ -57,29 +61,44 @@ struct Found {
 }
 
 /// Runs committed in `repo` over `rev` (`main`, `v1..v2`; default `HEAD`) under `paths`
-/// (relative to the repository's root; empty: everywhere).
+/// (relative to the repository's root; empty: everywhere): the run directories whose
+/// `meta.json` or `points.jsonl` a commit of the range added or changed, each as the newest
+/// such commit holds it. Also returns a note for each run changed by more than one commit
+/// of the range.
 pub fn load(
     repo: &Path,
     rev: &str,
     paths: &[PathBuf],
     budget: &Budget,
-) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>), GitError> {
+) -> Result<Loaded, GitError> {
     if rev.starts_with('-') {
         return Err(GitError::OptionLike(rev.to_string()));
     }
     let pathspecs: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    // Each commit (newest first) with the files it changed; a merge against its first parent.
     let mut args = vec![
-        "rev-list".to_string(),
+        "-c".to_string(),
+        "core.quotePath=false".to_string(),
+        "log".to_string(),
+        "--format=%x00%H".to_string(),
+        "--name-only".to_string(),
+        "--no-renames".to_string(),
+        "--diff-merges=first-parent".to_string(),
         format!("--max-count={}", MAX_COMMITS + 1),
         rev.to_string(),
         "--".to_string(),
     ];
     args.extend(pathspecs.iter().cloned());
-    let commits: Vec<String> = git(repo, &args)?
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.is_empty())
-        .collect();
+    let mut commits: Vec<(String, Vec<String>)> = Vec::new();
+    for line in git(repo, &args)?.lines() {
+        if let Some(hash) = line.strip_prefix('\0') {
+            commits.push((hash.to_string(), Vec::new()));
+        } else if !line.is_empty()
+            && let Some((_, files)) = commits.last_mut()
+        {
+            files.push(line.to_string());
+        }
+    }
     if commits.len() > MAX_COMMITS {
         return Err(GitError::TooManyCommits {
             repo: repo.to_path_buf(),
@@ -87,20 +106,51 @@ pub fn load(
             limit: MAX_COMMITS,
         });
     }
-    // Newest first (rev-list's order): each run directory as the newest commit holds it.
+    // The run directories each commit changed: a folder whose meta.json or points.jsonl it
+    // added, changed or removed.
+    let run_dir_of = |file: &str| -> Option<String> {
+        let dir = file
+            .strip_suffix("meta.json")
+            .or_else(|| file.strip_suffix("points.jsonl"))?;
+        (dir.is_empty() || dir.ends_with('/')).then(|| dir.trim_end_matches('/').to_string())
+    };
+    // Newest first: each run directory as the newest commit that changed it and holds it.
     let mut found: Vec<Found> = Vec::new();
     let mut dirs_seen: HashSet<String> = HashSet::new();
     let mut files_seen: HashSet<(String, Option<String>)> = HashSet::new();
-    for commit in &commits {
+    let mut changed_in: HashMap<String, Vec<String>> = HashMap::new();
+    for (commit, files) in &commits {
+        let mut dirs: Vec<String> = files.iter().filter_map(|f| run_dir_of(f)).collect();
+        dirs.sort();
+        dirs.dedup();
+        for d in &dirs {
+            changed_in
+                .entry(d.clone())
+                .or_default()
+                .push(commit.clone());
+        }
+        let pending: Vec<&String> = dirs.iter().filter(|d| !dirs_seen.contains(*d)).collect();
+        if pending.is_empty() || found.len() >= budget.runs {
+            continue;
+        }
+        let file_of = |dir: &str, name: &str| {
+            if dir.is_empty() {
+                name.to_string()
+            } else {
+                format!("{dir}/{name}")
+            }
+        };
         let mut args = vec![
             "ls-tree".to_string(),
-            "-r".to_string(),
             "-z".to_string(),
             "--full-tree".to_string(),
             commit.clone(),
             "--".to_string(),
         ];
-        args.extend(pathspecs.iter().cloned());
+        for d in &pending {
+            args.push(file_of(d, "meta.json"));
+            args.push(file_of(d, "points.jsonl"));
+        }
         let listing = git(repo, &args)?;
         let mut blobs: HashMap<&str, &str> = HashMap::new();
         for entry in listing.split('\0').filter(|e| !e.is_empty()) {
@@ -116,40 +166,43 @@ pub fn load(
                 blobs.insert(path, object);
             }
         }
-        let mut metas: Vec<(&str, &str)> = blobs
-            .iter()
-            .filter_map(|(path, object)| {
-                let dir = path.strip_suffix("meta.json")?;
-                (dir.is_empty() || dir.ends_with('/')).then_some((dir, *object))
-            })
-            .collect();
-        metas.sort();
-        for (dir, meta) in metas {
-            let dir = dir.trim_end_matches('/').to_string();
-            if !dirs_seen.insert(dir.clone()) {
+        for dir in pending {
+            // Removed by this commit: an older one holds it.
+            let Some(meta) = blobs.get(file_of(dir, "meta.json").as_str()) else {
                 continue;
-            }
-            let points_path = if dir.is_empty() {
-                "points.jsonl".to_string()
-            } else {
-                format!("{dir}/points.jsonl")
             };
-            let points = blobs.get(points_path.as_str()).map(|s| s.to_string());
+            dirs_seen.insert(dir.clone());
+            let points = blobs
+                .get(file_of(dir, "points.jsonl").as_str())
+                .map(|s| s.to_string());
             if !files_seen.insert((meta.to_string(), points.clone())) {
                 continue;
             }
             found.push(Found {
                 commit: commit.clone(),
-                dir,
+                dir: dir.clone(),
                 meta: meta.to_string(),
                 points,
             });
-            if found.len() >= budget.runs {
-                break;
-            }
         }
     }
-    read_found(repo, found, budget)
+    let mut notes = Vec::new();
+    for f in &found {
+        let commits = &changed_in[&f.dir];
+        if commits.len() > 1 {
+            let short = |c: &str| c[..c.len().min(12)].to_string();
+            notes.push(format!(
+                "{}: changed by {} commits of the range (first {}, last {}): read as {} holds it",
+                if f.dir.is_empty() { "." } else { &f.dir },
+                commits.len(),
+                short(commits.last().expect("two or more")),
+                short(&commits[0]),
+                short(&f.commit)
+            ));
+        }
+    }
+    let (runs, skipped) = read_found(repo, found, budget)?;
+    Ok((runs, skipped, notes))
 }
 
 /// Reads the found runs' files in one `git cat-file --batch`, within the budget.
@@ -158,12 +211,17 @@ fn read_found(
     found: Vec<Found>,
     budget: &Budget,
 ) -> Result<(Vec<LoadedRun>, Vec<SkippedRun>), GitError> {
-    let mut wanted: Vec<&str> = Vec::new();
+    // Each object with its own file's budget: meta.json's is not points.jsonl's.
+    let mut wanted: Vec<(&str, u64)> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for f in &found {
-        for object in std::iter::once(&f.meta).chain(&f.points) {
-            if !wanted.contains(&object.as_str()) {
-                wanted.push(object);
-            }
+        if seen.insert(f.meta.as_str()) {
+            wanted.push((&f.meta, budget.meta_bytes));
+        }
+        if let Some(p) = &f.points
+            && seen.insert(p.as_str())
+        {
+            wanted.push((p, budget.points_bytes));
         }
     }
     let blobs = cat_file(repo, &wanted, budget)?;
@@ -213,14 +271,15 @@ fn read_found(
 /// never read.
 fn cat_file(
     repo: &Path,
-    objects: &[&str],
+    objects: &[(&str, u64)],
     budget: &Budget,
 ) -> Result<HashMap<String, Result<String, String>>, GitError> {
     let mut out = HashMap::new();
     if objects.is_empty() {
         return Ok(out);
     }
-    let input: String = objects.iter().map(|o| format!("{o}\n")).collect();
+    let limits: HashMap<&str, u64> = objects.iter().copied().collect();
+    let input: String = objects.iter().map(|(o, _)| format!("{o}\n")).collect();
     let sizes = git_with_input(repo, &["cat-file", "--batch-check"], input.as_bytes())?;
     let mut spent = 0u64;
     let mut within: Vec<String> = Vec::new();
@@ -230,7 +289,7 @@ fn cat_file(
             continue;
         };
         let size: u64 = size.parse().unwrap_or(u64::MAX);
-        let limit = budget.meta_bytes.max(budget.points_bytes);
+        let limit = limits.get(oid).copied().unwrap_or(0);
         if size > limit {
             out.insert(
                 oid.to_string(),
@@ -291,6 +350,10 @@ fn cat_file(
             continue;
         }
         let size: usize = size.parse().map_err(|_| failed(header.clone()))?;
+        // git said the size before; an object that grew since is not read past its budget.
+        if size as u64 > limits.get(oid).copied().unwrap_or(0) {
+            return Err(failed(format!("{oid} is {size} bytes, over its budget")));
+        }
         let mut bytes = vec![0u8; size + 1]; // the content and its newline
         reader
             .read_exact(&mut bytes)

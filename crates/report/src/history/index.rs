@@ -108,7 +108,7 @@ pub struct IndexUse {
 /// A run directory's stamp: its files' sizes and modification times.
 pub(crate) fn dir_stamp(dir: &Path) -> Option<String> {
     let one = |name: &str| -> Option<String> {
-        match std::fs::metadata(dir.join(name)) {
+        match std::fs::symlink_metadata(dir.join(name)) {
             Ok(m) => {
                 let ns = m
                     .modified()
@@ -129,21 +129,22 @@ pub(crate) fn dir_stamp(dir: &Path) -> Option<String> {
 // from the run directories, which stay the truth), never matched.
 /// Reads an index: its rows by key, or why it must be rebuilt.
 pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| {
+    use servebench_model::results::rundir;
+    use std::io::{BufRead, Read};
+    // Only a regular file, never through a link, a FIFO or a device (a link to /dev/zero
+    // would be read until memory ran out), and line by line: no copy of the whole text.
+    let file = rundir::open_regular(path, INDEX_BUDGET).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             "missing".to_string()
         } else {
             e.to_string()
         }
     })?;
-    if meta.len() > INDEX_BUDGET {
-        return Err(format!("over its budget of {} MiB", INDEX_BUDGET >> 20));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let mut lines = text.lines();
+    let mut lines = std::io::BufReader::new(file.take(INDEX_BUDGET)).lines();
     let header: Header = lines
         .next()
-        .and_then(|l| serde_json::from_str(l).ok())
+        .and_then(Result::ok)
+        .and_then(|l| serde_json::from_str(&l).ok())
         .ok_or_else(|| "no header line: not an index servebench wrote".to_string())?;
     if header.format != FORMAT {
         return Err(format!("format {:?}, not {FORMAT:?}", header.format));
@@ -156,8 +157,18 @@ pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
     }
     let mut rows = HashMap::new();
     for (i, line) in lines.enumerate() {
+        let line = line.map_err(|e| format!("line {}: {e}", i + 2))?;
+        // A row holds one run's meta.json and points.jsonl: their value budgets together.
+        if rundir::json_values(line.as_bytes())
+            > rundir::META_MAX_VALUES + rundir::POINTS_MAX_VALUES
+        {
+            return Err(format!(
+                "line {}: over the budget of one run (damaged)",
+                i + 2
+            ));
+        }
         let row: RunRow =
-            serde_json::from_str(line).map_err(|e| format!("line {}: {e} (damaged)", i + 2))?;
+            serde_json::from_str(&line).map_err(|e| format!("line {}: {e} (damaged)", i + 2))?;
         rows.insert(row.run_dir.clone(), row);
     }
     Ok(rows)
@@ -167,7 +178,8 @@ pub fn read(path: &Path) -> Result<HashMap<String, RunRow>, String> {
 pub fn write(path: &Path, rows: &[&RunRow]) -> std::io::Result<()> {
     let tmp = path.with_extension("jsonl.tmp");
     let result = (|| {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        let mut out =
+            std::io::BufWriter::new(servebench_model::results::rundir::create_fresh(&tmp)?);
         let header = Header {
             format: FORMAT.to_string(),
             version: INDEX_VERSION,

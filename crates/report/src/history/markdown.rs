@@ -48,14 +48,26 @@ pub fn render(model: &HistoryModel, charts_dir: Option<&str>) -> String {
     );
     let _ = writeln!(
         out,
-        "Each run is judged against the newest earlier run whose point had no problem, as \
-         `servebench compare` judges two runs: a change is a step (a change point) only when it \
-         is larger than {}% and both runs' 95% confidence intervals, from evidence that stands \
-         for run-to-run noise, do not overlap. A failed or flagged point is shown, never judged. \
-         Runs that differ by construction (prompts, cache policy, method, client placement) are \
-         not judged against each other.\n",
+        "Each run is judged against its level, as `servebench compare` judges two runs: each \
+         of the newest {} earlier runs that may serve as one (since the last change point), \
+         a regression (or an improvement) against any of them kept, so one noisy run cannot \
+         move the level. A change is a step (a change point) only when it is larger than {}% \
+         and both runs' 95% confidence intervals, from evidence that stands for run-to-run \
+         noise, do not overlap; a larger change the evidence does not settle is *unresolved* \
+         and never becomes a level. A failed or flagged point is shown, never judged; a point \
+         whose flags say the client shaped its numbers (`client-read-late`, `high-variance`) \
+         is shown with them and not judged as a server change. Runs that differ by \
+         construction (prompts, cache policy, method, client placement) are not judged \
+         against each other.\n",
+        super::build::LEVEL_RUNS,
         plain(model.threshold_pct)
     );
+    for note in &model.notes {
+        let _ = writeln!(out, "- Note: {}", cell(note));
+    }
+    if !model.notes.is_empty() {
+        out.push('\n');
+    }
     for e in &model.experiments {
         experiment(&mut out, e, charts_dir);
     }
@@ -125,6 +137,13 @@ fn runs_table(out: &mut String, e: &ExperimentHistory) {
 /// The experiment's change points, each attributed to its run's changes; or that it has none.
 fn change_points(out: &mut String, e: &ExperimentHistory) {
     let points = e.change_points();
+    let mut set_aside: Vec<(&Series, &SeriesEntry)> = e
+        .series
+        .iter()
+        .flat_map(|s| s.entries.iter().map(move |x| (s, x)))
+        .filter(|(_, x)| !x.change_point && (x.unresolved || x.client_step))
+        .collect();
+    set_aside.sort_by_key(|(_, x)| x.run);
     if points.is_empty() {
         let _ = writeln!(out, "No change point: no step beyond the noise.\n");
     } else {
@@ -136,7 +155,7 @@ fn change_points(out: &mut String, e: &ExperimentHistory) {
                 .map_or("—".into(), |j| e.runs[j].label.clone());
             let _ = writeln!(
                 out,
-                "- **{}**, {} at {}: {} **{}** against {} ({}). Attributed to {}: {}",
+                "- **{}**, {} at {}: {} **{}** against {} ({}). Attributed to {}",
                 run.label,
                 s.label,
                 s.point,
@@ -144,8 +163,34 @@ fn change_points(out: &mut String, e: &ExperimentHistory) {
                 verdict_word(entry.verdict),
                 against,
                 entry.reason,
+                attribution(e, entry)
+            );
+        }
+        out.push('\n');
+    }
+    if !set_aside.is_empty() {
+        let _ = writeln!(out, "### Steps not judged as server changes\n");
+        for (s, entry) in set_aside {
+            let run = &e.runs[entry.run];
+            let against = entry
+                .against
+                .map_or("—".into(), |j| e.runs[j].label.clone());
+            let why = if entry.client_flags.is_empty() {
+                "unresolved: the evidence does not settle it, so it is no level for later runs"
+                    .to_string()
+            } else {
+                format!("attributed to {}", attribution(e, entry))
+            };
+            let _ = writeln!(
+                out,
+                "- **{}**, {} at {}: {} {} against {}: {}.",
                 run.label,
-                attribution(run)
+                s.label,
+                s.point,
+                change(entry.change_pct),
+                verdict_word(entry.verdict),
+                against,
+                why
             );
         }
         out.push('\n');
@@ -236,14 +281,43 @@ pub(crate) fn verdict_word(v: Option<Verdict>) -> &'static str {
     }
 }
 
-/// What a change point is attributed to: its run's changes, in words.
-pub(crate) fn attribution(run: &HistoryRun) -> String {
-    if run.changes.settings.is_empty() {
-        return "nothing recorded changed (the engine, its flags, the model, the hardware, the \
-                host, servebench and the spec are the same): noise beyond the intervals, or a \
-                change servebench does not see"
-            .to_string();
+/// What a step of `entry` is attributed to, after "Attributed to ": the recorded changes of
+/// every run since its level (`#3: one setting changed (...)`), the client's flags when the
+/// point carries any (first when nothing recorded changed: the likelier cause), or that
+/// nothing recorded changed.
+pub(crate) fn attribution(e: &ExperimentHistory, entry: &SeriesEntry) -> String {
+    let from = entry.against.map_or(entry.run, |j| j + 1);
+    let changed: Vec<String> = (from..=entry.run)
+        .filter(|&k| !e.runs[k].changes.settings.is_empty())
+        .map(|k| format!("{}: {}", e.runs[k].label, run_changes(&e.runs[k])))
+        .collect();
+    let flags = entry
+        .client_flags
+        .iter()
+        .map(|f| format!("`{f}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let run = &e.runs[entry.run].label;
+    match (changed.is_empty(), flags.is_empty()) {
+        (true, true) => format!(
+            "{run}: nothing recorded changed (the engine, its flags, the model, the hardware, \
+             the host, servebench and the spec are the same): noise beyond the intervals, or a \
+             change servebench does not see"
+        ),
+        (true, false) => format!(
+            "{run}: the client, more likely than the server: the point carries {flags} (the \
+             client read late or its samples spread widely) and nothing recorded changed"
+        ),
+        (false, true) => changed.join("; "),
+        (false, false) => format!(
+            "{}; the point also carries {flags} (the client shaped its numbers too)",
+            changed.join("; ")
+        ),
     }
+}
+
+/// A run's changes in words: `one setting changed (`name` a → b)`.
+fn run_changes(run: &HistoryRun) -> String {
     let list: Vec<String> = run
         .changes
         .settings
@@ -263,6 +337,12 @@ fn entry_cell(s: &Series, e: &SeriesEntry) -> String {
         .map_or("—".to_string(), |st| text::metric_value(metric, st.mean));
     if !e.problems.is_empty() {
         return format!("{value} (flagged)");
+    }
+    if !e.client_flags.is_empty() {
+        return format!("{value} (client: {})", e.client_flags.join(", "));
+    }
+    if e.unresolved {
+        return format!("{value} ({} unresolved)", change(e.change_pct));
     }
     if e.change_point {
         let arrow = match e.verdict {

@@ -20,7 +20,7 @@ pub mod source;
 pub use build::{build, default_metrics};
 pub use model::*;
 
-/// The newest runs' regressions against their series' last good level, one line each
+/// The newest runs' regressions against their series' good levels, one line each
 /// (`quickstart #3: decode at ctx=1024: -20.1% against #1`), for `--fail-on-regression`.
 pub fn regressions(model: &HistoryModel) -> Vec<String> {
     let mut out = Vec::new();
@@ -30,6 +30,30 @@ pub fn regressions(model: &HistoryModel) -> Vec<String> {
             if l.verdict == Some(crate::report::compare::Verdict::Regression) {
                 out.push(format!(
                     "{} {}: {} at {}: {} against the last good level, {} ({})",
+                    e.name,
+                    e.runs[l.run].label,
+                    s.label,
+                    s.point,
+                    l.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
+                    l.good.map_or("—".into(), |g| e.runs[g].label.clone()),
+                    l.reason
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The newest runs' changes above the threshold that the evidence does not settle, one line
+/// each: not regressions, but no level either; said beside the gate.
+pub fn unresolved(model: &HistoryModel) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in &model.experiments {
+        for s in &e.series {
+            let Some(l) = &s.latest else { continue };
+            if l.unresolved {
+                out.push(format!(
+                    "{} {}: {} at {}: {} against {}, unresolved ({})",
                     e.name,
                     e.runs[l.run].label,
                     s.label,
@@ -72,9 +96,20 @@ pub(crate) const MARKDOWN_FILE: &str = "history.md";
 pub(crate) const HTML_FILE: &str = "history.html";
 /// The folder of its trend charts, beside it.
 pub const CHARTS_DIR: &str = "charts";
+/// The list of charts `history` wrote into [`CHARTS_DIR`], one name a line: the only files
+/// a later call removes there.
+pub const CHARTS_MANIFEST: &str = ".servebench-history-charts";
 
-/// Writes the history into `out`: `history.md`, its trend charts in `charts/` (charts no
-/// longer drawn are removed) and `history.html` (self-contained). Returns the Markdown's path.
+/// Writes `bytes` to `path` as a new file, never through a link planted there.
+fn write_fresh(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = servebench_model::results::rundir::create_fresh(path)?;
+    file.write_all(bytes)
+}
+
+/// Writes the history into `out`: `history.md`, its trend charts in `charts/` (charts an
+/// earlier call wrote and this one no longer draws are removed, by the manifest; no other
+/// file) and `history.html` (self-contained). Returns the Markdown's path.
 pub fn write(
     model: &HistoryModel,
     out: &std::path::Path,
@@ -86,25 +121,35 @@ pub fn write(
     };
     let folder = out.join(CHARTS_DIR);
     std::fs::create_dir_all(&folder).map_err(write_err(&folder))?;
+    // The charts an earlier call wrote here, by its manifest: only those are ever removed.
+    let manifest = folder.join(CHARTS_MANIFEST);
+    let earlier: Vec<String> = {
+        use std::io::Read;
+        let mut text = String::new();
+        if let Ok(f) = servebench_model::results::rundir::open_regular(&manifest, 1 << 20) {
+            let _ = f.take(1 << 20).read_to_string(&mut text);
+        }
+        text.lines().map(str::to_string).collect()
+    };
     let mut drawn: Vec<String> = Vec::new();
     for e in &model.experiments {
         for chart in charts::charts(e) {
             let svg = charts::render_svg(&chart)?;
             let path = folder.join(&chart.file);
-            std::fs::write(&path, servebench_model::redact::text(&svg).as_bytes())
+            write_fresh(&path, servebench_model::redact::text(&svg).as_bytes())
                 .map_err(write_err(&path))?;
             drawn.push(chart.file);
         }
     }
-    // Charts of experiments no longer in the history: only files this command names.
-    if let Ok(entries) = std::fs::read_dir(&folder) {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            if name.ends_with(".svg") && !drawn.contains(&name) {
-                let _ = std::fs::remove_file(entry.path());
-            }
+    // Charts this command drew before and no longer draws (an experiment gone); a name with
+    // a path in it is no chart of ours.
+    for name in earlier {
+        if name.ends_with(".svg") && !name.contains('/') && !drawn.contains(&name) {
+            let _ = std::fs::remove_file(folder.join(&name));
         }
     }
+    write_fresh(&manifest, format!("{}\n", drawn.join("\n")).as_bytes())
+        .map_err(write_err(&manifest))?;
     let path = out.join(MARKDOWN_FILE);
     let markdown = markdown::render(model, Some(CHARTS_DIR));
     std::fs::write(&path, servebench_model::redact::text(&markdown).as_bytes())

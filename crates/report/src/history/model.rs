@@ -8,7 +8,7 @@ use crate::report::compare::{Direction, Verdict};
 use servebench_model::results::records::Stat;
 
 /// Version of [`HistoryModel`]; bumped when a field changes meaning or is removed.
-pub(crate) const HISTORY_MODEL_VERSION: u32 = 1;
+pub(crate) const HISTORY_MODEL_VERSION: u32 = 2;
 
 /// Every experiment's history.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -24,6 +24,9 @@ pub struct HistoryModel {
     /// Run directories that could not be read, each named with why; none of their numbers
     /// entered a series.
     pub skipped: Vec<SkippedRun>,
+    /// What the reader said of the runs it read (a run changed by several commits of a git
+    /// range, read as the newest holds it).
+    pub notes: Vec<String>,
 }
 
 /// A run directory left out of the history.
@@ -144,8 +147,14 @@ pub struct SeriesEntry {
     /// Why the point is not judged (failed, incomplete, a warning flag), one line each; such
     /// an entry is shown, never judged, and never a reference level.
     pub problems: Vec<String>,
-    /// The run it is judged against: the newest earlier comparable run whose point had no
-    /// problem. None for the first entry, a problem, or after a change of construction.
+    /// Flags of the point that say the client shaped its numbers (`client-read-late`,
+    /// `high-variance`): shown; a step of such a point is a change point only when a
+    /// setting changed, and the point is a level only when no clean one is at hand.
+    pub client_flags: Vec<String>,
+    /// The level it is judged against: of the newest earlier comparable runs that may serve as
+    /// one (up to three, since the last change point), the one whose verdict is kept (a
+    /// regression or an improvement against any, else the newest). None for the first entry,
+    /// a problem, or after a change of construction.
     pub against: Option<usize>,
     /// The verdict against that run.
     pub verdict: Option<Verdict>,
@@ -153,12 +162,25 @@ pub struct SeriesEntry {
     pub change_pct: Option<f64>,
     /// Why the verdict (or why none).
     pub reason: String,
-    /// A step beyond the noise: a regression or an improvement against the run before.
+    /// A step beyond the noise: a regression or an improvement against its level.
     pub change_point: bool,
+    /// A step of a point with client flags and no recorded change since its level: likelier
+    /// the client's than the server's, so neither a change point nor a level.
+    pub client_step: bool,
+    /// A step above the threshold that the evidence does not settle (the intervals overlap,
+    /// or too few rounds): never a level for later runs.
+    pub unresolved: bool,
+    /// May serve as a level for later steps: judged without a problem, client flag or
+    /// unresolved step.
+    pub level: bool,
+    /// May serve as a level for the gate: a level that was not itself a regression (or an
+    /// unresolved step) against the gate's levels.
+    pub good: bool,
 }
 
-/// The newest run of a series against the series' last good level: the newest earlier
-/// comparable entry without problems that was not itself a regression.
+/// The newest run of a series against the series' good levels: the newest earlier comparable
+/// entries (up to three) that were levels and not themselves regressions; the verdict kept is
+/// a regression against any of them, so one noisy run cannot launder a slowdown.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LatestCheck {
     /// The newest run's index.
@@ -169,6 +191,8 @@ pub struct LatestCheck {
     pub verdict: Option<Verdict>,
     /// Relative change against the last good level, in percent.
     pub change_pct: Option<f64>,
+    /// A change above the threshold that the evidence does not settle.
+    pub unresolved: bool,
     /// Why.
     pub reason: String,
 }

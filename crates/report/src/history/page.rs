@@ -36,6 +36,13 @@ pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path
                             let run = &e.runs[p.run];
                             let mut note = if !entry.problems.is_empty() {
                                 format!("not judged: {}", entry.problems.join("; "))
+                            } else if entry.client_step {
+                                format!(
+                                    "{} {}, not judged as a server change: {}",
+                                    entry.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
+                                    verdict_word(entry.verdict),
+                                    attribution(e, entry)
+                                )
                             } else {
                                 match entry.change_pct {
                                     Some(c) => format!("{c:+.1}% {}", verdict_word(entry.verdict)),
@@ -45,7 +52,7 @@ pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path
                             if p.change_point {
                                 note = format!(
                                     "{note}; change point, attributed to {}",
-                                    attribution(run)
+                                    attribution(e, entry)
                                 );
                             } else if p.run > 0 {
                                 note = format!("{note}; {}", run.changes.summary);

@@ -8,7 +8,8 @@ use super::model::SkippedRun;
 use crate::report::compare::LoadedRun;
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::PointRecord;
-use servebench_model::results::rundir::{META_FILE, POINTS_FILE};
+use servebench_model::results::rundir::{self, JsonlRead, META_FILE, POINTS_FILE, RunDirError};
+use std::io::Read;
 
 /// What a history reads at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +29,8 @@ pub struct Budget {
 impl Default for Budget {
     fn default() -> Budget {
         Budget {
-            meta_bytes: 16 << 20,
-            points_bytes: 256 << 20,
+            meta_bytes: rundir::META_BUDGET,
+            points_bytes: rundir::POINTS_BUDGET,
             total_bytes: 4 << 30,
             runs: 100_000,
             folders: 1_000_000,
@@ -57,6 +58,13 @@ pub(crate) fn find_run_dirs(paths: &[PathBuf], budget: &Budget) -> (Vec<PathBuf>
         }
         walk(path, 0, budget, &mut visited, &mut found, &mut skipped);
     }
+    // One identity per run directory, whatever path reached it (`runs` and the same folder
+    // by its absolute path, or through a link): its canonical path.
+    for dir in &mut found {
+        if let Ok(canonical) = std::fs::canonicalize(&*dir) {
+            *dir = canonical;
+        }
+    }
     found.sort();
     found.dedup();
     (found, skipped)
@@ -83,7 +91,9 @@ fn walk(
         }
         return;
     }
-    if dir.join(META_FILE).is_file() {
+    // A meta.json that is a link, a FIFO or a device is found (and named when read), never
+    // followed: symlink_metadata looks at the entry itself.
+    if std::fs::symlink_metadata(dir.join(META_FILE)).is_ok_and(|m| !m.is_dir()) {
         found.push(dir.to_path_buf());
         return;
     }
@@ -115,7 +125,8 @@ fn walk(
 }
 
 /// Reads one run directory within `budget`'s per-file limits; its bytes read are added to
-/// `spent`. Err: why it is left out.
+/// `spent`. Err: why it is left out. `points.jsonl` is read line by line, within its record
+/// and value budgets, so its memory stays bounded whatever its size.
 pub(crate) fn load_dir(
     dir: &Path,
     budget: &Budget,
@@ -124,31 +135,44 @@ pub(crate) fn load_dir(
     let meta_path = dir.join(META_FILE);
     let points_path = dir.join(POINTS_FILE);
     let meta_text = read_within(&meta_path, budget.meta_bytes, META_FILE)?;
-    let points_text = if points_path.exists() {
-        read_within(&points_path, budget.points_bytes, POINTS_FILE)?
-    } else {
-        String::new()
+    let meta = meta_of(&meta_text)?;
+    let points = match rundir::open_regular(&points_path, budget.points_bytes) {
+        Ok(file) => {
+            let len = file.metadata().map_or(0, |m| m.len());
+            *spent += meta_text.len() as u64 + len;
+            if *spent > budget.total_bytes {
+                return Err(LoadError::Budget {
+                    mib: budget.total_bytes >> 20,
+                });
+            }
+            points_of(std::io::BufReader::new(file.take(budget.points_bytes)))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            *spent += meta_text.len() as u64;
+            JsonlRead {
+                records: Vec::new(),
+                truncated_lines: Vec::new(),
+            }
+        }
+        Err(source) => {
+            return Err(LoadError::Unreadable {
+                file: POINTS_FILE,
+                source,
+            });
+        }
     };
-    *spent += (meta_text.len() + points_text.len()) as u64;
-    if *spent > budget.total_bytes {
-        return Err(LoadError::Budget {
-            mib: budget.total_bytes >> 20,
-        });
-    }
-    parse_run(dir.to_path_buf(), &meta_text, &points_text)
+    Ok(loaded(dir.to_path_buf(), meta, points))
 }
 
+/// A file's text, within `limit` bytes; never through a link, a FIFO or a device.
 fn read_within(path: &Path, limit: u64, file: &'static str) -> Result<String, LoadError> {
     let unreadable = |source| LoadError::Unreadable { file, source };
-    let len = std::fs::metadata(path).map_err(unreadable)?.len();
-    if len > limit {
-        return Err(LoadError::TooLarge {
-            file,
-            mib: len >> 20,
-            limit_mib: limit >> 20,
-        });
-    }
-    let bytes = std::fs::read(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    rundir::open_regular(path, limit)
+        .map_err(unreadable)?
+        .take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
     String::from_utf8(bytes).map_err(|_| LoadError::NotText { file })
 }
 
@@ -161,12 +185,6 @@ pub(crate) enum LoadError {
     Unreadable {
         file: &'static str,
         source: std::io::Error,
-    },
-    #[error("{file} is {mib} MiB, over the budget of {limit_mib} MiB for one run")]
-    TooLarge {
-        file: &'static str,
-        mib: u64,
-        limit_mib: u64,
     },
     #[error("{file} is not UTF-8 text")]
     NotText { file: &'static str },
@@ -194,37 +212,58 @@ pub(crate) enum LoadError {
 /// record cut off at the end of a line (a crash mid-write) is skipped and its line kept in
 /// `truncated_lines`, as `compare` does; any other bad line leaves the whole run out.
 pub(crate) fn parse_run(path: PathBuf, meta: &str, points: &str) -> Result<LoadedRun, LoadError> {
-    let meta: RunMeta = serde_json::from_str(meta).map_err(|e| LoadError::Meta {
-        line: e.line(),
-        column: e.column(),
-        source: e,
-    })?;
-    let mut records: Vec<PointRecord> = Vec::new();
-    let mut truncated_lines = Vec::new();
-    for (i, line) in points.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str(line) {
-            Ok(r) => records.push(r),
-            Err(e) if e.is_eof() => truncated_lines.push(i + 1),
-            Err(e) => {
-                return Err(LoadError::Points {
-                    line: i + 1,
-                    column: e.column(),
-                    source: e,
-                });
-            }
-        }
+    let meta = meta_of(meta)?;
+    let points = points_of(std::io::Cursor::new(points.as_bytes()))?;
+    Ok(loaded(path, meta, points))
+}
+
+fn meta_of(text: &str) -> Result<RunMeta, LoadError> {
+    match rundir::parse_meta(Path::new(META_FILE), text) {
+        Ok(meta) => Ok(meta),
+        Err(RunDirError::Parse { source, .. }) => Err(LoadError::Meta {
+            line: source.line(),
+            column: source.column(),
+            source,
+        }),
+        Err(RunDirError::Io { source, .. }) => Err(LoadError::Unreadable {
+            file: META_FILE,
+            source,
+        }),
+        Err(other) => Err(LoadError::Unreadable {
+            file: META_FILE,
+            source: std::io::Error::other(other.to_string()),
+        }),
     }
-    Ok(LoadedRun {
+}
+
+fn points_of(reader: impl std::io::BufRead) -> Result<JsonlRead<PointRecord>, LoadError> {
+    match rundir::read_points_from(Path::new(POINTS_FILE), reader) {
+        Ok(read) => Ok(read),
+        Err(RunDirError::Parse { line, source, .. }) => Err(LoadError::Points {
+            line,
+            column: source.column(),
+            source,
+        }),
+        Err(RunDirError::Io { source, .. }) => Err(LoadError::Unreadable {
+            file: POINTS_FILE,
+            source,
+        }),
+        Err(other) => Err(LoadError::Unreadable {
+            file: POINTS_FILE,
+            source: std::io::Error::other(other.to_string()),
+        }),
+    }
+}
+
+fn loaded(path: PathBuf, meta: RunMeta, points: JsonlRead<PointRecord>) -> LoadedRun {
+    LoadedRun {
         path,
         meta,
-        points: records,
-        truncated_lines,
+        points: points.records,
+        truncated_lines: points.truncated_lines,
         part: None,
         searches: None,
-    })
+    }
 }
 
 /// Every run directory under `paths`, read; those that cannot be read are named with why.
