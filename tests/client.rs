@@ -1087,6 +1087,12 @@ async fn a_thinking_models_stream_is_timed_from_its_first_thinking_token_on_both
             (r.reasoning_tokens, r.answer_tokens),
             (Some(32.0), Some(32.0))
         );
+        // The record carries the same split and first answer, made where it was made.
+        assert_eq!(
+            (record.ttfa_s, record.answer_tokens),
+            (r.ttfa_s, Some(32)),
+            "{field}"
+        );
         let (think, answer) = (r.reasoning_tok_s.unwrap(), r.answer_tok_s.unwrap());
         assert!(
             (130.0..=240.0).contains(&think),

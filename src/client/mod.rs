@@ -174,12 +174,15 @@ impl Measured {
             reasoning_tokens: self.reasoning.map(|(n, _)| n),
             reasoning_source: self.reasoning.map(|(_, s)| s),
             no_answer: self.no_answer,
+            ttfa_s: None,
+            answer_tokens: None,
             unknown_fields: self.unknown_fields,
             tool_calls: self.tool_calls.as_ref().map(|t| t.count),
             tool_call_valid: self.tool_calls.as_ref().and_then(|t| t.valid),
             tool_call_invalid: self.tool_calls.and_then(|t| t.invalid),
         };
         record.set_verify_steps(server_steps);
+        record.set_split();
         record
     }
 }

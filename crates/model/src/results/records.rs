@@ -393,6 +393,16 @@ pub struct RequestRecord {
     /// None when its answer came, when it did not think, and for failed requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_answer: Option<NoAnswer>,
+    /// Seconds from send to the first chunk carrying an answer or tool-call token (TTFT for a
+    /// request that did not think); None when no answer came (`no_answer` says why), and in
+    /// older records (the report then takes it from `chunks`). See [`RequestRecord::split`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfa_s: Option<f64>,
+    /// Output tokens that were the answer's (tool calls included): `completion_tokens` less
+    /// the thinking (`reasoning_tokens`, at most all of them). None without output tokens,
+    /// and in older records. See [`RequestRecord::split`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_tokens: Option<u64>,
     /// Fields of the stream's events servebench does not know, seen with a value (at most
     /// [`UNKNOWN_FIELDS_KEPT`] names, as `delta.<name>`): their text was counted neither as
     /// thinking nor as answer. Empty when there were none.
@@ -508,6 +518,40 @@ impl RequestRecord {
         self.reasoning_tokens.is_some_and(|n| n > 0) || self.no_answer.is_some()
     }
 
+    /// How the request's output splits into thinking and answer, from its chunks and the
+    /// server's counts (the one rule for the record's `ttfa_s` and `answer_tokens` and the
+    /// report's metrics); None without a chunk carrying a token.
+    pub fn split(&self) -> Option<AnswerSplit> {
+        let mut token_chunks = self.chunks.iter().filter(|c| c.tokens > 0).peekable();
+        token_chunks.peek()?;
+        let (mut streamed, mut counted, mut ttfa_s) = (0u64, 0u64, None);
+        for c in token_chunks {
+            streamed += u64::from(c.tokens);
+            counted += u64::from(c.reasoning);
+            if ttfa_s.is_none() && c.answer() > 0 {
+                ttfa_s = Some(c.t_s);
+            }
+        }
+        let completion = self.completion_tokens.unwrap_or(streamed);
+        // A server count above the output (impossible: flagged `impossible-usage`) is cut to
+        // the output, so the answer is never negative.
+        let reasoning = self.reasoning_tokens.unwrap_or(counted).min(completion);
+        Some(AnswerSplit {
+            ttfa_s,
+            reasoning_tokens: reasoning,
+            counted_reasoning: counted,
+            answer_tokens: completion - reasoning,
+        })
+    }
+
+    /// Sets `ttfa_s` and `answer_tokens` from [`split`](Self::split): called once where a
+    /// record is made, so every sender's records carry them.
+    pub fn set_split(&mut self) {
+        let split = self.split();
+        self.ttfa_s = split.and_then(|s| s.ttfa_s);
+        self.answer_tokens = split.map(|s| s.answer_tokens);
+    }
+
     /// Output tokens in chunks that carried any, and how many such chunks there were.
     pub fn token_chunks(&self) -> (u64, usize) {
         self.chunks
@@ -515,6 +559,21 @@ impl RequestRecord {
             .filter(|c| c.tokens > 0)
             .fold((0, 0), |(t, n), c| (t + u64::from(c.tokens), n + 1))
     }
+}
+
+/// A request's output split into thinking and answer (see [`RequestRecord::split`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AnswerSplit {
+    /// Seconds from send to the first chunk with an answer (or tool-call) token; None when
+    /// none came.
+    pub ttfa_s: Option<f64>,
+    /// Thinking tokens: the server's count where it gave one, else the chunks', at most the
+    /// output.
+    pub reasoning_tokens: u64,
+    /// Thinking tokens the chunks carried.
+    pub counted_reasoning: u64,
+    /// The rest of the output.
+    pub answer_tokens: u64,
 }
 
 /// Aggregate of one metric over a point's requests.
@@ -676,6 +735,8 @@ impl RequestRecord {
             reasoning_tokens: None,
             reasoning_source: None,
             no_answer: None,
+            ttfa_s: None,
+            answer_tokens: None,
             unknown_fields: Vec::new(),
             tool_calls: None,
             tool_call_valid: None,
