@@ -2,6 +2,11 @@
 //! its call by `index`, the first piece carries `id` and `function.name`, `function.arguments`
 //! comes in pieces), assembled within bounds and judged against the declared tools.
 //!
+//! Some servers repeat the whole `function.name` (and `id`) in every piece of a call
+//! (MiniMax through NVIDIA NIM, Fireworks): a piece of the same call whose name is the name
+//! so far is that repeat, not more of the name, as those servers mean it. A piece without an
+//! `index` belongs to the call its `id` names, else to the last call.
+//!
 //! The arguments are checked with a small JSON Schema checker of the subset servebench
 //! supports: `type`, `required`, `properties`, `enum` and `items`. Other keywords
 //! (`minimum`, `pattern`, `oneOf`, `$ref`, ...) are not checked: a call they would refuse
@@ -20,6 +25,8 @@ pub(crate) const CALLS: usize = 16;
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Call {
     index: u64,
+    /// The call's `id`, when a piece gave one.
+    id: Option<String>,
     name: String,
     arguments: String,
     /// The name or the arguments passed their bound: what is kept is their start only.
@@ -49,10 +56,18 @@ impl ToolCalls {
     /// Takes one delta's `tool_calls` list.
     pub(crate) fn delta(&mut self, pieces: &[Value]) {
         for piece in pieces {
-            let index = piece["index"].as_u64().unwrap_or(self.calls.len() as u64);
-            let at = match self.calls.iter().position(|c| c.index == index) {
+            let id = piece["id"].as_str().filter(|id| !id.is_empty());
+            let found = match piece["index"].as_u64() {
+                Some(index) => self.calls.iter().position(|c| c.index == index),
+                None => match id {
+                    Some(id) => self.calls.iter().position(|c| c.id.as_deref() == Some(id)),
+                    None => self.calls.len().checked_sub(1),
+                },
+            };
+            let at = match found {
                 Some(at) => at,
                 None if self.calls.len() < CALLS => {
+                    let index = piece["index"].as_u64().unwrap_or(self.calls.len() as u64);
                     self.calls.push(Call {
                         index,
                         ..Call::default()
@@ -65,8 +80,14 @@ impl ToolCalls {
                 }
             };
             let call = &mut self.calls[at];
+            if call.id.is_none() {
+                call.id = id.map(|id| id.chars().take(NAME_BYTES).collect());
+            }
             let f = &piece["function"];
-            if let Some(name) = f["name"].as_str() {
+            if let Some(name) = f["name"].as_str()
+                // The whole name again, in a later piece of the same call: a repeat.
+                && (call.name.is_empty() || name != call.name)
+            {
                 call.cut |= !push_bounded(&mut call.name, name, NAME_BYTES);
             }
             if let Some(args) = f["arguments"].as_str() {
@@ -272,6 +293,46 @@ mod tests {
             assert!(j.invalid.as_deref().unwrap().contains(why), "{j:?} {why}");
         }
         assert_eq!(ToolCalls::default().judge(&tools()).valid, None);
+    }
+
+    /// MiniMax through NVIDIA NIM and Fireworks send `function.name` (and `id`) in every
+    /// piece of a call: one name, as they mean it, for each of two calls; pieces without an
+    /// `index` go by their `id`.
+    #[test]
+    fn a_name_repeated_in_every_piece_is_one_name() {
+        let repeated = |index: Option<u64>, id: &str, args: &str| {
+            let mut p = json!({"id": id, "type": "function",
+                               "function": {"name": "get_weather", "arguments": args}});
+            if let Some(i) = index {
+                p["index"] = i.into();
+            }
+            p
+        };
+        let indexed: [fn(u64) -> Option<u64>; 2] = [Some, |_| None];
+        for index in indexed {
+            let j = streamed(&[
+                repeated(index(0), "call_a", ""),
+                repeated(index(0), "call_a", "{\"city\": "),
+                repeated(index(0), "call_a", "\"Paris\"}"),
+                repeated(index(1), "call_b", "{\"city\""),
+                repeated(index(1), "call_b", ": \"Oslo\"}"),
+            ])
+            .judge(&tools());
+            assert_eq!(
+                j,
+                Judged {
+                    count: 2,
+                    valid: Some(true),
+                    invalid: None
+                }
+            );
+        }
+        // A name streamed in pieces is still put together.
+        let split = streamed(&[
+            piece(0, Some("get_"), ""),
+            piece(0, Some("weather"), "{\"city\": \"x\"}"),
+        ]);
+        assert_eq!(split.judge(&tools()).valid, Some(true));
     }
 
     #[test]

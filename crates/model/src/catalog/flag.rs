@@ -138,9 +138,10 @@ pub enum FlagKind {
     /// was counted neither as thinking nor as answer, so TTFT, TTFA and the token split may be
     /// wrong (a renamed field, as vLLM's `reasoning_content` became `reasoning`).
     UnknownStreamField,
-    /// More than 5% of the point's tool calls were invalid (a name not declared, arguments
-    /// not JSON or not satisfying the tool's schema): the numbers measure a server whose
-    /// calls cannot be used, so the point is degraded, as with invalid output.
+    /// More than 5% of the point's requests that called a tool made an invalid call (a name
+    /// not declared, arguments not JSON or not satisfying the tool's schema): the numbers
+    /// measure a server whose calls cannot be used, so the point is degraded, as with invalid
+    /// output.
     InvalidToolCalls,
     /// Some requests had most of their tokens after the first held back on the way (by a
     /// router or a proxy) and let go in one read: the gap between two reads is no decode time,
