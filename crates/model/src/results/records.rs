@@ -413,8 +413,8 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<u32>,
     /// Whether every call named a declared tool with JSON arguments satisfying its schema
-    /// (the subset servebench checks: type, required, properties, enum, items); None when
-    /// it made no call.
+    /// (judged by the `jsonschema` crate in the draft the schema declares, 2020-12 by
+    /// default); None when it made no call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_valid: Option<bool>,
     /// Why a call was not valid (the first found).
