@@ -75,6 +75,8 @@ pub struct Measured {
     /// Every data chunk that arrived, in order, `[DONE]` and error events excluded. `t_s` is
     /// seconds from `sent_at` to the network read that completed the event.
     pub chunks: Vec<Chunk>,
+    /// Events past the stream's chunk budget, folded into its last chunks (0: none).
+    pub chunks_folded: u64,
     /// Seconds from send to the end of the response (`[DONE]`, the end of an error body, or the
     /// failing event). None when it never ended (connect failure, reset, timeout).
     pub end_s: Option<f64>,
@@ -148,6 +150,7 @@ impl Measured {
             requested_prompt_tokens,
             max_tokens,
             chunks: self.chunks,
+            chunks_folded: (self.chunks_folded > 0).then_some(self.chunks_folded),
             end_s: self.end_s,
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,

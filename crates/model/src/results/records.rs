@@ -217,6 +217,9 @@ pub enum ErrorKind {
     Timeout,
     /// The stream ended without `[DONE]` or a finish reason.
     Incomplete,
+    /// The stream brought more bytes than its budget (16 MiB + 8 KiB per `max_tokens`, and on
+    /// `/generate` 64 B per `max_tokens` squared): the client stopped reading it.
+    StreamBudget,
 }
 
 /// A request's failure, with its cause.
@@ -289,8 +292,14 @@ pub struct RequestRecord {
     pub requested_prompt_tokens: Option<u64>,
     /// `max_new_tokens` / `max_tokens` sent.
     pub max_tokens: u32,
-    /// Every chunk that arrived, in order (the `[DONE]` sentinel excluded).
+    /// Every chunk that arrived, in order (the `[DONE]` sentinel excluded), up to the stream's
+    /// chunk budget (4,096 + 4 per `max_tokens`); see `chunks_folded` for the rest.
     pub chunks: Vec<Chunk>,
+    /// Events that came past the stream's chunk budget: their tokens were folded into the
+    /// last chunks (a new one only where the first token or the first answer token came), so
+    /// their gaps are not kept one by one. None when nothing was folded, and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks_folded: Option<u64>,
     /// Seconds from send to the end of the stream (None if it never ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_s: Option<f64>,
@@ -709,6 +718,7 @@ impl RequestRecord {
             requested_prompt_tokens: None,
             max_tokens: 4,
             chunks: Vec::new(),
+            chunks_folded: None,
             end_s: None,
             prompt_tokens: None,
             completion_tokens: None,
