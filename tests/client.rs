@@ -1087,6 +1087,12 @@ async fn a_thinking_models_stream_is_timed_from_its_first_thinking_token_on_both
             (r.reasoning_tokens, r.answer_tokens),
             (Some(32.0), Some(32.0))
         );
+        // The record carries the same split and first answer, made where it was made.
+        assert_eq!(
+            (record.ttfa_s, record.answer_tokens),
+            (r.ttfa_s, Some(32)),
+            "{field}"
+        );
         let (think, answer) = (r.reasoning_tok_s.unwrap(), r.answer_tok_s.unwrap());
         assert!(
             (130.0..=240.0).contains(&think),
@@ -1116,4 +1122,81 @@ async fn a_thinking_models_stream_is_timed_from_its_first_thinking_token_on_both
         assert!(s.metrics.contains_key("ttfa_s"), "{field}");
         assert_eq!(s.metrics["reasoning_tokens"].mean, 32.0);
     }
+}
+
+/// Issue 43: a stream of tiny chunks (3,000,000 one-character thinking events took 1.87 GB for
+/// two requests). Past its chunk budget (4,096 + 4 per max_tokens) a stream keeps no more
+/// chunks one by one: the rest are folded into its last chunks, counted in `chunks_folded`,
+/// with the first token's and the first answer's times kept; past its byte budget (16 MiB +
+/// 8 KiB per max_tokens) it fails, named, and is no longer read.
+#[tokio::test]
+async fn a_flood_of_tiny_chunks_stays_within_the_streams_budget() {
+    let event = |field: &str| {
+        format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"{field}\":\"x\"}},\"finish_reason\":null}}]}}\n\n"
+        )
+    };
+    let done = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"total_tokens\":55,\"completion_tokens\":50}}\n\ndata: [DONE]\n\n";
+    // 30,000 thinking events, then 10,000 answer events, in reads of 1,000 events each.
+    let reads = |field: &str, n: usize| -> Vec<Step> {
+        (0..n / 1000)
+            .map(|_| Send(event(field).repeat(1000).into_bytes()))
+            .collect()
+    };
+    let mut steps = reads("reasoning_content", 30_000);
+    steps.extend(reads("content", 10_000));
+    steps.push(send(done));
+    let (url, _) = serve(vec![("/v1/chat/completions", sse(steps))]).await;
+    let client = Client::new(&url, None).unwrap();
+    let mut req = request(Api::OpenaiChat);
+    req.max_tokens = 50;
+    let m = client.stream(&req, Duration::from_secs(30)).await;
+    assert!(m.error.is_none(), "{:?}", m.error);
+    let kept = 4096 + 4 * 50;
+    assert!(
+        m.chunks.len() <= kept + 8 && m.chunks.len() > kept,
+        "{} chunks",
+        m.chunks.len()
+    );
+    // The 40,000 events and the usage chunk, less those kept one by one.
+    assert_eq!(m.chunks_folded, 40_001 - kept as u64);
+    // Every token is still counted, and the first answer keeps its own chunk.
+    let streamed: u64 = m.chunks.iter().map(|c| u64::from(c.tokens)).sum();
+    let thinking: u64 = m.chunks.iter().map(|c| u64::from(c.reasoning)).sum();
+    assert_eq!((streamed, thinking), (40_000, 30_000));
+    let first_answer = m.chunks.iter().position(|c| c.answer() > 0).unwrap();
+    assert_eq!(
+        m.chunks[first_answer].answer(),
+        m.chunks[first_answer].tokens
+    );
+    let record = m.into_record(
+        "p000",
+        0,
+        0,
+        RequestRole::Measure,
+        Api::OpenaiChat,
+        50,
+        None,
+    );
+    assert_eq!(record.chunks_folded, Some(40_001 - kept as u64));
+    assert!(record.ttfa_s.is_some());
+
+    // 17 MiB of events on max_tokens 50: over 16 MiB + 400 KiB, failed by name.
+    let big: Vec<Step> = (0..300)
+        .map(|_| Send(event("content").repeat(456).into_bytes()))
+        .chain((0..1).map(|_| send(done)))
+        .collect();
+    let (url, _) = serve(vec![("/v1/chat/completions", sse(big))]).await;
+    let m = Client::new(&url, None)
+        .unwrap()
+        .stream(&req, Duration::from_secs(30))
+        .await;
+    let e = assert_error(&m, ErrorKind::StreamBudget);
+    assert!(
+        e.message
+            .starts_with("the stream passed its budget of 17186816 bytes"),
+        "{}",
+        e.message
+    );
+    assert!(m.chunks.len() <= kept + 8, "{}", m.chunks.len());
 }

@@ -94,6 +94,43 @@ fn every_engine_streams_thinking_in_its_own_fields_and_servebench_times_both() {
         for r in records.iter().filter(|r| r["role"] == "measure") {
             assert_eq!(r["reasoning_tokens"], 32, "{name}: {r}");
             assert!(r.get("unknown_fields").is_none(), "{name}: {r}");
+            // Each record names its own first answer and split, as the guide says, without
+            // a reader deriving them from `chunks`.
+            assert_eq!(r["answer_tokens"], 64, "{name}: {r}");
+            let first_answer = r["chunks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["tokens"].as_u64().unwrap() > c["reasoning"].as_u64().unwrap_or(0))
+                .map(|c| c["t_s"].as_f64().unwrap());
+            assert_eq!(r["ttfa_s"].as_f64(), first_answer, "{name}: {r}");
+        }
+        // requests.csv carries the same three, row for row.
+        let mut csv = csv::Reader::from_path(dir.join("requests.csv")).unwrap();
+        let header: Vec<String> = csv.headers().unwrap().iter().map(String::from).collect();
+        let col = |h: &str| {
+            header
+                .iter()
+                .position(|x| x == h)
+                .unwrap_or_else(|| panic!("{h}"))
+        };
+        let (ttfa, think, answer) = (
+            col("ttfa_ms"),
+            col("reasoning_tokens"),
+            col("answer_tokens"),
+        );
+        let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), records.len(), "{name}");
+        for (row, r) in rows.iter().zip(&records) {
+            if r["role"] != "measure" {
+                continue;
+            }
+            let ms: f64 = row[ttfa].parse().unwrap();
+            assert!(
+                (ms - r["ttfa_s"].as_f64().unwrap() * 1e3).abs() < 1e-9,
+                "{name}"
+            );
+            assert_eq!((&row[think], &row[answer]), ("32", "64"), "{name}");
         }
         let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
         assert!(report.contains("## Thinking and answering"), "{name}");

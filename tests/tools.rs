@@ -290,3 +290,36 @@ fn a_named_choice_the_tools_file_does_not_declare_is_refused_at_the_choice() {
     let (ok, out) = validate(&ws, "good.yaml", &text("get_weather"));
     assert!(ok, "{out}");
 }
+
+/// A server that repeats the call's name in every stream piece (MiniMax through NVIDIA NIM,
+/// Fireworks; the simulator's `sim-repeat-tool-call-names`): 20 valid calls are 20 valid
+/// calls, one name each, and the point is not flagged.
+#[test]
+fn a_name_repeated_in_every_piece_is_read_as_one_name() {
+    let ws = Workspace::new();
+    let tools =
+        format!("[{{ type: function, function: {{ name: get_weather, parameters: {CITY} }} }}]");
+    let text = spec(
+        "repeat",
+        "tool-call-parser: qwen25, sim-repeat-tool-call-names: true",
+        &tools,
+        "  tool_choice: required\n",
+    )
+    .replace("requests: 3", "requests: 20");
+    let (dir, points) = ws.run_ok(&ws.write("repeat.yaml", &text));
+    let records = crate::common::read_jsonl(&dir.join("requests.jsonl"));
+    let measured: Vec<&serde_json::Value> =
+        records.iter().filter(|r| r["role"] == "measure").collect();
+    assert_eq!(measured.len(), 20);
+    for r in &measured {
+        assert_eq!(r["tool_calls"], 1, "{r}");
+        assert_eq!(r["tool_call_valid"], true, "{r}");
+    }
+    let p = &points[0];
+    assert_eq!(p["status"], "ok", "{p}");
+    assert_eq!(p["metrics"]["tool_call_valid_rate"]["mean"], 1.0, "{p}");
+    assert!(
+        !p["flags"].to_string().contains("invalid-tool-calls"),
+        "{p}"
+    );
+}

@@ -75,6 +75,8 @@ pub struct Measured {
     /// Every data chunk that arrived, in order, `[DONE]` and error events excluded. `t_s` is
     /// seconds from `sent_at` to the network read that completed the event.
     pub chunks: Vec<Chunk>,
+    /// Events past the stream's chunk budget, folded into its last chunks (0: none).
+    pub chunks_folded: u64,
     /// Seconds from send to the end of the response (`[DONE]`, the end of an error body, or the
     /// failing event). None when it never ended (connect failure, reset, timeout).
     pub end_s: Option<f64>,
@@ -148,6 +150,7 @@ impl Measured {
             requested_prompt_tokens,
             max_tokens,
             chunks: self.chunks,
+            chunks_folded: (self.chunks_folded > 0).then_some(self.chunks_folded),
             end_s: self.end_s,
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
@@ -174,12 +177,15 @@ impl Measured {
             reasoning_tokens: self.reasoning.map(|(n, _)| n),
             reasoning_source: self.reasoning.map(|(_, s)| s),
             no_answer: self.no_answer,
+            ttfa_s: None,
+            answer_tokens: None,
             unknown_fields: self.unknown_fields,
             tool_calls: self.tool_calls.as_ref().map(|t| t.count),
             tool_call_valid: self.tool_calls.as_ref().and_then(|t| t.valid),
             tool_call_invalid: self.tool_calls.and_then(|t| t.invalid),
         };
         record.set_verify_steps(server_steps);
+        record.set_split();
         record
     }
 }

@@ -28,6 +28,47 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// After `[DONE]`, how long to wait for the body's end so the connection can be reused.
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
+/// Bytes every stream may bring, whatever it asks for.
+const BUDGET_BASE_BYTES: u64 = 16 << 20;
+/// Bytes a stream may bring per output token asked: an incremental event is a few hundred
+/// bytes (a few kB with logprobs).
+const BUDGET_BYTES_PER_TOKEN: u64 = 8 << 10;
+/// `/generate` events may carry the whole text and ids so far (SGLang without incremental
+/// output), about 5 n² bytes for n tokens: it may bring this many bytes per token squared
+/// beside the rest.
+const BUDGET_BYTES_PER_TOKEN_SQUARED: u64 = 64;
+/// Chunks a stream keeps one by one beside four per output token asked (a stream needs one a
+/// token, and role, finish and usage chunks around them).
+const BUDGET_BASE_CHUNKS: usize = 4096;
+/// Chunks a stream may add past its chunk budget, each where a folded event brings the first
+/// token, or the first answer token, after chunks without: so TTFT and TTFA survive a fold.
+const BUDGET_EXTRA_CHUNKS: usize = 8;
+
+/// What one stream may bring: past `bytes` it is failed (`stream-budget`) and no longer
+/// read; past `chunks` its events are folded into its last chunk (`chunks_folded`), so its
+/// memory stays bounded (3,000,000 one-character events once took 1.87 GB for two requests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Budget {
+    pub bytes: u64,
+    pub chunks: usize,
+}
+
+impl Budget {
+    /// The budget of a request on `api` asking for `max_tokens`.
+    pub(crate) fn of(api: Api, max_tokens: u32) -> Budget {
+        let n = u64::from(max_tokens);
+        let mut bytes = BUDGET_BASE_BYTES.saturating_add(n.saturating_mul(BUDGET_BYTES_PER_TOKEN));
+        if api == Api::SglangGenerate {
+            bytes = bytes.saturating_add(
+                n.saturating_mul(n)
+                    .saturating_mul(BUDGET_BYTES_PER_TOKEN_SQUARED),
+            );
+        }
+        let chunks = BUDGET_BASE_CHUNKS.saturating_add((max_tokens as usize).saturating_mul(4));
+        Budget { bytes, chunks }
+    }
+}
+
 /// A Unix time and the `Instant` taken with it, to place later instants on the Unix clock.
 #[derive(Clone, Copy)]
 struct Anchor {
@@ -209,6 +250,8 @@ pub(super) async fn run(
     let mut parser = StreamParser::new(req.api)
         .keeping_text(keep_text)
         .with_markers(req.reasoning_markers);
+    let budget = Budget::of(req.api, req.max_tokens);
+    let mut bytes_read: u64 = 0;
     let (mut done, mut ended) = (false, false);
     let fail = |kind: ErrorKind, message: String, body_head: Option<String>| {
         Some(error(kind, message, Some(status), body_head))
@@ -225,14 +268,33 @@ pub(super) async fn run(
                 m.error = fail(ErrorKind::Reset, message, None);
             }
             Read::Data(bytes) => {
+                bytes_read = bytes_read.saturating_add(bytes.len() as u64);
+                if bytes_read > budget.bytes {
+                    m.end_s = Some(since(arrived));
+                    let message = format!(
+                        "the stream passed its budget of {} bytes (16 MiB + 8 KiB per max_tokens{}): servebench stopped reading it",
+                        budget.bytes,
+                        if req.api == Api::SglangGenerate {
+                            " + 64 B per max_tokens squared"
+                        } else {
+                            ""
+                        }
+                    );
+                    m.error = fail(ErrorKind::StreamBudget, message, None);
+                    break;
+                }
+                let read = Arrived {
+                    bytes: &bytes,
+                    at: arrived,
+                    t0,
+                };
                 done = take_read(
                     &mut m,
                     &mut framer,
                     &mut parser,
-                    &bytes,
-                    arrived,
-                    t0,
+                    read,
                     status,
+                    budget.chunks,
                 );
             }
             Read::End => {
@@ -290,7 +352,8 @@ fn body_ended(
             let data = event.data.clone();
             let mut probe = StreamParser::new(req.api).with_markers(req.reasoning_markers);
             if probe.event(&data).is_ok() {
-                done = take_event(m, parser, event, t0, status);
+                let kept = Budget::of(req.api, req.max_tokens).chunks;
+                done = take_event(m, parser, event, t0, status, kept);
             } else {
                 truncated = Some(head(&data));
             }
@@ -347,34 +410,49 @@ pub(super) fn replay<'a>(api: Api, reads: impl IntoIterator<Item = &'a [u8]>) ->
     let mut framer = SseFramer::new();
     let mut parser = StreamParser::new(api);
     let mut done = false;
+    let kept = Budget::of(api, u32::MAX).chunks;
     for bytes in reads {
         if done || m.error.is_some() {
             break;
         }
-        let arrived = Instant::now();
-        done = take_read(&mut m, &mut framer, &mut parser, bytes, arrived, t0, status);
+        let read = Arrived {
+            bytes,
+            at: Instant::now(),
+            t0,
+        };
+        done = take_read(&mut m, &mut framer, &mut parser, read, status, kept);
     }
     settle(&mut m, &mut parser);
     m
 }
 
+/// One network read's bytes, when they arrived, and the request's send (`t0`).
+struct Arrived<'b> {
+    bytes: &'b [u8],
+    at: Instant,
+    t0: Instant,
+}
+
 /// One network read: frames it and applies every completed event, stopping at `[DONE]`
-/// (returns true) or the first error (recorded in `m`). Shared by [`run`] and [`replay`], so
-/// the hot-path bench measures exactly this code.
-#[allow(clippy::too_many_arguments)]
+/// (returns true) or the first error (recorded in `m`); `kept` chunks are kept one by one.
+/// Shared by [`run`] and [`replay`], so the hot-path bench measures exactly this code.
 fn take_read(
     m: &mut Measured,
     framer: &mut SseFramer,
     parser: &mut StreamParser,
-    bytes: &[u8],
-    arrived: Instant,
-    t0: Instant,
+    read: Arrived<'_>,
     status: u16,
+    kept: usize,
 ) -> bool {
+    let Arrived {
+        bytes,
+        at: arrived,
+        t0,
+    } = read;
     match framer.feed(bytes, arrived) {
         Ok(events) => {
             for event in events {
-                if take_event(m, parser, event, t0, status) {
+                if take_event(m, parser, event, t0, status, kept) {
                     return true;
                 }
                 if m.error.is_some() {
@@ -419,13 +497,42 @@ fn settle(m: &mut Measured, parser: &mut StreamParser) {
     m.unknown_fields = std::mem::take(&mut parser.unknown_fields);
 }
 
-/// Applies one event; returns true at `[DONE]`. Errors are recorded in `m`.
+/// Keeps chunk `c` in `m`, one by one within `kept` chunks. Past them it is counted in
+/// `m.chunks_folded` and folded into the last chunk (its tokens added, its time the latest;
+/// an empty one adds nothing), except that a chunk bringing tokens after an empty last chunk,
+/// or the first answer token after a last chunk without, starts a new last chunk (at most
+/// [`BUDGET_EXTRA_CHUNKS`] of them): TTFT and TTFA keep their times.
+fn keep(m: &mut Measured, c: Chunk, kept: usize) {
+    let n = m.chunks.len();
+    let Some(last) = m.chunks.last().filter(|_| n >= kept) else {
+        m.chunks.push(c);
+        return;
+    };
+    m.chunks_folded += 1;
+    if c.tokens == 0 {
+        return;
+    }
+    let first_of_kind = last.tokens == 0 || (c.answer() > 0 && last.answer() == 0);
+    if first_of_kind && n < kept + BUDGET_EXTRA_CHUNKS {
+        m.chunks.push(c);
+        return;
+    }
+    if let Some(last) = m.chunks.last_mut() {
+        last.t_s = c.t_s;
+        last.tokens = last.tokens.saturating_add(c.tokens);
+        last.reasoning = last.reasoning.saturating_add(c.reasoning);
+    }
+}
+
+/// Applies one event; returns true at `[DONE]`. Errors are recorded in `m`; `kept` chunks are
+/// kept one by one (see [`keep`]).
 fn take_event(
     m: &mut Measured,
     parser: &mut StreamParser,
     event: SseEvent,
     t0: Instant,
     status: u16,
+    kept: usize,
 ) -> bool {
     let t_s = event.arrived.saturating_duration_since(t0).as_secs_f64();
     match parser.event(&event.data) {
@@ -434,11 +541,12 @@ fn take_event(
             true
         }
         Ok(Parsed::Chunk { tokens, reasoning }) => {
-            m.chunks.push(Chunk {
+            let c = Chunk {
                 t_s,
                 tokens,
                 reasoning,
-            });
+            };
+            keep(m, c, kept);
             false
         }
         Ok(Parsed::Error { message, head }) => {
@@ -497,6 +605,7 @@ impl Measured {
             connection: None,
             first_attempt: None,
             chunks: Vec::new(),
+            chunks_folded: 0,
             end_s: None,
             prompt_tokens: None,
             completion_tokens: None,

@@ -2,10 +2,19 @@
 //! its call by `index`, the first piece carries `id` and `function.name`, `function.arguments`
 //! comes in pieces), assembled within bounds and judged against the declared tools.
 //!
-//! The arguments are checked with a small JSON Schema checker of the subset servebench
-//! supports: `type`, `required`, `properties`, `enum` and `items`. Other keywords
-//! (`minimum`, `pattern`, `oneOf`, `$ref`, ...) are not checked: a call they would refuse
-//! still counts as valid.
+//! Some servers repeat the whole `function.name` (and `id`) in every piece of a call
+//! (MiniMax through NVIDIA NIM, Fireworks): a piece of the same call whose name is the name
+//! so far is that repeat, not more of the name, as those servers mean it. A piece without an
+//! `index` belongs to the call its `id` names, else to the last call.
+//!
+//! The arguments are judged by the `jsonschema` crate against the tool's `parameters`, in
+//! the draft the schema declares (`$schema`), 2020-12 when it declares none: every keyword
+//! of that draft (`minimum`, `pattern`, `oneOf`, `$ref` within the schema, ...). It resolves
+//! no `$ref` over the network or from files: a schema it cannot compile (such a `$ref`, an
+//! unknown `$schema`) leaves its calls judged by their name and JSON only
+//! (docs/guide/tools.md says so).
+
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -20,6 +29,8 @@ pub(crate) const CALLS: usize = 16;
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Call {
     index: u64,
+    /// The call's `id`, when a piece gave one.
+    id: Option<String>,
     name: String,
     arguments: String,
     /// The name or the arguments passed their bound: what is kept is their start only.
@@ -49,10 +60,18 @@ impl ToolCalls {
     /// Takes one delta's `tool_calls` list.
     pub(crate) fn delta(&mut self, pieces: &[Value]) {
         for piece in pieces {
-            let index = piece["index"].as_u64().unwrap_or(self.calls.len() as u64);
-            let at = match self.calls.iter().position(|c| c.index == index) {
+            let id = piece["id"].as_str().filter(|id| !id.is_empty());
+            let found = match piece["index"].as_u64() {
+                Some(index) => self.calls.iter().position(|c| c.index == index),
+                None => match id {
+                    Some(id) => self.calls.iter().position(|c| c.id.as_deref() == Some(id)),
+                    None => self.calls.len().checked_sub(1),
+                },
+            };
+            let at = match found {
                 Some(at) => at,
                 None if self.calls.len() < CALLS => {
+                    let index = piece["index"].as_u64().unwrap_or(self.calls.len() as u64);
                     self.calls.push(Call {
                         index,
                         ..Call::default()
@@ -65,8 +84,14 @@ impl ToolCalls {
                 }
             };
             let call = &mut self.calls[at];
+            if call.id.is_none() {
+                call.id = id.map(|id| id.chars().take(NAME_BYTES).collect());
+            }
             let f = &piece["function"];
-            if let Some(name) = f["name"].as_str() {
+            if let Some(name) = f["name"].as_str()
+                // The whole name again, in a later piece of the same call: a repeat.
+                && (call.name.is_empty() || name != call.name)
+            {
                 call.cut |= !push_bounded(&mut call.name, name, NAME_BYTES);
             }
             if let Some(args) = f["arguments"].as_str() {
@@ -128,7 +153,7 @@ fn invalid_call(call: &Call, tools: &[Value]) -> Option<String> {
     if schema.is_null() {
         return None;
     }
-    schema_problem(schema, &args, "").map(|p| {
+    schema_problem(schema, &args).map(|p| {
         format!(
             "arguments of `{}` do not satisfy its schema: {p}",
             call.name
@@ -136,70 +161,36 @@ fn invalid_call(call: &Call, tools: &[Value]) -> Option<String> {
     })
 }
 
-/// The first place `value` breaks `schema` (the supported subset), as `at: why`.
-pub(crate) fn schema_problem(schema: &Value, value: &Value, at: &str) -> Option<String> {
-    let here = if at.is_empty() { "/" } else { at };
-    if let Some(t) = schema.get("type") {
-        let types: Vec<&str> = match t {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
-        };
-        if !types.is_empty() && !types.iter().any(|t| has_type(value, t)) {
-            return Some(format!("{here}: not of type {}", types.join(" or ")));
-        }
+/// Compiled schemas kept (a point's tools are few; compiling is the slow part).
+const VALIDATORS_KEPT: usize = 64;
+
+/// A tool's `parameters` compiled, None where the crate cannot compile them.
+type Compiled = Option<Arc<jsonschema::Validator>>;
+
+/// The schemas compiled so far, by their text (the same tools are judged for every request).
+static VALIDATORS: Mutex<Vec<(Value, Compiled)>> = Mutex::new(Vec::new());
+
+/// `schema` compiled in the draft it declares (2020-12 without `$schema`), from the cache.
+fn compiled(schema: &Value) -> Compiled {
+    let mut kept = VALIDATORS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, v)) = kept.iter().find(|(s, _)| s == schema) {
+        return v.clone();
     }
-    if let Some(choices) = schema.get("enum").and_then(Value::as_array)
-        && !choices.contains(value)
-    {
-        return Some(format!("{here}: not one of the enum's values"));
+    let v = jsonschema::validator_for(schema).ok().map(Arc::new);
+    if kept.len() >= VALIDATORS_KEPT {
+        kept.remove(0);
     }
-    if let Value::Object(map) = value {
-        for name in schema
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-        {
-            if !map.contains_key(name) {
-                return Some(format!("{here}: `{name}` is required"));
-            }
-        }
-        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-            for (name, sub) in props {
-                if let Some(v) = map.get(name)
-                    && let Some(p) = schema_problem(sub, v, &format!("{at}/{name}"))
-                {
-                    return Some(p);
-                }
-            }
-        }
-    }
-    if let (Value::Array(items), Some(sub)) = (value, schema.get("items"))
-        && sub.is_object()
-    {
-        for (i, v) in items.iter().enumerate() {
-            if let Some(p) = schema_problem(sub, v, &format!("{at}/{i}")) {
-                return Some(p);
-            }
-        }
-    }
-    None
+    kept.push((schema.clone(), v.clone()));
+    v
 }
 
-fn has_type(v: &Value, t: &str) -> bool {
-    match t {
-        "object" => v.is_object(),
-        "array" => v.is_array(),
-        "string" => v.is_string(),
-        "boolean" => v.is_boolean(),
-        "null" => v.is_null(),
-        "number" => v.is_number(),
-        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
-        // A type servebench does not know is not checked.
-        _ => true,
-    }
+/// The first place `value` breaks `schema`, as `at: why` in the crate's words; None when it
+/// satisfies it (or the schema cannot be compiled: see the module's note).
+pub(crate) fn schema_problem(schema: &Value, value: &Value) -> Option<String> {
+    let validator = compiled(schema)?;
+    let e = validator.validate(value).err()?;
+    let at = e.instance_path().as_str();
+    Some(format!("{}: {e}", if at.is_empty() { "/" } else { at }))
 }
 
 #[cfg(test)]
@@ -252,18 +243,21 @@ mod tests {
         let cases = [
             (piece(0, Some("get_wether"), "{}"), "not a declared tool"),
             (piece(0, Some("get_weather"), "{\"city\": "), "not JSON"),
-            (piece(0, Some("get_weather"), "{}"), "`city` is required"),
+            (
+                piece(0, Some("get_weather"), "{}"),
+                "/: \"city\" is a required property",
+            ),
             (
                 piece(0, Some("get_weather"), "{\"city\": 3}"),
-                "/city: not of type string",
+                "/city: 3 is not of type \"string\"",
             ),
             (
                 piece(0, Some("get_weather"), "{\"city\": \"x\", \"unit\": \"k\"}"),
-                "/unit: not one of the enum",
+                "/unit: \"k\" is not one of ",
             ),
             (
                 piece(0, Some("get_weather"), "{\"city\": \"x\", \"days\": [1.5]}"),
-                "/days/0: not of type integer",
+                "/days/0: 1.5 is not of type \"integer\"",
             ),
         ];
         for (p, why) in cases {
@@ -272,6 +266,111 @@ mod tests {
             assert!(j.invalid.as_deref().unwrap().contains(why), "{j:?} {why}");
         }
         assert_eq!(ToolCalls::default().judge(&tools()).valid, None);
+    }
+
+    /// MiniMax through NVIDIA NIM and Fireworks send `function.name` (and `id`) in every
+    /// piece of a call: one name, as they mean it, for each of two calls; pieces without an
+    /// `index` go by their `id`.
+    #[test]
+    fn a_name_repeated_in_every_piece_is_one_name() {
+        let repeated = |index: Option<u64>, id: &str, args: &str| {
+            let mut p = json!({"id": id, "type": "function",
+                               "function": {"name": "get_weather", "arguments": args}});
+            if let Some(i) = index {
+                p["index"] = i.into();
+            }
+            p
+        };
+        let indexed: [fn(u64) -> Option<u64>; 2] = [Some, |_| None];
+        for index in indexed {
+            let j = streamed(&[
+                repeated(index(0), "call_a", ""),
+                repeated(index(0), "call_a", "{\"city\": "),
+                repeated(index(0), "call_a", "\"Paris\"}"),
+                repeated(index(1), "call_b", "{\"city\""),
+                repeated(index(1), "call_b", ": \"Oslo\"}"),
+            ])
+            .judge(&tools());
+            assert_eq!(
+                j,
+                Judged {
+                    count: 2,
+                    valid: Some(true),
+                    invalid: None
+                }
+            );
+        }
+        // A name streamed in pieces is still put together.
+        let split = streamed(&[
+            piece(0, Some("get_"), ""),
+            piece(0, Some("weather"), "{\"city\": \"x\"}"),
+        ]);
+        assert_eq!(split.judge(&tools()).valid, Some(true));
+    }
+
+    /// `minimum`, `pattern`, `oneOf` and `$ref` (keywords the old hand-written subset let
+    /// through) judge calls as the `jsonschema` crate does, in the draft the schema declares.
+    #[test]
+    fn arguments_are_judged_by_the_jsonschema_crate_in_the_declared_draft() {
+        let schema = json!({
+            "type": "object",
+            "$defs": {"day": {"type": "integer", "minimum": 1, "maximum": 14}},
+            "properties": {
+                "city": {"type": "string", "pattern": "^[A-Z][a-z]+$"},
+                "days": {"$ref": "#/$defs/day"},
+                "unit": {"oneOf": [{"const": "c"}, {"const": "f"}, {"type": "integer"}]},
+                "temp": {"type": "number", "minimum": -90}
+            },
+            "required": ["city"]
+        });
+        let tools = vec![json!({"type": "function",
+                               "function": {"name": "f", "parameters": schema.clone()}})];
+        let judge = |args: &str| streamed(&[piece(0, Some("f"), args)]).judge(&tools);
+        let oracle = jsonschema::validator_for(&schema).unwrap();
+        for args in [
+            r#"{"city": "Paris", "days": 3, "unit": "c", "temp": -10}"#,
+            r#"{"city": "paris"}"#,
+            r#"{"city": "Paris", "days": 0}"#,
+            r#"{"city": "Paris", "days": 15}"#,
+            r#"{"city": "Paris", "unit": "k"}"#,
+            r#"{"city": "Paris", "unit": 2}"#,
+            r#"{"city": "Paris", "temp": -100}"#,
+        ] {
+            let value: Value = serde_json::from_str(args).unwrap();
+            let j = judge(args);
+            assert_eq!(j.valid, Some(oracle.is_valid(&value)), "{args}: {j:?}");
+        }
+        let why = |args: &str| judge(args).invalid.unwrap();
+        assert!(why(r#"{"city": "paris"}"#).contains("/city: \"paris\" does not match"));
+        assert!(
+            why(r#"{"city": "Paris", "days": 0}"#)
+                .contains("/days: 0 is less than the minimum of 1")
+        );
+        assert!(why(r#"{"city": "Paris", "unit": "k"}"#).contains("/unit: "));
+        // A schema declaring draft-07 is judged as draft-07: there `$ref` beside other
+        // keywords replaces them (the `maximum` here is ignored), in 2020-12 it does not.
+        let both = |draft: Option<&str>| {
+            let mut s = json!({"type": "object", "properties": {"n": {
+                "$ref": "#/definitions/n", "maximum": 3}},
+                "definitions": {"n": {"type": "integer"}}});
+            if let Some(d) = draft {
+                s["$schema"] = d.into();
+            }
+            let tools = vec![json!({"type": "function",
+                                   "function": {"name": "f", "parameters": s}})];
+            streamed(&[piece(0, Some("f"), r#"{"n": 5}"#)])
+                .judge(&tools)
+                .valid
+        };
+        assert_eq!(
+            both(Some("http://json-schema.org/draft-07/schema#")),
+            Some(true)
+        );
+        assert_eq!(both(None), Some(false));
+        assert_eq!(
+            both(Some("https://json-schema.org/draft/2020-12/schema")),
+            Some(false)
+        );
     }
 
     #[test]

@@ -124,6 +124,7 @@ const SIM_ONLY: &[&str] = &[
     "sim-time-scale",
     "sim-thinking-tokens",
     "sim-broken-tool-calls-above-batch",
+    "sim-repeat-tool-call-names",
     "api",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",

@@ -109,6 +109,7 @@ const SIM_ONLY: &[&str] = &[
     "sim-time-scale",
     "sim-thinking-tokens",
     "sim-broken-tool-calls-above-batch",
+    "sim-repeat-tool-call-names",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",
 ];

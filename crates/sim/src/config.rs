@@ -92,6 +92,9 @@ pub struct SimConfig {
     pub tool_parser: Option<String>,
     /// The fault `--sim-broken-tool-calls-above-batch N`.
     pub broken_tool_calls_above: Option<u64>,
+    /// `--sim-repeat-tool-call-names`: every piece of a call repeats its `id` and
+    /// `function.name` (MiniMax through NVIDIA NIM, Fireworks).
+    pub repeat_tool_call_names: bool,
     /// Chat requests calling a tool now (`crate::tools`).
     pub live_tool_calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -316,6 +319,7 @@ impl SimConfig {
             broken_tool_calls_above: a
                 .int("sim-broken-tool-calls-above-batch")
                 .map(|n| n.max(0) as u64),
+            repeat_tool_call_names: a.flag("sim-repeat-tool-call-names"),
             live_tool_calls: Default::default(),
             args: a,
             api: Api::Sglang,
@@ -366,6 +370,7 @@ impl SimConfig {
             tool_call_parser: false,
             tool_parser: None,
             broken_tool_calls_above: None,
+            repeat_tool_call_names: false,
             live_tool_calls: Default::default(),
         }
     }

@@ -422,6 +422,12 @@ pub(crate) const FLAGS: &[Flag] = &[
         "A fault: a tool call made while more than N chat requests are live streams broken arguments (not JSON)."
     ),
     f!(
+        "sim-repeat-tool-call-names",
+        Bool,
+        "false",
+        "Every piece of a streamed tool call repeats its id and function.name, as MiniMax through NVIDIA NIM and Fireworks do."
+    ),
+    f!(
         "sim-kv-transfer-gbps",
         Float,
         "null",

@@ -18,6 +18,8 @@
 //!
 //! The fault `--sim-broken-tool-calls-above-batch N` breaks the arguments (not JSON) of a
 //! call made while more than N chat requests are live, as a server that breaks under load.
+//! `--sim-repeat-tool-call-names` repeats the call's `id` and `function.name` in every piece
+//! (MiniMax through NVIDIA NIM, Fireworks), which a client must read as one name.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -53,6 +55,7 @@ pub(crate) struct Caller<'a> {
     /// The engine splits calls into `tool_calls` (else a call is content text).
     pub parsed: bool,
     broken_above: Option<u64>,
+    repeat_names: bool,
     live: &'a Arc<AtomicUsize>,
 }
 
@@ -63,6 +66,7 @@ impl<'a> Caller<'a> {
             shape,
             parsed: cfg.tool_call_parser,
             broken_above: cfg.broken_tool_calls_above,
+            repeat_names: cfg.repeat_tool_call_names,
             live: &cfg.live_tool_calls,
         }
     }
@@ -79,6 +83,8 @@ pub(crate) struct PlannedCall {
     parsed: bool,
     /// `tool_choice` was `auto` or left out (vLLM's "auto tools called").
     pub auto: bool,
+    /// Every piece repeats the call's `id` and name (`--sim-repeat-tool-call-names`).
+    repeat_names: bool,
     /// Bytes of the streamed text (arguments, or the raw text) sent so far.
     sent: AtomicUsize,
     /// The call's opening piece (its id and name) is sent.
@@ -129,6 +135,7 @@ pub(crate) fn plan(body: &Value, caller: &Caller<'_>, id: String) -> Option<Plan
         shape: caller.shape,
         parsed: caller.parsed,
         auto: choice.is_none_or(|c| c.as_str() == Some("auto")),
+        repeat_names: caller.repeat_names,
         sent: AtomicUsize::new(0),
         opened: AtomicBool::new(false),
         _live: Live(Arc::clone(caller.live)),
@@ -248,6 +255,11 @@ impl PlannedCall {
                     call["function"]["arguments"] = piece.into();
                 }
             }
+            _ if self.repeat_names => {
+                call["id"] = self.id.clone().into();
+                call["type"] = "function".into();
+                call["function"] = json!({"name": self.name, "arguments": piece});
+            }
             _ => call["function"] = json!({"arguments": piece}),
         }
         Some(("tool_calls", json!([call])))
@@ -341,8 +353,27 @@ mod tests {
             shape,
             parsed: true,
             broken_above,
+            repeat_names: false,
             live,
         }
+    }
+
+    /// `--sim-repeat-tool-call-names`: every piece carries the id and the whole name again.
+    #[test]
+    fn a_repeating_server_names_the_call_in_every_piece() {
+        let live = Arc::new(AtomicUsize::new(0));
+        let repeating = Caller {
+            repeat_names: true,
+            ..caller(CallShape::Sglang, None, &live)
+        };
+        let c = plan(&named_b(), &repeating, "id1".into()).unwrap();
+        let d = deltas(&c, 40);
+        assert!(d.len() > 2);
+        for piece in &d {
+            assert_eq!(piece["function"]["name"], "b", "{piece}");
+            assert_eq!(piece["id"], "id1", "{piece}");
+        }
+        assert_eq!(joined(&d), c.arguments);
     }
 
     fn named_b() -> Value {

@@ -138,15 +138,25 @@ pub enum FlagKind {
     /// was counted neither as thinking nor as answer, so TTFT, TTFA and the token split may be
     /// wrong (a renamed field, as vLLM's `reasoning_content` became `reasoning`).
     UnknownStreamField,
-    /// More than 5% of the point's tool calls were invalid (a name not declared, arguments
-    /// not JSON or not satisfying the tool's schema): the numbers measure a server whose
-    /// calls cannot be used, so the point is degraded, as with invalid output.
+    /// More than 5% of the point's requests that called a tool made an invalid call (a name
+    /// not declared, arguments not JSON or not satisfying the tool's schema): the numbers
+    /// measure a server whose calls cannot be used, so the point is degraded, as with invalid
+    /// output.
     InvalidToolCalls,
     /// Some requests had most of their tokens after the first held back on the way (by a
     /// router or a proxy) and let go in one read: the gap between two reads is no decode time,
     /// so their decode speed is left out of the point's (informational: the rest is measured;
     /// with every request held back the point has no decode speed, and this says why).
     DecodeHeldBack,
+    /// Some requests streamed more events than their chunk budget (4,096 + 4 per
+    /// `max_tokens`): past it their tokens were folded into their last chunks, so their gaps
+    /// between tokens (ITL, ICL) are not the stream's one by one.
+    StreamBudget,
+    /// Some requests' usage contradicted their stream or what they asked: more thinking
+    /// tokens than output tokens, more output tokens than `max_tokens`, or no call under a
+    /// `tool_choice` that requires one (`required`, a named function). The numbers measure
+    /// output that cannot be right, so the point is degraded, as with invalid output.
+    ImpossibleUsage,
     /// A kind this version does not know.
     Other(String),
 }
@@ -298,6 +308,8 @@ const CATALOGUE: &[Entry] = &[
         informational: true,
         cell: "decode",
     },
+    entry(FlagKind::StreamBudget, "stream-budget", "itl"),
+    entry(FlagKind::ImpossibleUsage, "impossible-usage", "ok_err"),
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {
@@ -346,7 +358,10 @@ impl FlagKind {
     /// (its degraded status keeps it out of capacity answers, and, like every flag that is
     /// not informational, out of `compare` verdicts).
     pub fn voids_output(&self) -> bool {
-        matches!(self, FlagKind::InvalidOutput | FlagKind::InvalidToolCalls)
+        matches!(
+            self,
+            FlagKind::InvalidOutput | FlagKind::InvalidToolCalls | FlagKind::ImpossibleUsage
+        )
     }
 
     /// The report cell the flag's marker sits in (`cached`, `prompt_tok`, `decode`, `itl`,

@@ -217,6 +217,9 @@ pub enum ErrorKind {
     Timeout,
     /// The stream ended without `[DONE]` or a finish reason.
     Incomplete,
+    /// The stream brought more bytes than its budget (16 MiB + 8 KiB per `max_tokens`, and on
+    /// `/generate` 64 B per `max_tokens` squared): the client stopped reading it.
+    StreamBudget,
 }
 
 /// A request's failure, with its cause.
@@ -289,8 +292,14 @@ pub struct RequestRecord {
     pub requested_prompt_tokens: Option<u64>,
     /// `max_new_tokens` / `max_tokens` sent.
     pub max_tokens: u32,
-    /// Every chunk that arrived, in order (the `[DONE]` sentinel excluded).
+    /// Every chunk that arrived, in order (the `[DONE]` sentinel excluded), up to the stream's
+    /// chunk budget (4,096 + 4 per `max_tokens`); see `chunks_folded` for the rest.
     pub chunks: Vec<Chunk>,
+    /// Events that came past the stream's chunk budget: their tokens were folded into the
+    /// last chunks (a new one only where the first token or the first answer token came), so
+    /// their gaps are not kept one by one. None when nothing was folded, and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks_folded: Option<u64>,
     /// Seconds from send to the end of the stream (None if it never ended).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_s: Option<f64>,
@@ -393,6 +402,16 @@ pub struct RequestRecord {
     /// None when its answer came, when it did not think, and for failed requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_answer: Option<NoAnswer>,
+    /// Seconds from send to the first chunk carrying an answer or tool-call token (TTFT for a
+    /// request that did not think); None when no answer came (`no_answer` says why), and in
+    /// older records (the report then takes it from `chunks`). See [`RequestRecord::split`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttfa_s: Option<f64>,
+    /// Output tokens that were the answer's (tool calls included): `completion_tokens` less
+    /// the thinking (`reasoning_tokens`, at most all of them). None without output tokens,
+    /// and in older records. See [`RequestRecord::split`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_tokens: Option<u64>,
     /// Fields of the stream's events servebench does not know, seen with a value (at most
     /// [`UNKNOWN_FIELDS_KEPT`] names, as `delta.<name>`): their text was counted neither as
     /// thinking nor as answer. Empty when there were none.
@@ -403,8 +422,8 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<u32>,
     /// Whether every call named a declared tool with JSON arguments satisfying its schema
-    /// (the subset servebench checks: type, required, properties, enum, items); None when
-    /// it made no call.
+    /// (judged by the `jsonschema` crate in the draft the schema declares, 2020-12 by
+    /// default); None when it made no call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_valid: Option<bool>,
     /// Why a call was not valid (the first found).
@@ -508,6 +527,40 @@ impl RequestRecord {
         self.reasoning_tokens.is_some_and(|n| n > 0) || self.no_answer.is_some()
     }
 
+    /// How the request's output splits into thinking and answer, from its chunks and the
+    /// server's counts (the one rule for the record's `ttfa_s` and `answer_tokens` and the
+    /// report's metrics); None without a chunk carrying a token.
+    pub fn split(&self) -> Option<AnswerSplit> {
+        let mut token_chunks = self.chunks.iter().filter(|c| c.tokens > 0).peekable();
+        token_chunks.peek()?;
+        let (mut streamed, mut counted, mut ttfa_s) = (0u64, 0u64, None);
+        for c in token_chunks {
+            streamed += u64::from(c.tokens);
+            counted += u64::from(c.reasoning);
+            if ttfa_s.is_none() && c.answer() > 0 {
+                ttfa_s = Some(c.t_s);
+            }
+        }
+        let completion = self.completion_tokens.unwrap_or(streamed);
+        // A server count above the output (impossible: flagged `impossible-usage`) is cut to
+        // the output, so the answer is never negative.
+        let reasoning = self.reasoning_tokens.unwrap_or(counted).min(completion);
+        Some(AnswerSplit {
+            ttfa_s,
+            reasoning_tokens: reasoning,
+            counted_reasoning: counted,
+            answer_tokens: completion - reasoning,
+        })
+    }
+
+    /// Sets `ttfa_s` and `answer_tokens` from [`split`](Self::split): called once where a
+    /// record is made, so every sender's records carry them.
+    pub fn set_split(&mut self) {
+        let split = self.split();
+        self.ttfa_s = split.and_then(|s| s.ttfa_s);
+        self.answer_tokens = split.map(|s| s.answer_tokens);
+    }
+
     /// Output tokens in chunks that carried any, and how many such chunks there were.
     pub fn token_chunks(&self) -> (u64, usize) {
         self.chunks
@@ -515,6 +568,21 @@ impl RequestRecord {
             .filter(|c| c.tokens > 0)
             .fold((0, 0), |(t, n), c| (t + u64::from(c.tokens), n + 1))
     }
+}
+
+/// A request's output split into thinking and answer (see [`RequestRecord::split`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AnswerSplit {
+    /// Seconds from send to the first chunk with an answer (or tool-call) token; None when
+    /// none came.
+    pub ttfa_s: Option<f64>,
+    /// Thinking tokens: the server's count where it gave one, else the chunks', at most the
+    /// output.
+    pub reasoning_tokens: u64,
+    /// Thinking tokens the chunks carried.
+    pub counted_reasoning: u64,
+    /// The rest of the output.
+    pub answer_tokens: u64,
 }
 
 /// Aggregate of one metric over a point's requests.
@@ -650,6 +718,7 @@ impl RequestRecord {
             requested_prompt_tokens: None,
             max_tokens: 4,
             chunks: Vec::new(),
+            chunks_folded: None,
             end_s: None,
             prompt_tokens: None,
             completion_tokens: None,
@@ -676,6 +745,8 @@ impl RequestRecord {
             reasoning_tokens: None,
             reasoning_source: None,
             no_answer: None,
+            ttfa_s: None,
+            answer_tokens: None,
             unknown_fields: Vec::new(),
             tool_calls: None,
             tool_call_valid: None,

@@ -173,11 +173,14 @@ fn phases(
 ) {
     let first = token_chunks[0];
     let answer_chunks: Vec<_> = token_chunks.iter().filter(|c| c.answer() > 0).collect();
-    m.ttfa_s = answer_chunks.first().map(|c| c.t_s);
-    let counted: u64 = token_chunks.iter().map(|c| u64::from(c.reasoning)).sum();
-    let thinking = r.reasoning_tokens.unwrap_or(counted).min(completion);
+    // The record's own rule (its `ttfa_s` and `answer_tokens`), for records of every age.
+    let Some(split) = r.split() else {
+        return;
+    };
+    m.ttfa_s = split.ttfa_s;
+    let (counted, thinking) = (split.counted_reasoning, split.reasoning_tokens);
     m.reasoning_tokens = Some(thinking as f64);
-    m.answer_tokens = Some(completion.saturating_sub(thinking) as f64);
+    m.answer_tokens = Some(split.answer_tokens as f64);
     // Thinking: from the first token (thinking starts it) to the last chunk with thinking.
     let thinking_chunks: Vec<_> = token_chunks.iter().filter(|c| c.reasoning > 0).collect();
     if let (Some(first_thinking), Some(last)) = (thinking_chunks.first(), thinking_chunks.last())

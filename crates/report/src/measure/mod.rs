@@ -13,6 +13,7 @@ pub mod system;
 pub(crate) mod timeline;
 pub(crate) mod tool_calls;
 pub(crate) mod twopoint;
+pub(crate) mod usage;
 pub(crate) mod verify;
 
 pub use stats::percentile_sorted;

@@ -132,6 +132,8 @@ pub struct PointFold {
     thinking: super::reasoning::ThinkingTally,
     /// What the successful requests' tool calls were (`tool_calls`).
     tools: super::tool_calls::ToolTally,
+    /// The successful requests' streams against their budgets, and their usage.
+    usage: super::usage::UsageTally,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -181,6 +183,7 @@ impl PointFold {
             jobs: None,
             thinking: Default::default(),
             tools: Default::default(),
+            usage: super::usage::UsageTally::new(exp),
         }
     }
 
@@ -222,6 +225,7 @@ impl PointFold {
                 self.check_read_wait(r);
                 self.thinking.add(r);
                 self.tools.add(r);
+                self.usage.add(r);
             }
             Some(e) => {
                 if r.role == RequestRole::Measure {
@@ -407,6 +411,7 @@ impl PointFold {
         flags.extend(speculative::low_acceptance_flag(&metrics));
         flags.extend(self.thinking.flags());
         flags.extend(self.tools.flags());
+        flags.extend(self.usage.flags());
         flags.extend(self.client_timing_flags());
         flags.extend(self.trace_cache_flags());
         let per_round = match exp.sessions() {
@@ -921,6 +926,8 @@ mod tests {
                 chunks,
                 prompt_tokens: Some(8),
                 completion_tokens: Some(8),
+                // As asked: 8 tokens of a fixture's 4 would be impossible usage.
+                max_tokens: 8,
                 ..RequestRecord::fixture()
             }
         };

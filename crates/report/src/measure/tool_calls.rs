@@ -10,7 +10,8 @@ use servebench_model::catalog::{FlagKind, Metric};
 use servebench_model::results::records::{Flag, RequestRecord, Stat};
 use servebench_model::results::tool_calls::{InvalidCall, ToolCallsView};
 
-/// Share of calls that may be invalid before the point is flagged.
+/// Share of requests that called a tool whose calls may be invalid before the point is
+/// flagged (a request's calls are judged together: one invalid call makes it invalid).
 pub(crate) const INVALID_SHARE_FLAGGED: f64 = 0.05;
 
 /// What a point's records said about tool calls, folded one record at a time (in any
@@ -104,7 +105,7 @@ impl ToolTally {
         vec![Flag::new(
             FlagKind::InvalidToolCalls,
             format!(
-                "{invalid} of {} tool calls were invalid (above {:.0}%; {} of {} requests called; first: request {index}, {why}): the point measures a server whose calls cannot be used",
+                "{invalid} of {} requests that called a tool made an invalid call (above {:.0}%; {} of {} requests sent tools called one; first: request {index}, {why}): the point measures a server whose calls cannot be used",
                 self.called,
                 INVALID_SHARE_FLAGGED * 100.0,
                 self.called,
@@ -143,8 +144,18 @@ mod tests {
         t.add(&rec(22, Some(1), Some(false)));
         let flags = t.flags();
         assert_eq!(flags[0].kind, FlagKind::InvalidToolCalls);
+        // It counts requests (a request's calls are judged together), and says so.
         assert!(
-            flags[0].message.contains("2 of 21 tool calls"),
+            flags[0]
+                .message
+                .starts_with("2 of 21 requests that called a tool made an invalid call"),
+            "{}",
+            flags[0].message
+        );
+        assert!(
+            flags[0]
+                .message
+                .contains("21 of 22 requests sent tools called one"),
             "{}",
             flags[0].message
         );

@@ -60,6 +60,8 @@ pub struct JobsRow {
     /// Completed sessions' completion time, seconds: median and 90th percentile.
     pub completion_p50_s: Option<f64>,
     pub completion_p90_s: Option<f64>,
+    /// Turns sent, over the sessions kept one by one (every session up to `JOBS_KEPT`).
+    pub turns: u64,
     /// Mean turns sent per session.
     pub turns_mean: f64,
     /// The stop reasons (what comes before a reason's first `: `), each with how many
@@ -124,6 +126,7 @@ pub(crate) fn section(
                 window_s: j.window_s,
                 completion_p50_s: at(0.5),
                 completion_p90_s: at(0.9),
+                turns: j.sessions.iter().map(|s| u64::from(s.sent)).sum(),
                 turns_mean: if j.sessions.is_empty() {
                     0.0
                 } else {

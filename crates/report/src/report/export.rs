@@ -102,6 +102,7 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
         "sent_at",
         "lag_ms",
         "ttft_ms",
+        "ttfa_ms",
         "tpot_ms",
         "e2e_ms",
         "ttft_sched_ms",
@@ -109,6 +110,8 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
         "read_wait_ms",
         "prompt_tokens",
         "completion_tokens",
+        "reasoning_tokens",
+        "answer_tokens",
         "cached_tokens",
         "max_tokens",
         "tool_calls",
@@ -135,6 +138,9 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
             opt(Some(r.sent_at)),
             ms(r.lag_s),
             ms(m.ttft_s),
+            // The record's own where it has them; older records' from their chunks (the same
+            // rule: `RequestRecord::split`).
+            ms(r.ttfa_s.or(m.ttfa_s)),
             ms(m.tpot_s),
             ms(r.end_s),
             ms(r.lag_s.and(m.ttft_s).map(|t| t + lag)),
@@ -142,6 +148,9 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
             ms(r.read_wait_s),
             count(r.prompt_tokens),
             count(r.completion_tokens),
+            // Thinking and answer tokens: 0 thinking for a request that did not think.
+            count(r.reasoning_tokens.or(m.reasoning_tokens.map(|n| n as u64))),
+            count(r.answer_tokens.or(m.answer_tokens.map(|n| n as u64))),
             count(r.cached_tokens),
             r.max_tokens.to_string(),
             // Tool calls (`workload.tools`): the calls made and whether all were valid
@@ -179,4 +188,57 @@ fn opt(x: Option<f64>) -> String {
     x.filter(|x| x.is_finite())
         .map(|x| x.to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record made by this version carries its first answer and split; an older one (no
+    /// `ttfa_s`, no `answer_tokens`) gets them from its chunks by the same rule.
+    #[test]
+    fn requests_csv_has_each_requests_first_answer_and_split_old_records_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = dir.path().join("requests.jsonl");
+        // 2 thinking tokens at 10 and 20 ms, the answer's 3 at 30 and 40 ms.
+        let old = r#"{"point":"p000","round":0,"index":0,"role":"measure","api":"openai-chat","sent_at":1.0,"max_tokens":8,"chunks":[{"t_s":0.01,"tokens":1,"reasoning":1},{"t_s":0.02,"tokens":1,"reasoning":1},{"t_s":0.03,"tokens":2},{"t_s":0.04,"tokens":1}],"completion_tokens":5,"token_source":"usage","reasoning_tokens":2,"reasoning_source":"chunks"}"#;
+        let mut new: RequestRecord = serde_json::from_str(old).unwrap();
+        assert_eq!((new.ttfa_s, new.answer_tokens), (None, None));
+        new.index = 1;
+        new.set_split();
+        assert_eq!((new.ttfa_s, new.answer_tokens), (Some(0.03), Some(3)));
+        let plain = RequestRecord {
+            index: 2,
+            chunks: vec![
+                servebench_model::results::records::Chunk::new(0.005, 1),
+                servebench_model::results::records::Chunk::new(0.006, 1),
+            ],
+            completion_tokens: Some(2),
+            ..RequestRecord::fixture()
+        };
+        let lines = [
+            old.to_string(),
+            serde_json::to_string(&new).unwrap(),
+            serde_json::to_string(&plain).unwrap(),
+        ];
+        std::fs::write(&jsonl, lines.join("\n")).unwrap();
+        let out = dir.path().join("requests.csv");
+        write_requests_csv(&jsonl, &out).unwrap();
+        let mut csv = csv::Reader::from_path(&out).unwrap();
+        let header: Vec<String> = csv.headers().unwrap().iter().map(String::from).collect();
+        let col = |h: &str| header.iter().position(|x| x == h).unwrap();
+        let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+        let cells = |row: &csv::StringRecord| {
+            [
+                row[col("ttft_ms")].to_string(),
+                row[col("ttfa_ms")].to_string(),
+                row[col("reasoning_tokens")].to_string(),
+                row[col("answer_tokens")].to_string(),
+            ]
+        };
+        assert_eq!(cells(&rows[0]), ["10", "30", "2", "3"]);
+        assert_eq!(cells(&rows[1]), cells(&rows[0]));
+        // No thinking: the first answer is the first token, and all of it is answer.
+        assert_eq!(cells(&rows[2]), ["5", "5", "0", "2"]);
+    }
 }

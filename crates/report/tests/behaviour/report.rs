@@ -1253,3 +1253,52 @@ fn a_run_without_tools_has_no_tool_call_section() {
     let text = report::render(&model, None).unwrap();
     assert!(!text.contains("## Tool calls"), "{text}");
 }
+
+/// An agent-session run's header says its sessions, turns and live count, not the closed
+/// loop's "requests per point and round, concurrency" it does not have (93 turns of 6
+/// sessions at 3 live read "1 per point and round, concurrency 1").
+#[test]
+fn an_agentic_runs_header_says_its_sessions_turns_and_live_count() {
+    use servebench_model::results::jobs::{JobRecord, JobsView};
+    let dir = fixtures().open("clean-sweep");
+    let mut points = dir.read_points().unwrap();
+    points.truncate(1);
+    let sessions: Vec<JobRecord> = (0..6)
+        .map(|i| JobRecord {
+            session: i,
+            trace_id: format!("trace_{i}"),
+            turns: if i == 0 { 18 } else { 15 },
+            sent: if i == 0 { 18 } else { 15 },
+            failed: 0,
+            completion_s: Some(100.0),
+            stopped: None,
+        })
+        .collect();
+    points[0].jobs = Some(JobsView {
+        live: 3,
+        live_mean: 2.5,
+        window_s: 400.0,
+        started: 6,
+        completed: 6,
+        stopped: 0,
+        jobs_per_hour: 54.0,
+        ttft_by_context: Vec::new(),
+        sessions,
+    });
+    let model = build_model(
+        &dir.read_meta().unwrap(),
+        &points,
+        &dir.read_requests().unwrap(),
+    );
+    let text = report::render(&model, None).unwrap();
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("- **Requests:**"))
+        .unwrap();
+    assert!(
+        header.contains("agent sessions replayed from a trace")
+            && header.contains("p001 6 sessions, 93 turns, 3 live at once"),
+        "{header}"
+    );
+    assert!(!header.contains("per point and round"), "{header}");
+}
