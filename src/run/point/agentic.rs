@@ -320,40 +320,65 @@ enum Stop {
 
 impl SessionRun {
     /// Runs the session's steps in order; its record says how far it got and why it stopped.
+    /// Each main-agent turn goes its gap after the previous main turn's end, and not before
+    /// the subagents the trace shows it waited for have ended (each's recorded gap after
+    /// it); subagents start their gap after the main turn before them and run beside the
+    /// main agent. The session ends when its main agent and every subagent have.
     async fn run(self) -> (Vec<RequestRecord>, JobRecord) {
         let trace = &self.shared.corpus.sessions[self.trace];
         let mut records = Vec::new();
         let mut stop = None;
         let mut prompt = PromptBuilder::default();
-        for step in &trace.steps {
-            let outcome = match step {
-                Step::Turn(t) => self.turn(t, None, &mut prompt, &mut records).await,
-                Step::Subagents(agents) => {
-                    let mut set = JoinSet::new();
-                    for (k, _) in agents.iter().enumerate() {
-                        set.spawn(self.clone().agent(k, step_index(trace, step)));
+        // Which subagents each main turn waits for: (step, subagent, seconds after its end).
+        let mut joins: HashMap<usize, Vec<(usize, usize, f64)>> = HashMap::new();
+        for (i, step) in trace.steps.iter().enumerate() {
+            if let Step::Subagents(agents) = step {
+                for (k, a) in agents.iter().enumerate() {
+                    if let Some((at, after)) = a.join {
+                        joins.entry(at).or_default().push((i, k, after));
                     }
-                    let mut outcome = Ok(());
-                    while let Some(done) = set.join_next().await {
-                        match done {
-                            Ok((rs, o)) => {
-                                records.extend(rs);
-                                if outcome.is_ok() {
-                                    outcome = o;
-                                }
-                            }
-                            Err(e) => {
-                                outcome = Err(Stop::Reason(format!("a subagent's task died: {e}")))
-                            }
+                }
+            }
+        }
+        let mut agents: JoinSet<AgentDone> = JoinSet::new();
+        // When each subagent that ended did.
+        let mut ended: HashMap<(usize, usize), Instant> = HashMap::new();
+        let mut main_end = Instant::now();
+        for (i, step) in trace.steps.iter().enumerate() {
+            match step {
+                Step::Turn(t) => {
+                    let mut until = main_end + self.scaled(t.gap_s);
+                    for &(step, k, after) in joins.get(&i).into_iter().flatten() {
+                        while !ended.contains_key(&(step, k)) {
+                            let Some(done) = agents.join_next().await else {
+                                break;
+                            };
+                            collect(done, &mut records, &mut ended, &mut stop);
+                        }
+                        if let Some(end) = ended.get(&(step, k)) {
+                            until = until.max(*end + self.scaled(after));
                         }
                     }
-                    outcome
+                    if stop.is_some() {
+                        break;
+                    }
+                    match self.turn(t, None, until, &mut prompt, &mut records).await {
+                        Ok(()) => main_end = Instant::now(),
+                        Err(s) => {
+                            stop = Some(s);
+                            break;
+                        }
+                    }
                 }
-            };
-            if let Err(s) = outcome {
-                stop = Some(s);
-                break;
+                Step::Subagents(list) => {
+                    for k in 0..list.len() {
+                        agents.spawn(self.clone().agent(i, k, main_end));
+                    }
+                }
             }
+        }
+        while let Some(done) = agents.join_next().await {
+            collect(done, &mut records, &mut ended, &mut stop);
         }
         let failed = records.iter().filter(|r| r.error.is_some()).count() as u32;
         let completion_s = match (
@@ -385,27 +410,29 @@ impl SessionRun {
         (records, job)
     }
 
-    /// Subagent `k` of the subagents at `step`: its turns in order.
-    async fn agent(self, k: usize, step: usize) -> (Vec<RequestRecord>, Result<(), Stop>) {
+    /// Subagent `k` of the subagents at `step`, started its gap after `from` (the end of the
+    /// main agent's turn before it): its turns in order, each its gap after the one before.
+    async fn agent(self, step: usize, k: usize, from: Instant) -> AgentDone {
         let trace = &self.shared.corpus.sessions[self.trace];
         let Some(Step::Subagents(agents)) = trace.steps.get(step) else {
-            return (Vec::new(), Ok(()));
+            return ((step, k), Vec::new(), Ok(()), Instant::now());
         };
         let agent = &agents[k];
         let mut records = Vec::new();
-        if let Err(s) = self.wait(agent.gap_s).await {
-            return (records, Err(s));
-        }
+        let mut until = from + self.scaled(agent.gap_s);
         let mut prompt = PromptBuilder::default();
-        for t in &agent.turns {
+        for (j, t) in agent.turns.iter().enumerate() {
+            if j > 0 {
+                until = Instant::now() + self.scaled(t.gap_s);
+            }
             if let Err(s) = self
-                .turn(t, Some(&agent.id), &mut prompt, &mut records)
+                .turn(t, Some(&agent.id), until, &mut prompt, &mut records)
                 .await
             {
-                return (records, Err(s));
+                return ((step, k), records, Err(s), Instant::now());
             }
         }
-        (records, Ok(()))
+        ((step, k), records, Ok(()), Instant::now())
     }
 
     /// The most `rec` (made by `prompt`, finding `theoretical` when made) could have found
@@ -422,35 +449,36 @@ impl SessionRun {
         Some(prompt.reachable(&ledger, theoretical, first_token))
     }
 
-    /// Waits `gap_s` of the trace's think or tool time (scaled); stops at the point's
-    /// deadline or an interrupt.
-    async fn wait(&self, gap_s: f64) -> Result<(), Stop> {
-        let d = Duration::from_secs_f64((gap_s * self.shared.think_scale).clamp(0.0, 86_400.0));
-        let until = Instant::now() + d;
+    /// `gap_s` of the trace's think or tool time, scaled.
+    fn scaled(&self, gap_s: f64) -> Duration {
+        Duration::from_secs_f64((gap_s * self.shared.think_scale).clamp(0.0, 86_400.0))
+    }
+
+    /// Waits until `until`; stops at the point's deadline or an interrupt.
+    async fn wait(&self, until: Instant) -> Result<(), Stop> {
         if self.shared.deadline.is_some_and(|end| until >= end) {
             return Err(Stop::Reason(
                 "`stop.duration` ended the point: before its next turn".into(),
             ));
         }
         tokio::select! {
-            _ = tokio::time::sleep(d) => Ok(()),
+            _ = tokio::time::sleep_until(until.into()) => Ok(()),
             _ = self.shared.interrupt.wait() => Err(Stop::Interrupted),
         }
     }
 
-    /// Waits the turn's gap, then sends it and records it; a failed turn, one past the
-    /// server's context or the deadline ends the chain.
+    /// Waits until `until` (the turn's gap, worked out by its chain), then sends it and
+    /// records it; a failed turn, one past the server's context or the deadline ends the chain.
     async fn turn(
         &self,
         t: &TurnTrace,
         agent: Option<&str>,
+        until: Instant,
         prompt: &mut PromptBuilder,
         records: &mut Vec<RequestRecord>,
     ) -> Result<(), Stop> {
         let shared = &self.shared;
-        if !records.is_empty() || agent.is_none() {
-            self.wait(t.gap_s).await?;
-        }
+        self.wait(until).await?;
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         let needs = t.input_tokens + u64::from(t.output_tokens);
         if let Some(limit) = shared.context_limit.filter(|&l| needs > l) {
@@ -522,13 +550,31 @@ impl SessionRun {
     }
 }
 
-/// The position of `step` among `trace`'s steps.
-fn step_index(trace: &crate::load::agentic::SessionTrace, step: &Step) -> usize {
-    trace
-        .steps
-        .iter()
-        .position(|s| std::ptr::eq(s, step))
-        .unwrap_or(0)
+/// A subagent's end: which it is (step, subagent), its records, how it ended and when.
+type AgentDone = ((usize, usize), Vec<RequestRecord>, Result<(), Stop>, Instant);
+
+/// A subagent that ended: its records kept, its end noted, and its failure (or its task's
+/// death) the session's stop if none came before.
+fn collect(
+    done: Result<AgentDone, tokio::task::JoinError>,
+    records: &mut Vec<RequestRecord>,
+    ended: &mut HashMap<(usize, usize), Instant>,
+    stop: &mut Option<Stop>,
+) {
+    match done {
+        Ok((key, rs, outcome, at)) => {
+            records.extend(rs);
+            ended.insert(key, at);
+            if let (Err(s), None) = (outcome, &stop) {
+                *stop = Some(s);
+            }
+        }
+        Err(e) => {
+            if stop.is_none() {
+                *stop = Some(Stop::Reason(format!("a subagent's task died: {e}")));
+            }
+        }
+    }
 }
 
 /// Unix time a record's stream ended (its send when it never did).
