@@ -68,9 +68,30 @@ impl PointRunner {
             Ok(t) => t,
             Err(stopped) => return stopped,
         };
+        // Hits are judged within a block of the trace's (its largest, where sessions differ).
+        if let Some(bs) = corpus
+            .sessions
+            .iter()
+            .map(|s| spec.block_size.or(s.block_size).unwrap_or(512))
+            .max()
+        {
+            fold.set_block_tokens(bs);
+        }
         let live = spec.live.max(1) as usize;
         let total = spec.sessions.map_or(corpus.sessions.len(), |n| n as usize);
-        prepare(client, live.min(total)).await;
+        // A connection ready for each session's main agent and its widest group of subagents,
+        // so that no turn pays a handshake when due.
+        let widest = corpus
+            .sessions
+            .iter()
+            .flat_map(|s| &s.steps)
+            .map(|s| match s {
+                Step::Subagents(a) => a.len(),
+                Step::Turn(_) => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        prepare(client, live.min(total) * (1 + widest)).await;
         let started = Instant::now();
         let deadline = exp
             .stop
