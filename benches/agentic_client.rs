@@ -35,6 +35,7 @@ fn main() {
         chars_per_block: 256,
         block_size: BLOCK,
         salt: 36,
+        words: None,
     };
     let max_blocks = context / BLOCK as usize;
     let mut state: Vec<(Vec<u64>, PromptBuilder, BlockLedger, usize)> = (0..sessions)

@@ -750,6 +750,7 @@ fn reordered_block_hits_are_named_under_the_cache_table() {
         above: 0,
         reordered: 2,
         unreported: 0,
+        tolerance_tokens: 64,
     });
     let model = build_model(
         &dir.read_meta().unwrap(),

@@ -244,3 +244,156 @@ fn a_capacity_search_moves_the_live_sessions() {
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains(" live sessions, "), "{report}");
 }
+
+/// The published kv-cache-tester sessions of `tests/fixtures/kv-cache-tester` (Apache-2.0,
+/// copied unchanged; see its NOTICE).
+fn published_sessions() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kv-cache-tester/traces")
+}
+
+/// A spec replaying `file` on a fresh simulator whose pool never evicts (far more tokens than
+/// the sessions hold) and whose context holds their longest turn.
+fn corpus_spec(ws: &Workspace, file: &std::path::Path, agentic: &str) -> std::path::PathBuf {
+    ws.write(
+        "corpus.yaml",
+        &format!(
+            "name: corpus\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 262144, max-total-tokens: 4000000 }}\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 4\nload:\n  kind: agentic\n  agentic: {{ file: {}, {agentic} }}\ncache: {{ policy: cold, verify: true }}\n",
+            file.display()
+        ),
+    )
+}
+
+#[test]
+fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
+    let ws = Workspace::new();
+    // The folder as published: one session a file, whole 64-token blocks hashed.
+    let spec = corpus_spec(&ws, &published_sessions(), "live: 4, think_scale: 0");
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    let jobs = &p["jobs"];
+    assert_eq!(
+        (jobs["started"].as_u64(), jobs["completed"].as_u64()),
+        (Some(4), Some(4)),
+        "{jobs}"
+    );
+    // 53 + 32 + 3 + 5 requests, the subagents' included, each sent once.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(requests.len(), 93);
+    assert_eq!(
+        requests.iter().filter(|r| r["job"]["agent"].is_string()).count(),
+        4 + 12 + 17 + 11 + 5 + 7,
+        "subagent turns"
+    );
+    for r in &requests {
+        assert!(r["error"].is_null(), "{r}");
+    }
+    // One unit: the simulator counts tokens, so each block is made exact in its count (a
+    // line break and one-token words): every prompt is its `in`, and every hit its
+    // theoretical one and the next block's line break, judged within a block (64 tokens).
+    let t = &p["trace_cache"];
+    assert_eq!((t["above"].as_u64(), t["tolerance_tokens"].as_u64()), (Some(0), Some(64)), "{t}");
+    let kinds: Vec<&str> = validity_flags(p)
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert!(!kinds.contains(&"unexpected-cache-hit"), "{kinds:?}");
+    let first_token = |r: &serde_json::Value| {
+        let at = r["chunks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["tokens"].as_u64() > Some(0))
+            .map_or(f64::INFINITY, |c| c["t_s"].as_f64().unwrap());
+        r["sent_at"].as_f64().unwrap() + at
+    };
+    let mut below = 0;
+    for r in &requests {
+        let context = r["job"]["context_tokens"].as_u64().unwrap();
+        assert_eq!(r["prompt_tokens"].as_u64(), Some(context), "{r}");
+        let (cached, theoretical) = (
+            r["cached_tokens"].as_u64().unwrap(),
+            r["theoretical_cached_tokens"].as_u64().unwrap(),
+        );
+        // Over by the next block's line break, and by words its text may share with the
+        // block the trace recorded there by chance (one word in a hundred or so).
+        assert!(cached <= theoretical + 3, "{cached} over {theoretical}");
+        if cached + 64 < theoretical {
+            // Only a prefill race: another turn of its session was in prefill at the same
+            // time (sent before its first token, first token after its send: the blocks
+            // were still being cached, and the two may reach the server in either order).
+            below += 1;
+            let sent = r["sent_at"].as_f64().unwrap();
+            let race = requests.iter().any(|q| {
+                q["job"]["session"] == r["job"]["session"]
+                    && q["sent_at"].as_f64().unwrap() < first_token(r)
+                    && first_token(q) > sent
+                    && q != r
+            });
+            assert!(race, "below its ceiling without a race: {r}");
+        }
+    }
+    assert_eq!(t["below"].as_u64(), Some(below), "{t}");
+}
+
+/// The trace's timing as recorded, in the corpus's convention (a subagent's `t` is when it
+/// returned, its requests' `t` from its own start): each send against the time worked out
+/// here from the records' own ends, independently of the runner.
+#[test]
+fn a_session_waits_as_its_trace_recorded_it() {
+    let ws = Workspace::new();
+    // main0 ends at 0.1; a1 ran from 0.2 to 1.0 (its turns at 0 and 0.5 of it); a2 launched
+    // at 0.15, still running at main1 (t 1.3; its last turn ends at 0.15 + 1.6 = 1.75);
+    // main1 waits 1.2 s from main0's end and for a1 (+0.3 s after its end), not for a2;
+    // main2 waits 0.6 s from main1's end (1.3 + 0.1) and for a2 (+0.25 s).
+    let trace = ws.write(
+        "timing.jsonl",
+        concat!(
+            r#"{"id": "timing", "block_size": 16, "requests": ["#,
+            r#"{"t": 0, "type": "n", "in": 20, "out": 2, "hash_ids": [1], "api_time": 0.1},"#,
+            r#"{"t": 1.0, "type": "subagent", "agent_id": "a1", "duration_ms": 800, "status": "completed", "requests": ["#,
+            r#"{"t": 0, "type": "s", "in": 20, "out": 2, "hash_ids": [50], "api_time": 0.1},"#,
+            r#"{"t": 0.5, "type": "s", "in": 40, "out": 2, "hash_ids": [50, 51]}]},"#,
+            r#"{"t": 0.15, "type": "subagent", "agent_id": "a2", "duration_ms": null, "status": "async_launched", "requests": ["#,
+            r#"{"t": 0, "type": "s", "in": 20, "out": 2, "hash_ids": [60]},"#,
+            r#"{"t": 1.5, "type": "s", "in": 40, "out": 2, "hash_ids": [60, 61], "api_time": 0.1}]},"#,
+            r#"{"t": 1.3, "type": "n", "in": 40, "out": 2, "hash_ids": [1, 2], "think_time": 1.2, "api_time": 0.1},"#,
+            r#"{"t": 2.0, "type": "n", "in": 60, "out": 2, "hash_ids": [1, 2, 3]}]}"#,
+            "\n"
+        ),
+    );
+    let spec = corpus_spec(&ws, &trace, "live: 1, think_scale: 1");
+    let (dir, _) = ws.run_ok(&spec);
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(requests.len(), 7);
+    let find = |agent: Option<&str>, context: u64| {
+        requests
+            .iter()
+            .find(|r| {
+                r["job"]["agent"].as_str() == agent && r["job"]["context_tokens"] == context
+            })
+            .unwrap_or_else(|| panic!("{agent:?} {context}"))
+    };
+    let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
+    let end = |r: &serde_json::Value| sent(r) + r["end_s"].as_f64().unwrap();
+    let (main0, main1, main2) = (find(None, 20), find(None, 40), find(None, 60));
+    let (a1_0, a1_1) = (find(Some("a1"), 20), find(Some("a1"), 40));
+    let (a2_0, a2_1) = (find(Some("a2"), 20), find(Some("a2"), 40));
+    let expected = [
+        ("a1's first", sent(a1_0), end(main0) + 0.1),
+        ("a2's first", sent(a2_0), end(main0) + 0.05),
+        ("a1's second", sent(a1_1), end(a1_0) + 0.4),
+        ("a2's second", sent(a2_1), end(a2_0) + 1.5),
+        ("main1", sent(main1), (end(main0) + 1.2).max(end(a1_1) + 0.3)),
+        ("main2", sent(main2), (end(main1) + 0.6).max(end(a2_1) + 0.25)),
+    ];
+    for (what, at, want) in expected {
+        // Never early; late by the client's own work at most (a loaded test machine), not by
+        // the connection pool's 50 ms watch of the first streams' connections.
+        let late = at - want;
+        assert!((-0.002..0.03).contains(&late), "{what}: {late:+.4} s");
+    }
+    // The main agent went on while a2 still ran: its turn before a2's last ended.
+    assert!(sent(main1) < end(a2_1), "main1 waited for a2");
+}

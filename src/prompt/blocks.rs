@@ -35,6 +35,49 @@ pub struct BlockText {
     pub block_size: u32,
     /// Mixed into every block's seed: a new salt, new texts.
     pub salt: u64,
+    /// Words the server counts as one token each (with their leading space), found with its
+    /// tokenize endpoint ([`one_token_words`]): a block of `t` tokens is then a line break
+    /// and `t - 1` of them, `t` tokens in the server's own count. None (a server that cannot
+    /// tokenize): a block is `chars_per_block` characters in proportion, as many tokens as
+    /// the one calibration says, within [`CHAR_SIZED_DRIFT`].
+    pub words: Option<Arc<[String]>>,
+}
+
+/// How far a block sized in characters may come out in the server's tokens: random words cut
+/// to a length vary with the words drawn (measured 0.7 to 1.4% long on the simulator's
+/// tokenizer, 2026-12-06), so a long prompt's hit can differ from its blocks' promise by that
+/// share of it.
+pub const CHAR_SIZED_DRIFT: f64 = 0.02;
+
+/// Words of the random text that the server counts as one token each after a line break (with
+/// their leading space), asked of its tokenize endpoint once a round: all of them in one count
+/// when that adds up, else one by one. None: fewer than 16 are.
+pub(crate) async fn one_token_words(
+    client: &crate::client::Client,
+    how: &servebench_model::results::meta::Tokenize,
+    timeout: std::time::Duration,
+) -> Option<Arc<[String]>> {
+    use crate::client::surface::count_with;
+    let words: Vec<String> = super::generate::WORDS
+        .iter()
+        .map(|w| format!(" {w}"))
+        .collect();
+    // The line break alone: whatever the server adds (a BOS) is counted in it.
+    let base = count_with(client, how, "\n", timeout).await.ok()?;
+    let all = format!("\n{}", words.concat());
+    let keep: Vec<String> =
+        if count_with(client, how, &all, timeout).await.ok()? == base + words.len() as u64 {
+            words
+        } else {
+            let mut keep = Vec::new();
+            for w in words {
+                if count_with(client, how, &format!("\n{w}"), timeout).await.ok()? == base + 1 {
+                    keep.push(w);
+                }
+            }
+            keep
+        };
+    (keep.len() >= 16).then(|| keep.into())
 }
 
 impl BlockText {
@@ -53,6 +96,19 @@ impl BlockText {
     /// The prompt of `ids` whose blocks hold `tokens` each (from [`Self::block_tokens`]).
     pub fn prompt(&self, ids: &[u64], tokens: &[u32]) -> String {
         let mut out = String::with_capacity(ids.len() * (self.chars_per_block + 1));
+        if let Some(words) = self.words.as_deref().filter(|w| !w.is_empty()) {
+            use rand::{RngExt, SeedableRng};
+            for (id, t) in ids.iter().zip(tokens) {
+                // A line break, then the block's words in the order its seed draws them: a
+                // block in part is the whole one's first words.
+                out.push('\n');
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(mix(self.salt, *id));
+                for _ in 1..*t {
+                    out.push_str(&words[rng.random_range(0..words.len())]);
+                }
+            }
+            return out;
+        }
         for (id, t) in ids.iter().zip(tokens) {
             let chars = (self.chars_per_block as u64 * u64::from(*t)
                 / u64::from(self.block_size.max(1))) as usize;
@@ -460,6 +516,7 @@ mod tests {
             chars_per_block: 400,
             block_size: 100,
             salt,
+            words: None,
         }
     }
 
@@ -501,6 +558,7 @@ mod tests {
             chars_per_block: 64,
             block_size: 16,
             salt: 3,
+            words: None,
         };
         let mut b = PromptBuilder::default();
         let (mut ledger, mut whole) = (BlockLedger::default(), BlockLedger::default());
@@ -534,6 +592,7 @@ mod tests {
             chars_per_block: 64,
             block_size: 16,
             salt: 3,
+            words: None,
         };
         let mut ledger = BlockLedger::default();
         let mut history = PromptBuilder::default();

@@ -130,7 +130,7 @@ pub enum TextGenerator {
 }
 
 /// Words for the random generator: common English words, so tokenizers see ordinary text.
-const WORDS: &[&str] = &[
+pub(crate) const WORDS: &[&str] = &[
     "time",
     "year",
     "people",

@@ -125,6 +125,15 @@ impl PointRunner {
 }
 
 impl<'p> Sender<'p> for Agentic<'p> {
+    /// Hits are judged within a block of the trace's (its largest, where sessions differ).
+    fn block_tokens(&self) -> Option<u32> {
+        self.corpus
+            .sessions
+            .iter()
+            .map(|s| self.spec.block_size.or(s.block_size).unwrap_or(512))
+            .max()
+    }
+
     /// `spec.live` sessions at a time until the trace's sessions (or `spec.sessions`) are
     /// done, `stop.duration` passes or an interrupt comes (every live session then ends at
     /// its next step, and says why). Each turn is folded as it is written; the sessions'
@@ -152,7 +161,19 @@ impl<'p> Sender<'p> for Agentic<'p> {
             end.planned = (0..total)
                 .map(|k| corpus.sessions[k % corpus.sessions.len()].turns())
                 .sum();
-            prepare(path.client(), live.min(total)).await;
+            // A connection ready for each session's main agent and its widest group of
+            // subagents, so that no turn pays a handshake when due.
+            let widest = corpus
+                .sessions
+                .iter()
+                .flat_map(|s| &s.steps)
+                .map(|s| match s {
+                    Step::Subagents(a) => a.len(),
+                    Step::Turn(_) => 0,
+                })
+                .max()
+                .unwrap_or(0);
+            prepare(path.client(), live.min(total) * (1 + widest)).await;
             window.open();
             let started = Instant::now();
             let deadline = stop_after.map(|d| started + d);
@@ -373,40 +394,65 @@ impl BlockMarks for SessionMarks<'_> {
 
 impl SessionRun {
     /// Runs the session's steps in order; its record says how far it got and why it stopped.
+    /// Each main-agent turn goes its gap after the previous main turn's end, and not before
+    /// the subagents the trace shows it waited for have ended (each's recorded gap after
+    /// it); subagents start their gap after the main turn before them and run beside the
+    /// main agent. The session ends when its main agent and every subagent have.
     async fn run(self) -> JobRecord {
         let trace = &self.shared.corpus.sessions[self.trace];
         let mut turns = Turns::default();
         let mut stop = None;
         let mut prompt = PromptBuilder::default();
-        for step in &trace.steps {
-            let outcome = match step {
-                Step::Turn(t) => self.turn(t, None, &mut prompt, &mut turns).await,
-                Step::Subagents(agents) => {
-                    let mut set = JoinSet::new();
-                    for (k, _) in agents.iter().enumerate() {
-                        set.spawn(self.clone().agent(k, step_index(trace, step)));
+        // Which subagents each main turn waits for: (step, subagent, seconds after its end).
+        let mut joins: HashMap<usize, Vec<(usize, usize, f64)>> = HashMap::new();
+        for (i, step) in trace.steps.iter().enumerate() {
+            if let Step::Subagents(agents) = step {
+                for (k, a) in agents.iter().enumerate() {
+                    if let Some((at, after)) = a.join {
+                        joins.entry(at).or_default().push((i, k, after));
                     }
-                    let mut outcome = Ok(());
-                    while let Some(done) = set.join_next().await {
-                        match done {
-                            Ok((t, o)) => {
-                                turns.merge(t);
-                                if outcome.is_ok() {
-                                    outcome = o;
-                                }
-                            }
-                            Err(e) => {
-                                outcome = Err(Stop::Reason(format!("a subagent's task died: {e}")))
-                            }
+                }
+            }
+        }
+        let mut agents: JoinSet<AgentDone> = JoinSet::new();
+        // When each subagent that ended did.
+        let mut ended: HashMap<(usize, usize), Instant> = HashMap::new();
+        let mut main_end = Instant::now();
+        for (i, step) in trace.steps.iter().enumerate() {
+            match step {
+                Step::Turn(t) => {
+                    let mut until = main_end + self.scaled(t.gap_s);
+                    for &(step, k, after) in joins.get(&i).into_iter().flatten() {
+                        while !ended.contains_key(&(step, k)) {
+                            let Some(done) = agents.join_next().await else {
+                                break;
+                            };
+                            collect(done, &mut turns, &mut ended, &mut stop);
+                        }
+                        if let Some(end) = ended.get(&(step, k)) {
+                            until = until.max(*end + self.scaled(after));
                         }
                     }
-                    outcome
+                    if stop.is_some() {
+                        break;
+                    }
+                    match self.turn(t, None, until, &mut prompt, &mut turns).await {
+                        Ok(()) => main_end = Instant::now(),
+                        Err(s) => {
+                            stop = Some(s);
+                            break;
+                        }
+                    }
                 }
-            };
-            if let Err(s) = outcome {
-                stop = Some(s);
-                break;
+                Step::Subagents(list) => {
+                    for k in 0..list.len() {
+                        agents.spawn(self.clone().agent(i, k, main_end));
+                    }
+                }
             }
+        }
+        while let Some(done) = agents.join_next().await {
+            collect(done, &mut turns, &mut ended, &mut stop);
         }
         let completion_s = match (&stop, turns.first_sent, turns.last_end) {
             (None, Some(first), Some(end)) => Some(end - first),
@@ -426,55 +472,62 @@ impl SessionRun {
         }
     }
 
-    /// Subagent `k` of the subagents at `step`: its turns in order.
-    async fn agent(self, k: usize, step: usize) -> (Turns, Result<(), Stop>) {
+    /// Subagent `k` of the subagents at `step`, started its gap after `from` (the end of the
+    /// main agent's turn before it): its turns in order, each its gap after the one before.
+    async fn agent(self, step: usize, k: usize, from: Instant) -> AgentDone {
         let trace = &self.shared.corpus.sessions[self.trace];
         let mut turns = Turns::default();
         let Some(Step::Subagents(agents)) = trace.steps.get(step) else {
-            return (turns, Ok(()));
+            return ((step, k), turns, Ok(()), Instant::now());
         };
         let agent = &agents[k];
-        if let Err(s) = self.wait(agent.gap_s).await {
-            return (turns, Err(s));
-        }
+        let mut until = from + self.scaled(agent.gap_s);
         let mut prompt = PromptBuilder::default();
-        for t in &agent.turns {
-            if let Err(s) = self.turn(t, Some(&agent.id), &mut prompt, &mut turns).await {
-                return (turns, Err(s));
+        for (j, t) in agent.turns.iter().enumerate() {
+            if j > 0 {
+                until = Instant::now() + self.scaled(t.gap_s);
+            }
+            if let Err(s) = self
+                .turn(t, Some(&agent.id), until, &mut prompt, &mut turns)
+                .await
+            {
+                return ((step, k), turns, Err(s), Instant::now());
             }
         }
-        (turns, Ok(()))
+        ((step, k), turns, Ok(()), Instant::now())
     }
 
-    /// Waits `gap_s` of the trace's think or tool time (scaled); stops at the point's
-    /// deadline or an interrupt.
-    async fn wait(&self, gap_s: f64) -> Result<(), Stop> {
-        let d = Duration::from_secs_f64((gap_s * self.shared.think_scale).clamp(0.0, 86_400.0));
-        let until = Instant::now() + d;
+    /// `gap_s` of the trace's think or tool time, scaled.
+    fn scaled(&self, gap_s: f64) -> Duration {
+        Duration::from_secs_f64((gap_s * self.shared.think_scale).clamp(0.0, 86_400.0))
+    }
+
+    /// Waits until `until`; stops at the point's deadline or an interrupt.
+    async fn wait(&self, until: Instant) -> Result<(), Stop> {
         if self.shared.deadline.is_some_and(|end| until >= end) {
             return Err(Stop::Reason(
                 "`stop.duration` ended the point: before its next turn".into(),
             ));
         }
         tokio::select! {
-            _ = tokio::time::sleep(d) => Ok(()),
+            _ = tokio::time::sleep_until(until.into()) => Ok(()),
             _ = self.shared.path.interrupt().wait() => Err(Stop::Interrupted),
         }
     }
 
-    /// Waits the turn's gap, then sends it on the round's path; a failed turn, one past the
-    /// server's context or the deadline ends the chain.
+    /// Waits until `until` (the turn's gap, worked out by its chain), then sends it on the
+    /// round's path; a failed turn, one past the server's context or the deadline ends the
+    /// chain.
     async fn turn(
         &self,
         t: &TurnTrace,
         agent: Option<&str>,
+        until: Instant,
         prompt: &mut PromptBuilder,
         turns: &mut Turns,
     ) -> Result<(), Stop> {
         let shared = &self.shared;
-        if turns.sent > 0 || agent.is_none() {
-            self.wait(t.gap_s).await?;
-        }
+        self.wait(until).await?;
         if !shared.path.may_send() {
             return Err(match shared.path.is_gone() {
                 true => Stop::Reason("the server was lost: no more turns were sent".into()),
@@ -553,13 +606,31 @@ impl SessionRun {
     }
 }
 
-/// The position of `step` among `trace`'s steps.
-fn step_index(trace: &crate::load::agentic::SessionTrace, step: &Step) -> usize {
-    trace
-        .steps
-        .iter()
-        .position(|s| std::ptr::eq(s, step))
-        .unwrap_or(0)
+/// A subagent's end: which it is (step, subagent), what it sent, how it ended and when.
+type AgentDone = ((usize, usize), Turns, Result<(), Stop>, Instant);
+
+/// A subagent that ended: what it sent counted, its end noted, and its failure (or its task's
+/// death) the session's stop if none came before.
+fn collect(
+    done: Result<AgentDone, tokio::task::JoinError>,
+    turns: &mut Turns,
+    ended: &mut HashMap<(usize, usize), Instant>,
+    stop: &mut Option<Stop>,
+) {
+    match done {
+        Ok((key, sent, outcome, at)) => {
+            turns.merge(sent);
+            ended.insert(key, at);
+            if let (Err(s), None) = (outcome, &stop) {
+                *stop = Some(s);
+            }
+        }
+        Err(e) => {
+            if stop.is_none() {
+                *stop = Some(Stop::Reason(format!("a subagent's task died: {e}")));
+            }
+        }
+    }
 }
 
 /// Unix time a record's stream ended (its send when it never did).

@@ -234,6 +234,9 @@ impl PointRunner {
         let window = Window::new();
         probes.open(client, &point.id, round, &window).await;
         let done_before = fold.done().requests;
+        if let Some(tokens) = sender.block_tokens() {
+            fold.set_block_tokens(tokens);
+        }
         let tally = RoundTally::new(std::mem::replace(fold, PointFold::new(exp)));
         let path = RequestPath::new(self.path_parts(client, point, round), Some(tally));
         let end = sender.send(&path, &window).await;

@@ -18,6 +18,12 @@ use crate::run::request::RequestPath;
 
 /// A round ready to send.
 pub(super) trait Sender<'p>: Send + 'p {
+    /// The tokens a trace block stands for, where the round's prompts are a trace's blocks:
+    /// the tolerance its hits are judged within.
+    fn block_tokens(&self) -> Option<u32> {
+        None
+    }
+
     /// Sends the round's requests through `path`, opening `window` as its first measured
     /// request goes out (and closing it once its last measured one ended, where it knows).
     fn send<'s>(

@@ -188,10 +188,18 @@ impl PointRunner {
         } else {
             crate::prompt::blocks::mix(exp.workload.seed, u64::from(round))
         };
+        // Blocks exact in the server's tokens where it can count them.
+        let words = match self.surface.as_ref().and_then(|s| s.tokenize.clone()) {
+            Some(how) => {
+                crate::prompt::blocks::one_token_words(client, &how, exp.request_timeout).await
+            }
+            None => None,
+        };
         Ok(BlockText {
             chars_per_block: text.len().max(1),
             block_size,
             salt,
+            words,
         })
     }
 

@@ -33,11 +33,11 @@ pub struct TraceCache {
     pub theoretical_cached_tokens: u64,
     /// Tokens the server reported cached.
     pub cached_tokens: u64,
-    /// Requests that found less than their theoretical hit (by more than 64 tokens): the
-    /// server evicted, or a request came while the one that holds its blocks was still in
+    /// Requests that found less than their theoretical hit (by more than `tolerance_tokens`):
+    /// the server evicted, or a request came while the one that holds its blocks was still in
     /// prefill.
     pub below: usize,
-    /// Requests that found more than their theoretical hit (by more than 64 tokens) and more
+    /// Requests that found more than their theoretical hit (by more than `tolerance_tokens`) and more
     /// than a sibling sent before their first token could have left: they are excluded from
     /// the point's numbers, as contamination.
     pub above: usize,
@@ -48,6 +48,10 @@ pub struct TraceCache {
     pub reordered: usize,
     /// Successful requests made of blocks whose server did not report cached tokens.
     pub unreported: usize,
+    /// How far a request's hit may be from its theoretical one before it is counted below or
+    /// above: one block of the trace, and at least 64 tokens (a chat template's head).
+    #[serde(default)]
+    pub tolerance_tokens: u64,
 }
 
 /// A point's agent sessions (jobs).

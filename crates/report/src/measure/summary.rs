@@ -124,6 +124,9 @@ pub struct PointFold {
     /// time: what a request could find follows from what was sent before it, fixed when it
     /// was made). None until the first.
     trace_cache: Option<TraceCache>,
+    /// Tokens a trace block stands for (the spec's, or the trace's own as its runner says): a
+    /// request's hit is judged against its theoretical one within a block.
+    block_tokens: u64,
     /// The cache policy is `as-is`: hits past the theoretical are reported, not excluded.
     as_is: bool,
     /// Agent sessions: the runner's view of the point's sessions.
@@ -179,12 +182,34 @@ impl PointFold {
             worst_read_late: None,
             read_timed: 0,
             trace_cache: None,
+            block_tokens: match &exp.load {
+                Some(l) if l.kind == servebench_model::spec::load_model::LoadKind::Trace => {
+                    l.trace.as_ref().map_or(0, |t| u64::from(t.block_size))
+                }
+                _ => exp.agentic().and_then(|a| a.block_size).map_or(0, u64::from),
+            },
             as_is: exp.cache.policy == CachePolicy::AsIs,
             jobs: None,
             thinking: Default::default(),
             tools: Default::default(),
             usage: super::usage::UsageTally::new(exp),
         }
+    }
+
+    /// Says the tokens a trace block stands for, where the trace gives it (the largest of its
+    /// sessions'), for the hits' tolerance.
+    pub fn set_block_tokens(&mut self, tokens: u32) {
+        self.block_tokens = u64::from(tokens);
+    }
+
+    /// How far a request made of trace blocks may find more or less than its theoretical hit
+    /// before it is counted above or below it: one block (the unit the trace's hits come in;
+    /// a server's cache pages are no larger as a rule), and never under
+    /// [`verify::COLD_TOLERATED_CACHED_TOKENS`] (a chat template's head, shared by every
+    /// prompt, is cached with them).
+    fn cache_tolerance(&self) -> u64 {
+        self.block_tokens
+            .max(verify::COLD_TOLERATED_CACHED_TOKENS)
     }
 
     /// Says how many measured requests the point plans (an open loop's schedule counts them).
@@ -333,11 +358,13 @@ impl PointFold {
             t.unreported += 1;
             return false;
         };
+        let tolerance = self.cache_tolerance();
+        let t = self.trace_cache.get_or_insert_with(TraceCache::default);
+        t.tolerance_tokens = tolerance;
         t.requests += 1;
         t.prompt_tokens += r.prompt_tokens.unwrap_or(0);
         t.theoretical_cached_tokens += theoretical;
         t.cached_tokens += cached;
-        let tolerance = verify::COLD_TOLERATED_CACHED_TOKENS;
         if cached + tolerance < theoretical {
             t.below += 1;
         }
@@ -605,7 +632,7 @@ impl PointFold {
                      (more than {} tokens over): prompts of another point or run were in the cache{}",
                     t.above,
                     t.requests,
-                    verify::COLD_TOLERATED_CACHED_TOKENS,
+                    self.cache_tolerance(),
                     if self.as_is { "" } else { "; they are excluded from this point's numbers" }
                 ),
             ));

@@ -33,7 +33,8 @@ pub struct TraceCacheRow {
     pub server_hit_rate: f64,
     /// Server's cached tokens over the theoretical (None when nothing could be cached).
     pub of_theoretical: Option<f64>,
-    /// Requests that found less, and more, than their theoretical hit (by over 64 tokens).
+    /// Requests that found less, and more, than their theoretical hit (by over a block of the
+    /// trace, at least 64 tokens).
     pub below: usize,
     pub above: usize,
     /// Requests that found more than their theoretical hit, within what siblings made after
