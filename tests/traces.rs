@@ -282,7 +282,10 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     assert_eq!(requests.len(), 93);
     assert_eq!(
-        requests.iter().filter(|r| r["job"]["agent"].is_string()).count(),
+        requests
+            .iter()
+            .filter(|r| r["job"]["agent"].is_string())
+            .count(),
         4 + 12 + 17 + 11 + 5 + 7,
         "subagent turns"
     );
@@ -293,7 +296,11 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
     // line break and one-token words): every prompt is its `in`, and every hit its
     // theoretical one and the next block's line break, judged within a block (64 tokens).
     let t = &p["trace_cache"];
-    assert_eq!((t["above"].as_u64(), t["tolerance_tokens"].as_u64()), (Some(0), Some(64)), "{t}");
+    assert_eq!(
+        (t["above"].as_u64(), t["tolerance_tokens"].as_u64()),
+        (Some(0), Some(64)),
+        "{t}"
+    );
     let kinds: Vec<&str> = validity_flags(p)
         .iter()
         .filter_map(|f| f["kind"].as_str())
@@ -370,9 +377,7 @@ fn a_session_waits_as_its_trace_recorded_it() {
     let find = |agent: Option<&str>, context: u64| {
         requests
             .iter()
-            .find(|r| {
-                r["job"]["agent"].as_str() == agent && r["job"]["context_tokens"] == context
-            })
+            .find(|r| r["job"]["agent"].as_str() == agent && r["job"]["context_tokens"] == context)
             .unwrap_or_else(|| panic!("{agent:?} {context}"))
     };
     let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
@@ -385,8 +390,16 @@ fn a_session_waits_as_its_trace_recorded_it() {
         ("a2's first", sent(a2_0), end(main0) + 0.05),
         ("a1's second", sent(a1_1), end(a1_0) + 0.4),
         ("a2's second", sent(a2_1), end(a2_0) + 1.5),
-        ("main1", sent(main1), (end(main0) + 1.2).max(end(a1_1) + 0.3)),
-        ("main2", sent(main2), (end(main1) + 0.6).max(end(a2_1) + 0.25)),
+        (
+            "main1",
+            sent(main1),
+            (end(main0) + 1.2).max(end(a1_1) + 0.3),
+        ),
+        (
+            "main2",
+            sent(main2),
+            (end(main1) + 0.6).max(end(a2_1) + 0.25),
+        ),
     ];
     for (what, at, want) in expected {
         // Never early; late by the client's own work at most (a loaded test machine), not by

@@ -216,9 +216,10 @@ impl Pool {
             };
             let Some(mut conn) = idle else {
                 // None idle while one is watched: it is ready within LEARN_WAIT (kept, or
-                // replaced by a fresh one), and waiting for it costs no handshake when due.
+                // replaced by a fresh one, a connect more), and waiting for it costs no
+                // handshake when due.
                 if learning > 0
-                    && tokio::time::timeout(LEARN_WAIT, settled).await.is_ok()
+                    && tokio::time::timeout(3 * LEARN_WAIT, settled).await.is_ok()
                     && Instant::now() < deadline
                 {
                     continue;

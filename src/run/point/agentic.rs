@@ -572,7 +572,12 @@ impl SessionRun {
 }
 
 /// A subagent's end: which it is (step, subagent), its records, how it ended and when.
-type AgentDone = ((usize, usize), Vec<RequestRecord>, Result<(), Stop>, Instant);
+type AgentDone = (
+    (usize, usize),
+    Vec<RequestRecord>,
+    Result<(), Stop>,
+    Instant,
+);
 
 /// A subagent that ended: its records kept, its end noted, and its failure (or its task's
 /// death) the session's stop if none came before.
