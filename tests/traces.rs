@@ -213,6 +213,19 @@ fn unusable_trace_blocks_are_refused_at_validate_with_the_traces_line() {
         "{text}"
     );
     assert!(text.contains("load.agentic.block_size"), "{text}");
+    // A negative time is refused where it stands, with the fix, not waited as an hour.
+    ws.write(
+        "s.jsonl",
+        r#"{"id": "a", "requests": [{"t": 0, "in": 7, "out": 4}, {"t": 1, "type": "subagent", "duration_ms": -2000, "requests": [{"in": 5, "out": 1}]}]}"#,
+    );
+    let out = servebench().arg("validate").arg(&agentic).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("s.jsonl:1:103: `duration_ms` is -2000: it cannot be negative"),
+        "{text}"
+    );
+    assert!(text.contains("correct the field"), "{text}");
 }
 
 /// A capacity search moves the live sessions: each probe replays the sessions at its value,
@@ -301,6 +314,7 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
         (Some(0), Some(64)),
         "{t}"
     );
+    assert_eq!(t["prompt_tokens"], t["requested_prompt_tokens"], "{t}");
     let kinds: Vec<&str> = validity_flags(p)
         .iter()
         .filter_map(|f| f["kind"].as_str())
@@ -325,7 +339,12 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
         );
         // Over by the next block's line break, and by words its text may share with the
         // block the trace recorded there by chance (one word in a hundred or so).
-        assert!(cached <= theoretical + 3, "{cached} over {theoretical}");
+        // (A sibling made after it but served first may have left more: its reachable hit.)
+        let reachable = r["reachable_cached_tokens"]
+            .as_u64()
+            .unwrap()
+            .max(theoretical);
+        assert!(cached <= reachable + 3, "{cached} over {reachable}");
         if cached + 64 < theoretical {
             // Only a prefill race: another turn of its session was in prefill at the same
             // time (sent before its first token, first token after its send: the blocks

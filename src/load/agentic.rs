@@ -1297,7 +1297,7 @@ mod tests {
             let (_d, p) = write(&format!("{line}\n"));
             let e = read(&p, &spec()).unwrap_err();
             let text = e.to_string();
-            // At the value: the column just past it.
+            // At the value (where the parser stood when it had read it).
             let column = line.find(&format!("\"{field}\": {value}")).unwrap()
                 + field.len()
                 + 4

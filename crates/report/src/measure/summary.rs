@@ -361,6 +361,7 @@ impl PointFold {
         t.tolerance_tokens = tolerance;
         t.requests += 1;
         t.prompt_tokens += r.prompt_tokens.unwrap_or(0);
+        t.requested_prompt_tokens += r.requested_prompt_tokens.unwrap_or(0);
         t.theoretical_cached_tokens += theoretical;
         t.cached_tokens += cached;
         if cached + tolerance < theoretical {
