@@ -391,27 +391,22 @@ impl<'a> Reader<'a> {
                 message,
                 hint,
             })?;
-        let mark = self.corpus.ids.len();
-        let session = build_session(
-            raw,
-            self.spec,
-            &scratch,
-            &mut self.corpus.ids,
-            &mut self.fresh,
-        )
-        .map_err(|(message, hint)| SessionTraceError::Line {
-            path: path.to_path_buf(),
-            line,
-            column: 1,
-            message,
-            hint,
-        })?;
+        // A session not held is checked against the budget of its own ids alone.
+        let mut own = Vec::new();
+        let ids = if held { &mut self.corpus.ids } else { &mut own };
+        let session = build_session(raw, self.spec, &scratch, ids, &mut self.fresh).map_err(
+            |(message, hint)| SessionTraceError::Line {
+                path: path.to_path_buf(),
+                line,
+                column: 1,
+                message,
+                hint,
+            },
+        )?;
         self.summary.sessions += 1;
         self.summary.turns += session.turns();
         if held {
             self.corpus.sessions.push(session);
-        } else {
-            self.corpus.ids.truncate(mark);
         }
         Ok(())
     }
