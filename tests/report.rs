@@ -744,6 +744,7 @@ fn reordered_block_hits_are_named_under_the_cache_table() {
     points[0].trace_cache = Some(servebench_model::results::jobs::TraceCache {
         requests: 10,
         prompt_tokens: 20_000,
+        requested_prompt_tokens: 20_000,
         theoretical_cached_tokens: 12_000,
         cached_tokens: 12_900,
         below: 0,

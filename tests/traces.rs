@@ -213,6 +213,19 @@ fn unusable_trace_blocks_are_refused_at_validate_with_the_traces_line() {
         "{text}"
     );
     assert!(text.contains("load.agentic.block_size"), "{text}");
+    // A negative time is refused where it stands, with the fix, not waited as an hour.
+    ws.write(
+        "s.jsonl",
+        r#"{"id": "a", "requests": [{"t": 0, "in": 7, "out": 4}, {"t": 1, "type": "subagent", "duration_ms": -2000, "requests": [{"in": 5, "out": 1}]}]}"#,
+    );
+    let out = servebench().arg("validate").arg(&agentic).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("s.jsonl:1:103: `duration_ms` is -2000: it cannot be negative"),
+        "{text}"
+    );
+    assert!(text.contains("correct the field"), "{text}");
 }
 
 /// A capacity search moves the live sessions: each probe replays the sessions at its value,
@@ -282,7 +295,10 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     assert_eq!(requests.len(), 93);
     assert_eq!(
-        requests.iter().filter(|r| r["job"]["agent"].is_string()).count(),
+        requests
+            .iter()
+            .filter(|r| r["job"]["agent"].is_string())
+            .count(),
         4 + 12 + 17 + 11 + 5 + 7,
         "subagent turns"
     );
@@ -293,7 +309,12 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
     // line break and one-token words): every prompt is its `in`, and every hit its
     // theoretical one and the next block's line break, judged within a block (64 tokens).
     let t = &p["trace_cache"];
-    assert_eq!((t["above"].as_u64(), t["tolerance_tokens"].as_u64()), (Some(0), Some(64)), "{t}");
+    assert_eq!(
+        (t["above"].as_u64(), t["tolerance_tokens"].as_u64()),
+        (Some(0), Some(64)),
+        "{t}"
+    );
+    assert_eq!(t["prompt_tokens"], t["requested_prompt_tokens"], "{t}");
     let kinds: Vec<&str> = validity_flags(p)
         .iter()
         .filter_map(|f| f["kind"].as_str())
@@ -318,7 +339,12 @@ fn the_published_kv_cache_tester_sessions_validate_and_replay_as_published() {
         );
         // Over by the next block's line break, and by words its text may share with the
         // block the trace recorded there by chance (one word in a hundred or so).
-        assert!(cached <= theoretical + 3, "{cached} over {theoretical}");
+        // (A sibling made after it but served first may have left more: its reachable hit.)
+        let reachable = r["reachable_cached_tokens"]
+            .as_u64()
+            .unwrap()
+            .max(theoretical);
+        assert!(cached <= reachable + 3, "{cached} over {reachable}");
         if cached + 64 < theoretical {
             // Only a prefill race: another turn of its session was in prefill at the same
             // time (sent before its first token, first token after its send: the blocks
@@ -370,9 +396,7 @@ fn a_session_waits_as_its_trace_recorded_it() {
     let find = |agent: Option<&str>, context: u64| {
         requests
             .iter()
-            .find(|r| {
-                r["job"]["agent"].as_str() == agent && r["job"]["context_tokens"] == context
-            })
+            .find(|r| r["job"]["agent"].as_str() == agent && r["job"]["context_tokens"] == context)
             .unwrap_or_else(|| panic!("{agent:?} {context}"))
     };
     let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
@@ -385,8 +409,16 @@ fn a_session_waits_as_its_trace_recorded_it() {
         ("a2's first", sent(a2_0), end(main0) + 0.05),
         ("a1's second", sent(a1_1), end(a1_0) + 0.4),
         ("a2's second", sent(a2_1), end(a2_0) + 1.5),
-        ("main1", sent(main1), (end(main0) + 1.2).max(end(a1_1) + 0.3)),
-        ("main2", sent(main2), (end(main1) + 0.6).max(end(a2_1) + 0.25)),
+        (
+            "main1",
+            sent(main1),
+            (end(main0) + 1.2).max(end(a1_1) + 0.3),
+        ),
+        (
+            "main2",
+            sent(main2),
+            (end(main1) + 0.6).max(end(a2_1) + 0.25),
+        ),
     ];
     for (what, at, want) in expected {
         // Never early; late by the client's own work at most (a loaded test machine), not by

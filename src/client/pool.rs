@@ -67,8 +67,6 @@ struct State {
     stale: u64,
     /// Of those, the ones whose connection had last served a stream.
     stale_after_stream: u64,
-    /// Connections watched after a stream while the pool learns ([`Pool::release`]).
-    learning: usize,
 }
 
 /// The connections to one server.
@@ -77,8 +75,6 @@ pub(super) struct Pool {
     authority: String,
     addrs: Mutex<Vec<SocketAddr>>,
     state: Mutex<State>,
-    /// Told when a watched connection is settled (kept, or closed and replaced).
-    settled: tokio::sync::Notify,
 }
 
 /// Why no connection could be had.
@@ -144,9 +140,7 @@ impl Pool {
                 after_stream: AfterStream::Unknown { kept: 0 },
                 stale: 0,
                 stale_after_stream: 0,
-                learning: 0,
             }),
-            settled: tokio::sync::Notify::new(),
         }
     }
 
@@ -205,24 +199,8 @@ impl Pool {
         deadline: Instant,
     ) -> Result<(Lease, ConnectionUse, Option<f64>), ConnectFailure> {
         loop {
-            let settled = self.settled.notified();
-            tokio::pin!(settled);
-            settled.as_mut().enable();
-            let (idle, learning) = if fresh {
-                (None, 0)
-            } else {
-                let mut st = self.state();
-                (st.idle.pop(), st.learning)
-            };
+            let idle = if fresh { None } else { self.state().idle.pop() };
             let Some(mut conn) = idle else {
-                // None idle while one is watched: it is ready within LEARN_WAIT (kept, or
-                // replaced by a fresh one), and waiting for it costs no handshake when due.
-                if learning > 0
-                    && tokio::time::timeout(LEARN_WAIT, settled).await.is_ok()
-                    && Instant::now() < deadline
-                {
-                    continue;
-                }
                 break;
             };
             if conn.still_open() {
@@ -446,39 +424,18 @@ impl Pool {
     /// response was read to its end (`complete`) and the server keeps the connection; otherwise
     /// closed and, when fewer than the prepared number remain, replaced by a fresh one at once,
     /// so the next request finds one ready.
-    ///
-    /// While the pool is still learning what the server does after a stream, the connection
-    /// is watched for [`LEARN_WAIT`] in a task of its own, off the caller's path: the request
-    /// that released it is done at once (its session's next wait starts from its real end),
-    /// and a request meanwhile takes another connection.
     pub(crate) async fn release(&self, mut lease: Lease, streamed: bool, complete: bool) {
         // The lease keeps the connection counted until the end, however this ends (a run
         // interrupted meanwhile drops it).
-        let keep = complete && lease.conn().still_open();
+        let mut keep = complete && lease.conn().still_open();
         if complete && streamed {
             if !keep {
                 // It ended right after a complete stream: the server closes after streams.
                 self.state().after_stream = AfterStream::Closes;
-            } else if matches!(self.state().after_stream, AfterStream::Unknown { .. }) {
-                let pool = lease.pool.clone();
-                pool.state().learning += 1;
-                tokio::spawn(async move {
-                    let keep = pool.learn(lease.conn()).await;
-                    pool.settle(lease, streamed, keep).await;
-                    pool.state().learning -= 1;
-                    pool.settled.notify_waiters();
-                });
-                return;
+            } else {
+                keep = self.learn(lease.conn()).await;
             }
         }
-        self.settle(lease, streamed, keep).await;
-    }
-
-    /// The end of [`release`](Self::release): the connection kept (`keep`) or closed and
-    /// replaced.
-    async fn settle(&self, mut lease: Lease, streamed: bool, keep: bool) {
-        // A server known to close after streams: its streamed connections are never reused.
-        let keep = keep && !(streamed && self.state().after_stream == AfterStream::Closes);
         if keep {
             let mut conn = lease.conn.take().expect("released once");
             conn.served += 1;

@@ -383,30 +383,30 @@ impl<'a> Reader<'a> {
             ID_LIMIT
         };
         let parsed = parse_raw(text, budget);
-        let (raw, scratch) = parsed.map_err(|(line_in, column, message, hint)| {
-            SessionTraceError::Line {
+        let (raw, scratch) =
+            parsed.map_err(|(line_in, column, message, hint)| SessionTraceError::Line {
                 path: path.to_path_buf(),
                 line: line + line_in - 1,
                 column,
                 message,
                 hint,
-            }
-        })?;
-        let mark = self.corpus.ids.len();
-        let session = build_session(raw, self.spec, &scratch, &mut self.corpus.ids, &mut self.fresh)
-            .map_err(|(message, hint)| SessionTraceError::Line {
+            })?;
+        // A session not held is checked against the budget of its own ids alone.
+        let mut own = Vec::new();
+        let ids = if held { &mut self.corpus.ids } else { &mut own };
+        let session = build_session(raw, self.spec, &scratch, ids, &mut self.fresh).map_err(
+            |(message, hint)| SessionTraceError::Line {
                 path: path.to_path_buf(),
                 line,
                 column: 1,
                 message,
                 hint,
-            })?;
+            },
+        )?;
         self.summary.sessions += 1;
         self.summary.turns += session.turns();
         if held {
             self.corpus.sessions.push(session);
-        } else {
-            self.corpus.ids.truncate(mark);
         }
         Ok(())
     }
@@ -487,9 +487,19 @@ struct RawEntry {
     kind: Option<String>,
     #[serde(default, deserialize_with = "time_t")]
     t: Option<f64>,
-    #[serde(default, rename = "in", alias = "input_length", deserialize_with = "tokens_in")]
+    #[serde(
+        default,
+        rename = "in",
+        alias = "input_length",
+        deserialize_with = "tokens_in"
+    )]
     input: Option<u64>,
-    #[serde(default, rename = "out", alias = "output_length", deserialize_with = "tokens_out")]
+    #[serde(
+        default,
+        rename = "out",
+        alias = "output_length",
+        deserialize_with = "tokens_out"
+    )]
     output: Option<u64>,
     #[serde(default, deserialize_with = "hash_ids")]
     hash_ids: Option<(usize, usize)>,
@@ -859,7 +869,10 @@ fn subagent(
                 .iter()
                 .filter_map(|r| Some(r.t? + r.api_time.unwrap_or(0.0)))
                 .reduce(f64::max);
-            (Some(t), last.map(|l| if relative { t + l } else { l.max(t) }))
+            (
+                Some(t),
+                last.map(|l| if relative { t + l } else { l.max(t) }),
+            )
         }
         (None, _) => (None, None),
     };
@@ -1180,7 +1193,11 @@ mod tests {
         std::fs::write(dir.path().join("a.json"), one("a")).unwrap();
         std::fs::write(
             dir.path().join("c.jsonl"),
-            format!("{}\n{}\n", one("c1").replace('\n', ""), one("c2").replace('\n', "")),
+            format!(
+                "{}\n{}\n",
+                one("c1").replace('\n', ""),
+                one("c2").replace('\n', "")
+            ),
         )
         .unwrap();
         std::fs::write(dir.path().join("README.md"), "not a session").unwrap();
@@ -1252,9 +1269,21 @@ mod tests {
     #[test]
     fn every_trace_number_is_bounded_where_it_is_read() {
         for (field, value, says) in [
-            ("duration_ms", "-5", "`duration_ms` is -5: it cannot be negative"),
-            ("think_time", "-0.5", "`think_time` is -0.5: it cannot be negative"),
-            ("api_time", "1e300", "`api_time` is 1e+300, not a number from 0 to"),
+            (
+                "duration_ms",
+                "-5",
+                "`duration_ms` is -5: it cannot be negative",
+            ),
+            (
+                "think_time",
+                "-0.5",
+                "`think_time` is -0.5: it cannot be negative",
+            ),
+            (
+                "api_time",
+                "1e300",
+                "`api_time` is 1e+300, not a number from 0 to",
+            ),
             ("t", "-1", "`t` is -1: it cannot be negative"),
         ] {
             let line = format!(
@@ -1263,7 +1292,7 @@ mod tests {
             let (_d, p) = write(&format!("{line}\n"));
             let e = read(&p, &spec()).unwrap_err();
             let text = e.to_string();
-            // At the value: the column just past it.
+            // At the value (where the parser stood when it had read it).
             let column = line.find(&format!("\"{field}\": {value}")).unwrap()
                 + field.len()
                 + 4

@@ -71,7 +71,11 @@ pub(crate) async fn one_token_words(
         } else {
             let mut keep = Vec::new();
             for w in words {
-                if count_with(client, how, &format!("\n{w}"), timeout).await.ok()? == base + 1 {
+                if count_with(client, how, &format!("\n{w}"), timeout)
+                    .await
+                    .ok()?
+                    == base + 1
+                {
                     keep.push(w);
                 }
             }
@@ -720,5 +724,35 @@ mod tests {
             assert_eq!((a.as_str(), fa), (b, fb), "{ids:?} {input}");
             last = ids;
         }
+    }
+
+    #[test]
+    fn blocks_of_one_token_words_are_exact_in_the_servers_count() {
+        // The words the simulator's tokenizer counts as one token after a line break, as
+        // `one_token_words` finds them with its /tokenize.
+        let words: Vec<String> = crate::prompt::generate::WORDS
+            .iter()
+            .map(|w| format!(" {w}"))
+            .filter(|w| sim::tokenize(&format!("\n{w}")).len() == 2)
+            .collect();
+        assert!(words.len() >= 16, "{}", words.len());
+        let t = BlockText {
+            words: Some(words.into()),
+            ..text(5)
+        };
+        let tokens = t.block_tokens(&[1, 2, 3, 4], Some(337));
+        assert_eq!(tokens, [100, 100, 100, 37]);
+        let prompt = t.prompt(&[1, 2, 3, 4], &tokens);
+        assert_eq!(sim::tokenize(&prompt).len(), 337);
+        // A block in part is the whole one's first words, and shares its tokens.
+        let whole = t.prompt(&[4], &[100]);
+        assert!(whole.starts_with(&t.prompt(&[4], &[37])));
+        assert_eq!(sim::tokenize(&whole).len(), 100);
+        // Another salt, another text.
+        let other = BlockText {
+            salt: 6,
+            ..t.clone()
+        };
+        assert_ne!(other.prompt(&[4], &[100]), whole);
     }
 }

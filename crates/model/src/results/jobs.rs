@@ -28,6 +28,11 @@ pub struct TraceCache {
     pub requests: usize,
     /// Their prompt tokens, as the server counted them.
     pub prompt_tokens: u64,
+    /// Their prompt tokens as the trace gives them (its `in`): against `prompt_tokens`, how
+    /// far the blocks' text came out from the trace's unit in the server's (a BOS a request
+    /// where blocks are made with the server's tokenizer; up to 2% where it has none).
+    #[serde(default)]
+    pub requested_prompt_tokens: u64,
     /// Tokens their leading blocks already sent could have served (the ceiling a prefix
     /// cache that never evicts reaches).
     pub theoretical_cached_tokens: u64,

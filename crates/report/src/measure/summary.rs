@@ -186,7 +186,10 @@ impl PointFold {
                 Some(l) if l.kind == servebench_model::spec::load_model::LoadKind::Trace => {
                     l.trace.as_ref().map_or(0, |t| u64::from(t.block_size))
                 }
-                _ => exp.agentic().and_then(|a| a.block_size).map_or(0, u64::from),
+                _ => exp
+                    .agentic()
+                    .and_then(|a| a.block_size)
+                    .map_or(0, u64::from),
             },
             as_is: exp.cache.policy == CachePolicy::AsIs,
             jobs: None,
@@ -208,8 +211,7 @@ impl PointFold {
     /// [`verify::COLD_TOLERATED_CACHED_TOKENS`] (a chat template's head, shared by every
     /// prompt, is cached with them).
     fn cache_tolerance(&self) -> u64 {
-        self.block_tokens
-            .max(verify::COLD_TOLERATED_CACHED_TOKENS)
+        self.block_tokens.max(verify::COLD_TOLERATED_CACHED_TOKENS)
     }
 
     /// Says how many measured requests the point plans (an open loop's schedule counts them).
@@ -363,6 +365,7 @@ impl PointFold {
         t.tolerance_tokens = tolerance;
         t.requests += 1;
         t.prompt_tokens += r.prompt_tokens.unwrap_or(0);
+        t.requested_prompt_tokens += r.requested_prompt_tokens.unwrap_or(0);
         t.theoretical_cached_tokens += theoretical;
         t.cached_tokens += cached;
         if cached + tolerance < theoretical {
