@@ -1288,6 +1288,45 @@ fn the_report_and_history_pages_load_in_chromium_and_draw() {
 }
 
 #[test]
+fn a_server_value_that_opens_a_comment_and_a_script_cannot_stop_the_page() {
+    let ws = Workspace::new();
+    // A server flag's value, in the change point's note the chart's data carries.
+    for (dir, at, decode, value) in [
+        ("a", "2026-12-01T00:00:00Z", 100.0, "x"),
+        ("b", "2026-12-02T00:00:00Z", 70.0, "<!--<script>"),
+    ] {
+        let p = point("p001", 1024, decode);
+        let m =
+            serde_json::to_string(&meta("h", at, json!({ "served-model-name": value }))).unwrap();
+        write_run(
+            ws.path(),
+            dir,
+            &m,
+            &format!("{}\n", serde_json::to_string(&p).unwrap()),
+        );
+    }
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let page = out_dir.join("history.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let data = &html[html.find("id=\"sb-data\">").unwrap()..];
+    assert!(
+        data.contains("\\u003c!--\\u003cscript\\u003e"),
+        "in the data, escaped"
+    );
+    // The title and summary come before the charts.
+    assert!(html.find("<h1>History</h1>").unwrap() < html.find("sb-interactive").unwrap());
+    assert_page_draws(&page, 1);
+}
+
+#[test]
 fn the_browser_check_catches_a_page_whose_script_fails() {
     use crate::browser;
     let ws = Workspace::new();

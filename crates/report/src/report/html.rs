@@ -43,16 +43,21 @@ pub(crate) fn escape(s: &str) -> String {
     out
 }
 
-/// A whole page: `title`, the content (HTML), the interactive part's data (`charts`,
-/// `timeline`), and extra HTML (point details) after the interactive part.
+/// A whole page: `title`, the content (HTML: the title, status, verdicts and summary a
+/// reviewer reads first), then the interactive part (its data: `charts`, `timeline`), then
+/// extra HTML (point details).
 pub(crate) fn page(title: &str, content: &str, data: &serde_json::Value, extra: &str) -> String {
-    // `</` cannot end the script element early.
+    // No `<` in the data at all (JSON has none outside strings, where `\u003c` is the same
+    // character): neither `</script>` nor `<!--` (which would make a later `</script>`
+    // part of the data) can end or confuse the script element; `>` and `&` likewise.
     let data = serde_json::to_string(data)
         .unwrap_or_else(|_| "{}".into())
-        .replace("</", "<\\/");
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026");
     let has_timeline = data.contains("\"timeline\":[{");
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n<section id=\"sb-interactive\">\n<h2>Interactive charts</h2>\n<p class=\"sb-hint\">Hover a point for its values; click a legend entry to hide or show its line.</p>\n<div id=\"sb-charts\"></div>\n{timeline}</section>\n{extra}<section id=\"sb-content\">\n{content}</section>\n<p id=\"sb-ready\" class=\"sb-hint\">charts not drawn (the page's script did not run)</p>\n</main>\n<script type=\"application/json\" id=\"sb-data\">{data}</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n<section id=\"sb-content\">\n{content}</section>\n<section id=\"sb-interactive\">\n<h2>Interactive charts</h2>\n<p class=\"sb-hint\">Hover a point for its values; click a legend entry to hide or show its line.</p>\n<div id=\"sb-charts\"></div>\n{timeline}</section>\n{extra}<p id=\"sb-ready\" class=\"sb-hint\">charts not drawn (the page's script did not run)</p>\n</main>\n<script type=\"application/json\" id=\"sb-data\">{data}</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
         title = escape(title),
         timeline = if has_timeline {
             "<h2>Per-request timeline</h2>\n<p class=\"sb-hint\">One row per request, time from the point's first scheduled request: grey, queued in the client (scheduled to sent); orange, waiting for the first token; blue, the stream, a tick per chunk; red, a gap between chunks over four times the median (a stall) or a failed request. Hover a row for its times, worker and error.</p>\n<div id=\"sb-timeline\"></div>\n"
@@ -543,6 +548,27 @@ mod tests {
         );
         assert!(!html.contains("src=\"http"), "no remote script");
         assert!(!html.contains("<link"), "no stylesheet link");
-        assert!(html.contains("<\\/script><b>"), "{html}");
+        assert!(
+            html.contains("\\u003c/script\\u003e\\u003cb\\u003e"),
+            "{html}"
+        );
+        // `<!--<script>` in a value would leave the script element open past its end.
+        let html = page("t", "", &json!({"charts": [], "v": "<!--<script>"}), "");
+        let data = &html[html.find("id=\"sb-data\">").unwrap()..];
+        let data = &data[..data.find("</script>").unwrap()];
+        assert!(!data.contains('<'), "{data}");
+        // The content (title, status, verdicts, summary) comes before the charts.
+        let html = page(
+            "t",
+            "<h1>Run</h1>",
+            &json!({"charts": []}),
+            "<p>details</p>",
+        );
+        let (content, charts, details) = (
+            html.find("<h1>Run</h1>").unwrap(),
+            html.find("sb-interactive").unwrap(),
+            html.find("<p>details</p>").unwrap(),
+        );
+        assert!(content < charts && charts < details, "{html}");
     }
 }
