@@ -301,7 +301,8 @@ pub(crate) fn read_svg(dir: &Path, path: &str) -> Option<String> {
     Some(text[start..].to_string())
 }
 
-/// A headline metric against the context length, one line per server group, from the points.
+/// A headline metric against the context length (or the sweep values), one line per server
+/// group named by its swept server settings, from the points.
 fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
     let mut groups: Vec<&str> = Vec::new();
     for p in points {
@@ -314,6 +315,33 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
         .filter_map(|p| p.requested_prompt_tokens)
         .collect();
     let spread = contexts.iter().max() > contexts.iter().min();
+    // In the spec's own terms: the x axis by the sweep values that are not the server's, a
+    // line per server by its swept settings (`server.args.tp=8`), its group's id only when
+    // the server was not swept.
+    let part = |p: &PointRecord, server: bool| {
+        let kept: indexmap::IndexMap<String, serde_json::Value> = p
+            .values
+            .iter()
+            .filter(|(k, _)| k.starts_with("server.") == server)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        super::format::values_text(&kept)
+    };
+    let mut x_keys: Vec<String> = Vec::new();
+    for p in points {
+        let key = part(p, false);
+        if !x_keys.contains(&key) {
+            x_keys.push(key);
+        }
+    }
+    let line_name = |g: &str| {
+        points
+            .iter()
+            .find(|p| p.group == g)
+            .map(|p| part(p, true))
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| g.to_string())
+    };
     Metric::headline()
         .filter_map(|m| {
             let name = m.name();
@@ -323,13 +351,13 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                     let pts: Vec<serde_json::Value> = points
                         .iter()
                         .filter(|p| p.group == *g)
-                        .enumerate()
-                        .filter_map(|(i, p)| {
+                        .filter_map(|p| {
                             let s = p.metrics.get(name).filter(|s| s.count > 0)?;
                             let x = if spread {
                                 p.requested_prompt_tokens? as f64
                             } else {
-                                (i + 1) as f64
+                                let key = part(p, false);
+                                (x_keys.iter().position(|k| *k == key)? + 1) as f64
                             };
                             let label = super::format::values_text(&p.values);
                             Some(json!({
@@ -342,7 +370,7 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                             }))
                         })
                         .collect();
-                    (!pts.is_empty()).then(|| json!({ "name": g, "points": pts }))
+                    (!pts.is_empty()).then(|| json!({ "name": line_name(g), "points": pts }))
                 })
                 .collect();
             if series.is_empty() {
@@ -356,13 +384,33 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                     .map(|c| json!({"x": *c as f64, "label": servebench_model::text::tokens(*c as f64)}))
                     .collect()
             } else {
-                (1..=points.len())
-                    .map(|i| json!({"x": i as f64, "label": format!("#{i}")}))
+                x_keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| {
+                        let label = if k.is_empty() { "all" } else { k.as_str() };
+                        json!({"x": (i + 1) as f64, "label": label})
+                    })
                     .collect()
             };
             Some(json!({
                 "title": format!("{} by point", m.long_label()),
-                "x_label": if spread { "context (prompt tokens, log scale)" } else { "point" },
+                "x_label": if spread {
+                    "context (prompt tokens, log scale)".to_string()
+                } else {
+                    let dims: Vec<&str> = points
+                        .iter()
+                        .flat_map(|p| p.values.keys())
+                        .filter(|k| !k.starts_with("server."))
+                        .map(String::as_str)
+                        .fold(Vec::new(), |mut v, k| {
+                            if !v.contains(&k) {
+                                v.push(k);
+                            }
+                            v
+                        });
+                    if dims.is_empty() { "point".to_string() } else { dims.join(", ") }
+                },
                 "x_log": spread,
                 "x_ticks": ticks,
                 "y_label": format!("{} ({})", m.label(), m.unit()),
@@ -536,6 +584,44 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<em>[other]</em>"), "{html}");
+    }
+
+    #[test]
+    fn point_charts_speak_the_specs_terms_not_ids() {
+        let point = |id: &str, group: &str, tp: u32, c: u32| -> PointRecord {
+            serde_json::from_value(json!({
+                "id": id, "values": { "server.args.tp": tp, "concurrency": c }, "group": group,
+                "ok": 3, "errors": 0, "flags": [], "incomplete": false,
+                "metrics": { "ttft_s": { "count": 3, "mean": 0.1, "p50": 0.1, "p90": 0.1,
+                    "p99": 0.1, "min": 0.1, "max": 0.1 } }
+            }))
+            .unwrap()
+        };
+        let points = [
+            point("p001", "g1", 1, 1),
+            point("p002", "g1", 1, 8),
+            point("p003", "g2", 2, 1),
+            point("p004", "g2", 2, 8),
+        ];
+        let charts = point_charts(&points);
+        let c = &charts[0];
+        assert_eq!(c["x_label"], "concurrency");
+        let ticks: Vec<&str> = c["x_ticks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(ticks, ["concurrency=1", "concurrency=8"]);
+        let names: Vec<&str> = c["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["server.args.tp=1", "server.args.tp=2"]);
+        // The second server's points sit at the same x as the first's.
+        assert_eq!(c["series"][1]["points"][1]["x"], 2.0);
     }
 
     #[test]
