@@ -1327,6 +1327,81 @@ fn a_server_value_that_opens_a_comment_and_a_script_cannot_stop_the_page() {
 }
 
 #[test]
+fn a_history_of_100_runs_draws_legible_axes_in_chromium() {
+    let ws = Workspace::new();
+    for i in 0..100u32 {
+        let at = format!("2026-{:02}-{:02}T00:00:00Z", 1 + i / 28, 1 + i % 28);
+        // Wide intervals on a small mean: whiskers that would reach below the axis.
+        let mut p = point("p001", 1024, 6.31 + (i % 7) as f64 * 0.9);
+        p.metrics
+            .insert("decode_tok_s".into(), stat(6.31, -3.0, 15.6));
+        let m = serde_json::to_string(&meta("h", &at, json!({}))).unwrap();
+        write_run(
+            ws.path(),
+            &format!("r{i:03}"),
+            &m,
+            &format!("{}\n", serde_json::to_string(&p).unwrap()),
+        );
+    }
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let page = out_dir.join("history.html");
+    let png = page.with_extension("png");
+    let p = crate::browser::open(&page, &png);
+    assert!(
+        crate::browser::charts_drawn(&p.dom).is_some_and(|n| n >= 1),
+        "{}",
+        p.log
+    );
+    let chart = &p.dom[p.dom.find("sb-charts").unwrap()..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    let x_labels = regex::Regex::new(r">#\d+</text>")
+        .unwrap()
+        .find_iter(chart)
+        .count();
+    assert!(
+        (5..=25).contains(&x_labels),
+        "thinned: {x_labels} of 100 labels"
+    );
+    assert!(chart.contains(">#100</text>"), "the last run labelled");
+    let y_ticks: Vec<f64> = regex::Regex::new(r#"text-anchor="end"[^>]*>([0-9.]+)</text>"#)
+        .unwrap()
+        .captures_iter(chart)
+        .map(|c| c[1].parse().unwrap())
+        .collect();
+    assert!(y_ticks.len() >= 4, "{y_ticks:?}");
+    let step = y_ticks[1] - y_ticks[0];
+    for (k, t) in y_ticks.iter().enumerate() {
+        assert!(
+            (t - k as f64 * step).abs() < 1e-9,
+            "round ticks: {y_ticks:?}"
+        );
+    }
+    assert!(
+        [1.0, 2.0, 2.5, 5.0].iter().any(|m| {
+            let r = step / m;
+            (r.log10() - r.log10().round()).abs() < 1e-9
+        }),
+        "a round step: {step}"
+    );
+    // Whiskers stay inside the plot: none below the x axis (y = 330).
+    for c in regex::Regex::new(r#"<line x1="[0-9.]+" x2="[0-9.]+" y1="([0-9.]+)" y2="([0-9.]+)""#)
+        .unwrap()
+        .captures_iter(chart)
+    {
+        let (a, b): (f64, f64) = (c[1].parse().unwrap(), c[2].parse().unwrap());
+        assert!(a <= 330.001 && b <= 330.001, "below the axis: {a} {b}");
+    }
+}
+
+#[test]
 fn the_browser_check_catches_a_page_whose_script_fails() {
     use crate::browser;
     let ws = Workspace::new();

@@ -66,16 +66,27 @@
       var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
       if (x1 === x0) { x0 -= 0.5; x1 += 0.5; }
       var pad = (x1 - x0) * 0.05; x0 -= pad; x1 += pad;
-      var y1 = Math.max.apply(null, ys) * 1.1 || 1;
+      // Round y ticks (1, 2, 2.5 or 5 times a power of ten), four or five of them, from 0.
+      var top = Math.max.apply(null, ys) * 1.05 || 1;
+      var raw = top / 4, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+      var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * mag; })
+        .filter(function (v) { return v >= raw; })[0];
+      var y1 = Math.ceil(top / step) * step;
       function sx(x) { return L + (tx(x) - x0) / (x1 - x0) * (W - L - R); }
-      function sy(y) { return H - B - y / y1 * (H - T - B); }
-      for (var k = 0; k <= 4; k++) {
-        var yv = y1 * k / 4, yy = sy(yv);
+      // Inside the plot: an interval reaching below 0 or above the top is cut at the edge.
+      function sy(y) { return H - B - Math.min(Math.max(y, 0), y1) / y1 * (H - T - B); }
+      for (var k = 0; k * step <= y1 + step / 1e6; k++) {
+        var yv = k * step, yy = sy(yv);
         el("line", { x1: L, x2: W - R, y1: yy, y2: yy, stroke: "#e5e5e5" }, svg);
-        el("text", { x: L - 6, y: yy + 4, "text-anchor": "end", "font-size": 12 }, svg).textContent = fmt(yv);
+        el("text", { x: L - 6, y: yy + 4, "text-anchor": "end", "font-size": 12 }, svg).textContent = fmt(Number(yv.toPrecision(6)));
       }
+      // x labels thinned to what fits side by side (every n-th, the last always shown).
       var ticks = spec.x_ticks || [];
-      ticks.forEach(function (t) {
+      var widest = Math.max.apply(null, ticks.map(function (t) { return String(t.label).length; }).concat([1]));
+      var every = Math.max(1, Math.ceil(ticks.length * (widest * 7 + 10) / (W - L - R)));
+      ticks.forEach(function (t, i) {
+        if (i % every !== 0 && i !== ticks.length - 1) return;
+        if (i === ticks.length - 1 && i % every !== 0 && (i % every) < every / 2) return;
         var xx = sx(t.x);
         el("text", { x: xx, y: H - B + 18, "text-anchor": "middle", "font-size": 12 }, svg).textContent = t.label;
       });
