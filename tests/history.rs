@@ -1271,6 +1271,14 @@ fn the_report_and_history_pages_load_in_chromium_and_draw() {
     // The headline charts the points measured (TTFT, decode: prefill speed needs one request
     // at a time) and the timeline.
     assert_page_draws(&page, 3);
+    // Above the rows, every request of the point (the density view), the last time label
+    // inside the plot.
+    let p = crate::browser::open(&page, &page.with_extension("png"));
+    assert!(
+        p.dom.contains("class=\"sb-density\"") && p.dom.contains("all 4 requests in flight"),
+        "{}",
+        p.dom
+    );
 
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let (_, _) = ws.run_ok(&spec);

@@ -474,11 +474,79 @@ fn point_details(points: &[PointRecord]) -> String {
     out
 }
 
-/// Collects each point's requests for the timeline, within the budgets.
+/// Requests of a run whose spans the density view keeps (32 bytes each): every request of
+/// any run up to this many.
+const DENSITY_REQUESTS: usize = 1_000_000;
+/// Time slots of a point's density view.
+const DENSITY_SLOTS: usize = 200;
+
+/// Collects each point's requests for the timeline, within the budgets, and every request's
+/// span (scheduled, sent, first token, end; NaN when absent) for the density view.
 #[derive(Default)]
 struct TimelineFold {
     points: indexmap::IndexMap<String, (Vec<serde_json::Value>, usize)>,
     total: usize,
+    spans: indexmap::IndexMap<String, Vec<[f64; 4]>>,
+    spans_total: usize,
+}
+
+/// How many requests were queued, waiting for their first token and streaming, on average
+/// over each of [`DENSITY_SLOTS`] slots of the point's whole span: a view of every request,
+/// where the rows show the first few hundred.
+fn density(spans: &[[f64; 4]]) -> Option<serde_json::Value> {
+    let start = |s: &[f64; 4]| {
+        if s[0].is_finite() {
+            s[0].min(s[1])
+        } else {
+            s[1]
+        }
+    };
+    let stop = |s: &[f64; 4]| {
+        [s[3], s[2], s[1]]
+            .into_iter()
+            .find(|t| t.is_finite())
+            .unwrap_or(s[1])
+    };
+    let t0 = spans.iter().map(start).fold(f64::INFINITY, f64::min);
+    let t1 = spans.iter().map(stop).fold(f64::NEG_INFINITY, f64::max);
+    if !(t0.is_finite() && t1.is_finite() && t1 > t0) {
+        return None;
+    }
+    let n = DENSITY_SLOTS;
+    let w = (t1 - t0) / n as f64;
+    let mut phases = [vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]];
+    for s in spans {
+        let first = if s[2].is_finite() { s[2] } else { stop(s) };
+        let intervals = [(s[0], s[1]), (s[1], first), (s[2], s[3])];
+        for (phase, (a, b)) in intervals.into_iter().enumerate() {
+            if !(a.is_finite() && b.is_finite() && b > a) {
+                continue;
+            }
+            let fa = ((a - t0) / w).clamp(0.0, n as f64);
+            let fb = ((b - t0) / w).clamp(0.0, n as f64);
+            let (ia, ib) = ((fa as usize).min(n - 1), (fb as usize).min(n - 1));
+            let slots = &mut phases[phase];
+            if ia == ib {
+                slots[ia] += fb - fa;
+            } else {
+                slots[ia] += (ia + 1) as f64 - fa;
+                slots[ib] += fb - ib as f64;
+                for slot in &mut slots[ia + 1..ib] {
+                    *slot += 1.0;
+                }
+            }
+        }
+    }
+    let round =
+        |v: &Vec<f64>| -> Vec<f64> { v.iter().map(|x| (x * 1000.0).round() / 1000.0).collect() };
+    Some(json!({
+        "t0": t0,
+        "t1": t1,
+        "requests": spans.len(),
+        "queued": round(&phases[0]),
+        "waiting": round(&phases[1]),
+        "streaming": round(&phases[2]),
+    }))
 }
 
 impl TimelineFold {
@@ -486,6 +554,20 @@ impl TimelineFold {
         use servebench_model::results::records::RequestRole;
         if r.role != RequestRole::Measure {
             return;
+        }
+        if self.spans_total < DENSITY_REQUESTS {
+            self.spans_total += 1;
+            let first = r
+                .chunks
+                .iter()
+                .find(|c| c.tokens > 0)
+                .map(|c| r.sent_at + c.t_s);
+            self.spans.entry(r.point.clone()).or_default().push([
+                r.scheduled_at.unwrap_or(f64::NAN),
+                r.sent_at,
+                first.unwrap_or(f64::NAN),
+                r.end_s.map_or(f64::NAN, |e| r.sent_at + e),
+            ]);
         }
         let entry = self.points.entry(r.point.clone()).or_default();
         entry.1 += 1;
@@ -531,10 +613,12 @@ pub(crate) fn report_page(
 ) -> Result<String, servebench_model::results::rundir::RunDirError> {
     let mut fold = TimelineFold::default();
     dir.visit_requests(|r: RequestRecord| fold.add(&r))?;
+    let mut spans = fold.spans;
     let timeline: Vec<serde_json::Value> = fold
         .points
         .into_iter()
         .map(|(id, (requests, seen))| {
+            let density = spans.shift_remove(&id).and_then(|s| density(&s));
             let label = points
                 .iter()
                 .find(|p| p.id == id)
@@ -547,6 +631,7 @@ pub(crate) fn report_page(
                 "label": label,
                 "cut": (seen > requests.len()).then_some(seen),
                 "requests": requests,
+                "density": density,
             })
         })
         .collect();
@@ -584,6 +669,42 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<em>[other]</em>"), "{html}");
+    }
+
+    #[test]
+    fn the_density_view_covers_every_request_of_a_long_point() {
+        // 10,000 requests over 6.8 s, each sent 1 ms after its schedule, its first token
+        // 10 ms later and its end 20 ms after that.
+        let spans: Vec<[f64; 4]> = (0..10_000)
+            .map(|i| {
+                let t = i as f64 * 0.00068;
+                [t, t + 0.001, t + 0.011, t + 0.031]
+            })
+            .collect();
+        let d = density(&spans).unwrap();
+        assert_eq!(d["requests"], 10_000);
+        let (t0, t1) = (d["t0"].as_f64().unwrap(), d["t1"].as_f64().unwrap());
+        assert!(t0 == 0.0 && (t1 - (0.00068 * 9_999.0 + 0.031)).abs() < 1e-9);
+        let w = (t1 - t0) / DENSITY_SLOTS as f64;
+        let sum = |k: &str| -> f64 {
+            d[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .sum::<f64>()
+                * w
+        };
+        // Each phase's time over every request, within the rounding of each slot.
+        for (k, each) in [("queued", 0.001), ("waiting", 0.010), ("streaming", 0.020)] {
+            let want = each * 10_000.0;
+            assert!(
+                (sum(k) - want).abs() < want * 0.01,
+                "{k}: {} vs {want}",
+                sum(k)
+            );
+        }
+        // The last slot still holds requests: the view reaches the end of the point.
+        assert!(d["streaming"][DENSITY_SLOTS - 1].as_f64().unwrap() > 0.0);
     }
 
     #[test]
