@@ -1271,6 +1271,14 @@ fn the_report_and_history_pages_load_in_chromium_and_draw() {
     // The headline charts the points measured (TTFT, decode: prefill speed needs one request
     // at a time) and the timeline.
     assert_page_draws(&page, 3);
+    // Above the rows, every request of the point (the density view), the last time label
+    // inside the plot.
+    let p = crate::browser::open(&page, &page.with_extension("png"));
+    assert!(
+        p.dom.contains("class=\"sb-density\"") && p.dom.contains("all 4 requests in flight"),
+        "{}",
+        p.dom
+    );
 
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let (_, _) = ws.run_ok(&spec);
@@ -1285,6 +1293,120 @@ fn the_report_and_history_pages_load_in_chromium_and_draw() {
     assert!(out.status.success(), "{}", show(&out));
     // TTFT and decode across the two runs.
     assert_page_draws(&out_dir.join("history.html"), 2);
+}
+
+#[test]
+fn a_server_value_that_opens_a_comment_and_a_script_cannot_stop_the_page() {
+    let ws = Workspace::new();
+    // A server flag's value, in the change point's note the chart's data carries.
+    for (dir, at, decode, value) in [
+        ("a", "2026-12-01T00:00:00Z", 100.0, "x"),
+        ("b", "2026-12-02T00:00:00Z", 70.0, "<!--<script>"),
+    ] {
+        let p = point("p001", 1024, decode);
+        let m =
+            serde_json::to_string(&meta("h", at, json!({ "served-model-name": value }))).unwrap();
+        write_run(
+            ws.path(),
+            dir,
+            &m,
+            &format!("{}\n", serde_json::to_string(&p).unwrap()),
+        );
+    }
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let page = out_dir.join("history.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let data = &html[html.find("id=\"sb-data\">").unwrap()..];
+    assert!(
+        data.contains("\\u003c!--\\u003cscript\\u003e"),
+        "in the data, escaped"
+    );
+    // The title and summary come before the charts.
+    assert!(html.find("<h1>History</h1>").unwrap() < html.find("sb-interactive").unwrap());
+    assert_page_draws(&page, 1);
+}
+
+#[test]
+fn a_history_of_100_runs_draws_legible_axes_in_chromium() {
+    let ws = Workspace::new();
+    for i in 0..100u32 {
+        let at = format!("2026-{:02}-{:02}T00:00:00Z", 1 + i / 28, 1 + i % 28);
+        // Wide intervals on a small mean: whiskers that would reach below the axis.
+        let mut p = point("p001", 1024, 6.31 + (i % 7) as f64 * 0.9);
+        p.metrics
+            .insert("decode_tok_s".into(), stat(6.31, -3.0, 15.6));
+        let m = serde_json::to_string(&meta("h", &at, json!({}))).unwrap();
+        write_run(
+            ws.path(),
+            &format!("r{i:03}"),
+            &m,
+            &format!("{}\n", serde_json::to_string(&p).unwrap()),
+        );
+    }
+    let out_dir = ws.path().join("history");
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let page = out_dir.join("history.html");
+    let png = page.with_extension("png");
+    let p = crate::browser::open(&page, &png);
+    assert!(
+        crate::browser::charts_drawn(&p.dom).is_some_and(|n| n >= 1),
+        "{}",
+        p.log
+    );
+    let chart = &p.dom[p.dom.find("sb-charts").unwrap()..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    let x_labels = regex::Regex::new(r">#\d+</text>")
+        .unwrap()
+        .find_iter(chart)
+        .count();
+    assert!(
+        (5..=25).contains(&x_labels),
+        "thinned: {x_labels} of 100 labels"
+    );
+    assert!(chart.contains(">#100</text>"), "the last run labelled");
+    let y_ticks: Vec<f64> = regex::Regex::new(r#"text-anchor="end"[^>]*>([0-9.]+)</text>"#)
+        .unwrap()
+        .captures_iter(chart)
+        .map(|c| c[1].parse().unwrap())
+        .collect();
+    assert!(y_ticks.len() >= 4, "{y_ticks:?}");
+    let step = y_ticks[1] - y_ticks[0];
+    for (k, t) in y_ticks.iter().enumerate() {
+        assert!(
+            (t - k as f64 * step).abs() < 1e-9,
+            "round ticks: {y_ticks:?}"
+        );
+    }
+    assert!(
+        [1.0, 2.0, 2.5, 5.0].iter().any(|m| {
+            let r = step / m;
+            (r.log10() - r.log10().round()).abs() < 1e-9
+        }),
+        "a round step: {step}"
+    );
+    // Whiskers stay inside the plot: none below the x axis (y = 330).
+    for c in regex::Regex::new(r#"<line x1="[0-9.]+" x2="[0-9.]+" y1="([0-9.]+)" y2="([0-9.]+)""#)
+        .unwrap()
+        .captures_iter(chart)
+    {
+        let (a, b): (f64, f64) = (c[1].parse().unwrap(), c[2].parse().unwrap());
+        assert!(a <= 330.001 && b <= 330.001, "below the axis: {a} {b}");
+    }
 }
 
 #[test]

@@ -66,16 +66,27 @@
       var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
       if (x1 === x0) { x0 -= 0.5; x1 += 0.5; }
       var pad = (x1 - x0) * 0.05; x0 -= pad; x1 += pad;
-      var y1 = Math.max.apply(null, ys) * 1.1 || 1;
+      // Round y ticks (1, 2, 2.5 or 5 times a power of ten), four or five of them, from 0.
+      var top = Math.max.apply(null, ys) * 1.05 || 1;
+      var raw = top / 4, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+      var step = [1, 2, 2.5, 5, 10].map(function (m) { return m * mag; })
+        .filter(function (v) { return v >= raw; })[0];
+      var y1 = Math.ceil(top / step) * step;
       function sx(x) { return L + (tx(x) - x0) / (x1 - x0) * (W - L - R); }
-      function sy(y) { return H - B - y / y1 * (H - T - B); }
-      for (var k = 0; k <= 4; k++) {
-        var yv = y1 * k / 4, yy = sy(yv);
+      // Inside the plot: an interval reaching below 0 or above the top is cut at the edge.
+      function sy(y) { return H - B - Math.min(Math.max(y, 0), y1) / y1 * (H - T - B); }
+      for (var k = 0; k * step <= y1 + step / 1e6; k++) {
+        var yv = k * step, yy = sy(yv);
         el("line", { x1: L, x2: W - R, y1: yy, y2: yy, stroke: "#e5e5e5" }, svg);
-        el("text", { x: L - 6, y: yy + 4, "text-anchor": "end", "font-size": 12 }, svg).textContent = fmt(yv);
+        el("text", { x: L - 6, y: yy + 4, "text-anchor": "end", "font-size": 12 }, svg).textContent = fmt(Number(yv.toPrecision(6)));
       }
+      // x labels thinned to what fits side by side (every n-th, the last always shown).
       var ticks = spec.x_ticks || [];
-      ticks.forEach(function (t) {
+      var widest = Math.max.apply(null, ticks.map(function (t) { return String(t.label).length; }).concat([1]));
+      var every = Math.max(1, Math.ceil(ticks.length * (widest * 7 + 10) / (W - L - R)));
+      ticks.forEach(function (t, i) {
+        if (i % every !== 0 && i !== ticks.length - 1) return;
+        if (i === ticks.length - 1 && i % every !== 0 && (i % every) < every / 2) return;
         var xx = sx(t.x);
         el("text", { x: xx, y: H - B + 18, "text-anchor": "middle", "font-size": 12 }, svg).textContent = t.label;
       });
@@ -123,18 +134,37 @@
   // grey, waiting for the first token orange, the stream blue with a tick per chunk; a gap
   // between chunks longer than 4x the median gap is red (a stall).
   function timeline(host, point) {
-    var reqs = point.requests;
-    var W = 900, L = 60, R = 20, T = 20, rowH = Math.max(3, Math.min(14, Math.floor(420 / Math.max(1, reqs.length))));
+    var reqs = point.requests, dens = point.density;
+    // Above the rows, every request of the point: how many were queued, waiting and
+    // streaming over its whole span (the rows are its first few hundred).
+    var DH = dens ? 90 : 0;
+    var W = 900, L = 60, R = 20, T = 20 + DH, rowH = Math.max(3, Math.min(14, Math.floor(420 / Math.max(1, reqs.length))));
     var H = T + reqs.length * rowH + 40;
     var t0 = Infinity, t1 = -Infinity;
     reqs.forEach(function (r) {
       t0 = Math.min(t0, r.scheduled !== null ? r.scheduled : r.sent);
       t1 = Math.max(t1, r.end !== null ? r.end : (r.chunks.length ? r.chunks[r.chunks.length - 1] : r.sent));
     });
+    if (dens) { t0 = Math.min(t0, dens.t0); t1 = Math.max(t1, dens.t1); }
     if (!isFinite(t0)) { t0 = 0; t1 = 1; }
     if (t1 <= t0) t1 = t0 + 1e-3;
     function sx(t) { return L + (t - t0) / (t1 - t0) * (W - L - R); }
     var svg = el("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" }, host);
+    if (dens) {
+      var n = dens.streaming.length, w = (dens.t1 - dens.t0) / n, peak = 0;
+      for (var q = 0; q < n; q++) peak = Math.max(peak, dens.queued[q] + dens.waiting[q] + dens.streaming[q]);
+      peak = peak || 1;
+      var dg = el("g", { "class": "sb-density" }, svg), base = 14 + DH - 16, scale = (DH - 24) / peak;
+      for (var q2 = 0; q2 < n; q2++) {
+        var xa = sx(dens.t0 + q2 * w), xw = Math.max(0.5, sx(dens.t0 + (q2 + 1) * w) - xa), y = base;
+        [["streaming", "#0072b2"], ["waiting", "#e69f00"], ["queued", "#bbbbbb"]].forEach(function (ph) {
+          var hgt = dens[ph[0]][q2] * scale;
+          if (hgt > 0) el("rect", { x: xa, y: y - hgt, width: xw, height: hgt, fill: ph[1] }, dg);
+          y -= hgt;
+        });
+      }
+      el("text", { x: L, y: 12, "font-size": 11 }, svg).textContent = "all " + dens.requests + " requests in flight (at most " + fmt(peak) + "): queued grey, waiting for the first token orange, streaming blue";
+    }
     var gaps = [];
     reqs.forEach(function (r) { for (var j = 1; j < r.chunks.length; j++) gaps.push(r.chunks[j] - r.chunks[j - 1]); });
     gaps.sort(function (a, b) { return a - b; });
@@ -171,7 +201,8 @@
     });
     for (var k = 0; k <= 5; k++) {
       var t = t0 + (t1 - t0) * k / 5;
-      el("text", { x: sx(t), y: H - 20, "text-anchor": "middle", "font-size": 12 }, svg).textContent = fmt((t - t0) * 1000) + " ms";
+      // The last label ends at the plot's edge instead of running past it.
+      el("text", { x: sx(t), y: H - 20, "text-anchor": k === 5 ? "end" : (k === 0 ? "start" : "middle"), "font-size": 12 }, svg).textContent = fmt((t - t0) * 1000) + " ms";
     }
     el("text", { x: 4, y: T + 10, "font-size": 11 }, svg).textContent = "req";
   }

@@ -43,16 +43,21 @@ pub(crate) fn escape(s: &str) -> String {
     out
 }
 
-/// A whole page: `title`, the content (HTML), the interactive part's data (`charts`,
-/// `timeline`), and extra HTML (point details) after the interactive part.
+/// A whole page: `title`, the content (HTML: the title, status, verdicts and summary a
+/// reviewer reads first), then the interactive part (its data: `charts`, `timeline`), then
+/// extra HTML (point details).
 pub(crate) fn page(title: &str, content: &str, data: &serde_json::Value, extra: &str) -> String {
-    // `</` cannot end the script element early.
+    // No `<` in the data at all (JSON has none outside strings, where `\u003c` is the same
+    // character): neither `</script>` nor `<!--` (which would make a later `</script>`
+    // part of the data) can end or confuse the script element; `>` and `&` likewise.
     let data = serde_json::to_string(data)
         .unwrap_or_else(|_| "{}".into())
-        .replace("</", "<\\/");
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026");
     let has_timeline = data.contains("\"timeline\":[{");
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n<section id=\"sb-interactive\">\n<h2>Interactive charts</h2>\n<p class=\"sb-hint\">Hover a point for its values; click a legend entry to hide or show its line.</p>\n<div id=\"sb-charts\"></div>\n{timeline}</section>\n{extra}<section id=\"sb-content\">\n{content}</section>\n<p id=\"sb-ready\" class=\"sb-hint\">charts not drawn (the page's script did not run)</p>\n</main>\n<script type=\"application/json\" id=\"sb-data\">{data}</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n<section id=\"sb-content\">\n{content}</section>\n<section id=\"sb-interactive\">\n<h2>Interactive charts</h2>\n<p class=\"sb-hint\">Hover a point for its values; click a legend entry to hide or show its line.</p>\n<div id=\"sb-charts\"></div>\n{timeline}</section>\n{extra}<p id=\"sb-ready\" class=\"sb-hint\">charts not drawn (the page's script did not run)</p>\n</main>\n<script type=\"application/json\" id=\"sb-data\">{data}</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
         title = escape(title),
         timeline = if has_timeline {
             "<h2>Per-request timeline</h2>\n<p class=\"sb-hint\">One row per request, time from the point's first scheduled request: grey, queued in the client (scheduled to sent); orange, waiting for the first token; blue, the stream, a tick per chunk; red, a gap between chunks over four times the median (a stall) or a failed request. Hover a row for its times, worker and error.</p>\n<div id=\"sb-timeline\"></div>\n"
@@ -296,7 +301,8 @@ pub(crate) fn read_svg(dir: &Path, path: &str) -> Option<String> {
     Some(text[start..].to_string())
 }
 
-/// A headline metric against the context length, one line per server group, from the points.
+/// A headline metric against the context length (or the sweep values), one line per server
+/// group named by its swept server settings, from the points.
 fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
     let mut groups: Vec<&str> = Vec::new();
     for p in points {
@@ -309,6 +315,33 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
         .filter_map(|p| p.requested_prompt_tokens)
         .collect();
     let spread = contexts.iter().max() > contexts.iter().min();
+    // In the spec's own terms: the x axis by the sweep values that are not the server's, a
+    // line per server by its swept settings (`server.args.tp=8`), its group's id only when
+    // the server was not swept.
+    let part = |p: &PointRecord, server: bool| {
+        let kept: indexmap::IndexMap<String, serde_json::Value> = p
+            .values
+            .iter()
+            .filter(|(k, _)| k.starts_with("server.") == server)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        super::format::values_text(&kept)
+    };
+    let mut x_keys: Vec<String> = Vec::new();
+    for p in points {
+        let key = part(p, false);
+        if !x_keys.contains(&key) {
+            x_keys.push(key);
+        }
+    }
+    let line_name = |g: &str| {
+        points
+            .iter()
+            .find(|p| p.group == g)
+            .map(|p| part(p, true))
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| g.to_string())
+    };
     Metric::headline()
         .filter_map(|m| {
             let name = m.name();
@@ -318,13 +351,13 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                     let pts: Vec<serde_json::Value> = points
                         .iter()
                         .filter(|p| p.group == *g)
-                        .enumerate()
-                        .filter_map(|(i, p)| {
+                        .filter_map(|p| {
                             let s = p.metrics.get(name).filter(|s| s.count > 0)?;
                             let x = if spread {
                                 p.requested_prompt_tokens? as f64
                             } else {
-                                (i + 1) as f64
+                                let key = part(p, false);
+                                (x_keys.iter().position(|k| *k == key)? + 1) as f64
                             };
                             let label = super::format::values_text(&p.values);
                             Some(json!({
@@ -337,7 +370,7 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                             }))
                         })
                         .collect();
-                    (!pts.is_empty()).then(|| json!({ "name": g, "points": pts }))
+                    (!pts.is_empty()).then(|| json!({ "name": line_name(g), "points": pts }))
                 })
                 .collect();
             if series.is_empty() {
@@ -351,13 +384,33 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
                     .map(|c| json!({"x": *c as f64, "label": servebench_model::text::tokens(*c as f64)}))
                     .collect()
             } else {
-                (1..=points.len())
-                    .map(|i| json!({"x": i as f64, "label": format!("#{i}")}))
+                x_keys
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| {
+                        let label = if k.is_empty() { "all" } else { k.as_str() };
+                        json!({"x": (i + 1) as f64, "label": label})
+                    })
                     .collect()
             };
             Some(json!({
                 "title": format!("{} by point", m.long_label()),
-                "x_label": if spread { "context (prompt tokens, log scale)" } else { "point" },
+                "x_label": if spread {
+                    "context (prompt tokens, log scale)".to_string()
+                } else {
+                    let dims: Vec<&str> = points
+                        .iter()
+                        .flat_map(|p| p.values.keys())
+                        .filter(|k| !k.starts_with("server."))
+                        .map(String::as_str)
+                        .fold(Vec::new(), |mut v, k| {
+                            if !v.contains(&k) {
+                                v.push(k);
+                            }
+                            v
+                        });
+                    if dims.is_empty() { "point".to_string() } else { dims.join(", ") }
+                },
                 "x_log": spread,
                 "x_ticks": ticks,
                 "y_label": format!("{} ({})", m.label(), m.unit()),
@@ -421,11 +474,79 @@ fn point_details(points: &[PointRecord]) -> String {
     out
 }
 
-/// Collects each point's requests for the timeline, within the budgets.
+/// Requests of a run whose spans the density view keeps (32 bytes each): every request of
+/// any run up to this many.
+const DENSITY_REQUESTS: usize = 1_000_000;
+/// Time slots of a point's density view.
+const DENSITY_SLOTS: usize = 200;
+
+/// Collects each point's requests for the timeline, within the budgets, and every request's
+/// span (scheduled, sent, first token, end; NaN when absent) for the density view.
 #[derive(Default)]
 struct TimelineFold {
     points: indexmap::IndexMap<String, (Vec<serde_json::Value>, usize)>,
     total: usize,
+    spans: indexmap::IndexMap<String, Vec<[f64; 4]>>,
+    spans_total: usize,
+}
+
+/// How many requests were queued, waiting for their first token and streaming, on average
+/// over each of [`DENSITY_SLOTS`] slots of the point's whole span: a view of every request,
+/// where the rows show the first few hundred.
+fn density(spans: &[[f64; 4]]) -> Option<serde_json::Value> {
+    let start = |s: &[f64; 4]| {
+        if s[0].is_finite() {
+            s[0].min(s[1])
+        } else {
+            s[1]
+        }
+    };
+    let stop = |s: &[f64; 4]| {
+        [s[3], s[2], s[1]]
+            .into_iter()
+            .find(|t| t.is_finite())
+            .unwrap_or(s[1])
+    };
+    let t0 = spans.iter().map(start).fold(f64::INFINITY, f64::min);
+    let t1 = spans.iter().map(stop).fold(f64::NEG_INFINITY, f64::max);
+    if !(t0.is_finite() && t1.is_finite() && t1 > t0) {
+        return None;
+    }
+    let n = DENSITY_SLOTS;
+    let w = (t1 - t0) / n as f64;
+    let mut phases = [vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]];
+    for s in spans {
+        let first = if s[2].is_finite() { s[2] } else { stop(s) };
+        let intervals = [(s[0], s[1]), (s[1], first), (s[2], s[3])];
+        for (phase, (a, b)) in intervals.into_iter().enumerate() {
+            if !(a.is_finite() && b.is_finite() && b > a) {
+                continue;
+            }
+            let fa = ((a - t0) / w).clamp(0.0, n as f64);
+            let fb = ((b - t0) / w).clamp(0.0, n as f64);
+            let (ia, ib) = ((fa as usize).min(n - 1), (fb as usize).min(n - 1));
+            let slots = &mut phases[phase];
+            if ia == ib {
+                slots[ia] += fb - fa;
+            } else {
+                slots[ia] += (ia + 1) as f64 - fa;
+                slots[ib] += fb - ib as f64;
+                for slot in &mut slots[ia + 1..ib] {
+                    *slot += 1.0;
+                }
+            }
+        }
+    }
+    let round =
+        |v: &Vec<f64>| -> Vec<f64> { v.iter().map(|x| (x * 1000.0).round() / 1000.0).collect() };
+    Some(json!({
+        "t0": t0,
+        "t1": t1,
+        "requests": spans.len(),
+        "queued": round(&phases[0]),
+        "waiting": round(&phases[1]),
+        "streaming": round(&phases[2]),
+    }))
 }
 
 impl TimelineFold {
@@ -433,6 +554,20 @@ impl TimelineFold {
         use servebench_model::results::records::RequestRole;
         if r.role != RequestRole::Measure {
             return;
+        }
+        if self.spans_total < DENSITY_REQUESTS {
+            self.spans_total += 1;
+            let first = r
+                .chunks
+                .iter()
+                .find(|c| c.tokens > 0)
+                .map(|c| r.sent_at + c.t_s);
+            self.spans.entry(r.point.clone()).or_default().push([
+                r.scheduled_at.unwrap_or(f64::NAN),
+                r.sent_at,
+                first.unwrap_or(f64::NAN),
+                r.end_s.map_or(f64::NAN, |e| r.sent_at + e),
+            ]);
         }
         let entry = self.points.entry(r.point.clone()).or_default();
         entry.1 += 1;
@@ -478,10 +613,12 @@ pub(crate) fn report_page(
 ) -> Result<String, servebench_model::results::rundir::RunDirError> {
     let mut fold = TimelineFold::default();
     dir.visit_requests(|r: RequestRecord| fold.add(&r))?;
+    let mut spans = fold.spans;
     let timeline: Vec<serde_json::Value> = fold
         .points
         .into_iter()
         .map(|(id, (requests, seen))| {
+            let density = spans.shift_remove(&id).and_then(|s| density(&s));
             let label = points
                 .iter()
                 .find(|p| p.id == id)
@@ -494,6 +631,7 @@ pub(crate) fn report_page(
                 "label": label,
                 "cut": (seen > requests.len()).then_some(seen),
                 "requests": requests,
+                "density": density,
             })
         })
         .collect();
@@ -534,6 +672,80 @@ mod tests {
     }
 
     #[test]
+    fn the_density_view_covers_every_request_of_a_long_point() {
+        // 10,000 requests over 6.8 s, each sent 1 ms after its schedule, its first token
+        // 10 ms later and its end 20 ms after that.
+        let spans: Vec<[f64; 4]> = (0..10_000)
+            .map(|i| {
+                let t = i as f64 * 0.00068;
+                [t, t + 0.001, t + 0.011, t + 0.031]
+            })
+            .collect();
+        let d = density(&spans).unwrap();
+        assert_eq!(d["requests"], 10_000);
+        let (t0, t1) = (d["t0"].as_f64().unwrap(), d["t1"].as_f64().unwrap());
+        assert!(t0 == 0.0 && (t1 - (0.00068 * 9_999.0 + 0.031)).abs() < 1e-9);
+        let w = (t1 - t0) / DENSITY_SLOTS as f64;
+        let sum = |k: &str| -> f64 {
+            d[k].as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .sum::<f64>()
+                * w
+        };
+        // Each phase's time over every request, within the rounding of each slot.
+        for (k, each) in [("queued", 0.001), ("waiting", 0.010), ("streaming", 0.020)] {
+            let want = each * 10_000.0;
+            assert!(
+                (sum(k) - want).abs() < want * 0.01,
+                "{k}: {} vs {want}",
+                sum(k)
+            );
+        }
+        // The last slot still holds requests: the view reaches the end of the point.
+        assert!(d["streaming"][DENSITY_SLOTS - 1].as_f64().unwrap() > 0.0);
+    }
+
+    #[test]
+    fn point_charts_speak_the_specs_terms_not_ids() {
+        let point = |id: &str, group: &str, tp: u32, c: u32| -> PointRecord {
+            serde_json::from_value(json!({
+                "id": id, "values": { "server.args.tp": tp, "concurrency": c }, "group": group,
+                "ok": 3, "errors": 0, "flags": [], "incomplete": false,
+                "metrics": { "ttft_s": { "count": 3, "mean": 0.1, "p50": 0.1, "p90": 0.1,
+                    "p99": 0.1, "min": 0.1, "max": 0.1 } }
+            }))
+            .unwrap()
+        };
+        let points = [
+            point("p001", "g1", 1, 1),
+            point("p002", "g1", 1, 8),
+            point("p003", "g2", 2, 1),
+            point("p004", "g2", 2, 8),
+        ];
+        let charts = point_charts(&points);
+        let c = &charts[0];
+        assert_eq!(c["x_label"], "concurrency");
+        let ticks: Vec<&str> = c["x_ticks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(ticks, ["concurrency=1", "concurrency=8"]);
+        let names: Vec<&str> = c["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["server.args.tp=1", "server.args.tp=2"]);
+        // The second server's points sit at the same x as the first's.
+        assert_eq!(c["series"][1]["points"][1]["x"], 2.0);
+    }
+
+    #[test]
     fn a_page_loads_nothing_from_outside_and_its_data_cannot_end_the_script() {
         let html = page(
             "t",
@@ -543,6 +755,27 @@ mod tests {
         );
         assert!(!html.contains("src=\"http"), "no remote script");
         assert!(!html.contains("<link"), "no stylesheet link");
-        assert!(html.contains("<\\/script><b>"), "{html}");
+        assert!(
+            html.contains("\\u003c/script\\u003e\\u003cb\\u003e"),
+            "{html}"
+        );
+        // `<!--<script>` in a value would leave the script element open past its end.
+        let html = page("t", "", &json!({"charts": [], "v": "<!--<script>"}), "");
+        let data = &html[html.find("id=\"sb-data\">").unwrap()..];
+        let data = &data[..data.find("</script>").unwrap()];
+        assert!(!data.contains('<'), "{data}");
+        // The content (title, status, verdicts, summary) comes before the charts.
+        let html = page(
+            "t",
+            "<h1>Run</h1>",
+            &json!({"charts": []}),
+            "<p>details</p>",
+        );
+        let (content, charts, details) = (
+            html.find("<h1>Run</h1>").unwrap(),
+            html.find("sb-interactive").unwrap(),
+            html.find("<p>details</p>").unwrap(),
+        );
+        assert!(content < charts && charts < details, "{html}");
     }
 }
