@@ -323,3 +323,35 @@ fn a_name_repeated_in_every_piece_is_read_as_one_name() {
         "{p}"
     );
 }
+
+/// `tool_choice: required` on a server that split no call from the text (SGLang without
+/// `--tool-call-parser`): every answer contradicts the request, so the point is flagged
+/// `impossible-usage` and degraded, as invalid output is.
+#[test]
+fn an_answer_without_a_call_under_required_is_impossible_usage() {
+    let ws = Workspace::new();
+    let tools = format!("[{{ type: function, function: {{ name: f, parameters: {CITY} }} }}]");
+    let path = ws.write(
+        "required.yaml",
+        &spec("required", "", &tools, "  tool_choice: required\n"),
+    );
+    let out = ws.run(&path);
+    assert_eq!(out.status.code(), Some(3), "{}", crate::common::show(&out));
+    let dir = crate::common::run_dir(&out);
+    let points = crate::common::read_jsonl(&dir.join("points.jsonl"));
+    let p = &points[0];
+    assert_eq!(p["status"], "degraded", "{p}");
+    let flag = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "impossible-usage")
+        .unwrap_or_else(|| panic!("{p}"));
+    assert!(
+        flag["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("3 of 3 requests counted usage their stream or request contradicts (first: request 0, no tool call, under a tool_choice that requires one)"),
+        "{flag}"
+    );
+}

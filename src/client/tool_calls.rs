@@ -367,6 +367,19 @@ mod tests {
             Some(true)
         );
         assert_eq!(both(None), Some(false));
+        // A schema the crate cannot compile here (a `$ref` over the network, which servebench
+        // never fetches; a `$schema` it does not know) leaves the call judged by its name and
+        // JSON only, without a panic or a request.
+        for parameters in [
+            json!({"type": "object", "properties": {"n": {"$ref": "https://example.invalid/n.json"}}}),
+            json!({"$schema": "https://example.invalid/my-draft", "type": "object"}),
+        ] {
+            let tools = vec![json!({"type": "function",
+                                   "function": {"name": "f", "parameters": parameters}})];
+            let judged = |args: &str| streamed(&[piece(0, Some("f"), args)]).judge(&tools);
+            assert_eq!(judged(r#"{"n": 5}"#).valid, Some(true), "{tools:?}");
+            assert_eq!(judged(r#"{"n": "#).valid, Some(false), "{tools:?}");
+        }
         assert_eq!(
             both(Some("https://json-schema.org/draft/2020-12/schema")),
             Some(false)
