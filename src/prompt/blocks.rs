@@ -36,7 +36,7 @@ pub struct BlockText {
     /// Mixed into every block's seed: a new salt, new texts.
     pub salt: u64,
     /// Words the server counts as one token each (with their leading space), found with its
-    /// tokenize endpoint ([`one_token_words`]): a block of `t` tokens is then a line break
+    /// tokenize endpoint (the block text's calibration in the runner): a block of `t` tokens is then a line break
     /// and `t - 1` of them, `t` tokens in the server's own count. None (a server that cannot
     /// tokenize): a block is `chars_per_block` characters in proportion, as many tokens as
     /// the one calibration says, within [`CHAR_SIZED_DRIFT`].
@@ -48,41 +48,6 @@ pub struct BlockText {
 /// tokenizer, 2026-12-06), so a long prompt's hit can differ from its blocks' promise by that
 /// share of it.
 pub const CHAR_SIZED_DRIFT: f64 = 0.02;
-
-/// Words of the random text that the server counts as one token each after a line break (with
-/// their leading space), asked of its tokenize endpoint once a round: all of them in one count
-/// when that adds up, else one by one. None: fewer than 16 are.
-pub(crate) async fn one_token_words(
-    client: &crate::client::Client,
-    how: &servebench_model::results::meta::Tokenize,
-    timeout: std::time::Duration,
-) -> Option<Arc<[String]>> {
-    use crate::client::surface::count_with;
-    let words: Vec<String> = super::generate::WORDS
-        .iter()
-        .map(|w| format!(" {w}"))
-        .collect();
-    // The line break alone: whatever the server adds (a BOS) is counted in it.
-    let base = count_with(client, how, "\n", timeout).await.ok()?;
-    let all = format!("\n{}", words.concat());
-    let keep: Vec<String> =
-        if count_with(client, how, &all, timeout).await.ok()? == base + words.len() as u64 {
-            words
-        } else {
-            let mut keep = Vec::new();
-            for w in words {
-                if count_with(client, how, &format!("\n{w}"), timeout)
-                    .await
-                    .ok()?
-                    == base + 1
-                {
-                    keep.push(w);
-                }
-            }
-            keep
-        };
-    (keep.len() >= 16).then(|| keep.into())
-}
 
 impl BlockText {
     /// Tokens of each of `ids`' blocks for a line of `input_tokens` (None: every block
@@ -729,7 +694,7 @@ mod tests {
     #[test]
     fn blocks_of_one_token_words_are_exact_in_the_servers_count() {
         // The words the simulator's tokenizer counts as one token after a line break, as
-        // `one_token_words` finds them with its /tokenize.
+        // the runner finds them with the server's /tokenize.
         let words: Vec<String> = crate::prompt::generate::WORDS
             .iter()
             .map(|w| format!(" {w}"))

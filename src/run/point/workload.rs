@@ -190,9 +190,7 @@ impl PointRunner {
         };
         // Blocks exact in the server's tokens where it can count them.
         let words = match self.surface.as_ref().and_then(|s| s.tokenize.clone()) {
-            Some(how) => {
-                crate::prompt::blocks::one_token_words(client, &how, exp.request_timeout).await
-            }
+            Some(how) => one_token_words(client, &how, exp.request_timeout).await,
             None => None,
         };
         Ok(BlockText {
@@ -549,4 +547,39 @@ pub(super) fn tag(fresh: bool, seed: u64, parts: &[u64]) -> String {
         .map(|_| (b'a' + rng.random_range(0..26u8)) as char)
         .collect();
     format!("{letters}-{}: ", parts.first().copied().unwrap_or(0))
+}
+
+/// Words of the random text that the server counts as one token each after a line break (with
+/// their leading space), asked of its tokenize endpoint once a round: all of them in one count
+/// when that adds up, else one by one. None: fewer than 16 are.
+async fn one_token_words(
+    client: &crate::client::Client,
+    how: &servebench_model::results::meta::Tokenize,
+    timeout: std::time::Duration,
+) -> Option<Arc<[String]>> {
+    use crate::client::surface::count_with;
+    let words: Vec<String> = crate::prompt::WORDS
+        .iter()
+        .map(|w| format!(" {w}"))
+        .collect();
+    // The line break alone: whatever the server adds (a BOS) is counted in it.
+    let base = count_with(client, how, "\n", timeout).await.ok()?;
+    let all = format!("\n{}", words.concat());
+    let keep: Vec<String> =
+        if count_with(client, how, &all, timeout).await.ok()? == base + words.len() as u64 {
+            words
+        } else {
+            let mut keep = Vec::new();
+            for w in words {
+                if count_with(client, how, &format!("\n{w}"), timeout)
+                    .await
+                    .ok()?
+                    == base + 1
+                {
+                    keep.push(w);
+                }
+            }
+            keep
+        };
+    (keep.len() >= 16).then(|| keep.into())
 }
