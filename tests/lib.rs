@@ -31,6 +31,7 @@ mod search;
 mod secrets;
 mod senders;
 mod server_metrics;
+mod session_affinity;
 mod slurm;
 mod slurmd;
 mod spec;

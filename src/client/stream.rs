@@ -173,6 +173,7 @@ pub(super) async fn run(
             deadline,
             timeout,
             Some(&id),
+            &req.headers,
         )
         .await;
     m.request_id = Some(id);
