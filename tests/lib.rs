@@ -13,6 +13,7 @@ mod engines;
 mod faulty;
 mod fuzz;
 mod history;
+mod interactivity;
 mod interrupt;
 mod load;
 mod nonce_off;

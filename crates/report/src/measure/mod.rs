@@ -1,5 +1,6 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod gpu;
+pub(crate) mod interactivity;
 pub mod metrics;
 pub(crate) mod reasoning;
 pub(crate) mod samples;

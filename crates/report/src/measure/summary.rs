@@ -132,6 +132,8 @@ pub struct PointFold {
     thinking: super::reasoning::ThinkingTally,
     /// What the successful requests' tool calls were (`tool_calls`).
     tools: super::tool_calls::ToolTally,
+    /// The clean requests' seconds per output token (E2E normalized interactivity).
+    interactivity: super::interactivity::InteractivityTally,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -181,6 +183,7 @@ impl PointFold {
             jobs: None,
             thinking: Default::default(),
             tools: Default::default(),
+            interactivity: Default::default(),
         }
     }
 
@@ -353,6 +356,7 @@ impl PointFold {
         self.clean_count += 1;
         self.clean.push_request(r);
         self.chunks.add(r);
+        self.interactivity.add(r);
     }
 
     /// The successful measured requests' counts, for [`contradictions`](super::server_view::contradictions).
@@ -396,6 +400,9 @@ impl PointFold {
         }
         let mut metrics = self.aggregate(&clean, &deferred, &mut flags);
         self.tools.put_metrics(&mut metrics);
+        if !self.two_point {
+            self.interactivity.put_metrics(&mut metrics);
+        }
         if !prefill_is_speed(exp) {
             metrics.shift_remove(servebench_model::catalog::Metric::Prefill.name());
         }
