@@ -33,6 +33,7 @@ mod secrets;
 mod senders;
 mod server_metrics;
 mod session_affinity;
+mod session_rollups;
 mod slurm;
 mod slurmd;
 mod spec;

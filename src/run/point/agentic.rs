@@ -429,6 +429,8 @@ impl SessionRun {
                 Stop::Reason(r) => r,
                 Stop::Interrupted => "interrupted: the run was stopped".into(),
             }),
+            // Duration and tokens are the records' (the point's fold fills them).
+            ..JobRecord::default()
         }
     }
 

@@ -5,6 +5,7 @@ pub mod metrics;
 pub(crate) mod reasoning;
 pub(crate) mod samples;
 pub mod server_view;
+pub(crate) mod sessions;
 pub(crate) mod shared;
 pub mod speculative;
 pub(crate) mod spread;

@@ -134,6 +134,8 @@ pub struct PointFold {
     tools: super::tool_calls::ToolTally,
     /// The clean requests' seconds per output token (E2E normalized interactivity).
     interactivity: super::interactivity::InteractivityTally,
+    /// Agent sessions' durations and tokens, from their turns' records.
+    sessions: super::sessions::SessionFold,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -184,6 +186,7 @@ impl PointFold {
             thinking: Default::default(),
             tools: Default::default(),
             interactivity: Default::default(),
+            sessions: Default::default(),
         }
     }
 
@@ -215,6 +218,7 @@ impl PointFold {
         self.measured += 1;
         self.add_routed(r);
         self.system.add(r);
+        self.sessions.add(r);
         match &r.error {
             None => {
                 self.ok += 1;
@@ -455,7 +459,10 @@ impl PointFold {
             routed: std::mem::take(&mut self.routed),
             rerouted: std::mem::take(&mut self.rerouted),
             trace_cache: self.trace_cache.clone(),
-            jobs: self.jobs.clone(),
+            jobs: self.jobs.clone().map(|mut j| {
+                self.sessions.fill(&mut j);
+                j
+            }),
             tool_calls: self.tools.view(),
         }
     }
