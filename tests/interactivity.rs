@@ -20,7 +20,7 @@ fn interactivity_is_recomputed_from_the_records() {
         &sim_spec(
             "intv",
             "  prompt: { kind: random, tokens: 200 }\n  output_tokens: { dist: uniform, min: 8, max: 48 }\n",
-            "concurrency: 4\nrequests: 40\n",
+            "concurrency: 4\nrequests: 40\nexpect:\n  - { metric: e2e_normalized_interactivity_p90, value: 1000000, tolerance: 1%, source: a value no point reaches }\n",
         ),
     );
     let (dir, points) = ws.run_ok(&spec);
@@ -51,4 +51,15 @@ fn interactivity_is_recomputed_from_the_records() {
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("e2e_normalized_interactivity_p90"), "{report}");
     assert!(report.contains("1 / p90(E2E / completion_tokens)"), "{report}");
+    // `expect:` takes it, and judges the point's value.
+    assert!(
+        report.contains("| e2e_normalized_interactivity_p90 (shown in tok/s) | 1000000 |")
+            && report.contains("❌ off by"),
+        "{report}"
+    );
+    // `compare` pairs it like every metric.
+    let out = servebench().arg("compare").arg(&dir).arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("### interactivity p90 (tok/s, higher is better)"), "{text}");
 }

@@ -1157,6 +1157,11 @@ impl Metric {
         CATALOGUE.iter().filter(|e| e.tools).map(|e| e.metric)
     }
 
+    /// E2E normalized interactivity (AIPerf's p90 and p75): one value per streaming point.
+    pub fn of_interactivity() -> impl Iterator<Item = Metric> {
+        [Metric::E2eInteractivityP90, Metric::E2eInteractivityP75].into_iter()
+    }
+
     /// The metrics of `load:` points, in report order.
     pub fn of_load() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.load).map(|e| e.metric)
