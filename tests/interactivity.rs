@@ -39,9 +39,15 @@ fn interactivity_is_recomputed_from_the_records() {
         let got = &points[0]["metrics"][&name];
         let want = 1.0 / numpy_percentile(ratios.clone(), q);
         let mean = got["mean"].as_f64().unwrap();
-        assert!((mean - want).abs() < 1e-9 * want, "{name}: {mean} != {want}");
+        assert!(
+            (mean - want).abs() < 1e-9 * want,
+            "{name}: {mean} != {want}"
+        );
         assert_eq!(got["count"], 40);
-        let col = header.iter().position(|h| h == format!("{name}_mean")).unwrap();
+        let col = header
+            .iter()
+            .position(|h| h == format!("{name}_mean"))
+            .unwrap();
         let shown: f64 = row[col].parse().unwrap();
         assert!((shown - want).abs() < 1e-6 * want, "{name}: csv {shown}");
     }
@@ -49,8 +55,14 @@ fn interactivity_is_recomputed_from_the_records() {
     let p75 = points[0]["metrics"]["e2e_normalized_interactivity_p75"]["mean"].as_f64();
     assert!(p90 <= p75, "the slower tail is the lower rate");
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    assert!(report.contains("e2e_normalized_interactivity_p90"), "{report}");
-    assert!(report.contains("1 / p90(E2E / completion_tokens)"), "{report}");
+    assert!(
+        report.contains("e2e_normalized_interactivity_p90"),
+        "{report}"
+    );
+    assert!(
+        report.contains("1 / p90(E2E / completion_tokens)"),
+        "{report}"
+    );
     // `expect:` takes it, and judges the point's value.
     assert!(
         report.contains("| e2e_normalized_interactivity_p90 (shown in tok/s) | 1000000 |")
@@ -58,8 +70,16 @@ fn interactivity_is_recomputed_from_the_records() {
         "{report}"
     );
     // `compare` pairs it like every metric.
-    let out = servebench().arg("compare").arg(&dir).arg(&dir).output().unwrap();
+    let out = servebench()
+        .arg("compare")
+        .arg(&dir)
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", show(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("### interactivity p90 (tok/s, higher is better)"), "{text}");
+    assert!(
+        text.contains("### interactivity p90 (tok/s, higher is better)"),
+        "{text}"
+    );
 }

@@ -25,9 +25,13 @@ fn session_durations_tokens_and_truncation_are_recomputed_from_the_records() {
     // Per session from its turns: first send, last end, successful turns' tokens.
     let mut by: BTreeMap<u64, (f64, f64, u64, u64, u64)> = BTreeMap::new();
     for r in requests.iter().filter(|r| r["job"].is_object()) {
-        let e = by
-            .entry(r["job"]["session"].as_u64().unwrap())
-            .or_insert((f64::INFINITY, 0.0, 0, 0, 0));
+        let e = by.entry(r["job"]["session"].as_u64().unwrap()).or_insert((
+            f64::INFINITY,
+            0.0,
+            0,
+            0,
+            0,
+        ));
         let sent = r["sent_at"].as_f64().unwrap();
         e.0 = e.0.min(sent);
         e.1 = e.1.max(sent + r["end_s"].as_f64().unwrap_or(0.0));
@@ -70,8 +74,16 @@ fn session_durations_tokens_and_truncation_are_recomputed_from_the_records() {
     assert_eq!(rows.len(), sessions.len());
     for (row, s) in rows.iter().zip(sessions) {
         assert_eq!(row[col("session")], s["session"].to_string());
-        assert_eq!(row[col("completion_tokens")], s["completion_tokens"].to_string());
-        assert_eq!(row[col("truncated")] == *"true", s["stopped"].as_str().is_some_and(|r| r.starts_with("`stop.duration`") || r.starts_with("interrupted")));
+        assert_eq!(
+            row[col("completion_tokens")],
+            s["completion_tokens"].to_string()
+        );
+        assert_eq!(
+            row[col("truncated")] == *"true",
+            s["stopped"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("`stop.duration`") || r.starts_with("interrupted"))
+        );
         if let Some(d) = s["duration_s"].as_f64() {
             let ms: f64 = row[col("duration_ms")].parse().unwrap();
             assert!((ms - d * 1000.0).abs() < 1e-6, "{row:?}");
@@ -79,5 +91,8 @@ fn session_durations_tokens_and_truncation_are_recomputed_from_the_records() {
     }
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(report.contains("| truncated | jobs/h |"), "{report}");
-    assert!(report.contains("**Truncated** are the stopped sessions"), "{report}");
+    assert!(
+        report.contains("**Truncated** are the stopped sessions"),
+        "{report}"
+    );
 }

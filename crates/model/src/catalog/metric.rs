@@ -1293,10 +1293,7 @@ mod tests {
             } else if n.ends_with("_s") {
                 assert_eq!(m.direction(), Some(Direction::Lower), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Time, "{n}");
-            } else if matches!(
-                m,
-                Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75
-            ) {
+            } else if matches!(m, Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75) {
                 // AIPerf's names, kept: a rate in tokens per second.
                 assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Rate, "{n}");

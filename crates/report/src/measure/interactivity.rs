@@ -43,7 +43,7 @@ impl InteractivityTally {
         for (metric, q) in PERCENTILES {
             let p = self.ratios.percentile(q);
             let value = 1.0 / p;
-            if !(p > 0.0 && value.is_finite()) {
+            if p.is_nan() || p <= 0.0 || !value.is_finite() {
                 continue;
             }
             metrics.insert(
@@ -72,17 +72,17 @@ fn seconds_per_token(r: &RequestRecord) -> Option<f64> {
     }
     let e2e = r.end_s.filter(|e| e.is_finite() && *e > 0.0)?;
     let osl = r.completion_tokens.filter(|n| *n > 0)? as f64;
-    let ttft = r.chunks.iter().find(|c| c.tokens > 0).map(|c| c.t_s)?;
-    if !(ttft > 0.0) || r.prompt_tokens == Some(0) {
-        return None;
-    }
+    r.chunks
+        .iter()
+        .find(|c| c.tokens > 0)
+        .filter(|c| c.t_s > 0.0 && r.prompt_tokens != Some(0))?;
     Some(e2e / osl).filter(|x| x.is_finite())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use servebench_model::results::records::{Chunk, RequestError, ErrorKind};
+    use servebench_model::results::records::{Chunk, ErrorKind, RequestError};
 
     fn rec(index: u32, e2e: f64, completion: u64) -> RequestRecord {
         RequestRecord {
@@ -133,7 +133,10 @@ mod tests {
         t.put_metrics(&mut metrics);
         let ratios: Vec<f64> = good.iter().map(|(e, n)| e / *n as f64).collect();
         // [0.01, 0.02, 0.05, 0.05, 0.03]: p90 = 0.05, p75 = 0.05 (sorted 0.01 0.02 0.03 0.05 0.05).
-        for (name, q) in [("e2e_normalized_interactivity_p90", 90.0), ("e2e_normalized_interactivity_p75", 75.0)] {
+        for (name, q) in [
+            ("e2e_normalized_interactivity_p90", 90.0),
+            ("e2e_normalized_interactivity_p75", 75.0),
+        ] {
             let s = &metrics[name];
             let want = 1.0 / numpy_percentile(ratios.clone(), q);
             assert!((s.mean - want).abs() < 1e-9, "{name}: {} != {want}", s.mean);

@@ -102,7 +102,10 @@ mod tests {
         let mut view = JobsView {
             sessions: vec![
                 job(0, Some("a turn failed: turn 1, HTTP 500")),
-                job(1, Some("`stop.duration` ended the point: before its next turn")),
+                job(
+                    1,
+                    Some("`stop.duration` ended the point: before its next turn"),
+                ),
                 job(2, Some("interrupted: the run was stopped")),
             ],
             ..JobsView::default()
@@ -110,7 +113,14 @@ mod tests {
         f.fill(&mut view);
         let s = &view.sessions;
         assert_eq!(s[0].duration_s, Some(10.0));
-        assert_eq!((s[0].prompt_tokens, s[0].completion_tokens, s[0].cached_tokens), (200, 20, 120));
+        assert_eq!(
+            (
+                s[0].prompt_tokens,
+                s[0].completion_tokens,
+                s[0].cached_tokens
+            ),
+            (200, 20, 120)
+        );
         assert_eq!(s[1].duration_s, Some(0.5));
         assert_eq!(s[1].completion_tokens, 10);
         // A session that sent nothing has no duration.
