@@ -370,6 +370,7 @@ async fn measure_client(url: &str, api: Api, n: usize, waves: usize) -> Vec<Row>
                         chat_template_kwargs: Default::default(),
                         tools: None,
                         tool_choice: None,
+                        headers: Vec::new(),
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(60)).await
@@ -421,6 +422,7 @@ async fn closed_loop(url: &str, api: Api, n: usize, waves: usize) -> Row {
                 chat_template_kwargs: Default::default(),
                 tools: None,
                 tool_choice: None,
+                headers: Vec::new(),
             };
             let m = client.stream(&req, Duration::from_secs(60)).await;
             drop(permit);

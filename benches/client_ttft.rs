@@ -181,6 +181,7 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         chat_template_kwargs: Default::default(),
                         tools: None,
                         tool_choice: None,
+                        headers: Vec::new(),
                     };
                     start.wait().await;
                     client.stream(&req, Duration::from_secs(30)).await

@@ -134,6 +134,7 @@ fn request(api: Api) -> GenerationRequest {
         chat_template_kwargs: Default::default(),
         tools: None,
         tool_choice: None,
+        headers: Vec::new(),
     }
 }
 

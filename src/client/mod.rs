@@ -164,6 +164,8 @@ impl Measured {
             theoretical_cached_tokens: None,
             reachable_cached_tokens: None,
             job: None,
+            session_id: None,
+            parent_session_id: None,
             mix: None,
             phase: None,
             lag_s: None,
@@ -382,6 +384,7 @@ impl Client {
             chat_template_kwargs: Default::default(),
             tools: None,
             tool_choice: None,
+            headers: Vec::new(),
         };
         let m = self.stream(&req, timeout).await;
         let path = request::path(api).to_string();
@@ -494,7 +497,16 @@ impl Client {
         };
         let deadline = Instant::now() + timeout;
         let ex = self
-            .exchange(method, path, request_body, false, deadline, timeout, None)
+            .exchange(
+                method,
+                path,
+                request_body,
+                false,
+                deadline,
+                timeout,
+                None,
+                &[],
+            )
             .await;
         let response = ex.result.map_err(|e| failed(e.message))?;
         let mut lease = ex.lease.expect("a response comes with its connection");
@@ -537,6 +549,7 @@ impl Client {
         deadline: Instant,
         timeout: Duration,
         request_id: Option<&str>,
+        extra: &[(hyper::header::HeaderName, HeaderValue)],
     ) -> pool::Exchange {
         let uri = format!("{}{path}", self.shared.prefix);
         let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
@@ -560,6 +573,9 @@ impl Client {
             }
             if let Some(id) = &request_id {
                 b = b.header("x-request-id", id.clone());
+            }
+            for (name, value) in extra {
+                b = b.header(name, value.clone());
             }
             b.body(http_body_util::Full::new(body.clone()))
                 .expect("method, path and headers were checked when the client was made")

@@ -43,6 +43,10 @@ pub struct GenerationRequest {
     pub tools: Option<std::sync::Arc<Vec<Value>>>,
     /// The chat request's `tool_choice` (None: the server's default).
     pub tool_choice: Option<Value>,
+    /// Headers sent beside servebench's own (a session's affinity headers,
+    /// `load.session_headers`): names and values are checked as they are made, so nothing
+    /// here can fail on the wire.
+    pub headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
 }
 
 /// One message of a conversation.
@@ -152,6 +156,7 @@ mod tests {
             chat_template_kwargs: Default::default(),
             tools: None,
             tool_choice: None,
+            headers: Vec::new(),
         }
     }
 

@@ -214,6 +214,7 @@ pub(super) async fn run(
             deadline,
             timeout,
             Some(&id),
+            &req.headers,
         )
         .await;
     m.request_id = Some(id);

@@ -29,7 +29,7 @@ use servebench_model::spec::load_model::AgenticSpec;
 use super::sender::{SendEnd, Sender};
 use super::{PointRunner, Prompts, generation_request, prepare};
 use crate::run::probe::Window;
-use crate::run::request::{BlockMarks, Outgoing, RequestPath, Sent};
+use crate::run::request::{Affinity, BlockMarks, Outgoing, RequestPath, Sent};
 
 /// Where the bands of turns' context (prompt tokens) start, for TTFT against context:
 /// doubling from 1,024 to 256k.
@@ -47,6 +47,7 @@ pub(super) struct Agentic<'p> {
     /// The server's context length, where it says: a turn past it is not sent.
     context_limit: Option<u64>,
     stop_after: Option<Duration>,
+    affinity: Affinity,
 }
 
 impl PointRunner {
@@ -82,6 +83,7 @@ impl PointRunner {
             template: generation_request(exp, String::new(), &prompts.target),
             context_limit: self.surface.as_ref().and_then(|s| s.context_length),
             stop_after: exp.stop.as_ref().and_then(|s| s.duration),
+            affinity: Affinity::of(exp),
         })
     }
 
@@ -154,6 +156,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 template,
                 context_limit,
                 stop_after,
+                affinity,
             } = *self;
             let mut end = SendEnd::default();
             let live = spec.live.max(1) as usize;
@@ -186,6 +189,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 deadline,
                 index: AtomicU32::new(0),
                 ttft: Mutex::new(vec![Vec::new(); BANDS.len()]),
+                affinity,
             });
             let mut tasks: JoinSet<JobRecord> = JoinSet::new();
             let mut view = JobsView {
@@ -312,6 +316,8 @@ struct Shared {
     index: AtomicU32,
     /// Successful turns' TTFT by context band.
     ttft: Mutex<Vec<Vec<f64>>>,
+    /// The session headers each turn carries.
+    affinity: Affinity,
 }
 
 /// One session.
@@ -469,6 +475,8 @@ impl SessionRun {
                 Stop::Reason(r) => r,
                 Stop::Interrupted => "interrupted: the run was stopped".into(),
             }),
+            // Duration and tokens are the records' (the point's fold fills them).
+            ..JobRecord::default()
         }
     }
 
@@ -570,6 +578,13 @@ impl SessionRun {
             agent: agent.map(str::to_string),
             context_tokens: t.input_tokens,
         });
+        let own = shared.affinity.session_id(self.session);
+        match agent {
+            Some(a) => shared
+                .affinity
+                .stamp(&mut out, Affinity::agent_id(&own, a), Some(own)),
+            None => shared.affinity.stamp(&mut out, own, None),
+        }
         let mut marks = SessionMarks {
             prompt,
             ledger: &self.ledger,

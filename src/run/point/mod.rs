@@ -767,6 +767,7 @@ pub(super) fn generation_request(
             _ => None,
         },
         tool_choice: exp.workload.tool_choice.as_ref().map(|c| c.to_json()),
+        headers: Vec::new(),
     }
 }
 

@@ -20,7 +20,7 @@ use super::sender::{SendEnd, Sender};
 use super::workload::tag;
 use super::{Planned, RequestTarget, generation_request, prepare};
 use crate::run::probe::Window;
-use crate::run::request::{Outgoing, RequestPath, Sent};
+use crate::run::request::{Affinity, Outgoing, RequestPath, Sent};
 
 /// Think times of one user, one per turn after the first.
 pub(crate) fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32) -> Vec<Duration> {
@@ -77,6 +77,7 @@ impl<'p> Sender<'p> for Sessions<'p> {
             window.open();
             let round = path.round();
             let mut tasks: JoinSet<()> = JoinSet::new();
+            let affinity = Affinity::of(exp);
             for user in 0..users {
                 let conversation: Vec<Planned> = messages.by_ref().take(turns as usize).collect();
                 // Each conversation opens with its own tag, so users share nothing.
@@ -99,6 +100,8 @@ impl<'p> Sender<'p> for Sessions<'p> {
                         .collect(),
                     opening,
                     thinks: think_times(spec, exp.workload.seed, round, user),
+                    session_id: affinity.session_id(user),
+                    affinity: affinity.clone(),
                 };
                 tasks.spawn(user_run.run());
             }
@@ -121,6 +124,9 @@ struct UserRun {
     requests: Vec<GenerationRequest>,
     opening: String,
     thinks: Vec<Duration>,
+    /// The conversation's id in its session headers.
+    session_id: String,
+    affinity: Affinity,
 }
 
 impl UserRun {
@@ -164,6 +170,7 @@ impl UserRun {
                 self.user * self.turns + turn as u32,
                 RequestRole::Measure,
             );
+            self.affinity.stamp(&mut out, self.session_id.clone(), None);
             out.share = Some(CacheShare {
                 group: self.user,
                 turn: Some(turn as u32),

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hyper::header::{HeaderName, HeaderValue};
+
 use crate::client::{Client, GenerationRequest, Measured};
 use crate::prompt::blocks::LedgerEntry;
 use servebench_model::catalog::FlagKind;
@@ -17,7 +19,8 @@ use servebench_model::results::jobs::JobTurn;
 use servebench_model::results::records::{
     CacheShare, ErrorKind, Flag, Phase, RequestRecord, RequestRole,
 };
-use servebench_model::spec::types::Api;
+use servebench_model::spec::load_model::SessionHeaders;
+use servebench_model::spec::types::{Api, Experiment};
 
 use crate::run::interrupt::Interrupt;
 use crate::run::progress::Progress;
@@ -46,6 +49,10 @@ pub(crate) struct Outgoing {
     pub phase: Option<Phase>,
     /// An agent session's turn.
     pub job: Option<JobTurn>,
+    /// A session's request: the ids its session headers carry (its own, a subagent's
+    /// parent's), set by [`Affinity::stamp`].
+    pub session_id: Option<String>,
+    pub parent_session_id: Option<String>,
     /// Keep the whole generated text on every API (the validity checks judge answers).
     pub keep_text: bool,
     /// The slot it holds of the round's in-flight limit: given back as its stream ends, or,
@@ -67,9 +74,88 @@ impl Outgoing {
             scheduled_at: None,
             phase: None,
             job: None,
+            session_id: None,
+            parent_session_id: None,
             keep_text: false,
             slot: None,
         }
+    }
+}
+
+/// Session affinity (`load.session_headers`): the headers that name each request's session to
+/// a router, so a router that hashes them (SMG's `consistent_hashing`, Dynamo's session
+/// affinity) keeps a conversation on the worker that holds its cache. Ids are unique to the
+/// round (a random stem), the same on every turn of a session.
+#[derive(Clone, Default)]
+pub(crate) struct Affinity {
+    session: Vec<HeaderName>,
+    parent: Vec<HeaderName>,
+    stem: String,
+}
+
+impl Affinity {
+    /// The spec's session headers for a round (none unless `load.session_headers` names
+    /// some; names were checked when the spec was).
+    pub(crate) fn of(exp: &Experiment) -> Affinity {
+        match &exp.load {
+            Some(load) => Affinity::named(&load.session_headers),
+            None => Affinity::default(),
+        }
+    }
+
+    fn named(headers: &SessionHeaders) -> Affinity {
+        let (session, parent) = headers.names();
+        let parse = |names: &[String]| -> Vec<HeaderName> {
+            names
+                .iter()
+                .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+                .collect()
+        };
+        Affinity {
+            session: parse(session),
+            parent: parse(parent),
+            stem: format!("sb-{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    /// The id of the round's session `n`.
+    pub(crate) fn session_id(&self, n: u32) -> String {
+        format!("{}-{n}", self.stem)
+    }
+
+    /// The id of `agent`, a subagent of the session `parent`: the trace's agent id, kept to
+    /// what a header value holds.
+    pub(crate) fn agent_id(parent: &str, agent: &str) -> String {
+        let clean: String = agent
+            .chars()
+            .take(64)
+            .map(|c| match c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                true => c,
+                false => '_',
+            })
+            .collect();
+        format!("{parent}.{clean}")
+    }
+
+    /// Marks `out` as a request of session `id` (a subagent's: `parent` is its parent's):
+    /// its headers, and the ids its record keeps. Nothing when no headers are named.
+    pub(crate) fn stamp(&self, out: &mut Outgoing, id: String, parent: Option<String>) {
+        if self.session.is_empty() && self.parent.is_empty() {
+            return;
+        }
+        let value = |v: &str| HeaderValue::from_str(v).ok();
+        if let Some(v) = value(&id) {
+            out.req
+                .headers
+                .extend(self.session.iter().map(|n| (n.clone(), v.clone())));
+        }
+        if let Some(v) = parent.as_deref().and_then(value) {
+            out.req
+                .headers
+                .extend(self.parent.iter().map(|n| (n.clone(), v.clone())));
+        }
+        out.session_id = (!self.session.is_empty()).then_some(id);
+        out.parent_session_id = parent.filter(|_| !self.parent.is_empty());
     }
 }
 
@@ -255,6 +341,8 @@ impl RequestPath {
         rec.share = out.share;
         rec.mix = out.mix;
         rec.job = out.job;
+        rec.session_id = out.session_id;
+        rec.parent_session_id = out.parent_session_id;
         rec.theoretical_cached_tokens = out.theoretical;
         rec.reachable_cached_tokens = match (marks.as_deref(), first_token_at(&rec)) {
             (Some(m), Some(at)) => m.reachable(at),
@@ -329,5 +417,96 @@ pub(crate) fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool
         && rec.cached_tokens.is_none()
     {
         rec.cached_tokens = Some(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::spec::load_model::SessionHeaderNames;
+
+    fn affinity(h: SessionHeaders) -> Affinity {
+        Affinity::named(&h)
+    }
+
+    fn stamped(a: &Affinity, id: &str, parent: Option<&str>) -> Outgoing {
+        let req = crate::client::GenerationRequest {
+            api: Api::OpenaiChat,
+            prompt: String::new(),
+            max_tokens: 1,
+            ignore_eos: false,
+            temperature: 0.0,
+            model: None,
+            history: Vec::new(),
+            spec_tokens_details: false,
+            reasoning_markers: None,
+            chat_template_kwargs: Default::default(),
+            tools: None,
+            tool_choice: None,
+            headers: Vec::new(),
+        };
+        let mut out = Outgoing::new(req, 0, RequestRole::Measure);
+        a.stamp(&mut out, id.into(), parent.map(str::to_string));
+        out
+    }
+
+    fn wire(out: &Outgoing) -> Vec<(String, String)> {
+        out.req
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn session_headers_carry_the_sessions_id_and_a_subagents_parent() {
+        let a = affinity(SessionHeaders::default());
+        let s0 = a.session_id(0);
+        assert_ne!(s0, a.session_id(1));
+        assert_ne!(
+            s0,
+            affinity(SessionHeaders::default()).session_id(0),
+            "rounds apart"
+        );
+        let main = stamped(&a, &s0, None);
+        assert_eq!(
+            wire(&main),
+            [
+                ("x-correlation-id".into(), s0.clone()),
+                ("x-smg-routing-key".into(), s0.clone()),
+                ("x-dynamo-session-id".into(), s0.clone()),
+            ]
+        );
+        assert_eq!(
+            (
+                main.session_id.as_deref(),
+                main.parent_session_id.as_deref()
+            ),
+            (Some(&*s0), None)
+        );
+        let sub = Affinity::agent_id(&s0, "agent 7/é");
+        assert_eq!(sub, format!("{s0}.agent_7__"));
+        let out = stamped(&a, &sub, Some(&s0));
+        assert_eq!(wire(&out)[2], ("x-dynamo-session-id".into(), sub.clone()));
+        assert_eq!(
+            wire(&out)[3],
+            ("x-dynamo-parent-session-id".into(), s0.clone())
+        );
+        assert_eq!(out.parent_session_id.as_deref(), Some(&*s0));
+        // `off`: nothing on the wire, nothing recorded.
+        let off = stamped(&affinity(SessionHeaders::Off("off".into())), &s0, Some("p"));
+        assert!(
+            off.req.headers.is_empty()
+                && off.session_id.is_none()
+                && off.parent_session_id.is_none()
+        );
+        // A custom name only.
+        let custom = SessionHeaders::Named(SessionHeaderNames {
+            session: vec!["X-Conv".into()],
+            parent: Vec::new(),
+        });
+        let out = stamped(&affinity(custom), &sub, Some(&s0));
+        assert_eq!(wire(&out), [("x-conv".into(), sub.clone())]);
+        assert!(out.parent_session_id.is_none());
     }
 }

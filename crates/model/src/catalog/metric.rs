@@ -73,6 +73,8 @@ pub enum Metric {
     Itl,
     Icl,
     E2e,
+    E2eInteractivityP90,
+    E2eInteractivityP75,
     QueueDelay,
     PromptTokens,
     CachedTokens,
@@ -324,6 +326,50 @@ const CATALOGUE: &[Entry] = &[
         scaling: TimeScaling::Time,
         display: Display::Millis,
         streaming: true,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: false,
+        tools: false,
+    },
+    Entry {
+        metric: Metric::E2eInteractivityP90,
+        name: "e2e_normalized_interactivity_p90",
+        label: "interactivity p90",
+        long_label: "E2E normalized interactivity p90",
+        unit: "tok/s",
+        definition: "1 / p90(E2E / completion_tokens): the 90th percentile (numpy's linear interpolation) of each request's seconds per output token, inverted, so the slowest 10% of requests get their tokens at this rate or slower, the prefill wait included. Over the requests E2E is (successful, measured, not contaminated) whose E2E, completion_tokens, TTFT and prompt_tokens (where counted) are above 0, one sample a request: AIPerf's `e2e_normalized_interactivity_p90` (InferenceX's agentic x-axis), with E2E from the last byte written (AIPerf's request latency starts as the request is sent). Streaming points only.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: false,
+        tools: false,
+    },
+    Entry {
+        metric: Metric::E2eInteractivityP75,
+        name: "e2e_normalized_interactivity_p75",
+        label: "interactivity p75",
+        long_label: "E2E normalized interactivity p75",
+        unit: "tok/s",
+        definition: "1 / p75(E2E / completion_tokens): the 75th percentile (numpy's linear interpolation) of each request's seconds per output token, inverted, so the slowest 25% of requests get their tokens at this rate or slower, the prefill wait included. Over the requests E2E is (successful, measured, not contaminated) whose E2E, completion_tokens, TTFT and prompt_tokens (where counted) are above 0, one sample a request: AIPerf's `e2e_normalized_interactivity_p75` (InferenceX's agentic x-axis), with E2E from the last byte written (AIPerf's request latency starts as the request is sent). Streaming points only.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Rate,
+        display: Display::Rate,
+        streaming: false,
         two_point: false,
         compared: true,
         headline: false,
@@ -1111,6 +1157,11 @@ impl Metric {
         CATALOGUE.iter().filter(|e| e.tools).map(|e| e.metric)
     }
 
+    /// E2E normalized interactivity (AIPerf's p90 and p75): one value per streaming point.
+    pub fn of_interactivity() -> impl Iterator<Item = Metric> {
+        [Metric::E2eInteractivityP90, Metric::E2eInteractivityP75].into_iter()
+    }
+
     /// The metrics of `load:` points, in report order.
     pub fn of_load() -> impl Iterator<Item = Metric> {
         CATALOGUE.iter().filter(|e| e.load).map(|e| e.metric)
@@ -1242,6 +1293,11 @@ mod tests {
             } else if n.ends_with("_s") {
                 assert_eq!(m.direction(), Some(Direction::Lower), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Time, "{n}");
+            } else if matches!(m, Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75) {
+                // AIPerf's names, kept: a rate in tokens per second.
+                assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
+                assert_eq!(m.scaling(), TimeScaling::Rate, "{n}");
+                assert_eq!(m.unit(), "tok/s", "{n}");
             } else if matches!(
                 m,
                 Metric::SloAttainment | Metric::ToolCallRate | Metric::ToolCallValidRate

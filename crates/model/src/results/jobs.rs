@@ -74,6 +74,10 @@ pub struct JobsView {
     pub completed: usize,
     /// Sessions stopped before their last turn (see each one's `stopped`).
     pub stopped: usize,
+    /// Of `stopped`, those the point's end cut short (`stop.duration`, an interrupt) rather
+    /// than their own course (a failed turn, the server's context).
+    #[serde(default)]
+    pub truncated: usize,
     /// Completed sessions per hour of the window.
     pub jobs_per_hour: f64,
     /// Each turn's TTFT by its context (prompt tokens the trace gives it), in bands.
@@ -100,7 +104,7 @@ pub struct ContextBand {
 }
 
 /// One agent session (job).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 pub struct JobRecord {
     /// Its order of start in the point (from 0).
     pub session: u32,
@@ -119,4 +123,30 @@ pub struct JobRecord {
     /// completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Seconds from its first turn's send to its last turn's end, however it ended (None when
+    /// it sent nothing): from its records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// Its successful turns' tokens, as the server counted them: prompt, output and cached
+    /// prompt tokens.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+}
+
+/// The stop reasons of a session the point's end cut short (the kinds its runner writes
+/// before `: `).
+const CUT_BY_THE_END: [&str; 2] = ["`stop.duration` ended the point", "interrupted"];
+
+impl JobRecord {
+    /// Whether the point's end (`stop.duration`, an interrupt) cut it short.
+    pub fn truncated(&self) -> bool {
+        self.stopped.as_deref().is_some_and(|r| {
+            let kind = r.split_once(": ").map_or(r, |(k, _)| k);
+            CUT_BY_THE_END.contains(&kind)
+        })
+    }
 }

@@ -349,6 +349,13 @@ pub struct RequestRecord {
     /// An agent session's turn: its session, turn and context. None for other requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<super::jobs::JobTurn>,
+    /// A session's or agent session's request: the session id its session headers carried
+    /// (`load.session_headers`; a subagent's own id). None without them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// A subagent's request: its parent session's id, as its parent headers carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<String>,
     /// The workload mix entry the request was drawn from (None without a mix).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mix: Option<String>,
@@ -732,6 +739,8 @@ impl RequestRecord {
             theoretical_cached_tokens: None,
             reachable_cached_tokens: None,
             job: None,
+            session_id: None,
+            parent_session_id: None,
             mix: None,
             phase: None,
             lag_s: None,

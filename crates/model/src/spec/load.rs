@@ -710,6 +710,7 @@ pub(crate) fn expectable_metrics() -> Vec<&'static str> {
     for m in Metric::of_method(Method::TwoPoint)
         .chain(Metric::of_reasoning())
         .chain(Metric::of_tools())
+        .chain(Metric::of_interactivity())
         .chain(Metric::of_load())
         .map(Metric::name)
     {

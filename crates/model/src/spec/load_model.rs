@@ -63,6 +63,105 @@ pub struct LoadSpec {
     #[serde(default = "default_lag_limit", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
     pub lag_limit: Duration,
+    /// `kind: sessions` and `kind: agentic`: the headers that name each request's session to
+    /// a router (session affinity). Left out: AIPerf's set, `X-Correlation-ID`,
+    /// `X-SMG-Routing-Key` and `X-Dynamo-Session-ID` with the session's id, and on a
+    /// subagent's requests its own id there and its parent's in `X-Dynamo-Parent-Session-ID`.
+    /// `off`: none. `{ session: [X-My-Key], parent: [X-My-Parent] }`: these instead.
+    #[serde(default, skip_serializing_if = "SessionHeaders::is_default")]
+    pub session_headers: SessionHeaders,
+}
+
+/// The headers a session's requests carry (`load.session_headers`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum SessionHeaders {
+    /// `off`: no session headers.
+    Off(#[schemars(regex(pattern = r"^off$"))] String),
+    /// The headers named.
+    Named(SessionHeaderNames),
+}
+
+/// Header names: each of `session` carries the request's session id (a subagent's own), each
+/// of `parent` a subagent's parent session id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionHeaderNames {
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub session: Vec<String>,
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub parent: Vec<String>,
+}
+
+/// AIPerf's session-routing headers (its `session_routing` plugins: the correlation id on
+/// every request, `smg_routing_key`, `dynamo_headers`).
+const AIPERF_SESSION: [&str; 3] = [
+    "X-Correlation-ID",
+    "X-SMG-Routing-Key",
+    "X-Dynamo-Session-ID",
+];
+const AIPERF_PARENT: [&str; 1] = ["X-Dynamo-Parent-Session-ID"];
+
+impl Default for SessionHeaders {
+    fn default() -> SessionHeaders {
+        SessionHeaders::Named(SessionHeaderNames {
+            session: AIPERF_SESSION.map(String::from).to_vec(),
+            parent: AIPERF_PARENT.map(String::from).to_vec(),
+        })
+    }
+}
+
+impl SessionHeaders {
+    /// The default set (left out when a spec is written back).
+    pub fn is_default(&self) -> bool {
+        *self == SessionHeaders::default()
+    }
+
+    /// The names carrying the session's own id and those carrying a parent's (both empty
+    /// when `off`).
+    pub fn names(&self) -> (&[String], &[String]) {
+        match self {
+            SessionHeaders::Off(_) => (&[], &[]),
+            SessionHeaders::Named(n) => (&n.session, &n.parent),
+        }
+    }
+}
+
+/// Headers servebench sets itself or that carry credentials: a session header may not
+/// replace them.
+const RESERVED_HEADERS: [&str; 15] = [
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "expect",
+    "accept",
+    "user-agent",
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-request-id",
+];
+
+/// Why `name` cannot be a session header (None: it can): an HTTP token (RFC 9110 `tchar`) of
+/// at most 64 bytes, not one servebench sets or one that carries credentials.
+pub fn session_header_problem(name: &str) -> Option<String> {
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || name.len() > 64 || !name.chars().all(tchar) {
+        return Some(format!(
+            "`{name}` is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, 1 to 64 of them)"
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    RESERVED_HEADERS.contains(&lower.as_str()).then(|| {
+        format!("`{name}` is a header servebench sets itself or one that carries credentials")
+    })
 }
 
 /// The kinds of load.
@@ -452,7 +551,63 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
     }
     slo_target_checks(raw, &mut problems);
     percentile_checks(raw, &mut problems);
+    session_header_checks(raw, &mut problems);
     problems
+}
+
+/// `load.session_headers`: on a sessions or agentic load only, each name a header servebench
+/// may send, none twice.
+fn session_header_checks(raw: &Value, problems: &mut Vec<Problem>) {
+    let Some(load) = raw.get("load") else { return };
+    let Some(headers) = load.get("session_headers").filter(|v| !v.is_null()) else {
+        return;
+    };
+    let kind = load.get("kind").and_then(Value::as_str);
+    if !matches!(kind, Some("sessions" | "agentic")) {
+        problems.push(problem(
+            "/load/session_headers",
+            Target::Key,
+            format!(
+                "`load.session_headers` applies to `kind: sessions` and `kind: agentic`, and this load is `{}`",
+                kind.unwrap_or("")
+            ),
+            "remove it: only a conversation's requests carry a session id",
+        ));
+        return;
+    }
+    if let Some(text) = headers.as_str().filter(|t| *t != "off") {
+        problems.push(problem(
+            "/load/session_headers",
+            Target::Value,
+            format!("`load.session_headers: {text}` is neither `off` nor a set of header names"),
+            "write `off`, or `{ session: [X-Session-ID], parent: [X-Parent-Session-ID] }`; leave it out for AIPerf's set",
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for field in ["session", "parent"] {
+        let Some(names) = headers.get(field).and_then(Value::as_array) else {
+            continue;
+        };
+        for (i, name) in names.iter().enumerate() {
+            let Some(name) = name.as_str() else { continue };
+            let pointer = format!("/load/session_headers/{field}/{i}");
+            if let Some(why) = session_header_problem(name) {
+                problems.push(problem(
+                    &pointer,
+                    Target::Value,
+                    why,
+                    "name another header, e.g. `X-Session-ID`",
+                ));
+            } else if !seen.insert(name.to_ascii_lowercase()) {
+                problems.push(problem(
+                    &pointer,
+                    Target::Value,
+                    format!("`{name}` is named twice in `load.session_headers`"),
+                    "name each header once",
+                ));
+            }
+        }
+    }
 }
 
 /// One problem; an empty `hint` is none.
@@ -643,5 +798,55 @@ fn percentile_checks(raw: &Value, problems: &mut Vec<Problem>) {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod session_header_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn messages(load: Value) -> Vec<String> {
+        checks(&json!({ "load": load }))
+            .into_iter()
+            .map(|p| format!("{} {}", p.pointer, p.message))
+            .collect()
+    }
+
+    #[test]
+    fn session_headers_default_to_aiperfs_set_and_are_checked() {
+        let d = SessionHeaders::default();
+        let (session, parent) = d.names();
+        assert_eq!(
+            session,
+            [
+                "X-Correlation-ID",
+                "X-SMG-Routing-Key",
+                "X-Dynamo-Session-ID"
+            ]
+        );
+        assert_eq!(parent, ["X-Dynamo-Parent-Session-ID"]);
+        let off: SessionHeaders = serde_json::from_value(json!("off")).unwrap();
+        assert_eq!(off.names(), (&[][..], &[][..]));
+        let agentic = |h: Value| json!({"kind": "agentic", "agentic": {"file": "s.jsonl", "live": 1}, "session_headers": h});
+        assert!(messages(agentic(json!("off"))).is_empty());
+        assert!(messages(agentic(json!({"session": ["X-Key"], "parent": ["X-Up"]}))).is_empty());
+        let bad = messages(agentic(
+            json!({"session": ["Authorization", "bad name", "X-K", "x-k"]}),
+        ));
+        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert!(
+            bad[0].starts_with("/load/session_headers/session/0 ")
+                && bad[0].contains("credentials")
+        );
+        assert!(bad[1].contains("not an HTTP header name"), "{bad:?}");
+        assert!(bad[2].contains("named twice"), "{bad:?}");
+        assert_eq!(messages(agentic(json!("on"))).len(), 1);
+        let rate = messages(json!({"kind": "rate", "rate": 1, "session_headers": "off"}));
+        assert!(
+            rate.iter()
+                .any(|m| m.contains("applies to `kind: sessions`")),
+            "{rate:?}"
+        );
     }
 }

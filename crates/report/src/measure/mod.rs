@@ -1,9 +1,11 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod gpu;
+pub(crate) mod interactivity;
 pub mod metrics;
 pub(crate) mod reasoning;
 pub(crate) mod samples;
 pub mod server_view;
+pub(crate) mod sessions;
 pub(crate) mod shared;
 pub mod speculative;
 pub(crate) mod spread;

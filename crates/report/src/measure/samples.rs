@@ -114,7 +114,6 @@ impl Samples {
     }
 
     /// Whether the values are still all kept (statistics exact).
-    #[cfg(test)]
     pub(crate) fn is_exact(&self) -> bool {
         self.exact.is_some()
     }

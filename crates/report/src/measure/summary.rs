@@ -137,6 +137,10 @@ pub struct PointFold {
     tools: super::tool_calls::ToolTally,
     /// The successful requests' streams against their budgets, and their usage.
     usage: super::usage::UsageTally,
+    /// The clean requests' seconds per output token (E2E normalized interactivity).
+    interactivity: super::interactivity::InteractivityTally,
+    /// Agent sessions' durations and tokens, from their turns' records.
+    sessions: super::sessions::SessionFold,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -196,6 +200,8 @@ impl PointFold {
             thinking: Default::default(),
             tools: Default::default(),
             usage: super::usage::UsageTally::new(exp),
+            interactivity: Default::default(),
+            sessions: Default::default(),
         }
     }
 
@@ -242,6 +248,7 @@ impl PointFold {
         self.measured += 1;
         self.add_routed(r);
         self.system.add(r);
+        self.sessions.add(r);
         match &r.error {
             None => {
                 self.ok += 1;
@@ -387,6 +394,7 @@ impl PointFold {
         self.clean_count += 1;
         self.clean.push_request(r);
         self.chunks.add(r);
+        self.interactivity.add(r);
     }
 
     /// The successful measured requests' counts, for [`contradictions`](super::server_view::contradictions).
@@ -430,6 +438,9 @@ impl PointFold {
         }
         let mut metrics = self.aggregate(&clean, &deferred, &mut flags);
         self.tools.put_metrics(&mut metrics);
+        if !self.two_point {
+            self.interactivity.put_metrics(&mut metrics);
+        }
         if !prefill_is_speed(exp) {
             metrics.shift_remove(servebench_model::catalog::Metric::Prefill.name());
         }
@@ -483,7 +494,10 @@ impl PointFold {
             routed: std::mem::take(&mut self.routed),
             rerouted: std::mem::take(&mut self.rerouted),
             trace_cache: self.trace_cache.clone(),
-            jobs: self.jobs.clone(),
+            jobs: self.jobs.clone().map(|mut j| {
+                self.sessions.fill(&mut j);
+                j
+            }),
             tool_calls: self.tools.view(),
         }
     }

@@ -56,6 +56,8 @@ pub struct JobsRow {
     pub started: usize,
     pub completed: usize,
     pub stopped: usize,
+    /// Of `stopped`, those the point's end cut short (`stop.duration`, an interrupt).
+    pub truncated: usize,
     pub jobs_per_hour: f64,
     pub window_s: f64,
     /// Completed sessions' completion time, seconds: median and 90th percentile.
@@ -65,6 +67,12 @@ pub struct JobsRow {
     pub turns: u64,
     /// Mean turns sent per session.
     pub turns_mean: f64,
+    /// Every session's duration (first send to last end, however it ended), seconds:
+    /// median and 90th percentile; None when no session sent a turn.
+    pub duration_p50_s: Option<f64>,
+    pub duration_p90_s: Option<f64>,
+    /// Mean output tokens of a session's successful turns, as the server counted them.
+    pub completion_tokens_mean: f64,
     /// The stop reasons (what comes before a reason's first `: `), each with how many
     /// sessions it stopped.
     pub stop_reasons: IndexMap<String, usize>,
@@ -107,6 +115,12 @@ pub(crate) fn section(
             let at = |q: f64| {
                 (!done.is_empty()).then(|| crate::measure::percentile_sorted(&done, q * 100.0))
             };
+            let mut lasted: Vec<f64> = j.sessions.iter().filter_map(|s| s.duration_s).collect();
+            lasted.sort_by(f64::total_cmp);
+            let lasted_at = |q: f64| {
+                (!lasted.is_empty())
+                    .then(|| lasted[((lasted.len() - 1) as f64 * q).round() as usize])
+            };
             let mut stop_reasons = IndexMap::new();
             for s in &j.sessions {
                 if let Some(r) = &s.stopped {
@@ -123,6 +137,7 @@ pub(crate) fn section(
                 started: j.started,
                 completed: j.completed,
                 stopped: j.stopped,
+                truncated: j.truncated,
                 jobs_per_hour: j.jobs_per_hour,
                 window_s: j.window_s,
                 completion_p50_s: at(0.5),
@@ -132,6 +147,17 @@ pub(crate) fn section(
                     0.0
                 } else {
                     j.sessions.iter().map(|s| f64::from(s.sent)).sum::<f64>()
+                        / j.sessions.len() as f64
+                },
+                duration_p50_s: lasted_at(0.5),
+                duration_p90_s: lasted_at(0.9),
+                completion_tokens_mean: if j.sessions.is_empty() {
+                    0.0
+                } else {
+                    j.sessions
+                        .iter()
+                        .map(|s| s.completion_tokens as f64)
+                        .sum::<f64>()
                         / j.sessions.len() as f64
                 },
                 stop_reasons,

@@ -437,7 +437,13 @@ fn metric_defs(
         servebench_model::spec::types::Measure::TwoPoint { a, b } => (Method::TwoPoint, a, b),
         servebench_model::spec::types::Measure::Streaming => (Method::Streaming, 0, 0),
     };
+    // A metric only some points carry (older runs lack the interactivity) is defined
+    // where one does.
+    let carried = |m: &Metric| points.iter().any(|p| p.metrics.contains_key(m.name()));
     Metric::shown_for(method)
+        .filter(|m| {
+            !matches!(m, Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75) || carried(m)
+        })
         .chain(Metric::of_reasoning().filter(|_| thought))
         .chain(Metric::of_tools().filter(|_| tools))
         .map(|m| (m.name().to_string(), MetricDef::of(m, method, a, b)))

@@ -18,6 +18,7 @@ use servebench_model::results::records::{PointRecord, RequestRecord};
 /// File names inside the run directory.
 pub(crate) const POINTS_CSV: &str = "points.csv";
 pub(crate) const REQUESTS_CSV: &str = "requests.csv";
+pub(crate) const SESSIONS_CSV: &str = "sessions.csv";
 
 /// The statistics each metric gets a column for.
 const FIELDS: [&str; 4] = ["mean", "p50", "p90", "p99"];
@@ -176,7 +177,55 @@ pub(crate) fn write_csvs(dir: &Path, points: &[PointRecord]) -> Result<(), csv::
     if jsonl.exists() {
         write_requests_csv(&jsonl, &dir.join(REQUESTS_CSV))?;
     }
+    if points.iter().any(|p| p.jobs.is_some()) {
+        let bytes = sessions_csv(points)?;
+        std::fs::File::create(dir.join(SESSIONS_CSV))?.write_all(&bytes)?;
+    }
     Ok(())
+}
+
+/// `sessions.csv` as bytes: one row per agent session a point kept (`load: { kind: agentic
+/// }`): its turns, how it ended, its duration and completion time (ms) and its successful
+/// turns' tokens. Written only when a point ran agent sessions.
+pub(crate) fn sessions_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "point",
+        "session",
+        "trace_id",
+        "turns",
+        "sent",
+        "failed",
+        "completed",
+        "truncated",
+        "stopped",
+        "duration_ms",
+        "completion_ms",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+    ])?;
+    for p in points {
+        for s in p.jobs.iter().flat_map(|j| &j.sessions) {
+            w.write_record([
+                p.id.clone(),
+                s.session.to_string(),
+                s.trace_id.clone(),
+                s.turns.to_string(),
+                s.sent.to_string(),
+                s.failed.to_string(),
+                s.stopped.is_none().to_string(),
+                s.truncated().to_string(),
+                s.stopped.clone().unwrap_or_default(),
+                ms(s.duration_s),
+                ms(s.completion_s),
+                s.prompt_tokens.to_string(),
+                s.completion_tokens.to_string(),
+                s.cached_tokens.to_string(),
+            ])?;
+        }
+    }
+    w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
 }
 
 /// Seconds written as milliseconds, the unit every time is shown in.

@@ -1,0 +1,131 @@
+//! Agent sessions' roll-ups from their records: each session's duration (first send to last
+//! end, however it ended) and its successful turns' tokens as the server counted them, filled
+//! into the runner's view of the sessions, and how many the point's end cut short.
+
+use std::collections::BTreeMap;
+
+use servebench_model::results::jobs::{JOBS_KEPT, JobsView};
+use servebench_model::results::records::RequestRecord;
+
+/// Per session (those kept one by one): first send and last end (Unix seconds), and the
+/// successful turns' prompt, output and cached tokens.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SessionFold {
+    sessions: BTreeMap<u32, Acc>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Acc {
+    first: Option<f64>,
+    last: Option<f64>,
+    prompt: u64,
+    completion: u64,
+    cached: u64,
+}
+
+impl SessionFold {
+    /// Folds in a record (one without a session's turn gives nothing).
+    pub(crate) fn add(&mut self, r: &RequestRecord) {
+        let Some(j) = &r.job else { return };
+        if j.session as usize >= JOBS_KEPT {
+            return;
+        }
+        let a = self.sessions.entry(j.session).or_default();
+        a.first = Some(a.first.map_or(r.sent_at, |f| f.min(r.sent_at)));
+        let end = r.sent_at + r.end_s.unwrap_or(0.0);
+        a.last = Some(a.last.map_or(end, |l| l.max(end)));
+        if r.error.is_none() {
+            a.prompt += r.prompt_tokens.unwrap_or(0);
+            a.completion += r.completion_tokens.unwrap_or(0);
+            a.cached += r.cached_tokens.unwrap_or(0);
+        }
+    }
+
+    /// Fills each kept session's duration and tokens, and the sessions cut short.
+    pub(crate) fn fill(&self, view: &mut JobsView) {
+        for s in &mut view.sessions {
+            if let Some(a) = self.sessions.get(&s.session) {
+                s.duration_s = a.first.zip(a.last).map(|(f, l)| l - f);
+                s.prompt_tokens = a.prompt;
+                s.completion_tokens = a.completion;
+                s.cached_tokens = a.cached;
+            }
+        }
+        view.truncated = view.sessions.iter().filter(|s| s.truncated()).count();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::results::jobs::{JobRecord, JobTurn};
+    use servebench_model::results::records::{ErrorKind, RequestError};
+
+    fn turn(session: u32, sent_at: f64, end_s: f64, ok: bool) -> RequestRecord {
+        RequestRecord {
+            sent_at,
+            end_s: Some(end_s),
+            prompt_tokens: Some(100),
+            completion_tokens: Some(10),
+            cached_tokens: Some(60),
+            error: (!ok).then(|| RequestError {
+                kind: ErrorKind::Http,
+                message: "HTTP 500".into(),
+                status: Some(500),
+                body_head: None,
+            }),
+            job: Some(JobTurn {
+                session,
+                turn: 0,
+                agent: None,
+                context_tokens: 100,
+            }),
+            ..RequestRecord::fixture()
+        }
+    }
+
+    #[test]
+    fn a_sessions_duration_and_tokens_come_from_its_records() {
+        let mut f = SessionFold::default();
+        // Session 0: three turns, one failed (its tokens not counted), the last ending last.
+        f.add(&turn(0, 100.0, 2.0, true));
+        f.add(&turn(0, 103.0, 1.5, false));
+        f.add(&turn(0, 101.0, 9.0, true));
+        // Session 1: one turn; a record of no session changes nothing.
+        f.add(&turn(1, 200.0, 0.5, true));
+        f.add(&RequestRecord::fixture());
+        let job = |session, stopped: Option<&str>| JobRecord {
+            session,
+            stopped: stopped.map(str::to_string),
+            ..JobRecord::default()
+        };
+        let mut view = JobsView {
+            sessions: vec![
+                job(0, Some("a turn failed: turn 1, HTTP 500")),
+                job(
+                    1,
+                    Some("`stop.duration` ended the point: before its next turn"),
+                ),
+                job(2, Some("interrupted: the run was stopped")),
+            ],
+            ..JobsView::default()
+        };
+        f.fill(&mut view);
+        let s = &view.sessions;
+        assert_eq!(s[0].duration_s, Some(10.0));
+        assert_eq!(
+            (
+                s[0].prompt_tokens,
+                s[0].completion_tokens,
+                s[0].cached_tokens
+            ),
+            (200, 20, 120)
+        );
+        assert_eq!(s[1].duration_s, Some(0.5));
+        assert_eq!(s[1].completion_tokens, 10);
+        // A session that sent nothing has no duration.
+        assert_eq!((s[2].duration_s, s[2].prompt_tokens), (None, 0));
+        // A failure is its own course; the point's end and an interrupt cut short.
+        assert_eq!(view.truncated, 2);
+    }
+}
