@@ -104,16 +104,9 @@ pub enum DbError {
     },
 }
 
-/// The URL without its password, for messages.
+/// The URL without its credentials, for messages: the one redactor every writer applies.
 pub fn shown(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***@{}", &url[..scheme + 3], &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
+    servebench_model::redact::text(url).into_owned()
 }
 
 /// Brings the run directories under `paths` into the database at `url`, then reads every
