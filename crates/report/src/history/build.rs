@@ -279,6 +279,94 @@ fn judge_levels(
     }
 }
 
+/// A run's entry of a series, before it is judged: its point's stat, problems and client
+/// flags.
+fn new_entry(i: usize, p: &PointRecord, metric: &str) -> SeriesEntry {
+    let problems: Vec<String> = compare::problems("", p)
+        .into_iter()
+        .map(|x| format!("{}: {}", x.kind, x.message))
+        .collect();
+    let mut client_flags: Vec<String> = Vec::new();
+    for f in &p.flags {
+        let name = f.kind.name().to_string();
+        if CLIENT_FLAGS.contains(&name.as_str()) && !client_flags.contains(&name) {
+            client_flags.push(name);
+        }
+    }
+    let stat = p.metrics.get(metric).filter(|s| s.count > 0).cloned();
+    SeriesEntry {
+        run: i,
+        id: p.id.clone(),
+        stat,
+        problems,
+        client_flags,
+        against: None,
+        verdict: None,
+        change_pct: None,
+        reason: String::new(),
+        change_point: false,
+        client_step: false,
+        unresolved: false,
+        level: false,
+        good: false,
+    }
+}
+
+/// The gate's word on the newest run of a series: judged against its good levels, or why not.
+fn latest_check(
+    entries: &[SeriesEntry],
+    gate: &[Option<Judged>],
+    breaks: &[bool],
+    changed: &[bool],
+    threshold: f64,
+) -> Option<LatestCheck> {
+    let last = entries.last()?;
+    let latest = {
+        let i = last.run;
+        let none = |reason: String| LatestCheck {
+            run: i,
+            good: None,
+            verdict: None,
+            change_pct: None,
+            unresolved: false,
+            reason,
+        };
+        if !last.problems.is_empty() {
+            return Some(none(
+                "the newest run's point failed or is flagged: not judged".to_string(),
+            ));
+        }
+        match gate.last().cloned().flatten() {
+            None => none(if breaks[i] {
+                "not comparable with the run before".to_string()
+            } else {
+                "no earlier good level to judge against".to_string()
+            }),
+            // As for a change point: a step of a starved client with nothing recorded changed
+            // since the level is likelier the client's.
+            Some((j, v, _, _))
+                if !last.client_flags.is_empty()
+                    && matches!(v, Some(Verdict::Regression | Verdict::Improvement))
+                    && !(j + 1..=i).any(|k| changed[k]) =>
+            {
+                none(format!(
+                    "not judged as a server change: the newest run's point carries {} (the client shaped these numbers) and nothing recorded changed; rerun on a quieter client",
+                    last.client_flags.join(", ")
+                ))
+            }
+            Some((j, verdict, change_pct, reason)) => LatestCheck {
+                run: i,
+                good: Some(j),
+                verdict,
+                change_pct,
+                unresolved: unresolved(verdict, change_pct, threshold),
+                reason,
+            },
+        }
+    };
+    Some(latest)
+}
+
 fn one_series(
     point: &str,
     metric: &str,
@@ -295,34 +383,7 @@ fn one_series(
     // was not itself a regression against the gate's levels).
     let mut gate: Vec<Option<Judged>> = Vec::new();
     for &(i, p) in found {
-        let problems: Vec<String> = compare::problems("", p)
-            .into_iter()
-            .map(|x| format!("{}: {}", x.kind, x.message))
-            .collect();
-        let mut client_flags: Vec<String> = Vec::new();
-        for f in &p.flags {
-            let name = f.kind.name().to_string();
-            if CLIENT_FLAGS.contains(&name.as_str()) && !client_flags.contains(&name) {
-                client_flags.push(name);
-            }
-        }
-        let stat = p.metrics.get(metric).filter(|s| s.count > 0).cloned();
-        let mut entry = SeriesEntry {
-            run: i,
-            id: p.id.clone(),
-            stat,
-            problems,
-            client_flags,
-            against: None,
-            verdict: None,
-            change_pct: None,
-            reason: String::new(),
-            change_point: false,
-            client_step: false,
-            unresolved: false,
-            level: false,
-            good: false,
-        };
+        let mut entry = new_entry(i, p, metric);
         let mut gate_judged = None;
         if !entry.problems.is_empty() {
             entry.reason = "failed or flagged: shown, not judged".to_string();
@@ -392,47 +453,7 @@ fn one_series(
         entries.push(entry);
         gate.push(gate_judged);
     }
-    let latest = entries.last().map(|last| {
-        let i = last.run;
-        let none = |reason: String| LatestCheck {
-            run: i,
-            good: None,
-            verdict: None,
-            change_pct: None,
-            unresolved: false,
-            reason,
-        };
-        if !last.problems.is_empty() {
-            return none("the newest run's point failed or is flagged: not judged".to_string());
-        }
-        match gate.last().cloned().flatten() {
-            None => none(if breaks[i] {
-                "not comparable with the run before".to_string()
-            } else {
-                "no earlier good level to judge against".to_string()
-            }),
-            // As for a change point: a step of a starved client with nothing recorded changed
-            // since the level is likelier the client's.
-            Some((j, v, _, _))
-                if !last.client_flags.is_empty()
-                    && matches!(v, Some(Verdict::Regression | Verdict::Improvement))
-                    && !(j + 1..=i).any(|k| changed[k]) =>
-            {
-                none(format!(
-                    "not judged as a server change: the newest run's point carries {} (the client shaped these numbers) and nothing recorded changed; rerun on a quieter client",
-                    last.client_flags.join(", ")
-                ))
-            }
-            Some((j, verdict, change_pct, reason)) => LatestCheck {
-                run: i,
-                good: Some(j),
-                verdict,
-                change_pct,
-                unresolved: unresolved(verdict, change_pct, threshold),
-                reason,
-            },
-        }
-    });
+    let latest = latest_check(&entries, &gate, breaks, changed, threshold);
     Series {
         point: point.to_string(),
         metric: metric.to_string(),

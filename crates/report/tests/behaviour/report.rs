@@ -1272,6 +1272,7 @@ fn an_agentic_runs_header_says_its_sessions_turns_and_live_count() {
             failed: 0,
             completion_s: Some(100.0),
             stopped: None,
+            ..JobRecord::default()
         })
         .collect();
     points[0].jobs = Some(JobsView {
@@ -1284,6 +1285,7 @@ fn an_agentic_runs_header_says_its_sessions_turns_and_live_count() {
         jobs_per_hour: 54.0,
         ttft_by_context: Vec::new(),
         sessions,
+        ..JobsView::default()
     });
     let model = build_model(
         &dir.read_meta().unwrap(),
