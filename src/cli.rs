@@ -911,44 +911,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     if metrics.is_empty() {
         metrics = history::default_metrics();
     }
-    let budget = history::source::Budget::default();
-    let mut notes: Vec<String> = Vec::new();
-    let (runs, skipped) = match (git, index) {
-        (None, _) if db.is_some() => {
-            let url = db.unwrap_or_default();
-            let (runs, skipped, usage) = history::db::load_dirs(paths, &budget, url)?;
-            if let Some(why) = &usage.rebuilt {
-                console::errln(&format!(
-                    "{}: history tables rebuilt ({why})",
-                    history::db::shown(url)
-                ));
-            }
-            (runs, skipped)
-        }
-        (None, None) => history::source::load_dirs(paths, &budget),
-        (None, Some(index)) => {
-            let (runs, skipped, usage) = history::index::load_dirs(paths, &budget, index);
-            if let Some(why) = &usage.rebuilt {
-                tracing::info!("{}: index rebuilt ({why})", index.display());
-            }
-            if let Some(why) = &usage.not_written {
-                console::errln(&format!("warning: the index was not written: {why}"));
-            }
-            tracing::info!(
-                "{}: {} from the index, {} read",
-                index.display(),
-                count_s(usage.reused, "run"),
-                usage.read
-            );
-            (runs, skipped)
-        }
-        (Some((repo, rev)), _) => {
-            let (runs, skipped, said) = history::git::load(repo, rev, paths, &budget)
-                .map_err(|e| Error::Usage(e.to_string()))?;
-            notes = said;
-            (runs, skipped)
-        }
-    };
+    let (runs, skipped, notes) = history_runs(paths, git, index, db)?;
     for n in &notes {
         console::errln(&format!("note: {n}"));
     }
@@ -999,6 +962,63 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         return Ok(Status::Failed);
     }
     Ok(Status::failed_if(!regressions.is_empty()))
+}
+
+/// A history's runs, the run directories left out (with why), and notes on them.
+type HistoryRuns = (
+    Vec<servebench_report::report::compare::LoadedRun>,
+    Vec<servebench_report::history::model::SkippedRun>,
+    Vec<String>,
+);
+
+/// The runs a history is built from: from the database, the index, the run directories or a
+/// git history, with what was left out and the notes a git range gives.
+fn history_runs(
+    paths: &[std::path::PathBuf],
+    git: Option<(&std::path::Path, &str)>,
+    index: Option<&std::path::Path>,
+    db: Option<&str>,
+) -> Result<HistoryRuns, Error> {
+    use servebench_report::history;
+    let budget = history::source::Budget::default();
+    let mut notes: Vec<String> = Vec::new();
+    let (runs, skipped) = match (git, index) {
+        (None, _) if db.is_some() => {
+            let url = db.unwrap_or_default();
+            let (runs, skipped, usage) = history::db::load_dirs(paths, &budget, url)?;
+            if let Some(why) = &usage.rebuilt {
+                console::errln(&format!(
+                    "{}: history tables rebuilt ({why})",
+                    history::db::shown(url)
+                ));
+            }
+            (runs, skipped)
+        }
+        (None, None) => history::source::load_dirs(paths, &budget),
+        (None, Some(index)) => {
+            let (runs, skipped, usage) = history::index::load_dirs(paths, &budget, index);
+            if let Some(why) = &usage.rebuilt {
+                tracing::info!("{}: index rebuilt ({why})", index.display());
+            }
+            if let Some(why) = &usage.not_written {
+                console::errln(&format!("warning: the index was not written: {why}"));
+            }
+            tracing::info!(
+                "{}: {} from the index, {} read",
+                index.display(),
+                count_s(usage.reused, "run"),
+                usage.read
+            );
+            (runs, skipped)
+        }
+        (Some((repo, rev)), _) => {
+            let (runs, skipped, said) = history::git::load(repo, rev, paths, &budget)
+                .map_err(|e| Error::Usage(e.to_string()))?;
+            notes = said;
+            (runs, skipped)
+        }
+    };
+    Ok((runs, skipped, notes))
 }
 
 /// The history's index: `--index`, else the default file in the first path when that is a

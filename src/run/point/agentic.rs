@@ -166,17 +166,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 .sum();
             // A connection ready for each session's main agent and its widest group of
             // subagents, so that no turn pays a handshake when due.
-            let widest = corpus
-                .sessions
-                .iter()
-                .flat_map(|s| &s.steps)
-                .map(|s| match s {
-                    Step::Subagents(a) => a.len(),
-                    Step::Turn(_) => 0,
-                })
-                .max()
-                .unwrap_or(0);
-            prepare(path.client(), live.min(total) * (1 + widest)).await;
+            prepare(path.client(), live.min(total) * (1 + widest(&corpus))).await;
             window.open();
             let started = Instant::now();
             let deadline = stop_after.map(|d| started + d);
@@ -250,6 +240,20 @@ impl<'p> Sender<'p> for Agentic<'p> {
             end
         })
     }
+}
+
+/// The most subagents any step of the trace runs side by side.
+fn widest(corpus: &SessionCorpus) -> usize {
+    corpus
+        .sessions
+        .iter()
+        .flat_map(|s| &s.steps)
+        .map(|s| match s {
+            Step::Subagents(a) => a.len(),
+            Step::Turn(_) => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// A session ended: counted as completed or stopped (and kept, up to [`JOBS_KEPT`]).

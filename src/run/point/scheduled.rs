@@ -67,11 +67,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                 target,
             } = *self;
             let measured_total = schedule.measured();
-            let mut end = SendEnd {
-                planned: schedule.len(),
-                expect: Some(measured_total),
-                ..SendEnd::default()
-            };
+            let mut end = SendEnd::planned(schedule.len(), Some(measured_total));
             let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
             let mut observed = Observed {
                 offered_req_s: offered_rate(schedule),
@@ -146,14 +142,8 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                     releasing = false;
                 }
             }
-            // The pacer thread ended: by its schedule's end, a stop, or by dying. A dead pacer
-            // released only part of the schedule: that is no measurement of it.
-            if let Err(died) = pacer.stop() {
-                end.flags.push(Flag::new(
-                    FlagKind::ClientFailed,
-                    format!("the pacer thread died ({died}) after releasing {made} of {} requests; the rest were never sent", schedule.len()),
-                ));
-            }
+            end.flags
+                .extend(pacer_died(pacer.stop(), made, schedule.len()));
             observed.client_cpu = cpu_share(cpu_before, wall);
             end.flags.extend(cap.flag());
             end.observed = Some(observed);
@@ -238,6 +228,22 @@ impl<'r> Release<'r> {
             }
         }
     }
+}
+
+/// The pacer thread ended (`stopped`): by its schedule's end, a stop, or by dying. A dead
+/// pacer released only `made` of the schedule's `len` requests: that is no measurement of it.
+fn pacer_died<E: std::fmt::Display>(
+    stopped: Result<(), E>,
+    made: usize,
+    len: usize,
+) -> Option<Flag> {
+    let died = stopped.err()?;
+    Some(Flag::new(
+        FlagKind::ClientFailed,
+        format!(
+            "the pacer thread died ({died}) after releasing {made} of {len} requests; the rest were never sent"
+        ),
+    ))
 }
 
 /// A measured request of the round was written: once it is the window's last, the window

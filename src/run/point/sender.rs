@@ -48,3 +48,15 @@ pub(super) struct SendEnd {
     /// Agent sessions: the point's view of them.
     pub jobs: Option<JobsView>,
 }
+
+impl SendEnd {
+    /// A round that is to send `planned` requests, `expect` of them measured (where the
+    /// point's shape does not say).
+    pub(super) fn planned(planned: usize, expect: Option<usize>) -> SendEnd {
+        SendEnd {
+            planned,
+            expect,
+            ..SendEnd::default()
+        }
+    }
+}

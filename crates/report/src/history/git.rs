@@ -74,38 +74,7 @@ pub fn load(
     if rev.starts_with('-') {
         return Err(GitError::OptionLike(rev.to_string()));
     }
-    let pathspecs: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-    // Each commit (newest first) with the files it changed; a merge against its first parent.
-    let mut args = vec![
-        "-c".to_string(),
-        "core.quotePath=false".to_string(),
-        "log".to_string(),
-        "--format=%x00%H".to_string(),
-        "--name-only".to_string(),
-        "--no-renames".to_string(),
-        "--diff-merges=first-parent".to_string(),
-        format!("--max-count={}", MAX_COMMITS + 1),
-        rev.to_string(),
-        "--".to_string(),
-    ];
-    args.extend(pathspecs.iter().cloned());
-    let mut commits: Vec<(String, Vec<String>)> = Vec::new();
-    for line in git(repo, &args)?.lines() {
-        if let Some(hash) = line.strip_prefix('\0') {
-            commits.push((hash.to_string(), Vec::new()));
-        } else if !line.is_empty()
-            && let Some((_, files)) = commits.last_mut()
-        {
-            files.push(line.to_string());
-        }
-    }
-    if commits.len() > MAX_COMMITS {
-        return Err(GitError::TooManyCommits {
-            repo: repo.to_path_buf(),
-            rev: rev.to_string(),
-            limit: MAX_COMMITS,
-        });
-    }
+    let commits = commits_in(repo, rev, paths)?;
     // The run directories each commit changed: a folder whose meta.json or points.jsonl it
     // added, changed or removed.
     let run_dir_of = |file: &str| -> Option<String> {
@@ -186,8 +155,57 @@ pub fn load(
             });
         }
     }
+    let notes = changed_twice(&found, &changed_in);
+    let (runs, skipped) = read_found(repo, found, budget)?;
+    Ok((runs, skipped, notes))
+}
+
+/// The commits of `rev` in `repo` that touched `paths`, newest first, each with the files it
+/// changed (a merge against its first parent); at most [`MAX_COMMITS`].
+fn commits_in(
+    repo: &Path,
+    rev: &str,
+    paths: &[PathBuf],
+) -> Result<Vec<(String, Vec<String>)>, GitError> {
+    let pathspecs: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    // Each commit (newest first) with the files it changed; a merge against its first parent.
+    let mut args = vec![
+        "-c".to_string(),
+        "core.quotePath=false".to_string(),
+        "log".to_string(),
+        "--format=%x00%H".to_string(),
+        "--name-only".to_string(),
+        "--no-renames".to_string(),
+        "--diff-merges=first-parent".to_string(),
+        format!("--max-count={}", MAX_COMMITS + 1),
+        rev.to_string(),
+        "--".to_string(),
+    ];
+    args.extend(pathspecs.iter().cloned());
+    let mut commits: Vec<(String, Vec<String>)> = Vec::new();
+    for line in git(repo, &args)?.lines() {
+        if let Some(hash) = line.strip_prefix('\0') {
+            commits.push((hash.to_string(), Vec::new()));
+        } else if !line.is_empty()
+            && let Some((_, files)) = commits.last_mut()
+        {
+            files.push(line.to_string());
+        }
+    }
+    if commits.len() > MAX_COMMITS {
+        return Err(GitError::TooManyCommits {
+            repo: repo.to_path_buf(),
+            rev: rev.to_string(),
+            limit: MAX_COMMITS,
+        });
+    }
+    Ok(commits)
+}
+
+/// A note for each run the range changed more than once: which commits, and which one is read.
+fn changed_twice(found: &[Found], changed_in: &HashMap<String, Vec<String>>) -> Vec<String> {
     let mut notes = Vec::new();
-    for f in &found {
+    for f in found {
         let commits = &changed_in[&f.dir];
         if commits.len() > 1 {
             let short = |c: &str| c[..c.len().min(12)].to_string();
@@ -201,8 +219,7 @@ pub fn load(
             ));
         }
     }
-    let (runs, skipped) = read_found(repo, found, budget)?;
-    Ok((runs, skipped, notes))
+    notes
 }
 
 /// Reads the found runs' files in one `git cat-file --batch`, within the budget.

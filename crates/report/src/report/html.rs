@@ -395,22 +395,7 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
             };
             Some(json!({
                 "title": format!("{} by point", m.long_label()),
-                "x_label": if spread {
-                    "context (prompt tokens, log scale)".to_string()
-                } else {
-                    let dims: Vec<&str> = points
-                        .iter()
-                        .flat_map(|p| p.values.keys())
-                        .filter(|k| !k.starts_with("server."))
-                        .map(String::as_str)
-                        .fold(Vec::new(), |mut v, k| {
-                            if !v.contains(&k) {
-                                v.push(k);
-                            }
-                            v
-                        });
-                    if dims.is_empty() { "point".to_string() } else { dims.join(", ") }
-                },
+                "x_label": x_label(points, spread),
                 "x_log": spread,
                 "x_ticks": ticks,
                 "y_label": format!("{} ({})", m.label(), m.unit()),
@@ -418,6 +403,29 @@ fn point_charts(points: &[PointRecord]) -> Vec<serde_json::Value> {
             }))
         })
         .collect()
+}
+
+/// The x axis of the point charts: the context, or the swept keys that are not the server's.
+fn x_label(points: &[PointRecord], spread: bool) -> String {
+    if spread {
+        return "context (prompt tokens, log scale)".to_string();
+    }
+    let dims: Vec<&str> = points
+        .iter()
+        .flat_map(|p| p.values.keys())
+        .filter(|k| !k.starts_with("server."))
+        .map(String::as_str)
+        .fold(Vec::new(), |mut v, k| {
+            if !v.contains(&k) {
+                v.push(k);
+            }
+            v
+        });
+    if dims.is_empty() {
+        "point".to_string()
+    } else {
+        dims.join(", ")
+    }
 }
 
 /// Each point's details: its values, counts, flags and every metric's statistics.
