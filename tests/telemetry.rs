@@ -611,11 +611,14 @@ fn ctrl_c_mid_point_stops_the_sampler_and_keeps_its_readings() {
     let root = ws.path().join("runs").join("gpu-interrupted");
     let dir = poll_until(
         std::time::Duration::from_secs(60),
-        "no GPU readings recorded",
+        "no GPU readings and no finished request recorded",
         || {
             let dir = std::fs::read_dir(&root).ok()?.flatten().next()?.path();
             let lines = std::fs::read_to_string(dir.join("gpu.jsonl")).ok()?;
-            (lines.lines().count() >= 3).then_some(dir)
+            // A finished request too: Ctrl-C abandons the requests in flight (they are no
+            // measurements), and the energy is the measured window's, which its records make.
+            let finished = std::fs::read_to_string(dir.join("requests.jsonl")).ok()?;
+            (lines.lines().count() >= 3 && finished.lines().count() >= 1).then_some(dir)
         },
     );
     nix::sys::signal::kill(
