@@ -37,6 +37,21 @@ pub fn wait_for_nonempty(path: &Path, timeout: std::time::Duration) {
     });
 }
 
+/// `servebench run SPEC --out OUT --quiet` started with its output piped, for a test that
+/// acts on the run while it goes (a signal, a server killed) and then waits for it.
+pub fn spawn_run(spec: &Path, out: &Path) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
+        .arg("run")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .arg("--quiet")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// The servebench binary under test.
 pub fn servebench() -> Command {
     Command::cargo_bin("servebench").expect("binary built")

@@ -733,16 +733,7 @@ fn a_killed_server_is_called_lost_by_its_signal_and_nothing_more_is_sent_to_it()
             "name: killed\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 64, calibrate: false }}\n  output_tokens: 200\nrequests: 200\nconcurrency: 2\n"
         ),
     );
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = crate::common::spawn_run(&spec, &ws.path().join("runs"));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let requests = loop {
         let found = std::fs::read_dir(ws.path().join("runs").join("killed"))
@@ -826,16 +817,7 @@ fn an_external_server_that_dies_is_lost_not_a_calibration_failure() {
         ),
     );
     let _turn = crate::common::exclusive();
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = crate::common::spawn_run(&spec, &ws.path().join("runs"));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while server.seen.generations.load(Ordering::Relaxed) < 6 {
         assert!(std::time::Instant::now() < deadline, "no requests");

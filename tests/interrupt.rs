@@ -40,16 +40,7 @@ fn interrupt_mid_point(signal: nix::sys::signal::Signal, said: &str) {
             "name: interrupted\nserver:\n  engine: sim\n  model: {model}\n  args: {{ profile: fast }}\nworkload:\n  prompt: {{ kind: repeat, tokens: 200, calibrate: false }}\n  output_tokens: 400\nrequests: 200\n"
         ),
     );
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = crate::common::spawn_run(&spec, &ws.path().join("runs"));
 
     // Wait until at least two requests are on disk, then press Ctrl-C.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -184,16 +175,8 @@ fn ctrl_c_during_a_load_point_ends_like_a_closed_loop_and_resume_finishes_it() {
         ),
     );
     for attempt in 0..3 {
-        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(ws.path().join("runs").join(attempt.to_string()))
-            .arg("--quiet")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child =
+            crate::common::spawn_run(&spec, &ws.path().join("runs").join(attempt.to_string()));
         let root = ws.path().join("runs").join(attempt.to_string());
         let deadline = Instant::now() + Duration::from_secs(60);
         let requests_file = loop {

@@ -53,16 +53,7 @@ fn every_sender_reports_a_server_lost_mid_point() {
             &url_spec(name, &server.url, "{ kind: repeat, tokens: 64 }", &load),
         );
         let _turn = exclusive();
-        let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-            .arg("run")
-            .arg(&spec)
-            .arg("--out")
-            .arg(ws.path().join("runs"))
-            .arg("--quiet")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = crate::common::spawn_run(&spec, &ws.path().join("runs"));
         let deadline = Instant::now() + Duration::from_secs(60);
         while server.seen.generations.load(Ordering::Relaxed) < 12 {
             assert!(Instant::now() < deadline, "{name}: no requests");
@@ -118,16 +109,7 @@ fn ctrl_c_keeps_every_record(name: &str, load: &str, round: usize) {
         ),
     );
     let _turn = exclusive();
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("servebench"))
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(ws.path().join("runs"))
-        .arg("--quiet")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = crate::common::spawn_run(&spec, &ws.path().join("runs"));
     let deadline = Instant::now() + Duration::from_secs(90);
     let runs = ws.path().join("runs").join(name);
     loop {
