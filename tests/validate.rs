@@ -835,3 +835,62 @@ fn the_old_profile_key_still_works_with_a_warning_naming_profiler() {
         show(&out)
     );
 }
+
+/// `load` is one shape per kind: a field its kind does not read (set in the spec or swept) is
+/// refused at its key, not ignored, and each kind's own block is required.
+#[test]
+fn a_load_field_its_kind_does_not_read_is_refused_at_its_key() {
+    let ws = Workspace::new();
+    ws.write("t.jsonl", "{\"at\": 0}\n{\"at\": 0.5}\n");
+    let spec = ws.write(
+        "arrival.yaml",
+        &load_validate_spec(
+            "load:\n  kind: trace\n  trace: { file: t.jsonl }\n  arrival: gamma\n  sessions: { users: 2, turns: 2, think: 1s }",
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "`load.arrival` applies to `kind: rate` and `kind: ramp`, and this load is `kind: trace`: it would be ignored",
+            "arrival.yaml:13:3",
+            "`load.sessions` belongs to `kind: sessions`",
+            "arrival.yaml:14:3",
+            "hint: remove it, or change `load.kind`",
+        ],
+    );
+    let spec = ws.write(
+        "swept.yaml",
+        &load_validate_spec(
+            "load: { kind: trace, trace: { file: t.jsonl } }\nsweep:\n  load.seed: [1, 2]",
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "`load.seed` applies to `kind: rate` and `kind: ramp`, and this load is `kind: trace`",
+            "sweep a field of this load's kind",
+        ],
+    );
+    let spec = ws.write(
+        "missing.yaml",
+        &load_validate_spec("load: { kind: ramp }\nstop: { duration: 1s }"),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["`load.kind: ramp` needs `load.ramp`"],
+    );
+    let spec = ws.write(
+        "fine.yaml",
+        &load_validate_spec(
+            "load: { kind: trace, trace: { file: t.jsonl }, max_in_flight: 4, lag_limit: 20ms }",
+        ),
+    );
+    let out = validate(&ws, &spec);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

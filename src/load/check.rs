@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use servebench_model::spec::Check;
-use servebench_model::spec::load_model::LoadKind;
+use servebench_model::spec::load_model::LoadSpec;
 use servebench_model::spec::types::Experiment;
 use servebench_model::spec::validate::{Problem, Target};
 
@@ -38,16 +38,14 @@ impl Check for ScheduleCheck {
             message,
             hint: Some(hint),
         };
-        match (load.kind, &load.trace) {
-            (LoadKind::Sessions, _) => Vec::new(),
-            (LoadKind::Agentic, _) => match &load.agentic {
-                Some(a) => match super::agentic::summarize(&spec_dir.join(&a.file), a) {
+        match load {
+            LoadSpec::Agentic { agentic: a, .. } => {
+                match super::agentic::summarize(&spec_dir.join(&a.file), a) {
                     Ok(_) => Vec::new(),
                     Err(e) => vec![problem("/load/agentic/file", super::agentic::described(e))],
-                },
-                None => Vec::new(),
-            },
-            (LoadKind::Trace, Some(t)) => {
+                }
+            }
+            LoadSpec::Trace { trace: t, .. } => {
                 let full = spec_dir.join(&t.file);
                 let options = trace::TraceOptions::of(t);
                 let summary = self
@@ -75,7 +73,7 @@ impl Check for ScheduleCheck {
                     Ok(_) => Vec::new(),
                 }
             }
-            (LoadKind::Trace, None) => Vec::new(),
+            LoadSpec::Sessions { .. } => Vec::new(),
             _ => match Schedule::of(experiment, spec_dir) {
                 Ok(_) => Vec::new(),
                 Err(e) => vec![problem(pointer(&e), schedule_described(e))],

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use servebench_model::results::records::Phase;
-use servebench_model::spec::load_model::{LoadKind, LoadSpec, PhaseSpec, RampSpec, StopSpec};
+use servebench_model::spec::load_model::{Arrivals, LoadSpec, PhaseSpec, RampSpec, StopSpec};
 use servebench_model::spec::types::Experiment;
 
 use super::arrival::{RateCurve, UnitGaps};
@@ -151,7 +151,7 @@ fn check_spans(exp: &Experiment, load: &LoadSpec, stop: &StopSpec) -> Result<(),
             "cooldown.duration",
             exp.cooldown.as_ref().and_then(|c| c.duration),
         ),
-        ("load.ramp.over", load.ramp.as_ref().map(|r| r.over)),
+        ("load.ramp.over", load.ramp().map(|r| r.over)),
     ];
     for (field, d) in phase_limits {
         if let Some(seconds) = d.map(|d| d.as_secs_f64()).filter(|&s| s > MAX_SPAN_S) {
@@ -173,10 +173,14 @@ struct ArrivalSource {
 /// The arrivals of an open-loop `load`: a constant rate, a ramp, or a trace read from its
 /// file (relative to `spec_dir`).
 fn arrival_source(load: &LoadSpec, spec_dir: &Path) -> Result<ArrivalSource, ScheduleError> {
-    let (arrival, burstiness, seed) = (load.arrival, load.burstiness, load.seed);
-    let make: MakeArrivals = match load.kind {
-        LoadKind::Rate => {
-            let rate = load.rate.as_ref().map_or(1.0, |r| r.per_second());
+    let make: MakeArrivals = match load {
+        LoadSpec::Rate { rate, arrivals, .. } => {
+            let rate = rate.per_second();
+            let Arrivals {
+                arrival,
+                burstiness,
+                seed,
+            } = *arrivals;
             if rate.is_infinite() {
                 Arc::new(|| Box::new(std::iter::repeat((0.0, None, None, None))))
             } else {
@@ -188,15 +192,21 @@ fn arrival_source(load: &LoadSpec, spec_dir: &Path) -> Result<ArrivalSource, Sch
                 })
             }
         }
-        LoadKind::Ramp => {
-            let curve = ramp_curve(load.ramp.as_ref().ok_or(ScheduleError::NotLoad)?);
+        LoadSpec::Ramp { ramp, arrivals, .. } => {
+            let curve = ramp_curve(ramp);
+            let Arrivals {
+                arrival,
+                burstiness,
+                seed,
+            } = *arrivals;
             Arc::new(move || {
                 curve_arrivals(curve.clone(), UnitGaps::new(arrival, burstiness, seed))
             })
         }
-        LoadKind::Sessions | LoadKind::Agentic => return Err(ScheduleError::NotLoad),
-        LoadKind::Trace => {
-            let t = load.trace.as_ref().ok_or(ScheduleError::NotLoad)?;
+        LoadSpec::Sessions { .. } | LoadSpec::Agentic { .. } => {
+            return Err(ScheduleError::NotLoad);
+        }
+        LoadSpec::Trace { trace: t, .. } => {
             let scale = t.time_scale;
             let options = trace::TraceOptions::of(t);
             let read = trace::read(&spec_dir.join(&t.file), options)?;
@@ -247,12 +257,8 @@ impl Schedule {
             exp.cooldown.clone().unwrap_or_default(),
         );
         let source = arrival_source(load, spec_dir)?;
-        let unbounded_inf = load.kind == LoadKind::Rate
-            && load
-                .rate
-                .as_ref()
-                .is_some_and(|r| r.per_second().is_infinite())
-            && !phases.bounded_by_count();
+        let unbounded_inf =
+            load.rate().is_some_and(|r| r.per_second().is_infinite()) && !phases.bounded_by_count();
         if unbounded_inf {
             return Err(ScheduleError::UnboundedInf);
         }
@@ -266,7 +272,7 @@ impl Schedule {
             traced: Vec::new(),
             ids,
             block_size,
-            max_in_flight: load.max_in_flight,
+            max_in_flight: load.open_loop().and_then(|o| o.max_in_flight),
         };
         schedule.count(traced)?;
         Ok(schedule)

@@ -224,8 +224,7 @@ fn schedule_s(e: &Experiment) -> f64 {
         return 0.0;
     };
     let Some(rate) = load
-        .rate
-        .as_ref()
+        .rate()
         .map(|r| r.per_second())
         .filter(|r| r.is_finite())
     else {

@@ -208,14 +208,18 @@ pub(crate) fn probe_point(
     p.values.insert(over.to_string(), json);
     match over {
         SearchOver::LoadRate => {
-            if let Some(load) = p.experiment.load.as_mut() {
-                load.rate = Some(servebench_model::spec::load_model::Rate::PerSecond(value));
+            if let Some(servebench_model::spec::load_model::LoadSpec::Rate { rate, .. }) =
+                p.experiment.load.as_mut()
+            {
+                *rate = servebench_model::spec::load_model::Rate::PerSecond(value);
             }
         }
         SearchOver::Concurrency => p.experiment.concurrency = value.max(1.0) as u32,
         SearchOver::LiveSessions => {
-            if let Some(a) = p.experiment.load.as_mut().and_then(|l| l.agentic.as_mut()) {
-                a.live = value.max(1.0) as u32;
+            if let Some(servebench_model::spec::load_model::LoadSpec::Agentic { agentic, .. }) =
+                p.experiment.load.as_mut()
+            {
+                agentic.live = value.max(1.0) as u32;
             }
         }
     }

@@ -117,8 +117,8 @@ pub(crate) fn extend_to_judge(point: &mut Point) -> Option<usize> {
         let rate = exp
             .load
             .as_ref()
-            .and_then(|l| match l.rate {
-                Some(servebench_model::spec::load_model::Rate::PerSecond(r)) => Some(r),
+            .and_then(|l| match l.rate() {
+                Some(servebench_model::spec::load_model::Rate::PerSecond(r)) => Some(*r),
                 _ => None,
             })
             .filter(|r| r.is_finite() && *r > 0.0);

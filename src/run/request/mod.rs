@@ -97,8 +97,8 @@ impl Affinity {
     /// The spec's session headers for a round (none unless `load.session_headers` names
     /// some; names were checked when the spec was).
     pub(crate) fn of(exp: &Experiment) -> Affinity {
-        match &exp.load {
-            Some(load) => Affinity::named(&load.session_headers),
+        match exp.load.as_ref().and_then(|l| l.session_headers()) {
+            Some(headers) => Affinity::named(headers),
             None => Affinity::default(),
         }
     }

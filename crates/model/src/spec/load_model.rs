@@ -17,10 +17,262 @@ use super::error_budget::ErrorBudget;
 use super::patterns::DURATION_PATTERN;
 use super::validate::{Problem, Target};
 
+/// How requests arrive at the server: one variant per load shape, each with only the fields
+/// that shape reads. Written in a spec as one mapping with a `kind` (the wire form,
+/// [`LoadFields`], whose schema the spec's is): the raw checks name a field that does not
+/// belong to its kind at its line and column before the spec is typed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LoadFields", into = "LoadFields")]
+pub enum LoadSpec {
+    /// `kind: rate`: a fixed rate with an arrival process.
+    Rate {
+        rate: Rate,
+        arrivals: Arrivals,
+        open: OpenLoop,
+    },
+    /// `kind: ramp`: a rising rate.
+    Ramp {
+        ramp: RampSpec,
+        arrivals: Arrivals,
+        open: OpenLoop,
+    },
+    /// `kind: trace`: arrivals replayed from a file.
+    Trace { trace: TraceSpec, open: OpenLoop },
+    /// `kind: sessions`: simulated users in multi-turn conversations.
+    Sessions {
+        sessions: super::workload::SessionsSpec,
+        headers: SessionHeaders,
+    },
+    /// `kind: agentic`: agent sessions replayed from a session trace.
+    Agentic {
+        agentic: AgenticSpec,
+        headers: SessionHeaders,
+    },
+}
+
+/// How a rate's or a ramp's arrivals are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrivals {
+    pub arrival: Arrival,
+    pub burstiness: f64,
+    pub seed: u64,
+}
+
+/// What every open loop (rate, ramp, trace) has: a cap on requests in flight and the lag
+/// beyond which its client is the limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenLoop {
+    pub max_in_flight: Option<u32>,
+    pub lag_limit: Duration,
+}
+
+impl LoadSpec {
+    /// The load's kind.
+    pub fn kind(&self) -> LoadKind {
+        match self {
+            LoadSpec::Rate { .. } => LoadKind::Rate,
+            LoadSpec::Ramp { .. } => LoadKind::Ramp,
+            LoadSpec::Trace { .. } => LoadKind::Trace,
+            LoadSpec::Sessions { .. } => LoadKind::Sessions,
+            LoadSpec::Agentic { .. } => LoadKind::Agentic,
+        }
+    }
+
+    /// An open loop's cap and lag limit (None for sessions and agents).
+    pub fn open_loop(&self) -> Option<&OpenLoop> {
+        match self {
+            LoadSpec::Rate { open, .. }
+            | LoadSpec::Ramp { open, .. }
+            | LoadSpec::Trace { open, .. } => Some(open),
+            LoadSpec::Sessions { .. } | LoadSpec::Agentic { .. } => None,
+        }
+    }
+
+    /// A rate's or a ramp's arrival process (None for the others, which have none).
+    pub fn arrivals(&self) -> Option<&Arrivals> {
+        match self {
+            LoadSpec::Rate { arrivals, .. } | LoadSpec::Ramp { arrivals, .. } => Some(arrivals),
+            _ => None,
+        }
+    }
+
+    /// A rate load's rate (None for the other kinds).
+    pub fn rate(&self) -> Option<&Rate> {
+        match self {
+            LoadSpec::Rate { rate, .. } => Some(rate),
+            _ => None,
+        }
+    }
+
+    /// A ramp load's ramp (None for the other kinds).
+    pub fn ramp(&self) -> Option<&RampSpec> {
+        match self {
+            LoadSpec::Ramp { ramp, .. } => Some(ramp),
+            _ => None,
+        }
+    }
+
+    /// The headers naming a conversation's session (None for loads without sessions).
+    pub fn session_headers(&self) -> Option<&SessionHeaders> {
+        match self {
+            LoadSpec::Sessions { headers, .. } | LoadSpec::Agentic { headers, .. } => Some(headers),
+            _ => None,
+        }
+    }
+}
+
+impl JsonSchema for LoadSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "LoadSpec".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        LoadFields::json_schema(generator)
+    }
+}
+
+/// The fields each kind reads besides its own block; any other is refused.
+const KIND_FIELDS: [(&str, &[&str]); 5] = [
+    (
+        "rate",
+        &[
+            "arrival",
+            "burstiness",
+            "seed",
+            "max_in_flight",
+            "lag_limit",
+        ],
+    ),
+    (
+        "ramp",
+        &[
+            "arrival",
+            "burstiness",
+            "seed",
+            "max_in_flight",
+            "lag_limit",
+        ],
+    ),
+    ("trace", &["max_in_flight", "lag_limit"]),
+    ("sessions", &["session_headers"]),
+    ("agentic", &["session_headers"]),
+];
+
+/// The kinds that read `field` (empty for the kind blocks themselves).
+fn kinds_reading(field: &str) -> Vec<&'static str> {
+    KIND_FIELDS
+        .iter()
+        .filter(|(_, fields)| fields.contains(&field))
+        .map(|(kind, _)| *kind)
+        .collect()
+}
+
+/// Why a typed load could not be made from its fields (the raw checks say it first, with its
+/// line and column). A field its kind does not read is dropped here, not refused: the raw
+/// checks refuse it in a spec, and a run's `meta.json` written before they did must still
+/// read.
+fn shape_error(kind: LoadKind, field: &str) -> String {
+    format!("`load.kind: {kind}` needs `load.{field}`")
+}
+
+impl TryFrom<LoadFields> for LoadSpec {
+    type Error = String;
+
+    fn try_from(f: LoadFields) -> Result<LoadSpec, String> {
+        let arrivals = Arrivals {
+            arrival: f.arrival,
+            burstiness: f.burstiness,
+            seed: f.seed,
+        };
+        let open = OpenLoop {
+            max_in_flight: f.max_in_flight,
+            lag_limit: f.lag_limit,
+        };
+        let kind = f.kind;
+        Ok(match kind {
+            LoadKind::Rate => LoadSpec::Rate {
+                rate: f.rate.ok_or_else(|| shape_error(kind, "rate"))?,
+                arrivals,
+                open,
+            },
+            LoadKind::Ramp => LoadSpec::Ramp {
+                ramp: f.ramp.ok_or_else(|| shape_error(kind, "ramp"))?,
+                arrivals,
+                open,
+            },
+            LoadKind::Trace => LoadSpec::Trace {
+                trace: f.trace.ok_or_else(|| shape_error(kind, "trace"))?,
+                open,
+            },
+            LoadKind::Sessions => LoadSpec::Sessions {
+                sessions: f.sessions.ok_or_else(|| shape_error(kind, "sessions"))?,
+                headers: f.session_headers,
+            },
+            LoadKind::Agentic => LoadSpec::Agentic {
+                agentic: f.agentic.ok_or_else(|| shape_error(kind, "agentic"))?,
+                headers: f.session_headers,
+            },
+        })
+    }
+}
+
+/// `field` is set on a load of `kind`, which does not read it.
+fn misplaced_message(kind: LoadKind, field: &str) -> String {
+    let readers = kinds_reading(field);
+    let which = if readers.is_empty() {
+        format!("`load.{field}` belongs to `kind: {field}`")
+    } else {
+        let kinds: Vec<String> = readers.iter().map(|k| format!("`kind: {k}`")).collect();
+        format!("`load.{field}` applies to {}", kinds.join(" and "))
+    };
+    format!("{which}, and this load is `kind: {kind}`: it would be ignored")
+}
+
+impl From<LoadSpec> for LoadFields {
+    fn from(load: LoadSpec) -> LoadFields {
+        let kind = load.kind();
+        let mut f = LoadFields {
+            kind,
+            rate: None,
+            arrival: Arrival::default(),
+            burstiness: 1.0,
+            max_in_flight: None,
+            seed: 0,
+            ramp: None,
+            trace: None,
+            sessions: None,
+            agentic: None,
+            lag_limit: default_lag_limit(),
+            session_headers: SessionHeaders::default(),
+        };
+        if let Some(a) = load.arrivals() {
+            (f.arrival, f.burstiness, f.seed) = (a.arrival, a.burstiness, a.seed);
+        }
+        if let Some(o) = load.open_loop() {
+            (f.max_in_flight, f.lag_limit) = (o.max_in_flight, o.lag_limit);
+        }
+        match load {
+            LoadSpec::Rate { rate, .. } => f.rate = Some(rate),
+            LoadSpec::Ramp { ramp, .. } => f.ramp = Some(ramp),
+            LoadSpec::Trace { trace, .. } => f.trace = Some(trace),
+            LoadSpec::Sessions { sessions, headers } => {
+                f.sessions = Some(sessions);
+                f.session_headers = headers;
+            }
+            LoadSpec::Agentic { agentic, headers } => {
+                f.agentic = Some(agentic);
+                f.session_headers = headers;
+            }
+        }
+        f
+    }
+}
+
+// A load as written: a kind plus the fields of every kind (the schema's form).
 /// How requests arrive at the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LoadSpec {
+pub(crate) struct LoadFields {
     /// `rate`: open loop at `rate` requests/s with an `arrival` process. `ramp`: the rate
     /// rises from `ramp.from` to `ramp.to` over `ramp.over` (linearly, or in `ramp.steps`
     /// steps). `trace`: arrival times (and output lengths) replayed from a JSONL file.
@@ -652,6 +904,9 @@ fn load_shape_checks(
             hint,
         ));
     }
+    if let Some(kind) = kind {
+        misplaced_field_checks(raw, load, kind, problems);
+    }
     if let Some(ramp) = load.get("ramp").and_then(Value::as_object)
         && let (Some(from), Some(to)) = (
             ramp.get("from").and_then(Value::as_f64),
@@ -689,6 +944,63 @@ fn load_shape_checks(
             "the two-point method sends pairs one at a time: it has no open-loop form".into(),
             "use `method: streaming` (the default) with `load:`",
         ));
+    }
+}
+
+/// A field of `load` (or a sweep of `load.FIELD`) that its kind does not read: refused, as
+/// it would be ignored. `session_headers` has its own check.
+fn misplaced_field_checks(
+    raw: &Value,
+    load: &serde_json::Map<String, Value>,
+    kind: &str,
+    problems: &mut Vec<Problem>,
+) {
+    let Ok(typed) = serde_json::from_value::<LoadKind>(Value::String(kind.into())) else {
+        return;
+    };
+    // A sweep of `load.kind` runs each kind swept: a field belongs when one of them reads it.
+    let swept_kinds = raw
+        .get("sweep")
+        .and_then(|s| s.get("load.kind"))
+        .and_then(Value::as_array);
+    let kinds: Vec<&str> = std::iter::once(kind)
+        .chain(swept_kinds.into_iter().flatten().filter_map(Value::as_str))
+        .collect();
+    let belongs = |field: &str| {
+        field == "kind"
+            || kinds.iter().any(|k| {
+                *k == field
+                    || KIND_FIELDS
+                        .iter()
+                        .any(|(kk, reads)| kk == k && reads.contains(&field))
+            })
+    };
+    for field in load.keys() {
+        if !belongs(field) && field != "session_headers" && load[field] != Value::Null {
+            problems.push(problem(
+                &format!("/load/{field}"),
+                Target::Key,
+                misplaced_message(typed, field),
+                "remove it, or change `load.kind`",
+            ));
+        }
+    }
+    let swept = raw.get("sweep").and_then(Value::as_object);
+    for key in swept.into_iter().flat_map(|m| m.keys()) {
+        let Some(field) = key
+            .strip_prefix("load.")
+            .map(|f| f.split('.').next().unwrap_or(f))
+        else {
+            continue;
+        };
+        if !belongs(field) && field != "session_headers" {
+            problems.push(problem(
+                &format!("/sweep/{}", key.replace('~', "~0").replace('/', "~1")),
+                Target::Key,
+                misplaced_message(typed, field),
+                "sweep a field of this load's kind, or change `load.kind`",
+            ));
+        }
     }
 }
 
@@ -847,6 +1159,58 @@ mod session_header_tests {
             rate.iter()
                 .any(|m| m.contains("applies to `kind: sessions`")),
             "{rate:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_kind_is_its_own_variant_with_only_its_fields_and_writes_back_the_same() {
+        let rate: LoadSpec =
+            serde_json::from_value(json!({"kind": "rate", "rate": 4, "arrival": "gamma", "burstiness": 2.0, "seed": 7, "max_in_flight": 3}))
+                .unwrap();
+        let LoadSpec::Rate {
+            rate: r,
+            arrivals,
+            open,
+        } = &rate
+        else {
+            panic!("{rate:?}")
+        };
+        assert_eq!(r.per_second(), 4.0);
+        assert_eq!(
+            (arrivals.arrival, arrivals.burstiness, arrivals.seed),
+            (Arrival::Gamma, 2.0, 7)
+        );
+        assert_eq!(open.max_in_flight, Some(3));
+        assert_eq!(open.lag_limit, default_lag_limit());
+        let back: LoadSpec = serde_json::from_value(serde_json::to_value(&rate).unwrap()).unwrap();
+        assert_eq!(back, rate);
+
+        let trace: LoadSpec =
+            serde_json::from_value(json!({"kind": "trace", "trace": {"file": "t.jsonl"}})).unwrap();
+        assert_eq!(trace.kind(), LoadKind::Trace);
+        assert!(trace.arrivals().is_none(), "a trace has no arrival process");
+        assert!(trace.session_headers().is_none());
+        assert!(trace.open_loop().is_some());
+
+        let agents: LoadSpec = serde_json::from_value(
+            json!({"kind": "agentic", "agentic": {"file": "s.jsonl", "live": 2}, "session_headers": "off"}),
+        )
+        .unwrap();
+        assert!(agents.open_loop().is_none());
+        assert_eq!(agents.session_headers().map(|h| h.names().0.len()), Some(0));
+
+        let missing = serde_json::from_value::<LoadSpec>(json!({"kind": "sessions"}));
+        assert!(
+            missing
+                .unwrap_err()
+                .to_string()
+                .contains("`load.kind: sessions` needs `load.sessions`")
         );
     }
 }

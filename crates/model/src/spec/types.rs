@@ -183,23 +183,20 @@ impl Experiment {
     /// The `sessions` load model, when the spec's `load` is one: the one place that reads it.
     pub fn sessions(&self) -> Option<&SessionsSpec> {
         match &self.load {
-            Some(l) if l.kind == super::load_model::LoadKind::Sessions => l.sessions.as_ref(),
+            Some(super::load_model::LoadSpec::Sessions { sessions, .. }) => Some(sessions),
             _ => None,
         }
     }
 
     /// The open-loop load model (`rate`, `ramp`, `trace`), when the spec's `load` is one.
     pub fn open_loop(&self) -> Option<&super::load_model::LoadSpec> {
-        use super::load_model::LoadKind;
-        self.load
-            .as_ref()
-            .filter(|l| !matches!(l.kind, LoadKind::Sessions | LoadKind::Agentic))
+        self.load.as_ref().filter(|l| l.open_loop().is_some())
     }
 
     /// The agent sessions replayed (`load: { kind: agentic }`), when the spec's `load` is one.
     pub fn agentic(&self) -> Option<&super::load_model::AgenticSpec> {
         match &self.load {
-            Some(l) if l.kind == super::load_model::LoadKind::Agentic => l.agentic.as_ref(),
+            Some(super::load_model::LoadSpec::Agentic { agentic, .. }) => Some(agentic),
             _ => None,
         }
     }

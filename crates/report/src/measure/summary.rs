@@ -187,8 +187,8 @@ impl PointFold {
             read_timed: 0,
             trace_cache: None,
             block_tokens: match &exp.load {
-                Some(l) if l.kind == servebench_model::spec::load_model::LoadKind::Trace => {
-                    l.trace.as_ref().map_or(0, |t| u64::from(t.block_size))
+                Some(servebench_model::spec::load_model::LoadSpec::Trace { trace, .. }) => {
+                    u64::from(trace.block_size)
                 }
                 _ => exp
                     .agentic()

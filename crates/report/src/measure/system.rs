@@ -366,9 +366,11 @@ impl SystemFold {
             return None;
         }
         let mut summary = LoadSummary {
-            kind: load.map_or("closed".into(), |l| l.kind.to_string()),
+            kind: load.map_or("closed".into(), |l| l.kind().to_string()),
             offered_req_s: observed.offered_req_s,
-            arrival: load.map(|l| l.arrival.to_string()),
+            arrival: load
+                .and_then(LoadSpec::arrivals)
+                .map(|a| a.arrival.to_string()),
             window_s: span.unwrap_or(0.0),
             warmup: observed.warmup,
             measured: self.measured,
@@ -423,7 +425,7 @@ impl SystemFold {
         if let Some(cpu) = observed.client_cpu {
             put(metrics, Metric::ClientCpu, Some(single(cpu)));
         }
-        let limit = load.lag_limit.as_secs_f64();
+        let limit = load.open_loop().map_or(0.0, |o| o.lag_limit.as_secs_f64());
         if let Some(lag) = metrics.get(Metric::ScheduleLag.name())
             && lag.p99 > limit
         {
