@@ -52,12 +52,10 @@ pub(crate) struct AgentRequest {
     /// What the server offers (probed by the runner): how to reset its cache.
     #[serde(default)]
     pub surface: Option<servebench_model::results::meta::ServerSurface>,
-    /// Where the server writes profiler traces (`profiler:`), on this host.
+    /// What the probes watch of the server group, as this host reaches it: where the server
+    /// writes profiler traces, a launched deployment's workers (scraped beside the router).
     #[serde(default)]
-    pub profile_dir: Option<String>,
-    /// A launched deployment's workers, as this host reaches them (scraped beside the router).
-    #[serde(default)]
-    pub workers: Vec<super::server::deployment::WorkerTarget>,
+    pub probes: super::probe::setup::ProbeSite,
     /// Some: the runner relays the router's sends ([`RoutedLine`]s) from its copy of the
     /// router's log, a line arriving up to this many ms after the router wrote it.
     #[serde(default)]
@@ -165,8 +163,11 @@ async fn serve(heartbeat: Duration) {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "the host".into());
     let mut runner = PointRunner::new(sink, Progress::silent(), interrupt.clone(), ".".into())
-        .with_metrics_sink(metrics)
-        .with_gpu_sink(gpu, &host, true);
+        .with_probe_sinks(super::probe::setup::ProbeSinks {
+            metrics: Some(metrics),
+            gpu: Some((gpu, host, true)),
+            ..Default::default()
+        });
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let stdin_interrupt = interrupt.clone();
     let book = runner.routing.clone();
@@ -216,9 +217,8 @@ async fn serve(heartbeat: Duration) {
             experiment: req.experiment,
         };
         runner.set_surface(req.surface);
-        runner.set_profile_dir(req.profile_dir);
-        runner.set_workers(
-            req.workers,
+        runner.set_site(
+            req.probes,
             req.routed_lag_ms
                 .map(|ms| super::server::routing::RouterLog::relayed(Duration::from_millis(ms))),
         );

@@ -13,6 +13,7 @@ use super::errors::RunError;
 use super::measurer::{InProcess, Measurer, OnHost};
 use super::on_server::{Launch, One};
 use super::point::PointRunner;
+use super::probe::setup::ProbeSite;
 use super::records::{append_point, failed_point};
 use super::server::ServerHandle;
 
@@ -90,6 +91,11 @@ pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p servebench_model::s
     tally: &mut Tally,
 ) -> Result<LaunchEnd, RunError> {
     let api_key = servebench_model::secrets::api_key(m.server);
+    // What the probes watch of this launch, chosen once for all its points.
+    let site = ProbeSite {
+        profile_dir: cx.profile_dir.map(str::to_string),
+        workers: handle.workers.clone(),
+    };
     let mut measurer: Box<dyn Measurer + '_> = match m.agent_host {
         Some(remote) => Box::new(
             OnHost::new(
@@ -105,13 +111,12 @@ pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p servebench_model::s
                 cx.progress.clone(),
                 cx.interrupt.clone(),
             )
-            .with_deployment(&handle.workers, handle.router_log()),
+            .with_site(site, handle.router_log()),
         ),
         None => Box::new(InProcess {
             runner: {
                 m.runner.set_surface(handle.record.surface.clone());
-                m.runner
-                    .set_workers(handle.workers.clone(), handle.router_log());
+                m.runner.set_site(site, handle.router_log());
                 m.runner
             },
             client: Client::new(&handle.url, api_key)?,
@@ -119,6 +124,6 @@ pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p servebench_model::s
     };
     let end = run_launch(handle, pending, policy, cx, measurer.as_mut(), tally).await;
     measurer.close().await;
-    m.runner.set_workers(Vec::new(), None);
+    m.runner.set_site(ProbeSite::default(), None);
     end
 }

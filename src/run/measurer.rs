@@ -17,6 +17,7 @@ use super::agent::AgentRequest;
 use super::agent::session::{AgentPlace, AgentSession};
 use super::interrupt::Interrupt;
 use super::point::{PointOutcome, PointRunner};
+use super::probe::setup::ProbeSite;
 use super::progress::Progress;
 
 /// Why a measurer cannot measure at all (the point and the rest of its launch are recorded as
@@ -33,9 +34,6 @@ pub(crate) trait Measurer: Send {
         point: &'a Point,
         group: &'a str,
     ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>>;
-
-    /// Says where the server writes profiler traces for the next point (on its host).
-    fn set_profile_dir(&mut self, dir: Option<String>);
 
     /// Releases what the measurer holds (an agent process on the host).
     fn close(self: Box<Self>) -> BoxFuture<'static, ()>;
@@ -57,10 +55,6 @@ impl Measurer for InProcess<'_> {
         Box::pin(async move { Ok(self.runner.measure(&self.client, point, group).await) })
     }
 
-    fn set_profile_dir(&mut self, dir: Option<String>) {
-        self.runner.set_profile_dir(dir);
-    }
-
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
         Box::pin(async {})
     }
@@ -80,9 +74,8 @@ pub(crate) struct OnHost {
     pub progress: Progress,
     pub interrupt: Interrupt,
     session: Option<AgentSession>,
-    profile_dir: Option<String>,
-    /// A launched deployment's workers, scraped by the agent beside the router.
-    workers: Vec<super::server::deployment::WorkerTarget>,
+    /// What the agent's probes watch of the group, as the host reaches it.
+    site: ProbeSite,
     /// The router's log read here, its sends relayed to the agent (which names each
     /// request's worker), and how late its copy may be.
     relay: Option<(super::server::routing::LogTail, std::time::Duration)>,
@@ -110,27 +103,23 @@ impl OnHost {
             progress,
             interrupt,
             session: None,
-            profile_dir: None,
-            workers: Vec::new(),
+            site: ProbeSite::default(),
             relay: None,
         }
     }
 
-    /// A launched deployment: the workers behind the router, and its log (the run
-    /// directory's copy) to relay the router's word on each request from.
-    pub(crate) fn with_deployment(
+    /// What the probes watch of the group (a launched deployment's workers are reached where
+    /// the router reaches them, on the host), and the router's log (the run directory's
+    /// copy) to relay the router's word on each request from.
+    pub(crate) fn with_site(
         mut self,
-        workers: &[super::server::deployment::WorkerTarget],
+        mut site: ProbeSite,
         router_log: Option<super::server::routing::RouterLog>,
     ) -> OnHost {
-        // The agent reaches each worker where the router does.
-        self.workers = workers
-            .iter()
-            .map(|w| super::server::deployment::WorkerTarget {
-                url: w.url_on_host.clone(),
-                ..w.clone()
-            })
-            .collect();
+        for w in &mut site.workers {
+            w.url = w.url_on_host.clone();
+        }
+        self.site = site;
         self.relay = router_log.and_then(|log| {
             Some((
                 super::server::routing::LogTail::new(log.path?, log.from),
@@ -163,8 +152,7 @@ impl Measurer for OnHost {
                 api_key: self.api_key.clone(),
                 surface: self.surface.clone(),
                 prompts: file_prompts(point, &self.spec_dir),
-                profile_dir: self.profile_dir.clone(),
-                workers: self.workers.clone(),
+                probes: self.site.clone(),
                 routed_lag_ms: self
                     .relay
                     .as_ref()
@@ -190,10 +178,6 @@ impl Measurer for OnHost {
             }
             Ok(outcome)
         })
-    }
-
-    fn set_profile_dir(&mut self, dir: Option<String>) {
-        self.profile_dir = dir;
     }
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {

@@ -111,8 +111,6 @@ impl Launch<'_, '_> {
             Some(_) => super::server::traces::before(cx.host, cx.profile_dir).await,
             None => Vec::new(),
         };
-        self.measurer
-            .set_profile_dir(cx.profile_dir.map(str::to_string));
         let watched =
             super::server::watch::while_measuring(handle, self.measurer.measure(point, cx.group))
                 .await;

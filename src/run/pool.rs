@@ -765,18 +765,19 @@ async fn launch_ended<'p>(
 /// host`); a DCGM exporter is read from wherever the client runs: here too when no agent
 /// does (`agent`).
 fn group_runner(run: &PoolRun<'_>, rank0: &PoolHost, agent: bool) -> PointRunner {
-    let mut runner = PointRunner::new(
+    let here = rank0.remote.is_none() && rank0.slurm.is_none();
+    let sinks = super::probe::setup::ProbeSinks {
+        metrics: Some(metrics_sink(run.run_dir.clone())),
+        gpu: (here || !agent).then(|| (gpu_sink(run.run_dir.clone()), rank0.name.clone(), here)),
+        ..Default::default()
+    };
+    PointRunner::new(
         point::run_dir_sink(run.run_dir.clone(), run.interrupt.clone()),
         run.progress.clone(),
         run.interrupt.clone(),
         run.spec_dir.clone(),
     )
-    .with_metrics_sink(metrics_sink(run.run_dir.clone()));
-    let here = rank0.remote.is_none() && rank0.slurm.is_none();
-    if here || !agent {
-        runner = runner.with_gpu_sink(gpu_sink(run.run_dir.clone()), &rank0.name, here);
-    }
-    runner
+    .with_probe_sinks(sinks)
 }
 
 /// A group's server failed to start (`e`): the group moves to another host of the pool when

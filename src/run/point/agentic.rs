@@ -26,8 +26,9 @@ use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
 use servebench_model::spec::Point;
 use servebench_model::spec::load_model::AgenticSpec;
 
+use super::planned::{generation_request, prepare, task_died};
 use super::sender::{SendEnd, Sender};
-use super::{PointRunner, Prompts, generation_request, prepare};
+use super::{PointRunner, Prompts};
 use crate::run::probe::Window;
 use crate::run::request::{Affinity, BlockMarks, Outgoing, RequestPath, Sent};
 
@@ -229,7 +230,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 last_end = now;
                 match done {
                     Ok(job) => session_done(job, &mut view),
-                    Err(e) => end.flags.extend(super::task_died(e)),
+                    Err(e) => end.flags.extend(task_died(e)),
                 }
             }
             let window_s = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());

@@ -10,8 +10,8 @@ use tokio::task::JoinSet;
 use servebench_model::results::records::RequestRole;
 use servebench_model::spec::types::Experiment;
 
+use super::planned::{Planned, RequestTarget, generation_request, prepare, task_died};
 use super::sender::{SendEnd, Sender};
-use super::{Planned, RequestTarget, generation_request, prepare, task_died};
 use crate::run::probe::Window;
 use crate::run::request::{BlockMarks, Outgoing, RequestPath};
 

@@ -5,24 +5,26 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::client::{Client, GenerationRequest};
+use crate::client::Client;
 use crate::prompt::{
     Calibrated, Calibrator, CountError, PromptSource, TextGenerator, WorkloadSource, nonce,
 };
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::meta::{CacheReset, ServerSurface};
-use servebench_model::results::records::{
-    CacheShare, Calibration, Flag, PointRecord, RequestRecord,
-};
+use servebench_model::results::records::{Calibration, Flag, PointRecord, RequestRecord};
 use servebench_model::results::rundir::RunDir;
 use servebench_model::spec::Point;
-use servebench_model::spec::types::{ArgValue, CachePolicy, Experiment};
+use servebench_model::spec::types::{CachePolicy, Experiment};
 
 use super::progress::Progress;
 use crate::run::interrupt::Interrupt;
 
 mod agentic;
 mod closed_loop;
+mod planned;
+use planned::{
+    RequestTarget, generation_request, reasoning_markers, request_model, reset_cache_with,
+};
 mod round;
 mod scheduled;
 mod sender;
@@ -30,6 +32,7 @@ mod sessions;
 mod two_point;
 mod workload;
 
+use super::probe::setup::{ProbeSinks, ProbeSite};
 pub(crate) use super::request::RecordSink;
 use super::request::RecordWriter;
 
@@ -61,21 +64,10 @@ pub(crate) struct PointRunner {
     /// What the server measured now offers (its cache reset, tokenize endpoint, context
     /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
     surface: Option<ServerSurface>,
-    /// Where `/metrics` scrapes go; None = the server's view is not scraped (the agent).
-    metrics_sink: Option<super::probe::scrape::MetricsSink>,
-    /// How often `/metrics` is scraped while requests run.
-    pub scrape_interval: std::time::Duration,
-    /// Where GPU readings go, the server's host, and whether this machine is it (when it is
-    /// not, a server on an SSH host measured from here, only a DCGM exporter is read from
-    /// here); None = no GPU is sampled here.
-    gpu: Option<(super::probe::gpu_sampler::GpuSink, String, bool)>,
-    /// Where the server writes profiler traces on its host (`profiler:`), for the next point;
-    /// None: the server's own default.
-    profile_dir: Option<String>,
-    /// The workers behind the router measured now (a launched deployment's, or an attached
-    /// router's `server.workers`, or those the runner told the agent of); empty: the point's
-    /// `server.workers`.
-    workers: Vec<super::server::deployment::WorkerTarget>,
+    /// Where the probes' readings go (the run directory, or the agent's stdout).
+    sinks: ProbeSinks,
+    /// What the probes watch of the server group measured now.
+    site: ProbeSite,
     /// Which worker a launched deployment's router sent each request to.
     pub(super) routing: Arc<super::server::routing::RoutingBook>,
 }
@@ -121,63 +113,31 @@ impl PointRunner {
             calibrations: HashMap::new(),
             reply_tokens: HashMap::new(),
             surface: None,
-            metrics_sink: None,
-            scrape_interval: super::probe::scrape::SCRAPE_INTERVAL,
-            gpu: None,
-            profile_dir: None,
-            workers: Vec::new(),
+            sinks: ProbeSinks::default(),
+            site: ProbeSite::default(),
         }
     }
 
-    /// Says which workers stand behind the server measured next, and where its router logs
-    /// the worker of each request (a launched deployment's: its copy here, or relayed to the
-    /// agent).
-    pub(crate) fn set_workers(
+    /// Says what the probes watch of the server group measured next (its workers, where it
+    /// writes profiler traces) and where its router logs the worker of each request (a
+    /// launched deployment's: its copy here, or relayed to the agent).
+    pub(crate) fn set_site(
         &mut self,
-        workers: Vec<super::server::deployment::WorkerTarget>,
+        site: ProbeSite,
         router_log: Option<super::server::routing::RouterLog>,
     ) {
-        let names = workers
+        let names = site
+            .workers
             .iter()
             .map(|w| (w.url_on_host.clone(), w.name.clone()))
             .collect();
         self.routing.follow(router_log.map(|log| (log, names)));
-        self.workers = workers;
+        self.site = site;
     }
 
-    /// The workers whose `/metrics` are scraped for `exp`.
-    fn worker_targets(&self, exp: &Experiment) -> Vec<super::server::deployment::WorkerTarget> {
-        if !self.workers.is_empty() {
-            return self.workers.clone();
-        }
-        exp.server
-            .workers
-            .iter()
-            .map(|w| super::server::deployment::WorkerTarget::listed(w))
-            .collect()
-    }
-
-    /// Says where the server writes profiler traces for the next point (on its host).
-    pub(crate) fn set_profile_dir(&mut self, dir: Option<String>) {
-        self.profile_dir = dir;
-    }
-
-    /// Samples the GPUs of the server's host (named `host`; this machine when
-    /// `on_server_host`) during every round as `telemetry:` asks, each reading to `sink`.
-    pub(crate) fn with_gpu_sink(
-        mut self,
-        sink: super::probe::gpu_sampler::GpuSink,
-        host: &str,
-        on_server_host: bool,
-    ) -> Self {
-        self.gpu = Some((sink, host.to_string(), on_server_host));
-        self
-    }
-
-    /// Scrapes the server's `/metrics` (when its surface has one) during every round, each
-    /// scrape to `sink`.
-    pub(crate) fn with_metrics_sink(mut self, sink: super::probe::scrape::MetricsSink) -> Self {
-        self.metrics_sink = Some(sink);
+    /// Sends the probes' readings to `sinks` during every round.
+    pub(crate) fn with_probe_sinks(mut self, sinks: ProbeSinks) -> Self {
+        self.sinks = sinks;
         self
     }
 
@@ -693,111 +653,6 @@ struct Body {
     tokens: Option<u64>,
 }
 
-/// One request, ready but for the cache policy's nonce.
-#[derive(Debug, Clone)]
-pub(super) struct Planned {
-    pub(super) text: String,
-    pub(super) max_tokens: u32,
-    /// The prompt length asked for (None for given texts).
-    pub(super) requested: Option<u64>,
-    pub(super) share: Option<CacheShare>,
-    pub(super) mix: Option<String>,
-    /// Whether the policy's nonce goes in front (not for texts that carry their own, which
-    /// decide what they share).
-    nonce: bool,
-    /// A prompt of a trace's blocks: the tokens its leading blocks already sent could find
-    /// cached (None for other prompts).
-    pub(super) theoretical_cached: Option<u64>,
-    /// A prompt of a trace's blocks: its place in the round's ledger, marked when it goes
-    /// out and asked what it could have found once answered.
-    pub(super) ledger: Option<crate::prompt::blocks::LedgerEntry>,
-}
-
-/// The `model` field for OpenAI requests: the served model name if set, else the model, else
-/// the name the server said it serves (`/v1/models`, `/server_info`): a `url:` server the
-/// spec names no model for (vLLM answers 404 to any other name).
-fn request_model(
-    exp: &Experiment,
-    surface: Option<&servebench_model::results::meta::ServerSurface>,
-) -> Option<String> {
-    match exp.server.args.get("served-model-name") {
-        Some(ArgValue::Str(s)) => Some(s.clone()),
-        _ => exp
-            .server
-            .model
-            .clone()
-            .or_else(|| surface.and_then(|s| s.models.first().cloned())),
-    }
-}
-
-/// Who a point's requests are for: the model name they carry, and the thinking markers of
-/// the server's reasoning parser where the workload's API needs them.
-#[derive(Debug, Clone, Default)]
-pub(super) struct RequestTarget {
-    pub(super) model: Option<String>,
-    pub(super) markers: Option<servebench_model::spec::reasoning::ThinkMarkers>,
-}
-
-pub(super) fn generation_request(
-    exp: &Experiment,
-    prompt: String,
-    target: &RequestTarget,
-) -> GenerationRequest {
-    GenerationRequest {
-        api: exp.workload.api,
-        prompt,
-        max_tokens: exp.workload.output_tokens.fixed().unwrap_or(1) as u32,
-        ignore_eos: exp.workload.ignore_eos,
-        temperature: exp.workload.temperature,
-        model: target.model.clone(),
-        history: Vec::new(),
-        spec_tokens_details: crate::engine::speaks_sglang(&exp.server),
-        reasoning_markers: target.markers,
-        chat_template_kwargs: exp
-            .workload
-            .chat_template_kwargs
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        tools: match &exp.workload.tools {
-            // Load inlined a tools file; a point never reaches here with one unread.
-            Some(servebench_model::spec::tools::ToolsSpec::Inline(list)) => {
-                Some(std::sync::Arc::new(list.clone()))
-            }
-            _ => None,
-        },
-        tool_choice: exp.workload.tool_choice.as_ref().map(|c| c.to_json()),
-        headers: Vec::new(),
-    }
-}
-
-/// The thinking markers of the server's reasoning parser, where the workload's API needs them
-/// (text APIs of an SGLang-speaking server launched with `--reasoning-parser`): the spec's
-/// flag for a server servebench launches, else the parser the server says it runs
-/// (`/server_info`'s `reasoning_parser`: a `url:` server).
-fn reasoning_markers(
-    exp: &Experiment,
-    surface: Option<&servebench_model::results::meta::ServerSurface>,
-) -> Option<servebench_model::spec::reasoning::ThinkMarkers> {
-    use servebench_model::spec::reasoning::{ParserKnowledge, sglang_parser};
-    if exp.workload.api == servebench_model::spec::types::Api::OpenaiChat
-        || !crate::engine::speaks_sglang(&exp.server)
-    {
-        return None;
-    }
-    let parser = ["reasoning-parser", "reasoning_parser"]
-        .iter()
-        .find_map(|k| match exp.server.args.get(*k) {
-            Some(ArgValue::Str(s)) => Some(s.as_str()),
-            _ => None,
-        })
-        .or_else(|| surface.and_then(|s| s.reasoning_parser.as_deref()))?;
-    match sglang_parser(parser) {
-        ParserKnowledge::Markers(m) => Some(m),
-        ParserKnowledge::NoMarkers | ParserKnowledge::Unknown => None,
-    }
-}
-
 /// The point's record from its rounds: the summary of the folded records, the client's
 /// load figures, each probe's part, a cost without telemetry, and a failed client's verdict.
 fn finish_record(
@@ -847,42 +702,5 @@ fn finish_record(
     if record.has_flag(&FlagKind::ClientFailed) {
         record.incomplete = true;
         record.status = Some(servebench_model::results::records::PointStatus::Failed);
-    }
-}
-
-/// Empties the server's prefix cache `how` it offers; an interrupt stops the wait.
-pub(super) async fn reset_cache_with(
-    client: &Client,
-    how: &CacheReset,
-    interrupt: &Interrupt,
-) -> Result<(), crate::client::surface::CacheResetError> {
-    let interrupt = interrupt.clone();
-    crate::client::surface::reset_cache(client, how, move || interrupt.is_set()).await
-}
-
-/// The flag for a request task that ended without its record: None when an interrupt
-/// aborted it (it never finished, so it is no measurement), the `client-failed` flag when it
-/// panicked (the point failed: a request it sent is not recorded).
-pub(super) fn task_died(e: tokio::task::JoinError) -> Option<Flag> {
-    if !e.is_panic() {
-        return None;
-    }
-    let panic = e.into_panic();
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".into());
-    Some(Flag::new(
-        FlagKind::ClientFailed,
-        format!("a request's task died ({message}); its request is not recorded"),
-    ))
-}
-
-/// Opens `n` connections before requests are released. A server that cannot be reached is
-/// left for the requests to record (each one says why it failed).
-pub(super) async fn prepare(client: &Client, n: usize) {
-    if let Err(e) = client.prepare(n).await {
-        tracing::debug!("could not open connections ahead: {e}");
     }
 }

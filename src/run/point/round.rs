@@ -13,14 +13,15 @@ use servebench_report::measure::summary::PointFold;
 use servebench_report::measure::system::Observed;
 
 use super::closed_loop::ClosedLoop;
+use super::planned::{Planned, generation_request};
 use super::scheduled::ScheduledRound;
 use super::sender::Sender;
 use super::sessions::Sessions;
 use super::two_point::TwoPoint;
 use super::workload::RoundPlan;
-use super::{Planned, PointRunner, Prompts, generation_request};
+use super::{PointRunner, Prompts};
 use crate::run::probe::{Probes, Window};
-use crate::run::probe::{gpu, profiler, scrape, validity, workers};
+use crate::run::probe::{setup, validity};
 use crate::run::request::RoundTally;
 use crate::run::request::{Outgoing, RequestPath, Sent};
 
@@ -28,45 +29,16 @@ use crate::run::request::{Outgoing, RequestPath, Sent};
 pub(super) type Tally<'t> = (&'t mut Vec<Flag>, &'t mut Observed, &'t mut PointFold);
 
 impl PointRunner {
-    /// The probes that watch every round of `point`: the server's `/metrics` (when its
-    /// surface has them and scrapes have a sink), the workers behind a router, the GPUs as
-    /// `telemetry:` asks, the engine's profiler as `profiler:` asks, and the validity checks
-    /// under load (`checks`, made before the first round).
+    /// The probes that watch every round of `point` (chosen in [`setup::choose`] from the
+    /// group's site and this runner's sinks; `checks` made before the first round).
     pub(super) fn probes(&self, point: &Point, checks: Option<validity::Checks>) -> Probes {
-        let exp = &point.experiment;
-        let mut probes = Probes::default();
-        if let (Some(sink), Some(surface)) = (&self.metrics_sink, &self.surface)
-            && surface.metrics
-        {
-            probes.push(scrape::ServerScrape::new(
-                sink.clone(),
-                self.scrape_interval,
-            ));
-        }
-        let targets = self.worker_targets(exp);
-        if !targets.is_empty() {
-            probes.push(workers::Workers::new(
-                targets,
-                self.metrics_sink.clone(),
-                self.scrape_interval,
-            ));
-        }
-        if let Some((sink, host, here)) = &self.gpu
-            && let Some(g) = gpu::PointGpu::new(exp, sink.clone(), host, *here)
-        {
-            probes.push(gpu::Gpu::new(g));
-        }
-        if exp.profiler.is_some() {
-            probes.push(profiler::Profiler::new(
-                exp.clone(),
-                self.profile_dir.clone(),
-                self.interrupt.clone(),
-            ));
-        }
-        if let Some(checks) = checks {
-            probes.push(validity::UnderLoad::new(checks));
-        }
-        probes
+        setup::choose(
+            &point.experiment,
+            (&self.site, &self.sinks),
+            self.surface.as_ref(),
+            &self.interrupt,
+            checks,
+        )
     }
 
     /// One round: prepares the cache as the policy says (a flush, or a priming request), makes
@@ -181,7 +153,7 @@ impl PointRunner {
         plan: &'p RoundPlan<'_>,
         schedule: Option<&'p crate::load::Schedule>,
         warm_prefix: &'p str,
-        target: &'p super::RequestTarget,
+        target: &'p super::planned::RequestTarget,
     ) -> Box<dyn Sender<'p> + 'p> {
         let policy = exp.cache.policy;
         if let Some(spec) = exp.sessions() {

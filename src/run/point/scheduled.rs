@@ -18,8 +18,8 @@ use servebench_model::results::records::{Flag, Phase, RequestRole};
 use servebench_model::spec::types::{ErrorBudget, Experiment};
 use servebench_report::measure::system::Observed;
 
+use super::planned::{Planned, RequestTarget, generation_request, prepare, task_died};
 use super::sender::{SendEnd, Sender};
-use super::{Planned, RequestTarget, generation_request, prepare};
 use crate::run::probe::Window;
 use crate::run::request::{BlockMarks, Outgoing, RequestPath, Sent};
 
@@ -115,7 +115,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                             // abandoned by an interrupt.
                             Some(Ok(_)) | None => continue,
                             Some(Err(e)) => {
-                                if let Some(flag) = super::task_died(e) {
+                                if let Some(flag) = task_died(e) {
                                     end.flags.push(flag);
                                     let _ = pacer.stop();
                                     releasing = false;

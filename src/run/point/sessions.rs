@@ -16,9 +16,9 @@ use crate::client::{ChatMessage, GenerationRequest};
 use servebench_model::results::records::{CacheShare, RequestRole};
 use servebench_model::spec::types::{Api, Experiment, SessionsSpec, ThinkDist};
 
+use super::planned::{Planned, RequestTarget, generation_request, prepare, task_died};
 use super::sender::{SendEnd, Sender};
 use super::workload::tag;
-use super::{Planned, RequestTarget, generation_request, prepare};
 use crate::run::probe::Window;
 use crate::run::request::{Affinity, Outgoing, RequestPath, Sent};
 
@@ -107,7 +107,7 @@ impl<'p> Sender<'p> for Sessions<'p> {
             }
             while let Some(done) = tasks.join_next().await {
                 if let Err(e) = done {
-                    end.flags.extend(super::task_died(e));
+                    end.flags.extend(task_died(e));
                 }
             }
             end

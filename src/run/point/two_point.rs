@@ -8,8 +8,8 @@ use servebench_model::results::meta::CacheReset;
 use servebench_model::results::records::{Flag, RequestRole};
 use servebench_model::spec::types::{CachePolicy, Experiment};
 
+use super::planned::{Planned, RequestTarget, generation_request, prepare, reset_cache_with};
 use super::sender::{SendEnd, Sender};
-use super::{Planned, RequestTarget, generation_request, prepare, reset_cache_with};
 use crate::run::probe::Window;
 use crate::run::request::{Outgoing, RequestPath, Sent};
 

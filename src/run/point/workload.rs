@@ -17,7 +17,8 @@ use servebench_model::catalog::FlagKind;
 use servebench_model::results::records::{CacheShare, Flag};
 use servebench_model::spec::types::{Api, Experiment};
 
-use super::{Body, Planned, PointRunner, Prompts, count_tokens};
+use super::planned::Planned;
+use super::{Body, PointRunner, Prompts, count_tokens};
 
 /// Most output tokens a request may ask for (the spec's own limit).
 const MAX_OUTPUT_TOKENS: u64 = 1_000_000;

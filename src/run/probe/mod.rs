@@ -8,7 +8,7 @@
 //! requests.
 //!
 //! A new measurement during a round is a new probe: one type implementing [`Probe`], chosen in
-//! `point::PointRunner::probes`.
+//! `setup::choose`, from the group's [`setup::ProbeSite`] and the runner's [`setup::ProbeSinks`].
 
 use futures_util::future::BoxFuture;
 
@@ -26,6 +26,7 @@ mod gpu_error;
 pub(crate) mod gpu_sampler;
 pub(crate) mod profiler;
 pub(crate) mod scrape;
+pub(crate) mod setup;
 pub(crate) mod validity;
 mod window;
 pub(crate) mod workers;
