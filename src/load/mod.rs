@@ -8,6 +8,7 @@
 
 pub(crate) mod agentic;
 pub(crate) mod arrival;
+mod burstgpt;
 pub(crate) mod check;
 pub(crate) mod pacer;
 pub(crate) mod schedule;

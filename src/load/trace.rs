@@ -5,12 +5,14 @@
 //! `hash_ids` (the prefix blocks of the prompt, `block_size` tokens each) are kept, unless
 //! `load.trace.hash_ids: ignore`: the prompt is then made of those blocks (`prompt::blocks`),
 //! so requests share what the trace says they share. Other fields are ignored, so existing
-//! traces load as they are.
+//! traces load as they are, except AIPerf's `mooncake_trace` fields servebench does not
+//! replay (`delay`, `text_input`, `messages`, `payload`), which are refused where they stand.
+//! `load.trace.format: burstgpt` reads BurstGPT's CSV instead (`super::burstgpt`).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use servebench_model::spec::load_model::HashIds;
+use servebench_model::spec::load_model::{HashIds, TraceFormat};
 
 /// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
 pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
@@ -50,6 +52,7 @@ pub(crate) struct TraceOptions {
     /// Tokens each block id stands for.
     pub block_size: u32,
     pub hash_ids: HashIds,
+    pub format: TraceFormat,
 }
 
 impl Default for TraceOptions {
@@ -57,6 +60,7 @@ impl Default for TraceOptions {
         TraceOptions {
             block_size: 512,
             hash_ids: HashIds::Auto,
+            format: TraceFormat::Mooncake,
         }
     }
 }
@@ -67,6 +71,7 @@ impl TraceOptions {
         TraceOptions {
             block_size: spec.block_size.max(1),
             hash_ids: spec.hash_ids,
+            format: spec.format,
         }
     }
 }
@@ -220,6 +225,8 @@ fn scan_within(
     let mut line = Vec::new();
     let mut ids = Vec::new();
     let (mut read_bytes, mut number, mut requests) = (0u64, 0usize, 0usize);
+    // A CSV trace's columns, once its header is read.
+    let mut columns = None;
     loop {
         line.clear();
         // One line read within its budget: a file of one endless line is not held whole.
@@ -258,13 +265,28 @@ fn scan_within(
             continue;
         }
         ids.clear();
-        let entry = parse_line(text, options, &mut ids).map_err(|e| TraceError::Line {
+        let at_line = |e: LineError| TraceError::Line {
             path: path.to_path_buf(),
             line: number,
             column: e.column,
             message: e.message,
             hint: e.hint,
-        })?;
+        };
+        let entry = match (options.format, columns) {
+            (TraceFormat::Mooncake, _) => parse_line(text, options, &mut ids).map_err(at_line)?,
+            (TraceFormat::Burstgpt, None) => {
+                if options.hash_ids == HashIds::Required {
+                    return Err(at_line(LineError::with_hint(
+                        "a BurstGPT trace records no blocks, and `load.trace.hash_ids: required` asks every line for them".into(),
+                        1,
+                        "set `load.trace.hash_ids: auto`: prompts are generated at each row's length",
+                    )));
+                }
+                columns = Some(super::burstgpt::header(text).map_err(at_line)?);
+                continue;
+            }
+            (TraceFormat::Burstgpt, Some(c)) => super::burstgpt::row(text, c).map_err(at_line)?,
+        };
         requests += 1;
         if requests > line_limit {
             return Err(TraceError::TooManyLines {
@@ -309,10 +331,20 @@ pub(crate) const MAX_INPUT_TOKENS: u64 = 16 * 1024 * 1024;
 
 /// What is wrong with a line: the message, where (1-based byte column), and the fix.
 #[derive(Debug)]
-struct LineError {
-    message: String,
-    column: usize,
-    hint: Option<&'static str>,
+pub(crate) struct LineError {
+    pub message: String,
+    pub column: usize,
+    pub hint: Option<&'static str>,
+}
+
+impl LineError {
+    pub(crate) fn with_hint(message: String, column: usize, hint: &'static str) -> LineError {
+        LineError {
+            message,
+            column,
+            hint: Some(hint),
+        }
+    }
 }
 
 impl From<String> for LineError {
@@ -350,6 +382,7 @@ fn parse_line(
     let obj = v
         .as_object()
         .ok_or("each line must be a JSON object like {\"at\": 0.5}")?;
+    refuse_unreplayed(text, obj)?;
     let at_s = match (obj.get("at"), obj.get("timestamp")) {
         (Some(at), _) => at.as_f64().ok_or("`at` must be a number of seconds")?,
         (None, Some(ms)) => {
@@ -400,6 +433,38 @@ fn parse_line(
         output_tokens,
         blocks: None,
     })
+}
+
+/// AIPerf's `mooncake_trace` lines may carry what servebench does not replay: refused at the
+/// field, so a trace is never replayed as something it is not.
+fn refuse_unreplayed(
+    text: &str,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), LineError> {
+    let at = |name: &str, message: &str, hint: &'static str| {
+        Err(LineError::with_hint(
+            message.to_string(),
+            column_of(text, name),
+            hint,
+        ))
+    };
+    if obj.contains_key("delay") {
+        return at(
+            "delay",
+            "`delay` (AIPerf's wait before a session's turn) is not replayed: servebench sends each line at its own arrival time",
+            "give each line its `timestamp` (milliseconds from the trace's start) instead of a `delay`",
+        );
+    }
+    for name in ["text_input", "messages", "payload"] {
+        if obj.contains_key(name) {
+            return at(
+                name,
+                &format!("`{name}` (AIPerf's literal prompt) is not replayed: a trace line's prompt is generated at its `input_length`, or made of its `hash_ids`"),
+                "give the line its `input_length` (and `hash_ids`), or send literal prompts as a dataset (`workload.prompt: { kind: dataset }`)",
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A line's `hash_ids` into `ids`, checked against the block size and its input length, as
@@ -673,5 +738,114 @@ mod tests {
         let p = write(&dir, &long);
         let e = read(&p, TraceOptions::default()).unwrap_err();
         assert!(matches!(e, TraceError::LineTooLong { line: 1, .. }), "{e}");
+    }
+
+    fn burstgpt() -> TraceOptions {
+        TraceOptions {
+            format: TraceFormat::Burstgpt,
+            ..TraceOptions::default()
+        }
+    }
+
+    #[test]
+    fn a_burstgpt_csv_is_read_by_its_header_in_seconds() {
+        let dir = tempfile::tempdir().unwrap();
+        // Rows as BurstGPT's README documents them; file 2's times start days in.
+        let p = write(
+            &dir,
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+             5270414,ChatGPT,472,18,490,Conversation log\n\
+             5270454.5,GPT-4,1087,230,1317,API log\n",
+        );
+        let t = read(&p, burstgpt()).unwrap();
+        assert_eq!(t.entries.len(), 2);
+        assert_eq!(t.entries[1].at_s, 40.5);
+        assert_eq!(
+            (t.entries[1].input_tokens, t.entries[1].output_tokens),
+            (Some(1087), Some(230))
+        );
+        assert!(t.ids.is_empty());
+        let s = summarize(&p, burstgpt()).unwrap();
+        assert_eq!((s.requests, s.with_blocks, s.span_s), (2, 0, 40.5));
+        // The same file read as JSONL is refused at its first line, with the format to set.
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:1: not a JSON object"), "{e}");
+        let required = TraceOptions {
+            hash_ids: HashIds::Required,
+            ..burstgpt()
+        };
+        let e = read(&p, required).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:1: a BurstGPT trace records no blocks"), "{e}");
+        // A failed request is refused at its row and column, with the file without them.
+        let p = write(
+            &dir,
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,0,472,API log\n",
+        );
+        let e = read(&p, burstgpt()).unwrap_err();
+        assert!(e.to_string().contains("t.jsonl:2:15: `Response tokens` is 0"), "{e}");
+        let TraceError::Line { hint, .. } = e else {
+            panic!("{e}")
+        };
+        assert!(hint.unwrap().contains("BurstGPT_without_fails"));
+        // A header alone holds no request.
+        let p = write(&dir, "Timestamp,Model,Request tokens,Response tokens\n");
+        assert!(matches!(read(&p, burstgpt()), Err(TraceError::Empty { .. })));
+    }
+
+    #[test]
+    fn aiperf_fields_that_are_not_replayed_are_refused_where_they_stand() {
+        let dir = tempfile::tempdir().unwrap();
+        for (line, column, what) in [
+            ("{\"delay\": 500, \"input_length\": 9}", 2, "`delay`"),
+            ("{\"timestamp\": 0, \"text_input\": \"hi\"}", 18, "`text_input`"),
+            ("{\"timestamp\": 0, \"messages\": []}", 18, "`messages`"),
+            ("{\"timestamp\": 0, \"payload\": {}}", 18, "`payload`"),
+        ] {
+            let p = write(&dir, &format!("{{\"timestamp\": 0}}\n{line}\n"));
+            let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+            assert!(e.contains(&format!("t.jsonl:2:{column}: {what}")), "{e}");
+        }
+    }
+
+    /// Hostile lines in either format: each an error at `file:line:column`, none a panic.
+    #[test]
+    fn hostile_lines_are_errors_at_their_place_in_either_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let jsonl: [&[u8]; 9] = [
+            b"{\"at\": 1e400}",
+            b"{\"at\": -1}",
+            b"{\"timestamp\": \"NaN\"}",
+            b"{\"at\": 0, \"input_length\": 99999999999999999999}",
+            b"{\"at\": 0, \"output_length\": -5}",
+            b"{\"at\": 0, \"hash_ids\": [1.5]}",
+            b"\xff\xfe{}",
+            deep.as_bytes(),
+            b"{\"at\": 0, \"hash_ids\": {\"0\": 1}}",
+        ];
+        for bad in jsonl {
+            let p = dir.path().join("t.jsonl");
+            let mut text = b"{\"at\": 0}\n".to_vec();
+            text.extend_from_slice(bad);
+            std::fs::write(&p, &text).unwrap();
+            let e = read(&p, TraceOptions::default()).unwrap_err();
+            assert!(matches!(e, TraceError::Line { line: 2, .. }), "{e}");
+        }
+        let header = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n";
+        for bad in [
+            "1,a,b,c,d,e",
+            "1,ChatGPT,5",
+            "-1,ChatGPT,5,5,10,x",
+            "1,ChatGPT,5,5000000000,10,x",
+            "1,ChatGPT,5,\"5\",10,x",
+            "1,ChatGPT,5.25,5,10,x",
+        ] {
+            let p = write(&dir, &format!("{header}{bad}\n"));
+            let e = read(&p, burstgpt()).unwrap_err();
+            assert!(matches!(e, TraceError::Line { line: 2, .. }), "{e}");
+        }
+        let p = write(&dir, "Timestamp;Request tokens;Response tokens\n1;2;3\n");
+        let e = read(&p, burstgpt()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:1: the header"), "{e}");
     }
 }
