@@ -3,7 +3,7 @@
 //! validate`, `format: mooncake`, 512-token blocks, `hash_ids: required`), with its lines,
 //! its time span, the validate's wall time and peak RSS, and what the blocks share (the
 //! theoretical hit of a cache that never evicts, recomputed here from the lines); then its
-//! first `MOONCAKE_REPLAY` lines (30; 0: none) replayed on the simulator, with the server's
+//! first `MOONCAKE_REPLAY` lines (200; 0: none) replayed on the simulator, with the server's
 //! hits beside the theoretical ones.
 //!
 //! Get the corpus from kvcache-ai/Mooncake, folder `FAST25-release/traces/`
@@ -23,7 +23,7 @@ fn main() {
     let replay: usize = std::env::var("MOONCAKE_REPLAY")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(200);
     let bin = env!("CARGO_BIN_EXE_servebench");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&folder)
         .expect("MOONCAKE_TRACES: a folder of *.jsonl traces")
@@ -33,8 +33,17 @@ fn main() {
         .collect();
     files.sort();
     println!(
-        "{:<36} {:>8} {:>9} {:>9} {:>8} {:>7} {:>10} {:>8} {:>8}",
-        "trace", "lines", "span s", "validate", "rss MB", "shared", "replayed", "theory", "server"
+        "{:<36} {:>8} {:>9} {:>9} {:>8} {:>7} {:>10} {:>8} {:>8} {:>12}",
+        "trace",
+        "lines",
+        "span s",
+        "validate",
+        "rss MB",
+        "shared",
+        "replayed",
+        "theory",
+        "server",
+        "below/above"
     );
     for file in files {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -43,13 +52,13 @@ fn main() {
         let started = std::time::Instant::now();
         let (ok, rss_mb) = validate(bin, &spec);
         let took = started.elapsed().as_secs_f64();
-        let (theory, server) = if replay > 0 && ok {
+        let (theory, server, judged) = if replay > 0 && ok {
             replay_head(bin, dir.path(), &file, replay)
         } else {
-            ("-".into(), "-".into())
+            ("-".into(), "-".into(), "-".into())
         };
         println!(
-            "{:<36} {:>8} {:>9.0} {:>8.2}s {:>8.0} {:>6.1}% {:>10} {:>8} {:>8}",
+            "{:<36} {:>8} {:>9.0} {:>8.2}s {:>8.0} {:>6.1}% {:>10} {:>8} {:>8} {:>12}",
             file.file_name().unwrap().to_string_lossy(),
             lines,
             span_s,
@@ -59,6 +68,7 @@ fn main() {
             if ok { replay.min(lines).to_string() } else { "refused".into() },
             theory,
             server,
+            judged,
         );
     }
 }
@@ -138,8 +148,9 @@ fn validate(bin: &str, spec: &Path) -> (bool, f64) {
 }
 
 /// The first `n` lines of `file` replayed (at a tenth of their time): the theoretical and
-/// the server's cached tokens, as shares of the prompt tokens.
-fn replay_head(bin: &str, dir: &Path, file: &Path, n: usize) -> (String, String) {
+/// the server's cached tokens, as shares of the prompt tokens, and the requests that found
+/// less and more than their theoretical hit (`below/above`).
+fn replay_head(bin: &str, dir: &Path, file: &Path, n: usize) -> (String, String, String) {
     let text = std::fs::read_to_string(file).expect("read");
     let head: String = text.lines().take(n).map(|l| format!("{l}\n")).collect();
     let slice = dir.join("head.jsonl");
@@ -159,7 +170,7 @@ fn replay_head(bin: &str, dir: &Path, file: &Path, n: usize) -> (String, String)
     let Some(points) = run.and_then(|r| std::fs::read_to_string(Path::new(&r).join("points.jsonl")).ok())
     else {
         println!("{}", String::from_utf8_lossy(&out.stderr));
-        return ("failed".into(), "failed".into());
+        return ("failed".into(), "failed".into(), "-".into());
     };
     let p: serde_json::Value =
         serde_json::from_str(points.lines().next().expect("a point")).expect("json");
@@ -170,5 +181,6 @@ fn replay_head(bin: &str, dir: &Path, file: &Path, n: usize) -> (String, String)
     (
         format!("{:.1}%", share("theoretical_cached_tokens") * 100.0),
         format!("{:.1}%", share("cached_tokens") * 100.0),
+        format!("{}/{}", t["below"], t["above"]),
     )
 }

@@ -6,7 +6,8 @@
 //! `load.trace.hash_ids: ignore`: the prompt is then made of those blocks (`prompt::blocks`),
 //! so requests share what the trace says they share. Other fields are ignored, so existing
 //! traces load as they are, except AIPerf's `mooncake_trace` fields servebench does not
-//! replay (`delay`, `text_input`, `messages`, `payload`), which are refused where they stand.
+//! replay (`delay`, `session_id`, `text_input`, `messages`, `payload`), which are refused
+//! where they stand.
 //! `load.trace.format: burstgpt` reads BurstGPT's CSV instead (`super::burstgpt`).
 
 use std::io::{BufRead, BufReader, Read};
@@ -455,6 +456,13 @@ fn refuse_unreplayed(
             "give each line its `timestamp` (milliseconds from the trace's start) instead of a `delay`",
         );
     }
+    if obj.get("session_id").is_some_and(|v| !v.is_null()) {
+        return at(
+            "session_id",
+            "`session_id` (AIPerf's session, whose lines go one after another's answer) is not replayed: servebench sends each line at its own arrival time",
+            "remove `session_id` to replay each line at its `timestamp`, or replay sessions as an agent session trace (`load: { kind: agentic }`)",
+        );
+    }
     for name in ["text_input", "messages", "payload"] {
         if obj.contains_key(name) {
             return at(
@@ -800,6 +808,7 @@ mod tests {
             ("{\"timestamp\": 0, \"text_input\": \"hi\"}", 18, "`text_input`"),
             ("{\"timestamp\": 0, \"messages\": []}", 18, "`messages`"),
             ("{\"timestamp\": 0, \"payload\": {}}", 18, "`payload`"),
+            ("{\"timestamp\": 0, \"session_id\": \"a\"}", 18, "`session_id`"),
         ] {
             let p = write(&dir, &format!("{{\"timestamp\": 0}}\n{line}\n"));
             let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
