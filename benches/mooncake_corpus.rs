@@ -65,7 +65,11 @@ fn main() {
             took,
             rss_mb,
             shared * 100.0,
-            if ok { replay.min(lines).to_string() } else { "refused".into() },
+            if ok {
+                replay.min(lines).to_string()
+            } else {
+                "refused".into()
+            },
             theory,
             server,
             judged,
@@ -164,10 +168,12 @@ fn replay_head(bin: &str, dir: &Path, file: &Path, n: usize) -> (String, String,
         .arg("--quiet")
         .output()
         .expect("run servebench");
-    let run = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("run directory: ").map(|r| r.trim().to_string()));
-    let Some(points) = run.and_then(|r| std::fs::read_to_string(Path::new(&r).join("points.jsonl")).ok())
+    let run = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        l.strip_prefix("run directory: ")
+            .map(|r| r.trim().to_string())
+    });
+    let Some(points) =
+        run.and_then(|r| std::fs::read_to_string(Path::new(&r).join("points.jsonl")).ok())
     else {
         println!("{}", String::from_utf8_lossy(&out.stderr));
         return ("failed".into(), "failed".into(), "-".into());

@@ -480,8 +480,8 @@ fn the_published_mooncake_traces_validate_and_replay_as_published() {
         show(&out)
     );
     // The conversation trace's first 30 lines (9 s of it, at a tenth: 0.9 s), as published.
-    let text = std::fs::read_to_string(published_mooncake("conversation_trace.head300.jsonl"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(published_mooncake("conversation_trace.head300.jsonl")).unwrap();
     let head: String = text.lines().take(30).map(|l| format!("{l}\n")).collect();
     let slice = ws.write("head30.jsonl", &head);
     let (dir, points) = ws.run_ok(&mooncake_spec(&ws, &slice, 0.1));
@@ -509,7 +509,11 @@ fn the_published_mooncake_traces_validate_and_replay_as_published() {
     }
     assert_eq!(theory_total, 14_848, "the slice's own sharing");
     let t = &p["trace_cache"];
-    assert_eq!(t["theoretical_cached_tokens"].as_u64(), Some(theory_total), "{t}");
+    assert_eq!(
+        t["theoretical_cached_tokens"].as_u64(),
+        Some(theory_total),
+        "{t}"
+    );
     assert_eq!(t["above"].as_u64(), Some(0), "{t}");
     // One unit: each prompt is its `input_length` in the server's tokens.
     assert_eq!(t["prompt_tokens"], t["requested_prompt_tokens"], "{t}");
@@ -552,13 +556,21 @@ fn a_burstgpt_csv_replays_at_its_seconds() {
     let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points[0]["ok"], 3);
     let mut requests = read_jsonl(&dir.join("requests.jsonl"));
-    requests.sort_by(|a, b| a["scheduled_at"].as_f64().partial_cmp(&b["scheduled_at"].as_f64()).unwrap());
+    requests.sort_by(|a, b| {
+        a["scheduled_at"]
+            .as_f64()
+            .partial_cmp(&b["scheduled_at"].as_f64())
+            .unwrap()
+    });
     let at: Vec<f64> = requests
         .iter()
         .map(|r| r["scheduled_at"].as_f64().unwrap())
         .collect();
     // One second apart in the trace, at a time scale of 0.2.
-    assert!((at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.2).abs() < 1e-6, "{at:?}");
+    assert!(
+        (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.2).abs() < 1e-6,
+        "{at:?}"
+    );
     let outputs: Vec<u64> = requests
         .iter()
         .map(|r| r["max_tokens"].as_u64().unwrap_or(0))

@@ -30,7 +30,10 @@ pub(crate) fn header(text: &str) -> Result<Columns, LineError> {
     let names: Vec<&str> = text.split(',').map(str::trim).collect();
     if names.len() > MAX_FIELDS {
         return Err(LineError::with_hint(
-            format!("the header has {} fields, more than {MAX_FIELDS}", names.len()),
+            format!(
+                "the header has {} fields, more than {MAX_FIELDS}",
+                names.len()
+            ),
             1,
             ROW_HINT,
         ));
@@ -48,7 +51,10 @@ pub(crate) fn header(text: &str) -> Result<Columns, LineError> {
             fields: timestamp.max(request).max(response) + 1,
         }),
         _ => Err(LineError::with_hint(
-            format!("the header `{}` does not name the columns `Timestamp`, `Request tokens` and `Response tokens`", cut(text)),
+            format!(
+                "the header `{}` does not name the columns `Timestamp`, `Request tokens` and `Response tokens`",
+                cut(text)
+            ),
             1,
             "a BurstGPT trace begins with its header row, `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`; for a JSONL trace set `load.trace.format: mooncake`",
         )),
@@ -89,7 +95,10 @@ pub(crate) fn row(text: &str, columns: Columns) -> Result<TraceEntry, LineError>
             .filter(|v| v.is_finite() && *v >= 0.0)
             .map(|v| (v, column))
             .ok_or_else(|| LineError {
-                message: format!("`{name}` is `{}`, not a number of 0 or more", cut(field.trim())),
+                message: format!(
+                    "`{name}` is `{}`, not a number of 0 or more",
+                    cut(field.trim())
+                ),
                 column,
                 hint: Some(ROW_HINT),
             })
@@ -176,14 +185,22 @@ mod tests {
         let c = header(HEADER).unwrap();
         let col = |text: &str| row(text, c).unwrap_err();
         assert_eq!(col("5,ChatGPT,472,0,472,API log").column, 15);
-        assert!(col("5,ChatGPT,472,0,472,API log").message.contains("failed request"));
+        assert!(
+            col("5,ChatGPT,472,0,472,API log")
+                .message
+                .contains("failed request")
+        );
         assert_eq!(col("5,ChatGPT,-3,18,490,x").column, 11);
         assert_eq!(col("5,ChatGPT,  4.5,18,490,x").column, 13);
         assert_eq!(col("nan,ChatGPT,4,18,490,x").column, 1);
         assert_eq!(col("inf,ChatGPT,4,18,490,x").column, 1);
         assert_eq!(col("5,ChatGPT,1e30,18,490,x").column, 11);
         assert_eq!(col("5,\"Chat,GPT\",4,18,490,x").column, 3);
-        assert!(col("5,ChatGPT,4").message.contains("only 3 of the 4 fields"));
+        assert!(
+            col("5,ChatGPT,4")
+                .message
+                .contains("only 3 of the 4 fields")
+        );
         assert!(col("").message.contains("only 1 of the 4"));
         assert!(header("at,input,output").is_err());
         assert!(header(&",".repeat(100)).is_err());

@@ -467,7 +467,9 @@ fn refuse_unreplayed(
         if obj.contains_key(name) {
             return at(
                 name,
-                &format!("`{name}` (AIPerf's literal prompt) is not replayed: a trace line's prompt is generated at its `input_length`, or made of its `hash_ids`"),
+                &format!(
+                    "`{name}` (AIPerf's literal prompt) is not replayed: a trace line's prompt is generated at its `input_length`, or made of its `hash_ids`"
+                ),
                 "give the line its `input_length` (and `hash_ids`), or send literal prompts as a dataset (`workload.prompt: { kind: dataset }`)",
             );
         }
@@ -783,21 +785,31 @@ mod tests {
             ..burstgpt()
         };
         let e = read(&p, required).unwrap_err().to_string();
-        assert!(e.contains("t.jsonl:1:1: a BurstGPT trace records no blocks"), "{e}");
+        assert!(
+            e.contains("t.jsonl:1:1: a BurstGPT trace records no blocks"),
+            "{e}"
+        );
         // A failed request is refused at its row and column, with the file without them.
         let p = write(
             &dir,
             "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,0,472,API log\n",
         );
         let e = read(&p, burstgpt()).unwrap_err();
-        assert!(e.to_string().contains("t.jsonl:2:15: `Response tokens` is 0"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("t.jsonl:2:15: `Response tokens` is 0"),
+            "{e}"
+        );
         let TraceError::Line { hint, .. } = e else {
             panic!("{e}")
         };
         assert!(hint.unwrap().contains("BurstGPT_without_fails"));
         // A header alone holds no request.
         let p = write(&dir, "Timestamp,Model,Request tokens,Response tokens\n");
-        assert!(matches!(read(&p, burstgpt()), Err(TraceError::Empty { .. })));
+        assert!(matches!(
+            read(&p, burstgpt()),
+            Err(TraceError::Empty { .. })
+        ));
     }
 
     #[test]
@@ -805,10 +817,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for (line, column, what) in [
             ("{\"delay\": 500, \"input_length\": 9}", 2, "`delay`"),
-            ("{\"timestamp\": 0, \"text_input\": \"hi\"}", 18, "`text_input`"),
+            (
+                "{\"timestamp\": 0, \"text_input\": \"hi\"}",
+                18,
+                "`text_input`",
+            ),
             ("{\"timestamp\": 0, \"messages\": []}", 18, "`messages`"),
             ("{\"timestamp\": 0, \"payload\": {}}", 18, "`payload`"),
-            ("{\"timestamp\": 0, \"session_id\": \"a\"}", 18, "`session_id`"),
+            (
+                "{\"timestamp\": 0, \"session_id\": \"a\"}",
+                18,
+                "`session_id`",
+            ),
         ] {
             let p = write(&dir, &format!("{{\"timestamp\": 0}}\n{line}\n"));
             let e = read(&p, TraceOptions::default()).unwrap_err().to_string();

@@ -207,7 +207,14 @@ fn aiperf_single_turn(line: &str) -> Result<Option<DatasetEntry>, LineProblem> {
         );
     }
     for name in [
-        "image", "images", "image_uuids", "audio", "audios", "video", "videos", "extra",
+        "image",
+        "images",
+        "image_uuids",
+        "audio",
+        "audios",
+        "video",
+        "videos",
+        "extra",
     ] {
         if obj.get(name).is_some_and(|v| !v.is_null()) {
             return refuse(
@@ -228,16 +235,36 @@ fn aiperf_single_turn(line: &str) -> Result<Option<DatasetEntry>, LineProblem> {
             [serde_json::Value::Object(o)] => match o.get("contents") {
                 Some(serde_json::Value::Array(c)) => match c.as_slice() {
                     [serde_json::Value::String(t)] => prompt_text(line, "texts", t)?,
-                    _ => return refuse("texts", "one prompt a request: AIPerf's client-side batches (several texts) are not sent"),
+                    _ => {
+                        return refuse(
+                            "texts",
+                            "one prompt a request: AIPerf's client-side batches (several texts) are not sent",
+                        );
+                    }
                 },
-                _ => return refuse("texts", "a text object holds its prompt in `contents`: [\"...\"]"),
+                _ => {
+                    return refuse(
+                        "texts",
+                        "a text object holds its prompt in `contents`: [\"...\"]",
+                    );
+                }
             },
-            _ => return refuse("texts", "one prompt a request: AIPerf's client-side batches (several texts) are not sent"),
+            _ => {
+                return refuse(
+                    "texts",
+                    "one prompt a request: AIPerf's client-side batches (several texts) are not sent",
+                );
+            }
         },
         (Some(_), Some(_)) => return refuse("texts", "give `text` or `texts`, not both"),
         (Some(_), None) => return refuse("text", "the prompt must be a string"),
         (None, Some(_)) => return refuse("texts", "a list of one string: `\"texts\": [\"...\"]`"),
-        (None, None) => return Err((1, "no `text`: give the line its prompt, `{\"text\": \"...\"}`".into())),
+        (None, None) => {
+            return Err((
+                1,
+                "no `text`: give the line its prompt, `{\"text\": \"...\"}`".into(),
+            ));
+        }
     };
     let output_tokens = match obj.get("output_length") {
         None | Some(serde_json::Value::Null) => None,
@@ -423,16 +450,37 @@ mod tests {
         .unwrap();
         let d = load_dataset(DatasetFormat::AiperfSingleTurn, &p).unwrap();
         assert_eq!(d.len(), 3);
-        assert_eq!(d[0].input, DatasetInput::Text("What is deep learning?".into()));
+        assert_eq!(
+            d[0].input,
+            DatasetInput::Text("What is deep learning?".into())
+        );
         assert_eq!((d[0].output_tokens, d[1].output_tokens), (None, Some(20)));
         assert_eq!(d[2].input, DatasetInput::Text("Hi".into()));
         for (line, at) in [
-            ("{\"timestamp\": 1000, \"text\": \"Who are you?\"}", "a.jsonl:2:2: `timestamp`"),
-            ("{\"text\": \"x\", \"delay\": 1234}", "a.jsonl:2:15: `delay`"),
-            ("{\"text\": \"x\", \"image\": \"/p.png\"}", "a.jsonl:2:15: `image`"),
-            ("{\"texts\": [\"Who are you?\", \"Hello world\"]}", "a.jsonl:2:2: `texts`: one prompt"),
-            ("{\"text\": \"x\", \"session_id\": \"s\"}", "a.jsonl:2:15: `session_id`"),
-            ("{\"text\": \"x\", \"output_length\": 0}", "a.jsonl:2:15: `output_length`"),
+            (
+                "{\"timestamp\": 1000, \"text\": \"Who are you?\"}",
+                "a.jsonl:2:2: `timestamp`",
+            ),
+            (
+                "{\"text\": \"x\", \"delay\": 1234}",
+                "a.jsonl:2:15: `delay`",
+            ),
+            (
+                "{\"text\": \"x\", \"image\": \"/p.png\"}",
+                "a.jsonl:2:15: `image`",
+            ),
+            (
+                "{\"texts\": [\"Who are you?\", \"Hello world\"]}",
+                "a.jsonl:2:2: `texts`: one prompt",
+            ),
+            (
+                "{\"text\": \"x\", \"session_id\": \"s\"}",
+                "a.jsonl:2:15: `session_id`",
+            ),
+            (
+                "{\"text\": \"x\", \"output_length\": 0}",
+                "a.jsonl:2:15: `output_length`",
+            ),
             ("{\"text\": 5}", "a.jsonl:2:2: `text`"),
             ("{\"image\": \"/p.png\"}", "a.jsonl:2:2: `image`"),
             ("{\"output_length\": 5}", "a.jsonl:2:1: no `text`"),
@@ -460,9 +508,18 @@ mod tests {
         assert_eq!(d[0].reply.as_deref(), Some("A1"));
         assert_eq!(d[1].reply.as_deref(), Some("A3"));
         for (line, at) in [
-            ("{\"conversations\": 3}", "c.jsonl:2:2: `conversations` must be a list"),
-            ("{\"conversations\": [{\"content\": 1}, {\"content\": \"a\"}]}", "c.jsonl:2:2: a turn's"),
-            ("{\"conversations\": [], \"image\": \"x.png\"}", "c.jsonl:2:23: `image`"),
+            (
+                "{\"conversations\": 3}",
+                "c.jsonl:2:2: `conversations` must be a list",
+            ),
+            (
+                "{\"conversations\": [{\"content\": 1}, {\"content\": \"a\"}]}",
+                "c.jsonl:2:2: a turn's",
+            ),
+            (
+                "{\"conversations\": [], \"image\": \"x.png\"}",
+                "c.jsonl:2:23: `image`",
+            ),
             ("\u{0}", "c.jsonl:2:1"),
         ] {
             let ok = "{\"conversations\": [{\"content\": \"Q\"}, {\"content\": \"A\"}]}";
