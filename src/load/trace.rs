@@ -877,4 +877,67 @@ mod tests {
         let e = read(&p, burstgpt()).unwrap_err().to_string();
         assert!(e.contains("t.jsonl:1:1: the header"), "{e}");
     }
+
+    /// Seeded mutations of good lines of both formats (byte flips, cuts, inserted bytes that
+    /// mean something to the parsers): each read is a trace or an error at a line and a
+    /// column within it, never a panic.
+    #[test]
+    fn mutated_lines_of_either_format_are_read_or_refused_at_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let seeds: [(TraceOptions, &str); 2] = [
+            (
+                TraceOptions::default(),
+                "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2353, 2354]}\n",
+            ),
+            (
+                burstgpt(),
+                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n",
+            ),
+        ];
+        let tokens: [&[u8]; 12] = [
+            b"\n",
+            b",",
+            b"\"",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b"-1",
+            b"1e999",
+            b"\xff",
+            b"\xe2\x82",
+            b"18446744073709551616",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move |n: usize| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1) as u64) as usize
+        };
+        for i in 0..1000 {
+            let (options, seed) = seeds[i % 2];
+            let mut bytes = seed.as_bytes().to_vec();
+            for _ in 0..=next(3) {
+                let at = next(bytes.len() + 1);
+                match next(3) {
+                    0 if at < bytes.len() => bytes[at] ^= 1 << next(8),
+                    1 => bytes.truncate(at),
+                    _ => {
+                        let t = tokens[next(tokens.len())];
+                        bytes.splice(at..at, t.iter().copied());
+                    }
+                }
+            }
+            let p = dir.path().join("t.jsonl");
+            std::fs::write(&p, &bytes).unwrap();
+            if let Err(TraceError::Line { line, column, .. }) = read(&p, options) {
+                let text = bytes.split(|b| *b == b'\n').nth(line - 1).unwrap_or(&[]);
+                assert!(
+                    column >= 1 && column <= text.len() + 1,
+                    "{line}:{column} of {text:?}"
+                );
+            }
+        }
+    }
 }
