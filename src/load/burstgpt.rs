@@ -6,7 +6,7 @@
 //! Failed requests (`Response tokens` 0, in `BurstGPT_1.csv` and `_2.csv`) are refused at
 //! their row, not dropped in silence: the publishers give `BurstGPT_without_fails_*.csv`.
 
-use super::trace::{LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TraceEntry};
+use super::trace_line::{LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TraceEntry};
 
 /// Where the columns servebench reads are in a row (0-based field indices).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@ pub(crate) mod check;
 pub(crate) mod pacer;
 pub(crate) mod schedule;
 pub(crate) mod trace;
+mod trace_line;
 
 pub(crate) use check::ScheduleCheck;
 pub use pacer::{Pacer, PacerError};
