@@ -26,6 +26,8 @@ const MAX_FIELDS: usize = 64;
 
 /// The header row: where `Timestamp`, `Request tokens` and `Response tokens` are.
 pub(crate) fn header(text: &str) -> Result<Columns, LineError> {
+    // A spreadsheet's export may open with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     refuse_quotes(text)?;
     let names: Vec<&str> = text.split(',').map(str::trim).collect();
     if names.len() > MAX_FIELDS {
@@ -169,6 +171,7 @@ mod tests {
     #[test]
     fn rows_are_read_by_their_header_names() {
         let c = header(HEADER).unwrap();
+        assert_eq!(header(&format!("\u{feff}{HEADER}")).unwrap(), c);
         let e = row("5,ChatGPT,472,18,490,Conversation log", c).unwrap();
         assert_eq!(
             (e.at_s, e.input_tokens, e.output_tokens),
