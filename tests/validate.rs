@@ -354,6 +354,26 @@ fn trace_formats_are_named_and_their_rows_refused_at_their_place_with_the_fix() 
         &refused(&validate(&ws, &spec)),
         &["bailian", " --> unknown.yaml:12:"],
     );
+    // An AIPerf single_turn dataset line with a timestamp: its line and column, and the fix.
+    ws.write(
+        "single.jsonl",
+        "{\"text\": \"What is deep learning?\"}\n{\"timestamp\": 1000, \"text\": \"Who are you?\"}\n",
+    );
+    let spec = ws.write(
+        "single.yaml",
+        &sim_spec(
+            "d",
+            "  prompt: { kind: dataset, format: aiperf-single-turn, file: single.jsonl }\n  output_tokens: 2",
+            "",
+        ),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "single.jsonl:2:2: `timestamp`: AIPerf's timing is not replayed",
+            "aiperf-single-turn: one { text, output_length } a line",
+        ],
+    );
 }
 
 #[test]
