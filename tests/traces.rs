@@ -431,3 +431,149 @@ fn a_session_waits_as_its_trace_recorded_it() {
     // The main agent went on while a2 still ran: its turn before a2's last ended.
     assert!(sent(main1) < end(a2_1), "main1 waited for a2");
 }
+
+/// The published Mooncake traces of `tests/fixtures/mooncake` (Apache-2.0, their first 300
+/// lines copied unchanged; see its NOTICE).
+fn published_mooncake(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mooncake")
+        .join(name)
+}
+
+/// A spec replaying the Mooncake trace `file` as published (milliseconds, 512-token blocks,
+/// every line with its blocks) on a fresh simulator whose pool never evicts.
+fn mooncake_spec(ws: &Workspace, file: &std::path::Path, time_scale: f64) -> std::path::PathBuf {
+    ws.write(
+        "mooncake.yaml",
+        &format!(
+            "name: mooncake\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, context-length: 262144, max-total-tokens: 4000000 }}\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 4\nload:\n  kind: trace\n  trace: {{ file: {}, format: mooncake, block_size: 512, hash_ids: required, time_scale: {time_scale} }}\ncache: {{ policy: cold, verify: true }}\n",
+            file.display()
+        ),
+    )
+}
+
+#[test]
+fn the_published_mooncake_traces_validate_and_replay_as_published() {
+    let ws = Workspace::new();
+    for name in [
+        "conversation_trace.head300.jsonl",
+        "synthetic_trace.head300.jsonl",
+    ] {
+        let spec = mooncake_spec(&ws, &published_mooncake(name), 1.0);
+        let out = servebench().arg("validate").arg(&spec).output().unwrap();
+        assert!(out.status.success(), "{name}: {}", show(&out));
+    }
+    // Read with another block size, the published lines do not fit: the unit is 512.
+    let text = std::fs::read_to_string(mooncake_spec(
+        &ws,
+        &published_mooncake("conversation_trace.head300.jsonl"),
+        1.0,
+    ))
+    .unwrap()
+    .replace("block_size: 512", "block_size: 256");
+    let spec = ws.write("mooncake-256.yaml", &text);
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        show(&out).contains("conversation_trace.head300.jsonl:1:"),
+        "{}",
+        show(&out)
+    );
+    // The conversation trace's first 30 lines (9 s of it, at a tenth: 0.9 s), as published.
+    let text =
+        std::fs::read_to_string(published_mooncake("conversation_trace.head300.jsonl")).unwrap();
+    let head: String = text.lines().take(30).map(|l| format!("{l}\n")).collect();
+    let slice = ws.write("head30.jsonl", &head);
+    let (dir, points) = ws.run_ok(&mooncake_spec(&ws, &slice, 0.1));
+    let p = &points[0];
+    assert_eq!(p["ok"], 30, "{p}");
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    // The theoretical hits recomputed from the lines: 512 tokens a leading block seen
+    // before (the simulator's pool never evicts at this size).
+    let lines: Vec<serde_json::Value> = head
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut theory_total = 0;
+    for line in &lines {
+        let ids: Vec<u64> = line["hash_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let lead = ids.iter().take_while(|id| seen.contains(*id)).count() as u64;
+        theory_total += (lead * 512).min(line["input_length"].as_u64().unwrap());
+        seen.extend(ids);
+    }
+    assert_eq!(theory_total, 14_848, "the slice's own sharing");
+    let t = &p["trace_cache"];
+    assert_eq!(
+        t["theoretical_cached_tokens"].as_u64(),
+        Some(theory_total),
+        "{t}"
+    );
+    assert_eq!(t["above"].as_u64(), Some(0), "{t}");
+    // One unit: each prompt is its `input_length` in the server's tokens.
+    assert_eq!(t["prompt_tokens"], t["requested_prompt_tokens"], "{t}");
+    let mut lengths: Vec<u64> = lines
+        .iter()
+        .map(|l| l["input_length"].as_u64().unwrap())
+        .collect();
+    let mut sent: Vec<u64> = requests
+        .iter()
+        .map(|r| r["prompt_tokens"].as_u64().unwrap())
+        .collect();
+    lengths.sort_unstable();
+    sent.sort_unstable();
+    assert_eq!(sent, lengths);
+    let kinds: Vec<&str> = validity_flags(p)
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert!(!kinds.contains(&"unexpected-cache-hit"), "{kinds:?}");
+}
+
+#[test]
+fn a_burstgpt_csv_replays_at_its_seconds() {
+    let ws = Workspace::new();
+    // BurstGPT's columns, as its README documents them (its data files are not copied here).
+    let trace = ws.write(
+        "burst.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+         5,ChatGPT,472,18,490,Conversation log\n\
+         6,ChatGPT,1087,23,1110,Conversation log\n\
+         7,GPT-4,417,27,444,API log\n",
+    );
+    let spec = ws.write(
+        "burst.yaml",
+        &format!(
+            "name: burst\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast }}\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 4\nload:\n  kind: trace\n  trace: {{ file: {}, format: burstgpt, time_scale: 0.2 }}\n",
+            trace.display()
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["ok"], 3);
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by(|a, b| {
+        a["scheduled_at"]
+            .as_f64()
+            .partial_cmp(&b["scheduled_at"].as_f64())
+            .unwrap()
+    });
+    let at: Vec<f64> = requests
+        .iter()
+        .map(|r| r["scheduled_at"].as_f64().unwrap())
+        .collect();
+    // One second apart in the trace, at a time scale of 0.2.
+    assert!(
+        (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.2).abs() < 1e-6,
+        "{at:?}"
+    );
+    let outputs: Vec<u64> = requests
+        .iter()
+        .map(|r| r["max_tokens"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(outputs, [18, 23, 27], "{}", requests[0]);
+}

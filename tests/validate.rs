@@ -306,6 +306,77 @@ fn trace_files_are_checked_at_the_specs_trace_field() {
 }
 
 #[test]
+fn trace_formats_are_named_and_their_rows_refused_at_their_place_with_the_fix() {
+    let ws = Workspace::new();
+    let spec_of = |format: &str, file: &str| {
+        sim_spec(
+            "t",
+            WORKLOAD,
+            &format!("load:\n  kind: trace\n  trace: {{ file: {file}, format: {format} }}"),
+        )
+    };
+    // A BurstGPT CSV with a failed request: its row and column, and the file without them.
+    ws.write(
+        "burst.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n9,GPT-4,300,0,300,API log\n",
+    );
+    let spec = ws.write("burst.yaml", &spec_of("burstgpt", "burst.csv"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "burst.csv:3:13: `Response tokens` is 0: the row records a failed request",
+            " --> burst.yaml:12:18",
+            "hint: replay BurstGPT's `BurstGPT_without_fails_*.csv`",
+        ],
+    );
+    // The same CSV read as Mooncake's JSONL (the default) is refused at its first line.
+    let spec = ws.write("as-jsonl.yaml", &trace_spec("burst.csv"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["burst.csv:1:1: not a JSON object"],
+    );
+    // An AIPerf mooncake_trace line with a literal prompt.
+    ws.write(
+        "aiperf.jsonl",
+        "{\"timestamp\": 0, \"input_length\": 9}\n{\"timestamp\": 5, \"text_input\": \"Hello\"}\n",
+    );
+    let spec = ws.write("aiperf.yaml", &spec_of("mooncake", "aiperf.jsonl"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "aiperf.jsonl:2:18: `text_input` (AIPerf's literal prompt) is not replayed",
+            "hint: give the line its `input_length`",
+        ],
+    );
+    // A format servebench does not read, at the spec's own place.
+    let spec = ws.write("unknown.yaml", &spec_of("bailian", "aiperf.jsonl"));
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &["bailian", " --> unknown.yaml:12:"],
+    );
+    // An AIPerf single_turn dataset line with a timestamp: its line and column, and the fix.
+    ws.write(
+        "single.jsonl",
+        "{\"text\": \"What is deep learning?\"}\n{\"timestamp\": 1000, \"text\": \"Who are you?\"}\n",
+    );
+    let spec = ws.write(
+        "single.yaml",
+        &sim_spec(
+            "d",
+            "  prompt: { kind: dataset, format: aiperf-single-turn, file: single.jsonl }\n  output_tokens: 2",
+            "",
+        ),
+    );
+    contains_all(
+        &refused(&validate(&ws, &spec)),
+        &[
+            "single.jsonl:2:2: `timestamp`: AIPerf's timing is not replayed",
+            "aiperf-single-turn: one { text, output_length } a line",
+        ],
+    );
+}
+
+#[test]
 fn sessions_refuse_stop_warmup_and_cooldown_they_would_ignore() {
     let ws = Workspace::new();
     let spec = ws.write(

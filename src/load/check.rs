@@ -136,7 +136,7 @@ fn described(e: TraceError) -> (String, String) {
         TraceError::Io { .. } => "give a readable file: one JSON object a line",
         TraceError::Line { hint: Some(h), .. } => h,
         TraceError::Line { .. } => {
-            "each line is an object like {\"at\": 0.5, \"input_tokens\": 512, \"output_tokens\": 128} (or Mooncake's timestamp, input_length, output_length, hash_ids)"
+            "each line is an object like {\"at\": 0.5, \"input_tokens\": 512, \"output_tokens\": 128} (or Mooncake's timestamp, input_length, output_length, hash_ids); for BurstGPT's CSV set `load.trace.format: burstgpt`"
         }
         TraceError::LineTooLong { .. } => "split or cut the line: one request a line",
         TraceError::TooManyIds { .. } => {

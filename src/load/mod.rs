@@ -8,10 +8,12 @@
 
 pub(crate) mod agentic;
 pub(crate) mod arrival;
+mod burstgpt;
 pub(crate) mod check;
 pub(crate) mod pacer;
 pub(crate) mod schedule;
 pub(crate) mod trace;
+mod trace_line;
 
 pub(crate) use check::ScheduleCheck;
 pub use pacer::{Pacer, PacerError};

@@ -5,12 +5,18 @@
 //! `hash_ids` (the prefix blocks of the prompt, `block_size` tokens each) are kept, unless
 //! `load.trace.hash_ids: ignore`: the prompt is then made of those blocks (`prompt::blocks`),
 //! so requests share what the trace says they share. Other fields are ignored, so existing
-//! traces load as they are.
+//! traces load as they are, except AIPerf's `mooncake_trace` fields servebench does not
+//! replay (`delay`, `session_id`, `text_input`, `messages`, `payload`), which are refused
+//! where they stand.
+//! `load.trace.format: burstgpt` reads BurstGPT's CSV instead (`super::burstgpt`).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use servebench_model::spec::load_model::HashIds;
+use servebench_model::spec::load_model::{HashIds, TraceFormat};
+
+pub use super::trace_line::BlockRange;
+pub(crate) use super::trace_line::{LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TraceEntry};
 
 /// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
 pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
@@ -25,31 +31,13 @@ pub(crate) const IDS_PER_LINE: usize = 65_536;
 /// Most `hash_ids` a whole trace may name (128 MB held while it replays).
 pub(crate) const TRACE_ID_LIMIT: usize = 16 << 20;
 
-/// One line of a trace.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct TraceEntry {
-    /// Seconds from the trace's first arrival (before the time scale).
-    pub at_s: f64,
-    pub input_tokens: Option<u64>,
-    pub output_tokens: Option<u32>,
-    /// Where the line's `hash_ids` are in [`Trace::ids`] (None: the line has none, or they
-    /// are ignored).
-    pub blocks: Option<BlockRange>,
-}
-
-/// A line's block ids: `len` ids from `start` in the trace's id list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockRange {
-    pub start: u32,
-    pub len: u32,
-}
-
 /// How a trace's `hash_ids` are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TraceOptions {
     /// Tokens each block id stands for.
     pub block_size: u32,
     pub hash_ids: HashIds,
+    pub format: TraceFormat,
 }
 
 impl Default for TraceOptions {
@@ -57,6 +45,7 @@ impl Default for TraceOptions {
         TraceOptions {
             block_size: 512,
             hash_ids: HashIds::Auto,
+            format: TraceFormat::Mooncake,
         }
     }
 }
@@ -67,6 +56,7 @@ impl TraceOptions {
         TraceOptions {
             block_size: spec.block_size.max(1),
             hash_ids: spec.hash_ids,
+            format: spec.format,
         }
     }
 }
@@ -220,6 +210,8 @@ fn scan_within(
     let mut line = Vec::new();
     let mut ids = Vec::new();
     let (mut read_bytes, mut number, mut requests) = (0u64, 0usize, 0usize);
+    // A CSV trace's columns, once its header is read.
+    let mut columns = None;
     loop {
         line.clear();
         // One line read within its budget: a file of one endless line is not held whole.
@@ -258,13 +250,28 @@ fn scan_within(
             continue;
         }
         ids.clear();
-        let entry = parse_line(text, options, &mut ids).map_err(|e| TraceError::Line {
+        let at_line = |e: LineError| TraceError::Line {
             path: path.to_path_buf(),
             line: number,
             column: e.column,
             message: e.message,
             hint: e.hint,
-        })?;
+        };
+        let entry = match (options.format, columns) {
+            (TraceFormat::Mooncake, _) => parse_line(text, options, &mut ids).map_err(at_line)?,
+            (TraceFormat::Burstgpt, None) => {
+                if options.hash_ids == HashIds::Required {
+                    return Err(at_line(LineError::with_hint(
+                        "a BurstGPT trace records no blocks, and `load.trace.hash_ids: required` asks every line for them".into(),
+                        1,
+                        "set `load.trace.hash_ids: auto`: prompts are generated at each row's length",
+                    )));
+                }
+                columns = Some(super::burstgpt::header(text).map_err(at_line)?);
+                continue;
+            }
+            (TraceFormat::Burstgpt, Some(c)) => super::burstgpt::row(text, c).map_err(at_line)?,
+        };
         requests += 1;
         if requests > line_limit {
             return Err(TraceError::TooManyLines {
@@ -302,35 +309,6 @@ fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
     })
 }
 
-/// The longest output a trace line may ask for (as datasets: `prompt::dataset`).
-pub(crate) const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
-/// The longest prompt a trace line may ask for: 16 Mi tokens, past every context served today.
-pub(crate) const MAX_INPUT_TOKENS: u64 = 16 * 1024 * 1024;
-
-/// What is wrong with a line: the message, where (1-based byte column), and the fix.
-#[derive(Debug)]
-struct LineError {
-    message: String,
-    column: usize,
-    hint: Option<&'static str>,
-}
-
-impl From<String> for LineError {
-    fn from(message: String) -> Self {
-        LineError {
-            message,
-            column: 1,
-            hint: None,
-        }
-    }
-}
-
-impl From<&str> for LineError {
-    fn from(message: &str) -> Self {
-        LineError::from(message.to_string())
-    }
-}
-
 /// The 1-based column of `"name"` in the line (1 when it is not there).
 fn column_of(text: &str, name: &str) -> usize {
     text.find(&format!("\"{name}\"")).map_or(1, |i| i + 1)
@@ -350,6 +328,7 @@ fn parse_line(
     let obj = v
         .as_object()
         .ok_or("each line must be a JSON object like {\"at\": 0.5}")?;
+    refuse_unreplayed(text, obj)?;
     let at_s = match (obj.get("at"), obj.get("timestamp")) {
         (Some(at), _) => at.as_f64().ok_or("`at` must be a number of seconds")?,
         (None, Some(ms)) => {
@@ -400,6 +379,47 @@ fn parse_line(
         output_tokens,
         blocks: None,
     })
+}
+
+/// AIPerf's `mooncake_trace` lines may carry what servebench does not replay: refused at the
+/// field, so a trace is never replayed as something it is not.
+fn refuse_unreplayed(
+    text: &str,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), LineError> {
+    let at = |name: &str, message: &str, hint: &'static str| {
+        Err(LineError::with_hint(
+            message.to_string(),
+            column_of(text, name),
+            hint,
+        ))
+    };
+    if obj.contains_key("delay") {
+        return at(
+            "delay",
+            "`delay` (AIPerf's wait before a session's turn) is not replayed: servebench sends each line at its own arrival time",
+            "give each line its `timestamp` (milliseconds from the trace's start) instead of a `delay`",
+        );
+    }
+    if obj.get("session_id").is_some_and(|v| !v.is_null()) {
+        return at(
+            "session_id",
+            "`session_id` (AIPerf's session, whose lines go one after another's answer) is not replayed: servebench sends each line at its own arrival time",
+            "remove `session_id` to replay each line at its `timestamp`, or replay sessions as an agent session trace (`load: { kind: agentic }`)",
+        );
+    }
+    for name in ["text_input", "messages", "payload"] {
+        if obj.contains_key(name) {
+            return at(
+                name,
+                &format!(
+                    "`{name}` (AIPerf's literal prompt) is not replayed: a trace line's prompt is generated at its `input_length`, or made of its `hash_ids`"
+                ),
+                "give the line its `input_length` (and `hash_ids`), or send literal prompts as a dataset (`workload.prompt: { kind: dataset }`)",
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A line's `hash_ids` into `ids`, checked against the block size and its input length, as
@@ -673,5 +693,196 @@ mod tests {
         let p = write(&dir, &long);
         let e = read(&p, TraceOptions::default()).unwrap_err();
         assert!(matches!(e, TraceError::LineTooLong { line: 1, .. }), "{e}");
+    }
+
+    fn burstgpt() -> TraceOptions {
+        TraceOptions {
+            format: TraceFormat::Burstgpt,
+            ..TraceOptions::default()
+        }
+    }
+
+    #[test]
+    fn a_burstgpt_csv_is_read_by_its_header_in_seconds() {
+        let dir = tempfile::tempdir().unwrap();
+        // Rows as BurstGPT's README documents them; file 2's times start days in.
+        let p = write(
+            &dir,
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+             5270414,ChatGPT,472,18,490,Conversation log\n\
+             5270454.5,GPT-4,1087,230,1317,API log\n",
+        );
+        let t = read(&p, burstgpt()).unwrap();
+        assert_eq!(t.entries.len(), 2);
+        assert_eq!(t.entries[1].at_s, 40.5);
+        assert_eq!(
+            (t.entries[1].input_tokens, t.entries[1].output_tokens),
+            (Some(1087), Some(230))
+        );
+        assert!(t.ids.is_empty());
+        let s = summarize(&p, burstgpt()).unwrap();
+        assert_eq!((s.requests, s.with_blocks, s.span_s), (2, 0, 40.5));
+        // The same file read as JSONL is refused at its first line, with the format to set.
+        let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:1: not a JSON object"), "{e}");
+        let required = TraceOptions {
+            hash_ids: HashIds::Required,
+            ..burstgpt()
+        };
+        let e = read(&p, required).unwrap_err().to_string();
+        assert!(
+            e.contains("t.jsonl:1:1: a BurstGPT trace records no blocks"),
+            "{e}"
+        );
+        // A failed request is refused at its row and column, with the file without them.
+        let p = write(
+            &dir,
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,0,472,API log\n",
+        );
+        let e = read(&p, burstgpt()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("t.jsonl:2:15: `Response tokens` is 0"),
+            "{e}"
+        );
+        let TraceError::Line { hint, .. } = e else {
+            panic!("{e}")
+        };
+        assert!(hint.unwrap().contains("BurstGPT_without_fails"));
+        // A header alone holds no request.
+        let p = write(&dir, "Timestamp,Model,Request tokens,Response tokens\n");
+        assert!(matches!(
+            read(&p, burstgpt()),
+            Err(TraceError::Empty { .. })
+        ));
+    }
+
+    #[test]
+    fn aiperf_fields_that_are_not_replayed_are_refused_where_they_stand() {
+        let dir = tempfile::tempdir().unwrap();
+        for (line, column, what) in [
+            ("{\"delay\": 500, \"input_length\": 9}", 2, "`delay`"),
+            (
+                "{\"timestamp\": 0, \"text_input\": \"hi\"}",
+                18,
+                "`text_input`",
+            ),
+            ("{\"timestamp\": 0, \"messages\": []}", 18, "`messages`"),
+            ("{\"timestamp\": 0, \"payload\": {}}", 18, "`payload`"),
+            (
+                "{\"timestamp\": 0, \"session_id\": \"a\"}",
+                18,
+                "`session_id`",
+            ),
+        ] {
+            let p = write(&dir, &format!("{{\"timestamp\": 0}}\n{line}\n"));
+            let e = read(&p, TraceOptions::default()).unwrap_err().to_string();
+            assert!(e.contains(&format!("t.jsonl:2:{column}: {what}")), "{e}");
+        }
+    }
+
+    /// Hostile lines in either format: each an error at `file:line:column`, none a panic.
+    #[test]
+    fn hostile_lines_are_errors_at_their_place_in_either_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let jsonl: [&[u8]; 9] = [
+            b"{\"at\": 1e400}",
+            b"{\"at\": -1}",
+            b"{\"timestamp\": \"NaN\"}",
+            b"{\"at\": 0, \"input_length\": 99999999999999999999}",
+            b"{\"at\": 0, \"output_length\": -5}",
+            b"{\"at\": 0, \"hash_ids\": [1.5]}",
+            b"\xff\xfe{}",
+            deep.as_bytes(),
+            b"{\"at\": 0, \"hash_ids\": {\"0\": 1}}",
+        ];
+        for bad in jsonl {
+            let p = dir.path().join("t.jsonl");
+            let mut text = b"{\"at\": 0}\n".to_vec();
+            text.extend_from_slice(bad);
+            std::fs::write(&p, &text).unwrap();
+            let e = read(&p, TraceOptions::default()).unwrap_err();
+            assert!(matches!(e, TraceError::Line { line: 2, .. }), "{e}");
+        }
+        let header = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n";
+        for bad in [
+            "1,a,b,c,d,e",
+            "1,ChatGPT,5",
+            "-1,ChatGPT,5,5,10,x",
+            "1,ChatGPT,5,5000000000,10,x",
+            "1,ChatGPT,5,\"5\",10,x",
+            "1,ChatGPT,5.25,5,10,x",
+        ] {
+            let p = write(&dir, &format!("{header}{bad}\n"));
+            let e = read(&p, burstgpt()).unwrap_err();
+            assert!(matches!(e, TraceError::Line { line: 2, .. }), "{e}");
+        }
+        let p = write(&dir, "Timestamp;Request tokens;Response tokens\n1;2;3\n");
+        let e = read(&p, burstgpt()).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:1: the header"), "{e}");
+    }
+
+    /// Seeded mutations of good lines of both formats (byte flips, cuts, inserted bytes that
+    /// mean something to the parsers): each read is a trace or an error at a line and a
+    /// column within it, never a panic.
+    #[test]
+    fn mutated_lines_of_either_format_are_read_or_refused_at_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let seeds: [(TraceOptions, &str); 2] = [
+            (
+                TraceOptions::default(),
+                "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2353, 2354]}\n",
+            ),
+            (
+                burstgpt(),
+                "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,Conversation log\n",
+            ),
+        ];
+        let tokens: [&[u8]; 12] = [
+            b"\n",
+            b",",
+            b"\"",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b"-1",
+            b"1e999",
+            b"\xff",
+            b"\xe2\x82",
+            b"18446744073709551616",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move |n: usize| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1) as u64) as usize
+        };
+        for i in 0..1000 {
+            let (options, seed) = seeds[i % 2];
+            let mut bytes = seed.as_bytes().to_vec();
+            for _ in 0..=next(3) {
+                let at = next(bytes.len() + 1);
+                match next(3) {
+                    0 if at < bytes.len() => bytes[at] ^= 1 << next(8),
+                    1 => bytes.truncate(at),
+                    _ => {
+                        let t = tokens[next(tokens.len())];
+                        bytes.splice(at..at, t.iter().copied());
+                    }
+                }
+            }
+            let p = dir.path().join("t.jsonl");
+            std::fs::write(&p, &bytes).unwrap();
+            if let Err(TraceError::Line { line, column, .. }) = read(&p, options) {
+                let text = bytes.split(|b| *b == b'\n').nth(line - 1).unwrap_or(&[]);
+                assert!(
+                    column >= 1 && column <= text.len() + 1,
+                    "{line}:{column} of {text:?}"
+                );
+            }
+        }
     }
 }

@@ -100,7 +100,7 @@ fn described(e: PromptError) -> (String, String) {
         }
         PromptError::BadLength { .. } => "write one whole number of tokens per line",
         PromptError::DatasetLine { .. } => {
-            "sharegpt: a JSON list of { conversations: [ { from, value } ] }; jsonl: one { prompt | input_tokens, output_tokens } object per line"
+            "sharegpt: a JSON list of { conversations: [ { from, value } ] }; jsonl: one { prompt | input_tokens, output_tokens } object per line; aiperf-single-turn: one { text, output_length } a line; sglang-custom: one { conversations: [ { content }, { content } ] } a line"
         }
         PromptError::BadWeights => "give every mix entry a positive weight",
     };

@@ -514,9 +514,10 @@ pub struct RampSpec {
     pub steps: Option<u32>,
 }
 
-/// A trace of arrivals: JSONL, one request a line, `{"at": seconds}` or Mooncake's
-/// `{"timestamp": milliseconds}`, with an optional `output_tokens` (or `output_length`),
-/// `input_tokens` (or `input_length`) and Mooncake's `hash_ids` (prefix blocks).
+/// A trace of arrivals, one request a line: in `format: mooncake` (the default) JSONL,
+/// `{"at": seconds}` or Mooncake's `{"timestamp": milliseconds}`, with an optional
+/// `output_tokens` (or `output_length`), `input_tokens` (or `input_length`) and Mooncake's
+/// `hash_ids` (prefix blocks); in `format: burstgpt` BurstGPT's CSV.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraceSpec {
@@ -537,6 +538,45 @@ pub struct TraceSpec {
     /// `ignore`: prompts are generated at each line's input length, sharing nothing.
     #[serde(default)]
     pub hash_ids: HashIds,
+    /// How the file is written: `mooncake` (the default; JSONL, as Mooncake publishes its
+    /// traces and AIPerf's `mooncake_trace` and SGLang's `mooncake` read them) or `burstgpt`
+    /// (BurstGPT's CSV: `Timestamp` in seconds, `Request tokens`, `Response tokens`).
+    #[serde(default, skip_serializing_if = "TraceFormat::is_default")]
+    pub format: TraceFormat,
+}
+
+/// The file format of a `load.trace`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum TraceFormat {
+    /// JSONL, one object a line: `timestamp` (milliseconds) or `at` (seconds),
+    /// `input_length`, `output_length`, `hash_ids` (ids of `block_size`-token blocks).
+    #[default]
+    Mooncake,
+    /// CSV with a header naming `Timestamp` (seconds), `Request tokens` and `Response
+    /// tokens` (BurstGPT's `Model`, `Total tokens` and `Log Type` are ignored). It records no
+    /// blocks: prompts are generated at each row's length, sharing nothing.
+    Burstgpt,
+}
+
+impl TraceFormat {
+    fn is_default(&self) -> bool {
+        *self == TraceFormat::Mooncake
+    }
 }
 
 /// How a trace's `hash_ids` are used.

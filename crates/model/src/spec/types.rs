@@ -860,10 +860,11 @@ pub enum PromptSpec {
         path: PathBuf,
     },
     /// Requests from a dataset file in a format people already have (ShareGPT conversations,
-    /// or JSONL with `prompt` or `input_tokens` and `output_tokens`). Read from disk, never
-    /// downloaded; requests take its entries in order, wrapping around.
+    /// JSONL with `prompt` or `input_tokens` and `output_tokens`, AIPerf's `single_turn`,
+    /// SGLang's `custom`). Read from disk, never downloaded; requests take its entries in
+    /// order, wrapping around.
     Dataset {
-        /// `sharegpt` or `jsonl`.
+        /// `sharegpt`, `jsonl`, `aiperf-single-turn` or `sglang-custom`.
         format: DatasetFormat,
         /// Path to the file, relative to the spec file.
         file: PathBuf,

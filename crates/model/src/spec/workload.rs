@@ -137,8 +137,18 @@ pub enum DatasetFormat {
     /// the output length (counted once per reply), unless `output_tokens` is given.
     Sharegpt,
     /// One JSON object per line: `prompt` (text) or `input_tokens` (generated text of that
-    /// many tokens), and optionally `output_tokens`.
+    /// many tokens), and optionally `output_tokens`. vLLM's `custom` dataset (`{"prompt":
+    /// ...}` a line) is this.
     Jsonl,
+    /// AIPerf's `single_turn` file: one JSON object per line, `text` (or `texts` holding one
+    /// prompt) and optionally `output_length`. Its timing (`timestamp`, `delay`), sessions,
+    /// media and `extra` body fields are not replayed: lines with them are refused.
+    AiperfSingleTurn,
+    /// SGLang's `custom` dataset: one JSON object per line, `{"conversations": [{"content":
+    /// ...}, {"content": ...}, ...]}` (or `conversation`, `value`): the first turn is the
+    /// prompt, the second's length in the server's tokens the output length; lines with
+    /// fewer than two turns are skipped, as SGLang skips them.
+    SglangCustom,
 }
 
 /// The sessions load model.
