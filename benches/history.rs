@@ -7,6 +7,9 @@
 //! - `cold, index built`: the same, and the index written (the first `history` of a folder);
 //! - `with the index`: every run taken from the index (its stamps checked against the files).
 //!
+//! - with `HISTORY_BENCH_DROP_CACHES=1` (root), `disk, no index` and `disk, the index`: the
+//!   same after the page cache is dropped, every file read from the disk.
+//!
 //! Run: `cargo bench --bench history` (`HISTORY_BENCH_RUNS=N` for another count). The load
 //! average is printed beside the timings: on a shared machine they are only comparable with it.
 
@@ -131,4 +134,22 @@ fn main() {
     timed("cold, index built", Some(&idx));
     timed("with the index", Some(&idx));
     timed("with the index", Some(&idx));
+    // From a cold disk: the page cache dropped before each (root only), so every file is read
+    // from the disk, as on a first history after a reboot or over a network file system.
+    if std::env::var_os("HISTORY_BENCH_DROP_CACHES").is_some() {
+        for (what, index) in [
+            ("disk, no index", None),
+            ("disk, the index", Some(idx.as_path())),
+        ] {
+            drop_page_cache();
+            timed(what, index);
+        }
+    }
+}
+
+/// Writes dirty pages out and drops the page cache (`/proc/sys/vm/drop_caches`: root only).
+fn drop_page_cache() {
+    let _ = std::process::Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .expect("HISTORY_BENCH_DROP_CACHES needs root: /proc/sys/vm/drop_caches");
 }
