@@ -151,11 +151,11 @@ pub fn write(
     write_fresh(&manifest, format!("{}\n", drawn.join("\n")).as_bytes())
         .map_err(write_err(&manifest))?;
     let path = out.join(MARKDOWN_FILE);
-    let markdown = markdown::render(model, Some(CHARTS_DIR));
+    let markdown = markdown::render(model, Some(CHARTS_DIR))?;
     std::fs::write(&path, servebench_model::redact::text(&markdown).as_bytes())
         .map_err(write_err(&path))?;
     let page_path = out.join(HTML_FILE);
-    let html = page::render(model, &markdown, &folder);
+    let html = page::render(model, &markdown, &folder)?;
     std::fs::write(&page_path, servebench_model::redact::text(&html).as_bytes())
         .map_err(write_err(&page_path))?;
     Ok(path)

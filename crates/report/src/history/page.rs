@@ -7,10 +7,14 @@ use serde_json::json;
 use super::charts::{MAX_LINES, trend_points};
 use super::markdown::{attribution, verdict_word};
 use super::model::HistoryModel;
-use crate::report::html;
+use crate::report::{ReportError, html};
 
 /// The page, its charts read from `charts_dir` for inlining.
-pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path) -> String {
+pub fn render(
+    model: &HistoryModel,
+    markdown: &str,
+    charts_dir: &std::path::Path,
+) -> Result<String, ReportError> {
     let mut charts = Vec::new();
     for e in &model.experiments {
         if e.runs.len() < 2 {
@@ -90,6 +94,6 @@ pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path
         "servebench history",
         &content,
         &json!({ "charts": charts }),
-        "",
+        None,
     )
 }

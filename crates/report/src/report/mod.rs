@@ -76,6 +76,16 @@ pub(crate) const DEFAULT_TEMPLATE_NAME: &str = "default.md.j2";
 /// The long-context study layout: one compact table per server group.
 pub(crate) const LONG_CONTEXT_TEMPLATE: &str = include_str!("../../templates/long-context.md.j2");
 
+/// `history.md`'s template (servebench's own, not chosen by a spec).
+pub(crate) const HISTORY_TEMPLATE: (&str, &str) = (
+    "history.md.j2",
+    include_str!("../../templates/history.md.j2"),
+);
+
+/// The template of `report.html` and `history.html`: HTML, every value escaped by default.
+pub(crate) const PAGE_TEMPLATE: (&str, &str) =
+    ("page.html.j2", include_str!("../../templates/page.html.j2"));
+
 /// A template compiled into the binary.
 #[derive(Debug, PartialEq, Eq)]
 pub struct BuiltinTemplate {
@@ -234,7 +244,42 @@ fn render_within<M: serde::Serialize>(
     source: &str,
     budget: Budget,
 ) -> Result<String, ReportError> {
-    let env = environment(name, source, budget)?;
+    render_escaped(model, name, source, budget, AutoEscape::None)
+}
+
+/// One of servebench's own templates (`history.md.j2`, `page.html.j2`), over data of any size
+/// its inputs allow: its values escaped as its file's kind asks (an `.html.j2` escapes every
+/// value for HTML unless the template marks it `safe`), within [`OWN_BUDGET`].
+pub(crate) fn render_own<M: serde::Serialize>(
+    model: &M,
+    name: &str,
+    source: &str,
+) -> Result<String, ReportError> {
+    render_escaped(
+        model,
+        name,
+        source,
+        OWN_BUDGET,
+        minijinja::default_auto_escape_callback(name),
+    )
+}
+
+/// What one of servebench's own templates may spend. Its data is bounded by the inputs' own
+/// budgets (a page's timeline keeps 8,000 requests, a run 1,000,000 spans), not by a
+/// template's: this stops a defect of ours, not a user's loop, so it is twenty times a report's.
+const OWN_BUDGET: Budget = Budget {
+    fuel: 20 * TEMPLATE_FUEL,
+    output_bytes: 16 * MAX_RENDERED_BYTES,
+};
+
+fn render_escaped<M: serde::Serialize>(
+    model: &M,
+    name: &str,
+    source: &str,
+    budget: Budget,
+    escape: AutoEscape,
+) -> Result<String, ReportError> {
+    let env = environment(name, source, budget, escape)?;
     let err = |e: minijinja::Error| template_error(name, e, budget, source);
     let template = env.get_template(name).map_err(err)?;
     let mut out = CappedOutput {
@@ -261,6 +306,7 @@ fn environment<'s>(
     name: &'s str,
     source: &'s str,
     budget: Budget,
+    escape: AutoEscape,
 ) -> Result<Environment<'s>, ReportError> {
     let err = |e: minijinja::Error| template_error(name, e, budget, source);
     if source.len() as u64 > MAX_TEMPLATE_BYTES {
@@ -278,7 +324,8 @@ fn environment<'s>(
     env.set_fuel(Some(budget.fuel));
     // Strict: a misspelt field is an error with a line number, not a silently empty cell.
     env.set_undefined_behavior(UndefinedBehavior::Strict);
-    env.set_auto_escape_callback(|_| AutoEscape::None);
+    // Markdown is written as is; a page escapes every value for HTML unless marked `safe`.
+    env.set_auto_escape_callback(move |_| escape.clone());
     // Block tags on lines of their own leave no blank lines behind; the file's last newline stays.
     let syntax = SyntaxConfig::builder()
         .trim_blocks(true)
@@ -301,6 +348,7 @@ pub(crate) fn check_template(name: &str, source: &str) -> Result<(), ReportError
             fuel: TEMPLATE_FUEL,
             output_bytes: MAX_RENDERED_BYTES,
         },
+        AutoEscape::None,
     )
     .map(drop)
 }
