@@ -227,7 +227,7 @@ fn metric_tables(e: &ExperimentHistory) -> Vec<MetricTable<'_>> {
 }
 
 /// `+12.3%` or `—`.
-fn change(pct: Option<f64>) -> String {
+pub(crate) fn change(pct: Option<f64>) -> String {
     pct.map_or("—".to_string(), |c| format!("{c:+.1}%"))
 }
 

@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use super::charts::{MAX_LINES, trend_points};
-use super::markdown::{attribution, verdict_word};
+use super::markdown::{attribution, change, verdict_word};
 use super::model::HistoryModel;
 use crate::report::{ReportError, html};
 
@@ -43,13 +43,17 @@ pub fn render(
                             } else if entry.client_step {
                                 format!(
                                     "{} {}, not judged as a server change: {}",
-                                    entry.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
+                                    change(entry.change_pct),
                                     verdict_word(entry.verdict),
                                     attribution(e, entry)
                                 )
                             } else {
                                 match entry.change_pct {
-                                    Some(c) => format!("{c:+.1}% {}", verdict_word(entry.verdict)),
+                                    Some(_) => format!(
+                                        "{} {}",
+                                        change(entry.change_pct),
+                                        verdict_word(entry.verdict)
+                                    ),
                                     None => entry.reason.clone(),
                                 }
                             };

@@ -181,9 +181,8 @@ fn html_blocks_as_text(md: &str) -> String {
         loop {
             let rest = &line[at..];
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            let marker = if rest.starts_with('>') {
-                1
-            } else if rest.starts_with(['-', '*', '+']) && rest[1..].starts_with([' ', '\t']) {
+            let bullet = rest.starts_with(['-', '*', '+']) && rest[1..].starts_with([' ', '\t']);
+            let marker = if rest.starts_with('>') || bullet {
                 1
             } else if (1..=9).contains(&digits)
                 && rest[digits..].starts_with(['.', ')'])
