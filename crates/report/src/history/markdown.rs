@@ -188,16 +188,9 @@ fn run_row(r: &HistoryRun) -> RunRow<'_> {
 /// One table per metric: a row per point, a column per run, and the newest run judged against
 /// the last good level.
 fn metric_tables(e: &ExperimentHistory) -> Vec<MetricTable<'_>> {
-    let mut metrics: Vec<&str> = Vec::new();
-    for s in &e.series {
-        if !metrics.contains(&s.metric.as_str()) {
-            metrics.push(&s.metric);
-        }
-    }
-    metrics
+    e.series_by_metric()
         .into_iter()
-        .map(|metric| {
-            let series: Vec<&Series> = e.series.iter().filter(|s| s.metric == metric).collect();
+        .map(|series| {
             let rows = series
                 .iter()
                 .map(|s| {

@@ -20,14 +20,7 @@ pub fn render(
         if e.runs.len() < 2 {
             continue;
         }
-        let mut metrics: Vec<&str> = Vec::new();
-        for s in &e.series {
-            if !metrics.contains(&s.metric.as_str()) {
-                metrics.push(&s.metric);
-            }
-        }
-        for metric in metrics {
-            let all: Vec<_> = e.series.iter().filter(|s| s.metric == metric).collect();
+        for all in e.series_by_metric() {
             let first = all[0];
             let series: Vec<serde_json::Value> = all
                 .iter()
