@@ -5,8 +5,9 @@ use serde::Serialize;
 
 use super::charts;
 use super::model::*;
+use crate::report::ReportError;
 use crate::report::compare::Verdict;
-use crate::report::{HISTORY_TEMPLATE, ReportError, render_own};
+use crate::report::templates::{HISTORY_TEMPLATE, render_own};
 use servebench_model::catalog::Metric;
 use servebench_model::text::{self, plain};
 

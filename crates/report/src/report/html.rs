@@ -16,7 +16,8 @@ use servebench_model::catalog::Metric;
 use servebench_model::results::records::{PointRecord, RequestRecord};
 use servebench_model::results::rundir::RunDir;
 
-use super::{PAGE_TEMPLATE, ReportError, render_own};
+use super::ReportError;
+use super::templates::{PAGE_TEMPLATE, render_own};
 
 /// The run's page, beside `report.md`.
 pub(crate) const REPORT_HTML: &str = "report.html";
