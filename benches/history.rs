@@ -94,7 +94,7 @@ fn whole(paths: &[PathBuf], index: Option<&Path>) -> (usize, usize, [f64; 3]) {
     );
     let build_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let md = history::markdown::render(&model, Some("charts"));
+    let md = history::markdown::render(&model, Some("charts")).expect("the history renders");
     let render_s = t.elapsed().as_secs_f64();
     let changes = model
         .experiments

@@ -928,7 +928,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     let mut model = history::build(runs, skipped, sources, threshold, &metrics);
     model.notes = notes;
     if stdout {
-        console::out(&history::markdown::render(&model, None));
+        console::out(&history::markdown::render(&model, None)?);
     } else {
         let path = history::write(&model, out)?;
         console::outln(&format!("history: {}", path.display()));

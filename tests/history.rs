@@ -149,7 +149,7 @@ fn a_step_is_a_change_point_attributed_to_the_flag_that_changed() {
         "{:?}",
         history::regressions(&m)
     );
-    let md = history::markdown::render(&m, Some("charts"));
+    let md = history::markdown::render(&m, Some("charts")).unwrap();
     assert!(
         md.contains(
             "Attributed to #3: one setting changed (`server.args.chunked-prefill-size` 8192 → 4096)"
@@ -203,7 +203,7 @@ fn a_flagged_point_is_shown_never_judged_and_never_a_level() {
     assert_eq!(s.entries[2].against, Some(0));
     assert_eq!(s.entries[2].verdict, Some(Verdict::WithinNoise));
     assert!(m.experiments[0].change_points().is_empty());
-    let md = history::markdown::render(&m, None);
+    let md = history::markdown::render(&m, None).unwrap();
     assert!(md.contains("50.0 (flagged)"), "{md}");
 }
 
@@ -278,7 +278,7 @@ fn runs_that_differ_by_construction_are_not_judged_and_compare_says_so_first() {
     let s = decode_series(&m, "all");
     assert_eq!(s.entries[1].verdict, None, "{:?}", s.entries[1]);
     assert!(e.change_points().is_empty());
-    let md = history::markdown::render(&m, None);
+    let md = history::markdown::render(&m, None).unwrap();
     assert!(md.contains("**not comparable** (cache policy"), "{md}");
 
     let cmp = compare::build(&[cold, warm], None);
@@ -613,7 +613,7 @@ fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
     assert_eq!(latest.verdict, None);
     assert!(latest.reason.contains("client-read-late"), "{latest:?}");
     assert!(history::regressions(&m).is_empty());
-    let md = history::markdown::render(&m, None);
+    let md = history::markdown::render(&m, None).unwrap();
     assert!(
         md.contains("68.0 (client: client-read-late, high-variance)"),
         "{md}"

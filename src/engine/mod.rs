@@ -39,19 +39,6 @@ pub(crate) fn adapter(engine: Engine) -> &'static Adapter {
     }
 }
 
-/// Whether the server speaks SGLang's API: SGLang itself, or the simulator on its default
-/// (SGLang) surface. Only such a server is sent SGLang's own request fields.
-pub(crate) fn speaks_sglang(server: &Server) -> bool {
-    match server.engine {
-        Engine::Sglang => true,
-        Engine::Sim => !matches!(
-            server.args.get("api"),
-            Some(ArgValue::Str(a)) if a != "sglang"
-        ),
-        Engine::Vllm | Engine::LlamaCpp | Engine::Command => false,
-    }
-}
-
 /// The flags of `server` for its engine: `args` with `engine_args[engine]` merged over them.
 pub(crate) fn effective_args(server: &Server) -> IndexMap<String, ArgValue> {
     let mut args = server.args.clone();

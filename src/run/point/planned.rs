@@ -68,7 +68,7 @@ pub(super) fn generation_request(
         temperature: exp.workload.temperature,
         model: target.model.clone(),
         history: Vec::new(),
-        spec_tokens_details: crate::engine::speaks_sglang(&exp.server),
+        spec_tokens_details: exp.server.speaks_sglang(),
         reasoning_markers: target.markers,
         chat_template_kwargs: exp
             .workload
@@ -98,7 +98,7 @@ pub(super) fn reasoning_markers(
 ) -> Option<servebench_model::spec::reasoning::ThinkMarkers> {
     use servebench_model::spec::reasoning::{ParserKnowledge, sglang_parser};
     if exp.workload.api == servebench_model::spec::types::Api::OpenaiChat
-        || !crate::engine::speaks_sglang(&exp.server)
+        || !exp.server.speaks_sglang()
     {
         return None;
     }

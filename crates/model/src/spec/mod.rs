@@ -31,4 +31,4 @@ pub mod yaml;
 pub use check::Check;
 pub use diagnostics::{Diagnostic, SpecErrors};
 pub use load::{LoadedSpec, Point, load, load_checked, load_str, same_value};
-pub use schema::schema_json;
+pub use schema::{each_subschema_mut, schema_json};

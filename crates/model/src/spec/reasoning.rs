@@ -9,8 +9,10 @@
 //! on the tokenizer or on a state machine of its own is not listed, and `validate` refuses it
 //! where markers would be needed.
 
+use serde::Deserialize;
 use serde_json::Value;
 
+use super::types::Engine;
 use super::validate::{Problem, Target};
 
 /// The markers of one reasoning parser.
@@ -184,18 +186,18 @@ pub(crate) fn launched_parser(server: &Value) -> Option<(&'static str, &str)> {
     None
 }
 
-/// Whether a server section speaks SGLang's API (SGLang, or the simulator on its default
-/// surface).
+/// Whether a server section, as written, speaks SGLang's API ([`Engine::speaks_sglang`]); no
+/// `engine` is the simulator, the default.
 fn speaks_sglang(server: &Value) -> bool {
-    match server.get("engine").and_then(Value::as_str) {
-        Some("sglang") => true,
-        Some("sim") => server
-            .get("args")
-            .and_then(|a| a.get("api"))
-            .and_then(Value::as_str)
-            .is_none_or(|api| api == "sglang"),
-        _ => false,
-    }
+    let engine = match server.get("engine") {
+        None => Some(Engine::default()),
+        Some(e) => Engine::deserialize(e).ok(),
+    };
+    let api = server
+        .get("args")
+        .and_then(|a| a.get("api"))
+        .and_then(Value::as_str);
+    engine.is_some_and(|e| e.speaks_sglang(api))
 }
 
 /// `validate`'s checks: an SGLang parser SGLang does not know (it would refuse to start), and
@@ -290,5 +292,32 @@ mod tests {
         let vllm =
             json!({"server": {"engine": "vllm", "args": {"reasoning-parser": "deepseek_r1"}}});
         assert!(checks(&vllm).is_empty());
+    }
+
+    #[test]
+    fn the_simulator_speaks_sglang_as_the_run_judges_it_also_when_engine_is_left_out() {
+        let spec = |server: Value| json!({"server": server, "workload": {"api": "openai-chat"}});
+        let args = json!({"reasoning-parser": "qwen"});
+        // No `engine`: the simulator, the default, on its SGLang surface.
+        assert_eq!(checks(&spec(json!({"args": args}))).len(), 1);
+        assert_eq!(
+            checks(&spec(json!({"engine": "sim", "args": args}))).len(),
+            1
+        );
+        let vllm_surface =
+            json!({"engine": "sim", "args": {"reasoning-parser": "qwen", "api": "vllm"}});
+        assert!(checks(&spec(vllm_surface)).is_empty());
+        // The same rule as the typed server's.
+        for (engine, api, speaks) in [
+            (Engine::Sim, None, true),
+            (Engine::Sim, Some("sglang"), true),
+            (Engine::Sim, Some("vllm"), false),
+            (Engine::Sglang, Some("vllm"), true),
+            (Engine::Vllm, None, false),
+            (Engine::LlamaCpp, None, false),
+            (Engine::Command, None, false),
+        ] {
+            assert_eq!(engine.speaks_sglang(api), speaks, "{engine} {api:?}");
+        }
     }
 }

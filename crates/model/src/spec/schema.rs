@@ -44,29 +44,50 @@ pub fn schema_json() -> String {
     text
 }
 
-/// Wraps every integer/number/boolean schema in `anyOf: [original, template]`, keeping the
-/// description and default outside so editors still show them on hover.
-fn allow_templates(schema: &mut Value) {
+/// Calls `f` on every schema object in `schema`, children first, then the schema itself: the
+/// schemas that draft 2020-12's subschema keywords hold (`properties`, `$defs`, `items`,
+/// `anyOf`, ...), never a value that only looks like one (a `default`, an `enum` entry). The
+/// one walk over a generated schema; each pass that edits one (templates allowed here, the
+/// report model's objects closed) is its `f`.
+pub fn each_subschema_mut(schema: &mut Value, f: &mut dyn FnMut(&mut Map<String, Value>)) {
     let Some(obj) = schema.as_object_mut() else {
         return;
     };
     for (key, child) in obj.iter_mut() {
         match key.as_str() {
-            "properties" | "$defs" | "patternProperties" => {
+            "properties" | "$defs" | "definitions" | "patternProperties" | "dependentSchemas" => {
                 if let Some(map) = child.as_object_mut() {
-                    map.values_mut().for_each(allow_templates);
+                    map.values_mut().for_each(|c| each_subschema_mut(c, f));
                 }
             }
-            "items" | "additionalProperties" | "not" => allow_templates(child),
+            "items"
+            | "additionalProperties"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "propertyNames"
+            | "unevaluatedItems"
+            | "unevaluatedProperties" => each_subschema_mut(child, f),
             "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
                 if let Some(list) = child.as_array_mut() {
-                    list.iter_mut().for_each(allow_templates);
+                    list.iter_mut().for_each(|c| each_subschema_mut(c, f));
                 }
             }
             _ => {}
         }
     }
-    if is_templatable(obj) {
+    f(obj);
+}
+
+/// Wraps every integer/number/boolean schema in `anyOf: [original, template]`, keeping the
+/// description and default outside so editors still show them on hover.
+fn allow_templates(schema: &mut Value) {
+    each_subschema_mut(schema, &mut |obj| {
+        if !is_templatable(obj) {
+            return;
+        }
         let mut outer = Map::new();
         for key in ["description", "default", "title"] {
             if let Some(v) = obj.remove(key) {
@@ -81,7 +102,7 @@ fn allow_templates(schema: &mut Value) {
         });
         outer.insert("anyOf".into(), json!([inner, template]));
         *obj = outer;
-    }
+    });
 }
 
 /// Whether a schema is a plain scalar type that a template could stand in for.

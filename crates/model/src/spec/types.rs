@@ -698,6 +698,15 @@ impl Server {
             "server.nodes"
         }
     }
+
+    /// Whether the server speaks SGLang's API (see [`Engine::speaks_sglang`]).
+    pub fn speaks_sglang(&self) -> bool {
+        let api = match self.args.get("api") {
+            Some(ArgValue::Str(a)) => Some(a.as_str()),
+            _ => None,
+        };
+        self.engine.speaks_sglang(api)
+    }
 }
 
 pub use super::arg_value::ArgValue;
@@ -733,6 +742,19 @@ pub enum Engine {
     LlamaCpp,
     /// Any other server: `launcher` is its command line with `{model}`, `{host}`, `{port}`.
     Command,
+}
+
+impl Engine {
+    /// Whether a server of this engine speaks SGLang's API, `api` its `args.api` where that
+    /// is a string: SGLang itself, or the simulator on its default (SGLang) surface. Only
+    /// such a server is sent SGLang's own request fields and checked for SGLang's parsers.
+    pub fn speaks_sglang(self, api: Option<&str>) -> bool {
+        match self {
+            Engine::Sglang => true,
+            Engine::Sim => api.is_none_or(|a| a == "sglang"),
+            Engine::Vllm | Engine::LlamaCpp | Engine::Command => false,
+        }
+    }
 }
 
 /// What each request sends.

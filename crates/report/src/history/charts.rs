@@ -94,20 +94,11 @@ pub fn charts(experiment: &ExperimentHistory) -> Vec<TrendChart> {
     if experiment.runs.len() < 2 {
         return Vec::new();
     }
-    let mut metrics: Vec<&str> = Vec::new();
-    for s in &experiment.series {
-        if !metrics.contains(&s.metric.as_str()) {
-            metrics.push(&s.metric);
-        }
-    }
-    metrics
+    experiment
+        .series_by_metric()
         .into_iter()
-        .filter_map(|metric| {
-            let all: Vec<&Series> = experiment
-                .series
-                .iter()
-                .filter(|s| s.metric == metric)
-                .collect();
+        .filter_map(|all| {
+            let metric = all[0].metric.as_str();
             let first = all.first()?;
             let lines: Vec<(String, Vec<TrendPoint>)> = all
                 .iter()

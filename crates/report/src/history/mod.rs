@@ -21,48 +21,47 @@ pub use build::{build, default_metrics};
 pub use model::*;
 
 /// The newest runs' regressions against their series' good levels, one line each
-/// (`quickstart #3: decode at ctx=1024: -20.1% against #1`), for `--fail-on-regression`.
+/// (`quickstart #3: decode at ctx=1024: -20.1% against the last good level, #1 (...)`), for
+/// `--fail-on-regression`.
 pub fn regressions(model: &HistoryModel) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in &model.experiments {
-        for s in &e.series {
-            let Some(l) = &s.latest else { continue };
-            if l.verdict == Some(crate::report::compare::Verdict::Regression) {
-                out.push(format!(
-                    "{} {}: {} at {}: {} against the last good level, {} ({})",
-                    e.name,
-                    e.runs[l.run].label,
-                    s.label,
-                    s.point,
-                    l.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
-                    l.good.map_or("—".into(), |g| e.runs[g].label.clone()),
-                    l.reason
-                ));
-            }
-        }
-    }
-    out
+    latest_lines(
+        model,
+        |l| l.verdict == Some(crate::report::compare::Verdict::Regression),
+        "against the last good level,",
+        "",
+    )
 }
 
 /// The newest runs' changes above the threshold that the evidence does not settle, one line
 /// each: not regressions, but no level either; said beside the gate.
 pub fn unresolved(model: &HistoryModel) -> Vec<String> {
+    latest_lines(model, |l| l.unresolved, "against", ", unresolved")
+}
+
+/// A line per series whose newest run `keep`s: `experiment #run: metric at point: change
+/// {against} level{after} (reason)`.
+fn latest_lines(
+    model: &HistoryModel,
+    keep: impl Fn(&LatestCheck) -> bool,
+    against: &str,
+    after: &str,
+) -> Vec<String> {
     let mut out = Vec::new();
     for e in &model.experiments {
         for s in &e.series {
-            let Some(l) = &s.latest else { continue };
-            if l.unresolved {
-                out.push(format!(
-                    "{} {}: {} at {}: {} against {}, unresolved ({})",
-                    e.name,
-                    e.runs[l.run].label,
-                    s.label,
-                    s.point,
-                    l.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
-                    l.good.map_or("—".into(), |g| e.runs[g].label.clone()),
-                    l.reason
-                ));
-            }
+            let Some(l) = s.latest.as_ref().filter(|l| keep(l)) else {
+                continue;
+            };
+            out.push(format!(
+                "{} {}: {} at {}: {} {against} {}{after} ({})",
+                e.name,
+                e.runs[l.run].label,
+                s.label,
+                s.point,
+                markdown::change(l.change_pct),
+                l.good.map_or("—", |g| e.runs[g].label.as_str()),
+                l.reason
+            ));
         }
     }
     out
@@ -151,11 +150,11 @@ pub fn write(
     write_fresh(&manifest, format!("{}\n", drawn.join("\n")).as_bytes())
         .map_err(write_err(&manifest))?;
     let path = out.join(MARKDOWN_FILE);
-    let markdown = markdown::render(model, Some(CHARTS_DIR));
+    let markdown = markdown::render(model, Some(CHARTS_DIR))?;
     std::fs::write(&path, servebench_model::redact::text(&markdown).as_bytes())
         .map_err(write_err(&path))?;
     let page_path = out.join(HTML_FILE);
-    let html = page::render(model, &markdown, &folder);
+    let html = page::render(model, &markdown, &folder)?;
     std::fs::write(&page_path, servebench_model::redact::text(&html).as_bytes())
         .map_err(write_err(&page_path))?;
     Ok(path)

@@ -50,6 +50,19 @@ pub struct ExperimentHistory {
 }
 
 impl ExperimentHistory {
+    /// The series grouped by metric, metrics in the order they first appear (never empty
+    /// groups): a table, a chart and a page chart per group.
+    pub fn series_by_metric(&self) -> Vec<Vec<&Series>> {
+        let mut groups: Vec<Vec<&Series>> = Vec::new();
+        for s in &self.series {
+            match groups.iter_mut().find(|g| g[0].metric == s.metric) {
+                Some(g) => g.push(s),
+                None => groups.push(vec![s]),
+            }
+        }
+        groups
+    }
+
     /// The change points of every series, in run order.
     pub fn change_points(&self) -> Vec<(&Series, &SeriesEntry)> {
         let mut out: Vec<(&Series, &SeriesEntry)> = self

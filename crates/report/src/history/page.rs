@@ -5,25 +5,22 @@
 use serde_json::json;
 
 use super::charts::{MAX_LINES, trend_points};
-use super::markdown::{attribution, verdict_word};
+use super::markdown::{attribution, change, verdict_word};
 use super::model::HistoryModel;
-use crate::report::html;
+use crate::report::{ReportError, html};
 
 /// The page, its charts read from `charts_dir` for inlining.
-pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path) -> String {
+pub fn render(
+    model: &HistoryModel,
+    markdown: &str,
+    charts_dir: &std::path::Path,
+) -> Result<String, ReportError> {
     let mut charts = Vec::new();
     for e in &model.experiments {
         if e.runs.len() < 2 {
             continue;
         }
-        let mut metrics: Vec<&str> = Vec::new();
-        for s in &e.series {
-            if !metrics.contains(&s.metric.as_str()) {
-                metrics.push(&s.metric);
-            }
-        }
-        for metric in metrics {
-            let all: Vec<_> = e.series.iter().filter(|s| s.metric == metric).collect();
+        for all in e.series_by_metric() {
             let first = all[0];
             let series: Vec<serde_json::Value> = all
                 .iter()
@@ -39,13 +36,17 @@ pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path
                             } else if entry.client_step {
                                 format!(
                                     "{} {}, not judged as a server change: {}",
-                                    entry.change_pct.map_or("—".into(), |c| format!("{c:+.1}%")),
+                                    change(entry.change_pct),
                                     verdict_word(entry.verdict),
                                     attribution(e, entry)
                                 )
                             } else {
                                 match entry.change_pct {
-                                    Some(c) => format!("{c:+.1}% {}", verdict_word(entry.verdict)),
+                                    Some(_) => format!(
+                                        "{} {}",
+                                        change(entry.change_pct),
+                                        verdict_word(entry.verdict)
+                                    ),
                                     None => entry.reason.clone(),
                                 }
                             };
@@ -90,6 +91,6 @@ pub fn render(model: &HistoryModel, markdown: &str, charts_dir: &std::path::Path
         "servebench history",
         &content,
         &json!({ "charts": charts }),
-        "",
+        None,
     )
 }

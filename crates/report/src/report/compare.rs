@@ -15,11 +15,12 @@ use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::{PointRecord, Stat};
 use servebench_model::results::rundir::{RunDir, RunDirError};
 
+use super::ReportError;
 use super::format::value_text;
 use super::metric_def::metric_def;
 use super::offered;
+use super::templates::render_named;
 pub use super::verdict::Verdict;
-use super::{ReportError, render_named};
 pub(crate) use servebench_model::catalog::Direction;
 use servebench_model::catalog::Metric;
 use servebench_model::text::plain as num;

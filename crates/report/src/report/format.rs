@@ -55,7 +55,11 @@ pub(crate) fn register(env: &mut Environment<'_>) {
     env.add_filter("metric_unit", |name: &str| {
         Metric::from_name(name).map_or("", Metric::unit).to_string()
     });
-    env.add_filter("cell", |v: Value| cell(&v));
+    // `cell` keeps 160 characters; `cell(400)` as many as given.
+    env.add_filter("cell", |v: Value, width: Option<usize>| {
+        cell(&v, width.unwrap_or(160))
+    });
+    env.add_filter("count_s", |n: usize, word: &str| text::count_s(n, word));
     env.add_filter("stat", stat);
 }
 
@@ -88,9 +92,9 @@ fn fmt_metric(v: Value, metric: &str) -> String {
     text::metric_value(Metric::from_name(metric), x)
 }
 
-/// Makes text safe inside a Markdown table cell: one line, `|` escaped, at most 160 characters
-/// (cut at a word).
-fn cell(v: &Value) -> String {
+/// Makes text safe inside a Markdown table cell: one line, `|` escaped, at most `width`
+/// characters (cut at a word).
+fn cell(v: &Value, width: usize) -> String {
     if v.is_undefined() || v.is_none() {
         return missing();
     }
@@ -99,7 +103,7 @@ fn cell(v: &Value) -> String {
         None => v.to_string(),
     };
     let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    text::cut_words(&one_line, 160).replace('|', "\\|")
+    text::cut_words(&one_line, width).replace('|', "\\|")
 }
 
 /// A point's sweep values for display: `ctx=1024, concurrency=4`.

@@ -5,14 +5,19 @@
 //! toggled series, each point's details, and (for a run) a per-request timeline: scheduled,
 //! sent, first token, each chunk and the end, with the router's worker where recorded.
 
-use std::fmt::Write;
 use std::path::Path;
 
+use pulldown_cmark::{BlockQuoteKind, CowStr, Event, Options, Parser, Tag, TagEnd};
+use serde::Serialize;
 use serde_json::json;
 
+use minijinja::HtmlEscape;
 use servebench_model::catalog::Metric;
 use servebench_model::results::records::{PointRecord, RequestRecord};
 use servebench_model::results::rundir::RunDir;
+
+use super::ReportError;
+use super::templates::{PAGE_TEMPLATE, render_own};
 
 /// The run's page, beside `report.md`.
 pub(crate) const REPORT_HTML: &str = "report.html";
@@ -28,261 +33,178 @@ const TIMELINE_CHUNKS: usize = 256;
 /// Bytes of one inlined chart.
 const SVG_BUDGET: u64 = 4 << 20;
 
-/// Escapes text for HTML.
-pub(crate) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            _ => out.push(c),
-        }
-    }
-    out
+/// What `page.html.j2` reads. `content` is HTML (from [`markdown_to_html`]); every other text
+/// is escaped by the template.
+#[derive(Serialize)]
+struct PageView<'a> {
+    title: &'a str,
+    style: &'static str,
+    script: &'static str,
+    content: &'a str,
+    has_timeline: bool,
+    points: Option<&'a [PointDetails]>,
+    data: &'a serde_json::Value,
 }
 
 /// A whole page: `title`, the content (HTML: the title, status, verdicts and summary a
 /// reviewer reads first), then the interactive part (its data: `charts`, `timeline`), then
-/// extra HTML (point details).
-pub(crate) fn page(title: &str, content: &str, data: &serde_json::Value, extra: &str) -> String {
-    // No `<` in the data at all (JSON has none outside strings, where `\u003c` is the same
-    // character): neither `</script>` nor `<!--` (which would make a later `</script>`
-    // part of the data) can end or confuse the script element; `>` and `&` likewise.
-    let data = serde_json::to_string(data)
-        .unwrap_or_else(|_| "{}".into())
-        .replace('<', "\\u003c")
-        .replace('>', "\\u003e")
-        .replace('&', "\\u0026");
-    let has_timeline = data.contains("\"timeline\":[{");
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{title}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n<section id=\"sb-content\">\n{content}</section>\n<section id=\"sb-interactive\">\n<h2>Interactive charts</h2>\n<p class=\"sb-hint\">Hover a point for its values; click a legend entry to hide or show its line.</p>\n<div id=\"sb-charts\"></div>\n{timeline}</section>\n{extra}<p id=\"sb-ready\" class=\"sb-hint\">charts not drawn (the page's script did not run)</p>\n</main>\n<script type=\"application/json\" id=\"sb-data\">{data}</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n",
-        title = escape(title),
-        timeline = if has_timeline {
-            "<h2>Per-request timeline</h2>\n<p class=\"sb-hint\">One row per request, time from the point's first scheduled request: grey, queued in the client (scheduled to sent); orange, waiting for the first token; blue, the stream, a tick per chunk; red, a gap between chunks over four times the median (a stall) or a failed request. Hover a row for its times, worker and error.</p>\n<div id=\"sb-timeline\"></div>\n"
-        } else {
-            ""
-        },
-    )
+/// each point's details (a run's page; none for the history).
+pub(crate) fn page(
+    title: &str,
+    content: &str,
+    data: &serde_json::Value,
+    points: Option<&[PointDetails]>,
+) -> Result<String, ReportError> {
+    let has_timeline = data["timeline"]
+        .as_array()
+        .is_some_and(|t| t.first().is_some_and(serde_json::Value::is_object));
+    let (name, source) = PAGE_TEMPLATE;
+    let view = PageView {
+        title,
+        style: STYLE,
+        script: SCRIPT,
+        content,
+        has_timeline,
+        points,
+        data,
+    };
+    render_own(&view, name, source)
 }
 
-/// Markdown (as servebench's templates write it) to HTML: headings, paragraphs, tables,
-/// lists, quotes, code, emphasis, links; an image whose file `inline` can read is embedded
-/// as its SVG, any other is left as its text (a page never loads anything).
+/// Markdown (GitHub's: tables, `> [!WARNING]`) to HTML through pulldown-cmark. Raw HTML in
+/// the Markdown is shown as text, never passed through (a server's name or error may carry
+/// `<script>`). An image whose file `inline` can read is embedded as its SVG, any other is
+/// left as its text, and only links to the web or the page itself are links: a page loads
+/// nothing and stands alone.
 pub(crate) fn markdown_to_html(md: &str, inline: &dyn Fn(&str) -> Option<String>) -> String {
-    let mut out = String::new();
-    let lines: Vec<&str> = md.lines().collect();
-    let mut i = 0;
-    let mut paragraph: Vec<&str> = Vec::new();
-    let flush = |out: &mut String, p: &mut Vec<&str>| {
-        if !p.is_empty() {
-            let _ = writeln!(out, "<p>{}</p>", inline_md(&p.join(" "), inline));
-            p.clear();
-        }
-    };
-    while i < lines.len() {
-        let line = lines[i];
-        let t = line.trim_start();
-        if t.starts_with("```") {
-            flush(&mut out, &mut paragraph);
-            let mut code = String::new();
-            i += 1;
-            while i < lines.len() && !lines[i].trim_start().starts_with("```") {
-                code.push_str(&escape(lines[i]));
-                code.push('\n');
-                i += 1;
+    let mut events: Vec<Event> = Vec::new();
+    // Per open link: the file it named when it is no link here.
+    let mut links: Vec<Option<CowStr>> = Vec::new();
+    // An open image: its target and its text so far.
+    let mut image: Option<(CowStr, String)> = None;
+    // An alert's word, written at the start of its first paragraph.
+    let mut alert: Option<&str> = None;
+    let md = html_blocks_as_text(md);
+    for event in Parser::new_ext(&md, Options::ENABLE_TABLES | Options::ENABLE_GFM) {
+        if let Some((_, text)) = &mut image {
+            match event {
+                Event::End(TagEnd::Image) => {
+                    let (target, text) = image.take().expect("open");
+                    let html = match inline(&target) {
+                        Some(svg) => format!("<figure class=\"sb-figure\">{svg}</figure>"),
+                        None => format!("<em>[{}]</em>", HtmlEscape(&text)),
+                    };
+                    events.push(Event::Html(html.into()));
+                }
+                Event::Text(t) | Event::Code(t) | Event::Html(t) | Event::InlineHtml(t) => {
+                    text.push_str(&t)
+                }
+                _ => {}
             }
-            let _ = writeln!(out, "<pre><code>{code}</code></pre>");
-            i += 1;
             continue;
         }
-        if t.is_empty() {
-            flush(&mut out, &mut paragraph);
-            i += 1;
-            continue;
-        }
-        if let Some(level) = heading_level(t) {
-            flush(&mut out, &mut paragraph);
-            let text = t[level..].trim();
-            let _ = writeln!(out, "<h{level}>{}</h{level}>", inline_md(text, inline));
-            i += 1;
-            continue;
-        }
-        if t.starts_with('|') {
-            flush(&mut out, &mut paragraph);
-            let mut rows: Vec<&str> = Vec::new();
-            while i < lines.len() && lines[i].trim_start().starts_with('|') {
-                rows.push(lines[i].trim());
-                i += 1;
-            }
-            out.push_str(&table(&rows, inline));
-            continue;
-        }
-        if t.starts_with("> ") || t == ">" {
-            flush(&mut out, &mut paragraph);
-            let mut quoted: Vec<&str> = Vec::new();
-            while i < lines.len() && lines[i].trim_start().starts_with('>') {
-                quoted.push(lines[i].trim_start()[1..].trim_start());
-                i += 1;
-            }
-            let inner = quoted.join("\n");
-            let inner = inner
-                .replace("[!WARNING]", "**Warning**")
-                .replace("[!CAUTION]", "**Caution**")
-                .replace("[!NOTE]", "**Note**")
-                .replace("[!IMPORTANT]", "**Important**")
-                .replace("[!TIP]", "**Tip**");
-            let _ = writeln!(
-                out,
-                "<blockquote>{}</blockquote>",
-                markdown_to_html(&inner, inline)
-            );
-            continue;
-        }
-        if t.starts_with("- ") || t.starts_with("* ") {
-            flush(&mut out, &mut paragraph);
-            out.push_str("<ul>\n");
-            while i < lines.len() {
-                let l = lines[i].trim_start();
-                if l.starts_with("- ") || l.starts_with("* ") {
-                    let _ = writeln!(out, "<li>{}</li>", inline_md(&l[2..], inline));
-                } else if !l.is_empty() && lines[i].starts_with("  ") {
-                    // A continuation line of the item before.
-                    let _ = writeln!(out, "{}", inline_md(l, inline));
+        match event {
+            Event::Start(Tag::Image { dest_url, .. }) => image = Some((dest_url, String::new())),
+            Event::Start(Tag::Link { ref dest_url, .. }) => {
+                let web = ["http://", "https://", "#"]
+                    .iter()
+                    .any(|p| dest_url.starts_with(p));
+                if web {
+                    links.push(None);
+                    events.push(event);
                 } else {
-                    break;
+                    links.push(Some(dest_url.clone()));
                 }
-                i += 1;
             }
-            out.push_str("</ul>\n");
-            continue;
+            Event::End(TagEnd::Link) => match links.pop().flatten() {
+                // A file beside the report: named, not linked.
+                Some(file) => events.push(Event::Html(
+                    format!(" (<code>{}</code>)", HtmlEscape(&file)).into(),
+                )),
+                None => events.push(event),
+            },
+            Event::Html(t) | Event::InlineHtml(t) => events.push(Event::Text(t)),
+            // An HTML block's text, escaped, reads as a paragraph.
+            Event::Start(Tag::HtmlBlock) => events.push(Event::Start(Tag::Paragraph)),
+            Event::End(TagEnd::HtmlBlock) => events.push(Event::End(TagEnd::Paragraph)),
+            Event::Start(Tag::BlockQuote(kind)) => {
+                alert = kind.map(|k| match k {
+                    BlockQuoteKind::Note => "Note",
+                    BlockQuoteKind::Tip => "Tip",
+                    BlockQuoteKind::Important => "Important",
+                    BlockQuoteKind::Warning => "Warning",
+                    BlockQuoteKind::Caution => "Caution",
+                });
+                events.push(Event::Start(Tag::BlockQuote(None)));
+            }
+            Event::End(TagEnd::BlockQuote(_)) => events.push(Event::End(TagEnd::BlockQuote(None))),
+            Event::Start(Tag::Paragraph) => {
+                events.push(event);
+                if let Some(word) = alert.take() {
+                    events.push(Event::Html(format!("<strong>{word}</strong> ").into()));
+                }
+            }
+            // Wide tables scroll in their own box.
+            Event::Start(Tag::Table(_)) => {
+                events.push(Event::Html("<div class=\"sb-table\">".into()));
+                events.push(event);
+            }
+            Event::End(TagEnd::Table) => {
+                events.push(event);
+                events.push(Event::Html("</div>\n".into()));
+            }
+            other => events.push(other),
         }
-        paragraph.push(t);
-        i += 1;
     }
-    flush(&mut out, &mut paragraph);
+    let mut out = String::with_capacity(md.len() * 3 / 2);
+    pulldown_cmark::html::push_html(&mut out, events.into_iter());
     out
 }
 
-fn heading_level(t: &str) -> Option<usize> {
-    let n = t.chars().take_while(|c| *c == '#').count();
-    ((1..=6).contains(&n) && t[n..].starts_with(' ')).then_some(n)
-}
-
-/// The cells of a table row, `\|` kept inside a cell.
-fn cells(row: &str) -> Vec<String> {
-    let inner = row.trim().trim_start_matches('|');
-    let inner = inner.strip_suffix('|').unwrap_or(inner);
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut chars = inner.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&'|') => {
-                cur.push('|');
-                chars.next();
+/// The Markdown with every line that opens with `<` (after quote and list markers) opening
+/// with `\<` instead: such a line would start an HTML block, which runs to its end condition
+/// (for a value such as `<!--`, `-->`: the rest of the report, shown as one run of text); as
+/// `\<` it is text in its paragraph, cell or item like any other. Fenced code is left alone.
+fn html_blocks_as_text(md: &str) -> String {
+    let mut out = String::with_capacity(md.len() + 64);
+    let mut fence: Option<&str> = None;
+    for line in md.split_inclusive('\n') {
+        let t = line.trim_start();
+        if let Some(f) = fence {
+            if t.starts_with(f) {
+                fence = None;
             }
-            '|' => out.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out.into_iter().map(|c| c.trim().to_string()).collect()
-}
-
-fn table(rows: &[&str], inline: &dyn Fn(&str) -> Option<String>) -> String {
-    let mut out = String::from("<div class=\"sb-table\"><table>\n");
-    let is_rule = |r: &str| {
-        cells(r)
-            .iter()
-            .all(|c| !c.is_empty() && c.chars().all(|x| "-:".contains(x)))
-    };
-    let header = rows.len() >= 2 && is_rule(rows[1]);
-    for (n, row) in rows.iter().enumerate() {
-        if header && n == 1 {
+            out.push_str(line);
             continue;
         }
-        let tag = if header && n == 0 { "th" } else { "td" };
-        out.push_str("<tr>");
-        for c in cells(row) {
-            let _ = write!(out, "<{tag}>{}</{tag}>", inline_md(&c, inline));
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</table></div>\n");
-    out
-}
-
-/// Inline Markdown: `code`, **bold**, images, links; everything else escaped.
-fn inline_md(text: &str, inline: &dyn Fn(&str) -> Option<String>) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix('`')
-            && let Some(end) = r.find('`')
-        {
-            let _ = write!(out, "<code>{}</code>", escape(&r[..end]));
-            rest = &r[end + 1..];
-            continue;
-        }
-        if let Some(r) = rest.strip_prefix("**")
-            && let Some(end) = r.find("**")
-        {
-            let _ = write!(out, "<strong>{}</strong>", inline_md(&r[..end], inline));
-            rest = &r[end + 2..];
-            continue;
-        }
-        let image = rest.starts_with("![");
-        if (image || rest.starts_with('['))
-            && let Some((label, target, len)) = link(&rest[usize::from(image)..])
-        {
-            if image {
-                match inline(target) {
-                    Some(svg) => {
-                        let _ = write!(out, "<figure class=\"sb-figure\">{svg}</figure>");
-                    }
-                    None => {
-                        let _ = write!(out, "<em>[{}]</em>", escape(label));
-                    }
-                }
-            } else if target.starts_with("http://")
-                || target.starts_with("https://")
-                || target.starts_with('#')
+        fence = ["```", "~~~"].into_iter().find(|f| t.starts_with(f));
+        let mut at = line.len() - t.len();
+        loop {
+            let rest = &line[at..];
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            let bullet = rest.starts_with(['-', '*', '+']) && rest[1..].starts_with([' ', '\t']);
+            let marker = if rest.starts_with('>') || bullet {
+                1
+            } else if (1..=9).contains(&digits)
+                && rest[digits..].starts_with(['.', ')'])
+                && rest[digits + 1..].starts_with([' ', '\t'])
             {
-                let _ = write!(
-                    out,
-                    "<a href=\"{}\">{}</a>",
-                    escape(target),
-                    inline_md(label, inline)
-                );
+                digits + 1
             } else {
-                // A file beside the report: named, not linked (the page stands alone).
-                let _ = write!(
-                    out,
-                    "{} (<code>{}</code>)",
-                    inline_md(label, inline),
-                    escape(target)
-                );
-            }
-            rest = &rest[usize::from(image) + len..];
-            continue;
+                break;
+            };
+            let after = &rest[marker..];
+            at += marker + (after.len() - after.trim_start_matches([' ', '\t']).len());
         }
-        let c = rest.chars().next().expect("not empty");
-        out.push_str(&escape(&c.to_string()));
-        rest = &rest[c.len_utf8()..];
+        if fence.is_none() && line[at..].starts_with('<') {
+            out.push_str(&line[..at]);
+            out.push('\\');
+            out.push_str(&line[at..]);
+        } else {
+            out.push_str(line);
+        }
     }
     out
-}
-
-/// `[label](target)` at the start of `s`: the label, the target and the bytes taken.
-fn link(s: &str) -> Option<(&str, &str, usize)> {
-    let s2 = s.strip_prefix('[')?;
-    let close = s2.find("](")?;
-    let label = &s2[..close];
-    let after = &s2[close + 2..];
-    let end = after.find(')')?;
-    Some((label, &after[..end], 1 + close + 2 + end + 1))
 }
 
 /// Reads an SVG chart from `dir/path` for inlining (None when it is not an SVG file there,
@@ -428,58 +350,77 @@ fn x_label(points: &[PointRecord], spread: bool) -> String {
     }
 }
 
-/// Each point's details: its values, counts, flags and every metric's statistics.
-fn point_details(points: &[PointRecord]) -> String {
-    let mut out = String::from("<section id=\"sb-points\">\n<h2>Point details</h2>\n");
-    for p in points {
-        let values = super::format::values_text(&p.values);
-        let _ = writeln!(
-            out,
-            "<details><summary><b>{}</b> {} · group {} · {} ok, {} failed{}</summary>",
-            escape(&p.id),
-            escape(&values),
-            escape(&p.group),
-            p.ok,
-            p.errors,
-            if p.flags.is_empty() {
-                String::new()
-            } else {
-                format!(" · {} flag(s)", p.flags.len())
-            }
-        );
-        for f in &p.flags {
-            let _ = writeln!(
-                out,
-                "<p class=\"sb-flag\">⚠ {}: {}</p>",
-                escape(f.kind.name()),
-                escape(&f.message)
-            );
-        }
-        out.push_str("<div class=\"sb-table\"><table><tr><th>metric</th><th>n</th><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>min</th><th>max</th><th>95% CI</th></tr>\n");
-        for (name, s) in &p.metrics {
-            let m = Metric::from_name(name);
-            let v = |x: f64| escape(&servebench_model::text::metric_value(m, x));
-            let ci = match (s.ci95_low, s.ci95_high) {
-                (Some(l), Some(h)) => format!("[{}, {}]", v(l), v(h)),
-                _ => "—".to_string(),
-            };
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{ci}</td></tr>",
-                escape(m.map_or(name.as_str(), |m| m.label())),
-                s.count,
-                v(s.mean),
-                v(s.p50),
-                v(s.p90),
-                v(s.p99),
-                v(s.min),
-                v(s.max),
-            );
-        }
-        out.push_str("</table></div></details>\n");
-    }
-    out.push_str("</section>\n");
-    out
+/// A point's details on the page: its values, counts, flags and every metric's statistics,
+/// as text (the template escapes it).
+#[derive(Serialize)]
+pub(crate) struct PointDetails {
+    id: String,
+    values: String,
+    group: String,
+    ok: usize,
+    errors: usize,
+    flags: Vec<FlagText>,
+    metrics: Vec<MetricRow>,
+}
+
+#[derive(Serialize)]
+struct FlagText {
+    kind: String,
+    message: String,
+}
+
+/// One metric's statistics in its shown unit; `ci` the 95% interval when there is one.
+#[derive(Serialize)]
+struct MetricRow {
+    label: String,
+    n: usize,
+    mean: String,
+    p50: String,
+    p90: String,
+    p99: String,
+    min: String,
+    max: String,
+    ci: Option<[String; 2]>,
+}
+
+fn point_details(points: &[PointRecord]) -> Vec<PointDetails> {
+    points
+        .iter()
+        .map(|p| PointDetails {
+            id: p.id.clone(),
+            values: super::format::values_text(&p.values),
+            group: p.group.clone(),
+            ok: p.ok,
+            errors: p.errors,
+            flags: p
+                .flags
+                .iter()
+                .map(|f| FlagText {
+                    kind: f.kind.name().to_string(),
+                    message: f.message.clone(),
+                })
+                .collect(),
+            metrics: p
+                .metrics
+                .iter()
+                .map(|(name, s)| {
+                    let m = Metric::from_name(name);
+                    let v = |x: f64| servebench_model::text::metric_value(m, x);
+                    MetricRow {
+                        label: m.map_or(name.as_str(), |m| m.label()).to_string(),
+                        n: s.count,
+                        mean: v(s.mean),
+                        p50: v(s.p50),
+                        p90: v(s.p90),
+                        p99: v(s.p99),
+                        min: v(s.min),
+                        max: v(s.max),
+                        ci: s.ci95_low.zip(s.ci95_high).map(|(l, h)| [v(l), v(h)]),
+                    }
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Requests of a run whose spans the density view keeps (32 bytes each): every request of
@@ -618,7 +559,7 @@ pub(crate) fn report_page(
     title: &str,
     markdown: &str,
     points: &[PointRecord],
-) -> Result<String, servebench_model::results::rundir::RunDirError> {
+) -> Result<String, ReportError> {
     let mut fold = TimelineFold::default();
     dir.visit_requests(|r: RequestRecord| fold.add(&r))?;
     let mut spans = fold.spans;
@@ -645,7 +586,7 @@ pub(crate) fn report_page(
         .collect();
     let content = markdown_to_html(markdown, &|p| read_svg(&dir.path, p));
     let data = json!({ "charts": point_charts(points), "timeline": timeline });
-    Ok(page(title, &content, &data, &point_details(points)))
+    page(title, &content, &data, Some(&point_details(points)))
 }
 
 #[cfg(test)]
@@ -654,22 +595,36 @@ mod tests {
 
     #[test]
     fn markdown_becomes_escaped_html_with_tables_lists_and_inlined_charts() {
-        let md = "# Title <x>\n\nSome **bold** and `code|x`.\n\n| a | b \\| c |\n|---|---:|\n| 1 | 2 |\n\n- one\n- [two](https://example.com)\n\n> [!WARNING]\n> careful\n\n![chart](charts/a.svg)\n![other](charts/b.svg)\n";
+        let md = "# Title <x>\n\nSome **bold** and `code|x`.\n\n| a | b \\| c |\n|---|---:|\n| 1 | 2 |\n\n- one\n- [two](https://example.com)\n- [notes](notes.md)\n\n> [!WARNING]\n> careful\n\n![chart](charts/a.svg)\n![other](charts/b.svg)\n";
         let html = markdown_to_html(md, &|p| {
             (p == "charts/a.svg").then(|| "<svg>A</svg>".into())
         });
         assert!(html.contains("<h1>Title &lt;x&gt;</h1>"), "{html}");
         assert!(html.contains("<strong>bold</strong>"), "{html}");
         assert!(html.contains("<code>code|x</code>"), "{html}");
-        assert!(html.contains("<th>b | c</th>"), "{html}");
-        assert!(html.contains("<td>2</td>"), "{html}");
+        assert!(html.contains("<div class=\"sb-table\"><table>"), "{html}");
+        assert!(html.contains("<th>a</th>"), "{html}");
+        assert!(
+            html.contains("<th style=\"text-align: right\">b | c</th>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td style=\"text-align: right\">2</td>"),
+            "{html}"
+        );
+        assert!(html.contains("</table>\n</div>"), "{html}");
         assert!(html.contains("<li>one</li>"), "{html}");
         assert!(
             html.contains("<a href=\"https://example.com\">two</a>"),
             "{html}"
         );
+        // A file beside the report is named, not linked.
         assert!(
-            html.contains("<blockquote><p><strong>Warning</strong> careful</p>"),
+            html.contains("<li>notes (<code>notes.md</code>)</li>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<blockquote>\n<p><strong>Warning</strong> careful</p>"),
             "{html}"
         );
         assert!(
@@ -677,6 +632,76 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("<em>[other]</em>"), "{html}");
+    }
+
+    #[test]
+    fn raw_html_in_the_markdown_is_text_never_markup() {
+        // As a server's name, error or sweep value may put it into a report.
+        let md = "# Run <script>alert(1)</script>\n\n<!--<script>\n\n| server | error |\n|---|---|\n| <img src=x onerror=alert(1)> | </table><script>x</script> |\n\n<details>\n<summary><b>p001</b></summary>\n\n[x](javascript:alert(1)) ![y](<javascript:alert(1)>)\n";
+        let html = markdown_to_html(md, &|_| None);
+        for tag in [
+            "<script",
+            "<!--",
+            "<img",
+            "<details",
+            "<summary",
+            "<b>",
+            "javascript:alert(1)\"",
+        ] {
+            assert!(!html.contains(tag), "{tag} passed through: {html}");
+        }
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(html.contains("&lt;!--&lt;script&gt;"), "{html}");
+        assert!(
+            html.contains("<td>&lt;img src=x onerror=alert(1)&gt;</td>"),
+            "{html}"
+        );
+        assert!(html.contains("&lt;details&gt;"), "{html}");
+        // `<!--` opens no block that runs on: the table after it is still a table.
+        assert!(html.contains("<p>&lt;!--&lt;script&gt;</p>"), "{html}");
+        assert!(html.contains("<th>server</th>"), "{html}");
+    }
+
+    #[test]
+    fn the_page_template_escapes_every_value_it_is_given() {
+        let point: PointRecord = serde_json::from_value(json!({
+            "id": "p<1>", "values": { "server": "<script>alert(1)</script>" }, "group": "g&",
+            "ok": 1, "errors": 0, "flags": [], "incomplete": false,
+            "metrics": { "<b>x</b>": { "count": 1, "mean": 0.1, "p50": 0.1, "p90": 0.1,
+                "p99": 0.1, "min": 0.1, "max": 0.1 } }
+        }))
+        .unwrap();
+        let html = page(
+            "a </title><script>",
+            "<p>content</p>",
+            &json!({"charts": []}),
+            Some(&point_details(&[point])),
+        )
+        .unwrap();
+        assert!(
+            html.contains("<title>a &lt;&#x2f;title&gt;&lt;script&gt;</title>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<b>p&lt;1&gt;</b> server=&lt;script&gt;alert(1)&lt;&#x2f;script&gt; · group g&amp;"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>&lt;b&gt;x&lt;&#x2f;b&gt;</td><td>1</td>"),
+            "{html}"
+        );
+        // The content is HTML already (escaped when it was made), the template's own markup kept.
+        assert!(html.contains("<p>content</p>"), "{html}");
+        assert_eq!(
+            html.matches("<script").count(),
+            2,
+            "the data's and the page's: {html}"
+        );
     }
 
     #[test]
@@ -759,8 +784,9 @@ mod tests {
             "t",
             "<p>x</p>",
             &json!({"charts": [], "note": "</script><b>"}),
-            "",
-        );
+            None,
+        )
+        .unwrap();
         assert!(!html.contains("src=\"http"), "no remote script");
         assert!(!html.contains("<link"), "no stylesheet link");
         assert!(
@@ -768,21 +794,16 @@ mod tests {
             "{html}"
         );
         // `<!--<script>` in a value would leave the script element open past its end.
-        let html = page("t", "", &json!({"charts": [], "v": "<!--<script>"}), "");
+        let html = page("t", "", &json!({"charts": [], "v": "<!--<script>"}), None).unwrap();
         let data = &html[html.find("id=\"sb-data\">").unwrap()..];
         let data = &data[..data.find("</script>").unwrap()];
         assert!(!data.contains('<'), "{data}");
         // The content (title, status, verdicts, summary) comes before the charts.
-        let html = page(
-            "t",
-            "<h1>Run</h1>",
-            &json!({"charts": []}),
-            "<p>details</p>",
-        );
+        let html = page("t", "<h1>Run</h1>", &json!({"charts": []}), Some(&[])).unwrap();
         let (content, charts, details) = (
             html.find("<h1>Run</h1>").unwrap(),
             html.find("sb-interactive").unwrap(),
-            html.find("<p>details</p>").unwrap(),
+            html.find("<h2>Point details</h2>").unwrap(),
         );
         assert!(content < charts && charts < details, "{html}");
     }

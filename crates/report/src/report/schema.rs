@@ -61,14 +61,9 @@ fn schema_for<T: JsonSchema>(file: &str, title: &str) -> Value {
 /// fields, so a misspelt one in a template author's tooling is caught, and a model that grew a
 /// field without regenerating the schema fails validation.
 fn close_objects(schema: &mut Value) {
-    match schema {
-        Value::Object(obj) => {
-            if obj.contains_key("properties") && !obj.contains_key("additionalProperties") {
-                obj.insert("additionalProperties".into(), Value::Bool(false));
-            }
-            obj.values_mut().for_each(close_objects);
+    servebench_model::spec::each_subschema_mut(schema, &mut |obj| {
+        if obj.contains_key("properties") && !obj.contains_key("additionalProperties") {
+            obj.insert("additionalProperties".into(), Value::Bool(false));
         }
-        Value::Array(items) => items.iter_mut().for_each(close_objects),
-        _ => {}
-    }
+    });
 }
