@@ -23,6 +23,7 @@ use crate::run::interrupt::Interrupt;
 
 mod agentic;
 mod closed_loop;
+mod history;
 mod round;
 mod scheduled;
 mod sender;
