@@ -111,6 +111,8 @@ pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p servebench_model::s
             runner: {
                 m.runner.set_surface(handle.record.surface.clone());
                 m.runner
+                    .set_model_config(handle.record.model_config.as_ref());
+                m.runner
                     .set_workers(handle.workers.clone(), handle.router_log());
                 m.runner
             },
