@@ -1177,6 +1177,13 @@ mod tests {
     }
 
     #[test]
+    fn the_no_prefix_hits_fault_keeps_caching_on_in_name() {
+        let c = p(&["m", "--sim-no-prefix-hits"]).unwrap().config;
+        assert!(c.no_prefix_hits && !c.disable_radix_cache);
+        assert!(!p(&["m"]).unwrap().config.no_prefix_hits);
+    }
+
+    #[test]
     fn positional_model_underscores_prefixes_and_shorts() {
         let r = p(&[
             "org/M",

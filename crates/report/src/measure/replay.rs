@@ -217,3 +217,98 @@ impl InFlight {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::results::jobs::JobTurn;
+
+    /// A turn of `session` that had `history` tokens to re-send and sent `sent` of them;
+    /// `theoretical` and `cached` its hits.
+    fn turn(session: u32, turn: u32, at: f64, (history, sent): (u64, u64)) -> RequestRecord {
+        RequestRecord {
+            sent_at: at,
+            job: Some(JobTurn {
+                session,
+                turn,
+                agent: None,
+                context_tokens: history + 128,
+                history_tokens: Some(history),
+                history_sent_tokens: Some(sent),
+            }),
+            ..RequestRecord::fixture()
+        }
+    }
+
+    fn kinds(flags: &[Flag]) -> Vec<&str> {
+        flags.iter().map(|f| f.kind.name()).collect()
+    }
+
+    #[test]
+    fn the_first_turn_that_diverged_by_its_send_is_named() {
+        let mut t = ReplayTally::default();
+        t.add(&turn(0, 1, 10.0, (128, 128)), 128, 128, 64);
+        t.add(&turn(1, 2, 12.0, (256, 64)), 256, 128, 64);
+        t.add(&turn(0, 2, 11.0, (256, 48)), 256, 120, 64);
+        let flags = t.flags(64);
+        assert_eq!(kinds(&flags), ["history-diverged"]);
+        let m = &flags[0].message;
+        assert!(m.starts_with("2 of 3 turns"), "{m}");
+        assert!(m.contains("(2 of the point's agent chains)"), "{m}");
+        assert!(m.contains("the first, session 0, turn 2, began with 48 of the 256"), "{m}");
+        assert!(m.contains("found 248 of their 512 theoretical tokens cached (48.4%; 2 of them"), "{m}");
+    }
+
+    #[test]
+    fn no_prefix_hits_needs_every_promising_request_to_find_nothing() {
+        let none = |n: usize, cached: u64| {
+            let mut t = ReplayTally::default();
+            for i in 0..n {
+                t.add(&turn(0, i as u32 + 1, i as f64, (128, 128)), 128, cached, 64);
+            }
+            // A first turn promises nothing: it is not counted.
+            t.add(&RequestRecord::fixture(), 0, 0, 64);
+            kinds(&t.flags(64)).contains(&"no-prefix-hits")
+        };
+        assert!(none(3, 0));
+        // A chat template's head, within the tolerance, is no hit.
+        assert!(none(3, 64));
+        assert!(!none(3, 65));
+        assert!(!none(1, 0), "one request says too little");
+        // Diverged turns are the replay's: they leave the server's verdict to the others.
+        let mut t = ReplayTally::default();
+        t.add(&turn(0, 1, 1.0, (128, 64)), 128, 0, 64);
+        t.add(&turn(0, 2, 2.0, (256, 64)), 256, 0, 64);
+        assert_eq!(kinds(&t.flags(64)), ["history-diverged"]);
+    }
+
+    #[test]
+    fn in_flight_below_the_concurrency_asked_is_client_limited() {
+        let span = |round: u32, at: f64, end_s: f64| RequestRecord {
+            round,
+            sent_at: at,
+            end_s: Some(end_s),
+            ..RequestRecord::fixture()
+        };
+        // Two workers' worth of requests, each 1 s, where 3 were asked.
+        let mut f = InFlight::new(3);
+        for i in 0..4 {
+            f.add(&span(0, f64::from(i / 2), 1.0));
+        }
+        let m = f.flag().unwrap().message;
+        assert!(m.contains("3 requests in flight asked, at most 2 achieved (mean 2"), "{m}");
+        let mut f = InFlight::new(2);
+        for i in 0..4 {
+            f.add(&span(0, f64::from(i / 2), 1.0));
+        }
+        assert!(f.flag().is_none());
+        // A failed request holds no span: nothing is concluded.
+        let mut f = InFlight::new(3);
+        f.add(&span(0, 0.0, 1.0));
+        f.add(&RequestRecord {
+            end_s: None,
+            ..RequestRecord::fixture()
+        });
+        assert!(f.flag().is_none());
+    }
+}
