@@ -45,7 +45,11 @@ fn agentic_spec(ws: &Workspace, args: &str, facts: &str) -> std::path::PathBuf {
 }
 
 /// `servebench run` with `env` set (the client's test-only faults).
-fn run_env(ws: &Workspace, spec: &std::path::Path, env: &[(&str, &str)]) -> (std::path::PathBuf, serde_json::Value) {
+fn run_env(
+    ws: &Workspace,
+    spec: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (std::path::PathBuf, serde_json::Value) {
     let _turn = crate::common::exclusive();
     let mut cmd = servebench();
     for (k, v) in env {
@@ -98,9 +102,18 @@ fn a_healthy_replay_gets_none_of_the_three_field_flags() {
             continue;
         }
         assert_eq!(j["history_tokens"], j["history_sent_tokens"], "{r}");
-        assert_eq!(j["history_tokens"].as_u64(), Some(j["context_tokens"].as_u64().unwrap() - 128));
+        assert_eq!(
+            j["history_tokens"].as_u64(),
+            Some(j["context_tokens"].as_u64().unwrap() - 128)
+        );
     }
-    assert_eq!(requests.iter().filter(|r| r["job"]["history_tokens"].is_u64()).count(), 10);
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r["job"]["history_tokens"].is_u64())
+            .count(),
+        10
+    );
     let t = &p["trace_cache"];
     assert_eq!(t["below"].as_u64(), Some(0), "{t}");
 
@@ -132,7 +145,10 @@ fn a_replay_that_trims_its_history_is_flagged_at_the_first_turn_it_diverged() {
     let message = flag(&p, "history-diverged").unwrap_or_else(|| panic!("{:?}", kinds(&p)));
     // Every turn after a session's first diverged, in both sessions.
     assert!(message.starts_with("10 of 10 turns"), "{message}");
-    assert!(message.contains("(2 of the point's agent chains)"), "{message}");
+    assert!(
+        message.contains("(2 of the point's agent chains)"),
+        "{message}"
+    );
     assert!(!kinds(&p).contains(&"no-prefix-hits"), "{:?}", kinds(&p));
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     let mut below = 0;
@@ -162,7 +178,10 @@ fn a_replay_that_trims_its_history_is_flagged_at_the_first_turn_it_diverged() {
         // theoretical one, turn after turn (the best any earlier prompt matches: the
         // previous turn's, a message and a half back; turn 2 finds turn 0's whole).
         if history >= 384 {
-            assert!(cached + 128 < theoretical, "{cached} against {theoretical}: {r}");
+            assert!(
+                cached + 128 < theoretical,
+                "{cached} against {theoretical}: {r}"
+            );
         }
     }
     assert_eq!(
@@ -187,13 +206,22 @@ fn a_replay_that_trims_its_history_is_flagged_at_the_first_turn_it_diverged() {
 fn a_server_that_caches_nothing_re_sent_is_named_with_its_attention_layout() {
     let ws = Workspace::new();
     let facts = "  model_facts: { model_type: gemma2, hidden_size: 64, num_hidden_layers: 4, num_attention_heads: 4, num_key_value_heads: 4, head_dim: 16, vocab_size: 1000, intermediate_size: 128, sliding_window: 128, layer_types: [sliding_attention, full_attention, sliding_attention, full_attention] }\n";
-    let (_, p) = run_env(&ws, &agentic_spec(&ws, ", sim-no-prefix-hits: true", facts), &[]);
+    let (_, p) = run_env(
+        &ws,
+        &agentic_spec(&ws, ", sim-no-prefix-hits: true", facts),
+        &[],
+    );
     let message = flag(&p, "no-prefix-hits").unwrap_or_else(|| panic!("{:?}", kinds(&p)));
     assert!(message.contains("10 requests re-sent blocks"), "{message}");
     assert!(message.contains("and found 0 (0.0%"), "{message}");
-    assert!(message.contains("The server's prefix cache, not the replay"), "{message}");
     assert!(
-        message.contains("The model's attention: 2 sliding-window (128 tokens) and 2 full-attention layers"),
+        message.contains("The server's prefix cache, not the replay"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "The model's attention: 2 sliding-window (128 tokens) and 2 full-attention layers"
+        ),
         "{message}"
     );
     assert!(!kinds(&p).contains(&"history-diverged"), "{:?}", kinds(&p));

@@ -231,7 +231,7 @@ impl Scheduler {
                     cfg.pool_tokens(),
                     !cfg.disable_radix_cache && !cfg.no_prefix_hits,
                 )
-                    .with_block(cfg.vllm.as_ref().map_or(1, |v| v.block_size)),
+                .with_block(cfg.vllm.as_ref().map_or(1, |v| v.block_size)),
             ),
         };
         let voice = Voice::new(cfg.api, cfg.log.clone());

@@ -118,7 +118,12 @@ fn common_prefix(a: &str, b: &str) -> usize {
     while at < n {
         let end = (at + 4096).min(n);
         if a[at..end] != b[at..end] {
-            return at + a[at..end].iter().zip(&b[at..end]).take_while(|(x, y)| x == y).count();
+            return at
+                + a[at..end]
+                    .iter()
+                    .zip(&b[at..end])
+                    .take_while(|(x, y)| x == y)
+                    .count();
         }
         at = end;
     }
@@ -132,7 +137,9 @@ mod tests {
     /// Three turns of 2, 4 and 6 blocks of 4 bytes ("aaaa", "bbbb", ...), each keeping the
     /// one before it.
     fn turn(n: usize) -> (String, Vec<usize>, Vec<u32>) {
-        let text: String = (0..n).map(|i| char::from(b'a' + i as u8).to_string().repeat(4)).collect();
+        let text: String = (0..n)
+            .map(|i| char::from(b'a' + i as u8).to_string().repeat(4))
+            .collect();
         let ends = (1..=n).map(|i| i * 4).collect();
         (text, ends, vec![16; n])
     }

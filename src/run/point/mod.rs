@@ -316,7 +316,8 @@ impl PointRunner {
         if let Some(layout) = &self.attention {
             for f in &mut record.flags {
                 if f.kind == FlagKind::NoPrefixHits {
-                    f.message.push_str(&format!(". The model's attention: {layout}"));
+                    f.message
+                        .push_str(&format!(". The model's attention: {layout}"));
                 }
             }
         }

@@ -69,7 +69,8 @@ impl ReplayTally {
                 self.diverged_below += usize::from(cached + tolerance < theoretical);
                 self.chains.insert((j.session, j.agent.clone()));
                 if self.first.as_ref().is_none_or(|f| r.sent_at < f.0) {
-                    self.first = Some((r.sent_at, j.session, j.turn, j.agent.clone(), history, sent));
+                    self.first =
+                        Some((r.sent_at, j.session, j.turn, j.agent.clone(), history, sent));
                 }
                 return;
             }
@@ -257,8 +258,14 @@ mod tests {
         let m = &flags[0].message;
         assert!(m.starts_with("2 of 3 turns"), "{m}");
         assert!(m.contains("(2 of the point's agent chains)"), "{m}");
-        assert!(m.contains("the first, session 0, turn 2, began with 48 of the 256"), "{m}");
-        assert!(m.contains("found 248 of their 512 theoretical tokens cached (48.4%; 2 of them"), "{m}");
+        assert!(
+            m.contains("the first, session 0, turn 2, began with 48 of the 256"),
+            "{m}"
+        );
+        assert!(
+            m.contains("found 248 of their 512 theoretical tokens cached (48.4%; 2 of them"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -266,7 +273,12 @@ mod tests {
         let none = |n: usize, cached: u64| {
             let mut t = ReplayTally::default();
             for i in 0..n {
-                t.add(&turn(0, i as u32 + 1, i as f64, (128, 128)), 128, cached, 64);
+                t.add(
+                    &turn(0, i as u32 + 1, i as f64, (128, 128)),
+                    128,
+                    cached,
+                    64,
+                );
             }
             // A first turn promises nothing: it is not counted.
             t.add(&RequestRecord::fixture(), 0, 0, 64);
@@ -298,7 +310,10 @@ mod tests {
             f.add(&span(0, f64::from(i / 2), 1.0));
         }
         let m = f.flag().unwrap().message;
-        assert!(m.contains("3 requests in flight asked, at most 2 achieved (mean 2"), "{m}");
+        assert!(
+            m.contains("3 requests in flight asked, at most 2 achieved (mean 2"),
+            "{m}"
+        );
         // 3 of 4 asked: the ramp, not a limit.
         let mut f = InFlight::new(4);
         for i in 0..6 {

@@ -207,9 +207,8 @@ impl PointFold {
             interactivity: Default::default(),
             sessions: Default::default(),
             replay: Default::default(),
-            in_flight: closed_loop(exp).then(|| {
-                super::replay::InFlight::new(exp.concurrency.min(exp.requests) as usize)
-            }),
+            in_flight: closed_loop(exp)
+                .then(|| super::replay::InFlight::new(exp.concurrency.min(exp.requests) as usize)),
         }
     }
 
