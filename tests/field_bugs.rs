@@ -164,7 +164,7 @@ fn a_replay_that_trims_its_history_is_flagged_at_the_first_turn_it_diverged() {
         // Turn 1 re-sent turn 0's message cut: it diverged inside that message. Later
         // turns re-send the message before the previous one whole, which the previous
         // turn had cut: they diverge inside that one, a message and a half back.
-        let from = if history >= 256 { history - 256 } else { 0 };
+        let from = history.saturating_sub(256);
         assert!(sent >= from && sent < from + 128, "{r}");
         if first.is_none_or(|f| r["sent_at"].as_f64() < f["sent_at"].as_f64()) {
             first = Some(r);
