@@ -11,6 +11,7 @@ mod compare;
 mod docs;
 mod engines;
 mod faulty;
+mod field_bugs;
 mod fuzz;
 mod history;
 mod interactivity;

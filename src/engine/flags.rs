@@ -125,6 +125,7 @@ const SIM_ONLY: &[&str] = &[
     "sim-thinking-tokens",
     "sim-broken-tool-calls-above-batch",
     "sim-repeat-tool-call-names",
+    "sim-no-prefix-hits",
     "api",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",

@@ -431,6 +431,16 @@ impl PromptBuilder {
         (&self.text, before + found)
     }
 
+    /// The last prompt made.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The last prompt's blocks: where each one's text ends in it (bytes) and its tokens.
+    pub fn blocks(&self) -> (&[usize], &[u32]) {
+        (&self.ends, &self.tokens)
+    }
+
     /// [`BlockLedger::reachable`] for the last prompt made, which found `found` when made.
     pub fn reachable(&self, ledger: &BlockLedger, found: u64, first_token: f64) -> u64 {
         ledger.reachable(&self.chains, &self.tokens, found, first_token, self.marked)

@@ -116,6 +116,8 @@ pub(crate) async fn run_on_launch<'p, I: Iterator<Item = &'p servebench_model::s
         None => Box::new(InProcess {
             runner: {
                 m.runner.set_surface(handle.record.surface.clone());
+                m.runner
+                    .set_model_config(handle.record.model_config.as_ref());
                 m.runner.set_site(site, handle.router_log());
                 m.runner
             },

@@ -110,6 +110,7 @@ const SIM_ONLY: &[&str] = &[
     "sim-thinking-tokens",
     "sim-broken-tool-calls-above-batch",
     "sim-repeat-tool-call-names",
+    "sim-no-prefix-hits",
     "sim-kv-transfer-gbps",
     "sim-kv-transfer-latency-ms",
 ];

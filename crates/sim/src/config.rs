@@ -95,6 +95,9 @@ pub struct SimConfig {
     /// `--sim-repeat-tool-call-names`: every piece of a call repeats its `id` and
     /// `function.name` (MiniMax through NVIDIA NIM, Fireworks).
     pub repeat_tool_call_names: bool,
+    /// The fault `--sim-no-prefix-hits`: prefix caching stays on in name (`/server_info`,
+    /// cache reports) and matches nothing.
+    pub no_prefix_hits: bool,
     /// Chat requests calling a tool now (`crate::tools`).
     pub live_tool_calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -320,6 +323,7 @@ impl SimConfig {
                 .int("sim-broken-tool-calls-above-batch")
                 .map(|n| n.max(0) as u64),
             repeat_tool_call_names: a.flag("sim-repeat-tool-call-names"),
+            no_prefix_hits: a.flag("sim-no-prefix-hits"),
             live_tool_calls: Default::default(),
             args: a,
             api: Api::Sglang,
@@ -371,6 +375,7 @@ impl SimConfig {
             tool_parser: None,
             broken_tool_calls_above: None,
             repeat_tool_call_names: false,
+            no_prefix_hits: false,
             live_tool_calls: Default::default(),
         }
     }

@@ -428,6 +428,12 @@ pub(crate) const FLAGS: &[Flag] = &[
         "Every piece of a streamed tool call repeats its id and function.name, as MiniMax through NVIDIA NIM and Fireworks do."
     ),
     f!(
+        "sim-no-prefix-hits",
+        Bool,
+        "false",
+        "A fault: the prefix cache is on and reported, and finds nothing (every cached_tokens 0), as vLLM's hybrid sliding-window models did (vllm #42948)."
+    ),
+    f!(
         "sim-kv-transfer-gbps",
         Float,
         "null",

@@ -227,8 +227,11 @@ impl Scheduler {
                 l.kv_unified,
             )),
             None => Cache::Radix(
-                KvPool::new(cfg.pool_tokens(), !cfg.disable_radix_cache)
-                    .with_block(cfg.vllm.as_ref().map_or(1, |v| v.block_size)),
+                KvPool::new(
+                    cfg.pool_tokens(),
+                    !cfg.disable_radix_cache && !cfg.no_prefix_hits,
+                )
+                .with_block(cfg.vllm.as_ref().map_or(1, |v| v.block_size)),
             ),
         };
         let voice = Voice::new(cfg.api, cfg.log.clone());

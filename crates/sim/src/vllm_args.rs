@@ -283,6 +283,11 @@ const FLAGS: &[Flag] = &[
         Kind::Int,
         "(simulator) Fault: tool calls made while more than N chat requests are live have broken arguments.",
     ),
+    f(
+        "sim-no-prefix-hits",
+        Kind::Bool,
+        "(simulator) Fault: prefix caching is on and finds nothing (vllm #42948, hybrid sliding-window models).",
+    ),
 ];
 
 fn lookup_exact(name: &str) -> Option<&'static Flag> {
@@ -797,6 +802,7 @@ fn resolve_config(
     c.broken_tool_calls_above = g
         .int("sim-broken-tool-calls-above-batch")
         .map(|n| n.max(0) as u64);
+    c.no_prefix_hits = g.flag("sim-no-prefix-hits").unwrap_or(false);
     let per_request_spec_metrics = per_request_spec_metrics(&g, c.speculative.is_some())?;
     c.vllm = Some(std::sync::Arc::new(VllmOptions {
         non_default: non_default_args(given, &model),
@@ -939,6 +945,7 @@ fn non_default_args(given: &IndexMap<&'static str, Value>, model: &str) -> Index
                 | "sim-time-scale"
                 | "sim-thinking-tokens"
                 | "sim-broken-tool-calls-above-batch"
+                | "sim-no-prefix-hits"
                 | "model"
         ) {
             continue;
@@ -1167,6 +1174,13 @@ mod tests {
 
     fn p(args: &[&str]) -> Result<VllmParsed, VllmArgError> {
         parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_no_prefix_hits_fault_keeps_caching_on_in_name() {
+        let c = p(&["m", "--sim-no-prefix-hits"]).unwrap().config;
+        assert!(c.no_prefix_hits && !c.disable_radix_cache);
+        assert!(!p(&["m"]).unwrap().config.no_prefix_hits);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
 use servebench_model::spec::Point;
 use servebench_model::spec::load_model::AgenticSpec;
 
+use super::history::History;
 use super::planned::{generation_request, prepare, task_died};
 use super::sender::{SendEnd, Sender};
 use super::{PointRunner, Prompts};
@@ -413,7 +414,7 @@ impl SessionRun {
         let trace = &self.shared.corpus.sessions[self.trace];
         let mut turns = Turns::default();
         let mut stop = None;
-        let mut prompt = PromptBuilder::default();
+        let mut prompt = (PromptBuilder::default(), History::new());
         // Which subagents each main turn waits for: (step, subagent, seconds after its end).
         let mut joins: HashMap<usize, Vec<(usize, usize, f64)>> = HashMap::new();
         for (i, step) in trace.steps.iter().enumerate() {
@@ -495,7 +496,7 @@ impl SessionRun {
         };
         let agent = &agents[k];
         let mut until = from + self.scaled(agent.gap_s);
-        let mut prompt = PromptBuilder::default();
+        let mut prompt = (PromptBuilder::default(), History::new());
         for (j, t) in agent.turns.iter().enumerate() {
             if j > 0 {
                 until = Instant::now() + self.scaled(t.gap_s);
@@ -536,7 +537,7 @@ impl SessionRun {
         t: &TurnTrace,
         agent: Option<&str>,
         until: Instant,
-        prompt: &mut PromptBuilder,
+        (prompt, history): &mut (PromptBuilder, History),
         turns: &mut Turns,
     ) -> Result<(), Stop> {
         let shared = &self.shared;
@@ -556,9 +557,9 @@ impl SessionRun {
             )));
         }
         let ids = shared.corpus.ids_of(t);
-        let (text, theoretical) = match self.ledger.lock() {
+        let (text, theoretical, carried) = match self.ledger.lock() {
             Ok(mut ledger) => {
-                let (text, found) = prompt.turn_after(
+                let (_, found) = prompt.turn_after(
                     &self.text,
                     ids,
                     t.shared as usize,
@@ -566,7 +567,11 @@ impl SessionRun {
                     &mut ledger,
                     0,
                 );
-                (text.to_string(), found)
+                let built = prompt.text();
+                let text = history.outgoing(built, t.shared as usize);
+                let carried =
+                    history.record(text.clone(), built, prompt.blocks(), t.shared as usize);
+                (text, found, carried)
             }
             Err(_) => return Err(Stop::Reason("the session's ledger was poisoned".into())),
         };
@@ -582,6 +587,8 @@ impl SessionRun {
             turn,
             agent: agent.map(str::to_string),
             context_tokens: t.input_tokens,
+            history_tokens: carried.map(|c| c.history_tokens),
+            history_sent_tokens: carried.map(|c| c.sent_tokens),
         });
         let own = shared.affinity.session_id(self.session);
         match agent {

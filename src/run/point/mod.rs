@@ -21,6 +21,7 @@ use crate::run::interrupt::Interrupt;
 
 mod agentic;
 mod closed_loop;
+mod history;
 mod planned;
 use planned::{
     RequestTarget, generation_request, reasoning_markers, request_model, reset_cache_with,
@@ -64,6 +65,9 @@ pub(crate) struct PointRunner {
     /// What the server measured now offers (its cache reset, tokenize endpoint, context
     /// length); None when it was not probed (an older agent's request): `/flush_cache` then.
     surface: Option<ServerSurface>,
+    /// The served model's attention layers, in words, where its config is known
+    /// (`attention_layout`): a point whose server cached nothing names it.
+    attention: Option<String>,
     /// Where the probes' readings go (the run directory, or the agent's stdout).
     sinks: ProbeSinks,
     /// What the probes watch of the server group measured now.
@@ -113,6 +117,7 @@ impl PointRunner {
             calibrations: HashMap::new(),
             reply_tokens: HashMap::new(),
             surface: None,
+            attention: None,
             sinks: ProbeSinks::default(),
             site: ProbeSite::default(),
         }
@@ -144,6 +149,17 @@ impl PointRunner {
     /// Says what the server measured next offers (probed when it became ready).
     pub(crate) fn set_surface(&mut self, surface: Option<ServerSurface>) {
         self.surface = surface;
+    }
+
+    /// Says the served model's config (read when its server was ready), for its attention
+    /// layout.
+    pub(crate) fn set_model_config(
+        &mut self,
+        config: Option<&servebench_model::results::meta::ModelConfigRecord>,
+    ) {
+        self.attention = config
+            .and_then(|c| c.config.as_ref())
+            .and_then(attention_layout);
     }
 
     /// Whether the server said its usage leaves out a cached count of 0.
@@ -257,6 +273,14 @@ impl PointRunner {
             &observed,
             (flags, interrupted),
         );
+        if let Some(layout) = &self.attention {
+            for f in &mut record.flags {
+                if f.kind == FlagKind::NoPrefixHits {
+                    f.message
+                        .push_str(&format!(". The model's attention: {layout}"));
+                }
+            }
+        }
         self.progress
             .point_finished(&point.id, &super::progress::point_line(point, &record));
         PointOutcome {
@@ -651,6 +675,31 @@ struct Body {
     record: Option<Calibration>,
     /// The server's count of the text behind a nonce (None when not calibrated).
     tokens: Option<u64>,
+}
+
+/// A model's attention layers in words, from its Hugging Face config (None where it cannot
+/// be read): "18 sliding-window (128 tokens) and 18 full-attention layers". Sliding and
+/// linear layers keep no whole prefix, which some engines' prefix caches cannot serve.
+fn attention_layout(config: &serde_json::Value) -> Option<String> {
+    use roofline::{LayerKind, ModelFacts};
+    let facts = ModelFacts::from_hf_config(config).ok()?;
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for l in &facts.layers {
+        let name = match l.attention {
+            LayerKind::Full => "full-attention".to_string(),
+            LayerKind::Sliding { window } => format!("sliding-window ({window} tokens)"),
+            LayerKind::Linear => "linear-attention".to_string(),
+        };
+        match kinds.iter_mut().find(|(k, _)| *k == name) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((name, 1)),
+        }
+    }
+    let parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    match parts.split_last()? {
+        (last, []) => Some(format!("{last} layers")),
+        (last, rest) => Some(format!("{} and {last} layers", rest.join(", "))),
+    }
 }
 
 /// The point's record from its rounds: the summary of the folded records, the client's

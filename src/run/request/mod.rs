@@ -303,6 +303,10 @@ impl RequestPath {
         }
         path.sent.fetch_add(1, Ordering::Relaxed);
         let stream = async {
+            let _held = match in_flight_fault() {
+                Some(cap) => cap.acquire().await.ok(),
+                None => None,
+            };
             match out.keep_text {
                 true => path.client.stream_text(&out.req, path.timeout).await,
                 false => path.client.stream(&out.req, path.timeout).await,
@@ -418,6 +422,24 @@ pub(crate) fn fill_omitted_cached(rec: &mut RequestRecord, omitted_is_zero: bool
     {
         rec.cached_tokens = Some(0);
     }
+}
+
+/// `SERVEBENCH_TEST_MAX_IN_FLIGHT=N`, a fault for tests only: a client that holds at most N
+/// requests in flight whatever the point asks (inference-perf's worker pool held 41 to 50
+/// whatever 40 to 192 sessions asked, kubernetes-sigs/inference-perf #648). A request waits
+/// for room before its send is stamped, as a client short of workers does; the tests of
+/// `client-limited` run it.
+fn in_flight_fault() -> Option<&'static tokio::sync::Semaphore> {
+    static CAP: std::sync::OnceLock<Option<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    CAP.get_or_init(|| {
+        std::env::var("SERVEBENCH_TEST_MAX_IN_FLIGHT")
+            .ok()?
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(tokio::sync::Semaphore::new)
+    })
+    .as_ref()
 }
 
 #[cfg(test)]

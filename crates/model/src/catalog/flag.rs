@@ -157,6 +157,17 @@ pub enum FlagKind {
     /// `tool_choice` that requires one (`required`, a named function). The numbers measure
     /// output that cannot be right, so the point is degraded, as with invalid output.
     ImpossibleUsage,
+    /// An agent session's turn did not re-send its previous turn's prompt exactly where the
+    /// trace says it keeps it (a replay's history reconstruction trimmed or changed it, as
+    /// AIPerf's did): the server could not find what the theoretical hit counts, so its hits
+    /// and every latency that follows from them describe another workload. The message names
+    /// the first turn where the history diverged.
+    HistoryDiverged,
+    /// Requests that re-sent text the server had just served (a theoretical hit of blocks)
+    /// found none of it cached: the server's prefix cache served nothing (as vLLM's hybrid
+    /// sliding-window models did, vllm #42948), while the prompts carried their history
+    /// exactly. The numbers are right for this server; it is not caching.
+    NoPrefixHits,
     /// A kind this version does not know.
     Other(String),
 }
@@ -310,6 +321,16 @@ const CATALOGUE: &[Entry] = &[
     },
     entry(FlagKind::StreamBudget, "stream-budget", "itl"),
     entry(FlagKind::ImpossibleUsage, "impossible-usage", "ok_err"),
+    // The replay sent another workload than its trace: its hits (and so its TTFTs) are not
+    // the trace's.
+    entry(FlagKind::HistoryDiverged, "history-diverged", "cached"),
+    // The server's behaviour, measured as it is: informational, next to the cached column.
+    Entry {
+        kind: FlagKind::NoPrefixHits,
+        name: "no-prefix-hits",
+        informational: true,
+        cell: "cached",
+    },
 ];
 
 const fn entry(kind: FlagKind, name: &'static str, cell: &'static str) -> Entry {

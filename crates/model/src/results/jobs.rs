@@ -18,6 +18,17 @@ pub struct JobTurn {
     pub agent: Option<String>,
     /// Prompt tokens the trace gives the turn: its context so far.
     pub context_tokens: u64,
+    /// Tokens of the agent's previous turn's prompt that the trace says this turn re-sends
+    /// (its leading blocks shared with that turn): the history it must carry exactly. None
+    /// for an agent's first turn, and in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_tokens: Option<u64>,
+    /// Of `history_tokens`, those this turn's prompt as sent began with: its leading blocks
+    /// byte for byte the previous turn's prompt as sent. Less than `history_tokens`: the
+    /// replay did not carry its history exactly (flagged `history-diverged`). None when
+    /// `history_tokens` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_sent_tokens: Option<u64>,
 }
 
 /// A point's trace blocks: what its requests could have found in the prefix cache (their

@@ -3,6 +3,7 @@ pub mod gpu;
 pub(crate) mod interactivity;
 pub mod metrics;
 pub(crate) mod reasoning;
+pub(crate) mod replay;
 pub(crate) mod samples;
 pub mod server_view;
 pub(crate) mod sessions;

@@ -79,6 +79,8 @@ mod tests {
                 turn: 0,
                 agent: None,
                 context_tokens: 100,
+                history_tokens: None,
+                history_sent_tokens: None,
             }),
             ..RequestRecord::fixture()
         }

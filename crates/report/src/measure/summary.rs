@@ -141,6 +141,10 @@ pub struct PointFold {
     interactivity: super::interactivity::InteractivityTally,
     /// Agent sessions' durations and tokens, from their turns' records.
     sessions: super::sessions::SessionFold,
+    /// Trace-block requests' history and hits: the replay's fault or the server's.
+    replay: super::replay::ReplayTally,
+    /// A closed loop's requests in flight against its concurrency (None for other points).
+    in_flight: Option<super::replay::InFlight>,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -202,6 +206,9 @@ impl PointFold {
             usage: super::usage::UsageTally::new(exp),
             interactivity: Default::default(),
             sessions: Default::default(),
+            replay: Default::default(),
+            in_flight: closed_loop(exp)
+                .then(|| super::replay::InFlight::new(exp.concurrency.min(exp.requests) as usize)),
         }
     }
 
@@ -249,6 +256,9 @@ impl PointFold {
         self.add_routed(r);
         self.system.add(r);
         self.sessions.add(r);
+        if let Some(f) = &mut self.in_flight {
+            f.add(r);
+        }
         match &r.error {
             None => {
                 self.ok += 1;
@@ -380,6 +390,7 @@ impl PointFold {
         }
         // Past the theoretical, but within what siblings made after it and sent before its
         // first token left: served in the other order, a real hit.
+        self.replay.add(r, theoretical, cached, tolerance);
         let reachable = r
             .reachable_cached_tokens
             .unwrap_or(theoretical)
@@ -455,6 +466,8 @@ impl PointFold {
         flags.extend(self.usage.flags());
         flags.extend(self.client_timing_flags());
         flags.extend(self.trace_cache_flags());
+        flags.extend(self.replay.flags(self.cache_tolerance()));
+        flags.extend(self.in_flight.as_ref().and_then(|f| f.flag()));
         let per_round = match exp.sessions() {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
@@ -676,6 +689,15 @@ impl PointFold {
 /// then carries no `prefill_tok_s`, and the report says why.
 pub(crate) fn prefill_is_speed(exp: &Experiment) -> bool {
     exp.concurrency <= 1 && exp.load.is_none() && exp.sessions().is_none()
+}
+
+/// A closed loop: `concurrency` workers, each sending its next request when its last ends
+/// (no arrival schedule, sessions or pairs), so the concurrency is what it holds in flight.
+fn closed_loop(exp: &Experiment) -> bool {
+    exp.load.is_none()
+        && exp.sessions().is_none()
+        && exp.agentic().is_none()
+        && !matches!(exp.method.resolve(), Measure::TwoPoint { .. })
 }
 
 /// Clean requests whose chunks had no token counts of their own (each taken as one token):
