@@ -33,6 +33,9 @@ pub(crate) mod compare_bound;
 pub(crate) mod compare_capacity;
 pub(crate) mod digest;
 pub(crate) mod export;
+pub(crate) mod export_aiperf;
+pub(crate) mod export_llmd;
+pub mod exports;
 pub(crate) mod format;
 pub mod gpu;
 pub(crate) mod hardware;
@@ -464,6 +467,7 @@ pub fn write_report(
     folder.write_capacity_charts(model.capacity.as_ref())?;
     folder.write_bound_chart(model.bound.as_ref())?;
     export::write_csvs(&dir.path, &run.points)?;
+    exports::write_spec_exports(dir, &run.meta.experiment.report.export)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
         .map_err(|source| ReportError::Write {
