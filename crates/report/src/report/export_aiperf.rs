@@ -73,38 +73,84 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
     let rm = request_metrics(r);
     let mut metrics = Map::new();
     let mut values: Vec<(&'static str, Vec<f64>)> = Vec::new();
-    let mut num = |m: &mut Map<String, Value>, tag: &'static str, x: f64, unit: &str| {
-        if x.is_finite() {
-            metric(m, tag, json!(x), unit);
-            values.push((tag, vec![x]));
-        }
-    };
-    // Token counts are integers in AIPerf's records.
-    let mut count = |m: &mut Map<String, Value>, tag: &'static str, n: u64| {
-        metric(m, tag, json!(n), "tokens");
-        values.push((tag, vec![n as f64]));
-    };
+    // `shown` as the record writes it (token counts are integers in AIPerf's records), `x` for
+    // the aggregate.
+    let mut put =
+        |m: &mut Map<String, Value>, tag: &'static str, shown: Value, x: f64, unit: &str| {
+            if x.is_finite() {
+                metric(m, tag, shown, unit);
+                values.push((tag, vec![x]));
+            }
+        };
     let ok = r.error.is_none();
     if ok {
         if let Some(e2e) = rm.e2e_s {
-            num(&mut metrics, "request_latency", ms(e2e), "ms");
+            put(
+                &mut metrics,
+                "request_latency",
+                json!(ms(e2e)),
+                ms(e2e),
+                "ms",
+            );
         }
         if let Some(t) = rm.ttft_s {
-            num(&mut metrics, "time_to_first_token", ms(t), "ms");
+            put(
+                &mut metrics,
+                "time_to_first_token",
+                json!(ms(t)),
+                ms(t),
+                "ms",
+            );
         }
         if let Some(p) = r.prompt_tokens {
-            count(&mut metrics, "input_sequence_length", p);
-            count(&mut metrics, "usage_prompt_tokens", p);
+            put(
+                &mut metrics,
+                "input_sequence_length",
+                json!(p),
+                p as f64,
+                "tokens",
+            );
+            put(
+                &mut metrics,
+                "usage_prompt_tokens",
+                json!(p),
+                p as f64,
+                "tokens",
+            );
         }
         if let Some(c) = r.completion_tokens {
-            count(&mut metrics, "output_sequence_length", c);
-            count(&mut metrics, "usage_completion_tokens", c);
+            put(
+                &mut metrics,
+                "output_sequence_length",
+                json!(c),
+                c as f64,
+                "tokens",
+            );
+            put(
+                &mut metrics,
+                "usage_completion_tokens",
+                json!(c),
+                c as f64,
+                "tokens",
+            );
         }
         if let Some(c) = r.cached_tokens {
-            count(&mut metrics, "usage_prompt_cache_read_tokens", c);
+            put(
+                &mut metrics,
+                "usage_prompt_cache_read_tokens",
+                json!(c),
+                c as f64,
+                "tokens",
+            );
         }
         if let Some(t) = rm.reasoning_tokens.filter(|t| *t > 0.0) {
-            count(&mut metrics, "reasoning_token_count", t.round() as u64);
+            put(
+                &mut metrics,
+                "reasoning_token_count",
+                json!(t.round() as u64),
+                t.round() as u64 as f64,
+                "tokens",
+            );
         }
         // AIPerf's ITL: the decode window over the tokens after the first content chunk.
         if let (Some(e2e), Some(ttft), Some(osl)) = (rm.e2e_s, rm.ttft_s, r.completion_tokens)
@@ -120,12 +166,20 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
                 _ => 1,
             };
             let itl_s = (e2e - ttft) / (osl - first) as f64;
-            num(&mut metrics, "inter_token_latency", ms(itl_s), "ms");
+            put(
+                &mut metrics,
+                "inter_token_latency",
+                json!(ms(itl_s)),
+                ms(itl_s),
+                "ms",
+            );
             if itl_s > 0.0 {
-                num(
+                let tps = 1.0 / itl_s;
+                put(
                     &mut metrics,
                     "output_token_throughput_per_user",
-                    1.0 / itl_s,
+                    json!(tps),
+                    tps,
                     "tokens/sec/user",
                 );
             }
@@ -143,7 +197,11 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
     let mut meta = Map::new();
     meta.insert(
         "session_num".into(),
-        json!(r.job.as_ref().map_or(session_num as u64, |j| u64::from(j.session))),
+        json!(
+            r.job
+                .as_ref()
+                .map_or(session_num as u64, |j| u64::from(j.session))
+        ),
     );
     if let Some(s) = &r.session_id {
         meta.insert("x_correlation_id".into(), json!(s));
@@ -171,16 +229,20 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
     record.insert("metrics".into(), Value::Object(metrics));
     record.insert(
         "error".into(),
-        r.error.as_ref().map_or(Value::Null, |e| {
-            json!({ "code": e.status, "type": e.kind.to_string(), "message": e.message })
-        }),
+        r.error.as_ref().map_or(
+            Value::Null,
+            |e| json!({ "code": e.status, "type": e.kind.to_string(), "message": e.message }),
+        ),
     );
     // What servebench measured that AIPerf's record has no field for.
     let mut ext = Map::new();
     ext.insert("point".into(), json!(r.point));
     ext.insert("round".into(), json!(r.round));
     ext.insert("index".into(), json!(r.index));
-    ext.insert("role".into(), serde_json::to_value(r.role).unwrap_or(Value::Null));
+    ext.insert(
+        "role".into(),
+        serde_json::to_value(r.role).unwrap_or(Value::Null),
+    );
     for (k, v) in [
         ("tpot_s", rm.tpot_s),
         ("decode_tok_s", rm.decode_tok_s),
@@ -236,7 +298,9 @@ fn record_stats(mut xs: Vec<f64>, unit: &str) -> Value {
 /// Units of the record metrics, by tag.
 fn unit(tag: &str) -> &'static str {
     match tag {
-        "request_latency" | "time_to_first_token" | "inter_token_latency"
+        "request_latency"
+        | "time_to_first_token"
+        | "inter_token_latency"
         | "inter_chunk_latency" => "ms",
         "output_token_throughput_per_user" => "tokens/sec/user",
         _ => "tokens",

@@ -91,7 +91,10 @@ fn report(meta: &RunMeta, p: &PointRecord, bound: Map<String, Value>) -> Value {
             "servebench's own record of the point (points.jsonl): every metric with its statistics in servebench's stored units (seconds, tokens/s, tokens), flags, status; `bound`: the point graded against the GPU's datasheet, with what was assumed"
         ),
     );
-    ext.insert("point".into(), serde_json::to_value(p).unwrap_or(Value::Null));
+    ext.insert(
+        "point".into(),
+        serde_json::to_value(p).unwrap_or(Value::Null),
+    );
     if !bound.is_empty() {
         ext.insert("bound".into(), Value::Object(bound));
     }
@@ -108,7 +111,8 @@ fn report(meta: &RunMeta, p: &PointRecord, bound: Map<String, Value>) -> Value {
 /// Unix seconds as RFC 3339 UTC.
 fn iso(unix_s: f64) -> String {
     let nanos = (unix_s * 1e9).round() as i64;
-    chrono::DateTime::from_timestamp_nanos(nanos).to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    chrono::DateTime::from_timestamp_nanos(nanos)
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// A servebench statistic in llm-d's shape; None when it has no finite mean.
@@ -146,14 +150,22 @@ fn aggregate(p: &PointRecord) -> Value {
     let mut requests = Map::new();
     requests.insert("total".into(), json!(p.ok + p.errors));
     requests.insert("failures".into(), json!(p.errors));
-    put(&mut requests, "input_length", stat(metric("prompt_tokens"), "count"));
+    put(
+        &mut requests,
+        "input_length",
+        stat(metric("prompt_tokens"), "count"),
+    );
     put(
         &mut requests,
         "output_length",
         stat(metric("completion_tokens"), "count"),
     );
     let mut latency = Map::new();
-    put(&mut latency, "time_to_first_token", stat(metric("ttft_s"), "s"));
+    put(
+        &mut latency,
+        "time_to_first_token",
+        stat(metric("ttft_s"), "s"),
+    );
     put(
         &mut latency,
         "time_per_output_token",
@@ -236,7 +248,11 @@ fn sessions(p: &PointRecord) -> Option<Map<String, Value>> {
         );
         s.insert(
             "total_events_completed".into(),
-            json!(kept.iter().map(|j| u64::from(j.sent - j.failed)).sum::<u64>()),
+            json!(
+                kept.iter()
+                    .map(|j| u64::from(j.sent - j.failed))
+                    .sum::<u64>()
+            ),
         );
         put(
             &mut s,
@@ -251,12 +267,18 @@ fn sessions(p: &PointRecord) -> Option<Map<String, Value>> {
         put(
             &mut s,
             "input_tokens_per_session",
-            dist(kept.iter().map(|j| j.prompt_tokens as f64).collect(), "count"),
+            dist(
+                kept.iter().map(|j| j.prompt_tokens as f64).collect(),
+                "count",
+            ),
         );
         put(
             &mut s,
             "output_tokens_per_session",
-            dist(kept.iter().map(|j| j.completion_tokens as f64).collect(), "count"),
+            dist(
+                kept.iter().map(|j| j.completion_tokens as f64).collect(),
+                "count",
+            ),
         );
     }
     Some(s)

@@ -85,7 +85,10 @@ pub fn write(dir: &RunDir, format: ExportFormat, out: &Path) -> Result<Vec<PathB
 }
 
 /// The spec's `report.export` formats, each into its default folder (with every report).
-pub(crate) fn write_spec_exports(dir: &RunDir, formats: &[ExportFormat]) -> Result<(), ReportError> {
+pub(crate) fn write_spec_exports(
+    dir: &RunDir,
+    formats: &[ExportFormat],
+) -> Result<(), ReportError> {
     for f in formats {
         write(dir, *f, &default_dir(&dir.path, *f))?;
     }
