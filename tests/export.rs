@@ -131,3 +131,54 @@ fn export_writes_a_chosen_format_where_asked_and_refuses_an_unknown_one() {
         show(&bad)
     );
 }
+
+/// Issue 47, item 0: what the report grades against the hardware is data: each point's
+/// `bound` in points.jsonl (its figures, the GPU, what was assumed) and the same figures in
+/// points.csv, equal to the report's grades over the whole run (which the exports carry).
+#[test]
+fn the_bound_per_point_is_in_points_jsonl_and_points_csv_as_the_report_grades_it() {
+    let ws = Workspace::new();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.yaml"),
+    )
+    .unwrap()
+    .replace("ctx: [1024, 4096, 16384]", "ctx: [1024, 4096]")
+    .replace("concurrency: [1, 4]", "concurrency: [1]")
+    .replace("requests: 4", "requests: 2");
+    let spec = ws.write("quickstart.yaml", &text);
+    let (dir, points) = ws.run_ok(&spec);
+    let done = servebench()
+        .args(["export"])
+        .arg(&dir)
+        .args(["--format", "llm-d"])
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", show(&done));
+    let mut csv = csv::Reader::from_path(dir.join("points.csv")).unwrap();
+    let header = csv.headers().unwrap().clone();
+    let rows: Vec<csv::StringRecord> = csv.records().map(Result::unwrap).collect();
+    assert_eq!(points.len(), 2);
+    for (p, row) in points.iter().zip(&rows) {
+        let bound = &p["bound"];
+        assert_eq!(bound["gpu"], "NVIDIA H100 SXM", "{p}");
+        assert!(bound["assumptions"].is_array());
+        let id = p["id"].as_str().unwrap();
+        let report = read_json(&dir.join(format!("export/llm-d/{id}.json")));
+        let graded = &report["results"]["observability"]["servebench"]["bound"]["figures"];
+        for name in [
+            "step_s",
+            "step_floor_s",
+            "effective_bandwidth_gbs",
+            "decode_bw_fraction",
+        ] {
+            let x = bound["figures"][name].as_f64().unwrap();
+            assert!(x > 0.0, "{name}: {bound}");
+            assert_eq!(graded[name].as_f64(), Some(x), "{name}: the report's grade");
+            let column = header.iter().position(|h| h == name).unwrap();
+            let cell: f64 = row[column].parse().unwrap();
+            assert_eq!(cell, x, "points.csv {name}");
+        }
+        let gpu = header.iter().position(|h| h == "bound_gpu").unwrap();
+        assert_eq!(&row[gpu], "NVIDIA H100 SXM");
+    }
+}

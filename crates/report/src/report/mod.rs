@@ -17,6 +17,7 @@ pub mod bound;
 pub(crate) mod bound_chart;
 pub(crate) mod bound_check;
 pub(crate) mod bound_section;
+pub use bound_section::point_bounds;
 pub(crate) mod build;
 pub mod capacity;
 pub mod capacity_chart;
@@ -466,7 +467,9 @@ pub fn write_report(
     folder.write_timelines(&run.gpu_charts, timeline::GPU_FILE_PREFIX)?;
     folder.write_capacity_charts(model.capacity.as_ref())?;
     folder.write_bound_chart(model.bound.as_ref())?;
-    export::write_csvs(&dir.path, &run.points)?;
+    // Points of runs that predate `bound` in points.jsonl are graded here as the report is.
+    let bounds = bound_section::point_bounds(&run.meta, &run.points);
+    export::write_csvs(&dir.path, &run.points, &bounds)?;
     exports::write_spec_exports(dir, &run.meta.experiment.report.export)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
