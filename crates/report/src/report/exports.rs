@@ -16,13 +16,16 @@ pub fn llmd_reports(meta: &RunMeta, points: &[PointRecord]) -> Vec<(String, serd
     export_llmd::reports(meta, points)
 }
 
-/// AIPerf's artifacts, one folder per point: the point's id, `profile_export.jsonl`'s lines and
+/// One point's AIPerf artifacts: its id, `profile_export.jsonl`'s lines and
 /// `profile_export_aiperf.json`.
+pub type AiperfPoint = (String, Vec<serde_json::Value>, serde_json::Value);
+
+/// AIPerf's artifacts, one folder per point.
 pub fn aiperf_exports(
     meta: &RunMeta,
     points: &[PointRecord],
     requests: &[RequestRecord],
-) -> Vec<(String, Vec<serde_json::Value>, serde_json::Value)> {
+) -> Vec<AiperfPoint> {
     export_aiperf::export(meta, points, requests)
         .into_iter()
         .map(|p| {

@@ -259,7 +259,7 @@ fn aiperf_unit(tag: &str) -> Option<&'static str> {
     })
 }
 
-fn aiperf(name: &str) -> (Vec<PointRecord>, Vec<(String, Vec<Value>, Value)>) {
+fn aiperf(name: &str) -> (Vec<PointRecord>, Vec<exports::AiperfPoint>) {
     let dir = fixtures().open(name);
     let meta = dir.read_meta().unwrap();
     let points = dir.read_points().unwrap();
