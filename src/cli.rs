@@ -11,6 +11,7 @@ use clap::{ArgAction, Parser, Subcommand};
 use crate::error::{Error, Status};
 use crate::exit;
 use servebench_model::console;
+use servebench_model::spec::types::ExportFormat;
 use servebench_model::text::count_s;
 
 const AFTER_HELP: &str = "\
@@ -109,6 +110,23 @@ pub(crate) enum Command {
         /// Print the report to stdout instead of writing report.md (charts are not written).
         #[arg(long)]
         stdout: bool,
+    },
+    /// Write a run's points in a format another tool reads: `llm-d` (llm-d's Benchmark Report
+    /// v0.2, one JSON file per point) or `aiperf` (AIPerf 0.13's `profile_export.jsonl` and
+    /// `profile_export_aiperf.json`, one folder per point). A spec's `report.export` writes
+    /// the same files with every run.
+    ///
+    /// Example: `servebench export runs/quickstart/<ts> --format llm-d`
+    Export {
+        /// A run directory, e.g. runs/quickstart/2026-11-29T10-04-12Z.
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
+        /// The format: `llm-d` or `aiperf`.
+        #[arg(long, value_name = "FORMAT", value_parser = parse_export_format)]
+        format: ExportFormat,
+        /// Folder to write into (default: RUN_DIR/export/FORMAT).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Check a run against the published numbers in its spec's `expect:` list: one verdict per
     /// expectation (reproduced, off by X%, point failed). Exits 1 when any does not hold.
@@ -397,6 +415,11 @@ where
             stdout,
         } => report(&run_dir, template, stdout),
         Command::Check { run_dir } => check(&run_dir),
+        Command::Export {
+            run_dir,
+            format,
+            out,
+        } => export(&run_dir, format, out),
         Command::Bound(args) => bound(args),
         Command::Compare(args) => compare(args),
         Command::History(args) => history(HistoryOptions::of(&args)),
@@ -759,6 +782,30 @@ fn report(run_dir: &Path, template: Option<PathBuf>, stdout: bool) -> Result<Sta
         console::outln(&format!("report: {}", path.display()));
     }
     Ok(Status::Success)
+}
+
+fn export(run_dir: &Path, format: ExportFormat, out: Option<PathBuf>) -> Result<Status, Error> {
+    use servebench_report::report::exports;
+    let dir = servebench_model::results::rundir::RunDir::open(run_dir).map_err(Error::OpenRun)?;
+    let out = out.unwrap_or_else(|| exports::default_dir(run_dir, format));
+    let written = exports::write(&dir, format, &out)?;
+    let name: &'static str = format.into();
+    console::outln(&format!(
+        "{name}: {} in {}",
+        count_s(written.len(), "file"),
+        out.display()
+    ));
+    Ok(Status::Success)
+}
+
+/// A `--format` servebench can export to.
+fn parse_export_format(text: &str) -> Result<ExportFormat, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "`{text}` is not a format servebench exports: use one of {}",
+            ExportFormat::names().join(", ")
+        )
+    })
 }
 
 /// A `--threshold` that is not a percentage (clap prints it after the flag's name).

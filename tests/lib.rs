@@ -10,6 +10,7 @@ mod common;
 mod compare;
 mod docs;
 mod engines;
+mod export;
 mod faulty;
 mod field_bugs;
 mod fuzz;

@@ -12,6 +12,8 @@
 //! share one, started on first use ([`with_sglang`]); a test that launches its own through
 //! servebench first stops the shared one ([`sglang_slot`]). Each start costs ~30 s.
 
+#[path = "real_engine/aiperf.rs"]
+mod aiperf;
 #[path = "real_engine/deploy.rs"]
 mod deploy;
 #[path = "real_engine/differential.rs"]
@@ -59,6 +61,8 @@ pub enum Part {
     Router,
     /// Its successor, the Shepherd Model Gateway (`smg` 1.13.0, `smg launch`), the same way.
     Smg,
+    /// AIPerf 0.13's models, which read `servebench export --format aiperf`'s files.
+    Aiperf,
 }
 
 impl Part {
@@ -69,6 +73,7 @@ impl Part {
             Part::LlamaCpp => &["llama-server", "model-gguf", "model-think"],
             Part::Router => &["router-venv", "model-hf"],
             Part::Smg => &["smg-venv", "model-hf"],
+            Part::Aiperf => &["aiperf-venv"],
         }
     }
 }
@@ -96,6 +101,10 @@ impl Tier {
     /// The Shepherd Model Gateway's command (`smg launch ...`).
     pub fn smg(&self) -> PathBuf {
         self.dir.join("smg-venv/bin/smg")
+    }
+    /// The python of AIPerf's venv.
+    pub fn aiperf_python(&self) -> PathBuf {
+        self.dir.join("aiperf-venv/bin/python")
     }
     pub fn llama_server(&self) -> PathBuf {
         self.dir.join("llama-server")
@@ -451,7 +460,13 @@ pub fn with_llama<R>(f: impl FnOnce(&Tier, &RealServer) -> R) -> Option<R> {
 /// The tier's own checks: the provisioning is complete when required, and the skip is loud.
 #[test]
 fn tier_is_provisioned_or_says_how() {
-    for part in [Part::Sglang, Part::LlamaCpp, Part::Router, Part::Smg] {
+    for part in [
+        Part::Sglang,
+        Part::LlamaCpp,
+        Part::Router,
+        Part::Smg,
+        Part::Aiperf,
+    ] {
         if let Some(t) = tier(part) {
             match part {
                 Part::Sglang => {
@@ -474,6 +489,13 @@ fn tier_is_provisioned_or_says_how() {
                 Part::Smg => {
                     assert!(t.smg().is_file(), "{}", t.smg().display());
                     assert!(t.model_hf().join("tokenizer.json").is_file());
+                }
+                Part::Aiperf => {
+                    assert!(
+                        t.aiperf_python().is_file(),
+                        "{}",
+                        t.aiperf_python().display()
+                    );
                 }
             }
         }

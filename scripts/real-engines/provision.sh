@@ -13,9 +13,12 @@
 #                       router-constraints.txt here; a venv of its own (see router_venv)
 #     smg-venv/         smg 1.13.0, the Shepherd Model Gateway (sglang-router's successor,
 #                       `smg launch`), pinned by smg-constraints.txt; a venv of its own
+#     aiperf-venv/      AIPerf 0.13.0's models, which load `servebench export --format aiperf`'s
+#                       files (scripts/aiperf/validate_export.py), pinned by
+#                       aiperf-requirements.txt; a venv of its own
 # Each part is skipped when its stamp (`.stamp-PART`) names the pinned version; delete the
 # stamp (or the directory) to rebuild it.
-# Usage: provision.sh [all|sglang|llama|router|smg|check]
+# Usage: provision.sh [all|sglang|llama|router|smg|aiperf|check]
 # Needs: python3 with venv (Debian: python3-venv), cmake and a C++ compiler (installed with
 # apt-get when missing and running as root), network access to PyPI.
 set -euo pipefail
@@ -29,6 +32,8 @@ SGLANG_VERSION=0.5.23
 LLAMA_CPP_PYTHON_VERSION=0.3.36
 SGLANG_ROUTER_VERSION=0.3.2
 SMG_VERSION=1.13.0
+AIPERF_VERSION=0.13.0
+AIPERF_REQUIREMENTS="$HERE/aiperf-requirements.txt"
 CONSTRAINTS="$HERE/constraints.txt"
 ROUTER_CONSTRAINTS="$HERE/router-constraints.txt"
 SMG_CONSTRAINTS="$HERE/smg-constraints.txt"
@@ -214,9 +219,32 @@ smg_venv() {
   stamp smg-venv "$want"
 }
 
+# AIPerf's own pydantic models and metric registry, to load servebench's AIPerf export as AIPerf
+# reads it. Only what those modules import, with --no-deps (aiperf-requirements.txt): 24
+# packages, ~175 MB, ~55 s here with no pip cache; AIPerf's whole set is 138 packages, 1.2 GB,
+# ~5 min.
+AIPERF_VENV="$DIR/aiperf-venv"
+
+aiperf_venv() {
+  local want="aiperf==$AIPERF_VERSION requirements=$(sha "$AIPERF_REQUIREMENTS")"
+  if stamp_ok aiperf-venv "$want" && [ -x "$AIPERF_VENV/bin/python" ]; then return 0; fi
+  python_for_venv
+  log "aiperf-venv: pip install aiperf==$AIPERF_VERSION's models (about 55 s, 40 MB down)"
+  rm -rf "$AIPERF_VENV"
+  python3 -m venv "$AIPERF_VENV"
+  "$AIPERF_VENV/bin/python" -m pip install -q --no-deps -r "$AIPERF_REQUIREMENTS" \
+    >"$DIR/logs/aiperf-pip.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/aiperf-pip.log" >&2
+    log "aiperf-venv: pip install failed (log: $DIR/logs/aiperf-pip.log)"
+    exit 1
+  }
+  "$AIPERF_VENV/bin/python" -c 'from aiperf.common.models.record_models import MetricRecordInfo; from aiperf.common.models.export_models import JsonExportData; from aiperf.metrics.metric_registry import MetricRegistry; from aiperf.orchestrator.jsonl_loader import iter_profiling_records' || exit 1
+  stamp aiperf-venv "$want"
+}
+
 check() {
   local ok=0
-  for part in sglang-venv stand-in model-hf model-think llama-server model-gguf router-venv smg-venv; do
+  for part in sglang-venv stand-in model-hf model-think llama-server model-gguf router-venv smg-venv aiperf-venv; do
     if [ -f "$DIR/.stamp-$part" ]; then echo "$part: $(cat "$DIR/.stamp-$part")"; else echo "$part: missing"; ok=1; fi
   done
   return $ok
@@ -224,14 +252,15 @@ check() {
 
 start=$(date +%s)
 case "$WHAT" in
-  all) sglang_venv; stand_in; model_hf; model_gguf; model_think; llama_server; router_venv; smg_venv ;;
+  all) sglang_venv; stand_in; model_hf; model_gguf; model_think; llama_server; router_venv; smg_venv; aiperf_venv ;;
   sglang) sglang_venv; stand_in; model_hf; model_think ;;
   llama) sglang_venv; model_gguf; model_think; llama_server ;;
   cheap) stand_in; model_hf; model_gguf; model_think ;;
   llama-server) llama_server ;;
   router) router_venv ;;
   smg) smg_venv ;;
+  aiperf) aiperf_venv ;;
   check) check; exit $? ;;
-  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|cheap|check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|aiperf|cheap|check]" >&2; exit 2 ;;
 esac
 log "done in $(( $(date +%s) - start )) s: $DIR ($(du -sh "$DIR" 2>/dev/null | cut -f1))"

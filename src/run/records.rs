@@ -34,6 +34,25 @@ pub(crate) fn append_point(
     p: &PointRecord,
 ) -> Result<(), RunError> {
     progress.point_recorded(&p.id);
+    // The point graded against the hardware, as the report will grade it, so the figures are
+    // data `compare`, `history` and `expect:` follow (meta.json holds the model config and
+    // GPU by the time a point ends; a run without them keeps the point as it is).
+    let graded;
+    let p = match dir.read_meta() {
+        Ok(meta) => match servebench_report::report::point_bounds(&meta, std::slice::from_ref(p))
+            .shift_remove(&p.id)
+        {
+            Some(bound) => {
+                graded = PointRecord {
+                    bound: Some(bound),
+                    ..p.clone()
+                };
+                &graded
+            }
+            None => p,
+        },
+        Err(_) => p,
+    };
     dir.append_point(p).map_err(|source| RunError::Write {
         what: dir
             .file(servebench_model::results::rundir::POINTS_FILE)

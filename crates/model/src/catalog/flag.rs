@@ -466,7 +466,8 @@ mod tests {
                 "prefix-routed-away",
                 "validity-unjudged",
                 "no-answer",
-                "decode-held-back"
+                "decode-held-back",
+                "no-prefix-hits"
             ]
         );
         assert_eq!(FlagKind::SpecLowAcceptance.cell(), "decode");

@@ -882,6 +882,36 @@ pub struct PointRecord {
     /// (None when no request was sent tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<super::tool_calls::ToolCallsView>,
+    /// The point graded against the hardware, as the report's "Against the hardware" grades
+    /// it (None when it cannot be: open-loop and failed points, a run without a model config
+    /// or a GPU, and runs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<PointBound>,
+}
+
+/// A point's decode step and prefill against the GPU's datasheet: the figures `expect:`,
+/// `compare` and `history` follow, with what they rest on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PointBound {
+    /// Each figure by its name in the catalogue (`catalog::Graded`: `step_s`, `step_floor_s`,
+    /// `effective_bandwidth_gbs`, `decode_bw_fraction`, `prefill_tflops`,
+    /// `prefill_flops_fraction`), in the catalogue's unit; a prefill figure is absent without
+    /// a prefill speed.
+    pub figures: IndexMap<String, f64>,
+    /// The GPU graded against (its datasheet name).
+    pub gpu: String,
+    /// Its peak memory bandwidth, GB/s.
+    pub peak_bandwidth_gb_s: f64,
+    /// Its dense peak TFLOP/s at the precision prefills are graded at.
+    pub peak_tflops: f64,
+    /// Where the GPU's figures come from.
+    pub gpu_source: String,
+    /// Tensor-parallel ranks and pipeline stages the weights and cache are split over.
+    pub tp: u32,
+    pub pp: u32,
+    /// What was assumed or not said by the config or the run, one sentence each (a GPU taken
+    /// from the host's facts, the weights split evenly over the ranks, ...).
+    pub assumptions: Vec<String>,
 }
 
 /// One worker behind a router, as its own counters saw a point.

@@ -1062,13 +1062,52 @@ pub struct ReportSpec {
     /// (`schemas/report-model.schema.json`).
     #[serde(default = "default_template")]
     pub template: String,
+    /// Formats other tools read, written with every report into `export/<format>/` (the same
+    /// files `servebench export RUN --format FORMAT` writes): `llm-d` (llm-d's Benchmark Report
+    /// v0.2, one per point) and `aiperf` (AIPerf 0.13's `profile_export.jsonl` and
+    /// `profile_export_aiperf.json`, one folder per point). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub export: Vec<ExportFormat>,
 }
 
 impl Default for ReportSpec {
     fn default() -> Self {
         ReportSpec {
             template: default_template(),
+            export: Vec::new(),
         }
+    }
+}
+
+/// A format another tool reads a run's results in.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantNames,
+)]
+pub enum ExportFormat {
+    /// llm-d's Benchmark Report v0.2 (llm-d-benchmark's JSON Schema), one per point.
+    #[serde(rename = "llm-d")]
+    #[strum(serialize = "llm-d")]
+    LlmD,
+    /// AIPerf 0.13's export artifacts, one folder per point.
+    #[serde(rename = "aiperf")]
+    #[strum(serialize = "aiperf")]
+    Aiperf,
+}
+
+impl ExportFormat {
+    /// Every format's name, as the spec and `--format` write it.
+    pub fn names() -> &'static [&'static str] {
+        <Self as strum::VariantNames>::VARIANTS
     }
 }
 

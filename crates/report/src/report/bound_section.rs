@@ -442,6 +442,40 @@ fn graded(
     }
 }
 
+/// Each graded point's bound as `points.jsonl` keeps it: its figures, the GPU, the layout and
+/// what was assumed (graded as the report grades the run's `points`).
+pub fn point_bounds(
+    meta: &RunMeta,
+    points: &[PointRecord],
+) -> IndexMap<String, servebench_model::results::records::PointBound> {
+    let section = section(meta, points, &IndexMap::new());
+    let Some(s) = section.as_ref() else {
+        return IndexMap::new();
+    };
+    let Some(gpu) = &s.gpu else {
+        return IndexMap::new();
+    };
+    graded_values(Some(s))
+        .into_iter()
+        .map(|(id, figures)| {
+            let bound = servebench_model::results::records::PointBound {
+                figures: figures
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                gpu: gpu.name.clone(),
+                peak_bandwidth_gb_s: gpu.bandwidth_gb_s,
+                peak_tflops: gpu.prefill_peak_tflops,
+                gpu_source: gpu.source.clone(),
+                tp: s.tp,
+                pp: s.pp,
+                assumptions: s.assumptions.clone(),
+            };
+            (id, bound)
+        })
+        .collect()
+}
+
 /// Each graded point's figures by metric name (`decode_bw_fraction`, ...), for `expect:` and
 /// `compare`.
 pub(crate) fn graded_values(

@@ -12,8 +12,9 @@ use std::path::Path;
 use indexmap::IndexSet;
 
 use crate::measure::metrics::request_metrics;
-use servebench_model::catalog::Metric;
-use servebench_model::results::records::{PointRecord, RequestRecord};
+use indexmap::IndexMap;
+use servebench_model::catalog::{Graded, Metric};
+use servebench_model::results::records::{PointBound, PointRecord, RequestRecord};
 
 /// File names inside the run directory.
 pub(crate) const POINTS_CSV: &str = "points.csv";
@@ -24,9 +25,19 @@ pub(crate) const SESSIONS_CSV: &str = "sessions.csv";
 const FIELDS: [&str; 4] = ["mean", "p50", "p90", "p99"];
 
 /// `points.csv` as bytes: `id, group, status, ok, errors, <dimension>..., offered_req_s,
-/// window_s, slo_met, <column>_<stat>...` (a metric's column names its shown unit:
+/// window_s, slo_met, [<graded figure>..., bound_gpu, bound_assumptions,] <column>_<stat>...` (a metric's column names its shown unit:
 /// [`Metric::column`]). A missing value is an empty cell.
-pub(crate) fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> {
+/// `bounds`: the grades of points whose record has none (runs that predate it).
+pub(crate) fn points_csv(
+    points: &[PointRecord],
+    bounds: &IndexMap<String, PointBound>,
+) -> Result<Vec<u8>, csv::Error> {
+    fn bound_of<'a>(
+        p: &'a PointRecord,
+        bounds: &'a IndexMap<String, PointBound>,
+    ) -> Option<&'a PointBound> {
+        p.bound.as_ref().or_else(|| bounds.get(&p.id))
+    }
     let dims: IndexSet<&str> = points
         .iter()
         .flat_map(|p| p.values.keys().map(String::as_str))
@@ -41,6 +52,13 @@ pub(crate) fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> 
         .to_vec();
     header.extend(dims.iter().map(|d| d.to_string()));
     header.extend(["offered_req_s", "window_s", "slo_met"].map(String::from));
+    // The figures graded against the hardware (catalogue names, which say their units), the
+    // GPU and what was assumed: only when a point is graded.
+    let graded = points.iter().any(|p| bound_of(p, bounds).is_some());
+    if graded {
+        header.extend(Graded::all().iter().map(|g| g.name.to_string()));
+        header.extend(["bound_gpu", "bound_assumptions"].map(String::from));
+    }
     for m in &metrics {
         let column = Metric::from_name(m).map_or_else(|| m.to_string(), Metric::column);
         header.extend(FIELDS.iter().map(|f| format!("{column}_{f}")));
@@ -69,6 +87,14 @@ pub(crate) fn points_csv(points: &[PointRecord]) -> Result<Vec<u8>, csv::Error> 
                 .map(|s| s.met.to_string())
                 .unwrap_or_default(),
         );
+        if graded {
+            let b = bound_of(p, bounds);
+            for g in Graded::all() {
+                row.push(opt(b.and_then(|b| b.figures.get(g.name).copied())));
+            }
+            row.push(b.map(|b| b.gpu.clone()).unwrap_or_default());
+            row.push(b.map(|b| b.assumptions.join(" ")).unwrap_or_default());
+        }
         for m in &metrics {
             let s = p.metrics.get(*m);
             let shown = |x: f64| Metric::from_name(m).map_or(x, |m| m.shown(x));
@@ -170,8 +196,12 @@ pub(crate) fn write_requests_csv(jsonl: &Path, out: &Path) -> Result<(), csv::Er
 }
 
 /// Writes both files into `dir`.
-pub(crate) fn write_csvs(dir: &Path, points: &[PointRecord]) -> Result<(), csv::Error> {
-    let bytes = points_csv(points)?;
+pub(crate) fn write_csvs(
+    dir: &Path,
+    points: &[PointRecord],
+    bounds: &IndexMap<String, PointBound>,
+) -> Result<(), csv::Error> {
+    let bytes = points_csv(points, bounds)?;
     std::fs::File::create(dir.join(POINTS_CSV))?.write_all(&bytes)?;
     let jsonl = dir.join(servebench_model::results::rundir::REQUESTS_FILE);
     if jsonl.exists() {

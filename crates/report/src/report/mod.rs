@@ -17,6 +17,7 @@ pub mod bound;
 pub(crate) mod bound_chart;
 pub(crate) mod bound_check;
 pub(crate) mod bound_section;
+pub use bound_section::point_bounds;
 pub(crate) mod build;
 pub mod capacity;
 pub mod capacity_chart;
@@ -33,6 +34,9 @@ pub(crate) mod compare_bound;
 pub(crate) mod compare_capacity;
 pub(crate) mod digest;
 pub(crate) mod export;
+pub(crate) mod export_aiperf;
+pub(crate) mod export_llmd;
+pub mod exports;
 pub(crate) mod format;
 pub mod gpu;
 pub(crate) mod hardware;
@@ -281,7 +285,10 @@ pub fn write_report(
     folder.write_timelines(&run.gpu_charts, timeline::GPU_FILE_PREFIX)?;
     folder.write_capacity_charts(model.capacity.as_ref())?;
     folder.write_bound_chart(model.bound.as_ref())?;
-    export::write_csvs(&dir.path, &run.points)?;
+    // Points of runs that predate `bound` in points.jsonl are graded here as the report is.
+    let bounds = bound_section::point_bounds(&run.meta, &run.points);
+    export::write_csvs(&dir.path, &run.points, &bounds)?;
+    exports::write_spec_exports(dir, &run.meta.experiment.report.export)?;
     let path = dir.file(REPORT_FILE);
     dir.write_report(&markdown)
         .map_err(|source| ReportError::Write {

@@ -2,6 +2,7 @@
 //! module per area, against the fixture runs in `tests/fixtures` (`make_runs.py` writes
 //! `runs/`; `summary/` holds real simulator runs).
 mod compare;
+mod export;
 mod report;
 mod statistics;
 mod summary;
