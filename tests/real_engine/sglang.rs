@@ -685,3 +685,76 @@ fn wait_for_requests(ws: &Workspace, name: &str, n: usize) -> PathBuf {
             .map(|_| f)
     })
 }
+
+/// A slice of the published kv-cache-tester corpus (`tests/fixtures/kv-cache-tester`,
+/// Apache-2.0) replayed on the real SGLang: its server hits meet the trace's theoretical hits
+/// within a block, in the server's own tokens, and nothing is flagged an unexpected hit. The
+/// tier's model holds 4,096 positions and the session's turns 9.9k-11k tokens, so the slice is
+/// scaled by four: `in` divided by 4 and blocks of 16 tokens instead of 64 (each turn keeps
+/// its recorded blocks and whole-block hashing, `floor(in / 64) == floor((in / 4) / 16)`), and
+/// answers cut to 8 tokens, which the next turn's prompt does not carry anyway.
+///
+/// Ignored: it fails today, and that is the finding (issue 44 item 6). On 2026-12-06 the five
+/// turns came out 4.0-4.7% longer than asked in SGLang's tokens (2,598 for 2,481 asked ...
+/// 2,881 for 2,763), and each hit exceeded its theoretical one by the same share (2,430 for
+/// 2,320 ... 2,818 for 2,704: 104-114 tokens over, past the 64-token tolerance), so 4 of 5
+/// turns were flagged `unexpected-cache-hit`: the block text is not yet exact in this
+/// tokenizer's count. Run it with
+/// `SERVEBENCH_REAL_ENGINES=required cargo test --test integration real_engine::sglang::attached_published -- --ignored --nocapture`.
+#[test]
+#[ignore = "block text runs 4% long in the real SGLang tokenizer's count: issue 44 item 6"]
+fn attached_published_agent_session_hits_meet_the_trace_within_a_block() {
+    with_sglang(|tier, s| {
+        let ws = Workspace::new();
+        let published = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kv-cache-tester/traces/trace_0538.json");
+        let mut session: Value =
+            serde_json::from_str(&std::fs::read_to_string(published).unwrap()).unwrap();
+        session["block_size"] = 16.into();
+        for r in session["requests"].as_array_mut().unwrap() {
+            let (inp, out) = (r["in"].as_u64().unwrap(), r["out"].as_u64().unwrap());
+            r["in"] = (inp / 4).into();
+            r["out"] = out.min(8).into();
+        }
+        let trace = ws.write("slice.json", &session.to_string());
+        let spec = ws.write(
+            "slice.yaml",
+            &format!(
+                "name: slice\n{}workload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 8\nload:\n  kind: agentic\n  agentic: {{ file: {}, live: 1, think_scale: 0 }}\ncache: {{ policy: cold, verify: true }}\n",
+                attached(s, tier),
+                trace.display()
+            ),
+        );
+        let (dir, points) = run_ok(&ws, &spec);
+        let p = &points[0];
+        let t = &p["trace_cache"];
+        let tolerance = t["tolerance_tokens"].as_u64().unwrap();
+        let records = read_jsonl(&dir.join("requests.jsonl"));
+        assert_eq!(records.len(), 5, "the session's five turns");
+        let mut within = 0;
+        for r in &records {
+            assert!(r["error"].is_null(), "{r}");
+            let cached = r["cached_tokens"].as_u64().unwrap();
+            let theoretical = r["theoretical_cached_tokens"].as_u64().unwrap();
+            eprintln!(
+                "turn of {} tokens ({} asked): cached {cached}, theoretical {theoretical}",
+                r["prompt_tokens"], r["job"]["context_tokens"]
+            );
+            if cached.abs_diff(theoretical) <= tolerance {
+                within += 1;
+            }
+        }
+        let kinds = kinds(p);
+        eprintln!("{t}\n{:?}", p["flags"]);
+        assert!(
+            !kinds.iter().any(|k| k == "unexpected-cache-hit"),
+            "{kinds:?}"
+        );
+        assert_eq!(within, records.len(), "hits within {tolerance} tokens: {t}");
+        assert_eq!(
+            (t["above"].as_u64(), t["below"].as_u64()),
+            (Some(0), Some(0)),
+            "{t}"
+        );
+    });
+}
