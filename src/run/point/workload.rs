@@ -552,7 +552,8 @@ pub(super) fn tag(fresh: bool, seed: u64, parts: &[u64]) -> String {
 
 /// Words of the random text that the server counts as one token each after a line break (with
 /// their leading space), asked of its tokenize endpoint once a round: all of them in one count
-/// when that adds up, else one by one. None: fewer than 16 are.
+/// when that adds up, else one by one; with fewer than 16, the single letters that are one
+/// token too. None: fewer than 8 in all.
 async fn one_token_words(
     client: &crate::client::Client,
     how: &servebench_model::results::meta::Tokenize,
@@ -582,5 +583,22 @@ async fn one_token_words(
             }
             keep
         };
-    (keep.len() >= 16).then(|| keep.into())
+    if keep.len() >= 16 {
+        return Some(keep.into());
+    }
+    // A small vocabulary holds few whole words (2 of the 117 in the real-engine tier's 512-token
+    // model, whose char-sized blocks then ran 4% long): single letters after a space, one token
+    // each there (12 of 26), make its blocks exact too.
+    let mut keep = keep;
+    for c in 'a'..='z' {
+        let w = format!(" {c}");
+        if count_with(client, how, &format!("\n{w}"), timeout)
+            .await
+            .ok()?
+            == base + 1
+        {
+            keep.push(w);
+        }
+    }
+    (keep.len() >= 8).then(|| keep.into())
 }
