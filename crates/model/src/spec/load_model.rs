@@ -167,18 +167,25 @@ fn kinds_reading(field: &str) -> Vec<&'static str> {
         .collect()
 }
 
-/// Why a typed load could not be made from its fields (the raw checks say it first, with its
-/// line and column). A field its kind does not read is dropped here, not refused: the raw
-/// checks refuse it in a spec, and a run's `meta.json` written before they did must still
-/// read.
-fn shape_error(kind: LoadKind, field: &str) -> String {
-    format!("`load.kind: {kind}` needs `load.{field}`")
+/// Why a typed load could not be made from its fields: its kind's own block is missing (the raw
+/// checks say it first, with its line and column). A field its kind does not read is dropped
+/// here, not refused: the raw checks refuse it in a spec, and a run's `meta.json` written
+/// before they did must still read.
+#[derive(Debug, thiserror::Error)]
+#[error("`load.kind: {kind}` needs `load.{field}`")]
+pub struct MissingBlock {
+    kind: LoadKind,
+    field: &'static str,
+}
+
+fn shape_error(kind: LoadKind, field: &'static str) -> MissingBlock {
+    MissingBlock { kind, field }
 }
 
 impl TryFrom<LoadFields> for LoadSpec {
-    type Error = String;
+    type Error = MissingBlock;
 
-    fn try_from(f: LoadFields) -> Result<LoadSpec, String> {
+    fn try_from(f: LoadFields) -> Result<LoadSpec, MissingBlock> {
         let arrivals = Arrivals {
             arrival: f.arrival,
             burstiness: f.burstiness,

@@ -18,7 +18,7 @@
 use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
-use crate::measure::metrics::request_metrics;
+use crate::measure::metrics::{RequestMetrics, request_metrics};
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::{
     ChunkTokens, Phase, PointRecord, RequestRecord, RequestRole,
@@ -71,125 +71,116 @@ fn metric(m: &mut Map<String, Value>, tag: &str, value: Value, unit: &str) {
 
 fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
     let rm = request_metrics(r);
+    let ok = r.error.is_none();
+    let (metrics, values) = if ok {
+        aiperf_metrics(r, &rm)
+    } else {
+        (Map::new(), Vec::new())
+    };
+    let mut record = Map::new();
+    record.insert(
+        "metadata".into(),
+        Value::Object(metadata(r, session_num, phase)),
+    );
+    record.insert("metrics".into(), Value::Object(metrics));
+    record.insert(
+        "error".into(),
+        r.error.as_ref().map_or(
+            Value::Null,
+            |e| json!({ "code": e.status, "type": e.kind.to_string(), "message": e.message }),
+        ),
+    );
+    record.insert("servebench".into(), Value::Object(extension(r, &rm)));
+    Row {
+        record: Value::Object(record),
+        values,
+        profiling_ok: ok && phase == "profiling",
+    }
+}
+
+/// A succeeded request's AIPerf metrics (token counts as the integers AIPerf's records hold)
+/// and each one's value for the aggregate.
+fn aiperf_metrics(
+    r: &RequestRecord,
+    rm: &RequestMetrics,
+) -> (Map<String, Value>, Vec<(&'static str, Vec<f64>)>) {
+    let tokens = |t: Option<u64>| t.map(|t| (json!(t), t as f64));
+    let millis = |s: Option<f64>| s.map(|s| (json!(ms(s)), ms(s)));
+    let reasoning = rm
+        .reasoning_tokens
+        .filter(|t| *t > 0.0)
+        .map(|t| t.round() as u64);
+    let itl_s = aiperf_itl_s(r, rm);
+    let per_user = itl_s
+        .filter(|i| *i > 0.0)
+        .map(|i| (json!(1.0 / i), 1.0 / i));
+    let entries = [
+        ("request_latency", millis(rm.e2e_s), "ms"),
+        ("time_to_first_token", millis(rm.ttft_s), "ms"),
+        ("input_sequence_length", tokens(r.prompt_tokens), "tokens"),
+        ("usage_prompt_tokens", tokens(r.prompt_tokens), "tokens"),
+        (
+            "output_sequence_length",
+            tokens(r.completion_tokens),
+            "tokens",
+        ),
+        (
+            "usage_completion_tokens",
+            tokens(r.completion_tokens),
+            "tokens",
+        ),
+        (
+            "usage_prompt_cache_read_tokens",
+            tokens(r.cached_tokens),
+            "tokens",
+        ),
+        ("reasoning_token_count", tokens(reasoning), "tokens"),
+        ("inter_token_latency", millis(itl_s), "ms"),
+        (
+            "output_token_throughput_per_user",
+            per_user,
+            "tokens/sec/user",
+        ),
+    ];
     let mut metrics = Map::new();
     let mut values: Vec<(&'static str, Vec<f64>)> = Vec::new();
-    // `shown` as the record writes it (token counts are integers in AIPerf's records), `x` for
-    // the aggregate.
-    let mut put =
-        |m: &mut Map<String, Value>, tag: &'static str, shown: Value, x: f64, unit: &str| {
-            if x.is_finite() {
-                metric(m, tag, shown, unit);
-                values.push((tag, vec![x]));
-            }
-        };
-    let ok = r.error.is_none();
-    if ok {
-        if let Some(e2e) = rm.e2e_s {
-            put(
-                &mut metrics,
-                "request_latency",
-                json!(ms(e2e)),
-                ms(e2e),
-                "ms",
-            );
-        }
-        if let Some(t) = rm.ttft_s {
-            put(
-                &mut metrics,
-                "time_to_first_token",
-                json!(ms(t)),
-                ms(t),
-                "ms",
-            );
-        }
-        if let Some(p) = r.prompt_tokens {
-            put(
-                &mut metrics,
-                "input_sequence_length",
-                json!(p),
-                p as f64,
-                "tokens",
-            );
-            put(
-                &mut metrics,
-                "usage_prompt_tokens",
-                json!(p),
-                p as f64,
-                "tokens",
-            );
-        }
-        if let Some(c) = r.completion_tokens {
-            put(
-                &mut metrics,
-                "output_sequence_length",
-                json!(c),
-                c as f64,
-                "tokens",
-            );
-            put(
-                &mut metrics,
-                "usage_completion_tokens",
-                json!(c),
-                c as f64,
-                "tokens",
-            );
-        }
-        if let Some(c) = r.cached_tokens {
-            put(
-                &mut metrics,
-                "usage_prompt_cache_read_tokens",
-                json!(c),
-                c as f64,
-                "tokens",
-            );
-        }
-        if let Some(t) = rm.reasoning_tokens.filter(|t| *t > 0.0) {
-            put(
-                &mut metrics,
-                "reasoning_token_count",
-                json!(t.round() as u64),
-                t.round() as u64 as f64,
-                "tokens",
-            );
-        }
-        // AIPerf's ITL: the decode window over the tokens after the first content chunk.
-        if let (Some(e2e), Some(ttft), Some(osl)) = (rm.e2e_s, rm.ttft_s, r.completion_tokens)
-            && osl >= 2
+    for (tag, value, unit) in entries {
+        if let Some((shown, x)) = value
+            && x.is_finite()
         {
-            let first = r
-                .chunks
-                .iter()
-                .find(|c| c.tokens > 0)
-                .map_or(1, |c| u64::from(c.tokens));
-            let first = match r.chunk_tokens {
-                Some(ChunkTokens::Exact) if first < osl => first,
-                _ => 1,
-            };
-            let itl_s = (e2e - ttft) / (osl - first) as f64;
-            put(
-                &mut metrics,
-                "inter_token_latency",
-                json!(ms(itl_s)),
-                ms(itl_s),
-                "ms",
-            );
-            if itl_s > 0.0 {
-                let tps = 1.0 / itl_s;
-                put(
-                    &mut metrics,
-                    "output_token_throughput_per_user",
-                    json!(tps),
-                    tps,
-                    "tokens/sec/user",
-                );
-            }
-        }
-        if !rm.icl_s.is_empty() {
-            let gaps: Vec<f64> = rm.icl_s.iter().map(|g| ms(*g)).collect();
-            metric(&mut metrics, "inter_chunk_latency", json!(gaps), "ms");
-            values.push(("inter_chunk_latency", gaps));
+            metric(&mut metrics, tag, shown, unit);
+            values.push((tag, vec![x]));
         }
     }
+    if !rm.icl_s.is_empty() {
+        let gaps: Vec<f64> = rm.icl_s.iter().map(|g| ms(*g)).collect();
+        metric(&mut metrics, "inter_chunk_latency", json!(gaps), "ms");
+        values.push(("inter_chunk_latency", gaps));
+    }
+    (metrics, values)
+}
+
+/// AIPerf's ITL, in seconds: the decode window over the tokens after the first content chunk
+/// (None under two output tokens).
+fn aiperf_itl_s(r: &RequestRecord, rm: &RequestMetrics) -> Option<f64> {
+    let (e2e, ttft, osl) = (rm.e2e_s?, rm.ttft_s?, r.completion_tokens?);
+    if osl < 2 {
+        return None;
+    }
+    let first = r
+        .chunks
+        .iter()
+        .find(|c| c.tokens > 0)
+        .map_or(1, |c| u64::from(c.tokens));
+    let first = match r.chunk_tokens {
+        Some(ChunkTokens::Exact) if first < osl => first,
+        _ => 1,
+    };
+    Some((e2e - ttft) / (osl - first) as f64)
+}
+
+/// A record's `metadata`: its session and turn, its credit, start and end in ns, its phase.
+fn metadata(r: &RequestRecord, session_num: usize, phase: &'static str) -> Map<String, Value> {
     let end_s = r
         .end_s
         .or_else(|| r.chunks.last().map(|c| c.t_s))
@@ -224,17 +215,11 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
     meta.insert("worker_id".into(), json!("servebench"));
     meta.insert("record_processor_id".into(), json!("servebench"));
     meta.insert("benchmark_phase".into(), json!(phase));
-    let mut record = Map::new();
-    record.insert("metadata".into(), Value::Object(meta));
-    record.insert("metrics".into(), Value::Object(metrics));
-    record.insert(
-        "error".into(),
-        r.error.as_ref().map_or(
-            Value::Null,
-            |e| json!({ "code": e.status, "type": e.kind.to_string(), "message": e.message }),
-        ),
-    );
-    // What servebench measured that AIPerf's record has no field for.
+    meta
+}
+
+/// What servebench measured of a request that AIPerf's record has no field for.
+fn extension(r: &RequestRecord, rm: &RequestMetrics) -> Map<String, Value> {
     let mut ext = Map::new();
     ext.insert("point".into(), json!(r.point));
     ext.insert("round".into(), json!(r.round));
@@ -259,12 +244,7 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
     if let Some(f) = &r.finish_reason {
         ext.insert("finish_reason".into(), json!(f));
     }
-    record.insert("servebench".into(), Value::Object(ext));
-    Row {
-        record: Value::Object(record),
-        values,
-        profiling_ok: ok && phase == "profiling",
-    }
+    ext
 }
 
 /// NumPy's `percentile` (linear) of sorted `xs`.
@@ -356,9 +336,15 @@ pub(crate) fn export(
             agg.insert("schema_version".into(), json!(SCHEMA_VERSION));
             agg.insert(
                 "benchmark_id".into(),
-                json!(format!("{}/{}/{}", meta.experiment.name, meta.started_at, p.id)),
+                json!(format!(
+                    "{}/{}/{}",
+                    meta.experiment.name, meta.started_at, p.id
+                )),
             );
-            agg.insert("request_count".into(), json!({ "unit": "requests", "avg": ok }));
+            agg.insert(
+                "request_count".into(),
+                json!({ "unit": "requests", "avg": ok }),
+            );
             if !errors.is_empty() {
                 agg.insert(
                     "error_request_count".into(),
@@ -374,7 +360,11 @@ pub(crate) fn export(
                 ("total_token_throughput", "total_tok_s", "tokens/sec"),
                 ("input_token_throughput", "input_tok_s", "tokens/sec"),
             ] {
-                if let Some(s) = p.metrics.get(name).filter(|s| s.count > 0 && s.mean.is_finite()) {
+                if let Some(s) = p
+                    .metrics
+                    .get(name)
+                    .filter(|s| s.count > 0 && s.mean.is_finite())
+                {
                     agg.insert(tag.into(), json!({ "unit": unit, "avg": s.mean }));
                 }
             }
@@ -385,41 +375,9 @@ pub(crate) fn export(
             agg.insert("was_cancelled".into(), json!(p.incomplete));
             agg.insert("is_complete".into(), json!(!p.incomplete));
             if !errors.is_empty() {
-                let mut counts: IndexMap<(Option<u16>, String, String), usize> = IndexMap::new();
-                for e in errors {
-                    *counts
-                        .entry((e.status, e.kind.to_string(), e.message.clone()))
-                        .or_default() += 1;
-                }
-                let summary: Vec<Value> = counts
-                    .into_iter()
-                    .map(|((code, kind, message), count)| {
-                        json!({
-                            "error_details": { "code": code, "type": kind, "message": message },
-                            "count": count,
-                        })
-                    })
-                    .collect();
-                agg.insert("error_summary".into(), json!(summary));
+                agg.insert("error_summary".into(), error_summary(&errors));
             }
-            let mut ext = Map::new();
-            ext.insert("tool_version".into(), json!(meta.tool_version));
-            ext.insert(
-                "note".into(),
-                json!(
-                    "servebench's own record of the point (points.jsonl), in servebench's stored units (seconds, tokens/s, tokens); AIPerf's statistics above are over the profiling requests that succeeded; `bound`: the point graded against the GPU's datasheet, with what was assumed"
-                ),
-            );
-            if !left_out.is_empty() {
-                ext.insert("left_out".into(), json!(left_out));
-            }
-            ext.insert("point".into(), serde_json::to_value(p).unwrap_or(Value::Null));
-            if let (Some(s), Some(figures)) = (&section, graded.get(&p.id)) {
-                ext.insert(
-                    "bound".into(),
-                    json!({ "figures": figures, "gpu": s.gpu, "assumptions": s.assumptions }),
-                );
-            }
+            let ext = aggregate_extension(meta, p, left_out, (section.as_ref(), &graded));
             agg.insert("servebench".into(), Value::Object(ext));
             PointExport {
                 point: p.id.clone(),
@@ -428,6 +386,61 @@ pub(crate) fn export(
             }
         })
         .collect()
+}
+
+/// AIPerf's `error_summary`: each distinct error with how many requests had it.
+fn error_summary(errors: &[&servebench_model::results::records::RequestError]) -> Value {
+    let mut counts: IndexMap<(Option<u16>, String, String), usize> = IndexMap::new();
+    for e in errors {
+        *counts
+            .entry((e.status, e.kind.to_string(), e.message.clone()))
+            .or_default() += 1;
+    }
+    let summary: Vec<Value> = counts
+        .into_iter()
+        .map(|((code, kind, message), count)| {
+            json!({
+                "error_details": { "code": code, "type": kind, "message": message },
+                "count": count,
+            })
+        })
+        .collect();
+    json!(summary)
+}
+
+/// What servebench knows of a point that AIPerf's aggregate has no field for: its own record,
+/// its bound, the requests AIPerf has no phase for.
+fn aggregate_extension(
+    meta: &RunMeta,
+    p: &PointRecord,
+    left_out: IndexMap<&'static str, usize>,
+    (section, graded): (
+        Option<&bound_section::BoundSection>,
+        &IndexMap<String, IndexMap<&'static str, f64>>,
+    ),
+) -> Map<String, Value> {
+    let mut ext = Map::new();
+    ext.insert("tool_version".into(), json!(meta.tool_version));
+    ext.insert(
+        "note".into(),
+        json!(
+            "servebench's own record of the point (points.jsonl), in servebench's stored units (seconds, tokens/s, tokens); AIPerf's statistics above are over the profiling requests that succeeded; `bound`: the point graded against the GPU's datasheet, with what was assumed"
+        ),
+    );
+    if !left_out.is_empty() {
+        ext.insert("left_out".into(), json!(left_out));
+    }
+    ext.insert(
+        "point".into(),
+        serde_json::to_value(p).unwrap_or(Value::Null),
+    );
+    if let (Some(s), Some(figures)) = (section, graded.get(&p.id)) {
+        ext.insert(
+            "bound".into(),
+            json!({ "figures": figures, "gpu": s.gpu, "assumptions": s.assumptions }),
+        );
+    }
+    ext
 }
 
 /// Unix seconds as an RFC 3339 UTC time (AIPerf writes a `datetime`; the offset keeps it
