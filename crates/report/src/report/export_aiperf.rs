@@ -65,6 +65,9 @@ struct Row {
     profiling_ok: bool,
 }
 
+/// Tag to values, for the aggregate.
+type TagValues = Vec<(&'static str, Vec<f64>)>;
+
 fn metric(m: &mut Map<String, Value>, tag: &str, value: Value, unit: &str) {
     m.insert(tag.into(), json!({ "value": value, "unit": unit }));
 }
@@ -100,10 +103,7 @@ fn row(r: &RequestRecord, session_num: usize, phase: &'static str) -> Row {
 
 /// A succeeded request's AIPerf metrics (token counts as the integers AIPerf's records hold)
 /// and each one's value for the aggregate.
-fn aiperf_metrics(
-    r: &RequestRecord,
-    rm: &RequestMetrics,
-) -> (Map<String, Value>, Vec<(&'static str, Vec<f64>)>) {
+fn aiperf_metrics(r: &RequestRecord, rm: &RequestMetrics) -> (Map<String, Value>, TagValues) {
     let tokens = |t: Option<u64>| t.map(|t| (json!(t), t as f64));
     let millis = |s: Option<f64>| s.map(|s| (json!(ms(s)), ms(s)));
     let reasoning = rm
