@@ -677,7 +677,8 @@ fn bound(args: BoundArgs) -> Result<Status, Error> {
     };
     let graded = servebench_report::report::bound::grade(&meta, &points, &opts)
         .map_err(|e| Error::Usage(e.to_string()))?;
-    console::out(&servebench_report::report::bound::render(&graded));
+    let text = servebench_report::report::bound_text::render(&graded).map_err(Error::Report)?;
+    console::out(&text);
     Ok(Status::Success)
 }
 

@@ -223,7 +223,7 @@ async fn serve(heartbeat: Duration) {
                 .map(|ms| super::server::routing::RouterLog::relayed(Duration::from_millis(ms))),
         );
         let outcome = runner
-            .measure_with(&client, &point, &req.group, req.prompts)
+            .measure(&client, &point, &req.group, req.prompts)
             .await;
         emit(&AgentEvent::Point {
             point: outcome.record,

@@ -52,7 +52,7 @@ impl Measurer for InProcess<'_> {
         point: &'a Point,
         group: &'a str,
     ) -> BoxFuture<'a, Result<PointOutcome, Unavailable>> {
-        Box::pin(async move { Ok(self.runner.measure(&self.client, point, group).await) })
+        Box::pin(async move { Ok(self.runner.measure(&self.client, point, group, None).await) })
     }
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {

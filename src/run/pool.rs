@@ -28,9 +28,9 @@ use servebench_model::text::first_line;
 
 use super::errors::RunError;
 use super::interrupt::Interrupt;
-use super::launch::{LaunchContext, LaunchEnd, Tally};
-use super::launch::{Measuring, run_on_launch};
+use super::launch::{self, LaunchContext, LaunchEnd, Measuring, One, Tally};
 use super::point::{self, PointRunner};
+use super::probe::setup::ProbeSite;
 use super::progress::Progress;
 use super::records::{
     append_point, failed_point, gpu_sink, metrics_sink, python_of, server_label, write_meta,
@@ -666,31 +666,53 @@ async fn measure_launch(
                 return Err(e);
             }
         };
-    let result = run_on_launch(
-        handle,
-        &mut state.pending,
-        &mut state.policy,
-        &LaunchContext {
-            group: &g.id,
-            run_dir: run.run_dir,
-            progress: run.progress,
-            interrupt: run.interrupt,
-            host: site.hosts[0].host.as_ref(),
-            remote: site
-                .hosts
-                .iter()
-                .any(|h| h.remote.is_some() || h.slurm.is_some()),
-            profile_dir: site.profile_dir,
-        },
-        Measuring {
-            runner,
-            agent_host: site.agent_host,
-            server: &g.server,
-            spec_dir: &run.spec_dir,
-        },
-        &mut state.tally,
-    )
-    .await;
+    let cx = launch_context(run, site);
+    let measuring = Measuring {
+        runner: &mut *runner,
+        agent_host: site.agent_host,
+        server: &g.server,
+        spec_dir: &run.spec_dir,
+    };
+    // The group's pending points, measured on this launch until they are done, the server
+    // crashes, or the run stops. A point with a `search:` block is a capacity search: its
+    // probes are measured here, one after another, on this launch ([`super::search`]).
+    let result = match launch::measurer(handle, &cx, measuring) {
+        Err(e) => Err(e),
+        Ok(mut measurer) => {
+            let end = loop {
+                let Some(point) = state.pending.next() else {
+                    break Ok(LaunchEnd::Finished);
+                };
+                match launch::skipped(point, &mut state.policy, &cx) {
+                    Ok(false) => {}
+                    Ok(true) => continue,
+                    Err(e) => break Err(e),
+                }
+                let mut on = launch::Launch {
+                    handle: &mut *handle,
+                    policy: &mut state.policy,
+                    cx: &cx,
+                    measurer: measurer.as_mut(),
+                    tally: &mut state.tally,
+                };
+                let end = match point.experiment.search.clone() {
+                    Some(search) => super::search::run_search(point, search, &mut on).await,
+                    None => on.point(point, &mut |_| {}).await,
+                };
+                match end {
+                    Err(e) => break Err(e),
+                    Ok(None) => {}
+                    Ok(Some(One::End(end))) => break Ok(end),
+                    Ok(Some(One::Unavailable(msg))) => {
+                        break launch::fail_rest(state.pending.by_ref(), &cx, &msg);
+                    }
+                }
+            };
+            measurer.close().await;
+            end
+        }
+    };
+    runner.set_site(ProbeSite::default(), None);
     // Whatever happened, the server goes down and that is recorded.
     let why = match &result {
         Err(_) => "stopping after an error",
@@ -706,6 +728,22 @@ async fn measure_launch(
     let end = result?;
     meta_written?;
     Ok(end)
+}
+
+/// What a launch's points need from the run and the group's site.
+fn launch_context<'a>(run: &'a PoolRun<'_>, site: &'a GroupSite<'_>) -> LaunchContext<'a> {
+    LaunchContext {
+        group: &site.g.id,
+        run_dir: run.run_dir,
+        progress: run.progress,
+        interrupt: run.interrupt,
+        host: site.hosts[0].host.as_ref(),
+        remote: site
+            .hosts
+            .iter()
+            .any(|h| h.remote.is_some() || h.slurm.is_some()),
+        profile_dir: site.profile_dir,
+    }
 }
 
 /// Says on the console that a group's server is being started (or connected to), `on` the

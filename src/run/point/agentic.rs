@@ -28,8 +28,9 @@ use servebench_model::spec::load_model::AgenticSpec;
 
 use super::history::History;
 use super::planned::{generation_request, prepare, task_died};
+use super::prompts::Prompts;
+use super::runner::PointRunner;
 use super::sender::{SendEnd, Sender};
-use super::{PointRunner, Prompts};
 use crate::run::probe::Window;
 use crate::run::request::{Affinity, BlockMarks, Outgoing, RequestPath, Sent};
 

@@ -14,12 +14,13 @@ use servebench_report::measure::system::Observed;
 
 use super::closed_loop::ClosedLoop;
 use super::planned::{Planned, generation_request};
+use super::prompts::Prompts;
+use super::runner::PointRunner;
 use super::scheduled::ScheduledRound;
 use super::sender::Sender;
 use super::sessions::Sessions;
 use super::two_point::TwoPoint;
 use super::workload::RoundPlan;
-use super::{PointRunner, Prompts};
 use crate::run::probe::{Probes, Window};
 use crate::run::probe::{setup, validity};
 use crate::run::request::RoundTally;
@@ -41,11 +42,11 @@ impl PointRunner {
         )
     }
 
-    /// One round: prepares the cache as the policy says (a flush, or a priming request), makes
-    /// the round's sender outside the measured window (its trace read, its block text
-    /// calibrated, its requests planned), opens the probes, sends the round's requests through
-    /// one [`RequestPath`] (each record folded into the tally's fold as it is written), closes
-    /// the probes. Returns whether an interrupt stopped it.
+    /// One round: its sender prepared outside the measured window ([`prepare`](Self::prepare):
+    /// the cache as the policy says, a trace read, block text calibrated, requests planned; a
+    /// warm round's prompts primed), then sent through one [`RequestPath`] with the probes
+    /// open around it, each record folded into the tally's fold as it is written. Returns
+    /// whether an interrupt stopped it.
     pub(super) async fn round(
         &mut self,
         client: &Client,
@@ -56,8 +57,90 @@ impl PointRunner {
         (flags, observed, fold): Tally<'_>,
     ) -> bool {
         let exp = &point.experiment;
-        let policy = exp.cache.policy;
-        if policy == CachePolicy::Cold
+        // An open-loop point sends as many requests as its schedule holds, each when it is due.
+        let schedule = match exp
+            .open_loop()
+            .map(|_| crate::load::Schedule::of(exp, &self.spec_dir))
+        {
+            None => None,
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => {
+                flags.push(Flag::new(
+                    FlagKind::ScheduleFailed,
+                    format!("could not make the arrival schedule: {e}"),
+                ));
+                return false;
+            }
+        };
+        let prepared = match self
+            .prepare(client, point, round, prompts, schedule.as_ref(), flags)
+            .await
+        {
+            Ok(p) => p,
+            Err(stopped) => return stopped,
+        };
+        let planned;
+        let sender: Box<dyn Sender<'_> + '_> = match prepared {
+            Prepared::Agentic(s) => Box::new(s),
+            Prepared::Planned(p) => {
+                planned = p;
+                // Warm: each distinct prompt primed once behind the round's nonce.
+                if exp.cache.policy == CachePolicy::Warm
+                    && exp.sessions().is_none()
+                    && self.prime(client, point, round, prompts, &planned).await
+                {
+                    return true;
+                }
+                self.closed_or_open(exp, &planned, &prompts.target)
+            }
+        };
+        let window = Window::new();
+        probes.open(client, &point.id, round, &window).await;
+        let done_before = fold.done().requests;
+        if let Some(tokens) = sender.block_tokens() {
+            fold.set_block_tokens(tokens);
+        }
+        let tally = RoundTally::new(std::mem::replace(fold, PointFold::new(exp)));
+        let path = RequestPath::new(self.path_parts(client, point, round), Some(tally));
+        let end = sender.send(&path, &window).await;
+        window.close();
+        let (tally, lost) = path.finish(end.planned).await;
+        if let Some(tally) = tally {
+            *fold = tally.fold;
+            if let Some(mut seen) = end.observed {
+                (seen.warmup, seen.cooldown) = (tally.warmup, tally.cooldown);
+                seen.unmeasured = tally.unmeasured;
+                *observed = seen;
+            }
+        }
+        if let Some(n) = end.expect {
+            fold.expect(n);
+        }
+        if end.jobs.is_some() {
+            fold.jobs = end.jobs;
+        }
+        flags.extend(end.flags);
+        flags.extend(lost);
+        let completed = (fold.done().requests - done_before) as usize;
+        probes.close(completed, &mut observed.unmeasured).await;
+        self.interrupt.is_set()
+    }
+
+    /// Prepares a round's sender, outside its measured window: the cache reset a cold
+    /// policy asks for, then an agentic point's sessions (their trace read, their block text
+    /// calibrated), or the round's requests planned (an open loop's from its `schedule`).
+    /// Err: whether an interrupt stopped it (a failure is flagged).
+    async fn prepare<'p>(
+        &mut self,
+        client: &Client,
+        point: &'p Point,
+        round: u32,
+        prompts: &'p Prompts,
+        schedule: Option<&'p crate::load::Schedule>,
+        flags: &mut Vec<Flag>,
+    ) -> Result<Prepared<'p>, bool> {
+        let exp = &point.experiment;
+        if exp.cache.policy == CachePolicy::Cold
             && let Err(e) = self.reset_cache(client).await
         {
             flags.push(Flag::new(
@@ -67,82 +150,37 @@ impl PointRunner {
         }
         // Agent sessions make their own prompts from their trace's blocks.
         if let Some(spec) = exp.agentic() {
-            let sender = match self
+            return self
                 .prepare_agentic(client, point, round, prompts, spec, flags)
                 .await
-            {
-                Ok(s) => s,
-                Err(stopped) => return stopped,
-            };
-            return self
-                .send(
-                    client,
-                    point,
-                    round,
-                    Box::new(sender),
-                    probes,
-                    (flags, observed, fold),
-                )
-                .await;
+                .map(Prepared::Agentic);
         }
-        // An open-loop point sends as many requests as its schedule holds, each when it is due.
-        let schedule = match exp.open_loop() {
-            Some(_) => match crate::load::Schedule::of(exp, &self.spec_dir) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    flags.push(Flag::new(
-                        FlagKind::ScheduleFailed,
-                        format!("could not make the arrival schedule: {e}"),
-                    ));
-                    return false;
-                }
-            },
-            None => None,
-        };
-        let count = match (exp.sessions(), &schedule) {
+        let count = match (exp.sessions(), schedule) {
             (Some(s), _) => s.users.max(1) * s.turns.max(1),
             (None, Some(s)) => s.len() as u32,
             (None, None) => exp.requests,
         };
         // A trace's own lengths, where its lines give them, replace the workload's draws.
-        let lengths = schedule
-            .as_ref()
-            .map_or_else(Default::default, |s| s.traced());
-        let plan = match self
+        let lengths = schedule.map_or_else(Default::default, |s| s.traced());
+        match self
             .plan_round(client, exp, prompts, round, count, lengths, flags)
             .await
         {
-            Ok(p) => p,
+            // Warm: one nonce per point and round, so points do not share prefixes.
+            // Sessions open each conversation with a tag of their own.
+            Ok(plan) => Ok(Prepared::Planned(PlannedRound {
+                plan,
+                schedule,
+                warm_prefix: nonce(),
+            })),
             Err((kind, message)) => {
                 let stopped = self.interrupt.is_set();
                 if !stopped {
                     flags.push(Flag::new(kind, message));
                 }
-                return stopped;
+                Err(stopped)
             }
-        };
-        // Warm: one nonce per point and round, so points do not share prefixes; each distinct
-        // prompt primed once. Sessions open each conversation with a tag of their own.
-        let warm_prefix = nonce();
-        if policy == CachePolicy::Warm
-            && exp.sessions().is_none()
-            && self
-                .prime(client, point, round, prompts, &plan, &warm_prefix)
-                .await
-        {
-            return true;
         }
-        let sender =
-            self.closed_or_open(exp, &plan, schedule.as_ref(), &warm_prefix, &prompts.target);
-        self.send(
-            client,
-            point,
-            round,
-            sender,
-            probes,
-            (flags, observed, fold),
-        )
-        .await
     }
 
     /// The sender of a round planned already: sessions, an arrival schedule, or a closed
@@ -150,12 +188,12 @@ impl PointRunner {
     fn closed_or_open<'p>(
         &self,
         exp: &'p Experiment,
-        plan: &'p RoundPlan<'_>,
-        schedule: Option<&'p crate::load::Schedule>,
-        warm_prefix: &'p str,
+        planned: &'p PlannedRound<'_>,
         target: &'p super::planned::RequestTarget,
     ) -> Box<dyn Sender<'p> + 'p> {
         let policy = exp.cache.policy;
+        let (plan, schedule) = (&planned.plan, planned.schedule);
+        let warm_prefix = planned.warm_prefix.as_str();
         if let Some(spec) = exp.sessions() {
             return Box::new(Sessions {
                 exp,
@@ -191,50 +229,6 @@ impl PointRunner {
         }
     }
 
-    /// Sends a round with its sender, through one request path, its probes open around it.
-    /// Returns whether an interrupt stopped it.
-    async fn send(
-        &mut self,
-        client: &Client,
-        point: &Point,
-        round: u32,
-        sender: Box<dyn Sender<'_> + '_>,
-        probes: &mut Probes,
-        (flags, observed, fold): Tally<'_>,
-    ) -> bool {
-        let exp = &point.experiment;
-        let window = Window::new();
-        probes.open(client, &point.id, round, &window).await;
-        let done_before = fold.done().requests;
-        if let Some(tokens) = sender.block_tokens() {
-            fold.set_block_tokens(tokens);
-        }
-        let tally = RoundTally::new(std::mem::replace(fold, PointFold::new(exp)));
-        let path = RequestPath::new(self.path_parts(client, point, round), Some(tally));
-        let end = sender.send(&path, &window).await;
-        window.close();
-        let (tally, lost) = path.finish(end.planned).await;
-        if let Some(tally) = tally {
-            *fold = tally.fold;
-            if let Some(mut seen) = end.observed {
-                (seen.warmup, seen.cooldown) = (tally.warmup, tally.cooldown);
-                seen.unmeasured = tally.unmeasured;
-                *observed = seen;
-            }
-        }
-        if let Some(n) = end.expect {
-            fold.expect(n);
-        }
-        if end.jobs.is_some() {
-            fold.jobs = end.jobs;
-        }
-        flags.extend(end.flags);
-        flags.extend(lost);
-        let completed = (fold.done().requests - done_before) as usize;
-        probes.close(completed, &mut observed.unmeasured).await;
-        self.interrupt.is_set()
-    }
-
     /// Primes a warm round: each distinct prompt sent once behind the round's `prefix`, so
     /// the measured requests find it cached. Returns whether an interrupt (or a failed write)
     /// stopped it.
@@ -244,10 +238,10 @@ impl PointRunner {
         point: &Point,
         round: u32,
         prompts: &Prompts,
-        plan: &RoundPlan<'_>,
-        prefix: &str,
+        planned: &PlannedRound<'_>,
     ) -> bool {
         let exp = &point.experiment;
+        let (plan, prefix) = (&planned.plan, &planned.warm_prefix);
         let path = RequestPath::new(self.path_parts(client, point, round), None);
         let mut primed = std::collections::HashSet::new();
         for p in plan.requests().filter(|p| p.nonce) {
@@ -268,6 +262,20 @@ impl PointRunner {
         path.finish(0).await;
         false
     }
+}
+
+/// A round's sender as [`PointRunner::prepare`] leaves it.
+enum Prepared<'p> {
+    Agentic(super::agentic::Agentic<'p>),
+    Planned(PlannedRound<'p>),
+}
+
+/// A round's requests planned, its arrival schedule (an open loop), and a warm round's
+/// nonce.
+struct PlannedRound<'p> {
+    plan: RoundPlan<'p>,
+    schedule: Option<&'p crate::load::Schedule>,
+    warm_prefix: String,
 }
 
 /// The round's requests, each made (and given the policy's nonce) as it is taken.

@@ -18,7 +18,8 @@ use servebench_model::results::records::{CacheShare, Flag};
 use servebench_model::spec::types::{Api, Experiment};
 
 use super::planned::Planned;
-use super::{Body, PointRunner, Prompts, count_tokens};
+use super::prompts::{Body, Prompts, count_tokens};
+use super::runner::PointRunner;
 
 /// Most output tokens a request may ask for (the spec's own limit).
 const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
@@ -99,7 +100,7 @@ impl PointRunner {
             lengths,
             blocks,
             fresh: exp.cache.nonce,
-            behind_nonce: super::behind_nonce(exp),
+            behind_nonce: super::prompts::behind_nonce(exp),
             bodies: Bodies::new(),
             replies: HashMap::new(),
             prefixes: HashMap::new(),

@@ -655,7 +655,7 @@ fn line_label(batch: f64, layout: &Layout, speculative: bool, verify: Option<f64
     label
 }
 
-fn precision_name(p: Precision) -> String {
+pub(crate) fn precision_name(p: Precision) -> String {
     serde_json::to_value(p)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -667,85 +667,6 @@ pub(crate) fn host_gpu(meta: &RunMeta) -> Option<String> {
     let facts = meta.server_host.as_ref()?;
     let gpus = facts.get("gpus")?.as_array()?;
     gpus.first()?.get("name")?.as_str().map(str::to_string)
-}
-
-/// The grades as Markdown: the basis, a row per point, then what each sweep's line says.
-pub fn render(r: &BoundReport) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "Decode steps against {} ({:.0} GB/s peak, {}), tp {} pp {}, {:.2} token(s) per step per sequence{}; prefills against its dense {} peak.\n",
-        r.gpu.name,
-        r.gpu.bandwidth_gb_s,
-        r.gpu.source,
-        r.layout.tp,
-        r.layout.pp,
-        r.tokens_per_step,
-        if r.rows
-            .iter()
-            .any(|row| row.tokens_per_step != r.tokens_per_step)
-        {
-            " on average (each point's measured accept length, column tok/step)"
-        } else {
-            ""
-        },
-        precision_name(r.precision)
-    );
-    for a in &r.assumptions {
-        let _ = writeln!(out, "- assumed: {a}");
-    }
-    for n in &r.not_graded {
-        let _ = writeln!(out, "- not graded: {n}");
-    }
-    if !r.assumptions.is_empty() || !r.not_graded.is_empty() {
-        out.push('\n');
-    }
-    out.push_str("| point | context | batch | tok/step | step (ms) | floor (ms) | weights + KV per GPU (GB) | effective (GB/s) | of peak | prefill TFLOP/s | of peak FLOP/s |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for row in &r.rows {
-        let (tflops, fraction) = row.prefill.map_or(("—".into(), "—".into()), |p| {
-            (
-                format!("{:.1}", p.achieved_tflops),
-                format!("{:.1}%", p.fraction_of_peak * 100.0),
-            )
-        });
-        let _ = writeln!(
-            out,
-            "| {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.3} + {:.3} | {:.1} | {:.1}% | {tflops} | {fraction} |",
-            row.point,
-            row.context,
-            row.batch,
-            row.tokens_per_step,
-            row.step.step_s * 1e3,
-            row.step.floor_s * 1e3,
-            row.weight_bytes / 1e9,
-            row.kv_bytes / 1e9,
-            row.step.effective_gb_s,
-            row.step.fraction_of_peak * 100.0
-        );
-    }
-    for f in &r.findings {
-        let _ = writeln!(out, "\n- {f}");
-    }
-    for (line, sweep) in &r.sweeps {
-        match sweep {
-            Ok(s) => {
-                let _ = writeln!(
-                    out,
-                    "\nAt {line}, over {} contexts: {}.",
-                    s.points,
-                    line_text(s)
-                );
-                for f in &s.findings {
-                    let _ = writeln!(out, "- {f}");
-                }
-            }
-            Err(why) => {
-                let _ = writeln!(out, "\nAt {line}: no line: {why}.");
-            }
-        }
-    }
-    out
 }
 
 /// A sweep's line in words: per token of context where the KV bytes grow evenly over it,

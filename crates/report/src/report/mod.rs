@@ -17,6 +17,7 @@ pub mod bound;
 pub(crate) mod bound_chart;
 pub(crate) mod bound_check;
 pub(crate) mod bound_section;
+pub mod bound_text;
 pub use bound_section::point_bounds;
 pub(crate) mod build;
 pub mod capacity;
