@@ -853,35 +853,13 @@ mod tests {
             b"\xe2\x82",
             b"18446744073709551616",
         ];
-        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move |n: usize| {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1) as u64) as usize
-        };
-        for i in 0..1000 {
-            let (options, seed) = seeds[i % 2];
-            let mut bytes = seed.as_bytes().to_vec();
-            for _ in 0..=next(3) {
-                let at = next(bytes.len() + 1);
-                match next(3) {
-                    0 if at < bytes.len() => bytes[at] ^= 1 << next(8),
-                    1 => bytes.truncate(at),
-                    _ => {
-                        let t = tokens[next(tokens.len())];
-                        bytes.splice(at..at, t.iter().copied());
-                    }
-                }
-            }
+        let texts: Vec<&[u8]> = seeds.iter().map(|(_, s)| s.as_bytes()).collect();
+        for (i, bytes) in testkit::mutate::mutations(&texts, &tokens, 0x9E37_79B9_7F4A_7C15, 1000) {
+            let options = seeds[i % seeds.len()].0;
             let p = dir.path().join("t.jsonl");
             std::fs::write(&p, &bytes).unwrap();
             if let Err(TraceError::Line { line, column, .. }) = read(&p, options) {
-                let text = bytes.split(|b| *b == b'\n').nth(line - 1).unwrap_or(&[]);
-                assert!(
-                    column >= 1 && column <= text.len() + 1,
-                    "{line}:{column} of {text:?}"
-                );
+                testkit::mutate::assert_within(&bytes, line, column);
             }
         }
     }
