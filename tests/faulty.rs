@@ -52,6 +52,9 @@ pub struct Faults {
     pub metrics_fail_from: Option<usize>,
     /// Close the connection after a generation's first chunk (a server killed mid-stream).
     pub reset_mid_stream: bool,
+    /// The faults apply only to generations asking for more tokens than this (a calibration's
+    /// one-token counts are served well); None: to every one.
+    pub fault_above_tokens: Option<u64>,
 }
 
 impl Default for Faults {
@@ -74,6 +77,7 @@ impl Default for Faults {
             metrics_extra: String::new(),
             metrics_fail_from: None,
             reset_mid_stream: false,
+            fault_above_tokens: None,
         }
     }
 }
@@ -298,7 +302,6 @@ fn generate(
     let prompt = count(text, f);
     seen.prompt_tokens.lock().unwrap().push(prompt);
     let nth = seen.generations.fetch_add(1, Ordering::Relaxed);
-    let faulty = f.fault_only.is_none_or(|i| i == nth);
     if prompt > f.context {
         json(
             out,
@@ -315,6 +318,8 @@ fn generate(
         body["max_tokens"].as_u64()
     }
     .unwrap_or(16);
+    let faulty =
+        f.fault_only.is_none_or(|i| i == nth) && f.fault_above_tokens.is_none_or(|n| max > n);
     let stream = body["stream"].as_bool().unwrap_or(false);
     let continuous = f.continuous_usage
         && body["stream_options"]["continuous_usage_stats"]

@@ -37,6 +37,70 @@ fn senders() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Every sender stops once its measured requests fail past `stop.errors`: the one request
+/// path judges it as each record is written, the point says `stopped-on-errors`, the run does
+/// not exit 0, and far fewer requests than planned went out (each stream here is cut after its first
+/// chunk, a failed request).
+#[test]
+fn every_sender_stops_at_its_error_budget() {
+    for (name, load) in senders() {
+        let server = FaultyServer::start(Faults {
+            reset_mid_stream: true,
+            // Calibrations' one-token counts are answered: the measured requests fail.
+            fault_above_tokens: Some(1),
+            tokenize: true,
+            ..Faults::default()
+        });
+        let ws = Workspace::new();
+        let load = match load.contains("stop: { ") {
+            true => load.replace("stop: { ", "stop: { errors: 3, "),
+            false => format!("{load}stop: {{ errors: 3 }}\n"),
+        };
+        let spec = ws.write(
+            "errors.yaml",
+            &url_spec(
+                name,
+                &server.url,
+                "{ kind: repeat, tokens: 64, calibrate: false }",
+                &load,
+            ),
+        );
+        let out = crate::common::spawn_run(&spec, &ws.path().join("runs"))
+            .wait_with_output()
+            .unwrap();
+        let shown = show(&out);
+        // Failed (1), or degraded (3) where some requests were answered (a two-point pair's
+        // one-token first request is): never 0.
+        assert!(
+            matches!(out.status.code(), Some(1) | Some(3)),
+            "{name}: {shown}"
+        );
+        let dir = run_dir(&out);
+        let points = read_jsonl(&dir.join("points.jsonl"));
+        let kinds = flag_kinds(&points[0]);
+        assert!(
+            kinds.iter().any(|k| k == "stopped-on-errors"),
+            "{name}: {kinds:?}\n{shown}"
+        );
+        // Every record here is a measured one (a two-point pair's are `two-point-a`/`-b`).
+        let failed = read_jsonl(&dir.join("requests.jsonl"))
+            .iter()
+            .filter(|r| !r["error"].is_null())
+            .count();
+        // Past a budget of 3: the fourth failure stops the round; what was in flight (two
+        // at once, or a session's subagents) still ends and is recorded.
+        assert!(
+            (4..=16).contains(&failed),
+            "{name}: {failed} failed\n{shown}"
+        );
+        let sent = server.seen.generations.load(Ordering::Relaxed);
+        assert!(
+            sent <= 16,
+            "{name}: {sent} requests went out of 200 or more planned"
+        );
+    }
+}
+
 /// A server servebench did not start dies mid-point: whatever the sender, the point says
 /// `server-lost`, the run exits 1, and far fewer requests than planned went to the dead address.
 #[test]

@@ -385,17 +385,60 @@ fn sessions_refuse_stop_warmup_and_cooldown_they_would_ignore() {
             "s",
             WORKLOAD,
             "load: { kind: sessions, sessions: { users: 2, turns: 2, think: 10ms } }\n\
-             stop: { requests: 10 }\nwarmup: { requests: 2 }\ncooldown: { duration: 1s }",
+             stop: { requests: 10, errors: 2 }\nwarmup: { requests: 2 }\ncooldown: { duration: 1s }",
+        ),
+    );
+    let text = refused(&validate(&ws, &spec));
+    contains_all(
+        &text,
+        &[
+            "error: `stop.requests` does not apply to `load.kind: sessions`",
+            "error: `warmup` does not apply to `load.kind: sessions`",
+            "error: `cooldown` does not apply to `load.kind: sessions`",
+            " --> s.yaml:11:9",
+            "hint: remove it: a sessions point ends when each of `sessions.users`",
+        ],
+    );
+    // `stop.errors` is judged on the request path for every sender.
+    assert!(!text.contains("error: `stop.errors`"), "{text}");
+}
+
+/// Of `stop:`, a closed loop, sessions and agent sessions take `errors` (the path every
+/// sender sends through judges it); what their drivers would ignore is refused at its key.
+#[test]
+fn every_load_shape_takes_stop_errors_and_refuses_what_it_would_ignore() {
+    let ws = Workspace::new();
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    let agentic = format!(
+        "load: {{ kind: agentic, agentic: {{ file: {}, live: 2 }} }}\n",
+        trace.display()
+    );
+    for load in [
+        "requests: 4\n".to_string(),
+        "load: { kind: sessions, sessions: { users: 2, turns: 2, think: 10ms } }\n".to_string(),
+        agentic,
+    ] {
+        let spec = ws.write(
+            "e.yaml",
+            &sim_spec("e", WORKLOAD, &format!("{load}stop: {{ errors: 10% }}")),
+        );
+        let out = validate(&ws, &spec);
+        assert!(out.status.success(), "{load}: {}", show(&out));
+    }
+    let spec = ws.write(
+        "c.yaml",
+        &sim_spec(
+            "c",
+            WORKLOAD,
+            "requests: 4\nstop: { duration: 10s, errors: 1 }",
         ),
     );
     contains_all(
         &refused(&validate(&ws, &spec)),
         &[
-            "error: `stop` does not apply to `load.kind: sessions`",
-            "error: `warmup` does not apply to `load.kind: sessions`",
-            "error: `cooldown` does not apply to `load.kind: sessions`",
-            " --> s.yaml:11:1",
-            "hint: remove it: a sessions point ends when each of `sessions.users`",
+            "error: `stop.duration` does not apply to a closed-loop point (no `load:`)",
+            "hint: remove it: a closed loop sends `requests` requests",
         ],
     );
 }

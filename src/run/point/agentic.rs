@@ -167,6 +167,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
             end.planned = (0..total)
                 .map(|k| corpus.sessions[k % corpus.sessions.len()].turns())
                 .sum();
+            path.plan_measured(end.planned);
             // A connection ready for each session's main agent and its widest group of
             // subagents, so that no turn pays a handshake when due.
             prepare(path.client(), live.min(total) * (1 + widest(&corpus))).await;
@@ -544,9 +545,14 @@ impl SessionRun {
         let shared = &self.shared;
         self.wait(until).await?;
         if !shared.path.may_send() {
-            return Err(match shared.path.is_gone() {
-                true => Stop::Reason("the server was lost: no more turns were sent".into()),
-                false => Stop::Interrupted,
+            return Err(if shared.path.is_gone() {
+                Stop::Reason("the server was lost: no more turns were sent".into())
+            } else if shared.path.stopped_on_errors() {
+                Stop::Reason(
+                    "the point's turns failed past `stop.errors`: no more turns were sent".into(),
+                )
+            } else {
+                Stop::Interrupted
             });
         }
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);

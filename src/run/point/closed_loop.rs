@@ -43,6 +43,7 @@ impl<'p> Sender<'p> for ClosedLoop<'p> {
                 planned: count,
                 ..SendEnd::default()
             };
+            path.plan_measured(count);
             let concurrency = exp.concurrency.max(1) as usize;
             // The connections the round needs are opened before its first request is
             // released, so no measured request shares the client's time with the others'

@@ -167,6 +167,11 @@ impl PointRunner {
             round,
             timeout: point.experiment.request_timeout,
             omitted_is_zero: self.cached_omitted_is_zero(),
+            errors: point
+                .experiment
+                .stop
+                .as_ref()
+                .and_then(|s| s.errors.clone()),
         }
     }
 }

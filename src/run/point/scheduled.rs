@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use crate::load::{Pacer, Schedule, Scheduled};
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::records::{Flag, Phase, RequestRole};
-use servebench_model::spec::types::{ErrorBudget, Experiment};
+use servebench_model::spec::types::Experiment;
 use servebench_report::measure::system::Observed;
 
 use super::planned::{Planned, RequestTarget, generation_request, prepare, task_died};
@@ -68,7 +68,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
             } = *self;
             let measured_total = schedule.measured();
             let mut end = SendEnd::planned(schedule.len(), Some(measured_total));
-            let budget = exp.stop.as_ref().and_then(|s| s.errors.clone());
+            path.plan_measured(measured_total);
             let mut observed = Observed {
                 offered_req_s: offered_rate(schedule),
                 ..Observed::default()
@@ -123,21 +123,16 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                                 continue;
                             }
                         }
-                        if let Some(flag) = measured_one(path, window, budget.as_ref(), measured_total)
-                            && releasing
-                        {
-                            observed.stopped_on_errors = true;
-                            let _ = pacer.stop();
-                            releasing = false;
-                            end.flags.push(flag);
-                        }
+                        measured_one(path, window, measured_total);
                     },
                     _ = path.interrupt().wait(), if releasing => {
                         let _ = pacer.stop();
                         releasing = false;
                     },
                 }
-                if releasing && path.is_gone() {
+                // A lost server, or measured requests failed past `stop.errors` (the path
+                // judges both, and says why in its flags).
+                if releasing && !path.may_send() {
                     let _ = pacer.stop();
                     releasing = false;
                 }
@@ -145,6 +140,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
             end.flags
                 .extend(pacer_died(pacer.stop(), made, schedule.len()));
             observed.client_cpu = cpu_share(cpu_before, wall);
+            observed.stopped_on_errors = path.stopped_on_errors();
             end.flags.extend(cap.flag());
             end.observed = Some(observed);
             end
@@ -247,22 +243,10 @@ fn pacer_died<E: std::fmt::Display>(
 }
 
 /// A measured request of the round was written: once it is the window's last, the window
-/// closes (what watches it, the profiler, stops before the cool-down's requests). Returns the
-/// flag that stops the round when its measured requests failed past `stop.errors` (not when
-/// the server is gone: the path says that).
-fn measured_one(
-    path: &RequestPath,
-    window: &Window,
-    budget: Option<&ErrorBudget>,
-    measured_total: usize,
-) -> Option<Flag> {
-    let (finished, failed) = path.measured();
-    if finished == measured_total {
+/// closes (what watches it, the profiler, stops before the cool-down's requests).
+fn measured_one(path: &RequestPath, window: &Window, measured_total: usize) {
+    if path.measured().0 == measured_total {
         window.close();
-    }
-    match path.is_gone() {
-        true => None,
-        false => past_error_budget(budget, failed, finished, measured_total),
     }
 }
 
@@ -273,25 +257,6 @@ fn cpu_share(before: Option<f64>, wall: Instant) -> Option<f64> {
         (Some(a), Some(b)) if elapsed > 0.0 => Some((b - a) / elapsed),
         _ => None,
     }
-}
-
-/// The flag that stops the round once its measured requests failed past `stop.errors`.
-fn past_error_budget(
-    budget: Option<&ErrorBudget>,
-    failed: usize,
-    finished: usize,
-    measured_total: usize,
-) -> Option<Flag> {
-    let b = budget?;
-    if b.allows(failed, measured_total.max(finished)) {
-        return None;
-    }
-    Some(Flag::new(
-        FlagKind::StoppedOnErrors,
-        format!(
-            "{failed} of {finished} measured requests failed, past `stop.errors`; no more requests were sent"
-        ),
-    ))
 }
 
 /// How many connections to open before the clock starts: one for each request due within

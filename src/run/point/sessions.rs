@@ -73,6 +73,7 @@ impl<'p> Sender<'p> for Sessions<'p> {
                 planned: (users * turns) as usize,
                 ..SendEnd::default()
             };
+            path.plan_measured(end.planned);
             prepare(path.client(), users as usize).await;
             window.open();
             let round = path.round();

@@ -48,6 +48,7 @@ impl<'p> Sender<'p> for TwoPoint<'p> {
                 planned: 2 * count,
                 ..SendEnd::default()
             };
+            path.plan_measured(end.planned);
             prepare(path.client(), 1).await;
             window.open();
             'prompts: for (i, planned) in requests.enumerate() {

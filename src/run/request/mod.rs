@@ -20,7 +20,7 @@ use servebench_model::results::records::{
     CacheShare, ErrorKind, Flag, Phase, RequestRecord, RequestRole,
 };
 use servebench_model::spec::load_model::SessionHeaders;
-use servebench_model::spec::types::{Api, Experiment};
+use servebench_model::spec::types::{Api, ErrorBudget, Experiment};
 
 use crate::run::interrupt::Interrupt;
 use crate::run::progress::Progress;
@@ -218,6 +218,13 @@ struct Inner {
     gone: AtomicBool,
     /// Requests that went out (measured or not).
     sent: AtomicUsize,
+    /// `stop.errors`: once more measured requests failed than it allows, the round sends no
+    /// more (judged here, for every sender, as each measured record is written).
+    errors: Option<ErrorBudget>,
+    /// The measured requests the round plans (0: not said; a share then counts the finished).
+    planned: AtomicUsize,
+    /// Why the round stopped on its errors (set once).
+    stopped: std::sync::OnceLock<Flag>,
 }
 
 /// What a path is made of: the runner's parts that every request of a round uses.
@@ -230,6 +237,8 @@ pub(crate) struct PathParts {
     pub round: u32,
     pub timeout: Duration,
     pub omitted_is_zero: bool,
+    /// The point's `stop.errors`.
+    pub errors: Option<ErrorBudget>,
 }
 
 impl RequestPath {
@@ -248,6 +257,9 @@ impl RequestPath {
                 tally: tally.map(|t| Arc::new(std::sync::Mutex::new(Some(t)))),
                 gone: AtomicBool::new(false),
                 sent: AtomicUsize::new(0),
+                errors: parts.errors,
+                planned: AtomicUsize::new(0),
+                stopped: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -264,10 +276,21 @@ impl RequestPath {
         self.inner.round
     }
 
-    /// Whether the round may send another request: no interrupt came and the server was not
-    /// found gone.
+    /// Whether the round may send another request: no interrupt came, the server was not
+    /// found gone, and its measured requests have not failed past `stop.errors`.
     pub(crate) fn may_send(&self) -> bool {
-        !self.inner.interrupt.is_set() && !self.is_gone()
+        !self.inner.interrupt.is_set() && !self.is_gone() && !self.stopped_on_errors()
+    }
+
+    /// Whether the round's measured requests failed past `stop.errors`.
+    pub(crate) fn stopped_on_errors(&self) -> bool {
+        self.inner.stopped.get().is_some()
+    }
+
+    /// Says how many measured requests the round plans, so that a share in `stop.errors` is
+    /// of them (without it, of those finished).
+    pub(crate) fn plan_measured(&self, n: usize) {
+        self.inner.planned.store(n, Ordering::Relaxed);
     }
 
     /// Whether the server was found gone (a request could not connect, nor a health check).
@@ -359,6 +382,7 @@ impl RequestPath {
             return Sent::NotWritten;
         };
         self.judge_gone(&record).await;
+        self.judge_errors();
         drop(slot);
         record.drop_detail();
         Sent::Answered(Box::new(Answered {
@@ -380,12 +404,33 @@ impl RequestPath {
         }
     }
 
+    /// Once the measured requests written so far failed past `stop.errors`, the round stops
+    /// (not when the server is gone: that is said as such).
+    fn judge_errors(&self) {
+        let Some(budget) = &self.inner.errors else {
+            return;
+        };
+        if self.stopped_on_errors() || self.is_gone() {
+            return;
+        }
+        let (finished, failed) = self.measured();
+        let total = self.inner.planned.load(Ordering::Relaxed).max(finished);
+        if !budget.allows(failed, total) {
+            let _ = self.inner.stopped.set(Flag::new(
+                FlagKind::StoppedOnErrors,
+                format!(
+                    "{failed} of {finished} measured requests failed, past `stop.errors`; no more requests were sent"
+                ),
+            ));
+        }
+    }
+
     /// Waits until every record sent on the path is written and folded, then gives the tally
-    /// back (None when the path had none, or it was given back already), with the flag of a
-    /// lost server (`planned` requests were to go out).
-    pub(crate) async fn finish(&self, planned: usize) -> (Option<RoundTally>, Option<Flag>) {
+    /// back (None when the path had none, or it was given back already), with the flags of why
+    /// it stopped early: a lost server (`planned` requests were to go out), its errors.
+    pub(crate) async fn finish(&self, planned: usize) -> (Option<RoundTally>, Vec<Flag>) {
         self.inner.writer.drain().await;
-        let flag = self.is_gone().then(|| {
+        let lost = self.is_gone().then(|| {
             Flag::new(
                 FlagKind::ServerLost,
                 format!(
@@ -399,7 +444,8 @@ impl RequestPath {
             .tally
             .as_ref()
             .and_then(|t| t.lock().unwrap_or_else(|p| p.into_inner()).take());
-        (tally, flag)
+        let flags = lost.into_iter().chain(self.inner.stopped.get().cloned());
+        (tally, flags.collect())
     }
 }
 

@@ -1062,15 +1062,13 @@ fn load_stop_checks(raw: &Value, kind: Option<&str>, problems: &mut Vec<Problem>
     // Sessions end when every user has sent every turn; their driver has no phases and no
     // stop rule, so these would be silently ignored.
     if kind == Some("agentic") {
-        for field in ["requests", "errors"] {
-            if stop.is_some_and(|s| s.get(field).is_some_and(|v| !v.is_null())) {
-                problems.push(problem(
-                    &format!("/stop/{field}"),
-                    Target::Key,
-                    format!("`stop.{field}` does not apply to `load.kind: agentic`"),
-                    "remove it: an agentic point runs `load.agentic.sessions` sessions (each of the trace's by default); `stop.duration` ends it early",
-                ));
-            }
+        if stop.is_some_and(|s| s.get("requests").is_some_and(|v| !v.is_null())) {
+            problems.push(problem(
+                "/stop/requests",
+                Target::Key,
+                "`stop.requests` does not apply to `load.kind: agentic`".into(),
+                "remove it: an agentic point runs `load.agentic.sessions` sessions (each of the trace's by default); `stop.duration` ends it early, `stop.errors` on failed turns",
+            ));
         }
         for field in ["warmup", "cooldown"] {
             if raw.get(field).is_some_and(|v| !v.is_null()) {
@@ -1084,16 +1082,12 @@ fn load_stop_checks(raw: &Value, kind: Option<&str>, problems: &mut Vec<Problem>
         }
     }
     if kind == Some("sessions") {
-        for field in ["stop", "warmup", "cooldown"] {
-            if raw.get(field).is_some_and(|v| !v.is_null()) {
-                problems.push(problem(
-                    &format!("/{field}"),
-                    Target::Key,
-                    format!("`{field}` does not apply to `load.kind: sessions`"),
-                    "remove it: a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured",
-                ));
-            }
-        }
+        only_stop_errors(
+            raw,
+            "`load.kind: sessions`",
+            "a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured; only `stop.errors` applies",
+            problems,
+        );
     }
     // A ramp ends with its duration, a trace with its last line.
     if kind == Some("rate") && !bounded {
@@ -1106,17 +1100,46 @@ fn load_stop_checks(raw: &Value, kind: Option<&str>, problems: &mut Vec<Problem>
     }
 }
 
-/// A closed-loop point (no `load:`) has no stop or phases.
+/// A closed-loop point (no `load:`) has no phases, and of `stop:` only `errors` (its
+/// `requests` say how many it sends).
 fn closed_loop_checks(raw: &Value, problems: &mut Vec<Problem>) {
-    for field in ["stop", "warmup", "cooldown"] {
+    only_stop_errors(
+        raw,
+        "a closed-loop point (no `load:`)",
+        "a closed loop sends `requests` requests, every one measured; only `stop.errors` applies (add a `load:` block for phases, a duration or a request count)",
+        problems,
+    );
+}
+
+/// Refuses phases and every `stop` field but `errors` (judged for every sender as its
+/// measured requests are written) on points of `what`.
+fn only_stop_errors(raw: &Value, what: &str, why: &str, problems: &mut Vec<Problem>) {
+    for field in ["warmup", "cooldown"] {
         if raw.get(field).is_some_and(|v| !v.is_null()) {
             problems.push(problem(
                 &format!("/{field}"),
                 Target::Key,
-                format!("`{field}` applies to a `load:` point only"),
-                "add a `load:` block, or use `requests` and `repeat` for a closed loop",
+                format!("`{field}` does not apply to {what}"),
+                &format!("remove it: {why}"),
             ));
         }
+    }
+    match raw.get("stop") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(stop)) => {
+            for (field, v) in stop {
+                if field != "errors" && !v.is_null() {
+                    problems.push(problem(
+                        &format!("/stop/{field}"),
+                        Target::Key,
+                        format!("`stop.{field}` does not apply to {what}"),
+                        &format!("remove it: {why}"),
+                    ));
+                }
+            }
+        }
+        // Its type is the schema's to refuse.
+        Some(_) => {}
     }
 }
 

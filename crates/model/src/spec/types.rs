@@ -111,7 +111,8 @@ pub struct Experiment {
     /// Absent: the closed loop of `concurrency`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<super::load_model::LoadSpec>,
-    /// When a `load:` point's measured phase ends (the first limit reached).
+    /// When a point's measured phase ends (the first limit reached): a `load:` point's
+    /// requests or duration, and any point's `errors`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<super::load_model::StopSpec>,
     /// Requests before the measured phase of a `load:` point: sent and recorded (phase
