@@ -98,6 +98,16 @@ fn sample_line(i: usize, line: &str) -> Result<Option<Line<'_>>, ScrapeError> {
 /// Histograms whose `stage` label is kept (see [`parse`]).
 const STAGED: &[&str] = &["sglang:per_stage_req_latency_seconds"];
 
+/// Counters whose label says which cache tier served a prompt's cached tokens: each tier is
+/// kept apart too, under `NAME{label="..."}`, beside the sum over tiers. SGLang 0.5.23's
+/// `sglang:cached_tokens_total{cache_source}` (`device`, `host`, `storage`; `total` where a
+/// request came without its breakdown: `observability/metrics_collector.py`), vLLM's
+/// `vllm:prompt_tokens_cached_by_source_total{source}` (vllm PR 56318).
+pub(crate) const TIERED: &[(&str, &str)] = &[
+    ("sglang:cached_tokens_total", "cache_source"),
+    ("vllm:prompt_tokens_cached_by_source_total", "source"),
+];
+
 /// Reads the text format. Fails on a sample line it cannot read (a server that sends
 /// something else entirely), never panics; keeps at most [`MAX_NAMES`] names of at most
 /// [`MAX_NAME_BYTES`] and says what it left out.
@@ -126,6 +136,15 @@ pub(crate) fn parse(text: &str) -> Result<Scrape, ScrapeError> {
         {
             let key = format!("{name}{{stage=\"{stage}\"}}");
             if key.len() <= MAX_NAME_BYTES && base.len() < name.len() {
+                *out.entry(key).or_insert(0.0) += value;
+            }
+        }
+        if let Some((_, label)) = TIERED.iter().find(|(n, _)| *n == name)
+            && let Some((_, tier)) = self::labels(labels).into_iter().find(|(k, _)| k == label)
+            && out.len() < MAX_NAMES
+        {
+            let key = format!("{name}{{{label}=\"{tier}\"}}");
+            if key.len() <= MAX_NAME_BYTES {
                 *out.entry(key).or_insert(0.0) += value;
             }
         }
@@ -323,6 +342,29 @@ mod tests {
         assert!(v["nan_metric"].is_nan());
         assert!(!v.contains_key("sglang:ttft_seconds_bucket"));
         assert!(!v.contains_key("x_created"));
+    }
+
+    /// SGLang 0.5.23 labels its cached tokens by the tier that served them (and vLLM by
+    /// source): each tier is kept apart beside the sum, which stays the engine's total.
+    #[test]
+    fn cached_tokens_are_kept_by_tier_beside_their_sum() {
+        let text = "sglang:cached_tokens_total{model_name=\"m\",cache_source=\"device\"} 300\n\
+            sglang:cached_tokens_total{model_name=\"m\",cache_source=\"host\"} 64\n\
+            vllm:prompt_tokens_cached_by_source_total{engine=\"0\",source=\"disk\"} 7\n\
+            vllm:prompt_tokens_cached_by_source_total{engine=\"1\",source=\"disk\"} 5\n\
+            sglang:num_requests_total{is_streaming=\"true\"} 4\n";
+        let v = parse(text).unwrap().values;
+        assert_eq!(v["sglang:cached_tokens_total"], 364.0);
+        assert_eq!(
+            v["sglang:cached_tokens_total{cache_source=\"device\"}"],
+            300.0
+        );
+        assert_eq!(v["sglang:cached_tokens_total{cache_source=\"host\"}"], 64.0);
+        assert_eq!(
+            v["vllm:prompt_tokens_cached_by_source_total{source=\"disk\"}"],
+            12.0
+        );
+        assert_eq!(v.len(), 6, "{v:?}");
     }
 
     #[test]

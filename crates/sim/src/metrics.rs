@@ -462,7 +462,7 @@ impl SchedStats {
             ),
             (
                 "sglang:cached_tokens_total",
-                "Number of cached prompt tokens.",
+                "Number of cached prompt tokens by source (device/host/storage).",
                 self.cached_tokens_total,
                 self.cached_tokens_total > 0,
             ),
@@ -481,8 +481,15 @@ impl SchedStats {
         ];
         for (name, help, v, created) in counters {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+            // SGLang 0.5.23 counts a request's cached tokens by the tier that served them
+            // (`scheduler_components/output_streamer.py`); without HiCache every hit is the
+            // device's.
+            let tier = match name {
+                "sglang:cached_tokens_total" => ",cache_source=\"device\"",
+                _ => "",
+            };
             if created {
-                let _ = writeln!(s, "{name}{{{labels}}} {v}");
+                let _ = writeln!(s, "{name}{{{labels}{tier}}} {v}");
             }
         }
     }
@@ -618,6 +625,10 @@ mod tests {
         assert_eq!(
             sample(&hit, "sglang:cached_tokens_total").as_deref(),
             Some("63")
+        );
+        assert!(
+            hit.contains("sglang:cached_tokens_total{model_name=\"m\",cache_source=\"device\"} 63"),
+            "the tier that served the hit, as SGLang labels it:\n{hit}"
         );
     }
 

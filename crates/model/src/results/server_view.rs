@@ -149,6 +149,13 @@ pub struct ServerView {
     /// Cached prompt tokens the server counted in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<f64>,
+    /// Cached prompt tokens the server counted in the window by the cache tier that served
+    /// them, as the engine names its tiers (SGLang's `cache_source`: `device`, `host`,
+    /// `storage`; vLLM's `source`: `device`, `host`, `p2p`, `disk`, ...). Only the tiers the
+    /// engine labelled: a tier it never named is absent, not 0; empty where the engine
+    /// counts no tiers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cached_by_tier: BTreeMap<String, f64>,
     /// Generated tokens the server counted in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_tokens: Option<f64>,

@@ -18,6 +18,9 @@ struct Names {
     kv_usage: Option<&'static str>,
     prompt: &'static str,
     cached: Option<&'static str>,
+    /// The counter of cached tokens by cache tier and its tier label, where the engine has
+    /// one (the scrape keeps each tier under `NAME{label="tier"}`).
+    tiers: Option<(&'static str, &'static str)>,
     generated: &'static str,
     requests: Option<&'static str>,
     /// Speculative decoding's verify steps (drafts) and accepted draft tokens, where the
@@ -44,6 +47,7 @@ const ENGINES: &[Names] = &[
         kv_usage: Some("sglang:token_usage"),
         prompt: "sglang:prompt_tokens_total",
         cached: Some("sglang:cached_tokens_total"),
+        tiers: Some(("sglang:cached_tokens_total", "cache_source")),
         generated: "sglang:generation_tokens_total",
         requests: Some("sglang:num_requests_total"),
         spec: None,
@@ -58,6 +62,7 @@ const ENGINES: &[Names] = &[
         kv_usage: Some("vllm:kv_cache_usage_perc"),
         prompt: "vllm:prompt_tokens_total",
         cached: Some("vllm:prompt_tokens_cached_total"),
+        tiers: Some(("vllm:prompt_tokens_cached_by_source_total", "source")),
         generated: "vllm:generation_tokens_total",
         requests: Some("vllm:request_success_total"),
         // v1/spec_decode/metrics.py `SpecDecodingProm`: created when a speculative config is
@@ -77,6 +82,7 @@ const ENGINES: &[Names] = &[
         kv_usage: None,
         prompt: "llamacpp:prompt_tokens_total",
         cached: Some("llamacpp:prompt_tokens_cached_total"),
+        tiers: None,
         generated: "llamacpp:tokens_predicted_total",
         requests: None,
         spec: None,
@@ -191,12 +197,56 @@ fn fill_counters(view: &mut ServerView, w: &Windows, answered: &[&MetricsScrape]
     view.cached_tokens = cached;
     view.generation_tokens = generated;
     view.requests = names.requests.and_then(counter);
+    view.cached_by_tier = cached_by_tier(w);
     // vLLM's mean acceptance length: 1 + accepted / drafts ("conventionally including the
     // bonus token", v1/spec_decode/metrics.py).
     view.spec_accept_length = names.spec.and_then(|(drafts, accepted)| {
         let (d, a) = (counter(drafts)?, counter(accepted)?);
         (d > 0.0).then(|| 1.0 + a / d)
     });
+}
+
+/// Each cache tier's cached tokens over the windows, for the tiers the engine labelled in a
+/// round's last scrape (SGLang creates a tier's series with its first hit there).
+fn cached_by_tier(w: &Windows) -> std::collections::BTreeMap<String, f64> {
+    let Some((family, label)) = w.names.tiers else {
+        return Default::default();
+    };
+    let open = format!("{family}{{{label}=\"");
+    let mut tiers: Vec<String> = w
+        .windows
+        .iter()
+        .flatten()
+        .flat_map(|(_, end)| end.values.keys())
+        .filter_map(|k| {
+            k.strip_prefix(&open)?
+                .strip_suffix("\"}")
+                .map(str::to_string)
+        })
+        .collect();
+    tiers.sort();
+    tiers.dedup();
+    // A tier's series is created by its first hit: missing from a round's scrape, it had
+    // counted none yet.
+    let increase = |key: &str| -> Option<f64> {
+        let mut total = 0.0;
+        for (a, b) in w.windows.iter().copied().collect::<Option<Vec<_>>>()? {
+            let at = |s: &MetricsScrape| s.values.get(key).copied().unwrap_or(0.0);
+            let d = at(b) - at(a);
+            if !d.is_finite() || d < 0.0 {
+                return None;
+            }
+            total += d;
+        }
+        Some(total)
+    };
+    if w.restarted {
+        return Default::default();
+    }
+    tiers
+        .into_iter()
+        .filter_map(|tier| Some((tier.clone(), increase(&format!("{open}{tier}\"}}"))?)))
+        .collect()
 }
 
 /// Fills a disaggregated deployment's per-stage latencies, its prefill queue and its KV
@@ -581,6 +631,50 @@ mod tests {
         };
         let view = summarize(&[regular(10.0, "start", 0.0), regular(12.0, "end", 4.0)]).unwrap();
         assert!(!view.stages.contains_key("queue"));
+    }
+
+    /// Cached tokens by tier over two rounds: a tier first labelled in the second round (its
+    /// series created by its first hit) counts from 0; a tier the engine never labelled is
+    /// absent, not 0; an engine without tiers has none.
+    #[test]
+    fn cached_tokens_by_tier_add_per_round_and_an_unlabelled_tier_is_absent() {
+        let device = "sglang:cached_tokens_total{cache_source=\"device\"}";
+        let host = "sglang:cached_tokens_total{cache_source=\"host\"}";
+        let s = [
+            scrape(0, 10.0, "start", &[("sglang:prompt_tokens_total", 0.0)]),
+            scrape(
+                0,
+                11.0,
+                "end",
+                &[("sglang:prompt_tokens_total", 100.0), (device, 40.0)],
+            ),
+            scrape(
+                1,
+                20.0,
+                "start",
+                &[("sglang:prompt_tokens_total", 100.0), (device, 40.0)],
+            ),
+            scrape(
+                1,
+                21.0,
+                "end",
+                &[
+                    ("sglang:prompt_tokens_total", 300.0),
+                    (device, 100.0),
+                    (host, 64.0),
+                ],
+            ),
+        ];
+        let v = summarize(&s).unwrap();
+        assert_eq!(v.cached_by_tier.len(), 2, "{:?}", v.cached_by_tier);
+        assert_eq!(v.cached_by_tier["device"], 100.0);
+        assert_eq!(v.cached_by_tier["host"], 64.0);
+        assert!(!v.cached_by_tier.contains_key("storage"));
+        let llama = [
+            scrape(0, 10.0, "start", &[("llamacpp:prompt_tokens_total", 0.0)]),
+            scrape(0, 11.0, "end", &[("llamacpp:prompt_tokens_total", 9.0)]),
+        ];
+        assert!(summarize(&llama).unwrap().cached_by_tier.is_empty());
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct ServerViewRow {
     pub gen_tok_s: Option<f64>,
     /// Cached / prompt tokens by the server's counters.
     pub cache_hit_rate: Option<f64>,
+    /// The server's cached tokens by the cache tier that served them, in words
+    /// (`device 1200 (94.9%), host 64 (5.06%)`), of the tiers the engine labelled; None where
+    /// it counts no tiers.
+    pub cached_by_tier: Option<String>,
     /// True when the point carries `server-disagrees`.
     pub disagrees: bool,
     /// Scrapes the server did not answer, and why the first failed.
@@ -78,6 +82,7 @@ pub(crate) fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<Serv
                 kv_usage_max: v.kv_usage.map(|g| g.max),
                 gen_tok_s: v.gen_tok_s,
                 cache_hit_rate: v.cache_hit_rate,
+                cached_by_tier: tiers_text(&v.cached_by_tier, v.cached_tokens),
                 disagrees: p.has_flag(&FlagKind::ServerDisagrees),
                 failed_scrapes: v.failed_scrapes,
                 scrape_error: v.scrape_error.clone(),
@@ -85,4 +90,26 @@ pub(crate) fn rows(points: &[PointRecord], requests: &RequestDigest) -> Vec<Serv
             })
         })
         .collect()
+}
+
+/// The cached tokens by tier in words, each with its share of the server's cached tokens.
+fn tiers_text(
+    tiers: &std::collections::BTreeMap<String, f64>,
+    cached: Option<f64>,
+) -> Option<String> {
+    if tiers.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = tiers
+        .iter()
+        .map(|(tier, n)| match cached.filter(|c| *c > 0.0) {
+            Some(c) => format!(
+                "{tier} {} ({}%)",
+                servebench_model::text::tokens(*n),
+                servebench_model::text::sig3(n / c * 100.0)
+            ),
+            None => format!("{tier} {}", servebench_model::text::tokens(*n)),
+        })
+        .collect();
+    Some(parts.join(", "))
 }
