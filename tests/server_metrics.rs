@@ -171,6 +171,43 @@ fn a_fresh_sglangs_first_cold_point_has_its_server_counters() {
     assert_eq!(view["generation_tokens"].as_f64(), Some(12.0), "{view}");
 }
 
+/// Issue 46 item 5: SGLang 0.5.23 counts cached tokens by the tier that served them
+/// (`cache_source`); a warm point on the simulated SGLang (no HiCache: every hit the device's)
+/// has them by tier, equal to the client's cached tokens, and the report says so beside the
+/// server's view. llama.cpp, which counts no tiers, is said to count none.
+#[test]
+fn a_warm_sglang_point_has_its_cached_tokens_by_tier() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "tiers.yaml",
+        "name: tiers\nserver:\n  engine: sim\n  model: m\n  args: { profile: fast, enable-metrics: true }\n  ready_timeout: 30s\n\
+         workload:\n  prompt: { kind: repeat, tokens: 128, calibrate: false }\n  output_tokens: 4\n\
+         cache: { policy: warm }\nrequests: 4\n",
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    let view = &points[0]["server"];
+    let cached: u64 = measured_requests(&dir)
+        .iter()
+        .map(|r| r["cached_tokens"].as_u64().unwrap())
+        .sum();
+    assert!(cached > 0, "warm: {view}");
+    assert_eq!(
+        view["cached_by_tier"]["device"].as_f64(),
+        Some(cached as f64),
+        "{view}"
+    );
+    assert_eq!(
+        view["cached_by_tier"].as_object().unwrap().len(),
+        1,
+        "{view}"
+    );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!("- p001: device {cached} (100%).")),
+        "{report}"
+    );
+}
+
 /// Item 6: llama.cpp's `prompt_tokens_total` leaves out the cached tokens, which
 /// `prompt_tokens_cached_total` counts. A warm point is not "100% apart".
 #[test]
@@ -212,6 +249,14 @@ fn a_warm_llama_cpp_point_agrees_with_the_servers_counters() {
             .iter()
             .all(|k| k != "server-disagrees"),
         "{p}"
+    );
+    assert!(view.get("cached_by_tier").is_none(), "{view}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains(
+            "not by tier (llamacpp counts its cached tokens without the tier that served them)"
+        ),
+        "{report}"
     );
 }
 

@@ -490,6 +490,18 @@ fn launched_flag_sweep_metrics_and_teardown() {
         assert_eq!(p["status"], "ok", "{p}");
         assert!(doubts(p).is_empty(), "server-disagrees or worse: {p}");
         assert!(!p["server"].is_null(), "the server's own view: {p}");
+        // SGLang 0.5.23 labels its cached tokens by the tier that served them
+        // (`cache_source`): without HiCache, the device's, and the split adds up to the total.
+        let v = &p["server"];
+        let cached = v["cached_tokens"].as_f64().unwrap_or(0.0);
+        let tiers = v["cached_by_tier"].as_object().cloned().unwrap_or_default();
+        match cached > 0.0 {
+            true => {
+                assert_eq!(tiers.keys().collect::<Vec<_>>(), ["device"], "{v}");
+                assert_eq!(tiers["device"].as_f64(), Some(cached), "{v}");
+            }
+            false => assert!(tiers.is_empty(), "{v}"),
+        }
     }
     // Fails until the NaN metrics fix is merged: the report must render.
     let report = std::fs::read_to_string(dir.join("report.md"))

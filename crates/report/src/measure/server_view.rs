@@ -443,9 +443,19 @@ pub fn retained(
         (k.starts_with(STAGES) || k.starts_with(QUEUE_TIME) || k.starts_with("sglang:kv_transfer_"))
             && (k.contains("_sum") || k.contains("_count"))
     };
+    // Each cache tier's series (`NAME{label="tier"}`).
+    let tier = |k: &str| {
+        ENGINES
+            .iter()
+            .filter_map(|n| n.tiers)
+            .any(|(family, label)| {
+                k.strip_prefix(family)
+                    .is_some_and(|rest| rest.starts_with(&format!("{{{label}=\"")))
+            })
+    };
     let mut out: std::collections::BTreeMap<String, f64> = values
         .iter()
-        .filter(|(k, _)| read(k) || pd(k))
+        .filter(|(k, _)| read(k) || pd(k) || tier(k))
         .map(|(k, v)| (k.clone(), *v))
         .collect();
     for n in ENGINES {
