@@ -39,7 +39,9 @@ fn refusing_server() -> (String, Arc<Mutex<Vec<String>>>) {
             }
             let mut body = vec![0; length];
             let _ = reader.read_exact(&mut body);
-            log.lock().unwrap().push(format!("{} | {auth}", line.trim()));
+            log.lock()
+                .unwrap()
+                .push(format!("{} | {auth}", line.trim()));
             let answer = serde_json::json!({
                 "error_code": "PERMISSION_DENIED",
                 "message": format!("no access for {auth}"),
@@ -125,7 +127,10 @@ fn a_server_that_is_down_is_named_and_a_run_that_logs_to_it_is_kept() {
     let port = testkit::process::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let ws = Workspace::new();
-    let out = small_run(&ws, &format!("report: {{ mlflow: {{ tracking_uri: \"{url}\" }} }}"));
+    let out = small_run(
+        &ws,
+        &format!("report: {{ mlflow: {{ tracking_uri: \"{url}\" }} }}"),
+    );
     let text = show(&out);
     // The run measured and kept everything; the log's failure is said and fails the exit.
     assert_eq!(out.status.code(), Some(1), "{text}");
@@ -133,7 +138,9 @@ fn a_server_that_is_down_is_named_and_a_run_that_logs_to_it_is_kept() {
     assert!(dir.join("report.md").is_file() && dir.join("points.jsonl").is_file());
     assert!(
         text.contains("the run was not logged to MLflow: the MLflow server at")
-            && text.contains(&format!("{url} did not answer /api/2.0/mlflow/experiments/get-by-name"))
+            && text.contains(&format!(
+                "{url} did not answer /api/2.0/mlflow/experiments/get-by-name"
+            ))
             && text.contains(&format!("servebench mlflow {}", dir.display())),
         "{text}"
     );
@@ -162,10 +169,24 @@ fn a_tracking_uri_servebench_cannot_use_is_bad_input() {
     );
     let out = servebench().arg("validate").arg(&spec).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
-    assert!(show(&out).contains("`report.mlflow.tracking_uri` cannot be used: scheme `https`"), "{}", show(&out));
+    assert!(
+        show(&out).contains("`report.mlflow.tracking_uri` cannot be used: scheme `https`"),
+        "{}",
+        show(&out)
+    );
     let out = servebench()
-        .args(["mlflow", ws.path().to_str().unwrap(), "--tracking-uri", "http://127.0.0.1:1"])
+        .args([
+            "mlflow",
+            ws.path().to_str().unwrap(),
+            "--tracking-uri",
+            "http://127.0.0.1:1",
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "not a run directory: {}", show(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "not a run directory: {}",
+        show(&out)
+    );
 }

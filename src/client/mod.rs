@@ -494,8 +494,15 @@ impl Client {
 
     /// A small non-streaming request without a body, bounded by [`ADMIN_TIMEOUT`].
     async fn admin(&self, method: hyper::Method, path: &str) -> Result<(u16, Bytes), ClientError> {
-        self.send_small(method, path, Bytes::new(), ADMIN_TIMEOUT, ADMIN_BODY_LIMIT, &[])
-            .await
+        self.send_small(
+            method,
+            path,
+            Bytes::new(),
+            ADMIN_TIMEOUT,
+            ADMIN_BODY_LIMIT,
+            &[],
+        )
+        .await
     }
 
     async fn send_small(

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
-use super::MlflowError;
 use super::content::{self, Content};
+use super::error::{MlflowError, PASSWORD_ENV, TOKEN_ENV, USER_ENV};
 use crate::client::{Client, ClientError};
 
 /// Each call's limit.
@@ -20,11 +20,6 @@ const METRICS_PER_BATCH: usize = 1000;
 const PARAMS_TAGS_PER_BATCH: usize = 100;
 /// Runs asked for per page of `runs/search` (MLflow's most is 50,000).
 const SEARCH_PAGE: usize = 1000;
-
-/// The environment variables MLflow's own client reads for credentials.
-pub(crate) const TOKEN_ENV: &str = "MLFLOW_TRACKING_TOKEN";
-pub(crate) const USER_ENV: &str = "MLFLOW_TRACKING_USERNAME";
-pub(crate) const PASSWORD_ENV: &str = "MLFLOW_TRACKING_PASSWORD";
 
 /// A run already in MLflow, as `runs/search` gives it.
 #[derive(Debug, Clone)]
@@ -110,7 +105,11 @@ impl Api {
     }
 
     /// Every active run of the experiment whose `servebench.run_id` tag is `run_id`.
-    pub(super) async fn find(&self, experiment: &str, run_id: &str) -> Result<Vec<Found>, MlflowError> {
+    pub(super) async fn find(
+        &self,
+        experiment: &str,
+        run_id: &str,
+    ) -> Result<Vec<Found>, MlflowError> {
         let path = "/api/2.0/mlflow/runs/search";
         let mut found = Vec::new();
         let mut token: Option<String> = None;
@@ -153,7 +152,8 @@ impl Api {
         parent: Option<&str>,
     ) -> Result<Found, MlflowError> {
         let path = "/api/2.0/mlflow/runs/create";
-        let mut tags = vec![json!({ "key": content::RUN_ID_TAG, "value": c.tags[content::RUN_ID_TAG] })];
+        let mut tags =
+            vec![json!({ "key": content::RUN_ID_TAG, "value": c.tags[content::RUN_ID_TAG] })];
         if let Some(p) = parent {
             tags.push(json!({ "key": content::PARENT_TAG, "value": p }));
         }
@@ -181,7 +181,9 @@ impl Api {
     pub(super) async fn log(&self, id: &str, c: &Content, status: &str) -> Result<(), MlflowError> {
         let path = "/api/2.0/mlflow/runs/log-batch";
         let pairs = |m: &indexmap::IndexMap<String, String>| -> Vec<Value> {
-            m.iter().map(|(k, v)| json!({ "key": k, "value": v })).collect()
+            m.iter()
+                .map(|(k, v)| json!({ "key": k, "value": v }))
+                .collect()
         };
         let at = c.end_ms.unwrap_or(c.start_ms);
         let metrics: Vec<Value> = c
@@ -190,13 +192,16 @@ impl Api {
             .map(|(k, v)| json!({ "key": k, "value": v, "timestamp": at, "step": 0 }))
             .collect();
         for chunk in pairs(&c.params).chunks(PARAMS_TAGS_PER_BATCH) {
-            self.post(path, json!({ "run_id": id, "params": chunk })).await?;
+            self.post(path, json!({ "run_id": id, "params": chunk }))
+                .await?;
         }
         for chunk in pairs(&c.tags).chunks(PARAMS_TAGS_PER_BATCH) {
-            self.post(path, json!({ "run_id": id, "tags": chunk })).await?;
+            self.post(path, json!({ "run_id": id, "tags": chunk }))
+                .await?;
         }
         for chunk in metrics.chunks(METRICS_PER_BATCH) {
-            self.post(path, json!({ "run_id": id, "metrics": chunk })).await?;
+            self.post(path, json!({ "run_id": id, "metrics": chunk }))
+                .await?;
         }
         let mut update = json!({ "run_id": id, "status": status, "run_name": c.name });
         if let Some(end) = c.end_ms {
@@ -208,10 +213,21 @@ impl Api {
 
     /// Puts `bytes` as the artifact `name` of the run whose artifacts are at `root` (the
     /// path below `mlflow-artifacts:/`).
-    pub(super) async fn put_artifact(&self, root: &str, name: &str, bytes: Bytes) -> Result<(), MlflowError> {
-        let path = format!("/api/2.0/mlflow-artifacts/artifacts/{}", encode_path(&format!("{root}/{name}")));
+    pub(super) async fn put_artifact(
+        &self,
+        root: &str,
+        name: &str,
+        bytes: Bytes,
+    ) -> Result<(), MlflowError> {
+        let path = format!(
+            "/api/2.0/mlflow-artifacts/artifacts/{}",
+            encode_path(&format!("{root}/{name}"))
+        );
         let mut headers = self.headers.clone();
-        headers.push((header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")));
+        headers.push((
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        ));
         let (status, body) = self
             .client
             .send(hyper::Method::PUT, &path, bytes, &headers, CALL_TIMEOUT)
@@ -224,7 +240,12 @@ impl Api {
         self.call(hyper::Method::POST, path, Some(body)).await
     }
 
-    async fn call(&self, method: hyper::Method, path: &str, body: Option<Value>) -> Result<Value, MlflowError> {
+    async fn call(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, MlflowError> {
         let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
         let (status, answer) = self
             .client
@@ -346,7 +367,10 @@ mod tests {
     #[test]
     fn basic_credentials_are_padded_base64() {
         // RFC 7617's example.
-        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            base64(b"Aladdin:open sesame"),
+            "QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
         assert_eq!(base64(b"ab"), "YWI=");
         assert_eq!(base64(b"abc"), "YWJj");
     }

@@ -122,8 +122,13 @@ pub(crate) fn child(meta: &RunMeta, p: &PointRecord) -> Content {
         .map(|(k, v)| format!("{k}={}", compact(v)))
         .collect();
     let mut c = Content {
-        name: format!("{} {}", p.id, label.join(" ")).trim_end().to_string(),
-        start_ms: p.wall.as_ref().map_or(0, |w| (w.started_at * 1000.0) as i64),
+        name: format!("{} {}", p.id, label.join(" "))
+            .trim_end()
+            .to_string(),
+        start_ms: p
+            .wall
+            .as_ref()
+            .map_or(0, |w| (w.started_at * 1000.0) as i64),
         end_ms: p.wall.as_ref().map(|w| (w.ended_at * 1000.0) as i64),
         ..Content::default()
     };
@@ -250,7 +255,10 @@ mod tests {
     fn keys_are_ones_mlflow_accepts() {
         assert_eq!(sanitize("ttft_s.p99"), "ttft_s.p99");
         assert_eq!(sanitize("flag.tp-size"), "flag.tp-size");
-        assert_eq!(sanitize("sweep.server.env.A=b/c:d"), "sweep.server.env.A_b_c_d");
+        assert_eq!(
+            sanitize("sweep.server.env.A=b/c:d"),
+            "sweep.server.env.A_b_c_d"
+        );
         assert_eq!(sanitize("a..b"), "a._b");
         assert_eq!(sanitize(".."), "._");
         assert_eq!(sanitize(""), "_");
@@ -263,7 +271,11 @@ mod tests {
         param(&mut c, "big", &"x".repeat(MAX_PARAM_VALUE + 1));
         param(&mut c, "small", "y");
         assert_eq!(c.params.len(), 1);
-        assert!(c.omitted[0].starts_with("big (6001 characters"), "{:?}", c.omitted);
+        assert!(
+            c.omitted[0].starts_with("big (6001 characters"),
+            "{:?}",
+            c.omitted
+        );
     }
 
     #[test]

@@ -8,15 +8,16 @@
 
 mod api;
 mod content;
+mod error;
 
 use std::path::Path;
 
 use bytes::Bytes;
 
 use servebench_model::results::records::PointStatus;
-use servebench_model::results::rundir::{RunDir, RunDirError};
+use servebench_model::results::rundir::RunDir;
 
-pub(crate) use api::{PASSWORD_ENV, TOKEN_ENV, USER_ENV};
+pub(crate) use error::MlflowError;
 
 /// Largest file uploaded as an artifact; a larger one is left out and said.
 const ARTIFACT_BUDGET: u64 = 64 << 20;
@@ -35,7 +36,7 @@ const MAX_CHARTS: usize = 500;
 
 /// Where a run goes.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// `http://host:port`.
     pub tracking_uri: String,
     /// The MLflow experiment; None: the spec's name.
@@ -44,7 +45,7 @@ pub struct Target {
 
 /// What was logged.
 #[derive(Debug, Clone)]
-pub struct Logged {
+pub(crate) struct Logged {
     pub server: String,
     pub experiment: String,
     pub experiment_id: String,
@@ -62,7 +63,7 @@ pub struct Logged {
 
 impl Logged {
     /// The parent run's page in MLflow's UI.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "{}/#/experiments/{}/runs/{}",
             self.server, self.experiment_id, self.run_id
@@ -70,50 +71,8 @@ impl Logged {
     }
 }
 
-/// Why a run could not be logged. The run directory is untouched whatever happens.
-#[derive(Debug, thiserror::Error)]
-pub enum MlflowError {
-    #[error("the MLflow tracking URI `{uri}` cannot be used: {reason}")]
-    Uri { uri: String, reason: String },
-    #[error(transparent)]
-    Run(#[from] RunDirError),
-    #[error("the MLflow server at {server} did not answer {call}: {message}")]
-    Unreachable {
-        server: String,
-        call: String,
-        message: String,
-    },
-    #[error(
-        "the MLflow server at {server} refused {call}: HTTP {status}{}{}{}",
-        if code.is_empty() { String::new() } else { format!(" {code}") },
-        if message.is_empty() { String::new() } else { format!(": {message}") },
-        if matches!(status, 401 | 403) {
-            format!(" (servebench sends {TOKEN_ENV} as a bearer token, or {USER_ENV} and {PASSWORD_ENV} as basic credentials, from the environment)")
-        } else {
-            String::new()
-        }
-    )]
-    Refused {
-        server: String,
-        call: String,
-        status: u16,
-        /// MLflow's `error_code` (empty when the answer had none).
-        code: String,
-        message: String,
-    },
-    #[error("the server at {server} answered {call} with HTTP {status} and not MLflow's JSON: {body}")]
-    NotMlflow {
-        server: String,
-        call: String,
-        status: u16,
-        body: String,
-    },
-    #[error("the MLflow experiment `{name}` on {server} is deleted: restore it or name another with --experiment")]
-    DeletedExperiment { server: String, name: String },
-}
-
 /// Logs the run directory at `dir` to `target`.
-pub async fn log_run(dir: &Path, target: &Target) -> Result<Logged, MlflowError> {
+pub(crate) async fn log_run(dir: &Path, target: &Target) -> Result<Logged, MlflowError> {
     let run = RunDir::open(dir)?;
     let meta = run.read_meta()?;
     let points = run.read_points()?;
@@ -123,9 +82,7 @@ pub async fn log_run(dir: &Path, target: &Target) -> Result<Logged, MlflowError>
         .clone()
         .unwrap_or_else(|| meta.experiment.name.clone());
     let experiment_id = api.experiment(&experiment).await?;
-    let found = api
-        .find(&experiment_id, &content::run_id(&meta))
-        .await?;
+    let found = api.find(&experiment_id, &content::run_id(&meta)).await?;
     let dir_name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -141,7 +98,10 @@ pub async fn log_run(dir: &Path, target: &Target) -> Result<Logged, MlflowError>
     let mut notes: Vec<String> = Vec::new();
     for p in &points {
         let c = content::child(&meta, p);
-        let id = match found.iter().find(|f| f.point.as_deref() == Some(p.id.as_str())) {
+        let id = match found
+            .iter()
+            .find(|f| f.point.as_deref() == Some(p.id.as_str()))
+        {
             Some(f) => f.id.clone(),
             None => api.create(&experiment_id, &c, Some(&run_id)).await?.id,
         };
@@ -150,11 +110,16 @@ pub async fn log_run(dir: &Path, target: &Target) -> Result<Logged, MlflowError>
             _ => "FINISHED",
         };
         api.log(&id, &c, status).await?;
-        notes.extend(c.omitted.iter().map(|o| format!("point {}: param {o} left out", p.id)));
+        notes.extend(
+            c.omitted
+                .iter()
+                .map(|o| format!("point {}: param {o} left out", p.id)),
+        );
     }
     let artifacts = upload_artifacts(&api, &run, &artifact_uri, &mut notes).await?;
     // The parent last: its status and end time say the log is whole.
-    api.log(&run_id, &parent, content::status(meta.status)).await?;
+    api.log(&run_id, &parent, content::status(meta.status))
+        .await?;
     notes.extend(parent.omitted.iter().map(|o| format!("param {o} left out")));
     Ok(Logged {
         server: api.server.clone(),
@@ -197,15 +162,25 @@ async fn upload_artifacts(
             .collect();
         names.sort();
         if names.len() > MAX_CHARTS {
-            notes.push(format!("{} charts beyond the first {MAX_CHARTS} not uploaded", names.len() - MAX_CHARTS));
+            notes.push(format!(
+                "{} charts beyond the first {MAX_CHARTS} not uploaded",
+                names.len() - MAX_CHARTS
+            ));
         }
-        files.extend(names.into_iter().take(MAX_CHARTS).map(|n| (format!("charts/{n}"), charts.join(&n))));
+        files.extend(
+            names
+                .into_iter()
+                .take(MAX_CHARTS)
+                .map(|n| (format!("charts/{n}"), charts.join(&n))),
+        );
     }
     let mut sent = 0;
     for (name, path) in files {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         if size > ARTIFACT_BUDGET {
-            notes.push(format!("{name} not uploaded: {size} bytes, over the {ARTIFACT_BUDGET}-byte budget"));
+            notes.push(format!(
+                "{name} not uploaded: {size} bytes, over the {ARTIFACT_BUDGET}-byte budget"
+            ));
             continue;
         }
         let Ok(bytes) = std::fs::read(&path) else {
@@ -213,7 +188,9 @@ async fn upload_artifacts(
             continue;
         };
         // Written through the redactor like every file, again: nothing secret leaves.
-        let bytes = servebench_model::redact::current().bytes(&bytes).into_owned();
+        let bytes = servebench_model::redact::current()
+            .bytes(&bytes)
+            .into_owned();
         api.put_artifact(&root, &name, Bytes::from(bytes)).await?;
         sent += 1;
     }
@@ -238,7 +215,10 @@ mod tests {
 
     #[test]
     fn the_proxied_artifact_root_comes_from_the_run_s_artifact_uri() {
-        assert_eq!(proxied_root("mlflow-artifacts:/1/ab/artifacts").as_deref(), Some("1/ab/artifacts"));
+        assert_eq!(
+            proxied_root("mlflow-artifacts:/1/ab/artifacts").as_deref(),
+            Some("1/ab/artifacts")
+        );
         assert_eq!(
             proxied_root("mlflow-artifacts://h:5000/1/ab/artifacts").as_deref(),
             Some("1/ab/artifacts")

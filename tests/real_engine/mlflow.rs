@@ -17,9 +17,19 @@ fn start_mlflow(tier: &Tier) -> RealServer {
     let log = dir.path().join("mlflow.log");
     let mut cmd = Command::new(tier.mlflow());
     cmd.arg("server")
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--workers", "1"])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--workers",
+            "1",
+        ])
         .arg("--backend-store-uri")
-        .arg(format!("sqlite:///{}", dir.path().join("mlflow.db").display()))
+        .arg(format!(
+            "sqlite:///{}",
+            dir.path().join("mlflow.db").display()
+        ))
         .arg("--artifacts-destination")
         .arg(dir.path().join("artifacts"))
         .current_dir(dir.path());
@@ -71,7 +81,10 @@ fn mlflow_logs_a_sweep_as_a_parent_with_a_child_per_point_and_a_second_log_updat
         return;
     };
     let server = start_mlflow(&tier);
-    eprintln!("mlflow server ready in {:.1} s", server.started_in.as_secs_f64());
+    eprintln!(
+        "mlflow server ready in {:.1} s",
+        server.started_in.as_secs_f64()
+    );
     let ws = Workspace::new();
     let spec = ws.write(
         "logged.yaml",
@@ -91,19 +104,34 @@ fn mlflow_logs_a_sweep_as_a_parent_with_a_child_per_point_and_a_second_log_updat
     assert!(text.contains("mlflow: logged run"), "{text}");
     let dir = run_dir(&out);
     let points = read_jsonl(&dir.join("points.jsonl"));
-    let experiment = api(&server, "/api/2.0/mlflow/experiments/get-by-name?experiment_name=team-bench", None);
-    let eid = experiment["experiment"]["experiment_id"].as_str().unwrap().to_string();
+    let experiment = api(
+        &server,
+        "/api/2.0/mlflow/experiments/get-by-name?experiment_name=team-bench",
+        None,
+    );
+    let eid = experiment["experiment"]["experiment_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let first = runs(&server, &eid);
     check_runs(&server, &first, &points, &dir);
 
     // `servebench mlflow` on the same run: the same runs, updated; no metric row twice.
     let out = servebench()
-        .args(["mlflow", dir.to_str().unwrap(), "--tracking-uri", &server.base])
+        .args([
+            "mlflow",
+            dir.to_str().unwrap(),
+            "--tracking-uri",
+            &server.base,
+        ])
         .args(["--experiment", "team-bench"])
         .timeout(Duration::from_secs(120))
         .output()
         .unwrap();
-    let parent = first.iter().find(|r| kv(r, "tags", "mlflow.parentRunId").is_none()).unwrap();
+    let parent = first
+        .iter()
+        .find(|r| kv(r, "tags", "mlflow.parentRunId").is_none())
+        .unwrap();
     let parent_id = parent["info"]["run_id"].as_str().unwrap();
     assert!(
         show(&out).contains(&format!("mlflow: updated run {parent_id}")),
@@ -118,7 +146,10 @@ fn mlflow_logs_a_sweep_as_a_parent_with_a_child_per_point_and_a_second_log_updat
     };
     assert_eq!(ids(&second), ids(&first), "a second log made new runs");
     check_runs(&server, &second, &points, &dir);
-    for child in second.iter().filter(|r| kv(r, "tags", "mlflow.parentRunId").is_some()) {
+    for child in second
+        .iter()
+        .filter(|r| kv(r, "tags", "mlflow.parentRunId").is_some())
+    {
         let id = child["info"]["run_id"].as_str().unwrap();
         let h = api(
             &server,
@@ -133,42 +164,86 @@ fn mlflow_logs_a_sweep_as_a_parent_with_a_child_per_point_and_a_second_log_updat
 /// report's files among the parent's artifacts, byte for byte.
 fn check_runs(server: &RealServer, runs: &[Value], points: &[Value], dir: &Path) {
     assert_eq!(runs.len(), points.len() + 1, "{runs:#?}");
-    let parents: Vec<&Value> = runs.iter().filter(|r| kv(r, "tags", "mlflow.parentRunId").is_none()).collect();
+    let parents: Vec<&Value> = runs
+        .iter()
+        .filter(|r| kv(r, "tags", "mlflow.parentRunId").is_none())
+        .collect();
     assert_eq!(parents.len(), 1);
     let parent = parents[0];
     let parent_id = parent["info"]["run_id"].as_str().unwrap();
     assert_eq!(parent["info"]["status"], "FINISHED");
     assert_eq!(kv(parent, "params", "experiment"), Some(&json!("logged")));
     assert_eq!(kv(parent, "params", "engine"), Some(&json!("sim")));
-    assert_eq!(kv(parent, "params", "sweep.concurrency"), Some(&json!("[1,2]")));
+    assert_eq!(
+        kv(parent, "params", "sweep.concurrency"),
+        Some(&json!("[1,2]"))
+    );
     assert!(kv(parent, "params", "servebench_version").is_some());
-    assert_eq!(kv(parent, "tags", "servebench.status"), Some(&json!("complete")));
+    assert_eq!(
+        kv(parent, "tags", "servebench.status"),
+        Some(&json!("complete"))
+    );
     for p in points {
         let id = p["id"].as_str().unwrap();
         let child = runs
             .iter()
             .find(|r| kv(r, "tags", "servebench.point") == Some(&json!(id)))
             .unwrap_or_else(|| panic!("no child run for {id}"));
-        assert_eq!(kv(child, "tags", "mlflow.parentRunId"), Some(&json!(parent_id)));
+        assert_eq!(
+            kv(child, "tags", "mlflow.parentRunId"),
+            Some(&json!(parent_id))
+        );
         let concurrency = p["values"]["concurrency"].to_string();
-        assert_eq!(kv(child, "params", "sweep.concurrency"), Some(&json!(concurrency)));
+        assert_eq!(
+            kv(child, "params", "sweep.concurrency"),
+            Some(&json!(concurrency))
+        );
         assert_eq!(kv(child, "params", "flag.profile"), Some(&json!("fast")));
         for name in ["ttft_s", "e2e_s", "decode_tok_s"] {
             let want = p["metrics"][name]["mean"].as_f64().unwrap();
             let got = kv(child, "metrics", name).and_then(Value::as_f64);
             assert_eq!(got, Some(want), "{id} {name}");
             let p99 = p["metrics"][name]["p99"].as_f64().unwrap();
-            assert_eq!(kv(child, "metrics", &format!("{name}.p99")).and_then(Value::as_f64), Some(p99));
+            assert_eq!(
+                kv(child, "metrics", &format!("{name}.p99")).and_then(Value::as_f64),
+                Some(p99)
+            );
         }
-        assert_eq!(kv(child, "metrics", "requests_ok").and_then(Value::as_f64), Some(3.0));
+        assert_eq!(
+            kv(child, "metrics", "requests_ok").and_then(Value::as_f64),
+            Some(3.0)
+        );
     }
-    let listed = api(server, &format!("/api/2.0/mlflow/artifacts/list?run_id={parent_id}"), None);
-    let files: Vec<&str> = listed["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
-    for f in ["report.md", "report.html", "spec.yaml", "meta.json", "points.jsonl"] {
+    let listed = api(
+        server,
+        &format!("/api/2.0/mlflow/artifacts/list?run_id={parent_id}"),
+        None,
+    );
+    let files: Vec<&str> = listed["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for f in [
+        "report.md",
+        "report.html",
+        "spec.yaml",
+        "meta.json",
+        "points.jsonl",
+    ] {
         assert!(files.contains(&f), "{f} not in {files:?}");
     }
-    let root = listed["root_uri"].as_str().unwrap().trim_start_matches("mlflow-artifacts:/").to_string();
-    let page = http::get(&server.base, &format!("/api/2.0/mlflow-artifacts/artifacts/{root}/report.md")).unwrap();
+    let root = listed["root_uri"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("mlflow-artifacts:/")
+        .to_string();
+    let page = http::get(
+        &server.base,
+        &format!("/api/2.0/mlflow-artifacts/artifacts/{root}/report.md"),
+    )
+    .unwrap();
     assert_eq!(page.status, 200);
     let written = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert_eq!(page.body, written);
