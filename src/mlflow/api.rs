@@ -80,11 +80,11 @@ impl Api {
 
     /// The experiment named `name`'s id, created when missing.
     pub(super) async fn experiment(&self, name: &str) -> Result<String, MlflowError> {
-        let path = format!(
+        let by_name = format!(
             "/api/2.0/mlflow/experiments/get-by-name?experiment_name={}",
             encode(name)
         );
-        match self.call(hyper::Method::GET, &path, None).await {
+        match self.call(hyper::Method::GET, &by_name, None).await {
             Ok(v) => {
                 let e = &v["experiment"];
                 if e["lifecycle_stage"] == "deleted" {
@@ -93,12 +93,19 @@ impl Api {
                         name: name.to_string(),
                     });
                 }
-                field(self, &path, &e["experiment_id"])
+                field(self, &by_name, &e["experiment_id"])
             }
             Err(MlflowError::Refused { code, .. }) if code == "RESOURCE_DOES_NOT_EXIST" => {
                 let path = "/api/2.0/mlflow/experiments/create";
-                let v = self.post(path, json!({ "name": name })).await?;
-                field(self, path, &v["experiment_id"])
+                match self.post(path, json!({ "name": name })).await {
+                    Ok(v) => field(self, path, &v["experiment_id"]),
+                    // Another log made it meanwhile: it is there now.
+                    Err(MlflowError::Refused { code, .. }) if code == "RESOURCE_ALREADY_EXISTS" => {
+                        let v = self.call(hyper::Method::GET, &by_name, None).await?;
+                        field(self, &by_name, &v["experiment"]["experiment_id"])
+                    }
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => Err(e),
         }

@@ -85,7 +85,6 @@ pub(crate) fn parent(meta: &RunMeta, run_dir_name: &str, points: usize) -> Conte
         param(&mut c, "model", model);
     }
     param(&mut c, "method", e.method.name());
-    param(&mut c, "points", &points.to_string());
     if !meta.dimensions.is_empty() {
         param(&mut c, "dimensions", &meta.dimensions.join(","));
     }
@@ -100,6 +99,9 @@ pub(crate) fn parent(meta: &RunMeta, run_dir_name: &str, points: usize) -> Conte
         }
     }
     tag(&mut c, RUN_ID_TAG, &run_id(meta));
+    // Tags, not params: they change as a resumed run grows, and MLflow keeps a param's first
+    // value (it refuses another).
+    tag(&mut c, "servebench.points", &points.to_string());
     tag(&mut c, "servebench.status", &meta.status.to_string());
     if let Some(r) = &meta.status_reason {
         tag(&mut c, "servebench.status_reason", r);
@@ -148,11 +150,12 @@ pub(crate) fn child(meta: &RunMeta, p: &PointRecord) -> Content {
             param(&mut c, &format!("flag.{flag}"), &compact(v));
         }
     }
-    if let Some(h) = &p.host {
-        param(&mut c, "host", h);
-    }
     tag(&mut c, RUN_ID_TAG, &run_id(meta));
     tag(&mut c, POINT_TAG, &p.id);
+    // A point measured again after a resume may run on another host of a pool.
+    if let Some(h) = &p.host {
+        tag(&mut c, "servebench.host", h);
+    }
     tag(&mut c, "servebench.point_status", &p.status().to_string());
     if let Some(f) = &p.failure {
         tag(&mut c, "servebench.failure", f);

@@ -158,6 +158,49 @@ fn mlflow_logs_a_sweep_as_a_parent_with_a_child_per_point_and_a_second_log_updat
         );
         assert_eq!(h["metrics"].as_array().unwrap().len(), 1, "{h}");
     }
+    grown_run_updates_its_parent(&server, &ws, &dir, &points);
+}
+
+/// A run logged with one point, then again with two (as `run --resume` grows it): the same
+/// parent, now with two children, and no param refused.
+fn grown_run_updates_its_parent(server: &RealServer, ws: &Workspace, dir: &Path, points: &[Value]) {
+    let part = ws.path().join("part").join(dir.file_name().unwrap());
+    std::fs::create_dir_all(&part).unwrap();
+    for f in ["meta.json", "spec.yaml", "report.md"] {
+        std::fs::copy(dir.join(f), part.join(f)).unwrap();
+    }
+    let first_line = std::fs::read_to_string(dir.join("points.jsonl")).unwrap();
+    let first_line = first_line.lines().next().unwrap().to_string() + "\n";
+    std::fs::write(part.join("points.jsonl"), first_line).unwrap();
+    let log = |d: &Path| {
+        let out = servebench()
+            .args([
+                "mlflow",
+                d.to_str().unwrap(),
+                "--tracking-uri",
+                &server.base,
+            ])
+            .args(["--experiment", "grown"])
+            .timeout(Duration::from_secs(120))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        show(&out)
+    };
+    assert!(log(&part).contains("logged run"));
+    assert!(log(dir).contains("updated run"));
+    let e = api(
+        server,
+        "/api/2.0/mlflow/experiments/get-by-name?experiment_name=grown",
+        None,
+    );
+    let all = runs(server, e["experiment"]["experiment_id"].as_str().unwrap());
+    assert_eq!(all.len(), points.len() + 1, "{all:#?}");
+    let parent = all
+        .iter()
+        .find(|r| kv(r, "tags", "mlflow.parentRunId").is_none())
+        .unwrap();
+    assert_eq!(kv(parent, "tags", "servebench.points"), Some(&json!("2")));
 }
 
 /// One parent and a child per point: params, tags, metrics equal to points.jsonl's, and the
