@@ -112,14 +112,35 @@ fn a_refusing_server_is_named_with_its_answer_and_the_token_is_sent_but_never_sh
         "{text}"
     );
     assert!(!text.contains(token), "the token is shown: {text}");
-    let seen = seen.lock().unwrap().clone();
+    let first = seen.lock().unwrap().clone();
     assert_eq!(
-        seen,
+        first,
         vec![format!(
             "GET /api/2.0/mlflow/experiments/get-by-name?experiment_name=mlflow-errors HTTP/1.1 | Bearer {token}"
         )]
     );
     assert_eq!(snapshot(&dir), before, "the run directory changed");
+    // A user name and password go as basic credentials (RFC 7617), the password never shown.
+    let password = "mlflow-password-81f2";
+    let out = servebench()
+        .args(["mlflow", dir.to_str().unwrap(), "--tracking-uri", &url])
+        .env("MLFLOW_TRACKING_USERNAME", "team")
+        .env("MLFLOW_TRACKING_PASSWORD", password)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let text = show(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    // base64("team:mlflow-password-81f2")
+    let basic = "dGVhbTptbGZsb3ctcGFzc3dvcmQtODFmMg==";
+    assert!(
+        seen.lock()
+            .unwrap()
+            .last()
+            .unwrap()
+            .ends_with(&format!("| Basic {basic}"))
+    );
+    assert!(!text.contains(password) && !text.contains(basic), "{text}");
 }
 
 #[test]

@@ -18,8 +18,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// MLflow's `MAX_METRICS_PER_BATCH` and `MAX_PARAMS_TAGS_PER_BATCH` per `log-batch`.
 const METRICS_PER_BATCH: usize = 1000;
 const PARAMS_TAGS_PER_BATCH: usize = 100;
-/// Runs asked for per page of `runs/search` (MLflow's most is 50,000).
-const SEARCH_PAGE: usize = 1000;
+/// Runs asked for per page of `runs/search` (MLflow's most is 50,000): a page of runs with
+/// their params, tags and metrics stays well within the client's 16 MiB answer budget.
+const SEARCH_PAGE: usize = 200;
 
 /// A run already in MLflow, as `runs/search` gives it.
 #[derive(Debug, Clone)]
