@@ -128,6 +128,25 @@ pub(crate) enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Log a run to an MLflow tracking server: the run as a parent MLflow run (the experiment,
+    /// spec and versions as params; the report, its page, the spec and the records as
+    /// artifacts), each point a child run with its swept values and flags as params and its
+    /// figures as metrics. Logging the same run again updates those runs. A token comes from
+    /// `MLFLOW_TRACKING_TOKEN` (or `MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`)
+    /// in the environment. A spec's `report.mlflow` logs every run the same way.
+    ///
+    /// Example: `servebench mlflow runs/quickstart/<ts> --tracking-uri http://mlflow:5000`
+    Mlflow {
+        /// A run directory, e.g. runs/quickstart/2026-11-29T10-04-12Z.
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: PathBuf,
+        /// The tracking server, http://host:port.
+        #[arg(long, value_name = "URL")]
+        tracking_uri: String,
+        /// The MLflow experiment, created when missing (default: the spec's name).
+        #[arg(long, value_name = "NAME")]
+        experiment: Option<String>,
+    },
     /// Check a run against the published numbers in its spec's `expect:` list: one verdict per
     /// expectation (reproduced, off by X%, point failed). Exits 1 when any does not hold.
     Check {
@@ -420,6 +439,17 @@ where
             format,
             out,
         } => export(&run_dir, format, out),
+        Command::Mlflow {
+            run_dir,
+            tracking_uri,
+            experiment,
+        } => mlflow(
+            &run_dir,
+            &crate::mlflow::Target {
+                tracking_uri,
+                experiment,
+            },
+        ),
         Command::Bound(args) => bound(args),
         Command::Compare(args) => compare(args),
         Command::History(args) => history(HistoryOptions::of(&args)),
@@ -580,6 +610,22 @@ fn run_experiment(
             false
         }
     };
+    // Said, and the run is kept: `servebench mlflow RUN_DIR` logs it again.
+    let logged = match &outcome.mlflow {
+        None => true,
+        Some(Ok(l)) => {
+            print_logged(l);
+            true
+        }
+        Some(Err(e)) => {
+            console::errln(&format!(
+                "error: the run was not logged to MLflow: {e}\n(the run is kept; log it again with `servebench mlflow {} --tracking-uri URL`)",
+                outcome.dir.display()
+            ));
+            false
+        }
+    };
+    let reported = reported && logged;
     use servebench_model::results::meta::RunStatus;
     let status = match outcome.status {
         RunStatus::Complete => Status::failed_if(!reported),
@@ -797,6 +843,28 @@ fn export(run_dir: &Path, format: ExportFormat, out: Option<PathBuf>) -> Result<
         out.display()
     ));
     Ok(Status::Success)
+}
+
+fn mlflow(run_dir: &Path, target: &crate::mlflow::Target) -> Result<Status, Error> {
+    let logged = runtime()?.block_on(crate::mlflow::log_run(run_dir, target))?;
+    print_logged(&logged);
+    Ok(Status::Success)
+}
+
+/// What a log to MLflow did, on stdout (what it left out on stderr).
+fn print_logged(l: &crate::mlflow::Logged) {
+    console::outln(&format!(
+        "mlflow: {} run {} in experiment `{}` with {} and {}: {}",
+        if l.updated { "updated" } else { "logged" },
+        l.run_id,
+        l.experiment,
+        count_s(l.points, "point run"),
+        count_s(l.artifacts, "artifact"),
+        l.url()
+    ));
+    for n in &l.notes {
+        console::errln(&format!("mlflow: {n}"));
+    }
 }
 
 /// A `--format` servebench can export to.

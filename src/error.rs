@@ -119,6 +119,10 @@ pub(crate) enum Error {
     /// login, a newer schema, a damaged row): nothing is built from part of it.
     #[error(transparent)]
     HistoryDb(#[from] servebench_report::history::db::DbError),
+    /// `mlflow` could not log the run (a server down or refusing, a run directory that is
+    /// not one); the run directory is untouched.
+    #[error(transparent)]
+    Mlflow(#[from] crate::mlflow::MlflowError),
     /// `down` could not read the run directory or reach its host.
     #[error(transparent)]
     Down(#[from] crate::run::down::DownError),
@@ -134,6 +138,9 @@ impl Error {
             | Error::Estimate(_)
             | Error::Run(RunError::Preflight(_) | RunError::Host(_) | RunError::Resume(_))
             | Error::OpenRun(_)
+            | Error::Mlflow(
+                crate::mlflow::MlflowError::Uri { .. } | crate::mlflow::MlflowError::Run(_),
+            )
             | Error::CompareTemplate { .. } => exit::BAD_INPUT,
             Error::Runtime(_)
             | Error::Run(_)
@@ -143,6 +150,7 @@ impl Error {
             | Error::Report(_)
             | Error::Write { .. }
             | Error::HistoryDb(_)
+            | Error::Mlflow(_)
             | Error::Down(_) => exit::FAILED,
         }
     }

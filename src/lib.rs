@@ -8,6 +8,7 @@ pub mod engine;
 pub mod error;
 pub mod host;
 pub mod load;
+pub(crate) mod mlflow;
 pub mod plan;
 pub mod prompt;
 pub mod run;

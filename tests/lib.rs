@@ -18,6 +18,7 @@ mod history;
 mod interactivity;
 mod interrupt;
 mod load;
+mod mlflow;
 mod nonce_off;
 mod orphans;
 mod pgserver;

@@ -20,6 +20,8 @@ mod deploy;
 mod differential;
 #[path = "real_engine/llamacpp.rs"]
 mod llamacpp;
+#[path = "real_engine/mlflow.rs"]
+mod mlflow;
 #[path = "real_engine/router.rs"]
 mod router;
 #[path = "real_engine/sglang.rs"]
@@ -63,6 +65,8 @@ pub enum Part {
     Smg,
     /// AIPerf 0.13's models, which read `servebench export --format aiperf`'s files.
     Aiperf,
+    /// MLflow 3.17.2's tracking server, which `servebench mlflow` logs runs to.
+    Mlflow,
 }
 
 impl Part {
@@ -74,6 +78,7 @@ impl Part {
             Part::Router => &["router-venv", "model-hf"],
             Part::Smg => &["smg-venv", "model-hf"],
             Part::Aiperf => &["aiperf-venv"],
+            Part::Mlflow => &["mlflow-venv"],
         }
     }
 }
@@ -105,6 +110,10 @@ impl Tier {
     /// The python of AIPerf's venv.
     pub fn aiperf_python(&self) -> PathBuf {
         self.dir.join("aiperf-venv/bin/python")
+    }
+    /// The `mlflow` command of MLflow's venv (`mlflow server ...`).
+    pub fn mlflow(&self) -> PathBuf {
+        self.dir.join("mlflow-venv/bin/mlflow")
     }
     pub fn llama_server(&self) -> PathBuf {
         self.dir.join("llama-server")
@@ -466,6 +475,7 @@ fn tier_is_provisioned_or_says_how() {
         Part::Router,
         Part::Smg,
         Part::Aiperf,
+        Part::Mlflow,
     ] {
         if let Some(t) = tier(part) {
             match part {
@@ -497,6 +507,7 @@ fn tier_is_provisioned_or_says_how() {
                         t.aiperf_python().display()
                     );
                 }
+                Part::Mlflow => assert!(t.mlflow().is_file(), "{}", t.mlflow().display()),
             }
         }
     }

@@ -16,9 +16,11 @@
 #     aiperf-venv/      AIPerf 0.13.0's models, which load `servebench export --format aiperf`'s
 #                       files (scripts/aiperf/validate_export.py), pinned by
 #                       aiperf-requirements.txt; a venv of its own
+#     mlflow-venv/      MLflow 3.17.2, whose `mlflow server` the tests start to log runs to
+#                       (`servebench mlflow`), pinned by mlflow-constraints.txt; a venv of its own
 # Each part is skipped when its stamp (`.stamp-PART`) names the pinned version; delete the
 # stamp (or the directory) to rebuild it.
-# Usage: provision.sh [all|sglang|llama|router|smg|aiperf|check]
+# Usage: provision.sh [all|sglang|llama|router|smg|aiperf|mlflow|check]
 # Needs: python3 with venv (Debian: python3-venv), cmake and a C++ compiler (installed with
 # apt-get when missing and running as root), network access to PyPI.
 set -euo pipefail
@@ -34,6 +36,8 @@ SGLANG_ROUTER_VERSION=0.3.2
 SMG_VERSION=1.13.0
 AIPERF_VERSION=0.13.0
 AIPERF_REQUIREMENTS="$HERE/aiperf-requirements.txt"
+MLFLOW_VERSION=3.17.2
+MLFLOW_CONSTRAINTS="$HERE/mlflow-constraints.txt"
 CONSTRAINTS="$HERE/constraints.txt"
 ROUTER_CONSTRAINTS="$HERE/router-constraints.txt"
 SMG_CONSTRAINTS="$HERE/smg-constraints.txt"
@@ -242,9 +246,32 @@ aiperf_venv() {
   stamp aiperf-venv "$want"
 }
 
+# A real MLflow tracking server (`mlflow server`, sqlite backend, proxied artifacts), which
+# tests/real_engine/mlflow.rs starts to log runs to and read them back through its REST API.
+# The whole package (the server needs Flask, SQLAlchemy, alembic, ...): 87 packages, 858 MB,
+# 151-215 s here with no pip cache.
+MLFLOW_VENV="$DIR/mlflow-venv"
+
+mlflow_venv() {
+  local want="mlflow==$MLFLOW_VERSION constraints=$(sha "$MLFLOW_CONSTRAINTS")"
+  if stamp_ok mlflow-venv "$want" && [ -x "$MLFLOW_VENV/bin/mlflow" ]; then return 0; fi
+  python_for_venv
+  log "mlflow-venv: pip install mlflow==$MLFLOW_VERSION (about 150 s, 860 MB)"
+  rm -rf "$MLFLOW_VENV"
+  python3 -m venv "$MLFLOW_VENV"
+  "$MLFLOW_VENV/bin/python" -m pip install -q -c "$MLFLOW_CONSTRAINTS" \
+    "mlflow==$MLFLOW_VERSION" >"$DIR/logs/mlflow-pip.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/mlflow-pip.log" >&2
+    log "mlflow-venv: pip install failed (log: $DIR/logs/mlflow-pip.log)"
+    exit 1
+  }
+  "$MLFLOW_VENV/bin/mlflow" server --help >/dev/null || exit 1
+  stamp mlflow-venv "$want"
+}
+
 check() {
   local ok=0
-  for part in sglang-venv stand-in model-hf model-think llama-server model-gguf router-venv smg-venv aiperf-venv; do
+  for part in sglang-venv stand-in model-hf model-think llama-server model-gguf router-venv smg-venv aiperf-venv mlflow-venv; do
     if [ -f "$DIR/.stamp-$part" ]; then echo "$part: $(cat "$DIR/.stamp-$part")"; else echo "$part: missing"; ok=1; fi
   done
   return $ok
@@ -252,7 +279,7 @@ check() {
 
 start=$(date +%s)
 case "$WHAT" in
-  all) sglang_venv; stand_in; model_hf; model_gguf; model_think; llama_server; router_venv; smg_venv; aiperf_venv ;;
+  all) sglang_venv; stand_in; model_hf; model_gguf; model_think; llama_server; router_venv; smg_venv; aiperf_venv; mlflow_venv ;;
   sglang) sglang_venv; stand_in; model_hf; model_think ;;
   llama) sglang_venv; model_gguf; model_think; llama_server ;;
   cheap) stand_in; model_hf; model_gguf; model_think ;;
@@ -260,7 +287,8 @@ case "$WHAT" in
   router) router_venv ;;
   smg) smg_venv ;;
   aiperf) aiperf_venv ;;
+  mlflow) mlflow_venv ;;
   check) check; exit $? ;;
-  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|aiperf|cheap|check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|aiperf|mlflow|cheap|check]" >&2; exit 2 ;;
 esac
 log "done in $(( $(date +%s) - start )) s: $DIR ($(du -sh "$DIR" 2>/dev/null | cut -f1))"

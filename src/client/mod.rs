@@ -461,7 +461,7 @@ impl Client {
             hyper::Method::GET
         };
         let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        self.send_small(method, path, body, timeout, ADMIN_BODY_LIMIT)
+        self.send_small(method, path, body, timeout, ADMIN_BODY_LIMIT, &[])
             .await
     }
 
@@ -473,14 +473,36 @@ impl Client {
         timeout: Duration,
         limit: usize,
     ) -> Result<(u16, Bytes), ClientError> {
-        self.send_small(hyper::Method::GET, path, Bytes::new(), timeout, limit)
+        self.send_small(hyper::Method::GET, path, Bytes::new(), timeout, limit, &[])
+            .await
+    }
+
+    /// A small non-streaming request of any method with `headers` (a `Content-Type` among
+    /// them replaces the JSON one a body gets): status and whole body (at most
+    /// [`ADMIN_BODY_LIMIT`]), bounded by `timeout`. A tracking server's API (`mlflow`).
+    pub(crate) async fn send(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(hyper::header::HeaderName, HeaderValue)],
+        timeout: Duration,
+    ) -> Result<(u16, Bytes), ClientError> {
+        self.send_small(method, path, body, timeout, ADMIN_BODY_LIMIT, headers)
             .await
     }
 
     /// A small non-streaming request without a body, bounded by [`ADMIN_TIMEOUT`].
     async fn admin(&self, method: hyper::Method, path: &str) -> Result<(u16, Bytes), ClientError> {
-        self.send_small(method, path, Bytes::new(), ADMIN_TIMEOUT, ADMIN_BODY_LIMIT)
-            .await
+        self.send_small(
+            method,
+            path,
+            Bytes::new(),
+            ADMIN_TIMEOUT,
+            ADMIN_BODY_LIMIT,
+            &[],
+        )
+        .await
     }
 
     async fn send_small(
@@ -490,6 +512,7 @@ impl Client {
         request_body: Bytes,
         timeout: Duration,
         limit: usize,
+        headers: &[(hyper::header::HeaderName, HeaderValue)],
     ) -> Result<(u16, Bytes), ClientError> {
         let failed = |message: String| ClientError::Request {
             path: path.into(),
@@ -505,7 +528,7 @@ impl Client {
                 deadline,
                 timeout,
                 None,
-                &[],
+                headers,
             )
             .await;
         let response = ex.result.map_err(|e| failed(e.message))?;
@@ -562,7 +585,7 @@ impl Client {
                     header::USER_AGENT,
                     concat!("servebench/", env!("CARGO_PKG_VERSION")),
                 );
-            if !body.is_empty() {
+            if !body.is_empty() && !extra.iter().any(|(n, _)| n == header::CONTENT_TYPE) {
                 b = b.header(header::CONTENT_TYPE, "application/json");
             }
             if streaming {

@@ -48,6 +48,20 @@ impl Check for UrlCheck {
                 hint: Some("write the exporter's URL as http://host:9400/metrics".into()),
             });
         }
+        if let Some(m) = &experiment.report.mlflow {
+            let problem = match Client::new(&m.tracking_uri, None) {
+                Err(ClientError::InvalidUrl { reason, .. }) => Some(reason),
+                _ => bad_port(&m.tracking_uri),
+            };
+            if let Some(reason) = problem {
+                problems.push(Problem {
+                    pointer: "/report/mlflow/tracking_uri".into(),
+                    target: Target::Value,
+                    message: format!("`report.mlflow.tracking_uri` cannot be used: {reason}"),
+                    hint: Some("write the tracking server as http://host:port; a token or password goes in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD, in the environment".into()),
+                });
+            }
+        }
         if !experiment.server.workers.is_empty() && experiment.server.url.is_none() {
             problems.push(Problem {
                 pointer: "/server/workers".into(),

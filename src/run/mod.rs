@@ -56,6 +56,8 @@ pub(crate) struct RunOutcome {
     pub reason: Option<String>,
     /// The report's path, or why it could not be rendered.
     pub report: Result<PathBuf, servebench_report::report::ReportError>,
+    /// The spec's `report.mlflow`: what was logged, or why not (the run is kept either way).
+    pub mlflow: Option<Result<crate::mlflow::Logged, crate::mlflow::MlflowError>>,
 }
 
 /// Runs every point of `spec` and writes the run directory.
@@ -281,11 +283,22 @@ async fn run_plan(
 
     let template = user_template(first, &spec_dir);
     let report = servebench_report::report::write_report(&run_dir, Some(&template));
+    let mlflow = match &first.report.mlflow {
+        Some(m) => {
+            let target = crate::mlflow::Target {
+                tracking_uri: m.tracking_uri.clone(),
+                experiment: m.experiment.clone(),
+            };
+            Some(crate::mlflow::log_run(&run_dir.path, &target).await)
+        }
+        None => None,
+    };
     Ok(RunOutcome {
         dir: run_dir.path.clone(),
         status,
         reason,
         report,
+        mlflow,
     })
 }
 

@@ -1069,6 +1069,13 @@ pub struct ReportSpec {
     /// `profile_export_aiperf.json`, one folder per point). Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub export: Vec<ExportFormat>,
+    /// An MLflow tracking server to log every run to once its report is written (the same as
+    /// `servebench mlflow RUN_DIR --tracking-uri URL`): the run as a parent MLflow run, each
+    /// point as a child with its metrics, the report and its page as artifacts. A token or
+    /// password comes from the environment (`MLFLOW_TRACKING_TOKEN`, or
+    /// `MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`), never from the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mlflow: Option<MlflowSpec>,
 }
 
 impl Default for ReportSpec {
@@ -1076,8 +1083,20 @@ impl Default for ReportSpec {
         ReportSpec {
             template: default_template(),
             export: Vec::new(),
+            mlflow: None,
         }
     }
+}
+
+/// Where `report.mlflow` logs a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MlflowSpec {
+    /// The tracking server, `http://host:port` (with a path prefix if it sits behind one).
+    pub tracking_uri: String,
+    /// The MLflow experiment, created when missing. Default: the spec's `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experiment: Option<String>,
 }
 
 /// A format another tool reads a run's results in.
