@@ -2,8 +2,9 @@
 //! main agent whose context has grown to `CONTEXT` tokens (128k) and two subagents that began
 //! from its first 2k tokens (the system prompt) and added 8k of their own, in 64-token blocks,
 //! each agent's prompt made as the `agentic` load makes it (`PromptBuilder`, salted per
-//! session: a trace's ids are local to its session, so sessions share no text) and its last
-//! prompt as sent kept as the load's history check keeps it. Two turns per main agent, so
+//! session: a trace's ids are local to its session, so sessions share no text; a session's
+//! agents share its blocks' texts, `BlockStore`) and its last prompt as sent kept as the
+//! load's history check keeps it (references to those texts). Two turns per main agent, so
 //! that what a session keeps from one turn to the next is in the count.
 //!
 //! Printed: the resident bytes (`/proc/self/statm`) before and after the sessions are made, per
@@ -16,7 +17,10 @@
 
 use std::time::Instant;
 
+use std::sync::{Arc, Mutex};
+
 use servebench::prompt::blocks::{BlockLedger, BlockText, PromptBuilder, mix};
+use servebench::prompt::pieces::{BlockStore, Prompt};
 
 const BLOCK: u32 = 64;
 /// Blocks every agent of a session begins with (2k tokens).
@@ -28,7 +32,7 @@ const SUB_BLOCKS: u64 = 128;
 /// One session: each agent's prompt builder and its last prompt as sent.
 struct Session {
     agents: Vec<PromptBuilder>,
-    sent: Vec<String>,
+    sent: Vec<Prompt>,
     ledger: BlockLedger,
 }
 
@@ -63,8 +67,10 @@ fn session(s: u64, blocks: usize) -> (Session, u64) {
         chains.push(ids);
     }
     let mut bytes = 0u64;
+    // The session's agents share its blocks' texts.
+    let store: Arc<Mutex<BlockStore>> = Arc::default();
     for (a, ids) in chains.iter().enumerate() {
-        let mut builder = PromptBuilder::default();
+        let mut builder = PromptBuilder::sharing(store.clone());
         // The main agent's turn before its last: its history without the last 8 blocks.
         let turns: &[usize] = if a == 0 {
             &[ids.len().saturating_sub(8), ids.len()]
@@ -76,8 +82,9 @@ fn session(s: u64, blocks: usize) -> (Session, u64) {
             builder.turn_after(&text, &ids[..n], shared, None, &mut out.ledger, 0);
             shared = n;
         }
-        // The load keeps the last prompt as sent, for the next turn's history check.
-        let made = builder.text().to_string();
+        // The load keeps the last prompt as sent, for the next turn's history check: its
+        // blocks' shared texts.
+        let made = builder.prompt().clone();
         bytes += made.len() as u64;
         out.sent.push(made);
         out.agents.push(builder);

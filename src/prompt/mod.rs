@@ -5,6 +5,7 @@
 //! `prompt_tokens` is within tolerance of the target.
 
 pub mod blocks;
+pub mod pieces;
 mod calibrate;
 pub(crate) mod canary;
 mod check;
