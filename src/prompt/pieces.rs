@@ -7,17 +7,21 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Part of a shared text: `text[start..end]`.
+/// Part of a shared text: `text[start..end]` (24 bytes: a prompt holds one per block).
 #[derive(Debug, Clone)]
 struct Piece {
     text: Arc<str>,
-    start: usize,
-    end: usize,
+    start: u32,
+    end: u32,
 }
 
 impl Piece {
     fn bytes(&self) -> &[u8] {
-        &self.text.as_bytes()[self.start..self.end]
+        &self.text.as_bytes()[self.start as usize..self.end as usize]
+    }
+
+    fn len(&self) -> usize {
+        (self.end - self.start) as usize
     }
 }
 
@@ -35,9 +39,12 @@ impl Prompt {
         self.push_part(text, 0, end);
     }
 
+    /// A block's text is far below 4 GiB; a longer one is cut there (never made).
     fn push_part(&mut self, text: Arc<str>, start: usize, end: usize) {
+        let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let (start, end) = (at(start), at(end));
         if start < end {
-            self.len += end - start;
+            self.len += (end - start) as usize;
             self.pieces.push(Piece { text, start, end });
         }
     }
@@ -45,7 +52,7 @@ impl Prompt {
     /// Keeps its first `n` pieces (a builder's blocks: one piece each).
     pub fn truncate_pieces(&mut self, n: usize) {
         self.pieces.truncate(n);
-        self.len = self.pieces.iter().map(|p| p.end - p.start).sum();
+        self.len = self.pieces.iter().map(Piece::len).sum();
     }
 
     /// Its length in bytes.
@@ -61,7 +68,7 @@ impl Prompt {
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(self.len);
         for p in &self.pieces {
-            out.push_str(&p.text[p.start..p.end]);
+            out.push_str(&p.text[p.start as usize..p.end as usize]);
         }
         out
     }
@@ -70,7 +77,7 @@ impl Prompt {
     fn locate(&self, at: usize) -> Option<(usize, usize)> {
         let mut start = 0;
         for (i, p) in self.pieces.iter().enumerate() {
-            let len = p.end - p.start;
+            let len = p.len();
             if at < start + len {
                 return Some((i, start));
             }
@@ -84,7 +91,7 @@ impl Prompt {
         match self.locate(at) {
             Some((i, start)) => {
                 let p = &self.pieces[i];
-                p.text.is_char_boundary(p.start + at - start)
+                p.text.is_char_boundary(p.start as usize + at - start)
             }
             None => at == self.len,
         }
@@ -95,10 +102,10 @@ impl Prompt {
         let mut out = Prompt::default();
         let mut start = 0;
         for p in &self.pieces {
-            let len = p.end - p.start;
+            let (len, base) = (p.len(), p.start as usize);
             let (a, b) = (from.max(start), to.min(start + len));
             if a < b {
-                out.push_part(p.text.clone(), p.start + a - start, p.start + b - start);
+                out.push_part(p.text.clone(), base + a - start, base + b - start);
             }
             start += len;
         }
@@ -108,7 +115,7 @@ impl Prompt {
     /// `self` followed by `other`.
     pub fn append(&mut self, other: &Prompt) {
         for p in &other.pieces {
-            self.push_part(p.text.clone(), p.start, p.end);
+            self.push_part(p.text.clone(), p.start as usize, p.end as usize);
         }
     }
 
@@ -177,7 +184,8 @@ impl<'a> Cursor<'a> {
             o.prompt.pieces.get(o.piece),
         ) {
             (Some(x), Some(y)) => {
-                Arc::ptr_eq(&x.text, &y.text) && x.start + self.offset == y.start + o.offset
+                Arc::ptr_eq(&x.text, &y.text)
+                    && x.start as usize + self.offset == y.start as usize + o.offset
             }
             _ => false,
         }
@@ -186,7 +194,7 @@ impl<'a> Cursor<'a> {
     fn advance(&mut self, n: usize) {
         self.offset += n;
         if let Some(p) = self.prompt.pieces.get(self.piece)
-            && self.offset >= p.end - p.start
+            && self.offset >= p.len()
         {
             self.piece += 1;
             self.offset = 0;
