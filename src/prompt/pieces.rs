@@ -25,10 +25,12 @@ impl Piece {
     }
 }
 
-/// A prompt: its pieces' texts in order.
+/// A prompt: its pieces' texts in order. A copy shares the list of pieces until one of them
+/// changes it (a builder's next turn), so the history check's copy of the prompt sent costs
+/// nothing while the turn is answered.
 #[derive(Debug, Clone, Default)]
 pub struct Prompt {
-    pieces: Vec<Piece>,
+    pieces: Arc<Vec<Piece>>,
     len: usize,
 }
 
@@ -45,13 +47,15 @@ impl Prompt {
         let (start, end) = (at(start), at(end));
         if start < end {
             self.len += (end - start) as usize;
-            self.pieces.push(Piece { text, start, end });
+            Arc::make_mut(&mut self.pieces).push(Piece { text, start, end });
         }
     }
 
     /// Keeps its first `n` pieces (a builder's blocks: one piece each).
     pub fn truncate_pieces(&mut self, n: usize) {
-        self.pieces.truncate(n);
+        if n < self.pieces.len() {
+            Arc::make_mut(&mut self.pieces).truncate(n);
+        }
         self.len = self.pieces.iter().map(Piece::len).sum();
     }
 
@@ -67,7 +71,7 @@ impl Prompt {
     /// The text, written out (what a request sends).
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(self.len);
-        for p in &self.pieces {
+        for p in self.pieces.iter() {
             out.push_str(&p.text[p.start as usize..p.end as usize]);
         }
         out
@@ -101,7 +105,7 @@ impl Prompt {
     pub fn slice(&self, from: usize, to: usize) -> Prompt {
         let mut out = Prompt::default();
         let mut start = 0;
-        for p in &self.pieces {
+        for p in self.pieces.iter() {
             let (len, base) = (p.len(), p.start as usize);
             let (a, b) = (from.max(start), to.min(start + len));
             if a < b {
@@ -114,7 +118,7 @@ impl Prompt {
 
     /// `self` followed by `other`.
     pub fn append(&mut self, other: &Prompt) {
-        for p in &other.pieces {
+        for p in other.pieces.iter() {
             self.push_part(p.text.clone(), p.start as usize, p.end as usize);
         }
     }
@@ -298,6 +302,16 @@ mod tests {
         let y = s.get_or_make(1, || unreachable!("made once"));
         assert!(Arc::ptr_eq(&x, &y));
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn a_copy_is_unchanged_by_the_next_turn() {
+        let mut p = of(&["\naaaa", "\nbbbb"]);
+        let sent = p.clone();
+        assert!(Arc::ptr_eq(&p.pieces, &sent.pieces), "shared until changed");
+        p.truncate_pieces(1);
+        p.push(Arc::from("\ncccc"));
+        assert_eq!((p.render(), sent.render()), ("\naaaa\ncccc".into(), "\naaaa\nbbbb".into()));
     }
 
     #[test]
