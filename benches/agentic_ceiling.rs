@@ -38,7 +38,8 @@ fn write_trace(path: &Path, sessions: u32, context: u64) {
                 "hash_ids": ids, "think_time": THINK_S,
             }));
         }
-        let line = serde_json::json!({"id": format!("s{s}"), "block_size": BLOCK, "requests": requests});
+        let line =
+            serde_json::json!({"id": format!("s{s}"), "block_size": BLOCK, "requests": requests});
         writeln!(f, "{line}").expect("write trace");
     }
 }
@@ -62,7 +63,10 @@ fn start_sim(bin: &str, port: u16, context: u64) -> Child {
         .expect("start the simulator");
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(60), "the simulator did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the simulator did not start"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     child
@@ -159,7 +163,9 @@ fn case(bin: &str, context: u64, live: u32) {
         .filter_map(|f| {
             let kind = f["kind"].as_str()?;
             // How many requests the client read late, of how many: the flag's own count.
-            let count = f["message"].as_str().and_then(|m| m.split(" requests").next());
+            let count = f["message"]
+                .as_str()
+                .and_then(|m| m.split(" requests").next());
             Some(match (kind, count) {
                 ("client-read-late", Some(c)) => format!("{kind} ({c})"),
                 _ => kind.to_string(),
@@ -195,7 +201,18 @@ fn main() {
     };
     println!(
         "{:>7} {:>5} {:>6} {:>7} {:>7} {:>6} {:>8} {:>8} {:>7} {:>6} {:>8} {:>7}  flags",
-        "context", "live", "turns", "turns/s", "offered", "live~", "ttft p50", "ttft p99", "Mtok/s", "cores", "ms/turn", "rss MB"
+        "context",
+        "live",
+        "turns",
+        "turns/s",
+        "offered",
+        "live~",
+        "ttft p50",
+        "ttft p99",
+        "Mtok/s",
+        "cores",
+        "ms/turn",
+        "rss MB"
     );
     for (context, lives) in cases {
         for live in lives {

@@ -113,7 +113,10 @@ fn main() {
     println!(
         "{sessions} sessions at {context} tokens ({BLOCK}-token blocks, {SUBAGENTS} subagents each), made in {:.1} s; load average {}",
         started.elapsed().as_secs_f64(),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     println!(

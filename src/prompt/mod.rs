@@ -5,7 +5,6 @@
 //! `prompt_tokens` is within tolerance of the target.
 
 pub mod blocks;
-pub mod pieces;
 mod calibrate;
 pub(crate) mod canary;
 mod check;
@@ -13,6 +12,7 @@ mod dataset;
 mod dist;
 mod file;
 mod generate;
+pub mod pieces;
 pub(crate) use generate::WORDS;
 mod nonce;
 mod workload;

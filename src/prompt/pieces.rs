@@ -134,7 +134,11 @@ impl Prompt {
             };
             let n = x.len().min(y.len());
             let shared = a.same_text(&b);
-            let k = if shared { n } else { bytes_prefix(&x[..n], &y[..n]) };
+            let k = if shared {
+                n
+            } else {
+                bytes_prefix(&x[..n], &y[..n])
+            };
             same += k;
             if k < n {
                 return same;
@@ -289,7 +293,11 @@ mod tests {
         b.push(Arc::from("\nac"));
         assert_eq!(a.common_prefix(&b), 10_002);
         // The same text in other allocations, split elsewhere.
-        let c = of(&["x".repeat(9_000).as_str(), "x".repeat(1_000).as_str(), "\na"]);
+        let c = of(&[
+            "x".repeat(9_000).as_str(),
+            "x".repeat(1_000).as_str(),
+            "\na",
+        ]);
         assert_eq!(a.common_prefix(&c), 10_002);
         assert_eq!(c.common_prefix(&a), 10_002);
         assert_eq!(a.common_prefix(&Prompt::default()), 0);
@@ -311,7 +319,10 @@ mod tests {
         assert!(Arc::ptr_eq(&p.pieces, &sent.pieces), "shared until changed");
         p.truncate_pieces(1);
         p.push(Arc::from("\ncccc"));
-        assert_eq!((p.render(), sent.render()), ("\naaaa\ncccc".into(), "\naaaa\nbbbb".into()));
+        assert_eq!(
+            (p.render(), sent.render()),
+            ("\naaaa\ncccc".into(), "\naaaa\nbbbb".into())
+        );
     }
 
     #[test]

@@ -767,13 +767,18 @@ mod tests {
             assert_eq!(sent, whole, "turn {i}");
         }
         // The published sessions: histories to 100k tokens, subagents of their own.
-        let published =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kv-cache-tester/traces");
+        let published = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kv-cache-tester/traces");
         let corpus = crate::load::agentic::read(&published, &spec).unwrap();
         let turns = replay(&corpus);
         assert!(turns.len() > 40, "{}", turns.len());
         for (i, (sent, whole)) in turns.iter().enumerate() {
-            assert!(sent == whole, "turn {i}: {} bytes sent, {} made whole", sent.len(), whole.len());
+            assert!(
+                sent == whole,
+                "turn {i}: {} bytes sent, {} made whole",
+                sent.len(),
+                whole.len()
+            );
         }
     }
 

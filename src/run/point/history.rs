@@ -146,7 +146,11 @@ mod tests {
         };
         let (t, e, k) = turn(2);
         let sent = h.outgoing(&t, 0);
-        assert_eq!(sent.render(), t.render(), "a first turn has nothing to trim");
+        assert_eq!(
+            sent.render(),
+            t.render(),
+            "a first turn has nothing to trim"
+        );
         h.record(sent, &t, (&e, &k), 0);
         let (t, e, k) = turn(4);
         // The previous turn's new blocks (both of them, 8 bytes) lose their second half.
