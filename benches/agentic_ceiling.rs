@@ -7,9 +7,15 @@
 //! TTFT p50/p99, the prompt tokens sent per second (millions), the runner's CPU (cores, over the
 //! window, and per turn) and peak RSS, and any `client-limited` flag the point carries.
 //!
+//! Plain streams beside them (`streams`): a `rate` load of 32-token prompts and 8 output tokens
+//! (the `load_client` bench's spec, 20,000 requests, lag limit 1 ms), the rate raised until the
+//! point is flagged `client-limited` (schedule lag p99 over the limit: only open-loop loads
+//! have a schedule to be late against).
+//!
 //! The simulator and the runner share this machine's cores: the CPU columns say which of the
 //! two ran out. Run: `cargo bench --bench agentic_ceiling` (`AGENTIC_CEILING="131072 16 64"`:
-//! the context, then the live counts). The load average is printed beside each case.
+//! the context, then the live counts; `AGENTIC_CEILING="streams 2000 8000"`: plain streams at
+//! those rates). The load average is printed beside each case.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -20,6 +26,8 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 #[path = "support/machine.rs"]
 mod machine;
+#[allow(dead_code)]
+mod support;
 
 const BLOCK: u64 = 64;
 const TURNS: u64 = 8;
@@ -191,9 +199,45 @@ fn case(bin: &str, context: u64, live: u32) {
     );
 }
 
+/// Plain streams at `rate` requests per second.
+fn streams(bin: &str, rate: u32) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let load = format!("rate: {rate}, arrival: constant");
+    let spec = support::write_spec(dir.path(), "streams", &load, 20_000, "");
+    let load = machine::load_average();
+    let (run, cpu, rss) = match run(bin, &spec, dir.path()) {
+        Ok(r) => r,
+        Err(e) => return println!("streams {rate}/s: the run failed: {e}"),
+    };
+    let points = std::fs::read_to_string(run.join("points.jsonl")).expect("points.jsonl");
+    let p: serde_json::Value =
+        serde_json::from_str(points.lines().next().expect("a point")).expect("json");
+    let m = |metric: &str, field: &str| p["metrics"][metric][field].as_f64().unwrap_or(f64::NAN);
+    let achieved = m("throughput_req_s", "mean");
+    let flags: Vec<&str> = p["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    println!(
+        "streams {rate:>6}/s achieved {achieved:>7.0}/s lag p99 {:>8.2} ms in flight max {:>6.0} runner {cpu:>5.1} cpu s, {:>5.0} us/req, rss {rss:>4.0} MB  {} (load {load})",
+        m("schedule_lag_s", "p99") * 1e3,
+        m("concurrency_max", "mean"),
+        cpu * 1e6 / 20_000.0,
+        flags.join(","),
+    );
+}
+
 fn main() {
     let bin = env!("CARGO_BIN_EXE_servebench");
     let arg = std::env::var("AGENTIC_CEILING").unwrap_or_default();
+    if let Some(rates) = arg.strip_prefix("streams") {
+        for rate in rates.split_whitespace().filter_map(|w| w.parse().ok()) {
+            streams(bin, rate);
+        }
+        return;
+    }
     let mut words = arg.split_whitespace().filter_map(|w| w.parse::<u64>().ok());
     let cases: Vec<(u64, Vec<u32>)> = match words.next() {
         Some(context) => vec![(context, words.map(|w| w as u32).collect())],
