@@ -15,7 +15,8 @@
 //! The simulator and the runner share this machine's cores: the CPU columns say which of the
 //! two ran out. Run: `cargo bench --bench agentic_ceiling` (`AGENTIC_CEILING="131072 16 64"`:
 //! the context, then the live counts; `AGENTIC_CEILING="streams 2000 8000"`: plain streams at
-//! those rates). The load average is printed beside each case.
+//! those rates; `SERVEBENCH_BIN=target/release/servebench` runs that binary). The load
+//! average is printed beside each case.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -230,7 +231,9 @@ fn streams(bin: &str, rate: u32) {
 }
 
 fn main() {
-    let bin = env!("CARGO_BIN_EXE_servebench");
+    // Another build's binary (a release one, while this orchestration is built for dev).
+    let bin = std::env::var("SERVEBENCH_BIN").unwrap_or(env!("CARGO_BIN_EXE_servebench").into());
+    let bin = bin.as_str();
     let arg = std::env::var("AGENTIC_CEILING").unwrap_or_default();
     if let Some(rates) = arg.strip_prefix("streams") {
         for rate in rates.split_whitespace().filter_map(|w| w.parse().ok()) {
