@@ -71,7 +71,7 @@ fn main() {
             let t1 = Instant::now();
             // The request owns its prompt: a copy, then the body, as the client sends it.
             let (prompt, body) = if encode {
-                let prompt = made.to_string();
+                let prompt = made.render();
                 let body = serde_json::to_vec(&serde_json::json!({
                     "text": prompt,
                     "sampling_params": {"max_new_tokens": 64},

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::TextGenerator;
+use super::pieces::{BlockStore, Prompt};
 
 /// The text of blocks for one round.
 #[derive(Debug, Clone)]
@@ -329,16 +330,21 @@ fn root(scope: u64) -> u64 {
 /// new ones, so each turn makes the text of its new blocks only and looks only them up in
 /// the ledger (the blocks it keeps were sent whole by the turn before): the client's work per
 /// turn does not grow with the context. (Sending the prompt does: every turn sends all of it.)
+/// Its prompt holds each block's text as one shared piece, from its session's
+/// [`BlockStore`] where it has one ([`PromptBuilder::sharing`]).
 #[derive(Debug, Default)]
 pub struct PromptBuilder {
     ids: Vec<u64>,
     tokens: Vec<u32>,
-    /// Where each block's text ends in `text`.
+    /// Where each block's text ends in `prompt`.
     ends: Vec<usize>,
     /// Each block's chain hash, and the tokens up to and including it.
     chains: Vec<u64>,
     sums: Vec<u64>,
-    text: String,
+    /// One piece per block.
+    prompt: Prompt,
+    /// Whole blocks' texts shared with the session's other agents.
+    store: Option<Arc<Mutex<BlockStore>>>,
     /// The tokens of each block of the last prompt [`PromptBuilder::turn`] made.
     scratch: Vec<u32>,
     /// Leading ids the next turn is known to share with the last ([`PromptBuilder::turn_after`]).
@@ -348,6 +354,15 @@ pub struct PromptBuilder {
 }
 
 impl PromptBuilder {
+    /// A builder whose whole blocks' texts come from (and go to) `store`, shared by a
+    /// session's agents.
+    pub fn sharing(store: Arc<Mutex<BlockStore>>) -> PromptBuilder {
+        PromptBuilder {
+            store: Some(store),
+            ..PromptBuilder::default()
+        }
+    }
+
     /// [`turn`](Self::turn) of a turn whose first `shared` ids are the last turn's (as the
     /// trace was read, [`crate::load::agentic`]): what it keeps is known without comparing
     /// its whole history, so making it costs its new blocks alone.
@@ -359,7 +374,7 @@ impl PromptBuilder {
         input_tokens: Option<u64>,
         ledger: &mut BlockLedger,
         scope: u64,
-    ) -> (&str, u64) {
+    ) -> (&Prompt, u64) {
         self.known_shared = Some(shared);
         self.turn(text, ids, input_tokens, ledger, scope)
     }
@@ -374,7 +389,7 @@ impl PromptBuilder {
         input_tokens: Option<u64>,
         ledger: &mut BlockLedger,
         scope: u64,
-    ) -> (&str, u64) {
+    ) -> (&Prompt, u64) {
         let bs = text.block_size.max(1);
         let mut tokens = std::mem::take(&mut self.scratch);
         if let Some(last) = tokens.last_mut() {
@@ -392,7 +407,7 @@ impl PromptBuilder {
             found
         };
         self.scratch = tokens;
-        (&self.text, found)
+        (&self.prompt, found)
     }
 
     /// The prompt of `ids` (their blocks holding `tokens`), and the tokens its leading blocks
@@ -405,7 +420,7 @@ impl PromptBuilder {
         tokens: &[u32],
         ledger: &mut BlockLedger,
         scope: u64,
-    ) -> (&str, u64) {
+    ) -> (&Prompt, u64) {
         self.marked = None;
         let keep = self.kept(ids, tokens);
         self.ids.truncate(keep);
@@ -413,27 +428,40 @@ impl PromptBuilder {
         self.ends.truncate(keep);
         self.chains.truncate(keep);
         self.sums.truncate(keep);
-        self.text.truncate(self.ends.last().copied().unwrap_or(0));
+        self.prompt.truncate_pieces(keep);
         let chain = self.chains.last().copied().unwrap_or_else(|| root(scope));
         let before = self.sums.last().copied().unwrap_or(0);
         let (found, _) =
             ledger.extend(chain, &ids[keep..], &tokens[keep..], Some(&mut self.chains));
         let mut sum = before;
         for j in keep..ids.len() {
-            self.text
-                .push_str(&text.prompt(&ids[j..j + 1], &tokens[j..j + 1]));
+            let piece = self.block(text, ids[j], tokens[j]);
+            self.prompt.push(piece);
             self.ids.push(ids[j]);
             self.tokens.push(tokens[j]);
-            self.ends.push(self.text.len());
+            self.ends.push(self.prompt.len());
             sum += u64::from(tokens[j]);
             self.sums.push(sum);
         }
-        (&self.text, before + found)
+        (&self.prompt, before + found)
+    }
+
+    /// The text of block `id` holding `tokens`: a whole block's from the store (made there
+    /// once), a partial last block's made for this prompt alone.
+    fn block(&self, text: &BlockText, id: u64, tokens: u32) -> Arc<str> {
+        let make = || text.prompt(&[id], &[tokens]);
+        match &self.store {
+            Some(store) if tokens == text.block_size => match store.lock() {
+                Ok(mut s) => s.get_or_make(mix(text.salt, id), make),
+                Err(_) => Arc::from(make()),
+            },
+            _ => Arc::from(make()),
+        }
     }
 
     /// The last prompt made.
-    pub fn text(&self) -> &str {
-        &self.text
+    pub fn prompt(&self) -> &Prompt {
+        &self.prompt
     }
 
     /// The last prompt's blocks: where each one's text ends in it (bytes) and its tokens.
@@ -539,13 +567,13 @@ mod tests {
             salt: 3,
             words: None,
         };
-        let mut b = PromptBuilder::default();
+        let mut b = PromptBuilder::sharing(Arc::default());
         let (mut ledger, mut whole) = (BlockLedger::default(), BlockLedger::default());
         let turns: [&[u64]; 5] = [&[1, 2], &[1, 2, 3], &[1, 2, 3, 4, 5], &[1, 9], &[1, 9, 7]];
         for ids in turns {
             let tokens = text.block_tokens(ids, Some(ids.len() as u64 * 16 - 5));
             let (prompt, found) = b.build(&text, ids, &tokens, &mut ledger, 4);
-            assert_eq!(prompt, text.prompt(ids, &tokens));
+            assert_eq!(prompt.render(), text.prompt(ids, &tokens));
             // The hit counted from the last turn is the hit counted from scratch.
             assert_eq!(found, whole.send(4, ids, &tokens), "{ids:?}");
         }
@@ -555,7 +583,7 @@ mod tests {
             let input = Some(ids.len() as u64 * 16 - 3);
             let tokens = text.block_tokens(ids, input);
             assert_eq!(
-                t.turn(&text, ids, input, &mut l, 0).0,
+                t.turn(&text, ids, input, &mut l, 0).0.render(),
                 text.prompt(ids, &tokens)
             );
         }
@@ -694,9 +722,9 @@ mod tests {
         for (ids, input) in turns {
             let shared = last.iter().zip(ids).take_while(|(a, b)| a == b).count();
             let (a, fa) = told.turn_after(&t, ids, shared, Some(input), &mut l1, 0);
-            let a = a.to_string();
+            let a = a.render();
             let (b, fb) = compared.turn(&t, ids, Some(input), &mut l2, 0);
-            assert_eq!((a.as_str(), fa), (b, fb), "{ids:?} {input}");
+            assert_eq!((a, fa), (b.render(), fb), "{ids:?} {input}");
             last = ids;
         }
     }

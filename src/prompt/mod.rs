@@ -12,6 +12,7 @@ mod dataset;
 mod dist;
 mod file;
 mod generate;
+pub mod pieces;
 pub(crate) use generate::WORDS;
 mod nonce;
 mod workload;

@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use crate::client::{Client, GenerationRequest};
 use crate::load::agentic::{SessionCorpus, Step, TurnTrace};
 use crate::prompt::blocks::{BlockLedger, BlockText, PromptBuilder, mix};
+use crate::prompt::pieces::BlockStore;
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::jobs::{ContextBand, JOBS_KEPT, JobRecord, JobTurn, JobsView};
 use servebench_model::results::records::{Flag, RequestRecord, RequestRole};
@@ -216,6 +217,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                         trace,
                         text,
                         ledger: Arc::new(Mutex::new(BlockLedger::default())),
+                        store: Arc::default(),
                         turn: Arc::new(AtomicU32::new(0)),
                     };
                     tasks.spawn(run.run());
@@ -338,6 +340,8 @@ struct SessionRun {
     text: BlockText,
     /// What the session's turns have sent so far (its subagents' too).
     ledger: Arc<Mutex<BlockLedger>>,
+    /// Its blocks' texts, made once for its agents (its salt is its own: sessions share none).
+    store: Arc<Mutex<BlockStore>>,
     /// The session's next turn number.
     turn: Arc<AtomicU32>,
 }
@@ -416,7 +420,7 @@ impl SessionRun {
         let trace = &self.shared.corpus.sessions[self.trace];
         let mut turns = Turns::default();
         let mut stop = None;
-        let mut prompt = (PromptBuilder::default(), History::new());
+        let mut prompt = (PromptBuilder::sharing(self.store.clone()), History::new());
         // Which subagents each main turn waits for: (step, subagent, seconds after its end).
         let mut joins: HashMap<usize, Vec<(usize, usize, f64)>> = HashMap::new();
         for (i, step) in trace.steps.iter().enumerate() {
@@ -498,7 +502,7 @@ impl SessionRun {
         };
         let agent = &agents[k];
         let mut until = from + self.scaled(agent.gap_s);
-        let mut prompt = (PromptBuilder::default(), History::new());
+        let mut prompt = (PromptBuilder::sharing(self.store.clone()), History::new());
         for (j, t) in agent.turns.iter().enumerate() {
             if j > 0 {
                 until = Instant::now() + self.scaled(t.gap_s);
@@ -565,21 +569,7 @@ impl SessionRun {
         }
         let ids = shared.corpus.ids_of(t);
         let (text, theoretical, carried) = match self.ledger.lock() {
-            Ok(mut ledger) => {
-                let (_, found) = prompt.turn_after(
-                    &self.text,
-                    ids,
-                    t.shared as usize,
-                    Some(t.input_tokens),
-                    &mut ledger,
-                    0,
-                );
-                let built = prompt.text();
-                let text = history.outgoing(built, t.shared as usize);
-                let carried =
-                    history.record(text.clone(), built, prompt.blocks(), t.shared as usize);
-                (text, found, carried)
-            }
+            Ok(mut ledger) => make_prompt(&self.text, ids, t, (prompt, history), &mut ledger),
             Err(_) => return Err(Stop::Reason("the session's ledger was poisoned".into())),
         };
         let mut req = shared.template.clone();
@@ -640,6 +630,25 @@ impl SessionRun {
     }
 }
 
+/// A turn's prompt as sent (written out whole here, for its request alone: the chain keeps
+/// its blocks' shared texts), the tokens its leading blocks could find cached, and what it
+/// carried of its chain's previous prompt.
+fn make_prompt(
+    text: &BlockText,
+    ids: &[u64],
+    t: &TurnTrace,
+    (prompt, history): (&mut PromptBuilder, &mut History),
+    ledger: &mut BlockLedger,
+) -> (String, u64, Option<super::history::Carried>) {
+    let shared = t.shared as usize;
+    let (_, found) = prompt.turn_after(text, ids, shared, Some(t.input_tokens), ledger, 0);
+    let built = prompt.prompt();
+    let sent = history.outgoing(built, shared);
+    let rendered = sent.render();
+    let carried = history.record(sent, built, prompt.blocks(), shared);
+    (rendered, found, carried)
+}
+
 /// A subagent's end: which it is (step, subagent), what it sent, how it ended and when.
 type AgentDone = ((usize, usize), Turns, Result<(), Stop>, Instant);
 
@@ -694,5 +703,110 @@ mod tests {
             "{}",
             b[0].ttft_p90_s
         );
+    }
+
+    /// Each agent's turns made as the load makes them: its prompt as sent, from its session's
+    /// shared block texts.
+    fn replay(corpus: &SessionCorpus) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (k, trace) in corpus.sessions.iter().enumerate() {
+            let text = BlockText {
+                chars_per_block: 24,
+                block_size: trace.block_size.unwrap_or(512),
+                salt: mix(7, k as u64),
+                words: None,
+            };
+            let store: Arc<Mutex<BlockStore>> = Arc::default();
+            let mut ledger = BlockLedger::default();
+            let mut chains: Vec<Vec<TurnTrace>> = vec![Vec::new()];
+            for step in &trace.steps {
+                match step {
+                    Step::Turn(t) => chains[0].push(*t),
+                    Step::Subagents(a) => chains.extend(a.iter().map(|a| a.turns.clone())),
+                }
+            }
+            for chain in chains {
+                let mut agent = (PromptBuilder::sharing(store.clone()), History::default());
+                for t in &chain {
+                    let ids = corpus.ids_of(t);
+                    let (sent, _, _) =
+                        make_prompt(&text, ids, t, (&mut agent.0, &mut agent.1), &mut ledger);
+                    // What the turn sent before its blocks' texts were shared: the prompt of
+                    // its ids made whole.
+                    let whole = text.prompt(ids, &text.block_tokens(ids, Some(t.input_tokens)));
+                    out.push((sent, whole));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn prompts_of_shared_block_texts_are_the_bytes_made_whole() {
+        let spec = AgenticSpec {
+            file: "s.jsonl".into(),
+            live: 1,
+            sessions: None,
+            think_scale: 1.0,
+            block_size: None,
+        };
+        // Subagents that begin from the main agent's first blocks, histories that grow and
+        // partial last blocks made whole by the next turn.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.jsonl");
+        std::fs::write(
+            &file,
+            concat!(
+                r#"{"id": "s1", "block_size": 4, "requests": ["#,
+                r#"{"t": 0, "type": "s", "in": 10, "out": 2, "hash_ids": [1, 2]},"#,
+                r#"{"t": 1, "type": "n", "in": 13, "out": 2, "hash_ids": [1, 2, 3]},"#,
+                r#"{"t": 2, "type": "subagent", "agent_id": "a1", "requests": [{"t": 0, "type": "s", "in": 13, "out": 1, "hash_ids": [1, 2, 9]}, {"t": 1, "type": "s", "in": 18, "out": 1, "hash_ids": [1, 2, 9, 10]}]},"#,
+                r#"{"t": 2, "type": "subagent", "agent_id": "a2", "requests": [{"t": 0, "type": "s", "in": 12, "out": 1, "hash_ids": [1, 2, 11]}]},"#,
+                r#"{"t": 5, "type": "s", "in": 20, "out": 2, "hash_ids": [1, 2, 3, 4, 5]}"#,
+                "]}\n"
+            ),
+        )
+        .unwrap();
+        let corpus = crate::load::agentic::read(&file, &spec).unwrap();
+        let turns = replay(&corpus);
+        assert_eq!(turns.len(), 6);
+        for (i, (sent, whole)) in turns.iter().enumerate() {
+            assert_eq!(sent, whole, "turn {i}");
+        }
+        // The published sessions: histories to 100k tokens, subagents of their own.
+        let published = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kv-cache-tester/traces");
+        let corpus = crate::load::agentic::read(&published, &spec).unwrap();
+        let turns = replay(&corpus);
+        assert!(turns.len() > 40, "{}", turns.len());
+        for (i, (sent, whole)) in turns.iter().enumerate() {
+            assert!(
+                sent == whole,
+                "turn {i}: {} bytes sent, {} made whole",
+                sent.len(),
+                whole.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_sessions_agents_hold_one_text_of_each_block() {
+        let text = BlockText {
+            chars_per_block: 24,
+            block_size: 4,
+            salt: 1,
+            words: None,
+        };
+        let store: Arc<Mutex<BlockStore>> = Arc::default();
+        let mut ledger = BlockLedger::default();
+        let (mut main, mut sub) = (
+            PromptBuilder::sharing(store.clone()),
+            PromptBuilder::sharing(store.clone()),
+        );
+        main.turn_after(&text, &[1, 2, 3], 0, None, &mut ledger, 0);
+        sub.turn_after(&text, &[1, 2, 9], 0, None, &mut ledger, 0);
+        // Blocks 1 and 2 were made once for both.
+        assert_eq!(store.lock().unwrap().len(), 4);
+        assert_eq!(main.prompt().render()[..48], sub.prompt().render()[..48]);
     }
 }

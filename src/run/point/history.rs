@@ -9,6 +9,11 @@
 //! `SERVEBENCH_TEST_TRIM_HISTORY=1` makes this client that faulty replay, for the tests
 //! that prove the check: each turn goes out with the previous turn's new blocks cut to
 //! their first half. Only the bytes sent change; the check compares those bytes.
+//!
+//! A prompt here is its blocks' shared texts ([`Prompt`]): the copy kept of the last one
+//! sent holds references, not its text again.
+
+use crate::prompt::pieces::Prompt;
 
 /// One agent's chain of turns: its last prompt as sent.
 #[derive(Debug, Default)]
@@ -19,7 +24,7 @@ pub(super) struct History {
 
 #[derive(Debug)]
 struct Last {
-    text: String,
+    text: Prompt,
     /// Its blocks as made: where each one's text ends (bytes) and its tokens.
     ends: Vec<usize>,
     tokens: Vec<u32>,
@@ -46,13 +51,13 @@ impl History {
 
     /// The prompt a turn sends: `built`, made of its blocks (the test fault trims the
     /// previous turn's new blocks in it). `shared`: its leading blocks kept from that turn.
-    pub(super) fn outgoing(&self, built: &str, shared: usize) -> String {
+    pub(super) fn outgoing(&self, built: &Prompt, shared: usize) -> Prompt {
         let Some(l) = self.last.as_ref().filter(|_| self.trim) else {
-            return built.to_string();
+            return built.clone();
         };
         let kept = shared.min(l.ends.len());
         if l.shared >= kept {
-            return built.to_string();
+            return built.clone();
         }
         let start = l.shared.checked_sub(1).map_or(0, |j| l.ends[j]);
         let end = l.ends[kept - 1].min(built.len());
@@ -61,11 +66,10 @@ impl History {
             cut += 1;
         }
         if cut >= end {
-            return built.to_string();
+            return built.clone();
         }
-        let mut out = String::with_capacity(built.len());
-        out.push_str(&built[..cut]);
-        out.push_str(&built[end..]);
+        let mut out = built.slice(0, cut);
+        out.append(&built.slice(end, built.len()));
         out
     }
 
@@ -74,13 +78,13 @@ impl History {
     /// carried of the previous turn's prompt (None for the chain's first turn).
     pub(super) fn record(
         &mut self,
-        sent: String,
-        built: &str,
+        sent: Prompt,
+        built: &Prompt,
         (ends, tokens): (&[usize], &[u32]),
         shared: usize,
     ) -> Option<Carried> {
         let carried = self.last.as_ref().map(|l| {
-            let same = common_prefix(&sent, &l.text).min(common_prefix(&sent, built));
+            let same = sent.common_prefix(&l.text).min(sent.common_prefix(built));
             let n = shared.min(l.ends.len()).min(ends.len());
             let mut c = Carried {
                 history_tokens: 0,
@@ -109,37 +113,17 @@ impl History {
     }
 }
 
-/// Bytes `a` and `b` begin with alike: compared a page at a time (the prompts are whole
-/// contexts), then byte by byte in the page that differs.
-fn common_prefix(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let n = a.len().min(b.len());
-    let mut at = 0;
-    while at < n {
-        let end = (at + 4096).min(n);
-        if a[at..end] != b[at..end] {
-            return at
-                + a[at..end]
-                    .iter()
-                    .zip(&b[at..end])
-                    .take_while(|(x, y)| x == y)
-                    .count();
-        }
-        at = end;
-    }
-    n
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Three turns of 2, 4 and 6 blocks of 4 bytes ("aaaa", "bbbb", ...), each keeping the
     /// one before it.
-    fn turn(n: usize) -> (String, Vec<usize>, Vec<u32>) {
-        let text: String = (0..n)
-            .map(|i| char::from(b'a' + i as u8).to_string().repeat(4))
-            .collect();
+    fn turn(n: usize) -> (Prompt, Vec<usize>, Vec<u32>) {
+        let mut text = Prompt::default();
+        for i in 0..n {
+            text.push(char::from(b'a' + i as u8).to_string().repeat(4).into());
+        }
         let ends = (1..=n).map(|i| i * 4).collect();
         (text, ends, vec![16; n])
     }
@@ -162,29 +146,24 @@ mod tests {
         };
         let (t, e, k) = turn(2);
         let sent = h.outgoing(&t, 0);
-        assert_eq!(sent, t, "a first turn has nothing to trim");
+        assert_eq!(
+            sent.render(),
+            t.render(),
+            "a first turn has nothing to trim"
+        );
         h.record(sent, &t, (&e, &k), 0);
         let (t, e, k) = turn(4);
         // The previous turn's new blocks (both of them, 8 bytes) lose their second half.
         let sent = h.outgoing(&t, 2);
-        assert_eq!(sent, "aaaaccccdddd");
+        assert_eq!(sent.render(), "aaaaccccdddd");
         let c = h.record(sent, &t, (&e, &k), 2).unwrap();
         assert_eq!((c.history_tokens, c.sent_tokens), (32, 16));
         // The next turn trims blocks 2-3 and re-sends block 1 whole: the server cached
         // "aaaacccc...", so only block 0 is history sent as it was.
         let (t, e, k) = turn(6);
         let sent = h.outgoing(&t, 4);
-        assert_eq!(sent, "aaaabbbbcccceeeeffff");
+        assert_eq!(sent.render(), "aaaabbbbcccceeeeffff");
         let c = h.record(sent, &t, (&e, &k), 4).unwrap();
         assert_eq!((c.history_tokens, c.sent_tokens), (64, 16));
-    }
-
-    #[test]
-    fn common_prefix_spans_pages() {
-        let a = "x".repeat(10_000);
-        let mut b = a.clone();
-        b.replace_range(9_000..9_001, "y");
-        assert_eq!(common_prefix(&a, &b), 9_000);
-        assert_eq!(common_prefix(&a, &a[..5_000]), 5_000);
     }
 }
