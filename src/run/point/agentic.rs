@@ -28,7 +28,7 @@ use servebench_model::spec::Point;
 use servebench_model::spec::load_model::AgenticSpec;
 
 use super::history::History;
-use super::planned::{generation_request, prepare, task_died};
+use super::planned::{generation_request, prepare, response_ended, task_died};
 use super::prompts::Prompts;
 use super::runner::PointRunner;
 use super::sender::{SendEnd, Sender};
@@ -455,7 +455,7 @@ impl SessionRun {
                         break;
                     }
                     match self.turn(t, None, until, &mut prompt, &mut turns).await {
-                        Ok(()) => main_end = Instant::now(),
+                        Ok(end) => main_end = end,
                         Err(s) => {
                             stop = Some(s);
                             break;
@@ -503,18 +503,20 @@ impl SessionRun {
         let agent = &agents[k];
         let mut until = from + self.scaled(agent.gap_s);
         let mut prompt = (PromptBuilder::sharing(self.store.clone()), History::new());
+        let mut last_end = from;
         for (j, t) in agent.turns.iter().enumerate() {
             if j > 0 {
-                until = Instant::now() + self.scaled(t.gap_s);
+                until = last_end + self.scaled(t.gap_s);
             }
-            if let Err(s) = self
+            match self
                 .turn(t, Some(&agent.id), until, &mut prompt, &mut turns)
                 .await
             {
-                return ((step, k), turns, Err(s), Instant::now());
+                Ok(end) => last_end = end,
+                Err(s) => return ((step, k), turns, Err(s), Instant::now()),
             }
         }
-        ((step, k), turns, Ok(()), Instant::now())
+        ((step, k), turns, Ok(()), last_end)
     }
 
     /// `gap_s` of the trace's think or tool time, scaled.
@@ -537,7 +539,7 @@ impl SessionRun {
 
     /// Waits until `until` (the turn's gap, worked out by its chain), then sends it on the
     /// round's path; a failed turn, one past the server's context or the deadline ends the
-    /// chain.
+    /// chain. Ok: when its response ended, which the next turn's gap counts from.
     async fn turn(
         &self,
         t: &TurnTrace,
@@ -545,7 +547,7 @@ impl SessionRun {
         until: Instant,
         (prompt, history): &mut (PromptBuilder, History),
         turns: &mut Turns,
-    ) -> Result<(), Stop> {
+    ) -> Result<Instant, Stop> {
         let shared = &self.shared;
         self.wait(until).await?;
         if !shared.path.may_send() {
@@ -626,7 +628,7 @@ impl SessionRun {
                 e.message
             )));
         }
-        Ok(())
+        Ok(response_ended(&rec))
     }
 }
 

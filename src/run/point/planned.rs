@@ -4,7 +4,7 @@
 
 use servebench_model::catalog::FlagKind;
 use servebench_model::results::meta::CacheReset;
-use servebench_model::results::records::{CacheShare, Flag};
+use servebench_model::results::records::{CacheShare, Flag, RequestRecord};
 use servebench_model::spec::types::{ArgValue, Experiment};
 
 use crate::client::{Client, GenerationRequest};
@@ -150,4 +150,16 @@ pub(super) async fn prepare(client: &Client, n: usize) {
     if let Err(e) = client.prepare(n).await {
         tracing::debug!("could not open connections ahead: {e}");
     }
+}
+
+/// When a record's stream ended, as an `Instant`: its last byte, not when the request path
+/// handed it back (the connection pool holds the first two responses' connections 50 ms after
+/// their end, to learn whether the server closes them: a think time counted from the
+/// hand-back sent the next turn that much late).
+pub(super) fn response_ended(r: &RequestRecord) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let end = r.sent_at + r.end_s.unwrap_or(0.0);
+    let ago = (crate::client::unix_now() - end).clamp(0.0, 60.0);
+    now.checked_sub(std::time::Duration::from_secs_f64(ago))
+        .unwrap_or(now)
 }

@@ -16,7 +16,9 @@ use crate::client::{ChatMessage, GenerationRequest};
 use servebench_model::results::records::{CacheShare, RequestRole};
 use servebench_model::spec::types::{Api, Experiment, SessionsSpec, ThinkDist};
 
-use super::planned::{Planned, RequestTarget, generation_request, prepare, task_died};
+use super::planned::{
+    Planned, RequestTarget, generation_request, prepare, response_ended, task_died,
+};
 use super::sender::{SendEnd, Sender};
 use super::workload::tag;
 use crate::run::probe::Window;
@@ -139,11 +141,13 @@ impl UserRun {
         // The conversation so far as one prompt (APIs without messages).
         let mut transcript = String::new();
         let (mut prev_prompt, mut prev_completion) = (0u64, 0u64);
+        // The previous reply's end: a think time counts from it.
+        let mut replied = std::time::Instant::now();
         for (turn, mut req) in self.requests.into_iter().enumerate() {
             if turn > 0 {
                 let think = self.thinks.get(turn - 1).copied().unwrap_or_default();
                 tokio::select! {
-                    _ = tokio::time::sleep(think) => {}
+                    _ = tokio::time::sleep_until((replied + think).into()) => {}
                     _ = self.path.interrupt().wait() => break,
                 }
             }
@@ -185,6 +189,7 @@ impl UserRun {
             if answered.record.error.is_some() {
                 break;
             }
+            replied = response_ended(&answered.record);
             prev_prompt = answered.record.prompt_tokens.unwrap_or(0);
             prev_completion = answered.record.completion_tokens.unwrap_or(0);
             let reply = answered.text;
