@@ -203,24 +203,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                     area += tasks.len() as f64 * (now - last).as_secs_f64();
                     last = now;
                     first_start.get_or_insert(now);
-                    let trace = next % corpus.sessions.len();
-                    let bs = spec
-                        .block_size
-                        .or(corpus.sessions[trace].block_size)
-                        .unwrap_or(512);
-                    let mut text = texts[&bs].clone();
-                    // Ids are local to a session, and a replay of the trace is another session.
-                    text.salt = mix(text.salt, next as u64);
-                    let run = SessionRun {
-                        shared: shared.clone(),
-                        session: next as u32,
-                        trace,
-                        text,
-                        ledger: Arc::new(Mutex::new(BlockLedger::default())),
-                        store: Arc::default(),
-                        turn: Arc::new(AtomicU32::new(0)),
-                    };
-                    tasks.spawn(run.run());
+                    tasks.spawn(SessionRun::new(&shared, spec, &texts, next).run());
                     view.started += 1;
                     next += 1;
                 }
@@ -674,6 +657,35 @@ fn collect(
             if stop.is_none() {
                 *stop = Some(Stop::Reason(format!("a subagent's task died: {e}")));
             }
+        }
+    }
+}
+
+impl SessionRun {
+    /// The `n`th session of the point: the trace's session `n` (taken round), its block
+    /// text salted apart (ids are local to a session, and a replay of the trace is another
+    /// session).
+    fn new(
+        shared: &Arc<Shared>,
+        spec: &AgenticSpec,
+        texts: &HashMap<u32, BlockText>,
+        n: usize,
+    ) -> SessionRun {
+        let trace = n % shared.corpus.sessions.len();
+        let bs = spec
+            .block_size
+            .or(shared.corpus.sessions[trace].block_size)
+            .unwrap_or(512);
+        let mut text = texts[&bs].clone();
+        text.salt = mix(text.salt, n as u64);
+        SessionRun {
+            shared: shared.clone(),
+            session: n as u32,
+            trace,
+            text,
+            ledger: Arc::new(Mutex::new(BlockLedger::default())),
+            store: Arc::default(),
+            turn: Arc::new(AtomicU32::new(0)),
         }
     }
 }
