@@ -10,6 +10,7 @@
 pub mod build;
 pub mod charts;
 pub mod db;
+mod db_tls;
 pub mod git;
 pub mod index;
 pub mod markdown;
