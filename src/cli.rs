@@ -289,6 +289,12 @@ pub(crate) struct HistoryArgs {
     /// newest run could be judged: a gate must not pass by default.
     #[arg(long)]
     fail_on_regression: bool,
+    /// With --fail-on-regression, let through a newest run whose step the wrong way is
+    /// larger than the threshold but not settled by its evidence (the intervals overlap:
+    /// rounds of 816, 929 and 465 ms). Without it such a run fails the gate, saying
+    /// "unresolved": rerun it with more rounds, or accept it knowingly.
+    #[arg(long, requires = "fail_on_regression")]
+    accept_unresolved: bool,
     /// The index that keeps the history fast (default: .servebench-history-index.jsonl
     /// in the first PATH, when it is a folder). The run directories stay the truth: a
     /// run whose files changed is read again, and an index that is missing, damaged or
@@ -906,6 +912,7 @@ struct HistoryOptions<'a> {
     threshold: Option<f64>,
     metric_names: &'a [String],
     fail_on_regression: bool,
+    accept_unresolved: bool,
     out: &'a Path,
     stdout: bool,
 }
@@ -924,6 +931,7 @@ impl<'a> HistoryOptions<'a> {
             threshold: args.threshold,
             metric_names: &args.metrics,
             fail_on_regression: args.fail_on_regression,
+            accept_unresolved: args.accept_unresolved,
             out: &args.out,
             stdout: args.stdout,
         }
@@ -939,6 +947,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         threshold,
         metric_names,
         fail_on_regression,
+        accept_unresolved,
         out,
         stdout,
     } = options;
@@ -995,20 +1004,45 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     if !fail_on_regression {
         return Ok(Status::Success);
     }
-    let regressions = history::regressions(&model);
+    Ok(history_gate(&model, accept_unresolved))
+}
+
+/// `--fail-on-regression`: fails on a regression of a newest run against its good levels, on
+/// a step the wrong way that its evidence cannot settle (unless `accept_unresolved`), and
+/// when no newest run could be judged.
+fn history_gate(
+    model: &servebench_report::history::HistoryModel,
+    accept_unresolved: bool,
+) -> Status {
+    use servebench_report::history;
+    let regressions = history::regressions(model);
     for r in &regressions {
         console::errln(&format!("regression: {r}"));
     }
-    for u in history::unresolved(&model) {
+    let (worse, better) = history::unresolved(model);
+    for u in &worse {
+        match accept_unresolved {
+            true => console::errln(&format!("warning: accepted (--accept-unresolved): {u}")),
+            false => console::errln(&format!("unresolved: {u}")),
+        }
+    }
+    for u in &better {
         console::errln(&format!("warning: {u}"));
     }
-    if history::judged_latest(&model) == 0 {
+    if history::judged_latest(model) == 0 {
         console::errln(
             "error: no newest run could be judged against a good level (one run, or only failed, flagged or incomparable points): the gate fails rather than pass unseen",
         );
-        return Ok(Status::Failed);
+        return Status::Failed;
     }
-    Ok(Status::failed_if(!regressions.is_empty()))
+    let unresolved = !worse.is_empty() && !accept_unresolved;
+    if unresolved {
+        console::errln(&format!(
+            "error: {} series of the newest run moved the wrong way by more than the threshold, with evidence too wide to settle it (unresolved): the gate fails rather than pass it unjudged; rerun it with more rounds, or pass --accept-unresolved to let it through",
+            worse.len()
+        ));
+    }
+    Status::failed_if(!regressions.is_empty() || unresolved)
 }
 
 /// A history's runs, the run directories left out (with why), and notes on them.

@@ -552,6 +552,60 @@ fn a_regression_cannot_be_laundered_by_a_noisy_run_and_compare_agrees() {
 }
 
 #[test]
+fn a_large_unresolved_step_of_the_newest_run_fails_the_gate_unless_accepted() {
+    // Issue 45's runs up to the regressed one (TTFT 150-165 ms, then rounds of 816, 929 and
+    // 465 ms): its step is +383.6% but its interval overlaps, so it is neither a regression
+    // nor within noise, and the gate must not pass it unjudged.
+    let ws = Workspace::new();
+    let dirs = laundering_runs(ws.path());
+    std::fs::remove_dir_all(&dirs[3]).unwrap();
+    let gate = |extra: &[&str]| {
+        servebench()
+            .arg("history")
+            .arg(ws.path().join("runs"))
+            .args([
+                "--stdout",
+                "--fail-on-regression",
+                "--no-index",
+                "--metric",
+                "ttft_s",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = gate(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!err.contains("regression:"), "not a regression: {err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("unresolved: h #3: TTFT at all: +383.6% against #1, unresolved"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("#1"), "{line}");
+    assert!(
+        err.contains("1 series of the newest run moved the wrong way")
+            && err.contains("--accept-unresolved"),
+        "{err}"
+    );
+    // Accepted knowingly: it passes, and says what it let through.
+    let out = gate(&["--accept-unresolved"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        err.contains("warning: accepted (--accept-unresolved): h #3: TTFT at all: +383.6%"),
+        "{err}"
+    );
+    // Only with the gate.
+    let out = servebench()
+        .args(["history", "--stdout", "--accept-unresolved"])
+        .arg(ws.path().join("runs"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
+}
+
+#[test]
 fn a_starved_client_is_shown_and_named_never_judged_as_a_server_change() {
     let starved = |mut p: PointRecord| {
         p.flags.push(Flag {
