@@ -953,19 +953,26 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     } = options;
     let index = index.as_deref();
     use servebench_report::history;
-    let mut metrics = Vec::new();
+    let mut metrics: Vec<&str> = Vec::new();
     for name in metric_names {
-        match servebench_model::catalog::Metric::from_name(name) {
-            Some(m) => metrics.push(m),
-            None => {
+        match (
+            servebench_model::catalog::Metric::from_name(name),
+            servebench_model::catalog::Graded::from_name(name),
+        ) {
+            (Some(m), _) => metrics.push(m.name()),
+            (None, Some(g)) => metrics.push(g.name),
+            (None, None) => {
                 return Err(Error::Usage(format!(
-                    "--metric {name}: not a metric servebench measures; use a name from points.jsonl such as ttft_s, prefill_tok_s, decode_tok_s, e2e_s"
+                    "--metric {name}: not a metric servebench measures; use a name from points.jsonl such as ttft_s, prefill_tok_s, decode_tok_s, e2e_s, or a figure the bound grades with such as decode_bw_fraction"
                 )));
             }
         }
     }
     if metrics.is_empty() {
-        metrics = history::default_metrics();
+        metrics = history::default_metrics()
+            .iter()
+            .map(|m| m.name())
+            .collect();
     }
     let (runs, skipped, notes) = history_runs(paths, git, index, db)?;
     for n in &notes {
@@ -981,7 +988,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
             .map(|p| format!("git {} {rev} -- {}", repo.display(), p.display()))
             .collect(),
     };
-    let mut model = history::build(runs, skipped, sources, threshold, &metrics);
+    let mut model = history::build_names(runs, skipped, sources, threshold, &metrics);
     model.notes = notes;
     if stdout {
         console::out(&history::markdown::render(&model, None)?);

@@ -411,6 +411,86 @@ fn one_run_cannot_pass_the_gate_and_a_bad_metric_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
 
+#[test]
+fn history_follows_the_figures_the_bound_grades_a_point_with() {
+    // Each run's point carries its bound's figures under the catalogue's names.
+    let ws = Workspace::new();
+    for (name, day, fraction, gbs) in [
+        ("a", 1, 0.62, 2080.0),
+        ("b", 2, 0.61, 2046.0),
+        ("c", 3, 0.41, 1375.0),
+    ] {
+        let m = serde_json::to_string(&meta("h", &format!("2026-12-0{day}T00:00:00Z"), json!({})))
+            .unwrap();
+        let mut p = point("p001", 1024, 100.0);
+        p.bound = Some(servebench_model::results::records::PointBound {
+            figures: [
+                ("decode_bw_fraction", fraction),
+                ("effective_bandwidth_gbs", gbs),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            gpu: "H100 SXM".into(),
+            peak_bandwidth_gb_s: 3350.0,
+            ..Default::default()
+        });
+        let line = serde_json::to_string(&p).unwrap();
+        write_run(ws.path(), name, &m, &format!("{line}\n"));
+    }
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--no-index", "--metric", "decode_bw_fraction"])
+        .args([
+            "--metric",
+            "effective_bandwidth_gbs",
+            "--metric",
+            "decode_tok_s",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    // The catalogue's labels and units, every run's figure.
+    for want in [
+        "of peak bandwidth",
+        "effective bandwidth",
+        "GB/s",
+        "0.62",
+        "0.41",
+        "2080",
+        "1375",
+    ] {
+        assert!(md.contains(want), "{want} in {md}");
+    }
+    // Shown, not judged (compare sets them side by side without a verdict): no change point.
+    assert!(!md.contains("**regression**"), "{md}");
+    let runs = history::source::load_dirs(
+        &[ws.path().join("runs")],
+        &history::source::Budget::default(),
+    )
+    .0;
+    let m = history::build_names(runs, vec![], vec![], None, &["decode_bw_fraction"]);
+    let s = &m.experiments[0].series[0];
+    assert_eq!(
+        (s.label.as_str(), s.unit.as_str()),
+        ("of peak bandwidth", "fraction")
+    );
+    let values: Vec<f64> = s
+        .entries
+        .iter()
+        .map(|e| e.stat.as_ref().unwrap().mean)
+        .collect();
+    assert_eq!(values, [0.62, 0.61, 0.41]);
+    assert!(s.entries.iter().all(|e| e.verdict.is_none() && !e.level));
+    assert!(
+        s.entries[2].reason.contains("a graded figure"),
+        "{}",
+        s.entries[2].reason
+    );
+}
+
 /// Three rounds' statistic from the round means (Student's t, two degrees of freedom), as a
 /// point with `repeat: 3` records it.
 fn rounds_stat(rounds: [f64; 3]) -> Stat {

@@ -18,7 +18,7 @@ pub mod model;
 pub mod page;
 pub mod source;
 
-pub use build::{build, default_metrics};
+pub use build::{build, build_names, default_metrics};
 pub use model::*;
 
 /// The newest runs' regressions against their series' good levels, one line each
