@@ -1513,6 +1513,19 @@ fn a_history_of_100_runs_draws_legible_axes_in_chromium() {
         "thinned: {x_labels} of 100 labels"
     );
     assert!(chart.contains(">#100</text>"), "the last run labelled");
+    // In the static chart too, the last label (centred on the plot's right edge) is not cut
+    // off by the picture's edge (760 wide): half of `#100` fits beside it.
+    let svg = std::fs::read_to_string(out_dir.join("charts/h-decode_tok_s.svg")).unwrap();
+    let last_x: f64 = regex::Regex::new(r#"<text x="([0-9.]+)"[^>]*>\s*#100\s*</text>"#)
+        .unwrap()
+        .captures(&svg)
+        .unwrap_or_else(|| panic!("no #100 label: {svg}"))[1]
+        .parse()
+        .unwrap();
+    assert!(
+        last_x <= 740.0,
+        "the last x label at {last_x} is cut off at 760"
+    );
     let y_ticks: Vec<f64> = regex::Regex::new(r#"text-anchor="end"[^>]*>([0-9.]+)</text>"#)
         .unwrap()
         .captures_iter(chart)
