@@ -308,6 +308,12 @@ pub(crate) struct HistoryArgs {
     /// newest run could be judged: a gate must not pass by default.
     #[arg(long)]
     fail_on_regression: bool,
+    /// With --fail-on-regression, let through a newest run whose step the wrong way is
+    /// larger than the threshold but not settled by its evidence (the intervals overlap:
+    /// rounds of 816, 929 and 465 ms). Without it such a run fails the gate, saying
+    /// "unresolved": rerun it with more rounds, or accept it knowingly.
+    #[arg(long, requires = "fail_on_regression")]
+    accept_unresolved: bool,
     /// The index that keeps the history fast (default: .servebench-history-index.jsonl
     /// in the first PATH, when it is a folder). The run directories stay the truth: a
     /// run whose files changed is read again, and an index that is missing, damaged or
@@ -975,6 +981,7 @@ struct HistoryOptions<'a> {
     threshold: Option<f64>,
     metric_names: &'a [String],
     fail_on_regression: bool,
+    accept_unresolved: bool,
     out: &'a Path,
     stdout: bool,
 }
@@ -993,6 +1000,7 @@ impl<'a> HistoryOptions<'a> {
             threshold: args.threshold,
             metric_names: &args.metrics,
             fail_on_regression: args.fail_on_regression,
+            accept_unresolved: args.accept_unresolved,
             out: &args.out,
             stdout: args.stdout,
         }
@@ -1008,24 +1016,32 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
         threshold,
         metric_names,
         fail_on_regression,
+        accept_unresolved,
         out,
         stdout,
     } = options;
     let index = index.as_deref();
     use servebench_report::history;
-    let mut metrics = Vec::new();
+    let mut metrics: Vec<&str> = Vec::new();
     for name in metric_names {
-        match servebench_model::catalog::Metric::from_name(name) {
-            Some(m) => metrics.push(m),
-            None => {
+        match (
+            servebench_model::catalog::Metric::from_name(name),
+            servebench_model::catalog::Graded::from_name(name),
+        ) {
+            (Some(m), _) => metrics.push(m.name()),
+            (None, Some(g)) => metrics.push(g.name),
+            (None, None) => {
                 return Err(Error::Usage(format!(
-                    "--metric {name}: not a metric servebench measures; use a name from points.jsonl such as ttft_s, prefill_tok_s, decode_tok_s, e2e_s"
+                    "--metric {name}: not a metric servebench measures; use a name from points.jsonl such as ttft_s, prefill_tok_s, decode_tok_s, e2e_s, or a figure the bound grades with such as decode_bw_fraction"
                 )));
             }
         }
     }
     if metrics.is_empty() {
-        metrics = history::default_metrics();
+        metrics = history::default_metrics()
+            .iter()
+            .map(|m| m.name())
+            .collect();
     }
     let (runs, skipped, notes) = history_runs(paths, git, index, db)?;
     for n in &notes {
@@ -1041,7 +1057,7 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
             .map(|p| format!("git {} {rev} -- {}", repo.display(), p.display()))
             .collect(),
     };
-    let mut model = history::build(runs, skipped, sources, threshold, &metrics);
+    let mut model = history::build_names(runs, skipped, sources, threshold, &metrics);
     model.notes = notes;
     if stdout {
         console::out(&history::markdown::render(&model, None)?);
@@ -1064,20 +1080,45 @@ fn history(options: HistoryOptions<'_>) -> Result<Status, Error> {
     if !fail_on_regression {
         return Ok(Status::Success);
     }
-    let regressions = history::regressions(&model);
+    Ok(history_gate(&model, accept_unresolved))
+}
+
+/// `--fail-on-regression`: fails on a regression of a newest run against its good levels, on
+/// a step the wrong way that its evidence cannot settle (unless `accept_unresolved`), and
+/// when no newest run could be judged.
+fn history_gate(
+    model: &servebench_report::history::HistoryModel,
+    accept_unresolved: bool,
+) -> Status {
+    use servebench_report::history;
+    let regressions = history::regressions(model);
     for r in &regressions {
         console::errln(&format!("regression: {r}"));
     }
-    for u in history::unresolved(&model) {
+    let (worse, better) = history::unresolved(model);
+    for u in &worse {
+        match accept_unresolved {
+            true => console::errln(&format!("warning: accepted (--accept-unresolved): {u}")),
+            false => console::errln(&format!("unresolved: {u}")),
+        }
+    }
+    for u in &better {
         console::errln(&format!("warning: {u}"));
     }
-    if history::judged_latest(&model) == 0 {
+    if history::judged_latest(model) == 0 {
         console::errln(
             "error: no newest run could be judged against a good level (one run, or only failed, flagged or incomparable points): the gate fails rather than pass unseen",
         );
-        return Ok(Status::Failed);
+        return Status::Failed;
     }
-    Ok(Status::failed_if(!regressions.is_empty()))
+    let unresolved = !worse.is_empty() && !accept_unresolved;
+    if unresolved {
+        console::errln(&format!(
+            "error: {} series of the newest run moved the wrong way by more than the threshold, with evidence too wide to settle it (unresolved): the gate fails rather than pass it unjudged; rerun it with more rounds, or pass --accept-unresolved to let it through",
+            worse.len()
+        ));
+    }
+    Status::failed_if(!regressions.is_empty() || unresolved)
 }
 
 /// A history's runs, the run directories left out (with why), and notes on them.

@@ -411,6 +411,86 @@ fn one_run_cannot_pass_the_gate_and_a_bad_metric_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
 
+#[test]
+fn history_follows_the_figures_the_bound_grades_a_point_with() {
+    // Each run's point carries its bound's figures under the catalogue's names.
+    let ws = Workspace::new();
+    for (name, day, fraction, gbs) in [
+        ("a", 1, 0.62, 2080.0),
+        ("b", 2, 0.61, 2046.0),
+        ("c", 3, 0.41, 1375.0),
+    ] {
+        let m = serde_json::to_string(&meta("h", &format!("2026-12-0{day}T00:00:00Z"), json!({})))
+            .unwrap();
+        let mut p = point("p001", 1024, 100.0);
+        p.bound = Some(servebench_model::results::records::PointBound {
+            figures: [
+                ("decode_bw_fraction", fraction),
+                ("effective_bandwidth_gbs", gbs),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+            gpu: "H100 SXM".into(),
+            peak_bandwidth_gb_s: 3350.0,
+            ..Default::default()
+        });
+        let line = serde_json::to_string(&p).unwrap();
+        write_run(ws.path(), name, &m, &format!("{line}\n"));
+    }
+    let out = servebench()
+        .arg("history")
+        .arg(ws.path().join("runs"))
+        .args(["--stdout", "--no-index", "--metric", "decode_bw_fraction"])
+        .args([
+            "--metric",
+            "effective_bandwidth_gbs",
+            "--metric",
+            "decode_tok_s",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let md = String::from_utf8_lossy(&out.stdout);
+    // The catalogue's labels and units, every run's figure.
+    for want in [
+        "of peak bandwidth",
+        "effective bandwidth",
+        "GB/s",
+        "0.62",
+        "0.41",
+        "2080",
+        "1375",
+    ] {
+        assert!(md.contains(want), "{want} in {md}");
+    }
+    // Shown, not judged (compare sets them side by side without a verdict): no change point.
+    assert!(!md.contains("**regression**"), "{md}");
+    let runs = history::source::load_dirs(
+        &[ws.path().join("runs")],
+        &history::source::Budget::default(),
+    )
+    .0;
+    let m = history::build_names(runs, vec![], vec![], None, &["decode_bw_fraction"]);
+    let s = &m.experiments[0].series[0];
+    assert_eq!(
+        (s.label.as_str(), s.unit.as_str()),
+        ("of peak bandwidth", "fraction")
+    );
+    let values: Vec<f64> = s
+        .entries
+        .iter()
+        .map(|e| e.stat.as_ref().unwrap().mean)
+        .collect();
+    assert_eq!(values, [0.62, 0.61, 0.41]);
+    assert!(s.entries.iter().all(|e| e.verdict.is_none() && !e.level));
+    assert!(
+        s.entries[2].reason.contains("a graded figure"),
+        "{}",
+        s.entries[2].reason
+    );
+}
+
 /// Three rounds' statistic from the round means (Student's t, two degrees of freedom), as a
 /// point with `repeat: 3` records it.
 fn rounds_stat(rounds: [f64; 3]) -> Stat {
@@ -549,6 +629,60 @@ fn a_regression_cannot_be_laundered_by_a_noisy_run_and_compare_agrees() {
         assert!(text.contains(pct), "{pct} in {text}");
     }
     assert!(text.contains("regression"), "{text}");
+}
+
+#[test]
+fn a_large_unresolved_step_of_the_newest_run_fails_the_gate_unless_accepted() {
+    // Issue 45's runs up to the regressed one (TTFT 150-165 ms, then rounds of 816, 929 and
+    // 465 ms): its step is +383.6% but its interval overlaps, so it is neither a regression
+    // nor within noise, and the gate must not pass it unjudged.
+    let ws = Workspace::new();
+    let dirs = laundering_runs(ws.path());
+    std::fs::remove_dir_all(&dirs[3]).unwrap();
+    let gate = |extra: &[&str]| {
+        servebench()
+            .arg("history")
+            .arg(ws.path().join("runs"))
+            .args([
+                "--stdout",
+                "--fail-on-regression",
+                "--no-index",
+                "--metric",
+                "ttft_s",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = gate(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(!err.contains("regression:"), "not a regression: {err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("unresolved: h #3: TTFT at all: +383.6% against #1, unresolved"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("#1"), "{line}");
+    assert!(
+        err.contains("1 series of the newest run moved the wrong way")
+            && err.contains("--accept-unresolved"),
+        "{err}"
+    );
+    // Accepted knowingly: it passes, and says what it let through.
+    let out = gate(&["--accept-unresolved"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(
+        err.contains("warning: accepted (--accept-unresolved): h #3: TTFT at all: +383.6%"),
+        "{err}"
+    );
+    // Only with the gate.
+    let out = servebench()
+        .args(["history", "--stdout", "--accept-unresolved"])
+        .arg(ws.path().join("runs"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", show(&out));
 }
 
 #[test]
@@ -1379,6 +1513,19 @@ fn a_history_of_100_runs_draws_legible_axes_in_chromium() {
         "thinned: {x_labels} of 100 labels"
     );
     assert!(chart.contains(">#100</text>"), "the last run labelled");
+    // In the static chart too, the last label (centred on the plot's right edge) is not cut
+    // off by the picture's edge (760 wide): half of `#100` fits beside it.
+    let svg = std::fs::read_to_string(out_dir.join("charts/h-decode_tok_s.svg")).unwrap();
+    let last_x: f64 = regex::Regex::new(r#"<text x="([0-9.]+)"[^>]*>\s*#100\s*</text>"#)
+        .unwrap()
+        .captures(&svg)
+        .unwrap_or_else(|| panic!("no #100 label: {svg}"))[1]
+        .parse()
+        .unwrap();
+    assert!(
+        last_x <= 740.0,
+        "the last x label at {last_x} is cut off at 760"
+    );
     let y_ticks: Vec<f64> = regex::Regex::new(r#"text-anchor="end"[^>]*>([0-9.]+)</text>"#)
         .unwrap()
         .captures_iter(chart)

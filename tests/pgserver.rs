@@ -66,9 +66,48 @@ fn command(bin: PathBuf, user: Option<(u32, u32)>) -> Command {
     c
 }
 
+/// TLS for a test server: its certificate and key (PEM), and whether it takes TLS logins only
+/// (`hostssl` in `pg_hba.conf`).
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ssl_only: bool,
+}
+
+/// Puts `tls`'s certificate and key in the data directory (the key the server's own, 0600)
+/// and, for TLS logins only, turns `pg_hba.conf`'s `host` lines into `hostssl`.
+fn set_up_tls(data: &std::path::Path, tls: &ServerTls, user: Option<(u32, u32)>) {
+    use std::os::unix::fs::PermissionsExt;
+    for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key")] {
+        let path = data.join(to);
+        std::fs::copy(from, &path).expect("copy the server's certificate");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown");
+        }
+    }
+    if tls.ssl_only {
+        let hba = data.join("pg_hba.conf");
+        let text = std::fs::read_to_string(&hba).unwrap();
+        let text: Vec<String> = text
+            .lines()
+            .map(|l| match l.strip_prefix("host ") {
+                Some(rest) => format!("hostssl {rest}"),
+                None => l.to_string(),
+            })
+            .collect();
+        std::fs::write(&hba, text.join("\n") + "\n").unwrap();
+    }
+}
+
 impl PgServer {
     /// Starts a server and waits until it accepts logins.
     pub fn start() -> PgServer {
+        PgServer::start_with(None)
+    }
+
+    /// Starts a server, with TLS when `tls` is given, and waits until it answers logins.
+    pub fn start_with(tls: Option<&ServerTls>) -> PgServer {
         let bin = bin_dir();
         let user = run_as();
         let dir = tempfile::tempdir().expect("tempdir");
@@ -100,6 +139,9 @@ impl PgServer {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if let Some(tls) = tls {
+            set_up_tls(&data, tls, user);
+        }
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -115,6 +157,8 @@ impl PgServer {
                 "127.0.0.1",
                 "-c",
                 "fsync=off",
+                "-c",
+                if tls.is_some() { "ssl=on" } else { "ssl=off" },
             ])
             .arg("-k")
             .arg(dir.path())
@@ -125,8 +169,17 @@ impl PgServer {
         let server = PgServer { dir, port, child };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if postgres::Client::connect(&server.url(), postgres::NoTls).is_ok() {
-                return server;
+            // Up when it logs in, or refuses a plain login (TLS only) other than as starting.
+            match postgres::Client::connect(&server.url(), postgres::NoTls) {
+                Ok(_) => return server,
+                Err(e)
+                    if e.as_db_error().is_some_and(|d| {
+                        *d.code() != postgres::error::SqlState::CANNOT_CONNECT_NOW
+                    }) =>
+                {
+                    return server;
+                }
+                Err(_) => {}
             }
             assert!(
                 Instant::now() < deadline,

@@ -11,8 +11,8 @@ use super::model::*;
 use crate::report::comparable::incomparable;
 use crate::report::compare::{self, CompareModel, LoadedRun, Verdict};
 use crate::report::metric_def::metric_def;
-use servebench_model::catalog::Metric;
-use servebench_model::results::records::PointRecord;
+use servebench_model::catalog::{Graded, Metric};
+use servebench_model::results::records::{PointRecord, Stat};
 
 /// The metrics a history follows when none is asked for: the report's headline metrics and
 /// request throughput (a server that queues more shows there first).
@@ -30,6 +30,20 @@ pub fn build(
     sources: Vec<String>,
     threshold_pct: Option<f64>,
     metrics: &[Metric],
+) -> HistoryModel {
+    let names: Vec<&str> = metrics.iter().map(|m| m.name()).collect();
+    build_names(runs, skipped, sources, threshold_pct, &names)
+}
+
+/// [`build`] with the series named: a metric of the catalogue (`ttft_s`) or a figure the
+/// bound grades a point with (`decode_bw_fraction`, `catalog::Graded`), read from the
+/// point's `bound`.
+pub fn build_names(
+    runs: Vec<LoadedRun>,
+    skipped: Vec<SkippedRun>,
+    sources: Vec<String>,
+    threshold_pct: Option<f64>,
+    metrics: &[&str],
 ) -> HistoryModel {
     let mut skipped = skipped;
     let mut by_name: IndexMap<String, Vec<LoadedRun>> = IndexMap::new();
@@ -138,7 +152,7 @@ fn experiment(
     name: String,
     runs: &[LoadedRun],
     threshold_pct: Option<f64>,
-    metrics: &[Metric],
+    metrics: &[&str],
 ) -> ExperimentHistory {
     let mut pairs = Pairs {
         runs,
@@ -208,9 +222,8 @@ fn experiment(
 
     let mut series = Vec::new();
     for (point, found) in &points {
-        for metric in metrics {
-            let name = metric.name();
-            if !found.iter().any(|(_, p)| p.metrics.contains_key(name)) {
+        for &name in metrics {
+            if !found.iter().any(|(_, p)| value(p, name).is_some()) {
                 continue;
             }
             series.push(one_series(
@@ -279,6 +292,28 @@ fn judge_levels(
     }
 }
 
+/// A point's value of `metric`: its measured stat, or the figure its bound graded it with (one
+/// value derived from the point's means: no interval of its own).
+fn value(p: &PointRecord, metric: &str) -> Option<Stat> {
+    if Graded::from_name(metric).is_none() {
+        return p.metrics.get(metric).filter(|s| s.count > 0).cloned();
+    }
+    let v = *p.bound.as_ref()?.figures.get(metric)?;
+    Some(Stat {
+        count: 1,
+        mean: v,
+        p50: v,
+        p90: v,
+        p99: v,
+        min: v,
+        max: v,
+        ..Stat::default()
+    })
+}
+
+/// Why a graded figure's steps are shown, not judged.
+const GRADED_NOT_JUDGED: &str = "a graded figure (from the point's means, the model and the GPU's datasheet, with no interval of its own): shown, not judged, as compare shows it";
+
 /// A run's entry of a series, before it is judged: its point's stat, problems and client
 /// flags.
 fn new_entry(i: usize, p: &PointRecord, metric: &str) -> SeriesEntry {
@@ -293,7 +328,7 @@ fn new_entry(i: usize, p: &PointRecord, metric: &str) -> SeriesEntry {
             client_flags.push(name);
         }
     }
-    let stat = p.metrics.get(metric).filter(|s| s.count > 0).cloned();
+    let stat = value(p, metric);
     SeriesEntry {
         run: i,
         id: p.id.clone(),
@@ -374,7 +409,13 @@ fn one_series(
     (breaks, changed): (&[bool], &[bool]),
     pairs: &mut Pairs<'_>,
 ) -> Series {
-    let def = metric_def(metric);
+    let def = metric_def(metric).or_else(|| {
+        Graded::from_name(metric).map(|g| crate::report::metric_def::MetricDef {
+            label: g.label.to_string(),
+            unit: g.unit.to_string(),
+            definition: g.definition.to_string(),
+        })
+    });
     let threshold = pairs
         .threshold_pct
         .unwrap_or(compare::DEFAULT_THRESHOLD_PCT);
@@ -387,6 +428,8 @@ fn one_series(
         let mut gate_judged = None;
         if !entry.problems.is_empty() {
             entry.reason = "failed or flagged: shown, not judged".to_string();
+        } else if Graded::from_name(metric).is_some() {
+            entry.reason = GRADED_NOT_JUDGED.to_string();
         } else if breaks[i] {
             entry.reason = "not comparable with the run before (see what changed)".to_string();
             entry.level = entry.stat.is_some();
@@ -459,7 +502,12 @@ fn one_series(
         metric: metric.to_string(),
         label: def.as_ref().map_or(metric.to_string(), |d| d.label.clone()),
         unit: def.map_or(String::new(), |d| d.unit),
-        better: compare::direction(metric),
+        better: compare::direction(metric).or_else(|| {
+            Graded::from_name(metric).map(|g| match g.higher_is_better {
+                true => servebench_model::catalog::Direction::Higher,
+                false => servebench_model::catalog::Direction::Lower,
+            })
+        }),
         entries,
         latest,
     }

@@ -143,6 +143,8 @@ pub fn render_svg(chart: &TrendChart) -> Result<String, ChartError> {
         let mut plot = ChartBuilder::on(&root)
             .caption(&chart.title, ("sans-serif", 18))
             .margin(12)
+            // Room for half the last x label (`#1000`), centred on the plot's right edge.
+            .margin_right(28)
             .x_label_area_size(40)
             .y_label_area_size(64)
             .build_cartesian_2d(0.5..x_end, 0.0..y_top)

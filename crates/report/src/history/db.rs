@@ -175,24 +175,64 @@ fn query_error(shown_url: &str) -> impl Fn(postgres::Error) -> DbError + '_ {
     }
 }
 
+/// Connects to the database at `url` as `--db` does (TLS as its `sslmode` says), for the
+/// history and for checking the connection it makes.
+pub fn connect_url(url: &str) -> Result<postgres::Client, DbError> {
+    connect(url, &shown(url))
+}
+
 /// Connects to the database at `url` (10 s to connect), its errors naming `shown_url`.
 fn connect(url: &str, shown_url: &str) -> Result<postgres::Client, DbError> {
-    let mut config: postgres::Config = url.parse().map_err(|e: postgres::Error| DbError::Url {
+    use super::db_tls::SslMode;
+    let bad_url = |message: String| DbError::Url {
         url: shown_url.to_string(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let (rest, tls) = super::db_tls::split(url).map_err(&bad_url)?;
+    let mut config: postgres::Config = rest
+        .parse()
+        .map_err(|e: postgres::Error| bad_url(e.to_string()))?;
     config.connect_timeout(Duration::from_secs(10));
     if config.get_password().is_none()
         && let Some(password) = password_from_env(&config)
     {
         config.password(password);
     }
-    config
-        .connect(postgres::NoTls)
-        .map_err(|e| DbError::Connect {
-            url: shown_url.to_string(),
-            message: said(&e),
-        })
+    let failed = |message: String| DbError::Connect {
+        url: shown_url.to_string(),
+        message,
+    };
+    if tls.mode == SslMode::Disable {
+        config.ssl_mode(postgres::config::SslMode::Disable);
+        return config
+            .connect(postgres::NoTls)
+            .map_err(|e| failed(said(&e)));
+    }
+    let (connector, roots) = super::db_tls::connector(&tls).map_err(&failed)?;
+    let checked = match &roots {
+        Some(r) => format!("the certificate checked against {}", r.describe()),
+        None => "the certificate not checked".to_string(),
+    };
+    let tls_failed = |e: postgres::Error| {
+        failed(format!(
+            "{} (sslmode={}, {checked})",
+            said(&e),
+            tls.mode.name()
+        ))
+    };
+    if tls.mode == SslMode::Allow {
+        // libpq's `allow`: plain first, TLS when the server refuses that.
+        config.ssl_mode(postgres::config::SslMode::Disable);
+        if let Ok(client) = config.connect(postgres::NoTls) {
+            return Ok(client);
+        }
+    }
+    // Required: a server that does not offer TLS is refused before any password is sent.
+    config.ssl_mode(match tls.mode {
+        SslMode::Allow | SslMode::Prefer => postgres::config::SslMode::Prefer,
+        _ => postgres::config::SslMode::Require,
+    });
+    config.connect(connector).map_err(tls_failed)
 }
 
 /// The password libpq would use when the URL has none: `PGPASSWORD`, else the matching line

@@ -10,6 +10,7 @@
 pub mod build;
 pub mod charts;
 pub mod db;
+mod db_tls;
 pub mod git;
 pub mod index;
 pub mod markdown;
@@ -17,7 +18,7 @@ pub mod model;
 pub mod page;
 pub mod source;
 
-pub use build::{build, default_metrics};
+pub use build::{build, build_names, default_metrics};
 pub use model::*;
 
 /// The newest runs' regressions against their series' good levels, one line each
@@ -26,30 +27,53 @@ pub use model::*;
 pub fn regressions(model: &HistoryModel) -> Vec<String> {
     latest_lines(
         model,
-        |l| l.verdict == Some(crate::report::compare::Verdict::Regression),
+        |_, l| l.verdict == Some(crate::report::compare::Verdict::Regression),
         "against the last good level,",
         "",
     )
 }
 
 /// The newest runs' changes above the threshold that the evidence does not settle, one line
-/// each: not regressions, but no level either; said beside the gate.
-pub fn unresolved(model: &HistoryModel) -> Vec<String> {
-    latest_lines(model, |l| l.unresolved, "against", ", unresolved")
+/// each, split by direction: `(worse, better)`. A change the wrong way fails the gate unless
+/// accepted (`--accept-unresolved`): its intervals are too wide to clear it, not narrow enough
+/// to convict it, and a gate must not pass what it could not judge.
+pub fn unresolved(model: &HistoryModel) -> (Vec<String>, Vec<String>) {
+    let worse = |s: &Series, l: &LatestCheck| {
+        use servebench_model::catalog::Direction;
+        l.change_pct.is_none_or(|c| match s.better {
+            Some(Direction::Lower) => c > 0.0,
+            Some(Direction::Higher) => c < 0.0,
+            None => true,
+        })
+    };
+    (
+        latest_lines(
+            model,
+            |s, l| l.unresolved && worse(s, l),
+            "against",
+            ", unresolved",
+        ),
+        latest_lines(
+            model,
+            |s, l| l.unresolved && !worse(s, l),
+            "against",
+            ", unresolved",
+        ),
+    )
 }
 
 /// A line per series whose newest run `keep`s: `experiment #run: metric at point: change
 /// {against} level{after} (reason)`.
 fn latest_lines(
     model: &HistoryModel,
-    keep: impl Fn(&LatestCheck) -> bool,
+    keep: impl Fn(&Series, &LatestCheck) -> bool,
     against: &str,
     after: &str,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for e in &model.experiments {
         for s in &e.series {
-            let Some(l) = s.latest.as_ref().filter(|l| keep(l)) else {
+            let Some(l) = s.latest.as_ref().filter(|l| keep(s, l)) else {
                 continue;
             };
             out.push(format!(
