@@ -122,6 +122,9 @@ pub(crate) enum Error {
     /// `down` could not read the run directory or reach its host.
     #[error(transparent)]
     Down(#[from] crate::run::down::DownError),
+    /// `import` could not read another tool's files or write the run.
+    #[error(transparent)]
+    Import(#[from] servebench_report::report::import::ImportError),
 }
 
 impl Error {
@@ -134,6 +137,7 @@ impl Error {
             | Error::Estimate(_)
             | Error::Run(RunError::Preflight(_) | RunError::Host(_) | RunError::Resume(_))
             | Error::OpenRun(_)
+            | Error::Import(_)
             | Error::CompareTemplate { .. } => exit::BAD_INPUT,
             Error::Runtime(_)
             | Error::Run(_)
