@@ -15,6 +15,7 @@ mod faulty;
 mod field_bugs;
 mod fuzz;
 mod history;
+mod import;
 mod interactivity;
 mod interrupt;
 mod load;
