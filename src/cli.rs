@@ -146,6 +146,10 @@ pub(crate) enum Command {
         /// The run directory to write (default: runs/imported/<file name>).
         #[arg(long, value_name = "RUN_DIR")]
         out: Option<PathBuf>,
+        /// The experiment the run joins in `history` (default: `<tool>-import`), e.g. the
+        /// name of the servebench experiment run against the same server.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
     },
     /// Check a run against the published numbers in its spec's `expect:` list: one verdict per
     /// expectation (reproduced, off by X%, point failed). Exits 1 when any does not hold.
@@ -439,7 +443,12 @@ where
             format,
             out,
         } => export(&run_dir, format, out),
-        Command::Import { path, from, out } => import(&path, from, out),
+        Command::Import {
+            path,
+            from,
+            out,
+            name,
+        } => import(&path, from, out, name.as_deref()),
         Command::Bound(args) => bound(args),
         Command::Compare(args) => compare(args),
         Command::History(args) => history(HistoryOptions::of(&args)),
@@ -822,13 +831,14 @@ fn import(
     path: &Path,
     from: Option<servebench_report::report::import::From>,
     out: Option<PathBuf>,
+    name: Option<&str>,
 ) -> Result<Status, Error> {
     use servebench_report::report::import;
     let out = out.unwrap_or_else(|| {
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
         PathBuf::from("runs/imported").join(stem.unwrap_or_else(|| "import".into()))
     });
-    let dir = import::import(path, from, &out)?;
+    let dir = import::import(path, from, &out, name)?;
     console::outln(&format!("imported: {}", dir.display()));
     Ok(Status::Success)
 }

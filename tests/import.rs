@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use crate::common::*;
 
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/import").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/import")
+        .join(rel)
 }
 
 /// `servebench import PATH [ARGS]` into a fresh run directory under `ws`: its point.
@@ -47,13 +49,26 @@ fn aiperf_s_aggregate_is_imported_in_seconds_with_its_config_and_method() {
         ("inter_chunk_latency", "icl_s", 1e-3),
         ("output_sequence_length", "completion_tokens", 1.0),
     ] {
-        for (theirs, ours) in [("avg", "mean"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("min", "min"), ("max", "max")] {
+        for (theirs, ours) in [
+            ("avg", "mean"),
+            ("p50", "p50"),
+            ("p90", "p90"),
+            ("p99", "p99"),
+            ("min", "min"),
+            ("max", "max"),
+        ] {
             close(&m[name][ours], agg[tag][theirs].as_f64().unwrap() * scale);
         }
         assert_eq!(m[name]["count"], agg[tag]["count"], "{name}");
     }
-    close(&m["throughput_req_s"]["mean"], agg["request_throughput"]["avg"].as_f64().unwrap());
-    close(&m["output_tok_s"]["mean"], agg["output_token_throughput"]["avg"].as_f64().unwrap());
+    close(
+        &m["throughput_req_s"]["mean"],
+        agg["request_throughput"]["avg"].as_f64().unwrap(),
+    );
+    close(
+        &m["output_tok_s"]["mean"],
+        agg["output_token_throughput"]["avg"].as_f64().unwrap(),
+    );
     assert_eq!(p["ok"].as_f64(), agg["request_count"]["avg"].as_f64());
     assert_eq!(p["values"]["concurrency"], 2);
     // AIPerf records no decode speed as servebench defines it: absent, not invented.
@@ -63,24 +78,41 @@ fn aiperf_s_aggregate_is_imported_in_seconds_with_its_config_and_method() {
     assert_eq!(imported["tool"], "aiperf");
     assert_eq!(imported["version"], "0.13.0");
     assert_eq!(imported["config"]["phases"][1]["concurrency"], 2);
-    assert_eq!(imported["method"]["warm-up"], "2 requests before profiling, not counted");
+    assert_eq!(
+        imported["method"]["warm-up"],
+        "2 requests before profiling, not counted"
+    );
     assert_eq!(meta["experiment"]["requests"], 8);
 }
 
 #[test]
 fn aiperf_s_records_alone_are_summarised_from_the_profiling_successes() {
     let ws = Workspace::new();
-    let (_, p) = import(&ws, &fixture("aiperf/profile_export.jsonl"), &["--from", "aiperf"]);
+    let (_, p) = import(
+        &ws,
+        &fixture("aiperf/profile_export.jsonl"),
+        &["--from", "aiperf"],
+    );
     let ws2 = Workspace::new();
-    std::fs::copy(fixture("aiperf/profile_export.jsonl"), ws2.path().join("profile_export.jsonl")).unwrap();
+    std::fs::copy(
+        fixture("aiperf/profile_export.jsonl"),
+        ws2.path().join("profile_export.jsonl"),
+    )
+    .unwrap();
     let (_, alone) = import(&ws2, &ws2.path().join("profile_export.jsonl"), &[]);
     // Beside its aggregate the aggregate is read; alone, the 8 profiling records (2 warm-up
     // left out) give the same TTFT statistics by the same linear percentiles.
     assert_eq!(alone["ok"], 8);
     for k in ["mean", "p50", "p90", "min", "max"] {
-        close(&alone["metrics"]["ttft_s"][k], p["metrics"]["ttft_s"][k].as_f64().unwrap());
+        close(
+            &alone["metrics"]["ttft_s"][k],
+            p["metrics"]["ttft_s"][k].as_f64().unwrap(),
+        );
     }
-    assert_eq!(alone["metrics"]["icl_s"]["count"], p["metrics"]["icl_s"]["count"]);
+    assert_eq!(
+        alone["metrics"]["icl_s"]["count"],
+        p["metrics"]["icl_s"]["count"]
+    );
 }
 
 #[test]
@@ -106,11 +138,24 @@ fn a_file_no_tool_wrote_is_refused_with_the_choices_and_bad_json_with_its_place(
     let other = ws.write("other.json", "{\"hello\": 1}");
     let o = servebench().arg("import").arg(&other).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("--from (aiperf, vllm-bench)"), "{err}");
-    let bad = ws.write("bad.json", "{\n  \"completed\": 1,\n  \"request_throughput\": oops\n}");
-    let o = servebench().args(["import", "--from", "vllm-bench"]).arg(&bad).output().unwrap();
+    assert!(
+        !o.status.success() && err.contains("--from (aiperf, vllm-bench)"),
+        "{err}"
+    );
+    let bad = ws.write(
+        "bad.json",
+        "{\n  \"completed\": 1,\n  \"request_throughput\": oops\n}",
+    );
+    let o = servebench()
+        .args(["import", "--from", "vllm-bench"])
+        .arg(&bad)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("bad.json:3:25: not the JSON the tool writes"), "{err}");
+    assert!(
+        err.contains("bad.json:3:25: not the JSON the tool writes"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -126,7 +171,12 @@ fn compare_says_how_the_methods_differ_before_any_number() {
     );
     let (run, _) = ws.run_ok(&spec);
     let (imported, _) = import(&ws, &fixture("aiperf"), &[]);
-    let o = servebench().arg("compare").arg(&run).arg(&imported).output().unwrap();
+    let o = servebench()
+        .arg("compare")
+        .arg(&run)
+        .arg(&imported)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     let first_number = text.find("## Results").expect("results");
     for line in [
@@ -143,4 +193,29 @@ fn compare_says_how_the_methods_differ_before_any_number() {
     assert!(text.contains("| `tool` | — | aiperf 0.13.0 |"), "{text}");
     assert!(!text.contains("| `repeat` | 1 | 1 |"));
     assert!(text.contains("| `repeat` | 1 | — |"), "{text}");
+    // `history` sets it beside the servebench run when it joins its experiment, unjudged.
+    let joined = run.parent().unwrap().join("imported");
+    let o = servebench()
+        .arg("import")
+        .arg(fixture("aiperf"))
+        .args(["--name", "sim-c2", "--out"])
+        .arg(&joined)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = ws.path().join("history");
+    let o = servebench()
+        .arg("history")
+        .arg(run.parent().unwrap())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("history.md")).unwrap();
+    assert!(md.contains("2 runs of 1 experiment"), "{md}");
+    assert!(
+        md.contains("**not comparable** (TTFT origin: aiperf:"),
+        "{md}"
+    );
 }

@@ -56,6 +56,8 @@ pub(crate) struct Imported {
     /// The resolved-spec fields the tool recorded (model, API, requests, concurrency).
     pub(crate) experiment: serde_json::Value,
     pub(crate) started_at: Option<String>,
+    /// The experiment's name; None: `<tool>-import`.
+    pub(crate) name: Option<String>,
 }
 
 /// An import that failed: the file, where in it, what and the fix.
@@ -83,7 +85,8 @@ pub(crate) fn read_bounded(path: &Path) -> Result<Vec<u8>, ImportError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = servebench_model::results::rundir::open_regular(path, MAX_INPUT_BYTES).map_err(io)?;
+    let file =
+        servebench_model::results::rundir::open_regular(path, MAX_INPUT_BYTES).map_err(io)?;
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -120,7 +123,9 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
         ),
     };
     if path.is_dir() {
-        if path.join(import_aiperf::RECORDS).is_file() || path.join(import_aiperf::AGGREGATE).is_file() {
+        if path.join(import_aiperf::RECORDS).is_file()
+            || path.join(import_aiperf::AGGREGATE).is_file()
+        {
             return Ok(From::Aiperf);
         }
         return Err(unsure("a folder without AIPerf's profile_export files"));
@@ -143,15 +148,24 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
 }
 
 /// Reads `path` as `from`'s files and writes the run directory `out`; returns it.
-pub fn import(path: &Path, from: Option<From>, out: &Path) -> Result<PathBuf, ImportError> {
+/// `name` is the experiment the run joins in `history` (default `<tool>-import`).
+pub fn import(
+    path: &Path,
+    from: Option<From>,
+    out: &Path,
+    name: Option<&str>,
+) -> Result<PathBuf, ImportError> {
     let from = match from {
         Some(f) => f,
         None => detect(path)?,
     };
-    let imported = match from {
+    let mut imported = match from {
         From::Aiperf => import_aiperf::read(path)?,
         From::VllmBench => import_vllm::read(path)?,
     };
+    if let Some(name) = name {
+        imported.name = Some(name.to_string());
+    }
     write(&imported, out)?;
     Ok(out.to_path_buf())
 }
@@ -160,7 +174,7 @@ pub fn import(path: &Path, from: Option<From>, out: &Path) -> Result<PathBuf, Im
 fn meta(imported: &Imported) -> Result<RunMeta, serde_json::Error> {
     let tool = imported.from.tool.clone();
     let mut experiment = json!({
-        "name": format!("{tool}-import"),
+        "name": imported.name.clone().unwrap_or_else(|| format!("{tool}-import")),
         "description": format!("Imported from {tool}'s result files by servebench import."),
         "server": { "url": "http://unrecorded.invalid" },
         "workload": { "api": "openai-chat", "prompt": { "kind": "random", "tokens": 1 }, "output_tokens": 1 },

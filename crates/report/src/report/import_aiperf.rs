@@ -77,7 +77,9 @@ pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
         (None, None) => {
             return Err(ImportError::File {
                 path: path.to_path_buf(),
-                message: format!("neither {AGGREGATE} nor {RECORDS} here: give AIPerf's artifact folder"),
+                message: format!(
+                    "neither {AGGREGATE} nor {RECORDS} here: give AIPerf's artifact folder"
+                ),
             });
         }
     };
@@ -95,7 +97,9 @@ fn parse_aggregate(path: &Path) -> Result<Value, ImportError> {
     if !v.is_object() || v.get("schema_version").is_none() {
         return Err(ImportError::File {
             path: path.to_path_buf(),
-            message: "not AIPerf's aggregate (no `schema_version`): give profile_export_aiperf.json".into(),
+            message:
+                "not AIPerf's aggregate (no `schema_version`): give profile_export_aiperf.json"
+                    .into(),
         });
     }
     Ok(v)
@@ -122,7 +126,9 @@ fn from_aggregate(path: &Path, agg: &Value) -> Result<Summary, ImportError> {
         };
         let count = field("count").map_or(1, |c| c as usize);
         let or_avg = |k: &str| conv(k).unwrap_or(avg);
-        let complete = ["p50", "p90", "p99", "min", "max"].iter().all(|k| conv(k).is_some());
+        let complete = ["p50", "p90", "p99", "min", "max"]
+            .iter()
+            .all(|k| conv(k).is_some());
         if !complete && count > 1 {
             continue; // a distribution without its percentiles: absent, not invented
         }
@@ -162,7 +168,9 @@ fn from_records(path: &Path) -> Result<Summary, ImportError> {
             continue;
         }
         let r: Value = serde_json::from_slice(line).map_err(|e| json_error(path, i, &e))?;
-        let phase = r.pointer("/metadata/benchmark_phase").and_then(Value::as_str);
+        let phase = r
+            .pointer("/metadata/benchmark_phase")
+            .and_then(Value::as_str);
         if phase != Some("profiling") {
             continue;
         }
@@ -193,7 +201,11 @@ fn from_records(path: &Path) -> Result<Summary, ImportError> {
 }
 
 /// The run's provenance: AIPerf's version and configuration, its method.
-fn imported(files: Vec<String>, agg: Option<&Value>, point: servebench_model::results::records::PointRecord) -> Imported {
+fn imported(
+    files: Vec<String>,
+    agg: Option<&Value>,
+    point: servebench_model::results::records::PointRecord,
+) -> Imported {
     let config = agg.and_then(|a| a.get("input_config")).cloned();
     let find = |ptr: &str| config.as_ref().and_then(|c| c.pointer(ptr)).cloned();
     // AIPerf 0.13's `input_config`: its phases (warm-up, profiling) and models.
@@ -202,15 +214,28 @@ fn imported(files: Vec<String>, agg: Option<&Value>, point: servebench_model::re
             .as_ref()
             .and_then(|c| c.get("phases"))
             .and_then(Value::as_array)
-            .and_then(|ps| ps.iter().find(|p| p.get("kind").and_then(Value::as_str) == Some(kind)))
+            .and_then(|ps| {
+                ps.iter()
+                    .find(|p| p.get("kind").and_then(Value::as_str) == Some(kind))
+            })
             .cloned()
     };
     let profiling = phase("profiling");
-    let concurrency = profiling.as_ref().and_then(|p| p.get("concurrency")).filter(|c| c.is_u64()).cloned();
-    let rate = profiling.as_ref().and_then(|p| p.get("rate")).filter(|r| r.is_number()).cloned();
+    let concurrency = profiling
+        .as_ref()
+        .and_then(|p| p.get("concurrency"))
+        .filter(|c| c.is_u64())
+        .cloned();
+    let rate = profiling
+        .as_ref()
+        .and_then(|p| p.get("rate"))
+        .filter(|r| r.is_number())
+        .cloned();
     let warmup = phase("warmup")
         .and_then(|w| w.get("requests").and_then(Value::as_u64))
-        .map_or("none recorded".to_string(), |n| format!("{n} requests before profiling, not counted"));
+        .map_or("none recorded".to_string(), |n| {
+            format!("{n} requests before profiling, not counted")
+        });
     let mut values = IndexMap::new();
     if let Some(c) = &concurrency {
         values.insert("concurrency".to_string(), c.clone());
@@ -228,12 +253,20 @@ fn imported(files: Vec<String>, agg: Option<&Value>, point: servebench_model::re
     if let Some(c) = concurrency {
         experiment["concurrency"] = c;
     }
-    if let Some(n) = profiling.as_ref().and_then(|p| p.get("requests")).filter(|n| n.is_u64()) {
+    if let Some(n) = profiling
+        .as_ref()
+        .and_then(|p| p.get("requests"))
+        .filter(|n| n.is_u64())
+    {
         experiment["requests"] = n.clone();
     }
     // Synthetic lengths: a fixed output length when AIPerf drew it with no spread.
     let osl = find("/datasets/0/prompts/osl");
-    let fixed = |l: &Value| (l.get("stddev").and_then(Value::as_f64) == Some(0.0)).then(|| l.get("mean").and_then(Value::as_f64)).flatten();
+    let fixed = |l: &Value| {
+        (l.get("stddev").and_then(Value::as_f64) == Some(0.0))
+            .then(|| l.get("mean").and_then(Value::as_f64))
+            .flatten()
+    };
     if let Some(n) = osl.as_ref().and_then(fixed).filter(|n| n.fract() == 0.0) {
         experiment["workload"] = json!({ "output_tokens": n as u64 });
     }
@@ -262,12 +295,19 @@ fn imported(files: Vec<String>, agg: Option<&Value>, point: servebench_model::re
     let started_at = agg
         .and_then(|a| a.get("start_time"))
         .and_then(Value::as_str)
-        .map(|s| if s.ends_with('Z') || s.contains('+') { s.to_string() } else { format!("{s}Z") });
+        .map(|s| {
+            if s.ends_with('Z') || s.contains('+') {
+                s.to_string()
+            } else {
+                format!("{s}Z")
+            }
+        });
     Imported {
         from,
         values,
         point,
         experiment,
         started_at,
+        name: None,
     }
 }

@@ -24,7 +24,9 @@ pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
     if v.get("request_throughput").is_none() || v.get("completed").is_none() {
         return Err(ImportError::File {
             path: path.to_path_buf(),
-            message: "not a `vllm bench serve --save-result` file (no `completed`, `request_throughput`)".into(),
+            message:
+                "not a `vllm bench serve --save-result` file (no `completed`, `request_throughput`)"
+                    .into(),
         });
     }
     let nums = |k: &str| -> Vec<f64> {
@@ -37,7 +39,11 @@ pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
     let errors: Vec<bool> = v
         .get("errors")
         .and_then(Value::as_array)
-        .map(|a| a.iter().map(|e| e.as_str().is_some_and(|s| !s.is_empty())).collect())
+        .map(|a| {
+            a.iter()
+                .map(|e| e.as_str().is_some_and(|s| !s.is_empty()))
+                .collect()
+        })
         .unwrap_or_default();
     let ok_only = |xs: Vec<f64>| -> Vec<f64> {
         xs.into_iter()
@@ -87,7 +93,11 @@ pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
         ("output_throughput", "output_tok_s"),
         ("total_token_throughput", "total_tok_s"),
     ] {
-        if let Some(s) = v.get(key).and_then(Value::as_f64).and_then(|x| stat_of(&[x])) {
+        if let Some(s) = v
+            .get(key)
+            .and_then(Value::as_f64)
+            .and_then(|x| stat_of(&[x]))
+        {
             metrics.insert(name.to_string(), s);
         }
     }
@@ -97,10 +107,23 @@ pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
 }
 
 /// The run's provenance: what vLLM recorded of its command, and its method.
-fn imported(path: &Path, v: &Value, point: servebench_model::results::records::PointRecord) -> Imported {
+fn imported(
+    path: &Path,
+    v: &Value,
+    point: servebench_model::results::records::PointRecord,
+) -> Imported {
     let keep = [
-        "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
-        "request_rate", "burstiness", "max_concurrency", "duration",
+        "date",
+        "endpoint_type",
+        "backend",
+        "label",
+        "model_id",
+        "tokenizer_id",
+        "num_prompts",
+        "request_rate",
+        "burstiness",
+        "max_concurrency",
+        "duration",
     ];
     let config: serde_json::Map<String, Value> = keep
         .iter()
@@ -122,10 +145,19 @@ fn imported(path: &Path, v: &Value, point: servebench_model::results::records::P
         notes.push("saved without --save-detailed: no per-request values, so only the run's rates are imported (its mean, median and p99 alone are not a distribution)".to_string());
     }
     let method = [
-        ("TTFT origin", "request sent → first streamed chunk with content (vLLM `ttft`, client clock)"),
-        ("ITL", "gaps between streamed chunks (vLLM `itl`, imported as `icl_s`); TPOT (latency − TTFT) / (output tokens − 1) as `tpot_s`"),
+        (
+            "TTFT origin",
+            "request sent → first streamed chunk with content (vLLM `ttft`, client clock)",
+        ),
+        (
+            "ITL",
+            "gaps between streamed chunks (vLLM `itl`, imported as `icl_s`); TPOT (latency − TTFT) / (output tokens − 1) as `tpot_s`",
+        ),
         ("warm-up", "one test request before the run, not counted"),
-        ("cache state", "not controlled: no flush, no per-request nonce"),
+        (
+            "cache state",
+            "not controlled: no flush, no per-request nonce",
+        ),
         ("client placement", "not recorded"),
         ("prompts", "vLLM's dataset sampler (`--dataset-name`)"),
     ];
@@ -135,7 +167,10 @@ fn imported(path: &Path, v: &Value, point: servebench_model::results::records::P
             version: None,
             files: vec![path.display().to_string()],
             config: Some(Value::Object(config)),
-            method: method.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            method: method
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             recorded: Vec::new(),
             notes,
         },
@@ -143,5 +178,6 @@ fn imported(path: &Path, v: &Value, point: servebench_model::results::records::P
         point,
         experiment,
         started_at: None,
+        name: None,
     }
 }
