@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use servebench_model::results::meta::ImportedFrom;
 use servebench_model::results::records::Stat;
 
-use super::import::{ImportError, Imported, json_error, point, read_bounded, stat_of};
+use super::import_common::{ImportError, Imported, json_error, point, read_bounded, stat_of};
 
 pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
     let bytes = read_bounded(path)?;
