@@ -270,14 +270,6 @@ fn imported(
     if let Some(n) = osl.as_ref().and_then(fixed).filter(|n| n.fract() == 0.0) {
         experiment["workload"] = json!({ "output_tokens": n as u64 });
     }
-    let method = [
-        ("TTFT origin", "request start → first response chunk with content (AIPerf `time_to_first_token`, client clock)".to_string()),
-        ("ITL", "(latency − TTFT) / (output tokens − 1) per request (AIPerf `inter_token_latency`, imported as `tpot_s`); chunk gaps as `icl_s`".to_string()),
-        ("warm-up", warmup),
-        ("cache state", "not controlled: no flush, no per-request nonce".to_string()),
-        ("client placement", "not recorded".to_string()),
-        ("prompts", "AIPerf's own dataset or synthetic prompts".to_string()),
-    ];
     let from = ImportedFrom {
         tool: "aiperf".into(),
         version: agg
@@ -286,7 +278,7 @@ fn imported(
             .map(str::to_string),
         files,
         config,
-        method: method.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        method: method(warmup),
         recorded: Vec::new(),
         notes: vec![
             "AIPerf's standard deviations are population ones; servebench's sample deviation is derived from them and the count".into(),
@@ -310,4 +302,20 @@ fn imported(
         started_at,
         name: None,
     }
+}
+
+/// How AIPerf measured, aspect by aspect (`comparable`'s terms); `warmup` as its config says.
+fn method(warmup: String) -> IndexMap<String, String> {
+    let method = [
+        ("TTFT origin", "request start → first response chunk with content (AIPerf `time_to_first_token`, client clock)".to_string()),
+        ("ITL", "(latency − TTFT) / (output tokens − 1) per request (AIPerf `inter_token_latency`, imported as `tpot_s`); chunk gaps as `icl_s`".to_string()),
+        ("warm-up", warmup),
+        ("cache state", "not controlled: no flush, no per-request nonce".to_string()),
+        ("client placement", "not recorded".to_string()),
+        ("prompts", "AIPerf's own dataset or synthetic prompts".to_string()),
+    ];
+    method
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
