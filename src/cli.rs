@@ -147,6 +147,29 @@ pub(crate) enum Command {
         #[arg(long, value_name = "NAME")]
         experiment: Option<String>,
     },
+    /// Make another tool's result files a servebench run directory, so `compare` and `history`
+    /// set them beside servebench's runs: AIPerf 0.13's artifact folder (`aiperf`) or a
+    /// `vllm bench serve --save-result` file (`vllm-bench`). `meta.json` names the tool, what
+    /// it recorded of its command, and how its method differs; `points.jsonl` holds the
+    /// metrics the files hold, in servebench's units.
+    ///
+    /// Example: `servebench import artifacts/my-run --from aiperf --out runs/imported/aiperf-c2`
+    Import {
+        /// The tool's result file, or AIPerf's artifact folder.
+        #[arg(value_name = "FILE_OR_DIR")]
+        path: PathBuf,
+        /// The tool that wrote it: `aiperf` or `vllm-bench` (default: told from the files;
+        /// refused when they do not say).
+        #[arg(long, value_name = "TOOL", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<servebench_report::report::import::From>()))]
+        from: Option<servebench_report::report::import::From>,
+        /// The run directory to write (default: runs/imported/<file name>).
+        #[arg(long, value_name = "RUN_DIR")]
+        out: Option<PathBuf>,
+        /// The experiment the run joins in `history` (default: `<tool>-import`), e.g. the
+        /// name of the servebench experiment run against the same server.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
     /// Check a run against the published numbers in its spec's `expect:` list: one verdict per
     /// expectation (reproduced, off by X%, point failed). Exits 1 when any does not hold.
     Check {
@@ -456,6 +479,12 @@ where
                 experiment,
             },
         ),
+        Command::Import {
+            path,
+            from,
+            out,
+            name,
+        } => import(&path, from, out, name.as_deref()),
         Command::Bound(args) => bound(args),
         Command::Compare(args) => compare(args),
         Command::History(args) => history(HistoryOptions::of(&args)),
@@ -871,6 +900,22 @@ fn print_logged(l: &crate::mlflow::Logged) {
     for n in &l.notes {
         console::errln(&format!("mlflow: {n}"));
     }
+}
+
+fn import(
+    path: &Path,
+    from: Option<servebench_report::report::import::From>,
+    out: Option<PathBuf>,
+    name: Option<&str>,
+) -> Result<Status, Error> {
+    use servebench_report::report::import;
+    let out = out.unwrap_or_else(|| {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        PathBuf::from("runs/imported").join(stem.unwrap_or_else(|| "import".into()))
+    });
+    let dir = import::import(path, from, &out, name)?;
+    console::outln(&format!("imported: {}", dir.display()));
+    Ok(Status::Success)
 }
 
 /// A `--format` servebench can export to.

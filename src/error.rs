@@ -126,6 +126,9 @@ pub(crate) enum Error {
     /// `down` could not read the run directory or reach its host.
     #[error(transparent)]
     Down(#[from] crate::run::down::DownError),
+    /// `import` could not read another tool's files or write the run.
+    #[error(transparent)]
+    Import(#[from] servebench_report::report::import::ImportError),
 }
 
 impl Error {
@@ -141,6 +144,7 @@ impl Error {
             | Error::Mlflow(
                 crate::mlflow::MlflowError::Uri { .. } | crate::mlflow::MlflowError::Run(_),
             )
+            | Error::Import(_)
             | Error::CompareTemplate { .. } => exit::BAD_INPUT,
             Error::Runtime(_)
             | Error::Run(_)

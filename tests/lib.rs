@@ -16,6 +16,7 @@ mod field_bugs;
 mod fuzz;
 mod history;
 mod history_tls;
+mod import;
 mod interactivity;
 mod interrupt;
 mod load;

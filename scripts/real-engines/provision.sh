@@ -20,7 +20,7 @@
 #                       (`servebench mlflow`), pinned by mlflow-constraints.txt; a venv of its own
 # Each part is skipped when its stamp (`.stamp-PART`) names the pinned version; delete the
 # stamp (or the directory) to rebuild it.
-# Usage: provision.sh [all|sglang|llama|router|smg|aiperf|mlflow|check]
+# Usage: provision.sh [all|sglang|llama|router|smg|aiperf|aiperf-cli|mlflow|check]
 # Needs: python3 with venv (Debian: python3-venv), cmake and a C++ compiler (installed with
 # apt-get when missing and running as root), network access to PyPI.
 set -euo pipefail
@@ -267,6 +267,26 @@ mlflow_venv() {
   }
   "$MLFLOW_VENV/bin/mlflow" server --help >/dev/null || exit 1
   stamp mlflow-venv "$want"
+# AIPerf's `aiperf profile` CLI, whole (1.2 GB): what wrote tests/fixtures/import/aiperf, to
+# rerun it against the simulator. A venv of its own, pinned by aiperf-cli-requirements.txt.
+AIPERF_CLI_VENV="$DIR/aiperf-cli-venv"
+AIPERF_CLI_REQUIREMENTS="$HERE/aiperf-cli-requirements.txt"
+
+aiperf_cli_venv() {
+  local want="aiperf==$AIPERF_VERSION cli requirements=$(sha "$AIPERF_CLI_REQUIREMENTS")"
+  if stamp_ok aiperf-cli-venv "$want" && [ -x "$AIPERF_CLI_VENV/bin/aiperf" ]; then return 0; fi
+  python_for_venv
+  log "aiperf-cli-venv: pip install aiperf==$AIPERF_VERSION whole (about 5 min, 1.2 GB)"
+  rm -rf "$AIPERF_CLI_VENV"
+  python3 -m venv "$AIPERF_CLI_VENV"
+  "$AIPERF_CLI_VENV/bin/python" -m pip install -q --no-deps -r "$AIPERF_CLI_REQUIREMENTS" \
+    >"$DIR/logs/aiperf-cli-pip.log" 2>&1 || {
+    tail -n 30 "$DIR/logs/aiperf-cli-pip.log" >&2
+    log "aiperf-cli-venv: pip install failed (log: $DIR/logs/aiperf-cli-pip.log)"
+    exit 1
+  }
+  "$AIPERF_CLI_VENV/bin/aiperf" profile --help >/dev/null || exit 1
+  stamp aiperf-cli-venv "$want"
 }
 
 check() {
@@ -288,7 +308,8 @@ case "$WHAT" in
   smg) smg_venv ;;
   aiperf) aiperf_venv ;;
   mlflow) mlflow_venv ;;
+  aiperf-cli) aiperf_cli_venv ;;
   check) check; exit $? ;;
-  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|aiperf|mlflow|cheap|check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|sglang|llama|llama-server|router|smg|aiperf|aiperf-cli|mlflow|cheap|check]" >&2; exit 2 ;;
 esac
 log "done in $(( $(date +%s) - start )) s: $DIR ($(du -sh "$DIR" 2>/dev/null | cut -f1))"

@@ -128,6 +128,7 @@ pub(crate) async fn execute(
         client_placement: Some(first.placement().to_string()),
         resumed_at: Vec::new(),
         hosts: Vec::new(),
+        imported: None,
     };
     write_meta(&run_dir, &meta)?;
     run_plan(spec, run_dir, meta, host, &HashSet::new(), opts, interrupt).await

@@ -54,6 +54,36 @@ pub struct RunMeta {
     /// version) and whether it failed; empty for a run on one host (see `server_host`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<PoolHostRecord>,
+    /// Set on a run `servebench import` made from another tool's result files: which tool,
+    /// what it recorded of its command, and how its method differs from servebench's. None
+    /// for runs servebench measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<ImportedFrom>,
+}
+
+/// Where an imported run came from: the tool that measured it and its method, as its files say.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ImportedFrom {
+    /// `aiperf`, `vllm-bench`.
+    pub tool: String,
+    /// The tool's version as its files record it; None when they do not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The files read, as given.
+    pub files: Vec<String>,
+    /// The tool's command or configuration as its files record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
+    /// Each aspect of method (`TTFT origin`, `ITL`, `warm-up`, `cache state`, `client
+    /// placement`, `prompts`) and how the tool did it.
+    pub method: IndexMap<String, String>,
+    /// The resolved spec's settings (dotted paths) the files recorded; the rest of the
+    /// imported run's `experiment` only fills what a run directory needs and is not stated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<String>,
+    /// What the files hold that servebench's metrics have no place for, or lack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One host of a pool, as recorded in `meta.json`.

@@ -47,8 +47,68 @@ impl std::fmt::Display for Incomparable {
     }
 }
 
-/// How `b` differs from `a` by construction; empty when they measured the same thing.
+/// The aspects of method said between a servebench run and an imported one, or two imported
+/// ones (`servebench import`): each run's own account of them.
+const METHOD: &[&str] = &[
+    "TTFT origin",
+    "ITL",
+    "warm-up",
+    "cache state",
+    "client placement",
+    "prompts",
+];
+
+/// How servebench measured `meta`, in the terms an imported run's method is said in.
+fn servebench_method(meta: &RunMeta, aspect: &str) -> String {
+    let e = &meta.experiment;
+    match aspect {
+        "TTFT origin" => "request sent → first content chunk (servebench `ttft_s`, client clock)".into(),
+        "ITL" => "chunk gaps split over their tokens (`itl_s`); (latency − TTFT) / (output tokens − 1) as `tpot_s`; chunk gaps as `icl_s`".into(),
+        "warm-up" => match &e.warmup {
+            Some(_) => "a load warm-up phase, not counted".into(),
+            None => "none".into(),
+        },
+        "cache state" => {
+            let policy = serde_json::to_value(e.cache.policy).unwrap_or_default();
+            format!("cache.policy {}", super::format::value_text(&policy))
+        }
+        "client placement" => meta.client_placement.clone().unwrap_or_else(|| "local".into()),
+        _ => {
+            let prompt = serde_json::to_value(&e.workload.prompt).unwrap_or_default();
+            let kind = prompt.get("kind").map(super::format::value_text);
+            format!("servebench `{}` prompts", kind.unwrap_or_default())
+        }
+    }
+}
+
+fn method_of(meta: &RunMeta, aspect: &str) -> String {
+    match &meta.imported {
+        Some(i) => {
+            let said = i.method.get(aspect).map_or("not recorded", String::as_str);
+            format!("{}: {said}", i.tool)
+        }
+        None => format!("servebench: {}", servebench_method(meta, aspect)),
+    }
+}
+
+/// How `b` differs from `a` by construction; empty when they measured the same thing. Where
+/// either run was imported from another tool, the differences are its method's, aspect by
+/// aspect, each run in its own words.
 pub(crate) fn incomparable(a: &RunMeta, b: &RunMeta) -> Vec<Incomparable> {
+    if a.imported.is_some() || b.imported.is_some() {
+        return METHOD
+            .iter()
+            .filter_map(|aspect| {
+                let (x, y) = (method_of(a, aspect), method_of(b, aspect));
+                (x != y).then(|| Incomparable {
+                    what: aspect,
+                    setting: aspect.to_string(),
+                    before: x,
+                    after: y,
+                })
+            })
+            .collect();
+    }
     let (sa, sb) = (construction(a), construction(b));
     let mut names: Vec<&String> = sa.keys().collect();
     for k in sb.keys() {

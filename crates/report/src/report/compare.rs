@@ -1061,7 +1061,17 @@ fn differences(
                     s.insert(d.clone(), value_text(v));
                 }
             }
-            s.insert("servebench version".into(), run.meta.tool_version.clone());
+            match &run.meta.imported {
+                // An imported run states only what its files recorded.
+                Some(i) => {
+                    s.retain(|k, _| i.recorded.contains(k));
+                    let version = i.version.as_deref().unwrap_or("version not recorded");
+                    s.insert("tool".into(), format!("{} {version}", i.tool));
+                }
+                None => {
+                    s.insert("servebench version".into(), run.meta.tool_version.clone());
+                }
+            }
             let versions: Vec<&str> = run
                 .meta
                 .servers

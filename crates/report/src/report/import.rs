@@ -1,0 +1,174 @@
+//! `servebench import`: another tool's result files made into a servebench run directory
+//! (`meta.json` naming the tool, its recorded configuration and how its method differs;
+//! `points.jsonl` with the metrics the files hold, in servebench's units), so `compare` and
+//! `history` set them beside servebench's runs. The readers (`import_aiperf`, `import_vllm`)
+//! are pure functions from bytes to an [`Imported`]; reading within budgets and writing are
+//! here. What the files lack is absent, never invented.
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+use serde_json::json;
+
+use servebench_model::results::meta::{HostFacts, RunMeta, RunStatus};
+
+use super::{import_aiperf, import_vllm};
+
+pub use super::import_common::{ImportError, MAX_INPUT_BYTES};
+use super::import_common::{Imported, read_bounded};
+
+/// The tools whose files `import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    /// AIPerf 0.13: `profile_export.jsonl` and `profile_export_aiperf.json`.
+    Aiperf,
+    /// `vllm bench serve --save-result` (`--save-detailed` for per-request values).
+    VllmBench,
+}
+
+impl From {
+    /// The names `--from` takes.
+    pub fn names() -> &'static [&'static str] {
+        &["aiperf", "vllm-bench"]
+    }
+}
+
+impl std::str::FromStr for From {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "aiperf" => Ok(From::Aiperf),
+            "vllm-bench" => Ok(From::VllmBench),
+            _ => Err(format!("`{s}`: use one of {}", From::names().join(", "))),
+        }
+    }
+}
+
+/// Which tool wrote `path` (a file or an AIPerf artifact folder), from its names and first
+/// bytes; an error naming the choices when it cannot tell.
+pub fn detect(path: &Path) -> Result<From, ImportError> {
+    let unsure = |why: &str| ImportError::File {
+        path: path.to_path_buf(),
+        message: format!(
+            "{why}; name the tool with --from ({})",
+            From::names().join(", ")
+        ),
+    };
+    if path.is_dir() {
+        if path.join(import_aiperf::RECORDS).is_file()
+            || path.join(import_aiperf::AGGREGATE).is_file()
+        {
+            return Ok(From::Aiperf);
+        }
+        return Err(unsure("a folder without AIPerf's profile_export files"));
+    }
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.starts_with("profile_export") {
+        return Ok(From::Aiperf);
+    }
+    let bytes = read_bounded(path)?;
+    let head = String::from_utf8_lossy(&bytes[..bytes.len().min(1 << 20)]);
+    let has = |key: &str| head.contains(&format!("\"{key}\""));
+    match (
+        has("mean_ttft_ms") || (has("request_throughput") && has("num_prompts")),
+        has("schema_version") && has("time_to_first_token"),
+    ) {
+        (true, false) => Ok(From::VllmBench),
+        (false, true) => Ok(From::Aiperf),
+        _ => Err(unsure("cannot tell which tool wrote this file")),
+    }
+}
+
+/// Reads `path` as `from`'s files and writes the run directory `out`; returns it.
+/// `name` is the experiment the run joins in `history` (default `<tool>-import`).
+pub fn import(
+    path: &Path,
+    from: Option<From>,
+    out: &Path,
+    name: Option<&str>,
+) -> Result<PathBuf, ImportError> {
+    let from = match from {
+        Some(f) => f,
+        None => detect(path)?,
+    };
+    let mut imported = match from {
+        From::Aiperf => import_aiperf::read(path)?,
+        From::VllmBench => import_vllm::read(path)?,
+    };
+    if let Some(name) = name {
+        imported.name = Some(name.to_string());
+    }
+    write(&imported, out)?;
+    Ok(out.to_path_buf())
+}
+
+/// The run's `meta.json`: an external server, the tool's recorded fields, the import.
+fn meta(imported: &Imported) -> Result<RunMeta, serde_json::Error> {
+    let tool = imported.from.tool.clone();
+    let mut experiment = json!({
+        "name": imported.name.clone().unwrap_or_else(|| format!("{tool}-import")),
+        "description": format!("Imported from {tool}'s result files by servebench import."),
+        "server": { "url": "http://unrecorded.invalid" },
+        "workload": { "api": "openai-chat", "prompt": { "kind": "random", "tokens": 1 }, "output_tokens": 1 },
+        "repeat": 1, "requests": 1, "concurrency": 1, "request_timeout": "10m",
+    });
+    merge(&mut experiment, &imported.experiment);
+    let mut recorded = IndexMap::new();
+    super::comparable::flatten("", &imported.experiment, &mut recorded);
+    let mut from = imported.from.clone();
+    from.recorded = recorded.into_keys().collect();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let started = imported.started_at.clone().unwrap_or_else(|| now.clone());
+    serde_json::from_value(json!({
+        "tool_version": env!("CARGO_PKG_VERSION"),
+        "spec_file": imported.from.files.first().cloned().unwrap_or_default(),
+        "spec_sha256": "",
+        "experiment": experiment,
+        "dimensions": imported.values.keys().collect::<Vec<_>>(),
+        "started_at": started,
+        "ended_at": started,
+        "status": RunStatus::Complete,
+        "client_host": HostFacts::default(),
+        "imported": from,
+    }))
+}
+
+/// `patch`'s leaves over `base`'s.
+fn merge(base: &mut serde_json::Value, patch: &serde_json::Value) {
+    match (base, patch) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+/// Writes `meta.json` and `points.jsonl` into `out`, which must not hold a run already.
+fn write(imported: &Imported, out: &Path) -> Result<(), ImportError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ImportError::Io { path, source }
+    };
+    let meta_path = out.join("meta.json");
+    if meta_path.exists() {
+        return Err(ImportError::File {
+            path: out.to_path_buf(),
+            message: "holds a run already (meta.json): nothing written; give another --out".into(),
+        });
+    }
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let meta = meta(imported).map_err(|e| ImportError::File {
+        path: out.to_path_buf(),
+        message: format!("the imported run does not make a servebench run: {e}"),
+    })?;
+    let mut point = imported.point.clone();
+    point.values = imported.values.clone();
+    let meta_text = serde_json::to_string_pretty(&meta).expect("meta serialises");
+    std::fs::write(&meta_path, meta_text).map_err(io(&meta_path))?;
+    let points = out.join("points.jsonl");
+    let line = serde_json::to_string(&point).expect("a point serialises") + "\n";
+    std::fs::write(&points, line).map_err(io(&points))?;
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! `servebench import` on files the real tools wrote (tests/fixtures/import, README there for
+//! the commands): each number checked against the file's own value, units converted; an
+//! imported run compared beside a servebench run of the same simulator, the method differences
+//! said before any number.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/import")
+        .join(rel)
+}
+
+/// `servebench import PATH [ARGS]` into a fresh run directory under `ws`: its point.
+fn import(ws: &Workspace, path: &Path, args: &[&str]) -> (PathBuf, serde_json::Value) {
+    let out = ws.path().join(format!("imported-{}", args.len()));
+    let o = servebench()
+        .arg("import")
+        .arg(path)
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let points = read_jsonl(&out.join("points.jsonl"));
+    assert_eq!(points.len(), 1);
+    (out, points[0].clone())
+}
+
+#[track_caller]
+fn close(a: &serde_json::Value, b: f64) {
+    let a = a.as_f64().unwrap_or(f64::NAN);
+    assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{a} != {b}");
+}
+
+#[test]
+fn aiperf_s_aggregate_is_imported_in_seconds_with_its_config_and_method() {
+    let ws = Workspace::new();
+    let agg = read_json(&fixture("aiperf/profile_export_aiperf.json"));
+    let (dir, p) = import(&ws, &fixture("aiperf"), &[]);
+    let m = &p["metrics"];
+    for (tag, name, scale) in [
+        ("time_to_first_token", "ttft_s", 1e-3),
+        ("request_latency", "e2e_s", 1e-3),
+        ("inter_token_latency", "tpot_s", 1e-3),
+        ("inter_chunk_latency", "icl_s", 1e-3),
+        ("output_sequence_length", "completion_tokens", 1.0),
+    ] {
+        for (theirs, ours) in [
+            ("avg", "mean"),
+            ("p50", "p50"),
+            ("p90", "p90"),
+            ("p99", "p99"),
+            ("min", "min"),
+            ("max", "max"),
+        ] {
+            close(&m[name][ours], agg[tag][theirs].as_f64().unwrap() * scale);
+        }
+        assert_eq!(m[name]["count"], agg[tag]["count"], "{name}");
+    }
+    close(
+        &m["throughput_req_s"]["mean"],
+        agg["request_throughput"]["avg"].as_f64().unwrap(),
+    );
+    close(
+        &m["output_tok_s"]["mean"],
+        agg["output_token_throughput"]["avg"].as_f64().unwrap(),
+    );
+    assert_eq!(p["ok"].as_f64(), agg["request_count"]["avg"].as_f64());
+    assert_eq!(p["values"]["concurrency"], 2);
+    // AIPerf records no decode speed as servebench defines it: absent, not invented.
+    assert!(m.get("decode_tok_s").is_none() && m.get("itl_s").is_none());
+    let meta = read_json(&dir.join("meta.json"));
+    let imported = &meta["imported"];
+    assert_eq!(imported["tool"], "aiperf");
+    assert_eq!(imported["version"], "0.13.0");
+    assert_eq!(imported["config"]["phases"][1]["concurrency"], 2);
+    assert_eq!(
+        imported["method"]["warm-up"],
+        "2 requests before profiling, not counted"
+    );
+    assert_eq!(meta["experiment"]["requests"], 8);
+}
+
+#[test]
+fn aiperf_s_records_alone_are_summarised_from_the_profiling_successes() {
+    let ws = Workspace::new();
+    let (_, p) = import(
+        &ws,
+        &fixture("aiperf/profile_export.jsonl"),
+        &["--from", "aiperf"],
+    );
+    let ws2 = Workspace::new();
+    std::fs::copy(
+        fixture("aiperf/profile_export.jsonl"),
+        ws2.path().join("profile_export.jsonl"),
+    )
+    .unwrap();
+    let (_, alone) = import(&ws2, &ws2.path().join("profile_export.jsonl"), &[]);
+    // Beside its aggregate the aggregate is read; alone, the 8 profiling records (2 warm-up
+    // left out) give the same TTFT statistics by the same linear percentiles.
+    assert_eq!(alone["ok"], 8);
+    for k in ["mean", "p50", "p90", "min", "max"] {
+        close(
+            &alone["metrics"]["ttft_s"][k],
+            p["metrics"]["ttft_s"][k].as_f64().unwrap(),
+        );
+    }
+    assert_eq!(
+        alone["metrics"]["icl_s"]["count"],
+        p["metrics"]["icl_s"]["count"]
+    );
+}
+
+#[test]
+fn vllm_bench_s_detailed_result_is_imported_per_request_and_failures_left_out() {
+    let ws = Workspace::new();
+    let (dir, p) = import(&ws, &fixture("vllm-bench/result.json"), &[]);
+    let m = &p["metrics"];
+    assert_eq!((p["ok"].as_u64(), p["errors"].as_u64()), (Some(2), Some(1)));
+    close(&m["ttft_s"]["mean"], 0.01375); // (0.0125 + 0.0150) / 2: the failed 0 left out
+    close(&m["e2e_s"]["max"], 0.048);
+    close(&m["tpot_s"]["mean"], 0.0021); // (0.030 / 15 + 0.033 / 15) / 2
+    assert_eq!(m["icl_s"]["count"], 30);
+    close(&m["throughput_req_s"]["mean"], 20.0);
+    assert_eq!(p["values"]["concurrency"], 2);
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["imported"]["tool"], "vllm-bench");
+    assert_eq!(meta["imported"]["config"]["model_id"], "test-model");
+}
+
+#[test]
+fn a_file_no_tool_wrote_is_refused_with_the_choices_and_bad_json_with_its_place() {
+    let ws = Workspace::new();
+    let other = ws.write("other.json", "{\"hello\": 1}");
+    let o = servebench().arg("import").arg(&other).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--from (aiperf, vllm-bench)"),
+        "{err}"
+    );
+    let bad = ws.write(
+        "bad.json",
+        "{\n  \"completed\": 1,\n  \"request_throughput\": oops\n}",
+    );
+    let o = servebench()
+        .args(["import", "--from", "vllm-bench"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("bad.json:3:25: not the JSON the tool writes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compare_says_how_the_methods_differ_before_any_number() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "sim-c2.yaml",
+        &sim_spec(
+            "sim-c2",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 16",
+            "requests: 8\nconcurrency: 2",
+        ),
+    );
+    let (run, _) = ws.run_ok(&spec);
+    let (imported, _) = import(&ws, &fixture("aiperf"), &[]);
+    let o = servebench()
+        .arg("compare")
+        .arg(&run)
+        .arg(&imported)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let first_number = text.find("## Results").expect("results");
+    for line in [
+        "TTFT origin: servebench: request sent → first content chunk",
+        "ITL: servebench:",
+        "warm-up: servebench: none → aiperf: 2 requests before profiling, not counted",
+        "cache state: servebench: cache.policy cold → aiperf: not controlled",
+        "client placement: servebench: local → aiperf: not recorded",
+    ] {
+        let at = text.find(line).unwrap_or_else(|| panic!("{line}\n{text}"));
+        assert!(at < first_number, "{line} after the numbers");
+    }
+    // What the import did not record is not stated as a setting.
+    assert!(text.contains("| `tool` | — | aiperf 0.13.0 |"), "{text}");
+    assert!(!text.contains("| `repeat` | 1 | 1 |"));
+    assert!(text.contains("| `repeat` | 1 | — |"), "{text}");
+    // `history` sets it beside the servebench run when it joins its experiment, unjudged.
+    let joined = run.parent().unwrap().join("imported");
+    let o = servebench()
+        .arg("import")
+        .arg(fixture("aiperf"))
+        .args(["--name", "sim-c2", "--out"])
+        .arg(&joined)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = ws.path().join("history");
+    let o = servebench()
+        .arg("history")
+        .arg(run.parent().unwrap())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(out.join("history.md")).unwrap();
+    assert!(md.contains("2 runs of 1 experiment"), "{md}");
+    assert!(
+        md.contains("**not comparable** (TTFT origin: aiperf:"),
+        "{md}"
+    );
+}
