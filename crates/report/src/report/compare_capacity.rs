@@ -189,6 +189,7 @@ mod tests {
                 complete: true,
                 sustained_req_s: None,
                 inversions: Vec::new(),
+                agents: None,
             }],
         }
     }
