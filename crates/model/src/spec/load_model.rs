@@ -1332,6 +1332,37 @@ mod session_header_tests {
             "{rate:?}"
         );
     }
+
+    #[test]
+    fn the_agent_slo_judges_something_of_an_agentic_load_at_a_share_that_parses() {
+        let agentic = json!({"kind": "agentic", "agentic": {"file": "s.jsonl", "live": 1}});
+        let with = |load: &Value, agent: Value| {
+            checks(&json!({ "load": load, "slo": { "agent": agent } }))
+                .into_iter()
+                .map(|p| format!("{} {}", p.pointer, p.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(with(&agentic, json!({"ttft": "2s", "output_tok_s": 20})).is_empty());
+        let both = with(&agentic, json!({"ttft": "2s", "ttfa": "3s"}));
+        assert_eq!(both, ["/slo/agent/ttfa `slo.agent` takes `ttft` or `ttfa`, not both"]);
+        let nothing = with(&agentic, json!({"share": "95%"}));
+        assert!(nothing[0].contains("judges nothing"), "{nothing:?}");
+        let share = with(&agentic, json!({"ttft": "2s", "share": "0%"}));
+        assert!(share[0].starts_with("/slo/agent/share "), "{share:?}");
+        let rate = with(
+            &json!({"kind": "rate", "rate": 1}),
+            json!({"ttft": "2s"}),
+        );
+        assert!(
+            rate.iter().any(|m| m.contains("no `load: { kind: agentic }`")),
+            "{rate:?}"
+        );
+        let parsed: AgentSlo = serde_json::from_value(json!({"ttfa": "2s"})).unwrap();
+        assert_eq!(
+            (parsed.latency(), parsed.percentile, parsed.share_fraction()),
+            (Some(("ttfa", 2.0)), 90.0, 1.0)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -206,3 +206,163 @@ pub fn headline(answer: &PointRecord, agents: f64, stated_gpus: Option<u32>) -> 
         power_source,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::results::gpu::GpuView;
+    use servebench_model::results::records::{Chunk, ErrorKind, RequestError, SloVerdict};
+
+    /// A turn sent `lag` late whose first token came at `ttft` and whose `out` tokens ended at
+    /// `end`; `thinking` tokens first, when given, so the answer starts at the second chunk.
+    fn turn(lag: f64, ttft: f64, end: f64, out: u32, thinking: bool) -> RequestRecord {
+        let mut first = Chunk::new(ttft, 1);
+        first.reasoning = u32::from(thinking);
+        RequestRecord {
+            lag_s: Some(lag),
+            end_s: Some(end),
+            completion_tokens: Some(out as u64),
+            chunks: vec![first, Chunk::new(end, out - 1)],
+            ..RequestRecord::fixture()
+        }
+    }
+
+    /// `slo.agent` from its fields, `key: value` separated by commas.
+    fn slo(fields: &str) -> AgentSlo {
+        let mut m = serde_json::Map::new();
+        for kv in fields.trim_matches(|c| c == '{' || c == '}' || c == ' ').split(", ") {
+            let (k, v) = kv.split_once(": ").unwrap();
+            let v = v.parse::<f64>().map_or(serde_json::json!(v), |n| serde_json::json!(n));
+            m.insert(k.into(), v);
+        }
+        serde_json::from_value(serde_json::Value::Object(m)).unwrap()
+    }
+
+    #[test]
+    fn an_agents_verdict_is_the_nearest_rank_of_its_turns_and_its_speed_over_the_session() {
+        let mut a = AgentTurns::default();
+        // TTFTs from the due time: 0.1, 0.2 (0.15 + 0.05 late), 0.3, 0.4, 1.0.
+        for (lag, ttft) in [(0.0, 0.1), (0.05, 0.15), (0.0, 0.3), (0.0, 0.4), (0.0, 1.0)] {
+            a.add(&turn(lag, ttft, ttft + 1.0, 101, false));
+        }
+        // p80 of five is the 4th (0.4 s), p90 the 5th (1.0 s): a value a turn had.
+        let v = a.verdict(&slo("{ ttft: 500ms, percentile: 80 }")).unwrap();
+        assert_eq!((v.met, v.latency_s, v.turns), (true, Some(0.4), 5));
+        let v = a.verdict(&slo("{ ttft: 500ms }")).unwrap();
+        assert!(!v.met);
+        assert_eq!(v.why.as_deref(), Some("ttft p90 1.00s > 500ms"));
+        // 505 tokens over 5 s of generation: 101 tok/s.
+        let v = a.verdict(&slo("{ output_tok_s: 120 }")).unwrap();
+        assert!((v.output_tok_s.unwrap() - 101.0).abs() < 1e-9);
+        assert_eq!(v.why.as_deref(), Some("output 101.0 tok/s < 120"));
+        assert!(a.verdict(&slo("{ output_tok_s: 100 }")).unwrap().met);
+    }
+
+    #[test]
+    fn a_failed_turn_or_an_unanswered_one_misses_and_an_idle_agent_is_not_judged() {
+        assert_eq!(AgentTurns::default().verdict(&slo("{ ttft: 1s }")), None);
+        let mut a = AgentTurns::default();
+        a.add(&turn(0.0, 0.1, 0.5, 10, false));
+        a.add(&RequestRecord {
+            error: Some(RequestError {
+                kind: ErrorKind::Http,
+                message: "HTTP 500".into(),
+                status: Some(500),
+                body_head: None,
+            }),
+            ..RequestRecord::fixture()
+        });
+        let v = a.verdict(&slo("{ ttft: 1s }")).unwrap();
+        assert_eq!((v.met, v.turns, v.failed), (false, 1, 1));
+        assert_eq!(v.why.as_deref(), Some("1 turn failed"));
+        // A turn that only thought never answered: its first answer ranks beyond any bound.
+        let mut t = AgentTurns::default();
+        let mut only_thinking = turn(0.0, 0.1, 0.5, 10, true);
+        only_thinking.chunks[1].reasoning = 9;
+        t.add(&only_thinking);
+        let v = t.verdict(&slo("{ ttfa: 10s, percentile: 100 }")).unwrap();
+        assert!(!v.met && v.latency_s.is_none(), "{v:?}");
+        assert_eq!(v.why.as_deref(), Some("ttfa p100 never > 10.00s"));
+    }
+
+    fn point(judged: usize, met: usize) -> PointRecord {
+        PointRecord {
+            jobs: Some(JobsView {
+                agents_judged: judged,
+                agents_met: met,
+                ..JobsView::default()
+            }),
+            load: Some(servebench_model::results::records::LoadSummary {
+                slo: Some(SloVerdict {
+                    met: true,
+                    ..SloVerdict::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_point_meets_the_agent_slo_when_the_share_it_asks_does() {
+        let mut p = point(20, 19);
+        put_check(&slo("{ ttft: 1s, share: 95% }"), &mut p);
+        let v = p.load.as_ref().unwrap().slo.as_ref().unwrap();
+        assert!(v.met, "{v:?}");
+        assert_eq!(p.metrics["agents_slo_share"].mean, 0.95);
+        let mut p = point(20, 19);
+        put_check(&slo("{ ttft: 1s }"), &mut p);
+        let v = p.load.as_ref().unwrap().slo.as_ref().unwrap();
+        assert!(!v.met);
+        assert_eq!(
+            v.checks[0].missed_text(),
+            "agents meeting the per-agent SLO 95.0% < 100%"
+        );
+        // No agent judged: not met, and said so as unjudged.
+        let mut p = point(0, 0);
+        put_check(&slo("{ ttft: 1s }"), &mut p);
+        let v = p.load.as_ref().unwrap().slo.as_ref().unwrap();
+        assert!(!v.met && v.checks[0].insufficient());
+    }
+
+    #[test]
+    fn per_gpu_and_per_megawatt_come_from_the_answer_points_readings() {
+        // 8 GPUs read by nvidia-smi drawing 5,600 W together: 40 agents are 5 per GPU and
+        // 40 / 0.0056 MW = 7,142.9 per MW.
+        let mut p = PointRecord {
+            gpu: Some(GpuView {
+                source: Some("nvidia-smi".into()),
+                gpus: 8,
+                ..GpuView::default()
+            }),
+            ..Default::default()
+        };
+        p.metrics.insert(
+            "gpu_power_w".into(),
+            crate::measure::system::single(5600.0),
+        );
+        let h = headline(&p, 40.0, Some(2));
+        assert_eq!((h.gpus, h.agents_at_slo_per_gpu), (Some(8), Some(5.0)));
+        assert_eq!(h.gpus_source, "telemetry: the GPUs nvidia-smi read");
+        assert!((h.agents_at_slo_per_mw.unwrap() - 40.0 / 0.0056).abs() < 1e-6);
+        assert!(h.power_source.starts_with("measured"), "{}", h.power_source);
+        // No telemetry: the spec's count, and no per-MW figure, with the reason.
+        let h = headline(&PointRecord::default(), 40.0, Some(2));
+        assert_eq!((h.gpus, h.agents_at_slo_per_gpu), (Some(2), Some(20.0)));
+        assert_eq!((h.power_w, h.agents_at_slo_per_mw), (None, None));
+        assert_eq!(
+            h.power_source,
+            "not measured: the answer point had no GPU telemetry"
+        );
+        let missing = PointRecord {
+            gpu: Some(GpuView {
+                missing: Some("nvidia-smi not found on local".into()),
+                ..GpuView::default()
+            }),
+            ..Default::default()
+        };
+        let h = headline(&missing, 3.0, None);
+        assert_eq!(h.power_source, "not measured: nvidia-smi not found on local");
+        assert_eq!(h.agents_at_slo_per_gpu, None);
+    }
+}
