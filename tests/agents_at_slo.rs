@@ -43,6 +43,10 @@ fn the_most_agents_at_the_slo_is_the_servers_slots_and_each_verdict_follows_its_
         a["power_source"].as_str().unwrap().starts_with("not measured"),
         "{a}"
     );
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("**2 agents at the SLO**"), "{report}");
+    assert!(report.contains("per MW: not measured"), "{report}");
+    assert!(report.contains("agents meeting their SLO |"), "{report}");
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     for p in &points {
         let live = p["search"]["value"].as_f64().unwrap();

@@ -497,7 +497,7 @@ fn agents_text(a: &servebench_model::results::search::AgentsAtSlo) -> String {
     };
     format!(
         "; {} agents at the SLO: {per_gpu}, {per_mw}",
-        sig3(a.agents_at_slo)
+        servebench_model::text::sig(a.agents_at_slo, 0)
     )
 }
 
