@@ -25,7 +25,7 @@ fn the_most_agents_at_the_slo_is_the_servers_slots_and_each_verdict_follows_its_
     ws.write("agents.jsonl", &sessions());
     let spec = ws.write(
         "agents.yaml",
-        "name: agents\nserver:\n  engine: sim\n  model: test-model\n  args: { profile: fast, context-length: 8192, max-running-requests: 2 }\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 400\nload:\n  kind: agentic\n  agentic: { file: agents.jsonl, live: 1, think_scale: 0 }\nslo:\n  agent: { ttft: 150ms, percentile: 90, output_tok_s: 50 }\nsearch: { over: load.agentic.live, start: 1, max: 4 }\n",
+        "name: agents\nserver:\n  engine: sim\n  model: test-model\n  args: { profile: fast, context-length: 8192, max-running-requests: 2 }\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 400\nload:\n  kind: agentic\n  agentic: { file: agents.jsonl, live: 1, think_scale: 0 }\nslo:\n  agent: { ttft: 150ms, percentile: 90, output_tok_s: 50 }\nsearch: { over: load.agentic.live, start: 1, max: 4 }\nexpect:\n  - { metric: agents_at_slo, value: 2, tolerance: 0 }\n",
     );
     let (dir, points) = ws.run_ok(&spec);
     // Two slots: at 1 and 2 live no turn waits; at 3 one always waits a turn (~0.5 s).
@@ -47,6 +47,10 @@ fn the_most_agents_at_the_slo_is_the_servers_slots_and_each_verdict_follows_its_
     assert!(report.contains("**2 agents at the SLO**"), "{report}");
     assert!(report.contains("per MW: not measured"), "{report}");
     assert!(report.contains("agents meeting their SLO |"), "{report}");
+    // `expect:` takes the answer, judged on the probe that set it.
+    let out = servebench().arg("check").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(show(&out).contains("agents_at_slo"), "{}", show(&out));
     let requests = read_jsonl(&dir.join("requests.jsonl"));
     for p in &points {
         let live = p["search"]["value"].as_f64().unwrap();

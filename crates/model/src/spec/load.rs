@@ -719,6 +719,7 @@ pub(crate) fn expectable_metrics() -> Vec<&'static str> {
         }
     }
     names.extend(crate::catalog::GRADED.iter().map(|g| g.name));
+    names.extend(crate::results::search::AGENTS_FIGURES);
     names
 }
 

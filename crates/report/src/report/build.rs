@@ -85,7 +85,7 @@ pub(crate) fn build_model_from(
         tables,
         unfinished_points: unfinished_points(points, requests),
         metric_defs: metric_defs(exp.method.resolve(), points),
-        reproduction: super::reproduction::evaluate(meta, points),
+        reproduction: super::reproduction::evaluate(meta, points, &[]),
         totals,
         data_notes: Vec::new(),
         charts: Vec::new(),
