@@ -14,7 +14,10 @@ fn sessions() -> String {
             let turns: Vec<String> = (0..5)
                 .map(|t| format!("{{\"t\": {t}, \"in\": 64, \"out\": 400}}"))
                 .collect();
-            format!("{{\"id\": \"a{s}\", \"requests\": [{}]}}\n", turns.join(", "))
+            format!(
+                "{{\"id\": \"a{s}\", \"requests\": [{}]}}\n",
+                turns.join(", ")
+            )
         })
         .collect()
 }
@@ -40,7 +43,10 @@ fn the_most_agents_at_the_slo_is_the_servers_slots_and_each_verdict_follows_its_
     // The simulator reports no power: per megawatt is absent, and says why.
     assert!(a["agents_at_slo_per_mw"].is_null(), "{a}");
     assert!(
-        a["power_source"].as_str().unwrap().starts_with("not measured"),
+        a["power_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("not measured"),
         "{a}"
     );
     let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
@@ -94,7 +100,11 @@ fn the_most_agents_at_the_slo_is_the_servers_slots_and_each_verdict_follows_its_
             met += usize::from(ok);
         }
         // A count of 0 is left out of the record.
-        assert_eq!(jobs["agents_met"].as_u64().unwrap_or(0), met as u64, "{jobs}");
+        assert_eq!(
+            jobs["agents_met"].as_u64().unwrap_or(0),
+            met as u64,
+            "{jobs}"
+        );
         assert_eq!(jobs["agents_judged"], 6, "{jobs}");
         let share = p["metrics"]["agents_slo_share"]["mean"].as_f64().unwrap();
         assert!((share - met as f64 / 6.0).abs() < 1e-12);

@@ -1344,17 +1344,18 @@ mod session_header_tests {
         };
         assert!(with(&agentic, json!({"ttft": "2s", "output_tok_s": 20})).is_empty());
         let both = with(&agentic, json!({"ttft": "2s", "ttfa": "3s"}));
-        assert_eq!(both, ["/slo/agent/ttfa `slo.agent` takes `ttft` or `ttfa`, not both"]);
+        assert_eq!(
+            both,
+            ["/slo/agent/ttfa `slo.agent` takes `ttft` or `ttfa`, not both"]
+        );
         let nothing = with(&agentic, json!({"share": "95%"}));
         assert!(nothing[0].contains("judges nothing"), "{nothing:?}");
         let share = with(&agentic, json!({"ttft": "2s", "share": "0%"}));
         assert!(share[0].starts_with("/slo/agent/share "), "{share:?}");
-        let rate = with(
-            &json!({"kind": "rate", "rate": 1}),
-            json!({"ttft": "2s"}),
-        );
+        let rate = with(&json!({"kind": "rate", "rate": 1}), json!({"ttft": "2s"}));
         assert!(
-            rate.iter().any(|m| m.contains("no `load: { kind: agentic }`")),
+            rate.iter()
+                .any(|m| m.contains("no `load: { kind: agentic }`")),
             "{rate:?}"
         );
         let parsed: AgentSlo = serde_json::from_value(json!({"ttfa": "2s"})).unwrap();

@@ -5,8 +5,8 @@
 //! figures; docs/guide/traces.md says where servebench chose what AgentPerf does not say).
 
 use servebench_model::results::jobs::{AgentVerdict, JobsView};
-use servebench_model::results::search::AgentsAtSlo;
 use servebench_model::results::records::{PointRecord, RequestRecord, SloCheck};
+use servebench_model::results::search::AgentsAtSlo;
 use servebench_model::spec::load_model::AgentSlo;
 
 use super::metrics::request_metrics;
@@ -52,7 +52,11 @@ impl AgentTurns {
             return None;
         }
         let latency = slo.latency().and_then(|(metric, limit)| {
-            let values = if metric == "ttfa" { &self.ttfa } else { &self.ttft };
+            let values = if metric == "ttfa" {
+                &self.ttfa
+            } else {
+                &self.ttft
+            };
             nearest_rank(values, slo.percentile).map(|v| (metric, v, limit))
         });
         let speed = (self.generating_s > 0.0).then(|| self.tokens as f64 / self.generating_s);
@@ -163,9 +167,15 @@ pub fn headline(answer: &PointRecord, agents: f64, stated_gpus: Option<u32>) -> 
     let probed = gpu.filter(|g| g.gpus > 0 && g.partial.is_none());
     let (gpus, gpus_source) = if let Some(g) = probed {
         let by = g.source.as_deref().unwrap_or("GPU telemetry");
-        (Some(g.gpus as u32), format!("telemetry: the GPUs {by} read"))
+        (
+            Some(g.gpus as u32),
+            format!("telemetry: the GPUs {by} read"),
+        )
     } else if let Some(b) = answer.bound.as_ref().filter(|b| b.tp * b.pp > 0) {
-        (Some(b.tp * b.pp), format!("server: tp {} x pp {}", b.tp, b.pp))
+        (
+            Some(b.tp * b.pp),
+            format!("server: tp {} x pp {}", b.tp, b.pp),
+        )
     } else if let Some(n) = stated_gpus {
         (Some(n), "cost.gpus: the spec's count".into())
     } else {
@@ -185,15 +195,17 @@ pub fn headline(answer: &PointRecord, agents: f64, stated_gpus: Option<u32>) -> 
             g.source.as_deref().unwrap_or("GPU telemetry")
         ),
         (Some(_), None) => "measured: mean GPU power over the answer point's window".into(),
-        (None, Some(g)) if g.missing.is_some() => format!(
-            "not measured: {}",
-            g.missing.as_deref().unwrap_or_default()
-        ),
+        (None, Some(g)) if g.missing.is_some() => {
+            format!("not measured: {}", g.missing.as_deref().unwrap_or_default())
+        }
         (None, Some(g)) if g.partial.is_some() => format!(
             "not measured: the readings leave out {}",
             g.partial.as_deref().unwrap_or_default()
         ),
-        (None, Some(_)) => "not measured: the GPU readings did not cover the answer point's window with power".into(),
+        (None, Some(_)) => {
+            "not measured: the GPU readings did not cover the answer point's window with power"
+                .into()
+        }
         (None, None) => "not measured: the answer point had no GPU telemetry".into(),
     };
     AgentsAtSlo {
@@ -230,9 +242,14 @@ mod tests {
     /// `slo.agent` from its fields, `key: value` separated by commas.
     fn slo(fields: &str) -> AgentSlo {
         let mut m = serde_json::Map::new();
-        for kv in fields.trim_matches(|c| c == '{' || c == '}' || c == ' ').split(", ") {
+        for kv in fields
+            .trim_matches(|c| c == '{' || c == '}' || c == ' ')
+            .split(", ")
+        {
             let (k, v) = kv.split_once(": ").unwrap();
-            let v = v.parse::<f64>().map_or(serde_json::json!(v), |n| serde_json::json!(n));
+            let v = v
+                .parse::<f64>()
+                .map_or(serde_json::json!(v), |n| serde_json::json!(n));
             m.insert(k.into(), v);
         }
         serde_json::from_value(serde_json::Value::Object(m)).unwrap()
@@ -337,10 +354,8 @@ mod tests {
             }),
             ..Default::default()
         };
-        p.metrics.insert(
-            "gpu_power_w".into(),
-            crate::measure::system::single(5600.0),
-        );
+        p.metrics
+            .insert("gpu_power_w".into(), crate::measure::system::single(5600.0));
         let h = headline(&p, 40.0, Some(2));
         assert_eq!((h.gpus, h.agents_at_slo_per_gpu), (Some(8), Some(5.0)));
         assert_eq!(h.gpus_source, "telemetry: the GPUs nvidia-smi read");
@@ -362,7 +377,10 @@ mod tests {
             ..Default::default()
         };
         let h = headline(&missing, 3.0, None);
-        assert_eq!(h.power_source, "not measured: nvidia-smi not found on local");
+        assert_eq!(
+            h.power_source,
+            "not measured: nvidia-smi not found on local"
+        );
         assert_eq!(h.agents_at_slo_per_gpu, None);
     }
 }

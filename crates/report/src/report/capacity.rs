@@ -241,12 +241,7 @@ pub(crate) fn agents_text(a: &servebench_model::results::search::AgentsAtSlo) ->
         _ => format!("per GPU: {}", a.gpus_source),
     };
     let per_mw = match (a.agents_at_slo_per_mw, a.power_w) {
-        (Some(v), Some(w)) => format!(
-            "{} per MW of {} W ({})",
-            sig3(v),
-            sig3(w),
-            a.power_source
-        ),
+        (Some(v), Some(w)) => format!("{} per MW of {} W ({})", sig3(v), sig3(w), a.power_source),
         _ => format!("per MW: {}", a.power_source),
     };
     // Live agents are whole: `2`, not `2.00`.

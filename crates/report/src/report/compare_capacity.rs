@@ -264,7 +264,10 @@ mod tests {
         let (a, b) = (agents(8.0, Some(800.0)), agents(12.0, None));
         let out = compare(&[("A".into(), Some(&a)), ("B".into(), Some(&b))]);
         let (base, new) = (&out[0].runs[0], &out[0].runs[1]);
-        assert_eq!((base.agents_per_gpu, base.agents_per_mw), (Some(4.0), Some(10_000.0)));
+        assert_eq!(
+            (base.agents_per_gpu, base.agents_per_mw),
+            (Some(4.0), Some(10_000.0))
+        );
         assert_eq!((new.agents_per_gpu, new.agents_per_mw), (Some(6.0), None));
         assert_eq!(
             new.power_source.as_deref(),

@@ -64,7 +64,9 @@ pub struct Reproduction {
 fn agents_figure(figure: &str, p: &PointRecord, searches: &[SearchRecord]) -> Option<f64> {
     let tag = p.search.as_ref().filter(|t| t.passes)?;
     let s = searches.iter().find(|s| {
-        s.label == tag.label && p.id.starts_with(&format!("{}-s", s.seed)) && s.capacity == Some(tag.value)
+        s.label == tag.label
+            && p.id.starts_with(&format!("{}-s", s.seed))
+            && s.capacity == Some(tag.value)
     })?;
     let a = s.agents.as_ref()?;
     match figure {
