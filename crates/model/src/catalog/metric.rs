@@ -792,7 +792,7 @@ const CATALOGUE: &[Entry] = &[
         two_point: false,
         compared: true,
         headline: false,
-        load: true,
+        load: false,
         speculative: false,
         gpu: false,
         reasoning: false,

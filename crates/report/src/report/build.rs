@@ -442,7 +442,10 @@ fn metric_defs(
     let carried = |m: &Metric| points.iter().any(|p| p.metrics.contains_key(m.name()));
     Metric::shown_for(method)
         .filter(|m| {
-            !matches!(m, Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75) || carried(m)
+            !matches!(
+                m,
+                Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75 | Metric::AgentsSloShare
+            ) || carried(m)
         })
         .chain(Metric::of_reasoning().filter(|_| thought))
         .chain(Metric::of_tools().filter(|_| tools))
