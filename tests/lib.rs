@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 mod accuracy;
+mod agents_at_slo;
 mod architecture;
 mod bound_report;
 mod bounds;

@@ -310,7 +310,7 @@ impl OneSearch<'_> {
         complete: bool,
         cx: &LaunchContext<'_>,
     ) -> Result<(), RunError> {
-        let record = answer_record(
+        let mut record = answer_record(
             self.seed,
             &self.key,
             &self.spec,
@@ -319,9 +319,37 @@ impl OneSearch<'_> {
             self.machine.probes(),
             complete,
         );
+        record.agents = self.agents_headline(answer.capacity, cx);
         cx.progress
             .line(&format!("{}: {}", self.seed.id, answer_line(&record)));
         write_answer(cx.run_dir, record)
+    }
+}
+
+impl OneSearch<'_> {
+    /// A live-sessions search's answer as agents at the SLO, per GPU and per megawatt, from
+    /// the recorded probe that set it (None for other searches and without a capacity).
+    fn agents_headline(
+        &self,
+        capacity: Option<f64>,
+        cx: &LaunchContext<'_>,
+    ) -> Option<servebench_model::results::search::AgentsAtSlo> {
+        if self.spec.over != servebench_model::spec::search::SearchOver::LiveSessions {
+            return None;
+        }
+        let capacity = capacity?;
+        let prefix = format!("{}-s", self.seed.id);
+        let points = cx.run_dir.read_points().ok()?;
+        let answer = points.iter().rev().find(|p| {
+            p.id.starts_with(&prefix)
+                && p.search
+                    .as_ref()
+                    .is_some_and(|t| t.label == self.key && t.passes && t.value == capacity)
+        })?;
+        let stated = self.seed.experiment.cost.as_ref().and_then(|c| c.gpus);
+        Some(servebench_report::measure::agents::headline(
+            answer, capacity, stated,
+        ))
     }
 }
 
@@ -404,6 +432,7 @@ fn answer_record(
             .into_iter()
             .map(|(f, p)| [f, p])
             .collect(),
+        agents: None,
     }
 }
 
@@ -447,10 +476,28 @@ fn answer_line(r: &SearchRecord) -> String {
         )
     };
     format!(
-        "search {}{}: {found}, {}{contradictions}",
+        "search {}{}: {found}, {}{contradictions}{}",
         r.label,
         if r.complete { "" } else { " stopped early" },
-        servebench_model::text::count_s(r.probes, "probe")
+        servebench_model::text::count_s(r.probes, "probe"),
+        r.agents.as_ref().map(agents_text).unwrap_or_default()
+    )
+}
+
+/// `; 12 agents at the SLO: 6 per GPU (server: tp 2 x pp 1), 20,000 per MW (measured: ...)`.
+fn agents_text(a: &servebench_model::results::search::AgentsAtSlo) -> String {
+    use servebench_model::text::sig3;
+    let per_gpu = match a.agents_at_slo_per_gpu {
+        Some(v) => format!("{} per GPU ({})", sig3(v), a.gpus_source),
+        None => format!("per GPU {}", a.gpus_source),
+    };
+    let per_mw = match (a.agents_at_slo_per_mw, a.power_w) {
+        (Some(v), Some(w)) => format!("{} per MW at {} W ({})", sig3(v), sig3(w), a.power_source),
+        _ => format!("per MW {}", a.power_source),
+    };
+    format!(
+        "; {} agents at the SLO: {per_gpu}, {per_mw}",
+        servebench_model::text::sig(a.agents_at_slo, 0)
     )
 }
 
@@ -586,6 +633,7 @@ mod tests {
             complete: true,
             sustained_req_s: Some(6.1),
             inversions: vec![[8.0, 12.0], [7.0, 12.0]],
+            agents: None,
         };
         let line = answer_line(&record);
         assert!(

@@ -210,6 +210,10 @@ fn finish_record(
     record.status = Some(summary.status);
     record.prefix_cache = summary.prefix_cache;
     (record.trace_cache, record.jobs) = (summary.trace_cache, summary.jobs);
+    if let Some(agent) = exp.slo.as_ref().and_then(|s| s.agent.as_ref()) {
+        // The per-agent SLO judges the sessions, known only once the jobs are filled.
+        servebench_report::measure::agents::put_check(agent, record);
+    }
     record.tool_calls = summary.tool_calls;
     let end = PointEnd {
         exp,

@@ -93,6 +93,7 @@ pub enum Metric {
     ConcurrencyMax,
     Goodput,
     SloAttainment,
+    AgentsSloShare,
     ClientCpu,
     AcceptLength,
     VerifyStep,
@@ -776,6 +777,28 @@ const CATALOGUE: &[Entry] = &[
         tools: false,
     },
     Entry {
+        metric: Metric::AgentsSloShare,
+        name: "agents_slo_share",
+        label: "agents at SLO",
+        long_label: "Agents meeting the per-agent SLO",
+        unit: "share",
+        definition: "The share of the point's agent sessions that sent a turn (of the first 10,000) meeting `slo.agent`: the percentile of their successful turns' TTFT (or first answer) from each turn's due time within its bound, their output tokens over their summed first-token-to-end seconds at least its speed, and no turn failed.",
+        two_point_definition: None,
+        two_point_label: None,
+        direction: Some(Direction::Higher),
+        scaling: TimeScaling::Count,
+        display: Display::Share,
+        streaming: false,
+        two_point: false,
+        compared: true,
+        headline: false,
+        load: false,
+        speculative: false,
+        gpu: false,
+        reasoning: false,
+        tools: false,
+    },
+    Entry {
         metric: Metric::ClientCpu,
         name: "client_cpu",
         label: "client CPU",
@@ -1300,7 +1323,10 @@ mod tests {
                 assert_eq!(m.unit(), "tok/s", "{n}");
             } else if matches!(
                 m,
-                Metric::SloAttainment | Metric::ToolCallRate | Metric::ToolCallValidRate
+                Metric::SloAttainment
+                    | Metric::AgentsSloShare
+                    | Metric::ToolCallRate
+                    | Metric::ToolCallValidRate
             ) {
                 assert_eq!(m.direction(), Some(Direction::Higher), "{n}");
                 assert_eq!(m.scaling(), TimeScaling::Count, "{n}");

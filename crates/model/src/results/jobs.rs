@@ -91,6 +91,12 @@ pub struct JobsView {
     pub truncated: usize,
     /// Completed sessions per hour of the window.
     pub jobs_per_hour: f64,
+    /// Agents (sessions that sent a turn, of those kept) judged against `slo.agent`, and of
+    /// them those that met it; 0 and 0 without a per-agent SLO.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub agents_judged: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub agents_met: usize,
     /// Each turn's TTFT by its context (prompt tokens the trace gives it), in bands.
     pub ttft_by_context: Vec<ContextBand>,
     /// Each session (the first [`JOBS_KEPT`] started).
@@ -146,6 +152,31 @@ pub struct JobRecord {
     pub completion_tokens: u64,
     #[serde(default)]
     pub cached_tokens: u64,
+    /// Its verdict against the per-agent SLO (`slo.agent`); None without one, or when it sent
+    /// nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<AgentVerdict>,
+}
+
+/// One agent (session) judged against `slo.agent`, from its turns' records.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+pub struct AgentVerdict {
+    /// It met every per-agent target, with no turn failed.
+    pub met: bool,
+    /// The `slo.agent.percentile` of its successful turns' TTFT (or first answer), seconds from
+    /// each turn's due time; None without a latency target or a successful turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_s: Option<f64>,
+    /// Its output tokens per second of generation over the session (successful turns' output
+    /// tokens over their summed first-token-to-end seconds); None when nothing was generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tok_s: Option<f64>,
+    /// Turns judged (successful ones) and failed.
+    pub turns: u32,
+    pub failed: u32,
+    /// Why it missed, in words (None when it met the SLO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// The stop reasons of a session the point's end cut short (the kinds its runner writes
@@ -160,4 +191,8 @@ impl JobRecord {
             CUT_BY_THE_END.contains(&kind)
         })
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

@@ -1079,6 +1079,7 @@ impl SloCheck {
     /// p99 needs at least 100`.
     pub fn unjudged_text(&self) -> String {
         let what = match self.target.rsplit_once("_p") {
+            _ if self.target == "agents" => "the per-agent SLO".to_string(),
             Some((_, pct)) if self.target != "attainment" => format!("a p{pct}"),
             _ => format!("attainment {}%", crate::text::sig3(self.limit * 100.0)),
         };
@@ -1098,6 +1099,12 @@ impl SloCheck {
             return self.unjudged_text();
         }
         match self.value {
+            // The per-agent SLO (`slo.agent`): the share of agents that met it.
+            Some(v) if self.target == "agents" => format!(
+                "agents meeting the per-agent SLO {}% < {}%",
+                crate::text::sig3(v * 100.0),
+                crate::text::sig3(self.limit * 100.0)
+            ),
             Some(v) if self.target == "attainment" => format!(
                 "{} {} < {}",
                 self.target,

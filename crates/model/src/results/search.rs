@@ -70,6 +70,41 @@ pub struct SearchRecord {
     /// changed between probes, and the report and console say so.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inversions: Vec<[f64; 2]>,
+    /// A search over `load.agentic.live`: its answer as agents at the SLO, per GPU and per
+    /// megawatt (None for other searches, without a capacity, and in older runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<AgentsAtSlo>,
+}
+
+/// The figures of [`AgentsAtSlo`] an expectation (`expect:`) may name: judged on the probe
+/// that set its search's capacity.
+pub const AGENTS_FIGURES: [&str; 3] = [
+    "agents_at_slo",
+    "agents_at_slo_per_gpu",
+    "agents_at_slo_per_mw",
+];
+
+/// The most live agents whose point met the SLO, normalised as AgentPerf normalises them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AgentsAtSlo {
+    /// The search's capacity: live agent sessions.
+    pub agents_at_slo: f64,
+    /// The GPUs they ran on, and where that count comes from (`telemetry`: the GPUs the
+    /// answer point's GPU readings covered; `server`: the server's tp x pp; `cost.gpus`: the
+    /// spec's); None when the run knows no count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    pub gpus_source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_at_slo_per_gpu: Option<f64>,
+    /// The mean power of all GPUs over the answer point's measured window (watts, from its
+    /// GPU readings), and agents per megawatt of it; None when power was not measured, and
+    /// `power_source` says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_at_slo_per_mw: Option<f64>,
+    pub power_source: String,
 }
 
 impl SearchRecord {

@@ -706,6 +706,68 @@ pub struct SloSpec {
     /// `ttft`, `ttfa` (first answer token), `tpot`, `e2e` and `itl`.
     #[serde(default)]
     pub targets: IndexMap<String, String>,
+    /// Per-agent targets (`load: { kind: agentic }`): each session judged on its own turns,
+    /// and the point on the share of its sessions that meet them (as AgentPerf judges each
+    /// agent against a TTFT and an output speed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentSlo>,
+}
+
+/// `slo: { agent: { ttft: 2s, percentile: 90, output_tok_s: 20, share: 100% } }`: an agent
+/// (session) meets its SLO when the `percentile` of its successful turns' TTFT (or first answer)
+/// is within the bound and its output speed over the session is at least `output_tok_s`, with
+/// no turn failed; a point meets it when at least `share` of its sessions that sent a turn do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSlo {
+    /// Largest time to first token at `percentile` of the agent's turns (counted from each
+    /// turn's due time).
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub ttft: Option<Duration>,
+    /// Largest time to the first answer token (after any thinking) at `percentile` of the
+    /// agent's turns; a turn that never answered counts beyond any bound.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", regex(pattern = DURATION_PATTERN))]
+    pub ttfa: Option<Duration>,
+    /// The percentile of the agent's turns the `ttft` / `ttfa` bound holds at (default 90;
+    /// 100 is the agent's slowest turn).
+    #[serde(default = "default_agent_percentile")]
+    #[schemars(range(min = 1.0, max = 100.0))]
+    pub percentile: f64,
+    /// Least output speed over the session, tokens/s: its successful turns' output tokens
+    /// (the server's count) over their summed generation time (first token to end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1000000.0))]
+    pub output_tok_s: Option<f64>,
+    /// The share of the point's agents that must meet it: `100%` (the default) or e.g. `95%`.
+    #[serde(default = "default_agent_share")]
+    #[schemars(regex(pattern = r"^\s*[0-9.]+\s*%\s*$"))]
+    pub share: String,
+}
+
+fn default_agent_percentile() -> f64 {
+    90.0
+}
+
+fn default_agent_share() -> String {
+    "100%".into()
+}
+
+impl AgentSlo {
+    /// `share` as a fraction (1.0 for `100%`); NaN when it does not parse (validation says).
+    pub fn share_fraction(&self) -> f64 {
+        parse_percent(&self.share).map_or(f64::NAN, |p| p / 100.0)
+    }
+
+    /// The latency bound, as `(metric, seconds)`: `ttfa` when given, else `ttft`.
+    pub fn latency(&self) -> Option<(&'static str, f64)> {
+        match (self.ttfa, self.ttft) {
+            (Some(d), _) => Some(("ttfa", d.as_secs_f64())),
+            (None, Some(d)) => Some(("ttft", d.as_secs_f64())),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A point-level SLO target, parsed.
@@ -1143,8 +1205,70 @@ fn only_stop_errors(raw: &Value, what: &str, why: &str, problems: &mut Vec<Probl
     }
 }
 
+/// `slo.agent` names what it judges (one latency at most, or a speed), a share that parses,
+/// and an agentic load whose sessions it judges.
+fn agent_slo_checks(raw: &Value, problems: &mut Vec<Problem>) {
+    let Some(agent) = raw
+        .get("slo")
+        .and_then(|s| s.get("agent"))
+        .and_then(Value::as_object)
+    else {
+        return;
+    };
+    let has = |k: &str| agent.get(k).is_some_and(|v| !v.is_null());
+    let mut say = |key: &str, target: Target, message: &str, hint: &str| {
+        problems.push(problem(
+            &format!("/slo/agent{key}"),
+            target,
+            message.into(),
+            hint,
+        ));
+    };
+    if has("ttft") && has("ttfa") {
+        say(
+            "/ttfa",
+            Target::Key,
+            "`slo.agent` takes `ttft` or `ttfa`, not both",
+            "keep the one the agent waits on: `ttfa` for a thinking model",
+        );
+    }
+    if !has("ttft") && !has("ttfa") && !has("output_tok_s") {
+        say(
+            "",
+            Target::Key,
+            "`slo.agent` judges nothing: it needs `ttft`, `ttfa` or `output_tok_s`",
+            "e.g. `agent: { ttft: 2s, output_tok_s: 20 }`",
+        );
+    }
+    if let Some(text) = agent.get("share").and_then(Value::as_str)
+        && !text.contains("{{")
+        && !parse_percent(text).is_some_and(|p| p > 0.0)
+    {
+        say(
+            "/share",
+            Target::Value,
+            &format!("`share` takes a percentage above 0 like `95%`, found `{text}`"),
+            "e.g. `share: 100%` (every agent) or `share: 95%`",
+        );
+    }
+    let agentic = raw
+        .get("load")
+        .and_then(|l| l.get("kind"))
+        .and_then(Value::as_str)
+        == Some("agentic");
+    if !agentic {
+        say(
+            "",
+            Target::Key,
+            "`slo.agent` judges agent sessions, and this point has no `load: { kind: agentic }`",
+            "replay agent sessions (`load: { kind: agentic, ... }`), or use `slo.targets`",
+        );
+    }
+}
+
 /// Each literal SLO target parses (templated ones are checked once rendered).
 fn slo_target_checks(raw: &Value, problems: &mut Vec<Problem>) {
+    agent_slo_checks(raw, problems);
     if let Some(targets) = raw
         .get("slo")
         .and_then(|s| s.get("targets"))
@@ -1229,6 +1353,38 @@ mod session_header_tests {
             rate.iter()
                 .any(|m| m.contains("applies to `kind: sessions`")),
             "{rate:?}"
+        );
+    }
+
+    #[test]
+    fn the_agent_slo_judges_something_of_an_agentic_load_at_a_share_that_parses() {
+        let agentic = json!({"kind": "agentic", "agentic": {"file": "s.jsonl", "live": 1}});
+        let with = |load: &Value, agent: Value| {
+            checks(&json!({ "load": load, "slo": { "agent": agent } }))
+                .into_iter()
+                .map(|p| format!("{} {}", p.pointer, p.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(with(&agentic, json!({"ttft": "2s", "output_tok_s": 20})).is_empty());
+        let both = with(&agentic, json!({"ttft": "2s", "ttfa": "3s"}));
+        assert_eq!(
+            both,
+            ["/slo/agent/ttfa `slo.agent` takes `ttft` or `ttfa`, not both"]
+        );
+        let nothing = with(&agentic, json!({"share": "95%"}));
+        assert!(nothing[0].contains("judges nothing"), "{nothing:?}");
+        let share = with(&agentic, json!({"ttft": "2s", "share": "0%"}));
+        assert!(share[0].starts_with("/slo/agent/share "), "{share:?}");
+        let rate = with(&json!({"kind": "rate", "rate": 1}), json!({"ttft": "2s"}));
+        assert!(
+            rate.iter()
+                .any(|m| m.contains("no `load: { kind: agentic }`")),
+            "{rate:?}"
+        );
+        let parsed: AgentSlo = serde_json::from_value(json!({"ttfa": "2s"})).unwrap();
+        assert_eq!(
+            (parsed.latency(), parsed.percentile, parsed.share_fraction()),
+            (Some(("ttfa", 2.0)), 90.0, 1.0)
         );
     }
 }

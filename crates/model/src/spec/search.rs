@@ -111,14 +111,15 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
         .get("slo")
         .and_then(|s| s.get("targets"))
         .and_then(Value::as_object)
-        .is_some_and(|t| !t.is_empty());
+        .is_some_and(|t| !t.is_empty())
+        || raw.get("slo").and_then(|s| s.get("agent")).is_some();
     if !has_targets {
         problems.push(problem(
             "/search",
             Target::Key,
             "a capacity search needs SLO targets to judge its probes by, and `slo.targets` has none"
                 .into(),
-            "add e.g. `slo: { targets: { ttft_p99: 500ms } }`",
+            "add e.g. `slo: { targets: { ttft_p99: 500ms } }` (or, over agent sessions, `slo: { agent: { ttft: 2s, output_tok_s: 20 } }`)",
         ));
     }
     problems

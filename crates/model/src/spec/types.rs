@@ -547,7 +547,8 @@ pub struct Expectation {
     /// `step_floor_s` (the step's bytes per GPU at peak bandwidth), `effective_bandwidth_gbs`
     /// (bytes per GPU over the step, GB/s), `decode_bw_fraction` (that over peak bandwidth),
     /// `prefill_tflops` (prefill FLOPs per GPU over its time), `prefill_flops_fraction` (that
-    /// over the dense peak).
+    /// over the dense peak); or a live-sessions search's answer (judged on the probe that set
+    /// it): `agents_at_slo`, `agents_at_slo_per_gpu`, `agents_at_slo_per_mw`.
     #[serde(default)]
     pub metric: Option<String>,
     /// The published value, in the metric's unit.

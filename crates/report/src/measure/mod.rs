@@ -1,4 +1,5 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
+pub mod agents;
 pub mod gpu;
 pub(crate) mod interactivity;
 pub mod metrics;

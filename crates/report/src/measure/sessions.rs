@@ -1,11 +1,13 @@
 //! Agent sessions' roll-ups from their records: each session's duration (first send to last
 //! end, however it ended) and its successful turns' tokens as the server counted them, filled
-//! into the runner's view of the sessions, and how many the point's end cut short.
+//! into the runner's view of the sessions, and how many the point's end cut short; with
+//! `slo.agent`, each session judged against it (`super::agents`).
 
 use std::collections::BTreeMap;
 
 use servebench_model::results::jobs::{JOBS_KEPT, JobsView};
 use servebench_model::results::records::RequestRecord;
+use servebench_model::spec::load_model::AgentSlo;
 
 /// Per session (those kept one by one): first send and last end (Unix seconds), and the
 /// successful turns' prompt, output and cached tokens.
@@ -14,13 +16,15 @@ pub(crate) struct SessionFold {
     sessions: BTreeMap<u32, Acc>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Acc {
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Acc {
     first: Option<f64>,
     last: Option<f64>,
     prompt: u64,
     completion: u64,
     cached: u64,
+    /// What the per-agent SLO judges: each turn's latencies and generation time.
+    pub(crate) turns: super::agents::AgentTurns,
 }
 
 impl SessionFold {
@@ -39,19 +43,28 @@ impl SessionFold {
             a.completion += r.completion_tokens.unwrap_or(0);
             a.cached += r.cached_tokens.unwrap_or(0);
         }
+        a.turns.add(r);
     }
 
-    /// Fills each kept session's duration and tokens, and the sessions cut short.
-    pub(crate) fn fill(&self, view: &mut JobsView) {
+    /// Fills each kept session's duration and tokens, and the sessions cut short; with a
+    /// per-agent SLO, each session's verdict and the count that met it.
+    pub(crate) fn fill(&self, view: &mut JobsView, agent: Option<&AgentSlo>) {
         for s in &mut view.sessions {
             if let Some(a) = self.sessions.get(&s.session) {
                 s.duration_s = a.first.zip(a.last).map(|(f, l)| l - f);
                 s.prompt_tokens = a.prompt;
                 s.completion_tokens = a.completion;
                 s.cached_tokens = a.cached;
+                s.slo = agent.and_then(|slo| a.turns.verdict(slo));
             }
         }
         view.truncated = view.sessions.iter().filter(|s| s.truncated()).count();
+        view.agents_judged = view.sessions.iter().filter(|s| s.slo.is_some()).count();
+        view.agents_met = view
+            .sessions
+            .iter()
+            .filter(|s| s.slo.as_ref().is_some_and(|v| v.met))
+            .count();
     }
 }
 
@@ -112,7 +125,7 @@ mod tests {
             ],
             ..JobsView::default()
         };
-        f.fill(&mut view);
+        f.fill(&mut view, None);
         let s = &view.sessions;
         assert_eq!(s[0].duration_s, Some(10.0));
         assert_eq!(

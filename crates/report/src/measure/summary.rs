@@ -508,7 +508,8 @@ impl PointFold {
             rerouted: std::mem::take(&mut self.rerouted),
             trace_cache: self.trace_cache.clone(),
             jobs: self.jobs.clone().map(|mut j| {
-                self.sessions.fill(&mut j);
+                let agent = exp.slo.as_ref().and_then(|s| s.agent.as_ref());
+                self.sessions.fill(&mut j, agent);
                 j
             }),
             tool_calls: self.tools.view(),

@@ -85,7 +85,7 @@ pub(crate) fn build_model_from(
         tables,
         unfinished_points: unfinished_points(points, requests),
         metric_defs: metric_defs(exp.method.resolve(), points),
-        reproduction: super::reproduction::evaluate(meta, points),
+        reproduction: super::reproduction::evaluate(meta, points, &[]),
         totals,
         data_notes: Vec::new(),
         charts: Vec::new(),
@@ -442,7 +442,10 @@ fn metric_defs(
     let carried = |m: &Metric| points.iter().any(|p| p.metrics.contains_key(m.name()));
     Metric::shown_for(method)
         .filter(|m| {
-            !matches!(m, Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75) || carried(m)
+            !matches!(
+                m,
+                Metric::E2eInteractivityP90 | Metric::E2eInteractivityP75 | Metric::AgentsSloShare
+            ) || carried(m)
         })
         .chain(Metric::of_reasoning().filter(|_| thought))
         .chain(Metric::of_tools().filter(|_| tools))

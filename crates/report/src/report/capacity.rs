@@ -67,6 +67,9 @@ pub struct CapacityView {
     /// (None without one). Short of the offered rate when the window's tail or a queue still
     /// growing at the probe's end held completions back.
     pub achieved_at_capacity: Option<f64>,
+    /// A live-sessions search's answer as agents at the SLO, per GPU and per megawatt, in
+    /// words, each figure with its source (None for other searches).
+    pub agents: Option<String>,
     /// Every probe, in the order run.
     pub probes: Vec<ProbeRow>,
     /// The rule a probe's sample had to meet to be judged, in words.
@@ -215,6 +218,7 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         inversions: inversion_lines(s, digits),
         answer: answer_text(s, unit, achieved, digits),
         achieved_at_capacity: achieved,
+        agents: s.agents.as_ref().map(agents_text),
         sample_rule: crate::measure::system::MIN_SAMPLES_RULE.to_string(),
         targets,
         limits,
@@ -227,6 +231,24 @@ fn view(s: &SearchRecord, points: &[PointRecord]) -> CapacityView {
         }),
         probes,
     }
+}
+
+/// `**2 agents at the SLO**: 1 per GPU (server: tp 2 x pp 1); 7,140 per MW of 280 W
+/// (measured: ...)`, or per MW `not measured: why`.
+pub(crate) fn agents_text(a: &servebench_model::results::search::AgentsAtSlo) -> String {
+    let per_gpu = match (a.agents_at_slo_per_gpu, a.gpus) {
+        (Some(v), Some(n)) => format!("{} per GPU over {n} ({})", sig3(v), a.gpus_source),
+        _ => format!("per GPU: {}", a.gpus_source),
+    };
+    let per_mw = match (a.agents_at_slo_per_mw, a.power_w) {
+        (Some(v), Some(w)) => format!("{} per MW of {} W ({})", sig3(v), sig3(w), a.power_source),
+        _ => format!("per MW: {}", a.power_source),
+    };
+    // Live agents are whole: `2`, not `2.00`.
+    format!(
+        "**{} agents at the SLO**: {per_gpu}; {per_mw}.",
+        servebench_model::text::sig(a.agents_at_slo, 0)
+    )
 }
 
 /// The SLO targets the probes were judged on, in the order first met, with their limits.
@@ -392,6 +414,7 @@ pub(crate) fn answered(label: &str, capacity: Option<f64>, above: Option<f64>) -
         targets: Vec::new(),
         limits: Vec::new(),
         achieved_at_capacity: None,
+        agents: None,
         probes: Vec::new(),
         sample_rule: String::new(),
         chart: None,

@@ -37,6 +37,13 @@ pub struct CapacityCell {
     pub verdict: Option<Verdict>,
     /// Why, in words (None for the baseline).
     pub why: Option<String>,
+    /// A live-sessions search: its capacity per GPU and per megawatt of measured GPU power,
+    /// and where the GPU count and the power come from (None for other searches, and where
+    /// the run does not know them: the sources say why).
+    pub agents_per_gpu: Option<f64>,
+    pub agents_per_mw: Option<f64>,
+    pub gpus_source: Option<String>,
+    pub power_source: Option<String>,
 }
 
 /// The comparisons, for runs that have searches (empty when the baseline has none).
@@ -104,6 +111,10 @@ fn cell(run: &str, s: Option<&SearchRecord>, base: Option<&SearchRecord>) -> Cap
             bracket: "no search".into(),
             verdict: base.map(|_| Verdict::NotCompared),
             why: base.map(|_| "this run has no such search".to_string()),
+            agents_per_gpu: None,
+            agents_per_mw: None,
+            gpus_source: None,
+            power_source: None,
         };
     };
     let (verdict, why) = match base {
@@ -166,6 +177,10 @@ fn cell(run: &str, s: Option<&SearchRecord>, base: Option<&SearchRecord>) -> Cap
         bracket: bracket_text(s),
         verdict,
         why,
+        agents_per_gpu: s.agents.as_ref().and_then(|a| a.agents_at_slo_per_gpu),
+        agents_per_mw: s.agents.as_ref().and_then(|a| a.agents_at_slo_per_mw),
+        gpus_source: s.agents.as_ref().map(|a| a.gpus_source.clone()),
+        power_source: s.agents.as_ref().map(|a| a.power_source.clone()),
     }
 }
 
@@ -189,6 +204,7 @@ mod tests {
                 complete: true,
                 sustained_req_s: None,
                 inversions: Vec::new(),
+                agents: None,
             }],
         }
     }
@@ -223,6 +239,41 @@ mod tests {
         assert_eq!(v, Some(Verdict::Regression));
         let (v, _) = verdict(&base, &search(None, Some(30.0)));
         assert_eq!(v, Some(Verdict::NotEnoughEvidence));
+    }
+
+    #[test]
+    fn agents_at_the_slo_are_compared_per_gpu_and_per_megawatt_with_their_sources() {
+        let agents = |n: f64, power: Option<f64>| {
+            let mut f = search(Some(n), Some(n + 1.0));
+            f.searches[0].over = "load.agentic.live".into();
+            f.searches[0].agents = Some(servebench_model::results::search::AgentsAtSlo {
+                agents_at_slo: n,
+                gpus: Some(2),
+                gpus_source: "server: tp 2 x pp 1".into(),
+                agents_at_slo_per_gpu: Some(n / 2.0),
+                power_w: power,
+                agents_at_slo_per_mw: power.map(|w| n / (w / 1e6)),
+                power_source: if power.is_some() {
+                    "measured".into()
+                } else {
+                    "not measured: no GPU telemetry".into()
+                },
+            });
+            f
+        };
+        let (a, b) = (agents(8.0, Some(800.0)), agents(12.0, None));
+        let out = compare(&[("A".into(), Some(&a)), ("B".into(), Some(&b))]);
+        let (base, new) = (&out[0].runs[0], &out[0].runs[1]);
+        assert_eq!(
+            (base.agents_per_gpu, base.agents_per_mw),
+            (Some(4.0), Some(10_000.0))
+        );
+        assert_eq!((new.agents_per_gpu, new.agents_per_mw), (Some(6.0), None));
+        assert_eq!(
+            new.power_source.as_deref(),
+            Some("not measured: no GPU telemetry")
+        );
+        assert_eq!(new.verdict, Some(Verdict::Improvement));
     }
 
     #[test]

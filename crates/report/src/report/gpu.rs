@@ -279,6 +279,7 @@ mod tests {
             targets: Vec::new(),
             limits: Vec::new(),
             achieved_at_capacity: Some(4.0),
+            agents: None,
             probes: vec![
                 probe(1, "p001-s1", 2.0, true),
                 probe(2, "p001-s2", 4.0, true),

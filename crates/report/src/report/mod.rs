@@ -338,7 +338,14 @@ fn read_run(dir: &RunDir) -> Result<ReadRun, ReportError> {
     let truncated_requests =
         dir.visit_requests(|r: servebench_model::results::records::RequestRecord| digest.add(&r))?;
     let mut model = build_model_from(&meta, &points.records, &digest);
-    model.capacity = capacity::section(dir.read_search()?.as_ref(), &points.records);
+    let searches = dir.read_search()?;
+    model.capacity = capacity::section(searches.as_ref(), &points.records);
+    if let Some(f) = &searches
+        && f.searches.iter().any(|s| s.agents.is_some())
+    {
+        // Agents at the SLO are the searches' answers: judged against search.json.
+        model.reproduction = reproduction::evaluate(&meta, &points.records, &f.searches);
+    }
     if let (Some(gpu), Some(capacity)) = (&mut model.gpu, &model.capacity) {
         gpu.at_capacity = gpu::at_capacity(capacity, &points.records);
     }

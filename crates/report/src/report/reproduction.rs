@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use servebench_model::results::meta::RunMeta;
 use servebench_model::results::records::PointRecord;
+use servebench_model::results::search::{AGENTS_FIGURES, SearchRecord};
 use servebench_model::spec::types::{Expectation, Tolerance};
 
 /// Default tolerance when an expectation names none.
@@ -58,8 +59,36 @@ pub struct Reproduction {
     pub failed: usize,
 }
 
-/// Checks the run's expectations against its points (the last record of each point counts).
-pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
+/// `figure` of the search whose answer probe `p` is (None when `p` set no search's capacity,
+/// or the run does not know the figure: no GPU count, no measured power).
+fn agents_figure(figure: &str, p: &PointRecord, searches: &[SearchRecord]) -> Option<f64> {
+    let tag = p.search.as_ref().filter(|t| t.passes)?;
+    let s = searches.iter().find(|s| {
+        s.label == tag.label
+            && p.id.starts_with(&format!("{}-s", s.seed))
+            && s.capacity == Some(tag.value)
+    })?;
+    let a = s.agents.as_ref()?;
+    match figure {
+        "agents_at_slo" => Some(a.agents_at_slo),
+        "agents_at_slo_per_gpu" => a.agents_at_slo_per_gpu,
+        _ => a.agents_at_slo_per_mw,
+    }
+}
+
+/// Whether `p` is the probe that set a live-sessions search's capacity.
+fn is_agents_answer(p: &PointRecord, searches: &[SearchRecord]) -> bool {
+    agents_figure("agents_at_slo", p, searches).is_some()
+}
+
+/// Checks the run's expectations against its points (the last record of each point counts);
+/// `agents_at_slo`, `_per_gpu` and `_per_mw` against `searches`' answers, on the probes that
+/// set them.
+pub(crate) fn evaluate(
+    meta: &RunMeta,
+    points: &[PointRecord],
+    searches: &[SearchRecord],
+) -> Reproduction {
     let time_scale = time_scale(meta);
     // The figures graded against the hardware, worked out only when an expectation names one.
     let graded = if meta.experiment.expect.iter().any(|e| {
@@ -80,8 +109,13 @@ pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
             .map(|(k, v)| format!("{}={}", short(k), sweep_text(v)))
             .collect::<Vec<_>>()
             .join(", ");
+        let agents = e
+            .metric
+            .as_deref()
+            .is_some_and(|m| AGENTS_FIGURES.contains(&m));
         let matching: Vec<&PointRecord> = points
             .iter()
+            .filter(|p| !agents || is_agents_answer(p, searches))
             .filter(|p| {
                 e.where_.iter().all(|(k, v)| {
                     let want = serde_json::to_value(v).unwrap_or_default();
@@ -92,10 +126,10 @@ pub(crate) fn evaluate(meta: &RunMeta, points: &[PointRecord]) -> Reproduction {
             })
             .collect();
         if matching.is_empty() {
-            results.push(judge(e, None, &label, time_scale, &graded));
+            results.push(judge(e, None, &label, time_scale, (&graded, searches)));
         }
         for p in matching {
-            results.push(judge(e, Some(p), &label, time_scale, &graded));
+            results.push(judge(e, Some(p), &label, time_scale, (&graded, searches)));
         }
     }
     let ok = results.iter().filter(|r| r.ok).count();
@@ -113,7 +147,7 @@ fn judge(
     p: Option<&PointRecord>,
     label: &str,
     scale: f64,
-    graded: &Graded,
+    (graded, searches): (&Graded, &[SearchRecord]),
 ) -> ExpectationResult {
     let mut r = ExpectationResult {
         point: p.map(|p| p.id.clone()),
@@ -140,7 +174,7 @@ fn judge(
         r.what = format!("failure {cause}");
         failure_verdict(cause, p)
     } else {
-        judge_metric(e, p, scale, graded, &mut r)
+        judge_metric(e, p, scale, (graded, searches), &mut r)
     };
     (r.verdict, r.ok, r.text) = (verdict.into(), ok, text);
     r
@@ -188,7 +222,7 @@ fn judge_metric(
     e: &Expectation,
     p: Option<&PointRecord>,
     scale: f64,
-    graded: &Graded,
+    (graded, searches): (&Graded, &[SearchRecord]),
     r: &mut ExpectationResult,
 ) -> Judged {
     let metric = e.metric.clone().unwrap_or_default();
@@ -202,6 +236,9 @@ fn judge_metric(
     let measured = p.and_then(|p| {
         if is_graded {
             return graded.get(&p.id)?.get(metric.as_str()).copied();
+        }
+        if AGENTS_FIGURES.contains(&metric.as_str()) {
+            return agents_figure(&metric, p, searches);
         }
         p.metrics
             .get(&metric)
@@ -264,7 +301,8 @@ pub fn check_run_dir(
 ) -> Result<Reproduction, servebench_model::results::rundir::RunDirError> {
     let meta = dir.read_meta()?;
     let points = dir.read_points_detailed()?;
-    Ok(evaluate(&meta, &points.records))
+    let searches = dir.read_search()?.map(|f| f.searches).unwrap_or_default();
+    Ok(evaluate(&meta, &points.records, &searches))
 }
 
 /// The verdicts as terminal lines, then a summary line.
@@ -375,22 +413,22 @@ mod tests {
         let p = point("p001", 1024, &[("ttft_s", 0.50), ("decode_tok_s", 100.0)]);
         let e =
             expectation("{ where: { ctx: 1024 }, metric: ttft_s, value: 0.46, tolerance: 10% }");
-        let r = judge(&e, Some(&p), "ctx=1024", 1.0, &Default::default());
+        let r = judge(&e, Some(&p), "ctx=1024", 1.0, (&Default::default(), &[]));
         // 0.50 vs 0.46 is +8.7%: inside 10%.
         assert!(r.ok, "{r:?}");
         assert_eq!(r.text, "reproduced (+8.7%)");
         let e = expectation("{ metric: ttft_s, value: 0.46, tolerance: 0.03 }");
-        let r = judge(&e, Some(&p), "", 1.0, &Default::default());
+        let r = judge(&e, Some(&p), "", 1.0, (&Default::default(), &[]));
         assert!(!r.ok);
         assert_eq!(r.text, "off by +8.7%");
         assert_eq!(r.label, "every point");
         // At time scale 0.1 the simulator's 100 tok/s stands for 10 tok/s published.
         let e = expectation("{ metric: decode_tok_s, value: 10.5 }");
-        let r = judge(&e, Some(&p), "", 0.1, &Default::default());
+        let r = judge(&e, Some(&p), "", 0.1, (&Default::default(), &[]));
         assert!((r.expected.unwrap() - 105.0).abs() < 1e-9);
         assert!(r.ok, "{r:?}");
         let e = expectation("{ metric: ttft_s, value: 5.0, tolerance: 5% }");
-        let r = judge(&e, Some(&p), "", 0.1, &Default::default());
+        let r = judge(&e, Some(&p), "", 0.1, (&Default::default(), &[]));
         assert_eq!(r.text, "reproduced (+0.0%)");
     }
 
@@ -399,9 +437,9 @@ mod tests {
         let mut p = point("p003", 32768, &[]);
         p.failure = Some("out-of-memory".into());
         let e = expectation("{ failure: out-of-memory }");
-        assert!(judge(&e, Some(&p), "", 1.0, &Default::default()).ok);
+        assert!(judge(&e, Some(&p), "", 1.0, (&Default::default(), &[])).ok);
         let e = expectation("{ metric: ttft_s, value: 23.7 }");
-        let r = judge(&e, Some(&p), "", 1.0, &Default::default());
+        let r = judge(&e, Some(&p), "", 1.0, (&Default::default(), &[]));
         assert_eq!(
             (r.ok, r.text.as_str()),
             (false, "point failed (out-of-memory)")
@@ -409,21 +447,21 @@ mod tests {
         let mut q = point("p002", 8192, &[("ttft_s", 3.9)]);
         let e = expectation("{ flag: cache-reuse-suspected }");
         assert_eq!(
-            judge(&e, Some(&q), "", 1.0, &Default::default()).verdict,
+            judge(&e, Some(&q), "", 1.0, (&Default::default(), &[])).verdict,
             "not-flagged"
         );
         q.flags.push(Flag {
             kind: servebench_model::catalog::FlagKind::CacheReuseSuspected,
             message: String::new(),
         });
-        assert!(judge(&e, Some(&q), "", 1.0, &Default::default()).ok);
+        assert!(judge(&e, Some(&q), "", 1.0, (&Default::default(), &[])).ok);
         let e = expectation("{ failure: out-of-memory }");
         assert_eq!(
-            judge(&e, Some(&q), "", 1.0, &Default::default()).verdict,
+            judge(&e, Some(&q), "", 1.0, (&Default::default(), &[])).verdict,
             "did-not-fail"
         );
         assert_eq!(
-            judge(&e, None, "ctx=1", 1.0, &Default::default()).verdict,
+            judge(&e, None, "ctx=1", 1.0, (&Default::default(), &[])).verdict,
             "not-run"
         );
     }
