@@ -267,6 +267,8 @@ mlflow_venv() {
   }
   "$MLFLOW_VENV/bin/mlflow" server --help >/dev/null || exit 1
   stamp mlflow-venv "$want"
+}
+
 # AIPerf's `aiperf profile` CLI, whole (1.2 GB): what wrote tests/fixtures/import/aiperf, to
 # rerun it against the simulator. A venv of its own, pinned by aiperf-cli-requirements.txt.
 AIPERF_CLI_VENV="$DIR/aiperf-cli-venv"
