@@ -17,3 +17,12 @@ pub use flag::FlagKind;
 pub(crate) use graded::GRADED;
 pub use graded::Graded;
 pub use metric::{Direction, Display, Method, Metric};
+
+/// A live-sessions search's headline figures an expectation (`expect:`) may name, judged on the
+/// probe that set its capacity (`results::search::AgentsAtSlo`): they are the search's, not a
+/// point's metrics.
+pub const AGENTS_FIGURES: [&str; 3] = [
+    "agents_at_slo",
+    "agents_at_slo_per_gpu",
+    "agents_at_slo_per_mw",
+];

@@ -78,11 +78,7 @@ pub struct SearchRecord {
 
 /// The figures of [`AgentsAtSlo`] an expectation (`expect:`) may name: judged on the probe
 /// that set its search's capacity.
-pub const AGENTS_FIGURES: [&str; 3] = [
-    "agents_at_slo",
-    "agents_at_slo_per_gpu",
-    "agents_at_slo_per_mw",
-];
+pub use crate::catalog::AGENTS_FIGURES;
 
 /// The most live agents whose point met the SLO, normalised as AgentPerf normalises them.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -719,7 +719,7 @@ pub(crate) fn expectable_metrics() -> Vec<&'static str> {
         }
     }
     names.extend(crate::catalog::GRADED.iter().map(|g| g.name));
-    names.extend(crate::results::search::AGENTS_FIGURES);
+    names.extend(crate::catalog::AGENTS_FIGURES);
     // Only agentic points with `slo.agent` carry it: not in every load point's definitions.
     names.push(crate::catalog::Metric::AgentsSloShare.name());
     names
