@@ -409,13 +409,7 @@ fn one_series(
     (breaks, changed): (&[bool], &[bool]),
     pairs: &mut Pairs<'_>,
 ) -> Series {
-    let def = metric_def(metric).or_else(|| {
-        Graded::from_name(metric).map(|g| crate::report::metric_def::MetricDef {
-            label: g.label.to_string(),
-            unit: g.unit.to_string(),
-            definition: g.definition.to_string(),
-        })
-    });
+    let def = series_def(metric);
     let threshold = pairs
         .threshold_pct
         .unwrap_or(compare::DEFAULT_THRESHOLD_PCT);
@@ -502,15 +496,31 @@ fn one_series(
         metric: metric.to_string(),
         label: def.as_ref().map_or(metric.to_string(), |d| d.label.clone()),
         unit: def.map_or(String::new(), |d| d.unit),
-        better: compare::direction(metric).or_else(|| {
-            Graded::from_name(metric).map(|g| match g.higher_is_better {
-                true => servebench_model::catalog::Direction::Higher,
-                false => servebench_model::catalog::Direction::Lower,
-            })
-        }),
+        better: series_better(metric),
         entries,
         latest,
     }
+}
+
+/// A series' label, unit and definition: the catalogue's metric, or a figure the bound grades.
+fn series_def(metric: &str) -> Option<crate::report::metric_def::MetricDef> {
+    metric_def(metric).or_else(|| {
+        Graded::from_name(metric).map(|g| crate::report::metric_def::MetricDef {
+            label: g.label.to_string(),
+            unit: g.unit.to_string(),
+            definition: g.definition.to_string(),
+        })
+    })
+}
+
+/// Which way a series is better: the catalogue's metric's, or a graded figure's.
+fn series_better(metric: &str) -> Option<servebench_model::catalog::Direction> {
+    compare::direction(metric).or_else(|| {
+        Graded::from_name(metric).map(|g| match g.higher_is_better {
+            true => servebench_model::catalog::Direction::Higher,
+            false => servebench_model::catalog::Direction::Lower,
+        })
+    })
 }
 
 /// The newest [`LEVEL_RUNS`] entries before run `i` that pass `accept`, within the comparable

@@ -188,7 +188,7 @@ fn connect(url: &str, shown_url: &str) -> Result<postgres::Client, DbError> {
         url: shown_url.to_string(),
         message,
     };
-    let (rest, tls) = super::db_tls::split(url).map_err(&bad_url)?;
+    let (rest, tls) = super::db_tls::split(url).map_err(|e| bad_url(e.to_string()))?;
     let mut config: postgres::Config = rest
         .parse()
         .map_err(|e: postgres::Error| bad_url(e.to_string()))?;
@@ -208,7 +208,7 @@ fn connect(url: &str, shown_url: &str) -> Result<postgres::Client, DbError> {
             .connect(postgres::NoTls)
             .map_err(|e| failed(said(&e)));
     }
-    let (connector, roots) = super::db_tls::connector(&tls).map_err(&failed)?;
+    let (connector, roots) = super::db_tls::connector(&tls).map_err(|e| failed(e.to_string()))?;
     let checked = match &roots {
         Some(r) => format!("the certificate checked against {}", r.describe()),
         None => "the certificate not checked".to_string(),

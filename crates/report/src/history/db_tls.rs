@@ -63,20 +63,33 @@ pub(crate) struct TlsSettings {
     pub rootcert: Option<String>,
 }
 
+/// Why TLS for the database could not be set up (before any connection).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsSetupError {
+    #[error(
+        "sslmode={0} is not one libpq knows: write disable, allow, prefer, require, verify-ca or verify-full"
+    )]
+    UnknownMode(String),
+    #[error("sslrootcert {path}: {why}")]
+    RootFile { path: String, why: String },
+    #[error("no system root certificates found ({0} errors); give the CA with sslrootcert=FILE")]
+    NoSystemRoots(usize),
+    #[error("{roots}: {why}")]
+    Verifier { roots: String, why: String },
+    #[error("{0}")]
+    Protocols(String),
+}
+
 /// Takes `sslmode` and `sslrootcert` off `url` (a `postgres://` URL's query, or a `key=value`
 /// string), falling back to `PGSSLMODE` and `PGSSLROOTCERT`: the URL tokio-postgres may parse,
 /// and the settings. An unknown `sslmode` is an error naming the ones there are.
-pub(crate) fn split(url: &str) -> Result<(String, TlsSettings), String> {
+pub(crate) fn split(url: &str) -> Result<(String, TlsSettings), TlsSetupError> {
     let (rest, pairs) = take_keys(url, &["sslmode", "sslrootcert"]);
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let mode_text = pairs[0].clone().or_else(|| env("PGSSLMODE"));
     let mode = match mode_text.as_deref() {
         None => SslMode::Prefer,
-        Some(m) => SslMode::parse(m).ok_or_else(|| {
-            format!(
-                "sslmode={m} is not one libpq knows: write disable, allow, prefer, require, verify-ca or verify-full"
-            )
-        })?,
+        Some(m) => SslMode::parse(m).ok_or_else(|| TlsSetupError::UnknownMode(m.to_string()))?,
     };
     let rootcert = pairs[1].clone().or_else(|| env("PGSSLROOTCERT"));
     Ok((rest, TlsSettings { mode, rootcert }))
@@ -175,7 +188,7 @@ fn provider() -> Arc<CryptoProvider> {
 /// The connector for `settings`, with the roots it checks against (`None`: not checked).
 pub(crate) fn connector(
     settings: &TlsSettings,
-) -> Result<(tokio_postgres_rustls::MakeRustlsConnect, Option<Roots>), String> {
+) -> Result<(tokio_postgres_rustls::MakeRustlsConnect, Option<Roots>), TlsSetupError> {
     let provider = provider();
     let roots = roots_for(settings);
     let verifier: Arc<dyn ServerCertVerifier> = match &roots {
@@ -184,7 +197,10 @@ pub(crate) fn connector(
             let store = Arc::new(load_roots(r)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(store, provider.clone())
                 .build()
-                .map_err(|e| format!("{}: {e}", r.describe()))?;
+                .map_err(|e| TlsSetupError::Verifier {
+                    roots: r.describe(),
+                    why: e.to_string(),
+                })?;
             if settings.mode == SslMode::VerifyFull {
                 webpki
             } else {
@@ -194,7 +210,7 @@ pub(crate) fn connector(
     };
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| TlsSetupError::Protocols(e.to_string()))?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
@@ -202,21 +218,24 @@ pub(crate) fn connector(
 }
 
 /// The certificates of `roots` (a file: at most 16 MiB, every PEM certificate in it).
-fn load_roots(roots: &Roots) -> Result<RootCertStore, String> {
+fn load_roots(roots: &Roots) -> Result<RootCertStore, TlsSetupError> {
     let mut store = RootCertStore::empty();
     match roots {
         Roots::File(path) => {
+            let file = |why: String| TlsSetupError::RootFile {
+                path: path.display().to_string(),
+                why,
+            };
             let f = servebench_model::results::rundir::open_regular(path, 16 << 20)
-                .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+                .map_err(|e| file(e.to_string()))?;
             let certs: Vec<CertificateDer<'static>> =
                 CertificateDer::pem_reader_iter(std::io::Read::take(f, 16 << 20))
                     .collect::<Result<_, _>>()
-                    .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?;
+                    .map_err(|e| file(e.to_string()))?;
             let (added, _) = store.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(format!(
-                    "sslrootcert {}: no PEM certificate in it (a CA's -----BEGIN CERTIFICATE----- block)",
-                    path.display()
+                return Err(file(
+                    "no PEM certificate in it (a CA's -----BEGIN CERTIFICATE----- block)".into(),
                 ));
             }
         }
@@ -224,10 +243,7 @@ fn load_roots(roots: &Roots) -> Result<RootCertStore, String> {
             let found = rustls_native_certs::load_native_certs();
             let (added, _) = store.add_parsable_certificates(found.certs);
             if added == 0 {
-                return Err(format!(
-                    "no system root certificates found ({} errors); give the CA with sslrootcert=FILE",
-                    found.errors.len()
-                ));
+                return Err(TlsSetupError::NoSystemRoots(found.errors.len()));
             }
         }
     }
@@ -347,7 +363,7 @@ mod tests {
             (rest.as_str(), s.mode),
             ("host=h user=u", SslMode::VerifyCa)
         );
-        let err = split("postgres://h/db?sslmode=on").unwrap_err();
+        let err = split("postgres://h/db?sslmode=on").unwrap_err().to_string();
         assert!(
             err.contains("sslmode=on") && err.contains("verify-full"),
             "{err}"

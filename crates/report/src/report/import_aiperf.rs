@@ -284,24 +284,23 @@ fn imported(
             "AIPerf's standard deviations are population ones; servebench's sample deviation is derived from them and the count".into(),
         ],
     };
-    let started_at = agg
-        .and_then(|a| a.get("start_time"))
-        .and_then(Value::as_str)
-        .map(|s| {
-            if s.ends_with('Z') || s.contains('+') {
-                s.to_string()
-            } else {
-                format!("{s}Z")
-            }
-        });
     Imported {
         from,
         values,
         point,
         experiment,
-        started_at,
+        started_at: start_time(agg),
         name: None,
     }
+}
+
+/// AIPerf's `start_time`, read as UTC where it names no zone (AIPerf 0.13 writes none).
+fn start_time(agg: Option<&Value>) -> Option<String> {
+    let s = agg?.get("start_time")?.as_str()?;
+    Some(match s.ends_with('Z') || s.contains('+') {
+        true => s.to_string(),
+        false => format!("{s}Z"),
+    })
 }
 
 /// How AIPerf measured, aspect by aspect (`comparable`'s terms); `warmup` as its config says.
