@@ -459,6 +459,12 @@ fn answer_line(r: &SearchRecord) -> String {
             r.over,
             v(c)
         ),
+        // Saturation is found only after two passing probes: the first already at the plateau.
+        (None, Some(a)) if r.saturated_at.is_some() => format!(
+            "capacity {}: at or below {} (throughput was already at its plateau there; lower `search.start` to find the knee)",
+            r.over,
+            v(a)
+        ),
         (None, Some(a)) => format!("capacity {}: below {} (no probe passed)", r.over, v(a)),
         (None, None) => format!("capacity {}: no probe measured", r.over),
     };
@@ -640,5 +646,36 @@ mod tests {
             line.starts_with("search all: capacity 6.10 req/s completed at load.rate=6.50 (passing; 7.00 does not), 6 probes; NOT MONOTONIC: 8.00 failed below 12.0 passing, 7.00 failed below 12.0 passing"),
             "{line}"
         );
+    }
+
+    /// Every probe passed, and the first already reached the throughput plateau: the answer
+    /// says so, never "no probe passed".
+    #[test]
+    fn a_plateau_from_the_first_probe_is_not_said_to_be_a_failure() {
+        let record = SearchRecord {
+            label: "all".into(),
+            seed: "p001".into(),
+            over: "concurrency".into(),
+            start: 1.0,
+            max: 64.0,
+            resolution: 0.05,
+            capacity: None,
+            above: Some(1.0),
+            saturated_at: Some(2.0),
+            probes: 2,
+            complete: true,
+            sustained_req_s: None,
+            inversions: Vec::new(),
+            agents: None,
+        };
+        let line = answer_line(&record);
+        assert!(!line.contains("no probe passed"), "{line}");
+        assert!(line.contains("at or below 1"), "{line}");
+        assert!(line.contains("already at its plateau"), "{line}");
+        let failed = SearchRecord {
+            saturated_at: None,
+            ..record
+        };
+        assert!(answer_line(&failed).contains("no probe passed"));
     }
 }

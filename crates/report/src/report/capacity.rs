@@ -362,6 +362,11 @@ pub(crate) fn answer_text(
             "capacity at least {} (the search's max passed: raise `search.max` to find it)",
             v(c)
         ),
+        (None, Some(a)) if s.saturated_at.is_some() => format!(
+            "capacity at or below {} (every probe passed, and throughput was already at its plateau at {}: lower `search.start` to find the knee)",
+            v(a),
+            num(a)
+        ),
         (None, Some(a)) => format!(
             "capacity below {} (no probe passed, down to {}: lower `search.start`)",
             v(a),
