@@ -919,14 +919,14 @@ fn import(
 }
 
 /// A `--format` servebench can export to.
-fn parse_export_format(text: &str) -> Result<ExportFormat, String> {
-    text.parse().map_err(|_| {
-        format!(
-            "`{text}` is not a format servebench exports: use one of {}",
-            ExportFormat::names().join(", ")
-        )
-    })
+fn parse_export_format(text: &str) -> Result<ExportFormat, NotAFormat> {
+    text.parse().map_err(|_| NotAFormat(text.to_string()))
 }
+
+/// A `--format` servebench does not export to (clap prints it after the flag's name).
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a format servebench exports: use one of {choices}", choices = ExportFormat::names().join(", "))]
+struct NotAFormat(String);
 
 /// A `--threshold` that is not a percentage (clap prints it after the flag's name).
 #[derive(Debug, thiserror::Error)]

@@ -159,7 +159,7 @@ pub fn render_svg(chart: &TrendChart) -> Result<String, ChartError> {
                     String::new()
                 }
             })
-            .y_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| crate::report::charts::value_label(*v))
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 15))
             .x_desc("run (in start order)")
@@ -210,29 +210,4 @@ pub fn render_svg(chart: &TrendChart) -> Result<String, ChartError> {
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
-}
-
-/// A y tick: three significant digits without trailing zeros, so round ticks read alike
-/// (`50`, `100`, `150`; not `50.0` beside `100`).
-fn tick(v: f64) -> String {
-    let s = servebench_model::text::sig3(v);
-    match s.contains('.') {
-        true => s.trim_end_matches('0').trim_end_matches('.').to_string(),
-        false => s,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tick;
-
-    #[test]
-    fn ticks_drop_trailing_zeros_and_keep_their_digits() {
-        assert_eq!(tick(50.0), "50");
-        assert_eq!(tick(100.0), "100");
-        assert_eq!(tick(2.5), "2.5");
-        assert_eq!(tick(0.125), "0.125");
-        assert_eq!(tick(12.63), "12.6");
-        assert_eq!(tick(0.0), "0");
-    }
 }

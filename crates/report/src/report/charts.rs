@@ -394,7 +394,7 @@ fn context_axis(xs: impl Iterator<Item = f64>) -> Option<(std::ops::Range<f64>, 
 }
 
 /// A y tick label: three significant digits without trailing zeros (`0.5`, `1`, `12.5`).
-fn value_label(v: f64) -> String {
+pub(crate) fn value_label(v: f64) -> String {
     let text = servebench_model::text::sig3(v);
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -428,6 +428,9 @@ mod tests {
         assert_eq!(value_label(0.5), "0.5");
         assert_eq!(value_label(1.0), "1");
         assert_eq!(value_label(1500.0), "1500");
+        // A history's ticks too: `50` beside `100`, never `50.0`.
+        assert_eq!(value_label(50.0), "50");
+        assert_eq!(value_label(12.63), "12.6");
     }
 
     /// A point with a 95% interval gets a vertical bar from its low to its high end; one

@@ -33,13 +33,18 @@ impl From {
     }
 }
 
+/// A `--from` that names no tool servebench imports.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}`: use one of {choices}", choices = From::names().join(", "))]
+pub struct UnknownTool(String);
+
 impl std::str::FromStr for From {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTool;
+    fn from_str(s: &str) -> Result<Self, UnknownTool> {
         match s {
             "aiperf" => Ok(From::Aiperf),
             "vllm-bench" => Ok(From::VllmBench),
-            _ => Err(format!("`{s}`: use one of {}", From::names().join(", "))),
+            _ => Err(UnknownTool(s.to_string())),
         }
     }
 }
