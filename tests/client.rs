@@ -914,11 +914,37 @@ async fn a_server_that_drops_requests_is_a_reset_not_a_stale_connection() {
             .error
             .is_none()
     );
+    // Once its connection's watch (off the request's path) kept it idle, the next request
+    // reuses it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let m = client.stream(&req, Duration::from_secs(5)).await;
     assert_error(&m, ErrorKind::Reset);
     assert_eq!(
         m.first_attempt.as_ref().map(|e| e.kind),
         Some(ErrorKind::StaleConnection)
+    );
+}
+
+/// No learning delay in a send: the pool watches the first streams' connections 50 ms after
+/// their end to learn whether the server keeps them, off the caller's path, so a request is
+/// handed back at its end and the next one goes out at once (on another connection).
+#[tokio::test]
+async fn the_pools_watch_of_a_connection_does_not_hold_its_request() {
+    let (url, _) = raw_server(Drops::Never).await;
+    let client = Client::new(&url, None).unwrap();
+    let req = request(Api::SglangGenerate);
+    let first = client.stream(&req, Duration::from_secs(5)).await;
+    assert!(first.error.is_none(), "{first:?}");
+    let handed_back = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let end = first.sent_at + first.end_s.unwrap();
+    // Handed back within 40 ms of its end (the watch alone takes 50).
+    assert!(
+        handed_back - end < 0.040,
+        "{:.1} ms",
+        (handed_back - end) * 1e3
     );
 }
 
@@ -962,6 +988,9 @@ async fn prepared_connections_carry_the_first_wave_and_are_reused() {
         assert!(m.scheduled_at.unwrap() <= m.sent_at);
         assert!(m.chunks[0].t_s > 0.0);
     }
+    // The first streams' connections are watched a moment after their end (the pool learning
+    // whether the server keeps them), off the requests' path; then they are idle for reuse.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     for m in wave(client.clone()).await {
         assert!(m.error.is_none(), "{m:?}");
         assert_eq!(m.connection, Some(ConnectionUse::Reused));

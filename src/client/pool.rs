@@ -7,7 +7,9 @@
 //!   one (its connect time is recorded, apart from TTFT).
 //! - The pool learns whether the server closes a connection after each streamed response
 //!   (llama.cpp's server does, while advertising keep-alive): it watches the first streamed
-//!   responses' connections for a moment after they end. Once it knows, such connections are
+//!   responses' connections for a moment after they end, in a task of its own, so the request
+//!   is handed back at its end (one that comes meanwhile takes another connection, or opens
+//!   one). Once it knows, such connections are
 //!   never reused, and each one that closes is replaced right away by a fresh one, so the next
 //!   request finds a connection ready.
 //! - A request whose connection turns out stale (closed by the server while idle, noticed only
@@ -427,15 +429,30 @@ impl Pool {
     pub(crate) async fn release(&self, mut lease: Lease, streamed: bool, complete: bool) {
         // The lease keeps the connection counted until the end, however this ends (a run
         // interrupted meanwhile drops it).
-        let mut keep = complete && lease.conn().still_open();
+        let keep = complete && lease.conn().still_open();
         if complete && streamed {
             if !keep {
                 // It ended right after a complete stream: the server closes after streams.
                 self.state().after_stream = AfterStream::Closes;
-            } else {
-                keep = self.learn(lease.conn()).await;
+            } else if matches!(self.state().after_stream, AfterStream::Unknown { .. }) {
+                // Learning takes a moment after the stream's end: it is watched off the
+                // caller's path, so the request it served is handed back at once (a request
+                // meanwhile takes another idle connection, or opens one).
+                let pool = lease.pool.clone();
+                tokio::spawn(async move {
+                    let keep = pool.learn(lease.conn()).await;
+                    pool.settle(lease, keep, streamed).await;
+                });
+                return;
             }
         }
+        let keep = keep && (!streamed || self.state().after_stream != AfterStream::Closes);
+        self.settle(lease, keep, streamed).await;
+    }
+
+    /// Keeps a released connection for the next request (`keep`), or closes it and, when
+    /// fewer than the prepared number remain, opens a fresh one at once.
+    async fn settle(&self, mut lease: Lease, keep: bool, streamed: bool) {
         if keep {
             let mut conn = lease.conn.take().expect("released once");
             conn.served += 1;
