@@ -289,3 +289,52 @@ fn an_agentic_point_on_the_chat_api_calibrates_outside_its_measured_window() {
         points[0]
     );
 }
+
+/// `stop.duration` is judged on the request path, from the measured window's opening: no
+/// agentic turn goes out after it, and a session whose next turn is due past it stops at once
+/// (it does not sleep out a think wait the point will never use). Here every think wait is
+/// 5x the trace's (1.5-6 s) and the point lasts 2 s: without the path's deadline the point
+/// would last until its longest wait ran out.
+#[test]
+fn an_agentic_point_sends_nothing_after_its_duration_and_does_not_sleep_past_it() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "deadline.yaml",
+        &format!(
+            "name: deadline\nserver:\n  engine: sim\n  model: demo-model\n  args: {{ profile: fast, context-length: 4096 }}\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 32\nload:\n  kind: agentic\n  agentic: {{ file: {}, live: 4, think_scale: 5 }}\nstop: {{ duration: 2s }}\n",
+            trace.display()
+        ),
+    );
+    let started = Instant::now();
+    let (dir, points) = ws.run_ok(&spec);
+    let elapsed = started.elapsed();
+    let requests: Vec<serde_json::Value> = read_jsonl(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|r| r["job"].is_object())
+        .collect();
+    assert!(!requests.is_empty());
+    let first = requests
+        .iter()
+        .map(|r| r["sent_at"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    for r in &requests {
+        // The window opens just before the first turn: none goes out 2 s after it.
+        let at = r["sent_at"].as_f64().unwrap() - first;
+        assert!(at < 2.0, "a turn went out {at:.3} s into a 2 s point: {r}");
+    }
+    let jobs = &points[0]["jobs"];
+    // The sessions' window ends with their last turn, before any 1.5-6 s wait ran out.
+    let window = jobs["window_s"].as_f64().unwrap();
+    assert!(window < 3.0, "{jobs}");
+    for s in jobs["sessions"].as_array().unwrap() {
+        assert_eq!(
+            s["stopped"].as_str(),
+            Some("`stop.duration` ended the point: before its next turn"),
+            "{s}"
+        );
+    }
+    // The run itself did not wait out the sessions' think time either.
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+}

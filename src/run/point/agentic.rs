@@ -6,8 +6,9 @@
 //! history the trace records is what the server sees.
 //!
 //! A turn whose prompt and output would not fit the server's context is not sent: its
-//! session stops there, with the reason in its record. `stop.duration` starts no session
-//! after it and stops the live ones at their next turn.
+//! session stops there, with the reason in its record. Every stop (an interrupt, a lost
+//! server, `stop.errors`, `stop.duration`) is judged on the round's request path: after it no
+//! session starts, and the live ones stop at their next turn.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,7 +34,7 @@ use super::prompts::Prompts;
 use super::runner::PointRunner;
 use super::sender::{SendEnd, Sender};
 use crate::run::probe::Window;
-use crate::run::request::{Affinity, BlockMarks, Outgoing, RequestPath, Sent};
+use crate::run::request::{Affinity, BlockMarks, Halt, Outgoing, RequestPath, Sent};
 
 /// Where the bands of turns' context (prompt tokens) start, for TTFT against context:
 /// doubling from 1,024 to 256k.
@@ -50,7 +51,6 @@ pub(super) struct Agentic<'p> {
     template: GenerationRequest,
     /// The server's context length, where it says: a turn past it is not sent.
     context_limit: Option<u64>,
-    stop_after: Option<Duration>,
     affinity: Affinity,
 }
 
@@ -86,7 +86,6 @@ impl PointRunner {
             texts,
             template: generation_request(exp, String::new(), &prompts.target),
             context_limit: self.surface.as_ref().and_then(|s| s.context_length),
-            stop_after: exp.stop.as_ref().and_then(|s| s.duration),
             affinity: Affinity::of(exp),
         })
     }
@@ -159,7 +158,6 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 texts,
                 template,
                 context_limit,
-                stop_after,
                 affinity,
             } = *self;
             let mut end = SendEnd::default();
@@ -172,16 +170,14 @@ impl<'p> Sender<'p> for Agentic<'p> {
             // A connection ready for each session's main agent and its widest group of
             // subagents, so that no turn pays a handshake when due.
             prepare(path.client(), live.min(total) * (1 + widest(&corpus))).await;
-            window.open();
+            path.open(window);
             let started = Instant::now();
-            let deadline = stop_after.map(|d| started + d);
             let shared = Arc::new(Shared {
                 path: path.clone(),
                 corpus: corpus.clone(),
                 template,
                 think_scale: spec.think_scale.max(0.0),
                 context_limit,
-                deadline,
                 index: AtomicU32::new(0),
                 ttft: Mutex::new(vec![Vec::new(); BANDS.len()]),
                 affinity,
@@ -194,11 +190,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
             let (mut area, mut last, mut first_start, mut last_end) = (0.0, started, None, started);
             let mut next = 0usize;
             loop {
-                while path.may_send()
-                    && tasks.len() < live
-                    && next < total
-                    && deadline.is_none_or(|d| Instant::now() < d)
-                {
+                while path.may_send() && tasks.len() < live && next < total {
                     let now = Instant::now();
                     area += tasks.len() as f64 * (now - last).as_secs_f64();
                     last = now;
@@ -304,7 +296,6 @@ struct Shared {
     think_scale: f64,
     /// The server's context length, where it says: a turn past it is not sent.
     context_limit: Option<u64>,
-    deadline: Option<Instant>,
     /// The next record's index in the round.
     index: AtomicU32,
     /// Successful turns' TTFT by context band.
@@ -332,7 +323,9 @@ struct SessionRun {
 /// How a chain of turns ended early.
 enum Stop {
     Reason(String),
-    Interrupted,
+    /// The round's path sends no more (an interrupt, a lost server, `stop.errors`,
+    /// `stop.duration`).
+    Halted(Halt),
 }
 
 /// What a chain of turns sent: how many, how many failed, the first send and the last end
@@ -468,7 +461,7 @@ impl SessionRun {
             completion_s,
             stopped: stop.map(|s| match s {
                 Stop::Reason(r) => r,
-                Stop::Interrupted => "interrupted: the run was stopped".into(),
+                Stop::Halted(h) => h.reason().into(),
             }),
             // Duration and tokens are the records' (the point's fold fills them).
             ..JobRecord::default()
@@ -507,21 +500,8 @@ impl SessionRun {
         Duration::from_secs_f64((gap_s * self.shared.think_scale).clamp(0.0, 86_400.0))
     }
 
-    /// Waits until `until`; stops at the point's deadline or an interrupt.
-    async fn wait(&self, until: Instant) -> Result<(), Stop> {
-        if self.shared.deadline.is_some_and(|end| until >= end) {
-            return Err(Stop::Reason(
-                "`stop.duration` ended the point: before its next turn".into(),
-            ));
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(until.into()) => Ok(()),
-            _ = self.shared.path.interrupt().wait() => Err(Stop::Interrupted),
-        }
-    }
-
     /// Waits until `until` (the turn's gap, worked out by its chain), then sends it on the
-    /// round's path; a failed turn, one past the server's context or the deadline ends the
+    /// round's path; a failed turn, one past the server's context or `stop.duration` ends the
     /// chain. Ok: when its response ended, which the next turn's gap counts from.
     async fn turn(
         &self,
@@ -532,17 +512,9 @@ impl SessionRun {
         turns: &mut Turns,
     ) -> Result<Instant, Stop> {
         let shared = &self.shared;
-        self.wait(until).await?;
-        if !shared.path.may_send() {
-            return Err(if shared.path.is_gone() {
-                Stop::Reason("the server was lost: no more turns were sent".into())
-            } else if shared.path.stopped_on_errors() {
-                Stop::Reason(
-                    "the point's turns failed past `stop.errors`: no more turns were sent".into(),
-                )
-            } else {
-                Stop::Interrupted
-            });
+        shared.path.wait_until(until).await.map_err(Stop::Halted)?;
+        if let Some(halt) = shared.path.halted() {
+            return Err(Stop::Halted(halt));
         }
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
         let needs = t.input_tokens + u64::from(t.output_tokens);
@@ -586,7 +558,7 @@ impl SessionRun {
         };
         let rec = match shared.path.send(out, Some(&mut marks)).await {
             Sent::Answered(a) => a.record,
-            Sent::Interrupted => return Err(Stop::Interrupted),
+            Sent::Interrupted => return Err(Stop::Halted(Halt::Interrupted)),
             Sent::NotWritten => {
                 return Err(Stop::Reason(format!(
                     "a record could not be written: turn {turn}"

@@ -50,7 +50,7 @@ impl<'p> Sender<'p> for ClosedLoop<'p> {
             // handshakes.
             prepare(path.client(), concurrency.min(count)).await;
             // The closed loop's measured window is the whole round.
-            window.open();
+            path.open(window);
             let sem = Arc::new(Semaphore::new(concurrency));
             let mut tasks: JoinSet<()> = JoinSet::new();
             for (i, planned) in requests.enumerate() {

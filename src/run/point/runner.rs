@@ -172,6 +172,12 @@ impl PointRunner {
                 .stop
                 .as_ref()
                 .and_then(|s| s.errors.clone()),
+            duration: point
+                .experiment
+                .stop
+                .as_ref()
+                .and_then(|s| s.duration)
+                .filter(|_| point.experiment.open_loop().is_none()),
         }
     }
 }

@@ -102,7 +102,7 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
                             let (Some(s), Some(p)) = taken else { continue };
                             // The measured window opens with its first request.
                             if s.phase == Phase::Measure {
-                                window.open();
+                                path.open(window);
                             }
                             tasks.spawn(release.request(i, s, p));
                         }

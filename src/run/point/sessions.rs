@@ -77,7 +77,7 @@ impl<'p> Sender<'p> for Sessions<'p> {
             };
             path.plan_measured(end.planned);
             prepare(path.client(), users as usize).await;
-            window.open();
+            path.open(window);
             let round = path.round();
             let mut tasks: JoinSet<()> = JoinSet::new();
             let affinity = Affinity::of(exp);

@@ -50,7 +50,7 @@ impl<'p> Sender<'p> for TwoPoint<'p> {
             };
             path.plan_measured(end.planned);
             prepare(path.client(), 1).await;
-            window.open();
+            path.open(window);
             'prompts: for (i, planned) in requests.enumerate() {
                 for (role, max_tokens) in [(RequestRole::TwoPointA, a), (RequestRole::TwoPointB, b)]
                 {

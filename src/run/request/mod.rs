@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::header::{HeaderName, HeaderValue};
 
@@ -23,6 +23,7 @@ use servebench_model::spec::load_model::SessionHeaders;
 use servebench_model::spec::types::{Api, ErrorBudget, Experiment};
 
 use crate::run::interrupt::Interrupt;
+use crate::run::probe::Window;
 use crate::run::progress::Progress;
 
 mod tally;
@@ -225,6 +226,35 @@ struct Inner {
     planned: AtomicUsize,
     /// Why the round stopped on its errors (set once).
     stopped: std::sync::OnceLock<Flag>,
+    /// `stop.duration` where the path judges it (not an open loop's, whose schedule holds it).
+    duration: Option<Duration>,
+    /// When the round's duration ends: set when its measured window opens.
+    deadline: std::sync::OnceLock<Instant>,
+}
+
+/// Why a round sends no more: judged on its path, the same for every sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Halt {
+    /// The run was interrupted (Ctrl-C).
+    Interrupted,
+    /// A request could not connect, nor could a health check.
+    ServerGone,
+    /// Measured requests failed past `stop.errors`.
+    Errors,
+    /// `stop.duration` passed since the measured window opened.
+    Duration,
+}
+
+impl Halt {
+    /// What a request or turn that was not sent says of it.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Halt::Interrupted => "interrupted: the run was stopped",
+            Halt::ServerGone => "the server was lost: no more turns were sent",
+            Halt::Errors => "the point's turns failed past `stop.errors`: no more turns were sent",
+            Halt::Duration => "`stop.duration` ended the point: before its next turn",
+        }
+    }
 }
 
 /// What a path is made of: the runner's parts that every request of a round uses.
@@ -239,6 +269,9 @@ pub(crate) struct PathParts {
     pub omitted_is_zero: bool,
     /// The point's `stop.errors`.
     pub errors: Option<ErrorBudget>,
+    /// The point's `stop.duration`, where the path judges it (None for an open loop: its
+    /// schedule holds its arrivals within it).
+    pub duration: Option<Duration>,
 }
 
 impl RequestPath {
@@ -260,6 +293,8 @@ impl RequestPath {
                 errors: parts.errors,
                 planned: AtomicUsize::new(0),
                 stopped: std::sync::OnceLock::new(),
+                duration: parts.duration,
+                deadline: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -276,10 +311,51 @@ impl RequestPath {
         self.inner.round
     }
 
-    /// Whether the round may send another request: no interrupt came, the server was not
-    /// found gone, and its measured requests have not failed past `stop.errors`.
+    /// Opens the round's measured window (its first measured request is going out) and
+    /// starts its `stop.duration`. A second call changes nothing.
+    pub(crate) fn open(&self, window: &Window) {
+        window.open();
+        if let Some(d) = self.inner.duration {
+            self.inner.deadline.get_or_init(|| Instant::now() + d);
+        }
+    }
+
+    /// Why the round may send no more, if it may not: an interrupt came, the server was found
+    /// gone, its measured requests failed past `stop.errors`, or `stop.duration` passed.
+    pub(crate) fn halted(&self) -> Option<Halt> {
+        if self.inner.interrupt.is_set() {
+            Some(Halt::Interrupted)
+        } else if self.is_gone() {
+            Some(Halt::ServerGone)
+        } else if self.stopped_on_errors() {
+            Some(Halt::Errors)
+        } else if self.deadline().is_some_and(|d| Instant::now() >= d) {
+            Some(Halt::Duration)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the round may send another request (see [`halted`](Self::halted)).
     pub(crate) fn may_send(&self) -> bool {
-        !self.inner.interrupt.is_set() && !self.is_gone() && !self.stopped_on_errors()
+        self.halted().is_none()
+    }
+
+    /// When the round's `stop.duration` ends (None: none, or its window has not opened).
+    fn deadline(&self) -> Option<Instant> {
+        self.inner.deadline.get().copied()
+    }
+
+    /// Waits until `until` for a request due then: stops at once when the round's duration
+    /// ends first (nothing is sent past it), or when an interrupt comes meanwhile.
+    pub(crate) async fn wait_until(&self, until: Instant) -> Result<(), Halt> {
+        if self.deadline().is_some_and(|end| until >= end) {
+            return Err(Halt::Duration);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => Ok(()),
+            _ = self.inner.interrupt.wait() => Err(Halt::Interrupted),
+        }
     }
 
     /// Whether the round's measured requests failed past `stop.errors`.
