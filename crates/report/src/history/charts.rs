@@ -6,7 +6,7 @@ use plotters::prelude::*;
 
 use super::model::{ExperimentHistory, Series};
 use crate::report::chart_error::ChartError;
-use crate::report::chart_style::{PALETTE, draw_legend};
+use crate::report::chart_style::{PALETTE, draw_legend, draw_line};
 use servebench_model::catalog::Metric;
 
 /// Width and height, in SVG pixels.
@@ -174,15 +174,7 @@ pub fn render_svg(chart: &TrendChart) -> Result<String, ChartError> {
                 .iter()
                 .map(|p| (p.run as f64 + 1.0, p.value))
                 .collect();
-            plot.draw_series(std::iter::once(PathElement::new(
-                xy.clone(),
-                color.stroke_width(2),
-            )))
-            .map_err(|e| err(&e))?
-            .label(label.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            draw_line(&mut plot, xy.clone(), color, Some(label)).map_err(|e| err(&e))?;
             let bars = points.iter().zip(&xy).filter_map(|(p, &(x, _))| {
                 let (lo, hi) = p.interval?;
                 Some(PathElement::new(

@@ -1,11 +1,13 @@
 //! The charts' shared look: the line colours (Okabe–Ito, readable by colour-blind readers; the
 //! interactive page's `page.js` uses the same eight; each chart cycles through the first few
-//! it needs) and the legend's box.
+//! it needs), a series' line with its legend entry, and the legend's box.
 
 use plotters::chart::{ChartContext, SeriesLabelPosition};
 use plotters::coord::CoordTranslate;
+use plotters::coord::ranged1d::Ranged;
 use plotters::drawing::DrawingAreaErrorKind;
-use plotters::prelude::DrawingBackend;
+use plotters::element::PathElement;
+use plotters::prelude::{Cartesian2d, DrawingBackend};
 use plotters::style::{Color, RGBColor, WHITE};
 
 /// Line colours in the order lines take them.
@@ -32,4 +34,26 @@ pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
         .border_style(RGBColor(160, 160, 160))
         .label_font(("sans-serif", font_px))
         .draw()
+}
+
+/// Draws one series' line through `xy` in `color`, 2 px wide, and names it `label` in the
+/// legend (a short stroke of the same line); no label, no legend entry.
+pub(crate) fn draw_line<'a, DB, X, Y>(
+    plot: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    xy: Vec<(f64, f64)>,
+    color: RGBColor,
+    label: Option<&str>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let line = plot.draw_series(std::iter::once(PathElement::new(xy, color.stroke_width(2))))?;
+    if let Some(label) = label {
+        line.label(label).legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+        });
+    }
+    Ok(())
 }

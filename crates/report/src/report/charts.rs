@@ -11,7 +11,7 @@ use plotters::prelude::*;
 
 pub(crate) use super::chart_error::ChartError;
 pub(crate) use super::chart_link::ChartLink;
-use super::chart_style::{PALETTE, draw_legend};
+use super::chart_style::{PALETTE, draw_legend, draw_line};
 use super::model::{NameValue, PointRow, ReportModel};
 use servebench_model::catalog::Metric;
 
@@ -292,17 +292,8 @@ pub fn render_svg(chart: &Chart) -> Result<String, ChartError> {
                 .iter()
                 .map(|p| (p.context_tokens, p.value))
                 .collect();
-            let line = plot
-                .draw_series(std::iter::once(PathElement::new(
-                    xy.clone(),
-                    color.stroke_width(2),
-                )))
-                .map_err(|e| err(&e))?;
-            if !series.label.is_empty() {
-                line.label(series.label.as_str()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            }
+            let label = Some(series.label.as_str()).filter(|l| !l.is_empty());
+            draw_line(&mut plot, xy.clone(), color, label).map_err(|e| err(&e))?;
             // Each point's 95% interval as a vertical bar through its marker.
             let bars = series.points.iter().filter_map(|p| {
                 let (lo, hi) = p.interval?;

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use super::chart_error::ChartError;
 use super::chart_link::ChartLink;
-use super::chart_style::{PALETTE, draw_legend};
+use super::chart_style::{PALETTE, draw_legend, draw_line};
 use super::load::LoadSection;
 
 const SIZE: (u32, u32) = (720, 440);
@@ -180,15 +180,7 @@ pub fn render_svg(chart: &LoadChart) -> Result<String, ChartError> {
             .map_err(|e| err(&e))?;
         for (i, (label, points)) in chart.lines.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            plot.draw_series(std::iter::once(PathElement::new(
-                points.clone(),
-                color.stroke_width(2),
-            )))
-            .map_err(|e| err(&e))?
-            .label(label.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            draw_line(&mut plot, points.clone(), color, Some(label)).map_err(|e| err(&e))?;
             plot.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| err(&e))?;
             let dots = chart.dots.get(i).map_or(&[][..], Vec::as_slice);

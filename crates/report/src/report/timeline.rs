@@ -7,7 +7,7 @@ use indexmap::IndexMap;
 use plotters::prelude::*;
 
 use super::chart_error::ChartError;
-use super::chart_style::{PALETTE, draw_legend};
+use super::chart_style::{PALETTE, draw_legend, draw_line};
 use servebench_model::results::gpu::GpuSample;
 use servebench_model::results::records::PointRecord;
 use servebench_model::results::server_view::MetricsScrape;
@@ -348,15 +348,7 @@ pub(crate) fn render_svg(t: &Timeline) -> Result<String, ChartError> {
             .map_err(|e| err(&e))?;
         for (i, (label, xy)) in t.series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
-            plot.draw_series(std::iter::once(PathElement::new(
-                xy.clone(),
-                color.stroke_width(2),
-            )))
-            .map_err(|e| err(&e))?
-            .label(label.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            draw_line(&mut plot, xy.clone(), color, Some(label)).map_err(|e| err(&e))?;
         }
         draw_legend(&mut plot, SeriesLabelPosition::UpperRight, 13).map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
