@@ -262,3 +262,63 @@ fn a_client_that_cannot_hold_the_concurrency_asked_is_client_limited() {
     }
     assert_eq!(most, 2);
 }
+
+/// The same client under agent sessions: four live sessions whose turns follow each other at
+/// once (`think_scale: 0.001`), through a client that holds one request in flight. Each turn
+/// then waits for the other sessions' turns before it goes out: late against the trace's
+/// timing, which the records' `due_at` shows and the flag names with the live sessions asked.
+#[test]
+fn agent_turns_a_client_sends_late_are_client_limited() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "late.yaml",
+        &format!(
+            "name: late\nserver:\n  engine: sim\n  model: demo-model\n  args: {{ profile: fast, context-length: 4096 }}\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 32\nload:\n  kind: agentic\n  agentic: {{ file: {}, live: 4, sessions: 8, think_scale: 0.001 }}\n",
+            trace.display()
+        ),
+    );
+    let (dir, p) = run_env(&ws, &spec, &[("SERVEBENCH_TEST_MAX_IN_FLIGHT", "1")]);
+    let message = flag(&p, "client-limited").unwrap_or_else(|| panic!("{:?}", kinds(&p)));
+    assert!(message.contains("at 4 live sessions asked"), "{message}");
+    // Recomputed from the records: the turns said late are those sent 50 ms past due.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    let late: Vec<f64> = requests
+        .iter()
+        .filter_map(|r| Some(r["sent_at"].as_f64()? - r["job"]["due_at"].as_f64()?))
+        .collect();
+    assert!(!late.is_empty());
+    let over = late.iter().filter(|&&l| l > 0.050).count();
+    assert!(over * 100 > late.len(), "{late:?}");
+    assert!(
+        message.contains(&format!(
+            "{over} of {} turns went out more than 50 ms",
+            late.len()
+        )),
+        "{message}"
+    );
+}
+
+/// Without the fault the same sessions keep their timing: no turn is said late.
+#[test]
+fn agent_turns_sent_on_time_are_not_client_limited() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("experiments/data/agentic-sessions.jsonl");
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "on-time.yaml",
+        &format!(
+            "name: on-time\nserver:\n  engine: sim\n  model: demo-model\n  args: {{ profile: fast, context-length: 4096 }}\n  ready_timeout: 30s\nworkload:\n  api: sglang-generate\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 32\nload:\n  kind: agentic\n  agentic: {{ file: {}, live: 4, sessions: 8, think_scale: 0.05 }}\n",
+            trace.display()
+        ),
+    );
+    let (dir, p) = run_env(&ws, &spec, &[]);
+    assert!(!kinds(&p).contains(&"client-limited"), "{:?}", kinds(&p));
+    let turns: Vec<serde_json::Value> = read_jsonl(&dir.join("requests.jsonl"))
+        .into_iter()
+        .filter(|r| r["job"].is_object())
+        .collect();
+    assert!(!turns.is_empty());
+    assert!(turns.iter().all(|r| r["job"]["due_at"].is_number()));
+}

@@ -513,6 +513,11 @@ impl SessionRun {
     ) -> Result<Instant, Stop> {
         let shared = &self.shared;
         shared.path.wait_until(until).await.map_err(Stop::Halted)?;
+        // When it was due, on the clock its record's send is stamped on.
+        let due_at = crate::prompt::blocks::unix_now()
+            - Instant::now()
+                .saturating_duration_since(until)
+                .as_secs_f64();
         if let Some(halt) = shared.path.halted() {
             return Err(Stop::Halted(halt));
         }
@@ -543,6 +548,7 @@ impl SessionRun {
             context_tokens: t.input_tokens,
             history_tokens: carried.map(|c| c.history_tokens),
             history_sent_tokens: carried.map(|c| c.sent_tokens),
+            due_at: Some(due_at),
         });
         let own = shared.affinity.session_id(self.session);
         match agent {

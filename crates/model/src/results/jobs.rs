@@ -29,6 +29,11 @@ pub struct JobTurn {
     /// `history_tokens` is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_sent_tokens: Option<u64>,
+    /// When the trace said the turn was due (Unix seconds): its recorded gap after the turn
+    /// it waits on, or its session's start. `sent_at - due_at` is how late the client sent
+    /// it. None in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<f64>,
 }
 
 /// A point's trace blocks: what its requests could have found in the prefix cache (their

@@ -11,7 +11,8 @@
 //!   history exact, found none of them cached (vLLM's hybrid sliding-window models, vllm
 //!   #42948). `no-prefix-hits`.
 //! - **the client's**: a closed loop whose records never held the concurrency asked in
-//!   flight (inference-perf held 41 to 50 whatever 40 to 192 were asked, #648).
+//!   flight (inference-perf held 41 to 50 whatever 40 to 192 were asked, #648), or agent
+//!   sessions whose turns went out late against the trace's timing (`JobTurn::due_at`).
 //!   `client-limited`, naming asked and achieved.
 
 use std::collections::{BTreeMap, HashSet};
@@ -221,6 +222,66 @@ impl InFlight {
     }
 }
 
+/// How late an agent turn may go out after the trace said it was due before the client is
+/// said to be the limit: a turn's prompt is made and its connection taken in that time (a
+/// 128k-token prompt of shared blocks is assembled in a few milliseconds on this kind of
+/// machine); later than that in more than one turn in a hundred, the client was short.
+const TURN_LATE_LIMIT_S: f64 = 0.050;
+
+/// Agent turns' lateness, `sent_at - due_at`: whether the client kept the trace's timing at
+/// the live sessions asked. Flat in memory: counts and the largest.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TurnLateness {
+    /// The live sessions the point asks (0: not an agentic point).
+    live: u32,
+    turns: u64,
+    late: u64,
+    latest_s: f64,
+}
+
+impl TurnLateness {
+    pub(crate) fn new(live: u32) -> TurnLateness {
+        TurnLateness {
+            live,
+            ..TurnLateness::default()
+        }
+    }
+
+    pub(crate) fn add(&mut self, r: &RequestRecord) {
+        let Some(due) = r.job.as_ref().and_then(|j| j.due_at) else {
+            return;
+        };
+        let late = r.sent_at - due;
+        self.turns += 1;
+        if late > TURN_LATE_LIMIT_S {
+            self.late += 1;
+        }
+        self.latest_s = self.latest_s.max(late);
+    }
+
+    /// `client-limited` when more than 1% of the turns went out later than
+    /// [`TURN_LATE_LIMIT_S`] (the 99th percentile past it): the server was offered the trace's
+    /// load later than recorded, so its latencies and hits are for less than the point says.
+    pub(crate) fn flag(&self) -> Option<Flag> {
+        if self.turns == 0 || self.late * 100 <= self.turns {
+            return None;
+        }
+        Some(Flag::new(
+            FlagKind::ClientLimited,
+            format!(
+                "the client sent agent turns late: {} of {} turns went out more than {} ms after the trace said they were due (the latest {} ms), at {} live sessions asked; \
+                 the server was offered the sessions' load later than recorded, so its latencies and hits describe the client as much as the server; \
+                 give the client more CPU, connections or workers, or lower `load.agentic.live`",
+                self.late,
+                self.turns,
+                format!("{:.0}", TURN_LATE_LIMIT_S * 1e3),
+                servebench_model::text::sig3(self.latest_s * 1e3),
+                self.live,
+            ),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +299,7 @@ mod tests {
                 context_tokens: history + 128,
                 history_tokens: Some(history),
                 history_sent_tokens: Some(sent),
+                due_at: None,
             }),
             ..RequestRecord::fixture()
         }
@@ -328,5 +390,45 @@ mod tests {
             ..RequestRecord::fixture()
         });
         assert!(f.flag().is_none());
+    }
+
+    /// A turn sent `late` seconds after it was due.
+    fn late_turn(late: f64) -> RequestRecord {
+        let mut r = turn(0, 0, 1000.0 + late, (0, 0));
+        if let Some(j) = r.job.as_mut() {
+            j.due_at = Some(1000.0);
+        }
+        r
+    }
+
+    /// One turn in a hundred past 50 ms is the client's tail, two are a client too slow for
+    /// the trace: the flag says how many, of how many, and the latest.
+    #[test]
+    fn agent_turns_late_past_one_in_a_hundred_are_client_limited() {
+        let mut t = TurnLateness::new(4);
+        for k in 0..99 {
+            t.add(&late_turn(0.001 * f64::from(k % 5)));
+        }
+        t.add(&late_turn(0.2));
+        assert!(t.flag().is_none());
+        t.add(&late_turn(0.3));
+        let f = t.flag().expect("client-limited");
+        assert_eq!(f.kind, FlagKind::ClientLimited);
+        assert!(
+            f.message
+                .contains("2 of 101 turns went out more than 50 ms"),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message
+                .contains("(the latest 300 ms), at 4 live sessions asked"),
+            "{}",
+            f.message
+        );
+        // Records without a due time (other loads, older files) are not judged.
+        let mut none = TurnLateness::new(0);
+        none.add(&turn(0, 0, 1000.0, (0, 0)));
+        assert!(none.flag().is_none());
     }
 }

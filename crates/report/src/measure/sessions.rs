@@ -94,6 +94,7 @@ mod tests {
                 context_tokens: 100,
                 history_tokens: None,
                 history_sent_tokens: None,
+                due_at: None,
             }),
             ..RequestRecord::fixture()
         }

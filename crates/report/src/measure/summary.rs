@@ -145,6 +145,8 @@ pub struct PointFold {
     replay: super::replay::ReplayTally,
     /// A closed loop's requests in flight against its concurrency (None for other points).
     in_flight: Option<super::replay::InFlight>,
+    /// Agent turns' lateness against the trace's timing.
+    lateness: super::replay::TurnLateness,
 }
 
 /// How much shorter than the server's own time a client TTFT may be before it is called
@@ -209,6 +211,7 @@ impl PointFold {
             replay: Default::default(),
             in_flight: closed_loop(exp)
                 .then(|| super::replay::InFlight::new(exp.concurrency.min(exp.requests) as usize)),
+            lateness: super::replay::TurnLateness::new(exp.agentic().map_or(0, |a| a.live)),
         }
     }
 
@@ -259,6 +262,7 @@ impl PointFold {
         if let Some(f) = &mut self.in_flight {
             f.add(r);
         }
+        self.lateness.add(r);
         match &r.error {
             None => {
                 self.ok += 1;
@@ -468,6 +472,7 @@ impl PointFold {
         flags.extend(self.trace_cache_flags());
         flags.extend(self.replay.flags(self.cache_tolerance()));
         flags.extend(self.in_flight.as_ref().and_then(|f| f.flag()));
+        flags.extend(self.lateness.flag());
         let per_round = match exp.sessions() {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
