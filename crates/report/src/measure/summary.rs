@@ -471,8 +471,6 @@ impl PointFold {
         flags.extend(self.client_timing_flags());
         flags.extend(self.trace_cache_flags());
         flags.extend(self.replay.flags(self.cache_tolerance()));
-        flags.extend(self.in_flight.as_ref().and_then(|f| f.flag()));
-        flags.extend(self.lateness.flag());
         let per_round = match exp.sessions() {
             Some(s) => s.users as usize * s.turns as usize,
             None => exp.requests as usize,
@@ -623,7 +621,7 @@ impl PointFold {
     }
 
     /// Flags for client-side timing the numbers cannot be trusted under: sends stamped late
-    /// (TTFT below the server's own) and tokens read late.
+    /// (TTFT below the server's own), tokens read late, and a load the client could not offer.
     fn client_timing_flags(&self) -> Vec<Flag> {
         let mut flags = Vec::new();
         if let Some((index, ttft, server)) = self.worst_below_server {
@@ -650,6 +648,10 @@ impl PointFold {
                 ),
             ));
         }
+        // The client could not offer the load asked: a closed loop's concurrency never held,
+        // or agent turns sent late against their trace.
+        flags.extend(self.in_flight.as_ref().and_then(|f| f.flag()));
+        flags.extend(self.lateness.flag());
         flags
     }
 
