@@ -260,10 +260,12 @@ impl TurnLateness {
     }
 
     /// `client-limited` when more than 1% of the turns went out later than
-    /// [`TURN_LATE_LIMIT_S`] (the 99th percentile past it): the server was offered the trace's
-    /// load later than recorded, so its latencies and hits are for less than the point says.
+    /// [`TURN_LATE_LIMIT_S`] (the 99th percentile past it), and at least two (one late turn
+    /// of a short point is a pause of the machine, not a client that cannot keep up): the
+    /// server was offered the trace's load later than recorded, so its latencies and hits are
+    /// for less than the point says.
     pub(crate) fn flag(&self) -> Option<Flag> {
-        if self.turns == 0 || self.late * 100 <= self.turns {
+        if self.late < 2 || self.late * 100 <= self.turns {
             return None;
         }
         Some(Flag::new(
@@ -426,6 +428,12 @@ mod tests {
             "{}",
             f.message
         );
+        // One late turn of ten is not a pattern.
+        let mut short = TurnLateness::new(1);
+        for k in 0..10 {
+            short.add(&late_turn(if k == 3 { 0.4 } else { 0.002 }));
+        }
+        assert!(short.flag().is_none());
         // Records without a due time (other loads, older files) are not judged.
         let mut none = TurnLateness::new(0);
         none.add(&turn(0, 0, 1000.0, (0, 0)));
