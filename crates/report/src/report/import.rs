@@ -12,7 +12,7 @@ use serde_json::json;
 
 use servebench_model::results::meta::{HostFacts, RunMeta, RunStatus};
 
-use super::{import_aiperf, import_vllm};
+use super::{import_aiperf, import_guidellm, import_vllm};
 
 pub use super::import_common::{ImportError, MAX_INPUT_BYTES};
 use super::import_common::{Imported, read_bounded};
@@ -24,12 +24,14 @@ pub enum From {
     Aiperf,
     /// `vllm bench serve --save-result` (`--save-detailed` for per-request values).
     VllmBench,
+    /// GuideLLM 0.8.1: `benchmarks.json` (`--output kind=json`).
+    Guidellm,
 }
 
 impl From {
     /// The names `--from` takes.
     pub fn names() -> &'static [&'static str] {
-        &["aiperf", "vllm-bench"]
+        &["aiperf", "vllm-bench", "guidellm"]
     }
 }
 
@@ -44,6 +46,7 @@ impl std::str::FromStr for From {
         match s {
             "aiperf" => Ok(From::Aiperf),
             "vllm-bench" => Ok(From::VllmBench),
+            "guidellm" => Ok(From::Guidellm),
             _ => Err(UnknownTool(s.to_string())),
         }
     }
@@ -65,7 +68,12 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
         {
             return Ok(From::Aiperf);
         }
-        return Err(unsure("a folder without AIPerf's profile_export files"));
+        if path.join(import_guidellm::FILE).is_file() {
+            return Ok(From::Guidellm);
+        }
+        return Err(unsure(
+            "a folder without AIPerf's profile_export files or GuideLLM's benchmarks.json",
+        ));
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.starts_with("profile_export") {
@@ -77,9 +85,11 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
     match (
         has("mean_ttft_ms") || (has("request_throughput") && has("num_prompts")),
         has("schema_version") && has("time_to_first_token"),
+        has("guidellm_version") && has("benchmarks"),
     ) {
-        (true, false) => Ok(From::VllmBench),
-        (false, true) => Ok(From::Aiperf),
+        (true, false, false) => Ok(From::VllmBench),
+        (false, true, false) => Ok(From::Aiperf),
+        (false, false, true) => Ok(From::Guidellm),
         _ => Err(unsure("cannot tell which tool wrote this file")),
     }
 }
@@ -99,6 +109,7 @@ pub fn import(
     let mut imported = match from {
         From::Aiperf => import_aiperf::read(path)?,
         From::VllmBench => import_vllm::read(path)?,
+        From::Guidellm => import_guidellm::read(path)?,
     };
     if let Some(name) = name {
         imported.name = Some(name.to_string());
@@ -129,7 +140,7 @@ fn meta(imported: &Imported) -> Result<RunMeta, serde_json::Error> {
         "spec_file": imported.from.files.first().cloned().unwrap_or_default(),
         "spec_sha256": "",
         "experiment": experiment,
-        "dimensions": imported.values.keys().collect::<Vec<_>>(),
+        "dimensions": imported.points.first().map(|p| p.values.keys().collect::<Vec<_>>()).unwrap_or_default(),
         "started_at": started,
         "ended_at": started,
         "status": RunStatus::Complete,
@@ -168,12 +179,21 @@ fn write(imported: &Imported, out: &Path) -> Result<(), ImportError> {
         path: out.to_path_buf(),
         message: format!("the imported run does not make a servebench run: {e}"),
     })?;
-    let mut point = imported.point.clone();
-    point.values = imported.values.clone();
     let meta_text = serde_json::to_string_pretty(&meta).expect("meta serialises");
     std::fs::write(&meta_path, meta_text).map_err(io(&meta_path))?;
     let points = out.join("points.jsonl");
-    let line = serde_json::to_string(&point).expect("a point serialises") + "\n";
-    std::fs::write(&points, line).map_err(io(&points))?;
+    std::fs::write(&points, jsonl(&imported.points)).map_err(io(&points))?;
+    if !imported.requests.is_empty() {
+        let requests = out.join("requests.jsonl");
+        std::fs::write(&requests, jsonl(&imported.requests)).map_err(io(&requests))?;
+    }
     Ok(())
+}
+
+/// One JSON line per item.
+fn jsonl<T: serde::Serialize>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(|i| serde_json::to_string(i).expect("a record serialises") + "\n")
+        .collect()
 }

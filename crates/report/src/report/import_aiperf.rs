@@ -284,10 +284,12 @@ fn imported(
             "AIPerf's standard deviations are population ones; servebench's sample deviation is derived from them and the count".into(),
         ],
     };
+    let mut point = point;
+    point.values = values;
     Imported {
         from,
-        values,
-        point,
+        points: vec![point],
+        requests: Vec::new(),
         experiment,
         started_at: start_time(agg),
         name: None,
