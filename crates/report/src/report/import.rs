@@ -12,7 +12,7 @@ use serde_json::json;
 
 use servebench_model::results::meta::{HostFacts, RunMeta, RunStatus};
 
-use super::{import_aiperf, import_guidellm, import_vllm};
+use super::{import_aiperf, import_guidellm, import_inference_perf, import_vllm};
 
 pub use super::import_common::{ImportError, MAX_INPUT_BYTES};
 use super::import_common::{Imported, read_bounded};
@@ -26,12 +26,14 @@ pub enum From {
     VllmBench,
     /// GuideLLM 0.8.1: `benchmarks.json` (`--output kind=json`).
     Guidellm,
+    /// inference-perf 0.7: its report folder (`stage_N_lifecycle_metrics.json`, `config.yaml`).
+    InferencePerf,
 }
 
 impl From {
     /// The names `--from` takes.
     pub fn names() -> &'static [&'static str] {
-        &["aiperf", "vllm-bench", "guidellm"]
+        &["aiperf", "vllm-bench", "guidellm", "inference-perf"]
     }
 }
 
@@ -47,6 +49,7 @@ impl std::str::FromStr for From {
             "aiperf" => Ok(From::Aiperf),
             "vllm-bench" => Ok(From::VllmBench),
             "guidellm" => Ok(From::Guidellm),
+            "inference-perf" => Ok(From::InferencePerf),
             _ => Err(UnknownTool(s.to_string())),
         }
     }
@@ -71,13 +74,19 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
         if path.join(import_guidellm::FILE).is_file() {
             return Ok(From::Guidellm);
         }
+        if path.join(import_inference_perf::SUMMARY).is_file() {
+            return Ok(From::InferencePerf);
+        }
         return Err(unsure(
-            "a folder without AIPerf's profile_export files or GuideLLM's benchmarks.json",
+            "a folder without AIPerf's, GuideLLM's or inference-perf's result files",
         ));
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.starts_with("profile_export") {
         return Ok(From::Aiperf);
+    }
+    if name.ends_with("_lifecycle_metrics.json") {
+        return Ok(From::InferencePerf);
     }
     let bytes = read_bounded(path)?;
     let head = String::from_utf8_lossy(&bytes[..bytes.len().min(1 << 20)]);
@@ -110,6 +119,7 @@ pub fn import(
         From::Aiperf => import_aiperf::read(path)?,
         From::VllmBench => import_vllm::read(path)?,
         From::Guidellm => import_guidellm::read(path)?,
+        From::InferencePerf => import_inference_perf::read(path)?,
     };
     if let Some(name) = name {
         imported.name = Some(name.to_string());

@@ -23,9 +23,7 @@ use serde_json::{Value, json};
 use servebench_model::results::meta::ImportedFrom;
 use servebench_model::results::records::{PointRecord, RequestRecord, Stat};
 
-use super::import_common::{
-    ImportError, Imported, json_error, point_n, read_bounded, stat_of,
-};
+use super::import_common::{ImportError, Imported, json_error, point_n, read_bounded, stat_of};
 
 /// The file GuideLLM writes in an output folder.
 pub(crate) const FILE: &str = "benchmarks.json";
@@ -139,11 +137,7 @@ impl<'a> Req<'a> {
 
 /// Benchmark `n`'s point, its requests as servebench records, and a note where the point
 /// could not be computed from every request.
-fn benchmark(
-    n: usize,
-    b: &Value,
-    api: &str,
-) -> (PointRecord, Vec<RequestRecord>, Option<String>) {
+fn benchmark(n: usize, b: &Value, api: &str) -> (PointRecord, Vec<RequestRecord>, Option<String>) {
     let window = (
         num(b, "/scheduler_metrics/measure_start_time"),
         num(b, "/scheduler_metrics/measure_end_time"),
@@ -154,7 +148,10 @@ fn benchmark(
         ("errored", "errored"),
         ("incomplete", "incomplete"),
     ] {
-        if let Some(list) = b.pointer(&format!("/requests/{key}")).and_then(Value::as_array) {
+        if let Some(list) = b
+            .pointer(&format!("/requests/{key}"))
+            .and_then(Value::as_array)
+        {
             reqs.extend(list.iter().filter_map(|r| Req::of(r, status)));
         }
     }
@@ -220,7 +217,8 @@ fn values(b: &Value) -> IndexMap<String, Value> {
 /// servebench's statistics of the measured successes, and its rates over their span (the
 /// first one's start to the last one's end, as servebench's closed loop counts a round).
 fn from_requests(ok: &[&Req]) -> IndexMap<String, Stat> {
-    let col = |f: &dyn Fn(&Req) -> Option<f64>| -> Vec<f64> { ok.iter().filter_map(|r| f(r)).collect() };
+    let col =
+        |f: &dyn Fn(&Req) -> Option<f64>| -> Vec<f64> { ok.iter().filter_map(|r| f(r)).collect() };
     let tpot = |r: &Req| {
         let out = r.output? as f64;
         let (l, t) = (r.latency()?, r.ttft()?);
@@ -243,7 +241,8 @@ fn from_requests(ok: &[&Req]) -> IndexMap<String, Stat> {
     let last = ok.iter().filter_map(|r| r.end).max_by(f64::total_cmp);
     if let (Some(first), Some(last)) = (first, last) {
         let span = last - first;
-        let sum = |f: &dyn Fn(&Req) -> Option<u64>| ok.iter().filter_map(|r| f(r)).sum::<u64>() as f64;
+        let sum =
+            |f: &dyn Fn(&Req) -> Option<u64>| ok.iter().filter_map(|r| f(r)).sum::<u64>() as f64;
         if span > 0.0 {
             for (name, total) in [
                 ("throughput_req_s", ok.len() as f64),
@@ -372,7 +371,11 @@ fn record(
             rec[k] = v;
         }
     };
-    set(&mut rec, "scheduled_at", num(r.raw, "/info/timings/targeted_start").map(Value::from));
+    set(
+        &mut rec,
+        "scheduled_at",
+        num(r.raw, "/info/timings/targeted_start").map(Value::from),
+    );
     set(&mut rec, "end_s", r.latency().map(Value::from));
     set(&mut rec, "prompt_tokens", r.prompt.map(Value::from));
     set(&mut rec, "completion_tokens", r.output.map(Value::from));
@@ -432,10 +435,23 @@ fn imported(
             experiment["workload"] = json!({ "output_tokens": n });
         }
     }
+    if v.pointer("/config/spec/backend/request_format").is_some() {
+        experiment["workload"]["api"] = json!(api_of(v));
+    }
     let warmup = match find("/profile/warmup") {
-        Some(w) => match (w.get("value").and_then(Value::as_f64), w.get("percent").and_then(Value::as_f64)) {
-            (_, Some(p)) => format!("the first {:.0}% of the run (GuideLLM `warmup.percent`, mode {}), not counted", p * 100.0, w.get("mode").and_then(Value::as_str).unwrap_or("?")),
-            (Some(n), None) => format!("{n} (requests or seconds: GuideLLM `warmup.value`, mode {}) before the measured window, not counted", w.get("mode").and_then(Value::as_str).unwrap_or("?")),
+        Some(w) => match (
+            w.get("value").and_then(Value::as_f64),
+            w.get("percent").and_then(Value::as_f64),
+        ) {
+            (_, Some(p)) => format!(
+                "the first {:.0}% of the run (GuideLLM `warmup.percent`, mode {}), not counted",
+                p * 100.0,
+                w.get("mode").and_then(Value::as_str).unwrap_or("?")
+            ),
+            (Some(n), None) => format!(
+                "{n} (requests or seconds: GuideLLM `warmup.value`, mode {}) before the measured window, not counted",
+                w.get("mode").and_then(Value::as_str).unwrap_or("?")
+            ),
             (None, None) => "none".to_string(),
         },
         None => "none recorded".to_string(),
