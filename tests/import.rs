@@ -139,7 +139,8 @@ fn a_file_no_tool_wrote_is_refused_with_the_choices_and_bad_json_with_its_place(
     let o = servebench().arg("import").arg(&other).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("--from (aiperf, vllm-bench, guidellm, inference-perf)"),
+        !o.status.success()
+            && err.contains("--from (aiperf, vllm-bench, guidellm, inference-perf)"),
         "{err}"
     );
     let bad = ws.write(

@@ -436,3 +436,48 @@ fn method(warmup: String) -> IndexMap<String, String> {
         .map(|(k, v)| (k.to_string(), v))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_keep_their_chunk_times_phase_and_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RECORDS);
+        let ok = json!({ "metadata": { "request_start_ns": 2_000_000_000u64, "credit_issued_ns": 1_999_000_000u64,
+                "benchmark_phase": "profiling", "x_request_id": "a" },
+            "metrics": { "time_to_first_token": { "value": 10.0, "unit": "ms" },
+                "inter_chunk_latency": { "value": [2.0, 3.0], "unit": "ms" },
+                "request_latency": { "value": 20.0, "unit": "ms" },
+                "usage_completion_tokens": { "value": 3, "unit": "tokens" } }, "error": null });
+        let failed = json!({ "metadata": { "request_start_ns": 3_000_000_000u64, "benchmark_phase": "warmup" },
+            "metrics": {}, "error": { "code": 503, "type": "Service Unavailable", "message": "busy" } });
+        std::fs::write(&path, format!("{ok}\n{failed}\n")).unwrap();
+        let recs = request_records(&path, Some(3)).unwrap();
+        let r = &recs[0];
+        assert!((r.sent_at - 2.0).abs() < 1e-12 && (r.scheduled_at.unwrap() - 1.999).abs() < 1e-12);
+        let ts: Vec<f64> = r.chunks.iter().map(|c| c.t_s).collect();
+        assert!(
+            (ts[0] - 0.010).abs() < 1e-12
+                && (ts[1] - 0.012).abs() < 1e-12
+                && (ts[2] - 0.015).abs() < 1e-12
+        );
+        assert_eq!((r.completion_tokens, r.max_tokens), (Some(3), 3));
+        assert_eq!(r.phase.map(|p| p.to_string()).as_deref(), Some("measure"));
+        let f = &recs[1];
+        assert_eq!(f.phase.map(|p| p.to_string()).as_deref(), Some("warmup"));
+        let e = f.error.as_ref().unwrap();
+        assert_eq!((e.status, e.message.as_str()), (Some(503), "AIPerf: busy"));
+        assert!(f.chunks.is_empty());
+    }
+
+    #[test]
+    fn a_bad_record_is_named_by_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RECORDS);
+        std::fs::write(&path, "{}\n{oops\n").unwrap();
+        let e = request_records(&path, None).unwrap_err().to_string();
+        assert!(e.contains("profile_export.jsonl:2:2"), "{e}");
+    }
+}

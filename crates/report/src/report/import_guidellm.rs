@@ -492,3 +492,125 @@ fn imported(
         name: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GuideLLM request started at `start` (s after 1000), first token `ttft` later, ended
+    /// `latency` after its start, with 16 output tokens in `iters` streamed lines.
+    fn req(start: f64, ttft: f64, latency: f64, iters: u64) -> Value {
+        let s = 1000.0 + start;
+        json!({
+            "request_id": format!("r{start}"),
+            "request_args": "{\"body\": {\"max_tokens\": 16}}",
+            "info": { "status": "completed", "error": null, "timings": {
+                "targeted_start": s, "request_start": s, "first_token_iteration": s + ttft,
+                "last_token_iteration": s + latency - 0.001, "token_iterations": iters,
+                "request_end": s + latency,
+            }},
+            "input_metrics": { "total_tokens": 32, "cached_tokens": null },
+            "output_metrics": { "total_tokens": 16 },
+        })
+    }
+
+    fn report(successful: Vec<Value>, errored: Vec<Value>, sample_size: Value) -> Value {
+        json!({
+            "metadata": { "version": 2, "guidellm_version": "0.8.1" },
+            "config": { "spec": { "backend": { "model": "m", "request_format": "/v1/completions" },
+                "profile": { "warmup": { "percent": null, "value": null, "mode": "prefer_duration" } } } },
+            "benchmarks": [{
+                "config": { "strategy": { "type_": "constant", "rate": 4.0 }, "sample_size": sample_size },
+                "scheduler_metrics": { "measure_start_time": 1001.0, "measure_end_time": 1010.0 },
+                "metrics": {
+                    "request_totals": { "successful": 2, "errored": 1, "incomplete": 0, "total": 3 },
+                    "time_to_first_token_ms": { "successful": {
+                        "mean": 50.0, "median": 50.0, "min": 40.0, "max": 60.0, "std_dev": 10.0, "count": 2,
+                        "percentiles": { "p50": 50.0, "p90": 60.0, "p99": 60.0 } } },
+                },
+                "requests": { "successful": successful, "errored": errored, "incomplete": [] },
+            }],
+        })
+    }
+
+    fn read_value(v: &Value) -> Result<Imported, ImportError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        std::fs::write(&path, v.to_string()).unwrap();
+        read(dir.path())
+    }
+
+    #[test]
+    fn the_measured_window_leaves_warm_up_out_and_counts_errors_inside_it() {
+        let mut failed = req(3.0, 0.0, 0.5, 0);
+        failed["info"]["error"] = json!("HTTP 500: boom");
+        let v = report(
+            vec![
+                req(0.0, 0.1, 0.5, 16),
+                req(2.0, 0.04, 1.0, 16),
+                req(4.0, 0.06, 1.5, 1),
+            ],
+            vec![failed],
+            Value::Null,
+        );
+        let imp = read_value(&v).unwrap();
+        let p = &imp.points[0];
+        // The first request ended (1000.5) before the window opened (1001): warm-up.
+        assert_eq!((p.ok, p.errors), (2, 1));
+        assert_eq!(p.values["rate"], json!(4.0));
+        let ttft = &p.metrics["ttft_s"];
+        assert!((ttft.mean - 0.05).abs() < 1e-9 && ttft.count == 2);
+        // servebench's TPOT on GuideLLM's stamps: (1.0 - 0.04) / 15 and (1.5 - 0.06) / 15.
+        assert!((p.metrics["tpot_s"].mean - (0.96 + 1.44) / 30.0).abs() < 1e-9);
+        // Two successes from 1002 to 1005.5.
+        assert!((p.metrics["throughput_req_s"].mean - 2.0 / 3.5).abs() < 1e-9);
+        let phases: Vec<_> = imp
+            .requests
+            .iter()
+            .map(|r| r.phase.map(|p| p.to_string()))
+            .collect();
+        assert_eq!(phases[0].as_deref(), Some("warmup"));
+        let r = &imp.requests[1];
+        assert_eq!(
+            (r.chunks.len(), r.chunks_folded, r.max_tokens),
+            (2, Some(14), 16)
+        );
+        assert_eq!(r.chunks[1].tokens, 15);
+        // One streamed line: the first chunk alone, nothing folded.
+        let one = &imp.requests[3];
+        assert_eq!((one.chunks.len(), one.chunks_folded), (1, None));
+        let err = imp.requests[2].error.as_ref().unwrap();
+        assert_eq!(err.message, "GuideLLM: HTTP 500: boom");
+        assert_eq!(
+            imp.requests[0].api,
+            servebench_model::spec::types::Api::OpenaiCompletions
+        );
+    }
+
+    #[test]
+    fn a_sampled_report_takes_guidellm_s_own_distributions_and_says_so() {
+        let v = report(vec![req(2.0, 0.04, 1.0, 16)], vec![], json!(1));
+        let imp = read_value(&v).unwrap();
+        let p = &imp.points[0];
+        assert_eq!(p.ok, 2);
+        let ttft = &p.metrics["ttft_s"];
+        assert!((ttft.mean - 0.05).abs() < 1e-12 && (ttft.p90 - 0.06).abs() < 1e-12);
+        assert!(p.metrics.get("throughput_req_s").is_none());
+        assert!(imp.from.notes.iter().any(|n| n.contains("kept a sample")));
+    }
+
+    #[test]
+    fn another_schema_version_or_no_benchmarks_is_refused_with_what_to_give() {
+        let mut v = report(vec![], vec![], Value::Null);
+        v["metadata"]["version"] = json!(3);
+        let e = read_value(&v).unwrap_err().to_string();
+        assert!(
+            e.contains("schema version 3: servebench reads version 2"),
+            "{e}"
+        );
+        let e = read_value(&json!({ "metadata": {} }))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not GuideLLM's benchmark report"), "{e}");
+    }
+}

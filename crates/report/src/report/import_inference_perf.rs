@@ -357,3 +357,81 @@ fn imported(
         name: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(ttft: f64, rps: f64) -> Value {
+        let d = |x: f64| json!({ "mean": x, "median": x, "p90": x, "p99": x, "min": x, "max": x });
+        json!({
+            "successes": { "count": 4,
+                "latency": { "time_to_first_token": d(ttft), "request_latency": d(0.5),
+                    "time_per_output_token": d(0.01) },
+                "prompt_tokens": d(64.0), "output_tokens": d(16.0),
+                "throughput": { "requests_per_sec": rps } },
+            "failures": { "count": 1 },
+        })
+    }
+
+    #[test]
+    fn each_stage_is_a_point_at_its_rate_with_its_own_statistics() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |name: &str, text: String| std::fs::write(dir.path().join(name), text).unwrap();
+        w(
+            "stage_0_lifecycle_metrics.json",
+            stage(0.1, 2.0).to_string(),
+        );
+        w(
+            "stage_1_lifecycle_metrics.json",
+            stage(0.3, 3.9).to_string(),
+        );
+        w(SUMMARY, stage(0.2, 3.0).to_string());
+        w(CONFIG, "server:\n  model_name: m\n  api_key: secret\nload:\n  type: constant\n  stages:\n    - rate: 2\n      duration: 10\n    - rate: 4\n      duration: 10\n".into());
+        let imp = read(dir.path()).unwrap();
+        assert_eq!(imp.points.len(), 2);
+        let (a, b) = (&imp.points[0], &imp.points[1]);
+        assert_eq!((a.id.as_str(), b.id.as_str()), ("p001", "p002"));
+        assert_eq!(
+            (a.values["rate"].clone(), b.values["rate"].clone()),
+            (json!(2), json!(4))
+        );
+        assert_eq!((b.ok, b.errors), (4, 1));
+        assert!((b.metrics["ttft_s"].mean - 0.3).abs() < 1e-12);
+        assert!(b.metrics["ttft_s"].std.is_none());
+        assert!((b.metrics["throughput_req_s"].mean - 3.9).abs() < 1e-12);
+        // TPOT as (last − first) / (n − 1) is not servebench's: absent.
+        assert!(b.metrics.get("tpot_s").is_none());
+        assert_eq!(
+            imp.from.config.as_ref().unwrap()["server"]["api_key"],
+            "(redacted)"
+        );
+        assert!(imp.requests.is_empty());
+    }
+
+    #[test]
+    fn per_request_records_give_servebench_s_statistics_failures_left_out() {
+        let records = json!([
+            { "start_time": 10.0, "end_time": 10.5, "error": null, "info": { "response_metrics": {
+                "chunk_times": [10.1, 10.2, 10.5], "server_usage": { "prompt_tokens": 8, "completion_tokens": 3 } } } },
+            { "start_time": 10.2, "end_time": 11.0, "error": null, "info": { "response_metrics": {
+                "chunk_times": [10.5, 11.0], "server_usage": { "prompt_tokens": 8, "completion_tokens": 2 } } } },
+            { "start_time": 10.3, "end_time": 10.4, "error": { "error_type": "x", "error_msg": "y" }, "info": {} },
+        ]);
+        let (m, ok) = from_requests(&records);
+        assert_eq!(ok, 2);
+        assert!((m["ttft_s"].mean - 0.2).abs() < 1e-9);
+        assert_eq!(m["icl_s"].count, 3);
+        // (0.5 - 0.1) / 2 and (0.8 - 0.3) / 1.
+        assert!((m["tpot_s"].mean - (0.2 + 0.5) / 2.0).abs() < 1e-9);
+        assert!((m["throughput_req_s"].mean - 2.0).abs() < 1e-9);
+        assert!((m["output_tok_s"].mean - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_folder_without_its_files_is_refused_with_what_to_give() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("give inference-perf's report folder"), "{e}");
+    }
+}
