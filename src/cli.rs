@@ -156,7 +156,7 @@ pub(crate) enum Command {
     ///
     /// Example: `servebench import artifacts/my-run --from aiperf --out runs/imported/aiperf-c2`
     Import {
-        /// The tool's result file, or AIPerf's artifact folder.
+        /// The tool's result file, or its folder (AIPerf's artifacts, GuideLLM's output, inference-perf's reports).
         #[arg(value_name = "FILE_OR_DIR")]
         path: PathBuf,
         /// The tool that wrote it: `aiperf`, `vllm-bench`, `guidellm` or `inference-perf` (default: told from the files;

@@ -10,9 +10,9 @@
 //! `end_time` and `info.response_metrics.chunk_times` (a monotonic clock, seconds), the
 //! server's `server_usage`.
 //!
-//! inference-perf's `time_per_output_token` is (last token − first token) / (output tokens −
-//! 1) and its `inter_token_latency` the gaps between the tokens its tokenizer splits each
-//! chunk into (a chunk's tokens share its time), neither of servebench's: not imported.
+//! inference-perf's `time_per_output_token` is (last token − first token) / (output
+//! tokens − 1) and its `inter_token_latency` the gaps between the tokens its tokenizer splits
+//! each chunk into (a chunk's tokens share its time), neither of servebench's: not imported.
 
 use std::path::{Path, PathBuf};
 
