@@ -462,3 +462,37 @@ fn compare_sets_guidellm_and_inference_perf_runs_beside_servebench_s_methods_fir
         }
     }
 }
+
+#[test]
+fn guidellm_s_yaml_report_is_read_like_its_json() {
+    let ws = Workspace::new();
+    let path = fixture("guidellm-yaml/benchmarks.yaml");
+    let report: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let (dir, p) = import(&ws, &fixture("guidellm-yaml"), &[]);
+    // A synchronous run without warm-up: every request measured, one at a time, no sweep value.
+    let reqs = report["benchmarks"][0]["requests"]["successful"]
+        .as_array()
+        .unwrap();
+    assert_eq!(p["ok"].as_u64(), Some(reqs.len() as u64));
+    assert_eq!(
+        p["ok"],
+        report["benchmarks"][0]["metrics"]["request_totals"]["successful"]
+    );
+    assert_eq!(p["values"], serde_json::json!({}));
+    close(
+        &p["metrics"]["ttft_s"]["mean"],
+        mean(
+            reqs.iter()
+                .map(|r| r["time_to_first_token_ms"].as_f64().unwrap() / 1e3),
+        ),
+    );
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["api"] == "openai-completions" && r["max_tokens"] == 8)
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["imported"]["version"], "0.8.1");
+}

@@ -71,7 +71,9 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
         {
             return Ok(From::Aiperf);
         }
-        if path.join(import_guidellm::FILE).is_file() {
+        if path.join(import_guidellm::FILE).is_file()
+            || path.join(import_guidellm::YAML_FILE).is_file()
+        {
             return Ok(From::Guidellm);
         }
         if path.join(import_inference_perf::SUMMARY).is_file() {
@@ -94,7 +96,8 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
     match (
         has("mean_ttft_ms") || (has("request_throughput") && has("num_prompts")),
         has("schema_version") && has("time_to_first_token"),
-        has("guidellm_version") && has("benchmarks"),
+        (has("guidellm_version") && has("benchmarks"))
+            || (head.contains("guidellm_version:") && head.contains("benchmarks:")),
     ) {
         (true, false, false) => Ok(From::VllmBench),
         (false, true, false) => Ok(From::Aiperf),

@@ -1,5 +1,6 @@
 //! GuideLLM 0.8.1's benchmark report (`benchmarks.json`, `GenerativeBenchmarksReport`
-//! `metadata.version` 2, as `guidellm run --output kind=json` saves it) read into servebench's
+//! `metadata.version` 2, as `guidellm run --output kind=json` saves it; `kind=yaml`'s
+//! `benchmarks.yaml` is the same dump in YAML) read into servebench's
 //! metrics. Each of its `benchmarks` (one per strategy: `concurrent@2`, a sweep's rates) is a
 //! point. GuideLLM's aggregates weight some distributions by token (`inter_token_latency_ms`)
 //! or by time (`requests_per_second`), so the point is computed from its per-request records
@@ -28,19 +29,37 @@ use super::import_common::{ImportError, Imported, json_error, point_n, read_boun
 /// The file GuideLLM writes in an output folder.
 pub(crate) const FILE: &str = "benchmarks.json";
 
-/// `path` itself, or GuideLLM's file inside a folder.
+/// The same report as `--output kind=yaml` writes it.
+pub(crate) const YAML_FILE: &str = "benchmarks.yaml";
+
+/// `path` itself, or GuideLLM's file inside a folder (its JSON, else its YAML).
 fn file(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        path.join(FILE)
-    } else {
-        path.to_path_buf()
+    match path.is_dir() {
+        true if !path.join(FILE).is_file() && path.join(YAML_FILE).is_file() => {
+            path.join(YAML_FILE)
+        }
+        true => path.join(FILE),
+        false => path.to_path_buf(),
     }
+}
+
+/// Whether GuideLLM wrote `path` as YAML (by its extension, as GuideLLM chooses).
+fn is_yaml(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
 }
 
 pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
     let path = file(path);
     let bytes = read_bounded(&path)?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| json_error(&path, 0, &e))?;
+    let v: Value = if is_yaml(&path) {
+        serde_saphyr::from_str(&String::from_utf8_lossy(&bytes)).map_err(|e| ImportError::File {
+            path: path.clone(),
+            message: format!("not the YAML GuideLLM writes: {e}"),
+        })?
+    } else {
+        serde_json::from_slice(&bytes).map_err(|e| json_error(&path, 0, &e))?
+    };
     let refuse = |message: String| ImportError::File {
         path: path.clone(),
         message,
