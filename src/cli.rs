@@ -148,17 +148,18 @@ pub(crate) enum Command {
         experiment: Option<String>,
     },
     /// Make another tool's result files a servebench run directory, so `compare` and `history`
-    /// set them beside servebench's runs: AIPerf 0.13's artifact folder (`aiperf`) or a
-    /// `vllm bench serve --save-result` file (`vllm-bench`). `meta.json` names the tool, what
+    /// set them beside servebench's runs: AIPerf 0.13's artifact folder (`aiperf`), a
+    /// `vllm bench serve --save-result` file (`vllm-bench`), GuideLLM 0.8's `benchmarks.json`
+    /// (`guidellm`) or inference-perf 0.7's report folder (`inference-perf`). `meta.json` names the tool, what
     /// it recorded of its command, and how its method differs; `points.jsonl` holds the
     /// metrics the files hold, in servebench's units.
     ///
     /// Example: `servebench import artifacts/my-run --from aiperf --out runs/imported/aiperf-c2`
     Import {
-        /// The tool's result file, or AIPerf's artifact folder.
+        /// The tool's result file, or its folder (AIPerf's artifacts, GuideLLM's output, inference-perf's reports).
         #[arg(value_name = "FILE_OR_DIR")]
         path: PathBuf,
-        /// The tool that wrote it: `aiperf` or `vllm-bench` (default: told from the files;
+        /// The tool that wrote it: `aiperf`, `vllm-bench`, `guidellm` or `inference-perf` (default: told from the files;
         /// refused when they do not say).
         #[arg(long, value_name = "TOOL", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<servebench_report::report::import::From>()))]
         from: Option<servebench_report::report::import::From>,

@@ -139,7 +139,8 @@ fn a_file_no_tool_wrote_is_refused_with_the_choices_and_bad_json_with_its_place(
     let o = servebench().arg("import").arg(&other).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("--from (aiperf, vllm-bench)"),
+        !o.status.success()
+            && err.contains("--from (aiperf, vllm-bench, guidellm, inference-perf)"),
         "{err}"
     );
     let bad = ws.write(
@@ -218,4 +219,280 @@ fn compare_says_how_the_methods_differ_before_any_number() {
         md.contains("**not comparable** (TTFT origin: aiperf:"),
         "{md}"
     );
+}
+
+/// The fixture's GuideLLM requests that ended in its measured window, as GuideLLM counts them.
+fn guidellm_measured(report: &serde_json::Value) -> Vec<serde_json::Value> {
+    let b = &report["benchmarks"][0];
+    let (start, end) = (
+        b["scheduler_metrics"]["measure_start_time"]
+            .as_f64()
+            .unwrap(),
+        b["scheduler_metrics"]["measure_end_time"].as_f64().unwrap(),
+    );
+    b["requests"]["successful"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            let e = r["request_end_time"].as_f64().unwrap();
+            e > start && e <= end
+        })
+        .cloned()
+        .collect()
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let xs: Vec<f64> = xs.collect();
+    xs.iter().sum::<f64>() / xs.len() as f64
+}
+
+#[test]
+fn guidellm_s_report_is_imported_from_its_measured_requests_with_its_method() {
+    let ws = Workspace::new();
+    let report = read_json(&fixture("guidellm/benchmarks.json"));
+    let (dir, p) = import(&ws, &fixture("guidellm"), &[]);
+    let measured = guidellm_measured(&report);
+    // As many as GuideLLM counted in its window: the warm-up requests left out.
+    let totals = &report["benchmarks"][0]["metrics"]["request_totals"];
+    assert_eq!(p["ok"], totals["successful"]);
+    assert_eq!(measured.len(), 7);
+    assert_eq!(
+        (p["errors"].as_u64(), p["values"]["concurrency"].as_u64()),
+        (Some(0), Some(2))
+    );
+    let m = &p["metrics"];
+    // GuideLLM's own per-request values, in seconds.
+    close(
+        &m["ttft_s"]["mean"],
+        mean(
+            measured
+                .iter()
+                .map(|r| r["time_to_first_token_ms"].as_f64().unwrap() / 1e3),
+        ),
+    );
+    close(
+        &m["e2e_s"]["mean"],
+        mean(
+            measured
+                .iter()
+                .map(|r| r["request_latency"].as_f64().unwrap()),
+        ),
+    );
+    assert_eq!(m["completion_tokens"]["mean"], 16.0);
+    let span = measured
+        .iter()
+        .map(|r| r["request_end_time"].as_f64().unwrap())
+        .fold(f64::MIN, f64::max)
+        - measured
+            .iter()
+            .map(|r| r["request_start_time"].as_f64().unwrap())
+            .fold(f64::MAX, f64::min);
+    close(&m["throughput_req_s"]["mean"], 7.0 / span);
+    // GuideLLM's ITL (last − first token) is none of servebench's: absent.
+    assert!(m.get("itl_s").is_none() && m.get("icl_s").is_none());
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["imported"]["tool"], "guidellm");
+    assert_eq!(meta["imported"]["version"], "0.8.1");
+    assert!(
+        meta["imported"]["method"]["warm-up"]
+            .as_str()
+            .unwrap()
+            .contains("before the measured window, not counted"),
+        "{}",
+        meta["imported"]["method"]
+    );
+    assert_eq!(meta["experiment"]["workload"]["output_tokens"], 16);
+    // Every request GuideLLM kept, warm-up included and marked, in servebench's records.
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(requests.len(), 10);
+    let measure: Vec<_> = requests
+        .iter()
+        .filter(|r| r["phase"] == "measure")
+        .collect();
+    assert_eq!(measure.len(), 7);
+    assert_eq!(
+        requests.iter().filter(|r| r["phase"] == "warmup").count(),
+        3
+    );
+    let first = &measure[0];
+    let theirs = &measured[0];
+    close(
+        &first["sent_at"],
+        theirs["request_start_time"].as_f64().unwrap(),
+    );
+    close(&first["end_s"], theirs["request_latency"].as_f64().unwrap());
+    close(
+        &first["chunks"][0]["t_s"],
+        theirs["time_to_first_token_ms"].as_f64().unwrap() / 1e3,
+    );
+    assert_eq!(first["max_tokens"], 16);
+    // The streamed lines between the first and the last token have no time in the file.
+    assert_eq!(first["chunks_folded"], 14);
+}
+
+#[test]
+fn inference_perf_s_report_is_imported_per_request_and_agrees_with_its_own_summary() {
+    let ws = Workspace::new();
+    let summary = read_json(&fixture("inference-perf/summary_lifecycle_metrics.json"));
+    let (dir, p) = import(&ws, &fixture("inference-perf"), &[]);
+    let s = &summary["successes"];
+    assert_eq!(p["ok"], s["count"]);
+    assert_eq!(p["values"]["concurrency"], 2);
+    let m = &p["metrics"];
+    // The same requests, the same definitions: its mean TTFT and latency, its rates.
+    close(
+        &m["ttft_s"]["mean"],
+        s["latency"]["time_to_first_token"]["mean"]
+            .as_f64()
+            .unwrap(),
+    );
+    close(
+        &m["e2e_s"]["mean"],
+        s["latency"]["request_latency"]["mean"].as_f64().unwrap(),
+    );
+    close(
+        &m["e2e_s"]["max"],
+        s["latency"]["request_latency"]["max"].as_f64().unwrap(),
+    );
+    for (theirs, ours) in [
+        ("requests_per_sec", "throughput_req_s"),
+        ("output_tokens_per_sec", "output_tok_s"),
+        ("input_tokens_per_sec", "input_tok_s"),
+    ] {
+        let a = m[ours]["mean"].as_f64().unwrap();
+        let b = s["throughput"][theirs].as_f64().unwrap();
+        assert!((a - b).abs() <= 1e-9 * b, "{ours}: {a} != {b}");
+    }
+    assert_eq!(m["completion_tokens"]["mean"], 16.0);
+    // 8 requests of 16 one-token chunks: 15 gaps each.
+    assert_eq!(m["icl_s"]["count"], 120);
+    assert!(m.get("itl_s").is_none());
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["imported"]["tool"], "inference-perf");
+    assert_eq!(meta["experiment"]["workload"]["api"], "openai-completions");
+    assert_eq!(meta["experiment"]["requests"], 8);
+    // Its times are a monotonic clock's: no requests.jsonl, and the notes say why.
+    assert!(!dir.join("requests.jsonl").exists());
+    assert!(meta["imported"]["notes"].to_string().contains("monotonic"));
+}
+
+#[test]
+fn aiperf_s_records_become_servebench_request_records() {
+    let ws = Workspace::new();
+    let (dir, _) = import(&ws, &fixture("aiperf"), &[]);
+    let theirs: Vec<serde_json::Value> = read_jsonl(&fixture("aiperf/profile_export.jsonl"));
+    let ours = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(ours.len(), theirs.len());
+    for (a, r) in theirs.iter().zip(&ours) {
+        let md = &a["metadata"];
+        close(
+            &r["sent_at"],
+            md["request_start_ns"].as_f64().unwrap() / 1e9,
+        );
+        close(
+            &r["end_s"],
+            a["metrics"]["request_latency"]["value"].as_f64().unwrap() / 1e3,
+        );
+        close(
+            &r["chunks"][0]["t_s"],
+            a["metrics"]["time_to_first_token"]["value"]
+                .as_f64()
+                .unwrap()
+                / 1e3,
+        );
+        let gaps = a["metrics"]["inter_chunk_latency"]["value"]
+            .as_array()
+            .unwrap();
+        assert_eq!(r["chunks"].as_array().unwrap().len(), gaps.len() + 1);
+        assert_eq!(
+            r["completion_tokens"],
+            a["metrics"]["usage_completion_tokens"]["value"]
+        );
+        let phase = if md["benchmark_phase"] == "warmup" {
+            "warmup"
+        } else {
+            "measure"
+        };
+        assert_eq!(r["phase"], phase);
+    }
+}
+
+#[test]
+fn compare_sets_guidellm_and_inference_perf_runs_beside_servebench_s_methods_first() {
+    let ws = Workspace::new();
+    let spec = ws.write(
+        "sim-c2.yaml",
+        &sim_spec(
+            "sim-c2",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 16",
+            "requests: 8\nconcurrency: 2",
+        ),
+    );
+    let (run, _) = ws.run_ok(&spec);
+    // Each into its own directory (`import` names it by the count of arguments).
+    for (tool, args, warmup) in [
+        (
+            "guidellm",
+            &["--from", "guidellm"][..],
+            "guidellm: 2 (requests or seconds",
+        ),
+        (
+            "inference-perf",
+            &[][..],
+            "inference-perf: none (inference-perf has no warm-up phase)",
+        ),
+    ] {
+        let (imported, _) = import(&ws, &fixture(tool), args);
+        let o = servebench()
+            .arg("compare")
+            .arg(&run)
+            .arg(&imported)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let first_number = text.find("## Results").expect("results");
+        for line in [
+            "TTFT origin: servebench: request sent → first content chunk".to_string(),
+            format!("warm-up: servebench: none → {warmup}"),
+            "cache state: servebench: cache.policy cold →".to_string(),
+        ] {
+            let at = text.find(&line).unwrap_or_else(|| panic!("{line}\n{text}"));
+            assert!(at < first_number, "{line} after the numbers");
+        }
+    }
+}
+
+#[test]
+fn guidellm_s_yaml_report_is_read_like_its_json() {
+    let ws = Workspace::new();
+    let path = fixture("guidellm-yaml/benchmarks.yaml");
+    let report: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let (dir, p) = import(&ws, &fixture("guidellm-yaml"), &[]);
+    // A synchronous run without warm-up: every request measured, one at a time, no sweep value.
+    let reqs = report["benchmarks"][0]["requests"]["successful"]
+        .as_array()
+        .unwrap();
+    assert_eq!(p["ok"].as_u64(), Some(reqs.len() as u64));
+    assert_eq!(
+        p["ok"],
+        report["benchmarks"][0]["metrics"]["request_totals"]["successful"]
+    );
+    assert_eq!(p["values"], serde_json::json!({}));
+    close(
+        &p["metrics"]["ttft_s"]["mean"],
+        mean(
+            reqs.iter()
+                .map(|r| r["time_to_first_token_ms"].as_f64().unwrap() / 1e3),
+        ),
+    );
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r["api"] == "openai-completions" && r["max_tokens"] == 8)
+    );
+    let meta = read_json(&dir.join("meta.json"));
+    assert_eq!(meta["imported"]["version"], "0.8.1");
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use servebench_model::results::meta::{HostFacts, RunMeta, RunStatus};
 
-use super::{import_aiperf, import_vllm};
+use super::{import_aiperf, import_guidellm, import_inference_perf, import_vllm};
 
 pub use super::import_common::{ImportError, MAX_INPUT_BYTES};
 use super::import_common::{Imported, read_bounded};
@@ -24,12 +24,16 @@ pub enum From {
     Aiperf,
     /// `vllm bench serve --save-result` (`--save-detailed` for per-request values).
     VllmBench,
+    /// GuideLLM 0.8.1: `benchmarks.json` (`--output kind=json`).
+    Guidellm,
+    /// inference-perf 0.7: its report folder (`stage_N_lifecycle_metrics.json`, `config.yaml`).
+    InferencePerf,
 }
 
 impl From {
     /// The names `--from` takes.
     pub fn names() -> &'static [&'static str] {
-        &["aiperf", "vllm-bench"]
+        &["aiperf", "vllm-bench", "guidellm", "inference-perf"]
     }
 }
 
@@ -44,6 +48,8 @@ impl std::str::FromStr for From {
         match s {
             "aiperf" => Ok(From::Aiperf),
             "vllm-bench" => Ok(From::VllmBench),
+            "guidellm" => Ok(From::Guidellm),
+            "inference-perf" => Ok(From::InferencePerf),
             _ => Err(UnknownTool(s.to_string())),
         }
     }
@@ -65,11 +71,24 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
         {
             return Ok(From::Aiperf);
         }
-        return Err(unsure("a folder without AIPerf's profile_export files"));
+        if path.join(import_guidellm::FILE).is_file()
+            || path.join(import_guidellm::YAML_FILE).is_file()
+        {
+            return Ok(From::Guidellm);
+        }
+        if path.join(import_inference_perf::SUMMARY).is_file() {
+            return Ok(From::InferencePerf);
+        }
+        return Err(unsure(
+            "a folder without AIPerf's, GuideLLM's or inference-perf's result files",
+        ));
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     if name.starts_with("profile_export") {
         return Ok(From::Aiperf);
+    }
+    if name.ends_with("_lifecycle_metrics.json") {
+        return Ok(From::InferencePerf);
     }
     let bytes = read_bounded(path)?;
     let head = String::from_utf8_lossy(&bytes[..bytes.len().min(1 << 20)]);
@@ -77,9 +96,12 @@ pub fn detect(path: &Path) -> Result<From, ImportError> {
     match (
         has("mean_ttft_ms") || (has("request_throughput") && has("num_prompts")),
         has("schema_version") && has("time_to_first_token"),
+        (has("guidellm_version") && has("benchmarks"))
+            || (head.contains("guidellm_version:") && head.contains("benchmarks:")),
     ) {
-        (true, false) => Ok(From::VllmBench),
-        (false, true) => Ok(From::Aiperf),
+        (true, false, false) => Ok(From::VllmBench),
+        (false, true, false) => Ok(From::Aiperf),
+        (false, false, true) => Ok(From::Guidellm),
         _ => Err(unsure("cannot tell which tool wrote this file")),
     }
 }
@@ -99,6 +121,8 @@ pub fn import(
     let mut imported = match from {
         From::Aiperf => import_aiperf::read(path)?,
         From::VllmBench => import_vllm::read(path)?,
+        From::Guidellm => import_guidellm::read(path)?,
+        From::InferencePerf => import_inference_perf::read(path)?,
     };
     if let Some(name) = name {
         imported.name = Some(name.to_string());
@@ -129,7 +153,7 @@ fn meta(imported: &Imported) -> Result<RunMeta, serde_json::Error> {
         "spec_file": imported.from.files.first().cloned().unwrap_or_default(),
         "spec_sha256": "",
         "experiment": experiment,
-        "dimensions": imported.values.keys().collect::<Vec<_>>(),
+        "dimensions": imported.points.first().map(|p| p.values.keys().collect::<Vec<_>>()).unwrap_or_default(),
         "started_at": started,
         "ended_at": started,
         "status": RunStatus::Complete,
@@ -168,12 +192,21 @@ fn write(imported: &Imported, out: &Path) -> Result<(), ImportError> {
         path: out.to_path_buf(),
         message: format!("the imported run does not make a servebench run: {e}"),
     })?;
-    let mut point = imported.point.clone();
-    point.values = imported.values.clone();
     let meta_text = serde_json::to_string_pretty(&meta).expect("meta serialises");
     std::fs::write(&meta_path, meta_text).map_err(io(&meta_path))?;
     let points = out.join("points.jsonl");
-    let line = serde_json::to_string(&point).expect("a point serialises") + "\n";
-    std::fs::write(&points, line).map_err(io(&points))?;
+    std::fs::write(&points, jsonl(&imported.points)).map_err(io(&points))?;
+    if !imported.requests.is_empty() {
+        let requests = out.join("requests.jsonl");
+        std::fs::write(&requests, jsonl(&imported.requests)).map_err(io(&requests))?;
+    }
     Ok(())
+}
+
+/// One JSON line per item.
+fn jsonl<T: serde::Serialize>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(|i| serde_json::to_string(i).expect("a record serialises") + "\n")
+        .collect()
 }

@@ -14,7 +14,7 @@ use indexmap::IndexMap;
 use serde_json::{Value, json};
 
 use servebench_model::results::meta::ImportedFrom;
-use servebench_model::results::records::Stat;
+use servebench_model::results::records::{RequestRecord, Stat};
 
 use super::import_common::{ImportError, Imported, json_error, point, read_bounded, stat_of};
 
@@ -83,12 +83,128 @@ pub(crate) fn read(path: &Path) -> Result<Imported, ImportError> {
             });
         }
     };
+    let requests = match &records {
+        Some(r) => request_records(r, max_tokens(agg.as_ref()))?,
+        None => Vec::new(),
+    };
     let files: Vec<String> = [aggregate, records]
         .into_iter()
         .flatten()
         .map(|p| p.display().to_string())
         .collect();
-    Ok(imported(files, agg.as_ref(), point(ok, errors, metrics)))
+    let mut imported = imported(files, agg.as_ref(), point(ok, errors, metrics));
+    imported.requests = requests;
+    Ok(imported)
+}
+
+/// The output length AIPerf asked for: its synthetic `osl` when drawn with no spread.
+fn max_tokens(agg: Option<&Value>) -> Option<u64> {
+    let osl = agg?.pointer("/input_config/datasets/0/prompts/osl")?;
+    (osl.get("stddev").and_then(Value::as_f64) == Some(0.0))
+        .then(|| osl.get("mean").and_then(Value::as_f64))
+        .flatten()
+        .filter(|n| n.fract() == 0.0 && *n >= 0.0)
+        .map(|n| n as u64)
+}
+
+/// Each AIPerf record as servebench's request record: sent at `request_start_ns`, its first
+/// chunk at TTFT and the next ones `inter_chunk_latency` apart (one token each: AIPerf keeps
+/// no count per chunk), ending at `request_latency`; warm-up records in phase `warmup`.
+fn request_records(
+    path: &Path,
+    max_tokens: Option<u64>,
+) -> Result<Vec<RequestRecord>, ImportError> {
+    let bytes = read_bounded(path)?;
+    let mut out = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let r: Value = serde_json::from_slice(line).map_err(|e| json_error(path, i, &e))?;
+        let md = |k: &str| r.pointer(&format!("/metadata/{k}"));
+        let Some(start) = md("request_start_ns").and_then(Value::as_f64) else {
+            continue;
+        };
+        let metric = |tag: &str| -> Option<f64> {
+            let m = r.pointer(&format!("/metrics/{tag}"))?;
+            let unit = m.get("unit").and_then(Value::as_str).unwrap_or("");
+            to_servebench(m.get("value")?.as_f64()?, unit)
+        };
+        let mut chunks = Vec::new();
+        if let Some(ttft) = metric("time_to_first_token") {
+            chunks.push(json!({ "t_s": ttft, "tokens": 1 }));
+            let m = r.pointer("/metrics/inter_chunk_latency");
+            let unit = m
+                .and_then(|m| m.get("unit"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let mut t = ttft;
+            for gap in m
+                .and_then(|m| m.get("value"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .filter_map(|g| to_servebench(g, unit))
+            {
+                t += gap;
+                chunks.push(json!({ "t_s": t, "tokens": 1 }));
+            }
+        }
+        let tokens = |usage: &str, length: &str| metric(usage).or_else(|| metric(length));
+        let completion = tokens("usage_completion_tokens", "output_sequence_length");
+        let phase = match md("benchmark_phase").and_then(Value::as_str) {
+            Some("warmup") => "warmup",
+            _ => "measure",
+        };
+        let mut rec = json!({
+            "point": "p001", "round": 0, "index": out.len(), "role": "measure",
+            "api": "openai-chat",
+            "sent_at": start / 1e9,
+            "max_tokens": max_tokens.unwrap_or(0),
+            "chunks": chunks,
+            "token_source": if metric("usage_completion_tokens").is_some() { "usage" } else { "chunk-count" },
+            "chunk_tokens": "assumed-one",
+            "phase": phase,
+        });
+        if let Some(t) = md("credit_issued_ns").and_then(Value::as_f64) {
+            rec["scheduled_at"] = json!(t / 1e9);
+        }
+        if let Some(e) = metric("request_latency") {
+            rec["end_s"] = json!(e);
+        }
+        if let Some(p) = tokens("usage_prompt_tokens", "input_sequence_length") {
+            rec["prompt_tokens"] = json!(p as u64);
+        }
+        if let Some(c) = completion {
+            rec["completion_tokens"] = json!(c as u64);
+        }
+        if let Some(c) = metric("usage_prompt_cache_read_tokens") {
+            rec["cached_tokens"] = json!(c as u64);
+        }
+        if let Some(id) = md("x_request_id").filter(|v| v.is_string()) {
+            rec["request_id"] = id.clone();
+        }
+        if let Some(e) = r.get("error").filter(|e| !e.is_null()) {
+            let code = e.get("code").and_then(Value::as_u64);
+            let message = e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("AIPerf recorded no message");
+            rec["error"] = json!({ "kind": "http", "message": format!("AIPerf: {message}") });
+            if let Some(c) = code.filter(|c| (100..600).contains(c)) {
+                rec["error"]["status"] = json!(c);
+            }
+        }
+        let rec: RequestRecord = serde_json::from_value(rec).map_err(|e| ImportError::At {
+            path: path.to_path_buf(),
+            line: i + 1,
+            column: 1,
+            message: format!("a record servebench cannot keep: {e}"),
+        })?;
+        out.push(rec);
+    }
+    Ok(out)
 }
 
 fn parse_aggregate(path: &Path) -> Result<Value, ImportError> {
@@ -284,10 +400,12 @@ fn imported(
             "AIPerf's standard deviations are population ones; servebench's sample deviation is derived from them and the count".into(),
         ],
     };
+    let mut point = point;
+    point.values = values;
     Imported {
         from,
-        values,
-        point,
+        points: vec![point],
+        requests: Vec::new(),
         experiment,
         started_at: start_time(agg),
         name: None,
@@ -317,4 +435,49 @@ fn method(warmup: String) -> IndexMap<String, String> {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_keep_their_chunk_times_phase_and_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RECORDS);
+        let ok = json!({ "metadata": { "request_start_ns": 2_000_000_000u64, "credit_issued_ns": 1_999_000_000u64,
+                "benchmark_phase": "profiling", "x_request_id": "a" },
+            "metrics": { "time_to_first_token": { "value": 10.0, "unit": "ms" },
+                "inter_chunk_latency": { "value": [2.0, 3.0], "unit": "ms" },
+                "request_latency": { "value": 20.0, "unit": "ms" },
+                "usage_completion_tokens": { "value": 3, "unit": "tokens" } }, "error": null });
+        let failed = json!({ "metadata": { "request_start_ns": 3_000_000_000u64, "benchmark_phase": "warmup" },
+            "metrics": {}, "error": { "code": 503, "type": "Service Unavailable", "message": "busy" } });
+        std::fs::write(&path, format!("{ok}\n{failed}\n")).unwrap();
+        let recs = request_records(&path, Some(3)).unwrap();
+        let r = &recs[0];
+        assert!((r.sent_at - 2.0).abs() < 1e-12 && (r.scheduled_at.unwrap() - 1.999).abs() < 1e-12);
+        let ts: Vec<f64> = r.chunks.iter().map(|c| c.t_s).collect();
+        assert!(
+            (ts[0] - 0.010).abs() < 1e-12
+                && (ts[1] - 0.012).abs() < 1e-12
+                && (ts[2] - 0.015).abs() < 1e-12
+        );
+        assert_eq!((r.completion_tokens, r.max_tokens), (Some(3), 3));
+        assert_eq!(r.phase.map(|p| p.to_string()).as_deref(), Some("measure"));
+        let f = &recs[1];
+        assert_eq!(f.phase.map(|p| p.to_string()).as_deref(), Some("warmup"));
+        let e = f.error.as_ref().unwrap();
+        assert_eq!((e.status, e.message.as_str()), (Some(503), "AIPerf: busy"));
+        assert!(f.chunks.is_empty());
+    }
+
+    #[test]
+    fn a_bad_record_is_named_by_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(RECORDS);
+        std::fs::write(&path, "{}\n{oops\n").unwrap();
+        let e = request_records(&path, None).unwrap_err().to_string();
+        assert!(e.contains("profile_export.jsonl:2:2"), "{e}");
+    }
 }

@@ -8,18 +8,22 @@ use indexmap::IndexMap;
 use serde_json::json;
 
 use servebench_model::results::meta::ImportedFrom;
-use servebench_model::results::records::{PointRecord, Stat};
+use servebench_model::results::records::{PointRecord, RequestRecord, Stat};
 
 /// Each input file's budget in bytes: a result file of a few thousand requests is a few MB.
 pub const MAX_INPUT_BYTES: u64 = 256 << 20;
 
-/// What a reader made of a tool's files: the run's provenance and one point.
+/// What a reader made of a tool's files: the run's provenance, its points and, where the
+/// files hold them, its requests.
 #[derive(Debug)]
 pub(crate) struct Imported {
     pub(crate) from: ImportedFrom,
-    /// `concurrency` or `rate` when the tool recorded it: the point's sweep values.
-    pub(crate) values: IndexMap<String, serde_json::Value>,
-    pub(crate) point: PointRecord,
+    /// One per benchmark the files hold; `values` the tool's `concurrency` or `rate` when it
+    /// recorded it.
+    pub(crate) points: Vec<PointRecord>,
+    /// `requests.jsonl`: each request in servebench's record fields and units; empty when the
+    /// files hold no per-request values.
+    pub(crate) requests: Vec<RequestRecord>,
     /// The resolved-spec fields the tool recorded (model, API, requests, concurrency).
     pub(crate) experiment: serde_json::Value,
     pub(crate) started_at: Option<String>,
@@ -112,8 +116,18 @@ pub(crate) fn stat_of(xs: &[f64]) -> Option<Stat> {
 
 /// A new point record `p001` with `ok` requests, `errors` failures and `metrics`.
 pub(crate) fn point(ok: usize, errors: usize, metrics: IndexMap<String, Stat>) -> PointRecord {
+    point_n(1, ok, errors, metrics)
+}
+
+/// The `n`th point record (`p001`, `p002`, ...).
+pub(crate) fn point_n(
+    n: usize,
+    ok: usize,
+    errors: usize,
+    metrics: IndexMap<String, Stat>,
+) -> PointRecord {
     let mut p: PointRecord = serde_json::from_value(json!({
-        "id": "p001", "values": {}, "group": "g1", "ok": ok, "errors": errors,
+        "id": format!("p{n:03}"), "values": {}, "group": "g1", "ok": ok, "errors": errors,
         "metrics": {}, "flags": [], "incomplete": false,
     }))
     .expect("a point record");

@@ -174,8 +174,12 @@ fn imported(
             recorded: Vec::new(),
             notes,
         },
-        values,
-        point,
+        points: vec![{
+            let mut point = point;
+            point.values = values;
+            point
+        }],
+        requests: Vec::new(),
         experiment,
         started_at: None,
         name: None,

@@ -45,6 +45,8 @@ pub(crate) mod html;
 pub mod import;
 pub(crate) mod import_aiperf;
 pub(crate) mod import_common;
+pub(crate) mod import_guidellm;
+pub(crate) mod import_inference_perf;
 pub(crate) mod import_vllm;
 pub(crate) mod load;
 pub mod load_charts;
