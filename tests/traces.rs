@@ -577,3 +577,118 @@ fn a_burstgpt_csv_replays_at_its_seconds() {
         .collect();
     assert_eq!(outputs, [18, 23, 27], "{}", requests[0]);
 }
+
+#[test]
+fn aiperf_multi_turn_sessions_replay_with_their_delays_after_each_answer() {
+    let ws = Workspace::new();
+    // AIPerf's multi_turn (its loader's documented shapes): a session split over two lines,
+    // a hoisted system turn, `texts` of one, per-turn `output_length`.
+    let file = ws.write(
+        "conversations.jsonl",
+        concat!(
+            r#"{"session_id": "a", "turns": [{"text": "What is deep learning?", "output_length": 5}, {"text": "Explain it for a five year old.", "delay": 300}]}"#,
+            "\n",
+            r#"{"session_id": "b", "turns": [{"role": "system", "text": "You are a helpful assistant."}, {"texts": ["Who are you?"], "delay": 5000}, {"text": "And then?", "delay": 150, "output_length": 3}]}"#,
+            "\n",
+            r#"{"session_id": "a", "turns": [{"text": "Thanks.", "delay": 200, "output_length": 2}]}"#,
+            "\n",
+        ),
+    );
+    let spec = ws.write(
+        "mt.yaml",
+        &format!(
+            "name: mt\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast }}\n  ready_timeout: 30s\nworkload:\n  api: openai-chat\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 4\nload:\n  kind: sessions\n  sessions: {{ users: 2, file: {} }}\n",
+            file.display()
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["ok"], 5, "{}", points[0]);
+    let flags = points[0]["flags"].to_string();
+    assert!(!flags.contains("unexpected-cache-hit"), "{flags}");
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by_key(|r| r["index"].as_u64());
+    let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
+    let end = |r: &serde_json::Value| sent(r) + r["end_s"].as_f64().unwrap();
+    // File order: a's three turns, then b's two.
+    let max: Vec<u64> = requests
+        .iter()
+        .map(|r| r["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(max, [5, 4, 2, 4, 3], "{}", requests[0]);
+    // Each turn waits its delay after the previous answer ended; a first turn's is not
+    // waited (AIPerf reads a delay only once the turn before it returned).
+    for (i, delay) in [(1, 0.3), (2, 0.2), (4, 0.15)] {
+        let late = sent(&requests[i]) - (end(&requests[i - 1]) + delay);
+        assert!((-0.002..0.035).contains(&late), "turn {i}: {late:+.4} s");
+    }
+    assert!(sent(&requests[3]) < 1.0 + sent(&requests[0]), "b's first delay was waited");
+    // The history grows by the previous turn and its reply (server tokens), and each turn
+    // expects the turn before it in the cache.
+    for i in [1, 2, 4] {
+        let (before, now) = (&requests[i - 1], &requests[i]);
+        let (p0, p1) = (
+            before["prompt_tokens"].as_u64().unwrap(),
+            now["prompt_tokens"].as_u64().unwrap(),
+        );
+        assert!(
+            p1 > p0 + before["completion_tokens"].as_u64().unwrap(),
+            "{i}: {p0} -> {p1}"
+        );
+        assert_eq!(now["share"]["shared_tokens"], p0, "{now}");
+    }
+    // b's system message is in every one of its prompts: its first is longer than a's
+    // first by more than the question's words.
+    assert!(
+        requests[3]["prompt_tokens"].as_u64() > requests[0]["prompt_tokens"].as_u64(),
+        "{}",
+        requests[3]
+    );
+}
+
+#[test]
+fn a_multi_turn_line_servebench_would_not_send_as_aiperf_does_is_refused_at_validate() {
+    let ws = Workspace::new();
+    ws.write(
+        "mt.jsonl",
+        "{\"session_id\": \"a\", \"turns\": [{\"text\": \"hi\"}]}\n{\"session_id\": \"b\", \"turns\": [{\"text\": \"hi\"}, {\"text\": \"then\", \"timestamp\": 1000}]}\n",
+    );
+    let spec = ws.write(
+        "mt.yaml",
+        &sim_spec(
+            "mt",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: sessions\n  sessions: { users: 2, file: mt.jsonl }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("mt.jsonl:2:64: `timestamp`"), "{text}");
+    assert!(text.contains("write `delay` (milliseconds) instead"), "{text}");
+    // `turns` and `think` belong to generated conversations.
+    let both = ws.write(
+        "both.yaml",
+        &sim_spec(
+            "both",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: sessions\n  sessions: { users: 2, turns: 3, think: 1s, file: mt.jsonl }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&both).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("`sessions.turns` does not apply with `sessions.file`"), "{text}");
+    assert!(text.contains("`sessions.think` does not apply with `sessions.file`"), "{text}");
+    let neither = ws.write(
+        "neither.yaml",
+        &sim_spec(
+            "neither",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: sessions\n  sessions: { users: 2 }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&neither).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("needs `turns`"), "{text}");
+}

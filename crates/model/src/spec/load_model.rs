@@ -1147,9 +1147,12 @@ fn load_stop_checks(raw: &Value, kind: Option<&str>, problems: &mut Vec<Problem>
         only_stop_errors(
             raw,
             "`load.kind: sessions`",
-            "a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured; only `stop.errors` applies",
+            "a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns (or every conversation of `sessions.file` is sent), and every turn is measured; only `stop.errors` applies",
             problems,
         );
+        if let Some(Value::Object(s)) = raw.get("load").and_then(|l| l.get("sessions")) {
+            sessions_checks(s, problems);
+        }
     }
     // A ramp ends with its duration, a trace with its last line.
     if kind == Some("rate") && !bounded {
@@ -1175,6 +1178,33 @@ fn closed_loop_checks(raw: &Value, problems: &mut Vec<Problem>) {
 
 /// Refuses phases and every `stop` field but `errors` (judged for every sender as its
 /// measured requests are written) on points of `what`.
+/// Generated conversations give their `turns`; a file's conversations bring their turns and
+/// their pauses, so `turns`, `think` and `think_dist` would be ignored beside it.
+fn sessions_checks(s: &serde_json::Map<String, Value>, problems: &mut Vec<Problem>) {
+    let set = |f: &str| s.get(f).is_some_and(|v| !v.is_null());
+    if !set("file") {
+        if !set("turns") {
+            problems.push(problem(
+                "/load/sessions",
+                Target::Key,
+                "`load.sessions` needs `turns` (generated conversations) or `file` (conversations from a file)".into(),
+                "add `turns: 4`, or `file: conversations.jsonl` (AIPerf's multi_turn)",
+            ));
+        }
+        return;
+    }
+    for field in ["turns", "think", "think_dist"] {
+        if set(field) {
+            problems.push(problem(
+                &format!("/load/sessions/{field}"),
+                Target::Key,
+                format!("`sessions.{field}` does not apply with `sessions.file`"),
+                "remove it: the file's conversations have their own turns, and each turn's `delay` is its pause",
+            ));
+        }
+    }
+}
+
 fn only_stop_errors(raw: &Value, what: &str, why: &str, problems: &mut Vec<Problem>) {
     for field in ["warmup", "cooldown"] {
         if raw.get(field).is_some_and(|v| !v.is_null()) {

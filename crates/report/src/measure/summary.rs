@@ -469,7 +469,7 @@ impl PointFold {
         flags.extend(self.replay.flags(self.cache_tolerance()));
         flags.extend(self.in_flight.as_ref().and_then(|f| f.flag()));
         let per_round = match exp.sessions() {
-            Some(s) => s.users as usize * s.turns as usize,
+            Some(s) => s.users as usize * s.turns.unwrap_or(1) as usize,
             None => exp.requests as usize,
         };
         let expected = self.expected.unwrap_or(exp.repeat as usize * per_round);
