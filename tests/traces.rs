@@ -621,7 +621,10 @@ fn aiperf_multi_turn_sessions_replay_with_their_delays_after_each_answer() {
         let late = sent(&requests[i]) - (end(&requests[i - 1]) + delay);
         assert!((-0.002..0.035).contains(&late), "turn {i}: {late:+.4} s");
     }
-    assert!(sent(&requests[3]) < 1.0 + sent(&requests[0]), "b's first delay was waited");
+    assert!(
+        sent(&requests[3]) < 1.0 + sent(&requests[0]),
+        "b's first delay was waited"
+    );
     // The history grows by the previous turn and its reply (server tokens), and each turn
     // expects the turn before it in the cache.
     for i in [1, 2, 4] {
@@ -664,7 +667,10 @@ fn a_multi_turn_line_servebench_would_not_send_as_aiperf_does_is_refused_at_vali
     let text = show(&out);
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("mt.jsonl:2:64: `timestamp`"), "{text}");
-    assert!(text.contains("write `delay` (milliseconds) instead"), "{text}");
+    assert!(
+        text.contains("write `delay` (milliseconds) instead"),
+        "{text}"
+    );
     // `turns` and `think` belong to generated conversations.
     let both = ws.write(
         "both.yaml",
@@ -677,8 +683,14 @@ fn a_multi_turn_line_servebench_would_not_send_as_aiperf_does_is_refused_at_vali
     let out = servebench().arg("validate").arg(&both).output().unwrap();
     let text = show(&out);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("`sessions.turns` does not apply with `sessions.file`"), "{text}");
-    assert!(text.contains("`sessions.think` does not apply with `sessions.file`"), "{text}");
+    assert!(
+        text.contains("`sessions.turns` does not apply with `sessions.file`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`sessions.think` does not apply with `sessions.file`"),
+        "{text}"
+    );
     let neither = ws.write(
         "neither.yaml",
         &sim_spec(
@@ -691,4 +703,84 @@ fn a_multi_turn_line_servebench_would_not_send_as_aiperf_does_is_refused_at_vali
     let text = show(&out);
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("needs `turns`"), "{text}");
+}
+
+#[test]
+fn a_bailian_trace_replays_at_its_seconds_with_16_token_blocks() {
+    let ws = Workspace::new();
+    // Lines in the schema Alibaba's README documents (its files are Git LFS objects that
+    // could not be read here): a chat, its second turn resending the first's blocks, and a
+    // chat of its own.
+    let trace = ws.write(
+        "bailian.jsonl",
+        concat!(
+            r#"{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 300, "output_length": 6, "type": "text", "turn": 1, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]}"#,
+            "\n",
+            r#"{"chat_id": 2, "parent_chat_id": 1, "timestamp": 1.5, "input_length": 330, "output_length": 5, "type": "text", "turn": 2, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 21, 22]}"#,
+            "\n",
+            r#"{"chat_id": 3, "parent_chat_id": -1, "timestamp": 2.0, "input_length": 40, "output_length": 4, "type": "search", "turn": 1, "hash_ids": [30, 31, 32]}"#,
+            "\n",
+        ),
+    );
+    let spec = ws.write(
+        "bailian.yaml",
+        &sim_spec(
+            "bailian",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            &format!(
+                "load:\n  kind: trace\n  trace: {{ file: {}, format: bailian, time_scale: 0.2 }}\ncache: {{ policy: cold, verify: true }}\n",
+                trace.display()
+            ),
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["ok"], 3, "{}", points[0]);
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by(|a, b| {
+        a["scheduled_at"]
+            .as_f64()
+            .partial_cmp(&b["scheduled_at"].as_f64())
+            .unwrap()
+    });
+    let at: Vec<f64> = requests
+        .iter()
+        .map(|r| r["scheduled_at"].as_f64().unwrap())
+        .collect();
+    // Seconds (1.0 and 0.5 apart), at a time scale of 0.2: not milliseconds.
+    assert!(
+        (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.1).abs() < 1e-6,
+        "{at:?}"
+    );
+    let max: Vec<u64> = requests
+        .iter()
+        .map(|r| r["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(max, [6, 5, 4]);
+    // The second turn finds the first's 18 whole blocks of 16 tokens; the others nothing.
+    let theory: Vec<u64> = requests
+        .iter()
+        .map(|r| r["theoretical_cached_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(theory, [0, 18 * 16, 0], "{}", requests[1]);
+    let cached = requests[1]["cached_tokens"].as_u64().unwrap_or(0);
+    assert!(cached.abs_diff(18 * 16) <= 16, "{}", requests[1]);
+    // Another block size would replay other prompts: refused.
+    let wrong = ws.write(
+        "wrong.yaml",
+        &sim_spec(
+            "wrong",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            &format!(
+                "load:\n  kind: trace\n  trace: {{ file: {}, format: bailian, block_size: 512 }}\n",
+                trace.display()
+            ),
+        ),
+    );
+    let out = servebench().arg("validate").arg(&wrong).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("a Bailian trace's blocks are 16 tokens"),
+        "{text}"
+    );
 }

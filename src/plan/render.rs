@@ -108,11 +108,7 @@ fn write_point(
             a.live
         ),
         _ if let Some(s) = e.sessions() => match &s.file {
-            Some(f) => format!(
-                "every conversation of {}, {} at once",
-                f.display(),
-                s.users
-            ),
+            Some(f) => format!("every conversation of {}, {} at once", f.display(), s.users),
             None => format!(
                 "{} of {}",
                 count_s(s.users as usize, "session"),

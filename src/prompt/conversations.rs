@@ -345,7 +345,10 @@ fn turn_text(t: &RawTurn) -> Result<String, (&'static str, String)> {
             _ => return batch(),
         },
         (None, Some(_)) => {
-            return Err(("texts", "a list of one string: `\"texts\": [\"...\"]`".into()));
+            return Err((
+                "texts",
+                "a list of one string: `\"texts\": [\"...\"]`".into(),
+            ));
         }
         (Some(_), Some(_)) => return Err(("texts", "give `text` or `texts`, not both".into())),
         (None, None) => {
@@ -598,13 +601,17 @@ mod tests {
             let e = read(&format!("{line}\n")).unwrap_err();
             assert!(e.starts_with(want), "{line}\n got {e}\nwant {want}");
         }
-        let e = read("{\"turns\": [{\"text\": \"a\"}]}\n{\"turns\": [{\"delay\": 1}]}\n").unwrap_err();
+        let e =
+            read("{\"turns\": [{\"text\": \"a\"}]}\n{\"turns\": [{\"delay\": 1}]}\n").unwrap_err();
         assert!(e.starts_with("mt.jsonl:2:12: a turn without `text`"), "{e}");
         let e = read(r#"{"session_id": "s", "turns": [{"role": "system", "text": "sys"}]}"#)
             .unwrap_err();
         assert!(e.contains("no user turn"), "{e}");
         let e = read("{\"turns\": [{\"text\": \"a\"}, oops]}\n").unwrap_err();
-        assert!(e.starts_with("mt.jsonl:1:27: not an AIPerf multi_turn line"), "{e}");
+        assert!(
+            e.starts_with("mt.jsonl:1:27: not an AIPerf multi_turn line"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -84,7 +84,9 @@ impl PointRunner {
             Prepared::Agentic(s) => Box::new(s),
             Prepared::Conversations(c) => Box::new(super::sessions::Conversations {
                 exp,
-                spec: exp.sessions().expect("conversations come from a sessions load"),
+                spec: exp
+                    .sessions()
+                    .expect("conversations come from a sessions load"),
                 conversations: c,
                 target: &prompts.target,
             }),

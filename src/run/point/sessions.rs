@@ -204,7 +204,11 @@ impl<'p> Sender<'p> for Conversations<'p> {
                                 })
                                 .collect(),
                             // As every sessions conversation, it opens with its own tag.
-                            opening: tag(nonce, seed, &[u64::from(user), u64::from(round), 2 << 40]),
+                            opening: tag(
+                                nonce,
+                                seed,
+                                &[u64::from(user), u64::from(round), 2 << 40],
+                            ),
                             thinks: c.turns.iter().skip(1).map(|t| t.delay).collect(),
                             session_id: affinity.session_id(user),
                             affinity: affinity.clone(),
@@ -289,11 +293,7 @@ impl UserRun {
                 req.prompt = transcript.clone();
             }
             let api = req.api;
-            let mut out = Outgoing::new(
-                req,
-                self.first_index + turn as u32,
-                RequestRole::Measure,
-            );
+            let mut out = Outgoing::new(req, self.first_index + turn as u32, RequestRole::Measure);
             self.affinity.stamp(&mut out, self.session_id.clone(), None);
             out.share = Some(CacheShare {
                 group: self.user,

@@ -546,8 +546,9 @@ pub struct TraceSpec {
     #[serde(default)]
     pub hash_ids: HashIds,
     /// How the file is written: `mooncake` (the default; JSONL, as Mooncake publishes its
-    /// traces and AIPerf's `mooncake_trace` and SGLang's `mooncake` read them) or `burstgpt`
-    /// (BurstGPT's CSV: `Timestamp` in seconds, `Request tokens`, `Response tokens`).
+    /// traces and AIPerf's `mooncake_trace` and SGLang's `mooncake` read them), `burstgpt`
+    /// (BurstGPT's CSV: `Timestamp` in seconds, `Request tokens`, `Response tokens`) or
+    /// `bailian` (Alibaba's Qwen Bailian traces: `timestamp` in seconds, 16-token blocks).
     #[serde(default, skip_serializing_if = "TraceFormat::is_default")]
     pub format: TraceFormat,
 }
@@ -578,7 +579,14 @@ pub enum TraceFormat {
     /// tokens` (BurstGPT's `Model`, `Total tokens` and `Log Type` are ignored). It records no
     /// blocks: prompts are generated at each row's length, sharing nothing.
     Burstgpt,
+    /// Alibaba's Bailian (Qwen) traces, JSONL: `timestamp` in seconds, `input_length`,
+    /// `output_length`, `hash_ids` of 16-token blocks, and the chat's `chat_id`,
+    /// `parent_chat_id`, `turn` and `type` (checked, not replayed: each line goes at its time).
+    Bailian,
 }
+
+/// Tokens a Bailian trace's block id stands for (its README: 16-token SipHash blocks).
+pub const BAILIAN_BLOCK_SIZE: u32 = 16;
 
 impl TraceFormat {
     fn is_default(&self) -> bool {
@@ -1003,6 +1011,21 @@ fn load_shape_checks(
         )),
         _ => None,
     };
+    // Bailian's blocks are 16 tokens: another size would replay other prompts.
+    if let Some(trace) = load.get("trace").and_then(Value::as_object)
+        && trace.get("format").and_then(Value::as_str) == Some("bailian")
+        && let Some(bs) = trace.get("block_size").filter(|v| !v.is_null())
+        && bs.as_u64() != Some(u64::from(BAILIAN_BLOCK_SIZE))
+    {
+        problems.push(problem(
+            "/load/trace/block_size",
+            Target::Value,
+            format!(
+                "a Bailian trace's blocks are {BAILIAN_BLOCK_SIZE} tokens (its README), not {bs}"
+            ),
+            "remove `block_size`: `format: bailian` reads 16-token blocks",
+        ));
+    }
     if let Some((field, hint)) = needs
         && load.get(field).is_none_or(Value::is_null)
     {
