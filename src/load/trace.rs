@@ -958,7 +958,11 @@ mod tests {
     #[test]
     fn mutated_lines_of_either_format_are_read_or_refused_at_their_place() {
         let dir = tempfile::tempdir().unwrap();
-        let seeds: [(TraceOptions, &str); 2] = [
+        let seeds: [(TraceOptions, &str); 3] = [
+            (
+                bailian(),
+                "{\"chat_id\": 160, \"parent_chat_id\": 159, \"timestamp\": 62.5, \"input_length\": 32, \"output_length\": 80, \"type\": \"text\", \"turn\": 2, \"hash_ids\": [1089, 1090]}\n",
+            ),
             (
                 TraceOptions::default(),
                 "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2353, 2354]}\n",

@@ -435,7 +435,7 @@ fn skip_value(b: &[u8], i: usize) -> usize {
                     }
                     b'{' | b'[' => depth += 1,
                     b'}' | b']' => {
-                        depth -= 1;
+                        depth = depth.saturating_sub(1);
                         if depth == 0 {
                             return j + 1;
                         }
@@ -612,6 +612,43 @@ mod tests {
             e.starts_with("mt.jsonl:1:27: not an AIPerf multi_turn line"),
             "{e}"
         );
+    }
+
+    /// Hostile edits of a documented line are read or refused at a place inside the file,
+    /// never a panic (the column walk runs on lines serde accepted, and on these).
+    #[test]
+    fn mutated_lines_are_read_or_refused_at_their_place() {
+        let seed = concat!(
+            r#"{"session_id": "s3", "turns": [{"role": "system", "text": "You are a helpful assistant."}, {"text": "What is deep learning?", "output_length": 9}, {"texts": [{"name": "t", "contents": ["Explain it."]}], "delay": 1000}]}"#,
+            "\n"
+        );
+        let tokens: [&[u8]; 12] = [
+            b"\n",
+            b",",
+            b"\"",
+            b"{",
+            b"}",
+            b"[",
+            b"]",
+            b"-1",
+            b"1e999",
+            b"\xff",
+            b"\\",
+            b"18446744073709551616",
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("mt.jsonl");
+        for (_, bytes) in testkit::mutate::mutations(&[seed.as_bytes()], &tokens, 0x5EED, 1000) {
+            std::fs::write(&p, &bytes).unwrap();
+            if let Err(PromptError::DatasetLine { line, column, .. }) = load_conversations(&p) {
+                testkit::mutate::assert_within(&bytes, line, column);
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            for k in 0..4 {
+                turn_column(&text, k, "delay");
+            }
+            column_of_key(&text, "turns");
+        }
     }
 
     #[test]
