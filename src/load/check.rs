@@ -73,19 +73,8 @@ impl Check for ScheduleCheck {
                     Ok(_) => Vec::new(),
                 }
             }
-            LoadSpec::Sessions { sessions: s, .. } => match &s.file {
-                Some(f) => match crate::prompt::load_conversations(&spec_dir.join(f)) {
-                    Ok(_) => Vec::new(),
-                    Err(e) => vec![problem(
-                        "/load/sessions/file",
-                        (
-                            e.to_string(),
-                            "AIPerf's multi_turn: one session a line, {\"session_id\": \"s1\", \"turns\": [{\"text\": \"...\"}, {\"text\": \"...\", \"delay\": 1000}]}".into(),
-                        ),
-                    )],
-                },
-                None => Vec::new(),
-            },
+            // A sessions file is read with the prompts (`prompt::PromptCheck`).
+            LoadSpec::Sessions { .. } => Vec::new(),
             _ => match Schedule::of(experiment, spec_dir) {
                 Ok(_) => Vec::new(),
                 Err(e) => vec![problem(pointer(&e), schedule_described(e))],
