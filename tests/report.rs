@@ -752,6 +752,9 @@ fn reordered_block_hits_are_named_under_the_cache_table() {
         reordered: 2,
         unreported: 0,
         tolerance_tokens: 64,
+        length_error_min: Some(-12),
+        length_error_max: Some(260),
+        length_error_share_max: Some(0.013),
     });
     let model = build_model(
         &dir.read_meta().unwrap(),
@@ -769,6 +772,13 @@ fn reordered_block_hits_are_named_under_the_cache_table() {
         "{out}"
     );
     assert!(!out.contains(" 0 ⚠"), "{out}");
+    // The prompts' drift in the server's tokens, and the tolerance that includes it.
+    assert!(
+        out.contains(&format!(
+            "- {id}: prompts came out -12 to +260 tokens from their trace lengths in the server's tokens (at most 1.30%); each hit was judged within 64 tokens plus its request's error."
+        )),
+        "{out}"
+    );
     // None reordered: no line.
     points[0].trace_cache.as_mut().unwrap().reordered = 0;
     let model = build_model(

@@ -577,3 +577,210 @@ fn a_burstgpt_csv_replays_at_its_seconds() {
         .collect();
     assert_eq!(outputs, [18, 23, 27], "{}", requests[0]);
 }
+
+#[test]
+fn aiperf_multi_turn_sessions_replay_with_their_delays_after_each_answer() {
+    let ws = Workspace::new();
+    // AIPerf's multi_turn (its loader's documented shapes): a session split over two lines,
+    // a hoisted system turn, `texts` of one, per-turn `output_length`.
+    let file = ws.write(
+        "conversations.jsonl",
+        concat!(
+            r#"{"session_id": "a", "turns": [{"text": "What is deep learning?", "output_length": 5}, {"text": "Explain it for a five year old.", "delay": 300}]}"#,
+            "\n",
+            r#"{"session_id": "b", "turns": [{"role": "system", "text": "You are a helpful assistant."}, {"texts": ["Who are you?"], "delay": 5000}, {"text": "And then?", "delay": 150, "output_length": 3}]}"#,
+            "\n",
+            r#"{"session_id": "a", "turns": [{"text": "Thanks.", "delay": 200, "output_length": 2}]}"#,
+            "\n",
+        ),
+    );
+    let spec = ws.write(
+        "mt.yaml",
+        &format!(
+            "name: mt\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast }}\n  ready_timeout: 30s\nworkload:\n  api: openai-chat\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 4\nload:\n  kind: sessions\n  sessions: {{ users: 2, file: {} }}\n",
+            file.display()
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["ok"], 5, "{}", points[0]);
+    let flags = points[0]["flags"].to_string();
+    assert!(!flags.contains("unexpected-cache-hit"), "{flags}");
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by_key(|r| r["index"].as_u64());
+    let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
+    let end = |r: &serde_json::Value| sent(r) + r["end_s"].as_f64().unwrap();
+    // File order: a's three turns, then b's two.
+    let max: Vec<u64> = requests
+        .iter()
+        .map(|r| r["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(max, [5, 4, 2, 4, 3], "{}", requests[0]);
+    // Each turn waits its delay after the previous answer ended; a first turn's is not
+    // waited (AIPerf reads a delay only once the turn before it returned).
+    for (i, delay) in [(1, 0.3), (2, 0.2), (4, 0.15)] {
+        let late = sent(&requests[i]) - (end(&requests[i - 1]) + delay);
+        assert!((-0.002..0.035).contains(&late), "turn {i}: {late:+.4} s");
+    }
+    assert!(
+        sent(&requests[3]) < 1.0 + sent(&requests[0]),
+        "b's first delay was waited"
+    );
+    // The history grows by the previous turn and its reply (server tokens), and each turn
+    // expects the turn before it in the cache.
+    for i in [1, 2, 4] {
+        let (before, now) = (&requests[i - 1], &requests[i]);
+        let (p0, p1) = (
+            before["prompt_tokens"].as_u64().unwrap(),
+            now["prompt_tokens"].as_u64().unwrap(),
+        );
+        assert!(
+            p1 > p0 + before["completion_tokens"].as_u64().unwrap(),
+            "{i}: {p0} -> {p1}"
+        );
+        assert_eq!(now["share"]["shared_tokens"], p0, "{now}");
+    }
+    // b's system message is in every one of its prompts: its first is longer than a's
+    // first by more than the question's words.
+    assert!(
+        requests[3]["prompt_tokens"].as_u64() > requests[0]["prompt_tokens"].as_u64(),
+        "{}",
+        requests[3]
+    );
+}
+
+#[test]
+fn a_multi_turn_line_servebench_would_not_send_as_aiperf_does_is_refused_at_validate() {
+    let ws = Workspace::new();
+    ws.write(
+        "mt.jsonl",
+        "{\"session_id\": \"a\", \"turns\": [{\"text\": \"hi\"}]}\n{\"session_id\": \"b\", \"turns\": [{\"text\": \"hi\"}, {\"text\": \"then\", \"timestamp\": 1000}]}\n",
+    );
+    let spec = ws.write(
+        "mt.yaml",
+        &sim_spec(
+            "mt",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: sessions\n  sessions: { users: 2, file: mt.jsonl }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("mt.jsonl:2:64: `timestamp`"), "{text}");
+    assert!(
+        text.contains("write `delay` (milliseconds) instead"),
+        "{text}"
+    );
+    // `turns` and `think` belong to generated conversations.
+    let both = ws.write(
+        "both.yaml",
+        &sim_spec(
+            "both",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: sessions\n  sessions: { users: 2, turns: 3, think: 1s, file: mt.jsonl }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&both).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("`sessions.turns` does not apply with `sessions.file`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`sessions.think` does not apply with `sessions.file`"),
+        "{text}"
+    );
+    let neither = ws.write(
+        "neither.yaml",
+        &sim_spec(
+            "neither",
+            "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            "load:\n  kind: sessions\n  sessions: { users: 2 }\n",
+        ),
+    );
+    let out = servebench().arg("validate").arg(&neither).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("needs `turns`"), "{text}");
+}
+
+#[test]
+fn a_bailian_trace_replays_at_its_seconds_with_16_token_blocks() {
+    let ws = Workspace::new();
+    // Lines in the schema Alibaba's README documents (its files are Git LFS objects that
+    // could not be read here): a chat, its second turn resending the first's blocks, and a
+    // chat of its own.
+    let trace = ws.write(
+        "bailian.jsonl",
+        concat!(
+            r#"{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 300, "output_length": 6, "type": "text", "turn": 1, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]}"#,
+            "\n",
+            r#"{"chat_id": 2, "parent_chat_id": 1, "timestamp": 1.5, "input_length": 330, "output_length": 5, "type": "text", "turn": 2, "hash_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 21, 22]}"#,
+            "\n",
+            r#"{"chat_id": 3, "parent_chat_id": -1, "timestamp": 2.0, "input_length": 40, "output_length": 4, "type": "search", "turn": 1, "hash_ids": [30, 31, 32]}"#,
+            "\n",
+        ),
+    );
+    let spec = ws.write(
+        "bailian.yaml",
+        &sim_spec(
+            "bailian",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            &format!(
+                "load:\n  kind: trace\n  trace: {{ file: {}, format: bailian, time_scale: 0.2 }}\ncache: {{ policy: cold, verify: true }}\n",
+                trace.display()
+            ),
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["ok"], 3, "{}", points[0]);
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by(|a, b| {
+        a["scheduled_at"]
+            .as_f64()
+            .partial_cmp(&b["scheduled_at"].as_f64())
+            .unwrap()
+    });
+    let at: Vec<f64> = requests
+        .iter()
+        .map(|r| r["scheduled_at"].as_f64().unwrap())
+        .collect();
+    // Seconds (1.0 and 0.5 apart), at a time scale of 0.2: not milliseconds.
+    assert!(
+        (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.1).abs() < 1e-6,
+        "{at:?}"
+    );
+    let max: Vec<u64> = requests
+        .iter()
+        .map(|r| r["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(max, [6, 5, 4]);
+    // The second turn finds the first's 18 whole blocks of 16 tokens; the others nothing.
+    let theory: Vec<u64> = requests
+        .iter()
+        .map(|r| r["theoretical_cached_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(theory, [0, 18 * 16, 0], "{}", requests[1]);
+    let cached = requests[1]["cached_tokens"].as_u64().unwrap_or(0);
+    assert!(cached.abs_diff(18 * 16) <= 16, "{}", requests[1]);
+    // Another block size would replay other prompts: refused.
+    let wrong = ws.write(
+        "wrong.yaml",
+        &sim_spec(
+            "wrong",
+            "  prompt: { kind: random, tokens: 64 }\n  output_tokens: 4",
+            &format!(
+                "load:\n  kind: trace\n  trace: {{ file: {}, format: bailian, block_size: 512 }}\n",
+                trace.display()
+            ),
+        ),
+    );
+    let out = servebench().arg("validate").arg(&wrong).output().unwrap();
+    let text = show(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("a Bailian trace's blocks are 16 tokens"),
+        "{text}"
+    );
+}

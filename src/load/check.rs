@@ -73,6 +73,7 @@ impl Check for ScheduleCheck {
                     Ok(_) => Vec::new(),
                 }
             }
+            // A sessions file is read with the prompts (`prompt::PromptCheck`).
             LoadSpec::Sessions { .. } => Vec::new(),
             _ => match Schedule::of(experiment, spec_dir) {
                 Ok(_) => Vec::new(),

@@ -54,7 +54,11 @@ impl TraceOptions {
     /// The options `load.trace` gives.
     pub(crate) fn of(spec: &servebench_model::spec::load_model::TraceSpec) -> TraceOptions {
         TraceOptions {
-            block_size: spec.block_size.max(1),
+            block_size: match spec.format {
+                // Bailian's blocks are 16 tokens (its README); `validate` refuses another size.
+                TraceFormat::Bailian => servebench_model::spec::load_model::BAILIAN_BLOCK_SIZE,
+                _ => spec.block_size.max(1),
+            },
             hash_ids: spec.hash_ids,
             format: spec.format,
         }
@@ -258,7 +262,9 @@ fn scan_within(
             hint: e.hint,
         };
         let entry = match (options.format, columns) {
-            (TraceFormat::Mooncake, _) => parse_line(text, options, &mut ids).map_err(at_line)?,
+            (TraceFormat::Mooncake | TraceFormat::Bailian, _) => {
+                parse_line(text, options, &mut ids).map_err(at_line)?
+            }
             (TraceFormat::Burstgpt, None) => {
                 if options.hash_ids == HashIds::Required {
                     return Err(at_line(LineError::with_hint(
@@ -330,6 +336,7 @@ fn parse_line(
         .ok_or("each line must be a JSON object like {\"at\": 0.5}")?;
     refuse_unreplayed(text, obj)?;
     let at_s = match (obj.get("at"), obj.get("timestamp")) {
+        _ if options.format == TraceFormat::Bailian => bailian_time(text, obj)?,
         (Some(at), _) => at.as_f64().ok_or("`at` must be a number of seconds")?,
         (None, Some(ms)) => {
             ms.as_f64()
@@ -379,6 +386,57 @@ fn parse_line(
         output_tokens,
         blocks: None,
     })
+}
+
+/// A Bailian line's arrival (`timestamp`, seconds from the trace's start), once its chat
+/// fields are checked as AIPerf's `BailianTrace` model reads them: `chat_id` a whole number
+/// (a line without one is not Bailian's: a Mooncake trace read as Bailian would run 1,000
+/// times slower), `parent_chat_id` and `turn` whole numbers where given.
+fn bailian_time(
+    text: &str,
+    obj: &serde_json::Map<String, serde_json::Value>,
+) -> Result<f64, LineError> {
+    const HINT: &str = "a Bailian line is {\"chat_id\": 159, \"parent_chat_id\": -1, \"timestamp\": 61.114, \"input_length\": 521, \"output_length\": 132, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [...]}; for Mooncake's lines (milliseconds) set `load.trace.format: mooncake`";
+    let whole = |name: &str, required: bool| -> Result<(), LineError> {
+        match obj.get(name) {
+            None if required => Err(LineError::with_hint(
+                format!("no `{name}`: not a Bailian trace line"),
+                1,
+                HINT,
+            )),
+            None => Ok(()),
+            Some(v) if v.is_i64() => Ok(()),
+            Some(v) => Err(LineError::with_hint(
+                format!("`{name}` must be a whole number, found {v}"),
+                column_of(text, name),
+                HINT,
+            )),
+        }
+    };
+    whole("chat_id", true)?;
+    whole("parent_chat_id", false)?;
+    whole("turn", false)?;
+    if obj.contains_key("at") {
+        return Err(LineError::with_hint(
+            "`at` is not Bailian's: its arrival is `timestamp`, in seconds".into(),
+            column_of(text, "at"),
+            HINT,
+        ));
+    }
+    match obj.get("timestamp") {
+        Some(t) => t.as_f64().ok_or_else(|| {
+            LineError::with_hint(
+                "`timestamp` must be a number of seconds".into(),
+                column_of(text, "timestamp"),
+                HINT,
+            )
+        }),
+        None => Err(LineError::with_hint(
+            "no `timestamp` (seconds from the trace's start)".into(),
+            1,
+            HINT,
+        )),
+    }
 }
 
 /// AIPerf's `mooncake_trace` lines may carry what servebench does not replay: refused at the
@@ -695,6 +753,77 @@ mod tests {
         assert!(matches!(e, TraceError::LineTooLong { line: 1, .. }), "{e}");
     }
 
+    fn bailian() -> TraceOptions {
+        let spec: servebench_model::spec::load_model::TraceSpec =
+            serde_json::from_value(serde_json::json!({"file": "t.jsonl", "format": "bailian"}))
+                .unwrap();
+        TraceOptions::of(&spec)
+    }
+
+    #[test]
+    fn a_bailian_trace_is_read_in_seconds_with_16_token_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        // The README's and AIPerf's documented lines (hash_ids cut to fit their lengths).
+        let p = write(
+            &dir,
+            concat!(
+                r#"{"chat_id": 159, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 40, "output_length": 132, "type": "text", "turn": 1, "hash_ids": [1089, 1090, 1091]}"#,
+                "\n",
+                r#"{"chat_id": 160, "parent_chat_id": 159, "timestamp": 62.5, "input_length": 32, "output_length": 80, "type": "text", "turn": 2, "hash_ids": [1089, 1090]}"#,
+                "\n",
+            ),
+        );
+        let options = bailian();
+        assert_eq!(options.block_size, 16);
+        let t = read(&p, options).unwrap();
+        assert_eq!(t.entries.len(), 2);
+        assert!((t.entries[1].at_s - 1.386).abs() < 1e-9, "{:?}", t.entries);
+        assert_eq!(t.entries[0].output_tokens, Some(132));
+        assert_eq!(t.ids_of(t.entries[1].blocks), [1089, 1090]);
+        // 3 blocks of 16 hold 33 to 48 tokens: 49 does not fit.
+        let p = write(
+            &dir,
+            r#"{"chat_id": 1, "timestamp": 0, "input_length": 49, "output_length": 1, "hash_ids": [1, 2, 3]}"#,
+        );
+        let e = read(&p, options).unwrap_err().to_string();
+        assert!(e.contains("t.jsonl:1:"), "{e}");
+        assert!(e.contains("the last block would hold"), "{e}");
+    }
+
+    #[test]
+    fn a_line_that_is_not_bailians_is_refused_where_it_stands() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            // A Mooncake line (milliseconds) read as Bailian's.
+            (
+                r#"{"timestamp": 3052, "input_length": 20, "output_length": 4}"#,
+                "t.jsonl:1:1: no `chat_id`: not a Bailian trace line",
+            ),
+            (
+                r#"{"chat_id": 1, "parent_chat_id": "root", "timestamp": 1, "input_length": 20}"#,
+                "t.jsonl:1:16: `parent_chat_id` must be a whole number",
+            ),
+            (
+                r#"{"chat_id": 1, "at": 1, "input_length": 20}"#,
+                "t.jsonl:1:16: `at` is not Bailian's",
+            ),
+            (
+                r#"{"chat_id": 1, "input_length": 20}"#,
+                "t.jsonl:1:1: no `timestamp`",
+            ),
+            (
+                r#"{"chat_id": 1, "timestamp": -2, "input_length": 20}"#,
+                "t.jsonl:1:1: arrival time -2 is not a time",
+            ),
+        ];
+        for (line, want) in cases {
+            let p = write(&dir, &format!("{line}\n"));
+            let e = read(&p, bailian()).unwrap_err().to_string();
+            let e = &e[e.find("t.jsonl").unwrap()..];
+            assert!(e.starts_with(want), "{line}\n got {e}\nwant {want}");
+        }
+    }
+
     fn burstgpt() -> TraceOptions {
         TraceOptions {
             format: TraceFormat::Burstgpt,
@@ -829,7 +958,11 @@ mod tests {
     #[test]
     fn mutated_lines_of_either_format_are_read_or_refused_at_their_place() {
         let dir = tempfile::tempdir().unwrap();
-        let seeds: [(TraceOptions, &str); 2] = [
+        let seeds: [(TraceOptions, &str); 3] = [
+            (
+                bailian(),
+                "{\"chat_id\": 160, \"parent_chat_id\": 159, \"timestamp\": 62.5, \"input_length\": 32, \"output_length\": 80, \"type\": \"text\", \"turn\": 2, \"hash_ids\": [1089, 1090]}\n",
+            ),
             (
                 TraceOptions::default(),
                 "{\"timestamp\": 27482, \"input_length\": 6955, \"output_length\": 52, \"hash_ids\": [46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 2353, 2354]}\n",

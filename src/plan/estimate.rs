@@ -359,6 +359,8 @@ pub fn from_model(
                         // Agent sessions last as their trace's think time and the server's
                         // speed at their contexts make them: not modelled.
                         _ if p.experiment.agentic().is_some() => None,
+                        // So do conversations from a file, with their recorded delays.
+                        _ if p.experiment.sessions().is_some_and(|s| s.file.is_some()) => None,
                         // An open-loop search: the probes the model's capacity makes it take.
                         (Some(s), Some(_)) => tokens
                             .and_then(|t| model_load_search(&cfg, p, s, t, calibrate, spec_dir)),
@@ -539,7 +541,7 @@ fn model_point(cfg: &SimConfig, exp: &Experiment, tokens: u64, calibrate: bool) 
         // its new message (the history is cached) and decodes beside the other users, its
         // context grown by a message and a reply per turn; the users think between turns.
         _ if let Some(s) = exp.sessions() => {
-            let turns = u64::from(s.turns.max(1));
+            let turns = u64::from(s.turns.unwrap_or(1).max(1));
             let users = u64::from(s.users.max(1));
             let at_once = users.min(cfg.max_running_requests.max(1) as u64);
             let turn = |t: u64| {

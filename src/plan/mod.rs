@@ -141,7 +141,14 @@ fn one_point_requests(e: &Experiment, spec_dir: &Path) -> RequestCount {
         };
     }
     if let Some(s) = e.sessions() {
-        let n = e.repeat as u64 * s.users as u64 * s.turns as u64;
+        // A file's conversations, each sent once a round; one that cannot be read counts
+        // nothing (`validate` says why).
+        let per_round = match &s.file {
+            Some(f) => crate::prompt::load_conversations(&spec_dir.join(f))
+                .map_or(0, |c| c.iter().map(|c| c.turns.len() as u64).sum()),
+            None => s.users as u64 * u64::from(s.turns.unwrap_or(1)),
+        };
+        let n = e.repeat as u64 * per_round;
         return RequestCount {
             measured: n,
             sent: n,

@@ -107,11 +107,14 @@ fn write_point(
             a.file.display(),
             a.live
         ),
-        _ if let Some(s) = e.sessions() => format!(
-            "{} of {}",
-            count_s(s.users as usize, "session"),
-            count_s(s.turns as usize, "turn")
-        ),
+        _ if let Some(s) = e.sessions() => match &s.file {
+            Some(f) => format!("every conversation of {}, {} at once", f.display(), s.users),
+            None => format!(
+                "{} of {}",
+                count_s(s.users as usize, "session"),
+                count_s(s.turns.unwrap_or(1) as usize, "turn")
+            ),
+        },
         Measure::Streaming => count_s(e.requests as usize, "request"),
         Measure::TwoPoint { .. } => count(
             e.requests as usize,

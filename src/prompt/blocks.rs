@@ -729,6 +729,70 @@ mod tests {
         }
     }
 
+    /// The drift where the server cannot tokenize: block text sized in characters from one
+    /// calibration (as the runner sizes it), counted by the simulator's tokenizer, on the
+    /// published Mooncake lines (`tests/fixtures/mooncake`, 512-token blocks). A request's
+    /// length error stays within [`CHAR_SIZED_DRIFT`], and the error of the prefix a hit
+    /// would cover (its leading whole blocks) within the request's own error and that share of
+    /// one block (its last block, in part, may err the other way): the hit tolerance (a block
+    /// plus the request's measured error) holds it.
+    #[test]
+    fn char_sized_blocks_drift_within_their_bound_and_a_prefix_within_its_requests() {
+        let calibrate = TextGenerator::Random { seed: 7 };
+        // One calibration of a 512-token block, as the runner makes it.
+        let mut chars = 512 * 4;
+        for _ in 0..8 {
+            let n = sim::tokenize(&calibrate.text(chars)).len().max(1);
+            chars = chars * 512 / n;
+        }
+        let t = BlockText {
+            chars_per_block: chars,
+            block_size: 512,
+            salt: 11,
+            words: None,
+        };
+        let file = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/mooncake/conversation_trace.head300.jsonl"
+        );
+        let (mut worst, mut lines, mut excess) = (0f64, 0, i64::MIN);
+        let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+        for line in std::fs::read_to_string(file).unwrap().lines().take(40) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let ids: Vec<u64> = v["hash_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap())
+                .collect();
+            let input = v["input_length"].as_u64().unwrap();
+            let tokens = t.block_tokens(&ids, Some(input));
+            let whole = sim::tokenize(&t.prompt(&ids, &tokens)).len() as i64;
+            let error = whole - input as i64;
+            lo = lo.min(error);
+            hi = hi.max(error);
+            worst = worst.max(error.unsigned_abs() as f64 / input as f64);
+            let k = ids.len() - 1;
+            if k > 0 {
+                let prefix = sim::tokenize(&t.prompt(&ids[..k], &tokens[..k])).len() as i64;
+                let prefix_error = prefix - (k as i64 * 512);
+                // The last block, in part, may err the other way: by its share of the drift.
+                let last = (CHAR_SIZED_DRIFT * 512.0).ceil() as u64;
+                excess = excess.max(prefix_error.abs() - error.abs());
+                assert!(
+                    prefix_error.unsigned_abs() <= error.unsigned_abs() + last,
+                    "{k} blocks: {prefix_error:+} against the request's {error:+}"
+                );
+            }
+            lines += 1;
+        }
+        eprintln!(
+            "{lines} lines: length error {lo:+} to {hi:+} tokens, at most {:.2}%; a prefix's error past its request's: at most {excess:+}",
+            worst * 100.0
+        );
+        assert!(worst <= CHAR_SIZED_DRIFT, "{worst}");
+    }
+
     #[test]
     fn blocks_of_one_token_words_are_exact_in_the_servers_count() {
         // The words the simulator's tokenizer counts as one token after a line break, as

@@ -23,6 +23,32 @@ pub(crate) struct PromptCheck {
 
 impl Check for PromptCheck {
     fn check(&self, experiment: &Experiment, spec_dir: &Path) -> Vec<Problem> {
+        // Conversations from a file (`load.sessions.file`), read once however many points
+        // replay them.
+        if let Some(file) = experiment.sessions().and_then(|s| s.file.as_ref()) {
+            let full = spec_dir.join(file);
+            let found = self
+                .files
+                .borrow_mut()
+                .entry(full.clone())
+                .or_insert_with(|| {
+                    super::load_conversations(&full).err().map(|e| {
+                        (
+                            e.to_string(),
+                            "AIPerf's multi_turn: one session a line, {\"session_id\": \"s1\", \"turns\": [{\"text\": \"...\"}, {\"text\": \"...\", \"delay\": 1000}]}".into(),
+                        )
+                    })
+                })
+                .clone();
+            if let Some((message, hint)) = found {
+                return vec![Problem {
+                    pointer: "/load/sessions/file".into(),
+                    target: Target::Value,
+                    message,
+                    hint: Some(hint),
+                }];
+            }
+        }
         let spec = &experiment.workload.prompt;
         let (pointer, found) = match spec {
             PromptSpec::File { path } => {

@@ -8,6 +8,7 @@ pub mod blocks;
 mod calibrate;
 pub(crate) mod canary;
 mod check;
+mod conversations;
 mod dataset;
 mod dist;
 mod file;
@@ -21,6 +22,7 @@ pub use calibrate::{
     Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
 };
 pub(crate) use check::PromptCheck;
+pub(crate) use conversations::{Conversation, load_conversations};
 pub use dataset::{DatasetEntry, DatasetInput, load_dataset};
 pub use dist::{BUCKET_STEP, LengthSampler, bucket};
 pub use file::{

@@ -82,6 +82,14 @@ impl PointRunner {
         let planned;
         let sender: Box<dyn Sender<'_> + '_> = match prepared {
             Prepared::Agentic(s) => Box::new(s),
+            Prepared::Conversations(c) => Box::new(super::sessions::Conversations {
+                exp,
+                spec: exp
+                    .sessions()
+                    .expect("conversations come from a sessions load"),
+                conversations: c,
+                target: &prompts.target,
+            }),
             Prepared::Planned(p) => {
                 planned = p;
                 // Warm: each distinct prompt primed once behind the round's nonce.
@@ -155,8 +163,21 @@ impl PointRunner {
                 .await
                 .map(Prepared::Agentic);
         }
+        // Conversations from a file bring their own turns.
+        if let Some(file) = exp.sessions().and_then(|s| s.file.as_ref()) {
+            return match crate::prompt::load_conversations(&self.spec_dir.join(file)) {
+                Ok(c) => Ok(Prepared::Conversations(std::sync::Arc::new(c))),
+                Err(e) => {
+                    flags.push(Flag::new(
+                        FlagKind::ScheduleFailed,
+                        format!("could not read the conversations: {e}"),
+                    ));
+                    Err(false)
+                }
+            };
+        }
         let count = match (exp.sessions(), schedule) {
-            (Some(s), _) => s.users.max(1) * s.turns.max(1),
+            (Some(s), _) => s.users.max(1) * s.turns.unwrap_or(1).max(1),
             (None, Some(s)) => s.len() as u32,
             (None, None) => exp.requests,
         };
@@ -267,6 +288,8 @@ impl PointRunner {
 /// A round's sender as [`PointRunner::prepare`] leaves it.
 enum Prepared<'p> {
     Agentic(super::agentic::Agentic<'p>),
+    /// A sessions load's conversations from its file.
+    Conversations(std::sync::Arc<Vec<crate::prompt::Conversation>>),
     Planned(PlannedRound<'p>),
 }
 

@@ -4,6 +4,8 @@
 //! Each turn records what it must find in the prefix cache: the previous turn's prompt, as the
 //! server counted it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -13,6 +15,7 @@ use rand_distr::{Distribution, Exp};
 use tokio::task::JoinSet;
 
 use crate::client::{ChatMessage, GenerationRequest};
+use crate::prompt::Conversation;
 use servebench_model::results::records::{CacheShare, RequestRole};
 use servebench_model::spec::types::{Api, Experiment, SessionsSpec, ThinkDist};
 
@@ -26,7 +29,7 @@ use crate::run::request::{Affinity, Outgoing, RequestPath, Sent};
 
 /// Think times of one user, one per turn after the first.
 pub(crate) fn think_times(spec: &SessionsSpec, seed: u64, round: u32, user: u32) -> Vec<Duration> {
-    let gaps = spec.turns.saturating_sub(1) as usize;
+    let gaps = spec.turns.unwrap_or(1).saturating_sub(1) as usize;
     match spec.think_dist {
         ThinkDist::Fixed => vec![spec.think; gaps],
         ThinkDist::Exponential => {
@@ -70,7 +73,7 @@ impl<'p> Sender<'p> for Sessions<'p> {
                 mut messages,
                 target,
             } = *self;
-            let (users, turns) = (spec.users.max(1), spec.turns.max(1));
+            let (users, turns) = (spec.users.max(1), spec.turns.unwrap_or(1).max(1));
             let mut end = SendEnd {
                 planned: (users * turns) as usize,
                 ..SendEnd::default()
@@ -92,7 +95,8 @@ impl<'p> Sender<'p> for Sessions<'p> {
                 let user_run = UserRun {
                     path: path.clone(),
                     user,
-                    turns,
+                    first_index: user * turns,
+                    system: None,
                     requests: conversation
                         .into_iter()
                         .map(|p| {
@@ -118,11 +122,119 @@ impl<'p> Sender<'p> for Sessions<'p> {
     }
 }
 
+/// One round of conversations from a file (`sessions.file`, AIPerf's `multi_turn`): each sent
+/// once, `users` at once; when one ends the next starts.
+pub(super) struct Conversations<'p> {
+    pub exp: &'p Experiment,
+    pub spec: &'p SessionsSpec,
+    pub conversations: Arc<Vec<Conversation>>,
+    pub target: &'p RequestTarget,
+}
+
+impl<'p> Sender<'p> for Conversations<'p> {
+    fn send<'s>(
+        self: Box<Self>,
+        path: &'s RequestPath,
+        window: &'s Window,
+    ) -> BoxFuture<'s, SendEnd>
+    where
+        'p: 's,
+    {
+        Box::pin(async move {
+            let Conversations {
+                exp,
+                spec,
+                conversations,
+                target,
+            } = *self;
+            // Each conversation's first request index: its turns are numbered in file order.
+            let firsts: Arc<Vec<u32>> = Arc::new(
+                conversations
+                    .iter()
+                    .scan(0u32, |at, c| {
+                        let first = *at;
+                        *at += c.turns.len() as u32;
+                        Some(first)
+                    })
+                    .collect(),
+            );
+            let total: usize = conversations.iter().map(|c| c.turns.len()).sum();
+            let mut end = SendEnd::planned(total, Some(exp.repeat.max(1) as usize * total));
+            path.plan_measured(total);
+            let users = (spec.users.max(1) as usize).min(conversations.len());
+            prepare(path.client(), users).await;
+            window.open();
+            let round = path.round();
+            let next = Arc::new(AtomicUsize::new(0));
+            let mut tasks: JoinSet<()> = JoinSet::new();
+            let affinity = Affinity::of(exp);
+            for _ in 0..users {
+                let (path, next, conversations, firsts) = (
+                    path.clone(),
+                    next.clone(),
+                    conversations.clone(),
+                    firsts.clone(),
+                );
+                let (affinity, target) = (affinity.clone(), target.clone());
+                let (nonce, seed) = (exp.cache.nonce, exp.workload.seed);
+                let template = generation_request(exp, String::new(), &target);
+                tasks.spawn(async move {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(c) = conversations.get(i) else { break };
+                        if !path.may_send() {
+                            break;
+                        }
+                        let user = i as u32;
+                        let run = UserRun {
+                            path: path.clone(),
+                            user,
+                            first_index: firsts[i],
+                            system: c.system.clone(),
+                            requests: c
+                                .turns
+                                .iter()
+                                .map(|t| {
+                                    let mut r = template.clone();
+                                    r.prompt = t.text.clone();
+                                    if let Some(n) = t.output_tokens {
+                                        r.max_tokens = n;
+                                    }
+                                    r
+                                })
+                                .collect(),
+                            // As every sessions conversation, it opens with its own tag.
+                            opening: tag(
+                                nonce,
+                                seed,
+                                &[u64::from(user), u64::from(round), 2 << 40],
+                            ),
+                            thinks: c.turns.iter().skip(1).map(|t| t.delay).collect(),
+                            session_id: affinity.session_id(user),
+                            affinity: affinity.clone(),
+                        };
+                        run.run().await;
+                    }
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                if let Err(e) = done {
+                    end.flags.extend(task_died(e));
+                }
+            }
+            end
+        })
+    }
+}
+
 /// One user's conversation.
 struct UserRun {
     path: RequestPath,
     user: u32,
-    turns: u32,
+    /// The request index of its first turn.
+    first_index: u32,
+    /// A system message sent before every turn (a file's leading system turn).
+    system: Option<String>,
     /// Each turn's new message (as `prompt`) and output length.
     requests: Vec<GenerationRequest>,
     opening: String,
@@ -140,6 +252,17 @@ impl UserRun {
         let mut history: Vec<ChatMessage> = Vec::new();
         // The conversation so far as one prompt (APIs without messages).
         let mut transcript = String::new();
+        // The tag opens the conversation: in front of its system message where it has one,
+        // so conversations that share a system prompt share no cache either.
+        let mut opening = self.opening;
+        if let Some(system) = self.system {
+            let system = format!("{}{system}", std::mem::take(&mut opening));
+            transcript.clone_from(&system);
+            history.push(ChatMessage {
+                role: "system",
+                content: system,
+            });
+        }
         let (mut prev_prompt, mut prev_completion) = (0u64, 0u64);
         // The previous reply's end: a think time counts from it.
         let mut replied = std::time::Instant::now();
@@ -155,7 +278,7 @@ impl UserRun {
                 break;
             }
             let message = if turn == 0 {
-                format!("{}{}", self.opening, req.prompt)
+                format!("{opening}{}", req.prompt)
             } else {
                 std::mem::take(&mut req.prompt)
             };
@@ -170,11 +293,7 @@ impl UserRun {
                 req.prompt = transcript.clone();
             }
             let api = req.api;
-            let mut out = Outgoing::new(
-                req,
-                self.user * self.turns + turn as u32,
-                RequestRole::Measure,
-            );
+            let mut out = Outgoing::new(req, self.first_index + turn as u32, RequestRole::Measure);
             self.affinity.stamp(&mut out, self.session_id.clone(), None);
             out.share = Some(CacheShare {
                 group: self.user,
@@ -217,7 +336,8 @@ mod tests {
     fn think_times_are_seeded_and_have_their_mean() {
         let spec = SessionsSpec {
             users: 1,
-            turns: 4001,
+            turns: Some(4001),
+            file: None,
             think: Duration::from_millis(500),
             think_dist: ThinkDist::Exponential,
         };
@@ -230,7 +350,7 @@ mod tests {
         assert!((mean - 0.5).abs() < 0.04, "{mean}");
         let fixed = SessionsSpec {
             think_dist: ThinkDist::Fixed,
-            turns: 3,
+            turns: Some(3),
             ..spec
         };
         assert_eq!(

@@ -70,9 +70,21 @@ pub struct TraceCache {
     /// Successful requests made of blocks whose server did not report cached tokens.
     pub unreported: usize,
     /// How far a request's hit may be from its theoretical one before it is counted below or
-    /// above: one block of the trace, and at least 64 tokens (a chat template's head).
+    /// above: one block of the trace, and at least 64 tokens (a chat template's head), plus
+    /// the request's own length error (`length_error_*`): the theoretical hit is in the
+    /// trace's tokens and the server's hit in its own.
     #[serde(default)]
     pub tolerance_tokens: u64,
+    /// The smallest and largest length error of these requests: the server's prompt tokens
+    /// less the trace's (`in`, `input_length`), the drift of block text sized in one unit and
+    /// counted in another (a chat template's head included). None: no request had both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_error_min: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_error_max: Option<i64>,
+    /// The largest length error as a share of the trace's length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_error_share_max: Option<f64>,
 }
 
 /// A point's agent sessions (jobs).

@@ -546,8 +546,9 @@ pub struct TraceSpec {
     #[serde(default)]
     pub hash_ids: HashIds,
     /// How the file is written: `mooncake` (the default; JSONL, as Mooncake publishes its
-    /// traces and AIPerf's `mooncake_trace` and SGLang's `mooncake` read them) or `burstgpt`
-    /// (BurstGPT's CSV: `Timestamp` in seconds, `Request tokens`, `Response tokens`).
+    /// traces and AIPerf's `mooncake_trace` and SGLang's `mooncake` read them), `burstgpt`
+    /// (BurstGPT's CSV: `Timestamp` in seconds, `Request tokens`, `Response tokens`) or
+    /// `bailian` (Alibaba's Qwen Bailian traces: `timestamp` in seconds, 16-token blocks).
     #[serde(default, skip_serializing_if = "TraceFormat::is_default")]
     pub format: TraceFormat,
 }
@@ -578,7 +579,14 @@ pub enum TraceFormat {
     /// tokens` (BurstGPT's `Model`, `Total tokens` and `Log Type` are ignored). It records no
     /// blocks: prompts are generated at each row's length, sharing nothing.
     Burstgpt,
+    /// Alibaba's Bailian (Qwen) traces, JSONL: `timestamp` in seconds, `input_length`,
+    /// `output_length`, `hash_ids` of 16-token blocks, and the chat's `chat_id`,
+    /// `parent_chat_id`, `turn` and `type` (checked, not replayed: each line goes at its time).
+    Bailian,
 }
+
+/// Tokens a Bailian trace's block id stands for (its README: 16-token SipHash blocks).
+pub const BAILIAN_BLOCK_SIZE: u32 = 16;
 
 impl TraceFormat {
     fn is_default(&self) -> bool {
@@ -1003,6 +1011,21 @@ fn load_shape_checks(
         )),
         _ => None,
     };
+    // Bailian's blocks are 16 tokens: another size would replay other prompts.
+    if let Some(trace) = load.get("trace").and_then(Value::as_object)
+        && trace.get("format").and_then(Value::as_str) == Some("bailian")
+        && let Some(bs) = trace.get("block_size").filter(|v| !v.is_null())
+        && bs.as_u64() != Some(u64::from(BAILIAN_BLOCK_SIZE))
+    {
+        problems.push(problem(
+            "/load/trace/block_size",
+            Target::Value,
+            format!(
+                "a Bailian trace's blocks are {BAILIAN_BLOCK_SIZE} tokens (its README), not {bs}"
+            ),
+            "remove `block_size`: `format: bailian` reads 16-token blocks",
+        ));
+    }
     if let Some((field, hint)) = needs
         && load.get(field).is_none_or(Value::is_null)
     {
@@ -1147,9 +1170,12 @@ fn load_stop_checks(raw: &Value, kind: Option<&str>, problems: &mut Vec<Problem>
         only_stop_errors(
             raw,
             "`load.kind: sessions`",
-            "a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns, and every turn is measured; only `stop.errors` applies",
+            "a sessions point ends when each of `sessions.users` has sent `sessions.turns` turns (or every conversation of `sessions.file` is sent), and every turn is measured; only `stop.errors` applies",
             problems,
         );
+        if let Some(Value::Object(s)) = raw.get("load").and_then(|l| l.get("sessions")) {
+            sessions_checks(s, problems);
+        }
     }
     // A ramp ends with its duration, a trace with its last line.
     if kind == Some("rate") && !bounded {
@@ -1175,6 +1201,33 @@ fn closed_loop_checks(raw: &Value, problems: &mut Vec<Problem>) {
 
 /// Refuses phases and every `stop` field but `errors` (judged for every sender as its
 /// measured requests are written) on points of `what`.
+/// Generated conversations give their `turns`; a file's conversations bring their turns and
+/// their pauses, so `turns`, `think` and `think_dist` would be ignored beside it.
+fn sessions_checks(s: &serde_json::Map<String, Value>, problems: &mut Vec<Problem>) {
+    let set = |f: &str| s.get(f).is_some_and(|v| !v.is_null());
+    if !set("file") {
+        if !set("turns") {
+            problems.push(problem(
+                "/load/sessions",
+                Target::Key,
+                "`load.sessions` needs `turns` (generated conversations) or `file` (conversations from a file)".into(),
+                "add `turns: 4`, or `file: conversations.jsonl` (AIPerf's multi_turn)",
+            ));
+        }
+        return;
+    }
+    for field in ["turns", "think", "think_dist"] {
+        if set(field) {
+            problems.push(problem(
+                &format!("/load/sessions/{field}"),
+                Target::Key,
+                format!("`sessions.{field}` does not apply with `sessions.file`"),
+                "remove it: the file's conversations have their own turns, and each turn's `delay` is its pause",
+            ));
+        }
+    }
+}
+
 fn only_stop_errors(raw: &Value, what: &str, why: &str, problems: &mut Vec<Problem>) {
     for field in ["warmup", "cooldown"] {
         if raw.get(field).is_some_and(|v| !v.is_null()) {

@@ -159,9 +159,16 @@ pub struct SessionsSpec {
     /// has ended and it has thought).
     #[schemars(range(min = 1, max = 4096))]
     pub users: u32,
-    /// Turns (requests) per conversation.
+    /// Turns (requests) per conversation (not with `file`, whose conversations have their own).
+    #[serde(default)]
     #[schemars(range(min = 1, max = 1000))]
-    pub turns: u32,
+    pub turns: Option<u32>,
+    /// Conversations replayed from a file instead of generated: AIPerf's `multi_turn` JSONL
+    /// (`{"session_id", "turns": [{"text", "delay", "output_length"}]}` a line), relative to
+    /// the spec file. Each conversation is sent once, `users` at once, each turn its `delay`
+    /// (milliseconds) after the previous answer, with the server's replies in its history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<std::path::PathBuf>,
     /// Mean think time between a reply's end and the user's next turn, e.g. `2s`, `500ms`.
     #[serde(default = "no_think", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]

@@ -381,9 +381,28 @@ impl PointFold {
             t.unreported += 1;
             return false;
         };
-        let tolerance = self.cache_tolerance();
+        // The theoretical hit is in the trace's tokens, the server's in its own: block text
+        // sized from a calibration (no `/tokenize` to build it with) comes out a little longer
+        // or shorter in the server's tokens, and a cached prefix with it, by no more than the
+        // request's own length error when its blocks err alike (they are sized alike). So the
+        // tolerance is a block plus that error, measured on the request, never a fixed count.
+        let requested = r
+            .requested_prompt_tokens
+            .or(r.job.as_ref().map(|j| j.context_tokens));
+        let error = r
+            .prompt_tokens
+            .zip(requested)
+            .map(|(p, q)| p as i64 - q as i64);
+        let tolerance = self.cache_tolerance() + error.map_or(0, i64::unsigned_abs);
         let t = self.trace_cache.get_or_insert_with(TraceCache::default);
-        t.tolerance_tokens = tolerance;
+        t.tolerance_tokens = self.block_tokens.max(verify::COLD_TOLERATED_CACHED_TOKENS);
+        if let (Some(e), Some(q)) = (error, requested) {
+            t.length_error_min = Some(t.length_error_min.map_or(e, |m| m.min(e)));
+            t.length_error_max = Some(t.length_error_max.map_or(e, |m| m.max(e)));
+            let share = e.unsigned_abs() as f64 / q.max(1) as f64;
+            t.length_error_share_max =
+                Some(t.length_error_share_max.map_or(share, |m| m.max(share)));
+        }
         t.requests += 1;
         t.prompt_tokens += r.prompt_tokens.unwrap_or(0);
         t.requested_prompt_tokens += r.requested_prompt_tokens.unwrap_or(0);
@@ -472,7 +491,7 @@ impl PointFold {
         flags.extend(self.trace_cache_flags());
         flags.extend(self.replay.flags(self.cache_tolerance()));
         let per_round = match exp.sessions() {
-            Some(s) => s.users as usize * s.turns as usize,
+            Some(s) => s.users as usize * s.turns.unwrap_or(1) as usize,
             None => exp.requests as usize,
         };
         let expected = self.expected.unwrap_or(exp.repeat as usize * per_round);
@@ -667,10 +686,16 @@ impl PointFold {
                 FlagKind::UnexpectedCacheHit,
                 format!(
                     "{} of {} requests made of trace blocks found more cached than their leading blocks already sent could hold \
-                     (more than {} tokens over): prompts of another point or run were in the cache{}",
+                     (more than {} tokens, a block, over{}): prompts of another point or run were in the cache{}",
                     t.above,
                     t.requests,
                     self.cache_tolerance(),
+                    match (t.length_error_min, t.length_error_max) {
+                        (Some(lo), Some(hi)) => format!(
+                            ", plus each request's length error in the server's tokens ({lo:+} to {hi:+} here)"
+                        ),
+                        _ => String::new(),
+                    },
                     if self.as_is { "" } else { "; they are excluded from this point's numbers" }
                 ),
             ));
@@ -1145,6 +1170,52 @@ mod tests {
             est_load.slo.as_ref().unwrap().good,
             exact_load.slo.unwrap().good
         );
+    }
+
+    /// A theoretical hit is in the trace's tokens and the server's in its own: where block
+    /// text came out 1.4% long in the server's tokens (no `/tokenize` to build it with), a
+    /// request's hit is judged within a block plus its own length error, and the point says
+    /// how far its prompts drifted.
+    #[test]
+    fn hits_are_judged_within_a_block_plus_the_requests_own_length_error() {
+        let e = exp();
+        let block = |i: u32, theoretical: u64, cached: u64| RequestRecord {
+            index: i,
+            sent_at: 1000.0 + f64::from(i),
+            chunks: vec![Chunk::new(0.02, 1)],
+            end_s: Some(0.05),
+            requested_prompt_tokens: Some(50_000),
+            prompt_tokens: Some(50_700),
+            completion_tokens: Some(1),
+            cached_tokens: Some(cached),
+            finish_reason: Some("length".into()),
+            theoretical_cached_tokens: Some(theoretical),
+            ..RequestRecord::fixture()
+        };
+        let drifted = [
+            block(0, 40_000, 40_560), // the drift's share of its prefix over: a real hit
+            block(1, 40_000, 39_400), // short by less than a block and the drift: not below
+        ];
+        let t = summarize(&e, &drifted, Vec::new(), false)
+            .trace_cache
+            .unwrap();
+        assert_eq!((t.below, t.above), (0, 0), "{t:?}");
+        assert_eq!(
+            (t.length_error_min, t.length_error_max),
+            (Some(700), Some(700))
+        );
+        assert!((t.length_error_share_max.unwrap() - 0.014).abs() < 1e-12);
+        // Past a block (64) and the drift (700): contamination above, eviction below.
+        let past = [block(0, 40_000, 40_765), block(1, 40_000, 39_235)];
+        let t = summarize(&e, &past, Vec::new(), false).trace_cache.unwrap();
+        assert_eq!((t.below, t.above), (1, 1), "{t:?}");
+        // Without the trace's length, only the block: 560 over is above.
+        let mut unknown = drifted.clone();
+        unknown[0].requested_prompt_tokens = None;
+        let t = summarize(&e, &unknown, Vec::new(), false)
+            .trace_cache
+            .unwrap();
+        assert_eq!(t.above, 1, "{t:?}");
     }
 
     /// Requests made of trace blocks are judged against what their blocks promised: a real

@@ -34,8 +34,15 @@ pub struct TraceCacheRow {
     /// Server's cached tokens over the theoretical (None when nothing could be cached).
     pub of_theoretical: Option<f64>,
     /// Requests that found less, and more, than their theoretical hit (by over a block of the
-    /// trace, at least 64 tokens).
+    /// trace, at least 64 tokens, plus the request's own length error).
     pub below: usize,
+    /// The block part of the tolerance, tokens.
+    pub tolerance_tokens: u64,
+    /// The requests' length errors (server's prompt tokens less the trace's): smallest to
+    /// largest (`-133 to +47`), and the largest as a share of the trace's length; None
+    /// without both counts.
+    pub length_error: Option<String>,
+    pub length_error_share_max: Option<f64>,
     pub above: usize,
     /// Requests that found more than their theoretical hit, within what siblings made after
     /// them and sent before their first token could have left: served in the other order,
@@ -100,6 +107,12 @@ pub(crate) fn section(
                 of_theoretical: (t.theoretical_cached_tokens > 0)
                     .then(|| t.cached_tokens as f64 / t.theoretical_cached_tokens as f64),
                 below: t.below,
+                tolerance_tokens: t.tolerance_tokens,
+                length_error: t
+                    .length_error_min
+                    .zip(t.length_error_max)
+                    .map(|(lo, hi)| format!("{lo:+} to {hi:+}")),
+                length_error_share_max: t.length_error_share_max,
                 above: t.above,
                 reordered: t.reordered,
                 unreported: t.unreported,
