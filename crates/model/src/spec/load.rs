@@ -448,6 +448,7 @@ fn checked_point(
     }
     match typed(&raw) {
         Ok(mut experiment) => {
+            super::agentx::apply(&mut experiment);
             found.extend(
                 super::tools::inline_file(
                     &mut experiment.workload.tools,

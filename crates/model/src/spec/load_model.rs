@@ -644,6 +644,39 @@ pub struct AgenticSpec {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1048576))]
     pub block_size: Option<u32>,
+    /// A named set of replay rules another tool locks, applied to the point and judged after
+    /// it: `agentx` is AIPerf 0.13's `inferencex-agentx-mvp` scenario (InferenceX's agentic
+    /// benchmark; the guide's "AgentX-comparable runs"). A spec that contradicts a rule is
+    /// refused at `validate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<AgenticPreset>,
+    /// Runs a preset's point although the spec breaks its rules (a short smoke run), as
+    /// AIPerf's `--unsafe-override`: the point's verdict then never says it conforms.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preset_override: bool,
+}
+
+/// A named set of replay rules (`load.agentic.preset`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum AgenticPreset {
+    /// AIPerf 0.13's `inferencex-agentx-mvp` scenario: a duration of at least 900 s (1800 s
+    /// when unset) over sessions replayed again and again, streaming, `ignore_eos`, the
+    /// trace's think and tool time as recorded, a fresh prompt text per session replay, no
+    /// turn skipped, at most 1% of responses refused for context.
+    Agentx,
 }
 
 /// When a load point's measured phase ends: the first limit reached.
@@ -911,6 +944,7 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
         closed_loop_checks(raw, &mut problems);
     }
     slo_target_checks(raw, &mut problems);
+    super::agentx::checks(raw, &mut problems);
     percentile_checks(raw, &mut problems);
     session_header_checks(raw, &mut problems);
     problems
@@ -972,7 +1006,7 @@ fn session_header_checks(raw: &Value, problems: &mut Vec<Problem>) {
 }
 
 /// One problem; an empty `hint` is none.
-fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
+pub(crate) fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
     Problem {
         pointer: pointer.into(),
         target,
