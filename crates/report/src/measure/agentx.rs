@@ -84,8 +84,7 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
         Kind::CacheBust,
         "each play's prompts fresh: no play finds another's or another run's text",
         format!(
-            "`cache.nonce: {nonce}` (each session replay salted apart); {} found more than its blocks promised",
-            count(above, "request", "requests")
+            "`cache.nonce: {nonce}` (each session replay salted apart); requests that found more than their blocks promised: {above}"
         ),
         Some(nonce && above == 0),
     );
