@@ -27,19 +27,26 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
     let min_s = MIN_DURATION.as_secs_f64();
     let stop_s = exp.stop.as_ref().and_then(|s| s.duration).map(|d| d.as_secs_f64());
     let ran_out = jobs.started > 0 && jobs.truncated == 0 && jobs.window_s < min_s;
+    let mut why = Vec::new();
+    if let Some(s) = stop_s.filter(|&s| s < min_s) {
+        why.push(format!("`stop.duration` {} s", round1(s)));
+    }
+    if ran_out {
+        why.push(format!(
+            "every session ended before the duration ({} started)",
+            jobs.started
+        ));
+    }
     let duration = rule(
         Kind::Duration,
         "at least 900 s of sessions (1800 s when unset)",
         format!(
             "{} s from the first session's start to the last one's end{}",
             round1(jobs.window_s),
-            match stop_s {
-                Some(s) if s < min_s => format!(" (`stop.duration` {} s)", round1(s)),
-                _ if ran_out => format!(
-                    ": every session ended before it ({} started)",
-                    jobs.started
-                ),
-                _ => String::new(),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
             }
         ),
         Some(jobs.window_s >= min_s),
@@ -255,7 +262,7 @@ mod tests {
         );
         let said = |k| v.rules.iter().find(|r| r.rule == k).unwrap().measured.clone();
         assert!(said(Kind::Duration).contains("412 s"), "{}", said(Kind::Duration));
-        assert!(said(Kind::Duration).contains("every session ended before it"));
+        assert!(said(Kind::Duration).contains("every session ended before the duration (40 started)"));
         assert!(said(Kind::ContextOverflow).contains("5 of 400 turns (1.25%)"));
         jobs.context_overflows = 4;
         let at_limit = judge(&e, &record(jobs), false).unwrap();
