@@ -85,7 +85,10 @@ pub(crate) fn checks(raw: &Value, problems: &mut Vec<Problem>) {
     let load = raw.get("load");
     let agentic = load.and_then(|l| l.get("agentic"));
     if load.and_then(|l| l.get("kind")).and_then(Value::as_str) != Some("agentic")
-        || agentic.and_then(|a| a.get("preset")).and_then(Value::as_str) != Some("agentx")
+        || agentic
+            .and_then(|a| a.get("preset"))
+            .and_then(Value::as_str)
+            != Some("agentx")
         || agentic
             .and_then(|a| a.get("preset_override"))
             .and_then(Value::as_bool)

@@ -25,7 +25,11 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
         met,
     };
     let min_s = MIN_DURATION.as_secs_f64();
-    let stop_s = exp.stop.as_ref().and_then(|s| s.duration).map(|d| d.as_secs_f64());
+    let stop_s = exp
+        .stop
+        .as_ref()
+        .and_then(|s| s.duration)
+        .map(|d| d.as_secs_f64());
     let ran_out = jobs.started > 0 && jobs.truncated == 0 && jobs.window_s < min_s;
     let mut why = Vec::new();
     if let Some(s) = stop_s.filter(|&s| s < min_s) {
@@ -66,7 +70,11 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
         "ignore_eos: every turn asks for its whole recorded output",
         format!(
             "`ignore_eos: {eos}`; {} returned fewer output tokens than asked",
-            count(jobs.turns_short_output, "successful turn", "successful turns")
+            count(
+                jobs.turns_short_output,
+                "successful turn",
+                "successful turns"
+            )
         ),
         Some(eos && jobs.turns_short_output == 0),
     );
@@ -229,12 +237,21 @@ mod tests {
         let corpus = v.rules.iter().find(|r| r.rule == Kind::Corpus).unwrap();
         assert_eq!(corpus.met, None);
         // No preset, no verdict.
-        assert!(judge(&exp("{ file: s.jsonl, live: 4 }"), &record(conforming_jobs()), false).is_none());
+        assert!(
+            judge(
+                &exp("{ file: s.jsonl, live: 4 }"),
+                &record(conforming_jobs()),
+                false
+            )
+            .is_none()
+        );
     }
 
     #[test]
     fn each_broken_rule_is_named_with_what_the_point_did() {
-        let e = exp("{ file: s.jsonl, live: 4, preset: agentx, preset_override: true, think_scale: 0.5 }");
+        let e = exp(
+            "{ file: s.jsonl, live: 4, preset: agentx, preset_override: true, think_scale: 0.5 }",
+        );
         let mut jobs = conforming_jobs();
         jobs.window_s = 412.0;
         jobs.truncated = 0;
@@ -260,9 +277,22 @@ mod tests {
                 Kind::NotCancelled
             ]
         );
-        let said = |k| v.rules.iter().find(|r| r.rule == k).unwrap().measured.clone();
-        assert!(said(Kind::Duration).contains("412 s"), "{}", said(Kind::Duration));
-        assert!(said(Kind::Duration).contains("every session ended before the duration (40 started)"));
+        let said = |k| {
+            v.rules
+                .iter()
+                .find(|r| r.rule == k)
+                .unwrap()
+                .measured
+                .clone()
+        };
+        assert!(
+            said(Kind::Duration).contains("412 s"),
+            "{}",
+            said(Kind::Duration)
+        );
+        assert!(
+            said(Kind::Duration).contains("every session ended before the duration (40 started)")
+        );
         assert!(said(Kind::ContextOverflow).contains("5 of 400 turns (1.25%)"));
         jobs.context_overflows = 4;
         let at_limit = judge(&e, &record(jobs), false).unwrap();

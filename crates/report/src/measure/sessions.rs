@@ -45,7 +45,10 @@ impl SessionFold {
             None => {
                 self.ok += 1;
                 self.streamed += usize::from(r.chunks.iter().any(|c| c.tokens > 0));
-                self.short += usize::from(r.completion_tokens.is_some_and(|n| n < u64::from(r.max_tokens)));
+                self.short += usize::from(
+                    r.completion_tokens
+                        .is_some_and(|n| n < u64::from(r.max_tokens)),
+                );
             }
             Some(e) => {
                 let text = format!("{} {}", e.message, e.body_head.as_deref().unwrap_or(""));
