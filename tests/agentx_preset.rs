@@ -143,6 +143,7 @@ fn a_short_run_under_the_override_breaks_only_the_duration_and_each_rule_is_meas
         measured(p, "duration").contains("(`stop.duration` 3 s)"),
         "{v}"
     );
+    assert_eq!(jobs["reached_duration"], true, "{jobs}");
     // Each measured value, from the records.
     let turns: Vec<&serde_json::Value> = Vec::leak(read_jsonl(&dir.join("requests.jsonl")))
         .iter()
@@ -228,6 +229,7 @@ fn a_run_that_skips_a_turn_and_scales_the_trace_s_time_names_each_rule_it_broke(
     let p = &points[0];
     // Two sessions and no more (`sessions: 2`): they ran out long before the duration.
     assert_eq!(p["jobs"]["started"], 2, "{}", p["jobs"]);
+    assert!(p["jobs"]["reached_duration"].is_null(), "{}", p["jobs"]);
     assert_eq!(
         broken(p),
         ["duration", "trace-delays", "no-truncation"],

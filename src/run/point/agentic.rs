@@ -185,6 +185,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 think_scale: spec.think_scale.max(0.0),
                 context_limit,
                 deadline,
+                reached: Default::default(),
                 index: AtomicU32::new(0),
                 ttft: Mutex::new(vec![Vec::new(); BANDS.len()]),
                 affinity,
@@ -228,6 +229,9 @@ impl<'p> Sender<'p> for Agentic<'p> {
             let window_s = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());
             let ttft = std::mem::take(&mut *shared.ttft.lock().unwrap_or_else(|p| p.into_inner()));
             close_view(&mut view, ttft, window_s, area);
+            // Sessions left to start when the deadline passed: it ended the point too.
+            view.reached_duration = shared.reached.load(Ordering::Relaxed)
+                || (next < total && deadline.is_some_and(|d| Instant::now() >= d));
             view.longest_idle_s = shared
                 .idle
                 .lock()
@@ -323,6 +327,8 @@ struct Shared {
     /// The server's context length, where it says: a turn past it is not sent.
     context_limit: Option<u64>,
     deadline: Option<Instant>,
+    /// The deadline ended the point: a session had a turn due after it.
+    reached: std::sync::atomic::AtomicBool,
     /// The next record's index in the round.
     index: AtomicU32,
     /// Successful turns' TTFT by context band.
@@ -559,6 +565,7 @@ impl SessionRun {
     /// Waits until `until`; stops at the point's deadline or an interrupt.
     async fn wait(&self, until: Instant) -> Result<(), Stop> {
         if self.shared.deadline.is_some_and(|end| until >= end) {
+            self.shared.reached.store(true, Ordering::Relaxed);
             return Err(Stop::Reason(
                 "`stop.duration` ended the point: before its next turn".into(),
             ));

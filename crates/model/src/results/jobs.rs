@@ -113,6 +113,10 @@ pub struct JobsView {
     /// classification of the error's text).
     #[serde(default)]
     pub context_overflows: usize,
+    /// `stop.duration` ended the point: a session had a turn due after it, or sessions were
+    /// left to start (false when every session ended before it, or without a duration).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reached_duration: bool,
     /// The longest time, seconds, no turn was in flight between the first send and the last
     /// (the client's view); None in older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]

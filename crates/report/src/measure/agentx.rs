@@ -30,7 +30,9 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
         .as_ref()
         .and_then(|s| s.duration)
         .map(|d| d.as_secs_f64());
-    let ran_out = jobs.started > 0 && jobs.truncated == 0 && jobs.window_s < min_s;
+    // The window ends at the last turn's end, before the deadline when no turn was due
+    // after it: the point lasted the duration when the deadline ended it.
+    let ran_out = !jobs.reached_duration && !interrupted;
     let mut why = Vec::new();
     if let Some(s) = stop_s.filter(|&s| s < min_s) {
         why.push(format!("`stop.duration` {} s", round1(s)));
@@ -41,9 +43,14 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
             jobs.started
         ));
     }
+    if jobs.reached_duration
+        && let Some(s) = stop_s.filter(|&s| s >= min_s)
+    {
+        why.push(format!("until `stop.duration` ({} s) ended it", round1(s)));
+    }
     let duration = rule(
         Kind::Duration,
-        "at least 900 s of sessions (1800 s when unset)",
+        "sessions for at least 900 s (1800 s when unset), until the duration ends them",
         format!(
             "{} s from the first session's start to the last one's end{}",
             round1(jobs.window_s),
@@ -53,7 +60,7 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
                 format!(" ({})", why.join("; "))
             }
         ),
-        Some(jobs.window_s >= min_s),
+        Some(stop_s.is_some_and(|s| s >= min_s) && jobs.reached_duration),
     );
     let streaming = rule(
         Kind::Streaming,
@@ -198,7 +205,8 @@ mod tests {
     fn conforming_jobs() -> JobsView {
         JobsView {
             started: 40,
-            window_s: 905.0,
+            window_s: 899.5,
+            reached_duration: true,
             turns_sent: 400,
             turns_ok: 400,
             turns_streamed: 400,
@@ -254,6 +262,7 @@ mod tests {
         );
         let mut jobs = conforming_jobs();
         jobs.window_s = 412.0;
+        jobs.reached_duration = false;
         jobs.truncated = 0;
         jobs.sessions = vec![JobRecord {
             stopped: Some("past the server's context: turn 7 needs 4314 prompt and 32 output tokens, the server holds 4090; not sent".into()),
@@ -290,13 +299,14 @@ mod tests {
             "{}",
             said(Kind::Duration)
         );
-        assert!(
-            said(Kind::Duration).contains("every session ended before the duration (40 started)")
-        );
         assert!(said(Kind::ContextOverflow).contains("5 of 400 turns (1.25%)"));
         jobs.context_overflows = 4;
         let at_limit = judge(&e, &record(jobs), false).unwrap();
         assert!(!broken(&at_limit).contains(&Kind::ContextOverflow));
+        assert_eq!(
+            at_limit.rules[0].measured,
+            "412 s from the first session's start to the last one's end (every session ended before the duration (40 started))"
+        );
         // The override alone, every rule met, never conforms.
         let over = exp("{ file: s.jsonl, live: 4, preset: agentx, preset_override: true }");
         let v = judge(&over, &record(conforming_jobs()), false).unwrap();
