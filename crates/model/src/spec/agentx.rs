@@ -84,6 +84,15 @@ pub(crate) fn apply(exp: &mut Experiment) {
 pub(crate) fn checks(raw: &Value, problems: &mut Vec<Problem>) {
     let load = raw.get("load");
     let agentic = load.and_then(|l| l.get("agentic"));
+    let field = |k: &str| agentic.and_then(|a| a.get(k)).filter(|v| !v.is_null());
+    if field("preset_override") == Some(&Value::Bool(true)) && field("preset").is_none() {
+        problems.push(problem(
+            "/load/agentic/preset_override",
+            Target::Key,
+            "`preset_override` overrides a preset's rules, and this load names no `preset`".into(),
+            "remove it, or add `preset: agentx`",
+        ));
+    }
     if load.and_then(|l| l.get("kind")).and_then(Value::as_str) != Some("agentic")
         || agentic
             .and_then(|a| a.get("preset"))
@@ -187,12 +196,25 @@ mod tests {
         let mut over = bad.clone();
         over["load"]["agentic"]["preset_override"] = json!(true);
         assert!(messages(over).is_empty());
-        let mut plain = bad;
+        let mut plain = bad.clone();
         plain["load"]["agentic"]
             .as_object_mut()
             .unwrap()
             .remove("preset");
         assert!(messages(plain).is_empty());
+        // An override of no preset says so.
+        let mut nothing = bad;
+        let a = nothing["load"]["agentic"].as_object_mut().unwrap();
+        a.remove("preset");
+        a.insert("preset_override".into(), json!(true));
+        assert_eq!(
+            messages(nothing),
+            [(
+                "/load/agentic/preset_override".to_string(),
+                "`preset_override` overrides a preset's rules, and this load names no `preset`"
+                    .to_string()
+            )]
+        );
         let good = spec(
             json!({"file": "s.jsonl", "live": 2, "preset": "agentx", "think_scale": 1}),
             json!({"workload": {"ignore_eos": true}, "stop": {"duration": "15m"}}),
