@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::load_model::{AgenticPreset, AgenticSpec, LoadSpec, StopSpec, problem};
+use super::load_model::{AgenticPreset, AgenticSpec, LoadSpec, StopSpec};
 use super::types::Experiment;
 use super::validate::{Problem, Target};
 
@@ -81,7 +81,8 @@ pub(crate) fn apply(exp: &mut Experiment) {
 
 /// Refuses, on one point's raw value, what contradicts the preset's rules (unless
 /// `preset_override`).
-pub(crate) fn checks(raw: &Value, problems: &mut Vec<Problem>) {
+pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
     let load = raw.get("load");
     let agentic = load.and_then(|l| l.get("agentic"));
     let field = |k: &str| agentic.and_then(|a| a.get(k)).filter(|v| !v.is_null());
@@ -103,7 +104,7 @@ pub(crate) fn checks(raw: &Value, problems: &mut Vec<Problem>) {
             .and_then(Value::as_bool)
             == Some(true)
     {
-        return;
+        return problems;
     }
     let hint = |fix: &str| {
         format!(
@@ -153,6 +154,16 @@ pub(crate) fn checks(raw: &Value, problems: &mut Vec<Problem>) {
             "set `duration: 900s` or more, or remove it (1800 s)",
         );
     }
+    problems
+}
+
+fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
+    Problem {
+        pointer: pointer.into(),
+        target,
+        message,
+        hint: Some(hint.into()),
+    }
 }
 
 #[cfg(test)]
@@ -161,9 +172,10 @@ mod tests {
     use serde_json::json;
 
     fn messages(raw: Value) -> Vec<(String, String)> {
-        let mut p = Vec::new();
-        checks(&raw, &mut p);
-        p.into_iter().map(|p| (p.pointer, p.message)).collect()
+        checks(&raw)
+            .into_iter()
+            .map(|p| (p.pointer, p.message))
+            .collect()
     }
 
     fn spec(agentic: Value, rest: Value) -> Value {

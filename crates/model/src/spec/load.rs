@@ -555,6 +555,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(method_checks(raw));
     problems.extend(expectation_checks(raw));
     problems.extend(super::load_model::checks(raw));
+    problems.extend(super::agentx::checks(raw));
     problems.extend(super::search::checks(raw));
     problems.extend(super::telemetry::checks(raw));
     problems.extend(super::profiler::checks(raw));

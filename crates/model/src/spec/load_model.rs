@@ -944,7 +944,6 @@ pub(crate) fn checks(raw: &Value) -> Vec<Problem> {
         closed_loop_checks(raw, &mut problems);
     }
     slo_target_checks(raw, &mut problems);
-    super::agentx::checks(raw, &mut problems);
     percentile_checks(raw, &mut problems);
     session_header_checks(raw, &mut problems);
     problems
@@ -1006,7 +1005,7 @@ fn session_header_checks(raw: &Value, problems: &mut Vec<Problem>) {
 }
 
 /// One problem; an empty `hint` is none.
-pub(crate) fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
+fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Problem {
     Problem {
         pointer: pointer.into(),
         target,
