@@ -165,12 +165,16 @@ impl<'p> Sender<'p> for Agentic<'p> {
             let mut end = SendEnd::default();
             let live = spec.live.max(1) as usize;
             // Under a preset the trace is replayed until the duration ends the point.
-            let total = match (spec.sessions, spec.preset) {
-                (Some(n), _) => n as usize,
-                (None, Some(_)) => servebench_model::spec::agentx::REPLAYS,
-                (None, None) => corpus.sessions.len(),
+            let (total, recycled) = match (spec.sessions, spec.preset) {
+                (Some(n), _) => (n as usize, false),
+                (None, Some(_)) => (servebench_model::spec::agentx::REPLAYS, true),
+                (None, None) => (corpus.sessions.len(), false),
             };
-            end.planned = planned_turns(&corpus, total);
+            // Replayed until the duration, the point plans one pass of the trace (a share
+            // in `stop.errors` is then of the turns finished, past the first pass), and says
+            // at its end the turns of the sessions it started.
+            let pass = corpus.sessions.len();
+            end.planned = planned_turns(&corpus, if recycled { pass } else { total });
             path.plan_measured(end.planned);
             // A connection ready for each session's main agent and its widest group of
             // subagents, so that no turn pays a handshake when due.
@@ -238,6 +242,9 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 .ok()
                 .and_then(|c| c.longest)
                 .map(|d| d.as_secs_f64());
+            if recycled {
+                end.planned = planned_turns(&corpus, view.started);
+            }
             end.expect = Some(path.sent());
             end.jobs = Some(view);
             end
@@ -817,6 +824,38 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_replayed_trace_plans_whole_passes_and_the_sessions_left() {
+        let spec = AgenticSpec {
+            file: "s.jsonl".into(),
+            live: 1,
+            sessions: None,
+            think_scale: 1.0,
+            block_size: None,
+            preset: None,
+            preset_override: false,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.jsonl");
+        let session = |id: &str, turns: usize| {
+            let t: Vec<String> = (0..turns)
+                .map(|k| format!("{{\"t\": {k}, \"in\": 8, \"out\": 1}}"))
+                .collect();
+            format!("{{\"id\": \"{id}\", \"requests\": [{}]}}\n", t.join(", "))
+        };
+        std::fs::write(&file, session("a", 2) + &session("b", 3) + &session("c", 4)).unwrap();
+        let corpus = crate::load::agentic::read(&file, &spec).unwrap();
+        // 7 sessions: two passes of 9 turns, then a's 2.
+        assert_eq!(planned_turns(&corpus, 7), 20);
+        assert_eq!(planned_turns(&corpus, 2), 5);
+        assert_eq!(planned_turns(&corpus, 0), 0);
+        // The preset's ten million sessions, counted without walking them.
+        assert_eq!(
+            planned_turns(&corpus, servebench_model::spec::agentx::REPLAYS),
+            10_000_000 / 3 * 9 + 2
+        );
     }
 
     #[test]
