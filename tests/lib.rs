@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area.
 mod accuracy;
 mod agents_at_slo;
+mod agentx_preset;
 mod architecture;
 mod bound_report;
 mod bounds;

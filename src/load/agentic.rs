@@ -1052,6 +1052,8 @@ mod tests {
             sessions: None,
             think_scale: 1.0,
             block_size: None,
+            preset: None,
+            preset_override: false,
         }
     }
 

@@ -357,8 +357,14 @@ pub fn from_model(
                     };
                     let seconds = match (&p.experiment.search, p.experiment.open_loop()) {
                         // Agent sessions last as their trace's think time and the server's
-                        // speed at their contexts make them: not modelled.
-                        _ if p.experiment.agentic().is_some() => None,
+                        // speed at their contexts make them: not modelled, but under a
+                        // preset they replay until the duration (set by the preset) ends them.
+                        _ if p.experiment.agentic().is_some() => {
+                            servebench_model::spec::agentx::preset_of(&p.experiment)
+                                .and(p.experiment.stop.as_ref())
+                                .and_then(|s| s.duration)
+                                .map(|d| d.as_secs_f64() * probes as f64)
+                        }
                         // So do conversations from a file, with their recorded delays.
                         _ if p.experiment.sessions().is_some_and(|s| s.file.is_some()) => None,
                         // An open-loop search: the probes the model's capacity makes it take.

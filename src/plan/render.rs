@@ -99,14 +99,21 @@ fn write_point(
 ) -> fmt::Result {
     let e = &p.experiment;
     let samples = match e.method.resolve() {
-        _ if let Some(a) = e.agentic() => format!(
-            "{} of {} replayed, {} live at once",
-            a.sessions.map_or("every session".to_string(), |n| count_s(
-                n as usize, "session"
-            )),
-            a.file.display(),
-            a.live
-        ),
+        _ if let Some(a) = e.agentic() => {
+            let which = match (a.sessions, a.preset) {
+                (Some(n), _) => format!("{} of", count_s(n as usize, "session")),
+                (None, Some(_)) => "the sessions of".to_string(),
+                (None, None) => "every session of".to_string(),
+            };
+            let again = a.preset.map_or(String::new(), |p| {
+                format!(" (`preset: {p}`: again and again until the duration)")
+            });
+            format!(
+                "{which} {} replayed{again}, {} live at once",
+                a.file.display(),
+                a.live
+            )
+        }
         _ if let Some(s) = e.sessions() => match &s.file {
             Some(f) => format!("every conversation of {}, {} at once", f.display(), s.users),
             None => format!(

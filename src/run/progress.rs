@@ -448,8 +448,27 @@ pub(crate) fn point_line(point: &Point, r: &PointRecord) -> String {
         let word = if v.failed() { "INVALID" } else { "valid" };
         s.push_str(&format!(" · output {word}: {}", v.summary()));
     }
+    if let Some(v) = &r.agentx {
+        s.push_str(&agentx_line(v));
+    }
     for f in &r.flags {
         s.push_str(&format!("\n    ⚠ {}: {}", f.kind, f.message));
+    }
+    s
+}
+
+/// The point against the `agentx` preset: conforming (the corpus unverified), or each rule it
+/// broke with what it did.
+fn agentx_line(v: &servebench_model::results::agentx::AgentxVerdict) -> String {
+    if v.conforms {
+        return " · AgentX: conforms to every rule servebench judges (the corpus's identity not verified)".into();
+    }
+    let mut s = String::from(" · AgentX: does not conform");
+    if v.overridden {
+        s.push_str(" (`preset_override`)");
+    }
+    for r in v.rules.iter().filter(|r| r.met == Some(false)) {
+        s.push_str(&format!("\n    ✗ AgentX {}: {}", r.rule, r.measured));
     }
     s
 }

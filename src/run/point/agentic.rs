@@ -162,10 +162,17 @@ impl<'p> Sender<'p> for Agentic<'p> {
             } = *self;
             let mut end = SendEnd::default();
             let live = spec.live.max(1) as usize;
-            let total = spec.sessions.map_or(corpus.sessions.len(), |n| n as usize);
-            end.planned = (0..total)
-                .map(|k| corpus.sessions[k % corpus.sessions.len()].turns())
-                .sum();
+            // Under a preset the trace is replayed until the duration ends the point.
+            let (total, recycled) = match (spec.sessions, spec.preset) {
+                (Some(n), _) => (n as usize, false),
+                (None, Some(_)) => (servebench_model::spec::agentx::REPLAYS, true),
+                (None, None) => (corpus.sessions.len(), false),
+            };
+            // Replayed until the duration, the point plans one pass of the trace (a share
+            // in `stop.errors` is then of the turns finished, past the first pass), and says
+            // at its end the turns of the sessions it started.
+            let pass = corpus.sessions.len();
+            end.planned = planned_turns(&corpus, if recycled { pass } else { total });
             path.plan_measured(end.planned);
             // A connection ready for each session's main agent and its widest group of
             // subagents, so that no turn pays a handshake when due.
@@ -181,6 +188,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
                 index: AtomicU32::new(0),
                 ttft: Mutex::new(vec![Vec::new(); BANDS.len()]),
                 affinity,
+                idle: Mutex::default(),
             });
             let mut tasks: JoinSet<JobRecord> = JoinSet::new();
             let mut view = JobsView {
@@ -190,7 +198,7 @@ impl<'p> Sender<'p> for Agentic<'p> {
             let (mut area, mut last, mut first_start, mut last_end) = (0.0, started, None, started);
             let mut next = 0usize;
             loop {
-                while path.may_send() && tasks.len() < live && next < total {
+                while tasks.len() < live && next < total && path.may_send() {
                     let now = Instant::now();
                     area += tasks.len() as f64 * (now - last).as_secs_f64();
                     last = now;
@@ -216,11 +224,31 @@ impl<'p> Sender<'p> for Agentic<'p> {
             let window_s = first_start.map_or(0.0, |f| (last_end - f).as_secs_f64());
             let ttft = std::mem::take(&mut *shared.ttft.lock().unwrap_or_else(|p| p.into_inner()));
             close_view(&mut view, ttft, window_s, area);
+            // A session had a turn due past `stop.duration`, or sessions were left to start
+            // when it passed: it ended the point.
+            view.reached_duration = path.reached_duration();
+            view.longest_idle_s = shared
+                .idle
+                .lock()
+                .ok()
+                .and_then(|c| c.longest)
+                .map(|d| d.as_secs_f64());
+            if recycled {
+                end.planned = planned_turns(&corpus, view.started);
+            }
             end.expect = Some(path.sent());
             end.jobs = Some(view);
             end
         })
     }
+}
+
+/// Turns of `total` sessions, the trace taken round: whole passes counted once.
+fn planned_turns(corpus: &SessionCorpus, total: usize) -> usize {
+    let n = corpus.sessions.len().max(1);
+    let pass: Vec<usize> = corpus.sessions.iter().map(|s| s.turns()).collect();
+    let whole: usize = pass.iter().sum();
+    (total / n).saturating_mul(whole) + pass.iter().take(total % n).sum::<usize>()
 }
 
 /// The most subagents any step of the trace runs side by side.
@@ -302,6 +330,37 @@ struct Shared {
     ttft: Mutex<Vec<Vec<f64>>>,
     /// The session headers each turn carries.
     affinity: Affinity,
+    /// Turns in flight and the longest time none was.
+    idle: Mutex<IdleClock>,
+}
+
+/// The longest stretch with no turn in flight, between the first send and the last end (the
+/// `agentx` preset judges it against AgentX's 10 s cap on a system's idle time).
+#[derive(Debug, Default)]
+struct IdleClock {
+    in_flight: usize,
+    idle_since: Option<Instant>,
+    longest: Option<Duration>,
+}
+
+impl IdleClock {
+    fn sending(&mut self, now: Instant) {
+        if self.in_flight == 0
+            && let Some(since) = self.idle_since
+        {
+            let gap = now.saturating_duration_since(since);
+            self.longest = Some(self.longest.map_or(gap, |l| l.max(gap)));
+        }
+        self.longest.get_or_insert(Duration::ZERO);
+        self.in_flight += 1;
+    }
+
+    fn ended(&mut self, now: Instant) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.in_flight == 0 {
+            self.idle_since = Some(now);
+        }
+    }
 }
 
 /// One session.
@@ -562,7 +621,15 @@ impl SessionRun {
             ledger: &self.ledger,
             theoretical,
         };
-        let rec = match shared.path.send(out, Some(&mut marks)).await {
+        let idle = |f: &dyn Fn(&mut IdleClock)| {
+            if let Ok(mut clock) = shared.idle.lock() {
+                f(&mut clock);
+            }
+        };
+        idle(&|c| c.sending(Instant::now()));
+        let sent = shared.path.send(out, Some(&mut marks)).await;
+        idle(&|c| c.ended(Instant::now()));
+        let rec = match sent {
             Sent::Answered(a) => a.record,
             Sent::Interrupted => return Err(Stop::Halted(Halt::Interrupted)),
             Sent::NotWritten => {
@@ -734,6 +801,38 @@ mod tests {
     }
 
     #[test]
+    fn a_replayed_trace_plans_whole_passes_and_the_sessions_left() {
+        let spec = AgenticSpec {
+            file: "s.jsonl".into(),
+            live: 1,
+            sessions: None,
+            think_scale: 1.0,
+            block_size: None,
+            preset: None,
+            preset_override: false,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.jsonl");
+        let session = |id: &str, turns: usize| {
+            let t: Vec<String> = (0..turns)
+                .map(|k| format!("{{\"t\": {k}, \"in\": 8, \"out\": 1}}"))
+                .collect();
+            format!("{{\"id\": \"{id}\", \"requests\": [{}]}}\n", t.join(", "))
+        };
+        std::fs::write(&file, session("a", 2) + &session("b", 3) + &session("c", 4)).unwrap();
+        let corpus = crate::load::agentic::read(&file, &spec).unwrap();
+        // 7 sessions: two passes of 9 turns, then a's 2.
+        assert_eq!(planned_turns(&corpus, 7), 20);
+        assert_eq!(planned_turns(&corpus, 2), 5);
+        assert_eq!(planned_turns(&corpus, 0), 0);
+        // The preset's ten million sessions, counted without walking them.
+        assert_eq!(
+            planned_turns(&corpus, servebench_model::spec::agentx::REPLAYS),
+            10_000_000 / 3 * 9 + 2
+        );
+    }
+
+    #[test]
     fn prompts_of_shared_block_texts_are_the_bytes_made_whole() {
         let spec = AgenticSpec {
             file: "s.jsonl".into(),
@@ -741,6 +840,8 @@ mod tests {
             sessions: None,
             think_scale: 1.0,
             block_size: None,
+            preset: None,
+            preset_override: false,
         };
         // Subagents that begin from the main agent's first blocks, histories that grow and
         // partial last blocks made whole by the next turn.

@@ -215,6 +215,8 @@ fn finish_record(
         servebench_report::measure::agents::put_check(agent, record);
     }
     record.tool_calls = summary.tool_calls;
+    // Judged once the jobs and the trace's cache are filled.
+    record.agentx = servebench_report::measure::agentx::judge(exp, record, interrupted);
     let end = PointEnd {
         exp,
         fold: &fold,

@@ -230,6 +230,8 @@ struct Inner {
     duration: Option<Duration>,
     /// When the round's duration ends: set when its measured window opens.
     deadline: std::sync::OnceLock<Instant>,
+    /// The duration stopped something: a request not sent, or one due past it.
+    reached: AtomicBool,
 }
 
 /// Why a round sends no more: judged on its path, the same for every sender.
@@ -295,6 +297,7 @@ impl RequestPath {
                 stopped: std::sync::OnceLock::new(),
                 duration: parts.duration,
                 deadline: std::sync::OnceLock::new(),
+                reached: AtomicBool::new(false),
             }),
         }
     }
@@ -330,6 +333,7 @@ impl RequestPath {
         } else if self.stopped_on_errors() {
             Some(Halt::Errors)
         } else if self.deadline().is_some_and(|d| Instant::now() >= d) {
+            self.inner.reached.store(true, Ordering::Relaxed);
             Some(Halt::Duration)
         } else {
             None
@@ -341,6 +345,12 @@ impl RequestPath {
         self.halted().is_none()
     }
 
+    /// Whether `stop.duration` ended the round: a request was held back by it, or one was due
+    /// past it.
+    pub(crate) fn reached_duration(&self) -> bool {
+        self.inner.reached.load(Ordering::Relaxed)
+    }
+
     /// When the round's `stop.duration` ends (None: none, or its window has not opened).
     fn deadline(&self) -> Option<Instant> {
         self.inner.deadline.get().copied()
@@ -350,6 +360,7 @@ impl RequestPath {
     /// ends first (nothing is sent past it), or when an interrupt comes meanwhile.
     pub(crate) async fn wait_until(&self, until: Instant) -> Result<(), Halt> {
         if self.deadline().is_some_and(|end| until >= end) {
+            self.inner.reached.store(true, Ordering::Relaxed);
             return Err(Halt::Duration);
         }
         tokio::select! {

@@ -114,6 +114,30 @@ pub struct JobsView {
     pub agents_judged: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub agents_met: usize,
+    /// Turns sent (answered or failed), of all sessions; of them, those that succeeded and
+    /// those of them that streamed their first token (from the records).
+    #[serde(default)]
+    pub turns_sent: usize,
+    #[serde(default)]
+    pub turns_ok: usize,
+    #[serde(default)]
+    pub turns_streamed: usize,
+    /// Successful turns that returned fewer output tokens (the server's count) than they
+    /// asked for: the model stopped early.
+    #[serde(default)]
+    pub turns_short_output: usize,
+    /// Failed turns whose server said the prompt was past its context (AIPerf 0.13's
+    /// classification of the error's text).
+    #[serde(default)]
+    pub context_overflows: usize,
+    /// `stop.duration` ended the point: a session had a turn due after it, or sessions were
+    /// left to start (false when every session ended before it, or without a duration).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reached_duration: bool,
+    /// The longest time, seconds, no turn was in flight between the first send and the last
+    /// (the client's view); None in older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_idle_s: Option<f64>,
     /// Each turn's TTFT by its context (prompt tokens the trace gives it), in bands.
     pub ttft_by_context: Vec<ContextBand>,
     /// Each session (the first [`JOBS_KEPT`] started).

@@ -1,4 +1,5 @@
 //! The run directory format: reading and writing.
+pub mod agentx;
 pub mod gpu;
 pub mod jobs;
 pub mod meta;

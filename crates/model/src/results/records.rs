@@ -878,6 +878,10 @@ pub struct PointRecord {
     /// session's course (None for other points).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<super::jobs::JobsView>,
+    /// The point judged against the `agentx` preset's rules (`load.agentic.preset`); None for
+    /// other points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agentx: Option<super::agentx::AgentxVerdict>,
     /// The point's tool calls: requests sent tools, calls made, valid ones, the first invalid
     /// (None when no request was sent tools).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -448,6 +448,7 @@ fn checked_point(
     }
     match typed(&raw) {
         Ok(mut experiment) => {
+            super::agentx::apply(&mut experiment);
             found.extend(
                 super::tools::inline_file(
                     &mut experiment.workload.tools,
@@ -554,6 +555,7 @@ fn semantic_checks(raw: &Value) -> Vec<Problem> {
     problems.extend(method_checks(raw));
     problems.extend(expectation_checks(raw));
     problems.extend(super::load_model::checks(raw));
+    problems.extend(super::agentx::checks(raw));
     problems.extend(super::search::checks(raw));
     problems.extend(super::telemetry::checks(raw));
     problems.extend(super::profiler::checks(raw));

@@ -652,6 +652,39 @@ pub struct AgenticSpec {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1048576))]
     pub block_size: Option<u32>,
+    /// A named set of replay rules another tool locks, applied to the point and judged after
+    /// it: `agentx` is AIPerf 0.13's `inferencex-agentx-mvp` scenario (InferenceX's agentic
+    /// benchmark; the guide's "AgentX-comparable runs"). A spec that contradicts a rule is
+    /// refused at `validate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<AgenticPreset>,
+    /// Runs a preset's point although the spec breaks its rules (a short smoke run), as
+    /// AIPerf's `--unsafe-override`: the point's verdict then never says it conforms.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preset_override: bool,
+}
+
+/// A named set of replay rules (`load.agentic.preset`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum AgenticPreset {
+    /// AIPerf 0.13's `inferencex-agentx-mvp` scenario: a duration of at least 900 s (1800 s
+    /// when unset) over sessions replayed again and again, streaming, `ignore_eos`, the
+    /// trace's think and tool time as recorded, a fresh prompt text per session replay, no
+    /// turn skipped, at most 1% of responses refused for context.
+    Agentx,
 }
 
 /// When a load point's measured phase ends: the first limit reached.

@@ -4,6 +4,7 @@
 //! value per point -> schema checks -> typed [`types::Experiment`]. All problems are collected
 //! into [`SpecErrors`], each with file, line, column, the offending text and a hint.
 
+pub mod agentx;
 pub(crate) mod arg_value;
 pub(crate) mod check;
 pub mod deployment;

@@ -1,5 +1,6 @@
 //! Metrics, statistics, cache-policy verification, and a point's summary from its records.
 pub mod agents;
+pub mod agentx;
 pub mod gpu;
 pub(crate) mod interactivity;
 pub mod metrics;

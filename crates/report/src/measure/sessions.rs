@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use servebench_model::results::jobs::{JOBS_KEPT, JobsView};
 use servebench_model::results::records::RequestRecord;
+use servebench_model::spec::agentx::is_context_overflow;
 use servebench_model::spec::load_model::AgentSlo;
 
 /// Per session (those kept one by one): first send and last end (Unix seconds), and the
@@ -14,6 +15,14 @@ use servebench_model::spec::load_model::AgentSlo;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SessionFold {
     sessions: BTreeMap<u32, Acc>,
+    /// Over every session's turns: sent, succeeded, streamed (a first token) and refused for
+    /// context.
+    sent: usize,
+    ok: usize,
+    streamed: usize,
+    overflows: usize,
+    /// Successful turns that returned fewer output tokens (the server's count) than asked.
+    short: usize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -31,6 +40,21 @@ impl SessionFold {
     /// Folds in a record (one without a session's turn gives nothing).
     pub(crate) fn add(&mut self, r: &RequestRecord) {
         let Some(j) = &r.job else { return };
+        self.sent += 1;
+        match &r.error {
+            None => {
+                self.ok += 1;
+                self.streamed += usize::from(r.chunks.iter().any(|c| c.tokens > 0));
+                self.short += usize::from(
+                    r.completion_tokens
+                        .is_some_and(|n| n < u64::from(r.max_tokens)),
+                );
+            }
+            Some(e) => {
+                let text = format!("{} {}", e.message, e.body_head.as_deref().unwrap_or(""));
+                self.overflows += usize::from(is_context_overflow(&text));
+            }
+        }
         if j.session as usize >= JOBS_KEPT {
             return;
         }
@@ -59,6 +83,9 @@ impl SessionFold {
             }
         }
         view.truncated = view.sessions.iter().filter(|s| s.truncated()).count();
+        (view.turns_sent, view.turns_ok) = (self.sent, self.ok);
+        (view.turns_streamed, view.context_overflows) = (self.streamed, self.overflows);
+        view.turns_short_output = self.short;
         view.agents_judged = view.sessions.iter().filter(|s| s.slo.is_some()).count();
         view.agents_met = view
             .sessions

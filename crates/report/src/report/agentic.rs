@@ -7,6 +7,7 @@ use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use servebench_model::results::agentx::AgentxVerdict;
 use servebench_model::results::jobs::ContextBand;
 use servebench_model::results::records::PointRecord;
 
@@ -17,6 +18,18 @@ pub struct TraceSection {
     pub cache: Vec<TraceCacheRow>,
     /// Agent-session points, in point order.
     pub jobs: Vec<JobsRow>,
+    /// Points replayed under the `agentx` preset, each judged against its rules.
+    pub agentx: Vec<AgentxRow>,
+}
+
+/// One point's verdict against the `agentx` preset.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct AgentxRow {
+    pub point: String,
+    pub label: String,
+    pub verdict: AgentxVerdict,
+    /// The rules it broke, by name.
+    pub broken: Vec<String>,
 }
 
 /// One point's theoretical against reported cache hits.
@@ -178,5 +191,26 @@ pub(crate) fn section(
             })
         })
         .collect();
-    (!cache.is_empty() || !jobs.is_empty()).then_some(TraceSection { cache, jobs })
+    let agentx: Vec<AgentxRow> = points
+        .iter()
+        .filter_map(|p| {
+            let v = p.agentx.as_ref()?;
+            Some(AgentxRow {
+                point: p.id.clone(),
+                label: label(&p.id),
+                broken: v
+                    .rules
+                    .iter()
+                    .filter(|r| r.met == Some(false))
+                    .map(|r| r.rule.to_string())
+                    .collect(),
+                verdict: v.clone(),
+            })
+        })
+        .collect();
+    (!cache.is_empty() || !jobs.is_empty()).then_some(TraceSection {
+        cache,
+        jobs,
+        agentx,
+    })
 }
