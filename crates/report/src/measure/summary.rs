@@ -389,9 +389,16 @@ impl PointFold {
         let requested = r
             .requested_prompt_tokens
             .or(r.job.as_ref().map(|j| j.context_tokens));
+        // A turn that did not carry its history exactly (the client knows: `history-diverged`)
+        // is short by the replay's doing, not the tokenizer's: no drift is read from it.
+        let diverged = r
+            .job
+            .as_ref()
+            .is_some_and(|j| j.history_sent_tokens < j.history_tokens);
         let error = r
             .prompt_tokens
             .zip(requested)
+            .filter(|_| !diverged)
             .map(|(p, q)| p as i64 - q as i64);
         let tolerance = self.cache_tolerance() + error.map_or(0, i64::unsigned_abs);
         let t = self.trace_cache.get_or_insert_with(TraceCache::default);
