@@ -27,6 +27,7 @@ pub(crate) mod gpu_sampler;
 pub(crate) mod profiler;
 pub(crate) mod scrape;
 pub(crate) mod setup;
+pub(crate) mod router;
 pub(crate) mod validity;
 mod window;
 pub(crate) mod workers;

@@ -71,7 +71,8 @@ pub struct Router {
     #[serde(default, skip_serializing_if = "RouterKind::is_default")]
     pub kind: RouterKind,
     /// Its routing policy for regular workers (`--policy`): `round_robin`, `random`,
-    /// `cache_aware`, `power_of_two`.
+    /// `cache_aware`, `power_of_two`, `manual`; `consistent_hashing` with `kind: smg` (the
+    /// sglang-router 0.3 refuses it when it starts).
     #[serde(default = "default_policy")]
     pub policy: RouterPolicy,
     /// A disaggregated deployment's policy for picking the prefill worker
