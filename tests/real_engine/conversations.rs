@@ -19,10 +19,8 @@ fn by_policy(points: &[Value]) -> BTreeMap<String, Value> {
     points
         .iter()
         .map(|p| {
-            let label = p["label"].as_str().unwrap_or_default();
-            let policy = ["consistent_hashing", "cache_aware", "round_robin"]
-                .into_iter()
-                .find(|k| label.contains(k))
+            let policy = p["values"]["server.deployment.router.policy"]
+                .as_str()
                 .unwrap_or_else(|| panic!("a point of no policy: {p}"));
             (policy.to_string(), p.clone())
         })
@@ -55,12 +53,15 @@ fn counter(p: &Value, name: &str, labels: &str) -> Option<f64> {
     (!read.is_empty()).then(|| read.iter().sum())
 }
 
-/// (server cached, theoretical) tokens of the point's trace requests.
-fn hits(p: &Value) -> (f64, f64) {
+/// (server cached, theoretical) tokens of the point's trace requests, and how many of the
+/// server's tokens a token of the trace came to (its prompt tokens over the trace's).
+fn hits(p: &Value) -> (f64, f64, f64) {
     let t = &p["trace_cache"];
+    let n = |k: &str| t[k].as_f64().unwrap();
     (
-        t["cached_tokens"].as_f64().unwrap(),
-        t["theoretical_cached_tokens"].as_f64().unwrap(),
+        n("cached_tokens"),
+        n("theoretical_cached_tokens"),
+        n("prompt_tokens") / n("requested_prompt_tokens"),
     )
 }
 
@@ -140,7 +141,7 @@ fn consistent_hashing_keeps_each_conversation_on_one_real_worker_and_its_cache_h
                 "{policy}: the router's counter and its log for {url}: {router}"
             );
         }
-        let (cached, theoretical) = hits(p);
+        let (cached, theoretical, _) = hits(p);
         eprintln!(
             "{policy}: shares {:?}, server cached {cached} of theoretical {theoretical}",
             shares(p)
@@ -161,11 +162,12 @@ fn consistent_hashing_keeps_each_conversation_on_one_real_worker_and_its_cache_h
         "{}",
         ch["router"]
     );
-    let (ch_cached, theoretical) = hits(ch);
+    let (ch_cached, theoretical, scale) = hits(ch);
     assert_eq!(theoretical, 4.0 * 1152.0);
-    // In the server's own tokens a 16-token block of the trace is 15-17 of this vocabulary's
-    // (seen: prompts of 250-676 for 256-640 asked), so each hit is the last prompt, within
-    // servebench's tolerance of the theoretical: none below it, none above it.
+    // A 16-token block of the trace is 15-17 tokens of this vocabulary (seen: the point's
+    // prompts 4-5% longer than the trace's), so the hits are compared in the server's tokens:
+    // none found less or more than its theoretical hit by over servebench's tolerance, and
+    // the total is the theoretical at the prompts' scale (seen: 4,817 of 4,608 at 1.042).
     let below_above = |p: &Value| {
         (
             p["trace_cache"]["below"].as_u64().unwrap(),
@@ -174,20 +176,20 @@ fn consistent_hashing_keeps_each_conversation_on_one_real_worker_and_its_cache_h
     };
     assert_eq!(below_above(ch), (0, 0), "{}", ch["trace_cache"]);
     assert!(
-        (ch_cached / theoretical - 1.0).abs() <= 0.05,
-        "consistent hashing finds the theoretical hits: {ch_cached} of {theoretical}"
+        (ch_cached / theoretical - scale).abs() <= 0.02,
+        "consistent hashing finds the theoretical hits: {ch_cached} of {theoretical} at {scale}"
     );
     // Round robin: each session's turns alternate over both workers (one live session at a
     // time), each turn finding what its session's turn before last left: 640 of 1,152 tokens.
     let rr = &by["round_robin"];
     assert!(shares(rr).iter().all(|s| *s == 0.5), "{}", rr["jobs"]);
-    let (rr_cached, _) = hits(rr);
+    let (rr_cached, _, scale) = hits(rr);
     // Every turn after a session's first finds less than its theoretical hit (the second
     // nothing, the third and fourth the prompt of the turn before last): 3 a session.
     assert_eq!(below_above(rr), (12, 0), "{}", rr["trace_cache"]);
     assert!(
-        (rr_cached / (4.0 * 640.0) - 1.0).abs() <= 0.05,
-        "round robin finds the hits the turn before last left: {rr_cached}"
+        (rr_cached / (4.0 * 640.0) - scale).abs() <= 0.02,
+        "round robin finds the hits the turn before last left: {rr_cached} at {scale}"
     );
     assert!(rr_cached < ch_cached);
     assert_eq!(

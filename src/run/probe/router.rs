@@ -266,7 +266,10 @@ mod tests {
     fn the_cache_aware_match_ratio_is_read_as_its_sum_and_count() {
         let s = sample(CACHE_AWARE).unwrap();
         assert_eq!(
-            s.get(&key("smg_cache_aware_policy_branch_total", "branch=tree_match")),
+            s.get(&key(
+                "smg_cache_aware_policy_branch_total",
+                "branch=tree_match"
+            )),
             Some(&5.0)
         );
         assert_eq!(
@@ -276,7 +279,10 @@ mod tests {
         let sum = s[&key("smg_cache_aware_match_ratio_sum", "")];
         assert!((sum - 4.956_521_739_130_435).abs() < 1e-12, "{sum}");
         let v = point(CACHE_AWARE, RouterPolicy::CacheAware);
-        assert!(v.absent.is_empty(), "the histogram counts as exported: {v:?}");
+        assert!(
+            v.absent.is_empty(),
+            "the histogram counts as exported: {v:?}"
+        );
     }
 
     #[test]
@@ -299,7 +305,13 @@ mod tests {
             6.0
         );
         // No answered scrape: nothing is said absent (it was not looked at).
-        let unread = view("u", &Sample::new(), &Default::default(), &["x".into()], (0, 2, None));
+        let unread = view(
+            "u",
+            &Sample::new(),
+            &Default::default(),
+            &["x".into()],
+            (0, 2, None),
+        );
         assert!(unread.absent.is_empty());
     }
 

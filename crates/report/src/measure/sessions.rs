@@ -163,7 +163,13 @@ mod tests {
         for w in ["worker1", "worker1", "worker1"] {
             f.add(&on(0, Some(w)));
         }
-        for w in [Some("worker0"), Some("worker1"), Some("worker0"), Some("worker0"), None] {
+        for w in [
+            Some("worker0"),
+            Some("worker1"),
+            Some("worker0"),
+            Some("worker0"),
+            None,
+        ] {
             f.add(&on(1, w));
         }
         f.add(&on(2, None));

@@ -81,7 +81,9 @@ fn routing_row(p: &PointRecord, label: String) -> Option<RoutingRow> {
         kept_whole: shares.iter().filter(|s| **s >= 1.0).count(),
         share_mean: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
         share_min: shares.iter().copied().reduce(f64::min),
-        theoretical_hit_rate: t.zip(prompt).map(|(t, n)| t.theoretical_cached_tokens as f64 / n),
+        theoretical_hit_rate: t
+            .zip(prompt)
+            .map(|(t, n)| t.theoretical_cached_tokens as f64 / n),
         server_hit_rate: t.zip(prompt).map(|(t, n)| t.cached_tokens as f64 / n),
         of_theoretical: t
             .filter(|t| t.theoretical_cached_tokens > 0)
@@ -316,8 +318,16 @@ mod tests {
             url: "http://127.0.0.1:9/metrics".into(),
             scrapes: 2,
             counters: vec![
-                c("smg_cache_aware_policy_branch_total", "branch=tree_match", 3.0),
-                c("smg_cache_aware_policy_branch_total", "branch=expected_wait_fallback", 0.0),
+                c(
+                    "smg_cache_aware_policy_branch_total",
+                    "branch=tree_match",
+                    3.0,
+                ),
+                c(
+                    "smg_cache_aware_policy_branch_total",
+                    "branch=expected_wait_fallback",
+                    0.0,
+                ),
                 c("smg_cache_aware_match_ratio_sum", "", 1.5),
                 c("smg_cache_aware_match_ratio_count", "", 3.0),
             ],
