@@ -51,6 +51,24 @@ pub struct RoutingRow {
     pub router_error: Option<String>,
 }
 
+/// `p`'s sweep values as `policy=round_robin, ...` (each dimension by its last part); None
+/// without any. A sweep of the server alone gives each point a table of its own, whose row
+/// label is the point's id: the policy is what tells the routing rows apart.
+fn values_label(p: &PointRecord) -> Option<String> {
+    let parts: Vec<String> = p
+        .values
+        .iter()
+        .map(|(k, v)| {
+            let short = k.rsplit('.').next().unwrap_or(k);
+            match v {
+                serde_json::Value::String(s) => format!("{short}={s}"),
+                v => format!("{short}={v}"),
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
 /// The routing row of `p`; None when neither its sessions' workers nor its router's counters
 /// are known.
 fn routing_row(p: &PointRecord, label: String) -> Option<RoutingRow> {
@@ -257,7 +275,7 @@ pub(crate) fn section(
         .collect();
     let routing: Vec<RoutingRow> = points
         .iter()
-        .filter_map(|p| routing_row(p, label(&p.id)))
+        .filter_map(|p| routing_row(p, values_label(p).unwrap_or_else(|| label(&p.id))))
         .collect();
     (!cache.is_empty() || !jobs.is_empty() || !routing.is_empty()).then_some(TraceSection {
         cache,
@@ -334,7 +352,16 @@ mod tests {
             absent: vec!["smg_worker_requests_total".into()],
             ..RouterView::default()
         };
-        let p = point("p001", &[(4, 0), (3, 1), (2, 2)], Some(router));
+        let mut p = point("p001", &[(4, 0), (3, 1), (2, 2)], Some(router));
+        p.values.insert(
+            "server.deployment.router.policy".into(),
+            serde_json::json!("cache_aware"),
+        );
+        assert_eq!(
+            values_label(&p).as_deref(),
+            Some("policy=cache_aware"),
+            "the sweep's values tell the rows apart"
+        );
         let r = routing_row(&p, "cache_aware".into()).unwrap();
         assert_eq!((r.sessions, r.kept_whole), (3, 1));
         assert_eq!(r.share_mean, Some((1.0 + 0.75 + 0.5) / 3.0));
