@@ -14,6 +14,8 @@
 
 #[path = "real_engine/aiperf.rs"]
 mod aiperf;
+#[path = "real_engine/conversations.rs"]
+mod conversations;
 #[path = "real_engine/deploy.rs"]
 mod deploy;
 #[path = "real_engine/differential.rs"]

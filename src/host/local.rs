@@ -331,6 +331,10 @@ impl super::Host for LocalHost {
         "local".into()
     }
 
+    fn is_local(&self) -> bool {
+        true
+    }
+
     fn pick_port(&self, wanted: Option<u16>) -> BoxFuture<'_, Result<u16, HostError>> {
         Box::pin(async move {
             match wanted {

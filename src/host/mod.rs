@@ -165,6 +165,11 @@ pub(crate) trait Host: Send + Sync {
     /// How the host is named in messages and records: `local`, `bench@gpu-box-1`.
     fn name(&self) -> String;
 
+    /// True for this machine: a port on its loopback is reached from here as it is.
+    fn is_local(&self) -> bool {
+        false
+    }
+
     /// Readies the host for a launch of `group` before its ports are picked: a Slurm cluster
     /// gets the group's allocation here, so that ports are picked on its nodes. Nothing to do
     /// for a machine.

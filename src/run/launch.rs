@@ -43,6 +43,12 @@ pub(crate) fn measurer<'r>(
     let site = ProbeSite {
         profile_dir: cx.profile_dir.map(str::to_string),
         workers: handle.workers.clone(),
+        // The agent measures on another host: the router's loopback listener is not its own.
+        router_metrics: m
+            .agent_host
+            .is_none()
+            .then(|| handle.router_metrics.clone())
+            .flatten(),
     };
     Ok(match m.agent_host {
         Some(remote) => Box::new(

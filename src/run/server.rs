@@ -53,6 +53,9 @@ pub(crate) struct ServerHandle {
     /// The workers behind a router: a launched deployment's, or an attached router's
     /// `server.workers`; each one's `/metrics` is scraped around every round.
     pub workers: Vec<deployment::WorkerTarget>,
+    /// A launched deployment's router's Prometheus listener, as this machine reaches it
+    /// (None when this is not one, or its router runs on another host).
+    pub router_metrics: Option<String>,
 }
 
 impl ServerHandle {
@@ -130,6 +133,7 @@ impl ServerHandle {
                 .iter()
                 .map(|w| deployment::WorkerTarget::listed(w))
                 .collect(),
+            router_metrics: None,
         })
     }
 
@@ -155,6 +159,7 @@ impl ServerHandle {
             }
         }
         let mut workers = Vec::new();
+        let mut router_metrics = None;
         let (process, argv, port, ranks) = if let Some(dep) = &effective.deployment {
             let d = deployment::spawn_deployment(
                 group,
@@ -167,6 +172,10 @@ impl ServerHandle {
             )
             .await?;
             workers = d.workers;
+            // Its listener is on the router's loopback: reached from here when that is here.
+            router_metrics = hosts[0]
+                .is_local()
+                .then(|| format!("http://127.0.0.1:{}", d.prometheus_port));
             (d.process, d.command, d.port, d.records)
         } else if effective.node_count() > 1 {
             let r = ranks::spawn_ranks(group, &effective, hosts, log_path).await?;
@@ -237,6 +246,7 @@ impl ServerHandle {
             engine: server.engine,
             killed_by: None,
             workers,
+            router_metrics,
         };
         let probe = liveness::health_probe(&handle.url, api_key(server));
         if let Some(process) = handle.process.as_mut() {

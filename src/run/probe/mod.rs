@@ -25,6 +25,7 @@ mod gpu_dcgm;
 mod gpu_error;
 pub(crate) mod gpu_sampler;
 pub(crate) mod profiler;
+pub(crate) mod router;
 pub(crate) mod scrape;
 pub(crate) mod setup;
 pub(crate) mod validity;

@@ -10,7 +10,7 @@ use servebench_model::spec::types::Experiment;
 
 use super::gpu_sampler::GpuSink;
 use super::scrape::MetricsSink;
-use super::{Probes, gpu, profiler, scrape, validity, workers};
+use super::{Probes, gpu, profiler, router, scrape, validity, workers};
 use crate::run::interrupt::Interrupt;
 use crate::run::server::deployment::WorkerTarget;
 
@@ -25,6 +25,10 @@ pub(crate) struct ProbeSite {
     /// deployment's); empty: the point's `server.workers`.
     #[serde(default)]
     pub workers: Vec<WorkerTarget>,
+    /// A launched deployment's router's Prometheus listener, as the measuring side reaches it;
+    /// None: no router counters are read.
+    #[serde(default)]
+    pub router_metrics: Option<String>,
 }
 
 /// Where the probes' readings go.
@@ -76,6 +80,9 @@ pub(crate) fn choose(
             sinks.metrics.clone(),
             sinks.scrape_interval,
         ));
+    }
+    if let Some(url) = &site.router_metrics {
+        probes.push(router::RouterScrape::new(url, exp));
     }
     if let Some((sink, host, here)) = &sinks.gpu
         && let Some(g) = gpu::PointGpu::new(exp, sink.clone(), host, *here)

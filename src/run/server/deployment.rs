@@ -62,6 +62,8 @@ pub(crate) struct LaunchedDeployment {
     /// The router's command (the launch's own record) and port.
     pub command: Vec<String>,
     pub port: u16,
+    /// The router's Prometheus listener's port, on the router's host (loopback there).
+    pub prometheus_port: u16,
     /// The workers, for meta.json and `servebench down`.
     pub records: Vec<RankLaunch>,
     pub workers: Vec<WorkerTarget>,
@@ -187,7 +189,7 @@ pub(crate) async fn spawn_deployment(
     let first = &mut nodes[0];
     let host = first.host;
     let started = spawn_router(group, server, dep, first, &for_router, log_path).await;
-    let (port, cmd, router) = match started {
+    let (port, prometheus_port, cmd, router) = match started {
         Ok(s) => s,
         Err(e) => {
             stop_members(&mut members, STOP_GRACE).await;
@@ -207,6 +209,7 @@ pub(crate) async fn spawn_deployment(
         process: Box::new(MultiProcessServer::new(members, Shape::Deployment)),
         command: secrets::redact_argv(&cmd.argv()),
         port,
+        prometheus_port,
         records,
         workers: targets,
     })
@@ -263,7 +266,7 @@ type Worker = (
 );
 
 /// Starts the router on the first node (`first`), given the workers as it reaches them
-/// (`for_router`: role, URL, bootstrap port): its port, command and process.
+/// (`for_router`: role, URL, bootstrap port): its port, Prometheus port, command and process.
 async fn spawn_router(
     group: &str,
     server: &Server,
@@ -271,7 +274,7 @@ async fn spawn_router(
     first: &mut Node<'_>,
     for_router: &[(WorkerRole, String, Option<u16>)],
     log_path: &Path,
-) -> Result<(u16, engine::LaunchCommand, Box<dyn ServerProcess>), ServerError> {
+) -> Result<(u16, u16, engine::LaunchCommand, Box<dyn ServerProcess>), ServerError> {
     let host = first.host;
     let port = distinct_port(host, dep.router.port, &mut first.taken).await?;
     let prometheus = distinct_port(host, None, &mut first.taken).await?;
@@ -295,7 +298,7 @@ async fn spawn_router(
                 host.name()
             ))),
         })?;
-    Ok((port, cmd, process))
+    Ok((port, prometheus, cmd, process))
 }
 
 /// Waits until every worker answers `/health` 200: a worker that exits first is named with

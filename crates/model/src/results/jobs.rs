@@ -2,6 +2,8 @@
 //! hits its blocks promise (a trace with `hash_ids`), and for agent sessions (jobs) each
 //! turn's place in its session and each session's course.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -197,6 +199,14 @@ pub struct JobRecord {
     /// nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<AgentVerdict>,
+    /// Behind a router: its turns by the worker the router's log names (turns whose worker is
+    /// not known are left out); empty when no turn's worker is known.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workers: BTreeMap<String, u32>,
+    /// The share of those turns its busiest worker served ([`JobRecord::affinity`]: 1.0 when
+    /// the router kept the session on one worker); None when no turn's worker is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<f64>,
 }
 
 /// One agent (session) judged against `slo.agent`, from its turns' records.
@@ -225,6 +235,14 @@ pub struct AgentVerdict {
 const CUT_BY_THE_END: [&str; 2] = ["`stop.duration` ended the point", "interrupted"];
 
 impl JobRecord {
+    /// The share of its routed turns that its busiest worker served, from `workers` (1.0: the router kept the
+    /// whole session on one worker); None when no turn's worker is known.
+    pub fn worker_share(&self) -> Option<f64> {
+        let total: u32 = self.workers.values().sum();
+        let most = self.workers.values().copied().max()?;
+        (total > 0).then(|| f64::from(most) / f64::from(total))
+    }
+
     /// Whether the point's end (`stop.duration`, an interrupt) cut it short.
     pub fn truncated(&self) -> bool {
         self.stopped.as_deref().is_some_and(|r| {

@@ -866,6 +866,11 @@ pub struct PointRecord {
     /// own `/metrics`, in the spec's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workers: Vec<WorkerView>,
+    /// A launched deployment's router, as its own counters (its Prometheus listener) saw the
+    /// point: its routing decisions beside the workers' and the client's counts (None for a
+    /// server that is not a launched deployment's router, and in runs that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterView>,
     /// What `validity:` found of the server's output at the point (None when it asked for
     /// nothing, or in runs that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -946,6 +951,40 @@ pub struct WorkerView {
     /// no scrape of it answered with names servebench knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub view: Option<super::server_view::ServerView>,
+}
+
+/// A router's own counters over a point, read from its Prometheus listener before and after
+/// each round (each a counter's increase over the rounds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouterView {
+    /// The listener's `/metrics` URL.
+    pub url: String,
+    /// Scrapes that answered, and those that failed (the last failure's cause).
+    pub scrapes: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_scrapes: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrape_error: Option<String>,
+    /// Each series of the counters servebench reads that the router exported, with its
+    /// increase over the point.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<RouterCounter>,
+    /// The names servebench reads that the router did not export at all: absent, not zero.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<String>,
+}
+
+/// One series of a router's counter and its increase over a point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouterCounter {
+    /// The metric's name (a histogram's with `_sum` or `_count`).
+    pub name: String,
+    /// Its labels, as `key=value` pairs joined by `,` (`branch=routing_key_hit`); empty for
+    /// none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub labels: String,
+    /// Its increase over the point's rounds.
+    pub increase: f64,
 }
 
 /// One capture of the engine's profiler (`profiler:`) around a point's measured window.

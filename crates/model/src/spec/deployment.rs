@@ -71,7 +71,8 @@ pub struct Router {
     #[serde(default, skip_serializing_if = "RouterKind::is_default")]
     pub kind: RouterKind,
     /// Its routing policy for regular workers (`--policy`): `round_robin`, `random`,
-    /// `cache_aware`, `power_of_two`.
+    /// `cache_aware`, `power_of_two`, `manual`; `consistent_hashing` with `kind: smg` (the
+    /// sglang-router 0.3 refuses it when it starts).
     #[serde(default = "default_policy")]
     pub policy: RouterPolicy,
     /// A disaggregated deployment's policy for picking the prefill worker
@@ -146,7 +147,8 @@ fn default_policy() -> RouterPolicy {
     RouterPolicy::CacheAware
 }
 
-/// A routing policy of sglang-router 0.3 and smg 1.13 (`--policy`; both take these).
+/// A routing policy of sglang-router 0.3 and smg 1.13 (`--policy`; both take these but
+/// `consistent_hashing`, smg's alone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, strum::Display)]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -164,6 +166,11 @@ pub enum RouterPolicy {
     /// same worker, a new key to a worker drawn as `--assignment-mode` says (random by
     /// default); without the header, a worker drawn at random.
     Manual,
+    /// smg only: requests with the same `X-SMG-Routing-Key` header go to the worker the key
+    /// hashes to on a ring of the workers' URLs; without it, a key from `Authorization`,
+    /// `X-Forwarded-For` or `Cookie`, else a worker drawn at random (smg's
+    /// `policies/consistent_hashing.rs`).
+    ConsistentHashing,
 }
 
 /// A worker's role in a deployment.

@@ -32,6 +32,8 @@ pub(crate) struct Acc {
     prompt: u64,
     completion: u64,
     cached: u64,
+    /// Its turns by the worker the router sent them to (those whose worker is known).
+    workers: BTreeMap<String, u32>,
     /// What the per-agent SLO judges: each turn's latencies and generation time.
     pub(crate) turns: super::agents::AgentTurns,
 }
@@ -67,6 +69,9 @@ impl SessionFold {
             a.completion += r.completion_tokens.unwrap_or(0);
             a.cached += r.cached_tokens.unwrap_or(0);
         }
+        if let Some(w) = &r.worker {
+            *a.workers.entry(w.clone()).or_default() += 1;
+        }
         a.turns.add(r);
     }
 
@@ -79,6 +84,8 @@ impl SessionFold {
                 s.prompt_tokens = a.prompt;
                 s.completion_tokens = a.completion;
                 s.cached_tokens = a.cached;
+                s.workers = a.workers.clone();
+                s.affinity = s.worker_share();
                 s.slo = agent.and_then(|slo| a.turns.verdict(slo));
             }
         }
@@ -170,5 +177,44 @@ mod tests {
         assert_eq!((s[2].duration_s, s[2].prompt_tokens), (None, 0));
         // A failure is its own course; the point's end and an interrupt cut short.
         assert_eq!(view.truncated, 2);
+    }
+
+    #[test]
+    fn a_sessions_worker_share_is_its_busiest_workers_turns_over_its_routed_turns() {
+        let mut f = SessionFold::default();
+        let on = |session, worker: Option<&str>| RequestRecord {
+            worker: worker.map(str::to_string),
+            ..turn(session, 100.0, 1.0, true)
+        };
+        // Session 0 kept on one worker; session 1 split 3:1 (a turn of unknown worker left
+        // out); session 2 with no worker known.
+        for w in ["worker1", "worker1", "worker1"] {
+            f.add(&on(0, Some(w)));
+        }
+        for w in [
+            Some("worker0"),
+            Some("worker1"),
+            Some("worker0"),
+            Some("worker0"),
+            None,
+        ] {
+            f.add(&on(1, w));
+        }
+        f.add(&on(2, None));
+        let mut view = JobsView {
+            sessions: (0..3)
+                .map(|session| JobRecord {
+                    session,
+                    ..JobRecord::default()
+                })
+                .collect(),
+            ..JobsView::default()
+        };
+        f.fill(&mut view, None);
+        let s = &view.sessions;
+        assert_eq!(s[0].affinity, Some(1.0));
+        assert_eq!(s[1].affinity, Some(0.75));
+        assert_eq!(s[1].workers.get("worker0"), Some(&3));
+        assert_eq!((s[2].affinity, s[2].workers.len()), (None, 0));
     }
 }

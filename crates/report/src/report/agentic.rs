@@ -20,6 +20,9 @@ pub struct TraceSection {
     pub jobs: Vec<JobsRow>,
     /// Points replayed under the `agentx` preset, each judged against its rules.
     pub agentx: Vec<AgentxRow>,
+    /// Points behind a launched router whose sessions' workers are known or whose router's
+    /// counters were read, in point order.
+    pub routing: Vec<RoutingRow>,
 }
 
 /// One point's verdict against the `agentx` preset.
@@ -30,6 +33,111 @@ pub struct AgentxRow {
     pub verdict: AgentxVerdict,
     /// The rules it broke, by name.
     pub broken: Vec<String>,
+}
+
+/// One point's conversations behind the router: how whole each session stayed on one worker,
+/// the cache hits against the theoretical, and the router's own counters beside them.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct RoutingRow {
+    pub point: String,
+    pub label: String,
+    /// Sessions with at least one turn whose worker the router's log names; of them, those
+    /// whose every such turn went to one worker.
+    pub sessions: usize,
+    pub kept_whole: usize,
+    /// The share of a session's routed turns its busiest worker served: mean and least over
+    /// those sessions (None without any).
+    pub share_mean: Option<f64>,
+    pub share_min: Option<f64>,
+    /// The trace's theoretical hits and the server's, as shares of prompt tokens, and their
+    /// ratio (None when the point's requests were not made of a trace's blocks).
+    pub theoretical_hit_rate: Option<f64>,
+    pub server_hit_rate: Option<f64>,
+    pub of_theoretical: Option<f64>,
+    /// The router's counters that grew, as `name{labels} +increase`; the cache-aware match
+    /// ratio's mean over the point; the names it does not export; None/empty when its
+    /// counters were not read (`router_read` false).
+    pub router_read: bool,
+    pub counters: Vec<String>,
+    pub match_ratio: Option<f64>,
+    pub absent: Vec<String>,
+    pub router_error: Option<String>,
+}
+
+/// `p`'s sweep values as `policy=round_robin, ...` (each dimension by its last part); None
+/// without any. A sweep of the server alone gives each point a table of its own, whose row
+/// label is the point's id: the policy is what tells the routing rows apart.
+fn values_label(p: &PointRecord) -> Option<String> {
+    let parts: Vec<String> = p
+        .values
+        .iter()
+        .map(|(k, v)| {
+            let short = k.rsplit('.').next().unwrap_or(k);
+            match v {
+                serde_json::Value::String(s) => format!("{short}={s}"),
+                v => format!("{short}={v}"),
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// The routing row of `p`; None when neither its sessions' workers nor its router's counters
+/// are known.
+fn routing_row(p: &PointRecord, label: String) -> Option<RoutingRow> {
+    let shares: Vec<f64> = p
+        .jobs
+        .iter()
+        .flat_map(|j| &j.sessions)
+        .filter_map(|s| s.affinity)
+        .collect();
+    if shares.is_empty() && p.router.is_none() {
+        return None;
+    }
+    let t = p.trace_cache.as_ref();
+    let prompt = t.map(|t| t.prompt_tokens.max(1) as f64);
+    let r = p.router.as_ref();
+    let counter = |name: &str| {
+        r.into_iter()
+            .flat_map(|r| &r.counters)
+            .filter(|c| c.name == name)
+            .map(|c| c.increase)
+            .sum::<f64>()
+    };
+    let ratio_count = counter("smg_cache_aware_match_ratio_count");
+    Some(RoutingRow {
+        point: p.id.clone(),
+        label,
+        sessions: shares.len(),
+        kept_whole: shares.iter().filter(|s| **s >= 1.0).count(),
+        share_mean: (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64),
+        share_min: shares.iter().copied().reduce(f64::min),
+        theoretical_hit_rate: t
+            .zip(prompt)
+            .map(|(t, n)| t.theoretical_cached_tokens as f64 / n),
+        server_hit_rate: t.zip(prompt).map(|(t, n)| t.cached_tokens as f64 / n),
+        of_theoretical: t
+            .filter(|t| t.theoretical_cached_tokens > 0)
+            .map(|t| t.cached_tokens as f64 / t.theoretical_cached_tokens as f64),
+        router_read: r.is_some_and(|r| r.scrapes > 0),
+        counters: r
+            .into_iter()
+            .flat_map(|r| &r.counters)
+            .filter(|c| c.increase > 0.0 && !c.name.starts_with("smg_cache_aware_match_ratio"))
+            .map(|c| {
+                let labels = if c.labels.is_empty() {
+                    String::new()
+                } else {
+                    format!("{{{}}}", c.labels)
+                };
+                format!("{}{labels} +{}", c.name, c.increase)
+            })
+            .collect(),
+        match_ratio: (ratio_count > 0.0)
+            .then(|| counter("smg_cache_aware_match_ratio_sum") / ratio_count),
+        absent: r.map(|r| r.absent.clone()).unwrap_or_default(),
+        router_error: r.and_then(|r| r.scrape_error.clone()),
+    })
 }
 
 /// One point's theoretical against reported cache hits.
@@ -208,9 +316,115 @@ pub(crate) fn section(
             })
         })
         .collect();
-    (!cache.is_empty() || !jobs.is_empty()).then_some(TraceSection {
+    let routing: Vec<RoutingRow> = points
+        .iter()
+        .filter_map(|p| routing_row(p, values_label(p).unwrap_or_else(|| label(&p.id))))
+        .collect();
+    (!cache.is_empty() || !jobs.is_empty() || !routing.is_empty()).then_some(TraceSection {
         cache,
         jobs,
         agentx,
+        routing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_model::results::jobs::{JobRecord, JobsView, TraceCache};
+    use servebench_model::results::records::{RouterCounter, RouterView};
+
+    fn point(id: &str, shares: &[(u32, u32)], router: Option<RouterView>) -> PointRecord {
+        PointRecord {
+            id: id.into(),
+            jobs: Some(JobsView {
+                sessions: shares
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (a, b))| {
+                        let mut s = JobRecord {
+                            session: i as u32,
+                            ..JobRecord::default()
+                        };
+                        s.workers.insert("worker0".into(), *a);
+                        s.workers.insert("worker1".into(), *b);
+                        s.workers.retain(|_, n| *n > 0);
+                        s.affinity = s.worker_share();
+                        s
+                    })
+                    .collect(),
+                ..JobsView::default()
+            }),
+            trace_cache: Some(TraceCache {
+                prompt_tokens: 1000,
+                theoretical_cached_tokens: 600,
+                cached_tokens: 300,
+                ..TraceCache::default()
+            }),
+            router,
+            ..PointRecord::default()
+        }
+    }
+
+    fn c(name: &str, labels: &str, increase: f64) -> RouterCounter {
+        RouterCounter {
+            name: name.into(),
+            labels: labels.into(),
+            increase,
+        }
+    }
+
+    #[test]
+    fn a_routing_row_has_each_sessions_share_the_hits_and_the_router_s_counters() {
+        let router = RouterView {
+            url: "http://127.0.0.1:9/metrics".into(),
+            scrapes: 2,
+            counters: vec![
+                c(
+                    "smg_cache_aware_policy_branch_total",
+                    "branch=tree_match",
+                    3.0,
+                ),
+                c(
+                    "smg_cache_aware_policy_branch_total",
+                    "branch=expected_wait_fallback",
+                    0.0,
+                ),
+                c("smg_cache_aware_match_ratio_sum", "", 1.5),
+                c("smg_cache_aware_match_ratio_count", "", 3.0),
+            ],
+            absent: vec!["smg_worker_requests_total".into()],
+            ..RouterView::default()
+        };
+        let mut p = point("p001", &[(4, 0), (3, 1), (2, 2)], Some(router));
+        p.values.insert(
+            "server.deployment.router.policy".into(),
+            serde_json::json!("cache_aware"),
+        );
+        assert_eq!(
+            values_label(&p).as_deref(),
+            Some("policy=cache_aware"),
+            "the sweep's values tell the rows apart"
+        );
+        let r = routing_row(&p, "cache_aware".into()).unwrap();
+        assert_eq!((r.sessions, r.kept_whole), (3, 1));
+        assert_eq!(r.share_mean, Some((1.0 + 0.75 + 0.5) / 3.0));
+        assert_eq!(r.share_min, Some(0.5));
+        assert_eq!(
+            (r.theoretical_hit_rate, r.server_hit_rate, r.of_theoretical),
+            (Some(0.6), Some(0.3), Some(0.5))
+        );
+        // What grew, the match ratio's mean, and what the router does not export.
+        assert_eq!(
+            r.counters,
+            ["smg_cache_aware_policy_branch_total{branch=tree_match} +3"]
+        );
+        assert_eq!(r.match_ratio, Some(0.5));
+        assert_eq!(r.absent, ["smg_worker_requests_total"]);
+        assert!(r.router_read);
+        // Without the router's counters, nothing of them is said; without either, no row.
+        let r = routing_row(&point("p002", &[(1, 1)], None), String::new()).unwrap();
+        assert!(!r.router_read && r.absent.is_empty() && r.match_ratio.is_none());
+        assert!(routing_row(&point("p003", &[], None), String::new()).is_none());
+    }
 }
