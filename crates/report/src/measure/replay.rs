@@ -271,12 +271,12 @@ impl TurnLateness {
         Some(Flag::new(
             FlagKind::ClientLimited,
             format!(
-                "the client sent agent turns late: {} of {} turns went out more than {} ms after the trace said they were due (the latest {} ms), at {} live sessions asked; \
+                "the client sent agent turns late: {} of {} turns went out more than {:.0} ms after the trace said they were due (the latest {} ms), at {} live sessions asked; \
                  the server was offered the sessions' load later than recorded, so its latencies and hits describe the client as much as the server; \
                  give the client more CPU, connections or workers, or lower `load.agentic.live`",
                 self.late,
                 self.turns,
-                format!("{:.0}", TURN_LATE_LIMIT_S * 1e3),
+                TURN_LATE_LIMIT_S * 1e3,
                 servebench_model::text::sig3(self.latest_s * 1e3),
                 self.live,
             ),
