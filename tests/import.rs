@@ -496,3 +496,33 @@ fn guidellm_s_yaml_report_is_read_like_its_json() {
     let meta = read_json(&dir.join("meta.json"));
     assert_eq!(meta["imported"]["version"], "0.8.1");
 }
+
+/// `servebench report` on an imported run states only what the tool's files recorded: the
+/// tool, its files and method, and the settings they gave; never servebench's own defaults
+/// that fill the run directory (a cold cache, calibrated random prompts, a duration of 0 s).
+#[test]
+fn an_imported_run_s_report_states_only_what_the_files_recorded() {
+    let ws = Workspace::new();
+    let (dir, _) = import(&ws, &fixture("aiperf"), &["--from", "aiperf"]);
+    let out = servebench().arg("report").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        report.contains("Imported by `servebench import` from aiperf 0.13.0's result files"),
+        "{report}"
+    );
+    assert!(report.contains("`concurrency` = 2"), "{report}");
+    assert!(
+        report.contains("  - cache state: not controlled: no flush, no per-request nonce"),
+        "{report}"
+    );
+    for never in [
+        "- **Cache:**",
+        "- **Prompt:**",
+        "- **Duration:**",
+        "- **Client:**",
+        "sha256",
+    ] {
+        assert!(!report.contains(never), "{never} in {report}");
+    }
+}

@@ -72,6 +72,7 @@ pub(crate) fn build_model_from(
                 .and_then(|end| seconds_between(&meta.started_at, end)),
         },
         setup: setup(meta, points, requests),
+        imported: imported_setup(meta),
         servers: meta
             .servers
             .iter()
@@ -108,6 +109,32 @@ pub(crate) fn build_model_from(
 }
 
 /// What the run measured with: the engine, the workload, the cache policy and the method.
+/// An imported run's setup as its tool's files recorded it: the resolved spec's settings
+/// those files gave, and the tool's method (the rest of the spec only fills what a run
+/// directory needs, and is not stated).
+fn imported_setup(meta: &RunMeta) -> Option<super::model::ImportedSetup> {
+    let i = meta.imported.as_ref()?;
+    let mut settings = IndexMap::new();
+    if let Ok(exp) = serde_json::to_value(&meta.experiment) {
+        super::comparable::flatten("", &exp, &mut settings);
+    }
+    Some(super::model::ImportedSetup {
+        tool: i.tool.clone(),
+        version: i.version.clone(),
+        files: i.files.clone(),
+        recorded: settings
+            .into_iter()
+            .filter(|(k, _)| i.recorded.contains(k))
+            .collect(),
+        method: i
+            .method
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        notes: i.notes.clone(),
+    })
+}
+
 fn setup(meta: &RunMeta, points: &[PointRecord], requests: &RequestDigest) -> Setup {
     let exp = &meta.experiment;
     let engine = engines_run(meta, &exp.server);

@@ -54,6 +54,9 @@ pub struct ReportModel {
     /// Charts drawn beside the report (`charts/*.svg`), in report order; empty when no swept
     /// dimension changes the context length or too few points were measured.
     pub charts: Vec<ChartLink>,
+    /// A run made by `servebench import` from another tool's files: only what those files
+    /// recorded is stated (None for servebench's own runs).
+    pub imported: Option<ImportedSetup>,
     /// Expected against observed prefix-cache hits, for points whose requests share prefixes
     /// by design (shared-prefix groups, sessions); empty otherwise.
     pub prefix_cache: Vec<PrefixCacheSection>,
@@ -448,4 +451,20 @@ pub struct Totals {
     pub points_degraded: usize,
     /// Points without a successful request (no numbers).
     pub points_failed: usize,
+}
+
+/// What another tool's files recorded of a run imported from them.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct ImportedSetup {
+    /// The tool (`aiperf`, `guidellm`, ...) and its version where the files say.
+    pub tool: String,
+    pub version: Option<String>,
+    /// The files read.
+    pub files: Vec<String>,
+    /// The settings the files recorded, as `path = value`, in the resolved spec's order.
+    pub recorded: Vec<(String, String)>,
+    /// How the tool measured, aspect by aspect (TTFT origin, ITL, warm-up, ...).
+    pub method: Vec<(String, String)>,
+    /// What the files hold that servebench has no place for, or lack.
+    pub notes: Vec<String>,
 }
