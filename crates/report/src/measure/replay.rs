@@ -117,8 +117,8 @@ impl ReplayTally {
             flags.push(Flag::new(
                 FlagKind::NoPrefixHits,
                 format!(
-                    "the server cached nothing the point sent again: {} requests re-sent blocks the round had \
-                     already sent ({} theoretical tokens{}) and found {} ({}, none over {tolerance} tokens). \
+                    "the server found no block the point sent again (no request more than {tolerance} tokens): {} requests re-sent blocks the round had \
+                     already sent ({} theoretical tokens{}) and found {} ({}). \
                      The server's prefix cache, not the replay: {}. Engines that cache no prefix of some \
                      models do this (vLLM's hybrid sliding-window models, vllm #42948), as does a cache \
                      turned off; the numbers are this server's, without prefix caching",
