@@ -321,11 +321,11 @@ fn a_search_answer_is_profiled_after_the_search() {
         "answer.yaml",
         "name: answer\n\
          server:\n  engine: sim\n  model: test-model\n  \
-         args: { profile: fast, context-length: 8192, max-running-requests: 1, sim-time-scale: 10 }\n  \
+         args: { profile: fast, context-length: 8192, max-running-requests: 2, sim-time-scale: 30 }\n  \
          ready_timeout: 30s\n\
          workload:\n  prompt: { kind: random, tokens: 64, calibrate: false }\n  output_tokens: 8\n\
          requests: 4\n\
-         slo: { targets: { e2e_p90: 220ms } }\n\
+         slo: { targets: { e2e_p90: 340ms } }\n\
          search: { over: concurrency, start: 1, max: 64, resolution: 5% }\n\
          profile: { points: [answer] }\n",
     );
