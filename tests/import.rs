@@ -137,7 +137,10 @@ fn vllm_bench_s_detailed_result_is_imported_per_request_and_failures_left_out() 
     assert_eq!(m["ttft_s"]["count"], 7);
     assert_eq!(m["icl_s"]["count"], 7 * 15);
     let latencies = theirs["latencies"].as_array().unwrap();
-    let e2e_max = latencies.iter().filter_map(|x| x.as_f64()).fold(0.0, f64::max);
+    let e2e_max = latencies
+        .iter()
+        .filter_map(|x| x.as_f64())
+        .fold(0.0, f64::max);
     close(&m["e2e_s"]["max"], e2e_max);
     // The successes' prompt lengths are the server's usage counts; the failure's (the
     // client tokenizer's count of a prompt the server refused) is left out.
