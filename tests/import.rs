@@ -115,17 +115,40 @@ fn aiperf_s_records_alone_are_summarised_from_the_profiling_successes() {
     );
 }
 
+const VLLM_RESULT: &str =
+    "vllm-bench/openai-chat-infqps-concurrency2-test-model-20261206-192236.json";
+
 #[test]
 fn vllm_bench_s_detailed_result_is_imported_per_request_and_failures_left_out() {
     let ws = Workspace::new();
-    let (dir, p) = import(&ws, &fixture("vllm-bench/result.json"), &[]);
+    let theirs = read_json(&fixture(VLLM_RESULT));
+    let f = |k: &str| theirs[k].as_f64().unwrap_or(f64::NAN);
+    let (dir, p) = import(&ws, &fixture(VLLM_RESULT), &[]);
     let m = &p["metrics"];
-    assert_eq!((p["ok"].as_u64(), p["errors"].as_u64()), (Some(2), Some(1)));
-    close(&m["ttft_s"]["mean"], 0.01375); // (0.0125 + 0.0150) / 2: the failed 0 left out
-    close(&m["e2e_s"]["max"], 0.048);
-    close(&m["tpot_s"]["mean"], 0.0021); // (0.030 / 15 + 0.033 / 15) / 2
-    assert_eq!(m["icl_s"]["count"], 30);
-    close(&m["throughput_req_s"]["mean"], 20.0);
+    // The sixth of 8 requests was refused by the simulator (its prompt past --max-model-len).
+    assert_eq!((p["ok"].as_u64(), p["errors"].as_u64()), (Some(7), Some(1)));
+    // vLLM's own summary (ms) of the same per-request values: the failure's 0 s left out by
+    // both, TPOT as (latency - TTFT) / (output tokens - 1), ITL as the chunk gaps.
+    for (key, name) in [("ttft", "ttft_s"), ("tpot", "tpot_s"), ("itl", "icl_s")] {
+        for (stat, ours) in [("mean", "mean"), ("median", "p50"), ("p99", "p99")] {
+            close(&m[name][ours], f(&format!("{stat}_{key}_ms")) * 1e-3);
+        }
+    }
+    assert_eq!(m["ttft_s"]["count"], 7);
+    assert_eq!(m["icl_s"]["count"], 7 * 15);
+    let latencies = theirs["latencies"].as_array().unwrap();
+    let e2e_max = latencies
+        .iter()
+        .filter_map(|x| x.as_f64())
+        .fold(0.0, f64::max);
+    close(&m["e2e_s"]["max"], e2e_max);
+    // The successes' prompt lengths are the server's usage counts; the failure's (the
+    // client tokenizer's count of a prompt the server refused) is left out.
+    close(&m["prompt_tokens"]["max"], 68.0);
+    close(&m["completion_tokens"]["mean"], 16.0);
+    close(&m["throughput_req_s"]["mean"], f("request_throughput"));
+    close(&m["output_tok_s"]["mean"], f("output_throughput"));
+    close(&m["total_tok_s"]["mean"], f("total_token_throughput"));
     assert_eq!(p["values"]["concurrency"], 2);
     let meta = read_json(&dir.join("meta.json"));
     assert_eq!(meta["imported"]["tool"], "vllm-bench");

@@ -6,7 +6,11 @@
 //! are imported, as its mean/median/p99 alone are not a distribution servebench can keep.
 //!
 //! vLLM's ITL is the gap between streamed chunks (servebench's `icl_s`); its TPOT is
-//! (latency - TTFT) / (output tokens - 1), servebench's `tpot_s`.
+//! (latency - TTFT) / (output tokens - 1), servebench's `tpot_s`. A success's `input_lens` and
+//! `output_lens` are the server's usage counts where the stream carries them (vLLM's openai
+//! backends ask for them), else its client tokenizer's; a failure keeps the client's prompt
+//! count, a 0 output and a 0 TTFT, so it is left out as vLLM's own summary leaves it out.
+//! Checked on a file vLLM 0.33.0 wrote (tests/fixtures/import/vllm-bench).
 
 use std::path::Path;
 
