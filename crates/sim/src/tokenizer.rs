@@ -101,21 +101,42 @@ pub(crate) fn output_token(seed: u64, i: u64) -> u32 {
 /// (`sim::canary`).
 const OUTPUT_EXTRA: &[&str] = &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "!"];
 
-/// Text of a generated token id; ids not produced by [`output_token`] (nor a canary's
-/// answer or a fault) decode to a placeholder.
-pub(crate) fn decode_token(id: u32) -> &'static str {
+/// Text of a generated token id (produced by [`output_token`], a canary's answer or a
+/// fault); None for any other.
+fn generated_text(id: u32) -> Option<&'static str> {
     OUTPUT_WORDS
         .iter()
         .chain(OUTPUT_EXTRA)
         .find(|w| piece_id(w) == id)
         .copied()
-        .unwrap_or(" <unk>")
 }
 
-/// Appends the text of `ids` to `out`.
+/// Text of a generated token id; any other decodes to a placeholder (the generated text's
+/// own ids are always the simulator's).
+pub(crate) fn decode_token(id: u32) -> &'static str {
+    generated_text(id).unwrap_or(" <unk>")
+}
+
+/// Appends the text of `ids` to `out`. A generated token is its word. Any other id of the
+/// vocabulary is a word of its own: a space and four letters spelling the id (one piece,
+/// so one token again), since the ids are hashes of text and cannot be turned back into it;
+/// a client that detokenizes ids to make a prompt of a length (vLLM's `bench serve` random
+/// dataset aligns its prompts so) gets text of as many tokens. A special id (below the
+/// first text id) or one past the vocabulary is ` <unk>`.
 pub(crate) fn decode_into(ids: &[u32], out: &mut String) {
     for &id in ids {
-        out.push_str(decode_token(id));
+        match generated_text(id) {
+            Some(w) => out.push_str(w),
+            None if (FIRST_ID..VOCAB_SIZE).contains(&id) => {
+                out.push(' ');
+                let mut n = id;
+                for _ in 0..4 {
+                    out.push(char::from(b'a' + (n % 26) as u8));
+                    n /= 26;
+                }
+            }
+            None => out.push_str(" <unk>"),
+        }
     }
 }
 
@@ -187,6 +208,20 @@ mod tests {
         ] {
             assert_eq!(pieces(t).concat(), t, "{t:?}");
         }
+    }
+
+    /// Ids the simulator did not generate detokenize to one-token words, so text made of N
+    /// ids tokenizes to N tokens again.
+    #[test]
+    fn any_vocabulary_id_detokenizes_to_one_token() {
+        let ids: Vec<u32> = vec![256, 1000, 5021, 77_777, VOCAB_SIZE - 1];
+        let mut s = String::new();
+        decode_into(&ids, &mut s);
+        assert!(!s.contains("<unk>"), "{s}");
+        assert_eq!(encode(&s).len(), ids.len(), "{s}");
+        let mut special = String::new();
+        decode_into(&[1, VOCAB_SIZE], &mut special);
+        assert_eq!(special, " <unk> <unk>");
     }
 
     #[test]

@@ -318,6 +318,9 @@ async fn sim_vllm_takes_vllm_serve_flags_and_serves_its_identity() {
     );
     let (_, d) = post(&s.base, "/detokenize", &json!({"tokens": t["tokens"]})).await;
     assert!(d["prompt"].is_string());
+    // The ids come back as text of as many tokens (vLLM's bench aligns its prompts so).
+    let (_, again) = post(&s.base, "/tokenize", &json!({"prompt": d["prompt"]})).await;
+    assert_eq!(again["count"], json!(11), "{d}");
     // A request naming another model is refused.
     let (status, e) = post(
         &s.base,
