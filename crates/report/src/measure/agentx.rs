@@ -18,50 +18,7 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
     let spec = preset_of(exp)?;
     let empty = JobsView::default();
     let jobs = record.jobs.as_ref().unwrap_or(&empty);
-    let rule = |rule, required: &str, measured: String, met: Option<bool>| AgentxRule {
-        rule,
-        required: required.into(),
-        measured,
-        met,
-    };
-    let min_s = MIN_DURATION.as_secs_f64();
-    let stop_s = exp
-        .stop
-        .as_ref()
-        .and_then(|s| s.duration)
-        .map(|d| d.as_secs_f64());
-    // The window ends at the last turn's end, before the deadline when no turn was due
-    // after it: the point lasted the duration when the deadline ended it.
-    let ran_out = !jobs.reached_duration && !interrupted;
-    let mut why = Vec::new();
-    if let Some(s) = stop_s.filter(|&s| s < min_s) {
-        why.push(format!("`stop.duration` {} s", round1(s)));
-    }
-    if ran_out {
-        why.push(format!(
-            "every session ended before the duration ({} started)",
-            jobs.started
-        ));
-    }
-    if jobs.reached_duration
-        && let Some(s) = stop_s.filter(|&s| s >= min_s)
-    {
-        why.push(format!("until `stop.duration` ({} s) ended it", round1(s)));
-    }
-    let duration = rule(
-        Kind::Duration,
-        "sessions for at least 900 s (1800 s when unset), until the duration ends them",
-        format!(
-            "{} s from the first session's start to the last one's end{}",
-            round1(jobs.window_s),
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", why.join("; "))
-            }
-        ),
-        Some(stop_s.is_some_and(|s| s >= min_s) && jobs.reached_duration),
-    );
+    let duration = duration_rule(exp, jobs, interrupted);
     let streaming = rule(
         Kind::Streaming,
         "every turn streamed",
@@ -110,6 +67,97 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
         ),
         Some(nonce && above == 0),
     );
+    let (truncation, overflow) = client_rules(jobs);
+    let cancelled = rule(
+        Kind::NotCancelled,
+        "the run not interrupted",
+        if interrupted {
+            "interrupted".into()
+        } else {
+            "ran to its end".into()
+        },
+        Some(!interrupted),
+    );
+    let corpus = rule(
+        Kind::Corpus,
+        "the pinned with-subagents corpus (semianalysisai/cc-traces-weka-062126)",
+        format!(
+            "`{}`, a local trace: its identity is not verified (AIPerf 0.13 refuses a local folder as unpinned too)",
+            spec.file.display()
+        ),
+        None,
+    );
+    let rules = vec![
+        duration, streaming, ignore_eos, delays, idle, bust, truncation, overflow, cancelled,
+        corpus,
+    ];
+    let overridden = spec.preset_override;
+    let conforms = !overridden && rules.iter().all(|r| r.met != Some(false));
+    Some(AgentxVerdict {
+        scenario: SCENARIO.into(),
+        source: SOURCE.into(),
+        conforms,
+        overridden,
+        rules,
+    })
+}
+
+/// One rule: what AgentX requires, what the point did, and whether that met it (None: not
+/// judged).
+fn rule(rule: Kind, required: &str, measured: String, met: Option<bool>) -> AgentxRule {
+    AgentxRule {
+        rule,
+        required: required.into(),
+        measured,
+        met,
+    }
+}
+
+/// The duration: at least AgentX's floor, and the point ended by it (not by its sessions
+/// running out, nor an interrupt).
+fn duration_rule(exp: &Experiment, jobs: &JobsView, interrupted: bool) -> AgentxRule {
+    let min_s = MIN_DURATION.as_secs_f64();
+    let stop_s = exp
+        .stop
+        .as_ref()
+        .and_then(|s| s.duration)
+        .map(|d| d.as_secs_f64());
+    // The window ends at the last turn's end, before the deadline when no turn was due
+    // after it: the point lasted the duration when the deadline ended it.
+    let ran_out = !jobs.reached_duration && !interrupted;
+    let mut why = Vec::new();
+    if let Some(s) = stop_s.filter(|&s| s < min_s) {
+        why.push(format!("`stop.duration` {} s", round1(s)));
+    }
+    if ran_out {
+        why.push(format!(
+            "every session ended before the duration ({} started)",
+            jobs.started
+        ));
+    }
+    if jobs.reached_duration
+        && let Some(s) = stop_s.filter(|&s| s >= min_s)
+    {
+        why.push(format!("until `stop.duration` ({} s) ended it", round1(s)));
+    }
+    rule(
+        Kind::Duration,
+        "sessions for at least 900 s (1800 s when unset), until the duration ends them",
+        format!(
+            "{} s from the first session's start to the last one's end{}",
+            round1(jobs.window_s),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
+            }
+        ),
+        Some(stop_s.is_some_and(|s| s >= min_s) && jobs.reached_duration),
+    )
+}
+
+/// No turn skipped by the client, and context refusals within AgentX's limit.
+fn client_rules(jobs: &JobsView) -> (AgentxRule, AgentxRule) {
     let skipped = jobs
         .sessions
         .iter()
@@ -148,38 +196,7 @@ pub fn judge(exp: &Experiment, record: &PointRecord, interrupted: bool) -> Optio
         ),
         Some(rate <= OVERFLOW_RATE_LIMIT),
     );
-    let cancelled = rule(
-        Kind::NotCancelled,
-        "the run not interrupted",
-        if interrupted {
-            "interrupted".into()
-        } else {
-            "ran to its end".into()
-        },
-        Some(!interrupted),
-    );
-    let corpus = rule(
-        Kind::Corpus,
-        "the pinned with-subagents corpus (semianalysisai/cc-traces-weka-062126)",
-        format!(
-            "`{}`, a local trace: its identity is not verified (AIPerf 0.13 refuses a local folder as unpinned too)",
-            spec.file.display()
-        ),
-        None,
-    );
-    let rules = vec![
-        duration, streaming, ignore_eos, delays, idle, bust, truncation, overflow, cancelled,
-        corpus,
-    ];
-    let overridden = spec.preset_override;
-    let conforms = !overridden && rules.iter().all(|r| r.met != Some(false));
-    Some(AgentxVerdict {
-        scenario: SCENARIO.into(),
-        source: SOURCE.into(),
-        conforms,
-        overridden,
-        rules,
-    })
+    (truncation, overflow)
 }
 
 fn round1(s: f64) -> f64 {

@@ -207,6 +207,62 @@ pub struct JobsRow {
     pub bands: Vec<ContextBand>,
 }
 
+/// An agent-session point's row: its sessions' completion and duration percentiles (the one
+/// interpolating rule every percentile here follows), turns, tokens and why sessions stopped.
+fn jobs_row(p: &PointRecord, label: String) -> Option<JobsRow> {
+    let j = p.jobs.as_ref()?;
+    let mut done: Vec<f64> = j.sessions.iter().filter_map(|s| s.completion_s).collect();
+    done.sort_by(f64::total_cmp);
+    let at =
+        |q: f64| (!done.is_empty()).then(|| crate::measure::percentile_sorted(&done, q * 100.0));
+    let mut lasted: Vec<f64> = j.sessions.iter().filter_map(|s| s.duration_s).collect();
+    lasted.sort_by(f64::total_cmp);
+    let lasted_at = |q: f64| {
+        (!lasted.is_empty()).then(|| crate::measure::percentile_sorted(&lasted, q * 100.0))
+    };
+    let mut stop_reasons = IndexMap::new();
+    for s in &j.sessions {
+        if let Some(r) = &s.stopped {
+            // A reason is `kind: details`: counted by its kind.
+            let kind = r.split_once(": ").map_or(r.as_str(), |(k, _)| k);
+            *stop_reasons.entry(kind.to_string()).or_insert(0) += 1;
+        }
+    }
+    Some(JobsRow {
+        point: p.id.clone(),
+        label,
+        live: j.live,
+        live_mean: j.live_mean,
+        started: j.started,
+        completed: j.completed,
+        stopped: j.stopped,
+        truncated: j.truncated,
+        jobs_per_hour: j.jobs_per_hour,
+        window_s: j.window_s,
+        completion_p50_s: at(0.5),
+        completion_p90_s: at(0.9),
+        turns: j.sessions.iter().map(|s| u64::from(s.sent)).sum(),
+        turns_mean: if j.sessions.is_empty() {
+            0.0
+        } else {
+            j.sessions.iter().map(|s| f64::from(s.sent)).sum::<f64>() / j.sessions.len() as f64
+        },
+        duration_p50_s: lasted_at(0.5),
+        duration_p90_s: lasted_at(0.9),
+        completion_tokens_mean: if j.sessions.is_empty() {
+            0.0
+        } else {
+            j.sessions
+                .iter()
+                .map(|s| s.completion_tokens as f64)
+                .sum::<f64>()
+                / j.sessions.len() as f64
+        },
+        stop_reasons,
+        bands: j.ttft_by_context.clone(),
+    })
+}
+
 /// The section from the points' records.
 pub(crate) fn section(
     points: &[PointRecord],
@@ -242,62 +298,7 @@ pub(crate) fn section(
         .collect();
     let jobs: Vec<JobsRow> = points
         .iter()
-        .filter_map(|p| {
-            let j = p.jobs.as_ref()?;
-            let mut done: Vec<f64> = j.sessions.iter().filter_map(|s| s.completion_s).collect();
-            done.sort_by(f64::total_cmp);
-            let at = |q: f64| {
-                (!done.is_empty()).then(|| crate::measure::percentile_sorted(&done, q * 100.0))
-            };
-            let mut lasted: Vec<f64> = j.sessions.iter().filter_map(|s| s.duration_s).collect();
-            lasted.sort_by(f64::total_cmp);
-            let lasted_at = |q: f64| {
-                (!lasted.is_empty())
-                    .then(|| lasted[((lasted.len() - 1) as f64 * q).round() as usize])
-            };
-            let mut stop_reasons = IndexMap::new();
-            for s in &j.sessions {
-                if let Some(r) = &s.stopped {
-                    // A reason is `kind: details`: counted by its kind.
-                    let kind = r.split_once(": ").map_or(r.as_str(), |(k, _)| k);
-                    *stop_reasons.entry(kind.to_string()).or_insert(0) += 1;
-                }
-            }
-            Some(JobsRow {
-                point: p.id.clone(),
-                label: label(&p.id),
-                live: j.live,
-                live_mean: j.live_mean,
-                started: j.started,
-                completed: j.completed,
-                stopped: j.stopped,
-                truncated: j.truncated,
-                jobs_per_hour: j.jobs_per_hour,
-                window_s: j.window_s,
-                completion_p50_s: at(0.5),
-                completion_p90_s: at(0.9),
-                turns: j.sessions.iter().map(|s| u64::from(s.sent)).sum(),
-                turns_mean: if j.sessions.is_empty() {
-                    0.0
-                } else {
-                    j.sessions.iter().map(|s| f64::from(s.sent)).sum::<f64>()
-                        / j.sessions.len() as f64
-                },
-                duration_p50_s: lasted_at(0.5),
-                duration_p90_s: lasted_at(0.9),
-                completion_tokens_mean: if j.sessions.is_empty() {
-                    0.0
-                } else {
-                    j.sessions
-                        .iter()
-                        .map(|s| s.completion_tokens as f64)
-                        .sum::<f64>()
-                        / j.sessions.len() as f64
-                },
-                stop_reasons,
-                bands: j.ttft_by_context.clone(),
-            })
-        })
+        .filter_map(|p| jobs_row(p, label(&p.id)))
         .collect();
     let agentx: Vec<AgentxRow> = points
         .iter()
