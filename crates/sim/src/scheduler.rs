@@ -190,6 +190,10 @@ struct Scheduler {
     inflight: Vec<Inflight>,
     /// A decode worker's requests whose KV has arrived, waiting to join the running batch.
     prebuilt: VecDeque<Req>,
+    /// Requests in the prefill pass now running (out of `waiting`, not yet `running`): the
+    /// scheduler answers commands while the pass lasts, and a flush then must be refused, as
+    /// SGLang's is while a batch runs (the pass holds its prefixes).
+    prefilling: usize,
 }
 
 /// A prefilled request whose KV is on its way to the decode side.
@@ -274,6 +278,7 @@ impl Scheduler {
             link: crate::disagg::Link::new(cfg_transfer),
             inflight: Vec::new(),
             prebuilt: VecDeque::new(),
+            prefilling: 0,
         }
     }
 
@@ -422,7 +427,10 @@ impl Scheduler {
         }
         let deadline =
             start + self.cfg.profile.prefill_time(&segments) + self.mixed_decode_time(mixed);
-        if self.wait_until(deadline) {
+        self.prefilling = batch.len();
+        let stop = self.wait_until(deadline);
+        self.prefilling = 0;
+        if stop {
             return None;
         }
         if mixed {
@@ -617,6 +625,7 @@ impl Scheduler {
             && self.chunked.is_none()
             && self.inflight.is_empty()
             && self.prebuilt.is_empty()
+            && self.prefilling == 0
     }
 
     /// Handles a command; returns true to stop the loop.

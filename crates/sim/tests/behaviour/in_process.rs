@@ -356,6 +356,37 @@ async fn flush_cache_refuses_while_busy() {
     sim.stop().await.unwrap();
 }
 
+/// A flush that comes while a prefill pass runs is refused, as SGLang's is while a batch runs:
+/// the pass holds the prefixes it matched. It was accepted (the pass's requests were in no
+/// queue), the cache was reset under them, and the pass's end panicked the scheduler on a
+/// prefix node that no longer existed, every later request answered "shutting down".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_cache_refuses_during_a_prefill_pass() {
+    // About 2,300 prompt tokens at 150 us each: a pass of about 350 ms.
+    let sim = start_with(&[], |c| c.profile.prefill.per_token_us = 150.0).await;
+    let prompt = FOX.repeat(200);
+    let busy = {
+        let http = sim.http.clone();
+        let url = format!("{}/generate", sim.base);
+        tokio::spawn(async move {
+            http.post(url)
+                .json(&req_body(&prompt, 1, false))
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (s, body) = sim.post("/flush_cache", &json!({})).await;
+    assert_eq!((s, body.trim()), (400, "Flush cache failed."));
+    let answer = busy.await.unwrap().unwrap();
+    assert_eq!(answer.status(), 200);
+    // The scheduler lives on: the next request is answered and a flush when idle succeeds.
+    let (_, v) = sim.post_json("/generate", &req_body(FOX, 1, false)).await;
+    assert!(v["text"].is_string(), "{v}");
+    assert_eq!(sim.get("/flush_cache").await.0, 200);
+    sim.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_503_until_warmup_then_200() {
     // time scale 4: the fast profile's 50 ms warmup takes 200 ms.
