@@ -549,3 +549,74 @@ fn an_imported_run_s_report_states_only_what_the_files_recorded() {
         assert!(!report.contains(never), "{never} in {report}");
     }
 }
+
+/// What a tool recorded of its command is written without its credentials: an AIPerf
+/// endpoint's `api_key` and `Authorization` header, an inference-perf server's `api_key` and
+/// tokenizer `token`, each redacted by the rule every writer follows, wherever they stand.
+#[test]
+fn credentials_a_tool_recorded_are_redacted_in_the_imported_run() {
+    let ws = Workspace::new();
+    let aiperf = ws.path().join("aiperf");
+    std::fs::create_dir_all(&aiperf).unwrap();
+    std::fs::copy(
+        fixture("aiperf/profile_export.jsonl"),
+        aiperf.join("profile_export.jsonl"),
+    )
+    .unwrap();
+    let mut agg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("aiperf/profile_export_aiperf.json")).unwrap(),
+    )
+    .unwrap();
+    let endpoint = &mut agg["input_config"]["endpoint"];
+    endpoint["api_key"] = "sk-aiperf-0123456789".into();
+    endpoint["headers"] =
+        serde_json::json!(["Authorization: Bearer tok-hdr-0123456789", "X-Trace: on"]);
+    std::fs::write(aiperf.join("profile_export_aiperf.json"), agg.to_string()).unwrap();
+    let ip = ws.path().join("inference-perf");
+    std::fs::create_dir_all(&ip).unwrap();
+    for f in std::fs::read_dir(fixture("inference-perf")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, ip.join(f.file_name().unwrap())).unwrap();
+    }
+    let config = std::fs::read_to_string(ip.join("config.yaml")).unwrap();
+    std::fs::write(
+        ip.join("config.yaml"),
+        format!(
+            "{config}\nsecrets_probe:\n  api_key: sk-ip-0123456789\n  token: hf_ip0123456789\n"
+        ),
+    )
+    .unwrap();
+    for (dir, from, secrets) in [
+        (
+            &aiperf,
+            "aiperf",
+            &["sk-aiperf-0123456789", "tok-hdr-0123456789"][..],
+        ),
+        (
+            &ip,
+            "inference-perf",
+            &["sk-ip-0123456789", "hf_ip0123456789"][..],
+        ),
+    ] {
+        let out = ws.path().join(format!("run-{from}"));
+        let o = servebench()
+            .arg("import")
+            .arg(dir)
+            .args(["--from", from, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", show(&o));
+        let meta = std::fs::read_to_string(out.join("meta.json")).unwrap();
+        for s in secrets {
+            assert!(!meta.contains(s), "{s} in {from}'s meta.json");
+        }
+        assert!(meta.contains("<redacted>"), "{meta}");
+    }
+    // What is not a credential stays: the header that holds none, the tool's other settings.
+    let meta = std::fs::read_to_string(ws.path().join("run-aiperf/meta.json")).unwrap();
+    assert!(
+        meta.contains("X-Trace: on") && meta.contains("\"streaming\": true"),
+        "{meta}"
+    );
+}

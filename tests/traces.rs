@@ -555,17 +555,7 @@ fn a_burstgpt_csv_replays_at_its_seconds() {
     );
     let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points[0]["ok"], 3);
-    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
-    requests.sort_by(|a, b| {
-        a["scheduled_at"]
-            .as_f64()
-            .partial_cmp(&b["scheduled_at"].as_f64())
-            .unwrap()
-    });
-    let at: Vec<f64> = requests
-        .iter()
-        .map(|r| r["scheduled_at"].as_f64().unwrap())
-        .collect();
+    let (requests, at) = by_schedule(&dir);
     // One second apart in the trace, at a time scale of 0.2.
     assert!(
         (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.2).abs() < 1e-6,
@@ -735,17 +725,7 @@ fn a_bailian_trace_replays_at_its_seconds_with_16_token_blocks() {
     );
     let (dir, points) = ws.run_ok(&spec);
     assert_eq!(points[0]["ok"], 3, "{}", points[0]);
-    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
-    requests.sort_by(|a, b| {
-        a["scheduled_at"]
-            .as_f64()
-            .partial_cmp(&b["scheduled_at"].as_f64())
-            .unwrap()
-    });
-    let at: Vec<f64> = requests
-        .iter()
-        .map(|r| r["scheduled_at"].as_f64().unwrap())
-        .collect();
+    let (requests, at) = by_schedule(&dir);
     // Seconds (1.0 and 0.5 apart), at a time scale of 0.2: not milliseconds.
     assert!(
         (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.1).abs() < 1e-6,
@@ -783,4 +763,20 @@ fn a_bailian_trace_replays_at_its_seconds_with_16_token_blocks() {
         text.contains("a Bailian trace's blocks are 16 tokens"),
         "{text}"
     );
+}
+
+/// A run's requests in the order they were due, and when each was (Unix seconds).
+fn by_schedule(dir: &std::path::Path) -> (Vec<serde_json::Value>, Vec<f64>) {
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by(|a, b| {
+        a["scheduled_at"]
+            .as_f64()
+            .partial_cmp(&b["scheduled_at"].as_f64())
+            .unwrap()
+    });
+    let at = requests
+        .iter()
+        .map(|r| r["scheduled_at"].as_f64().unwrap())
+        .collect();
+    (requests, at)
 }

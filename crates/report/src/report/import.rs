@@ -192,6 +192,10 @@ fn write(imported: &Imported, out: &Path) -> Result<(), ImportError> {
         path: out.to_path_buf(),
         message: format!("the imported run does not make a servebench run: {e}"),
     })?;
+    // Whatever a tool recorded of its command (an API key, an auth header, a hub token) is
+    // redacted by the rule every other writer follows, before it reaches the disk.
+    let mut meta = serde_json::to_value(&meta).expect("meta serialises");
+    redact_secrets(&mut meta);
     let meta_text = serde_json::to_string_pretty(&meta).expect("meta serialises");
     std::fs::write(&meta_path, meta_text).map_err(io(&meta_path))?;
     let points = out.join("points.jsonl");
@@ -201,6 +205,38 @@ fn write(imported: &Imported, out: &Path) -> Result<(), ImportError> {
         std::fs::write(&requests, jsonl(&imported.requests)).map_err(io(&requests))?;
     }
     Ok(())
+}
+
+/// Replaces each string that is a secret under its key (`servebench_model::redact::is_secret`:
+/// `api_key`, `token`, `password`, a `Bearer` value under any name), and each `Name: value`
+/// header string whose value is one, with the redaction mark; walks every object and list.
+fn redact_secrets(v: &mut serde_json::Value) {
+    use servebench_model::redact::{REDACTED, is_secret};
+    let header = |s: &str| {
+        s.split_once(':')
+            .is_some_and(|(name, value)| is_secret(name.trim(), value.trim()))
+    };
+    match v {
+        serde_json::Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                match child {
+                    serde_json::Value::String(s) if is_secret(key, s) || header(s) => {
+                        *s = REDACTED.into();
+                    }
+                    _ => redact_secrets(child),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                match item {
+                    serde_json::Value::String(s) if header(s) => *s = REDACTED.into(),
+                    _ => redact_secrets(item),
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// One JSON line per item.
