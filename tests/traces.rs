@@ -466,7 +466,9 @@ fn the_published_tracelab_sample_validates_and_replays_its_recorded_prefixes_and
             .timestamp_micros() as f64
             / 1e6
     };
-    let mut sessions: Vec<(String, Vec<(f64, f64, u64, u64)>)> = Vec::new();
+    // (sent, end, input, prefix) a round, its session's in order of first appearance.
+    type Round = (f64, f64, u64, u64);
+    let mut sessions: Vec<(String, Vec<Round>)> = Vec::new();
     for line in text.lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         let events = r["timing_events"].as_array().unwrap();
