@@ -432,6 +432,155 @@ fn a_session_waits_as_its_trace_recorded_it() {
     assert!(sent(main1) < end(a2_1), "main1 waited for a2");
 }
 
+/// TraceLab's published sample rows (`tests/fixtures/tracelab`, copied unchanged; see its
+/// NOTICE): 19 LLM rounds of a Claude Code and a Codex session.
+fn published_tracelab() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tracelab/round_trace.jsonl")
+}
+
+#[test]
+fn the_published_tracelab_sample_validates_and_replays_its_recorded_prefixes_and_waits() {
+    let ws = Workspace::new();
+    let scale = 0.02;
+    let spec = corpus_spec(
+        &ws,
+        &published_tracelab(),
+        &format!("format: tracelab, live: 2, think_scale: {scale}"),
+    );
+    // The rounds' recorded outputs (up to 2,475 tokens) at a fifth of the fast profile's time.
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("profile: fast,", "profile: fast, sim-time-scale: 0.2,");
+    let spec = ws.write("tracelab.yaml", &text);
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    // Worked out here from the rows, as TraceLab records them: a round is sent at its latest
+    // input event and ends at its last output event; the sessions in order of first
+    // appearance, each round after the one before it, sharing min(prefix_tokens // 64, the
+    // previous round's whole blocks, its own) 64-token blocks with it.
+    let text = std::fs::read_to_string(published_tracelab()).unwrap();
+    let secs = |v: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+            .unwrap()
+            .timestamp_micros() as f64
+            / 1e6
+    };
+    // (sent, end, input, prefix) a round, its session's in order of first appearance.
+    type Round = (f64, f64, u64, u64);
+    let mut sessions: Vec<(String, Vec<Round>)> = Vec::new();
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let events = r["timing_events"].as_array().unwrap();
+        let at = |kinds: &[&str]| {
+            events
+                .iter()
+                .filter(|e| kinds.contains(&e["event_type"].as_str().unwrap()))
+                .map(|e| secs(&e["timestamp"]))
+                .collect::<Vec<f64>>()
+        };
+        let sent = at(&["user_message", "tool_result"])
+            .into_iter()
+            .fold(f64::MIN, f64::max);
+        let end = at(&["text", "reasoning", "tool_call"])
+            .into_iter()
+            .fold(sent, f64::max);
+        let round = (
+            sent,
+            end,
+            r["input_tokens_total"].as_u64().unwrap(),
+            r["prefix_tokens"].as_u64().unwrap(),
+        );
+        let sid = r["session_id"].as_str().unwrap().to_string();
+        match sessions.iter_mut().find(|(s, _)| *s == sid) {
+            Some((_, rounds)) => rounds.push(round),
+            None => sessions.push((sid, vec![round])),
+        }
+    }
+    assert_eq!(sessions.len(), 2);
+    // (theoretical hit, seconds after the previous round's end) a session's turn.
+    let mut expected: Vec<Vec<(u64, f64)>> = Vec::new();
+    for (_, rounds) in &mut sessions {
+        rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut prev: Option<(f64, u64)> = None;
+        expected.push(
+            rounds
+                .iter()
+                .map(|&(sent, end, input, prefix)| {
+                    let blocks = input / 64;
+                    let (hit, gap) = match prev {
+                        None => (0, 0.0),
+                        Some((prev_end, prev_blocks)) => (
+                            (prefix.min(input) / 64).min(prev_blocks).min(blocks) * 64,
+                            (sent - prev_end).max(0.0),
+                        ),
+                    };
+                    prev = Some((end, blocks));
+                    (hit, gap)
+                })
+                .collect(),
+        );
+    }
+    let theory: u64 = expected.iter().flatten().map(|e| e.0).sum();
+    assert_eq!(theory, 438_464, "the sample's own sharing");
+
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    let jobs = &p["jobs"];
+    assert_eq!(
+        (jobs["started"].as_u64(), jobs["completed"].as_u64()),
+        (Some(2), Some(2)),
+        "{jobs}"
+    );
+    let kinds: Vec<&str> = validity_flags(p)
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert!(!kinds.contains(&"unexpected-cache-hit"), "{kinds:?}");
+    let t = &p["trace_cache"];
+    assert_eq!(t["theoretical_cached_tokens"].as_u64(), Some(theory), "{t}");
+    assert_eq!(t["prompt_tokens"], t["requested_prompt_tokens"], "{t}");
+    let requests = read_jsonl(&dir.join("requests.jsonl"));
+    assert_eq!(requests.len(), 19);
+    let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
+    let end = |r: &serde_json::Value| sent(r) + r["end_s"].as_f64().unwrap();
+    for (s, want) in expected.iter().enumerate() {
+        let mut mine: Vec<&serde_json::Value> = requests
+            .iter()
+            .filter(|r| r["job"]["session"].as_u64() == Some(s as u64))
+            .collect();
+        mine.sort_by_key(|r| r["job"]["turn"].as_u64());
+        assert_eq!(mine.len(), want.len());
+        for (k, (r, &(hit, gap))) in mine.iter().zip(want).enumerate() {
+            assert!(r["error"].is_null(), "{r}");
+            // Each turn is owed the recorded prefix, to a block, and the server found it:
+            // the sessions run one turn at a time and share nothing with each other.
+            assert_eq!(
+                r["theoretical_cached_tokens"].as_u64(),
+                Some(hit),
+                "{s}/{k}"
+            );
+            let cached = r["cached_tokens"].as_u64().unwrap();
+            assert!(
+                cached.abs_diff(hit) <= 64,
+                "{s}/{k}: {cached} against {hit}"
+            );
+            // Due the recorded wait (scaled) after the previous turn's end, never sent early.
+            let due = r["job"]["due_at"].as_f64().unwrap();
+            if k > 0 {
+                let from = end(mine[k - 1]);
+                assert!(
+                    (due - from - gap * scale).abs() < 0.005,
+                    "{s}/{k}: due {:.4} s after the previous end, the trace {:.4}",
+                    due - from,
+                    gap * scale
+                );
+            }
+            assert!(sent(r) >= due - 0.002, "{s}/{k}: sent before due");
+        }
+    }
+}
+
 /// The published Mooncake traces of `tests/fixtures/mooncake` (Apache-2.0, their first 300
 /// lines copied unchanged; see its NOTICE).
 fn published_mooncake(name: &str) -> std::path::PathBuf {

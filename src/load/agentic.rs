@@ -37,7 +37,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
-use servebench_model::spec::load_model::AgenticSpec;
+use servebench_model::spec::load_model::{AgenticFormat, AgenticSpec};
+
+mod tracelab;
 
 /// Largest session trace file read.
 pub(crate) const FILE_BYTES: u64 = 256 << 20;
@@ -239,6 +241,9 @@ impl<'a> Reader<'a> {
             path: path.to_path_buf(),
             source,
         };
+        if self.spec.format == AgenticFormat::Tracelab {
+            return self.tracelab(path);
+        }
         if std::fs::metadata(path).map_err(io)?.is_dir() {
             return self.folder(path);
         }
@@ -1054,6 +1059,7 @@ mod tests {
             block_size: None,
             preset: None,
             preset_override: false,
+            format: Default::default(),
         }
     }
 

@@ -810,6 +810,7 @@ mod tests {
             block_size: None,
             preset: None,
             preset_override: false,
+            format: Default::default(),
         };
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("s.jsonl");
@@ -842,6 +843,7 @@ mod tests {
             block_size: None,
             preset: None,
             preset_override: false,
+            format: Default::default(),
         };
         // Subagents that begin from the main agent's first blocks, histories that grow and
         // partial last blocks made whole by the next turn.

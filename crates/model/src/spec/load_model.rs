@@ -648,10 +648,16 @@ pub struct AgenticSpec {
     #[schemars(range(min = 0.0, max = 1000.0))]
     pub think_scale: f64,
     /// Tokens a block id stands for, over the trace's own `block_size` (default: the trace's,
-    /// else 512).
+    /// else 512; for `format: tracelab`, the size its blocks are made at: 64, AIPerf's).
     #[serde(default)]
     #[schemars(range(min = 1, max = 1048576))]
     pub block_size: Option<u32>,
+    /// How the file is written: `kv-cache-tester` (the default; SemiAnalysis's AgentX
+    /// sessions, AIPerf's `weka` trace) or `tracelab` (TraceLab's agentic-coding corpus, one
+    /// LLM round a line, read as AIPerf 0.13's `tracelab` loader reads it: rounds grouped by
+    /// `session_id`, blocks made from `prefix_tokens`, subagents linked by timing).
+    #[serde(default, skip_serializing_if = "AgenticFormat::is_default")]
+    pub format: AgenticFormat,
     /// A named set of replay rules another tool locks, applied to the point and judged after
     /// it: `agentx` is AIPerf 0.13's `inferencex-agentx-mvp` scenario (InferenceX's agentic
     /// benchmark; the guide's "AgentX-comparable runs"). A spec that contradicts a rule is
@@ -662,6 +668,39 @@ pub struct AgenticSpec {
     /// AIPerf's `--unsafe-override`: the point's verdict then never says it conforms.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preset_override: bool,
+}
+
+/// The file format of a `load.agentic` trace.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum AgenticFormat {
+    /// One session a line (or a folder of one session a file): `{"id", "block_size",
+    /// "requests": [{"t", "in", "out", "hash_ids", ...}, {"type": "subagent", ...}]}`.
+    #[default]
+    KvCacheTester,
+    /// TraceLab (uw-syfi/TraceLab) JSONL, one LLM round a line: `session_id`, `round_index`,
+    /// `input_tokens_total`, `prefix_tokens`, `output_tokens`, `timing_events`, `tools`.
+    Tracelab,
+}
+
+impl AgenticFormat {
+    fn is_default(&self) -> bool {
+        *self == AgenticFormat::KvCacheTester
+    }
 }
 
 /// A named set of replay rules (`load.agentic.preset`).
