@@ -159,33 +159,40 @@ impl Reader<'_> {
     }
 }
 
-/// Reads the file's rows within its budgets, grouped by `session_id` in order of first
-/// appearance.
-fn read_rows(path: &Path) -> Result<Vec<SessionRows>, SessionTraceError> {
+/// Where a TraceLab row is refused: its file, line and column, with the fix.
+fn line_error(
+    path: &Path,
+    line: usize,
+    column: usize,
+    message: String,
+    hint: &'static str,
+) -> SessionTraceError {
+    SessionTraceError::Line {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
+        hint,
+    }
+}
+
+/// The file opened within the budget of a folder read through (the corpus is larger than a
+/// session file; each row is kept as a few numbers), refused if it is a folder or gzip.
+fn open_rows(path: &Path, limit: u64) -> Result<BufReader<impl Read>, SessionTraceError> {
     use servebench_model::input_file::{self, Refused};
-    let at =
-        |line: usize, column: usize, message: String, hint: &'static str| SessionTraceError::Line {
-            path: path.to_path_buf(),
-            line,
-            column,
-            message,
-            hint,
-        };
     let io = |source| SessionTraceError::Io {
         path: path.to_path_buf(),
         source,
     };
     if std::fs::metadata(path).map_err(io)?.is_dir() {
-        return Err(at(
+        return Err(line_error(
+            path,
             1,
             1,
             "a TraceLab trace is one JSONL file, not a folder".into(),
             "give the file: `file: syfi_coding_trace.jsonl`",
         ));
     }
-    // Read through, each row kept as a few numbers: the corpus is larger than a session
-    // file, so it has the budget of a folder read through.
-    let limit = FOLDER_BYTES;
     let file = input_file::open_regular(path, limit).map_err(|r| match r {
         Refused::Io(source) => io(source),
         Refused::NotAFile(kind) => SessionTraceError::NotAFile {
@@ -199,15 +206,30 @@ fn read_rows(path: &Path) -> Result<Vec<SessionRows>, SessionTraceError> {
     })?;
     let mut reader = BufReader::new(file.take(limit + 1));
     if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
-        return Err(at(
+        return Err(line_error(
+            path,
             1,
             1,
             "the file is gzip-compressed (TraceLab releases `syfi_coding_trace.jsonl.gz`); servebench reads the JSONL".into(),
             "decompress it first: `gzip -dk syfi_coding_trace.jsonl.gz`, and give the `.jsonl`",
         ));
     }
-    let mut sessions: Vec<SessionRows> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
+    Ok(reader)
+}
+
+/// Reads the file's rows within its budgets, grouped by `session_id` in order of first
+/// appearance.
+fn read_rows(path: &Path) -> Result<Vec<SessionRows>, SessionTraceError> {
+    let at = |line: usize, column: usize, message: String, hint: &'static str| {
+        line_error(path, line, column, message, hint)
+    };
+    let io = |source| SessionTraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let limit = FOLDER_BYTES;
+    let mut reader = open_rows(path, limit)?;
+    let mut sessions = Sessions::default();
     let mut line = Vec::new();
     let (mut number, mut read_bytes, mut rows) = (0usize, 0u64, 0usize);
     loop {
@@ -251,45 +273,53 @@ fn read_rows(path: &Path) -> Result<Vec<SessionRows>, SessionTraceError> {
         }
         let raw = parse_row(text.trim_end())
             .map_err(|(_, column, message, hint)| at(number, column, message, hint))?;
+        sessions
+            .add(number, raw)
+            .map_err(|(message, hint)| at(number, 1, message, hint))?;
+    }
+    Ok(sessions.list)
+}
+
+/// The sessions read so far, in order of first appearance, and where each `session_id` is.
+#[derive(Default)]
+struct Sessions {
+    list: Vec<SessionRows>,
+    index: HashMap<String, usize>,
+}
+
+impl Sessions {
+    /// Row `raw` of line `number` added to its session, once what it must hold is checked.
+    fn add(&mut self, number: usize, raw: RawRow) -> Result<(), (String, &'static str)> {
         let sid = raw
             .session_id
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| at(number, 1, "the round has no `session_id`".into(), HINT))?;
+            .ok_or(("the round has no `session_id`".to_string(), HINT))?;
         let what = |m: &str| format!("session {sid}, round {}: {m}", raw.round_index.unwrap_or(0));
         let Some((submitted, api_s)) = raw.timing.submission() else {
-            return Err(at(
-                number,
-                1,
+            return Err((
                 what(
                     "no `user_message`, `tool_result`, `text`, `reasoning` or `tool_call` event has a timestamp, so the round has no time to be sent at",
                 ),
                 "give the round's `timing_events` their timestamps, or drop the row",
             ));
         };
-        let input = raw.input.ok_or_else(|| {
-            at(
-                number,
-                1,
-                what("no `input_tokens_total` (its prompt tokens)"),
-                HINT,
-            )
-        })?;
+        let input = raw
+            .input
+            .ok_or_else(|| (what("no `input_tokens_total` (its prompt tokens)"), HINT))?;
         let output = raw
             .output
-            .ok_or_else(|| at(number, 1, what("no `output_tokens`"), HINT))?;
-        let s = match index.get(&sid) {
+            .ok_or_else(|| (what("no `output_tokens`"), HINT))?;
+        let s = match self.index.get(&sid) {
             Some(&s) => s,
             None => {
-                if sessions.len() >= SESSION_LIMIT {
-                    return Err(at(
-                        number,
-                        1,
+                if self.list.len() >= SESSION_LIMIT {
+                    return Err((
                         format!("the trace holds more than {SESSION_LIMIT} sessions"),
                         "replay a part of it: cut it to fewer sessions",
                     ));
                 }
-                index.insert(sid.clone(), sessions.len());
-                sessions.push(SessionRows {
+                self.index.insert(sid.clone(), self.list.len());
+                self.list.push(SessionRows {
                     id: sid,
                     first_line: number,
                     ident: (raw.user, raw.project),
@@ -300,14 +330,12 @@ fn read_rows(path: &Path) -> Result<Vec<SessionRows>, SessionTraceError> {
                     spawn_first: None,
                     wait_last: None,
                 });
-                sessions.len() - 1
+                self.list.len() - 1
             }
         };
-        let session = &mut sessions[s];
+        let session = &mut self.list[s];
         if session.rows.len() >= REQUESTS_PER_SESSION {
-            return Err(at(
-                number,
-                1,
+            return Err((
                 format!(
                     "session {} holds more than {REQUESTS_PER_SESSION} rounds",
                     session.id
@@ -338,8 +366,8 @@ fn read_rows(path: &Path) -> Result<Vec<SessionRows>, SessionTraceError> {
         session.windows.extend(raw.tools.windows);
         session.spawn_first = min_of(session.spawn_first, raw.tools.spawn_first);
         session.wait_last = max_of(session.wait_last, raw.tools.wait_last);
+        Ok(())
     }
-    Ok(sessions)
 }
 
 fn min_of(a: Option<i64>, b: Option<i64>) -> Option<i64> {
