@@ -1239,6 +1239,15 @@ fn closed_loop_checks(raw: &Value, problems: &mut Vec<Problem>) {
 fn sessions_checks(s: &serde_json::Map<String, Value>, problems: &mut Vec<Problem>) {
     let set = |f: &str| s.get(f).is_some_and(|v| !v.is_null());
     if !set("file") {
+        if set("format") {
+            problems.push(problem(
+                "/load/sessions/format",
+                Target::Key,
+                "`sessions.format` names the format of `sessions.file`, and there is no file"
+                    .into(),
+                "add `file: trace.json`, or remove `format` for generated conversations",
+            ));
+        }
         if !set("turns") {
             problems.push(problem(
                 "/load/sessions",
@@ -1255,7 +1264,7 @@ fn sessions_checks(s: &serde_json::Map<String, Value>, problems: &mut Vec<Proble
                 &format!("/load/sessions/{field}"),
                 Target::Key,
                 format!("`sessions.{field}` does not apply with `sessions.file`"),
-                "remove it: the file's conversations have their own turns, and each turn's `delay` is its pause",
+                "remove it: the file's conversations have their own turns and pauses (an AIPerf turn's `delay`; none between an SGLang agentic-trace's rounds)",
             ));
         }
     }
