@@ -797,7 +797,17 @@ fn an_agentic_trace_servebench_would_not_send_as_sglang_does_is_refused_at_valid
         "load:\n  kind: sessions\n  sessions: { users: 2, turns: 2, format: sglang-agentic-trace }\n",
     );
     assert!(
-        text.contains("names the format of `sessions.file`"),
+        text.contains("`sessions.format` reads `sessions.file`, and there is no file"),
+        "{text}"
+    );
+    // `--agentic-max-turns` is SGLang's: not for an AIPerf file.
+    let text = refused(
+        "aiperf",
+        chat,
+        "load:\n  kind: sessions\n  sessions: { users: 2, file: trace.json, max_turns: 2 }\n",
+    );
+    assert!(
+        text.contains("add `format: sglang-agentic-trace`"),
         "{text}"
     );
     // The same document with the role written as SGLang admits it validates.

@@ -50,8 +50,14 @@ const GENERIC_ROLES: [&str; 7] = [
 const FORMAT_HINT: &str = "write one JSON document, {\"conversations\": [[{\"messages\": [{\"role\": \"system\", \"content\": \"...\"}, {\"role\": \"user\", \"content\": \"...\"}]}, {\"messages\": [{\"role\": \"tool\", \"content\": \"...\"}]}]]}";
 
 /// Reads an SGLang agentic-trace document: its conversations in file order, each turn its
-/// round's messages, no pause before it.
-pub(crate) fn load_agentic_trace(path: &Path) -> Result<Vec<Conversation>, PromptError> {
+/// round's messages, no pause before it; each conversation cut to its first `max_turns`
+/// rounds with messages where given (SGLang's `--agentic-max-turns`: the rounds after are
+/// never sent, so never checked).
+pub(crate) fn load_agentic_trace(
+    path: &Path,
+    max_turns: Option<u32>,
+) -> Result<Vec<Conversation>, PromptError> {
+    let max_turns = max_turns.map_or(usize::MAX, |n| n as usize);
     let text = read_bounded(path)?;
     let at = |(line, column, message): (usize, usize, String)| PromptError::DatasetLine {
         path: path.to_path_buf(),
@@ -97,6 +103,9 @@ pub(crate) fn load_agentic_trace(path: &Path) -> Result<Vec<Conversation>, Promp
         let mut turns = Vec::new();
         let mut bytes = 0usize;
         for (ti, turn) in conversation.into_iter().enumerate() {
+            if turns.len() == max_turns {
+                break;
+            }
             let messages = match turn.messages {
                 // SGLang keeps a turn only `if turn.get("messages")`.
                 RawRound::Falsy => continue,
@@ -734,7 +743,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("trace.json");
         std::fs::write(&p, text).unwrap();
-        load_agentic_trace(&p).map_err(|e| {
+        load_agentic_trace(&p, None).map_err(|e| {
             let s = e.to_string();
             s[s.find("trace.json").unwrap()..].to_string()
         })
@@ -754,7 +763,7 @@ mod tests {
     fn reads_sglangs_published_fixture() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/sglang/agentic_prebuilt.json");
-        let c = load_agentic_trace(&path).unwrap();
+        let c = load_agentic_trace(&path, None).unwrap();
         assert_eq!(c.len(), 3);
         assert!(c.iter().all(|c| c.turns.len() == 3 && c.system.is_none()));
         assert_eq!(roles(&c[0].turns[0]), ["system", "user"]);
@@ -804,6 +813,26 @@ mod tests {
         assert_eq!(roles(&t[2]), ["assistant", "user"]);
         // A repeated key: the last, as Python's json reads it.
         assert_eq!(roles(&c[1].turns[0]), ["developer", "user"]);
+    }
+
+    /// `--agentic-max-turns`: the first rounds with messages, counted after the empty ones
+    /// are dropped; the rounds after are never sent, so a role there is not refused.
+    #[test]
+    fn max_turns_keeps_the_first_rounds_with_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("trace.json");
+        std::fs::write(
+            &p,
+            r#"{"conversations": [[{"messages": "a"}, {"messages": []}, {"messages": "b"}, {"messages": [{"role": "User", "content": "c"}]}], [{"messages": "d"}]]}"#,
+        )
+        .unwrap();
+        let c = load_agentic_trace(&p, Some(2)).unwrap();
+        let texts: Vec<Vec<&str>> = c
+            .iter()
+            .map(|c| c.turns.iter().map(|t| t.text.as_str()).collect())
+            .collect();
+        assert_eq!(texts, [vec!["a", "b"], vec!["d"]]);
+        assert!(load_agentic_trace(&p, Some(3)).is_err());
     }
 
     #[test]
@@ -909,7 +938,8 @@ mod tests {
         let p = dir.path().join("trace.json");
         for (_, bytes) in testkit::mutate::mutations(&[seed.as_bytes()], &tokens, 0xA6E7, 1000) {
             std::fs::write(&p, &bytes).unwrap();
-            if let Err(PromptError::DatasetLine { line, column, .. }) = load_agentic_trace(&p) {
+            if let Err(PromptError::DatasetLine { line, column, .. }) = load_agentic_trace(&p, None)
+            {
                 testkit::mutate::assert_within(&bytes, line, column);
             }
         }

@@ -37,7 +37,7 @@ impl Check for PromptCheck {
                 .borrow_mut()
                 .entry(full.clone())
                 .or_insert_with(|| {
-                    super::load_sessions_file(s.format, &full).err().map(|e| {
+                    super::load_sessions_file(s, &full).err().map(|e| {
                         let hint = match s.format {
                             SessionsFormat::AiperfMultiTurn => "AIPerf's multi_turn: one session a line, {\"session_id\": \"s1\", \"turns\": [{\"text\": \"...\"}, {\"text\": \"...\", \"delay\": 1000}]}",
                             SessionsFormat::SglangAgenticTrace => "SGLang's agentic-trace: one JSON document, {\"conversations\": [[{\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}, ...], ...]}",

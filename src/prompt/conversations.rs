@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny};
 
-use servebench_model::spec::types::SessionsFormat;
+use servebench_model::spec::types::{SessionsFormat, SessionsSpec};
 
 use super::file::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};
 use crate::client::ChatMessage;
@@ -56,14 +56,16 @@ pub(crate) struct ConversationTurn {
     pub output_tokens: Option<u32>,
 }
 
-/// Reads a sessions file in its format.
+/// Reads a sessions file (`spec.file`, at `path`) in its format.
 pub(crate) fn load_sessions_file(
-    format: SessionsFormat,
+    spec: &SessionsSpec,
     path: &Path,
 ) -> Result<Vec<Conversation>, PromptError> {
-    match format {
+    match spec.format {
         SessionsFormat::AiperfMultiTurn => load_conversations(path),
-        SessionsFormat::SglangAgenticTrace => super::agentic_trace::load_agentic_trace(path),
+        SessionsFormat::SglangAgenticTrace => {
+            super::agentic_trace::load_agentic_trace(path, spec.max_turns)
+        }
     }
 }
 

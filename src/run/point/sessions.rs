@@ -352,6 +352,7 @@ mod tests {
             turns: Some(4001),
             file: None,
             format: Default::default(),
+            max_turns: None,
             think: Duration::from_millis(500),
             think_dist: ThinkDist::Exponential,
         };

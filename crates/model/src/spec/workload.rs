@@ -173,6 +173,11 @@ pub struct SessionsSpec {
     /// (SGLang bench_serving's `agentic-trace` JSON document, its rounds sent back to back).
     #[serde(default, skip_serializing_if = "SessionsFormat::is_default")]
     pub format: SessionsFormat,
+    /// `sglang-agentic-trace` only: each conversation cut to its first rounds with messages
+    /// (SGLang's `--agentic-max-turns`); unset, every round is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_turns: Option<u32>,
     /// Mean think time between a reply's end and the user's next turn, e.g. `2s`, `500ms`.
     #[serde(default = "no_think", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
