@@ -123,8 +123,9 @@ impl<'p> Sender<'p> for Sessions<'p> {
     }
 }
 
-/// One round of conversations from a file (`sessions.file`, AIPerf's `multi_turn`): each sent
-/// once, `users` at once; when one ends the next starts.
+/// One round of conversations from a file (`sessions.file`: AIPerf's `multi_turn`, or SGLang's
+/// `agentic-trace`, whose rounds carry several messages and no pause): each sent once, `users`
+/// at once; when one ends the next starts.
 pub(super) struct Conversations<'p> {
     pub exp: &'p Experiment,
     pub spec: &'p SessionsSpec,

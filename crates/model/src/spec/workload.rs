@@ -163,10 +163,11 @@ pub struct SessionsSpec {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1000))]
     pub turns: Option<u32>,
-    /// Conversations replayed from a file instead of generated: AIPerf's `multi_turn` JSONL
-    /// (`{"session_id", "turns": [{"text", "delay", "output_length"}]}` a line), relative to
-    /// the spec file. Each conversation is sent once, `users` at once, each turn its `delay`
-    /// (milliseconds) after the previous answer, with the server's replies in its history.
+    /// Conversations replayed from a file instead of generated, relative to the spec file, in
+    /// `format`: AIPerf's `multi_turn` JSONL (`{"session_id", "turns": [{"text", "delay",
+    /// "output_length"}]}` a line) by default. Each conversation is sent once, `users` at
+    /// once, each turn after the previous answer (and its `delay`, milliseconds, for AIPerf's),
+    /// with the server's replies in its history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<std::path::PathBuf>,
     /// The format of `file`: `aiperf-multi-turn` (the default) or `sglang-agentic-trace`
