@@ -845,6 +845,138 @@ fn a_multi_turn_line_servebench_would_not_send_as_aiperf_does_is_refused_at_vali
 }
 
 #[test]
+fn sglang_agentic_trace_rounds_replay_back_to_back_with_the_servers_replies() {
+    let ws = Workspace::new();
+    // SGLang's own fixture, unchanged: 3 conversations of 3 rounds, the first round a system
+    // and a user message.
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sglang/agentic_prebuilt.json");
+    let doc = read_json(&file);
+    let spec = ws.write(
+        "at.yaml",
+        &format!(
+            "name: at\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast, enable-cache-report: true }}\n  ready_timeout: 30s\nworkload:\n  api: openai-chat\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 6\nload:\n  kind: sessions\n  sessions: {{ users: 2, file: {}, format: sglang-agentic-trace }}\n",
+            file.display()
+        ),
+    );
+    let (dir, points) = ws.run_ok(&spec);
+    assert_eq!(points[0]["ok"], 9, "{}", points[0]);
+    let flags = points[0]["flags"].to_string();
+    assert!(!flags.contains("unexpected-cache-hit"), "{flags}");
+    let mut requests = read_jsonl(&dir.join("requests.jsonl"));
+    requests.sort_by_key(|r| r["index"].as_u64());
+    assert_eq!(requests.len(), 9);
+    let sent = |r: &serde_json::Value| r["sent_at"].as_f64().unwrap();
+    let end = |r: &serde_json::Value| sent(r) + r["end_s"].as_f64().unwrap();
+    let u = |v: &serde_json::Value| v.as_u64().unwrap();
+    assert!(
+        requests.iter().all(|r| r["max_tokens"] == 6),
+        "{}",
+        requests[0]
+    );
+    for c in 0..3 {
+        let turns = &requests[3 * c..3 * c + 3];
+        assert!(
+            turns.iter().all(|r| r["share"]["group"] == c as u64),
+            "{}",
+            turns[0]
+        );
+        // The first round is its system message and its user message: their 9 and 8 words
+        // (a token each at least) and the template's assistant cue (3); without the system
+        // message it would be the user's, servebench's tag (5) and the cue, 16.
+        assert!(u(&turns[0]["prompt_tokens"]) >= 20, "{}", turns[0]);
+        for i in 1..3 {
+            let (before, now) = (&turns[i - 1], &turns[i]);
+            // No think time: each round goes when the previous reply ended.
+            let late = sent(now) - end(before);
+            assert!((-0.002..0.035).contains(&late), "{c}/{i}: {late:+.4} s");
+            // The history is the previous prompt and the server's reply, then the round's
+            // message: the server finds all of the previous prompt cached (but the chat
+            // template's assistant cue, which the reply replaces).
+            // It grows by the reply (the server's count) and the round's words (a token each
+            // at least): a history without the reply would grow by the words alone.
+            let (p0, p1) = (u(&before["prompt_tokens"]), u(&now["prompt_tokens"]));
+            let words = doc["conversations"][c][i]["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["content"].as_str().unwrap().split_whitespace().count() as u64)
+                .sum::<u64>();
+            let grown = u(&before["completion_tokens"]) + words;
+            assert!(p1 >= p0 + grown, "{c}/{i}: {p0} -> {p1}, not {grown} more");
+            assert_eq!(u(&now["share"]["shared_tokens"]), p0, "{now}");
+            let cached = now["cached_tokens"].as_u64().unwrap_or(0);
+            assert!(cached + 4 >= p0, "{c}/{i}: found {cached} of {p0}");
+        }
+    }
+    // Two users: the third conversation starts when one of the first two has ended.
+    let first_end = end(&requests[2]).min(end(&requests[5]));
+    assert!(sent(&requests[6]) >= first_end - 0.002, "{}", requests[6]);
+    assert!(
+        sent(&requests[3]) < end(&requests[0]),
+        "the first two start at once"
+    );
+}
+
+#[test]
+fn an_agentic_trace_servebench_would_not_send_as_sglang_does_is_refused_at_validate() {
+    let ws = Workspace::new();
+    ws.write(
+        "trace.json",
+        "{\"conversations\": [\n  [{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}],\n  [{\"messages\": [{\"role\": \"tool\", \"content\": \"b\"}, {\"role\": \"User\", \"content\": \"c\"}]}]\n]}\n",
+    );
+    let chat = "  api: openai-chat\n  prompt: { kind: random, tokens: 64 }\n  output_tokens: 220";
+    let load = "load:\n  kind: sessions\n  sessions: { users: 2, file: trace.json, format: sglang-agentic-trace }\n";
+    let refused = |name: &str, workload: &str, load: &str| {
+        let spec = ws.write(&format!("{name}.yaml"), &sim_spec(name, workload, load));
+        let out = servebench().arg("validate").arg(&spec).output().unwrap();
+        let text = show(&out);
+        assert!(!out.status.success(), "{text}");
+        text
+    };
+    // SGLang's chat endpoint admits `user` in lower case only: refused where it stands.
+    let text = refused("role", chat, load);
+    assert!(
+        text.contains("trace.json:3:53: `role: \"User\"`: SGLang's chat endpoint admits `user` in lower case only"),
+        "{text}"
+    );
+    // SGLang replays it on chat backends only, one output length a turn.
+    let text = refused("api", &chat.replace("openai-chat", "sglang-generate"), load);
+    assert!(text.contains("write `api: openai-chat`"), "{text}");
+    let dist = chat.replace("220", "{ dist: uniform, min: 64, max: 256 }");
+    let text = refused("dist", &dist, load);
+    assert!(text.contains("write `output_tokens: 220`"), "{text}");
+    // A format names a file's; without one it says so.
+    let text = refused(
+        "nofile",
+        chat,
+        "load:\n  kind: sessions\n  sessions: { users: 2, turns: 2, format: sglang-agentic-trace }\n",
+    );
+    assert!(
+        text.contains("`sessions.format` reads `sessions.file`, and there is no file"),
+        "{text}"
+    );
+    // `--agentic-max-turns` is SGLang's: not for an AIPerf file.
+    let text = refused(
+        "aiperf",
+        chat,
+        "load:\n  kind: sessions\n  sessions: { users: 2, file: trace.json, max_turns: 2 }\n",
+    );
+    assert!(
+        text.contains("add `format: sglang-agentic-trace`"),
+        "{text}"
+    );
+    // The same document with the role written as SGLang admits it validates.
+    ws.write(
+        "trace.json",
+        "{\"conversations\": [[{\"messages\": [{\"role\": \"tool\", \"content\": \"b\"}, {\"role\": \"user\", \"content\": \"c\"}]}]]}\n",
+    );
+    let spec = ws.write("ok.yaml", &sim_spec("ok", chat, load));
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
 fn a_bailian_trace_replays_at_its_seconds_with_16_token_blocks() {
     let ws = Workspace::new();
     // Lines in the schema Alibaba's README documents (its files are Git LFS objects that

@@ -379,6 +379,7 @@ impl Client {
             temperature: 0.0,
             model: model.map(str::to_string),
             history: Vec::new(),
+            prompt_role: "user",
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),

@@ -25,6 +25,9 @@ pub struct GenerationRequest {
     /// Earlier turns of a conversation, sent as chat messages before `prompt` (the chat API
     /// only; the other APIs get the conversation already written into `prompt`).
     pub history: Vec<ChatMessage>,
+    /// The role of the chat message that carries `prompt`: `user`, but for a replayed round
+    /// that ends with another (an SGLang agentic-trace round of tool results).
+    pub prompt_role: &'static str,
     /// Ask for the server's per-request speculative counts on the OpenAI APIs: SGLang's
     /// `return_spec_tokens_details` (protocol.py `CompletionRequest`/`ChatCompletionRequest`),
     /// answered by a `choices: []` chunk whose `sglext.spec_tokens_details` carries
@@ -52,7 +55,7 @@ pub struct GenerationRequest {
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ChatMessage {
-    /// `user` or `assistant`.
+    /// `user`, `assistant`, or a role a replayed file gives (`system`, `tool`, ...).
     pub role: &'static str,
     pub content: String,
 }
@@ -126,7 +129,7 @@ fn plain_body(req: &GenerationRequest) -> Value {
         Api::OpenaiChat => json!({
             "model": model,
             "messages": req.history.iter().chain(std::iter::once(&ChatMessage {
-                role: "user",
+                role: req.prompt_role,
                 content: req.prompt.clone(),
             })).collect::<Vec<_>>(),
             "max_tokens": req.max_tokens,
@@ -151,6 +154,7 @@ mod tests {
             temperature: 0.0,
             model: None,
             history: Vec::new(),
+            prompt_role: "user",
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),
@@ -195,6 +199,22 @@ mod tests {
         assert_eq!(b["stream_options"]["continuous_usage_stats"], true);
         assert_eq!(b["ignore_eos"], true);
         assert_eq!(path(Api::OpenaiChat), "/v1/chat/completions");
+    }
+
+    #[test]
+    fn a_replayed_round_ends_with_its_own_role() {
+        let round = GenerationRequest {
+            history: vec![ChatMessage {
+                role: "system",
+                content: "sys".into(),
+            }],
+            prompt_role: "tool",
+            ..req(Api::OpenaiChat)
+        };
+        assert_eq!(
+            body(&round)["messages"],
+            json!([{"role":"system","content":"sys"},{"role":"tool","content":"hi"}])
+        );
     }
 
     #[test]

@@ -144,7 +144,7 @@ fn one_point_requests(e: &Experiment, spec_dir: &Path) -> RequestCount {
         // A file's conversations, each sent once a round; one that cannot be read counts
         // nothing (`validate` says why).
         let per_round = match &s.file {
-            Some(f) => crate::prompt::load_conversations(&spec_dir.join(f))
+            Some(f) => crate::prompt::load_sessions_file(s, &spec_dir.join(f))
                 .map_or(0, |c| c.iter().map(|c| c.turns.len() as u64).sum()),
             None => s.users as u64 * u64::from(s.turns.unwrap_or(1)),
         };

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use servebench_model::spec::Check;
-use servebench_model::spec::types::{Experiment, PromptSpec};
+use servebench_model::spec::types::{Api, Experiment, PromptSpec, SessionsFormat, Workload};
 use servebench_model::spec::validate::{Problem, Target};
 
 use super::{PromptError, PromptSource};
@@ -25,18 +25,24 @@ impl Check for PromptCheck {
     fn check(&self, experiment: &Experiment, spec_dir: &Path) -> Vec<Problem> {
         // Conversations from a file (`load.sessions.file`), read once however many points
         // replay them.
-        if let Some(file) = experiment.sessions().and_then(|s| s.file.as_ref()) {
+        if let Some(s) = experiment.sessions()
+            && let Some(file) = &s.file
+        {
+            if let Some(p) = agentic_trace_workload(s.format, &experiment.workload) {
+                return vec![p];
+            }
             let full = spec_dir.join(file);
             let found = self
                 .files
                 .borrow_mut()
                 .entry(full.clone())
                 .or_insert_with(|| {
-                    super::load_conversations(&full).err().map(|e| {
-                        (
-                            e.to_string(),
-                            "AIPerf's multi_turn: one session a line, {\"session_id\": \"s1\", \"turns\": [{\"text\": \"...\"}, {\"text\": \"...\", \"delay\": 1000}]}".into(),
-                        )
+                    super::load_sessions_file(s, &full).err().map(|e| {
+                        let hint = match s.format {
+                            SessionsFormat::AiperfMultiTurn => "AIPerf's multi_turn: one session a line, {\"session_id\": \"s1\", \"turns\": [{\"text\": \"...\"}, {\"text\": \"...\", \"delay\": 1000}]}",
+                            SessionsFormat::SglangAgenticTrace => "SGLang's agentic-trace: one JSON document, {\"conversations\": [[{\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]}, ...], ...]}",
+                        };
+                        (e.to_string(), hint.into())
                     })
                 })
                 .clone();
@@ -92,6 +98,38 @@ impl Check for PromptCheck {
 }
 
 /// What loading the whole workload (prompt, output lengths, mix) says, or `None`.
+/// What SGLang's agentic-trace replay needs of the workload: the chat API (SGLang's bench
+/// replays it on chat backends only, each round's messages as chat messages) and one output
+/// length for every turn (its `--sharegpt-output-len`, 220 by default).
+fn agentic_trace_workload(format: SessionsFormat, w: &Workload) -> Option<Problem> {
+    if format != SessionsFormat::SglangAgenticTrace {
+        return None;
+    }
+    if w.api != Api::OpenaiChat {
+        return Some(Problem {
+            pointer: "/workload/api".into(),
+            target: Target::Value,
+            message: format!(
+                "an SGLang agentic-trace is replayed as chat messages, and this workload's API is `{}`",
+                w.api
+            ),
+            hint: Some(
+                "write `api: openai-chat` (SGLang's bench replays it on its chat backends only)"
+                    .into(),
+            ),
+        });
+    }
+    if w.output_tokens.fixed().is_none() {
+        return Some(Problem {
+            pointer: "/workload/output_tokens".into(),
+            target: Target::Value,
+            message: "an SGLang agentic-trace asks one output length of every turn, and this is a distribution".into(),
+            hint: Some("write `output_tokens: 220` (SGLang's default per turn, its `--sharegpt-output-len`)".into()),
+        });
+    }
+    None
+}
+
 fn workload_problem(experiment: &Experiment, spec_dir: &Path) -> Option<(String, String)> {
     let e = super::WorkloadSource::load(&experiment.workload, spec_dir).err()?;
     Some(described(e))

@@ -22,7 +22,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny};
 
+use servebench_model::spec::types::{SessionsFormat, SessionsSpec};
+
 use super::file::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};
+use crate::client::ChatMessage;
 
 /// Longest `delay` taken from a file: a pause over an hour is a new session.
 pub(crate) const MAX_DELAY_MS: f64 = 3_600_000.0;
@@ -38,14 +41,32 @@ pub(crate) struct Conversation {
     pub turns: Vec<ConversationTurn>,
 }
 
-/// One user turn.
+/// One turn: the messages it appends to the conversation, then the server's reply.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ConversationTurn {
+    /// The turn's messages before its last (an SGLang agentic-trace round of several; none
+    /// for AIPerf's turns).
+    pub before: Vec<ChatMessage>,
+    /// The role of the turn's last message, `text` (`user` for AIPerf's turns).
+    pub role: &'static str,
     pub text: String,
     /// Wait after the previous turn's answer ended (zero for a session's first turn).
     pub delay: Duration,
     /// `output_length`: the turn's `max_tokens` (else the workload's output length).
     pub output_tokens: Option<u32>,
+}
+
+/// Reads a sessions file (`spec.file`, at `path`) in its format.
+pub(crate) fn load_sessions_file(
+    spec: &SessionsSpec,
+    path: &Path,
+) -> Result<Vec<Conversation>, PromptError> {
+    match spec.format {
+        SessionsFormat::AiperfMultiTurn => load_conversations(path),
+        SessionsFormat::SglangAgenticTrace => {
+            super::agentic_trace::load_agentic_trace(path, spec.max_turns)
+        }
+    }
 }
 
 /// Reads an AIPerf `multi_turn` file: its conversations in the order their first line comes.
@@ -311,6 +332,8 @@ fn checked_turn(t: RawTurn, leading: bool) -> Result<Checked, (&'static str, Str
         }
     }
     Ok(Checked::Turn(ConversationTurn {
+        before: Vec::new(),
+        role: "user",
         text,
         delay,
         output_tokens,
@@ -395,13 +418,13 @@ fn column_of_key(line: &str, name: &str) -> usize {
 }
 
 /// Back from a value's start to its key's opening quote.
-fn key_start(b: &[u8], value: usize) -> usize {
+pub(super) fn key_start(b: &[u8], value: usize) -> usize {
     let colon = b[..value].iter().rposition(|&c| c == b':').unwrap_or(0);
     let close = b[..colon].iter().rposition(|&c| c == b'"').unwrap_or(0);
     b[..close].iter().rposition(|&c| c == b'"').unwrap_or(0)
 }
 
-fn skip_ws(b: &[u8], mut i: usize) -> usize {
+pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && b[i].is_ascii_whitespace() {
         i += 1;
     }
@@ -457,7 +480,7 @@ fn skip_value(b: &[u8], i: usize) -> usize {
 }
 
 /// The keys of the object at `i` and where each one's value starts.
-fn object_keys(b: &[u8], i: usize) -> Vec<(&[u8], usize)> {
+pub(super) fn object_keys(b: &[u8], i: usize) -> Vec<(&[u8], usize)> {
     let mut out = Vec::new();
     if b.get(i) != Some(&b'{') {
         return out;
@@ -482,7 +505,7 @@ fn object_keys(b: &[u8], i: usize) -> Vec<(&[u8], usize)> {
 }
 
 /// Where each item of the array at `i` starts.
-fn array_items(b: &[u8], i: usize) -> Vec<usize> {
+pub(super) fn array_items(b: &[u8], i: usize) -> Vec<usize> {
     let mut out = Vec::new();
     if b.get(i) != Some(&b'[') {
         return out;

@@ -4,6 +4,7 @@
 //! the model under test, so `calibrate` scales the text until the server's reported
 //! `prompt_tokens` is within tolerance of the target.
 
+mod agentic_trace;
 pub mod blocks;
 mod calibrate;
 pub(crate) mod canary;
@@ -22,7 +23,7 @@ pub use calibrate::{
     Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
 };
 pub(crate) use check::PromptCheck;
-pub(crate) use conversations::{Conversation, load_conversations};
+pub(crate) use conversations::{Conversation, load_sessions_file};
 pub use dataset::{DatasetEntry, DatasetInput, load_dataset};
 pub use dist::{BUCKET_STEP, LengthSampler, bucket};
 pub use file::{

@@ -164,8 +164,8 @@ impl PointRunner {
                 .map(Prepared::Agentic);
         }
         // Conversations from a file bring their own turns.
-        if let Some(file) = exp.sessions().and_then(|s| s.file.as_ref()) {
-            return match crate::prompt::load_conversations(&self.spec_dir.join(file)) {
+        if let Some((file, s)) = exp.sessions().and_then(|s| s.file.as_ref().map(|f| (f, s))) {
+            return match crate::prompt::load_sessions_file(s, &self.spec_dir.join(file)) {
                 Ok(c) => Ok(Prepared::Conversations(std::sync::Arc::new(c))),
                 Err(e) => {
                     flags.push(Flag::new(

@@ -97,6 +97,7 @@ impl<'p> Sender<'p> for Sessions<'p> {
                     user,
                     first_index: user * turns,
                     system: None,
+                    befores: Vec::new(),
                     requests: conversation
                         .into_iter()
                         .map(|p| {
@@ -122,8 +123,9 @@ impl<'p> Sender<'p> for Sessions<'p> {
     }
 }
 
-/// One round of conversations from a file (`sessions.file`, AIPerf's `multi_turn`): each sent
-/// once, `users` at once; when one ends the next starts.
+/// One round of conversations from a file (`sessions.file`: AIPerf's `multi_turn`, or SGLang's
+/// `agentic-trace`, whose rounds carry several messages and no pause): each sent once, `users`
+/// at once; when one ends the next starts.
 pub(super) struct Conversations<'p> {
     pub exp: &'p Experiment,
     pub spec: &'p SessionsSpec,
@@ -191,12 +193,14 @@ impl<'p> Sender<'p> for Conversations<'p> {
                             user,
                             first_index: firsts[i],
                             system: c.system.clone(),
+                            befores: c.turns.iter().map(|t| t.before.clone()).collect(),
                             requests: c
                                 .turns
                                 .iter()
                                 .map(|t| {
                                     let mut r = template.clone();
                                     r.prompt = t.text.clone();
+                                    r.prompt_role = t.role;
                                     if let Some(n) = t.output_tokens {
                                         r.max_tokens = n;
                                     }
@@ -235,7 +239,9 @@ struct UserRun {
     first_index: u32,
     /// A system message sent before every turn (a file's leading system turn).
     system: Option<String>,
-    /// Each turn's new message (as `prompt`) and output length.
+    /// Each turn's messages before its last (an SGLang agentic-trace round; empty: none).
+    befores: Vec<Vec<ChatMessage>>,
+    /// Each turn's new message (as `prompt`, its role `prompt_role`) and output length.
     requests: Vec<GenerationRequest>,
     opening: String,
     thinks: Vec<Duration>,
@@ -277,22 +283,30 @@ impl UserRun {
             if !self.path.may_send() {
                 break;
             }
+            let mut before = self.befores.get(turn).cloned().unwrap_or_default();
+            // The tag goes on the conversation's first message, whichever carries it.
+            if let Some(first) = before.first_mut() {
+                first.content = format!("{}{}", std::mem::take(&mut opening), first.content);
+            }
             let message = if turn == 0 {
-                format!("{opening}{}", req.prompt)
+                format!("{}{}", std::mem::take(&mut opening), req.prompt)
             } else {
                 std::mem::take(&mut req.prompt)
             };
             if req.api == Api::OpenaiChat {
+                history.extend(before);
                 req.history = history.clone();
                 req.prompt = message.clone();
             } else {
-                if !transcript.is_empty() {
-                    transcript.push_str("\n\n");
+                for m in before.iter().map(|m| &m.content).chain([&message]) {
+                    if !transcript.is_empty() {
+                        transcript.push_str("\n\n");
+                    }
+                    transcript.push_str(m);
                 }
-                transcript.push_str(&message);
                 req.prompt = transcript.clone();
             }
-            let api = req.api;
+            let (api, role) = (req.api, req.prompt_role);
             let mut out = Outgoing::new(req, self.first_index + turn as u32, RequestRole::Measure);
             self.affinity.stamp(&mut out, self.session_id.clone(), None);
             out.share = Some(CacheShare {
@@ -314,7 +328,7 @@ impl UserRun {
             let reply = answered.text;
             if api == Api::OpenaiChat {
                 history.push(ChatMessage {
-                    role: "user",
+                    role,
                     content: message,
                 });
                 history.push(ChatMessage {
@@ -338,6 +352,8 @@ mod tests {
             users: 1,
             turns: Some(4001),
             file: None,
+            format: Default::default(),
+            max_turns: None,
             think: Duration::from_millis(500),
             think_dist: ThinkDist::Exponential,
         };

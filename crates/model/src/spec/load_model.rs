@@ -1278,6 +1278,18 @@ fn closed_loop_checks(raw: &Value, problems: &mut Vec<Problem>) {
 fn sessions_checks(s: &serde_json::Map<String, Value>, problems: &mut Vec<Problem>) {
     let set = |f: &str| s.get(f).is_some_and(|v| !v.is_null());
     if !set("file") {
+        for field in ["format", "max_turns"] {
+            if set(field) {
+                problems.push(problem(
+                    &format!("/load/sessions/{field}"),
+                    Target::Key,
+                    format!("`sessions.{field}` reads `sessions.file`, and there is no file"),
+                    &format!(
+                        "add `file: trace.json`, or remove `{field}` for generated conversations"
+                    ),
+                ));
+            }
+        }
         if !set("turns") {
             problems.push(problem(
                 "/load/sessions",
@@ -1288,13 +1300,22 @@ fn sessions_checks(s: &serde_json::Map<String, Value>, problems: &mut Vec<Proble
         }
         return;
     }
+    let agentic_trace = s.get("format").and_then(Value::as_str) == Some("sglang-agentic-trace");
+    if set("max_turns") && !agentic_trace {
+        problems.push(problem(
+            "/load/sessions/max_turns",
+            Target::Key,
+            "`sessions.max_turns` cuts an SGLang agentic-trace's conversations (its `--agentic-max-turns`), and this file is AIPerf's multi_turn".into(),
+            "remove it, or add `format: sglang-agentic-trace` if the file is SGLang's",
+        ));
+    }
     for field in ["turns", "think", "think_dist"] {
         if set(field) {
             problems.push(problem(
                 &format!("/load/sessions/{field}"),
                 Target::Key,
                 format!("`sessions.{field}` does not apply with `sessions.file`"),
-                "remove it: the file's conversations have their own turns, and each turn's `delay` is its pause",
+                "remove it: the file's conversations have their own turns and pauses (an AIPerf turn's `delay`; none between an SGLang agentic-trace's rounds)",
             ));
         }
     }

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 pub use super::error_budget::ErrorBudget;
 pub use super::hardware_facts::{CustomGpu, GpuChoice, ModelFactsSource};
 use super::patterns::{DURATION_PATTERN, HOST_PATTERN, SLURM_TIME_PATTERN};
-pub use super::workload::{DatasetFormat, Length, LengthDist, SessionsSpec, ThinkDist};
+pub use super::workload::{
+    DatasetFormat, Length, LengthDist, SessionsFormat, SessionsSpec, ThinkDist,
+};
 
 /// One experiment: which server to run, what to send it, how to measure, and what to sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

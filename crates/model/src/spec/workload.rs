@@ -163,12 +163,22 @@ pub struct SessionsSpec {
     #[serde(default)]
     #[schemars(range(min = 1, max = 1000))]
     pub turns: Option<u32>,
-    /// Conversations replayed from a file instead of generated: AIPerf's `multi_turn` JSONL
-    /// (`{"session_id", "turns": [{"text", "delay", "output_length"}]}` a line), relative to
-    /// the spec file. Each conversation is sent once, `users` at once, each turn its `delay`
-    /// (milliseconds) after the previous answer, with the server's replies in its history.
+    /// Conversations replayed from a file instead of generated, relative to the spec file, in
+    /// `format`: AIPerf's `multi_turn` JSONL (`{"session_id", "turns": [{"text", "delay",
+    /// "output_length"}]}` a line) by default. Each conversation is sent once, `users` at
+    /// once, each turn after the previous answer (and its `delay`, milliseconds, for AIPerf's),
+    /// with the server's replies in its history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<std::path::PathBuf>,
+    /// The format of `file`: `aiperf-multi-turn` (the default) or `sglang-agentic-trace`
+    /// (SGLang bench_serving's `agentic-trace` JSON document, its rounds sent back to back).
+    #[serde(default, skip_serializing_if = "SessionsFormat::is_default")]
+    pub format: SessionsFormat,
+    /// `sglang-agentic-trace` only: each conversation cut to its first rounds with messages
+    /// (SGLang's `--agentic-max-turns`); unset, every round is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_turns: Option<u32>,
     /// Mean think time between a reply's end and the user's next turn, e.g. `2s`, `500ms`.
     #[serde(default = "no_think", with = "humantime_serde")]
     #[schemars(with = "String", regex(pattern = DURATION_PATTERN))]
@@ -177,6 +187,42 @@ pub struct SessionsSpec {
     /// `workload.seed`).
     #[serde(default)]
     pub think_dist: ThinkDist,
+}
+
+/// The format of a sessions file.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    strum::IntoStaticStr,
+    strum::Display,
+)]
+#[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
+pub enum SessionsFormat {
+    /// AIPerf 0.13's `multi_turn` JSONL: `{"session_id", "turns": [{"text", "delay",
+    /// "output_length"}]}` a line, each turn its `delay` (milliseconds) after the previous
+    /// answer.
+    #[default]
+    AiperfMultiTurn,
+    /// SGLang bench_serving's `agentic-trace` (`datasets/agentic_trace.py`, 0.5.23): one JSON
+    /// document `{"metadata", "conversations": [[{"messages": [{"role", "content"}],
+    /// "prompt_tokens"}, ...], ...]}`, each turn its new messages, sent as soon as the
+    /// previous reply ended, with `workload.output_tokens` per turn (SGLang's default is 220)
+    /// and the chat API only.
+    SglangAgenticTrace,
+}
+
+impl SessionsFormat {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// How think times are drawn.

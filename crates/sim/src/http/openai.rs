@@ -94,6 +94,9 @@ fn model_errors(v: &Value, api: Api) -> Vec<PydanticError> {
         )),
         _ => {}
     }
+    if api == Api::Chat {
+        errors.extend(role_errors(obj.get("messages")));
+    }
     let int_fields: &[&str] = match api {
         Api::Completion => &["max_tokens"],
         Api::Chat => &["max_tokens", "max_completion_tokens"],
@@ -132,6 +135,57 @@ fn model_errors(v: &Value, api: Api) -> Vec<PydanticError> {
             ),
             Some(_) => {}
         }
+    }
+    errors
+}
+
+/// The roles `ChatCompletionMessageGenericParam` admits (0.5.23's protocol.py), in any case;
+/// `ChatCompletionMessageUserParam` admits the literal `user`.
+const GENERIC_ROLES: [&str; 7] = [
+    "system",
+    "assistant",
+    "tool",
+    "function",
+    "developer",
+    "latest_reminder",
+    "root",
+];
+
+/// A message whose string `role` neither member of the messages' union admits fails both, as
+/// pydantic says it (other shapes of a message are not modelled here). A `tool` message needs
+/// no `tool_call_id` (optional in the model).
+fn role_errors(messages: Option<&Value>) -> Vec<PydanticError> {
+    let Some(Value::Array(list)) = messages else {
+        return Vec::new();
+    };
+    let mut errors = Vec::new();
+    for (i, m) in list.iter().enumerate() {
+        let Some(role) = m.get("role").and_then(Value::as_str) else {
+            continue;
+        };
+        if role == "user" || GENERIC_ROLES.iter().any(|r| r.eq_ignore_ascii_case(role)) {
+            continue;
+        }
+        let loc = |member: &str| {
+            format!(
+                "('body', 'messages', {i}, 'function-after[validate_thinking_parts_role(), {member}]', 'role')"
+            )
+        };
+        let why = format!(
+            "'role' must be one of {} (case-insensitive).",
+            GENERIC_ROLES.map(|r| format!("'{r}'")).join(", ")
+        );
+        let input = crate::python::py_str(role);
+        errors.push(PydanticError(format!(
+            "{{'type': 'value_error', 'loc': {}, 'msg': {}, 'input': {input}, 'ctx': {{'error': ValueError({})}}}}",
+            loc("ChatCompletionMessageGenericParam"),
+            crate::python::py_str(&format!("Value error, {why}")),
+            crate::python::py_str(&why),
+        )));
+        errors.push(PydanticError(format!(
+            "{{'type': 'literal_error', 'loc': {}, 'msg': \"Input should be 'user'\", 'input': {input}, 'ctx': {{'expected': \"'user'\"}}}}",
+            loc("ChatCompletionMessageUserParam"),
+        )));
     }
     errors
 }

@@ -1621,6 +1621,25 @@ async fn sglang_0_5_23_refusals_in_its_words() {
         v["message"],
         "1 validation error:\n  {'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required', 'input': {'model': 'tiny', 'max_tokens': 4}}"
     );
+    // A role neither member of the messages' union admits fails both (0.5.23's pydantic
+    // errors, taken from its ChatCompletionRequest); a tool message without `tool_call_id`
+    // and a system role in capitals are admitted.
+    let (s, v) = raw(
+        "/v1/chat/completions",
+        "{\"messages\": [{\"role\": \"SYSTEM\", \"content\": \"s\"}, {\"role\": \"tool\", \"content\": \"t\"}, {\"role\": \"User\", \"content\": \"u\"}], \"max_tokens\": 1}",
+    )
+    .await;
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(
+        v["message"],
+        "2 validation errors:\n  {'type': 'value_error', 'loc': ('body', 'messages', 2, 'function-after[validate_thinking_parts_role(), ChatCompletionMessageGenericParam]', 'role'), 'msg': \"Value error, 'role' must be one of 'system', 'assistant', 'tool', 'function', 'developer', 'latest_reminder', 'root' (case-insensitive).\", 'input': 'User', 'ctx': {'error': ValueError(\"'role' must be one of 'system', 'assistant', 'tool', 'function', 'developer', 'latest_reminder', 'root' (case-insensitive).\")}}\n  {'type': 'literal_error', 'loc': ('body', 'messages', 2, 'function-after[validate_thinking_parts_role(), ChatCompletionMessageUserParam]', 'role'), 'msg': \"Input should be 'user'\", 'input': 'User', 'ctx': {'expected': \"'user'\"}}"
+    );
+    let (s, v) = raw(
+        "/v1/chat/completions",
+        "{\"messages\": [{\"role\": \"SYSTEM\", \"content\": \"s\"}, {\"role\": \"tool\", \"content\": \"t\"}], \"max_tokens\": 1}",
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
     let (_, v) = raw("/generate", "{not json").await;
     assert_eq!(
         v["message"],
