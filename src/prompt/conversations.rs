@@ -69,6 +69,34 @@ pub(crate) fn load_sessions_file(
     }
 }
 
+/// Turns the file gives no output length draw theirs from the workload's `output_tokens` (a
+/// fixed length is the request's own already): seeded by the workload's seed and the round, so
+/// a distribution is never sent as one length, nor as the single token a request without a
+/// fixed length would ask.
+pub(crate) fn draw_missing_outputs(
+    conversations: &mut [Conversation],
+    workload: &servebench_model::spec::types::Workload,
+    spec_dir: &Path,
+    round: u32,
+) -> Result<(), PromptError> {
+    use rand::SeedableRng;
+    if workload.output_tokens.fixed().is_some() {
+        return Ok(());
+    }
+    let sampler = super::LengthSampler::load(&workload.output_tokens, spec_dir)?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+        workload.seed ^ (u64::from(round) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x7475_726e,
+    );
+    for turn in conversations
+        .iter_mut()
+        .flat_map(|c| c.turns.iter_mut())
+        .filter(|t| t.output_tokens.is_none())
+    {
+        turn.output_tokens = Some(u32::try_from(sampler.draw(&mut rng)).unwrap_or(u32::MAX));
+    }
+    Ok(())
+}
+
 /// Reads an AIPerf `multi_turn` file: its conversations in the order their first line comes.
 pub(crate) fn load_conversations(path: &Path) -> Result<Vec<Conversation>, PromptError> {
     let text = read_bounded(path)?;
@@ -534,6 +562,54 @@ mod tests {
             let s = e.to_string();
             s[s.find("mt.jsonl").unwrap()..].to_string()
         })
+    }
+
+    #[test]
+    fn turns_without_a_length_draw_theirs_from_the_workloads_distribution() {
+        let text = concat!(
+            r#"{"session_id": "a", "turns": [{"text": "one"}, {"text": "two", "output_length": 7}]}"#,
+            "\n",
+            r#"{"session_id": "b", "turns": [{"text": "x"}, {"text": "y"}, {"text": "z"}, {"text": "w"}]}"#,
+        );
+        let workload = |output: serde_json::Value| -> servebench_model::spec::types::Workload {
+            serde_json::from_value(serde_json::json!({
+                "api": "openai-chat",
+                "prompt": {"kind": "random", "tokens": 64},
+                "output_tokens": output,
+            }))
+            .unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let uniform = workload(serde_json::json!({"dist": "uniform", "min": 10, "max": 2000}));
+        let mut c = read(text).unwrap();
+        draw_missing_outputs(&mut c, &uniform, dir.path(), 0).unwrap();
+        assert_eq!(
+            c[0].turns[1].output_tokens,
+            Some(7),
+            "the file's own length is kept"
+        );
+        let drawn: Vec<u32> = [
+            &c[0].turns[0],
+            &c[1].turns[0],
+            &c[1].turns[1],
+            &c[1].turns[2],
+        ]
+        .iter()
+        .map(|t| t.output_tokens.unwrap())
+        .collect();
+        assert!(drawn.iter().all(|n| (10..=2000).contains(n)), "{drawn:?}");
+        assert!(
+            drawn.windows(2).any(|w| w[0] != w[1]),
+            "one length for all: {drawn:?}"
+        );
+        // Seeded: the same round draws the same lengths.
+        let mut again = read(text).unwrap();
+        draw_missing_outputs(&mut again, &uniform, dir.path(), 0).unwrap();
+        assert_eq!(c, again);
+        // A fixed length is every request's own already: nothing is drawn.
+        let mut fixed = read(text).unwrap();
+        draw_missing_outputs(&mut fixed, &workload(serde_json::json!(32)), dir.path(), 0).unwrap();
+        assert_eq!(fixed[1].turns[0].output_tokens, None);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use calibrate::{
     Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
 };
 pub(crate) use check::PromptCheck;
-pub(crate) use conversations::{Conversation, load_sessions_file};
+pub(crate) use conversations::{Conversation, draw_missing_outputs, load_sessions_file};
 pub use dataset::{DatasetEntry, DatasetInput, load_dataset};
 pub use dist::{BUCKET_STEP, LengthSampler, bucket};
 pub use file::{

@@ -165,7 +165,18 @@ impl PointRunner {
         }
         // Conversations from a file bring their own turns.
         if let Some((file, s)) = exp.sessions().and_then(|s| s.file.as_ref().map(|f| (f, s))) {
-            return match crate::prompt::load_sessions_file(s, &self.spec_dir.join(file)) {
+            let read = crate::prompt::load_sessions_file(s, &self.spec_dir.join(file)).and_then(
+                |mut c| {
+                    crate::prompt::draw_missing_outputs(
+                        &mut c,
+                        &exp.workload,
+                        &self.spec_dir,
+                        round,
+                    )
+                    .map(|()| c)
+                },
+            );
+            return match read {
                 Ok(c) => Ok(Prepared::Conversations(std::sync::Arc::new(c))),
                 Err(e) => {
                     flags.push(Flag::new(
