@@ -176,6 +176,7 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         temperature: 0.0,
                         model: None,
                         history: Vec::new(),
+                        messages: None,
                         spec_tokens_details: false,
                         reasoning_markers: None,
                         chat_template_kwargs: Default::default(),

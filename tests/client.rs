@@ -129,6 +129,7 @@ fn request(api: Api) -> GenerationRequest {
         temperature: 0.0,
         model: None,
         history: Vec::new(),
+        messages: None,
         spec_tokens_details: false,
         reasoning_markers: None,
         chat_template_kwargs: Default::default(),

@@ -70,6 +70,8 @@ impl TraceOptions {
 pub(crate) struct Trace {
     pub entries: Vec<TraceEntry>,
     pub ids: Vec<u64>,
+    /// A SageMaker capture's requests, line for line with `entries` (empty for other formats).
+    pub captured: Vec<super::capture::CapturedRequest>,
 }
 
 impl Trace {
@@ -118,10 +120,41 @@ pub enum TraceError {
     NotAFile { path: PathBuf, kind: &'static str },
     #[error("trace {path} has no requests")]
     Empty { path: PathBuf },
+    #[error("capture folder {path} holds more than {limit} .jsonl files")]
+    TooManyFiles { path: PathBuf, limit: usize },
 }
 
 /// Reads a trace file. Times are made relative to the earliest arrival and sorted.
 pub(crate) fn read(path: &Path, options: TraceOptions) -> Result<Trace, TraceError> {
+    if options.format == TraceFormat::SagemakerCapture {
+        let capture = super::capture::read(path)?;
+        if !capture.dropped.is_empty() {
+            let names: Vec<String> = capture
+                .dropped
+                .iter()
+                .map(|(name, n)| format!("`{name}` ({n})"))
+                .collect();
+            tracing::warn!(
+                "{}: fields of the captured requests not sent (servebench's own model, stream and sampling fields go instead): {}",
+                path.display(),
+                names.join(", ")
+            );
+        }
+        return Ok(Trace {
+            entries: capture
+                .requests
+                .iter()
+                .map(|r| TraceEntry {
+                    at_s: r.at_s,
+                    input_tokens: None,
+                    output_tokens: r.max_tokens,
+                    blocks: None,
+                })
+                .collect(),
+            ids: Vec::new(),
+            captured: capture.requests,
+        });
+    }
     let mut trace = Trace::default();
     let mut too_many = false;
     scan(path, options, |mut e, ids| {
@@ -160,15 +193,28 @@ pub(crate) struct TraceSummary {
     pub with_blocks: usize,
     /// Seconds from its earliest arrival to its latest (before the time scale).
     pub span_s: f64,
+    /// Lines that give no output length (the workload's `output_tokens` is sent).
+    pub without_output: usize,
 }
 
 /// Reads a trace file through, checking every line as [`read`] does, in memory that does not
 /// grow with its length.
 pub(crate) fn summarize(path: &Path, options: TraceOptions) -> Result<TraceSummary, TraceError> {
+    if options.format == TraceFormat::SagemakerCapture {
+        let (requests, without_output, span_s) = super::capture::summarize(path)?;
+        return Ok(TraceSummary {
+            requests,
+            with_blocks: 0,
+            span_s,
+            without_output,
+        });
+    }
+    let mut without_output = 0usize;
     let (mut requests, mut first, mut last) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
     let (mut with_blocks, mut ids_total) = (0usize, 0usize);
     scan(path, options, |e, ids| {
         requests += 1;
+        without_output += usize::from(e.output_tokens.is_none());
         with_blocks += usize::from(!ids.is_empty());
         ids_total += ids.len();
         first = first.min(e.at_s);
@@ -184,6 +230,7 @@ pub(crate) fn summarize(path: &Path, options: TraceOptions) -> Result<TraceSumma
         requests,
         with_blocks,
         span_s: last - first,
+        without_output,
     })
 }
 
@@ -277,6 +324,10 @@ fn scan_within(
                 continue;
             }
             (TraceFormat::Burstgpt, Some(c)) => super::burstgpt::row(text, c).map_err(at_line)?,
+            // Read by `super::capture` (`read` and `summarize` hand it over).
+            (TraceFormat::SagemakerCapture, _) => {
+                return Err(at_line("a SageMaker capture is read whole".into()));
+            }
         };
         requests += 1;
         if requests > line_limit {
@@ -297,7 +348,7 @@ fn scan_within(
 }
 
 /// The trace file opened for reading, if it is a regular file within the byte budget.
-fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
+pub(super) fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
     use servebench_model::input_file::{self, Refused};
     input_file::open_regular(path, TRACE_BYTE_LIMIT).map_err(|refused| match refused {
         Refused::Io(source) => TraceError::Io {

@@ -68,6 +68,7 @@ pub(super) fn generation_request(
         temperature: exp.workload.temperature,
         model: target.model.clone(),
         history: Vec::new(),
+        messages: None,
         spec_tokens_details: exp.server.speaks_sglang(),
         reasoning_markers: target.markers,
         chat_template_kwargs: exp
