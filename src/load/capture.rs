@@ -430,3 +430,168 @@ fn inference_time(v: &Value) -> Result<f64, String> {
 fn cut(s: &str) -> String {
     s.chars().take(40).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record in the documented schema (AWS's Data Capture page, AIPerf's model example).
+    fn record(time: &str, body: &Value, usage: Option<u64>, base64: bool) -> String {
+        let input = body.to_string();
+        let output = serde_json::json!({"choices": [], "usage": usage.map(|n| serde_json::json!({"prompt_tokens": n, "completion_tokens": 8}))}).to_string();
+        let (input, output, encoding) = if base64 {
+            let b = base64::engine::general_purpose::STANDARD;
+            (b.encode(input), b.encode(output), "BASE64")
+        } else {
+            (input, output, "JSON")
+        };
+        serde_json::json!({
+            "captureData": {
+                "endpointInput": {"observedContentType": "application/json", "mode": "INPUT", "data": input, "encoding": encoding},
+                "endpointOutput": {"observedContentType": "application/json", "mode": "OUTPUT", "data": output, "encoding": encoding}
+            },
+            "eventMetadata": {"eventId": "abc-123", "inferenceTime": time},
+            "eventVersion": "0"
+        })
+        .to_string()
+    }
+
+    fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+        let p = dir.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p
+    }
+
+    #[test]
+    fn records_are_read_in_time_order_with_their_literal_messages_in_either_encoding() {
+        let dir = tempfile::tempdir().unwrap();
+        let chat = serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 50,
+            "temperature": 0.7, "tools": [{"type": "function", "function": {"name": "f"}}]});
+        let later = serde_json::json!({"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}],
+            "max_completion_tokens": 7});
+        let p = write(
+            dir.path(),
+            "c.jsonl",
+            &[
+                record("2026-04-29T00:03:19.250Z", &later, None, true),
+                String::new(),
+                record("2026-04-29T00:03:18Z", &chat, Some(12), false),
+            ],
+        );
+        let c = read(&p).unwrap();
+        assert_eq!(c.requests.len(), 2);
+        let (a, b) = (&c.requests[0], &c.requests[1]);
+        assert_eq!((a.at_s, b.at_s), (0.0, 1.25));
+        assert_eq!(a.messages.as_ref(), chat["messages"].as_array().unwrap());
+        assert_eq!(b.messages.as_ref(), later["messages"].as_array().unwrap());
+        assert_eq!((a.max_tokens, b.max_tokens), (Some(50), Some(7)));
+        assert_eq!((a.prompt_tokens, b.prompt_tokens), (Some(12), None));
+        assert_eq!(a.tools.as_ref().unwrap()[0]["function"]["name"], "f");
+        assert!(b.tools.is_none());
+        assert_eq!(c.dropped, BTreeMap::from([("temperature".to_string(), 1)]));
+        assert_eq!(summarize(&p).unwrap(), (2, 0, 1.25));
+    }
+
+    #[test]
+    fn a_folder_is_read_through_its_jsonl_files_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = |n: u64| serde_json::json!({"messages": [{"role": "user", "content": format!("m{n}")}]});
+        write(dir.path(), "2026/04/29/01/b.jsonl", &[record("2026-04-29T01:00:00+01:00", &body(2), None, false)]);
+        write(dir.path(), "2026/04/29/00/a.jsonl", &[record("2026-04-29T00:00:01Z", &body(3), None, false)]);
+        write(dir.path(), "notes.txt", &["not read".to_string()]);
+        let c = read(dir.path()).unwrap();
+        let firsts: Vec<&Value> = c.requests.iter().map(|r| &r.messages[0]["content"]).collect();
+        // 01:00+01:00 is midnight UTC: a second before the other.
+        assert_eq!(firsts, ["m2", "m3"]);
+        assert_eq!(summarize(dir.path()).unwrap(), (2, 2, 1.0));
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(read(empty.path()), Err(TraceError::Empty { .. })));
+    }
+
+    #[test]
+    fn records_that_cannot_replay_are_refused_at_their_place_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = record(
+            "2026-04-29T00:00:00Z",
+            &serde_json::json!({"messages": [{"role": "user", "content": "hi"}]}),
+            None,
+            false,
+        );
+        let csv = good
+            .replace(r#""encoding":"JSON""#, r#""encoding":"CSV""#)
+            .replacen(r#""mode":"INPUT""#, r#""mode":"INPUT""#, 1);
+        let cases: [(String, &str, &str); 7] = [
+            (csv, "`endpointInput.encoding` is CSV", "chat endpoint"),
+            (
+                record("2026-04-29T00:00:00Z", &serde_json::json!({"inputs": "hi"}), None, false),
+                "has no `messages`",
+                "chat endpoint",
+            ),
+            (
+                good.replace("2026-04-29T00:00:00Z", "yesterday"),
+                "`inferenceTime` \"yesterday\" is not an ISO 8601 time",
+                "ISO 8601",
+            ),
+            (
+                record(
+                    "2026-04-29T00:00:00Z",
+                    &serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}),
+                    None,
+                    false,
+                ),
+                "`max_tokens` is not a whole number",
+                "output limit",
+            ),
+            (good.replace(r#""eventMetadata""#, r#""metadata""#), "no `eventMetadata`", "a record is"),
+            (good.replace(r#""encoding":"JSON""#, r#""encoding":"BASE64""#), "is not base64", "damaged"),
+            ("[1, 2]".to_string(), "each line must be one capture record", ""),
+        ];
+        for (bad, message, hint) in cases {
+            let p = write(dir.path(), "c.jsonl", &[good.clone(), bad.clone()]);
+            let e = read(&p).unwrap_err();
+            let TraceError::Line { line, column, message: m, hint: h, .. } = &e else {
+                panic!("{e}")
+            };
+            assert_eq!(*line, 2, "{e}");
+            assert!(m.contains(message), "{bad}\n{e}");
+            assert!(*column >= 1 && *column <= bad.len(), "{column}");
+            assert!(h.unwrap_or("").contains(hint), "{e}: {h:?}");
+            // Nothing of the payload is quoted back: only names and types.
+            assert!(!e.to_string().contains("hi\\\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_record_past_its_byte_budget_is_refused_without_being_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        let mut f = std::fs::File::create(&p).unwrap();
+        std::io::Write::write_all(&mut f, &vec![b' '; CAPTURE_LINE_BYTES + 1]).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(e.contains("c.jsonl:1:1: the record is longer than"), "{e}");
+    }
+
+    /// Seeded mutations of a good record: a capture or an error at a line and a column within
+    /// it, never a panic.
+    #[test]
+    fn mutated_records_are_read_or_refused_at_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = record(
+            "2026-04-29T00:03:18.5Z",
+            &serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 50}),
+            Some(12),
+            false,
+        ) + "\n";
+        let tokens: [&[u8]; 8] = [b"\n", b",", b"\"", b"{", b"}", b"-1", b"1e999", b"\xff"];
+        let p = dir.path().join("c.jsonl");
+        for (_, bytes) in testkit::mutate::mutations(&[good.as_bytes()], &tokens, 0x5A6E_4D41, 500) {
+            std::fs::write(&p, &bytes).unwrap();
+            if let Err(TraceError::Line { line, column, .. }) = read(&p) {
+                testkit::mutate::assert_within(&bytes, line, column);
+            }
+        }
+    }
+}
