@@ -1008,6 +1008,8 @@ fn a_sagemaker_capture_replays_each_record_at_its_time_with_its_captured_message
     assert!(requests.iter().all(|r| r.get("theoretical_cached_tokens").is_none_or(|t| t.is_null())));
     let kinds: Vec<&str> = validity_flags(p).iter().filter_map(|f| f["kind"].as_str()).collect();
     assert!(!kinds.iter().any(|k| k.contains("cache")), "{kinds:?}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(!report.contains("Trace blocks in the prefix cache"), "{report}");
     // Nothing of the captured text is written to the run directory.
     for file in ["requests.jsonl", "points.jsonl", "report.md"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
@@ -1029,5 +1031,9 @@ fn a_sagemaker_capture_replays_each_record_at_its_time_with_its_captured_message
     std::fs::write(&capture, format!("{}\n{csv}\n", lines[0])).unwrap();
     let out = servebench().arg("validate").arg(&spec).output().unwrap();
     assert!(!out.status.success());
-    assert!(show(&out).contains("capture.jsonl:2:"), "{}", show(&out));
+    assert!(
+        show(&out).contains("capture.jsonl:2:17: `endpointInput.encoding` is CSV"),
+        "{}",
+        show(&out)
+    );
 }
