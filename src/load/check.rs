@@ -68,9 +68,11 @@ impl Check for ScheduleCheck {
                             "cut the trace, or lower `load.trace.time_scale`".into(),
                         ),
                     )],
-                    Ok(s) if s.without_output > 0
-                        && t.format == servebench_model::spec::load_model::TraceFormat::SagemakerCapture
-                        && experiment.workload.output_tokens.fixed().is_none() =>
+                    Ok(s)
+                        if s.without_output > 0
+                            && t.format
+                                == servebench_model::spec::load_model::TraceFormat::SagemakerCapture
+                            && experiment.workload.output_tokens.fixed().is_none() =>
                     {
                         vec![problem(
                             "/workload/output_tokens",
@@ -163,7 +165,9 @@ fn described(e: TraceError) -> (String, String) {
         }
         TraceError::NotAFile { .. } => "give a regular file: one JSON object a line",
         TraceError::Empty { .. } => "write one request a line: {\"at\": 0.5}",
-        TraceError::TooManyFiles { .. } => "replay a part of the capture: point `file` at a sub-folder",
+        TraceError::TooManyFiles { .. } => {
+            "replay a part of the capture: point `file` at a sub-folder"
+        }
     };
     (e.to_string(), hint.to_string())
 }

@@ -317,8 +317,16 @@ struct PlannedRound<'p> {
 /// record's messages in), no nonce (the literal prompts share what the recorded traffic
 /// shared), the workload's fixed `output_tokens` for a record without `max_tokens` (validate
 /// refuses a distribution then).
-fn captured_requests(exp: &Experiment, len: usize) -> impl Iterator<Item = Planned> + Send + 'static {
-    let max_tokens = exp.workload.output_tokens.fixed().unwrap_or(1).min(u64::from(u32::MAX)) as u32;
+fn captured_requests(
+    exp: &Experiment,
+    len: usize,
+) -> impl Iterator<Item = Planned> + Send + 'static {
+    let max_tokens = exp
+        .workload
+        .output_tokens
+        .fixed()
+        .unwrap_or(1)
+        .min(u64::from(u32::MAX)) as u32;
     (0..len).map(move |_| Planned {
         text: String::new(),
         max_tokens,

@@ -1078,9 +1078,13 @@ fn capture_checks(
 ) {
     let api = raw.pointer("/workload/api").and_then(Value::as_str);
     if api != Some("openai-chat") {
+        let (pointer, target) = match api {
+            Some(_) => ("/workload/api", Target::Value),
+            None => ("/workload", Target::Parent),
+        };
         problems.push(problem(
-            "/workload/api",
-            if api.is_some() { Target::Value } else { Target::Parent },
+            pointer,
+            target,
             format!(
                 "a SageMaker capture replays captured chat messages, which only `openai-chat` sends (not `{}`)",
                 api.unwrap_or("sglang-generate")
