@@ -16,8 +16,9 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use super::trace::{TRACE_BYTE_LIMIT, TRACE_LINE_LIMIT, TraceError};
-use super::trace_line::{LineError, MAX_OUTPUT_TOKENS};
+use super::trace_line::{
+    LineError, MAX_OUTPUT_TOKENS, TRACE_BYTE_LIMIT, TRACE_LINE_LIMIT, TraceError, open_regular,
+};
 
 /// Longest record, bytes: a real-time endpoint's request and response (6 MB each at most,
 /// SageMaker's payload limit) base64-encoded in one line.
@@ -182,7 +183,7 @@ fn scan_file(
     records: &mut usize,
     visit: &mut dyn FnMut(Read1, Vec<String>) -> bool,
 ) -> Result<bool, TraceError> {
-    let file = super::trace::open_regular(path)?;
+    let file = open_regular(path)?;
     let io = |source| TraceError::Io {
         path: path.to_path_buf(),
         source,

@@ -11,25 +11,18 @@
 //! `load.trace.format: burstgpt` reads BurstGPT's CSV instead (`super::burstgpt`).
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use servebench_model::spec::load_model::{HashIds, TraceFormat};
 
-pub use super::trace_line::BlockRange;
-pub(crate) use super::trace_line::{LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TraceEntry};
-
-/// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
-pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
-
-/// Longest line of a trace, bytes: a line of 16 Mi tokens in 512-token blocks names 32,768
-/// ids (about 300 KB).
-pub(crate) const TRACE_LINE_BYTES: usize = 1 << 20;
+pub use super::trace_line::{BlockRange, TraceError};
+pub(crate) use super::trace_line::{
+    LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TRACE_BYTE_LIMIT, TRACE_ID_LIMIT,
+    TRACE_LINE_BYTES, TRACE_LINE_LIMIT, TraceEntry, open_regular,
+};
 
 /// Most `hash_ids` one line may name.
 pub(crate) const IDS_PER_LINE: usize = 65_536;
-
-/// Most `hash_ids` a whole trace may name (128 MB held while it replays).
-pub(crate) const TRACE_ID_LIMIT: usize = 16 << 20;
 
 /// How a trace's `hash_ids` are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,45 +76,6 @@ impl Trace {
             None => &[],
         }
     }
-}
-
-/// Most lines (requests) a trace may hold: one schedule's limit (`schedule::SCHEDULE_LIMIT` is
-/// this), since each line is one request of the schedule.
-pub(crate) const TRACE_LINE_LIMIT: usize = 10_000_000;
-
-/// Why a trace could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("cannot read trace {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{column}: {message}")]
-    Line {
-        path: PathBuf,
-        line: usize,
-        /// 1-based, in bytes: where in the line the problem is (1 when it is the whole line).
-        column: usize,
-        message: String,
-        /// The fix, where the line's problem has a particular one.
-        hint: Option<&'static str>,
-    },
-    #[error("{path}:{line}:1: the line is longer than {TRACE_LINE_BYTES} bytes")]
-    LineTooLong { path: PathBuf, line: usize },
-    #[error("trace {path} names more than {TRACE_ID_LIMIT} hash_ids in all")]
-    TooManyIds { path: PathBuf },
-    #[error("trace {path} is larger than {limit} bytes; cut it, or replay part of it")]
-    TooLarge { path: PathBuf, limit: u64 },
-    #[error("trace {path} has more than {TRACE_LINE_LIMIT} requests (one schedule's limit)")]
-    TooManyLines { path: PathBuf },
-    /// A directory, FIFO, device or socket: reading one could block forever or never end.
-    #[error("trace {path} is {kind}, not a regular file")]
-    NotAFile { path: PathBuf, kind: &'static str },
-    #[error("trace {path} has no requests")]
-    Empty { path: PathBuf },
-    #[error("capture folder {path} holds more than {limit} .jsonl files")]
-    TooManyFiles { path: PathBuf, limit: usize },
 }
 
 /// Reads a trace file. Times are made relative to the earliest arrival and sorted.
@@ -345,25 +299,6 @@ fn scan_within(
         });
     }
     Ok(())
-}
-
-/// The trace file opened for reading, if it is a regular file within the byte budget.
-pub(super) fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
-    use servebench_model::input_file::{self, Refused};
-    input_file::open_regular(path, TRACE_BYTE_LIMIT).map_err(|refused| match refused {
-        Refused::Io(source) => TraceError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        Refused::NotAFile(kind) => TraceError::NotAFile {
-            path: path.to_path_buf(),
-            kind,
-        },
-        Refused::TooLarge(_) => TraceError::TooLarge {
-            path: path.to_path_buf(),
-            limit: TRACE_BYTE_LIMIT,
-        },
-    })
 }
 
 /// The 1-based column of `"name"` in the line (1 when it is not there).
