@@ -1031,6 +1031,23 @@ fn a_sagemaker_capture_replays_each_record_at_its_time_with_its_captured_message
         !report.contains("Trace blocks in the prefix cache"),
         "{report}"
     );
+    // The setup says what was sent: the captured messages, no nonce, no requested length.
+    assert!(
+        report.contains("- **Prompt:** each captured request's own messages"),
+        "{report}"
+    );
+    assert!(
+        report.contains("the captured prompts carry no nonce"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("a unique nonce starts every measured prompt"),
+        "{report}"
+    );
+    assert!(
+        p.get("requested_prompt_tokens").is_none_or(|v| v.is_null()),
+        "{p}"
+    );
     // Nothing of the captured text is written to the run directory.
     for file in ["requests.jsonl", "points.jsonl", "report.md"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();

@@ -82,7 +82,16 @@ impl Trace {
 pub(crate) fn read(path: &Path, options: TraceOptions) -> Result<Trace, TraceError> {
     if options.format == TraceFormat::SagemakerCapture {
         let capture = super::capture::read(path)?;
-        if !capture.dropped.is_empty() {
+        // Said once a run (the schedule is made again for each round and estimate).
+        static SAID: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+        let first = SAID.lock().is_ok_and(|mut said| {
+            let new = !said.iter().any(|p| p == path);
+            if new {
+                said.push(path.to_path_buf());
+            }
+            new
+        });
+        if first && !capture.dropped.is_empty() {
             let names: Vec<String> = capture
                 .dropped
                 .iter()

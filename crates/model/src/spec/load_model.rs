@@ -88,6 +88,17 @@ impl LoadSpec {
         }
     }
 
+    /// A SageMaker capture's trace (`format: sagemaker-capture`), whose requests send their
+    /// captured messages and no prompt of the workload's; None for every other load.
+    pub fn capture(&self) -> Option<&TraceSpec> {
+        match self {
+            LoadSpec::Trace { trace, .. } if trace.format == TraceFormat::SagemakerCapture => {
+                Some(trace)
+            }
+            _ => None,
+        }
+    }
+
     /// A rate's or a ramp's arrival process (None for the others, which have none).
     pub fn arrivals(&self) -> Option<&Arrivals> {
         match self {
