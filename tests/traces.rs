@@ -1062,6 +1062,11 @@ fn a_sagemaker_capture_replays_each_record_at_its_time_with_its_captured_message
             "set `workload.api: openai-chat`",
         ),
         ("policy: cold", "policy: warm", "cache.policy"),
+        (
+            "format: sagemaker-capture",
+            "format: sagemaker-capture, hash_ids: required",
+            "a SageMaker capture has literal prompts, no blocks",
+        ),
     ] {
         let bad = ws.write("bad.yaml", &spec_text.replacen(from, to, 1));
         let out = servebench().arg("validate").arg(&bad).output().unwrap();
