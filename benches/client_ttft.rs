@@ -177,6 +177,7 @@ async fn measure_client(url: &str, n: usize, waves: usize) -> Vec<Row> {
                         model: None,
                         history: Vec::new(),
                         prompt_role: "user",
+                        messages: None,
                         spec_tokens_details: false,
                         reasoning_markers: None,
                         chat_template_kwargs: Default::default(),

@@ -130,6 +130,7 @@ fn request(api: Api) -> GenerationRequest {
         model: None,
         history: Vec::new(),
         prompt_role: "user",
+        messages: None,
         spec_tokens_details: false,
         reasoning_markers: None,
         chat_template_kwargs: Default::default(),

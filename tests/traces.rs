@@ -1061,3 +1061,186 @@ fn by_schedule(dir: &std::path::Path) -> (Vec<serde_json::Value>, Vec<f64>) {
         .collect();
     (requests, at)
 }
+
+/// A SageMaker Data Capture record in AWS's documented schema (the request and response
+/// bodies as `data`, JSON or BASE64), as AIPerf 0.13's loader reads it.
+fn capture_record(
+    time: &str,
+    body: &serde_json::Value,
+    prompt_tokens: u64,
+    base64: bool,
+) -> String {
+    use base64::Engine as _;
+    let input = body.to_string();
+    let output =
+        serde_json::json!({"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 4}})
+            .to_string();
+    let (input, output, encoding) = if base64 {
+        let b = base64::engine::general_purpose::STANDARD;
+        (b.encode(input), b.encode(output), "BASE64")
+    } else {
+        (input, output, "JSON")
+    };
+    serde_json::json!({
+        "captureData": {
+            "endpointInput": {"observedContentType": "application/json", "mode": "INPUT", "data": input, "encoding": encoding},
+            "endpointOutput": {"observedContentType": "application/json", "mode": "OUTPUT", "data": output, "encoding": encoding}
+        },
+        "eventMetadata": {"eventId": "e", "inferenceTime": time, "inferenceId": "i"},
+        "eventVersion": "0"
+    })
+    .to_string()
+}
+
+#[test]
+fn a_sagemaker_capture_replays_each_record_at_its_time_with_its_captured_messages() {
+    let ws = Workspace::new();
+    let words = |n: usize| vec!["word"; n].join(" ");
+    // Three requests, written out of order, of very different lengths, a second apart.
+    let bodies = [
+        serde_json::json!({"messages": [{"role": "user", "content": words(10)}], "max_tokens": 3, "temperature": 0.2}),
+        serde_json::json!({"messages": [{"role": "system", "content": words(400)}, {"role": "user", "content": "go"}], "max_tokens": 5}),
+        serde_json::json!({"messages": [{"role": "user", "content": words(100)}], "max_completion_tokens": 4}),
+    ];
+    let lines = [
+        capture_record("2026-04-29T00:00:02Z", &bodies[2], 903, true),
+        capture_record("2026-04-29T00:00:00Z", &bodies[0], 901, false),
+        capture_record("2026-04-29T00:00:01Z", &bodies[1], 902, false),
+    ];
+    let capture = ws.write("capture.jsonl", &(lines.join("\n") + "\n"));
+    let spec_text = format!(
+        "name: capture\nserver:\n  engine: sim\n  model: test-model\n  args: {{ profile: fast }}\n  ready_timeout: 30s\nworkload:\n  api: openai-chat\n  prompt: {{ kind: random, tokens: 64 }}\n  output_tokens: 9\nload:\n  kind: trace\n  trace: {{ file: {}, format: sagemaker-capture, time_scale: 0.2 }}\ncache: {{ policy: cold, verify: true }}\n",
+        capture.display()
+    );
+    let spec = ws.write("capture.yaml", &spec_text);
+    let (dir, points) = ws.run_ok(&spec);
+    let p = &points[0];
+    assert_eq!(p["ok"], 3, "{p}");
+    let (requests, at) = by_schedule(&dir);
+    // Each sent at its recorded time (a second apart) times the time scale, and on time.
+    assert!(
+        (at[1] - at[0] - 0.2).abs() < 1e-6 && (at[2] - at[1] - 0.2).abs() < 1e-6,
+        "{at:?}"
+    );
+    for r in &requests {
+        assert!(r["lag_s"].as_f64().unwrap() < 0.5, "{r}");
+    }
+    // In time order: the captured output limits, and the recorded prompt counts kept apart.
+    let max: Vec<u64> = requests
+        .iter()
+        .map(|r| r["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(max, [3, 5, 4]);
+    let recorded: Vec<u64> = requests
+        .iter()
+        .map(|r| r["captured"]["prompt_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(recorded, [901, 902, 903]);
+    // The server counted the captured messages (10, 400 + 1 and 100 words), not a prompt
+    // of servebench's 64 tokens.
+    let counted: Vec<u64> = requests
+        .iter()
+        .map(|r| r["prompt_tokens"].as_u64().unwrap())
+        .collect();
+    assert!(counted[0] >= 10 && counted[0] < 40, "{counted:?}");
+    assert!(
+        counted[1] >= 401 && counted[2] >= 100 && counted[1] > counted[2] + 250,
+        "{counted:?}"
+    );
+    // No theoretical hit is worked out, and nothing judges the literal prompts' hits.
+    assert!(p.get("trace_cache").is_none_or(|t| t.is_null()), "{p}");
+    assert!(requests.iter().all(|r| {
+        r.get("theoretical_cached_tokens")
+            .is_none_or(|t| t.is_null())
+    }));
+    let kinds: Vec<&str> = validity_flags(p)
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert!(!kinds.iter().any(|k| k.contains("cache")), "{kinds:?}");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        !report.contains("Trace blocks in the prefix cache"),
+        "{report}"
+    );
+    // The setup says what was sent: the captured messages, no nonce, no requested length.
+    assert!(
+        report.contains("- **Prompt:** each captured request's own messages"),
+        "{report}"
+    );
+    assert!(
+        report.contains("the captured prompts carry no nonce"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("a unique nonce starts every measured prompt"),
+        "{report}"
+    );
+    assert!(
+        p.get("requested_prompt_tokens").is_none_or(|v| v.is_null()),
+        "{p}"
+    );
+    // Nothing of the captured text is written to the run directory.
+    for file in ["requests.jsonl", "points.jsonl", "report.md"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(!text.contains("word word"), "{file}");
+    }
+
+    // Another API, a warm cache: refused at validate with the fix.
+    for (from, to, want) in [
+        (
+            "api: openai-chat",
+            "api: openai-completions",
+            "set `workload.api: openai-chat`",
+        ),
+        ("policy: cold", "policy: warm", "cache.policy"),
+        (
+            "format: sagemaker-capture",
+            "format: sagemaker-capture, hash_ids: required",
+            "a SageMaker capture has literal prompts, no blocks",
+        ),
+    ] {
+        let bad = ws.write("bad.yaml", &spec_text.replacen(from, to, 1));
+        let out = servebench().arg("validate").arg(&bad).output().unwrap();
+        assert!(!out.status.success());
+        assert!(show(&out).contains(want), "{}", show(&out));
+    }
+    // A record without `max_tokens` gets `workload.output_tokens`: a number, not a draw.
+    let no_limit = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+    std::fs::write(
+        &capture,
+        format!(
+            "{}\n{}\n",
+            lines[0],
+            capture_record("2026-04-29T00:00:03Z", &no_limit, 1, false)
+        ),
+    )
+    .unwrap();
+    let drawn = ws.write(
+        "drawn.yaml",
+        &spec_text.replacen(
+            "output_tokens: 9",
+            "output_tokens: { dist: uniform, min: 4, max: 8 }",
+            1,
+        ),
+    );
+    let out = servebench().arg("validate").arg(&drawn).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        show(&out).contains("1 of the capture's 2 requests have no `max_tokens`"),
+        "{}",
+        show(&out)
+    );
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    // A record that is no chat request: refused at its line.
+    let csv = lines[1].replace(r#""encoding":"JSON""#, r#""encoding":"CSV""#);
+    std::fs::write(&capture, format!("{}\n{csv}\n", lines[0])).unwrap();
+    let out = servebench().arg("validate").arg(&spec).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        show(&out).contains("capture.jsonl:2:17: `endpointInput.encoding` is CSV"),
+        "{}",
+        show(&out)
+    );
+}

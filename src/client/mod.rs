@@ -185,6 +185,7 @@ impl Measured {
             tool_calls: self.tool_calls.as_ref().map(|t| t.count),
             tool_call_valid: self.tool_calls.as_ref().and_then(|t| t.valid),
             tool_call_invalid: self.tool_calls.and_then(|t| t.invalid),
+            captured: None,
         };
         record.set_verify_steps(server_steps);
         record.set_split();
@@ -380,6 +381,7 @@ impl Client {
             model: model.map(str::to_string),
             history: Vec::new(),
             prompt_role: "user",
+            messages: None,
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),

@@ -28,6 +28,10 @@ pub struct GenerationRequest {
     /// The role of the chat message that carries `prompt`: `user`, but for a replayed round
     /// that ends with another (an SGLang agentic-trace round of tool results).
     pub prompt_role: &'static str,
+    /// A captured request's literal chat messages (`load.trace.format: sagemaker-capture`),
+    /// sent as they are in place of `history` and `prompt` (chat only; the spec refuses the
+    /// format on other APIs).
+    pub messages: Option<std::sync::Arc<Vec<Value>>>,
     /// Ask for the server's per-request speculative counts on the OpenAI APIs: SGLang's
     /// `return_spec_tokens_details` (protocol.py `CompletionRequest`/`ChatCompletionRequest`),
     /// answered by a `choices: []` chunk whose `sglext.spec_tokens_details` carries
@@ -128,10 +132,13 @@ fn plain_body(req: &GenerationRequest) -> Value {
         }),
         Api::OpenaiChat => json!({
             "model": model,
-            "messages": req.history.iter().chain(std::iter::once(&ChatMessage {
-                role: req.prompt_role,
-                content: req.prompt.clone(),
-            })).collect::<Vec<_>>(),
+            "messages": match &req.messages {
+                Some(literal) => Value::Array(literal.as_ref().clone()),
+                None => json!(req.history.iter().chain(std::iter::once(&ChatMessage {
+                    role: req.prompt_role,
+                    content: req.prompt.clone(),
+                })).collect::<Vec<_>>()),
+            },
             "max_tokens": req.max_tokens,
             "temperature": req.temperature,
             "stream": true,
@@ -155,6 +162,7 @@ mod tests {
             model: None,
             history: Vec::new(),
             prompt_role: "user",
+            messages: None,
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),
@@ -215,6 +223,28 @@ mod tests {
             body(&round)["messages"],
             json!([{"role":"system","content":"sys"},{"role":"tool","content":"hi"}])
         );
+    }
+
+    #[test]
+    fn literal_messages_are_sent_as_they_are_in_place_of_the_prompt() {
+        let captured = json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "42"}
+        ]);
+        let literal = GenerationRequest {
+            messages: Some(std::sync::Arc::new(captured.as_array().unwrap().clone())),
+            history: vec![ChatMessage {
+                role: "user",
+                content: "not sent".into(),
+            }],
+            ..req(Api::OpenaiChat)
+        };
+        let b = body(&literal);
+        assert_eq!(b["messages"], captured);
+        assert_eq!(b["max_tokens"], 3);
     }
 
     #[test]

@@ -68,6 +68,23 @@ impl Check for ScheduleCheck {
                             "cut the trace, or lower `load.trace.time_scale`".into(),
                         ),
                     )],
+                    Ok(s)
+                        if s.without_output > 0
+                            && t.format
+                                == servebench_model::spec::load_model::TraceFormat::SagemakerCapture
+                            && experiment.workload.output_tokens.fixed().is_none() =>
+                    {
+                        vec![problem(
+                            "/workload/output_tokens",
+                            (
+                                format!(
+                                    "{} of the capture's {} requests have no `max_tokens`, and `workload.output_tokens` is a distribution: servebench sends its fixed value in their place",
+                                    s.without_output, s.requests
+                                ),
+                                "give `workload.output_tokens` a number (AIPerf sends no limit for them)".into(),
+                            ),
+                        )]
+                    }
                     // Its phases are checked with the schedule at the point's start (they
                     // need the lines, which are not kept here).
                     Ok(_) => Vec::new(),
@@ -148,6 +165,9 @@ fn described(e: TraceError) -> (String, String) {
         }
         TraceError::NotAFile { .. } => "give a regular file: one JSON object a line",
         TraceError::Empty { .. } => "write one request a line: {\"at\": 0.5}",
+        TraceError::TooManyFiles { .. } => {
+            "replay a part of the capture: point `file` at a sub-folder"
+        }
     };
     (e.to_string(), hint.to_string())
 }

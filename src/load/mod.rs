@@ -9,6 +9,7 @@
 pub(crate) mod agentic;
 pub(crate) mod arrival;
 mod burstgpt;
+pub(crate) mod capture;
 pub(crate) mod check;
 pub(crate) mod pacer;
 pub(crate) mod schedule;

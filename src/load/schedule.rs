@@ -91,6 +91,8 @@ pub struct Schedule {
     /// A trace's block ids, and the tokens each stands for.
     ids: Arc<Vec<u64>>,
     block_size: u32,
+    /// A SageMaker capture's requests: request `i` of the schedule replays `captured[i]`.
+    captured: Option<Arc<Vec<super::capture::CapturedRequest>>>,
     /// Most requests in flight (None: no cap).
     pub max_in_flight: Option<u32>,
 }
@@ -168,6 +170,8 @@ struct ArrivalSource {
     make: MakeArrivals,
     /// A trace's block ids and the tokens each stands for; None for a rate or a ramp.
     blocks: Option<(Arc<Vec<u64>>, u32)>,
+    /// A SageMaker capture's requests, one per arrival.
+    captured: Option<Arc<Vec<super::capture::CapturedRequest>>>,
 }
 
 /// The arrivals of an open-loop `load`: a constant rate, a ramp, or a trace read from its
@@ -211,7 +215,9 @@ fn arrival_source(load: &LoadSpec, spec_dir: &Path) -> Result<ArrivalSource, Sch
             let options = trace::TraceOptions::of(t);
             let read = trace::read(&spec_dir.join(&t.file), options)?;
             let entries = Arc::new(read.entries);
+            let captured = (!read.captured.is_empty()).then(|| Arc::new(read.captured));
             return Ok(ArrivalSource {
+                captured,
                 make: Arc::new(move || {
                     let entries = entries.clone();
                     Box::new((0..entries.len()).map(move |i| {
@@ -223,7 +229,11 @@ fn arrival_source(load: &LoadSpec, spec_dir: &Path) -> Result<ArrivalSource, Sch
             });
         }
     };
-    Ok(ArrivalSource { make, blocks: None })
+    Ok(ArrivalSource {
+        make,
+        blocks: None,
+        captured: None,
+    })
 }
 
 /// A ramp's rate over time: in `steps` equal steps, or a straight line.
@@ -263,6 +273,7 @@ impl Schedule {
             return Err(ScheduleError::UnboundedInf);
         }
         let traced = source.blocks.is_some();
+        let captured = source.captured;
         let (ids, block_size) = source.blocks.unwrap_or_else(|| (Arc::new(Vec::new()), 512));
         let mut schedule = Schedule {
             arrivals: source.make,
@@ -272,6 +283,7 @@ impl Schedule {
             traced: Vec::new(),
             ids,
             block_size,
+            captured,
             max_in_flight: load.open_loop().and_then(|o| o.max_in_flight),
         };
         schedule.count(traced)?;
@@ -333,6 +345,11 @@ impl Schedule {
     /// Requests in the measured phase.
     pub(crate) fn measured(&self) -> usize {
         self.measured
+    }
+
+    /// A SageMaker capture's requests, by request (None for every other schedule).
+    pub(crate) fn captured(&self) -> Option<&Arc<Vec<super::capture::CapturedRequest>>> {
+        self.captured.as_ref()
     }
 
     /// A trace's schedule, whose lines may give each request's lengths and blocks; empty

@@ -11,25 +11,18 @@
 //! `load.trace.format: burstgpt` reads BurstGPT's CSV instead (`super::burstgpt`).
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use servebench_model::spec::load_model::{HashIds, TraceFormat};
 
-pub use super::trace_line::BlockRange;
-pub(crate) use super::trace_line::{LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TraceEntry};
-
-/// Largest trace file read (a million lines of Mooncake's trace is about 100 MB).
-pub(crate) const TRACE_BYTE_LIMIT: u64 = 256 << 20;
-
-/// Longest line of a trace, bytes: a line of 16 Mi tokens in 512-token blocks names 32,768
-/// ids (about 300 KB).
-pub(crate) const TRACE_LINE_BYTES: usize = 1 << 20;
+pub use super::trace_line::{BlockRange, TraceError};
+pub(crate) use super::trace_line::{
+    LineError, MAX_INPUT_TOKENS, MAX_OUTPUT_TOKENS, TRACE_BYTE_LIMIT, TRACE_ID_LIMIT,
+    TRACE_LINE_BYTES, TRACE_LINE_LIMIT, TraceEntry, open_regular,
+};
 
 /// Most `hash_ids` one line may name.
 pub(crate) const IDS_PER_LINE: usize = 65_536;
-
-/// Most `hash_ids` a whole trace may name (128 MB held while it replays).
-pub(crate) const TRACE_ID_LIMIT: usize = 16 << 20;
 
 /// How a trace's `hash_ids` are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +63,8 @@ impl TraceOptions {
 pub(crate) struct Trace {
     pub entries: Vec<TraceEntry>,
     pub ids: Vec<u64>,
+    /// A SageMaker capture's requests, line for line with `entries` (empty for other formats).
+    pub captured: Vec<super::capture::CapturedRequest>,
 }
 
 impl Trace {
@@ -83,45 +78,46 @@ impl Trace {
     }
 }
 
-/// Most lines (requests) a trace may hold: one schedule's limit (`schedule::SCHEDULE_LIMIT` is
-/// this), since each line is one request of the schedule.
-pub(crate) const TRACE_LINE_LIMIT: usize = 10_000_000;
-
-/// Why a trace could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("cannot read trace {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}:{column}: {message}")]
-    Line {
-        path: PathBuf,
-        line: usize,
-        /// 1-based, in bytes: where in the line the problem is (1 when it is the whole line).
-        column: usize,
-        message: String,
-        /// The fix, where the line's problem has a particular one.
-        hint: Option<&'static str>,
-    },
-    #[error("{path}:{line}:1: the line is longer than {TRACE_LINE_BYTES} bytes")]
-    LineTooLong { path: PathBuf, line: usize },
-    #[error("trace {path} names more than {TRACE_ID_LIMIT} hash_ids in all")]
-    TooManyIds { path: PathBuf },
-    #[error("trace {path} is larger than {limit} bytes; cut it, or replay part of it")]
-    TooLarge { path: PathBuf, limit: u64 },
-    #[error("trace {path} has more than {TRACE_LINE_LIMIT} requests (one schedule's limit)")]
-    TooManyLines { path: PathBuf },
-    /// A directory, FIFO, device or socket: reading one could block forever or never end.
-    #[error("trace {path} is {kind}, not a regular file")]
-    NotAFile { path: PathBuf, kind: &'static str },
-    #[error("trace {path} has no requests")]
-    Empty { path: PathBuf },
-}
-
 /// Reads a trace file. Times are made relative to the earliest arrival and sorted.
 pub(crate) fn read(path: &Path, options: TraceOptions) -> Result<Trace, TraceError> {
+    if options.format == TraceFormat::SagemakerCapture {
+        let capture = super::capture::read(path)?;
+        // Said once a run (the schedule is made again for each round and estimate).
+        static SAID: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+        let first = SAID.lock().is_ok_and(|mut said| {
+            let new = !said.iter().any(|p| p == path);
+            if new {
+                said.push(path.to_path_buf());
+            }
+            new
+        });
+        if first && !capture.dropped.is_empty() {
+            let names: Vec<String> = capture
+                .dropped
+                .iter()
+                .map(|(name, n)| format!("`{name}` ({n})"))
+                .collect();
+            tracing::warn!(
+                "{}: fields of the captured requests not sent (servebench's own model, stream and sampling fields go instead): {}",
+                path.display(),
+                names.join(", ")
+            );
+        }
+        return Ok(Trace {
+            entries: capture
+                .requests
+                .iter()
+                .map(|r| TraceEntry {
+                    at_s: r.at_s,
+                    input_tokens: None,
+                    output_tokens: r.max_tokens,
+                    blocks: None,
+                })
+                .collect(),
+            ids: Vec::new(),
+            captured: capture.requests,
+        });
+    }
     let mut trace = Trace::default();
     let mut too_many = false;
     scan(path, options, |mut e, ids| {
@@ -160,15 +156,28 @@ pub(crate) struct TraceSummary {
     pub with_blocks: usize,
     /// Seconds from its earliest arrival to its latest (before the time scale).
     pub span_s: f64,
+    /// Lines that give no output length (the workload's `output_tokens` is sent).
+    pub without_output: usize,
 }
 
 /// Reads a trace file through, checking every line as [`read`] does, in memory that does not
 /// grow with its length.
 pub(crate) fn summarize(path: &Path, options: TraceOptions) -> Result<TraceSummary, TraceError> {
+    if options.format == TraceFormat::SagemakerCapture {
+        let (requests, without_output, span_s) = super::capture::summarize(path)?;
+        return Ok(TraceSummary {
+            requests,
+            with_blocks: 0,
+            span_s,
+            without_output,
+        });
+    }
+    let mut without_output = 0usize;
     let (mut requests, mut first, mut last) = (0usize, f64::INFINITY, f64::NEG_INFINITY);
     let (mut with_blocks, mut ids_total) = (0usize, 0usize);
     scan(path, options, |e, ids| {
         requests += 1;
+        without_output += usize::from(e.output_tokens.is_none());
         with_blocks += usize::from(!ids.is_empty());
         ids_total += ids.len();
         first = first.min(e.at_s);
@@ -184,6 +193,7 @@ pub(crate) fn summarize(path: &Path, options: TraceOptions) -> Result<TraceSumma
         requests,
         with_blocks,
         span_s: last - first,
+        without_output,
     })
 }
 
@@ -277,6 +287,10 @@ fn scan_within(
                 continue;
             }
             (TraceFormat::Burstgpt, Some(c)) => super::burstgpt::row(text, c).map_err(at_line)?,
+            // Read by `super::capture` (`read` and `summarize` hand it over).
+            (TraceFormat::SagemakerCapture, _) => {
+                return Err(at_line("a SageMaker capture is read whole".into()));
+            }
         };
         requests += 1;
         if requests > line_limit {
@@ -294,25 +308,6 @@ fn scan_within(
         });
     }
     Ok(())
-}
-
-/// The trace file opened for reading, if it is a regular file within the byte budget.
-fn open_regular(path: &Path) -> Result<std::fs::File, TraceError> {
-    use servebench_model::input_file::{self, Refused};
-    input_file::open_regular(path, TRACE_BYTE_LIMIT).map_err(|refused| match refused {
-        Refused::Io(source) => TraceError::Io {
-            path: path.to_path_buf(),
-            source,
-        },
-        Refused::NotAFile(kind) => TraceError::NotAFile {
-            path: path.to_path_buf(),
-            kind,
-        },
-        Refused::TooLarge(_) => TraceError::TooLarge {
-            path: path.to_path_buf(),
-            limit: TRACE_BYTE_LIMIT,
-        },
-    })
 }
 
 /// The 1-based column of `"name"` in the line (1 when it is not there).

@@ -73,8 +73,11 @@ impl PointRunner {
                 return outcome;
             }
         };
-        // Agent sessions' prompts are their traces' blocks, not the workload's prompt.
-        record.requested_prompt_tokens = prompts.requested().filter(|_| exp.agentic().is_none());
+        // Agent sessions' prompts are their traces' blocks, a capture's its records' messages:
+        // not the workload's prompt.
+        let own_prompts =
+            exp.agentic().is_none() && exp.load.as_ref().and_then(|l| l.capture()).is_none();
+        record.requested_prompt_tokens = prompts.requested().filter(|_| own_prompts);
         record.calibration = prompts.calibration.clone();
         // Before the first round and its cache reset: outside every measured window.
         let checks = match exp.validity.any() {

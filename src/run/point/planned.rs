@@ -69,6 +69,7 @@ pub(super) fn generation_request(
         model: target.model.clone(),
         history: Vec::new(),
         prompt_role: "user",
+        messages: None,
         spec_tokens_details: exp.server.speaks_sglang(),
         reasoning_markers: target.markers,
         chat_template_kwargs: exp

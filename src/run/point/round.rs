@@ -82,6 +82,12 @@ impl PointRunner {
         let planned;
         let sender: Box<dyn Sender<'_> + '_> = match prepared {
             Prepared::Agentic(s) => Box::new(s),
+            Prepared::Captured(schedule) => Box::new(ScheduledRound {
+                exp,
+                schedule,
+                requests: Box::new(captured_requests(exp, schedule.len())),
+                target: &prompts.target,
+            }),
             Prepared::Conversations(c) => Box::new(super::sessions::Conversations {
                 exp,
                 spec: exp
@@ -186,6 +192,10 @@ impl PointRunner {
                     Err(false)
                 }
             };
+        }
+        // A capture's requests bring their literal messages: nothing to generate or calibrate.
+        if let Some(s) = schedule.filter(|s| s.captured().is_some()) {
+            return Ok(Prepared::Captured(s));
         }
         let count = match (exp.sessions(), schedule) {
             (Some(s), _) => s.users.max(1) * s.turns.unwrap_or(1).max(1),
@@ -299,6 +309,8 @@ impl PointRunner {
 /// A round's sender as [`PointRunner::prepare`] leaves it.
 enum Prepared<'p> {
     Agentic(super::agentic::Agentic<'p>),
+    /// A SageMaker capture's schedule: its requests carry their own messages.
+    Captured(&'p crate::load::Schedule),
     /// A sessions load's conversations from its file.
     Conversations(std::sync::Arc<Vec<crate::prompt::Conversation>>),
     Planned(PlannedRound<'p>),
@@ -310,6 +322,32 @@ struct PlannedRound<'p> {
     plan: RoundPlan<'p>,
     schedule: Option<&'p crate::load::Schedule>,
     warm_prefix: String,
+}
+
+/// A capture's `len` requests as planned: no text of servebench's (the sender puts each
+/// record's messages in), no nonce (the literal prompts share what the recorded traffic
+/// shared), the workload's fixed `output_tokens` for a record without `max_tokens` (validate
+/// refuses a distribution then).
+fn captured_requests(
+    exp: &Experiment,
+    len: usize,
+) -> impl Iterator<Item = Planned> + Send + 'static {
+    let max_tokens = exp
+        .workload
+        .output_tokens
+        .fixed()
+        .unwrap_or(1)
+        .min(u64::from(u32::MAX)) as u32;
+    (0..len).map(move |_| Planned {
+        text: String::new(),
+        max_tokens,
+        requested: None,
+        share: None,
+        mix: None,
+        nonce: false,
+        theoretical_cached: None,
+        ledger: None,
+    })
 }
 
 /// The round's requests, each made (and given the policy's nonce) as it is taken.

@@ -79,7 +79,8 @@ impl<'p> Sender<'p> for ScheduledRound<'p> {
             let cpu_before = cpu_seconds();
             let wall = Instant::now();
             let start = Instant::now() + LEAD;
-            let release = Release::new(path, exp, target, &cap);
+            let mut release = Release::new(path, exp, target, &cap);
+            release.captured = schedule.captured().cloned();
             let (mut pacer, mut due) = Pacer::start(start, schedule.iter().map(|s| s.at_s));
             // The schedule made again beside the pacer's copy, taken in the same order.
             let mut scheduled = schedule.iter();
@@ -159,6 +160,8 @@ struct Release<'r> {
     slots: Option<Arc<Semaphore>>,
     /// Set when a request due found every slot taken.
     cap_reached: Arc<std::sync::atomic::AtomicBool>,
+    /// A SageMaker capture's requests: request `i` sends `captured[i]`'s literal messages.
+    captured: Option<Arc<Vec<crate::load::capture::CapturedRequest>>>,
 }
 
 impl<'r> Release<'r> {
@@ -176,6 +179,7 @@ impl<'r> Release<'r> {
             start_unix: crate::client::unix_now() + LEAD.as_secs_f64(),
             slots: cap.slots(),
             cap_reached: cap.reached.clone(),
+            captured: None,
         }
     }
 
@@ -189,7 +193,16 @@ impl<'r> Release<'r> {
     ) -> impl std::future::Future<Output = Option<Phase>> + Send + 'static {
         let mut req = generation_request(self.exp, p.text, self.target);
         req.max_tokens = s.max_tokens.unwrap_or(p.max_tokens);
+        if let Some(c) = self.captured.as_ref().and_then(|c| c.get(i)) {
+            req.messages = Some(c.messages.clone());
+            req.tools = c.tools.clone();
+        }
         let mut out = Outgoing::new(req, i as u32, RequestRole::Measure);
+        out.captured = self.captured.as_ref().and_then(|c| c.get(i)).map(|c| {
+            servebench_model::results::records::Captured {
+                prompt_tokens: c.prompt_tokens,
+            }
+        });
         out.requested = p.requested;
         out.share = p.share;
         out.mix = p.mix;

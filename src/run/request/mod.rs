@@ -45,6 +45,8 @@ pub(crate) struct Outgoing {
     pub mix: Option<String>,
     /// A prompt of a trace's blocks: the tokens its leading blocks already sent could find.
     pub theoretical: Option<u64>,
+    /// A captured request replayed: what its capture recorded (`RequestRecord::captured`).
+    pub captured: Option<servebench_model::results::records::Captured>,
     /// An open loop's: when it was due (Unix seconds) and its phase.
     pub scheduled_at: Option<f64>,
     pub phase: Option<Phase>,
@@ -72,6 +74,7 @@ impl Outgoing {
             share: None,
             mix: None,
             theoretical: None,
+            captured: None,
             scheduled_at: None,
             phase: None,
             job: None,
@@ -458,6 +461,7 @@ impl RequestPath {
         rec.session_id = out.session_id;
         rec.parent_session_id = out.parent_session_id;
         rec.theoretical_cached_tokens = out.theoretical;
+        rec.captured = out.captured;
         rec.reachable_cached_tokens = match (marks.as_deref(), first_token_at(&rec)) {
             (Some(m), Some(at)) => m.reachable(at),
             _ => None,
@@ -594,6 +598,7 @@ mod tests {
             model: None,
             history: Vec::new(),
             prompt_role: "user",
+            messages: None,
             spec_tokens_details: false,
             reasoning_markers: None,
             chat_template_kwargs: Default::default(),

@@ -436,6 +436,20 @@ pub struct RequestRecord {
     /// Why a call was not valid (the first found).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_invalid: Option<String>,
+    /// A request replaying a captured request's literal messages (`load.trace.format:
+    /// sagemaker-capture`): what the capture recorded of it. None for every other request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured: Option<Captured>,
+}
+
+/// What a capture recorded of a request replayed from it, beside what this server said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Captured {
+    /// The captured response's `usage.prompt_tokens`: the recorded server's count, by its
+    /// tokenizer, which need not be this server's; kept beside `prompt_tokens`, never
+    /// compared with it. None when the capture has no usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
 }
 
 /// Unknown stream field names a record keeps.
@@ -758,6 +772,7 @@ impl RequestRecord {
             answer_tokens: None,
             unknown_fields: Vec::new(),
             tool_calls: None,
+            captured: None,
             tool_call_valid: None,
             tool_call_invalid: None,
         }

@@ -88,6 +88,17 @@ impl LoadSpec {
         }
     }
 
+    /// A SageMaker capture's trace (`format: sagemaker-capture`), whose requests send their
+    /// captured messages and no prompt of the workload's; None for every other load.
+    pub fn capture(&self) -> Option<&TraceSpec> {
+        match self {
+            LoadSpec::Trace { trace, .. } if trace.format == TraceFormat::SagemakerCapture => {
+                Some(trace)
+            }
+            _ => None,
+        }
+    }
+
     /// A rate's or a ramp's arrival process (None for the others, which have none).
     pub fn arrivals(&self) -> Option<&Arrivals> {
         match self {
@@ -548,7 +559,9 @@ pub struct TraceSpec {
     /// How the file is written: `mooncake` (the default; JSONL, as Mooncake publishes its
     /// traces and AIPerf's `mooncake_trace` and SGLang's `mooncake` read them), `burstgpt`
     /// (BurstGPT's CSV: `Timestamp` in seconds, `Request tokens`, `Response tokens`) or
-    /// `bailian` (Alibaba's Qwen Bailian traces: `timestamp` in seconds, 16-token blocks).
+    /// `bailian` (Alibaba's Qwen Bailian traces: `timestamp` in seconds, 16-token blocks) or
+    /// `sagemaker-capture` (SageMaker Data Capture files: each captured chat request replayed
+    /// at its time with its literal messages; `file` may be a folder of `.jsonl` files).
     #[serde(default, skip_serializing_if = "TraceFormat::is_default")]
     pub format: TraceFormat,
 }
@@ -583,6 +596,11 @@ pub enum TraceFormat {
     /// `output_length`, `hash_ids` of 16-token blocks, and the chat's `chat_id`,
     /// `parent_chat_id`, `turn` and `type` (checked, not replayed: each line goes at its time).
     Bailian,
+    /// Amazon SageMaker Data Capture files (JSONL, as AIPerf 0.13's `sagemaker_data_capture`
+    /// reads them; `file` a file or a folder of `.jsonl` files): each record one request sent
+    /// at its `eventMetadata.inferenceTime` with the captured request's literal `messages`,
+    /// `tools` and `max_tokens` (or `max_completion_tokens`); `workload.api: openai-chat` only.
+    SagemakerCapture,
 }
 
 /// Tokens a Bailian trace's block id stands for (its README: 16-token SipHash blocks).
@@ -1061,6 +1079,58 @@ fn problem(pointer: &str, target: Target, message: String, hint: &str) -> Proble
     }
 }
 
+/// A `format: sagemaker-capture` trace: its literal chat messages go only to the chat API, as
+/// captured (no warm prime of generated text, no tools of the spec's beside the capture's,
+/// no blocks).
+fn capture_checks(
+    raw: &Value,
+    trace: &serde_json::Map<String, Value>,
+    problems: &mut Vec<Problem>,
+) {
+    let api = raw.pointer("/workload/api").and_then(Value::as_str);
+    if api != Some("openai-chat") {
+        let (pointer, target) = match api {
+            Some(_) => ("/workload/api", Target::Value),
+            None => ("/workload", Target::Parent),
+        };
+        problems.push(problem(
+            pointer,
+            target,
+            format!(
+                "a SageMaker capture replays captured chat messages, which only `openai-chat` sends (not `{}`)",
+                api.unwrap_or("sglang-generate")
+            ),
+            "set `workload.api: openai-chat`",
+        ));
+    }
+    if raw.pointer("/cache/policy").and_then(Value::as_str) == Some("warm") {
+        problems.push(problem(
+            "/cache/policy",
+            Target::Value,
+            "`cache.policy: warm` primes generated prompts; a capture's literal messages are sent once, as recorded".into(),
+            "set `cache.policy: cold` (the cache emptied, then the capture's own sharing) or `as-is`",
+        ));
+    }
+    if raw.pointer("/workload/tools").is_some_and(|v| !v.is_null()) {
+        problems.push(problem(
+            "/workload/tools",
+            Target::Value,
+            "a SageMaker capture sends each request's captured `tools`; the spec's would replace them".into(),
+            "remove `workload.tools`",
+        ));
+    }
+    for field in ["hash_ids", "block_size"] {
+        if trace.get(field).is_some_and(|v| !v.is_null()) {
+            problems.push(problem(
+                &format!("/load/trace/{field}"),
+                Target::Value,
+                format!("a SageMaker capture has literal prompts, no blocks: `{field}` means nothing to it"),
+                "remove it",
+            ));
+        }
+    }
+}
+
 /// An open-loop point's load: its kind's parameters are there, a ramp sends something, and
 /// it is neither repeated nor measured two-point.
 fn load_shape_checks(
@@ -1097,6 +1167,11 @@ fn load_shape_checks(
             ),
             "remove `block_size`: `format: bailian` reads 16-token blocks",
         ));
+    }
+    if let Some(trace) = load.get("trace").and_then(Value::as_object)
+        && trace.get("format").and_then(Value::as_str) == Some("sagemaker-capture")
+    {
+        capture_checks(raw, trace, problems);
     }
     if let Some((field, hint)) = needs
         && load.get(field).is_none_or(Value::is_null)

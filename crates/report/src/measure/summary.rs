@@ -307,7 +307,10 @@ impl PointFold {
             }
             return;
         }
-        let contaminated = self.verify && self.policy.add(r);
+        // A captured request's literal prompt shares with the replay's earlier ones as the
+        // recorded traffic did: its hits are the workload's, not another point's, and no
+        // theoretical hit is worked out to judge them by (`cached_tokens` says what it found).
+        let contaminated = self.verify && r.captured.is_none() && self.policy.add(r);
         if !contaminated && r.error.is_none() {
             self.add_clean(r);
         }
@@ -1223,6 +1226,38 @@ mod tests {
             .trace_cache
             .unwrap();
         assert_eq!(t.above, 1, "{t:?}");
+    }
+
+    /// A captured request's literal prompt finds what the replay's earlier ones left, as the
+    /// recorded traffic did: under the cold policy its hit is neither contamination nor
+    /// judged against a theoretical hit (none is worked out), and no cache flag is raised.
+    #[test]
+    fn captured_requests_hits_are_the_workloads_not_contamination() {
+        let e = exp();
+        let request = |i: u32, captured: bool| RequestRecord {
+            index: i,
+            sent_at: 1000.0 + f64::from(i),
+            chunks: vec![Chunk::new(0.02, 1)],
+            end_s: Some(0.05),
+            prompt_tokens: Some(2000),
+            completion_tokens: Some(1),
+            cached_tokens: Some(if i == 0 { 0 } else { 1900 }),
+            finish_reason: Some("length".into()),
+            captured: captured.then_some(servebench_model::results::records::Captured {
+                prompt_tokens: Some(1500),
+            }),
+            ..RequestRecord::fixture()
+        };
+        let captured: Vec<_> = (0..3).map(|i| request(i, true)).collect();
+        let s = summarize(&e, &captured, Vec::new(), false);
+        assert_eq!(s.metrics["ttft_s"].count, 3, "every hit kept");
+        assert!(s.trace_cache.is_none(), "no theoretical hit worked out");
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+        // The same hits on generated prompts are another point's text: out, flagged.
+        let generated: Vec<_> = (0..3).map(|i| request(i, false)).collect();
+        let s = summarize(&e, &generated, Vec::new(), false);
+        assert_eq!(s.metrics["ttft_s"].count, 1);
+        assert!(s.flags.iter().any(|f| f.kind == FlagKind::ColdCacheHit));
     }
 
     /// Requests made of trace blocks are judged against what their blocks promised: a real

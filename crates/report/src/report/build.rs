@@ -146,6 +146,11 @@ fn setup(meta: &RunMeta, points: &[PointRecord], requests: &RequestDigest) -> Se
         external_url: exp.server.url.clone(),
         api: exp.workload.api.to_string(),
         prompt: prompt_info(&exp.workload.prompt, points),
+        captured: exp
+            .load
+            .as_ref()
+            .and_then(|l| l.capture())
+            .map(|t| t.file.display().to_string()),
         output_tokens: exp.workload.output_tokens.nominal(),
         output_tokens_dist: exp
             .workload

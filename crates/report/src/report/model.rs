@@ -156,6 +156,9 @@ pub struct Setup {
     pub api: String,
     /// The prompt generator.
     pub prompt: PromptInfo,
+    /// A SageMaker capture replayed (its `load.trace.file`): each request sent its captured
+    /// messages and `max_tokens`, no prompt of `prompt`'s; None for every other load.
+    pub captured: Option<String>,
     /// `max_new_tokens` / `max_tokens` per request (a distribution's mean).
     pub output_tokens: u64,
     /// How output lengths vary (`uniform 64-256`); None when every request asks the same.
