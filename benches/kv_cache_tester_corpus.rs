@@ -247,7 +247,7 @@ fn replay_slice(bin: &str, dir: &Path, spec: &Path, sessions: usize) {
         }
     );
     println!(
-        "  server hits within a block ({BLOCK} tokens) of the theoretical: {within}; below: {below} (the report names prefill races); above the reachable: {above}"
+        "  server hits within a block ({BLOCK} tokens) of the theoretical: {within}; below it: {below}; above the reachable: {above}"
     );
     println!("  prompts exactly their `in`: {at_in} of {}", records.len());
     println!(

@@ -306,82 +306,17 @@ fn record(text: &str) -> Result<(Read1, Vec<String>), LineError> {
             CHAT_ONLY,
         ));
     };
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() && m.iter().all(Value::is_object) => m.clone(),
-        Some(_) => {
-            return Err(LineError::with_hint(
-                "the captured request's `messages` is not a list of message objects".into(),
-                at("endpointInput"),
-                CHAT_ONLY,
-            ));
-        }
-        None => {
-            return Err(LineError::with_hint(
-                "the captured request has no `messages`".into(),
-                at("endpointInput"),
-                CHAT_ONLY,
-            ));
-        }
-    };
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(t)) if t.iter().all(Value::is_object) => Some(Arc::new(t.clone())),
-        Some(_) => {
-            return Err(LineError::with_hint(
-                "the captured request's `tools` is not a list of tool objects".into(),
-                at("endpointInput"),
-                CHAT_ONLY,
-            ));
-        }
-    };
-    let mut max_tokens = None;
-    for name in ["max_tokens", "max_completion_tokens"] {
-        match body.get(name) {
-            None | Some(Value::Null) => continue,
-            Some(v) => match v.as_u64() {
-                Some(n) if (1..=MAX_OUTPUT_TOKENS).contains(&n) => {
-                    max_tokens = Some(n as u32);
-                    break;
-                }
-                _ => {
-                    return Err(LineError::with_hint(
-                        format!(
-                            "the captured request's `{name}` is not a whole number from 1 to {MAX_OUTPUT_TOKENS}"
-                        ),
-                        at("endpointInput"),
-                        "a capture replays the request's own output limit: fix or remove it (then `workload.output_tokens` is sent)",
-                    ));
-                }
-            },
-        }
-    }
+    let CapturedBody {
+        messages,
+        tools,
+        max_tokens,
+    } = captured_body(&body, at("endpointInput"))?;
     let dropped = body
         .keys()
         .filter(|k| !SENT.contains(&k.as_str()))
         .cloned()
         .collect();
-    let prompt_tokens = match data.get("endpointOutput") {
-        None => None,
-        Some(output) => {
-            let answer = payload(output, "endpointOutput")
-                .map_err(|(m, h)| LineError::with_hint(m, at("endpointOutput"), h))?;
-            match answer
-                .as_ref()
-                .and_then(|a| a.get("usage"))
-                .and_then(|u| u.get("prompt_tokens"))
-            {
-                None | Some(Value::Null) => None,
-                Some(n) => Some(n.as_u64().ok_or_else(|| {
-                    LineError::with_hint(
-                        "the captured response's `usage.prompt_tokens` is not a whole number"
-                            .into(),
-                        at("endpointOutput"),
-                        "fix or remove the response's usage",
-                    )
-                })?),
-            }
-        }
-    };
+    let prompt_tokens = recorded_prompt_tokens(&data, at("endpointOutput"))?;
     let held_bytes = serde_json::to_vec(&messages).map_or(0, |b| b.len())
         + tools
             .as_ref()
@@ -400,6 +335,100 @@ fn record(text: &str) -> Result<(Read1, Vec<String>), LineError> {
         },
         dropped,
     ))
+}
+
+/// The captured request's messages, tools and output limit (`max_tokens`, else
+/// `max_completion_tokens`), each checked; `column` is where its `endpointInput` stands.
+fn captured_body(body: &Map<String, Value>, column: usize) -> Result<CapturedBody, LineError> {
+    let messages = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() && m.iter().all(Value::is_object) => m.clone(),
+        Some(_) => {
+            return Err(LineError::with_hint(
+                "the captured request's `messages` is not a list of message objects".into(),
+                column,
+                CHAT_ONLY,
+            ));
+        }
+        None => {
+            return Err(LineError::with_hint(
+                "the captured request has no `messages`".into(),
+                column,
+                CHAT_ONLY,
+            ));
+        }
+    };
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(t)) if t.iter().all(Value::is_object) => Some(Arc::new(t.clone())),
+        Some(_) => {
+            return Err(LineError::with_hint(
+                "the captured request's `tools` is not a list of tool objects".into(),
+                column,
+                CHAT_ONLY,
+            ));
+        }
+    };
+    let mut max_tokens = None;
+    for name in ["max_tokens", "max_completion_tokens"] {
+        match body.get(name) {
+            None | Some(Value::Null) => continue,
+            Some(v) => match v.as_u64() {
+                Some(n) if (1..=MAX_OUTPUT_TOKENS).contains(&n) => {
+                    max_tokens = Some(n as u32);
+                    break;
+                }
+                _ => {
+                    return Err(LineError::with_hint(
+                        format!(
+                            "the captured request's `{name}` is not a whole number from 1 to {MAX_OUTPUT_TOKENS}"
+                        ),
+                        column,
+                        "a capture replays the request's own output limit: fix or remove it (then `workload.output_tokens` is sent)",
+                    ));
+                }
+            },
+        }
+    }
+    Ok(CapturedBody {
+        messages,
+        tools,
+        max_tokens,
+    })
+}
+
+/// What of a captured request's body is sent.
+struct CapturedBody {
+    messages: Vec<Value>,
+    tools: Option<Arc<Vec<Value>>>,
+    max_tokens: Option<u32>,
+}
+
+/// The prompt tokens the captured response's `usage` recorded, where it has them; `column`
+/// is where its `endpointOutput` stands.
+fn recorded_prompt_tokens(data: &Value, column: usize) -> Result<Option<u64>, LineError> {
+    let prompt_tokens = match data.get("endpointOutput") {
+        None => None,
+        Some(output) => {
+            let answer = payload(output, "endpointOutput")
+                .map_err(|(m, h)| LineError::with_hint(m, column, h))?;
+            match answer
+                .as_ref()
+                .and_then(|a| a.get("usage"))
+                .and_then(|u| u.get("prompt_tokens"))
+            {
+                None | Some(Value::Null) => None,
+                Some(n) => Some(n.as_u64().ok_or_else(|| {
+                    LineError::with_hint(
+                        "the captured response's `usage.prompt_tokens` is not a whole number"
+                            .into(),
+                        column,
+                        "fix or remove the response's usage",
+                    )
+                })?),
+            }
+        }
+    };
+    Ok(prompt_tokens)
 }
 
 /// A captured payload (`endpointInput` or `endpointOutput`) decoded: its JSON, or None

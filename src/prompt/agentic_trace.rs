@@ -106,32 +106,9 @@ pub(crate) fn load_agentic_trace(
             if turns.len() == max_turns {
                 break;
             }
-            let messages = match turn.messages {
-                // SGLang keeps a turn only `if turn.get("messages")`.
-                RawRound::Falsy => continue,
-                RawRound::Text(s) => vec![ChatMessage {
-                    role: "user",
-                    content: s,
-                }],
-                RawRound::Messages(list) => {
-                    let mut messages = Vec::with_capacity(list.len());
-                    for (mi, m) in list.into_iter().enumerate() {
-                        let here = || Place::turn(ci, ti).field("messages").message(mi);
-                        messages.push(
-                            checked_message(m)
-                                .map_err(|(field, m)| place(here().field_opt(field), m))?,
-                        );
-                    }
-                    messages
-                }
-                RawRound::Bad(kind) => {
-                    return Err(place(
-                        Place::turn(ci, ti).field("messages"),
-                        format!(
-                            "`messages` is {kind}: SGLang's bench stops on such a round (`_normalize_round_messages` takes a string or a list of {{\"role\", \"content\"}} messages); write [{{\"role\": \"user\", \"content\": \"...\"}}]"
-                        ),
-                    ));
-                }
+            // SGLang keeps a turn only `if turn.get("messages")`.
+            let Some(messages) = round_messages(turn.messages, ci, ti, &place)? else {
+                continue;
             };
             bytes += messages.iter().map(|m| m.content.len()).sum::<usize>();
             if bytes > MAX_PROMPT_BYTES {
@@ -170,6 +147,41 @@ pub(crate) fn load_agentic_trace(
         ));
     }
     Ok(out)
+}
+
+/// Round `ti` of conversation `ci` as the messages SGLang sends (a string is one user
+/// message), None for a round SGLang skips (no messages), each message checked.
+fn round_messages(
+    round: RawRound,
+    ci: usize,
+    ti: usize,
+    place: &dyn Fn(Place, String) -> PromptError,
+) -> Result<Option<Vec<ChatMessage>>, PromptError> {
+    Ok(Some(match round {
+        RawRound::Falsy => return Ok(None),
+        RawRound::Text(s) => vec![ChatMessage {
+            role: "user",
+            content: s,
+        }],
+        RawRound::Messages(list) => {
+            let mut messages = Vec::with_capacity(list.len());
+            for (mi, m) in list.into_iter().enumerate() {
+                let here = || Place::turn(ci, ti).field("messages").message(mi);
+                messages.push(
+                    checked_message(m).map_err(|(field, m)| place(here().field_opt(field), m))?,
+                );
+            }
+            messages
+        }
+        RawRound::Bad(kind) => {
+            return Err(place(
+                Place::turn(ci, ti).field("messages"),
+                format!(
+                    "`messages` is {kind}: SGLang's bench stops on such a round (`_normalize_round_messages` takes a string or a list of {{\"role\", \"content\"}} messages); write [{{\"role\": \"user\", \"content\": \"...\"}}]"
+                ),
+            ));
+        }
+    }))
 }
 
 /// A message as SGLang sends it (its role and content), or the field at fault and why.

@@ -81,7 +81,7 @@ impl PointRunner {
         };
         let planned;
         let sender: Box<dyn Sender<'_> + '_> = match prepared {
-            Prepared::Agentic(s) => Box::new(s),
+            Prepared::Agentic(s) => s,
             Prepared::Captured(schedule) => Box::new(ScheduledRound {
                 exp,
                 schedule,
@@ -167,7 +167,7 @@ impl PointRunner {
             return self
                 .prepare_agentic(client, point, round, prompts, spec, flags)
                 .await
-                .map(Prepared::Agentic);
+                .map(|a| Prepared::Agentic(Box::new(a)));
         }
         // Conversations from a file bring their own turns.
         if let Some((file, s)) = exp.sessions().and_then(|s| s.file.as_ref().map(|f| (f, s))) {
@@ -308,7 +308,8 @@ impl PointRunner {
 
 /// A round's sender as [`PointRunner::prepare`] leaves it.
 enum Prepared<'p> {
-    Agentic(super::agentic::Agentic<'p>),
+    /// Boxed: the sessions' sender is large beside the others.
+    Agentic(Box<super::agentic::Agentic<'p>>),
     /// A SageMaker capture's schedule: its requests carry their own messages.
     Captured(&'p crate::load::Schedule),
     /// A sessions load's conversations from its file.
