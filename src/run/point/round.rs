@@ -97,7 +97,7 @@ impl PointRunner {
                 target: &prompts.target,
             }),
             Prepared::Planned(p) => {
-                planned = p;
+                planned = *p;
                 // Warm: each distinct prompt primed once behind the round's nonce.
                 if exp.cache.policy == CachePolicy::Warm
                     && exp.sessions().is_none()
@@ -210,11 +210,11 @@ impl PointRunner {
         {
             // Warm: one nonce per point and round, so points do not share prefixes.
             // Sessions open each conversation with a tag of their own.
-            Ok(plan) => Ok(Prepared::Planned(PlannedRound {
+            Ok(plan) => Ok(Prepared::Planned(Box::new(PlannedRound {
                 plan,
                 schedule,
                 warm_prefix: nonce(),
-            })),
+            }))),
             Err((kind, message)) => {
                 let stopped = self.interrupt.is_set();
                 if !stopped {
@@ -308,13 +308,13 @@ impl PointRunner {
 
 /// A round's sender as [`PointRunner::prepare`] leaves it.
 enum Prepared<'p> {
-    /// Boxed: the sessions' sender is large beside the others.
+    /// The two senders' states are boxed: large beside the others.
     Agentic(Box<super::agentic::Agentic<'p>>),
     /// A SageMaker capture's schedule: its requests carry their own messages.
     Captured(&'p crate::load::Schedule),
     /// A sessions load's conversations from its file.
     Conversations(std::sync::Arc<Vec<crate::prompt::Conversation>>),
-    Planned(PlannedRound<'p>),
+    Planned(Box<PlannedRound<'p>>),
 }
 
 /// A round's requests planned, its arrival schedule (an open loop), and a warm round's
