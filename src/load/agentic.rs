@@ -581,11 +581,19 @@ fn block_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> 
 
 /// A session's `id`: text or a number.
 fn session_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    struct Id;
-    impl Visitor<'_> for Id {
+    text_or_number(d, "a session id: text or a number")
+}
+
+/// Text, or a number read as its text (`expecting` names what was wanted); null is none.
+fn text_or_number<'de, D: Deserializer<'de>>(
+    d: D,
+    expecting: &'static str,
+) -> Result<Option<String>, D::Error> {
+    struct Text(&'static str);
+    impl Visitor<'_> for Text {
         type Value = Option<String>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a session id: text or a number")
+            f.write_str(self.0)
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
             Ok(Some(v.to_string()))
@@ -603,7 +611,7 @@ fn session_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Erro
             Ok(None)
         }
     }
-    d.deserialize_any(Id)
+    d.deserialize_any(Text(expecting))
 }
 
 /// A request's `hash_ids`, pushed as they are read to the session's ids (its place there),

@@ -24,11 +24,9 @@ use std::time::Duration;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::conversations::{
-    Conversation, ConversationTurn, array_items, key_start, object_keys, skip_ws,
-};
+use super::conversation::{Conversation, ConversationTurn, TurnMessage};
 use super::file::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};
-use crate::client::ChatMessage;
+use super::json_locate::{array_items, key_start, object_keys, skip_ws};
 
 /// Most messages one file may hold, every round's together (each is held for the run).
 pub(crate) const MAX_MESSAGES: usize = 1_000_000;
@@ -156,10 +154,10 @@ fn round_messages(
     ci: usize,
     ti: usize,
     place: &dyn Fn(Place, String) -> PromptError,
-) -> Result<Option<Vec<ChatMessage>>, PromptError> {
+) -> Result<Option<Vec<TurnMessage>>, PromptError> {
     Ok(Some(match round {
         RawRound::Falsy => return Ok(None),
-        RawRound::Text(s) => vec![ChatMessage {
+        RawRound::Text(s) => vec![TurnMessage {
             role: "user",
             content: s,
         }],
@@ -185,7 +183,7 @@ fn round_messages(
 }
 
 /// A message as SGLang sends it (its role and content), or the field at fault and why.
-fn checked_message(m: RawMessage) -> Result<ChatMessage, (Option<&'static str>, String)> {
+fn checked_message(m: RawMessage) -> Result<TurnMessage, (Option<&'static str>, String)> {
     let (role, content) = match m {
         RawMessage::Object { role, content } => (role, content),
         RawMessage::Other(kind) => {
@@ -255,7 +253,7 @@ fn checked_message(m: RawMessage) -> Result<ChatMessage, (Option<&'static str>, 
             ),
         ));
     }
-    Ok(ChatMessage { role, content })
+    Ok(TurnMessage { role, content })
 }
 
 /// The role as SGLang's request model admits it (the generic roles lowercased, as it does),

@@ -24,37 +24,14 @@ use serde::de::{self, IgnoredAny};
 
 use servebench_model::spec::types::{SessionsFormat, SessionsSpec};
 
+use super::conversation::{Conversation, ConversationTurn};
 use super::file::{MAX_PROMPT_BYTES, MAX_PROMPTS, PromptError, read_bounded};
-use crate::client::ChatMessage;
+use super::json_locate::{array_items, key_start, object_keys, skip_ws};
 
 /// Longest `delay` taken from a file: a pause over an hour is a new session.
 pub(crate) const MAX_DELAY_MS: f64 = 3_600_000.0;
 /// Most output tokens one turn may ask for (the spec's own limit).
 const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
-
-/// One conversation (AIPerf's session).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Conversation {
-    pub id: String,
-    /// The leading system turn's text, sent before every turn.
-    pub system: Option<String>,
-    pub turns: Vec<ConversationTurn>,
-}
-
-/// One turn: the messages it appends to the conversation, then the server's reply.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ConversationTurn {
-    /// The turn's messages before its last (an SGLang agentic-trace round of several; none
-    /// for AIPerf's turns).
-    pub before: Vec<ChatMessage>,
-    /// The role of the turn's last message, `text` (`user` for AIPerf's turns).
-    pub role: &'static str,
-    pub text: String,
-    /// Wait after the previous turn's answer ended (zero for a session's first turn).
-    pub delay: Duration,
-    /// `output_length`: the turn's `max_tokens` (else the workload's output length).
-    pub output_tokens: Option<u32>,
-}
 
 /// Reads a sessions file (`spec.file`, at `path`) in its format.
 pub(crate) fn load_sessions_file(
@@ -83,7 +60,7 @@ pub(crate) fn draw_missing_outputs(
     if workload.output_tokens.fixed().is_some() {
         return Ok(());
     }
-    let sampler = super::LengthSampler::load(&workload.output_tokens, spec_dir)?;
+    let sampler = super::dist::LengthSampler::load(&workload.output_tokens, spec_dir)?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
         workload.seed ^ (u64::from(round) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x7475_726e,
     );
@@ -443,111 +420,6 @@ fn column_of_key(line: &str, name: &str) -> usize {
         .into_iter()
         .find(|(key, _)| *key == name.as_bytes())
         .map_or(1, |(_, v)| key_start(b, v) + 1)
-}
-
-/// Back from a value's start to its key's opening quote.
-pub(super) fn key_start(b: &[u8], value: usize) -> usize {
-    let colon = b[..value].iter().rposition(|&c| c == b':').unwrap_or(0);
-    let close = b[..colon].iter().rposition(|&c| c == b'"').unwrap_or(0);
-    b[..close].iter().rposition(|&c| c == b'"').unwrap_or(0)
-}
-
-pub(super) fn skip_ws(b: &[u8], mut i: usize) -> usize {
-    while i < b.len() && b[i].is_ascii_whitespace() {
-        i += 1;
-    }
-    i
-}
-
-/// The end of the string whose opening quote is at `i` (just past its closing quote).
-fn skip_string(b: &[u8], mut i: usize) -> usize {
-    i += 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => return i + 1,
-            _ => i += 1,
-        }
-    }
-    b.len()
-}
-
-/// The end of the value starting at `i` (the line parsed as JSON already).
-fn skip_value(b: &[u8], i: usize) -> usize {
-    match b.get(i) {
-        Some(b'"') => skip_string(b, i),
-        Some(b'{') | Some(b'[') => {
-            let (mut depth, mut j) = (0usize, i);
-            while j < b.len() {
-                match b[j] {
-                    b'"' => {
-                        j = skip_string(b, j);
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth = depth.saturating_sub(1);
-                        if depth == 0 {
-                            return j + 1;
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-            b.len()
-        }
-        _ => {
-            let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']') {
-                j += 1;
-            }
-            j
-        }
-    }
-}
-
-/// The keys of the object at `i` and where each one's value starts.
-pub(super) fn object_keys(b: &[u8], i: usize) -> Vec<(&[u8], usize)> {
-    let mut out = Vec::new();
-    if b.get(i) != Some(&b'{') {
-        return out;
-    }
-    let mut j = skip_ws(b, i + 1);
-    while j < b.len() && b[j] == b'"' {
-        let end = skip_string(b, j);
-        let key = &b[j + 1..end.saturating_sub(1).max(j + 1)];
-        j = skip_ws(b, end);
-        if b.get(j) != Some(&b':') {
-            break;
-        }
-        let v = skip_ws(b, j + 1);
-        out.push((key, v));
-        j = skip_ws(b, skip_value(b, v));
-        if b.get(j) != Some(&b',') {
-            break;
-        }
-        j = skip_ws(b, j + 1);
-    }
-    out
-}
-
-/// Where each item of the array at `i` starts.
-pub(super) fn array_items(b: &[u8], i: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    if b.get(i) != Some(&b'[') {
-        return out;
-    }
-    let mut j = skip_ws(b, i + 1);
-    while j < b.len() && b[j] != b']' {
-        out.push(j);
-        j = skip_ws(b, skip_value(b, j));
-        if b.get(j) != Some(&b',') {
-            break;
-        }
-        j = skip_ws(b, j + 1);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -9,11 +9,13 @@ pub mod blocks;
 mod calibrate;
 pub(crate) mod canary;
 mod check;
+mod conversation;
 mod conversations;
 mod dataset;
 mod dist;
 mod file;
 mod generate;
+mod json_locate;
 pub mod pieces;
 pub(crate) use generate::WORDS;
 mod nonce;
@@ -23,7 +25,8 @@ pub use calibrate::{
     Attempt, AttemptKind, Calibrated, CalibrationError, Calibrator, CountError, too_long_limit,
 };
 pub(crate) use check::PromptCheck;
-pub(crate) use conversations::{Conversation, draw_missing_outputs, load_sessions_file};
+pub(crate) use conversation::Conversation;
+pub(crate) use conversations::{draw_missing_outputs, load_sessions_file};
 pub use dataset::{DatasetEntry, DatasetInput, load_dataset};
 pub use dist::{BUCKET_STEP, LengthSampler, bucket};
 pub use file::{

@@ -624,29 +624,7 @@ fn parse_row(text: &str) -> Result<RawRow, ParseProblem> {
 
 /// A name or id: text, or a number written as text.
 fn label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    struct Label;
-    impl Visitor<'_> for Label {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("text or a number")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            Ok(Some(v.to_string()))
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(Some(v.to_string()))
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(Some(v.to_string()))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            Ok(Some(v.to_string()))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-    }
-    d.deserialize_any(Label)
+    super::text_or_number(d, "text or a number")
 }
 
 fn round_index<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {

@@ -133,6 +133,22 @@ pub(super) struct Conversations<'p> {
     pub target: &'p RequestTarget,
 }
 
+/// Each turn's messages before its last, as chat messages.
+fn befores(c: &Conversation) -> Vec<Vec<ChatMessage>> {
+    c.turns
+        .iter()
+        .map(|t| {
+            t.before
+                .iter()
+                .map(|m| ChatMessage {
+                    role: m.role,
+                    content: m.content.clone(),
+                })
+                .collect()
+        })
+        .collect()
+}
+
 impl<'p> Sender<'p> for Conversations<'p> {
     fn send<'s>(
         self: Box<Self>,
@@ -193,7 +209,7 @@ impl<'p> Sender<'p> for Conversations<'p> {
                             user,
                             first_index: firsts[i],
                             system: c.system.clone(),
-                            befores: c.turns.iter().map(|t| t.before.clone()).collect(),
+                            befores: befores(c),
                             requests: c
                                 .turns
                                 .iter()
