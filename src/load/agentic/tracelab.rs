@@ -177,8 +177,10 @@ fn line_error(
 }
 
 /// The file opened within the budget of a folder read through (the corpus is larger than a
-/// session file; each row is kept as a few numbers), refused if it is a folder or gzip.
-fn open_rows(path: &Path, limit: u64) -> Result<BufReader<impl Read>, SessionTraceError> {
+/// session file; each row is kept as a few numbers), refused if it is a folder. TraceLab
+/// releases its corpus gzip-compressed (`syfi_coding_trace.jsonl.gz`): a gzip file is read
+/// as AIPerf reads it, decompressed as it streams, the budget counting the decompressed bytes.
+fn open_rows(path: &Path, limit: u64) -> Result<BufReader<Box<dyn Read>>, SessionTraceError> {
     use servebench_model::input_file::{self, Refused};
     let io = |source| SessionTraceError::Io {
         path: path.to_path_buf(),
@@ -190,7 +192,7 @@ fn open_rows(path: &Path, limit: u64) -> Result<BufReader<impl Read>, SessionTra
             1,
             1,
             "a TraceLab trace is one JSONL file, not a folder".into(),
-            "give the file: `file: syfi_coding_trace.jsonl`",
+            "give the file: `file: syfi_coding_trace.jsonl.gz`",
         ));
     }
     let file = input_file::open_regular(path, limit).map_err(|r| match r {
@@ -204,17 +206,28 @@ fn open_rows(path: &Path, limit: u64) -> Result<BufReader<impl Read>, SessionTra
             limit,
         },
     })?;
-    let mut reader = BufReader::new(file.take(limit + 1));
-    if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
-        return Err(line_error(
-            path,
-            1,
-            1,
-            "the file is gzip-compressed (TraceLab releases `syfi_coding_trace.jsonl.gz`); servebench reads the JSONL".into(),
-            "decompress it first: `gzip -dk syfi_coding_trace.jsonl.gz`, and give the `.jsonl`",
-        ));
+    let mut raw = BufReader::new(file);
+    let gzip = raw.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+    let stream: Box<dyn Read> = if gzip {
+        Box::new(DamagedGzip(flate2::bufread::MultiGzDecoder::new(raw)))
+    } else {
+        Box::new(raw)
+    };
+    Ok(BufReader::new(Box::new(stream.take(limit + 1))))
+}
+
+/// A gzip stream whose read errors say it is the compressed file that is damaged.
+struct DamagedGzip<R>(R);
+
+impl<R: Read> Read for DamagedGzip<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("its gzip stream is damaged ({e}): check the download with `gzip -t`"),
+            )
+        })
     }
-    Ok(reader)
 }
 
 /// Reads the file's rows within its budgets, grouped by `session_id` in order of first
@@ -1238,15 +1251,34 @@ mod tests {
     }
 
     #[test]
-    fn gzip_a_folder_and_the_id_budget_are_refused_with_the_fix() {
+    fn the_release_gzip_reads_as_its_jsonl() {
+        use std::io::Write;
+        let published = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tracelab/round_trace.jsonl");
+        let text = std::fs::read(&published).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let gz = dir.path().join("syfi_coding_trace.jsonl.gz");
+        // Two gzip members, as `cat a.gz b.gz` makes: the decoder reads on past the first.
+        let half = text.iter().position(|&b| b == b'\n').unwrap() + 1;
+        let mut out = Vec::new();
+        for part in [&text[..half], &text[half..]] {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(part).unwrap();
+            out.extend(e.finish().unwrap());
+        }
+        std::fs::write(&gz, out).unwrap();
+        let plain = read(&published, &spec()).unwrap();
+        assert_eq!(plain.sessions.len(), 2);
+        assert_eq!(read(&gz, &spec()).unwrap(), plain);
+    }
+
+    #[test]
+    fn a_folder_a_broken_gzip_and_the_id_budget_are_refused_with_the_fix() {
         let (_d, p) = write("");
         std::fs::write(&p, b"\x1f\x8b\x08\x00rest").unwrap();
-        let (message, fix) = super::super::described(read(&p, &spec()).unwrap_err());
-        assert!(
-            message.contains("t.jsonl:1:1: the file is gzip-compressed"),
-            "{message}"
-        );
-        assert!(fix.contains("gzip -dk"), "{fix}");
+        let (message, _) = super::super::described(read(&p, &spec()).unwrap_err());
+        assert!(message.contains("t.jsonl"), "{message}");
+        assert!(message.contains("gzip stream is damaged"), "{message}");
         let dir = tempfile::tempdir().unwrap();
         let (message, _) = super::super::described(read(dir.path(), &spec()).unwrap_err());
         assert!(
