@@ -151,6 +151,7 @@ fn setup(meta: &RunMeta, points: &[PointRecord], requests: &RequestDigest) -> Se
             .as_ref()
             .and_then(|l| l.capture())
             .map(|t| t.file.display().to_string()),
+        agent_sessions: exp.agentic().map(|a| a.file.display().to_string()),
         output_tokens: exp.workload.output_tokens.nominal(),
         output_tokens_dist: exp
             .workload

@@ -159,6 +159,10 @@ pub struct Setup {
     /// A SageMaker capture replayed (its `load.trace.file`): each request sent its captured
     /// messages and `max_tokens`, no prompt of `prompt`'s; None for every other load.
     pub captured: Option<String>,
+    /// An agentic load's session trace (its `load.agentic.file`): each turn's prompt made of
+    /// its blocks at its `in` tokens and its `max_tokens` its `out`, no prompt of `prompt`'s;
+    /// None for every other load.
+    pub agent_sessions: Option<String>,
     /// `max_new_tokens` / `max_tokens` per request (a distribution's mean).
     pub output_tokens: u64,
     /// How output lengths vary (`uniform 64-256`); None when every request asks the same.

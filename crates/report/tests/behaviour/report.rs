@@ -1287,12 +1287,35 @@ fn an_agentic_runs_header_says_its_sessions_turns_and_live_count() {
         sessions,
         ..JobsView::default()
     });
-    let model = build_model(
-        &dir.read_meta().unwrap(),
-        &points,
-        &dir.read_requests().unwrap(),
+    let mut meta = dir.read_meta().unwrap();
+    meta.experiment.load = Some(
+        serde_json::from_value(serde_json::json!({
+            "kind": "agentic",
+            "agentic": {"file": "sessions.jsonl", "live": 3}
+        }))
+        .unwrap(),
     );
+    let model = build_model(&meta, &points, &dir.read_requests().unwrap());
     let text = report::render(&model, None).unwrap();
+    // Its prompts are the trace's blocks and its outputs the trace's, not the workload's.
+    let line = |head: &str| text.lines().find(|l| l.starts_with(head)).unwrap();
+    let prompt = line("- **Prompt:**");
+    assert!(
+        prompt.contains("each turn's blocks in the session trace `sessions.jsonl`")
+            && !prompt.contains("target"),
+        "{prompt}"
+    );
+    let output = line("- **Output:**");
+    assert!(
+        output.contains("each turn's output length from the trace")
+            && !output.contains("per request"),
+        "{output}"
+    );
+    let cache = line("- **Cache:**");
+    assert!(
+        cache.contains("sessions share nothing") && !cache.contains("a unique nonce"),
+        "{cache}"
+    );
     let header = text
         .lines()
         .find(|l| l.starts_with("- **Requests:**"))
