@@ -135,6 +135,20 @@ fn imported_setup(meta: &RunMeta) -> Option<super::model::ImportedSetup> {
     })
 }
 
+/// The file of a trace whose lines may send their blocks (`Setup::trace_blocks`).
+fn trace_blocks(exp: &servebench_model::spec::types::Experiment) -> Option<String> {
+    use servebench_model::spec::load_model::{HashIds, LoadSpec, TraceFormat};
+    match exp.load.as_ref()? {
+        LoadSpec::Trace { trace, .. }
+            if matches!(trace.format, TraceFormat::Mooncake | TraceFormat::Bailian)
+                && trace.hash_ids != HashIds::Ignore =>
+        {
+            Some(trace.file.display().to_string())
+        }
+        _ => None,
+    }
+}
+
 fn setup(meta: &RunMeta, points: &[PointRecord], requests: &RequestDigest) -> Setup {
     let exp = &meta.experiment;
     let engine = engines_run(meta, &exp.server);
@@ -152,6 +166,7 @@ fn setup(meta: &RunMeta, points: &[PointRecord], requests: &RequestDigest) -> Se
             .and_then(|l| l.capture())
             .map(|t| t.file.display().to_string()),
         agent_sessions: exp.agentic().map(|a| a.file.display().to_string()),
+        trace_blocks: trace_blocks(exp),
         output_tokens: exp.workload.output_tokens.nominal(),
         output_tokens_dist: exp
             .workload

@@ -163,6 +163,10 @@ pub struct Setup {
     /// its blocks at its `in` tokens and its `max_tokens` its `out`, no prompt of `prompt`'s;
     /// None for every other load.
     pub agent_sessions: Option<String>,
+    /// A trace replayed with its blocks (`load.trace.file` in Mooncake's or Bailian's format,
+    /// `hash_ids` not ignored): a line with `hash_ids` sends its blocks, no nonce, at its
+    /// `input_length`; the others the workload's prompt. None for every other load.
+    pub trace_blocks: Option<String>,
     /// `max_new_tokens` / `max_tokens` per request (a distribution's mean).
     pub output_tokens: u64,
     /// How output lengths vary (`uniform 64-256`); None when every request asks the same.

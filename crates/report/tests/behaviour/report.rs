@@ -1254,6 +1254,47 @@ fn a_run_without_tools_has_no_tool_call_section() {
     assert!(!text.contains("## Tool calls"), "{text}");
 }
 
+/// A block trace's setup says what its lines sent: their blocks, no nonce, their own output
+/// lengths (it read "random, target 64 tokens", "4 tokens per request" and "a unique nonce
+/// starts every measured prompt" for a Mooncake replay).
+#[test]
+fn a_block_traces_setup_says_its_lines_send_their_blocks() {
+    let dir = fixtures().open("clean-sweep");
+    let mut meta = dir.read_meta().unwrap();
+    meta.experiment.load = Some(
+        serde_json::from_value(serde_json::json!({
+            "kind": "trace",
+            "trace": {"file": "conversation_trace.jsonl"}
+        }))
+        .unwrap(),
+    );
+    let model = build_model(
+        &meta,
+        &dir.read_points().unwrap(),
+        &dir.read_requests().unwrap(),
+    );
+    let text = report::render(&model, None).unwrap();
+    let line = |head: &str| text.lines().find(|l| l.starts_with(head)).unwrap();
+    let prompt = line("- **Prompt:**");
+    assert!(
+        prompt.contains(
+            "each line of the trace `conversation_trace.jsonl` with `hash_ids` sends its blocks"
+        ) && prompt.contains("the other lines send the workload's prompt"),
+        "{prompt}"
+    );
+    let output = line("- **Output:**");
+    assert!(
+        output.contains("each line's `output_length` from the trace (without one, "),
+        "{output}"
+    );
+    let cache = line("- **Cache:**");
+    assert!(
+        cache.contains("a prompt of blocks carries no nonce")
+            && !cache.contains("a unique nonce starts every measured prompt"),
+        "{cache}"
+    );
+}
+
 /// An agent-session run's header says its sessions, turns and live count, not the closed
 /// loop's "requests per point and round, concurrency" it does not have (93 turns of 6
 /// sessions at 3 live read "1 per point and round, concurrency 1").
