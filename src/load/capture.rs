@@ -282,7 +282,7 @@ fn record(text: &str) -> Result<(Read1, Vec<String>), LineError> {
             RECORD,
         )
     })?;
-    let at_s = inference_time(time).map_err(|m| {
+    let at_s = inference_time(time).map_err(|BadTime(m)| {
         LineError::with_hint(
             m,
             at("inferenceTime"),
@@ -474,9 +474,9 @@ fn payload(entry: &Value, what: &str) -> Result<Option<Value>, (String, &'static
 
 /// An `inferenceTime` as Unix seconds: ISO 8601 with a zone (`Z`, `+02:00`), or without one
 /// (read as UTC: only the gaps between records matter).
-fn inference_time(v: &Value) -> Result<f64, String> {
+fn inference_time(v: &Value) -> Result<f64, BadTime> {
     let Some(s) = v.as_str() else {
-        return Err("`inferenceTime` is not a string".into());
+        return Err(BadTime("`inferenceTime` is not a string".into()));
     };
     let t = chrono::DateTime::parse_from_rfc3339(s)
         .map(|t| t.timestamp_micros())
@@ -486,13 +486,18 @@ fn inference_time(v: &Value) -> Result<f64, String> {
         })
         // The value is not quoted: a run's flags keep this message, and a record's text is
         // not to be written anywhere.
-        .map_err(|e| format!("`inferenceTime` is not an ISO 8601 time ({e})"))?;
+        .map_err(|e| BadTime(format!("`inferenceTime` is not an ISO 8601 time ({e})")))?;
     let secs = t as f64 / 1e6;
     if !(0.0..=MAX_UNIX_S).contains(&secs) {
-        return Err("`inferenceTime` is before 1970 or after 9999".into());
+        return Err(BadTime(
+            "`inferenceTime` is before 1970 or after 9999".into(),
+        ));
     }
     Ok(secs)
 }
+
+/// Why an `inferenceTime` is not read (its value is never quoted).
+struct BadTime(String);
 
 #[cfg(test)]
 mod tests {

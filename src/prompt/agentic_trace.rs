@@ -95,8 +95,9 @@ pub(crate) fn load_agentic_trace(
     let mut out = Vec::new();
     for (ci, conversation) in conversations.into_iter().enumerate() {
         if let Some(first) = conversation.first() {
-            first_prompt_tokens(&first.prompt_tokens)
-                .map_err(|m| place(Place::turn(ci, 0).field("prompt_tokens"), m))?;
+            first_prompt_tokens(&first.prompt_tokens).map_err(|BadPromptTokens(m)| {
+                place(Place::turn(ci, 0).field("prompt_tokens"), m)
+            })?;
         }
         let mut turns = Vec::new();
         let mut bytes = 0usize;
@@ -274,32 +275,35 @@ fn roles_list() -> String {
 
 /// The first turn's `prompt_tokens` as SGLang's loader reads it (`int(conversation[0].get(
 /// "prompt_tokens", 0))`): informational, but a value `int()` fails on stops SGLang's load.
-fn first_prompt_tokens(v: &Scalar) -> Result<(), String> {
+fn first_prompt_tokens(v: &Scalar) -> Result<(), BadPromptTokens> {
     let n = match v {
         Scalar::Absent | Scalar::Bool => return Ok(()),
         Scalar::Number(n) => *n,
         Scalar::Str(s) => match s.trim().parse::<i64>() {
             Ok(n) => n as f64,
             Err(_) => {
-                return Err(format!(
+                return Err(BadPromptTokens(format!(
                     "`prompt_tokens` {s:?} is not a number: SGLang's loader reads the first turn's with `int()` and stops on it; write the prompt's length in tokens, or remove it"
-                ));
+                )));
             }
         },
         other => {
-            return Err(format!(
+            return Err(BadPromptTokens(format!(
                 "`prompt_tokens` is {}: SGLang's loader reads the first turn's with `int()` and stops on it; write the prompt's length in tokens, or remove it",
                 other.kind()
-            ));
+            )));
         }
     };
     if !(0.0..=MAX_PROMPT_TOKENS).contains(&n) {
-        return Err(format!(
+        return Err(BadPromptTokens(format!(
             "`prompt_tokens` {n} is not a prompt length in 0..={MAX_PROMPT_TOKENS}: write the prompt's length in tokens, or remove it"
-        ));
+        )));
     }
     Ok(())
 }
+
+/// Why a first turn's `prompt_tokens` stops SGLang's loader, and the fix.
+struct BadPromptTokens(String);
 
 thread_local! {
     static TURNS_LEFT: Cell<usize> = const { Cell::new(0) };
